@@ -1,0 +1,92 @@
+/**
+ * The error table: every error a client can see, with its permanent code, its TCP error number,
+ * its HTTP status and whether retrying can help. HTTP and TCP both map errors through this one
+ * table. Codes are permanent; a retired code is never reused.
+ *
+ * Messages name the failed action first, values quoted, detail after a colon:
+ * `Cannot append to partition "orders/3": partition is fenced after a failed fsync, restart required`.
+ */
+
+/** One row of the error table. */
+export interface ErrorKind {
+  /** Stable snake_case code, sent as `error.code` over HTTP. */
+  readonly code: string;
+  /** Error number in TCP responses (0 is success; never reused). */
+  readonly tcp: number;
+  /** HTTP status. */
+  readonly http: number;
+  /** True if the same request may succeed later without change. */
+  readonly retriable: boolean;
+}
+
+function kind(code: string, tcp: number, http: number, retriable: boolean): ErrorKind {
+  return Object.freeze({ code, tcp, http, retriable });
+}
+
+/** Every error kind, by name. */
+export const Errors = Object.freeze({
+  /** A malformed request: a missing or wrongly typed field, bad base64, bad JSON. */
+  invalidRequest: kind("invalid_request", 1, 400, false),
+  /** The topic does not exist. */
+  topicNotFound: kind("topic_not_found", 2, 404, false),
+  /** The topic exists but has no such partition. */
+  partitionNotFound: kind("partition_not_found", 3, 404, false),
+  /** A topic with that name already exists. */
+  topicExists: kind("topic_exists", 4, 409, false),
+  /** The fetch offset is below the log start offset or above the high watermark. */
+  offsetOutOfRange: kind("offset_out_of_range", 5, 416, false),
+  /** The request body or frame is over `--max-request-bytes`. */
+  requestTooLarge: kind("request_too_large", 6, 413, false),
+  /** One record's key and value are over the record size limit. */
+  recordTooLarge: kind("record_too_large", 7, 413, false),
+  /** The partition refuses writes after a failed fsync or an uncleanable failed write (DECISIONS 7). */
+  partitionFenced: kind("partition_fenced", 8, 503, false),
+  /** A write failed (e.g. the disk is full) and its partial bytes were cut off; nothing was appended. */
+  storageError: kind("storage_error", 9, 507, true),
+  /** An invalid topic name. */
+  invalidTopicName: kind("invalid_topic_name", 10, 400, false),
+  /** An invalid topic config or partition count. */
+  invalidConfig: kind("invalid_config", 11, 400, false),
+  /** A record timestamp is negative (other than −1) or too far ahead of the broker clock. */
+  invalidTimestamp: kind("invalid_timestamp", 12, 400, false),
+  /** The TCP api number or version is not known. */
+  unsupportedApi: kind("unsupported_api", 13, 400, false),
+  /** No such HTTP route. */
+  notFound: kind("not_found", 14, 404, false),
+  /** The broker is shutting down or the object is unavailable (e.g. its metadata file is unreadable). */
+  unavailable: kind("unavailable", 15, 503, true),
+  /** The offset would exceed 2^53 − 1, or a stored offset is beyond it (DECISIONS 6). */
+  unsupported: kind("unsupported", 16, 400, false),
+  /** A bug: the broker hit a state it did not expect. Never expected in normal operation. */
+  internal: kind("internal", 99, 500, false),
+});
+
+/** A name of a row in {@link Errors}. */
+export type ErrorName = keyof typeof Errors;
+
+/** An error a client should see: carries its row of the table and a message naming what was wrong. */
+export class BrokerError extends Error {
+  override name = "BrokerError";
+  /**
+   * @param kind the row of {@link Errors}.
+   * @param message names the failed action first, then the detail after a colon.
+   * @param details optional machine-readable extras (e.g. `{ expected_sequence: 4 }`), sent over HTTP.
+   */
+  constructor(
+    readonly kind: ErrorKind,
+    message: string,
+    readonly details?: Record<string, unknown>,
+  ) {
+    super(message);
+  }
+}
+
+/** Looks up a row by TCP error number (clients use this); undefined for unknown numbers. */
+export function errorKindByTcp(tcp: number): ErrorKind | undefined {
+  return Object.values(Errors).find((k) => k.tcp === tcp);
+}
+
+/** Looks up a row by its code string; undefined for unknown codes. */
+export function errorKindByCode(code: string): ErrorKind | undefined {
+  return Object.values(Errors).find((k) => k.code === code);
+}

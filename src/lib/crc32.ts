@@ -1,0 +1,28 @@
+/**
+ * CRC-32 (IEEE 802.3, the zlib polynomial) over a byte range. Storage computes every record CRC
+ * through {@link crc32}; the runtime layer may install a faster native implementation with
+ * {@link setCrc32Implementation} (same values: `crc32("123456789") === 0xcbf43926`).
+ */
+import * as CRC32 from "crc-32";
+
+/** Computes the CRC-32 of `bytes`, as an unsigned 32-bit number. */
+export type Crc32Function = (bytes: Uint8Array) => number;
+
+const portable: Crc32Function = (bytes) => CRC32.buf(bytes, 0) >>> 0;
+
+let current: Crc32Function = portable;
+
+/** Returns the unsigned CRC-32 of `bytes[start, end)`. */
+export function crc32(bytes: Uint8Array, start = 0, end = bytes.length): number {
+  return current(start === 0 && end === bytes.length ? bytes : bytes.subarray(start, end));
+}
+
+/**
+ * Replaces the implementation (for a runtime's native crc32). It is checked against the portable
+ * one on a fixed vector first; a mismatch throws and leaves the portable one in place.
+ */
+export function setCrc32Implementation(fn: Crc32Function): void {
+  const probe = new TextEncoder().encode("123456789");
+  if (fn(probe) >>> 0 !== 0xcbf43926) throw new Error("crc32 implementation gives wrong values");
+  current = (bytes) => fn(bytes) >>> 0;
+}

@@ -1,0 +1,82 @@
+/**
+ * Every bound the broker enforces, with its unit in its name. Relations between them are checked
+ * when this module loads, so an edit that breaks one fails at start-up, not in production.
+ */
+import { assert } from "./assert.ts";
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+/** Bytes of a stored record after `record_len`, excluding key and value: offset 8 + timestamp 8 + key_len 4 + value_len 4 + crc 4. */
+export const recordOverheadBytes = 28;
+/** Bytes in front of every stored record: the u32 `record_len`. */
+export const recordLengthPrefixBytes = 4;
+/** Largest key + value of one record, in bytes. Larger records are refused before anything is allocated. */
+export const recordPayloadBytesMax = 8 * MiB;
+/** Largest plausible `record_len` (bytes that follow the length field). */
+export const recordLenMax = recordOverheadBytes + recordPayloadBytesMax;
+/** Smallest plausible `record_len`: a record with no key and an empty value. */
+export const recordLenMin = recordOverheadBytes;
+
+/** Bytes of one index entry: u64 offset within the segment, u64 file position. */
+export const indexEntryBytes = 16;
+/** Bytes of log between two index entries; a read scans at most this far past an entry (spec: Index and reads). */
+export const indexIntervalBytes = 4 * KiB;
+
+/** Default size at which the active segment rolls, in bytes. */
+export const segmentBytesDefault = 128 * MiB;
+/** Smallest allowed `segment_bytes`, so tests can roll often. */
+export const segmentBytesMin = 1 * KiB;
+/** Largest allowed `segment_bytes` (positions must stay far below 2^53). */
+export const segmentBytesMax = 1024 * MiB * 4;
+/** Default `segment_ms`: roll once the active segment is this old (7 days, as Kafka). */
+export const segmentMsDefault = 7 * 24 * 3600 * 1000;
+
+/** Default cap on an HTTP body or a TCP frame, in bytes (`--max-request-bytes`). */
+export const requestBytesDefault = 16 * MiB;
+/** Smallest allowed `--max-request-bytes`. */
+export const requestBytesMin = 1 * KiB;
+/** Largest allowed `--max-request-bytes`. */
+export const requestBytesMax = 256 * MiB;
+
+/** Default `--read-timeout`: a TCP connection stalled inside a frame is closed after this many ms. */
+export const readTimeoutMsDefault = 30_000;
+
+/** Default bytes a fetch returns when the client does not say (`max_bytes`). */
+export const fetchBytesDefault = 1 * MiB;
+/** Largest `max_bytes` a fetch may ask for. */
+export const fetchBytesMax = 64 * MiB;
+/** Default `max_records` of a fetch. */
+export const fetchRecordsDefault = 1000;
+/** Largest `max_records` of a fetch. */
+export const fetchRecordsMax = 100_000;
+/** Largest long-poll wait of a fetch, in ms. */
+export const fetchWaitMsMax = 60_000;
+/** Bytes of a positional read window on the fetch path; large so a fetch is one or two reads. */
+export const readWindowBytes = 256 * KiB;
+
+/** Largest number of partitions in one topic. */
+export const partitionsMax = 4096;
+/** Longest topic name, in characters (as Kafka). */
+export const topicNameCharsMax = 249;
+
+/** Default timestamps allowed ahead of the broker clock, in ms (`max_timestamp_skew_ms`, DECISIONS 5). */
+export const timestampSkewMsDefault = 3600_000;
+
+/** Largest offset the broker assigns: JS numbers are exact up to here (DECISIONS 6). */
+export const offsetMax = Number.MAX_SAFE_INTEGER;
+
+/** Default `--flush-interval` in ms, used when `--flush-every-records` > 1. */
+export const flushIntervalMsDefault = 1000;
+
+/** Largest number of records in one produce request. */
+export const produceRecordsMax = 1_000_000;
+
+/** Largest metadata file (topic.json, groups, keys) the broker will read, in bytes. */
+export const metadataFileBytesMax = 16 * MiB;
+
+assert(recordLenMax + recordLengthPrefixBytes <= requestBytesDefault, "a maximal record fits a default request");
+assert(indexIntervalBytes < segmentBytesMin * 8, "index interval is small against the smallest segment");
+assert(readWindowBytes >= indexIntervalBytes * 2, "one window covers an index gap and then some");
+assert(segmentBytesMax < Number.MAX_SAFE_INTEGER / 2, "positions are exact as JS numbers");
+assert(fetchBytesDefault <= fetchBytesMax, "default fetch size within the maximum");

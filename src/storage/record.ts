@@ -1,0 +1,322 @@
+/**
+ * Record codec (spec: Records).
+ *
+ * A stored record, all integers big-endian:
+ *
+ * ```
+ * record_len     u32      bytes that follow (28 + key bytes + value bytes)
+ * offset         u64
+ * timestamp_ms   i64
+ * key_len        i32      -1 = no key; 0 = the empty key (a real key, DECISIONS 12)
+ * key            [u8]
+ * value_len      u32
+ * value          [u8]      empty = tombstone
+ * crc32          u32      CRC-32 (IEEE) over offset … value
+ * ```
+ *
+ * A producer sends records as an *entry batch*: the same layout from `timestamp_ms` to `value`,
+ * repeated, with no length, offset or CRC (`timestamp_ms` −1 asks the broker to stamp it). Because
+ * an entry is exactly the middle of a stored record, encoding a batch for the log is one copy per
+ * record plus a CRC, with no per-record objects. The TCP produce body carries this format verbatim.
+ *
+ * Every decoder checks `record_len` against [{@link recordLenMin}, {@link recordLenMax}] before
+ * it reads further, and never allocates a length a file or a client claims.
+ */
+import { crc32 } from "../lib/crc32.ts";
+import { readI64, readU64, viewOf, writeI64, writeU64 } from "../lib/bytes.ts";
+import {
+  offsetMax,
+  recordLenMax,
+  recordLenMin,
+  recordLengthPrefixBytes,
+  recordOverheadBytes,
+  recordPayloadBytesMax,
+} from "../lib/limits.ts";
+
+/** Bytes of an entry excluding key and value: timestamp 8 + key_len 4 + value_len 4. */
+export const entryOverheadBytes = 16;
+
+/** Thrown when a producer's entry batch is malformed. `index` is the 0-based record it concerns. */
+export class RecordFormatError extends Error {
+  override name = "RecordFormatError";
+  constructor(
+    message: string,
+    readonly index: number,
+  ) {
+    super(message);
+  }
+}
+
+/** A validated entry batch: `bytes` holds `count` entries back to back. */
+export interface EntryBatch {
+  readonly bytes: Uint8Array;
+  readonly count: number;
+}
+
+/**
+ * Checks the structure of an entry batch without allocating: every length in bounds, every key
+ * and value within `bytes`, nothing left over, `timestamp_ms` ≥ 0 or exactly −1.
+ * @returns the number of entries.
+ * @throws RecordFormatError naming the record index and the field.
+ */
+export function scanEntries(bytes: Uint8Array, options: { maxCount?: number } = {}): number {
+  const view = viewOf(bytes);
+  const maxCount = options.maxCount ?? Number.MAX_SAFE_INTEGER;
+  let pos = 0;
+  let count = 0;
+  while (pos < bytes.length) {
+    if (count >= maxCount) throw new RecordFormatError(`batch holds more than ${maxCount} records`, count);
+    if (bytes.length - pos < entryOverheadBytes) {
+      throw new RecordFormatError(`record ${count} is truncated: ${bytes.length - pos} bytes left, header needs ${entryOverheadBytes}`, count);
+    }
+    const ts = readI64(view, pos);
+    if (ts < -1 || !Number.isSafeInteger(ts)) throw new RecordFormatError(`record ${count} has timestamp_ms ${ts}: must be ≥ 0, or −1 for the broker's clock`, count);
+    const keyLen = view.getInt32(pos + 8);
+    if (keyLen < -1) throw new RecordFormatError(`record ${count} has key_len ${keyLen}: must be ≥ −1`, count);
+    const keyBytes = keyLen < 0 ? 0 : keyLen;
+    if (keyBytes > recordPayloadBytesMax || pos + 12 + keyBytes + 4 > bytes.length) {
+      throw new RecordFormatError(`record ${count} has key_len ${keyLen}, past the end of the batch`, count);
+    }
+    const valueLen = view.getUint32(pos + 12 + keyBytes);
+    if (keyBytes + valueLen > recordPayloadBytesMax) {
+      throw new RecordFormatError(`record ${count} is ${keyBytes + valueLen} bytes of key and value, over the limit of ${recordPayloadBytesMax}`, count);
+    }
+    const end = pos + entryOverheadBytes + keyBytes + valueLen;
+    if (end > bytes.length) throw new RecordFormatError(`record ${count} has value_len ${valueLen}, past the end of the batch`, count);
+    pos = end;
+    count++;
+  }
+  return count;
+}
+
+/**
+ * Builds an entry batch from keys and values. Grows one buffer; `add` copies key and value once.
+ */
+export class EntryBatchBuilder {
+  #buf: Uint8Array;
+  #view: DataView;
+  #pos = 0;
+  #count = 0;
+
+  /** @param capacityBytes initial buffer size in bytes (it grows as needed). */
+  constructor(capacityBytes = 4096) {
+    this.#buf = new Uint8Array(Math.max(64, capacityBytes));
+    this.#view = viewOf(this.#buf);
+  }
+
+  /** Number of entries added so far. */
+  get count(): number {
+    return this.#count;
+  }
+
+  /** Bytes used so far. */
+  get sizeBytes(): number {
+    return this.#pos;
+  }
+
+  /**
+   * Appends one entry. `key` null means no key; `timestampMs` −1 (the default) lets the broker stamp it.
+   * @throws RecordFormatError if key + value exceed {@link recordPayloadBytesMax} or the timestamp is invalid.
+   */
+  add(key: Uint8Array | null, value: Uint8Array, timestampMs = -1): this {
+    const keyBytes = key === null ? 0 : key.length;
+    if (keyBytes + value.length > recordPayloadBytesMax) {
+      throw new RecordFormatError(`record ${this.#count} is ${keyBytes + value.length} bytes of key and value, over the limit of ${recordPayloadBytesMax}`, this.#count);
+    }
+    if (!Number.isSafeInteger(timestampMs) || timestampMs < -1) {
+      throw new RecordFormatError(`record ${this.#count} has timestamp ${timestampMs}: must be an integer ≥ 0, or −1`, this.#count);
+    }
+    const need = entryOverheadBytes + keyBytes + value.length;
+    this.#reserve(need);
+    const v = this.#view;
+    let p = this.#pos;
+    writeI64(v, p, timestampMs);
+    v.setInt32(p + 8, key === null ? -1 : key.length);
+    p += 12;
+    if (key !== null) {
+      this.#buf.set(key, p);
+      p += key.length;
+    }
+    v.setUint32(p, value.length);
+    p += 4;
+    this.#buf.set(value, p);
+    this.#pos = p + value.length;
+    this.#count++;
+    return this;
+  }
+
+  #reserve(need: number): void {
+    if (this.#pos + need <= this.#buf.length) return;
+    let cap = this.#buf.length * 2;
+    while (cap < this.#pos + need) cap *= 2;
+    const next = new Uint8Array(cap);
+    next.set(this.#buf.subarray(0, this.#pos));
+    this.#buf = next;
+    this.#view = viewOf(next);
+  }
+
+  /** The batch built so far (a view of the internal buffer; do not add after using it). */
+  build(): EntryBatch {
+    return { bytes: this.#buf.subarray(0, this.#pos), count: this.#count };
+  }
+}
+
+/**
+ * Outcome of decoding one stored record at a position:
+ * - `Ok`: a whole valid record; the cursor's fields describe it.
+ * - `Incomplete`: fewer bytes remain than the header or `record_len` needs (a torn tail, or the read window ended).
+ * - `Invalid`: the bytes cannot be a valid record (implausible length, bad key_len/value_len, CRC mismatch, offset above 2^53 − 1).
+ */
+export const DecodeStatus = { Ok: 0, Incomplete: 1, Invalid: 2 } as const;
+/** One of the {@link DecodeStatus} values. */
+export type DecodeStatus = (typeof DecodeStatus)[keyof typeof DecodeStatus];
+
+/**
+ * Decodes stored records from a byte window without allocating per record: after
+ * {@link RecordCursor.decode} returns Ok, the fields describe the record at that position.
+ */
+export class RecordCursor {
+  /** Absolute offset of the record. */
+  offset = 0;
+  /** Producer or broker time stamp, ms since the epoch. */
+  timestampMs = 0;
+  /** key_len as stored: −1 for no key. */
+  keyLen = -1;
+  /** Position of the key within the window (valid when keyLen ≥ 0). */
+  keyStart = 0;
+  /** Position of the value within the window. */
+  valueStart = 0;
+  /** Length of the value in bytes (0 = tombstone). */
+  valueLen = 0;
+  /** Bytes of the whole record including `record_len` and the CRC. */
+  sizeBytes = 0;
+  /** Why the last decode was Invalid or Incomplete, for reports. */
+  reason = "";
+
+  #bytes: Uint8Array = new Uint8Array(0);
+  #view: DataView = new DataView(new ArrayBuffer(0));
+
+  /** Points the cursor at a new window of bytes. */
+  reset(bytes: Uint8Array): this {
+    this.#bytes = bytes;
+    this.#view = viewOf(bytes);
+    return this;
+  }
+
+  /** The window the cursor reads. */
+  get bytes(): Uint8Array {
+    return this.#bytes;
+  }
+
+  /**
+   * Decodes the record starting at `pos` within the window (up to `end`, default the window's end).
+   * Order of checks: `record_len` plausible, whole record present, `key_len` ≥ −1 and inside,
+   * `value_len` consistent, offset within the safe range, CRC. Nothing is allocated.
+   */
+  decode(pos: number, end = this.#bytes.length): DecodeStatus {
+    const v = this.#view;
+    if (end - pos < recordLengthPrefixBytes) return this.#fail(DecodeStatus.Incomplete, "fewer than 4 bytes left for record_len");
+    const len = v.getUint32(pos);
+    if (len < recordLenMin || len > recordLenMax) return this.#fail(DecodeStatus.Invalid, `record_len ${len} is outside [${recordLenMin}, ${recordLenMax}]`);
+    if (end - pos - recordLengthPrefixBytes < len) return this.#fail(DecodeStatus.Incomplete, `record_len ${len} runs past the end of the data`);
+    const body = pos + recordLengthPrefixBytes;
+    const keyLen = v.getInt32(body + 16);
+    if (keyLen < -1) return this.#fail(DecodeStatus.Invalid, `key_len ${keyLen} is below −1`);
+    const keyBytes = keyLen < 0 ? 0 : keyLen;
+    if (keyBytes > len - recordOverheadBytes) return this.#fail(DecodeStatus.Invalid, `key_len ${keyLen} does not fit record_len ${len}`);
+    const valueLenPos = body + 20 + keyBytes;
+    const valueLen = v.getUint32(valueLenPos);
+    if (valueLen !== len - recordOverheadBytes - keyBytes) return this.#fail(DecodeStatus.Invalid, `value_len ${valueLen} does not match record_len ${len}`);
+    const crcPos = body + len - 4;
+    const expected = v.getUint32(crcPos);
+    const actual = crc32(this.#bytes, body, crcPos);
+    if (expected !== actual) return this.#fail(DecodeStatus.Invalid, `crc mismatch: stored ${expected.toString(16)}, computed ${actual.toString(16)}`);
+    const offset = readU64(v, body);
+    if (offset > offsetMax) return this.#fail(DecodeStatus.Invalid, `offset ${offset} is above 2^53 − 1`);
+    const ts = readI64(v, body + 8);
+    this.offset = offset;
+    this.timestampMs = ts;
+    this.keyLen = keyLen;
+    this.keyStart = body + 20;
+    this.valueStart = valueLenPos + 4;
+    this.valueLen = valueLen;
+    this.sizeBytes = recordLengthPrefixBytes + len;
+    this.reason = "";
+    return DecodeStatus.Ok;
+  }
+
+  /** The key of the last decoded record (a view), or null for no key. */
+  key(): Uint8Array | null {
+    return this.keyLen < 0 ? null : this.#bytes.subarray(this.keyStart, this.keyStart + this.keyLen);
+  }
+
+  /** The value of the last decoded record (a view). */
+  value(): Uint8Array {
+    return this.#bytes.subarray(this.valueStart, this.valueStart + this.valueLen);
+  }
+
+  #fail(status: DecodeStatus, reason: string): DecodeStatus {
+    this.reason = reason;
+    return status;
+  }
+}
+
+/** Stored size in bytes of a record with this key and value. */
+export function storedRecordBytes(keyBytes: number, valueBytes: number): number {
+  return recordLengthPrefixBytes + recordOverheadBytes + keyBytes + valueBytes;
+}
+
+/**
+ * Encodes `batch` as stored records into `out` at `outPos`, assigning offsets from `baseOffset` and
+ * stamping entries whose timestamp is −1 with `nowMs`. `out` must have room for
+ * `batch.bytes.length + batch.count * 16` bytes from `outPos`. The batch must have passed
+ * {@link scanEntries}. For each record, calls `onRecord(offset, position)` with its position in
+ * `out`, so the caller can add index entries.
+ * @returns the largest timestamp in the batch.
+ */
+export function encodeEntries(
+  batch: EntryBatch,
+  out: Uint8Array,
+  options: { outPos: number; baseOffset: number; nowMs: number; onRecord?: (offset: number, position: number) => void },
+): number {
+  const src = batch.bytes;
+  const sv = viewOf(src);
+  const ov = viewOf(out);
+  let sp = 0;
+  let op = options.outPos;
+  let offset = options.baseOffset;
+  let maxTs = -1;
+  for (let i = 0; i < batch.count; i++) {
+    const keyLen = sv.getInt32(sp + 8);
+    const keyBytes = keyLen < 0 ? 0 : keyLen;
+    const valueLen = sv.getUint32(sp + 12 + keyBytes);
+    const entryBytes = entryOverheadBytes + keyBytes + valueLen;
+    const len = recordOverheadBytes + keyBytes + valueLen;
+    options.onRecord?.(offset, op);
+    ov.setUint32(op, len);
+    writeU64(ov, op + 4, offset);
+    out.set(src.subarray(sp, sp + entryBytes), op + 12);
+    let ts = readI64(sv, sp);
+    if (ts === -1) {
+      ts = options.nowMs;
+      writeI64(ov, op + 12, ts);
+    }
+    if (ts > maxTs) maxTs = ts;
+    const crcPos = op + 4 + len - 4;
+    ov.setUint32(crcPos, crc32(out, op + 4, crcPos));
+    sp += entryBytes;
+    op = crcPos + 4;
+    offset++;
+  }
+  return maxTs;
+}
+
+/** Encodes one record on its own (tests, tools). */
+export function encodeRecord(record: { offset: number; timestampMs: number; key: Uint8Array | null; value: Uint8Array }): Uint8Array {
+  const builder = new EntryBatchBuilder(entryOverheadBytes + (record.key?.length ?? 0) + record.value.length);
+  builder.add(record.key, record.value, record.timestampMs);
+  const batch = builder.build();
+  const out = new Uint8Array(batch.bytes.length + 16);
+  encodeEntries(batch, out, { outPos: 0, baseOffset: record.offset, nowMs: record.timestampMs });
+  return out;
+}
