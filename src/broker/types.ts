@@ -70,6 +70,15 @@ export interface ProduceRequest {
    * the next partition in round-robin order.
    */
   partition?: number;
+  /**
+   * Optional per-record partitions, one entry per record of `batch` in order (length must equal
+   * `batch.count`): entry i ≥ 0 sends record i to that partition; −1 lets the broker pick for that
+   * record exactly as if `partition` were omitted (murmur2 of the key, or round-robin for keyless
+   * records). When given, it takes precedence over `partition`. Added for HTTP produce, where one
+   * request may name a different partition for each record. Still all-or-nothing: every named
+   * partition is checked before anything is appended (@throws partition_not_found).
+   */
+  partitions?: Int32Array;
   /** The records, validated with `scanEntries`. */
   batch: EntryBatch;
 }
