@@ -42,6 +42,13 @@ export const requestBytesMax = 256 * MiB;
 /** Default `--read-timeout`: a TCP connection stalled inside a frame is closed after this many ms. */
 export const readTimeoutMsDefault = 30_000;
 
+/** Requests one TCP connection may have started and not yet answered; past it the transport stops reading. */
+export const tcpRequestsInFlightMax = 256;
+/** On shutdown, TCP connections get this many ms to finish in-flight requests before they are destroyed. */
+export const tcpShutdownGraceMs = 5_000;
+/** After the broker ends a TCP connection, it waits this many ms for the peer to close before destroying it. */
+export const tcpEndLingerMs = 2_000;
+
 /** Default bytes a fetch returns when the client does not say (`max_bytes`). */
 export const fetchBytesDefault = 1 * MiB;
 /** Largest `max_bytes` a fetch may ask for. */

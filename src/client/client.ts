@@ -1,0 +1,335 @@
+/**
+ * A TypeScript client for the es-broker TCP protocol (`docs/protocol.md`) over `node:net`.
+ *
+ * One connection, many requests in flight: every call writes its frame at once (calls in the same
+ * tick go out in one write) and is matched to its response by correlation id, so answers may
+ * arrive in any order. Two produce calls to one partition made in order are appended in order
+ * (the server starts requests in frame order).
+ *
+ * Every failure rejects with a {@link ClientError}: server errors carry their error-table row;
+ * a lost connection rejects every pending request with `connection_closed`; a response that
+ * breaks the protocol (including a fetched record failing its CRC) rejects with
+ * `invalid_response` — a bad record is an error, never data.
+ */
+import * as net from "node:net";
+import { BrokerError } from "../broker/errors.ts";
+import type { CreateTopicRequest, ProduceResult, TopicDescription } from "../broker/types.ts";
+import { requestBytesMax } from "../lib/limits.ts";
+import {
+  decodeCreateTopicResponse,
+  decodeDeleteTopicResponse,
+  decodeErrorBody,
+  decodeFetchResponse,
+  decodeListOffsetsResponse,
+  decodeMetadataResponse,
+  decodeProduceResponse,
+  decodeResponseHeader,
+  encodeCreateTopicRequest,
+  encodeDeleteTopicRequest,
+  encodeFetchRequest,
+  encodeListOffsetsRequest,
+  encodeMetadataRequest,
+  encodeProduceRequest,
+  responseLengthMin,
+  type ListOffsetsResult,
+} from "../protocol/codec.ts";
+import { FrameDecoder } from "../protocol/frame.ts";
+import type { EntryBatch } from "../storage/record.ts";
+import { ClientError } from "./errors.ts";
+import { buildEntryBatch, decodeFetchedRecords, type FetchedRecord, type ProduceRecord } from "./records.ts";
+
+export { ClientError, ClientErrorCodes } from "./errors.ts";
+export { expandSpans, buildEntryBatch, decodeFetchedRecords } from "./records.ts";
+export type { FetchedRecord, ProduceRecord, RecordPosition } from "./records.ts";
+
+/** Options of {@link TcpClient.connect}. */
+export interface TcpClientOptions {
+  host: string;
+  port: number;
+  /**
+   * Time limit for connecting and for each request, in ms (default 30 000). A fetch's limit is
+   * this plus its `waitMs`. A request past its limit rejects with `timeout`; its late answer is
+   * ignored.
+   */
+  timeoutMs?: number;
+  /** Largest response frame accepted, in bytes (default `requestBytesMax`, 256 MiB). */
+  maxResponseBytes?: number;
+}
+
+/** Arguments of {@link TcpClient.fetch}. */
+export interface FetchOptions {
+  topic: string;
+  partition: number;
+  /** First offset wanted. */
+  offset: number;
+  /** At most this many records (default: the broker's, 1000). */
+  maxRecords?: number;
+  /** At most about this many bytes of stored records (default: the broker's, 1 MiB). */
+  maxBytes?: number;
+  /** Long-poll: wait up to this many ms for a record at `offset` (default 0). */
+  waitMs?: number;
+}
+
+/** What {@link TcpClient.fetch} resolves to. */
+export interface FetchResponse {
+  /** Checked records (CRC, increasing offsets), in offset order. */
+  records: FetchedRecord[];
+  /** The offset to fetch next. */
+  nextOffset: number;
+  /** One past the last durable offset of the partition. */
+  highWatermark: number;
+  /** First offset still stored. */
+  logStartOffset: number;
+}
+
+/** Default time limit of {@link TcpClientOptions.timeoutMs}, in ms. */
+export const clientTimeoutMsDefault = 30_000;
+
+interface Pending {
+  /** Decodes a success body (may throw). */
+  decode(body: Uint8Array): unknown;
+  resolve(value: unknown): void;
+  reject(error: ClientError): void;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+/** A connection to one broker's TCP port. Create with {@link TcpClient.connect}. */
+export class TcpClient {
+  readonly #socket: net.Socket;
+  readonly #timeoutMs: number;
+  readonly #decoder: FrameDecoder;
+  readonly #pending = new Map<number, Pending>();
+  /** Correlation ids given up on (timed out): their late answers are dropped quietly. */
+  readonly #abandoned = new Set<number>();
+  #nextCorrelationId = 1;
+  #closedError: ClientError | null = null;
+  #closed: Promise<void>;
+  #corked = false;
+
+  private constructor(socket: net.Socket, options: TcpClientOptions) {
+    this.#socket = socket;
+    this.#timeoutMs = options.timeoutMs ?? clientTimeoutMsDefault;
+    this.#decoder = new FrameDecoder({ lengthMin: responseLengthMin, lengthMax: options.maxResponseBytes ?? requestBytesMax });
+    socket.on("data", (chunk: Buffer) => this.#onData(chunk));
+    let error: Error | undefined;
+    socket.on("error", (e) => (error = e));
+    this.#closed = new Promise((resolve) => {
+      socket.once("close", () => {
+        this.#fail(ClientError.connectionClosed(`Connection to the broker closed${error ? `: ${error.message}` : ""}`, error));
+        resolve();
+      });
+    });
+  }
+
+  /**
+   * Connects to a broker.
+   * @throws ClientError `connection_closed` if the connection fails (the cause is attached),
+   *   `timeout` if it takes longer than `timeoutMs`.
+   */
+  static connect(options: TcpClientOptions): Promise<TcpClient> {
+    const timeoutMs = options.timeoutMs ?? clientTimeoutMsDefault;
+    return new Promise((resolve, reject) => {
+      const socket = net.connect({ host: options.host, port: options.port, noDelay: true });
+      const timer = setTimeout(() => {
+        socket.destroy();
+        reject(ClientError.timeout(`Cannot connect to ${options.host}:${options.port}: no connection after ${timeoutMs} ms`));
+      }, timeoutMs);
+      const onError = (error: Error): void => {
+        clearTimeout(timer);
+        reject(ClientError.connectionClosed(`Cannot connect to ${options.host}:${options.port}: ${error.message}`, error));
+      };
+      socket.once("error", onError);
+      socket.once("connect", () => {
+        clearTimeout(timer);
+        socket.off("error", onError);
+        resolve(new TcpClient(socket, options));
+      });
+    });
+  }
+
+  /** Requests sent and not yet answered. */
+  get pendingRequests(): number {
+    return this.#pending.size;
+  }
+
+  /** True once the connection is closed (by either side); every call then rejects. */
+  get closed(): boolean {
+    return this.#closedError !== null;
+  }
+
+  /**
+   * Appends records to a topic. Resolves once the broker has made them durable, with the runs of
+   * consecutive offsets they got, in request order (see {@link expandSpans} for one position per
+   * record).
+   * @param records records, or a prebuilt entry batch (`EntryBatchBuilder`).
+   * @param options.partition a partition, or omitted / −1 to let the broker pick per record.
+   * @throws ClientError e.g. `topic_not_found`, `partition_not_found`, `invalid_timestamp`, `record_too_large`, `request_too_large`, `partition_fenced`, `storage_error`.
+   */
+  produce(topic: string, records: readonly ProduceRecord[] | EntryBatch, options: { partition?: number } = {}): Promise<ProduceResult> {
+    return this.#call(
+      (id) => {
+        const batch = Array.isArray(records) ? buildEntryBatch(records as readonly ProduceRecord[]) : (records as EntryBatch);
+        return encodeProduceRequest(id, { topic, partition: options.partition, batch });
+      },
+      decodeProduceResponse,
+    );
+  }
+
+  /**
+   * Reads records from one partition. Every record's CRC is checked and offsets must increase.
+   * @throws ClientError e.g. `offset_out_of_range`, `topic_not_found`, `invalid_response` for a record that fails its check.
+   */
+  fetch(request: FetchOptions): Promise<FetchResponse> {
+    return this.#call(
+      (id) => encodeFetchRequest(id, request),
+      (body) => {
+        const result = decodeFetchResponse(body);
+        const records = decodeFetchedRecords(result, request.offset);
+        return {
+          records,
+          nextOffset: result.nextOffset,
+          highWatermark: result.highWatermark,
+          logStartOffset: result.logStartOffset,
+        } satisfies FetchResponse;
+      },
+      (request.waitMs ?? 0) + this.#timeoutMs,
+    );
+  }
+
+  /**
+   * Creates a topic. @throws ClientError `topic_exists`, `invalid_topic_name`, `invalid_config`.
+   */
+  createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
+    return this.#call((id) => encodeCreateTopicRequest(id, request), decodeCreateTopicResponse);
+  }
+
+  /**
+   * Describes topics: the named ones, or every topic when `topics` is empty or omitted.
+   * @throws ClientError `topic_not_found` if any named topic does not exist.
+   */
+  metadata(topics: readonly string[] = []): Promise<TopicDescription[]> {
+    return this.#call((id) => encodeMetadataRequest(id, { topics: [...topics] }), decodeMetadataResponse);
+  }
+
+  /** Log start offset and high watermark of a partition. @throws ClientError `topic_not_found`, `partition_not_found`. */
+  listOffsets(request: { topic: string; partition: number }): Promise<ListOffsetsResult> {
+    return this.#call((id) => encodeListOffsetsRequest(id, request), decodeListOffsetsResponse);
+  }
+
+  /** Deletes a topic and its data. @throws ClientError `topic_not_found`. */
+  deleteTopic(topic: string): Promise<void> {
+    return this.#call((id) => encodeDeleteTopicRequest(id, { topic }), decodeDeleteTopicResponse);
+  }
+
+  /**
+   * Closes the connection. Requests still pending reject with `connection_closed` (they may or may
+   * not have been carried out). Resolves once the socket is closed. Idempotent.
+   */
+  close(): Promise<void> {
+    if (!this.#closedError) {
+      this.#fail(ClientError.connectionClosed("Connection to the broker closed by the client"));
+      this.#socket.end();
+      const socket = this.#socket;
+      const linger = setTimeout(() => socket.destroy(), 1000);
+      linger.unref();
+      void this.#closed.then(() => clearTimeout(linger));
+    }
+    return this.#closed;
+  }
+
+  #call<T>(encode: (correlationId: number) => Uint8Array, decode: (body: Uint8Array) => T, timeoutMs = this.#timeoutMs): Promise<T> {
+    if (this.#closedError) return Promise.reject(this.#closedError);
+    const id = this.#nextCorrelationId;
+    this.#nextCorrelationId = id === 0xffff_ffff ? 1 : id + 1;
+    let frame: Uint8Array;
+    try {
+      frame = encode(id);
+    } catch (error) {
+      if (error instanceof ClientError) return Promise.reject(error);
+      if (error instanceof BrokerError) return Promise.reject(ClientError.fromKind(error.kind, error.message));
+      return Promise.reject(error);
+    }
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        if (!this.#pending.delete(id)) return;
+        this.#abandoned.add(id);
+        reject(ClientError.timeout(`Request ${id} got no answer within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.#pending.set(id, { decode, resolve: resolve as (value: unknown) => void, reject, timer });
+      this.#write(frame);
+    });
+  }
+
+  /** Writes a frame; frames written in the same tick leave in one gathered write. */
+  #write(frame: Uint8Array): void {
+    if (!this.#corked) {
+      this.#corked = true;
+      this.#socket.cork();
+      process.nextTick(() => {
+        this.#corked = false;
+        this.#socket.uncork();
+      });
+    }
+    this.#socket.write(frame);
+  }
+
+  #onData(chunk: Uint8Array): void {
+    if (this.#closedError) return;
+    this.#decoder.push(chunk);
+    for (;;) {
+      let frame: Uint8Array | null;
+      try {
+        frame = this.#decoder.next();
+      } catch (error) {
+        this.#fail(ClientError.invalidResponse(`Cannot read response: ${(error as Error).message}`, error));
+        this.#socket.destroy();
+        return;
+      }
+      if (frame === null) return;
+      this.#onFrame(frame);
+    }
+  }
+
+  #onFrame(frame: Uint8Array): void {
+    const header = decodeResponseHeader(frame); // a frame is at least responseLengthMin long
+    const pending = this.#pending.get(header.correlationId);
+    if (!pending) {
+      if (this.#abandoned.delete(header.correlationId)) return;
+      this.#fail(ClientError.invalidResponse(`Cannot read response: correlation id ${header.correlationId} matches no request`));
+      this.#socket.destroy();
+      return;
+    }
+    this.#pending.delete(header.correlationId);
+    clearTimeout(pending.timer);
+    if (header.error !== 0) {
+      let body;
+      try {
+        body = decodeErrorBody(header.body);
+      } catch (error) {
+        return pending.reject(ClientError.invalidResponse(`Cannot read error response ${header.error}: ${(error as Error).message}`, error));
+      }
+      return pending.reject(ClientError.fromServer(header.error, body.code, body.message));
+    }
+    let value: unknown;
+    try {
+      value = pending.decode(header.body);
+    } catch (error) {
+      if (error instanceof ClientError) return pending.reject(error);
+      return pending.reject(ClientError.invalidResponse(`Cannot read response: ${(error as Error).message}`, error));
+    }
+    pending.resolve(value);
+  }
+
+  /** Marks the client closed and rejects every pending request with `error`. */
+  #fail(error: ClientError): void {
+    if (this.#closedError) return;
+    this.#closedError = error;
+    this.#decoder.clear();
+    const pending = [...this.#pending.values()];
+    this.#pending.clear();
+    for (const p of pending) {
+      clearTimeout(p.timer);
+      p.reject(error);
+    }
+  }
+}

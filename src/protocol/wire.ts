@@ -1,0 +1,288 @@
+/**
+ * Primitive readers and writers for the TCP wire format (grammar: `codec.ts`). Every integer is
+ * big-endian; `str16` is a u16 byte length followed by that many bytes of UTF-8.
+ *
+ * {@link WireReader} never reads past the bytes it was given and never allocates a length the
+ * peer claims: every length is checked against the bytes actually present first. Every failure
+ * throws a {@link ProtocolError} naming the field.
+ */
+import { BrokerError, Errors, type ErrorKind } from "../broker/errors.ts";
+import { offsetMax } from "../lib/limits.ts";
+
+/**
+ * A request or response that does not follow the wire grammar. It is a {@link BrokerError}, so the
+ * transport answers it through the error table like any other: `invalid_request` (a field short,
+ * long or out of range), `unsupported` (a u64 above 2^53 − 1), `unsupported_api` (unknown api or
+ * version) or `request_too_large` (a frame over the cap).
+ */
+export class ProtocolError extends BrokerError {
+  override name = "ProtocolError";
+  /**
+   * @param kind the row of the error table.
+   * @param field the grammar field that failed (e.g. `"produce.topic"`), or `""` for the frame.
+   * @param message names the failed action first, then the detail after a colon.
+   */
+  constructor(
+    kind: ErrorKind,
+    readonly field: string,
+    message: string,
+  ) {
+    super(kind, message);
+  }
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+const encoder = new TextEncoder();
+
+/** Largest byte length of a `str16`. */
+export const str16BytesMax = 0xffff;
+
+/**
+ * Reads fields in order from a byte range. Each method takes the field's grammar name for its
+ * error message. Positions are relative to the start of `bytes`.
+ */
+export class WireReader {
+  #bytes: Uint8Array;
+  #view: DataView;
+  #pos = 0;
+
+  /**
+   * @param bytes the body to read (a view; it is not copied).
+   * @param context what is being decoded, used in messages, e.g. `"Produce request"`.
+   */
+  constructor(
+    bytes: Uint8Array,
+    readonly context: string,
+  ) {
+    this.#bytes = bytes;
+    this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  /** Bytes not yet read. */
+  get remainingBytes(): number {
+    return this.#bytes.length - this.#pos;
+  }
+
+  /** Bytes read so far. */
+  get position(): number {
+    return this.#pos;
+  }
+
+  #need(field: string, bytes: number): number {
+    if (this.remainingBytes < bytes) {
+      throw new ProtocolError(
+        Errors.invalidRequest,
+        field,
+        `Cannot decode ${this.context}: field "${field}" needs ${bytes} bytes but only ${this.remainingBytes} remain`,
+      );
+    }
+    const at = this.#pos;
+    this.#pos += bytes;
+    return at;
+  }
+
+  /** Reads a u8. */
+  u8(field: string): number {
+    return this.#view.getUint8(this.#need(field, 1));
+  }
+
+  /** Reads a big-endian u16. */
+  u16(field: string): number {
+    return this.#view.getUint16(this.#need(field, 2));
+  }
+
+  /** Reads a big-endian u32. */
+  u32(field: string): number {
+    return this.#view.getUint32(this.#need(field, 4));
+  }
+
+  /** Reads a big-endian two's-complement i32. */
+  i32(field: string): number {
+    return this.#view.getInt32(this.#need(field, 4));
+  }
+
+  /**
+   * Reads a big-endian u64 as a JS number.
+   * @throws ProtocolError `unsupported` if the value is above 2^53 − 1 (DECISIONS 6).
+   */
+  u64(field: string): number {
+    const at = this.#need(field, 8);
+    const hi = this.#view.getUint32(at);
+    const lo = this.#view.getUint32(at + 4);
+    // hi ≤ 0x1fffff keeps hi * 2^32 + lo ≤ 2^53 − 1 exactly.
+    if (hi > 0x1f_ffff) {
+      throw new ProtocolError(
+        Errors.unsupported,
+        field,
+        `Cannot decode ${this.context}: field "${field}" is 0x${hi.toString(16).padStart(8, "0")}${lo.toString(16).padStart(8, "0")}, above 2^53 − 1`,
+      );
+    }
+    return hi * 0x1_0000_0000 + lo;
+  }
+
+  /** Reads `length` bytes as a view (no copy). */
+  bytes(field: string, length: number): Uint8Array {
+    const at = this.#need(field, length);
+    return this.#bytes.subarray(at, at + length);
+  }
+
+  /** Reads every byte left as a view (no copy). */
+  rest(): Uint8Array {
+    const at = this.#pos;
+    this.#pos = this.#bytes.length;
+    return this.#bytes.subarray(at);
+  }
+
+  /**
+   * Reads a `str16`: u16 byte length, then strict UTF-8.
+   * @throws ProtocolError `invalid_request` if short or not valid UTF-8.
+   */
+  str16(field: string): string {
+    const length = this.u16(`${field}.length`);
+    return this.#utf8(field, this.bytes(field, length));
+  }
+
+  /**
+   * Reads a `u32 length | UTF-8` string (messages, JSON documents).
+   * @throws ProtocolError `invalid_request` if short or not valid UTF-8.
+   */
+  str32(field: string, lengthField: string): string {
+    const length = this.u32(lengthField);
+    return this.#utf8(field, this.bytes(field, length));
+  }
+
+  #utf8(field: string, bytes: Uint8Array): string {
+    try {
+      return strictUtf8.decode(bytes);
+    } catch {
+      throw new ProtocolError(Errors.invalidRequest, field, `Cannot decode ${this.context}: field "${field}" is not valid UTF-8`);
+    }
+  }
+
+  /**
+   * Checks that every byte was read.
+   * @throws ProtocolError `invalid_request` naming the last field if bytes are left over.
+   */
+  end(lastField: string): void {
+    if (this.remainingBytes !== 0) {
+      throw new ProtocolError(
+        Errors.invalidRequest,
+        lastField,
+        `Cannot decode ${this.context}: ${this.remainingBytes} unexpected bytes after field "${lastField}"`,
+      );
+    }
+  }
+}
+
+/**
+ * Writes fields into a buffer that grows by doubling. Values are asserted to fit their width:
+ * writing an out-of-range value is a programmer error, not a wire condition.
+ */
+export class WireWriter {
+  #buf: Uint8Array;
+  #view: DataView;
+  #pos = 0;
+
+  /** @param capacityBytes initial size; pass the exact frame size when it is known to avoid copies. */
+  constructor(capacityBytes = 256) {
+    this.#buf = new Uint8Array(Math.max(16, capacityBytes));
+    this.#view = new DataView(this.#buf.buffer);
+  }
+
+  /** Bytes written so far. */
+  get position(): number {
+    return this.#pos;
+  }
+
+  #reserve(bytes: number): number {
+    const at = this.#pos;
+    if (at + bytes > this.#buf.length) {
+      let capacity = this.#buf.length * 2;
+      while (capacity < at + bytes) capacity *= 2;
+      const next = new Uint8Array(capacity);
+      next.set(this.#buf.subarray(0, at));
+      this.#buf = next;
+      this.#view = new DataView(next.buffer);
+    }
+    this.#pos = at + bytes;
+    return at;
+  }
+
+  /** Writes a u8. */
+  u8(value: number): this {
+    checkInt(value, 0, 0xff, "u8");
+    this.#view.setUint8(this.#reserve(1), value);
+    return this;
+  }
+
+  /** Writes a big-endian u16. */
+  u16(value: number): this {
+    checkInt(value, 0, 0xffff, "u16");
+    this.#view.setUint16(this.#reserve(2), value);
+    return this;
+  }
+
+  /** Writes a big-endian u32. */
+  u32(value: number): this {
+    checkInt(value, 0, 0xffff_ffff, "u32");
+    this.#view.setUint32(this.#reserve(4), value);
+    return this;
+  }
+
+  /** Writes a big-endian i32. */
+  i32(value: number): this {
+    checkInt(value, -0x8000_0000, 0x7fff_ffff, "i32");
+    this.#view.setInt32(this.#reserve(4), value);
+    return this;
+  }
+
+  /** Writes a non-negative safe integer as a big-endian u64. */
+  u64(value: number): this {
+    checkInt(value, 0, offsetMax, "u64");
+    const at = this.#reserve(8);
+    this.#view.setUint32(at, Math.floor(value / 0x1_0000_0000));
+    this.#view.setUint32(at + 4, value >>> 0);
+    return this;
+  }
+
+  /** Copies bytes in. */
+  bytes(bytes: Uint8Array): this {
+    this.#buf.set(bytes, this.#reserve(bytes.length));
+    return this;
+  }
+
+  /**
+   * Writes a `str16`.
+   * @throws RangeError if the UTF-8 form is over 65 535 bytes (callers check user input first).
+   */
+  str16(text: string): this {
+    const bytes = encoder.encode(text);
+    if (bytes.length > str16BytesMax) throw new RangeError(`string of ${bytes.length} UTF-8 bytes does not fit a str16`);
+    return this.u16(bytes.length).bytes(bytes);
+  }
+
+  /** Writes `u32 length | UTF-8`. */
+  str32(text: string): this {
+    const bytes = encoder.encode(text);
+    return this.u32(bytes.length).bytes(bytes);
+  }
+
+  /** Overwrites a u32 already reserved at `position` (frame lengths). */
+  patchU32(position: number, value: number): this {
+    checkInt(value, 0, 0xffff_ffff, "u32");
+    if (position + 4 > this.#pos) throw new RangeError(`patch at ${position} is past the written bytes`);
+    this.#view.setUint32(position, value);
+    return this;
+  }
+
+  /** The bytes written (a view of the internal buffer; do not write after taking it). */
+  finish(): Uint8Array {
+    return this.#buf.subarray(0, this.#pos);
+  }
+}
+
+function checkInt(value: number, min: number, max: number, width: string): void {
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new RangeError(`value ${value} does not fit ${width}`);
+  }
+}

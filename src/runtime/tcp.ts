@@ -1,0 +1,127 @@
+/**
+ * The TCP listener over `node:net` (runs unchanged on Node, Deno and Bun). It only adapts
+ * `net.Socket` to the transport's {@link ByteSocket}; every protocol rule lives in
+ * `src/transport/tcp/`.
+ */
+import * as net from "node:net";
+import { tcpEndLingerMs } from "../lib/limits.ts";
+import type { ByteSocket, ByteSocketHandlers } from "../transport/tcp/socket.ts";
+
+/** A listening TCP server. */
+export interface TcpListener {
+  /** The bound address as given (e.g. `"127.0.0.1"`). */
+  readonly host: string;
+  /** The bound port (the one the OS picked when 0 was asked for). */
+  readonly port: number;
+  /**
+   * Stops accepting connections. Resolves once every accepted connection has closed: end them
+   * through the transport (`TcpTransport.close()`) or this never resolves while clients stay.
+   */
+  close(): Promise<void>;
+}
+
+/**
+ * Listens on `host:port` and hands each accepted connection to `onConnection` as a
+ * {@link ByteSocket} (Nagle off, data held until the owner calls `attach`).
+ * @throws the listen error (e.g. `EADDRINUSE`, `EACCES`) as a rejection.
+ */
+export function listenTcp(
+  options: { host: string; port: number },
+  onConnection: (socket: ByteSocket) => void,
+): Promise<TcpListener> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer({ noDelay: true }, (socket) => onConnection(new NodeByteSocket(socket)));
+    const onListenError = (error: Error): void => reject(error);
+    server.once("error", onListenError);
+    server.listen({ host: options.host, port: options.port }, () => {
+      server.off("error", onListenError);
+      // Errors after listening (e.g. EMFILE on accept) must not crash the process; accepting goes on.
+      server.on("error", () => {});
+      const address = server.address() as net.AddressInfo;
+      let closing: Promise<void> | null = null;
+      resolve({
+        host: options.host,
+        port: address.port,
+        close() {
+          closing ??= new Promise<void>((done) => server.close(() => done()));
+          return closing;
+        },
+      });
+    });
+  });
+}
+
+/**
+ * {@link ByteSocket} over a `net.Socket`. `end()` sends FIN after the written bytes, keeps
+ * draining (and discarding) what the peer still sends so the kernel does not answer with a reset
+ * that could destroy our last response in the peer's buffer, and destroys the socket when the
+ * peer closes or after {@link tcpEndLingerMs}.
+ */
+export class NodeByteSocket implements ByteSocket {
+  readonly remoteAddress: string;
+  readonly #socket: net.Socket;
+  #handlers: ByteSocketHandlers | null = null;
+  #ending = false;
+  #closed = false;
+
+  /** @param socket an accepted or connected socket with no `data` listener yet. */
+  constructor(socket: net.Socket) {
+    this.#socket = socket;
+    this.remoteAddress = `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`;
+    socket.setNoDelay(true);
+    // Errors (ECONNRESET, EPIPE) are followed by 'close'; that is what the owner hears.
+    socket.on("error", () => {});
+    socket.once("close", () => {
+      this.#closed = true;
+      this.#handlers?.onClose();
+    });
+  }
+
+  attach(handlers: ByteSocketHandlers): void {
+    if (this.#handlers) throw new Error("ByteSocket.attach called twice");
+    this.#handlers = handlers;
+    if (this.#closed) {
+      queueMicrotask(() => handlers.onClose());
+      return;
+    }
+    this.#socket.on("data", (chunk: Buffer) => {
+      if (!this.#ending) handlers.onData(chunk);
+    });
+    this.#socket.on("drain", () => handlers.onDrain());
+  }
+
+  write(chunks: readonly Uint8Array[]): boolean {
+    const socket = this.#socket;
+    if (this.#ending || socket.destroyed) return true;
+    if (chunks.length === 1) return socket.write(chunks[0]);
+    socket.cork();
+    let ok = true;
+    for (const chunk of chunks) ok = socket.write(chunk);
+    socket.uncork();
+    return ok && !socket.writableNeedDrain;
+  }
+
+  pause(): void {
+    if (!this.#ending) this.#socket.pause();
+  }
+
+  resume(): void {
+    if (!this.#ending) this.#socket.resume();
+  }
+
+  end(): void {
+    if (this.#ending || this.#socket.destroyed) return;
+    this.#ending = true;
+    const socket = this.#socket;
+    socket.end();
+    socket.resume();
+    const linger = setTimeout(() => socket.destroy(), tcpEndLingerMs);
+    linger.unref?.();
+    socket.once("close", () => clearTimeout(linger));
+  }
+
+  destroy(): void {
+    this.#ending = true;
+    this.#socket.destroy();
+  }
+}

@@ -1,0 +1,411 @@
+/**
+ * The TCP front door: reads request frames from {@link ByteSocket}s, calls the {@link Broker},
+ * writes response frames (wire format: `src/protocol/codec.ts`, `docs/protocol.md`). It holds no
+ * broker logic: decode, call, encode.
+ *
+ * Rules, per connection:
+ * - Framing: the 4-byte `length` is checked first; below 8 the connection is destroyed; above
+ *   `maxRequestBytes` the client gets `request_too_large` (when the rest of the header is already
+ *   at hand and names a known api) and the connection is closed. Nothing of the claimed length is ever allocated up front.
+ * - Read timeout: a frame must arrive whole within `readTimeoutMs` of its first byte (or of the
+ *   moment the transport resumed reading); otherwise the connection is destroyed.
+ * - Ordering: requests are *started* (the broker method called) synchronously, in frame order,
+ *   as each frame completes. Responses are written as each finishes and may overtake one
+ *   another; the correlation id pairs them.
+ * - Flow control: at most `maxInFlightRequests` started and unanswered requests; past that, and
+ *   while the socket's write buffer is full, reading pauses (frames already buffered wait).
+ * - Writes: responses finishing in the same microtask turn go out as one gathered write.
+ * - Errors: a `BrokerError` (including protocol errors) is answered with its error-table row; any
+ *   other exception is logged and answered with `internal` and a generic message.
+ *   An unknown api or version gets `unsupported_api`, and the connection keeps working.
+ */
+import { BrokerError, Errors } from "../../broker/errors.ts";
+import type { Broker } from "../../broker/types.ts";
+import type { Clock, Timer } from "../../lib/clock.ts";
+import { readTimeoutMsDefault, requestBytesDefault, tcpRequestsInFlightMax, tcpShutdownGraceMs } from "../../lib/limits.ts";
+import type { Logger } from "../../lib/logger.ts";
+import {
+  ApiKey,
+  apiNames,
+  decodeCreateTopicRequest,
+  decodeDeleteTopicRequest,
+  decodeFetchRequest,
+  decodeListOffsetsRequest,
+  decodeMetadataRequest,
+  decodeProduceRequest,
+  decodeRequestHeader,
+  encodeCreateTopicResponse,
+  encodeDeleteTopicResponse,
+  encodeErrorResponse,
+  encodeFetchResponse,
+  encodeListOffsetsResponse,
+  encodeMetadataResponse,
+  encodeProduceResponse,
+  isSupportedApi,
+  requestLengthMin,
+  frameLengthBytes,
+} from "../../protocol/codec.ts";
+import { FrameDecoder, FrameLengthError } from "../../protocol/frame.ts";
+import type { ByteSocket } from "./socket.ts";
+
+export type { ByteSocket, ByteSocketHandlers } from "./socket.ts";
+
+/** Options of {@link createTcpTransport}. */
+export interface TcpTransportOptions {
+  broker: Broker;
+  /** Timers for the read timeout and the shutdown grace period. */
+  clock: Clock;
+  /** Receives `tcp.*` events (refused frames, timeouts, internal errors). */
+  logger: Logger;
+  /** Largest request frame `length`, in bytes (default `requestBytesDefault`, 16 MiB). */
+  maxRequestBytes?: number;
+  /** Time a frame may take to arrive whole once begun, in ms (default `readTimeoutMsDefault`, 30 s). */
+  readTimeoutMs?: number;
+  /** Started, unanswered requests per connection before reading pauses (default `tcpRequestsInFlightMax`). */
+  maxInFlightRequests?: number;
+}
+
+/** The TCP front door over any number of connections. */
+export interface TcpTransport {
+  /** Takes ownership of an accepted connection and serves it until it closes. */
+  handleConnection(socket: ByteSocket): void;
+  /** Connections currently open. */
+  readonly connectionCount: number;
+  /**
+   * Shuts the front door: new connections are destroyed at once; open ones stop reading, their
+   * long-polling fetches are aborted, in-flight requests get `graceMs` (default
+   * `tcpShutdownGraceMs`) to be answered, then each connection is ended (or destroyed when the
+   * grace period runs out). Resolves once every connection has closed. Idempotent.
+   */
+  close(options?: { graceMs?: number }): Promise<void>;
+}
+
+/**
+ * Creates the TCP transport.
+ * @throws RangeError for a non-positive `maxRequestBytes`, `readTimeoutMs` or `maxInFlightRequests`.
+ */
+export function createTcpTransport(options: TcpTransportOptions): TcpTransport {
+  const settings: Settings = {
+    broker: options.broker,
+    clock: options.clock,
+    logger: options.logger,
+    maxRequestBytes: options.maxRequestBytes ?? requestBytesDefault,
+    readTimeoutMs: options.readTimeoutMs ?? readTimeoutMsDefault,
+    maxInFlightRequests: options.maxInFlightRequests ?? tcpRequestsInFlightMax,
+  };
+  positive(settings.maxRequestBytes, "maxRequestBytes");
+  positive(settings.readTimeoutMs, "readTimeoutMs");
+  positive(settings.maxInFlightRequests, "maxInFlightRequests");
+  if (settings.maxRequestBytes < requestLengthMin) throw new RangeError(`maxRequestBytes ${settings.maxRequestBytes} is below the smallest frame`);
+
+  const connections = new Set<Connection>();
+  let shutdown: Promise<void> | null = null;
+  let allClosed: (() => void) | null = null;
+
+  const onConnectionClosed = (connection: Connection): void => {
+    connections.delete(connection);
+    if (connections.size === 0 && allClosed) allClosed();
+  };
+
+  return {
+    handleConnection(socket) {
+      if (shutdown) {
+        socket.attach({ onData() {}, onDrain() {}, onClose() {} });
+        socket.destroy();
+        return;
+      }
+      const connection = new Connection(socket, settings, onConnectionClosed);
+      connections.add(connection);
+      connection.start();
+    },
+    get connectionCount() {
+      return connections.size;
+    },
+    close(closeOptions = {}) {
+      if (shutdown) return shutdown;
+      const graceMs = closeOptions.graceMs ?? tcpShutdownGraceMs;
+      shutdown = new Promise<void>((resolve) => {
+        let grace: Timer | null = null;
+        allClosed = () => {
+          grace?.cancel();
+          resolve();
+        };
+        if (connections.size === 0) return allClosed();
+        grace = settings.clock.setTimer(graceMs, () => {
+          for (const c of [...connections]) c.destroy("shutdown grace period over");
+        });
+        for (const c of [...connections]) c.drainAndEnd();
+      });
+      return shutdown;
+    },
+  };
+}
+
+interface Settings {
+  broker: Broker;
+  clock: Clock;
+  logger: Logger;
+  maxRequestBytes: number;
+  readTimeoutMs: number;
+  maxInFlightRequests: number;
+}
+
+function positive(value: number, name: string): void {
+  if (!(Number.isFinite(value) && value > 0)) throw new RangeError(`${name} must be a positive number, got ${value}`);
+}
+
+/** Generic message for `internal` errors; details go to the log only. */
+const internalMessage = "Cannot handle request: internal error in the broker, see the broker log";
+
+/** One served connection. */
+class Connection {
+  readonly #socket: ByteSocket;
+  readonly #settings: Settings;
+  readonly #onClosed: (connection: Connection) => void;
+  readonly #decoder: FrameDecoder;
+  /** Aborted when the connection closes or shuts down: ends long-polling fetches. */
+  readonly #abort = new AbortController();
+  #inFlight = 0;
+  #writeBlocked = false;
+  #paused = false;
+  /** No more frames are started (shutdown, refused frame). */
+  #stopping = false;
+  /** end() or destroy() was called: nothing more is written. */
+  #ended = false;
+  #closed = false;
+  #readTimer: Timer | null = null;
+  #pendingWrites: Uint8Array[] = [];
+  #flushScheduled = false;
+
+  constructor(socket: ByteSocket, settings: Settings, onClosed: (connection: Connection) => void) {
+    this.#socket = socket;
+    this.#settings = settings;
+    this.#onClosed = onClosed;
+    this.#decoder = new FrameDecoder({ lengthMin: requestLengthMin, lengthMax: settings.maxRequestBytes });
+  }
+
+  start(): void {
+    this.#socket.attach({
+      onData: (chunk) => this.#onData(chunk),
+      onDrain: () => {
+        this.#writeBlocked = false;
+        this.#pump();
+      },
+      onClose: () => this.#onClose(),
+    });
+  }
+
+  /** Shutdown: read nothing more, answer what is in flight, then end. */
+  drainAndEnd(): void {
+    this.#stopping = true;
+    this.#abort.abort();
+    this.#updateReading();
+    this.#endIfDrained();
+  }
+
+  /** Closes at once, dropping unwritten responses. */
+  destroy(reason: string): void {
+    if (this.#closed) return;
+    this.#settings.logger.log("debug", "tcp.connection_destroyed", { remote: this.#socket.remoteAddress, reason });
+    this.#stopping = true;
+    this.#ended = true;
+    this.#decoder.clear();
+    this.#cancelReadTimer();
+    this.#abort.abort();
+    this.#socket.destroy();
+  }
+
+  #onData(chunk: Uint8Array): void {
+    if (this.#stopping) return;
+    this.#decoder.push(chunk);
+    this.#pump();
+  }
+
+  #onClose(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#ended = true;
+    this.#stopping = true;
+    this.#cancelReadTimer();
+    this.#decoder.clear();
+    this.#pendingWrites = [];
+    this.#abort.abort();
+    this.#onClosed(this);
+  }
+
+  /** Starts every complete buffered frame the limits allow, then sets reading and the timer. */
+  #pump(): void {
+    while (!this.#stopping && !this.#writeBlocked && this.#inFlight < this.#settings.maxInFlightRequests) {
+      let frame: Uint8Array | null;
+      try {
+        frame = this.#decoder.next();
+      } catch (error) {
+        if (error instanceof FrameLengthError) return this.#refuseFrame(error);
+        throw error;
+      }
+      if (frame === null) break;
+      this.#cancelReadTimer();
+      this.#startRequest(frame);
+    }
+    this.#updateReading();
+  }
+
+  #updateReading(): void {
+    if (this.#closed) return;
+    const reading = !this.#stopping && !this.#writeBlocked && this.#inFlight < this.#settings.maxInFlightRequests;
+    if (reading && this.#paused) {
+      this.#paused = false;
+      this.#socket.resume();
+    } else if (!reading && !this.#paused) {
+      this.#paused = true;
+      this.#socket.pause();
+    }
+    if (reading && this.#decoder.bufferedBytes > 0) {
+      this.#readTimer ??= this.#settings.clock.setTimer(this.#settings.readTimeoutMs, () => this.#onReadTimeout());
+    } else {
+      this.#cancelReadTimer();
+    }
+  }
+
+  #cancelReadTimer(): void {
+    this.#readTimer?.cancel();
+    this.#readTimer = null;
+  }
+
+  #onReadTimeout(): void {
+    this.#readTimer = null;
+    if (this.#closed) return;
+    this.#settings.logger.log("warn", "tcp.read_timeout", {
+      remote: this.#socket.remoteAddress,
+      buffered_bytes: this.#decoder.bufferedBytes,
+      read_timeout_ms: this.#settings.readTimeoutMs,
+    });
+    this.destroy("read timeout inside a frame");
+  }
+
+  /**
+   * A frame whose `length` is out of range: the stream cannot be resynchronised, so the connection
+   * closes. If the length is too large and the rest of the header is already here, the client is
+   * told why (`request_too_large` with its correlation id) before the close.
+   */
+  #refuseFrame(error: FrameLengthError): void {
+    this.#settings.logger.log("warn", "tcp.frame_refused", {
+      remote: this.#socket.remoteAddress,
+      length: error.length,
+      max_request_bytes: this.#settings.maxRequestBytes,
+    });
+    const header = error.tooLarge ? this.#decoder.peekBytes(frameLengthBytes + requestLengthMin) : null;
+    this.#decoder.clear();
+    this.#stopping = true;
+    this.#cancelReadTimer();
+    const view = header === null ? null : new DataView(header.buffer, header.byteOffset, header.byteLength);
+    // Only a header naming one of our apis is answered: bytes of HTTP or TLS get a plain close.
+    if (view === null || !isSupportedApi(view.getUint16(4), view.getUint16(6))) return this.destroy("frame length out of range");
+    const correlationId = view.getUint32(8);
+    this.#abort.abort();
+    this.#pendingWrites.push(encodeErrorResponse(correlationId, Errors.requestTooLarge, error.message));
+    this.#flush();
+    this.#end();
+  }
+
+  #startRequest(frame: Uint8Array): void {
+    const { api, version, correlationId, body } = decodeRequestHeader(frame);
+    if (!isSupportedApi(api, version)) {
+      this.#respond(
+        encodeErrorResponse(correlationId, Errors.unsupportedApi, `Cannot handle request: api ${api} version ${version} is not supported`),
+      );
+      return;
+    }
+    this.#inFlight++;
+    let response: Promise<Uint8Array>;
+    try {
+      response = this.#dispatch(api, correlationId, body);
+    } catch (error) {
+      response = Promise.reject(error);
+    }
+    response
+      .catch((error: unknown) => this.#errorResponse(api, correlationId, error))
+      .then((bytes) => {
+        this.#inFlight--;
+        this.#respond(bytes);
+        this.#pump();
+        this.#endIfDrained();
+      });
+  }
+
+  /** Decodes the body and calls the broker synchronously; the promise resolves to the response frame. */
+  #dispatch(api: ApiKey, correlationId: number, body: Uint8Array): Promise<Uint8Array> {
+    const broker = this.#settings.broker;
+    switch (api) {
+      case ApiKey.Produce: {
+        const request = decodeProduceRequest(body);
+        return broker.produce(request).then((result) => encodeProduceResponse(correlationId, result));
+      }
+      case ApiKey.Fetch: {
+        const request = decodeFetchRequest(body);
+        return broker.fetch({ ...request, signal: this.#abort.signal }).then((result) => encodeFetchResponse(correlationId, result));
+      }
+      case ApiKey.CreateTopic: {
+        const request = decodeCreateTopicRequest(body);
+        return broker.createTopic(request).then((topic) => encodeCreateTopicResponse(correlationId, topic));
+      }
+      case ApiKey.Metadata: {
+        const { topics } = decodeMetadataRequest(body);
+        const described = topics.length === 0 ? broker.listTopics() : Promise.all(topics.map((name) => broker.describeTopic(name)));
+        return described.then((list) => encodeMetadataResponse(correlationId, list));
+      }
+      case ApiKey.ListOffsets: {
+        const request = decodeListOffsetsRequest(body);
+        return broker.listOffsets(request).then((result) => encodeListOffsetsResponse(correlationId, result));
+      }
+      case ApiKey.DeleteTopic: {
+        const { topic } = decodeDeleteTopicRequest(body);
+        return broker.deleteTopic(topic).then(() => encodeDeleteTopicResponse(correlationId));
+      }
+    }
+  }
+
+  #errorResponse(api: ApiKey, correlationId: number, error: unknown): Uint8Array {
+    if (error instanceof BrokerError) return encodeErrorResponse(correlationId, error.kind, error.message);
+    this.#settings.logger.log("error", "tcp.internal_error", {
+      remote: this.#socket.remoteAddress,
+      api: apiNames[api],
+      error: error instanceof Error ? error.message : String(error),
+      stack: error instanceof Error ? error.stack : undefined,
+    });
+    return encodeErrorResponse(correlationId, Errors.internal, internalMessage);
+  }
+
+  /** Queues a response; responses queued in the same microtask turn are written together. */
+  #respond(bytes: Uint8Array): void {
+    if (this.#ended) return;
+    this.#pendingWrites.push(bytes);
+    if (this.#flushScheduled) return;
+    this.#flushScheduled = true;
+    queueMicrotask(() => {
+      this.#flushScheduled = false;
+      this.#flush();
+      this.#updateReading();
+    });
+  }
+
+  #flush(): void {
+    if (this.#ended || this.#pendingWrites.length === 0) return;
+    const chunks = this.#pendingWrites;
+    this.#pendingWrites = [];
+    if (!this.#socket.write(chunks)) this.#writeBlocked = true;
+  }
+
+  /** During shutdown: once nothing is in flight, flush and end. */
+  #endIfDrained(): void {
+    if (!this.#stopping || this.#ended || this.#inFlight > 0) return;
+    this.#flush();
+    this.#end();
+  }
+
+  #end(): void {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#socket.end();
+  }
+}
