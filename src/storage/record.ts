@@ -320,3 +320,64 @@ export function encodeRecord(record: { offset: number; timestampMs: number; key:
   encodeEntries(batch, out, { outPos: 0, baseOffset: record.offset, nowMs: record.timestampMs });
   return out;
 }
+
+/**
+ * Walks a validated entry batch without allocating per entry. After `next()` returns true the fields
+ * describe the current entry; positions are within the batch's bytes.
+ */
+export class EntryCursor {
+  /** Index of the current entry (0-based). */
+  index = -1;
+  /** Start of the current entry. */
+  start = 0;
+  /** One past the end of the current entry. */
+  end = 0;
+  /** The entry's `timestamp_ms` (−1 = broker clock). */
+  timestampMs = -1;
+  /** key_len as sent: −1 for no key. */
+  keyLen = -1;
+  /** Position of the key (valid when keyLen ≥ 0). */
+  keyStart = 0;
+  #view: DataView;
+
+  constructor(readonly batch: EntryBatch) {
+    this.#view = viewOf(batch.bytes);
+  }
+
+  /** Moves to the next entry; false at the end. */
+  next(): boolean {
+    if (this.index + 1 >= this.batch.count) return false;
+    const v = this.#view;
+    const p = this.end;
+    this.index++;
+    this.start = p;
+    this.timestampMs = readI64(v, p);
+    this.keyLen = v.getInt32(p + 8);
+    this.keyStart = p + 12;
+    const keyBytes = this.keyLen < 0 ? 0 : this.keyLen;
+    const valueLen = v.getUint32(p + 12 + keyBytes);
+    this.end = p + entryOverheadBytes + keyBytes + valueLen;
+    return true;
+  }
+
+  /** The current entry's key (a view), or null. */
+  key(): Uint8Array | null {
+    return this.keyLen < 0 ? null : this.batch.bytes.subarray(this.keyStart, this.keyStart + this.keyLen);
+  }
+}
+
+/**
+ * Checks every entry's timestamp against the broker clock (DECISIONS 5): −1 or ≥ 0, and at most
+ * `maxSkewMs` ahead of `nowMs`.
+ * @throws RecordFormatError naming the first offending record.
+ */
+export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs: number): void {
+  const cursor = new EntryCursor(batch);
+  while (cursor.next()) {
+    const ts = cursor.timestampMs;
+    if (ts < -1) throw new RecordFormatError(`record ${cursor.index} has timestamp ${ts}: must be ≥ 0, or −1 for the broker's clock`, cursor.index);
+    if (ts > nowMs + maxSkewMs) {
+      throw new RecordFormatError(`record ${cursor.index} has timestamp ${ts}: more than ${maxSkewMs} ms ahead of the broker clock (${nowMs})`, cursor.index);
+    }
+  }
+}

@@ -1,0 +1,490 @@
+/**
+ * The broker: topics and their partitions on one data directory, produce routing, fetch with
+ * long-poll. Transports call it through the {@link Broker} interface; every error it throws is a
+ * {@link BrokerError} with a row of the error table.
+ *
+ * Data directory (spec: Files on disk):
+ * ```
+ * <dataDir>/topics/<topic>/topic.json     name, partition count, config (replaced atomically)
+ * <dataDir>/topics/<topic>/<partition>/   segments
+ * <dataDir>/trash/                        topics being deleted (removed at start)
+ * ```
+ * Creating a topic writes `topic.json` first (the commit point), then the partition directories;
+ * a start after a crash in between creates the missing partitions. A topic whose `topic.json` is
+ * empty or unparseable is reported and made unavailable, never reset (DECISIONS 9).
+ */
+import type { Clock } from "../lib/clock.ts";
+import type { Logger } from "../lib/logger.ts";
+import { assert } from "../lib/assert.ts";
+import { partitionForKey } from "../lib/murmur2.ts";
+import { fetchBytesDefault, fetchBytesMax, fetchRecordsDefault, fetchRecordsMax, fetchWaitMsMax } from "../lib/limits.ts";
+import { joinPath, type FileSystem } from "../fs/types.ts";
+import { PartitionLog } from "../storage/partition.ts";
+import { StorageError } from "../storage/errors.ts";
+import { RecordFormatError, EntryCursor, checkEntryTimestamps, type EntryBatch } from "../storage/record.ts";
+import { isTempFileName, listStaleTempFiles, readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
+import { describe as describeError } from "../storage/segment.ts";
+import { BrokerError, Errors } from "./errors.ts";
+import { defaultTopicConfig, mergeTopicConfig, validatePartitionCount, validateTopicName } from "./config.ts";
+import type {
+  Broker,
+  CreateTopicRequest,
+  FetchRequest,
+  FetchResult,
+  PartitionInfo,
+  ProduceRequest,
+  ProduceResult,
+  ProduceSpan,
+  TopicConfig,
+  TopicDescription,
+} from "./types.ts";
+
+/** Options of {@link LocalBroker.open}. */
+export interface LocalBrokerOptions {
+  fs: FileSystem;
+  /** Root of the data directory (created 0700 if missing). */
+  dataDir: string;
+  clock: Clock;
+  logger: Logger;
+  /** Records per fsync (`--flush-every-records`); 1, the default, acknowledges only durable data. */
+  flushEveryRecords?: number;
+  /** Longest wait for an fsync with flushEveryRecords > 1, in ms (`--flush-interval`). */
+  flushIntervalMs?: number;
+}
+
+interface Topic {
+  name: string;
+  dir: string;
+  config: TopicConfig;
+  partitions: PartitionLog[];
+  /** Next partition for keyless records (round-robin, one partition per request). */
+  roundRobin: number;
+}
+
+/** Storage errors as the error table's rows. */
+export function toBrokerError(err: unknown): unknown {
+  if (!(err instanceof StorageError)) return err;
+  switch (err.kind) {
+    case "fenced":
+      return new BrokerError(Errors.partitionFenced, err.message);
+    case "write_failed":
+      return new BrokerError(Errors.storageError, err.message);
+    case "out_of_range":
+      return new BrokerError(Errors.offsetOutOfRange, err.message);
+    case "unsupported":
+      return new BrokerError(Errors.unsupported, err.message);
+    case "closed":
+      return new BrokerError(Errors.unavailable, err.message);
+    case "invalid":
+      return new BrokerError(Errors.invalidRequest, err.message);
+  }
+}
+
+/** The broker over one data directory. */
+export class LocalBroker implements Broker {
+  #fs: FileSystem;
+  #dataDir: string;
+  #topicsDir: string;
+  #trashDir: string;
+  #clock: Clock;
+  #logger: Logger;
+  #flushEveryRecords: number;
+  #flushIntervalMs: number;
+  #topics = new Map<string, Topic>();
+  /** Topics that exist on disk but cannot be served, with the reason (DECISIONS 9). */
+  #unavailable = new Map<string, string>();
+  /** Names being created or deleted right now. */
+  #busy = new Set<string>();
+  #closed = false;
+  #trashCounter = 0;
+
+  private constructor(options: LocalBrokerOptions) {
+    this.#fs = options.fs;
+    this.#dataDir = options.dataDir;
+    this.#topicsDir = joinPath(options.dataDir, "topics");
+    this.#trashDir = joinPath(options.dataDir, "trash");
+    this.#clock = options.clock;
+    this.#logger = options.logger;
+    this.#flushEveryRecords = options.flushEveryRecords ?? 1;
+    this.#flushIntervalMs = options.flushIntervalMs ?? 1000;
+  }
+
+  /**
+   * Opens the data directory and recovers every topic (spec: Recovery after a crash).
+   * @throws FsError if the data directory itself cannot be created or read.
+   */
+  static async open(options: LocalBrokerOptions): Promise<LocalBroker> {
+    const broker = new LocalBroker(options);
+    await broker.#load();
+    return broker;
+  }
+
+  async #load(): Promise<void> {
+    const fs = this.#fs;
+    await fs.mkdir(this.#topicsDir);
+    if ((await fs.stat(this.#trashDir)) !== null) {
+      await fs.removeTree(this.#trashDir);
+      this.#logger.log("info", "broker.trash_removed", { dir: this.#trashDir });
+    }
+    for (const name of await fs.readdir(this.#topicsDir)) {
+      if (isTempFileName(name)) {
+        this.#logger.log("warn", "recovery.stray_file", { file: joinPath(this.#topicsDir, name), reason: "temporary file of an interrupted write" });
+        continue;
+      }
+      try {
+        validateTopicName(name);
+      } catch {
+        this.#logger.log("warn", "recovery.stray_file", { file: joinPath(this.#topicsDir, name), reason: "not a valid topic name" });
+        continue;
+      }
+      await this.#loadTopic(name);
+    }
+  }
+
+  async #loadTopic(name: string): Promise<void> {
+    const dir = joinPath(this.#topicsDir, name);
+    const metaPath = joinPath(dir, "topic.json");
+    for (const stale of await listStaleTempFiles(this.#fs, dir)) {
+      this.#logger.log("warn", "recovery.stray_file", { file: joinPath(dir, stale), reason: "temporary file of an interrupted write" });
+    }
+    const read = await readJsonFile(this.#fs, metaPath);
+    if ("missing" in read) {
+      this.#unavailable.set(name, `${metaPath} is missing`);
+      this.#logger.log("error", "recovery.topic_unavailable", { topic: name, file: metaPath, reason: "topic.json is missing" });
+      return;
+    }
+    if ("error" in read) {
+      this.#unavailable.set(name, `${metaPath}: ${read.error}`);
+      this.#logger.log("error", "recovery.topic_unavailable", { topic: name, file: metaPath, reason: read.error });
+      return;
+    }
+    let config: TopicConfig;
+    let partitionCount: number;
+    try {
+      const meta = read.value as { name?: unknown; partitions?: unknown; config?: unknown };
+      if (typeof meta !== "object" || meta === null) throw new Error("not an object");
+      if (meta.name !== name) throw new Error(`names topic ${JSON.stringify(meta.name)}, but its directory is "${name}"`);
+      partitionCount = validatePartitionCount(meta.partitions);
+      config = mergeTopicConfig(defaultTopicConfig, meta.config);
+    } catch (err) {
+      const reason = err instanceof Error ? err.message : String(err);
+      this.#unavailable.set(name, `${metaPath}: ${reason}`);
+      this.#logger.log("error", "recovery.topic_unavailable", { topic: name, file: metaPath, reason });
+      return;
+    }
+    const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
+    try {
+      for (let p = 0; p < partitionCount; p++) topic.partitions.push(await this.#openPartition(topic, p));
+      await this.#fs.syncDir(dir);
+    } catch (err) {
+      for (const partition of topic.partitions) await partition.close().catch(() => {});
+      this.#unavailable.set(name, `cannot open its partitions: ${describeError(err)}`);
+      this.#logger.log("error", "recovery.topic_unavailable", { topic: name, reason: describeError(err) });
+      return;
+    }
+    this.#topics.set(name, topic);
+  }
+
+  #openPartition(topic: Topic, partition: number): Promise<PartitionLog> {
+    return PartitionLog.open({
+      fs: this.#fs,
+      dir: joinPath(topic.dir, String(partition)),
+      name: `${topic.name}/${partition}`,
+      clock: this.#clock,
+      logger: this.#logger,
+      config: () => ({ segmentBytes: topic.config.segment_bytes, segmentMs: topic.config.segment_ms }),
+      flushEveryRecords: this.#flushEveryRecords,
+      flushIntervalMs: this.#flushIntervalMs,
+    });
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw new BrokerError(Errors.unavailable, "Cannot serve the request: the broker is shutting down");
+  }
+
+  #topic(name: string): Topic {
+    this.#checkOpen();
+    const topic = this.#topics.get(name);
+    if (topic !== undefined) return topic;
+    const reason = this.#unavailable.get(name);
+    if (reason !== undefined) throw new BrokerError(Errors.unavailable, `Cannot use topic "${name}": it is unavailable: ${reason}`);
+    throw new BrokerError(Errors.topicNotFound, `Cannot find topic "${name}"`);
+  }
+
+  #partition(topic: Topic, partition: unknown): PartitionLog {
+    if (typeof partition !== "number" || !Number.isInteger(partition) || partition < 0) {
+      throw new BrokerError(Errors.invalidRequest, `Invalid partition ${JSON.stringify(partition)} for topic "${topic.name}": must be a non-negative integer`);
+    }
+    const log = topic.partitions[partition];
+    if (log === undefined) {
+      throw new BrokerError(Errors.partitionNotFound, `Cannot find partition ${partition} of topic "${topic.name}": it has ${topic.partitions.length} partitions`);
+    }
+    return log;
+  }
+
+  #describe(topic: Topic): TopicDescription {
+    return {
+      name: topic.name,
+      config: { ...topic.config },
+      partitions: topic.partitions.map((log, partition): PartitionInfo => ({
+        partition,
+        logStartOffset: log.logStartOffset,
+        highWatermark: log.highWatermark,
+        sizeBytes: log.sizeBytes,
+        segmentCount: log.segmentCount,
+        fenced: log.fenced,
+      })),
+    };
+  }
+
+  async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
+    this.#checkOpen();
+    const name = validateTopicName(request.name);
+    const partitionCount = validatePartitionCount(request.partitions);
+    const config = mergeTopicConfig(defaultTopicConfig, request.config);
+    if (this.#topics.has(name) || this.#unavailable.has(name) || this.#busy.has(name)) {
+      throw new BrokerError(Errors.topicExists, `Cannot create topic "${name}": it already exists`);
+    }
+    this.#busy.add(name);
+    try {
+      const dir = joinPath(this.#topicsDir, name);
+      if ((await this.#fs.stat(dir)) !== null) {
+        throw new BrokerError(Errors.topicExists, `Cannot create topic "${name}": its directory ${dir} already exists`);
+      }
+      await this.#fs.mkdir(dir);
+      await this.#fs.syncDir(this.#topicsDir);
+      await writeJsonAtomic(this.#fs, joinPath(dir, "topic.json"), { name, partitions: partitionCount, config });
+      const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
+      try {
+        for (let p = 0; p < partitionCount; p++) topic.partitions.push(await this.#openPartition(topic, p));
+        await this.#fs.syncDir(dir);
+      } catch (err) {
+        for (const partition of topic.partitions) await partition.close().catch(() => {});
+        this.#unavailable.set(name, `creating its partitions failed: ${describeError(err)}`);
+        throw new BrokerError(Errors.storageError, `Cannot create topic "${name}": ${describeError(err)}`);
+      }
+      this.#topics.set(name, topic);
+      this.#logger.log("info", "topic.created", { topic: name, partitions: partitionCount });
+      return this.#describe(topic);
+    } catch (err) {
+      if (err instanceof BrokerError) throw err;
+      throw new BrokerError(Errors.storageError, `Cannot create topic "${name}": ${describeError(err)}`);
+    } finally {
+      this.#busy.delete(name);
+    }
+  }
+
+  async listTopics(): Promise<TopicDescription[]> {
+    this.#checkOpen();
+    return [...this.#topics.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)).map((t) => this.#describe(t));
+  }
+
+  async describeTopic(name: string): Promise<TopicDescription> {
+    return this.#describe(this.#topic(name));
+  }
+
+  async deleteTopic(name: string): Promise<void> {
+    this.#checkOpen();
+    const topic = this.#topics.get(name);
+    const dir = joinPath(this.#topicsDir, name);
+    if (topic === undefined && !this.#unavailable.has(name)) throw new BrokerError(Errors.topicNotFound, `Cannot delete topic "${name}": it does not exist`);
+    if (this.#busy.has(name)) throw new BrokerError(Errors.unavailable, `Cannot delete topic "${name}": it is being created or deleted`);
+    this.#busy.add(name);
+    try {
+      this.#topics.delete(name);
+      this.#unavailable.delete(name);
+      for (const partition of topic?.partitions ?? []) await partition.close().catch(() => {});
+      await this.#fs.mkdir(this.#trashDir);
+      const trash = joinPath(this.#trashDir, `${name}.${this.#clock.nowMs()}.${++this.#trashCounter}`);
+      await this.#fs.rename(dir, trash);
+      await this.#fs.syncDir(this.#topicsDir);
+      await this.#fs.removeTree(trash);
+      this.#logger.log("info", "topic.deleted", { topic: name });
+    } catch (err) {
+      if (err instanceof BrokerError) throw err;
+      throw new BrokerError(Errors.storageError, `Cannot delete topic "${name}": ${describeError(err)}`);
+    } finally {
+      this.#busy.delete(name);
+    }
+  }
+
+  async produce(request: ProduceRequest): Promise<ProduceResult> {
+    const topic = this.#topic(request.topic);
+    const batch = request.batch;
+    const n = topic.partitions.length;
+    try {
+      checkEntryTimestamps(batch, this.#clock.nowMs(), topic.config.max_timestamp_skew_ms);
+    } catch (err) {
+      if (err instanceof RecordFormatError) throw new BrokerError(Errors.invalidTimestamp, `Cannot produce to topic "${topic.name}": ${err.message}`);
+      throw err;
+    }
+    const fixed = request.partition ?? -1;
+    if (fixed !== -1) this.#partition(topic, fixed);
+    const perRecord = request.partitions;
+    if (perRecord !== undefined && perRecord.length !== batch.count) {
+      throw new BrokerError(Errors.invalidRequest, `Cannot produce to topic "${topic.name}": ${perRecord.length} partitions given for ${batch.count} records`);
+    }
+    if (batch.count === 0) return { spans: [] };
+
+    // Decide each record's partition (request order). Fast path: one partition for all.
+    let single = perRecord === undefined && fixed !== -1 ? fixed : -2;
+    let assignment: Int32Array | null = null;
+    if (single === -2) {
+      assignment = new Int32Array(batch.count);
+      const cursor = new EntryCursor(batch);
+      let keyless = -1;
+      let first = -1;
+      let same = true;
+      while (cursor.next()) {
+        const i = cursor.index;
+        let p = perRecord !== undefined ? perRecord[i] : -1;
+        if (p === -1) p = fixed;
+        if (p === -1) {
+          const key = cursor.key();
+          if (key !== null) p = partitionForKey(key, n);
+          else {
+            if (keyless === -1) {
+              keyless = topic.roundRobin % n;
+              topic.roundRobin = (topic.roundRobin + 1) % n;
+            }
+            p = keyless;
+          }
+        } else {
+          this.#partition(topic, p);
+        }
+        assignment[i] = p;
+        if (first === -1) first = p;
+        else if (p !== first) same = false;
+      }
+      if (same) single = first;
+    }
+
+    if (single >= 0) {
+      const result = await this.#append(topic, single, batch);
+      return { spans: [{ partition: single, baseOffset: result.baseOffset, count: result.count }] };
+    }
+
+    assert(assignment !== null, "per-record assignment exists when records span partitions");
+    const batches = splitByPartition(batch, assignment, n);
+    const results = await Promise.all(
+      batches.map((b, p) => (b === null ? Promise.resolve(null) : this.#append(topic, p, b))),
+    );
+    // Spans in request order: consecutive records of one partition at consecutive offsets merge.
+    const nextOffset = results.map((r) => (r === null ? 0 : r.baseOffset));
+    const spans: ProduceSpan[] = [];
+    for (let i = 0; i < assignment.length; i++) {
+      const p = assignment[i];
+      const offset = nextOffset[p]++;
+      const last = spans.at(-1);
+      if (last !== undefined && last.partition === p && last.baseOffset + last.count === offset) last.count++;
+      else spans.push({ partition: p, baseOffset: offset, count: 1 });
+    }
+    return { spans };
+  }
+
+  async #append(topic: Topic, partition: number, batch: EntryBatch): Promise<{ baseOffset: number; count: number }> {
+    try {
+      return await topic.partitions[partition].append(batch);
+    } catch (err) {
+      throw toBrokerError(err);
+    }
+  }
+
+  async fetch(request: FetchRequest): Promise<FetchResult> {
+    const topic = this.#topic(request.topic);
+    const log = this.#partition(topic, request.partition);
+    const offset = checkInteger("offset", request.offset, 0, Number.MAX_SAFE_INTEGER, 0);
+    const maxRecords = checkInteger("max_records", request.maxRecords, 1, fetchRecordsMax, fetchRecordsDefault);
+    const maxBytes = checkInteger("max_bytes", request.maxBytes, 1, fetchBytesMax, fetchBytesDefault);
+    const waitMs = checkInteger("wait_ms", request.waitMs, 0, fetchWaitMsMax, 0);
+    try {
+      let result = await log.read({ offset, maxRecords, maxBytes });
+      if (result.count === 0 && waitMs > 0 && offset >= result.highWatermark && !request.signal?.aborted) {
+        await this.#waitForRecords(log, offset, waitMs, request.signal);
+        if (!log.closed) result = await log.read({ offset, maxRecords, maxBytes });
+      }
+      return {
+        records: { bytes: result.bytes, count: result.count },
+        nextOffset: result.nextOffset,
+        highWatermark: result.highWatermark,
+        logStartOffset: result.logStartOffset,
+      };
+    } catch (err) {
+      throw toBrokerError(err);
+    }
+  }
+
+  /** Resolves when the high watermark passes `offset`, after `waitMs`, on abort, or on close. */
+  #waitForRecords(log: PartitionLog, offset: number, waitMs: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      let done = false;
+      const finish = () => {
+        if (done) return;
+        done = true;
+        unsubscribe();
+        timer.cancel();
+        signal?.removeEventListener("abort", finish);
+        resolve();
+      };
+      const unsubscribe = log.subscribe(() => {
+        if (log.highWatermark > offset || log.closed || log.fenced) finish();
+      });
+      const timer = this.#clock.setTimer(waitMs, finish);
+      signal?.addEventListener("abort", finish);
+    });
+  }
+
+  async listOffsets(request: { topic: string; partition: number }): Promise<{ logStartOffset: number; highWatermark: number }> {
+    const log = this.#partition(this.#topic(request.topic), request.partition);
+    return { logStartOffset: log.logStartOffset, highWatermark: log.highWatermark };
+  }
+
+  /** Per-partition storage state (segments, recovery outcome, corruption, fencing, strays), for `GET /v1/admin/storage`. */
+  describeStorage(): { topics: { name: string; partitions: ReturnType<PartitionLog["describe"]>[] }[]; unavailable: { name: string; reason: string }[] } {
+    this.#checkOpen();
+    return {
+      topics: [...this.#topics.values()].map((t) => ({ name: t.name, partitions: t.partitions.map((p) => p.describe()) })),
+      unavailable: [...this.#unavailable].map(([name, reason]) => ({ name, reason })),
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const topic of this.#topics.values()) {
+      await Promise.all(topic.partitions.map((p) => p.close().catch((err: unknown) => this.#logger.log("error", "partition.close_failed", { partition: p.name, error: describeError(err) }))));
+    }
+    this.#topics.clear();
+  }
+}
+
+/** Checks an optional integer parameter; undefined gives `fallback`. @throws BrokerError invalid_request naming it. */
+function checkInteger(name: string, value: unknown, min: number, max: number, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max) {
+    throw new BrokerError(Errors.invalidRequest, `Invalid "${name}" ${JSON.stringify(value)}: must be an integer from ${min} to ${max}`);
+  }
+  return value;
+}
+
+/** Copies each record's entry bytes into one batch per partition (null where a partition gets none). */
+function splitByPartition(batch: EntryBatch, assignment: Int32Array, partitions: number): (EntryBatch | null)[] {
+  const sizes = new Array<number>(partitions).fill(0);
+  const counts = new Array<number>(partitions).fill(0);
+  const cursor = new EntryCursor(batch);
+  while (cursor.next()) {
+    sizes[assignment[cursor.index]] += cursor.end - cursor.start;
+    counts[assignment[cursor.index]]++;
+  }
+  const buffers = sizes.map((s, p) => (counts[p] > 0 ? new Uint8Array(s) : null));
+  const used = new Array<number>(partitions).fill(0);
+  const again = new EntryCursor(batch);
+  while (again.next()) {
+    const p = assignment[again.index];
+    const buf = buffers[p];
+    if (buf === null) continue;
+    buf.set(batch.bytes.subarray(again.start, again.end), used[p]);
+    used[p] += again.end - again.start;
+  }
+  return buffers.map((bytes, p) => (counts[p] === 0 || bytes === null ? null : { bytes, count: counts[p] }));
+}

@@ -1,0 +1,587 @@
+/**
+ * A partition log: a directory of segments, one writer, group commit, recovery at open
+ * (spec: Writes and durability, Recovery after a crash).
+ *
+ * What the promises mean:
+ * - `append()` resolves, with the default `flushEveryRecords` 1, only after an fsync that covers
+ *   every byte of the request. With `flushEveryRecords` N > 1 it resolves after the write (bytes in
+ *   the page cache) and an fsync follows once N records wait or `flushIntervalMs` passes; a crash
+ *   can lose what arrived since the last fsync.
+ * - The high watermark is one past the last record an fsync covered. Reads never return a record
+ *   at or above it, so a consumer never sees a record a crash can take back — in both modes.
+ *
+ * Group commit: appends are written in arrival order by one write loop, each batch of queued
+ * requests as one write to the log and one to the index. One fsync is in flight at a time; it
+ * covers everything written when it started; requests written while it runs wait for the next,
+ * which covers all of them. Waiters whose bytes are covered resolve without a system call of their
+ * own.
+ *
+ * Failure rules: a failed write has its partial bytes cut off before its requests get the error;
+ * if that fails, or any fsync fails, the partition is fenced: it refuses writes with a
+ * "restart required" error, every request waiting on the failed fsync gets that error, and the
+ * fsync is never retried (DECISIONS 7). Reads of acknowledged data continue.
+ */
+import { assert } from "../lib/assert.ts";
+import type { Clock, Timer } from "../lib/clock.ts";
+import type { Logger } from "../lib/logger.ts";
+import { offsetMax } from "../lib/limits.ts";
+import { joinPath, type FileSystem } from "../fs/types.ts";
+import { StorageError } from "./errors.ts";
+import type { EntryBatch } from "./record.ts";
+import { Segment, describe, isSupportedBaseOffset, parseSegmentFileName, type SegmentCorruption, type SegmentRecoveryOutcome } from "./segment.ts";
+
+/** Settings a partition reads on every append, so a config change applies at once. */
+export interface PartitionConfig {
+  /** Roll once the active segment would pass this many bytes. */
+  segmentBytes: number;
+  /** Roll once the active segment is this many ms old. */
+  segmentMs: number;
+}
+
+/** Options of {@link PartitionLog.open}. */
+export interface PartitionOptions {
+  fs: FileSystem;
+  /** The partition directory (created 0700 if missing). */
+  dir: string;
+  /** "topic/partition", used in messages and logs. */
+  name: string;
+  clock: Clock;
+  logger: Logger;
+  /** Read on every append. */
+  config: () => PartitionConfig;
+  /** Records per fsync: 1 (default) acknowledges only after the fsync covering them. */
+  flushEveryRecords?: number;
+  /** With flushEveryRecords > 1: the longest a written record waits for its fsync, in ms. */
+  flushIntervalMs?: number;
+}
+
+/** The result of {@link PartitionLog.read}. */
+export interface PartitionRead {
+  /** Stored records verbatim (spec: Records), back to back. */
+  bytes: Uint8Array;
+  count: number;
+  /** Where to read next: one past the last record returned, or past a gap. */
+  nextOffset: number;
+  highWatermark: number;
+  logStartOffset: number;
+}
+
+/** A stray file found in a partition directory (DECISIONS 11). */
+export interface StrayFile {
+  name: string;
+  reason: string;
+}
+
+interface PendingAppend {
+  batch: EntryBatch;
+  resolve: (result: { baseOffset: number; count: number }) => void;
+  reject: (err: unknown) => void;
+}
+
+interface DurabilityWaiter {
+  endOffset: number;
+  result: { baseOffset: number; count: number };
+  resolve: (result: { baseOffset: number; count: number }) => void;
+  reject: (err: unknown) => void;
+}
+
+/** Largest bytes of entries coalesced into one write. */
+const groupBytesMax = 8 * 1024 * 1024;
+
+/** One partition. See the module comment for what its promises mean. */
+export class PartitionLog {
+  readonly name: string;
+  readonly dir: string;
+  #fs: FileSystem;
+  #clock: Clock;
+  #logger: Logger;
+  #config: () => PartitionConfig;
+  #flushEveryRecords: number;
+  #flushIntervalMs: number;
+
+  #segments: Segment[] = [];
+  #highWatermark = 0;
+  #durablePosition = 0;
+  #fenced: string | null = null;
+  #closed = false;
+  #strays: StrayFile[] = [];
+
+  #queue: PendingAppend[] = [];
+  #drainRunning: Promise<void> | null = null;
+  #waiters: DurabilityWaiter[] = [];
+  #syncRunning: Promise<void> | null = null;
+  #syncWanted = false;
+  #unsyncedRecords = 0;
+  #flushTimer: Timer | null = null;
+  #listeners = new Set<() => void>();
+  #stats = { fsyncs: 0, appends: 0, writes: 0, recordsAppended: 0 };
+
+  private constructor(options: PartitionOptions) {
+    this.name = options.name;
+    this.dir = options.dir;
+    this.#fs = options.fs;
+    this.#clock = options.clock;
+    this.#logger = options.logger;
+    this.#config = options.config;
+    this.#flushEveryRecords = options.flushEveryRecords ?? 1;
+    this.#flushIntervalMs = options.flushIntervalMs ?? 1000;
+    assert(Number.isInteger(this.#flushEveryRecords) && this.#flushEveryRecords >= 1, "flushEveryRecords is a positive integer");
+  }
+
+  /**
+   * Opens (creating if needed) a partition directory and recovers it (spec: Recovery after a
+   * crash): sealed segments are checked against their index, the active one is scanned in full,
+   * a torn tail is cut, a corrupt segment is reported and skipped, stray files are reported and
+   * ignored, and the next offset never goes backwards (DECISIONS 3).
+   * @throws FsError if the directory cannot be read or a new segment cannot be created.
+   */
+  static async open(options: PartitionOptions): Promise<PartitionLog> {
+    const log = new PartitionLog(options);
+    await log.#recover();
+    return log;
+  }
+
+  async #recover(): Promise<void> {
+    const fs = this.#fs;
+    await fs.mkdir(this.dir);
+    const names = await fs.readdir(this.dir);
+    const logs = new Set<number>();
+    const indexes = new Set<number>();
+    for (const name of names) {
+      const parsed = parseSegmentFileName(name);
+      if (parsed === null) {
+        if (name === "compaction.marker") continue; // owned by compaction recovery
+        this.#stray(name, "not a segment file name (20 digits + .log or .index)");
+        continue;
+      }
+      if (!isSupportedBaseOffset(parsed.baseOffset)) {
+        this.#stray(name, `base offset ${parsed.baseOffset} is above 2^53 − 1: unsupported`);
+        continue;
+      }
+      if (parsed.kind === "log") logs.add(parsed.baseOffset);
+      else indexes.add(parsed.baseOffset);
+    }
+    for (const base of indexes) if (!logs.has(base)) this.#stray(`${String(base).padStart(20, "0")}.index`, "index without a log");
+    const bases = [...logs].sort((a, b) => a - b);
+    const now = this.#clock.nowMs();
+    const started = now;
+    for (let i = 0; i < bases.length; i++) {
+      const active = i === bases.length - 1;
+      const segment = await Segment.open(fs, { dir: this.dir, baseOffset: bases[i], active, nowMs: now, logger: this.#logger, partition: this.name });
+      this.#segments.push(segment);
+    }
+    let nextOffset = 0;
+    for (const s of this.#segments) nextOffset = Math.max(nextOffset, s.nextOffset);
+    const last = this.#segments.at(-1);
+    if (last === undefined) {
+      await this.#createActive(0);
+    } else if (last.corruption !== null) {
+      // DECISIONS 1: leave the corrupt active segment in place and roll a new one after it.
+      await last.seal(this.#logger, this.name);
+      await this.#createActive(Math.max(nextOffset, last.baseOffset + 1));
+    } else {
+      // Everything recovered is made durable before it becomes readable.
+      await last.syncLog();
+      nextOffset = Math.max(nextOffset, last.baseOffset);
+    }
+    const active = this.#active;
+    this.#highWatermark = active.nextOffset;
+    this.#durablePosition = active.sizeBytes;
+    assert(this.#highWatermark >= nextOffset, "the next offset never goes backwards");
+    const corrupt = this.#segments.filter((s) => s.corruption !== null).length;
+    this.#logger.log(corrupt > 0 ? "warn" : "info", "recovery.partition", {
+      partition: this.name,
+      segments: this.#segments.length,
+      corrupt_segments: corrupt,
+      stray_files: this.#strays.length,
+      next_offset: this.#highWatermark,
+      log_start_offset: this.logStartOffset,
+      duration_ms: this.#clock.nowMs() - started,
+    });
+  }
+
+  #stray(name: string, reason: string): void {
+    this.#strays.push({ name, reason });
+    this.#logger.log("warn", "recovery.stray_file", { partition: this.name, file: joinPath(this.dir, name), reason });
+  }
+
+  async #createActive(baseOffset: number): Promise<void> {
+    const segment = await Segment.create(this.#fs, this.dir, baseOffset, this.#clock.nowMs());
+    try {
+      await this.#fs.syncDir(this.dir);
+    } catch (err) {
+      await segment.close();
+      throw err;
+    }
+    this.#segments.push(segment);
+  }
+
+  get #active(): Segment {
+    const active = this.#segments.at(-1);
+    assert(active !== undefined, "a partition always has an active segment");
+    return active;
+  }
+
+  /** First offset still stored. */
+  get logStartOffset(): number {
+    return this.#segments[0]?.baseOffset ?? 0;
+  }
+
+  /** One past the last offset an fsync covered: what consumers may read up to. */
+  get highWatermark(): number {
+    return this.#highWatermark;
+  }
+
+  /** One past the last offset written (at or above the high watermark). */
+  get logEndOffset(): number {
+    return this.#active.nextOffset;
+  }
+
+  /** True once the partition refuses writes until a restart. */
+  get fenced(): boolean {
+    return this.#fenced !== null;
+  }
+
+  /** Bytes of all segment logs. */
+  get sizeBytes(): number {
+    let total = 0;
+    for (const s of this.#segments) total += s.sizeBytes;
+    return total;
+  }
+
+  /** Number of segments. */
+  get segmentCount(): number {
+    return this.#segments.length;
+  }
+
+  /** Counters since open: fsyncs, appends (requests), writes (system calls to the log), records appended. */
+  get stats(): { fsyncs: number; appends: number; writes: number; recordsAppended: number } {
+    return { ...this.#stats };
+  }
+
+  /**
+   * Appends one request's records at consecutive offsets. See the module comment for when it
+   * resolves. An empty batch resolves at once with count 0.
+   * @throws StorageError "fenced", "write_failed", "unsupported" (offset above 2^53 − 1), "closed".
+   */
+  append(batch: EntryBatch): Promise<{ baseOffset: number; count: number }> {
+    if (this.#closed) return Promise.reject(this.#closedError());
+    if (this.#fenced !== null) return Promise.reject(this.#fencedError());
+    if (batch.count === 0) return Promise.resolve({ baseOffset: this.logEndOffset, count: 0 });
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ batch, resolve, reject });
+      if (this.#drainRunning === null) this.#drainRunning = this.#drain().finally(() => (this.#drainRunning = null));
+    });
+  }
+
+  #closedError(): StorageError {
+    return new StorageError("closed", `Cannot use partition "${this.name}": it is closed`);
+  }
+
+  #fencedError(): StorageError {
+    return new StorageError("fenced", `Cannot append to partition "${this.name}": partition is fenced after ${this.#fenced}, restart required`);
+  }
+
+  async #drain(): Promise<void> {
+    while (this.#queue.length > 0) {
+      if (this.#fenced !== null || this.#closed) {
+        const err = this.#fenced !== null ? this.#fencedError() : this.#closedError();
+        for (const p of this.#queue.splice(0)) p.reject(err);
+        return;
+      }
+      const group: PendingAppend[] = [];
+      let entryBytes = 0;
+      let records = 0;
+      while (this.#queue.length > 0 && (group.length === 0 || entryBytes + this.#queue[0].batch.bytes.length <= groupBytesMax)) {
+        const p = this.#queue.shift()!;
+        group.push(p);
+        entryBytes += p.batch.bytes.length;
+        records += p.batch.count;
+      }
+      await this.#writeGroup(group, entryBytes + records * 16, records);
+    }
+  }
+
+  async #writeGroup(group: PendingAppend[], storedBytes: number, records: number): Promise<void> {
+    const rejectAll = (err: unknown) => {
+      for (const p of group) p.reject(err);
+    };
+    if (this.logEndOffset + records - 1 > offsetMax) {
+      rejectAll(new StorageError("unsupported", `Cannot append to partition "${this.name}": offsets would pass 2^53 − 1`));
+      return;
+    }
+    const config = this.#config();
+    const now = this.#clock.nowMs();
+    let active = this.#active;
+    if (!active.isEmpty && (active.sizeBytes + storedBytes > config.segmentBytes || now - active.createdMs >= config.segmentMs)) {
+      try {
+        await this.#roll();
+      } catch (err) {
+        rejectAll(err);
+        return;
+      }
+      active = this.#active;
+    }
+    const prepared = active.prepareAppend(
+      group.map((p) => p.batch),
+      now,
+    );
+    try {
+      await active.append(prepared, this.#logger, this.name);
+    } catch (err) {
+      if (err instanceof StorageError && err.kind === "fenced") this.#fence("a failed write that could not be cut off", err);
+      rejectAll(err);
+      return;
+    }
+    this.#stats.writes++;
+    this.#stats.appends += group.length;
+    this.#stats.recordsAppended += records;
+    let offset = prepared.baseOffset;
+    const acked = this.#flushEveryRecords === 1;
+    for (const p of group) {
+      const result = { baseOffset: offset, count: p.batch.count };
+      offset += p.batch.count;
+      if (acked) this.#waiters.push({ endOffset: offset, result, resolve: p.resolve, reject: p.reject });
+      else p.resolve(result);
+    }
+    if (acked) {
+      this.#requestSync();
+    } else {
+      this.#unsyncedRecords += records;
+      if (this.#unsyncedRecords >= this.#flushEveryRecords) this.#requestSync();
+      else this.#armFlushTimer();
+    }
+  }
+
+  /** With flushEveryRecords > 1: makes sure an fsync happens within flushIntervalMs. */
+  #armFlushTimer(): void {
+    if (this.#flushTimer !== null || this.#fenced !== null || this.#closed) return;
+    this.#flushTimer = this.#clock.setTimer(this.#flushIntervalMs, () => {
+      this.#flushTimer = null;
+      this.#requestSync();
+    });
+  }
+
+  /** Starts an fsync unless one is running; if one is, asks for another when it ends. */
+  #requestSync(): void {
+    if (this.#fenced !== null) return;
+    if (this.#syncRunning !== null) {
+      this.#syncWanted = true;
+      return;
+    }
+    const segment = this.#active;
+    const targetOffset = segment.nextOffset;
+    const targetPosition = segment.sizeBytes;
+    if (targetOffset <= this.#highWatermark && targetPosition <= this.#durablePosition) return;
+    this.#flushTimer?.cancel();
+    this.#flushTimer = null;
+    const recordsCovered = this.#unsyncedRecords;
+    this.#syncRunning = (async () => {
+      try {
+        await segment.syncLog();
+      } catch (err) {
+        this.#fence(`a failed fsync (${describe(err)})`, err);
+        return;
+      }
+      this.#stats.fsyncs++;
+      this.#unsyncedRecords = Math.max(0, this.#unsyncedRecords - recordsCovered);
+      if (segment === this.#active) this.#durablePosition = targetPosition;
+      this.#highWatermark = Math.max(this.#highWatermark, targetOffset);
+      while (this.#waiters.length > 0 && this.#waiters[0].endOffset <= this.#highWatermark) {
+        const w = this.#waiters.shift()!;
+        w.resolve(w.result);
+      }
+      this.#notify();
+    })().finally(() => {
+      this.#syncRunning = null;
+      if (this.#fenced !== null) return;
+      const behind = this.#active.nextOffset > this.#highWatermark;
+      if (this.#syncWanted || (behind && this.#flushEveryRecords === 1)) {
+        this.#syncWanted = false;
+        this.#requestSync();
+      } else if (behind) {
+        this.#armFlushTimer();
+      }
+    });
+  }
+
+  /** Resolves once everything written so far is durable. @throws StorageError "fenced". */
+  async #flushAll(): Promise<void> {
+    while (this.#active.nextOffset > this.#highWatermark || this.#syncRunning !== null) {
+      if (this.#fenced !== null) throw this.#fencedError();
+      if (this.#syncRunning === null) this.#requestSync();
+      const running = this.#syncRunning as Promise<void> | null;
+      if (running === null) break;
+      await running;
+    }
+    if (this.#fenced !== null) throw this.#fencedError();
+  }
+
+  /** Seals the active segment and starts a new one at the next offset. */
+  async #roll(): Promise<void> {
+    await this.#flushAll();
+    const old = this.#active;
+    const next = await Segment.create(this.#fs, this.dir, old.nextOffset, this.#clock.nowMs()).catch((err: unknown) => {
+      throw new StorageError("write_failed", `Cannot roll partition "${this.name}": creating a segment failed: ${describe(err)}`, { cause: err });
+    });
+    try {
+      await this.#fs.syncDir(this.dir);
+    } catch (err) {
+      await next.close();
+      this.#fence(`a failed directory fsync (${describe(err)})`, err);
+      throw this.#fencedError();
+    }
+    await old.seal(this.#logger, this.name);
+    this.#segments.push(next);
+    this.#durablePosition = 0;
+    this.#logger.log("debug", "partition.rolled", { partition: this.name, base_offset: next.baseOffset });
+  }
+
+  #fence(reason: string, err: unknown): void {
+    if (this.#fenced !== null) return;
+    this.#fenced = reason;
+    this.#logger.log("error", "partition.fenced", { partition: this.name, reason, error: describe(err), high_watermark: this.#highWatermark });
+    const fencedErr = this.#fencedError();
+    for (const w of this.#waiters.splice(0)) w.reject(fencedErr);
+    for (const p of this.#queue.splice(0)) p.reject(fencedErr);
+    this.#flushTimer?.cancel();
+    this.#flushTimer = null;
+    this.#notify();
+  }
+
+  /**
+   * Reads stored records with offset ≥ `offset`, below the high watermark (spec: Index and
+   * reads). Offsets inside a gap (a corrupt range skipped at recovery) continue at the next
+   * readable record.
+   * @throws StorageError "out_of_range" if `offset` is below the log start offset or above the high watermark.
+   */
+  async read(request: { offset: number; maxRecords: number; maxBytes: number }): Promise<PartitionRead> {
+    if (this.#closed) throw this.#closedError();
+    const highWatermark = this.#highWatermark;
+    const logStartOffset = this.logStartOffset;
+    let offset = request.offset;
+    if (offset < logStartOffset || offset > highWatermark) {
+      throw new StorageError(
+        "out_of_range",
+        `Cannot read partition "${this.name}" at offset ${offset}: outside [log start offset ${logStartOffset}, high watermark ${highWatermark}]`,
+      );
+    }
+    const empty = (next: number): PartitionRead => ({ bytes: new Uint8Array(0), count: 0, nextOffset: next, highWatermark, logStartOffset });
+    const segments = this.#segments;
+    let i = findSegment(segments, offset);
+    let rebuilt = false;
+    while (i < segments.length && offset < highWatermark) {
+      const segment = segments[i];
+      const limitBytes = segment === this.#active ? this.#durablePosition : segment.readableEndBytes;
+      if (!segment.acquire()) {
+        // Closed under us: the partition closed, or retention/compaction replaced the segment.
+        if (this.#closed) throw this.#closedError();
+        return this.read({ ...request, offset: Math.max(offset, this.logStartOffset) });
+      }
+      let r;
+      try {
+        r = await segment.read({ offset, maxRecords: request.maxRecords, maxBytes: request.maxBytes, limitBytes });
+        if (r.status === "bad_position" && !rebuilt) {
+          rebuilt = true;
+          await segment.rebuildIndex(this.#logger, this.name);
+          r = await segment.read({ offset, maxRecords: request.maxRecords, maxBytes: request.maxBytes, limitBytes });
+        }
+      } finally {
+        await segment.release();
+      }
+      if (r.status === "bad_position") {
+        this.#logger.log("error", "read.bad_position", { partition: this.name, segment: segment.logPath, offset });
+      }
+      if (r.count > 0) {
+        const nextOffset = Math.min(r.lastOffset + 1, highWatermark);
+        return { bytes: r.bytes, count: r.count, nextOffset, highWatermark, logStartOffset };
+      }
+      i++;
+      if (i < segments.length) offset = Math.max(offset, segments[i].baseOffset);
+    }
+    return empty(highWatermark);
+  }
+
+  /**
+   * Calls `listener` whenever the high watermark moves, the partition is fenced or it closes.
+   * @returns a function that unsubscribes.
+   */
+  subscribe(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  #notify(): void {
+    for (const l of [...this.#listeners]) l();
+  }
+
+  /** True after {@link close}. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /**
+   * Stops accepting appends, lets the write in progress finish and become durable, makes any
+   * unsynced records durable, and closes the files (readers holding a segment keep it until they
+   * release it). Queued appends not yet written are rejected with "closed".
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const p of this.#queue.splice(0)) p.reject(this.#closedError());
+    if (this.#drainRunning) await this.#drainRunning.catch(() => {});
+    try {
+      if (this.#fenced === null) await this.#flushAll();
+    } catch (err) {
+      if (!(err instanceof StorageError)) throw err;
+    }
+    this.#flushTimer?.cancel();
+    this.#flushTimer = null;
+    for (const w of this.#waiters.splice(0)) w.reject(this.#closedError());
+    this.#notify();
+    this.#listeners.clear();
+    for (const s of this.#segments) await s.close();
+  }
+
+  /** State for `GET /v1/admin/storage` and `es-broker check`. */
+  describe(): {
+    partition: string;
+    state: "ok" | "fenced";
+    fenced_reason: string | null;
+    log_start_offset: number;
+    high_watermark: number;
+    log_end_offset: number;
+    size_bytes: number;
+    segments: { base_offset: number; next_offset: number; size_bytes: number; index_entries: number; recovery: SegmentRecoveryOutcome; corruption: SegmentCorruption | null }[];
+    stray_files: StrayFile[];
+  } {
+    return {
+      partition: this.name,
+      state: this.#fenced === null ? "ok" : "fenced",
+      fenced_reason: this.#fenced,
+      log_start_offset: this.logStartOffset,
+      high_watermark: this.#highWatermark,
+      log_end_offset: this.logEndOffset,
+      size_bytes: this.sizeBytes,
+      segments: this.#segments.map((s) => s.describe()),
+      stray_files: [...this.#strays],
+    };
+  }
+}
+
+/** Index of the last segment whose base offset is ≤ `offset` (0 if none). */
+function findSegment(segments: readonly Segment[], offset: number): number {
+  let lo = 0;
+  let hi = segments.length - 1;
+  let found = 0;
+  while (lo <= hi) {
+    const mid = (lo + hi) >>> 1;
+    if (segments[mid].baseOffset <= offset) {
+      found = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return found;
+}

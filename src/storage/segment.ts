@@ -1,0 +1,777 @@
+/**
+ * A segment: `NNNNNNNNNNNNNNNNNNNN.log` (records, spec: Records) and `.index` (spec: Index and
+ * reads), named after the offset of its first record padded to 20 digits.
+ *
+ * Durability: `append` resolving means the bytes are in the page cache (the file's volatile
+ * state), not on disk; the partition's group commit calls `syncLog` and only then counts them as
+ * durable. The index file is derived state: it is never fsynced on the append path; recovery
+ * validates it and rebuilds it from the log when anything is off.
+ *
+ * Concurrency: one writer (the partition's write loop) and any number of readers. Readers only
+ * read below a limit the partition gives them (the durable end), with positional reads on the
+ * segment's own handle. A segment removed by retention or compaction stays readable for readers
+ * that acquired it; the handle closes when the last one releases it.
+ */
+import { offsetFileStem } from "../lib/bytes.ts";
+import { assert } from "../lib/assert.ts";
+import { indexEntryBytes, offsetMax, readWindowBytes, recordLengthPrefixBytes, recordLenMax } from "../lib/limits.ts";
+import { FsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
+import type { Logger } from "../lib/logger.ts";
+import { OffsetIndex } from "./offset-index.ts";
+import { DecodeStatus, RecordCursor, encodeEntries, type EntryBatch } from "./record.ts";
+import { StorageError } from "./errors.ts";
+
+/** File name of a segment's log for a base offset. */
+export function logFileName(baseOffset: number): string {
+  return `${offsetFileStem(baseOffset)}.log`;
+}
+
+/** File name of a segment's index for a base offset. */
+export function indexFileName(baseOffset: number): string {
+  return `${offsetFileStem(baseOffset)}.index`;
+}
+
+/** Where decoding of a segment stopped short of its end, and why (spec: Recovery after a crash). */
+export interface SegmentCorruption {
+  /** Byte position of the first record that failed its checks. */
+  position: number;
+  /** What failed. */
+  reason: string;
+  /** The highest valid offset found after the corrupt position (records skipped as corrupt), or −1. */
+  highestSkippedOffset: number;
+}
+
+/** What recovery decided about one segment. */
+export type SegmentRecoveryOutcome =
+  | "trusted" // sealed, passed the index check without a full read
+  | "scanned" // scanned in full, all valid (active segment, or sealed with a bad index)
+  | "index_rebuilt" // scanned in full and its index file rewritten
+  | "torn_tail_cut" // active segment: an incomplete tail was cut off
+  | "corrupt"; // a corrupt record: the rest of the segment is skipped, the file left in place
+
+/** A prepared append: the encoded log bytes and the index entries they add. */
+export interface PreparedAppend {
+  logBytes: Uint8Array;
+  /** Interleaved (relative offset, position) pairs to add to the index. */
+  indexEntries: number[];
+  /** Offset of the first record. */
+  baseOffset: number;
+  /** One past the last record. */
+  nextOffset: number;
+  /** Largest timestamp among the records (ms). */
+  maxTimestampMs: number;
+}
+
+/** The result of reading from one segment. */
+export interface SegmentRead {
+  /** Stored records, back to back, verbatim (a view of the read window). */
+  bytes: Uint8Array;
+  count: number;
+  /** Offset of the last record returned, or −1 if none. */
+  lastOffset: number;
+  /**
+   * "ok": records returned or the readable part holds none at/after the offset;
+   * "bad_position": decoding failed where the index said a record starts (DECISIONS 2).
+   */
+  status: "ok" | "bad_position";
+}
+
+/** Records scanned sequentially from a position. */
+interface ScanResult {
+  /** Position where decoding stopped (end of the last valid record). */
+  endPosition: number;
+  /** Offset of the first valid record, or −1. */
+  firstOffset: number;
+  /** Offset of the last valid record, or −1. */
+  lastOffset: number;
+  /** Timestamp of the first valid record, or −1. */
+  firstTimestampMs: number;
+  /** Largest timestamp seen, or −1. */
+  maxTimestampMs: number;
+  /** Why decoding stopped before the end ("" if it reached `end`). */
+  reason: string;
+  /** Status at the stop: Ok if it reached `end`. */
+  stop: DecodeStatus;
+}
+
+const scanWindowBytes = 1024 * 1024;
+
+/**
+ * Scans records sequentially from `start` to `end` with large positional reads, calling `onRecord`
+ * for each valid one. Stops at the first record that is incomplete or invalid, or whose offset
+ * does not increase. Allocates at most max(window, one maximal record), never a length the file
+ * claims before that length passed the plausibility check.
+ */
+async function scanRecords(
+  file: FileHandle,
+  range: { start: number; end: number; minOffset: number },
+  onRecord?: (offset: number, position: number) => void,
+): Promise<ScanResult> {
+  const result: ScanResult = {
+    endPosition: range.start,
+    firstOffset: -1,
+    lastOffset: -1,
+    firstTimestampMs: -1,
+    maxTimestampMs: -1,
+    reason: "",
+    stop: DecodeStatus.Ok,
+  };
+  const cursor = new RecordCursor();
+  let buf = new Uint8Array(0);
+  let need = scanWindowBytes;
+  let pos = range.start;
+  let minOffset = range.minOffset;
+  while (pos < range.end) {
+    const want = Math.min(Math.max(scanWindowBytes, need), range.end - pos);
+    if (buf.length < want) buf = new Uint8Array(want);
+    const got = await file.read(buf.subarray(0, want), pos);
+    const windowReachesEnd = pos + got >= range.end || got < want;
+    need = scanWindowBytes;
+    cursor.reset(buf.subarray(0, got));
+    let p = 0;
+    let stop: DecodeStatus = DecodeStatus.Ok;
+    while (p < got) {
+      const status = cursor.decode(p);
+      if (status === DecodeStatus.Ok && cursor.offset >= minOffset) {
+        if (result.firstOffset < 0) {
+          result.firstOffset = cursor.offset;
+          result.firstTimestampMs = cursor.timestampMs;
+        }
+        result.lastOffset = cursor.offset;
+        if (cursor.timestampMs > result.maxTimestampMs) result.maxTimestampMs = cursor.timestampMs;
+        onRecord?.(cursor.offset, pos + p);
+        minOffset = cursor.offset + 1;
+        p += cursor.sizeBytes;
+        continue;
+      }
+      if (status === DecodeStatus.Incomplete && !windowReachesEnd) {
+        // The window cut a record short: read again from its start, large enough for it (its
+        // record_len passed the plausibility check inside decode, so this is bounded).
+        need = got - p >= recordLengthPrefixBytes ? recordLengthPrefixBytes + new DataView(buf.buffer, p, 4).getUint32(0) : scanWindowBytes;
+        break;
+      }
+      stop = status === DecodeStatus.Ok ? DecodeStatus.Invalid : status;
+      result.reason = status === DecodeStatus.Ok ? `offset ${cursor.offset} does not increase past ${minOffset - 1}` : cursor.reason;
+      break;
+    }
+    pos += p;
+    result.endPosition = pos;
+    if (stop !== DecodeStatus.Ok) {
+      result.stop = stop;
+      return result;
+    }
+    if (p === 0 && windowReachesEnd) break;
+  }
+  return result;
+}
+
+/**
+ * Looks for valid records after a corrupt position (DECISIONS 1 and 3): tries every byte position
+ * after `from` for a record whose offset is at least `minOffset`, then follows valid records from
+ * there, trying byte by byte again after each failure. Returns the first position where a valid
+ * record was found (−1 if none) and the highest valid offset seen.
+ */
+async function findValidAfter(
+  file: FileHandle,
+  range: { from: number; end: number; minOffset: number },
+): Promise<{ firstValidPosition: number; highestOffset: number }> {
+  const cursor = new RecordCursor();
+  let firstValidPosition = -1;
+  let highestOffset = -1;
+  let pos = range.from + 1;
+  let minOffset = range.minOffset;
+  let need = scanWindowBytes;
+  let buf = new Uint8Array(0);
+  while (pos < range.end) {
+    const want = Math.min(Math.max(scanWindowBytes, need), range.end - pos);
+    if (buf.length < want) buf = new Uint8Array(want);
+    const got = await file.read(buf.subarray(0, want), pos);
+    if (got === 0) break;
+    const windowReachesEnd = pos + got >= range.end;
+    cursor.reset(buf.subarray(0, got));
+    need = scanWindowBytes;
+    let p = 0;
+    while (p < got) {
+      const status = cursor.decode(p);
+      if (status === DecodeStatus.Ok && cursor.offset >= minOffset) {
+        if (firstValidPosition < 0) firstValidPosition = pos + p;
+        highestOffset = Math.max(highestOffset, cursor.offset);
+        minOffset = cursor.offset + 1;
+        p += cursor.sizeBytes;
+        continue;
+      }
+      if (status === DecodeStatus.Incomplete && !windowReachesEnd && p > 0) break; // look again from here with a fresh window
+      if (status === DecodeStatus.Incomplete && !windowReachesEnd && got - p >= recordLengthPrefixBytes) {
+        const claimed = recordLengthPrefixBytes + new DataView(buf.buffer, p, 4).getUint32(0);
+        if (claimed > got && pos + claimed <= range.end) {
+          need = claimed;
+          break;
+        }
+      }
+      p++;
+    }
+    pos += p;
+  }
+  return { firstValidPosition, highestOffset };
+}
+
+/** One segment of a partition. See the module comment for durability and concurrency. */
+export class Segment {
+  /** Offset of the first record (from the file name). */
+  readonly baseOffset: number;
+  readonly logPath: string;
+  readonly indexPath: string;
+  /** Bytes of log written (including bytes not yet fsynced). */
+  sizeBytes = 0;
+  /** One past the offset of the last record (baseOffset when empty). */
+  nextOffset: number;
+  /** Bytes from the start that hold valid records; less than sizeBytes only for a corrupt segment. */
+  readableEndBytes = 0;
+  /** Set when recovery found a corrupt record: the rest of the segment is skipped. */
+  corruption: SegmentCorruption | null = null;
+  /** Largest record timestamp seen (ms), or −1 when unknown. */
+  maxTimestampMs = -1;
+  /** When the segment started, for `segment_ms` rolls (ms since the epoch). */
+  createdMs: number;
+  /** What recovery decided, for reports. */
+  recovery: SegmentRecoveryOutcome = "scanned";
+
+  #fs: FileSystem;
+  #log: FileHandle;
+  #indexFile: FileHandle | null;
+  #index: OffsetIndex;
+  #indexOnDiskEntries: number;
+  #indexWritable = true;
+  #refs = 1;
+  #closed = false;
+
+  private constructor(init: {
+    fs: FileSystem;
+    dir: string;
+    baseOffset: number;
+    log: FileHandle;
+    indexFile: FileHandle | null;
+    index: OffsetIndex;
+    createdMs: number;
+  }) {
+    this.#fs = init.fs;
+    this.baseOffset = init.baseOffset;
+    this.nextOffset = init.baseOffset;
+    this.logPath = joinPath(init.dir, logFileName(init.baseOffset));
+    this.indexPath = joinPath(init.dir, indexFileName(init.baseOffset));
+    this.#log = init.log;
+    this.#indexFile = init.indexFile;
+    this.#index = init.index;
+    this.#indexOnDiskEntries = init.index.count;
+    this.createdMs = init.createdMs;
+  }
+
+  /** Number of index entries in memory. */
+  get indexEntryCount(): number {
+    return this.#index.count;
+  }
+
+  /** True if no record was ever appended. */
+  get isEmpty(): boolean {
+    return this.sizeBytes === 0;
+  }
+
+  /**
+   * Creates a new, empty segment (log and index, mode 0600). The caller fsyncs the directory.
+   * @throws FsError (EEXIST if a file of that name is already there).
+   */
+  static async create(fs: FileSystem, dir: string, baseOffset: number, nowMs: number): Promise<Segment> {
+    assert(Number.isSafeInteger(baseOffset) && baseOffset >= 0, "segment base offset is a safe integer");
+    const log = await fs.open(joinPath(dir, logFileName(baseOffset)), { create: true, exclusive: true });
+    let indexFile: FileHandle;
+    try {
+      indexFile = await fs.open(joinPath(dir, indexFileName(baseOffset)), { create: true });
+      await indexFile.truncate(0);
+    } catch (err) {
+      await log.close().catch(() => {});
+      await fs.unlink(joinPath(dir, logFileName(baseOffset))).catch(() => {});
+      throw err;
+    }
+    const segment = new Segment({ fs, dir, baseOffset, log, indexFile, index: new OffsetIndex(), createdMs: nowMs });
+    return segment;
+  }
+
+  /**
+   * Opens an existing segment and recovers it (spec: Recovery after a crash):
+   * - sealed: the index is validated (DECISIONS 2); the first record and everything after the
+   *   last index entry must decode, pass their CRC and end exactly at the end of the file. If so
+   *   the segment is trusted without a full read; otherwise it is scanned in full and its index
+   *   rebuilt. A corrupt record leaves the file in place, is reported, and the rest is skipped.
+   * - active: always scanned in full. An incomplete tail with nothing valid after it is a torn
+   *   write and is cut off (never acknowledged). A bad record followed by a valid one is
+   *   corruption (DECISIONS 1): the file is left in place and the caller rolls a new segment.
+   * A first record whose offset differs from the file name is corruption (DECISIONS 11).
+   */
+  static async open(
+    fs: FileSystem,
+    options: { dir: string; baseOffset: number; active: boolean; nowMs: number; logger: Logger; partition: string },
+  ): Promise<Segment> {
+    const { dir, baseOffset, active, logger } = options;
+    const logPath = joinPath(dir, logFileName(baseOffset));
+    const indexPath = joinPath(dir, indexFileName(baseOffset));
+    const log = await fs.open(logPath, { write: active });
+    try {
+      const logSize = await log.size();
+      let stored: OffsetIndex | null = null;
+      let storedBytes: Uint8Array | null = null;
+      let indexProblem = "";
+      const indexStat = await fs.stat(indexPath);
+      if (indexStat === null) {
+        indexProblem = "index file is missing";
+      } else if (indexStat.size > (Math.floor(logSize / 4096) + 2) * indexEntryBytes) {
+        indexProblem = `index is ${indexStat.size} bytes, more than a ${logSize}-byte log can need`;
+      } else {
+        const indexFile = await fs.open(indexPath);
+        try {
+          const bytes = new Uint8Array(indexStat.size);
+          const got = await indexFile.read(bytes, 0);
+          storedBytes = bytes.subarray(0, got);
+          const decoded = OffsetIndex.decode(storedBytes, logSize);
+          if ("index" in decoded) stored = decoded.index;
+          else indexProblem = decoded.problem;
+        } finally {
+          await indexFile.close();
+        }
+      }
+
+      const segment = new Segment({
+        fs,
+        dir,
+        baseOffset,
+        log,
+        indexFile: null,
+        index: stored ?? new OffsetIndex(),
+        createdMs: options.nowMs,
+      });
+      segment.sizeBytes = logSize;
+      segment.readableEndBytes = logSize;
+      segment.#storedIndexSnapshot = storedBytes;
+
+      if (!active && stored !== null && logSize > 0) {
+        if (await segment.#fastCheck(stored, logSize)) {
+          segment.recovery = "trusted";
+          return segment;
+        }
+        indexProblem = "records after the last index entry do not decode to the end of the file";
+      }
+      await segment.#fullScan({ active, logger, partition: options.partition, indexProblem });
+      return segment;
+    } catch (err) {
+      await log.close().catch(() => {});
+      throw err;
+    }
+  }
+
+  /** The sealed-segment check that avoids a full read. */
+  async #fastCheck(index: OffsetIndex, logSize: number): Promise<boolean> {
+    const cursor = new RecordCursor();
+    // The first record must be valid and carry the offset in the file name.
+    const head = new Uint8Array(Math.min(logSize, readWindowBytes));
+    const got = await this.#log.read(head, 0);
+    cursor.reset(head.subarray(0, got));
+    const st = cursor.decode(0);
+    if (st === DecodeStatus.Incomplete && got === head.length && logSize > head.length) {
+      // A first record larger than the window: let the full scan deal with it.
+      return false;
+    }
+    if (st !== DecodeStatus.Ok || cursor.offset !== this.baseOffset) return false;
+    const createdMs = cursor.timestampMs;
+    const lastPos = index.lastPosition;
+    const lastRel = index.lastRelativeOffset;
+    let firstSeen = false;
+    let ok = true;
+    const tail = await scanRecords(this.#log, { start: lastPos, end: logSize, minOffset: this.baseOffset + lastRel }, (offset) => {
+      if (!firstSeen) {
+        firstSeen = true;
+        if (offset !== this.baseOffset + lastRel) ok = false;
+      }
+    });
+    if (!ok || tail.stop !== DecodeStatus.Ok || tail.endPosition !== logSize || tail.lastOffset < 0) return false;
+    this.nextOffset = tail.lastOffset + 1;
+    this.maxTimestampMs = tail.maxTimestampMs;
+    this.createdMs = createdMs;
+    return true;
+  }
+
+  /** Scans the whole log, rebuilding the index; handles torn tails and corruption. */
+  async #fullScan(options: { active: boolean; logger: Logger; partition: string; indexProblem: string }): Promise<void> {
+    const { active, logger, partition } = options;
+    const rebuilt = new OffsetIndex();
+    let lastIndexed = -1;
+    const scan = await scanRecords(this.#log, { start: 0, end: this.sizeBytes, minOffset: this.baseOffset }, (offset, position) => {
+      if (rebuilt.wants(position, lastIndexed)) {
+        rebuilt.push(offset - this.baseOffset, position);
+        lastIndexed = position;
+      }
+    });
+    this.#index = rebuilt;
+    this.maxTimestampMs = scan.maxTimestampMs;
+    if (scan.firstTimestampMs >= 0) this.createdMs = scan.firstTimestampMs;
+    let firstOffsetWrong = false;
+    if (scan.firstOffset >= 0 && scan.firstOffset !== this.baseOffset) {
+      // DECISIONS 11: a first record whose offset differs from the file name is corrupt.
+      firstOffsetWrong = true;
+    }
+    if (firstOffsetWrong) {
+      this.#index = new OffsetIndex();
+      this.#markCorrupt(0, `first record has offset ${scan.firstOffset}, but the file name says ${this.baseOffset}`, scan.lastOffset, logger, partition);
+      return;
+    }
+    this.nextOffset = scan.lastOffset >= 0 ? scan.lastOffset + 1 : this.baseOffset;
+
+    if (scan.endPosition < this.sizeBytes) {
+      const after = await findValidAfter(this.#log, { from: scan.endPosition, end: this.sizeBytes, minOffset: this.nextOffset });
+      if (active && after.firstValidPosition < 0) {
+        // A torn tail: bytes that never decode up to the end of the file. Never acknowledged.
+        const cutBytes = this.sizeBytes - scan.endPosition;
+        await this.#log.truncate(scan.endPosition);
+        await this.#log.sync();
+        logger.log("warn", "recovery.torn_tail_cut", {
+          partition,
+          segment: this.logPath,
+          position: scan.endPosition,
+          cut_bytes: cutBytes,
+          reason: scan.reason,
+        });
+        this.sizeBytes = scan.endPosition;
+        this.readableEndBytes = scan.endPosition;
+        this.recovery = "torn_tail_cut";
+        await this.#rewriteIndexFile(active);
+        return;
+      }
+      this.#markCorrupt(scan.endPosition, scan.reason, after.highestOffset, logger, partition);
+      return;
+    }
+    this.readableEndBytes = this.sizeBytes;
+    const needsRewrite = options.indexProblem !== "" || !this.#sameAsStored(rebuilt);
+    if (needsRewrite) {
+      if (options.indexProblem) {
+        logger.log("warn", "recovery.index_rebuilt", { partition, segment: this.indexPath, reason: options.indexProblem });
+      }
+      await this.#rewriteIndexFile(active);
+      this.recovery = options.indexProblem ? "index_rebuilt" : "scanned";
+    } else {
+      this.recovery = "scanned";
+      if (active) {
+        this.#indexFile = await this.#fs.open(this.indexPath, { write: true });
+        this.#indexOnDiskEntries = this.#index.count;
+      }
+    }
+  }
+
+  #storedIndexSnapshot: Uint8Array | null = null;
+
+  #sameAsStored(rebuilt: OffsetIndex): boolean {
+    // The stored index was decoded into #index before the scan replaced it; compare entry counts
+    // and bytes via the snapshot taken at open. Without a snapshot, rewrite to be safe.
+    const snap = this.#storedIndexSnapshot;
+    if (snap === null) return false;
+    const enc = rebuilt.encode();
+    if (enc.length !== snap.length) return false;
+    for (let i = 0; i < enc.length; i++) if (enc[i] !== snap[i]) return false;
+    return true;
+  }
+
+  #markCorrupt(position: number, reason: string, highestSkippedOffset: number, logger: Logger, partition: string): void {
+    this.corruption = { position, reason, highestSkippedOffset };
+    this.readableEndBytes = position;
+    this.recovery = "corrupt";
+    if (highestSkippedOffset >= this.nextOffset) this.nextOffset = highestSkippedOffset + 1;
+    logger.log("error", "recovery.corrupt_segment", {
+      partition,
+      segment: this.logPath,
+      position,
+      reason,
+      size_bytes: this.sizeBytes,
+      highest_skipped_offset: highestSkippedOffset,
+    });
+  }
+
+  /** Rewrites the index file from memory and fsyncs it; keeps it open for appends if active. */
+  async #rewriteIndexFile(active: boolean): Promise<void> {
+    const file = await this.#fs.open(this.indexPath, { create: true });
+    try {
+      await file.truncate(0);
+      const bytes = this.#index.encode();
+      if (bytes.length > 0) await file.write(bytes, 0);
+      await file.sync();
+    } catch (err) {
+      await file.close().catch(() => {});
+      throw err;
+    }
+    if (active) {
+      this.#indexFile = file;
+      this.#indexOnDiskEntries = this.#index.count;
+    } else {
+      await file.close();
+    }
+  }
+
+  /**
+   * Encodes batches as stored records at the end of this segment, assigning offsets from
+   * `nextOffset` and deciding index entries. Nothing is written yet.
+   */
+  prepareAppend(batches: readonly EntryBatch[], nowMs: number): PreparedAppend {
+    let total = 0;
+    for (const b of batches) total += b.bytes.length + b.count * 16;
+    const logBytes = new Uint8Array(total);
+    const indexEntries: number[] = [];
+    let lastIndexed = this.#index.lastPosition;
+    const start = this.sizeBytes;
+    const base = this.baseOffset;
+    const index = this.#index;
+    let offset = this.nextOffset;
+    let pos = 0;
+    let maxTs = -1;
+    const onRecord = (recordOffset: number, p: number): void => {
+      const filePos = start + p;
+      if (index.wants(filePos, lastIndexed)) {
+        indexEntries.push(recordOffset - base, filePos);
+        lastIndexed = filePos;
+      }
+    };
+    for (const batch of batches) {
+      const ts = encodeEntries(batch, logBytes, { outPos: pos, baseOffset: offset, nowMs, onRecord });
+      if (ts > maxTs) maxTs = ts;
+      pos += batch.bytes.length + batch.count * 16;
+      offset += batch.count;
+    }
+    assert(pos === total, "encoded exactly the planned bytes");
+    return { logBytes, indexEntries, baseOffset: this.nextOffset, nextOffset: offset, maxTimestampMs: maxTs };
+  }
+
+  /**
+   * Writes a prepared append: one write to the log, one to the index (spec: Writes and
+   * durability). On a failed log write the partial bytes are cut off before the error returns;
+   * if that fails too, throws StorageError "fenced". An index write failure is not fatal: the
+   * index is derived and recovery rebuilds it, so the segment stops writing its index file.
+   * @throws StorageError ("write_failed" after a clean cut, "fenced" otherwise).
+   */
+  async append(prepared: PreparedAppend, logger: Logger, partition: string): Promise<void> {
+    assert(prepared.baseOffset === this.nextOffset, "prepared append starts at the segment's next offset");
+    assert(this.#indexFile !== null, "only the active segment is appended to");
+    const before = this.sizeBytes;
+    try {
+      await this.#log.write(prepared.logBytes, before);
+    } catch (err) {
+      try {
+        await this.#log.truncate(before);
+      } catch (cutErr) {
+        throw new StorageError("fenced", `Cannot append to partition "${partition}": a write failed (${describe(err)}) and its partial bytes could not be cut off (${describe(cutErr)}), restart required`, { cause: err });
+      }
+      throw new StorageError("write_failed", `Cannot append to partition "${partition}": write failed: ${describe(err)}`, { cause: err });
+    }
+    this.sizeBytes = before + prepared.logBytes.length;
+    this.readableEndBytes = this.sizeBytes;
+    this.nextOffset = prepared.nextOffset;
+    if (prepared.maxTimestampMs > this.maxTimestampMs) this.maxTimestampMs = prepared.maxTimestampMs;
+    const firstNew = this.#index.count;
+    for (let i = 0; i < prepared.indexEntries.length; i += 2) this.#index.push(prepared.indexEntries[i], prepared.indexEntries[i + 1]);
+    if (prepared.indexEntries.length > 0 && this.#indexWritable) {
+      const bytes = this.#index.encode(this.#indexOnDiskEntries);
+      try {
+        await this.#indexFile.write(bytes, this.#indexOnDiskEntries * indexEntryBytes);
+        this.#indexOnDiskEntries = this.#index.count;
+      } catch (err) {
+        this.#indexWritable = false;
+        await this.#indexFile.truncate(this.#indexOnDiskEntries * indexEntryBytes).catch(() => {});
+        logger.log("warn", "segment.index_write_failed", { partition, segment: this.indexPath, error: describe(err), entries_in_memory: firstNew });
+      }
+    }
+  }
+
+  /** fsyncs the log (fdatasync). A rejection is final for the partition; never retry. */
+  syncLog(): Promise<void> {
+    return this.#log.sync();
+  }
+
+  /**
+   * Seals the segment after its data is durable: fsyncs the index so the next start can trust
+   * it, and closes the index handle. Index failures are logged, not fatal (recovery rebuilds).
+   */
+  async seal(logger: Logger, partition: string): Promise<void> {
+    const file = this.#indexFile;
+    this.#indexFile = null;
+    if (file === null) return;
+    try {
+      if (this.#indexWritable) await file.sync();
+    } catch (err) {
+      logger.log("warn", "segment.index_sync_failed", { partition, segment: this.indexPath, error: describe(err) });
+    } finally {
+      await file.close().catch(() => {});
+    }
+  }
+
+  /**
+   * Reads records with offset ≥ `offset` from the bytes below `limitBytes`: finds the index entry
+   * at or before the offset and scans forward with one large positional read (a second only if a
+   * record straddles the window). Returns at least one record if any is readable, then stops
+   * before `maxBytes` would be exceeded or at `maxRecords`.
+   */
+  async read(options: { offset: number; maxRecords: number; maxBytes: number; limitBytes: number }): Promise<SegmentRead> {
+    const { offset, maxRecords, maxBytes } = options;
+    const limit = Math.min(options.limitBytes, this.readableEndBytes);
+    const empty: SegmentRead = { bytes: new Uint8Array(0), count: 0, lastOffset: -1, status: "ok" };
+    if (offset >= this.nextOffset && this.corruption === null) return empty;
+    let start = this.#index.lookup(Math.max(0, offset - this.baseOffset));
+    if (start >= limit) {
+      // The index points past what may be read (it cannot: entries precede the durable end), or
+      // the segment's readable part ends before the entry; fall back to the nearest safe start.
+      start = 0;
+    }
+    const windowBytes = Math.min(limit - start, Math.max(readWindowBytes, maxBytes + 8192));
+    if (windowBytes <= 0) return empty;
+    let window = new Uint8Array(windowBytes);
+    let windowPos = start;
+    let got = await this.#log.read(window, windowPos);
+    const cursor = new RecordCursor().reset(window.subarray(0, got));
+    let p = 0;
+    let first = -1;
+    let count = 0;
+    let bytesOut = 0;
+    let lastOffset = -1;
+    while (windowPos + p < limit) {
+      const status = cursor.decode(p, got);
+      if (status === DecodeStatus.Incomplete) {
+        if (count > 0) break;
+        // A record larger than the rest of the window: read again from its start, sized to it.
+        const needAt = windowPos + p;
+        if (got - p < recordLengthPrefixBytes) {
+          if (needAt + recordLengthPrefixBytes > limit) return { ...empty, status: "bad_position" };
+        }
+        const lenBuf = new Uint8Array(recordLengthPrefixBytes);
+        await this.#log.read(lenBuf, needAt);
+        const claimed = new DataView(lenBuf.buffer).getUint32(0);
+        if (claimed > recordLenMax || needAt + recordLengthPrefixBytes + claimed > limit) return { ...empty, status: "bad_position" };
+        window = new Uint8Array(Math.max(recordLengthPrefixBytes + claimed, Math.min(limit - needAt, readWindowBytes)));
+        windowPos = needAt;
+        got = await this.#log.read(window, windowPos);
+        cursor.reset(window.subarray(0, got));
+        p = 0;
+        first = -1;
+        continue;
+      }
+      if (status === DecodeStatus.Invalid) return { ...empty, status: "bad_position" };
+      const size = cursor.sizeBytes;
+      if (cursor.offset < offset) {
+        p += size;
+        continue;
+      }
+      if (count > 0 && bytesOut + size > maxBytes) break;
+      if (first < 0) first = p;
+      count++;
+      bytesOut += size;
+      lastOffset = cursor.offset;
+      p += size;
+      if (count >= maxRecords) break;
+    }
+    if (count === 0) return empty;
+    return { bytes: window.subarray(first, first + bytesOut), count, lastOffset, status: "ok" };
+  }
+
+  /**
+   * Rebuilds the in-memory index from a full scan of the readable part (after a read found an
+   * entry pointing into the middle of a record, DECISIONS 2). The index file of a sealed segment
+   * is rewritten too; an active one's is rewritten and kept open.
+   */
+  async rebuildIndex(logger: Logger, partition: string): Promise<void> {
+    const rebuilt = new OffsetIndex();
+    let lastIndexed = -1;
+    await scanRecords(this.#log, { start: 0, end: this.readableEndBytes, minOffset: this.baseOffset }, (offset, position) => {
+      if (rebuilt.wants(position, lastIndexed)) {
+        rebuilt.push(offset - this.baseOffset, position);
+        lastIndexed = position;
+      }
+    });
+    this.#index = rebuilt;
+    logger.log("warn", "segment.index_rebuilt", { partition, segment: this.indexPath, reason: "an index entry pointed into the middle of a record" });
+    if (this.corruption !== null) return;
+    const wasActive = this.#indexFile !== null;
+    if (wasActive) {
+      await this.#indexFile!.close().catch(() => {});
+      this.#indexFile = null;
+    }
+    try {
+      await this.#rewriteIndexFile(wasActive);
+      this.#indexWritable = true;
+    } catch (err) {
+      this.#indexWritable = false;
+      logger.log("warn", "segment.index_write_failed", { partition, segment: this.indexPath, error: describe(err) });
+    }
+  }
+
+  /**
+   * Takes a reference for a reader; pair with {@link release}. Returns false (and takes nothing)
+   * if the segment's files are already closed: the reader must look the segment list up again.
+   */
+  acquire(): boolean {
+    if (this.#refs === 0) return false;
+    this.#refs++;
+    return true;
+  }
+
+  /** Drops a reference; the files close when the last is gone (after {@link close}). */
+  async release(): Promise<void> {
+    assert(this.#refs > 0, "release balanced with acquire");
+    this.#refs--;
+    if (this.#refs === 0) await this.#closeFiles();
+  }
+
+  /** Drops the partition's own reference: closes now, or when the last reader releases. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.release();
+  }
+
+  async #closeFiles(): Promise<void> {
+    const index = this.#indexFile;
+    this.#indexFile = null;
+    await index?.close().catch(() => {});
+    await this.#log.close().catch(() => {});
+  }
+
+  /** Status of the segment for reports (`GET /v1/admin/storage`, `es-broker check`). */
+  describe(): {
+    base_offset: number;
+    next_offset: number;
+    size_bytes: number;
+    index_entries: number;
+    recovery: SegmentRecoveryOutcome;
+    corruption: SegmentCorruption | null;
+  } {
+    return {
+      base_offset: this.baseOffset,
+      next_offset: this.nextOffset,
+      size_bytes: this.sizeBytes,
+      index_entries: this.#index.count,
+      recovery: this.recovery,
+      corruption: this.corruption,
+    };
+  }
+}
+
+/** A short text for an error (its errno code and message). */
+export function describe(err: unknown): string {
+  if (err instanceof FsError) return err.message;
+  if (err instanceof Error) return err.message;
+  return String(err);
+}
+
+/** Parses a segment file name: the base offset for `NNNNNNNNNNNNNNNNNNNN.log|.index`, else null. */
+export function parseSegmentFileName(name: string): { baseOffset: number; kind: "log" | "index" } | null {
+  const m = /^(\d{20})\.(log|index)$/.exec(name);
+  if (!m) return null;
+  const baseOffset = Number(m[1]);
+  return { baseOffset, kind: m[2] as "log" | "index" };
+}
+
+/** True if a base offset parsed from a name is usable (DECISIONS 6). */
+export function isSupportedBaseOffset(baseOffset: number): boolean {
+  return Number.isSafeInteger(baseOffset) && baseOffset <= offsetMax;
+}

@@ -1,0 +1,183 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { readFileSync, statSync, readdirSync, writeFileSync, appendFileSync, truncateSync } from "node:fs";
+import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
+import { PartitionLog } from "../../src/storage/partition.ts";
+import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
+import { ManualClock } from "../../src/lib/clock.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { utf8, fromUtf8 } from "../../src/lib/bytes.ts";
+import { tempDir } from "../helpers/tmp.ts";
+
+const cleanups: (() => void)[] = [];
+afterEach(() => cleanups.splice(0).forEach((c) => c()));
+
+async function openLog(dir: string, segmentBytes = 1024 * 1024, extra: { clock?: ManualClock; logger?: MemoryLogger; flushEveryRecords?: number } = {}) {
+  return PartitionLog.open({
+    fs: new NodeFileSystem(),
+    dir,
+    name: "t/0",
+    clock: extra.clock ?? new ManualClock(),
+    logger: extra.logger ?? new MemoryLogger(),
+    config: () => ({ segmentBytes, segmentMs: 7 * 24 * 3600_000 }),
+    flushEveryRecords: extra.flushEveryRecords,
+  });
+}
+
+function batchOf(values: string[], keyPrefix: string | null = null) {
+  const b = new EntryBatchBuilder();
+  values.forEach((v, i) => b.add(keyPrefix === null ? null : utf8(`${keyPrefix}${i}`), utf8(v)));
+  return b.build();
+}
+
+function decodeAll(bytes: Uint8Array): { offset: number; value: string }[] {
+  const c = new RecordCursor().reset(bytes);
+  const out: { offset: number; value: string }[] = [];
+  let p = 0;
+  while (p < bytes.length) {
+    expect(c.decode(p)).toBe(DecodeStatus.Ok);
+    out.push({ offset: c.offset, value: fromUtf8(c.value()) });
+    p += c.sizeBytes;
+  }
+  return out;
+}
+
+describe("PartitionLog on the real file system", () => {
+  it("assigns consecutive offsets and reads every offset back", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    const log = await openLog(`${dir}/p`, 2048);
+    const values = Array.from({ length: 300 }, (_, i) => `value-${i}-${"x".repeat(i % 50)}`);
+    let next = 0;
+    for (let i = 0; i < values.length; i += 7) {
+      const chunk = values.slice(i, i + 7);
+      const r = await log.append(batchOf(chunk));
+      expect(r.baseOffset).toBe(next);
+      next += chunk.length;
+    }
+    expect(log.highWatermark).toBe(300);
+    expect(log.segmentCount).toBeGreaterThan(5);
+    for (let o = 0; o < 300; o++) {
+      const r = await log.read({ offset: o, maxRecords: 3, maxBytes: 1 << 20 });
+      const got = decodeAll(r.bytes);
+      expect(got[0]).toEqual({ offset: o, value: values[o] });
+      expect(r.nextOffset).toBe(got.at(-1)!.offset + 1);
+    }
+    await log.close();
+  });
+
+  it("rolls at segment_bytes, names segments by base offset, and keeps index entries 4 KiB apart", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    const log = await openLog(`${dir}/p`, 64 * 1024);
+    for (let i = 0; i < 40; i++) await log.append(batchOf(Array.from({ length: 10 }, () => "y".repeat(500))));
+    await log.close();
+    const names = readdirSync(`${dir}/p`).sort();
+    const logs = names.filter((n) => n.endsWith(".log"));
+    expect(logs.length).toBeGreaterThan(3);
+    expect(logs[0]).toBe("00000000000000000000.log");
+    for (const name of logs) {
+      expect(name).toMatch(/^\d{20}\.log$/);
+      const size = statSync(`${dir}/p/${name}`).size;
+      expect(size).toBeLessThanOrEqual(64 * 1024);
+      const index = readFileSync(`${dir}/p/${name.replace(".log", ".index")}`);
+      expect(index.length % 16).toBe(0);
+      const positions: number[] = [];
+      for (let i = 0; i < index.length; i += 16) positions.push(Number(index.readBigUInt64BE(i + 8)));
+      expect(positions[0]).toBe(0);
+      for (let i = 1; i < positions.length; i++) expect(positions[i] - positions[i - 1]).toBeGreaterThanOrEqual(4096);
+      // No gap of 4 KiB + one record (532 bytes) without an entry.
+      const gaps = [...positions, size].map((p, i, a) => (i === 0 ? 0 : p - a[i - 1]));
+      for (const g of gaps) expect(g).toBeLessThan(4096 + 532 + 1);
+      expect(Number(readFileSync(`${dir}/p/${name}`).readBigUInt64BE(4))).toBe(Number(name.slice(0, 20)));
+    }
+  });
+
+  it("reopens with the same records and continues at the next offset", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    let log = await openLog(`${dir}/p`, 4096);
+    for (let i = 0; i < 20; i++) await log.append(batchOf([`a${i}`, `b${i}`]));
+    await log.close();
+    log = await openLog(`${dir}/p`, 4096);
+    expect(log.highWatermark).toBe(40);
+    const r = await log.append(batchOf(["after"]));
+    expect(r.baseOffset).toBe(40);
+    const all = await log.read({ offset: 0, maxRecords: 1000, maxBytes: 1 << 20 });
+    expect(decodeAll(all.bytes).length).toBeGreaterThan(0);
+    await log.close();
+  });
+
+  it("cuts a torn tail of the active segment at start and reports it", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    let log = await openLog(`${dir}/p`);
+    await log.append(batchOf(["one", "two", "three"]));
+    await log.close();
+    const path = `${dir}/p/00000000000000000000.log`;
+    const size = statSync(path).size;
+    appendFileSync(path, Buffer.from([1, 2, 3, 4, 5, 6, 7]));
+    const logger = new MemoryLogger();
+    log = await openLog(`${dir}/p`, 1 << 20, { logger });
+    expect(statSync(path).size).toBe(size);
+    expect(log.highWatermark).toBe(3);
+    expect(logger.named("recovery.torn_tail_cut")).toHaveLength(1);
+    expect((await log.append(batchOf(["four"]))).baseOffset).toBe(3);
+    await log.close();
+    truncateSync(path, statSync(path).size - 1);
+    log = await openLog(`${dir}/p`);
+    expect(log.highWatermark).toBe(3);
+    await log.close();
+  });
+
+  it("answers out of range below the log start and above the high watermark, empty at it", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    const log = await openLog(`${dir}/p`);
+    await log.append(batchOf(["a"]));
+    await expect(log.read({ offset: 2, maxRecords: 1, maxBytes: 100 })).rejects.toMatchObject({ kind: "out_of_range" });
+    const r = await log.read({ offset: 1, maxRecords: 1, maxBytes: 100 });
+    expect(r.count).toBe(0);
+    expect(r.nextOffset).toBe(1);
+    await log.close();
+  });
+
+  it("makes files 0600 and directories 0700", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    const old = process.umask(0);
+    try {
+      const log = await openLog(`${dir}/a/b`, 1024);
+      for (let i = 0; i < 10; i++) await log.append(batchOf(["z".repeat(300)]));
+      await log.close();
+    } finally {
+      process.umask(old);
+    }
+    expect(statSync(`${dir}/a`).mode & 0o777).toBe(0o700);
+    expect(statSync(`${dir}/a/b`).mode & 0o777).toBe(0o700);
+    for (const n of readdirSync(`${dir}/a/b`)) expect(statSync(`${dir}/a/b/${n}`).mode & 0o777, n).toBe(0o600);
+  });
+
+  it("shares one fsync among concurrent appends (group commit)", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    const log = await openLog(`${dir}/p`);
+    const results = await Promise.all(Array.from({ length: 200 }, (_, i) => log.append(batchOf([`r${i}`]))));
+    expect(new Set(results.map((r) => r.baseOffset)).size).toBe(200);
+    expect(log.stats.fsyncs).toBeLessThan(200);
+    expect(log.highWatermark).toBe(200);
+    await log.close();
+  });
+
+  it("returns a record larger than the read window whole", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    const log = await openLog(`${dir}/p`);
+    await log.append(batchOf(["small"]));
+    await log.append(batchOf(["B".repeat(600 * 1024)]));
+    const r = await log.read({ offset: 0, maxRecords: 10, maxBytes: 100 });
+    expect(decodeAll(r.bytes).map((x) => x.offset)).toEqual([0]);
+    const big = await log.read({ offset: 1, maxRecords: 10, maxBytes: 100 });
+    expect(decodeAll(big.bytes)[0].value.length).toBe(600 * 1024);
+    await log.close();
+  });
+});
