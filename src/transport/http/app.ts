@@ -1,0 +1,310 @@
+/**
+ * The HTTP front door: a Hono app that decodes each request, calls one {@link Broker} method and
+ * encodes the result. It holds no broker logic. The full contract, with curl examples, is
+ * `docs/http-api.md`; the routes:
+ *
+ * | method & path                                              | success                         |
+ * |------------------------------------------------------------|---------------------------------|
+ * | `GET /healthz`                                             | 200 `{"status":"ok"}`           |
+ * | `POST /v1/topics`                                          | 201 topic description           |
+ * | `GET /v1/topics`                                           | 200 `{"topics":[…]}`            |
+ * | `GET /v1/topics/{topic}`                                   | 200 topic description           |
+ * | `DELETE /v1/topics/{topic}`                                | 204, no body                    |
+ * | `POST /v1/topics/{topic}/records` (JSON or NDJSON)         | 200 `{"offsets":[…]}` once durable |
+ * | `GET /v1/topics/{topic}/partitions/{p}/records?offset=…`   | 200 records (long-poll: `wait_ms`) |
+ * | `GET /v1/topics/{topic}/partitions/{p}/stream`             | 200 `text/event-stream`         |
+ *
+ * Errors are `{"error":{"code","message","details"?}}` with the status of the error table
+ * (`src/broker/errors.ts`), produced by one `onError`. Unknown routes are 404 `not_found`. A body
+ * over `maxRequestBytes` is 413 `request_too_large`, decided from `Content-Length` before reading,
+ * or, for a chunked body, as soon as the bytes read pass the cap (the rest is never buffered).
+ * Anything that is not a {@link BrokerError} is a bug: it is logged through the injected
+ * {@link Logger} as `http.internal_error` and answered 500 `internal`.
+ */
+import { Hono } from "hono";
+import type { Context } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { HTTPException } from "hono/http-exception";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
+import { BrokerError, Errors } from "../../broker/errors.ts";
+import type { Broker } from "../../broker/types.ts";
+import { utf8 } from "../../lib/bytes.ts";
+import {
+  fetchBytesDefault,
+  fetchBytesMax,
+  fetchRecordsDefault,
+  fetchRecordsMax,
+  fetchWaitMsMax,
+  offsetMax,
+  requestBytesDefault,
+  requestBytesMax,
+  requestBytesMin,
+} from "../../lib/limits.ts";
+import type { Logger } from "../../lib/logger.ts";
+import type { ValueEncoding } from "./encode.ts";
+import { fetchJson, produceOffsetsJson, topicJson } from "./encode.ts";
+import { errorBody, invalidRequest } from "./errors.ts";
+import { parseInteger } from "./params.ts";
+import type { DecodedProduce } from "./produce.ts";
+import { decodeJsonProduce, decodeNdjsonProduce, partitionNumberMax } from "./produce.ts";
+import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
+
+/**
+ * Values the server passes to every request as Hono's `c.env`. `serveHttp`
+ * (`src/runtime/http.ts`) sets `shutdownSignal`, aborted when the server closes, so long-polls
+ * and event streams end promptly; with `app.request()` in tests it is absent.
+ */
+export interface HttpBindings {
+  shutdownSignal?: AbortSignal;
+}
+
+/** The Hono app {@link createHttpApp} returns. */
+export type HttpApp = Hono<{ Bindings: HttpBindings }>;
+
+/** Options of {@link createHttpApp}. */
+export interface HttpAppOptions {
+  /** Every route calls this broker; the app never closes it. */
+  broker: Broker;
+  /** Receives `http.internal_error` events (with the stack) for anything answered 500. */
+  logger: Logger;
+  /**
+   * Largest request body accepted, in bytes (`--max-request-bytes`); default
+   * `requestBytesDefault` (16 MiB), allowed `requestBytesMin` … `requestBytesMax`.
+   */
+  maxRequestBytes?: number;
+  /** Heartbeat period of an idle SSE stream, in ms (1 … 60 000); default 15 000. */
+  sseHeartbeatMs?: number;
+}
+
+type AppContext = Context<{ Bindings: HttpBindings }>;
+
+/** Signal that aborts when the client goes away or the server shuts down. */
+function requestSignal(c: AppContext): AbortSignal {
+  const shutdown = c.env?.shutdownSignal;
+  return shutdown === undefined ? c.req.raw.signal : AbortSignal.any([c.req.raw.signal, shutdown]);
+}
+
+/** The value of a query parameter given at most once; undefined when absent. */
+function singleQuery(c: AppContext, name: string, action: string): string | undefined {
+  const values = c.req.queries(name);
+  if (values === undefined || values.length === 0) return undefined;
+  if (values.length > 1) throw invalidRequest(action, `query parameter "${name}" is given ${values.length} times, at most once is allowed`);
+  return values[0];
+}
+
+function integerQuery(c: AppContext, name: string, bounds: { min: number; max: number; action: string }): number | undefined {
+  const text = singleQuery(c, name, bounds.action);
+  return text === undefined ? undefined : parseInteger(text, { label: `query parameter "${name}"`, ...bounds });
+}
+
+function partitionParam(c: AppContext, action: string): number {
+  return parseInteger(c.req.param("partition") ?? "", { label: 'path parameter "partition"', min: 0, max: partitionNumberMax, action });
+}
+
+function encodingQuery(c: AppContext, action: string): ValueEncoding {
+  const text = singleQuery(c, "encoding", action);
+  if (text === undefined || text === "utf8") return "utf8";
+  if (text === "base64") return "base64";
+  throw invalidRequest(action, `query parameter "encoding" ${JSON.stringify(text)} must be "utf8" or "base64"`);
+}
+
+/** `offset`: a number, or `earliest` / `latest`, resolved through `listOffsets`. */
+async function resolveOffset(broker: Broker, text: string, where: { topic: string; partition: number; action: string }): Promise<number> {
+  if (text === "earliest" || text === "latest") {
+    const bounds = await broker.listOffsets({ topic: where.topic, partition: where.partition });
+    return text === "earliest" ? bounds.logStartOffset : bounds.highWatermark;
+  }
+  return parseInteger(text, { label: 'query parameter "offset"', min: 0, max: offsetMax, action: where.action });
+}
+
+/** The media type of the body, lower case, without parameters; "" when there is no Content-Type. */
+function mediaType(c: AppContext): string {
+  const header = c.req.header("content-type");
+  if (header === undefined) return "";
+  return header.split(";", 1)[0].trim().toLowerCase();
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+async function readBody(c: AppContext, action: string): Promise<Uint8Array> {
+  try {
+    return new Uint8Array(await c.req.arrayBuffer());
+  } catch (e) {
+    if (e instanceof BrokerError) throw e;
+    // The client went away mid-body or sent a broken stream: its fault, not a broker bug.
+    throw invalidRequest(action, `the request body could not be read: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
+function parseJson(bytes: Uint8Array, action: string): unknown {
+  let text: string;
+  try {
+    text = strictUtf8.decode(bytes);
+  } catch {
+    throw invalidRequest(action, "the body is not valid UTF-8");
+  }
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw invalidRequest(action, `the body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
+/**
+ * Builds the HTTP app over `broker`. Routes and shapes: module comment and `docs/http-api.md`.
+ * @throws RangeError if `maxRequestBytes` or `sseHeartbeatMs` is out of range (a configuration bug).
+ */
+export function createHttpApp(options: HttpAppOptions): HttpApp {
+  const { broker, logger } = options;
+  const maxRequestBytes = options.maxRequestBytes ?? requestBytesDefault;
+  if (!Number.isSafeInteger(maxRequestBytes) || maxRequestBytes < requestBytesMin || maxRequestBytes > requestBytesMax) {
+    throw new RangeError(`maxRequestBytes ${maxRequestBytes} must be an integer from ${requestBytesMin} to ${requestBytesMax}`);
+  }
+  const heartbeatMs = options.sseHeartbeatMs ?? sseHeartbeatMsDefault;
+  if (!Number.isSafeInteger(heartbeatMs) || heartbeatMs < 1 || heartbeatMs > fetchWaitMsMax) {
+    throw new RangeError(`sseHeartbeatMs ${heartbeatMs} must be an integer from 1 to ${fetchWaitMsMax}`);
+  }
+
+  const app: HttpApp = new Hono<{ Bindings: HttpBindings }>();
+
+  // Counts bytes as they arrive and stops at the cap; trusts Content-Length when there is one
+  // (the runtime's HTTP parser never delivers more than it says).
+  const limitBody = bodyLimit({
+    maxSize: maxRequestBytes,
+    onError: () => {
+      throw new BrokerError(Errors.requestTooLarge, `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`, {
+        limit_bytes: maxRequestBytes,
+      });
+    },
+  });
+
+  app.onError((err, c) => {
+    let error: BrokerError;
+    if (err instanceof BrokerError) {
+      error = err;
+    } else if (err instanceof HTTPException && err.status === 413) {
+      error = new BrokerError(Errors.requestTooLarge, `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`);
+    } else if (err instanceof HTTPException && err.status === 400) {
+      error = invalidRequest("Cannot accept the request", err.message);
+    } else {
+      logger.log("error", "http.internal_error", {
+        method: c.req.method,
+        path: c.req.path,
+        error: err instanceof Error ? err.message : String(err),
+        stack: err instanceof Error ? err.stack : undefined,
+      });
+      error = new BrokerError(Errors.internal, `Cannot complete ${c.req.method} ${c.req.path}: internal error (logged)`);
+    }
+    return c.json(errorBody(error), error.kind.http as ContentfulStatusCode);
+  });
+
+  app.notFound((c) => {
+    const error = new BrokerError(Errors.notFound, `Cannot ${c.req.method} ${c.req.path}: no such route`);
+    return c.json(errorBody(error), 404);
+  });
+
+  app.get("/healthz", (c) => c.json({ status: "ok" }));
+
+  app.post("/v1/topics", limitBody, async (c) => {
+    let action = "Cannot create topic";
+    const body = parseJson(await readBody(c, action), action);
+    if (typeof body !== "object" || body === null || Array.isArray(body)) {
+      throw invalidRequest(action, 'the body must be a JSON object like {"name":"orders","partitions":3,"config":{}}');
+    }
+    const fields = body as Record<string, unknown>;
+    for (const field of Object.keys(fields)) {
+      if (field !== "name" && field !== "partitions" && field !== "config") {
+        throw invalidRequest(action, `unknown field ${JSON.stringify(field)} (expected name, partitions, config)`, { field });
+      }
+    }
+    if (typeof fields.name !== "string") throw invalidRequest(action, '"name" must be a string', { field: "name" });
+    action = `Cannot create topic ${JSON.stringify(fields.name)}`;
+    const partitions = fields.partitions ?? 1;
+    if (typeof partitions !== "number" || !Number.isInteger(partitions)) {
+      throw invalidRequest(action, '"partitions" must be an integer', { field: "partitions" });
+    }
+    const config = fields.config ?? {};
+    if (typeof config !== "object" || config === null || Array.isArray(config)) {
+      throw invalidRequest(action, '"config" must be a JSON object', { field: "config" });
+    }
+    const topic = await broker.createTopic({ name: fields.name, partitions, config: config as Record<string, unknown> });
+    return c.json(topicJson(topic), 201);
+  });
+
+  app.get("/v1/topics", async (c) => {
+    const topics = await broker.listTopics();
+    return c.json({ topics: topics.map(topicJson) });
+  });
+
+  app.get("/v1/topics/:topic", async (c) => {
+    return c.json(topicJson(await broker.describeTopic(c.req.param("topic"))));
+  });
+
+  app.delete("/v1/topics/:topic", async (c) => {
+    await broker.deleteTopic(c.req.param("topic"));
+    return c.body(null, 204);
+  });
+
+  app.post("/v1/topics/:topic/records", limitBody, async (c) => {
+    const topic = c.req.param("topic");
+    const action = `Cannot produce to topic ${JSON.stringify(topic)}`;
+    const type = mediaType(c);
+    let decoded: DecodedProduce;
+    if (type === "application/x-ndjson" || type === "application/ndjson") {
+      const keyText = singleQuery(c, "key", action);
+      const partition = integerQuery(c, "partition", { min: 0, max: partitionNumberMax, action });
+      decoded = decodeNdjsonProduce(await readBody(c, action), { action, key: keyText === undefined ? null : utf8(keyText), partition });
+    } else {
+      // Anything else is parsed as JSON (curl -d sends x-www-form-urlencoded, fetch text/plain):
+      // a body that is not JSON fails with a clear 400 either way.
+      for (const name of ["key", "partition"]) {
+        if (singleQuery(c, name, action) !== undefined) {
+          throw invalidRequest(action, `query parameter "${name}" applies to NDJSON bodies only; put it in each record of a JSON body`);
+        }
+      }
+      const bytes = await readBody(c, action);
+      decoded = decodeJsonProduce(parseJson(bytes, action), { action, sizeHintBytes: bytes.length });
+    }
+    const result = await broker.produce({ topic, ...decoded });
+    return c.json({ offsets: produceOffsetsJson(result, decoded.batch.count) });
+  });
+
+  app.get("/v1/topics/:topic/partitions/:partition/records", async (c) => {
+    const topic = c.req.param("topic");
+    const action = `Cannot fetch from partition ${JSON.stringify(`${topic}/${c.req.param("partition")}`)}`;
+    const partition = partitionParam(c, action);
+    const offsetText = singleQuery(c, "offset", action);
+    if (offsetText === undefined) {
+      throw invalidRequest(action, 'query parameter "offset" is required (an offset, "earliest" or "latest")', { parameter: "offset" });
+    }
+    const maxRecords = integerQuery(c, "max_records", { min: 1, max: fetchRecordsMax, action }) ?? fetchRecordsDefault;
+    const maxBytes = integerQuery(c, "max_bytes", { min: 1, max: fetchBytesMax, action }) ?? fetchBytesDefault;
+    const waitMs = integerQuery(c, "wait_ms", { min: 0, max: fetchWaitMsMax, action }) ?? 0;
+    const encoding = encodingQuery(c, action);
+    const offset = await resolveOffset(broker, offsetText, { topic, partition, action });
+    const result = await broker.fetch({ topic, partition, offset, maxRecords, maxBytes, waitMs, signal: requestSignal(c) });
+    return c.json(fetchJson(result, encoding));
+  });
+
+  app.get("/v1/topics/:topic/partitions/:partition/stream", async (c) => {
+    const topic = c.req.param("topic");
+    const action = `Cannot stream partition ${JSON.stringify(`${topic}/${c.req.param("partition")}`)}`;
+    const partition = partitionParam(c, action);
+    const encoding = encodingQuery(c, action);
+    const offsetText = singleQuery(c, "offset", action);
+    if (offsetText !== undefined && offsetText !== "earliest" && offsetText !== "latest") {
+      parseInteger(offsetText, { label: 'query parameter "offset"', min: 0, max: offsetMax, action });
+    }
+    const lastEventId = c.req.header("last-event-id");
+    let offset: number;
+    if (lastEventId !== undefined && lastEventId.trim() !== "") {
+      const lastOffset = parseInteger(lastEventId.trim(), { label: 'header "Last-Event-ID"', min: 0, max: offsetMax - 1, action });
+      offset = lastOffset + 1;
+    } else {
+      offset = await resolveOffset(broker, offsetText ?? "latest", { topic, partition, action });
+    }
+    return streamRecords(c, { topic, partition, offset, encoding, signal: requestSignal(c) }, { broker, logger, heartbeatMs });
+  });
+
+  return app;
+}

@@ -1,0 +1,117 @@
+/**
+ * JSON encodings of broker results: topic descriptions, produce offsets and fetched records.
+ * Field names are snake_case, offsets and timestamps JSON numbers (exact to 2^53 − 1, DECISIONS 6).
+ */
+import { AssertionError } from "../../lib/assert.ts";
+import { encodeBase64 } from "../../lib/base64.ts";
+import { fromUtf8 } from "../../lib/bytes.ts";
+import type { FetchResult, PartitionInfo, ProduceResult, TopicDescription } from "../../broker/types.ts";
+import { DecodeStatus, RecordCursor } from "../../storage/record.ts";
+
+/** How keys and values appear in fetched records: UTF-8 text (invalid bytes become U+FFFD) or base64. */
+export type ValueEncoding = "utf8" | "base64";
+
+/** One partition as shown over HTTP. */
+export interface PartitionJson {
+  partition: number;
+  log_start_offset: number;
+  high_watermark: number;
+  size_bytes: number;
+  segments: number;
+  fenced: boolean;
+}
+
+/** A topic as shown over HTTP: `{ name, partitions: [...], config: {...} }`. */
+export interface TopicJson {
+  name: string;
+  partitions: PartitionJson[];
+  config: Record<string, unknown>;
+}
+
+/** One fetched record as shown over HTTP (and as the `data` of an SSE `record` event). */
+export interface RecordJson {
+  offset: number;
+  /** ms since the epoch. */
+  timestamp: number;
+  /** null when the record has no key; "" is the empty key. */
+  key: string | null;
+  value: string;
+}
+
+/** Body of a fetch response. */
+export interface FetchJson {
+  records: RecordJson[];
+  next_offset: number;
+  high_watermark: number;
+  log_start_offset: number;
+}
+
+function partitionJson(info: PartitionInfo): PartitionJson {
+  return {
+    partition: info.partition,
+    log_start_offset: info.logStartOffset,
+    high_watermark: info.highWatermark,
+    size_bytes: info.sizeBytes,
+    segments: info.segmentCount,
+    fenced: info.fenced,
+  };
+}
+
+/** The HTTP shape of a topic description. */
+export function topicJson(topic: TopicDescription): TopicJson {
+  return { name: topic.name, partitions: topic.partitions.map(partitionJson), config: { ...topic.config } };
+}
+
+/**
+ * Expands the spans of a produce result into one `{ partition, offset }` per record, in request
+ * order. @throws AssertionError if the spans do not cover exactly `recordCount` records (a broker bug).
+ */
+export function produceOffsetsJson(result: ProduceResult, recordCount: number): { partition: number; offset: number }[] {
+  const offsets: { partition: number; offset: number }[] = [];
+  for (const span of result.spans) {
+    for (let i = 0; i < span.count; i++) offsets.push({ partition: span.partition, offset: span.baseOffset + i });
+  }
+  if (offsets.length !== recordCount) {
+    throw new AssertionError(`assertion failed: produce spans cover ${offsets.length} records, the request had ${recordCount}`);
+  }
+  return offsets;
+}
+
+/**
+ * Decodes the stored records of a fetch result with {@link RecordCursor}, calling `each` for every
+ * record in offset order. @throws AssertionError if the broker handed out bytes that do not decode
+ * as exactly `records.count` whole records (the broker validates what it serves; this is a bug).
+ */
+export function forEachRecord(result: FetchResult, encoding: ValueEncoding, each: (record: RecordJson) => void): void {
+  const cursor = new RecordCursor().reset(result.records.bytes);
+  const end = result.records.bytes.length;
+  let pos = 0;
+  for (let i = 0; i < result.records.count; i++) {
+    const status = cursor.decode(pos, end);
+    if (status !== DecodeStatus.Ok) {
+      throw new AssertionError(`assertion failed: fetched record ${i} of ${result.records.count} does not decode: ${cursor.reason}`);
+    }
+    const key = cursor.key();
+    const value = cursor.value();
+    each({
+      offset: cursor.offset,
+      timestamp: cursor.timestampMs,
+      key: key === null ? null : encoding === "base64" ? encodeBase64(key) : fromUtf8(key),
+      value: encoding === "base64" ? encodeBase64(value) : fromUtf8(value),
+    });
+    pos += cursor.sizeBytes;
+  }
+  if (pos !== end) throw new AssertionError(`assertion failed: ${end - pos} bytes left after ${result.records.count} fetched records`);
+}
+
+/** The HTTP body of a fetch result. */
+export function fetchJson(result: FetchResult, encoding: ValueEncoding): FetchJson {
+  const records: RecordJson[] = [];
+  forEachRecord(result, encoding, (record) => records.push(record));
+  return {
+    records,
+    next_offset: result.nextOffset,
+    high_watermark: result.highWatermark,
+    log_start_offset: result.logStartOffset,
+  };
+}
