@@ -21,6 +21,30 @@ function fsyncAsync(fd: number, path: string, data: boolean): Promise<void> {
   });
 }
 
+/**
+ * Creates `path` and its missing parents one level at a time, each chmod-ed to 0700 before the
+ * next is made inside it. (`mkdirSync` with `recursive` makes every level with the umask applied,
+ * so a umask that removes the owner's write bit, e.g. 0o277, left a parent that a non-root process
+ * could not create the next level in: EACCES.)
+ */
+function mkdirLevels(path: string): void {
+  try {
+    if (fs.statSync(path).isDirectory()) return;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    const i = path.lastIndexOf("/");
+    if (i > 0) mkdirLevels(path.slice(0, i));
+  }
+  try {
+    fs.mkdirSync(path, 0o700);
+  } catch (err) {
+    // Lost a race with another creator (fine), or a file is in the way (EEXIST stands).
+    if ((err as NodeJS.ErrnoException).code === "EEXIST" && fs.statSync(path).isDirectory()) return;
+    throw err;
+  }
+  fs.chmodSync(path, 0o700);
+}
+
 class NodeFileHandle implements FileHandle {
   #fd: number | null;
   constructor(
@@ -62,7 +86,8 @@ class NodeFileHandle implements FileHandle {
     }
   }
 
-  sync(): Promise<void> {
+  // async, so that a closed handle rejects (EBADF) instead of throwing synchronously.
+  async sync(): Promise<void> {
     return fsyncAsync(this.#handle(), this.path, true);
   }
 
@@ -120,18 +145,7 @@ export class NodeFileSystem implements FileSystem {
 
   async mkdir(path: string): Promise<void> {
     try {
-      const created = fs.mkdirSync(path, { recursive: true, mode: 0o700 });
-      if (created !== undefined) {
-        // Every directory mkdir created, from the first new one down to `path`, gets exactly 0700.
-        let p = path;
-        for (;;) {
-          fs.chmodSync(p, 0o700);
-          if (p === created || p.length <= created.length) break;
-          const i = p.lastIndexOf("/");
-          if (i <= 0) break;
-          p = p.slice(0, i);
-        }
-      }
+      mkdirLevels(path);
     } catch (err) {
       throw wrap(err, path);
     }
