@@ -1,0 +1,68 @@
+/**
+ * The `es-broker` command: dispatches to `serve`, `produce`, `consume` and `topics`. Arguments are
+ * parsed with `node:util` `parseArgs` (the same on Node, Deno and Bun; `@std/cli` cannot be
+ * installed from this project's registries). Exit codes: 0 success, 1 failure, 2 usage error.
+ */
+import { version } from "../version.ts";
+import { runtimeDescription } from "../runtime/info.ts";
+import { UsageError } from "./args.ts";
+import { serve } from "./serve.ts";
+import { consume, produce, topics } from "./client-commands.ts";
+import { ClientError } from "../client/client.ts";
+
+/** Help text of `es-broker`. */
+export const mainHelp = `Usage: es-broker <command> [options]
+
+A durable event-streaming broker: partitioned topics over HTTP and TCP, fsync before every ack.
+
+Commands:
+  serve        run the broker (es-broker serve --help)
+  produce      append stdin lines to a topic
+  consume      print a topic's records
+  topics       create, list, describe and delete topics
+
+Options:
+  -v, --version   print the version and the runtime
+  -h, --help      show this help
+`;
+
+/** Runs the command line; resolves with the exit code. Errors print one line on stderr. */
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case undefined:
+      case "-h":
+      case "--help":
+      case "help":
+        process.stdout.write(mainHelp);
+        return command === undefined ? 2 : 0;
+      case "-v":
+      case "--version":
+      case "version":
+        process.stdout.write(`es-broker ${version} (${runtimeDescription()})\n`);
+        return 0;
+      case "serve":
+        return await serve(rest);
+      case "produce":
+        return await produce(rest);
+      case "consume":
+        return await consume(rest);
+      case "topics":
+        return await topics(rest);
+      default:
+        throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+    }
+  } catch (err) {
+    if (err instanceof UsageError || (err as { code?: string })?.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" || (err as { code?: string })?.code?.startsWith?.("ERR_PARSE_ARGS")) {
+      process.stderr.write(`es-broker: ${(err as Error).message}\nRun 'es-broker ${command && !command.startsWith("-") ? `${command} ` : ""}--help' for usage.\n`);
+      return 2;
+    }
+    if (err instanceof ClientError) {
+      process.stderr.write(`es-broker: ${err.code}: ${err.message}\n`);
+      return 1;
+    }
+    process.stderr.write(`es-broker: ${err instanceof Error ? err.message : String(err)}\n`);
+    return 1;
+  }
+}

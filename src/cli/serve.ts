@@ -1,0 +1,134 @@
+/**
+ * `es-broker serve`: opens the data directory, starts the HTTP and TCP front doors, prints one line
+ * saying where it listens, and shuts down gracefully on SIGTERM or SIGINT (stop accepting, finish
+ * in-flight requests, fsync, close files, exit 0); a second signal exits at once.
+ */
+import { parseArgs } from "node:util";
+import { resolve } from "node:path";
+import { LocalBroker } from "../broker/broker.ts";
+import { NodeFileSystem } from "../runtime/node-fs.ts";
+import { systemClock } from "../runtime/clock.ts";
+import { serveHttp } from "../runtime/http.ts";
+import { listenTcp } from "../runtime/tcp.ts";
+import { runtimeDescription } from "../runtime/info.ts";
+import { createHttpApp } from "../transport/http/index.ts";
+import { createTcpTransport } from "../transport/tcp/transport.ts";
+import { jsonLineLogger, type LogLevel } from "../lib/logger.ts";
+import {
+  flushIntervalMsDefault,
+  readTimeoutMsDefault,
+  requestBytesDefault,
+  requestBytesMax,
+  requestBytesMin,
+} from "../lib/limits.ts";
+import { version } from "../version.ts";
+import { UsageError, intOption, isLoopback } from "./args.ts";
+
+/** Help text of `es-broker serve`. */
+export const serveHelp = `Usage: es-broker serve [options]
+
+Runs the broker. Data is fsynced before every acknowledgement unless --flush-every-records > 1.
+
+Options:
+  --data-dir DIR              data directory (default ./data)
+  --host HOST                 address to listen on (default 127.0.0.1)
+  --http-port PORT            HTTP port, 0 = any free port (default 8080)
+  --tcp-port PORT             TCP protocol port, 0 = any free port (default 9092)
+  --flush-every-records N     fsync once N records wait (default 1: fsync before every ack)
+  --flush-interval MS         with N > 1, fsync at least this often (default ${flushIntervalMsDefault})
+  --max-request-bytes BYTES   largest HTTP body or TCP frame (default ${requestBytesDefault})
+  --read-timeout MS           close a TCP connection stalled inside a frame (default ${readTimeoutMsDefault})
+  --allow-anonymous           allow listening on a non-loopback address without authentication
+  --log-level LEVEL           debug | info | warn | error (default info); logs are JSON lines on stderr
+  -h, --help                  show this help
+`;
+
+/** Runs `serve` until a signal stops it. Resolves with the exit code. */
+export async function serve(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      "data-dir": { type: "string", default: "./data" },
+      host: { type: "string", default: "127.0.0.1" },
+      "http-port": { type: "string" },
+      "tcp-port": { type: "string" },
+      "flush-every-records": { type: "string" },
+      "flush-interval": { type: "string" },
+      "max-request-bytes": { type: "string" },
+      "read-timeout": { type: "string" },
+      "allow-anonymous": { type: "boolean", default: false },
+      "log-level": { type: "string", default: "info" },
+      help: { type: "boolean", short: "h", default: false },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  if (values.help) {
+    process.stdout.write(serveHelp);
+    return 0;
+  }
+  const host = values.host!;
+  const httpPort = intOption("http-port", values["http-port"], 8080, 0, 65535);
+  const tcpPort = intOption("tcp-port", values["tcp-port"], 9092, 0, 65535);
+  const flushEveryRecords = intOption("flush-every-records", values["flush-every-records"], 1, 1, 1_000_000);
+  const flushIntervalMs = intOption("flush-interval", values["flush-interval"], flushIntervalMsDefault, 1, 3_600_000);
+  const maxRequestBytes = intOption("max-request-bytes", values["max-request-bytes"], requestBytesDefault, requestBytesMin, requestBytesMax);
+  const readTimeoutMs = intOption("read-timeout", values["read-timeout"], readTimeoutMsDefault, 1, 3_600_000);
+  const level = values["log-level"] as LogLevel;
+  if (!["debug", "info", "warn", "error"].includes(level)) throw new UsageError(`--log-level must be debug, info, warn or error, got ${JSON.stringify(level)}`);
+  if (!isLoopback(host) && !values["allow-anonymous"]) {
+    throw new UsageError(`refusing to listen on non-loopback address ${host} without authentication; pass --allow-anonymous to allow it`);
+  }
+  const dataDir = resolve(values["data-dir"]!);
+  const logger = jsonLineLogger((line) => process.stderr.write(line), () => Date.now(), level);
+
+  const broker = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir, clock: systemClock, logger, flushEveryRecords, flushIntervalMs });
+  let http;
+  let tcp;
+  let listener;
+  try {
+    http = await serveHttp(createHttpApp({ broker, logger, maxRequestBytes }), { host, port: httpPort, maxRequestBytes });
+    tcp = createTcpTransport({ broker, clock: systemClock, logger, maxRequestBytes, readTimeoutMs });
+    listener = await listenTcp({ host, port: tcpPort }, (socket) => tcp!.handleConnection(socket));
+  } catch (err) {
+    await http?.close().catch(() => {});
+    await broker.close();
+    throw err;
+  }
+  const shownHost = host.includes(":") ? `[${host}]` : host;
+  process.stdout.write(
+    `es-broker ${version} (${runtimeDescription()}) listening: http=http://${shownHost}:${http.port} tcp=${shownHost}:${listener.port} data=${dataDir}\n`,
+  );
+
+  return await new Promise<number>((done) => {
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) {
+        process.stderr.write(`es-broker: second ${signal}, exiting now\n`);
+        process.exit(130);
+      }
+      stopping = true;
+      logger.log("info", "broker.shutdown", { signal });
+      void (async () => {
+        let code = 0;
+        try {
+          // Stop accepting on both ports, let in-flight requests finish, then fsync and close files.
+          const listenerClosed = listener!.close();
+          await Promise.all([http!.close(), tcp!.close()]);
+          await listenerClosed;
+          await broker.close();
+        } catch (err) {
+          code = 1;
+          process.stderr.write(`es-broker: shutdown failed: ${err instanceof Error ? err.message : String(err)}\n`);
+        }
+        process.off("SIGTERM", onTerm);
+        process.off("SIGINT", onInt);
+        done(code);
+      })();
+    };
+    const onTerm = () => stop("SIGTERM");
+    const onInt = () => stop("SIGINT");
+    process.on("SIGTERM", onTerm);
+    process.on("SIGINT", onInt);
+  });
+}

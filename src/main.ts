@@ -1,0 +1,13 @@
+#!/usr/bin/env node
+/** Entry point of the `es-broker` command (bundled to dist/es-broker.mjs; run from source by Deno and Bun). */
+import { main } from "./cli/main.ts";
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code !== undefined) process.exitCode = code;
+  },
+  (err: unknown) => {
+    process.stderr.write(`es-broker: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exitCode = 1;
+  },
+);
