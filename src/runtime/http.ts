@@ -93,11 +93,20 @@ async function serveNode(handler: Handler, options: ServeHttpOptions): Promise<S
   const { Server } = await import("node:http");
   const server = createAdaptorServer({ fetch: handler, hostname: options.host });
   if (!(server instanceof Server)) throw new Error("Cannot serve HTTP: @hono/node-server did not return a node:http server");
-  // Responses that finish while closing leave keep-alive connections idle; close those too.
+  // While closing: once no request is in flight, close every connection left. Idle keep-alive
+  // connections, and connections that were opened but never sent a request (which
+  // closeIdleConnections() does not count as idle), would otherwise hold close() open until the
+  // client lets go of them.
   let closing = false;
+  let requestsInFlight = 0;
+  const closeLeftovers = () => {
+    if (closing && requestsInFlight === 0) server.closeAllConnections();
+  };
   server.on("request", (_request, response) => {
-    response.on("finish", () => {
-      if (closing) setImmediate(() => server.closeIdleConnections());
+    requestsInFlight++;
+    response.once("close", () => {
+      requestsInFlight--;
+      closeLeftovers();
     });
   });
   await new Promise<void>((resolve, reject) => {
@@ -117,6 +126,7 @@ async function serveNode(handler: Handler, options: ServeHttpOptions): Promise<S
         closing = true;
         server.close((error) => (error === undefined ? resolve() : reject(error)));
         server.closeIdleConnections();
+        closeLeftovers();
       }),
   };
 }
