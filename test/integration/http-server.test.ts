@@ -199,8 +199,8 @@ describe("HTTP over serveHttp with LocalBroker on disk", () => {
     await post("/v1/topics/orders/records", { records: [{ value: "a", partition: 0 }, { value: "b", partition: 0 }] });
     await post("/v1/topics/orders/records", { records: [{ key: "k", value: "c", partition: 0 }] });
     await readUntil(/id: 3\n/);
-    const events = [...text.matchAll(/id: (\d+)\nevent: record\ndata: (.*)\n\n/g)].map((m) => [Number(m[1]), JSON.parse(m[2]) as { offset: number; key: string | null; value: string }]);
-    expect(events.map(([id, data]) => [id, data.offset, data.key, data.value])).toEqual([
+    const events = [...text.matchAll(/id: (\d+)\nevent: record\ndata: (.*)\n\n/g)].map((m) => ({ id: Number(m[1]), data: JSON.parse(m[2]) as { offset: number; key: string | null; value: string } }));
+    expect(events.map(({ id, data }) => [id, data.offset, data.key, data.value])).toEqual([
       [1, 1, null, "a"],
       [2, 2, null, "b"],
       [3, 3, "k", "c"],
