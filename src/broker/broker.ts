@@ -448,6 +448,27 @@ export class LocalBroker implements Broker {
     };
   }
 
+  /**
+   * Storage counters summed over the partitions open now (`GET /v1/admin/metrics`, used by the
+   * benchmark harness): fsyncs, appends (produce requests), writes (system calls to the logs) and
+   * records appended, each counted since its partition was opened. A deleted topic's counts leave
+   * the sum, so compare two readings only while the same topics exist.
+   */
+  metrics(): { partitions: number; fsyncs: number; appends: number; writes: number; recordsAppended: number } {
+    const sum = { partitions: 0, fsyncs: 0, appends: 0, writes: 0, recordsAppended: 0 };
+    for (const topic of this.#topics.values()) {
+      for (const log of topic.partitions) {
+        const s = log.stats;
+        sum.partitions++;
+        sum.fsyncs += s.fsyncs;
+        sum.appends += s.appends;
+        sum.writes += s.writes;
+        sum.recordsAppended += s.recordsAppended;
+      }
+    }
+    return sum;
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;

@@ -6,6 +6,7 @@
  * | method & path                                              | success                         |
  * |------------------------------------------------------------|---------------------------------|
  * | `GET /healthz`                                             | 200 `{"status":"ok"}`           |
+ * | `GET /v1/admin/metrics`                                    | 200 storage counters (fsyncs, …) |
  * | `POST /v1/topics`                                          | 201 topic description           |
  * | `GET /v1/topics`                                           | 200 `{"topics":[…]}`            |
  * | `GET /v1/topics/{topic}`                                   | 200 topic description           |
@@ -204,6 +205,14 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   });
 
   app.get("/healthz", (c) => c.json({ status: "ok" }));
+
+  // Storage counters (fsyncs, appends, writes, records), when the broker offers them
+  // (LocalBroker.metrics); the benchmark harness reads them to report fsyncs/s and records per fsync.
+  app.get("/v1/admin/metrics", (c) => {
+    const source = broker as Broker & { metrics?: () => Record<string, number> };
+    if (typeof source.metrics !== "function") throw new BrokerError(Errors.notFound, "Cannot GET /v1/admin/metrics: this broker keeps no metrics");
+    return c.json(source.metrics());
+  });
 
   app.post("/v1/topics", limitBody, async (c) => {
     let action = "Cannot create topic";
