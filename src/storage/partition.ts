@@ -270,7 +270,19 @@ export class PartitionLog {
     if (batch.count === 0) return Promise.resolve({ baseOffset: this.logEndOffset, count: 0 });
     return new Promise((resolve, reject) => {
       this.#queue.push({ batch, resolve, reject });
-      if (this.#drainRunning === null) this.#drainRunning = this.#drain().finally(() => (this.#drainRunning = null));
+      if (this.#drainRunning === null) this.#startDrain();
+    });
+  }
+
+  /**
+   * Runs the write loop. An append that arrives after the loop saw an empty queue but before its
+   * promise settled finds `#drainRunning` still set and only queues itself, so the loop restarts
+   * here if anything is left; without that the append would wait forever.
+   */
+  #startDrain(): void {
+    this.#drainRunning = this.#drain().finally(() => {
+      this.#drainRunning = null;
+      if (this.#queue.length > 0) this.#startDrain();
     });
   }
 
