@@ -12,9 +12,10 @@
  * `invalid_response` — a bad record is an error, never data.
  */
 import * as net from "node:net";
+import process from "node:process";
 import { BrokerError } from "../broker/errors.ts";
 import type { CreateTopicRequest, ProduceResult, TopicDescription } from "../broker/types.ts";
-import { requestBytesMax } from "../lib/limits.ts";
+import { requestBytesMax, tcpEndLingerMs } from "../lib/limits.ts";
 import {
   decodeCreateTopicResponse,
   decodeDeleteTopicResponse,
@@ -84,6 +85,13 @@ export interface FetchResponse {
 
 /** Default time limit of {@link TcpClientOptions.timeoutMs}, in ms. */
 export const clientTimeoutMsDefault = 30_000;
+
+/**
+ * Timed-out correlation ids remembered so their late answers are dropped quietly. Past this many,
+ * the oldest is forgotten; a late answer to a forgotten id is then a protocol error that closes
+ * the connection.
+ */
+const abandonedIdsMax = 10_000;
 
 interface Pending {
   /** Decodes a success body (may throw). */
@@ -230,7 +238,7 @@ export class TcpClient {
       this.#fail(ClientError.connectionClosed("Connection to the broker closed by the client"));
       this.#socket.end();
       const socket = this.#socket;
-      const linger = setTimeout(() => socket.destroy(), 1000);
+      const linger = setTimeout(() => socket.destroy(), tcpEndLingerMs);
       linger.unref();
       void this.#closed.then(() => clearTimeout(linger));
     }
@@ -253,6 +261,7 @@ export class TcpClient {
       const timer = setTimeout(() => {
         if (!this.#pending.delete(id)) return;
         this.#abandoned.add(id);
+        if (this.#abandoned.size > abandonedIdsMax) this.#abandoned.delete(this.#abandoned.values().next().value!);
         reject(ClientError.timeout(`Request ${id} got no answer within ${timeoutMs} ms`));
       }, timeoutMs);
       this.#pending.set(id, { decode, resolve: resolve as (value: unknown) => void, reject, timer });

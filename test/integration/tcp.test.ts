@@ -404,6 +404,38 @@ describe("TCP client against a misbehaving broker", () => {
     expect(await client.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 0, highWatermark: 7 });
   });
 
+  it("drops the late answer of a timed-out request and keeps the connection", async () => {
+    let release: () => void = () => {};
+    let calls = 0;
+    const { port } = await serve(
+      fakeBroker({
+        listOffsets: () =>
+          ++calls === 1
+            ? new Promise((resolve) => (release = () => resolve({ logStartOffset: 0, highWatermark: 1 })))
+            : Promise.resolve({ logStartOffset: 0, highWatermark: 2 }),
+      }),
+    );
+    const client = await connect(port, 300);
+    expect((await rejection(client.listOffsets({ topic: "t", partition: 0 }))).code).toBe("timeout");
+    release();
+    expect(await client.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 0, highWatermark: 2 });
+    expect(client.closed).toBe(false);
+  });
+
+  it("closes the connection with invalid_response when an answer matches no request", async () => {
+    const server = net.createServer((socket) => {
+      socket.on("error", () => {});
+      socket.once("data", () => socket.write(Buffer.from("00000006 000003e7 0000".replace(/ /g, ""), "hex")));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    const client = await connect((server.address() as net.AddressInfo).port);
+    const error = await rejection(client.listOffsets({ topic: "t", partition: 0 }));
+    expect(error.code).toBe("invalid_response");
+    expect(error.message).toContain("correlation id 999");
+    expect(client.closed).toBe(true);
+  });
+
   it("answers an internal failure with a generic message and logs the detail on the server", async () => {
     const { port, logger } = await serve(fakeBroker({ listOffsets: () => Promise.reject(new Error("disk gremlin")) }));
     const client = await connect(port);
