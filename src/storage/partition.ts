@@ -345,6 +345,12 @@ export class PartitionLog {
       rejectAll(err);
       return;
     }
+    if (this.#fenced !== null) {
+      // An fsync failed while this write was in flight: #fence already rejected the waiters and
+      // the queue, and no fsync will run again, so these requests would otherwise wait forever.
+      rejectAll(this.#fencedError());
+      return;
+    }
     this.#stats.writes++;
     this.#stats.appends += group.length;
     this.#stats.recordsAppended += records;
