@@ -399,6 +399,10 @@ export class PartitionLog {
         await segment.syncLog();
       } catch (err) {
         this.#fence(`a failed fsync (${describe(err)})`, err);
+        // Nothing past the last good fsync can be trusted: cut it so a restart cannot read it back.
+        if (segment === this.#active) {
+          await segment.discardUnsynced({ position: this.#durablePosition, nextOffset: this.#highWatermark }, this.#logger, this.name);
+        }
         return;
       }
       this.#stats.fsyncs++;

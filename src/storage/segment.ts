@@ -585,6 +585,32 @@ export class Segment {
     }
   }
 
+  /**
+   * After a failed fsync fenced the partition (DECISIONS 7): cuts the log back to `position`, the
+   * end of the last good fsync, in the page cache, and forgets the records past it (`nextOffset`
+   * is one past the last durable record). Linux marks dirty pages clean after a writeback error,
+   * so without the cut a restart without a reboot would read the unsynced bytes back as records
+   * that are not on disk, serve them, and append after a hole that a later crash reveals.
+   * Best effort: a failed cut is logged (the partition stays fenced either way).
+   */
+  async discardUnsynced(options: { position: number; nextOffset: number }, logger: Logger, partition: string): Promise<void> {
+    const { position, nextOffset } = options;
+    if (position >= this.sizeBytes) return;
+    try {
+      await this.#log.truncate(position);
+    } catch (err) {
+      logger.log("error", "segment.discard_unsynced_failed", { partition, segment: this.logPath, position, error: describe(err) });
+      return;
+    }
+    logger.log("warn", "segment.unsynced_discarded", { partition, segment: this.logPath, position, cut_bytes: this.sizeBytes - position });
+    this.sizeBytes = position;
+    this.readableEndBytes = Math.min(this.readableEndBytes, position);
+    this.nextOffset = nextOffset;
+    let keep = this.#index.count;
+    while (keep > 0 && this.#index.positionAt(keep - 1) >= position) keep--;
+    this.#index.truncate(keep);
+  }
+
   /** fsyncs the log (fdatasync). A rejection is final for the partition; never retry. */
   syncLog(): Promise<void> {
     return this.#log.sync();
