@@ -44,6 +44,12 @@ export const readTimeoutMsDefault = 30_000;
 
 /** Requests one TCP connection may have started and not yet answered; past it the transport stops reading. */
 export const tcpRequestsInFlightMax = 256;
+/**
+ * Bytes one TCP connection may have in flight: request frames started and not yet answered, plus
+ * each started fetch's `max_bytes` (its answer's size). Past it the transport starts nothing more
+ * on that connection until answers go out; one request is always allowed, so one may overshoot.
+ */
+export const tcpInFlightBytesMax = 64 * MiB;
 /** On shutdown, TCP connections get this many ms to finish in-flight requests before they are destroyed. */
 export const tcpShutdownGraceMs = 5_000;
 /** After the broker ends a TCP connection, it waits this many ms for the peer to close before destroying it. */

@@ -231,6 +231,22 @@ describe("TCP transport: ordering and pipelining", () => {
     expect(socket.paused).toBe(false);
   });
 
+  it("counts each fetch's max_bytes against the in-flight byte budget", async () => {
+    const { broker, socket } = setup({ maxInFlightBytes: 1500 });
+    socket.send(
+      concat(
+        encodeFetchRequest(1, { topic: "t", partition: 0, offset: 0, maxBytes: 1000 }),
+        encodeFetchRequest(2, { topic: "t", partition: 0, offset: 0, maxBytes: 1000 }),
+        encodeFetchRequest(3, { topic: "t", partition: 0, offset: 0, maxBytes: 1000 }),
+      ),
+    );
+    expect(broker.calls.length).toBe(2);
+    expect(socket.paused).toBe(true);
+    broker.calls[0].deferred.resolve({ records: { bytes: new Uint8Array(0), count: 0 }, nextOffset: 0, highWatermark: 0, logStartOffset: 0 });
+    await settle();
+    expect(broker.calls.length).toBe(3);
+  });
+
   it("stops reading while the socket's write buffer is full, until it drains", async () => {
     const { broker, socket } = setup();
     socket.writeAccepts = false;

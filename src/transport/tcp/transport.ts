@@ -12,8 +12,10 @@
  * - Ordering: requests are *started* (the broker method called) synchronously, in frame order,
  *   as each frame completes. Responses are written as each finishes and may overtake one
  *   another; the correlation id pairs them.
- * - Flow control: at most `maxInFlightRequests` started and unanswered requests; past that, and
- *   while the socket's write buffer is full, reading pauses (frames already buffered wait).
+ * - Flow control: at most `maxInFlightRequests` started and unanswered requests, and at most
+ *   `maxInFlightBytes` of them (request frame bytes plus each fetch's `max_bytes`, the size of its
+ *   answer; one request is always allowed). Past either, and while the socket's write buffer is
+ *   full, no more frames are started and reading pauses (frames already buffered wait).
  * - Writes: responses finishing in the same microtask turn go out as one gathered write.
  * - Errors: a `BrokerError` (including protocol errors) is answered with its error-table row; any
  *   other exception is logged and answered with `internal` and a generic message.
@@ -22,7 +24,14 @@
 import { BrokerError, Errors } from "../../broker/errors.ts";
 import type { Broker } from "../../broker/types.ts";
 import type { Clock, Timer } from "../../lib/clock.ts";
-import { readTimeoutMsDefault, requestBytesDefault, tcpRequestsInFlightMax, tcpShutdownGraceMs } from "../../lib/limits.ts";
+import {
+  fetchBytesDefault,
+  readTimeoutMsDefault,
+  requestBytesDefault,
+  tcpInFlightBytesMax,
+  tcpRequestsInFlightMax,
+  tcpShutdownGraceMs,
+} from "../../lib/limits.ts";
 import type { Logger } from "../../lib/logger.ts";
 import {
   ApiKey,
@@ -63,6 +72,8 @@ export interface TcpTransportOptions {
   readTimeoutMs?: number;
   /** Started, unanswered requests per connection before reading pauses (default `tcpRequestsInFlightMax`). */
   maxInFlightRequests?: number;
+  /** Bytes of started, unanswered requests per connection (frames + fetch `max_bytes`) before reading pauses (default `tcpInFlightBytesMax`). */
+  maxInFlightBytes?: number;
 }
 
 /** The TCP front door over any number of connections. */
@@ -82,7 +93,7 @@ export interface TcpTransport {
 
 /**
  * Creates the TCP transport.
- * @throws RangeError for a non-positive `maxRequestBytes`, `readTimeoutMs` or `maxInFlightRequests`.
+ * @throws RangeError for a non-positive `maxRequestBytes`, `readTimeoutMs`, `maxInFlightRequests` or `maxInFlightBytes`.
  */
 export function createTcpTransport(options: TcpTransportOptions): TcpTransport {
   const settings: Settings = {
@@ -92,10 +103,12 @@ export function createTcpTransport(options: TcpTransportOptions): TcpTransport {
     maxRequestBytes: options.maxRequestBytes ?? requestBytesDefault,
     readTimeoutMs: options.readTimeoutMs ?? readTimeoutMsDefault,
     maxInFlightRequests: options.maxInFlightRequests ?? tcpRequestsInFlightMax,
+    maxInFlightBytes: options.maxInFlightBytes ?? tcpInFlightBytesMax,
   };
   positive(settings.maxRequestBytes, "maxRequestBytes");
   positive(settings.readTimeoutMs, "readTimeoutMs");
   positive(settings.maxInFlightRequests, "maxInFlightRequests");
+  positive(settings.maxInFlightBytes, "maxInFlightBytes");
   if (settings.maxRequestBytes < requestLengthMin) throw new RangeError(`maxRequestBytes ${settings.maxRequestBytes} is below the smallest frame`);
 
   const connections = new Set<Connection>();
@@ -148,6 +161,7 @@ interface Settings {
   maxRequestBytes: number;
   readTimeoutMs: number;
   maxInFlightRequests: number;
+  maxInFlightBytes: number;
 }
 
 function positive(value: number, name: string): void {
@@ -166,6 +180,8 @@ class Connection {
   /** Aborted when the connection closes or shuts down: ends long-polling fetches. */
   readonly #abort = new AbortController();
   #inFlight = 0;
+  /** Bytes charged for the requests in flight (see `maxInFlightBytes`). */
+  #inFlightBytes = 0;
   #writeBlocked = false;
   #paused = false;
   /** No more frames are started (shutdown, refused frame). */
@@ -235,7 +251,7 @@ class Connection {
 
   /** Starts every complete buffered frame the limits allow, then sets reading and the timer. */
   #pump(): void {
-    while (!this.#stopping && !this.#writeBlocked && this.#inFlight < this.#settings.maxInFlightRequests) {
+    while (this.#mayStart()) {
       let frame: Uint8Array | null;
       try {
         frame = this.#decoder.next();
@@ -250,9 +266,19 @@ class Connection {
     this.#updateReading();
   }
 
+  /** True if the next complete frame may be started now (and so reading may go on). */
+  #mayStart(): boolean {
+    return (
+      !this.#stopping &&
+      !this.#writeBlocked &&
+      this.#inFlight < this.#settings.maxInFlightRequests &&
+      this.#inFlightBytes < this.#settings.maxInFlightBytes
+    );
+  }
+
   #updateReading(): void {
     if (this.#closed) return;
-    const reading = !this.#stopping && !this.#writeBlocked && this.#inFlight < this.#settings.maxInFlightRequests;
+    const reading = this.#mayStart();
     if (reading && this.#paused) {
       this.#paused = false;
       this.#socket.resume();
@@ -316,34 +342,50 @@ class Connection {
       );
       return;
     }
-    this.#inFlight++;
     let response: Promise<Uint8Array>;
+    let costBytes = frame.length;
     try {
-      response = this.#dispatch(api, correlationId, body);
+      const started = this.#dispatch(api, correlationId, body);
+      response = started.response;
+      costBytes += started.answerBytes;
     } catch (error) {
       response = Promise.reject(error);
     }
+    this.#inFlight++;
+    this.#inFlightBytes += costBytes;
     response
       .catch((error: unknown) => this.#errorResponse(api, correlationId, error))
       .then((bytes) => {
         this.#inFlight--;
+        this.#inFlightBytes -= costBytes;
         this.#respond(bytes);
         this.#pump();
         this.#endIfDrained();
       });
   }
 
-  /** Decodes the body and calls the broker synchronously; the promise resolves to the response frame. */
-  #dispatch(api: ApiKey, correlationId: number, body: Uint8Array): Promise<Uint8Array> {
+  /**
+   * Decodes the body and calls the broker synchronously. `response` resolves to the response
+   * frame; `answerBytes` is the size the answer may reach beyond the request (a fetch's `max_bytes`).
+   */
+  #dispatch(api: ApiKey, correlationId: number, body: Uint8Array): { response: Promise<Uint8Array>; answerBytes: number } {
+    if (api === ApiKey.Fetch) {
+      const request = decodeFetchRequest(body);
+      const response = this.#settings.broker
+        .fetch({ ...request, signal: this.#abort.signal })
+        .then((result) => encodeFetchResponse(correlationId, result));
+      return { response, answerBytes: request.maxBytes ?? fetchBytesDefault };
+    }
+    return { response: this.#dispatchSmall(api, correlationId, body), answerBytes: 0 };
+  }
+
+  /** {@link #dispatch} for the apis whose answers are small. */
+  #dispatchSmall(api: Exclude<ApiKey, typeof ApiKey.Fetch>, correlationId: number, body: Uint8Array): Promise<Uint8Array> {
     const broker = this.#settings.broker;
     switch (api) {
       case ApiKey.Produce: {
         const request = decodeProduceRequest(body);
         return broker.produce(request).then((result) => encodeProduceResponse(correlationId, result));
-      }
-      case ApiKey.Fetch: {
-        const request = decodeFetchRequest(body);
-        return broker.fetch({ ...request, signal: this.#abort.signal }).then((result) => encodeFetchResponse(correlationId, result));
       }
       case ApiKey.CreateTopic: {
         const request = decodeCreateTopicRequest(body);
