@@ -18,7 +18,7 @@ import type { Logger } from "../lib/logger.ts";
 import { assert } from "../lib/assert.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
 import { fetchBytesDefault, fetchBytesMax, fetchRecordsDefault, fetchRecordsMax, fetchWaitMsMax } from "../lib/limits.ts";
-import { joinPath, type FileSystem } from "../fs/types.ts";
+import { dirname, isFsError, joinPath, type FileSystem } from "../fs/types.ts";
 import { PartitionLog } from "../storage/partition.ts";
 import { StorageError } from "../storage/errors.ts";
 import { RecordFormatError, EntryCursor, checkEntryTimestamps, type EntryBatch } from "../storage/record.ts";
@@ -121,7 +121,16 @@ export class LocalBroker implements Broker {
 
   async #load(): Promise<void> {
     const fs = this.#fs;
+    // A directory this start creates (the data directory itself, `topics/`) is not durable until
+    // its parent is fsynced; without that a crash could take every topic with it.
+    const created: string[] = [];
+    const missing = async (dir: string) => (await fs.stat(dir).catch((err: unknown) => (isFsError(err, "ENOENT") ? null : Promise.reject(err)))) === null;
+    for (let dir = this.#topicsDir; await missing(dir); dir = dirname(dir)) {
+      created.push(dir);
+      if (dirname(dir) === dir) break;
+    }
     await fs.mkdir(this.#topicsDir);
+    for (const dir of created.reverse()) await fs.syncDir(dirname(dir));
     if ((await fs.stat(this.#trashDir)) !== null) {
       await fs.removeTree(this.#trashDir);
       this.#logger.log("info", "broker.trash_removed", { dir: this.#trashDir });
