@@ -477,12 +477,12 @@ export class Segment {
     return true;
   }
 
-  #markCorrupt(position: number, reason: string, highestSkippedOffset: number, logger: Logger, partition: string): void {
+  #markCorrupt(position: number, reason: string, highestSkippedOffset: number, logger: Logger, partition: string, event = "recovery.corrupt_segment"): void {
     this.corruption = { position, reason, highestSkippedOffset };
     this.readableEndBytes = position;
     this.recovery = "corrupt";
     if (highestSkippedOffset >= this.nextOffset) this.nextOffset = highestSkippedOffset + 1;
-    logger.log("error", "recovery.corrupt_segment", {
+    logger.log("error", event, {
       partition,
       segment: this.logPath,
       position,
@@ -682,7 +682,12 @@ export class Segment {
         first = -1;
         continue;
       }
-      if (status === DecodeStatus.Invalid) return { ...empty, status: "bad_position" };
+      if (status === DecodeStatus.Invalid) {
+        // The records collected so far decoded and passed their CRC: hand them out, and let the
+        // read that starts at the bad record deal with it, rather than losing them all.
+        if (count > 0) break;
+        return { ...empty, status: "bad_position" };
+      }
       const size = cursor.sizeBytes;
       if (cursor.offset < offset) {
         p += size;
@@ -708,7 +713,7 @@ export class Segment {
   async rebuildIndex(logger: Logger, partition: string): Promise<void> {
     const rebuilt = new OffsetIndex();
     let lastIndexed = -1;
-    await scanRecords(this.#log, { start: 0, end: this.readableEndBytes, minOffset: this.baseOffset }, (offset, position) => {
+    const scan = await scanRecords(this.#log, { start: 0, end: this.readableEndBytes, minOffset: this.baseOffset }, (offset, position) => {
       if (rebuilt.wants(position, lastIndexed)) {
         rebuilt.push(offset - this.baseOffset, position);
         lastIndexed = position;
@@ -716,6 +721,13 @@ export class Segment {
     });
     this.#index = rebuilt;
     logger.log("warn", "segment.index_rebuilt", { partition, segment: this.indexPath, reason: "an index entry pointed into the middle of a record" });
+    if (scan.endPosition < this.readableEndBytes && this.#indexFile === null && this.corruption === null) {
+      // A sealed segment that passed the start-up check (first record, tail after the last index
+      // entry) can still hold a corrupt record in between. A scan from the start stopping short
+      // means the log is bad there, not the index: skip the rest of the segment and report it
+      // (spec: Recovery after a crash), instead of failing every read that reaches it.
+      this.#markCorrupt(scan.endPosition, scan.reason || "the log ends early", -1, logger, partition, "read.corrupt_segment");
+    }
     if (this.corruption !== null) return;
     const wasActive = this.#indexFile !== null;
     if (wasActive) {
