@@ -25,10 +25,12 @@ import { assert } from "../lib/assert.ts";
 import type { Clock, Timer } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { offsetMax } from "../lib/limits.ts";
+import { Mutex } from "../lib/mutex.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import type { EntryBatch } from "./record.ts";
 import { Segment, describe, isSupportedBaseOffset, parseSegmentFileName, type SegmentCorruption, type SegmentRecoveryOutcome } from "./segment.ts";
+import { recoverSegmentSwap } from "./segment-swap.ts";
 
 /** Settings a partition reads on every append, so a config change applies at once. */
 export interface PartitionConfig {
@@ -53,6 +55,29 @@ export interface PartitionOptions {
   flushEveryRecords?: number;
   /** With flushEveryRecords > 1: the longest a written record waits for its fsync, in ms. */
   flushIntervalMs?: number;
+  /**
+   * The log start offset persisted by retention (`log_start_offsets.json`), if any. Without it the
+   * log starts at the lower tier's first offset, else at the first local segment's base.
+   */
+  logStartOffset?: number;
+  /** Storage below the local segments (the cold tier), read for offsets under the first local segment. */
+  lowerTier?: LowerTier;
+}
+
+/**
+ * Storage that holds the offsets below a partition's first local segment (the cold tier,
+ * `src/storage/cold-store.ts`). The partition reads it for offsets in [log start offset, first
+ * local base) and falls through to the local segments when it holds nothing there.
+ */
+export interface LowerTier {
+  /** Base offset of its first segment, or −1 when it holds none. */
+  readonly firstOffset: number;
+  /**
+   * Stored records with `offset` ≤ record offset < `endOffset`, verbatim, at least one if any is
+   * there (count 0 if none), then stopping before `maxBytes` or at `maxRecords`.
+   * @throws FsError if its files cannot be read.
+   */
+  read(request: { offset: number; endOffset: number; maxRecords: number; maxBytes: number }): Promise<{ bytes: Uint8Array; count: number; lastOffset: number }>;
 }
 
 /** The result of {@link PartitionLog.read}. */
@@ -99,7 +124,13 @@ export class PartitionLog {
   #flushEveryRecords: number;
   #flushIntervalMs: number;
 
+  /** Oldest first; the last is the active segment. Replaced as a whole (copy on write) when sealed segments change, appended to on a roll. */
   #segments: Segment[] = [];
+  /** Held by each group write (and its roll) and by every replacement of sealed segments. */
+  #writeLock = new Mutex();
+  #logStartOffset = 0;
+  #initialLogStartOffset: number | undefined;
+  #lowerTier: LowerTier | null;
   #highWatermark = 0;
   #durablePosition = 0;
   #fenced: string | null = null;
@@ -125,6 +156,8 @@ export class PartitionLog {
     this.#config = options.config;
     this.#flushEveryRecords = options.flushEveryRecords ?? 1;
     this.#flushIntervalMs = options.flushIntervalMs ?? 1000;
+    this.#initialLogStartOffset = options.logStartOffset;
+    this.#lowerTier = options.lowerTier ?? null;
     assert(Number.isInteger(this.#flushEveryRecords) && this.#flushEveryRecords >= 1, "flushEveryRecords is a positive integer");
   }
 
@@ -132,7 +165,8 @@ export class PartitionLog {
    * Opens (creating if needed) a partition directory and recovers it (spec: Recovery after a
    * crash): sealed segments are checked against their index, the active one is scanned in full,
    * a torn tail is cut, a corrupt segment is reported and skipped, stray files are reported and
-   * ignored, and the next offset never goes backwards (DECISIONS 3).
+   * ignored, and the next offset never goes backwards (DECISIONS 3). An interrupted segment swap
+   * is finished or undone first (spec: Replacing segments safely; `segment-swap.ts`).
    * @throws FsError if the directory cannot be read or a new segment cannot be created.
    */
   static async open(options: PartitionOptions): Promise<PartitionLog> {
@@ -144,13 +178,13 @@ export class PartitionLog {
   async #recover(): Promise<void> {
     const fs = this.#fs;
     await fs.mkdir(this.dir);
+    await recoverSegmentSwap(fs, { dir: this.dir, logger: this.#logger, partition: this.name });
     const names = await fs.readdir(this.dir);
     const logs = new Set<number>();
     const indexes = new Set<number>();
     for (const name of names) {
       const parsed = parseSegmentFileName(name);
       if (parsed === null) {
-        if (name === "compaction.marker") continue; // owned by compaction recovery
         this.#stray(name, "not a segment file name (20 digits + .log or .index)");
         continue;
       }
@@ -188,6 +222,9 @@ export class PartitionLog {
     this.#highWatermark = active.nextOffset;
     this.#durablePosition = active.sizeBytes;
     assert(this.#highWatermark >= nextOffset, "the next offset never goes backwards");
+    const lowerFirst = this.#lowerTier?.firstOffset ?? -1;
+    const derived = lowerFirst >= 0 ? Math.min(lowerFirst, this.#segments[0].baseOffset) : this.#segments[0].baseOffset;
+    this.#logStartOffset = Math.min(this.#initialLogStartOffset ?? derived, this.#highWatermark);
     const corrupt = this.#segments.filter((s) => s.corruption !== null).length;
     this.#logger.log(corrupt > 0 ? "warn" : "info", "recovery.partition", {
       partition: this.name,
@@ -222,9 +259,64 @@ export class PartitionLog {
     return active;
   }
 
-  /** First offset still stored. */
+  /**
+   * First offset a read may ask for: raised by retention (persisted by it in the topic's
+   * `log_start_offsets.json`), never lowered. It can lie below the first local segment — the cold
+   * tier holds what is between, or compaction removed the records there — and a read from there
+   * continues at the next stored record.
+   */
   get logStartOffset(): number {
-    return this.#segments[0]?.baseOffset ?? 0;
+    return this.#logStartOffset;
+  }
+
+  /** Base offset of the first local segment (at or above the log start offset when only the cold tier is below). */
+  get localStartOffset(): number {
+    return this.#segments[0].baseOffset;
+  }
+
+  /** The sealed segments (every one but the active), oldest first: a copy of the current list. */
+  get sealedSegments(): Segment[] {
+    return this.#segments.slice(0, -1);
+  }
+
+  /**
+   * Runs `fn` holding the partition's write lock: no group write and no roll runs meanwhile, so
+   * the sealed segments cannot change under it (spec: Replacing segments safely, step 2).
+   */
+  withWriteLock<T>(fn: () => Promise<T>): Promise<T> {
+    return this.#writeLock.run(fn);
+  }
+
+  /**
+   * Publishes a new segment list in which the run `replaced` (consecutive sealed segments, in
+   * order) is replaced by `replacements` (sorted, empty to delete), then closes the replaced
+   * segments: readers that hold one keep reading it until they release it. Call under
+   * {@link withWriteLock}, after the files are in place. Readers already iterating keep the old
+   * list (it is replaced, not changed).
+   */
+  async replaceSealedSegments(replaced: readonly Segment[], replacements: readonly Segment[]): Promise<void> {
+    assert(this.#writeLock.held, "segments are replaced under the write lock");
+    assert(replaced.length > 0, "a replacement replaces at least one segment");
+    const start = this.#segments.indexOf(replaced[0]);
+    assert(start >= 0 && start + replaced.length < this.#segments.length, "the replaced run is sealed and present");
+    for (let i = 0; i < replaced.length; i++) assert(this.#segments[start + i] === replaced[i], "the replaced segments are consecutive");
+    const after = this.#segments[start + replaced.length];
+    let previousBase = start > 0 ? this.#segments[start - 1].baseOffset : -1;
+    for (const s of replacements) {
+      assert(s.baseOffset > previousBase && s.baseOffset < after.baseOffset, "replacements are sorted and stay between their neighbours");
+      previousBase = s.baseOffset;
+    }
+    this.#segments = [...this.#segments.slice(0, start), ...replacements, ...this.#segments.slice(start + replaced.length)];
+    for (const s of replaced) await s.close();
+  }
+
+  /**
+   * Raises the log start offset to `offset` (never lowers it, never past the high watermark).
+   * Retention calls it after persisting the new value and before deleting segments.
+   */
+  advanceLogStartOffset(offset: number): void {
+    assert(Number.isSafeInteger(offset) && offset >= 0, "a log start offset is a safe integer");
+    this.#logStartOffset = Math.max(this.#logStartOffset, Math.min(offset, this.#highWatermark));
   }
 
   /** One past the last offset an fsync covered: what consumers may read up to. */
@@ -310,7 +402,7 @@ export class PartitionLog {
         entryBytes += p.batch.bytes.length;
         records += p.batch.count;
       }
-      await this.#writeGroup(group, entryBytes + records * 16, records);
+      await this.#writeLock.run(() => this.#writeGroup(group, entryBytes + records * 16, records));
     }
   }
 
@@ -473,8 +565,9 @@ export class PartitionLog {
 
   /**
    * Reads stored records with offset ≥ `offset`, below the high watermark (spec: Index and
-   * reads). Offsets inside a gap (a corrupt range skipped at recovery) continue at the next
-   * readable record.
+   * reads). Offsets inside a gap (a corrupt range skipped at recovery, records removed by
+   * compaction, [log start offset, first local segment)) continue at the next readable record;
+   * offsets below the first local segment are read from the lower tier first, if there is one.
    * @throws StorageError "out_of_range" if `offset` is below the log start offset or above the high watermark.
    */
   async read(request: { offset: number; maxRecords: number; maxBytes: number }): Promise<PartitionRead> {
@@ -490,6 +583,10 @@ export class PartitionLog {
     }
     const empty = (next: number): PartitionRead => ({ bytes: new Uint8Array(0), count: 0, nextOffset: next, highWatermark, logStartOffset });
     const segments = this.#segments;
+    if (this.#lowerTier !== null && offset < segments[0].baseOffset) {
+      const r = await this.#lowerTier.read({ offset, endOffset: segments[0].baseOffset, maxRecords: request.maxRecords, maxBytes: request.maxBytes });
+      if (r.count > 0) return { bytes: r.bytes, count: r.count, nextOffset: Math.min(r.lastOffset + 1, highWatermark), highWatermark, logStartOffset };
+    }
     let i = findSegment(segments, offset);
     let rebuilt = false;
     while (i < segments.length && offset < highWatermark) {
@@ -497,8 +594,9 @@ export class PartitionLog {
       const limitBytes = segment === this.#active ? this.#durablePosition : segment.readableEndBytes;
       if (!segment.acquire()) {
         // Closed under us: the partition closed, or retention/compaction replaced the segment.
+        // Look again from the same offset: below a raised log start offset that is out of range.
         if (this.#closed) throw this.#closedError();
-        return this.read({ ...request, offset: Math.max(offset, this.logStartOffset) });
+        return this.read({ ...request, offset });
       }
       let r;
       try {

@@ -1,0 +1,29 @@
+/**
+ * An async mutex: {@link Mutex.run} runs its function once every earlier holder has finished,
+ * in the order the calls were made (FIFO). A holder that throws releases the lock too.
+ */
+export class Mutex {
+  #tail: Promise<void> = Promise.resolve();
+  #held = false;
+
+  /** True while a holder runs. */
+  get held(): boolean {
+    return this.#held;
+  }
+
+  /** Runs `fn` alone; resolves or rejects with its result. Not reentrant: calling run inside fn deadlocks. */
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const previous = this.#tail;
+    let release!: () => void;
+    this.#tail = new Promise<void>((resolve) => (release = resolve));
+    return previous.then(async () => {
+      this.#held = true;
+      try {
+        return await fn();
+      } finally {
+        this.#held = false;
+        release();
+      }
+    });
+  }
+}
