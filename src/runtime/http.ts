@@ -1,22 +1,43 @@
 /**
  * Runs the HTTP app on the current runtime's native server: `@hono/node-server` on Node,
  * `Deno.serve` on Deno, `Bun.serve` on Bun (chosen with `getRuntimeKey()` from `hono/adapter`).
- * It holds no logic of its own beyond starting, and stopping gracefully:
+ * It holds no logic beyond starting and stopping.
  *
- * 1. `close()` aborts the shutdown signal passed to every request as `c.env.shutdownSignal`
- *    (see `HttpBindings` in `src/transport/http/app.ts`), so long-polls return their (possibly
- *    empty) result at once and Server-Sent Event streams end cleanly;
- * 2. stops accepting connections, lets in-flight requests finish (a produce already handed to the
- *    broker is answered), and closes idle keep-alive connections;
- * 3. resolves once every connection is closed.
+ * `close()` shuts down gracefully:
  *
- * The request-body cap is enforced by the app itself (`createHttpApp({ maxRequestBytes })`), the
- * same way on every runtime. `maxRequestBytes` here only keeps a runtime's own cap (Bun's
- * `maxRequestBodySize`) from answering before the app can, with a body that is not the JSON error.
+ * 1. it aborts the shutdown signal passed to every request as `c.env.shutdownSignal` (see
+ *    `HttpBindings` in `src/transport/http/app.ts`): long-polls return their (possibly empty)
+ *    result at once and Server-Sent Event streams end cleanly;
+ * 2. it stops accepting connections and lets in-flight requests finish (a produce already handed to
+ *    the broker is answered);
+ * 3. once no request is in flight it closes every connection left: idle keep-alive ones, ones that
+ *    never sent a request, and ones still sending a body that was refused with 413 (which would
+ *    otherwise hold shutdown open for as long as the client keeps sending) — except on Deno;
+ * 4. it resolves when the server is closed.
+ *
+ * Per runtime (each checked on Node 20, Deno 2.9, Bun 1.4):
+ *
+ * | runtime | stop accepting       | "no request in flight" from   | close the rest             |
+ * |---------|----------------------|-------------------------------|----------------------------|
+ * | Node    | `server.close()`     | `response` "close" events     | `closeAllConnections()`    |
+ * | Bun     | `server.stop(false)` | `server.pendingRequests` = 0  | `server.stop(true)`        |
+ * | Deno    | `server.shutdown()`  | (Deno waits by itself)        | (Deno closes by itself)    |
+ *
+ * Deno caveat: Deno has no way to close one connection, and its forced close (aborting the serve
+ * signal) drops responses still being written — `info.completed` resolves when a body is handed
+ * over, not when it is sent, and aborting after `shutdown()` throws an uncaught BadResource. So on
+ * Deno close() uses only the graceful `shutdown()`, which delivers every response but also waits
+ * for a client that is still sending a body it was refused (413) or that stalled mid-body. A
+ * caller that needs a bound on shutdown time should race close() against its own timer.
+ *
+ * The request-body cap is enforced by the app itself (`createHttpApp({ maxRequestBytes })`) the
+ * same way on every runtime: from `Content-Length` before reading, or by counting a streamed body
+ * and stopping at the cap. Runtime caps are therefore turned off (Bun's `maxRequestBodySize`, whose
+ * own 413 has an empty body) so the answer is always the JSON `request_too_large` error.
  */
 import { getRuntimeKey } from "hono/adapter";
 import type { HttpBindings } from "../transport/http/app.ts";
-import { fetchWaitMsMax, requestBytesDefault } from "../lib/limits.ts";
+import { fetchWaitMsMax } from "../lib/limits.ts";
 
 /** Anything with Hono's `fetch(request, env)`; in practice the app of `createHttpApp`. */
 export interface FetchApp {
@@ -29,7 +50,10 @@ export interface ServeHttpOptions {
   host: string;
   /** TCP port; 0 picks a free one (the real one is in the result). */
   port: number;
-  /** The app's body cap in bytes (default `requestBytesDefault`); see the module comment. */
+  /**
+   * The app's body cap in bytes, for reference only: the app enforces it (module comment), and
+   * no runtime cap is set below it.
+   */
   maxRequestBytes?: number;
 }
 
@@ -38,44 +62,41 @@ export interface HttpServer {
   /** The port actually bound (the chosen one when `port` was 0). */
   readonly port: number;
   /**
-   * Stops accepting, ends long-polls and event streams, lets in-flight requests finish and
-   * resolves once all connections are closed. Calling it again returns the same promise.
+   * Ends long-polls and event streams, stops accepting, lets in-flight requests finish, closes
+   * every connection and resolves once the server is closed (module comment). Calling it again
+   * returns the same promise.
    */
   close(): Promise<void>;
 }
 
 /** Seconds a Bun connection may stay silent: above the longest long-poll and the SSE heartbeat. */
 const bunIdleTimeoutSeconds = Math.ceil(fetchWaitMsMax / 1000) + 30;
+/** How often Bun's `pendingRequests` is checked while closing, in ms (Bun has no event for it). */
+const bunDrainPollMs = 10;
 
 /**
  * Starts serving `app` on `host:port`.
  * @returns once the socket is listening.
- * @throws whatever the runtime throws when it cannot listen (e.g. EADDRINUSE / AddrInUse), and
- *   Error on a runtime without a supported server.
+ * @throws whatever the runtime throws when it cannot listen (EADDRINUSE / AddrInUse…), and Error
+ *   on a runtime other than Node, Deno or Bun.
  */
 export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promise<HttpServer> {
   const shutdown = new AbortController();
   const bindings: HttpBindings = { shutdownSignal: shutdown.signal };
   const handler = (request: Request): Response | Promise<Response> => app.fetch(request, bindings);
   const runtime = getRuntimeKey();
-  let stop: () => Promise<void>;
-  let port: number;
-  if (runtime === "node") {
-    ({ port, stop } = await serveNode(handler, options));
-  } else if (runtime === "deno") {
-    ({ port, stop } = serveDeno(handler, options));
-  } else if (runtime === "bun") {
-    ({ port, stop } = serveBun(handler, options));
-  } else {
-    throw new Error(`Cannot serve HTTP: runtime ${JSON.stringify(runtime)} is not supported (Node, Deno or Bun)`);
-  }
+  let started: Started;
+  if (runtime === "node") started = await serveNode(handler, options);
+  else if (runtime === "deno") started = serveDeno(handler, options);
+  else if (runtime === "bun") started = serveBun(handler, options);
+  else throw new Error(`Cannot serve HTTP: runtime ${JSON.stringify(runtime)} is not supported (Node, Deno or Bun)`);
   let closing: Promise<void> | null = null;
   return {
-    port,
+    port: started.port,
     close() {
       closing ??= (async () => {
         shutdown.abort();
-        await stop();
+        await started.stop();
       })();
       return closing;
     },
@@ -85,6 +106,7 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
 type Handler = (request: Request) => Response | Promise<Response>;
 interface Started {
   port: number;
+  /** Steps 2–4 of the module comment. */
   stop: () => Promise<void>;
 }
 
@@ -93,12 +115,10 @@ async function serveNode(handler: Handler, options: ServeHttpOptions): Promise<S
   const { Server } = await import("node:http");
   const server = createAdaptorServer({ fetch: handler, hostname: options.host });
   if (!(server instanceof Server)) throw new Error("Cannot serve HTTP: @hono/node-server did not return a node:http server");
-  // While closing: once no request is in flight, close every connection left. Idle keep-alive
-  // connections, and connections that were opened but never sent a request (which
-  // closeIdleConnections() does not count as idle), would otherwise hold close() open until the
-  // client lets go of them.
   let closing = false;
   let requestsInFlight = 0;
+  // closeIdleConnections() alone misses connections that never sent a request, and ones still
+  // sending a refused body; once nothing is in flight, all that is left can go.
   const closeLeftovers = () => {
     if (closing && requestsInFlight === 0) server.closeAllConnections();
   };
@@ -134,9 +154,9 @@ async function serveNode(handler: Handler, options: ServeHttpOptions): Promise<S
 /** The part of `Deno.serve` used here (typed loosely so tsc passes without Deno's types). */
 interface DenoGlobal {
   serve(
-    options: { hostname: string; port: number; onListen?: (addr: unknown) => void },
-    handler: Handler,
-  ): { addr: { port: number }; shutdown(): Promise<void>; finished: Promise<void> };
+    options: { hostname: string; port: number; onListen: (addr: unknown) => void },
+    handler: (request: Request) => Response | Promise<Response>,
+  ): { addr: { port: number }; finished: Promise<void>; shutdown(): Promise<void> };
 }
 
 function serveDeno(handler: Handler, options: ServeHttpOptions): Started {
@@ -159,26 +179,28 @@ interface BunGlobal {
     fetch: Handler;
     maxRequestBodySize: number;
     idleTimeout: number;
-  }): { port: number; stop(closeActiveConnections?: boolean): Promise<void> | void };
+  }): { port: number; pendingRequests: number; stop(closeActiveConnections?: boolean): Promise<void> | void };
 }
 
 function serveBun(handler: Handler, options: ServeHttpOptions): Started {
   const bun = (globalThis as unknown as { Bun: BunGlobal }).Bun;
-  const maxRequestBytes = options.maxRequestBytes ?? requestBytesDefault;
   const server = bun.serve({
     hostname: options.host,
     port: options.port,
     fetch: handler,
-    // Bun answers a body over this by itself; keep it above the app's cap (which decides from
-    // Content-Length before reading, or stops reading at the cap) so the app always answers first.
-    maxRequestBodySize: maxRequestBytes * 2,
+    // Off: the app answers an oversized body itself, with the JSON error (module comment).
+    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     // Bun's default (10 s) would cut long-polls (up to 60 s) and SSE streams between heartbeats.
     idleTimeout: bunIdleTimeoutSeconds,
   });
   return {
     port: server.port,
     stop: async () => {
-      await server.stop(false);
+      const graceful = Promise.resolve(server.stop(false));
+      // pendingRequests counts a response until its body (an SSE stream too) has been sent.
+      while (server.pendingRequests > 0) await new Promise((resolve) => setTimeout(resolve, bunDrainPollMs));
+      await server.stop(true);
+      await graceful;
     },
   };
 }

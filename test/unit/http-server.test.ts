@@ -35,7 +35,11 @@ function rawRequest(options: { path: string; headers: Record<string, string>; wr
       let body = "";
       res.setEncoding("utf8");
       res.on("data", (chunk: string) => (body += chunk));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body, bytesWritten }));
+      res.on("end", () => {
+        // Like a real client: having its answer, it stops sending and lets go of the connection.
+        req.destroy();
+        resolve({ status: res.statusCode ?? 0, body, bytesWritten });
+      });
       res.on("error", reject);
     });
     req.on("error", (error) => {
@@ -50,7 +54,7 @@ function rawRequest(options: { path: string; headers: Record<string, string>; wr
   });
 }
 
-describe("serveHttp on Node", () => {
+describe("serveHttp", () => {
   it("binds a free port for port 0 and serves the app", async () => {
     expect(server.port).toBeGreaterThan(0);
     const res = await fetch(`${base}/healthz`);
