@@ -449,12 +449,14 @@ describe("createHttpApp: fetch", () => {
   ];
   for (const [query, message] of badQueries) {
     it(`answers 400 naming the parameter for ?${query}`, async () => {
-      await expectError(await app.request(`/v1/topics/orders/partitions/0/records?${query}`), 400, "invalid_request", message);
+      const error = await expectError(await app.request(`/v1/topics/orders/partitions/0/records?${query}`), 400, "invalid_request", message);
+      expect(error.details).toEqual({ parameter: /"(\w+)"/.exec(message.source)![1] });
     });
   }
 
   it("answers 400 naming the partition path parameter when it is not a non-negative integer", async () => {
-    await expectError(await app.request("/v1/topics/orders/partitions/x/records?offset=0"), 400, "invalid_request", /path parameter "partition" "x"/);
+    const error = await expectError(await app.request("/v1/topics/orders/partitions/x/records?offset=0"), 400, "invalid_request", /path parameter "partition" "x"/);
+    expect(error.details).toEqual({ parameter: "partition" });
     await expectError(await app.request("/v1/topics/orders/partitions/-1/records?offset=0"), 400, "invalid_request", /path parameter "partition"/);
   });
 

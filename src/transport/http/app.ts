@@ -89,24 +89,26 @@ function requestSignal(c: AppContext): AbortSignal {
 function singleQuery(c: AppContext, name: string, action: string): string | undefined {
   const values = c.req.queries(name);
   if (values === undefined || values.length === 0) return undefined;
-  if (values.length > 1) throw invalidRequest(action, `query parameter "${name}" is given ${values.length} times, at most once is allowed`);
+  if (values.length > 1) {
+    throw invalidRequest(action, `query parameter "${name}" is given ${values.length} times, at most once is allowed`, { parameter: name });
+  }
   return values[0];
 }
 
 function integerQuery(c: AppContext, name: string, bounds: { min: number; max: number; action: string }): number | undefined {
   const text = singleQuery(c, name, bounds.action);
-  return text === undefined ? undefined : parseInteger(text, { label: `query parameter "${name}"`, ...bounds });
+  return text === undefined ? undefined : parseInteger(text, { label: `query parameter "${name}"`, name, ...bounds });
 }
 
 function partitionParam(c: AppContext, action: string): number {
-  return parseInteger(c.req.param("partition") ?? "", { label: 'path parameter "partition"', min: 0, max: partitionNumberMax, action });
+  return parseInteger(c.req.param("partition") ?? "", { label: 'path parameter "partition"', name: "partition", min: 0, max: partitionNumberMax, action });
 }
 
 function encodingQuery(c: AppContext, action: string): ValueEncoding {
   const text = singleQuery(c, "encoding", action);
   if (text === undefined || text === "utf8") return "utf8";
   if (text === "base64") return "base64";
-  throw invalidRequest(action, `query parameter "encoding" ${JSON.stringify(text)} must be "utf8" or "base64"`);
+  throw invalidRequest(action, `query parameter "encoding" ${JSON.stringify(text)} must be "utf8" or "base64"`, { parameter: "encoding" });
 }
 
 /** `offset`: a number, or `earliest` / `latest`, resolved through `listOffsets`. */
@@ -115,7 +117,7 @@ async function resolveOffset(broker: Broker, text: string, where: { topic: strin
     const bounds = await broker.listOffsets({ topic: where.topic, partition: where.partition });
     return text === "earliest" ? bounds.logStartOffset : bounds.highWatermark;
   }
-  return parseInteger(text, { label: 'query parameter "offset"', min: 0, max: offsetMax, action: where.action });
+  return parseInteger(text, { label: 'query parameter "offset"', name: "offset", min: 0, max: offsetMax, action: where.action });
 }
 
 /** The media type of the body, lower case, without parameters; "" when there is no Content-Type. */
@@ -268,7 +270,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       // a body that is not JSON fails with a clear 400 either way.
       for (const name of ["key", "partition"]) {
         if (singleQuery(c, name, action) !== undefined) {
-          throw invalidRequest(action, `query parameter "${name}" applies to NDJSON bodies only; put it in each record of a JSON body`);
+          throw invalidRequest(action, `query parameter "${name}" applies to NDJSON bodies only; put it in each record of a JSON body`, { parameter: name });
         }
       }
       const bytes = await readBody(c, action);
@@ -302,12 +304,12 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const encoding = encodingQuery(c, action);
     const offsetText = singleQuery(c, "offset", action);
     if (offsetText !== undefined && offsetText !== "earliest" && offsetText !== "latest") {
-      parseInteger(offsetText, { label: 'query parameter "offset"', min: 0, max: offsetMax, action });
+      parseInteger(offsetText, { label: 'query parameter "offset"', name: "offset", min: 0, max: offsetMax, action });
     }
     const lastEventId = c.req.header("last-event-id");
     let offset: number;
     if (lastEventId !== undefined && lastEventId.trim() !== "") {
-      const lastOffset = parseInteger(lastEventId.trim(), { label: 'header "Last-Event-ID"', min: 0, max: offsetMax - 1, action });
+      const lastOffset = parseInteger(lastEventId.trim(), { label: 'header "Last-Event-ID"', name: "Last-Event-ID", min: 0, max: offsetMax - 1, action });
       offset = lastOffset + 1;
     } else {
       offset = await resolveOffset(broker, offsetText ?? "latest", { topic, partition, action });

@@ -15,6 +15,8 @@ const digits = /^[0-9]+$/;
 export interface IntegerParam {
   /** How the client names it in an error: `query parameter "max_bytes"`, `path parameter "partition"`. */
   label: string;
+  /** The bare name, sent as `details.parameter`: `max_bytes`, `partition`, `Last-Event-ID`. */
+  name: string;
   /** Smallest accepted value (inclusive). */
   min: number;
   /** Largest accepted value (inclusive). */
@@ -25,7 +27,8 @@ export interface IntegerParam {
 
 /**
  * Parses `text` as a decimal integer within [min, max].
- * @throws BrokerError invalid_request naming the parameter if it is not digits or out of range.
+ * @throws BrokerError invalid_request naming the parameter (in the message and as
+ *   `details.parameter`) if it is not digits or out of range.
  */
 export function parseInteger(text: string, param: IntegerParam): number {
   if (text.length === 0 || text.length > integerDigitsMax || !digits.test(text)) {
@@ -41,5 +44,6 @@ function rangeError(text: string, param: IntegerParam): BrokerError {
   return invalidRequest(
     param.action,
     `${param.label} ${JSON.stringify(shown)} must be an integer from ${param.min} to ${param.max}`,
+    { parameter: param.name },
   );
 }
