@@ -214,8 +214,11 @@ export class PartitionLog {
       await last.seal(this.#logger, this.name);
       await this.#createActive(Math.max(nextOffset, last.baseOffset + 1));
     } else {
-      // Everything recovered is made durable before it becomes readable.
+      // Everything recovered is made durable before it becomes readable: the active segment's
+      // bytes, and the directory entries of the files found (a roll whose directory fsync failed
+      // before the restart left a segment whose name only a directory fsync makes durable).
       await last.syncLog();
+      await fs.syncDir(this.dir);
       nextOffset = Math.max(nextOffset, last.baseOffset);
     }
     const active = this.#active;
