@@ -16,6 +16,7 @@ export const defaultTopicConfig: Readonly<TopicConfig> = Object.freeze({
   retention_bytes: -1,
   cleanup_policy: "delete" as CleanupPolicy,
   tombstone_retention_ms: day,
+  cold_retention_ms: -1,
   max_timestamp_skew_ms: timestampSkewMsDefault,
 });
 
@@ -51,6 +52,7 @@ const numericRules: Record<Exclude<keyof TopicConfig, "cleanup_policy">, Rule> =
   retention_ms: { min: 1, max: Number.MAX_SAFE_INTEGER, allowMinusOne: true, unit: "ms" },
   retention_bytes: { min: 1, max: Number.MAX_SAFE_INTEGER, allowMinusOne: true, unit: "bytes" },
   tombstone_retention_ms: { min: 0, max: Number.MAX_SAFE_INTEGER, unit: "ms" },
+  cold_retention_ms: { min: 1, max: Number.MAX_SAFE_INTEGER, allowMinusOne: true, unit: "ms" },
   max_timestamp_skew_ms: { min: 0, max: Number.MAX_SAFE_INTEGER, unit: "ms" },
 };
 

@@ -25,6 +25,11 @@ export interface TopicConfig {
   cleanup_policy: CleanupPolicy;
   /** How long a tombstone survives compaction, in ms (default 1 day). */
   tombstone_retention_ms: number;
+  /**
+   * With `--cold-storage-dir`: how long the cold tier keeps a segment that retention moved there,
+   * by its newest record, in ms; −1 = forever (default).
+   */
+  cold_retention_ms: number;
   /** Largest timestamp lead over the broker clock accepted, in ms (default 1 hour; DECISIONS 5). */
   max_timestamp_skew_ms: number;
 }

@@ -93,3 +93,19 @@ assert(indexIntervalBytes < segmentBytesMin * 8, "index interval is small agains
 assert(readWindowBytes >= indexIntervalBytes * 2, "one window covers an index gap and then some");
 assert(segmentBytesMax < Number.MAX_SAFE_INTEGER / 2, "positions are exact as JS numbers");
 assert(fetchBytesDefault <= fetchBytesMax, "default fetch size within the maximum");
+
+/** Default `--cleanup-interval-ms`: how often the retention and compaction tasks visit every partition. */
+export const cleanupIntervalMsDefault = 30_000;
+/** First wait before retrying a failed copy to the cold tier, in ms; it doubles per failure. */
+export const coldOffloadBackoffMsMin = 1_000;
+/** Longest wait between retries of a failed copy to the cold tier, in ms. */
+export const coldOffloadBackoffMsMax = 300_000;
+/** Cold segments one partition keeps open for reads (least recently used closes first). */
+export const coldSegmentsOpenMax = 8;
+/**
+ * Most distinct keys one compaction pass remembers (25 bytes a slot, at most 2^23 slots ≈ 210 MB).
+ * A partition with more keys is compacted over the prefix of its segments that fits.
+ */
+export const compactionKeysMax = 6_000_000;
+
+assert(coldOffloadBackoffMsMin <= coldOffloadBackoffMsMax, "cold backoff starts below its cap");

@@ -25,6 +25,7 @@ const defaultConfig: TopicConfig = {
   retention_bytes: -1,
   cleanup_policy: "delete",
   tombstone_retention_ms: 24 * 3600_000,
+  cold_retention_ms: -1,
   max_timestamp_skew_ms: 3600_000,
 };
 
