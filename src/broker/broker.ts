@@ -8,7 +8,11 @@
  * <dataDir>/topics/<topic>/topic.json     name, partition count, config (replaced atomically)
  * <dataDir>/topics/<topic>/<partition>/   segments
  * <dataDir>/trash/                        topics being deleted (removed at start)
+ * <dataDir>/topics/<topic>/log_start_offsets.json  log start offsets moved by retention (see storage/log-start-offsets.ts)
  * ```
+ * With `coldStorageDir`, retention moves sealed segments to `<cold>/topics/<topic>/<partition>/`
+ * and fetches read them from there (`broker/cleanup.ts`, `storage/cold-store.ts`).
+ *
  * Creating a topic writes `topic.json` first (the commit point), then the partition directories;
  * a start after a crash in between creates the missing partitions. A topic whose `topic.json` is
  * empty or unparseable is reported and made unavailable, never reset (DECISIONS 9).
@@ -19,12 +23,15 @@ import { assert } from "../lib/assert.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
 import { fetchBytesDefault, fetchBytesMax, fetchRecordsDefault, fetchRecordsMax, fetchWaitMsMax } from "../lib/limits.ts";
 import { dirname, isFsError, joinPath, type FileSystem } from "../fs/types.ts";
-import { PartitionLog } from "../storage/partition.ts";
+import { PartitionLog, type PartitionOptions } from "../storage/partition.ts";
 import { StorageError } from "../storage/errors.ts";
 import { RecordFormatError, EntryCursor, checkEntryTimestamps, type EntryBatch } from "../storage/record.ts";
 import { isTempFileName, listStaleTempFiles, readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
 import { describe as describeError } from "../storage/segment.ts";
 import { BrokerError, Errors } from "./errors.ts";
+import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
+import { Mutex } from "../lib/mutex.ts";
+import { cleanupIntervalMsDefault } from "../lib/limits.ts";
 import { defaultTopicConfig, mergeTopicConfig, validatePartitionCount, validateTopicName } from "./config.ts";
 import type {
   Broker,
@@ -50,6 +57,12 @@ export interface LocalBrokerOptions {
   flushEveryRecords?: number;
   /** Longest wait for an fsync with flushEveryRecords > 1, in ms (`--flush-interval`). */
   flushIntervalMs?: number;
+  /** Root of the cold tier (`--cold-storage-dir`); without it retention deletes segments outright. */
+  coldStorageDir?: string;
+  /** Period of the retention and of the compaction task, in ms (`--cleanup-interval-ms`, default 30 000; 0 = no background tasks). */
+  cleanupIntervalMs?: number;
+  /** Most distinct keys one compaction pass remembers (default `compactionKeysMax`; tests lower it). */
+  compactionKeysMax?: number;
 }
 
 interface Topic {
@@ -97,6 +110,9 @@ export class LocalBroker implements Broker {
   #busy = new Set<string>();
   #closed = false;
   #trashCounter = 0;
+  #cleanup: CleanupService;
+  /** Serialises topic config updates (`topic.json` rewrites). */
+  #configWrites = new Mutex();
 
   private constructor(options: LocalBrokerOptions) {
     this.#fs = options.fs;
@@ -107,6 +123,14 @@ export class LocalBroker implements Broker {
     this.#logger = options.logger;
     this.#flushEveryRecords = options.flushEveryRecords ?? 1;
     this.#flushIntervalMs = options.flushIntervalMs ?? 1000;
+    this.#cleanup = new CleanupService({
+      fs: options.fs,
+      clock: options.clock,
+      logger: options.logger,
+      coldStorageDir: options.coldStorageDir,
+      intervalMs: options.cleanupIntervalMs ?? cleanupIntervalMsDefault,
+      compactionKeysMax: options.compactionKeysMax,
+    });
   }
 
   /**
@@ -116,6 +140,7 @@ export class LocalBroker implements Broker {
   static async open(options: LocalBrokerOptions): Promise<LocalBroker> {
     const broker = new LocalBroker(options);
     await broker.#load();
+    broker.#cleanup.start();
     return broker;
   }
 
@@ -183,8 +208,7 @@ export class LocalBroker implements Broker {
     }
     const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
     try {
-      for (let p = 0; p < partitionCount; p++) topic.partitions.push(await this.#openPartition(topic, p));
-      await this.#fs.syncDir(dir);
+      await this.#openPartitions(topic, partitionCount);
     } catch (err) {
       for (const partition of topic.partitions) await partition.close().catch(() => {});
       this.#unavailable.set(name, `cannot open its partitions: ${describeError(err)}`);
@@ -194,8 +218,27 @@ export class LocalBroker implements Broker {
     this.#topics.set(name, topic);
   }
 
-  #openPartition(topic: Topic, partition: number): Promise<PartitionLog> {
+  /**
+   * Opens a topic's partitions with what cleanup gives them (persisted log start offsets, the cold
+   * tier), fsyncs the topic directory, and starts cleaning them.
+   * @throws FsError, or Error if `log_start_offsets.json` is unreadable (DECISIONS 9).
+   */
+  async #openPartitions(topic: Topic, partitionCount: number): Promise<void> {
+    const storage = await this.#cleanup.prepareTopic({ topic: topic.name, dir: topic.dir, partitions: partitionCount });
+    if ("error" in storage) throw new Error(storage.error);
+    try {
+      for (let p = 0; p < partitionCount; p++) topic.partitions.push(await this.#openPartition(topic, p, this.#cleanup.partitionOptions(storage, p)));
+      await this.#fs.syncDir(topic.dir);
+    } catch (err) {
+      await this.#cleanup.discard(storage);
+      throw err;
+    }
+    this.#cleanup.attach({ topic: topic.name, storage, partitions: topic.partitions, config: () => topic.config });
+  }
+
+  #openPartition(topic: Topic, partition: number, extra: Pick<PartitionOptions, "logStartOffset" | "lowerTier">): Promise<PartitionLog> {
     return PartitionLog.open({
+      ...extra,
       fs: this.#fs,
       dir: joinPath(topic.dir, String(partition)),
       name: `${topic.name}/${partition}`,
@@ -262,11 +305,12 @@ export class LocalBroker implements Broker {
       }
       await this.#fs.mkdir(dir);
       await this.#fs.syncDir(this.#topicsDir);
+      // Cold data left by an earlier topic of this name (a deletion interrupted by a crash) is not this topic's.
+      await this.#cleanup.removeColdData(name);
       await writeJsonAtomic(this.#fs, joinPath(dir, "topic.json"), { name, partitions: partitionCount, config });
       const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
       try {
-        for (let p = 0; p < partitionCount; p++) topic.partitions.push(await this.#openPartition(topic, p));
-        await this.#fs.syncDir(dir);
+        await this.#openPartitions(topic, partitionCount);
       } catch (err) {
         for (const partition of topic.partitions) await partition.close().catch(() => {});
         this.#unavailable.set(name, `creating its partitions failed: ${describeError(err)}`);
@@ -303,11 +347,13 @@ export class LocalBroker implements Broker {
       this.#topics.delete(name);
       this.#unavailable.delete(name);
       for (const partition of topic?.partitions ?? []) await partition.close().catch(() => {});
+      await this.#cleanup.detach(name);
       await this.#fs.mkdir(this.#trashDir);
       const trash = joinPath(this.#trashDir, `${name}.${this.#clock.nowMs()}.${++this.#trashCounter}`);
       await this.#fs.rename(dir, trash);
       await this.#fs.syncDir(this.#topicsDir);
       await this.#fs.removeTree(trash);
+      await this.#cleanup.removeColdData(name);
       this.#logger.log("info", "topic.deleted", { topic: name });
     } catch (err) {
       if (err instanceof BrokerError) throw err;
@@ -448,11 +494,23 @@ export class LocalBroker implements Broker {
     return { logStartOffset: log.logStartOffset, highWatermark: log.highWatermark };
   }
 
-  /** Per-partition storage state (segments, recovery outcome, corruption, fencing, strays), for `GET /v1/admin/storage`. */
-  describeStorage(): { topics: { name: string; partitions: ReturnType<PartitionLog["describe"]>[] }[]; unavailable: { name: string; reason: string }[] } {
+  /**
+   * Per-partition storage state (segments, recovery outcome, corruption, fencing, strays, and the
+   * last retention and compaction run with the cold tier's state under `cleanup`), for
+   * `GET /v1/admin/storage`.
+   */
+  describeStorage(): {
+    cold_storage_dir: string | null;
+    topics: { name: string; partitions: (ReturnType<PartitionLog["describe"]> & { cleanup: ReturnType<CleanupService["describePartition"]> })[] }[];
+    unavailable: { name: string; reason: string }[];
+  } {
     this.#checkOpen();
     return {
-      topics: [...this.#topics.values()].map((t) => ({ name: t.name, partitions: t.partitions.map((p) => p.describe()) })),
+      cold_storage_dir: this.#cleanup.cold?.root ?? null,
+      topics: [...this.#topics.values()].map((t) => ({
+        name: t.name,
+        partitions: t.partitions.map((p, i) => ({ ...p.describe(), cleanup: this.#cleanup.describePartition(t.name, i) })),
+      })),
       unavailable: [...this.#unavailable].map(([name, reason]) => ({ name, reason })),
     };
   }
@@ -478,9 +536,44 @@ export class LocalBroker implements Broker {
     return sum;
   }
 
+  /**
+   * Changes a topic's config (`PATCH /v1/topics/{topic}`): `patch` is validated over the current
+   * config like a creation's (unknown keys, wrong types and out-of-range values are refused,
+   * naming the key), `topic.json` is rewritten atomically, and the new values apply at once
+   * (rolls read them on every append, cleanup at every pass).
+   * @throws BrokerError topic_not_found, unavailable, invalid_config, storage_error.
+   */
+  async updateTopicConfig(name: string, patch: unknown): Promise<TopicDescription> {
+    this.#topic(name);
+    return this.#configWrites.run(async () => {
+      const topic = this.#topic(name);
+      const config = mergeTopicConfig(topic.config, patch);
+      try {
+        await writeJsonAtomic(this.#fs, joinPath(topic.dir, "topic.json"), { name, partitions: topic.partitions.length, config });
+      } catch (err) {
+        throw new BrokerError(Errors.storageError, `Cannot update the config of topic "${name}": ${describeError(err)}`);
+      }
+      topic.config = config;
+      this.#logger.log("info", "topic.config_updated", { topic: name, config: { ...config } });
+      return this.#describe(topic);
+    });
+  }
+
+  /**
+   * Runs retention (trying the cold tier at once, despite any backoff) and then compaction on every
+   * partition of `topic` now (`POST /v1/admin/topics/{topic}/cleanup`), and reports what each pass
+   * did; each task follows the topic's cleanup policy.
+   * @throws BrokerError topic_not_found, unavailable.
+   */
+  async cleanup(name: string): Promise<{ topic: string; partitions: PartitionCleanup[] }> {
+    const topic = this.#topic(name);
+    return { topic: topic.name, partitions: (await this.#cleanup.runTopic(topic.name)) ?? [] };
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    await this.#cleanup.close();
     for (const topic of this.#topics.values()) {
       await Promise.all(topic.partitions.map((p) => p.close().catch((err: unknown) => this.#logger.log("error", "partition.close_failed", { partition: p.name, error: describeError(err) }))));
     }

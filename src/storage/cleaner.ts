@@ -1,0 +1,200 @@
+/**
+ * The background work of one partition (spec: Retention and compaction): runs its retention and
+ * compaction passes one at a time (a per-partition mutex, so the two tasks never interleave on
+ * the same partition), remembers the last run of each for `GET /v1/admin/storage`, and paces
+ * retries of failed copies to the cold tier.
+ *
+ * Backoff: after a failed copy the next automatic attempt waits `coldOffloadBackoffMsMin` ms,
+ * doubling with each further failure up to `coldOffloadBackoffMsMax`; a copy that succeeds resets
+ * it. While backing off, retention neither copies nor deletes by age or size (the segments stay
+ * local). An explicit run (`POST /v1/admin/topics/{topic}/cleanup`) tries at once.
+ *
+ * If a compaction swap fails after its marker was written, the disk holds a swap only a restart
+ * can finish: every later pass of this partition is skipped until then.
+ */
+import type { Clock } from "../lib/clock.ts";
+import type { Logger } from "../lib/logger.ts";
+import { Mutex } from "../lib/mutex.ts";
+import { coldOffloadBackoffMsMax, coldOffloadBackoffMsMin } from "../lib/limits.ts";
+import type { FileSystem } from "../fs/types.ts";
+import type { PartitionLog } from "./partition.ts";
+import type { ColdPartition } from "./cold-store.ts";
+import { runRetention, type LogStartOffsetStore, type RetentionResult, type RetentionSettings } from "./retention.ts";
+import { runCompaction, type CompactionResult, type CompactionSettings } from "./compaction.ts";
+
+/** A topic's cleanup settings, read at the start of every pass (so a config change applies at once). */
+export interface CleanerSettings extends RetentionSettings, CompactionSettings {
+  /** Whether the cleanup policy includes "compact". */
+  compactEnabled: boolean;
+}
+
+/** Options of {@link PartitionCleaner}. */
+export interface PartitionCleanerOptions {
+  fs: FileSystem;
+  clock: Clock;
+  logger: Logger;
+  partition: PartitionLog;
+  /** Its cold tier, or null. */
+  cold: ColdPartition | null;
+  logStartOffsets: LogStartOffsetStore;
+  settings: () => CleanerSettings;
+  /** True once the broker is shutting down: passes end early. */
+  shouldStop: () => boolean;
+  /** Most distinct keys per compaction pass (default `compactionKeysMax`); tests lower it. */
+  compactionKeysMax?: number;
+}
+
+/** The cleanup state of one partition, for `GET /v1/admin/storage`. */
+export interface CleanerState {
+  last_retention: RetentionResult | null;
+  last_compaction: CompactionResult | null;
+  /** Failed copies to the cold tier in a row, and when the next automatic attempt may run (ms since the epoch; 0 = now). */
+  cold_offload_failures: number;
+  cold_offload_retry_at_ms: number;
+  /** Set when cleanup is stopped until a restart (an incomplete swap). */
+  stopped_reason: string | null;
+}
+
+/** Runs one partition's retention and compaction passes; see the module comment. */
+export class PartitionCleaner {
+  readonly partition: PartitionLog;
+  readonly cold: ColdPartition | null;
+  #options: PartitionCleanerOptions;
+  #mutex = new Mutex();
+  #lastRetention: RetentionResult | null = null;
+  #lastCompaction: CompactionResult | null = null;
+  #offloadFailures = 0;
+  #offloadRetryAtMs = 0;
+  #stoppedReason: string | null = null;
+
+  constructor(options: PartitionCleanerOptions) {
+    this.#options = options;
+    this.partition = options.partition;
+    this.cold = options.cold;
+  }
+
+  /**
+   * Runs a retention pass now (after any pass of this partition in progress). `force` ignores the
+   * cold tier's backoff. Never rejects for operating errors (see {@link RetentionResult}).
+   */
+  retention(options: { force?: boolean } = {}): Promise<RetentionResult> {
+    return this.#mutex.run(async () => {
+      const o = this.#options;
+      if (this.#stoppedReason !== null) return this.#skippedRetention(this.#stoppedReason);
+      const now = o.clock.nowMs();
+      const offloadAllowed = options.force === true || now >= this.#offloadRetryAtMs;
+      const result = await runRetention(
+        { fs: o.fs, clock: o.clock, logger: o.logger, partition: o.partition, cold: o.cold, logStartOffsets: o.logStartOffsets, offloadAllowed, shouldStop: o.shouldStop },
+        o.settings(),
+      );
+      if (result.offload_error !== null) {
+        this.#offloadFailures++;
+        const waitMs = Math.min(coldOffloadBackoffMsMax, coldOffloadBackoffMsMin * 2 ** Math.min(this.#offloadFailures - 1, 30));
+        this.#offloadRetryAtMs = o.clock.nowMs() + waitMs;
+        o.logger.log("warn", "cold.offload_backoff", { partition: o.partition.name, failures: this.#offloadFailures, retry_in_ms: waitMs });
+      } else if (result.segments_offloaded > 0) {
+        this.#offloadFailures = 0;
+        this.#offloadRetryAtMs = 0;
+      }
+      this.#lastRetention = result;
+      return result;
+    });
+  }
+
+  /** Runs a compaction pass now if the policy includes "compact" (else reports it skipped). Never rejects for operating errors. */
+  compaction(): Promise<CompactionResult> {
+    return this.#mutex.run(async () => {
+      const o = this.#options;
+      const settings = o.settings();
+      let result: CompactionResult;
+      if (this.#stoppedReason !== null) result = this.#skippedCompaction(this.#stoppedReason);
+      else if (!settings.compactEnabled) result = this.#skippedCompaction('the cleanup policy does not include "compact"');
+      else {
+        result = await runCompaction(
+          {
+            fs: o.fs,
+            clock: o.clock,
+            logger: o.logger,
+            partition: o.partition,
+            shouldStop: o.shouldStop,
+            keysMax: o.compactionKeysMax,
+            ensureLogStartOffsetPersisted: async () => {
+              if (o.logStartOffsets.get() === undefined) await o.logStartOffsets.set(o.partition.logStartOffset);
+            },
+          },
+          settings,
+        );
+        if (result.swap_incomplete) {
+          this.#stoppedReason = `a compaction swap failed after its marker was written (${result.reason}); restart to finish it`;
+          o.logger.log("error", "cleanup.stopped", { partition: o.partition.name, reason: this.#stoppedReason });
+        }
+      }
+      this.#lastCompaction = result;
+      return result;
+    });
+  }
+
+  /** Waits for the pass in progress, if any. */
+  async idle(): Promise<void> {
+    await this.#mutex.run(async () => {});
+  }
+
+  /** The state shown by `GET /v1/admin/storage`. */
+  describe(): CleanerState {
+    return {
+      last_retention: this.#lastRetention,
+      last_compaction: this.#lastCompaction,
+      cold_offload_failures: this.#offloadFailures,
+      cold_offload_retry_at_ms: this.#offloadRetryAtMs,
+      stopped_reason: this.#stoppedReason,
+    };
+  }
+
+  #skippedRetention(reason: string): RetentionResult {
+    const now = this.#options.clock.nowMs();
+    const lso = this.partition.closed ? 0 : this.partition.logStartOffset;
+    return {
+      task: "retention",
+      partition: this.partition.name,
+      status: "skipped",
+      reason,
+      started_ms: now,
+      duration_ms: 0,
+      segments_deleted: 0,
+      bytes_deleted: 0,
+      below_log_start: 0,
+      by_age: 0,
+      by_size: 0,
+      segments_offloaded: 0,
+      bytes_offloaded: 0,
+      cold_segments_deleted: 0,
+      cold_bytes_deleted: 0,
+      log_start_offset_before: lso,
+      log_start_offset_after: lso,
+      offload_error: null,
+    };
+  }
+
+  #skippedCompaction(reason: string): CompactionResult {
+    return {
+      task: "compaction",
+      partition: this.partition.name,
+      status: "skipped",
+      reason,
+      started_ms: this.#options.clock.nowMs(),
+      duration_ms: 0,
+      segments_read: 0,
+      records_read: 0,
+      bytes_read: 0,
+      keys: 0,
+      map_bytes: 0,
+      segments_before: 0,
+      segments_after: 0,
+      bytes_before: 0,
+      bytes_after: 0,
+      records_dropped: 0,
+      tombstones_dropped: 0,
+      swap_incomplete: false,
+    };
+  }
+}

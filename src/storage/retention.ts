@@ -1,0 +1,285 @@
+/**
+ * Retention (spec: Retention and compaction — Retention; DECISIONS 4): one pass over one
+ * partition deletes a prefix of its sealed segments, and with a cold tier moves them there first.
+ *
+ * Which segments go, oldest first, never the active one:
+ *
+ * | rule            | a sealed segment goes when …                                          | applies            |
+ * |-----------------|-----------------------------------------------------------------------|--------------------|
+ * | below the start | all its records are below the log start offset (a crash between      | always             |
+ * |                 | persisting the log start offset and deleting left it behind)          |                    |
+ * | by age          | its newest record (largest timestamp) is older than `retention_ms`    | policy has delete  |
+ * | by size         | the partition's local logs are over `retention_bytes`                 | policy has delete  |
+ *
+ * Each rule yields a prefix, and the pass deletes the longest of them: a segment goes only if
+ * every older one goes too, so a segment whose newest timestamp is in the future holds back every
+ * segment after it (for the age rule). With a cold tier, each segment past the "below the start"
+ * prefix is copied there durably first; the first copy that fails ends the prefix (the segment and
+ * every later one stay local) and the caller retries later with backoff.
+ *
+ * Order of durable steps: without a cold tier the new log start offset is written to the topic's
+ * `log_start_offsets.json` *before* any segment is deleted; with one, the log start offset does
+ * not move (the offsets are still served, from the cold tier). Then, under the partition's write
+ * lock, the segments leave the published list, and their files are unlinked and the directory
+ * fsynced. Readers that hold a segment keep reading it.
+ *
+ * The cold tier's own retention runs in the same pass: cold segments whose newest record is older
+ * than `cold_retention_ms` (−1 = forever) go, as a prefix, after the log start offset is raised
+ * past them and persisted.
+ */
+import type { Clock } from "../lib/clock.ts";
+import type { Logger } from "../lib/logger.ts";
+import type { FileSystem } from "../fs/types.ts";
+import { isFsError } from "../fs/types.ts";
+import type { PartitionLog } from "./partition.ts";
+import { describe, type Segment } from "./segment.ts";
+import type { ColdPartition } from "./cold-store.ts";
+import { newestTimestampMs } from "./segment-scan.ts";
+
+/** A topic's retention settings, as one pass sees them. */
+export interface RetentionSettings {
+  /** Whether the cleanup policy includes "delete" (the age and size rules apply). */
+  deleteEnabled: boolean;
+  /** `retention_ms`; −1 = keep forever. */
+  retentionMs: number;
+  /** `retention_bytes`; −1 = no limit. */
+  retentionBytes: number;
+  /** `cold_retention_ms`: how long the cold tier keeps a segment; −1 = forever. */
+  coldRetentionMs: number;
+}
+
+/** Where the partition's log start offset is persisted (the topic's `log_start_offsets.json`). */
+export interface LogStartOffsetStore {
+  /** The persisted value, or undefined if none was written. */
+  get(): number | undefined;
+  /** Persists a value durably. @throws FsError. */
+  set(offset: number): Promise<void>;
+}
+
+/** What one retention pass needs. */
+export interface RetentionContext {
+  fs: FileSystem;
+  clock: Clock;
+  logger: Logger;
+  partition: PartitionLog;
+  /** The partition's cold tier, or null without `--cold-storage-dir`. */
+  cold: ColdPartition | null;
+  logStartOffsets: LogStartOffsetStore;
+  /** False while failed copies to the cold tier back off: nothing is offloaded (or deleted by age/size) this pass. */
+  offloadAllowed: boolean;
+  /** Polled between segments; true ends the pass early (broker shutting down). */
+  shouldStop?: () => boolean;
+}
+
+/** What a retention pass did (logged as `retention.pass`, shown in `GET /v1/admin/storage`). */
+export interface RetentionResult {
+  task: "retention";
+  partition: string;
+  /**
+   * "ok": something was deleted or offloaded; "nothing_to_do"; "skipped" (closed or fenced
+   * partition); "cancelled" (the segments changed under the pass, or shutdown); "offload_failed"
+   * (a copy to the cold tier failed: what precedes it was handled, the rest stays); "failed".
+   */
+  status: "ok" | "nothing_to_do" | "skipped" | "cancelled" | "offload_failed" | "failed";
+  reason: string;
+  started_ms: number;
+  duration_ms: number;
+  /** Local segments deleted (offloaded ones included) and their log bytes. */
+  segments_deleted: number;
+  bytes_deleted: number;
+  /** How many of those each rule asked for (prefix lengths). */
+  below_log_start: number;
+  by_age: number;
+  by_size: number;
+  /** Segments copied to the cold tier, and their log bytes. */
+  segments_offloaded: number;
+  bytes_offloaded: number;
+  /** Cold segments deleted by the cold tier's retention, and their log bytes. */
+  cold_segments_deleted: number;
+  cold_bytes_deleted: number;
+  log_start_offset_before: number;
+  log_start_offset_after: number;
+  /** Why a copy to the cold tier failed, or null. */
+  offload_error: string | null;
+}
+
+/** Newest timestamps of sealed segments, scanned once per segment object (sealed segments never change). */
+const newestCache = new WeakMap<Segment, number>();
+
+/**
+ * The largest record timestamp of a sealed segment (ms, −1 if it holds none), scanned on first
+ * use and remembered. Returns null if the segment was closed meanwhile.
+ * @throws SegmentUnreadableError, FsError.
+ */
+export async function segmentNewestTimestampMs(segment: Segment): Promise<number | null> {
+  const known = newestCache.get(segment);
+  if (known !== undefined) return known;
+  if (!segment.acquire()) return null;
+  try {
+    const newest = await newestTimestampMs(segment);
+    newestCache.set(segment, newest);
+    return newest;
+  } finally {
+    await segment.release();
+  }
+}
+
+/**
+ * Runs one retention pass over one partition (see the module comment). Never throws for
+ * operating errors: they come back as status "failed" or "offload_failed" and are logged.
+ */
+export async function runRetention(ctx: RetentionContext, settings: RetentionSettings): Promise<RetentionResult> {
+  const { partition, clock, logger } = ctx;
+  const started = clock.nowMs();
+  const result: RetentionResult = {
+    task: "retention",
+    partition: partition.name,
+    status: "nothing_to_do",
+    reason: "",
+    started_ms: started,
+    duration_ms: 0,
+    segments_deleted: 0,
+    bytes_deleted: 0,
+    below_log_start: 0,
+    by_age: 0,
+    by_size: 0,
+    segments_offloaded: 0,
+    bytes_offloaded: 0,
+    cold_segments_deleted: 0,
+    cold_bytes_deleted: 0,
+    log_start_offset_before: partition.closed ? 0 : partition.logStartOffset,
+    log_start_offset_after: 0,
+    offload_error: null,
+  };
+  const finish = (status: RetentionResult["status"], reason: string): RetentionResult => {
+    result.status = status;
+    result.reason = reason;
+    result.duration_ms = clock.nowMs() - started;
+    result.log_start_offset_after = partition.closed ? result.log_start_offset_before : partition.logStartOffset;
+    const level = status === "failed" || status === "offload_failed" ? "error" : status === "ok" ? "info" : "debug";
+    logger.log(level, "retention.pass", { ...result });
+    return result;
+  };
+  if (partition.closed) return finish("skipped", "the partition is closed");
+  if (partition.fenced) return finish("skipped", "the partition is fenced (restart required)");
+
+  try {
+    const sealed = partition.sealedSegments;
+    const now = clock.nowMs();
+    const lso = partition.logStartOffset;
+    let below = 0;
+    while (below < sealed.length && sealed[below].nextOffset <= lso) below++;
+    let byAge = 0;
+    let bySize = 0;
+    if (settings.deleteEnabled && settings.retentionMs >= 0) {
+      byAge = below;
+      while (byAge < sealed.length) {
+        const newest = await segmentNewestTimestampMs(sealed[byAge]);
+        if (newest === null) return finish("cancelled", "a segment was replaced during the pass");
+        // DECISIONS 4: a newest timestamp in the future is never "older", and holds back the rest.
+        if (now - newest > settings.retentionMs) byAge++;
+        else break;
+      }
+    }
+    if (settings.deleteEnabled && settings.retentionBytes >= 0) {
+      let total = partition.sizeBytes;
+      while (bySize < sealed.length && total > settings.retentionBytes) total -= sealed[bySize++].sizeBytes;
+    }
+    result.below_log_start = below;
+    result.by_age = byAge;
+    result.by_size = bySize;
+    let count = Math.max(below, byAge, bySize);
+
+    // With a cold tier, a segment leaves only after its copy there is durable.
+    const cold = ctx.cold;
+    if (cold !== null && count > below) {
+      if (!ctx.offloadAllowed) {
+        result.reason = "copies to the cold tier are backing off after a failure";
+        count = below;
+      } else {
+        for (let i = below; i < count; i++) {
+          if (ctx.shouldStop?.()) {
+            count = i;
+            break;
+          }
+          try {
+            const { bytes } = await cold.offload(sealed[i]);
+            result.segments_offloaded++;
+            result.bytes_offloaded += bytes;
+          } catch (err) {
+            result.offload_error = describe(err);
+            logger.log("error", "cold.offload_failed", { partition: partition.name, segment: sealed[i].logPath, error: result.offload_error });
+            count = i;
+            break;
+          }
+        }
+      }
+    }
+
+    if (count > 0) {
+      const victims = sealed.slice(0, count);
+      const outcome = await partition.withWriteLock(async () => {
+        if (partition.closed) return "the partition closed";
+        const current = partition.sealedSegments;
+        if (!victims.every((s, i) => current[i] === s)) return "the sealed segments changed during the pass";
+        // Without a cold tier the log now starts after the victims; persist that first.
+        const startAfter = count < sealed.length ? Math.max(sealed[count - 1].nextOffset, sealed[count].baseOffset) : sealed[count - 1].nextOffset;
+        const newLso = cold === null ? Math.max(startAfter, partition.logStartOffset) : partition.logStartOffset;
+        if (newLso > partition.logStartOffset || ctx.logStartOffsets.get() === undefined) await ctx.logStartOffsets.set(newLso);
+        partition.advanceLogStartOffset(newLso);
+        await partition.replaceSealedSegments(victims, []);
+        return "";
+      });
+      if (outcome !== "") return finish("cancelled", outcome);
+      for (const s of victims) {
+        for (const path of [s.logPath, s.indexPath]) {
+          try {
+            await ctx.fs.unlink(path);
+          } catch (err) {
+            if (!isFsError(err, "ENOENT")) throw err;
+          }
+        }
+        result.segments_deleted++;
+        result.bytes_deleted += s.sizeBytes;
+      }
+      await ctx.fs.syncDir(partition.dir);
+    }
+
+    if (cold !== null) await coldRetention(ctx, cold, settings, result);
+  } catch (err) {
+    return finish("failed", describe(err));
+  }
+  if (result.offload_error !== null) return finish("offload_failed", `a copy to the cold tier failed: ${result.offload_error}`);
+  const did = result.segments_deleted + result.segments_offloaded + result.cold_segments_deleted > 0;
+  return finish(did ? "ok" : "nothing_to_do", result.reason);
+}
+
+/** The cold tier's retention: a prefix of cold segments below the log start offset or older than `cold_retention_ms`. */
+async function coldRetention(ctx: RetentionContext, cold: ColdPartition, settings: RetentionSettings, result: RetentionResult): Promise<void> {
+  const { partition } = ctx;
+  const bases = cold.baseOffsets;
+  const localStart = partition.localStartOffset;
+  const now = ctx.clock.nowMs();
+  let expired = 0;
+  while (expired < bases.length) {
+    const next = expired + 1 < bases.length ? bases[expired + 1] : localStart;
+    if (next <= partition.logStartOffset) {
+      expired++;
+      continue;
+    }
+    if (settings.coldRetentionMs < 0) break;
+    const newest = await cold.newestTimestampMs(bases[expired]);
+    if (now - newest > settings.coldRetentionMs) expired++;
+    else break;
+  }
+  if (expired === 0) return;
+  const newLso = Math.min(expired < bases.length ? bases[expired] : localStart, localStart);
+  if (newLso > partition.logStartOffset) {
+    await ctx.logStartOffsets.set(newLso);
+    partition.advanceLogStartOffset(newLso);
+  }
+  const gone = bases.slice(0, expired);
+  for (const base of gone) result.cold_bytes_deleted += cold.sizeOf(base);
+  await cold.remove(gone);
+  result.cold_segments_deleted += gone.length;
+}
