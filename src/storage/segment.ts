@@ -547,8 +547,8 @@ export class Segment {
 
   /**
    * Writes a prepared append: one write to the log, one to the index (spec: Writes and
-   * durability). On a failed log write the partial bytes are cut off before the error returns;
-   * if that fails too, throws StorageError "fenced". An index write failure is not fatal: the
+   * durability). On a failed log write the partial bytes are cut off, and the cut fsynced, before
+   * the error returns; if that fails too, throws StorageError "fenced". An index write failure is not fatal: the
    * index is derived and recovery rebuilds it, so the segment stops writing its index file.
    * @throws StorageError ("write_failed" after a clean cut, "fenced" otherwise).
    */
@@ -561,6 +561,11 @@ export class Segment {
     } catch (err) {
       try {
         await this.#log.truncate(before);
+        // The cut is made durable before the error says nothing was appended. Left unsynced, a
+        // crash could bring the partial bytes back (whole records of a refused request), and a
+        // roll before the next fsync would seal the segment with them inside, at offsets the
+        // next segment then assigns again.
+        await this.#log.sync();
       } catch (cutErr) {
         throw new StorageError("fenced", `Cannot append to partition "${partition}": a write failed (${describe(err)}) and its partial bytes could not be cut off (${describe(cutErr)}), restart required`, { cause: err });
       }
