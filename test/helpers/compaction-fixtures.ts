@@ -1,0 +1,254 @@
+/**
+ * Shared fixtures of the retention, compaction and cold-storage tests: a broker on a simulated
+ * disk with a manual clock and no background tasks, produce and fetch helpers that check every
+ * record's CRC and offset, and file-system wrappers that cut the power after N mutations or hold
+ * reads at a gate.
+ */
+import { expect } from "vitest";
+import { LocalBroker, type LocalBrokerOptions } from "../../src/broker/broker.ts";
+import { BrokerError } from "../../src/broker/errors.ts";
+import { ManualClock } from "../../src/lib/clock.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
+import { MemoryFileSystem } from "../../src/fs/memory.ts";
+import { FsError, type FileHandle, type FileStat, type FileSystem, type OpenOptions } from "../../src/fs/types.ts";
+import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
+
+/** One record to produce: key null = no key; value "" = a tombstone when keyed; ts −1 = broker clock. */
+export interface Rec {
+  key: string | null;
+  value: string;
+  ts?: number;
+}
+
+/** One record read back: decoded fields and its stored bytes (a copy). */
+export interface ReadRecord {
+  offset: number;
+  timestampMs: number;
+  key: string | null;
+  value: string;
+  bytes: Uint8Array;
+}
+
+/** A broker on `fs` at /data with no background cleanup unless `cleanupIntervalMs` is given. */
+export async function openBroker(fs: FileSystem, clock: ManualClock, extra: Partial<LocalBrokerOptions> = {}): Promise<{ broker: LocalBroker; logger: MemoryLogger }> {
+  const logger = (extra.logger as MemoryLogger | undefined) ?? new MemoryLogger();
+  const broker = await LocalBroker.open({ fs, dataDir: "/data", clock, logger, cleanupIntervalMs: 0, ...extra });
+  return { broker, logger };
+}
+
+/** Produces `records` to partition 0 of `topic` in one request; returns the base offset. */
+export async function produce(broker: LocalBroker, topic: string, records: readonly Rec[]): Promise<number> {
+  const b = new EntryBatchBuilder();
+  for (const r of records) b.add(r.key === null ? null : utf8(r.key), utf8(r.value), r.ts ?? -1);
+  const result = await broker.produce({ topic, partition: 0, batch: b.build() });
+  return result.spans[0].baseOffset;
+}
+
+/** Decodes stored records, checking each one's length and CRC. */
+export function decodeRecords(bytes: Uint8Array): ReadRecord[] {
+  const c = new RecordCursor().reset(bytes);
+  const out: ReadRecord[] = [];
+  let p = 0;
+  while (p < bytes.length) {
+    expect(c.decode(p), `record at byte ${p}: ${c.reason}`).toBe(DecodeStatus.Ok);
+    const key = c.key();
+    out.push({ offset: c.offset, timestampMs: c.timestampMs, key: key === null ? null : fromUtf8(key), value: fromUtf8(c.value()), bytes: bytes.slice(p, p + c.sizeBytes) });
+    p += c.sizeBytes;
+  }
+  return out;
+}
+
+/**
+ * Fetches partition 0 of `topic` from `from` up to the high watermark, `maxRecords` at a time,
+ * checking CRCs and that offsets strictly increase.
+ */
+export async function fetchAll(broker: LocalBroker, topic: string, from: number, maxRecords = 1000): Promise<ReadRecord[]> {
+  const out: ReadRecord[] = [];
+  let offset = from;
+  for (let guard = 0; guard < 100_000; guard++) {
+    const r = await broker.fetch({ topic, partition: 0, offset, maxRecords });
+    for (const rec of decodeRecords(r.records.bytes)) {
+      expect(rec.offset).toBeGreaterThanOrEqual(offset);
+      if (out.length > 0) expect(rec.offset).toBeGreaterThan(out.at(-1)!.offset);
+      out.push(rec);
+    }
+    if (r.nextOffset >= r.highWatermark && r.records.count === 0) return out;
+    expect(r.nextOffset).toBeGreaterThan(offset);
+    offset = r.nextOffset;
+    if (offset >= r.highWatermark) return out;
+  }
+  throw new Error("fetchAll did not reach the high watermark");
+}
+
+/** The code of a BrokerError a promise rejects with. */
+export async function rejectionCode(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+  } catch (err) {
+    if (err instanceof BrokerError) return err.kind.code;
+    throw err;
+  }
+  throw new Error("expected a rejection");
+}
+
+/** Files under a directory of a MemoryFileSystem with their bytes, for before/after comparisons. */
+export function snapshotFiles(fs: MemoryFileSystem, dir: string): Map<string, Uint8Array> {
+  const out = new Map<string, Uint8Array>();
+  for (const path of fs.listTree(dir)) if (!path.endsWith("/")) out.set(path, fs.readFileSync(path));
+  return out;
+}
+
+/** Names in a partition directory that belong to an unfinished swap. */
+export function swapLeftovers(fs: MemoryFileSystem, dir: string): string[] {
+  return fs.listTree(dir).filter((p) => p.endsWith(".cleaned") || p.endsWith("compaction.marker") || p.endsWith(".partial"));
+}
+
+export { ManualClock, MemoryFileSystem };
+
+/**
+ * A FileSystem over a MemoryFileSystem that loses power after `allowed` more mutations (counted
+ * as MemoryFileSystem counts them): that mutation and every later one fail with EIO, as if the
+ * machine stopped there. Then call `inner.crash()` and reopen on `inner`.
+ */
+export class PowerCutFs implements FileSystem {
+  #allowed = Infinity;
+  #count = 0;
+  cut = false;
+  constructor(readonly inner: MemoryFileSystem) {}
+
+  /** Lets `n` more mutations through, then cuts. */
+  arm(n: number): void {
+    this.#allowed = n;
+    this.#count = 0;
+    this.cut = false;
+  }
+
+  /** Mutations since {@link arm}. */
+  get mutations(): number {
+    return this.#count;
+  }
+
+  mutation(path: string): void {
+    if (this.cut) throw new FsError("EIO", path, `power is off: ${path}`);
+    if (++this.#count > this.#allowed) {
+      this.cut = true;
+      throw new FsError("EIO", path, `power cut at ${path}`);
+    }
+  }
+
+  async open(path: string, options?: OpenOptions): Promise<FileHandle> {
+    if (options?.create) this.mutation(path);
+    const handle = await this.inner.open(path, options);
+    const self = this;
+    return {
+      read: (buf, position) => handle.read(buf, position),
+      async write(bytes, position) {
+        self.mutation(path);
+        return handle.write(bytes, position);
+      },
+      async sync() {
+        self.mutation(path);
+        return handle.sync();
+      },
+      async truncate(length) {
+        self.mutation(path);
+        return handle.truncate(length);
+      },
+      size: () => handle.size(),
+      close: () => handle.close(),
+    };
+  }
+  readdir(path: string): Promise<string[]> {
+    return this.inner.readdir(path);
+  }
+  async mkdir(path: string): Promise<void> {
+    this.mutation(path);
+    return this.inner.mkdir(path);
+  }
+  async rename(from: string, to: string): Promise<void> {
+    this.mutation(from);
+    return this.inner.rename(from, to);
+  }
+  async unlink(path: string): Promise<void> {
+    this.mutation(path);
+    return this.inner.unlink(path);
+  }
+  async removeTree(path: string): Promise<void> {
+    this.mutation(path);
+    return this.inner.removeTree(path);
+  }
+  stat(path: string): Promise<FileStat | null> {
+    return this.inner.stat(path);
+  }
+  async syncDir(path: string): Promise<void> {
+    this.mutation(path);
+    return this.inner.syncDir(path);
+  }
+}
+
+/**
+ * A FileSystem over another that can hold reads of matching paths at a gate: {@link hold} arms
+ * it, {@link waiting} resolves once a read is held, {@link release} lets the held reads go.
+ */
+export class GatedFs implements FileSystem {
+  #pattern: RegExp | null = null;
+  #gate: Promise<void> = Promise.resolve();
+  #open: () => void = () => {};
+  #arrived: () => void = () => {};
+  /** Resolves when the first read is held after {@link hold}. */
+  waiting: Promise<void> = Promise.resolve();
+  constructor(readonly inner: FileSystem) {}
+
+  hold(pattern: RegExp): void {
+    this.#pattern = pattern;
+    this.#gate = new Promise((resolve) => (this.#open = resolve));
+    this.waiting = new Promise((resolve) => (this.#arrived = resolve));
+  }
+
+  release(): void {
+    this.#pattern = null;
+    this.#open();
+  }
+
+  async open(path: string, options?: OpenOptions): Promise<FileHandle> {
+    const handle = await this.inner.open(path, options);
+    const self = this;
+    return {
+      async read(buf, position) {
+        if (self.#pattern !== null && self.#pattern.test(path)) {
+          const gate = self.#gate;
+          self.#arrived();
+          await gate;
+        }
+        return handle.read(buf, position);
+      },
+      write: (bytes, position) => handle.write(bytes, position),
+      sync: () => handle.sync(),
+      truncate: (length) => handle.truncate(length),
+      size: () => handle.size(),
+      close: () => handle.close(),
+    };
+  }
+  readdir(path: string): Promise<string[]> {
+    return this.inner.readdir(path);
+  }
+  mkdir(path: string): Promise<void> {
+    return this.inner.mkdir(path);
+  }
+  rename(from: string, to: string): Promise<void> {
+    return this.inner.rename(from, to);
+  }
+  unlink(path: string): Promise<void> {
+    return this.inner.unlink(path);
+  }
+  removeTree(path: string): Promise<void> {
+    return this.inner.removeTree(path);
+  }
+  stat(path: string): Promise<FileStat | null> {
+    return this.inner.stat(path);
+  }
+  syncDir(path: string): Promise<void> {
+    return this.inner.syncDir(path);
+  }
+}
