@@ -436,7 +436,14 @@ export class PartitionLog {
     try {
       await active.append(prepared, this.#logger, this.name);
     } catch (err) {
-      if (err instanceof StorageError && err.kind === "fenced") this.#fence("a failed write that could not be cut off", err);
+      if (err instanceof StorageError && err.kind === "fenced") {
+        this.#fence("a failed write that could not be cut off", err);
+        // As after a failed fsync: what is not durable must not be read back after a restart
+        // (the failed fsync of the cut may have dropped it from the disk). An fsync still in
+        // flight settles first, so the cut starts at the final durable position.
+        if (this.#syncRunning !== null) await this.#syncRunning;
+        await active.discardUnsynced({ position: this.#durablePosition, nextOffset: this.#highWatermark }, this.#logger, this.name);
+      }
       rejectAll(err);
       return;
     }
