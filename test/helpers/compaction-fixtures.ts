@@ -115,6 +115,8 @@ export class PowerCutFs implements FileSystem {
   #allowed = Infinity;
   #count = 0;
   cut = false;
+  /** Paths of the mutations since {@link arm}, in order (including the one cut). */
+  readonly paths: string[] = [];
   constructor(readonly inner: MemoryFileSystem) {}
 
   /** Lets `n` more mutations through, then cuts. */
@@ -122,6 +124,7 @@ export class PowerCutFs implements FileSystem {
     this.#allowed = n;
     this.#count = 0;
     this.cut = false;
+    this.paths.length = 0;
   }
 
   /** Mutations since {@link arm}. */
@@ -131,6 +134,7 @@ export class PowerCutFs implements FileSystem {
 
   mutation(path: string): void {
     if (this.cut) throw new FsError("EIO", path, `power is off: ${path}`);
+    this.paths.push(path);
     if (++this.#count > this.#allowed) {
       this.cut = true;
       throw new FsError("EIO", path, `power cut at ${path}`);
