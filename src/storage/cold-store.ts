@@ -26,7 +26,7 @@ import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { offsetFileStem } from "../lib/bytes.ts";
 import { coldSegmentsOpenMax } from "../lib/limits.ts";
-import { isFsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
+import { dirname, isFsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import type { LowerTier } from "./partition.ts";
 import { Segment, indexFileName, isSupportedBaseOffset, logFileName, parseSegmentFileName } from "./segment.ts";
 import { RecordHeader, chunkView, newestTimestampMs } from "./segment-scan.ts";
@@ -81,7 +81,7 @@ export class ColdStore {
    */
   async removeTopic(topic: string): Promise<void> {
     const dir = this.topicDir(topic);
-    if ((await this.#fs.stat(dir)) === null) return;
+    if (!(await exists(this.#fs, dir))) return;
     await this.#fs.removeTree(dir);
     await this.#fs.syncDir(joinPath(this.root, "topics"));
     this.#logger.log("info", "cold.topic_removed", { topic, dir });
@@ -93,8 +93,6 @@ export class ColdPartition implements LowerTier {
   readonly dir: string;
   readonly name: string;
   #fs: FileSystem;
-  #root: string;
-  #relativeDir: string[];
   #clock: Clock;
   #logger: Logger;
   /** Base offsets of complete segments, ascending. */
@@ -108,8 +106,6 @@ export class ColdPartition implements LowerTier {
 
   constructor(options: { fs: FileSystem; root: string; relativeDir: string[]; name: string; clock: Clock; logger: Logger }) {
     this.#fs = options.fs;
-    this.#root = options.root;
-    this.#relativeDir = options.relativeDir;
     this.dir = joinPath(options.root, ...options.relativeDir);
     this.name = options.name;
     this.#clock = options.clock;
@@ -174,16 +170,14 @@ export class ColdPartition implements LowerTier {
   /** Creates the partition's cold directory and makes every new level durable (once). */
   async #ensureDir(): Promise<void> {
     if (this.#dirReady) return;
-    let path = this.#root;
-    await this.#fs.mkdir(path);
-    for (const part of this.#relativeDir) {
-      const parent = path;
-      path = joinPath(path, part);
-      if ((await this.#fs.stat(path)) === null) {
-        await this.#fs.mkdir(path);
-        await this.#fs.syncDir(parent);
-      }
+    // Every directory this creates is durable only once its parent is fsynced.
+    const missing: string[] = [];
+    for (let path = this.dir; !(await exists(this.#fs, path)); path = dirname(path)) {
+      missing.push(path);
+      if (dirname(path) === path) break;
     }
+    if (missing.length > 0) await this.#fs.mkdir(this.dir);
+    for (const path of missing.reverse()) await this.#fs.syncDir(dirname(path));
     this.#dirReady = true;
   }
 
@@ -200,7 +194,7 @@ export class ColdPartition implements LowerTier {
     const logTemp = joinPath(this.dir, logFileName(base) + partialSuffix);
     const indexTemp = joinPath(this.dir, indexFileName(base) + partialSuffix);
     try {
-      const hasIndex = (await this.#fs.stat(segment.indexPath)) !== null;
+      const hasIndex = await exists(this.#fs, segment.indexPath);
       if (hasIndex) await copyFile(this.#fs, segment.indexPath, indexTemp, -1);
       const copied = await copyFile(this.#fs, segment.logPath, logTemp, segment.sizeBytes);
       if (hasIndex) await this.#fs.rename(indexTemp, joinPath(this.dir, indexFileName(base)));
@@ -284,14 +278,14 @@ export class ColdPartition implements LowerTier {
   }
 
   /**
-   * Deletes cold segments (their log, then index), then fsyncs the directory. Readers holding one
+   * Deletes cold segments (their index, then log), then fsyncs the directory. Readers holding one
    * keep reading it. The caller has already raised the log start offset past them.
    * @throws FsError (segments not yet unlinked stay listed).
    */
   async remove(baseOffsets: readonly number[]): Promise<void> {
     for (const base of baseOffsets) {
       await this.#forget(base);
-      for (const name of [logFileName(base), indexFileName(base)]) {
+      for (const name of [indexFileName(base), logFileName(base)]) {
         try {
           await this.#fs.unlink(joinPath(this.dir, name));
         } catch (err) {
@@ -370,6 +364,16 @@ async function copyFile(fs: FileSystem, from: string, to: string, expectedBytes:
   } finally {
     await target?.close().catch(() => {});
     await source.close().catch(() => {});
+  }
+}
+
+/** True if `path` exists (a missing parent directory counts as missing, whichever way the FileSystem reports it). */
+async function exists(fs: FileSystem, path: string): Promise<boolean> {
+  try {
+    return (await fs.stat(path)) !== null;
+  } catch (err) {
+    if (isFsError(err, "ENOENT")) return false;
+    throw err;
   }
 }
 

@@ -20,8 +20,9 @@
  * Order of durable steps: without a cold tier the new log start offset is written to the topic's
  * `log_start_offsets.json` *before* any segment is deleted; with one, the log start offset does
  * not move (the offsets are still served, from the cold tier). Then, under the partition's write
- * lock, the segments leave the published list, and their files are unlinked and the directory
- * fsynced. Readers that hold a segment keep reading it.
+ * lock, the segments leave the published list; their files are unlinked oldest first, with a
+ * directory fsync after each segment, so a crash never leaves a hole in the local segments.
+ * Readers that hold a segment keep reading it.
  *
  * The cold tier's own retention runs in the same pass: cold segments whose newest record is older
  * than `cold_retention_ms` (−1 = forever) go, as a prefix, after the log start offset is raised
@@ -231,18 +232,22 @@ export async function runRetention(ctx: RetentionContext, settings: RetentionSet
         return "";
       });
       if (outcome !== "") return finish("cancelled", outcome);
+      // Oldest first, each deletion durable before the next: a crash leaves the local segments a
+      // suffix of what they were, never a run with a hole (with a cold tier, the offsets of a hole
+      // would be read past rather than from the cold copy).
       for (const s of victims) {
-        for (const path of [s.logPath, s.indexPath]) {
+        // The index first: a crash between leaves a log that loads again (its index rebuilt), not a stray index.
+        for (const path of [s.indexPath, s.logPath]) {
           try {
             await ctx.fs.unlink(path);
           } catch (err) {
             if (!isFsError(err, "ENOENT")) throw err;
           }
         }
+        await ctx.fs.syncDir(partition.dir);
         result.segments_deleted++;
         result.bytes_deleted += s.sizeBytes;
       }
-      await ctx.fs.syncDir(partition.dir);
     }
 
     if (cold !== null) await coldRetention(ctx, cold, settings, result);

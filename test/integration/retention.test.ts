@@ -137,7 +137,7 @@ describe("retention", () => {
     const [run] = (await broker.cleanup("t")).partitions;
     expect(run.retention.status).toBe("failed");
     expect(fs.paths.slice(0, lsoWrite).every((p) => p.includes("log_start_offsets.json") || p === "/data/topics/t")).toBe(true);
-    expect(fs.paths.at(-1)).toMatch(/\.log$/);
+    expect(fs.paths.at(-1)).toMatch(/00000000000000000000\.index$/);
     disk.crash({ seed: 5 });
     const { broker: again, logger } = await openBroker(disk, clock);
     expect(await again.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 15, highWatermark: 16 });
