@@ -192,20 +192,23 @@ export class PowerCutFs implements FileSystem {
 }
 
 /**
- * A FileSystem over another that can hold reads of matching paths at a gate: {@link hold} arms
- * it, {@link waiting} resolves once a read is held, {@link release} lets the held reads go.
+ * A FileSystem over another that can hold reads at a gate: {@link hold} holds the next `count`
+ * reads of matching paths (later reads pass), {@link waiting} resolves once all of them are held,
+ * {@link release} lets them go.
  */
 export class GatedFs implements FileSystem {
   #pattern: RegExp | null = null;
+  #remaining = 0;
   #gate: Promise<void> = Promise.resolve();
   #open: () => void = () => {};
   #arrived: () => void = () => {};
-  /** Resolves when the first read is held after {@link hold}. */
+  /** Resolves when the reads asked for by {@link hold} are held. */
   waiting: Promise<void> = Promise.resolve();
   constructor(readonly inner: FileSystem) {}
 
-  hold(pattern: RegExp): void {
+  hold(pattern: RegExp, count = 1): void {
     this.#pattern = pattern;
+    this.#remaining = count;
     this.#gate = new Promise((resolve) => (this.#open = resolve));
     this.waiting = new Promise((resolve) => (this.#arrived = resolve));
   }
@@ -220,9 +223,9 @@ export class GatedFs implements FileSystem {
     const self = this;
     return {
       async read(buf, position) {
-        if (self.#pattern !== null && self.#pattern.test(path)) {
+        if (self.#pattern !== null && self.#remaining > 0 && self.#pattern.test(path)) {
           const gate = self.#gate;
-          self.#arrived();
+          if (--self.#remaining === 0) self.#arrived();
           await gate;
         }
         return handle.read(buf, position);
