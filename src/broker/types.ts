@@ -136,6 +136,16 @@ export interface FetchResult {
   logStartOffset: number;
 }
 
+/**
+ * What {@link Broker.cleanup} did: per partition, the retention pass and the compaction pass, as
+ * `storage/retention.ts` (`RetentionResult`) and `storage/compaction.ts` (`CompactionResult`)
+ * describe them (snake_case fields, as shown over HTTP).
+ */
+export interface CleanupReport {
+  topic: string;
+  partitions: { partition: number; retention: object; compaction: object }[];
+}
+
 /** The operations both front doors offer. */
 export interface Broker {
   /** Creates a topic and its partition directories durably. @throws topic_exists, invalid_topic_name, invalid_config. */
@@ -158,4 +168,18 @@ export interface Broker {
   listOffsets(request: { topic: string; partition: number }): Promise<{ logStartOffset: number; highWatermark: number }>;
   /** Flushes and closes every partition; pending long-polls end. Further calls throw unavailable. */
   close(): Promise<void>;
+  /**
+   * Changes a topic's config (`PATCH /v1/topics/{topic}`): any subset of {@link TopicConfig},
+   * validated like a creation's; `topic.json` is rewritten atomically and the values apply at once.
+   * Optional: a broker without it answers 404 on that route.
+   * @throws topic_not_found, invalid_config, storage_error.
+   */
+  updateTopicConfig?(name: string, config: Record<string, unknown>): Promise<TopicDescription>;
+  /**
+   * Runs retention and compaction on every partition of a topic now
+   * (`POST /v1/admin/topics/{topic}/cleanup`). Optional, as above. @throws topic_not_found.
+   */
+  cleanup?(topic: string): Promise<CleanupReport>;
+  /** Storage state of every partition (`GET /v1/admin/storage`). Optional, as above. */
+  describeStorage?(): object;
 }

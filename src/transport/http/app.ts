@@ -7,6 +7,9 @@
  * |------------------------------------------------------------|---------------------------------|
  * | `GET /healthz`                                             | 200 `{"status":"ok"}`           |
  * | `GET /v1/admin/metrics`                                    | 200 storage counters (fsyncs, …) |
+ * | `GET /v1/admin/storage`                                    | 200 segments, recovery, cleanup |
+ * | `POST /v1/admin/topics/{topic}/cleanup`                    | 200 what retention/compaction did |
+ * | `PATCH /v1/topics/{topic}` `{"config":{…}}`                | 200 topic description           |
  * | `POST /v1/topics`                                          | 201 topic description           |
  * | `GET /v1/topics`                                           | 200 `{"topics":[…]}`            |
  * | `GET /v1/topics/{topic}`                                   | 200 topic description           |
@@ -214,6 +217,36 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const source = broker as Broker & { metrics?: () => Record<string, number> };
     if (typeof source.metrics !== "function") throw new BrokerError(Errors.notFound, "Cannot GET /v1/admin/metrics: this broker keeps no metrics");
     return c.json(source.metrics());
+  });
+
+  // Storage state and the cleanup tasks (retention, cold tier, compaction), when the broker has them.
+  app.get("/v1/admin/storage", (c) => {
+    if (broker.describeStorage === undefined) throw new BrokerError(Errors.notFound, "Cannot GET /v1/admin/storage: this broker does not describe its storage");
+    return c.json(broker.describeStorage());
+  });
+
+  app.post("/v1/admin/topics/:topic/cleanup", async (c) => {
+    const topic = c.req.param("topic");
+    if (broker.cleanup === undefined) throw new BrokerError(Errors.notFound, `Cannot clean up topic ${JSON.stringify(topic)}: this broker has no cleanup tasks`);
+    return c.json(await broker.cleanup(topic));
+  });
+
+  app.patch("/v1/topics/:topic", limitBody, async (c) => {
+    const topic = c.req.param("topic");
+    const action = `Cannot update the config of topic ${JSON.stringify(topic)}`;
+    if (broker.updateTopicConfig === undefined) throw new BrokerError(Errors.notFound, `${action}: this broker cannot change topic configs`);
+    const body = parseJson(await readBody(c, action), action);
+    if (typeof body !== "object" || body === null || Array.isArray(body)) {
+      throw invalidRequest(action, 'the body must be a JSON object like {"config":{"retention_ms":86400000}}');
+    }
+    for (const field of Object.keys(body)) {
+      if (field !== "config") throw invalidRequest(action, `unknown field ${JSON.stringify(field)} (expected config)`, { field });
+    }
+    const config = (body as { config?: unknown }).config;
+    if (typeof config !== "object" || config === null || Array.isArray(config)) {
+      throw invalidRequest(action, '"config" must be a JSON object', { field: "config" });
+    }
+    return c.json(topicJson(await broker.updateTopicConfig(topic, config as Record<string, unknown>)));
   });
 
   app.post("/v1/topics", limitBody, async (c) => {
