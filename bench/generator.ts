@@ -1,0 +1,667 @@
+/**
+ * A load generator: runs in its own process (spawned by `bench/harness.ts`, bundled by
+ * `bench/run.mjs`), never in the broker's. It takes one {@link GeneratorSpec} as JSON in argv[2],
+ * runs it, and prints one {@link GeneratorResult} as the last line of stdout.
+ *
+ * Every load is closed-loop: each producer (or consumer) has one request in flight and sends the
+ * next as soon as the answer arrives. Requests that complete inside the measured window count;
+ * their latency is the time from sending to the answer. The window opens after `warmupMs` and
+ * closes after `measureMs`, or later if fewer than `minRequests` requests completed by then (so a
+ * tiny `--quick` run always measures something).
+ */
+import * as fs from "node:fs";
+import * as http from "node:http";
+import { join } from "node:path";
+import { TcpClient } from "../src/client/client.ts";
+import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
+import { NatsConnection } from "./clients/nats.ts";
+import { RedisConnection, RedisReplyError, command, type RedisReply } from "./clients/resp.ts";
+import type { E2eSpec, FetchSpec, GeneratorResult, GeneratorSpec, LatencySummary, ProduceSpec, Target } from "./spec.ts";
+
+/** Longest a window waits for its `minRequests`, in ms, before the generator gives up. */
+const windowOverrunMsMax = 120_000;
+
+const now = (): number => performance.now();
+/** With BENCH_TRACE=1 in the environment, phase timings go to stderr. */
+const trace = process.env.BENCH_TRACE ? (what: string) => process.stderr.write(`[generator ${now().toFixed(1)} ms] ${what}\n`) : () => {};
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Latency samples in ms. */
+class Samples {
+  #values = new Float64Array(1024);
+  #count = 0;
+
+  add(ms: number): void {
+    if (this.#count === this.#values.length) {
+      const grown = new Float64Array(this.#values.length * 2);
+      grown.set(this.#values);
+      this.#values = grown;
+    }
+    this.#values[this.#count++] = ms;
+  }
+
+  get count(): number {
+    return this.#count;
+  }
+
+  summary(): LatencySummary {
+    const sorted = this.#values.slice(0, this.#count).sort();
+    const at = (q: number) => (sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]);
+    return { p50: at(0.5), p99: at(0.99), max: sorted.length === 0 ? 0 : sorted[sorted.length - 1], count: sorted.length };
+  }
+}
+
+/** The measured window: opened and closed by the main flow, consulted by every loop. */
+class Window {
+  start = Infinity;
+  end = Infinity;
+  stopping = false;
+  records = 0;
+  requests = 0;
+  readonly latency = new Samples();
+
+  /** Counts a request that started at `startedMs` and just completed with `records` records. */
+  complete(startedMs: number, records: number): void {
+    const t = now();
+    if (startedMs < this.start || t > this.end) return;
+    this.records += records;
+    this.requests++;
+    this.latency.add(t - startedMs);
+  }
+}
+
+/** Resident memory of a process, from `/proc/<pid>/status`. */
+class RssWatch {
+  readonly #pid: number | undefined;
+  #resetWorked = false;
+  #sampledPeak = 0;
+  readonly samples: [number, number][] = [];
+
+  constructor(pid: number | undefined) {
+    this.#pid = pid;
+  }
+
+  #field(name: "VmRSS" | "VmHWM"): number | null {
+    if (this.#pid === undefined) return null;
+    try {
+      const m = new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(fs.readFileSync(`/proc/${this.#pid}/status`, "utf8"));
+      return m ? Number(m[1]) * 1024 : null;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Resets the kernel's peak-RSS mark (VmHWM) so the peak covers the window only. */
+  start(): void {
+    if (this.#pid === undefined) return;
+    try {
+      fs.writeFileSync(`/proc/${this.#pid}/clear_refs`, "5");
+      this.#resetWorked = true;
+    } catch {
+      this.#resetWorked = false;
+    }
+    this.sample();
+  }
+
+  /** Notes the current RSS (the fallback peak when VmHWM cannot be reset). */
+  sample(): number | null {
+    const rss = this.#field("VmRSS");
+    if (rss !== null) this.#sampledPeak = Math.max(this.#sampledPeak, rss);
+    return rss;
+  }
+
+  peak(): number | null {
+    if (this.#pid === undefined) return null;
+    this.sample();
+    const hwm = this.#resetWorked ? this.#field("VmHWM") : null;
+    return hwm ?? (this.#sampledPeak > 0 ? this.#sampledPeak : null);
+  }
+}
+
+/** A printable ASCII value of `bytes` bytes (safe inside JSON strings, NDJSON lines and Redis). */
+function makeValue(bytes: number, seed: number): Uint8Array {
+  const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  const out = new Uint8Array(bytes);
+  let x = (seed * 2654435761 + 1) >>> 0;
+  for (let i = 0; i < bytes; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    out[i] = alphabet.charCodeAt(x % alphabet.length);
+  }
+  return out;
+}
+
+function entryBatch(count: number, value: Uint8Array): EntryBatch {
+  const b = new EntryBatchBuilder(count * (value.length + 16) + 64);
+  for (let i = 0; i < count; i++) b.add(null, value);
+  return b.build();
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP (node:http with keep-alive: one socket per producer)
+
+interface HttpAnswer {
+  status: number;
+  body: Buffer;
+}
+
+function httpRequest(agent: http.Agent, url: URL, options: { method: string; headers?: Record<string, string>; body?: Buffer }): Promise<HttpAnswer> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: options.method, agent, headers: options.headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(options.body);
+  });
+}
+
+function expectStatus(answer: HttpAnswer, ok: number[], what: string): void {
+  if (!ok.includes(answer.status)) throw new Error(`${what}: HTTP ${answer.status} ${answer.body.toString("utf8").slice(0, 300)}`);
+}
+
+/** Reads es-broker's storage counters (`GET /v1/admin/metrics`); null if they cannot be had. */
+function readMetrics(url: string): Promise<{ fsyncs: number; recordsAppended: number } | null> {
+  // node:http rather than fetch(): loading undici would cost this short-lived process ~70 ms.
+  return new Promise((resolve) => {
+    http
+      .get(url, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => {
+          try {
+            resolve(res.statusCode === 200 ? (JSON.parse(Buffer.concat(chunks).toString("utf8")) as { fsyncs: number; recordsAppended: number }) : null);
+          } catch {
+            resolve(null);
+          }
+        });
+        res.on("error", () => resolve(null));
+      })
+      .on("error", () => resolve(null));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Produce
+
+/** Sends one request of the spec's batch for producer `producer` to `partition`; resolves when acknowledged. */
+type Send = (producer: number, partition: number) => Promise<void>;
+
+interface Producer {
+  send: Send;
+  close(): Promise<void>;
+}
+
+async function produceTarget(spec: ProduceSpec): Promise<Producer> {
+  const value = makeValue(spec.valueBytes, 1);
+  const target = spec.target;
+  const { batch, producers, partitions } = spec;
+  switch (target.kind) {
+    case "es-tcp": {
+      const clients = await Promise.all(Array.from({ length: producers }, () => TcpClient.connect({ host: target.host, port: target.port })));
+      const entries = entryBatch(batch, value);
+      return {
+        send: async (p, partition) => {
+          await clients[p].produce(target.topic, entries, { partition });
+        },
+        close: async () => {
+          await Promise.all(clients.map((c) => c.close()));
+        },
+      };
+    }
+    case "es-http": {
+      const agent = new http.Agent({ keepAlive: true, maxSockets: producers });
+      const text = Buffer.from(value).toString("latin1");
+      const bodies: Buffer[] = [];
+      const urls: URL[] = [];
+      for (let partition = 0; partition < partitions; partition++) {
+        if (target.body === "json") {
+          const record = JSON.stringify({ value: text, partition });
+          bodies.push(Buffer.from(`{"records":[${Array.from({ length: batch }, () => record).join(",")}]}`));
+          urls.push(new URL(`${target.url}/v1/topics/${target.topic}/records`));
+        } else {
+          bodies.push(Buffer.from(`${text}\n`.repeat(batch)));
+          urls.push(new URL(`${target.url}/v1/topics/${target.topic}/records?partition=${partition}`));
+        }
+      }
+      const contentType = target.body === "json" ? "application/json" : "application/x-ndjson";
+      return {
+        send: async (_p, partition) => {
+          const answer = await httpRequest(agent, urls[partition], {
+            method: "POST",
+            headers: { "content-type": contentType, "content-length": String(bodies[partition].length) },
+            body: bodies[partition],
+          });
+          expectStatus(answer, [200], "es-broker produce");
+        },
+        close: async () => agent.destroy(),
+      };
+    }
+    case "redis": {
+      const conns = await Promise.all(Array.from({ length: producers }, () => RedisConnection.connect(target)));
+      const pipelines = Array.from({ length: partitions }, (_, partition) => {
+        const one = command(["XADD", `${target.key}:${partition}`, "*", "v", value]);
+        return Buffer.concat(Array.from({ length: batch }, () => one));
+      });
+      return {
+        send: async (p, partition) => {
+          const replies = await conns[p].send(pipelines[partition], batch);
+          for (const r of replies) if (r instanceof RedisReplyError) throw r;
+        },
+        close: async () => conns.forEach((c) => c.close()),
+      };
+    }
+    case "nats": {
+      const conns = await Promise.all(Array.from({ length: producers }, () => NatsConnection.connect(target)));
+      return {
+        send: (p, partition) => conns[p].publish(`${target.stream}.${partition}`, value, batch),
+        close: async () => conns.forEach((c) => c.close()),
+      };
+    }
+    case "ds": {
+      const agent = new http.Agent({ keepAlive: true, maxSockets: producers });
+      const text = JSON.stringify(Buffer.from(value).toString("latin1"));
+      const body = Buffer.from(`[${Array.from({ length: batch }, () => text).join(",")}]`);
+      const urls = Array.from({ length: partitions }, (_, partition) => new URL(`${target.url}/v1/stream/${target.stream}-${partition}`));
+      return {
+        send: async (_p, partition) => {
+          const answer = await httpRequest(agent, urls[partition], {
+            method: "POST",
+            headers: { "content-type": "application/json", "content-length": String(body.length) },
+            body,
+          });
+          expectStatus(answer, [200, 204], "Durable Streams append");
+        },
+        close: async () => agent.destroy(),
+      };
+    }
+    case "limit":
+      throw new Error("the limit loop has no producers");
+  }
+}
+
+async function runProduce(spec: ProduceSpec): Promise<GeneratorResult> {
+  if (spec.target.kind === "limit") return runLimit(spec, spec.target.dir);
+  const producer = await produceTarget(spec);
+  const win = new Window();
+  const rss = new RssWatch(spec.serverPid);
+  let failure: unknown = null;
+  const loops = Array.from({ length: spec.producers }, async (_, p) => {
+    let seq = p;
+    while (!win.stopping) {
+      const partition = seq++ % spec.partitions;
+      const t = now();
+      try {
+        await producer.send(p, partition);
+      } catch (err) {
+        failure ??= err;
+        win.stopping = true;
+        return;
+      }
+      win.complete(t, spec.batch);
+    }
+  });
+  trace("producers connected");
+  const result = await measure(spec, win, rss, () => failure, spec.metricsUrl, spec.rssSampleMs);
+  trace("window closed");
+  await Promise.all(loops);
+  trace("producers stopped");
+  await producer.close();
+  trace("connections closed");
+  if (failure) throw failure;
+  return result;
+}
+
+/**
+ * Runs the window: warm-up, open, wait (sampling RSS), close. Metrics are read just before the
+ * window opens and just after it closes.
+ */
+async function measure(
+  spec: { warmupMs: number; measureMs: number; minRequests: number },
+  win: Window,
+  rss: RssWatch,
+  failed: () => unknown,
+  metricsUrl?: string,
+  rssSampleMs?: number,
+): Promise<GeneratorResult> {
+  await sleep(spec.warmupMs);
+  const before = metricsUrl ? await readMetrics(metricsUrl) : null;
+  trace("window opens");
+  rss.start();
+  win.start = now();
+  const samples: [number, number][] = [];
+  const tick = rssSampleMs ?? 100;
+  let nextSample = win.start;
+  for (;;) {
+    const t = now();
+    if (failed()) break;
+    if (t >= nextSample) {
+      const v = rss.sample();
+      if (rssSampleMs !== undefined && v !== null) samples.push([Math.round(t - win.start), v]);
+      nextSample += tick;
+    }
+    const elapsed = t - win.start;
+    if (elapsed >= spec.measureMs && win.requests >= spec.minRequests) break;
+    if (elapsed >= spec.measureMs + windowOverrunMsMax) throw new Error(`only ${win.requests} of ${spec.minRequests} requests completed in ${Math.round(elapsed)} ms`);
+    await sleep(Math.min(20, Math.max(1, nextSample - t)));
+  }
+  win.end = now();
+  win.stopping = true;
+  const after = metricsUrl ? await readMetrics(metricsUrl) : null;
+  const fsyncs = before && after ? after.fsyncs - before.fsyncs : null;
+  const recordsAppended = before && after ? after.recordsAppended - before.recordsAppended : null;
+  return {
+    records: win.records,
+    requests: win.requests,
+    seconds: (win.end - win.start) / 1000,
+    latencyMs: win.latency.summary(),
+    fsyncs,
+    recordsAppended,
+    rssPeakBytes: rss.peak(),
+    ...(rssSampleMs !== undefined ? { rssSamples: samples } : {}),
+  };
+}
+
+/**
+ * The disk limit: append the batch's stored size (records as the broker stores them: 28 bytes of
+ * framing + value) with one positional write and one fdatasync per batch, rolling to a new file
+ * every 128 MiB like a segment. Synchronous calls: nothing else runs in this loop.
+ */
+function runLimit(spec: ProduceSpec, dir: string): GeneratorResult {
+  const storedBytes = spec.batch * (28 + spec.valueBytes);
+  const buf = Buffer.alloc(storedBytes);
+  const value = makeValue(spec.valueBytes, 1);
+  for (let i = 0; i < spec.batch; i++) buf.set(value, i * (28 + spec.valueBytes) + 24);
+  const rollBytes = 128 * 1024 * 1024;
+  let fileNo = 0;
+  let fd = -1;
+  let position = 0;
+  const open = () => {
+    if (fd >= 0) {
+      fs.closeSync(fd);
+      fs.unlinkSync(join(dir, `limit-${fileNo - 1}.log`));
+    }
+    fd = fs.openSync(join(dir, `limit-${fileNo++}.log`), "w", 0o600);
+    position = 0;
+  };
+  open();
+  const latency = new Samples();
+  let iterations = 0;
+  const t0 = now();
+  let start = Infinity;
+  let end = 0;
+  for (;;) {
+    const t = now();
+    if (start === Infinity && t - t0 >= spec.warmupMs) start = t;
+    if (start !== Infinity && t - start >= spec.measureMs && iterations >= spec.minRequests) {
+      end = t;
+      break;
+    }
+    if (position + storedBytes > rollBytes) open();
+    fs.writeSync(fd, buf, 0, storedBytes, position);
+    fs.fdatasyncSync(fd);
+    position += storedBytes;
+    if (start !== Infinity) {
+      iterations++;
+      latency.add(now() - t);
+    }
+  }
+  fs.closeSync(fd);
+  fs.unlinkSync(join(dir, `limit-${fileNo - 1}.log`));
+  return {
+    records: iterations * spec.batch,
+    requests: iterations,
+    seconds: (end - start) / 1000,
+    latencyMs: latency.summary(),
+    fsyncs: iterations,
+    recordsAppended: iterations * spec.batch,
+    rssPeakBytes: null,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fetch
+
+/** Reads `batch` records at `position` of `partition`; resolves with how many came and where to go next. */
+type Read<P> = (consumer: number, partition: number, position: P) => Promise<{ count: number; next: P }>;
+
+async function preloadEs(target: Extract<Target, { kind: "es-tcp" | "es-http" }>, spec: FetchSpec, host: { host: string; port: number }): Promise<void> {
+  const client = await TcpClient.connect(host);
+  const value = makeValue(spec.valueBytes, 2);
+  const chunk = 1000;
+  const entries = entryBatch(chunk, value);
+  const tail = entryBatch(spec.records % chunk || chunk, value);
+  for (let partition = 0; partition < spec.partitions; partition++) {
+    const sends: Promise<unknown>[] = [];
+    for (let done = 0; done < spec.records; done += chunk) {
+      sends.push(client.produce(target.topic, spec.records - done >= chunk ? entries : tail, { partition }));
+      if (sends.length >= 16) await Promise.all(sends.splice(0));
+    }
+    await Promise.all(sends);
+  }
+  await client.close();
+}
+
+async function runFetch(spec: FetchSpec): Promise<GeneratorResult> {
+  const target = spec.target;
+  const cleanups: (() => Promise<void> | void)[] = [];
+  let read: Read<number | string>;
+  let first: number | string;
+  switch (target.kind) {
+    case "es-tcp": {
+      await preloadEs(target, spec, target);
+      const clients = await Promise.all(Array.from({ length: spec.consumers }, () => TcpClient.connect(target)));
+      cleanups.push(() => Promise.all(clients.map((c) => c.close())).then(() => {}));
+      first = 0;
+      read = async (c, partition, offset) => {
+        const res = await clients[c].fetch({ topic: target.topic, partition, offset: offset as number, maxRecords: spec.batch, maxBytes: spec.batch * (spec.valueBytes + 64) });
+        return { count: res.records.length, next: res.nextOffset >= spec.records ? 0 : res.nextOffset };
+      };
+      break;
+    }
+    case "redis": {
+      const conns = await Promise.all(Array.from({ length: spec.consumers }, () => RedisConnection.connect(target)));
+      const loader = conns[0];
+      const value = makeValue(spec.valueBytes, 2);
+      for (let partition = 0; partition < spec.partitions; partition++) {
+        const one = command(["XADD", `${target.key}:${partition}`, "*", "v", value]);
+        for (let done = 0; done < spec.records; done += 1000) {
+          const n = Math.min(1000, spec.records - done);
+          await loader.send(Buffer.concat(Array.from({ length: n }, () => one)), n);
+        }
+      }
+      cleanups.push(() => conns.forEach((c) => c.close()));
+      first = "-";
+      read = async (c, partition, from) => {
+        const reply = (await conns[c].call("XRANGE", `${target.key}:${partition}`, from as string, "+", "COUNT", String(spec.batch))) as RedisReply[];
+        if (reply.length === 0) return { count: 0, next: "-" };
+        const lastId = (reply[reply.length - 1] as RedisReply[])[0] as string;
+        return { count: reply.length, next: reply.length < spec.batch ? "-" : `(${lastId}` };
+      };
+      break;
+    }
+    default:
+      throw new Error(`fetch is not measured for ${target.kind}`);
+  }
+  return runReaders(spec, read, first, cleanups);
+}
+
+/** es-broker over HTTP: preload through TCP (`tcp` address), read with GET …/records. */
+async function runFetchHttp(spec: FetchSpec, target: Extract<Target, { kind: "es-http" }>, tcp: { host: string; port: number }): Promise<GeneratorResult> {
+  await preloadEs(target, spec, tcp);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: spec.consumers });
+  const base = `${target.url}/v1/topics/${target.topic}/partitions`;
+  const read: Read<number | string> = async (_c, partition, offset) => {
+    const answer = await httpRequest(agent, new URL(`${base}/${partition}/records?offset=${offset}&max_records=${spec.batch}&max_bytes=${spec.batch * (spec.valueBytes + 64)}`), { method: "GET" });
+    expectStatus(answer, [200], "es-broker fetch");
+    const body = JSON.parse(answer.body.toString("utf8")) as { records: unknown[]; next_offset: number };
+    return { count: body.records.length, next: body.next_offset >= spec.records ? 0 : body.next_offset };
+  };
+  return runReaders(spec, read, 0, [() => agent.destroy()]);
+}
+
+async function runReaders(spec: FetchSpec, read: Read<number | string>, first: number | string, cleanups: (() => Promise<void> | void)[]): Promise<GeneratorResult> {
+  const win = new Window();
+  const rss = new RssWatch(spec.serverPid);
+  let failure: unknown = null;
+  const loops = Array.from({ length: spec.consumers }, async (_, c) => {
+    const partition = c % spec.partitions;
+    let position = first;
+    while (!win.stopping) {
+      const t = now();
+      try {
+        const res = await read(c, partition, position);
+        position = res.next;
+        win.complete(t, res.count);
+      } catch (err) {
+        failure ??= err;
+        win.stopping = true;
+      }
+    }
+  });
+  const result = await measure(spec, win, rss, () => failure);
+  await Promise.all(loops);
+  for (const c of cleanups) await c();
+  if (failure) throw failure;
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// End-to-end latency
+
+async function runE2e(spec: E2eSpec): Promise<GeneratorResult> {
+  const target = spec.target;
+  const value = makeValue(spec.valueBytes, 3);
+  const waitMs = 5000;
+  let produce: () => Promise<void>;
+  let consume: () => Promise<number>;
+  const cleanups: (() => Promise<void> | void)[] = [];
+  switch (target.kind) {
+    case "es-tcp": {
+      const producer = await TcpClient.connect(target);
+      const consumer = await TcpClient.connect(target);
+      cleanups.push(() => producer.close(), () => consumer.close());
+      const entries = entryBatch(1, value);
+      let offset = 0;
+      produce = async () => {
+        await producer.produce(target.topic, entries, { partition: 0 });
+      };
+      consume = async () => {
+        for (;;) {
+          const res = await consumer.fetch({ topic: target.topic, partition: 0, offset, waitMs });
+          if (res.records.length > 0) {
+            offset = res.nextOffset;
+            return res.records.length;
+          }
+        }
+      };
+      break;
+    }
+    case "es-http": {
+      const agent = new http.Agent({ keepAlive: true, maxSockets: 2 });
+      const body = Buffer.from(`${Buffer.from(value).toString("latin1")}\n`);
+      const produceUrl = new URL(`${target.url}/v1/topics/${target.topic}/records?partition=0`);
+      let offset = 0;
+      cleanups.push(() => agent.destroy());
+      produce = async () => {
+        const answer = await httpRequest(agent, produceUrl, { method: "POST", headers: { "content-type": "application/x-ndjson", "content-length": String(body.length) }, body });
+        expectStatus(answer, [200], "es-broker produce");
+      };
+      consume = async () => {
+        for (;;) {
+          const answer = await httpRequest(agent, new URL(`${target.url}/v1/topics/${target.topic}/partitions/0/records?offset=${offset}&wait_ms=${waitMs}`), { method: "GET" });
+          expectStatus(answer, [200], "es-broker fetch");
+          const res = JSON.parse(answer.body.toString("utf8")) as { records: unknown[]; next_offset: number };
+          if (res.records.length > 0) {
+            offset = res.next_offset;
+            return res.records.length;
+          }
+        }
+      };
+      break;
+    }
+    case "redis": {
+      const producer = await RedisConnection.connect(target);
+      const consumer = await RedisConnection.connect(target);
+      cleanups.push(() => producer.close(), () => consumer.close());
+      const key = `${target.key}:0`;
+      const xadd = command(["XADD", key, "*", "v", value]);
+      let lastId = "0";
+      produce = async () => {
+        const [r] = await producer.send(xadd, 1);
+        if (r instanceof RedisReplyError) throw r;
+      };
+      consume = async () => {
+        for (;;) {
+          const reply = (await consumer.call("XREAD", "BLOCK", String(waitMs), "STREAMS", key, lastId)) as RedisReply[][] | null;
+          if (reply === null) continue;
+          const entries = reply[0][1] as RedisReply[][];
+          lastId = entries[entries.length - 1][0] as string;
+          return entries.length;
+        }
+      };
+      break;
+    }
+    default:
+      throw new Error(`end-to-end latency is not measured for ${target.kind}`);
+  }
+
+  const win = new Window();
+  const acks = new Samples();
+  const rss = new RssWatch(spec.serverPid);
+  let failure: unknown = null;
+  const loop = (async () => {
+    while (!win.stopping) {
+      try {
+        // The consumer's long-poll goes out first, so it waits for the record on the broker.
+        const seen = consume().then((n) => ({ n, at: now() }));
+        await sleep(1);
+        const t = now();
+        await produce();
+        const acked = now();
+        const { n, at } = await seen;
+        if (t >= win.start && at <= win.end) {
+          win.records += n;
+          win.requests++;
+          win.latency.add(at - t);
+          acks.add(acked - t);
+        }
+      } catch (err) {
+        failure ??= err;
+        win.stopping = true;
+      }
+    }
+  })();
+  const result = await measure(spec, win, rss, () => failure);
+  await loop;
+  for (const c of cleanups) await c();
+  if (failure) throw failure;
+  return { ...result, ackLatencyMs: acks.summary() };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const spec = JSON.parse(process.argv[2] ?? "null") as GeneratorSpec | null;
+  if (spec === null) throw new Error("usage: generator.mjs SPEC_JSON");
+  let result: GeneratorResult;
+  if (spec.mode === "produce") result = await runProduce(spec);
+  else if (spec.mode === "fetch") {
+    if (spec.target.kind !== "es-http") result = await runFetch(spec);
+    else if (spec.tcp === undefined) throw new Error("an es-http fetch needs es-broker's TCP address (spec.tcp) to preload");
+    else result = await runFetchHttp(spec, spec.target, spec.tcp);
+  } else result = await runE2e(spec);
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    process.stderr.write(`generator failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,728 @@
+/**
+ * The benchmark harness (`npm run bench`; `bench/run.mjs` bundles this file and the generator and
+ * calls {@link main}). It starts es-broker and every installed peer on loopback with private data
+ * directories, runs each case by spawning a load generator process (`bench/generator.ts`), and
+ * prints what it measured: records/s, payload MB/s, p50/p99/max request latency, fsyncs/s,
+ * records per fsync and the server's peak RSS, then es-broker next to each peer as ratios for the
+ * same case, then the targets of the benchmark issue, met or not.
+ *
+ * Cases (values of 256 bytes, fsync before acknowledgement everywhere but NATS):
+ * - produce: batch 1 | 10 | 100 | 1000 records per request × 1 | 8 | 64 producers × 1 | 4
+ *   partitions, over es-broker TCP, HTTP JSON and HTTP NDJSON; the same batches against Redis
+ *   (pipelined XADD), NATS JetStream (publish with ack) and Durable Streams (one JSON array per
+ *   append); the disk limit (an in-process write + fdatasync loop) once per batch size.
+ * - 50 connections × 100 records (the HTTP target), over every transport and peer.
+ * - consumer: fetch throughput from the page cache (TCP, HTTP, Redis XRANGE) and end-to-end
+ *   latency, produce → consumer sees it (TCP, HTTP long-poll, Redis XREAD BLOCK).
+ * - soak: 64 producers × 100 records over TCP for 60 s, sampling the broker's RSS every second.
+ *
+ * Peers and es-broker run interleaved, case by case, because runs on this 2-vCPU machine drift
+ * by up to 2× between runs: only ratios measured in the same run mean something.
+ *
+ * Flags: `--quick` (tiny version of every case, for CI), `--json FILE` (every figure),
+ * `--markdown FILE` (the tables), `--only REGEX` (case ids), `--no-peers`, `--cpu-prof DIR`
+ * (profile the broker), `--measure-ms`, `--warmup-ms`, `--soak-ms`, `--data-root DIR`.
+ */
+import { spawn, spawnSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as http from "node:http";
+import * as os from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { NatsConnection } from "./clients/nats.ts";
+import { RedisConnection } from "./clients/resp.ts";
+import {
+  peerMissing,
+  startDurableStreams,
+  startEsBroker,
+  startNats,
+  startRedis,
+  type EsBroker,
+  type PeerServer,
+  type ServerProcess,
+} from "./servers.ts";
+import type { GeneratorResult, GeneratorSpec, LatencySummary, Target } from "./spec.ts";
+
+/** Systems a case can run against. */
+export type SystemName = "es-broker" | "limit" | "redis" | "nats" | "ds";
+/** How the load reaches the system. */
+export type Transport = "tcp" | "http-json" | "http-ndjson" | "in-process" | "resp" | "nats" | "http";
+/** Case families. */
+export type Group = "produce" | "fetch" | "e2e" | "soak";
+
+/** One measured case, as printed and as written by `--json`. */
+export interface CaseResult {
+  /** Unique id, e.g. `produce b=100 P=64 parts=4 es-broker/tcp`. */
+  id: string;
+  /** The comparison key shared by every system measured for the same case, e.g. `produce b=100 P=64 parts=4`. */
+  key: string;
+  group: Group;
+  system: SystemName;
+  transport: Transport;
+  /** Records per request (produce) or per fetch. */
+  batch: number;
+  /** Concurrent producers (or consumers). */
+  producers: number;
+  partitions: number;
+  recordsPerSec: number;
+  /** Value bytes per second / 10^6. */
+  payloadMBps: number;
+  latencyMs: LatencySummary;
+  /** e2e: produce request → ack, in ms. */
+  ackLatencyMs?: LatencySummary;
+  /** null when the system does not tell (peers). */
+  fsyncsPerSec: number | null;
+  recordsPerFsync: number | null;
+  /** Peak RSS of the server process during the window, MiB; null for the in-process limit. */
+  serverRssPeakMiB: number | null;
+  requests: number;
+  records: number;
+  seconds: number;
+  /** Soak: RSS samples `[ms, MiB]`. */
+  rssSamplesMiB?: [number, number][];
+  note?: string;
+}
+
+/** A target of the benchmark issue, evaluated on one run. */
+export interface TargetResult {
+  name: string;
+  measured: string;
+  /** null when a figure it needs is missing (peer not installed, case filtered out). */
+  met: boolean | null;
+}
+
+/** Everything `--json` writes. */
+export interface BenchReport {
+  quick: boolean;
+  startedAt: string;
+  machine: Record<string, string>;
+  servers: Record<string, string>;
+  skipped: { system: string; reason: string }[];
+  cases: CaseResult[];
+  failures: { id: string; error: string }[];
+  targets: TargetResult[];
+}
+
+const valueBytes = 256;
+const batches = [1, 10, 100, 1000];
+const producerCounts = [1, 8, 64];
+const partitionCounts = [1, 4];
+
+interface Settings {
+  quick: boolean;
+  warmupMs: number;
+  measureMs: number;
+  soakMs: number;
+  minRequests: number;
+  fetchRecords: number;
+}
+
+interface Env {
+  root: string;
+  generatorPath: string;
+  dataRoot: string;
+  settings: Settings;
+  es: EsBroker;
+  redis: PeerServer | null;
+  nats: PeerServer | null;
+  ds: PeerServer | null;
+  only: RegExp | null;
+  results: CaseResult[];
+  failures: { id: string; error: string }[];
+  counter: number;
+}
+
+const natsNote = "NATS 2.9 JetStream does not fsync per publish: not a durable peer";
+
+// ---------------------------------------------------------------------------------------------
+// Running one case
+
+function runGenerator(env: Env, spec: GeneratorSpec): Promise<GeneratorResult> {
+  const limitMs = spec.warmupMs + spec.measureMs + 300_000;
+  return new Promise((resolve, reject) => {
+    const proc = spawn(process.execPath, [env.generatorPath, JSON.stringify(spec)], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    proc.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    proc.stderr.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-10_000)));
+    const timer = setTimeout(() => proc.kill("SIGKILL"), limitMs);
+    proc.on("close", (code, signal) => {
+      clearTimeout(timer);
+      const last = out.trim().split("\n").at(-1) ?? "";
+      if (code === 0 && last.startsWith("{")) resolve(JSON.parse(last) as GeneratorResult);
+      else reject(new Error(`generator exited with ${code ?? signal}: ${err.trim() || out.trim()}`));
+    });
+  });
+}
+
+function toCase(
+  base: Pick<CaseResult, "key" | "group" | "system" | "transport" | "batch" | "producers" | "partitions"> & { note?: string },
+  r: GeneratorResult,
+): CaseResult {
+  const seconds = r.seconds > 0 ? r.seconds : Number.EPSILON;
+  const appended = r.recordsAppended ?? r.records;
+  return {
+    id: `${base.key} ${base.system}/${base.transport}`,
+    ...base,
+    recordsPerSec: r.records / seconds,
+    payloadMBps: (r.records * valueBytes) / seconds / 1e6,
+    latencyMs: r.latencyMs,
+    ...(r.ackLatencyMs ? { ackLatencyMs: r.ackLatencyMs } : {}),
+    fsyncsPerSec: r.fsyncs === null ? null : r.fsyncs / seconds,
+    recordsPerFsync: r.fsyncs === null || r.fsyncs === 0 ? null : appended / r.fsyncs,
+    serverRssPeakMiB: r.rssPeakBytes === null ? null : r.rssPeakBytes / 1048576,
+    requests: r.requests,
+    records: r.records,
+    seconds: r.seconds,
+    ...(r.rssSamples ? { rssSamplesMiB: r.rssSamples.map(([t, b]): [number, number] => [t, b / 1048576]) } : {}),
+  };
+}
+
+function fmt(n: number | null | undefined, digits = 0): string {
+  if (n === null || n === undefined || !Number.isFinite(n)) return "—";
+  return n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+function printCase(c: CaseResult): void {
+  const l = c.latencyMs;
+  process.stdout.write(
+    `${c.id.padEnd(52)} ${fmt(c.recordsPerSec).padStart(10)} rec/s ${fmt(c.payloadMBps, 1).padStart(7)} MB/s  p50 ${fmt(l.p50, 2)} p99 ${fmt(l.p99, 2)} max ${fmt(l.max, 1)} ms` +
+      `  fsync/s ${fmt(c.fsyncsPerSec)} rec/fsync ${fmt(c.recordsPerFsync, 1)}  rss ${fmt(c.serverRssPeakMiB, 1)} MiB\n`,
+  );
+}
+
+/**
+ * One HTTP request on a fresh connection that is closed afterwards (no keep-alive pool in the
+ * harness, so a server's graceful shutdown never waits on an idle connection of ours).
+ */
+function httpCall(method: string, url: string, body?: unknown, contentType = "application/json"): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const headers: Record<string, string> = { "content-type": contentType };
+    if (payload) headers["content-length"] = String(payload.length);
+    const req = http.request(url, { method, agent: false, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(payload);
+  });
+}
+
+async function esRequest(env: Env, method: string, path: string, body?: unknown): Promise<void> {
+  const res = await httpCall(method, `${env.es.httpUrl}${path}`, body);
+  if (res.status < 200 || res.status > 299) throw new Error(`${method} ${path}: HTTP ${res.status} ${res.text}`);
+}
+
+/**
+ * Runs one case against one system: makes its topic / keys / streams, runs the generator, removes
+ * them again. A failure is recorded and reported, and the run goes on.
+ */
+async function runCase(
+  env: Env,
+  base: Pick<CaseResult, "key" | "group" | "system" | "transport" | "batch" | "producers" | "partitions"> & { note?: string },
+  makeSpec: (target: Target) => GeneratorSpec,
+): Promise<CaseResult | null> {
+  const id = `${base.key} ${base.system}/${base.transport}`;
+  if (env.only && !env.only.test(id)) return null;
+  const n = ++env.counter;
+  const name = `bench${n}`;
+  let target: Target;
+  let teardown: () => Promise<void> = async () => {};
+  try {
+    switch (base.system) {
+      case "es-broker": {
+        await esRequest(env, "POST", "/v1/topics", { name, partitions: base.partitions });
+        teardown = () => esRequest(env, "DELETE", `/v1/topics/${name}`);
+        target =
+          base.transport === "tcp"
+            ? { kind: "es-tcp", host: env.es.tcp.host, port: env.es.tcp.port, topic: name }
+            : { kind: "es-http", url: env.es.httpUrl, topic: name, body: base.transport === "http-json" ? "json" : "ndjson" };
+        break;
+      }
+      case "limit": {
+        const dir = join(env.dataRoot, "limit");
+        fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+        target = { kind: "limit", dir };
+        break;
+      }
+      case "redis": {
+        const redis = env.redis!;
+        target = { kind: "redis", host: redis.host, port: redis.port, key: name };
+        teardown = async () => {
+          const c = await RedisConnection.connect(redis);
+          try {
+            await c.call("DEL", ...Array.from({ length: base.partitions }, (_, p) => `${name}:${p}`));
+            if (env.settings.quick) return;
+            // Keep the append-only file small between cases (automatic rewrites are off).
+            await c.call("BGREWRITEAOF");
+            for (let i = 0; i < 600; i++) {
+              const info = String(await c.call("INFO", "persistence"));
+              if (/aof_rewrite_in_progress:0/.test(info) && /aof_rewrite_scheduled:0/.test(info)) break;
+              await new Promise((r) => setTimeout(r, 50));
+            }
+          } finally {
+            c.close();
+          }
+        };
+        break;
+      }
+      case "nats": {
+        const nats = env.nats!;
+        const c = await NatsConnection.connect(nats);
+        try {
+          for (let p = 0; p < base.partitions; p++) {
+            const reply = await c.api(`$JS.API.STREAM.CREATE.${name}_${p}`, {
+              name: `${name}_${p}`,
+              subjects: [`${name}.${p}`],
+              storage: "file",
+              retention: "limits",
+              discard: "old",
+              num_replicas: 1,
+            });
+            if ("error" in reply) throw new Error(`NATS stream create: ${JSON.stringify(reply.error)}`);
+          }
+        } finally {
+          c.close();
+        }
+        target = { kind: "nats", host: nats.host, port: nats.port, stream: name };
+        teardown = async () => {
+          const d = await NatsConnection.connect(nats);
+          try {
+            for (let p = 0; p < base.partitions; p++) await d.api(`$JS.API.STREAM.DELETE.${name}_${p}`, {});
+          } finally {
+            d.close();
+          }
+        };
+        break;
+      }
+      case "ds": {
+        const ds = env.ds!;
+        for (let p = 0; p < base.partitions; p++) {
+          const res = await httpCall("PUT", `${ds.url}/v1/stream/${name}-${p}`);
+          if (res.status !== 201 && res.status !== 200) throw new Error(`Durable Streams create: HTTP ${res.status}`);
+        }
+        target = { kind: "ds", url: ds.url!, stream: name };
+        teardown = async () => {
+          for (let p = 0; p < base.partitions; p++) await httpCall("DELETE", `${ds.url}/v1/stream/${name}-${p}`).catch(() => {});
+        };
+        break;
+      }
+    }
+    const result = await runGenerator(env, makeSpec(target));
+    const c = toCase(base, result);
+    if (base.note) c.note = base.note;
+    env.results.push(c);
+    printCase(c);
+    return c;
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    env.failures.push({ id, error: message });
+    process.stdout.write(`${id.padEnd(52)} FAILED: ${message.split("\n")[0]}\n`);
+    return null;
+  } finally {
+    await teardown().catch((err: unknown) => process.stdout.write(`${id}: cleanup failed: ${String(err)}\n`));
+  }
+}
+
+function serverPid(env: Env, system: SystemName): number | undefined {
+  if (system === "es-broker") return env.es.pid;
+  if (system === "redis") return env.redis?.pid;
+  if (system === "nats") return env.nats?.pid;
+  if (system === "ds") return env.ds?.pid;
+  return undefined;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The case list
+
+async function producePoint(env: Env, batch: number, producers: number, partitions: number, systems: { transport: Transport; system: SystemName }[]): Promise<void> {
+  const s = env.settings;
+  const key = `produce b=${batch} P=${producers} parts=${partitions}`;
+  for (const { system, transport } of systems) {
+    if (system === "redis" && !env.redis) continue;
+    if (system === "nats" && !env.nats) continue;
+    if (system === "ds" && !env.ds) continue;
+    await runCase(env, { key, group: "produce", system, transport, batch, producers, partitions, ...(system === "nats" ? { note: natsNote } : {}) }, (target) => ({
+      mode: "produce",
+      target,
+      batch,
+      producers,
+      partitions,
+      valueBytes,
+      warmupMs: s.warmupMs,
+      measureMs: s.measureMs,
+      minRequests: s.minRequests,
+      ...(system === "es-broker" ? { metricsUrl: `${env.es.httpUrl}/v1/admin/metrics` } : {}),
+      serverPid: serverPid(env, system),
+    }));
+  }
+}
+
+const everySystem: { transport: Transport; system: SystemName }[] = [
+  { system: "es-broker", transport: "tcp" },
+  { system: "es-broker", transport: "http-json" },
+  { system: "es-broker", transport: "http-ndjson" },
+  { system: "redis", transport: "resp" },
+  { system: "nats", transport: "nats" },
+  { system: "ds", transport: "http" },
+];
+
+async function runAll(env: Env): Promise<void> {
+  const s = env.settings;
+  for (const batch of batches) {
+    // The disk limit does not depend on producers or partitions: one loop, one file.
+    await runCase(env, { key: `limit b=${batch}`, group: "produce", system: "limit", transport: "in-process", batch, producers: 1, partitions: 1 }, (target) => ({
+      mode: "produce",
+      target,
+      batch,
+      producers: 1,
+      partitions: 1,
+      valueBytes,
+      warmupMs: s.warmupMs,
+      measureMs: s.measureMs,
+      minRequests: s.minRequests,
+    }));
+    for (const producers of producerCounts) {
+      for (const partitions of partitionCounts) await producePoint(env, batch, producers, partitions, everySystem);
+    }
+  }
+  // The HTTP target's case: 50 connections × 100 records.
+  await producePoint(env, 100, 50, 1, everySystem);
+
+  // Consumers: fetch throughput from the page cache.
+  for (const [partitions, consumers] of [
+    [1, 1],
+    [4, 4],
+  ] as const) {
+    const key = `fetch b=1000 C=${consumers} parts=${partitions}`;
+    for (const [system, transport] of [
+      ["es-broker", "tcp"],
+      ["es-broker", "http-json"],
+      ["redis", "resp"],
+    ] as const) {
+      if (system === "redis" && !env.redis) continue;
+      await runCase(env, { key, group: "fetch", system, transport, batch: 1000, producers: consumers, partitions }, (target) => ({
+        mode: "fetch",
+        target,
+        partitions,
+        consumers,
+        records: s.fetchRecords,
+        batch: 1000,
+        valueBytes,
+        warmupMs: s.warmupMs,
+        measureMs: s.measureMs,
+        minRequests: s.minRequests,
+        serverPid: serverPid(env, system),
+        tcp: env.es.tcp,
+      }));
+    }
+  }
+
+  // End-to-end latency: produce → consumer sees it.
+  for (const [system, transport] of [
+    ["es-broker", "tcp"],
+    ["es-broker", "http-ndjson"],
+    ["redis", "resp"],
+  ] as const) {
+    if (system === "redis" && !env.redis) continue;
+    await runCase(env, { key: "e2e b=1 P=1 parts=1", group: "e2e", system, transport, batch: 1, producers: 1, partitions: 1 }, (target) => ({
+      mode: "e2e",
+      target,
+      valueBytes,
+      warmupMs: s.warmupMs,
+      measureMs: s.measureMs,
+      minRequests: s.minRequests,
+      serverPid: serverPid(env, system),
+    }));
+  }
+
+  // Soak: the broker's RSS over a long 64-producer run.
+  await runCase(env, { key: `soak b=100 P=64 parts=1 ${s.soakMs / 1000}s`, group: "soak", system: "es-broker", transport: "tcp", batch: 100, producers: 64, partitions: 1 }, (target) => ({
+    mode: "produce",
+    target,
+    batch: 100,
+    producers: 64,
+    partitions: 1,
+    valueBytes,
+    warmupMs: s.warmupMs,
+    measureMs: s.soakMs,
+    minRequests: s.minRequests,
+    metricsUrl: `${env.es.httpUrl}/v1/admin/metrics`,
+    serverPid: env.es.pid,
+    rssSampleMs: s.quick ? 100 : 1000,
+  }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tables and targets
+
+function find(results: CaseResult[], key: string, system: SystemName, transport?: Transport): CaseResult | undefined {
+  return results.find((c) => c.key === key && c.system === system && (transport === undefined || c.transport === transport));
+}
+
+function ratio(a: CaseResult | undefined, b: CaseResult | undefined): number | null {
+  if (!a || !b || b.recordsPerSec === 0) return null;
+  return a.recordsPerSec / b.recordsPerSec;
+}
+
+function fmtRatio(r: number | null): string {
+  return r === null ? "—" : `${r.toFixed(2)}×`;
+}
+
+/** The tables of a run, as Markdown. */
+export function markdownTables(report: BenchReport): string {
+  const results = report.cases;
+  const lines: string[] = [];
+  lines.push("### Produce: records/s, and es-broker as a ratio of each system in the same case", "");
+  lines.push("Ratios above 1 mean es-broker is faster. `limit` is the in-process write + fdatasync loop for the same batch size. NATS\\* does not fsync per publish (not a durable peer).", "");
+  lines.push("| case | es tcp | es http json | es http ndjson | limit | redis | nats\\* | durable streams | tcp ÷ limit | tcp ÷ redis | tcp ÷ nats\\* | json ÷ ds | ndjson ÷ ds |");
+  lines.push("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+  const keys = [...new Set(results.filter((c) => c.group === "produce" && c.system !== "limit").map((c) => c.key))];
+  for (const key of keys) {
+    const batch = Number(/b=(\d+)/.exec(key)![1]);
+    const tcp = find(results, key, "es-broker", "tcp");
+    const json = find(results, key, "es-broker", "http-json");
+    const ndjson = find(results, key, "es-broker", "http-ndjson");
+    const limit = find(results, `limit b=${batch}`, "limit");
+    const redis = find(results, key, "redis");
+    const nats = find(results, key, "nats");
+    const ds = find(results, key, "ds");
+    const r = (c: CaseResult | undefined) => fmt(c?.recordsPerSec);
+    lines.push(
+      `| ${key.replace("produce ", "")} | ${r(tcp)} | ${r(json)} | ${r(ndjson)} | ${r(limit)} | ${r(redis)} | ${r(nats)} | ${r(ds)} | ${fmtRatio(ratio(tcp, limit))} | ${fmtRatio(ratio(tcp, redis))} | ${fmtRatio(ratio(tcp, nats))} | ${fmtRatio(ratio(json, ds))} | ${fmtRatio(ratio(ndjson, ds))} |`,
+    );
+  }
+  lines.push("");
+  lines.push("### Consumers", "");
+  lines.push("| case | system | records/s | MB/s | p50 ms | p99 ms | max ms | ack p50/p99 ms | server RSS MiB | es ÷ this |");
+  lines.push("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+  for (const c of results.filter((x) => x.group === "fetch" || x.group === "e2e")) {
+    const es = find(results, c.key, "es-broker", "tcp");
+    const rel = c.system === "es-broker" ? "" : c.group === "e2e" ? fmtRatio(es ? c.latencyMs.p50 / es.latencyMs.p50 : null) + " (p50 latency)" : fmtRatio(ratio(es, c));
+    lines.push(
+      `| ${c.key} | ${c.system}/${c.transport} | ${fmt(c.recordsPerSec)} | ${fmt(c.payloadMBps, 1)} | ${fmt(c.latencyMs.p50, 2)} | ${fmt(c.latencyMs.p99, 2)} | ${fmt(c.latencyMs.max, 1)} | ${c.ackLatencyMs ? `${fmt(c.ackLatencyMs.p50, 2)} / ${fmt(c.ackLatencyMs.p99, 2)}` : ""} | ${fmt(c.serverRssPeakMiB, 1)} | ${rel} |`,
+    );
+  }
+  lines.push("");
+  lines.push("### Every case", "");
+  lines.push("| case | system | records/s | MB/s | p50 ms | p99 ms | max ms | fsyncs/s | records/fsync | server RSS MiB |");
+  lines.push("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+  for (const c of results) {
+    lines.push(
+      `| ${c.key} | ${c.system}/${c.transport} | ${fmt(c.recordsPerSec)} | ${fmt(c.payloadMBps, 1)} | ${fmt(c.latencyMs.p50, 2)} | ${fmt(c.latencyMs.p99, 2)} | ${fmt(c.latencyMs.max, 1)} | ${fmt(c.fsyncsPerSec)} | ${fmt(c.recordsPerFsync, 1)} | ${fmt(c.serverRssPeakMiB, 1)} |`,
+    );
+  }
+  const soak = results.find((c) => c.group === "soak");
+  if (soak?.rssSamplesMiB && soak.rssSamplesMiB.length > 0) {
+    lines.push("", `### Soak: es-broker RSS (MiB) every ${soak.rssSamplesMiB.length > 1 ? soak.rssSamplesMiB[1][0] - soak.rssSamplesMiB[0][0] : 0} ms`, "");
+    lines.push(soak.rssSamplesMiB.map(([, m]) => m.toFixed(0)).join(" "));
+  }
+  lines.push("", "### Targets", "");
+  lines.push("| target | measured | met |");
+  lines.push("|---|---|---|");
+  for (const t of report.targets) lines.push(`| ${t.name} | ${t.measured} | ${t.met === null ? "not measured" : t.met ? "yes" : "**no**"} |`);
+  if (report.skipped.length > 0) {
+    lines.push("", "Skipped: " + report.skipped.map((s) => `${s.system} (${s.reason})`).join("; "));
+  }
+  if (report.failures.length > 0) {
+    lines.push("", "Failed cases: " + report.failures.map((f) => `${f.id}: ${f.error.split("\n")[0]}`).join("; "));
+  }
+  return lines.join("\n") + "\n";
+}
+
+/** The targets of the benchmark issue, evaluated on this run's figures. */
+export function evaluateTargets(results: CaseResult[]): TargetResult[] {
+  const targets: TargetResult[] = [];
+  const add = (name: string, parts: { label: string; value: number | null; ok: (v: number) => boolean; unit?: string }[]) => {
+    const measured = parts.map((p) => `${p.label} ${p.value === null ? "—" : p.unit ? `${fmt(p.value, 1)} ${p.unit}` : `${p.value.toFixed(2)}×`}`).join(", ");
+    const met = parts.some((p) => p.value === null) ? null : parts.every((p) => p.ok(p.value!));
+    targets.push({ name, measured, met });
+  };
+  const tcp = (key: string) => find(results, key, "es-broker", "tcp");
+  const p1b1 = "produce b=1 P=1 parts=1";
+  add("1 producer × 1 record: ≥ 0.8× the fdatasync limit, ≥ 2× Redis", [
+    { label: "÷ limit", value: ratio(tcp(p1b1), find(results, "limit b=1", "limit")), ok: (v) => v >= 0.8 },
+    { label: "÷ redis", value: ratio(tcp(p1b1), find(results, p1b1, "redis")), ok: (v) => v >= 2 },
+  ]);
+  const p64b1 = "produce b=1 P=64 parts=1";
+  add("64 producers × 1 record: ≥ 2× Redis", [{ label: "÷ redis", value: ratio(tcp(p64b1), find(results, p64b1, "redis")), ok: (v) => v >= 2 }]);
+  const p64b100 = "produce b=100 P=64 parts=1";
+  add("64 producers × 100 records over TCP: ≥ 1.0× the limit, ≥ 1.5× Redis", [
+    { label: "÷ limit", value: ratio(tcp(p64b100), find(results, "limit b=100", "limit")), ok: (v) => v >= 1 },
+    { label: "÷ redis", value: ratio(tcp(p64b100), find(results, p64b100, "redis")), ok: (v) => v >= 1.5 },
+  ]);
+  const p50 = "produce b=100 P=50 parts=1";
+  for (const body of ["http-json", "http-ndjson"] as const) {
+    const h = find(results, p50, "es-broker", body);
+    add(`HTTP (${body.slice(5)}) 100 records × 50 connections: ≥ 0.5× TCP, ahead of Durable Streams`, [
+      { label: "÷ tcp", value: ratio(h, tcp(p50)), ok: (v) => v >= 0.5 },
+      { label: "÷ durable streams", value: ratio(h, find(results, p50, "ds")), ok: (v) => v > 1 },
+    ]);
+  }
+  const fetch = tcp("fetch b=1000 C=1 parts=1");
+  add("Consumer fetch over TCP from the page cache: ≥ 1 M records/s", [
+    { label: "1 consumer", value: fetch?.recordsPerSec ?? null, ok: (v) => v >= 1e6, unit: "records/s" },
+  ]);
+  const p8b10 = tcp("produce b=10 P=8 parts=1");
+  const limit10 = find(results, "limit b=10", "limit");
+  add("p99 latency at 8 producers × 10 records ≤ 2× the disk's p99 fsync latency", [
+    {
+      label: "p99 ÷ limit p99",
+      value: p8b10 && limit10 && limit10.latencyMs.p99 > 0 ? p8b10.latencyMs.p99 / limit10.latencyMs.p99 : null,
+      ok: (v) => v <= 2,
+    },
+  ]);
+  const rss64 = results.filter((c) => c.system === "es-broker" && c.producers === 64 && c.serverRssPeakMiB !== null);
+  const peak = rss64.length === 0 ? null : Math.max(...rss64.map((c) => c.serverRssPeakMiB!));
+  const soak = results.find((c) => c.group === "soak");
+  const samples = soak?.rssSamplesMiB ?? [];
+  let growth: number | null = null;
+  if (samples.length >= 4) {
+    // Flat: the largest RSS of the last quarter is no more than 10 % above the largest of the second quarter.
+    const q = Math.floor(samples.length / 4);
+    const second = Math.max(...samples.slice(q, 2 * q).map(([, m]) => m));
+    const last = Math.max(...samples.slice(3 * q).map(([, m]) => m));
+    growth = second > 0 ? last / second : null;
+  }
+  add(`Broker RSS under 64 producers ≤ 150 MB, flat over the soak run (${soak ? Math.round(soak.seconds) : "?"} s)`, [
+    { label: "peak over 64-producer cases", value: peak === null ? null : (peak * 1048576) / 1e6, ok: (v) => v <= 150, unit: "MB" },
+    { label: "soak last quarter ÷ second quarter", value: growth, ok: (v) => v <= 1.1 },
+  ]);
+  return targets;
+}
+
+function describeMachine(dataRoot: string): Record<string, string> {
+  const cpus = os.cpus();
+  const findmnt = spawnSync("findmnt", ["-no", "FSTYPE,SOURCE,OPTIONS", "-T", dataRoot]);
+  return {
+    cpu: `${cpus[0]?.model ?? "?"} × ${cpus.length} vCPU`,
+    memory: `${(os.totalmem() / 2 ** 30).toFixed(1)} GiB`,
+    kernel: `${os.type()} ${os.release()}`,
+    node: process.version,
+    dataFs: findmnt.status === 0 ? findmnt.stdout.toString().trim() : "?",
+    // Other work on the machine skews absolute figures (ratios within one run much less).
+    loadAverageAtEnd: os.loadavg().map((l) => l.toFixed(2)).join(" "),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/** Runs the harness. Resolves with the exit code (1 if any case failed or measured nothing). */
+export async function main(argv: string[], paths: { root: string; generatorPath: string }): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      quick: { type: "boolean", default: false },
+      json: { type: "string" },
+      markdown: { type: "string" },
+      only: { type: "string" },
+      "no-peers": { type: "boolean", default: false },
+      "cpu-prof": { type: "string" },
+      "warmup-ms": { type: "string" },
+      "measure-ms": { type: "string" },
+      "soak-ms": { type: "string" },
+      "data-root": { type: "string" },
+      help: { type: "boolean", short: "h", default: false },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(
+      "Usage: npm run bench -- [--quick] [--json FILE] [--markdown FILE] [--only REGEX] [--no-peers]\n" +
+        "                       [--cpu-prof DIR] [--warmup-ms MS] [--measure-ms MS] [--soak-ms MS] [--data-root DIR]\n",
+    );
+    return 0;
+  }
+  const quick = values.quick!;
+  const num = (v: string | undefined, fallback: number) => (v === undefined ? fallback : Number(v));
+  const settings: Settings = {
+    quick,
+    warmupMs: num(values["warmup-ms"], quick ? 10 : 1000),
+    measureMs: num(values["measure-ms"], quick ? 50 : 3000),
+    soakMs: num(values["soak-ms"], quick ? 300 : 60_000),
+    minRequests: 1,
+    fetchRecords: quick ? 2000 : 100_000,
+  };
+  const dataRoot = fs.mkdtempSync(join(values["data-root"] ?? os.tmpdir(), "es-bench-"));
+  const skipped: { system: string; reason: string }[] = [];
+  const servers: ServerProcess[] = [];
+  const startedAt = new Date().toISOString();
+  const loadAtStart = os.loadavg().map((l) => l.toFixed(2)).join(" ");
+  const profileDir = values["cpu-prof"];
+  if (profileDir) fs.mkdirSync(profileDir, { recursive: true });
+  let env: Env | null = null;
+  try {
+    const es = await startEsBroker({ root: paths.root, dataDir: join(dataRoot, "es-broker"), cpuProfileDir: profileDir });
+    servers.push(es);
+    const startPeer = async (peer: "redis" | "nats" | "ds"): Promise<PeerServer | null> => {
+      if (values["no-peers"]) {
+        skipped.push({ system: peer, reason: "--no-peers" });
+        return null;
+      }
+      const missing = peerMissing(peer, paths.root);
+      if (missing) {
+        skipped.push({ system: peer, reason: missing });
+        return null;
+      }
+      try {
+        const server =
+          peer === "redis"
+            ? await startRedis(join(dataRoot, "redis"))
+            : peer === "nats"
+              ? await startNats(join(dataRoot, "nats"))
+              : await startDurableStreams(paths.root, join(dataRoot, "durable-streams"));
+        servers.push(server);
+        return server;
+      } catch (err) {
+        skipped.push({ system: peer, reason: `failed to start: ${err instanceof Error ? err.message.split("\n")[0] : String(err)}` });
+        return null;
+      }
+    };
+    const redis = await startPeer("redis");
+    const nats = await startPeer("nats");
+    const ds = await startPeer("ds");
+    for (const s of skipped) process.stdout.write(`skipping ${s.system}: ${s.reason}\n`);
+    process.stdout.write(`servers: ${servers.map((s) => `${s.name} (${s.version}, pid ${s.pid})`).join(", ")}\ndata: ${dataRoot}\n`);
+    env = {
+      root: paths.root,
+      generatorPath: paths.generatorPath,
+      dataRoot,
+      settings,
+      es,
+      redis,
+      nats,
+      ds,
+      only: values.only ? new RegExp(values.only) : null,
+      results: [],
+      failures: [],
+      counter: 0,
+    };
+    await runAll(env);
+  } finally {
+    for (const s of servers.reverse()) await s.stop();
+    fs.rmSync(dataRoot, { recursive: true, force: true });
+  }
+  const report: BenchReport = {
+    quick,
+    startedAt,
+    machine: { ...describeMachine(values["data-root"] ?? os.tmpdir()), loadAverageAtStart: loadAtStart },
+    servers: Object.fromEntries(servers.map((s) => [s.name, s.version])),
+    skipped,
+    cases: env.results,
+    failures: env.failures,
+    targets: evaluateTargets(env.results),
+  };
+  const tables = markdownTables(report);
+  process.stdout.write(`\n${tables}`);
+  if (values.json) fs.writeFileSync(values.json, JSON.stringify(report, null, 2) + "\n");
+  if (values.markdown) fs.writeFileSync(values.markdown, tables);
+  const empty = env.results.filter((c) => c.records === 0 || c.requests === 0);
+  if (env.failures.length > 0 || empty.length > 0) {
+    process.stdout.write(`\n${env.failures.length} case(s) failed, ${empty.length} measured nothing\n`);
+    return 1;
+  }
+  return 0;
+}

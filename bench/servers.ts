@@ -1,0 +1,222 @@
+/**
+ * Starting and stopping the servers the benchmark measures: es-broker and its peers (Redis, NATS
+ * JetStream, the Durable Streams reference server). Each listens on loopback only, keeps its data
+ * in a private directory the harness made, and is stopped by the harness at the end. A peer that
+ * is not installed is reported as missing (with the reason), never as a failure.
+ */
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import { join } from "node:path";
+import { NatsConnection } from "./clients/nats.ts";
+import { RedisConnection } from "./clients/resp.ts";
+
+/** A server process the harness started. */
+export interface ServerProcess {
+  name: string;
+  pid: number;
+  /** Version string, for the report. */
+  version: string;
+  /** Sends SIGTERM, waits up to 15 s, then SIGKILL. Resolves once the process exited. */
+  stop(): Promise<void>;
+}
+
+/** es-broker with its addresses. */
+export interface EsBroker extends ServerProcess {
+  httpUrl: string;
+  tcp: { host: string; port: number };
+}
+
+/** A peer with its address. */
+export interface PeerServer extends ServerProcess {
+  host: string;
+  port: number;
+  /** Base URL for HTTP peers. */
+  url?: string;
+}
+
+/** Where an executable is, searching PATH and the sbin directories Debian installs servers to. */
+export function findExecutable(name: string): string | null {
+  const dirs = [...(process.env.PATH ?? "").split(":"), "/usr/sbin", "/usr/local/sbin", "/sbin"];
+  for (const dir of dirs) {
+    if (dir === "") continue;
+    const path = join(dir, name);
+    try {
+      fs.accessSync(path, fs.constants.X_OK);
+      return path;
+    } catch {
+      // keep looking
+    }
+  }
+  return null;
+}
+
+/** A free loopback TCP port (bound and released; the server binds it right after). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as net.AddressInfo).port;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+function track(name: string, proc: ChildProcess, version: string): ServerProcess & { output(): string; exited: Promise<void> } {
+  let output = "";
+  proc.stdout?.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-20_000)));
+  proc.stderr?.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-20_000)));
+  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+  return {
+    name,
+    pid: proc.pid!,
+    version,
+    output: () => output,
+    exited,
+    stop: async () => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return;
+      proc.kill("SIGTERM");
+      const timer = setTimeout(() => proc.kill("SIGKILL"), 15_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Waits for `probe` to succeed, up to `timeoutMs`; throws with the server's output otherwise. */
+async function waitReady(what: string, probe: () => Promise<void>, server: { output(): string; exited: Promise<void> }, timeoutMs = 20_000): Promise<void> {
+  let exited = false;
+  void server.exited.then(() => (exited = true));
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < deadline && !exited) {
+    try {
+      await probe();
+      return;
+    } catch (err) {
+      last = err;
+      await sleep(100);
+    }
+  }
+  throw new Error(`${what} did not become ready${exited ? " (it exited)" : ""}: ${last instanceof Error ? last.message : String(last)}\n${server.output()}`);
+}
+
+/**
+ * Starts `node dist/es-broker.mjs serve` on loopback with a private data dir.
+ * @param options.cpuProfileDir if set, the broker runs under `--cpu-prof` and writes its profile there on exit.
+ */
+export async function startEsBroker(options: { root: string; dataDir: string; cpuProfileDir?: string }): Promise<EsBroker> {
+  const entry = join(options.root, "dist/es-broker.mjs");
+  if (!fs.existsSync(entry)) throw new Error(`${entry} is missing: run "npm run build" first`);
+  const nodeArgs = options.cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfileDir] : [];
+  const proc = spawn(process.execPath, [...nodeArgs, entry, "serve", "--data-dir", options.dataDir, "--http-port", "0", "--tcp-port", "0", "--log-level", "warn"], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const server = track("es-broker", proc, "");
+  const line = await new Promise<string>((resolve, reject) => {
+    let out = "";
+    const timer = setTimeout(() => reject(new Error(`es-broker did not start within 30 s:\n${server.output()}`)), 30_000);
+    proc.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      const nl = out.indexOf("\n");
+      if (nl >= 0) {
+        clearTimeout(timer);
+        resolve(out.slice(0, nl));
+      }
+    });
+    void server.exited.then(() => {
+      clearTimeout(timer);
+      reject(new Error(`es-broker exited before listening:\n${server.output()}`));
+    });
+  });
+  const m = /^(\S+ \S+).*http=(http:\/\/[^\s]+) tcp=([^\s]+):(\d+)/.exec(line);
+  if (!m) throw new Error(`es-broker printed an unexpected start-up line: ${line}`);
+  return { ...server, version: m[1], httpUrl: m[2], tcp: { host: m[3], port: Number(m[4]) } };
+}
+
+/** Why a peer is not available, or null when it is. */
+export function peerMissing(peer: "redis" | "nats" | "ds", root: string): string | null {
+  if (peer === "redis") return findExecutable("redis-server") ? null : "redis-server is not installed (scripts/install-peers.sh)";
+  if (peer === "nats") return findExecutable("nats-server") ? null : "nats-server is not installed (scripts/install-peers.sh)";
+  return fs.existsSync(join(root, "bench/peers/node_modules/@durable-streams/server/package.json"))
+    ? null
+    : "@durable-streams/server is not installed in bench/peers (scripts/install-peers.sh)";
+}
+
+/**
+ * Redis 7 with the append-only file fsynced before every reply (`appendfsync always`), no RDB
+ * snapshots, and automatic AOF rewrites off (the harness rewrites between cases, when idle).
+ */
+export async function startRedis(dataDir: string): Promise<PeerServer> {
+  const bin = findExecutable("redis-server")!;
+  const version = /v=(\S+)/.exec(spawnSync(bin, ["--version"]).stdout.toString())?.[1] ?? "?";
+  const port = await freePort();
+  fs.mkdirSync(dataDir, { recursive: true });
+  const proc = spawn(
+    bin,
+    [
+      "--port", String(port), "--bind", "127.0.0.1", "--dir", dataDir, "--daemonize", "no", "--protected-mode", "no",
+      "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--auto-aof-rewrite-percentage", "0", "--logfile", "",
+    ],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  const server = track("redis", proc, `Redis ${version}`);
+  await waitReady("redis-server", async () => {
+    const c = await RedisConnection.connect({ host: "127.0.0.1", port });
+    try {
+      await c.call("PING");
+    } finally {
+      c.close();
+    }
+  }, server);
+  return { ...server, host: "127.0.0.1", port };
+}
+
+/** NATS with JetStream, file storage in `dataDir` (default sync interval: not a per-publish fsync). */
+export async function startNats(dataDir: string): Promise<PeerServer> {
+  const bin = findExecutable("nats-server")!;
+  const version = spawnSync(bin, ["--version"]).stdout.toString().trim();
+  const port = await freePort();
+  fs.mkdirSync(dataDir, { recursive: true });
+  const proc = spawn(bin, ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", dataDir], { stdio: ["ignore", "pipe", "pipe"] });
+  const server = track("nats", proc, version);
+  await waitReady("nats-server", async () => {
+    const c = await NatsConnection.connect({ host: "127.0.0.1", port });
+    try {
+      const info = await c.api("$JS.API.INFO", {});
+      if ("error" in info) throw new Error(JSON.stringify(info.error));
+    } finally {
+      c.close();
+    }
+  }, server);
+  return { ...server, host: "127.0.0.1", port };
+}
+
+/** The Durable Streams reference server in file mode (`bench/peers/ds-server.mjs`). */
+export async function startDurableStreams(root: string, dataDir: string): Promise<PeerServer> {
+  const pkg = JSON.parse(fs.readFileSync(join(root, "bench/peers/node_modules/@durable-streams/server/package.json"), "utf8")) as { version: string };
+  fs.mkdirSync(dataDir, { recursive: true });
+  const proc = spawn(process.execPath, [join(root, "bench/peers/ds-server.mjs"), dataDir], { stdio: ["ignore", "pipe", "pipe"] });
+  const server = track("ds", proc, `@durable-streams/server ${pkg.version}`);
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`Durable Streams server did not start:\n${server.output()}`)), 30_000);
+    let out = "";
+    proc.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      const m = /listening: (http:\/\/\S+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    void server.exited.then(() => {
+      clearTimeout(timer);
+      reject(new Error(`Durable Streams server exited:\n${server.output()}`));
+    });
+  });
+  const u = new URL(url);
+  return { ...server, host: u.hostname, port: Number(u.port), url };
+}

@@ -1,0 +1,114 @@
+/**
+ * What the harness (`bench/harness.ts`) asks a load generator process (`bench/generator.ts`) to do,
+ * and what the generator answers. The spec travels as JSON in the generator's first argument; the
+ * result is the last line the generator prints on stdout, as JSON.
+ */
+
+/** The system a generator talks to. Every server listens on loopback. */
+export type Target =
+  /** es-broker over its TCP protocol, with the project's client (`src/client/client.ts`). */
+  | { kind: "es-tcp"; host: string; port: number; topic: string }
+  /** es-broker over HTTP: produce bodies as JSON (`{"records":[…]}`) or NDJSON (one value per line). */
+  | { kind: "es-http"; url: string; topic: string; body: "json" | "ndjson" }
+  /** Redis streams: partition p is the key `${key}:${p}`; a request of n records is a pipeline of n XADD. */
+  | { kind: "redis"; host: string; port: number; key: string }
+  /** NATS JetStream: partition p is the stream `${stream}_${p}` (subject `${stream}.${p}`). */
+  | { kind: "nats"; host: string; port: number; stream: string }
+  /** Durable Streams server: partition p is the stream `/v1/stream/${stream}-${p}`, a request is one JSON array. */
+  | { kind: "ds"; url: string; stream: string }
+  /** The disk limit: one in-process loop, one write + one fdatasync per batch, in `dir`. */
+  | { kind: "limit"; dir: string };
+
+/** How long a measurement runs. */
+export interface Timing {
+  /** Load before the measured window, in ms (not counted). */
+  warmupMs: number;
+  /** Length of the measured window, in ms; it runs longer until `minRequests` requests completed. */
+  measureMs: number;
+  /** Requests that must complete inside the window (the window waits for them). */
+  minRequests: number;
+}
+
+/** Produce load: `producers` closed loops, each sending one request of `batch` records at a time. */
+export interface ProduceSpec extends Timing {
+  mode: "produce";
+  target: Target;
+  /** Records per request. */
+  batch: number;
+  /** Concurrent producers (one connection each). */
+  producers: number;
+  /** Partitions the producers spread their requests over (round-robin per producer). */
+  partitions: number;
+  /** Bytes of each record's value (no key). */
+  valueBytes: number;
+  /** es-broker's `GET /v1/admin/metrics` URL: read at both ends of the window for fsync counts. */
+  metricsUrl?: string;
+  /** The server's process id, for its resident memory (`/proc/<pid>/status`). */
+  serverPid?: number;
+  /** Also keep an RSS sample every this many ms (soak runs); default: only the peak. */
+  rssSampleMs?: number;
+}
+
+/** Fetch load: `consumers` sequential readers over `records` records preloaded into each partition. */
+export interface FetchSpec extends Timing {
+  mode: "fetch";
+  /** `es-tcp`, `es-http` or `redis`. */
+  target: Target;
+  partitions: number;
+  /** Consumers, consumer c reading partition c % partitions, one request in flight each. */
+  consumers: number;
+  /** Records preloaded into each partition before the window (not timed). */
+  records: number;
+  /** Records asked for per fetch request. */
+  batch: number;
+  valueBytes: number;
+  serverPid?: number;
+  /** es-broker's TCP address: an `es-http` fetch preloads through it. */
+  tcp?: { host: string; port: number };
+}
+
+/** End-to-end latency: one producer sends one record at a time; one consumer long-polls for it. */
+export interface E2eSpec extends Timing {
+  mode: "e2e";
+  /** `es-tcp`, `es-http` or `redis`. */
+  target: Target;
+  valueBytes: number;
+  serverPid?: number;
+}
+
+/** Any generator job. */
+export type GeneratorSpec = ProduceSpec | FetchSpec | E2eSpec;
+
+/** Latency summary, in ms. */
+export interface LatencySummary {
+  p50: number;
+  p99: number;
+  max: number;
+  /** Number of samples. */
+  count: number;
+}
+
+/** What a generator reports for its window. */
+export interface GeneratorResult {
+  /** Records produced, fetched or seen inside the window. */
+  records: number;
+  /** Requests completed inside the window. */
+  requests: number;
+  /** Length of the window, in seconds. */
+  seconds: number;
+  /**
+   * Per-request latency (produce: send → ack; fetch: send → response; e2e: produce sent →
+   * consumer has the record).
+   */
+  latencyMs: LatencySummary;
+  /** e2e only: produce send → ack, in ms. */
+  ackLatencyMs?: LatencySummary;
+  /** fsyncs inside the window: from the broker's metrics, or counted by the limit loop; null when unknown. */
+  fsyncs: number | null;
+  /** Records the broker appended inside the window (its own count), when it reports metrics. */
+  recordsAppended: number | null;
+  /** Largest resident set of the server process inside the window, in bytes; null when unknown. */
+  rssPeakBytes: number | null;
+  /** RSS samples `[ms since window start, bytes]` when `rssSampleMs` was given. */
+  rssSamples?: [number, number][];
+}

@@ -1,0 +1,107 @@
+/**
+ * The benchmark harness cannot rot: `bench/run.mjs --quick` runs a tiny version of every case
+ * against the built broker (`npm test` builds dist/ first) and this test checks that every case
+ * produced figures. It asserts that the harness measured, never how fast: speed is the full
+ * run's business (`npm run bench`, docs/benchmarks.md). Peers that are not installed are skipped
+ * by the harness with a note; es-broker and the in-process disk limit always run.
+ */
+import { spawnSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { describe, expect, it } from "vitest";
+import type { BenchReport, CaseResult } from "../../bench/harness.ts";
+import { tempDir } from "../helpers/tmp.ts";
+
+const root = resolve(import.meta.dirname, "../..");
+
+/** The case ids the quick run must report for each system (the same matrix as the full run). */
+function expectedIds(): Record<"es-broker" | "limit" | "redis" | "nats" | "ds", string[]> {
+  const produce: string[] = [];
+  for (const b of [1, 10, 100, 1000]) for (const p of [1, 8, 64]) for (const parts of [1, 4]) produce.push(`produce b=${b} P=${p} parts=${parts}`);
+  produce.push("produce b=100 P=50 parts=1");
+  const fetch = ["fetch b=1000 C=1 parts=1", "fetch b=1000 C=4 parts=4"];
+  const e2e = "e2e b=1 P=1 parts=1";
+  return {
+    "es-broker": [
+      ...produce.flatMap((k) => [`${k} es-broker/tcp`, `${k} es-broker/http-json`, `${k} es-broker/http-ndjson`]),
+      ...fetch.flatMap((k) => [`${k} es-broker/tcp`, `${k} es-broker/http-json`]),
+      `${e2e} es-broker/tcp`,
+      `${e2e} es-broker/http-ndjson`,
+    ],
+    limit: [1, 10, 100, 1000].map((b) => `limit b=${b} limit/in-process`),
+    redis: [...produce.map((k) => `${k} redis/resp`), ...fetch.map((k) => `${k} redis/resp`), `${e2e} redis/resp`],
+    nats: produce.map((k) => `${k} nats/nats`),
+    ds: produce.map((k) => `${k} ds/http`),
+  };
+}
+
+function expectMeasured(c: CaseResult): void {
+  expect(c.requests, c.id).toBeGreaterThan(0);
+  expect(c.records, c.id).toBeGreaterThan(0);
+  expect(c.seconds, c.id).toBeGreaterThan(0);
+  expect(c.recordsPerSec, c.id).toBeGreaterThan(0);
+  expect(c.payloadMBps, c.id).toBeGreaterThan(0);
+  expect(c.latencyMs.count, c.id).toBeGreaterThan(0);
+  expect(c.latencyMs.p50, c.id).toBeGreaterThan(0);
+  expect(c.latencyMs.p99, c.id).toBeGreaterThanOrEqual(c.latencyMs.p50);
+  expect(c.latencyMs.max, c.id).toBeGreaterThanOrEqual(c.latencyMs.p99);
+}
+
+describe("benchmark harness, quick run", () => {
+  it("measures every case: records/s, MB/s, latencies, fsyncs and RSS for es-broker, the disk limit and each installed peer", { timeout: 300_000 }, () => {
+    expect(existsSync(join(root, "dist/es-broker.mjs")), "dist/es-broker.mjs exists (npm test builds it)").toBe(true);
+    const { dir, cleanup } = tempDir("es-bench-quick-");
+    try {
+      const jsonPath = join(dir, "quick.json");
+      const run = spawnSync(process.execPath, [join(root, "bench/run.mjs"), "--quick", "--json", jsonPath], {
+        cwd: root,
+        encoding: "utf8",
+        timeout: 280_000,
+      });
+      expect(run.status, `harness output:\n${run.stdout}\n${run.stderr}`).toBe(0);
+      const report = JSON.parse(readFileSync(jsonPath, "utf8")) as BenchReport;
+      expect(report.quick).toBe(true);
+      expect(report.failures).toEqual([]);
+
+      const byId = new Map(report.cases.map((c) => [c.id, c]));
+      const skipped = new Set(report.skipped.map((s) => s.system));
+      const expected = expectedIds();
+      for (const [system, ids] of Object.entries(expected)) {
+        if (skipped.has(system)) {
+          // A skipped peer is named with its reason and has no cases at all.
+          expect(report.skipped.find((s) => s.system === system)!.reason.length).toBeGreaterThan(0);
+          expect(report.cases.filter((c) => c.system === system)).toEqual([]);
+          continue;
+        }
+        for (const id of ids) {
+          const c = byId.get(id);
+          expect(c, `case "${id}" was measured`).toBeDefined();
+          expectMeasured(c!);
+          if (system !== "limit") expect(c!.serverRssPeakMiB, `${id} server RSS`).toBeGreaterThan(0);
+          if (c!.group === "produce" && (system === "es-broker" || system === "limit")) {
+            expect(c!.fsyncsPerSec, `${id} fsyncs/s`).toBeGreaterThan(0);
+            expect(c!.recordsPerFsync, `${id} records per fsync`).toBeGreaterThan(0);
+          }
+        }
+      }
+      expect(skipped.has("es-broker")).toBe(false);
+      expect(skipped.has("limit")).toBe(false);
+
+      // The soak case samples the broker's RSS over its window.
+      const soak = report.cases.find((c) => c.group === "soak");
+      expect(soak).toBeDefined();
+      expectMeasured(soak!);
+      expect(soak!.rssSamplesMiB!.length).toBeGreaterThan(1);
+
+      // Every target of the issue is evaluated (met or not; null only where a peer is missing).
+      expect(report.targets).toHaveLength(8);
+      for (const t of report.targets) {
+        const needsPeer = /Redis|Durable Streams/.test(t.name);
+        if (!needsPeer || (!skipped.has("redis") && !skipped.has("ds"))) expect(t.met, t.name).not.toBeNull();
+      }
+      expect(run.stdout).toContain("### Targets");
+    } finally {
+      cleanup();
+    }
+  });
+});
