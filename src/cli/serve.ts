@@ -15,6 +15,7 @@ import { createHttpApp } from "../transport/http/index.ts";
 import { createTcpTransport } from "../transport/tcp/transport.ts";
 import { jsonLineLogger, type LogLevel } from "../lib/logger.ts";
 import {
+  cleanupIntervalMsDefault,
   flushIntervalMsDefault,
   readTimeoutMsDefault,
   requestBytesDefault,
@@ -38,6 +39,10 @@ Options:
   --flush-interval MS         with N > 1, fsync at least this often (default ${flushIntervalMsDefault})
   --max-request-bytes BYTES   largest HTTP body or TCP frame (default ${requestBytesDefault})
   --read-timeout MS           close a TCP connection stalled inside a frame (default ${readTimeoutMsDefault})
+  --cold-storage-dir DIR      move segments that retention removes there (and serve them from there)
+                              instead of deleting them; topic config cold_retention_ms says how long
+  --cleanup-interval-ms MS    run retention and compaction over every partition this often
+                              (default ${cleanupIntervalMsDefault}; 0 = only on POST /v1/admin/topics/{topic}/cleanup)
   --allow-anonymous           allow listening on a non-loopback address without authentication
   --log-level LEVEL           debug | info | warn | error (default info); logs are JSON lines on stderr
   -h, --help                  show this help
@@ -56,6 +61,8 @@ export async function serve(argv: string[]): Promise<number> {
       "flush-interval": { type: "string" },
       "max-request-bytes": { type: "string" },
       "read-timeout": { type: "string" },
+      "cold-storage-dir": { type: "string" },
+      "cleanup-interval-ms": { type: "string" },
       "allow-anonymous": { type: "boolean", default: false },
       "log-level": { type: "string", default: "info" },
       help: { type: "boolean", short: "h", default: false },
@@ -74,6 +81,8 @@ export async function serve(argv: string[]): Promise<number> {
   const flushIntervalMs = intOption("flush-interval", values["flush-interval"], flushIntervalMsDefault, 1, 3_600_000);
   const maxRequestBytes = intOption("max-request-bytes", values["max-request-bytes"], requestBytesDefault, requestBytesMin, requestBytesMax);
   const readTimeoutMs = intOption("read-timeout", values["read-timeout"], readTimeoutMsDefault, 1, 3_600_000);
+  const cleanupIntervalMs = intOption("cleanup-interval-ms", values["cleanup-interval-ms"], cleanupIntervalMsDefault, 0, 86_400_000);
+  const coldStorageDir = values["cold-storage-dir"] === undefined ? undefined : resolve(values["cold-storage-dir"]);
   const level = values["log-level"] as LogLevel;
   if (!["debug", "info", "warn", "error"].includes(level)) throw new UsageError(`--log-level must be debug, info, warn or error, got ${JSON.stringify(level)}`);
   if (!isLoopback(host) && !values["allow-anonymous"]) {
@@ -82,7 +91,16 @@ export async function serve(argv: string[]): Promise<number> {
   const dataDir = resolve(values["data-dir"]!);
   const logger = jsonLineLogger((line) => process.stderr.write(line), () => Date.now(), level);
 
-  const broker = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir, clock: systemClock, logger, flushEveryRecords, flushIntervalMs });
+  const broker = await LocalBroker.open({
+    fs: new NodeFileSystem(),
+    dataDir,
+    clock: systemClock,
+    logger,
+    flushEveryRecords,
+    flushIntervalMs,
+    coldStorageDir,
+    cleanupIntervalMs,
+  });
   let http;
   let tcp;
   let listener;
