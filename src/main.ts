@@ -1,6 +1,9 @@
 #!/usr/bin/env node
 /** Entry point of the `es-broker` command (bundled to dist/es-broker.mjs; run from source by Deno and Bun). */
 import { main } from "./cli/main.ts";
+import { installFastCrc32 } from "./runtime/crc.ts";
+
+installFastCrc32();
 
 main(process.argv.slice(2)).then(
   (code) => {

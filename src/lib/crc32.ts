@@ -8,9 +8,15 @@ import * as CRC32 from "crc-32";
 /** Computes the CRC-32 of `bytes`, as an unsigned 32-bit number. */
 export type Crc32Function = (bytes: Uint8Array) => number;
 
-const portable: Crc32Function = (bytes) => CRC32.buf(bytes, 0) >>> 0;
+// Deno cannot detect the named exports of crc-32's UMD wrapper and exposes them only as
+// `default` (module.exports); Node, Bun and esbuild see them as named exports.
+const crcModule = CRC32 as typeof CRC32 & { default?: typeof CRC32 };
+const crcBuf = typeof crcModule.buf === "function" ? crcModule.buf : crcModule.default!.buf;
 
-let current: Crc32Function = portable;
+/** The portable implementation (npm `crc-32`); it stays available whatever {@link setCrc32Implementation} installs. */
+export const crc32Portable: Crc32Function = (bytes) => crcBuf(bytes, 0) >>> 0;
+
+let current: Crc32Function = crc32Portable;
 
 /** Returns the unsigned CRC-32 of `bytes[start, end)`. */
 export function crc32(bytes: Uint8Array, start = 0, end = bytes.length): number {
