@@ -1,9 +1,25 @@
-// Builds dist/es-broker.mjs: one esbuild bundle of src/main.ts that runs under node, deno and bun.
+// `npm run build`: writes the two build outputs.
+//
+//   dist/es-broker.mjs  one esbuild bundle of src/main.ts; runs under `node`, `deno run -A` and `bun`
+//   dist/es-broker      a standalone executable (`bun build --compile`): runs on a machine with no
+//                       Node, no node_modules, nothing but the file
+//
+// Options: --bundle-only (skip the executable), --target=bun-linux-arm64 (cross-compile the
+// executable; any target `bun build --compile --target` takes, see docs/runtimes.md), --outfile=PATH.
+// Bun comes from tools/node_modules (installed by `npm ci`, scripts/install-tools.mjs).
 import { build } from "esbuild";
-import { chmodSync, mkdirSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, rmSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 
-mkdirSync("dist", { recursive: true });
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const option = (name) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+const bundleOnly = process.argv.includes("--bundle-only");
+
+mkdirSync(join(root, "dist"), { recursive: true });
 await build({
+  absWorkingDir: root,
   entryPoints: ["src/main.ts"],
   outfile: "dist/es-broker.mjs",
   bundle: true,
@@ -16,4 +32,23 @@ await build({
   // Bundled CommonJS dependencies may call require() for node built-ins.
   banner: { js: 'import { createRequire as __esbCreateRequire } from "node:module"; const require = __esbCreateRequire(import.meta.url);' },
 });
-chmodSync("dist/es-broker.mjs", 0o755);
+chmodSync(join(root, "dist/es-broker.mjs"), 0o755);
+
+if (!bundleOnly) {
+  const bun = join(root, "tools/node_modules/.bin/bun");
+  if (!existsSync(bun)) {
+    console.error(`build: ${bun} is missing, so dist/es-broker cannot be compiled; run \`npm ci\` (it installs bun into tools/), or pass --bundle-only`);
+    process.exit(1);
+  }
+  const target = option("target");
+  const outfile = resolve(root, option("outfile") ?? "dist/es-broker");
+  // Bun writes the executable in place; a stale one must not survive a failed compile.
+  rmSync(outfile, { force: true });
+  const args = ["build", "--compile", "src/main.ts", "--outfile", outfile];
+  if (target) args.push(`--target=${target}`);
+  const compiled = spawnSync(bun, args, { cwd: root, encoding: "utf8" });
+  if (compiled.status !== 0) {
+    console.error(`build: bun ${args.join(" ")} failed (status ${compiled.status ?? compiled.signal}):\n${compiled.stdout}${compiled.stderr}`);
+    process.exit(1);
+  }
+}
