@@ -9,26 +9,32 @@
  *    `HttpBindings` in `src/transport/http/app.ts`): long-polls return their (possibly empty)
  *    result at once and Server-Sent Event streams end cleanly;
  * 2. it stops accepting connections and lets in-flight requests finish (a produce already handed to
- *    the broker is answered);
+ *    the broker is answered, also one whose body is still arriving); a request that arrives after
+ *    this point on a connection that is still open (keep-alive, or on Deno see below) is answered
+ *    503 `unavailable` (retriable) with `Connection: close`, never handed to the app;
  * 3. once no request is in flight it closes every connection left: idle keep-alive ones, ones that
  *    never sent a request, and ones still sending a body that was refused with 413 (which would
  *    otherwise hold shutdown open for as long as the client keeps sending) — except on Deno;
  * 4. it resolves when the server is closed.
  *
- * Per runtime (each checked on Node 20, Deno 2.9, Bun 1.4):
+ * Per runtime (each checked on Node 20, Deno 2.9, Bun 1.4, by test/e2e/runtime.test.ts):
  *
- * | runtime | stop accepting       | "no request in flight" from   | close the rest             |
- * |---------|----------------------|-------------------------------|----------------------------|
- * | Node    | `server.close()`     | `response` "close" events     | `closeAllConnections()`    |
- * | Bun     | `server.stop(false)` | `server.pendingRequests` = 0  | `server.stop(true)`        |
- * | Deno    | `server.shutdown()`  | (Deno waits by itself)        | (Deno closes by itself)    |
+ * | runtime | stop accepting                            | "no request in flight" from  | close the rest          |
+ * |---------|-------------------------------------------|------------------------------|-------------------------|
+ * | Node    | `server.close()`                          | `response` "close" events    | `closeAllConnections()` |
+ * | Bun     | `server.stop(false)`                      | `server.pendingRequests` = 0 | `server.stop(true)`     |
+ * | Deno    | `server.shutdown()`, once no handler runs | (Deno waits by itself)       | (Deno closes by itself) |
  *
- * Deno caveat: Deno has no way to close one connection, and its forced close (aborting the serve
+ * Deno caveats: `shutdown()` fails the body of a request still being received (reading it throws
+ * BadResource), so close() first waits for every running handler to settle, answering requests
+ * that arrive meanwhile with the 503 above, and only then calls `shutdown()`: the listener stays
+ * open for that long (usually the few ms of an fsync; a client stalled mid-body holds it until a
+ * second signal). Deno has no way to close one connection, and its forced close (aborting the serve
  * signal) drops responses still being written — `info.completed` resolves when a body is handed
  * over, not when it is sent, and aborting after `shutdown()` throws an uncaught BadResource. So on
  * Deno close() uses only the graceful `shutdown()`, which delivers every response but also waits
- * for a client that is still sending a body it was refused (413) or that stalled mid-body. A
- * caller that needs a bound on shutdown time should race close() against its own timer.
+ * for a client that is still sending a body it was refused (413). A caller that needs a bound on
+ * shutdown time should race close() against its own timer.
  *
  * The request-body cap is enforced by the app itself (`createHttpApp({ maxRequestBytes })`) the
  * same way on every runtime: from `Content-Length` before reading, or by counting a streamed body
@@ -36,7 +42,9 @@
  * own 413 has an empty body) so the answer is always the JSON `request_too_large` error.
  */
 import { getRuntimeKey } from "hono/adapter";
+import { BrokerError, Errors } from "../broker/errors.ts";
 import type { HttpBindings } from "../transport/http/app.ts";
+import { errorBody } from "../transport/http/errors.ts";
 import { fetchWaitMsMax } from "../lib/limits.ts";
 
 /** Anything with Hono's `fetch(request, env)`; in practice the app of `createHttpApp`. */
@@ -83,7 +91,8 @@ const bunDrainPollMs = 10;
 export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promise<HttpServer> {
   const shutdown = new AbortController();
   const bindings: HttpBindings = { shutdownSignal: shutdown.signal };
-  const handler = (request: Request): Response | Promise<Response> => app.fetch(request, bindings);
+  // Requests that arrive once close() has begun are refused (module comment, step 2).
+  const handler = (request: Request): Response | Promise<Response> => (shutdown.signal.aborted ? shuttingDownResponse() : app.fetch(request, bindings));
   const runtime = getRuntimeKey();
   let started: Started;
   if (runtime === "node") started = await serveNode(handler, options);
@@ -101,6 +110,15 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
       return closing;
     },
   };
+}
+
+/** 503 `unavailable` for a request that arrives while the server is closing; the client may retry elsewhere or later. */
+function shuttingDownResponse(): Response {
+  const error = new BrokerError(Errors.unavailable, "Cannot serve the request: the broker is shutting down");
+  return new Response(JSON.stringify(errorBody(error)), {
+    status: error.kind.http,
+    headers: { "content-type": "application/json", connection: "close" },
+  });
 }
 
 type Handler = (request: Request) => Response | Promise<Response>;
@@ -161,10 +179,23 @@ interface DenoGlobal {
 
 function serveDeno(handler: Handler, options: ServeHttpOptions): Started {
   const deno = (globalThis as unknown as { Deno: DenoGlobal }).Deno;
-  const server = deno.serve({ hostname: options.host, port: options.port, onListen: () => {} }, handler);
+  // Handlers still running; shutdown() waits until none is (Deno caveats in the module comment).
+  let handlersRunning = 0;
+  let onIdle: (() => void) | null = null;
+  const counted = async (request: Request): Promise<Response> => {
+    handlersRunning++;
+    try {
+      return await handler(request);
+    } finally {
+      handlersRunning--;
+      if (handlersRunning === 0) onIdle?.();
+    }
+  };
+  const server = deno.serve({ hostname: options.host, port: options.port, onListen: () => {} }, counted);
   return {
     port: server.addr.port,
     stop: async () => {
+      if (handlersRunning > 0) await new Promise<void>((resolve) => (onIdle = resolve));
       await server.shutdown();
       await server.finished;
     },
