@@ -97,8 +97,25 @@ export interface StrayFile {
   reason: string;
 }
 
+/** Options of {@link PartitionLog.append}. */
+export interface AppendOptions {
+  /**
+   * Called inside the write loop once this request's offsets are assigned and before any byte of
+   * its group is written, with the request's base offset; the group's write waits until every
+   * such promise of the group has settled. Idempotent produce uses it to make its journal entry
+   * durable no later than the log write it describes (`broker/producers.ts`). If it rejects, this
+   * request is rejected with that error and nothing of it is written; the rest of the group is
+   * written without it. Offsets after it then move down, so the hook of every later request whose
+   * base offset changed is called again with the new one: a hook must accept being called more
+   * than once, and its last call is the one that holds. Requests without a hook are unaffected
+   * (no extra work on that path).
+   */
+  beforeWrite?: (baseOffset: number) => Promise<void>;
+}
+
 interface PendingAppend {
   batch: EntryBatch;
+  beforeWrite: ((baseOffset: number) => Promise<void>) | undefined;
   resolve: (result: { baseOffset: number; count: number }) => void;
   reject: (err: unknown) => void;
 }
@@ -357,14 +374,15 @@ export class PartitionLog {
   /**
    * Appends one request's records at consecutive offsets. See the module comment for when it
    * resolves. An empty batch resolves at once with count 0.
-   * @throws StorageError "fenced", "write_failed", "unsupported" (offset above 2^53 − 1), "closed".
+   * @throws StorageError "fenced", "write_failed", "unsupported" (offset above 2^53 − 1), "closed";
+   *   or what `options.beforeWrite` rejected with.
    */
-  append(batch: EntryBatch): Promise<{ baseOffset: number; count: number }> {
+  append(batch: EntryBatch, options: AppendOptions = {}): Promise<{ baseOffset: number; count: number }> {
     if (this.#closed) return Promise.reject(this.#closedError());
     if (this.#fenced !== null) return Promise.reject(this.#fencedError());
     if (batch.count === 0) return Promise.resolve({ baseOffset: this.logEndOffset, count: 0 });
     return new Promise((resolve, reject) => {
-      this.#queue.push({ batch, resolve, reject });
+      this.#queue.push({ batch, beforeWrite: options.beforeWrite, resolve, reject });
       if (this.#drainRunning === null) this.#startDrain();
     });
   }
@@ -409,6 +427,38 @@ export class PartitionLog {
     }
   }
 
+  /**
+   * Calls the `beforeWrite` hooks of a group (see {@link AppendOptions}) and returns the requests
+   * to write: those whose hooks resolved for their final base offset, and those without a hook.
+   * Requests whose hook rejected are rejected here.
+   */
+  async #runBeforeWrite(group: PendingAppend[], baseOffset: number): Promise<PendingAppend[]> {
+    const calledWith = new Map<PendingAppend, number>();
+    let kept = group;
+    for (;;) {
+      const calls: { p: PendingAppend; done: Promise<void> }[] = [];
+      let offset = baseOffset;
+      for (const p of kept) {
+        if (p.beforeWrite !== undefined && calledWith.get(p) !== offset) {
+          calledWith.set(p, offset);
+          calls.push({ p, done: p.beforeWrite(offset) });
+        }
+        offset += p.batch.count;
+      }
+      if (calls.length === 0) return kept;
+      const settled = await Promise.allSettled(calls.map((c) => c.done));
+      const failed = new Set<PendingAppend>();
+      settled.forEach((s, i) => {
+        if (s.status === "rejected") {
+          failed.add(calls[i].p);
+          calls[i].p.reject(s.reason);
+        }
+      });
+      if (failed.size === 0) return kept;
+      kept = kept.filter((p) => !failed.has(p));
+    }
+  }
+
   async #writeGroup(group: PendingAppend[], storedBytes: number, records: number): Promise<void> {
     const rejectAll = (err: unknown) => {
       for (const p of group) p.reject(err);
@@ -429,10 +479,27 @@ export class PartitionLog {
       }
       active = this.#active;
     }
-    const prepared = active.prepareAppend(
+    let prepared = active.prepareAppend(
       group.map((p) => p.batch),
       now,
     );
+    if (group.some((p) => p.beforeWrite !== undefined)) {
+      const kept = await this.#runBeforeWrite(group, prepared.baseOffset);
+      if (kept.length === 0) return;
+      if (this.#fenced !== null || this.#closed) {
+        for (const p of kept) p.reject(this.#fenced !== null ? this.#fencedError() : this.#closedError());
+        return;
+      }
+      if (kept.length !== group.length) {
+        group = kept;
+        records = 0;
+        for (const p of group) records += p.batch.count;
+        prepared = active.prepareAppend(
+          group.map((p) => p.batch),
+          now,
+        );
+      }
+    }
     try {
       await active.append(prepared, this.#logger, this.name);
     } catch (err) {
