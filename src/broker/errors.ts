@@ -57,6 +57,38 @@ export const Errors = Object.freeze({
   unavailable: kind("unavailable", 15, 503, true),
   /** The offset would exceed 2^53 − 1, or a stored offset is beyond it (DECISIONS 6). */
   unsupported: kind("unsupported", 16, 400, false),
+  /**
+   * A consumer-group request carries a generation older (or newer) than the group's: a rebalance
+   * happened since the member last joined. The member rejoins and retries with the new generation.
+   */
+  staleGeneration: kind("stale_generation", 17, 409, false),
+  /** A member commits an offset for a partition the group's current assignment gives to another member (or to none). */
+  notPartitionOwner: kind("not_partition_owner", 18, 409, false),
+  /** The member id is not (or no longer) in the group: it left or its session expired. It joins again for a new id. */
+  unknownMember: kind("unknown_member", 19, 409, false),
+  /** The consumer group does not exist (no member ever joined and nothing was ever committed). */
+  groupNotFound: kind("group_not_found", 20, 404, false),
+  /** A committed offset is negative or above the partition's high watermark (DECISIONS 8). */
+  invalidOffset: kind("invalid_offset", 21, 400, false),
+  /**
+   * An idempotent produce skips sequence numbers: its base sequence is above the next one the
+   * broker expects for that producer and partition (details: `expected_sequence`). Nothing was appended.
+   */
+  outOfOrderSequence: kind("out_of_order_sequence", 22, 409, false),
+  /** An idempotent produce carries an epoch older than the producer's current one: a newer incarnation fenced it (details: `expected_epoch`). */
+  producerFenced: kind("producer_fenced", 23, 403, false),
+  /**
+   * The broker holds no state for this producer id (never seen, or idle past the producer state
+   * expiry and forgotten) and the request does not start at sequence 0. Recoverable: start a new
+   * epoch at sequence 0 (details: `expected_sequence` 0).
+   */
+  unknownProducer: kind("unknown_producer", 24, 409, false),
+  /**
+   * An idempotent produce repeats a sequence already stored, but older than the batches the broker
+   * still remembers, so its original offsets cannot be given back. Nothing was appended (details:
+   * `expected_sequence`).
+   */
+  duplicateSequence: kind("duplicate_sequence", 25, 409, false),
   /** A bug: the broker hit a state it did not expect. Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });
