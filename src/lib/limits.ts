@@ -109,3 +109,30 @@ export const coldSegmentsOpenMax = 8;
 export const compactionKeysMax = 6_000_000;
 
 assert(coldOffloadBackoffMsMin <= coldOffloadBackoffMsMax, "cold backoff starts below its cap");
+
+/** Largest `producers.journal` the broker will read at start, in bytes (it is rotated far below this). */
+export const producerJournalBytesMax = 64 * MiB;
+/** Entries after which the producer journal is folded into a new `producers.json` snapshot. */
+export const producerJournalEntriesRotate = 4096;
+/** Batches remembered per (producer, partition) for answering retries with their original offsets (as Kafka's 5 in flight). */
+export const producerBatchesRemembered = 5;
+/** Default idle time after which a producer's state is forgotten, in ms (`--producer-expiry-ms`, 7 days). */
+export const producerExpiryMsDefault = 7 * 24 * 3600 * 1000;
+/** Longest producer id, in characters (`[A-Za-z0-9._:-]`). */
+export const producerIdCharsMax = 249;
+/** Largest producer epoch. */
+export const producerEpochMax = 0x7fff_ffff;
+/** Default consumer-group session timeout, in ms: a member without a heartbeat for this long is removed. */
+export const groupSessionTimeoutMsDefault = 30_000;
+/** Smallest session timeout a member may ask for, in ms. */
+export const groupSessionTimeoutMsMin = 100;
+/** Largest session timeout a member may ask for, in ms. */
+export const groupSessionTimeoutMsMax = 3_600_000;
+/** Most members one consumer group holds. */
+export const groupMembersMax = 1000;
+/** Most topics one member may subscribe to. */
+export const groupTopicsMax = 1000;
+/** Most offsets one commit may carry. */
+export const groupCommitOffsetsMax = 100_000;
+/** Longest consumer-group name, in characters (same alphabet as topics: it is a file name). */
+export const groupNameCharsMax = 249;
