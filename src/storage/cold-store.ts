@@ -269,7 +269,7 @@ export class ColdPartition implements LowerTier {
       if (!segment.acquire()) throw new Error(`Cannot read cold segment ${joinPath(this.dir, logFileName(baseOffset))}: it was closed twice while opening`);
     }
     try {
-      const newest = await newestTimestampMs(segment);
+      const newest = await newestTimestampMs(this.#fs, segment);
       this.#newest.set(baseOffset, newest);
       return newest;
     } finally {

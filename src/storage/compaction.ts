@@ -144,10 +144,11 @@ class OutputWriter {
     return this.#created;
   }
 
-  /** Appends one stored record (its bytes verbatim) with its offset. */
-  async add(record: Uint8Array, offset: number): Promise<void> {
+  /** Appends one stored record, `source[range.start, range.end)` verbatim, with its offset. */
+  async add(source: Uint8Array, range: { start: number; end: number }, offset: number): Promise<void> {
+    const length = range.end - range.start;
     let out = this.#current;
-    if (out !== null && out.sizeBytes > 0 && out.sizeBytes + record.length > this.#segmentBytes) {
+    if (out !== null && out.sizeBytes > 0 && out.sizeBytes + length > this.#segmentBytes) {
       await this.#finishCurrent();
       out = null;
     }
@@ -156,15 +157,15 @@ class OutputWriter {
       out.index.push(offset - out.baseOffset, out.sizeBytes);
       out.lastIndexedPosition = out.sizeBytes;
     }
-    if (this.#buffered + record.length > this.#buffer.length) await this.#flush();
-    if (record.length > this.#buffer.length) {
-      await out.log.write(record, out.sizeBytes);
-      this.#bufferedAt = out.sizeBytes + record.length;
+    if (this.#buffered + length > this.#buffer.length) await this.#flush();
+    if (length > this.#buffer.length) {
+      await out.log.write(source.subarray(range.start, range.end), out.sizeBytes);
+      this.#bufferedAt = out.sizeBytes + length;
     } else {
-      this.#buffer.set(record, this.#buffered);
-      this.#buffered += record.length;
+      this.#buffer.set(source.subarray(range.start, range.end), this.#buffered);
+      this.#buffered += length;
     }
-    out.sizeBytes += record.length;
+    out.sizeBytes += length;
   }
 
   async #start(baseOffset: number): Promise<Output> {
@@ -293,6 +294,14 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
     const map = new KeyOffsetMap({ keysMax: ctx.keysMax ?? compactionKeysMax, capacity: 1024 });
     const digest = new Uint32Array(4);
     const header = new RecordHeader();
+    // Reused for every record, so the hot loops allocate nothing per record.
+    const keyRange = { start: 0, end: 0 };
+    const recordRange = { start: 0, end: 0 };
+    const digestKey = (chunk: Uint8Array): void => {
+      keyRange.start = header.keyStart;
+      keyRange.end = header.keyStart + header.keyLen;
+      murmur3x86_128(chunk, keyRange, digest);
+    };
     const stopCheck = () => {
       if (ctx.shouldStop?.()) throw new PassEnd("cancelled", "the broker is shutting down");
     };
@@ -302,13 +311,13 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
     let keyedInRun = 0;
     for (let i = 0; i < sealed.length && runEnd === sealed.length; i++) {
       let keyed = 0;
-      const scan = await scanSegment(sealed[i], (chunk) => {
+      const scan = await scanSegment(fs, sealed[i], (chunk) => {
         stopCheck();
         const view = chunkView(chunk);
         for (let p = 0; p < chunk.length; p += header.sizeBytes) {
           header.parse(view, p);
           if (header.keyLen < 0) continue;
-          murmur3x86_128(chunk, { start: header.keyStart, end: header.keyStart + header.keyLen }, digest);
+          digestKey(chunk);
           const flags = header.valueLen === 0 && now - header.timestampMs >= settings.tombstoneRetentionMs ? expiredTombstone : 0;
           if (!map.put(digest, header.offset, flags)) {
             runEnd = i;
@@ -333,7 +342,7 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
 
     const keep = (chunk: Uint8Array): boolean => {
       if (header.keyLen < 0) return true;
-      murmur3x86_128(chunk, { start: header.keyStart, end: header.keyStart + header.keyLen }, digest);
+      digestKey(chunk);
       const newest = map.offsetOf(digest);
       if (newest !== header.offset) return false;
       return (map.flagsOf(digest) & expiredTombstone) === 0;
@@ -342,7 +351,7 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
     // Pass 2a: the first segment with something to drop; the ones before it stay as they are.
     let first = -1;
     for (let i = 0; i < runEnd && first < 0; i++) {
-      await scanSegment(sealed[i], (chunk) => {
+      await scanSegment(fs, sealed[i], (chunk) => {
         stopCheck();
         const view = chunkView(chunk);
         for (let p = 0; p < chunk.length; p += header.sizeBytes) {
@@ -358,13 +367,15 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
 
     // Pass 2b: copy the survivors of the run [first, runEnd) into outputs under temp names.
     for (let i = first; i < runEnd; i++) {
-      await scanSegment(sealed[i], async (chunk) => {
+      await scanSegment(fs, sealed[i], async (chunk) => {
         stopCheck();
         const view = chunkView(chunk);
         for (let p = 0; p < chunk.length; p += header.sizeBytes) {
           header.parse(view, p);
           if (keep(chunk)) {
-            await writer.add(chunk.subarray(p, p + header.sizeBytes), header.offset);
+            recordRange.start = p;
+            recordRange.end = p + header.sizeBytes;
+            await writer.add(chunk, recordRange, header.offset);
           } else {
             result.records_dropped++;
             if (header.keyLen >= 0 && header.valueLen === 0 && map.offsetOf(digest) === header.offset) result.tombstones_dropped++;

@@ -112,12 +112,12 @@ const newestCache = new WeakMap<Segment, number>();
  * use and remembered. Returns null if the segment was closed meanwhile.
  * @throws SegmentUnreadableError, FsError.
  */
-export async function segmentNewestTimestampMs(segment: Segment): Promise<number | null> {
+export async function segmentNewestTimestampMs(fs: FileSystem, segment: Segment): Promise<number | null> {
   const known = newestCache.get(segment);
   if (known !== undefined) return known;
   if (!segment.acquire()) return null;
   try {
-    const newest = await newestTimestampMs(segment);
+    const newest = await newestTimestampMs(fs, segment);
     newestCache.set(segment, newest);
     return newest;
   } finally {
@@ -175,7 +175,7 @@ export async function runRetention(ctx: RetentionContext, settings: RetentionSet
     if (settings.deleteEnabled && settings.retentionMs >= 0) {
       byAge = below;
       while (byAge < sealed.length) {
-        const newest = await segmentNewestTimestampMs(sealed[byAge]);
+        const newest = await segmentNewestTimestampMs(ctx.fs, sealed[byAge]);
         if (newest === null) return finish("cancelled", "a segment was replaced during the pass");
         // DECISIONS 4: a newest timestamp in the future is never "older", and holds back the rest.
         if (now - newest > settings.retentionMs) byAge++;
