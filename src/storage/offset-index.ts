@@ -74,6 +74,12 @@ export class OffsetIndex {
    * (0 when the index is empty or the offset precedes every entry).
    */
   lookup(relativeOffset: number): number {
+    const i = this.entryAtOrBefore(relativeOffset);
+    return i < 0 ? 0 : this.#entries[i * 2 + 1];
+  }
+
+  /** Index of the last entry whose offset is at or before `relativeOffset`, or −1 if none. */
+  entryAtOrBefore(relativeOffset: number): number {
     let lo = 0;
     let hi = this.#count - 1;
     let found = -1;
@@ -86,7 +92,7 @@ export class OffsetIndex {
         hi = mid - 1;
       }
     }
-    return found < 0 ? 0 : this.#entries[found * 2 + 1];
+    return found;
   }
 
   /** Encodes entries `[from, count)` in the on-disk format. */

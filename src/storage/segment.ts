@@ -649,11 +649,17 @@ export class Segment {
     const limit = Math.min(options.limitBytes, this.readableEndBytes);
     const empty: SegmentRead = { bytes: new Uint8Array(0), count: 0, lastOffset: -1, status: "ok" };
     if (offset >= this.nextOffset && this.corruption === null) return empty;
-    let start = this.#index.lookup(Math.max(0, offset - this.baseOffset));
+    const entry = this.#index.entryAtOrBefore(Math.max(0, offset - this.baseOffset));
+    let start = entry < 0 ? 0 : this.#index.positionAt(entry);
+    // The record an entry points at must carry the entry's offset (DECISIONS 2): an entry that
+    // points at the start of a later record decodes fine, and the read would skip the records
+    // before it without a word.
+    let expectedFirst = entry < 0 ? -1 : this.baseOffset + this.#index.relativeOffsetAt(entry);
     if (start >= limit) {
       // The index points past what may be read (it cannot: entries precede the durable end), or
       // the segment's readable part ends before the entry; fall back to the nearest safe start.
       start = 0;
+      expectedFirst = -1;
     }
     const windowBytes = Math.min(limit - start, Math.max(readWindowBytes, maxBytes + 8192));
     if (windowBytes <= 0) return empty;
@@ -692,6 +698,10 @@ export class Segment {
         // read that starts at the bad record deal with it, rather than losing them all.
         if (count > 0) break;
         return { ...empty, status: "bad_position" };
+      }
+      if (expectedFirst >= 0) {
+        if (cursor.offset !== expectedFirst) return { ...empty, status: "bad_position" };
+        expectedFirst = -1;
       }
       const size = cursor.sizeBytes;
       if (cursor.offset < offset) {
