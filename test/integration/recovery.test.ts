@@ -341,6 +341,21 @@ describe("recovery after the files changed between stop and start", () => {
     expect(await produceOne(broker, "after")).toBe(30);
   });
 
+  it("rebuilds an index whose middle entry points at the start of a later record (found by a read), serving the record it skipped", async () => {
+    await expectIndexRebuilt({
+      segmentBytes: 16 * 1024,
+      count: 300,
+      edit: (index, log) => {
+        const starts = recordsIn(log).map((r) => r.position);
+        patch(index, (b) => {
+          const position = Number(b.readBigUInt64BE(24));
+          b.writeBigUInt64BE(BigInt(starts[starts.indexOf(position) + 1]), 24);
+        });
+      },
+      event: "segment.index_rebuilt",
+    });
+  });
+
   it("reports stray files 147.log and x.log.bak, leaves them in place, and serves every record", async () => {
     const w = await writeLog({ count: 30, segmentBytes: 1024 });
     writeFileSync(`${w.part}/147.log`, "not a segment");
