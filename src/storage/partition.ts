@@ -463,7 +463,8 @@ export class PartitionLog {
     const rejectAll = (err: unknown) => {
       for (const p of group) p.reject(err);
     };
-    if (this.logEndOffset + records - 1 > offsetMax) {
+    // Subtract rather than add: 2^53 + 1 rounds to 2^53 in a JS number, so a sum can slip under the limit.
+    if (records - 1 > offsetMax - this.logEndOffset) {
       rejectAll(new StorageError("unsupported", `Cannot append to partition "${this.name}": offsets would pass 2^53 − 1`));
       return;
     }
