@@ -356,6 +356,32 @@ describe("recovery after the files changed between stop and start", () => {
     });
   });
 
+  it("reports a segment named above 2^53 − 1 as unsupported and leaves it alone (DECISIONS 6)", async () => {
+    const w = await writeLog({ count: 30, segmentBytes: 1024 });
+    writeFileSync(`${w.part}/99999999999999999999.log`, readFileSync(logPath(w.part, w.bases[0])));
+    const { broker, logger } = await open(w.dataDir);
+    expect(await readAll(broker)).toEqual(range(0, 30).map((o) => expected(o, w.valueBytes)));
+    expect(events(logger, "recovery.stray_file")).toMatchObject([{ file: `${w.part}/99999999999999999999.log`, reason: expect.stringMatching(/unsupported/) }]);
+    expect(await produceOne(broker, "after")).toBe(30);
+  });
+
+  it("assigns 2^53 − 1 as the last offset and then refuses appends with unsupported (DECISIONS 6)", async () => {
+    const w = await writeLog({ count: 30, segmentBytes: 1024 });
+    const last = Number.MAX_SAFE_INTEGER;
+    writeFileSync(logPath(w.part, last), new Uint8Array(0));
+    const { broker } = await open(w.dataDir);
+    expect((await broker.listOffsets({ topic: "r", partition: 0 })).highWatermark).toBe(last);
+    expect(await produceOne(broker, "the last offset")).toBe(last);
+    const refused = await broker.produce({ topic: "r", partition: 0, batch: new EntryBatchBuilder().add(null, utf8("one too many")).build() }).catch((e: unknown) => e);
+    expect(refused).toMatchObject({ kind: { code: "unsupported" } });
+    expect(await firstServed(broker, last)).toBe(last);
+    expect(await firstServed(broker, 30)).toBe(last);
+    await broker.close();
+    const again = await open(w.dataDir);
+    expect(await firstServed(again.broker, last)).toBe(last);
+    expect((await again.broker.listOffsets({ topic: "r", partition: 0 })).highWatermark).toBe(last + 1);
+  });
+
   it("reports stray files 147.log and x.log.bak, leaves them in place, and serves every record", async () => {
     const w = await writeLog({ count: 30, segmentBytes: 1024 });
     writeFileSync(`${w.part}/147.log`, "not a segment");
