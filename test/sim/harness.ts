@@ -395,8 +395,9 @@ export class Simulation {
         await this.recover();
       }
     }
-    // End: one last power loss, recovery and a full check.
-    this.stepCrashNow();
+    // End: one last power loss (half the time dropping everything unsynced, the sharpest test
+    // of what was acknowledged), recovery and a full check.
+    this.stepCrashNow(this.prng.chance(0.5) ? "dropAll" : undefined);
     this.broker = null;
     for (const pm of this.model.partitions.values()) pm.ackedVolatile.clear();
     await this.recover();
@@ -560,7 +561,10 @@ export class Simulation {
     if (topics.length === 0) return;
     const n = 1 + this.prng.int(4);
     const sent = [];
+    const reads: Awaited<ReturnType<Simulation["startFetch"]>>[] = [];
     for (let i = 0; i < n; i++) {
+      // Now and then a fetch races the writes, group commits and rolls of this step.
+      if (this.prng.chance(0.25)) reads.push(await this.startFetch(topics));
       const topic = topics[this.prng.int(topics.length)];
       const records = 1 + this.prng.int(6);
       const multi = topic.partitions > 1 && this.prng.chance(0.2);
@@ -571,7 +575,31 @@ export class Simulation {
       for (let g = 0; g < gap; g++) await Promise.resolve();
     }
     await drainMicrotasks();
+    for (const r of reads) {
+      if (r === null) continue;
+      const { t, pm, request } = r;
+      if (!t.settled) throw new SimViolation("settles", `fetch ${pm.topic}/${pm.partition} at ${request.offset} never settled`);
+      if (!t.ok) {
+        if (this.fs.dead) continue;
+        throw new SimViolation("fetch", `fetch ${pm.topic}/${pm.partition} at ${request.offset}, racing appends, rejected: ${errorText(t.error)}`);
+      }
+      this.checkFetch(pm, request, t.value!, "fetch racing appends");
+    }
     for (const s of sent) this.settleProduce(s);
+  }
+
+  /** Starts a fetch at a random offset in [log start, high watermark] without waiting for it. */
+  async startFetch(topics: TopicModel[]) {
+    const topic = topics[this.prng.int(topics.length)];
+    const partition = this.prng.int(topic.partitions);
+    const pm = this.model.partition(topic.name, partition);
+    const offsets = await this.broker!.listOffsets({ topic: topic.name, partition }).catch(() => null);
+    if (offsets === null) return null;
+    const offset = offsets.logStartOffset + this.prng.int(offsets.highWatermark - offsets.logStartOffset + 1);
+    const request = { offset, maxRecords: 1 + this.prng.int(40) };
+    this.trace(`fetch ${topic.name}/${partition} offset ${offset} max_records ${request.maxRecords} (hw ${offsets.highWatermark}), racing appends`);
+    const t = track(this.broker!.fetch({ topic: topic.name, partition, ...request }));
+    return { t, pm, request };
   }
 
   async stepFetch(): Promise<void> {
@@ -675,8 +703,8 @@ export class Simulation {
     await this.verifyAfterRecovery();
   }
 
-  stepCrashNow(): void {
-    const mode = this.crashMode();
+  stepCrashNow(forceMode?: CrashMode): void {
+    const mode = forceMode ?? this.crashMode();
     const seed = this.prng.nextU32();
     const report = this.fs.crashNow({ seed, mode });
     this.onCrash(report, `the next step (crash ${mode}, seed ${seed})`);
