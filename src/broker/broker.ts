@@ -33,9 +33,18 @@ import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { cleanupIntervalMsDefault } from "../lib/limits.ts";
 import { defaultTopicConfig, mergeTopicConfig, validatePartitionCount, validateTopicName } from "./config.ts";
+import { GroupCoordinator } from "./groups.ts";
+import { ProducerStates } from "./producers.ts";
+import { producerExpiryMsDefault } from "../lib/limits.ts";
+import { utf8 } from "../lib/bytes.ts";
 import type {
   Broker,
+  CommitOffsetsRequest,
   CreateTopicRequest,
+  GroupAssignment,
+  GroupDescription,
+  HeartbeatResult,
+  JoinGroupRequest,
   FetchRequest,
   FetchResult,
   PartitionInfo,
@@ -63,6 +72,8 @@ export interface LocalBrokerOptions {
   cleanupIntervalMs?: number;
   /** Most distinct keys one compaction pass remembers (default `compactionKeysMax`; tests lower it). */
   compactionKeysMax?: number;
+  /** Idle time after which an idempotent producer's state is forgotten, in ms (`--producer-expiry-ms`, default 7 days). */
+  producerExpiryMs?: number;
 }
 
 interface Topic {
@@ -113,6 +124,11 @@ export class LocalBroker implements Broker {
   #cleanup: CleanupService;
   /** Serialises topic config updates (`topic.json` rewrites). */
   #configWrites = new Mutex();
+  /** Consumer groups (`broker/groups.ts`); opened after the topics. */
+  #groups!: GroupCoordinator;
+  /** Idempotent producer state (`broker/producers.ts`); opened after the topics. */
+  #producers!: ProducerStates;
+  #producerExpiryMs: number;
 
   private constructor(options: LocalBrokerOptions) {
     this.#fs = options.fs;
@@ -123,6 +139,7 @@ export class LocalBroker implements Broker {
     this.#logger = options.logger;
     this.#flushEveryRecords = options.flushEveryRecords ?? 1;
     this.#flushIntervalMs = options.flushIntervalMs ?? 1000;
+    this.#producerExpiryMs = options.producerExpiryMs ?? producerExpiryMsDefault;
     this.#cleanup = new CleanupService({
       fs: options.fs,
       clock: options.clock,
@@ -140,6 +157,29 @@ export class LocalBroker implements Broker {
   static async open(options: LocalBrokerOptions): Promise<LocalBroker> {
     const broker = new LocalBroker(options);
     await broker.#load();
+    // Groups and producer state reconcile with the recovered logs, so they open after the topics
+    // and before anything (cleanup included) can change a log.
+    broker.#groups = await GroupCoordinator.open({
+      fs: options.fs,
+      dataDir: options.dataDir,
+      clock: options.clock,
+      logger: options.logger,
+      topics: { partitions: (topic) => broker.#topic(topic).partitions },
+    });
+    broker.#producers = await ProducerStates.open({
+      fs: options.fs,
+      dataDir: options.dataDir,
+      clock: options.clock,
+      logger: options.logger,
+      expiryMs: broker.#producerExpiryMs,
+      partitions: {
+        get: (topic, partition) => {
+          const t = broker.#topics.get(topic);
+          if (t === undefined) return broker.#unavailable.has(topic) ? "unavailable" : "missing";
+          return t.partitions[partition] ?? "missing";
+        },
+      },
+    });
     broker.#cleanup.start();
     return broker;
   }
@@ -354,6 +394,8 @@ export class LocalBroker implements Broker {
       await this.#fs.syncDir(this.#topicsDir);
       await this.#fs.removeTree(trash);
       await this.#cleanup.removeColdData(name);
+      await this.#groups.forgetTopic(name);
+      await this.#producers.forgetTopic(name);
       this.#logger.log("info", "topic.deleted", { topic: name });
     } catch (err) {
       if (err instanceof BrokerError) throw err;
@@ -380,6 +422,7 @@ export class LocalBroker implements Broker {
       throw new BrokerError(Errors.invalidRequest, `Cannot produce to topic "${topic.name}": ${perRecord.length} partitions given for ${batch.count} records`);
     }
     if (batch.count === 0) return { spans: [] };
+    const producer = request.producer;
 
     // Decide each record's partition (request order). Fast path: one partition for all.
     let single = perRecord === undefined && fixed !== -1 ? fixed : -2;
@@ -398,7 +441,11 @@ export class LocalBroker implements Broker {
           const key = cursor.key();
           if (key !== null) p = partitionForKey(key, n);
           else {
-            if (keyless === -1) {
+            if (keyless === -1 && producer !== undefined) {
+              // A retry must land where the original did: an idempotent producer's keyless
+              // records go to the partition of its id, not round-robin.
+              keyless = partitionForKey(utf8(String(producer.id)), n);
+            } else if (keyless === -1) {
               keyless = topic.roundRobin % n;
               topic.roundRobin = (topic.roundRobin + 1) % n;
             }
@@ -412,6 +459,21 @@ export class LocalBroker implements Broker {
         else if (p !== first) same = false;
       }
       if (same) single = first;
+    }
+
+    if (producer !== undefined) {
+      if (single < 0) {
+        throw new BrokerError(
+          Errors.invalidRequest,
+          `Cannot produce idempotently to topic "${topic.name}": every record of an idempotent request must go to one partition, but these go to several`,
+          { field: "partition" },
+        );
+      }
+      try {
+        return await this.#producers.produce({ producer, topic: topic.name, partition: single, log: topic.partitions[single], batch });
+      } catch (err) {
+        throw toBrokerError(err);
+      }
     }
 
     if (single >= 0) {
@@ -570,13 +632,56 @@ export class LocalBroker implements Broker {
     return { topic: topic.name, partitions: (await this.#cleanup.runTopic(topic.name)) ?? [] };
   }
 
+  /** Joins a consumer group; see {@link Broker.joinGroup} and `broker/groups.ts`. */
+  async joinGroup(request: JoinGroupRequest): Promise<GroupAssignment> {
+    this.#checkOpen();
+    return this.#groups.join(request);
+  }
+
+  async heartbeat(request: { group: string; memberId: string; generation?: number }): Promise<HeartbeatResult> {
+    this.#checkOpen();
+    return this.#groups.heartbeat(request);
+  }
+
+  async leaveGroup(request: { group: string; memberId: string }): Promise<void> {
+    this.#checkOpen();
+    return this.#groups.leave(request);
+  }
+
+  async commitOffsets(request: CommitOffsetsRequest): Promise<void> {
+    this.#checkOpen();
+    return this.#groups.commit(request);
+  }
+
+  async describeGroup(group: string): Promise<GroupDescription> {
+    this.#checkOpen();
+    return this.#groups.describe(group);
+  }
+
+  async listGroups(): Promise<GroupDescription[]> {
+    this.#checkOpen();
+    return this.#groups.list();
+  }
+
+  /** The consumer-group coordinator (tests drive its session expiries with `settled()`). */
+  get groups(): GroupCoordinator {
+    return this.#groups;
+  }
+
+  /** The idempotent producer state (tests and reports inspect it). */
+  get producerStates(): ProducerStates {
+    return this.#producers;
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    await this.#groups.close();
     await this.#cleanup.close();
     for (const topic of this.#topics.values()) {
       await Promise.all(topic.partitions.map((p) => p.close().catch((err: unknown) => this.#logger.log("error", "partition.close_failed", { partition: p.name, error: describeError(err) }))));
     }
+    await this.#producers.close();
     this.#topics.clear();
   }
 }

@@ -86,6 +86,23 @@ export interface ProduceRequest {
   partitions?: Int32Array;
   /** The records, validated with `scanEntries`. */
   batch: EntryBatch;
+  /**
+   * Makes the produce idempotent (Kafka's semantics; `broker/producers.ts` has the decision
+   * table). Every record of the request must then go to one partition (@throws invalid_request
+   * otherwise). A retry of a stored batch appends nothing and answers its original offsets with
+   * `duplicate: true`.
+   */
+  producer?: ProducerIdentity;
+}
+
+/** Who sends an idempotent produce, and where the request sits in its sequence. */
+export interface ProducerIdentity {
+  /** Stable id chosen by the client: 1–249 characters of `[A-Za-z0-9._:-]`. */
+  id: string;
+  /** 0 … 2^31 − 1. A request with a higher epoch fences every older one; a new epoch starts at sequence 0. */
+  epoch: number;
+  /** Base sequence: the sequence number of the request's first record; every record counts one. */
+  sequence: number;
 }
 
 /** A run of records of one request that went to one partition at consecutive offsets. */
@@ -100,6 +117,87 @@ export interface ProduceSpan {
 /** Where the records of a produce request went, as runs in request order. */
 export interface ProduceResult {
   spans: ProduceSpan[];
+  /** Idempotent produce only: true when the batch was already stored and nothing was appended. */
+  duplicate?: boolean;
+}
+
+/** A partition of a topic. */
+export interface TopicPartition {
+  topic: string;
+  partition: number;
+}
+
+/** Arguments of {@link Broker.joinGroup}. */
+export interface JoinGroupRequest {
+  /** Group name: 1–249 characters of `[A-Za-z0-9._-]`. */
+  group: string;
+  /** Topics the member consumes (each must exist); 1 … 1000. */
+  topics: string[];
+  /** Heartbeats must come within this many ms (100 … 3 600 000; default 30 000). */
+  sessionTimeoutMs?: number;
+  /** Rejoin as this existing member (after a rebalance, or to change topics) instead of joining as a new one. */
+  memberId?: string;
+}
+
+/** What a member holds after joining or a heartbeat. */
+export interface GroupAssignment {
+  memberId: string;
+  /** Bumped by every rebalance; commits must carry the current one. */
+  generation: number;
+  /** The partitions this member owns in this generation, sorted by topic then partition. */
+  assignments: TopicPartition[];
+  sessionTimeoutMs: number;
+}
+
+/** Result of {@link Broker.heartbeat}. */
+export interface HeartbeatResult {
+  generation: number;
+  /** True when the generation the member reported is not the current one: it should rejoin (its assignment changed). */
+  rejoin: boolean;
+  /** The member's partitions in the current generation. */
+  assignments: TopicPartition[];
+}
+
+/** Arguments of {@link Broker.commitOffsets}. */
+export interface CommitOffsetsRequest {
+  group: string;
+  /** The committing member; may be omitted only while the group has no members (a standalone consumer). */
+  memberId?: string;
+  /** The member's generation; required with `memberId`. */
+  generation?: number;
+  /** Next offset to consume per partition: 0 … high watermark (DECISIONS 8). */
+  offsets: { topic: string; partition: number; offset: number }[];
+}
+
+/** One member as a group description shows it. */
+export interface GroupMemberDescription {
+  memberId: string;
+  topics: string[];
+  sessionTimeoutMs: number;
+  assignments: TopicPartition[];
+}
+
+/** One partition of a group description: its committed offset, lag and owner. */
+export interface GroupOffsetDescription {
+  topic: string;
+  partition: number;
+  /** Next offset to consume, as last committed; null if never committed. */
+  committed: number | null;
+  /** The partition's high watermark; null if its topic is unavailable. */
+  highWatermark: number | null;
+  /** high watermark − committed; null when either is unknown. */
+  lag: number | null;
+  /** The member that owns the partition in this generation, or null. */
+  owner: string | null;
+}
+
+/** Result of {@link Broker.describeGroup}. */
+export interface GroupDescription {
+  group: string;
+  generation: number;
+  members: GroupMemberDescription[];
+  /** Every partition the group subscribes to or has committed, sorted by topic then partition. */
+  offsets: GroupOffsetDescription[];
 }
 
 /** Arguments of {@link Broker.fetch}. */
@@ -159,13 +257,33 @@ export interface Broker {
   /**
    * Appends a batch; resolves once it is durable (with `--flush-every-records 1`, after the fsync
    * that covers it). All records of the request are appended or none is.
-   * @throws topic_not_found, partition_not_found, invalid_timestamp, partition_fenced, storage_error, unsupported.
+   * @throws topic_not_found, partition_not_found, invalid_timestamp, partition_fenced, storage_error, unsupported;
+   *   with `producer`: out_of_order_sequence, producer_fenced, unknown_producer, duplicate_sequence.
    */
   produce(request: ProduceRequest): Promise<ProduceResult>;
   /** Reads stored records. @throws topic_not_found, partition_not_found, offset_out_of_range, invalid_request. */
   fetch(request: FetchRequest): Promise<FetchResult>;
   /** Log start offset and high watermark of one partition. @throws topic_not_found, partition_not_found. */
   listOffsets(request: { topic: string; partition: number }): Promise<{ logStartOffset: number; highWatermark: number }>;
+  /**
+   * Joins a consumer group (or rejoins as `memberId`) and rebalances it (`broker/groups.ts`).
+   * @throws invalid_request, topic_not_found, unknown_member, unavailable, storage_error.
+   */
+  joinGroup(request: JoinGroupRequest): Promise<GroupAssignment>;
+  /** Keeps a member's session alive. @throws group_not_found, unknown_member, unavailable. */
+  heartbeat(request: { group: string; memberId: string; generation?: number }): Promise<HeartbeatResult>;
+  /** Removes a member and rebalances. @throws group_not_found, unknown_member, unavailable, storage_error. */
+  leaveGroup(request: { group: string; memberId: string }): Promise<void>;
+  /**
+   * Commits consumer offsets atomically and durably (all or none).
+   * @throws invalid_request, invalid_offset, topic_not_found, partition_not_found, unknown_member,
+   *   stale_generation, not_partition_owner, unavailable, storage_error.
+   */
+  commitOffsets(request: CommitOffsetsRequest): Promise<void>;
+  /** A group's members, generation, and per-partition committed offsets and lag. @throws group_not_found, unavailable. */
+  describeGroup(group: string): Promise<GroupDescription>;
+  /** Every available group (name order). */
+  listGroups(): Promise<GroupDescription[]>;
   /** Flushes and closes every partition; pending long-polls end. Further calls throw unavailable. */
   close(): Promise<void>;
   /**

@@ -337,6 +337,12 @@ function fakeBroker(overrides: Partial<Broker>): Broker {
     produce: unavailable,
     fetch: unavailable,
     listOffsets: unavailable,
+    joinGroup: unavailable,
+    heartbeat: unavailable,
+    leaveGroup: unavailable,
+    commitOffsets: unavailable,
+    describeGroup: unavailable,
+    listGroups: unavailable,
     close: () => Promise.resolve(),
     ...overrides,
   };

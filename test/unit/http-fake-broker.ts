@@ -260,6 +260,26 @@ export class FakeBroker implements Broker {
     return { logStartOffset: 0, highWatermark: this.#partition(request.topic, request.partition).records.length };
   }
 
+  // Consumer groups are tested over HTTP against the real broker (test/integration/groups-http.test.ts).
+  async joinGroup(): Promise<never> {
+    throw new BrokerError(Errors.unavailable, "Cannot join: the fake broker has no consumer groups");
+  }
+  async heartbeat(): Promise<never> {
+    throw new BrokerError(Errors.unavailable, "Cannot heartbeat: the fake broker has no consumer groups");
+  }
+  async leaveGroup(): Promise<never> {
+    throw new BrokerError(Errors.unavailable, "Cannot leave: the fake broker has no consumer groups");
+  }
+  async commitOffsets(): Promise<never> {
+    throw new BrokerError(Errors.unavailable, "Cannot commit: the fake broker has no consumer groups");
+  }
+  async describeGroup(): Promise<never> {
+    throw new BrokerError(Errors.unavailable, "Cannot describe: the fake broker has no consumer groups");
+  }
+  async listGroups(): Promise<never> {
+    throw new BrokerError(Errors.unavailable, "Cannot list: the fake broker has no consumer groups");
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     for (const t of this.topics.values()) for (const p of t.partitions) for (const w of [...p.waiters]) w();

@@ -130,6 +130,24 @@ class DeferredBroker implements Broker {
   listOffsets(...args: any[]) {
     return this.#record<any>("listOffsets", args);
   }
+  joinGroup(...args: any[]) {
+    return this.#record<any>("joinGroup", args);
+  }
+  heartbeat(...args: any[]) {
+    return this.#record<any>("heartbeat", args);
+  }
+  leaveGroup(...args: any[]) {
+    return this.#record<any>("leaveGroup", args);
+  }
+  commitOffsets(...args: any[]) {
+    return this.#record<any>("commitOffsets", args);
+  }
+  describeGroup(...args: any[]) {
+    return this.#record<any>("describeGroup", args);
+  }
+  listGroups(...args: any[]) {
+    return this.#record<any>("listGroups", args);
+  }
   close() {
     return Promise.resolve();
   }
