@@ -1,0 +1,753 @@
+/**
+ * Consumer groups: members join for a set of topics, the coordinator deals the topics' partitions
+ * out among them, members keep their place with heartbeats, and commits are fenced by generation
+ * and ownership. State lives in `groups/<group>.json` (spec: Files on disk), rewritten atomically
+ * (`writeJsonAtomic`) on every commit and every rebalance, before the change takes effect.
+ *
+ * ## Assignment strategy: round robin
+ *
+ * Every partition of every topic that some member subscribes to is listed, sorted by topic name
+ * then partition number; the members are sorted by member id. The partitions are dealt in that
+ * order to the members in turn, one each, skipping a member that does not subscribe to the
+ * partition's topic (the turn passes to the next that does). The same members and topics always
+ * give the same assignment, and members' shares differ by at most one when all subscribe to the
+ * same topics. Topics that no longer exist are left out.
+ *
+ * ## Transitions (each row rebalances: generation + 1, new assignment, file rewritten)
+ *
+ * | event                                   | members after          | rebalance |
+ * |-----------------------------------------|------------------------|-----------|
+ * | join without member id                  | + a new member         | yes       |
+ * | join as an existing member, same topics and session timeout | same | no: its current assignment is returned |
+ * | join as an existing member, other topics or timeout | member updated | yes       |
+ * | join as an unknown member id            | (refused: unknown_member) | no     |
+ * | leave                                   | − the member           | yes       |
+ * | no heartbeat within session_timeout_ms  | − the member           | yes       |
+ * | a subscribed topic is deleted           | same                   | yes       |
+ * | heartbeat                               | same (session renewed) | no        |
+ *
+ * ## Commit fencing
+ *
+ * | group has members | member_id given | outcome                                              |
+ * |-------------------|-----------------|------------------------------------------------------|
+ * | no                | no              | accepted (a standalone consumer)                     |
+ * | no                | yes             | unknown_member                                       |
+ * | yes               | no              | unknown_member (a member must name itself)           |
+ * | yes               | not a member    | unknown_member                                       |
+ * | yes               | member, generation ≠ current | stale_generation                        |
+ * | yes               | member, current generation, a partition owned by another (or none) | not_partition_owner |
+ * | yes               | member, current generation, owns every partition | accepted            |
+ *
+ * Whatever the row, every offset is checked first: an integer, 0 ≤ offset ≤ the partition's high
+ * watermark (`invalid_offset` otherwise, DECISIONS 8). A commit is all or nothing, and durable
+ * when it returns.
+ *
+ * ## Start-up
+ *
+ * Each `groups/<group>.json` is loaded; members come back with a fresh session (they have
+ * `session_timeout_ms` from the start to heartbeat). A committed offset above its partition's log
+ * end is clamped to the log end and reported (`group.offset_clamped`, DECISIONS 8; possible only
+ * with `--flush-every-records` > 1); offsets of topics that no longer exist are dropped and
+ * reported. An empty or unparseable file makes only that group unavailable (DECISIONS 9).
+ */
+import type { Clock, Timer } from "../lib/clock.ts";
+import type { Logger } from "../lib/logger.ts";
+import { Mutex } from "../lib/mutex.ts";
+import {
+  groupCommitOffsetsMax,
+  groupMembersMax,
+  groupNameCharsMax,
+  groupSessionTimeoutMsDefault,
+  groupSessionTimeoutMsMax,
+  groupSessionTimeoutMsMin,
+  groupTopicsMax,
+  offsetMax,
+} from "../lib/limits.ts";
+import { dirname, joinPath, type FileSystem } from "../fs/types.ts";
+import { isTempFileName, readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
+import { describe as describeError } from "../storage/segment.ts";
+import { BrokerError, Errors } from "./errors.ts";
+import type {
+  CommitOffsetsRequest,
+  GroupAssignment,
+  GroupDescription,
+  GroupOffsetDescription,
+  HeartbeatResult,
+  JoinGroupRequest,
+  TopicPartition,
+} from "./types.ts";
+
+/** What the coordinator needs to know of a partition. */
+export interface GroupPartitionView {
+  /** One past the last durable offset: the largest offset a commit may name. */
+  readonly highWatermark: number;
+  /** One past the last offset written (start-up clamps committed offsets to it). */
+  readonly logEndOffset: number;
+}
+
+/**
+ * The topics the coordinator may assign. `partitions` returns a topic's partitions, or throws
+ * BrokerError topic_not_found / unavailable.
+ */
+export interface GroupTopics {
+  partitions(topic: string): readonly GroupPartitionView[];
+}
+
+/** Options of {@link GroupCoordinator.open}. */
+export interface GroupCoordinatorOptions {
+  fs: FileSystem;
+  /** The broker's data directory; groups live in `<dataDir>/groups/`. */
+  dataDir: string;
+  clock: Clock;
+  logger: Logger;
+  topics: GroupTopics;
+}
+
+interface MemberData {
+  id: string;
+  /** Sorted, unique. */
+  topics: string[];
+  sessionTimeoutMs: number;
+}
+
+/** The persisted part of a group; replaced as a whole on every change. */
+interface GroupData {
+  generation: number;
+  /** Sorted by id. */
+  members: MemberData[];
+  /** "topic\0partition" → owning member id. */
+  owners: Map<string, string>;
+  /** "topic\0partition" → committed offset (next to consume). */
+  offsets: Map<string, number>;
+}
+
+interface Group {
+  name: string;
+  data: GroupData;
+  lock: Mutex;
+  /** Member id → session timer (armed from the last heartbeat). */
+  timers: Map<string, Timer>;
+  /** False until the group's file has been written once. */
+  persisted: boolean;
+}
+
+const groupNamePattern = /^[A-Za-z0-9._-]+$/;
+
+function tpKey(topic: string, partition: number): string {
+  return `${topic}\u0000${partition}`;
+}
+
+function splitKey(key: string): TopicPartition {
+  const at = key.lastIndexOf("\u0000");
+  return { topic: key.slice(0, at), partition: Number(key.slice(at + 1)) };
+}
+
+function compareTp(a: TopicPartition, b: TopicPartition): number {
+  return a.topic < b.topic ? -1 : a.topic > b.topic ? 1 : a.partition - b.partition;
+}
+
+/**
+ * Checks a group name: `[A-Za-z0-9._-]`, 1–249 characters, not "." or ".." (it names a file).
+ * @throws BrokerError invalid_request naming it.
+ */
+export function validateGroupName(name: unknown): string {
+  if (typeof name !== "string" || name.length < 1 || name.length > groupNameCharsMax || name === "." || name === ".." || !groupNamePattern.test(name)) {
+    const shown = typeof name === "string" ? JSON.stringify(name.slice(0, 64)) : String(name);
+    throw new BrokerError(Errors.invalidRequest, `Invalid group name ${shown}: must be 1 to ${groupNameCharsMax} of letters, digits, ".", "_" and "-", not "." or ".."`, {
+      field: "group",
+    });
+  }
+  return name;
+}
+
+/**
+ * Deals partitions to members (the round-robin strategy of the module comment).
+ * @param members sorted by id.
+ * @param partitionCount the partition count of a topic, or undefined if it does not exist.
+ * @returns "topic\0partition" → member id.
+ */
+export function assignRoundRobin(members: readonly { id: string; topics: readonly string[] }[], partitionCount: (topic: string) => number | undefined): Map<string, string> {
+  const owners = new Map<string, string>();
+  if (members.length === 0) return owners;
+  const topics = [...new Set(members.flatMap((m) => m.topics))].sort();
+  let cursor = 0;
+  for (const topic of topics) {
+    const count = partitionCount(topic);
+    if (count === undefined) continue;
+    for (let partition = 0; partition < count; partition++) {
+      for (let tries = 0; tries < members.length; tries++) {
+        const m = members[(cursor + tries) % members.length];
+        if (m.topics.includes(topic)) {
+          owners.set(tpKey(topic, partition), m.id);
+          cursor = (cursor + tries + 1) % members.length;
+          break;
+        }
+      }
+    }
+  }
+  return owners;
+}
+
+/** The coordinator of every consumer group on one data directory. */
+export class GroupCoordinator {
+  #fs: FileSystem;
+  #dir: string;
+  #clock: Clock;
+  #logger: Logger;
+  #topics: GroupTopics;
+  #groups = new Map<string, Group>();
+  /** Groups whose file cannot be read, with the reason (DECISIONS 9). */
+  #unavailable = new Map<string, string>();
+  /** Makes member ids unique within this process (with the clock, across restarts). */
+  #memberCounter = 0;
+  /** Session expiries being applied (tests await them with {@link settled}). */
+  #expiring = new Set<Promise<void>>();
+  #closed = false;
+
+  private constructor(options: GroupCoordinatorOptions) {
+    this.#fs = options.fs;
+    this.#dir = joinPath(options.dataDir, "groups");
+    this.#clock = options.clock;
+    this.#logger = options.logger;
+    this.#topics = options.topics;
+  }
+
+  /**
+   * Opens `<dataDir>/groups/` (created durably if missing) and loads every group (module comment,
+   * Start-up). Call after the topics are open: clamping needs their log ends.
+   * @throws FsError if the directory cannot be created or listed.
+   */
+  static async open(options: GroupCoordinatorOptions): Promise<GroupCoordinator> {
+    const coordinator = new GroupCoordinator(options);
+    await coordinator.#load();
+    return coordinator;
+  }
+
+  async #load(): Promise<void> {
+    const fs = this.#fs;
+    if ((await fs.stat(this.#dir)) === null) {
+      await fs.mkdir(this.#dir);
+      await fs.syncDir(dirname(this.#dir));
+    }
+    for (const file of await fs.readdir(this.#dir)) {
+      const path = joinPath(this.#dir, file);
+      if (isTempFileName(file)) {
+        this.#logger.log("warn", "recovery.stray_file", { file: path, reason: "temporary file of an interrupted write" });
+        continue;
+      }
+      const name = file.endsWith(".json") ? file.slice(0, -5) : "";
+      try {
+        validateGroupName(name);
+      } catch {
+        this.#logger.log("warn", "recovery.stray_file", { file: path, reason: "not <group>.json with a valid group name" });
+        continue;
+      }
+      await this.#loadGroup(name, path);
+    }
+  }
+
+  async #loadGroup(name: string, path: string): Promise<void> {
+    const read = await readJsonFile(this.#fs, path);
+    if ("missing" in read) return;
+    let data: GroupData;
+    try {
+      if ("error" in read) throw new Error(read.error);
+      data = parseGroupFile(name, read.value);
+    } catch (err) {
+      const reason = err instanceof Error ? err.message : String(err);
+      this.#unavailable.set(name, `${path}: ${reason}`);
+      this.#logger.log("error", "recovery.group_unavailable", { group: name, file: path, reason });
+      return;
+    }
+    let changed = false;
+    for (const [key, committed] of [...data.offsets]) {
+      const { topic, partition } = splitKey(key);
+      let partitions: readonly GroupPartitionView[];
+      try {
+        partitions = this.#topics.partitions(topic);
+      } catch (err) {
+        if (err instanceof BrokerError && err.kind === Errors.topicNotFound) {
+          data.offsets.delete(key);
+          changed = true;
+          this.#logger.log("warn", "group.offset_dropped", { group: name, topic, partition, committed, reason: "the topic no longer exists" });
+        }
+        continue; // unavailable topic: keep the offset as it is
+      }
+      const view = partitions[partition];
+      if (view === undefined) {
+        data.offsets.delete(key);
+        changed = true;
+        this.#logger.log("warn", "group.offset_dropped", { group: name, topic, partition, committed, reason: "the topic has no such partition" });
+      } else if (committed > view.logEndOffset) {
+        data.offsets.set(key, view.logEndOffset);
+        changed = true;
+        this.#logger.log("warn", "group.offset_clamped", { group: name, topic, partition, committed, log_end_offset: view.logEndOffset });
+      }
+    }
+    const group: Group = { name, data, lock: new Mutex(), timers: new Map(), persisted: true };
+    this.#groups.set(name, group);
+    for (const m of data.members) this.#armSession(group, m);
+    if (changed) {
+      try {
+        await this.#persist(group, data);
+      } catch (err) {
+        this.#logger.log("error", "group.persist_failed", { group: name, error: describeError(err) });
+      }
+    }
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw new BrokerError(Errors.unavailable, "Cannot serve the request: the broker is shutting down");
+  }
+
+  /** An existing group. @throws group_not_found, unavailable. */
+  #existing(name: string, action: string): Group {
+    this.#checkOpen();
+    const group = this.#groups.get(name);
+    if (group !== undefined) return group;
+    const reason = this.#unavailable.get(name);
+    if (reason !== undefined) throw new BrokerError(Errors.unavailable, `${action}: group "${name}" is unavailable: ${reason}`);
+    throw new BrokerError(Errors.groupNotFound, `${action}: group "${name}" does not exist`);
+  }
+
+  /** An existing group, or a new empty one (not yet on disk). @throws unavailable. */
+  #getOrCreate(name: string, action: string): Group {
+    this.#checkOpen();
+    const reason = this.#unavailable.get(name);
+    if (reason !== undefined) throw new BrokerError(Errors.unavailable, `${action}: group "${name}" is unavailable: ${reason}`);
+    let group = this.#groups.get(name);
+    if (group === undefined) {
+      group = { name, data: { generation: 0, members: [], owners: new Map(), offsets: new Map() }, lock: new Mutex(), timers: new Map(), persisted: false };
+      this.#groups.set(name, group);
+    }
+    return group;
+  }
+
+  /** Drops a group that was created in memory but never written (its first write failed). */
+  #forgetIfUnpersisted(group: Group): void {
+    if (!group.persisted && group.data.members.length === 0 && group.data.offsets.size === 0 && this.#groups.get(group.name) === group) {
+      this.#groups.delete(group.name);
+    }
+  }
+
+  async #persist(group: Group, data: GroupData): Promise<void> {
+    const partitions = new Map<string, { committed: number | null; owner: string | null }>();
+    for (const [key, committed] of data.offsets) partitions.set(key, { committed, owner: null });
+    for (const [key, owner] of data.owners) partitions.set(key, { committed: partitions.get(key)?.committed ?? null, owner });
+    const rows = [...partitions].map(([key, v]) => ({ ...splitKey(key), ...v })).sort(compareTp);
+    await writeJsonAtomic(this.#fs, joinPath(this.#dir, `${group.name}.json`), {
+      group: group.name,
+      generation: data.generation,
+      members: data.members.map((m) => ({ member_id: m.id, topics: m.topics, session_timeout_ms: m.sessionTimeoutMs })),
+      partitions: rows,
+    });
+    group.persisted = true;
+  }
+
+  /** Writes `next` and installs it; on failure nothing changes. @throws BrokerError storage_error. */
+  async #commitData(group: Group, next: GroupData, action: string): Promise<void> {
+    try {
+      await this.#persist(group, next);
+    } catch (err) {
+      throw new BrokerError(Errors.storageError, `${action}: writing the group file failed: ${describeError(err)}`);
+    }
+    group.data = next;
+  }
+
+  #partitionCount = (topic: string): number | undefined => {
+    try {
+      return this.#topics.partitions(topic).length;
+    } catch {
+      return undefined;
+    }
+  };
+
+  /** `data` with `members`, a new generation and a fresh assignment. */
+  #rebalanced(data: GroupData, members: MemberData[]): GroupData {
+    const sorted = [...members].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    return { generation: data.generation + 1, members: sorted, owners: assignRoundRobin(sorted, this.#partitionCount), offsets: data.offsets };
+  }
+
+  #assignmentsOf(data: GroupData, memberId: string): TopicPartition[] {
+    const out: TopicPartition[] = [];
+    for (const [key, owner] of data.owners) if (owner === memberId) out.push(splitKey(key));
+    return out.sort(compareTp);
+  }
+
+  #newMemberId(group: Group): string {
+    for (;;) {
+      const id = `${group.name.slice(0, 32)}-${this.#clock.nowMs().toString(36)}-${(++this.#memberCounter).toString(36)}`;
+      if (!group.data.members.some((m) => m.id === id)) return id;
+    }
+  }
+
+  #armSession(group: Group, member: MemberData): void {
+    group.timers.get(member.id)?.cancel();
+    const timer = this.#clock.setTimer(member.sessionTimeoutMs, () => {
+      const task = this.#expire(group, member.id, timer).finally(() => this.#expiring.delete(task));
+      this.#expiring.add(task);
+    });
+    group.timers.set(member.id, timer);
+  }
+
+  async #expire(group: Group, memberId: string, timer: Timer): Promise<void> {
+    await group.lock.run(async () => {
+      // A heartbeat since the timer fired re-armed a new timer: this one no longer speaks for the member.
+      if (this.#closed || group.timers.get(memberId) !== timer) return;
+      const member = group.data.members.find((m) => m.id === memberId);
+      if (member === undefined) return;
+      group.timers.delete(memberId);
+      const next = this.#rebalanced(group.data, group.data.members.filter((m) => m.id !== memberId));
+      this.#logger.log("info", "group.member_expired", { group: group.name, member_id: memberId, session_timeout_ms: member.sessionTimeoutMs, generation: next.generation });
+      // The member is gone whether or not the file can be written now; the next write records it.
+      group.data = next;
+      try {
+        await this.#persist(group, next);
+      } catch (err) {
+        this.#logger.log("error", "group.persist_failed", { group: group.name, error: describeError(err) });
+      }
+    });
+  }
+
+  /** Resolves once every session expiry that has fired has been applied (for tests driving a ManualClock). */
+  async settled(): Promise<void> {
+    while (this.#expiring.size > 0) await Promise.all([...this.#expiring]);
+  }
+
+  /** See {@link Broker.joinGroup}. */
+  async join(request: JoinGroupRequest): Promise<GroupAssignment> {
+    const name = validateGroupName(request.group);
+    const action = `Cannot join group "${name}"`;
+    const topics = checkTopicList(request.topics, action);
+    for (const topic of topics) this.#topics.partitions(topic); // topic_not_found / unavailable
+    const sessionTimeoutMs = checkInteger(request.sessionTimeoutMs, { name: "session_timeout_ms", min: groupSessionTimeoutMsMin, max: groupSessionTimeoutMsMax, fallback: groupSessionTimeoutMsDefault, action });
+    if (request.memberId !== undefined && (typeof request.memberId !== "string" || request.memberId.length === 0)) {
+      throw new BrokerError(Errors.invalidRequest, `${action}: "member_id" must be a non-empty string`, { field: "member_id" });
+    }
+    const group = this.#getOrCreate(name, action);
+    return group.lock.run(async () => {
+      this.#checkOpen();
+      const data = group.data;
+      let memberId = request.memberId;
+      let member: MemberData;
+      if (memberId !== undefined) {
+        const existing = data.members.find((m) => m.id === memberId);
+        if (existing === undefined) {
+          throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it left or its session expired): join without a member id`);
+        }
+        member = existing;
+        if (sameTopics(existing.topics, topics) && existing.sessionTimeoutMs === sessionTimeoutMs) {
+          this.#armSession(group, existing);
+          return { memberId, generation: data.generation, assignments: this.#assignmentsOf(data, memberId), sessionTimeoutMs };
+        }
+        member = { id: memberId, topics, sessionTimeoutMs };
+      } else {
+        if (data.members.length >= groupMembersMax) {
+          throw new BrokerError(Errors.invalidRequest, `${action}: the group already has ${groupMembersMax} members, the most allowed`);
+        }
+        memberId = this.#newMemberId(group);
+        member = { id: memberId, topics, sessionTimeoutMs };
+      }
+      const next = this.#rebalanced(data, [...data.members.filter((m) => m.id !== memberId), member]);
+      try {
+        await this.#commitData(group, next, action);
+      } catch (err) {
+        this.#forgetIfUnpersisted(group);
+        throw err;
+      }
+      this.#armSession(group, member);
+      this.#logger.log("info", "group.rebalanced", { group: name, generation: next.generation, members: next.members.length, reason: request.memberId === undefined ? "join" : "rejoin", member_id: memberId });
+      return { memberId, generation: next.generation, assignments: this.#assignmentsOf(next, memberId), sessionTimeoutMs };
+    });
+  }
+
+  /** See {@link Broker.heartbeat}. */
+  async heartbeat(request: { group: string; memberId: string; generation?: number }): Promise<HeartbeatResult> {
+    const name = validateGroupName(request.group);
+    const action = `Cannot heartbeat in group "${name}"`;
+    if (request.generation !== undefined) checkInteger(request.generation, { name: "generation", min: 0, max: offsetMax, fallback: 0, action });
+    const group = this.#existing(name, action);
+    const data = group.data;
+    const member = data.members.find((m) => m.id === request.memberId);
+    if (member === undefined) {
+      throw new BrokerError(Errors.unknownMember, `${action}: member "${request.memberId}" is not in the group (it left or its session expired): join again`);
+    }
+    this.#armSession(group, member);
+    return {
+      generation: data.generation,
+      rejoin: request.generation !== undefined && request.generation !== data.generation,
+      assignments: this.#assignmentsOf(data, member.id),
+    };
+  }
+
+  /** See {@link Broker.leaveGroup}. */
+  async leave(request: { group: string; memberId: string }): Promise<void> {
+    const name = validateGroupName(request.group);
+    const action = `Cannot leave group "${name}"`;
+    const group = this.#existing(name, action);
+    await group.lock.run(async () => {
+      this.#checkOpen();
+      const data = group.data;
+      if (!data.members.some((m) => m.id === request.memberId)) {
+        throw new BrokerError(Errors.unknownMember, `${action}: member "${request.memberId}" is not in the group`);
+      }
+      const next = this.#rebalanced(data, data.members.filter((m) => m.id !== request.memberId));
+      await this.#commitData(group, next, action);
+      group.timers.get(request.memberId)?.cancel();
+      group.timers.delete(request.memberId);
+      this.#logger.log("info", "group.rebalanced", { group: name, generation: next.generation, members: next.members.length, reason: "leave", member_id: request.memberId });
+    });
+  }
+
+  /** See {@link Broker.commitOffsets}. */
+  async commit(request: CommitOffsetsRequest): Promise<void> {
+    const name = validateGroupName(request.group);
+    const action = `Cannot commit offsets of group "${name}"`;
+    const offsets = this.#checkOffsets(request.offsets, action);
+    const memberId = request.memberId;
+    if (memberId !== undefined && (typeof memberId !== "string" || memberId.length === 0)) {
+      throw new BrokerError(Errors.invalidRequest, `${action}: "member_id" must be a non-empty string`, { field: "member_id" });
+    }
+    if (request.generation !== undefined) checkInteger(request.generation, { name: "generation", min: 0, max: offsetMax, fallback: 0, action });
+    const group = memberId === undefined ? this.#getOrCreate(name, action) : this.#existingForMember(name, memberId, action);
+    await group.lock.run(async () => {
+      this.#checkOpen();
+      const data = group.data;
+      if (data.members.length === 0 && memberId !== undefined) {
+        throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it has no members): join first, or commit without member_id`);
+      }
+      if (data.members.length > 0) {
+        if (memberId === undefined) {
+          throw new BrokerError(Errors.unknownMember, `${action}: the group has ${data.members.length} members, so a commit must name its member_id and generation`);
+        }
+        if (!data.members.some((m) => m.id === memberId)) {
+          throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it left or its session expired): join again`);
+        }
+        if (request.generation !== data.generation) {
+          throw new BrokerError(
+            Errors.staleGeneration,
+            `${action}: generation ${request.generation ?? "(none)"} is not the group's current generation ${data.generation}: rejoin, then commit`,
+            { generation: data.generation },
+          );
+        }
+        for (const o of offsets) {
+          const owner = data.owners.get(tpKey(o.topic, o.partition));
+          if (owner !== memberId) {
+            throw new BrokerError(
+              Errors.notPartitionOwner,
+              `${action}: partition "${o.topic}/${o.partition}" is ${owner === undefined ? "assigned to no member" : `owned by member "${owner}"`} in generation ${data.generation}, not by "${memberId}"`,
+              { topic: o.topic, partition: o.partition, owner: owner ?? null },
+            );
+          }
+        }
+      }
+      const nextOffsets = new Map(data.offsets);
+      for (const o of offsets) nextOffsets.set(tpKey(o.topic, o.partition), o.offset);
+      try {
+        await this.#commitData(group, { ...data, offsets: nextOffsets }, action);
+      } catch (err) {
+        this.#forgetIfUnpersisted(group);
+        throw err;
+      }
+    });
+  }
+
+  #existingForMember(name: string, memberId: string, action: string): Group {
+    try {
+      return this.#existing(name, action);
+    } catch (err) {
+      if (err instanceof BrokerError && err.kind === Errors.groupNotFound) {
+        throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (the group does not exist)`);
+      }
+      throw err;
+    }
+  }
+
+  /** Validates a commit's offsets against the partitions now. @throws invalid_request, invalid_offset, topic_not_found, partition_not_found. */
+  #checkOffsets(raw: unknown, action: string): { topic: string; partition: number; offset: number }[] {
+    if (!Array.isArray(raw) || raw.length === 0) throw new BrokerError(Errors.invalidRequest, `${action}: "offsets" must be a non-empty array`, { field: "offsets" });
+    if (raw.length > groupCommitOffsetsMax) throw new BrokerError(Errors.invalidRequest, `${action}: more than ${groupCommitOffsetsMax} offsets in one commit`, { field: "offsets" });
+    const seen = new Set<string>();
+    const out: { topic: string; partition: number; offset: number }[] = [];
+    raw.forEach((o: unknown, i) => {
+      const where = `offsets[${i}]`;
+      if (typeof o !== "object" || o === null) throw new BrokerError(Errors.invalidRequest, `${action}: ${where} must be an object with topic, partition, offset`, { index: i });
+      const { topic, partition, offset } = o as { topic?: unknown; partition?: unknown; offset?: unknown };
+      if (typeof topic !== "string") throw new BrokerError(Errors.invalidRequest, `${action}: ${where}.topic must be a string`, { index: i, field: "topic" });
+      if (typeof partition !== "number" || !Number.isInteger(partition) || partition < 0) {
+        throw new BrokerError(Errors.invalidRequest, `${action}: ${where}.partition must be a non-negative integer`, { index: i, field: "partition" });
+      }
+      if (typeof offset !== "number" || !Number.isSafeInteger(offset)) {
+        throw new BrokerError(Errors.invalidRequest, `${action}: ${where}.offset must be an integer`, { index: i, field: "offset" });
+      }
+      const partitions = this.#topics.partitions(topic);
+      const view = partitions[partition];
+      if (view === undefined) {
+        throw new BrokerError(Errors.partitionNotFound, `${action}: ${where}: topic "${topic}" has no partition ${partition} (it has ${partitions.length})`, { index: i });
+      }
+      if (offset < 0 || offset > view.highWatermark) {
+        throw new BrokerError(
+          Errors.invalidOffset,
+          `${action}: ${where}: offset ${offset} of partition "${topic}/${partition}" is outside [0, high watermark ${view.highWatermark}]`,
+          { index: i, topic, partition, offset, high_watermark: view.highWatermark },
+        );
+      }
+      const key = tpKey(topic, partition);
+      if (seen.has(key)) throw new BrokerError(Errors.invalidRequest, `${action}: ${where}: partition "${topic}/${partition}" appears twice`, { index: i });
+      seen.add(key);
+      out.push({ topic, partition, offset });
+    });
+    return out;
+  }
+
+  /** See {@link Broker.describeGroup}. */
+  async describe(name: string): Promise<GroupDescription> {
+    validateGroupName(name);
+    return this.#describe(this.#existing(name, `Cannot describe group "${name}"`));
+  }
+
+  #describe(group: Group): GroupDescription {
+    const data = group.data;
+    const keys = new Set<string>([...data.offsets.keys(), ...data.owners.keys()]);
+    for (const topic of new Set(data.members.flatMap((m) => m.topics))) {
+      const count = this.#partitionCount(topic);
+      for (let p = 0; p < (count ?? 0); p++) keys.add(tpKey(topic, p));
+    }
+    const offsets: GroupOffsetDescription[] = [...keys]
+      .map((key) => {
+        const { topic, partition } = splitKey(key);
+        let highWatermark: number | null = null;
+        try {
+          highWatermark = this.#topics.partitions(topic)[partition]?.highWatermark ?? null;
+        } catch {
+          highWatermark = null;
+        }
+        const committed = data.offsets.get(key) ?? null;
+        const lag = committed !== null && highWatermark !== null ? Math.max(0, highWatermark - committed) : null;
+        return { topic, partition, committed, highWatermark, lag, owner: data.owners.get(key) ?? null };
+      })
+      .sort(compareTp);
+    return {
+      group: group.name,
+      generation: data.generation,
+      members: data.members.map((m) => ({ memberId: m.id, topics: [...m.topics], sessionTimeoutMs: m.sessionTimeoutMs, assignments: this.#assignmentsOf(data, m.id) })),
+      offsets,
+    };
+  }
+
+  /** See {@link Broker.listGroups}: every available group that exists on disk, in name order. */
+  async list(): Promise<GroupDescription[]> {
+    this.#checkOpen();
+    return [...this.#groups.values()]
+      .filter((g) => g.persisted)
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+      .map((g) => this.#describe(g));
+  }
+
+  /** Groups that could not be loaded, with the reason (for `GET /v1/admin/storage`-style reports). */
+  get unavailable(): { group: string; reason: string }[] {
+    return [...this.#unavailable].map(([group, reason]) => ({ group, reason }));
+  }
+
+  /**
+   * Forgets a deleted topic: its committed offsets go, and every group that assigned any of its
+   * partitions rebalances. Failures to write are logged (the start-up check drops offsets of
+   * topics that no longer exist anyway).
+   */
+  async forgetTopic(topic: string): Promise<void> {
+    for (const group of [...this.#groups.values()]) {
+      await group.lock.run(async () => {
+        const data = group.data;
+        const hasOffsets = [...data.offsets.keys()].some((k) => splitKey(k).topic === topic);
+        const assigned = [...data.owners.keys()].some((k) => splitKey(k).topic === topic);
+        if (!hasOffsets && !assigned) return;
+        const offsets = new Map([...data.offsets].filter(([k]) => splitKey(k).topic !== topic));
+        const next = assigned ? this.#rebalanced({ ...data, offsets }, data.members) : { ...data, offsets };
+        group.data = next;
+        try {
+          await this.#persist(group, next);
+        } catch (err) {
+          this.#logger.log("error", "group.persist_failed", { group: group.name, error: describeError(err) });
+        }
+        if (assigned) this.#logger.log("info", "group.rebalanced", { group: group.name, generation: next.generation, members: next.members.length, reason: "topic_deleted", topic });
+      });
+    }
+  }
+
+  /** Cancels every session timer; later calls throw unavailable. Waits for writes in progress. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const group of this.#groups.values()) {
+      for (const t of group.timers.values()) t.cancel();
+      group.timers.clear();
+      await group.lock.run(async () => {});
+    }
+    await this.settled();
+  }
+}
+
+function sameTopics(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((t, i) => t === b[i]);
+}
+
+function checkTopicList(raw: unknown, action: string): string[] {
+  if (!Array.isArray(raw) || raw.length === 0 || raw.length > groupTopicsMax || !raw.every((t) => typeof t === "string" && t.length > 0)) {
+    throw new BrokerError(Errors.invalidRequest, `${action}: "topics" must be an array of 1 to ${groupTopicsMax} topic names`, { field: "topics" });
+  }
+  return [...new Set(raw as string[])].sort();
+}
+
+function checkInteger(value: unknown, p: { name: string; min: number; max: number; fallback: number; action: string }): number {
+  if (value === undefined) return p.fallback;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < p.min || value > p.max) {
+    throw new BrokerError(Errors.invalidRequest, `${p.action}: "${p.name}" ${JSON.stringify(value)} must be an integer from ${p.min} to ${p.max}`, { field: p.name });
+  }
+  return value;
+}
+
+/**
+ * Parses and checks a group file (the shape {@link GroupCoordinator} writes).
+ * @throws Error describing the first problem.
+ */
+function parseGroupFile(name: string, value: unknown): GroupData {
+  const fail = (why: string): never => {
+    throw new Error(why);
+  };
+  if (typeof value !== "object" || value === null || Array.isArray(value)) fail("not a JSON object");
+  const v = value as { group?: unknown; generation?: unknown; members?: unknown; partitions?: unknown };
+  if (v.group !== name) fail(`names group ${JSON.stringify(v.group)}, but its file is "${name}.json"`);
+  if (typeof v.generation !== "number" || !Number.isSafeInteger(v.generation) || v.generation < 0) fail('"generation" is not a non-negative integer');
+  if (!Array.isArray(v.members)) fail('"members" is not an array');
+  if (!Array.isArray(v.partitions)) fail('"partitions" is not an array');
+  const members: MemberData[] = [];
+  for (const m of v.members as unknown[]) {
+    const mm = m as { member_id?: unknown; topics?: unknown; session_timeout_ms?: unknown };
+    if (typeof mm?.member_id !== "string" || mm.member_id.length === 0) fail("a member has no member_id");
+    if (!Array.isArray(mm.topics) || !mm.topics.every((t) => typeof t === "string")) fail(`member ${JSON.stringify(mm.member_id)} has no topics array`);
+    const timeout = mm.session_timeout_ms;
+    if (typeof timeout !== "number" || !Number.isSafeInteger(timeout) || timeout < groupSessionTimeoutMsMin || timeout > groupSessionTimeoutMsMax) {
+      fail(`member ${JSON.stringify(mm.member_id)} has no valid session_timeout_ms`);
+    }
+    members.push({ id: mm.member_id as string, topics: [...new Set(mm.topics as string[])].sort(), sessionTimeoutMs: timeout as number });
+  }
+  members.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const ids = new Set(members.map((m) => m.id));
+  if (ids.size !== members.length) fail("a member_id appears twice");
+  const owners = new Map<string, string>();
+  const offsets = new Map<string, number>();
+  for (const p of v.partitions as unknown[]) {
+    const pp = p as { topic?: unknown; partition?: unknown; committed?: unknown; owner?: unknown };
+    if (typeof pp?.topic !== "string" || typeof pp.partition !== "number" || !Number.isInteger(pp.partition) || pp.partition < 0) fail("a partition entry has no valid topic and partition");
+    const key = tpKey(pp.topic as string, pp.partition as number);
+    if (pp.committed !== null && pp.committed !== undefined) {
+      if (typeof pp.committed !== "number" || !Number.isSafeInteger(pp.committed) || pp.committed < 0) fail(`partition "${pp.topic}/${pp.partition}" has an invalid committed offset`);
+      offsets.set(key, pp.committed as number);
+    }
+    if (pp.owner !== null && pp.owner !== undefined) {
+      if (typeof pp.owner !== "string" || !ids.has(pp.owner)) fail(`partition "${pp.topic}/${pp.partition}" names an owner that is not a member`);
+      owners.set(key, pp.owner as string);
+    }
+  }
+  return { generation: v.generation as number, members, owners, offsets };
+}
