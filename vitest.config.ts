@@ -1,10 +1,29 @@
-import { defineConfig } from "vitest/config";
+import { configDefaults, defineConfig } from "vitest/config";
+import { e2eTargets } from "./test/e2e/targets.ts";
 
+// One project ("default") for everything but the end-to-end suite, and one project per runtime target of
+// the end-to-end suite (test/e2e/targets.ts): the same scenarios run against the Node bundle,
+// Deno, Bun and the compiled binary, each told its command through ES_BROKER_CMD. One target:
+// `npx vitest run --project e2e:deno`. `npm test` builds dist/ first (the binary once per run).
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
+    projects: [
+      {
+        extends: true as const,
+        test: { name: "default", include: ["test/**/*.test.ts"], exclude: [...configDefaults.exclude, "test/e2e/**"] },
+      },
+      ...e2eTargets().map((target) => ({
+        extends: true as const,
+        test: {
+          name: `e2e:${target.name}`,
+          include: ["test/e2e/*.test.ts", ...(target.name === "binary" ? ["test/e2e/binary/*.test.ts"] : [])],
+          globalSetup: ["test/e2e/global-setup.ts"],
+          env: { ES_BROKER_TARGET: target.name, ES_BROKER_CMD: JSON.stringify(target.command) },
+        },
+      })),
+    ],
   },
 });

@@ -1,20 +1,38 @@
 /**
  * Starts the real broker process for end-to-end tests. The command comes from one place:
- * `ES_BROKER_CMD` (a shell-style word list, e.g. "node dist/es-broker.mjs" — the default — or
- * "tools/node_modules/.bin/deno run -A src/main.ts", or "dist/es-broker"), so the same scenarios
- * run against every runtime and the compiled binary. `ES_BROKER_TARGET` names it in failures.
+ * `ES_BROKER_CMD` with `ES_BROKER_TARGET` naming it, which vitest.config.ts sets per project from
+ * `targets.ts` (the Node bundle, Deno and Bun from sources, the compiled binary), so the same
+ * scenarios run against every runtime. Without them the Node bundle is used. Every error this
+ * module throws starts with `[target]`.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { resolve } from "node:path";
+import { currentTarget, missingFiles, repoRoot, type Target } from "./targets.ts";
+
+/** The target of this test process (see targets.ts). */
+export const targetInfo: Target = currentTarget();
+
+/** A short name of the target runtime for test titles ("node" by default). */
+export const target = targetInfo.name;
 
 /** The command words that start the broker (before "serve"). */
 export function brokerCommand(): string[] {
-  const raw = process.env.ES_BROKER_CMD ?? `node ${resolve("dist/es-broker.mjs")}`;
-  return raw.split(/\s+/).filter(Boolean);
+  return targetInfo.command;
 }
 
-/** A short name of the target runtime for test titles ("node" by default). */
-export const target = process.env.ES_BROKER_TARGET ?? "node";
+/**
+ * Throws, naming the target and what is missing, when the target cannot run on this machine
+ * (e.g. tools/node_modules/.bin/bun absent), so that such a target fails loudly instead of
+ * being skipped.
+ */
+export function assertTargetRunnable(): void {
+  const missing = missingFiles(targetInfo);
+  if (missing.length > 0) {
+    throw new Error(
+      `[${target}] cannot run: missing ${missing.join(", ")}. \`npm ci\` installs deno and bun into tools/ ` +
+        `(scripts/install-tools.mjs) and \`npm run build\` writes dist/ (\`npm test\` does both).`,
+    );
+  }
+}
 
 /** A running broker process. */
 export interface BrokerProcess {
@@ -27,13 +45,31 @@ export interface BrokerProcess {
   stop(signal?: NodeJS.Signals): Promise<number | string>;
 }
 
+/** How to start the process, beyond the target's command. */
+export interface StartOptions {
+  /** Working directory (default: the repository root). */
+  cwd?: string;
+  /** Start with exactly `env` instead of this process's environment plus `env` (like `env -i`). */
+  replaceEnv?: boolean;
+  /** Command words instead of the target's (e.g. a copy of the binary). */
+  command?: string[];
+}
+
 /** Starts `<command> serve --data-dir DIR --http-port 0 --tcp-port 0 ...extra` and waits for its listening line. */
-export async function startBroker(dataDir: string, extra: string[] = [], env: Record<string, string> = {}): Promise<BrokerProcess> {
-  const [cmd, ...args] = brokerCommand();
+export async function startBroker(
+  dataDir: string,
+  extra: string[] = [],
+  env: Record<string, string> = {},
+  options: StartOptions = {},
+): Promise<BrokerProcess> {
+  if (options.command === undefined) assertTargetRunnable();
+  const [cmd, ...args] = options.command ?? brokerCommand();
   const proc = spawn(cmd, [...args, "serve", "--data-dir", dataDir, "--http-port", "0", "--tcp-port", "0", ...extra], {
+    cwd: options.cwd ?? repoRoot,
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, ...env },
+    env: options.replaceEnv ? env : { ...process.env, ...env },
   });
+  proc.on("error", () => {}); // a spawn failure shows up as the exit below
   let out = "";
   let err = "";
   proc.stderr!.on("data", (d) => (err += d));
@@ -67,11 +103,20 @@ export async function startBroker(dataDir: string, extra: string[] = [], env: Re
   };
 }
 
-/** Runs the CLI once (`<command> ...args`) with optional stdin; resolves with exit code and output. */
-export function runCli(args: string[], stdin?: Uint8Array): Promise<{ code: number | null; stdout: Buffer; stderr: string }> {
-  const [cmd, ...pre] = brokerCommand();
+/**
+ * Runs the CLI once (`<command> ...args`) with optional stdin; resolves with exit code and output.
+ * `options.env` replaces the environment (default: this process's); `options.command` replaces the target's command.
+ */
+export function runCli(
+  args: string[],
+  stdin?: Uint8Array,
+  options: { cwd?: string; env?: Record<string, string>; command?: string[] } = {},
+): Promise<{ code: number | null; stdout: Buffer; stderr: string }> {
+  if (options.command === undefined) assertTargetRunnable();
+  const [cmd, ...pre] = options.command ?? brokerCommand();
   return new Promise((res) => {
-    const proc = spawn(cmd, [...pre, ...args], { stdio: ["pipe", "pipe", "pipe"] });
+    const proc = spawn(cmd, [...pre, ...args], { cwd: options.cwd ?? repoRoot, env: options.env ?? process.env, stdio: ["pipe", "pipe", "pipe"] });
+    proc.on("error", (error) => res({ code: null, stdout: Buffer.alloc(0), stderr: `[${target}] cannot start ${cmd}: ${error.message}` }));
     const chunks: Buffer[] = [];
     let err = "";
     proc.stdout.on("data", (d: Buffer) => chunks.push(d));

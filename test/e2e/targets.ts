@@ -1,0 +1,95 @@
+/**
+ * The runtime targets of the end-to-end suite: the one place that says which command starts the
+ * broker on each. vitest.config.ts makes one project per target (`e2e:node`, `e2e:deno`,
+ * `e2e:bun`, `e2e:binary`) and hands the command to the test process as `ES_BROKER_CMD` (a JSON
+ * array of words) with the target's name in `ES_BROKER_TARGET`; `harness.ts` reads them.
+ *
+ * To run the suite against some other command, set both before starting vitest:
+ *   ES_BROKER_TARGET=mine ES_BROKER_CMD="/path/to/es-broker" npx vitest run --project e2e:mine
+ * (a plain string is split on whitespace; a JSON array is taken as is).
+ */
+import { existsSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** The repository root (absolute). */
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+
+/** One way of running es-broker. */
+export interface Target {
+  /** Short name used in test titles, project names and failure messages. */
+  name: string;
+  /** Command words that start es-broker (the subcommand and its options follow). */
+  command: string[];
+  /** What `es-broker --version` must mention on this target, e.g. "(deno " or ", standalone binary)". */
+  versionMarker: string;
+  /** Files the command needs; a missing one fails every test of the target, loudly. */
+  requires: string[];
+}
+
+const deno = join(repoRoot, "tools/node_modules/.bin/deno");
+const bun = join(repoRoot, "tools/node_modules/.bin/bun");
+const bundle = join(repoRoot, "dist/es-broker.mjs");
+const binary = join(repoRoot, "dist/es-broker");
+const sources = join(repoRoot, "src/main.ts");
+
+/** The four targets `npm test` runs: the Node bundle, Deno and Bun from sources, the compiled binary. */
+export const standardTargets: readonly Target[] = [
+  { name: "node", command: [process.execPath, bundle], versionMarker: "(node ", requires: [bundle] },
+  { name: "deno", command: [deno, "run", "--allow-all", `--config=${join(repoRoot, "deno.json")}`, sources], versionMarker: "(deno ", requires: [deno] },
+  { name: "bun", command: [bun, sources], versionMarker: "(bun ", requires: [bun] },
+  { name: "binary", command: [binary], versionMarker: ", standalone binary)", requires: [binary] },
+];
+
+/** Parses `ES_BROKER_CMD`: a JSON array of words, or a string split on whitespace. */
+export function parseCommand(raw: string): string[] {
+  const trimmed = raw.trim();
+  if (trimmed.startsWith("[")) {
+    const words: unknown = JSON.parse(trimmed);
+    if (!Array.isArray(words) || words.length === 0 || !words.every((w) => typeof w === "string")) {
+      throw new Error(`ES_BROKER_CMD must be a non-empty JSON array of strings, got ${raw}`);
+    }
+    return words as string[];
+  }
+  const words = trimmed.split(/\s+/).filter(Boolean);
+  if (words.length === 0) throw new Error("ES_BROKER_CMD is empty");
+  return words;
+}
+
+/**
+ * The targets of this run: the four standard ones, or, when `ES_BROKER_CMD` is set in the
+ * environment vitest starts in, only that command (named by `ES_BROKER_TARGET`, default "custom").
+ */
+export function e2eTargets(env: Record<string, string | undefined> = process.env): Target[] {
+  const raw = env.ES_BROKER_CMD;
+  if (raw === undefined || raw.trim() === "") return [...standardTargets];
+  const name = env.ES_BROKER_TARGET ?? "custom";
+  const standard = standardTargets.find((t) => t.name === name);
+  return [
+    {
+      name,
+      command: parseCommand(raw),
+      versionMarker: standard?.versionMarker ?? "es-broker ",
+      requires: [],
+    },
+  ];
+}
+
+/** The target of the current test process, from `ES_BROKER_TARGET` / `ES_BROKER_CMD` (default: the Node bundle). */
+export function currentTarget(env: Record<string, string | undefined> = process.env): Target {
+  const name = env.ES_BROKER_TARGET ?? "node";
+  const raw = env.ES_BROKER_CMD;
+  const standard = standardTargets.find((t) => t.name === name);
+  if (raw === undefined || raw.trim() === "") {
+    if (!standard) throw new Error(`ES_BROKER_TARGET=${name} is not a standard target (${standardTargets.map((t) => t.name).join(", ")}) and ES_BROKER_CMD is not set`);
+    return standard;
+  }
+  const command = parseCommand(raw);
+  const same = standard !== undefined && JSON.stringify(standard.command) === JSON.stringify(command);
+  return same ? standard : { ...(e2eTargets(env)[0] as Target), name, command };
+}
+
+/** Files the target needs that are missing (empty when it can run). */
+export function missingFiles(target: Target): string[] {
+  return target.requires.filter((path) => !existsSync(path));
+}
