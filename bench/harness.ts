@@ -10,7 +10,8 @@
  * - produce: batch 1 | 10 | 100 | 1000 records per request × 1 | 8 | 64 producers × 1 | 4
  *   partitions, over es-broker TCP, HTTP JSON and HTTP NDJSON; the same batches against Redis
  *   (pipelined XADD), NATS JetStream (publish with ack) and Durable Streams (one JSON array per
- *   append); the disk limit (an in-process write + fdatasync loop) once per batch size.
+ *   append); the disk limit (an in-process write + fdatasync loop) per batch size, measured again
+ *   before each producer count so that it sits next to the cases it is compared with.
  * - 50 connections × 100 records (the HTTP target), over every transport and peer.
  * - consumer: fetch throughput from the page cache (TCP, HTTP, Redis XRANGE) and end-to-end
  *   latency, produce → consumer sees it (TCP, HTTP long-poll, Redis XREAD BLOCK).
@@ -127,6 +128,8 @@ interface Env {
   nats: PeerServer | null;
   ds: PeerServer | null;
   only: RegExp | null;
+  /** With `--cpu-prof DIR`: the broker's profile goes to DIR, the generators' to DIR/generators. */
+  cpuProfileDir: string | undefined;
   results: CaseResult[];
   failures: { id: string; error: string }[];
   counter: number;
@@ -140,7 +143,8 @@ const natsNote = "NATS 2.9 JetStream does not fsync per publish: not a durable p
 function runGenerator(env: Env, spec: GeneratorSpec): Promise<GeneratorResult> {
   const limitMs = spec.warmupMs + spec.measureMs + 300_000;
   return new Promise((resolve, reject) => {
-    const proc = spawn(process.execPath, [env.generatorPath, JSON.stringify(spec)], { stdio: ["ignore", "pipe", "pipe"] });
+    const profile = env.cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", join(env.cpuProfileDir, "generators")] : [];
+    const proc = spawn(process.execPath, [...profile, env.generatorPath, JSON.stringify(spec)], { stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
     let err = "";
     proc.stdout.on("data", (d: Buffer) => (out += d.toString()));
@@ -370,26 +374,37 @@ const everySystem: { transport: Transport; system: SystemName }[] = [
   { system: "ds", transport: "http" },
 ];
 
+/**
+ * The disk limit for `batch`, measured right before the cases it is compared with (the cases of
+ * `producers` producers): its key is `limit b=<batch> P=<producers>`, though the loop itself has
+ * one writer. Measuring it again per producer count keeps each ratio's two figures minutes apart
+ * at most, on a machine whose disk speed drifts.
+ */
+async function limitPoint(env: Env, batch: number, producers: number): Promise<void> {
+  const s = env.settings;
+  await runCase(env, { key: `limit b=${batch} P=${producers}`, group: "produce", system: "limit", transport: "in-process", batch, producers: 1, partitions: 1 }, (target) => ({
+    mode: "produce",
+    target,
+    batch,
+    producers: 1,
+    partitions: 1,
+    valueBytes,
+    warmupMs: s.warmupMs,
+    measureMs: s.measureMs,
+    minRequests: s.minRequests,
+  }));
+}
+
 async function runAll(env: Env): Promise<void> {
   const s = env.settings;
   for (const batch of batches) {
-    // The disk limit does not depend on producers or partitions: one loop, one file.
-    await runCase(env, { key: `limit b=${batch}`, group: "produce", system: "limit", transport: "in-process", batch, producers: 1, partitions: 1 }, (target) => ({
-      mode: "produce",
-      target,
-      batch,
-      producers: 1,
-      partitions: 1,
-      valueBytes,
-      warmupMs: s.warmupMs,
-      measureMs: s.measureMs,
-      minRequests: s.minRequests,
-    }));
     for (const producers of producerCounts) {
+      await limitPoint(env, batch, producers);
       for (const partitions of partitionCounts) await producePoint(env, batch, producers, partitions, everySystem);
     }
   }
   // The HTTP target's case: 50 connections × 100 records.
+  await limitPoint(env, 100, 50);
   await producePoint(env, 100, 50, 1, everySystem);
 
   // Consumers: fetch throughput from the page cache.
@@ -486,7 +501,7 @@ export function markdownTables(report: BenchReport): string {
     const tcp = find(results, key, "es-broker", "tcp");
     const json = find(results, key, "es-broker", "http-json");
     const ndjson = find(results, key, "es-broker", "http-ndjson");
-    const limit = find(results, `limit b=${batch}`, "limit");
+    const limit = find(results, `limit b=${batch} P=${/P=(\d+)/.exec(key)![1]}`, "limit");
     const redis = find(results, key, "redis");
     const nats = find(results, key, "nats");
     const ds = find(results, key, "ds");
@@ -544,14 +559,14 @@ export function evaluateTargets(results: CaseResult[]): TargetResult[] {
   const tcp = (key: string) => find(results, key, "es-broker", "tcp");
   const p1b1 = "produce b=1 P=1 parts=1";
   add("1 producer × 1 record: ≥ 0.8× the fdatasync limit, ≥ 2× Redis", [
-    { label: "÷ limit", value: ratio(tcp(p1b1), find(results, "limit b=1", "limit")), ok: (v) => v >= 0.8 },
+    { label: "÷ limit", value: ratio(tcp(p1b1), find(results, "limit b=1 P=1", "limit")), ok: (v) => v >= 0.8 },
     { label: "÷ redis", value: ratio(tcp(p1b1), find(results, p1b1, "redis")), ok: (v) => v >= 2 },
   ]);
   const p64b1 = "produce b=1 P=64 parts=1";
   add("64 producers × 1 record: ≥ 2× Redis", [{ label: "÷ redis", value: ratio(tcp(p64b1), find(results, p64b1, "redis")), ok: (v) => v >= 2 }]);
   const p64b100 = "produce b=100 P=64 parts=1";
   add("64 producers × 100 records over TCP: ≥ 1.0× the limit, ≥ 1.5× Redis", [
-    { label: "÷ limit", value: ratio(tcp(p64b100), find(results, "limit b=100", "limit")), ok: (v) => v >= 1 },
+    { label: "÷ limit", value: ratio(tcp(p64b100), find(results, "limit b=100 P=64", "limit")), ok: (v) => v >= 1 },
     { label: "÷ redis", value: ratio(tcp(p64b100), find(results, p64b100, "redis")), ok: (v) => v >= 1.5 },
   ]);
   const p50 = "produce b=100 P=50 parts=1";
@@ -567,7 +582,7 @@ export function evaluateTargets(results: CaseResult[]): TargetResult[] {
     { label: "1 consumer", value: fetch?.recordsPerSec ?? null, ok: (v) => v >= 1e6, unit: "records/s" },
   ]);
   const p8b10 = tcp("produce b=10 P=8 parts=1");
-  const limit10 = find(results, "limit b=10", "limit");
+  const limit10 = find(results, "limit b=10 P=8", "limit");
   add("p99 latency at 8 producers × 10 records ≤ 2× the disk's p99 fsync latency", [
     {
       label: "p99 ÷ limit p99",
@@ -696,6 +711,7 @@ export async function main(argv: string[], paths: { root: string; generatorPath:
       nats,
       ds,
       only: values.only ? new RegExp(values.only) : null,
+      cpuProfileDir: profileDir,
       results: [],
       failures: [],
       counter: 0,
