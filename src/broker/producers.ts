@@ -73,7 +73,7 @@ import { Mutex } from "../lib/mutex.ts";
 import { offsetMax, producerBatchesRemembered, producerEpochMax, producerIdCharsMax, producerJournalEntriesRotate } from "../lib/limits.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
-import { ProducerJournal, type ProducerJournalEntry } from "../storage/producer-journal.ts";
+import { ProducerJournal, SnapshotOutcomeUnknown, type ProducerJournalEntry } from "../storage/producer-journal.ts";
 import { StorageError } from "../storage/errors.ts";
 import type { PartitionLog } from "../storage/partition.ts";
 import { DecodeStatus, EntryCursor, RecordCursor, type EntryBatch } from "../storage/record.ts";
@@ -625,7 +625,16 @@ export class ProducerStates {
       const now = this.#clock.nowMs();
       for (const [id, p] of this.#producers) if (now - p.lastActiveMs > this.#expiryMs && !this.#hasLock(id)) this.#producers.delete(id);
       const snapshot = this.#snapshot(nextGeneration);
-      await writeJsonAtomic(this.#fs, this.#snapshotPath, snapshot);
+      try {
+        await writeJsonAtomic(this.#fs, this.#snapshotPath, snapshot);
+      } catch (err) {
+        // Failed before its rename, the old snapshot stands and the journal goes on. Failed
+        // after it (the directory fsync), a restart may find either snapshot: unknown.
+        const now = await readJsonFile(this.#fs, this.#snapshotPath);
+        const generation = "value" in now ? (now.value as { journal_generation?: unknown } | null)?.journal_generation : undefined;
+        if (generation === nextGeneration) throw new SnapshotOutcomeUnknown(describeError(err));
+        throw err;
+      }
     });
   }
 

@@ -47,7 +47,7 @@ import { crc32 } from "../lib/crc32.ts";
 import { readI64, readU64, viewOf, writeI64, writeU64 } from "../lib/bytes.ts";
 import type { Logger } from "../lib/logger.ts";
 import { producerJournalBytesMax } from "../lib/limits.ts";
-import type { FileHandle, FileSystem } from "../fs/types.ts";
+import { dirname, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import { describe } from "./segment.ts";
 
@@ -191,6 +191,15 @@ function encodeHeader(generation: number): Uint8Array {
   return out;
 }
 
+/**
+ * Thrown by a rotation's `writeSnapshot` when the snapshot write failed after its rename, so the
+ * new snapshot may or may not be what a restart finds: the journal can then be continued in
+ * neither generation safely, and {@link ProducerJournal.rotate} fences it.
+ */
+export class SnapshotOutcomeUnknown extends Error {
+  override name = "SnapshotOutcomeUnknown";
+}
+
 interface PendingWrite {
   bytes: Uint8Array;
   resolve: () => void;
@@ -258,6 +267,8 @@ export class ProducerJournal {
         await file.sync();
         await file.write(encodeHeader(generation), 0);
         await file.sync();
+        // A file this open created has a name only a directory fsync makes durable.
+        await fs.syncDir(dirname(path));
         return { journal: new ProducerJournal(fs, path, file, logger, journalHeaderBytes, generation, 0), generation, entries: [], cutBytes: got };
       }
       const generation = readU64(v, 8);
@@ -387,7 +398,8 @@ export class ProducerJournal {
    * `writeSnapshot(nextGeneration)` (which must durably record everything the journal holds,
    * naming `nextGeneration`), then resets the file to an empty journal of that generation and
    * lets appends continue into it. If `writeSnapshot` rejects, nothing changes (the rejection is
-   * passed on). If the reset fails, the journal is fenced.
+   * passed on) — unless it rejects with {@link SnapshotOutcomeUnknown}, or the reset fails: then
+   * the journal is fenced (a restart sorts out which snapshot holds).
    * @throws whatever `writeSnapshot` throws; StorageError "fenced" if the reset failed.
    */
   async rotate(writeSnapshot: (nextGeneration: number) => Promise<void>): Promise<void> {
@@ -399,7 +411,12 @@ export class ProducerJournal {
       if (this.#running !== null) await this.#running;
       if (this.#fenced !== null) throw this.#fencedError();
       const next = this.#generation + 1;
-      await writeSnapshot(next);
+      try {
+        await writeSnapshot(next);
+      } catch (err) {
+        if (err instanceof SnapshotOutcomeUnknown) this.#fence(`a snapshot write of generation ${next} whose outcome is unknown (${err.message})`);
+        throw err;
+      }
       try {
         await this.#file.truncate(0);
         await this.#file.sync();
