@@ -40,7 +40,6 @@ import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { murmur3x86_128 } from "../lib/murmur3.ts";
 import { compactionKeysMax } from "../lib/limits.ts";
-import { offsetFileStem } from "../lib/bytes.ts";
 import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { KeyOffsetMap } from "./key-offset-map.ts";
 import { OffsetIndex } from "./offset-index.ts";
@@ -424,7 +423,7 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
       return "";
     });
     if (outcome !== "") throw new PassEnd("cancelled", outcome);
-    return finish("compacted", `${result.records_dropped} records dropped from ${offsetFileStem(replaced[0].baseOffset)} on`);
+    return finish("compacted", `${result.records_dropped} records dropped from the ${replaced.length} sealed segments from offset ${replaced[0].baseOffset}`);
   } catch (err) {
     if (committed) {
       result.swap_incomplete = true;
