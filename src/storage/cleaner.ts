@@ -153,6 +153,7 @@ export class PartitionCleaner {
   #skippedRetention(reason: string): RetentionResult {
     const now = this.#options.clock.nowMs();
     const lso = this.partition.closed ? 0 : this.partition.logStartOffset;
+    const size = this.partition.closed ? 0 : this.partition.sizeBytes;
     return {
       task: "retention",
       partition: this.partition.name,
@@ -171,6 +172,8 @@ export class PartitionCleaner {
       cold_bytes_deleted: 0,
       log_start_offset_before: lso,
       log_start_offset_after: lso,
+      size_bytes_before: size,
+      size_bytes_after: size,
       offload_error: null,
     };
   }

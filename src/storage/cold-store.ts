@@ -201,6 +201,7 @@ export class ColdPartition implements LowerTier {
       await this.#fs.rename(logTemp, joinPath(this.dir, logFileName(base)));
       await this.#fs.syncDir(this.dir);
       await this.#forget(base);
+      this.#newest.delete(base);
       if (!this.#bases.includes(base)) {
         this.#bases.push(base);
         this.#bases.sort((a, b) => a - b);

@@ -100,6 +100,9 @@ export interface RetentionResult {
   cold_bytes_deleted: number;
   log_start_offset_before: number;
   log_start_offset_after: number;
+  /** Bytes of the partition's local logs before and after the pass. */
+  size_bytes_before: number;
+  size_bytes_after: number;
   /** Why a copy to the cold tier failed, or null. */
   offload_error: string | null;
 }
@@ -150,6 +153,8 @@ export async function runRetention(ctx: RetentionContext, settings: RetentionSet
     cold_bytes_deleted: 0,
     log_start_offset_before: partition.closed ? 0 : partition.logStartOffset,
     log_start_offset_after: 0,
+    size_bytes_before: partition.closed ? 0 : partition.sizeBytes,
+    size_bytes_after: 0,
     offload_error: null,
   };
   const finish = (status: RetentionResult["status"], reason: string): RetentionResult => {
@@ -157,6 +162,7 @@ export async function runRetention(ctx: RetentionContext, settings: RetentionSet
     result.reason = reason;
     result.duration_ms = clock.nowMs() - started;
     result.log_start_offset_after = partition.closed ? result.log_start_offset_before : partition.logStartOffset;
+    result.size_bytes_after = partition.closed ? result.size_bytes_before : partition.sizeBytes;
     const level = status === "failed" || status === "offload_failed" ? "error" : status === "ok" ? "info" : "debug";
     logger.log(level, "retention.pass", { ...result });
     return result;
