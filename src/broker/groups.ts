@@ -426,39 +426,44 @@ export class GroupCoordinator {
     }
     const group = this.#getOrCreate(name, action);
     return group.lock.run(async () => {
-      this.#checkOpen();
-      const data = group.data;
-      let memberId = request.memberId;
-      let member: MemberData;
-      if (memberId !== undefined) {
-        const existing = data.members.find((m) => m.id === memberId);
-        if (existing === undefined) {
-          throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it left or its session expired): join without a member id`);
-        }
-        member = existing;
-        if (sameTopics(existing.topics, topics) && existing.sessionTimeoutMs === sessionTimeoutMs) {
-          this.#armSession(group, existing);
-          return { memberId, generation: data.generation, assignments: this.#assignmentsOf(data, memberId), sessionTimeoutMs };
-        }
-        member = { id: memberId, topics, sessionTimeoutMs };
-      } else {
-        if (data.members.length >= groupMembersMax) {
-          throw new BrokerError(Errors.invalidRequest, `${action}: the group already has ${groupMembersMax} members, the most allowed`);
-        }
-        memberId = this.#newMemberId(group);
-        member = { id: memberId, topics, sessionTimeoutMs };
-      }
-      const next = this.#rebalanced(data, [...data.members.filter((m) => m.id !== memberId), member]);
       try {
-        await this.#commitData(group, next, action);
+        return await this.#joinLocked(group, request, topics, sessionTimeoutMs, action);
       } catch (err) {
         this.#forgetIfUnpersisted(group);
         throw err;
       }
-      this.#armSession(group, member);
-      this.#logger.log("info", "group.rebalanced", { group: name, generation: next.generation, members: next.members.length, reason: request.memberId === undefined ? "join" : "rejoin", member_id: memberId });
-      return { memberId, generation: next.generation, assignments: this.#assignmentsOf(next, memberId), sessionTimeoutMs };
     });
+  }
+
+  async #joinLocked(group: Group, request: JoinGroupRequest, topics: string[], sessionTimeoutMs: number, action: string): Promise<GroupAssignment> {
+    this.#checkOpen();
+    const name = group.name;
+    const data = group.data;
+    let memberId = request.memberId;
+    let member: MemberData;
+    if (memberId !== undefined) {
+      const existing = data.members.find((m) => m.id === memberId);
+      if (existing === undefined) {
+        throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it left or its session expired): join without a member id`);
+      }
+      member = existing;
+      if (sameTopics(existing.topics, topics) && existing.sessionTimeoutMs === sessionTimeoutMs) {
+        this.#armSession(group, existing);
+        return { memberId, generation: data.generation, assignments: this.#assignmentsOf(data, memberId), sessionTimeoutMs };
+      }
+      member = { id: memberId, topics, sessionTimeoutMs };
+    } else {
+      if (data.members.length >= groupMembersMax) {
+        throw new BrokerError(Errors.invalidRequest, `${action}: the group already has ${groupMembersMax} members, the most allowed`);
+      }
+      memberId = this.#newMemberId(group);
+      member = { id: memberId, topics, sessionTimeoutMs };
+    }
+    const next = this.#rebalanced(data, [...data.members.filter((m) => m.id !== memberId), member]);
+    await this.#commitData(group, next, action);
+    this.#armSession(group, member);
+    this.#logger.log("info", "group.rebalanced", { group: name, generation: next.generation, members: next.members.length, reason: request.memberId === undefined ? "join" : "rejoin", member_id: memberId });
+    return { memberId, generation: next.generation, assignments: this.#assignmentsOf(next, memberId), sessionTimeoutMs };
   }
 
   /** See {@link Broker.heartbeat}. */
@@ -511,45 +516,50 @@ export class GroupCoordinator {
     if (request.generation !== undefined) checkInteger(request.generation, { name: "generation", min: 0, max: offsetMax, fallback: 0, action });
     const group = memberId === undefined ? this.#getOrCreate(name, action) : this.#existingForMember(name, memberId, action);
     await group.lock.run(async () => {
-      this.#checkOpen();
-      const data = group.data;
-      if (data.members.length === 0 && memberId !== undefined) {
-        throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it has no members): join first, or commit without member_id`);
-      }
-      if (data.members.length > 0) {
-        if (memberId === undefined) {
-          throw new BrokerError(Errors.unknownMember, `${action}: the group has ${data.members.length} members, so a commit must name its member_id and generation`);
-        }
-        if (!data.members.some((m) => m.id === memberId)) {
-          throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it left or its session expired): join again`);
-        }
-        if (request.generation !== data.generation) {
-          throw new BrokerError(
-            Errors.staleGeneration,
-            `${action}: generation ${request.generation ?? "(none)"} is not the group's current generation ${data.generation}: rejoin, then commit`,
-            { generation: data.generation },
-          );
-        }
-        for (const o of offsets) {
-          const owner = data.owners.get(tpKey(o.topic, o.partition));
-          if (owner !== memberId) {
-            throw new BrokerError(
-              Errors.notPartitionOwner,
-              `${action}: partition "${o.topic}/${o.partition}" is ${owner === undefined ? "assigned to no member" : `owned by member "${owner}"`} in generation ${data.generation}, not by "${memberId}"`,
-              { topic: o.topic, partition: o.partition, owner: owner ?? null },
-            );
-          }
-        }
-      }
-      const nextOffsets = new Map(data.offsets);
-      for (const o of offsets) nextOffsets.set(tpKey(o.topic, o.partition), o.offset);
       try {
-        await this.#commitData(group, { ...data, offsets: nextOffsets }, action);
+        await this.#commitLocked(group, request, offsets, action);
       } catch (err) {
         this.#forgetIfUnpersisted(group);
         throw err;
       }
     });
+  }
+
+  async #commitLocked(group: Group, request: CommitOffsetsRequest, offsets: { topic: string; partition: number; offset: number }[], action: string): Promise<void> {
+    const memberId = request.memberId;
+    this.#checkOpen();
+    const data = group.data;
+    if (data.members.length === 0 && memberId !== undefined) {
+      throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it has no members): join first, or commit without member_id`);
+    }
+    if (data.members.length > 0) {
+      if (memberId === undefined) {
+        throw new BrokerError(Errors.unknownMember, `${action}: the group has ${data.members.length} members, so a commit must name its member_id and generation`);
+      }
+      if (!data.members.some((m) => m.id === memberId)) {
+        throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it left or its session expired): join again`);
+      }
+      if (request.generation !== data.generation) {
+        throw new BrokerError(
+          Errors.staleGeneration,
+          `${action}: generation ${request.generation ?? "(none)"} is not the group's current generation ${data.generation}: rejoin, then commit`,
+          { generation: data.generation },
+        );
+      }
+      for (const o of offsets) {
+        const owner = data.owners.get(tpKey(o.topic, o.partition));
+        if (owner !== memberId) {
+          throw new BrokerError(
+            Errors.notPartitionOwner,
+            `${action}: partition "${o.topic}/${o.partition}" is ${owner === undefined ? "assigned to no member" : `owned by member "${owner}"`} in generation ${data.generation}, not by "${memberId}"`,
+            { topic: o.topic, partition: o.partition, owner: owner ?? null },
+          );
+        }
+      }
+    }
+    const nextOffsets = new Map(data.offsets);
+    for (const o of offsets) nextOffsets.set(tpKey(o.topic, o.partition), o.offset);
+    await this.#commitData(group, { ...data, offsets: nextOffsets }, action);
   }
 
   #existingForMember(name: string, memberId: string, action: string): Group {

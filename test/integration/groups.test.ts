@@ -1,0 +1,281 @@
+/**
+ * Consumer groups through LocalBroker on the simulated disk, driven by a ManualClock: joins,
+ * leaves and session expiries rebalancing, generation and ownership fencing, commit validation,
+ * lag, offsets after a restart and after a power loss, clamping and unreadable files at start.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { LocalBroker } from "../../src/broker/broker.ts";
+import { BrokerError } from "../../src/broker/errors.ts";
+import { assignRoundRobin } from "../../src/broker/groups.ts";
+import { MemoryFileSystem } from "../../src/fs/memory.ts";
+import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
+import { ManualClock } from "../../src/lib/clock.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
+
+const open: LocalBroker[] = [];
+afterEach(async () => {
+  for (const b of open.splice(0)) await b.close().catch(() => {});
+});
+
+async function start(fs: MemoryFileSystem, clock = new ManualClock(), logger = new MemoryLogger()) {
+  const broker = await LocalBroker.open({ fs, dataDir: "/data", clock, logger, cleanupIntervalMs: 0 });
+  open.push(broker);
+  return { broker, clock, logger };
+}
+
+function forget(broker: LocalBroker) {
+  open.splice(open.indexOf(broker), 1);
+}
+
+async function fill(broker: LocalBroker, topic: string, partition: number, count: number) {
+  const b = new EntryBatchBuilder();
+  for (let i = 0; i < count; i++) b.add(null, utf8(`r${i}`));
+  await broker.produce({ topic, partition, batch: b.build() });
+}
+
+async function code(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+  } catch (err) {
+    if (err instanceof BrokerError) return err.kind.code;
+    throw err;
+  }
+  return "ok";
+}
+
+function tps(list: { topic: string; partition: number }[]): string[] {
+  return list.map((a) => `${a.topic}/${a.partition}`);
+}
+
+describe("round-robin assignment", () => {
+  it("deals sorted partitions to sorted members in turn, skipping members not subscribed to the topic", () => {
+    const counts: Record<string, number> = { a: 3, b: 2, gone: 4 };
+    const owners = assignRoundRobin(
+      [
+        { id: "m1", topics: ["a", "b"] },
+        { id: "m2", topics: ["a"] },
+        { id: "m3", topics: ["b", "gone"] },
+      ],
+      (t) => (t === "gone" ? undefined : counts[t]),
+    );
+    const show = Object.fromEntries([...owners].map(([k, v]) => [k.replace("\u0000", "/"), v]));
+    expect(show).toEqual({ "a/0": "m1", "a/1": "m2", "a/2": "m1", "b/0": "m3", "b/1": "m1" });
+  });
+
+  it("gives members of one topic shares that differ by at most one", () => {
+    const members = ["x", "y", "z"].map((id) => ({ id, topics: ["t"] }));
+    const owners = assignRoundRobin(members, () => 10);
+    const share = (id: string) => [...owners.values()].filter((o) => o === id).length;
+    expect([share("x"), share("y"), share("z")]).toEqual([4, 3, 3]);
+  });
+});
+
+describe("consumer groups", () => {
+  it("rebalances on join, leave and session expiry, bumping the generation each time", async () => {
+    const { broker, clock } = await start(new MemoryFileSystem());
+    await broker.createTopic({ name: "t", partitions: 4 });
+    const a = await broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 10_000 });
+    expect(a.generation).toBe(1);
+    expect(tps(a.assignments)).toEqual(["t/0", "t/1", "t/2", "t/3"]);
+    const b = await broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 10_000 });
+    expect(b.generation).toBe(2);
+    // a learns of the rebalance through its heartbeat, with its new share.
+    const hb = await broker.heartbeat({ group: "g", memberId: a.memberId, generation: a.generation });
+    expect(hb.rejoin).toBe(true);
+    expect(hb.generation).toBe(2);
+    const shares = [tps(hb.assignments), tps(b.assignments)];
+    expect(shares.flat().sort()).toEqual(["t/0", "t/1", "t/2", "t/3"]);
+    expect(shares.map((s) => s.length)).toEqual([2, 2]);
+    // Rejoining with its id and the same topics does not rebalance again.
+    const again = await broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 10_000, memberId: a.memberId });
+    expect(again.generation).toBe(2);
+    expect(tps(again.assignments)).toEqual(shares[0]);
+    // b leaves: a owns everything in generation 3.
+    await broker.leaveGroup({ group: "g", memberId: b.memberId });
+    let d = await broker.describeGroup("g");
+    expect(d.generation).toBe(3);
+    expect(d.members.map((m) => m.memberId)).toEqual([a.memberId]);
+    expect(tps(d.members[0].assignments)).toEqual(["t/0", "t/1", "t/2", "t/3"]);
+    // c joins; then a stops heartbeating while c keeps its session alive.
+    const c = await broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 10_000 });
+    expect(c.generation).toBe(4);
+    for (let i = 0; i < 4; i++) {
+      clock.advance(4_000);
+      await broker.heartbeat({ group: "g", memberId: c.memberId });
+    }
+    await broker.groups.settled();
+    d = await broker.describeGroup("g");
+    expect(d.generation).toBe(5);
+    expect(d.members.map((m) => m.memberId)).toEqual([c.memberId]);
+    expect(d.offsets.every((o) => o.owner === c.memberId)).toBe(true);
+    expect(await code(broker.heartbeat({ group: "g", memberId: a.memberId }))).toBe("unknown_member");
+    // c's heartbeat reports no rejoin while its generation is current.
+    expect((await broker.heartbeat({ group: "g", memberId: c.memberId, generation: 5 })).rejoin).toBe(false);
+  });
+
+  it("fences commits from a stale generation and from members that do not own the partition", async () => {
+    const { broker } = await start(new MemoryFileSystem());
+    await broker.createTopic({ name: "t", partitions: 2 });
+    await fill(broker, "t", 0, 5);
+    await fill(broker, "t", 1, 5);
+    const a = await broker.joinGroup({ group: "g", topics: ["t"] });
+    const b = await broker.joinGroup({ group: "g", topics: ["t"] });
+    const hbA = await broker.heartbeat({ group: "g", memberId: a.memberId, generation: a.generation });
+    const ownA = hbA.assignments[0];
+    const ownB = b.assignments[0];
+    expect(await code(broker.commitOffsets({ group: "g", memberId: a.memberId, generation: a.generation, offsets: [{ ...ownA, offset: 1 }] }))).toBe("stale_generation");
+    expect(await code(broker.commitOffsets({ group: "g", memberId: a.memberId, generation: b.generation, offsets: [{ ...ownB, offset: 1 }] }))).toBe("not_partition_owner");
+    expect(await code(broker.commitOffsets({ group: "g", memberId: "nobody", generation: b.generation, offsets: [{ ...ownA, offset: 1 }] }))).toBe("unknown_member");
+    expect(await code(broker.commitOffsets({ group: "g", offsets: [{ ...ownA, offset: 1 }] }))).toBe("unknown_member");
+    // One bad partition rejects the whole commit.
+    expect(await code(broker.commitOffsets({ group: "g", memberId: a.memberId, generation: b.generation, offsets: [{ ...ownA, offset: 2 }, { ...ownB, offset: 2 }] }))).toBe("not_partition_owner");
+    expect((await broker.describeGroup("g")).offsets.every((o) => o.committed === null)).toBe(true);
+    await broker.commitOffsets({ group: "g", memberId: a.memberId, generation: b.generation, offsets: [{ ...ownA, offset: 3 }] });
+    const row = (await broker.describeGroup("g")).offsets.find((o) => o.partition === ownA.partition)!;
+    expect(row).toEqual({ topic: "t", partition: ownA.partition, committed: 3, highWatermark: 5, lag: 2, owner: a.memberId });
+  });
+
+  it("validates commits: not above the high watermark, not negative, existing partitions, each partition once", async () => {
+    const { broker } = await start(new MemoryFileSystem());
+    await broker.createTopic({ name: "t", partitions: 1 });
+    await fill(broker, "t", 0, 3);
+    expect(await code(broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 0, offset: 4 }] }))).toBe("invalid_offset");
+    expect(await code(broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 0, offset: -1 }] }))).toBe("invalid_offset");
+    expect(await code(broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 0, offset: 1.5 }] }))).toBe("invalid_request");
+    expect(await code(broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 1, offset: 0 }] }))).toBe("partition_not_found");
+    expect(await code(broker.commitOffsets({ group: "solo", offsets: [{ topic: "nope", partition: 0, offset: 0 }] }))).toBe("topic_not_found");
+    expect(await code(broker.commitOffsets({ group: "solo", offsets: [] }))).toBe("invalid_request");
+    expect(await code(broker.commitOffsets({ group: "bad/name", offsets: [{ topic: "t", partition: 0, offset: 0 }] }))).toBe("invalid_request");
+    const twice = [{ topic: "t", partition: 0, offset: 1 }, { topic: "t", partition: 0, offset: 2 }];
+    expect(await code(broker.commitOffsets({ group: "solo", offsets: twice }))).toBe("invalid_request");
+    // Nothing was created by the refused commits.
+    expect(await code(broker.describeGroup("solo"))).toBe("group_not_found");
+    // The high watermark itself is a valid commit (everything consumed).
+    await broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 0, offset: 3 }] });
+    expect((await broker.describeGroup("solo")).offsets).toEqual([{ topic: "t", partition: 0, committed: 3, highWatermark: 3, lag: 0, owner: null }]);
+    expect((await broker.listGroups()).map((g) => g.group)).toEqual(["solo"]);
+  });
+
+  it("refuses joins for topics that do not exist and bad session timeouts", async () => {
+    const { broker } = await start(new MemoryFileSystem());
+    await broker.createTopic({ name: "t", partitions: 1 });
+    expect(await code(broker.joinGroup({ group: "g", topics: ["missing"] }))).toBe("topic_not_found");
+    expect(await code(broker.joinGroup({ group: "g", topics: [] }))).toBe("invalid_request");
+    expect(await code(broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 5 }))).toBe("invalid_request");
+    expect(await code(broker.joinGroup({ group: "g", topics: ["t"], memberId: "ghost" }))).toBe("unknown_member");
+    expect(await code(broker.leaveGroup({ group: "g", memberId: "ghost" }))).toBe("group_not_found");
+  });
+
+  it("keeps committed offsets, members and generation across a restart, and across a power loss", async () => {
+    for (const crash of [false, true]) {
+      const fs = new MemoryFileSystem({ seed: 9 });
+      const first = await start(fs);
+      await first.broker.createTopic({ name: "t", partitions: 2 });
+      await fill(first.broker, "t", 0, 10);
+      await fill(first.broker, "t", 1, 10);
+      const m = await first.broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 60_000 });
+      await first.broker.commitOffsets({ group: "g", memberId: m.memberId, generation: m.generation, offsets: [{ topic: "t", partition: 0, offset: 7 }, { topic: "t", partition: 1, offset: 4 }] });
+      await first.broker.commitOffsets({ group: "standalone", offsets: [{ topic: "t", partition: 1, offset: 9 }] });
+      if (crash) {
+        fs.crash({ mode: "dropAll" });
+        forget(first.broker);
+      } else {
+        await first.broker.close();
+        forget(first.broker);
+      }
+      const { broker } = await start(fs);
+      const d = await broker.describeGroup("g");
+      expect(d.generation, `crash=${crash}`).toBe(m.generation);
+      expect(d.members.map((x) => x.memberId)).toEqual([m.memberId]);
+      expect(d.offsets.map((o) => [o.partition, o.committed, o.lag, o.owner])).toEqual([
+        [0, 7, 3, m.memberId],
+        [1, 4, 6, m.memberId],
+      ]);
+      expect((await broker.describeGroup("standalone")).offsets[0].committed).toBe(9);
+      // The member kept its place: it commits in the same generation after the restart.
+      await broker.commitOffsets({ group: "g", memberId: m.memberId, generation: m.generation, offsets: [{ topic: "t", partition: 0, offset: 8 }] });
+      await broker.close();
+      forget(broker);
+    }
+  });
+
+  it("names each partition's owner in the group file, written atomically", async () => {
+    const fs = new MemoryFileSystem();
+    const { broker } = await start(fs);
+    await broker.createTopic({ name: "t", partitions: 2 });
+    const m = await broker.joinGroup({ group: "g", topics: ["t"] });
+    const file = JSON.parse(fromUtf8(fs.readFileSync("/data/groups/g.json")));
+    expect(file).toEqual({
+      group: "g",
+      generation: 1,
+      members: [{ member_id: m.memberId, topics: ["t"], session_timeout_ms: 30_000 }],
+      partitions: [
+        { topic: "t", partition: 0, committed: null, owner: m.memberId },
+        { topic: "t", partition: 1, committed: null, owner: m.memberId },
+      ],
+    });
+    expect(fs.listTree("/data/groups").filter((p) => p.includes(".tmp-"))).toEqual([]);
+  });
+
+  it("leaves a group unchanged when its file cannot be written, and reports storage_error", async () => {
+    const fs = new MemoryFileSystem();
+    const { broker } = await start(fs);
+    await broker.createTopic({ name: "t", partitions: 1 });
+    await fill(broker, "t", 0, 4);
+    await broker.commitOffsets({ group: "g", offsets: [{ topic: "t", partition: 0, offset: 1 }] });
+    fs.faults.failNext({ op: "rename", path: /groups/, code: "ENOSPC" });
+    expect(await code(broker.commitOffsets({ group: "g", offsets: [{ topic: "t", partition: 0, offset: 3 }] }))).toBe("storage_error");
+    expect((await broker.describeGroup("g")).offsets[0].committed).toBe(1);
+  });
+
+  it("clamps a committed offset above the log end at start and reports it; drops offsets of deleted topics", async () => {
+    const fs = new MemoryFileSystem();
+    const first = await start(fs);
+    await first.broker.createTopic({ name: "t", partitions: 1 });
+    await fill(first.broker, "t", 0, 5);
+    await first.broker.close();
+    forget(first.broker);
+    fs.writeFileSync(
+      "/data/groups/g.json",
+      utf8(JSON.stringify({ group: "g", generation: 2, members: [], partitions: [{ topic: "t", partition: 0, committed: 9, owner: null }, { topic: "gone", partition: 0, committed: 3, owner: null }] })),
+    );
+    const { broker, logger } = await start(fs);
+    expect(logger.named("group.offset_clamped")).toEqual([{ group: "g", topic: "t", partition: 0, committed: 9, log_end_offset: 5 }]);
+    expect(logger.named("group.offset_dropped")).toEqual([expect.objectContaining({ group: "g", topic: "gone" })]);
+    expect((await broker.describeGroup("g")).offsets).toEqual([{ topic: "t", partition: 0, committed: 5, highWatermark: 5, lag: 0, owner: null }]);
+    // The clamped value is what the file holds now.
+    expect(JSON.parse(fromUtf8(fs.readFileSync("/data/groups/g.json"))).partitions).toEqual([{ topic: "t", partition: 0, committed: 5, owner: null }]);
+  });
+
+  it("makes only that group unavailable when its file is empty or unparseable", async () => {
+    const fs = new MemoryFileSystem();
+    const first = await start(fs);
+    await first.broker.createTopic({ name: "t", partitions: 1 });
+    await first.broker.commitOffsets({ group: "good", offsets: [{ topic: "t", partition: 0, offset: 0 }] });
+    await first.broker.close();
+    forget(first.broker);
+    fs.writeFileSync("/data/groups/broken.json", new Uint8Array(0));
+    fs.writeFileSync("/data/groups/garbled.json", utf8('{"group":'));
+    const { broker, logger } = await start(fs);
+    expect(logger.named("recovery.group_unavailable").map((f) => f.group).sort()).toEqual(["broken", "garbled"]);
+    expect(await code(broker.describeGroup("broken"))).toBe("unavailable");
+    expect(await code(broker.commitOffsets({ group: "garbled", offsets: [{ topic: "t", partition: 0, offset: 0 }] }))).toBe("unavailable");
+    expect(await code(broker.joinGroup({ group: "broken", topics: ["t"] }))).toBe("unavailable");
+    expect((await broker.describeGroup("good")).offsets[0].committed).toBe(0);
+    expect(fs.readFileSync("/data/groups/broken.json").length).toBe(0); // never reset
+  });
+
+  it("rebalances groups that assigned a deleted topic and forgets its offsets", async () => {
+    const { broker } = await start(new MemoryFileSystem());
+    await broker.createTopic({ name: "a", partitions: 1 });
+    await broker.createTopic({ name: "b", partitions: 1 });
+    const m = await broker.joinGroup({ group: "g", topics: ["a", "b"] });
+    await broker.commitOffsets({ group: "g", memberId: m.memberId, generation: m.generation, offsets: [{ topic: "b", partition: 0, offset: 0 }] });
+    await broker.deleteTopic("b");
+    const d = await broker.describeGroup("g");
+    expect(d.generation).toBe(m.generation + 1);
+    expect(tps(d.members[0].assignments)).toEqual(["a/0"]);
+    expect(d.offsets.map((o) => o.topic)).toEqual(["a"]);
+  });
+});
