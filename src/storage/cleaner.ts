@@ -18,6 +18,7 @@ import { Mutex } from "../lib/mutex.ts";
 import { coldOffloadBackoffMsMax, coldOffloadBackoffMsMin } from "../lib/limits.ts";
 import type { FileSystem } from "../fs/types.ts";
 import type { PartitionLog } from "./partition.ts";
+import type { Segment } from "./segment.ts";
 import type { ColdPartition } from "./cold-store.ts";
 import { runRetention, type LogStartOffsetStore, type RetentionResult, type RetentionSettings } from "./retention.ts";
 import { runCompaction, type CompactionResult, type CompactionSettings } from "./compaction.ts";
@@ -66,6 +67,12 @@ export class PartitionCleaner {
   #offloadFailures = 0;
   #offloadRetryAtMs = 0;
   #stoppedReason: string | null = null;
+  /**
+   * After a compaction pass over every sealed segment found nothing to drop: those segments, the
+   * tombstone retention it used, and until when that stays true (the next tombstone expiry). A
+   * pass over the same segments before then is skipped without reading them.
+   */
+  #clean: { segments: readonly Segment[]; tombstoneRetentionMs: number; untilMs: number } | null = null;
 
   constructor(options: PartitionCleanerOptions) {
     this.#options = options;
@@ -109,7 +116,9 @@ export class PartitionCleaner {
       let result: CompactionResult;
       if (this.#stoppedReason !== null) result = this.#skippedCompaction(this.#stoppedReason);
       else if (!settings.compactEnabled) result = this.#skippedCompaction('the cleanup policy does not include "compact"');
+      else if (this.#stillClean(settings)) result = this.#skippedCompaction("no record to drop (no segment changed and no tombstone expired since the last pass)");
       else {
+        const sealed = o.partition.closed ? [] : o.partition.sealedSegments;
         result = await runCompaction(
           {
             fs: o.fs,
@@ -124,6 +133,10 @@ export class PartitionCleaner {
           },
           settings,
         );
+        const coveredAll = result.status === "skipped" && result.reason === "no record to drop" && result.segments_read === sealed.length;
+        this.#clean = coveredAll
+          ? { segments: sealed, tombstoneRetentionMs: settings.tombstoneRetentionMs, untilMs: result.next_tombstone_expiry_ms < 0 ? Infinity : result.next_tombstone_expiry_ms }
+          : null;
         if (result.swap_incomplete) {
           this.#stoppedReason = `a compaction swap failed after its marker was written (${result.reason}); restart to finish it`;
           o.logger.log("error", "cleanup.stopped", { partition: o.partition.name, reason: this.#stoppedReason });
@@ -132,6 +145,15 @@ export class PartitionCleaner {
       this.#lastCompaction = result;
       return result;
     });
+  }
+
+  /** True while the last full pass's "nothing to drop" still holds (same segments, same setting, no tombstone expired since). */
+  #stillClean(settings: CleanerSettings): boolean {
+    const clean = this.#clean;
+    if (clean === null || this.partition.closed) return false;
+    if (clean.tombstoneRetentionMs !== settings.tombstoneRetentionMs || this.#options.clock.nowMs() >= clean.untilMs) return false;
+    const sealed = this.partition.sealedSegments;
+    return sealed.length === clean.segments.length && sealed.every((s, i) => s === clean.segments[i]);
   }
 
   /** Waits for the pass in progress, if any. */
@@ -198,6 +220,7 @@ export class PartitionCleaner {
       records_dropped: 0,
       tombstones_dropped: 0,
       swap_incomplete: false,
+      next_tombstone_expiry_ms: -1,
     };
   }
 }

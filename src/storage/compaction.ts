@@ -109,6 +109,11 @@ export interface CompactionResult {
   tombstones_dropped: number;
   /** True if a failure after the marker left the swap for the next start to finish. */
   swap_incomplete: boolean;
+  /**
+   * When the earliest tombstone read that was not yet past its retention will be (ms since the
+   * epoch), or −1 if there was none: until then, a pass over the same segments drops nothing.
+   */
+  next_tombstone_expiry_ms: number;
 }
 
 /** An output segment being written under temp names. */
@@ -262,6 +267,7 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
     records_dropped: 0,
     tombstones_dropped: 0,
     swap_incomplete: false,
+    next_tombstone_expiry_ms: -1,
   };
   const finish = (status: CompactionResult["status"], reason: string): CompactionResult => {
     result.status = status;
@@ -317,7 +323,12 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
           header.parse(view, p);
           if (header.keyLen < 0) continue;
           digestKey(chunk);
-          const flags = header.valueLen === 0 && now - header.timestampMs >= settings.tombstoneRetentionMs ? expiredTombstone : 0;
+          let flags = 0;
+          if (header.valueLen === 0) {
+            const expiresMs = header.timestampMs + settings.tombstoneRetentionMs;
+            if (now >= expiresMs) flags = expiredTombstone;
+            else if (result.next_tombstone_expiry_ms < 0 || expiresMs < result.next_tombstone_expiry_ms) result.next_tombstone_expiry_ms = expiresMs;
+          }
           if (!map.put(digest, header.offset, flags)) {
             runEnd = i;
             return false;

@@ -103,6 +103,10 @@ describe("compaction", () => {
     const again = snapshotFiles(fs, "/data");
     expect([...again.keys()]).toEqual([...before.keys()]);
     for (const [path, bytes] of before) expect(bytesEqual(again.get(path)!, bytes)).toBe(true);
+    // Nothing changed since: the next pass does not even read the segments.
+    [run] = (await broker.cleanup("t")).partitions;
+    expect(run.compaction).toMatchObject({ status: "skipped", segments_read: 0 });
+    expect(run.compaction.reason).toMatch(/no segment changed/);
     await broker.close();
   });
 
