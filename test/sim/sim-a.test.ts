@@ -7,4 +7,4 @@
  */
 import { describeSeeds } from "./seeds.ts";
 
-describeSeeds(1, 1000);
+describeSeeds(1, 1500);

@@ -4,4 +4,4 @@
  */
 import { describeSeeds } from "./seeds.ts";
 
-describeSeeds(1001, 1000);
+describeSeeds(1501, 1500);
