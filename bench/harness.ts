@@ -20,7 +20,8 @@
  * Peers and es-broker run interleaved, case by case, because runs on this 2-vCPU machine drift
  * by up to 2× between runs: only ratios measured in the same run mean something.
  *
- * Flags: `--quick` (tiny version of every case, for CI), `--json FILE` (every figure),
+ * Flags: `--quick` (tiny version of every case, for CI; peers at fewer points, see
+ * {@link quickPeerPoint}), `--json FILE` (every figure),
  * `--markdown FILE` (the tables), `--only REGEX` (case ids), `--no-peers`, `--cpu-prof DIR`
  * (profile the broker), `--measure-ms`, `--warmup-ms`, `--soak-ms`, `--data-root DIR`.
  */
@@ -349,6 +350,7 @@ async function producePoint(env: Env, batch: number, producers: number, partitio
     if (system === "redis" && !env.redis) continue;
     if (system === "nats" && !env.nats) continue;
     if (system === "ds" && !env.ds) continue;
+    if (s.quick && system !== "es-broker" && !quickPeerPoint(producers, partitions)) continue;
     await runCase(env, { key, group: "produce", system, transport, batch, producers, partitions, ...(system === "nats" ? { note: natsNote } : {}) }, (target) => ({
       mode: "produce",
       target,
@@ -363,6 +365,15 @@ async function producePoint(env: Env, batch: number, producers: number, partitio
       serverPid: serverPid(env, system),
     }));
   }
+}
+
+/**
+ * In `--quick` runs, peers are measured only with 8 producers on 1 partition (every batch size)
+ * and in the 50-connection case: that exercises every peer client path (pipelines of each size,
+ * concurrency) at a sixth of the cost. es-broker and the disk limit run every case.
+ */
+export function quickPeerPoint(producers: number, partitions: number): boolean {
+  return partitions === 1 && (producers === 8 || producers === 50);
 }
 
 const everySystem: { transport: Transport; system: SystemName }[] = [
