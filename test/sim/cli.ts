@@ -5,6 +5,8 @@
  *   npm run sim -- --seed N --fs     … and every disk mutation
  *   npm run sim -- --seeds 100000    runs seeds 1…100000 (the long run), printing failures
  *   npm run sim -- --seeds 500 --from 7000
+ *   npm run sim -- --countdown       runs the countdown sweep (countdown.ts)
+ *   npm run sim -- --countdown --variant 1 --n 30 --after 2   replays one run of it, with its trace
  *
  * Node 20 cannot run .ts files, so `scripts/sim.mjs` bundles this file with esbuild into a
  * temporary .mjs and runs it; Deno and Bun can run it directly (`bun test/sim/cli.ts --seed 7`).
@@ -14,7 +16,7 @@ import { parseArgs } from "node:util";
 import { runSimulation, SimFailure } from "./harness.ts";
 import { runCountdown, countdownVariants } from "./countdown.ts";
 
-const usage = "usage: npm run sim -- --seed N [--fs] | --seeds COUNT [--from FIRST] | --countdown";
+const usage = "usage: npm run sim -- --seed N [--fs] | --seeds COUNT [--from FIRST] | --countdown [--variant V --n N --after A]";
 
 async function main(): Promise<number> {
   const { values } = parseArgs({
@@ -24,6 +26,9 @@ async function main(): Promise<number> {
       from: { type: "string" },
       steps: { type: "string" },
       countdown: { type: "boolean" },
+      variant: { type: "string" },
+      n: { type: "string" },
+      after: { type: "string" },
       fs: { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
@@ -36,8 +41,11 @@ async function main(): Promise<number> {
   const steps = values.steps === undefined ? undefined : positive("--steps", values.steps);
   if (values.countdown) {
     let failed = 0;
-    for (const variant of countdownVariants) {
-      const result = await runCountdown({ variant, log: (line) => console.log(line) }).catch((err: unknown) => {
+    const only = values.n === undefined ? undefined : { n: positive("--n", values.n), after: values.after === undefined ? 0 : integer("--after", values.after) };
+    const variants = values.variant === undefined ? countdownVariants : [countdownVariants[integer("--variant", values.variant)]];
+    for (const variant of variants) {
+      if (variant === undefined) throw new Error(`--variant must be 0…${countdownVariants.length - 1}\n${usage}`);
+      const result = await runCountdown({ variant, only, log: (line) => console.log(line) }).catch((err: unknown) => {
         failed++;
         console.log(err instanceof Error ? err.message : String(err));
         return null;

@@ -65,7 +65,13 @@ async function workload(sim: Simulation): Promise<void> {
  * @returns the number of runs and the workload's mutation count.
  * @throws SimFailure naming N, the flavour and what followed.
  */
-export async function runCountdown(options: { variant: CountdownVariant; log?: (line: string) => void; only?: { n: number; after: number } }): Promise<{ runs: number; mutations: number }> {
+export async function runCountdown(options: {
+  variant: CountdownVariant;
+  /** Receives the trace of the runs picked by `only`. */
+  log?: (line: string) => void;
+  /** Runs only this N and this follow-up (an index into the restart / crash list), with a trace. */
+  only?: { n: number; after: number };
+}): Promise<{ runs: number; mutations: number }> {
   const base = newSimulation();
   await workload(base);
   const mutations = base.mem.mutationCount;
@@ -106,7 +112,9 @@ export async function runCountdown(options: { variant: CountdownVariant; log?: (
       } catch (err) {
         const label = `countdown n=${n} of ${mutations} (${options.variant.name}; then ${after.kind === "restart" ? "a clean restart" : `a ${after.mode} crash, seed ${n * 1000 + after.seed}`})`;
         const failure = new SimFailure(1, err, sim.traceTail());
-        failure.message = `${label}: ${failure.message.replace(/^seed=1 failed: /, "").replace(/npm run sim -- --seed 1/, `npm run sim -- --countdown`)}`;
+        const variant = countdownVariants.indexOf(options.variant);
+        const replay = `npm run sim -- --countdown --variant ${variant} --n ${n} --after ${a}`;
+        failure.message = `${label}: ${failure.message.replace(/^seed=1 failed: /, "").replace(/npm run sim -- --seed 1/, replay)}`;
         throw failure;
       }
       runs++;
