@@ -14,9 +14,32 @@
 import * as net from "node:net";
 import process from "node:process";
 import { BrokerError } from "../broker/errors.ts";
-import type { CreateTopicRequest, ProduceResult, TopicDescription } from "../broker/types.ts";
+import type {
+  CommitOffsetsRequest,
+  CreateTopicRequest,
+  GroupAssignment,
+  GroupDescription,
+  HeartbeatResult,
+  JoinGroupRequest,
+  ProduceResult,
+  ProducerIdentity,
+  TopicDescription,
+} from "../broker/types.ts";
 import { requestBytesMax, tcpEndLingerMs } from "../lib/limits.ts";
 import {
+  decodeDescribeGroupResponse,
+  decodeEmptyResponse,
+  decodeHeartbeatResponse,
+  decodeIdempotentProduceResponse,
+  decodeJoinGroupResponse,
+  decodeListGroupsResponse,
+  encodeCommitOffsetsRequest,
+  encodeDescribeGroupRequest,
+  encodeHeartbeatRequest,
+  encodeIdempotentProduceRequest,
+  encodeJoinGroupRequest,
+  encodeLeaveGroupRequest,
+  encodeListGroupsRequest,
   decodeCreateTopicResponse,
   decodeDeleteTopicResponse,
   decodeErrorBody,
@@ -40,6 +63,8 @@ import { ClientError } from "./errors.ts";
 import { buildEntryBatch, decodeFetchedRecords, type FetchedRecord, type ProduceRecord } from "./records.ts";
 
 export { ClientError, ClientErrorCodes } from "./errors.ts";
+export { IdempotentProducer, type IdempotentProducerOptions } from "./producer.ts";
+export { GroupConsumer, type GroupConsumerOptions, type ConsumedBatch } from "./consumer.ts";
 export { expandSpans, buildEntryBatch, decodeFetchedRecords } from "./records.ts";
 export type { FetchedRecord, ProduceRecord, RecordPosition } from "./records.ts";
 
@@ -230,6 +255,56 @@ export class TcpClient {
   }
 
   /**
+   * One idempotent produce request (api 12): every record must land in one partition. A retry
+   * with the same producer, epoch and sequence appends nothing and resolves with the original
+   * offsets and `duplicate: true`. This call does not retry; {@link IdempotentProducer} does.
+   * @throws ClientError `out_of_order_sequence` / `duplicate_sequence` / `unknown_producer`
+   *   (`details.expected_sequence`), `producer_fenced` (`details.expected_epoch`), and the errors of {@link produce}.
+   */
+  produceIdempotent(topic: string, records: readonly ProduceRecord[] | EntryBatch, options: { partition?: number; producer: ProducerIdentity }): Promise<ProduceResult> {
+    return this.#call(
+      (id) => {
+        const batch = Array.isArray(records) ? buildEntryBatch(records as readonly ProduceRecord[]) : (records as EntryBatch);
+        return encodeIdempotentProduceRequest(id, { topic, partition: options.partition, batch, producer: options.producer });
+      },
+      decodeIdempotentProduceResponse,
+    );
+  }
+
+  /** Joins a consumer group (or rejoins as `memberId`). @throws ClientError `topic_not_found`, `unknown_member`, `invalid_request`. */
+  joinGroup(request: JoinGroupRequest): Promise<GroupAssignment> {
+    return this.#call((id) => encodeJoinGroupRequest(id, request), decodeJoinGroupResponse);
+  }
+
+  /** Keeps a member's session alive; `rejoin` says the generation moved on. @throws ClientError `unknown_member`, `group_not_found`. */
+  heartbeat(request: { group: string; memberId: string; generation?: number }): Promise<HeartbeatResult> {
+    return this.#call((id) => encodeHeartbeatRequest(id, request), decodeHeartbeatResponse);
+  }
+
+  /** Leaves a consumer group (its partitions go to the others). @throws ClientError `unknown_member`, `group_not_found`. */
+  leaveGroup(request: { group: string; memberId: string }): Promise<void> {
+    return this.#call((id) => encodeLeaveGroupRequest(id, request), decodeEmptyResponse);
+  }
+
+  /**
+   * Commits offsets (the next offset to consume per partition), all or none, durably.
+   * @throws ClientError `stale_generation`, `not_partition_owner`, `unknown_member`, `invalid_offset`.
+   */
+  commitOffsets(request: CommitOffsetsRequest): Promise<void> {
+    return this.#call((id) => encodeCommitOffsetsRequest(id, request), decodeEmptyResponse);
+  }
+
+  /** A group's generation, members and per-partition committed offsets and lag. @throws ClientError `group_not_found`. */
+  describeGroup(group: string): Promise<GroupDescription> {
+    return this.#call((id) => encodeDescribeGroupRequest(id, { group }), decodeDescribeGroupResponse);
+  }
+
+  /** Every group, described. */
+  listGroups(): Promise<GroupDescription[]> {
+    return this.#call((id) => encodeListGroupsRequest(id), decodeListGroupsResponse);
+  }
+
+  /**
    * Closes the connection. Requests still pending reject with `connection_closed` (they may or may
    * not have been carried out). Resolves once the socket is closed. Idempotent.
    */
@@ -317,7 +392,7 @@ export class TcpClient {
       } catch (error) {
         return pending.reject(ClientError.invalidResponse(`Cannot read error response ${header.error}: ${(error as Error).message}`, error));
       }
-      return pending.reject(ClientError.fromServer(header.error, body.code, body.message));
+      return pending.reject(ClientError.fromServer(header.error, body.code, body.message, body.details));
     }
     let value: unknown;
     try {

@@ -27,16 +27,21 @@ export class ClientError extends Error {
    * @param tcp the TCP error number, or −1 for conditions the client detected itself.
    * @param retriable true if the same request may succeed later without change.
    * @param message the server's message, or the client's description.
+   * @param options.details the server's machine-readable details (e.g. `{ expected_sequence: 4 }`), if any.
    */
   constructor(
     readonly code: string,
     readonly tcp: number,
     readonly retriable: boolean,
     message: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; details?: Record<string, unknown> },
   ) {
     super(message, options);
+    this.details = options?.details;
   }
+
+  /** The server's machine-readable details, when the error carries some (e.g. `expected_sequence`, `expected_epoch`). */
+  readonly details: Record<string, unknown> | undefined;
 
   /** An error for a row of the error table (used for local argument checks and server errors). */
   static fromKind(kind: ErrorKind, message: string): ClientError {
@@ -47,10 +52,10 @@ export class ClientError extends Error {
    * An error for a server response with error number `tcp`. An unknown number (a newer server)
    * keeps the server's code and is not retriable.
    */
-  static fromServer(tcp: number, serverCode: string, message: string): ClientError {
+  static fromServer(tcp: number, serverCode: string, message: string, details?: Record<string, unknown>): ClientError {
     const kind = errorKindByTcp(tcp);
-    if (kind) return ClientError.fromKind(kind, message);
-    return new ClientError(serverCode || `error_${tcp}`, tcp, false, message);
+    if (kind) return new ClientError(kind.code, kind.tcp, kind.retriable, message, { details });
+    return new ClientError(serverCode || `error_${tcp}`, tcp, false, message, { details });
   }
 
   /** The connection closed before an answer came. */

@@ -20,6 +20,9 @@
  * error_body      = code str16            the row's code, e.g. "topic_not_found"
  *                   message_len u32
  *                   message [u8]          UTF-8, message_len bytes
+ *                   [details_len u32      optional, present only when the error has
+ *                    details [u8]]        machine-readable details: a JSON object, e.g.
+ *                                         {"expected_sequence":4}
  *
  * api 0 Produce
  *   request       = topic str16
@@ -74,7 +77,58 @@
  *   request       = topic str16
  *   response      = (empty)
  *
- * api 6 and up    reserved for consumer groups and idempotent producers (not yet defined)
+ * api 6 JoinGroup
+ *   request       = group str16
+ *                   member_id str16       "" = join as a new member
+ *                   session_timeout_ms u32  0 = broker default (30 000)
+ *                   topic_count u32
+ *                   topic str16 × topic_count
+ *   response      = member_id str16 | generation u64 | session_timeout_ms u32 | assignments
+ *   assignments   = assignment_count u32 | (topic str16 | partition u32) × assignment_count
+ *
+ * api 7 Heartbeat
+ *   request       = group str16 | member_id str16 | has_generation u8 (0/1) | generation u64
+ *   response      = generation u64 | rejoin u8 (0/1) | assignments
+ *
+ * api 8 LeaveGroup
+ *   request       = group str16 | member_id str16
+ *   response      = (empty)
+ *
+ * api 9 CommitOffsets
+ *   request       = group str16
+ *                   member_id str16       "" = none (a standalone consumer)
+ *                   has_generation u8 | generation u64
+ *                   offset_count u32
+ *                   (topic str16 | partition u32 | offset u64) × offset_count
+ *   response      = (empty)
+ *
+ * api 10 DescribeGroup
+ *   request       = group str16
+ *   response      = group_entry
+ *   group_entry   = group str16 | generation u64
+ *                   member_count u32
+ *                   (member_id str16 | session_timeout_ms u32 | topic_count u32 | topic str16 × n |
+ *                    assignments) × member_count
+ *                   offset_count u32
+ *                   offset_entry × offset_count
+ *   offset_entry  = topic str16 | partition u32
+ *                   present u8            bit 0: committed, bit 1: high_watermark, bit 2: owner
+ *                   committed u64 | high_watermark u64   (0 when absent)
+ *                   owner str16           ("" when absent)
+ *
+ * api 11 ListGroups
+ *   request       = (empty)
+ *   response      = group_count u32 | group_entry × group_count
+ *
+ * api 12 IdempotentProduce
+ *   request       = topic str16
+ *                   partition i32         −1 = the broker picks (every record must land in one partition)
+ *                   producer_id str16
+ *                   producer_epoch u32
+ *                   base_sequence u64
+ *                   record_count u32
+ *                   entries [u8]          as in Produce
+ *   response      = duplicate u8 (0/1) | span_count u32 | span × span_count   (span as in Produce)
  * ```
  *
  * An unknown api or version is answered with `unsupported_api`; the connection stays open.
@@ -87,14 +141,20 @@
  */
 import { Errors, type ErrorKind } from "../broker/errors.ts";
 import type {
+  CommitOffsetsRequest,
   CreateTopicRequest,
   FetchRequest,
   FetchResult,
+  GroupAssignment,
+  GroupDescription,
+  HeartbeatResult,
+  JoinGroupRequest,
   PartitionInfo,
   ProduceRequest,
   ProduceResult,
   TopicConfig,
   TopicDescription,
+  TopicPartition,
 } from "../broker/types.ts";
 import { produceRecordsMax } from "../lib/limits.ts";
 import { RecordFormatError, scanEntries, type EntryBatch } from "../storage/record.ts";
@@ -102,7 +162,7 @@ import { ProtocolError, str16BytesMax, WireReader, WireWriter } from "./wire.ts"
 
 export { ProtocolError } from "./wire.ts";
 
-/** Api numbers. 6 and up are reserved for consumer groups and idempotent producers. */
+/** Api numbers. */
 export const ApiKey = Object.freeze({
   Produce: 0,
   Fetch: 1,
@@ -110,6 +170,13 @@ export const ApiKey = Object.freeze({
   Metadata: 3,
   ListOffsets: 4,
   DeleteTopic: 5,
+  JoinGroup: 6,
+  Heartbeat: 7,
+  LeaveGroup: 8,
+  CommitOffsets: 9,
+  DescribeGroup: 10,
+  ListGroups: 11,
+  IdempotentProduce: 12,
 } as const);
 /** One of the {@link ApiKey} numbers. */
 export type ApiKey = (typeof ApiKey)[keyof typeof ApiKey];
@@ -122,6 +189,13 @@ export const apiVersionMax: Readonly<Record<ApiKey, number>> = Object.freeze({
   [ApiKey.Metadata]: 0,
   [ApiKey.ListOffsets]: 0,
   [ApiKey.DeleteTopic]: 0,
+  [ApiKey.JoinGroup]: 0,
+  [ApiKey.Heartbeat]: 0,
+  [ApiKey.LeaveGroup]: 0,
+  [ApiKey.CommitOffsets]: 0,
+  [ApiKey.DescribeGroup]: 0,
+  [ApiKey.ListGroups]: 0,
+  [ApiKey.IdempotentProduce]: 0,
 });
 
 /** Human names of the apis, for messages and logs. */
@@ -132,6 +206,13 @@ export const apiNames: Readonly<Record<ApiKey, string>> = Object.freeze({
   [ApiKey.Metadata]: "Metadata",
   [ApiKey.ListOffsets]: "ListOffsets",
   [ApiKey.DeleteTopic]: "DeleteTopic",
+  [ApiKey.JoinGroup]: "JoinGroup",
+  [ApiKey.Heartbeat]: "Heartbeat",
+  [ApiKey.LeaveGroup]: "LeaveGroup",
+  [ApiKey.CommitOffsets]: "CommitOffsets",
+  [ApiKey.DescribeGroup]: "DescribeGroup",
+  [ApiKey.ListGroups]: "ListGroups",
+  [ApiKey.IdempotentProduce]: "IdempotentProduce",
 });
 
 /** Bytes of the `length` prefix of every frame. */
@@ -222,21 +303,30 @@ export interface ErrorBody {
   code: string;
   /** The server's message. */
   message: string;
+  /** Machine-readable details (e.g. `{ expected_sequence: 4 }`), when the error has any. */
+  details?: Record<string, unknown>;
 }
 
-/** Encodes a response frame carrying an error-table row and a message. */
-export function encodeErrorResponse(correlationId: number, kind: ErrorKind, message: string): Uint8Array {
+/**
+ * Encodes a response frame carrying an error-table row and a message, and `details` (a JSON
+ * object) when given and not empty.
+ */
+export function encodeErrorResponse(correlationId: number, kind: ErrorKind, message: string, details?: Record<string, unknown>): Uint8Array {
   if (kind.tcp === 0) throw new RangeError("error number 0 means success");
-  return finishFrame(startResponse(correlationId, kind.tcp, 64 + message.length * 3).str16(kind.code).str32(message));
+  const w = startResponse(correlationId, kind.tcp, 64 + message.length * 3).str16(kind.code).str32(message);
+  if (details !== undefined && Object.keys(details).length > 0) w.str32(JSON.stringify(details));
+  return finishFrame(w);
 }
 
-/** Decodes an `error_body`. @throws ProtocolError `invalid_request` if malformed. */
+/** Decodes an `error_body` (details optional). @throws ProtocolError `invalid_request` if malformed. */
 export function decodeErrorBody(body: Uint8Array): ErrorBody {
   const r = new WireReader(body, "error response");
   const code = r.str16("code");
   const message = r.str32("message", "message_len");
-  r.end("message");
-  return { code, message };
+  if (r.remainingBytes === 0) return { code, message };
+  const details = parseJsonObject(r.str32("details", "details_len"), "error response", "details");
+  r.end("details");
+  return { code, message, details };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -646,4 +736,399 @@ function parseJsonObject(text: string, context: string, field: string): Record<s
     throw new ProtocolError(Errors.invalidRequest, field, `Cannot decode ${context}: field "${field}" must be a JSON object`);
   }
   return value as Record<string, unknown>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer groups (apis 6–11) and IdempotentProduce (api 12)
+
+/** Bytes of the smallest `assignments`/`topic partition` element: str16 (2) + partition (4). */
+const topicPartitionBytesMin = 6;
+
+function writeAssignments(w: WireWriter, assignments: readonly TopicPartition[]): void {
+  w.u32(assignments.length);
+  for (const a of assignments) w.str16(a.topic).u32(a.partition);
+}
+
+function readAssignments(r: WireReader, field: string): TopicPartition[] {
+  const count = r.u32(`${field}.assignment_count`);
+  checkRepeat(r, count, topicPartitionBytesMin, `${field}.assignment_count`);
+  const out: TopicPartition[] = [];
+  for (let i = 0; i < count; i++) out.push({ topic: r.str16(`${field}[${i}].topic`), partition: r.u32(`${field}[${i}].partition`) });
+  return out;
+}
+
+function readFlag(r: WireReader, field: string): boolean {
+  const v = r.u8(field);
+  if (v > 1) throw new ProtocolError(Errors.invalidRequest, field, `Cannot decode ${r.context}: field "${field}" is ${v}, must be 0 or 1`);
+  return v === 1;
+}
+
+/** UTF-8 of a group name or member id, checked to fit a str16. */
+function nameBytes(name: string, field: string): Uint8Array {
+  return topicBytes(name, field);
+}
+
+/**
+ * Encodes a JoinGroup request frame. An omitted `memberId` joins as a new member; an omitted
+ * `sessionTimeoutMs` sends 0 (broker default).
+ * @throws ProtocolError `invalid_request` for a field that does not fit.
+ */
+export function encodeJoinGroupRequest(correlationId: number, request: JoinGroupRequest): Uint8Array {
+  const group = nameBytes(request.group, "join_group.group");
+  const member = nameBytes(request.memberId ?? "", "join_group.member_id");
+  const timeout = request.sessionTimeoutMs ?? 0;
+  requireInt(timeout, 0, 0xffff_ffff, "join_group.session_timeout_ms");
+  const topics = request.topics.map((t, i) => topicBytes(t, `join_group.topics[${i}]`));
+  const w = startRequest(ApiKey.JoinGroup, correlationId, 32 + group.length + member.length + topics.reduce((n, t) => n + 2 + t.length, 0));
+  w.u16(group.length).bytes(group).u16(member.length).bytes(member).u32(timeout).u32(topics.length);
+  for (const t of topics) w.u16(t.length).bytes(t);
+  return finishFrame(w);
+}
+
+/** Decodes a JoinGroup request body. @throws ProtocolError `invalid_request` naming the field. */
+export function decodeJoinGroupRequest(body: Uint8Array): JoinGroupRequest {
+  const r = new WireReader(body, "JoinGroup request");
+  const group = r.str16("group");
+  const memberId = r.str16("member_id");
+  const timeout = r.u32("session_timeout_ms");
+  const count = r.u32("topic_count");
+  checkRepeat(r, count, 2, "topic_count");
+  const topics: string[] = [];
+  for (let i = 0; i < count; i++) topics.push(r.str16(`topics[${i}]`));
+  r.end(count === 0 ? "topic_count" : `topics[${count - 1}]`);
+  const request: JoinGroupRequest = { group, topics };
+  if (memberId !== "") request.memberId = memberId;
+  if (timeout !== 0) request.sessionTimeoutMs = timeout;
+  return request;
+}
+
+/** Encodes a JoinGroup response frame. */
+export function encodeJoinGroupResponse(correlationId: number, result: GroupAssignment): Uint8Array {
+  const w = startResponse(correlationId, 0, 64 + result.assignments.reduce((n, a) => n + 6 + a.topic.length * 3, 0));
+  w.str16(result.memberId).u64(result.generation).u32(result.sessionTimeoutMs);
+  writeAssignments(w, result.assignments);
+  return finishFrame(w);
+}
+
+/** Decodes a JoinGroup response body. @throws ProtocolError if malformed. */
+export function decodeJoinGroupResponse(body: Uint8Array): GroupAssignment {
+  const r = new WireReader(body, "JoinGroup response");
+  const memberId = r.str16("member_id");
+  const generation = r.u64("generation");
+  const sessionTimeoutMs = r.u32("session_timeout_ms");
+  const assignments = readAssignments(r, "assignments");
+  r.end("assignments");
+  return { memberId, generation, sessionTimeoutMs, assignments };
+}
+
+/** What a Heartbeat request carries. */
+export interface HeartbeatRequestFields {
+  group: string;
+  memberId: string;
+  /** The generation the member holds; omitted = not reported (then `rejoin` is false). */
+  generation?: number;
+}
+
+/** Encodes a Heartbeat request frame. @throws ProtocolError `invalid_request` for a field that does not fit. */
+export function encodeHeartbeatRequest(correlationId: number, request: HeartbeatRequestFields): Uint8Array {
+  const group = nameBytes(request.group, "heartbeat.group");
+  const member = nameBytes(request.memberId, "heartbeat.member_id");
+  if (request.generation !== undefined) requireInt(request.generation, 0, Number.MAX_SAFE_INTEGER, "heartbeat.generation");
+  const w = startRequest(ApiKey.Heartbeat, correlationId, 32 + group.length + member.length);
+  w.u16(group.length).bytes(group).u16(member.length).bytes(member).u8(request.generation === undefined ? 0 : 1).u64(request.generation ?? 0);
+  return finishFrame(w);
+}
+
+/** Decodes a Heartbeat request body. @throws ProtocolError naming the field. */
+export function decodeHeartbeatRequest(body: Uint8Array): HeartbeatRequestFields {
+  const r = new WireReader(body, "Heartbeat request");
+  const group = r.str16("group");
+  const memberId = r.str16("member_id");
+  const has = readFlag(r, "has_generation");
+  const generation = r.u64("generation");
+  r.end("generation");
+  return has ? { group, memberId, generation } : { group, memberId };
+}
+
+/** Encodes a Heartbeat response frame. */
+export function encodeHeartbeatResponse(correlationId: number, result: HeartbeatResult): Uint8Array {
+  const w = startResponse(correlationId, 0, 32 + result.assignments.reduce((n, a) => n + 6 + a.topic.length * 3, 0));
+  w.u64(result.generation).u8(result.rejoin ? 1 : 0);
+  writeAssignments(w, result.assignments);
+  return finishFrame(w);
+}
+
+/** Decodes a Heartbeat response body. @throws ProtocolError if malformed. */
+export function decodeHeartbeatResponse(body: Uint8Array): HeartbeatResult {
+  const r = new WireReader(body, "Heartbeat response");
+  const generation = r.u64("generation");
+  const rejoin = readFlag(r, "rejoin");
+  const assignments = readAssignments(r, "assignments");
+  r.end("assignments");
+  return { generation, rejoin, assignments };
+}
+
+/** Encodes a LeaveGroup request frame. */
+export function encodeLeaveGroupRequest(correlationId: number, request: { group: string; memberId: string }): Uint8Array {
+  const group = nameBytes(request.group, "leave_group.group");
+  const member = nameBytes(request.memberId, "leave_group.member_id");
+  const w = startRequest(ApiKey.LeaveGroup, correlationId, 16 + group.length + member.length);
+  w.u16(group.length).bytes(group).u16(member.length).bytes(member);
+  return finishFrame(w);
+}
+
+/** Decodes a LeaveGroup request body. @throws ProtocolError naming the field. */
+export function decodeLeaveGroupRequest(body: Uint8Array): { group: string; memberId: string } {
+  const r = new WireReader(body, "LeaveGroup request");
+  const group = r.str16("group");
+  const memberId = r.str16("member_id");
+  r.end("member_id");
+  return { group, memberId };
+}
+
+/** Encodes an empty success response (LeaveGroup, CommitOffsets). */
+export function encodeEmptyResponse(correlationId: number): Uint8Array {
+  return finishFrame(startResponse(correlationId, 0, 10));
+}
+
+/** Decodes an empty success body. @throws ProtocolError if bytes follow. */
+export function decodeEmptyResponse(body: Uint8Array): void {
+  new WireReader(body, "response").end("error");
+}
+
+/** Bytes of the smallest offset element of a CommitOffsets request: str16 (2) + partition (4) + offset (8). */
+const commitOffsetBytesMin = 14;
+
+/** Encodes a CommitOffsets request frame. @throws ProtocolError `invalid_request` for a field that does not fit (e.g. a negative offset). */
+export function encodeCommitOffsetsRequest(correlationId: number, request: CommitOffsetsRequest): Uint8Array {
+  const group = nameBytes(request.group, "commit_offsets.group");
+  const member = nameBytes(request.memberId ?? "", "commit_offsets.member_id");
+  if (request.generation !== undefined) requireInt(request.generation, 0, Number.MAX_SAFE_INTEGER, "commit_offsets.generation");
+  const offsets = request.offsets.map((o, i) => {
+    requireInt(o.partition, 0, 0xffff_ffff, `commit_offsets.offsets[${i}].partition`);
+    requireInt(o.offset, 0, Number.MAX_SAFE_INTEGER, `commit_offsets.offsets[${i}].offset`);
+    return { topic: topicBytes(o.topic, `commit_offsets.offsets[${i}].topic`), partition: o.partition, offset: o.offset };
+  });
+  const w = startRequest(ApiKey.CommitOffsets, correlationId, 32 + group.length + member.length + offsets.reduce((n, o) => n + commitOffsetBytesMin + o.topic.length, 0));
+  w.u16(group.length).bytes(group).u16(member.length).bytes(member).u8(request.generation === undefined ? 0 : 1).u64(request.generation ?? 0).u32(offsets.length);
+  for (const o of offsets) w.u16(o.topic.length).bytes(o.topic).u32(o.partition).u64(o.offset);
+  return finishFrame(w);
+}
+
+/** Decodes a CommitOffsets request body. @throws ProtocolError naming the field. */
+export function decodeCommitOffsetsRequest(body: Uint8Array): CommitOffsetsRequest {
+  const r = new WireReader(body, "CommitOffsets request");
+  const group = r.str16("group");
+  const memberId = r.str16("member_id");
+  const has = readFlag(r, "has_generation");
+  const generation = r.u64("generation");
+  const count = r.u32("offset_count");
+  checkRepeat(r, count, commitOffsetBytesMin, "offset_count");
+  const offsets: CommitOffsetsRequest["offsets"] = [];
+  for (let i = 0; i < count; i++) {
+    offsets.push({ topic: r.str16(`offsets[${i}].topic`), partition: r.u32(`offsets[${i}].partition`), offset: r.u64(`offsets[${i}].offset`) });
+  }
+  r.end(count === 0 ? "offset_count" : `offsets[${count - 1}]`);
+  const request: CommitOffsetsRequest = { group, offsets };
+  if (memberId !== "") request.memberId = memberId;
+  if (has) request.generation = generation;
+  return request;
+}
+
+/** Encodes a DescribeGroup request frame. */
+export function encodeDescribeGroupRequest(correlationId: number, request: { group: string }): Uint8Array {
+  const group = nameBytes(request.group, "describe_group.group");
+  const w = startRequest(ApiKey.DescribeGroup, correlationId, 16 + group.length);
+  w.u16(group.length).bytes(group);
+  return finishFrame(w);
+}
+
+/** Decodes a DescribeGroup request body. */
+export function decodeDescribeGroupRequest(body: Uint8Array): { group: string } {
+  const r = new WireReader(body, "DescribeGroup request");
+  const group = r.str16("group");
+  r.end("group");
+  return { group };
+}
+
+function writeGroupEntry(w: WireWriter, g: GroupDescription): void {
+  w.str16(g.group).u64(g.generation).u32(g.members.length);
+  for (const m of g.members) {
+    w.str16(m.memberId).u32(m.sessionTimeoutMs).u32(m.topics.length);
+    for (const t of m.topics) w.str16(t);
+    writeAssignments(w, m.assignments);
+  }
+  w.u32(g.offsets.length);
+  for (const o of g.offsets) {
+    const present = (o.committed !== null ? 1 : 0) | (o.highWatermark !== null ? 2 : 0) | (o.owner !== null ? 4 : 0);
+    w.str16(o.topic).u32(o.partition).u8(present).u64(o.committed ?? 0).u64(o.highWatermark ?? 0).str16(o.owner ?? "");
+  }
+}
+
+function readGroupEntry(r: WireReader, field: string): GroupDescription {
+  const group = r.str16(`${field}.group`);
+  const generation = r.u64(`${field}.generation`);
+  const memberCount = r.u32(`${field}.member_count`);
+  // A member is at least 2 + 4 + 4 + 4 bytes.
+  checkRepeat(r, memberCount, 14, `${field}.member_count`);
+  const members: GroupDescription["members"] = [];
+  for (let i = 0; i < memberCount; i++) {
+    const at = `${field}.members[${i}]`;
+    const memberId = r.str16(`${at}.member_id`);
+    const sessionTimeoutMs = r.u32(`${at}.session_timeout_ms`);
+    const topicCount = r.u32(`${at}.topic_count`);
+    checkRepeat(r, topicCount, 2, `${at}.topic_count`);
+    const topics: string[] = [];
+    for (let j = 0; j < topicCount; j++) topics.push(r.str16(`${at}.topics[${j}]`));
+    members.push({ memberId, sessionTimeoutMs, topics, assignments: readAssignments(r, `${at}.assignments`) });
+  }
+  const offsetCount = r.u32(`${field}.offset_count`);
+  // An offset entry is at least 2 + 4 + 1 + 8 + 8 + 2 bytes.
+  checkRepeat(r, offsetCount, 25, `${field}.offset_count`);
+  const offsets: GroupDescription["offsets"] = [];
+  for (let i = 0; i < offsetCount; i++) {
+    const at = `${field}.offsets[${i}]`;
+    const topic = r.str16(`${at}.topic`);
+    const partition = r.u32(`${at}.partition`);
+    const present = r.u8(`${at}.present`);
+    if (present > 7) throw new ProtocolError(Errors.invalidRequest, `${at}.present`, `Cannot decode ${r.context}: field "${at}.present" is ${present}, only bits 0–2 are defined`);
+    const committedRaw = r.u64(`${at}.committed`);
+    const highWatermarkRaw = r.u64(`${at}.high_watermark`);
+    const ownerRaw = r.str16(`${at}.owner`);
+    const committed = present & 1 ? committedRaw : null;
+    const highWatermark = present & 2 ? highWatermarkRaw : null;
+    const lag = committed !== null && highWatermark !== null ? Math.max(0, highWatermark - committed) : null;
+    offsets.push({ topic, partition, committed, highWatermark, lag, owner: present & 4 ? ownerRaw : null });
+  }
+  return { group, generation, members, offsets };
+}
+
+function groupEntryBytesEstimate(g: GroupDescription): number {
+  let n = 64 + g.group.length * 3;
+  for (const m of g.members) n += 32 + m.memberId.length * 3 + m.topics.reduce((a, t) => a + 2 + t.length * 3, 0) + m.assignments.reduce((a, x) => a + 6 + x.topic.length * 3, 0);
+  for (const o of g.offsets) n += 32 + o.topic.length * 3 + (o.owner?.length ?? 0) * 3;
+  return n;
+}
+
+/** Encodes a DescribeGroup response frame. */
+export function encodeDescribeGroupResponse(correlationId: number, group: GroupDescription): Uint8Array {
+  const w = startResponse(correlationId, 0, 10 + groupEntryBytesEstimate(group));
+  writeGroupEntry(w, group);
+  return finishFrame(w);
+}
+
+/** Decodes a DescribeGroup response body (lag is derived: high watermark − committed). @throws ProtocolError if malformed. */
+export function decodeDescribeGroupResponse(body: Uint8Array): GroupDescription {
+  const r = new WireReader(body, "DescribeGroup response");
+  const group = readGroupEntry(r, "group");
+  r.end("group");
+  return group;
+}
+
+/** Encodes a ListGroups request frame (empty body). */
+export function encodeListGroupsRequest(correlationId: number): Uint8Array {
+  return finishFrame(startRequest(ApiKey.ListGroups, correlationId, 12));
+}
+
+/** Decodes a ListGroups request body (must be empty). */
+export function decodeListGroupsRequest(body: Uint8Array): void {
+  new WireReader(body, "ListGroups request").end("correlation_id");
+}
+
+/** Encodes a ListGroups response frame. */
+export function encodeListGroupsResponse(correlationId: number, groups: readonly GroupDescription[]): Uint8Array {
+  const w = startResponse(correlationId, 0, 14 + groups.reduce((n, g) => n + groupEntryBytesEstimate(g), 0));
+  w.u32(groups.length);
+  for (const g of groups) writeGroupEntry(w, g);
+  return finishFrame(w);
+}
+
+/** Decodes a ListGroups response body. @throws ProtocolError if malformed. */
+export function decodeListGroupsResponse(body: Uint8Array): GroupDescription[] {
+  const r = new WireReader(body, "ListGroups response");
+  const count = r.u32("group_count");
+  // A group_entry is at least 2 + 8 + 4 + 4 bytes.
+  checkRepeat(r, count, 18, "group_count");
+  const groups: GroupDescription[] = [];
+  for (let i = 0; i < count; i++) groups.push(readGroupEntry(r, `groups[${i}]`));
+  r.end(count === 0 ? "group_count" : `groups[${count - 1}]`);
+  return groups;
+}
+
+/** What an IdempotentProduce request carries. */
+export interface IdempotentProduceRequestFields extends ProduceRequestFields {
+  producer: { id: string; epoch: number; sequence: number };
+}
+
+/**
+ * Encodes an IdempotentProduce request frame. The batch bytes are copied once.
+ * @throws ProtocolError `invalid_request` for a field that does not fit.
+ */
+export function encodeIdempotentProduceRequest(correlationId: number, request: IdempotentProduceRequestFields): Uint8Array {
+  const topic = topicBytes(request.topic, "idempotent_produce.topic");
+  const id = nameBytes(request.producer.id, "idempotent_produce.producer_id");
+  const partition = request.partition ?? -1;
+  requireInt(partition, -1, 0x7fff_ffff, "idempotent_produce.partition");
+  requireInt(request.producer.epoch, 0, 0xffff_ffff, "idempotent_produce.producer_epoch");
+  requireInt(request.producer.sequence, 0, Number.MAX_SAFE_INTEGER, "idempotent_produce.base_sequence");
+  requireInt(request.batch.count, 0, 0xffff_ffff, "idempotent_produce.record_count");
+  const w = startRequest(ApiKey.IdempotentProduce, correlationId, 12 + 2 + topic.length + 4 + 2 + id.length + 16 + request.batch.bytes.length);
+  w.u16(topic.length).bytes(topic).i32(partition).u16(id.length).bytes(id).u32(request.producer.epoch).u64(request.producer.sequence);
+  w.u32(request.batch.count).bytes(request.batch.bytes);
+  return finishFrame(w);
+}
+
+/**
+ * Decodes an IdempotentProduce request body; the entries are checked as in Produce.
+ * @throws ProtocolError `invalid_request` naming the field.
+ */
+export function decodeIdempotentProduceRequest(body: Uint8Array): ProduceRequest & { producer: NonNullable<ProduceRequest["producer"]> } {
+  const r = new WireReader(body, "IdempotentProduce request");
+  const topic = r.str16("topic");
+  const partition = r.i32("partition");
+  if (partition < -1) {
+    throw new ProtocolError(Errors.invalidRequest, "partition", `Cannot decode IdempotentProduce request: field "partition" is ${partition}, must be ≥ 0 or −1`);
+  }
+  const id = r.str16("producer_id");
+  const epoch = r.u32("producer_epoch");
+  const sequence = r.u64("base_sequence");
+  const recordCount = r.u32("record_count");
+  const entries = r.rest();
+  let scanned: number;
+  try {
+    scanned = scanEntries(entries, { maxCount: produceRecordsMax });
+  } catch (error) {
+    if (error instanceof RecordFormatError) {
+      throw new ProtocolError(Errors.invalidRequest, "entries", `Cannot decode IdempotentProduce request: field "entries": ${error.message}`);
+    }
+    throw error;
+  }
+  if (scanned !== recordCount) {
+    throw new ProtocolError(Errors.invalidRequest, "record_count", `Cannot decode IdempotentProduce request: field "record_count" is ${recordCount} but the entries hold ${scanned} records`);
+  }
+  const request: ProduceRequest & { producer: NonNullable<ProduceRequest["producer"]> } = { topic, batch: { bytes: entries, count: scanned }, producer: { id, epoch, sequence } };
+  if (partition >= 0) request.partition = partition;
+  return request;
+}
+
+/** Encodes an IdempotentProduce response frame. */
+export function encodeIdempotentProduceResponse(correlationId: number, result: ProduceResult): Uint8Array {
+  const w = startResponse(correlationId, 0, 11 + 4 + result.spans.length * produceSpanBytes);
+  w.u8(result.duplicate === true ? 1 : 0).u32(result.spans.length);
+  for (const span of result.spans) w.u32(span.partition).u64(span.baseOffset).u32(span.count);
+  return finishFrame(w);
+}
+
+/** Decodes an IdempotentProduce response body. @throws ProtocolError if malformed. */
+export function decodeIdempotentProduceResponse(body: Uint8Array): ProduceResult {
+  const r = new WireReader(body, "IdempotentProduce response");
+  const duplicate = readFlag(r, "duplicate");
+  const spanCount = r.u32("span_count");
+  checkRepeat(r, spanCount, produceSpanBytes, "span_count");
+  const spans: ProduceResult["spans"] = [];
+  for (let i = 0; i < spanCount; i++) {
+    spans.push({ partition: r.u32(`spans[${i}].partition`), baseOffset: r.u64(`spans[${i}].base_offset`), count: r.u32(`spans[${i}].count`) });
+  }
+  r.end("spans");
+  return { spans, duplicate };
 }

@@ -36,6 +36,19 @@ import type { Logger } from "../../lib/logger.ts";
 import {
   ApiKey,
   apiNames,
+  decodeCommitOffsetsRequest,
+  decodeDescribeGroupRequest,
+  decodeHeartbeatRequest,
+  decodeIdempotentProduceRequest,
+  decodeJoinGroupRequest,
+  decodeLeaveGroupRequest,
+  decodeListGroupsRequest,
+  encodeDescribeGroupResponse,
+  encodeEmptyResponse,
+  encodeHeartbeatResponse,
+  encodeIdempotentProduceResponse,
+  encodeJoinGroupResponse,
+  encodeListGroupsResponse,
   decodeCreateTopicRequest,
   decodeDeleteTopicRequest,
   decodeFetchRequest,
@@ -404,11 +417,39 @@ class Connection {
         const { topic } = decodeDeleteTopicRequest(body);
         return broker.deleteTopic(topic).then(() => encodeDeleteTopicResponse(correlationId));
       }
+      case ApiKey.JoinGroup: {
+        const request = decodeJoinGroupRequest(body);
+        return broker.joinGroup(request).then((result) => encodeJoinGroupResponse(correlationId, result));
+      }
+      case ApiKey.Heartbeat: {
+        const request = decodeHeartbeatRequest(body);
+        return broker.heartbeat(request).then((result) => encodeHeartbeatResponse(correlationId, result));
+      }
+      case ApiKey.LeaveGroup: {
+        const request = decodeLeaveGroupRequest(body);
+        return broker.leaveGroup(request).then(() => encodeEmptyResponse(correlationId));
+      }
+      case ApiKey.CommitOffsets: {
+        const request = decodeCommitOffsetsRequest(body);
+        return broker.commitOffsets(request).then(() => encodeEmptyResponse(correlationId));
+      }
+      case ApiKey.DescribeGroup: {
+        const { group } = decodeDescribeGroupRequest(body);
+        return broker.describeGroup(group).then((result) => encodeDescribeGroupResponse(correlationId, result));
+      }
+      case ApiKey.ListGroups: {
+        decodeListGroupsRequest(body);
+        return broker.listGroups().then((groups) => encodeListGroupsResponse(correlationId, groups));
+      }
+      case ApiKey.IdempotentProduce: {
+        const request = decodeIdempotentProduceRequest(body);
+        return broker.produce(request).then((result) => encodeIdempotentProduceResponse(correlationId, result));
+      }
     }
   }
 
   #errorResponse(api: ApiKey, correlationId: number, error: unknown): Uint8Array {
-    if (error instanceof BrokerError) return encodeErrorResponse(correlationId, error.kind, error.message);
+    if (error instanceof BrokerError) return encodeErrorResponse(correlationId, error.kind, error.message, error.details);
     this.#settings.logger.log("error", "tcp.internal_error", {
       remote: this.#socket.remoteAddress,
       api: apiNames[api],

@@ -1,0 +1,294 @@
+/**
+ * A consumer-group member over the TCP client: it joins, heartbeats in the background, fetches
+ * from the partitions the group assigns it, commits what it has handed out, and rejoins when the
+ * group rebalances (the broker's side is `src/broker/groups.ts`).
+ *
+ * - Positions: each owned partition starts at the group's committed offset, or, if none, at the
+ *   log start (`startFrom: "earliest"`, default) or the high watermark (`"latest"`). {@link poll}
+ *   hands out records and advances positions; {@link commit} commits the positions of the
+ *   partitions the member owns. Records handed out but not committed before a rebalance or a crash
+ *   are read again by the next owner: delivery is at least once, and nothing is skipped.
+ * - Heartbeats every `heartbeatIntervalMs` (default a third of the session timeout). A heartbeat
+ *   that reports a new generation, or a commit refused as `stale_generation` /
+ *   `not_partition_owner`, makes the next {@link poll} or {@link commit} rejoin first (same member
+ *   id); `unknown_member` (the session expired) makes it join again as a new member.
+ * - Fetches: one per owned partition at a time, long-polling; {@link poll} returns as soon as any
+ *   has records (or after `waitMs`), and fetches still running carry over to the next poll.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import type { TopicPartition } from "../broker/types.ts";
+import { Errors } from "../broker/errors.ts";
+import type { FetchResponse, TcpClient } from "./client.ts";
+import { ClientError } from "./errors.ts";
+import type { FetchedRecord } from "./records.ts";
+
+/** Options of {@link GroupConsumer.join}. */
+export interface GroupConsumerOptions {
+  client: TcpClient;
+  group: string;
+  topics: string[];
+  /** Session timeout asked of the broker, in ms (default 10 000). */
+  sessionTimeoutMs?: number;
+  /** Heartbeat period, in ms (default a third of the session timeout). */
+  heartbeatIntervalMs?: number;
+  /** Where a partition without a committed offset starts (default "earliest"). */
+  startFrom?: "earliest" | "latest";
+  /** Records per fetch (default 1000). */
+  maxRecords?: number;
+  /** Called after every (re)join with the member's partitions. */
+  onAssigned?: (assignments: TopicPartition[], generation: number) => void;
+}
+
+/** Records of one partition handed out by {@link GroupConsumer.poll}. */
+export interface ConsumedBatch {
+  topic: string;
+  partition: number;
+  records: FetchedRecord[];
+}
+
+interface Inflight {
+  offset: number;
+  done: boolean;
+  result: FetchResponse | null;
+  error: unknown;
+  promise: Promise<void>;
+}
+
+function key(tp: TopicPartition): string {
+  return `${tp.topic}\u0000${tp.partition}`;
+}
+
+/** See the module comment. Create with {@link GroupConsumer.join}. */
+export class GroupConsumer {
+  readonly group: string;
+  readonly topics: string[];
+  #client: TcpClient;
+  #sessionTimeoutMs: number;
+  #heartbeatIntervalMs: number;
+  #startFrom: "earliest" | "latest";
+  #maxRecords: number;
+  #onAssigned: GroupConsumerOptions["onAssigned"];
+  #memberId = "";
+  #generation = -1;
+  #assignments: TopicPartition[] = [];
+  /** Next offset to hand out, per owned partition. */
+  #positions = new Map<string, number>();
+  /** Last committed (by this member), per owned partition. */
+  #committed = new Map<string, number>();
+  #inflight = new Map<string, Inflight>();
+  #rejoin: "none" | "same" | "fresh" = "none";
+  #heartbeat: ReturnType<typeof setInterval> | null = null;
+  #closed = false;
+
+  private constructor(options: GroupConsumerOptions) {
+    this.#client = options.client;
+    this.group = options.group;
+    this.topics = [...options.topics];
+    this.#sessionTimeoutMs = options.sessionTimeoutMs ?? 10_000;
+    this.#heartbeatIntervalMs = options.heartbeatIntervalMs ?? Math.max(10, Math.floor(this.#sessionTimeoutMs / 3));
+    this.#startFrom = options.startFrom ?? "earliest";
+    this.#maxRecords = options.maxRecords ?? 1000;
+    this.#onAssigned = options.onAssigned;
+  }
+
+  /** Joins the group and starts heartbeating. @throws ClientError from the join (e.g. `topic_not_found`). */
+  static async join(options: GroupConsumerOptions): Promise<GroupConsumer> {
+    const consumer = new GroupConsumer(options);
+    await consumer.#join(false);
+    consumer.#heartbeat = setInterval(() => void consumer.#beat(), consumer.#heartbeatIntervalMs);
+    consumer.#heartbeat.unref?.();
+    return consumer;
+  }
+
+  /** This member's id. */
+  get memberId(): string {
+    return this.#memberId;
+  }
+
+  /** The generation this member's assignment belongs to. */
+  get generation(): number {
+    return this.#generation;
+  }
+
+  /** The partitions this member owns now. */
+  get assignments(): TopicPartition[] {
+    return [...this.#assignments];
+  }
+
+  /** The next offset this member will hand out for a partition it owns, or undefined. */
+  position(tp: TopicPartition): number | undefined {
+    return this.#positions.get(key(tp));
+  }
+
+  async #join(asSameMember: boolean): Promise<void> {
+    const result = await this.#client.joinGroup({
+      group: this.group,
+      topics: this.topics,
+      sessionTimeoutMs: this.#sessionTimeoutMs,
+      ...(asSameMember && this.#memberId !== "" ? { memberId: this.#memberId } : {}),
+    });
+    this.#rejoin = "none";
+    this.#memberId = result.memberId;
+    this.#generation = result.generation;
+    await this.#assign(result.assignments);
+  }
+
+  /** Takes a new assignment: keeps the positions of partitions still owned, starts the new ones from the committed offsets. */
+  async #assign(assignments: TopicPartition[]): Promise<void> {
+    const owned = new Set(assignments.map(key));
+    for (const k of [...this.#positions.keys()]) {
+      if (!owned.has(k)) {
+        this.#positions.delete(k);
+        this.#committed.delete(k);
+        this.#inflight.delete(k);
+      }
+    }
+    const fresh = assignments.filter((tp) => !this.#positions.has(key(tp)));
+    if (fresh.length > 0) {
+      const description = await this.#client.describeGroup(this.group);
+      const committed = new Map(description.offsets.filter((o) => o.committed !== null).map((o) => [key(o), o.committed as number]));
+      for (const tp of fresh) {
+        let start = committed.get(key(tp));
+        if (start === undefined) {
+          const bounds = await this.#client.listOffsets(tp);
+          start = this.#startFrom === "earliest" ? bounds.logStartOffset : bounds.highWatermark;
+        } else {
+          this.#committed.set(key(tp), start);
+        }
+        this.#positions.set(key(tp), start);
+      }
+    }
+    this.#assignments = [...assignments];
+    this.#onAssigned?.(this.assignments, this.#generation);
+  }
+
+  async #beat(): Promise<void> {
+    if (this.#closed || this.#client.closed || this.#rejoin !== "none") return;
+    try {
+      const hb = await this.#client.heartbeat({ group: this.group, memberId: this.#memberId, generation: this.#generation });
+      if (hb.rejoin && this.#rejoin === "none") this.#rejoin = "same";
+    } catch (err) {
+      if (err instanceof ClientError && (err.code === Errors.unknownMember.code || err.code === Errors.groupNotFound.code)) this.#rejoin = "fresh";
+      // Other failures (a lost connection) surface at the next poll or commit.
+    }
+  }
+
+  /** Rejoins first if a rebalance or an expired session asked for it. */
+  async #ensureMember(): Promise<void> {
+    if (this.#closed) throw ClientError.connectionClosed(`Cannot consume from group "${this.group}": the consumer is closed`);
+    if (this.#rejoin === "none") return;
+    const fresh = this.#rejoin === "fresh";
+    try {
+      await this.#join(!fresh);
+    } catch (err) {
+      if (!fresh && err instanceof ClientError && err.code === Errors.unknownMember.code) await this.#join(false);
+      else throw err;
+    }
+  }
+
+  /**
+   * Hands out records from the member's partitions: waits up to `waitMs` (default 1000) for any,
+   * and returns what has arrived (possibly nothing). Positions advance past what is returned.
+   * @throws ClientError if a fetch fails for another reason than a rebalance.
+   */
+  async poll(options: { waitMs?: number } = {}): Promise<ConsumedBatch[]> {
+    await this.#ensureMember();
+    const waitMs = options.waitMs ?? 1000;
+    for (const tp of this.#assignments) {
+      const k = key(tp);
+      if (this.#inflight.has(k)) continue;
+      const offset = this.#positions.get(k)!;
+      const entry: Inflight = { offset, done: false, result: null, error: null, promise: Promise.resolve() };
+      entry.promise = this.#client
+        .fetch({ topic: tp.topic, partition: tp.partition, offset, maxRecords: this.#maxRecords, waitMs })
+        .then(
+          (r) => void (entry.result = r),
+          (e: unknown) => void (entry.error = e),
+        )
+        .finally(() => (entry.done = true));
+      this.#inflight.set(k, entry);
+    }
+    const pending = [...this.#inflight.values()].map((e) => e.promise);
+    if (pending.length === 0) {
+      await sleep(Math.min(waitMs, 100));
+      return [];
+    }
+    const timer = new AbortController();
+    await Promise.race([Promise.race(pending), sleep(waitMs, undefined, { signal: timer.signal }).catch(() => {})]);
+    timer.abort();
+    const out: ConsumedBatch[] = [];
+    for (const tp of this.#assignments) {
+      const k = key(tp);
+      const entry = this.#inflight.get(k);
+      if (entry === undefined || !entry.done) continue;
+      this.#inflight.delete(k);
+      if (entry.error !== null) {
+        if (entry.error instanceof ClientError && entry.error.code === Errors.offsetOutOfRange.code) {
+          // Retention moved the log start past the position: continue from where the log starts now.
+          const bounds = await this.#client.listOffsets(tp);
+          this.#positions.set(k, entry.offset < bounds.logStartOffset ? bounds.logStartOffset : bounds.highWatermark);
+          continue;
+        }
+        throw entry.error;
+      }
+      const result = entry.result!;
+      if (entry.offset !== this.#positions.get(k)) continue; // the position moved (reassigned) meanwhile
+      this.#positions.set(k, result.nextOffset);
+      if (result.records.length > 0) out.push({ topic: tp.topic, partition: tp.partition, records: result.records });
+    }
+    return out;
+  }
+
+  /**
+   * Commits the positions of the partitions this member owns (only those that moved). Resolves
+   * true if committed (or nothing to commit), false if the group rebalanced first (the next poll
+   * rejoins; what was not committed will be read again by its next owner).
+   * @param upTo commit these positions instead (a prefix of what was handed out), per partition.
+   * @throws ClientError for other failures.
+   */
+  async commit(upTo?: Map<string, number> | { topic: string; partition: number; offset: number }[]): Promise<boolean> {
+    await this.#ensureMember();
+    const wanted = new Map<string, number>();
+    if (upTo === undefined) for (const [k, v] of this.#positions) wanted.set(k, v);
+    else if (upTo instanceof Map) for (const [k, v] of upTo) wanted.set(k, v);
+    else for (const o of upTo) wanted.set(key(o), o.offset);
+    const offsets: { topic: string; partition: number; offset: number }[] = [];
+    for (const tp of this.#assignments) {
+      const k = key(tp);
+      const offset = wanted.get(k);
+      if (offset === undefined || offset === this.#committed.get(k)) continue;
+      offsets.push({ ...tp, offset });
+    }
+    if (offsets.length === 0) return true;
+    try {
+      await this.#client.commitOffsets({ group: this.group, memberId: this.#memberId, generation: this.#generation, offsets });
+    } catch (err) {
+      if (err instanceof ClientError && (err.code === Errors.staleGeneration.code || err.code === Errors.notPartitionOwner.code)) {
+        this.#rejoin = "same";
+        return false;
+      }
+      if (err instanceof ClientError && err.code === Errors.unknownMember.code) {
+        this.#rejoin = "fresh";
+        return false;
+      }
+      throw err;
+    }
+    for (const o of offsets) this.#committed.set(key(o), o.offset);
+    return true;
+  }
+
+  /** Key of a partition in the maps {@link commit} takes. */
+  static partitionKey(tp: TopicPartition): string {
+    return key(tp);
+  }
+
+  /** Stops heartbeating and leaves the group (its partitions go to the other members at once). */
+  async close(options: { leave?: boolean } = {}): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#heartbeat !== null) clearInterval(this.#heartbeat);
+    if (options.leave !== false && !this.#client.closed) {
+      await this.#client.leaveGroup({ group: this.group, memberId: this.#memberId }).catch(() => {});
+    }
+  }
+}

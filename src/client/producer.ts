@@ -1,0 +1,207 @@
+/**
+ * An idempotent producer over the TCP client: it numbers its records per partition and retries
+ * on its own, so a batch the broker acknowledges is stored once however often it was sent
+ * (Kafka's idempotent producer; the broker's rules are the decision table in
+ * `src/broker/producers.ts`).
+ *
+ * - Sequences: per partition, every record counts one; a batch carries the sequence of its first
+ *   record. Batches of one partition are sent one at a time, in the order `send` was called.
+ * - Retries: on a lost connection, a timeout or a retriable server error, the same batch (same
+ *   epoch and sequence) is sent again — over a new connection if needed — until it is answered or
+ *   `deliveryTimeoutMs` passes. A resend of a batch that was in fact stored is answered with its
+ *   original offsets (`duplicate: true`).
+ * - `unknown_producer` (the broker forgot this producer after a long idle time): the producer
+ *   starts a new epoch (epoch + 1), every partition's sequence restarts at 0, and the batch is sent
+ *   again as the new epoch's first. A batch later refused as `producer_fenced` by that change
+ *   (it was numbered in the old epoch) is renumbered and sent again — unless an earlier attempt
+ *   of it went unanswered (it may be stored), in which case `send` rejects rather than risk
+ *   storing it twice.
+ * - Other refusals (`out_of_order_sequence`, `duplicate_sequence`, `producer_fenced` by another
+ *   incarnation) reject `send`.
+ *
+ * Partition choice must be known before sending (sequences are per partition): `partition`, or
+ * else each record's key (murmur2, as the broker does) and, for keyless records, the producer id
+ * — every record of one `send` must map to the same partition.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import type { ProduceResult } from "../broker/types.ts";
+import { partitionForKey } from "../lib/murmur2.ts";
+import { EntryCursor, type EntryBatch } from "../storage/record.ts";
+import type { TcpClient } from "./client.ts";
+import { ClientError } from "./errors.ts";
+import { buildEntryBatch, type ProduceRecord } from "./records.ts";
+import { Errors } from "../broker/errors.ts";
+
+/** Options of {@link IdempotentProducer}. */
+export interface IdempotentProducerOptions {
+  /** Opens a connection to the broker; called at first use and again after a connection is lost. */
+  connect: () => Promise<TcpClient>;
+  /** The producer's stable id: 1–249 characters of `[A-Za-z0-9._:-]`. */
+  producerId: string;
+  /** The epoch to start with (default 0). A restarted application passes a higher one to fence its old incarnation. */
+  epoch?: number;
+  /** How long one `send` keeps retrying, in ms (default 120 000). */
+  deliveryTimeoutMs?: number;
+  /** Wait before the first retry, in ms; it doubles per attempt up to 1 s (default 20). */
+  retryBackoffMs?: number;
+}
+
+interface PartitionState {
+  nextSequence: number;
+  /** Sends of this partition run one after another. */
+  tail: Promise<unknown>;
+}
+
+const retriableCodes = new Set<string>(["connection_closed", "timeout"]);
+
+/** See the module comment. */
+export class IdempotentProducer {
+  readonly producerId: string;
+  #epoch: number;
+  #connect: () => Promise<TcpClient>;
+  #client: TcpClient | null = null;
+  #connecting: Promise<TcpClient> | null = null;
+  #partitions = new Map<string, PartitionState>();
+  #partitionCounts = new Map<string, number>();
+  #deliveryTimeoutMs: number;
+  #retryBackoffMs: number;
+  #closed = false;
+
+  constructor(options: IdempotentProducerOptions) {
+    this.producerId = options.producerId;
+    this.#epoch = options.epoch ?? 0;
+    this.#connect = options.connect;
+    this.#deliveryTimeoutMs = options.deliveryTimeoutMs ?? 120_000;
+    this.#retryBackoffMs = options.retryBackoffMs ?? 20;
+  }
+
+  /** The epoch the producer sends with now. */
+  get epoch(): number {
+    return this.#epoch;
+  }
+
+  /** The next sequence of a partition (0 if nothing was sent to it in this epoch). */
+  nextSequence(topic: string, partition: number): number {
+    return this.#partitions.get(`${topic}/${partition}`)?.nextSequence ?? 0;
+  }
+
+  async #clientNow(): Promise<TcpClient> {
+    if (this.#closed) throw ClientError.connectionClosed("Cannot send: the producer is closed");
+    if (this.#client !== null && !this.#client.closed) return this.#client;
+    if (this.#connecting === null) {
+      this.#connecting = this.#connect().finally(() => (this.#connecting = null));
+    }
+    this.#client = await this.#connecting;
+    return this.#client;
+  }
+
+  async #partitionFor(topic: string, batch: EntryBatch, partition: number | undefined): Promise<number> {
+    if (partition !== undefined && partition >= 0) return partition;
+    let count = this.#partitionCounts.get(topic);
+    if (count === undefined) {
+      const [description] = await this.#withRetries(async () => (await this.#clientNow()).metadata([topic]));
+      count = description.partitions.length;
+      this.#partitionCounts.set(topic, count);
+    }
+    const cursor = new EntryCursor(batch);
+    const idBytes = new TextEncoder().encode(this.producerId);
+    let chosen = -1;
+    while (cursor.next()) {
+      const key = cursor.key();
+      const p = partitionForKey(key ?? idBytes, count);
+      if (chosen === -1) chosen = p;
+      else if (p !== chosen) {
+        throw ClientError.fromKind(Errors.invalidRequest, `Cannot send to topic "${topic}" as producer "${this.producerId}": the records' keys map to several partitions; give a partition or send them separately`);
+      }
+    }
+    return chosen;
+  }
+
+  /** Runs `fn`, retrying lost connections and timeouts until the delivery timeout. */
+  async #withRetries<T>(fn: () => Promise<T>): Promise<T> {
+    const deadline = Date.now() + this.#deliveryTimeoutMs;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn();
+      } catch (err) {
+        if (!(err instanceof ClientError) || !(err.retriable || retriableCodes.has(err.code)) || Date.now() >= deadline || this.#closed) throw err;
+        await sleep(Math.min(1000, this.#retryBackoffMs * 2 ** attempt));
+      }
+    }
+  }
+
+  /**
+   * Sends records idempotently; resolves once they are durable, with where they went
+   * (`duplicate: true` when an earlier attempt had already stored them).
+   * @throws ClientError after the delivery timeout (the last error), or a refusal (module comment).
+   */
+  async send(topic: string, records: readonly ProduceRecord[] | EntryBatch, options: { partition?: number } = {}): Promise<ProduceResult> {
+    const batch = Array.isArray(records) ? buildEntryBatch(records as readonly ProduceRecord[]) : (records as EntryBatch);
+    if (batch.count === 0) return { spans: [], duplicate: false };
+    const partition = await this.#partitionFor(topic, batch, options.partition);
+    const key = `${topic}/${partition}`;
+    let state = this.#partitions.get(key);
+    if (state === undefined) {
+      state = { nextSequence: 0, tail: Promise.resolve() };
+      this.#partitions.set(key, state);
+    }
+    const s = state;
+    const run = s.tail.then(
+      () => this.#deliver(topic, partition, s, batch),
+      () => this.#deliver(topic, partition, s, batch),
+    );
+    s.tail = run.catch(() => {});
+    return run;
+  }
+
+  async #deliver(topic: string, partition: number, state: PartitionState, batch: EntryBatch): Promise<ProduceResult> {
+    const deadline = Date.now() + this.#deliveryTimeoutMs;
+    let epoch = this.#epoch;
+    let sequence = state.nextSequence;
+    state.nextSequence += batch.count;
+    let ambiguous = false;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const client = await this.#clientNow();
+        const result = await client.produceIdempotent(topic, batch, { partition, producer: { id: this.producerId, epoch, sequence } });
+        return result;
+      } catch (err) {
+        if (!(err instanceof ClientError) || this.#closed) throw err;
+        if (err.code === Errors.unknownProducer.code) {
+          // Forgotten by the broker: begin a new epoch, in which every partition starts at 0.
+          if (this.#epoch === epoch) this.#startEpoch(epoch + 1);
+          [epoch, sequence] = this.#renumber(state, batch);
+          continue;
+        }
+        if (err.code === Errors.producerFenced.code && epoch < this.#epoch) {
+          // Numbered in an epoch this producer itself left behind: renumber, unless it may be stored.
+          if (ambiguous) throw err;
+          [epoch, sequence] = this.#renumber(state, batch);
+          continue;
+        }
+        const retriable = err.retriable || retriableCodes.has(err.code);
+        if (!retriable || Date.now() >= deadline) throw err;
+        if (err.code === "connection_closed" || err.code === "timeout") ambiguous = true;
+        await sleep(Math.min(1000, this.#retryBackoffMs * 2 ** attempt));
+      }
+    }
+  }
+
+  #startEpoch(epoch: number): void {
+    this.#epoch = epoch;
+    for (const s of this.#partitions.values()) s.nextSequence = 0;
+  }
+
+  /** Gives `batch` the next sequence of its partition in the current epoch. */
+  #renumber(state: PartitionState, batch: EntryBatch): [number, number] {
+    const sequence = state.nextSequence;
+    state.nextSequence += batch.count;
+    return [this.#epoch, sequence];
+  }
+
+  /** Stops retrying and closes the connection. Sends in progress reject. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#client?.close();
+  }
+}
