@@ -17,6 +17,10 @@
  * | `POST /v1/topics/{topic}/records` (JSON or NDJSON)         | 200 `{"offsets":[…]}` once durable |
  * | `GET /v1/topics/{topic}/partitions/{p}/records?offset=…`   | 200 records (long-poll: `wait_ms`) |
  * | `GET /v1/topics/{topic}/partitions/{p}/stream`             | 200 `text/event-stream`         |
+ * | `/v1/groups/…` (consumer groups, `groups.ts`)              | see `groups.ts`                 |
+ *
+ * Produce with `Producer-Id`, `Producer-Epoch`, `Producer-Seq` headers is idempotent
+ * (`groups.ts`, `broker/producers.ts`); its answer adds `"duplicate"`.
  *
  * Errors are `{"error":{"code","message","details"?}}` with the status of the error table
  * (`src/broker/errors.ts`), produced by one `onError`. Unknown routes are 404 `not_found`. A body
@@ -52,6 +56,7 @@ import { parseInteger } from "./params.ts";
 import type { DecodedProduce } from "./produce.ts";
 import { decodeJsonProduce, decodeNdjsonProduce, partitionNumberMax } from "./produce.ts";
 import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
+import { producerFromHeaders, registerGroupRoutes } from "./groups.ts";
 
 /**
  * Values the server passes to every request as Hono's `c.env`. `serveHttp`
@@ -309,8 +314,10 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       const bytes = await readBody(c, action);
       decoded = decodeJsonProduce(parseJson(bytes, action), { action, sizeHintBytes: bytes.length });
     }
-    const result = await broker.produce({ topic, ...decoded });
-    return c.json({ offsets: produceOffsetsJson(result, decoded.batch.count) });
+    const producer = producerFromHeaders(c, action);
+    const result = await broker.produce({ topic, ...decoded, producer });
+    const offsets = produceOffsetsJson(result, decoded.batch.count);
+    return c.json(producer === undefined ? { offsets } : { offsets, duplicate: result.duplicate === true });
   });
 
   app.get("/v1/topics/:topic/partitions/:partition/records", async (c) => {
@@ -349,6 +356,8 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     }
     return streamRecords(c, { topic, partition, offset, encoding, signal: requestSignal(c) }, { broker, logger, heartbeatMs });
   });
+
+  registerGroupRoutes(app, { broker, limitBody, readBody, parseJson });
 
   return app;
 }
