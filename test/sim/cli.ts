@@ -69,9 +69,11 @@ async function main(): Promise<number> {
   const from = values.from === undefined ? 1 : integer("--from", values.from);
   const started = performance.now();
   let failed = 0;
+  const totals: Record<string, number> = {};
   for (let seed = from; seed < from + count; seed++) {
     try {
-      await runSimulation({ seed, steps });
+      const summary = await runSimulation({ seed, steps });
+      for (const [key, value] of Object.entries(summary)) if (key !== "seed") totals[key] = (totals[key] ?? 0) + value;
     } catch (err) {
       failed++;
       console.log(err instanceof Error ? err.message.split("\n")[0] : String(err));
@@ -79,6 +81,7 @@ async function main(): Promise<number> {
     const done = seed - from + 1;
     if (done % 1000 === 0) console.log(`… ${done} seeds, ${failed} failed, ${((performance.now() - started) / 1000).toFixed(0)} s`);
   }
+  console.log(`totals over the passing seeds: ${JSON.stringify(totals)}`);
   console.log(`${count - failed} passed, ${failed} failed (seeds ${from}…${from + count - 1}, ${((performance.now() - started) / 1000).toFixed(1)} s)`);
   return failed === 0 ? 0 : 1;
 }
