@@ -1,5 +1,6 @@
 // CRC-32 on this runtime: native `zlib.crc32` against the npm `crc-32` package, on 256-byte and
-// 64 KiB buffers (a small record and a large batch). Runs unchanged on Node, Deno and Bun:
+// 64 KiB buffers (a small record and a large batch), plus 64 B and 1 KiB to place the crossover
+// where there is one (Node). Runs unchanged on Node, Deno and Bun:
 //
 //   node bench/crc32.mjs            deno run -A bench/crc32.mjs            bun bench/crc32.mjs
 //
@@ -22,7 +23,7 @@ for (const [name, fn] of Object.entries(impls)) {
   if (fn && fn(check) !== 0xcbf43926) throw new Error(`${name} gives 0x${fn(check).toString(16)} for "123456789"`);
 }
 
-for (const sizeBytes of [256, 64 * 1024]) {
+for (const sizeBytes of [64, 256, 1024, 64 * 1024]) {
   // Many distinct buffers, so no implementation profits from one hot cache line.
   const buffers = Array.from({ length: 64 }, (_, i) => {
     const b = new Uint8Array(sizeBytes);
