@@ -1,9 +1,11 @@
 /**
- * The kcat-like client commands: `produce`, `consume` and `topics`. They talk to a running broker
- * over the TCP protocol (`--broker host:port`, default 127.0.0.1:9092).
+ * The kcat-like client commands: `produce`, `consume`, `topics` and `groups`. They talk to a
+ * running broker over the TCP protocol (`--broker host:port`, default 127.0.0.1:9092).
  */
 import { parseArgs } from "node:util";
-import { TcpClient } from "../client/client.ts";
+import { GroupConsumer, IdempotentProducer, TcpClient } from "../client/client.ts";
+import { partitionForKey } from "../lib/murmur2.ts";
+import type { GroupDescription } from "../broker/types.ts";
 import { EntryBatchBuilder } from "../storage/record.ts";
 import { utf8 } from "../lib/bytes.ts";
 import type { TopicDescription } from "../broker/types.ts";
@@ -22,6 +24,11 @@ Options:
   --partition N            send every record to partition N (default: by key, else round-robin)
   --key-separator SEP      split each line at the first SEP into key and value
   --batch-records N        records per request (default 1000)
+  --producer-id ID         produce idempotently as producer ID: every batch carries a sequence
+                           number, and a batch resent after a lost answer is stored only once
+  --producer-epoch N       with --producer-id: the epoch (default: the current Unix time in
+                           seconds, so each run is a new incarnation that fences older ones and
+                           starts its sequences at 0)
   -h, --help               show this help
 `;
 
@@ -39,9 +46,26 @@ Options:
   --follow                 keep waiting for new records
   --key-separator SEP      print KEY SEP VALUE for each record (no key prints nothing before SEP)
   --max-records N          stop after N records
+  --group G                consume as a member of consumer group G: read only the partitions the
+                           group assigns, starting at its committed offsets, and commit after each
+                           printed batch; without --follow, leave once caught up
+  --session-timeout MS     with --group: drop out of the group after this long without a
+                           heartbeat (default 10000)
   -h, --help               show this help
 
-Without --from-beginning or --offset it starts at the end of the log (new records only).
+Without --from-beginning or --offset it starts at the end of the log (new records only); with
+--group that applies only to partitions the group has never committed.
+`;
+
+/** Help text of `es-broker groups`. */
+export const groupsHelp = `Usage: es-broker groups <list|describe> [GROUP] [options]
+
+  list                     group names with their generation and member count, one per line
+  describe GROUP           members, assignments, committed offsets and lag as JSON
+
+Options:
+  --broker HOST:PORT       broker TCP address (default ${brokerDefault})
+  -h, --help               show this help
 `;
 
 /** Help text of `es-broker topics`. */
@@ -85,6 +109,8 @@ export async function produce(argv: string[]): Promise<number> {
       partition: { type: "string" },
       "key-separator": { type: "string" },
       "batch-records": { type: "string" },
+      "producer-id": { type: "string" },
+      "producer-epoch": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     allowPositionals: true,
@@ -96,26 +122,55 @@ export async function produce(argv: string[]): Promise<number> {
   const batchRecords = intOption("batch-records", values["batch-records"], 1000, 1, 100_000);
   const separator = values["key-separator"] === undefined ? null : utf8(values["key-separator"]);
   if (separator !== null && separator.length === 0) throw new UsageError("--key-separator must not be empty");
+  const producerId = values["producer-id"];
+  if (values["producer-epoch"] !== undefined && producerId === undefined) throw new UsageError("--producer-epoch needs --producer-id");
+  const producerEpoch = intOption("producer-epoch", values["producer-epoch"], Math.min(Math.floor(Date.now() / 1000), 0x7fff_ffff), 0, 0x7fff_ffff);
   const client = await connect(values.broker);
+  const idempotent = producerId === undefined ? null : new IdempotentProducer({ connect: () => connect(values.broker), producerId, epoch: producerEpoch });
+  // Idempotent batches go to one partition each: records are grouped by the partition the
+  // broker would pick (murmur2 of the key, or of the producer id for keyless records).
+  const partitionCount = idempotent !== null && partition < 0 ? (await client.metadata([topic]))[0].partitions.length : 1;
+  const idBytes = utf8(producerId ?? "");
   const inFlight: Promise<unknown>[] = [];
-  let builder = new EntryBatchBuilder(64 * 1024);
+  const builders = new Map<number, EntryBatchBuilder>();
+  let buffered = 0;
+  let bufferedBytes = 0;
   let total = 0;
-  const send = async () => {
-    if (builder.count === 0) return;
-    const batch = builder.build();
+  const sendOne = async (p: number, b: EntryBatchBuilder) => {
+    const batch = b.build();
     total += batch.count;
-    builder = new EntryBatchBuilder(64 * 1024);
-    inFlight.push(client.produce(topic, batch, { partition }));
+    inFlight.push(idempotent !== null ? idempotent.send(topic, batch, { partition: p }) : client.produce(topic, batch, { partition: p }));
     if (inFlight.length >= 8) await inFlight.shift();
   };
+  const send = async () => {
+    const all = [...builders];
+    builders.clear();
+    buffered = 0;
+    bufferedBytes = 0;
+    for (const [p, b] of all) if (b.count > 0) await sendOne(p, b);
+  };
+  const builderFor = (key: Uint8Array | null): EntryBatchBuilder => {
+    const p = idempotent === null || partition >= 0 ? partition : partitionForKey(key ?? idBytes, partitionCount);
+    let b = builders.get(p);
+    if (b === undefined) {
+      b = new EntryBatchBuilder(64 * 1024);
+      builders.set(p, b);
+    }
+    return b;
+  };
   const addLine = (line: Uint8Array) => {
+    buffered++;
+    bufferedBytes += line.length + 16;
     if (separator === null) {
-      builder.add(null, line);
+      builderFor(null).add(null, line);
       return;
     }
     const at = indexOfBytes(line, separator, 0, line.length);
-    if (at < 0) builder.add(null, line);
-    else builder.add(line.subarray(0, at), line.subarray(at + separator.length));
+    if (at < 0) builderFor(null).add(null, line);
+    else {
+      const key = line.subarray(0, at);
+      builderFor(key).add(key, line.subarray(at + separator.length));
+    }
   };
   try {
     let carry = new Uint8Array(0);
@@ -132,16 +187,17 @@ export async function produce(argv: string[]): Promise<number> {
         if (nl < 0) break;
         addLine(data.slice(start, nl));
         start = nl + 1;
-        if (builder.count >= batchRecords || builder.sizeBytes >= 1024 * 1024) await send();
+        if (buffered >= batchRecords || bufferedBytes >= 1024 * 1024) await send();
       }
       carry = data.slice(start);
     }
     if (carry.length > 0) addLine(carry);
     await send();
     await Promise.all(inFlight);
-    process.stderr.write(`es-broker: produced ${total} records to "${topic}"\n`);
+    process.stderr.write(`es-broker: produced ${total} records to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}\n`);
     return 0;
   } finally {
+    await idempotent?.close();
     await client.close();
   }
 }
@@ -158,11 +214,27 @@ export async function consume(argv: string[]): Promise<number> {
       follow: { type: "boolean", default: false },
       "key-separator": { type: "string" },
       "max-records": { type: "string" },
+      group: { type: "string" },
+      "session-timeout": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     allowPositionals: true,
   });
   if (values.help) return void process.stdout.write(consumeHelp), 0;
+  if (values.group !== undefined) {
+    if (values.partition !== undefined || values.offset !== undefined) throw new UsageError("--group assigns partitions and offsets itself: not with --partition or --offset");
+    if (positionals.length !== 1) throw new UsageError("consume needs exactly one TOPIC");
+    return consumeGroup({
+      topic: positionals[0],
+      group: values.group,
+      broker: values.broker,
+      fromBeginning: values["from-beginning"] === true,
+      follow: values.follow === true,
+      separator: values["key-separator"] === undefined ? null : utf8(values["key-separator"]),
+      maxRecords: intOption("max-records", values["max-records"], Number.MAX_SAFE_INTEGER, 1, Number.MAX_SAFE_INTEGER),
+      sessionTimeoutMs: intOption("session-timeout", values["session-timeout"], 10_000, 100, 3_600_000),
+    });
+  }
   if (positionals.length !== 1) throw new UsageError("consume needs exactly one TOPIC");
   const topic = positionals[0];
   const onlyPartition = intOption("partition", values.partition, -1, 0, 4095);
@@ -210,6 +282,122 @@ export async function consume(argv: string[]): Promise<number> {
         const { highWatermark } = await client.listOffsets({ topic, partition: p });
         await readPartition(p, highWatermark);
       }
+    }
+    return 0;
+  } finally {
+    await client.close();
+  }
+}
+
+/** Resolves once everything written to stdout so far has been handed to the OS. */
+function flushOut(): Promise<void> {
+  return new Promise((resolve) => process.stdout.write("", () => resolve()));
+}
+
+/**
+ * `es-broker consume TOPIC --group G`: prints the records of the partitions the group assigns,
+ * committing after each printed batch (only once stdout has taken it), so a member that dies
+ * loses nothing: the next owner starts at the last commit. SIGINT / SIGTERM commit and leave.
+ */
+async function consumeGroup(options: {
+  topic: string;
+  group: string;
+  broker: string | undefined;
+  fromBeginning: boolean;
+  follow: boolean;
+  separator: Uint8Array | null;
+  maxRecords: number;
+  sessionTimeoutMs: number;
+}): Promise<number> {
+  const newline = new Uint8Array([0x0a]);
+  const client = await connect(options.broker);
+  let stopping = false;
+  const stop = () => void (stopping = true);
+  process.on("SIGINT", stop);
+  process.on("SIGTERM", stop);
+  let consumer: GroupConsumer | null = null;
+  try {
+    consumer = await GroupConsumer.join({
+      client,
+      group: options.group,
+      topics: [options.topic],
+      sessionTimeoutMs: options.sessionTimeoutMs,
+      startFrom: options.fromBeginning ? "earliest" : "latest",
+    });
+    let printed = 0;
+    while (!stopping && printed < options.maxRecords) {
+      const batches = await consumer.poll({ waitMs: 500 });
+      const upTo = new Map<string, number>();
+      for (const batch of batches) {
+        for (const record of batch.records) {
+          if (printed >= options.maxRecords) break;
+          if (options.separator !== null) {
+            if (record.key !== null) await writeOut(record.key);
+            await writeOut(options.separator);
+          }
+          await writeOut(record.value);
+          await writeOut(newline);
+          printed++;
+          upTo.set(GroupConsumer.partitionKey(batch), record.offset + 1);
+        }
+      }
+      if (upTo.size > 0) {
+        await flushOut();
+        await consumer.commit(upTo);
+      }
+      if (!options.follow && batches.length === 0) {
+        let caughtUp = true;
+        for (const tp of consumer.assignments) {
+          const position = consumer.position(tp);
+          const { highWatermark } = await client.listOffsets(tp);
+          if (position === undefined || position < highWatermark) caughtUp = false;
+        }
+        if (caughtUp) break;
+      }
+    }
+    return 0;
+  } finally {
+    process.off("SIGINT", stop);
+    process.off("SIGTERM", stop);
+    await consumer?.close();
+    await client.close();
+  }
+}
+
+function groupText(g: GroupDescription): string {
+  return JSON.stringify(
+    {
+      group: g.group,
+      generation: g.generation,
+      members: g.members.map((m) => ({ member_id: m.memberId, topics: m.topics, session_timeout_ms: m.sessionTimeoutMs, assignments: m.assignments })),
+      offsets: g.offsets.map((o) => ({ topic: o.topic, partition: o.partition, committed: o.committed, high_watermark: o.highWatermark, lag: o.lag, owner: o.owner })),
+    },
+    null,
+    2,
+  );
+}
+
+/** `es-broker groups list|describe`. */
+export async function groups(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    options: { broker: { type: "string" }, help: { type: "boolean", short: "h", default: false } },
+    allowPositionals: true,
+  });
+  if (values.help || positionals.length === 0) {
+    process.stdout.write(groupsHelp);
+    return values.help ? 0 : 2;
+  }
+  const [action, name, ...rest] = positionals;
+  if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
+  if (action !== "list" && action !== "describe") throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
+  if (action === "describe" && name === undefined) throw new UsageError("groups describe needs a GROUP");
+  const client = await connect(values.broker);
+  try {
+    if (action === "list") {
+      for (const g of await client.listGroups()) process.stdout.write(`${g.group}\tgeneration ${g.generation}\t${g.members.length} members\n`);
+    } else {
+      process.stdout.write(groupText(await client.describeGroup(name!)) + "\n");
     }
     return 0;
   } finally {

@@ -7,7 +7,7 @@ import { version } from "../version.ts";
 import { runtimeDescription } from "../runtime/info.ts";
 import { UsageError } from "./args.ts";
 import { serve } from "./serve.ts";
-import { consume, produce, topics } from "./client-commands.ts";
+import { consume, groups, produce, topics } from "./client-commands.ts";
 import { ClientError } from "../client/client.ts";
 
 /** Help text of `es-broker`. */
@@ -20,6 +20,7 @@ Commands:
   produce      append stdin lines to a topic
   consume      print a topic's records
   topics       create, list, describe and delete topics
+  groups       list and describe consumer groups
 
 Options:
   -v, --version   print the version and the runtime
@@ -50,6 +51,8 @@ export async function main(argv: string[]): Promise<number> {
         return await consume(rest);
       case "topics":
         return await topics(rest);
+      case "groups":
+        return await groups(rest);
       default:
         throw new UsageError(`unknown command ${JSON.stringify(command)}`);
     }
