@@ -16,6 +16,7 @@ import { createTcpTransport } from "../transport/tcp/transport.ts";
 import { jsonLineLogger, type LogLevel } from "../lib/logger.ts";
 import {
   cleanupIntervalMsDefault,
+  producerExpiryMsDefault,
   flushIntervalMsDefault,
   readTimeoutMsDefault,
   requestBytesDefault,
@@ -43,6 +44,7 @@ Options:
                               instead of deleting them; topic config cold_retention_ms says how long
   --cleanup-interval-ms MS    run retention and compaction over every partition this often
                               (default ${cleanupIntervalMsDefault}; 0 = only on POST /v1/admin/topics/{topic}/cleanup)
+  --producer-expiry-ms MS     forget an idempotent producer idle this long (default ${producerExpiryMsDefault}, 7 days)
   --allow-anonymous           allow listening on a non-loopback address without authentication
   --log-level LEVEL           debug | info | warn | error (default info); logs are JSON lines on stderr
   -h, --help                  show this help
@@ -63,6 +65,7 @@ export async function serve(argv: string[]): Promise<number> {
       "read-timeout": { type: "string" },
       "cold-storage-dir": { type: "string" },
       "cleanup-interval-ms": { type: "string" },
+      "producer-expiry-ms": { type: "string" },
       "allow-anonymous": { type: "boolean", default: false },
       "log-level": { type: "string", default: "info" },
       help: { type: "boolean", short: "h", default: false },
@@ -82,6 +85,7 @@ export async function serve(argv: string[]): Promise<number> {
   const maxRequestBytes = intOption("max-request-bytes", values["max-request-bytes"], requestBytesDefault, requestBytesMin, requestBytesMax);
   const readTimeoutMs = intOption("read-timeout", values["read-timeout"], readTimeoutMsDefault, 1, 3_600_000);
   const cleanupIntervalMs = intOption("cleanup-interval-ms", values["cleanup-interval-ms"], cleanupIntervalMsDefault, 0, 86_400_000);
+  const producerExpiryMs = intOption("producer-expiry-ms", values["producer-expiry-ms"], producerExpiryMsDefault, 1000, 365 * 86_400_000);
   const coldStorageDir = values["cold-storage-dir"] === undefined ? undefined : resolve(values["cold-storage-dir"]);
   const level = values["log-level"] as LogLevel;
   if (!["debug", "info", "warn", "error"].includes(level)) throw new UsageError(`--log-level must be debug, info, warn or error, got ${JSON.stringify(level)}`);
@@ -100,6 +104,7 @@ export async function serve(argv: string[]): Promise<number> {
     flushIntervalMs,
     coldStorageDir,
     cleanupIntervalMs,
+    producerExpiryMs,
   });
   let http;
   let tcp;
