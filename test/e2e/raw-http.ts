@@ -116,3 +116,64 @@ export function postHead(path: string, body: { chunked: true } | { contentLength
   const framing = "chunked" in body ? "Transfer-Encoding: chunked" : `Content-Length: ${body.contentLength}`;
   return `POST ${path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n${framing}\r\n\r\n`;
 }
+
+/** A kept-alive connection that sends one GET at a time. */
+export interface KeepAliveConnection {
+  /** Sends `GET path` and resolves with the response, or with "closed" if the server closed the connection first. */
+  get(path: string): Promise<RawResponse | "closed">;
+  destroy(): void;
+}
+
+/** Connects for a series of GET requests over one connection (responses must carry Content-Length). */
+export function openKeepAlive(options: { host: string; port: number }): Promise<KeepAliveConnection> {
+  return new Promise((resolveOpen, rejectOpen) => {
+    const socket = net.connect(options.port, options.host);
+    let received = Buffer.alloc(0);
+    let closed = false;
+    let waiter: ((r: RawResponse | "closed") => void) | null = null;
+    const tryParse = (): void => {
+      if (waiter === null) return;
+      const headEnd = received.indexOf("\r\n\r\n");
+      if (headEnd < 0) return;
+      const lines = received.subarray(0, headEnd).toString("latin1").split("\r\n");
+      const headers: Record<string, string> = {};
+      for (const line of lines.slice(1)) {
+        const i = line.indexOf(":");
+        if (i > 0) headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+      }
+      const length = Number(headers["content-length"] ?? NaN);
+      if (!(received.length >= headEnd + 4 + length)) return;
+      const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? "")?.[1] ?? NaN);
+      const body = received.subarray(headEnd + 4, headEnd + 4 + length).toString("utf8");
+      received = received.subarray(headEnd + 4 + length);
+      const w = waiter;
+      waiter = null;
+      w({ status, headers, body });
+    };
+    let connected = false;
+    socket.on("data", (data: Buffer) => {
+      received = Buffer.concat([received, data]);
+      tryParse();
+    });
+    socket.on("close", () => {
+      closed = true;
+      waiter?.("closed");
+      waiter = null;
+    });
+    socket.on("error", (error) => {
+      if (!connected) rejectOpen(error);
+    });
+    socket.once("connect", () => {
+      connected = true;
+      resolveOpen({
+        get: (path) =>
+          new Promise((res) => {
+            if (closed) return res("closed");
+            waiter = res;
+            socket.write(`GET ${path} HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n`);
+          }),
+        destroy: () => socket.destroy(),
+      });
+    });
+  });
+}

@@ -9,7 +9,7 @@ import { TcpClient } from "../../src/client/client.ts";
 import { version } from "../../src/version.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { assertTargetRunnable, runCli, startBroker, target, targetInfo, type BrokerProcess } from "./harness.ts";
-import { chunk, openRaw, postHead } from "./raw-http.ts";
+import { chunk, openKeepAlive, openRaw, postHead } from "./raw-http.ts";
 
 const running: BrokerProcess[] = [];
 const cleanups: (() => void)[] = [];
@@ -235,7 +235,7 @@ describe(`[${target}] es-broker on its runtime`, () => {
     expect(described.partitions[0].high_watermark).toBe(1);
   });
 
-  it("on SIGTERM answers long-polls, ends SSE streams, finishes a produce still arriving, refuses new connections, then exits 0 with it on disk", async () => {
+  it("on SIGTERM answers long-polls, ends SSE streams, finishes a produce still arriving, refuses new requests, then exits 0 with it on disk", async () => {
     const { broker, dataDir } = await start();
     const client = await TcpClient.connect(broker.tcp);
     await client.createTopic({ name: "g", partitions: 1 });
@@ -248,6 +248,9 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const events = sseReader(stream);
     expect(JSON.parse((await events.next())!.data)).toMatchObject({ offset: 0, value: "before" });
     const slow = await slowProduce(broker, "g", "arrived during shutdown");
+    const [host, port] = broker.httpUrl.replace("http://", "").split(":");
+    const keptAlive = await openKeepAlive({ host, port: Number(port) });
+    expect(await keptAlive.get("/healthz")).toMatchObject({ status: 200 });
     await sleep(300); // the slow request is in the broker's hands, its body half read
 
     broker.proc.kill("SIGTERM");
@@ -263,6 +266,13 @@ describe(`[${target}] es-broker on its runtime`, () => {
     await sleep(300);
     expect(isRunning(broker), `[${target}] exited before finishing the in-flight produce`).toBe(true);
     expect(await newConnectionRefused(broker), `[${target}] served a new connection while shutting down`).toBe(true);
+    // A connection kept alive from before: closed by now, or its next request refused.
+    const late = await keptAlive.get("/healthz");
+    if (late !== "closed") {
+      expect(late.status, `[${target}] ${late.body}`).toBe(503);
+      expect(JSON.parse(late.body).error.code).toBe("unavailable");
+    }
+    keptAlive.destroy();
 
     slow.finish();
     const answered = await slow.request.response;
