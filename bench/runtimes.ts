@@ -181,7 +181,7 @@ export async function main(argv: string[], context: { root: string }): Promise<n
     const ratios = mine.map((s) => (nodeRate(s.round) ? s.recordsPerSecond / nodeRate(s.round)! : NaN)).filter((r) => !Number.isNaN(r));
     lines.push(
       `| ${target.label} | ${mine[0].runtime} | ${spread(mine.map((s) => s.startupMs), int)} | ${spread(mine.map((s) => s.idleRssMiB), int)} | ` +
-        `${spread(mine.map((s) => s.recordsPerSecond), int)} | ${ratios.length ? spread(ratios, (r) => `${r.toFixed(2)}×`) : "—"} |`,
+        `${spread(mine.map((s) => s.recordsPerSecond), int)} | ${target.name === "node" ? "1 (reference)" : ratios.length ? spread(ratios, (r) => `${r.toFixed(2)}×`) : "—"} |`,
     );
   }
   console.log(`${rounds} round(s), ${records.toLocaleString("en-US")} records per produce run; median (min–max) over the rounds:\n`);
