@@ -678,11 +678,14 @@ export class PartitionLog {
       }
       let r;
       try {
-        r = await segment.read({ offset, maxRecords: request.maxRecords, maxBytes: request.maxBytes, limitBytes });
+        // endOffset: a roll during this read seals the segment (limitBytes is then its whole
+        // size), and records past the high watermark captured above must not be answered with it.
+        const bounds = { offset, maxRecords: request.maxRecords, maxBytes: request.maxBytes, limitBytes, endOffset: highWatermark };
+        r = await segment.read(bounds);
         if (r.status === "bad_position" && !rebuilt) {
           rebuilt = true;
           await segment.rebuildIndex(this.#logger, this.name);
-          r = await segment.read({ offset, maxRecords: request.maxRecords, maxBytes: request.maxBytes, limitBytes });
+          r = await segment.read(bounds);
         }
       } finally {
         await segment.release();

@@ -642,10 +642,12 @@ export class Segment {
    * Reads records with offset ≥ `offset` from the bytes below `limitBytes`: finds the index entry
    * at or before the offset and scans forward with one large positional read (a second only if a
    * record straddles the window). Returns at least one record if any is readable, then stops
-   * before `maxBytes` would be exceeded or at `maxRecords`.
+   * before `maxBytes` would be exceeded, at `maxRecords`, or before the first record at or past
+   * `endOffset` (the high watermark the caller answers with).
    */
-  async read(options: { offset: number; maxRecords: number; maxBytes: number; limitBytes: number }): Promise<SegmentRead> {
+  async read(options: { offset: number; maxRecords: number; maxBytes: number; limitBytes: number; endOffset?: number }): Promise<SegmentRead> {
     const { offset, maxRecords, maxBytes } = options;
+    const endOffset = options.endOffset ?? Number.POSITIVE_INFINITY;
     const limit = Math.min(options.limitBytes, this.readableEndBytes);
     const empty: SegmentRead = { bytes: new Uint8Array(0), count: 0, lastOffset: -1, status: "ok" };
     if (offset >= this.nextOffset && this.corruption === null) return empty;
@@ -708,6 +710,7 @@ export class Segment {
         p += size;
         continue;
       }
+      if (cursor.offset >= endOffset) break;
       if (count > 0 && bytesOut + size > maxBytes) break;
       if (first < 0) first = p;
       count++;
