@@ -67,16 +67,22 @@ function watch(promise: Promise<unknown>): { state: State } {
   return w;
 }
 
-/** Delays every fsync of a log by some microtask turns, so writes can land while it runs. */
-function slowLogSyncs(mem: MemoryFileSystem, turns: number): FileSystem {
+/**
+ * Delays every fsync of a log (or, with `reads`, every read instead) by some microtask turns, so
+ * writes can land meanwhile.
+ */
+function slowLogSyncs(mem: MemoryFileSystem, turns: number, options: { reads?: boolean } = {}): FileSystem {
   const wrap = (h: FileHandle, path: string): FileHandle => ({
-    read: (b, p) => h.read(b, p),
+    read: async (b, p) => {
+      if (options.reads) for (let i = 0; i < turns; i++) await Promise.resolve();
+      return h.read(b, p);
+    },
     write: (b, p) => h.write(b, p),
     truncate: (l) => h.truncate(l),
     size: () => h.size(),
     close: () => h.close(),
     sync: async () => {
-      if (path.endsWith(".log")) for (let i = 0; i < turns; i++) await Promise.resolve();
+      if (path.endsWith(".log") && !options.reads) for (let i = 0; i < turns; i++) await Promise.resolve();
       return h.sync();
     },
   });
@@ -198,6 +204,38 @@ describe("crash-safety regressions found by the simulation", () => {
     log = await openLog(mem, { segmentBytes: 1024 });
     expect(await values(log)).toEqual([`0:${"y".repeat(900)}`, "1:acknowledged"]);
     await log.close();
+  });
+
+  it("answers a read that races a roll only with records below the high watermark it reports", async () => {
+    // Offsets 1–2 lie in a corrupt stretch of segment 0, so a read from 1 finds nothing there and
+    // moves on to the next segment; while its slow disk read runs, appends write offset 4 into
+    // segment 3 and roll, sealing it.
+    for (let turns = 0; turns < 200; turns += 10) {
+      const mem = disk();
+      let log = await openLog(mem, { segmentBytes: 1024 });
+      await log.append(batch("a", "b", "c"));
+      await log.close();
+      const path = `${dir}/00000000000000000000.log`;
+      const bytes = mem.readFileSync(path);
+      bytes[33 + 30] ^= 0xff; // inside record 1
+      mem.writeFileSync(path, bytes);
+      log = await openLog(slowLogSyncs(mem, turns, { reads: true }), { segmentBytes: 1024 });
+      await log.append(batch("d"));
+      expect(log.highWatermark).toBe(4);
+      const read = log.read({ offset: 1, maxRecords: 100, maxBytes: 1 << 20 });
+      await log.append(batch("e")); // offset 4, in segment 3
+      await log.append(batch("x".repeat(1000))); // rolls: segment 3 is sealed
+      const r = await read;
+      const c = new RecordCursor().reset(r.bytes);
+      const offsets = [];
+      for (let p = 0; p < r.bytes.length; p += c.sizeBytes) {
+        expect(c.decode(p)).toBe(DecodeStatus.Ok);
+        offsets.push(c.offset);
+      }
+      for (const o of offsets) expect(o, `read ${turns} turns slower`).toBeLessThan(r.highWatermark);
+      if (offsets.length > 0) expect(r.nextOffset).toBe(offsets.at(-1)! + 1);
+      await log.close();
+    }
   });
 
   it("keeps the data directory and topics/ after a crash right after the first topic was created", async () => {
