@@ -42,8 +42,10 @@ export interface IdempotentProducerOptions {
   epoch?: number;
   /** How long one `send` keeps retrying, in ms (default 120 000). */
   deliveryTimeoutMs?: number;
-  /** Wait before the first retry, in ms; it doubles per attempt up to 1 s (default 20). */
+  /** Wait before the first retry, in ms; it doubles per attempt up to `retryBackoffMaxMs` (default 20). */
   retryBackoffMs?: number;
+  /** Longest wait between retries, in ms (default 1000). */
+  retryBackoffMaxMs?: number;
 }
 
 interface PartitionState {
@@ -65,6 +67,7 @@ export class IdempotentProducer {
   #partitionCounts = new Map<string, number>();
   #deliveryTimeoutMs: number;
   #retryBackoffMs: number;
+  #retryBackoffMaxMs: number;
   #closed = false;
 
   constructor(options: IdempotentProducerOptions) {
@@ -73,6 +76,7 @@ export class IdempotentProducer {
     this.#connect = options.connect;
     this.#deliveryTimeoutMs = options.deliveryTimeoutMs ?? 120_000;
     this.#retryBackoffMs = options.retryBackoffMs ?? 20;
+    this.#retryBackoffMaxMs = options.retryBackoffMaxMs ?? 1000;
   }
 
   /** The epoch the producer sends with now. */
@@ -125,7 +129,7 @@ export class IdempotentProducer {
         return await fn();
       } catch (err) {
         if (!(err instanceof ClientError) || !(err.retriable || retriableCodes.has(err.code)) || Date.now() >= deadline || this.#closed) throw err;
-        await sleep(Math.min(1000, this.#retryBackoffMs * 2 ** attempt));
+        await sleep(Math.min(this.#retryBackoffMaxMs, this.#retryBackoffMs * 2 ** Math.min(attempt, 20)));
       }
     }
   }
@@ -182,7 +186,7 @@ export class IdempotentProducer {
         const retriable = err.retriable || retriableCodes.has(err.code);
         if (!retriable || Date.now() >= deadline) throw err;
         if (err.code === "connection_closed" || err.code === "timeout") ambiguous = true;
-        await sleep(Math.min(1000, this.#retryBackoffMs * 2 ** attempt));
+        await sleep(Math.min(this.#retryBackoffMaxMs, this.#retryBackoffMs * 2 ** Math.min(attempt, 20)));
       }
     }
   }

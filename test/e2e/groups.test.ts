@@ -1,0 +1,144 @@
+/**
+ * End to end: two real `es-broker consume --group` processes share a 4-partition topic. They
+ * split it; when one is killed with SIGKILL, the other takes its partitions over from the offsets
+ * the group had committed, and nothing is skipped.
+ *
+ * Record n of partition p has the value `p{p}-{n}` and sits at offset n (each partition is
+ * written in order from offset 0), so a printed value says where it came from.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { afterEach, describe, expect, it } from "vitest";
+import { TcpClient } from "../../src/client/client.ts";
+import type { GroupDescription } from "../../src/broker/types.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
+import { tempDir } from "../helpers/tmp.ts";
+import { assertTargetRunnable, brokerCommand, startBroker, target, type BrokerProcess } from "./harness.ts";
+import { repoRoot } from "./targets.ts";
+
+const running: BrokerProcess[] = [];
+const consumers: ChildProcess[] = [];
+const cleanups: (() => void)[] = [];
+afterEach(async () => {
+  for (const c of consumers.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  for (const b of running.splice(0)) await b.stop("SIGKILL");
+  cleanups.splice(0).forEach((c) => c());
+});
+
+/** A running `es-broker consume` process and the lines it printed so far. */
+interface Consumer {
+  proc: ChildProcess;
+  lines: string[];
+  stderr: () => string;
+}
+
+function startConsumer(args: string[]): Consumer {
+  assertTargetRunnable();
+  const [cmd, ...pre] = brokerCommand();
+  const proc = spawn(cmd, [...pre, "consume", ...args], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] });
+  consumers.push(proc);
+  const lines: string[] = [];
+  let partial = "";
+  let err = "";
+  proc.stdout!.on("data", (d: Buffer) => {
+    partial += d.toString();
+    const parts = partial.split("\n");
+    partial = parts.pop()!;
+    lines.push(...parts);
+  });
+  proc.stderr!.on("data", (d) => (err += d));
+  return { proc, lines, stderr: () => err };
+}
+
+async function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`[${target}] timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Appends `count` records to each partition, continuing each partition's numbering. */
+async function produce(client: TcpClient, next: number[], count: number): Promise<void> {
+  for (let p = 0; p < next.length; p++) {
+    const b = new EntryBatchBuilder();
+    for (let i = 0; i < count; i++) b.add(null, new TextEncoder().encode(`p${p}-${next[p] + i}`));
+    await client.produce("shared", b.build(), { partition: p });
+    next[p] += count;
+  }
+}
+
+function parse(line: string): { partition: number; offset: number } {
+  const m = /^p(\d+)-(\d+)$/.exec(line);
+  if (!m) throw new Error(`unexpected output line ${JSON.stringify(line)}`);
+  return { partition: Number(m[1]), offset: Number(m[2]) };
+}
+
+describe(`[${target}] es-broker consume --group`, () => {
+  it("two consumer processes split a 4-partition topic; after one is killed the other resumes its partitions from the committed offsets, skipping nothing", async () => {
+    const { dir, cleanup } = tempDir("es-broker-groups-");
+    cleanups.push(cleanup);
+    const broker = await startBroker(`${dir}/data`);
+    running.push(broker);
+    const client = await TcpClient.connect(broker.tcp);
+    try {
+      await client.createTopic({ name: "shared", partitions: 4 });
+      const address = `${broker.tcp.host}:${broker.tcp.port}`;
+      const args = ["shared", "--group", "workers", "--follow", "--from-beginning", "--session-timeout", "1500", "--broker", address];
+      const a = startConsumer(args);
+      await waitFor("the first consumer to join", async () => (await client.describeGroup("workers").catch(() => null))?.members.length === 1);
+      const b = startConsumer(args);
+      // Both members in one generation, two partitions each, and both settled into it.
+      let settled: GroupDescription | null = null;
+      await waitFor("the group to split the topic two and two", async () => {
+        const d = await client.describeGroup("workers");
+        const split = d.members.length === 2 && d.members.every((m) => m.assignments.length === 2);
+        if (split && settled !== null && settled.generation === d.generation) return true;
+        settled = split ? d : null;
+        await new Promise((r) => setTimeout(r, 700)); // longer than a heartbeat interval
+        return false;
+      });
+      const next = [0, 0, 0, 0];
+      await produce(client, next, 50);
+      const all = (upTo: number[]) => upTo.flatMap((n, p) => Array.from({ length: n }, (_, i) => `p${p}-${i}`));
+      await waitFor("both consumers together to print the first 200 records", () => new Set([...a.lines, ...b.lines]).size >= 200);
+      // The split: each printed only its own partitions.
+      const partitionsOf = (c: Consumer) => new Set(c.lines.map((l) => parse(l).partition));
+      expect(partitionsOf(a).size).toBe(2);
+      expect(partitionsOf(b).size).toBe(2);
+      expect([...partitionsOf(a)].some((p) => partitionsOf(b).has(p))).toBe(false);
+      // Let the last commits land, then kill a without warning.
+      await waitFor("the group to commit the first 200 records", async () => (await client.describeGroup("workers")).offsets.every((o) => o.committed === 50));
+      a.proc.kill("SIGKILL");
+      await new Promise((r) => a.proc.once("exit", r));
+      const orphaned = [...partitionsOf(a)].sort();
+      const committedAtKill = new Map((await client.describeGroup("workers")).offsets.map((o) => [o.partition, o.committed ?? 0]));
+      const printedByBBefore = b.lines.length;
+      await produce(client, next, 50);
+      await waitFor("the survivor to own all four partitions", async () => {
+        const d = await client.describeGroup("workers");
+        return d.members.length === 1 && d.members[0].assignments.length === 4;
+      });
+      await waitFor("the survivor to print every record of the second round", () => {
+        const seen = new Set(b.lines);
+        return all(next).filter((v) => parse(v).offset >= 50).every((v) => seen.has(v));
+      });
+      // The survivor started a's partitions exactly at the committed offsets: no gap, no rewind past them.
+      for (const p of orphaned) {
+        const mine = b.lines.slice(printedByBBefore).map(parse).filter((r) => r.partition === p).map((r) => r.offset);
+        expect(mine[0], `partition ${p} resumed at its committed offset`).toBe(committedAtKill.get(p));
+        expect(mine).toEqual(Array.from({ length: next[p] - mine[0] }, (_, i) => mine[0] + i));
+      }
+      // Nothing skipped: every record of every partition was printed by one of them.
+      const printed = new Set([...a.lines, ...b.lines]);
+      for (const v of all(next)) expect(printed.has(v), `${v} was printed`).toBe(true);
+      await waitFor("the group's lag to reach 0", async () => (await client.describeGroup("workers")).offsets.every((o) => o.lag === 0));
+      b.proc.kill("SIGTERM");
+      const code = await new Promise((r) => b.proc.once("exit", (c) => r(c)));
+      expect(code, b.stderr()).toBe(0);
+      // A clean exit leaves the group.
+      expect((await client.describeGroup("workers")).members).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+});
