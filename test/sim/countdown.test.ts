@@ -14,6 +14,6 @@ describe("countdown sweep over every mutation of a small workload", () => {
       // The workload is big enough to cover topic creation, group commits and rolls.
       expect(result.mutations).toBeGreaterThan(60);
       expect(result.runs).toBe(result.mutations * 4);
-    });
+    }, 300_000);
   }
 });

@@ -1,7 +1,7 @@
 /**
- * Runs a range of simulation seeds as vitest tests, in chunks of 100 (one test per chunk, so a
- * failure report lists every failing seed of its chunk with its replay command, and the first
- * one's trace). The normal suite splits its seeds over two files so vitest runs them on both
+ * Runs a range of simulation seeds as vitest tests, in chunks of 100: one test per chunk (about
+ * 3 s of CPU; the timeout leaves room for a loaded machine), so a failure report lists every
+ * failing seed of its chunk with its replay command, and the first one's trace. The normal suite splits its seeds over two files so vitest runs them on both
  * cores; `SIM_SEEDS=N` changes how many seeds each file runs (e.g. `SIM_SEEDS=10 npx vitest run
  * test/sim` for a quick look), and `npm run sim -- --seeds 100000` is the long run.
  */
@@ -30,7 +30,7 @@ export function describeSeeds(from: number, defaultCount: number): void {
           const list = failures.map((f) => `  ${f.message.split("\n")[0]}  →  npm run sim -- --seed ${f.seed}`).join("\n");
           throw new Error(`${failures.length} of ${last - first + 1} seeds failed:\n${list}\n\nFirst failure:\n${failures[0].message}`);
         }
-      });
+      }, 300_000);
     }
   });
 }
