@@ -1,0 +1,128 @@
+/** Consumer-group apis 6–11 on the TCP wire: round trips of every request and response, and grammar violations. */
+import { describe, expect, it } from "vitest";
+import type { GroupDescription } from "../../src/broker/types.ts";
+import {
+  ApiKey,
+  decodeCommitOffsetsRequest,
+  decodeDescribeGroupRequest,
+  decodeDescribeGroupResponse,
+  decodeEmptyResponse,
+  decodeHeartbeatRequest,
+  decodeHeartbeatResponse,
+  decodeJoinGroupRequest,
+  decodeJoinGroupResponse,
+  decodeLeaveGroupRequest,
+  decodeListGroupsRequest,
+  decodeListGroupsResponse,
+  decodeRequestHeader,
+  decodeResponseHeader,
+  encodeCommitOffsetsRequest,
+  encodeDescribeGroupRequest,
+  encodeDescribeGroupResponse,
+  encodeEmptyResponse,
+  encodeHeartbeatRequest,
+  encodeHeartbeatResponse,
+  encodeJoinGroupRequest,
+  encodeJoinGroupResponse,
+  encodeLeaveGroupRequest,
+  encodeListGroupsRequest,
+  encodeListGroupsResponse,
+  ProtocolError,
+} from "../../src/protocol/codec.ts";
+
+function request(frame: Uint8Array, api: number): Uint8Array {
+  const h = decodeRequestHeader(frame.subarray(4));
+  expect(h.api).toBe(api);
+  expect(new DataView(frame.buffer, frame.byteOffset).getUint32(0)).toBe(frame.length - 4);
+  return h.body;
+}
+
+function response(frame: Uint8Array): Uint8Array {
+  const h = decodeResponseHeader(frame.subarray(4));
+  expect(h.error).toBe(0);
+  return h.body;
+}
+
+function fieldOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (e) {
+    if (e instanceof ProtocolError) return e.field;
+    throw e;
+  }
+  throw new Error("expected a ProtocolError");
+}
+
+const described: GroupDescription = {
+  group: "analytics",
+  generation: 7,
+  members: [
+    { memberId: "m-1", topics: ["a", "b"], sessionTimeoutMs: 10_000, assignments: [{ topic: "a", partition: 0 }, { topic: "b", partition: 3 }] },
+    { memberId: "m-2", topics: ["a"], sessionTimeoutMs: 500, assignments: [] },
+  ],
+  offsets: [
+    { topic: "a", partition: 0, committed: 12, highWatermark: 20, lag: 8, owner: "m-1" },
+    { topic: "a", partition: 1, committed: null, highWatermark: 4, lag: null, owner: null },
+    { topic: "b", partition: 3, committed: 2 ** 40, highWatermark: null, lag: null, owner: "m-1" },
+  ],
+};
+
+describe("consumer-group apis on the wire", () => {
+  it("JoinGroup: a new member (no id, default timeout) and a rejoin round-trip", () => {
+    expect(decodeJoinGroupRequest(request(encodeJoinGroupRequest(1, { group: "g", topics: ["a", "b"] }), ApiKey.JoinGroup))).toEqual({ group: "g", topics: ["a", "b"] });
+    const rejoin = { group: "g", topics: ["a"], sessionTimeoutMs: 1500, memberId: "m-1" };
+    expect(decodeJoinGroupRequest(request(encodeJoinGroupRequest(2, rejoin), ApiKey.JoinGroup))).toEqual(rejoin);
+    const result = { memberId: "m-1", generation: 3, sessionTimeoutMs: 1500, assignments: [{ topic: "a", partition: 2 }] };
+    expect(decodeJoinGroupResponse(response(encodeJoinGroupResponse(2, result)))).toEqual(result);
+  });
+
+  it("Heartbeat: with and without a generation", () => {
+    expect(decodeHeartbeatRequest(request(encodeHeartbeatRequest(1, { group: "g", memberId: "m" }), ApiKey.Heartbeat))).toEqual({ group: "g", memberId: "m" });
+    expect(decodeHeartbeatRequest(request(encodeHeartbeatRequest(1, { group: "g", memberId: "m", generation: 0 }), ApiKey.Heartbeat))).toEqual({ group: "g", memberId: "m", generation: 0 });
+    const result = { generation: 9, rejoin: true, assignments: [{ topic: "t", partition: 1 }] };
+    expect(decodeHeartbeatResponse(response(encodeHeartbeatResponse(1, result)))).toEqual(result);
+  });
+
+  it("LeaveGroup and the empty responses", () => {
+    expect(decodeLeaveGroupRequest(request(encodeLeaveGroupRequest(1, { group: "g", memberId: "m" }), ApiKey.LeaveGroup))).toEqual({ group: "g", memberId: "m" });
+    expect(decodeEmptyResponse(response(encodeEmptyResponse(1)))).toBeUndefined();
+    expect(fieldOf(() => decodeEmptyResponse(Uint8Array.of(0)))).toBe("error");
+  });
+
+  it("CommitOffsets: a member's commit and a standalone one", () => {
+    const member = { group: "g", memberId: "m", generation: 4, offsets: [{ topic: "a", partition: 0, offset: 2 ** 50 }, { topic: "b", partition: 7, offset: 0 }] };
+    expect(decodeCommitOffsetsRequest(request(encodeCommitOffsetsRequest(1, member), ApiKey.CommitOffsets))).toEqual(member);
+    const standalone = { group: "g", offsets: [{ topic: "a", partition: 0, offset: 5 }] };
+    expect(decodeCommitOffsetsRequest(request(encodeCommitOffsetsRequest(1, standalone), ApiKey.CommitOffsets))).toEqual(standalone);
+    expect(fieldOf(() => encodeCommitOffsetsRequest(1, { group: "g", offsets: [{ topic: "a", partition: 0, offset: -1 }] }))).toBe("commit_offsets.offsets[0].offset");
+  });
+
+  it("DescribeGroup and ListGroups carry committed, high watermark and owner only where set, and derive lag", () => {
+    expect(decodeDescribeGroupRequest(request(encodeDescribeGroupRequest(1, { group: "analytics" }), ApiKey.DescribeGroup))).toEqual({ group: "analytics" });
+    expect(decodeDescribeGroupResponse(response(encodeDescribeGroupResponse(1, described)))).toEqual(described);
+    expect(decodeListGroupsRequest(request(encodeListGroupsRequest(1), ApiKey.ListGroups))).toBeUndefined();
+    expect(decodeListGroupsResponse(response(encodeListGroupsResponse(1, [described, { ...described, group: "b", members: [], offsets: [] }])))).toEqual([
+      described,
+      { ...described, group: "b", members: [], offsets: [] },
+    ]);
+    expect(decodeListGroupsResponse(response(encodeListGroupsResponse(1, [])))).toEqual([]);
+  });
+
+  it("refuses bad flags, short bodies, trailing bytes and repeat counts the bytes cannot hold, naming the field", () => {
+    const hb = request(encodeHeartbeatRequest(1, { group: "g", memberId: "m", generation: 1 }), ApiKey.Heartbeat).slice();
+    hb[6] = 2; // has_generation
+    expect(fieldOf(() => decodeHeartbeatRequest(hb))).toBe("has_generation");
+    const join = request(encodeJoinGroupRequest(1, { group: "g", topics: ["a"] }), ApiKey.JoinGroup);
+    expect(fieldOf(() => decodeJoinGroupRequest(join.subarray(0, join.length - 1)))).toBe("topics[0]");
+    const longer = new Uint8Array(join.length + 1);
+    longer.set(join);
+    expect(fieldOf(() => decodeJoinGroupRequest(longer))).toBe("topics[0]");
+    const huge = join.slice();
+    new DataView(huge.buffer).setUint32(10, 0xffff_ffff); // topic_count after group (2+1), member_id (2), timeout (4)
+    expect(fieldOf(() => decodeJoinGroupRequest(huge))).toBe("topic_count");
+    const d = response(encodeDescribeGroupResponse(1, described)).slice();
+    const present = d.length - (2 + "m-1".length) - 8 - 8 - 1; // the last offset entry's present byte
+    d[present] = 8;
+    expect(fieldOf(() => decodeDescribeGroupResponse(d))).toBe("group.offsets[2].present");
+  });
+});
