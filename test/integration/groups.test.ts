@@ -266,6 +266,47 @@ describe("consumer groups", () => {
     expect(fs.readFileSync("/data/groups/broken.json").length).toBe(0); // never reset
   });
 
+  it("commits atomically at every step: a failure at any mutation of a commit, then a power loss, leaves the old offsets or the new ones, and an acknowledged commit always survives", async () => {
+    const setup = async (fs: MemoryFileSystem) => {
+      const { broker } = await start(fs);
+      await broker.createTopic({ name: "t", partitions: 2 });
+      await fill(broker, "t", 0, 9);
+      await fill(broker, "t", 1, 9);
+      const m = await broker.joinGroup({ group: "g", topics: ["t"] });
+      await broker.commitOffsets({ group: "g", memberId: m.memberId, generation: m.generation, offsets: [{ topic: "t", partition: 0, offset: 1 }, { topic: "t", partition: 1, offset: 2 }] });
+      return { broker, m };
+    };
+    const commit = (broker: LocalBroker, m: { memberId: string; generation: number }) =>
+      broker.commitOffsets({ group: "g", memberId: m.memberId, generation: m.generation, offsets: [{ topic: "t", partition: 0, offset: 7 }, { topic: "t", partition: 1, offset: 8 }] });
+    // Count the commit's mutations once.
+    const probe = new MemoryFileSystem();
+    const base = await setup(probe);
+    const before = probe.mutationCount;
+    await commit(base.broker, base.m);
+    const mutations = probe.mutationCount - before;
+    expect(mutations).toBeGreaterThanOrEqual(5); // create, write, fsync, rename, directory fsync
+    for (let n = 1; n <= mutations; n++) {
+      for (const mode of ["random", "dropAll", "keepAll"] as const) {
+        const fs = new MemoryFileSystem({ seed: n });
+        const { broker, m } = await setup(fs);
+        fs.faults.failNth({ n, code: "EIO" });
+        const acknowledged = await commit(broker, m).then(
+          () => true,
+          () => false,
+        );
+        fs.crash({ mode, seed: n * 7 });
+        forget(broker);
+        const { broker: again } = await start(fs);
+        const committed = (await again.describeGroup("g")).offsets.map((o) => o.committed);
+        const label = `fault at mutation ${n} of ${mutations}, ${mode} crash`;
+        if (acknowledged) expect(committed, label).toEqual([7, 8]);
+        else expect([[1, 2], [7, 8]], label).toContainEqual(committed);
+        await again.close();
+        forget(again);
+      }
+    }
+  });
+
   it("rebalances groups that assigned a deleted topic and forgets its offsets", async () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "a", partitions: 1 });
