@@ -523,11 +523,14 @@ export function markdownTables(report: BenchReport): string {
   }
   lines.push("");
   lines.push("### Consumers", "");
-  lines.push("| case | system | records/s | MB/s | p50 ms | p99 ms | max ms | ack p50/p99 ms | server RSS MiB | es ÷ this |");
+  lines.push("Last column: fetch, es-broker TCP records/s ÷ this system's; e2e, es-broker TCP p50 latency ÷ this system's (below 1 is better for es-broker).", "");
+  lines.push("| case | system | records/s | MB/s | p50 ms | p99 ms | max ms | ack p50/p99 ms | server RSS MiB | es tcp ÷ this |");
   lines.push("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
   for (const c of results.filter((x) => x.group === "fetch" || x.group === "e2e")) {
     const es = find(results, c.key, "es-broker", "tcp");
-    const rel = c.system === "es-broker" ? "" : c.group === "e2e" ? fmtRatio(es ? c.latencyMs.p50 / es.latencyMs.p50 : null) + " (p50 latency)" : fmtRatio(ratio(es, c));
+    // fetch: es-broker's records/s ÷ this system's; e2e: es-broker's p50 latency ÷ this system's (lower is better).
+    const rel =
+      c.system === "es-broker" ? "" : c.group === "e2e" ? `${fmtRatio(es && c.latencyMs.p50 > 0 ? es.latencyMs.p50 / c.latencyMs.p50 : null)} latency` : fmtRatio(ratio(es, c));
     lines.push(
       `| ${c.key} | ${c.system}/${c.transport} | ${fmt(c.recordsPerSec)} | ${fmt(c.payloadMBps, 1)} | ${fmt(c.latencyMs.p50, 2)} | ${fmt(c.latencyMs.p99, 2)} | ${fmt(c.latencyMs.max, 1)} | ${c.ackLatencyMs ? `${fmt(c.ackLatencyMs.p50, 2)} / ${fmt(c.ackLatencyMs.p99, 2)}` : ""} | ${fmt(c.serverRssPeakMiB, 1)} | ${rel} |`,
     );
