@@ -308,7 +308,7 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
       murmur3x86_128(chunk, keyRange, digest);
     };
     const stopCheck = () => {
-      if (ctx.shouldStop?.()) throw new PassEnd("cancelled", "the broker is shutting down");
+      if (ctx.shouldStop?.()) throw new PassEnd("cancelled", "the broker is shutting down or the partition closed");
     };
 
     // Pass 1: newest offset of every key; stops at the segment where the map fills.
