@@ -23,7 +23,8 @@
  * Flags: `--quick` (tiny version of every case, for CI; peers at fewer points, see
  * {@link quickPeerPoint}), `--json FILE` (every figure),
  * `--markdown FILE` (the tables), `--only REGEX` (case ids), `--no-peers`, `--cpu-prof DIR`
- * (profile the broker), `--measure-ms`, `--warmup-ms`, `--soak-ms`, `--data-root DIR`.
+ * (profile the broker and the generators), `--measure-ms`, `--warmup-ms`, `--soak-ms`,
+ * `--data-root DIR`, `--from-json FILE` (print the tables of a saved run, measuring nothing).
  */
 import { spawn, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
@@ -654,6 +655,7 @@ export async function main(argv: string[], paths: { root: string; generatorPath:
       "measure-ms": { type: "string" },
       "soak-ms": { type: "string" },
       "data-root": { type: "string" },
+      "from-json": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -661,8 +663,17 @@ export async function main(argv: string[], paths: { root: string; generatorPath:
   if (values.help) {
     process.stdout.write(
       "Usage: npm run bench -- [--quick] [--json FILE] [--markdown FILE] [--only REGEX] [--no-peers]\n" +
-        "                       [--cpu-prof DIR] [--warmup-ms MS] [--measure-ms MS] [--soak-ms MS] [--data-root DIR]\n",
+        "                       [--cpu-prof DIR] [--warmup-ms MS] [--measure-ms MS] [--soak-ms MS] [--data-root DIR]\n" +
+        "       npm run bench -- --from-json FILE [--markdown FILE]   (tables of a saved run)\n",
     );
+    return 0;
+  }
+  if (values["from-json"]) {
+    // Re-render the tables (and re-evaluate the targets) of a saved run without measuring.
+    const saved = JSON.parse(fs.readFileSync(values["from-json"], "utf8")) as BenchReport;
+    const tables = markdownTables({ ...saved, targets: evaluateTargets(saved.cases) });
+    process.stdout.write(tables);
+    if (values.markdown) fs.writeFileSync(values.markdown, tables);
     return 0;
   }
   const quick = values.quick!;
