@@ -1,7 +1,8 @@
 /**
  * A load generator: runs in its own process (spawned by `bench/harness.ts`, bundled by
  * `bench/run.mjs`), never in the broker's. It takes one {@link GeneratorSpec} as JSON in argv[2],
- * runs it, and prints one {@link GeneratorResult} as the last line of stdout.
+ * runs it, and prints one {@link GeneratorResult} as the last line of stdout (or, with `--serve`,
+ * runs one spec per stdin line; see {@link main}).
  *
  * Every load is closed-loop: each producer (or consumer) has one request in flight and sends the
  * next as soon as the answer arrives. Requests that complete inside the measured window count;
@@ -645,16 +646,50 @@ async function runE2e(spec: E2eSpec): Promise<GeneratorResult> {
 
 // ---------------------------------------------------------------------------------------------
 
+/** Runs one job. */
+async function run(spec: GeneratorSpec): Promise<GeneratorResult> {
+  if (spec.mode === "produce") return runProduce(spec);
+  if (spec.mode === "fetch") {
+    if (spec.target.kind !== "es-http") return runFetch(spec);
+    if (spec.tcp === undefined) throw new Error("an es-http fetch needs es-broker's TCP address (spec.tcp) to preload");
+    return runFetchHttp(spec, spec.target, spec.tcp);
+  }
+  return runE2e(spec);
+}
+
+/**
+ * Two ways to run: `generator.mjs SPEC_JSON` runs one job and prints its result as the last line;
+ * `generator.mjs --serve` (what `--quick` uses, to save a process start per case) reads one spec
+ * per line on stdin and answers each with one line, `{"result":…}` or `{"error":"…"}`, until
+ * stdin closes.
+ */
 async function main(): Promise<void> {
+  if (process.argv[2] === "--serve") {
+    let pending = "";
+    let chain = Promise.resolve();
+    process.stdin.setEncoding("utf8");
+    process.stdin.on("data", (chunk: string) => {
+      pending += chunk;
+      for (let nl = pending.indexOf("\n"); nl >= 0; nl = pending.indexOf("\n")) {
+        const line = pending.slice(0, nl);
+        pending = pending.slice(nl + 1);
+        chain = chain.then(async () => {
+          try {
+            const result = await run(JSON.parse(line) as GeneratorSpec);
+            process.stdout.write(`${JSON.stringify({ result })}\n`);
+          } catch (err) {
+            process.stdout.write(`${JSON.stringify({ error: err instanceof Error ? (err.stack ?? err.message) : String(err) })}\n`);
+          }
+        });
+      }
+    });
+    await new Promise<void>((resolve) => process.stdin.on("end", () => resolve()));
+    await chain;
+    return;
+  }
   const spec = JSON.parse(process.argv[2] ?? "null") as GeneratorSpec | null;
-  if (spec === null) throw new Error("usage: generator.mjs SPEC_JSON");
-  let result: GeneratorResult;
-  if (spec.mode === "produce") result = await runProduce(spec);
-  else if (spec.mode === "fetch") {
-    if (spec.target.kind !== "es-http") result = await runFetch(spec);
-    else if (spec.tcp === undefined) throw new Error("an es-http fetch needs es-broker's TCP address (spec.tcp) to preload");
-    else result = await runFetchHttp(spec, spec.target, spec.tcp);
-  } else result = await runE2e(spec);
+  if (spec === null) throw new Error("usage: generator.mjs SPEC_JSON | generator.mjs --serve");
+  const result = await run(spec);
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }
 

@@ -26,7 +26,7 @@
  * (profile the broker and the generators), `--measure-ms`, `--warmup-ms`, `--soak-ms`,
  * `--data-root DIR`, `--from-json FILE` (print the tables of a saved run, measuring nothing).
  */
-import { spawn, spawnSync } from "node:child_process";
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:child_process";
 import * as fs from "node:fs";
 import * as http from "node:http";
 import * as os from "node:os";
@@ -130,6 +130,8 @@ interface Env {
   nats: PeerServer | null;
   ds: PeerServer | null;
   only: RegExp | null;
+  /** The long-lived generator of `--quick` runs. */
+  worker: GeneratorWorker | null;
   /** With `--cpu-prof DIR`: the broker's profile goes to DIR, the generators' to DIR/generators. */
   cpuProfileDir: string | undefined;
   results: CaseResult[];
@@ -143,6 +145,7 @@ const natsNote = "NATS 2.9 JetStream does not fsync per publish: not a durable p
 // Running one case
 
 function runGenerator(env: Env, spec: GeneratorSpec): Promise<GeneratorResult> {
+  if (env.settings.quick) return env.worker!.run(spec);
   const limitMs = spec.warmupMs + spec.measureMs + 300_000;
   return new Promise((resolve, reject) => {
     const profile = env.cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", join(env.cpuProfileDir, "generators")] : [];
@@ -159,6 +162,59 @@ function runGenerator(env: Env, spec: GeneratorSpec): Promise<GeneratorResult> {
       else reject(new Error(`generator exited with ${code ?? signal}: ${err.trim() || out.trim()}`));
     });
   });
+}
+
+/**
+ * One long-lived generator process (`generator.mjs --serve`) that runs specs one at a time: what
+ * `--quick` uses, so that a tiny case does not pay a process start. Full runs start a fresh
+ * process per case, so no case inherits another's heap.
+ */
+class GeneratorWorker {
+  readonly #proc: ChildProcessWithoutNullStreams;
+  #out = "";
+  #err = "";
+  #waiting: { resolve(r: GeneratorResult): void; reject(e: Error): void } | null = null;
+  #exited = false;
+
+  constructor(generatorPath: string, profileDir?: string) {
+    const profile = profileDir ? ["--cpu-prof", "--cpu-prof-dir", join(profileDir, "generators")] : [];
+    this.#proc = spawn(process.execPath, [...profile, generatorPath, "--serve"], { stdio: ["pipe", "pipe", "pipe"] });
+    this.#proc.stdout.on("data", (d: Buffer) => {
+      this.#out += d.toString();
+      const nl = this.#out.indexOf("\n");
+      if (nl < 0 || this.#waiting === null) return;
+      const line = this.#out.slice(0, nl);
+      this.#out = this.#out.slice(nl + 1);
+      const waiting = this.#waiting;
+      this.#waiting = null;
+      const answer = JSON.parse(line) as { result?: GeneratorResult; error?: string };
+      if (answer.result) waiting.resolve(answer.result);
+      else waiting.reject(new Error(`generator: ${answer.error}`));
+    });
+    this.#proc.stderr.on("data", (d: Buffer) => (this.#err = (this.#err + d.toString()).slice(-10_000)));
+    this.#proc.on("close", (code, signal) => {
+      this.#exited = true;
+      this.#waiting?.reject(new Error(`generator exited with ${code ?? signal}: ${this.#err.trim()}`));
+      this.#waiting = null;
+    });
+  }
+
+  run(spec: GeneratorSpec): Promise<GeneratorResult> {
+    if (this.#exited) return Promise.reject(new Error(`generator exited: ${this.#err.trim()}`));
+    return new Promise((resolve, reject) => {
+      this.#waiting = { resolve, reject };
+      this.#proc.stdin.write(`${JSON.stringify(spec)}\n`);
+    });
+  }
+
+  /** Closes stdin and waits for the process to finish. */
+  close(): Promise<void> {
+    if (this.#exited) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.#proc.once("close", () => resolve());
+      this.#proc.stdin.end();
+    });
+  }
 }
 
 function toCase(
@@ -737,12 +793,14 @@ export async function main(argv: string[], paths: { root: string; generatorPath:
       ds,
       only: values.only ? new RegExp(values.only) : null,
       cpuProfileDir: profileDir,
+      worker: quick ? new GeneratorWorker(paths.generatorPath, profileDir) : null,
       results: [],
       failures: [],
       counter: 0,
     };
     await runAll(env);
   } finally {
+    await env?.worker?.close();
     for (const s of servers.reverse()) await s.stop();
     fs.rmSync(dataRoot, { recursive: true, force: true });
   }
