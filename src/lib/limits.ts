@@ -103,7 +103,7 @@ export const coldOffloadBackoffMsMax = 300_000;
 /** Cold segments one partition keeps open for reads (least recently used closes first). */
 export const coldSegmentsOpenMax = 8;
 /**
- * Most distinct keys one compaction pass remembers (25 bytes a slot, at most 2^23 slots ≈ 210 MB).
+ * Most distinct keys one compaction pass remembers (24 bytes a slot, at most 2^23 slots ≈ 200 MB).
  * A partition with more keys is compacted over the prefix of its segments that fits.
  */
 export const compactionKeysMax = 6_000_000;

@@ -148,8 +148,22 @@ class OutputWriter {
     return this.#created;
   }
 
-  /** Appends one stored record, `source[range.start, range.end)` verbatim, with its offset. */
-  async add(source: Uint8Array, range: { start: number; end: number }, offset: number): Promise<void> {
+  /**
+   * Appends one stored record, `source[range.start, range.end)` verbatim, with its offset. Returns
+   * null when the record only went into the buffer, or a promise to await when it needed I/O (a
+   * flush, or starting or finishing an output): the common case costs no await per record.
+   */
+  add(source: Uint8Array, range: { start: number; end: number }, offset: number): Promise<void> | null {
+    const length = range.end - range.start;
+    const out = this.#current;
+    if (out === null || (out.sizeBytes > 0 && out.sizeBytes + length > this.#segmentBytes) || this.#buffered + length > this.#buffer.length) {
+      return this.#addSlowly(source, { start: range.start, end: range.end }, offset);
+    }
+    this.#append(out, source, range, offset);
+    return null;
+  }
+
+  async #addSlowly(source: Uint8Array, range: { start: number; end: number }, offset: number): Promise<void> {
     const length = range.end - range.start;
     let out = this.#current;
     if (out !== null && out.sizeBytes > 0 && out.sizeBytes + length > this.#segmentBytes) {
@@ -157,19 +171,30 @@ class OutputWriter {
       out = null;
     }
     if (out === null) out = await this.#start(offset);
+    if (this.#buffered + length > this.#buffer.length) await this.#flush();
+    if (length <= this.#buffer.length) {
+      this.#append(out, source, range, offset);
+      return;
+    }
+    // Larger than the buffer: straight to the file (the buffer is empty after the flush).
+    this.#index(out, offset);
+    await out.log.write(source.subarray(range.start, range.end), out.sizeBytes);
+    out.sizeBytes += length;
+    this.#bufferedAt = out.sizeBytes;
+  }
+
+  #index(out: Output, offset: number): void {
     if (out.index.wants(out.sizeBytes, out.lastIndexedPosition)) {
       out.index.push(offset - out.baseOffset, out.sizeBytes);
       out.lastIndexedPosition = out.sizeBytes;
     }
-    if (this.#buffered + length > this.#buffer.length) await this.#flush();
-    if (length > this.#buffer.length) {
-      await out.log.write(source.subarray(range.start, range.end), out.sizeBytes);
-      this.#bufferedAt = out.sizeBytes + length;
-    } else {
-      this.#buffer.set(source.subarray(range.start, range.end), this.#buffered);
-      this.#buffered += length;
-    }
-    out.sizeBytes += length;
+  }
+
+  #append(out: Output, source: Uint8Array, range: { start: number; end: number }, offset: number): void {
+    this.#index(out, offset);
+    this.#buffer.set(source.subarray(range.start, range.end), this.#buffered);
+    this.#buffered += range.end - range.start;
+    out.sizeBytes += range.end - range.start;
   }
 
   async #start(baseOffset: number): Promise<Output> {
@@ -385,7 +410,8 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
           if (keep(chunk)) {
             recordRange.start = p;
             recordRange.end = p + header.sizeBytes;
-            await writer.add(chunk, recordRange, header.offset);
+            const io = writer.add(chunk, recordRange, header.offset);
+            if (io !== null) await io;
           } else {
             result.records_dropped++;
             if (header.keyLen >= 0 && header.valueLen === 0 && map.offsetOf(digest) === header.offset) result.tombstones_dropped++;

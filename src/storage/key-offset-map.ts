@@ -3,26 +3,33 @@
  * key's newest offset"): a hash table from a key's 128-bit digest (MurmurHash3 x86_128, see
  * `src/lib/murmur3.ts`) to the offset of the key's newest record and one byte of flags.
  *
- * Layout: open addressing with linear probing over three typed arrays of `capacity` slots
- * (a power of two): `Uint32Array` digests (4 words a slot), `Float64Array` offsets (−1 = empty slot)
- * and `Uint8Array` flags. That is 25 bytes a slot, whatever the keys' lengths; the table doubles
- * when it is three quarters full, so a pass costs about 33–67 bytes per distinct key and nothing
- * per record. Keys themselves are never stored.
+ * Layout: open addressing with linear probing over one `Uint32Array` of `capacity` slots (a power
+ * of two), six words a slot, so that a probe touches one cache line:
+ *
+ * ```
+ * word 0-3   the digest
+ * word 4     offset, low 32 bits
+ * word 5     bits 0-21: offset's high 21 bits + 1 (0 = empty slot); bits 22-29: flags
+ * ```
+ *
+ * That is 24 bytes a slot whatever the keys' lengths; the table doubles when it is three quarters
+ * full, so a pass costs about 32–64 bytes per distinct key and nothing per record. Keys themselves
+ * are never stored. Offsets are at most 2^53 − 1 (DECISIONS 6), so their high part fits 21 bits.
  */
 import { assert } from "../lib/assert.ts";
 
-/** Bytes one slot costs: 16 of digest, 8 of offset, 1 of flags. */
-const slotBytes = 16 + 8 + 1;
+/** 32-bit words a slot takes. */
+const slotWords = 6;
 /** Largest fraction of slots in use before the table doubles. */
 const loadMax = 0.75;
+const highMask = 0x3fffff;
+const twoTo32 = 0x1_0000_0000;
 
 /** Digest → newest offset and flags. See the module comment. */
 export class KeyOffsetMap {
   #capacity: number;
   #mask: number;
-  #digests: Uint32Array;
-  #offsets: Float64Array;
-  #flags: Uint8Array;
+  #slots: Uint32Array;
   #size = 0;
   readonly #keysMax: number;
 
@@ -37,9 +44,7 @@ export class KeyOffsetMap {
     while (capacity < (options.capacity ?? 16)) capacity *= 2;
     this.#capacity = capacity;
     this.#mask = capacity - 1;
-    this.#digests = new Uint32Array(capacity * 4);
-    this.#offsets = new Float64Array(capacity).fill(-1);
-    this.#flags = new Uint8Array(capacity);
+    this.#slots = new Uint32Array(capacity * slotWords);
   }
 
   /** Distinct digests stored. */
@@ -47,9 +52,9 @@ export class KeyOffsetMap {
     return this.#size;
   }
 
-  /** Bytes held by the table's arrays. */
+  /** Bytes held by the table. */
   get memoryBytes(): number {
-    return this.#capacity * slotBytes;
+    return this.#slots.byteLength;
   }
 
   /** True when one more new key would be refused by {@link put}. */
@@ -63,34 +68,36 @@ export class KeyOffsetMap {
    * @returns false, changing nothing, if the digest is new and the map already holds `keysMax` keys.
    */
   put(digest: Uint32Array, offset: number, flags: number): boolean {
-    let slot = this.#find(digest);
-    if (this.#offsets[slot] < 0) {
+    assert(Number.isSafeInteger(offset) && offset >= 0, "an offset is a safe non-negative integer");
+    let w = this.#find(digest);
+    if (this.#slots[w + 5] === 0) {
       if (this.#size >= this.#keysMax) return false;
       if (this.#size + 1 > this.#capacity * loadMax) {
         this.#grow();
-        slot = this.#find(digest);
+        w = this.#find(digest);
       }
-      const d = slot * 4;
-      this.#digests[d] = digest[0];
-      this.#digests[d + 1] = digest[1];
-      this.#digests[d + 2] = digest[2];
-      this.#digests[d + 3] = digest[3];
+      const slots = this.#slots;
+      slots[w] = digest[0];
+      slots[w + 1] = digest[1];
+      slots[w + 2] = digest[2];
+      slots[w + 3] = digest[3];
       this.#size++;
     }
-    this.#offsets[slot] = offset;
-    this.#flags[slot] = flags;
+    this.#slots[w + 4] = offset % twoTo32;
+    this.#slots[w + 5] = (Math.floor(offset / twoTo32) + 1) | ((flags & 0xff) << 22);
     return true;
   }
 
   /** The newest offset recorded for `digest`, or −1. Its flags: {@link flagsOf}. */
   offsetOf(digest: Uint32Array): number {
-    return this.#offsets[this.#find(digest)];
+    const w = this.#find(digest);
+    const meta = this.#slots[w + 5];
+    return meta === 0 ? -1 : ((meta & highMask) - 1) * twoTo32 + this.#slots[w + 4];
   }
 
   /** The flags recorded with `digest`'s newest offset (0 if the digest is absent). */
   flagsOf(digest: Uint32Array): number {
-    const slot = this.#find(digest);
-    return this.#offsets[slot] < 0 ? 0 : this.#flags[slot];
+    return this.#slots[this.#find(digest) + 5] >>> 22;
   }
 
   /**
@@ -98,21 +105,21 @@ export class KeyOffsetMap {
    * bit of `flagMask` set in their flags (one walk over the table).
    */
   countBelow(offsetLimit: number, flagMask: number): { keys: number; flagged: number } {
+    const slots = this.#slots;
     let keys = 0;
     let flagged = 0;
-    for (let slot = 0; slot < this.#capacity; slot++) {
-      const offset = this.#offsets[slot];
-      if (offset < 0 || offset >= offsetLimit) continue;
+    for (let w = 0; w < slots.length; w += slotWords) {
+      const meta = slots[w + 5];
+      if (meta === 0 || ((meta & highMask) - 1) * twoTo32 + slots[w + 4] >= offsetLimit) continue;
       keys++;
-      if ((this.#flags[slot] & flagMask) === flagMask) flagged++;
+      if (((meta >>> 22) & flagMask) === flagMask) flagged++;
     }
     return { keys, flagged };
   }
 
-  /** The slot holding `digest`, or the empty slot where it would go. */
+  /** The first word of the slot holding `digest`, or of the empty slot where it would go. */
   #find(digest: Uint32Array): number {
-    const digests = this.#digests;
-    const offsets = this.#offsets;
+    const slots = this.#slots;
     const mask = this.#mask;
     const d0 = digest[0];
     const d1 = digest[1];
@@ -120,31 +127,32 @@ export class KeyOffsetMap {
     const d3 = digest[3];
     let slot = d0 & mask;
     for (;;) {
-      if (offsets[slot] < 0) return slot;
-      const d = slot * 4;
-      if (digests[d] === d0 && digests[d + 1] === d1 && digests[d + 2] === d2 && digests[d + 3] === d3) return slot;
+      const w = slot * slotWords;
+      if (slots[w + 5] === 0) return w;
+      if (slots[w] === d0 && slots[w + 1] === d1 && slots[w + 2] === d2 && slots[w + 3] === d3) return w;
       slot = (slot + 1) & mask;
     }
   }
 
   #grow(): void {
-    const oldDigests = this.#digests;
-    const oldOffsets = this.#offsets;
-    const oldFlags = this.#flags;
-    const oldCapacity = this.#capacity;
-    this.#capacity = oldCapacity * 2;
+    const old = this.#slots;
+    this.#capacity *= 2;
     this.#mask = this.#capacity - 1;
-    this.#digests = new Uint32Array(this.#capacity * 4);
-    this.#offsets = new Float64Array(this.#capacity).fill(-1);
-    this.#flags = new Uint8Array(this.#capacity);
-    const digest = new Uint32Array(4);
-    for (let old = 0; old < oldCapacity; old++) {
-      if (oldOffsets[old] < 0) continue;
-      digest.set(oldDigests.subarray(old * 4, old * 4 + 4));
-      const slot = this.#find(digest);
-      this.#digests.set(digest, slot * 4);
-      this.#offsets[slot] = oldOffsets[old];
-      this.#flags[slot] = oldFlags[old];
+    const slots = new Uint32Array(this.#capacity * slotWords);
+    const mask = this.#mask;
+    for (let o = 0; o < old.length; o += slotWords) {
+      if (old[o + 5] === 0) continue;
+      // Every digest is distinct: the first empty slot of its probe sequence is its place.
+      let slot = old[o] & mask;
+      while (slots[slot * slotWords + 5] !== 0) slot = (slot + 1) & mask;
+      const w = slot * slotWords;
+      slots[w] = old[o];
+      slots[w + 1] = old[o + 1];
+      slots[w + 2] = old[o + 2];
+      slots[w + 3] = old[o + 3];
+      slots[w + 4] = old[o + 4];
+      slots[w + 5] = old[o + 5];
     }
+    this.#slots = slots;
   }
 }

@@ -287,6 +287,18 @@ describe("KeyOffsetMap", () => {
     const below = map.countBelow(10_000, 1);
     expect(below.keys).toBe(2500);
     expect(below.flagged).toBe([...Array(5000).keys()].filter((i) => i % 2 === 1 && i % 3 === 0).length);
-    expect(map.memoryBytes).toBe(8192 * 25);
+    expect(map.memoryBytes).toBe(8192 * 24);
+  });
+
+  it("keeps offsets up to 2^53 − 1 exact, with their flags", () => {
+    const map = new KeyOffsetMap({ keysMax: 10 });
+    const offsets = [0, 2 ** 32 - 1, 2 ** 32, 2 ** 32 + 5, Number.MAX_SAFE_INTEGER];
+    offsets.forEach((offset, i) => expect(map.put(Uint32Array.of(i, 1, 2, 3), offset, 255 - i)).toBe(true));
+    offsets.forEach((offset, i) => {
+      expect(map.offsetOf(Uint32Array.of(i, 1, 2, 3))).toBe(offset);
+      expect(map.flagsOf(Uint32Array.of(i, 1, 2, 3))).toBe(255 - i);
+    });
+    expect(map.countBelow(2 ** 32, 0)).toEqual({ keys: 2, flagged: 2 });
+    expect(map.countBelow(Number.MAX_SAFE_INTEGER + 1, 255)).toEqual({ keys: 5, flagged: 1 });
   });
 });
