@@ -22,7 +22,7 @@ import type { Logger } from "../lib/logger.ts";
 import { assert } from "../lib/assert.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
 import { fetchBytesDefault, fetchBytesMax, fetchRecordsDefault, fetchRecordsMax, fetchWaitMsMax } from "../lib/limits.ts";
-import { dirname, isFsError, joinPath, type FileSystem } from "../fs/types.ts";
+import { FsError, dirname, isFsError, joinPath, type FileSystem } from "../fs/types.ts";
 import { PartitionLog, type PartitionOptions } from "../storage/partition.ts";
 import { StorageError } from "../storage/errors.ts";
 import { RecordFormatError, EntryCursor, checkEntryTimestamps, type EntryBatch } from "../storage/record.ts";
@@ -87,6 +87,11 @@ interface Topic {
 
 /** Storage errors as the error table's rows. */
 export function toBrokerError(err: unknown): unknown {
+  if (err instanceof FsError) {
+    // A disk read or write failed outside the append path's own handling (e.g. a fetch's read):
+    // an operating error to report, never a 500.
+    return new BrokerError(Errors.storageError, `Cannot complete the request: ${err.message}`);
+  }
   if (!(err instanceof StorageError)) return err;
   switch (err.kind) {
     case "fenced":
@@ -223,6 +228,16 @@ export class LocalBroker implements Broker {
     }
     const read = await readJsonFile(this.#fs, metaPath);
     if ("missing" in read) {
+      // createTopic makes the directory durable before it writes topic.json, its commit point. A
+      // directory holding nothing else is a creation a crash interrupted, never acknowledged:
+      // remove it (reported) so the name can be created again.
+      const entries = (await this.#fs.readdir(dir)).filter((n) => !isTempFileName(n));
+      if (entries.length === 0) {
+        await this.#fs.removeTree(dir);
+        await this.#fs.syncDir(this.#topicsDir);
+        this.#logger.log("warn", "recovery.incomplete_topic_removed", { topic: name, dir, reason: "topic.json is missing and the directory holds no partition" });
+        return;
+      }
       this.#unavailable.set(name, `${metaPath} is missing`);
       this.#logger.log("error", "recovery.topic_unavailable", { topic: name, file: metaPath, reason: "topic.json is missing" });
       return;

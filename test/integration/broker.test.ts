@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { writeFileSync, existsSync } from "node:fs";
+import { writeFileSync, existsSync, mkdirSync } from "node:fs";
+import { FsError, type FileHandle, type FileSystem } from "../../src/fs/types.ts";
 import { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
@@ -173,5 +174,51 @@ describe("LocalBroker", () => {
     expect((await b.describeTopic("ok")).name).toBe("ok");
     expect(logger.named("recovery.topic_unavailable")).toHaveLength(1);
     expect(existsSync(`${dir}/topics/broken/0`)).toBe(true);
+  });
+
+  it("removes a topic directory a crash left without topic.json and nothing else, so the name can be created", async () => {
+    const dir = fresh();
+    let b = await broker(dir);
+    await b.close();
+    open.splice(open.indexOf(b), 1);
+    mkdirSync(`${dir}/topics/half`, { mode: 0o700 });
+    const logger = new MemoryLogger();
+    b = await broker(dir, new ManualClock(), logger);
+    expect(logger.named("recovery.incomplete_topic_removed")).toHaveLength(1);
+    expect(existsSync(`${dir}/topics/half`)).toBe(false);
+    await rejectsWith(b.describeTopic("half"), "topic_not_found");
+    expect((await b.createTopic({ name: "half", partitions: 1 })).name).toBe("half");
+  });
+
+  it("answers a failed disk read during a fetch with storage_error, not an internal error", async () => {
+    const dir = fresh();
+    let failReads = false;
+    const real = new NodeFileSystem();
+    const wrap = (path: string, h: FileHandle): FileHandle => ({
+      read: (buf, position) => (failReads && path.endsWith(".log") ? Promise.reject(new FsError("EIO", path)) : h.read(buf, position)),
+      write: (bytes, position) => h.write(bytes, position),
+      sync: () => h.sync(),
+      truncate: (length) => h.truncate(length),
+      size: () => h.size(),
+      close: () => h.close(),
+    });
+    const flaky: FileSystem = {
+      open: async (path, options) => wrap(path, await real.open(path, options)),
+      readdir: (path) => real.readdir(path),
+      mkdir: (path) => real.mkdir(path),
+      rename: (from, to) => real.rename(from, to),
+      unlink: (path) => real.unlink(path),
+      removeTree: (path) => real.removeTree(path),
+      stat: (path) => real.stat(path),
+      syncDir: (path) => real.syncDir(path),
+    };
+    const b = await LocalBroker.open({ fs: flaky, dataDir: dir, clock: new ManualClock(), logger: new MemoryLogger() });
+    open.push(b);
+    await b.createTopic({ name: "t", partitions: 1 });
+    await b.produce({ topic: "t", batch: new EntryBatchBuilder().add(null, utf8("a")).build() });
+    failReads = true;
+    await rejectsWith(b.fetch({ topic: "t", partition: 0, offset: 0 }), "storage_error");
+    failReads = false;
+    expect((await b.fetch({ topic: "t", partition: 0, offset: 0 })).records.count).toBe(1);
   });
 });
