@@ -17,7 +17,9 @@
  *   of it went unanswered (it may be stored), in which case `send` rejects rather than risk
  *   storing it twice.
  * - Other refusals (`out_of_order_sequence`, `duplicate_sequence`, `producer_fenced` by another
- *   incarnation) reject `send`.
+ *   incarnation, `topic_not_found`, …) reject `send` and hand the batch's sequence numbers back, so
+ *   the next `send` does not leave a gap. A batch that stays unanswered until the delivery timeout
+ *   (it may or may not be stored) rejects `send` and starts a new epoch.
  *
  * Partition choice must be known before sending (sequences are per partition): `partition`, or
  * else each record's key (murmur2, as the broker does) and, for keyless records, the producer id
@@ -177,6 +179,7 @@ export class IdempotentProducer {
           [epoch, sequence] = this.#renumber(state, batch);
           continue;
         }
+        if (err.code === "connection_closed" || err.code === "timeout") ambiguous = true;
         if (err.code === Errors.producerFenced.code && epoch < this.#epoch) {
           // Numbered in an epoch this producer itself left behind: renumber, unless it may be stored.
           if (ambiguous) throw err;
@@ -184,11 +187,23 @@ export class IdempotentProducer {
           continue;
         }
         const retriable = err.retriable || retriableCodes.has(err.code);
-        if (!retriable || Date.now() >= deadline) throw err;
-        if (err.code === "connection_closed" || err.code === "timeout") ambiguous = true;
+        if (!retriable || Date.now() >= deadline) throw this.#giveUp(err, { state, epoch, sequence, count: batch.count, ambiguous });
         await sleep(Math.min(this.#retryBackoffMaxMs, this.#retryBackoffMs * 2 ** Math.min(attempt, 20)));
       }
     }
+  }
+
+  /**
+   * A batch that fails for good must not leave a gap that wedges the partition: a batch the
+   * broker refused (nothing stored) hands its sequence numbers back; a batch that may be stored
+   * (answers lost until the delivery timeout) ends the epoch, so the next batch starts a new one
+   * at sequence 0 instead of guessing.
+   */
+  #giveUp(err: ClientError, failed: { state: PartitionState; epoch: number; sequence: number; count: number; ambiguous: boolean }): ClientError {
+    if (failed.epoch !== this.#epoch) return err;
+    if (failed.ambiguous) this.#startEpoch(this.#epoch + 1);
+    else if (failed.state.nextSequence === failed.sequence + failed.count) failed.state.nextSequence = failed.sequence;
+    return err;
   }
 
   #startEpoch(epoch: number): void {

@@ -201,6 +201,21 @@ describe("idempotent produce over TCP", () => {
     expect((spanning as ClientError).code).toBe("invalid_request");
   });
 
+  it("IdempotentProducer hands back the sequence of a batch the broker refused, so the next one leaves no gap", async () => {
+    const b = await broker({ clock: realClock });
+    await b.createTopic({ name: "t", partitions: 1 });
+    const server = await serve(b);
+    const producer = new IdempotentProducer({ connect: server.connect, producerId: "careful" });
+    cleanups.push(() => producer.close());
+    await producer.send("t", [{ value: "a" }], { partition: 0 });
+    const refused = await producer.send("t", [{ value: "future", timestampMs: Date.now() + 10 * 24 * 3600_000 }], { partition: 0 }).catch((e: unknown) => e);
+    expect((refused as ClientError).code).toBe("invalid_timestamp");
+    expect(producer.nextSequence("t", 0)).toBe(1);
+    const next = await producer.send("t", [{ value: "b" }], { partition: 0 });
+    expect(next.spans[0].baseOffset).toBe(1);
+    expect(await values(b, "t")).toEqual(["a", "b"]);
+  });
+
   it("IdempotentProducer starts a new epoch when the broker has forgotten it, and goes on", async () => {
     const clock = new ManualClock();
     const b = await broker({ clock, producerExpiryMs: 60_000 });
