@@ -8,7 +8,7 @@ import * as net from "node:net";
 import { TcpClient } from "../../src/client/client.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { tempDir } from "../helpers/tmp.ts";
-import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
+import { runCli, scaled, startBroker, target, type BrokerProcess } from "./harness.ts";
 
 const running: BrokerProcess[] = [];
 const cleanups: (() => void)[] = [];
@@ -33,7 +33,7 @@ describe(`[${target}] es-broker end to end`, () => {
     const { dir, cleanup } = tempDir();
     cleanups.push(cleanup);
     const partitions = 4;
-    const total = 100_000;
+    const total = scaled(100_000); // 100 000 on node, 30 000 on the other targets
     const producers = 8;
     const batchSize = 50;
     let broker = await start(`${dir}/data`);

@@ -14,6 +14,15 @@ export const targetInfo: Target = currentTarget();
 /** A short name of the target runtime for test titles ("node" by default). */
 export const target = targetInfo.name;
 
+/**
+ * `full` scaled for this target: the full size on the node target, a fraction (`soakScale`) on the
+ * others, at least 1. Soak scenarios (many records, many kills) size themselves with it, e.g.
+ * `const total = scaled(100_000)`.
+ */
+export function scaled(full: number): number {
+  return Math.max(1, Math.round(full * targetInfo.soakScale));
+}
+
 /** The command words that start the broker (before "serve"). */
 export function brokerCommand(): string[] {
   return targetInfo.command;

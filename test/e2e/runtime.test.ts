@@ -251,7 +251,7 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const [host, port] = broker.httpUrl.replace("http://", "").split(":");
     const keptAlive = await openKeepAlive({ host, port: Number(port) });
     expect(await keptAlive.get("/healthz")).toMatchObject({ status: 200 });
-    await sleep(300); // the slow request is in the broker's hands, its body half read
+    await sleep(500); // the slow request is in the broker's hands, its body half read
 
     broker.proc.kill("SIGTERM");
 
@@ -313,7 +313,7 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const { broker } = await start();
     expect((await postJson(`${broker.httpUrl}/v1/topics`, { name: "s2", partitions: 1 })).status).toBe(201);
     const slow = await slowProduce(broker, "s2", "never finished");
-    await sleep(300);
+    await sleep(500); // as above: the slow request is in the broker's hands
     broker.proc.kill("SIGTERM");
     await sleep(500);
     expect(isRunning(broker), `[${target}] the half-sent produce should hold shutdown open`).toBe(true);

@@ -25,7 +25,16 @@ export interface Target {
   versionMarker: string;
   /** Files the command needs; a missing one fails every test of the target, loudly. */
   requires: string[];
+  /**
+   * Size of soak scenarios (records, kill rounds) relative to the node target's, in (0, 1]. The
+   * node target runs them at full size; the others at a fraction, since the whole of `npm test`
+   * must stay well under 15 minutes on 2 vCPUs and each target repeats every scenario.
+   */
+  soakScale: number;
 }
+
+/** `soakScale` of the Deno, Bun and binary targets. */
+export const soakScaleSecondary = 0.3;
 
 const deno = join(repoRoot, "tools/node_modules/.bin/deno");
 const bun = join(repoRoot, "tools/node_modules/.bin/bun");
@@ -35,10 +44,16 @@ const sources = join(repoRoot, "src/main.ts");
 
 /** The four targets `npm test` runs: the Node bundle, Deno and Bun from sources, the compiled binary. */
 export const standardTargets: readonly Target[] = [
-  { name: "node", command: [process.execPath, bundle], versionMarker: "(node ", requires: [bundle] },
-  { name: "deno", command: [deno, "run", "--allow-all", `--config=${join(repoRoot, "deno.json")}`, sources], versionMarker: "(deno ", requires: [deno] },
-  { name: "bun", command: [bun, sources], versionMarker: "(bun ", requires: [bun] },
-  { name: "binary", command: [binary], versionMarker: ", standalone binary)", requires: [binary] },
+  { name: "node", command: [process.execPath, bundle], versionMarker: "(node ", requires: [bundle], soakScale: 1 },
+  {
+    name: "deno",
+    command: [deno, "run", "--allow-all", `--config=${join(repoRoot, "deno.json")}`, sources],
+    versionMarker: "(deno ",
+    requires: [deno],
+    soakScale: soakScaleSecondary,
+  },
+  { name: "bun", command: [bun, sources], versionMarker: "(bun ", requires: [bun], soakScale: soakScaleSecondary },
+  { name: "binary", command: [binary], versionMarker: ", standalone binary)", requires: [binary], soakScale: soakScaleSecondary },
 ];
 
 /** Parses `ES_BROKER_CMD`: a JSON array of words, or a string split on whitespace. */
@@ -71,6 +86,7 @@ export function e2eTargets(env: Record<string, string | undefined> = process.env
       command: parseCommand(raw),
       versionMarker: standard?.versionMarker ?? "es-broker ",
       requires: [],
+      soakScale: standard?.soakScale ?? 1,
     },
   ];
 }
