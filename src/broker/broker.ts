@@ -21,7 +21,7 @@ import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { assert } from "../lib/assert.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
-import { fetchBytesDefault, fetchBytesMax, fetchRecordsDefault, fetchRecordsMax, fetchWaitMsMax } from "../lib/limits.ts";
+import { recoveryProgressMs, fetchBytesDefault, fetchBytesMax, fetchRecordsDefault, fetchRecordsMax, fetchWaitMsMax } from "../lib/limits.ts";
 import { FsError, dirname, isFsError, joinPath, type FileSystem } from "../fs/types.ts";
 import { PartitionLog, type PartitionOptions } from "../storage/partition.ts";
 import { StorageError } from "../storage/errors.ts";
@@ -205,7 +205,18 @@ export class LocalBroker implements Broker {
       await fs.removeTree(this.#trashDir);
       this.#logger.log("info", "broker.trash_removed", { dir: this.#trashDir });
     }
-    for (const name of await fs.readdir(this.#topicsDir)) {
+    // Long recoveries say how far they got: one progress line at most every recoveryProgressMs.
+    const names = await fs.readdir(this.#topicsDir);
+    const started = this.#clock.nowMs();
+    let lastProgress = started;
+    let done = 0;
+    for (const name of names) {
+      const now = this.#clock.nowMs();
+      if (now - lastProgress >= recoveryProgressMs) {
+        lastProgress = now;
+        this.#logger.log("info", "recovery.progress", { topics_done: done, topics_total: names.length, elapsed_ms: now - started });
+      }
+      done++;
       if (isTempFileName(name)) {
         this.#logger.log("warn", "recovery.stray_file", { file: joinPath(this.#topicsDir, name), reason: "temporary file of an interrupted write" });
         continue;

@@ -7,6 +7,7 @@ import { version } from "../version.ts";
 import { runtimeDescription } from "../runtime/info.ts";
 import { UsageError } from "./args.ts";
 import { serve } from "./serve.ts";
+import { check } from "./check.ts";
 import { consume, groups, produce, topics } from "./client-commands.ts";
 import { ClientError } from "../client/client.ts";
 
@@ -20,6 +21,7 @@ Commands:
   produce      append stdin lines to a topic
   consume      print a topic's records
   topics       create, list, describe and delete topics
+  check        verify a stopped data directory offline (es-broker check --help)
   groups       list and describe consumer groups
 
 Options:
@@ -51,6 +53,8 @@ export async function main(argv: string[]): Promise<number> {
         return await consume(rest);
       case "topics":
         return await topics(rest);
+      case "check":
+        return await check(rest);
       case "groups":
         return await groups(rest);
       default:

@@ -85,6 +85,9 @@ export const flushIntervalMsDefault = 1000;
 /** Largest number of records in one produce request. */
 export const produceRecordsMax = 1_000_000;
 
+/** At most one `recovery.progress` line per this many ms while a start recovers topics. */
+export const recoveryProgressMs = 2000;
+
 /** Largest metadata file (topic.json, groups, keys) the broker will read, in bytes. */
 export const metadataFileBytesMax = 16 * MiB;
 

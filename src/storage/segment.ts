@@ -235,6 +235,8 @@ export class Segment {
   createdMs: number;
   /** What recovery decided, for reports. */
   recovery: SegmentRecoveryOutcome = "scanned";
+  /** Why the stored index was not trusted ("" if it was, or the segment was trusted by the fast path). */
+  indexProblem = "";
 
   #fs: FileSystem;
   #log: FileHandle;
@@ -309,12 +311,25 @@ export class Segment {
    */
   static async open(
     fs: FileSystem,
-    options: { dir: string; baseOffset: number; active: boolean; nowMs: number; logger: Logger; partition: string },
+    options: {
+      dir: string;
+      baseOffset: number;
+      active: boolean;
+      nowMs: number;
+      logger: Logger;
+      partition: string;
+      /**
+       * Check only (`es-broker check`): take every decision but change no file — a torn tail is
+       * reported, not cut; an index is reported, not rewritten. The segment is for inspection, not appends.
+       */
+      inspectOnly?: boolean;
+    },
   ): Promise<Segment> {
     const { dir, baseOffset, active, logger } = options;
+    const inspectOnly = options.inspectOnly === true;
     const logPath = joinPath(dir, logFileName(baseOffset));
     const indexPath = joinPath(dir, indexFileName(baseOffset));
-    const log = await fs.open(logPath, { write: active });
+    const log = await fs.open(logPath, { write: active && !inspectOnly });
     try {
       const logSize = await log.size();
       let stored: OffsetIndex | null = null;
@@ -359,7 +374,7 @@ export class Segment {
         }
         indexProblem = "records after the last index entry do not decode to the end of the file";
       }
-      await segment.#fullScan({ active, logger, partition: options.partition, indexProblem });
+      await segment.#fullScan({ active, logger, partition: options.partition, indexProblem, inspectOnly });
       return segment;
     } catch (err) {
       await log.close().catch(() => {});
@@ -399,8 +414,9 @@ export class Segment {
   }
 
   /** Scans the whole log, rebuilding the index; handles torn tails and corruption. */
-  async #fullScan(options: { active: boolean; logger: Logger; partition: string; indexProblem: string }): Promise<void> {
-    const { active, logger, partition } = options;
+  async #fullScan(options: { active: boolean; logger: Logger; partition: string; indexProblem: string; inspectOnly: boolean }): Promise<void> {
+    const { active, logger, partition, inspectOnly } = options;
+    this.indexProblem = options.indexProblem;
     const rebuilt = new OffsetIndex();
     let lastIndexed = -1;
     const scan = await scanRecords(this.#log, { start: 0, end: this.sizeBytes, minOffset: this.baseOffset }, (offset, position) => {
@@ -429,9 +445,11 @@ export class Segment {
       if (active && after.firstValidPosition < 0) {
         // A torn tail: bytes that never decode up to the end of the file. Never acknowledged.
         const cutBytes = this.sizeBytes - scan.endPosition;
-        await this.#log.truncate(scan.endPosition);
-        await this.#log.sync();
-        logger.log("warn", "recovery.torn_tail_cut", {
+        if (!inspectOnly) {
+          await this.#log.truncate(scan.endPosition);
+          await this.#log.sync();
+        }
+        logger.log("warn", inspectOnly ? "check.torn_tail" : "recovery.torn_tail_cut", {
           partition,
           segment: this.logPath,
           position: scan.endPosition,
@@ -441,7 +459,7 @@ export class Segment {
         this.sizeBytes = scan.endPosition;
         this.readableEndBytes = scan.endPosition;
         this.recovery = "torn_tail_cut";
-        await this.#rewriteIndexFile(active);
+        if (!inspectOnly) await this.#rewriteIndexFile(active);
         return;
       }
       this.#markCorrupt(scan.endPosition, scan.reason, after.highestOffset, logger, partition);
@@ -451,13 +469,13 @@ export class Segment {
     const needsRewrite = options.indexProblem !== "" || !this.#sameAsStored(rebuilt);
     if (needsRewrite) {
       if (options.indexProblem) {
-        logger.log("warn", "recovery.index_rebuilt", { partition, segment: this.indexPath, reason: options.indexProblem });
+        logger.log("warn", inspectOnly ? "check.index_invalid" : "recovery.index_rebuilt", { partition, segment: this.indexPath, reason: options.indexProblem });
       }
-      await this.#rewriteIndexFile(active);
+      if (!inspectOnly) await this.#rewriteIndexFile(active);
       this.recovery = options.indexProblem ? "index_rebuilt" : "scanned";
     } else {
       this.recovery = "scanned";
-      if (active) {
+      if (active && !inspectOnly) {
         this.#indexFile = await this.#fs.open(this.indexPath, { write: true });
         this.#indexOnDiskEntries = this.#index.count;
       }

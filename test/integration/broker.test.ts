@@ -221,4 +221,21 @@ describe("LocalBroker", () => {
     failReads = false;
     expect((await b.fetch({ topic: "t", partition: 0, offset: 0 })).records.count).toBe(1);
   });
+
+  it("reports recovery progress while a start loads many topics", async () => {
+    const dir = fresh();
+    let b = await broker(dir);
+    for (let i = 0; i < 6; i++) await b.createTopic({ name: `t${i}`, partitions: 1 });
+    await b.close();
+    open.splice(open.indexOf(b), 1);
+    // A clock that moves a second every time it is read: every topic takes "a second" to load.
+    let now = 0;
+    const slow = { nowMs: () => (now += 1000), setTimer: new ManualClock().setTimer.bind(new ManualClock()) };
+    const logger = new MemoryLogger();
+    b = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir: dir, clock: slow, logger });
+    open.push(b);
+    const progress = logger.named("recovery.progress");
+    expect(progress.length).toBeGreaterThan(0);
+    expect(progress.at(-1)!.topics_total).toBe(6);
+  });
 });
