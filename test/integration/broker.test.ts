@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { writeFileSync, existsSync, mkdirSync } from "node:fs";
+import { writeFileSync, existsSync, mkdirSync, readdirSync, statSync, unlinkSync } from "node:fs";
 import { FsError, type FileHandle, type FileSystem } from "../../src/fs/types.ts";
 import { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
@@ -237,5 +237,37 @@ describe("LocalBroker", () => {
     const progress = logger.named("recovery.progress");
     expect(progress.length).toBeGreaterThan(0);
     expect(progress.at(-1)!.topics_total).toBe(6);
+  });
+
+  it("creates files 0600 and directories 0700 under umask 000, including topic.json, rebuilt indexes and new segments", async () => {
+    const dir = fresh();
+    const old = process.umask(0);
+    try {
+      let b = await broker(dir);
+      await b.createTopic({ name: "m", partitions: 2, config: { segment_bytes: 1024 } });
+      for (let i = 0; i < 20; i++) await b.produce({ topic: "m", partition: i % 2, batch: new EntryBatchBuilder().add(null, utf8("z".repeat(200))).build() });
+      await b.updateTopicConfig!("m", { retention_ms: 3_600_000 });
+      await b.close();
+      open.splice(open.indexOf(b), 1);
+      for (const n of readdirSync(`${dir}/topics/m/0`)) if (n.endsWith(".index")) unlinkSync(`${dir}/topics/m/0/${n}`);
+      b = await broker(dir);
+      await b.produce({ topic: "m", partition: 0, batch: new EntryBatchBuilder().add(null, utf8("after")).build() });
+    } finally {
+      process.umask(old);
+    }
+    let files = 0;
+    const walk = (p: string): void => {
+      const st = statSync(p);
+      if (st.isDirectory()) {
+        expect(st.mode & 0o777, p).toBe(0o700);
+        for (const n of readdirSync(p)) walk(`${p}/${n}`);
+      } else {
+        files++;
+        expect(st.mode & 0o777, p).toBe(0o600);
+      }
+    };
+    walk(dir);
+    expect(readdirSync(`${dir}/topics/m/0`).filter((n) => n.endsWith(".index")).length).toBeGreaterThan(2);
+    expect(files).toBeGreaterThan(8);
   });
 });
