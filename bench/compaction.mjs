@@ -1,28 +1,10 @@
-// Runs the compaction benchmark (bench/compaction.ts): bundles it with esbuild (Node 20 cannot run
-// .ts), then runs it in this process. `node bench/compaction.mjs [--quick] [--data-mb 256]
-// [--keys 1000000,10000] [--dir DIR] [--json out.json]`.
-import { build } from "esbuild";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+// Runs the compaction benchmark (bench/compaction.ts) bundled for Node 20, in this process.
+// `node bench/compaction.mjs [--quick] [--data-mb 256] [--keys 1000000,10000] [--dir DIR] [--json out.json]`.
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { importBundled, withBundle } from "../scripts/bundle.mjs";
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const out = mkdtempSync(join(tmpdir(), "es-bench-compaction-"));
-try {
-  await build({
-    entryPoints: { compaction: join(root, "bench/compaction.ts") },
-    outdir: out,
-    outExtension: { ".js": ".mjs" },
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node20",
-    logLevel: "warning",
-    banner: { js: 'import { createRequire as __esbCreateRequire } from "node:module"; const require = __esbCreateRequire(import.meta.url);' },
-  });
-  const { main } = await import(pathToFileURL(join(out, "compaction.mjs")).href);
-  process.exitCode = await main(process.argv.slice(2), { dir: join(out, "data"), runner: fileURLToPath(import.meta.url) });
-} finally {
-  rmSync(out, { recursive: true, force: true });
-}
+process.exitCode = await withBundle({ compaction: "bench/compaction.ts" }, "es-bench-compaction-", async (out) => {
+  const { main } = await importBundled(out, "compaction");
+  return main(process.argv.slice(2), { dir: join(out, "data"), runner: fileURLToPath(import.meta.url) });
+});

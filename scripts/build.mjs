@@ -12,6 +12,7 @@ import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, rmSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { nodeBundleOptions } from "./bundle.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const option = (name) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
@@ -22,15 +23,9 @@ await build({
   absWorkingDir: root,
   entryPoints: ["src/main.ts"],
   outfile: "dist/es-broker.mjs",
-  bundle: true,
-  platform: "node",
-  format: "esm",
-  target: "node20",
+  ...nodeBundleOptions,
   sourcemap: false,
   legalComments: "none",
-  logLevel: "warning",
-  // Bundled CommonJS dependencies may call require() for node built-ins.
-  banner: { js: 'import { createRequire as __esbCreateRequire } from "node:module"; const require = __esbCreateRequire(import.meta.url);' },
 });
 chmodSync(join(root, "dist/es-broker.mjs"), 0o755);
 
