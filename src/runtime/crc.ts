@@ -5,13 +5,13 @@
  *
  * | runtime | 256 B: zlib vs crc-32 | 64 KiB: zlib vs crc-32 | chosen                                   |
  * |---------|-----------------------|------------------------|------------------------------------------|
- * | Node 20 | ≈ 1.3× slower         | ≈ 2.5–4× faster        | crc-32 below 512 bytes, zlib.crc32 above |
- * | Deno 2  | ≈ 3× faster           | ≈ 30× faster           | zlib.crc32                               |
- * | Bun 1   | ≈ 3× faster           | ≈ 15–25× faster        | zlib.crc32                               |
+ * | Node 20 | 1.05–1.4× slower      | ≈ 3× faster            | crc-32 below 512 bytes, zlib.crc32 above |
+ * | Deno 2  | ≈ 3.5× faster         | ≈ 26× faster           | zlib.crc32                               |
+ * | Bun 1   | ≈ 2.2× faster         | ≈ 20× faster           | zlib.crc32                               |
  *
  * Node's `zlib.crc32` pays ~100 ns per call to cross into C++, which the pure-JS table lookup beats
- * for small buffers (crc-32 is ≈ 4× faster at 64 B, zlib ≈ 1.3× faster at 1 KiB: the crossover is
- * near 512 bytes). On Bun crc-32 wins only below ~100 bytes, by ~20 ns, not worth a branch. Where
+ * for small buffers (crc-32 is ≈ 3× faster at 64 B, zlib ≈ 2× faster at 1 KiB: the crossover is
+ * near 512 bytes). On Bun crc-32 wins only below ~100 bytes, by ~10 ns, not worth a branch. Where
  * `zlib.crc32` is missing (Node before 20.15) the portable `crc-32` stays.
  */
 import * as zlib from "node:zlib";
