@@ -20,8 +20,8 @@ import type { FileSystem } from "../fs/types.ts";
 import type { PartitionLog } from "./partition.ts";
 import type { Segment } from "./segment.ts";
 import type { ColdPartition } from "./cold-store.ts";
-import { runRetention, type LogStartOffsetStore, type RetentionResult, type RetentionSettings } from "./retention.ts";
-import { runCompaction, type CompactionResult, type CompactionSettings } from "./compaction.ts";
+import { newRetentionResult, runRetention, type LogStartOffsetStore, type RetentionResult, type RetentionSettings } from "./retention.ts";
+import { newCompactionResult, runCompaction, type CompactionResult, type CompactionSettings } from "./compaction.ts";
 
 /** A topic's cleanup settings, read at the start of every pass (so a config change applies at once). */
 export interface CleanerSettings extends RetentionSettings, CompactionSettings {
@@ -173,54 +173,10 @@ export class PartitionCleaner {
   }
 
   #skippedRetention(reason: string): RetentionResult {
-    const now = this.#options.clock.nowMs();
-    const lso = this.partition.closed ? 0 : this.partition.logStartOffset;
-    const size = this.partition.closed ? 0 : this.partition.sizeBytes;
-    return {
-      task: "retention",
-      partition: this.partition.name,
-      status: "skipped",
-      reason,
-      started_ms: now,
-      duration_ms: 0,
-      segments_deleted: 0,
-      bytes_deleted: 0,
-      below_log_start: 0,
-      by_age: 0,
-      by_size: 0,
-      segments_offloaded: 0,
-      bytes_offloaded: 0,
-      cold_segments_deleted: 0,
-      cold_bytes_deleted: 0,
-      log_start_offset_before: lso,
-      log_start_offset_after: lso,
-      size_bytes_before: size,
-      size_bytes_after: size,
-      offload_error: null,
-    };
+    return { ...newRetentionResult(this.partition, this.#options.clock.nowMs()), status: "skipped", reason };
   }
 
   #skippedCompaction(reason: string): CompactionResult {
-    return {
-      task: "compaction",
-      partition: this.partition.name,
-      status: "skipped",
-      reason,
-      started_ms: this.#options.clock.nowMs(),
-      duration_ms: 0,
-      segments_read: 0,
-      records_read: 0,
-      bytes_read: 0,
-      keys: 0,
-      map_bytes: 0,
-      segments_before: 0,
-      segments_after: 0,
-      bytes_before: 0,
-      bytes_after: 0,
-      records_dropped: 0,
-      tombstones_dropped: 0,
-      swap_incomplete: false,
-      next_tombstone_expiry_ms: -1,
-    };
+    return { ...newCompactionResult(this.partition.name, this.#options.clock.nowMs()), reason };
   }
 }

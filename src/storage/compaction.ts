@@ -266,19 +266,14 @@ class PassEnd extends Error {
   }
 }
 
-/**
- * Runs one compaction pass over one partition (see the module comment). Never throws for operating
- * errors: they come back as a status and are logged as `compaction.pass`.
- */
-export async function runCompaction(ctx: CompactionContext, settings: CompactionSettings): Promise<CompactionResult> {
-  const { partition, clock, logger, fs } = ctx;
-  const started = clock.nowMs();
-  const result: CompactionResult = {
+/** A compaction result with nothing done yet (status "skipped"), for partition `name` at `startedMs`. */
+export function newCompactionResult(name: string, startedMs: number): CompactionResult {
+  return {
     task: "compaction",
-    partition: partition.name,
+    partition: name,
     status: "skipped",
     reason: "",
-    started_ms: started,
+    started_ms: startedMs,
     duration_ms: 0,
     segments_read: 0,
     records_read: 0,
@@ -294,6 +289,16 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
     swap_incomplete: false,
     next_tombstone_expiry_ms: -1,
   };
+}
+
+/**
+ * Runs one compaction pass over one partition (see the module comment). Never throws for operating
+ * errors: they come back as a status and are logged as `compaction.pass`.
+ */
+export async function runCompaction(ctx: CompactionContext, settings: CompactionSettings): Promise<CompactionResult> {
+  const { partition, clock, logger, fs } = ctx;
+  const started = clock.nowMs();
+  const result = newCompactionResult(partition.name, started);
   const finish = (status: CompactionResult["status"], reason: string): CompactionResult => {
     result.status = status;
     result.reason = reason;

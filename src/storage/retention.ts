@@ -129,18 +129,18 @@ export async function segmentNewestTimestampMs(fs: FileSystem, segment: Segment)
 }
 
 /**
- * Runs one retention pass over one partition (see the module comment). Never throws for
- * operating errors: they come back as status "failed" or "offload_failed" and are logged.
+ * A retention result with nothing done yet (status "nothing_to_do"), for `partition` at `startedMs`;
+ * the size and log start offset "after" equal "before" until a pass changes them.
  */
-export async function runRetention(ctx: RetentionContext, settings: RetentionSettings): Promise<RetentionResult> {
-  const { partition, clock, logger } = ctx;
-  const started = clock.nowMs();
-  const result: RetentionResult = {
+export function newRetentionResult(partition: PartitionLog, startedMs: number): RetentionResult {
+  const lso = partition.closed ? 0 : partition.logStartOffset;
+  const size = partition.closed ? 0 : partition.sizeBytes;
+  return {
     task: "retention",
     partition: partition.name,
     status: "nothing_to_do",
     reason: "",
-    started_ms: started,
+    started_ms: startedMs,
     duration_ms: 0,
     segments_deleted: 0,
     bytes_deleted: 0,
@@ -151,12 +151,22 @@ export async function runRetention(ctx: RetentionContext, settings: RetentionSet
     bytes_offloaded: 0,
     cold_segments_deleted: 0,
     cold_bytes_deleted: 0,
-    log_start_offset_before: partition.closed ? 0 : partition.logStartOffset,
-    log_start_offset_after: 0,
-    size_bytes_before: partition.closed ? 0 : partition.sizeBytes,
-    size_bytes_after: 0,
+    log_start_offset_before: lso,
+    log_start_offset_after: lso,
+    size_bytes_before: size,
+    size_bytes_after: size,
     offload_error: null,
   };
+}
+
+/**
+ * Runs one retention pass over one partition (see the module comment). Never throws for
+ * operating errors: they come back as status "failed" or "offload_failed" and are logged.
+ */
+export async function runRetention(ctx: RetentionContext, settings: RetentionSettings): Promise<RetentionResult> {
+  const { partition, clock, logger } = ctx;
+  const started = clock.nowMs();
+  const result = newRetentionResult(partition, started);
   const finish = (status: RetentionResult["status"], reason: string): RetentionResult => {
     result.status = status;
     result.reason = reason;
