@@ -6,6 +6,7 @@
 import { parseArgs } from "node:util";
 import { resolve } from "node:path";
 import { NodeFileSystem } from "../runtime/node-fs.ts";
+import { lockHolder } from "../runtime/lock.ts";
 import { checkDataDir } from "../storage/check.ts";
 import { UsageError } from "./args.ts";
 
@@ -42,6 +43,8 @@ export async function check(argv: string[]): Promise<number> {
   const dataDir = resolve(values["data-dir"]!);
   const fs = new NodeFileSystem();
   if ((await fs.stat(`${dataDir}/topics`)) === null) throw new Error(`cannot check ${dataDir}: it has no topics/ directory (is it a data directory?)`);
+  const holder = lockHolder(dataDir);
+  if (holder !== null) throw new Error(`cannot check ${dataDir}: a broker (process ${holder}) is running on it; check a stopped data directory`);
   let lastProgress = Date.now();
   const report = await checkDataDir(fs, dataDir, {
     nowMs: Date.now(),

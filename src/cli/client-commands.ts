@@ -194,7 +194,7 @@ export async function produce(argv: string[]): Promise<number> {
     if (carry.length > 0) addLine(carry);
     await send();
     await Promise.all(inFlight);
-    process.stderr.write(`es-broker: produced ${total} records to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}\n`);
+    process.stderr.write(`es-broker: produced ${total} record${total === 1 ? "" : "s"} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}\n`);
     return 0;
   } finally {
     await idempotent?.close();

@@ -4,9 +4,10 @@
  * in-flight requests, fsync, close files, exit 0); a second signal exits at once.
  */
 import { parseArgs } from "node:util";
-import { resolve } from "node:path";
+import { dirname, resolve } from "node:path";
 import { LocalBroker } from "../broker/broker.ts";
 import { NodeFileSystem } from "../runtime/node-fs.ts";
+import { acquireDataDirLock } from "../runtime/lock.ts";
 import { systemClock } from "../runtime/clock.ts";
 import { serveHttp } from "../runtime/http.ts";
 import { listenTcp } from "../runtime/tcp.ts";
@@ -95,17 +96,32 @@ export async function serve(argv: string[]): Promise<number> {
   const dataDir = resolve(values["data-dir"]!);
   const logger = jsonLineLogger((line) => process.stderr.write(line), () => Date.now(), level);
 
-  const broker = await LocalBroker.open({
-    fs: new NodeFileSystem(),
-    dataDir,
-    clock: systemClock,
-    logger,
-    flushEveryRecords,
-    flushIntervalMs,
-    coldStorageDir,
-    cleanupIntervalMs,
-    producerExpiryMs,
-  });
+  // One broker per data directory: take its lock before recovery touches anything. The directory
+  // chain is created durably first (each new directory's parent fsynced).
+  const nodeFs = new NodeFileSystem();
+  const missing: string[] = [];
+  for (let dir = dataDir; (await nodeFs.stat(dir)) === null && dirname(dir) !== dir; dir = dirname(dir)) missing.push(dir);
+  await nodeFs.mkdir(dataDir);
+  for (const dir of missing.reverse()) await nodeFs.syncDir(dirname(dir));
+  const lock = acquireDataDirLock(dataDir);
+
+  let broker: LocalBroker;
+  try {
+    broker = await LocalBroker.open({
+      fs: nodeFs,
+      dataDir,
+      clock: systemClock,
+      logger,
+      flushEveryRecords,
+      flushIntervalMs,
+      coldStorageDir,
+      cleanupIntervalMs,
+      producerExpiryMs,
+    });
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
   let http;
   let tcp;
   let listener;
@@ -116,6 +132,7 @@ export async function serve(argv: string[]): Promise<number> {
   } catch (err) {
     await http?.close().catch(() => {});
     await broker.close();
+    lock.release();
     throw err;
   }
   const shownHost = host.includes(":") ? `[${host}]` : host;
@@ -140,6 +157,7 @@ export async function serve(argv: string[]): Promise<number> {
           await Promise.all([http!.close(), tcp!.close()]);
           await listenerClosed;
           await broker.close();
+          lock.release();
         } catch (err) {
           code = 1;
           process.stderr.write(`es-broker: shutdown failed: ${err instanceof Error ? err.message : String(err)}\n`);

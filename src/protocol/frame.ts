@@ -88,7 +88,7 @@ export class FrameDecoder {
         throw this.#failure;
       }
       if (length > this.#lengthMax) {
-        this.#failure = new FrameLengthError(length, true, `Cannot read frame: length ${length} is over the limit of ${this.#lengthMax} bytes`);
+        this.#failure = new FrameLengthError(length, true, `Cannot read frame: length ${length} is over the limit of ${this.#lengthMax} bytes${textHint(prefix)}`);
         throw this.#failure;
       }
       this.#frameLength = length;
@@ -167,4 +167,13 @@ export class FrameDecoder {
       this.#head = 0;
     }
   }
+}
+
+/**
+ * When a length prefix is four printable ASCII bytes ("HTTP", "GET ", "POST"), the peer speaks a
+ * text protocol: say so, since that is almost always a client pointed at the HTTP port.
+ */
+function textHint(prefix: Uint8Array): string {
+  for (let i = 0; i < 4; i++) if (prefix[i] < 0x20 || prefix[i] > 0x7e) return "";
+  return ` (its first bytes are the text "${String.fromCharCode(prefix[0], prefix[1], prefix[2], prefix[3])}": the peer speaks a text protocol such as HTTP, not the es-broker TCP protocol; check the port)`;
 }

@@ -208,4 +208,27 @@ describe(`[${target}] es-broker end to end`, () => {
     };
     walk(`${dir}/data`);
   });
+
+  it("refuses a second broker on a data directory a live one holds, and takes over the lock of a killed one", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    const first = await start(`${dir}/data`);
+    const c = await TcpClient.connect(first.tcp);
+    await c.createTopic({ name: "lock", partitions: 1 });
+    await c.produce("lock", [{ value: "A1" }]);
+    await c.close();
+    const second = await runCli(["serve", "--data-dir", `${dir}/data`, "--http-port", "0", "--tcp-port", "0"]);
+    expect(second.code).toBe(1);
+    expect(second.stderr).toMatch(/in use by process \d+/);
+    const check = await runCli(["check", "--data-dir", `${dir}/data`]);
+    expect(check.code).toBe(1);
+    expect(check.stderr).toMatch(/a broker \(process \d+\) is running on it/);
+    expect(await first.stop("SIGKILL")).toBe("SIGKILL");
+    running.splice(running.indexOf(first), 1);
+    const again = await start(`${dir}/data`);
+    const r = await TcpClient.connect(again.tcp);
+    const got = await r.fetch({ topic: "lock", partition: 0, offset: 0 });
+    expect(got.records.map((x) => Buffer.from(x.value).toString())).toEqual(["A1"]);
+    await r.close();
+  });
 });
