@@ -17,6 +17,7 @@ import { BrokerError } from "../broker/errors.ts";
 import type {
   CommitOffsetsRequest,
   CreateTopicRequest,
+  FetchRequest,
   GroupAssignment,
   GroupDescription,
   HeartbeatResult,
@@ -82,19 +83,8 @@ export interface TcpClientOptions {
   maxResponseBytes?: number;
 }
 
-/** Arguments of {@link TcpClient.fetch}. */
-export interface FetchOptions {
-  topic: string;
-  partition: number;
-  /** First offset wanted. */
-  offset: number;
-  /** At most this many records (default: the broker's, 1000). */
-  maxRecords?: number;
-  /** At most about this many bytes of stored records (default: the broker's, 1 MiB). */
-  maxBytes?: number;
-  /** Long-poll: wait up to this many ms for a record at `offset` (default 0). */
-  waitMs?: number;
-}
+/** Arguments of {@link TcpClient.fetch}: the broker's fetch request without the in-process abort signal. */
+export type FetchOptions = Omit<FetchRequest, "signal">;
 
 /** What {@link TcpClient.fetch} resolves to. */
 export interface FetchResponse {
