@@ -41,6 +41,8 @@
  * and stopping at the cap. Runtime caps are therefore turned off (Bun's `maxRequestBodySize`, whose
  * own 413 has an empty body) so the answer is always the JSON `request_too_large` error.
  */
+import type { IncomingMessage } from "node:http";
+import type { Http2ServerRequest } from "node:http2";
 import { getRuntimeKey } from "hono/adapter";
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type { HttpBindings } from "../transport/http/app.ts";
@@ -95,7 +97,16 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
   const handler = (request: Request): Response | Promise<Response> => (shutdown.signal.aborted ? shuttingDownResponse() : app.fetch(request, bindings));
   const runtime = getRuntimeKey();
   let started: Started;
-  if (runtime === "node") started = await serveNode(handler, options);
+  if (runtime === "node") {
+    // @hono/node-server passes the raw IncomingMessage as env.incoming: the app reads bodies from
+    // it directly (HttpBindings.readRawBody), skipping the web-stream layer.
+    const nodeHandler: NodeHandler = (request, env) => {
+      if (shutdown.signal.aborted) return shuttingDownResponse();
+      const incoming = env.incoming;
+      return app.fetch(request, { shutdownSignal: shutdown.signal, readRawBody: (maxBytes) => readIncomingBody(incoming, maxBytes) });
+    };
+    started = await serveNode(nodeHandler, options);
+  }
   else if (runtime === "deno") started = serveDeno(handler, options);
   else if (runtime === "bun") started = serveBun(handler, options);
   else throw new Error(`Cannot serve HTTP: runtime ${JSON.stringify(runtime)} is not supported (Node, Deno or Bun)`);
@@ -128,7 +139,62 @@ interface Started {
   stop: () => Promise<void>;
 }
 
-async function serveNode(handler: Handler, options: ServeHttpOptions): Promise<Started> {
+/** What @hono/node-server passes as the second argument of `fetch`. */
+type NodeHandler = (request: Request, env: { incoming: NodeIncoming }) => Response | Promise<Response>;
+/** The raw request of @hono/node-server (always an IncomingMessage here: the server is HTTP/1.1). */
+type NodeIncoming = IncomingMessage | Http2ServerRequest;
+
+/**
+ * Reads the body of `incoming` into one buffer (`HttpBindings.readRawBody`): resolves to the
+ * bytes, or null once more than `maxBytes` have arrived — then it stops listening and the rest
+ * flows past unstored (the server drains or closes the connection after the 413). A
+ * `Content-Length` over the cap resolves null before any byte is read; nothing is ever allocated
+ * from a length the client claims. Rejects if the connection fails or closes mid-body.
+ */
+function readIncomingBody(incoming: NodeIncoming, maxBytes: number): Promise<Uint8Array | null> {
+  const declared = incoming.headers["content-length"];
+  if (declared !== undefined && incoming.headers["transfer-encoding"] === undefined && Number(declared) > maxBytes) return Promise.resolve(null);
+  if (incoming.readableEnded) return Promise.resolve(new Uint8Array(0));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let sizeBytes = 0;
+    const cleanup = () => {
+      incoming.off("data", onData);
+      incoming.off("end", onEnd);
+      incoming.off("error", onError);
+      incoming.off("close", onClose);
+    };
+    const onData = (chunk: Buffer) => {
+      sizeBytes += chunk.length;
+      if (sizeBytes > maxBytes) {
+        cleanup();
+        chunks.length = 0;
+        resolve(null);
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, sizeBytes));
+    };
+    const onError = (error: Error) => {
+      cleanup();
+      reject(error);
+    };
+    const onClose = () => {
+      // "close" before "end": the client went away mid-body.
+      cleanup();
+      reject(incoming.errored ?? new Error("the client closed the connection before the body ended"));
+    };
+    incoming.on("data", onData);
+    incoming.on("end", onEnd);
+    incoming.on("error", onError);
+    incoming.on("close", onClose);
+  });
+}
+
+async function serveNode(handler: NodeHandler, options: ServeHttpOptions): Promise<Started> {
   const { createAdaptorServer } = await import("@hono/node-server");
   const { Server } = await import("node:http");
   const server = createAdaptorServer({ fetch: handler, hostname: options.host });

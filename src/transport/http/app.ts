@@ -30,8 +30,7 @@
  * {@link Logger} as `http.internal_error` and answered 500 `internal`.
  */
 import { Hono } from "hono";
-import type { Context } from "hono";
-import { bodyLimit } from "hono/body-limit";
+import type { Context, MiddlewareHandler } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { BrokerError, Errors } from "../../broker/errors.ts";
@@ -65,6 +64,14 @@ import { producerFromHeaders, registerGroupRoutes } from "./groups.ts";
  */
 export interface HttpBindings {
   shutdownSignal?: AbortSignal;
+  /**
+   * Set by `serveHttp` on Node: reads this request's body straight from the connection (the
+   * `IncomingMessage`) into one buffer, bypassing the WHATWG `Request` stream. Resolves to the
+   * bytes; to null as soon as more than `maxBytes` bytes have arrived (the rest is discarded,
+   * never stored); rejects if the client breaks off mid-body. Absent on Deno and Bun and with
+   * `app.request()`: the app then reads `Request.body` with the same cap.
+   */
+  readRawBody?: (maxBytes: number) => Promise<Uint8Array | null>;
 }
 
 /** The Hono app {@link createHttpApp} returns. */
@@ -137,14 +144,40 @@ function mediaType(c: AppContext): string {
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
-async function readBody(c: AppContext, action: string): Promise<Uint8Array> {
-  try {
-    return new Uint8Array(await c.req.arrayBuffer());
-  } catch (e) {
-    if (e instanceof BrokerError) throw e;
-    // The client went away mid-body or sent a broken stream: its fault, not a broker bug.
-    throw invalidRequest(action, `the request body could not be read: ${e instanceof Error ? e.message : String(e)}`);
+/** 413 `request_too_large` for a body over `maxBytes`. */
+function requestTooLarge(maxBytes: number): BrokerError {
+  return new BrokerError(Errors.requestTooLarge, `Cannot accept the request: the body is over the limit of ${maxBytes} bytes`, { limit_bytes: maxBytes });
+}
+
+/**
+ * Reads a body through the WHATWG `Request` (Deno, Bun, `app.request()`), like Hono's
+ * `bodyLimit`: a body with a `Content-Length` is read whole (the runtime's parser never delivers
+ * more than it says, and the header was checked before the route ran); a streamed one is counted
+ * as it arrives and abandoned, unstored, as soon as the count passes `maxBytes` (null).
+ */
+async function readRequestBody(request: Request, maxBytes: number): Promise<Uint8Array | null> {
+  if (request.headers.has("content-length") && !request.headers.has("transfer-encoding")) {
+    return new Uint8Array(await request.arrayBuffer());
   }
+  if (request.body === null) return new Uint8Array(0);
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let sizeBytes = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    sizeBytes += value.length;
+    if (sizeBytes > maxBytes) return null;
+    chunks.push(value);
+  }
+  if (chunks.length === 1) return chunks[0];
+  const body = new Uint8Array(sizeBytes);
+  let at = 0;
+  for (const chunk of chunks) {
+    body.set(chunk, at);
+    at += chunk.length;
+  }
+  return body;
 }
 
 function parseJson(bytes: Uint8Array, action: string): unknown {
@@ -178,23 +211,41 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
 
   const app: HttpApp = new Hono<{ Bindings: HttpBindings }>();
 
-  // Counts bytes as they arrive and stops at the cap; trusts Content-Length when there is one
-  // (the runtime's HTTP parser never delivers more than it says).
-  const limitBody = bodyLimit({
-    maxSize: maxRequestBytes,
-    onError: () => {
-      throw new BrokerError(Errors.requestTooLarge, `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`, {
-        limit_bytes: maxRequestBytes,
-      });
-    },
-  });
+  // The declared size is checked before the route runs, from the header alone (the body is not
+  // touched), so a 100 MiB upload is refused after its headers; a streamed body is counted by
+  // readBody as it arrives.
+  const limitBody: MiddlewareHandler<{ Bindings: HttpBindings }> = async (c, next) => {
+    const length = c.req.header("content-length");
+    if (length !== undefined && c.req.header("transfer-encoding") === undefined && parseInt(length, 10) > maxRequestBytes) {
+      throw requestTooLarge(maxRequestBytes);
+    }
+    await next();
+  };
+
+  /**
+   * The request body, at most `maxRequestBytes` (413 past it, the rest never stored): straight
+   * from the connection on Node (`HttpBindings.readRawBody`), through `Request.body` elsewhere.
+   * @throws BrokerError request_too_large; invalid_request if the client breaks off mid-body.
+   */
+  const readBody = async (c: Context, action: string): Promise<Uint8Array> => {
+    const readRawBody = (c.env as HttpBindings | undefined)?.readRawBody;
+    let body: Uint8Array | null;
+    try {
+      body = readRawBody === undefined ? await readRequestBody(c.req.raw, maxRequestBytes) : await readRawBody(maxRequestBytes);
+    } catch (e) {
+      // The client went away mid-body or sent a broken stream: its fault, not a broker bug.
+      throw invalidRequest(action, `the request body could not be read: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (body === null) throw requestTooLarge(maxRequestBytes);
+    return body;
+  };
 
   app.onError((err, c) => {
     let error: BrokerError;
     if (err instanceof BrokerError) {
       error = err;
     } else if (err instanceof HTTPException && err.status === 413) {
-      error = new BrokerError(Errors.requestTooLarge, `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`);
+      error = requestTooLarge(maxRequestBytes);
     } else if (err instanceof HTTPException && err.status === 400) {
       error = invalidRequest("Cannot accept the request", err.message);
     } else {
