@@ -11,7 +11,8 @@
  *   at or above it, so a consumer never sees a record a crash can take back — in both modes.
  *
  * Group commit: appends are written in arrival order by one write loop, each batch of queued
- * requests as one write to the log and one to the index. One fsync is in flight at a time; it
+ * requests as one write to the log (index entries are written every few KiB of index, and at a
+ * seal; the log is grown by writing zeros ahead, so most fsyncs flush data only). One fsync is in flight at a time; it
  * covers everything written when it started; requests written while it runs wait for the next,
  * which covers all of them. Waiters whose bytes are covered resolve without a system call of their
  * own.
@@ -502,7 +503,7 @@ export class PartitionLog {
       }
     }
     try {
-      await active.append(prepared, this.#logger, this.name);
+      await active.append(prepared, this.#logger, this.name, config.segmentBytes);
     } catch (err) {
       if (err instanceof StorageError && err.kind === "fenced") {
         this.#fence("a failed write that could not be cut off", err);
@@ -739,6 +740,8 @@ export class PartitionLog {
     this.#flushTimer?.cancel();
     this.#flushTimer = null;
     for (const w of this.#waiters.splice(0)) w.reject(this.#closedError());
+    // A clean shutdown leaves the active segment's files holding exactly its records and index.
+    if (this.#fenced === null && this.#active.nextOffset <= this.#highWatermark) await this.#active.trimPreallocated(this.#logger, this.name);
     this.#notify();
     this.#listeners.clear();
     for (const s of this.#segments) await s.close();

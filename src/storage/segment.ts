@@ -14,7 +14,7 @@
  */
 import { offsetFileStem } from "../lib/bytes.ts";
 import { assert } from "../lib/assert.ts";
-import { indexEntryBytes, offsetMax, readWindowBytes, recordLengthPrefixBytes, recordLenMax } from "../lib/limits.ts";
+import { indexEntryBytes, indexPendingEntriesMax, offsetMax, readWindowBytes, recordLengthPrefixBytes, recordLenMax, segmentPreallocateBytes } from "../lib/limits.ts";
 import { FsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import type { Logger } from "../lib/logger.ts";
 import { OffsetIndex } from "./offset-index.ts";
@@ -200,6 +200,14 @@ async function findValidAfter(
         p += cursor.sizeBytes;
         continue;
       }
+      if (buf[p] === 0 && p + recordLengthPrefixBytes <= got && buf[p + 1] === 0 && buf[p + 2] === 0 && buf[p + 3] === 0) {
+        // record_len 0 never decodes. Skip a run of zeros (preallocated space) in one step: a record
+        // can start at most 3 bytes before the next non-zero byte.
+        let q = p + recordLengthPrefixBytes;
+        while (q < got && buf[q] === 0) q++;
+        p = q === got && !windowReachesEnd ? q - (recordLengthPrefixBytes - 1) : Math.max(p + 1, q - (recordLengthPrefixBytes - 1));
+        continue;
+      }
       if (status === DecodeStatus.Incomplete && !windowReachesEnd && p > 0) break; // look again from here with a fresh window
       if (status === DecodeStatus.Incomplete && !windowReachesEnd && got - p >= recordLengthPrefixBytes) {
         const claimed = recordLengthPrefixBytes + new DataView(buf.buffer, p, 4).getUint32(0);
@@ -215,13 +223,28 @@ async function findValidAfter(
   return { firstValidPosition, highestOffset };
 }
 
+/** True if every byte of `file` from `from` to `end` is zero (preallocated space, `segmentPreallocateBytes`). */
+async function isZeroRange(file: FileHandle, from: number, end: number): Promise<boolean> {
+  const buf = new Uint8Array(Math.min(scanWindowBytes, end - from));
+  let pos = from;
+  while (pos < end) {
+    const got = await file.read(buf.subarray(0, Math.min(buf.length, end - pos)), pos);
+    if (got === 0) return false;
+    for (let i = 0; i < got; i++) if (buf[i] !== 0) return false;
+    pos += got;
+  }
+  return true;
+}
+
+let zeroChunk: Uint8Array | null = null;
+
 /** One segment of a partition. See the module comment for durability and concurrency. */
 export class Segment {
   /** Offset of the first record (from the file name). */
   readonly baseOffset: number;
   readonly logPath: string;
   readonly indexPath: string;
-  /** Bytes of log written (including bytes not yet fsynced). */
+  /** Bytes of log written (including bytes not yet fsynced); the file may be longer (zeros written ahead). */
   sizeBytes = 0;
   /** One past the offset of the last record (baseOffset when empty). */
   nextOffset: number;
@@ -244,6 +267,10 @@ export class Segment {
   #index: OffsetIndex;
   #indexOnDiskEntries: number;
   #indexWritable = true;
+  /** Length of the log file: `sizeBytes` plus the zeros written ahead of it (segmentPreallocateBytes). */
+  #fileEndBytes = 0;
+  /** False after a write of zeros failed: the segment stops writing ahead. */
+  #preallocate = true;
   #refs = 1;
   #closed = false;
 
@@ -348,6 +375,9 @@ export class Segment {
           storedBytes = bytes.subarray(0, got);
           const decoded = OffsetIndex.decode(storedBytes, logSize);
           if ("index" in decoded) stored = decoded.index;
+          // The active segment writes its index entries a few KiB at a time: an empty index file
+          // is what a crash before the first of those writes leaves (the full scan rebuilds it).
+          else if (active && storedBytes.length === 0) stored = new OffsetIndex();
           else indexProblem = decoded.problem;
         } finally {
           await indexFile.close();
@@ -365,6 +395,7 @@ export class Segment {
       });
       segment.sizeBytes = logSize;
       segment.readableEndBytes = logSize;
+      segment.#fileEndBytes = logSize;
       segment.#storedIndexSnapshot = storedBytes;
 
       if (!active && stored !== null && logSize > 0) {
@@ -440,6 +471,15 @@ export class Segment {
     }
     this.nextOffset = scan.lastOffset >= 0 ? scan.lastOffset + 1 : this.baseOffset;
 
+    if (scan.endPosition < this.sizeBytes && (await isZeroRange(this.#log, scan.endPosition, this.sizeBytes))) {
+      // Zeros written ahead of the records (segmentPreallocateBytes), not a torn write: record_len 0
+      // never decodes, and zeros are all that is there. The active segment keeps them to append into;
+      // a sealed one (a crash between a roll and its seal) has them cut so its size is its records'.
+      const zeroBytes = this.sizeBytes - scan.endPosition;
+      this.sizeBytes = scan.endPosition;
+      if (!active && !inspectOnly) await this.#cutFile(scan.endPosition);
+      logger.log("debug", inspectOnly ? "check.preallocated_tail" : "recovery.preallocated_tail", { partition, segment: this.logPath, position: scan.endPosition, zero_bytes: zeroBytes });
+    }
     if (scan.endPosition < this.sizeBytes) {
       const after = await findValidAfter(this.#log, { from: scan.endPosition, end: this.sizeBytes, minOffset: this.nextOffset });
       if (active && after.firstValidPosition < 0) {
@@ -458,6 +498,7 @@ export class Segment {
         });
         this.sizeBytes = scan.endPosition;
         this.readableEndBytes = scan.endPosition;
+        if (!inspectOnly) this.#fileEndBytes = scan.endPosition;
         this.recovery = "torn_tail_cut";
         if (!inspectOnly) await this.#rewriteIndexFile(active);
         return;
@@ -466,6 +507,15 @@ export class Segment {
       return;
     }
     this.readableEndBytes = this.sizeBytes;
+    // An active segment's index file may lag its records (entries are written a few KiB at a
+    // time): a stored index that is a prefix of the rebuilt one is kept and appended to.
+    const storedPrefix = active && options.indexProblem === "" ? this.#storedPrefixEntries(rebuilt) : -1;
+    if (storedPrefix >= 0 && !inspectOnly) {
+      this.recovery = "scanned";
+      this.#indexFile = await this.#fs.open(this.indexPath, { write: true });
+      this.#indexOnDiskEntries = storedPrefix;
+      return;
+    }
     const needsRewrite = options.indexProblem !== "" || !this.#sameAsStored(rebuilt);
     if (needsRewrite) {
       if (options.indexProblem) {
@@ -483,6 +533,16 @@ export class Segment {
   }
 
   #storedIndexSnapshot: Uint8Array | null = null;
+
+  /** Entries of the stored index if it is a prefix of `rebuilt` (or equal), else −1. */
+  #storedPrefixEntries(rebuilt: OffsetIndex): number {
+    const snap = this.#storedIndexSnapshot;
+    if (snap === null) return -1;
+    const enc = rebuilt.encode();
+    if (snap.length > enc.length) return -1;
+    for (let i = 0; i < snap.length; i++) if (enc[i] !== snap[i]) return -1;
+    return snap.length / indexEntryBytes;
+  }
 
   #sameAsStored(rebuilt: OffsetIndex): boolean {
     // The stored index was decoded into #index before the scan replaced it; compare entry counts
@@ -508,6 +568,18 @@ export class Segment {
       size_bytes: this.sizeBytes,
       highest_skipped_offset: highestSkippedOffset,
     });
+  }
+
+  /** Cuts a sealed segment's log file (opened read-only) to `length` bytes and fsyncs the cut. */
+  async #cutFile(length: number): Promise<void> {
+    const file = await this.#fs.open(this.logPath, { write: true });
+    try {
+      await file.truncate(length);
+      await file.sync();
+    } finally {
+      await file.close().catch(() => {});
+    }
+    this.#fileEndBytes = length;
   }
 
   /** Rewrites the index file from memory and fsyncs it; keeps it open for appends if active. */
@@ -564,13 +636,18 @@ export class Segment {
   }
 
   /**
-   * Writes a prepared append: one write to the log, one to the index (spec: Writes and
-   * durability). On a failed log write the partial bytes are cut off, and the cut fsynced, before
+   * Writes a prepared append: one write to the log (spec: Writes and durability). Index entries
+   * wait in memory until `indexPendingEntriesMax` of them are pending (then one write to the
+   * index) or the segment is sealed. When the log reaches the end of the zeros written ahead, one
+   * more write puts `segmentPreallocateBytes` of zeros after the records (never past
+   * `preallocateLimitBytes`, the partition's `segment_bytes`), so the next fdatasyncs flush data
+   * only. On a failed log write the partial bytes are cut off, and the cut fsynced, before
    * the error returns; if that fails too, throws StorageError "fenced". An index write failure is not fatal: the
-   * index is derived and recovery rebuilds it, so the segment stops writing its index file.
+   * index is derived and recovery rebuilds it, so the segment stops writing its index file. A
+   * failed write of zeros is not fatal either (the zeros are free space): the segment stops writing ahead.
    * @throws StorageError ("write_failed" after a clean cut, "fenced" otherwise).
    */
-  async append(prepared: PreparedAppend, logger: Logger, partition: string): Promise<void> {
+  async append(prepared: PreparedAppend, logger: Logger, partition: string, preallocateLimitBytes = 0): Promise<void> {
     assert(prepared.baseOffset === this.nextOffset, "prepared append starts at the segment's next offset");
     assert(this.#indexFile !== null, "only the active segment is appended to");
     const before = this.sizeBytes;
@@ -579,6 +656,7 @@ export class Segment {
     } catch (err) {
       try {
         await this.#log.truncate(before);
+        this.#fileEndBytes = before;
         // The cut is made durable before the error says nothing was appended. Left unsynced, a
         // crash could bring the partial bytes back (whole records of a refused request), and a
         // roll before the next fsync would seal the segment with them inside, at offsets the
@@ -589,22 +667,42 @@ export class Segment {
       }
       throw new StorageError("write_failed", `Cannot append to partition "${partition}": write failed: ${describe(err)}`, { cause: err });
     }
-    this.sizeBytes = before + prepared.logBytes.length;
-    this.readableEndBytes = this.sizeBytes;
+    const end = before + prepared.logBytes.length;
+    this.sizeBytes = end;
+    this.readableEndBytes = end;
+    if (end > this.#fileEndBytes) this.#fileEndBytes = end;
     this.nextOffset = prepared.nextOffset;
     if (prepared.maxTimestampMs > this.maxTimestampMs) this.maxTimestampMs = prepared.maxTimestampMs;
-    const firstNew = this.#index.count;
     for (let i = 0; i < prepared.indexEntries.length; i += 2) this.#index.push(prepared.indexEntries[i], prepared.indexEntries[i + 1]);
-    if (prepared.indexEntries.length > 0 && this.#indexWritable) {
-      const bytes = this.#index.encode(this.#indexOnDiskEntries);
-      try {
-        await this.#indexFile.write(bytes, this.#indexOnDiskEntries * indexEntryBytes);
-        this.#indexOnDiskEntries = this.#index.count;
-      } catch (err) {
-        this.#indexWritable = false;
-        await this.#indexFile.truncate(this.#indexOnDiskEntries * indexEntryBytes).catch(() => {});
-        logger.log("warn", "segment.index_write_failed", { partition, segment: this.indexPath, error: describe(err), entries_in_memory: firstNew });
-      }
+    if (this.#index.count - this.#indexOnDiskEntries >= indexPendingEntriesMax) await this.#writePendingIndex(logger, partition);
+    if (this.#preallocate && end === this.#fileEndBytes && end < preallocateLimitBytes) await this.#writeZerosAhead(Math.min(end + segmentPreallocateBytes, preallocateLimitBytes), logger, partition);
+  }
+
+  /** Writes zeros from the end of the log file to `target` (see {@link append}). */
+  async #writeZerosAhead(target: number, logger: Logger, partition: string): Promise<void> {
+    const from = this.#fileEndBytes;
+    zeroChunk ??= new Uint8Array(segmentPreallocateBytes);
+    try {
+      await this.#log.write(zeroChunk.subarray(0, target - from), from);
+      this.#fileEndBytes = target;
+    } catch (err) {
+      // Some of the zeros may be there: they are free space either way, and recovery reads them so.
+      this.#preallocate = false;
+      logger.log("warn", "segment.preallocate_failed", { partition, segment: this.logPath, position: from, error: describe(err) });
+    }
+  }
+
+  /** Writes the index entries not yet in the index file; a failure stops index writes (see {@link append}). */
+  async #writePendingIndex(logger: Logger, partition: string): Promise<void> {
+    if (!this.#indexWritable || this.#indexFile === null || this.#index.count === this.#indexOnDiskEntries) return;
+    const bytes = this.#index.encode(this.#indexOnDiskEntries);
+    try {
+      await this.#indexFile.write(bytes, this.#indexOnDiskEntries * indexEntryBytes);
+      this.#indexOnDiskEntries = this.#index.count;
+    } catch (err) {
+      this.#indexWritable = false;
+      await this.#indexFile.truncate(this.#indexOnDiskEntries * indexEntryBytes).catch(() => {});
+      logger.log("warn", "segment.index_write_failed", { partition, segment: this.indexPath, error: describe(err), entries_in_memory: this.#index.count });
     }
   }
 
@@ -627,6 +725,7 @@ export class Segment {
     }
     logger.log("warn", "segment.unsynced_discarded", { partition, segment: this.logPath, position, cut_bytes: this.sizeBytes - position });
     this.sizeBytes = position;
+    this.#fileEndBytes = position;
     this.readableEndBytes = Math.min(this.readableEndBytes, position);
     this.nextOffset = nextOffset;
     let keep = this.#index.count;
@@ -640,10 +739,14 @@ export class Segment {
   }
 
   /**
-   * Seals the segment after its data is durable: fsyncs the index so the next start can trust
-   * it, and closes the index handle. Index failures are logged, not fatal (recovery rebuilds).
+   * Seals the segment after its data is durable: cuts the zeros written ahead of the records,
+   * writes the pending index entries and fsyncs the index so the next start can trust it, and
+   * closes the index handle. Failures are logged, not fatal: recovery rebuilds an index, and
+   * reads a zero tail as free space and cuts it.
    */
   async seal(logger: Logger, partition: string): Promise<void> {
+    await this.trimPreallocated(logger, partition);
+    await this.#writePendingIndex(logger, partition);
     const file = this.#indexFile;
     this.#indexFile = null;
     if (file === null) return;
@@ -653,6 +756,23 @@ export class Segment {
       logger.log("warn", "segment.index_sync_failed", { partition, segment: this.indexPath, error: describe(err) });
     } finally {
       await file.close().catch(() => {});
+    }
+  }
+
+  /**
+   * Cuts the zeros written ahead of the records (when sealing, or at a clean shutdown) and
+   * writes pending index entries, so the files hold exactly the records and their index. The cut
+   * is not fsynced: if a crash takes it back, recovery finds the zeros, reads them as free space
+   * and cuts them then. Best effort: a failure is logged. Call only when everything written is durable.
+   */
+  async trimPreallocated(logger: Logger, partition: string): Promise<void> {
+    if (this.#indexFile !== null) await this.#writePendingIndex(logger, partition);
+    if (this.#fileEndBytes <= this.sizeBytes) return;
+    try {
+      await this.#log.truncate(this.sizeBytes);
+      this.#fileEndBytes = this.sizeBytes;
+    } catch (err) {
+      logger.log("warn", "segment.preallocated_cut_failed", { partition, segment: this.logPath, position: this.sizeBytes, error: describe(err) });
     }
   }
 

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { readFileSync, statSync, readdirSync, writeFileSync, appendFileSync, truncateSync } from "node:fs";
+import { readFileSync, statSync, readdirSync, writeFileSync, appendFileSync, truncateSync, cpSync } from "node:fs";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
@@ -125,6 +125,74 @@ describe("PartitionLog on the real file system", () => {
     await log.close();
     truncateSync(path, statSync(path).size - 1);
     log = await openLog(`${dir}/p`);
+    expect(log.highWatermark).toBe(3);
+    await log.close();
+  });
+
+  it("writes zeros ahead of the records, reads them as free space after a crash, and leaves exactly the records after a clean close", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    const path = `${dir}/p/00000000000000000000.log`;
+    let log = await openLog(`${dir}/p`, 8 * 1024 * 1024);
+    await log.append(batchOf(["v0"]));
+    const firstBytes = log.describe().size_bytes;
+    for (let i = 1; i < 10; i++) await log.append(batchOf([`v${i}`]));
+    const recordsBytes = log.describe().size_bytes;
+    // The first append wrote 1 MiB of zeros after its record (the preallocation step); the next
+    // ones went into them, so their fdatasyncs flushed data only.
+    expect(statSync(path).size).toBe(firstBytes + 1024 * 1024);
+    // A crash now: the files as they are, without close.
+    cpSync(`${dir}/p`, `${dir}/crashed`, { recursive: true });
+    await log.close();
+    expect(statSync(path).size).toBe(recordsBytes);
+
+    const logger = new MemoryLogger();
+    log = await openLog(`${dir}/crashed`, 8 * 1024 * 1024, { logger });
+    expect(log.highWatermark).toBe(10);
+    expect(logger.named("recovery.torn_tail_cut")).toHaveLength(0);
+    expect(logger.named("recovery.corrupt_segment")).toHaveLength(0);
+    expect(log.describe().segments[0].recovery).toBe("scanned");
+    expect((await log.append(batchOf(["after"]))).baseOffset).toBe(10);
+    const all = await log.read({ offset: 0, maxRecords: 100, maxBytes: 1 << 20 });
+    expect(decodeAll(all.bytes).map((r) => r.value)).toEqual([...Array.from({ length: 10 }, (_, i) => `v${i}`), "after"]);
+    await log.close();
+    expect(statSync(`${dir}/crashed/00000000000000000000.log`).size).toBe(log.describe().size_bytes);
+  });
+
+  it("cuts zeros left at the end of a sealed segment (a crash between a roll and its seal) without calling it corrupt", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    let log = await openLog(`${dir}/p`, 4096);
+    for (let i = 0; i < 30; i++) await log.append(batchOf(["z".repeat(300)]));
+    expect(log.segmentCount).toBeGreaterThan(1);
+    await log.close();
+    const first = `${dir}/p/00000000000000000000.log`;
+    const size = statSync(first).size;
+    appendFileSync(first, Buffer.alloc(3000));
+    const logger = new MemoryLogger();
+    log = await openLog(`${dir}/p`, 4096, { logger });
+    expect(logger.named("recovery.corrupt_segment")).toHaveLength(0);
+    expect(statSync(first).size).toBe(size);
+    expect(log.highWatermark).toBe(30);
+    const all = await log.read({ offset: 0, maxRecords: 100, maxBytes: 1 << 20 });
+    expect(decodeAll(all.bytes).length).toBeGreaterThan(0);
+    for (let o = 0; o < 30; o++) expect(decodeAll((await log.read({ offset: o, maxRecords: 1, maxBytes: 1 << 20 })).bytes)[0].offset).toBe(o);
+    await log.close();
+  });
+
+  it("cuts a torn record followed by zeros as a torn tail", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    let log = await openLog(`${dir}/p`);
+    await log.append(batchOf(["one", "two", "three"]));
+    await log.close();
+    const path = `${dir}/p/00000000000000000000.log`;
+    const size = statSync(path).size;
+    appendFileSync(path, Buffer.concat([Buffer.from([0, 0, 0, 40, 9, 9, 9]), Buffer.alloc(200 * 1024)]));
+    const logger = new MemoryLogger();
+    log = await openLog(`${dir}/p`, 1 << 20, { logger });
+    expect(logger.named("recovery.torn_tail_cut")).toHaveLength(1);
+    expect(statSync(path).size).toBe(size);
     expect(log.highWatermark).toBe(3);
     await log.close();
   });
