@@ -227,6 +227,8 @@ export const partitionEntryBytes = 33;
 export const produceSpanBytes = 16;
 /** Bytes of the fixed part of a Fetch response before `records`. */
 export const fetchResponseHeaderBytes = 32;
+/** Bytes of a Fetch response frame before `records`: `length`, `correlation_id`, `error` and the fixed part. */
+export const fetchResponsePrefixBytes = frameLengthBytes + responseLengthMin + fetchResponseHeaderBytes;
 
 /** The header of a request frame, with its body as a view. */
 export interface RequestHeader {
@@ -459,13 +461,30 @@ export function decodeFetchRequest(body: Uint8Array): FetchRequestFields {
   return request;
 }
 
-/** Encodes a Fetch response frame; the records are copied verbatim. */
-export function encodeFetchResponse(correlationId: number, result: FetchResult): Uint8Array {
+/**
+ * Encodes a Fetch response frame as two chunks: the frame header and the fixed fields (`length`
+ * through `records_bytes`, {@link fetchResponsePrefixBytes} bytes, its `length` counting the records
+ * too) and the stored records themselves, not copied. Writing the two back to back gives exactly
+ * the frame {@link encodeFetchResponse} builds; the transport writes them as one gathered write so
+ * the stored bytes are never copied into a frame buffer. The records view must stay unchanged
+ * until it is written.
+ */
+export function encodeFetchResponseChunks(correlationId: number, result: FetchResult): [prefix: Uint8Array, records: Uint8Array] {
   const records = result.records.bytes;
-  const w = startResponse(correlationId, 0, 10 + fetchResponseHeaderBytes + records.length);
+  const w = startResponse(correlationId, 0, fetchResponsePrefixBytes);
   w.u64(result.highWatermark).u64(result.logStartOffset).u64(result.nextOffset);
-  w.u32(result.records.count).u32(records.length).bytes(records);
-  return finishFrame(w);
+  w.u32(result.records.count).u32(records.length);
+  w.patchU32(0, w.position - frameLengthBytes + records.length);
+  return [w.finish(), records];
+}
+
+/** Encodes a Fetch response frame in one buffer; the records are copied verbatim (see {@link encodeFetchResponseChunks}). */
+export function encodeFetchResponse(correlationId: number, result: FetchResult): Uint8Array {
+  const [prefix, records] = encodeFetchResponseChunks(correlationId, result);
+  const frame = new Uint8Array(prefix.length + records.length);
+  frame.set(prefix);
+  frame.set(records, prefix.length);
+  return frame;
 }
 
 /**

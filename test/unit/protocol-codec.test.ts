@@ -26,6 +26,8 @@ import {
   encodeErrorResponse,
   encodeFetchRequest,
   encodeFetchResponse,
+  encodeFetchResponseChunks,
+  fetchResponsePrefixBytes,
   encodeListOffsetsRequest,
   encodeListOffsetsResponse,
   encodeMetadataRequest,
@@ -314,6 +316,15 @@ describe("response codecs match hand-built golden bytes", () => {
     expect(decoded).toMatchObject({ nextOffset: 5, highWatermark: 5, logStartOffset: 0 });
     expect(decoded.records.count).toBe(1);
     expect(toHex(decoded.records.bytes)).toBe(toHex(record));
+  });
+
+  it("Fetch response in two chunks is the golden frame, with the stored records as their own chunk", () => {
+    const golden = fetchResponseGolden();
+    const record = storedRecordGolden();
+    const [prefix, records] = encodeFetchResponseChunks(7, { records: { bytes: record, count: 1 }, nextOffset: 5, highWatermark: 5, logStartOffset: 0 });
+    expect(prefix.length).toBe(fetchResponsePrefixBytes);
+    expect(records).toBe(record);
+    expect(toHex(prefix) + toHex(records)).toBe(toHex(golden));
   });
 
   it("CreateTopic response is one topic entry with partitions and the fenced flag", () => {

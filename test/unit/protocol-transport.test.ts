@@ -298,6 +298,22 @@ describe("TCP transport: ordering and pipelining", () => {
     expect(Array.from(result.records.bytes)).toEqual([1, 2, 3]);
   });
 
+  it("writes a fetch's stored records as a chunk of their own after the header, not copied into a frame", async () => {
+    const { broker, socket } = setup();
+    const chunks: (readonly Uint8Array[])[] = [];
+    const write = socket.write.bind(socket);
+    socket.write = (c) => (chunks.push(c), write(c));
+    socket.send(encodeFetchRequest(4, { topic: "t", partition: 0, offset: 0 }));
+    const stored = Uint8Array.of(9, 8, 7, 6);
+    broker.calls[0].deferred.resolve({ records: { bytes: stored, count: 1 }, nextOffset: 1, highWatermark: 1, logStartOffset: 0 });
+    await settle();
+    expect(chunks).toHaveLength(1);
+    expect(chunks[0]).toHaveLength(2);
+    expect(chunks[0][1]).toBe(stored);
+    const result = decodeFetchResponse(socket.responses()[0].body);
+    expect(Array.from(result.records.bytes)).toEqual([9, 8, 7, 6]);
+  });
+
   it("Metadata with no topics lists all; with names describes each", async () => {
     const { broker, socket } = setup();
     socket.send(encodeMetadataRequest(1, { topics: [] }));

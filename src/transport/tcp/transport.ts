@@ -16,7 +16,9 @@
  *   `maxInFlightBytes` of them (request frame bytes plus each fetch's `max_bytes`, the size of its
  *   answer; one request is always allowed). Past either, and while the socket's write buffer is
  *   full, no more frames are started and reading pauses (frames already buffered wait).
- * - Writes: responses finishing in the same microtask turn go out as one gathered write.
+ * - Writes: responses finishing in the same microtask turn go out as one gathered write. A fetch
+ *   answer is two chunks, its header and the stored record bytes as the broker read them, so the
+ *   records are never copied into a frame buffer (the broker hands out fresh bytes per fetch).
  * - Errors: a `BrokerError` (including protocol errors) is answered with its error-table row; any
  *   other exception is logged and answered with `internal` and a generic message.
  *   An unknown api or version gets `unsupported_api`, and the connection keeps working.
@@ -59,7 +61,7 @@ import {
   encodeCreateTopicResponse,
   encodeDeleteTopicResponse,
   encodeErrorResponse,
-  encodeFetchResponse,
+  encodeFetchResponseChunks,
   encodeListOffsetsResponse,
   encodeMetadataResponse,
   encodeProduceResponse,
@@ -180,6 +182,9 @@ interface Settings {
 function positive(value: number, name: string): void {
   if (!(Number.isFinite(value) && value > 0)) throw new RangeError(`${name} must be a positive number, got ${value}`);
 }
+
+/** A response frame: one buffer, or chunks that written in order make the frame. */
+type Response = Uint8Array | readonly Uint8Array[];
 
 /** Generic message for `internal` errors; details go to the log only. */
 const internalMessage = "Cannot handle request: internal error in the broker, see the broker log";
@@ -355,7 +360,7 @@ class Connection {
       );
       return;
     }
-    let response: Promise<Uint8Array>;
+    let response: Promise<Response>;
     let costBytes = frame.length;
     try {
       const started = this.#dispatch(api, correlationId, body);
@@ -379,14 +384,15 @@ class Connection {
 
   /**
    * Decodes the body and calls the broker synchronously. `response` resolves to the response
-   * frame; `answerBytes` is the size the answer may reach beyond the request (a fetch's `max_bytes`).
+   * frame (or its chunks); `answerBytes` is the size the answer may reach beyond the request (a
+   * fetch's `max_bytes`).
    */
-  #dispatch(api: ApiKey, correlationId: number, body: Uint8Array): { response: Promise<Uint8Array>; answerBytes: number } {
+  #dispatch(api: ApiKey, correlationId: number, body: Uint8Array): { response: Promise<Response>; answerBytes: number } {
     if (api === ApiKey.Fetch) {
       const request = decodeFetchRequest(body);
       const response = this.#settings.broker
         .fetch({ ...request, signal: this.#abort.signal })
-        .then((result) => encodeFetchResponse(correlationId, result));
+        .then((result): Response => encodeFetchResponseChunks(correlationId, result));
       return { response, answerBytes: request.maxBytes ?? fetchBytesDefault };
     }
     return { response: this.#dispatchSmall(api, correlationId, body), answerBytes: 0 };
@@ -460,9 +466,10 @@ class Connection {
   }
 
   /** Queues a response; responses queued in the same microtask turn are written together. */
-  #respond(bytes: Uint8Array): void {
+  #respond(response: Response): void {
     if (this.#ended) return;
-    this.#pendingWrites.push(bytes);
+    if (response instanceof Uint8Array) this.#pendingWrites.push(response);
+    else for (const chunk of response) if (chunk.length > 0) this.#pendingWrites.push(chunk);
     if (this.#flushScheduled) return;
     this.#flushScheduled = true;
     queueMicrotask(() => {
