@@ -15,6 +15,12 @@ export interface Clock {
   nowMs(): number;
   /** Runs `fn` once after `delayMs` milliseconds (at least 0). */
   setTimer(delayMs: number, fn: () => void): Timer;
+  /**
+   * Runs `fn` once, soon: after the I/O events the host has already received are handled (Node,
+   * Deno, Bun: `setImmediate`), so work started by each of them is done first. Group commit uses it
+   * to start an fsync only after every request that arrived together was written.
+   */
+  afterIo(fn: () => void): void;
 }
 
 /**
@@ -38,6 +44,11 @@ export class ManualClock implements Clock {
     const timer = { at: this.#now + Math.max(0, delayMs), seq: this.#seq++, fn, live: true };
     this.#timers.push(timer);
     return { cancel: () => void (timer.live = false) };
+  }
+
+  /** Runs `fn` in a microtask: a manual clock has no I/O of its own to let go first. */
+  afterIo(fn: () => void): void {
+    queueMicrotask(fn);
   }
 
   /** Moves time forward by `ms` and fires every timer that falls due, oldest first. */

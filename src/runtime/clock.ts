@@ -1,12 +1,15 @@
 /** The real clock: wall time and timers of the host runtime. */
 import type { Clock, Timer } from "../lib/clock.ts";
 
-/** {@link Clock} over `Date.now()` and `setTimeout`. Timers do not keep the process alive on their own. */
+/** {@link Clock} over `Date.now()`, `setTimeout` and `setImmediate`. Timers do not keep the process alive on their own. */
 export const systemClock: Clock = {
   nowMs: () => Date.now(),
   setTimer(delayMs: number, fn: () => void): Timer {
     const handle = setTimeout(fn, Math.max(0, delayMs));
     (handle as { unref?: () => void }).unref?.();
     return { cancel: () => clearTimeout(handle) };
+  },
+  afterIo(fn: () => void): void {
+    setImmediate(fn);
   },
 };

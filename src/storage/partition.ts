@@ -12,10 +12,11 @@
  *
  * Group commit: appends are written in arrival order by one write loop, each batch of queued
  * requests as one write to the log (index entries are written every few KiB of index, and at a
- * seal; the log is grown by writing zeros ahead, so most fsyncs flush data only). One fsync is in flight at a time; it
- * covers everything written when it started; requests written while it runs wait for the next,
- * which covers all of them. Waiters whose bytes are covered resolve without a system call of their
- * own.
+ * seal; the log grows by zeros written ahead, so most fsyncs flush data only). One fsync is in
+ * flight at a time; it covers everything written when it started; requests written while it
+ * runs wait for the next, which covers all of them. An fsync starts once the I/O events already
+ * received are handled (`Clock.afterIo`), so requests that arrive together share one. Waiters
+ * whose bytes are covered resolve without a system call of their own.
  *
  * Failure rules: a failed write has its partial bytes cut off before its requests get the error;
  * if that fails, or any fsync fails, the partition is fenced: it refuses writes with a
@@ -160,6 +161,8 @@ export class PartitionLog {
   #waiters: DurabilityWaiter[] = [];
   #syncRunning: Promise<void> | null = null;
   #syncWanted = false;
+  /** An fsync start is scheduled with `clock.afterIo` (see {@link #requestSync}). */
+  #syncDeferred = false;
   #unsyncedRecords = 0;
   #flushTimer: Timer | null = null;
   #listeners = new Set<() => void>();
@@ -551,17 +554,43 @@ export class PartitionLog {
     });
   }
 
-  /** Starts an fsync unless one is running; if one is, asks for another when it ends. */
-  #requestSync(): void {
+  /**
+   * Asks for an fsync: if one is running, another follows when it ends; otherwise one starts
+   * after the I/O events already received are handled (`clock.afterIo`), so requests that
+   * arrived together are written first and share it instead of the first one taking an fsync of
+   * its own and the rest waiting for the next. `now` starts it at once (flush before a roll or close).
+   */
+  #requestSync(now = false): void {
     if (this.#fenced !== null) return;
     if (this.#syncRunning !== null) {
       this.#syncWanted = true;
       return;
     }
+    if (now) {
+      this.#syncDeferred = false;
+      this.#startSync();
+      return;
+    }
+    if (this.#syncDeferred) return;
+    this.#syncDeferred = true;
+    this.#clock.afterIo(() => {
+      if (!this.#syncDeferred) return;
+      this.#syncDeferred = false;
+      if (!this.#closed) this.#requestSync(true);
+    });
+  }
+
+  /** Starts an fsync of everything written so far (see {@link #requestSync}). */
+  #startSync(): void {
     const segment = this.#active;
     const targetOffset = segment.nextOffset;
     const targetPosition = segment.sizeBytes;
-    if (targetOffset <= this.#highWatermark && targetPosition <= this.#durablePosition) return;
+    if (targetOffset <= this.#highWatermark && targetPosition <= this.#durablePosition) {
+      // An fsync that started after these bytes were written, but before their requests were
+      // queued as waiters (the write loop resumes a few microtasks after the write), covered them.
+      this.#resolveCovered();
+      return;
+    }
     this.#flushTimer?.cancel();
     this.#flushTimer = null;
     const recordsCovered = this.#unsyncedRecords;
@@ -580,10 +609,7 @@ export class PartitionLog {
       this.#unsyncedRecords = Math.max(0, this.#unsyncedRecords - recordsCovered);
       if (segment === this.#active) this.#durablePosition = targetPosition;
       this.#highWatermark = Math.max(this.#highWatermark, targetOffset);
-      while (this.#waiters.length > 0 && this.#waiters[0].endOffset <= this.#highWatermark) {
-        const w = this.#waiters.shift()!;
-        w.resolve(w.result);
-      }
+      this.#resolveCovered();
       this.#notify();
     })().finally(() => {
       this.#syncRunning = null;
@@ -598,11 +624,19 @@ export class PartitionLog {
     });
   }
 
+  /** Acknowledges every waiter whose records the high watermark covers. */
+  #resolveCovered(): void {
+    while (this.#waiters.length > 0 && this.#waiters[0].endOffset <= this.#highWatermark) {
+      const w = this.#waiters.shift()!;
+      w.resolve(w.result);
+    }
+  }
+
   /** Resolves once everything written so far is durable. @throws StorageError "fenced". */
   async #flushAll(): Promise<void> {
     while (this.#active.nextOffset > this.#highWatermark || this.#syncRunning !== null) {
       if (this.#fenced !== null) throw this.#fencedError();
-      if (this.#syncRunning === null) this.#requestSync();
+      if (this.#syncRunning === null) this.#requestSync(true);
       const running = this.#syncRunning as Promise<void> | null;
       if (running === null) break;
       await running;

@@ -230,7 +230,8 @@ describe("LocalBroker", () => {
     open.splice(open.indexOf(b), 1);
     // A clock that moves a second every time it is read: every topic takes "a second" to load.
     let now = 0;
-    const slow = { nowMs: () => (now += 1000), setTimer: new ManualClock().setTimer.bind(new ManualClock()) };
+    const manual = new ManualClock();
+    const slow = { nowMs: () => (now += 1000), setTimer: manual.setTimer.bind(manual), afterIo: manual.afterIo.bind(manual) };
     const logger = new MemoryLogger();
     b = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir: dir, clock: slow, logger });
     open.push(b);

@@ -27,6 +27,9 @@ const realClock: Clock = {
     const handle = setTimeout(fn, Math.max(0, delayMs));
     return { cancel: () => clearTimeout(handle) };
   },
+  afterIo(fn: () => void): void {
+    setImmediate(fn);
+  },
 };
 
 async function broker(clock: Clock = new ManualClock()): Promise<LocalBroker> {

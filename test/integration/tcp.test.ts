@@ -29,6 +29,9 @@ const realClock: Clock = {
     const handle = setTimeout(fn, Math.max(0, delayMs));
     return { cancel: () => clearTimeout(handle) };
   },
+  afterIo(fn: () => void): void {
+    setImmediate(fn);
+  },
 };
 
 interface Server {
@@ -190,6 +193,26 @@ describe("TCP front door against LocalBroker", () => {
     expect(results.map((r) => r.spans[0].baseOffset)).toEqual(Array.from({ length: count }, (_, i) => i));
     const fetched = await client.fetch({ topic: "seq", partition: 0, offset: 0, maxRecords: count });
     expect(fetched.records.map((r) => str(r.value))).toEqual(Array.from({ length: count }, (_, i) => `m${i}`));
+  });
+
+  it("reads a fetch answer of many socket chunks where it lies: every record intact through records and cursor alike", async () => {
+    const { port } = await serveLocal();
+    const client = await connect(port);
+    await client.createTopic({ name: "big", partitions: 1 });
+    // Values of varied sizes so record edges fall everywhere against the socket's chunk edges.
+    const values = Array.from({ length: 3000 }, (_, i) => `v${i}:`.padEnd(100 + ((i * 37) % 900), String.fromCharCode(97 + (i % 26))));
+    for (let i = 0; i < values.length; i += 500) {
+      await client.produce("big", values.slice(i, i + 500).map((value, j) => ({ key: j % 3 === 0 ? null : `k${i + j}`, value })), { partition: 0 });
+    }
+    const fetched = await client.fetch({ topic: "big", partition: 0, offset: 0, maxRecords: values.length, maxBytes: 8 * 1024 * 1024 });
+    expect(fetched.recordCount).toBe(values.length);
+    expect(fetched.nextOffset).toBe(values.length);
+    const viaCursor: [number, string | null, string][] = [];
+    for (const c = fetched.cursor(); c.next(); ) viaCursor.push([c.offset, str(c.key()), new TextDecoder().decode(c.value())]);
+    const wanted = values.map((value, i): [number, string | null, string] => [i, i % 500 % 3 === 0 ? null : `k${i}`, value]);
+    expect(viaCursor).toEqual(wanted);
+    expect(fetched.records.map((r): [number, string | null, string] => [r.offset, str(r.key), new TextDecoder().decode(r.value)])).toEqual(wanted);
+    expect(fetched.records).toBe(fetched.records);
   });
 
   it("matches many pipelined requests of different kinds to their answers", async () => {

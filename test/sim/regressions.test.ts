@@ -114,6 +114,50 @@ describe("crash-safety regressions found by the simulation", () => {
     }
   });
 
+  it("acknowledges a request whose records an fsync covered before the write loop queued it as a waiter", async () => {
+    // A large append writes its records (the log end moves), then its index entries; while the
+    // index write is slow, the fsync in flight ends, the next one starts, covers the new records
+    // and ends too. The request then joins the waiters with nothing left to fsync for it: it must
+    // be acknowledged then, not wait for an fsync that only a later append would start.
+    const big = new EntryBatchBuilder();
+    for (let i = 0; i < 300; i++) big.add(null, new Uint8Array(4096).fill(97));
+    const bigBatch = big.build();
+    for (let indexTurns = 0; indexTurns < 40; indexTurns += 3) {
+      const mem = disk();
+      const wrap = (h: FileHandle, path: string): FileHandle => ({
+        read: (b, p) => h.read(b, p),
+        write: async (b, p) => {
+          if (path.endsWith(".index")) for (let i = 0; i < indexTurns; i++) await Promise.resolve();
+          return h.write(b, p);
+        },
+        truncate: (l) => h.truncate(l),
+        size: () => h.size(),
+        close: () => h.close(),
+        sync: async () => {
+          for (let i = 0; i < 3; i++) await Promise.resolve();
+          return h.sync();
+        },
+      });
+      const fs: FileSystem = {
+        open: async (path, options) => wrap(await mem.open(path, options), path),
+        readdir: (p) => mem.readdir(p),
+        mkdir: (p) => mem.mkdir(p),
+        rename: (a, b) => mem.rename(a, b),
+        unlink: (p) => mem.unlink(p),
+        removeTree: (p) => mem.removeTree(p),
+        stat: (p) => mem.stat(p),
+        syncDir: (p) => mem.syncDir(p),
+      };
+      const log = await openLog(fs, { segmentBytes: 8 << 20 });
+      const first = watch(log.append(batch("first")));
+      const second = watch(log.append(bigBatch));
+      await drainMicrotasks();
+      expect([first.state, second.state], `index write ${indexTurns} turns`).toEqual(["ok", "ok"]);
+      expect(log.highWatermark).toBe(301);
+      await log.close();
+    }
+  });
+
   it("rejects a request whose write finished after an fsync failure fenced the partition, instead of leaving it waiting", async () => {
     for (let delay = 0; delay < 16; delay++) {
       const mem = disk();
