@@ -460,7 +460,13 @@ async function runFetch(spec: FetchSpec): Promise<GeneratorResult> {
       first = 0;
       read = async (c, partition, offset) => {
         const res = await clients[c].fetch({ topic: target.topic, partition, offset: offset as number, maxRecords: spec.batch, maxBytes: spec.batch * (spec.valueBytes + 64) });
-        return { count: res.records.length, next: res.nextOffset >= spec.records ? 0 : res.nextOffset };
+        // Look at every record as a consumer would: its offset (the preload left no gaps) and its value.
+        let expected = offset as number;
+        for (const record = res.cursor(); record.next(); expected++) {
+          if (record.offset !== expected) throw new Error(`fetch from ${offset}: record at offset ${record.offset}, expected ${expected}`);
+          if (record.value().length !== spec.valueBytes) throw new Error(`fetch from ${offset}: record ${record.offset} has a ${record.value().length}-byte value, expected ${spec.valueBytes}`);
+        }
+        return { count: res.recordCount, next: res.nextOffset >= spec.records ? 0 : res.nextOffset };
       };
       break;
     }

@@ -24,6 +24,7 @@ import type {
   JoinGroupRequest,
   ProduceResult,
   ProducerIdentity,
+  RecordSet,
   TopicDescription,
 } from "../broker/types.ts";
 import { requestBytesMax, tcpEndLingerMs } from "../lib/limits.ts";
@@ -45,6 +46,7 @@ import {
   decodeDeleteTopicResponse,
   decodeErrorBody,
   decodeFetchResponse,
+  decodeFetchResponseHeader,
   decodeListOffsetsResponse,
   decodeMetadataResponse,
   decodeProduceResponse,
@@ -55,18 +57,20 @@ import {
   encodeListOffsetsRequest,
   encodeMetadataRequest,
   encodeProduceRequest,
+  fetchResponseHeaderBytes,
   responseLengthMin,
+  type FetchResponseHeader,
   type ListOffsetsResult,
 } from "../protocol/codec.ts";
 import { FrameDecoder } from "../protocol/frame.ts";
 import type { EntryBatch } from "../storage/record.ts";
 import { ClientError } from "./errors.ts";
-import { buildEntryBatch, decodeFetchedRecords, type FetchedRecord, type ProduceRecord } from "./records.ts";
+import { buildEntryBatch, checkFetchedRecordChunks, checkFetchedRecords, FetchedRecordCursor, recordObjects, type FetchedRecord, type ProduceRecord } from "./records.ts";
 
 export { ClientError, ClientErrorCodes } from "./errors.ts";
 export { IdempotentProducer, type IdempotentProducerOptions } from "./producer.ts";
 export { GroupConsumer, type GroupConsumerOptions, type ConsumedBatch } from "./consumer.ts";
-export { expandSpans, buildEntryBatch, decodeFetchedRecords } from "./records.ts";
+export { expandSpans, buildEntryBatch, checkFetchedRecordChunks, checkFetchedRecords, decodeFetchedRecords, FetchedRecordCursor } from "./records.ts";
 export type { FetchedRecord, ProduceRecord, RecordPosition } from "./records.ts";
 
 /** Options of {@link TcpClient.connect}. */
@@ -86,16 +90,107 @@ export interface TcpClientOptions {
 /** Arguments of {@link TcpClient.fetch}: the broker's fetch request without the in-process abort signal. */
 export type FetchOptions = Omit<FetchRequest, "signal">;
 
-/** What {@link TcpClient.fetch} resolves to. */
+/**
+ * What {@link TcpClient.fetch} resolves to. Every record in it was checked (CRC, increasing
+ * offsets) before the fetch resolved. Read the records either as objects (`records`, built on
+ * first access) or, without an object per record, with a cursor:
+ *
+ * ```ts
+ * const res = await client.fetch({ topic, partition, offset });
+ * for (const c = res.cursor(); c.next(); ) handle(c.offset, c.key(), c.value());
+ * ```
+ */
 export interface FetchResponse {
-  /** Checked records (CRC, increasing offsets), in offset order. */
-  records: FetchedRecord[];
+  /** Checked records, in offset order; keys and values are views of the response. Built on first access, then the same array. */
+  readonly records: FetchedRecord[];
+  /** How many records came (`records.length`, without building them). */
+  readonly recordCount: number;
   /** The offset to fetch next. */
-  nextOffset: number;
+  readonly nextOffset: number;
   /** One past the last durable offset of the partition. */
-  highWatermark: number;
+  readonly highWatermark: number;
   /** First offset still stored. */
-  logStartOffset: number;
+  readonly logStartOffset: number;
+  /** A new cursor over the checked records, from the first (no object per record). */
+  cursor(): FetchedRecordCursor;
+}
+
+/** {@link FetchResponse} over checked records: one run, or the runs of a response that arrived in chunks. */
+class CheckedFetchResponse implements FetchResponse {
+  readonly recordCount: number;
+  readonly nextOffset: number;
+  readonly highWatermark: number;
+  readonly logStartOffset: number;
+  readonly #runs: RecordSet | readonly RecordSet[];
+  #objects: FetchedRecord[] | null = null;
+
+  /**
+   * @param fields the fixed fields of the response.
+   * @param runs records that passed {@link checkFetchedRecords} (or {@link checkFetchedRecordChunks}), `fields.recordCount` in all.
+   */
+  constructor(fields: Omit<FetchResponseHeader, "recordsBytes">, runs: RecordSet | readonly RecordSet[]) {
+    this.recordCount = fields.recordCount;
+    this.nextOffset = fields.nextOffset;
+    this.highWatermark = fields.highWatermark;
+    this.logStartOffset = fields.logStartOffset;
+    this.#runs = runs;
+  }
+
+  get records(): FetchedRecord[] {
+    return (this.#objects ??= recordObjects(this.#runs, this.recordCount));
+  }
+
+  cursor(): FetchedRecordCursor {
+    return new FetchedRecordCursor(this.#runs);
+  }
+}
+
+/**
+ * Decodes and checks a fetch response body that arrived in several chunks (`chunks`, in order),
+ * reading the records where they lie instead of joining the chunks into one buffer.
+ * @throws ProtocolError / ClientError as the one-buffer path: malformed header, `records_bytes`
+ *   that disagrees with the bytes present, a record that fails its checks.
+ */
+function decodeFetchResponseChunks(chunks: readonly Uint8Array[], requestedOffset: number): FetchResponse {
+  let totalBytes = 0;
+  for (const chunk of chunks) totalBytes += chunk.length;
+  const headerBytes = chunks.length > 0 && chunks[0].length >= fetchResponseHeaderBytes ? chunks[0] : joinChunks(chunks, Math.min(totalBytes, fetchResponseHeaderBytes));
+  const header = decodeFetchResponseHeader(headerBytes);
+  if (header.recordsBytes !== totalBytes - fetchResponseHeaderBytes) {
+    // Let the one-buffer decoder name what is wrong.
+    const result = decodeFetchResponse(joinChunks(chunks, totalBytes));
+    checkFetchedRecords(result, requestedOffset);
+    return new CheckedFetchResponse({ ...result, recordCount: result.records.count }, result.records);
+  }
+  const runs = checkFetchedRecordChunks(dropPrefix(chunks, fetchResponseHeaderBytes), { records: { count: header.recordCount }, nextOffset: header.nextOffset }, requestedOffset);
+  return new CheckedFetchResponse(header, runs);
+}
+
+/** `chunks` without their first `bytes` bytes (e.g. a frame's header), empty views left out. */
+function dropPrefix(chunks: readonly Uint8Array[], bytes: number): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  let skip = bytes;
+  for (const chunk of chunks) {
+    if (skip >= chunk.length) skip -= chunk.length;
+    else {
+      out.push(skip === 0 ? chunk : chunk.subarray(skip));
+      skip = 0;
+    }
+  }
+  return out;
+}
+
+/** The first `length` bytes of `chunks`, joined into one new buffer. */
+function joinChunks(chunks: readonly Uint8Array[], length: number): Uint8Array {
+  const out = new Uint8Array(length);
+  let filled = 0;
+  for (const chunk of chunks) {
+    if (filled >= length) break;
+    const n = Math.min(chunk.length, length - filled);
+    out.set(n === chunk.length ? chunk : chunk.subarray(0, n), filled);
+    filled += n;
+  }
+  return out;
 }
 
 /** Default time limit of {@link TcpClientOptions.timeoutMs}, in ms. */
@@ -111,6 +206,8 @@ const abandonedIdsMax = 10_000;
 interface Pending {
   /** Decodes a success body (may throw). */
   decode(body: Uint8Array): unknown;
+  /** Decodes a success body that arrived in several chunks, without joining them (fetch only; may throw). */
+  decodeChunks?: (body: readonly Uint8Array[]) => unknown;
   resolve(value: unknown): void;
   reject(error: ClientError): void;
   timer: ReturnType<typeof setTimeout>;
@@ -133,7 +230,9 @@ export class TcpClient {
     this.#socket = socket;
     this.#timeoutMs = options.timeoutMs ?? clientTimeoutMsDefault;
     this.#decoder = new FrameDecoder({ lengthMin: responseLengthMin, lengthMax: options.maxResponseBytes ?? requestBytesMax });
-    socket.on("data", (chunk: Buffer) => this.#onData(chunk));
+    // Plain Uint8Array views of each chunk: a Buffer's subarray builds a Buffer, slower and larger,
+    // for every view taken of it (each fetched key, value and CRC range).
+    socket.on("data", (chunk: Buffer) => this.#onData(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength)));
     let error: Error | undefined;
     socket.on("error", (e) => (error = e));
     this.#closed = new Promise((resolve) => {
@@ -199,23 +298,20 @@ export class TcpClient {
   }
 
   /**
-   * Reads records from one partition. Every record's CRC is checked and offsets must increase.
+   * Reads records from one partition. Every record's CRC is checked and offsets must increase
+   * before this resolves; the answer hands the records out as objects or through a cursor.
    * @throws ClientError e.g. `offset_out_of_range`, `topic_not_found`, `invalid_response` for a record that fails its check.
    */
   fetch(request: FetchOptions): Promise<FetchResponse> {
     return this.#call(
       (id) => encodeFetchRequest(id, request),
-      (body) => {
+      (body): FetchResponse => {
         const result = decodeFetchResponse(body);
-        const records = decodeFetchedRecords(result, request.offset);
-        return {
-          records,
-          nextOffset: result.nextOffset,
-          highWatermark: result.highWatermark,
-          logStartOffset: result.logStartOffset,
-        } satisfies FetchResponse;
+        checkFetchedRecords(result, request.offset);
+        return new CheckedFetchResponse({ ...result, recordCount: result.records.count }, result.records);
       },
       (request.waitMs ?? 0) + this.#timeoutMs,
+      (chunks) => decodeFetchResponseChunks(chunks, request.offset),
     );
   }
 
@@ -310,7 +406,12 @@ export class TcpClient {
     return this.#closed;
   }
 
-  #call<T>(encode: (correlationId: number) => Uint8Array, decode: (body: Uint8Array) => T, timeoutMs = this.#timeoutMs): Promise<T> {
+  #call<T>(
+    encode: (correlationId: number) => Uint8Array,
+    decode: (body: Uint8Array) => T,
+    timeoutMs = this.#timeoutMs,
+    decodeChunks?: (body: readonly Uint8Array[]) => T,
+  ): Promise<T> {
     if (this.#closedError) return Promise.reject(this.#closedError);
     const id = this.#nextCorrelationId;
     this.#nextCorrelationId = id === 0xffff_ffff ? 1 : id + 1;
@@ -329,7 +430,7 @@ export class TcpClient {
         if (this.#abandoned.size > abandonedIdsMax) this.#abandoned.delete(this.#abandoned.values().next().value!);
         reject(ClientError.timeout(`Request ${id} got no answer within ${timeoutMs} ms`));
       }, timeoutMs);
-      this.#pending.set(id, { decode, resolve: resolve as (value: unknown) => void, reject, timer });
+      this.#pending.set(id, { decode, decodeChunks, resolve: resolve as (value: unknown) => void, reject, timer });
       this.#write(frame);
     });
   }
@@ -351,9 +452,11 @@ export class TcpClient {
     if (this.#closedError) return;
     this.#decoder.push(chunk);
     for (;;) {
-      let frame: Uint8Array | null;
+      let frame: Uint8Array[] | null;
       try {
-        frame = this.#decoder.next();
+        // A large answer (a fetch) arrives in many socket chunks: it is read where it lies
+        // rather than joined into one new buffer.
+        frame = this.#decoder.nextChunks();
       } catch (error) {
         this.#fail(ClientError.invalidResponse(`Cannot read response: ${(error as Error).message}`, error));
         this.#socket.destroy();
@@ -364,8 +467,12 @@ export class TcpClient {
     }
   }
 
-  #onFrame(frame: Uint8Array): void {
-    const header = decodeResponseHeader(frame); // a frame is at least responseLengthMin long
+  /** Handles one response frame, given as the chunks it arrived in. */
+  #onFrame(chunks: Uint8Array[]): void {
+    const whole = chunks.length === 1 ? chunks[0] : null;
+    // A frame is at least responseLengthMin long; its header may straddle two chunks.
+    const head = whole ?? (chunks[0].length >= responseLengthMin ? chunks[0] : joinChunks(chunks, responseLengthMin));
+    const header = decodeResponseHeader(head);
     const pending = this.#pending.get(header.correlationId);
     if (!pending) {
       if (this.#abandoned.delete(header.correlationId)) return;
@@ -375,18 +482,23 @@ export class TcpClient {
     }
     this.#pending.delete(header.correlationId);
     clearTimeout(pending.timer);
+    let body: Uint8Array | null = null;
+    if (whole !== null) body = header.body;
+    else if (header.error !== 0 || pending.decodeChunks === undefined) {
+      body = decodeResponseHeader(joinChunks(chunks, chunks.reduce((n, c) => n + c.length, 0))).body;
+    }
     if (header.error !== 0) {
-      let body;
+      let errorBody;
       try {
-        body = decodeErrorBody(header.body);
+        errorBody = decodeErrorBody(body!);
       } catch (error) {
         return pending.reject(ClientError.invalidResponse(`Cannot read error response ${header.error}: ${(error as Error).message}`, error));
       }
-      return pending.reject(ClientError.fromServer(header.error, body.code, body.message, body.details));
+      return pending.reject(ClientError.fromServer(header.error, errorBody.code, errorBody.message, errorBody.details));
     }
     let value: unknown;
     try {
-      value = pending.decode(header.body);
+      value = body !== null ? pending.decode(body) : pending.decodeChunks!(dropPrefix(chunks, responseLengthMin));
     } catch (error) {
       if (error instanceof ClientError) return pending.reject(error);
       return pending.reject(ClientError.invalidResponse(`Cannot read response: ${(error as Error).message}`, error));

@@ -2,7 +2,9 @@
  * Record shapes of the TCP client and the pure helpers behind them: building an entry batch from
  * records, checking fetched records end to end, expanding produce spans.
  */
-import type { FetchResult, ProduceSpan } from "../broker/types.ts";
+import type { FetchResult, ProduceSpan, RecordSet } from "../broker/types.ts";
+import { readI64 } from "../lib/bytes.ts";
+import { recordLengthPrefixBytes, recordLenMax, recordLenMin } from "../lib/limits.ts";
 import { DecodeStatus, EntryBatchBuilder, RecordCursor, RecordFormatError, type EntryBatch } from "../storage/record.ts";
 import { Errors } from "../broker/errors.ts";
 import { ClientError } from "./errors.ts";
@@ -62,37 +64,210 @@ export function buildEntryBatch(records: readonly ProduceRecord[]): EntryBatch {
 }
 
 /**
- * Checks and decodes the records of a fetch response: every record whole and its CRC right,
- * `record_count` records exactly filling `records_bytes`, offsets strictly increasing, none below
- * the requested offset nor at or above `next_offset`.
+ * Checks the records of a fetch response without creating anything per record: every record
+ * whole and its CRC right, `record_count` records exactly filling `records_bytes`, offsets
+ * strictly increasing, none below the requested offset nor at or above `next_offset`.
  * @throws ClientError `invalid_response` naming the first record that fails.
  */
-export function decodeFetchedRecords(result: FetchResult, requestedOffset: number): FetchedRecord[] {
-  const bytes = result.records.bytes;
-  const cursor = new RecordCursor().reset(bytes);
-  const records: FetchedRecord[] = [];
+export function checkFetchedRecords(result: FetchResult, requestedOffset: number): void {
+  checkFetchedRecordChunks([result.records.bytes], result, requestedOffset);
+}
+
+/**
+ * {@link checkFetchedRecords} for records that arrived in several chunks (`chunks`, in order,
+ * together the `records` field of the response), without joining them. Returns the records as
+ * runs of whole records that each lie in one buffer: views of the chunks, plus a copy of each
+ * record that straddles two chunks (its length checked against the bytes present first).
+ * @param response `record_count` (as `records.count`) and `next_offset` of the response.
+ * @throws ClientError `invalid_response` naming the first record that fails.
+ */
+export function checkFetchedRecordChunks(
+  chunks: readonly Uint8Array[],
+  response: { records: { count: number }; nextOffset: number },
+  requestedOffset: number,
+): RecordSet[] {
+  const count = response.records.count;
+  const nextOffset = response.nextOffset;
+  let totalBytes = 0;
+  for (const chunk of chunks) totalBytes += chunk.length;
+  const runs: RecordSet[] = [];
+  const cursor = new RecordCursor();
+  let c = 0;
+  let chunk = chunks.length > 0 ? chunks[0] : new Uint8Array(0);
+  cursor.reset(chunk);
+  /** Position in `chunk`; `before` is the bytes of the chunks before it. */
   let pos = 0;
+  let before = 0;
+  let runStart = 0;
+  let runCount = 0;
   let previous = requestedOffset - 1;
-  for (let i = 0; i < result.records.count; i++) {
-    const status = cursor.decode(pos);
-    if (status !== DecodeStatus.Ok) throw ClientError.invalidResponse(`Cannot read fetched record ${i} at byte ${pos}: ${cursor.reason}`);
+  const closeRun = (): void => {
+    if (runCount > 0) runs.push({ bytes: chunk.subarray(runStart, pos), count: runCount });
+    runCount = 0;
+  };
+  const checkOffset = (i: number): void => {
     if (cursor.offset <= previous) {
       throw ClientError.invalidResponse(`Cannot read fetched record ${i}: offset ${cursor.offset} does not follow ${previous} (requested from ${requestedOffset})`);
     }
-    if (cursor.offset >= result.nextOffset) {
-      throw ClientError.invalidResponse(`Cannot read fetched record ${i}: offset ${cursor.offset} is not below next_offset ${result.nextOffset}`);
+    if (cursor.offset >= nextOffset) {
+      throw ClientError.invalidResponse(`Cannot read fetched record ${i}: offset ${cursor.offset} is not below next_offset ${nextOffset}`);
     }
-    records.push({ offset: cursor.offset, timestampMs: cursor.timestampMs, key: cursor.key(), value: cursor.value() });
     previous = cursor.offset;
-    pos += cursor.sizeBytes;
+  };
+  for (let i = 0; i < count; i++) {
+    if (pos === chunk.length && c + 1 < chunks.length) {
+      closeRun();
+      before += chunk.length;
+      chunk = chunks[++c];
+      cursor.reset(chunk);
+      pos = runStart = 0;
+    }
+    const status = cursor.decode(pos);
+    if (status === DecodeStatus.Ok) {
+      checkOffset(i);
+      pos += cursor.sizeBytes;
+      runCount++;
+      continue;
+    }
+    const at = before + pos;
+    if (status === DecodeStatus.Invalid || c + 1 === chunks.length) {
+      throw ClientError.invalidResponse(`Cannot read fetched record ${i} at byte ${at}: ${cursor.reason}`);
+    }
+    // The record runs on into the next chunk: copy it out whole, once its length is known to be
+    // plausible and present.
+    closeRun();
+    const lengthBytes = copyAcross(chunks, c, pos, new Uint8Array(recordLengthPrefixBytes));
+    const recordLen = totalBytes - at < recordLengthPrefixBytes ? -1 : new DataView(lengthBytes.buffer).getUint32(0);
+    if (recordLen < recordLenMin || recordLen > recordLenMax || at + recordLengthPrefixBytes + recordLen > totalBytes) {
+      const reason = recordLen < 0 ? "fewer than 4 bytes left for record_len" : `record_len ${recordLen} is outside [${recordLenMin}, ${recordLenMax}] or runs past the end of the data`;
+      throw ClientError.invalidResponse(`Cannot read fetched record ${i} at byte ${at}: ${reason}`);
+    }
+    const record = copyAcross(chunks, c, pos, new Uint8Array(recordLengthPrefixBytes + recordLen));
+    if (cursor.reset(record).decode(0) !== DecodeStatus.Ok) {
+      throw ClientError.invalidResponse(`Cannot read fetched record ${i} at byte ${at}: ${cursor.reason}`);
+    }
+    checkOffset(i);
+    runs.push({ bytes: record, count: 1 });
+    // Move past the record: into the chunk where it ends.
+    let skip = pos + record.length;
+    while (skip >= chunk.length && c + 1 < chunks.length) {
+      skip -= chunk.length;
+      before += chunk.length;
+      chunk = chunks[++c];
+    }
+    cursor.reset(chunk);
+    pos = runStart = skip;
   }
-  if (pos !== bytes.length) {
-    throw ClientError.invalidResponse(`Cannot read fetch response: ${bytes.length - pos} bytes follow the ${result.records.count} records it counts`);
+  closeRun();
+  const consumed = before + pos;
+  if (consumed !== totalBytes) {
+    throw ClientError.invalidResponse(`Cannot read fetch response: ${totalBytes - consumed} bytes follow the ${count} records it counts`);
   }
-  if (result.nextOffset < requestedOffset) {
-    throw ClientError.invalidResponse(`Cannot read fetch response: next_offset ${result.nextOffset} is below the requested offset ${requestedOffset}`);
+  if (nextOffset < requestedOffset) {
+    throw ClientError.invalidResponse(`Cannot read fetch response: next_offset ${nextOffset} is below the requested offset ${requestedOffset}`);
   }
-  return records;
+  return runs;
+}
+
+/** Fills `out` with the bytes from `chunks[c]` at `pos` on, across chunks, as far as they go. */
+function copyAcross(chunks: readonly Uint8Array[], c: number, pos: number, out: Uint8Array): Uint8Array {
+  let filled = 0;
+  for (let k = c, p = pos; k < chunks.length && filled < out.length; k++, p = 0) {
+    const n = Math.min(chunks[k].length - p, out.length - filled);
+    out.set(chunks[k].subarray(p, p + n), filled);
+    filled += n;
+  }
+  return out;
+}
+
+/**
+ * Walks records that {@link checkFetchedRecords} accepted, without creating an object per
+ * record: after {@link FetchedRecordCursor.next} returns true, the fields describe the current
+ * record, and {@link FetchedRecordCursor.key} / {@link FetchedRecordCursor.value} return views of
+ * the response bytes. It does not check anything again, so build it only over checked records.
+ */
+export class FetchedRecordCursor {
+  /** Absolute offset of the current record. */
+  offset = -1;
+  /** The current record's time stamp, ms since the epoch. */
+  timestampMs = 0;
+  /** The current record's `key_len`: −1 for no key, 0 for the empty key. */
+  keyLength = -1;
+  /** Length of the current record's value in bytes (0 = tombstone). */
+  valueLength = 0;
+  readonly #runs: readonly RecordSet[];
+  #run = -1;
+  #bytes: Uint8Array = new Uint8Array(0);
+  #view: DataView = new DataView(new ArrayBuffer(0));
+  /** Records of the current run not yet visited. */
+  #left = 0;
+  /** Position of the next record's `record_len` in the current run. */
+  #next = 0;
+  #keyStart = 0;
+  #valueStart = 0;
+
+  /**
+   * @param records checked stored records (`bytes`, `count`), as in a fetch result, or several
+   *   runs of them in order (as {@link checkFetchedRecordChunks} returns).
+   */
+  constructor(records: RecordSet | readonly RecordSet[]) {
+    this.#runs = Array.isArray(records) ? records : [records as RecordSet];
+  }
+
+  /** Moves to the next record; false once every record was visited. */
+  next(): boolean {
+    while (this.#left === 0) {
+      if (this.#run + 1 >= this.#runs.length) return false;
+      const run = this.#runs[++this.#run];
+      this.#bytes = run.bytes;
+      this.#view = new DataView(run.bytes.buffer, run.bytes.byteOffset, run.bytes.byteLength);
+      this.#left = run.count;
+      this.#next = 0;
+    }
+    const v = this.#view;
+    const at = this.#next;
+    const len = v.getUint32(at);
+    // Offsets were checked ≤ 2^53 − 1, so hi * 2^32 + lo is exact.
+    this.offset = v.getUint32(at + 4) * 0x1_0000_0000 + v.getUint32(at + 8);
+    this.timestampMs = readI64(v, at + 12);
+    const keyLength = v.getInt32(at + 20);
+    this.keyLength = keyLength;
+    this.#keyStart = at + 24;
+    const valueLengthAt = this.#keyStart + (keyLength < 0 ? 0 : keyLength);
+    this.valueLength = v.getUint32(valueLengthAt);
+    this.#valueStart = valueLengthAt + 4;
+    this.#next = at + recordLengthPrefixBytes + len;
+    this.#left--;
+    return true;
+  }
+
+  /** The current record's key (a view of the response bytes), or null for no key. */
+  key(): Uint8Array | null {
+    return this.keyLength < 0 ? null : this.#bytes.subarray(this.#keyStart, this.#keyStart + this.keyLength);
+  }
+
+  /** The current record's value (a view of the response bytes). */
+  value(): Uint8Array {
+    return this.#bytes.subarray(this.#valueStart, this.#valueStart + this.valueLength);
+  }
+}
+
+/**
+ * Checks and decodes the records of a fetch response into one object per record (see
+ * {@link checkFetchedRecords} for the checks).
+ * @throws ClientError `invalid_response` naming the first record that fails.
+ */
+export function decodeFetchedRecords(result: FetchResult, requestedOffset: number): FetchedRecord[] {
+  checkFetchedRecords(result, requestedOffset);
+  return recordObjects(result.records, result.records.count);
+}
+
+/** One {@link FetchedRecord} per record of checked records (one run or several, `count` in all). */
+export function recordObjects(records: RecordSet | readonly RecordSet[], count: number): FetchedRecord[] {
+  const out: FetchedRecord[] = new Array(count);
+  const cursor = new FetchedRecordCursor(records);
+  for (let i = 0; cursor.next(); i++) out[i] = { offset: cursor.offset, timestampMs: cursor.timestampMs, key: cursor.key(), value: cursor.value() };
+  return out;
 }
 
 /** Expands produce spans to one `{ partition, offset }` per record, in request order. */

@@ -487,6 +487,34 @@ export function encodeFetchResponse(correlationId: number, result: FetchResult):
   return frame;
 }
 
+/** The fixed fields of a Fetch response body, before `records`. */
+export interface FetchResponseHeader {
+  highWatermark: number;
+  logStartOffset: number;
+  nextOffset: number;
+  /** `record_count`. */
+  recordCount: number;
+  /** `records_bytes`: the bytes of records that must follow. */
+  recordsBytes: number;
+}
+
+/**
+ * Decodes the fixed fields of a Fetch response body (its first {@link fetchResponseHeaderBytes}
+ * bytes; what follows is not looked at), for a reader that takes the records from elsewhere
+ * (e.g. the chunks they arrived in). It checks nothing about the records: compare `recordsBytes`
+ * with the bytes that follow.
+ * @throws ProtocolError if fewer than {@link fetchResponseHeaderBytes} bytes are given, or an offset is above 2^53 − 1.
+ */
+export function decodeFetchResponseHeader(bytes: Uint8Array): FetchResponseHeader {
+  const r = new WireReader(bytes, "Fetch response");
+  const highWatermark = r.u64("high_watermark");
+  const logStartOffset = r.u64("log_start_offset");
+  const nextOffset = r.u64("next_offset");
+  const recordCount = r.u32("record_count");
+  const recordsBytes = r.u32("records_bytes");
+  return { highWatermark, logStartOffset, nextOffset, recordCount, recordsBytes };
+}
+
 /**
  * Decodes a Fetch response body. The records are a view of `body`, not yet checked: decode them
  * with `RecordCursor` (the client does, CRC by CRC).

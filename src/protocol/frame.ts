@@ -78,9 +78,40 @@ export class FrameDecoder {
    * @throws FrameLengthError if the next frame's `length` is out of range; every later call throws it too.
    */
   next(): Uint8Array | null {
+    if (!this.#frameReady()) return null;
+    this.#skip(frameLengthBytes);
+    const frame = this.#take(this.#frameLength);
+    this.#frameLength = -1;
+    return frame;
+  }
+
+  /**
+   * Like {@link next}, but returns the frame as the views of the chunks it lies in, in order,
+   * without joining them (one view when it lies in one chunk). For large frames whose parts can
+   * be read where they are, e.g. the records of a fetch response.
+   * @throws FrameLengthError as {@link next}.
+   */
+  nextChunks(): Uint8Array[] | null {
+    if (!this.#frameReady()) return null;
+    this.#skip(frameLengthBytes);
+    const chunks: Uint8Array[] = [];
+    let left = this.#frameLength;
+    while (left > 0) {
+      const chunk = this.#chunks[this.#head];
+      const n = Math.min(chunk.length - this.#headPos, left);
+      chunks.push(chunk.subarray(this.#headPos, this.#headPos + n));
+      left -= n;
+      this.#skip(n);
+    }
+    this.#frameLength = -1;
+    return chunks;
+  }
+
+  /** True once the next frame has fully arrived (its length read and checked). */
+  #frameReady(): boolean {
     if (this.#failure) throw this.#failure;
     if (this.#frameLength < 0) {
-      if (this.#buffered < frameLengthBytes) return null;
+      if (this.#buffered < frameLengthBytes) return false;
       const prefix = this.#peek(frameLengthBytes);
       const length = ((prefix[0] << 24) | (prefix[1] << 16) | (prefix[2] << 8) | prefix[3]) >>> 0;
       if (length < this.#lengthMin) {
@@ -93,11 +124,7 @@ export class FrameDecoder {
       }
       this.#frameLength = length;
     }
-    if (this.#buffered < frameLengthBytes + this.#frameLength) return null;
-    this.#skip(frameLengthBytes);
-    const frame = this.#take(this.#frameLength);
-    this.#frameLength = -1;
-    return frame;
+    return this.#buffered >= frameLengthBytes + this.#frameLength;
   }
 
   /**

@@ -83,6 +83,26 @@ describe("FrameDecoder", () => {
     }
   });
 
+  it("nextChunks() hands out a frame that spans chunks as views of them, in order, without joining", () => {
+    const first = frameOf(new Uint8Array(100).fill(7));
+    const second = frameOf(text("abcdefgh"));
+    const stream = new Uint8Array(first.length + second.length);
+    stream.set(first);
+    stream.set(second, first.length);
+    const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: 1024 });
+    const pieces = [stream.subarray(0, 2), stream.subarray(2, 50), stream.subarray(50, 100)];
+    for (const p of pieces) decoder.push(p);
+    expect(decoder.nextChunks()).toBeNull();
+    decoder.push(stream.subarray(100));
+    const chunks = decoder.nextChunks()!;
+    expect(chunks.map((c) => c.buffer === stream.buffer)).toEqual([true, true, true]);
+    expect(chunks.map((c) => c.length)).toEqual([46, 50, 4]);
+    expect(chunks.flatMap((c) => Array.from(c))).toEqual(Array(100).fill(7));
+    expect(decoder.nextChunks()!.map((c) => new TextDecoder().decode(c))).toEqual(["abcdefgh"]);
+    expect(decoder.nextChunks()).toBeNull();
+    expect(decoder.bufferedBytes).toBe(0);
+  });
+
   it("returns a frame inside one chunk as a view, without copying", () => {
     const bytes = frameOf(text("abcdefgh"));
     const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: 1024 });
