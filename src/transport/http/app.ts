@@ -49,11 +49,12 @@ import {
 } from "../../lib/limits.ts";
 import type { Logger } from "../../lib/logger.ts";
 import type { ValueEncoding } from "./encode.ts";
-import { fetchJson, produceOffsetsJson, topicJson } from "./encode.ts";
+import { fetchJson, produceAnswerJson, topicJson } from "./encode.ts";
 import { errorBody, invalidRequest } from "./errors.ts";
 import { parseInteger } from "./params.ts";
 import type { DecodedProduce } from "./produce.ts";
 import { decodeJsonProduce, decodeNdjsonProduce, partitionNumberMax } from "./produce.ts";
+import { scanJsonProduce } from "./produce-json.ts";
 import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
 import { producerFromHeaders, registerGroupRoutes } from "./groups.ts";
 
@@ -363,12 +364,13 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
         }
       }
       const bytes = await readBody(c, action);
-      decoded = decodeJsonProduce(parseJson(bytes, action), { action, sizeHintBytes: bytes.length });
+      // The byte-level fast path decodes the common shapes; the general path does the rest and names every error.
+      decoded = scanJsonProduce(bytes) ?? decodeJsonProduce(parseJson(bytes, action), { action, sizeHintBytes: bytes.length });
     }
     const producer = producerFromHeaders(c, action);
     const result = await broker.produce({ topic, ...decoded, producer });
-    const offsets = produceOffsetsJson(result, decoded.batch.count);
-    return c.json(producer === undefined ? { offsets } : { offsets, duplicate: result.duplicate === true });
+    const duplicate = producer === undefined ? undefined : result.duplicate === true;
+    return c.body(produceAnswerJson(result, { recordCount: decoded.batch.count, duplicate }), 200, { "content-type": "application/json" });
   });
 
   app.get("/v1/topics/:topic/partitions/:partition/records", async (c) => {
@@ -384,7 +386,9 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const waitMs = integerQuery(c, "wait_ms", { min: 0, max: fetchWaitMsMax, action }) ?? 0;
     const encoding = encodingQuery(c, action);
     const offset = await resolveOffset(broker, offsetText, { topic, partition, action });
-    const result = await broker.fetch({ topic, partition, offset, maxRecords, maxBytes, waitMs, signal: requestSignal(c) });
+    // Only a long-poll waits, so only a long-poll needs to hear of a disconnect or a shutdown.
+    const signal = waitMs > 0 ? requestSignal(c) : undefined;
+    const result = await broker.fetch({ topic, partition, offset, maxRecords, maxBytes, waitMs, signal });
     return c.json(fetchJson(result, encoding));
   });
 

@@ -63,18 +63,26 @@ export function topicJson(topic: TopicDescription): TopicJson {
 }
 
 /**
- * Expands the spans of a produce result into one `{ partition, offset }` per record, in request
- * order. @throws AssertionError if the spans do not cover exactly `recordCount` records (a broker bug).
+ * The body of a produce answer as JSON text: `{"offsets":[{"partition":P,"offset":O}, …]}` with
+ * one entry per record in request order (the spans expanded), plus `"duplicate":D` when
+ * `duplicate` is given (idempotent produce). Written directly rather than through objects and
+ * `JSON.stringify`: every value is an integer.
+ * @throws AssertionError if the spans do not cover exactly `recordCount` records (a broker bug).
  */
-export function produceOffsetsJson(result: ProduceResult, recordCount: number): { partition: number; offset: number }[] {
-  const offsets: { partition: number; offset: number }[] = [];
+export function produceAnswerJson(result: ProduceResult, options: { recordCount: number; duplicate?: boolean }): string {
+  let text = '{"offsets":[';
+  let count = 0;
   for (const span of result.spans) {
-    for (let i = 0; i < span.count; i++) offsets.push({ partition: span.partition, offset: span.baseOffset + i });
+    const head = `{"partition":${span.partition},"offset":`;
+    for (let i = 0; i < span.count; i++) {
+      text += `${count === 0 ? "" : ","}${head}${span.baseOffset + i}}`;
+      count++;
+    }
   }
-  if (offsets.length !== recordCount) {
-    throw new AssertionError(`assertion failed: produce spans cover ${offsets.length} records, the request had ${recordCount}`);
+  if (count !== options.recordCount) {
+    throw new AssertionError(`assertion failed: produce spans cover ${count} records, the request had ${options.recordCount}`);
   }
-  return offsets;
+  return options.duplicate === undefined ? `${text}]}` : `${text}],"duplicate":${options.duplicate}}`;
 }
 
 /**

@@ -55,7 +55,7 @@ function isObject(value: unknown): value is Record<string, unknown> {
 }
 
 /** Collects per-record partitions, keeping the common "all the same" case as one number. */
-class PartitionChoice {
+export class PartitionChoice {
   #partitions: Int32Array | null = null;
   #uniform: number | undefined;
   #count = 0;
@@ -232,8 +232,36 @@ export function decodeNdjsonProduce(
   options: { action: string; key: Uint8Array | null; partition: number | undefined },
 ): DecodedProduce {
   const { action, key } = options;
-  const builder = new EntryBatchBuilder(body.length + 16 * entryOverheadBytes);
+  const keyBytes = key === null ? 0 : key.length;
+  // First pass: find and check every record, so the batch is allocated once at its exact size.
   let index = 0;
+  let valueBytes = 0;
+  forEachLine(body, (start, end, line) => {
+    if (index >= produceRecordsMax) checkCount(index + 1, action);
+    const payloadBytes = keyBytes + (end - start);
+    if (payloadBytes > recordPayloadBytesMax) {
+      throw new BrokerError(
+        Errors.recordTooLarge,
+        `${action}: record ${index} (line ${line}) is ${payloadBytes} bytes of key and value, over the limit of ${recordPayloadBytesMax}`,
+        { record: index, line, size_bytes: payloadBytes, limit_bytes: recordPayloadBytesMax },
+      );
+    }
+    valueBytes += end - start;
+    index++;
+  });
+  checkCount(index, action);
+  const builder = new EntryBatchBuilder(valueBytes + index * (entryOverheadBytes + keyBytes));
+  forEachLine(body, (start, end) => {
+    builder.add(key, body.subarray(start, end), -1);
+  });
+  return options.partition === undefined ? { batch: builder.build() } : { batch: builder.build(), partition: options.partition };
+}
+
+/**
+ * Calls `each` with the bounds of every non-empty line of an NDJSON body (module comment: LF
+ * ends a line, one CR before it is dropped, empty lines are skipped) and its 1-based line number.
+ */
+function forEachLine(body: Uint8Array, each: (start: number, end: number, line: number) => void): void {
   let line = 0;
   let start = 0;
   while (start < body.length) {
@@ -242,22 +270,7 @@ export function decodeNdjsonProduce(
     if (end < 0) end = body.length;
     line++;
     if (end > start && body[end - 1] === 0x0d) end--;
-    if (end > start) {
-      if (index >= produceRecordsMax) checkCount(index + 1, action);
-      const value = body.subarray(start, end);
-      const payloadBytes = (key === null ? 0 : key.length) + value.length;
-      if (payloadBytes > recordPayloadBytesMax) {
-        throw new BrokerError(
-          Errors.recordTooLarge,
-          `${action}: record ${index} (line ${line}) is ${payloadBytes} bytes of key and value, over the limit of ${recordPayloadBytesMax}`,
-          { record: index, line, size_bytes: payloadBytes, limit_bytes: recordPayloadBytesMax },
-        );
-      }
-      builder.add(key, value, -1);
-      index++;
-    }
+    if (end > start) each(start, end, line);
     start = next;
   }
-  checkCount(index, action);
-  return options.partition === undefined ? { batch: builder.build() } : { batch: builder.build(), partition: options.partition };
 }
