@@ -71,10 +71,14 @@ class Window {
   }
 }
 
-/** Resident memory of a process, from `/proc/<pid>/status`. */
+/**
+ * Resident memory of a process, from `/proc/<pid>/status`, and the CPU time it used (user +
+ * system, from `/proc/<pid>/stat`, in clock ticks of 10 ms).
+ */
 class RssWatch {
   readonly #pid: number | undefined;
   #resetWorked = false;
+  #cpuTicksAtStart: number | null = null;
   #sampledPeak = 0;
   readonly samples: [number, number][] = [];
 
@@ -92,9 +96,29 @@ class RssWatch {
     }
   }
 
+  /** utime + stime of the process, in clock ticks (USER_HZ, 100 per second on Linux), or null. */
+  #cpuTicks(): number | null {
+    if (this.#pid === undefined) return null;
+    try {
+      const stat = fs.readFileSync(`/proc/${this.#pid}/stat`, "utf8");
+      // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      return Number(fields[11]) + Number(fields[12]);
+    } catch {
+      return null;
+    }
+  }
+
+  /** CPU time the process used since {@link start}, in ms (10 ms resolution), or null when unknown. */
+  cpuMs(): number | null {
+    const now = this.#cpuTicks();
+    return now === null || this.#cpuTicksAtStart === null ? null : (now - this.#cpuTicksAtStart) * 10;
+  }
+
   /** Resets the kernel's peak-RSS mark (VmHWM) so the peak covers the window only. */
   start(): void {
     if (this.#pid === undefined) return;
+    this.#cpuTicksAtStart = this.#cpuTicks();
     try {
       fs.writeFileSync(`/proc/${this.#pid}/clear_refs`, "5");
       this.#resetWorked = true;
@@ -363,6 +387,7 @@ async function measure(
     fsyncs,
     recordsAppended,
     rssPeakBytes: rss.peak(),
+    serverCpuMs: rss.cpuMs(),
     ...(rssSampleMs !== undefined ? { rssSamples: samples } : {}),
   };
 }
@@ -421,6 +446,7 @@ function runLimit(spec: ProduceSpec, dir: string): GeneratorResult {
     fsyncs: iterations,
     recordsAppended: iterations * spec.batch,
     rssPeakBytes: null,
+    serverCpuMs: null,
   };
 }
 

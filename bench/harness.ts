@@ -78,6 +78,12 @@ export interface CaseResult {
   recordsPerFsync: number | null;
   /** Peak RSS of the server process during the window, MiB; null for the in-process limit. */
   serverRssPeakMiB: number | null;
+  /**
+   * CPU the server process used per record in the window (user + system), in µs; null when
+   * unknown. Less sensitive to a shared machine than records/s: it shows the cost of the work, not
+   * how much CPU the server happened to get.
+   */
+  serverCpuUsPerRecord?: number | null;
   requests: number;
   records: number;
   seconds: number;
@@ -233,6 +239,7 @@ function toCase(
     fsyncsPerSec: r.fsyncs === null ? null : r.fsyncs / seconds,
     recordsPerFsync: r.fsyncs === null || r.fsyncs === 0 ? null : appended / r.fsyncs,
     serverRssPeakMiB: r.rssPeakBytes === null ? null : r.rssPeakBytes / 1048576,
+    serverCpuUsPerRecord: r.serverCpuMs === null || r.serverCpuMs === undefined || r.records === 0 ? null : (r.serverCpuMs * 1000) / r.records,
     requests: r.requests,
     records: r.records,
     seconds: r.seconds,
@@ -249,7 +256,7 @@ function printCase(c: CaseResult): void {
   const l = c.latencyMs;
   process.stdout.write(
     `${c.id.padEnd(52)} ${fmt(c.recordsPerSec).padStart(10)} rec/s ${fmt(c.payloadMBps, 1).padStart(7)} MB/s  p50 ${fmt(l.p50, 2)} p99 ${fmt(l.p99, 2)} max ${fmt(l.max, 1)} ms` +
-      `  fsync/s ${fmt(c.fsyncsPerSec)} rec/fsync ${fmt(c.recordsPerFsync, 1)}  rss ${fmt(c.serverRssPeakMiB, 1)} MiB\n`,
+      `  fsync/s ${fmt(c.fsyncsPerSec)} rec/fsync ${fmt(c.recordsPerFsync, 1)}  rss ${fmt(c.serverRssPeakMiB, 1)} MiB  cpu ${fmt(c.serverCpuUsPerRecord, 1)} µs/rec\n`,
   );
 }
 
@@ -594,11 +601,11 @@ export function markdownTables(report: BenchReport): string {
   }
   lines.push("");
   lines.push("### Every case", "");
-  lines.push("| case | system | records/s | MB/s | p50 ms | p99 ms | max ms | fsyncs/s | records/fsync | server RSS MiB |");
-  lines.push("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+  lines.push("| case | system | records/s | MB/s | p50 ms | p99 ms | max ms | fsyncs/s | records/fsync | server RSS MiB | server CPU µs/record |");
+  lines.push("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
   for (const c of results) {
     lines.push(
-      `| ${c.key} | ${c.system}/${c.transport} | ${fmt(c.recordsPerSec)} | ${fmt(c.payloadMBps, 1)} | ${fmt(c.latencyMs.p50, 2)} | ${fmt(c.latencyMs.p99, 2)} | ${fmt(c.latencyMs.max, 1)} | ${fmt(c.fsyncsPerSec)} | ${fmt(c.recordsPerFsync, 1)} | ${fmt(c.serverRssPeakMiB, 1)} |`,
+      `| ${c.key} | ${c.system}/${c.transport} | ${fmt(c.recordsPerSec)} | ${fmt(c.payloadMBps, 1)} | ${fmt(c.latencyMs.p50, 2)} | ${fmt(c.latencyMs.p99, 2)} | ${fmt(c.latencyMs.max, 1)} | ${fmt(c.fsyncsPerSec)} | ${fmt(c.recordsPerFsync, 1)} | ${fmt(c.serverRssPeakMiB, 1)} | ${fmt(c.serverCpuUsPerRecord, 1)} |`,
     );
   }
   const soak = results.find((c) => c.group === "soak");

@@ -109,6 +109,8 @@ export interface GeneratorResult {
   recordsAppended: number | null;
   /** Largest resident set of the server process inside the window, in bytes; null when unknown. */
   rssPeakBytes: number | null;
+  /** CPU time (user + system) the server process used inside the window, in ms; null when unknown. */
+  serverCpuMs?: number | null;
   /** RSS samples `[ms since window start, bytes]` when `rssSampleMs` was given. */
   rssSamples?: [number, number][];
 }
