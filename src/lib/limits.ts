@@ -36,6 +36,14 @@ export const indexPendingEntriesMax = 256;
  * write (zeros never decode as a record: `record_len` 0 is below the minimum), and sealing cuts it.
  */
 export const segmentPreallocateBytes = 1 * MiB;
+/**
+ * A file with at most this many bytes written since its last fsync is fsynced on the calling
+ * thread (`fdatasyncSync`); more goes to the runtime's thread pool. A small fdatasync takes a few
+ * hundred µs, and handing it to a pool thread and back cost about as much CPU again on this VM
+ * (two context switches); while it blocks, new requests queue in the kernel and become the next
+ * group commit, as in Redis. A large one runs in the pool so encoding overlaps the disk.
+ */
+export const inlineSyncBytesMax = 256 * KiB;
 
 /** Default size at which the active segment rolls, in bytes. */
 export const segmentBytesDefault = 128 * MiB;

@@ -1,10 +1,13 @@
 /**
  * {@link FileSystem} over `node:fs`. Runs unchanged on Node, Deno and Bun (PLATFORM.md). Writes
- * and reads use the synchronous calls (faster for small appends and served from the page cache);
- * fsync uses the asynchronous call so that other requests proceed while the disk works, which is
- * what makes group commit pay.
+ * and reads use the synchronous calls (faster for small appends and served from the page cache).
+ * fsync of a file with little unsynced data (`inlineSyncBytesMax`) is synchronous too: the
+ * partition starts it after the pending I/O events are handled (`Clock.afterIo`), and requests
+ * arriving while it blocks are written together after it, as the next group commit. A larger
+ * fsync uses the asynchronous call, so that other requests proceed while the disk works.
  */
 import * as fs from "node:fs";
+import { inlineSyncBytesMax } from "../lib/limits.ts";
 import { FsError, type FileHandle, type FileStat, type FileSystem, type OpenOptions } from "../fs/types.ts";
 
 function wrap(err: unknown, path: string): FsError {
@@ -47,6 +50,8 @@ function mkdirLevels(path: string): void {
 
 class NodeFileHandle implements FileHandle {
   #fd: number | null;
+  /** Bytes written since the last fsync started (decides inline or thread-pool fsync). */
+  #unsyncedBytes = 0;
   constructor(
     fd: number,
     readonly path: string,
@@ -81,6 +86,7 @@ class NodeFileHandle implements FileHandle {
       while (done < bytes.length) {
         done += fs.writeSync(fd, bytes, done, bytes.length - done, position + done);
       }
+      this.#unsyncedBytes += bytes.length;
     } catch (err) {
       throw wrap(err, this.path);
     }
@@ -88,7 +94,15 @@ class NodeFileHandle implements FileHandle {
 
   // async, so that a closed handle rejects (EBADF) instead of throwing synchronously.
   async sync(): Promise<void> {
-    return fsyncAsync(this.#handle(), this.path, true);
+    const fd = this.#handle();
+    const unsynced = this.#unsyncedBytes;
+    this.#unsyncedBytes = 0;
+    if (unsynced > inlineSyncBytesMax) return fsyncAsync(fd, this.path, true);
+    try {
+      fs.fdatasyncSync(fd);
+    } catch (err) {
+      throw wrap(err, this.path);
+    }
   }
 
   async truncate(length: number): Promise<void> {
