@@ -72,6 +72,8 @@ import {
 import { FrameDecoder, FrameLengthError } from "../../protocol/frame.ts";
 import type { ByteSocket } from "./socket.ts";
 
+const resolved = Promise.resolve();
+
 export type { ByteSocket, ByteSocketHandlers } from "./socket.ts";
 
 /** Options of {@link createTcpTransport}. */
@@ -472,7 +474,9 @@ class Connection {
     else for (const chunk of response) if (chunk.length > 0) this.#pendingWrites.push(chunk);
     if (this.#flushScheduled) return;
     this.#flushScheduled = true;
-    queueMicrotask(() => {
+    // A resolved promise rather than queueMicrotask: Node wraps every queueMicrotask callback in an
+    // async-hooks scope (`runInAsyncScope`), ~1 % of the broker's time at 64 producers.
+    void resolved.then(() => {
       this.#flushScheduled = false;
       this.#flush();
       this.#updateReading();
