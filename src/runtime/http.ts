@@ -40,6 +40,10 @@
  * same way on every runtime: from `Content-Length` before reading, or by counting a streamed body
  * and stopping at the cap. Runtime caps are therefore turned off (Bun's `maxRequestBodySize`, whose
  * own 413 has an empty body) so the answer is always the JSON `request_too_large` error.
+ *
+ * On Node the app reads bodies straight from the `IncomingMessage` (`HttpBindings.readRawBody`,
+ * {@link readIncomingBody}) instead of through the WHATWG `Request` stream that @hono/node-server
+ * would build; on Deno and Bun it reads `Request.body`.
  */
 import type { IncomingMessage } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
