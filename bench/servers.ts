@@ -105,13 +105,21 @@ async function waitReady(what: string, probe: () => Promise<void>, server: { out
 }
 
 /**
- * Starts `node dist/es-broker.mjs serve` on loopback with a private data dir.
+ * Node's flags for the broker, as `npm start` passes them (package.json `scripts.start`): a young
+ * generation of 4 MiB semi-spaces instead of 16, which kept the peak RSS of the 64-producer cases
+ * 20–30 % lower at the same CPU per record (docs/runtimes.md).
+ */
+export const brokerNodeFlags = ["--max-semi-space-size=4"];
+
+/**
+ * Starts `node --max-semi-space-size=4 dist/es-broker.mjs serve` (as `npm start` does) on loopback
+ * with a private data dir.
  * @param options.cpuProfileDir if set, the broker runs under `--cpu-prof` and writes its profile there on exit.
  */
 export async function startEsBroker(options: { root: string; dataDir: string; cpuProfileDir?: string }): Promise<EsBroker> {
   const entry = join(options.root, "dist/es-broker.mjs");
   if (!fs.existsSync(entry)) throw new Error(`${entry} is missing: run "npm run build" first`);
-  const nodeArgs = options.cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfileDir] : [];
+  const nodeArgs = [...brokerNodeFlags, ...(options.cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfileDir] : [])];
   const proc = spawn(process.execPath, [...nodeArgs, entry, "serve", "--data-dir", options.dataDir, "--http-port", "0", "--tcp-port", "0", "--log-level", "warn"], {
     stdio: ["ignore", "pipe", "pipe"],
   });
