@@ -341,7 +341,8 @@ export class ColdPartition implements LowerTier {
 
 /**
  * Copies `from` to a new file `to` (created 0600, replacing a leftover) in chunks, fsyncs it and
- * closes both. With `expectedBytes` ≥ 0, fails unless exactly that many bytes were copied.
+ * closes both. With `expectedBytes` ≥ 0, copies exactly that many bytes (the file may be longer:
+ * zeros written ahead that a seal failed to cut) and fails if the file holds fewer.
  * @returns bytes copied.
  * @throws FsError, or Error on a size mismatch.
  */
@@ -354,7 +355,11 @@ async function copyFile(fs: FileSystem, from: string, to: string, expectedBytes:
     const buf = new Uint8Array(copyChunkBytes);
     let pos = 0;
     for (;;) {
-      const got = await source.read(buf, pos);
+      // A sealed segment's file can be longer than its records (zeros written ahead that its seal
+      // failed to cut): copy the records only.
+      const want = expectedBytes >= 0 ? Math.min(buf.length, expectedBytes - pos) : buf.length;
+      if (want === 0) break;
+      const got = await source.read(buf.subarray(0, want), pos);
       if (got === 0) break;
       await target.write(got === buf.length ? buf : buf.subarray(0, got), pos);
       pos += got;

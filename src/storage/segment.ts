@@ -477,7 +477,7 @@ export class Segment {
       // a sealed one (a crash between a roll and its seal) has them cut so its size is its records'.
       const zeroBytes = this.sizeBytes - scan.endPosition;
       this.sizeBytes = scan.endPosition;
-      if (!active && !inspectOnly) await this.#cutFile(scan.endPosition);
+      if (!active && !inspectOnly) await this.#cutFile(scan.endPosition, logger, partition);
       logger.log("debug", inspectOnly ? "check.preallocated_tail" : "recovery.preallocated_tail", { partition, segment: this.logPath, position: scan.endPosition, zero_bytes: zeroBytes });
     }
     if (scan.endPosition < this.sizeBytes) {
@@ -570,16 +570,25 @@ export class Segment {
     });
   }
 
-  /** Cuts a sealed segment's log file (opened read-only) to `length` bytes and fsyncs the cut. */
-  async #cutFile(length: number): Promise<void> {
-    const file = await this.#fs.open(this.logPath, { write: true });
+  /**
+   * Cuts the zeros off a sealed segment's log file (opened read-only) at `length` and fsyncs the
+   * cut. Best effort, like the cut at a seal: the zeros are free space past every record (reads,
+   * scans and the cold tier's copy stop at `sizeBytes`), so a failure is logged and the segment
+   * serves its records all the same; the next start tries again.
+   */
+  async #cutFile(length: number, logger: Logger, partition: string): Promise<void> {
     try {
-      await file.truncate(length);
-      await file.sync();
-    } finally {
-      await file.close().catch(() => {});
+      const file = await this.#fs.open(this.logPath, { write: true });
+      try {
+        await file.truncate(length);
+        await file.sync();
+      } finally {
+        await file.close().catch(() => {});
+      }
+      this.#fileEndBytes = length;
+    } catch (err) {
+      logger.log("warn", "recovery.preallocated_cut_failed", { partition, segment: this.logPath, position: length, error: describe(err) });
     }
-    this.#fileEndBytes = length;
   }
 
   /** Rewrites the index file from memory and fsyncs it; keeps it open for appends if active. */
@@ -686,8 +695,16 @@ export class Segment {
       await this.#log.write(zeroChunk.subarray(0, target - from), from);
       this.#fileEndBytes = target;
     } catch (err) {
-      // Some of the zeros may be there: they are free space either way, and recovery reads them so.
+      // Some of the zeros may be there (a disk that filled up mid-write): they are free space, and
+      // recovery reads them so, but a file at rest should hold exactly its records, and the disk
+      // is full. Give them back now; if that fails too, count the file as reaching `target`, so
+      // the cut at the seal or a clean close still happens (it cut nothing before: the file was
+      // thought to end at the records).
       this.#preallocate = false;
+      this.#fileEndBytes = await this.#log.truncate(from).then(
+        () => from,
+        () => target,
+      );
       logger.log("warn", "segment.preallocate_failed", { partition, segment: this.logPath, position: from, error: describe(err) });
     }
   }
