@@ -15,7 +15,7 @@
  * Idempotent produce: `Producer-Id`, `Producer-Epoch` and `Producer-Seq` (names from the Durable
  * Streams protocol) on `POST /v1/topics/{topic}/records`, all three or none.
  */
-import type { Context, Hono, MiddlewareHandler } from "hono";
+import type { Context, Hono } from "hono";
 import type { Broker, GroupDescription, ProducerIdentity, TopicPartition } from "../../broker/types.ts";
 import { producerEpochMax } from "../../lib/limits.ts";
 import { invalidRequest } from "./errors.ts";
@@ -66,11 +66,12 @@ export function groupJson(g: GroupDescription): Record<string, unknown> {
 }
 
 /** Registers the consumer-group routes on `app`. */
-export function registerGroupRoutes<E extends { Bindings: object }>(app: Hono<E>, options: { broker: Broker; limitBody: MiddlewareHandler } & BodyReaders): void {
+export function registerGroupRoutes<E extends { Bindings: object }>(app: Hono<E>, options: { broker: Broker; limitBody: (c: Context) => void } & BodyReaders): void {
   const { broker, limitBody, readBody, parseJson } = options;
   const readJson = async (c: Context, action: string) => parseJson(await readBody(c, action), action);
 
-  app.post("/v1/groups/:group/members", limitBody, async (c) => {
+  app.post("/v1/groups/:group/members", async (c) => {
+    limitBody(c);
     const group = c.req.param("group");
     const action = `Cannot join group ${JSON.stringify(group)}`;
     const body = await readJson(c, action);
@@ -87,7 +88,8 @@ export function registerGroupRoutes<E extends { Bindings: object }>(app: Hono<E>
     return c.json({ member_id: result.memberId, generation: result.generation, session_timeout_ms: result.sessionTimeoutMs, assignments: assignmentsJson(result.assignments) });
   });
 
-  app.post("/v1/groups/:group/members/:member/heartbeat", limitBody, async (c) => {
+  app.post("/v1/groups/:group/members/:member/heartbeat", async (c) => {
+    limitBody(c);
     const group = c.req.param("group");
     const memberId = c.req.param("member");
     const action = `Cannot heartbeat in group ${JSON.stringify(group)}`;
@@ -108,7 +110,8 @@ export function registerGroupRoutes<E extends { Bindings: object }>(app: Hono<E>
     return c.body(null, 204);
   });
 
-  app.post("/v1/groups/:group/offsets", limitBody, async (c) => {
+  app.post("/v1/groups/:group/offsets", async (c) => {
+    limitBody(c);
     const group = c.req.param("group");
     const action = `Cannot commit offsets of group ${JSON.stringify(group)}`;
     const body = await readJson(c, action);
