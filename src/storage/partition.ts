@@ -467,6 +467,13 @@ export class PartitionLog {
     const rejectAll = (err: unknown) => {
       for (const p of group) p.reject(err);
     };
+    if (this.#fenced !== null) {
+      // Fenced while this group waited for the write lock (a cleaner held it, or the lock's own
+      // microtask): the unsynced bytes were cut (discardUnsynced), and nothing may be written
+      // after them, or a restart would read back records that were answered with this error.
+      rejectAll(this.#fencedError());
+      return;
+    }
     // Subtract rather than add: 2^53 + 1 rounds to 2^53 in a JS number, so a sum can slip under the limit.
     if (records - 1 > offsetMax - this.logEndOffset) {
       rejectAll(new StorageError("unsupported", `Cannot append to partition "${this.name}": offsets would pass 2^53 − 1`));

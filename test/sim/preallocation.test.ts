@@ -379,3 +379,37 @@ describe("recovery of a sealed segment whose zeros were not cut", () => {
     await log.close();
   });
 });
+
+describe("a group waiting for the write lock when an fsync fails", () => {
+  it("is refused without being written, so a restart does not bring back a record that was answered with the fenced error", async () => {
+    const mem = disk();
+    const clock = new HeldIoClock();
+    let log = await PartitionLog.open({ fs: mem, dir, name: "t/0", clock, logger: new MemoryLogger(), config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
+    const settle = (p: Promise<unknown>) => {
+      const s = { v: "pending" };
+      p.then(() => (s.v = "ok"), (e: { kind?: string }) => (s.v = e.kind ?? "error"));
+      return s;
+    };
+    const a = settle(log.append(batch("a")));
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    expect(clock.held.length).toBe(1); // "a" is written, its fsync not started yet
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    const cleaner = log.withWriteLock(() => gate); // a retention pass holds the write lock
+    const b = settle(log.append(batch("b")));
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    mem.faults.failNext({ op: "sync", path: /\.log$/, code: "EIO" });
+    clock.release(); // the fsync of "a" starts and fails: the partition is fenced
+    for (let i = 0; i < 40; i++) await Promise.resolve();
+    expect(a.v).toBe("fenced");
+    open();
+    await cleaner;
+    for (let i = 0; i < 40; i++) await Promise.resolve();
+    expect(b.v).toBe("fenced");
+    await log.close();
+    // A restart without a reboot reads what the page cache holds.
+    log = await openLog(mem, 1 << 20);
+    expect([...(await values(log)).values()]).toEqual([]);
+    await log.close();
+  });
+});
