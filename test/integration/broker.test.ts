@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { writeFileSync, existsSync, mkdirSync, readdirSync, statSync, unlinkSync } from "node:fs";
-import { FsError, type FileHandle, type FileSystem } from "../../src/fs/types.ts";
+import { FsError } from "../../src/fs/types.ts";
 import { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
@@ -10,6 +10,7 @@ import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage
 import { partitionForKey } from "../../src/lib/murmur2.ts";
 import { utf8, fromUtf8 } from "../../src/lib/bytes.ts";
 import { tempDir } from "../helpers/tmp.ts";
+import { wrapFileSystem } from "../helpers/fs-wrap.ts";
 
 const open: LocalBroker[] = [];
 const cleanups: (() => void)[] = [];
@@ -194,24 +195,9 @@ describe("LocalBroker", () => {
     const dir = fresh();
     let failReads = false;
     const real = new NodeFileSystem();
-    const wrap = (path: string, h: FileHandle): FileHandle => ({
-      read: (buf, position) => (failReads && path.endsWith(".log") ? Promise.reject(new FsError("EIO", path)) : h.read(buf, position)),
-      write: (bytes, position) => h.write(bytes, position),
-      sync: () => h.sync(),
-      truncate: (length) => h.truncate(length),
-      size: () => h.size(),
-      close: () => h.close(),
+    const flaky = wrapFileSystem(real, {
+      read: (h, path, buf, position) => (failReads && path.endsWith(".log") ? Promise.reject(new FsError("EIO", path)) : h.read(buf, position)),
     });
-    const flaky: FileSystem = {
-      open: async (path, options) => wrap(path, await real.open(path, options)),
-      readdir: (path) => real.readdir(path),
-      mkdir: (path) => real.mkdir(path),
-      rename: (from, to) => real.rename(from, to),
-      unlink: (path) => real.unlink(path),
-      removeTree: (path) => real.removeTree(path),
-      stat: (path) => real.stat(path),
-      syncDir: (path) => real.syncDir(path),
-    };
     const b = await LocalBroker.open({ fs: flaky, dataDir: dir, clock: new ManualClock(), logger: new MemoryLogger() });
     open.push(b);
     await b.createTopic({ name: "t", partitions: 1 });

@@ -8,29 +8,20 @@ import { LocalBroker } from "../../src/broker/broker.ts";
 import { ClientError, GroupConsumer, TcpClient } from "../../src/client/client.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
-import type { Clock, Timer } from "../../src/lib/clock.ts";
+import type { Clock } from "../../src/lib/clock.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { listenTcp } from "../../src/runtime/tcp.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { createHttpApp } from "../../src/transport/http/app.ts";
 import { createTcpTransport } from "../../src/transport/tcp/transport.ts";
+import { realClock } from "../helpers/clock.ts";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-const realClock: Clock = {
-  nowMs: () => Date.now(),
-  setTimer(delayMs: number, fn: () => void): Timer {
-    const handle = setTimeout(fn, Math.max(0, delayMs));
-    return { cancel: () => clearTimeout(handle) };
-  },
-  afterIo(fn: () => void): void {
-    setImmediate(fn);
-  },
-};
 
 async function broker(clock: Clock = new ManualClock()): Promise<LocalBroker> {
   const b = await LocalBroker.open({ fs: new MemoryFileSystem(), dataDir: "/data", clock, logger: new MemoryLogger(), cleanupIntervalMs: 0 });

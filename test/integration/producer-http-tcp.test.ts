@@ -9,28 +9,19 @@ import { LocalBroker } from "../../src/broker/broker.ts";
 import { ClientError, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
-import { ManualClock, type Clock, type Timer } from "../../src/lib/clock.ts";
+import { ManualClock, type Clock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { listenTcp } from "../../src/runtime/tcp.ts";
 import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
 import { createHttpApp } from "../../src/transport/http/app.ts";
 import { createTcpTransport } from "../../src/transport/tcp/transport.ts";
+import { realClock } from "../helpers/clock.ts";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-const realClock: Clock = {
-  nowMs: () => Date.now(),
-  setTimer(delayMs: number, fn: () => void): Timer {
-    const handle = setTimeout(fn, Math.max(0, delayMs));
-    return { cancel: () => clearTimeout(handle) };
-  },
-  afterIo(fn: () => void): void {
-    setImmediate(fn);
-  },
-};
 
 async function broker(options: { clock?: Clock; producerExpiryMs?: number } = {}): Promise<LocalBroker> {
   const b = await LocalBroker.open({ fs: new MemoryFileSystem(), dataDir: "/data", clock: options.clock ?? new ManualClock(), logger: new MemoryLogger(), cleanupIntervalMs: 0, producerExpiryMs: options.producerExpiryMs });

@@ -9,7 +9,6 @@ import { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import type { Broker, FetchResult } from "../../src/broker/types.ts";
 import { ClientError, expandSpans, TcpClient } from "../../src/client/client.ts";
-import type { Clock, Timer } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { decodeErrorBody, decodeListOffsetsResponse, decodeResponseHeader, encodeListOffsetsRequest, encodeProduceRequest } from "../../src/protocol/codec.ts";
 import { FrameDecoder } from "../../src/protocol/frame.ts";
@@ -18,21 +17,11 @@ import { listenTcp, type TcpListener } from "../../src/runtime/tcp.ts";
 import { EntryBatchBuilder, encodeRecord } from "../../src/storage/record.ts";
 import { createTcpTransport, type TcpTransport, type TcpTransportOptions } from "../../src/transport/tcp/transport.ts";
 import { tempDir } from "../helpers/tmp.ts";
+import { realClock } from "../helpers/clock.ts";
 
 const text = (s: string) => new TextEncoder().encode(s);
 const str = (b: Uint8Array | null) => (b === null ? null : new TextDecoder().decode(b));
 
-/** Wall time and real timers (the runtime's clock, kept local so this test stands alone). */
-const realClock: Clock = {
-  nowMs: () => Date.now(),
-  setTimer(delayMs: number, fn: () => void): Timer {
-    const handle = setTimeout(fn, Math.max(0, delayMs));
-    return { cancel: () => clearTimeout(handle) };
-  },
-  afterIo(fn: () => void): void {
-    setImmediate(fn);
-  },
-};
 
 interface Server {
   broker: Broker;

@@ -5,7 +5,8 @@
  */
 import { describe, expect, it } from "vitest";
 import { MemoryFileSystem, type CrashOptions } from "../../src/fs/memory.ts";
-import type { FileHandle, FileSystem } from "../../src/fs/types.ts";
+import type { FileSystem } from "../../src/fs/types.ts";
+import { wrapFileSystem } from "../helpers/fs-wrap.ts";
 import { FsError } from "../../src/fs/types.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
@@ -139,9 +140,8 @@ describe("zeros written ahead of the active segment", () => {
     const mem = disk();
     // Fails the first write of zeros to the log after 700 of its bytes landed (a disk that fills up).
     let failed = false;
-    const wrap = (h: FileHandle, path: string): FileHandle => ({
-      read: (b, p) => h.read(b, p),
-      write: async (b, p) => {
+    const fs = wrapFileSystem(mem, {
+      write: async (h, path, b, p) => {
         if (!failed && path.endsWith(".log") && b.length > 1000 && b.every((x) => x === 0)) {
           failed = true;
           await h.write(b.subarray(0, 700), p);
@@ -149,21 +149,7 @@ describe("zeros written ahead of the active segment", () => {
         }
         return h.write(b, p);
       },
-      truncate: (l) => h.truncate(l),
-      size: () => h.size(),
-      close: () => h.close(),
-      sync: () => h.sync(),
     });
-    const fs: FileSystem = {
-      open: async (path, options) => wrap(await mem.open(path, options), path),
-      readdir: (p) => mem.readdir(p),
-      mkdir: (p) => mem.mkdir(p),
-      rename: (a, b) => mem.rename(a, b),
-      unlink: (p) => mem.unlink(p),
-      removeTree: (p) => mem.removeTree(p),
-      stat: (p) => mem.stat(p),
-      syncDir: (p) => mem.syncDir(p),
-    };
     const log = await openLog(fs, 4096);
     expect(await log.append(batch("a"))).toEqual({ baseOffset: 0, count: 1 });
     expect(failed).toBe(true);

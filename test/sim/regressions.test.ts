@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
-import type { FileHandle, FileSystem } from "../../src/fs/types.ts";
+import type { FileSystem } from "../../src/fs/types.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import { LocalBroker } from "../../src/broker/broker.ts";
 import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
@@ -13,6 +13,7 @@ import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import { drainMicrotasks } from "./harness.ts";
+import { wrapFileSystem } from "../helpers/fs-wrap.ts";
 
 const dir = "/d/p";
 
@@ -72,30 +73,19 @@ function watch(promise: Promise<unknown>): { state: State } {
  * writes can land meanwhile.
  */
 function slowLogSyncs(mem: MemoryFileSystem, turns: number, options: { reads?: boolean } = {}): FileSystem {
-  const wrap = (h: FileHandle, path: string): FileHandle => ({
-    read: async (b, p) => {
-      if (options.reads) for (let i = 0; i < turns; i++) await Promise.resolve();
+  const wait = async () => {
+    for (let i = 0; i < turns; i++) await Promise.resolve();
+  };
+  return wrapFileSystem(mem, {
+    read: async (h, _path, b, p) => {
+      if (options.reads) await wait();
       return h.read(b, p);
     },
-    write: (b, p) => h.write(b, p),
-    truncate: (l) => h.truncate(l),
-    size: () => h.size(),
-    close: () => h.close(),
-    sync: async () => {
-      if (path.endsWith(".log") && !options.reads) for (let i = 0; i < turns; i++) await Promise.resolve();
+    sync: async (h, path) => {
+      if (path.endsWith(".log") && !options.reads) await wait();
       return h.sync();
     },
   });
-  return {
-    open: async (path, options) => wrap(await mem.open(path, options), path),
-    readdir: (p) => mem.readdir(p),
-    mkdir: (p) => mem.mkdir(p),
-    rename: (a, b) => mem.rename(a, b),
-    unlink: (p) => mem.unlink(p),
-    removeTree: (p) => mem.removeTree(p),
-    stat: (p) => mem.stat(p),
-    syncDir: (p) => mem.syncDir(p),
-  };
 }
 
 describe("crash-safety regressions found by the simulation", () => {
@@ -124,30 +114,16 @@ describe("crash-safety regressions found by the simulation", () => {
     const bigBatch = big.build();
     for (let indexTurns = 0; indexTurns < 40; indexTurns += 3) {
       const mem = disk();
-      const wrap = (h: FileHandle, path: string): FileHandle => ({
-        read: (b, p) => h.read(b, p),
-        write: async (b, p) => {
+      const fs = wrapFileSystem(mem, {
+        write: async (h, path, b, p) => {
           if (path.endsWith(".index")) for (let i = 0; i < indexTurns; i++) await Promise.resolve();
           return h.write(b, p);
         },
-        truncate: (l) => h.truncate(l),
-        size: () => h.size(),
-        close: () => h.close(),
-        sync: async () => {
+        sync: async (h) => {
           for (let i = 0; i < 3; i++) await Promise.resolve();
           return h.sync();
         },
       });
-      const fs: FileSystem = {
-        open: async (path, options) => wrap(await mem.open(path, options), path),
-        readdir: (p) => mem.readdir(p),
-        mkdir: (p) => mem.mkdir(p),
-        rename: (a, b) => mem.rename(a, b),
-        unlink: (p) => mem.unlink(p),
-        removeTree: (p) => mem.removeTree(p),
-        stat: (p) => mem.stat(p),
-        syncDir: (p) => mem.syncDir(p),
-      };
       const log = await openLog(fs, { segmentBytes: 8 << 20 });
       const first = watch(log.append(batch("first")));
       const second = watch(log.append(bigBatch));
