@@ -507,34 +507,32 @@ export class Segment {
       return;
     }
     this.readableEndBytes = this.sizeBytes;
-    // An active segment's index file may lag its records (entries are written a few KiB at a
-    // time): a stored index that is a prefix of the rebuilt one is kept and appended to.
-    const storedPrefix = active && options.indexProblem === "" ? this.#storedPrefixEntries(rebuilt) : -1;
-    if (storedPrefix >= 0 && !inspectOnly) {
-      this.recovery = "scanned";
-      this.#indexFile = await this.#fs.open(this.indexPath, { write: true });
-      this.#indexOnDiskEntries = storedPrefix;
-      return;
-    }
-    const needsRewrite = options.indexProblem !== "" || !this.#sameAsStored(rebuilt);
-    if (needsRewrite) {
+    // A sealed segment's stored index must equal the rebuilt one. An active segment's may lag its
+    // records (entries are written a few KiB at a time): a prefix of the rebuilt one is kept and
+    // appended to.
+    const storedPrefix = options.indexProblem === "" ? this.#storedPrefixEntries(rebuilt) : -1;
+    const keep = active ? storedPrefix >= 0 : storedPrefix === rebuilt.count;
+    if (!keep) {
       if (options.indexProblem) {
         logger.log("warn", inspectOnly ? "check.index_invalid" : "recovery.index_rebuilt", { partition, segment: this.indexPath, reason: options.indexProblem });
       }
       if (!inspectOnly) await this.#rewriteIndexFile(active);
       this.recovery = options.indexProblem ? "index_rebuilt" : "scanned";
-    } else {
-      this.recovery = "scanned";
-      if (active && !inspectOnly) {
-        this.#indexFile = await this.#fs.open(this.indexPath, { write: true });
-        this.#indexOnDiskEntries = this.#index.count;
-      }
+      return;
+    }
+    this.recovery = "scanned";
+    if (active && !inspectOnly) {
+      this.#indexFile = await this.#fs.open(this.indexPath, { write: true });
+      this.#indexOnDiskEntries = storedPrefix;
     }
   }
 
   #storedIndexSnapshot: Uint8Array | null = null;
 
-  /** Entries of the stored index if it is a prefix of `rebuilt` (or equal), else −1. */
+  /**
+   * Entries of the index stored at open if it is a prefix of `rebuilt` (or equal to it), else −1
+   * (also without a stored index: rewrite to be safe).
+   */
   #storedPrefixEntries(rebuilt: OffsetIndex): number {
     const snap = this.#storedIndexSnapshot;
     if (snap === null) return -1;
@@ -542,17 +540,6 @@ export class Segment {
     if (snap.length > enc.length) return -1;
     for (let i = 0; i < snap.length; i++) if (enc[i] !== snap[i]) return -1;
     return snap.length / indexEntryBytes;
-  }
-
-  #sameAsStored(rebuilt: OffsetIndex): boolean {
-    // The stored index was decoded into #index before the scan replaced it; compare entry counts
-    // and bytes via the snapshot taken at open. Without a snapshot, rewrite to be safe.
-    const snap = this.#storedIndexSnapshot;
-    if (snap === null) return false;
-    const enc = rebuilt.encode();
-    if (enc.length !== snap.length) return false;
-    for (let i = 0; i < enc.length; i++) if (enc[i] !== snap[i]) return false;
-    return true;
   }
 
   #markCorrupt(position: number, reason: string, highestSkippedOffset: number, logger: Logger, partition: string, event = "recovery.corrupt_segment"): void {
@@ -762,8 +749,7 @@ export class Segment {
    * reads a zero tail as free space and cuts it.
    */
   async seal(logger: Logger, partition: string): Promise<void> {
-    await this.trimPreallocated(logger, partition);
-    await this.#writePendingIndex(logger, partition);
+    await this.trimPreallocated(logger, partition); // also writes the pending index entries
     const file = this.#indexFile;
     this.#indexFile = null;
     if (file === null) return;
