@@ -3,9 +3,9 @@
  * records, checking fetched records end to end, expanding produce spans.
  */
 import type { FetchResult, ProduceSpan, RecordSet } from "../broker/types.ts";
-import { readI64 } from "../lib/bytes.ts";
+import { viewOf } from "../lib/bytes.ts";
 import { recordLengthPrefixBytes, recordLenMax, recordLenMin } from "../lib/limits.ts";
-import { DecodeStatus, EntryBatchBuilder, RecordCursor, RecordFormatError, type EntryBatch } from "../storage/record.ts";
+import { DecodeStatus, EntryBatchBuilder, RecordCursor, RecordFormatError, RecordHeader, type EntryBatch } from "../storage/record.ts";
 import { Errors } from "../broker/errors.ts";
 import { ClientError } from "./errors.ts";
 
@@ -203,8 +203,8 @@ export class FetchedRecordCursor {
   #left = 0;
   /** Position of the next record's `record_len` in the current run. */
   #next = 0;
-  #keyStart = 0;
-  #valueStart = 0;
+  /** The current record's fields (records were checked: read without checking again). */
+  readonly #header = new RecordHeader();
 
   /**
    * @param records checked stored records (`bytes`, `count`), as in a fetch result, or several
@@ -220,35 +220,31 @@ export class FetchedRecordCursor {
       if (this.#run + 1 >= this.#runs.length) return false;
       const run = this.#runs[++this.#run];
       this.#bytes = run.bytes;
-      this.#view = new DataView(run.bytes.buffer, run.bytes.byteOffset, run.bytes.byteLength);
+      this.#view = viewOf(run.bytes);
       this.#left = run.count;
       this.#next = 0;
     }
-    const v = this.#view;
-    const at = this.#next;
-    const len = v.getUint32(at);
-    // Offsets were checked ≤ 2^53 − 1, so hi * 2^32 + lo is exact.
-    this.offset = v.getUint32(at + 4) * 0x1_0000_0000 + v.getUint32(at + 8);
-    this.timestampMs = readI64(v, at + 12);
-    const keyLength = v.getInt32(at + 20);
-    this.keyLength = keyLength;
-    this.#keyStart = at + 24;
-    const valueLengthAt = this.#keyStart + (keyLength < 0 ? 0 : keyLength);
-    this.valueLength = v.getUint32(valueLengthAt);
-    this.#valueStart = valueLengthAt + 4;
-    this.#next = at + recordLengthPrefixBytes + len;
+    const h = this.#header;
+    h.parse(this.#view, this.#next);
+    this.offset = h.offset;
+    this.timestampMs = h.timestampMs;
+    this.keyLength = h.keyLen;
+    this.valueLength = h.valueLen;
+    this.#next += h.sizeBytes;
     this.#left--;
     return true;
   }
 
   /** The current record's key (a view of the response bytes), or null for no key. */
   key(): Uint8Array | null {
-    return this.keyLength < 0 ? null : this.#bytes.subarray(this.#keyStart, this.#keyStart + this.keyLength);
+    const h = this.#header;
+    return h.keyLen < 0 ? null : this.#bytes.subarray(h.keyStart, h.keyStart + h.keyLen);
   }
 
   /** The current record's value (a view of the response bytes). */
   value(): Uint8Array {
-    return this.#bytes.subarray(this.#valueStart, this.#valueStart + this.valueLength);
+    const h = this.#header;
+    return this.#bytes.subarray(h.valueStart, h.valueStart + h.valueLen);
   }
 }
 

@@ -24,12 +24,13 @@
  */
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
-import { offsetFileStem } from "../lib/bytes.ts";
+import { offsetFileStem, viewOf } from "../lib/bytes.ts";
 import { coldSegmentsOpenMax } from "../lib/limits.ts";
 import { dirname, isFsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import type { LowerTier } from "./partition.ts";
 import { Segment, indexFileName, isSupportedBaseOffset, logFileName, parseSegmentFileName } from "./segment.ts";
-import { RecordHeader, chunkView, newestTimestampMs } from "./segment-scan.ts";
+import { newestTimestampMs } from "./segment-scan.ts";
+import { RecordHeader } from "./record.ts";
 
 /** Suffix of a cold copy in progress. */
 const partialSuffix = ".partial";
@@ -402,7 +403,7 @@ function lastAtOrBelow(bases: readonly number[], offset: number): number {
 
 /** The records of `bytes` (back to back, already checked) with offset < `endOffset`. */
 function clipBelow(bytes: Uint8Array, endOffset: number): { bytes: Uint8Array; count: number; lastOffset: number } {
-  const view = chunkView(bytes);
+  const view = viewOf(bytes);
   const header = new RecordHeader();
   let p = 0;
   let count = 0;

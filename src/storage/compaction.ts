@@ -38,6 +38,7 @@
  */
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
+import { viewOf } from "../lib/bytes.ts";
 import { murmur3x86_128 } from "../lib/murmur3.ts";
 import { compactionKeysMax } from "../lib/limits.ts";
 import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
@@ -45,7 +46,8 @@ import { KeyOffsetMap } from "./key-offset-map.ts";
 import { OffsetIndex } from "./offset-index.ts";
 import type { PartitionLog } from "./partition.ts";
 import { Segment, describe } from "./segment.ts";
-import { RecordHeader, chunkView, scanSegment } from "./segment-scan.ts";
+import { scanSegment } from "./segment-scan.ts";
+import { RecordHeader } from "./record.ts";
 import { applySwap, removeSwapMarker, swapMarkerName, tempIndexName, tempLogName, writeSwapMarker } from "./segment-swap.ts";
 
 /** Flag bit in the key map: the key's newest record is a tombstone past `tombstone_retention_ms`. */
@@ -348,7 +350,7 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
       let keyed = 0;
       const scan = await scanSegment(fs, sealed[i], (chunk) => {
         stopCheck();
-        const view = chunkView(chunk);
+        const view = viewOf(chunk);
         for (let p = 0; p < chunk.length; p += header.sizeBytes) {
           header.parse(view, p);
           if (header.keyLen < 0) continue;
@@ -393,7 +395,7 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
     for (let i = 0; i < runEnd && first < 0; i++) {
       await scanSegment(fs, sealed[i], (chunk) => {
         stopCheck();
-        const view = chunkView(chunk);
+        const view = viewOf(chunk);
         for (let p = 0; p < chunk.length; p += header.sizeBytes) {
           header.parse(view, p);
           if (!keep(chunk)) {
@@ -409,7 +411,7 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
     for (let i = first; i < runEnd; i++) {
       await scanSegment(fs, sealed[i], async (chunk) => {
         stopCheck();
-        const view = chunkView(chunk);
+        const view = viewOf(chunk);
         for (let p = 0; p < chunk.length; p += header.sizeBytes) {
           header.parse(view, p);
           if (keep(chunk)) {

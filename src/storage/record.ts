@@ -381,3 +381,37 @@ export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs
     }
   }
 }
+
+/**
+ * The fields of one stored record that already passed its length and CRC checks (a chunk of
+ * `scanSegment`, a checked fetch answer), read without checking again: call
+ * {@link RecordHeader.parse} per record. For unchecked bytes use {@link RecordCursor}.
+ */
+export class RecordHeader {
+  offset = 0;
+  timestampMs = 0;
+  /** −1 for no key (DECISIONS 12: 0 is the empty key, a real key). */
+  keyLen = -1;
+  /** Position of the key within the bytes viewed. */
+  keyStart = 0;
+  /** 0 = a tombstone when the record has a key. */
+  valueLen = 0;
+  /** Position of the value within the bytes viewed. */
+  valueStart = 0;
+  /** Bytes of the whole record, `record_len` and CRC included. */
+  sizeBytes = 0;
+
+  /** Reads the record whose `record_len` is at `pos` of `view` (`viewOf(bytes)`). */
+  parse(view: DataView, pos: number): void {
+    const len = view.getUint32(pos);
+    const body = pos + recordLengthPrefixBytes;
+    this.offset = readU64(view, body);
+    this.timestampMs = readI64(view, body + 8);
+    this.keyLen = view.getInt32(body + 16);
+    this.keyStart = body + 20;
+    const valueLenAt = this.keyStart + (this.keyLen < 0 ? 0 : this.keyLen);
+    this.valueLen = view.getUint32(valueLenAt);
+    this.valueStart = valueLenAt + 4;
+    this.sizeBytes = recordLengthPrefixBytes + len;
+  }
+}

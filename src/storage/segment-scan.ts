@@ -3,12 +3,12 @@
  * timestamp, compaction's two passes, the cold tier's retention): large sequential reads into one
  * reused buffer, each record checked (length, CRC, increasing offset) once as it is read, and the
  * chunks handed out are the stored bytes verbatim. {@link RecordHeader} then reads a record's
- * fields from a chunk without checking its CRC again.
+ * fields from a chunk without checking its CRC again (`viewOf(chunk)` for its view).
  */
-import { readI64, readU64 } from "../lib/bytes.ts";
 import { recordLengthPrefixBytes } from "../lib/limits.ts";
+import { viewOf } from "../lib/bytes.ts";
 import type { FileSystem } from "../fs/types.ts";
-import { DecodeStatus, RecordCursor } from "./record.ts";
+import { DecodeStatus, RecordCursor, RecordHeader } from "./record.ts";
 import type { Segment } from "./segment.ts";
 
 /** Bytes of the scan buffer: one read per this many bytes of log. */
@@ -17,40 +17,6 @@ export const scanChunkBytes = 1024 * 1024;
 /** Thrown when a segment cannot be read whole: a record failed its checks where one should start. */
 export class SegmentUnreadableError extends Error {
   override name = "SegmentUnreadableError";
-}
-
-/**
- * The fields of one stored record inside a chunk that {@link scanSegment} produced (records there
- * already passed their length and CRC checks). Call {@link RecordHeader.parse} per record.
- */
-export class RecordHeader {
-  offset = 0;
-  timestampMs = 0;
-  /** −1 for no key (DECISIONS 12: 0 is the empty key, a real key). */
-  keyLen = -1;
-  /** Position of the key within the chunk. */
-  keyStart = 0;
-  /** 0 = a tombstone when the record has a key. */
-  valueLen = 0;
-  /** Bytes of the whole record, `record_len` and CRC included. */
-  sizeBytes = 0;
-
-  /** Reads the record at `pos` of `chunk` (a view made with {@link chunkView}). */
-  parse(view: DataView, pos: number): void {
-    const len = view.getUint32(pos);
-    const body = pos + recordLengthPrefixBytes;
-    this.offset = readU64(view, body);
-    this.timestampMs = readI64(view, body + 8);
-    this.keyLen = view.getInt32(body + 16);
-    this.keyStart = body + 20;
-    this.valueLen = view.getUint32(body + 20 + (this.keyLen < 0 ? 0 : this.keyLen));
-    this.sizeBytes = recordLengthPrefixBytes + len;
-  }
-}
-
-/** A DataView over exactly a chunk's bytes. */
-export function chunkView(chunk: Uint8Array): DataView {
-  return new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength);
 }
 
 /** What {@link scanSegment} read. */
@@ -143,7 +109,7 @@ export async function newestTimestampMs(fs: FileSystem, segment: Segment): Promi
   let newest = -1;
   const header = new RecordHeader();
   await scanSegment(fs, segment, (chunk) => {
-    const view = chunkView(chunk);
+    const view = viewOf(chunk);
     for (let p = 0; p < chunk.length; p += header.sizeBytes) {
       header.parse(view, p);
       if (header.timestampMs > newest) newest = header.timestampMs;
