@@ -248,8 +248,6 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     let error: BrokerError;
     if (err instanceof BrokerError) {
       error = err;
-    } else if (err instanceof HTTPException && err.status === 413) {
-      error = requestTooLarge(maxRequestBytes);
     } else if (err instanceof HTTPException && err.status === 400) {
       error = invalidRequest("Cannot accept the request", err.message);
     } else {
