@@ -12,15 +12,12 @@
  * If a compaction swap fails after its marker was written, the disk holds a swap only a restart
  * can finish: every later pass of this partition is skipped until then.
  */
-import type { Clock } from "../lib/clock.ts";
-import type { Logger } from "../lib/logger.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { coldOffloadBackoffMsMax, coldOffloadBackoffMsMin } from "../lib/limits.ts";
-import type { FileSystem } from "../fs/types.ts";
 import type { PartitionLog } from "./partition.ts";
 import type { Segment } from "./segment.ts";
 import type { ColdPartition } from "./cold-store.ts";
-import { newRetentionResult, runRetention, type LogStartOffsetStore, type RetentionResult, type RetentionSettings } from "./retention.ts";
+import { newRetentionResult, runRetention, type RetentionContext, type RetentionResult, type RetentionSettings } from "./retention.ts";
 import { newCompactionResult, runCompaction, type CompactionResult, type CompactionSettings } from "./compaction.ts";
 
 /** A topic's cleanup settings, read at the start of every pass (so a config change applies at once). */
@@ -29,15 +26,11 @@ export interface CleanerSettings extends RetentionSettings, CompactionSettings {
   compactEnabled: boolean;
 }
 
-/** Options of {@link PartitionCleaner}. */
-export interface PartitionCleanerOptions {
-  fs: FileSystem;
-  clock: Clock;
-  logger: Logger;
-  partition: PartitionLog;
-  /** Its cold tier, or null. */
-  cold: ColdPartition | null;
-  logStartOffsets: LogStartOffsetStore;
+/**
+ * Options of {@link PartitionCleaner}: what a retention pass needs (`fs`, `clock`, `logger`,
+ * `partition`, `cold`, `logStartOffsets`; the cleaner decides `offloadAllowed` itself) and more.
+ */
+export interface PartitionCleanerOptions extends Omit<RetentionContext, "offloadAllowed" | "shouldStop"> {
   settings: () => CleanerSettings;
   /** True once the broker is shutting down: passes end early. */
   shouldStop: () => boolean;
@@ -90,10 +83,7 @@ export class PartitionCleaner {
       if (this.#stoppedReason !== null) return this.#skippedRetention(this.#stoppedReason);
       const now = o.clock.nowMs();
       const offloadAllowed = options.force === true || now >= this.#offloadRetryAtMs;
-      const result = await runRetention(
-        { fs: o.fs, clock: o.clock, logger: o.logger, partition: o.partition, cold: o.cold, logStartOffsets: o.logStartOffsets, offloadAllowed, shouldStop: o.shouldStop },
-        o.settings(),
-      );
+      const result = await runRetention({ ...o, offloadAllowed }, o.settings());
       if (result.offload_error !== null) {
         this.#offloadFailures++;
         const waitMs = Math.min(coldOffloadBackoffMsMax, coldOffloadBackoffMsMin * 2 ** Math.min(this.#offloadFailures - 1, 30));
