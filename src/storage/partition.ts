@@ -495,8 +495,11 @@ export class PartitionLog {
       group.map((p) => p.batch),
       now,
     );
+    // `prepared.logBytes` is a reused buffer: it is released on every path once the write has
+    // returned or the append is abandoned (see Segment.prepareAppend).
     if (group.some((p) => p.beforeWrite !== undefined)) {
       const kept = await this.#runBeforeWrite(group, prepared.baseOffset);
+      if (kept.length === 0 || this.#fenced !== null || this.#closed) prepared.release();
       if (kept.length === 0) return;
       if (this.#fenced !== null || this.#closed) {
         for (const p of kept) p.reject(this.#fenced !== null ? this.#fencedError() : this.#closedError());
@@ -506,6 +509,7 @@ export class PartitionLog {
         group = kept;
         records = 0;
         for (const p of group) records += p.batch.count;
+        prepared.release();
         prepared = active.prepareAppend(
           group.map((p) => p.batch),
           now,
@@ -525,6 +529,8 @@ export class PartitionLog {
       }
       rejectAll(err);
       return;
+    } finally {
+      prepared.release();
     }
     if (this.#fenced !== null) {
       // An fsync failed while this write was in flight: #fence already rejected the waiters and

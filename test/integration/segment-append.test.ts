@@ -1,0 +1,59 @@
+import { describe, expect, it } from "vitest";
+import { MemoryFileSystem } from "../../src/fs/memory.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
+import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
+import { Segment } from "../../src/storage/segment.ts";
+
+function batchOf(values: string[]) {
+  const b = new EntryBatchBuilder();
+  for (const v of values) b.add(null, utf8(v), 1000);
+  return b.build();
+}
+
+async function readValues(segment: Segment): Promise<string[]> {
+  const r = await segment.read({ offset: segment.baseOffset, maxRecords: 1000, maxBytes: 1 << 20, limitBytes: segment.sizeBytes });
+  const cursor = new RecordCursor().reset(r.bytes);
+  const values: string[] = [];
+  for (let p = 0; p < r.bytes.length; p += cursor.sizeBytes) {
+    expect(cursor.decode(p)).toBe(DecodeStatus.Ok);
+    values.push(fromUtf8(cursor.value()));
+  }
+  return values;
+}
+
+describe("Segment.prepareAppend buffers", () => {
+  it("reuses a released buffer for the next append and the records already written stay intact", async () => {
+    const fs = new MemoryFileSystem();
+    await fs.mkdir("/p");
+    const segment = await Segment.create(fs, "/p", 0, 0);
+    const logger = new MemoryLogger();
+    const first = segment.prepareAppend([batchOf(["a1", "a2"])], 0);
+    await segment.append(first, logger, "t/0");
+    first.release();
+    const second = segment.prepareAppend([batchOf(["b1-longer", "b2"])], 0);
+    expect(second.logBytes.buffer).toBe(first.logBytes.buffer);
+    await segment.append(second, logger, "t/0");
+    second.release();
+    expect(await readValues(segment)).toEqual(["a1", "a2", "b1-longer", "b2"]);
+    await segment.close();
+  });
+
+  it("never hands out a buffer that is still in use, and release is idempotent", async () => {
+    const fs = new MemoryFileSystem();
+    await fs.mkdir("/p");
+    const segment = await Segment.create(fs, "/p", 0, 0);
+    const held = segment.prepareAppend([batchOf(["x"])], 0);
+    const other = segment.prepareAppend([batchOf(["y"])], 0);
+    expect(other.logBytes.buffer).not.toBe(held.logBytes.buffer);
+    other.release();
+    other.release();
+    const third = segment.prepareAppend([batchOf(["z"])], 0);
+    const fourth = segment.prepareAppend([batchOf(["w"])], 0);
+    expect(third.logBytes.buffer).toBe(other.logBytes.buffer);
+    expect(fourth.logBytes.buffer).not.toBe(other.logBytes.buffer);
+    expect(fourth.logBytes.buffer).not.toBe(held.logBytes.buffer);
+    for (const p of [held, third, fourth]) p.release();
+    await segment.close();
+  });
+});
