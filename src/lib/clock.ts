@@ -18,7 +18,8 @@ export interface Clock {
   /**
    * Runs `fn` once, soon: after the I/O events the host has already received are handled (Node,
    * Deno, Bun: `setImmediate`), so work started by each of them is done first. Group commit uses it
-   * to start an fsync only after every request that arrived together was written.
+   * to start the write loop, and then an fsync, only after every request that arrived together
+   * was queued, so they share one write and one fsync.
    */
   afterIo(fn: () => void): void;
 }

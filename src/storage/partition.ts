@@ -11,7 +11,8 @@
  *   at or above it, so a consumer never sees a record a crash can take back — in both modes.
  *
  * Group commit: appends are written in arrival order by one write loop, each batch of queued
- * requests as one write to the log (index entries are written every few KiB of index, and at a
+ * requests as one write to the log (the loop starts after the I/O events already received are
+ * handled, `Clock.afterIo`, so requests that arrive together are one batch) (index entries are written every few KiB of index, and at a
  * seal; the log grows by zeros written ahead, so most fsyncs flush data only). One fsync is in
  * flight at a time; it covers everything written when it started; requests written while it
  * runs wait for the next, which covers all of them. An fsync starts once the I/O events already
@@ -158,6 +159,8 @@ export class PartitionLog {
 
   #queue: PendingAppend[] = [];
   #drainRunning: Promise<void> | null = null;
+  /** A write-loop start is scheduled with `clock.afterIo` (see {@link #scheduleDrain}). */
+  #drainScheduled = false;
   #waiters: DurabilityWaiter[] = [];
   #syncRunning: Promise<void> | null = null;
   #syncWanted = false;
@@ -387,7 +390,22 @@ export class PartitionLog {
     if (batch.count === 0) return Promise.resolve({ baseOffset: this.logEndOffset, count: 0 });
     return new Promise((resolve, reject) => {
       this.#queue.push({ batch, beforeWrite: options.beforeWrite, resolve, reject });
-      if (this.#drainRunning === null) this.#startDrain();
+      this.#scheduleDrain();
+    });
+  }
+
+  /**
+   * Starts the write loop once the I/O events already received are handled (`clock.afterIo`),
+   * unless it runs or is scheduled already. Requests that arrive together (one readiness of many
+   * connections) are then queued before the loop looks, and become one write to the log instead
+   * of one write each (spec: Writes and durability — one write per batch of queued requests).
+   */
+  #scheduleDrain(): void {
+    if (this.#drainRunning !== null || this.#drainScheduled) return;
+    this.#drainScheduled = true;
+    this.#clock.afterIo(() => {
+      this.#drainScheduled = false;
+      if (this.#drainRunning === null && this.#queue.length > 0) this.#startDrain();
     });
   }
 

@@ -236,6 +236,20 @@ describe("PartitionLog on the real file system", () => {
     await log.close();
   });
 
+  it("writes requests that arrive together as one write, in arrival order, and acknowledges each after one fsync", async () => {
+    const { dir, cleanup } = tempDir();
+    cleanups.push(cleanup);
+    const log = await openLog(`${dir}/p`);
+    // Appends made in one turn of the event loop (as from one readiness of many connections)
+    // are all queued before the write loop starts.
+    const results = await Promise.all(Array.from({ length: 50 }, (_, i) => log.append(batchOf([`r${i}`]))));
+    expect(results.map((r) => r.baseOffset)).toEqual(Array.from({ length: 50 }, (_, i) => i));
+    expect(log.stats).toMatchObject({ writes: 1, fsyncs: 1, appends: 50, recordsAppended: 50 });
+    const read = await log.read({ offset: 0, maxRecords: 100, maxBytes: 1 << 20 });
+    expect(decodeAll(read.bytes).map((r) => r.value)).toEqual(Array.from({ length: 50 }, (_, i) => `r${i}`));
+    await log.close();
+  });
+
   it("returns a record larger than the read window whole", async () => {
     const { dir, cleanup } = tempDir();
     cleanups.push(cleanup);

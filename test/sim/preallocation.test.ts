@@ -267,8 +267,9 @@ class HeldIoClock extends ManualClock {
   override afterIo(fn: () => void): void {
     this.held.push(fn);
   }
-  release(): void {
-    for (const fn of this.held.splice(0)) fn();
+  /** Runs the held callbacks from index `from` on (those queued later stay held). */
+  release(from = 0): void {
+    for (const fn of this.held.splice(from)) fn();
   }
 }
 
@@ -283,7 +284,10 @@ describe("an fsync start deferred until pending I/O is handled", () => {
     const log = await open(mem, clock);
     const a = log.append(batch("a"));
     for (let i = 0; i < 20; i++) await Promise.resolve();
-    expect(clock.held.length).toBe(1);
+    expect(clock.held.length).toBe(1); // the write loop's start
+    clock.release();
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    expect(clock.held.length).toBe(1); // "a" is written, its fsync start is held
     await log.close();
     expect(await a).toEqual({ baseOffset: 0, count: 1 });
     const syncsBefore = mem.mutationCount;
@@ -303,17 +307,25 @@ describe("an fsync start deferred until pending I/O is handled", () => {
     await (async () => {
       const first = log.append(batch("a"));
       for (let i = 0; i < 20; i++) await Promise.resolve();
-      clock.release();
+      clock.release(); // the write loop
+      for (let i = 0; i < 20; i++) await Promise.resolve();
+      clock.release(); // the fsync
       await first;
     })();
     const b = log.append(batch("b"));
     const bState = { settled: "pending" as string };
     b.then(() => (bState.settled = "ok"), (e: { kind?: string }) => (bState.settled = e.kind ?? "error"));
     for (let i = 0; i < 20; i++) await Promise.resolve();
-    expect(clock.held.length).toBe(1);
+    clock.release(); // the write loop: "b" is written
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    expect(clock.held.length).toBe(1); // the fsync start of "b"
     // The next append does not fit: the roll flushes first (fsync of "b" fails: fenced).
     mem.faults.failNext({ op: "sync", path: /\.log$/, code: "EIO" });
-    await expect(log.append(batch("x".repeat(2990)))).rejects.toMatchObject({ kind: "fenced" });
+    const x = log.append(batch("x".repeat(2990)));
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    expect(clock.held.length).toBe(2);
+    clock.release(1); // only the write loop of "x"; the fsync start of "b" stays held
+    await expect(x).rejects.toMatchObject({ kind: "fenced" });
     expect(bState.settled).toBe("fenced");
     const mutations = mem.mutationCount;
     clock.release();
@@ -335,7 +347,12 @@ describe("an fsync start deferred until pending I/O is handled", () => {
     const state = { v: "pending" };
     a.then(() => (state.v = "ok"));
     for (let i = 0; i < 20; i++) await Promise.resolve();
+    clock.release(); // the write loop: "a" is written, its fsync start is held
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    expect(clock.held.length).toBe(1);
     const roll = log.append(batch("y".repeat(2990)));
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    clock.release(1); // the write loop of the roll, not the fsync start of "a"
     for (let i = 0; i < 40; i++) await Promise.resolve();
     expect(state.v).toBe("ok");
     expect(log.segmentCount).toBe(2);
@@ -378,11 +395,16 @@ describe("a group waiting for the write lock when an fsync fails", () => {
     };
     const a = settle(log.append(batch("a")));
     for (let i = 0; i < 20; i++) await Promise.resolve();
+    clock.release(); // the write loop
+    for (let i = 0; i < 20; i++) await Promise.resolve();
     expect(clock.held.length).toBe(1); // "a" is written, its fsync not started yet
     let open!: () => void;
     const gate = new Promise<void>((r) => (open = r));
     const cleaner = log.withWriteLock(() => gate); // a retention pass holds the write lock
     const b = settle(log.append(batch("b")));
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    expect(clock.held.length).toBe(2);
+    clock.release(1); // the write loop of "b": it waits for the write lock
     for (let i = 0; i < 20; i++) await Promise.resolve();
     mem.faults.failNext({ op: "sync", path: /\.log$/, code: "EIO" });
     clock.release(); // the fsync of "a" starts and fails: the partition is fenced
