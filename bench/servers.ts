@@ -107,9 +107,13 @@ async function waitReady(what: string, probe: () => Promise<void>, server: { out
 /**
  * Node's flags for the broker, as `npm start` passes them (package.json `scripts.start`): a young
  * generation of 4 MiB semi-spaces instead of 16, which kept the peak RSS of the 64-producer cases
- * 20–30 % lower at the same CPU per record (docs/runtimes.md).
+ * 20–30 % lower at the same CPU per record (docs/runtimes.md). The environment variable
+ * `BENCH_NODE_FLAGS` (space-separated) replaces them, for experiments.
  */
-export const brokerNodeFlags = ["--max-semi-space-size=4"];
+export const brokerNodeFlags = process.env.BENCH_NODE_FLAGS ? process.env.BENCH_NODE_FLAGS.split(" ").filter(Boolean) : ["--max-semi-space-size=4"];
+
+/** Extra `serve` options from the environment variable `BENCH_BROKER_ARGS` (space-separated), for experiments. */
+const brokerExtraArgs = (process.env.BENCH_BROKER_ARGS ?? "").split(" ").filter(Boolean);
 
 /**
  * Starts `node --max-semi-space-size=4 dist/es-broker.mjs serve` (as `npm start` does) on loopback
@@ -120,7 +124,7 @@ export async function startEsBroker(options: { root: string; dataDir: string; cp
   const entry = join(options.root, "dist/es-broker.mjs");
   if (!fs.existsSync(entry)) throw new Error(`${entry} is missing: run "npm run build" first`);
   const nodeArgs = [...brokerNodeFlags, ...(options.cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfileDir] : [])];
-  const proc = spawn(process.execPath, [...nodeArgs, entry, "serve", "--data-dir", options.dataDir, "--http-port", "0", "--tcp-port", "0", "--log-level", "warn"], {
+  const proc = spawn(process.execPath, [...nodeArgs, entry, "serve", "--data-dir", options.dataDir, "--http-port", "0", "--tcp-port", "0", "--log-level", "warn", ...brokerExtraArgs], {
     stdio: ["ignore", "pipe", "pipe"],
   });
   const server = track("es-broker", proc, "");
