@@ -5,7 +5,16 @@
  * [`lengthMin`, `lengthMax`] before it waits for (let alone allocates) that many bytes: an HTTP
  * request sent to the TCP port (`"GET "` reads as 1 195 725 856) or a TLS hello fails at its first
  * four bytes. A frame that lies inside one chunk is returned as a view; one that spans chunks is
- * joined into a buffer of exactly its (already checked, already present) length.
+ * joined into a buffer of exactly its (already checked) length.
+ *
+ * When {@link FrameDecoder.next} is asked for a frame that has not fully arrived but of which at
+ * least half has ({@link assemblyStartFraction}), the decoder copies what is there into the
+ * frame's buffer and copies each later chunk straight into it on `push`, so the chunks (Node
+ * allocates a fresh one per socket read) die at once instead of living until the frame completes.
+ * With 64 producers sending ~284 KB frames that lowered the broker's RSS by a few MiB (dead chunks
+ * that had lived long enough to be promoted waited for a full GC). The half bound keeps the rule
+ * that a claimed length is never allocated on the claim alone: the decoder allocates at most
+ * twice the bytes the peer has actually sent.
  */
 import { Errors } from "../broker/errors.ts";
 import { frameLengthBytes } from "./codec.ts";
@@ -27,6 +36,12 @@ export class FrameLengthError extends ProtocolError {
   }
 }
 
+/**
+ * {@link FrameDecoder.next} starts copying an incomplete frame into its own buffer once the bytes
+ * received of it reach this fraction of its length (see the module comment).
+ */
+export const assemblyStartFraction = 0.5;
+
 /** Bounds of {@link FrameDecoder}. */
 export interface FrameDecoderOptions {
   /** Smallest allowed `length` (8 for requests, 6 for responses). */
@@ -38,8 +53,10 @@ export interface FrameDecoderOptions {
 /**
  * Splits a byte stream into frames. Not thread-safe in any sense; one per connection.
  *
- * Memory: it holds exactly the bytes pushed and not yet returned. The caller bounds that by not
- * pushing more while it is not reading (pausing the socket).
+ * Memory: it holds the bytes pushed and not yet returned, plus, while it assembles a frame, the
+ * rest of that frame's buffer (never more than the bytes of it received: see
+ * {@link assemblyStartFraction}). The caller bounds that by not pushing more while it is not
+ * reading (pausing the socket).
  */
 export class FrameDecoder {
   readonly #lengthMin: number;
@@ -49,9 +66,18 @@ export class FrameDecoder {
   #head = 0;
   /** Bytes of #chunks[#head] already consumed. */
   #headPos = 0;
+  /** Bytes in #chunks not yet consumed. */
   #buffered = 0;
   /** `length` of the frame at the front once read and checked, else −1. */
   #frameLength = -1;
+  /**
+   * The front frame's buffer (exactly `#frameLength` bytes) while it is being assembled, else
+   * null. While non-null, its length prefix has been consumed and #chunks holds only bytes after
+   * the frame (none until the frame is complete).
+   */
+  #assembly: Uint8Array | null = null;
+  /** Bytes of #assembly filled so far. */
+  #assembled = 0;
   #failure: FrameLengthError | null = null;
 
   constructor(options: FrameDecoderOptions) {
@@ -63,12 +89,23 @@ export class FrameDecoder {
 
   /** Bytes received and not yet returned as part of a frame. */
   get bufferedBytes(): number {
-    return this.#buffered;
+    return this.#assembly === null ? this.#buffered : frameLengthBytes + this.#assembled + this.#buffered;
   }
 
-  /** Adds a chunk (kept by reference, not copied; the caller must not modify it afterwards). */
+  /**
+   * Adds a chunk. It is kept by reference, not copied (the caller must not modify it afterwards),
+   * except while a frame is being assembled: then the bytes of that frame are copied into it.
+   */
   push(chunk: Uint8Array): void {
     if (chunk.length === 0) return;
+    const assembly = this.#assembly;
+    if (assembly !== null && this.#assembled < assembly.length) {
+      const n = Math.min(chunk.length, assembly.length - this.#assembled);
+      assembly.set(n === chunk.length ? chunk : chunk.subarray(0, n), this.#assembled);
+      this.#assembled += n;
+      if (n === chunk.length) return;
+      chunk = chunk.subarray(n);
+    }
     this.#chunks.push(chunk);
     this.#buffered += chunk.length;
   }
@@ -78,7 +115,11 @@ export class FrameDecoder {
    * @throws FrameLengthError if the next frame's `length` is out of range; every later call throws it too.
    */
   next(): Uint8Array | null {
-    if (!this.#frameReady()) return null;
+    if (!this.#frameReady()) {
+      this.#startAssembly();
+      return null;
+    }
+    if (this.#assembly !== null) return this.#takeAssembly();
     this.#skip(frameLengthBytes);
     const frame = this.#take(this.#frameLength);
     this.#frameLength = -1;
@@ -93,6 +134,7 @@ export class FrameDecoder {
    */
   nextChunks(): Uint8Array[] | null {
     if (!this.#frameReady()) return null;
+    if (this.#assembly !== null) return [this.#takeAssembly()];
     this.#skip(frameLengthBytes);
     const chunks: Uint8Array[] = [];
     let left = this.#frameLength;
@@ -110,6 +152,7 @@ export class FrameDecoder {
   /** True once the next frame has fully arrived (its length read and checked). */
   #frameReady(): boolean {
     if (this.#failure) throw this.#failure;
+    if (this.#assembly !== null) return this.#assembled === this.#assembly.length;
     if (this.#frameLength < 0) {
       if (this.#buffered < frameLengthBytes) return false;
       const prefix = this.#peek(frameLengthBytes);
@@ -132,8 +175,18 @@ export class FrameDecoder {
    * header (e.g. its correlation id) when the frame itself is refused.
    */
   peekBytes(count: number): Uint8Array | null {
-    if (this.#buffered < count) return null;
-    return this.#peek(count).slice();
+    if (this.bufferedBytes < count) return null;
+    if (this.#assembly === null) return this.#peek(count).slice();
+    // Assembling: the length prefix was consumed, and the frame's bytes so far are in #assembly.
+    const out = new Uint8Array(count);
+    const prefix = Uint8Array.of(this.#frameLength >>> 24, (this.#frameLength >>> 16) & 0xff, (this.#frameLength >>> 8) & 0xff, this.#frameLength & 0xff);
+    out.set(prefix.subarray(0, Math.min(count, frameLengthBytes)));
+    if (count <= frameLengthBytes) return out;
+    const fromAssembly = Math.min(count - frameLengthBytes, this.#assembled);
+    out.set(this.#assembly.subarray(0, fromAssembly), frameLengthBytes);
+    const rest = count - frameLengthBytes - fromAssembly;
+    if (rest > 0) this.#copyOut(out, frameLengthBytes + fromAssembly, rest);
+    return out;
   }
 
   /** Drops everything buffered (after a failure, or when the connection is closing). */
@@ -143,6 +196,34 @@ export class FrameDecoder {
     this.#headPos = 0;
     this.#buffered = 0;
     this.#frameLength = -1;
+    this.#assembly = null;
+    this.#assembled = 0;
+  }
+
+  /**
+   * Starts assembling the front frame (see {@link assemblyStartFraction}) if its length is known
+   * and at least that fraction of it has arrived: allocates its buffer, copies the received bytes
+   * into it and drops them from the chunks.
+   */
+  #startAssembly(): void {
+    if (this.#assembly !== null || this.#frameLength < 0) return;
+    const received = this.#buffered - frameLengthBytes;
+    if (received < this.#frameLength * assemblyStartFraction) return;
+    this.#skip(frameLengthBytes);
+    const assembly = new Uint8Array(this.#frameLength);
+    this.#copyOut(assembly, 0, received);
+    this.#skip(received);
+    this.#assembly = assembly;
+    this.#assembled = received;
+  }
+
+  /** Returns the assembled front frame (complete) and leaves the decoder between frames. */
+  #takeAssembly(): Uint8Array {
+    const frame = this.#assembly!;
+    this.#assembly = null;
+    this.#assembled = 0;
+    this.#frameLength = -1;
+    return frame;
   }
 
   /** The first `count` bytes (count ≤ buffered), as a view when they lie in one chunk. */
@@ -150,18 +231,23 @@ export class FrameDecoder {
     const first = this.#chunks[this.#head];
     if (first.length - this.#headPos >= count) return first.subarray(this.#headPos, this.#headPos + count);
     const out = new Uint8Array(count);
+    this.#copyOut(out, 0, count);
+    return out;
+  }
+
+  /** Copies the first `count` bytes of the chunks (count ≤ buffered) into `out` at `outPos`, consuming nothing. */
+  #copyOut(out: Uint8Array, outPos: number, count: number): void {
     let filled = 0;
     let index = this.#head;
     let pos = this.#headPos;
     while (filled < count) {
       const chunk = this.#chunks[index];
       const n = Math.min(chunk.length - pos, count - filled);
-      out.set(chunk.subarray(pos, pos + n), filled);
+      out.set(chunk.subarray(pos, pos + n), outPos + filled);
       filled += n;
       index++;
       pos = 0;
     }
-    return out;
   }
 
   #skip(count: number): void {

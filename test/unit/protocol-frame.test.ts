@@ -128,6 +128,64 @@ describe("FrameDecoder", () => {
     expect(complete.sizes).toEqual([100]);
   });
 
+  it("next() starts copying a frame into its own buffer once half of it has arrived, and copies later chunks straight into it", () => {
+    const payload = Uint8Array.from({ length: 100 }, (_, i) => i);
+    const bytes = frameOf(payload);
+    const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: 1024 });
+    // 4 + 49 bytes: 49 of 100 arrived, under half — nothing allocated for the claimed length.
+    const early = recordingAllocations(() => {
+      decoder.push(bytes.subarray(0, 53));
+      return decoder.next();
+    });
+    expect(early.value).toBeNull();
+    expect(early.sizes).toEqual([]);
+    // 50 of 100: the frame's buffer is allocated once and the received bytes move into it.
+    const half = recordingAllocations(() => {
+      decoder.push(bytes.subarray(53, 54));
+      return decoder.next();
+    });
+    expect(half.value).toBeNull();
+    expect(half.sizes).toEqual([100]);
+    expect(decoder.bufferedBytes).toBe(54);
+    // A later chunk is copied (the caller's chunk is not kept): changing it afterwards changes nothing.
+    const rest = bytes.slice(54);
+    const done = recordingAllocations(() => {
+      decoder.push(rest);
+      rest.fill(0xff);
+      return decoder.next();
+    });
+    expect(done.sizes).toEqual([]);
+    expect(Array.from(done.value!)).toEqual(Array.from(payload));
+    expect(decoder.bufferedBytes).toBe(0);
+  });
+
+  it("keeps the bytes after an assembled frame for the next frame, and peekBytes still sees the frame's header", () => {
+    const first = frameOf(new Uint8Array(40).fill(1));
+    const second = frameOf(text("abcdefgh"));
+    const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: 1024 });
+    decoder.push(first.subarray(0, 30));
+    expect(decoder.next()).toBeNull();
+    expect(Array.from(decoder.peekBytes(6)!)).toEqual([0, 0, 0, 40, 1, 1]);
+    const tail = new Uint8Array(first.length - 30 + second.length);
+    tail.set(first.subarray(30));
+    tail.set(second, first.length - 30);
+    decoder.push(tail);
+    expect(decoder.bufferedBytes).toBe(first.length + second.length);
+    expect(Array.from(decoder.next()!)).toEqual(Array(40).fill(1));
+    expect(new TextDecoder().decode(decoder.next()!)).toBe("abcdefgh");
+    expect(decoder.next()).toBeNull();
+    expect(decoder.bufferedBytes).toBe(0);
+  });
+
+  it("nextChunks() never starts an assembly: a frame that spans chunks stays views of them", () => {
+    const bytes = frameOf(new Uint8Array(100).fill(3));
+    const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: 1024 });
+    decoder.push(bytes.subarray(0, 90));
+    expect(decoder.nextChunks()).toBeNull();
+    decoder.push(bytes.subarray(90));
+    expect(decoder.nextChunks()!.map((c) => c.buffer === bytes.buffer)).toEqual([true, true]);
+  });
+
   it("refuses a length below the minimum at its first four bytes", () => {
     const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: 1024 });
     decoder.push(Uint8Array.of(0, 0, 0, 7));
