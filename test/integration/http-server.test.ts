@@ -162,6 +162,36 @@ describe("HTTP over serveHttp with LocalBroker on disk", () => {
     ]);
   });
 
+  it("takes a large NDJSON body in whole, byte for byte, with a Content-Length and chunked", async () => {
+    await post("/v1/topics", { name: "big", partitions: 1 });
+    const lines = Array.from({ length: 3000 }, (_, i) => `${i}:${"abcdefghij".repeat(20)}:${i % 97}`);
+    const file = utf8(lines.join("\n"));
+    expect(file.length).toBeGreaterThan(4 * 64 * 1024); // many socket reads, so the body is assembled from chunks
+    const sized = await json<{ offsets: unknown[] }>(await post("/v1/topics/big/records", file, "application/x-ndjson"), 200);
+    expect(sized.offsets).toHaveLength(3000);
+    const pieces = [file.subarray(0, 1000), file.subarray(1000, 200_000), file.subarray(200_000)];
+    const streamed = await fetch(`${base}/v1/topics/big/records`, {
+      method: "POST",
+      headers: { "content-type": "application/x-ndjson" },
+      body: new ReadableStream({
+        pull(controller) {
+          const piece = pieces.shift();
+          if (piece === undefined) controller.close();
+          else controller.enqueue(piece);
+        },
+      }),
+      duplex: "half",
+    } as RequestInit);
+    expect((await json<{ offsets: unknown[] }>(streamed, 200)).offsets).toHaveLength(3000);
+    const values: string[] = [];
+    for (let offset = 0; offset < 6000; ) {
+      const page = await fetchPartition("big", 0, `offset=${offset}&max_records=1000`);
+      values.push(...page.records.map((r) => r.value));
+      offset = page.next_offset;
+    }
+    expect(values).toEqual([...lines, ...lines]);
+  });
+
   it("answers 416 for an offset past the high watermark and 400 for bad parameters", async () => {
     await post("/v1/topics", { name: "orders", partitions: 1 });
     const past = await fetch(`${base}/v1/topics/orders/partitions/0/records?offset=1`);
