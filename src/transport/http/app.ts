@@ -349,10 +349,15 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     return c.body(null, 204);
   });
 
-  app.post("/v1/topics/:topic/records", async (c) => {
-    limitBody(c);
-    const topic = c.req.param("topic");
-    const action = `Cannot produce to topic ${JSON.stringify(topic)}`;
+  /**
+   * Reads and decodes a produce body (JSON or NDJSON by `Content-Type`). Its own async function so
+   * that the body's bytes are garbage once it returns: V8 keeps every value an async function
+   * holds in a register alive across each later `await`, so read in the route itself the body
+   * (~290 KB for 1 000 records, besides the batch decoded from it) would live until the produce
+   * is durable; with 64 such requests in flight that kept the broker's RSS ~10 MiB higher.
+   * @throws BrokerError invalid_request / request_too_large / record_too_large.
+   */
+  const decodeProduceBody = async (c: AppContext, action: string): Promise<DecodedProduce> => {
     const type = mediaType(c);
     let decoded: DecodedProduce;
     if (type === "application/x-ndjson" || type === "application/ndjson") {
@@ -371,6 +376,14 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       // The byte-level fast path decodes the common shapes; the general path does the rest and names every error.
       decoded = scanJsonProduce(bytes) ?? decodeJsonProduce(parseJson(bytes, action), { action, sizeHintBytes: bytes.length });
     }
+    return decoded;
+  };
+
+  app.post("/v1/topics/:topic/records", async (c) => {
+    limitBody(c);
+    const topic = c.req.param("topic");
+    const action = `Cannot produce to topic ${JSON.stringify(topic)}`;
+    const decoded = await decodeProduceBody(c, action);
     const producer = producerFromHeaders(c, action);
     const result = await broker.produce({ topic, ...decoded, producer });
     const duplicate = producer === undefined ? undefined : result.duplicate === true;
