@@ -502,10 +502,10 @@ export class LocalBroker implements Broker {
       }
     }
 
-    if (single >= 0) {
-      const result = await this.#append(topic, single, batch);
-      return { spans: [{ partition: single, baseOffset: result.baseOffset, count: result.count }] };
-    }
+    // Returned, not awaited: a suspended async function keeps its locals alive, and the batch
+    // (and the request frame or HTTP body it points into) would then live until the fsync
+    // instead of until the partition has written it.
+    if (single >= 0) return this.#append(topic, single, batch).then((r) => ({ spans: [{ partition: single, baseOffset: r.baseOffset, count: r.count }] }));
 
     assert(assignment !== null, "per-record assignment exists when records span partitions");
     const batches = splitByPartition(batch, assignment, n);
@@ -525,12 +525,11 @@ export class LocalBroker implements Broker {
     return { spans };
   }
 
-  async #append(topic: Topic, partition: number, batch: EntryBatch): Promise<{ baseOffset: number; count: number }> {
-    try {
-      return await topic.partitions[partition].append(batch);
-    } catch (err) {
+  /** Appends `batch` to one partition; storage errors become BrokerErrors. Not async, so nothing here holds the batch until its fsync. */
+  #append(topic: Topic, partition: number, batch: EntryBatch): Promise<{ baseOffset: number; count: number }> {
+    return topic.partitions[partition].append(batch).catch((err: unknown) => {
       throw toBrokerError(err);
-    }
+    });
   }
 
   async fetch(request: FetchRequest): Promise<FetchResult> {
