@@ -7,7 +7,7 @@
  * ```
  * <dataDir>/topics/<topic>/topic.json     name, partition count, config (replaced atomically)
  * <dataDir>/topics/<topic>/<partition>/   segments
- * <dataDir>/trash/                        topics being deleted (removed at start)
+ * <dataDir>/trash/<ms>-<n>/               a deleted topic's directory (short name; its topic.json names the topic), removed at once or at the next start
  * <dataDir>/topics/<topic>/log_start_offsets.json  log start offsets moved by retention (see storage/log-start-offsets.ts)
  * ```
  * With `coldStorageDir`, retention moves sealed segments to `<cold>/topics/<topic>/<partition>/`
@@ -29,6 +29,7 @@ import { RecordFormatError, EntryCursor, checkEntryTimestamps, type EntryBatch }
 import { isTempFileName, listStaleTempFiles, readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
 import { describe as describeError } from "../storage/segment.ts";
 import { BrokerError, Errors } from "./errors.ts";
+import { storageFailure } from "./storage-failure.ts";
 import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { cleanupIntervalMsDefault } from "../lib/limits.ts";
@@ -201,10 +202,7 @@ export class LocalBroker implements Broker {
     }
     await fs.mkdir(this.#topicsDir);
     for (const dir of created.reverse()) await fs.syncDir(dirname(dir));
-    if ((await fs.stat(this.#trashDir)) !== null) {
-      await fs.removeTree(this.#trashDir);
-      this.#logger.log("info", "broker.trash_removed", { dir: this.#trashDir });
-    }
+    if ((await fs.stat(this.#trashDir)) !== null) await this.#emptyTrash();
     // Long recoveries say how far they got: one progress line at most every recoveryProgressMs.
     const names = await fs.readdir(this.#topicsDir);
     const started = this.#clock.nowMs();
@@ -229,6 +227,33 @@ export class LocalBroker implements Broker {
       }
       await this.#loadTopic(name);
     }
+  }
+
+  /**
+   * Finishes the deletions a crash or a failure interrupted (spec: Files on disk): each entry of
+   * `trash/` is a deleted topic's directory under a short unique name, its `topic.json` naming the
+   * topic. Its cold data goes first (unless a topic of that name exists again), then the whole
+   * trash. Entries are never parsed by name, so older `<topic>.<ms>.<n>` entries are handled alike.
+   * @throws FsError if the trash or a cold directory cannot be removed.
+   */
+  async #emptyTrash(): Promise<void> {
+    const fs = this.#fs;
+    if (this.#cleanup.cold !== null) {
+      for (const entry of await fs.readdir(this.#trashDir)) {
+        const read = await readJsonFile(fs, joinPath(this.#trashDir, entry, "topic.json"));
+        const name = "value" in read && typeof read.value === "object" && read.value !== null ? (read.value as { name?: unknown }).name : undefined;
+        if (typeof name !== "string") continue;
+        try {
+          validateTopicName(name);
+        } catch {
+          continue;
+        }
+        if ((await fs.stat(joinPath(this.#topicsDir, name))) !== null) continue;
+        await this.#cleanup.removeColdData(name);
+      }
+    }
+    await fs.removeTree(this.#trashDir);
+    this.#logger.log("info", "broker.trash_removed", { dir: this.#trashDir });
   }
 
   async #loadTopic(name: string): Promise<void> {
@@ -402,6 +427,19 @@ export class LocalBroker implements Broker {
     return this.#describe(this.#topic(name));
   }
 
+  /**
+   * Deletes a topic (spec: Files on disk; the module comment). Its directory is renamed into
+   * `trash/` under a short unique name (`<ms>-<n>`, never longer than the file-system limit
+   * whatever the topic's name; the topic's real name stays inside, in its `topic.json`) — that
+   * rename is the commit point. Before it, nothing is lost: the partitions are closed so that no
+   * write lands in a directory being moved, and if the rename fails they are opened again, so the
+   * topic stays listed and usable and the error says what failed. After it, the topics directory
+   * is fsynced; the topic's cold data and the trash entry are removed, and groups and producer
+   * state forget the topic — a failure there is logged and finished at the next start
+   * ({@link #load} removes the trash, first removing the cold data of each topic it held).
+   * @throws BrokerError topic_not_found, unavailable (being created or deleted), storage_error or
+   * internal (see {@link storageFailure}) naming the failed step.
+   */
   async deleteTopic(name: string): Promise<void> {
     this.#checkOpen();
     const topic = this.#topics.get(name);
@@ -410,22 +448,40 @@ export class LocalBroker implements Broker {
     if (this.#busy.has(name)) throw new BrokerError(Errors.unavailable, `Cannot delete topic "${name}": it is being created or deleted`);
     this.#busy.add(name);
     try {
-      this.#topics.delete(name);
-      this.#unavailable.delete(name);
+      const action = `Cannot delete topic "${name}"`;
+      try {
+        await this.#fs.mkdir(this.#trashDir);
+      } catch (err) {
+        throw storageFailure(`${action}: creating ${this.#trashDir} failed`, err);
+      }
+      const trash = joinPath(this.#trashDir, `${this.#clock.nowMs()}-${++this.#trashCounter}`);
       for (const partition of topic?.partitions ?? []) await partition.close().catch(() => {});
       await this.#cleanup.detach(name);
-      await this.#fs.mkdir(this.#trashDir);
-      const trash = joinPath(this.#trashDir, `${name}.${this.#clock.nowMs()}.${++this.#trashCounter}`);
-      await this.#fs.rename(dir, trash);
-      await this.#fs.syncDir(this.#topicsDir);
-      await this.#fs.removeTree(trash);
-      await this.#cleanup.removeColdData(name);
+      try {
+        await this.#fs.rename(dir, trash);
+      } catch (err) {
+        // Nothing moved: open the topic again (or mark it unavailable, with the reason, if that fails).
+        this.#topics.delete(name);
+        this.#unavailable.delete(name);
+        await this.#loadTopic(name);
+        throw storageFailure(`${action}: moving ${dir} to ${trash} failed, the topic is unchanged`, err);
+      }
+      this.#topics.delete(name);
+      this.#unavailable.delete(name);
+      try {
+        await this.#fs.syncDir(this.#topicsDir);
+      } catch (err) {
+        throw storageFailure(`${action}: fsync of ${this.#topicsDir} failed after its directory was moved to ${trash}; the topic is gone but may come back after a restart`, err);
+      }
+      try {
+        await this.#cleanup.removeColdData(name);
+        await this.#fs.removeTree(trash);
+      } catch (err) {
+        this.#logger.log("error", "topic.delete_cleanup_failed", { topic: name, trash, error: describeError(err), action: "finished at the next start" });
+      }
       await this.#groups.forgetTopic(name);
       await this.#producers.forgetTopic(name);
       this.#logger.log("info", "topic.deleted", { topic: name });
-    } catch (err) {
-      if (err instanceof BrokerError) throw err;
-      throw new BrokerError(Errors.storageError, `Cannot delete topic "${name}": ${describeError(err)}`);
     } finally {
       this.#busy.delete(name);
     }
