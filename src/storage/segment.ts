@@ -248,7 +248,10 @@ let zeroChunk: Uint8Array | null = null;
 const appendBufferPooledBytesMax = 9 * 1024 * 1024;
 /** Free buffers {@link appendBuffers} keeps, shared by every partition. */
 const appendBuffersRetainedMax = 2;
-/** Granularity of the pooled buffers' sizes, so that a buffer fits the next group of about the same size. */
+/**
+ * Granularity of the pooled buffers' sizes, so that a buffer fits the next group of about the same
+ * size. A group under it gets the next power of two instead (never more than twice its bytes).
+ */
 const appendBufferStepBytes = 1024 * 1024;
 
 /**
@@ -257,8 +260,12 @@ const appendBufferStepBytes = 1024 * 1024;
  * MiB of dead ArrayBuffers waiting for V8's next full GC (which external memory triggers only after
  * growing ~64 MiB) and fragmented malloc's heap. A buffer is in use from `prepareAppend` until the
  * partition releases it after the write; with writes synchronous (NodeFileSystem) that is usually
- * one turn, so one or two buffers serve every partition. Memory held while idle: at most
- * `appendBuffersRetainedMax` × `appendBufferPooledBytesMax` (18 MiB).
+ * one turn, so one or two buffers serve every partition. But a group with an idempotent producer
+ * holds its buffer across the journal's fsync (`beforeWrite`), so every partition may hold one at
+ * once: a buffer allocated for a group is never more than twice the group's bytes (or one
+ * `appendBufferStepBytes` over), or a one-record write on each of many partitions would allocate a
+ * MiB apiece. Memory held while idle: at most `appendBuffersRetainedMax` ×
+ * `appendBufferPooledBytesMax` (18 MiB).
  */
 const appendBuffers = {
   free: [] as Uint8Array[],
@@ -270,6 +277,11 @@ const appendBuffers = {
     }
     if (best >= 0) return this.free.splice(best, 1)[0];
     if (size > appendBufferPooledBytesMax) return new Uint8Array(size);
+    if (size <= appendBufferStepBytes) {
+      let bytes = 1;
+      while (bytes < size) bytes *= 2;
+      return new Uint8Array(bytes);
+    }
     return new Uint8Array(Math.min(appendBufferPooledBytesMax, Math.ceil(size / appendBufferStepBytes) * appendBufferStepBytes));
   },
   /** Keeps `buf` for reuse (the caller holds no view of it any more), dropping the smallest if full. */

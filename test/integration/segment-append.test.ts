@@ -57,3 +57,43 @@ describe("Segment.prepareAppend buffers", () => {
     await segment.close();
   });
 });
+
+/** Runs `fn` while recording the length of every `new Uint8Array(n)` (numeric length) made. */
+function recordingAllocations<T>(fn: () => T): { value: T; sizes: number[] } {
+  const original = globalThis.Uint8Array;
+  const sizes: number[] = [];
+  globalThis.Uint8Array = new Proxy(original, {
+    construct(target, args, newTarget) {
+      if (typeof args[0] === "number") sizes.push(args[0]);
+      return Reflect.construct(target, args, newTarget);
+    },
+  });
+  try {
+    return { value: fn(), sizes };
+  } finally {
+    globalThis.Uint8Array = original;
+  }
+}
+
+describe("Segment.prepareAppend buffer sizes", () => {
+  it("gives a small write a buffer of at most twice its bytes when no free buffer fits, however many writes hold one", async () => {
+    // Partitions whose writes wait (e.g. for an idempotent producer's journal fsync) each hold a
+    // buffer; a one-record write must not make the broker allocate a MiB for it.
+    const fs = new MemoryFileSystem();
+    await fs.mkdir("/p");
+    const segment = await Segment.create(fs, "/p", 0, 0);
+    const batch = batchOf(["one small record"]);
+    const storedBytes = batch.bytes.length + 16;
+    const held = [];
+    for (let i = 0; i < 6; i++) {
+      const { value, sizes } = recordingAllocations(() => segment.prepareAppend([batch], 0));
+      held.push(value);
+      expect(value.logBytes.length).toBe(storedBytes);
+      for (const size of sizes) expect(size, `allocation for a write of ${storedBytes} bytes`).toBeLessThanOrEqual(2 * storedBytes);
+    }
+    // Distinct buffers while held.
+    expect(new Set(held.map((p) => p.logBytes.buffer)).size).toBe(held.length);
+    for (const p of held) p.release();
+    await segment.close();
+  });
+});
