@@ -448,6 +448,17 @@ class MemoryFileHandle implements FileHandle {
 }
 
 /** The path split into names, with "." and ".." resolved; null for the empty string. */
+/** Longest name of one directory entry, in UTF-8 bytes (NAME_MAX on Linux and macOS). */
+const nameBytesMax = 255;
+
+/** Rejects a path with a name over {@link nameBytesMax} with ENAMETOOLONG, as a real file system does. */
+function checkNameLengths(names: readonly string[], action: string, path: string): void {
+  for (const name of names) {
+    // A UTF-16 code unit is at most 3 UTF-8 bytes, so short names need no encoding.
+    if (name.length > nameBytesMax / 3 && new TextEncoder().encode(name).length > nameBytesMax) throw fsError("ENAMETOOLONG", action, path, `name too long: "${name.slice(0, 32)}…" is over ${nameBytesMax} bytes`);
+  }
+}
+
 function splitPath(path: string): string[] | null {
   if (path.length === 0) return null;
   const names: string[] = [];
@@ -485,10 +496,11 @@ export class MemoryFileSystem implements FileSystem {
     return this.#disk.openHandles;
   }
 
-  /** Walks to the directory holding the last name of `path`; ENOENT / ENOTDIR on the way. */
+  /** Walks to the directory holding the last name of `path`; ENAMETOOLONG, ENOENT / ENOTDIR on the way. */
   #parentOf(path: string, action: string): { dir: DirNode; name: string | null } {
     const names = splitPath(path);
     if (names === null) throw fsError("ENOENT", action, path, "empty path");
+    checkNameLengths(names, action, path);
     let dir = this.#disk.root;
     for (let i = 0; i < names.length - 1; i++) {
       const next = dir.entries.get(names[i]);
@@ -540,6 +552,7 @@ export class MemoryFileSystem implements FileSystem {
     if (fault) throw injected(fault, "mkdir", path);
     const names = splitPath(path);
     if (names === null) throw fsError("ENOENT", "mkdir", path, "empty path");
+    checkNameLengths(names, "mkdir", path);
     let dir = this.#disk.root;
     for (let i = 0; i < names.length; i++) {
       let next = dir.entries.get(names[i]);

@@ -3,13 +3,31 @@
  * replaced atomically (spec: Writes and durability): written to a unique temporary file in the
  * same directory, fsynced, renamed over the old one, and the directory fsynced. A crash at any
  * point leaves either the old file or the new one, never a mix. Leftover temporary files are
- * named `.<name>.tmp-<n>`; {@link listStaleTempFiles} finds them so they can be reported and ignored.
+ * named `.<name>.tmp-<n>`, where `<name>` is the file's name cut to {@link tempStemBytesMax} bytes
+ * so that the temp name fits the file system's 255-byte limit whenever the file's own name does
+ * (a group file `<group>.json` is up to 254 bytes); {@link listStaleTempFiles} finds them so they
+ * can be reported and ignored.
  */
 import { basename, dirname, joinPath, readWholeFile, isFsError, type FileSystem } from "../fs/types.ts";
 import { metadataFileBytesMax } from "../lib/limits.ts";
 import { fromUtf8, utf8 } from "../lib/bytes.ts";
 
 let tempCounter = 0;
+
+/**
+ * Longest part of a file's name, in UTF-8 bytes, repeated in its temp file's name: with the dot,
+ * `.tmp-` and a counter of up to 16 digits the temp name stays under 255 bytes (NAME_MAX on Linux
+ * and macOS). Temp names of two files that share this prefix may coincide; the exclusive create
+ * then moves on to the next counter.
+ */
+export const tempStemBytesMax = 200;
+
+/** `name` cut (at a character boundary) to at most {@link tempStemBytesMax} UTF-8 bytes. */
+function tempStem(name: string): string {
+  let stem = name;
+  while (utf8(stem).length > tempStemBytesMax) stem = stem.slice(0, Math.min(stem.length - 1, tempStemBytesMax));
+  return stem;
+}
 
 /** True if `name` is a temporary file left by {@link writeFileAtomic}. */
 export function isTempFileName(name: string): boolean {
@@ -24,10 +42,11 @@ export function isTempFileName(name: string): boolean {
  */
 export async function writeFileAtomic(fs: FileSystem, path: string, bytes: Uint8Array): Promise<void> {
   const dir = dirname(path);
+  const stem = tempStem(basename(path));
   let tmp: string;
   let file;
   for (;;) {
-    tmp = joinPath(dir, `.${basename(path)}.tmp-${++tempCounter}`);
+    tmp = joinPath(dir, `.${stem}.tmp-${++tempCounter}`);
     try {
       file = await fs.open(tmp, { create: true, exclusive: true });
       break;

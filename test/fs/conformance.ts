@@ -295,6 +295,19 @@ export function fileSystemConformance(name: string, makeFs: () => Promise<Confor
       });
     });
 
+    describe("names", () => {
+      it("accepts a name of 255 bytes and rejects one of 256 with ENAMETOOLONG, in open, mkdir and rename", async () => {
+        const longest = "n".repeat(255);
+        const over = "n".repeat(256);
+        await (await fs.open(at(longest), { create: true })).close();
+        await fs.mkdir(at(`d${longest.slice(1)}`));
+        await expectCode(fs.open(at(over), { create: true }), "ENAMETOOLONG");
+        await expectCode(fs.mkdir(at(over)), "ENAMETOOLONG");
+        await expectCode(fs.rename(at(longest), at(over)), "ENAMETOOLONG");
+        expect(await fs.readdir(root)).toEqual([`d${longest.slice(1)}`, longest]);
+      });
+    });
+
     describe("stat", () => {
       it("resolves null for a missing path and describes files and directories", async () => {
         expect(await fs.stat(at("missing"))).toBeNull();
