@@ -228,6 +228,7 @@ export class FrameDecoder {
 
   /** The first `count` bytes (count ≤ buffered), as a view when they lie in one chunk. */
   #peek(count: number): Uint8Array {
+    if (count === 0) return new Uint8Array(0); // a zero-length frame (lengthMin 0), or peekBytes(0): there may be no chunk
     const first = this.#chunks[this.#head];
     if (first.length - this.#headPos >= count) return first.subarray(this.#headPos, this.#headPos + count);
     const out = new Uint8Array(count);

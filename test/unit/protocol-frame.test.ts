@@ -267,6 +267,100 @@ describe("FrameDecoder", () => {
     );
   });
 
+  it("hands back every frame in order, lengths from the minimum (even 0) to exactly the maximum, split at any bytes, under any mix of next(), nextChunks() and peekBytes(), allocating at most twice the bytes received; a frame of maximum + 1 then fails with its header still readable", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 8 }),
+        fc.integer({ min: 8, max: 300 }),
+        fc.array(fc.tuple(fc.nat(), fc.nat(255)), { maxLength: 12 }),
+        fc.boolean(),
+        fc.array(fc.tuple(fc.integer({ min: 1, max: 400 }), fc.constantFrom("next", "nextChunks", "peek", "none"), fc.nat(40)), { minLength: 1, maxLength: 60 }),
+        (lengthMin, lengthMax, frameSpecs, endWithOversized, steps) => {
+          // Frames whose lengths cover the bounds: the spec's first number picks min, max or anything between.
+          const payloads = frameSpecs.map(([pick, fill], i) => {
+            const length = pick % 3 === 0 ? lengthMin : pick % 3 === 1 ? lengthMax : lengthMin + (pick % (lengthMax - lengthMin + 1));
+            return Uint8Array.from({ length }, (_, j) => (fill + i * 7 + j) & 0xff);
+          });
+          const parts = payloads.map(frameOf);
+          if (endWithOversized) {
+            const head = new Uint8Array(12);
+            new DataView(head.buffer).setUint32(0, lengthMax + 1);
+            head.set([0, 1, 0, 0, 0, 0, 0, 42], 4);
+            parts.push(head);
+          }
+          const stream = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+          let at = 0;
+          for (const p of parts) {
+            stream.set(p, at);
+            at += p.length;
+          }
+          const decoder = new FrameDecoder({ lengthMin, lengthMax });
+          const out: Uint8Array[] = [];
+          let pushed = 0;
+          let consumed = 0;
+          let failure: unknown = null;
+          const take = (how: "next" | "nextChunks") => {
+            for (;;) {
+              const outstanding = pushed - consumed;
+              let frame: Uint8Array | null;
+              const { value, sizes } = recordingAllocations(() => {
+                if (how === "next") return decoder.next();
+                const chunks = decoder.nextChunks();
+                return chunks === null ? null : Uint8Array.from(chunks.flatMap((c) => Array.from(c)));
+              });
+              if (how === "next") for (const size of sizes) expect(size).toBeLessThanOrEqual(2 * outstanding);
+              frame = value;
+              if (frame === null) return;
+              out.push(frame.slice());
+              consumed += 4 + frame.length;
+            }
+          };
+          const run = (fn: () => void) => {
+            if (failure !== null) return;
+            try {
+              fn();
+            } catch (e) {
+              if (!(e instanceof FrameLengthError)) throw e;
+              failure = e;
+            }
+          };
+          const stepList = [...steps, [stream.length + 1, "next", 0] as const];
+          for (const [size, action, peek] of stepList) {
+            if (failure !== null) break;
+            const chunk = stream.subarray(pushed, Math.min(stream.length, pushed + size));
+            decoder.push(chunk);
+            pushed += chunk.length;
+            expect(decoder.bufferedBytes).toBe(pushed - consumed);
+            if (action === "peek") {
+              const got = decoder.peekBytes(peek);
+              if (peek > pushed - consumed) expect(got).toBeNull();
+              else expect(Array.from(got!)).toEqual(Array.from(stream.subarray(consumed, consumed + peek)));
+            } else if (action !== "none") {
+              run(() => take(action));
+            }
+            expect(decoder.bufferedBytes).toBe(pushed - consumed);
+          }
+          // Everything pushed (also after a failure: the header stays readable): the rest comes
+          // out, then the oversized frame (if any) fails.
+          decoder.push(stream.subarray(pushed));
+          pushed = stream.length;
+          run(() => take("next"));
+          expect(out).toEqual(payloads);
+          if (endWithOversized) {
+            expect(failure).toBeInstanceOf(FrameLengthError);
+            expect((failure as FrameLengthError).tooLarge).toBe(true);
+            expect((failure as FrameLengthError).length).toBe(lengthMax + 1);
+            expect(Array.from(decoder.peekBytes(12)!)).toEqual(Array.from(stream.subarray(consumed, consumed + 12)));
+          } else {
+            expect(failure).toBeNull();
+            expect(decoder.bufferedBytes).toBe(0);
+          }
+        },
+      ),
+      { numRuns: 1000 },
+    );
+  });
+
   it("fuzz: random bytes only ever raise a FrameLengthError and never allocate past the cap", () => {
     const cap = 4096;
     fc.assert(
