@@ -29,7 +29,7 @@ import { RecordFormatError, EntryCursor, checkEntryTimestamps, type EntryBatch }
 import { isTempFileName, listStaleTempFiles, readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
 import { describe as describeError } from "../storage/segment.ts";
 import { BrokerError, Errors } from "./errors.ts";
-import { storageFailure } from "./storage-failure.ts";
+import { storageFailure, storageFailureKind } from "./storage-failure.ts";
 import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { cleanupIntervalMsDefault } from "../lib/limits.ts";
@@ -90,15 +90,15 @@ interface Topic {
 export function toBrokerError(err: unknown): unknown {
   if (err instanceof FsError) {
     // A disk read or write failed outside the append path's own handling (e.g. a fetch's read):
-    // an operating error to report, never a 500.
-    return new BrokerError(Errors.storageError, `Cannot complete the request: ${err.message}`);
+    // storage_error if retrying can help, else internal (storage-failure.ts).
+    return storageFailure("Cannot complete the request", err);
   }
   if (!(err instanceof StorageError)) return err;
   switch (err.kind) {
     case "fenced":
       return new BrokerError(Errors.partitionFenced, err.message);
     case "write_failed":
-      return new BrokerError(Errors.storageError, err.message);
+      return new BrokerError(storageFailureKind(err), err.message);
     case "out_of_range":
       return new BrokerError(Errors.offsetOutOfRange, err.message);
     case "unsupported":
@@ -405,14 +405,13 @@ export class LocalBroker implements Broker {
       } catch (err) {
         for (const partition of topic.partitions) await partition.close().catch(() => {});
         this.#unavailable.set(name, `creating its partitions failed: ${describeError(err)}`);
-        throw new BrokerError(Errors.storageError, `Cannot create topic "${name}": ${describeError(err)}`);
+        throw storageFailure(`Cannot create topic "${name}": creating its partitions failed`, err);
       }
       this.#topics.set(name, topic);
       this.#logger.log("info", "topic.created", { topic: name, partitions: partitionCount });
       return this.#describe(topic);
     } catch (err) {
-      if (err instanceof BrokerError) throw err;
-      throw new BrokerError(Errors.storageError, `Cannot create topic "${name}": ${describeError(err)}`);
+      throw storageFailure(`Cannot create topic "${name}"`, err);
     } finally {
       this.#busy.delete(name);
     }
@@ -694,7 +693,7 @@ export class LocalBroker implements Broker {
       try {
         await writeJsonAtomic(this.#fs, joinPath(topic.dir, "topic.json"), { name, partitions: topic.partitions.length, config });
       } catch (err) {
-        throw new BrokerError(Errors.storageError, `Cannot update the config of topic "${name}": ${describeError(err)}`);
+        throw storageFailure(`Cannot update the config of topic "${name}": writing topic.json failed`, err);
       }
       topic.config = config;
       this.#logger.log("info", "topic.config_updated", { topic: name, config: { ...config } });

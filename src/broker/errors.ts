@@ -41,7 +41,7 @@ export const Errors = Object.freeze({
   recordTooLarge: kind("record_too_large", 7, 413, false),
   /** The partition refuses writes after a failed fsync or an uncleanable failed write (DECISIONS 7). */
   partitionFenced: kind("partition_fenced", 8, 503, false),
-  /** A write failed (e.g. the disk is full) and its partial bytes were cut off; nothing was appended. */
+  /** A write failed in a way that can pass (e.g. the disk is full; `broker/storage-failure.ts`) and its partial bytes were cut off; nothing was appended. */
   storageError: kind("storage_error", 9, 507, true),
   /** An invalid topic name. */
   invalidTopicName: kind("invalid_topic_name", 10, 400, false),
@@ -89,7 +89,7 @@ export const Errors = Object.freeze({
    * `expected_sequence`).
    */
   duplicateSequence: kind("duplicate_sequence", 25, 409, false),
-  /** A bug: the broker hit a state it did not expect. Never expected in normal operation. */
+  /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });
 

@@ -67,6 +67,7 @@ import { dirname, joinPath, type FileSystem } from "../fs/types.ts";
 import { isTempFileName, readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
 import { describe as describeError } from "../storage/segment.ts";
 import { BrokerError, Errors } from "./errors.ts";
+import { storageFailure } from "./storage-failure.ts";
 import type {
   CommitOffsetsRequest,
   GroupAssignment,
@@ -349,7 +350,7 @@ export class GroupCoordinator {
     try {
       await this.#persist(group, next);
     } catch (err) {
-      throw new BrokerError(Errors.storageError, `${action}: writing the group file failed: ${describeError(err)}`);
+      throw storageFailure(`${action}: writing the group file failed`, err);
     }
     group.data = next;
   }

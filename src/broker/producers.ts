@@ -79,6 +79,7 @@ import type { PartitionLog } from "../storage/partition.ts";
 import { DecodeStatus, EntryCursor, RecordCursor, type EntryBatch } from "../storage/record.ts";
 import { describe as describeError } from "../storage/segment.ts";
 import { BrokerError, Errors, type ErrorKind } from "./errors.ts";
+import { storageFailureKind } from "./storage-failure.ts";
 import type { ProduceResult, ProduceSpan, ProducerIdentity } from "./types.ts";
 
 /** A run of a batch's records at consecutive offsets (a batch cut short by a crash and completed later has two). */
@@ -240,7 +241,7 @@ interface PendingEntry {
 /** Maps a journal failure to the error table. */
 function journalError(err: unknown): unknown {
   if (!(err instanceof StorageError)) return err;
-  if (err.kind === "write_failed") return new BrokerError(Errors.storageError, `Cannot produce idempotently: ${err.message}`);
+  if (err.kind === "write_failed") return new BrokerError(storageFailureKind(err), `Cannot produce idempotently: ${err.message}`);
   return new BrokerError(Errors.unavailable, `Cannot produce idempotently: ${err.message}`);
 }
 

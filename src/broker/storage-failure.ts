@@ -1,16 +1,44 @@
 /**
  * How a failed file-system step of a broker operation (creating or deleting a topic, rewriting a
- * metadata file) reaches a client: as one row of the error table, with a message naming the
- * failed action first and the file-system error after a colon.
+ * metadata file, appending) reaches a client: as one row of the error table, with a message naming
+ * the failed action first and the file-system error after a colon.
+ *
+ * | the error, or an error in its `cause` chain, is          | row             | retriable |
+ * |----------------------------------------------------------|-----------------|-----------|
+ * | a BrokerError                                            | its own         | its own   |
+ * | an FsError with a code in {@link retriableFsCodes} (ENOSPC, EIO, …) | `storage_error` (507) | yes |
+ * | anything else (ENAMETOOLONG, EACCES, EROFS, EEXIST, ENOTDIR, a plain Error) | `internal` (500) | no |
+ *
+ * `storage_error` promises that retrying may help (the disk may have room later); a name too
+ * long, a permission or a read-only file system will fail the same way every time, and mostly
+ * point at a bug or a misconfigured data directory, so they are `internal`, with the detail in
+ * the message.
  */
 import { describe as describeError } from "../storage/segment.ts";
-import { BrokerError, Errors } from "./errors.ts";
+import { BrokerError, Errors, type ErrorKind } from "./errors.ts";
+
+/** errno codes of failures that can pass: a full disk or quota, an I/O error, a busy or exhausted resource. */
+export const retriableFsCodes: ReadonlySet<string> = new Set(["ENOSPC", "EDQUOT", "EIO", "EAGAIN", "EBUSY", "EMFILE", "ENFILE", "ENOMEM", "EINTR"]);
+
+/** The row of the error table for a failed storage step (see the module table). */
+export function storageFailureKind(err: unknown): ErrorKind {
+  // A bounded walk down `cause` (StorageError carries the FsError it wraps).
+  let at: unknown = err;
+  for (let depth = 0; depth < 4 && typeof at === "object" && at !== null; depth++) {
+    if (at instanceof BrokerError) return at.kind;
+    const code = (at as { code?: unknown }).code;
+    if (typeof code === "string" && retriableFsCodes.has(code)) return Errors.storageError;
+    at = (at as { cause?: unknown }).cause;
+  }
+  return Errors.internal;
+}
 
 /**
  * The client-visible error for `err`, thrown by the step `action` describes (e.g.
- * `Cannot delete topic "t": moving … failed`). A BrokerError passes through unchanged.
+ * `Cannot delete topic "t": moving … failed`): `storage_error` or `internal` by the module table.
+ * A BrokerError passes through unchanged.
  */
 export function storageFailure(action: string, err: unknown): BrokerError {
   if (err instanceof BrokerError) return err;
-  return new BrokerError(Errors.storageError, `${action}: ${describeError(err)}`);
+  return new BrokerError(storageFailureKind(err), `${action}: ${describeError(err)}`);
 }

@@ -99,6 +99,8 @@ export async function serve(argv: string[]): Promise<number> {
   // One broker per data directory: take its lock before recovery touches anything. The directory
   // chain is created durably first (each new directory's parent fsynced).
   const nodeFs = new NodeFileSystem();
+  const existing = await nodeFs.stat(dataDir);
+  if (existing !== null && !existing.isDirectory) throw new Error(`Cannot use data directory ${dataDir}: it is not a directory`);
   const missing: string[] = [];
   for (let dir = dataDir; (await nodeFs.stat(dir)) === null && dirname(dir) !== dir; dir = dirname(dir)) missing.push(dir);
   await nodeFs.mkdir(dataDir);

@@ -10,10 +10,16 @@ import * as fs from "node:fs";
 import { inlineSyncBytesMax } from "../lib/limits.ts";
 import { FsError, type FileHandle, type FileStat, type FileSystem, type OpenOptions } from "../fs/types.ts";
 
+/**
+ * A node:fs error as an FsError. Node's messages already start with the code
+ * (`ENAMETOOLONG: name too long, rename '…' -> '…'`); the code is added only when missing.
+ */
 function wrap(err: unknown, path: string): FsError {
   const e = err as NodeJS.ErrnoException;
   if (e instanceof FsError) return e;
-  return new FsError(e?.code ?? "EIO", path, `${e?.code ?? "EIO"}: ${e?.message ?? String(err)}`);
+  const code = e?.code ?? "EIO";
+  const message = e?.message ?? String(err);
+  return new FsError(code, path, message.startsWith(`${code}:`) ? message : `${code}: ${message}`);
 }
 
 function fsyncAsync(fd: number, path: string, data: boolean): Promise<void> {
