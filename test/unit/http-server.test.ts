@@ -1,11 +1,13 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import * as http from "node:http";
+import * as net from "node:net";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { fetchWaitMsMax } from "../../src/lib/limits.ts";
 import { createHttpApp } from "../../src/transport/http/app.ts";
 import { serveHttp } from "../../src/runtime/http.ts";
 import type { HttpServer } from "../../src/runtime/http.ts";
 import { FakeBroker } from "./http-fake-broker.ts";
+import { EntryCursor } from "../../src/storage/record.ts";
 
 const maxRequestBytes = 64 * 1024;
 let broker: FakeBroker;
@@ -161,5 +163,148 @@ describe("serveHttp", () => {
     const b = server.close();
     expect(a).toBe(b);
     await a;
+  });
+});
+
+/** The values of every record the broker was asked to produce, in order. */
+function producedValues(): string[] {
+  const values: string[] = [];
+  for (const request of broker.produced) {
+    const cursor = new EntryCursor(request.batch);
+    while (cursor.next()) {
+      const keyBytes = cursor.keyLen < 0 ? 0 : cursor.keyLen;
+      values.push(Buffer.from(request.batch.bytes.subarray(cursor.start + 16 + keyBytes, cursor.end)).toString());
+    }
+  }
+  return values;
+}
+
+/**
+ * Opens a raw TCP connection, sends `head` and then each of `pieces` (each once the previous one
+ * was handed to the kernel), optionally half-closes, and resolves with everything the server sent
+ * once it closes the connection (or `untilResponses` responses have begun).
+ */
+function rawExchange(options: { head: string; pieces: Uint8Array[]; end: boolean; untilResponses?: number }): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(server.port, "127.0.0.1");
+    let received = "";
+    const done = () => {
+      socket.destroy();
+      resolve(received);
+    };
+    socket.on("data", (d) => {
+      received += d.toString("latin1");
+      const responses = received.split("HTTP/1.1 ").length - 1;
+      if (options.untilResponses !== undefined && responses >= options.untilResponses && /\r\n\r\n[\s\S]*\}\s*$/.test(received)) done();
+    });
+    socket.on("close", done);
+    socket.on("error", (e) => (received === "" ? reject(e) : done()));
+    socket.on("connect", async () => {
+      const write = (bytes: Uint8Array | string) => new Promise<void>((r) => socket.write(bytes, () => r()));
+      await write(options.head);
+      for (const piece of options.pieces) await write(piece);
+      if (options.end) socket.end();
+    });
+  });
+}
+
+/** NDJSON lines `prefix-0` … padded so that the body is exactly `bytes` long. */
+function ndjsonBody(bytes: number, prefix: string): { body: Uint8Array; lines: string[] } {
+  const lines: string[] = [];
+  let size = 0;
+  while (size + 40 < bytes) {
+    const line = `${prefix}-${lines.length}-${"x".repeat(20)}`;
+    lines.push(line);
+    size += line.length + 1;
+  }
+  const last = `${prefix}-last-`.padEnd(bytes - size - 1, "y");
+  lines.push(last);
+  const body = new TextEncoder().encode(lines.join("\n") + "\n");
+  expect(body.length).toBe(bytes);
+  return { body, lines };
+}
+
+/** `bytes` cut into pieces of `size` bytes. */
+function piecesOf(bytes: Uint8Array, size: number): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  for (let i = 0; i < bytes.length; i += size) out.push(bytes.subarray(i, i + size));
+  return out;
+}
+
+describe("serveHttp request bodies with a Content-Length (assembled in one buffer from halfway)", () => {
+  const head = (length: number) => `POST /v1/topics/orders/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: ${length}\r\n\r\n`;
+
+  it("takes a body of exactly the cap, sent in many small pieces, byte for byte", async () => {
+    const { body, lines } = ndjsonBody(maxRequestBytes, "cap");
+    const reply = await rawExchange({ head: head(body.length), pieces: piecesOf(body, 1000), end: false, untilResponses: 1 });
+    expect(reply).toMatch(/^HTTP\/1.1 200 /);
+    expect(producedValues()).toEqual(lines);
+  });
+
+  it("answers 413 naming the limit to a Content-Length of the cap + 1, and appends nothing", async () => {
+    const { body } = ndjsonBody(maxRequestBytes + 1, "over");
+    const reply = await rawExchange({ head: head(body.length), pieces: piecesOf(body, 1000), end: false, untilResponses: 1 });
+    expect(reply).toMatch(/^HTTP\/1.1 413 /);
+    const json = JSON.parse(reply.slice(reply.indexOf("\r\n\r\n") + 4)) as { error: { code: string; message: string; details: unknown } };
+    expect(json.error).toEqual({ code: "request_too_large", message: `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`, details: { limit_bytes: maxRequestBytes } });
+    expect(broker.produced).toHaveLength(0);
+  });
+
+  it("appends nothing when the client stops before its Content-Length, even with whole lines and more than half sent", async () => {
+    // Whole lines up to the cut: were the short body taken as complete, it would be a valid smaller produce.
+    for (const fraction of [0.25, 0.5, 0.75, 0.99]) {
+      const { body } = ndjsonBody(20_000, "short");
+      const cut = body.subarray(0, Math.floor(body.length * fraction)).lastIndexOf(0x0a) + 1;
+      await rawExchange({ head: head(body.length), pieces: piecesOf(body.subarray(0, cut), 700), end: true });
+      // A later request on another connection is served (the server did not stall), and the broker saw no produce.
+      expect((await fetch(`${base}/healthz`)).status).toBe(200);
+      expect(broker.produced, `cut at ${cut} of ${body.length}`).toHaveLength(0);
+    }
+  });
+
+  it("appends nothing when the client resets the connection mid-body, after more than half", async () => {
+    const { body } = ndjsonBody(30_000, "reset");
+    await new Promise<void>((resolve) => {
+      const socket = net.connect(server.port, "127.0.0.1", async () => {
+        const write = (bytes: Uint8Array | string) => new Promise<void>((r) => socket.write(bytes, () => r()));
+        await write(head(body.length));
+        for (const piece of piecesOf(body.subarray(0, 20_000), 1000)) await write(piece);
+        socket.resetAndDestroy();
+      });
+      socket.on("close", () => resolve());
+      socket.on("error", () => {});
+    });
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    expect(broker.produced).toHaveLength(0);
+  });
+
+  it("takes exactly the Content-Length's bytes as the body when the client sends more, and refuses the rest as a broken next request", async () => {
+    const { body, lines } = ndjsonBody(10_000, "more");
+    // Content-Length covers the first two lines only; the rest follows at once on the same
+    // connection, where Node's parser reads it as the next request and answers 400 (closing the
+    // connection, so the 200 of the first may never be sent: a client that lies gets no answer).
+    const firstTwo = lines[0].length + 1 + lines[1].length + 1;
+    const reply = await rawExchange({ head: head(firstTwo), pieces: piecesOf(body, 3000), end: false });
+    expect(reply).toMatch(/HTTP\/1.1 400 /);
+    expect(producedValues()).toEqual(lines.slice(0, 2));
+  });
+
+  it("takes a chunked body of exactly the cap, and answers 413 to one byte more", async () => {
+    const { body, lines } = ndjsonBody(maxRequestBytes, "chunked");
+    const chunkedHead = `POST /v1/topics/orders/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n`;
+    const encode = (bytes: Uint8Array) => {
+      const pieces: Uint8Array[] = [];
+      for (const piece of piecesOf(bytes, 5000)) pieces.push(new TextEncoder().encode(`${piece.length.toString(16)}\r\n`), piece, new TextEncoder().encode("\r\n"));
+      pieces.push(new TextEncoder().encode("0\r\n\r\n"));
+      return pieces;
+    };
+    const ok = await rawExchange({ head: chunkedHead, pieces: encode(body), end: false, untilResponses: 1 });
+    expect(ok).toMatch(/^HTTP\/1.1 200 /);
+    expect(producedValues()).toEqual(lines);
+    const over = ndjsonBody(maxRequestBytes + 1, "chunked-over");
+    const refused = await rawExchange({ head: chunkedHead, pieces: encode(over.body), end: false, untilResponses: 1 });
+    expect(refused).toMatch(/^HTTP\/1.1 413 /);
+    expect(refused).toContain(`over the limit of ${maxRequestBytes} bytes`);
+    expect(broker.produced).toHaveLength(1);
   });
 });
