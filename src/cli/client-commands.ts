@@ -54,7 +54,8 @@ Options:
   -h, --help               show this help
 
 Without --from-beginning or --offset it starts at the end of the log (new records only); with
---group that applies only to partitions the group has never committed.
+--group that applies only to partitions the group has never committed, and that starting offset
+is committed at once, so a member taking the partition over continues from it.
 `;
 
 /** Help text of `es-broker groups`. */

@@ -4,10 +4,13 @@
  * group rebalances (the broker's side is `src/broker/groups.ts`).
  *
  * - Positions: each owned partition starts at the group's committed offset, or, if none, at the
- *   log start (`startFrom: "earliest"`, default) or the high watermark (`"latest"`). {@link poll}
- *   hands out records and advances positions; {@link commit} commits the positions of the
- *   partitions the member owns. Records handed out but not committed before a rebalance or a crash
- *   are read again by the next owner: delivery is at least once, and nothing is skipped.
+ *   log start (`startFrom: "earliest"`, default) or the high watermark (`"latest"`) — and that
+ *   starting position is committed at once, so a member that takes the partition over (after this
+ *   one dies before its first commit) continues from it instead of from its own, later, high
+ *   watermark. {@link poll} hands out records and advances positions; {@link commit} commits the
+ *   positions of the partitions the member owns. Records handed out but not committed before a
+ *   rebalance or a crash are read again by the next owner: delivery is at least once, and nothing
+ *   is skipped.
  * - Heartbeats every `heartbeatIntervalMs` (default a third of the session timeout). A heartbeat
  *   that reports a new generation, or a commit refused as `stale_generation` /
  *   `not_partition_owner`, makes the next {@link poll} or {@link commit} rejoin first (same member
@@ -133,7 +136,11 @@ export class GroupConsumer {
     await this.#assign(result.assignments);
   }
 
-  /** Takes a new assignment: keeps the positions of partitions still owned, starts the new ones from the committed offsets. */
+  /**
+   * Takes a new assignment: keeps the positions of partitions still owned, starts the new ones from
+   * the committed offsets, and commits the starting position of each new one the group has never
+   * committed (module comment). If that commit finds the group rebalanced, the next poll rejoins.
+   */
   async #assign(assignments: TopicPartition[]): Promise<void> {
     const owned = new Set(assignments.map(key));
     for (const k of [...this.#positions.keys()]) {
@@ -144,6 +151,7 @@ export class GroupConsumer {
       }
     }
     const fresh = assignments.filter((tp) => !this.#positions.has(key(tp)));
+    const neverCommitted: { topic: string; partition: number; offset: number }[] = [];
     if (fresh.length > 0) {
       const description = await this.#client.describeGroup(this.group);
       const committed = new Map(description.offsets.filter((o) => o.committed !== null).map((o) => [key(o), o.committed as number]));
@@ -152,6 +160,7 @@ export class GroupConsumer {
         if (start === undefined) {
           const bounds = await this.#client.listOffsets(tp);
           start = this.#startFrom === "earliest" ? bounds.logStartOffset : bounds.highWatermark;
+          neverCommitted.push({ ...tp, offset: start });
         } else {
           this.#committed.set(key(tp), start);
         }
@@ -159,6 +168,7 @@ export class GroupConsumer {
       }
     }
     this.#assignments = [...assignments];
+    if (neverCommitted.length > 0) await this.commit(neverCommitted);
     this.#onAssigned?.(this.assignments, this.#generation);
   }
 

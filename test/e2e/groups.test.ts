@@ -141,4 +141,35 @@ describe(`[${target}] es-broker consume --group`, () => {
       await client.close();
     }
   });
+  it("a member that dies before its first commit does not make the next one skip: the starting position of a never-committed partition is committed at once", async () => {
+    const { dir, cleanup } = tempDir("es-broker-groups-");
+    cleanups.push(cleanup);
+    const broker = await startBroker(`${dir}/data`);
+    running.push(broker);
+    const client = await TcpClient.connect(broker.tcp);
+    try {
+      await client.createTopic({ name: "shared", partitions: 1 });
+      const next = [0];
+      await produce(client, next, 3);
+      const address = `${broker.tcp.host}:${broker.tcp.port}`;
+      // Without --from-beginning: a partition the group never committed starts at the end.
+      const args = ["shared", "--group", "late", "--follow", "--session-timeout", "1000", "--broker", address];
+      const a = startConsumer(args);
+      await waitFor("the first consumer to join and commit where it starts", async () => {
+        const d = await client.describeGroup("late").catch(() => null);
+        return d !== null && d.members.length === 1 && d.offsets[0]?.committed === 3;
+      });
+      // a freezes (it can neither print nor commit), records arrive, and a's session expires.
+      a.proc.kill("SIGSTOP");
+      await produce(client, next, 2);
+      await waitFor("a's session to expire", async () => (await client.describeGroup("late")).members.length === 0);
+      const b = startConsumer(args);
+      await waitFor("the second consumer to print the records produced while a was frozen", () => b.lines.length >= 2);
+      expect(b.lines).toEqual(["p0-3", "p0-4"]);
+      expect(a.lines).toEqual([]);
+      a.proc.kill("SIGKILL");
+    } finally {
+      await client.close();
+    }
+  });
 });

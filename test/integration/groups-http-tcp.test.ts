@@ -168,6 +168,29 @@ describe("consumer groups over TCP", () => {
     expect(((await client.describeGroup("nope").catch((e: unknown) => e)) as ClientError).code).toBe("group_not_found");
   });
 
+  it("GroupConsumer commits where it starts a partition the group never committed, so a member taking over after it dies skips nothing", async () => {
+    const clock = new ManualClock();
+    const b = await broker(clock);
+    await b.createTopic({ name: "t", partitions: 1 });
+    await fill(b, "t", 0, ["old-1", "old-2", "old-3"]);
+    const server = await tcp(b);
+    const one = await GroupConsumer.join({ client: await server.connect(), group: "g", topics: ["t"], sessionTimeoutMs: 1000, heartbeatIntervalMs: 60_000, startFrom: "latest" });
+    expect(one.position({ topic: "t", partition: 0 })).toBe(3);
+    expect((await b.describeGroup("g")).offsets.map((o) => o.committed)).toEqual([3]);
+    // Produced while one is alive but before it polls; then one dies without ever committing.
+    await fill(b, "t", 0, ["new-1", "new-2"]);
+    await one.close({ leave: false });
+    clock.advance(1001);
+    await b.groups.settled();
+    expect((await b.describeGroup("g")).members).toEqual([]);
+    const two = await GroupConsumer.join({ client: await server.connect(), group: "g", topics: ["t"], sessionTimeoutMs: 1000, heartbeatIntervalMs: 60_000, startFrom: "latest" });
+    expect(two.position({ topic: "t", partition: 0 })).toBe(3);
+    const seen: string[] = [];
+    for (const batch of await two.poll({ waitMs: 100 })) for (const r of batch.records) seen.push(fromUtf8(r.value));
+    expect(seen).toEqual(["new-1", "new-2"]);
+    await two.close();
+  });
+
   it("GroupConsumer: two members split a topic, and when one leaves the other takes over from the committed offsets", async () => {
     const b = await broker(realClock);
     await b.createTopic({ name: "t", partitions: 4 });
