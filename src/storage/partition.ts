@@ -553,6 +553,10 @@ export class PartitionLog {
     if (this.#fenced !== null) {
       // An fsync failed while this write was in flight: #fence already rejected the waiters and
       // the queue, and no fsync will run again, so these requests would otherwise wait forever.
+      // Its cut to the last good fsync may have run before this write's bytes landed (a write
+      // that completes after its call returns): cut again, or they stay past a hole, and a
+      // restart calls the segment corrupt.
+      await active.discardUnsynced({ position: this.#durablePosition, nextOffset: this.#highWatermark }, this.#logger, this.name);
       rejectAll(this.#fencedError());
       return;
     }

@@ -94,19 +94,21 @@ async function readAll(log: PartitionLog): Promise<{ offset: number; value: stri
   return out;
 }
 
-async function run(ops: Op[], options: { flushEveryRecords: number; crash: "dropAll" | "keepAll"; segmentBytes: number }) {
+async function run(ops: Op[], options: { flushEveryRecords: number; crash: "dropAll" | "keepAll"; segmentBytes: number; writeDelays: number[] }) {
   const mem = new MemoryFileSystem({ seed: 7 });
   // The partition directories exist durably, as the broker makes them before it opens a partition.
   for (let p = 0; p < 2; p++) mem.writeFileSync(`${dirOf(p)}/.keep`, new Uint8Array(0));
   /** Writes to a log whose bytes changed between the call and the moment they landed. */
   const changedInFlight: string[] = [];
-  // Each log write lands a few microtasks after it is called, as an asynchronous write would; the
+  let writes = 0;
+  // Each log write lands some microtasks after it is called, as an asynchronous write would; the
   // caller's buffer must stay untouched until the write's promise settles.
   const fs = wrapFileSystem(mem, {
     async write(inner, path, bytes, position) {
       if (!path.endsWith(".log")) return inner.write(bytes, position);
       const copy = bytes.slice();
-      for (let i = 0; i < 3; i++) await Promise.resolve();
+      const delay = options.writeDelays[writes++ % options.writeDelays.length];
+      for (let i = 0; i < delay; i++) await Promise.resolve();
       if (!bytesEqual(copy, bytes)) changedInFlight.push(`${path} at ${position}`);
       return inner.write(bytes, position);
     },
@@ -227,6 +229,8 @@ async function run(ops: Op[], options: { flushEveryRecords: number; crash: "drop
       if (r.hookOffset !== undefined) expect(r.result!.baseOffset).toBe(r.hookOffset);
     }
     const again = await PartitionLog.open({ fs: mem, dir: dirOf(p), name: `t/${p}`, clock: new ManualClock(), logger: new MemoryLogger(), config: () => ({ segmentBytes: options.segmentBytes, segmentMs: 1e12 }) });
+    // Only failed calls and clean crashes happened: nothing may look corrupt.
+    expect(again.describe().segments.filter((s) => s.corruption !== null)).toEqual([]);
     const found = await readAll(again);
     // No offset twice, none skipped.
     found.forEach((f, i) => expect(f.offset).toBe(i));
@@ -255,8 +259,9 @@ describe("the write loop under random interleavings of appends, deferred starts,
         fc.constantFrom(1, 1, 3),
         fc.constantFrom("dropAll" as const, "keepAll" as const),
         fc.constantFrom(300, 4096),
-        async (ops, flushEveryRecords, crash, segmentBytes) => {
-          await run(ops, { flushEveryRecords, crash, segmentBytes });
+        fc.array(fc.nat(40), { minLength: 1, maxLength: 8 }),
+        async (ops, flushEveryRecords, crash, segmentBytes, writeDelays) => {
+          await run(ops, { flushEveryRecords, crash, segmentBytes, writeDelays });
         },
       ),
       { numRuns: 300 },
@@ -296,5 +301,59 @@ describe("the write loop under random interleavings of appends, deferred starts,
         await log.close();
       }
     }
+  });
+
+  it("cuts a write that lands after a failed fsync's cut, so a restart finds no hole and calls nothing corrupt", async () => {
+    // A write whose bytes land only after its call returns control (an asynchronous write), in
+    // flight when the fsync of the bytes before it fails: the fence cuts to the last good fsync
+    // first, then the write lands past the cut, behind a hole.
+    const mem = new MemoryFileSystem({ seed: 1 });
+    mem.writeFileSync(`${dirOf(0)}/.keep`, new Uint8Array(0));
+    let gate: Promise<void> | null = null;
+    const fs = wrapFileSystem(mem, {
+      async write(inner, path, bytes, position) {
+        if (gate === null || !path.endsWith(".log")) return inner.write(bytes, position);
+        await gate;
+        return inner.write(bytes, position);
+      },
+    });
+    const clock = new HeldIoClock();
+    const open = (fsToUse: typeof fs, clockToUse: ManualClock, logger = new MemoryLogger()) =>
+      PartitionLog.open({ fs: fsToUse, dir: dirOf(0), name: "t/0", clock: clockToUse, logger, config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
+    const log = await open(fs, clock);
+    const durable = log.append(batchOf(["durable"]));
+    await settleMicrotasks();
+    clock.runOne(0); // the write loop
+    await settleMicrotasks();
+    clock.runOne(0); // the fsync
+    await durable;
+    const state: Record<string, string> = {};
+    const track = (name: string, p: Promise<unknown>) => p.then(() => (state[name] = "ok"), (e: { kind?: string }) => (state[name] = e.kind ?? "error"));
+    track("a", log.append(batchOf(["a"])));
+    await settleMicrotasks();
+    clock.runOne(0); // the write loop: "a" is written, its fsync start is held
+    await settleMicrotasks();
+    track("b", log.append(batchOf(["b"])));
+    await settleMicrotasks();
+    expect(clock.held).toHaveLength(2); // the fsync of "a", the write loop of "b"
+    let landWrite!: () => void;
+    gate = new Promise<void>((resolve) => (landWrite = resolve));
+    clock.runOne(1); // the write loop of "b": its write is in flight
+    await settleMicrotasks();
+    mem.faults.failNext({ op: "sync", path: /\.log$/, code: "EIO" });
+    clock.runOne(0); // the fsync of "a" fails: fenced, "a" is cut
+    await settleMicrotasks();
+    gate = null;
+    landWrite(); // "b" lands past the cut
+    await settleMicrotasks();
+    expect(state).toEqual({ a: "fenced", b: "fenced" });
+    await log.close();
+    const logger = new MemoryLogger();
+    const again = await open(mem as unknown as typeof fs, new ManualClock(), logger);
+    expect(again.describe().segments.filter((s) => s.corruption !== null)).toEqual([]);
+    expect(logger.named("recovery.corrupt_segment")).toHaveLength(0);
+    expect((await readAll(again)).map((r) => r.value)).toEqual(["durable"]);
+    expect(again.logEndOffset).toBe(1);
+    await again.close();
   });
 });
