@@ -125,6 +125,8 @@ export class LocalBroker implements Broker {
   #unavailable = new Map<string, string>();
   /** Names being created or deleted right now. */
   #busy = new Set<string>();
+  /** Topics being deleted right now: still listed (until the rename commits), but every request is refused as unavailable. */
+  #deleting = new Set<string>();
   #closed = false;
   #trashCounter = 0;
   #cleanup: CleanupService;
@@ -348,7 +350,10 @@ export class LocalBroker implements Broker {
   #topic(name: string): Topic {
     this.#checkOpen();
     const topic = this.#topics.get(name);
-    if (topic !== undefined) return topic;
+    if (topic !== undefined) {
+      if (this.#deleting.has(name)) throw new BrokerError(Errors.unavailable, `Cannot use topic "${name}": it is being deleted`);
+      return topic;
+    }
     const reason = this.#unavailable.get(name);
     if (reason !== undefined) throw new BrokerError(Errors.unavailable, `Cannot use topic "${name}": it is unavailable: ${reason}`);
     throw new BrokerError(Errors.topicNotFound, `Cannot find topic "${name}"`);
@@ -446,6 +451,7 @@ export class LocalBroker implements Broker {
     if (topic === undefined && !this.#unavailable.has(name)) throw new BrokerError(Errors.topicNotFound, `Cannot delete topic "${name}": it does not exist`);
     if (this.#busy.has(name)) throw new BrokerError(Errors.unavailable, `Cannot delete topic "${name}": it is being created or deleted`);
     this.#busy.add(name);
+    this.#deleting.add(name);
     try {
       const action = `Cannot delete topic "${name}"`;
       try {
@@ -482,6 +488,7 @@ export class LocalBroker implements Broker {
       await this.#producers.forgetTopic(name);
       this.#logger.log("info", "topic.deleted", { topic: name });
     } finally {
+      this.#deleting.delete(name);
       this.#busy.delete(name);
     }
   }

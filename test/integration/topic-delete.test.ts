@@ -49,14 +49,15 @@ async function values(b: LocalBroker, topic: string): Promise<string[]> {
   return out;
 }
 
-/** The node file system, with `rename` and `removeTree` replaceable. */
-function faultyFs(faults: { rename?: (from: string, to: string) => Error | null; removeTree?: (path: string) => Error | null }): FileSystem {
+/** The node file system, with `rename` and `removeTree` replaceable (`renameGate` is awaited before a rename into the trash). */
+function faultyFs(faults: { rename?: (from: string, to: string) => Error | null; removeTree?: (path: string) => Error | null; renameGate?: () => Promise<void> }): FileSystem {
   const inner = new NodeFileSystem();
   return {
     open: (path, options) => inner.open(path, options),
     readdir: (path) => inner.readdir(path),
     mkdir: (path) => inner.mkdir(path),
     rename: async (from, to) => {
+      if (to.includes("/trash/")) await faults.renameGate?.();
       const err = faults.rename?.(from, to) ?? null;
       if (err !== null) throw err;
       return inner.rename(from, to);
@@ -113,6 +114,25 @@ describe("deleting a topic", () => {
     failRename = false;
     await b.deleteTopic("orders");
     expect(await b.listTopics()).toEqual([]);
+  });
+
+  it("refuses requests to a topic while it is being deleted as unavailable, naming the deletion, then answers topic_not_found", async () => {
+    let release: () => void = () => {};
+    let reached: () => void = () => {};
+    const atRename = new Promise<void>((r) => (reached = r));
+    const gate = new Promise<void>((r) => (release = r));
+    const b = await broker(`${fresh()}/data`, { fs: faultyFs({ renameGate: () => (reached(), gate) }) });
+    await b.createTopic({ name: "orders", partitions: 1 });
+    await produce(b, "orders", "x");
+    const deleting = b.deleteTopic("orders");
+    await atRename;
+    await expect(b.fetch({ topic: "orders", partition: 0, offset: 0 })).rejects.toSatisfy(
+      (e: unknown) => e instanceof BrokerError && e.kind.code === "unavailable" && e.message === 'Cannot use topic "orders": it is being deleted',
+    );
+    await expect(b.deleteTopic("orders")).rejects.toSatisfy((e: unknown) => e instanceof BrokerError && e.kind.code === "unavailable");
+    release();
+    await deleting;
+    await expect(b.fetch({ topic: "orders", partition: 0, offset: 0 })).rejects.toSatisfy((e: unknown) => e instanceof BrokerError && e.kind.code === "topic_not_found");
   });
 
   it("finishes an interrupted deletion at the next start: the trash entry and the topic's cold data go", async () => {
