@@ -12,9 +12,11 @@
  *
  * plus SSE comments (`: …`): one when the stream opens, naming the start offset, and a heartbeat
  * after every long-poll that found nothing (about every `heartbeatMs`, default 15 s) so proxies
- * and clients see the connection is alive. If the broker fails mid-stream (it closes, the
- * partition is deleted, retention overtakes the reader) one `event: error` is sent with the usual
- * `{"error":{"code","message"}}` body as data, and the stream ends.
+ * and clients see the connection is alive. If a fetch fails mid-stream (the topic is deleted,
+ * retention overtakes the reader, the broker is closed under a server still running) one
+ * `event: error` is sent with the usual `{"error":{"code","message"}}` body as data, and the
+ * stream ends. A server shutdown ends it cleanly instead (below): `serve` closes the HTTP server,
+ * which aborts the streams, before it closes the broker.
  *
  * Where the stream starts, first match wins:
  *
