@@ -17,13 +17,20 @@ const brokerDefault = "127.0.0.1:9092";
 export const produceHelp = `Usage: es-broker produce TOPIC [options] < lines
 
 Appends one record per line of standard input (the value is the line's bytes without the
-newline; an empty line is a record with an empty value). Exits once every record is durable.
+newline; an empty line is a record with an empty value). Lines are sent in batches: when
+--batch-records lines (or 1 MiB) are waiting, or --linger-ms after the first line of a batch was
+read, so \`tail -f log | es-broker produce t\` sends as lines come. Exits once every record is
+durable. SIGINT or SIGTERM stops reading, sends the lines already read, waits for their
+acknowledgements and exits 0 saying how many were produced (an incomplete last line, without its
+newline, is not sent); a second signal exits at once (130).
 
 Options:
   --broker HOST:PORT       broker TCP address (default ${brokerDefault})
   --partition N            send every record to partition N (default: by key, else round-robin)
   --key-separator SEP      split each line at the first SEP into key and value
   --batch-records N        records per request (default 1000)
+  --linger-ms MS           longest wait for more lines before sending those read (default 100;
+                           0 sends what each read from stdin brings at once)
   --producer-id ID         produce idempotently as producer ID: every batch carries a sequence
                            number, and a batch resent after a lost answer is stored only once
   --producer-epoch N       with --producer-id: the epoch (default: the current Unix time in
@@ -110,6 +117,7 @@ export async function produce(argv: string[]): Promise<number> {
       partition: { type: "string" },
       "key-separator": { type: "string" },
       "batch-records": { type: "string" },
+      "linger-ms": { type: "string" },
       "producer-id": { type: "string" },
       "producer-epoch": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
@@ -121,6 +129,7 @@ export async function produce(argv: string[]): Promise<number> {
   const topic = positionals[0];
   const partition = intOption("partition", values.partition, -1, 0, 4095);
   const batchRecords = intOption("batch-records", values["batch-records"], 1000, 1, 100_000);
+  const lingerMs = intOption("linger-ms", values["linger-ms"], 100, 0, 3_600_000);
   const separator = values["key-separator"] === undefined ? null : utf8(values["key-separator"]);
   if (separator !== null && separator.length === 0) throw new UsageError("--key-separator must not be empty");
   const producerId = values["producer-id"];
@@ -140,15 +149,37 @@ export async function produce(argv: string[]): Promise<number> {
   const sendOne = async (p: number, b: EntryBatchBuilder) => {
     const batch = b.build();
     total += batch.count;
-    inFlight.push(idempotent !== null ? idempotent.send(topic, batch, { partition: p }) : client.produce(topic, batch, { partition: p }));
+    const sent = idempotent !== null ? idempotent.send(topic, batch, { partition: p }) : client.produce(topic, batch, { partition: p });
+    sent.catch(() => {}); // awaited below; this only keeps an early rejection from counting as unhandled
+    inFlight.push(sent);
     if (inFlight.length >= 8) await inFlight.shift();
   };
-  const send = async () => {
+  // Sends run one after another (the linger timer and the read loop both start them), so each
+  // partition's batches go out in the order their lines were read.
+  let sending: Promise<void> = Promise.resolve();
+  let linger: ReturnType<typeof setTimeout> | null = null;
+  // A send the linger timer started that fails ends the read loop at once (stdin may stay quiet for long).
+  let onLingerFailure: (err: unknown) => void = () => {};
+  const lingerFailure = new Promise<never>((_, reject) => (onLingerFailure = reject));
+  lingerFailure.catch(() => {});
+  const send = (): Promise<void> => {
+    if (linger !== null) clearTimeout(linger);
+    linger = null;
     const all = [...builders];
     builders.clear();
     buffered = 0;
     bufferedBytes = 0;
-    for (const [p, b] of all) if (b.count > 0) await sendOne(p, b);
+    sending = sending.then(async () => {
+      for (const [p, b] of all) if (b.count > 0) await sendOne(p, b);
+    });
+    return sending;
+  };
+  const armLinger = () => {
+    if (buffered === 0 || linger !== null) return;
+    linger = setTimeout(() => {
+      linger = null;
+      send().catch(onLingerFailure);
+    }, lingerMs);
   };
   const builderFor = (key: Uint8Array | null): EntryBatchBuilder => {
     const p = idempotent === null || partition >= 0 ? partition : partitionForKey(key ?? idBytes, partitionCount);
@@ -173,9 +204,27 @@ export async function produce(argv: string[]): Promise<number> {
       builderFor(key).add(key, line.subarray(at + separator.length));
     }
   };
+  // SIGINT / SIGTERM: stop reading, send what was read, wait for the acks. A second one exits at once.
+  let interrupted: NodeJS.Signals | null = null;
+  let onInterrupt: () => void = () => {};
+  const interruption = new Promise<null>((resolve) => (onInterrupt = () => resolve(null)));
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (interrupted !== null) process.exit(130);
+    interrupted = signal;
+    onInterrupt();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  const summary = () => `produced ${total} record${total === 1 ? "" : "s"} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}`;
   try {
     let carry = new Uint8Array(0);
-    for await (const chunk of process.stdin as AsyncIterable<Uint8Array>) {
+    const chunks = (process.stdin as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
+    while (interrupted === null) {
+      const next = chunks.next();
+      next.catch(() => {}); // left pending when a signal wins the race
+      const read = await Promise.race([next, interruption, lingerFailure]);
+      if (read === null || read.done === true) break;
+      const chunk = read.value;
       let data = chunk;
       if (carry.length > 0) {
         data = new Uint8Array(carry.length + chunk.length);
@@ -191,13 +240,21 @@ export async function produce(argv: string[]): Promise<number> {
         if (buffered >= batchRecords || bufferedBytes >= 1024 * 1024) await send();
       }
       carry = data.slice(start);
+      if (lingerMs === 0) await send();
+      else armLinger();
     }
-    if (carry.length > 0) addLine(carry);
+    if (interrupted !== null) {
+      process.stdin.destroy();
+      if (carry.length > 0) process.stderr.write(`es-broker: ${interrupted}: not sending an incomplete last line (${carry.length} bytes without a newline)\n`);
+    } else if (carry.length > 0) addLine(carry);
     await send();
     await Promise.all(inFlight);
-    process.stderr.write(`es-broker: produced ${total} record${total === 1 ? "" : "s"} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}\n`);
+    process.stderr.write(`es-broker: ${interrupted !== null ? `${interrupted}: stopped reading; ` : ""}${summary()}\n`);
     return 0;
   } finally {
+    if (linger !== null) clearTimeout(linger);
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
     await idempotent?.close();
     await client.close();
   }

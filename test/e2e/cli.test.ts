@@ -3,14 +3,56 @@
  * so on every runtime target): one short line on stderr naming the problem, and the exit code.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { spawn, type ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
+import { TcpClient } from "../../src/client/client.ts";
 import { tempDir } from "../helpers/tmp.ts";
-import { runCli, target } from "./harness.ts";
+import { assertTargetRunnable, brokerCommand, runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
+import { repoRoot } from "./targets.ts";
 
+const running: BrokerProcess[] = [];
+const children: ChildProcess[] = [];
 const cleanups: (() => void)[] = [];
-afterEach(() => {
+afterEach(async () => {
+  for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  for (const b of running.splice(0)) await b.stop("SIGKILL");
   cleanups.splice(0).forEach((c) => c());
 });
+
+async function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`[${target}] timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** A broker, a client of it, and a topic "t" with one partition. */
+async function brokerWithTopic(): Promise<{ client: TcpClient; address: string }> {
+  const broker = await startBroker(`${fresh()}/data`);
+  running.push(broker);
+  const client = await TcpClient.connect(broker.tcp);
+  cleanups.push(() => void client.close());
+  await client.createTopic({ name: "t", partitions: 1 });
+  return { client, address: `${broker.tcp.host}:${broker.tcp.port}` };
+}
+
+/** Starts `es-broker produce ...args` with stdin a pipe the test writes to. */
+function startProduce(args: string[]): { proc: ChildProcess; stderr: () => string; exited: Promise<number | null> } {
+  assertTargetRunnable();
+  const [cmd, ...pre] = brokerCommand();
+  const proc = spawn(cmd, [...pre, "produce", ...args], { cwd: repoRoot, stdio: ["pipe", "ignore", "pipe"] });
+  children.push(proc);
+  let err = "";
+  proc.stderr!.on("data", (d) => (err += d));
+  const exited = new Promise<number | null>((resolve) => proc.once("close", (code) => resolve(code)));
+  return { proc, stderr: () => err, exited };
+}
+
+async function values(client: TcpClient): Promise<string[]> {
+  const r = await client.fetch({ topic: "t", partition: 0, offset: 0 });
+  return r.records.map((rec) => new TextDecoder().decode(rec.value));
+}
 
 function fresh(): string {
   const t = tempDir();
@@ -25,5 +67,32 @@ describe(`[${target}] es-broker command line errors`, () => {
     const r = await runCli(["serve", "--data-dir", `${dir}/README.md`, "--http-port", "0", "--tcp-port", "0"]);
     expect(r.code).toBe(1);
     expect(r.stderr).toBe(`es-broker: Cannot use data directory ${dir}/README.md: it is not a directory\n`);
+  });
+
+  it("produce sends lines as they arrive (after --linger-ms), long before stdin closes", async () => {
+    const { client, address } = await brokerWithTopic();
+    const p = startProduce(["t", "--broker", address]);
+    p.proc.stdin!.write("one\ntwo\n");
+    await waitFor("the first two lines to be stored while stdin is open", async () => (await client.listOffsets({ topic: "t", partition: 0 })).highWatermark === 2);
+    p.proc.stdin!.write("three\n");
+    await waitFor("the third line to be stored while stdin is open", async () => (await client.listOffsets({ topic: "t", partition: 0 })).highWatermark === 3);
+    p.proc.stdin!.end();
+    expect(await p.exited, p.stderr()).toBe(0);
+    expect(p.stderr()).toBe('es-broker: produced 3 records to "t"\n');
+    expect(await values(client)).toEqual(["one", "two", "three"]);
+  });
+
+  it("produce on SIGINT sends the lines it has read, waits for their acknowledgement and says how many", async () => {
+    const { client, address } = await brokerWithTopic();
+    // A linger far longer than the test: only the signal can send these lines.
+    const p = startProduce(["t", "--broker", address, "--linger-ms", "3600000"]);
+    p.proc.stdin!.write("a\nb\nc\npartial");
+    // Give the process time to connect and read its stdin (nothing is asserted about the time).
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await client.listOffsets({ topic: "t", partition: 0 })).highWatermark).toBe(0);
+    p.proc.kill("SIGINT");
+    expect(await p.exited, p.stderr()).toBe(0);
+    expect(p.stderr()).toBe('es-broker: SIGINT: not sending an incomplete last line (7 bytes without a newline)\nes-broker: SIGINT: stopped reading; produced 3 records to "t"\n');
+    expect(await values(client)).toEqual(["a", "b", "c"]);
   });
 });
