@@ -38,6 +38,7 @@ import { GroupCoordinator } from "./groups.ts";
 import { ProducerStates } from "./producers.ts";
 import { producerExpiryMsDefault } from "../lib/limits.ts";
 import { utf8 } from "../lib/bytes.ts";
+import { plural } from "../lib/text.ts";
 import type {
   Broker,
   CommitOffsetsRequest,
@@ -365,7 +366,7 @@ export class LocalBroker implements Broker {
     }
     const log = topic.partitions[partition];
     if (log === undefined) {
-      throw new BrokerError(Errors.partitionNotFound, `Cannot find partition ${partition} of topic "${topic.name}": it has ${topic.partitions.length} partitions`);
+      throw new BrokerError(Errors.partitionNotFound, `Cannot find partition ${partition} of topic "${topic.name}": it has ${plural(topic.partitions.length, "partition")}`);
     }
     return log;
   }
@@ -507,7 +508,7 @@ export class LocalBroker implements Broker {
     if (fixed !== -1) this.#partition(topic, fixed);
     const perRecord = request.partitions;
     if (perRecord !== undefined && perRecord.length !== batch.count) {
-      throw new BrokerError(Errors.invalidRequest, `Cannot produce to topic "${topic.name}": ${perRecord.length} partitions given for ${batch.count} records`);
+      throw new BrokerError(Errors.invalidRequest, `Cannot produce to topic "${topic.name}": ${plural(perRecord.length, "partition")} given for ${plural(batch.count, "record")}`);
     }
     if (batch.count === 0) return { spans: [] };
     const producer = request.producer;

@@ -53,6 +53,7 @@
 import type { Clock, Timer } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { Mutex } from "../lib/mutex.ts";
+import { plural } from "../lib/text.ts";
 import {
   groupCommitOffsetsMax,
   groupMembersMax,
@@ -535,7 +536,7 @@ export class GroupCoordinator {
     }
     if (data.members.length > 0) {
       if (memberId === undefined) {
-        throw new BrokerError(Errors.unknownMember, `${action}: the group has ${data.members.length} members, so a commit must name its member_id and generation`);
+        throw new BrokerError(Errors.unknownMember, `${action}: the group has ${plural(data.members.length, "member")}, so a commit must name its member_id and generation`);
       }
       if (!data.members.some((m) => m.id === memberId)) {
         throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it left or its session expired): join again`);

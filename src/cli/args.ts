@@ -1,4 +1,5 @@
 /** Shared argument helpers for the CLI: typed option parsing with errors that name the option. */
+import { parseArgs, type ParseArgsConfig } from "node:util";
 
 /** A mistake in the command line; the CLI prints it with the usage hint and exits 2. */
 export class UsageError extends Error {
@@ -29,4 +30,34 @@ export function hostPort(name: string, value: string): { host: string; port: num
 /** True for addresses that only this machine can reach. */
 export function isLoopback(host: string): boolean {
   return host === "localhost" || host === "::1" || /^127\./.test(host);
+}
+
+/**
+ * `node:util` `parseArgs` with short errors that name the option (thrown as {@link UsageError})
+ * instead of parseArgs' own texts, and with negative numbers accepted as values: `--partition -1`
+ * reads as `--partition=-1`, so that the option's own check can say what is allowed
+ * ("--partition must be from 0 to 4095, got -1") instead of "argument is ambiguous".
+ * @throws UsageError for an unknown option, a missing or unexpected value, or an unexpected argument.
+ */
+export function parseCli<T extends ParseArgsConfig>(config: T): ReturnType<typeof parseArgs<T>> {
+  const options = config.options ?? {};
+  const args = [...(config.args ?? [])];
+  for (let i = 0; i + 1 < args.length; i++) {
+    const name = /^--([^=]+)$/.exec(args[i])?.[1];
+    if (name !== undefined && options[name]?.type === "string" && /^-\d/.test(args[i + 1])) args.splice(i, 2, `${args[i]}=${args[i + 1]}`);
+  }
+  try {
+    return parseArgs({ ...config, args }) as ReturnType<typeof parseArgs<T>>;
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    if (typeof code !== "string" || !code.startsWith("ERR_PARSE_ARGS")) throw err;
+    const message = (err as Error).message;
+    const quoted = /'([^' ]+)/.exec(message)?.[1] ?? "";
+    if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") throw new UsageError(`unknown option ${quoted}`);
+    if (code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL") throw new UsageError(`unexpected argument ${JSON.stringify(quoted)}`);
+    if (/does not take an argument/.test(message)) throw new UsageError(`${quoted} takes no value`);
+    if (/argument missing/.test(message)) throw new UsageError(`${quoted} needs a value`);
+    if (/ambiguous/.test(message)) throw new UsageError(`${quoted} needs a value; to give one that starts with "-", write ${quoted}=VALUE`);
+    throw new UsageError(message.split("\n")[0]);
+  }
 }

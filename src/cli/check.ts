@@ -3,12 +3,12 @@
  * changing nothing (see `src/storage/check.ts` for what is checked and how severe each finding is).
  * Exit code 0 when nothing is corrupt (warnings allowed), 1 when anything is.
  */
-import { parseArgs } from "node:util";
 import { resolve } from "node:path";
 import { NodeFileSystem } from "../runtime/node-fs.ts";
 import { lockHolder } from "../runtime/lock.ts";
 import { checkDataDir } from "../storage/check.ts";
-import { UsageError } from "./args.ts";
+import { UsageError, parseCli } from "./args.ts";
+import { plural } from "../lib/text.ts";
 
 /** Help text of `es-broker check`. */
 export const checkHelp = `Usage: es-broker check [--data-dir DIR] [--json]
@@ -26,7 +26,7 @@ Options:
 
 /** Runs `check`; resolves with the exit code. */
 export async function check(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseCli({
     args: argv,
     options: {
       "data-dir": { type: "string", default: "./data" },
@@ -51,7 +51,7 @@ export async function check(argv: string[]): Promise<number> {
     onProgress: ({ partitions, bytes }) => {
       if (Date.now() - lastProgress < 1000) return;
       lastProgress = Date.now();
-      process.stderr.write(`es-broker: checked ${partitions} partitions, ${(bytes / 1048576).toFixed(1)} MiB\n`);
+      process.stderr.write(`es-broker: checked ${plural(partitions, "partition")}, ${(bytes / 1048576).toFixed(1)} MiB\n`);
     },
   });
   if (values.json) {
@@ -68,7 +68,7 @@ export async function check(argv: string[]): Promise<number> {
         for (const stray of p.strays) process.stdout.write(`warning ${p.dir}/${stray.name}: ${stray.reason}\n`);
       }
     }
-    process.stdout.write(`${report.segmentsChecked} segments checked: ${report.corrupt} corrupt, ${report.warnings} warnings\n`);
+    process.stdout.write(`${plural(report.segmentsChecked, "segment")} checked: ${report.corrupt} corrupt, ${plural(report.warnings, "warning")}\n`);
   }
   return report.corrupt > 0 ? 1 : 0;
 }

@@ -2,14 +2,14 @@
  * The kcat-like client commands: `produce`, `consume`, `topics` and `groups`. They talk to a
  * running broker over the TCP protocol (`--broker host:port`, default 127.0.0.1:9092).
  */
-import { parseArgs } from "node:util";
 import { GroupConsumer, IdempotentProducer, TcpClient } from "../client/client.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
 import type { GroupDescription } from "../broker/types.ts";
 import { EntryBatchBuilder } from "../storage/record.ts";
 import { utf8 } from "../lib/bytes.ts";
+import { plural } from "../lib/text.ts";
 import type { TopicDescription } from "../broker/types.ts";
-import { UsageError, hostPort, intOption } from "./args.ts";
+import { UsageError, hostPort, intOption, parseCli } from "./args.ts";
 
 const brokerDefault = "127.0.0.1:9092";
 
@@ -48,7 +48,8 @@ of the log (the high watermark when it started reading); with --follow it waits 
 Options:
   --broker HOST:PORT       broker TCP address (default ${brokerDefault})
   --from-beginning         start at each partition's log start offset
-  --offset N               start at offset N (needs --partition)
+  --offset N               start at offset N (needs --partition); an offset outside [log start
+                           offset, high watermark] fails (exit 1)
   --partition N            read only partition N (default: all, partition by partition)
   --follow                 keep waiting for new records
   --key-separator SEP      print KEY SEP VALUE for each record (no key prints nothing before SEP)
@@ -110,7 +111,7 @@ function indexOfBytes(haystack: Uint8Array, needle: Uint8Array, from: number, en
 
 /** `es-broker produce TOPIC`. */
 export async function produce(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseCli({
     args: argv,
     options: {
       broker: { type: "string" },
@@ -215,7 +216,7 @@ export async function produce(argv: string[]): Promise<number> {
   };
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
-  const summary = () => `produced ${total} record${total === 1 ? "" : "s"} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}`;
+  const summary = () => `produced ${plural(total, "record")} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}`;
   try {
     let carry = new Uint8Array(0);
     const chunks = (process.stdin as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
@@ -262,7 +263,7 @@ export async function produce(argv: string[]): Promise<number> {
 
 /** `es-broker consume TOPIC`. */
 export async function consume(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseCli({
     args: argv,
     options: {
       broker: { type: "string" },
@@ -308,6 +309,14 @@ export async function consume(argv: string[]): Promise<number> {
     const [description] = await client.metadata([topic]);
     const partitions = onlyPartition >= 0 ? [onlyPartition] : description.partitions.map((p) => p.partition);
     if (onlyPartition >= description.partitions.length) throw new UsageError(`topic "${topic}" has no partition ${onlyPartition}`);
+    if (startOffset >= 0) {
+      // Checked here, so that with or without --follow an offset outside the log fails the same way.
+      const { logStartOffset, highWatermark } = await client.listOffsets({ topic, partition: onlyPartition });
+      if (startOffset > highWatermark || startOffset < logStartOffset) {
+        const where = startOffset > highWatermark ? `past the high watermark ${highWatermark}` : `before the log start offset ${logStartOffset}`;
+        throw new Error(`Cannot consume partition ${onlyPartition} of topic "${topic}" from offset ${startOffset}: it is ${where} (give an offset from ${logStartOffset} to ${highWatermark})`);
+      }
+    }
     const print = async (key: Uint8Array | null, value: Uint8Array) => {
       if (separator !== null) {
         if (key !== null) await writeOut(key);
@@ -437,7 +446,7 @@ function groupText(g: GroupDescription): string {
 
 /** `es-broker groups list|describe`. */
 export async function groups(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseCli({
     args: argv,
     options: { broker: { type: "string" }, help: { type: "boolean", short: "h", default: false } },
     allowPositionals: true,
@@ -453,7 +462,7 @@ export async function groups(argv: string[]): Promise<number> {
   const client = await connect(values.broker);
   try {
     if (action === "list") {
-      for (const g of await client.listGroups()) process.stdout.write(`${g.group}\tgeneration ${g.generation}\t${g.members.length} members\n`);
+      for (const g of await client.listGroups()) process.stdout.write(`${g.group}\tgeneration ${g.generation}\t${plural(g.members.length, "member")}\n`);
     } else {
       process.stdout.write(groupText(await client.describeGroup(name!)) + "\n");
     }
@@ -484,7 +493,7 @@ function describeText(t: TopicDescription): string {
 
 /** `es-broker topics create|list|describe|delete`. */
 export async function topics(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseCli({
     args: argv,
     options: {
       broker: { type: "string" },

@@ -29,6 +29,9 @@ Options:
   -h, --help      show this help
 `;
 
+/** The commands {@link main} knows (each has its own `--help`). */
+const commands: readonly string[] = ["serve", "produce", "consume", "topics", "check", "groups"];
+
 /** Runs the command line; resolves with the exit code. Errors print one line on stderr. */
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
@@ -61,8 +64,10 @@ export async function main(argv: string[]): Promise<number> {
         throw new UsageError(`unknown command ${JSON.stringify(command)}`);
     }
   } catch (err) {
-    if (err instanceof UsageError || (err as { code?: string })?.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" || (err as { code?: string })?.code?.startsWith?.("ERR_PARSE_ARGS")) {
-      process.stderr.write(`es-broker: ${(err as Error).message}\nRun 'es-broker ${command && !command.startsWith("-") ? `${command} ` : ""}--help' for usage.\n`);
+    if (err instanceof UsageError || (err as { code?: string })?.code?.startsWith?.("ERR_PARSE_ARGS")) {
+      // The hint names the command's own help only for a command that has one.
+      const helpOf = command !== undefined && commands.includes(command) ? `${command} ` : "";
+      process.stderr.write(`es-broker: ${(err as Error).message}\nRun 'es-broker ${helpOf}--help' for usage.\n`);
       return 2;
     }
     if (err instanceof ClientError) {

@@ -3,7 +3,6 @@
  * saying where it listens, and shuts down gracefully on SIGTERM or SIGINT (stop accepting, finish
  * in-flight requests, fsync, close files, exit 0); a second signal exits at once.
  */
-import { parseArgs } from "node:util";
 import { dirname, resolve } from "node:path";
 import { LocalBroker } from "../broker/broker.ts";
 import { NodeFileSystem } from "../runtime/node-fs.ts";
@@ -25,7 +24,7 @@ import {
   requestBytesMin,
 } from "../lib/limits.ts";
 import { version } from "../version.ts";
-import { UsageError, intOption, isLoopback } from "./args.ts";
+import { UsageError, intOption, isLoopback, parseCli } from "./args.ts";
 
 /** Help text of `es-broker serve`. */
 export const serveHelp = `Usage: es-broker serve [options]
@@ -53,7 +52,7 @@ Options:
 
 /** Runs `serve` until a signal stops it. Resolves with the exit code. */
 export async function serve(argv: string[]): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = parseCli({
     args: argv,
     options: {
       "data-dir": { type: "string", default: "./data" },

@@ -95,4 +95,46 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(p.stderr()).toBe('es-broker: SIGINT: not sending an incomplete last line (7 bytes without a newline)\nes-broker: SIGINT: stopped reading; produced 3 records to "t"\n');
     expect(await values(client)).toEqual(["a", "b", "c"]);
   });
+
+  it("an unknown command points to es-broker --help", async () => {
+    const r = await runCli(["frobnicate"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe(`es-broker: unknown command "frobnicate"\nRun 'es-broker --help' for usage.\n`);
+  });
+
+  it.each([
+    [["consume", "t", "--partition", "-1"], "--partition must be from 0 to 4095, got -1", "consume"],
+    [["consume", "t", "--partition", "0", "--offset", "-5"], "--offset must be from 0 to 9007199254740991, got -5", "consume"],
+    [["consume", "t", "--nope"], "unknown option --nope", "consume"],
+    [["produce", "t", "--partition"], "--partition needs a value", "produce"],
+    [["consume", "t", "--follow=yes"], "--follow takes no value", "consume"],
+    [["serve", "extra"], 'unexpected argument "extra"', "serve"],
+  ])("%j says in one line what is wrong, naming the option, and exits 2", async (args, message, command) => {
+    const r = await runCli(args);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe(`es-broker: ${message}\nRun 'es-broker ${command} --help' for usage.\n`);
+  });
+
+  it("consume --offset past the high watermark fails the same way with and without --follow, naming the offset and the high watermark", async () => {
+    const { client, address } = await brokerWithTopic();
+    await client.produce("t", [{ value: "a" }, { value: "b" }], { partition: 0 });
+    const message = 'es-broker: Cannot consume partition 0 of topic "t" from offset 99: it is past the high watermark 2 (give an offset from 0 to 2)\n';
+    for (const follow of [[], ["--follow"]]) {
+      const r = await runCli(["consume", "t", "--partition", "0", "--offset", "99", ...follow, "--broker", address]);
+      expect(r.code, `${follow.join(" ")} ${r.stderr}`).toBe(1);
+      expect(r.stderr).toBe(message);
+      expect(r.stdout.length).toBe(0);
+    }
+    // At the high watermark is not past it: nothing to print yet, exit 0.
+    const atEnd = await runCli(["consume", "t", "--partition", "0", "--offset", "2", "--broker", address]);
+    expect(atEnd.code, atEnd.stderr).toBe(0);
+  });
+
+  it("groups list counts members in the right number", async () => {
+    const { client, address } = await brokerWithTopic();
+    await client.joinGroup({ group: "solo", topics: ["t"], sessionTimeoutMs: 60_000 });
+    const r = await runCli(["groups", "list", "--broker", address]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.toString()).toBe("solo\tgeneration 1\t1 member\n");
+  });
 });

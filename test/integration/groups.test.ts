@@ -136,6 +136,14 @@ describe("consumer groups", () => {
     expect(row).toEqual({ topic: "t", partition: ownA.partition, committed: 3, highWatermark: 5, lag: 2, owner: a.memberId });
   });
 
+  it("counts members and partitions in the right number in its messages", async () => {
+    const { broker } = await start(new MemoryFileSystem());
+    await broker.createTopic({ name: "t", partitions: 1 });
+    await broker.joinGroup({ group: "g", topics: ["t"] });
+    await expect(broker.commitOffsets({ group: "g", offsets: [{ topic: "t", partition: 0, offset: 0 }] })).rejects.toThrow(/: the group has 1 member, so a commit must name/);
+    await expect(broker.fetch({ topic: "t", partition: 3, offset: 0 })).rejects.toThrow(/: it has 1 partition$/);
+  });
+
   it("validates commits: not above the high watermark, not negative, existing partitions, each partition once", async () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "t", partitions: 1 });
