@@ -258,6 +258,9 @@ export async function produce(argv: string[]): Promise<number> {
     process.off("SIGTERM", onSignal);
     await idempotent?.close();
     await client.close();
+    // Deno keeps the process alive for the stdin read that the signal interrupted (destroy() does
+    // not cancel it): exit once the exit code is set, if nothing else ends the process first.
+    if (interrupted !== null) setTimeout(() => process.exit(), 100).unref?.();
   }
 }
 
