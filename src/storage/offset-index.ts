@@ -4,9 +4,11 @@
  * time at least {@link indexIntervalBytes} of log has passed since the last entry.
  *
  * The index is derived state: it is validated when loaded (DECISIONS 2) and rebuilt from the log
- * rather than trusted when anything about it is off. In memory it is one growable Float64Array
- * (offsets and positions interleaved): 16 bytes per entry, so a billion records of 256 bytes need
- * about 1 GB / 4 KiB × 16 B ≈ 4 MB.
+ * rather than trusted when anything about it is off. In memory it is one growable Uint32Array
+ * (offsets and positions interleaved): 8 bytes per entry, and a Float64Array (16 bytes) only if a
+ * value reaches 2^32 (a log file over 4 GiB that recovery met). Every segment keeps its index in
+ * memory, so the broker's memory grows with the data it retains — ~0.2 % of the log (8 bytes per
+ * 4 KiB) — and a sealed segment's array is cut to its entries ({@link OffsetIndex.trim}).
  */
 import { readU64, viewOf, writeU64 } from "../lib/bytes.ts";
 import { indexEntryBytes, indexIntervalBytes } from "../lib/limits.ts";
@@ -16,8 +18,13 @@ export type IndexProblem = { reason: string } | null;
 
 /** A segment's offset index in memory. */
 export class OffsetIndex {
-  #entries = new Float64Array(32);
+  #entries: Uint32Array | Float64Array;
   #count = 0;
+
+  /** @param capacity entries to make room for (grows as needed). */
+  constructor(capacity = 16) {
+    this.#entries = new Uint32Array(Math.max(1, capacity) * 2);
+  }
 
   /** Number of entries. */
   get count(): number {
@@ -54,14 +61,21 @@ export class OffsetIndex {
 
   /** Appends an entry; both values must be larger than the last entry's. */
   push(relativeOffset: number, position: number): void {
-    if (this.#count * 2 + 2 > this.#entries.length) {
-      const next = new Float64Array(this.#entries.length * 2);
-      next.set(this.#entries);
+    const wide = this.#entries instanceof Uint32Array && (relativeOffset > 0xffffffff || position > 0xffffffff);
+    if (wide || this.#count * 2 + 2 > this.#entries.length) {
+      const length = Math.max(this.#entries.length * (this.#count * 2 + 2 > this.#entries.length ? 2 : 1), 2);
+      const next = wide || this.#entries instanceof Float64Array ? new Float64Array(length) : new Uint32Array(length);
+      next.set(this.#entries.subarray(0, this.#count * 2));
       this.#entries = next;
     }
     this.#entries[this.#count * 2] = relativeOffset;
     this.#entries[this.#count * 2 + 1] = position;
     this.#count++;
+  }
+
+  /** Shrinks the array to exactly its entries (a sealed segment's index no longer grows). */
+  trim(): void {
+    if (this.#entries.length > this.#count * 2) this.#entries = this.#entries.slice(0, Math.max(this.#count, 1) * 2);
   }
 
   /** Drops every entry at index ≥ `count`. */
@@ -116,8 +130,8 @@ export class OffsetIndex {
   static decode(bytes: Uint8Array, logSizeBytes: number): { index: OffsetIndex } | { problem: string } {
     if (bytes.length % indexEntryBytes !== 0) return { problem: `index is ${bytes.length} bytes, not a whole number of ${indexEntryBytes}-byte entries` };
     const view = viewOf(bytes);
-    const index = new OffsetIndex();
     const n = bytes.length / indexEntryBytes;
+    const index = new OffsetIndex(n);
     for (let i = 0; i < n; i++) {
       const rel = readU64(view, i * indexEntryBytes);
       const pos = readU64(view, i * indexEntryBytes + 8);

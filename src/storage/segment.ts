@@ -515,6 +515,7 @@ export class Segment {
         lastIndexed = position;
       }
     });
+    if (!active) rebuilt.trim();
     this.#index = rebuilt;
     this.maxTimestampMs = scan.maxTimestampMs;
     if (scan.firstTimestampMs >= 0) this.createdMs = scan.firstTimestampMs;
@@ -817,6 +818,7 @@ export class Segment {
    */
   async seal(logger: Logger, partition: string): Promise<void> {
     await this.trimPreallocated(logger, partition); // also writes the pending index entries
+    this.#index.trim();
     const file = this.#indexFile;
     this.#indexFile = null;
     if (file === null) return;
@@ -945,6 +947,7 @@ export class Segment {
         lastIndexed = position;
       }
     });
+    if (this.#indexFile === null) rebuilt.trim();
     this.#index = rebuilt;
     logger.log("warn", "segment.index_rebuilt", { partition, segment: this.indexPath, reason: "an index entry pointed into the middle of a record" });
     if (scan.endPosition < this.readableEndBytes && this.#indexFile === null && this.corruption === null) {

@@ -8,6 +8,33 @@ function build(entries: [number, number][]): OffsetIndex {
 }
 
 describe("OffsetIndex", () => {
+  it("keeps every entry exact across growth, values at and past 2^32, and trim", () => {
+    const index = new OffsetIndex(1);
+    const entries: [number, number][] = [];
+    for (let i = 0; i < 1000; i++) entries.push([i * 7, i * 4096]);
+    // Past 2^32 the array widens to 64-bit floats without losing what was there.
+    entries.push([2 ** 32 - 1 + 7000, 2 ** 32 + 5], [2 ** 40, 2 ** 45]);
+    for (const [rel, pos] of entries) index.push(rel, pos);
+    const check = () => {
+      expect(index.count).toBe(entries.length);
+      entries.forEach(([rel, pos], i) => {
+        expect(index.relativeOffsetAt(i)).toBe(rel);
+        expect(index.positionAt(i)).toBe(pos);
+      });
+    };
+    check();
+    index.trim();
+    check();
+    const decoded = OffsetIndex.decode(index.encode(), 2 ** 46);
+    expect("index" in decoded && decoded.index.positionAt(entries.length - 1)).toBe(2 ** 45);
+    const narrow = build([
+      [0, 0],
+      [2 ** 32 - 1, 2 ** 32 - 1],
+    ]);
+    narrow.trim();
+    expect(narrow.lookup(2 ** 32 - 1)).toBe(2 ** 32 - 1);
+  });
+
   it("wants an entry for the first record and then once 4 KiB have passed", () => {
     const index = new OffsetIndex();
     expect(index.wants(0)).toBe(true);
