@@ -19,8 +19,11 @@ export function wrapHandle(inner: FileHandle, path: string, overrides: HandleOve
   };
 }
 
-/** A file system that forwards everything to `inner`, wrapping every opened handle with `overrides`. */
-export function wrapFileSystem(inner: FileSystem, overrides: HandleOverrides): FileSystem {
+/**
+ * A file system that forwards everything to `inner`, wrapping every opened handle with `overrides`;
+ * `fsOverrides` replaces whole file-system calls (e.g. a `rename` that fails), and may call `inner` itself.
+ */
+export function wrapFileSystem(inner: FileSystem, overrides: HandleOverrides, fsOverrides: Partial<Omit<FileSystem, "open">> = {}): FileSystem {
   return {
     open: async (path, options) => wrapHandle(await inner.open(path, options), path, overrides),
     readdir: (path) => inner.readdir(path),
@@ -30,5 +33,6 @@ export function wrapFileSystem(inner: FileSystem, overrides: HandleOverrides): F
     removeTree: (path) => inner.removeTree(path),
     stat: (path) => inner.stat(path),
     syncDir: (path) => inner.syncDir(path),
+    ...fsOverrides,
   };
 }

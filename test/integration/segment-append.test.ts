@@ -4,6 +4,7 @@ import { MemoryLogger } from "../../src/lib/logger.ts";
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
 import { Segment } from "../../src/storage/segment.ts";
+import { recordingAllocations } from "../helpers/allocations.ts";
 
 function batchOf(values: string[]) {
   const b = new EntryBatchBuilder();
@@ -58,22 +59,6 @@ describe("Segment.prepareAppend buffers", () => {
   });
 });
 
-/** Runs `fn` while recording the length of every `new Uint8Array(n)` (numeric length) made. */
-function recordingAllocations<T>(fn: () => T): { value: T; sizes: number[] } {
-  const original = globalThis.Uint8Array;
-  const sizes: number[] = [];
-  globalThis.Uint8Array = new Proxy(original, {
-    construct(target, args, newTarget) {
-      if (typeof args[0] === "number") sizes.push(args[0]);
-      return Reflect.construct(target, args, newTarget);
-    },
-  });
-  try {
-    return { value: fn(), sizes };
-  } finally {
-    globalThis.Uint8Array = original;
-  }
-}
 
 describe("Segment.prepareAppend buffer sizes", () => {
   it("gives a small write a buffer of at most twice its bytes when no free buffer fits, however many writes hold one", async () => {

@@ -14,6 +14,7 @@ import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { tempDir } from "../helpers/tmp.ts";
+import { wrapFileSystem } from "../helpers/fs-wrap.ts";
 
 const cleanups: (() => void)[] = [];
 const open: LocalBroker[] = [];
@@ -81,21 +82,14 @@ describe("the broker", () => {
   /** NodeFileSystem whose next rename fails with `code` (null: none). */
   function failingRename(state: { code: string | null }): FileSystem {
     const inner = new NodeFileSystem();
-    return {
-      open: (path, options) => inner.open(path, options),
-      readdir: (path) => inner.readdir(path),
-      mkdir: (path) => inner.mkdir(path),
+    return wrapFileSystem(inner, {}, {
       rename: async (from, to) => {
         const code = state.code;
         state.code = null;
         if (code !== null) throw new FsError(code, from, `${code}: injected, rename '${from}' -> '${to}'`);
         return inner.rename(from, to);
       },
-      unlink: (path) => inner.unlink(path),
-      removeTree: (path) => inner.removeTree(path),
-      stat: (path) => inner.stat(path),
-      syncDir: (path) => inner.syncDir(path),
-    };
+    });
   }
 
   it("answers storage_error for a full disk and internal for a name too long, in topic config updates and group commits", async () => {

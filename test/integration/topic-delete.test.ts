@@ -9,6 +9,7 @@ import { MemoryLogger } from "../../src/lib/logger.ts";
 import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
 import { utf8, fromUtf8 } from "../../src/lib/bytes.ts";
 import { tempDir } from "../helpers/tmp.ts";
+import { wrapFileSystem } from "../helpers/fs-wrap.ts";
 
 const open: LocalBroker[] = [];
 const cleanups: (() => void)[] = [];
@@ -52,25 +53,19 @@ async function values(b: LocalBroker, topic: string): Promise<string[]> {
 /** The node file system, with `rename` and `removeTree` replaceable (`renameGate` is awaited before a rename into the trash). */
 function faultyFs(faults: { rename?: (from: string, to: string) => Error | null; removeTree?: (path: string) => Error | null; renameGate?: () => Promise<void> }): FileSystem {
   const inner = new NodeFileSystem();
-  return {
-    open: (path, options) => inner.open(path, options),
-    readdir: (path) => inner.readdir(path),
-    mkdir: (path) => inner.mkdir(path),
+  return wrapFileSystem(inner, {}, {
     rename: async (from, to) => {
       if (to.includes("/trash/")) await faults.renameGate?.();
       const err = faults.rename?.(from, to) ?? null;
       if (err !== null) throw err;
       return inner.rename(from, to);
     },
-    unlink: (path) => inner.unlink(path),
     removeTree: async (path) => {
       const err = faults.removeTree?.(path) ?? null;
       if (err !== null) throw err;
       return inner.removeTree(path);
     },
-    stat: (path) => inner.stat(path),
-    syncDir: (path) => inner.syncDir(path),
-  };
+  });
 }
 
 describe("deleting a topic", () => {

@@ -24,6 +24,7 @@ import {
 } from "../../src/protocol/codec.ts";
 import { FrameDecoder, FrameLengthError } from "../../src/protocol/frame.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
+import { recordingAllocations } from "../helpers/allocations.ts";
 
 const text = (s: string) => new TextEncoder().encode(s);
 
@@ -48,22 +49,6 @@ function split(bytes: Uint8Array, cuts: number[]): Uint8Array[] {
   return chunks;
 }
 
-/** Runs `fn` while recording the size of every `new Uint8Array(n)` (numeric length) made. */
-function recordingAllocations<T>(fn: () => T): { value: T; sizes: number[] } {
-  const original = globalThis.Uint8Array;
-  const sizes: number[] = [];
-  globalThis.Uint8Array = new Proxy(original, {
-    construct(target, args, newTarget) {
-      if (typeof args[0] === "number") sizes.push(args[0]);
-      return Reflect.construct(target, args, newTarget);
-    },
-  });
-  try {
-    return { value: fn(), sizes };
-  } finally {
-    globalThis.Uint8Array = original;
-  }
-}
 
 describe("FrameDecoder", () => {
   it("returns a frame only once all of it has arrived, across any chunking", () => {
