@@ -463,7 +463,14 @@ export class PartitionLog {
       for (const p of kept) {
         if (p.beforeWrite !== undefined && calledWith.get(p) !== offset) {
           calledWith.set(p, offset);
-          calls.push({ p, done: p.beforeWrite(offset) });
+          let done: Promise<void>;
+          try {
+            done = p.beforeWrite(offset);
+          } catch (err) {
+            // A hook that throws instead of rejecting refuses its request the same way.
+            done = Promise.reject(err);
+          }
+          calls.push({ p, done });
         }
         offset += p.batch.count;
       }

@@ -303,6 +303,26 @@ describe("the write loop under random interleavings of appends, deferred starts,
     }
   });
 
+  it("refuses a request whose beforeWrite hook throws instead of rejecting, and writes the rest of its group", async () => {
+    const mem = new MemoryFileSystem({ seed: 1 });
+    mem.writeFileSync(`${dirOf(0)}/.keep`, new Uint8Array(0));
+    const log = await PartitionLog.open({ fs: mem, dir: dirOf(0), name: "t/0", clock: new ManualClock(), logger: new MemoryLogger(), config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
+    const thrown = new Error("hook threw");
+    const results = await Promise.allSettled([
+      log.append(batchOf(["a"])),
+      log.append(batchOf(["b"]), {
+        beforeWrite: () => {
+          throw thrown;
+        },
+      }),
+      log.append(batchOf(["c"])),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    expect((results[1] as PromiseRejectedResult).reason).toBe(thrown);
+    expect((await readAll(log)).map((r) => r.value)).toEqual(["a", "c"]);
+    await log.close();
+  });
+
   it("cuts a write that lands after a failed fsync's cut, so a restart finds no hole and calls nothing corrupt", async () => {
     // A write whose bytes land only after its call returns control (an asynchronous write), in
     // flight when the fsync of the bytes before it fails: the fence cuts to the last good fsync
