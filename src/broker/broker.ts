@@ -469,7 +469,10 @@ export class LocalBroker implements Broker {
         // Nothing moved: open the topic again (or mark it unavailable, with the reason, if that fails).
         this.#topics.delete(name);
         this.#unavailable.delete(name);
-        await this.#loadTopic(name);
+        await this.#loadTopic(name).catch((loadErr: unknown) => {
+          // Its files are where they were; a restart opens it. Until then it says why it cannot be used.
+          this.#unavailable.set(name, `opening it again after a failed delete failed: ${describeError(loadErr)}`);
+        });
         throw storageFailure(`${action}: moving ${dir} to ${trash} failed, the topic is unchanged`, err);
       }
       this.#topics.delete(name);

@@ -111,6 +111,34 @@ describe("deleting a topic", () => {
     expect(await b.listTopics()).toEqual([]);
   });
 
+  it("answers with the failed move, not the failure to reopen, when the topic cannot be opened again either; the topic is then unavailable and opens at the next start", async () => {
+    const dir = `${fresh()}/data`;
+    let fail = true;
+    const inner = new NodeFileSystem();
+    const fs = wrapFileSystem(inner, {}, {
+      rename: async (from, to) => {
+        if (fail && to.includes("/trash/")) throw new FsError("EIO", from, `EIO: i/o error, rename '${from}'`);
+        return inner.rename(from, to);
+      },
+      // Reopening lists the topic's directory first: that fails too while `fail` holds.
+      readdir: async (path) => {
+        if (fail && path.endsWith("/topics/orders")) throw new FsError("EIO", path, `EIO: i/o error, scandir '${path}'`);
+        return inner.readdir(path);
+      },
+    });
+    let b = await broker(dir, { fs });
+    await b.createTopic({ name: "orders", partitions: 1 });
+    await produce(b, "orders", "kept");
+    await expect(b.deleteTopic("orders")).rejects.toSatisfy((e: unknown) => e instanceof BrokerError && /^Cannot delete topic "orders": moving .* failed, the topic is unchanged: EIO/.test(e.message));
+    await expect(b.fetch({ topic: "orders", partition: 0, offset: 0 })).rejects.toSatisfy(
+      (e: unknown) => e instanceof BrokerError && e.kind.code === "unavailable" && e.message.includes("opening it again after a failed delete failed"),
+    );
+    fail = false;
+    await closeBroker(b);
+    b = await broker(dir);
+    expect(await values(b, "orders")).toEqual(["kept"]);
+  });
+
   it("refuses requests to a topic while it is being deleted as unavailable, naming the deletion, then answers topic_not_found", async () => {
     let release: () => void = () => {};
     let reached: () => void = () => {};
