@@ -11,9 +11,10 @@
  *   at or above it, so a consumer never sees a record a crash can take back — in both modes.
  *
  * Group commit: appends are written in arrival order by one write loop, each batch of queued
- * requests as one write to the log (the loop starts after the I/O events already received are
- * handled, `Clock.afterIo`, so requests that arrive together are one batch) (index entries are written every few KiB of index, and at a
- * seal; the log grows by zeros written ahead, so most fsyncs flush data only). One fsync is in
+ * requests as one write to the log. The loop starts after the I/O events already received are
+ * handled (`Clock.afterIo`), so requests that arrive together are one batch. Index entries are
+ * written every few KiB of index and at a seal; the log grows by zeros written ahead, so most
+ * fsyncs flush data only. One fsync is in
  * flight at a time; it covers everything written when it started; requests written while it
  * runs wait for the next, which covers all of them. An fsync starts once the I/O events already
  * received are handled (`Clock.afterIo`), so requests that arrive together share one. Waiters
