@@ -2,8 +2,9 @@
  * {@link FileSystem} over `node:fs`. Runs unchanged on Node, Deno and Bun (PLATFORM.md). Writes
  * and reads use the synchronous calls (faster for small appends and served from the page cache).
  * fsync of a file with little unsynced data (`inlineSyncBytesMax`) is synchronous too: the
- * partition starts it after the pending I/O events are handled (`Clock.afterIo`), and requests
- * arriving while it blocks are written together after it, as the next group commit. A larger
+ * partition starts it right after writing a batch (its write loop starts once the pending I/O
+ * events are handled, `Clock.afterIo`), and requests arriving while it blocks are written
+ * together after it, as the next group commit. A larger
  * fsync uses the asynchronous call, so that other requests proceed while the disk works.
  */
 import * as fs from "node:fs";

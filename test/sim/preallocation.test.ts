@@ -273,6 +273,66 @@ class HeldIoClock extends ManualClock {
   }
 }
 
+/**
+ * A file system over `mem` whose log fsyncs, while {@link GatedSyncs.hold} is in force, make the
+ * bytes written so far durable at once but report it only at {@link GatedSyncs.letGo} (an fsync
+ * in flight covers what was written when it started). An fsync kept in flight is how a test
+ * reaches a deferred fsync start: only the fsync that follows a running one waits for
+ * `Clock.afterIo` (an acknowledged batch starts its own at once).
+ */
+class GatedSyncs {
+  readonly fs: FileSystem;
+  #gate: Promise<void> | null = null;
+  #open = () => {};
+  constructor(mem: FileSystem) {
+    this.fs = wrapFileSystem(mem, {
+      sync: async (inner, path) => {
+        const done = inner.sync();
+        done.catch(() => {}); // the caller sees a failure once the gate opens
+        if (this.#gate !== null && path.endsWith(".log")) await this.#gate;
+        return done;
+      },
+    });
+  }
+  /** Log fsyncs started from now on wait until {@link letGo}. */
+  hold(): void {
+    this.#gate = new Promise((resolve) => (this.#open = resolve));
+  }
+  /** Lets the waiting fsyncs (and later ones) run. */
+  letGo(): void {
+    this.#gate = null;
+    this.#open();
+  }
+}
+
+const settleMicrotasks = async (n = 20) => {
+  for (let i = 0; i < n; i++) await Promise.resolve();
+};
+
+/**
+ * Brings `log` (opened over `syncs.fs` with `clock`) to the state the tests below start from:
+ * `first` is durable and acknowledged; `subject` is written and its fsync's start is the one
+ * callback `clock` holds. `first`'s fsync is kept in flight while `subject` is written, so the
+ * fsync `subject` asks for is the follow-up, deferred until pending I/O is handled.
+ * @returns `subject`'s promise, in an object so that it is not awaited here.
+ */
+async function writtenWithSyncDeferred(log: PartitionLog, clock: HeldIoClock, syncs: GatedSyncs, first: string, subject: string) {
+  syncs.hold();
+  const firstDone = log.append(batch(first));
+  await settleMicrotasks();
+  clock.release(); // the write loop: "first" is written and its fsync starts, held in flight
+  await settleMicrotasks();
+  const pending = log.append(batch(subject));
+  await settleMicrotasks();
+  clock.release(); // the write loop: the subject is written while the fsync of "first" runs
+  await settleMicrotasks();
+  syncs.letGo(); // the fsync of "first" ends; the subject's is deferred
+  await firstDone;
+  await settleMicrotasks();
+  expect(clock.held.length).toBe(1);
+  return { pending };
+}
+
 describe("an fsync start deferred until pending I/O is handled", () => {
   function open(mem: FileSystem, clock: HeldIoClock, segmentBytes = 1 << 20) {
     return PartitionLog.open({ fs: mem, dir, name: "t/0", clock, logger: new MemoryLogger(), config: () => ({ segmentBytes, segmentMs: 1e12 }) });
@@ -281,44 +341,29 @@ describe("an fsync start deferred until pending I/O is handled", () => {
   it("does nothing when it comes after the partition closed, and close still acknowledges what was written", async () => {
     const mem = disk();
     const clock = new HeldIoClock();
-    const log = await open(mem, clock);
-    const a = log.append(batch("a"));
-    for (let i = 0; i < 20; i++) await Promise.resolve();
-    expect(clock.held.length).toBe(1); // the write loop's start
-    clock.release();
-    for (let i = 0; i < 20; i++) await Promise.resolve();
-    expect(clock.held.length).toBe(1); // "a" is written, its fsync start is held
+    const syncs = new GatedSyncs(mem);
+    const log = await open(syncs.fs, clock);
+    const { pending: a } = await writtenWithSyncDeferred(log, clock, syncs, "first", "a");
     await log.close();
-    expect(await a).toEqual({ baseOffset: 0, count: 1 });
+    expect(await a).toEqual({ baseOffset: 1, count: 1 });
     const syncsBefore = mem.mutationCount;
     clock.release();
-    for (let i = 0; i < 20; i++) await Promise.resolve();
+    await settleMicrotasks();
     expect(mem.mutationCount).toBe(syncsBefore);
     mem.crash({ mode: "dropAll" });
     const again = await open(mem, new HeldIoClock());
-    expect([...(await values(again)).values()]).toEqual(["a"]);
+    expect([...(await values(again)).values()]).toEqual(["first", "a"]);
     await again.close();
   });
 
   it("starts no fsync after the partition was fenced, and the waiting request gets the fenced error", async () => {
     const mem = disk();
     const clock = new HeldIoClock();
-    const log = await open(mem, clock, 3000);
-    await (async () => {
-      const first = log.append(batch("a"));
-      for (let i = 0; i < 20; i++) await Promise.resolve();
-      clock.release(); // the write loop
-      for (let i = 0; i < 20; i++) await Promise.resolve();
-      clock.release(); // the fsync
-      await first;
-    })();
-    const b = log.append(batch("b"));
+    const syncs = new GatedSyncs(mem);
+    const log = await open(syncs.fs, clock, 3000);
+    const { pending: b } = await writtenWithSyncDeferred(log, clock, syncs, "a", "b");
     const bState = { settled: "pending" as string };
     b.then(() => (bState.settled = "ok"), (e: { kind?: string }) => (bState.settled = e.kind ?? "error"));
-    for (let i = 0; i < 20; i++) await Promise.resolve();
-    clock.release(); // the write loop: "b" is written
-    for (let i = 0; i < 20; i++) await Promise.resolve();
-    expect(clock.held.length).toBe(1); // the fsync start of "b"
     // The next append does not fit: the roll flushes first (fsync of "b" fails: fenced).
     mem.faults.failNext({ op: "sync", path: /\.log$/, code: "EIO" });
     const x = log.append(batch("x".repeat(2990)));
@@ -342,14 +387,11 @@ describe("an fsync start deferred until pending I/O is handled", () => {
   it("acknowledges a request written before a roll whose flush covered it, before the deferred start comes", async () => {
     const mem = disk();
     const clock = new HeldIoClock();
-    const log = await open(mem, clock, 3000);
-    const a = log.append(batch("a"));
+    const syncs = new GatedSyncs(mem);
+    const log = await open(syncs.fs, clock, 3000);
+    const { pending: a } = await writtenWithSyncDeferred(log, clock, syncs, "first", "a");
     const state = { v: "pending" };
     a.then(() => (state.v = "ok"));
-    for (let i = 0; i < 20; i++) await Promise.resolve();
-    clock.release(); // the write loop: "a" is written, its fsync start is held
-    for (let i = 0; i < 20; i++) await Promise.resolve();
-    expect(clock.held.length).toBe(1);
     const roll = log.append(batch("y".repeat(2990)));
     for (let i = 0; i < 20; i++) await Promise.resolve();
     clock.release(1); // the write loop of the roll, not the fsync start of "a"
@@ -357,7 +399,7 @@ describe("an fsync start deferred until pending I/O is handled", () => {
     expect(state.v).toBe("ok");
     expect(log.segmentCount).toBe(2);
     clock.release();
-    expect(await roll).toEqual({ baseOffset: 1, count: 1 });
+    expect(await roll).toEqual({ baseOffset: 2, count: 1 });
     await log.close();
   });
 });
@@ -387,17 +429,14 @@ describe("a group waiting for the write lock when an fsync fails", () => {
   it("is refused without being written, so a restart does not bring back a record that was answered with the fenced error", async () => {
     const mem = disk();
     const clock = new HeldIoClock();
-    let log = await PartitionLog.open({ fs: mem, dir, name: "t/0", clock, logger: new MemoryLogger(), config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
+    const syncs = new GatedSyncs(mem);
+    let log = await PartitionLog.open({ fs: syncs.fs, dir, name: "t/0", clock, logger: new MemoryLogger(), config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
     const settle = (p: Promise<unknown>) => {
       const s = { v: "pending" };
       p.then(() => (s.v = "ok"), (e: { kind?: string }) => (s.v = e.kind ?? "error"));
       return s;
     };
-    const a = settle(log.append(batch("a")));
-    for (let i = 0; i < 20; i++) await Promise.resolve();
-    clock.release(); // the write loop
-    for (let i = 0; i < 20; i++) await Promise.resolve();
-    expect(clock.held.length).toBe(1); // "a" is written, its fsync not started yet
+    const a = settle((await writtenWithSyncDeferred(log, clock, syncs, "first", "a")).pending); // "a" is written, its fsync not started yet
     let open!: () => void;
     const gate = new Promise<void>((r) => (open = r));
     const cleaner = log.withWriteLock(() => gate); // a retention pass holds the write lock
@@ -417,7 +456,7 @@ describe("a group waiting for the write lock when an fsync fails", () => {
     await log.close();
     // A restart without a reboot reads what the page cache holds.
     log = await openLog(mem, 1 << 20);
-    expect([...(await values(log)).values()]).toEqual([]);
+    expect([...(await values(log)).values()]).toEqual(["first"]);
     await log.close();
   });
 });

@@ -330,11 +330,16 @@ describe("the write loop under random interleavings of appends, deferred starts,
     const mem = new MemoryFileSystem({ seed: 1 });
     mem.writeFileSync(`${dirOf(0)}/.keep`, new Uint8Array(0));
     let gate: Promise<void> | null = null;
+    let syncGate: Promise<void> | null = null;
     const fs = wrapFileSystem(mem, {
       async write(inner, path, bytes, position) {
         if (gate === null || !path.endsWith(".log")) return inner.write(bytes, position);
         await gate;
         return inner.write(bytes, position);
+      },
+      async sync(inner, path) {
+        if (syncGate !== null && path.endsWith(".log")) await syncGate;
+        return inner.sync();
       },
     });
     const clock = new HeldIoClock();
@@ -349,19 +354,22 @@ describe("the write loop under random interleavings of appends, deferred starts,
     await durable;
     const state: Record<string, string> = {};
     const track = (name: string, p: Promise<unknown>) => p.then(() => (state[name] = "ok"), (e: { kind?: string }) => (state[name] = e.kind ?? "error"));
+    let startSync!: () => void;
+    syncGate = new Promise<void>((resolve) => (startSync = resolve));
     track("a", log.append(batchOf(["a"])));
     await settleMicrotasks();
-    clock.runOne(0); // the write loop: "a" is written, its fsync start is held
+    clock.runOne(0); // the write loop: "a" is written, its fsync starts and waits
     await settleMicrotasks();
     track("b", log.append(batchOf(["b"])));
     await settleMicrotasks();
-    expect(clock.held).toHaveLength(2); // the fsync of "a", the write loop of "b"
+    expect(clock.held).toHaveLength(1); // the write loop of "b"
     let landWrite!: () => void;
     gate = new Promise<void>((resolve) => (landWrite = resolve));
-    clock.runOne(1); // the write loop of "b": its write is in flight
+    clock.runOne(0); // the write loop of "b": its write is in flight
     await settleMicrotasks();
     mem.faults.failNext({ op: "sync", path: /\.log$/, code: "EIO" });
-    clock.runOne(0); // the fsync of "a" fails: fenced, "a" is cut
+    syncGate = null;
+    startSync(); // the fsync of "a" fails: fenced, "a" is cut
     await settleMicrotasks();
     gate = null;
     landWrite(); // "b" lands past the cut
