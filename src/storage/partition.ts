@@ -22,8 +22,9 @@
  *
  * Failure rules: a failed write has its partial bytes cut off before its requests get the error;
  * if that fails, or any fsync fails, the partition is fenced: it refuses writes with a
- * "restart required" error, every request waiting on the failed fsync gets that error, and the
- * fsync is never retried (DECISIONS 7). Reads of acknowledged data continue.
+ * "restart required" error, every request waiting for an fsync gets that error (also those of an
+ * fsync still in flight, whose later success then makes nothing readable), and the fsync is
+ * never retried (DECISIONS 7). Reads of acknowledged data continue.
  */
 import { assert } from "../lib/assert.ts";
 import type { Clock, Timer } from "../lib/clock.ts";
@@ -654,6 +655,12 @@ export class PartitionLog {
         return;
       }
       this.#stats.fsyncs++;
+      // Fenced while this fsync ran (a later group's write failed and the fsync of its cut failed
+      // too): every waiter, this fsync's included, was answered with the fenced error, and a
+      // concurrent failed fsync on the file means this success cannot be trusted (Linux reports
+      // a writeback error to one caller). Nothing it covered may become readable; the fence's cut
+      // to the last good fsync removes it (test/sim/fsync-in-flight-fence.test.ts).
+      if (this.#fenced !== null) return;
       this.#unsyncedRecords = Math.max(0, this.#unsyncedRecords - recordsCovered);
       if (segment === this.#active) this.#durablePosition = targetPosition;
       this.#highWatermark = Math.max(this.#highWatermark, targetOffset);
