@@ -13,10 +13,11 @@ import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import type { FileSystem } from "../../src/fs/types.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
-import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { wrapFileSystem } from "../helpers/fs-wrap.ts";
+import { readPartitionRecords } from "../helpers/partition-records.ts";
 
 const dir = "/data/topics/t/0";
 
@@ -27,19 +28,7 @@ function batch(...values: string[]) {
 }
 
 async function values(log: PartitionLog): Promise<string[]> {
-  const out: string[] = [];
-  let offset = log.logStartOffset;
-  while (offset < log.highWatermark) {
-    const r = await log.read({ offset, maxRecords: 1000, maxBytes: 8 << 20 });
-    const c = new RecordCursor().reset(r.bytes);
-    for (let p = 0; p < r.bytes.length; p += c.sizeBytes) {
-      expect(c.decode(p)).toBe(DecodeStatus.Ok);
-      out.push(fromUtf8(c.value()));
-    }
-    if (r.nextOffset <= offset) break;
-    offset = r.nextOffset;
-  }
-  return out;
+  return (await readPartitionRecords(log, 8 << 20)).map((r) => r.value);
 }
 
 /** Lets the `setImmediate` callbacks run (the write loop's and the deferred fsync's starts). */

@@ -7,12 +7,13 @@ import { describe, expect, it } from "vitest";
 import { MemoryFileSystem, type CrashOptions } from "../../src/fs/memory.ts";
 import type { FileSystem } from "../../src/fs/types.ts";
 import { wrapFileSystem } from "../helpers/fs-wrap.ts";
+import { readPartitionRecords } from "../helpers/partition-records.ts";
 import { FsError } from "../../src/fs/types.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { bytesEqual, fromUtf8, utf8 } from "../../src/lib/bytes.ts";
+import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
 import { PowerCutFs } from "../helpers/compaction-fixtures.ts";
 import { ColdStore } from "../../src/storage/cold-store.ts";
 import { checkDataDir } from "../../src/storage/check.ts";
@@ -37,19 +38,7 @@ function openLog(fs: FileSystem, segmentBytes: number, logger = new MemoryLogger
 }
 
 async function values(log: PartitionLog): Promise<Map<number, string>> {
-  const out = new Map<number, string>();
-  let offset = log.logStartOffset;
-  while (offset < log.highWatermark) {
-    const r = await log.read({ offset, maxRecords: 1000, maxBytes: 8 << 20 });
-    const c = new RecordCursor().reset(r.bytes);
-    for (let p = 0; p < r.bytes.length; p += c.sizeBytes) {
-      expect(c.decode(p)).toBe(DecodeStatus.Ok);
-      out.set(c.offset, fromUtf8(c.value()));
-    }
-    if (r.nextOffset <= offset) break;
-    offset = r.nextOffset;
-  }
-  return out;
+  return new Map((await readPartitionRecords(log, 8 << 20)).map((r) => [r.offset, r.value]));
 }
 
 /** Sizes of the segment log files on disk, by name. */

@@ -11,12 +11,13 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
-import { bytesEqual, fromUtf8, utf8 } from "../../src/lib/bytes.ts";
+import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
-import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { wrapFileSystem } from "../helpers/fs-wrap.ts";
+import { readPartitionRecords } from "../helpers/partition-records.ts";
 
 /** A manual clock whose `afterIo` callbacks wait until the test runs them, one at a time, in any order. */
 class HeldIoClock extends ManualClock {
@@ -78,21 +79,7 @@ function batchOf(values: string[]) {
 }
 
 /** Every record below the high watermark, in order. */
-async function readAll(log: PartitionLog): Promise<{ offset: number; value: string }[]> {
-  const out: { offset: number; value: string }[] = [];
-  let offset = log.logStartOffset;
-  while (offset < log.highWatermark) {
-    const r = await log.read({ offset, maxRecords: 1000, maxBytes: 1 << 20 });
-    const c = new RecordCursor().reset(r.bytes);
-    for (let p = 0; p < r.bytes.length; p += c.sizeBytes) {
-      expect(c.decode(p)).toBe(DecodeStatus.Ok);
-      out.push({ offset: c.offset, value: fromUtf8(c.value()) });
-    }
-    if (r.nextOffset <= offset) break;
-    offset = r.nextOffset;
-  }
-  return out;
-}
+const readAll = (log: PartitionLog) => readPartitionRecords(log);
 
 async function run(ops: Op[], options: { flushEveryRecords: number; crash: "dropAll" | "keepAll"; segmentBytes: number; writeDelays: number[] }) {
   const mem = new MemoryFileSystem({ seed: 7 });
