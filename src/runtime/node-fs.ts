@@ -4,8 +4,8 @@
  * fsync of a file with little unsynced data (`inlineSyncBytesMax`) is synchronous too: the
  * partition starts it right after writing a batch (its write loop starts once the pending I/O
  * events are handled, `Clock.afterIo`), and requests arriving while it blocks are written
- * together after it, as the next group commit. A larger
- * fsync uses the asynchronous call, so that other requests proceed while the disk works.
+ * together after it, as the next group commit. A larger fsync uses the asynchronous call, so
+ * that other requests proceed while the disk works.
  */
 import * as fs from "node:fs";
 import { inlineSyncBytesMax } from "../lib/limits.ts";
