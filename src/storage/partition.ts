@@ -20,11 +20,12 @@
  * together); requests that arrive while it runs become the next batch and share the next fsync.
  * Waiters whose bytes are covered resolve without a system call of their own.
  *
- * Failure rules: a failed write has its partial bytes cut off before its requests get the error;
- * if that fails, or any fsync fails, the partition is fenced: it refuses writes with a
- * "restart required" error, every request waiting for an fsync gets that error (also those of an
- * fsync still in flight, whose later success then makes nothing readable), and the fsync is
- * never retried (DECISIONS 7). Reads of acknowledged data continue.
+ * Failure rules: a failed write has its partial bytes cut off before its requests get the error
+ * (the cut's fsync is one of the partition's: it waits for the one in flight, and is not made
+ * after a failed one); if that fails, or any fsync fails, the partition is fenced: it refuses
+ * writes with a "restart required" error, every request waiting for an fsync gets that error
+ * (also those of an fsync still in flight, whose later success then makes nothing readable), and
+ * the fsync is never retried (DECISIONS 7). Reads of acknowledged data continue.
  */
 import { assert } from "../lib/assert.ts";
 import type { Clock, Timer } from "../lib/clock.ts";
@@ -544,7 +545,7 @@ export class PartitionLog {
       }
     }
     try {
-      await active.append(prepared, this.#logger, this.name, config.segmentBytes);
+      await active.append(prepared, this.#logger, this.name, config.segmentBytes, () => this.#syncCut(active));
     } catch (err) {
       if (err instanceof StorageError && err.kind === "fenced") {
         this.#fence("a failed write that could not be cut off", err);
@@ -666,17 +667,42 @@ export class PartitionLog {
       this.#highWatermark = Math.max(this.#highWatermark, targetOffset);
       this.#resolveCovered();
       this.#notify();
-    })().finally(() => {
-      this.#syncRunning = null;
-      if (this.#fenced !== null) return;
-      const behind = this.#active.nextOffset > this.#highWatermark;
-      if (this.#syncWanted || (behind && this.#flushEveryRecords === 1)) {
-        this.#syncWanted = false;
-        this.#requestSync();
-      } else if (behind) {
-        this.#armFlushTimer();
-      }
-    });
+    })().finally(() => this.#syncEnded());
+  }
+
+  /** After an fsync (the partition's, or a cut's): asks for the next one if anything waits for it. */
+  #syncEnded(): void {
+    this.#syncRunning = null;
+    if (this.#fenced !== null) return;
+    const behind = this.#active.nextOffset > this.#highWatermark;
+    if (this.#syncWanted || (behind && this.#flushEveryRecords === 1)) {
+      this.#syncWanted = false;
+      this.#requestSync();
+    } else if (behind) {
+      this.#armFlushTimer();
+    }
+  }
+
+  /**
+   * The fsync of a failed write's cut (`Segment.append`), as one of the partition's own: one fsync
+   * of the log at a time (two in flight could each take the other's writeback error, and the
+   * success of one could not be trusted). It waits for the one in flight, starts none once a
+   * failed fsync fenced the partition (the failed write then fences it too: its cut cannot be made
+   * durable), holds the partition's fsync slot while it runs, and fences the partition if it fails.
+   * @throws StorageError "fenced" if the partition is fenced once nothing is in flight; the fsync's
+   *   error if it fails.
+   */
+  async #syncCut(segment: Segment): Promise<void> {
+    while (this.#syncRunning !== null) await this.#syncRunning;
+    if (this.#fenced !== null) throw this.#fencedError();
+    const cut = segment.syncLog();
+    this.#syncRunning = cut
+      .then(
+        () => {},
+        (err: unknown) => this.#fence(`a failed fsync of a failed write's cut (${describe(err)})`, err),
+      )
+      .finally(() => this.#syncEnded());
+    await cut;
   }
 
   /** Acknowledges every waiter whose records the high watermark covers. */

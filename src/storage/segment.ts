@@ -709,9 +709,13 @@ export class Segment {
    * the error returns; if that fails too, throws StorageError "fenced". An index write failure is not fatal: the
    * index is derived and recovery rebuilds it, so the segment stops writing its index file. A
    * failed write of zeros is not fatal either (the zeros are free space): the segment stops writing ahead.
+   * @param syncCut makes the cut durable (default: fsync the log). The partition passes one that
+   *   first waits for its own fsync in flight and refuses (throws) once the partition is fenced, so
+   *   the cut is never a second fsync of the file beside the partition's, nor one after a failed
+   *   fsync (which would make later writes durable behind the bytes that fsync lost).
    * @throws StorageError ("write_failed" after a clean cut, "fenced" otherwise).
    */
-  async append(prepared: PreparedAppend, logger: Logger, partition: string, preallocateLimitBytes = 0): Promise<void> {
+  async append(prepared: PreparedAppend, logger: Logger, partition: string, preallocateLimitBytes = 0, syncCut: () => Promise<void> = () => this.#log.sync()): Promise<void> {
     assert(prepared.baseOffset === this.nextOffset, "prepared append starts at the segment's next offset");
     assert(this.#indexFile !== null, "only the active segment is appended to");
     const before = this.sizeBytes;
@@ -725,7 +729,7 @@ export class Segment {
         // crash could bring the partial bytes back (whole records of a refused request), and a
         // roll before the next fsync would seal the segment with them inside, at offsets the
         // next segment then assigns again.
-        await this.#log.sync();
+        await syncCut();
       } catch (cutErr) {
         throw new StorageError("fenced", `Cannot append to partition "${partition}": a write failed (${describe(err)}) and its partial bytes could not be cut off (${describe(cutErr)}), restart required`, { cause: err });
       }
