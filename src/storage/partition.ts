@@ -656,11 +656,10 @@ export class PartitionLog {
         return;
       }
       this.#stats.fsyncs++;
-      // Fenced while this fsync ran (a later group's write failed and the fsync of its cut failed
-      // too): every waiter, this fsync's included, was answered with the fenced error, and a
-      // concurrent failed fsync on the file means this success cannot be trusted (Linux reports
-      // a writeback error to one caller). Nothing it covered may become readable; the fence's cut
-      // to the last good fsync removes it (test/sim/fsync-in-flight-fence.test.ts).
+      // Fenced while this fsync ran (a later group's write failed and its partial bytes could
+      // not be truncated): every waiter, this fsync's included, was answered with the fenced
+      // error, so nothing it covered may become readable; the fence's cut to the last good fsync
+      // removes it (test/sim/fsync-in-flight-fence.test.ts).
       if (this.#fenced !== null) return;
       this.#unsyncedRecords = Math.max(0, this.#unsyncedRecords - recordsCovered);
       if (segment === this.#active) this.#durablePosition = targetPosition;
