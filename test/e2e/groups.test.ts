@@ -73,13 +73,18 @@ function parse(line: string): { partition: number; offset: number } {
   return { partition: Number(m[1]), offset: Number(m[2]) };
 }
 
+/** A broker on a fresh data directory (stopped and removed after the file) and a client connected to it. */
+async function brokerWithClient(): Promise<{ broker: BrokerProcess; client: TcpClient }> {
+  const { dir, cleanup } = tempDir("es-broker-groups-");
+  cleanups.push(cleanup);
+  const broker = await startBroker(`${dir}/data`);
+  running.push(broker);
+  return { broker, client: await TcpClient.connect(broker.tcp) };
+}
+
 describe(`[${target}] es-broker consume --group`, () => {
   it("two consumer processes split a 4-partition topic; after one is killed the other resumes its partitions from the committed offsets, skipping nothing", async () => {
-    const { dir, cleanup } = tempDir("es-broker-groups-");
-    cleanups.push(cleanup);
-    const broker = await startBroker(`${dir}/data`);
-    running.push(broker);
-    const client = await TcpClient.connect(broker.tcp);
+    const { broker, client } = await brokerWithClient();
     try {
       await client.createTopic({ name: "shared", partitions: 4 });
       const address = `${broker.tcp.host}:${broker.tcp.port}`;
@@ -142,11 +147,7 @@ describe(`[${target}] es-broker consume --group`, () => {
     }
   });
   it("a member that dies before its first commit does not make the next one skip: the starting position of a never-committed partition is committed at once", async () => {
-    const { dir, cleanup } = tempDir("es-broker-groups-");
-    cleanups.push(cleanup);
-    const broker = await startBroker(`${dir}/data`);
-    running.push(broker);
-    const client = await TcpClient.connect(broker.tcp);
+    const { broker, client } = await brokerWithClient();
     try {
       await client.createTopic({ name: "shared", partitions: 1 });
       const next = [0];
