@@ -13,13 +13,20 @@ export default defineConfig({
     projects: [
       {
         extends: true as const,
-        test: { name: "default", include: ["test/**/*.test.ts"], exclude: [...configDefaults.exclude, "test/e2e/**"] },
+        test: {
+          name: "default",
+          include: ["test/**/*.test.ts"],
+          exclude: [...configDefaults.exclude, "test/e2e/**"],
+        },
       },
       ...e2eTargets().map((target) => ({
         extends: true as const,
         test: {
           name: `e2e:${target.name}`,
-          include: ["test/e2e/*.test.ts", ...(target.name === "binary" ? ["test/e2e/binary/*.test.ts"] : [])],
+          include: [
+            "test/e2e/*.test.ts",
+            ...(target.name === "binary" ? ["test/e2e/binary/*.test.ts"] : []),
+          ],
           globalSetup: ["test/e2e/global-setup.ts"],
           env: { ES_BROKER_TARGET: target.name, ES_BROKER_CMD: JSON.stringify(target.command) },
         },

@@ -4,7 +4,14 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { importBundled, withBundle } from "../scripts/bundle.mjs";
 
-process.exitCode = await withBundle({ compaction: "bench/compaction.ts" }, "es-bench-compaction-", async (out) => {
-  const { main } = await importBundled(out, "compaction");
-  return main(process.argv.slice(2), { dir: join(out, "data"), runner: fileURLToPath(import.meta.url) });
-});
+process.exitCode = await withBundle(
+  { compaction: "bench/compaction.ts" },
+  "es-bench-compaction-",
+  async (out) => {
+    const { main } = await importBundled(out, "compaction");
+    return main(process.argv.slice(2), {
+      dir: join(out, "data"),
+      runner: fileURLToPath(import.meta.url),
+    });
+  },
+);

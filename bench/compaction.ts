@@ -77,7 +77,9 @@ function gc(): void {
 }
 
 /** Runs one compaction pass per key count over `dataBytes` of records and reports what it measured. */
-export async function runCompactionBench(options: CompactionBenchOptions): Promise<CompactionBenchResult[]> {
+export async function runCompactionBench(
+  options: CompactionBenchOptions,
+): Promise<CompactionBenchResult[]> {
   const valueBytes = options.valueBytes ?? 100;
   const segmentBytes = options.segmentBytes ?? 64 * 1024 * 1024;
   const results: CompactionBenchResult[] = [];
@@ -129,7 +131,13 @@ export async function runCompactionBench(options: CompactionBenchOptions): Promi
     const cpuBefore = process.cpuUsage();
     const started = performance.now();
     const result = await runCompaction(
-      { fs: new NodeFileSystem(), clock, logger: silentLogger, partition: log, ensureLogStartOffsetPersisted: async () => {} },
+      {
+        fs: new NodeFileSystem(),
+        clock,
+        logger: silentLogger,
+        partition: log,
+        ensureLogStartOffsetPersisted: async () => {},
+      },
       { tombstoneRetentionMs: 86_400_000, segmentBytes },
     );
     const durationMs = performance.now() - started;
@@ -161,7 +169,10 @@ export async function runCompactionBench(options: CompactionBenchOptions): Promi
  * Command-line entry (`bench/compaction.mjs`): runs each key count in a child process of its own
  * (`--one KEYS`), so each case's peak resident set size is its own, then prints a table and JSON.
  */
-export async function main(argv: string[], defaults: { dir: string; runner: string }): Promise<number> {
+export async function main(
+  argv: string[],
+  defaults: { dir: string; runner: string },
+): Promise<number> {
   const flag = (name: string) => {
     const i = argv.indexOf(name);
     return i >= 0 ? argv[i + 1] : undefined;
@@ -171,20 +182,35 @@ export async function main(argv: string[], defaults: { dir: string; runner: stri
   const dir = flag("--dir") ?? defaults.dir;
   const one = flag("--one");
   if (one !== undefined) {
-    const [result] = await runCompactionBench({ dir, dataBytes: dataMb * 1024 * 1024, keyCounts: [Number(one)] });
+    const [result] = await runCompactionBench({
+      dir,
+      dataBytes: dataMb * 1024 * 1024,
+      keyCounts: [Number(one)],
+    });
     const peakRss = process.resourceUsage().maxRSS * 1024;
-    process.stdout.write(JSON.stringify({ ...result, peak_rss_bytes: Math.max(result.peak_rss_bytes, peakRss) }) + "\n");
+    process.stdout.write(
+      JSON.stringify({ ...result, peak_rss_bytes: Math.max(result.peak_rss_bytes, peakRss) }) +
+        "\n",
+    );
     return result.status === "compacted" ? 0 : 1;
   }
-  const keyCounts = (flag("--keys") ?? (quick ? "100000,1000" : "1000000,10000")).split(",").map(Number);
+  const keyCounts = (flag("--keys") ?? (quick ? "100000,1000" : "1000000,10000"))
+    .split(",")
+    .map(Number);
   const { execFileSync } = await import("node:child_process");
   const results: CompactionBenchResult[] = [];
   for (const keys of keyCounts) {
-    const out = execFileSync(process.execPath, [defaults.runner, "--one", String(keys), "--data-mb", String(dataMb), "--dir", dir], { encoding: "utf8", maxBuffer: 1 << 20 });
+    const out = execFileSync(
+      process.execPath,
+      [defaults.runner, "--one", String(keys), "--data-mb", String(dataMb), "--dir", dir],
+      { encoding: "utf8", maxBuffer: 1 << 20 },
+    );
     results.push(JSON.parse(out.trim().split("\n").at(-1)!) as CompactionBenchResult);
   }
   const mib = (n: number) => `${(n / (1024 * 1024)).toFixed(1)} MiB`;
-  process.stdout.write(`compaction: ${dataMb} MiB of records per case, one pass each, real file system (Node ${process.version})\n`);
+  process.stdout.write(
+    `compaction: ${dataMb} MiB of records per case, one pass each, real file system (Node ${process.version})\n`,
+  );
   for (const r of results) {
     process.stdout.write(
       `  ${String(r.keys).padStart(8)} keys  ${String(r.records).padStart(9)} records  ${mib(r.data_bytes)} in ${r.duration_ms} ms = ${r.input_mb_per_s.toFixed(1)} MiB/s (${r.input_mb_per_cpu_s.toFixed(1)} per CPU s)  ` +

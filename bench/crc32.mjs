@@ -12,7 +12,11 @@ import * as CRC32 from "crc-32";
 
 const quick = process.argv.includes("--quick");
 const crcModule = typeof CRC32.buf === "function" ? CRC32 : CRC32.default;
-const runtime = globalThis.Deno ? `deno ${Deno.version.deno}` : globalThis.Bun ? `bun ${Bun.version}` : `node ${process.versions.node}`;
+const runtime = globalThis.Deno
+  ? `deno ${Deno.version.deno}`
+  : globalThis.Bun
+    ? `bun ${Bun.version}`
+    : `node ${process.versions.node}`;
 const impls = {
   "zlib.crc32": typeof zlib.crc32 === "function" ? (b) => zlib.crc32(b) >>> 0 : null,
   "crc-32": (b) => crcModule.buf(b, 0) >>> 0,
@@ -20,7 +24,8 @@ const impls = {
 
 const check = new TextEncoder().encode("123456789");
 for (const [name, fn] of Object.entries(impls)) {
-  if (fn && fn(check) !== 0xcbf43926) throw new Error(`${name} gives 0x${fn(check).toString(16)} for "123456789"`);
+  if (fn && fn(check) !== 0xcbf43926)
+    throw new Error(`${name} gives 0x${fn(check).toString(16)} for "123456789"`);
 }
 
 for (const sizeBytes of [64, 256, 1024, 64 * 1024]) {
@@ -31,7 +36,10 @@ for (const sizeBytes of [64, 256, 1024, 64 * 1024]) {
     return b;
   });
   const a = impls["zlib.crc32"];
-  if (a) for (const b of buffers) if (a(b) !== impls["crc-32"](b)) throw new Error(`zlib.crc32 and crc-32 differ on ${sizeBytes} bytes`);
+  if (a)
+    for (const b of buffers)
+      if (a(b) !== impls["crc-32"](b))
+        throw new Error(`zlib.crc32 and crc-32 differ on ${sizeBytes} bytes`);
   const totalBytes = quick ? 1 << 20 : 256 << 20; // per round
   const calls = Math.max(64, Math.floor(totalBytes / sizeBytes));
   for (const [name, fn] of Object.entries(impls)) {
@@ -47,6 +55,15 @@ for (const sizeBytes of [64, 256, 1024, 64 * 1024]) {
       best = Math.min(best, performance.now() - t0);
     }
     const nsPerCall = (best * 1e6) / calls;
-    console.log(JSON.stringify({ runtime, impl: name, size_bytes: sizeBytes, ns_per_call: +nsPerCall.toFixed(1), gb_per_s: +(sizeBytes / nsPerCall).toFixed(2), sink: sink & 1 }));
+    console.log(
+      JSON.stringify({
+        runtime,
+        impl: name,
+        size_bytes: sizeBytes,
+        ns_per_call: +nsPerCall.toFixed(1),
+        gb_per_s: +(sizeBytes / nsPerCall).toFixed(2),
+        sink: sink & 1,
+      }),
+    );
   }
 }

@@ -17,14 +17,24 @@ import { TcpClient } from "../src/client/client.ts";
 import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
 import { NatsConnection } from "./clients/nats.ts";
 import { RedisConnection, RedisReplyError, command, type RedisReply } from "./clients/resp.ts";
-import type { E2eSpec, FetchSpec, GeneratorResult, GeneratorSpec, LatencySummary, ProduceSpec, Target } from "./spec.ts";
+import type {
+  E2eSpec,
+  FetchSpec,
+  GeneratorResult,
+  GeneratorSpec,
+  LatencySummary,
+  ProduceSpec,
+  Target,
+} from "./spec.ts";
 
 /** Longest a window waits for its `minRequests`, in ms, before the generator gives up. */
 const windowOverrunMsMax = 120_000;
 
 const now = (): number => performance.now();
 /** With BENCH_TRACE=1 in the environment, phase timings go to stderr. */
-const trace = process.env.BENCH_TRACE ? (what: string) => process.stderr.write(`[generator ${now().toFixed(1)} ms] ${what}\n`) : () => {};
+const trace = process.env.BENCH_TRACE
+  ? (what: string) => process.stderr.write(`[generator ${now().toFixed(1)} ms] ${what}\n`)
+  : () => {};
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Latency samples in ms. */
@@ -47,8 +57,16 @@ class Samples {
 
   summary(): LatencySummary {
     const sorted = this.#values.slice(0, this.#count).sort();
-    const at = (q: number) => (sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]);
-    return { p50: at(0.5), p99: at(0.99), max: sorted.length === 0 ? 0 : sorted[sorted.length - 1], count: sorted.length };
+    const at = (q: number) =>
+      sorted.length === 0
+        ? 0
+        : sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)];
+    return {
+      p50: at(0.5),
+      p99: at(0.99),
+      max: sorted.length === 0 ? 0 : sorted[sorted.length - 1],
+      count: sorted.length,
+    };
   }
 }
 
@@ -89,7 +107,9 @@ class RssWatch {
   #field(name: "VmRSS" | "VmHWM"): number | null {
     if (this.#pid === undefined) return null;
     try {
-      const m = new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(fs.readFileSync(`/proc/${this.#pid}/status`, "utf8"));
+      const m = new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(
+        fs.readFileSync(`/proc/${this.#pid}/status`, "utf8"),
+      );
       return m ? Number(m[1]) * 1024 : null;
     } catch {
       return null;
@@ -112,7 +132,9 @@ class RssWatch {
   /** CPU time the process used since {@link start}, in ms (10 ms resolution), or null when unknown. */
   cpuMs(): number | null {
     const now = this.#cpuTicks();
-    return now === null || this.#cpuTicksAtStart === null ? null : (now - this.#cpuTicksAtStart) * 10;
+    return now === null || this.#cpuTicksAtStart === null
+      ? null
+      : (now - this.#cpuTicksAtStart) * 10;
   }
 
   /** Resets the kernel's peak-RSS mark (VmHWM) so the peak covers the window only. */
@@ -172,21 +194,35 @@ interface HttpAnswer {
   body: Buffer;
 }
 
-function httpRequest(agent: http.Agent, url: URL, options: { method: string; headers?: Record<string, string>; body?: Buffer }): Promise<HttpAnswer> {
+function httpRequest(
+  agent: http.Agent,
+  url: URL,
+  options: { method: string; headers?: Record<string, string>; body?: Buffer },
+): Promise<HttpAnswer> {
   return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: options.method, agent, headers: options.headers }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) }));
-      res.on("error", reject);
-    });
+    const req = http.request(
+      url,
+      { method: options.method, agent, headers: options.headers },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks),
+          }),
+        );
+        res.on("error", reject);
+      },
+    );
     req.on("error", reject);
     req.end(options.body);
   });
 }
 
 function expectStatus(answer: HttpAnswer, ok: number[], what: string): void {
-  if (!ok.includes(answer.status)) throw new Error(`${what}: HTTP ${answer.status} ${answer.body.toString("utf8").slice(0, 300)}`);
+  if (!ok.includes(answer.status))
+    throw new Error(`${what}: HTTP ${answer.status} ${answer.body.toString("utf8").slice(0, 300)}`);
 }
 
 /** Reads es-broker's storage counters (`GET /v1/admin/metrics`); null if they cannot be had. */
@@ -199,7 +235,14 @@ function readMetrics(url: string): Promise<{ fsyncs: number; recordsAppended: nu
         res.on("data", (c: Buffer) => chunks.push(c));
         res.on("end", () => {
           try {
-            resolve(res.statusCode === 200 ? (JSON.parse(Buffer.concat(chunks).toString("utf8")) as { fsyncs: number; recordsAppended: number }) : null);
+            resolve(
+              res.statusCode === 200
+                ? (JSON.parse(Buffer.concat(chunks).toString("utf8")) as {
+                    fsyncs: number;
+                    recordsAppended: number;
+                  })
+                : null,
+            );
           } catch {
             resolve(null);
           }
@@ -227,7 +270,11 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
   const { batch, producers, partitions } = spec;
   switch (target.kind) {
     case "es-tcp": {
-      const clients = await Promise.all(Array.from({ length: producers }, () => TcpClient.connect({ host: target.host, port: target.port })));
+      const clients = await Promise.all(
+        Array.from({ length: producers }, () =>
+          TcpClient.connect({ host: target.host, port: target.port }),
+        ),
+      );
       const entries = entryBatch(batch, value);
       return {
         send: async (p, partition) => {
@@ -246,11 +293,15 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
       for (let partition = 0; partition < partitions; partition++) {
         if (target.body === "json") {
           const record = JSON.stringify({ value: text, partition });
-          bodies.push(Buffer.from(`{"records":[${Array.from({ length: batch }, () => record).join(",")}]}`));
+          bodies.push(
+            Buffer.from(`{"records":[${Array.from({ length: batch }, () => record).join(",")}]}`),
+          );
           urls.push(new URL(`${target.url}/v1/topics/${target.topic}/records`));
         } else {
           bodies.push(Buffer.from(`${text}\n`.repeat(batch)));
-          urls.push(new URL(`${target.url}/v1/topics/${target.topic}/records?partition=${partition}`));
+          urls.push(
+            new URL(`${target.url}/v1/topics/${target.topic}/records?partition=${partition}`),
+          );
         }
       }
       const contentType = target.body === "json" ? "application/json" : "application/x-ndjson";
@@ -258,7 +309,10 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
         send: async (_p, partition) => {
           const answer = await httpRequest(agent, urls[partition], {
             method: "POST",
-            headers: { "content-type": contentType, "content-length": String(bodies[partition].length) },
+            headers: {
+              "content-type": contentType,
+              "content-length": String(bodies[partition].length),
+            },
             body: bodies[partition],
           });
           expectStatus(answer, [200], "es-broker produce");
@@ -267,7 +321,9 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
       };
     }
     case "redis": {
-      const conns = await Promise.all(Array.from({ length: producers }, () => RedisConnection.connect(target)));
+      const conns = await Promise.all(
+        Array.from({ length: producers }, () => RedisConnection.connect(target)),
+      );
       const pipelines = Array.from({ length: partitions }, (_, partition) => {
         const one = command(["XADD", `${target.key}:${partition}`, "*", "v", value]);
         return Buffer.concat(Array.from({ length: batch }, () => one));
@@ -281,7 +337,9 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
       };
     }
     case "nats": {
-      const conns = await Promise.all(Array.from({ length: producers }, () => NatsConnection.connect(target)));
+      const conns = await Promise.all(
+        Array.from({ length: producers }, () => NatsConnection.connect(target)),
+      );
       return {
         send: (p, partition) => conns[p].publish(`${target.stream}.${partition}`, value, batch),
         close: async () => conns.forEach((c) => c.close()),
@@ -291,7 +349,10 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
       const agent = new http.Agent({ keepAlive: true, maxSockets: producers });
       const text = JSON.stringify(Buffer.from(value).toString("latin1"));
       const body = Buffer.from(`[${Array.from({ length: batch }, () => text).join(",")}]`);
-      const urls = Array.from({ length: partitions }, (_, partition) => new URL(`${target.url}/v1/stream/${target.stream}-${partition}`));
+      const urls = Array.from(
+        { length: partitions },
+        (_, partition) => new URL(`${target.url}/v1/stream/${target.stream}-${partition}`),
+      );
       return {
         send: async (_p, partition) => {
           const answer = await httpRequest(agent, urls[partition], {
@@ -371,7 +432,10 @@ async function measure(
     }
     const elapsed = t - win.start;
     if (elapsed >= spec.measureMs && win.requests >= spec.minRequests) break;
-    if (elapsed >= spec.measureMs + windowOverrunMsMax) throw new Error(`only ${win.requests} of ${spec.minRequests} requests completed in ${Math.round(elapsed)} ms`);
+    if (elapsed >= spec.measureMs + windowOverrunMsMax)
+      throw new Error(
+        `only ${win.requests} of ${spec.minRequests} requests completed in ${Math.round(elapsed)} ms`,
+      );
     await sleep(Math.min(20, Math.max(1, nextSample - t)));
   }
   win.end = now();
@@ -454,9 +518,17 @@ function runLimit(spec: ProduceSpec, dir: string): GeneratorResult {
 // Fetch
 
 /** Reads `batch` records at `position` of `partition`; resolves with how many came and where to go next. */
-type Read<P> = (consumer: number, partition: number, position: P) => Promise<{ count: number; next: P }>;
+type Read<P> = (
+  consumer: number,
+  partition: number,
+  position: P,
+) => Promise<{ count: number; next: P }>;
 
-async function preloadEs(target: Extract<Target, { kind: "es-tcp" | "es-http" }>, spec: FetchSpec, host: { host: string; port: number }): Promise<void> {
+async function preloadEs(
+  target: Extract<Target, { kind: "es-tcp" | "es-http" }>,
+  spec: FetchSpec,
+  host: { host: string; port: number },
+): Promise<void> {
   const client = await TcpClient.connect(host);
   const value = makeValue(spec.valueBytes, 2);
   const chunk = 1000;
@@ -465,7 +537,9 @@ async function preloadEs(target: Extract<Target, { kind: "es-tcp" | "es-http" }>
   for (let partition = 0; partition < spec.partitions; partition++) {
     const sends: Promise<unknown>[] = [];
     for (let done = 0; done < spec.records; done += chunk) {
-      sends.push(client.produce(target.topic, spec.records - done >= chunk ? entries : tail, { partition }));
+      sends.push(
+        client.produce(target.topic, spec.records - done >= chunk ? entries : tail, { partition }),
+      );
       if (sends.length >= 16) await Promise.all(sends.splice(0));
     }
     await Promise.all(sends);
@@ -481,23 +555,42 @@ async function runFetch(spec: FetchSpec): Promise<GeneratorResult> {
   switch (target.kind) {
     case "es-tcp": {
       await preloadEs(target, spec, target);
-      const clients = await Promise.all(Array.from({ length: spec.consumers }, () => TcpClient.connect(target)));
+      const clients = await Promise.all(
+        Array.from({ length: spec.consumers }, () => TcpClient.connect(target)),
+      );
       cleanups.push(() => Promise.all(clients.map((c) => c.close())).then(() => {}));
       first = 0;
       read = async (c, partition, offset) => {
-        const res = await clients[c].fetch({ topic: target.topic, partition, offset: offset as number, maxRecords: spec.batch, maxBytes: spec.batch * (spec.valueBytes + 64) });
+        const res = await clients[c].fetch({
+          topic: target.topic,
+          partition,
+          offset: offset as number,
+          maxRecords: spec.batch,
+          maxBytes: spec.batch * (spec.valueBytes + 64),
+        });
         // Look at every record as a consumer would: its offset (the preload left no gaps) and its value.
         let expected = offset as number;
         for (const record = res.cursor(); record.next(); expected++) {
-          if (record.offset !== expected) throw new Error(`fetch from ${offset}: record at offset ${record.offset}, expected ${expected}`);
-          if (record.value().length !== spec.valueBytes) throw new Error(`fetch from ${offset}: record ${record.offset} has a ${record.value().length}-byte value, expected ${spec.valueBytes}`);
+          if (record.offset !== expected)
+            throw new Error(
+              `fetch from ${offset}: record at offset ${record.offset}, expected ${expected}`,
+            );
+          if (record.value().length !== spec.valueBytes)
+            throw new Error(
+              `fetch from ${offset}: record ${record.offset} has a ${record.value().length}-byte value, expected ${spec.valueBytes}`,
+            );
         }
-        return { count: res.recordCount, next: res.nextOffset >= spec.records ? 0 : res.nextOffset };
+        return {
+          count: res.recordCount,
+          next: res.nextOffset >= spec.records ? 0 : res.nextOffset,
+        };
       };
       break;
     }
     case "redis": {
-      const conns = await Promise.all(Array.from({ length: spec.consumers }, () => RedisConnection.connect(target)));
+      const conns = await Promise.all(
+        Array.from({ length: spec.consumers }, () => RedisConnection.connect(target)),
+      );
       const loader = conns[0];
       const value = makeValue(spec.valueBytes, 2);
       for (let partition = 0; partition < spec.partitions; partition++) {
@@ -510,7 +603,14 @@ async function runFetch(spec: FetchSpec): Promise<GeneratorResult> {
       cleanups.push(() => conns.forEach((c) => c.close()));
       first = "-";
       read = async (c, partition, from) => {
-        const reply = (await conns[c].call("XRANGE", `${target.key}:${partition}`, from as string, "+", "COUNT", String(spec.batch))) as RedisReply[];
+        const reply = (await conns[c].call(
+          "XRANGE",
+          `${target.key}:${partition}`,
+          from as string,
+          "+",
+          "COUNT",
+          String(spec.batch),
+        )) as RedisReply[];
         if (reply.length === 0) return { count: 0, next: "-" };
         const lastId = (reply[reply.length - 1] as RedisReply[])[0] as string;
         return { count: reply.length, next: reply.length < spec.batch ? "-" : `(${lastId}` };
@@ -524,20 +624,41 @@ async function runFetch(spec: FetchSpec): Promise<GeneratorResult> {
 }
 
 /** es-broker over HTTP: preload through TCP (`tcp` address), read with GET …/records. */
-async function runFetchHttp(spec: FetchSpec, target: Extract<Target, { kind: "es-http" }>, tcp: { host: string; port: number }): Promise<GeneratorResult> {
+async function runFetchHttp(
+  spec: FetchSpec,
+  target: Extract<Target, { kind: "es-http" }>,
+  tcp: { host: string; port: number },
+): Promise<GeneratorResult> {
   await preloadEs(target, spec, tcp);
   const agent = new http.Agent({ keepAlive: true, maxSockets: spec.consumers });
   const base = `${target.url}/v1/topics/${target.topic}/partitions`;
   const read: Read<number | string> = async (_c, partition, offset) => {
-    const answer = await httpRequest(agent, new URL(`${base}/${partition}/records?offset=${offset}&max_records=${spec.batch}&max_bytes=${spec.batch * (spec.valueBytes + 64)}`), { method: "GET" });
+    const answer = await httpRequest(
+      agent,
+      new URL(
+        `${base}/${partition}/records?offset=${offset}&max_records=${spec.batch}&max_bytes=${spec.batch * (spec.valueBytes + 64)}`,
+      ),
+      { method: "GET" },
+    );
     expectStatus(answer, [200], "es-broker fetch");
-    const body = JSON.parse(answer.body.toString("utf8")) as { records: unknown[]; next_offset: number };
-    return { count: body.records.length, next: body.next_offset >= spec.records ? 0 : body.next_offset };
+    const body = JSON.parse(answer.body.toString("utf8")) as {
+      records: unknown[];
+      next_offset: number;
+    };
+    return {
+      count: body.records.length,
+      next: body.next_offset >= spec.records ? 0 : body.next_offset,
+    };
   };
   return runReaders(spec, read, 0, [() => agent.destroy()]);
 }
 
-async function runReaders(spec: FetchSpec, read: Read<number | string>, first: number | string, cleanups: (() => Promise<void> | void)[]): Promise<GeneratorResult> {
+async function runReaders(
+  spec: FetchSpec,
+  read: Read<number | string>,
+  first: number | string,
+  cleanups: (() => Promise<void> | void)[],
+): Promise<GeneratorResult> {
   const win = new Window();
   const rss = new RssWatch(spec.serverPid);
   let failure: unknown = null;
@@ -577,7 +698,10 @@ async function runE2e(spec: E2eSpec): Promise<GeneratorResult> {
     case "es-tcp": {
       const producer = await TcpClient.connect(target);
       const consumer = await TcpClient.connect(target);
-      cleanups.push(() => producer.close(), () => consumer.close());
+      cleanups.push(
+        () => producer.close(),
+        () => consumer.close(),
+      );
       const entries = entryBatch(1, value);
       let offset = 0;
       produce = async () => {
@@ -601,14 +725,30 @@ async function runE2e(spec: E2eSpec): Promise<GeneratorResult> {
       let offset = 0;
       cleanups.push(() => agent.destroy());
       produce = async () => {
-        const answer = await httpRequest(agent, produceUrl, { method: "POST", headers: { "content-type": "application/x-ndjson", "content-length": String(body.length) }, body });
+        const answer = await httpRequest(agent, produceUrl, {
+          method: "POST",
+          headers: {
+            "content-type": "application/x-ndjson",
+            "content-length": String(body.length),
+          },
+          body,
+        });
         expectStatus(answer, [200], "es-broker produce");
       };
       consume = async () => {
         for (;;) {
-          const answer = await httpRequest(agent, new URL(`${target.url}/v1/topics/${target.topic}/partitions/0/records?offset=${offset}&wait_ms=${waitMs}`), { method: "GET" });
+          const answer = await httpRequest(
+            agent,
+            new URL(
+              `${target.url}/v1/topics/${target.topic}/partitions/0/records?offset=${offset}&wait_ms=${waitMs}`,
+            ),
+            { method: "GET" },
+          );
           expectStatus(answer, [200], "es-broker fetch");
-          const res = JSON.parse(answer.body.toString("utf8")) as { records: unknown[]; next_offset: number };
+          const res = JSON.parse(answer.body.toString("utf8")) as {
+            records: unknown[];
+            next_offset: number;
+          };
           if (res.records.length > 0) {
             offset = res.next_offset;
             return res.records.length;
@@ -620,7 +760,10 @@ async function runE2e(spec: E2eSpec): Promise<GeneratorResult> {
     case "redis": {
       const producer = await RedisConnection.connect(target);
       const consumer = await RedisConnection.connect(target);
-      cleanups.push(() => producer.close(), () => consumer.close());
+      cleanups.push(
+        () => producer.close(),
+        () => consumer.close(),
+      );
       const key = `${target.key}:0`;
       const xadd = command(["XADD", key, "*", "v", value]);
       let lastId = "0";
@@ -630,7 +773,14 @@ async function runE2e(spec: E2eSpec): Promise<GeneratorResult> {
       };
       consume = async () => {
         for (;;) {
-          const reply = (await consumer.call("XREAD", "BLOCK", String(waitMs), "STREAMS", key, lastId)) as RedisReply[][] | null;
+          const reply = (await consumer.call(
+            "XREAD",
+            "BLOCK",
+            String(waitMs),
+            "STREAMS",
+            key,
+            lastId,
+          )) as RedisReply[][] | null;
           if (reply === null) continue;
           const entries = reply[0][1] as RedisReply[][];
           lastId = entries[entries.length - 1][0] as string;
@@ -683,7 +833,8 @@ async function run(spec: GeneratorSpec): Promise<GeneratorResult> {
   if (spec.mode === "produce") return runProduce(spec);
   if (spec.mode === "fetch") {
     if (spec.target.kind !== "es-http") return runFetch(spec);
-    if (spec.tcp === undefined) throw new Error("an es-http fetch needs es-broker's TCP address (spec.tcp) to preload");
+    if (spec.tcp === undefined)
+      throw new Error("an es-http fetch needs es-broker's TCP address (spec.tcp) to preload");
     return runFetchHttp(spec, spec.target, spec.tcp);
   }
   return runE2e(spec);
@@ -710,7 +861,9 @@ async function main(): Promise<void> {
             const result = await run(JSON.parse(line) as GeneratorSpec);
             process.stdout.write(`${JSON.stringify({ result })}\n`);
           } catch (err) {
-            process.stdout.write(`${JSON.stringify({ error: err instanceof Error ? (err.stack ?? err.message) : String(err) })}\n`);
+            process.stdout.write(
+              `${JSON.stringify({ error: err instanceof Error ? (err.stack ?? err.message) : String(err) })}\n`,
+            );
           }
         });
       }
@@ -728,7 +881,9 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (err: unknown) => {
-    process.stderr.write(`generator failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.stderr.write(
+      `generator failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+    );
     process.exit(1);
   },
 );

@@ -49,7 +49,14 @@ import type { GeneratorResult, GeneratorSpec, LatencySummary, Target } from "./s
 /** Systems a case can run against. */
 export type SystemName = "es-broker" | "limit" | "redis" | "nats" | "ds";
 /** How the load reaches the system. */
-export type Transport = "tcp" | "http-json" | "http-ndjson" | "in-process" | "resp" | "nats" | "http";
+export type Transport =
+  | "tcp"
+  | "http-json"
+  | "http-ndjson"
+  | "in-process"
+  | "resp"
+  | "nats"
+  | "http";
 /** Case families. */
 export type Group = "produce" | "fetch" | "e2e" | "soak";
 
@@ -154,8 +161,12 @@ function runGenerator(env: Env, spec: GeneratorSpec): Promise<GeneratorResult> {
   if (env.settings.quick) return env.worker!.run(spec);
   const limitMs = spec.warmupMs + spec.measureMs + 300_000;
   return new Promise((resolve, reject) => {
-    const profile = env.cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", join(env.cpuProfileDir, "generators")] : [];
-    const proc = spawn(process.execPath, [...profile, env.generatorPath, JSON.stringify(spec)], { stdio: ["ignore", "pipe", "pipe"] });
+    const profile = env.cpuProfileDir
+      ? ["--cpu-prof", "--cpu-prof-dir", join(env.cpuProfileDir, "generators")]
+      : [];
+    const proc = spawn(process.execPath, [...profile, env.generatorPath, JSON.stringify(spec)], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let out = "";
     let err = "";
     proc.stdout.on("data", (d: Buffer) => (out += d.toString()));
@@ -165,7 +176,8 @@ function runGenerator(env: Env, spec: GeneratorSpec): Promise<GeneratorResult> {
       clearTimeout(timer);
       const last = out.trim().split("\n").at(-1) ?? "";
       if (code === 0 && last.startsWith("{")) resolve(JSON.parse(last) as GeneratorResult);
-      else reject(new Error(`generator exited with ${code ?? signal}: ${err.trim() || out.trim()}`));
+      else
+        reject(new Error(`generator exited with ${code ?? signal}: ${err.trim() || out.trim()}`));
     });
   });
 }
@@ -183,8 +195,12 @@ class GeneratorWorker {
   #exited = false;
 
   constructor(generatorPath: string, profileDir?: string) {
-    const profile = profileDir ? ["--cpu-prof", "--cpu-prof-dir", join(profileDir, "generators")] : [];
-    this.#proc = spawn(process.execPath, [...profile, generatorPath, "--serve"], { stdio: ["pipe", "pipe", "pipe"] });
+    const profile = profileDir
+      ? ["--cpu-prof", "--cpu-prof-dir", join(profileDir, "generators")]
+      : [];
+    this.#proc = spawn(process.execPath, [...profile, generatorPath, "--serve"], {
+      stdio: ["pipe", "pipe", "pipe"],
+    });
     this.#proc.stdout.on("data", (d: Buffer) => {
       this.#out += d.toString();
       const nl = this.#out.indexOf("\n");
@@ -197,10 +213,15 @@ class GeneratorWorker {
       if (answer.result) waiting.resolve(answer.result);
       else waiting.reject(new Error(`generator: ${answer.error}`));
     });
-    this.#proc.stderr.on("data", (d: Buffer) => (this.#err = (this.#err + d.toString()).slice(-10_000)));
+    this.#proc.stderr.on(
+      "data",
+      (d: Buffer) => (this.#err = (this.#err + d.toString()).slice(-10_000)),
+    );
     this.#proc.on("close", (code, signal) => {
       this.#exited = true;
-      this.#waiting?.reject(new Error(`generator exited with ${code ?? signal}: ${this.#err.trim()}`));
+      this.#waiting?.reject(
+        new Error(`generator exited with ${code ?? signal}: ${this.#err.trim()}`),
+      );
       this.#waiting = null;
     });
   }
@@ -224,7 +245,10 @@ class GeneratorWorker {
 }
 
 function toCase(
-  base: Pick<CaseResult, "key" | "group" | "system" | "transport" | "batch" | "producers" | "partitions"> & { note?: string },
+  base: Pick<
+    CaseResult,
+    "key" | "group" | "system" | "transport" | "batch" | "producers" | "partitions"
+  > & { note?: string },
   r: GeneratorResult,
 ): CaseResult {
   const seconds = r.seconds > 0 ? r.seconds : Number.EPSILON;
@@ -239,17 +263,25 @@ function toCase(
     fsyncsPerSec: r.fsyncs === null ? null : r.fsyncs / seconds,
     recordsPerFsync: r.fsyncs === null || r.fsyncs === 0 ? null : appended / r.fsyncs,
     serverRssPeakMiB: r.rssPeakBytes === null ? null : r.rssPeakBytes / 1048576,
-    serverCpuUsPerRecord: r.serverCpuMs === null || r.serverCpuMs === undefined || r.records === 0 ? null : (r.serverCpuMs * 1000) / r.records,
+    serverCpuUsPerRecord:
+      r.serverCpuMs === null || r.serverCpuMs === undefined || r.records === 0
+        ? null
+        : (r.serverCpuMs * 1000) / r.records,
     requests: r.requests,
     records: r.records,
     seconds: r.seconds,
-    ...(r.rssSamples ? { rssSamplesMiB: r.rssSamples.map(([t, b]): [number, number] => [t, b / 1048576]) } : {}),
+    ...(r.rssSamples
+      ? { rssSamplesMiB: r.rssSamples.map(([t, b]): [number, number] => [t, b / 1048576]) }
+      : {}),
   };
 }
 
 function fmt(n: number | null | undefined, digits = 0): string {
   if (n === null || n === undefined || !Number.isFinite(n)) return "—";
-  return n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+  return n.toLocaleString("en-US", {
+    maximumFractionDigits: digits,
+    minimumFractionDigits: digits,
+  });
 }
 
 function printCase(c: CaseResult): void {
@@ -264,7 +296,12 @@ function printCase(c: CaseResult): void {
  * One HTTP request on a fresh connection that is closed afterwards (no keep-alive pool in the
  * harness, so a server's graceful shutdown never waits on an idle connection of ours).
  */
-function httpCall(method: string, url: string, body?: unknown, contentType = "application/json"): Promise<{ status: number; text: string }> {
+function httpCall(
+  method: string,
+  url: string,
+  body?: unknown,
+  contentType = "application/json",
+): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const headers: Record<string, string> = { "content-type": contentType };
@@ -272,7 +309,9 @@ function httpCall(method: string, url: string, body?: unknown, contentType = "ap
     const req = http.request(url, { method, agent: false, headers }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }));
+      res.on("end", () =>
+        resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }),
+      );
       res.on("error", reject);
     });
     req.on("error", reject);
@@ -282,7 +321,8 @@ function httpCall(method: string, url: string, body?: unknown, contentType = "ap
 
 async function esRequest(env: Env, method: string, path: string, body?: unknown): Promise<void> {
   const res = await httpCall(method, `${env.es.httpUrl}${path}`, body);
-  if (res.status < 200 || res.status > 299) throw new Error(`${method} ${path}: HTTP ${res.status} ${res.text}`);
+  if (res.status < 200 || res.status > 299)
+    throw new Error(`${method} ${path}: HTTP ${res.status} ${res.text}`);
 }
 
 /**
@@ -291,7 +331,10 @@ async function esRequest(env: Env, method: string, path: string, body?: unknown)
  */
 async function runCase(
   env: Env,
-  base: Pick<CaseResult, "key" | "group" | "system" | "transport" | "batch" | "producers" | "partitions"> & { note?: string },
+  base: Pick<
+    CaseResult,
+    "key" | "group" | "system" | "transport" | "batch" | "producers" | "partitions"
+  > & { note?: string },
   makeSpec: (target: Target) => GeneratorSpec,
 ): Promise<CaseResult | null> {
   const id = `${base.key} ${base.system}/${base.transport}`;
@@ -308,7 +351,12 @@ async function runCase(
         target =
           base.transport === "tcp"
             ? { kind: "es-tcp", host: env.es.tcp.host, port: env.es.tcp.port, topic: name }
-            : { kind: "es-http", url: env.es.httpUrl, topic: name, body: base.transport === "http-json" ? "json" : "ndjson" };
+            : {
+                kind: "es-http",
+                url: env.es.httpUrl,
+                topic: name,
+                body: base.transport === "http-json" ? "json" : "ndjson",
+              };
         break;
       }
       case "limit": {
@@ -323,13 +371,17 @@ async function runCase(
         teardown = async () => {
           const c = await RedisConnection.connect(redis);
           try {
-            await c.call("DEL", ...Array.from({ length: base.partitions }, (_, p) => `${name}:${p}`));
+            await c.call(
+              "DEL",
+              ...Array.from({ length: base.partitions }, (_, p) => `${name}:${p}`),
+            );
             if (env.settings.quick) return;
             // Keep the append-only file small between cases (automatic rewrites are off).
             await c.call("BGREWRITEAOF");
             for (let i = 0; i < 600; i++) {
               const info = String(await c.call("INFO", "persistence"));
-              if (/aof_rewrite_in_progress:0/.test(info) && /aof_rewrite_scheduled:0/.test(info)) break;
+              if (/aof_rewrite_in_progress:0/.test(info) && /aof_rewrite_scheduled:0/.test(info))
+                break;
               await new Promise((r) => setTimeout(r, 50));
             }
           } finally {
@@ -351,7 +403,8 @@ async function runCase(
               discard: "old",
               num_replicas: 1,
             });
-            if ("error" in reply) throw new Error(`NATS stream create: ${JSON.stringify(reply.error)}`);
+            if ("error" in reply)
+              throw new Error(`NATS stream create: ${JSON.stringify(reply.error)}`);
           }
         } finally {
           c.close();
@@ -360,7 +413,8 @@ async function runCase(
         teardown = async () => {
           const d = await NatsConnection.connect(nats);
           try {
-            for (let p = 0; p < base.partitions; p++) await d.api(`$JS.API.STREAM.DELETE.${name}_${p}`, {});
+            for (let p = 0; p < base.partitions; p++)
+              await d.api(`$JS.API.STREAM.DELETE.${name}_${p}`, {});
           } finally {
             d.close();
           }
@@ -371,11 +425,13 @@ async function runCase(
         const ds = env.ds!;
         for (let p = 0; p < base.partitions; p++) {
           const res = await httpCall("PUT", `${ds.url}/v1/stream/${name}-${p}`);
-          if (res.status !== 201 && res.status !== 200) throw new Error(`Durable Streams create: HTTP ${res.status}`);
+          if (res.status !== 201 && res.status !== 200)
+            throw new Error(`Durable Streams create: HTTP ${res.status}`);
         }
         target = { kind: "ds", url: ds.url!, stream: name };
         teardown = async () => {
-          for (let p = 0; p < base.partitions; p++) await httpCall("DELETE", `${ds.url}/v1/stream/${name}-${p}`).catch(() => {});
+          for (let p = 0; p < base.partitions; p++)
+            await httpCall("DELETE", `${ds.url}/v1/stream/${name}-${p}`).catch(() => {});
         };
         break;
       }
@@ -392,7 +448,9 @@ async function runCase(
     process.stdout.write(`${id.padEnd(52)} FAILED: ${message.split("\n")[0]}\n`);
     return null;
   } finally {
-    await teardown().catch((err: unknown) => process.stdout.write(`${id}: cleanup failed: ${String(err)}\n`));
+    await teardown().catch((err: unknown) =>
+      process.stdout.write(`${id}: cleanup failed: ${String(err)}\n`),
+    );
   }
 }
 
@@ -407,7 +465,13 @@ function serverPid(env: Env, system: SystemName): number | undefined {
 // ---------------------------------------------------------------------------------------------
 // The case list
 
-async function producePoint(env: Env, batch: number, producers: number, partitions: number, systems: { transport: Transport; system: SystemName }[]): Promise<void> {
+async function producePoint(
+  env: Env,
+  batch: number,
+  producers: number,
+  partitions: number,
+  systems: { transport: Transport; system: SystemName }[],
+): Promise<void> {
   const s = env.settings;
   const key = `produce b=${batch} P=${producers} parts=${partitions}`;
   for (const { system, transport } of systems) {
@@ -415,19 +479,32 @@ async function producePoint(env: Env, batch: number, producers: number, partitio
     if (system === "nats" && !env.nats) continue;
     if (system === "ds" && !env.ds) continue;
     if (s.quick && system !== "es-broker" && !quickPeerPoint(producers, partitions)) continue;
-    await runCase(env, { key, group: "produce", system, transport, batch, producers, partitions, ...(system === "nats" ? { note: natsNote } : {}) }, (target) => ({
-      mode: "produce",
-      target,
-      batch,
-      producers,
-      partitions,
-      valueBytes,
-      warmupMs: s.warmupMs,
-      measureMs: s.measureMs,
-      minRequests: s.minRequests,
-      ...(system === "es-broker" ? { metricsUrl: `${env.es.httpUrl}/v1/admin/metrics` } : {}),
-      serverPid: serverPid(env, system),
-    }));
+    await runCase(
+      env,
+      {
+        key,
+        group: "produce",
+        system,
+        transport,
+        batch,
+        producers,
+        partitions,
+        ...(system === "nats" ? { note: natsNote } : {}),
+      },
+      (target) => ({
+        mode: "produce",
+        target,
+        batch,
+        producers,
+        partitions,
+        valueBytes,
+        warmupMs: s.warmupMs,
+        measureMs: s.measureMs,
+        minRequests: s.minRequests,
+        ...(system === "es-broker" ? { metricsUrl: `${env.es.httpUrl}/v1/admin/metrics` } : {}),
+        serverPid: serverPid(env, system),
+      }),
+    );
   }
 }
 
@@ -457,17 +534,29 @@ const everySystem: { transport: Transport; system: SystemName }[] = [
  */
 async function limitPoint(env: Env, batch: number, producers: number): Promise<void> {
   const s = env.settings;
-  await runCase(env, { key: `limit b=${batch} P=${producers}`, group: "produce", system: "limit", transport: "in-process", batch, producers: 1, partitions: 1 }, (target) => ({
-    mode: "produce",
-    target,
-    batch,
-    producers: 1,
-    partitions: 1,
-    valueBytes,
-    warmupMs: s.warmupMs,
-    measureMs: s.measureMs,
-    minRequests: s.minRequests,
-  }));
+  await runCase(
+    env,
+    {
+      key: `limit b=${batch} P=${producers}`,
+      group: "produce",
+      system: "limit",
+      transport: "in-process",
+      batch,
+      producers: 1,
+      partitions: 1,
+    },
+    (target) => ({
+      mode: "produce",
+      target,
+      batch,
+      producers: 1,
+      partitions: 1,
+      valueBytes,
+      warmupMs: s.warmupMs,
+      measureMs: s.measureMs,
+      minRequests: s.minRequests,
+    }),
+  );
 }
 
 async function runAll(env: Env): Promise<void> {
@@ -475,7 +564,8 @@ async function runAll(env: Env): Promise<void> {
   for (const batch of batches) {
     for (const producers of producerCounts) {
       await limitPoint(env, batch, producers);
-      for (const partitions of partitionCounts) await producePoint(env, batch, producers, partitions, everySystem);
+      for (const partitions of partitionCounts)
+        await producePoint(env, batch, producers, partitions, everySystem);
     }
   }
   // The HTTP target's case: 50 connections × 100 records.
@@ -494,20 +584,24 @@ async function runAll(env: Env): Promise<void> {
       ["redis", "resp"],
     ] as const) {
       if (system === "redis" && !env.redis) continue;
-      await runCase(env, { key, group: "fetch", system, transport, batch: 1000, producers: consumers, partitions }, (target) => ({
-        mode: "fetch",
-        target,
-        partitions,
-        consumers,
-        records: s.fetchRecords,
-        batch: 1000,
-        valueBytes,
-        warmupMs: s.warmupMs,
-        measureMs: s.measureMs,
-        minRequests: s.minRequests,
-        serverPid: serverPid(env, system),
-        tcp: env.es.tcp,
-      }));
+      await runCase(
+        env,
+        { key, group: "fetch", system, transport, batch: 1000, producers: consumers, partitions },
+        (target) => ({
+          mode: "fetch",
+          target,
+          partitions,
+          consumers,
+          records: s.fetchRecords,
+          batch: 1000,
+          valueBytes,
+          warmupMs: s.warmupMs,
+          measureMs: s.measureMs,
+          minRequests: s.minRequests,
+          serverPid: serverPid(env, system),
+          tcp: env.es.tcp,
+        }),
+      );
     }
   }
 
@@ -518,39 +612,73 @@ async function runAll(env: Env): Promise<void> {
     ["redis", "resp"],
   ] as const) {
     if (system === "redis" && !env.redis) continue;
-    await runCase(env, { key: "e2e b=1 P=1 parts=1", group: "e2e", system, transport, batch: 1, producers: 1, partitions: 1 }, (target) => ({
-      mode: "e2e",
-      target,
-      valueBytes,
-      warmupMs: s.warmupMs,
-      measureMs: s.measureMs,
-      minRequests: s.minRequests,
-      serverPid: serverPid(env, system),
-    }));
+    await runCase(
+      env,
+      {
+        key: "e2e b=1 P=1 parts=1",
+        group: "e2e",
+        system,
+        transport,
+        batch: 1,
+        producers: 1,
+        partitions: 1,
+      },
+      (target) => ({
+        mode: "e2e",
+        target,
+        valueBytes,
+        warmupMs: s.warmupMs,
+        measureMs: s.measureMs,
+        minRequests: s.minRequests,
+        serverPid: serverPid(env, system),
+      }),
+    );
   }
 
   // Soak: the broker's RSS over a long 64-producer run.
-  await runCase(env, { key: `soak b=100 P=64 parts=1 ${s.soakMs / 1000}s`, group: "soak", system: "es-broker", transport: "tcp", batch: 100, producers: 64, partitions: 1 }, (target) => ({
-    mode: "produce",
-    target,
-    batch: 100,
-    producers: 64,
-    partitions: 1,
-    valueBytes,
-    warmupMs: s.warmupMs,
-    measureMs: s.soakMs,
-    minRequests: s.minRequests,
-    metricsUrl: `${env.es.httpUrl}/v1/admin/metrics`,
-    serverPid: env.es.pid,
-    rssSampleMs: s.quick ? 100 : 1000,
-  }));
+  await runCase(
+    env,
+    {
+      key: `soak b=100 P=64 parts=1 ${s.soakMs / 1000}s`,
+      group: "soak",
+      system: "es-broker",
+      transport: "tcp",
+      batch: 100,
+      producers: 64,
+      partitions: 1,
+    },
+    (target) => ({
+      mode: "produce",
+      target,
+      batch: 100,
+      producers: 64,
+      partitions: 1,
+      valueBytes,
+      warmupMs: s.warmupMs,
+      measureMs: s.soakMs,
+      minRequests: s.minRequests,
+      metricsUrl: `${env.es.httpUrl}/v1/admin/metrics`,
+      serverPid: env.es.pid,
+      rssSampleMs: s.quick ? 100 : 1000,
+    }),
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
 // Tables and targets
 
-function find(results: CaseResult[], key: string, system: SystemName, transport?: Transport): CaseResult | undefined {
-  return results.find((c) => c.key === key && c.system === system && (transport === undefined || c.transport === transport));
+function find(
+  results: CaseResult[],
+  key: string,
+  system: SystemName,
+  transport?: Transport,
+): CaseResult | undefined {
+  return results.find(
+    (c) =>
+      c.key === key &&
+      c.system === system &&
+      (transport === undefined || c.transport === transport),
+  );
 }
 
 function ratio(a: CaseResult | undefined, b: CaseResult | undefined): number | null {
@@ -566,11 +694,23 @@ function fmtRatio(r: number | null): string {
 export function markdownTables(report: BenchReport): string {
   const results = report.cases;
   const lines: string[] = [];
-  lines.push("### Produce: records/s, and es-broker as a ratio of each system in the same case", "");
-  lines.push("Ratios above 1 mean es-broker is faster. `limit` is the in-process write + fdatasync loop for the same batch size. NATS\\* does not fsync per publish (not a durable peer).", "");
-  lines.push("| case | es tcp | es http json | es http ndjson | limit | redis | nats\\* | durable streams | tcp ÷ limit | tcp ÷ redis | tcp ÷ nats\\* | json ÷ ds | ndjson ÷ ds |");
+  lines.push(
+    "### Produce: records/s, and es-broker as a ratio of each system in the same case",
+    "",
+  );
+  lines.push(
+    "Ratios above 1 mean es-broker is faster. `limit` is the in-process write + fdatasync loop for the same batch size. NATS\\* does not fsync per publish (not a durable peer).",
+    "",
+  );
+  lines.push(
+    "| case | es tcp | es http json | es http ndjson | limit | redis | nats\\* | durable streams | tcp ÷ limit | tcp ÷ redis | tcp ÷ nats\\* | json ÷ ds | ndjson ÷ ds |",
+  );
   lines.push("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
-  const keys = [...new Set(results.filter((c) => c.group === "produce" && c.system !== "limit").map((c) => c.key))];
+  const keys = [
+    ...new Set(
+      results.filter((c) => c.group === "produce" && c.system !== "limit").map((c) => c.key),
+    ),
+  ];
   for (const key of keys) {
     const batch = Number(/b=(\d+)/.exec(key)![1]);
     const tcp = find(results, key, "es-broker", "tcp");
@@ -587,21 +727,32 @@ export function markdownTables(report: BenchReport): string {
   }
   lines.push("");
   lines.push("### Consumers", "");
-  lines.push("Last column: fetch, es-broker TCP records/s ÷ this system's; e2e, es-broker TCP p50 latency ÷ this system's (below 1 is better for es-broker).", "");
-  lines.push("| case | system | records/s | MB/s | p50 ms | p99 ms | max ms | ack p50/p99 ms | server RSS MiB | es tcp ÷ this |");
+  lines.push(
+    "Last column: fetch, es-broker TCP records/s ÷ this system's; e2e, es-broker TCP p50 latency ÷ this system's (below 1 is better for es-broker).",
+    "",
+  );
+  lines.push(
+    "| case | system | records/s | MB/s | p50 ms | p99 ms | max ms | ack p50/p99 ms | server RSS MiB | es tcp ÷ this |",
+  );
   lines.push("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
   for (const c of results.filter((x) => x.group === "fetch" || x.group === "e2e")) {
     const es = find(results, c.key, "es-broker", "tcp");
     // fetch: es-broker's records/s ÷ this system's; e2e: es-broker's p50 latency ÷ this system's (lower is better).
     const rel =
-      c.system === "es-broker" ? "" : c.group === "e2e" ? `${fmtRatio(es && c.latencyMs.p50 > 0 ? es.latencyMs.p50 / c.latencyMs.p50 : null)} latency` : fmtRatio(ratio(es, c));
+      c.system === "es-broker"
+        ? ""
+        : c.group === "e2e"
+          ? `${fmtRatio(es && c.latencyMs.p50 > 0 ? es.latencyMs.p50 / c.latencyMs.p50 : null)} latency`
+          : fmtRatio(ratio(es, c));
     lines.push(
       `| ${c.key} | ${c.system}/${c.transport} | ${fmt(c.recordsPerSec)} | ${fmt(c.payloadMBps, 1)} | ${fmt(c.latencyMs.p50, 2)} | ${fmt(c.latencyMs.p99, 2)} | ${fmt(c.latencyMs.max, 1)} | ${c.ackLatencyMs ? `${fmt(c.ackLatencyMs.p50, 2)} / ${fmt(c.ackLatencyMs.p99, 2)}` : ""} | ${fmt(c.serverRssPeakMiB, 1)} | ${rel} |`,
     );
   }
   lines.push("");
   lines.push("### Every case", "");
-  lines.push("| case | system | records/s | MB/s | p50 ms | p99 ms | max ms | fsyncs/s | records/fsync | server RSS MiB | server CPU µs/record |");
+  lines.push(
+    "| case | system | records/s | MB/s | p50 ms | p99 ms | max ms | fsyncs/s | records/fsync | server RSS MiB | server CPU µs/record |",
+  );
   lines.push("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
   for (const c of results) {
     lines.push(
@@ -610,18 +761,29 @@ export function markdownTables(report: BenchReport): string {
   }
   const soak = results.find((c) => c.group === "soak");
   if (soak?.rssSamplesMiB && soak.rssSamplesMiB.length > 0) {
-    lines.push("", `### Soak: es-broker RSS (MiB) every ${soak.rssSamplesMiB.length > 1 ? soak.rssSamplesMiB[1][0] - soak.rssSamplesMiB[0][0] : 0} ms`, "");
+    lines.push(
+      "",
+      `### Soak: es-broker RSS (MiB) every ${soak.rssSamplesMiB.length > 1 ? soak.rssSamplesMiB[1][0] - soak.rssSamplesMiB[0][0] : 0} ms`,
+      "",
+    );
     lines.push(soak.rssSamplesMiB.map(([, m]) => m.toFixed(0)).join(" "));
   }
   lines.push("", "### Targets", "");
   lines.push("| target | measured | met |");
   lines.push("|---|---|---|");
-  for (const t of report.targets) lines.push(`| ${t.name} | ${t.measured} | ${t.met === null ? "not measured" : t.met ? "yes" : "**no**"} |`);
+  for (const t of report.targets)
+    lines.push(
+      `| ${t.name} | ${t.measured} | ${t.met === null ? "not measured" : t.met ? "yes" : "**no**"} |`,
+    );
   if (report.skipped.length > 0) {
     lines.push("", "Skipped: " + report.skipped.map((s) => `${s.system} (${s.reason})`).join("; "));
   }
   if (report.failures.length > 0) {
-    lines.push("", "Failed cases: " + report.failures.map((f) => `${f.id}: ${f.error.split("\n")[0]}`).join("; "));
+    lines.push(
+      "",
+      "Failed cases: " +
+        report.failures.map((f) => `${f.id}: ${f.error.split("\n")[0]}`).join("; "),
+    );
   }
   return lines.join("\n") + "\n";
 }
@@ -629,46 +791,85 @@ export function markdownTables(report: BenchReport): string {
 /** The targets of the benchmark issue, evaluated on this run's figures. */
 export function evaluateTargets(results: CaseResult[]): TargetResult[] {
   const targets: TargetResult[] = [];
-  const add = (name: string, parts: { label: string; value: number | null; ok: (v: number) => boolean; unit?: string }[]) => {
-    const measured = parts.map((p) => `${p.label} ${p.value === null ? "—" : p.unit ? `${fmt(p.value, 1)} ${p.unit}` : `${p.value.toFixed(2)}×`}`).join(", ");
+  const add = (
+    name: string,
+    parts: { label: string; value: number | null; ok: (v: number) => boolean; unit?: string }[],
+  ) => {
+    const measured = parts
+      .map(
+        (p) =>
+          `${p.label} ${p.value === null ? "—" : p.unit ? `${fmt(p.value, 1)} ${p.unit}` : `${p.value.toFixed(2)}×`}`,
+      )
+      .join(", ");
     const met = parts.some((p) => p.value === null) ? null : parts.every((p) => p.ok(p.value!));
     targets.push({ name, measured, met });
   };
   const tcp = (key: string) => find(results, key, "es-broker", "tcp");
   const p1b1 = "produce b=1 P=1 parts=1";
   add("1 producer × 1 record: ≥ 0.8× the fdatasync limit, ≥ 2× Redis", [
-    { label: "÷ limit", value: ratio(tcp(p1b1), find(results, "limit b=1 P=1", "limit")), ok: (v) => v >= 0.8 },
+    {
+      label: "÷ limit",
+      value: ratio(tcp(p1b1), find(results, "limit b=1 P=1", "limit")),
+      ok: (v) => v >= 0.8,
+    },
     { label: "÷ redis", value: ratio(tcp(p1b1), find(results, p1b1, "redis")), ok: (v) => v >= 2 },
   ]);
   const p64b1 = "produce b=1 P=64 parts=1";
-  add("64 producers × 1 record: ≥ 2× Redis", [{ label: "÷ redis", value: ratio(tcp(p64b1), find(results, p64b1, "redis")), ok: (v) => v >= 2 }]);
+  add("64 producers × 1 record: ≥ 2× Redis", [
+    {
+      label: "÷ redis",
+      value: ratio(tcp(p64b1), find(results, p64b1, "redis")),
+      ok: (v) => v >= 2,
+    },
+  ]);
   const p64b100 = "produce b=100 P=64 parts=1";
   add("64 producers × 100 records over TCP: ≥ 1.0× the limit, ≥ 1.5× Redis", [
-    { label: "÷ limit", value: ratio(tcp(p64b100), find(results, "limit b=100 P=64", "limit")), ok: (v) => v >= 1 },
-    { label: "÷ redis", value: ratio(tcp(p64b100), find(results, p64b100, "redis")), ok: (v) => v >= 1.5 },
+    {
+      label: "÷ limit",
+      value: ratio(tcp(p64b100), find(results, "limit b=100 P=64", "limit")),
+      ok: (v) => v >= 1,
+    },
+    {
+      label: "÷ redis",
+      value: ratio(tcp(p64b100), find(results, p64b100, "redis")),
+      ok: (v) => v >= 1.5,
+    },
   ]);
   const p50 = "produce b=100 P=50 parts=1";
   for (const body of ["http-json", "http-ndjson"] as const) {
     const h = find(results, p50, "es-broker", body);
-    add(`HTTP (${body.slice(5)}) 100 records × 50 connections: ≥ 0.5× TCP, ahead of Durable Streams`, [
-      { label: "÷ tcp", value: ratio(h, tcp(p50)), ok: (v) => v >= 0.5 },
-      { label: "÷ durable streams", value: ratio(h, find(results, p50, "ds")), ok: (v) => v > 1 },
-    ]);
+    add(
+      `HTTP (${body.slice(5)}) 100 records × 50 connections: ≥ 0.5× TCP, ahead of Durable Streams`,
+      [
+        { label: "÷ tcp", value: ratio(h, tcp(p50)), ok: (v) => v >= 0.5 },
+        { label: "÷ durable streams", value: ratio(h, find(results, p50, "ds")), ok: (v) => v > 1 },
+      ],
+    );
   }
   const fetch = tcp("fetch b=1000 C=1 parts=1");
   add("Consumer fetch over TCP from the page cache: ≥ 1 M records/s", [
-    { label: "1 consumer", value: fetch?.recordsPerSec ?? null, ok: (v) => v >= 1e6, unit: "records/s" },
+    {
+      label: "1 consumer",
+      value: fetch?.recordsPerSec ?? null,
+      ok: (v) => v >= 1e6,
+      unit: "records/s",
+    },
   ]);
   const p8b10 = tcp("produce b=10 P=8 parts=1");
   const limit10 = find(results, "limit b=10 P=8", "limit");
   add("p99 latency at 8 producers × 10 records ≤ 2× the disk's p99 fsync latency", [
     {
       label: "p99 ÷ limit p99",
-      value: p8b10 && limit10 && limit10.latencyMs.p99 > 0 ? p8b10.latencyMs.p99 / limit10.latencyMs.p99 : null,
+      value:
+        p8b10 && limit10 && limit10.latencyMs.p99 > 0
+          ? p8b10.latencyMs.p99 / limit10.latencyMs.p99
+          : null,
       ok: (v) => v <= 2,
     },
   ]);
-  const rss64 = results.filter((c) => c.system === "es-broker" && c.producers === 64 && c.serverRssPeakMiB !== null);
+  const rss64 = results.filter(
+    (c) => c.system === "es-broker" && c.producers === 64 && c.serverRssPeakMiB !== null,
+  );
   const peak = rss64.length === 0 ? null : Math.max(...rss64.map((c) => c.serverRssPeakMiB!));
   const soak = results.find((c) => c.group === "soak");
   const samples = soak?.rssSamplesMiB ?? [];
@@ -680,10 +881,18 @@ export function evaluateTargets(results: CaseResult[]): TargetResult[] {
     const last = Math.max(...samples.slice(3 * q).map(([, m]) => m));
     growth = second > 0 ? last / second : null;
   }
-  add(`Broker RSS under 64 producers ≤ 150 MB, flat over the soak run (${soak ? Math.round(soak.seconds) : "?"} s)`, [
-    { label: "peak over 64-producer cases", value: peak === null ? null : (peak * 1048576) / 1e6, ok: (v) => v <= 150, unit: "MB" },
-    { label: "soak last quarter ÷ second quarter", value: growth, ok: (v) => v <= 1.1 },
-  ]);
+  add(
+    `Broker RSS under 64 producers ≤ 150 MB, flat over the soak run (${soak ? Math.round(soak.seconds) : "?"} s)`,
+    [
+      {
+        label: "peak over 64-producer cases",
+        value: peak === null ? null : (peak * 1048576) / 1e6,
+        ok: (v) => v <= 150,
+        unit: "MB",
+      },
+      { label: "soak last quarter ÷ second quarter", value: growth, ok: (v) => v <= 1.1 },
+    ],
+  );
   return targets;
 }
 
@@ -697,14 +906,20 @@ function describeMachine(dataRoot: string): Record<string, string> {
     node: process.version,
     dataFs: findmnt.status === 0 ? findmnt.stdout.toString().trim() : "?",
     // Other work on the machine skews absolute figures (ratios within one run much less).
-    loadAverageAtEnd: os.loadavg().map((l) => l.toFixed(2)).join(" "),
+    loadAverageAtEnd: os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(" "),
   };
 }
 
 // ---------------------------------------------------------------------------------------------
 
 /** Runs the harness. Resolves with the exit code (1 if any case failed or measured nothing). */
-export async function main(argv: string[], paths: { root: string; generatorPath: string }): Promise<number> {
+export async function main(
+  argv: string[],
+  paths: { root: string; generatorPath: string },
+): Promise<number> {
   const { values } = parseArgs({
     args: argv,
     options: {
@@ -753,12 +968,19 @@ export async function main(argv: string[], paths: { root: string; generatorPath:
   const skipped: { system: string; reason: string }[] = [];
   const servers: ServerProcess[] = [];
   const startedAt = new Date().toISOString();
-  const loadAtStart = os.loadavg().map((l) => l.toFixed(2)).join(" ");
+  const loadAtStart = os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ");
   const profileDir = values["cpu-prof"];
   if (profileDir) fs.mkdirSync(profileDir, { recursive: true });
   let env: Env | null = null;
   try {
-    const es = await startEsBroker({ root: paths.root, dataDir: join(dataRoot, "es-broker"), cpuProfileDir: profileDir });
+    const es = await startEsBroker({
+      root: paths.root,
+      dataDir: join(dataRoot, "es-broker"),
+      cpuProfileDir: profileDir,
+    });
     servers.push(es);
     const startPeer = async (peer: "redis" | "nats" | "ds"): Promise<PeerServer | null> => {
       if (values["no-peers"]) {
@@ -780,7 +1002,10 @@ export async function main(argv: string[], paths: { root: string; generatorPath:
         servers.push(server);
         return server;
       } catch (err) {
-        skipped.push({ system: peer, reason: `failed to start: ${err instanceof Error ? err.message.split("\n")[0] : String(err)}` });
+        skipped.push({
+          system: peer,
+          reason: `failed to start: ${err instanceof Error ? err.message.split("\n")[0] : String(err)}`,
+        });
         return null;
       }
     };
@@ -788,7 +1013,9 @@ export async function main(argv: string[], paths: { root: string; generatorPath:
     const nats = await startPeer("nats");
     const ds = await startPeer("ds");
     for (const s of skipped) process.stdout.write(`skipping ${s.system}: ${s.reason}\n`);
-    process.stdout.write(`servers: ${servers.map((s) => `${s.name} (${s.version}, pid ${s.pid})`).join(", ")}\ndata: ${dataRoot}\n`);
+    process.stdout.write(
+      `servers: ${servers.map((s) => `${s.name} (${s.version}, pid ${s.pid})`).join(", ")}\ndata: ${dataRoot}\n`,
+    );
     env = {
       root: paths.root,
       generatorPath: paths.generatorPath,
@@ -814,7 +1041,10 @@ export async function main(argv: string[], paths: { root: string; generatorPath:
   const report: BenchReport = {
     quick,
     startedAt,
-    machine: { ...describeMachine(values["data-root"] ?? os.tmpdir()), loadAverageAtStart: loadAtStart },
+    machine: {
+      ...describeMachine(values["data-root"] ?? os.tmpdir()),
+      loadAverageAtStart: loadAtStart,
+    },
     servers: Object.fromEntries(servers.map((s) => [s.name, s.version])),
     skipped,
     cases: env.results,
@@ -827,7 +1057,9 @@ export async function main(argv: string[], paths: { root: string; generatorPath:
   if (values.markdown) fs.writeFileSync(values.markdown, tables);
   const empty = env.results.filter((c) => c.records === 0 || c.requests === 0);
   if (env.failures.length > 0 || empty.length > 0) {
-    process.stdout.write(`\n${env.failures.length} case(s) failed, ${empty.length} measured nothing\n`);
+    process.stdout.write(
+      `\n${env.failures.length} case(s) failed, ${empty.length} measured nothing\n`,
+    );
     return 1;
   }
   return 0;

@@ -8,7 +8,10 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
 
-const { values, positionals } = parseArgs({ options: { top: { type: "string", default: "25" }, callers: { type: "string" } }, allowPositionals: true });
+const { values, positionals } = parseArgs({
+  options: { top: { type: "string", default: "25" }, callers: { type: "string" } },
+  allowPositionals: true,
+});
 const top = Number(values.top);
 const target = positionals[0];
 if (!target) {
@@ -16,7 +19,9 @@ if (!target) {
   process.exit(2);
 }
 const files = statSync(target).isDirectory()
-  ? readdirSync(target).filter((f) => f.endsWith(".cpuprofile")).map((f) => join(target, f))
+  ? readdirSync(target)
+      .filter((f) => f.endsWith(".cpuprofile"))
+      .map((f) => join(target, f))
   : [target];
 
 for (const file of files) {
@@ -43,23 +48,33 @@ for (const file of files) {
     profile.samples.forEach((id, i) => {
       if (nodes.get(id).callFrame.functionName !== values.callers) return;
       const path = [];
-      for (let p = parent.get(id), k = 0; p !== undefined && k < 3; p = parent.get(p), k++) path.push(name(p));
+      for (let p = parent.get(id), k = 0; p !== undefined && k < 3; p = parent.get(p), k++)
+        path.push(name(p));
       const key = path.join(" < ");
       byCaller.set(key, (byCaller.get(key) ?? 0) + (profile.timeDeltas[i] ?? 0));
     });
   }
   const idle = self.get("(idle)\t") ?? 0;
   const busy = total - idle;
-  process.stdout.write(`${file}\n  sampled ${(total / 1000).toFixed(0)} ms, busy ${(busy / 1000).toFixed(0)} ms (${((100 * busy) / total).toFixed(1)} %)\n`);
+  process.stdout.write(
+    `${file}\n  sampled ${(total / 1000).toFixed(0)} ms, busy ${(busy / 1000).toFixed(0)} ms (${((100 * busy) / total).toFixed(1)} %)\n`,
+  );
   process.stdout.write(`  ${"self ms".padStart(9)} ${"% busy".padStart(7)}  function\n`);
-  for (const [key, dt] of [...self].filter(([k]) => !k.startsWith("(idle)")).sort((a, b) => b[1] - a[1]).slice(0, top)) {
+  for (const [key, dt] of [...self]
+    .filter(([k]) => !k.startsWith("(idle)"))
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, top)) {
     const [fn, where] = key.split("\t");
-    process.stdout.write(`  ${(dt / 1000).toFixed(1).padStart(9)} ${((100 * dt) / busy).toFixed(1).padStart(7)}  ${fn}  ${where}\n`);
+    process.stdout.write(
+      `  ${(dt / 1000).toFixed(1).padStart(9)} ${((100 * dt) / busy).toFixed(1).padStart(7)}  ${fn}  ${where}\n`,
+    );
   }
   if (values.callers) {
     process.stdout.write(`  callers of ${values.callers}:\n`);
     for (const [key, dt] of [...byCaller].sort((a, b) => b[1] - a[1]).slice(0, top)) {
-      process.stdout.write(`  ${(dt / 1000).toFixed(1).padStart(9)} ${((100 * dt) / busy).toFixed(1).padStart(7)}  ${key}\n`);
+      process.stdout.write(
+        `  ${(dt / 1000).toFixed(1).padStart(9)} ${((100 * dt) / busy).toFixed(1).padStart(7)}  ${key}\n`,
+      );
     }
   }
 }

@@ -4,7 +4,14 @@
 import { join } from "node:path";
 import { importBundled, repoRoot, withBundle } from "../scripts/bundle.mjs";
 
-process.exitCode = await withBundle({ harness: "bench/harness.ts", generator: "bench/generator.ts" }, "es-bench-bundle-", async (out) => {
-  const { main } = await importBundled(out, "harness");
-  return main(process.argv.slice(2), { root: repoRoot, generatorPath: join(out, "generator.mjs") });
-});
+process.exitCode = await withBundle(
+  { harness: "bench/harness.ts", generator: "bench/generator.ts" },
+  "es-bench-bundle-",
+  async (out) => {
+    const { main } = await importBundled(out, "harness");
+    return main(process.argv.slice(2), {
+      root: repoRoot,
+      generatorPath: join(out, "generator.mjs"),
+    });
+  },
+);

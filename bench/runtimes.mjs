@@ -5,7 +5,11 @@
 //   npm run build && node bench/runtimes.mjs [--rounds 7] [--quick] [--json out.json] [--targets node,bun]
 import { importBundled, repoRoot, withBundle } from "../scripts/bundle.mjs";
 
-process.exitCode = await withBundle({ runtimes: "bench/runtimes.ts" }, "es-bench-runtimes-bundle-", async (out) => {
-  const { main } = await importBundled(out, "runtimes");
-  return main(process.argv.slice(2), { root: repoRoot });
-});
+process.exitCode = await withBundle(
+  { runtimes: "bench/runtimes.ts" },
+  "es-bench-runtimes-bundle-",
+  async (out) => {
+    const { main } = await importBundled(out, "runtimes");
+    return main(process.argv.slice(2), { root: repoRoot });
+  },
+);

@@ -43,10 +43,32 @@ interface Sample {
 function targets(root: string): Target[] {
   const src = join(root, "src/main.ts");
   return [
-    { name: "node", label: "Node bundle (`node dist/es-broker.mjs`)", command: [process.execPath, join(root, "dist/es-broker.mjs")] },
-    { name: "deno", label: "Deno, sources (`deno run -A src/main.ts`)", command: [join(root, "tools/node_modules/.bin/deno"), "run", "--allow-all", `--config=${join(root, "deno.json")}`, src] },
-    { name: "bun", label: "Bun, sources (`bun src/main.ts`)", command: [join(root, "tools/node_modules/.bin/bun"), src] },
-    { name: "binary", label: "compiled binary (`dist/es-broker`)", command: [join(root, "dist/es-broker")] },
+    {
+      name: "node",
+      label: "Node bundle (`node dist/es-broker.mjs`)",
+      command: [process.execPath, join(root, "dist/es-broker.mjs")],
+    },
+    {
+      name: "deno",
+      label: "Deno, sources (`deno run -A src/main.ts`)",
+      command: [
+        join(root, "tools/node_modules/.bin/deno"),
+        "run",
+        "--allow-all",
+        `--config=${join(root, "deno.json")}`,
+        src,
+      ],
+    },
+    {
+      name: "bun",
+      label: "Bun, sources (`bun src/main.ts`)",
+      command: [join(root, "tools/node_modules/.bin/bun"), src],
+    },
+    {
+      name: "binary",
+      label: "compiled binary (`dist/es-broker`)",
+      command: [join(root, "dist/es-broker")],
+    },
   ];
 }
 
@@ -84,25 +106,44 @@ async function measure(target: Target, round: number, records: number): Promise<
   const [httpPort, tcpPort] = [await freePort(), await freePort()];
   const [cmd, ...args] = target.command;
   const started = performance.now();
-  const proc = spawn(cmd, [...args, "serve", "--data-dir", join(dir, "data"), "--http-port", String(httpPort), "--tcp-port", String(tcpPort), "--log-level", "warn"], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const proc = spawn(
+    cmd,
+    [
+      ...args,
+      "serve",
+      "--data-dir",
+      join(dir, "data"),
+      "--http-port",
+      String(httpPort),
+      "--tcp-port",
+      String(tcpPort),
+      "--log-level",
+      "warn",
+    ],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
   let stdout = "";
   let stderr = "";
   proc.stdout.on("data", (d) => (stdout += d));
   proc.stderr.on("data", (d) => (stderr += d));
-  const exited = new Promise<number | string>((res) => proc.on("exit", (code, signal) => res(code ?? signal ?? "?")));
+  const exited = new Promise<number | string>((res) =>
+    proc.on("exit", (code, signal) => res(code ?? signal ?? "?")),
+  );
   try {
     let startupMs = NaN;
     while (performance.now() - started < 30_000) {
-      if (proc.exitCode !== null) throw new Error(`[${target.name}] exited during start-up: ${stderr}`);
+      if (proc.exitCode !== null)
+        throw new Error(`[${target.name}] exited during start-up: ${stderr}`);
       if (await healthy(httpPort)) {
         startupMs = performance.now() - started;
         break;
       }
       await sleep(2);
     }
-    if (Number.isNaN(startupMs)) throw new Error(`[${target.name}] did not answer within 30 s: ${stderr}`);
+    if (Number.isNaN(startupMs))
+      throw new Error(`[${target.name}] did not answer within 30 s: ${stderr}`);
     await sleep(1000);
     const idleRssMiB = rssMiB(proc.pid!);
 
@@ -167,24 +208,40 @@ export async function main(argv: string[], context: { root: string }): Promise<n
       console.error(JSON.stringify(sample));
     }
   }
-  const nodeRate = (round: number) => samples.find((s) => s.target === "node" && s.round === round)?.recordsPerSecond;
+  const nodeRate = (round: number) =>
+    samples.find((s) => s.target === "node" && s.round === round)?.recordsPerSecond;
   const lines = [
     `| target | runtime | start-up to first answer, ms | idle RSS, MiB | produce, records/s | vs Node, same round |`,
     `|---|---|---:|---:|---:|---:|`,
   ];
   // "median (min–max)" over the rounds.
   const spread = (xs: number[], format: (x: number) => string) =>
-    xs.length > 1 ? `${format(median(xs))} (${format(Math.min(...xs))}–${format(Math.max(...xs))})` : format(xs[0]);
+    xs.length > 1
+      ? `${format(median(xs))} (${format(Math.min(...xs))}–${format(Math.max(...xs))})`
+      : format(xs[0]);
   const int = (x: number) => Math.round(x).toLocaleString("en-US");
   for (const target of list) {
     const mine = samples.filter((s) => s.target === target.name);
-    const ratios = mine.map((s) => (nodeRate(s.round) ? s.recordsPerSecond / nodeRate(s.round)! : NaN)).filter((r) => !Number.isNaN(r));
+    const ratios = mine
+      .map((s) => (nodeRate(s.round) ? s.recordsPerSecond / nodeRate(s.round)! : NaN))
+      .filter((r) => !Number.isNaN(r));
     lines.push(
-      `| ${target.label} | ${mine[0].runtime} | ${spread(mine.map((s) => s.startupMs), int)} | ${spread(mine.map((s) => s.idleRssMiB), int)} | ` +
-        `${spread(mine.map((s) => s.recordsPerSecond), int)} | ${target.name === "node" ? "1 (reference)" : ratios.length ? spread(ratios, (r) => `${r.toFixed(2)}×`) : "—"} |`,
+      `| ${target.label} | ${mine[0].runtime} | ${spread(
+        mine.map((s) => s.startupMs),
+        int,
+      )} | ${spread(
+        mine.map((s) => s.idleRssMiB),
+        int,
+      )} | ` +
+        `${spread(
+          mine.map((s) => s.recordsPerSecond),
+          int,
+        )} | ${target.name === "node" ? "1 (reference)" : ratios.length ? spread(ratios, (r) => `${r.toFixed(2)}×`) : "—"} |`,
     );
   }
-  console.log(`${rounds} round(s), ${records.toLocaleString("en-US")} records per produce run; median (min–max) over the rounds:\n`);
+  console.log(
+    `${rounds} round(s), ${records.toLocaleString("en-US")} records per produce run; median (min–max) over the rounds:\n`,
+  );
   console.log(lines.join("\n"));
   const out = flag("json");
   if (out) writeFileSync(out, JSON.stringify({ rounds, records, samples }, null, 2));

@@ -65,7 +65,11 @@ export function freePort(): Promise<number> {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-function track(name: string, proc: ChildProcess, version: string): ServerProcess & { output(): string; exited: Promise<void> } {
+function track(
+  name: string,
+  proc: ChildProcess,
+  version: string,
+): ServerProcess & { output(): string; exited: Promise<void> } {
   let output = "";
   proc.stdout?.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-20_000)));
   proc.stderr?.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-20_000)));
@@ -87,7 +91,12 @@ function track(name: string, proc: ChildProcess, version: string): ServerProcess
 }
 
 /** Waits for `probe` to succeed, up to `timeoutMs`; throws with the server's output otherwise. */
-async function waitReady(what: string, probe: () => Promise<void>, server: { output(): string; exited: Promise<void> }, timeoutMs = 20_000): Promise<void> {
+async function waitReady(
+  what: string,
+  probe: () => Promise<void>,
+  server: { output(): string; exited: Promise<void> },
+  timeoutMs = 20_000,
+): Promise<void> {
   let exited = false;
   void server.exited.then(() => (exited = true));
   const deadline = Date.now() + timeoutMs;
@@ -101,7 +110,9 @@ async function waitReady(what: string, probe: () => Promise<void>, server: { out
       await sleep(100);
     }
   }
-  throw new Error(`${what} did not become ready${exited ? " (it exited)" : ""}: ${last instanceof Error ? last.message : String(last)}\n${server.output()}`);
+  throw new Error(
+    `${what} did not become ready${exited ? " (it exited)" : ""}: ${last instanceof Error ? last.message : String(last)}\n${server.output()}`,
+  );
 }
 
 /**
@@ -110,7 +121,9 @@ async function waitReady(what: string, probe: () => Promise<void>, server: { out
  * 20–30 % lower at the same CPU per record (docs/runtimes.md). The environment variable
  * `BENCH_NODE_FLAGS` (space-separated) replaces them, for experiments.
  */
-export const brokerNodeFlags = process.env.BENCH_NODE_FLAGS ? process.env.BENCH_NODE_FLAGS.split(" ").filter(Boolean) : ["--max-semi-space-size=4"];
+export const brokerNodeFlags = process.env.BENCH_NODE_FLAGS
+  ? process.env.BENCH_NODE_FLAGS.split(" ").filter(Boolean)
+  : ["--max-semi-space-size=4"];
 
 /** Extra `serve` options from the environment variable `BENCH_BROKER_ARGS` (space-separated), for experiments. */
 const brokerExtraArgs = (process.env.BENCH_BROKER_ARGS ?? "").split(" ").filter(Boolean);
@@ -120,17 +133,44 @@ const brokerExtraArgs = (process.env.BENCH_BROKER_ARGS ?? "").split(" ").filter(
  * with a private data dir.
  * @param options.cpuProfileDir if set, the broker runs under `--cpu-prof` and writes its profile there on exit.
  */
-export async function startEsBroker(options: { root: string; dataDir: string; cpuProfileDir?: string }): Promise<EsBroker> {
+export async function startEsBroker(options: {
+  root: string;
+  dataDir: string;
+  cpuProfileDir?: string;
+}): Promise<EsBroker> {
   const entry = join(options.root, "dist/es-broker.mjs");
   if (!fs.existsSync(entry)) throw new Error(`${entry} is missing: run "npm run build" first`);
-  const nodeArgs = [...brokerNodeFlags, ...(options.cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfileDir] : [])];
-  const proc = spawn(process.execPath, [...nodeArgs, entry, "serve", "--data-dir", options.dataDir, "--http-port", "0", "--tcp-port", "0", "--log-level", "warn", ...brokerExtraArgs], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const nodeArgs = [
+    ...brokerNodeFlags,
+    ...(options.cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfileDir] : []),
+  ];
+  const proc = spawn(
+    process.execPath,
+    [
+      ...nodeArgs,
+      entry,
+      "serve",
+      "--data-dir",
+      options.dataDir,
+      "--http-port",
+      "0",
+      "--tcp-port",
+      "0",
+      "--log-level",
+      "warn",
+      ...brokerExtraArgs,
+    ],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
   const server = track("es-broker", proc, "");
   const line = await new Promise<string>((resolve, reject) => {
     let out = "";
-    const timer = setTimeout(() => reject(new Error(`es-broker did not start within 30 s:\n${server.output()}`)), 30_000);
+    const timer = setTimeout(
+      () => reject(new Error(`es-broker did not start within 30 s:\n${server.output()}`)),
+      30_000,
+    );
     proc.stdout!.on("data", (d: Buffer) => {
       out += d.toString();
       const nl = out.indexOf("\n");
@@ -151,8 +191,14 @@ export async function startEsBroker(options: { root: string; dataDir: string; cp
 
 /** Why a peer is not available, or null when it is. */
 export function peerMissing(peer: "redis" | "nats" | "ds", root: string): string | null {
-  if (peer === "redis") return findExecutable("redis-server") ? null : "redis-server is not installed (scripts/install-peers.sh)";
-  if (peer === "nats") return findExecutable("nats-server") ? null : "nats-server is not installed (scripts/install-peers.sh)";
+  if (peer === "redis")
+    return findExecutable("redis-server")
+      ? null
+      : "redis-server is not installed (scripts/install-peers.sh)";
+  if (peer === "nats")
+    return findExecutable("nats-server")
+      ? null
+      : "nats-server is not installed (scripts/install-peers.sh)";
   return fs.existsSync(join(root, "bench/peers/node_modules/@durable-streams/server/package.json"))
     ? null
     : "@durable-streams/server is not installed in bench/peers (scripts/install-peers.sh)";
@@ -170,20 +216,42 @@ export async function startRedis(dataDir: string): Promise<PeerServer> {
   const proc = spawn(
     bin,
     [
-      "--port", String(port), "--bind", "127.0.0.1", "--dir", dataDir, "--daemonize", "no", "--protected-mode", "no",
-      "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--auto-aof-rewrite-percentage", "0", "--logfile", "",
+      "--port",
+      String(port),
+      "--bind",
+      "127.0.0.1",
+      "--dir",
+      dataDir,
+      "--daemonize",
+      "no",
+      "--protected-mode",
+      "no",
+      "--appendonly",
+      "yes",
+      "--appendfsync",
+      "always",
+      "--save",
+      "",
+      "--auto-aof-rewrite-percentage",
+      "0",
+      "--logfile",
+      "",
     ],
     { stdio: ["ignore", "pipe", "pipe"] },
   );
   const server = track("redis", proc, `Redis ${version}`);
-  await waitReady("redis-server", async () => {
-    const c = await RedisConnection.connect({ host: "127.0.0.1", port });
-    try {
-      await c.call("PING");
-    } finally {
-      c.close();
-    }
-  }, server);
+  await waitReady(
+    "redis-server",
+    async () => {
+      const c = await RedisConnection.connect({ host: "127.0.0.1", port });
+      try {
+        await c.call("PING");
+      } finally {
+        c.close();
+      }
+    },
+    server,
+  );
   return { ...server, host: "127.0.0.1", port };
 }
 
@@ -193,28 +261,44 @@ export async function startNats(dataDir: string): Promise<PeerServer> {
   const version = spawnSync(bin, ["--version"]).stdout.toString().trim();
   const port = await freePort();
   fs.mkdirSync(dataDir, { recursive: true });
-  const proc = spawn(bin, ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", dataDir], { stdio: ["ignore", "pipe", "pipe"] });
+  const proc = spawn(bin, ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", dataDir], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   const server = track("nats", proc, version);
-  await waitReady("nats-server", async () => {
-    const c = await NatsConnection.connect({ host: "127.0.0.1", port });
-    try {
-      const info = await c.api("$JS.API.INFO", {});
-      if ("error" in info) throw new Error(JSON.stringify(info.error));
-    } finally {
-      c.close();
-    }
-  }, server);
+  await waitReady(
+    "nats-server",
+    async () => {
+      const c = await NatsConnection.connect({ host: "127.0.0.1", port });
+      try {
+        const info = await c.api("$JS.API.INFO", {});
+        if ("error" in info) throw new Error(JSON.stringify(info.error));
+      } finally {
+        c.close();
+      }
+    },
+    server,
+  );
   return { ...server, host: "127.0.0.1", port };
 }
 
 /** The Durable Streams reference server in file mode (`bench/peers/ds-server.mjs`). */
 export async function startDurableStreams(root: string, dataDir: string): Promise<PeerServer> {
-  const pkg = JSON.parse(fs.readFileSync(join(root, "bench/peers/node_modules/@durable-streams/server/package.json"), "utf8")) as { version: string };
+  const pkg = JSON.parse(
+    fs.readFileSync(
+      join(root, "bench/peers/node_modules/@durable-streams/server/package.json"),
+      "utf8",
+    ),
+  ) as { version: string };
   fs.mkdirSync(dataDir, { recursive: true });
-  const proc = spawn(process.execPath, [join(root, "bench/peers/ds-server.mjs"), dataDir], { stdio: ["ignore", "pipe", "pipe"] });
+  const proc = spawn(process.execPath, [join(root, "bench/peers/ds-server.mjs"), dataDir], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   const server = track("ds", proc, `@durable-streams/server ${pkg.version}`);
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`Durable Streams server did not start:\n${server.output()}`)), 30_000);
+    const timer = setTimeout(
+      () => reject(new Error(`Durable Streams server did not start:\n${server.output()}`)),
+      30_000,
+    );
     let out = "";
     proc.stdout!.on("data", (d: Buffer) => {
       out += d.toString();

@@ -3,7 +3,11 @@
 import { join } from "node:path";
 import { importBundled, withBundle } from "../scripts/bundle.mjs";
 
-process.exitCode = await withBundle({ startup: "bench/startup.ts" }, "es-bench-startup-", async (out) => {
-  const { main } = await importBundled(out, "startup");
-  return main(process.argv.slice(2), { dir: join(out, "data") });
-});
+process.exitCode = await withBundle(
+  { startup: "bench/startup.ts" },
+  "es-bench-startup-",
+  async (out) => {
+    const { main } = await importBundled(out, "startup");
+    return main(process.argv.slice(2), { dir: join(out, "data") });
+  },
+);

@@ -20,18 +20,33 @@ import { EntryBatchBuilder } from "../src/storage/record.ts";
 export async function main(argv: string[], context: { dir: string }): Promise<number> {
   const { values } = parseArgs({
     args: argv,
-    options: { "data-mb": { type: "string", default: "1024" }, "segment-mb": { type: "string", default: "64" }, partitions: { type: "string", default: "4" }, json: { type: "string" } },
+    options: {
+      "data-mb": { type: "string", default: "1024" },
+      "segment-mb": { type: "string", default: "64" },
+      partitions: { type: "string", default: "4" },
+      json: { type: "string" },
+    },
   });
   const dataBytes = Number(values["data-mb"]) * 1024 * 1024;
   const segmentBytes = Number(values["segment-mb"]) * 1024 * 1024;
   const partitions = Number(values.partitions);
   const dataDir = `${context.dir}/data`;
   mkdirSync(context.dir, { recursive: true });
-  const open = () => LocalBroker.open({ fs: new NodeFileSystem(), dataDir, clock: systemClock, logger: silentLogger });
+  const open = () =>
+    LocalBroker.open({
+      fs: new NodeFileSystem(),
+      dataDir,
+      clock: systemClock,
+      logger: silentLogger,
+    });
 
   // Fill: 1 KiB values in 1 MiB requests, spread over the partitions.
   let broker = await open();
-  await broker.createTopic({ name: "startup", partitions, config: { segment_bytes: segmentBytes } });
+  await broker.createTopic({
+    name: "startup",
+    partitions,
+    config: { segment_bytes: segmentBytes },
+  });
   const value = new Uint8Array(1024).fill(120);
   const perRequest = 1000;
   const builder = new EntryBatchBuilder(perRequest * 1100);
@@ -39,7 +54,8 @@ export async function main(argv: string[], context: { dir: string }): Promise<nu
   const batch = builder.build();
   const requests = Math.ceil(dataBytes / (perRequest * 1060));
   const fillStart = performance.now();
-  for (let i = 0; i < requests; i++) await broker.produce({ topic: "startup", partition: i % partitions, batch });
+  for (let i = 0; i < requests; i++)
+    await broker.produce({ topic: "startup", partition: i % partitions, batch });
   const fillMs = performance.now() - fillStart;
   const described = await broker.describeTopic("startup");
   await broker.close();
@@ -79,9 +95,13 @@ export async function main(argv: string[], context: { dir: string }): Promise<nu
     full_scan_mb_per_s: Math.round(sizeBytes / 1048576 / (full[1] / 1000)),
     ratio: Number((full[1] / fast).toFixed(1)),
   };
-  console.log(`start-up on ${(sizeBytes / 1048576).toFixed(0)} MiB in ${segments} sealed segments over ${partitions} partitions:`);
+  console.log(
+    `start-up on ${(sizeBytes / 1048576).toFixed(0)} MiB in ${segments} sealed segments over ${partitions} partitions:`,
+  );
   console.log(`  valid indexes (fast path): ${result.startup_trusted_ms} ms`);
-  console.log(`  indexes removed (full scan + rebuild): ${result.startup_full_scan_ms} ms (${result.full_scan_mb_per_s} MiB/s), ${result.ratio}× slower`);
+  console.log(
+    `  indexes removed (full scan + rebuild): ${result.startup_full_scan_ms} ms (${result.full_scan_mb_per_s} MiB/s), ${result.ratio}× slower`,
+  );
   if (values.json) writeFileSync(values.json, JSON.stringify(result, null, 2) + "\n");
   rmSync(dataDir, { recursive: true, force: true });
   return 0;

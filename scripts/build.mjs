@@ -15,7 +15,8 @@ import { fileURLToPath } from "node:url";
 import { nodeBundleOptions } from "./bundle.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const option = (name) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+const option = (name) =>
+  process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
 const bundleOnly = process.argv.includes("--bundle-only");
 
 mkdirSync(join(root, "dist"), { recursive: true });
@@ -32,7 +33,9 @@ chmodSync(join(root, "dist/es-broker.mjs"), 0o755);
 if (!bundleOnly) {
   const bun = join(root, "tools/node_modules/.bin/bun");
   if (!existsSync(bun)) {
-    console.error(`build: ${bun} is missing, so dist/es-broker cannot be compiled; run \`npm ci\` (it installs bun into tools/), or pass --bundle-only`);
+    console.error(
+      `build: ${bun} is missing, so dist/es-broker cannot be compiled; run \`npm ci\` (it installs bun into tools/), or pass --bundle-only`,
+    );
     process.exit(1);
   }
   const target = option("target");
@@ -43,7 +46,9 @@ if (!bundleOnly) {
   if (target) args.push(`--target=${target}`);
   const compiled = spawnSync(bun, args, { cwd: root, encoding: "utf8" });
   if (compiled.status !== 0) {
-    console.error(`build: bun ${args.join(" ")} failed (status ${compiled.status ?? compiled.signal}):\n${compiled.stdout}${compiled.stderr}`);
+    console.error(
+      `build: bun ${args.join(" ")} failed (status ${compiled.status ?? compiled.signal}):\n${compiled.stdout}${compiled.stderr}`,
+    );
     process.exit(1);
   }
 }

@@ -16,7 +16,9 @@ export const nodeBundleOptions = {
   format: "esm",
   target: "node20",
   logLevel: "warning",
-  banner: { js: 'import { createRequire as __esbCreateRequire } from "node:module"; const require = __esbCreateRequire(import.meta.url);' },
+  banner: {
+    js: 'import { createRequire as __esbCreateRequire } from "node:module"; const require = __esbCreateRequire(import.meta.url);',
+  },
 };
 
 /**
@@ -26,8 +28,15 @@ export const nodeBundleOptions = {
 export async function withBundle(entries, prefix, fn) {
   const out = mkdtempSync(join(tmpdir(), prefix));
   try {
-    const entryPoints = Object.fromEntries(Object.entries(entries).map(([name, path]) => [name, join(repoRoot, path)]));
-    await build({ ...nodeBundleOptions, entryPoints, outdir: out, outExtension: { ".js": ".mjs" } });
+    const entryPoints = Object.fromEntries(
+      Object.entries(entries).map(([name, path]) => [name, join(repoRoot, path)]),
+    );
+    await build({
+      ...nodeBundleOptions,
+      entryPoints,
+      outdir: out,
+      outExtension: { ".js": ".mjs" },
+    });
     return await fn(out);
   } finally {
     rmSync(out, { recursive: true, force: true });

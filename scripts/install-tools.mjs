@@ -35,13 +35,28 @@ const npm = process.env.npm_execpath ? [process.execPath, process.env.npm_execpa
 // The parent `npm ci` exports its settings as npm_config_*; ones that describe the root install
 // (its prefix, a --global, --omit=dev, --ignore-scripts…) must not leak into this one.
 const env = Object.fromEntries(
-  Object.entries(process.env).filter(([k]) => !/^npm_config_(prefix|global|omit|include|production|only|ignore_scripts|workspaces?|location)$/i.test(k)),
+  Object.entries(process.env).filter(
+    ([k]) =>
+      !/^npm_config_(prefix|global|omit|include|production|only|ignore_scripts|workspaces?|location)$/i.test(
+        k,
+      ),
+  ),
 );
-const args = [...npm.slice(1), "ci", "--prefix", tools, "--no-audit", "--no-fund", "--loglevel=error"];
+const args = [
+  ...npm.slice(1),
+  "ci",
+  "--prefix",
+  tools,
+  "--no-audit",
+  "--no-fund",
+  "--loglevel=error",
+];
 console.log(`install-tools: npm ci --prefix tools (deno and bun)`);
 const installed = spawnSync(npm[0], args, { cwd: tools, env, stdio: "inherit" });
 if (installed.status !== 0) {
-  console.error(`install-tools: npm ci --prefix tools failed (status ${installed.status ?? installed.signal})`);
+  console.error(
+    `install-tools: npm ci --prefix tools failed (status ${installed.status ?? installed.signal})`,
+  );
   process.exit(1);
 }
 

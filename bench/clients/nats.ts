@@ -57,7 +57,9 @@ export class NatsConnection {
     });
     const conn = new NatsConnection(socket);
     const ready = new Promise<void>((resolve) => (conn.#onPong = resolve));
-    socket.write(`CONNECT {"verbose":false,"pedantic":false,"headers":false,"protocol":1}\r\nSUB ${conn.#inbox}.* 1\r\nPING\r\n`);
+    socket.write(
+      `CONNECT {"verbose":false,"pedantic":false,"headers":false,"protocol":1}\r\nSUB ${conn.#inbox}.* 1\r\nPING\r\n`,
+    );
     await ready;
     return conn;
   }
@@ -69,7 +71,13 @@ export class NatsConnection {
     const payload = Buffer.from(JSON.stringify(body));
     return new Promise((resolve) => {
       this.#replies.set(seq, (text) => resolve(JSON.parse(text) as Record<string, unknown>));
-      this.#socket.write(Buffer.concat([Buffer.from(`PUB ${subject} ${this.#inbox}.${seq} ${payload.length}\r\n`), payload, Buffer.from("\r\n")]));
+      this.#socket.write(
+        Buffer.concat([
+          Buffer.from(`PUB ${subject} ${this.#inbox}.${seq} ${payload.length}\r\n`),
+          payload,
+          Buffer.from("\r\n"),
+        ]),
+      );
     });
   }
 
@@ -80,7 +88,11 @@ export class NatsConnection {
   publish(subject: string, payload: Uint8Array, count: number): Promise<void> {
     if (this.#error) return Promise.reject(this.#error);
     const seq = this.#nextSeq++;
-    const one = Buffer.concat([Buffer.from(`PUB ${subject} ${this.#inbox}.${seq} ${payload.length}\r\n`), payload, Buffer.from("\r\n")]);
+    const one = Buffer.concat([
+      Buffer.from(`PUB ${subject} ${this.#inbox}.${seq} ${payload.length}\r\n`),
+      payload,
+      Buffer.from("\r\n"),
+    ]);
     const frames = count === 1 ? one : Buffer.concat(Array.from({ length: count }, () => one));
     return new Promise((resolve, reject) => {
       this.#requests.set(seq, { remaining: count, resolve, reject });

@@ -27,7 +27,10 @@ const crlf = Buffer.from("\r\n");
 export function command(args: readonly (string | Uint8Array)[]): Buffer {
   const parts: Buffer[] = [Buffer.from(`*${args.length}\r\n`)];
   for (const arg of args) {
-    const bytes = typeof arg === "string" ? Buffer.from(arg) : Buffer.from(arg.buffer, arg.byteOffset, arg.byteLength);
+    const bytes =
+      typeof arg === "string"
+        ? Buffer.from(arg)
+        : Buffer.from(arg.buffer, arg.byteOffset, arg.byteLength);
     parts.push(Buffer.from(`$${bytes.length}\r\n`), bytes, crlf);
   }
   return Buffer.concat(parts);
@@ -39,7 +42,8 @@ class ReplyParser {
   #pos = 0;
 
   push(chunk: Buffer): void {
-    this.#buf = this.#pos < this.#buf.length ? Buffer.concat([this.#buf.subarray(this.#pos), chunk]) : chunk;
+    this.#buf =
+      this.#pos < this.#buf.length ? Buffer.concat([this.#buf.subarray(this.#pos), chunk]) : chunk;
     this.#pos = 0;
   }
 

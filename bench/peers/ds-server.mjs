@@ -10,7 +10,12 @@ if (!dataDir) {
   process.stderr.write("usage: node ds-server.mjs DATA_DIR\n");
   process.exit(2);
 }
-const server = new DurableStreamTestServer({ host: "127.0.0.1", port: 0, dataDir, compression: false });
+const server = new DurableStreamTestServer({
+  host: "127.0.0.1",
+  port: 0,
+  dataDir,
+  compression: false,
+});
 const url = await server.start();
 process.stdout.write(`listening: ${url}\n`);
 const stop = async () => {

@@ -21,19 +21,41 @@ import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { assert } from "../lib/assert.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
-import { recoveryProgressMs, fetchBytesDefault, fetchBytesMax, fetchRecordsDefault, fetchRecordsMax, fetchWaitMsMax } from "../lib/limits.ts";
+import {
+  recoveryProgressMs,
+  fetchBytesDefault,
+  fetchBytesMax,
+  fetchRecordsDefault,
+  fetchRecordsMax,
+  fetchWaitMsMax,
+} from "../lib/limits.ts";
 import { FsError, dirname, isFsError, joinPath, type FileSystem } from "../fs/types.ts";
 import { PartitionLog, type PartitionOptions } from "../storage/partition.ts";
 import { StorageError } from "../storage/errors.ts";
-import { RecordFormatError, EntryCursor, checkEntryTimestamps, type EntryBatch } from "../storage/record.ts";
-import { isTempFileName, listStaleTempFiles, readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
+import {
+  RecordFormatError,
+  EntryCursor,
+  checkEntryTimestamps,
+  type EntryBatch,
+} from "../storage/record.ts";
+import {
+  isTempFileName,
+  listStaleTempFiles,
+  readJsonFile,
+  writeJsonAtomic,
+} from "../storage/metadata.ts";
 import { describe as describeError } from "../storage/segment.ts";
 import { BrokerError, Errors } from "./errors.ts";
 import { storageFailure, storageFailureKind } from "./storage-failure.ts";
 import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { cleanupIntervalMsDefault } from "../lib/limits.ts";
-import { defaultTopicConfig, mergeTopicConfig, validatePartitionCount, validateTopicName } from "./config.ts";
+import {
+  defaultTopicConfig,
+  mergeTopicConfig,
+  validatePartitionCount,
+  validateTopicName,
+} from "./config.ts";
 import { GroupCoordinator } from "./groups.ts";
 import { ProducerStates } from "./producers.ts";
 import { producerExpiryMsDefault } from "../lib/limits.ts";
@@ -198,7 +220,10 @@ export class LocalBroker implements Broker {
     // A directory this start creates (the data directory itself, `topics/`) is not durable until
     // its parent is fsynced; without that a crash could take every topic with it.
     const created: string[] = [];
-    const missing = async (dir: string) => (await fs.stat(dir).catch((err: unknown) => (isFsError(err, "ENOENT") ? null : Promise.reject(err)))) === null;
+    const missing = async (dir: string) =>
+      (await fs
+        .stat(dir)
+        .catch((err: unknown) => (isFsError(err, "ENOENT") ? null : Promise.reject(err)))) === null;
     for (let dir = this.#topicsDir; await missing(dir); dir = dirname(dir)) {
       created.push(dir);
       if (dirname(dir) === dir) break;
@@ -215,17 +240,27 @@ export class LocalBroker implements Broker {
       const now = this.#clock.nowMs();
       if (now - lastProgress >= recoveryProgressMs) {
         lastProgress = now;
-        this.#logger.log("info", "recovery.progress", { topics_done: done, topics_total: names.length, elapsed_ms: now - started });
+        this.#logger.log("info", "recovery.progress", {
+          topics_done: done,
+          topics_total: names.length,
+          elapsed_ms: now - started,
+        });
       }
       done++;
       if (isTempFileName(name)) {
-        this.#logger.log("warn", "recovery.stray_file", { file: joinPath(this.#topicsDir, name), reason: "temporary file of an interrupted write" });
+        this.#logger.log("warn", "recovery.stray_file", {
+          file: joinPath(this.#topicsDir, name),
+          reason: "temporary file of an interrupted write",
+        });
         continue;
       }
       try {
         validateTopicName(name);
       } catch {
-        this.#logger.log("warn", "recovery.stray_file", { file: joinPath(this.#topicsDir, name), reason: "not a valid topic name" });
+        this.#logger.log("warn", "recovery.stray_file", {
+          file: joinPath(this.#topicsDir, name),
+          reason: "not a valid topic name",
+        });
         continue;
       }
       await this.#loadTopic(name);
@@ -244,7 +279,10 @@ export class LocalBroker implements Broker {
     if (this.#cleanup.cold !== null) {
       for (const entry of await fs.readdir(this.#trashDir)) {
         const read = await readJsonFile(fs, joinPath(this.#trashDir, entry, "topic.json"));
-        const name = "value" in read && typeof read.value === "object" && read.value !== null ? (read.value as { name?: unknown }).name : undefined;
+        const name =
+          "value" in read && typeof read.value === "object" && read.value !== null
+            ? (read.value as { name?: unknown }).name
+            : undefined;
         if (typeof name !== "string") continue;
         try {
           validateTopicName(name);
@@ -263,7 +301,10 @@ export class LocalBroker implements Broker {
     const dir = joinPath(this.#topicsDir, name);
     const metaPath = joinPath(dir, "topic.json");
     for (const stale of await listStaleTempFiles(this.#fs, dir)) {
-      this.#logger.log("warn", "recovery.stray_file", { file: joinPath(dir, stale), reason: "temporary file of an interrupted write" });
+      this.#logger.log("warn", "recovery.stray_file", {
+        file: joinPath(dir, stale),
+        reason: "temporary file of an interrupted write",
+      });
     }
     const read = await readJsonFile(this.#fs, metaPath);
     if ("missing" in read) {
@@ -274,16 +315,28 @@ export class LocalBroker implements Broker {
       if (entries.length === 0) {
         await this.#fs.removeTree(dir);
         await this.#fs.syncDir(this.#topicsDir);
-        this.#logger.log("warn", "recovery.incomplete_topic_removed", { topic: name, dir, reason: "topic.json is missing and the directory holds no partition" });
+        this.#logger.log("warn", "recovery.incomplete_topic_removed", {
+          topic: name,
+          dir,
+          reason: "topic.json is missing and the directory holds no partition",
+        });
         return;
       }
       this.#unavailable.set(name, `${metaPath} is missing`);
-      this.#logger.log("error", "recovery.topic_unavailable", { topic: name, file: metaPath, reason: "topic.json is missing" });
+      this.#logger.log("error", "recovery.topic_unavailable", {
+        topic: name,
+        file: metaPath,
+        reason: "topic.json is missing",
+      });
       return;
     }
     if ("error" in read) {
       this.#unavailable.set(name, `${metaPath}: ${read.error}`);
-      this.#logger.log("error", "recovery.topic_unavailable", { topic: name, file: metaPath, reason: read.error });
+      this.#logger.log("error", "recovery.topic_unavailable", {
+        topic: name,
+        file: metaPath,
+        reason: read.error,
+      });
       return;
     }
     let config: TopicConfig;
@@ -291,13 +344,18 @@ export class LocalBroker implements Broker {
     try {
       const meta = read.value as { name?: unknown; partitions?: unknown; config?: unknown };
       if (typeof meta !== "object" || meta === null) throw new Error("not an object");
-      if (meta.name !== name) throw new Error(`names topic ${JSON.stringify(meta.name)}, but its directory is "${name}"`);
+      if (meta.name !== name)
+        throw new Error(`names topic ${JSON.stringify(meta.name)}, but its directory is "${name}"`);
       partitionCount = validatePartitionCount(meta.partitions);
       config = mergeTopicConfig(defaultTopicConfig, meta.config);
     } catch (err) {
       const reason = err instanceof Error ? err.message : String(err);
       this.#unavailable.set(name, `${metaPath}: ${reason}`);
-      this.#logger.log("error", "recovery.topic_unavailable", { topic: name, file: metaPath, reason });
+      this.#logger.log("error", "recovery.topic_unavailable", {
+        topic: name,
+        file: metaPath,
+        reason,
+      });
       return;
     }
     const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
@@ -306,7 +364,10 @@ export class LocalBroker implements Broker {
     } catch (err) {
       for (const partition of topic.partitions) await partition.close().catch(() => {});
       this.#unavailable.set(name, `cannot open its partitions: ${describeError(err)}`);
-      this.#logger.log("error", "recovery.topic_unavailable", { topic: name, reason: describeError(err) });
+      this.#logger.log("error", "recovery.topic_unavailable", {
+        topic: name,
+        reason: describeError(err),
+      });
       return;
     }
     this.#topics.set(name, topic);
@@ -318,19 +379,35 @@ export class LocalBroker implements Broker {
    * @throws FsError, or Error if `log_start_offsets.json` is unreadable (DECISIONS 9).
    */
   async #openPartitions(topic: Topic, partitionCount: number): Promise<void> {
-    const storage = await this.#cleanup.prepareTopic({ topic: topic.name, dir: topic.dir, partitions: partitionCount });
+    const storage = await this.#cleanup.prepareTopic({
+      topic: topic.name,
+      dir: topic.dir,
+      partitions: partitionCount,
+    });
     if ("error" in storage) throw new Error(storage.error);
     try {
-      for (let p = 0; p < partitionCount; p++) topic.partitions.push(await this.#openPartition(topic, p, this.#cleanup.partitionOptions(storage, p)));
+      for (let p = 0; p < partitionCount; p++)
+        topic.partitions.push(
+          await this.#openPartition(topic, p, this.#cleanup.partitionOptions(storage, p)),
+        );
       await this.#fs.syncDir(topic.dir);
     } catch (err) {
       await this.#cleanup.discard(storage);
       throw err;
     }
-    this.#cleanup.attach({ topic: topic.name, storage, partitions: topic.partitions, config: () => topic.config });
+    this.#cleanup.attach({
+      topic: topic.name,
+      storage,
+      partitions: topic.partitions,
+      config: () => topic.config,
+    });
   }
 
-  #openPartition(topic: Topic, partition: number, extra: Pick<PartitionOptions, "logStartOffset" | "lowerTier">): Promise<PartitionLog> {
+  #openPartition(
+    topic: Topic,
+    partition: number,
+    extra: Pick<PartitionOptions, "logStartOffset" | "lowerTier">,
+  ): Promise<PartitionLog> {
     return PartitionLog.open({
       ...extra,
       fs: this.#fs,
@@ -338,35 +415,56 @@ export class LocalBroker implements Broker {
       name: `${topic.name}/${partition}`,
       clock: this.#clock,
       logger: this.#logger,
-      config: () => ({ segmentBytes: topic.config.segment_bytes, segmentMs: topic.config.segment_ms }),
+      config: () => ({
+        segmentBytes: topic.config.segment_bytes,
+        segmentMs: topic.config.segment_ms,
+      }),
       flushEveryRecords: this.#flushEveryRecords,
       flushIntervalMs: this.#flushIntervalMs,
     });
   }
 
   #checkOpen(): void {
-    if (this.#closed) throw new BrokerError(Errors.unavailable, "Cannot serve the request: the broker is shutting down");
+    if (this.#closed)
+      throw new BrokerError(
+        Errors.unavailable,
+        "Cannot serve the request: the broker is shutting down",
+      );
   }
 
   #topic(name: string): Topic {
     this.#checkOpen();
     const topic = this.#topics.get(name);
     if (topic !== undefined) {
-      if (this.#deleting.has(name)) throw new BrokerError(Errors.unavailable, `Cannot use topic "${name}": it is being deleted`);
+      if (this.#deleting.has(name))
+        throw new BrokerError(
+          Errors.unavailable,
+          `Cannot use topic "${name}": it is being deleted`,
+        );
       return topic;
     }
     const reason = this.#unavailable.get(name);
-    if (reason !== undefined) throw new BrokerError(Errors.unavailable, `Cannot use topic "${name}": it is unavailable: ${reason}`);
+    if (reason !== undefined)
+      throw new BrokerError(
+        Errors.unavailable,
+        `Cannot use topic "${name}": it is unavailable: ${reason}`,
+      );
     throw new BrokerError(Errors.topicNotFound, `Cannot find topic "${name}"`);
   }
 
   #partition(topic: Topic, partition: unknown): PartitionLog {
     if (typeof partition !== "number" || !Number.isInteger(partition) || partition < 0) {
-      throw new BrokerError(Errors.invalidRequest, `Invalid partition ${JSON.stringify(partition)} for topic "${topic.name}": must be a non-negative integer`);
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Invalid partition ${JSON.stringify(partition)} for topic "${topic.name}": must be a non-negative integer`,
+      );
     }
     const log = topic.partitions[partition];
     if (log === undefined) {
-      throw new BrokerError(Errors.partitionNotFound, `Cannot find partition ${partition} of topic "${topic.name}": it has ${plural(topic.partitions.length, "partition")}`);
+      throw new BrokerError(
+        Errors.partitionNotFound,
+        `Cannot find partition ${partition} of topic "${topic.name}": it has ${plural(topic.partitions.length, "partition")}`,
+      );
     }
     return log;
   }
@@ -375,14 +473,16 @@ export class LocalBroker implements Broker {
     return {
       name: topic.name,
       config: { ...topic.config },
-      partitions: topic.partitions.map((log, partition): PartitionInfo => ({
-        partition,
-        logStartOffset: log.logStartOffset,
-        highWatermark: log.highWatermark,
-        sizeBytes: log.sizeBytes,
-        segmentCount: log.segmentCount,
-        fenced: log.fenced,
-      })),
+      partitions: topic.partitions.map(
+        (log, partition): PartitionInfo => ({
+          partition,
+          logStartOffset: log.logStartOffset,
+          highWatermark: log.highWatermark,
+          sizeBytes: log.sizeBytes,
+          segmentCount: log.segmentCount,
+          fenced: log.fenced,
+        }),
+      ),
     };
   }
 
@@ -398,13 +498,20 @@ export class LocalBroker implements Broker {
     try {
       const dir = joinPath(this.#topicsDir, name);
       if ((await this.#fs.stat(dir)) !== null) {
-        throw new BrokerError(Errors.topicExists, `Cannot create topic "${name}": its directory ${dir} already exists`);
+        throw new BrokerError(
+          Errors.topicExists,
+          `Cannot create topic "${name}": its directory ${dir} already exists`,
+        );
       }
       await this.#fs.mkdir(dir);
       await this.#fs.syncDir(this.#topicsDir);
       // Cold data left by an earlier topic of this name (a deletion interrupted by a crash) is not this topic's.
       await this.#cleanup.removeColdData(name);
-      await writeJsonAtomic(this.#fs, joinPath(dir, "topic.json"), { name, partitions: partitionCount, config });
+      await writeJsonAtomic(this.#fs, joinPath(dir, "topic.json"), {
+        name,
+        partitions: partitionCount,
+        config,
+      });
       const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
       try {
         await this.#openPartitions(topic, partitionCount);
@@ -425,7 +532,9 @@ export class LocalBroker implements Broker {
 
   async listTopics(): Promise<TopicDescription[]> {
     this.#checkOpen();
-    return [...this.#topics.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)).map((t) => this.#describe(t));
+    return [...this.#topics.values()]
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+      .map((t) => this.#describe(t));
   }
 
   async describeTopic(name: string): Promise<TopicDescription> {
@@ -449,8 +558,16 @@ export class LocalBroker implements Broker {
     this.#checkOpen();
     const topic = this.#topics.get(name);
     const dir = joinPath(this.#topicsDir, name);
-    if (topic === undefined && !this.#unavailable.has(name)) throw new BrokerError(Errors.topicNotFound, `Cannot delete topic "${name}": it does not exist`);
-    if (this.#busy.has(name)) throw new BrokerError(Errors.unavailable, `Cannot delete topic "${name}": it is being created or deleted`);
+    if (topic === undefined && !this.#unavailable.has(name))
+      throw new BrokerError(
+        Errors.topicNotFound,
+        `Cannot delete topic "${name}": it does not exist`,
+      );
+    if (this.#busy.has(name))
+      throw new BrokerError(
+        Errors.unavailable,
+        `Cannot delete topic "${name}": it is being created or deleted`,
+      );
     this.#busy.add(name);
     this.#deleting.add(name);
     try {
@@ -471,22 +588,36 @@ export class LocalBroker implements Broker {
         this.#unavailable.delete(name);
         await this.#loadTopic(name).catch((loadErr: unknown) => {
           // Its files are where they were; a restart opens it. Until then it says why it cannot be used.
-          this.#unavailable.set(name, `opening it again after a failed delete failed: ${describeError(loadErr)}`);
+          this.#unavailable.set(
+            name,
+            `opening it again after a failed delete failed: ${describeError(loadErr)}`,
+          );
         });
-        throw storageFailure(`${action}: moving ${dir} to ${trash} failed, the topic is unchanged`, err);
+        throw storageFailure(
+          `${action}: moving ${dir} to ${trash} failed, the topic is unchanged`,
+          err,
+        );
       }
       this.#topics.delete(name);
       this.#unavailable.delete(name);
       try {
         await this.#fs.syncDir(this.#topicsDir);
       } catch (err) {
-        throw storageFailure(`${action}: fsync of ${this.#topicsDir} failed after its directory was moved to ${trash}; the topic is gone but may come back after a restart`, err);
+        throw storageFailure(
+          `${action}: fsync of ${this.#topicsDir} failed after its directory was moved to ${trash}; the topic is gone but may come back after a restart`,
+          err,
+        );
       }
       try {
         await this.#cleanup.removeColdData(name);
         await this.#fs.removeTree(trash);
       } catch (err) {
-        this.#logger.log("error", "topic.delete_cleanup_failed", { topic: name, trash, error: describeError(err), action: "finished at the next start" });
+        this.#logger.log("error", "topic.delete_cleanup_failed", {
+          topic: name,
+          trash,
+          error: describeError(err),
+          action: "finished at the next start",
+        });
       }
       await this.#groups.forgetTopic(name);
       await this.#producers.forgetTopic(name);
@@ -504,14 +635,21 @@ export class LocalBroker implements Broker {
     try {
       checkEntryTimestamps(batch, this.#clock.nowMs(), topic.config.max_timestamp_skew_ms);
     } catch (err) {
-      if (err instanceof RecordFormatError) throw new BrokerError(Errors.invalidTimestamp, `Cannot produce to topic "${topic.name}": ${err.message}`);
+      if (err instanceof RecordFormatError)
+        throw new BrokerError(
+          Errors.invalidTimestamp,
+          `Cannot produce to topic "${topic.name}": ${err.message}`,
+        );
       throw err;
     }
     const fixed = request.partition ?? -1;
     if (fixed !== -1) this.#partition(topic, fixed);
     const perRecord = request.partitions;
     if (perRecord !== undefined && perRecord.length !== batch.count) {
-      throw new BrokerError(Errors.invalidRequest, `Cannot produce to topic "${topic.name}": ${plural(perRecord.length, "partition")} given for ${plural(batch.count, "record")}`);
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Cannot produce to topic "${topic.name}": ${plural(perRecord.length, "partition")} given for ${plural(batch.count, "record")}`,
+      );
     }
     if (batch.count === 0) return { spans: [] };
     const producer = request.producer;
@@ -562,7 +700,13 @@ export class LocalBroker implements Broker {
         );
       }
       try {
-        return await this.#producers.produce({ producer, topic: topic.name, partition: single, log: topic.partitions[single], batch });
+        return await this.#producers.produce({
+          producer,
+          topic: topic.name,
+          partition: single,
+          log: topic.partitions[single],
+          batch,
+        });
       } catch (err) {
         throw toBrokerError(err);
       }
@@ -571,7 +715,10 @@ export class LocalBroker implements Broker {
     // Returned, not awaited: a suspended async function keeps its locals alive, and the batch
     // (and the request frame or HTTP body it points into) would then live until the fsync
     // instead of until the partition has written it.
-    if (single >= 0) return this.#append(topic, single, batch).then((r) => ({ spans: [{ partition: single, baseOffset: r.baseOffset, count: r.count }] }));
+    if (single >= 0)
+      return this.#append(topic, single, batch).then((r) => ({
+        spans: [{ partition: single, baseOffset: r.baseOffset, count: r.count }],
+      }));
 
     assert(assignment !== null, "per-record assignment exists when records span partitions");
     const batches = splitByPartition(batch, assignment, n);
@@ -585,14 +732,19 @@ export class LocalBroker implements Broker {
       const p = assignment[i];
       const offset = nextOffset[p]++;
       const last = spans.at(-1);
-      if (last !== undefined && last.partition === p && last.baseOffset + last.count === offset) last.count++;
+      if (last !== undefined && last.partition === p && last.baseOffset + last.count === offset)
+        last.count++;
       else spans.push({ partition: p, baseOffset: offset, count: 1 });
     }
     return { spans };
   }
 
   /** Appends `batch` to one partition; storage errors become BrokerErrors. Not async, so nothing here holds the batch until its fsync. */
-  #append(topic: Topic, partition: number, batch: EntryBatch): Promise<{ baseOffset: number; count: number }> {
+  #append(
+    topic: Topic,
+    partition: number,
+    batch: EntryBatch,
+  ): Promise<{ baseOffset: number; count: number }> {
     return topic.partitions[partition].append(batch).catch((err: unknown) => {
       throw toBrokerError(err);
     });
@@ -602,12 +754,29 @@ export class LocalBroker implements Broker {
     const topic = this.#topic(request.topic);
     const log = this.#partition(topic, request.partition);
     const offset = checkInteger("offset", request.offset, 0, Number.MAX_SAFE_INTEGER, 0);
-    const maxRecords = checkInteger("max_records", request.maxRecords, 1, fetchRecordsMax, fetchRecordsDefault);
-    const maxBytes = checkInteger("max_bytes", request.maxBytes, 1, fetchBytesMax, fetchBytesDefault);
+    const maxRecords = checkInteger(
+      "max_records",
+      request.maxRecords,
+      1,
+      fetchRecordsMax,
+      fetchRecordsDefault,
+    );
+    const maxBytes = checkInteger(
+      "max_bytes",
+      request.maxBytes,
+      1,
+      fetchBytesMax,
+      fetchBytesDefault,
+    );
     const waitMs = checkInteger("wait_ms", request.waitMs, 0, fetchWaitMsMax, 0);
     try {
       let result = await log.read({ offset, maxRecords, maxBytes });
-      if (result.count === 0 && waitMs > 0 && offset >= result.highWatermark && !request.signal?.aborted) {
+      if (
+        result.count === 0 &&
+        waitMs > 0 &&
+        offset >= result.highWatermark &&
+        !request.signal?.aborted
+      ) {
         await this.#waitForRecords(log, offset, waitMs, request.signal);
         if (!log.closed) result = await log.read({ offset, maxRecords, maxBytes });
       }
@@ -623,7 +792,12 @@ export class LocalBroker implements Broker {
   }
 
   /** Resolves when the high watermark passes `offset`, after `waitMs`, on abort, or on close. */
-  #waitForRecords(log: PartitionLog, offset: number, waitMs: number, signal?: AbortSignal): Promise<void> {
+  #waitForRecords(
+    log: PartitionLog,
+    offset: number,
+    waitMs: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
     return new Promise((resolve) => {
       let done = false;
       const finish = () => {
@@ -642,7 +816,10 @@ export class LocalBroker implements Broker {
     });
   }
 
-  async listOffsets(request: { topic: string; partition: number }): Promise<{ logStartOffset: number; highWatermark: number }> {
+  async listOffsets(request: {
+    topic: string;
+    partition: number;
+  }): Promise<{ logStartOffset: number; highWatermark: number }> {
     const log = this.#partition(this.#topic(request.topic), request.partition);
     return { logStartOffset: log.logStartOffset, highWatermark: log.highWatermark };
   }
@@ -654,7 +831,12 @@ export class LocalBroker implements Broker {
    */
   describeStorage(): {
     cold_storage_dir: string | null;
-    topics: { name: string; partitions: (ReturnType<PartitionLog["describe"]> & { cleanup: ReturnType<CleanupService["describePartition"]> })[] }[];
+    topics: {
+      name: string;
+      partitions: (ReturnType<PartitionLog["describe"]> & {
+        cleanup: ReturnType<CleanupService["describePartition"]>;
+      })[];
+    }[];
     unavailable: { name: string; reason: string }[];
   } {
     this.#checkOpen();
@@ -662,7 +844,10 @@ export class LocalBroker implements Broker {
       cold_storage_dir: this.#cleanup.cold?.root ?? null,
       topics: [...this.#topics.values()].map((t) => ({
         name: t.name,
-        partitions: t.partitions.map((p, i) => ({ ...p.describe(), cleanup: this.#cleanup.describePartition(t.name, i) })),
+        partitions: t.partitions.map((p, i) => ({
+          ...p.describe(),
+          cleanup: this.#cleanup.describePartition(t.name, i),
+        })),
       })),
       unavailable: [...this.#unavailable].map(([name, reason]) => ({ name, reason })),
     };
@@ -674,7 +859,13 @@ export class LocalBroker implements Broker {
    * records appended, each counted since its partition was opened. A deleted topic's counts leave
    * the sum, so compare two readings only while the same topics exist.
    */
-  metrics(): { partitions: number; fsyncs: number; appends: number; writes: number; recordsAppended: number } {
+  metrics(): {
+    partitions: number;
+    fsyncs: number;
+    appends: number;
+    writes: number;
+    recordsAppended: number;
+  } {
     const sum = { partitions: 0, fsyncs: 0, appends: 0, writes: 0, recordsAppended: 0 };
     for (const topic of this.#topics.values()) {
       for (const log of topic.partitions) {
@@ -702,9 +893,16 @@ export class LocalBroker implements Broker {
       const topic = this.#topic(name);
       const config = mergeTopicConfig(topic.config, patch);
       try {
-        await writeJsonAtomic(this.#fs, joinPath(topic.dir, "topic.json"), { name, partitions: topic.partitions.length, config });
+        await writeJsonAtomic(this.#fs, joinPath(topic.dir, "topic.json"), {
+          name,
+          partitions: topic.partitions.length,
+          config,
+        });
       } catch (err) {
-        throw storageFailure(`Cannot update the config of topic "${name}": writing topic.json failed`, err);
+        throw storageFailure(
+          `Cannot update the config of topic "${name}": writing topic.json failed`,
+          err,
+        );
       }
       topic.config = config;
       this.#logger.log("info", "topic.config_updated", { topic: name, config: { ...config } });
@@ -729,7 +927,11 @@ export class LocalBroker implements Broker {
     return this.#groups.join(request);
   }
 
-  async heartbeat(request: { group: string; memberId: string; generation?: number }): Promise<HeartbeatResult> {
+  async heartbeat(request: {
+    group: string;
+    memberId: string;
+    generation?: number;
+  }): Promise<HeartbeatResult> {
     this.#checkOpen();
     return this.#groups.heartbeat(request);
   }
@@ -770,7 +972,18 @@ export class LocalBroker implements Broker {
     await this.#groups.close();
     await this.#cleanup.close();
     for (const topic of this.#topics.values()) {
-      await Promise.all(topic.partitions.map((p) => p.close().catch((err: unknown) => this.#logger.log("error", "partition.close_failed", { partition: p.name, error: describeError(err) }))));
+      await Promise.all(
+        topic.partitions.map((p) =>
+          p
+            .close()
+            .catch((err: unknown) =>
+              this.#logger.log("error", "partition.close_failed", {
+                partition: p.name,
+                error: describeError(err),
+              }),
+            ),
+        ),
+      );
     }
     await this.#producers.close();
     this.#topics.clear();
@@ -778,16 +991,29 @@ export class LocalBroker implements Broker {
 }
 
 /** Checks an optional integer parameter; undefined gives `fallback`. @throws BrokerError invalid_request naming it. */
-function checkInteger(name: string, value: unknown, min: number, max: number, fallback: number): number {
+function checkInteger(
+  name: string,
+  value: unknown,
+  min: number,
+  max: number,
+  fallback: number,
+): number {
   if (value === undefined) return fallback;
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max) {
-    throw new BrokerError(Errors.invalidRequest, `Invalid "${name}" ${JSON.stringify(value)}: must be an integer from ${min} to ${max}`);
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `Invalid "${name}" ${JSON.stringify(value)}: must be an integer from ${min} to ${max}`,
+    );
   }
   return value;
 }
 
 /** Copies each record's entry bytes into one batch per partition (null where a partition gets none). */
-function splitByPartition(batch: EntryBatch, assignment: Int32Array, partitions: number): (EntryBatch | null)[] {
+function splitByPartition(
+  batch: EntryBatch,
+  assignment: Int32Array,
+  partitions: number,
+): (EntryBatch | null)[] {
   const sizes = new Array<number>(partitions).fill(0);
   const counts = new Array<number>(partitions).fill(0);
   const cursor = new EntryCursor(batch);
@@ -805,5 +1031,7 @@ function splitByPartition(batch: EntryBatch, assignment: Int32Array, partitions:
     buf.set(batch.bytes.subarray(again.start, again.end), used[p]);
     used[p] += again.end - again.start;
   }
-  return buffers.map((bytes, p) => (counts[p] === 0 || bytes === null ? null : { bytes, count: counts[p] }));
+  return buffers.map((bytes, p) =>
+    counts[p] === 0 || bytes === null ? null : { bytes, count: counts[p] },
+  );
 }

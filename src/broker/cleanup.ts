@@ -72,13 +72,24 @@ export class CleanupService {
   readonly cold: ColdStore | null;
   #options: CleanupServiceOptions;
   #topics = new Map<string, TopicCleanup>();
-  #timers: { retention: Timer | null; compaction: Timer | null } = { retention: null, compaction: null };
+  #timers: { retention: Timer | null; compaction: Timer | null } = {
+    retention: null,
+    compaction: null,
+  };
   #running = new Set<Promise<void>>();
   #closing = false;
 
   constructor(options: CleanupServiceOptions) {
     this.#options = options;
-    this.cold = options.coldStorageDir === undefined ? null : new ColdStore({ fs: options.fs, root: options.coldStorageDir, clock: options.clock, logger: options.logger });
+    this.cold =
+      options.coldStorageDir === undefined
+        ? null
+        : new ColdStore({
+            fs: options.fs,
+            root: options.coldStorageDir,
+            clock: options.clock,
+            logger: options.logger,
+          });
   }
 
   /** Starts the two background tasks (no-op with an interval of 0). */
@@ -110,7 +121,12 @@ export class CleanupService {
           if (task === "retention") await cleaner.retention();
           else await cleaner.compaction();
         } catch (err) {
-          this.#options.logger.log("error", "cleanup.pass_crashed", { topic, partition: cleaner.partition.name, task, error: describeError(err) });
+          this.#options.logger.log("error", "cleanup.pass_crashed", {
+            topic,
+            partition: cleaner.partition.name,
+            task,
+            error: describeError(err),
+          });
         }
       }
     }
@@ -122,22 +138,38 @@ export class CleanupService {
    * @returns `{ error }` if the log start offsets file is unreadable (DECISIONS 9).
    * @throws FsError if a cold directory cannot be read.
    */
-  async prepareTopic(options: { topic: string; dir: string; partitions: number }): Promise<TopicStorage | { error: string }> {
+  async prepareTopic(options: {
+    topic: string;
+    dir: string;
+    partitions: number;
+  }): Promise<TopicStorage | { error: string }> {
     const loaded = await LogStartOffsetFile.load(this.#options.fs, options.dir);
     if ("error" in loaded) return loaded;
     const cold: (ColdPartition | null)[] = [];
-    for (let p = 0; p < options.partitions; p++) cold.push(this.cold === null ? null : await this.cold.openPartition(options.topic, p));
+    for (let p = 0; p < options.partitions; p++)
+      cold.push(this.cold === null ? null : await this.cold.openPartition(options.topic, p));
     return { logStartOffsets: loaded, cold };
   }
 
   /** The extra open options of partition `p` of a prepared topic. */
-  partitionOptions(storage: TopicStorage, p: number): { logStartOffset?: number; lowerTier?: ColdPartition } {
+  partitionOptions(
+    storage: TopicStorage,
+    p: number,
+  ): { logStartOffset?: number; lowerTier?: ColdPartition } {
     const cold = storage.cold[p];
-    return { logStartOffset: storage.logStartOffsets.get(p), ...(cold === null ? {} : { lowerTier: cold }) };
+    return {
+      logStartOffset: storage.logStartOffsets.get(p),
+      ...(cold === null ? {} : { lowerTier: cold }),
+    };
   }
 
   /** Starts cleaning a topic whose partitions are open. `config` is read at every pass. */
-  attach(options: { topic: string; storage: TopicStorage; partitions: readonly PartitionLog[]; config: () => TopicConfig }): void {
+  attach(options: {
+    topic: string;
+    storage: TopicStorage;
+    partitions: readonly PartitionLog[];
+    config: () => TopicConfig;
+  }): void {
     const o = this.#options;
     const cleaners = options.partitions.map(
       (partition, p) =>
@@ -147,7 +179,10 @@ export class CleanupService {
           logger: o.logger,
           partition,
           cold: options.storage.cold[p] ?? null,
-          logStartOffsets: { get: () => options.storage.logStartOffsets.get(p), set: (offset) => options.storage.logStartOffsets.set(p, offset) },
+          logStartOffsets: {
+            get: () => options.storage.logStartOffsets.get(p),
+            set: (offset) => options.storage.logStartOffsets.set(p, offset),
+          },
           settings: () => cleanerSettings(options.config()),
           shouldStop: () => this.#closing || partition.closed,
           compactionKeysMax: o.compactionKeysMax,
@@ -194,7 +229,10 @@ export class CleanupService {
   }
 
   /** Cleanup state of partition `p` of `topic` (null if unknown), with its cold tier. */
-  describePartition(topic: string, p: number): (CleanerState & { cold: ReturnType<ColdPartition["describe"]> | null }) | null {
+  describePartition(
+    topic: string,
+    p: number,
+  ): (CleanerState & { cold: ReturnType<ColdPartition["describe"]> | null }) | null {
     const cleaner = this.#topics.get(topic)?.cleaners[p];
     if (cleaner === undefined) return null;
     return { ...cleaner.describe(), cold: cleaner.cold?.describe() ?? null };
@@ -215,4 +253,3 @@ export class CleanupService {
     this.#topics.clear();
   }
 }
-

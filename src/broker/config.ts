@@ -4,7 +4,15 @@
  */
 import { BrokerError, Errors } from "./errors.ts";
 import type { CleanupPolicy, TopicConfig } from "./types.ts";
-import { partitionsMax, segmentBytesDefault, segmentBytesMax, segmentBytesMin, segmentMsDefault, timestampSkewMsDefault, topicNameCharsMax } from "../lib/limits.ts";
+import {
+  partitionsMax,
+  segmentBytesDefault,
+  segmentBytesMax,
+  segmentBytesMin,
+  segmentMsDefault,
+  timestampSkewMsDefault,
+  topicNameCharsMax,
+} from "../lib/limits.ts";
 
 const day = 24 * 3600 * 1000;
 
@@ -25,21 +33,40 @@ export const defaultTopicConfig: Readonly<TopicConfig> = Object.freeze({
  * @throws BrokerError invalid_topic_name.
  */
 export function validateTopicName(name: unknown): string {
-  if (typeof name !== "string") throw new BrokerError(Errors.invalidTopicName, `Invalid topic name: "name" must be a string`);
+  if (typeof name !== "string")
+    throw new BrokerError(Errors.invalidTopicName, `Invalid topic name: "name" must be a string`);
   if (name.length < 1 || name.length > topicNameCharsMax) {
-    throw new BrokerError(Errors.invalidTopicName, `Invalid topic name "${name.slice(0, 64)}": must be 1 to ${topicNameCharsMax} characters, got ${name.length}`);
+    throw new BrokerError(
+      Errors.invalidTopicName,
+      `Invalid topic name "${name.slice(0, 64)}": must be 1 to ${topicNameCharsMax} characters, got ${name.length}`,
+    );
   }
-  if (name === "." || name === "..") throw new BrokerError(Errors.invalidTopicName, `Invalid topic name "${name}": "." and ".." are reserved`);
+  if (name === "." || name === "..")
+    throw new BrokerError(
+      Errors.invalidTopicName,
+      `Invalid topic name "${name}": "." and ".." are reserved`,
+    );
   if (!/^[A-Za-z0-9._-]+$/.test(name)) {
-    throw new BrokerError(Errors.invalidTopicName, `Invalid topic name "${name.slice(0, 64)}": only letters, digits, ".", "_" and "-" are allowed`);
+    throw new BrokerError(
+      Errors.invalidTopicName,
+      `Invalid topic name "${name.slice(0, 64)}": only letters, digits, ".", "_" and "-" are allowed`,
+    );
   }
   return name;
 }
 
 /** Checks a partition count: an integer in [1, 4096]. @throws BrokerError invalid_config. */
 export function validatePartitionCount(partitions: unknown): number {
-  if (typeof partitions !== "number" || !Number.isInteger(partitions) || partitions < 1 || partitions > partitionsMax) {
-    throw new BrokerError(Errors.invalidConfig, `Invalid partition count ${JSON.stringify(partitions)}: must be an integer from 1 to ${partitionsMax}`);
+  if (
+    typeof partitions !== "number" ||
+    !Number.isInteger(partitions) ||
+    partitions < 1 ||
+    partitions > partitionsMax
+  ) {
+    throw new BrokerError(
+      Errors.invalidConfig,
+      `Invalid partition count ${JSON.stringify(partitions)}: must be an integer from 1 to ${partitionsMax}`,
+    );
   }
   return partitions;
 }
@@ -65,25 +92,45 @@ const policies: readonly CleanupPolicy[] = ["delete", "compact", "compact,delete
  */
 export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig {
   if (patch === undefined || patch === null) return { ...base };
-  if (typeof patch !== "object" || Array.isArray(patch)) throw new BrokerError(Errors.invalidConfig, `Invalid topic config: "config" must be an object`);
+  if (typeof patch !== "object" || Array.isArray(patch))
+    throw new BrokerError(Errors.invalidConfig, `Invalid topic config: "config" must be an object`);
   const out: TopicConfig = { ...base };
   for (const [key, value] of Object.entries(patch as Record<string, unknown>)) {
     if (key === "cleanup_policy") {
-      const normalised = typeof value === "string" ? value.split(",").map((s) => s.trim()).sort().join(",") : value;
+      const normalised =
+        typeof value === "string"
+          ? value
+              .split(",")
+              .map((s) => s.trim())
+              .sort()
+              .join(",")
+          : value;
       if (typeof normalised !== "string" || !policies.includes(normalised as CleanupPolicy)) {
-        throw new BrokerError(Errors.invalidConfig, `Invalid topic config "cleanup_policy": ${JSON.stringify(value)} is not one of "delete", "compact", "compact,delete"`);
+        throw new BrokerError(
+          Errors.invalidConfig,
+          `Invalid topic config "cleanup_policy": ${JSON.stringify(value)} is not one of "delete", "compact", "compact,delete"`,
+        );
       }
       out.cleanup_policy = normalised as CleanupPolicy;
       continue;
     }
     if (!Object.hasOwn(numericRules, key)) {
-      throw new BrokerError(Errors.invalidConfig, `Invalid topic config: unknown key "${key}" (known: ${[...Object.keys(numericRules), "cleanup_policy"].join(", ")})`);
+      throw new BrokerError(
+        Errors.invalidConfig,
+        `Invalid topic config: unknown key "${key}" (known: ${[...Object.keys(numericRules), "cleanup_policy"].join(", ")})`,
+      );
     }
     const rule = numericRules[key as keyof typeof numericRules];
-    const ok = typeof value === "number" && Number.isSafeInteger(value) && ((value >= rule.min && value <= rule.max) || (rule.allowMinusOne === true && value === -1));
+    const ok =
+      typeof value === "number" &&
+      Number.isSafeInteger(value) &&
+      ((value >= rule.min && value <= rule.max) || (rule.allowMinusOne === true && value === -1));
     if (!ok) {
       const range = `an integer from ${rule.min} to ${rule.max} ${rule.unit}${rule.allowMinusOne ? ", or -1 for no limit" : ""}`;
-      throw new BrokerError(Errors.invalidConfig, `Invalid topic config "${key}": ${JSON.stringify(value)} must be ${range}`);
+      throw new BrokerError(
+        Errors.invalidConfig,
+        `Invalid topic config "${key}": ${JSON.stringify(value)} must be ${range}`,
+      );
     }
     out[key as keyof typeof numericRules] = value as number;
   }

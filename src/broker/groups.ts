@@ -153,11 +153,22 @@ function compareTp(a: TopicPartition, b: TopicPartition): number {
  * @throws BrokerError invalid_request naming it.
  */
 export function validateGroupName(name: unknown): string {
-  if (typeof name !== "string" || name.length < 1 || name.length > groupNameCharsMax || name === "." || name === ".." || !groupNamePattern.test(name)) {
+  if (
+    typeof name !== "string" ||
+    name.length < 1 ||
+    name.length > groupNameCharsMax ||
+    name === "." ||
+    name === ".." ||
+    !groupNamePattern.test(name)
+  ) {
     const shown = typeof name === "string" ? JSON.stringify(name.slice(0, 64)) : String(name);
-    throw new BrokerError(Errors.invalidRequest, `Invalid group name ${shown}: must be 1 to ${groupNameCharsMax} of letters, digits, ".", "_" and "-", not "." or ".."`, {
-      field: "group",
-    });
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `Invalid group name ${shown}: must be 1 to ${groupNameCharsMax} of letters, digits, ".", "_" and "-", not "." or ".."`,
+      {
+        field: "group",
+      },
+    );
   }
   return name;
 }
@@ -168,7 +179,10 @@ export function validateGroupName(name: unknown): string {
  * @param partitionCount the partition count of a topic, or undefined if it does not exist.
  * @returns "topic\0partition" → member id.
  */
-export function assignRoundRobin(members: readonly { id: string; topics: readonly string[] }[], partitionCount: (topic: string) => number | undefined): Map<string, string> {
+export function assignRoundRobin(
+  members: readonly { id: string; topics: readonly string[] }[],
+  partitionCount: (topic: string) => number | undefined,
+): Map<string, string> {
   const owners = new Map<string, string>();
   if (members.length === 0) return owners;
   const topics = [...new Set(members.flatMap((m) => m.topics))].sort();
@@ -234,14 +248,20 @@ export class GroupCoordinator {
     for (const file of await fs.readdir(this.#dir)) {
       const path = joinPath(this.#dir, file);
       if (isTempFileName(file)) {
-        this.#logger.log("warn", "recovery.stray_file", { file: path, reason: "temporary file of an interrupted write" });
+        this.#logger.log("warn", "recovery.stray_file", {
+          file: path,
+          reason: "temporary file of an interrupted write",
+        });
         continue;
       }
       const name = file.endsWith(".json") ? file.slice(0, -5) : "";
       try {
         validateGroupName(name);
       } catch {
-        this.#logger.log("warn", "recovery.stray_file", { file: path, reason: "not <group>.json with a valid group name" });
+        this.#logger.log("warn", "recovery.stray_file", {
+          file: path,
+          reason: "not <group>.json with a valid group name",
+        });
         continue;
       }
       await this.#loadGroup(name, path);
@@ -271,7 +291,13 @@ export class GroupCoordinator {
         if (err instanceof BrokerError && err.kind === Errors.topicNotFound) {
           data.offsets.delete(key);
           changed = true;
-          this.#logger.log("warn", "group.offset_dropped", { group: name, topic, partition, committed, reason: "the topic no longer exists" });
+          this.#logger.log("warn", "group.offset_dropped", {
+            group: name,
+            topic,
+            partition,
+            committed,
+            reason: "the topic no longer exists",
+          });
         }
         continue; // unavailable topic: keep the offset as it is
       }
@@ -279,11 +305,23 @@ export class GroupCoordinator {
       if (view === undefined) {
         data.offsets.delete(key);
         changed = true;
-        this.#logger.log("warn", "group.offset_dropped", { group: name, topic, partition, committed, reason: "the topic has no such partition" });
+        this.#logger.log("warn", "group.offset_dropped", {
+          group: name,
+          topic,
+          partition,
+          committed,
+          reason: "the topic has no such partition",
+        });
       } else if (committed > view.logEndOffset) {
         data.offsets.set(key, view.logEndOffset);
         changed = true;
-        this.#logger.log("warn", "group.offset_clamped", { group: name, topic, partition, committed, log_end_offset: view.logEndOffset });
+        this.#logger.log("warn", "group.offset_clamped", {
+          group: name,
+          topic,
+          partition,
+          committed,
+          log_end_offset: view.logEndOffset,
+        });
       }
     }
     const group: Group = { name, data, lock: new Mutex(), timers: new Map(), persisted: true };
@@ -293,13 +331,20 @@ export class GroupCoordinator {
       try {
         await this.#persist(group, data);
       } catch (err) {
-        this.#logger.log("error", "group.persist_failed", { group: name, error: describeError(err) });
+        this.#logger.log("error", "group.persist_failed", {
+          group: name,
+          error: describeError(err),
+        });
       }
     }
   }
 
   #checkOpen(): void {
-    if (this.#closed) throw new BrokerError(Errors.unavailable, "Cannot serve the request: the broker is shutting down");
+    if (this.#closed)
+      throw new BrokerError(
+        Errors.unavailable,
+        "Cannot serve the request: the broker is shutting down",
+      );
   }
 
   /** An existing group. @throws group_not_found, unavailable. */
@@ -308,7 +353,11 @@ export class GroupCoordinator {
     const group = this.#groups.get(name);
     if (group !== undefined) return group;
     const reason = this.#unavailable.get(name);
-    if (reason !== undefined) throw new BrokerError(Errors.unavailable, `${action}: group "${name}" is unavailable: ${reason}`);
+    if (reason !== undefined)
+      throw new BrokerError(
+        Errors.unavailable,
+        `${action}: group "${name}" is unavailable: ${reason}`,
+      );
     throw new BrokerError(Errors.groupNotFound, `${action}: group "${name}" does not exist`);
   }
 
@@ -316,10 +365,20 @@ export class GroupCoordinator {
   #getOrCreate(name: string, action: string): Group {
     this.#checkOpen();
     const reason = this.#unavailable.get(name);
-    if (reason !== undefined) throw new BrokerError(Errors.unavailable, `${action}: group "${name}" is unavailable: ${reason}`);
+    if (reason !== undefined)
+      throw new BrokerError(
+        Errors.unavailable,
+        `${action}: group "${name}" is unavailable: ${reason}`,
+      );
     let group = this.#groups.get(name);
     if (group === undefined) {
-      group = { name, data: { generation: 0, members: [], owners: new Map(), offsets: new Map() }, lock: new Mutex(), timers: new Map(), persisted: false };
+      group = {
+        name,
+        data: { generation: 0, members: [], owners: new Map(), offsets: new Map() },
+        lock: new Mutex(),
+        timers: new Map(),
+        persisted: false,
+      };
       this.#groups.set(name, group);
     }
     return group;
@@ -327,7 +386,12 @@ export class GroupCoordinator {
 
   /** Drops a group that was created in memory but never written (its first write failed). */
   #forgetIfUnpersisted(group: Group): void {
-    if (!group.persisted && group.data.members.length === 0 && group.data.offsets.size === 0 && this.#groups.get(group.name) === group) {
+    if (
+      !group.persisted &&
+      group.data.members.length === 0 &&
+      group.data.offsets.size === 0 &&
+      this.#groups.get(group.name) === group
+    ) {
       this.#groups.delete(group.name);
     }
   }
@@ -335,12 +399,17 @@ export class GroupCoordinator {
   async #persist(group: Group, data: GroupData): Promise<void> {
     const partitions = new Map<string, { committed: number | null; owner: string | null }>();
     for (const [key, committed] of data.offsets) partitions.set(key, { committed, owner: null });
-    for (const [key, owner] of data.owners) partitions.set(key, { committed: partitions.get(key)?.committed ?? null, owner });
+    for (const [key, owner] of data.owners)
+      partitions.set(key, { committed: partitions.get(key)?.committed ?? null, owner });
     const rows = [...partitions].map(([key, v]) => ({ ...splitKey(key), ...v })).sort(compareTp);
     await writeJsonAtomic(this.#fs, joinPath(this.#dir, `${group.name}.json`), {
       group: group.name,
       generation: data.generation,
-      members: data.members.map((m) => ({ member_id: m.id, topics: m.topics, session_timeout_ms: m.sessionTimeoutMs })),
+      members: data.members.map((m) => ({
+        member_id: m.id,
+        topics: m.topics,
+        session_timeout_ms: m.sessionTimeoutMs,
+      })),
       partitions: rows,
     });
     group.persisted = true;
@@ -367,7 +436,12 @@ export class GroupCoordinator {
   /** `data` with `members`, a new generation and a fresh assignment. */
   #rebalanced(data: GroupData, members: MemberData[]): GroupData {
     const sorted = [...members].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    return { generation: data.generation + 1, members: sorted, owners: assignRoundRobin(sorted, this.#partitionCount), offsets: data.offsets };
+    return {
+      generation: data.generation + 1,
+      members: sorted,
+      owners: assignRoundRobin(sorted, this.#partitionCount),
+      offsets: data.offsets,
+    };
   }
 
   #assignmentsOf(data: GroupData, memberId: string): TopicPartition[] {
@@ -399,14 +473,25 @@ export class GroupCoordinator {
       const member = group.data.members.find((m) => m.id === memberId);
       if (member === undefined) return;
       group.timers.delete(memberId);
-      const next = this.#rebalanced(group.data, group.data.members.filter((m) => m.id !== memberId));
-      this.#logger.log("info", "group.member_expired", { group: group.name, member_id: memberId, session_timeout_ms: member.sessionTimeoutMs, generation: next.generation });
+      const next = this.#rebalanced(
+        group.data,
+        group.data.members.filter((m) => m.id !== memberId),
+      );
+      this.#logger.log("info", "group.member_expired", {
+        group: group.name,
+        member_id: memberId,
+        session_timeout_ms: member.sessionTimeoutMs,
+        generation: next.generation,
+      });
       // The member is gone whether or not the file can be written now; the next write records it.
       group.data = next;
       try {
         await this.#persist(group, next);
       } catch (err) {
-        this.#logger.log("error", "group.persist_failed", { group: group.name, error: describeError(err) });
+        this.#logger.log("error", "group.persist_failed", {
+          group: group.name,
+          error: describeError(err),
+        });
       }
     });
   }
@@ -422,9 +507,22 @@ export class GroupCoordinator {
     const action = `Cannot join group "${name}"`;
     const topics = checkTopicList(request.topics, action);
     for (const topic of topics) this.#topics.partitions(topic); // topic_not_found / unavailable
-    const sessionTimeoutMs = checkInteger(request.sessionTimeoutMs, { name: "session_timeout_ms", min: groupSessionTimeoutMsMin, max: groupSessionTimeoutMsMax, fallback: groupSessionTimeoutMsDefault, action });
-    if (request.memberId !== undefined && (typeof request.memberId !== "string" || request.memberId.length === 0)) {
-      throw new BrokerError(Errors.invalidRequest, `${action}: "member_id" must be a non-empty string`, { field: "member_id" });
+    const sessionTimeoutMs = checkInteger(request.sessionTimeoutMs, {
+      name: "session_timeout_ms",
+      min: groupSessionTimeoutMsMin,
+      max: groupSessionTimeoutMsMax,
+      fallback: groupSessionTimeoutMsDefault,
+      action,
+    });
+    if (
+      request.memberId !== undefined &&
+      (typeof request.memberId !== "string" || request.memberId.length === 0)
+    ) {
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `${action}: "member_id" must be a non-empty string`,
+        { field: "member_id" },
+      );
     }
     const group = this.#getOrCreate(name, action);
     return group.lock.run(async () => {
@@ -437,7 +535,13 @@ export class GroupCoordinator {
     });
   }
 
-  async #joinLocked(group: Group, request: JoinGroupRequest, topics: string[], sessionTimeoutMs: number, action: string): Promise<GroupAssignment> {
+  async #joinLocked(
+    group: Group,
+    request: JoinGroupRequest,
+    topics: string[],
+    sessionTimeoutMs: number,
+    action: string,
+  ): Promise<GroupAssignment> {
     this.#checkOpen();
     const name = group.name;
     const data = group.data;
@@ -446,17 +550,28 @@ export class GroupCoordinator {
     if (memberId !== undefined) {
       const existing = data.members.find((m) => m.id === memberId);
       if (existing === undefined) {
-        throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it left or its session expired): join without a member id`);
+        throw new BrokerError(
+          Errors.unknownMember,
+          `${action}: member "${memberId}" is not in the group (it left or its session expired): join without a member id`,
+        );
       }
       member = existing;
       if (sameTopics(existing.topics, topics) && existing.sessionTimeoutMs === sessionTimeoutMs) {
         this.#armSession(group, existing);
-        return { memberId, generation: data.generation, assignments: this.#assignmentsOf(data, memberId), sessionTimeoutMs };
+        return {
+          memberId,
+          generation: data.generation,
+          assignments: this.#assignmentsOf(data, memberId),
+          sessionTimeoutMs,
+        };
       }
       member = { id: memberId, topics, sessionTimeoutMs };
     } else {
       if (data.members.length >= groupMembersMax) {
-        throw new BrokerError(Errors.invalidRequest, `${action}: the group already has ${groupMembersMax} members, the most allowed`);
+        throw new BrokerError(
+          Errors.invalidRequest,
+          `${action}: the group already has ${groupMembersMax} members, the most allowed`,
+        );
       }
       memberId = this.#newMemberId(group);
       member = { id: memberId, topics, sessionTimeoutMs };
@@ -464,20 +579,45 @@ export class GroupCoordinator {
     const next = this.#rebalanced(data, [...data.members.filter((m) => m.id !== memberId), member]);
     await this.#commitData(group, next, action);
     this.#armSession(group, member);
-    this.#logger.log("info", "group.rebalanced", { group: name, generation: next.generation, members: next.members.length, reason: request.memberId === undefined ? "join" : "rejoin", member_id: memberId });
-    return { memberId, generation: next.generation, assignments: this.#assignmentsOf(next, memberId), sessionTimeoutMs };
+    this.#logger.log("info", "group.rebalanced", {
+      group: name,
+      generation: next.generation,
+      members: next.members.length,
+      reason: request.memberId === undefined ? "join" : "rejoin",
+      member_id: memberId,
+    });
+    return {
+      memberId,
+      generation: next.generation,
+      assignments: this.#assignmentsOf(next, memberId),
+      sessionTimeoutMs,
+    };
   }
 
   /** See {@link Broker.heartbeat}. */
-  async heartbeat(request: { group: string; memberId: string; generation?: number }): Promise<HeartbeatResult> {
+  async heartbeat(request: {
+    group: string;
+    memberId: string;
+    generation?: number;
+  }): Promise<HeartbeatResult> {
     const name = validateGroupName(request.group);
     const action = `Cannot heartbeat in group "${name}"`;
-    if (request.generation !== undefined) checkInteger(request.generation, { name: "generation", min: 0, max: offsetMax, fallback: 0, action });
+    if (request.generation !== undefined)
+      checkInteger(request.generation, {
+        name: "generation",
+        min: 0,
+        max: offsetMax,
+        fallback: 0,
+        action,
+      });
     const group = this.#existing(name, action);
     const data = group.data;
     const member = data.members.find((m) => m.id === request.memberId);
     if (member === undefined) {
-      throw new BrokerError(Errors.unknownMember, `${action}: member "${request.memberId}" is not in the group (it left or its session expired): join again`);
+      throw new BrokerError(
+        Errors.unknownMember,
+        `${action}: member "${request.memberId}" is not in the group (it left or its session expired): join again`,
+      );
     }
     this.#armSession(group, member);
     return {
@@ -496,13 +636,25 @@ export class GroupCoordinator {
       this.#checkOpen();
       const data = group.data;
       if (!data.members.some((m) => m.id === request.memberId)) {
-        throw new BrokerError(Errors.unknownMember, `${action}: member "${request.memberId}" is not in the group`);
+        throw new BrokerError(
+          Errors.unknownMember,
+          `${action}: member "${request.memberId}" is not in the group`,
+        );
       }
-      const next = this.#rebalanced(data, data.members.filter((m) => m.id !== request.memberId));
+      const next = this.#rebalanced(
+        data,
+        data.members.filter((m) => m.id !== request.memberId),
+      );
       await this.#commitData(group, next, action);
       group.timers.get(request.memberId)?.cancel();
       group.timers.delete(request.memberId);
-      this.#logger.log("info", "group.rebalanced", { group: name, generation: next.generation, members: next.members.length, reason: "leave", member_id: request.memberId });
+      this.#logger.log("info", "group.rebalanced", {
+        group: name,
+        generation: next.generation,
+        members: next.members.length,
+        reason: "leave",
+        member_id: request.memberId,
+      });
     });
   }
 
@@ -513,10 +665,24 @@ export class GroupCoordinator {
     const offsets = this.#checkOffsets(request.offsets, action);
     const memberId = request.memberId;
     if (memberId !== undefined && (typeof memberId !== "string" || memberId.length === 0)) {
-      throw new BrokerError(Errors.invalidRequest, `${action}: "member_id" must be a non-empty string`, { field: "member_id" });
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `${action}: "member_id" must be a non-empty string`,
+        { field: "member_id" },
+      );
     }
-    if (request.generation !== undefined) checkInteger(request.generation, { name: "generation", min: 0, max: offsetMax, fallback: 0, action });
-    const group = memberId === undefined ? this.#getOrCreate(name, action) : this.#existingForMember(name, memberId, action);
+    if (request.generation !== undefined)
+      checkInteger(request.generation, {
+        name: "generation",
+        min: 0,
+        max: offsetMax,
+        fallback: 0,
+        action,
+      });
+    const group =
+      memberId === undefined
+        ? this.#getOrCreate(name, action)
+        : this.#existingForMember(name, memberId, action);
     await group.lock.run(async () => {
       try {
         await this.#commitLocked(group, request, offsets, action);
@@ -527,19 +693,33 @@ export class GroupCoordinator {
     });
   }
 
-  async #commitLocked(group: Group, request: CommitOffsetsRequest, offsets: { topic: string; partition: number; offset: number }[], action: string): Promise<void> {
+  async #commitLocked(
+    group: Group,
+    request: CommitOffsetsRequest,
+    offsets: { topic: string; partition: number; offset: number }[],
+    action: string,
+  ): Promise<void> {
     const memberId = request.memberId;
     this.#checkOpen();
     const data = group.data;
     if (data.members.length === 0 && memberId !== undefined) {
-      throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it has no members): join first, or commit without member_id`);
+      throw new BrokerError(
+        Errors.unknownMember,
+        `${action}: member "${memberId}" is not in the group (it has no members): join first, or commit without member_id`,
+      );
     }
     if (data.members.length > 0) {
       if (memberId === undefined) {
-        throw new BrokerError(Errors.unknownMember, `${action}: the group has ${plural(data.members.length, "member")}, so a commit must name its member_id and generation`);
+        throw new BrokerError(
+          Errors.unknownMember,
+          `${action}: the group has ${plural(data.members.length, "member")}, so a commit must name its member_id and generation`,
+        );
       }
       if (!data.members.some((m) => m.id === memberId)) {
-        throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (it left or its session expired): join again`);
+        throw new BrokerError(
+          Errors.unknownMember,
+          `${action}: member "${memberId}" is not in the group (it left or its session expired): join again`,
+        );
       }
       if (request.generation !== data.generation) {
         throw new BrokerError(
@@ -569,33 +749,74 @@ export class GroupCoordinator {
       return this.#existing(name, action);
     } catch (err) {
       if (err instanceof BrokerError && err.kind === Errors.groupNotFound) {
-        throw new BrokerError(Errors.unknownMember, `${action}: member "${memberId}" is not in the group (the group does not exist)`);
+        throw new BrokerError(
+          Errors.unknownMember,
+          `${action}: member "${memberId}" is not in the group (the group does not exist)`,
+        );
       }
       throw err;
     }
   }
 
   /** Validates a commit's offsets against the partitions now. @throws invalid_request, invalid_offset, topic_not_found, partition_not_found. */
-  #checkOffsets(raw: unknown, action: string): { topic: string; partition: number; offset: number }[] {
-    if (!Array.isArray(raw) || raw.length === 0) throw new BrokerError(Errors.invalidRequest, `${action}: "offsets" must be a non-empty array`, { field: "offsets" });
-    if (raw.length > groupCommitOffsetsMax) throw new BrokerError(Errors.invalidRequest, `${action}: more than ${groupCommitOffsetsMax} offsets in one commit`, { field: "offsets" });
+  #checkOffsets(
+    raw: unknown,
+    action: string,
+  ): { topic: string; partition: number; offset: number }[] {
+    if (!Array.isArray(raw) || raw.length === 0)
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `${action}: "offsets" must be a non-empty array`,
+        { field: "offsets" },
+      );
+    if (raw.length > groupCommitOffsetsMax)
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `${action}: more than ${groupCommitOffsetsMax} offsets in one commit`,
+        { field: "offsets" },
+      );
     const seen = new Set<string>();
     const out: { topic: string; partition: number; offset: number }[] = [];
     raw.forEach((o: unknown, i) => {
       const where = `offsets[${i}]`;
-      if (typeof o !== "object" || o === null) throw new BrokerError(Errors.invalidRequest, `${action}: ${where} must be an object with topic, partition, offset`, { index: i });
-      const { topic, partition, offset } = o as { topic?: unknown; partition?: unknown; offset?: unknown };
-      if (typeof topic !== "string") throw new BrokerError(Errors.invalidRequest, `${action}: ${where}.topic must be a string`, { index: i, field: "topic" });
+      if (typeof o !== "object" || o === null)
+        throw new BrokerError(
+          Errors.invalidRequest,
+          `${action}: ${where} must be an object with topic, partition, offset`,
+          { index: i },
+        );
+      const { topic, partition, offset } = o as {
+        topic?: unknown;
+        partition?: unknown;
+        offset?: unknown;
+      };
+      if (typeof topic !== "string")
+        throw new BrokerError(Errors.invalidRequest, `${action}: ${where}.topic must be a string`, {
+          index: i,
+          field: "topic",
+        });
       if (typeof partition !== "number" || !Number.isInteger(partition) || partition < 0) {
-        throw new BrokerError(Errors.invalidRequest, `${action}: ${where}.partition must be a non-negative integer`, { index: i, field: "partition" });
+        throw new BrokerError(
+          Errors.invalidRequest,
+          `${action}: ${where}.partition must be a non-negative integer`,
+          { index: i, field: "partition" },
+        );
       }
       if (typeof offset !== "number" || !Number.isSafeInteger(offset)) {
-        throw new BrokerError(Errors.invalidRequest, `${action}: ${where}.offset must be an integer`, { index: i, field: "offset" });
+        throw new BrokerError(
+          Errors.invalidRequest,
+          `${action}: ${where}.offset must be an integer`,
+          { index: i, field: "offset" },
+        );
       }
       const partitions = this.#topics.partitions(topic);
       const view = partitions[partition];
       if (view === undefined) {
-        throw new BrokerError(Errors.partitionNotFound, `${action}: ${where}: topic "${topic}" has no partition ${partition} (it has ${partitions.length})`, { index: i });
+        throw new BrokerError(
+          Errors.partitionNotFound,
+          `${action}: ${where}: topic "${topic}" has no partition ${partition} (it has ${partitions.length})`,
+          { index: i },
+        );
       }
       if (offset < 0 || offset > view.highWatermark) {
         throw new BrokerError(
@@ -605,7 +826,12 @@ export class GroupCoordinator {
         );
       }
       const key = tpKey(topic, partition);
-      if (seen.has(key)) throw new BrokerError(Errors.invalidRequest, `${action}: ${where}: partition "${topic}/${partition}" appears twice`, { index: i });
+      if (seen.has(key))
+        throw new BrokerError(
+          Errors.invalidRequest,
+          `${action}: ${where}: partition "${topic}/${partition}" appears twice`,
+          { index: i },
+        );
       seen.add(key);
       out.push({ topic, partition, offset });
     });
@@ -635,14 +861,29 @@ export class GroupCoordinator {
           highWatermark = null;
         }
         const committed = data.offsets.get(key) ?? null;
-        const lag = committed !== null && highWatermark !== null ? Math.max(0, highWatermark - committed) : null;
-        return { topic, partition, committed, highWatermark, lag, owner: data.owners.get(key) ?? null };
+        const lag =
+          committed !== null && highWatermark !== null
+            ? Math.max(0, highWatermark - committed)
+            : null;
+        return {
+          topic,
+          partition,
+          committed,
+          highWatermark,
+          lag,
+          owner: data.owners.get(key) ?? null,
+        };
       })
       .sort(compareTp);
     return {
       group: group.name,
       generation: data.generation,
-      members: data.members.map((m) => ({ memberId: m.id, topics: [...m.topics], sessionTimeoutMs: m.sessionTimeoutMs, assignments: this.#assignmentsOf(data, m.id) })),
+      members: data.members.map((m) => ({
+        memberId: m.id,
+        topics: [...m.topics],
+        sessionTimeoutMs: m.sessionTimeoutMs,
+        assignments: this.#assignmentsOf(data, m.id),
+      })),
       offsets,
     };
   }
@@ -674,14 +915,26 @@ export class GroupCoordinator {
         const assigned = [...data.owners.keys()].some((k) => splitKey(k).topic === topic);
         if (!hasOffsets && !assigned) return;
         const offsets = new Map([...data.offsets].filter(([k]) => splitKey(k).topic !== topic));
-        const next = assigned ? this.#rebalanced({ ...data, offsets }, data.members) : { ...data, offsets };
+        const next = assigned
+          ? this.#rebalanced({ ...data, offsets }, data.members)
+          : { ...data, offsets };
         group.data = next;
         try {
           await this.#persist(group, next);
         } catch (err) {
-          this.#logger.log("error", "group.persist_failed", { group: group.name, error: describeError(err) });
+          this.#logger.log("error", "group.persist_failed", {
+            group: group.name,
+            error: describeError(err),
+          });
         }
-        if (assigned) this.#logger.log("info", "group.rebalanced", { group: group.name, generation: next.generation, members: next.members.length, reason: "topic_deleted", topic });
+        if (assigned)
+          this.#logger.log("info", "group.rebalanced", {
+            group: group.name,
+            generation: next.generation,
+            members: next.members.length,
+            reason: "topic_deleted",
+            topic,
+          });
       });
     }
   }
@@ -704,16 +957,32 @@ function sameTopics(a: readonly string[], b: readonly string[]): boolean {
 }
 
 function checkTopicList(raw: unknown, action: string): string[] {
-  if (!Array.isArray(raw) || raw.length === 0 || raw.length > groupTopicsMax || !raw.every((t) => typeof t === "string" && t.length > 0)) {
-    throw new BrokerError(Errors.invalidRequest, `${action}: "topics" must be an array of 1 to ${groupTopicsMax} topic names`, { field: "topics" });
+  if (
+    !Array.isArray(raw) ||
+    raw.length === 0 ||
+    raw.length > groupTopicsMax ||
+    !raw.every((t) => typeof t === "string" && t.length > 0)
+  ) {
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `${action}: "topics" must be an array of 1 to ${groupTopicsMax} topic names`,
+      { field: "topics" },
+    );
   }
   return [...new Set(raw as string[])].sort();
 }
 
-function checkInteger(value: unknown, p: { name: string; min: number; max: number; fallback: number; action: string }): number {
+function checkInteger(
+  value: unknown,
+  p: { name: string; min: number; max: number; fallback: number; action: string },
+): number {
   if (value === undefined) return p.fallback;
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < p.min || value > p.max) {
-    throw new BrokerError(Errors.invalidRequest, `${p.action}: "${p.name}" ${JSON.stringify(value)} must be an integer from ${p.min} to ${p.max}`, { field: p.name });
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `${p.action}: "${p.name}" ${JSON.stringify(value)} must be an integer from ${p.min} to ${p.max}`,
+      { field: p.name },
+    );
   }
   return value;
 }
@@ -726,22 +995,41 @@ function parseGroupFile(name: string, value: unknown): GroupData {
   const fail = (why: string): never => {
     throw new Error(why);
   };
-  if (typeof value !== "object" || value === null || Array.isArray(value)) fail("not a JSON object");
-  const v = value as { group?: unknown; generation?: unknown; members?: unknown; partitions?: unknown };
-  if (v.group !== name) fail(`names group ${JSON.stringify(v.group)}, but its file is "${name}.json"`);
-  if (typeof v.generation !== "number" || !Number.isSafeInteger(v.generation) || v.generation < 0) fail('"generation" is not a non-negative integer');
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    fail("not a JSON object");
+  const v = value as {
+    group?: unknown;
+    generation?: unknown;
+    members?: unknown;
+    partitions?: unknown;
+  };
+  if (v.group !== name)
+    fail(`names group ${JSON.stringify(v.group)}, but its file is "${name}.json"`);
+  if (typeof v.generation !== "number" || !Number.isSafeInteger(v.generation) || v.generation < 0)
+    fail('"generation" is not a non-negative integer');
   if (!Array.isArray(v.members)) fail('"members" is not an array');
   if (!Array.isArray(v.partitions)) fail('"partitions" is not an array');
   const members: MemberData[] = [];
   for (const m of v.members as unknown[]) {
     const mm = m as { member_id?: unknown; topics?: unknown; session_timeout_ms?: unknown };
-    if (typeof mm?.member_id !== "string" || mm.member_id.length === 0) fail("a member has no member_id");
-    if (!Array.isArray(mm.topics) || !mm.topics.every((t) => typeof t === "string")) fail(`member ${JSON.stringify(mm.member_id)} has no topics array`);
+    if (typeof mm?.member_id !== "string" || mm.member_id.length === 0)
+      fail("a member has no member_id");
+    if (!Array.isArray(mm.topics) || !mm.topics.every((t) => typeof t === "string"))
+      fail(`member ${JSON.stringify(mm.member_id)} has no topics array`);
     const timeout = mm.session_timeout_ms;
-    if (typeof timeout !== "number" || !Number.isSafeInteger(timeout) || timeout < groupSessionTimeoutMsMin || timeout > groupSessionTimeoutMsMax) {
+    if (
+      typeof timeout !== "number" ||
+      !Number.isSafeInteger(timeout) ||
+      timeout < groupSessionTimeoutMsMin ||
+      timeout > groupSessionTimeoutMsMax
+    ) {
       fail(`member ${JSON.stringify(mm.member_id)} has no valid session_timeout_ms`);
     }
-    members.push({ id: mm.member_id as string, topics: [...new Set(mm.topics as string[])].sort(), sessionTimeoutMs: timeout as number });
+    members.push({
+      id: mm.member_id as string,
+      topics: [...new Set(mm.topics as string[])].sort(),
+      sessionTimeoutMs: timeout as number,
+    });
   }
   members.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   const ids = new Set(members.map((m) => m.id));
@@ -750,14 +1038,26 @@ function parseGroupFile(name: string, value: unknown): GroupData {
   const offsets = new Map<string, number>();
   for (const p of v.partitions as unknown[]) {
     const pp = p as { topic?: unknown; partition?: unknown; committed?: unknown; owner?: unknown };
-    if (typeof pp?.topic !== "string" || typeof pp.partition !== "number" || !Number.isInteger(pp.partition) || pp.partition < 0) fail("a partition entry has no valid topic and partition");
+    if (
+      typeof pp?.topic !== "string" ||
+      typeof pp.partition !== "number" ||
+      !Number.isInteger(pp.partition) ||
+      pp.partition < 0
+    )
+      fail("a partition entry has no valid topic and partition");
     const key = tpKey(pp.topic as string, pp.partition as number);
     if (pp.committed !== null && pp.committed !== undefined) {
-      if (typeof pp.committed !== "number" || !Number.isSafeInteger(pp.committed) || pp.committed < 0) fail(`partition "${pp.topic}/${pp.partition}" has an invalid committed offset`);
+      if (
+        typeof pp.committed !== "number" ||
+        !Number.isSafeInteger(pp.committed) ||
+        pp.committed < 0
+      )
+        fail(`partition "${pp.topic}/${pp.partition}" has an invalid committed offset`);
       offsets.set(key, pp.committed as number);
     }
     if (pp.owner !== null && pp.owner !== undefined) {
-      if (typeof pp.owner !== "string" || !ids.has(pp.owner)) fail(`partition "${pp.topic}/${pp.partition}" names an owner that is not a member`);
+      if (typeof pp.owner !== "string" || !ids.has(pp.owner))
+        fail(`partition "${pp.topic}/${pp.partition}" names an owner that is not a member`);
       owners.set(key, pp.owner as string);
     }
   }

@@ -70,10 +70,20 @@ import type { Clock } from "../lib/clock.ts";
 import { crc32 } from "../lib/crc32.ts";
 import type { Logger } from "../lib/logger.ts";
 import { Mutex } from "../lib/mutex.ts";
-import { offsetMax, producerBatchesRemembered, producerEpochMax, producerIdCharsMax, producerJournalEntriesRotate } from "../lib/limits.ts";
+import {
+  offsetMax,
+  producerBatchesRemembered,
+  producerEpochMax,
+  producerIdCharsMax,
+  producerJournalEntriesRotate,
+} from "../lib/limits.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
-import { ProducerJournal, SnapshotOutcomeUnknown, type ProducerJournalEntry } from "../storage/producer-journal.ts";
+import {
+  ProducerJournal,
+  SnapshotOutcomeUnknown,
+  type ProducerJournalEntry,
+} from "../storage/producer-journal.ts";
 import { StorageError } from "../storage/errors.ts";
 import type { PartitionLog } from "../storage/partition.ts";
 import { DecodeStatus, EntryCursor, RecordCursor, type EntryBatch } from "../storage/record.ts";
@@ -130,7 +140,12 @@ export function partitionKey(topic: string, partition: number): string {
 export type SequenceDecision =
   | { row: 1 | 4 | 6 | 10; outcome: "append" }
   | { row: 8; outcome: "duplicate"; batch: RememberedBatch }
-  | { row: 2 | 3 | 5 | 7 | 9 | 11 | 12; outcome: "refuse"; kind: ErrorKind; expected: { sequence?: number; epoch?: number } };
+  | {
+      row: 2 | 3 | 5 | 7 | 9 | 11 | 12;
+      outcome: "refuse";
+      kind: ErrorKind;
+      expected: { sequence?: number; epoch?: number };
+    };
 
 /**
  * The decision table of the module comment. Pure: changes nothing.
@@ -139,33 +154,74 @@ export type SequenceDecision =
  */
 export function decideSequence(
   producer: ProducerState | undefined,
-  request: { epoch: number; partitionKey: string; sequence: number; count: number; fingerprint: number },
+  request: {
+    epoch: number;
+    partitionKey: string;
+    sequence: number;
+    count: number;
+    fingerprint: number;
+  },
 ): SequenceDecision {
   const { epoch, sequence } = request;
   if (producer === undefined) {
     if (sequence === 0) return { row: 1, outcome: "append" };
     return { row: 2, outcome: "refuse", kind: Errors.unknownProducer, expected: { sequence: 0 } };
   }
-  if (epoch < producer.epoch) return { row: 3, outcome: "refuse", kind: Errors.producerFenced, expected: { epoch: producer.epoch } };
+  if (epoch < producer.epoch)
+    return {
+      row: 3,
+      outcome: "refuse",
+      kind: Errors.producerFenced,
+      expected: { epoch: producer.epoch },
+    };
   if (epoch > producer.epoch) {
     if (sequence === 0) return { row: 4, outcome: "append" };
-    return { row: 5, outcome: "refuse", kind: Errors.outOfOrderSequence, expected: { sequence: 0 } };
+    return {
+      row: 5,
+      outcome: "refuse",
+      kind: Errors.outOfOrderSequence,
+      expected: { sequence: 0 },
+    };
   }
   const state = producer.partitions.get(request.partitionKey);
   if (state === undefined) {
     if (sequence === 0) return { row: 6, outcome: "append" };
-    return { row: 7, outcome: "refuse", kind: Errors.outOfOrderSequence, expected: { sequence: 0 } };
+    return {
+      row: 7,
+      outcome: "refuse",
+      kind: Errors.outOfOrderSequence,
+      expected: { sequence: 0 },
+    };
   }
   const remembered = state.batches.find((b) => b.baseSequence === sequence);
   if (remembered !== undefined) {
-    if (remembered.count === request.count && (remembered.ranges.length === 0 || remembered.ranges[0].fingerprint === request.fingerprint)) {
+    if (
+      remembered.count === request.count &&
+      (remembered.ranges.length === 0 || remembered.ranges[0].fingerprint === request.fingerprint)
+    ) {
       return { row: 8, outcome: "duplicate", batch: remembered };
     }
-    return { row: 9, outcome: "refuse", kind: Errors.duplicateSequence, expected: { sequence: state.nextSequence } };
+    return {
+      row: 9,
+      outcome: "refuse",
+      kind: Errors.duplicateSequence,
+      expected: { sequence: state.nextSequence },
+    };
   }
   if (sequence === state.nextSequence) return { row: 10, outcome: "append" };
-  if (sequence < state.nextSequence) return { row: 11, outcome: "refuse", kind: Errors.duplicateSequence, expected: { sequence: state.nextSequence } };
-  return { row: 12, outcome: "refuse", kind: Errors.outOfOrderSequence, expected: { sequence: state.nextSequence } };
+  if (sequence < state.nextSequence)
+    return {
+      row: 11,
+      outcome: "refuse",
+      kind: Errors.duplicateSequence,
+      expected: { sequence: state.nextSequence },
+    };
+  return {
+    row: 12,
+    outcome: "refuse",
+    kind: Errors.outOfOrderSequence,
+    expected: { sequence: state.nextSequence },
+  };
 }
 
 /** Fingerprint of the entry under `cursor`: CRC-32 of key_len | key | value_len | value (the timestamp is left out: the broker may stamp it). */
@@ -183,7 +239,10 @@ function batchFrom(batch: EntryBatch, first: number): { batch: EntryBatch; finge
   const cursor = new EntryCursor(batch);
   while (cursor.next()) {
     if (cursor.index === first) {
-      return { batch: { bytes: batch.bytes.subarray(cursor.start), count: batch.count - first }, fingerprint: entryFingerprint(batch, cursor) };
+      return {
+        batch: { bytes: batch.bytes.subarray(cursor.start), count: batch.count - first },
+        fingerprint: entryFingerprint(batch, cursor),
+      };
     }
   }
   throw new Error(`batch of ${batch.count} records has no record ${first}`);
@@ -197,14 +256,27 @@ const producerIdPattern = /^[A-Za-z0-9._:-]+$/;
  */
 export function validateProducerIdentity(producer: ProducerIdentity, count: number): void {
   const bad = (field: string, why: string): never => {
-    throw new BrokerError(Errors.invalidRequest, `Cannot produce idempotently: ${field} ${why}`, { field });
+    throw new BrokerError(Errors.invalidRequest, `Cannot produce idempotently: ${field} ${why}`, {
+      field,
+    });
   };
-  if (typeof producer.id !== "string" || producer.id.length < 1 || producer.id.length > producerIdCharsMax || !producerIdPattern.test(producer.id)) {
-    bad("producer id", `must be 1 to ${producerIdCharsMax} characters of letters, digits, ".", "_", ":" and "-"`);
+  if (
+    typeof producer.id !== "string" ||
+    producer.id.length < 1 ||
+    producer.id.length > producerIdCharsMax ||
+    !producerIdPattern.test(producer.id)
+  ) {
+    bad(
+      "producer id",
+      `must be 1 to ${producerIdCharsMax} characters of letters, digits, ".", "_", ":" and "-"`,
+    );
   }
-  if (!Number.isInteger(producer.epoch) || producer.epoch < 0 || producer.epoch > producerEpochMax) bad("producer epoch", `must be an integer from 0 to ${producerEpochMax}`);
-  if (!Number.isSafeInteger(producer.sequence) || producer.sequence < 0) bad("producer sequence", "must be a non-negative integer");
-  if (producer.sequence + count - 1 > offsetMax) bad("producer sequence", `${producer.sequence} + ${count} records would pass 2^53 − 1`);
+  if (!Number.isInteger(producer.epoch) || producer.epoch < 0 || producer.epoch > producerEpochMax)
+    bad("producer epoch", `must be an integer from 0 to ${producerEpochMax}`);
+  if (!Number.isSafeInteger(producer.sequence) || producer.sequence < 0)
+    bad("producer sequence", "must be a non-negative integer");
+  if (producer.sequence + count - 1 > offsetMax)
+    bad("producer sequence", `${producer.sequence} + ${count} records would pass 2^53 − 1`);
 }
 
 /** How the producer state reaches partitions: the log, or why there is none. */
@@ -241,7 +313,8 @@ interface PendingEntry {
 /** Maps a journal failure to the error table. */
 function journalError(err: unknown): unknown {
   if (!(err instanceof StorageError)) return err;
-  if (err.kind === "write_failed") return new BrokerError(storageFailureKind(err), `Cannot produce idempotently: ${err.message}`);
+  if (err.kind === "write_failed")
+    return new BrokerError(storageFailureKind(err), `Cannot produce idempotently: ${err.message}`);
   return new BrokerError(Errors.unavailable, `Cannot produce idempotently: ${err.message}`);
 }
 
@@ -279,7 +352,10 @@ export class ProducerStates {
    * file: it makes idempotent produce unavailable and reports why (`producers.unavailable`).
    */
   static async open(options: ProducerStatesOptions): Promise<ProducerStates> {
-    assert(Number.isSafeInteger(options.expiryMs) && options.expiryMs > 0, "producer expiry is a positive integer of ms");
+    assert(
+      Number.isSafeInteger(options.expiryMs) && options.expiryMs > 0,
+      "producer expiry is a positive integer of ms",
+    );
     const states = new ProducerStates(options);
     await states.#load();
     return states;
@@ -319,19 +395,29 @@ export class ProducerStates {
         pendingFromSnapshot = parsed.pending;
         for (const p of parsed.producers) this.#producers.set(p.id, p);
       } catch (err) {
-        return this.#setUnavailable(`${this.#snapshotPath}: ${err instanceof Error ? err.message : String(err)}`);
+        return this.#setUnavailable(
+          `${this.#snapshotPath}: ${err instanceof Error ? err.message : String(err)}`,
+        );
       }
     }
     let opened;
     try {
-      opened = await ProducerJournal.open(this.#fs, { path: this.#journalPath, logger: this.#logger, generationIfNew: generation });
+      opened = await ProducerJournal.open(this.#fs, {
+        path: this.#journalPath,
+        logger: this.#logger,
+        generationIfNew: generation,
+      });
     } catch (err) {
       return this.#setUnavailable(`cannot open producers.journal: ${describeError(err)}`);
     }
     this.#journal = opened.journal;
     let replay = opened.entries;
     if (opened.generation < generation) {
-      this.#logger.log("info", "producers.journal_stale", { journal_generation: opened.generation, snapshot_generation: generation, entries_ignored: replay.length });
+      this.#logger.log("info", "producers.journal_stale", {
+        journal_generation: opened.generation,
+        snapshot_generation: generation,
+        entries_ignored: replay.length,
+      });
       replay = [];
     } else if (opened.generation > generation) {
       return this.#setUnavailable(
@@ -383,9 +469,16 @@ export class ProducerStates {
     p.lastActiveMs = Math.max(p.lastActiveMs, e.timestampMs);
     const key = partitionKey(e.topic, e.partition);
     let s = p.partitions.get(key);
-    const range: BatchRange = { offset: e.baseOffset, count: e.count, fingerprint: e.fingerprint, verified: false };
+    const range: BatchRange = {
+      offset: e.baseOffset,
+      count: e.count,
+      fingerprint: e.fingerprint,
+      verified: false,
+    };
     if (e.firstIndex > 0) {
-      const b = s?.batches.find((x) => x.baseSequence === e.baseSequence && x.count === e.batchCount);
+      const b = s?.batches.find(
+        (x) => x.baseSequence === e.baseSequence && x.count === e.batchCount,
+      );
       if (b === undefined || sumRanges(b) !== e.firstIndex) return false;
       b.ranges.push(range);
       return true;
@@ -399,14 +492,23 @@ export class ProducerStates {
     // belongs to a write that failed.
     s.batches = s.batches.filter((b) => b.baseSequence < e.baseSequence);
     s.batches.push({ baseSequence: e.baseSequence, count: e.batchCount, ranges: [range] });
-    if (s.batches.length > producerBatchesRemembered) s.batches.splice(0, s.batches.length - producerBatchesRemembered);
+    if (s.batches.length > producerBatchesRemembered)
+      s.batches.splice(0, s.batches.length - producerBatchesRemembered);
     s.nextSequence = e.baseSequence + e.batchCount;
     return true;
   }
 
   /** Checks every unverified range against its partition (module comment, second table). */
   async #reconcile(): Promise<Record<string, number>> {
-    const counts = { ranges_checked: 0, ranges_kept: 0, ranges_forgotten: 0, ranges_stale: 0, batches_cut_short: 0, partitions_forgotten: 0, ranges_unchecked: 0 };
+    const counts = {
+      ranges_checked: 0,
+      ranges_kept: 0,
+      ranges_forgotten: 0,
+      ranges_stale: 0,
+      batches_cut_short: 0,
+      partitions_forgotten: 0,
+      ranges_unchecked: 0,
+    };
     for (const p of this.#producers.values()) {
       for (const [key, s] of p.partitions) {
         const log = this.#partitions.get(s.topic, s.partition);
@@ -416,7 +518,8 @@ export class ProducerStates {
           continue;
         }
         if (log === "unavailable") {
-          for (const b of s.batches) for (const r of b.ranges) if (!r.verified) counts.ranges_unchecked++;
+          for (const b of s.batches)
+            for (const r of b.ranges) if (!r.verified) counts.ranges_unchecked++;
           continue;
         }
         const atRiskStart = atRiskStartOffset(log);
@@ -435,7 +538,11 @@ export class ProducerStates {
             try {
               verdict = await verifyRange(log, r, atRiskStart);
             } catch (err) {
-              this.#logger.log("error", "producers.verify_failed", { partition: log.name, offset: r.offset, error: describeError(err) });
+              this.#logger.log("error", "producers.verify_failed", {
+                partition: log.name,
+                offset: r.offset,
+                error: describeError(err),
+              });
               counts.ranges_unchecked++;
               kept.push(r);
               continue;
@@ -447,14 +554,22 @@ export class ProducerStates {
               kept.push({ ...r, count: verdict.present, verified: true });
               counts.batches_cut_short++;
               cut = true;
-              this.#logger.log("warn", "producers.batch_cut_short", { producer_id: p.id, partition: log.name, base_sequence: b.baseSequence, offset: r.offset, records: r.count, present: verdict.present });
+              this.#logger.log("warn", "producers.batch_cut_short", {
+                producer_id: p.id,
+                partition: log.name,
+                base_sequence: b.baseSequence,
+                offset: r.offset,
+                records: r.count,
+                present: verdict.present,
+              });
             } else {
               counts[verdict.kind === "stale" ? "ranges_stale" : "ranges_forgotten"]++;
               cut = true;
             }
           }
           b.ranges = kept;
-          if (sumRanges(b) === 0 && (firstLost === null || b.baseSequence < firstLost)) firstLost = b.baseSequence;
+          if (sumRanges(b) === 0 && (firstLost === null || b.baseSequence < firstLost))
+            firstLost = b.baseSequence;
         }
         s.batches = s.batches.filter((b) => sumRanges(b) > 0);
         if (firstLost !== null) {
@@ -468,9 +583,16 @@ export class ProducerStates {
   }
 
   #checkAvailable(): ProducerJournal {
-    if (this.#closed) throw new BrokerError(Errors.unavailable, "Cannot produce idempotently: the broker is shutting down");
+    if (this.#closed)
+      throw new BrokerError(
+        Errors.unavailable,
+        "Cannot produce idempotently: the broker is shutting down",
+      );
     if (this.#unavailable !== null || this.#journal === null) {
-      throw new BrokerError(Errors.unavailable, `Cannot produce idempotently: the producer state is unavailable: ${this.#unavailable ?? "not loaded"}`);
+      throw new BrokerError(
+        Errors.unavailable,
+        `Cannot produce idempotently: the producer state is unavailable: ${this.#unavailable ?? "not loaded"}`,
+      );
     }
     return this.#journal;
   }
@@ -510,23 +632,56 @@ export class ProducerStates {
       let state = this.#producers.get(producer.id);
       if (state !== undefined && now - state.lastActiveMs > this.#expiryMs) {
         this.#producers.delete(producer.id);
-        this.#logger.log("info", "producers.expired", { producer_id: producer.id, idle_ms: now - state.lastActiveMs });
+        this.#logger.log("info", "producers.expired", {
+          producer_id: producer.id,
+          idle_ms: now - state.lastActiveMs,
+        });
         state = undefined;
       }
-      const decision = decideSequence(state, { epoch: producer.epoch, partitionKey: key, sequence: producer.sequence, count: batch.count, fingerprint });
+      const decision = decideSequence(state, {
+        epoch: producer.epoch,
+        partitionKey: key,
+        sequence: producer.sequence,
+        count: batch.count,
+        fingerprint,
+      });
       if (decision.outcome === "refuse") throw refusal(decision, producer, `${topic}/${partition}`);
       if (state !== undefined) state.lastActiveMs = now;
       if (decision.outcome === "duplicate") {
         const remembered = decision.batch;
         const present = sumRanges(remembered);
-        if (present === remembered.count) return { spans: rangesToSpans(partition, remembered), duplicate: true };
+        if (present === remembered.count)
+          return { spans: rangesToSpans(partition, remembered), duplicate: true };
         // A crash cut this batch short: write the records that are missing.
         const rest = batchFrom(batch, present);
-        const range = await this.#write(journal, request, { baseSequence: producer.sequence, batchCount: batch.count, firstIndex: present, fingerprint: rest.fingerprint, now }, rest.batch);
-        if (this.#producers.get(producer.id) === state && state?.epoch === producer.epoch) remembered.ranges.push(range);
+        const range = await this.#write(
+          journal,
+          request,
+          {
+            baseSequence: producer.sequence,
+            batchCount: batch.count,
+            firstIndex: present,
+            fingerprint: rest.fingerprint,
+            now,
+          },
+          rest.batch,
+        );
+        if (this.#producers.get(producer.id) === state && state?.epoch === producer.epoch)
+          remembered.ranges.push(range);
         return { spans: rangesToSpans(partition, remembered), duplicate: false };
       }
-      const range = await this.#write(journal, request, { baseSequence: producer.sequence, batchCount: batch.count, firstIndex: 0, fingerprint, now }, batch);
+      const range = await this.#write(
+        journal,
+        request,
+        {
+          baseSequence: producer.sequence,
+          batchCount: batch.count,
+          firstIndex: 0,
+          fingerprint,
+          now,
+        },
+        batch,
+      );
       const current = this.#producers.get(producer.id);
       // A newer epoch that arrived meanwhile on another partition fenced this one: the records are
       // stored (and acknowledged to the old incarnation), but its sequences no longer count.
@@ -537,12 +692,16 @@ export class ProducerStates {
           current.partitions.set(key, s);
         }
         s.batches.push({ baseSequence: producer.sequence, count: batch.count, ranges: [range] });
-        if (s.batches.length > producerBatchesRemembered) s.batches.splice(0, s.batches.length - producerBatchesRemembered);
+        if (s.batches.length > producerBatchesRemembered)
+          s.batches.splice(0, s.batches.length - producerBatchesRemembered);
         s.nextSequence = chainNext(producer.sequence + batch.count, s.batches);
         current.lastActiveMs = now;
       }
       this.#maybeRotate();
-      return { spans: [{ partition, baseOffset: range.offset, count: range.count }], duplicate: false };
+      return {
+        spans: [{ partition, baseOffset: range.offset, count: range.count }],
+        duplicate: false,
+      };
     });
   }
 
@@ -550,7 +709,13 @@ export class ProducerStates {
   async #write(
     journal: ProducerJournal,
     request: IdempotentAppend,
-    fields: { baseSequence: number; batchCount: number; firstIndex: number; fingerprint: number; now: number },
+    fields: {
+      baseSequence: number;
+      batchCount: number;
+      firstIndex: number;
+      fingerprint: number;
+      now: number;
+    },
     batch: EntryBatch,
   ): Promise<BatchRange> {
     const { producer, topic, partition, log } = request;
@@ -581,8 +746,16 @@ export class ProducerStates {
           this.#applyEpoch(producer, fields.now);
         },
       });
-      assert(pending.entry !== null && result.baseOffset === pending.entry.baseOffset, "the log wrote the batch where its journal entry says");
-      return { offset: result.baseOffset, count: result.count, fingerprint: fields.fingerprint, verified: result.baseOffset + result.count <= log.highWatermark };
+      assert(
+        pending.entry !== null && result.baseOffset === pending.entry.baseOffset,
+        "the log wrote the batch where its journal entry says",
+      );
+      return {
+        offset: result.baseOffset,
+        count: result.count,
+        fingerprint: fields.fingerprint,
+        verified: result.baseOffset + result.count <= log.highWatermark,
+      };
     } finally {
       this.#pending.delete(pending);
     }
@@ -597,7 +770,12 @@ export class ProducerStates {
   #applyEpoch(producer: ProducerIdentity, now: number): void {
     const state = this.#producers.get(producer.id);
     if (state === undefined) {
-      this.#producers.set(producer.id, { id: producer.id, epoch: producer.epoch, lastActiveMs: now, partitions: new Map() });
+      this.#producers.set(producer.id, {
+        id: producer.id,
+        epoch: producer.epoch,
+        lastActiveMs: now,
+        partitions: new Map(),
+      });
     } else if (producer.epoch > state.epoch) {
       state.epoch = producer.epoch;
       state.partitions.clear();
@@ -612,9 +790,16 @@ export class ProducerStates {
   }
 
   #maybeRotate(): void {
-    if (this.#rotation !== null || this.#journal === null || this.#journal.entryCount < producerJournalEntriesRotate) return;
+    if (
+      this.#rotation !== null ||
+      this.#journal === null ||
+      this.#journal.entryCount < producerJournalEntriesRotate
+    )
+      return;
     this.#rotation = this.#rotateNow()
-      .catch((err: unknown) => this.#logger.log("error", "producers.snapshot_failed", { error: describeError(err) }))
+      .catch((err: unknown) =>
+        this.#logger.log("error", "producers.snapshot_failed", { error: describeError(err) }),
+      )
       .finally(() => (this.#rotation = null));
   }
 
@@ -624,7 +809,8 @@ export class ProducerStates {
     if (journal === null || this.#unavailable !== null) return;
     await journal.rotate(async (nextGeneration) => {
       const now = this.#clock.nowMs();
-      for (const [id, p] of this.#producers) if (now - p.lastActiveMs > this.#expiryMs && !this.#hasLock(id)) this.#producers.delete(id);
+      for (const [id, p] of this.#producers)
+        if (now - p.lastActiveMs > this.#expiryMs && !this.#hasLock(id)) this.#producers.delete(id);
       const snapshot = this.#snapshot(nextGeneration);
       try {
         await writeJsonAtomic(this.#fs, this.#snapshotPath, snapshot);
@@ -632,7 +818,10 @@ export class ProducerStates {
         // Failed before its rename, the old snapshot stands and the journal goes on. Failed
         // after it (the directory fsync), a restart may find either snapshot: unknown.
         const now = await readJsonFile(this.#fs, this.#snapshotPath);
-        const generation = "value" in now ? (now.value as { journal_generation?: unknown } | null)?.journal_generation : undefined;
+        const generation =
+          "value" in now
+            ? (now.value as { journal_generation?: unknown } | null)?.journal_generation
+            : undefined;
         if (generation === nextGeneration) throw new SnapshotOutcomeUnknown(describeError(err));
         throw err;
       }
@@ -661,12 +850,19 @@ export class ProducerStates {
           batches: s.batches.map((b) => ({
             base_sequence: b.baseSequence,
             count: b.count,
-            ranges: b.ranges.map((r) => ({ offset: r.offset, count: r.count, fingerprint: r.fingerprint, verified: r.verified || r.offset + r.count <= highWatermark })),
+            ranges: b.ranges.map((r) => ({
+              offset: r.offset,
+              count: r.count,
+              fingerprint: r.fingerprint,
+              verified: r.verified || r.offset + r.count <= highWatermark,
+            })),
           })),
         };
       }),
     }));
-    const pending = [...this.#pending].flatMap((p) => (p.entry === null ? [] : [entryJson(p.entry)]));
+    const pending = [...this.#pending].flatMap((p) =>
+      p.entry === null ? [] : [entryJson(p.entry)],
+    );
     return { version: 1, journal_generation: generation, producers, pending };
   }
 
@@ -698,7 +894,11 @@ export class ProducerStates {
     if (this.#closed) return;
     this.#closed = true;
     if (this.#rotation !== null) await this.#rotation;
-    await this.#journal?.close().catch((err: unknown) => this.#logger.log("error", "producers.close_failed", { error: describeError(err) }));
+    await this.#journal
+      ?.close()
+      .catch((err: unknown) =>
+        this.#logger.log("error", "producers.close_failed", { error: describeError(err) }),
+      );
   }
 }
 
@@ -721,28 +921,56 @@ function rangesToSpans(partition: number, batch: RememberedBatch): ProduceSpan[]
   return batch.ranges.map((r) => ({ partition, baseOffset: r.offset, count: r.count }));
 }
 
-function refusal(decision: Extract<SequenceDecision, { outcome: "refuse" }>, producer: ProducerIdentity, where: string): BrokerError {
+function refusal(
+  decision: Extract<SequenceDecision, { outcome: "refuse" }>,
+  producer: ProducerIdentity,
+  where: string,
+): BrokerError {
   const who = `Cannot produce to partition "${where}" as producer "${producer.id}" (epoch ${producer.epoch}, sequence ${producer.sequence})`;
   const { sequence, epoch } = decision.expected;
   switch (decision.row) {
     case 2:
-      return new BrokerError(decision.kind, `${who}: the broker has no state for this producer (never seen, or idle past the producer expiry and forgotten): start a new epoch at sequence 0`, {
+      return new BrokerError(
+        decision.kind,
+        `${who}: the broker has no state for this producer (never seen, or idle past the producer expiry and forgotten): start a new epoch at sequence 0`,
+        {
+          expected_sequence: 0,
+        },
+      );
+    case 3:
+      return new BrokerError(
+        decision.kind,
+        `${who}: epoch ${producer.epoch} is fenced by the producer's current epoch ${epoch}`,
+        { expected_epoch: epoch },
+      );
+    case 5:
+      return new BrokerError(decision.kind, `${who}: a new epoch starts at sequence 0`, {
         expected_sequence: 0,
       });
-    case 3:
-      return new BrokerError(decision.kind, `${who}: epoch ${producer.epoch} is fenced by the producer's current epoch ${epoch}`, { expected_epoch: epoch });
-    case 5:
-      return new BrokerError(decision.kind, `${who}: a new epoch starts at sequence 0`, { expected_sequence: 0 });
     case 7:
-      return new BrokerError(decision.kind, `${who}: the producer's first batch on this partition in this epoch must start at sequence 0`, { expected_sequence: 0 });
+      return new BrokerError(
+        decision.kind,
+        `${who}: the producer's first batch on this partition in this epoch must start at sequence 0`,
+        { expected_sequence: 0 },
+      );
     case 9:
-      return new BrokerError(decision.kind, `${who}: a different batch is stored with this base sequence (record count or first record differ)`, { expected_sequence: sequence });
+      return new BrokerError(
+        decision.kind,
+        `${who}: a different batch is stored with this base sequence (record count or first record differ)`,
+        { expected_sequence: sequence },
+      );
     case 11:
-      return new BrokerError(decision.kind, `${who}: sequence ${producer.sequence} is already stored, in a batch older than the ${producerBatchesRemembered} the broker remembers; expected sequence ${sequence}`, {
+      return new BrokerError(
+        decision.kind,
+        `${who}: sequence ${producer.sequence} is already stored, in a batch older than the ${producerBatchesRemembered} the broker remembers; expected sequence ${sequence}`,
+        {
+          expected_sequence: sequence,
+        },
+      );
+    case 12:
+      return new BrokerError(decision.kind, `${who}: sequence gap, expected sequence ${sequence}`, {
         expected_sequence: sequence,
       });
-    case 12:
-      return new BrokerError(decision.kind, `${who}: sequence gap, expected sequence ${sequence}`, { expected_sequence: sequence });
   }
 }
 
@@ -750,14 +978,27 @@ function refusal(decision: Extract<SequenceDecision, { outcome: "refuse" }>, pro
 function atRiskStartOffset(log: PartitionLog): number {
   const segments = log.describe().segments;
   let i = segments.length - 1;
-  if (i > 0 && segments[i].next_offset === segments[i].base_offset && segments[i - 1].corruption !== null) i--;
+  if (
+    i > 0 &&
+    segments[i].next_offset === segments[i].base_offset &&
+    segments[i - 1].corruption !== null
+  )
+    i--;
   return segments[i].base_offset;
 }
 
-type RangeVerdict = { kind: "whole" } | { kind: "partial"; present: number } | { kind: "absent" } | { kind: "stale" };
+type RangeVerdict =
+  | { kind: "whole" }
+  | { kind: "partial"; present: number }
+  | { kind: "absent" }
+  | { kind: "stale" };
 
 /** The recovery table of the module comment for one range. @throws what reading the log throws. */
-async function verifyRange(log: PartitionLog, range: BatchRange, atRiskStart: number): Promise<RangeVerdict> {
+async function verifyRange(
+  log: PartitionLog,
+  range: BatchRange,
+  atRiskStart: number,
+): Promise<RangeVerdict> {
   const end = range.offset + range.count;
   if (range.offset >= log.logEndOffset) return { kind: "absent" };
   if (range.offset < log.logStartOffset) return { kind: "whole" };
@@ -773,10 +1014,14 @@ async function verifyRange(log: PartitionLog, range: BatchRange, atRiskStart: nu
     let pos = 0;
     let last = offset - 1;
     for (let i = 0; i < read.count; i++) {
-      if (cursor.decode(pos) !== DecodeStatus.Ok) throw new Error(`record ${i} of a read at offset ${offset} does not decode: ${cursor.reason}`);
+      if (cursor.decode(pos) !== DecodeStatus.Ok)
+        throw new Error(
+          `record ${i} of a read at offset ${offset} does not decode: ${cursor.reason}`,
+        );
       pos += cursor.sizeBytes;
       if (cursor.offset >= end) break;
-      if (cursor.offset === range.offset && recordFingerprint(cursor) !== range.fingerprint) return { kind: "stale" };
+      if (cursor.offset === range.offset && recordFingerprint(cursor) !== range.fingerprint)
+        return { kind: "stale" };
       if (cursor.offset === range.offset + leading) leading++;
       else others++;
       last = cursor.offset;
@@ -810,12 +1055,17 @@ function entryJson(e: ProducerJournalEntry): Record<string, unknown> {
 }
 
 /** Parses `producers.json`. @throws Error naming the first problem. */
-function parseSnapshot(value: unknown): { generation: number; producers: ProducerState[]; pending: ProducerJournalEntry[] } {
+function parseSnapshot(value: unknown): {
+  generation: number;
+  producers: ProducerState[];
+  pending: ProducerJournalEntry[];
+} {
   const fail = (why: string): never => {
     throw new Error(why);
   };
   const int = (v: unknown, what: string, max = offsetMax): number => {
-    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0 || v > max) fail(`${what} is not an integer from 0 to ${max}`);
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0 || v > max)
+      fail(`${what} is not an integer from 0 to ${max}`);
     return v as number;
   };
   const str = (v: unknown, what: string): string => {
@@ -826,14 +1076,20 @@ function parseSnapshot(value: unknown): { generation: number; producers: Produce
     if (!Array.isArray(v)) fail(`${what} is not an array`);
     return v as unknown[];
   };
-  if (typeof value !== "object" || value === null || Array.isArray(value)) fail("not a JSON object");
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    fail("not a JSON object");
   const v = value as Record<string, unknown>;
   if (v.version !== 1) fail(`version ${JSON.stringify(v.version)} is not 1`);
   const generation = int(v.journal_generation, "journal_generation");
   const producers: ProducerState[] = arr(v.producers, "producers").map((raw, i) => {
     const p = (raw ?? {}) as Record<string, unknown>;
     const at = `producers[${i}]`;
-    const state: ProducerState = { id: str(p.producer_id, `${at}.producer_id`), epoch: int(p.epoch, `${at}.epoch`, producerEpochMax), lastActiveMs: int(p.last_active_ms, `${at}.last_active_ms`), partitions: new Map() };
+    const state: ProducerState = {
+      id: str(p.producer_id, `${at}.producer_id`),
+      epoch: int(p.epoch, `${at}.epoch`, producerEpochMax),
+      lastActiveMs: int(p.last_active_ms, `${at}.last_active_ms`),
+      partitions: new Map(),
+    };
     arr(p.partitions, `${at}.partitions`).forEach((rawS, j) => {
       const s = (rawS ?? {}) as Record<string, unknown>;
       const sat = `${at}.partitions[${j}]`;
@@ -849,11 +1105,21 @@ function parseSnapshot(value: unknown): { generation: number; producers: Produce
             const r = (rawR ?? {}) as Record<string, unknown>;
             const rat = `${bat}.ranges[${m}]`;
             if (typeof r.verified !== "boolean") fail(`${rat}.verified is not a boolean`);
-            return { offset: int(r.offset, `${rat}.offset`), count: int(r.count, `${rat}.count`, 0xffff_ffff), fingerprint: int(r.fingerprint, `${rat}.fingerprint`, 0xffff_ffff), verified: r.verified as boolean };
+            return {
+              offset: int(r.offset, `${rat}.offset`),
+              count: int(r.count, `${rat}.count`, 0xffff_ffff),
+              fingerprint: int(r.fingerprint, `${rat}.fingerprint`, 0xffff_ffff),
+              verified: r.verified as boolean,
+            };
           }),
         };
       });
-      state.partitions.set(partitionKey(topic, partition), { topic, partition, nextSequence: int(s.next_sequence, `${sat}.next_sequence`), batches });
+      state.partitions.set(partitionKey(topic, partition), {
+        topic,
+        partition,
+        nextSequence: int(s.next_sequence, `${sat}.next_sequence`),
+        batches,
+      });
     });
     return state;
   });
@@ -873,7 +1139,8 @@ function parseSnapshot(value: unknown): { generation: number; producers: Produce
       baseOffset: int(e.base_offset, `${at}.base_offset`),
       fingerprint: int(e.fingerprint, `${at}.fingerprint`, 0xffff_ffff),
     };
-    if (entry.count < 1 || entry.firstIndex + entry.count !== entry.batchCount) fail(`${at} has inconsistent counts`);
+    if (entry.count < 1 || entry.firstIndex + entry.count !== entry.batchCount)
+      fail(`${at} has inconsistent counts`);
     return entry;
   });
   return { generation, producers, pending };

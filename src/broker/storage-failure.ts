@@ -18,7 +18,17 @@ import { describe as describeError } from "../storage/segment.ts";
 import { BrokerError, Errors, type ErrorKind } from "./errors.ts";
 
 /** errno codes of failures that can pass: a full disk or quota, an I/O error, a busy or exhausted resource. */
-export const retriableFsCodes: ReadonlySet<string> = new Set(["ENOSPC", "EDQUOT", "EIO", "EAGAIN", "EBUSY", "EMFILE", "ENFILE", "ENOMEM", "EINTR"]);
+export const retriableFsCodes: ReadonlySet<string> = new Set([
+  "ENOSPC",
+  "EDQUOT",
+  "EIO",
+  "EAGAIN",
+  "EBUSY",
+  "EMFILE",
+  "ENFILE",
+  "ENOMEM",
+  "EINTR",
+]);
 
 /** The row of the error table for a failed storage step (see the module table). */
 export function storageFailureKind(err: unknown): ErrorKind {

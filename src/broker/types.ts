@@ -264,14 +264,21 @@ export interface Broker {
   /** Reads stored records. @throws topic_not_found, partition_not_found, offset_out_of_range, invalid_request. */
   fetch(request: FetchRequest): Promise<FetchResult>;
   /** Log start offset and high watermark of one partition. @throws topic_not_found, partition_not_found. */
-  listOffsets(request: { topic: string; partition: number }): Promise<{ logStartOffset: number; highWatermark: number }>;
+  listOffsets(request: {
+    topic: string;
+    partition: number;
+  }): Promise<{ logStartOffset: number; highWatermark: number }>;
   /**
    * Joins a consumer group (or rejoins as `memberId`) and rebalances it (`broker/groups.ts`).
    * @throws invalid_request, topic_not_found, unknown_member, unavailable, storage_error.
    */
   joinGroup(request: JoinGroupRequest): Promise<GroupAssignment>;
   /** Keeps a member's session alive. @throws group_not_found, unknown_member, unavailable. */
-  heartbeat(request: { group: string; memberId: string; generation?: number }): Promise<HeartbeatResult>;
+  heartbeat(request: {
+    group: string;
+    memberId: string;
+    generation?: number;
+  }): Promise<HeartbeatResult>;
   /** Removes a member and rebalances. @throws group_not_found, unknown_member, unavailable, storage_error. */
   leaveGroup(request: { group: string; memberId: string }): Promise<void>;
   /**

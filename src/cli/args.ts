@@ -10,11 +10,19 @@ export class UsageError extends Error {
  * Parses an integer option value. `undefined` gives `fallback`.
  * @throws UsageError naming the option and the allowed range.
  */
-export function intOption(name: string, value: string | undefined, fallback: number, min: number, max: number): number {
+export function intOption(
+  name: string,
+  value: string | undefined,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
   if (value === undefined) return fallback;
-  if (!/^-?\d+$/.test(value)) throw new UsageError(`--${name} must be an integer, got ${JSON.stringify(value)}`);
+  if (!/^-?\d+$/.test(value))
+    throw new UsageError(`--${name} must be an integer, got ${JSON.stringify(value)}`);
   const n = Number(value);
-  if (!Number.isSafeInteger(n) || n < min || n > max) throw new UsageError(`--${name} must be from ${min} to ${max}, got ${value}`);
+  if (!Number.isSafeInteger(n) || n < min || n > max)
+    throw new UsageError(`--${name} must be from ${min} to ${max}, got ${value}`);
   return n;
 }
 
@@ -23,7 +31,8 @@ export function hostPort(name: string, value: string): { host: string; port: num
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(value);
   if (!m) throw new UsageError(`--${name} must be host:port, got ${JSON.stringify(value)}`);
   const port = Number(m[3]);
-  if (port < 1 || port > 65535) throw new UsageError(`--${name} port must be from 1 to 65535, got ${m[3]}`);
+  if (port < 1 || port > 65535)
+    throw new UsageError(`--${name} port must be from 1 to 65535, got ${m[3]}`);
   return { host: m[1] ?? m[2], port };
 }
 
@@ -44,7 +53,8 @@ export function parseCli<T extends ParseArgsConfig>(config: T): ReturnType<typeo
   const args = [...(config.args ?? [])];
   for (let i = 0; i + 1 < args.length; i++) {
     const name = /^--([^=]+)$/.exec(args[i])?.[1];
-    if (name !== undefined && options[name]?.type === "string" && /^-\d/.test(args[i + 1])) args.splice(i, 2, `${args[i]}=${args[i + 1]}`);
+    if (name !== undefined && options[name]?.type === "string" && /^-\d/.test(args[i + 1]))
+      args.splice(i, 2, `${args[i]}=${args[i + 1]}`);
   }
   try {
     return parseArgs({ ...config, args }) as ReturnType<typeof parseArgs<T>>;
@@ -54,10 +64,14 @@ export function parseCli<T extends ParseArgsConfig>(config: T): ReturnType<typeo
     const message = (err as Error).message;
     const quoted = /'([^' ]+)/.exec(message)?.[1] ?? "";
     if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") throw new UsageError(`unknown option ${quoted}`);
-    if (code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL") throw new UsageError(`unexpected argument ${JSON.stringify(quoted)}`);
+    if (code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL")
+      throw new UsageError(`unexpected argument ${JSON.stringify(quoted)}`);
     if (/does not take an argument/.test(message)) throw new UsageError(`${quoted} takes no value`);
     if (/argument missing/.test(message)) throw new UsageError(`${quoted} needs a value`);
-    if (/ambiguous/.test(message)) throw new UsageError(`${quoted} needs a value; to give one that starts with "-", write ${quoted}=VALUE`);
+    if (/ambiguous/.test(message))
+      throw new UsageError(
+        `${quoted} needs a value; to give one that starts with "-", write ${quoted}=VALUE`,
+      );
     throw new UsageError(message.split("\n")[0]);
   }
 }

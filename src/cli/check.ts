@@ -39,19 +39,28 @@ export async function check(argv: string[]): Promise<number> {
     process.stdout.write(checkHelp);
     return 0;
   }
-  if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`);
+  if (positionals.length > 0)
+    throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`);
   const dataDir = resolve(values["data-dir"]!);
   const fs = new NodeFileSystem();
-  if ((await fs.stat(`${dataDir}/topics`)) === null) throw new Error(`cannot check ${dataDir}: it has no topics/ directory (is it a data directory?)`);
+  if ((await fs.stat(`${dataDir}/topics`)) === null)
+    throw new Error(
+      `cannot check ${dataDir}: it has no topics/ directory (is it a data directory?)`,
+    );
   const holder = lockHolder(dataDir);
-  if (holder !== null) throw new Error(`cannot check ${dataDir}: a broker (process ${holder}) is running on it; check a stopped data directory`);
+  if (holder !== null)
+    throw new Error(
+      `cannot check ${dataDir}: a broker (process ${holder}) is running on it; check a stopped data directory`,
+    );
   let lastProgress = Date.now();
   const report = await checkDataDir(fs, dataDir, {
     nowMs: Date.now(),
     onProgress: ({ partitions, bytes }) => {
       if (Date.now() - lastProgress < 1000) return;
       lastProgress = Date.now();
-      process.stderr.write(`es-broker: checked ${plural(partitions, "partition")}, ${(bytes / 1048576).toFixed(1)} MiB\n`);
+      process.stderr.write(
+        `es-broker: checked ${plural(partitions, "partition")}, ${(bytes / 1048576).toFixed(1)} MiB\n`,
+      );
     },
   });
   if (values.json) {
@@ -59,16 +68,25 @@ export async function check(argv: string[]): Promise<number> {
   } else {
     const label = { ok: "ok     ", warning: "warning", corrupt: "CORRUPT" } as const;
     for (const topic of report.topics) {
-      if (topic.metadataProblem) process.stdout.write(`CORRUPT topic ${topic.name}: ${topic.metadataProblem}\n`);
+      if (topic.metadataProblem)
+        process.stdout.write(`CORRUPT topic ${topic.name}: ${topic.metadataProblem}\n`);
       for (const p of topic.partitions) {
         for (const s of p.segments) {
-          const range = s.nextOffset > s.baseOffset ? `offsets ${s.baseOffset}..${s.nextOffset - 1}` : "no records";
-          process.stdout.write(`${label[s.severity]} ${s.file}  ${range}, ${s.sizeBytes} bytes${s.detail ? `: ${s.detail}` : ""}\n`);
+          const range =
+            s.nextOffset > s.baseOffset
+              ? `offsets ${s.baseOffset}..${s.nextOffset - 1}`
+              : "no records";
+          process.stdout.write(
+            `${label[s.severity]} ${s.file}  ${range}, ${s.sizeBytes} bytes${s.detail ? `: ${s.detail}` : ""}\n`,
+          );
         }
-        for (const stray of p.strays) process.stdout.write(`warning ${p.dir}/${stray.name}: ${stray.reason}\n`);
+        for (const stray of p.strays)
+          process.stdout.write(`warning ${p.dir}/${stray.name}: ${stray.reason}\n`);
       }
     }
-    process.stdout.write(`${plural(report.segmentsChecked, "segment")} checked: ${report.corrupt} corrupt, ${plural(report.warnings, "warning")}\n`);
+    process.stdout.write(
+      `${plural(report.segmentsChecked, "segment")} checked: ${report.corrupt} corrupt, ${plural(report.warnings, "warning")}\n`,
+    );
   }
   return report.corrupt > 0 ? 1 : 0;
 }

@@ -97,7 +97,8 @@ async function connect(broker: string | undefined): Promise<TcpClient> {
 
 /** Writes to stdout, waiting when its buffer is full. */
 async function writeOut(chunk: Uint8Array | string): Promise<void> {
-  if (!process.stdout.write(chunk)) await new Promise<void>((resolve) => process.stdout.once("drain", () => resolve()));
+  if (!process.stdout.write(chunk))
+    await new Promise<void>((resolve) => process.stdout.once("drain", () => resolve()));
 }
 
 function indexOfBytes(haystack: Uint8Array, needle: Uint8Array, from: number, end: number): number {
@@ -125,22 +126,40 @@ export async function produce(argv: string[]): Promise<number> {
     },
     allowPositionals: true,
   });
-  if (values.help) return void process.stdout.write(produceHelp), 0;
+  if (values.help) return (void process.stdout.write(produceHelp), 0);
   if (positionals.length !== 1) throw new UsageError("produce needs exactly one TOPIC");
   const topic = positionals[0];
   const partition = intOption("partition", values.partition, -1, 0, 4095);
   const batchRecords = intOption("batch-records", values["batch-records"], 1000, 1, 100_000);
   const lingerMs = intOption("linger-ms", values["linger-ms"], 100, 0, 3_600_000);
   const separator = values["key-separator"] === undefined ? null : utf8(values["key-separator"]);
-  if (separator !== null && separator.length === 0) throw new UsageError("--key-separator must not be empty");
+  if (separator !== null && separator.length === 0)
+    throw new UsageError("--key-separator must not be empty");
   const producerId = values["producer-id"];
-  if (values["producer-epoch"] !== undefined && producerId === undefined) throw new UsageError("--producer-epoch needs --producer-id");
-  const producerEpoch = intOption("producer-epoch", values["producer-epoch"], Math.min(Math.floor(Date.now() / 1000), 0x7fff_ffff), 0, 0x7fff_ffff);
+  if (values["producer-epoch"] !== undefined && producerId === undefined)
+    throw new UsageError("--producer-epoch needs --producer-id");
+  const producerEpoch = intOption(
+    "producer-epoch",
+    values["producer-epoch"],
+    Math.min(Math.floor(Date.now() / 1000), 0x7fff_ffff),
+    0,
+    0x7fff_ffff,
+  );
   const client = await connect(values.broker);
-  const idempotent = producerId === undefined ? null : new IdempotentProducer({ connect: () => connect(values.broker), producerId, epoch: producerEpoch });
+  const idempotent =
+    producerId === undefined
+      ? null
+      : new IdempotentProducer({
+          connect: () => connect(values.broker),
+          producerId,
+          epoch: producerEpoch,
+        });
   // Idempotent batches go to one partition each: records are grouped by the partition the
   // broker would pick (murmur2 of the key, or of the producer id for keyless records).
-  const partitionCount = idempotent !== null && partition < 0 ? (await client.metadata([topic]))[0].partitions.length : 1;
+  const partitionCount =
+    idempotent !== null && partition < 0
+      ? (await client.metadata([topic]))[0].partitions.length
+      : 1;
   const idBytes = utf8(producerId ?? "");
   const inFlight: Promise<unknown>[] = [];
   const builders = new Map<number, EntryBatchBuilder>();
@@ -150,7 +169,10 @@ export async function produce(argv: string[]): Promise<number> {
   const sendOne = async (p: number, b: EntryBatchBuilder) => {
     const batch = b.build();
     total += batch.count;
-    const sent = idempotent !== null ? idempotent.send(topic, batch, { partition: p }) : client.produce(topic, batch, { partition: p });
+    const sent =
+      idempotent !== null
+        ? idempotent.send(topic, batch, { partition: p })
+        : client.produce(topic, batch, { partition: p });
     sent.catch(() => {}); // awaited below; this only keeps an early rejection from counting as unhandled
     inFlight.push(sent);
     if (inFlight.length >= 8) await inFlight.shift();
@@ -183,7 +205,10 @@ export async function produce(argv: string[]): Promise<number> {
     }, lingerMs);
   };
   const builderFor = (key: Uint8Array | null): EntryBatchBuilder => {
-    const p = idempotent === null || partition >= 0 ? partition : partitionForKey(key ?? idBytes, partitionCount);
+    const p =
+      idempotent === null || partition >= 0
+        ? partition
+        : partitionForKey(key ?? idBytes, partitionCount);
     let b = builders.get(p);
     if (b === undefined) {
       b = new EntryBatchBuilder(64 * 1024);
@@ -216,7 +241,8 @@ export async function produce(argv: string[]): Promise<number> {
   };
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
-  const summary = () => `produced ${plural(total, "record")} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}`;
+  const summary = () =>
+    `produced ${plural(total, "record")} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}`;
   try {
     let carry = new Uint8Array(0);
     const chunks = (process.stdin as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
@@ -246,11 +272,16 @@ export async function produce(argv: string[]): Promise<number> {
     }
     if (interrupted !== null) {
       process.stdin.destroy();
-      if (carry.length > 0) process.stderr.write(`es-broker: ${interrupted}: not sending an incomplete last line (${carry.length} bytes without a newline)\n`);
+      if (carry.length > 0)
+        process.stderr.write(
+          `es-broker: ${interrupted}: not sending an incomplete last line (${carry.length} bytes without a newline)\n`,
+        );
     } else if (carry.length > 0) addLine(carry);
     await send();
     await Promise.all(inFlight);
-    process.stderr.write(`es-broker: ${interrupted !== null ? `${interrupted}: stopped reading; ` : ""}${summary()}\n`);
+    process.stderr.write(
+      `es-broker: ${interrupted !== null ? `${interrupted}: stopped reading; ` : ""}${summary()}\n`,
+    );
     return 0;
   } finally {
     if (linger !== null) clearTimeout(linger);
@@ -282,9 +313,12 @@ export async function consume(argv: string[]): Promise<number> {
     },
     allowPositionals: true,
   });
-  if (values.help) return void process.stdout.write(consumeHelp), 0;
+  if (values.help) return (void process.stdout.write(consumeHelp), 0);
   if (values.group !== undefined) {
-    if (values.partition !== undefined || values.offset !== undefined) throw new UsageError("--group assigns partitions and offsets itself: not with --partition or --offset");
+    if (values.partition !== undefined || values.offset !== undefined)
+      throw new UsageError(
+        "--group assigns partitions and offsets itself: not with --partition or --offset",
+      );
     if (positionals.length !== 1) throw new UsageError("consume needs exactly one TOPIC");
     return consumeGroup({
       topic: positionals[0],
@@ -293,8 +327,20 @@ export async function consume(argv: string[]): Promise<number> {
       fromBeginning: values["from-beginning"] === true,
       follow: values.follow === true,
       separator: values["key-separator"] === undefined ? null : utf8(values["key-separator"]),
-      maxRecords: intOption("max-records", values["max-records"], Number.MAX_SAFE_INTEGER, 1, Number.MAX_SAFE_INTEGER),
-      sessionTimeoutMs: intOption("session-timeout", values["session-timeout"], 10_000, 100, 3_600_000),
+      maxRecords: intOption(
+        "max-records",
+        values["max-records"],
+        Number.MAX_SAFE_INTEGER,
+        1,
+        Number.MAX_SAFE_INTEGER,
+      ),
+      sessionTimeoutMs: intOption(
+        "session-timeout",
+        values["session-timeout"],
+        10_000,
+        100,
+        3_600_000,
+      ),
     });
   }
   if (positionals.length !== 1) throw new UsageError("consume needs exactly one TOPIC");
@@ -302,22 +348,39 @@ export async function consume(argv: string[]): Promise<number> {
   const onlyPartition = intOption("partition", values.partition, -1, 0, 4095);
   const startOffset = intOption("offset", values.offset, -1, 0, Number.MAX_SAFE_INTEGER);
   if (startOffset >= 0 && onlyPartition < 0) throw new UsageError("--offset needs --partition");
-  if (startOffset >= 0 && values["from-beginning"]) throw new UsageError("give --offset or --from-beginning, not both");
-  const maxRecords = intOption("max-records", values["max-records"], Number.MAX_SAFE_INTEGER, 1, Number.MAX_SAFE_INTEGER);
+  if (startOffset >= 0 && values["from-beginning"])
+    throw new UsageError("give --offset or --from-beginning, not both");
+  const maxRecords = intOption(
+    "max-records",
+    values["max-records"],
+    Number.MAX_SAFE_INTEGER,
+    1,
+    Number.MAX_SAFE_INTEGER,
+  );
   const separator = values["key-separator"] === undefined ? null : utf8(values["key-separator"]);
   const newline = new Uint8Array([0x0a]);
   const client = await connect(values.broker);
   let printed = 0;
   try {
     const [description] = await client.metadata([topic]);
-    const partitions = onlyPartition >= 0 ? [onlyPartition] : description.partitions.map((p) => p.partition);
-    if (onlyPartition >= description.partitions.length) throw new UsageError(`topic "${topic}" has no partition ${onlyPartition}`);
+    const partitions =
+      onlyPartition >= 0 ? [onlyPartition] : description.partitions.map((p) => p.partition);
+    if (onlyPartition >= description.partitions.length)
+      throw new UsageError(`topic "${topic}" has no partition ${onlyPartition}`);
     if (startOffset >= 0) {
       // Checked here, so that with or without --follow an offset outside the log fails the same way.
-      const { logStartOffset, highWatermark } = await client.listOffsets({ topic, partition: onlyPartition });
+      const { logStartOffset, highWatermark } = await client.listOffsets({
+        topic,
+        partition: onlyPartition,
+      });
       if (startOffset > highWatermark || startOffset < logStartOffset) {
-        const where = startOffset > highWatermark ? `past the high watermark ${highWatermark}` : `before the log start offset ${logStartOffset}`;
-        throw new Error(`Cannot consume partition ${onlyPartition} of topic "${topic}" from offset ${startOffset}: it is ${where} (give an offset from ${logStartOffset} to ${highWatermark})`);
+        const where =
+          startOffset > highWatermark
+            ? `past the high watermark ${highWatermark}`
+            : `before the log start offset ${logStartOffset}`;
+        throw new Error(
+          `Cannot consume partition ${onlyPartition} of topic "${topic}" from offset ${startOffset}: it is ${where} (give an offset from ${logStartOffset} to ${highWatermark})`,
+        );
       }
     }
     const print = async (key: Uint8Array | null, value: Uint8Array) => {
@@ -330,11 +393,22 @@ export async function consume(argv: string[]): Promise<number> {
     };
     const readPartition = async (partition: number, stopAt: number | null) => {
       const info = description.partitions[partition];
-      let offset = startOffset >= 0 ? startOffset : values["from-beginning"] ? info.logStartOffset : info.highWatermark;
+      let offset =
+        startOffset >= 0
+          ? startOffset
+          : values["from-beginning"]
+            ? info.logStartOffset
+            : info.highWatermark;
       for (;;) {
         if (printed >= maxRecords) return;
         if (stopAt !== null && offset >= stopAt) return;
-        const r = await client.fetch({ topic, partition, offset, maxRecords: 1000, waitMs: stopAt === null ? 30_000 : 0 });
+        const r = await client.fetch({
+          topic,
+          partition,
+          offset,
+          maxRecords: 1000,
+          waitMs: stopAt === null ? 30_000 : 0,
+        });
         for (const record of r.records) {
           if (stopAt !== null && record.offset >= stopAt) return;
           if (printed >= maxRecords) return;
@@ -439,8 +513,20 @@ function groupText(g: GroupDescription): string {
     {
       group: g.group,
       generation: g.generation,
-      members: g.members.map((m) => ({ member_id: m.memberId, topics: m.topics, session_timeout_ms: m.sessionTimeoutMs, assignments: m.assignments })),
-      offsets: g.offsets.map((o) => ({ topic: o.topic, partition: o.partition, committed: o.committed, high_watermark: o.highWatermark, lag: o.lag, owner: o.owner })),
+      members: g.members.map((m) => ({
+        member_id: m.memberId,
+        topics: m.topics,
+        session_timeout_ms: m.sessionTimeoutMs,
+        assignments: m.assignments,
+      })),
+      offsets: g.offsets.map((o) => ({
+        topic: o.topic,
+        partition: o.partition,
+        committed: o.committed,
+        high_watermark: o.highWatermark,
+        lag: o.lag,
+        owner: o.owner,
+      })),
     },
     null,
     2,
@@ -460,12 +546,17 @@ export async function groups(argv: string[]): Promise<number> {
   }
   const [action, name, ...rest] = positionals;
   if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
-  if (action !== "list" && action !== "describe") throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
-  if (action === "describe" && name === undefined) throw new UsageError("groups describe needs a GROUP");
+  if (action !== "list" && action !== "describe")
+    throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
+  if (action === "describe" && name === undefined)
+    throw new UsageError("groups describe needs a GROUP");
   const client = await connect(values.broker);
   try {
     if (action === "list") {
-      for (const g of await client.listGroups()) process.stdout.write(`${g.group}\tgeneration ${g.generation}\t${plural(g.members.length, "member")}\n`);
+      for (const g of await client.listGroups())
+        process.stdout.write(
+          `${g.group}\tgeneration ${g.generation}\t${plural(g.members.length, "member")}\n`,
+        );
     } else {
       process.stdout.write(groupText(await client.describeGroup(name!)) + "\n");
     }
@@ -523,7 +614,10 @@ export async function topics(argv: string[]): Promise<number> {
     const raw = pair.slice(eq + 1);
     config[pair.slice(0, eq)] = /^-?\d+$/.test(raw) ? Number(raw) : raw;
   }
-  if (!["create", "list", "describe", "delete"].includes(action)) throw new UsageError(`unknown topics action ${JSON.stringify(action)} (create, list, describe, delete)`);
+  if (!["create", "list", "describe", "delete"].includes(action))
+    throw new UsageError(
+      `unknown topics action ${JSON.stringify(action)} (create, list, describe, delete)`,
+    );
   const topicName = action === "list" ? "" : needName();
   const partitions = intOption("partitions", values.partitions, 1, 1, 4096);
   const client = await connect(values.broker);

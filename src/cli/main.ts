@@ -64,10 +64,15 @@ export async function main(argv: string[]): Promise<number> {
         throw new UsageError(`unknown command ${JSON.stringify(command)}`);
     }
   } catch (err) {
-    if (err instanceof UsageError || (err as { code?: string })?.code?.startsWith?.("ERR_PARSE_ARGS")) {
+    if (
+      err instanceof UsageError ||
+      (err as { code?: string })?.code?.startsWith?.("ERR_PARSE_ARGS")
+    ) {
       // The hint names the command's own help only for a command that has one.
       const helpOf = command !== undefined && commands.includes(command) ? `${command} ` : "";
-      process.stderr.write(`es-broker: ${(err as Error).message}\nRun 'es-broker ${helpOf}--help' for usage.\n`);
+      process.stderr.write(
+        `es-broker: ${(err as Error).message}\nRun 'es-broker ${helpOf}--help' for usage.\n`,
+      );
       return 2;
     }
     if (err instanceof ClientError) {

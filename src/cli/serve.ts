@@ -80,28 +80,80 @@ export async function serve(argv: string[]): Promise<number> {
   const host = values.host!;
   const httpPort = intOption("http-port", values["http-port"], 8080, 0, 65535);
   const tcpPort = intOption("tcp-port", values["tcp-port"], 9092, 0, 65535);
-  const flushEveryRecords = intOption("flush-every-records", values["flush-every-records"], 1, 1, 1_000_000);
-  const flushIntervalMs = intOption("flush-interval", values["flush-interval"], flushIntervalMsDefault, 1, 3_600_000);
-  const maxRequestBytes = intOption("max-request-bytes", values["max-request-bytes"], requestBytesDefault, requestBytesMin, requestBytesMax);
-  const readTimeoutMs = intOption("read-timeout", values["read-timeout"], readTimeoutMsDefault, 1, 3_600_000);
-  const cleanupIntervalMs = intOption("cleanup-interval-ms", values["cleanup-interval-ms"], cleanupIntervalMsDefault, 0, 86_400_000);
-  const producerExpiryMs = intOption("producer-expiry-ms", values["producer-expiry-ms"], producerExpiryMsDefault, 1000, 365 * 86_400_000);
-  const coldStorageDir = values["cold-storage-dir"] === undefined ? undefined : resolve(values["cold-storage-dir"]);
+  const flushEveryRecords = intOption(
+    "flush-every-records",
+    values["flush-every-records"],
+    1,
+    1,
+    1_000_000,
+  );
+  const flushIntervalMs = intOption(
+    "flush-interval",
+    values["flush-interval"],
+    flushIntervalMsDefault,
+    1,
+    3_600_000,
+  );
+  const maxRequestBytes = intOption(
+    "max-request-bytes",
+    values["max-request-bytes"],
+    requestBytesDefault,
+    requestBytesMin,
+    requestBytesMax,
+  );
+  const readTimeoutMs = intOption(
+    "read-timeout",
+    values["read-timeout"],
+    readTimeoutMsDefault,
+    1,
+    3_600_000,
+  );
+  const cleanupIntervalMs = intOption(
+    "cleanup-interval-ms",
+    values["cleanup-interval-ms"],
+    cleanupIntervalMsDefault,
+    0,
+    86_400_000,
+  );
+  const producerExpiryMs = intOption(
+    "producer-expiry-ms",
+    values["producer-expiry-ms"],
+    producerExpiryMsDefault,
+    1000,
+    365 * 86_400_000,
+  );
+  const coldStorageDir =
+    values["cold-storage-dir"] === undefined ? undefined : resolve(values["cold-storage-dir"]);
   const level = values["log-level"] as LogLevel;
-  if (!["debug", "info", "warn", "error"].includes(level)) throw new UsageError(`--log-level must be debug, info, warn or error, got ${JSON.stringify(level)}`);
+  if (!["debug", "info", "warn", "error"].includes(level))
+    throw new UsageError(
+      `--log-level must be debug, info, warn or error, got ${JSON.stringify(level)}`,
+    );
   if (!isLoopback(host) && !values["allow-anonymous"]) {
-    throw new UsageError(`refusing to listen on non-loopback address ${host} without authentication; pass --allow-anonymous to allow it`);
+    throw new UsageError(
+      `refusing to listen on non-loopback address ${host} without authentication; pass --allow-anonymous to allow it`,
+    );
   }
   const dataDir = resolve(values["data-dir"]!);
-  const logger = jsonLineLogger((line) => process.stderr.write(line), () => Date.now(), level);
+  const logger = jsonLineLogger(
+    (line) => process.stderr.write(line),
+    () => Date.now(),
+    level,
+  );
 
   // One broker per data directory: take its lock before recovery touches anything. The directory
   // chain is created durably first (each new directory's parent fsynced).
   const nodeFs = new NodeFileSystem();
   const existing = await nodeFs.stat(dataDir);
-  if (existing !== null && !existing.isDirectory) throw new Error(`Cannot use data directory ${dataDir}: it is not a directory`);
+  if (existing !== null && !existing.isDirectory)
+    throw new Error(`Cannot use data directory ${dataDir}: it is not a directory`);
   const missing: string[] = [];
-  for (let dir = dataDir; (await nodeFs.stat(dir)) === null && dirname(dir) !== dir; dir = dirname(dir)) missing.push(dir);
+  for (
+    let dir = dataDir;
+    (await nodeFs.stat(dir)) === null && dirname(dir) !== dir;
+    dir = dirname(dir)
+  )
+    missing.push(dir);
   await nodeFs.mkdir(dataDir);
   for (const dir of missing.reverse()) await nodeFs.syncDir(dirname(dir));
   const lock = acquireDataDirLock(dataDir);
@@ -127,8 +179,18 @@ export async function serve(argv: string[]): Promise<number> {
   let tcp;
   let listener;
   try {
-    http = await serveHttp(createHttpApp({ broker, logger, maxRequestBytes }), { host, port: httpPort, maxRequestBytes });
-    tcp = createTcpTransport({ broker, clock: systemClock, logger, maxRequestBytes, readTimeoutMs });
+    http = await serveHttp(createHttpApp({ broker, logger, maxRequestBytes }), {
+      host,
+      port: httpPort,
+      maxRequestBytes,
+    });
+    tcp = createTcpTransport({
+      broker,
+      clock: systemClock,
+      logger,
+      maxRequestBytes,
+      readTimeoutMs,
+    });
     listener = await listenTcp({ host, port: tcpPort }, (socket) => tcp!.handleConnection(socket));
   } catch (err) {
     await http?.close().catch(() => {});
@@ -161,7 +223,9 @@ export async function serve(argv: string[]): Promise<number> {
           lock.release();
         } catch (err) {
           code = 1;
-          process.stderr.write(`es-broker: shutdown failed: ${err instanceof Error ? err.message : String(err)}\n`);
+          process.stderr.write(
+            `es-broker: shutdown failed: ${err instanceof Error ? err.message : String(err)}\n`,
+          );
         }
         process.off("SIGTERM", onTerm);
         process.off("SIGINT", onInt);

@@ -65,12 +65,27 @@ import {
 import { FrameDecoder } from "../protocol/frame.ts";
 import type { EntryBatch } from "../storage/record.ts";
 import { ClientError } from "./errors.ts";
-import { buildEntryBatch, checkFetchedRecordChunks, checkFetchedRecords, FetchedRecordCursor, recordObjects, type FetchedRecord, type ProduceRecord } from "./records.ts";
+import {
+  buildEntryBatch,
+  checkFetchedRecordChunks,
+  checkFetchedRecords,
+  FetchedRecordCursor,
+  recordObjects,
+  type FetchedRecord,
+  type ProduceRecord,
+} from "./records.ts";
 
 export { ClientError, ClientErrorCodes } from "./errors.ts";
 export { IdempotentProducer, type IdempotentProducerOptions } from "./producer.ts";
 export { GroupConsumer, type GroupConsumerOptions, type ConsumedBatch } from "./consumer.ts";
-export { expandSpans, buildEntryBatch, checkFetchedRecordChunks, checkFetchedRecords, decodeFetchedRecords, FetchedRecordCursor } from "./records.ts";
+export {
+  expandSpans,
+  buildEntryBatch,
+  checkFetchedRecordChunks,
+  checkFetchedRecords,
+  decodeFetchedRecords,
+  FetchedRecordCursor,
+} from "./records.ts";
 export type { FetchedRecord, ProduceRecord, RecordPosition } from "./records.ts";
 
 /** Options of {@link TcpClient.connect}. */
@@ -128,7 +143,10 @@ class CheckedFetchResponse implements FetchResponse {
    * @param fields the fixed fields of the response.
    * @param runs records that passed {@link checkFetchedRecords} (or {@link checkFetchedRecordChunks}), `fields.recordCount` in all.
    */
-  constructor(fields: Omit<FetchResponseHeader, "recordsBytes">, runs: RecordSet | readonly RecordSet[]) {
+  constructor(
+    fields: Omit<FetchResponseHeader, "recordsBytes">,
+    runs: RecordSet | readonly RecordSet[],
+  ) {
     this.recordCount = fields.recordCount;
     this.nextOffset = fields.nextOffset;
     this.highWatermark = fields.highWatermark;
@@ -151,18 +169,31 @@ class CheckedFetchResponse implements FetchResponse {
  * @throws ProtocolError / ClientError as the one-buffer path: malformed header, `records_bytes`
  *   that disagrees with the bytes present, a record that fails its checks.
  */
-function decodeFetchResponseChunks(chunks: readonly Uint8Array[], requestedOffset: number): FetchResponse {
+function decodeFetchResponseChunks(
+  chunks: readonly Uint8Array[],
+  requestedOffset: number,
+): FetchResponse {
   let totalBytes = 0;
   for (const chunk of chunks) totalBytes += chunk.length;
-  const headerBytes = chunks.length > 0 && chunks[0].length >= fetchResponseHeaderBytes ? chunks[0] : joinChunks(chunks, Math.min(totalBytes, fetchResponseHeaderBytes));
+  const headerBytes =
+    chunks.length > 0 && chunks[0].length >= fetchResponseHeaderBytes
+      ? chunks[0]
+      : joinChunks(chunks, Math.min(totalBytes, fetchResponseHeaderBytes));
   const header = decodeFetchResponseHeader(headerBytes);
   if (header.recordsBytes !== totalBytes - fetchResponseHeaderBytes) {
     // Let the one-buffer decoder name what is wrong.
     const result = decodeFetchResponse(joinChunks(chunks, totalBytes));
     checkFetchedRecords(result, requestedOffset);
-    return new CheckedFetchResponse({ ...result, recordCount: result.records.count }, result.records);
+    return new CheckedFetchResponse(
+      { ...result, recordCount: result.records.count },
+      result.records,
+    );
   }
-  const runs = checkFetchedRecordChunks(dropPrefix(chunks, fetchResponseHeaderBytes), { records: { count: header.recordCount }, nextOffset: header.nextOffset }, requestedOffset);
+  const runs = checkFetchedRecordChunks(
+    dropPrefix(chunks, fetchResponseHeaderBytes),
+    { records: { count: header.recordCount }, nextOffset: header.nextOffset },
+    requestedOffset,
+  );
   return new CheckedFetchResponse(header, runs);
 }
 
@@ -229,15 +260,25 @@ export class TcpClient {
   private constructor(socket: net.Socket, options: TcpClientOptions) {
     this.#socket = socket;
     this.#timeoutMs = options.timeoutMs ?? clientTimeoutMsDefault;
-    this.#decoder = new FrameDecoder({ lengthMin: responseLengthMin, lengthMax: options.maxResponseBytes ?? requestBytesMax });
+    this.#decoder = new FrameDecoder({
+      lengthMin: responseLengthMin,
+      lengthMax: options.maxResponseBytes ?? requestBytesMax,
+    });
     // Plain Uint8Array views of each chunk: a Buffer's subarray builds a Buffer, slower and larger,
     // for every view taken of it (each fetched key, value and CRC range).
-    socket.on("data", (chunk: Buffer) => this.#onData(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength)));
+    socket.on("data", (chunk: Buffer) =>
+      this.#onData(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength)),
+    );
     let error: Error | undefined;
     socket.on("error", (e) => (error = e));
     this.#closed = new Promise((resolve) => {
       socket.once("close", () => {
-        this.#fail(ClientError.connectionClosed(`Connection to the broker closed${error ? `: ${error.message}` : ""}`, error));
+        this.#fail(
+          ClientError.connectionClosed(
+            `Connection to the broker closed${error ? `: ${error.message}` : ""}`,
+            error,
+          ),
+        );
         resolve();
       });
     });
@@ -254,11 +295,20 @@ export class TcpClient {
       const socket = net.connect({ host: options.host, port: options.port, noDelay: true });
       const timer = setTimeout(() => {
         socket.destroy();
-        reject(ClientError.timeout(`Cannot connect to ${options.host}:${options.port}: no connection after ${timeoutMs} ms`));
+        reject(
+          ClientError.timeout(
+            `Cannot connect to ${options.host}:${options.port}: no connection after ${timeoutMs} ms`,
+          ),
+        );
       }, timeoutMs);
       const onError = (error: Error): void => {
         clearTimeout(timer);
-        reject(ClientError.connectionClosed(`Cannot connect to ${options.host}:${options.port}: ${error.message}`, error));
+        reject(
+          ClientError.connectionClosed(
+            `Cannot connect to ${options.host}:${options.port}: ${error.message}`,
+            error,
+          ),
+        );
       };
       socket.once("error", onError);
       socket.once("connect", () => {
@@ -287,14 +337,17 @@ export class TcpClient {
    * @param options.partition a partition, or omitted / −1 to let the broker pick per record.
    * @throws ClientError e.g. `topic_not_found`, `partition_not_found`, `invalid_timestamp`, `record_too_large`, `request_too_large`, `partition_fenced`, `storage_error`.
    */
-  produce(topic: string, records: readonly ProduceRecord[] | EntryBatch, options: { partition?: number } = {}): Promise<ProduceResult> {
-    return this.#call(
-      (id) => {
-        const batch = Array.isArray(records) ? buildEntryBatch(records as readonly ProduceRecord[]) : (records as EntryBatch);
-        return encodeProduceRequest(id, { topic, partition: options.partition, batch });
-      },
-      decodeProduceResponse,
-    );
+  produce(
+    topic: string,
+    records: readonly ProduceRecord[] | EntryBatch,
+    options: { partition?: number } = {},
+  ): Promise<ProduceResult> {
+    return this.#call((id) => {
+      const batch = Array.isArray(records)
+        ? buildEntryBatch(records as readonly ProduceRecord[])
+        : (records as EntryBatch);
+      return encodeProduceRequest(id, { topic, partition: options.partition, batch });
+    }, decodeProduceResponse);
   }
 
   /**
@@ -308,7 +361,10 @@ export class TcpClient {
       (body): FetchResponse => {
         const result = decodeFetchResponse(body);
         checkFetchedRecords(result, request.offset);
-        return new CheckedFetchResponse({ ...result, recordCount: result.records.count }, result.records);
+        return new CheckedFetchResponse(
+          { ...result, recordCount: result.records.count },
+          result.records,
+        );
       },
       (request.waitMs ?? 0) + this.#timeoutMs,
       (chunks) => decodeFetchResponseChunks(chunks, request.offset),
@@ -327,7 +383,10 @@ export class TcpClient {
    * @throws ClientError `topic_not_found` if any named topic does not exist.
    */
   metadata(topics: readonly string[] = []): Promise<TopicDescription[]> {
-    return this.#call((id) => encodeMetadataRequest(id, { topics: [...topics] }), decodeMetadataResponse);
+    return this.#call(
+      (id) => encodeMetadataRequest(id, { topics: [...topics] }),
+      decodeMetadataResponse,
+    );
   }
 
   /** Log start offset and high watermark of a partition. @throws ClientError `topic_not_found`, `partition_not_found`. */
@@ -347,14 +406,22 @@ export class TcpClient {
    * @throws ClientError `out_of_order_sequence` / `duplicate_sequence` / `unknown_producer`
    *   (`details.expected_sequence`), `producer_fenced` (`details.expected_epoch`), and the errors of {@link produce}.
    */
-  produceIdempotent(topic: string, records: readonly ProduceRecord[] | EntryBatch, options: { partition?: number; producer: ProducerIdentity }): Promise<ProduceResult> {
-    return this.#call(
-      (id) => {
-        const batch = Array.isArray(records) ? buildEntryBatch(records as readonly ProduceRecord[]) : (records as EntryBatch);
-        return encodeIdempotentProduceRequest(id, { topic, partition: options.partition, batch, producer: options.producer });
-      },
-      decodeIdempotentProduceResponse,
-    );
+  produceIdempotent(
+    topic: string,
+    records: readonly ProduceRecord[] | EntryBatch,
+    options: { partition?: number; producer: ProducerIdentity },
+  ): Promise<ProduceResult> {
+    return this.#call((id) => {
+      const batch = Array.isArray(records)
+        ? buildEntryBatch(records as readonly ProduceRecord[])
+        : (records as EntryBatch);
+      return encodeIdempotentProduceRequest(id, {
+        topic,
+        partition: options.partition,
+        batch,
+        producer: options.producer,
+      });
+    }, decodeIdempotentProduceResponse);
   }
 
   /** Joins a consumer group (or rejoins as `memberId`). @throws ClientError `topic_not_found`, `unknown_member`, `invalid_request`. */
@@ -363,7 +430,11 @@ export class TcpClient {
   }
 
   /** Keeps a member's session alive; `rejoin` says the generation moved on. @throws ClientError `unknown_member`, `group_not_found`. */
-  heartbeat(request: { group: string; memberId: string; generation?: number }): Promise<HeartbeatResult> {
+  heartbeat(request: {
+    group: string;
+    memberId: string;
+    generation?: number;
+  }): Promise<HeartbeatResult> {
     return this.#call((id) => encodeHeartbeatRequest(id, request), decodeHeartbeatResponse);
   }
 
@@ -382,7 +453,10 @@ export class TcpClient {
 
   /** A group's generation, members and per-partition committed offsets and lag. @throws ClientError `group_not_found`. */
   describeGroup(group: string): Promise<GroupDescription> {
-    return this.#call((id) => encodeDescribeGroupRequest(id, { group }), decodeDescribeGroupResponse);
+    return this.#call(
+      (id) => encodeDescribeGroupRequest(id, { group }),
+      decodeDescribeGroupResponse,
+    );
   }
 
   /** Every group, described. */
@@ -420,17 +494,25 @@ export class TcpClient {
       frame = encode(id);
     } catch (error) {
       if (error instanceof ClientError) return Promise.reject(error);
-      if (error instanceof BrokerError) return Promise.reject(ClientError.fromKind(error.kind, error.message));
+      if (error instanceof BrokerError)
+        return Promise.reject(ClientError.fromKind(error.kind, error.message));
       return Promise.reject(error);
     }
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
         if (!this.#pending.delete(id)) return;
         this.#abandoned.add(id);
-        if (this.#abandoned.size > abandonedIdsMax) this.#abandoned.delete(this.#abandoned.values().next().value!);
+        if (this.#abandoned.size > abandonedIdsMax)
+          this.#abandoned.delete(this.#abandoned.values().next().value!);
         reject(ClientError.timeout(`Request ${id} got no answer within ${timeoutMs} ms`));
       }, timeoutMs);
-      this.#pending.set(id, { decode, decodeChunks, resolve: resolve as (value: unknown) => void, reject, timer });
+      this.#pending.set(id, {
+        decode,
+        decodeChunks,
+        resolve: resolve as (value: unknown) => void,
+        reject,
+        timer,
+      });
       this.#write(frame);
     });
   }
@@ -458,7 +540,9 @@ export class TcpClient {
         // rather than joined into one new buffer.
         frame = this.#decoder.nextChunks();
       } catch (error) {
-        this.#fail(ClientError.invalidResponse(`Cannot read response: ${(error as Error).message}`, error));
+        this.#fail(
+          ClientError.invalidResponse(`Cannot read response: ${(error as Error).message}`, error),
+        );
         this.#socket.destroy();
         return;
       }
@@ -471,12 +555,18 @@ export class TcpClient {
   #onFrame(chunks: Uint8Array[]): void {
     const whole = chunks.length === 1 ? chunks[0] : null;
     // A frame is at least responseLengthMin long; its header may straddle two chunks.
-    const head = whole ?? (chunks[0].length >= responseLengthMin ? chunks[0] : joinChunks(chunks, responseLengthMin));
+    const head =
+      whole ??
+      (chunks[0].length >= responseLengthMin ? chunks[0] : joinChunks(chunks, responseLengthMin));
     const header = decodeResponseHeader(head);
     const pending = this.#pending.get(header.correlationId);
     if (!pending) {
       if (this.#abandoned.delete(header.correlationId)) return;
-      this.#fail(ClientError.invalidResponse(`Cannot read response: correlation id ${header.correlationId} matches no request`));
+      this.#fail(
+        ClientError.invalidResponse(
+          `Cannot read response: correlation id ${header.correlationId} matches no request`,
+        ),
+      );
       this.#socket.destroy();
       return;
     }
@@ -485,23 +575,40 @@ export class TcpClient {
     let body: Uint8Array | null = null;
     if (whole !== null) body = header.body;
     else if (header.error !== 0 || pending.decodeChunks === undefined) {
-      body = decodeResponseHeader(joinChunks(chunks, chunks.reduce((n, c) => n + c.length, 0))).body;
+      body = decodeResponseHeader(
+        joinChunks(
+          chunks,
+          chunks.reduce((n, c) => n + c.length, 0),
+        ),
+      ).body;
     }
     if (header.error !== 0) {
       let errorBody;
       try {
         errorBody = decodeErrorBody(body!);
       } catch (error) {
-        return pending.reject(ClientError.invalidResponse(`Cannot read error response ${header.error}: ${(error as Error).message}`, error));
+        return pending.reject(
+          ClientError.invalidResponse(
+            `Cannot read error response ${header.error}: ${(error as Error).message}`,
+            error,
+          ),
+        );
       }
-      return pending.reject(ClientError.fromServer(header.error, errorBody.code, errorBody.message, errorBody.details));
+      return pending.reject(
+        ClientError.fromServer(header.error, errorBody.code, errorBody.message, errorBody.details),
+      );
     }
     let value: unknown;
     try {
-      value = body !== null ? pending.decode(body) : pending.decodeChunks!(dropPrefix(chunks, responseLengthMin));
+      value =
+        body !== null
+          ? pending.decode(body)
+          : pending.decodeChunks!(dropPrefix(chunks, responseLengthMin));
     } catch (error) {
       if (error instanceof ClientError) return pending.reject(error);
-      return pending.reject(ClientError.invalidResponse(`Cannot read response: ${(error as Error).message}`, error));
+      return pending.reject(
+        ClientError.invalidResponse(`Cannot read response: ${(error as Error).message}`, error),
+      );
     }
     pending.resolve(value);
   }

@@ -88,7 +88,8 @@ export class GroupConsumer {
     this.group = options.group;
     this.topics = [...options.topics];
     this.#sessionTimeoutMs = options.sessionTimeoutMs ?? 10_000;
-    this.#heartbeatIntervalMs = options.heartbeatIntervalMs ?? Math.max(10, Math.floor(this.#sessionTimeoutMs / 3));
+    this.#heartbeatIntervalMs =
+      options.heartbeatIntervalMs ?? Math.max(10, Math.floor(this.#sessionTimeoutMs / 3));
     this.#startFrom = options.startFrom ?? "earliest";
     this.#maxRecords = options.maxRecords ?? 1000;
     this.#onAssigned = options.onAssigned;
@@ -154,7 +155,11 @@ export class GroupConsumer {
     const neverCommitted: { topic: string; partition: number; offset: number }[] = [];
     if (fresh.length > 0) {
       const description = await this.#client.describeGroup(this.group);
-      const committed = new Map(description.offsets.filter((o) => o.committed !== null).map((o) => [key(o), o.committed as number]));
+      const committed = new Map(
+        description.offsets
+          .filter((o) => o.committed !== null)
+          .map((o) => [key(o), o.committed as number]),
+      );
       for (const tp of fresh) {
         let start = committed.get(key(tp));
         if (start === undefined) {
@@ -175,23 +180,35 @@ export class GroupConsumer {
   async #beat(): Promise<void> {
     if (this.#closed || this.#client.closed || this.#rejoin !== "none") return;
     try {
-      const hb = await this.#client.heartbeat({ group: this.group, memberId: this.#memberId, generation: this.#generation });
+      const hb = await this.#client.heartbeat({
+        group: this.group,
+        memberId: this.#memberId,
+        generation: this.#generation,
+      });
       if (hb.rejoin && this.#rejoin === "none") this.#rejoin = "same";
     } catch (err) {
-      if (err instanceof ClientError && (err.code === Errors.unknownMember.code || err.code === Errors.groupNotFound.code)) this.#rejoin = "fresh";
+      if (
+        err instanceof ClientError &&
+        (err.code === Errors.unknownMember.code || err.code === Errors.groupNotFound.code)
+      )
+        this.#rejoin = "fresh";
       // Other failures (a lost connection) surface at the next poll or commit.
     }
   }
 
   /** Rejoins first if a rebalance or an expired session asked for it. */
   async #ensureMember(): Promise<void> {
-    if (this.#closed) throw ClientError.connectionClosed(`Cannot consume from group "${this.group}": the consumer is closed`);
+    if (this.#closed)
+      throw ClientError.connectionClosed(
+        `Cannot consume from group "${this.group}": the consumer is closed`,
+      );
     if (this.#rejoin === "none") return;
     const fresh = this.#rejoin === "fresh";
     try {
       await this.#join(!fresh);
     } catch (err) {
-      if (!fresh && err instanceof ClientError && err.code === Errors.unknownMember.code) await this.#join(false);
+      if (!fresh && err instanceof ClientError && err.code === Errors.unknownMember.code)
+        await this.#join(false);
       else throw err;
     }
   }
@@ -208,9 +225,21 @@ export class GroupConsumer {
       const k = key(tp);
       if (this.#inflight.has(k)) continue;
       const offset = this.#positions.get(k)!;
-      const entry: Inflight = { offset, done: false, result: null, error: null, promise: Promise.resolve() };
+      const entry: Inflight = {
+        offset,
+        done: false,
+        result: null,
+        error: null,
+        promise: Promise.resolve(),
+      };
       entry.promise = this.#client
-        .fetch({ topic: tp.topic, partition: tp.partition, offset, maxRecords: this.#maxRecords, waitMs })
+        .fetch({
+          topic: tp.topic,
+          partition: tp.partition,
+          offset,
+          maxRecords: this.#maxRecords,
+          waitMs,
+        })
         .then(
           (r) => void (entry.result = r),
           (e: unknown) => void (entry.error = e),
@@ -224,7 +253,10 @@ export class GroupConsumer {
       return [];
     }
     const timer = new AbortController();
-    await Promise.race([Promise.race(pending), sleep(waitMs, undefined, { signal: timer.signal }).catch(() => {})]);
+    await Promise.race([
+      Promise.race(pending),
+      sleep(waitMs, undefined, { signal: timer.signal }).catch(() => {}),
+    ]);
     timer.abort();
     const out: ConsumedBatch[] = [];
     for (const tp of this.#assignments) {
@@ -233,10 +265,16 @@ export class GroupConsumer {
       if (entry === undefined || !entry.done) continue;
       this.#inflight.delete(k);
       if (entry.error !== null) {
-        if (entry.error instanceof ClientError && entry.error.code === Errors.offsetOutOfRange.code) {
+        if (
+          entry.error instanceof ClientError &&
+          entry.error.code === Errors.offsetOutOfRange.code
+        ) {
           // Retention moved the log start past the position: continue from where the log starts now.
           const bounds = await this.#client.listOffsets(tp);
-          this.#positions.set(k, entry.offset < bounds.logStartOffset ? bounds.logStartOffset : bounds.highWatermark);
+          this.#positions.set(
+            k,
+            entry.offset < bounds.logStartOffset ? bounds.logStartOffset : bounds.highWatermark,
+          );
           continue;
         }
         throw entry.error;
@@ -244,7 +282,8 @@ export class GroupConsumer {
       const result = entry.result!;
       if (entry.offset !== this.#positions.get(k)) continue; // the position moved (reassigned) meanwhile
       this.#positions.set(k, result.nextOffset);
-      if (result.records.length > 0) out.push({ topic: tp.topic, partition: tp.partition, records: result.records });
+      if (result.records.length > 0)
+        out.push({ topic: tp.topic, partition: tp.partition, records: result.records });
     }
     return out;
   }
@@ -256,7 +295,9 @@ export class GroupConsumer {
    * @param upTo commit these positions instead (a prefix of what was handed out), per partition.
    * @throws ClientError for other failures.
    */
-  async commit(upTo?: Map<string, number> | { topic: string; partition: number; offset: number }[]): Promise<boolean> {
+  async commit(
+    upTo?: Map<string, number> | { topic: string; partition: number; offset: number }[],
+  ): Promise<boolean> {
     await this.#ensureMember();
     const wanted = new Map<string, number>();
     if (upTo === undefined) for (const [k, v] of this.#positions) wanted.set(k, v);
@@ -271,9 +312,17 @@ export class GroupConsumer {
     }
     if (offsets.length === 0) return true;
     try {
-      await this.#client.commitOffsets({ group: this.group, memberId: this.#memberId, generation: this.#generation, offsets });
+      await this.#client.commitOffsets({
+        group: this.group,
+        memberId: this.#memberId,
+        generation: this.#generation,
+        offsets,
+      });
     } catch (err) {
-      if (err instanceof ClientError && (err.code === Errors.staleGeneration.code || err.code === Errors.notPartitionOwner.code)) {
+      if (
+        err instanceof ClientError &&
+        (err.code === Errors.staleGeneration.code || err.code === Errors.notPartitionOwner.code)
+      ) {
         this.#rejoin = "same";
         return false;
       }
@@ -298,7 +347,9 @@ export class GroupConsumer {
     this.#closed = true;
     if (this.#heartbeat !== null) clearInterval(this.#heartbeat);
     if (options.leave !== false && !this.#client.closed) {
-      await this.#client.leaveGroup({ group: this.group, memberId: this.#memberId }).catch(() => {});
+      await this.#client
+        .leaveGroup({ group: this.group, memberId: this.#memberId })
+        .catch(() => {});
     }
   }
 }

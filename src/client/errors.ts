@@ -52,7 +52,12 @@ export class ClientError extends Error {
    * An error for a server response with error number `tcp`. An unknown number (a newer server)
    * keeps the server's code and is not retriable.
    */
-  static fromServer(tcp: number, serverCode: string, message: string, details?: Record<string, unknown>): ClientError {
+  static fromServer(
+    tcp: number,
+    serverCode: string,
+    message: string,
+    details?: Record<string, unknown>,
+  ): ClientError {
     const kind = errorKindByTcp(tcp);
     if (kind) return new ClientError(kind.code, kind.tcp, kind.retriable, message, { details });
     return new ClientError(serverCode || `error_${tcp}`, tcp, false, message, { details });

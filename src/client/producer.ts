@@ -101,11 +101,17 @@ export class IdempotentProducer {
     return this.#client;
   }
 
-  async #partitionFor(topic: string, batch: EntryBatch, partition: number | undefined): Promise<number> {
+  async #partitionFor(
+    topic: string,
+    batch: EntryBatch,
+    partition: number | undefined,
+  ): Promise<number> {
     if (partition !== undefined && partition >= 0) return partition;
     let count = this.#partitionCounts.get(topic);
     if (count === undefined) {
-      const [description] = await this.#withRetries(async () => (await this.#clientNow()).metadata([topic]));
+      const [description] = await this.#withRetries(async () =>
+        (await this.#clientNow()).metadata([topic]),
+      );
       count = description.partitions.length;
       this.#partitionCounts.set(topic, count);
     }
@@ -117,7 +123,10 @@ export class IdempotentProducer {
       const p = partitionForKey(key ?? idBytes, count);
       if (chosen === -1) chosen = p;
       else if (p !== chosen) {
-        throw ClientError.fromKind(Errors.invalidRequest, `Cannot send to topic "${topic}" as producer "${this.producerId}": the records' keys map to several partitions; give a partition or send them separately`);
+        throw ClientError.fromKind(
+          Errors.invalidRequest,
+          `Cannot send to topic "${topic}" as producer "${this.producerId}": the records' keys map to several partitions; give a partition or send them separately`,
+        );
       }
     }
     return chosen;
@@ -130,8 +139,16 @@ export class IdempotentProducer {
       try {
         return await fn();
       } catch (err) {
-        if (!(err instanceof ClientError) || !(err.retriable || retriableCodes.has(err.code)) || Date.now() >= deadline || this.#closed) throw err;
-        await sleep(Math.min(this.#retryBackoffMaxMs, this.#retryBackoffMs * 2 ** Math.min(attempt, 20)));
+        if (
+          !(err instanceof ClientError) ||
+          !(err.retriable || retriableCodes.has(err.code)) ||
+          Date.now() >= deadline ||
+          this.#closed
+        )
+          throw err;
+        await sleep(
+          Math.min(this.#retryBackoffMaxMs, this.#retryBackoffMs * 2 ** Math.min(attempt, 20)),
+        );
       }
     }
   }
@@ -141,8 +158,14 @@ export class IdempotentProducer {
    * (`duplicate: true` when an earlier attempt had already stored them).
    * @throws ClientError after the delivery timeout (the last error), or a refusal (module comment).
    */
-  async send(topic: string, records: readonly ProduceRecord[] | EntryBatch, options: { partition?: number } = {}): Promise<ProduceResult> {
-    const batch = Array.isArray(records) ? buildEntryBatch(records as readonly ProduceRecord[]) : (records as EntryBatch);
+  async send(
+    topic: string,
+    records: readonly ProduceRecord[] | EntryBatch,
+    options: { partition?: number } = {},
+  ): Promise<ProduceResult> {
+    const batch = Array.isArray(records)
+      ? buildEntryBatch(records as readonly ProduceRecord[])
+      : (records as EntryBatch);
     if (batch.count === 0) return { spans: [], duplicate: false };
     const partition = await this.#partitionFor(topic, batch, options.partition);
     const key = `${topic}/${partition}`;
@@ -160,7 +183,12 @@ export class IdempotentProducer {
     return run;
   }
 
-  async #deliver(topic: string, partition: number, state: PartitionState, batch: EntryBatch): Promise<ProduceResult> {
+  async #deliver(
+    topic: string,
+    partition: number,
+    state: PartitionState,
+    batch: EntryBatch,
+  ): Promise<ProduceResult> {
     const deadline = Date.now() + this.#deliveryTimeoutMs;
     let epoch = this.#epoch;
     let sequence = state.nextSequence;
@@ -169,7 +197,10 @@ export class IdempotentProducer {
     for (let attempt = 0; ; attempt++) {
       try {
         const client = await this.#clientNow();
-        const result = await client.produceIdempotent(topic, batch, { partition, producer: { id: this.producerId, epoch, sequence } });
+        const result = await client.produceIdempotent(topic, batch, {
+          partition,
+          producer: { id: this.producerId, epoch, sequence },
+        });
         return result;
       } catch (err) {
         if (!(err instanceof ClientError) || this.#closed) throw err;
@@ -187,8 +218,11 @@ export class IdempotentProducer {
           continue;
         }
         const retriable = err.retriable || retriableCodes.has(err.code);
-        if (!retriable || Date.now() >= deadline) throw this.#giveUp(err, { state, epoch, sequence, count: batch.count, ambiguous });
-        await sleep(Math.min(this.#retryBackoffMaxMs, this.#retryBackoffMs * 2 ** Math.min(attempt, 20)));
+        if (!retriable || Date.now() >= deadline)
+          throw this.#giveUp(err, { state, epoch, sequence, count: batch.count, ambiguous });
+        await sleep(
+          Math.min(this.#retryBackoffMaxMs, this.#retryBackoffMs * 2 ** Math.min(attempt, 20)),
+        );
       }
     }
   }
@@ -199,10 +233,20 @@ export class IdempotentProducer {
    * (answers lost until the delivery timeout) ends the epoch, so the next batch starts a new one
    * at sequence 0 instead of guessing.
    */
-  #giveUp(err: ClientError, failed: { state: PartitionState; epoch: number; sequence: number; count: number; ambiguous: boolean }): ClientError {
+  #giveUp(
+    err: ClientError,
+    failed: {
+      state: PartitionState;
+      epoch: number;
+      sequence: number;
+      count: number;
+      ambiguous: boolean;
+    },
+  ): ClientError {
     if (failed.epoch !== this.#epoch) return err;
     if (failed.ambiguous) this.#startEpoch(this.#epoch + 1);
-    else if (failed.state.nextSequence === failed.sequence + failed.count) failed.state.nextSequence = failed.sequence;
+    else if (failed.state.nextSequence === failed.sequence + failed.count)
+      failed.state.nextSequence = failed.sequence;
     return err;
   }
 

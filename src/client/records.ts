@@ -5,7 +5,14 @@
 import type { FetchResult, ProduceSpan, RecordSet } from "../broker/types.ts";
 import { viewOf } from "../lib/bytes.ts";
 import { recordLengthPrefixBytes, recordLenMax, recordLenMin } from "../lib/limits.ts";
-import { DecodeStatus, EntryBatchBuilder, RecordCursor, RecordFormatError, RecordHeader, type EntryBatch } from "../storage/record.ts";
+import {
+  DecodeStatus,
+  EntryBatchBuilder,
+  RecordCursor,
+  RecordFormatError,
+  RecordHeader,
+  type EntryBatch,
+} from "../storage/record.ts";
 import { Errors } from "../broker/errors.ts";
 import { ClientError } from "./errors.ts";
 
@@ -57,7 +64,8 @@ export function buildEntryBatch(records: readonly ProduceRecord[]): EntryBatch {
   try {
     for (const r of encoded) builder.add(r.key, r.value, r.timestampMs);
   } catch (error) {
-    if (error instanceof RecordFormatError) throw ClientError.fromKind(Errors.invalidRequest, `Cannot produce: ${error.message}`);
+    if (error instanceof RecordFormatError)
+      throw ClientError.fromKind(Errors.invalidRequest, `Cannot produce: ${error.message}`);
     throw error;
   }
   return builder.build();
@@ -107,10 +115,14 @@ export function checkFetchedRecordChunks(
   };
   const checkOffset = (i: number): void => {
     if (cursor.offset <= previous) {
-      throw ClientError.invalidResponse(`Cannot read fetched record ${i}: offset ${cursor.offset} does not follow ${previous} (requested from ${requestedOffset})`);
+      throw ClientError.invalidResponse(
+        `Cannot read fetched record ${i}: offset ${cursor.offset} does not follow ${previous} (requested from ${requestedOffset})`,
+      );
     }
     if (cursor.offset >= nextOffset) {
-      throw ClientError.invalidResponse(`Cannot read fetched record ${i}: offset ${cursor.offset} is not below next_offset ${nextOffset}`);
+      throw ClientError.invalidResponse(
+        `Cannot read fetched record ${i}: offset ${cursor.offset} is not below next_offset ${nextOffset}`,
+      );
     }
     previous = cursor.offset;
   };
@@ -131,20 +143,34 @@ export function checkFetchedRecordChunks(
     }
     const at = before + pos;
     if (status === DecodeStatus.Invalid || c + 1 === chunks.length) {
-      throw ClientError.invalidResponse(`Cannot read fetched record ${i} at byte ${at}: ${cursor.reason}`);
+      throw ClientError.invalidResponse(
+        `Cannot read fetched record ${i} at byte ${at}: ${cursor.reason}`,
+      );
     }
     // The record runs on into the next chunk: copy it out whole, once its length is known to be
     // plausible and present.
     closeRun();
     const lengthBytes = copyAcross(chunks, c, pos, new Uint8Array(recordLengthPrefixBytes));
-    const recordLen = totalBytes - at < recordLengthPrefixBytes ? -1 : new DataView(lengthBytes.buffer).getUint32(0);
-    if (recordLen < recordLenMin || recordLen > recordLenMax || at + recordLengthPrefixBytes + recordLen > totalBytes) {
-      const reason = recordLen < 0 ? "fewer than 4 bytes left for record_len" : `record_len ${recordLen} is outside [${recordLenMin}, ${recordLenMax}] or runs past the end of the data`;
+    const recordLen =
+      totalBytes - at < recordLengthPrefixBytes
+        ? -1
+        : new DataView(lengthBytes.buffer).getUint32(0);
+    if (
+      recordLen < recordLenMin ||
+      recordLen > recordLenMax ||
+      at + recordLengthPrefixBytes + recordLen > totalBytes
+    ) {
+      const reason =
+        recordLen < 0
+          ? "fewer than 4 bytes left for record_len"
+          : `record_len ${recordLen} is outside [${recordLenMin}, ${recordLenMax}] or runs past the end of the data`;
       throw ClientError.invalidResponse(`Cannot read fetched record ${i} at byte ${at}: ${reason}`);
     }
     const record = copyAcross(chunks, c, pos, new Uint8Array(recordLengthPrefixBytes + recordLen));
     if (cursor.reset(record).decode(0) !== DecodeStatus.Ok) {
-      throw ClientError.invalidResponse(`Cannot read fetched record ${i} at byte ${at}: ${cursor.reason}`);
+      throw ClientError.invalidResponse(
+        `Cannot read fetched record ${i} at byte ${at}: ${cursor.reason}`,
+      );
     }
     checkOffset(i);
     runs.push({ bytes: record, count: 1 });
@@ -161,16 +187,25 @@ export function checkFetchedRecordChunks(
   closeRun();
   const consumed = before + pos;
   if (consumed !== totalBytes) {
-    throw ClientError.invalidResponse(`Cannot read fetch response: ${totalBytes - consumed} bytes follow the ${count} records it counts`);
+    throw ClientError.invalidResponse(
+      `Cannot read fetch response: ${totalBytes - consumed} bytes follow the ${count} records it counts`,
+    );
   }
   if (nextOffset < requestedOffset) {
-    throw ClientError.invalidResponse(`Cannot read fetch response: next_offset ${nextOffset} is below the requested offset ${requestedOffset}`);
+    throw ClientError.invalidResponse(
+      `Cannot read fetch response: next_offset ${nextOffset} is below the requested offset ${requestedOffset}`,
+    );
   }
   return runs;
 }
 
 /** Fills `out` with the bytes from `chunks[c]` at `pos` on, across chunks, as far as they go. */
-function copyAcross(chunks: readonly Uint8Array[], c: number, pos: number, out: Uint8Array): Uint8Array {
+function copyAcross(
+  chunks: readonly Uint8Array[],
+  c: number,
+  pos: number,
+  out: Uint8Array,
+): Uint8Array {
   let filled = 0;
   for (let k = c, p = pos; k < chunks.length && filled < out.length; k++, p = 0) {
     const n = Math.min(chunks[k].length - p, out.length - filled);
@@ -253,16 +288,28 @@ export class FetchedRecordCursor {
  * {@link checkFetchedRecords} for the checks).
  * @throws ClientError `invalid_response` naming the first record that fails.
  */
-export function decodeFetchedRecords(result: FetchResult, requestedOffset: number): FetchedRecord[] {
+export function decodeFetchedRecords(
+  result: FetchResult,
+  requestedOffset: number,
+): FetchedRecord[] {
   checkFetchedRecords(result, requestedOffset);
   return recordObjects(result.records, result.records.count);
 }
 
 /** One {@link FetchedRecord} per record of checked records (one run or several, `count` in all). */
-export function recordObjects(records: RecordSet | readonly RecordSet[], count: number): FetchedRecord[] {
+export function recordObjects(
+  records: RecordSet | readonly RecordSet[],
+  count: number,
+): FetchedRecord[] {
   const out: FetchedRecord[] = new Array(count);
   const cursor = new FetchedRecordCursor(records);
-  for (let i = 0; cursor.next(); i++) out[i] = { offset: cursor.offset, timestampMs: cursor.timestampMs, key: cursor.key(), value: cursor.value() };
+  for (let i = 0; cursor.next(); i++)
+    out[i] = {
+      offset: cursor.offset,
+      timestampMs: cursor.timestampMs,
+      key: cursor.key(),
+      value: cursor.value(),
+    };
   return out;
 }
 
@@ -270,7 +317,8 @@ export function recordObjects(records: RecordSet | readonly RecordSet[], count: 
 export function expandSpans(spans: readonly ProduceSpan[]): RecordPosition[] {
   const out: RecordPosition[] = [];
   for (const span of spans) {
-    for (let i = 0; i < span.count; i++) out.push({ partition: span.partition, offset: span.baseOffset + i });
+    for (let i = 0; i < span.count; i++)
+      out.push({ partition: span.partition, offset: span.baseOffset + i });
   }
   return out;
 }

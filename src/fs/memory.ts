@@ -71,13 +71,28 @@
  */
 import { assert } from "../lib/assert.ts";
 import { Prng } from "../lib/prng.ts";
-import { FsError, type FileHandle, type FileStat, type FileSystem, type OpenOptions } from "./types.ts";
+import {
+  FsError,
+  type FileHandle,
+  type FileStat,
+  type FileSystem,
+  type OpenOptions,
+} from "./types.ts";
 
 /** Largest simulated file, in bytes; writes or truncates past it reject with EFBIG. */
 export const memoryFileBytesMax = 1024 * 1024 * 1024;
 
 /** The operations that count as mutations, for {@link MemoryFaults} and {@link MemoryFileSystem.mutationCount}. */
-export type MutationOp = "write" | "sync" | "truncate" | "create" | "rename" | "unlink" | "mkdir" | "removeTree" | "syncDir";
+export type MutationOp =
+  | "write"
+  | "sync"
+  | "truncate"
+  | "create"
+  | "rename"
+  | "unlink"
+  | "mkdir"
+  | "removeTree"
+  | "syncDir";
 
 /** What an injected fault does when it fires. */
 export interface FaultEffect {
@@ -143,8 +158,16 @@ export class MemoryFaults {
    */
   failNext(options: FailNextOptions): void {
     const times = options.times ?? 1;
-    assert(times === Infinity || (Number.isInteger(times) && times >= 1), `times must be a positive integer or Infinity, got ${times}`);
-    this.#rules.push({ effect: effectOf(options), op: options.op, path: options.path, remaining: times });
+    assert(
+      times === Infinity || (Number.isInteger(times) && times >= 1),
+      `times must be a positive integer or Infinity, got ${times}`,
+    );
+    this.#rules.push({
+      effect: effectOf(options),
+      op: options.op,
+      path: options.path,
+      remaining: times,
+    });
   }
 
   /**
@@ -153,8 +176,15 @@ export class MemoryFaults {
    * @throws AssertionError unless `n` is a positive integer.
    */
   failNth(options: FailNthOptions): void {
-    assert(Number.isInteger(options.n) && options.n >= 1, `n must be a positive integer, got ${options.n}`);
-    this.#rules.push({ effect: effectOf(options), mutation: this.#mutationCount() + options.n, remaining: 1 });
+    assert(
+      Number.isInteger(options.n) && options.n >= 1,
+      `n must be a positive integer, got ${options.n}`,
+    );
+    this.#rules.push({
+      effect: effectOf(options),
+      mutation: this.#mutationCount() + options.n,
+      remaining: 1,
+    });
   }
 
   /** Disarms every fault. The record of faults that fired is kept. */
@@ -195,9 +225,15 @@ export class MemoryFaults {
 }
 
 function effectOf(options: FaultEffect): FaultEffect {
-  assert(typeof options.code === "string" && options.code.length > 0, "fault code must be a non-empty errno name");
+  assert(
+    typeof options.code === "string" && options.code.length > 0,
+    "fault code must be a non-empty errno name",
+  );
   const partialBytes = options.partialBytes ?? 0;
-  assert(Number.isInteger(partialBytes) && partialBytes >= 0, `partialBytes must be a non-negative integer, got ${partialBytes}`);
+  assert(
+    Number.isInteger(partialBytes) && partialBytes >= 0,
+    `partialBytes must be a non-negative integer, got ${partialBytes}`,
+  );
   return { code: options.code, partialBytes, dropDirtyData: options.dropDirtyData };
 }
 
@@ -298,7 +334,9 @@ class Bytes {
 }
 
 /** An unsynced change to a file: a write (a private copy of its bytes) or a truncate. */
-type LogEntry = { kind: "write"; position: number; bytes: Uint8Array } | { kind: "truncate"; length: number };
+type LogEntry =
+  | { kind: "write"; position: number; bytes: Uint8Array }
+  | { kind: "truncate"; length: number };
 
 class FileNode {
   readonly kind = "file";
@@ -341,7 +379,12 @@ function checkPosition(value: number, field: string, action: string, path: strin
 
 function checkFileEnd(end: number, action: string, path: string): void {
   if (end > memoryFileBytesMax) {
-    throw fsError("EFBIG", action, path, `file would be ${end} bytes, over the simulated limit of ${memoryFileBytesMax}`);
+    throw fsError(
+      "EFBIG",
+      action,
+      path,
+      `file would be ${end} bytes, over the simulated limit of ${memoryFileBytesMax}`,
+    );
   }
 }
 
@@ -385,7 +428,8 @@ class MemoryFileHandle implements FileHandle {
 
   #live(action: string): FileNode {
     if (this.#closed) throw fsError("EBADF", action, this.path, "file handle is closed");
-    if (this.#epoch !== this.disk.epoch) throw fsError("EIO", action, this.path, "file handle was opened before a simulated crash");
+    if (this.#epoch !== this.disk.epoch)
+      throw fsError("EIO", action, this.path, "file handle was opened before a simulated crash");
     return this.node;
   }
 
@@ -397,7 +441,8 @@ class MemoryFileHandle implements FileHandle {
 
   async write(bytes: Uint8Array, position: number): Promise<void> {
     const node = this.#live("write");
-    if (!this.writable) throw fsError("EBADF", "write", this.path, "file handle is open for reading only");
+    if (!this.writable)
+      throw fsError("EBADF", "write", this.path, "file handle is open for reading only");
     checkPosition(position, "position", "write", this.path);
     checkFileEnd(position + bytes.length, "write", this.path);
     const fault = this.disk.mutate("write", [this.path]);
@@ -427,7 +472,8 @@ class MemoryFileHandle implements FileHandle {
 
   async truncate(length: number): Promise<void> {
     const node = this.#live("truncate");
-    if (!this.writable) throw fsError("EINVAL", "truncate", this.path, "file handle is open for reading only");
+    if (!this.writable)
+      throw fsError("EINVAL", "truncate", this.path, "file handle is open for reading only");
     checkPosition(length, "length", "truncate", this.path);
     checkFileEnd(length, "truncate", this.path);
     const fault = this.disk.mutate("truncate", [this.path]);
@@ -455,7 +501,13 @@ const nameBytesMax = 255;
 function checkNameLengths(names: readonly string[], action: string, path: string): void {
   for (const name of names) {
     // A UTF-16 code unit is at most 3 UTF-8 bytes, so short names need no encoding.
-    if (name.length > nameBytesMax / 3 && new TextEncoder().encode(name).length > nameBytesMax) throw fsError("ENAMETOOLONG", action, path, `name too long: "${name.slice(0, 32)}…" is over ${nameBytesMax} bytes`);
+    if (name.length > nameBytesMax / 3 && new TextEncoder().encode(name).length > nameBytesMax)
+      throw fsError(
+        "ENAMETOOLONG",
+        action,
+        path,
+        `name too long: "${name.slice(0, 32)}…" is over ${nameBytesMax} bytes`,
+      );
   }
 }
 
@@ -560,7 +612,8 @@ export class MemoryFileSystem implements FileSystem {
         next = new DirNode(this.#disk.nextId++);
         dir.entries.set(names[i], next);
       } else if (next.kind !== "dir") {
-        if (i === names.length - 1) throw fsError("EEXIST", "mkdir", path, "a file exists at this path");
+        if (i === names.length - 1)
+          throw fsError("EEXIST", "mkdir", path, "a file exists at this path");
         throw fsError("ENOTDIR", "mkdir", path, "not a directory");
       }
       dir = next;
@@ -572,14 +625,17 @@ export class MemoryFileSystem implements FileSystem {
     if (fault) throw injected(fault, "rename", from);
     const source = this.#parentOf(from, "rename");
     const target = this.#parentOf(to, "rename");
-    if (source.name === null || target.name === null) throw fsError("EBUSY", "rename", from, "cannot rename the root directory");
+    if (source.name === null || target.name === null)
+      throw fsError("EBUSY", "rename", from, "cannot rename the root directory");
     const node = source.dir.entries.get(source.name);
     if (node === undefined) throw fsError("ENOENT", "rename", from, "no such file or directory");
     const replaced = target.dir.entries.get(target.name);
     if (replaced === node) return; // Same inode: POSIX says do nothing.
     if (node.kind === "dir") {
-      if (replaced?.kind === "file") throw fsError("ENOTDIR", "rename", from, `"${to}" is not a directory`);
-      if (replaced?.kind === "dir" && replaced.entries.size > 0) throw fsError("ENOTEMPTY", "rename", from, `"${to}" is not empty`);
+      if (replaced?.kind === "file")
+        throw fsError("ENOTDIR", "rename", from, `"${to}" is not a directory`);
+      if (replaced?.kind === "dir" && replaced.entries.size > 0)
+        throw fsError("ENOTEMPTY", "rename", from, `"${to}" is not empty`);
       const fromNames = splitPath(from)!;
       const toNames = splitPath(to)!;
       if (toNames.length > fromNames.length && fromNames.every((n, i) => toNames[i] === n)) {
@@ -645,7 +701,9 @@ export class MemoryFileSystem implements FileSystem {
     node.durableEntries = new Map(node.entries);
     // A link matters while either of its entries is pending; chains through a synced entry are
     // kept so that both ends of a rename chain still decide together.
-    this.#disk.renameLinks = this.#disk.renameLinks.filter(([a, an, b, bn]) => isPending(a, an) || isPending(b, bn));
+    this.#disk.renameLinks = this.#disk.renameLinks.filter(
+      ([a, an, b, bn]) => isPending(a, an) || isPending(b, bn),
+    );
   }
 
   /**
@@ -761,7 +819,8 @@ export class MemoryFileSystem implements FileSystem {
    */
   readFileSync(path: string): Uint8Array {
     const node = this.#lookup(path, "readFileSync");
-    if (node === undefined) throw fsError("ENOENT", "readFileSync", path, "no such file or directory");
+    if (node === undefined)
+      throw fsError("ENOENT", "readFileSync", path, "no such file or directory");
     if (node.kind === "dir") throw fsError("EISDIR", "readFileSync", path, "is a directory");
     return node.data.view().slice();
   }
@@ -774,7 +833,8 @@ export class MemoryFileSystem implements FileSystem {
    */
   writeFileSync(path: string, bytes: Uint8Array): void {
     const names = splitPath(path);
-    if (names === null || names.length === 0) throw fsError("EISDIR", "writeFileSync", path, "is a directory");
+    if (names === null || names.length === 0)
+      throw fsError("EISDIR", "writeFileSync", path, "is a directory");
     let dir = this.#disk.root;
     for (let i = 0; i < names.length - 1; i++) {
       let next = dir.entries.get(names[i]);

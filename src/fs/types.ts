@@ -112,11 +112,16 @@ export function basename(path: string): string {
 }
 
 /** Reads a whole file, refusing files over `maxBytes` before allocating (ERANGE as FsError). */
-export async function readWholeFile(fs: FileSystem, path: string, maxBytes: number): Promise<Uint8Array> {
+export async function readWholeFile(
+  fs: FileSystem,
+  path: string,
+  maxBytes: number,
+): Promise<Uint8Array> {
   const file = await fs.open(path);
   try {
     const size = await file.size();
-    if (size > maxBytes) throw new FsError("EFBIG", path, `file is ${size} bytes, over the limit of ${maxBytes}`);
+    if (size > maxBytes)
+      throw new FsError("EFBIG", path, `file is ${size} bytes, over the limit of ${maxBytes}`);
     const buf = new Uint8Array(size);
     let got = 0;
     while (got < size) {

@@ -54,8 +54,11 @@ function sextetAt(text: string, position: number): number {
   const code = text.charCodeAt(position);
   const value = code < 128 ? sextetByCode[code] : -1;
   if (value < 0) {
-    const shown = code === padCode ? "padding \"=\"" : `character ${JSON.stringify(text[position])}`;
-    const where = code === padCode ? "is only allowed as the last one or two characters" : "is not in the standard base64 alphabet";
+    const shown = code === padCode ? 'padding "="' : `character ${JSON.stringify(text[position])}`;
+    const where =
+      code === padCode
+        ? "is only allowed as the last one or two characters"
+        : "is not in the standard base64 alphabet";
     throw new Base64Error(`${shown} at position ${position} ${where}`, position);
   }
   return value;
@@ -68,14 +71,21 @@ function sextetAt(text: string, position: number): number {
  */
 export function decodeBase64(text: string): Uint8Array {
   if (text.length % 4 !== 0) {
-    throw new Base64Error(`length ${text.length} is not a multiple of 4: padding "=" is required`, -1);
+    throw new Base64Error(
+      `length ${text.length} is not a multiple of 4: padding "=" is required`,
+      -1,
+    );
   }
   const out = new Uint8Array(decodedLength(text));
   const last = text.length - 4;
   let o = 0;
   // Every quantum but the last is four alphabet characters.
   for (let i = 0; i < last; i += 4) {
-    const bits = (sextetAt(text, i) << 18) | (sextetAt(text, i + 1) << 12) | (sextetAt(text, i + 2) << 6) | sextetAt(text, i + 3);
+    const bits =
+      (sextetAt(text, i) << 18) |
+      (sextetAt(text, i + 1) << 12) |
+      (sextetAt(text, i + 2) << 6) |
+      sextetAt(text, i + 3);
     out[o++] = bits >>> 16;
     out[o++] = (bits >>> 8) & 0xff;
     out[o++] = bits & 0xff;
@@ -87,16 +97,27 @@ export function decodeBase64(text: string): Uint8Array {
   const thirdIsPad = text.charCodeAt(last + 2) === padCode;
   const fourthIsPad = text.charCodeAt(last + 3) === padCode;
   if (thirdIsPad && !fourthIsPad) {
-    throw new Base64Error(`padding "=" at position ${last + 2} is only allowed as the last one or two characters`, last + 2);
+    throw new Base64Error(
+      `padding "=" at position ${last + 2} is only allowed as the last one or two characters`,
+      last + 2,
+    );
   }
   if (thirdIsPad) {
-    if ((b & 0x0f) !== 0) throw new Base64Error(`character ${JSON.stringify(text[last + 1])} at position ${last + 1} has non-zero trailing bits (non-canonical encoding)`, last + 1);
+    if ((b & 0x0f) !== 0)
+      throw new Base64Error(
+        `character ${JSON.stringify(text[last + 1])} at position ${last + 1} has non-zero trailing bits (non-canonical encoding)`,
+        last + 1,
+      );
     out[o++] = (a << 2) | (b >>> 4);
     return out;
   }
   const c = sextetAt(text, last + 2);
   if (fourthIsPad) {
-    if ((c & 0x03) !== 0) throw new Base64Error(`character ${JSON.stringify(text[last + 2])} at position ${last + 2} has non-zero trailing bits (non-canonical encoding)`, last + 2);
+    if ((c & 0x03) !== 0)
+      throw new Base64Error(
+        `character ${JSON.stringify(text[last + 2])} at position ${last + 2} has non-zero trailing bits (non-canonical encoding)`,
+        last + 2,
+      );
     out[o++] = (a << 2) | (b >>> 4);
     out[o++] = ((b & 0x0f) << 4) | (c >>> 2);
     return out;
@@ -120,7 +141,11 @@ export function encodeBase64(bytes: Uint8Array): string {
   const whole = bytes.length - (bytes.length % 3);
   for (let i = 0; i < whole; i += 3) {
     const bits = (bytes[i] << 16) | (bytes[i + 1] << 8) | bytes[i + 2];
-    chunk += alphabet[bits >>> 18] + alphabet[(bits >>> 12) & 63] + alphabet[(bits >>> 6) & 63] + alphabet[bits & 63];
+    chunk +=
+      alphabet[bits >>> 18] +
+      alphabet[(bits >>> 12) & 63] +
+      alphabet[(bits >>> 6) & 63] +
+      alphabet[bits & 63];
     if (chunk.length >= chunkChars) {
       parts.push(chunk);
       chunk = "";
@@ -132,7 +157,8 @@ export function encodeBase64(bytes: Uint8Array): string {
     chunk += alphabet[bits >>> 18] + alphabet[(bits >>> 12) & 63] + "==";
   } else if (rest === 2) {
     const bits = (bytes[whole] << 16) | (bytes[whole + 1] << 8);
-    chunk += alphabet[bits >>> 18] + alphabet[(bits >>> 12) & 63] + alphabet[(bits >>> 6) & 63] + "=";
+    chunk +=
+      alphabet[bits >>> 18] + alphabet[(bits >>> 12) & 63] + alphabet[(bits >>> 6) & 63] + "=";
   }
   parts.push(chunk);
   return parts.join("");

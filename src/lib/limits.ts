@@ -113,8 +113,14 @@ export const recoveryProgressMs = 2000;
 /** Largest metadata file (topic.json, groups, keys) the broker will read, in bytes. */
 export const metadataFileBytesMax = 16 * MiB;
 
-assert(recordLenMax + recordLengthPrefixBytes <= requestBytesDefault, "a maximal record fits a default request");
-assert(indexIntervalBytes < segmentBytesMin * 8, "index interval is small against the smallest segment");
+assert(
+  recordLenMax + recordLengthPrefixBytes <= requestBytesDefault,
+  "a maximal record fits a default request",
+);
+assert(
+  indexIntervalBytes < segmentBytesMin * 8,
+  "index interval is small against the smallest segment",
+);
 assert(readWindowBytes >= indexIntervalBytes * 2, "one window covers an index gap and then some");
 assert(segmentBytesMax < Number.MAX_SAFE_INTEGER / 2, "positions are exact as JS numbers");
 assert(fetchBytesDefault <= fetchBytesMax, "default fetch size within the maximum");

@@ -31,12 +31,18 @@ export class MemoryLogger implements Logger {
 }
 
 /** A logger writing one JSON line per event through `write`, with an ISO time stamp from `nowMs`. */
-export function jsonLineLogger(write: (line: string) => void, nowMs: () => number, minLevel: LogLevel = "info"): Logger {
+export function jsonLineLogger(
+  write: (line: string) => void,
+  nowMs: () => number,
+  minLevel: LogLevel = "info",
+): Logger {
   const order: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 };
   return {
     log(level, event, fields = {}) {
       if (order[level] < order[minLevel]) return;
-      write(JSON.stringify({ time: new Date(nowMs()).toISOString(), level, event, ...fields }) + "\n");
+      write(
+        JSON.stringify({ time: new Date(nowMs()).toISOString(), level, event, ...fields }) + "\n",
+      );
     },
   };
 }

@@ -12,7 +12,11 @@ export function murmur2(bytes: Uint8Array): number {
   const length4 = length >>> 2;
   for (let i = 0; i < length4; i++) {
     const i4 = i * 4;
-    let k = (bytes[i4] & 0xff) + ((bytes[i4 + 1] & 0xff) << 8) + ((bytes[i4 + 2] & 0xff) << 16) + ((bytes[i4 + 3] & 0xff) << 24);
+    let k =
+      (bytes[i4] & 0xff) +
+      ((bytes[i4 + 1] & 0xff) << 8) +
+      ((bytes[i4 + 2] & 0xff) << 16) +
+      ((bytes[i4 + 3] & 0xff) << 24);
     k = Math.imul(k, m);
     k ^= k >>> r;
     k = Math.imul(k, m);

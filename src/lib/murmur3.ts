@@ -37,7 +37,11 @@ function block(bytes: Uint8Array, p: number): number {
  * to `out[0..3]` (as unsigned integers).
  * @param out at least 4 words long.
  */
-export function murmur3x86_128(bytes: Uint8Array, range: { start: number; end: number; seed?: number }, out: Uint32Array): void {
+export function murmur3x86_128(
+  bytes: Uint8Array,
+  range: { start: number; end: number; seed?: number },
+  out: Uint32Array,
+): void {
   const { start, end } = range;
   const seed = (range.seed ?? 0) >>> 0;
   const len = end - start;

@@ -228,7 +228,8 @@ export const produceSpanBytes = 16;
 /** Bytes of the fixed part of a Fetch response before `records`. */
 export const fetchResponseHeaderBytes = 32;
 /** Bytes of a Fetch response frame before `records`: `length`, `correlation_id`, `error` and the fixed part. */
-export const fetchResponsePrefixBytes = frameLengthBytes + responseLengthMin + fetchResponseHeaderBytes;
+export const fetchResponsePrefixBytes =
+  frameLengthBytes + responseLengthMin + fetchResponseHeaderBytes;
 
 /** The header of a request frame, with its body as a view. */
 export interface RequestHeader {
@@ -250,7 +251,9 @@ export interface ResponseHeader {
 
 /** True if `api`/`version` names an api and version this codec speaks. */
 export function isSupportedApi(api: number, version: number): api is ApiKey {
-  return Object.hasOwn(apiVersionMax, api) && version >= 0 && version <= apiVersionMax[api as ApiKey];
+  return (
+    Object.hasOwn(apiVersionMax, api) && version >= 0 && version <= apiVersionMax[api as ApiKey]
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -313,9 +316,16 @@ export interface ErrorBody {
  * Encodes a response frame carrying an error-table row and a message, and `details` (a JSON
  * object) when given and not empty.
  */
-export function encodeErrorResponse(correlationId: number, kind: ErrorKind, message: string, details?: Record<string, unknown>): Uint8Array {
+export function encodeErrorResponse(
+  correlationId: number,
+  kind: ErrorKind,
+  message: string,
+  details?: Record<string, unknown>,
+): Uint8Array {
   if (kind.tcp === 0) throw new RangeError("error number 0 means success");
-  const w = startResponse(correlationId, kind.tcp, 64 + message.length * 3).str16(kind.code).str32(message);
+  const w = startResponse(correlationId, kind.tcp, 64 + message.length * 3)
+    .str16(kind.code)
+    .str32(message);
   if (details !== undefined && Object.keys(details).length > 0) w.str32(JSON.stringify(details));
   return finishFrame(w);
 }
@@ -346,13 +356,24 @@ export interface ProduceRequestFields {
  * Encodes a Produce request frame. The batch bytes are copied once.
  * @throws ProtocolError `invalid_request` for a topic over 65 535 UTF-8 bytes or a partition outside [−1, 2^31 − 1].
  */
-export function encodeProduceRequest(correlationId: number, request: ProduceRequestFields): Uint8Array {
+export function encodeProduceRequest(
+  correlationId: number,
+  request: ProduceRequestFields,
+): Uint8Array {
   const topic = topicBytes(request.topic, "produce.topic");
   const partition = request.partition ?? -1;
   requireInt(partition, -1, 0x7fff_ffff, "produce.partition");
   requireInt(request.batch.count, 0, 0xffff_ffff, "produce.record_count");
-  const w = startRequest(ApiKey.Produce, correlationId, 12 + 2 + topic.length + 8 + request.batch.bytes.length);
-  w.u16(topic.length).bytes(topic).i32(partition).u32(request.batch.count).bytes(request.batch.bytes);
+  const w = startRequest(
+    ApiKey.Produce,
+    correlationId,
+    12 + 2 + topic.length + 8 + request.batch.bytes.length,
+  );
+  w.u16(topic.length)
+    .bytes(topic)
+    .i32(partition)
+    .u32(request.batch.count)
+    .bytes(request.batch.bytes);
   return finishFrame(w);
 }
 
@@ -366,7 +387,11 @@ export function decodeProduceRequest(body: Uint8Array): ProduceRequest {
   const topic = r.str16("topic");
   const partition = r.i32("partition");
   if (partition < -1) {
-    throw new ProtocolError(Errors.invalidRequest, "partition", `Cannot decode Produce request: field "partition" is ${partition}, must be ≥ 0 or −1`);
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      "partition",
+      `Cannot decode Produce request: field "partition" is ${partition}, must be ≥ 0 or −1`,
+    );
   }
   const recordCount = r.u32("record_count");
   const entries = r.rest();
@@ -375,7 +400,11 @@ export function decodeProduceRequest(body: Uint8Array): ProduceRequest {
     scanned = scanEntries(entries, { maxCount: produceRecordsMax });
   } catch (error) {
     if (error instanceof RecordFormatError) {
-      throw new ProtocolError(Errors.invalidRequest, "entries", `Cannot decode Produce request: field "entries": ${error.message}`);
+      throw new ProtocolError(
+        Errors.invalidRequest,
+        "entries",
+        `Cannot decode Produce request: field "entries": ${error.message}`,
+      );
     }
     throw error;
   }
@@ -437,7 +466,13 @@ export function encodeFetchRequest(correlationId: number, request: FetchRequestF
   requireInt(maxBytes, 0, 0xffff_ffff, "fetch.max_bytes");
   requireInt(waitMs, 0, 0xffff_ffff, "fetch.wait_ms");
   const w = startRequest(ApiKey.Fetch, correlationId, 12 + 2 + topic.length + 24);
-  w.u16(topic.length).bytes(topic).u32(request.partition).u64(request.offset).u32(maxRecords).u32(maxBytes).u32(waitMs);
+  w.u16(topic.length)
+    .bytes(topic)
+    .u32(request.partition)
+    .u64(request.offset)
+    .u32(maxRecords)
+    .u32(maxBytes)
+    .u32(waitMs);
   return finishFrame(w);
 }
 
@@ -469,7 +504,10 @@ export function decodeFetchRequest(body: Uint8Array): FetchRequestFields {
  * the stored bytes are never copied into a frame buffer. The records view must stay unchanged
  * until it is written.
  */
-export function encodeFetchResponseChunks(correlationId: number, result: FetchResult): [prefix: Uint8Array, records: Uint8Array] {
+export function encodeFetchResponseChunks(
+  correlationId: number,
+  result: FetchResult,
+): [prefix: Uint8Array, records: Uint8Array] {
   const records = result.records.bytes;
   const w = startResponse(correlationId, 0, fetchResponsePrefixBytes);
   w.u64(result.highWatermark).u64(result.logStartOffset).u64(result.nextOffset);
@@ -539,11 +577,21 @@ export function decodeFetchResponse(body: Uint8Array): FetchResult {
  * Encodes a CreateTopic request frame. An omitted config is sent as `config_len` 0.
  * @throws ProtocolError `invalid_request` for a bad topic or partition count.
  */
-export function encodeCreateTopicRequest(correlationId: number, request: CreateTopicRequest): Uint8Array {
+export function encodeCreateTopicRequest(
+  correlationId: number,
+  request: CreateTopicRequest,
+): Uint8Array {
   const topic = topicBytes(request.name, "create_topic.topic");
   requireInt(request.partitions, 0, 0xffff_ffff, "create_topic.partitions");
-  const config = request.config === undefined ? new Uint8Array(0) : encoder.encode(JSON.stringify(request.config));
-  const w = startRequest(ApiKey.CreateTopic, correlationId, 12 + 2 + topic.length + 8 + config.length);
+  const config =
+    request.config === undefined
+      ? new Uint8Array(0)
+      : encoder.encode(JSON.stringify(request.config));
+  const w = startRequest(
+    ApiKey.CreateTopic,
+    correlationId,
+    12 + 2 + topic.length + 8 + config.length,
+  );
   w.u16(topic.length).bytes(topic).u32(request.partitions).u32(config.length).bytes(config);
   return finishFrame(w);
 }
@@ -559,12 +607,16 @@ export function decodeCreateTopicRequest(body: Uint8Array): CreateTopicRequest {
   const configText = r.str32("config", "config_len");
   r.end("config");
   const request: CreateTopicRequest = { name, partitions };
-  if (configText.length > 0) request.config = parseJsonObject(configText, "CreateTopic request", "config");
+  if (configText.length > 0)
+    request.config = parseJsonObject(configText, "CreateTopic request", "config");
   return request;
 }
 
 /** Encodes a CreateTopic response frame: one topic_entry. */
-export function encodeCreateTopicResponse(correlationId: number, topic: TopicDescription): Uint8Array {
+export function encodeCreateTopicResponse(
+  correlationId: number,
+  topic: TopicDescription,
+): Uint8Array {
   const w = startResponse(correlationId, 0, 10 + topicEntryBytesEstimate(topic));
   writeTopicEntry(w, topic);
   return finishFrame(w);
@@ -587,9 +639,16 @@ export interface MetadataRequestFields {
 }
 
 /** Encodes a Metadata request frame. @throws ProtocolError `invalid_request` for a topic over 65 535 bytes. */
-export function encodeMetadataRequest(correlationId: number, request: MetadataRequestFields): Uint8Array {
+export function encodeMetadataRequest(
+  correlationId: number,
+  request: MetadataRequestFields,
+): Uint8Array {
   const topics = request.topics.map((t, i) => topicBytes(t, `metadata.topics[${i}]`));
-  const w = startRequest(ApiKey.Metadata, correlationId, 16 + topics.reduce((n, t) => n + 2 + t.length, 0));
+  const w = startRequest(
+    ApiKey.Metadata,
+    correlationId,
+    16 + topics.reduce((n, t) => n + 2 + t.length, 0),
+  );
   w.u32(topics.length);
   for (const t of topics) w.u16(t.length).bytes(t);
   return finishFrame(w);
@@ -607,8 +666,15 @@ export function decodeMetadataRequest(body: Uint8Array): MetadataRequestFields {
 }
 
 /** Encodes a Metadata response frame. */
-export function encodeMetadataResponse(correlationId: number, topics: readonly TopicDescription[]): Uint8Array {
-  const w = startResponse(correlationId, 0, 14 + topics.reduce((n, t) => n + topicEntryBytesEstimate(t), 0));
+export function encodeMetadataResponse(
+  correlationId: number,
+  topics: readonly TopicDescription[],
+): Uint8Array {
+  const w = startResponse(
+    correlationId,
+    0,
+    14 + topics.reduce((n, t) => n + topicEntryBytesEstimate(t), 0),
+  );
   w.u32(topics.length);
   for (const topic of topics) writeTopicEntry(w, topic);
   return finishFrame(w);
@@ -633,14 +699,23 @@ function topicEntryBytesEstimate(topic: TopicDescription): number {
 function writeTopicEntry(w: WireWriter, topic: TopicDescription): void {
   w.str16(topic.name).str32(JSON.stringify(topic.config)).u32(topic.partitions.length);
   for (const p of topic.partitions) {
-    w.u32(p.partition).u64(p.logStartOffset).u64(p.highWatermark).u64(p.sizeBytes).u32(p.segmentCount).u8(p.fenced ? 1 : 0);
+    w.u32(p.partition)
+      .u64(p.logStartOffset)
+      .u64(p.highWatermark)
+      .u64(p.sizeBytes)
+      .u32(p.segmentCount)
+      .u8(p.fenced ? 1 : 0);
   }
 }
 
 function readTopicEntry(r: WireReader, field: string): TopicDescription {
   const name = r.str16(`${field}.name`);
   const configText = r.str32(`${field}.config`, `${field}.config_len`);
-  const config = parseJsonObject(configText, r.context, `${field}.config`) as unknown as TopicConfig;
+  const config = parseJsonObject(
+    configText,
+    r.context,
+    `${field}.config`,
+  ) as unknown as TopicConfig;
   const partitionCount = r.u32(`${field}.partition_count`);
   checkRepeat(r, partitionCount, partitionEntryBytes, `${field}.partition_count`);
   const partitions: PartitionInfo[] = [];
@@ -653,9 +728,20 @@ function readTopicEntry(r: WireReader, field: string): TopicDescription {
     const segmentCount = r.u32(`${at}.segment_count`);
     const fenced = r.u8(`${at}.fenced`);
     if (fenced > 1) {
-      throw new ProtocolError(Errors.invalidRequest, `${at}.fenced`, `Cannot decode ${r.context}: field "${at}.fenced" is ${fenced}, must be 0 or 1`);
+      throw new ProtocolError(
+        Errors.invalidRequest,
+        `${at}.fenced`,
+        `Cannot decode ${r.context}: field "${at}.fenced" is ${fenced}, must be 0 or 1`,
+      );
     }
-    partitions.push({ partition, logStartOffset, highWatermark, sizeBytes, segmentCount, fenced: fenced === 1 });
+    partitions.push({
+      partition,
+      logStartOffset,
+      highWatermark,
+      sizeBytes,
+      segmentCount,
+      fenced: fenced === 1,
+    });
   }
   return { name, config, partitions };
 }
@@ -676,7 +762,10 @@ export interface ListOffsetsResult {
 }
 
 /** Encodes a ListOffsets request frame. @throws ProtocolError `invalid_request` for a bad field. */
-export function encodeListOffsetsRequest(correlationId: number, request: ListOffsetsRequestFields): Uint8Array {
+export function encodeListOffsetsRequest(
+  correlationId: number,
+  request: ListOffsetsRequestFields,
+): Uint8Array {
   const topic = topicBytes(request.topic, "list_offsets.topic");
   requireInt(request.partition, 0, 0xffff_ffff, "list_offsets.partition");
   const w = startRequest(ApiKey.ListOffsets, correlationId, 12 + 2 + topic.length + 4);
@@ -694,8 +783,13 @@ export function decodeListOffsetsRequest(body: Uint8Array): ListOffsetsRequestFi
 }
 
 /** Encodes a ListOffsets response frame. */
-export function encodeListOffsetsResponse(correlationId: number, result: ListOffsetsResult): Uint8Array {
-  return finishFrame(startResponse(correlationId, 0, 26).u64(result.logStartOffset).u64(result.highWatermark));
+export function encodeListOffsetsResponse(
+  correlationId: number,
+  result: ListOffsetsResult,
+): Uint8Array {
+  return finishFrame(
+    startResponse(correlationId, 0, 26).u64(result.logStartOffset).u64(result.highWatermark),
+  );
 }
 
 /** Decodes a ListOffsets response body. @throws ProtocolError if malformed. */
@@ -711,7 +805,10 @@ export function decodeListOffsetsResponse(body: Uint8Array): ListOffsetsResult {
 // DeleteTopic (api 5)
 
 /** Encodes a DeleteTopic request frame. @throws ProtocolError `invalid_request` for a topic over 65 535 bytes. */
-export function encodeDeleteTopicRequest(correlationId: number, request: { topic: string }): Uint8Array {
+export function encodeDeleteTopicRequest(
+  correlationId: number,
+  request: { topic: string },
+): Uint8Array {
   const topic = topicBytes(request.topic, "delete_topic.topic");
   const w = startRequest(ApiKey.DeleteTopic, correlationId, 12 + 2 + topic.length);
   w.u16(topic.length).bytes(topic);
@@ -743,10 +840,19 @@ const encoder = new TextEncoder();
 
 /** UTF-8 of a topic name, checked to fit a str16. */
 function topicBytes(topic: string, field: string): Uint8Array {
-  if (typeof topic !== "string") throw new ProtocolError(Errors.invalidRequest, field, `Cannot encode request: field "${field}" must be a string`);
+  if (typeof topic !== "string")
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot encode request: field "${field}" must be a string`,
+    );
   const bytes = encoder.encode(topic);
   if (bytes.length > str16BytesMax) {
-    throw new ProtocolError(Errors.invalidRequest, field, `Cannot encode request: field "${field}" is ${bytes.length} UTF-8 bytes, over ${str16BytesMax}`);
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot encode request: field "${field}" is ${bytes.length} UTF-8 bytes, over ${str16BytesMax}`,
+    );
   }
   return bytes;
 }
@@ -754,7 +860,11 @@ function topicBytes(topic: string, field: string): Uint8Array {
 /** Checks a caller's value for an integer field before it is written. */
 function requireInt(value: number, min: number, max: number, field: string): void {
   if (!Number.isInteger(value) || value < min || value > max) {
-    throw new ProtocolError(Errors.invalidRequest, field, `Cannot encode request: field "${field}" is ${value}, must be an integer in [${min}, ${max}]`);
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot encode request: field "${field}" is ${value}, must be an integer in [${min}, ${max}]`,
+    );
   }
 }
 
@@ -777,10 +887,18 @@ function parseJsonObject(text: string, context: string, field: string): Record<s
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw new ProtocolError(Errors.invalidRequest, field, `Cannot decode ${context}: field "${field}" is not valid JSON: ${(error as Error).message}`);
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot decode ${context}: field "${field}" is not valid JSON: ${(error as Error).message}`,
+    );
   }
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new ProtocolError(Errors.invalidRequest, field, `Cannot decode ${context}: field "${field}" must be a JSON object`);
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot decode ${context}: field "${field}" must be a JSON object`,
+    );
   }
   return value as Record<string, unknown>;
 }
@@ -800,13 +918,22 @@ function readAssignments(r: WireReader, field: string): TopicPartition[] {
   const count = r.u32(`${field}.assignment_count`);
   checkRepeat(r, count, topicPartitionBytesMin, `${field}.assignment_count`);
   const out: TopicPartition[] = [];
-  for (let i = 0; i < count; i++) out.push({ topic: r.str16(`${field}[${i}].topic`), partition: r.u32(`${field}[${i}].partition`) });
+  for (let i = 0; i < count; i++)
+    out.push({
+      topic: r.str16(`${field}[${i}].topic`),
+      partition: r.u32(`${field}[${i}].partition`),
+    });
   return out;
 }
 
 function readFlag(r: WireReader, field: string): boolean {
   const v = r.u8(field);
-  if (v > 1) throw new ProtocolError(Errors.invalidRequest, field, `Cannot decode ${r.context}: field "${field}" is ${v}, must be 0 or 1`);
+  if (v > 1)
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot decode ${r.context}: field "${field}" is ${v}, must be 0 or 1`,
+    );
   return v === 1;
 }
 
@@ -820,13 +947,20 @@ function nameBytes(name: string, field: string): Uint8Array {
  * `sessionTimeoutMs` sends 0 (broker default).
  * @throws ProtocolError `invalid_request` for a field that does not fit.
  */
-export function encodeJoinGroupRequest(correlationId: number, request: JoinGroupRequest): Uint8Array {
+export function encodeJoinGroupRequest(
+  correlationId: number,
+  request: JoinGroupRequest,
+): Uint8Array {
   const group = nameBytes(request.group, "join_group.group");
   const member = nameBytes(request.memberId ?? "", "join_group.member_id");
   const timeout = request.sessionTimeoutMs ?? 0;
   requireInt(timeout, 0, 0xffff_ffff, "join_group.session_timeout_ms");
   const topics = request.topics.map((t, i) => topicBytes(t, `join_group.topics[${i}]`));
-  const w = startRequest(ApiKey.JoinGroup, correlationId, 32 + group.length + member.length + topics.reduce((n, t) => n + 2 + t.length, 0));
+  const w = startRequest(
+    ApiKey.JoinGroup,
+    correlationId,
+    32 + group.length + member.length + topics.reduce((n, t) => n + 2 + t.length, 0),
+  );
   w.u16(group.length).bytes(group).u16(member.length).bytes(member).u32(timeout).u32(topics.length);
   for (const t of topics) w.u16(t.length).bytes(t);
   return finishFrame(w);
@@ -850,8 +984,15 @@ export function decodeJoinGroupRequest(body: Uint8Array): JoinGroupRequest {
 }
 
 /** Encodes a JoinGroup response frame. */
-export function encodeJoinGroupResponse(correlationId: number, result: GroupAssignment): Uint8Array {
-  const w = startResponse(correlationId, 0, 64 + result.assignments.reduce((n, a) => n + 6 + a.topic.length * 3, 0));
+export function encodeJoinGroupResponse(
+  correlationId: number,
+  result: GroupAssignment,
+): Uint8Array {
+  const w = startResponse(
+    correlationId,
+    0,
+    64 + result.assignments.reduce((n, a) => n + 6 + a.topic.length * 3, 0),
+  );
   w.str16(result.memberId).u64(result.generation).u32(result.sessionTimeoutMs);
   writeAssignments(w, result.assignments);
   return finishFrame(w);
@@ -877,12 +1018,21 @@ export interface HeartbeatRequestFields {
 }
 
 /** Encodes a Heartbeat request frame. @throws ProtocolError `invalid_request` for a field that does not fit. */
-export function encodeHeartbeatRequest(correlationId: number, request: HeartbeatRequestFields): Uint8Array {
+export function encodeHeartbeatRequest(
+  correlationId: number,
+  request: HeartbeatRequestFields,
+): Uint8Array {
   const group = nameBytes(request.group, "heartbeat.group");
   const member = nameBytes(request.memberId, "heartbeat.member_id");
-  if (request.generation !== undefined) requireInt(request.generation, 0, Number.MAX_SAFE_INTEGER, "heartbeat.generation");
+  if (request.generation !== undefined)
+    requireInt(request.generation, 0, Number.MAX_SAFE_INTEGER, "heartbeat.generation");
   const w = startRequest(ApiKey.Heartbeat, correlationId, 32 + group.length + member.length);
-  w.u16(group.length).bytes(group).u16(member.length).bytes(member).u8(request.generation === undefined ? 0 : 1).u64(request.generation ?? 0);
+  w.u16(group.length)
+    .bytes(group)
+    .u16(member.length)
+    .bytes(member)
+    .u8(request.generation === undefined ? 0 : 1)
+    .u64(request.generation ?? 0);
   return finishFrame(w);
 }
 
@@ -898,8 +1048,15 @@ export function decodeHeartbeatRequest(body: Uint8Array): HeartbeatRequestFields
 }
 
 /** Encodes a Heartbeat response frame. */
-export function encodeHeartbeatResponse(correlationId: number, result: HeartbeatResult): Uint8Array {
-  const w = startResponse(correlationId, 0, 32 + result.assignments.reduce((n, a) => n + 6 + a.topic.length * 3, 0));
+export function encodeHeartbeatResponse(
+  correlationId: number,
+  result: HeartbeatResult,
+): Uint8Array {
+  const w = startResponse(
+    correlationId,
+    0,
+    32 + result.assignments.reduce((n, a) => n + 6 + a.topic.length * 3, 0),
+  );
   w.u64(result.generation).u8(result.rejoin ? 1 : 0);
   writeAssignments(w, result.assignments);
   return finishFrame(w);
@@ -916,7 +1073,10 @@ export function decodeHeartbeatResponse(body: Uint8Array): HeartbeatResult {
 }
 
 /** Encodes a LeaveGroup request frame. */
-export function encodeLeaveGroupRequest(correlationId: number, request: { group: string; memberId: string }): Uint8Array {
+export function encodeLeaveGroupRequest(
+  correlationId: number,
+  request: { group: string; memberId: string },
+): Uint8Array {
   const group = nameBytes(request.group, "leave_group.group");
   const member = nameBytes(request.memberId, "leave_group.member_id");
   const w = startRequest(ApiKey.LeaveGroup, correlationId, 16 + group.length + member.length);
@@ -947,17 +1107,38 @@ export function decodeEmptyResponse(body: Uint8Array): void {
 const commitOffsetBytesMin = 14;
 
 /** Encodes a CommitOffsets request frame. @throws ProtocolError `invalid_request` for a field that does not fit (e.g. a negative offset). */
-export function encodeCommitOffsetsRequest(correlationId: number, request: CommitOffsetsRequest): Uint8Array {
+export function encodeCommitOffsetsRequest(
+  correlationId: number,
+  request: CommitOffsetsRequest,
+): Uint8Array {
   const group = nameBytes(request.group, "commit_offsets.group");
   const member = nameBytes(request.memberId ?? "", "commit_offsets.member_id");
-  if (request.generation !== undefined) requireInt(request.generation, 0, Number.MAX_SAFE_INTEGER, "commit_offsets.generation");
+  if (request.generation !== undefined)
+    requireInt(request.generation, 0, Number.MAX_SAFE_INTEGER, "commit_offsets.generation");
   const offsets = request.offsets.map((o, i) => {
     requireInt(o.partition, 0, 0xffff_ffff, `commit_offsets.offsets[${i}].partition`);
     requireInt(o.offset, 0, Number.MAX_SAFE_INTEGER, `commit_offsets.offsets[${i}].offset`);
-    return { topic: topicBytes(o.topic, `commit_offsets.offsets[${i}].topic`), partition: o.partition, offset: o.offset };
+    return {
+      topic: topicBytes(o.topic, `commit_offsets.offsets[${i}].topic`),
+      partition: o.partition,
+      offset: o.offset,
+    };
   });
-  const w = startRequest(ApiKey.CommitOffsets, correlationId, 32 + group.length + member.length + offsets.reduce((n, o) => n + commitOffsetBytesMin + o.topic.length, 0));
-  w.u16(group.length).bytes(group).u16(member.length).bytes(member).u8(request.generation === undefined ? 0 : 1).u64(request.generation ?? 0).u32(offsets.length);
+  const w = startRequest(
+    ApiKey.CommitOffsets,
+    correlationId,
+    32 +
+      group.length +
+      member.length +
+      offsets.reduce((n, o) => n + commitOffsetBytesMin + o.topic.length, 0),
+  );
+  w.u16(group.length)
+    .bytes(group)
+    .u16(member.length)
+    .bytes(member)
+    .u8(request.generation === undefined ? 0 : 1)
+    .u64(request.generation ?? 0)
+    .u32(offsets.length);
   for (const o of offsets) w.u16(o.topic.length).bytes(o.topic).u32(o.partition).u64(o.offset);
   return finishFrame(w);
 }
@@ -973,7 +1154,11 @@ export function decodeCommitOffsetsRequest(body: Uint8Array): CommitOffsetsReque
   checkRepeat(r, count, commitOffsetBytesMin, "offset_count");
   const offsets: CommitOffsetsRequest["offsets"] = [];
   for (let i = 0; i < count; i++) {
-    offsets.push({ topic: r.str16(`offsets[${i}].topic`), partition: r.u32(`offsets[${i}].partition`), offset: r.u64(`offsets[${i}].offset`) });
+    offsets.push({
+      topic: r.str16(`offsets[${i}].topic`),
+      partition: r.u32(`offsets[${i}].partition`),
+      offset: r.u64(`offsets[${i}].offset`),
+    });
   }
   r.end(count === 0 ? "offset_count" : `offsets[${count - 1}]`);
   const request: CommitOffsetsRequest = { group, offsets };
@@ -983,7 +1168,10 @@ export function decodeCommitOffsetsRequest(body: Uint8Array): CommitOffsetsReque
 }
 
 /** Encodes a DescribeGroup request frame. */
-export function encodeDescribeGroupRequest(correlationId: number, request: { group: string }): Uint8Array {
+export function encodeDescribeGroupRequest(
+  correlationId: number,
+  request: { group: string },
+): Uint8Array {
   const group = nameBytes(request.group, "describe_group.group");
   const w = startRequest(ApiKey.DescribeGroup, correlationId, 16 + group.length);
   w.u16(group.length).bytes(group);
@@ -1007,8 +1195,16 @@ function writeGroupEntry(w: WireWriter, g: GroupDescription): void {
   }
   w.u32(g.offsets.length);
   for (const o of g.offsets) {
-    const present = (o.committed !== null ? 1 : 0) | (o.highWatermark !== null ? 2 : 0) | (o.owner !== null ? 4 : 0);
-    w.str16(o.topic).u32(o.partition).u8(present).u64(o.committed ?? 0).u64(o.highWatermark ?? 0).str16(o.owner ?? "");
+    const present =
+      (o.committed !== null ? 1 : 0) |
+      (o.highWatermark !== null ? 2 : 0) |
+      (o.owner !== null ? 4 : 0);
+    w.str16(o.topic)
+      .u32(o.partition)
+      .u8(present)
+      .u64(o.committed ?? 0)
+      .u64(o.highWatermark ?? 0)
+      .str16(o.owner ?? "");
   }
 }
 
@@ -1027,7 +1223,12 @@ function readGroupEntry(r: WireReader, field: string): GroupDescription {
     checkRepeat(r, topicCount, 2, `${at}.topic_count`);
     const topics: string[] = [];
     for (let j = 0; j < topicCount; j++) topics.push(r.str16(`${at}.topics[${j}]`));
-    members.push({ memberId, sessionTimeoutMs, topics, assignments: readAssignments(r, `${at}.assignments`) });
+    members.push({
+      memberId,
+      sessionTimeoutMs,
+      topics,
+      assignments: readAssignments(r, `${at}.assignments`),
+    });
   }
   const offsetCount = r.u32(`${field}.offset_count`);
   // An offset entry is at least 2 + 4 + 1 + 8 + 8 + 2 bytes.
@@ -1038,27 +1239,48 @@ function readGroupEntry(r: WireReader, field: string): GroupDescription {
     const topic = r.str16(`${at}.topic`);
     const partition = r.u32(`${at}.partition`);
     const present = r.u8(`${at}.present`);
-    if (present > 7) throw new ProtocolError(Errors.invalidRequest, `${at}.present`, `Cannot decode ${r.context}: field "${at}.present" is ${present}, only bits 0–2 are defined`);
+    if (present > 7)
+      throw new ProtocolError(
+        Errors.invalidRequest,
+        `${at}.present`,
+        `Cannot decode ${r.context}: field "${at}.present" is ${present}, only bits 0–2 are defined`,
+      );
     const committedRaw = r.u64(`${at}.committed`);
     const highWatermarkRaw = r.u64(`${at}.high_watermark`);
     const ownerRaw = r.str16(`${at}.owner`);
     const committed = present & 1 ? committedRaw : null;
     const highWatermark = present & 2 ? highWatermarkRaw : null;
-    const lag = committed !== null && highWatermark !== null ? Math.max(0, highWatermark - committed) : null;
-    offsets.push({ topic, partition, committed, highWatermark, lag, owner: present & 4 ? ownerRaw : null });
+    const lag =
+      committed !== null && highWatermark !== null ? Math.max(0, highWatermark - committed) : null;
+    offsets.push({
+      topic,
+      partition,
+      committed,
+      highWatermark,
+      lag,
+      owner: present & 4 ? ownerRaw : null,
+    });
   }
   return { group, generation, members, offsets };
 }
 
 function groupEntryBytesEstimate(g: GroupDescription): number {
   let n = 64 + g.group.length * 3;
-  for (const m of g.members) n += 32 + m.memberId.length * 3 + m.topics.reduce((a, t) => a + 2 + t.length * 3, 0) + m.assignments.reduce((a, x) => a + 6 + x.topic.length * 3, 0);
+  for (const m of g.members)
+    n +=
+      32 +
+      m.memberId.length * 3 +
+      m.topics.reduce((a, t) => a + 2 + t.length * 3, 0) +
+      m.assignments.reduce((a, x) => a + 6 + x.topic.length * 3, 0);
   for (const o of g.offsets) n += 32 + o.topic.length * 3 + (o.owner?.length ?? 0) * 3;
   return n;
 }
 
 /** Encodes a DescribeGroup response frame. */
-export function encodeDescribeGroupResponse(correlationId: number, group: GroupDescription): Uint8Array {
+export function encodeDescribeGroupResponse(
+  correlationId: number,
+  group: GroupDescription,
+): Uint8Array {
   const w = startResponse(correlationId, 0, 10 + groupEntryBytesEstimate(group));
   writeGroupEntry(w, group);
   return finishFrame(w);
@@ -1083,8 +1305,15 @@ export function decodeListGroupsRequest(body: Uint8Array): void {
 }
 
 /** Encodes a ListGroups response frame. */
-export function encodeListGroupsResponse(correlationId: number, groups: readonly GroupDescription[]): Uint8Array {
-  const w = startResponse(correlationId, 0, 14 + groups.reduce((n, g) => n + groupEntryBytesEstimate(g), 0));
+export function encodeListGroupsResponse(
+  correlationId: number,
+  groups: readonly GroupDescription[],
+): Uint8Array {
+  const w = startResponse(
+    correlationId,
+    0,
+    14 + groups.reduce((n, g) => n + groupEntryBytesEstimate(g), 0),
+  );
   w.u32(groups.length);
   for (const g of groups) writeGroupEntry(w, g);
   return finishFrame(w);
@@ -1111,16 +1340,34 @@ export interface IdempotentProduceRequestFields extends ProduceRequestFields {
  * Encodes an IdempotentProduce request frame. The batch bytes are copied once.
  * @throws ProtocolError `invalid_request` for a field that does not fit.
  */
-export function encodeIdempotentProduceRequest(correlationId: number, request: IdempotentProduceRequestFields): Uint8Array {
+export function encodeIdempotentProduceRequest(
+  correlationId: number,
+  request: IdempotentProduceRequestFields,
+): Uint8Array {
   const topic = topicBytes(request.topic, "idempotent_produce.topic");
   const id = nameBytes(request.producer.id, "idempotent_produce.producer_id");
   const partition = request.partition ?? -1;
   requireInt(partition, -1, 0x7fff_ffff, "idempotent_produce.partition");
   requireInt(request.producer.epoch, 0, 0xffff_ffff, "idempotent_produce.producer_epoch");
-  requireInt(request.producer.sequence, 0, Number.MAX_SAFE_INTEGER, "idempotent_produce.base_sequence");
+  requireInt(
+    request.producer.sequence,
+    0,
+    Number.MAX_SAFE_INTEGER,
+    "idempotent_produce.base_sequence",
+  );
   requireInt(request.batch.count, 0, 0xffff_ffff, "idempotent_produce.record_count");
-  const w = startRequest(ApiKey.IdempotentProduce, correlationId, 12 + 2 + topic.length + 4 + 2 + id.length + 16 + request.batch.bytes.length);
-  w.u16(topic.length).bytes(topic).i32(partition).u16(id.length).bytes(id).u32(request.producer.epoch).u64(request.producer.sequence);
+  const w = startRequest(
+    ApiKey.IdempotentProduce,
+    correlationId,
+    12 + 2 + topic.length + 4 + 2 + id.length + 16 + request.batch.bytes.length,
+  );
+  w.u16(topic.length)
+    .bytes(topic)
+    .i32(partition)
+    .u16(id.length)
+    .bytes(id)
+    .u32(request.producer.epoch)
+    .u64(request.producer.sequence);
   w.u32(request.batch.count).bytes(request.batch.bytes);
   return finishFrame(w);
 }
@@ -1129,12 +1376,18 @@ export function encodeIdempotentProduceRequest(correlationId: number, request: I
  * Decodes an IdempotentProduce request body; the entries are checked as in Produce.
  * @throws ProtocolError `invalid_request` naming the field.
  */
-export function decodeIdempotentProduceRequest(body: Uint8Array): ProduceRequest & { producer: NonNullable<ProduceRequest["producer"]> } {
+export function decodeIdempotentProduceRequest(
+  body: Uint8Array,
+): ProduceRequest & { producer: NonNullable<ProduceRequest["producer"]> } {
   const r = new WireReader(body, "IdempotentProduce request");
   const topic = r.str16("topic");
   const partition = r.i32("partition");
   if (partition < -1) {
-    throw new ProtocolError(Errors.invalidRequest, "partition", `Cannot decode IdempotentProduce request: field "partition" is ${partition}, must be ≥ 0 or −1`);
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      "partition",
+      `Cannot decode IdempotentProduce request: field "partition" is ${partition}, must be ≥ 0 or −1`,
+    );
   }
   const id = r.str16("producer_id");
   const epoch = r.u32("producer_epoch");
@@ -1146,20 +1399,35 @@ export function decodeIdempotentProduceRequest(body: Uint8Array): ProduceRequest
     scanned = scanEntries(entries, { maxCount: produceRecordsMax });
   } catch (error) {
     if (error instanceof RecordFormatError) {
-      throw new ProtocolError(Errors.invalidRequest, "entries", `Cannot decode IdempotentProduce request: field "entries": ${error.message}`);
+      throw new ProtocolError(
+        Errors.invalidRequest,
+        "entries",
+        `Cannot decode IdempotentProduce request: field "entries": ${error.message}`,
+      );
     }
     throw error;
   }
   if (scanned !== recordCount) {
-    throw new ProtocolError(Errors.invalidRequest, "record_count", `Cannot decode IdempotentProduce request: field "record_count" is ${recordCount} but the entries hold ${scanned} records`);
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      "record_count",
+      `Cannot decode IdempotentProduce request: field "record_count" is ${recordCount} but the entries hold ${scanned} records`,
+    );
   }
-  const request: ProduceRequest & { producer: NonNullable<ProduceRequest["producer"]> } = { topic, batch: { bytes: entries, count: scanned }, producer: { id, epoch, sequence } };
+  const request: ProduceRequest & { producer: NonNullable<ProduceRequest["producer"]> } = {
+    topic,
+    batch: { bytes: entries, count: scanned },
+    producer: { id, epoch, sequence },
+  };
   if (partition >= 0) request.partition = partition;
   return request;
 }
 
 /** Encodes an IdempotentProduce response frame. */
-export function encodeIdempotentProduceResponse(correlationId: number, result: ProduceResult): Uint8Array {
+export function encodeIdempotentProduceResponse(
+  correlationId: number,
+  result: ProduceResult,
+): Uint8Array {
   const w = startResponse(correlationId, 0, 11 + 4 + result.spans.length * produceSpanBytes);
   w.u8(result.duplicate === true ? 1 : 0).u32(result.spans.length);
   for (const span of result.spans) w.u32(span.partition).u64(span.baseOffset).u32(span.count);
@@ -1174,7 +1442,11 @@ export function decodeIdempotentProduceResponse(body: Uint8Array): ProduceResult
   checkRepeat(r, spanCount, produceSpanBytes, "span_count");
   const spans: ProduceResult["spans"] = [];
   for (let i = 0; i < spanCount; i++) {
-    spans.push({ partition: r.u32(`spans[${i}].partition`), baseOffset: r.u64(`spans[${i}].base_offset`), count: r.u32(`spans[${i}].count`) });
+    spans.push({
+      partition: r.u32(`spans[${i}].partition`),
+      baseOffset: r.u64(`spans[${i}].base_offset`),
+      count: r.u32(`spans[${i}].count`),
+    });
   }
   r.end("spans");
   return { spans, duplicate };

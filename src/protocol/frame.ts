@@ -81,15 +81,19 @@ export class FrameDecoder {
   #failure: FrameLengthError | null = null;
 
   constructor(options: FrameDecoderOptions) {
-    if (!(Number.isInteger(options.lengthMin) && options.lengthMin >= 0)) throw new RangeError(`lengthMin ${options.lengthMin} must be a non-negative integer`);
-    if (!(Number.isInteger(options.lengthMax) && options.lengthMax >= options.lengthMin)) throw new RangeError(`lengthMax ${options.lengthMax} must be an integer ≥ lengthMin`);
+    if (!(Number.isInteger(options.lengthMin) && options.lengthMin >= 0))
+      throw new RangeError(`lengthMin ${options.lengthMin} must be a non-negative integer`);
+    if (!(Number.isInteger(options.lengthMax) && options.lengthMax >= options.lengthMin))
+      throw new RangeError(`lengthMax ${options.lengthMax} must be an integer ≥ lengthMin`);
     this.#lengthMin = options.lengthMin;
     this.#lengthMax = options.lengthMax;
   }
 
   /** Bytes received and not yet returned as part of a frame. */
   get bufferedBytes(): number {
-    return this.#assembly === null ? this.#buffered : frameLengthBytes + this.#assembled + this.#buffered;
+    return this.#assembly === null
+      ? this.#buffered
+      : frameLengthBytes + this.#assembled + this.#buffered;
   }
 
   /**
@@ -158,11 +162,19 @@ export class FrameDecoder {
       const prefix = this.#peek(frameLengthBytes);
       const length = ((prefix[0] << 24) | (prefix[1] << 16) | (prefix[2] << 8) | prefix[3]) >>> 0;
       if (length < this.#lengthMin) {
-        this.#failure = new FrameLengthError(length, false, `Cannot read frame: length ${length} is below the minimum of ${this.#lengthMin}`);
+        this.#failure = new FrameLengthError(
+          length,
+          false,
+          `Cannot read frame: length ${length} is below the minimum of ${this.#lengthMin}`,
+        );
         throw this.#failure;
       }
       if (length > this.#lengthMax) {
-        this.#failure = new FrameLengthError(length, true, `Cannot read frame: length ${length} is over the limit of ${this.#lengthMax} bytes${textHint(prefix)}`);
+        this.#failure = new FrameLengthError(
+          length,
+          true,
+          `Cannot read frame: length ${length} is over the limit of ${this.#lengthMax} bytes${textHint(prefix)}`,
+        );
         throw this.#failure;
       }
       this.#frameLength = length;
@@ -179,7 +191,12 @@ export class FrameDecoder {
     if (this.#assembly === null) return this.#peek(count).slice();
     // Assembling: the length prefix was consumed, and the frame's bytes so far are in #assembly.
     const out = new Uint8Array(count);
-    const prefix = Uint8Array.of(this.#frameLength >>> 24, (this.#frameLength >>> 16) & 0xff, (this.#frameLength >>> 8) & 0xff, this.#frameLength & 0xff);
+    const prefix = Uint8Array.of(
+      this.#frameLength >>> 24,
+      (this.#frameLength >>> 16) & 0xff,
+      (this.#frameLength >>> 8) & 0xff,
+      this.#frameLength & 0xff,
+    );
     out.set(prefix.subarray(0, Math.min(count, frameLengthBytes)));
     if (count <= frameLengthBytes) return out;
     const fromAssembly = Math.min(count - frameLengthBytes, this.#assembled);
@@ -230,7 +247,8 @@ export class FrameDecoder {
   #peek(count: number): Uint8Array {
     if (count === 0) return new Uint8Array(0); // a zero-length frame (lengthMin 0), or peekBytes(0): there may be no chunk
     const first = this.#chunks[this.#head];
-    if (first.length - this.#headPos >= count) return first.subarray(this.#headPos, this.#headPos + count);
+    if (first.length - this.#headPos >= count)
+      return first.subarray(this.#headPos, this.#headPos + count);
     const out = new Uint8Array(count);
     this.#copyOut(out, 0, count);
     return out;

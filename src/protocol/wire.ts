@@ -155,7 +155,11 @@ export class WireReader {
     try {
       return strictUtf8.decode(bytes);
     } catch {
-      throw new ProtocolError(Errors.invalidRequest, field, `Cannot decode ${this.context}: field "${field}" is not valid UTF-8`);
+      throw new ProtocolError(
+        Errors.invalidRequest,
+        field,
+        `Cannot decode ${this.context}: field "${field}" is not valid UTF-8`,
+      );
     }
   }
 
@@ -257,7 +261,8 @@ export class WireWriter {
    */
   str16(text: string): this {
     const bytes = encoder.encode(text);
-    if (bytes.length > str16BytesMax) throw new RangeError(`string of ${bytes.length} UTF-8 bytes does not fit a str16`);
+    if (bytes.length > str16BytesMax)
+      throw new RangeError(`string of ${bytes.length} UTF-8 bytes does not fit a str16`);
     return this.u16(bytes.length).bytes(bytes);
   }
 
@@ -270,7 +275,8 @@ export class WireWriter {
   /** Overwrites a u32 already reserved at `position` (frame lengths). */
   patchU32(position: number, value: number): this {
     checkInt(value, 0, 0xffff_ffff, "u32");
-    if (position + 4 > this.#pos) throw new RangeError(`patch at ${position} is past the written bytes`);
+    if (position + 4 > this.#pos)
+      throw new RangeError(`patch at ${position} is past the written bytes`);
     this.#view.setUint32(position, value);
     return this;
   }

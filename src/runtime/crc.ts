@@ -37,7 +37,9 @@ export function installFastCrc32(): Crc32Choice {
   if (nativeCrc32(probe) >>> 0 !== crc32Portable(probe)) return "crc-32";
   try {
     if (runtimeName() === "node") {
-      setCrc32Implementation((bytes) => (bytes.length < nodeNativeCrc32BytesMin ? crc32Portable(bytes) : nativeCrc32(bytes)));
+      setCrc32Implementation((bytes) =>
+        bytes.length < nodeNativeCrc32BytesMin ? crc32Portable(bytes) : nativeCrc32(bytes),
+      );
       return "crc-32 below 512 B, zlib.crc32 above";
     }
     setCrc32Implementation(nativeCrc32);

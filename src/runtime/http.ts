@@ -98,7 +98,8 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
   const shutdown = new AbortController();
   const bindings: HttpBindings = { shutdownSignal: shutdown.signal };
   // Requests that arrive once close() has begun are refused (module comment, step 2).
-  const handler = (request: Request): Response | Promise<Response> => (shutdown.signal.aborted ? shuttingDownResponse() : app.fetch(request, bindings));
+  const handler = (request: Request): Response | Promise<Response> =>
+    shutdown.signal.aborted ? shuttingDownResponse() : app.fetch(request, bindings);
   const runtime = getRuntimeKey();
   let started: Started;
   if (runtime === "node") {
@@ -107,13 +108,18 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
     const nodeHandler: NodeHandler = (request, env) => {
       if (shutdown.signal.aborted) return shuttingDownResponse();
       const incoming = env.incoming;
-      return app.fetch(request, { shutdownSignal: shutdown.signal, readRawBody: (maxBytes) => readIncomingBody(incoming, maxBytes) });
+      return app.fetch(request, {
+        shutdownSignal: shutdown.signal,
+        readRawBody: (maxBytes) => readIncomingBody(incoming, maxBytes),
+      });
     };
     started = await serveNode(nodeHandler, options);
-  }
-  else if (runtime === "deno") started = serveDeno(handler, options);
+  } else if (runtime === "deno") started = serveDeno(handler, options);
   else if (runtime === "bun") started = serveBun(handler, options);
-  else throw new Error(`Cannot serve HTTP: runtime ${JSON.stringify(runtime)} is not supported (Node, Deno or Bun)`);
+  else
+    throw new Error(
+      `Cannot serve HTTP: runtime ${JSON.stringify(runtime)} is not supported (Node, Deno or Bun)`,
+    );
   let closing: Promise<void> | null = null;
   return {
     port: started.port,
@@ -129,7 +135,10 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
 
 /** 503 `unavailable` for a request that arrives while the server is closing; the client may retry elsewhere or later. */
 function shuttingDownResponse(): Response {
-  const error = new BrokerError(Errors.unavailable, "Cannot serve the request: the broker is shutting down");
+  const error = new BrokerError(
+    Errors.unavailable,
+    "Cannot serve the request: the broker is shutting down",
+  );
   return new Response(JSON.stringify(errorBody(error)), {
     status: error.kind.http,
     headers: { "content-type": "application/json", connection: "close" },
@@ -144,7 +153,10 @@ interface Started {
 }
 
 /** What @hono/node-server passes as the second argument of `fetch`. */
-type NodeHandler = (request: Request, env: { incoming: NodeIncoming }) => Response | Promise<Response>;
+type NodeHandler = (
+  request: Request,
+  env: { incoming: NodeIncoming },
+) => Response | Promise<Response>;
 /** The raw request of @hono/node-server (always an IncomingMessage here: the server is HTTP/1.1). */
 type NodeIncoming = IncomingMessage | Http2ServerRequest;
 
@@ -215,7 +227,9 @@ function readIncomingBody(incoming: NodeIncoming, maxBytes: number): Promise<Uin
     const onClose = () => {
       // "close" before "end": the client went away mid-body.
       cleanup();
-      reject(incoming.errored ?? new Error("the client closed the connection before the body ended"));
+      reject(
+        incoming.errored ?? new Error("the client closed the connection before the body ended"),
+      );
     };
     incoming.on("data", onData);
     incoming.on("end", onEnd);
@@ -235,7 +249,12 @@ function readIncomingBody(incoming: NodeIncoming, maxBytes: number): Promise<Uin
  */
 function declaredBodyBytes(incoming: NodeIncoming, maxBytes: number): number {
   const length = incoming.headers["content-length"];
-  if (typeof length !== "string" || incoming.headers["transfer-encoding"] !== undefined || !/^[0-9]{1,16}$/.test(length)) return -1;
+  if (
+    typeof length !== "string" ||
+    incoming.headers["transfer-encoding"] !== undefined ||
+    !/^[0-9]{1,16}$/.test(length)
+  )
+    return -1;
   const bytes = Number(length);
   return bytes <= maxBytes ? bytes : -1;
 }
@@ -244,7 +263,8 @@ async function serveNode(handler: NodeHandler, options: ServeHttpOptions): Promi
   const { createAdaptorServer } = await import("@hono/node-server");
   const { Server } = await import("node:http");
   const server = createAdaptorServer({ fetch: handler, hostname: options.host });
-  if (!(server instanceof Server)) throw new Error("Cannot serve HTTP: @hono/node-server did not return a node:http server");
+  if (!(server instanceof Server))
+    throw new Error("Cannot serve HTTP: @hono/node-server did not return a node:http server");
   let closing = false;
   let requestsInFlight = 0;
   // closeIdleConnections() alone misses connections that never sent a request, and ones still
@@ -268,7 +288,8 @@ async function serveNode(handler: NodeHandler, options: ServeHttpOptions): Promi
     });
   });
   const address = server.address();
-  if (address === null || typeof address === "string") throw new Error("Cannot serve HTTP: the server has no TCP address");
+  if (address === null || typeof address === "string")
+    throw new Error("Cannot serve HTTP: the server has no TCP address");
   return {
     port: address.port,
     stop: () =>
@@ -303,7 +324,10 @@ function serveDeno(handler: Handler, options: ServeHttpOptions): Started {
       if (handlersRunning === 0) onIdle?.();
     }
   };
-  const server = deno.serve({ hostname: options.host, port: options.port, onListen: () => {} }, counted);
+  const server = deno.serve(
+    { hostname: options.host, port: options.port, onListen: () => {} },
+    counted,
+  );
   return {
     port: server.addr.port,
     stop: async () => {
@@ -322,7 +346,11 @@ interface BunGlobal {
     fetch: Handler;
     maxRequestBodySize: number;
     idleTimeout: number;
-  }): { port: number; pendingRequests: number; stop(closeActiveConnections?: boolean): Promise<void> | void };
+  }): {
+    port: number;
+    pendingRequests: number;
+    stop(closeActiveConnections?: boolean): Promise<void> | void;
+  };
 }
 
 function serveBun(handler: Handler, options: ServeHttpOptions): Started {
@@ -341,7 +369,8 @@ function serveBun(handler: Handler, options: ServeHttpOptions): Started {
     stop: async () => {
       const graceful = Promise.resolve(server.stop(false));
       // pendingRequests counts a response until its body (an SSE stream too) has been sent.
-      while (server.pendingRequests > 0) await new Promise((resolve) => setTimeout(resolve, bunDrainPollMs));
+      while (server.pendingRequests > 0)
+        await new Promise((resolve) => setTimeout(resolve, bunDrainPollMs));
       await server.stop(true);
       await graceful;
     },

@@ -26,7 +26,9 @@ export class DataDirInUseError extends Error {
     readonly dataDir: string,
     readonly pid: number,
   ) {
-    super(`data directory ${dataDir} is in use by process ${pid} (another broker?); stop it first, or remove ${dataDir}/${lockFileName} if that process is not a broker`);
+    super(
+      `data directory ${dataDir} is in use by process ${pid} (another broker?); stop it first, or remove ${dataDir}/${lockFileName} if that process is not a broker`,
+    );
   }
 }
 
@@ -57,7 +59,11 @@ export function acquireDataDirLock(dataDir: string): DataDirLock {
   const path = `${dataDir}/${lockFileName}`;
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      const fd = fs.openSync(path, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o600);
+      const fd = fs.openSync(
+        path,
+        fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL,
+        0o600,
+      );
       try {
         fs.fchmodSync(fd, 0o600);
         fs.writeSync(fd, `${process.pid}\n`);

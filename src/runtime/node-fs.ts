@@ -9,7 +9,13 @@
  */
 import * as fs from "node:fs";
 import { inlineSyncBytesMax } from "../lib/limits.ts";
-import { FsError, type FileHandle, type FileStat, type FileSystem, type OpenOptions } from "../fs/types.ts";
+import {
+  FsError,
+  type FileHandle,
+  type FileStat,
+  type FileSystem,
+  type OpenOptions,
+} from "../fs/types.ts";
 
 /**
  * A node:fs error as an FsError. Node's messages already start with the code
@@ -67,7 +73,8 @@ class NodeFileHandle implements FileHandle {
   }
 
   #handle(): number {
-    if (this.#fd === null) throw new FsError("EBADF", this.path, `EBADF: file is closed: ${this.path}`);
+    if (this.#fd === null)
+      throw new FsError("EBADF", this.path, `EBADF: file is closed: ${this.path}`);
     return this.#fd;
   }
 
@@ -199,7 +206,11 @@ export class NodeFileSystem implements FileSystem {
   async stat(path: string): Promise<FileStat | null> {
     try {
       const s = fs.statSync(path);
-      return { size: s.isDirectory() ? 0 : s.size, isDirectory: s.isDirectory(), mode: s.mode & 0o777 };
+      return {
+        size: s.isDirectory() ? 0 : s.size,
+        isDirectory: s.isDirectory(),
+        mode: s.mode & 0o777,
+      };
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
       throw wrap(err, path);

@@ -30,7 +30,9 @@ export function listenTcp(
   onConnection: (socket: ByteSocket) => void,
 ): Promise<TcpListener> {
   return new Promise((resolve, reject) => {
-    const server = net.createServer({ noDelay: true }, (socket) => onConnection(new NodeByteSocket(socket)));
+    const server = net.createServer({ noDelay: true }, (socket) =>
+      onConnection(new NodeByteSocket(socket)),
+    );
     const onListenError = (error: Error): void => reject(error);
     server.once("error", onListenError);
     server.listen({ host: options.host, port: options.port }, () => {

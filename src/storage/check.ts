@@ -18,7 +18,14 @@
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { MemoryLogger } from "../lib/logger.ts";
 import { readJsonFile, isTempFileName } from "./metadata.ts";
-import { Segment, describe, isSupportedBaseOffset, parseSegmentFileName, type SegmentCorruption, type SegmentRecoveryOutcome } from "./segment.ts";
+import {
+  Segment,
+  describe,
+  isSupportedBaseOffset,
+  parseSegmentFileName,
+  type SegmentCorruption,
+  type SegmentRecoveryOutcome,
+} from "./segment.ts";
 import { swapMarkerName } from "./segment-swap.ts";
 
 /** How bad a finding is; any "corrupt" makes `es-broker check` exit non-zero. */
@@ -74,7 +81,10 @@ export interface CheckReport {
 export async function checkDataDir(
   fs: FileSystem,
   dataDir: string,
-  options: { onProgress?: (done: { partitions: number; bytes: number }) => void; nowMs?: number } = {},
+  options: {
+    onProgress?: (done: { partitions: number; bytes: number }) => void;
+    nowMs?: number;
+  } = {},
 ): Promise<CheckReport> {
   const report: CheckReport = { topics: [], segmentsChecked: 0, corrupt: 0, warnings: 0 };
   const topicsDir = joinPath(dataDir, "topics");
@@ -88,9 +98,16 @@ export async function checkDataDir(
     if ("missing" in meta) topic.metadataProblem = "topic.json is missing";
     else if ("error" in meta) topic.metadataProblem = `topic.json: ${meta.error}`;
     if (topic.metadataProblem !== "") report.corrupt++;
-    const entries = (await fs.readdir(dir)).filter((n) => /^\d+$/.test(n)).sort((a, b) => Number(a) - Number(b));
+    const entries = (await fs.readdir(dir))
+      .filter((n) => /^\d+$/.test(n))
+      .sort((a, b) => Number(a) - Number(b));
     for (const p of entries) {
-      const partition = await checkPartition(fs, joinPath(dir, p), `${name}/${p}`, options.nowMs ?? 0);
+      const partition = await checkPartition(
+        fs,
+        joinPath(dir, p),
+        `${name}/${p}`,
+        options.nowMs ?? 0,
+      );
       topic.partitions.push(partition);
       for (const s of partition.segments) {
         report.segmentsChecked++;
@@ -107,18 +124,38 @@ export async function checkDataDir(
   return report;
 }
 
-async function checkPartition(fs: FileSystem, dir: string, partition: string, nowMs: number): Promise<PartitionCheck> {
+async function checkPartition(
+  fs: FileSystem,
+  dir: string,
+  partition: string,
+  nowMs: number,
+): Promise<PartitionCheck> {
   const result: PartitionCheck = { dir, segments: [], strays: [] };
   const bases: number[] = [];
   const names = await fs.readdir(dir);
   const logs = new Set(names.filter((n) => parseSegmentFileName(n)?.kind === "log"));
   for (const n of names) {
     const parsed = parseSegmentFileName(n);
-    if (n === swapMarkerName) result.strays.push({ name: n, reason: "an interrupted compaction swap; the next start finishes or undoes it" });
-    else if (parsed === null) result.strays.push({ name: n, reason: isTempFileName(n) ? "temporary file of an interrupted write" : "not a segment file name (20 digits + .log or .index)" });
-    else if (!isSupportedBaseOffset(parsed.baseOffset)) result.strays.push({ name: n, reason: `base offset ${parsed.baseOffset} is above 2^53 − 1: unsupported` });
+    if (n === swapMarkerName)
+      result.strays.push({
+        name: n,
+        reason: "an interrupted compaction swap; the next start finishes or undoes it",
+      });
+    else if (parsed === null)
+      result.strays.push({
+        name: n,
+        reason: isTempFileName(n)
+          ? "temporary file of an interrupted write"
+          : "not a segment file name (20 digits + .log or .index)",
+      });
+    else if (!isSupportedBaseOffset(parsed.baseOffset))
+      result.strays.push({
+        name: n,
+        reason: `base offset ${parsed.baseOffset} is above 2^53 − 1: unsupported`,
+      });
     else if (parsed.kind === "log") bases.push(parsed.baseOffset);
-    else if (!logs.has(n.replace(/\.index$/, ".log"))) result.strays.push({ name: n, reason: "index without a log" });
+    else if (!logs.has(n.replace(/\.index$/, ".log")))
+      result.strays.push({ name: n, reason: "index without a log" });
   }
   bases.sort((a, b) => a - b);
   for (let i = 0; i < bases.length; i++) {
@@ -126,7 +163,15 @@ async function checkPartition(fs: FileSystem, dir: string, partition: string, no
     let segment: Segment;
     try {
       // Sealed segments are opened as if active, so they are scanned in full rather than trusted.
-      segment = await Segment.open(fs, { dir, baseOffset: bases[i], active: true, nowMs, logger, partition, inspectOnly: true });
+      segment = await Segment.open(fs, {
+        dir,
+        baseOffset: bases[i],
+        active: true,
+        nowMs,
+        logger,
+        partition,
+        inspectOnly: true,
+      });
     } catch (err) {
       result.segments.push({
         file: joinPath(dir, `${String(bases[i]).padStart(20, "0")}.log`),
@@ -165,10 +210,18 @@ async function checkPartition(fs: FileSystem, dir: string, partition: string, no
       file: segment.logPath,
       baseOffset: segment.baseOffset,
       nextOffset: segment.nextOffset,
-      sizeBytes: torn !== undefined ? Number(torn.position) + Number(torn.cut_bytes) : segment.sizeBytes,
+      sizeBytes:
+        torn !== undefined ? Number(torn.position) + Number(torn.cut_bytes) : segment.sizeBytes,
       severity,
       outcome,
-      corruption: outcome === "corrupt" ? segment.corruption ?? { position: Number(torn?.position ?? 0), reason: String(torn?.reason ?? ""), highestSkippedOffset: -1 } : null,
+      corruption:
+        outcome === "corrupt"
+          ? (segment.corruption ?? {
+              position: Number(torn?.position ?? 0),
+              reason: String(torn?.reason ?? ""),
+              highestSkippedOffset: -1,
+            })
+          : null,
       detail,
     });
     await segment.close();

@@ -17,8 +17,19 @@ import { coldOffloadBackoffMsMax, coldOffloadBackoffMsMin } from "../lib/limits.
 import type { PartitionLog } from "./partition.ts";
 import type { Segment } from "./segment.ts";
 import type { ColdPartition } from "./cold-store.ts";
-import { newRetentionResult, runRetention, type RetentionContext, type RetentionResult, type RetentionSettings } from "./retention.ts";
-import { newCompactionResult, runCompaction, type CompactionResult, type CompactionSettings } from "./compaction.ts";
+import {
+  newRetentionResult,
+  runRetention,
+  type RetentionContext,
+  type RetentionResult,
+  type RetentionSettings,
+} from "./retention.ts";
+import {
+  newCompactionResult,
+  runCompaction,
+  type CompactionResult,
+  type CompactionSettings,
+} from "./compaction.ts";
 
 /** A topic's cleanup settings, read at the start of every pass (so a config change applies at once). */
 export interface CleanerSettings extends RetentionSettings, CompactionSettings {
@@ -30,7 +41,8 @@ export interface CleanerSettings extends RetentionSettings, CompactionSettings {
  * Options of {@link PartitionCleaner}: what a retention pass needs (`fs`, `clock`, `logger`,
  * `partition`, `cold`, `logStartOffsets`; the cleaner decides `offloadAllowed` itself) and more.
  */
-export interface PartitionCleanerOptions extends Omit<RetentionContext, "offloadAllowed" | "shouldStop"> {
+export interface PartitionCleanerOptions
+  extends Omit<RetentionContext, "offloadAllowed" | "shouldStop"> {
   settings: () => CleanerSettings;
   /** True once the broker is shutting down: passes end early. */
   shouldStop: () => boolean;
@@ -65,7 +77,8 @@ export class PartitionCleaner {
    * tombstone retention it used, and until when that stays true (the next tombstone expiry). A
    * pass over the same segments before then is skipped without reading them.
    */
-  #clean: { segments: readonly Segment[]; tombstoneRetentionMs: number; untilMs: number } | null = null;
+  #clean: { segments: readonly Segment[]; tombstoneRetentionMs: number; untilMs: number } | null =
+    null;
 
   constructor(options: PartitionCleanerOptions) {
     this.#options = options;
@@ -86,9 +99,16 @@ export class PartitionCleaner {
       const result = await runRetention({ ...o, offloadAllowed }, o.settings());
       if (result.offload_error !== null) {
         this.#offloadFailures++;
-        const waitMs = Math.min(coldOffloadBackoffMsMax, coldOffloadBackoffMsMin * 2 ** Math.min(this.#offloadFailures - 1, 30));
+        const waitMs = Math.min(
+          coldOffloadBackoffMsMax,
+          coldOffloadBackoffMsMin * 2 ** Math.min(this.#offloadFailures - 1, 30),
+        );
         this.#offloadRetryAtMs = o.clock.nowMs() + waitMs;
-        o.logger.log("warn", "cold.offload_backoff", { partition: o.partition.name, failures: this.#offloadFailures, retry_in_ms: waitMs });
+        o.logger.log("warn", "cold.offload_backoff", {
+          partition: o.partition.name,
+          failures: this.#offloadFailures,
+          retry_in_ms: waitMs,
+        });
       } else if (result.segments_offloaded > 0) {
         this.#offloadFailures = 0;
         this.#offloadRetryAtMs = 0;
@@ -105,8 +125,12 @@ export class PartitionCleaner {
       const settings = o.settings();
       let result: CompactionResult;
       if (this.#stoppedReason !== null) result = this.#skippedCompaction(this.#stoppedReason);
-      else if (!settings.compactEnabled) result = this.#skippedCompaction('the cleanup policy does not include "compact"');
-      else if (this.#stillClean(settings)) result = this.#skippedCompaction("no record to drop (no segment changed and no tombstone expired since the last pass)");
+      else if (!settings.compactEnabled)
+        result = this.#skippedCompaction('the cleanup policy does not include "compact"');
+      else if (this.#stillClean(settings))
+        result = this.#skippedCompaction(
+          "no record to drop (no segment changed and no tombstone expired since the last pass)",
+        );
       else {
         const sealed = o.partition.closed ? [] : o.partition.sealedSegments;
         result = await runCompaction(
@@ -118,18 +142,30 @@ export class PartitionCleaner {
             shouldStop: o.shouldStop,
             keysMax: o.compactionKeysMax,
             ensureLogStartOffsetPersisted: async () => {
-              if (o.logStartOffsets.get() === undefined) await o.logStartOffsets.set(o.partition.logStartOffset);
+              if (o.logStartOffsets.get() === undefined)
+                await o.logStartOffsets.set(o.partition.logStartOffset);
             },
           },
           settings,
         );
-        const coveredAll = result.status === "skipped" && result.reason === "no record to drop" && result.segments_read === sealed.length;
+        const coveredAll =
+          result.status === "skipped" &&
+          result.reason === "no record to drop" &&
+          result.segments_read === sealed.length;
         this.#clean = coveredAll
-          ? { segments: sealed, tombstoneRetentionMs: settings.tombstoneRetentionMs, untilMs: result.next_tombstone_expiry_ms < 0 ? Infinity : result.next_tombstone_expiry_ms }
+          ? {
+              segments: sealed,
+              tombstoneRetentionMs: settings.tombstoneRetentionMs,
+              untilMs:
+                result.next_tombstone_expiry_ms < 0 ? Infinity : result.next_tombstone_expiry_ms,
+            }
           : null;
         if (result.swap_incomplete) {
           this.#stoppedReason = `a compaction swap failed after its marker was written (${result.reason}); restart to finish it`;
-          o.logger.log("error", "cleanup.stopped", { partition: o.partition.name, reason: this.#stoppedReason });
+          o.logger.log("error", "cleanup.stopped", {
+            partition: o.partition.name,
+            reason: this.#stoppedReason,
+          });
         }
       }
       this.#lastCompaction = result;
@@ -141,9 +177,15 @@ export class PartitionCleaner {
   #stillClean(settings: CleanerSettings): boolean {
     const clean = this.#clean;
     if (clean === null || this.partition.closed) return false;
-    if (clean.tombstoneRetentionMs !== settings.tombstoneRetentionMs || this.#options.clock.nowMs() >= clean.untilMs) return false;
+    if (
+      clean.tombstoneRetentionMs !== settings.tombstoneRetentionMs ||
+      this.#options.clock.nowMs() >= clean.untilMs
+    )
+      return false;
     const sealed = this.partition.sealedSegments;
-    return sealed.length === clean.segments.length && sealed.every((s, i) => s === clean.segments[i]);
+    return (
+      sealed.length === clean.segments.length && sealed.every((s, i) => s === clean.segments[i])
+    );
   }
 
   /** Waits for the pass in progress, if any. */
@@ -163,7 +205,11 @@ export class PartitionCleaner {
   }
 
   #skippedRetention(reason: string): RetentionResult {
-    return { ...newRetentionResult(this.partition, this.#options.clock.nowMs()), status: "skipped", reason };
+    return {
+      ...newRetentionResult(this.partition, this.#options.clock.nowMs()),
+      status: "skipped",
+      reason,
+    };
   }
 
   #skippedCompaction(reason: string): CompactionResult {

@@ -28,7 +28,13 @@ import { offsetFileStem, viewOf } from "../lib/bytes.ts";
 import { coldSegmentsOpenMax } from "../lib/limits.ts";
 import { dirname, isFsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import type { LowerTier } from "./partition.ts";
-import { Segment, indexFileName, isSupportedBaseOffset, logFileName, parseSegmentFileName } from "./segment.ts";
+import {
+  Segment,
+  indexFileName,
+  isSupportedBaseOffset,
+  logFileName,
+  parseSegmentFileName,
+} from "./segment.ts";
 import { newestTimestampMs } from "./segment-scan.ts";
 import { RecordHeader } from "./record.ts";
 
@@ -105,7 +111,14 @@ export class ColdPartition implements LowerTier {
   #dirReady = false;
   #closed = false;
 
-  constructor(options: { fs: FileSystem; root: string; relativeDir: string[]; name: string; clock: Clock; logger: Logger }) {
+  constructor(options: {
+    fs: FileSystem;
+    root: string;
+    relativeDir: string[];
+    name: string;
+    clock: Clock;
+    logger: Logger;
+  }) {
     this.#fs = options.fs;
     this.dir = joinPath(options.root, ...options.relativeDir);
     this.name = options.name;
@@ -132,17 +145,29 @@ export class ColdPartition implements LowerTier {
       }
       const parsed = parseSegmentFileName(name);
       if (parsed === null || !isSupportedBaseOffset(parsed.baseOffset)) {
-        this.#logger.log("warn", "cold.stray_file", { partition: this.name, file: joinPath(this.dir, name), reason: "not a segment file name" });
+        this.#logger.log("warn", "cold.stray_file", {
+          partition: this.name,
+          file: joinPath(this.dir, name),
+          reason: "not a segment file name",
+        });
         continue;
       }
       if (parsed.kind === "log") logs.add(parsed.baseOffset);
     }
     if (removed.length > 0) {
       await this.#fs.syncDir(this.dir);
-      this.#logger.log("warn", "cold.partial_copies_removed", { partition: this.name, dir: this.dir, files: removed });
+      this.#logger.log("warn", "cold.partial_copies_removed", {
+        partition: this.name,
+        dir: this.dir,
+        files: removed,
+      });
     }
     this.#bases = [...logs].sort((a, b) => a - b);
-    for (const base of this.#bases) this.#sizes.set(base, (await this.#fs.stat(joinPath(this.dir, logFileName(base))))?.size ?? 0);
+    for (const base of this.#bases)
+      this.#sizes.set(
+        base,
+        (await this.#fs.stat(joinPath(this.dir, logFileName(base))))?.size ?? 0,
+      );
     this.#dirReady = this.#bases.length > 0;
   }
 
@@ -189,7 +214,8 @@ export class ColdPartition implements LowerTier {
    * @throws FsError (the partial copy is removed as far as possible; nothing local is touched).
    */
   async offload(segment: Segment): Promise<{ bytes: number }> {
-    if (this.#closed) throw new Error(`Cannot offload to the cold tier of "${this.name}": it is closed`);
+    if (this.#closed)
+      throw new Error(`Cannot offload to the cold tier of "${this.name}": it is closed`);
     await this.#ensureDir();
     const base = segment.baseOffset;
     const logTemp = joinPath(this.dir, logFileName(base) + partialSuffix);
@@ -220,11 +246,19 @@ export class ColdPartition implements LowerTier {
    * the next one), verbatim; count 0 when the tier holds none there.
    * @throws FsError.
    */
-  async read(request: { offset: number; endOffset: number; maxRecords: number; maxBytes: number }): Promise<{ bytes: Uint8Array; count: number; lastOffset: number }> {
+  async read(request: {
+    offset: number;
+    endOffset: number;
+    maxRecords: number;
+    maxBytes: number;
+  }): Promise<{ bytes: Uint8Array; count: number; lastOffset: number }> {
     const none = { bytes: new Uint8Array(0), count: 0, lastOffset: -1 };
     let offset = request.offset;
     let i = lastAtOrBelow(this.#bases, offset);
-    for (let attempts = 0; i < this.#bases.length && this.#bases[i] < request.endOffset && offset < request.endOffset; ) {
+    for (
+      let attempts = 0;
+      i < this.#bases.length && this.#bases[i] < request.endOffset && offset < request.endOffset;
+    ) {
       const base = this.#bases[i];
       const segment = await this.#segment(base);
       if (!segment.acquire()) {
@@ -236,15 +270,30 @@ export class ColdPartition implements LowerTier {
       let r;
       try {
         const limitBytes = segment.readableEndBytes;
-        r = await segment.read({ offset, maxRecords: request.maxRecords, maxBytes: request.maxBytes, limitBytes });
+        r = await segment.read({
+          offset,
+          maxRecords: request.maxRecords,
+          maxBytes: request.maxBytes,
+          limitBytes,
+        });
         if (r.status === "bad_position") {
           await segment.rebuildIndex(this.#logger, `${this.name} (cold)`);
-          r = await segment.read({ offset, maxRecords: request.maxRecords, maxBytes: request.maxBytes, limitBytes });
+          r = await segment.read({
+            offset,
+            maxRecords: request.maxRecords,
+            maxBytes: request.maxBytes,
+            limitBytes,
+          });
         }
       } finally {
         await segment.release();
       }
-      if (r.status === "bad_position") this.#logger.log("error", "cold.read_bad_position", { partition: this.name, segment: segment.logPath, offset });
+      if (r.status === "bad_position")
+        this.#logger.log("error", "cold.read_bad_position", {
+          partition: this.name,
+          segment: segment.logPath,
+          offset,
+        });
       if (r.count > 0) {
         const clipped = clipBelow(r.bytes, request.endOffset);
         if (clipped.count > 0) return clipped;
@@ -268,7 +317,10 @@ export class ColdPartition implements LowerTier {
     if (!segment.acquire()) {
       // Evicted between opening and acquiring: open it once more.
       segment = await this.#segment(baseOffset);
-      if (!segment.acquire()) throw new Error(`Cannot read cold segment ${joinPath(this.dir, logFileName(baseOffset))}: it was closed twice while opening`);
+      if (!segment.acquire())
+        throw new Error(
+          `Cannot read cold segment ${joinPath(this.dir, logFileName(baseOffset))}: it was closed twice while opening`,
+        );
     }
     try {
       const newest = await newestTimestampMs(this.#fs, segment);
@@ -323,7 +375,14 @@ export class ColdPartition implements LowerTier {
       this.#open.delete(base);
       this.#open.set(base, open);
     } else {
-      open = Segment.open(this.#fs, { dir: this.dir, baseOffset: base, active: false, nowMs: this.#clock.nowMs(), logger: this.#logger, partition: `${this.name} (cold)` });
+      open = Segment.open(this.#fs, {
+        dir: this.dir,
+        baseOffset: base,
+        active: false,
+        nowMs: this.#clock.nowMs(),
+        logger: this.#logger,
+        partition: `${this.name} (cold)`,
+      });
       this.#open.set(base, open);
       open.catch(() => this.#open.get(base) === open && this.#open.delete(base));
       while (this.#open.size > coldSegmentsOpenMax) {
@@ -335,8 +394,20 @@ export class ColdPartition implements LowerTier {
   }
 
   /** Status for `GET /v1/admin/storage`. */
-  describe(): { dir: string; segments: number; size_bytes: number; first_offset: number; base_offsets: string[] } {
-    return { dir: this.dir, segments: this.#bases.length, size_bytes: this.sizeBytes, first_offset: this.firstOffset, base_offsets: this.#bases.slice(0, 20).map(offsetFileStem) };
+  describe(): {
+    dir: string;
+    segments: number;
+    size_bytes: number;
+    first_offset: number;
+    base_offsets: string[];
+  } {
+    return {
+      dir: this.dir,
+      segments: this.#bases.length,
+      size_bytes: this.sizeBytes,
+      first_offset: this.firstOffset,
+      base_offsets: this.#bases.slice(0, 20).map(offsetFileStem),
+    };
   }
 }
 
@@ -347,7 +418,12 @@ export class ColdPartition implements LowerTier {
  * @returns bytes copied.
  * @throws FsError, or Error on a size mismatch.
  */
-async function copyFile(fs: FileSystem, from: string, to: string, expectedBytes: number): Promise<number> {
+async function copyFile(
+  fs: FileSystem,
+  from: string,
+  to: string,
+  expectedBytes: number,
+): Promise<number> {
   const source = await fs.open(from);
   let target: FileHandle | null = null;
   try {
@@ -365,7 +441,8 @@ async function copyFile(fs: FileSystem, from: string, to: string, expectedBytes:
       await target.write(got === buf.length ? buf : buf.subarray(0, got), pos);
       pos += got;
     }
-    if (expectedBytes >= 0 && pos !== expectedBytes) throw new Error(`Cannot copy ${from}: read ${pos} bytes, the segment holds ${expectedBytes}`);
+    if (expectedBytes >= 0 && pos !== expectedBytes)
+      throw new Error(`Cannot copy ${from}: read ${pos} bytes, the segment holds ${expectedBytes}`);
     await target.sync();
     return pos;
   } finally {
@@ -402,7 +479,10 @@ function lastAtOrBelow(bases: readonly number[], offset: number): number {
 }
 
 /** The records of `bytes` (back to back, already checked) with offset < `endOffset`. */
-function clipBelow(bytes: Uint8Array, endOffset: number): { bytes: Uint8Array; count: number; lastOffset: number } {
+function clipBelow(
+  bytes: Uint8Array,
+  endOffset: number,
+): { bytes: Uint8Array; count: number; lastOffset: number } {
   const view = viewOf(bytes);
   const header = new RecordHeader();
   let p = 0;

@@ -48,7 +48,14 @@ import type { PartitionLog } from "./partition.ts";
 import { Segment, describe } from "./segment.ts";
 import { scanSegment } from "./segment-scan.ts";
 import { RecordHeader } from "./record.ts";
-import { applySwap, removeSwapMarker, swapMarkerName, tempIndexName, tempLogName, writeSwapMarker } from "./segment-swap.ts";
+import {
+  applySwap,
+  removeSwapMarker,
+  swapMarkerName,
+  tempIndexName,
+  tempLogName,
+  writeSwapMarker,
+} from "./segment-swap.ts";
 
 /** Flag bit in the key map: the key's newest record is a tombstone past `tombstone_retention_ms`. */
 const expiredTombstone = 1;
@@ -155,17 +162,29 @@ class OutputWriter {
    * null when the record only went into the buffer, or a promise to await when it needed I/O (a
    * flush, or starting or finishing an output): the common case costs no await per record.
    */
-  add(source: Uint8Array, range: { start: number; end: number }, offset: number): Promise<void> | null {
+  add(
+    source: Uint8Array,
+    range: { start: number; end: number },
+    offset: number,
+  ): Promise<void> | null {
     const length = range.end - range.start;
     const out = this.#current;
-    if (out === null || (out.sizeBytes > 0 && out.sizeBytes + length > this.#segmentBytes) || this.#buffered + length > this.#buffer.length) {
+    if (
+      out === null ||
+      (out.sizeBytes > 0 && out.sizeBytes + length > this.#segmentBytes) ||
+      this.#buffered + length > this.#buffer.length
+    ) {
       return this.#addSlowly(source, { start: range.start, end: range.end }, offset);
     }
     this.#append(out, source, range, offset);
     return null;
   }
 
-  async #addSlowly(source: Uint8Array, range: { start: number; end: number }, offset: number): Promise<void> {
+  async #addSlowly(
+    source: Uint8Array,
+    range: { start: number; end: number },
+    offset: number,
+  ): Promise<void> {
     const length = range.end - range.start;
     let out = this.#current;
     if (out !== null && out.sizeBytes > 0 && out.sizeBytes + length > this.#segmentBytes) {
@@ -192,7 +211,12 @@ class OutputWriter {
     }
   }
 
-  #append(out: Output, source: Uint8Array, range: { start: number; end: number }, offset: number): void {
+  #append(
+    out: Output,
+    source: Uint8Array,
+    range: { start: number; end: number },
+    offset: number,
+  ): void {
     this.#index(out, offset);
     this.#buffer.set(source.subarray(range.start, range.end), this.#buffered);
     this.#buffered += range.end - range.start;
@@ -204,7 +228,13 @@ class OutputWriter {
     this.#created.push(path);
     const log = await this.#fs.open(path, { create: true });
     await log.truncate(0);
-    const out: Output = { baseOffset, log, index: new OffsetIndex(), sizeBytes: 0, lastIndexedPosition: -1 };
+    const out: Output = {
+      baseOffset,
+      log,
+      index: new OffsetIndex(),
+      sizeBytes: 0,
+      lastIndexedPosition: -1,
+    };
     this.#current = out;
     this.#buffered = 0;
     this.#bufferedAt = 0;
@@ -297,7 +327,10 @@ export function newCompactionResult(name: string, startedMs: number): Compaction
  * Runs one compaction pass over one partition (see the module comment). Never throws for operating
  * errors: they come back as a status and are logged as `compaction.pass`.
  */
-export async function runCompaction(ctx: CompactionContext, settings: CompactionSettings): Promise<CompactionResult> {
+export async function runCompaction(
+  ctx: CompactionContext,
+  settings: CompactionSettings,
+): Promise<CompactionResult> {
   const { partition, clock, logger, fs } = ctx;
   const started = clock.nowMs();
   const result = newCompactionResult(partition.name, started);
@@ -305,7 +338,12 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
     result.status = status;
     result.reason = reason;
     result.duration_ms = clock.nowMs() - started;
-    const level = status === "failed" || status === "aborted" ? "error" : status === "compacted" ? "info" : "debug";
+    const level =
+      status === "failed" || status === "aborted"
+        ? "error"
+        : status === "compacted"
+          ? "info"
+          : "debug";
     logger.log(level, "compaction.pass", { ...result });
     return result;
   };
@@ -314,7 +352,11 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
   const sealed = partition.sealedSegments;
   if (sealed.length === 0) return finish("skipped", "no sealed segment");
   const corrupt = sealed.find((s) => s.corruption !== null);
-  if (corrupt !== undefined) return finish("aborted", `segment ${corrupt.logPath} is corrupt (${corrupt.corruption!.reason}); compaction would lose what follows it`);
+  if (corrupt !== undefined)
+    return finish(
+      "aborted",
+      `segment ${corrupt.logPath} is corrupt (${corrupt.corruption!.reason}); compaction would lose what follows it`,
+    );
 
   const held: Segment[] = [];
   for (const s of sealed) {
@@ -340,7 +382,8 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
       murmur3x86_128(chunk, keyRange, digest);
     };
     const stopCheck = () => {
-      if (ctx.shouldStop?.()) throw new PassEnd("cancelled", "the broker is shutting down or the partition closed");
+      if (ctx.shouldStop?.())
+        throw new PassEnd("cancelled", "the broker is shutting down or the partition closed");
     };
 
     // Pass 1: newest offset of every key; stops at the segment where the map fills.
@@ -359,7 +402,11 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
           if (header.valueLen === 0) {
             const expiresMs = header.timestampMs + settings.tombstoneRetentionMs;
             if (now >= expiresMs) flags = expiredTombstone;
-            else if (result.next_tombstone_expiry_ms < 0 || expiresMs < result.next_tombstone_expiry_ms) result.next_tombstone_expiry_ms = expiresMs;
+            else if (
+              result.next_tombstone_expiry_ms < 0 ||
+              expiresMs < result.next_tombstone_expiry_ms
+            )
+              result.next_tombstone_expiry_ms = expiresMs;
           }
           if (!map.put(digest, header.offset, flags)) {
             runEnd = i;
@@ -376,8 +423,13 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
     }
     result.keys = map.size;
     result.map_bytes = map.memoryBytes;
-    if (runEnd === 0) throw new PassEnd("skipped", `the first sealed segment alone holds more than ${ctx.keysMax ?? compactionKeysMax} distinct keys`);
-    const runEndOffset = runEnd < sealed.length ? sealed[runEnd].baseOffset : Number.MAX_SAFE_INTEGER;
+    if (runEnd === 0)
+      throw new PassEnd(
+        "skipped",
+        `the first sealed segment alone holds more than ${ctx.keysMax ?? compactionKeysMax} distinct keys`,
+      );
+    const runEndOffset =
+      runEnd < sealed.length ? sealed[runEnd].baseOffset : Number.MAX_SAFE_INTEGER;
     const inRun = map.countBelow(runEndOffset, expiredTombstone);
     const droppable = keyedInRun - inRun.keys + inRun.flagged;
     if (droppable === 0) throw new PassEnd("skipped", "no record to drop");
@@ -421,7 +473,12 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
             if (io !== null) await io;
           } else {
             result.records_dropped++;
-            if (header.keyLen >= 0 && header.valueLen === 0 && map.offsetOf(digest) === header.offset) result.tombstones_dropped++;
+            if (
+              header.keyLen >= 0 &&
+              header.valueLen === 0 &&
+              map.offsetOf(digest) === header.offset
+            )
+              result.tombstones_dropped++;
           }
         }
       });
@@ -440,10 +497,16 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
     const outcome = await partition.withWriteLock(async (): Promise<string> => {
       if (partition.closed) return "the partition closed";
       const current = partition.sealedSegments;
-      if (current.length !== sealed.length || !current.every((s, i) => s === sealed[i])) return "the sealed segments changed (a roll or a retention pass)";
-      const firstBaseMoves = first === 0 && (writer.done.length === 0 || writer.done[0].baseOffset !== sealed[0].baseOffset);
+      if (current.length !== sealed.length || !current.every((s, i) => s === sealed[i]))
+        return "the sealed segments changed (a roll or a retention pass)";
+      const firstBaseMoves =
+        first === 0 &&
+        (writer.done.length === 0 || writer.done[0].baseOffset !== sealed[0].baseOffset);
       if (firstBaseMoves) await ctx.ensureLogStartOffsetPersisted();
-      const plan = { replaced: replaced.map((s) => s.baseOffset), outputs: writer.done.map((o) => o.baseOffset) };
+      const plan = {
+        replaced: replaced.map((s) => s.baseOffset),
+        outputs: writer.done.map((o) => o.baseOffset),
+      };
       try {
         await writeSwapMarker(fs, partition.dir, plan);
       } catch (err) {
@@ -454,29 +517,48 @@ export async function runCompaction(ctx: CompactionContext, settings: Compaction
           committed = true;
           throw err;
         }
-        throw new PassEnd("failed", `writing ${swapMarkerName} failed (${describe(err)}); nothing was changed`);
+        throw new PassEnd(
+          "failed",
+          `writing ${swapMarkerName} failed (${describe(err)}); nothing was changed`,
+        );
       }
       committed = true;
       await applySwap(fs, partition.dir, plan);
       const fresh: Segment[] = [];
       for (const o of writer.done) {
-        fresh.push(await Segment.open(fs, { dir: partition.dir, baseOffset: o.baseOffset, active: false, nowMs: clock.nowMs(), logger, partition: partition.name }));
+        fresh.push(
+          await Segment.open(fs, {
+            dir: partition.dir,
+            baseOffset: o.baseOffset,
+            active: false,
+            nowMs: clock.nowMs(),
+            logger,
+            partition: partition.name,
+          }),
+        );
       }
       await partition.replaceSealedSegments(replaced, fresh);
       await removeSwapMarker(fs, partition.dir);
       return "";
     });
     if (outcome !== "") throw new PassEnd("cancelled", outcome);
-    return finish("compacted", `${result.records_dropped} records dropped from the ${replaced.length} sealed segments from offset ${replaced[0].baseOffset}`);
+    return finish(
+      "compacted",
+      `${result.records_dropped} records dropped from the ${replaced.length} sealed segments from offset ${replaced[0].baseOffset}`,
+    );
   } catch (err) {
     if (committed) {
       result.swap_incomplete = true;
-      return finish("failed", `the swap failed after its marker was written (${describe(err)}); a restart finishes it`);
+      return finish(
+        "failed",
+        `the swap failed after its marker was written (${describe(err)}); a restart finishes it`,
+      );
     }
     await writer.discard();
     if (err instanceof PassEnd) return finish(err.status, err.message);
     const name = err instanceof Error ? err.name : "";
-    if (name === "SegmentUnreadableError") return finish("aborted", `${describe(err)}; nothing was changed`);
+    if (name === "SegmentUnreadableError")
+      return finish("aborted", `${describe(err)}; nothing was changed`);
     return finish("failed", `${describe(err)}; nothing was changed`);
   } finally {
     for (const h of held) await h.release();

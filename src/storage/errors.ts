@@ -12,7 +12,13 @@
  * - `closed`: the partition was closed (shutdown or topic deletion).
  * - `invalid`: the caller passed something storage cannot append (e.g. a bad timestamp).
  */
-export type StorageErrorKind = "fenced" | "write_failed" | "out_of_range" | "unsupported" | "closed" | "invalid";
+export type StorageErrorKind =
+  | "fenced"
+  | "write_failed"
+  | "out_of_range"
+  | "unsupported"
+  | "closed"
+  | "invalid";
 
 /** An operating error from storage, with a message naming the partition and the action. */
 export class StorageError extends Error {

@@ -38,7 +38,10 @@ export class KeyOffsetMap {
    * @param options.capacity initial slots (rounded up to a power of two, at least 16).
    */
   constructor(options: { keysMax: number; capacity?: number }) {
-    assert(Number.isSafeInteger(options.keysMax) && options.keysMax >= 1, "keysMax is a positive integer");
+    assert(
+      Number.isSafeInteger(options.keysMax) && options.keysMax >= 1,
+      "keysMax is a positive integer",
+    );
     this.#keysMax = options.keysMax;
     let capacity = 16;
     while (capacity < (options.capacity ?? 16)) capacity *= 2;
@@ -129,7 +132,8 @@ export class KeyOffsetMap {
     for (;;) {
       const w = slot * slotWords;
       if (slots[w + 5] === 0) return w;
-      if (slots[w] === d0 && slots[w + 1] === d1 && slots[w + 2] === d2 && slots[w + 3] === d3) return w;
+      if (slots[w] === d0 && slots[w + 1] === d1 && slots[w + 2] === d2 && slots[w + 3] === d3)
+        return w;
       slot = (slot + 1) & mask;
     }
   }

@@ -39,21 +39,33 @@ export class LogStartOffsetFile {
    * @returns the file, or `{ error }` if it is unreadable or malformed (DECISIONS 9: the caller
    * makes the topic unavailable and reports it, never resets it).
    */
-  static async load(fs: FileSystem, topicDir: string): Promise<LogStartOffsetFile | { error: string }> {
+  static async load(
+    fs: FileSystem,
+    topicDir: string,
+  ): Promise<LogStartOffsetFile | { error: string }> {
     const path = joinPath(topicDir, logStartOffsetsFileName);
     const read = await readJsonFile(fs, path);
     if ("missing" in read) return new LogStartOffsetFile(fs, path, new Map());
     if ("error" in read) return { error: `${path}: ${read.error}` };
     const value = read.value as { version?: unknown; partitions?: unknown };
-    if (typeof value !== "object" || value === null || value.version !== 1 || typeof value.partitions !== "object" || value.partitions === null) {
+    if (
+      typeof value !== "object" ||
+      value === null ||
+      value.version !== 1 ||
+      typeof value.partitions !== "object" ||
+      value.partitions === null
+    ) {
       return { error: `${path}: not {"version":1,"partitions":{…}}` };
     }
     const offsets = new Map<number, number>();
     for (const [key, offset] of Object.entries(value.partitions as Record<string, unknown>)) {
       const partition = Number(key);
-      if (!/^\d+$/.test(key) || !Number.isSafeInteger(partition)) return { error: `${path}: partition ${JSON.stringify(key)} is not a partition number` };
+      if (!/^\d+$/.test(key) || !Number.isSafeInteger(partition))
+        return { error: `${path}: partition ${JSON.stringify(key)} is not a partition number` };
       if (typeof offset !== "number" || !Number.isSafeInteger(offset) || offset < 0) {
-        return { error: `${path}: log start offset ${JSON.stringify(offset)} of partition ${key} is not a non-negative integer` };
+        return {
+          error: `${path}: log start offset ${JSON.stringify(offset)} of partition ${key} is not a non-negative integer`,
+        };
       }
       offsets.set(partition, offset);
     }
@@ -77,7 +89,10 @@ export class LogStartOffsetFile {
       if (before !== undefined && before >= offset) return;
       this.#offsets.set(partition, offset);
       try {
-        await writeJsonAtomic(this.#fs, this.path, { version: 1, partitions: Object.fromEntries([...this.#offsets].sort((a, b) => a[0] - b[0])) });
+        await writeJsonAtomic(this.#fs, this.path, {
+          version: 1,
+          partitions: Object.fromEntries([...this.#offsets].sort((a, b) => a[0] - b[0])),
+        });
       } catch (err) {
         if (before === undefined) this.#offsets.delete(partition);
         else this.#offsets.set(partition, before);

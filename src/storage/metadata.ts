@@ -8,7 +8,14 @@
  * (a group file `<group>.json` is up to 254 bytes); {@link listStaleTempFiles} finds them so they
  * can be reported and ignored.
  */
-import { basename, dirname, joinPath, readWholeFile, isFsError, type FileSystem } from "../fs/types.ts";
+import {
+  basename,
+  dirname,
+  joinPath,
+  readWholeFile,
+  isFsError,
+  type FileSystem,
+} from "../fs/types.ts";
 import { metadataFileBytesMax } from "../lib/limits.ts";
 import { fromUtf8, utf8 } from "../lib/bytes.ts";
 
@@ -25,7 +32,8 @@ export const tempStemBytesMax = 200;
 /** `name` cut (at a character boundary) to at most {@link tempStemBytesMax} UTF-8 bytes. */
 function tempStem(name: string): string {
   let stem = name;
-  while (utf8(stem).length > tempStemBytesMax) stem = stem.slice(0, Math.min(stem.length - 1, tempStemBytesMax));
+  while (utf8(stem).length > tempStemBytesMax)
+    stem = stem.slice(0, Math.min(stem.length - 1, tempStemBytesMax));
   return stem;
 }
 
@@ -40,7 +48,11 @@ export function isTempFileName(name: string): boolean {
  * @throws FsError from any step; the old file is then still in place (the temp file may be left
  * behind and is ignored at start).
  */
-export async function writeFileAtomic(fs: FileSystem, path: string, bytes: Uint8Array): Promise<void> {
+export async function writeFileAtomic(
+  fs: FileSystem,
+  path: string,
+  bytes: Uint8Array,
+): Promise<void> {
   const dir = dirname(path);
   const stem = tempStem(basename(path));
   let tmp: string;
@@ -77,7 +89,10 @@ export async function writeJsonAtomic(fs: FileSystem, path: string, value: unkno
  * empty, too large or unparseable (DECISIONS 9: the caller reports it and makes that object
  * unavailable, never resets it), else `{ value }`.
  */
-export async function readJsonFile(fs: FileSystem, path: string): Promise<{ value: unknown } | { missing: true } | { error: string }> {
+export async function readJsonFile(
+  fs: FileSystem,
+  path: string,
+): Promise<{ value: unknown } | { missing: true } | { error: string }> {
   let bytes: Uint8Array;
   try {
     bytes = await readWholeFile(fs, path, metadataFileBytesMax);

@@ -61,10 +61,18 @@ export class OffsetIndex {
 
   /** Appends an entry; both values must be larger than the last entry's. */
   push(relativeOffset: number, position: number): void {
-    const wide = this.#entries instanceof Uint32Array && (relativeOffset > 0xffffffff || position > 0xffffffff);
+    const wide =
+      this.#entries instanceof Uint32Array &&
+      (relativeOffset > 0xffffffff || position > 0xffffffff);
     if (wide || this.#count * 2 + 2 > this.#entries.length) {
-      const length = Math.max(this.#entries.length * (this.#count * 2 + 2 > this.#entries.length ? 2 : 1), 2);
-      const next = wide || this.#entries instanceof Float64Array ? new Float64Array(length) : new Uint32Array(length);
+      const length = Math.max(
+        this.#entries.length * (this.#count * 2 + 2 > this.#entries.length ? 2 : 1),
+        2,
+      );
+      const next =
+        wide || this.#entries instanceof Float64Array
+          ? new Float64Array(length)
+          : new Uint32Array(length);
       next.set(this.#entries.subarray(0, this.#count * 2));
       this.#entries = next;
     }
@@ -75,7 +83,8 @@ export class OffsetIndex {
 
   /** Shrinks the array to exactly its entries (a sealed segment's index no longer grows). */
   trim(): void {
-    if (this.#entries.length > this.#count * 2) this.#entries = this.#entries.slice(0, Math.max(this.#count, 1) * 2);
+    if (this.#entries.length > this.#count * 2)
+      this.#entries = this.#entries.slice(0, Math.max(this.#count, 1) * 2);
   }
 
   /** Drops every entry at index ≥ `count`. */
@@ -127,19 +136,31 @@ export class OffsetIndex {
    * lies inside the log.
    * @returns the index, or the reason it must be rebuilt.
    */
-  static decode(bytes: Uint8Array, logSizeBytes: number): { index: OffsetIndex } | { problem: string } {
-    if (bytes.length % indexEntryBytes !== 0) return { problem: `index is ${bytes.length} bytes, not a whole number of ${indexEntryBytes}-byte entries` };
+  static decode(
+    bytes: Uint8Array,
+    logSizeBytes: number,
+  ): { index: OffsetIndex } | { problem: string } {
+    if (bytes.length % indexEntryBytes !== 0)
+      return {
+        problem: `index is ${bytes.length} bytes, not a whole number of ${indexEntryBytes}-byte entries`,
+      };
     const view = viewOf(bytes);
     const n = bytes.length / indexEntryBytes;
     const index = new OffsetIndex(n);
     for (let i = 0; i < n; i++) {
       const rel = readU64(view, i * indexEntryBytes);
       const pos = readU64(view, i * indexEntryBytes + 8);
-      if (i === 0 && (rel !== 0 || pos !== 0)) return { problem: `first index entry is (${rel}, ${pos}), not (0, 0)` };
+      if (i === 0 && (rel !== 0 || pos !== 0))
+        return { problem: `first index entry is (${rel}, ${pos}), not (0, 0)` };
       if (i > 0 && (rel <= index.lastRelativeOffset || pos <= index.lastPosition)) {
-        return { problem: `index entry ${i} (${rel}, ${pos}) does not increase past (${index.lastRelativeOffset}, ${index.lastPosition})` };
+        return {
+          problem: `index entry ${i} (${rel}, ${pos}) does not increase past (${index.lastRelativeOffset}, ${index.lastPosition})`,
+        };
       }
-      if (pos >= logSizeBytes) return { problem: `index entry ${i} points at position ${pos}, past the log's ${logSizeBytes} bytes` };
+      if (pos >= logSizeBytes)
+        return {
+          problem: `index entry ${i} points at position ${pos}, past the log's ${logSizeBytes} bytes`,
+        };
       index.push(rel, pos);
     }
     if (n === 0 && logSizeBytes > 0) return { problem: "index is empty but the log is not" };

@@ -35,7 +35,14 @@ import { Mutex } from "../lib/mutex.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import type { EntryBatch } from "./record.ts";
-import { Segment, describe, isSupportedBaseOffset, parseSegmentFileName, type SegmentCorruption, type SegmentRecoveryOutcome } from "./segment.ts";
+import {
+  Segment,
+  describe,
+  isSupportedBaseOffset,
+  parseSegmentFileName,
+  type SegmentCorruption,
+  type SegmentRecoveryOutcome,
+} from "./segment.ts";
 import { recoverSegmentSwap } from "./segment-swap.ts";
 
 /** Settings a partition reads on every append, so a config change applies at once. */
@@ -83,7 +90,12 @@ export interface LowerTier {
    * there (count 0 if none), then stopping before `maxBytes` or at `maxRecords`.
    * @throws FsError if its files cannot be read.
    */
-  read(request: { offset: number; endOffset: number; maxRecords: number; maxBytes: number }): Promise<{ bytes: Uint8Array; count: number; lastOffset: number }>;
+  read(request: {
+    offset: number;
+    endOffset: number;
+    maxRecords: number;
+    maxBytes: number;
+  }): Promise<{ bytes: Uint8Array; count: number; lastOffset: number }>;
 }
 
 /** The result of {@link PartitionLog.read}. */
@@ -185,7 +197,10 @@ export class PartitionLog {
     this.#flushIntervalMs = options.flushIntervalMs ?? 1000;
     this.#initialLogStartOffset = options.logStartOffset;
     this.#lowerTier = options.lowerTier ?? null;
-    assert(Number.isInteger(this.#flushEveryRecords) && this.#flushEveryRecords >= 1, "flushEveryRecords is a positive integer");
+    assert(
+      Number.isInteger(this.#flushEveryRecords) && this.#flushEveryRecords >= 1,
+      "flushEveryRecords is a positive integer",
+    );
   }
 
   /**
@@ -222,13 +237,22 @@ export class PartitionLog {
       if (parsed.kind === "log") logs.add(parsed.baseOffset);
       else indexes.add(parsed.baseOffset);
     }
-    for (const base of indexes) if (!logs.has(base)) this.#stray(`${String(base).padStart(20, "0")}.index`, "index without a log");
+    for (const base of indexes)
+      if (!logs.has(base))
+        this.#stray(`${String(base).padStart(20, "0")}.index`, "index without a log");
     const bases = [...logs].sort((a, b) => a - b);
     const now = this.#clock.nowMs();
     const started = now;
     for (let i = 0; i < bases.length; i++) {
       const active = i === bases.length - 1;
-      const segment = await Segment.open(fs, { dir: this.dir, baseOffset: bases[i], active, nowMs: now, logger: this.#logger, partition: this.name });
+      const segment = await Segment.open(fs, {
+        dir: this.dir,
+        baseOffset: bases[i],
+        active,
+        nowMs: now,
+        logger: this.#logger,
+        partition: this.name,
+      });
       this.#segments.push(segment);
     }
     let nextOffset = 0;
@@ -253,7 +277,10 @@ export class PartitionLog {
     this.#durablePosition = active.sizeBytes;
     assert(this.#highWatermark >= nextOffset, "the next offset never goes backwards");
     const lowerFirst = this.#lowerTier?.firstOffset ?? -1;
-    const derived = lowerFirst >= 0 ? Math.min(lowerFirst, this.#segments[0].baseOffset) : this.#segments[0].baseOffset;
+    const derived =
+      lowerFirst >= 0
+        ? Math.min(lowerFirst, this.#segments[0].baseOffset)
+        : this.#segments[0].baseOffset;
     this.#logStartOffset = Math.min(this.#initialLogStartOffset ?? derived, this.#highWatermark);
     const corrupt = this.#segments.filter((s) => s.corruption !== null).length;
     this.#logger.log(corrupt > 0 ? "warn" : "info", "recovery.partition", {
@@ -269,7 +296,11 @@ export class PartitionLog {
 
   #stray(name: string, reason: string): void {
     this.#strays.push({ name, reason });
-    this.#logger.log("warn", "recovery.stray_file", { partition: this.name, file: joinPath(this.dir, name), reason });
+    this.#logger.log("warn", "recovery.stray_file", {
+      partition: this.name,
+      file: joinPath(this.dir, name),
+      reason,
+    });
   }
 
   async #createActive(baseOffset: number): Promise<void> {
@@ -324,19 +355,33 @@ export class PartitionLog {
    * {@link withWriteLock}, after the files are in place. Readers already iterating keep the old
    * list (it is replaced, not changed).
    */
-  async replaceSealedSegments(replaced: readonly Segment[], replacements: readonly Segment[]): Promise<void> {
+  async replaceSealedSegments(
+    replaced: readonly Segment[],
+    replacements: readonly Segment[],
+  ): Promise<void> {
     assert(this.#writeLock.held, "segments are replaced under the write lock");
     assert(replaced.length > 0, "a replacement replaces at least one segment");
     const start = this.#segments.indexOf(replaced[0]);
-    assert(start >= 0 && start + replaced.length < this.#segments.length, "the replaced run is sealed and present");
-    for (let i = 0; i < replaced.length; i++) assert(this.#segments[start + i] === replaced[i], "the replaced segments are consecutive");
+    assert(
+      start >= 0 && start + replaced.length < this.#segments.length,
+      "the replaced run is sealed and present",
+    );
+    for (let i = 0; i < replaced.length; i++)
+      assert(this.#segments[start + i] === replaced[i], "the replaced segments are consecutive");
     const after = this.#segments[start + replaced.length];
     let previousBase = start > 0 ? this.#segments[start - 1].baseOffset : -1;
     for (const s of replacements) {
-      assert(s.baseOffset > previousBase && s.baseOffset < after.baseOffset, "replacements are sorted and stay between their neighbours");
+      assert(
+        s.baseOffset > previousBase && s.baseOffset < after.baseOffset,
+        "replacements are sorted and stay between their neighbours",
+      );
       previousBase = s.baseOffset;
     }
-    this.#segments = [...this.#segments.slice(0, start), ...replacements, ...this.#segments.slice(start + replaced.length)];
+    this.#segments = [
+      ...this.#segments.slice(0, start),
+      ...replacements,
+      ...this.#segments.slice(start + replaced.length),
+    ];
     for (const s of replaced) await s.close();
   }
 
@@ -387,7 +432,10 @@ export class PartitionLog {
    * @throws StorageError "fenced", "write_failed", "unsupported" (offset above 2^53 − 1), "closed";
    *   or what `options.beforeWrite` rejected with.
    */
-  append(batch: EntryBatch, options: AppendOptions = {}): Promise<{ baseOffset: number; count: number }> {
+  append(
+    batch: EntryBatch,
+    options: AppendOptions = {},
+  ): Promise<{ baseOffset: number; count: number }> {
     if (this.#closed) return Promise.reject(this.#closedError());
     if (this.#fenced !== null) return Promise.reject(this.#fencedError());
     if (batch.count === 0) return Promise.resolve({ baseOffset: this.logEndOffset, count: 0 });
@@ -429,7 +477,10 @@ export class PartitionLog {
   }
 
   #fencedError(): StorageError {
-    return new StorageError("fenced", `Cannot append to partition "${this.name}": partition is fenced after ${this.#fenced}, restart required`);
+    return new StorageError(
+      "fenced",
+      `Cannot append to partition "${this.name}": partition is fenced after ${this.#fenced}, restart required`,
+    );
   }
 
   async #drain(): Promise<void> {
@@ -442,7 +493,10 @@ export class PartitionLog {
       const group: PendingAppend[] = [];
       let entryBytes = 0;
       let records = 0;
-      while (this.#queue.length > 0 && (group.length === 0 || entryBytes + this.#queue[0].batch.bytes.length <= groupBytesMax)) {
+      while (
+        this.#queue.length > 0 &&
+        (group.length === 0 || entryBytes + this.#queue[0].batch.bytes.length <= groupBytesMax)
+      ) {
         const p = this.#queue.shift()!;
         group.push(p);
         entryBytes += p.batch.bytes.length;
@@ -504,13 +558,22 @@ export class PartitionLog {
     }
     // Subtract rather than add: 2^53 + 1 rounds to 2^53 in a JS number, so a sum can slip under the limit.
     if (records - 1 > offsetMax - this.logEndOffset) {
-      rejectAll(new StorageError("unsupported", `Cannot append to partition "${this.name}": offsets would pass 2^53 − 1`));
+      rejectAll(
+        new StorageError(
+          "unsupported",
+          `Cannot append to partition "${this.name}": offsets would pass 2^53 − 1`,
+        ),
+      );
       return;
     }
     const config = this.#config();
     const now = this.#clock.nowMs();
     let active = this.#active;
-    if (!active.isEmpty && (active.sizeBytes + storedBytes > config.segmentBytes || now - active.createdMs >= config.segmentMs)) {
+    if (
+      !active.isEmpty &&
+      (active.sizeBytes + storedBytes > config.segmentBytes ||
+        now - active.createdMs >= config.segmentMs)
+    ) {
       try {
         await this.#roll();
       } catch (err) {
@@ -530,7 +593,8 @@ export class PartitionLog {
       if (kept.length === 0 || this.#fenced !== null || this.#closed) prepared.release();
       if (kept.length === 0) return;
       if (this.#fenced !== null || this.#closed) {
-        for (const p of kept) p.reject(this.#fenced !== null ? this.#fencedError() : this.#closedError());
+        for (const p of kept)
+          p.reject(this.#fenced !== null ? this.#fencedError() : this.#closedError());
         return;
       }
       if (kept.length !== group.length) {
@@ -545,7 +609,9 @@ export class PartitionLog {
       }
     }
     try {
-      await active.append(prepared, this.#logger, this.name, config.segmentBytes, () => this.#syncCut(active));
+      await active.append(prepared, this.#logger, this.name, config.segmentBytes, () =>
+        this.#syncCut(active),
+      );
     } catch (err) {
       if (err instanceof StorageError && err.kind === "fenced") {
         this.#fence("a failed write that could not be cut off", err);
@@ -553,7 +619,11 @@ export class PartitionLog {
         // (the failed fsync of the cut may have dropped it from the disk). An fsync still in
         // flight settles first, so the cut starts at the final durable position.
         if (this.#syncRunning !== null) await this.#syncRunning;
-        await active.discardUnsynced({ position: this.#durablePosition, nextOffset: this.#highWatermark }, this.#logger, this.name);
+        await active.discardUnsynced(
+          { position: this.#durablePosition, nextOffset: this.#highWatermark },
+          this.#logger,
+          this.name,
+        );
       }
       rejectAll(err);
       return;
@@ -566,7 +636,11 @@ export class PartitionLog {
       // Its cut to the last good fsync may have run before this write's bytes landed (a write
       // that completes after its call returns): cut again, or they stay past a hole, and a
       // restart calls the segment corrupt.
-      await active.discardUnsynced({ position: this.#durablePosition, nextOffset: this.#highWatermark }, this.#logger, this.name);
+      await active.discardUnsynced(
+        { position: this.#durablePosition, nextOffset: this.#highWatermark },
+        this.#logger,
+        this.name,
+      );
       rejectAll(this.#fencedError());
       return;
     }
@@ -578,7 +652,8 @@ export class PartitionLog {
     for (const p of group) {
       const result = { baseOffset: offset, count: p.batch.count };
       offset += p.batch.count;
-      if (acked) this.#waiters.push({ endOffset: offset, result, resolve: p.resolve, reject: p.reject });
+      if (acked)
+        this.#waiters.push({ endOffset: offset, result, resolve: p.resolve, reject: p.reject });
       else p.resolve(result);
     }
     if (acked) {
@@ -651,7 +726,11 @@ export class PartitionLog {
         this.#fence(`a failed fsync (${describe(err)})`, err);
         // Nothing past the last good fsync can be trusted: cut it so a restart cannot read it back.
         if (segment === this.#active) {
-          await segment.discardUnsynced({ position: this.#durablePosition, nextOffset: this.#highWatermark }, this.#logger, this.name);
+          await segment.discardUnsynced(
+            { position: this.#durablePosition, nextOffset: this.#highWatermark },
+            this.#logger,
+            this.name,
+          );
         }
         return;
       }
@@ -698,7 +777,8 @@ export class PartitionLog {
     this.#syncRunning = cut
       .then(
         () => {},
-        (err: unknown) => this.#fence(`a failed fsync of a failed write's cut (${describe(err)})`, err),
+        (err: unknown) =>
+          this.#fence(`a failed fsync of a failed write's cut (${describe(err)})`, err),
       )
       .finally(() => this.#syncEnded());
     await cut;
@@ -728,8 +808,17 @@ export class PartitionLog {
   async #roll(): Promise<void> {
     await this.#flushAll();
     const old = this.#active;
-    const next = await Segment.create(this.#fs, this.dir, old.nextOffset, this.#clock.nowMs()).catch((err: unknown) => {
-      throw new StorageError("write_failed", `Cannot roll partition "${this.name}": creating a segment failed: ${describe(err)}`, { cause: err });
+    const next = await Segment.create(
+      this.#fs,
+      this.dir,
+      old.nextOffset,
+      this.#clock.nowMs(),
+    ).catch((err: unknown) => {
+      throw new StorageError(
+        "write_failed",
+        `Cannot roll partition "${this.name}": creating a segment failed: ${describe(err)}`,
+        { cause: err },
+      );
     });
     try {
       await this.#fs.syncDir(this.dir);
@@ -741,13 +830,21 @@ export class PartitionLog {
     await old.seal(this.#logger, this.name);
     this.#segments.push(next);
     this.#durablePosition = 0;
-    this.#logger.log("debug", "partition.rolled", { partition: this.name, base_offset: next.baseOffset });
+    this.#logger.log("debug", "partition.rolled", {
+      partition: this.name,
+      base_offset: next.baseOffset,
+    });
   }
 
   #fence(reason: string, err: unknown): void {
     if (this.#fenced !== null) return;
     this.#fenced = reason;
-    this.#logger.log("error", "partition.fenced", { partition: this.name, reason, error: describe(err), high_watermark: this.#highWatermark });
+    this.#logger.log("error", "partition.fenced", {
+      partition: this.name,
+      reason,
+      error: describe(err),
+      high_watermark: this.#highWatermark,
+    });
     const fencedErr = this.#fencedError();
     for (const w of this.#waiters.splice(0)) w.reject(fencedErr);
     for (const p of this.#queue.splice(0)) p.reject(fencedErr);
@@ -763,7 +860,11 @@ export class PartitionLog {
    * offsets below the first local segment are read from the lower tier first, if there is one.
    * @throws StorageError "out_of_range" if `offset` is below the log start offset or above the high watermark.
    */
-  async read(request: { offset: number; maxRecords: number; maxBytes: number }): Promise<PartitionRead> {
+  async read(request: {
+    offset: number;
+    maxRecords: number;
+    maxBytes: number;
+  }): Promise<PartitionRead> {
     if (this.#closed) throw this.#closedError();
     const highWatermark = this.#highWatermark;
     const logStartOffset = this.logStartOffset;
@@ -774,17 +875,36 @@ export class PartitionLog {
         `Cannot read partition "${this.name}" at offset ${offset}: outside [log start offset ${logStartOffset}, high watermark ${highWatermark}]`,
       );
     }
-    const empty = (next: number): PartitionRead => ({ bytes: new Uint8Array(0), count: 0, nextOffset: next, highWatermark, logStartOffset });
+    const empty = (next: number): PartitionRead => ({
+      bytes: new Uint8Array(0),
+      count: 0,
+      nextOffset: next,
+      highWatermark,
+      logStartOffset,
+    });
     const segments = this.#segments;
     if (this.#lowerTier !== null && offset < segments[0].baseOffset) {
-      const r = await this.#lowerTier.read({ offset, endOffset: segments[0].baseOffset, maxRecords: request.maxRecords, maxBytes: request.maxBytes });
-      if (r.count > 0) return { bytes: r.bytes, count: r.count, nextOffset: Math.min(r.lastOffset + 1, highWatermark), highWatermark, logStartOffset };
+      const r = await this.#lowerTier.read({
+        offset,
+        endOffset: segments[0].baseOffset,
+        maxRecords: request.maxRecords,
+        maxBytes: request.maxBytes,
+      });
+      if (r.count > 0)
+        return {
+          bytes: r.bytes,
+          count: r.count,
+          nextOffset: Math.min(r.lastOffset + 1, highWatermark),
+          highWatermark,
+          logStartOffset,
+        };
     }
     let i = findSegment(segments, offset);
     let rebuilt = false;
     while (i < segments.length && offset < highWatermark) {
       const segment = segments[i];
-      const limitBytes = segment === this.#active ? this.#durablePosition : segment.readableEndBytes;
+      const limitBytes =
+        segment === this.#active ? this.#durablePosition : segment.readableEndBytes;
       if (!segment.acquire()) {
         // Closed under us: the partition closed, or retention/compaction replaced the segment.
         // Look again from the same offset: below a raised log start offset that is out of range.
@@ -795,7 +915,13 @@ export class PartitionLog {
       try {
         // endOffset: a roll during this read seals the segment (limitBytes is then its whole
         // size), and records past the high watermark captured above must not be answered with it.
-        const bounds = { offset, maxRecords: request.maxRecords, maxBytes: request.maxBytes, limitBytes, endOffset: highWatermark };
+        const bounds = {
+          offset,
+          maxRecords: request.maxRecords,
+          maxBytes: request.maxBytes,
+          limitBytes,
+          endOffset: highWatermark,
+        };
         r = await segment.read(bounds);
         if (r.status === "bad_position" && !rebuilt) {
           rebuilt = true;
@@ -806,7 +932,11 @@ export class PartitionLog {
         await segment.release();
       }
       if (r.status === "bad_position") {
-        this.#logger.log("error", "read.bad_position", { partition: this.name, segment: segment.logPath, offset });
+        this.#logger.log("error", "read.bad_position", {
+          partition: this.name,
+          segment: segment.logPath,
+          offset,
+        });
       }
       if (r.count > 0) {
         const nextOffset = Math.min(r.lastOffset + 1, highWatermark);
@@ -855,7 +985,8 @@ export class PartitionLog {
     this.#flushTimer = null;
     for (const w of this.#waiters.splice(0)) w.reject(this.#closedError());
     // A clean shutdown leaves the active segment's files holding exactly its records and index.
-    if (this.#fenced === null && this.#active.nextOffset <= this.#highWatermark) await this.#active.trimPreallocated(this.#logger, this.name);
+    if (this.#fenced === null && this.#active.nextOffset <= this.#highWatermark)
+      await this.#active.trimPreallocated(this.#logger, this.name);
     this.#notify();
     this.#listeners.clear();
     for (const s of this.#segments) await s.close();
@@ -870,7 +1001,14 @@ export class PartitionLog {
     high_watermark: number;
     log_end_offset: number;
     size_bytes: number;
-    segments: { base_offset: number; next_offset: number; size_bytes: number; index_entries: number; recovery: SegmentRecoveryOutcome; corruption: SegmentCorruption | null }[];
+    segments: {
+      base_offset: number;
+      next_offset: number;
+      size_bytes: number;
+      index_entries: number;
+      recovery: SegmentRecoveryOutcome;
+      corruption: SegmentCorruption | null;
+    }[];
     stray_files: StrayFile[];
   } {
     return {

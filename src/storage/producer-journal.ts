@@ -109,7 +109,10 @@ export function encodeJournalEntry(entry: ProducerJournalEntry): Uint8Array {
   const topic = encoder.encode(entry.topic);
   assert(id.length >= 1 && id.length <= journalNameBytesMax, "producer id fits an entry");
   assert(topic.length >= 1 && topic.length <= journalNameBytesMax, "topic fits an entry");
-  assert(entry.firstIndex + entry.count === entry.batchCount && entry.count >= 1, "an entry writes the rest of its batch");
+  assert(
+    entry.firstIndex + entry.count === entry.batchCount && entry.count >= 1,
+    "an entry writes the rest of its batch",
+  );
   const len = journalEntryFixedBytes + id.length + topic.length;
   const out = new Uint8Array(4 + len);
   const v = viewOf(out);
@@ -142,11 +145,15 @@ export function encodeJournalEntry(entry: ProducerJournalEntry): Uint8Array {
  * length, bad CRC, unknown kind, bad UTF-8, inconsistent counts) — checked before anything is
  * allocated for it.
  */
-export function decodeJournalEntry(bytes: Uint8Array, pos: number): { entry: ProducerJournalEntry; sizeBytes: number } | null {
+export function decodeJournalEntry(
+  bytes: Uint8Array,
+  pos: number,
+): { entry: ProducerJournalEntry; sizeBytes: number } | null {
   if (bytes.length - pos < 4) return null;
   const v = viewOf(bytes);
   const len = v.getUint32(pos);
-  if (len < journalEntryFixedBytes || len > entryLenMax || bytes.length - pos - 4 < len) return null;
+  if (len < journalEntryFixedBytes || len > entryLenMax || bytes.length - pos - 4 < len)
+    return null;
   const body = pos + 4;
   const crcPos = body + len - 4;
   if (v.getUint32(crcPos) !== crc32(bytes, body, crcPos)) return null;
@@ -174,10 +181,33 @@ export function decodeJournalEntry(bytes: Uint8Array, pos: number): { entry: Pro
   } catch {
     return null;
   }
-  if (!Number.isSafeInteger(baseSequence) || !Number.isSafeInteger(baseOffset) || !Number.isSafeInteger(timestampMs)) return null;
-  if (count < 1 || firstIndex + count !== batchCount || producerId.length === 0 || topic.length === 0) return null;
+  if (
+    !Number.isSafeInteger(baseSequence) ||
+    !Number.isSafeInteger(baseOffset) ||
+    !Number.isSafeInteger(timestampMs)
+  )
+    return null;
+  if (
+    count < 1 ||
+    firstIndex + count !== batchCount ||
+    producerId.length === 0 ||
+    topic.length === 0
+  )
+    return null;
   return {
-    entry: { timestampMs, producerId, epoch, topic, partition, baseSequence, batchCount, firstIndex, count, baseOffset, fingerprint },
+    entry: {
+      timestampMs,
+      producerId,
+      epoch,
+      topic,
+      partition,
+      baseSequence,
+      batchCount,
+      firstIndex,
+      count,
+      baseOffset,
+      fingerprint,
+    },
     sizeBytes: 4 + len,
   };
 }
@@ -225,7 +255,15 @@ export class ProducerJournal {
   #fenced: string | null = null;
   #closed = false;
 
-  private constructor(fs: FileSystem, path: string, file: FileHandle, logger: Logger, sizeBytes: number, generation: number, entries: number) {
+  private constructor(
+    fs: FileSystem,
+    path: string,
+    file: FileHandle,
+    logger: Logger,
+    sizeBytes: number,
+    generation: number,
+    entries: number,
+  ) {
     this.#fs = fs;
     this.path = path;
     this.#file = file;
@@ -243,13 +281,19 @@ export class ProducerJournal {
    * @throws FsError if the file cannot be opened, read, cut or written; StorageError "invalid" if
    *   it is over {@link producerJournalBytesMax}.
    */
-  static async open(fs: FileSystem, options: { path: string; logger: Logger; generationIfNew: number }): Promise<JournalOpenResult> {
+  static async open(
+    fs: FileSystem,
+    options: { path: string; logger: Logger; generationIfNew: number },
+  ): Promise<JournalOpenResult> {
     const { path, logger } = options;
     const file = await fs.open(path, { create: true });
     try {
       const size = await file.size();
       if (size > producerJournalBytesMax) {
-        throw new StorageError("invalid", `Cannot read ${path}: it is ${size} bytes, over the limit of ${producerJournalBytesMax}`);
+        throw new StorageError(
+          "invalid",
+          `Cannot read ${path}: it is ${size} bytes, over the limit of ${producerJournalBytesMax}`,
+        );
       }
       const bytes = new Uint8Array(size);
       let got = 0;
@@ -259,9 +303,18 @@ export class ProducerJournal {
         got += n;
       }
       const v = viewOf(bytes);
-      const headerOk = got >= journalHeaderBytes && v.getUint32(0) === journalMagic && v.getUint16(4) === journalVersion;
+      const headerOk =
+        got >= journalHeaderBytes &&
+        v.getUint32(0) === journalMagic &&
+        v.getUint16(4) === journalVersion;
       if (!headerOk) {
-        if (got > 0) logger.log("warn", "producers.journal_header_invalid", { file: path, size_bytes: got, reason: "no valid header (torn while being reset, or not a journal): starting an empty one" });
+        if (got > 0)
+          logger.log("warn", "producers.journal_header_invalid", {
+            file: path,
+            size_bytes: got,
+            reason:
+              "no valid header (torn while being reset, or not a journal): starting an empty one",
+          });
         const generation = options.generationIfNew;
         await file.truncate(0);
         await file.sync();
@@ -269,7 +322,12 @@ export class ProducerJournal {
         await file.sync();
         // A file this open created has a name only a directory fsync makes durable.
         await fs.syncDir(dirname(path));
-        return { journal: new ProducerJournal(fs, path, file, logger, journalHeaderBytes, generation, 0), generation, entries: [], cutBytes: got };
+        return {
+          journal: new ProducerJournal(fs, path, file, logger, journalHeaderBytes, generation, 0),
+          generation,
+          entries: [],
+          cutBytes: got,
+        };
       }
       const generation = readU64(v, 8);
       const entries: ProducerJournalEntry[] = [];
@@ -284,9 +342,19 @@ export class ProducerJournal {
       if (cutBytes > 0) {
         await file.truncate(pos);
         await file.sync();
-        logger.log("warn", "producers.journal_torn_tail", { file: path, position: pos, cut_bytes: cutBytes, entries_kept: entries.length });
+        logger.log("warn", "producers.journal_torn_tail", {
+          file: path,
+          position: pos,
+          cut_bytes: cutBytes,
+          entries_kept: entries.length,
+        });
       }
-      return { journal: new ProducerJournal(fs, path, file, logger, pos, generation, entries.length), generation, entries, cutBytes };
+      return {
+        journal: new ProducerJournal(fs, path, file, logger, pos, generation, entries.length),
+        generation,
+        entries,
+        cutBytes,
+      };
     } catch (err) {
       await file.close().catch(() => {});
       throw err;
@@ -319,7 +387,10 @@ export class ProducerJournal {
    *   file), "closed".
    */
   append(entry: ProducerJournalEntry): Promise<void> {
-    if (this.#closed) return Promise.reject(new StorageError("closed", `Cannot append to ${this.path}: it is closed`));
+    if (this.#closed)
+      return Promise.reject(
+        new StorageError("closed", `Cannot append to ${this.path}: it is closed`),
+      );
     if (this.#fenced !== null) return Promise.reject(this.#fencedError());
     const bytes = encodeJournalEntry(entry);
     return new Promise((resolve, reject) => {
@@ -329,7 +400,10 @@ export class ProducerJournal {
   }
 
   #fencedError(): StorageError {
-    return new StorageError("fenced", `Cannot append to ${this.path}: the producer journal is fenced after ${this.#fenced}, restart required`);
+    return new StorageError(
+      "fenced",
+      `Cannot append to ${this.path}: the producer journal is fenced after ${this.#fenced}, restart required`,
+    );
   }
 
   #kick(): void {
@@ -344,7 +418,10 @@ export class ProducerJournal {
     while (this.#queue.length > 0 && this.#paused === null) {
       const group = this.#queue.splice(0);
       if (this.#fenced !== null || this.#closed) {
-        const err = this.#fenced !== null ? this.#fencedError() : new StorageError("closed", `Cannot append to ${this.path}: it is closed`);
+        const err =
+          this.#fenced !== null
+            ? this.#fencedError()
+            : new StorageError("closed", `Cannot append to ${this.path}: it is closed`);
         for (const w of group) w.reject(err);
         continue;
       }
@@ -364,11 +441,17 @@ export class ProducerJournal {
           await this.#file.truncate(before);
           await this.#file.sync();
         } catch (cutErr) {
-          this.#fence(`a failed write (${describe(err)}) whose partial bytes could not be cut off (${describe(cutErr)})`);
+          this.#fence(
+            `a failed write (${describe(err)}) whose partial bytes could not be cut off (${describe(cutErr)})`,
+          );
           for (const w of group) w.reject(this.#fencedError());
           continue;
         }
-        const failed = new StorageError("write_failed", `Cannot append to ${this.path}: write failed: ${describe(err)}`, { cause: err });
+        const failed = new StorageError(
+          "write_failed",
+          `Cannot append to ${this.path}: write failed: ${describe(err)}`,
+          { cause: err },
+        );
         for (const w of group) w.reject(failed);
         continue;
       }
@@ -414,7 +497,10 @@ export class ProducerJournal {
       try {
         await writeSnapshot(next);
       } catch (err) {
-        if (err instanceof SnapshotOutcomeUnknown) this.#fence(`a snapshot write of generation ${next} whose outcome is unknown (${err.message})`);
+        if (err instanceof SnapshotOutcomeUnknown)
+          this.#fence(
+            `a snapshot write of generation ${next} whose outcome is unknown (${err.message})`,
+          );
         throw err;
       }
       try {
@@ -442,7 +528,8 @@ export class ProducerJournal {
     while (this.#paused !== null) await this.#paused;
     if (this.#running !== null) await this.#running;
     this.#closed = true;
-    for (const w of this.#queue.splice(0)) w.reject(new StorageError("closed", `Cannot append to ${this.path}: it is closed`));
+    for (const w of this.#queue.splice(0))
+      w.reject(new StorageError("closed", `Cannot append to ${this.path}: it is closed`));
     await this.#file.close();
   }
 }

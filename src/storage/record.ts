@@ -65,24 +65,43 @@ export function scanEntries(bytes: Uint8Array, options: { maxCount?: number } = 
   let pos = 0;
   let count = 0;
   while (pos < bytes.length) {
-    if (count >= maxCount) throw new RecordFormatError(`batch holds more than ${maxCount} records`, count);
+    if (count >= maxCount)
+      throw new RecordFormatError(`batch holds more than ${maxCount} records`, count);
     if (bytes.length - pos < entryOverheadBytes) {
-      throw new RecordFormatError(`record ${count} is truncated: ${bytes.length - pos} bytes left, header needs ${entryOverheadBytes}`, count);
+      throw new RecordFormatError(
+        `record ${count} is truncated: ${bytes.length - pos} bytes left, header needs ${entryOverheadBytes}`,
+        count,
+      );
     }
     const ts = readI64(view, pos);
-    if (ts < -1 || !Number.isSafeInteger(ts)) throw new RecordFormatError(`record ${count} has timestamp_ms ${ts}: must be ≥ 0, or −1 for the broker's clock`, count);
+    if (ts < -1 || !Number.isSafeInteger(ts))
+      throw new RecordFormatError(
+        `record ${count} has timestamp_ms ${ts}: must be ≥ 0, or −1 for the broker's clock`,
+        count,
+      );
     const keyLen = view.getInt32(pos + 8);
-    if (keyLen < -1) throw new RecordFormatError(`record ${count} has key_len ${keyLen}: must be ≥ −1`, count);
+    if (keyLen < -1)
+      throw new RecordFormatError(`record ${count} has key_len ${keyLen}: must be ≥ −1`, count);
     const keyBytes = keyLen < 0 ? 0 : keyLen;
     if (keyBytes > recordPayloadBytesMax || pos + 12 + keyBytes + 4 > bytes.length) {
-      throw new RecordFormatError(`record ${count} has key_len ${keyLen}, past the end of the batch`, count);
+      throw new RecordFormatError(
+        `record ${count} has key_len ${keyLen}, past the end of the batch`,
+        count,
+      );
     }
     const valueLen = view.getUint32(pos + 12 + keyBytes);
     if (keyBytes + valueLen > recordPayloadBytesMax) {
-      throw new RecordFormatError(`record ${count} is ${keyBytes + valueLen} bytes of key and value, over the limit of ${recordPayloadBytesMax}`, count);
+      throw new RecordFormatError(
+        `record ${count} is ${keyBytes + valueLen} bytes of key and value, over the limit of ${recordPayloadBytesMax}`,
+        count,
+      );
     }
     const end = pos + entryOverheadBytes + keyBytes + valueLen;
-    if (end > bytes.length) throw new RecordFormatError(`record ${count} has value_len ${valueLen}, past the end of the batch`, count);
+    if (end > bytes.length)
+      throw new RecordFormatError(
+        `record ${count} has value_len ${valueLen}, past the end of the batch`,
+        count,
+      );
     pos = end;
     count++;
   }
@@ -121,10 +140,16 @@ export class EntryBatchBuilder {
   add(key: Uint8Array | null, value: Uint8Array, timestampMs = -1): this {
     const keyBytes = key === null ? 0 : key.length;
     if (keyBytes + value.length > recordPayloadBytesMax) {
-      throw new RecordFormatError(`record ${this.#count} is ${keyBytes + value.length} bytes of key and value, over the limit of ${recordPayloadBytesMax}`, this.#count);
+      throw new RecordFormatError(
+        `record ${this.#count} is ${keyBytes + value.length} bytes of key and value, over the limit of ${recordPayloadBytesMax}`,
+        this.#count,
+      );
     }
     if (!Number.isSafeInteger(timestampMs) || timestampMs < -1) {
-      throw new RecordFormatError(`record ${this.#count} has timestamp ${timestampMs}: must be an integer ≥ 0, or −1`, this.#count);
+      throw new RecordFormatError(
+        `record ${this.#count} has timestamp ${timestampMs}: must be an integer ≥ 0, or −1`,
+        this.#count,
+      );
     }
     const need = entryOverheadBytes + keyBytes + value.length;
     this.#reserve(need);
@@ -215,24 +240,40 @@ export class RecordCursor {
    */
   decode(pos: number, end = this.#bytes.length): DecodeStatus {
     const v = this.#view;
-    if (end - pos < recordLengthPrefixBytes) return this.#fail(DecodeStatus.Incomplete, "fewer than 4 bytes left for record_len");
+    if (end - pos < recordLengthPrefixBytes)
+      return this.#fail(DecodeStatus.Incomplete, "fewer than 4 bytes left for record_len");
     const len = v.getUint32(pos);
-    if (len < recordLenMin || len > recordLenMax) return this.#fail(DecodeStatus.Invalid, `record_len ${len} is outside [${recordLenMin}, ${recordLenMax}]`);
-    if (end - pos - recordLengthPrefixBytes < len) return this.#fail(DecodeStatus.Incomplete, `record_len ${len} runs past the end of the data`);
+    if (len < recordLenMin || len > recordLenMax)
+      return this.#fail(
+        DecodeStatus.Invalid,
+        `record_len ${len} is outside [${recordLenMin}, ${recordLenMax}]`,
+      );
+    if (end - pos - recordLengthPrefixBytes < len)
+      return this.#fail(DecodeStatus.Incomplete, `record_len ${len} runs past the end of the data`);
     const body = pos + recordLengthPrefixBytes;
     const keyLen = v.getInt32(body + 16);
     if (keyLen < -1) return this.#fail(DecodeStatus.Invalid, `key_len ${keyLen} is below −1`);
     const keyBytes = keyLen < 0 ? 0 : keyLen;
-    if (keyBytes > len - recordOverheadBytes) return this.#fail(DecodeStatus.Invalid, `key_len ${keyLen} does not fit record_len ${len}`);
+    if (keyBytes > len - recordOverheadBytes)
+      return this.#fail(DecodeStatus.Invalid, `key_len ${keyLen} does not fit record_len ${len}`);
     const valueLenPos = body + 20 + keyBytes;
     const valueLen = v.getUint32(valueLenPos);
-    if (valueLen !== len - recordOverheadBytes - keyBytes) return this.#fail(DecodeStatus.Invalid, `value_len ${valueLen} does not match record_len ${len}`);
+    if (valueLen !== len - recordOverheadBytes - keyBytes)
+      return this.#fail(
+        DecodeStatus.Invalid,
+        `value_len ${valueLen} does not match record_len ${len}`,
+      );
     const crcPos = body + len - 4;
     const expected = v.getUint32(crcPos);
     const actual = crc32(this.#bytes, body, crcPos);
-    if (expected !== actual) return this.#fail(DecodeStatus.Invalid, `crc mismatch: stored ${expected.toString(16)}, computed ${actual.toString(16)}`);
+    if (expected !== actual)
+      return this.#fail(
+        DecodeStatus.Invalid,
+        `crc mismatch: stored ${expected.toString(16)}, computed ${actual.toString(16)}`,
+      );
     const offset = readU64(v, body);
-    if (offset > offsetMax) return this.#fail(DecodeStatus.Invalid, `offset ${offset} is above 2^53 − 1`);
+    if (offset > offsetMax)
+      return this.#fail(DecodeStatus.Invalid, `offset ${offset} is above 2^53 − 1`);
     const ts = readI64(v, body + 8);
     this.offset = offset;
     this.timestampMs = ts;
@@ -247,7 +288,9 @@ export class RecordCursor {
 
   /** The key of the last decoded record (a view), or null for no key. */
   key(): Uint8Array | null {
-    return this.keyLen < 0 ? null : this.#bytes.subarray(this.keyStart, this.keyStart + this.keyLen);
+    return this.keyLen < 0
+      ? null
+      : this.#bytes.subarray(this.keyStart, this.keyStart + this.keyLen);
   }
 
   /** The value of the last decoded record (a view). */
@@ -277,7 +320,12 @@ export function storedRecordBytes(keyBytes: number, valueBytes: number): number 
 export function encodeEntries(
   batch: EntryBatch,
   out: Uint8Array,
-  options: { outPos: number; baseOffset: number; nowMs: number; onRecord?: (offset: number, position: number) => void },
+  options: {
+    outPos: number;
+    baseOffset: number;
+    nowMs: number;
+    onRecord?: (offset: number, position: number) => void;
+  },
 ): number {
   const src = batch.bytes;
   const sv = viewOf(src);
@@ -312,8 +360,15 @@ export function encodeEntries(
 }
 
 /** Encodes one record on its own (tests, tools). */
-export function encodeRecord(record: { offset: number; timestampMs: number; key: Uint8Array | null; value: Uint8Array }): Uint8Array {
-  const builder = new EntryBatchBuilder(entryOverheadBytes + (record.key?.length ?? 0) + record.value.length);
+export function encodeRecord(record: {
+  offset: number;
+  timestampMs: number;
+  key: Uint8Array | null;
+  value: Uint8Array;
+}): Uint8Array {
+  const builder = new EntryBatchBuilder(
+    entryOverheadBytes + (record.key?.length ?? 0) + record.value.length,
+  );
   builder.add(record.key, record.value, record.timestampMs);
   const batch = builder.build();
   const out = new Uint8Array(batch.bytes.length + 16);
@@ -362,7 +417,9 @@ export class EntryCursor {
 
   /** The current entry's key (a view), or null. */
   key(): Uint8Array | null {
-    return this.keyLen < 0 ? null : this.batch.bytes.subarray(this.keyStart, this.keyStart + this.keyLen);
+    return this.keyLen < 0
+      ? null
+      : this.batch.bytes.subarray(this.keyStart, this.keyStart + this.keyLen);
   }
 }
 
@@ -375,9 +432,16 @@ export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs
   const cursor = new EntryCursor(batch);
   while (cursor.next()) {
     const ts = cursor.timestampMs;
-    if (ts < -1) throw new RecordFormatError(`record ${cursor.index} has timestamp ${ts}: must be ≥ 0, or −1 for the broker's clock`, cursor.index);
+    if (ts < -1)
+      throw new RecordFormatError(
+        `record ${cursor.index} has timestamp ${ts}: must be ≥ 0, or −1 for the broker's clock`,
+        cursor.index,
+      );
     if (ts > nowMs + maxSkewMs) {
-      throw new RecordFormatError(`record ${cursor.index} has timestamp ${ts}: more than ${maxSkewMs} ms ahead of the broker clock (${nowMs})`, cursor.index);
+      throw new RecordFormatError(
+        `record ${cursor.index} has timestamp ${ts}: more than ${maxSkewMs} ms ahead of the broker clock (${nowMs})`,
+        cursor.index,
+      );
     }
   }
 }

@@ -115,7 +115,10 @@ const newestCache = new WeakMap<Segment, number>();
  * use and remembered. Returns null if the segment was closed meanwhile.
  * @throws SegmentUnreadableError, FsError.
  */
-export async function segmentNewestTimestampMs(fs: FileSystem, segment: Segment): Promise<number | null> {
+export async function segmentNewestTimestampMs(
+  fs: FileSystem,
+  segment: Segment,
+): Promise<number | null> {
   const known = newestCache.get(segment);
   if (known !== undefined) return known;
   if (!segment.acquire()) return null;
@@ -163,7 +166,10 @@ export function newRetentionResult(partition: PartitionLog, startedMs: number): 
  * Runs one retention pass over one partition (see the module comment). Never throws for
  * operating errors: they come back as status "failed" or "offload_failed" and are logged.
  */
-export async function runRetention(ctx: RetentionContext, settings: RetentionSettings): Promise<RetentionResult> {
+export async function runRetention(
+  ctx: RetentionContext,
+  settings: RetentionSettings,
+): Promise<RetentionResult> {
   const { partition, clock, logger } = ctx;
   const started = clock.nowMs();
   const result = newRetentionResult(partition, started);
@@ -171,9 +177,16 @@ export async function runRetention(ctx: RetentionContext, settings: RetentionSet
     result.status = status;
     result.reason = reason;
     result.duration_ms = clock.nowMs() - started;
-    result.log_start_offset_after = partition.closed ? result.log_start_offset_before : partition.logStartOffset;
+    result.log_start_offset_after = partition.closed
+      ? result.log_start_offset_before
+      : partition.logStartOffset;
     result.size_bytes_after = partition.closed ? result.size_bytes_before : partition.sizeBytes;
-    const level = status === "failed" || status === "offload_failed" ? "error" : status === "ok" ? "info" : "debug";
+    const level =
+      status === "failed" || status === "offload_failed"
+        ? "error"
+        : status === "ok"
+          ? "info"
+          : "debug";
     logger.log(level, "retention.pass", { ...result });
     return result;
   };
@@ -200,7 +213,8 @@ export async function runRetention(ctx: RetentionContext, settings: RetentionSet
     }
     if (settings.deleteEnabled && settings.retentionBytes >= 0) {
       let total = partition.sizeBytes;
-      while (bySize < sealed.length && total > settings.retentionBytes) total -= sealed[bySize++].sizeBytes;
+      while (bySize < sealed.length && total > settings.retentionBytes)
+        total -= sealed[bySize++].sizeBytes;
     }
     result.below_log_start = below;
     result.by_age = byAge;
@@ -225,7 +239,11 @@ export async function runRetention(ctx: RetentionContext, settings: RetentionSet
             result.bytes_offloaded += bytes;
           } catch (err) {
             result.offload_error = describe(err);
-            logger.log("error", "cold.offload_failed", { partition: partition.name, segment: sealed[i].logPath, error: result.offload_error });
+            logger.log("error", "cold.offload_failed", {
+              partition: partition.name,
+              segment: sealed[i].logPath,
+              error: result.offload_error,
+            });
             count = i;
             break;
           }
@@ -238,11 +256,17 @@ export async function runRetention(ctx: RetentionContext, settings: RetentionSet
       const outcome = await partition.withWriteLock(async () => {
         if (partition.closed) return "the partition closed";
         const current = partition.sealedSegments;
-        if (!victims.every((s, i) => current[i] === s)) return "the sealed segments changed during the pass";
+        if (!victims.every((s, i) => current[i] === s))
+          return "the sealed segments changed during the pass";
         // Without a cold tier the log now starts after the victims; persist that first.
-        const startAfter = count < sealed.length ? Math.max(sealed[count - 1].nextOffset, sealed[count].baseOffset) : sealed[count - 1].nextOffset;
-        const newLso = cold === null ? Math.max(startAfter, partition.logStartOffset) : partition.logStartOffset;
-        if (newLso > partition.logStartOffset || ctx.logStartOffsets.get() === undefined) await ctx.logStartOffsets.set(newLso);
+        const startAfter =
+          count < sealed.length
+            ? Math.max(sealed[count - 1].nextOffset, sealed[count].baseOffset)
+            : sealed[count - 1].nextOffset;
+        const newLso =
+          cold === null ? Math.max(startAfter, partition.logStartOffset) : partition.logStartOffset;
+        if (newLso > partition.logStartOffset || ctx.logStartOffsets.get() === undefined)
+          await ctx.logStartOffsets.set(newLso);
         partition.advanceLogStartOffset(newLso);
         await partition.replaceSealedSegments(victims, []);
         return "";
@@ -270,13 +294,20 @@ export async function runRetention(ctx: RetentionContext, settings: RetentionSet
   } catch (err) {
     return finish("failed", describe(err));
   }
-  if (result.offload_error !== null) return finish("offload_failed", `a copy to the cold tier failed: ${result.offload_error}`);
-  const did = result.segments_deleted + result.segments_offloaded + result.cold_segments_deleted > 0;
+  if (result.offload_error !== null)
+    return finish("offload_failed", `a copy to the cold tier failed: ${result.offload_error}`);
+  const did =
+    result.segments_deleted + result.segments_offloaded + result.cold_segments_deleted > 0;
   return finish(did ? "ok" : "nothing_to_do", result.reason);
 }
 
 /** The cold tier's retention: a prefix of cold segments below the log start offset or older than `cold_retention_ms`. */
-async function coldRetention(ctx: RetentionContext, cold: ColdPartition, settings: RetentionSettings, result: RetentionResult): Promise<void> {
+async function coldRetention(
+  ctx: RetentionContext,
+  cold: ColdPartition,
+  settings: RetentionSettings,
+  result: RetentionResult,
+): Promise<void> {
   const { partition } = ctx;
   const bases = cold.baseOffsets;
   const localStart = partition.localStartOffset;

@@ -60,7 +60,8 @@ export async function scanSegment(
       if (filePos + have < limit && have < buf.length) {
         const want = Math.min(buf.length - have, limit - filePos - have);
         const got = await file.read(buf.subarray(have, have + want), filePos + have);
-        if (got === 0) throw unreadable(filePos + have, `the file ends before its ${limit} readable bytes`);
+        if (got === 0)
+          throw unreadable(filePos + have, `the file ends before its ${limit} readable bytes`);
         have += got;
       }
       cursor.reset(buf.subarray(0, have));
@@ -69,7 +70,11 @@ export async function scanSegment(
       while (p < have) {
         const status = cursor.decode(p);
         if (status === DecodeStatus.Ok) {
-          if (cursor.offset < minOffset) throw unreadable(filePos + p, `offset ${cursor.offset} does not increase past ${minOffset - 1}`);
+          if (cursor.offset < minOffset)
+            throw unreadable(
+              filePos + p,
+              `offset ${cursor.offset} does not increase past ${minOffset - 1}`,
+            );
           minOffset = cursor.offset + 1;
           p += cursor.sizeBytes;
           n++;
@@ -81,10 +86,12 @@ export async function scanSegment(
       if (n > 0) {
         records += n;
         bytes += p;
-        if ((await onChunk(buf.subarray(0, p), n)) === false) return { records, bytes, stopped: true };
+        if ((await onChunk(buf.subarray(0, p), n)) === false)
+          return { records, bytes, stopped: true };
       } else if (have === buf.length) {
         // One record larger than the buffer (its length passed the plausibility check in decode).
-        const claimed = recordLengthPrefixBytes + new DataView(buf.buffer, buf.byteOffset, 4).getUint32(0);
+        const claimed =
+          recordLengthPrefixBytes + new DataView(buf.buffer, buf.byteOffset, 4).getUint32(0);
         const bigger = new Uint8Array(Math.max(claimed, buf.length * 2));
         bigger.set(buf.subarray(0, have));
         buf = bigger;
@@ -94,7 +101,8 @@ export async function scanSegment(
       filePos += p;
       have -= p;
     }
-    if (bytes !== limit) throw unreadable(bytes, `records add up to ${bytes} bytes, but ${limit} are readable`);
+    if (bytes !== limit)
+      throw unreadable(bytes, `records add up to ${bytes} bytes, but ${limit} are readable`);
     return { records, bytes, stopped: false };
   } finally {
     await file.close().catch(() => {});

@@ -69,7 +69,9 @@ export function tempIndexName(baseOffset: number): string {
 }
 
 /** Parses a swap temp file name: the output's base offset, or null if `name` is not one. */
-export function parseSwapTempName(name: string): { baseOffset: number; kind: "log" | "index" } | null {
+export function parseSwapTempName(
+  name: string,
+): { baseOffset: number; kind: "log" | "index" } | null {
   const m = /^(\d{20})\.(log|index)\.cleaned$/.exec(name);
   if (m === null) return null;
   return { baseOffset: Number(m[1]), kind: m[2] as "log" | "index" };
@@ -87,10 +89,16 @@ function decodePlan(bytes: Uint8Array): SwapPlan | string {
     return `not valid JSON (${err instanceof Error ? err.message : String(err)})`;
   }
   if (typeof value !== "object" || value === null) return "not a JSON object";
-  const { version, replaced, outputs } = value as { version?: unknown; replaced?: unknown; outputs?: unknown };
+  const { version, replaced, outputs } = value as {
+    version?: unknown;
+    replaced?: unknown;
+    outputs?: unknown;
+  };
   if (version !== 1) return `unknown version ${JSON.stringify(version)}`;
-  const isBases = (x: unknown): x is number[] => Array.isArray(x) && x.every((b) => typeof b === "number" && Number.isSafeInteger(b) && b >= 0);
-  if (!isBases(replaced) || replaced.length === 0) return '"replaced" is not a non-empty list of base offsets';
+  const isBases = (x: unknown): x is number[] =>
+    Array.isArray(x) && x.every((b) => typeof b === "number" && Number.isSafeInteger(b) && b >= 0);
+  if (!isBases(replaced) || replaced.length === 0)
+    return '"replaced" is not a non-empty list of base offsets';
   if (!isBases(outputs)) return '"outputs" is not a list of base offsets';
   return { replaced, outputs };
 }
@@ -119,12 +127,20 @@ export async function writeSwapMarker(fs: FileSystem, dir: string, plan: SwapPla
  * uses it too.
  * @throws FsError from any step (the marker then finishes the swap at the next start).
  */
-export async function applySwap(fs: FileSystem, dir: string, plan: SwapPlan, report?: (event: string, fields: Record<string, unknown>) => void): Promise<void> {
+export async function applySwap(
+  fs: FileSystem,
+  dir: string,
+  plan: SwapPlan,
+  report?: (event: string, fields: Record<string, unknown>) => void,
+): Promise<void> {
   const names = new Set(await fs.readdir(dir));
   for (const base of plan.outputs) {
-    if (names.has(tempIndexName(base))) await fs.rename(joinPath(dir, tempIndexName(base)), joinPath(dir, indexFileName(base)));
-    if (names.has(tempLogName(base))) await fs.rename(joinPath(dir, tempLogName(base)), joinPath(dir, logFileName(base)));
-    else if (!names.has(logFileName(base))) report?.("swap.output_missing", { segment: joinPath(dir, logFileName(base)) });
+    if (names.has(tempIndexName(base)))
+      await fs.rename(joinPath(dir, tempIndexName(base)), joinPath(dir, indexFileName(base)));
+    if (names.has(tempLogName(base)))
+      await fs.rename(joinPath(dir, tempLogName(base)), joinPath(dir, logFileName(base)));
+    else if (!names.has(logFileName(base)))
+      report?.("swap.output_missing", { segment: joinPath(dir, logFileName(base)) });
   }
   const kept = new Set(plan.outputs);
   for (const base of plan.replaced) {
@@ -168,7 +184,10 @@ export interface SwapRecovery {
  * loaded (see the decision table in the module comment). Every action is logged.
  * @throws FsError if the directory cannot be read or a step fails (the partition cannot open).
  */
-export async function recoverSegmentSwap(fs: FileSystem, options: { dir: string; logger: Logger; partition: string }): Promise<SwapRecovery> {
+export async function recoverSegmentSwap(
+  fs: FileSystem,
+  options: { dir: string; logger: Logger; partition: string },
+): Promise<SwapRecovery> {
   const { dir, logger, partition } = options;
   const names = await fs.readdir(dir);
   const temps = names.filter((n) => parseSwapTempName(n) !== null);
@@ -179,7 +198,9 @@ export async function recoverSegmentSwap(fs: FileSystem, options: { dir: string;
   if (hasMarker) {
     let problem: string;
     try {
-      const decoded = decodePlan(await readWholeFile(fs, joinPath(dir, swapMarkerName), markerBytesMax));
+      const decoded = decodePlan(
+        await readWholeFile(fs, joinPath(dir, swapMarkerName), markerBytesMax),
+      );
       if (typeof decoded === "string") problem = decoded;
       else {
         plan = decoded;
@@ -189,13 +210,20 @@ export async function recoverSegmentSwap(fs: FileSystem, options: { dir: string;
       problem = err instanceof Error ? err.message : String(err);
     }
     if (plan === null) {
-      logger.log("error", "recovery.swap_marker_unreadable", { partition, file: joinPath(dir, swapMarkerName), reason: problem, action: "rolled back" });
+      logger.log("error", "recovery.swap_marker_unreadable", {
+        partition,
+        file: joinPath(dir, swapMarkerName),
+        reason: problem,
+        action: "rolled back",
+      });
     }
   }
 
   const removedTemps: string[] = [];
   if (plan !== null) {
-    await applySwap(fs, dir, plan, (event, fields) => logger.log("error", `recovery.${event}`, { partition, ...fields }));
+    await applySwap(fs, dir, plan, (event, fields) =>
+      logger.log("error", `recovery.${event}`, { partition, ...fields }),
+    );
     // Every output's temp is renamed by now; what is left belongs to no plan.
     for (const name of await fs.readdir(dir)) {
       if (parseSwapTempName(name) === null) continue;
@@ -219,6 +247,11 @@ export async function recoverSegmentSwap(fs: FileSystem, options: { dir: string;
   }
   if (hasMarker) await fs.unlink(joinPath(dir, swapMarkerName));
   await fs.syncDir(dir);
-  logger.log("warn", "recovery.swap_rolled_back", { partition, dir, temps_removed: removedTemps, marker_removed: hasMarker });
+  logger.log("warn", "recovery.swap_rolled_back", {
+    partition,
+    dir,
+    temps_removed: removedTemps,
+    marker_removed: hasMarker,
+  });
   return { outcome: "rolled_back", removedTemps, plan: null };
 }

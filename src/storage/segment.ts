@@ -14,7 +14,15 @@
  */
 import { offsetFileStem } from "../lib/bytes.ts";
 import { assert } from "../lib/assert.ts";
-import { indexEntryBytes, indexPendingEntriesMax, offsetMax, readWindowBytes, recordLengthPrefixBytes, recordLenMax, segmentPreallocateBytes } from "../lib/limits.ts";
+import {
+  indexEntryBytes,
+  indexPendingEntriesMax,
+  offsetMax,
+  readWindowBytes,
+  recordLengthPrefixBytes,
+  recordLenMax,
+  segmentPreallocateBytes,
+} from "../lib/limits.ts";
 import { FsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import type { Logger } from "../lib/logger.ts";
 import { OffsetIndex } from "./offset-index.ts";
@@ -153,11 +161,17 @@ async function scanRecords(
       if (status === DecodeStatus.Incomplete && !windowReachesEnd) {
         // The window cut a record short: read again from its start, large enough for it (its
         // record_len passed the plausibility check inside decode, so this is bounded).
-        need = got - p >= recordLengthPrefixBytes ? recordLengthPrefixBytes + new DataView(buf.buffer, p, 4).getUint32(0) : scanWindowBytes;
+        need =
+          got - p >= recordLengthPrefixBytes
+            ? recordLengthPrefixBytes + new DataView(buf.buffer, p, 4).getUint32(0)
+            : scanWindowBytes;
         break;
       }
       stop = status === DecodeStatus.Ok ? DecodeStatus.Invalid : status;
-      result.reason = status === DecodeStatus.Ok ? `offset ${cursor.offset} does not increase past ${minOffset - 1}` : cursor.reason;
+      result.reason =
+        status === DecodeStatus.Ok
+          ? `offset ${cursor.offset} does not increase past ${minOffset - 1}`
+          : cursor.reason;
       break;
     }
     pos += p;
@@ -206,16 +220,29 @@ async function findValidAfter(
         p += cursor.sizeBytes;
         continue;
       }
-      if (buf[p] === 0 && p + recordLengthPrefixBytes <= got && buf[p + 1] === 0 && buf[p + 2] === 0 && buf[p + 3] === 0) {
+      if (
+        buf[p] === 0 &&
+        p + recordLengthPrefixBytes <= got &&
+        buf[p + 1] === 0 &&
+        buf[p + 2] === 0 &&
+        buf[p + 3] === 0
+      ) {
         // record_len 0 never decodes. Skip a run of zeros (preallocated space) in one step: a record
         // can start at most 3 bytes before the next non-zero byte.
         let q = p + recordLengthPrefixBytes;
         while (q < got && buf[q] === 0) q++;
-        p = q === got && !windowReachesEnd ? q - (recordLengthPrefixBytes - 1) : Math.max(p + 1, q - (recordLengthPrefixBytes - 1));
+        p =
+          q === got && !windowReachesEnd
+            ? q - (recordLengthPrefixBytes - 1)
+            : Math.max(p + 1, q - (recordLengthPrefixBytes - 1));
         continue;
       }
       if (status === DecodeStatus.Incomplete && !windowReachesEnd && p > 0) break; // look again from here with a fresh window
-      if (status === DecodeStatus.Incomplete && !windowReachesEnd && got - p >= recordLengthPrefixBytes) {
+      if (
+        status === DecodeStatus.Incomplete &&
+        !windowReachesEnd &&
+        got - p >= recordLengthPrefixBytes
+      ) {
         const claimed = recordLengthPrefixBytes + new DataView(buf.buffer, p, 4).getUint32(0);
         if (claimed > got && pos + claimed <= range.end) {
           need = claimed;
@@ -273,7 +300,8 @@ const appendBuffers = {
   acquire(size: number): Uint8Array {
     let best = -1;
     for (let i = 0; i < this.free.length; i++) {
-      if (this.free[i].length >= size && (best < 0 || this.free[i].length < this.free[best].length)) best = i;
+      if (this.free[i].length >= size && (best < 0 || this.free[i].length < this.free[best].length))
+        best = i;
     }
     if (best >= 0) return this.free.splice(best, 1)[0];
     if (size > appendBufferPooledBytesMax) return new Uint8Array(size);
@@ -282,7 +310,12 @@ const appendBuffers = {
       while (bytes < size) bytes *= 2;
       return new Uint8Array(bytes);
     }
-    return new Uint8Array(Math.min(appendBufferPooledBytesMax, Math.ceil(size / appendBufferStepBytes) * appendBufferStepBytes));
+    return new Uint8Array(
+      Math.min(
+        appendBufferPooledBytesMax,
+        Math.ceil(size / appendBufferStepBytes) * appendBufferStepBytes,
+      ),
+    );
   },
   /** Keeps `buf` for reuse (the caller holds no view of it any more), dropping the smallest if full. */
   release(buf: Uint8Array): void {
@@ -291,7 +324,8 @@ const appendBuffers = {
     this.free.push(buf);
     if (this.free.length > appendBuffersRetainedMax) {
       let smallest = 0;
-      for (let i = 1; i < this.free.length; i++) if (this.free[i].length < this.free[smallest].length) smallest = i;
+      for (let i = 1; i < this.free.length; i++)
+        if (this.free[i].length < this.free[smallest].length) smallest = i;
       this.free.splice(smallest, 1);
     }
   },
@@ -368,9 +402,20 @@ export class Segment {
    * Creates a new, empty segment (log and index, mode 0600). The caller fsyncs the directory.
    * @throws FsError (EEXIST if a file of that name is already there).
    */
-  static async create(fs: FileSystem, dir: string, baseOffset: number, nowMs: number): Promise<Segment> {
-    assert(Number.isSafeInteger(baseOffset) && baseOffset >= 0, "segment base offset is a safe integer");
-    const log = await fs.open(joinPath(dir, logFileName(baseOffset)), { create: true, exclusive: true });
+  static async create(
+    fs: FileSystem,
+    dir: string,
+    baseOffset: number,
+    nowMs: number,
+  ): Promise<Segment> {
+    assert(
+      Number.isSafeInteger(baseOffset) && baseOffset >= 0,
+      "segment base offset is a safe integer",
+    );
+    const log = await fs.open(joinPath(dir, logFileName(baseOffset)), {
+      create: true,
+      exclusive: true,
+    });
     let indexFile: FileHandle;
     try {
       indexFile = await fs.open(joinPath(dir, indexFileName(baseOffset)), { create: true });
@@ -380,7 +425,15 @@ export class Segment {
       await fs.unlink(joinPath(dir, logFileName(baseOffset))).catch(() => {});
       throw err;
     }
-    const segment = new Segment({ fs, dir, baseOffset, log, indexFile, index: new OffsetIndex(), createdMs: nowMs });
+    const segment = new Segment({
+      fs,
+      dir,
+      baseOffset,
+      log,
+      indexFile,
+      index: new OffsetIndex(),
+      createdMs: nowMs,
+    });
     return segment;
   }
 
@@ -464,7 +517,13 @@ export class Segment {
         }
         indexProblem = "records after the last index entry do not decode to the end of the file";
       }
-      await segment.#fullScan({ active, logger, partition: options.partition, indexProblem, inspectOnly });
+      await segment.#fullScan({
+        active,
+        logger,
+        partition: options.partition,
+        indexProblem,
+        inspectOnly,
+      });
       return segment;
     } catch (err) {
       await log.close().catch(() => {});
@@ -490,13 +549,18 @@ export class Segment {
     const lastRel = index.lastRelativeOffset;
     let firstSeen = false;
     let ok = true;
-    const tail = await scanRecords(this.#log, { start: lastPos, end: logSize, minOffset: this.baseOffset + lastRel }, (offset) => {
-      if (!firstSeen) {
-        firstSeen = true;
-        if (offset !== this.baseOffset + lastRel) ok = false;
-      }
-    });
-    if (!ok || tail.stop !== DecodeStatus.Ok || tail.endPosition !== logSize || tail.lastOffset < 0) return false;
+    const tail = await scanRecords(
+      this.#log,
+      { start: lastPos, end: logSize, minOffset: this.baseOffset + lastRel },
+      (offset) => {
+        if (!firstSeen) {
+          firstSeen = true;
+          if (offset !== this.baseOffset + lastRel) ok = false;
+        }
+      },
+    );
+    if (!ok || tail.stop !== DecodeStatus.Ok || tail.endPosition !== logSize || tail.lastOffset < 0)
+      return false;
     this.nextOffset = tail.lastOffset + 1;
     this.maxTimestampMs = tail.maxTimestampMs;
     this.createdMs = createdMs;
@@ -504,17 +568,27 @@ export class Segment {
   }
 
   /** Scans the whole log, rebuilding the index; handles torn tails and corruption. */
-  async #fullScan(options: { active: boolean; logger: Logger; partition: string; indexProblem: string; inspectOnly: boolean }): Promise<void> {
+  async #fullScan(options: {
+    active: boolean;
+    logger: Logger;
+    partition: string;
+    indexProblem: string;
+    inspectOnly: boolean;
+  }): Promise<void> {
     const { active, logger, partition, inspectOnly } = options;
     this.indexProblem = options.indexProblem;
     const rebuilt = new OffsetIndex();
     let lastIndexed = -1;
-    const scan = await scanRecords(this.#log, { start: 0, end: this.sizeBytes, minOffset: this.baseOffset }, (offset, position) => {
-      if (rebuilt.wants(position, lastIndexed)) {
-        rebuilt.push(offset - this.baseOffset, position);
-        lastIndexed = position;
-      }
-    });
+    const scan = await scanRecords(
+      this.#log,
+      { start: 0, end: this.sizeBytes, minOffset: this.baseOffset },
+      (offset, position) => {
+        if (rebuilt.wants(position, lastIndexed)) {
+          rebuilt.push(offset - this.baseOffset, position);
+          lastIndexed = position;
+        }
+      },
+    );
     if (!active) rebuilt.trim();
     this.#index = rebuilt;
     this.maxTimestampMs = scan.maxTimestampMs;
@@ -526,22 +600,40 @@ export class Segment {
     }
     if (firstOffsetWrong) {
       this.#index = new OffsetIndex();
-      this.#markCorrupt(0, `first record has offset ${scan.firstOffset}, but the file name says ${this.baseOffset}`, scan.lastOffset, logger, partition);
+      this.#markCorrupt(
+        0,
+        `first record has offset ${scan.firstOffset}, but the file name says ${this.baseOffset}`,
+        scan.lastOffset,
+        logger,
+        partition,
+      );
       return;
     }
     this.nextOffset = scan.lastOffset >= 0 ? scan.lastOffset + 1 : this.baseOffset;
 
-    if (scan.endPosition < this.sizeBytes && (await isZeroRange(this.#log, scan.endPosition, this.sizeBytes))) {
+    if (
+      scan.endPosition < this.sizeBytes &&
+      (await isZeroRange(this.#log, scan.endPosition, this.sizeBytes))
+    ) {
       // Zeros written ahead of the records (segmentPreallocateBytes), not a torn write: record_len 0
       // never decodes, and zeros are all that is there. The active segment keeps them to append into;
       // a sealed one (a crash between a roll and its seal) has them cut so its size is its records'.
       const zeroBytes = this.sizeBytes - scan.endPosition;
       this.sizeBytes = scan.endPosition;
       if (!active && !inspectOnly) await this.#cutFile(scan.endPosition, logger, partition);
-      logger.log("debug", inspectOnly ? "check.preallocated_tail" : "recovery.preallocated_tail", { partition, segment: this.logPath, position: scan.endPosition, zero_bytes: zeroBytes });
+      logger.log("debug", inspectOnly ? "check.preallocated_tail" : "recovery.preallocated_tail", {
+        partition,
+        segment: this.logPath,
+        position: scan.endPosition,
+        zero_bytes: zeroBytes,
+      });
     }
     if (scan.endPosition < this.sizeBytes) {
-      const after = await findValidAfter(this.#log, { from: scan.endPosition, end: this.sizeBytes, minOffset: this.nextOffset });
+      const after = await findValidAfter(this.#log, {
+        from: scan.endPosition,
+        end: this.sizeBytes,
+        minOffset: this.nextOffset,
+      });
       if (active && after.firstValidPosition < 0) {
         // A torn tail: bytes that never decode up to the end of the file. Never acknowledged.
         const cutBytes = this.sizeBytes - scan.endPosition;
@@ -574,7 +666,11 @@ export class Segment {
     const keep = active ? storedPrefix >= 0 : storedPrefix === rebuilt.count;
     if (!keep) {
       if (options.indexProblem) {
-        logger.log("warn", inspectOnly ? "check.index_invalid" : "recovery.index_rebuilt", { partition, segment: this.indexPath, reason: options.indexProblem });
+        logger.log("warn", inspectOnly ? "check.index_invalid" : "recovery.index_rebuilt", {
+          partition,
+          segment: this.indexPath,
+          reason: options.indexProblem,
+        });
       }
       if (!inspectOnly) await this.#rewriteIndexFile(active);
       this.recovery = options.indexProblem ? "index_rebuilt" : "scanned";
@@ -602,7 +698,14 @@ export class Segment {
     return snap.length / indexEntryBytes;
   }
 
-  #markCorrupt(position: number, reason: string, highestSkippedOffset: number, logger: Logger, partition: string, event = "recovery.corrupt_segment"): void {
+  #markCorrupt(
+    position: number,
+    reason: string,
+    highestSkippedOffset: number,
+    logger: Logger,
+    partition: string,
+    event = "recovery.corrupt_segment",
+  ): void {
     this.corruption = { position, reason, highestSkippedOffset };
     this.readableEndBytes = position;
     this.recovery = "corrupt";
@@ -634,7 +737,12 @@ export class Segment {
       }
       this.#fileEndBytes = length;
     } catch (err) {
-      logger.log("warn", "recovery.preallocated_cut_failed", { partition, segment: this.logPath, position: length, error: describe(err) });
+      logger.log("warn", "recovery.preallocated_cut_failed", {
+        partition,
+        segment: this.logPath,
+        position: length,
+        error: describe(err),
+      });
     }
   }
 
@@ -690,13 +798,25 @@ export class Segment {
       }
     };
     for (const batch of batches) {
-      const ts = encodeEntries(batch, logBytes, { outPos: pos, baseOffset: offset, nowMs, onRecord });
+      const ts = encodeEntries(batch, logBytes, {
+        outPos: pos,
+        baseOffset: offset,
+        nowMs,
+        onRecord,
+      });
       if (ts > maxTs) maxTs = ts;
       pos += batch.bytes.length + batch.count * 16;
       offset += batch.count;
     }
     assert(pos === total, "encoded exactly the planned bytes");
-    return { logBytes, release, indexEntries, baseOffset: this.nextOffset, nextOffset: offset, maxTimestampMs: maxTs };
+    return {
+      logBytes,
+      release,
+      indexEntries,
+      baseOffset: this.nextOffset,
+      nextOffset: offset,
+      maxTimestampMs: maxTs,
+    };
   }
 
   /**
@@ -715,8 +835,17 @@ export class Segment {
    *   fsync (which would make later writes durable behind the bytes that fsync lost).
    * @throws StorageError ("write_failed" after a clean cut, "fenced" otherwise).
    */
-  async append(prepared: PreparedAppend, logger: Logger, partition: string, preallocateLimitBytes = 0, syncCut: () => Promise<void> = () => this.#log.sync()): Promise<void> {
-    assert(prepared.baseOffset === this.nextOffset, "prepared append starts at the segment's next offset");
+  async append(
+    prepared: PreparedAppend,
+    logger: Logger,
+    partition: string,
+    preallocateLimitBytes = 0,
+    syncCut: () => Promise<void> = () => this.#log.sync(),
+  ): Promise<void> {
+    assert(
+      prepared.baseOffset === this.nextOffset,
+      "prepared append starts at the segment's next offset",
+    );
     assert(this.#indexFile !== null, "only the active segment is appended to");
     const before = this.sizeBytes;
     try {
@@ -731,19 +860,35 @@ export class Segment {
         // next segment then assigns again.
         await syncCut();
       } catch (cutErr) {
-        throw new StorageError("fenced", `Cannot append to partition "${partition}": a write failed (${describe(err)}) and its partial bytes could not be cut off (${describe(cutErr)}), restart required`, { cause: err });
+        throw new StorageError(
+          "fenced",
+          `Cannot append to partition "${partition}": a write failed (${describe(err)}) and its partial bytes could not be cut off (${describe(cutErr)}), restart required`,
+          { cause: err },
+        );
       }
-      throw new StorageError("write_failed", `Cannot append to partition "${partition}": write failed: ${describe(err)}`, { cause: err });
+      throw new StorageError(
+        "write_failed",
+        `Cannot append to partition "${partition}": write failed: ${describe(err)}`,
+        { cause: err },
+      );
     }
     const end = before + prepared.logBytes.length;
     this.sizeBytes = end;
     this.readableEndBytes = end;
     if (end > this.#fileEndBytes) this.#fileEndBytes = end;
     this.nextOffset = prepared.nextOffset;
-    if (prepared.maxTimestampMs > this.maxTimestampMs) this.maxTimestampMs = prepared.maxTimestampMs;
-    for (let i = 0; i < prepared.indexEntries.length; i += 2) this.#index.push(prepared.indexEntries[i], prepared.indexEntries[i + 1]);
-    if (this.#index.count - this.#indexOnDiskEntries >= indexPendingEntriesMax) await this.#writePendingIndex(logger, partition);
-    if (this.#preallocate && end === this.#fileEndBytes && end < preallocateLimitBytes) await this.#writeZerosAhead(Math.min(end + segmentPreallocateBytes, preallocateLimitBytes), logger, partition);
+    if (prepared.maxTimestampMs > this.maxTimestampMs)
+      this.maxTimestampMs = prepared.maxTimestampMs;
+    for (let i = 0; i < prepared.indexEntries.length; i += 2)
+      this.#index.push(prepared.indexEntries[i], prepared.indexEntries[i + 1]);
+    if (this.#index.count - this.#indexOnDiskEntries >= indexPendingEntriesMax)
+      await this.#writePendingIndex(logger, partition);
+    if (this.#preallocate && end === this.#fileEndBytes && end < preallocateLimitBytes)
+      await this.#writeZerosAhead(
+        Math.min(end + segmentPreallocateBytes, preallocateLimitBytes),
+        logger,
+        partition,
+      );
   }
 
   /** Writes zeros from the end of the log file to `target` (see {@link append}). */
@@ -764,13 +909,23 @@ export class Segment {
         () => from,
         () => target,
       );
-      logger.log("warn", "segment.preallocate_failed", { partition, segment: this.logPath, position: from, error: describe(err) });
+      logger.log("warn", "segment.preallocate_failed", {
+        partition,
+        segment: this.logPath,
+        position: from,
+        error: describe(err),
+      });
     }
   }
 
   /** Writes the index entries not yet in the index file; a failure stops index writes (see {@link append}). */
   async #writePendingIndex(logger: Logger, partition: string): Promise<void> {
-    if (!this.#indexWritable || this.#indexFile === null || this.#index.count === this.#indexOnDiskEntries) return;
+    if (
+      !this.#indexWritable ||
+      this.#indexFile === null ||
+      this.#index.count === this.#indexOnDiskEntries
+    )
+      return;
     const bytes = this.#index.encode(this.#indexOnDiskEntries);
     try {
       await this.#indexFile.write(bytes, this.#indexOnDiskEntries * indexEntryBytes);
@@ -778,7 +933,12 @@ export class Segment {
     } catch (err) {
       this.#indexWritable = false;
       await this.#indexFile.truncate(this.#indexOnDiskEntries * indexEntryBytes).catch(() => {});
-      logger.log("warn", "segment.index_write_failed", { partition, segment: this.indexPath, error: describe(err), entries_in_memory: this.#index.count });
+      logger.log("warn", "segment.index_write_failed", {
+        partition,
+        segment: this.indexPath,
+        error: describe(err),
+        entries_in_memory: this.#index.count,
+      });
     }
   }
 
@@ -790,16 +950,30 @@ export class Segment {
    * that are not on disk, serve them, and append after a hole that a later crash reveals.
    * Best effort: a failed cut is logged (the partition stays fenced either way).
    */
-  async discardUnsynced(options: { position: number; nextOffset: number }, logger: Logger, partition: string): Promise<void> {
+  async discardUnsynced(
+    options: { position: number; nextOffset: number },
+    logger: Logger,
+    partition: string,
+  ): Promise<void> {
     const { position, nextOffset } = options;
     if (position >= this.sizeBytes) return;
     try {
       await this.#log.truncate(position);
     } catch (err) {
-      logger.log("error", "segment.discard_unsynced_failed", { partition, segment: this.logPath, position, error: describe(err) });
+      logger.log("error", "segment.discard_unsynced_failed", {
+        partition,
+        segment: this.logPath,
+        position,
+        error: describe(err),
+      });
       return;
     }
-    logger.log("warn", "segment.unsynced_discarded", { partition, segment: this.logPath, position, cut_bytes: this.sizeBytes - position });
+    logger.log("warn", "segment.unsynced_discarded", {
+      partition,
+      segment: this.logPath,
+      position,
+      cut_bytes: this.sizeBytes - position,
+    });
     this.sizeBytes = position;
     this.#fileEndBytes = position;
     this.readableEndBytes = Math.min(this.readableEndBytes, position);
@@ -829,7 +1003,11 @@ export class Segment {
     try {
       if (this.#indexWritable) await file.sync();
     } catch (err) {
-      logger.log("warn", "segment.index_sync_failed", { partition, segment: this.indexPath, error: describe(err) });
+      logger.log("warn", "segment.index_sync_failed", {
+        partition,
+        segment: this.indexPath,
+        error: describe(err),
+      });
     } finally {
       await file.close().catch(() => {});
     }
@@ -848,7 +1026,12 @@ export class Segment {
       await this.#log.truncate(this.sizeBytes);
       this.#fileEndBytes = this.sizeBytes;
     } catch (err) {
-      logger.log("warn", "segment.preallocated_cut_failed", { partition, segment: this.logPath, position: this.sizeBytes, error: describe(err) });
+      logger.log("warn", "segment.preallocated_cut_failed", {
+        partition,
+        segment: this.logPath,
+        position: this.sizeBytes,
+        error: describe(err),
+      });
     }
   }
 
@@ -859,7 +1042,13 @@ export class Segment {
    * before `maxBytes` would be exceeded, at `maxRecords`, or before the first record at or past
    * `endOffset` (the high watermark the caller answers with).
    */
-  async read(options: { offset: number; maxRecords: number; maxBytes: number; limitBytes: number; endOffset?: number }): Promise<SegmentRead> {
+  async read(options: {
+    offset: number;
+    maxRecords: number;
+    maxBytes: number;
+    limitBytes: number;
+    endOffset?: number;
+  }): Promise<SegmentRead> {
     const { offset, maxRecords, maxBytes } = options;
     const endOffset = options.endOffset ?? Number.POSITIVE_INFINITY;
     const limit = Math.min(options.limitBytes, this.readableEndBytes);
@@ -900,8 +1089,11 @@ export class Segment {
         const lenBuf = new Uint8Array(recordLengthPrefixBytes);
         await this.#log.read(lenBuf, needAt);
         const claimed = new DataView(lenBuf.buffer).getUint32(0);
-        if (claimed > recordLenMax || needAt + recordLengthPrefixBytes + claimed > limit) return { ...empty, status: "bad_position" };
-        window = new Uint8Array(Math.max(recordLengthPrefixBytes + claimed, Math.min(limit - needAt, readWindowBytes)));
+        if (claimed > recordLenMax || needAt + recordLengthPrefixBytes + claimed > limit)
+          return { ...empty, status: "bad_position" };
+        window = new Uint8Array(
+          Math.max(recordLengthPrefixBytes + claimed, Math.min(limit - needAt, readWindowBytes)),
+        );
         windowPos = needAt;
         got = await this.#log.read(window, windowPos);
         cursor.reset(window.subarray(0, got));
@@ -945,21 +1137,40 @@ export class Segment {
   async rebuildIndex(logger: Logger, partition: string): Promise<void> {
     const rebuilt = new OffsetIndex();
     let lastIndexed = -1;
-    const scan = await scanRecords(this.#log, { start: 0, end: this.readableEndBytes, minOffset: this.baseOffset }, (offset, position) => {
-      if (rebuilt.wants(position, lastIndexed)) {
-        rebuilt.push(offset - this.baseOffset, position);
-        lastIndexed = position;
-      }
-    });
+    const scan = await scanRecords(
+      this.#log,
+      { start: 0, end: this.readableEndBytes, minOffset: this.baseOffset },
+      (offset, position) => {
+        if (rebuilt.wants(position, lastIndexed)) {
+          rebuilt.push(offset - this.baseOffset, position);
+          lastIndexed = position;
+        }
+      },
+    );
     if (this.#indexFile === null) rebuilt.trim();
     this.#index = rebuilt;
-    logger.log("warn", "segment.index_rebuilt", { partition, segment: this.indexPath, reason: "an index entry pointed into the middle of a record" });
-    if (scan.endPosition < this.readableEndBytes && this.#indexFile === null && this.corruption === null) {
+    logger.log("warn", "segment.index_rebuilt", {
+      partition,
+      segment: this.indexPath,
+      reason: "an index entry pointed into the middle of a record",
+    });
+    if (
+      scan.endPosition < this.readableEndBytes &&
+      this.#indexFile === null &&
+      this.corruption === null
+    ) {
       // A sealed segment that passed the start-up check (first record, tail after the last index
       // entry) can still hold a corrupt record in between. A scan from the start stopping short
       // means the log is bad there, not the index: skip the rest of the segment and report it
       // (spec: Recovery after a crash), instead of failing every read that reaches it.
-      this.#markCorrupt(scan.endPosition, scan.reason || "the log ends early", -1, logger, partition, "read.corrupt_segment");
+      this.#markCorrupt(
+        scan.endPosition,
+        scan.reason || "the log ends early",
+        -1,
+        logger,
+        partition,
+        "read.corrupt_segment",
+      );
     }
     if (this.corruption !== null) return;
     const wasActive = this.#indexFile !== null;
@@ -972,7 +1183,11 @@ export class Segment {
       this.#indexWritable = true;
     } catch (err) {
       this.#indexWritable = false;
-      logger.log("warn", "segment.index_write_failed", { partition, segment: this.indexPath, error: describe(err) });
+      logger.log("warn", "segment.index_write_failed", {
+        partition,
+        segment: this.indexPath,
+        error: describe(err),
+      });
     }
   }
 
@@ -1035,7 +1250,9 @@ export function describe(err: unknown): string {
 }
 
 /** Parses a segment file name: the base offset for `NNNNNNNNNNNNNNNNNNNN.log|.index`, else null. */
-export function parseSegmentFileName(name: string): { baseOffset: number; kind: "log" | "index" } | null {
+export function parseSegmentFileName(
+  name: string,
+): { baseOffset: number; kind: "log" | "index" } | null {
   const m = /^(\d{20})\.(log|index)$/.exec(name);
   if (!m) return null;
   const baseOffset = Number(m[1]);

@@ -22,19 +22,33 @@ function expectedIds(): Record<"es-broker" | "limit" | "redis" | "nats" | "ds", 
     produce.push(`produce b=${b} P=${p} parts=${parts}`);
     if (quickPeerPoint(p, parts)) peerProduce.push(`produce b=${b} P=${p} parts=${parts}`);
   };
-  for (const b of [1, 10, 100, 1000]) for (const p of [1, 8, 64]) for (const parts of [1, 4]) point(b, p, parts);
+  for (const b of [1, 10, 100, 1000])
+    for (const p of [1, 8, 64]) for (const parts of [1, 4]) point(b, p, parts);
   point(100, 50, 1);
   const fetch = ["fetch b=1000 C=1 parts=1", "fetch b=1000 C=4 parts=4"];
   const e2e = "e2e b=1 P=1 parts=1";
   return {
     "es-broker": [
-      ...produce.flatMap((k) => [`${k} es-broker/tcp`, `${k} es-broker/http-json`, `${k} es-broker/http-ndjson`]),
+      ...produce.flatMap((k) => [
+        `${k} es-broker/tcp`,
+        `${k} es-broker/http-json`,
+        `${k} es-broker/http-ndjson`,
+      ]),
       ...fetch.flatMap((k) => [`${k} es-broker/tcp`, `${k} es-broker/http-json`]),
       `${e2e} es-broker/tcp`,
       `${e2e} es-broker/http-ndjson`,
     ],
-    limit: [...[1, 10, 100, 1000].flatMap((b) => [1, 8, 64].map((p) => `limit b=${b} P=${p} limit/in-process`)), "limit b=100 P=50 limit/in-process"],
-    redis: [...peerProduce.map((k) => `${k} redis/resp`), ...fetch.map((k) => `${k} redis/resp`), `${e2e} redis/resp`],
+    limit: [
+      ...[1, 10, 100, 1000].flatMap((b) =>
+        [1, 8, 64].map((p) => `limit b=${b} P=${p} limit/in-process`),
+      ),
+      "limit b=100 P=50 limit/in-process",
+    ],
+    redis: [
+      ...peerProduce.map((k) => `${k} redis/resp`),
+      ...fetch.map((k) => `${k} redis/resp`),
+      `${e2e} redis/resp`,
+    ],
     nats: peerProduce.map((k) => `${k} nats/nats`),
     ds: peerProduce.map((k) => `${k} ds/http`),
   };
@@ -53,16 +67,25 @@ function expectMeasured(c: CaseResult): void {
 }
 
 describe("benchmark harness, quick run", () => {
-  it("measures every case: records/s, MB/s, latencies, fsyncs and RSS for es-broker, the disk limit and each installed peer", { timeout: 300_000 }, () => {
-    expect(existsSync(join(root, "dist/es-broker.mjs")), "dist/es-broker.mjs exists (npm test builds it)").toBe(true);
+  it("measures every case: records/s, MB/s, latencies, fsyncs and RSS for es-broker, the disk limit and each installed peer", {
+    timeout: 300_000,
+  }, () => {
+    expect(
+      existsSync(join(root, "dist/es-broker.mjs")),
+      "dist/es-broker.mjs exists (npm test builds it)",
+    ).toBe(true);
     const { dir, cleanup } = tempDir("es-bench-quick-");
     try {
       const jsonPath = join(dir, "quick.json");
-      const run = spawnSync(process.execPath, [join(root, "bench/run.mjs"), "--quick", "--json", jsonPath], {
-        cwd: root,
-        encoding: "utf8",
-        timeout: 280_000,
-      });
+      const run = spawnSync(
+        process.execPath,
+        [join(root, "bench/run.mjs"), "--quick", "--json", jsonPath],
+        {
+          cwd: root,
+          encoding: "utf8",
+          timeout: 280_000,
+        },
+      );
       expect(run.status, `harness output:\n${run.stdout}\n${run.stderr}`).toBe(0);
       const report = JSON.parse(readFileSync(jsonPath, "utf8")) as BenchReport;
       expect(report.quick).toBe(true);
@@ -82,7 +105,8 @@ describe("benchmark harness, quick run", () => {
           const c = byId.get(id);
           expect(c, `case "${id}" was measured`).toBeDefined();
           expectMeasured(c!);
-          if (system !== "limit") expect(c!.serverRssPeakMiB, `${id} server RSS`).toBeGreaterThan(0);
+          if (system !== "limit")
+            expect(c!.serverRssPeakMiB, `${id} server RSS`).toBeGreaterThan(0);
           if (c!.group === "produce" && (system === "es-broker" || system === "limit")) {
             expect(c!.fsyncsPerSec, `${id} fsyncs/s`).toBeGreaterThan(0);
             expect(c!.recordsPerFsync, `${id} records per fsync`).toBeGreaterThan(0);

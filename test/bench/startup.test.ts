@@ -10,7 +10,21 @@ describe("start-up benchmark", () => {
     const dir = mkdtempSync(join(tmpdir(), "es-startup-test-"));
     try {
       const out = join(dir, "startup.json");
-      const run = spawnSync(process.execPath, ["bench/startup.mjs", "--data-mb", "8", "--segment-mb", "1", "--partitions", "2", "--json", out], { encoding: "utf8", timeout: 120_000 });
+      const run = spawnSync(
+        process.execPath,
+        [
+          "bench/startup.mjs",
+          "--data-mb",
+          "8",
+          "--segment-mb",
+          "1",
+          "--partitions",
+          "2",
+          "--json",
+          out,
+        ],
+        { encoding: "utf8", timeout: 120_000 },
+      );
       expect(run.status, run.stderr).toBe(0);
       expect(run.stdout).toMatch(/valid indexes \(fast path\): \d+ ms/);
       const result = JSON.parse(readFileSync(out, "utf8")) as Record<string, number>;

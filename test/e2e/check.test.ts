@@ -15,7 +15,8 @@ describe(`[${target}] es-broker check`, () => {
     const broker = await startBroker(`${dir}/data`);
     const client = await TcpClient.connect(broker.tcp);
     await client.createTopic({ name: "c", partitions: 1, config: { segment_bytes: 2048 } });
-    for (let i = 0; i < 20; i++) await client.produce("c", [{ key: `k${i}`, value: "v".repeat(300) }]);
+    for (let i = 0; i < 20; i++)
+      await client.produce("c", [{ key: `k${i}`, value: "v".repeat(300) }]);
     await client.close();
     expect(await broker.stop("SIGTERM")).toBe(0);
 
@@ -24,7 +25,9 @@ describe(`[${target}] es-broker check`, () => {
     expect(clean.stdout.toString()).toMatch(/segments checked: 0 corrupt, 0 warnings/);
 
     const pdir = `${dir}/data/topics/c/0`;
-    const logs = readdirSync(pdir).filter((n) => n.endsWith(".log")).sort();
+    const logs = readdirSync(pdir)
+      .filter((n) => n.endsWith(".log"))
+      .sort();
     expect(logs.length).toBeGreaterThan(2);
     appendFileSync(`${pdir}/${logs.at(-1)}`, Buffer.from([1, 2, 3]));
     const torn = await runCli(["check", "--data-dir", `${dir}/data`]);

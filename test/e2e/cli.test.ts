@@ -7,19 +7,31 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { TcpClient } from "../../src/client/client.ts";
 import { tempDir } from "../helpers/tmp.ts";
-import { assertTargetRunnable, brokerCommand, runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
+import {
+  assertTargetRunnable,
+  brokerCommand,
+  runCli,
+  startBroker,
+  target,
+  type BrokerProcess,
+} from "./harness.ts";
 import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
 const children: ChildProcess[] = [];
 const cleanups: (() => void)[] = [];
 afterEach(async () => {
-  for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  for (const c of children.splice(0))
+    if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
   for (const b of running.splice(0)) await b.stop("SIGKILL");
   cleanups.splice(0).forEach((c) => c());
 });
 
-async function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+async function waitFor(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 30_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`[${target}] timed out waiting for ${what}`);
@@ -38,14 +50,23 @@ async function brokerWithTopic(): Promise<{ client: TcpClient; address: string }
 }
 
 /** Starts `es-broker produce ...args` with stdin a pipe the test writes to. */
-function startProduce(args: string[]): { proc: ChildProcess; stderr: () => string; exited: Promise<number | null> } {
+function startProduce(args: string[]): {
+  proc: ChildProcess;
+  stderr: () => string;
+  exited: Promise<number | null>;
+} {
   assertTargetRunnable();
   const [cmd, ...pre] = brokerCommand();
-  const proc = spawn(cmd, [...pre, "produce", ...args], { cwd: repoRoot, stdio: ["pipe", "ignore", "pipe"] });
+  const proc = spawn(cmd, [...pre, "produce", ...args], {
+    cwd: repoRoot,
+    stdio: ["pipe", "ignore", "pipe"],
+  });
   children.push(proc);
   let err = "";
   proc.stderr!.on("data", (d) => (err += d));
-  const exited = new Promise<number | null>((resolve) => proc.once("close", (code) => resolve(code)));
+  const exited = new Promise<number | null>((resolve) =>
+    proc.once("close", (code) => resolve(code)),
+  );
   return { proc, stderr: () => err, exited };
 }
 
@@ -64,18 +85,34 @@ describe(`[${target}] es-broker command line errors`, () => {
   it("serve --data-dir naming a file says it is not a directory, once, and exits 1", async () => {
     const dir = fresh();
     writeFileSync(`${dir}/README.md`, "not a data directory\n");
-    const r = await runCli(["serve", "--data-dir", `${dir}/README.md`, "--http-port", "0", "--tcp-port", "0"]);
+    const r = await runCli([
+      "serve",
+      "--data-dir",
+      `${dir}/README.md`,
+      "--http-port",
+      "0",
+      "--tcp-port",
+      "0",
+    ]);
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe(`es-broker: Cannot use data directory ${dir}/README.md: it is not a directory\n`);
+    expect(r.stderr).toBe(
+      `es-broker: Cannot use data directory ${dir}/README.md: it is not a directory\n`,
+    );
   });
 
   it("produce sends lines as they arrive (after --linger-ms), long before stdin closes", async () => {
     const { client, address } = await brokerWithTopic();
     const p = startProduce(["t", "--broker", address]);
     p.proc.stdin!.write("one\ntwo\n");
-    await waitFor("the first two lines to be stored while stdin is open", async () => (await client.listOffsets({ topic: "t", partition: 0 })).highWatermark === 2);
+    await waitFor(
+      "the first two lines to be stored while stdin is open",
+      async () => (await client.listOffsets({ topic: "t", partition: 0 })).highWatermark === 2,
+    );
     p.proc.stdin!.write("three\n");
-    await waitFor("the third line to be stored while stdin is open", async () => (await client.listOffsets({ topic: "t", partition: 0 })).highWatermark === 3);
+    await waitFor(
+      "the third line to be stored while stdin is open",
+      async () => (await client.listOffsets({ topic: "t", partition: 0 })).highWatermark === 3,
+    );
     p.proc.stdin!.end();
     expect(await p.exited, p.stderr()).toBe(0);
     expect(p.stderr()).toBe('es-broker: produced 3 records to "t"\n');
@@ -92,41 +129,78 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect((await client.listOffsets({ topic: "t", partition: 0 })).highWatermark).toBe(0);
     p.proc.kill("SIGINT");
     expect(await p.exited, p.stderr()).toBe(0);
-    expect(p.stderr()).toBe('es-broker: SIGINT: not sending an incomplete last line (7 bytes without a newline)\nes-broker: SIGINT: stopped reading; produced 3 records to "t"\n');
+    expect(p.stderr()).toBe(
+      'es-broker: SIGINT: not sending an incomplete last line (7 bytes without a newline)\nes-broker: SIGINT: stopped reading; produced 3 records to "t"\n',
+    );
     expect(await values(client)).toEqual(["a", "b", "c"]);
   });
 
   it("an unknown command points to es-broker --help", async () => {
     const r = await runCli(["frobnicate"]);
     expect(r.code).toBe(2);
-    expect(r.stderr).toBe(`es-broker: unknown command "frobnicate"\nRun 'es-broker --help' for usage.\n`);
+    expect(r.stderr).toBe(
+      `es-broker: unknown command "frobnicate"\nRun 'es-broker --help' for usage.\n`,
+    );
   });
 
   it.each([
-    [["consume", "t", "--partition", "-1"], "--partition must be from 0 to 4095, got -1", "consume"],
-    [["consume", "t", "--partition", "0", "--offset", "-5"], "--offset must be from 0 to 9007199254740991, got -5", "consume"],
+    [
+      ["consume", "t", "--partition", "-1"],
+      "--partition must be from 0 to 4095, got -1",
+      "consume",
+    ],
+    [
+      ["consume", "t", "--partition", "0", "--offset", "-5"],
+      "--offset must be from 0 to 9007199254740991, got -5",
+      "consume",
+    ],
     [["consume", "t", "--nope"], "unknown option --nope", "consume"],
     [["produce", "t", "--partition"], "--partition needs a value", "produce"],
     [["consume", "t", "--follow=yes"], "--follow takes no value", "consume"],
     [["serve", "extra"], 'unexpected argument "extra"', "serve"],
-  ])("%j says in one line what is wrong, naming the option, and exits 2", async (args, message, command) => {
-    const r = await runCli(args);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toBe(`es-broker: ${message}\nRun 'es-broker ${command} --help' for usage.\n`);
-  });
+  ])(
+    "%j says in one line what is wrong, naming the option, and exits 2",
+    async (args, message, command) => {
+      const r = await runCli(args);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toBe(
+        `es-broker: ${message}\nRun 'es-broker ${command} --help' for usage.\n`,
+      );
+    },
+  );
 
   it("consume --offset past the high watermark fails the same way with and without --follow, naming the offset and the high watermark", async () => {
     const { client, address } = await brokerWithTopic();
     await client.produce("t", [{ value: "a" }, { value: "b" }], { partition: 0 });
-    const message = 'es-broker: Cannot consume partition 0 of topic "t" from offset 99: it is past the high watermark 2 (give an offset from 0 to 2)\n';
+    const message =
+      'es-broker: Cannot consume partition 0 of topic "t" from offset 99: it is past the high watermark 2 (give an offset from 0 to 2)\n';
     for (const follow of [[], ["--follow"]]) {
-      const r = await runCli(["consume", "t", "--partition", "0", "--offset", "99", ...follow, "--broker", address]);
+      const r = await runCli([
+        "consume",
+        "t",
+        "--partition",
+        "0",
+        "--offset",
+        "99",
+        ...follow,
+        "--broker",
+        address,
+      ]);
       expect(r.code, `${follow.join(" ")} ${r.stderr}`).toBe(1);
       expect(r.stderr).toBe(message);
       expect(r.stdout.length).toBe(0);
     }
     // At the high watermark is not past it: nothing to print yet, exit 0.
-    const atEnd = await runCli(["consume", "t", "--partition", "0", "--offset", "2", "--broker", address]);
+    const atEnd = await runCli([
+      "consume",
+      "t",
+      "--partition",
+      "0",
+      "--offset",
+      "2",
+      "--broker",
+      address,
+    ]);
     expect(atEnd.code, atEnd.stderr).toBe(0);
   });
 

@@ -30,12 +30,30 @@ describe(`[${target}] cold storage and cleanup end to end`, () => {
     const args = ["--cold-storage-dir", cold, "--cleanup-interval-ms", "0"];
     running = await startBroker(`${dir}/data`, args);
     const b = running.httpUrl;
-    await json(await fetch(`${b}/v1/topics`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "t", partitions: 1, config: { segment_bytes: 1024 } }) }));
+    await json(
+      await fetch(`${b}/v1/topics`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name: "t", partitions: 1, config: { segment_bytes: 1024 } }),
+      }),
+    );
     const values = Array.from({ length: 60 }, (_, i) => `record-${i}-${"x".repeat(60)}`);
     for (let i = 0; i < values.length; i += 6) {
-      await json(await fetch(`${b}/v1/topics/t/records`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ records: values.slice(i, i + 6).map((value) => ({ value })) }) }));
+      await json(
+        await fetch(`${b}/v1/topics/t/records`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ records: values.slice(i, i + 6).map((value) => ({ value })) }),
+        }),
+      );
     }
-    const patched = await json(await fetch(`${b}/v1/topics/t`, { method: "PATCH", headers: { "content-type": "application/json" }, body: JSON.stringify({ config: { retention_bytes: 1 } }) }));
+    const patched = await json(
+      await fetch(`${b}/v1/topics/t`, {
+        method: "PATCH",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ config: { retention_bytes: 1 } }),
+      }),
+    );
     expect(patched.config.retention_bytes).toBe(1);
     const run = await json(await fetch(`${b}/v1/admin/topics/t/cleanup`, { method: "POST" }));
     const retention = run.partitions[0].retention;
@@ -44,19 +62,26 @@ describe(`[${target}] cold storage and cleanup end to end`, () => {
     expect(retention.segments_offloaded).toBe(retention.segments_deleted);
     const storage = await json(await fetch(`${b}/v1/admin/storage`));
     expect(storage.cold_storage_dir).toBe(cold);
-    expect(storage.topics[0].partitions[0].cleanup.cold.segments).toBe(retention.segments_offloaded);
+    expect(storage.topics[0].partitions[0].cleanup.cold.segments).toBe(
+      retention.segments_offloaded,
+    );
 
     const coldPartition = `${cold}/topics/t/0`;
     const names = readdirSync(coldPartition);
     expect(names.filter((n) => n.endsWith(".log")).length).toBe(retention.segments_offloaded);
     for (const n of names) expect(statSync(`${coldPartition}/${n}`).mode & 0o777).toBe(0o600);
-    for (const d of [cold, `${cold}/topics`, `${cold}/topics/t`, coldPartition]) expect(statSync(d).mode & 0o777).toBe(0o700);
+    for (const d of [cold, `${cold}/topics`, `${cold}/topics/t`, coldPartition])
+      expect(statSync(d).mode & 0o777).toBe(0o700);
 
     expect(await running.stop("SIGTERM")).toBe(0);
     running = await startBroker(`${dir}/data`, args);
     const read: { offset: number; value: string }[] = [];
     for (let offset = 0, pages = 0; offset < values.length && pages < 100; pages++) {
-      const page = await json(await fetch(`${running.httpUrl}/v1/topics/t/partitions/0/records?offset=${offset}&max_records=100`));
+      const page = await json(
+        await fetch(
+          `${running.httpUrl}/v1/topics/t/partitions/0/records?offset=${offset}&max_records=100`,
+        ),
+      );
       expect(page.log_start_offset).toBe(0);
       read.push(...page.records);
       offset = page.next_offset;

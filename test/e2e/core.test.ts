@@ -62,7 +62,12 @@ describe(`[${target}] es-broker end to end`, () => {
               const res = await client.produce("load", b.build(), { partition });
               expect(res.spans).toHaveLength(1);
               const span = res.spans[0];
-              seqs.forEach((seq, i) => acked.set(`${span.partition}:${span.baseOffset + i}`, Buffer.from(value(p, seq)).toString()));
+              seqs.forEach((seq, i) =>
+                acked.set(
+                  `${span.partition}:${span.baseOffset + i}`,
+                  Buffer.from(value(p, seq)).toString(),
+                ),
+              );
               ackedCount += seqs.length;
               onProgress?.();
             }
@@ -92,11 +97,20 @@ describe(`[${target}] es-broker end to end`, () => {
     const reader = await TcpClient.connect(broker.tcp);
     let seen = 0;
     for (let partition = 0; partition < partitions; partition++) {
-      const { highWatermark, logStartOffset } = await reader.listOffsets({ topic: "load", partition });
+      const { highWatermark, logStartOffset } = await reader.listOffsets({
+        topic: "load",
+        partition,
+      });
       expect(logStartOffset).toBe(0);
       let offset = 0;
       while (offset < highWatermark) {
-        const r = await reader.fetch({ topic: "load", partition, offset, maxBytes: 4 * 1024 * 1024, maxRecords: 20_000 });
+        const r = await reader.fetch({
+          topic: "load",
+          partition,
+          offset,
+          maxBytes: 4 * 1024 * 1024,
+          maxRecords: 20_000,
+        });
         for (const rec of r.records) {
           expect(rec.offset).toBe(offset); // contiguous
           const want = acked.get(`${partition}:${rec.offset}`);
@@ -122,7 +136,15 @@ describe(`[${target}] es-broker end to end`, () => {
     cleanups.push(cleanup);
     const broker = await start(`${dir}/data`);
     const addr = `${broker.tcp.host}:${broker.tcp.port}`;
-    const created = await runCli(["topics", "create", "file", "--partitions", "1", "--broker", addr]);
+    const created = await runCli([
+      "topics",
+      "create",
+      "file",
+      "--partitions",
+      "1",
+      "--broker",
+      addr,
+    ]);
     expect(created.code, created.stderr).toBe(0);
     const input = readFileSync("package-lock.json");
     const produced = await runCli(["produce", "file", "--broker", addr], input);
@@ -139,9 +161,17 @@ describe(`[${target}] es-broker end to end`, () => {
     cleanups.push(cleanup);
     const broker = await start(`${dir}/data`);
     const post = (path: string, body: string, type = "application/json") =>
-      fetch(`${broker.httpUrl}${path}`, { method: "POST", headers: { "content-type": type }, body });
-    expect((await post("/v1/topics", JSON.stringify({ name: "h", partitions: 1 }))).status).toBe(201);
-    expect((await post("/v1/topics/h/records", JSON.stringify({ records: [{ value: "ok" }] }))).status).toBe(200);
+      fetch(`${broker.httpUrl}${path}`, {
+        method: "POST",
+        headers: { "content-type": type },
+        body,
+      });
+    expect((await post("/v1/topics", JSON.stringify({ name: "h", partitions: 1 }))).status).toBe(
+      201,
+    );
+    expect(
+      (await post("/v1/topics/h/records", JSON.stringify({ records: [{ value: "ok" }] }))).status,
+    ).toBe(200);
     const bad = [
       '{"records":[{"value":"fine"},{"value_b64":"not base64!"}]}',
       '{"records":[{"value":"fine"},{"value":1}]}',
@@ -156,9 +186,14 @@ describe(`[${target}] es-broker end to end`, () => {
       expect(json.error.code).toMatch(/invalid/);
       expect(json.error.message.length).toBeGreaterThan(5);
     }
-    const desc = (await (await fetch(`${broker.httpUrl}/v1/topics/h`)).json()) as { partitions: { high_watermark: number }[] };
+    const desc = (await (await fetch(`${broker.httpUrl}/v1/topics/h`)).json()) as {
+      partitions: { high_watermark: number }[];
+    };
     expect(desc.partitions[0].high_watermark).toBe(1);
-    const big = await post("/v1/topics/h/records", JSON.stringify({ records: [{ value: "x".repeat(2 * 1024 * 1024) }] }));
+    const big = await post(
+      "/v1/topics/h/records",
+      JSON.stringify({ records: [{ value: "x".repeat(2 * 1024 * 1024) }] }),
+    );
     expect(big.status).toBe(200);
   });
 
@@ -166,17 +201,25 @@ describe(`[${target}] es-broker end to end`, () => {
     const { dir, cleanup } = tempDir();
     cleanups.push(cleanup);
     const broker = await start(`${dir}/data`, ["--max-request-bytes", "65536"]);
-    await fetch(`${broker.httpUrl}/v1/topics`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"name":"s","partitions":1}' });
+    await fetch(`${broker.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: '{"name":"s","partitions":1}',
+    });
     const res = await fetch(`${broker.httpUrl}/v1/topics/s/records`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ records: [{ value: "x".repeat(100_000) }] }),
     });
     expect(res.status).toBe(413);
-    expect(((await res.json()) as { error: { code: string } }).error.code).toBe("request_too_large");
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe(
+      "request_too_large",
+    );
 
     const closed = await new Promise<boolean>((res) => {
-      const s = net.connect(broker.tcp.port, broker.tcp.host, () => s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+      const s = net.connect(broker.tcp.port, broker.tcp.host, () =>
+        s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+      );
       s.on("data", () => {});
       s.on("close", () => res(true));
       s.on("error", () => {});
@@ -217,7 +260,15 @@ describe(`[${target}] es-broker end to end`, () => {
     await c.createTopic({ name: "lock", partitions: 1 });
     await c.produce("lock", [{ value: "A1" }]);
     await c.close();
-    const second = await runCli(["serve", "--data-dir", `${dir}/data`, "--http-port", "0", "--tcp-port", "0"]);
+    const second = await runCli([
+      "serve",
+      "--data-dir",
+      `${dir}/data`,
+      "--http-port",
+      "0",
+      "--tcp-port",
+      "0",
+    ]);
     expect(second.code).toBe(1);
     expect(second.stderr).toMatch(/in use by process \d+/);
     const check = await runCli(["check", "--data-dir", `${dir}/data`]);

@@ -28,11 +28,17 @@ function mtimeMs(path: string): number {
 /** Vitest calls this with the project (its name is `e2e:<target>`). */
 export default function setup(project: { name: string }): void {
   const target = project.name.replace(/^e2e:/, "");
-  const output = target === "node" ? "dist/es-broker.mjs" : target === "binary" ? "dist/es-broker" : null;
+  const output =
+    target === "node" ? "dist/es-broker.mjs" : target === "binary" ? "dist/es-broker" : null;
   if (output === null) return; // deno and bun run the sources
-  const sourcesMs = Math.max(newestMtimeMs(join(repoRoot, "src")), mtimeMs(join(repoRoot, "package-lock.json")));
+  const sourcesMs = Math.max(
+    newestMtimeMs(join(repoRoot, "src")),
+    mtimeMs(join(repoRoot, "package-lock.json")),
+  );
   if (mtimeMs(join(repoRoot, output)) >= sourcesMs) return;
   const args = ["scripts/build.mjs", ...(target === "node" ? ["--bundle-only"] : [])];
-  process.stderr.write(`[${target}] ${output} is older than src/; rebuilding (node ${args.join(" ")})\n`);
+  process.stderr.write(
+    `[${target}] ${output} is older than src/; rebuilding (node ${args.join(" ")})\n`,
+  );
   execFileSync(process.execPath, args, { cwd: repoRoot, stdio: "inherit" });
 }

@@ -12,14 +12,21 @@ import { TcpClient } from "../../src/client/client.ts";
 import type { GroupDescription } from "../../src/broker/types.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { tempDir } from "../helpers/tmp.ts";
-import { assertTargetRunnable, brokerCommand, startBroker, target, type BrokerProcess } from "./harness.ts";
+import {
+  assertTargetRunnable,
+  brokerCommand,
+  startBroker,
+  target,
+  type BrokerProcess,
+} from "./harness.ts";
 import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
 const consumers: ChildProcess[] = [];
 const cleanups: (() => void)[] = [];
 afterEach(async () => {
-  for (const c of consumers.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  for (const c of consumers.splice(0))
+    if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
   for (const b of running.splice(0)) await b.stop("SIGKILL");
   cleanups.splice(0).forEach((c) => c());
 });
@@ -34,7 +41,10 @@ interface Consumer {
 function startConsumer(args: string[]): Consumer {
   assertTargetRunnable();
   const [cmd, ...pre] = brokerCommand();
-  const proc = spawn(cmd, [...pre, "consume", ...args], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] });
+  const proc = spawn(cmd, [...pre, "consume", ...args], {
+    cwd: repoRoot,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   consumers.push(proc);
   const lines: string[] = [];
   let partial = "";
@@ -49,7 +59,11 @@ function startConsumer(args: string[]): Consumer {
   return { proc, lines, stderr: () => err };
 }
 
-async function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+async function waitFor(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 30_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`[${target}] timed out waiting for ${what}`);
@@ -88,9 +102,22 @@ describe(`[${target}] es-broker consume --group`, () => {
     try {
       await client.createTopic({ name: "shared", partitions: 4 });
       const address = `${broker.tcp.host}:${broker.tcp.port}`;
-      const args = ["shared", "--group", "workers", "--follow", "--from-beginning", "--session-timeout", "1500", "--broker", address];
+      const args = [
+        "shared",
+        "--group",
+        "workers",
+        "--follow",
+        "--from-beginning",
+        "--session-timeout",
+        "1500",
+        "--broker",
+        address,
+      ];
       const a = startConsumer(args);
-      await waitFor("the first consumer to join", async () => (await client.describeGroup("workers").catch(() => null))?.members.length === 1);
+      await waitFor(
+        "the first consumer to join",
+        async () => (await client.describeGroup("workers").catch(() => null))?.members.length === 1,
+      );
       const b = startConsumer(args);
       // Both members in one generation, two partitions each, and both settled into it.
       let settled: GroupDescription | null = null;
@@ -104,19 +131,27 @@ describe(`[${target}] es-broker consume --group`, () => {
       });
       const next = [0, 0, 0, 0];
       await produce(client, next, 50);
-      const all = (upTo: number[]) => upTo.flatMap((n, p) => Array.from({ length: n }, (_, i) => `p${p}-${i}`));
-      await waitFor("both consumers together to print the first 200 records", () => new Set([...a.lines, ...b.lines]).size >= 200);
+      const all = (upTo: number[]) =>
+        upTo.flatMap((n, p) => Array.from({ length: n }, (_, i) => `p${p}-${i}`));
+      await waitFor(
+        "both consumers together to print the first 200 records",
+        () => new Set([...a.lines, ...b.lines]).size >= 200,
+      );
       // The split: each printed only its own partitions.
       const partitionsOf = (c: Consumer) => new Set(c.lines.map((l) => parse(l).partition));
       expect(partitionsOf(a).size).toBe(2);
       expect(partitionsOf(b).size).toBe(2);
       expect([...partitionsOf(a)].some((p) => partitionsOf(b).has(p))).toBe(false);
       // Let the last commits land, then kill a without warning.
-      await waitFor("the group to commit the first 200 records", async () => (await client.describeGroup("workers")).offsets.every((o) => o.committed === 50));
+      await waitFor("the group to commit the first 200 records", async () =>
+        (await client.describeGroup("workers")).offsets.every((o) => o.committed === 50),
+      );
       a.proc.kill("SIGKILL");
       await new Promise((r) => a.proc.once("exit", r));
       const orphaned = [...partitionsOf(a)].sort();
-      const committedAtKill = new Map((await client.describeGroup("workers")).offsets.map((o) => [o.partition, o.committed ?? 0]));
+      const committedAtKill = new Map(
+        (await client.describeGroup("workers")).offsets.map((o) => [o.partition, o.committed ?? 0]),
+      );
       const printedByBBefore = b.lines.length;
       await produce(client, next, 50);
       await waitFor("the survivor to own all four partitions", async () => {
@@ -125,18 +160,28 @@ describe(`[${target}] es-broker consume --group`, () => {
       });
       await waitFor("the survivor to print every record of the second round", () => {
         const seen = new Set(b.lines);
-        return all(next).filter((v) => parse(v).offset >= 50).every((v) => seen.has(v));
+        return all(next)
+          .filter((v) => parse(v).offset >= 50)
+          .every((v) => seen.has(v));
       });
       // The survivor started a's partitions exactly at the committed offsets: no gap, no rewind past them.
       for (const p of orphaned) {
-        const mine = b.lines.slice(printedByBBefore).map(parse).filter((r) => r.partition === p).map((r) => r.offset);
-        expect(mine[0], `partition ${p} resumed at its committed offset`).toBe(committedAtKill.get(p));
+        const mine = b.lines
+          .slice(printedByBBefore)
+          .map(parse)
+          .filter((r) => r.partition === p)
+          .map((r) => r.offset);
+        expect(mine[0], `partition ${p} resumed at its committed offset`).toBe(
+          committedAtKill.get(p),
+        );
         expect(mine).toEqual(Array.from({ length: next[p] - mine[0] }, (_, i) => mine[0] + i));
       }
       // Nothing skipped: every record of every partition was printed by one of them.
       const printed = new Set([...a.lines, ...b.lines]);
       for (const v of all(next)) expect(printed.has(v), `${v} was printed`).toBe(true);
-      await waitFor("the group's lag to reach 0", async () => (await client.describeGroup("workers")).offsets.every((o) => o.lag === 0));
+      await waitFor("the group's lag to reach 0", async () =>
+        (await client.describeGroup("workers")).offsets.every((o) => o.lag === 0),
+      );
       b.proc.kill("SIGTERM");
       const code = await new Promise((r) => b.proc.once("exit", (c) => r(c)));
       expect(code, b.stderr()).toBe(0);
@@ -154,7 +199,16 @@ describe(`[${target}] es-broker consume --group`, () => {
       await produce(client, next, 3);
       const address = `${broker.tcp.host}:${broker.tcp.port}`;
       // Without --from-beginning: a partition the group never committed starts at the end.
-      const args = ["shared", "--group", "late", "--follow", "--session-timeout", "1000", "--broker", address];
+      const args = [
+        "shared",
+        "--group",
+        "late",
+        "--follow",
+        "--session-timeout",
+        "1000",
+        "--broker",
+        address,
+      ];
       const a = startConsumer(args);
       await waitFor("the first consumer to join and commit where it starts", async () => {
         const d = await client.describeGroup("late").catch(() => null);
@@ -163,9 +217,15 @@ describe(`[${target}] es-broker consume --group`, () => {
       // a freezes (it can neither print nor commit), records arrive, and a's session expires.
       a.proc.kill("SIGSTOP");
       await produce(client, next, 2);
-      await waitFor("a's session to expire", async () => (await client.describeGroup("late")).members.length === 0);
+      await waitFor(
+        "a's session to expire",
+        async () => (await client.describeGroup("late")).members.length === 0,
+      );
       const b = startConsumer(args);
-      await waitFor("the second consumer to print the records produced while a was frozen", () => b.lines.length >= 2);
+      await waitFor(
+        "the second consumer to print the records produced while a was frozen",
+        () => b.lines.length >= 2,
+      );
       expect(b.lines).toEqual(["p0-3", "p0-4"]);
       expect(a.lines).toEqual([]);
       a.proc.kill("SIGKILL");

@@ -73,18 +73,27 @@ export async function startBroker(
 ): Promise<BrokerProcess> {
   if (options.command === undefined) assertTargetRunnable();
   const [cmd, ...args] = options.command ?? brokerCommand();
-  const proc = spawn(cmd, [...args, "serve", "--data-dir", dataDir, "--http-port", "0", "--tcp-port", "0", ...extra], {
-    cwd: options.cwd ?? repoRoot,
-    stdio: ["ignore", "pipe", "pipe"],
-    env: options.replaceEnv ? env : { ...process.env, ...env },
-  });
+  const proc = spawn(
+    cmd,
+    [...args, "serve", "--data-dir", dataDir, "--http-port", "0", "--tcp-port", "0", ...extra],
+    {
+      cwd: options.cwd ?? repoRoot,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: options.replaceEnv ? env : { ...process.env, ...env },
+    },
+  );
   proc.on("error", () => {}); // a spawn failure shows up as the exit below
   let out = "";
   let err = "";
   proc.stderr!.on("data", (d) => (err += d));
-  const exited = new Promise<number | string>((res) => proc.on("exit", (code, signal) => res(code ?? signal ?? "unknown")));
+  const exited = new Promise<number | string>((res) =>
+    proc.on("exit", (code, signal) => res(code ?? signal ?? "unknown")),
+  );
   const line = await new Promise<string>((res, rej) => {
-    const timer = setTimeout(() => rej(new Error(`[${target}] broker did not start within 30 s; stderr:\n${err}`)), 30_000);
+    const timer = setTimeout(
+      () => rej(new Error(`[${target}] broker did not start within 30 s; stderr:\n${err}`)),
+      30_000,
+    );
     proc.stdout!.on("data", (d) => {
       out += d;
       const nl = out.indexOf("\n");
@@ -124,8 +133,18 @@ export function runCli(
   if (options.command === undefined) assertTargetRunnable();
   const [cmd, ...pre] = options.command ?? brokerCommand();
   return new Promise((res) => {
-    const proc = spawn(cmd, [...pre, ...args], { cwd: options.cwd ?? repoRoot, env: options.env ?? process.env, stdio: ["pipe", "pipe", "pipe"] });
-    proc.on("error", (error) => res({ code: null, stdout: Buffer.alloc(0), stderr: `[${target}] cannot start ${cmd}: ${error.message}` }));
+    const proc = spawn(cmd, [...pre, ...args], {
+      cwd: options.cwd ?? repoRoot,
+      env: options.env ?? process.env,
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    proc.on("error", (error) =>
+      res({
+        code: null,
+        stdout: Buffer.alloc(0),
+        stderr: `[${target}] cannot start ${cmd}: ${error.message}`,
+      }),
+    );
     const chunks: Buffer[] = [];
     let err = "";
     proc.stdout.on("data", (d: Buffer) => chunks.push(d));

@@ -27,7 +27,9 @@ const rounds = Number(process.env.ES_BROKER_KILL_ROUNDS ?? (target === "node" ? 
 describe(`[${target}] idempotent producers through SIGKILL`, () => {
   // Each round is one start of the real process (≈ 0.1–0.3 s on an idle machine); the limit is
   // generous so a loaded machine does not fail it.
-  it(`store every (producer, sequence) exactly once across ${rounds} kills of the broker`, { timeout: 300_000 }, async () => {
+  it(`store every (producer, sequence) exactly once across ${rounds} kills of the broker`, {
+    timeout: 300_000,
+  }, async () => {
     const { dir, cleanup } = tempDir("es-broker-idem-");
     cleanups.push(cleanup);
     const dataDir = `${dir}/data`;
@@ -38,7 +40,8 @@ describe(`[${target}] idempotent producers through SIGKILL`, () => {
     await admin.close();
 
     // The producers connect to whichever broker is running now.
-    const connect = () => TcpClient.connect({ host: broker.tcp.host, port: broker.tcp.port, timeoutMs: 5000 });
+    const connect = () =>
+      TcpClient.connect({ host: broker.tcp.host, port: broker.tcp.port, timeoutMs: 5000 });
     const specs = [
       { id: "alpha", partitionOf: (_: number) => 0 },
       { id: "beta", partitionOf: (_: number) => 1 },
@@ -50,14 +53,28 @@ describe(`[${target}] idempotent producers through SIGKILL`, () => {
     /** `${producer}/${partition}/${sequence}` → where the batch was acknowledged, and its values. */
     const acked = new Map<string, { result: ProduceResult; values: string[] }>();
     const producers = specs.map((spec) => {
-      const producer = new IdempotentProducer({ connect, producerId: spec.id, epoch: 1, retryBackoffMs: 5, retryBackoffMaxMs: 40, deliveryTimeoutMs: 60_000 });
+      const producer = new IdempotentProducer({
+        connect,
+        producerId: spec.id,
+        epoch: 1,
+        retryBackoffMs: 5,
+        retryBackoffMaxMs: 40,
+        deliveryTimeoutMs: 60_000,
+      });
       const done = (async () => {
         for (let b = 0; !stop; b++) {
           const partition = spec.partitionOf(b);
           const sequence = producer.nextSequence("idem", partition);
           const count = 1 + (b % 3);
-          const values = Array.from({ length: count }, (_, i) => `${spec.id}/${partition}/${sequence + i}`);
-          const result = await producer.send("idem", values.map((value) => ({ value })), { partition });
+          const values = Array.from(
+            { length: count },
+            (_, i) => `${spec.id}/${partition}/${sequence + i}`,
+          );
+          const result = await producer.send(
+            "idem",
+            values.map((value) => ({ value })),
+            { partition },
+          );
           acked.set(`${spec.id}/${partition}/${sequence}`, { result, values });
           acks++;
           if (result.duplicate) duplicates++;
@@ -101,7 +118,9 @@ describe(`[${target}] idempotent producers through SIGKILL`, () => {
     expect(acked.size).toBeGreaterThan(rounds);
     let records = 0;
     for (const [key, { result, values }] of acked) {
-      const offsets = result.spans.flatMap((s) => Array.from({ length: s.count }, (_, i) => s.baseOffset + i));
+      const offsets = result.spans.flatMap((s) =>
+        Array.from({ length: s.count }, (_, i) => s.baseOffset + i),
+      );
       values.forEach((v, i) => {
         const where = stored.get(v);
         expect(where, `${v} (batch ${key}) is stored`).toBeDefined();
@@ -113,6 +132,8 @@ describe(`[${target}] idempotent producers through SIGKILL`, () => {
     // Nothing else was stored: no record of a (producer, sequence) twice, no stray records.
     expect(stored.size).toBe(records);
     for (const [v, { offsets }] of stored) expect(offsets, v).toHaveLength(1);
-    console.log(`[${target}] ${rounds} SIGKILLs in ${Date.now() - started} ms: ${acked.size} batches, ${records} records, each stored once; ${duplicates} retries answered as duplicates`);
+    console.log(
+      `[${target}] ${rounds} SIGKILLs in ${Date.now() - started} ms: ${acked.size} batches, ${records} records, each stored once; ${duplicates} retries answered as duplicates`,
+    );
   });
 });

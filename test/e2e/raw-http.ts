@@ -27,14 +27,22 @@ export interface RawRequest {
 export function chunk(data: string | Uint8Array): Buffer {
   const bytes = typeof data === "string" ? Buffer.from(data) : Buffer.from(data);
   if (bytes.length === 0) return Buffer.from("0\r\n\r\n");
-  return Buffer.concat([Buffer.from(`${bytes.length.toString(16)}\r\n`), bytes, Buffer.from("\r\n")]);
+  return Buffer.concat([
+    Buffer.from(`${bytes.length.toString(16)}\r\n`),
+    bytes,
+    Buffer.from("\r\n"),
+  ]);
 }
 
 /**
  * Connects, sends `head` (request line and headers, ending in an empty line) and returns the
  * open request. Rejects if the connection is refused.
  */
-export function openRaw(options: { host: string; port: number; head: string }): Promise<RawRequest> {
+export function openRaw(options: {
+  host: string;
+  port: number;
+  head: string;
+}): Promise<RawRequest> {
   return new Promise((resolveOpen, rejectOpen) => {
     const socket = net.connect(options.port, options.host);
     let received = Buffer.alloc(0);
@@ -88,7 +96,11 @@ export function openRaw(options: { host: string; port: number; head: string }): 
     socket.on("end", () => tryParse(true));
     socket.on("close", () => {
       tryParse(true);
-      fail?.(new Error(`connection closed without a complete response; received ${JSON.stringify(received.toString("latin1").slice(0, 200))}`));
+      fail?.(
+        new Error(
+          `connection closed without a complete response; received ${JSON.stringify(received.toString("latin1").slice(0, 200))}`,
+        ),
+      );
     });
     let connected = false;
     socket.on("error", (error) => {
@@ -112,8 +124,12 @@ export function openRaw(options: { host: string; port: number; head: string }): 
 }
 
 /** The request line and headers of a POST with a JSON body, chunked or with a Content-Length. */
-export function postHead(path: string, body: { chunked: true } | { contentLength: number }): string {
-  const framing = "chunked" in body ? "Transfer-Encoding: chunked" : `Content-Length: ${body.contentLength}`;
+export function postHead(
+  path: string,
+  body: { chunked: true } | { contentLength: number },
+): string {
+  const framing =
+    "chunked" in body ? "Transfer-Encoding: chunked" : `Content-Length: ${body.contentLength}`;
   return `POST ${path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n${framing}\r\n\r\n`;
 }
 
@@ -125,7 +141,10 @@ export interface KeepAliveConnection {
 }
 
 /** Connects for a series of GET requests over one connection (responses must carry Content-Length). */
-export function openKeepAlive(options: { host: string; port: number }): Promise<KeepAliveConnection> {
+export function openKeepAlive(options: {
+  host: string;
+  port: number;
+}): Promise<KeepAliveConnection> {
   return new Promise((resolveOpen, rejectOpen) => {
     const socket = net.connect(options.port, options.host);
     let received = Buffer.alloc(0);
@@ -170,7 +189,9 @@ export function openKeepAlive(options: { host: string; port: number }): Promise<
           new Promise((res) => {
             if (closed) return res("closed");
             waiter = res;
-            socket.write(`GET ${path} HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n`);
+            socket.write(
+              `GET ${path} HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n`,
+            );
           }),
         destroy: () => socket.destroy(),
       });

@@ -8,7 +8,14 @@ import { afterEach, describe, expect, it } from "vitest";
 import { TcpClient } from "../../src/client/client.ts";
 import { version } from "../../src/version.ts";
 import { tempDir } from "../helpers/tmp.ts";
-import { assertTargetRunnable, runCli, startBroker, target, targetInfo, type BrokerProcess } from "./harness.ts";
+import {
+  assertTargetRunnable,
+  runCli,
+  startBroker,
+  target,
+  targetInfo,
+  type BrokerProcess,
+} from "./harness.ts";
 import { chunk, openKeepAlive, openRaw, postHead } from "./raw-http.ts";
 
 const running: BrokerProcess[] = [];
@@ -18,7 +25,10 @@ afterEach(async () => {
   cleanups.splice(0).forEach((c) => c());
 });
 
-async function start(extra: string[] = [], dataDir?: string): Promise<{ broker: BrokerProcess; dataDir: string }> {
+async function start(
+  extra: string[] = [],
+  dataDir?: string,
+): Promise<{ broker: BrokerProcess; dataDir: string }> {
   if (dataDir === undefined) {
     const { dir, cleanup } = tempDir();
     cleanups.push(cleanup);
@@ -32,8 +42,11 @@ async function start(extra: string[] = [], dataDir?: string): Promise<{ broker: 
 /** Resolves with the exit code once the process exits, without signalling it. */
 function exitOf(broker: BrokerProcess): Promise<number | string> {
   const { proc } = broker;
-  if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve(proc.exitCode ?? proc.signalCode!);
-  return new Promise((res) => proc.once("exit", (code, signal) => res(code ?? signal ?? "unknown")));
+  if (proc.exitCode !== null || proc.signalCode !== null)
+    return Promise.resolve(proc.exitCode ?? proc.signalCode!);
+  return new Promise((res) =>
+    proc.once("exit", (code, signal) => res(code ?? signal ?? "unknown")),
+  );
 }
 
 function isRunning(broker: BrokerProcess): boolean {
@@ -43,7 +56,11 @@ function isRunning(broker: BrokerProcess): boolean {
 const sleep = (ms: number) => new Promise((res) => setTimeout(res, ms));
 
 async function postJson(url: string, body: unknown): Promise<Response> {
-  return fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  return fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
 }
 
 /** Reads Server-Sent Events from a streaming response, one parsed event at a time. */
@@ -65,7 +82,8 @@ function sseReader(response: Response) {
             const i = line.indexOf(":");
             if (i > 0) fields[line.slice(0, i)] = line.slice(i + 1).replace(/^ /, "");
           }
-          if (fields.data !== undefined) return { id: fields.id, event: fields.event, data: fields.data };
+          if (fields.data !== undefined)
+            return { id: fields.id, event: fields.event, data: fields.data };
           continue;
         }
         const { done, value } = await reader.read();
@@ -89,7 +107,11 @@ function sseReader(response: Response) {
 async function slowProduce(broker: BrokerProcess, topic: string, value: string) {
   const [host, port] = broker.httpUrl.replace("http://", "").split(":");
   const body = JSON.stringify({ records: [{ value }] });
-  const request = await openRaw({ host, port: Number(port), head: postHead(`/v1/topics/${topic}/records`, { chunked: true }) });
+  const request = await openRaw({
+    host,
+    port: Number(port),
+    head: postHead(`/v1/topics/${topic}/records`, { chunked: true }),
+  });
   request.write(chunk(body.slice(0, 10)));
   return {
     request,
@@ -105,7 +127,11 @@ async function newConnectionRefused(broker: BrokerProcess): Promise<boolean> {
   const [host, port] = broker.httpUrl.replace("http://", "").split(":");
   let request;
   try {
-    request = await openRaw({ host, port: Number(port), head: "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n" });
+    request = await openRaw({
+      host,
+      port: Number(port),
+      head: "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    });
   } catch {
     return true;
   }
@@ -125,7 +151,11 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const { code, stdout, stderr } = await runCli(["--version"]);
     expect(code, `[${target}] ${stderr}`).toBe(0);
     const line = stdout.toString().trim();
-    expect(line).toMatch(new RegExp(`^es-broker ${version.replaceAll(".", "\\.")} \\((node|deno|bun) \\d+\\.\\d+\\.\\d+(, standalone binary)?\\)$`));
+    expect(line).toMatch(
+      new RegExp(
+        `^es-broker ${version.replaceAll(".", "\\.")} \\((node|deno|bun) \\d+\\.\\d+\\.\\d+(, standalone binary)?\\)$`,
+      ),
+    );
     expect(line, `[${target}] version line`).toContain(targetInfo.versionMarker);
   });
 
@@ -134,7 +164,9 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const created = await postJson(`${broker.httpUrl}/v1/topics`, { name: "mixed", partitions: 1 });
     expect(created.status).toBe(201);
 
-    const stream = await fetch(`${broker.httpUrl}/v1/topics/mixed/partitions/0/stream?offset=earliest`);
+    const stream = await fetch(
+      `${broker.httpUrl}/v1/topics/mixed/partitions/0/stream?offset=earliest`,
+    );
     expect(stream.status).toBe(200);
     expect(stream.headers.get("content-type")).toMatch(/^text\/event-stream/);
     const events = sseReader(stream);
@@ -143,9 +175,16 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const overTcp = await client.produce("mixed", [{ key: "k1", value: "over tcp" }]);
     expect(overTcp.spans).toHaveLength(1);
     expect(overTcp.spans[0]).toMatchObject({ partition: 0, baseOffset: 0 });
-    const overHttp = await postJson(`${broker.httpUrl}/v1/topics/mixed/records`, { records: [{ key: "k2", value: "over http" }, { value: "no key" }] });
+    const overHttp = await postJson(`${broker.httpUrl}/v1/topics/mixed/records`, {
+      records: [{ key: "k2", value: "over http" }, { value: "no key" }],
+    });
     expect(overHttp.status).toBe(200);
-    expect(await overHttp.json()).toEqual({ offsets: [{ partition: 0, offset: 1 }, { partition: 0, offset: 2 }] });
+    expect(await overHttp.json()).toEqual({
+      offsets: [
+        { partition: 0, offset: 1 },
+        { partition: 0, offset: 2 },
+      ],
+    });
 
     const expected = [
       { offset: 0, key: "k1", value: "over tcp" },
@@ -154,15 +193,21 @@ describe(`[${target}] es-broker on its runtime`, () => {
     ];
     const fetchedTcp = await client.fetch({ topic: "mixed", partition: 0, offset: 0 });
     const text = (b: Uint8Array | null) => (b === null ? null : Buffer.from(b).toString());
-    expect(fetchedTcp.records.map((r) => ({ offset: r.offset, key: text(r.key), value: text(r.value) }))).toEqual(expected);
+    expect(
+      fetchedTcp.records.map((r) => ({ offset: r.offset, key: text(r.key), value: text(r.value) })),
+    ).toEqual(expected);
     expect(fetchedTcp.highWatermark).toBe(3);
 
-    const fetchedHttp = (await (await fetch(`${broker.httpUrl}/v1/topics/mixed/partitions/0/records?offset=earliest`)).json()) as {
+    const fetchedHttp = (await (
+      await fetch(`${broker.httpUrl}/v1/topics/mixed/partitions/0/records?offset=earliest`)
+    ).json()) as {
       records: { offset: number; key: string | null; value: string }[];
       next_offset: number;
       high_watermark: number;
     };
-    expect(fetchedHttp.records.map(({ offset, key, value }) => ({ offset, key, value }))).toEqual(expected);
+    expect(fetchedHttp.records.map(({ offset, key, value }) => ({ offset, key, value }))).toEqual(
+      expected,
+    );
     expect(fetchedHttp.next_offset).toBe(3);
     expect(fetchedHttp.high_watermark).toBe(3);
 
@@ -179,7 +224,13 @@ describe(`[${target}] es-broker on its runtime`, () => {
     expect(JSON.parse(live!.data)).toMatchObject({ offset: 3, key: null, value: "live" });
     await events.cancel();
 
-    const consumed = await runCli(["consume", "mixed", "--from-beginning", "--broker", `${broker.tcp.host}:${broker.tcp.port}`]);
+    const consumed = await runCli([
+      "consume",
+      "mixed",
+      "--from-beginning",
+      "--broker",
+      `${broker.tcp.host}:${broker.tcp.port}`,
+    ]);
     expect(consumed.code, consumed.stderr).toBe(0);
     expect(consumed.stdout.toString()).toBe("over tcp\nover http\nno key\nlive\n");
     await client.close();
@@ -188,16 +239,20 @@ describe(`[${target}] es-broker on its runtime`, () => {
   it("refuses a body over --max-request-bytes with the JSON 413 however it is framed, and takes a chunked body under it", async () => {
     const capBytes = 65_536;
     const { broker } = await start(["--max-request-bytes", String(capBytes)]);
-    expect((await postJson(`${broker.httpUrl}/v1/topics`, { name: "cap", partitions: 1 })).status).toBe(201);
+    expect(
+      (await postJson(`${broker.httpUrl}/v1/topics`, { name: "cap", partitions: 1 })).status,
+    ).toBe(201);
     const [host, portText] = broker.httpUrl.replace("http://", "").split(":");
     const port = Number(portText);
     const path = "/v1/topics/cap/records";
-    const json = (valueBytes: number) => JSON.stringify({ records: [{ value: "x".repeat(valueBytes) }] });
+    const json = (valueBytes: number) =>
+      JSON.stringify({ records: [{ value: "x".repeat(valueBytes) }] });
 
     // Chunked, under the cap: accepted.
     const small = await openRaw({ host, port, head: postHead(path, { chunked: true }) });
     const smallBody = json(20_000);
-    for (let i = 0; i < smallBody.length; i += 4096) small.write(chunk(smallBody.slice(i, i + 4096)));
+    for (let i = 0; i < smallBody.length; i += 4096)
+      small.write(chunk(smallBody.slice(i, i + 4096)));
     small.write(chunk(""));
     const smallResponse = await small.response;
     small.destroy();
@@ -210,10 +265,18 @@ describe(`[${target}] es-broker on its runtime`, () => {
     chunked.write(chunk(""));
     // A Content-Length far over the cap, with the body never sent: refused from the header alone
     // (Bun's own limit would answer this one with an empty 413 if it were on).
-    const declared = await openRaw({ host, port, head: postHead(path, { contentLength: 1 << 30 }) });
+    const declared = await openRaw({
+      host,
+      port,
+      head: postHead(path, { contentLength: 1 << 30 }),
+    });
     declared.write("{");
     // A Content-Length over the cap, body sent in full.
-    const sent = await openRaw({ host, port, head: postHead(path, { contentLength: Buffer.byteLength(bigBody) }) });
+    const sent = await openRaw({
+      host,
+      port,
+      head: postHead(path, { contentLength: Buffer.byteLength(bigBody) }),
+    });
     sent.write(bigBody);
 
     for (const [name, request] of [
@@ -225,13 +288,16 @@ describe(`[${target}] es-broker on its runtime`, () => {
       request.destroy();
       expect(response.status, `[${target}] ${name}: ${response.body}`).toBe(413);
       expect(response.headers["content-type"], name).toMatch(/^application\/json/);
-      const error = (JSON.parse(response.body) as { error: { code: string; message: string } }).error;
+      const error = (JSON.parse(response.body) as { error: { code: string; message: string } })
+        .error;
       expect(error.code, name).toBe("request_too_large");
       expect(error.message, name).toContain(String(capBytes));
     }
 
     // Only the accepted request appended anything, and the broker still serves.
-    const described = (await (await fetch(`${broker.httpUrl}/v1/topics/cap`)).json()) as { partitions: { high_watermark: number }[] };
+    const described = (await (await fetch(`${broker.httpUrl}/v1/topics/cap`)).json()) as {
+      partitions: { high_watermark: number }[];
+    };
     expect(described.partitions[0].high_watermark).toBe(1);
   });
 
@@ -242,7 +308,9 @@ describe(`[${target}] es-broker on its runtime`, () => {
     await client.produce("g", [{ value: "before" }]);
 
     // Waits as long as the test's time limit: only the shutdown can end them in time.
-    const longPoll = fetch(`${broker.httpUrl}/v1/topics/g/partitions/0/records?offset=latest&wait_ms=60000`);
+    const longPoll = fetch(
+      `${broker.httpUrl}/v1/topics/g/partitions/0/records?offset=latest&wait_ms=60000`,
+    );
     const tcpLongPoll = client.fetch({ topic: "g", partition: 0, offset: 1, waitMs: 60_000 });
     const stream = await fetch(`${broker.httpUrl}/v1/topics/g/partitions/0/stream?offset=earliest`);
     const events = sseReader(stream);
@@ -264,8 +332,13 @@ describe(`[${target}] es-broker on its runtime`, () => {
 
     // The produce still arriving keeps the broker up, and new connections are refused meanwhile.
     await sleep(300);
-    expect(isRunning(broker), `[${target}] exited before finishing the in-flight produce`).toBe(true);
-    expect(await newConnectionRefused(broker), `[${target}] served a new connection while shutting down`).toBe(true);
+    expect(isRunning(broker), `[${target}] exited before finishing the in-flight produce`).toBe(
+      true,
+    );
+    expect(
+      await newConnectionRefused(broker),
+      `[${target}] served a new connection while shutting down`,
+    ).toBe(true);
     // A connection kept alive from before: closed by now, or its next request refused.
     const late = await keptAlive.get("/healthz");
     if (late !== "closed") {
@@ -288,7 +361,10 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const { broker: again } = await start([], dataDir);
     const reader = await TcpClient.connect(again.tcp);
     const after = await reader.fetch({ topic: "g", partition: 0, offset: 0 });
-    expect(after.records.map((r) => Buffer.from(r.value).toString())).toEqual(["before", "arrived during shutdown"]);
+    expect(after.records.map((r) => Buffer.from(r.value).toString())).toEqual([
+      "before",
+      "arrived during shutdown",
+    ]);
     await reader.close();
   });
 
@@ -296,7 +372,9 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const { broker, dataDir } = await start();
     const client = await TcpClient.connect(broker.tcp);
     await client.createTopic({ name: "i", partitions: 2 });
-    const acked = await Promise.all(Array.from({ length: 20 }, (_, i) => client.produce("i", [{ key: `k${i}`, value: `v${i}` }])));
+    const acked = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => client.produce("i", [{ key: `k${i}`, value: `v${i}` }])),
+    );
     await client.close();
     expect(await broker.stop("SIGINT")).toBe(0);
     running.splice(running.indexOf(broker), 1);
@@ -304,19 +382,24 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const { broker: again } = await start([], dataDir);
     const reader = await TcpClient.connect(again.tcp);
     let total = 0;
-    for (const partition of [0, 1]) total += (await reader.fetch({ topic: "i", partition, offset: 0 })).records.length;
+    for (const partition of [0, 1])
+      total += (await reader.fetch({ topic: "i", partition, offset: 0 })).records.length;
     expect(total).toBe(acked.length);
     await reader.close();
   });
 
   it("exits at once, non-zero, on a second signal while a request holds shutdown open", async () => {
     const { broker } = await start();
-    expect((await postJson(`${broker.httpUrl}/v1/topics`, { name: "s2", partitions: 1 })).status).toBe(201);
+    expect(
+      (await postJson(`${broker.httpUrl}/v1/topics`, { name: "s2", partitions: 1 })).status,
+    ).toBe(201);
     const slow = await slowProduce(broker, "s2", "never finished");
     await sleep(500); // as above: the slow request is in the broker's hands
     broker.proc.kill("SIGTERM");
     await sleep(500);
-    expect(isRunning(broker), `[${target}] the half-sent produce should hold shutdown open`).toBe(true);
+    expect(isRunning(broker), `[${target}] the half-sent produce should hold shutdown open`).toBe(
+      true,
+    );
     // Without the second signal it would wait for that body forever (past the test's time limit).
     broker.proc.kill("SIGTERM");
     const code = await exitOf(broker);

@@ -44,7 +44,13 @@ const sources = join(repoRoot, "src/main.ts");
 
 /** The four targets `npm test` runs: the Node bundle, Deno and Bun from sources, the compiled binary. */
 export const standardTargets: readonly Target[] = [
-  { name: "node", command: [process.execPath, bundle], versionMarker: "(node ", requires: [bundle], soakScale: 1 },
+  {
+    name: "node",
+    command: [process.execPath, bundle],
+    versionMarker: "(node ",
+    requires: [bundle],
+    soakScale: 1,
+  },
   {
     name: "deno",
     command: [deno, "run", "--allow-all", `--config=${join(repoRoot, "deno.json")}`, sources],
@@ -52,8 +58,20 @@ export const standardTargets: readonly Target[] = [
     requires: [deno],
     soakScale: soakScaleSecondary,
   },
-  { name: "bun", command: [bun, sources], versionMarker: "(bun ", requires: [bun], soakScale: soakScaleSecondary },
-  { name: "binary", command: [binary], versionMarker: ", standalone binary)", requires: [binary], soakScale: soakScaleSecondary },
+  {
+    name: "bun",
+    command: [bun, sources],
+    versionMarker: "(bun ",
+    requires: [bun],
+    soakScale: soakScaleSecondary,
+  },
+  {
+    name: "binary",
+    command: [binary],
+    versionMarker: ", standalone binary)",
+    requires: [binary],
+    soakScale: soakScaleSecondary,
+  },
 ];
 
 /** Parses `ES_BROKER_CMD`: a JSON array of words, or a string split on whitespace. */
@@ -97,11 +115,15 @@ export function currentTarget(env: Record<string, string | undefined> = process.
   const raw = env.ES_BROKER_CMD;
   const standard = standardTargets.find((t) => t.name === name);
   if (raw === undefined || raw.trim() === "") {
-    if (!standard) throw new Error(`ES_BROKER_TARGET=${name} is not a standard target (${standardTargets.map((t) => t.name).join(", ")}) and ES_BROKER_CMD is not set`);
+    if (!standard)
+      throw new Error(
+        `ES_BROKER_TARGET=${name} is not a standard target (${standardTargets.map((t) => t.name).join(", ")}) and ES_BROKER_CMD is not set`,
+      );
     return standard;
   }
   const command = parseCommand(raw);
-  const same = standard !== undefined && JSON.stringify(standard.command) === JSON.stringify(command);
+  const same =
+    standard !== undefined && JSON.stringify(standard.command) === JSON.stringify(command);
   return same ? standard : { ...(e2eTargets(env)[0] as Target), name, command };
 }
 

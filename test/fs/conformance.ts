@@ -49,7 +49,10 @@ async function withUmask(mask: number, fn: () => Promise<void>): Promise<void> {
 }
 
 /** Registers the conformance tests for one implementation under `describe(name)`. */
-export function fileSystemConformance(name: string, makeFs: () => Promise<ConformanceFixture>): void {
+export function fileSystemConformance(
+  name: string,
+  makeFs: () => Promise<ConformanceFixture>,
+): void {
   describe(`FileSystem conformance: ${name}`, () => {
     let fixture: ConformanceFixture;
     let fs: FileSystem;

@@ -11,7 +11,13 @@ import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
-import { FsError, type FileHandle, type FileStat, type FileSystem, type OpenOptions } from "../../src/fs/types.ts";
+import {
+  FsError,
+  type FileHandle,
+  type FileStat,
+  type FileSystem,
+  type OpenOptions,
+} from "../../src/fs/types.ts";
 import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
 
 /** One record to produce: key null = no key; value "" = a tombstone when keyed; ts −1 = broker clock. */
@@ -31,14 +37,29 @@ export interface ReadRecord {
 }
 
 /** A broker on `fs` at /data with no background cleanup unless `cleanupIntervalMs` is given. */
-export async function openBroker(fs: FileSystem, clock: ManualClock, extra: Partial<LocalBrokerOptions> = {}): Promise<{ broker: LocalBroker; logger: MemoryLogger }> {
+export async function openBroker(
+  fs: FileSystem,
+  clock: ManualClock,
+  extra: Partial<LocalBrokerOptions> = {},
+): Promise<{ broker: LocalBroker; logger: MemoryLogger }> {
   const logger = (extra.logger as MemoryLogger | undefined) ?? new MemoryLogger();
-  const broker = await LocalBroker.open({ fs, dataDir: "/data", clock, logger, cleanupIntervalMs: 0, ...extra });
+  const broker = await LocalBroker.open({
+    fs,
+    dataDir: "/data",
+    clock,
+    logger,
+    cleanupIntervalMs: 0,
+    ...extra,
+  });
   return { broker, logger };
 }
 
 /** Produces `records` to partition 0 of `topic` in one request; returns the base offset. */
-export async function produce(broker: LocalBroker, topic: string, records: readonly Rec[]): Promise<number> {
+export async function produce(
+  broker: LocalBroker,
+  topic: string,
+  records: readonly Rec[],
+): Promise<number> {
   const b = new EntryBatchBuilder();
   for (const r of records) b.add(r.key === null ? null : utf8(r.key), utf8(r.value), r.ts ?? -1);
   const result = await broker.produce({ topic, partition: 0, batch: b.build() });
@@ -53,7 +74,13 @@ export function decodeRecords(bytes: Uint8Array): ReadRecord[] {
   while (p < bytes.length) {
     expect(c.decode(p), `record at byte ${p}: ${c.reason}`).toBe(DecodeStatus.Ok);
     const key = c.key();
-    out.push({ offset: c.offset, timestampMs: c.timestampMs, key: key === null ? null : fromUtf8(key), value: fromUtf8(c.value()), bytes: bytes.slice(p, p + c.sizeBytes) });
+    out.push({
+      offset: c.offset,
+      timestampMs: c.timestampMs,
+      key: key === null ? null : fromUtf8(key),
+      value: fromUtf8(c.value()),
+      bytes: bytes.slice(p, p + c.sizeBytes),
+    });
     p += c.sizeBytes;
   }
   return out;
@@ -63,7 +90,12 @@ export function decodeRecords(bytes: Uint8Array): ReadRecord[] {
  * Fetches partition 0 of `topic` from `from` up to the high watermark, `maxRecords` at a time,
  * checking CRCs and that offsets strictly increase.
  */
-export async function fetchAll(broker: LocalBroker, topic: string, from: number, maxRecords = 1000): Promise<ReadRecord[]> {
+export async function fetchAll(
+  broker: LocalBroker,
+  topic: string,
+  from: number,
+  maxRecords = 1000,
+): Promise<ReadRecord[]> {
   const out: ReadRecord[] = [];
   let offset = from;
   for (let guard = 0; guard < 100_000; guard++) {
@@ -95,13 +127,18 @@ export async function rejectionCode(promise: Promise<unknown>): Promise<string> 
 /** Files under a directory of a MemoryFileSystem with their bytes, for before/after comparisons. */
 export function snapshotFiles(fs: MemoryFileSystem, dir: string): Map<string, Uint8Array> {
   const out = new Map<string, Uint8Array>();
-  for (const path of fs.listTree(dir)) if (!path.endsWith("/")) out.set(path, fs.readFileSync(path));
+  for (const path of fs.listTree(dir))
+    if (!path.endsWith("/")) out.set(path, fs.readFileSync(path));
   return out;
 }
 
 /** Names in a partition directory that belong to an unfinished swap. */
 export function swapLeftovers(fs: MemoryFileSystem, dir: string): string[] {
-  return fs.listTree(dir).filter((p) => p.endsWith(".cleaned") || p.endsWith("compaction.marker") || p.endsWith(".partial"));
+  return fs
+    .listTree(dir)
+    .filter(
+      (p) => p.endsWith(".cleaned") || p.endsWith("compaction.marker") || p.endsWith(".partial"),
+    );
 }
 
 export { ManualClock, MemoryFileSystem };

@@ -11,7 +11,10 @@ import { DecodeStatus, RecordCursor } from "../../src/storage/record.ts";
  * Every record of `log` below its high watermark, as offset and UTF-8 value, read
  * `maxBytes` (default 1 MiB) at a time.
  */
-export async function readPartitionRecords(log: PartitionLog, maxBytes = 1 << 20): Promise<{ offset: number; value: string }[]> {
+export async function readPartitionRecords(
+  log: PartitionLog,
+  maxBytes = 1 << 20,
+): Promise<{ offset: number; value: string }[]> {
   const out: { offset: number; value: string }[] = [];
   let offset = log.logStartOffset;
   while (offset < log.highWatermark) {

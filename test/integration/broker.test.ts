@@ -32,7 +32,9 @@ function fresh() {
 }
 
 async function rejectsWith(p: Promise<unknown>, code: string) {
-  await expect(p).rejects.toSatisfy((e: unknown) => e instanceof BrokerError && e.kind.code === code);
+  await expect(p).rejects.toSatisfy(
+    (e: unknown) => e instanceof BrokerError && e.kind.code === code,
+  );
 }
 
 function values(bytes: Uint8Array): string[] {
@@ -48,13 +50,20 @@ function values(bytes: Uint8Array): string[] {
 describe("LocalBroker", () => {
   it("creates, lists, describes and deletes topics", async () => {
     const b = await broker(fresh());
-    const d = await b.createTopic({ name: "orders", partitions: 3, config: { segment_bytes: 4096 } });
+    const d = await b.createTopic({
+      name: "orders",
+      partitions: 3,
+      config: { segment_bytes: 4096 },
+    });
     expect(d.partitions.map((p) => p.partition)).toEqual([0, 1, 2]);
     expect(d.config.segment_bytes).toBe(4096);
     await rejectsWith(b.createTopic({ name: "orders", partitions: 1 }), "topic_exists");
     await rejectsWith(b.createTopic({ name: "bad/name", partitions: 1 }), "invalid_topic_name");
     await rejectsWith(b.createTopic({ name: "x", partitions: 0 }), "invalid_config");
-    await rejectsWith(b.createTopic({ name: "x", partitions: 1, config: { nope: 1 } }), "invalid_config");
+    await rejectsWith(
+      b.createTopic({ name: "x", partitions: 1, config: { nope: 1 } }),
+      "invalid_config",
+    );
     await b.createTopic({ name: "a", partitions: 1 });
     expect((await b.listTopics()).map((t) => t.name)).toEqual(["a", "orders"]);
     await b.deleteTopic("orders");
@@ -71,13 +80,29 @@ describe("LocalBroker", () => {
     const batch = new EntryBatchBuilder();
     for (const k of keys) batch.add(utf8(k), utf8(`v-${k}`));
     const res = await b.produce({ topic: "t", batch: batch.build() });
-    const placed = res.spans.flatMap((s) => Array.from({ length: s.count }, (_, i) => ({ partition: s.partition, offset: s.baseOffset + i })));
+    const placed = res.spans.flatMap((s) =>
+      Array.from({ length: s.count }, (_, i) => ({
+        partition: s.partition,
+        offset: s.baseOffset + i,
+      })),
+    );
     expect(placed.map((p) => p.partition)).toEqual(keys.map((k) => partitionForKey(utf8(k), 4)));
     for (const [i, p] of placed.entries()) {
-      const r = await b.fetch({ topic: "t", partition: p.partition, offset: p.offset, maxRecords: 1 });
+      const r = await b.fetch({
+        topic: "t",
+        partition: p.partition,
+        offset: p.offset,
+        maxRecords: 1,
+      });
       expect(values(r.records.bytes)).toEqual([`v-${keys[i]}`]);
     }
-    const keyless = async () => (await b.produce({ topic: "t", batch: new EntryBatchBuilder().add(null, utf8("a")).add(null, utf8("b")).build() })).spans;
+    const keyless = async () =>
+      (
+        await b.produce({
+          topic: "t",
+          batch: new EntryBatchBuilder().add(null, utf8("a")).add(null, utf8("b")).build(),
+        })
+      ).spans;
     const first = await keyless();
     const second = await keyless();
     expect(first).toHaveLength(1);
@@ -88,14 +113,21 @@ describe("LocalBroker", () => {
   it("honours per-record partitions and refuses a partition that does not exist, appending nothing", async () => {
     const b = await broker(fresh());
     await b.createTopic({ name: "t", partitions: 2 });
-    const batch = new EntryBatchBuilder().add(null, utf8("x")).add(null, utf8("y")).add(null, utf8("z")).build();
+    const batch = new EntryBatchBuilder()
+      .add(null, utf8("x"))
+      .add(null, utf8("y"))
+      .add(null, utf8("z"))
+      .build();
     const res = await b.produce({ topic: "t", batch, partitions: Int32Array.from([1, 0, 1]) });
     expect(res.spans).toEqual([
       { partition: 1, baseOffset: 0, count: 1 },
       { partition: 0, baseOffset: 0, count: 1 },
       { partition: 1, baseOffset: 1, count: 1 },
     ]);
-    await rejectsWith(b.produce({ topic: "t", batch, partitions: Int32Array.from([0, 5, 1]) }), "partition_not_found");
+    await rejectsWith(
+      b.produce({ topic: "t", batch, partitions: Int32Array.from([0, 5, 1]) }),
+      "partition_not_found",
+    );
     await rejectsWith(b.produce({ topic: "t", batch, partition: 2 }), "partition_not_found");
     const d = await b.describeTopic("t");
     expect(d.partitions.map((p) => p.highWatermark)).toEqual([1, 2]);
@@ -105,10 +137,16 @@ describe("LocalBroker", () => {
     const clock = new ManualClock(1_000_000);
     const b = await broker(fresh(), clock);
     await b.createTopic({ name: "t", partitions: 1, config: { max_timestamp_skew_ms: 1000 } });
-    const ahead = new EntryBatchBuilder().add(null, utf8("ok"), 5).add(null, utf8("late"), 1_001_001).build();
+    const ahead = new EntryBatchBuilder()
+      .add(null, utf8("ok"), 5)
+      .add(null, utf8("late"), 1_001_001)
+      .build();
     await rejectsWith(b.produce({ topic: "t", batch: ahead }), "invalid_timestamp");
     expect((await b.listOffsets({ topic: "t", partition: 0 })).highWatermark).toBe(0);
-    const stamped = await b.produce({ topic: "t", batch: new EntryBatchBuilder().add(null, utf8("now")).build() });
+    const stamped = await b.produce({
+      topic: "t",
+      batch: new EntryBatchBuilder().add(null, utf8("now")).build(),
+    });
     const r = await b.fetch({ topic: "t", partition: 0, offset: stamped.spans[0].baseOffset });
     const c = new RecordCursor().reset(r.records.bytes);
     c.decode(0);
@@ -121,8 +159,14 @@ describe("LocalBroker", () => {
     await b.produce({ topic: "t", batch: new EntryBatchBuilder().add(null, utf8("a")).build() });
     await rejectsWith(b.fetch({ topic: "t", partition: 0, offset: 2 }), "offset_out_of_range");
     await rejectsWith(b.fetch({ topic: "t", partition: 0, offset: -1 }), "invalid_request");
-    await rejectsWith(b.fetch({ topic: "t", partition: 0, offset: 0, maxRecords: 0 }), "invalid_request");
-    await rejectsWith(b.fetch({ topic: "t", partition: 0, offset: 0, waitMs: 60_001 }), "invalid_request");
+    await rejectsWith(
+      b.fetch({ topic: "t", partition: 0, offset: 0, maxRecords: 0 }),
+      "invalid_request",
+    );
+    await rejectsWith(
+      b.fetch({ topic: "t", partition: 0, offset: 0, waitMs: 60_001 }),
+      "invalid_request",
+    );
     await rejectsWith(b.fetch({ topic: "t", partition: 1, offset: 0 }), "partition_not_found");
     await rejectsWith(b.fetch({ topic: "nope", partition: 0, offset: 0 }), "topic_not_found");
   });
@@ -132,7 +176,10 @@ describe("LocalBroker", () => {
     const b = await broker(fresh(), clock);
     await b.createTopic({ name: "t", partitions: 1 });
     const waiting = b.fetch({ topic: "t", partition: 0, offset: 0, waitMs: 10_000 });
-    await b.produce({ topic: "t", batch: new EntryBatchBuilder().add(null, utf8("hello")).build() });
+    await b.produce({
+      topic: "t",
+      batch: new EntryBatchBuilder().add(null, utf8("hello")).build(),
+    });
     const r = await waiting;
     expect(values(r.records.bytes)).toEqual(["hello"]);
     const idle = b.fetch({ topic: "t", partition: 0, offset: 1, waitMs: 10_000 });
@@ -140,7 +187,13 @@ describe("LocalBroker", () => {
     clock.advance(10_000);
     expect((await idle).records.count).toBe(0);
     const aborter = new AbortController();
-    const aborted = b.fetch({ topic: "t", partition: 0, offset: 1, waitMs: 10_000, signal: aborter.signal });
+    const aborted = b.fetch({
+      topic: "t",
+      partition: 0,
+      offset: 1,
+      waitMs: 10_000,
+      signal: aborter.signal,
+    });
     aborter.abort();
     expect((await aborted).records.count).toBe(0);
   });
@@ -149,7 +202,12 @@ describe("LocalBroker", () => {
     const dir = fresh();
     let b = await broker(dir);
     await b.createTopic({ name: "keep", partitions: 2, config: { segment_bytes: 2048 } });
-    for (let i = 0; i < 50; i++) await b.produce({ topic: "keep", partition: i % 2, batch: new EntryBatchBuilder().add(null, utf8(`r${i}`)).build() });
+    for (let i = 0; i < 50; i++)
+      await b.produce({
+        topic: "keep",
+        partition: i % 2,
+        batch: new EntryBatchBuilder().add(null, utf8(`r${i}`)).build(),
+      });
     await b.close();
     open.splice(open.indexOf(b), 1);
     b = await broker(dir);
@@ -196,9 +254,17 @@ describe("LocalBroker", () => {
     let failReads = false;
     const real = new NodeFileSystem();
     const flaky = wrapFileSystem(real, {
-      read: (h, path, buf, position) => (failReads && path.endsWith(".log") ? Promise.reject(new FsError("EIO", path)) : h.read(buf, position)),
+      read: (h, path, buf, position) =>
+        failReads && path.endsWith(".log")
+          ? Promise.reject(new FsError("EIO", path))
+          : h.read(buf, position),
     });
-    const b = await LocalBroker.open({ fs: flaky, dataDir: dir, clock: new ManualClock(), logger: new MemoryLogger() });
+    const b = await LocalBroker.open({
+      fs: flaky,
+      dataDir: dir,
+      clock: new ManualClock(),
+      logger: new MemoryLogger(),
+    });
     open.push(b);
     await b.createTopic({ name: "t", partitions: 1 });
     await b.produce({ topic: "t", batch: new EntryBatchBuilder().add(null, utf8("a")).build() });
@@ -217,7 +283,11 @@ describe("LocalBroker", () => {
     // A clock that moves a second every time it is read: every topic takes "a second" to load.
     let now = 0;
     const manual = new ManualClock();
-    const slow = { nowMs: () => (now += 1000), setTimer: manual.setTimer.bind(manual), afterIo: manual.afterIo.bind(manual) };
+    const slow = {
+      nowMs: () => (now += 1000),
+      setTimer: manual.setTimer.bind(manual),
+      afterIo: manual.afterIo.bind(manual),
+    };
     const logger = new MemoryLogger();
     b = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir: dir, clock: slow, logger });
     open.push(b);
@@ -232,13 +302,23 @@ describe("LocalBroker", () => {
     try {
       let b = await broker(dir);
       await b.createTopic({ name: "m", partitions: 2, config: { segment_bytes: 1024 } });
-      for (let i = 0; i < 20; i++) await b.produce({ topic: "m", partition: i % 2, batch: new EntryBatchBuilder().add(null, utf8("z".repeat(200))).build() });
+      for (let i = 0; i < 20; i++)
+        await b.produce({
+          topic: "m",
+          partition: i % 2,
+          batch: new EntryBatchBuilder().add(null, utf8("z".repeat(200))).build(),
+        });
       await b.updateTopicConfig!("m", { retention_ms: 3_600_000 });
       await b.close();
       open.splice(open.indexOf(b), 1);
-      for (const n of readdirSync(`${dir}/topics/m/0`)) if (n.endsWith(".index")) unlinkSync(`${dir}/topics/m/0/${n}`);
+      for (const n of readdirSync(`${dir}/topics/m/0`))
+        if (n.endsWith(".index")) unlinkSync(`${dir}/topics/m/0/${n}`);
       b = await broker(dir);
-      await b.produce({ topic: "m", partition: 0, batch: new EntryBatchBuilder().add(null, utf8("after")).build() });
+      await b.produce({
+        topic: "m",
+        partition: 0,
+        batch: new EntryBatchBuilder().add(null, utf8("after")).build(),
+      });
     } finally {
       process.umask(old);
     }
@@ -254,7 +334,9 @@ describe("LocalBroker", () => {
       }
     };
     walk(dir);
-    expect(readdirSync(`${dir}/topics/m/0`).filter((n) => n.endsWith(".index")).length).toBeGreaterThan(2);
+    expect(
+      readdirSync(`${dir}/topics/m/0`).filter((n) => n.endsWith(".index")).length,
+    ).toBeGreaterThan(2);
     expect(files).toBeGreaterThan(8);
   });
 });

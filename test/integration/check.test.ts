@@ -1,5 +1,14 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { appendFileSync, readdirSync, readFileSync, statSync, writeFileSync, openSync, writeSync, closeSync } from "node:fs";
+import {
+  appendFileSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+  openSync,
+  writeSync,
+  closeSync,
+} from "node:fs";
 import { createHash } from "node:crypto";
 import { LocalBroker } from "../../src/broker/broker.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
@@ -18,11 +27,24 @@ async function dataDir(): Promise<string> {
   const t = tempDir();
   cleanups.push(t.cleanup);
   const dir = `${t.dir}/data`;
-  const b = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir: dir, clock: new ManualClock(), logger: silentLogger });
+  const b = await LocalBroker.open({
+    fs: new NodeFileSystem(),
+    dataDir: dir,
+    clock: new ManualClock(),
+    logger: silentLogger,
+  });
   await b.createTopic({ name: "t", partitions: 1, config: { segment_bytes: 4096 } });
   await b.createTopic({ name: "u", partitions: 2 });
-  for (let i = 0; i < 60; i++) await b.produce({ topic: "t", batch: new EntryBatchBuilder().add(utf8(`k${i}`), utf8("v".repeat(200))).build() });
-  await b.produce({ topic: "u", partition: 1, batch: new EntryBatchBuilder().add(null, utf8("x")).build() });
+  for (let i = 0; i < 60; i++)
+    await b.produce({
+      topic: "t",
+      batch: new EntryBatchBuilder().add(utf8(`k${i}`), utf8("v".repeat(200))).build(),
+    });
+  await b.produce({
+    topic: "u",
+    partition: 1,
+    batch: new EntryBatchBuilder().add(null, utf8("x")).build(),
+  });
   await b.close();
   return dir;
 }
@@ -40,7 +62,10 @@ function snapshot(dir: string): Map<string, string> {
   return out;
 }
 
-const segs = (dir: string) => readdirSync(`${dir}/topics/t/0`).filter((n) => n.endsWith(".log")).sort();
+const segs = (dir: string) =>
+  readdirSync(`${dir}/topics/t/0`)
+    .filter((n) => n.endsWith(".log"))
+    .sort();
 
 describe("checkDataDir (es-broker check)", () => {
   it("passes a clean data directory with every segment ok", async () => {

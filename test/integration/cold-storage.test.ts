@@ -22,12 +22,19 @@ const coldDir = "/cold/topics/t/0";
 const stem = (base: number) => String(base).padStart(20, "0");
 
 function records(n: number, tag: string): Rec[] {
-  return Array.from({ length: n }, (_, i) => ({ key: `${tag}${i % 3}`, value: `${tag}-${i}-${"c".repeat(80)}` }));
+  return Array.from({ length: n }, (_, i) => ({
+    key: `${tag}${i % 3}`,
+    value: `${tag}-${i}-${"c".repeat(80)}`,
+  }));
 }
 
 function partitionState(broker: LocalBroker) {
   const p = broker.describeStorage().topics.find((t) => t.name === "t")!.partitions[0];
-  return { bases: p.segments.map((s) => s.base_offset), cleanup: p.cleanup!, logStartOffset: p.log_start_offset };
+  return {
+    bases: p.segments.map((s) => s.base_offset),
+    cleanup: p.cleanup!,
+    logStartOffset: p.log_start_offset,
+  };
 }
 
 async function until(done: () => boolean): Promise<void> {
@@ -36,11 +43,20 @@ async function until(done: () => boolean): Promise<void> {
 }
 
 /** A broker with a cold tier and three sealed segments (0, 5, 10) plus an active one (15) that retention wants gone. */
-async function withColdTier(extra: { cleanupIntervalMs?: number; config?: Record<string, unknown> } = {}) {
+async function withColdTier(
+  extra: { cleanupIntervalMs?: number; config?: Record<string, unknown> } = {},
+) {
   const fs = new MemoryFileSystem();
   const clock = new ManualClock();
-  const { broker, logger } = await openBroker(fs, clock, { coldStorageDir: "/cold", cleanupIntervalMs: extra.cleanupIntervalMs ?? 0 });
-  await broker.createTopic({ name: "t", partitions: 1, config: { segment_ms: 1000, ...extra.config } });
+  const { broker, logger } = await openBroker(fs, clock, {
+    coldStorageDir: "/cold",
+    cleanupIntervalMs: extra.cleanupIntervalMs ?? 0,
+  });
+  await broker.createTopic({
+    name: "t",
+    partitions: 1,
+    config: { segment_ms: 1000, ...extra.config },
+  });
   for (const tag of ["a", "b", "c"]) {
     await produce(broker, "t", records(5, tag));
     clock.advance(1000);
@@ -49,23 +65,33 @@ async function withColdTier(extra: { cleanupIntervalMs?: number; config?: Record
   const original = await fetchAll(broker, "t", 0);
   const localFiles = new Map<string, Uint8Array>();
   for (const base of [0, 5, 10]) {
-    for (const ext of ["log", "index"]) localFiles.set(`${stem(base)}.${ext}`, fs.readFileSync(`${localDir}/${stem(base)}.${ext}`));
+    for (const ext of ["log", "index"])
+      localFiles.set(`${stem(base)}.${ext}`, fs.readFileSync(`${localDir}/${stem(base)}.${ext}`));
   }
   return { fs, clock, broker, logger, original, localFiles };
 }
 
 describe("cold storage", () => {
   it("keeps all local data while the cold directory is unwritable, retries with backoff, then offloads byte-identical copies that fetches still read", async () => {
-    const { fs, clock, broker, logger, original, localFiles } = await withColdTier({ cleanupIntervalMs: 400 });
+    const { fs, clock, broker, logger, original, localFiles } = await withColdTier({
+      cleanupIntervalMs: 400,
+    });
     fs.faults.failNext({ op: "mkdir", path: /^\/cold/, code: "EACCES", times: Infinity });
     fs.faults.failNext({ op: "create", path: /^\/cold/, code: "EACCES", times: Infinity });
     await broker.updateTopicConfig("t", { retention_bytes: 1 });
 
     const [run] = (await broker.cleanup("t")).partitions;
-    expect(run.retention).toMatchObject({ status: "offload_failed", segments_deleted: 0, segments_offloaded: 0 });
+    expect(run.retention).toMatchObject({
+      status: "offload_failed",
+      segments_deleted: 0,
+      segments_offloaded: 0,
+    });
     expect(run.retention.offload_error).toMatch(/EACCES/);
     expect(partitionState(broker).bases).toEqual([0, 5, 10, 15]);
-    expect(partitionState(broker).cleanup).toMatchObject({ cold_offload_failures: 1, cold_offload_retry_at_ms: clock.nowMs() + 1000 });
+    expect(partitionState(broker).cleanup).toMatchObject({
+      cold_offload_failures: 1,
+      cold_offload_retry_at_ms: clock.nowMs() + 1000,
+    });
     const kept = await fetchAll(broker, "t", 0);
     expect(kept.map((r) => r.offset)).toEqual(original.map((r) => r.offset));
 
@@ -74,11 +100,17 @@ describe("cold storage", () => {
     let seen = visits();
     clock.advance(400);
     await until(() => visits() > seen);
-    expect(partitionState(broker).cleanup.last_retention).toMatchObject({ status: "nothing_to_do", reason: "copies to the cold tier are backing off after a failure" });
+    expect(partitionState(broker).cleanup.last_retention).toMatchObject({
+      status: "nothing_to_do",
+      reason: "copies to the cold tier are backing off after a failure",
+    });
     seen = visits();
     clock.advance(600);
     await until(() => visits() > seen);
-    expect(partitionState(broker).cleanup).toMatchObject({ cold_offload_failures: 2, cold_offload_retry_at_ms: clock.nowMs() + 2000 });
+    expect(partitionState(broker).cleanup).toMatchObject({
+      cold_offload_failures: 2,
+      cold_offload_retry_at_ms: clock.nowMs() + 2000,
+    });
     expect(logger.named("cold.offload_backoff").map((f) => f.retry_in_ms)).toEqual([1000, 2000]);
     expect(partitionState(broker).bases).toEqual([0, 5, 10, 15]);
 
@@ -86,20 +118,38 @@ describe("cold storage", () => {
     fs.faults.clear();
     seen = visits();
     clock.advance(2000);
-    await until(() => visits() > seen && partitionState(broker).cleanup.last_retention!.status !== "nothing_to_do");
-    expect(partitionState(broker).cleanup.last_retention).toMatchObject({ status: "ok", segments_offloaded: 3, segments_deleted: 3 });
+    await until(
+      () =>
+        visits() > seen &&
+        partitionState(broker).cleanup.last_retention!.status !== "nothing_to_do",
+    );
+    expect(partitionState(broker).cleanup.last_retention).toMatchObject({
+      status: "ok",
+      segments_offloaded: 3,
+      segments_deleted: 3,
+    });
     expect(partitionState(broker).cleanup.cold_offload_failures).toBe(0);
     expect(partitionState(broker).bases).toEqual([15]);
-    expect(fs.listTree(coldDir)).toEqual([0, 5, 10].flatMap((b) => [`${coldDir}/${stem(b)}.index`, `${coldDir}/${stem(b)}.log`]));
-    for (const [name, bytes] of localFiles) expect(bytesEqual(fs.readFileSync(`${coldDir}/${name}`), bytes), name).toBe(true);
-    for (const name of localFiles.keys()) expect(fs.listTree(localDir)).not.toContain(`${localDir}/${name}`);
+    expect(fs.listTree(coldDir)).toEqual(
+      [0, 5, 10].flatMap((b) => [`${coldDir}/${stem(b)}.index`, `${coldDir}/${stem(b)}.log`]),
+    );
+    for (const [name, bytes] of localFiles)
+      expect(bytesEqual(fs.readFileSync(`${coldDir}/${name}`), bytes), name).toBe(true);
+    for (const name of localFiles.keys())
+      expect(fs.listTree(localDir)).not.toContain(`${localDir}/${name}`);
 
     // The log still starts at 0; fetches of offloaded offsets come from the cold tier, intact.
-    expect(await broker.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 0, highWatermark: 16 });
+    expect(await broker.listOffsets({ topic: "t", partition: 0 })).toEqual({
+      logStartOffset: 0,
+      highWatermark: 16,
+    });
     const read = await fetchAll(broker, "t", 0, 3);
     expect(read.map((r) => r.offset)).toEqual(original.map((r) => r.offset));
-    for (let i = 0; i < read.length; i++) expect(bytesEqual(read[i].bytes, original[i].bytes)).toBe(true);
-    expect((await fetchAll(broker, "t", 7)).map((r) => r.offset)).toEqual([7, 8, 9, 10, 11, 12, 13, 14, 15]);
+    for (let i = 0; i < read.length; i++)
+      expect(bytesEqual(read[i].bytes, original[i].bytes)).toBe(true);
+    expect((await fetchAll(broker, "t", 7)).map((r) => r.offset)).toEqual([
+      7, 8, 9, 10, 11, 12, 13, 14, 15,
+    ]);
     await broker.close();
   });
 
@@ -109,19 +159,37 @@ describe("cold storage", () => {
     await broker.close();
     fs.crash({ mode: "dropAll" });
     const { broker: again } = await openBroker(fs, clock, { coldStorageDir: "/cold" });
-    expect(await again.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 0, highWatermark: 16 });
+    expect(await again.listOffsets({ topic: "t", partition: 0 })).toEqual({
+      logStartOffset: 0,
+      highWatermark: 16,
+    });
     const read = await fetchAll(again, "t", 0);
     expect(read.map((r) => r.offset)).toEqual(original.map((r) => r.offset));
 
     // Cold segments' newest records are at T, T+1000, T+2000; now T+3000.
     await again.updateTopicConfig("t", { cold_retention_ms: 1500 });
     const [run] = (await again.cleanup("t")).partitions;
-    expect(run.retention).toMatchObject({ cold_segments_deleted: 2, log_start_offset_before: 0, log_start_offset_after: 10 });
-    expect(fs.listTree(coldDir)).toEqual([`${coldDir}/${stem(10)}.index`, `${coldDir}/${stem(10)}.log`]);
-    expect(JSON.parse(fromUtf8(fs.readFileSync("/data/topics/t/log_start_offsets.json")))).toEqual({ version: 1, partitions: { "0": 10 } });
-    expect(await rejectionCode(again.fetch({ topic: "t", partition: 0, offset: 9 }))).toBe("offset_out_of_range");
+    expect(run.retention).toMatchObject({
+      cold_segments_deleted: 2,
+      log_start_offset_before: 0,
+      log_start_offset_after: 10,
+    });
+    expect(fs.listTree(coldDir)).toEqual([
+      `${coldDir}/${stem(10)}.index`,
+      `${coldDir}/${stem(10)}.log`,
+    ]);
+    expect(JSON.parse(fromUtf8(fs.readFileSync("/data/topics/t/log_start_offsets.json")))).toEqual({
+      version: 1,
+      partitions: { "0": 10 },
+    });
+    expect(await rejectionCode(again.fetch({ topic: "t", partition: 0, offset: 9 }))).toBe(
+      "offset_out_of_range",
+    );
     expect((await fetchAll(again, "t", 10)).map((r) => r.offset)).toEqual([10, 11, 12, 13, 14, 15]);
-    expect(again.describeStorage().topics[0].partitions[0].cleanup!.cold).toMatchObject({ segments: 1, first_offset: 10 });
+    expect(again.describeStorage().topics[0].partitions[0].cleanup!.cold).toMatchObject({
+      segments: 1,
+      first_offset: 10,
+    });
     await again.close();
   });
 
@@ -132,7 +200,10 @@ describe("cold storage", () => {
     await broker.deleteTopic("t");
     expect(fs.listTree("/cold/topics")).toEqual([]);
     await broker.createTopic({ name: "t", partitions: 1 });
-    expect(await broker.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 0, highWatermark: 0 });
+    expect(await broker.listOffsets({ topic: "t", partition: 0 })).toEqual({
+      logStartOffset: 0,
+      highWatermark: 0,
+    });
     await broker.close();
   });
 });
@@ -143,7 +214,10 @@ describe("cold storage on the real file system", () => {
     cleanups.push(cleanup);
     const clock = new ManualClock();
     const cold = `${dir}/cold`;
-    const { broker } = await openBroker(new NodeFileSystem(), clock, { dataDir: `${dir}/data`, coldStorageDir: cold });
+    const { broker } = await openBroker(new NodeFileSystem(), clock, {
+      dataDir: `${dir}/data`,
+      coldStorageDir: cold,
+    });
     await broker.createTopic({ name: "t", partitions: 1, config: { segment_ms: 1000 } });
     await produce(broker, "t", records(5, "a"));
     clock.advance(1000);
@@ -152,23 +226,33 @@ describe("cold storage on the real file system", () => {
     await produce(broker, "t", records(1, "c"));
     const original = await fetchAll(broker, "t", 0);
     const local = `${dir}/data/topics/t/0`;
-    const before = new Map(readdirSync(local).filter((n) => !n.startsWith(stem(10))).map((n) => [n, readFileSync(`${local}/${n}`)]));
+    const before = new Map(
+      readdirSync(local)
+        .filter((n) => !n.startsWith(stem(10)))
+        .map((n) => [n, readFileSync(`${local}/${n}`)]),
+    );
     expect(before.size).toBe(4);
     await broker.updateTopicConfig("t", { retention_ms: 1 });
     clock.advance(10);
     const [run] = (await broker.cleanup("t")).partitions;
-    expect(run.retention).toMatchObject({ status: "ok", segments_offloaded: 2, segments_deleted: 2 });
+    expect(run.retention).toMatchObject({
+      status: "ok",
+      segments_offloaded: 2,
+      segments_deleted: 2,
+    });
     const coldPartition = `${cold}/topics/t/0`;
     expect(readdirSync(coldPartition).sort()).toEqual([...before.keys()].sort());
     for (const [name, bytes] of before) {
       expect(Buffer.compare(readFileSync(`${coldPartition}/${name}`), bytes), name).toBe(0);
       expect(statSync(`${coldPartition}/${name}`).mode & 0o777, name).toBe(0o600);
     }
-    for (const d of [cold, `${cold}/topics`, `${cold}/topics/t`, coldPartition]) expect(statSync(d).mode & 0o777, d).toBe(0o700);
+    for (const d of [cold, `${cold}/topics`, `${cold}/topics/t`, coldPartition])
+      expect(statSync(d).mode & 0o777, d).toBe(0o700);
     expect(readdirSync(local).sort()).toEqual([`${stem(10)}.index`, `${stem(10)}.log`]);
     const read = await fetchAll(broker, "t", 0);
     expect(read.map((r) => r.offset)).toEqual(original.map((r) => r.offset));
-    for (let i = 0; i < read.length; i++) expect(bytesEqual(read[i].bytes, original[i].bytes)).toBe(true);
+    for (let i = 0; i < read.length; i++)
+      expect(bytesEqual(read[i].bytes, original[i].bytes)).toBe(true);
     await broker.close();
   });
 });

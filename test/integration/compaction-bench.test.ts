@@ -9,7 +9,13 @@ describe("the compaction benchmark, run tiny so it cannot rot", () => {
   it("compacts the same data with many and with few keys and reports throughput and memory", async () => {
     const { dir, cleanup } = tempDir();
     cleanups.push(cleanup);
-    const results = await runCompactionBench({ dir, dataBytes: 1024 * 1024, keyCounts: [5000, 50], segmentBytes: 256 * 1024, forceGc: false });
+    const results = await runCompactionBench({
+      dir,
+      dataBytes: 1024 * 1024,
+      keyCounts: [5000, 50],
+      segmentBytes: 256 * 1024,
+      forceGc: false,
+    });
     expect(results.map((r) => r.keys)).toEqual([5000, 50]);
     for (const r of results) {
       expect(r.status).toBe("compacted");

@@ -36,7 +36,11 @@ async function tableSetup() {
   const fs = new MemoryFileSystem();
   const clock = new ManualClock();
   const { broker, logger } = await openBroker(fs, clock);
-  await broker.createTopic({ name: "t", partitions: 1, config: { cleanup_policy: "compact", segment_ms: 1000, tombstone_retention_ms: 60_000 } });
+  await broker.createTopic({
+    name: "t",
+    partitions: 1,
+    config: { cleanup_policy: "compact", segment_ms: 1000, tombstone_retention_ms: 60_000 },
+  });
   await produce(broker, "t", table);
   clock.advance(1000); // the next append rolls: offsets 0–9 are sealed
   expect(await produce(broker, "t", [{ key: "k4", value: "active" }])).toBe(10);
@@ -60,7 +64,12 @@ describe("compaction", () => {
     // The log start offset did not jump to the first surviving record.
     expect((await broker.listOffsets({ topic: "t", partition: 0 })).logStartOffset).toBe(0);
     const pass = logger.named("compaction.pass").at(-1)!;
-    expect(pass).toMatchObject({ status: "compacted", segments_before: 1, segments_after: 1, records_dropped: 4 });
+    expect(pass).toMatchObject({
+      status: "compacted",
+      segments_before: 1,
+      segments_after: 1,
+      records_dropped: 4,
+    });
     expect(pass.bytes_after as number).toBeLessThan(pass.bytes_before as number);
     await broker.close();
   });
@@ -132,7 +141,9 @@ describe("compaction", () => {
     await broker.cleanup("t");
     expect(fs.listTree(partitionDir)).toContain(`${partitionDir}/00000000000000000002.log`);
     expect(fs.listTree(partitionDir)).not.toContain(`${partitionDir}/00000000000000000000.log`);
-    const saved = JSON.parse(new TextDecoder().decode(fs.readFileSync("/data/topics/t/log_start_offsets.json")));
+    const saved = JSON.parse(
+      new TextDecoder().decode(fs.readFileSync("/data/topics/t/log_start_offsets.json")),
+    );
     expect(saved).toEqual({ version: 1, partitions: { "0": 0 } });
     await broker.close();
   });
@@ -141,30 +152,59 @@ describe("compaction", () => {
     const fs = new MemoryFileSystem();
     const clock = new ManualClock();
     const { broker } = await openBroker(fs, clock);
-    await broker.createTopic({ name: "t", partitions: 1, config: { cleanup_policy: "compact", segment_ms: 1000 } });
+    await broker.createTopic({
+      name: "t",
+      partitions: 1,
+      config: { cleanup_policy: "compact", segment_ms: 1000 },
+    });
     const pad = "p".repeat(40);
     // Segment A (0–4): distinct keys never updated later. Segment B (5–9) and C (10–14): updates.
-    await produce(broker, "t", [0, 1, 2, 3, 4].map((i) => ({ key: `fixed${i}`, value: pad })));
+    await produce(
+      broker,
+      "t",
+      [0, 1, 2, 3, 4].map((i) => ({ key: `fixed${i}`, value: pad })),
+    );
     clock.advance(1000);
-    await produce(broker, "t", [0, 1, 2, 3, 4].map((i) => ({ key: `k${i}`, value: `old${i}` })));
+    await produce(
+      broker,
+      "t",
+      [0, 1, 2, 3, 4].map((i) => ({ key: `k${i}`, value: `old${i}` })),
+    );
     clock.advance(1000);
-    await produce(broker, "t", [...[0, 1, 2].map((i): Rec => ({ key: `k${i}`, value: `new${i}` })), { key: null, value: "n1" }, { key: null, value: "n2" }]);
+    await produce(broker, "t", [
+      ...[0, 1, 2].map((i): Rec => ({ key: `k${i}`, value: `new${i}` })),
+      { key: null, value: "n1" },
+      { key: null, value: "n2" },
+    ]);
     clock.advance(1000);
     await produce(broker, "t", [{ key: "k0", value: "active, never compacted" }]);
     const segmentA = fs.readFileSync(`${partitionDir}/00000000000000000000.log`);
     const [run] = (await broker.cleanup("t")).partitions;
-    expect(run.compaction).toMatchObject({ status: "compacted", segments_read: 3, segments_before: 2, records_dropped: 3 });
+    expect(run.compaction).toMatchObject({
+      status: "compacted",
+      segments_read: 3,
+      segments_before: 2,
+      records_dropped: 3,
+    });
     // A untouched; B's survivors (8, 9) and C's (10–14) in one output named 8.
-    expect(bytesEqual(fs.readFileSync(`${partitionDir}/00000000000000000000.log`), segmentA)).toBe(true);
+    expect(bytesEqual(fs.readFileSync(`${partitionDir}/00000000000000000000.log`), segmentA)).toBe(
+      true,
+    );
     const logs = fs.listTree(partitionDir).filter((p) => p.endsWith(".log"));
-    expect(logs).toEqual([`${partitionDir}/00000000000000000000.log`, `${partitionDir}/00000000000000000008.log`, `${partitionDir}/00000000000000000015.log`]);
+    expect(logs).toEqual([
+      `${partitionDir}/00000000000000000000.log`,
+      `${partitionDir}/00000000000000000008.log`,
+      `${partitionDir}/00000000000000000015.log`,
+    ]);
     const after = await fetchAll(broker, "t", 0);
     expect(after.map((r) => r.offset)).toEqual([0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15]);
     expect(after.find((r) => r.offset === 15)!.value).toBe("active, never compacted");
     await broker.close();
     // The outputs survive a restart as trusted sealed segments.
     const { broker: again } = await openBroker(fs, clock);
-    expect((await fetchAll(again, "t", 0)).map((r) => r.offset)).toEqual(after.map((r) => r.offset));
+    expect((await fetchAll(again, "t", 0)).map((r) => r.offset)).toEqual(
+      after.map((r) => r.offset),
+    );
     await again.close();
   });
 
@@ -172,14 +212,28 @@ describe("compaction", () => {
     const fs = new MemoryFileSystem();
     const clock = new ManualClock();
     const { broker } = await openBroker(fs, clock);
-    await broker.createTopic({ name: "t", partitions: 1, config: { cleanup_policy: "compact", segment_ms: 1000, segment_bytes: 64 * 1024 * 1024 } });
+    await broker.createTopic({
+      name: "t",
+      partitions: 1,
+      config: { cleanup_policy: "compact", segment_ms: 1000, segment_bytes: 64 * 1024 * 1024 },
+    });
     const big = (c: string) => c.repeat(3 * 1024 * 1024);
-    await produce(broker, "t", [{ key: "big", value: big("a") }, { key: "s", value: "1" }, { key: "big", value: big("b") }, { key: null, value: "x" }, { key: "s", value: "2" }]);
+    await produce(broker, "t", [
+      { key: "big", value: big("a") },
+      { key: "s", value: "1" },
+      { key: "big", value: big("b") },
+      { key: null, value: "x" },
+      { key: "s", value: "2" },
+    ]);
     clock.advance(1000);
     await produce(broker, "t", [{ key: null, value: "active" }]);
     const original = await fetchAll(broker, "t", 0, 1);
     const [run] = (await broker.cleanup("t")).partitions;
-    expect(run.compaction).toMatchObject({ status: "compacted", records_dropped: 2, records_read: 5 });
+    expect(run.compaction).toMatchObject({
+      status: "compacted",
+      records_dropped: 2,
+      records_read: 5,
+    });
     const after = await fetchAll(broker, "t", 0, 1);
     expect(after.map((r) => r.offset)).toEqual([2, 3, 4, 5]);
     for (const r of after) expect(bytesEqual(r.bytes, original[r.offset].bytes)).toBe(true);
@@ -191,8 +245,16 @@ describe("compaction", () => {
     const fs = new MemoryFileSystem();
     const clock = new ManualClock();
     const { broker } = await openBroker(fs, clock);
-    await broker.createTopic({ name: "t", partitions: 1, config: { cleanup_policy: "compact", segment_ms: 1000 } });
-    await produce(broker, "t", [0, 1, 2, 3].map((i) => ({ key: "same", value: `v${i}` })));
+    await broker.createTopic({
+      name: "t",
+      partitions: 1,
+      config: { cleanup_policy: "compact", segment_ms: 1000 },
+    });
+    await produce(
+      broker,
+      "t",
+      [0, 1, 2, 3].map((i) => ({ key: "same", value: `v${i}` })),
+    );
     clock.advance(1000);
     await produce(broker, "t", [{ key: "same", value: "v4" }]);
     clock.advance(1000);
@@ -206,7 +268,9 @@ describe("compaction", () => {
     const before = snapshotFiles(fs, "/data");
     const [run] = (await broker.cleanup("t")).partitions;
     expect(run.compaction.status).toBe("aborted");
-    expect(run.compaction.reason).toMatch(/^Cannot read segment .*00000000000000000000.log at byte \d+: crc mismatch.*; nothing was changed$/);
+    expect(run.compaction.reason).toMatch(
+      /^Cannot read segment .*00000000000000000000.log at byte \d+: crc mismatch.*; nothing was changed$/,
+    );
     const after = snapshotFiles(fs, "/data");
     expect([...after.keys()]).toEqual([...before.keys()]);
     for (const [p, b] of before) expect(bytesEqual(after.get(p)!, b)).toBe(true);
@@ -219,11 +283,17 @@ describe("compaction", () => {
     const clock = new ManualClock();
     const { broker } = await openBroker(fs, clock);
     await broker.createTopic({ name: "t", partitions: 1, config: { segment_ms: 1000 } });
-    await produce(broker, "t", [{ key: "a", value: "1" }, { key: "a", value: "2" }]);
+    await produce(broker, "t", [
+      { key: "a", value: "1" },
+      { key: "a", value: "2" },
+    ]);
     clock.advance(1000);
     await produce(broker, "t", [{ key: "a", value: "3" }]);
     const [run] = (await broker.cleanup("t")).partitions;
-    expect(run.compaction).toMatchObject({ status: "skipped", reason: 'the cleanup policy does not include "compact"' });
+    expect(run.compaction).toMatchObject({
+      status: "skipped",
+      reason: 'the cleanup policy does not include "compact"',
+    });
     expect((await fetchAll(broker, "t", 0)).length).toBe(3);
     await broker.close();
   });
@@ -232,8 +302,16 @@ describe("compaction", () => {
     const fs = new MemoryFileSystem();
     const clock = new ManualClock();
     const dir = "/data/topics/t/0";
-    const log = await PartitionLog.open({ fs, dir, name: "t/0", clock, logger: silentLogger, config: () => ({ segmentBytes: 1 << 20, segmentMs: 1000 }) });
-    const batch = (key: string, value: string) => new EntryBatchBuilder().add(utf8(key), utf8(value)).build();
+    const log = await PartitionLog.open({
+      fs,
+      dir,
+      name: "t/0",
+      clock,
+      logger: silentLogger,
+      config: () => ({ segmentBytes: 1 << 20, segmentMs: 1000 }),
+    });
+    const batch = (key: string, value: string) =>
+      new EntryBatchBuilder().add(utf8(key), utf8(value)).build();
     await log.append(batch("a", "1"));
     await log.append(batch("a", "2"));
     clock.advance(1000);
@@ -254,7 +332,10 @@ describe("compaction", () => {
       },
       { tombstoneRetentionMs: 0, segmentBytes: 1 << 20 },
     );
-    expect(tempsBeforeSwap).toEqual([`${dir}/00000000000000000001.index.cleaned`, `${dir}/00000000000000000001.log.cleaned`]);
+    expect(tempsBeforeSwap).toEqual([
+      `${dir}/00000000000000000001.index.cleaned`,
+      `${dir}/00000000000000000001.log.cleaned`,
+    ]);
     expect(result.status).toBe("cancelled");
     expect(result.reason).toMatch(/roll or a retention pass/);
     expect(swapLeftovers(fs, dir)).toEqual([]);
@@ -286,14 +367,18 @@ describe("KeyOffsetMap", () => {
     }
     const below = map.countBelow(10_000, 1);
     expect(below.keys).toBe(2500);
-    expect(below.flagged).toBe([...Array(5000).keys()].filter((i) => i % 2 === 1 && i % 3 === 0).length);
+    expect(below.flagged).toBe(
+      [...Array(5000).keys()].filter((i) => i % 2 === 1 && i % 3 === 0).length,
+    );
     expect(map.memoryBytes).toBe(8192 * 24);
   });
 
   it("keeps offsets up to 2^53 − 1 exact, with their flags", () => {
     const map = new KeyOffsetMap({ keysMax: 10 });
     const offsets = [0, 2 ** 32 - 1, 2 ** 32, 2 ** 32 + 5, Number.MAX_SAFE_INTEGER];
-    offsets.forEach((offset, i) => expect(map.put(Uint32Array.of(i, 1, 2, 3), offset, 255 - i)).toBe(true));
+    offsets.forEach((offset, i) =>
+      expect(map.put(Uint32Array.of(i, 1, 2, 3), offset, 255 - i)).toBe(true),
+    );
     offsets.forEach((offset, i) => {
       expect(map.offsetOf(Uint32Array.of(i, 1, 2, 3))).toBe(offset);
       expect(map.flagsOf(Uint32Array.of(i, 1, 2, 3))).toBe(255 - i);

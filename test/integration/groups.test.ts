@@ -19,7 +19,13 @@ afterEach(async () => {
 });
 
 async function start(fs: MemoryFileSystem, clock = new ManualClock(), logger = new MemoryLogger()) {
-  const broker = await LocalBroker.open({ fs, dataDir: "/data", clock, logger, cleanupIntervalMs: 0 });
+  const broker = await LocalBroker.open({
+    fs,
+    dataDir: "/data",
+    clock,
+    logger,
+    cleanupIntervalMs: 0,
+  });
   open.push(broker);
   return { broker, clock, logger };
 }
@@ -81,14 +87,23 @@ describe("consumer groups", () => {
     const b = await broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 10_000 });
     expect(b.generation).toBe(2);
     // a learns of the rebalance through its heartbeat, with its new share.
-    const hb = await broker.heartbeat({ group: "g", memberId: a.memberId, generation: a.generation });
+    const hb = await broker.heartbeat({
+      group: "g",
+      memberId: a.memberId,
+      generation: a.generation,
+    });
     expect(hb.rejoin).toBe(true);
     expect(hb.generation).toBe(2);
     const shares = [tps(hb.assignments), tps(b.assignments)];
     expect(shares.flat().sort()).toEqual(["t/0", "t/1", "t/2", "t/3"]);
     expect(shares.map((s) => s.length)).toEqual([2, 2]);
     // Rejoining with its id and the same topics does not rebalance again.
-    const again = await broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 10_000, memberId: a.memberId });
+    const again = await broker.joinGroup({
+      group: "g",
+      topics: ["t"],
+      sessionTimeoutMs: 10_000,
+      memberId: a.memberId,
+    });
     expect(again.generation).toBe(2);
     expect(tps(again.assignments)).toEqual(shares[0]);
     // b leaves: a owns everything in generation 3.
@@ -109,9 +124,13 @@ describe("consumer groups", () => {
     expect(d.generation).toBe(5);
     expect(d.members.map((m) => m.memberId)).toEqual([c.memberId]);
     expect(d.offsets.every((o) => o.owner === c.memberId)).toBe(true);
-    expect(await code(broker.heartbeat({ group: "g", memberId: a.memberId }))).toBe("unknown_member");
+    expect(await code(broker.heartbeat({ group: "g", memberId: a.memberId }))).toBe(
+      "unknown_member",
+    );
     // c's heartbeat reports no rejoin while its generation is current.
-    expect((await broker.heartbeat({ group: "g", memberId: c.memberId, generation: 5 })).rejoin).toBe(false);
+    expect(
+      (await broker.heartbeat({ group: "g", memberId: c.memberId, generation: 5 })).rejoin,
+    ).toBe(false);
   });
 
   it("fences commits from a stale generation and from members that do not own the partition", async () => {
@@ -121,58 +140,177 @@ describe("consumer groups", () => {
     await fill(broker, "t", 1, 5);
     const a = await broker.joinGroup({ group: "g", topics: ["t"] });
     const b = await broker.joinGroup({ group: "g", topics: ["t"] });
-    const hbA = await broker.heartbeat({ group: "g", memberId: a.memberId, generation: a.generation });
+    const hbA = await broker.heartbeat({
+      group: "g",
+      memberId: a.memberId,
+      generation: a.generation,
+    });
     const ownA = hbA.assignments[0];
     const ownB = b.assignments[0];
-    expect(await code(broker.commitOffsets({ group: "g", memberId: a.memberId, generation: a.generation, offsets: [{ ...ownA, offset: 1 }] }))).toBe("stale_generation");
-    expect(await code(broker.commitOffsets({ group: "g", memberId: a.memberId, generation: b.generation, offsets: [{ ...ownB, offset: 1 }] }))).toBe("not_partition_owner");
-    expect(await code(broker.commitOffsets({ group: "g", memberId: "nobody", generation: b.generation, offsets: [{ ...ownA, offset: 1 }] }))).toBe("unknown_member");
-    expect(await code(broker.commitOffsets({ group: "g", offsets: [{ ...ownA, offset: 1 }] }))).toBe("unknown_member");
+    expect(
+      await code(
+        broker.commitOffsets({
+          group: "g",
+          memberId: a.memberId,
+          generation: a.generation,
+          offsets: [{ ...ownA, offset: 1 }],
+        }),
+      ),
+    ).toBe("stale_generation");
+    expect(
+      await code(
+        broker.commitOffsets({
+          group: "g",
+          memberId: a.memberId,
+          generation: b.generation,
+          offsets: [{ ...ownB, offset: 1 }],
+        }),
+      ),
+    ).toBe("not_partition_owner");
+    expect(
+      await code(
+        broker.commitOffsets({
+          group: "g",
+          memberId: "nobody",
+          generation: b.generation,
+          offsets: [{ ...ownA, offset: 1 }],
+        }),
+      ),
+    ).toBe("unknown_member");
+    expect(
+      await code(broker.commitOffsets({ group: "g", offsets: [{ ...ownA, offset: 1 }] })),
+    ).toBe("unknown_member");
     // One bad partition rejects the whole commit.
-    expect(await code(broker.commitOffsets({ group: "g", memberId: a.memberId, generation: b.generation, offsets: [{ ...ownA, offset: 2 }, { ...ownB, offset: 2 }] }))).toBe("not_partition_owner");
+    expect(
+      await code(
+        broker.commitOffsets({
+          group: "g",
+          memberId: a.memberId,
+          generation: b.generation,
+          offsets: [
+            { ...ownA, offset: 2 },
+            { ...ownB, offset: 2 },
+          ],
+        }),
+      ),
+    ).toBe("not_partition_owner");
     expect((await broker.describeGroup("g")).offsets.every((o) => o.committed === null)).toBe(true);
-    await broker.commitOffsets({ group: "g", memberId: a.memberId, generation: b.generation, offsets: [{ ...ownA, offset: 3 }] });
-    const row = (await broker.describeGroup("g")).offsets.find((o) => o.partition === ownA.partition)!;
-    expect(row).toEqual({ topic: "t", partition: ownA.partition, committed: 3, highWatermark: 5, lag: 2, owner: a.memberId });
+    await broker.commitOffsets({
+      group: "g",
+      memberId: a.memberId,
+      generation: b.generation,
+      offsets: [{ ...ownA, offset: 3 }],
+    });
+    const row = (await broker.describeGroup("g")).offsets.find(
+      (o) => o.partition === ownA.partition,
+    )!;
+    expect(row).toEqual({
+      topic: "t",
+      partition: ownA.partition,
+      committed: 3,
+      highWatermark: 5,
+      lag: 2,
+      owner: a.memberId,
+    });
   });
 
   it("counts members and partitions in the right number in its messages", async () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "t", partitions: 1 });
     await broker.joinGroup({ group: "g", topics: ["t"] });
-    await expect(broker.commitOffsets({ group: "g", offsets: [{ topic: "t", partition: 0, offset: 0 }] })).rejects.toThrow(/: the group has 1 member, so a commit must name/);
-    await expect(broker.fetch({ topic: "t", partition: 3, offset: 0 })).rejects.toThrow(/: it has 1 partition$/);
+    await expect(
+      broker.commitOffsets({ group: "g", offsets: [{ topic: "t", partition: 0, offset: 0 }] }),
+    ).rejects.toThrow(/: the group has 1 member, so a commit must name/);
+    await expect(broker.fetch({ topic: "t", partition: 3, offset: 0 })).rejects.toThrow(
+      /: it has 1 partition$/,
+    );
   });
 
   it("validates commits: not above the high watermark, not negative, existing partitions, each partition once", async () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "t", partitions: 1 });
     await fill(broker, "t", 0, 3);
-    expect(await code(broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 0, offset: 4 }] }))).toBe("invalid_offset");
-    expect(await code(broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 0, offset: -1 }] }))).toBe("invalid_offset");
-    expect(await code(broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 0, offset: 1.5 }] }))).toBe("invalid_request");
-    expect(await code(broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 1, offset: 0 }] }))).toBe("partition_not_found");
-    expect(await code(broker.commitOffsets({ group: "solo", offsets: [{ topic: "nope", partition: 0, offset: 0 }] }))).toBe("topic_not_found");
-    expect(await code(broker.commitOffsets({ group: "solo", offsets: [] }))).toBe("invalid_request");
-    expect(await code(broker.commitOffsets({ group: "bad/name", offsets: [{ topic: "t", partition: 0, offset: 0 }] }))).toBe("invalid_request");
-    const twice = [{ topic: "t", partition: 0, offset: 1 }, { topic: "t", partition: 0, offset: 2 }];
-    expect(await code(broker.commitOffsets({ group: "solo", offsets: twice }))).toBe("invalid_request");
+    expect(
+      await code(
+        broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 0, offset: 4 }] }),
+      ),
+    ).toBe("invalid_offset");
+    expect(
+      await code(
+        broker.commitOffsets({
+          group: "solo",
+          offsets: [{ topic: "t", partition: 0, offset: -1 }],
+        }),
+      ),
+    ).toBe("invalid_offset");
+    expect(
+      await code(
+        broker.commitOffsets({
+          group: "solo",
+          offsets: [{ topic: "t", partition: 0, offset: 1.5 }],
+        }),
+      ),
+    ).toBe("invalid_request");
+    expect(
+      await code(
+        broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 1, offset: 0 }] }),
+      ),
+    ).toBe("partition_not_found");
+    expect(
+      await code(
+        broker.commitOffsets({
+          group: "solo",
+          offsets: [{ topic: "nope", partition: 0, offset: 0 }],
+        }),
+      ),
+    ).toBe("topic_not_found");
+    expect(await code(broker.commitOffsets({ group: "solo", offsets: [] }))).toBe(
+      "invalid_request",
+    );
+    expect(
+      await code(
+        broker.commitOffsets({
+          group: "bad/name",
+          offsets: [{ topic: "t", partition: 0, offset: 0 }],
+        }),
+      ),
+    ).toBe("invalid_request");
+    const twice = [
+      { topic: "t", partition: 0, offset: 1 },
+      { topic: "t", partition: 0, offset: 2 },
+    ];
+    expect(await code(broker.commitOffsets({ group: "solo", offsets: twice }))).toBe(
+      "invalid_request",
+    );
     // Nothing was created by the refused commits.
     expect(await code(broker.describeGroup("solo"))).toBe("group_not_found");
     // The high watermark itself is a valid commit (everything consumed).
-    await broker.commitOffsets({ group: "solo", offsets: [{ topic: "t", partition: 0, offset: 3 }] });
-    expect((await broker.describeGroup("solo")).offsets).toEqual([{ topic: "t", partition: 0, committed: 3, highWatermark: 3, lag: 0, owner: null }]);
+    await broker.commitOffsets({
+      group: "solo",
+      offsets: [{ topic: "t", partition: 0, offset: 3 }],
+    });
+    expect((await broker.describeGroup("solo")).offsets).toEqual([
+      { topic: "t", partition: 0, committed: 3, highWatermark: 3, lag: 0, owner: null },
+    ]);
     expect((await broker.listGroups()).map((g) => g.group)).toEqual(["solo"]);
   });
 
   it("refuses joins for topics that do not exist and bad session timeouts", async () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "t", partitions: 1 });
-    expect(await code(broker.joinGroup({ group: "g", topics: ["missing"] }))).toBe("topic_not_found");
+    expect(await code(broker.joinGroup({ group: "g", topics: ["missing"] }))).toBe(
+      "topic_not_found",
+    );
     expect(await code(broker.joinGroup({ group: "g", topics: [] }))).toBe("invalid_request");
-    expect(await code(broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 5 }))).toBe("invalid_request");
-    expect(await code(broker.joinGroup({ group: "g", topics: ["t"], memberId: "ghost" }))).toBe("unknown_member");
-    expect(await code(broker.leaveGroup({ group: "g", memberId: "ghost" }))).toBe("group_not_found");
+    expect(await code(broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 5 }))).toBe(
+      "invalid_request",
+    );
+    expect(await code(broker.joinGroup({ group: "g", topics: ["t"], memberId: "ghost" }))).toBe(
+      "unknown_member",
+    );
+    expect(await code(broker.leaveGroup({ group: "g", memberId: "ghost" }))).toBe(
+      "group_not_found",
+    );
   });
 
   it("keeps committed offsets, members and generation across a restart, and across a power loss", async () => {
@@ -182,9 +320,24 @@ describe("consumer groups", () => {
       await first.broker.createTopic({ name: "t", partitions: 2 });
       await fill(first.broker, "t", 0, 10);
       await fill(first.broker, "t", 1, 10);
-      const m = await first.broker.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 60_000 });
-      await first.broker.commitOffsets({ group: "g", memberId: m.memberId, generation: m.generation, offsets: [{ topic: "t", partition: 0, offset: 7 }, { topic: "t", partition: 1, offset: 4 }] });
-      await first.broker.commitOffsets({ group: "standalone", offsets: [{ topic: "t", partition: 1, offset: 9 }] });
+      const m = await first.broker.joinGroup({
+        group: "g",
+        topics: ["t"],
+        sessionTimeoutMs: 60_000,
+      });
+      await first.broker.commitOffsets({
+        group: "g",
+        memberId: m.memberId,
+        generation: m.generation,
+        offsets: [
+          { topic: "t", partition: 0, offset: 7 },
+          { topic: "t", partition: 1, offset: 4 },
+        ],
+      });
+      await first.broker.commitOffsets({
+        group: "standalone",
+        offsets: [{ topic: "t", partition: 1, offset: 9 }],
+      });
       if (crash) {
         fs.crash({ mode: "dropAll" });
         forget(first.broker);
@@ -202,7 +355,12 @@ describe("consumer groups", () => {
       ]);
       expect((await broker.describeGroup("standalone")).offsets[0].committed).toBe(9);
       // The member kept its place: it commits in the same generation after the restart.
-      await broker.commitOffsets({ group: "g", memberId: m.memberId, generation: m.generation, offsets: [{ topic: "t", partition: 0, offset: 8 }] });
+      await broker.commitOffsets({
+        group: "g",
+        memberId: m.memberId,
+        generation: m.generation,
+        offsets: [{ topic: "t", partition: 0, offset: 8 }],
+      });
       await broker.close();
       forget(broker);
     }
@@ -233,7 +391,11 @@ describe("consumer groups", () => {
     await fill(broker, "t", 0, 4);
     await broker.commitOffsets({ group: "g", offsets: [{ topic: "t", partition: 0, offset: 1 }] });
     fs.faults.failNext({ op: "rename", path: /groups/, code: "ENOSPC" });
-    expect(await code(broker.commitOffsets({ group: "g", offsets: [{ topic: "t", partition: 0, offset: 3 }] }))).toBe("storage_error");
+    expect(
+      await code(
+        broker.commitOffsets({ group: "g", offsets: [{ topic: "t", partition: 0, offset: 3 }] }),
+      ),
+    ).toBe("storage_error");
     expect((await broker.describeGroup("g")).offsets[0].committed).toBe(1);
   });
 
@@ -246,29 +408,62 @@ describe("consumer groups", () => {
     forget(first.broker);
     fs.writeFileSync(
       "/data/groups/g.json",
-      utf8(JSON.stringify({ group: "g", generation: 2, members: [], partitions: [{ topic: "t", partition: 0, committed: 9, owner: null }, { topic: "gone", partition: 0, committed: 3, owner: null }] })),
+      utf8(
+        JSON.stringify({
+          group: "g",
+          generation: 2,
+          members: [],
+          partitions: [
+            { topic: "t", partition: 0, committed: 9, owner: null },
+            { topic: "gone", partition: 0, committed: 3, owner: null },
+          ],
+        }),
+      ),
     );
     const { broker, logger } = await start(fs);
-    expect(logger.named("group.offset_clamped")).toEqual([{ group: "g", topic: "t", partition: 0, committed: 9, log_end_offset: 5 }]);
-    expect(logger.named("group.offset_dropped")).toEqual([expect.objectContaining({ group: "g", topic: "gone" })]);
-    expect((await broker.describeGroup("g")).offsets).toEqual([{ topic: "t", partition: 0, committed: 5, highWatermark: 5, lag: 0, owner: null }]);
+    expect(logger.named("group.offset_clamped")).toEqual([
+      { group: "g", topic: "t", partition: 0, committed: 9, log_end_offset: 5 },
+    ]);
+    expect(logger.named("group.offset_dropped")).toEqual([
+      expect.objectContaining({ group: "g", topic: "gone" }),
+    ]);
+    expect((await broker.describeGroup("g")).offsets).toEqual([
+      { topic: "t", partition: 0, committed: 5, highWatermark: 5, lag: 0, owner: null },
+    ]);
     // The clamped value is what the file holds now.
-    expect(JSON.parse(fromUtf8(fs.readFileSync("/data/groups/g.json"))).partitions).toEqual([{ topic: "t", partition: 0, committed: 5, owner: null }]);
+    expect(JSON.parse(fromUtf8(fs.readFileSync("/data/groups/g.json"))).partitions).toEqual([
+      { topic: "t", partition: 0, committed: 5, owner: null },
+    ]);
   });
 
   it("makes only that group unavailable when its file is empty or unparseable", async () => {
     const fs = new MemoryFileSystem();
     const first = await start(fs);
     await first.broker.createTopic({ name: "t", partitions: 1 });
-    await first.broker.commitOffsets({ group: "good", offsets: [{ topic: "t", partition: 0, offset: 0 }] });
+    await first.broker.commitOffsets({
+      group: "good",
+      offsets: [{ topic: "t", partition: 0, offset: 0 }],
+    });
     await first.broker.close();
     forget(first.broker);
     fs.writeFileSync("/data/groups/broken.json", new Uint8Array(0));
     fs.writeFileSync("/data/groups/garbled.json", utf8('{"group":'));
     const { broker, logger } = await start(fs);
-    expect(logger.named("recovery.group_unavailable").map((f) => f.group).sort()).toEqual(["broken", "garbled"]);
+    expect(
+      logger
+        .named("recovery.group_unavailable")
+        .map((f) => f.group)
+        .sort(),
+    ).toEqual(["broken", "garbled"]);
     expect(await code(broker.describeGroup("broken"))).toBe("unavailable");
-    expect(await code(broker.commitOffsets({ group: "garbled", offsets: [{ topic: "t", partition: 0, offset: 0 }] }))).toBe("unavailable");
+    expect(
+      await code(
+        broker.commitOffsets({
+          group: "garbled",
+          offsets: [{ topic: "t", partition: 0, offset: 0 }],
+        }),
+      ),
+    ).toBe("unavailable");
     expect(await code(broker.joinGroup({ group: "broken", topics: ["t"] }))).toBe("unavailable");
     expect((await broker.describeGroup("good")).offsets[0].committed).toBe(0);
     expect(fs.readFileSync("/data/groups/broken.json").length).toBe(0); // never reset
@@ -281,11 +476,27 @@ describe("consumer groups", () => {
       await fill(broker, "t", 0, 9);
       await fill(broker, "t", 1, 9);
       const m = await broker.joinGroup({ group: "g", topics: ["t"] });
-      await broker.commitOffsets({ group: "g", memberId: m.memberId, generation: m.generation, offsets: [{ topic: "t", partition: 0, offset: 1 }, { topic: "t", partition: 1, offset: 2 }] });
+      await broker.commitOffsets({
+        group: "g",
+        memberId: m.memberId,
+        generation: m.generation,
+        offsets: [
+          { topic: "t", partition: 0, offset: 1 },
+          { topic: "t", partition: 1, offset: 2 },
+        ],
+      });
       return { broker, m };
     };
     const commit = (broker: LocalBroker, m: { memberId: string; generation: number }) =>
-      broker.commitOffsets({ group: "g", memberId: m.memberId, generation: m.generation, offsets: [{ topic: "t", partition: 0, offset: 7 }, { topic: "t", partition: 1, offset: 8 }] });
+      broker.commitOffsets({
+        group: "g",
+        memberId: m.memberId,
+        generation: m.generation,
+        offsets: [
+          { topic: "t", partition: 0, offset: 7 },
+          { topic: "t", partition: 1, offset: 8 },
+        ],
+      });
     // Count the commit's mutations once.
     const probe = new MemoryFileSystem();
     const base = await setup(probe);
@@ -308,7 +519,14 @@ describe("consumer groups", () => {
         const committed = (await again.describeGroup("g")).offsets.map((o) => o.committed);
         const label = `fault at mutation ${n} of ${mutations}, ${mode} crash`;
         if (acknowledged) expect(committed, label).toEqual([7, 8]);
-        else expect([[1, 2], [7, 8]], label).toContainEqual(committed);
+        else
+          expect(
+            [
+              [1, 2],
+              [7, 8],
+            ],
+            label,
+          ).toContainEqual(committed);
         await again.close();
         forget(again);
       }
@@ -320,7 +538,12 @@ describe("consumer groups", () => {
     await broker.createTopic({ name: "a", partitions: 1 });
     await broker.createTopic({ name: "b", partitions: 1 });
     const m = await broker.joinGroup({ group: "g", topics: ["a", "b"] });
-    await broker.commitOffsets({ group: "g", memberId: m.memberId, generation: m.generation, offsets: [{ topic: "b", partition: 0, offset: 0 }] });
+    await broker.commitOffsets({
+      group: "g",
+      memberId: m.memberId,
+      generation: m.generation,
+      offsets: [{ topic: "b", partition: 0, offset: 0 }],
+    });
     await broker.deleteTopic("b");
     const d = await broker.describeGroup("g");
     expect(d.generation).toBe(m.generation + 1);

@@ -29,7 +29,12 @@ let base: string;
 
 async function start(): Promise<void> {
   logger = new MemoryLogger();
-  broker = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir, clock: systemClock, logger });
+  broker = await LocalBroker.open({
+    fs: new NodeFileSystem(),
+    dataDir,
+    clock: systemClock,
+    logger,
+  });
   server = await serveHttp(createHttpApp({ broker, logger }), { host: "127.0.0.1", port: 0 });
   base = `http://127.0.0.1:${server.port}`;
 }
@@ -63,36 +68,90 @@ async function json<T>(res: Response, status: number): Promise<T> {
   return JSON.parse(text) as T;
 }
 
-async function fetchPartition(topic: string, partition: number, query = "offset=0"): Promise<FetchBody> {
-  return json<FetchBody>(await fetch(`${base}/v1/topics/${topic}/partitions/${partition}/records?${query}`), 200);
+async function fetchPartition(
+  topic: string,
+  partition: number,
+  query = "offset=0",
+): Promise<FetchBody> {
+  return json<FetchBody>(
+    await fetch(`${base}/v1/topics/${topic}/partitions/${partition}/records?${query}`),
+    200,
+  );
 }
 
 async function highWatermarks(topic: string): Promise<number[]> {
-  const body = await json<{ partitions: { high_watermark: number }[] }>(await fetch(`${base}/v1/topics/${topic}`), 200);
+  const body = await json<{ partitions: { high_watermark: number }[] }>(
+    await fetch(`${base}/v1/topics/${topic}`),
+    200,
+  );
   return body.partitions.map((p) => p.high_watermark);
 }
 
 describe("HTTP over serveHttp with LocalBroker on disk", () => {
   it("creates, lists, describes and deletes topics with the documented statuses", async () => {
-    const created = await json<{ name: string; partitions: unknown[]; config: Record<string, unknown> }>(
+    const created = await json<{
+      name: string;
+      partitions: unknown[];
+      config: Record<string, unknown>;
+    }>(
       await post("/v1/topics", { name: "orders", partitions: 3, config: { retention_ms: 60_000 } }),
       201,
     );
     expect(created.name).toBe("orders");
-    expect(created.partitions).toEqual([0, 1, 2].map((partition) => ({ partition, log_start_offset: 0, high_watermark: 0, size_bytes: 0, segments: expect.any(Number), fenced: false })));
+    expect(created.partitions).toEqual(
+      [0, 1, 2].map((partition) => ({
+        partition,
+        log_start_offset: 0,
+        high_watermark: 0,
+        size_bytes: 0,
+        segments: expect.any(Number),
+        fenced: false,
+      })),
+    );
     expect(created.config.retention_ms).toBe(60_000);
 
-    expect((await json<{ error: { code: string } }>(await post("/v1/topics", { name: "orders", partitions: 1 }), 409)).error.code).toBe("topic_exists");
-    expect((await json<{ error: { code: string } }>(await post("/v1/topics", { name: "no/slash", partitions: 1 }), 400)).error.code).toBe("invalid_topic_name");
-    expect((await json<{ error: { code: string } }>(await post("/v1/topics", { name: "t", partitions: 1, config: { nope: 1 } }), 400)).error.code).toBe("invalid_config");
-    expect((await json<{ error: { code: string } }>(await post("/v1/topics", { name: "t", partitions: 0 }), 400)).error.code).toBe("invalid_config");
+    expect(
+      (
+        await json<{ error: { code: string } }>(
+          await post("/v1/topics", { name: "orders", partitions: 1 }),
+          409,
+        )
+      ).error.code,
+    ).toBe("topic_exists");
+    expect(
+      (
+        await json<{ error: { code: string } }>(
+          await post("/v1/topics", { name: "no/slash", partitions: 1 }),
+          400,
+        )
+      ).error.code,
+    ).toBe("invalid_topic_name");
+    expect(
+      (
+        await json<{ error: { code: string } }>(
+          await post("/v1/topics", { name: "t", partitions: 1, config: { nope: 1 } }),
+          400,
+        )
+      ).error.code,
+    ).toBe("invalid_config");
+    expect(
+      (
+        await json<{ error: { code: string } }>(
+          await post("/v1/topics", { name: "t", partitions: 0 }),
+          400,
+        )
+      ).error.code,
+    ).toBe("invalid_config");
 
     const list = await json<{ topics: { name: string }[] }>(await fetch(`${base}/v1/topics`), 200);
     expect(list.topics.map((t) => t.name)).toEqual(["orders"]);
 
     const deleted = await fetch(`${base}/v1/topics/orders`, { method: "DELETE" });
     expect(deleted.status).toBe(204);
-    expect((await json<{ error: { code: string } }>(await fetch(`${base}/v1/topics/orders`), 404)).error.code).toBe("topic_not_found");
+    expect(
+      (await json<{ error: { code: string } }>(await fetch(`${base}/v1/topics/orders`), 404)).error
+        .code,
+    ).toBe("topic_not_found");
   });
 
   it("produces JSON records to the partitions they name, answers offsets in request order, and fetches them back", async () => {
@@ -131,18 +190,44 @@ describe("HTTP over serveHttp with LocalBroker on disk", () => {
 
   it("appends nothing when one record of the request is bad", async () => {
     await post("/v1/topics", { name: "orders", partitions: 2 });
-    await post("/v1/topics/orders/records", { records: [{ value: "x", partition: 0 }, { value: "y", partition: 1 }] });
+    await post("/v1/topics/orders/records", {
+      records: [
+        { value: "x", partition: 0 },
+        { value: "y", partition: 1 },
+      ],
+    });
     const before = await highWatermarks("orders");
     const res = await post("/v1/topics/orders/records", {
-      records: [{ value: "ok", partition: 0 }, { value: "ok", partition: 1 }, { value: "a", value_b64: "YQ==" }],
+      records: [
+        { value: "ok", partition: 0 },
+        { value: "ok", partition: 1 },
+        { value: "a", value_b64: "YQ==" },
+      ],
     });
-    const error = await json<{ error: { code: string; message: string; details: unknown } }>(res, 400);
+    const error = await json<{ error: { code: string; message: string; details: unknown } }>(
+      res,
+      400,
+    );
     expect(error.error.code).toBe("invalid_request");
     expect(error.error.details).toEqual({ record: 2, field: "value_b64" });
-    const partitionMissing = await post("/v1/topics/orders/records", { records: [{ value: "ok", partition: 0 }, { value: "no", partition: 9 }] });
-    expect((await json<{ error: { code: string } }>(partitionMissing, 404)).error.code).toBe("partition_not_found");
-    const tooFarAhead = await post("/v1/topics/orders/records", { records: [{ value: "ok", partition: 0 }, { value: "late", partition: 1, timestamp: Date.now() + 10 * 3600_000 }] });
-    expect((await json<{ error: { code: string } }>(tooFarAhead, 400)).error.code).toBe("invalid_timestamp");
+    const partitionMissing = await post("/v1/topics/orders/records", {
+      records: [
+        { value: "ok", partition: 0 },
+        { value: "no", partition: 9 },
+      ],
+    });
+    expect((await json<{ error: { code: string } }>(partitionMissing, 404)).error.code).toBe(
+      "partition_not_found",
+    );
+    const tooFarAhead = await post("/v1/topics/orders/records", {
+      records: [
+        { value: "ok", partition: 0 },
+        { value: "late", partition: 1, timestamp: Date.now() + 10 * 3600_000 },
+      ],
+    });
+    expect((await json<{ error: { code: string } }>(tooFarAhead, 400)).error.code).toBe(
+      "invalid_timestamp",
+    );
     expect(await highWatermarks("orders")).toEqual(before);
   });
 
@@ -164,10 +249,16 @@ describe("HTTP over serveHttp with LocalBroker on disk", () => {
 
   it("takes a large NDJSON body in whole, byte for byte, with a Content-Length and chunked", async () => {
     await post("/v1/topics", { name: "big", partitions: 1 });
-    const lines = Array.from({ length: 3000 }, (_, i) => `${i}:${"abcdefghij".repeat(20)}:${i % 97}`);
+    const lines = Array.from(
+      { length: 3000 },
+      (_, i) => `${i}:${"abcdefghij".repeat(20)}:${i % 97}`,
+    );
     const file = utf8(lines.join("\n"));
     expect(file.length).toBeGreaterThan(4 * 64 * 1024); // many socket reads, so the body is assembled from chunks
-    const sized = await json<{ offsets: unknown[] }>(await post("/v1/topics/big/records", file, "application/x-ndjson"), 200);
+    const sized = await json<{ offsets: unknown[] }>(
+      await post("/v1/topics/big/records", file, "application/x-ndjson"),
+      200,
+    );
     expect(sized.offsets).toHaveLength(3000);
     const pieces = [file.subarray(0, 1000), file.subarray(1000, 200_000), file.subarray(200_000)];
     const streamed = await fetch(`${base}/v1/topics/big/records`, {
@@ -195,14 +286,22 @@ describe("HTTP over serveHttp with LocalBroker on disk", () => {
   it("answers 416 for an offset past the high watermark and 400 for bad parameters", async () => {
     await post("/v1/topics", { name: "orders", partitions: 1 });
     const past = await fetch(`${base}/v1/topics/orders/partitions/0/records?offset=1`);
-    expect((await json<{ error: { code: string } }>(past, 416)).error.code).toBe("offset_out_of_range");
-    const bad = await fetch(`${base}/v1/topics/orders/partitions/0/records?offset=0&max_bytes=${2 ** 40}`);
-    expect((await json<{ error: { message: string } }>(bad, 400)).error.message).toMatch(/query parameter "max_bytes"/);
+    expect((await json<{ error: { code: string } }>(past, 416)).error.code).toBe(
+      "offset_out_of_range",
+    );
+    const bad = await fetch(
+      `${base}/v1/topics/orders/partitions/0/records?offset=0&max_bytes=${2 ** 40}`,
+    );
+    expect((await json<{ error: { message: string } }>(bad, 400)).error.message).toMatch(
+      /query parameter "max_bytes"/,
+    );
   });
 
   it("a long-poll returns the record produced while it waits", async () => {
     await post("/v1/topics", { name: "orders", partitions: 1 });
-    const polling = fetch(`${base}/v1/topics/orders/partitions/0/records?offset=0&wait_ms=${fetchWaitMsMax}`);
+    const polling = fetch(
+      `${base}/v1/topics/orders/partitions/0/records?offset=0&wait_ms=${fetchWaitMsMax}`,
+    );
     await post("/v1/topics/orders/records", { records: [{ value: "woke", partition: 0 }] });
     const body = await json<FetchBody>(await polling, 200);
     expect(body.records.map((r) => r.value)).toEqual(["woke"]);
@@ -226,10 +325,18 @@ describe("HTTP over serveHttp with LocalBroker on disk", () => {
       }
     };
     await readUntil(/from offset 1\n\n/);
-    await post("/v1/topics/orders/records", { records: [{ value: "a", partition: 0 }, { value: "b", partition: 0 }] });
+    await post("/v1/topics/orders/records", {
+      records: [
+        { value: "a", partition: 0 },
+        { value: "b", partition: 0 },
+      ],
+    });
     await post("/v1/topics/orders/records", { records: [{ key: "k", value: "c", partition: 0 }] });
     await readUntil(/id: 3\n/);
-    const events = [...text.matchAll(/id: (\d+)\nevent: record\ndata: (.*)\n\n/g)].map((m) => ({ id: Number(m[1]), data: JSON.parse(m[2]) as { offset: number; key: string | null; value: string } }));
+    const events = [...text.matchAll(/id: (\d+)\nevent: record\ndata: (.*)\n\n/g)].map((m) => ({
+      id: Number(m[1]),
+      data: JSON.parse(m[2]) as { offset: number; key: string | null; value: string },
+    }));
     expect(events.map(({ id, data }) => [id, data.offset, data.key, data.value])).toEqual([
       [1, 1, null, "a"],
       [2, 2, null, "b"],
@@ -255,8 +362,12 @@ describe("HTTP over serveHttp with LocalBroker on disk", () => {
   it("never answers 500 to client input (no internal errors logged)", async () => {
     await post("/v1/topics", { name: "orders", partitions: 1 });
     await post("/v1/topics/orders/records", "{", "application/json");
-    await post("/v1/topics/orders/records", { records: [{ value: "a", partition: 4_000_000_000 }] });
-    await fetch(`${base}/v1/topics/orders/partitions/0/records?offset=0&wait_ms=0&max_records=100000`);
+    await post("/v1/topics/orders/records", {
+      records: [{ value: "a", partition: 4_000_000_000 }],
+    });
+    await fetch(
+      `${base}/v1/topics/orders/partitions/0/records?offset=0&wait_ms=0&max_records=100000`,
+    );
     await fetch(`${base}/v1/topics/orders/partitions/2147483647/records?offset=0`);
     await fetch(`${base}/v1/topics/${"x".repeat(300)}`);
     expect(logger.named("http.internal_error")).toEqual([]);

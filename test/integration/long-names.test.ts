@@ -43,7 +43,14 @@ const backends: { name: string; make: () => { fs: FileSystem; root: string } }[]
 for (const backend of backends) {
   describe(`249-character names on ${backend.name}`, () => {
     async function start(fs: FileSystem, root: string) {
-      const b = await LocalBroker.open({ fs, dataDir: `${root}/data`, coldStorageDir: `${root}/cold`, clock: new ManualClock(), logger: new MemoryLogger(), cleanupIntervalMs: 0 });
+      const b = await LocalBroker.open({
+        fs,
+        dataDir: `${root}/data`,
+        coldStorageDir: `${root}/cold`,
+        clock: new ManualClock(),
+        logger: new MemoryLogger(),
+        cleanupIntervalMs: 0,
+      });
       open.push(b);
       return b;
     }
@@ -61,13 +68,33 @@ for (const backend of backends) {
     it("a group joins, commits and comes back after a restart; topics get config updates, retention to the cold tier, compaction, idempotent produce and deletion", async () => {
       const { fs, root } = backend.make();
       let b = await start(fs, root);
-      await b.createTopic({ name: longTopic, partitions: 1, config: { segment_bytes: 1024, retention_bytes: 1 } });
-      await b.createTopic({ name: longCompacted, partitions: 1, config: { segment_bytes: 1024, cleanup_policy: "compact" } });
+      await b.createTopic({
+        name: longTopic,
+        partitions: 1,
+        config: { segment_bytes: 1024, retention_bytes: 1 },
+      });
+      await b.createTopic({
+        name: longCompacted,
+        partitions: 1,
+        config: { segment_bytes: 1024, cleanup_policy: "compact" },
+      });
       for (let i = 0; i < 12; i++) {
-        await b.produce({ topic: longTopic, partition: 0, batch: new EntryBatchBuilder().add(null, utf8("v".repeat(200))).build() });
-        await b.produce({ topic: longCompacted, partition: 0, batch: new EntryBatchBuilder().add(utf8(`key${i % 2}`), utf8("v".repeat(200))).build() });
+        await b.produce({
+          topic: longTopic,
+          partition: 0,
+          batch: new EntryBatchBuilder().add(null, utf8("v".repeat(200))).build(),
+        });
+        await b.produce({
+          topic: longCompacted,
+          partition: 0,
+          batch: new EntryBatchBuilder().add(utf8(`key${i % 2}`), utf8("v".repeat(200))).build(),
+        });
       }
-      await b.produce({ topic: longTopic, batch: new EntryBatchBuilder().add(null, utf8("idem")).build(), producer: { id: "p".repeat(249), epoch: 1, sequence: 0 } });
+      await b.produce({
+        topic: longTopic,
+        batch: new EntryBatchBuilder().add(null, utf8("idem")).build(),
+        producer: { id: "p".repeat(249), epoch: 1, sequence: 0 },
+      });
       await b.updateTopicConfig(longTopic, { retention_ms: 3_600_000 });
 
       const retention = await b.cleanup(longTopic);
@@ -76,7 +103,12 @@ for (const backend of backends) {
       expect(compaction.partitions[0].compaction.status).toBe("compacted");
 
       const joined = await b.joinGroup({ group: longGroup, topics: [longTopic] });
-      await b.commitOffsets({ group: longGroup, memberId: joined.memberId, generation: joined.generation, offsets: [{ topic: longTopic, partition: 0, offset: 5 }] });
+      await b.commitOffsets({
+        group: longGroup,
+        memberId: joined.memberId,
+        generation: joined.generation,
+        offsets: [{ topic: longTopic, partition: 0, offset: 5 }],
+      });
       await b.leaveGroup({ group: longGroup, memberId: joined.memberId });
       await b.close();
       open.splice(open.indexOf(b), 1);

@@ -1,5 +1,13 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { readFileSync, statSync, readdirSync, writeFileSync, appendFileSync, truncateSync, cpSync } from "node:fs";
+import {
+  readFileSync,
+  statSync,
+  readdirSync,
+  writeFileSync,
+  appendFileSync,
+  truncateSync,
+  cpSync,
+} from "node:fs";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
@@ -11,7 +19,11 @@ import { tempDir } from "../helpers/tmp.ts";
 const cleanups: (() => void)[] = [];
 afterEach(() => cleanups.splice(0).forEach((c) => c()));
 
-async function openLog(dir: string, segmentBytes = 1024 * 1024, extra: { clock?: ManualClock; logger?: MemoryLogger; flushEveryRecords?: number } = {}) {
+async function openLog(
+  dir: string,
+  segmentBytes = 1024 * 1024,
+  extra: { clock?: ManualClock; logger?: MemoryLogger; flushEveryRecords?: number } = {},
+) {
   return PartitionLog.open({
     fs: new NodeFileSystem(),
     dir,
@@ -69,7 +81,8 @@ describe("PartitionLog on the real file system", () => {
     const { dir, cleanup } = tempDir();
     cleanups.push(cleanup);
     const log = await openLog(`${dir}/p`, 64 * 1024);
-    for (let i = 0; i < 40; i++) await log.append(batchOf(Array.from({ length: 10 }, () => "y".repeat(500))));
+    for (let i = 0; i < 40; i++)
+      await log.append(batchOf(Array.from({ length: 10 }, () => "y".repeat(500))));
     await log.close();
     const names = readdirSync(`${dir}/p`).sort();
     const logs = names.filter((n) => n.endsWith(".log"));
@@ -82,13 +95,17 @@ describe("PartitionLog on the real file system", () => {
       const index = readFileSync(`${dir}/p/${name.replace(".log", ".index")}`);
       expect(index.length % 16).toBe(0);
       const positions: number[] = [];
-      for (let i = 0; i < index.length; i += 16) positions.push(Number(index.readBigUInt64BE(i + 8)));
+      for (let i = 0; i < index.length; i += 16)
+        positions.push(Number(index.readBigUInt64BE(i + 8)));
       expect(positions[0]).toBe(0);
-      for (let i = 1; i < positions.length; i++) expect(positions[i] - positions[i - 1]).toBeGreaterThanOrEqual(4096);
+      for (let i = 1; i < positions.length; i++)
+        expect(positions[i] - positions[i - 1]).toBeGreaterThanOrEqual(4096);
       // No gap of 4 KiB + one record (532 bytes) without an entry.
       const gaps = [...positions, size].map((p, i, a) => (i === 0 ? 0 : p - a[i - 1]));
       for (const g of gaps) expect(g).toBeLessThan(4096 + 532 + 1);
-      expect(Number(readFileSync(`${dir}/p/${name}`).readBigUInt64BE(4))).toBe(Number(name.slice(0, 20)));
+      expect(Number(readFileSync(`${dir}/p/${name}`).readBigUInt64BE(4))).toBe(
+        Number(name.slice(0, 20)),
+      );
     }
   });
 
@@ -154,9 +171,14 @@ describe("PartitionLog on the real file system", () => {
     expect(log.describe().segments[0].recovery).toBe("scanned");
     expect((await log.append(batchOf(["after"]))).baseOffset).toBe(10);
     const all = await log.read({ offset: 0, maxRecords: 100, maxBytes: 1 << 20 });
-    expect(decodeAll(all.bytes).map((r) => r.value)).toEqual([...Array.from({ length: 10 }, (_, i) => `v${i}`), "after"]);
+    expect(decodeAll(all.bytes).map((r) => r.value)).toEqual([
+      ...Array.from({ length: 10 }, (_, i) => `v${i}`),
+      "after",
+    ]);
     await log.close();
-    expect(statSync(`${dir}/crashed/00000000000000000000.log`).size).toBe(log.describe().size_bytes);
+    expect(statSync(`${dir}/crashed/00000000000000000000.log`).size).toBe(
+      log.describe().size_bytes,
+    );
   });
 
   it("cuts zeros left at the end of a sealed segment (a crash between a roll and its seal) without calling it corrupt", async () => {
@@ -176,7 +198,11 @@ describe("PartitionLog on the real file system", () => {
     expect(log.highWatermark).toBe(30);
     const all = await log.read({ offset: 0, maxRecords: 100, maxBytes: 1 << 20 });
     expect(decodeAll(all.bytes).length).toBeGreaterThan(0);
-    for (let o = 0; o < 30; o++) expect(decodeAll((await log.read({ offset: o, maxRecords: 1, maxBytes: 1 << 20 })).bytes)[0].offset).toBe(o);
+    for (let o = 0; o < 30; o++)
+      expect(
+        decodeAll((await log.read({ offset: o, maxRecords: 1, maxBytes: 1 << 20 })).bytes)[0]
+          .offset,
+      ).toBe(o);
     await log.close();
   });
 
@@ -188,7 +214,10 @@ describe("PartitionLog on the real file system", () => {
     await log.close();
     const path = `${dir}/p/00000000000000000000.log`;
     const size = statSync(path).size;
-    appendFileSync(path, Buffer.concat([Buffer.from([0, 0, 0, 40, 9, 9, 9]), Buffer.alloc(200 * 1024)]));
+    appendFileSync(
+      path,
+      Buffer.concat([Buffer.from([0, 0, 0, 40, 9, 9, 9]), Buffer.alloc(200 * 1024)]),
+    );
     const logger = new MemoryLogger();
     log = await openLog(`${dir}/p`, 1 << 20, { logger });
     expect(logger.named("recovery.torn_tail_cut")).toHaveLength(1);
@@ -202,7 +231,9 @@ describe("PartitionLog on the real file system", () => {
     cleanups.push(cleanup);
     const log = await openLog(`${dir}/p`);
     await log.append(batchOf(["a"]));
-    await expect(log.read({ offset: 2, maxRecords: 1, maxBytes: 100 })).rejects.toMatchObject({ kind: "out_of_range" });
+    await expect(log.read({ offset: 2, maxRecords: 1, maxBytes: 100 })).rejects.toMatchObject({
+      kind: "out_of_range",
+    });
     const r = await log.read({ offset: 1, maxRecords: 1, maxBytes: 100 });
     expect(r.count).toBe(0);
     expect(r.nextOffset).toBe(1);
@@ -222,14 +253,17 @@ describe("PartitionLog on the real file system", () => {
     }
     expect(statSync(`${dir}/a`).mode & 0o777).toBe(0o700);
     expect(statSync(`${dir}/a/b`).mode & 0o777).toBe(0o700);
-    for (const n of readdirSync(`${dir}/a/b`)) expect(statSync(`${dir}/a/b/${n}`).mode & 0o777, n).toBe(0o600);
+    for (const n of readdirSync(`${dir}/a/b`))
+      expect(statSync(`${dir}/a/b/${n}`).mode & 0o777, n).toBe(0o600);
   });
 
   it("shares one fsync among concurrent appends (group commit)", async () => {
     const { dir, cleanup } = tempDir();
     cleanups.push(cleanup);
     const log = await openLog(`${dir}/p`);
-    const results = await Promise.all(Array.from({ length: 200 }, (_, i) => log.append(batchOf([`r${i}`]))));
+    const results = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => log.append(batchOf([`r${i}`]))),
+    );
     expect(new Set(results.map((r) => r.baseOffset)).size).toBe(200);
     expect(log.stats.fsyncs).toBeLessThan(200);
     expect(log.highWatermark).toBe(200);
@@ -242,11 +276,15 @@ describe("PartitionLog on the real file system", () => {
     const log = await openLog(`${dir}/p`);
     // Appends made in one turn of the event loop (as from one readiness of many connections)
     // are all queued before the write loop starts.
-    const results = await Promise.all(Array.from({ length: 50 }, (_, i) => log.append(batchOf([`r${i}`]))));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => log.append(batchOf([`r${i}`]))),
+    );
     expect(results.map((r) => r.baseOffset)).toEqual(Array.from({ length: 50 }, (_, i) => i));
     expect(log.stats).toMatchObject({ writes: 1, fsyncs: 1, appends: 50, recordsAppended: 50 });
     const read = await log.read({ offset: 0, maxRecords: 100, maxBytes: 1 << 20 });
-    expect(decodeAll(read.bytes).map((r) => r.value)).toEqual(Array.from({ length: 50 }, (_, i) => `r${i}`));
+    expect(decodeAll(read.bytes).map((r) => r.value)).toEqual(
+      Array.from({ length: 50 }, (_, i) => `r${i}`),
+    );
     await log.close();
   });
 

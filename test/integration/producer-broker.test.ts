@@ -11,14 +11,27 @@ import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { producerJournalEntriesRotate } from "../../src/lib/limits.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { DecodeStatus, EntryBatchBuilder, RecordCursor, type EntryBatch } from "../../src/storage/record.ts";
+import {
+  DecodeStatus,
+  EntryBatchBuilder,
+  RecordCursor,
+  type EntryBatch,
+} from "../../src/storage/record.ts";
 
 const open: LocalBroker[] = [];
 afterEach(async () => {
   for (const b of open.splice(0)) await b.close().catch(() => {});
 });
 
-async function start(fs: MemoryFileSystem, options: { clock?: ManualClock; logger?: MemoryLogger; producerExpiryMs?: number; flushEveryRecords?: number } = {}) {
+async function start(
+  fs: MemoryFileSystem,
+  options: {
+    clock?: ManualClock;
+    logger?: MemoryLogger;
+    producerExpiryMs?: number;
+    flushEveryRecords?: number;
+  } = {},
+) {
   const logger = options.logger ?? new MemoryLogger();
   const broker = await LocalBroker.open({
     fs,
@@ -59,7 +72,11 @@ async function rejection(promise: Promise<unknown>): Promise<BrokerError> {
 }
 
 /** Every value stored in a partition, with its offset. */
-async function stored(broker: LocalBroker, topic: string, partition = 0): Promise<{ offset: number; value: string }[]> {
+async function stored(
+  broker: LocalBroker,
+  topic: string,
+  partition = 0,
+): Promise<{ offset: number; value: string }[]> {
   const out: { offset: number; value: string }[] = [];
   let offset = (await broker.listOffsets({ topic, partition })).logStartOffset;
   for (;;) {
@@ -83,10 +100,18 @@ describe("idempotent produce", () => {
     const fs = new MemoryFileSystem();
     const { broker } = await start(fs);
     await broker.createTopic({ name: "t", partitions: 1 });
-    const first = await broker.produce({ topic: "t", batch: batch("a", "b"), producer: p("p1", 0, 0) });
+    const first = await broker.produce({
+      topic: "t",
+      batch: batch("a", "b"),
+      producer: p("p1", 0, 0),
+    });
     expect(first).toEqual({ spans: [{ partition: 0, baseOffset: 0, count: 2 }], duplicate: false });
     await broker.produce({ topic: "t", batch: batch("x") }); // someone else's record in between
-    const again = await broker.produce({ topic: "t", batch: batch("a", "b"), producer: p("p1", 0, 0) });
+    const again = await broker.produce({
+      topic: "t",
+      batch: batch("a", "b"),
+      producer: p("p1", 0, 0),
+    });
     expect(again).toEqual({ spans: [{ partition: 0, baseOffset: 0, count: 2 }], duplicate: true });
     const next = await broker.produce({ topic: "t", batch: batch("c"), producer: p("p1", 0, 2) });
     expect(offsetsOf(next)).toEqual([3]);
@@ -97,7 +122,9 @@ describe("idempotent produce", () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "t", partitions: 1 });
     await broker.produce({ topic: "t", batch: batch("a", "b"), producer: p("p1", 0, 0) });
-    const err = await rejection(broker.produce({ topic: "t", batch: batch("c"), producer: p("p1", 0, 5) }));
+    const err = await rejection(
+      broker.produce({ topic: "t", batch: batch("c"), producer: p("p1", 0, 5) }),
+    );
     expect(err.kind.code).toBe("out_of_order_sequence");
     expect(err.kind.http).toBe(409);
     expect(err.details).toEqual({ expected_sequence: 2 });
@@ -110,16 +137,25 @@ describe("idempotent produce", () => {
     await broker.createTopic({ name: "t", partitions: 2 });
     await broker.produce({ topic: "t", partition: 0, batch: batch("a"), producer: p("p1", 0, 0) });
     await broker.produce({ topic: "t", partition: 1, batch: batch("b"), producer: p("p1", 0, 0) });
-    const gap = await rejection(broker.produce({ topic: "t", partition: 0, batch: batch("c"), producer: p("p1", 1, 1) }));
+    const gap = await rejection(
+      broker.produce({ topic: "t", partition: 0, batch: batch("c"), producer: p("p1", 1, 1) }),
+    );
     expect(gap.kind.code).toBe("out_of_order_sequence");
     expect(gap.details).toEqual({ expected_sequence: 0 });
     await broker.produce({ topic: "t", partition: 0, batch: batch("c"), producer: p("p1", 1, 0) });
-    const stale = await rejection(broker.produce({ topic: "t", partition: 1, batch: batch("d"), producer: p("p1", 0, 1) }));
+    const stale = await rejection(
+      broker.produce({ topic: "t", partition: 1, batch: batch("d"), producer: p("p1", 0, 1) }),
+    );
     expect(stale.kind.code).toBe("producer_fenced");
     expect(stale.kind.http).toBe(403);
     expect(stale.details).toEqual({ expected_epoch: 1 });
     // The new epoch restarts every partition's sequence, not just the one it first wrote to.
-    const onOther = await broker.produce({ topic: "t", partition: 1, batch: batch("d"), producer: p("p1", 1, 0) });
+    const onOther = await broker.produce({
+      topic: "t",
+      partition: 1,
+      batch: batch("d"),
+      producer: p("p1", 1, 0),
+    });
     expect(onOther.duplicate).toBe(false);
     expect((await stored(broker, "t", 1)).map((r) => r.value)).toEqual(["b", "d"]);
   });
@@ -127,7 +163,9 @@ describe("idempotent produce", () => {
   it("tells a producer it does not know to start a new epoch, never appending a sequence from the middle", async () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "t", partitions: 1 });
-    const err = await rejection(broker.produce({ topic: "t", batch: batch("a"), producer: p("ghost", 3, 17) }));
+    const err = await rejection(
+      broker.produce({ topic: "t", batch: batch("a"), producer: p("ghost", 3, 17) }),
+    );
     expect(err.kind.code).toBe("unknown_producer");
     expect(err.details).toEqual({ expected_sequence: 0 });
     expect(err.message).toMatch(/start a new epoch at sequence 0/);
@@ -142,9 +180,15 @@ describe("idempotent produce", () => {
     clock.advance(30_000);
     await broker.produce({ topic: "t", batch: batch("b"), producer: p("p1", 0, 1) }); // activity keeps it alive
     clock.advance(60_001);
-    const err = await rejection(broker.produce({ topic: "t", batch: batch("c"), producer: p("p1", 0, 2) }));
+    const err = await rejection(
+      broker.produce({ topic: "t", batch: batch("c"), producer: p("p1", 0, 2) }),
+    );
     expect(err.kind.code).toBe("unknown_producer");
-    const recovered = await broker.produce({ topic: "t", batch: batch("c"), producer: p("p1", 1, 0) });
+    const recovered = await broker.produce({
+      topic: "t",
+      batch: batch("c"),
+      producer: p("p1", 1, 0),
+    });
     expect(offsetsOf(recovered)).toEqual([2]);
     expect((await stored(broker, "t")).map((r) => r.value)).toEqual(["a", "b", "c"]);
   });
@@ -152,7 +196,14 @@ describe("idempotent produce", () => {
   it("refuses an idempotent request whose records would go to several partitions", async () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "t", partitions: 2 });
-    const err = await rejection(broker.produce({ topic: "t", batch: batch("a", "b"), partitions: new Int32Array([0, 1]), producer: p("p1", 0, 0) }));
+    const err = await rejection(
+      broker.produce({
+        topic: "t",
+        batch: batch("a", "b"),
+        partitions: new Int32Array([0, 1]),
+        producer: p("p1", 0, 0),
+      }),
+    );
     expect(err.kind.code).toBe("invalid_request");
     expect(err.message).toMatch(/one partition/);
   });
@@ -160,16 +211,31 @@ describe("idempotent produce", () => {
   it("sends an idempotent producer's keyless records to the same partition on every retry", async () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "t", partitions: 8 });
-    const first = await broker.produce({ topic: "t", batch: batch("a"), producer: p("sticky", 0, 0) });
+    const first = await broker.produce({
+      topic: "t",
+      batch: batch("a"),
+      producer: p("sticky", 0, 0),
+    });
     for (let i = 0; i < 5; i++) await broker.produce({ topic: "t", batch: batch("noise") });
-    const retry = await broker.produce({ topic: "t", batch: batch("a"), producer: p("sticky", 0, 0) });
+    const retry = await broker.produce({
+      topic: "t",
+      batch: batch("a"),
+      producer: p("sticky", 0, 0),
+    });
     expect(retry).toEqual({ ...first, duplicate: true });
   });
 
   it("refuses bad producer ids, epochs and sequences naming the field", async () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "t", partitions: 1 });
-    for (const bad of [p("has space", 0, 0), p("", 0, 0), p("ok", -1, 0), p("ok", 0.5, 0), p("ok", 0, -2), p("ok", 2 ** 31, 0)]) {
+    for (const bad of [
+      p("has space", 0, 0),
+      p("", 0, 0),
+      p("ok", -1, 0),
+      p("ok", 0.5, 0),
+      p("ok", 0, -2),
+      p("ok", 2 ** 31, 0),
+    ]) {
       const err = await rejection(broker.produce({ topic: "t", batch: batch("a"), producer: bad }));
       expect(err.kind.code).toBe("invalid_request");
       expect(err.message).toMatch(/producer (id|epoch|sequence)/);
@@ -193,12 +259,23 @@ describe("idempotent produce", () => {
     const fs = new MemoryFileSystem();
     const first = await start(fs);
     await first.broker.createTopic({ name: "t", partitions: 1 });
-    const original = await first.broker.produce({ topic: "t", batch: batch("a", "b", "c"), producer: p("p1", 2, 0) });
+    const original = await first.broker.produce({
+      topic: "t",
+      batch: batch("a", "b", "c"),
+      producer: p("p1", 2, 0),
+    });
     await close(first.broker);
     const { broker } = await start(fs);
-    expect(await broker.produce({ topic: "t", batch: batch("a", "b", "c"), producer: p("p1", 2, 0) })).toEqual({ ...original, duplicate: true });
-    expect((await rejection(broker.produce({ topic: "t", batch: batch("d"), producer: p("p1", 1, 3) }))).kind.code).toBe("producer_fenced");
-    expect(offsetsOf(await broker.produce({ topic: "t", batch: batch("d"), producer: p("p1", 2, 3) }))).toEqual([3]);
+    expect(
+      await broker.produce({ topic: "t", batch: batch("a", "b", "c"), producer: p("p1", 2, 0) }),
+    ).toEqual({ ...original, duplicate: true });
+    expect(
+      (await rejection(broker.produce({ topic: "t", batch: batch("d"), producer: p("p1", 1, 3) })))
+        .kind.code,
+    ).toBe("producer_fenced");
+    expect(
+      offsetsOf(await broker.produce({ topic: "t", batch: batch("d"), producer: p("p1", 2, 3) })),
+    ).toEqual([3]);
   });
 
   it("keeps every acknowledged batch across a power loss that drops everything unsynced", async () => {
@@ -207,17 +284,31 @@ describe("idempotent produce", () => {
       const first = await start(fs);
       await first.broker.createTopic({ name: "t", partitions: 1 });
       const acked: ProduceResult[] = [];
-      for (let s = 0; s < 10; s++) acked.push(await first.broker.produce({ topic: "t", batch: batch(`v${s}`), producer: p("p1", 0, s) }));
+      for (let s = 0; s < 10; s++)
+        acked.push(
+          await first.broker.produce({
+            topic: "t",
+            batch: batch(`v${s}`),
+            producer: p("p1", 0, s),
+          }),
+        );
       fs.crash({ mode, seed: 11 });
       open.splice(open.indexOf(first.broker), 1);
       const { broker } = await start(fs);
       // The last five batches are remembered and answered with their offsets; older ones are refused, never stored again.
       for (let s = 0; s < 10; s++) {
-        const retry = broker.produce({ topic: "t", batch: batch(`v${s}`), producer: p("p1", 0, s) });
-        if (s < 5) expect((await rejection(retry)).kind.code, `${mode} s=${s}`).toBe("duplicate_sequence");
+        const retry = broker.produce({
+          topic: "t",
+          batch: batch(`v${s}`),
+          producer: p("p1", 0, s),
+        });
+        if (s < 5)
+          expect((await rejection(retry)).kind.code, `${mode} s=${s}`).toBe("duplicate_sequence");
         else expect(await retry, `${mode} s=${s}`).toEqual({ ...acked[s], duplicate: true });
       }
-      expect((await stored(broker, "t")).map((r) => r.value)).toEqual(Array.from({ length: 10 }, (_, s) => `v${s}`));
+      expect((await stored(broker, "t")).map((r) => r.value)).toEqual(
+        Array.from({ length: 10 }, (_, s) => `v${s}`),
+      );
       await close(broker);
     }
   });
@@ -228,16 +319,24 @@ describe("idempotent produce", () => {
     await broker.createTopic({ name: "t", partitions: 1 });
     await broker.produce({ topic: "t", batch: batch("a"), producer: p("p1", 0, 0) });
     fs.faults.failNext({ op: "write", path: /\.log$/, code: "ENOSPC", partialBytes: 5 });
-    const err = await rejection(broker.produce({ topic: "t", batch: batch("b"), producer: p("p1", 0, 1) }));
+    const err = await rejection(
+      broker.produce({ topic: "t", batch: batch("b"), producer: p("p1", 0, 1) }),
+    );
     expect(err.kind.code).toBe("storage_error");
     await broker.produce({ topic: "t", batch: batch("z") }); // takes the offset the failed batch had
-    const retried = await broker.produce({ topic: "t", batch: batch("b"), producer: p("p1", 0, 1) });
+    const retried = await broker.produce({
+      topic: "t",
+      batch: batch("b"),
+      producer: p("p1", 0, 1),
+    });
     expect(retried.duplicate).toBe(false);
     expect((await stored(broker, "t")).map((r) => r.value)).toEqual(["a", "z", "b"]);
     // After a restart, the stale journal entry of the failed write (offset 1, now "z") is recognised and ignored.
     await close(broker);
     const again = await start(fs);
-    expect(await again.broker.produce({ topic: "t", batch: batch("b"), producer: p("p1", 0, 1) })).toEqual({ ...retried, duplicate: true });
+    expect(
+      await again.broker.produce({ topic: "t", batch: batch("b"), producer: p("p1", 0, 1) }),
+    ).toEqual({ ...retried, duplicate: true });
   });
 
   it("refuses idempotent produce when the journal cannot be written, and leaves other produce working", async () => {
@@ -245,10 +344,15 @@ describe("idempotent produce", () => {
     const { broker } = await start(fs);
     await broker.createTopic({ name: "t", partitions: 1 });
     fs.faults.failNext({ op: "sync", path: /producers\.journal$/, code: "EIO" });
-    const err = await rejection(broker.produce({ topic: "t", batch: batch("a"), producer: p("p1", 0, 0) }));
+    const err = await rejection(
+      broker.produce({ topic: "t", batch: batch("a"), producer: p("p1", 0, 0) }),
+    );
     expect(err.kind.code).toBe("unavailable");
     expect(err.message).toMatch(/restart required/);
-    expect((await rejection(broker.produce({ topic: "t", batch: batch("a"), producer: p("p1", 0, 0) }))).kind.code).toBe("unavailable");
+    expect(
+      (await rejection(broker.produce({ topic: "t", batch: batch("a"), producer: p("p1", 0, 0) })))
+        .kind.code,
+    ).toBe("unavailable");
     expect(offsetsOf(await broker.produce({ topic: "t", batch: batch("plain") }))).toEqual([0]);
   });
 
@@ -259,10 +363,15 @@ describe("idempotent produce", () => {
     await broker.produce({ topic: "t", batch: batch("a", "b"), producer: p("p1", 0, 0) });
     await broker.deleteTopic("t");
     await broker.createTopic({ name: "t", partitions: 1 });
-    const err = await rejection(broker.produce({ topic: "t", batch: batch("c"), producer: p("p1", 0, 2) }));
+    const err = await rejection(
+      broker.produce({ topic: "t", batch: batch("c"), producer: p("p1", 0, 2) }),
+    );
     expect(err.kind.code).toBe("out_of_order_sequence");
     expect(err.details).toEqual({ expected_sequence: 0 });
-    expect((await broker.produce({ topic: "t", batch: batch("a", "b"), producer: p("p1", 0, 0) })).duplicate).toBe(false);
+    expect(
+      (await broker.produce({ topic: "t", batch: batch("a", "b"), producer: p("p1", 0, 0) }))
+        .duplicate,
+    ).toBe(false);
   });
 
   it("folds the journal into producers.json every few thousand entries and keeps answering retries", async () => {
@@ -270,15 +379,28 @@ describe("idempotent produce", () => {
     const first = await start(fs);
     await first.broker.createTopic({ name: "t", partitions: 1 });
     const total = producerJournalEntriesRotate + 10;
-    for (let s = 0; s < total; s++) await first.broker.produce({ topic: "t", batch: batch(`v${s}`), producer: p("p1", 0, s) });
+    for (let s = 0; s < total; s++)
+      await first.broker.produce({ topic: "t", batch: batch(`v${s}`), producer: p("p1", 0, s) });
     const snapshot = JSON.parse(fromUtf8(fs.readFileSync("/data/producers.json")));
     expect(snapshot.journal_generation).toBeGreaterThanOrEqual(2);
     expect(fs.readFileSync("/data/producers.journal").length).toBeLessThan(100 * 1024);
     fs.crash({ mode: "dropAll" });
     open.splice(open.indexOf(first.broker), 1);
     const { broker } = await start(fs);
-    expect(offsetsOf(await broker.produce({ topic: "t", batch: batch(`v${total - 1}`), producer: p("p1", 0, total - 1) }))).toEqual([total - 1]);
-    expect(offsetsOf(await broker.produce({ topic: "t", batch: batch("next"), producer: p("p1", 0, total) }))).toEqual([total]);
+    expect(
+      offsetsOf(
+        await broker.produce({
+          topic: "t",
+          batch: batch(`v${total - 1}`),
+          producer: p("p1", 0, total - 1),
+        }),
+      ),
+    ).toEqual([total - 1]);
+    expect(
+      offsetsOf(
+        await broker.produce({ topic: "t", batch: batch("next"), producer: p("p1", 0, total) }),
+      ),
+    ).toEqual([total]);
   });
 
   it("cuts a torn journal tail at start and reports it", async () => {
@@ -293,8 +415,12 @@ describe("idempotent produce", () => {
     torn.set([0, 0, 0, 80, 1, 2, 3], journal.length); // a length and a few bytes of an entry that never finished
     fs.writeFileSync("/data/producers.journal", torn);
     const { broker, logger } = await start(fs);
-    expect(logger.named("producers.journal_torn_tail")).toEqual([expect.objectContaining({ cut_bytes: 30 })]);
-    expect((await broker.produce({ topic: "t", batch: batch("a"), producer: p("p1", 0, 0) })).duplicate).toBe(true);
+    expect(logger.named("producers.journal_torn_tail")).toEqual([
+      expect.objectContaining({ cut_bytes: 30 }),
+    ]);
+    expect(
+      (await broker.produce({ topic: "t", batch: batch("a"), producer: p("p1", 0, 0) })).duplicate,
+    ).toBe(true);
   });
 
   it("makes only idempotent produce unavailable when producers.json is unreadable", async () => {
@@ -306,7 +432,9 @@ describe("idempotent produce", () => {
     fs.writeFileSync("/data/producers.json", utf8("{ not json"));
     const { broker, logger } = await start(fs);
     expect(logger.named("producers.unavailable")).toHaveLength(1);
-    const err = await rejection(broker.produce({ topic: "t", batch: batch("a"), producer: p("p1", 0, 0) }));
+    const err = await rejection(
+      broker.produce({ topic: "t", batch: batch("a"), producer: p("p1", 0, 0) }),
+    );
     expect(err.kind.code).toBe("unavailable");
     expect(err.message).toMatch(/producers\.json/);
     expect(offsetsOf(await broker.produce({ topic: "t", batch: batch("b") }))).toEqual([1]);

@@ -22,9 +22,17 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-
-async function broker(options: { clock?: Clock; producerExpiryMs?: number } = {}): Promise<LocalBroker> {
-  const b = await LocalBroker.open({ fs: new MemoryFileSystem(), dataDir: "/data", clock: options.clock ?? new ManualClock(), logger: new MemoryLogger(), cleanupIntervalMs: 0, producerExpiryMs: options.producerExpiryMs });
+async function broker(
+  options: { clock?: Clock; producerExpiryMs?: number } = {},
+): Promise<LocalBroker> {
+  const b = await LocalBroker.open({
+    fs: new MemoryFileSystem(),
+    dataDir: "/data",
+    clock: options.clock ?? new ManualClock(),
+    logger: new MemoryLogger(),
+    cleanupIntervalMs: 0,
+    producerExpiryMs: options.producerExpiryMs,
+  });
   cleanups.push(() => b.close());
   return b;
 }
@@ -43,7 +51,9 @@ async function values(b: LocalBroker, topic: string, partition = 0): Promise<str
 /** A TCP server over `b`; `dropAnswers(n)` makes the next n answers vanish (the connection is cut after the request got through). */
 async function serve(b: LocalBroker) {
   const transport = createTcpTransport({ broker: b, clock: realClock, logger: new MemoryLogger() });
-  const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) => transport.handleConnection(socket));
+  const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>
+    transport.handleConnection(socket),
+  );
   let drop = 0;
   const proxy = net.createServer((front) => {
     const back = net.connect({ host: "127.0.0.1", port: listener.port });
@@ -77,7 +87,11 @@ async function serve(b: LocalBroker) {
   return {
     dropAnswers: (n: number) => void (drop = n),
     connect: async () => {
-      const client = await TcpClient.connect({ host: "127.0.0.1", port: proxyPort, timeoutMs: 5000 });
+      const client = await TcpClient.connect({
+        host: "127.0.0.1",
+        port: proxyPort,
+        timeoutMs: 5000,
+      });
       clients.push(client);
       return client;
     },
@@ -89,22 +103,59 @@ describe("idempotent produce over HTTP", () => {
     const b = await broker();
     await b.createTopic({ name: "t", partitions: 2 });
     const app = createHttpApp({ broker: b, logger: new MemoryLogger() });
-    const produce = async (headers: Record<string, string>, body: unknown, type = "application/json") => {
-      const res = await app.request("/v1/topics/t/records", { method: "POST", headers: { "content-type": type, ...headers }, body: typeof body === "string" ? body : JSON.stringify(body) });
+    const produce = async (
+      headers: Record<string, string>,
+      body: unknown,
+      type = "application/json",
+    ) => {
+      const res = await app.request("/v1/topics/t/records", {
+        method: "POST",
+        headers: { "content-type": type, ...headers },
+        body: typeof body === "string" ? body : JSON.stringify(body),
+      });
       return { status: res.status, body: (await res.json()) as any };
     };
     return { b, produce };
   }
-  const h = (id: string, epoch: number, seq: number) => ({ "Producer-Id": id, "Producer-Epoch": String(epoch), "Producer-Seq": String(seq) });
+  const h = (id: string, epoch: number, seq: number) => ({
+    "Producer-Id": id,
+    "Producer-Epoch": String(epoch),
+    "Producer-Seq": String(seq),
+  });
 
   it("answers a retry 200 with the original offsets and duplicate: true, appending nothing", async () => {
     const { b, produce } = await setup();
-    const body = { records: [{ value: "a", partition: 1 }, { value: "b", partition: 1 }] };
-    expect(await produce(h("web-1", 0, 0), body)).toEqual({ status: 200, body: { offsets: [{ partition: 1, offset: 0 }, { partition: 1, offset: 1 }], duplicate: false } });
-    expect(await produce(h("web-1", 0, 0), body)).toEqual({ status: 200, body: { offsets: [{ partition: 1, offset: 0 }, { partition: 1, offset: 1 }], duplicate: true } });
+    const body = {
+      records: [
+        { value: "a", partition: 1 },
+        { value: "b", partition: 1 },
+      ],
+    };
+    expect(await produce(h("web-1", 0, 0), body)).toEqual({
+      status: 200,
+      body: {
+        offsets: [
+          { partition: 1, offset: 0 },
+          { partition: 1, offset: 1 },
+        ],
+        duplicate: false,
+      },
+    });
+    expect(await produce(h("web-1", 0, 0), body)).toEqual({
+      status: 200,
+      body: {
+        offsets: [
+          { partition: 1, offset: 0 },
+          { partition: 1, offset: 1 },
+        ],
+        duplicate: true,
+      },
+    });
     expect(await values(b, "t", 1)).toEqual(["a", "b"]);
     // Without the headers, produce answers as before (no "duplicate").
-    expect((await produce({}, { records: [{ value: "c", partition: 1 }] })).body).toEqual({ offsets: [{ partition: 1, offset: 2 }] });
+    expect((await produce({}, { records: [{ value: "c", partition: 1 }] })).body).toEqual({
+      offsets: [{ partition: 1, offset: 2 }],
+    });
   });
 
   it("answers a sequence gap 409 and a stale epoch 403, each naming the expected value", async () => {
@@ -112,10 +163,16 @@ describe("idempotent produce over HTTP", () => {
     await produce(h("web-1", 2, 0), { records: [{ value: "a", partition: 0 }] });
     const gap = await produce(h("web-1", 2, 5), { records: [{ value: "b", partition: 0 }] });
     expect(gap.status).toBe(409);
-    expect(gap.body.error).toMatchObject({ code: "out_of_order_sequence", details: { expected_sequence: 1 } });
+    expect(gap.body.error).toMatchObject({
+      code: "out_of_order_sequence",
+      details: { expected_sequence: 1 },
+    });
     const stale = await produce(h("web-1", 1, 1), { records: [{ value: "b", partition: 0 }] });
     expect(stale.status).toBe(403);
-    expect(stale.body.error).toMatchObject({ code: "producer_fenced", details: { expected_epoch: 2 } });
+    expect(stale.body.error).toMatchObject({
+      code: "producer_fenced",
+      details: { expected_epoch: 2 },
+    });
   });
 
   it("works with NDJSON bodies, whose records all go to one partition", async () => {
@@ -131,13 +188,24 @@ describe("idempotent produce over HTTP", () => {
 
   it("refuses 400 a request whose records go to several partitions, and incomplete or malformed headers", async () => {
     const { produce } = await setup();
-    const split = await produce(h("web-1", 0, 0), { records: [{ value: "a", partition: 0 }, { value: "b", partition: 1 }] });
+    const split = await produce(h("web-1", 0, 0), {
+      records: [
+        { value: "a", partition: 0 },
+        { value: "b", partition: 1 },
+      ],
+    });
     expect(split.status).toBe(400);
     expect(split.body.error.message).toMatch(/one partition/);
-    const missing = await produce({ "Producer-Id": "web-1", "Producer-Epoch": "0" }, { records: [{ value: "a" }] });
+    const missing = await produce(
+      { "Producer-Id": "web-1", "Producer-Epoch": "0" },
+      { records: [{ value: "a" }] },
+    );
     expect(missing.status).toBe(400);
     expect(missing.body.error.details).toEqual({ parameter: "Producer-Seq" });
-    const badEpoch = await produce({ ...h("web-1", 0, 0), "Producer-Epoch": "-1" }, { records: [{ value: "a" }] });
+    const badEpoch = await produce(
+      { ...h("web-1", 0, 0), "Producer-Epoch": "-1" },
+      { records: [{ value: "a" }] },
+    );
     expect(badEpoch.status).toBe(400);
     expect(badEpoch.body.error.details).toEqual({ parameter: "Producer-Epoch" });
     const badId = await produce(h("has space", 0, 0), { records: [{ value: "a" }] });
@@ -151,14 +219,27 @@ describe("idempotent produce over TCP", () => {
     await b.createTopic({ name: "t", partitions: 1 });
     const client = await (await serve(b)).connect();
     const producer = { id: "p", epoch: 0, sequence: 0 };
-    const first = await client.produceIdempotent("t", [{ value: "a" }, { value: "b" }], { producer });
+    const first = await client.produceIdempotent("t", [{ value: "a" }, { value: "b" }], {
+      producer,
+    });
     expect(first).toEqual({ spans: [{ partition: 0, baseOffset: 0, count: 2 }], duplicate: false });
-    expect(await client.produceIdempotent("t", [{ value: "a" }, { value: "b" }], { producer })).toEqual({ ...first, duplicate: true });
-    const gap = (await client.produceIdempotent("t", [{ value: "c" }], { producer: { ...producer, sequence: 9 } }).catch((e: unknown) => e)) as ClientError;
+    expect(
+      await client.produceIdempotent("t", [{ value: "a" }, { value: "b" }], { producer }),
+    ).toEqual({ ...first, duplicate: true });
+    const gap = (await client
+      .produceIdempotent("t", [{ value: "c" }], { producer: { ...producer, sequence: 9 } })
+      .catch((e: unknown) => e)) as ClientError;
     expect(gap).toBeInstanceOf(ClientError);
     expect(gap.code).toBe("out_of_order_sequence");
     expect(gap.details).toEqual({ expected_sequence: 2 });
-    const fenced = (await client.produceIdempotent("t", [{ value: "c" }], { producer: { id: "p", epoch: 5, sequence: 0 } }).then(() => client.produceIdempotent("t", [{ value: "d" }], { producer: { id: "p", epoch: 4, sequence: 0 } })).catch((e: unknown) => e)) as ClientError;
+    const fenced = (await client
+      .produceIdempotent("t", [{ value: "c" }], { producer: { id: "p", epoch: 5, sequence: 0 } })
+      .then(() =>
+        client.produceIdempotent("t", [{ value: "d" }], {
+          producer: { id: "p", epoch: 4, sequence: 0 },
+        }),
+      )
+      .catch((e: unknown) => e)) as ClientError;
     expect(fenced.code).toBe("producer_fenced");
     expect(fenced.details).toEqual({ expected_epoch: 5 });
     expect(await values(b, "t")).toEqual(["a", "b", "c"]);
@@ -168,7 +249,11 @@ describe("idempotent produce over TCP", () => {
     const b = await broker({ clock: realClock });
     await b.createTopic({ name: "t", partitions: 3 });
     const server = await serve(b);
-    const producer = new IdempotentProducer({ connect: server.connect, producerId: "svc-1", retryBackoffMs: 5 });
+    const producer = new IdempotentProducer({
+      connect: server.connect,
+      producerId: "svc-1",
+      retryBackoffMs: 5,
+    });
     cleanups.push(() => producer.close());
     const results = [];
     for (let i = 0; i < 10; i++) {
@@ -189,9 +274,19 @@ describe("idempotent produce over TCP", () => {
     cleanups.push(() => producer.close());
     const keyless = await producer.send("t", [{ value: "a" }, { value: "b" }]);
     expect(new Set(keyless.spans.map((s) => s.partition)).size).toBe(1);
-    const keyed = await producer.send("t", [{ key: "k", value: "1" }, { key: "k", value: "2" }]);
+    const keyed = await producer.send("t", [
+      { key: "k", value: "1" },
+      { key: "k", value: "2" },
+    ]);
     expect(keyed.spans).toHaveLength(1);
-    const spanning = await producer.send("t", [{ key: "k1", value: "1" }, { key: "k2", value: "2" }, { key: "k3", value: "3" }, { key: "k4", value: "4" }]).catch((e: unknown) => e);
+    const spanning = await producer
+      .send("t", [
+        { key: "k1", value: "1" },
+        { key: "k2", value: "2" },
+        { key: "k3", value: "3" },
+        { key: "k4", value: "4" },
+      ])
+      .catch((e: unknown) => e);
     expect((spanning as ClientError).code).toBe("invalid_request");
   });
 
@@ -202,7 +297,11 @@ describe("idempotent produce over TCP", () => {
     const producer = new IdempotentProducer({ connect: server.connect, producerId: "careful" });
     cleanups.push(() => producer.close());
     await producer.send("t", [{ value: "a" }], { partition: 0 });
-    const refused = await producer.send("t", [{ value: "future", timestampMs: Date.now() + 10 * 24 * 3600_000 }], { partition: 0 }).catch((e: unknown) => e);
+    const refused = await producer
+      .send("t", [{ value: "future", timestampMs: Date.now() + 10 * 24 * 3600_000 }], {
+        partition: 0,
+      })
+      .catch((e: unknown) => e);
     expect((refused as ClientError).code).toBe("invalid_timestamp");
     expect(producer.nextSequence("t", 0)).toBe(1);
     const next = await producer.send("t", [{ value: "b" }], { partition: 0 });

@@ -8,7 +8,14 @@
  * is left on disk, and which reports were logged.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { existsSync, readFileSync, readdirSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  readFileSync,
+  readdirSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { LocalBroker } from "../../src/broker/broker.ts";
 import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
@@ -27,14 +34,27 @@ afterEach(async () => {
 const startMs = 1_700_000_000_000;
 
 /** The record written at `offset`: key `k<offset>`, a value of `valueBytes`, timestamp startMs − offset. */
-function expected(offset: number, valueBytes: number): { offset: number; key: string; value: string; timestampMs: number } {
+function expected(
+  offset: number,
+  valueBytes: number,
+): { offset: number; key: string; value: string; timestampMs: number } {
   const head = `value-${offset}-`;
-  return { offset, key: `k${offset}`, value: head + "x".repeat(Math.max(0, valueBytes - head.length)), timestampMs: startMs - offset };
+  return {
+    offset,
+    key: `k${offset}`,
+    value: head + "x".repeat(Math.max(0, valueBytes - head.length)),
+    timestampMs: startMs - offset,
+  };
 }
 
 async function open(dataDir: string): Promise<{ broker: LocalBroker; logger: MemoryLogger }> {
   const logger = new MemoryLogger();
-  const broker = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir, clock: new ManualClock(startMs), logger });
+  const broker = await LocalBroker.open({
+    fs: new NodeFileSystem(),
+    dataDir,
+    clock: new ManualClock(startMs),
+    logger,
+  });
   brokers.push(broker);
   return { broker, logger };
 }
@@ -51,7 +71,11 @@ async function writeLog(options: { count: number; segmentBytes: number; valueByt
   const dataDir = `${dir}/data`;
   const valueBytes = options.valueBytes ?? 100;
   const { broker } = await open(dataDir);
-  await broker.createTopic({ name: "r", partitions: 1, config: { segment_bytes: options.segmentBytes } });
+  await broker.createTopic({
+    name: "r",
+    partitions: 1,
+    config: { segment_bytes: options.segmentBytes },
+  });
   for (let o = 0; o < options.count; o += perRequest) {
     const builder = new EntryBatchBuilder();
     const n = Math.min(perRequest, options.count - o);
@@ -79,13 +103,21 @@ const logPath = (part: string, base: number) => `${part}/${String(base).padStart
 const indexPath = (part: string, base: number) => `${part}/${String(base).padStart(20, "0")}.index`;
 
 /** Positions of the records in a log file: record_len at `position`, key and value where they start. */
-function recordsIn(path: string): { offset: number; position: number; size: number; keyStart: number; valueStart: number }[] {
+function recordsIn(
+  path: string,
+): { offset: number; position: number; size: number; keyStart: number; valueStart: number }[] {
   const bytes = readFileSync(path);
   const cursor = new RecordCursor().reset(bytes);
   const out = [];
   let p = 0;
   while (p < bytes.length && cursor.decode(p) === DecodeStatus.Ok) {
-    out.push({ offset: cursor.offset, position: p, size: cursor.sizeBytes, keyStart: cursor.keyStart, valueStart: cursor.valueStart });
+    out.push({
+      offset: cursor.offset,
+      position: p,
+      size: cursor.sizeBytes,
+      keyStart: cursor.keyStart,
+      valueStart: cursor.valueStart,
+    });
     p += cursor.sizeBytes;
   }
   return out;
@@ -107,7 +139,12 @@ async function readAll(broker: LocalBroker, from = 0) {
     const cursor = new RecordCursor().reset(r.records.bytes);
     for (let p = 0; p < r.records.bytes.length; p += cursor.sizeBytes) {
       expect(cursor.decode(p)).toBe(DecodeStatus.Ok);
-      out.push({ offset: cursor.offset, key: fromUtf8(cursor.key()!), value: fromUtf8(cursor.value()), timestampMs: cursor.timestampMs });
+      out.push({
+        offset: cursor.offset,
+        key: fromUtf8(cursor.key()!),
+        value: fromUtf8(cursor.value()),
+        timestampMs: cursor.timestampMs,
+      });
     }
     if (r.nextOffset >= r.highWatermark) return out;
     expect(r.nextOffset).toBeGreaterThan(offset);
@@ -125,7 +162,11 @@ async function firstServed(broker: LocalBroker, offset: number): Promise<number 
 }
 
 async function produceOne(broker: LocalBroker, text: string): Promise<number> {
-  const r = await broker.produce({ topic: "r", partition: 0, batch: new EntryBatchBuilder().add(utf8("new"), utf8(text), startMs).build() });
+  const r = await broker.produce({
+    topic: "r",
+    partition: 0,
+    batch: new EntryBatchBuilder().add(utf8("new"), utf8(text), startMs).build(),
+  });
   return r.spans[0].baseOffset;
 }
 
@@ -142,10 +183,15 @@ describe("recovery after the files changed between stop and start", () => {
     const w = await writeLog({ count: 30, segmentBytes: 1024 });
     const active = logPath(w.part, w.bases.at(-1)!);
     const size = statSync(active).size;
-    writeFileSync(active, Buffer.concat([readFileSync(active), Buffer.from([1, 2, 3, 4, 5, 6, 7])]));
+    writeFileSync(
+      active,
+      Buffer.concat([readFileSync(active), Buffer.from([1, 2, 3, 4, 5, 6, 7])]),
+    );
     const { broker, logger } = await open(w.dataDir);
     expect(await readAll(broker)).toEqual(range(0, 30).map((o) => expected(o, w.valueBytes)));
-    expect(events(logger, "recovery.torn_tail_cut")).toMatchObject([{ partition: "r/0", position: size, cut_bytes: 7 }]);
+    expect(events(logger, "recovery.torn_tail_cut")).toMatchObject([
+      { partition: "r/0", position: size, cut_bytes: 7 },
+    ]);
     expect(statSync(active).size).toBe(size);
     expect(await produceOne(broker, "after")).toBe(30);
   });
@@ -158,7 +204,9 @@ describe("recovery after the files changed between stop and start", () => {
     writeFileSync(active, readFileSync(active).subarray(0, last.position + last.size - 1));
     const { broker, logger } = await open(w.dataDir);
     expect(await readAll(broker)).toEqual(range(0, 29).map((o) => expected(o, w.valueBytes)));
-    expect(events(logger, "recovery.torn_tail_cut")).toMatchObject([{ position: last.position, cut_bytes: last.size - 1 }]);
+    expect(events(logger, "recovery.torn_tail_cut")).toMatchObject([
+      { position: last.position, cut_bytes: last.size - 1 },
+    ]);
     expect(statSync(active).size).toBe(last.position);
     expect(await produceOne(broker, "after")).toBe(29);
   });
@@ -168,7 +216,16 @@ describe("recovery after the files changed between stop and start", () => {
    * segment is skipped and reported, the file is left as it is, a fetch inside the skipped
    * range continues at the next segment, and the next offset does not move.
    */
-  async function expectSealedCorruption(options: { segmentBytes: number; count: number; edit: (bytes: Buffer, record: { position: number; size: number; keyStart: number; valueStart: number }) => void; pick?: number; event: string }) {
+  async function expectSealedCorruption(options: {
+    segmentBytes: number;
+    count: number;
+    edit: (
+      bytes: Buffer,
+      record: { position: number; size: number; keyStart: number; valueStart: number },
+    ) => void;
+    pick?: number;
+    event: string;
+  }) {
     const w = await writeLog({ count: options.count, segmentBytes: options.segmentBytes });
     expect(w.bases.length).toBeGreaterThanOrEqual(3);
     const base = w.bases[1];
@@ -181,7 +238,9 @@ describe("recovery after the files changed between stop and start", () => {
     const { broker, logger } = await open(w.dataDir);
     const survivors = [...range(0, bad.offset), ...range(next, options.count)];
     expect(await readAll(broker)).toEqual(survivors.map((o) => expected(o, w.valueBytes)));
-    expect(events(logger, options.event)).toMatchObject([{ partition: "r/0", segment: path, position: bad.position }]);
+    expect(events(logger, options.event)).toMatchObject([
+      { partition: "r/0", segment: path, position: bad.position },
+    ]);
     for (const o of range(bad.offset, next)) expect(await firstServed(broker, o)).toBe(next);
     expect(await firstServed(broker, bad.offset - 1)).toBe(bad.offset - 1);
     expect(readFileSync(path).equals(before)).toBe(true);
@@ -190,7 +249,12 @@ describe("recovery after the files changed between stop and start", () => {
   }
 
   it("skips the rest of a sealed segment after a byte flipped in a record's value (found at start)", async () => {
-    await expectSealedCorruption({ segmentBytes: 1024, count: 30, edit: (b, r) => void (b[r.valueStart + 3] ^= 0x40), event: "recovery.corrupt_segment" });
+    await expectSealedCorruption({
+      segmentBytes: 1024,
+      count: 30,
+      edit: (b, r) => void (b[r.valueStart + 3] ^= 0x40),
+      event: "recovery.corrupt_segment",
+    });
   });
 
   it("skips the rest of a sealed segment whose start-up check passed, once a read meets the flipped byte", async () => {
@@ -207,19 +271,39 @@ describe("recovery after the files changed between stop and start", () => {
   });
 
   it("skips the rest of a sealed segment after a byte flipped in a record's CRC", async () => {
-    await expectSealedCorruption({ segmentBytes: 1024, count: 30, edit: (b, r) => void (b[r.position + r.size - 2] ^= 0x01), event: "recovery.corrupt_segment" });
+    await expectSealedCorruption({
+      segmentBytes: 1024,
+      count: 30,
+      edit: (b, r) => void (b[r.position + r.size - 2] ^= 0x01),
+      event: "recovery.corrupt_segment",
+    });
   });
 
   it("skips the rest of a sealed segment after the top byte of a record_len flipped", async () => {
-    await expectSealedCorruption({ segmentBytes: 1024, count: 30, edit: (b, r) => void (b[r.position] ^= 0x80), event: "recovery.corrupt_segment" });
+    await expectSealedCorruption({
+      segmentBytes: 1024,
+      count: 30,
+      edit: (b, r) => void (b[r.position] ^= 0x80),
+      event: "recovery.corrupt_segment",
+    });
   });
 
   it("skips the rest of a sealed segment after a record_len set to 27, below the smallest record", async () => {
-    await expectSealedCorruption({ segmentBytes: 1024, count: 30, edit: (b, r) => b.writeUInt32BE(27, r.position), event: "recovery.corrupt_segment" });
+    await expectSealedCorruption({
+      segmentBytes: 1024,
+      count: 30,
+      edit: (b, r) => b.writeUInt32BE(27, r.position),
+      event: "recovery.corrupt_segment",
+    });
   });
 
   it("skips the rest of a sealed segment after a key_len set to -2", async () => {
-    await expectSealedCorruption({ segmentBytes: 1024, count: 30, edit: (b, r) => b.writeInt32BE(-2, r.keyStart - 4), event: "recovery.corrupt_segment" });
+    await expectSealedCorruption({
+      segmentBytes: 1024,
+      count: 30,
+      edit: (b, r) => b.writeInt32BE(-2, r.keyStart - 4),
+      event: "recovery.corrupt_segment",
+    });
   });
 
   it("cuts a last record whose record_len became 0xFFFFFFFF as a torn tail (nothing valid follows it)", async () => {
@@ -229,7 +313,9 @@ describe("recovery after the files changed between stop and start", () => {
     patch(active, (b) => b.writeUInt32BE(0xffffffff, last.position));
     const { broker, logger } = await open(w.dataDir);
     expect(await readAll(broker)).toEqual(range(0, 29).map((o) => expected(o, w.valueBytes)));
-    expect(events(logger, "recovery.torn_tail_cut")).toMatchObject([{ position: last.position, cut_bytes: last.size }]);
+    expect(events(logger, "recovery.torn_tail_cut")).toMatchObject([
+      { position: last.position, cut_bytes: last.size },
+    ]);
     expect(events(logger, "recovery.corrupt_segment")).toEqual([]);
     expect(await produceOne(broker, "after")).toBe(29);
   });
@@ -244,8 +330,12 @@ describe("recovery after the files changed between stop and start", () => {
     patch(active, (b) => void (b[bad.valueStart] ^= 0xff));
     const size = statSync(active).size;
     const { broker, logger } = await open(w.dataDir);
-    expect(await readAll(broker)).toEqual(range(0, bad.offset).map((o) => expected(o, w.valueBytes)));
-    expect(events(logger, "recovery.corrupt_segment")).toMatchObject([{ segment: active, position: bad.position, highest_skipped_offset: 29 }]);
+    expect(await readAll(broker)).toEqual(
+      range(0, bad.offset).map((o) => expected(o, w.valueBytes)),
+    );
+    expect(events(logger, "recovery.corrupt_segment")).toMatchObject([
+      { segment: active, position: bad.position, highest_skipped_offset: 29 },
+    ]);
     expect(events(logger, "recovery.torn_tail_cut")).toEqual([]);
     expect(statSync(active).size).toBe(size);
     expect(segmentBases(w.part)).toEqual([...w.bases, 30]);
@@ -255,15 +345,23 @@ describe("recovery after the files changed between stop and start", () => {
   });
 
   /** An index problem: every record is still served, from every offset, and the index is rebuilt. */
-  async function expectIndexRebuilt(options: { segmentBytes: number; count: number; edit: (index: string, log: string) => void; event: string }) {
+  async function expectIndexRebuilt(options: {
+    segmentBytes: number;
+    count: number;
+    edit: (index: string, log: string) => void;
+    event: string;
+  }) {
     const w = await writeLog({ count: options.count, segmentBytes: options.segmentBytes });
     const base = w.bases[0];
     options.edit(indexPath(w.part, base), logPath(w.part, base));
     const { broker, logger } = await open(w.dataDir);
     const all = range(0, options.count).map((o) => expected(o, w.valueBytes));
     expect(await readAll(broker)).toEqual(all);
-    for (const o of range(0, w.bases[1] ?? options.count)) expect(await firstServed(broker, o)).toBe(o);
-    expect(events(logger, options.event)).toMatchObject([{ partition: "r/0", segment: indexPath(w.part, base) }]);
+    for (const o of range(0, w.bases[1] ?? options.count))
+      expect(await firstServed(broker, o)).toBe(o);
+    expect(events(logger, options.event)).toMatchObject([
+      { partition: "r/0", segment: indexPath(w.part, base) },
+    ]);
     const rebuilt = readFileSync(indexPath(w.part, base));
     expect(rebuilt.length % 16).toBe(0);
     expect(rebuilt.length).toBeGreaterThanOrEqual(16);
@@ -273,11 +371,21 @@ describe("recovery after the files changed between stop and start", () => {
   }
 
   it("rebuilds an index truncated to 9 bytes", async () => {
-    await expectIndexRebuilt({ segmentBytes: 1024, count: 30, edit: (index) => writeFileSync(index, readFileSync(index).subarray(0, 9)), event: "recovery.index_rebuilt" });
+    await expectIndexRebuilt({
+      segmentBytes: 1024,
+      count: 30,
+      edit: (index) => writeFileSync(index, readFileSync(index).subarray(0, 9)),
+      event: "recovery.index_rebuilt",
+    });
   });
 
   it("rebuilds a deleted index", async () => {
-    await expectIndexRebuilt({ segmentBytes: 1024, count: 30, edit: (index) => unlinkSync(index), event: "recovery.index_rebuilt" });
+    await expectIndexRebuilt({
+      segmentBytes: 1024,
+      count: 30,
+      edit: (index) => unlinkSync(index),
+      event: "recovery.index_rebuilt",
+    });
   });
 
   it("rebuilds a zero-filled index", async () => {
@@ -309,7 +417,8 @@ describe("recovery after the files changed between stop and start", () => {
     await expectIndexRebuilt({
       segmentBytes: 16 * 1024,
       count: 300,
-      edit: (index) => patch(index, (b) => b.writeBigUInt64BE(b.readBigUInt64BE(b.length - 8) + 5n, b.length - 8)),
+      edit: (index) =>
+        patch(index, (b) => b.writeBigUInt64BE(b.readBigUInt64BE(b.length - 8) + 5n, b.length - 8)),
       event: "recovery.index_rebuilt",
     });
   });
@@ -322,8 +431,12 @@ describe("recovery after the files changed between stop and start", () => {
       event: "segment.index_rebuilt",
     });
     // The rewritten entry points at the start of the record it names again.
-    const starts = new Map(recordsIn(logPath(w.part, w.bases[0])).map((r) => [r.position, r.offset]));
-    expect(starts.get(Number(rebuilt.readBigUInt64BE(24)))).toBe(Number(rebuilt.readBigUInt64BE(16)));
+    const starts = new Map(
+      recordsIn(logPath(w.part, w.bases[0])).map((r) => [r.position, r.offset]),
+    );
+    expect(starts.get(Number(rebuilt.readBigUInt64BE(24)))).toBe(
+      Number(rebuilt.readBigUInt64BE(16)),
+    );
   });
 
   it("skips a segment whose first record's offset differs from its file name (DECISIONS 11)", async () => {
@@ -335,8 +448,12 @@ describe("recovery after the files changed between stop and start", () => {
     unlinkSync(logPath(w.part, base));
     unlinkSync(indexPath(w.part, base));
     const { broker, logger } = await open(w.dataDir);
-    expect(await readAll(broker)).toEqual([...range(0, base), ...range(next, 30)].map((o) => expected(o, w.valueBytes)));
-    expect(events(logger, "recovery.corrupt_segment")).toMatchObject([{ segment: logPath(w.part, renamed), position: 0 }]);
+    expect(await readAll(broker)).toEqual(
+      [...range(0, base), ...range(next, 30)].map((o) => expected(o, w.valueBytes)),
+    );
+    expect(events(logger, "recovery.corrupt_segment")).toMatchObject([
+      { segment: logPath(w.part, renamed), position: 0 },
+    ]);
     for (const o of range(base, next)) expect(await firstServed(broker, o)).toBe(next);
     expect(await produceOne(broker, "after")).toBe(30);
   });
@@ -361,7 +478,9 @@ describe("recovery after the files changed between stop and start", () => {
     writeFileSync(`${w.part}/99999999999999999999.log`, readFileSync(logPath(w.part, w.bases[0])));
     const { broker, logger } = await open(w.dataDir);
     expect(await readAll(broker)).toEqual(range(0, 30).map((o) => expected(o, w.valueBytes)));
-    expect(events(logger, "recovery.stray_file")).toMatchObject([{ file: `${w.part}/99999999999999999999.log`, reason: expect.stringMatching(/unsupported/) }]);
+    expect(events(logger, "recovery.stray_file")).toMatchObject([
+      { file: `${w.part}/99999999999999999999.log`, reason: expect.stringMatching(/unsupported/) },
+    ]);
     expect(await produceOne(broker, "after")).toBe(30);
   });
 
@@ -372,14 +491,22 @@ describe("recovery after the files changed between stop and start", () => {
     const { broker } = await open(w.dataDir);
     expect((await broker.listOffsets({ topic: "r", partition: 0 })).highWatermark).toBe(last);
     expect(await produceOne(broker, "the last offset")).toBe(last);
-    const refused = await broker.produce({ topic: "r", partition: 0, batch: new EntryBatchBuilder().add(null, utf8("one too many")).build() }).catch((e: unknown) => e);
+    const refused = await broker
+      .produce({
+        topic: "r",
+        partition: 0,
+        batch: new EntryBatchBuilder().add(null, utf8("one too many")).build(),
+      })
+      .catch((e: unknown) => e);
     expect(refused).toMatchObject({ kind: { code: "unsupported" } });
     expect(await firstServed(broker, last)).toBe(last);
     expect(await firstServed(broker, 30)).toBe(last);
     await broker.close();
     const again = await open(w.dataDir);
     expect(await firstServed(again.broker, last)).toBe(last);
-    expect((await again.broker.listOffsets({ topic: "r", partition: 0 })).highWatermark).toBe(last + 1);
+    expect((await again.broker.listOffsets({ topic: "r", partition: 0 })).highWatermark).toBe(
+      last + 1,
+    );
   });
 
   it("reports stray files 147.log and x.log.bak, leaves them in place, and serves every record", async () => {
@@ -388,7 +515,11 @@ describe("recovery after the files changed between stop and start", () => {
     writeFileSync(`${w.part}/x.log.bak`, readFileSync(logPath(w.part, w.bases[0])));
     const { broker, logger } = await open(w.dataDir);
     expect(await readAll(broker)).toEqual(range(0, 30).map((o) => expected(o, w.valueBytes)));
-    expect(events(logger, "recovery.stray_file").map((f) => f.file).sort()).toEqual([`${w.part}/147.log`, `${w.part}/x.log.bak`]);
+    expect(
+      events(logger, "recovery.stray_file")
+        .map((f) => f.file)
+        .sort(),
+    ).toEqual([`${w.part}/147.log`, `${w.part}/x.log.bak`]);
     expect(existsSync(`${w.part}/147.log`)).toBe(true);
     expect(existsSync(`${w.part}/x.log.bak`)).toBe(true);
     expect(await produceOne(broker, "after")).toBe(30);

@@ -21,14 +21,27 @@ import {
   type Rec,
 } from "../helpers/compaction-fixtures.ts";
 
-const keyed = (prefix: string, n: number): Rec[] => Array.from({ length: n }, (_, i) => ({ key: `${prefix}${i}`, value: `${prefix}-${i}-${"r".repeat(50)}` }));
+const keyed = (prefix: string, n: number): Rec[] =>
+  Array.from({ length: n }, (_, i) => ({
+    key: `${prefix}${i}`,
+    value: `${prefix}-${i}-${"r".repeat(50)}`,
+  }));
 
 /** Sealed segments 0 (a0–a4), 5 (b0–b4), 10 (c0–c4), 15 (c0–c2 again, two keyless); active 20. */
 async function fourSealed(fs: GatedFs) {
   const clock = new ManualClock();
   const { broker } = await openBroker(fs, clock);
-  await broker.createTopic({ name: "t", partitions: 1, config: { cleanup_policy: "compact,delete", segment_ms: 1000, retention_ms: -1 } });
-  for (const batch of [keyed("a", 5), keyed("b", 5), keyed("c", 5), [...keyed("c", 3), { key: null, value: "n1" }, { key: null, value: "n2" }]]) {
+  await broker.createTopic({
+    name: "t",
+    partitions: 1,
+    config: { cleanup_policy: "compact,delete", segment_ms: 1000, retention_ms: -1 },
+  });
+  for (const batch of [
+    keyed("a", 5),
+    keyed("b", 5),
+    keyed("c", 5),
+    [...keyed("c", 3), { key: null, value: "n1" }, { key: null, value: "n2" }],
+  ]) {
     await produce(broker, "t", batch);
     clock.advance(1000);
   }
@@ -58,7 +71,11 @@ describe("readers while retention and compaction remove their segments", () => {
     const b = broker.fetch({ topic: "t", partition: 0, offset: 10, maxRecords: 100 });
     await fs.waiting;
     const [run] = (await broker.cleanup("t")).partitions;
-    expect(run.retention).toMatchObject({ status: "ok", segments_deleted: 2, log_start_offset_after: 10 });
+    expect(run.retention).toMatchObject({
+      status: "ok",
+      segments_deleted: 2,
+      log_start_offset_after: 10,
+    });
     expect(run.compaction).toMatchObject({ status: "compacted", records_dropped: 3 });
     fs.release();
 
@@ -68,7 +85,9 @@ describe("readers while retention and compaction remove their segments", () => {
     const next = broker.fetch({ topic: "t", partition: 0, offset: 3, maxRecords: 3 });
     await expect(next).rejects.toBeInstanceOf(BrokerError);
     await expect(next).rejects.toMatchObject({ kind: { code: "offset_out_of_range" } });
-    await expect(next).rejects.toThrow(/offset 3: outside \[log start offset 10, high watermark 21\]/);
+    await expect(next).rejects.toThrow(
+      /offset 3: outside \[log start offset 10, high watermark 21\]/,
+    );
 
     // B got segment 10 as it was, dropped records included; its next fetch reads the new segments.
     const readB = decodeRecords((await b).records.bytes);
@@ -77,7 +96,9 @@ describe("readers while retention and compaction remove their segments", () => {
     const rest = await fetchAll(broker, "t", 15);
     expect(rest.map((r) => r.offset)).toEqual([15, 16, 17, 18, 19, 20]);
     expectIntact(rest, original);
-    expect((await fetchAll(broker, "t", 10)).map((r) => r.offset)).toEqual([13, 14, 15, 16, 17, 18, 19, 20]);
+    expect((await fetchAll(broker, "t", 10)).map((r) => r.offset)).toEqual([
+      13, 14, 15, 16, 17, 18, 19, 20,
+    ]);
     await broker.close();
   });
 
@@ -85,16 +106,29 @@ describe("readers while retention and compaction remove their segments", () => {
     const fs = new GatedFs(new MemoryFileSystem());
     const clock = new ManualClock();
     const { broker } = await openBroker(fs, clock);
-    await broker.createTopic({ name: "t", partitions: 1, config: { cleanup_policy: "compact,delete", segment_ms: 1000, retention_ms: -1 } });
+    await broker.createTopic({
+      name: "t",
+      partitions: 1,
+      config: { cleanup_policy: "compact,delete", segment_ms: 1000, retention_ms: -1 },
+    });
     for (let s = 0; s < 12; s++) {
-      await produce(broker, "t", Array.from({ length: 8 }, (_, i) => ({ key: i % 2 === 0 ? `k${(s * 8 + i) % 10}` : null, value: `s${s}-r${i}-${"q".repeat(30)}` })));
+      await produce(
+        broker,
+        "t",
+        Array.from({ length: 8 }, (_, i) => ({
+          key: i % 2 === 0 ? `k${(s * 8 + i) % 10}` : null,
+          value: `s${s}-r${i}-${"q".repeat(30)}`,
+        })),
+      );
       clock.advance(1000);
     }
     await produce(broker, "t", [{ key: null, value: "active" }]);
     const original = await fetchAll(broker, "t", 0);
     const highWatermark = original.at(-1)!.offset + 1;
 
-    const consume = async (maxRecords: number): Promise<{ records: ReadRecord[]; ending: string }> => {
+    const consume = async (
+      maxRecords: number,
+    ): Promise<{ records: ReadRecord[]; ending: string }> => {
       const records: ReadRecord[] = [];
       let offset = 0;
       for (;;) {
@@ -102,7 +136,8 @@ describe("readers while retention and compaction remove their segments", () => {
         try {
           r = await broker.fetch({ topic: "t", partition: 0, offset, maxRecords });
         } catch (err) {
-          if (err instanceof BrokerError && err.kind.code === "offset_out_of_range") return { records, ending: "out_of_range" };
+          if (err instanceof BrokerError && err.kind.code === "offset_out_of_range")
+            return { records, ending: "out_of_range" };
           throw err;
         }
         for (const rec of decodeRecords(r.records.bytes)) {
@@ -116,7 +151,10 @@ describe("readers while retention and compaction remove their segments", () => {
     };
     const cleaner = async (broker: LocalBroker) => {
       for (const keepSegments of [10, 7, 4, 1]) {
-        const size = broker.describeStorage().topics[0].partitions[0].segments.slice(-keepSegments - 1).reduce((n, s) => n + s.size_bytes, 0);
+        const size = broker
+          .describeStorage()
+          .topics[0].partitions[0].segments.slice(-keepSegments - 1)
+          .reduce((n, s) => n + s.size_bytes, 0);
         await broker.updateTopicConfig("t", { retention_bytes: size });
         await broker.cleanup("t");
         await new Promise((resolve) => setImmediate(resolve));

@@ -15,11 +15,18 @@ import {
 const partitionDir = "/data/topics/t/0";
 
 function segmentBases(broker: LocalBroker): number[] {
-  return broker.describeStorage().topics.find((t) => t.name === "t")!.partitions[0].segments.map((s) => s.base_offset);
+  return broker
+    .describeStorage()
+    .topics.find((t) => t.name === "t")!
+    .partitions[0].segments.map((s) => s.base_offset);
 }
 
 function records(n: number, ts = -1): Rec[] {
-  return Array.from({ length: n }, (_, i) => ({ key: null, value: `record-${i}-${"v".repeat(60)}`, ts }));
+  return Array.from({ length: n }, (_, i) => ({
+    key: null,
+    value: `record-${i}-${"v".repeat(60)}`,
+    ts,
+  }));
 }
 
 /** Yields to the event loop until `done()` holds (bounded; not a timed wait). */
@@ -29,7 +36,10 @@ async function until(done: () => boolean): Promise<void> {
 }
 
 /** Three sealed segments of 5 records each (rolled by segment_ms) and an active one with 1 record. */
-async function threeSealed(config: Record<string, unknown> = {}, timestamps: number[] = [-1, -1, -1]) {
+async function threeSealed(
+  config: Record<string, unknown> = {},
+  timestamps: number[] = [-1, -1, -1],
+) {
   const fs = new MemoryFileSystem();
   const clock = new ManualClock();
   const { broker, logger } = await openBroker(fs, clock);
@@ -49,7 +59,14 @@ describe("retention", () => {
     clock.advance(10);
     await broker.updateTopicConfig("t", { retention_ms: 1, retention_bytes: 1 });
     const [run] = (await broker.cleanup("t")).partitions;
-    expect(run.retention).toMatchObject({ status: "ok", segments_deleted: 3, by_age: 3, by_size: 3, log_start_offset_before: 0, log_start_offset_after: 15 });
+    expect(run.retention).toMatchObject({
+      status: "ok",
+      segments_deleted: 3,
+      by_age: 3,
+      by_size: 3,
+      log_start_offset_before: 0,
+      log_start_offset_after: 15,
+    });
     expect(segmentBases(broker)).toEqual([15]);
     expect((await fetchAll(broker, "t", 15)).map((r) => r.offset)).toEqual([15]);
     expect(await produce(broker, "t", records(1))).toBe(16);
@@ -96,11 +113,18 @@ describe("retention", () => {
 
   it("deletes by size the oldest sealed segments until the partition is within retention_bytes", async () => {
     const { broker } = await threeSealed();
-    const sizes = broker.describeStorage().topics[0].partitions[0].segments.map((s) => s.size_bytes);
+    const sizes = broker
+      .describeStorage()
+      .topics[0].partitions[0].segments.map((s) => s.size_bytes);
     const keep = sizes[2] + sizes[3];
     await broker.updateTopicConfig("t", { retention_bytes: keep });
     const [run] = (await broker.cleanup("t")).partitions;
-    expect(run.retention).toMatchObject({ by_size: 2, by_age: 0, segments_deleted: 2, bytes_deleted: sizes[0] + sizes[1] });
+    expect(run.retention).toMatchObject({
+      by_size: 2,
+      by_age: 0,
+      segments_deleted: 2,
+      bytes_deleted: sizes[0] + sizes[1],
+    });
     expect(segmentBases(broker)).toEqual([10, 15]);
     expect((await broker.describeTopic("t")).partitions[0].sizeBytes).toBe(keep);
     await broker.close();
@@ -109,14 +133,21 @@ describe("retention", () => {
   it("answers offset_out_of_range below the new log start offset, and keeps it across a restart", async () => {
     const { fs, clock, broker } = await threeSealed({ retention_bytes: 1 });
     await broker.cleanup("t");
-    expect(await rejectionCode(broker.fetch({ topic: "t", partition: 0, offset: 3 }))).toBe("offset_out_of_range");
+    expect(await rejectionCode(broker.fetch({ topic: "t", partition: 0, offset: 3 }))).toBe(
+      "offset_out_of_range",
+    );
     const saved = JSON.parse(fromUtf8(fs.readFileSync("/data/topics/t/log_start_offsets.json")));
     expect(saved).toEqual({ version: 1, partitions: { "0": 15 } });
     await broker.close();
     fs.crash({ mode: "dropAll" });
     const { broker: again } = await openBroker(fs, clock);
-    expect(await again.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 15, highWatermark: 16 });
-    expect(fs.listTree(partitionDir).filter((p) => p.endsWith(".log"))).toEqual([`${partitionDir}/00000000000000000015.log`]);
+    expect(await again.listOffsets({ topic: "t", partition: 0 })).toEqual({
+      logStartOffset: 15,
+      highWatermark: 16,
+    });
+    expect(fs.listTree(partitionDir).filter((p) => p.endsWith(".log"))).toEqual([
+      `${partitionDir}/00000000000000000015.log`,
+    ]);
     await again.close();
   });
 
@@ -125,7 +156,11 @@ describe("retention", () => {
     const fs = new PowerCutFs(disk);
     const clock = new ManualClock();
     const { broker } = await openBroker(fs, clock);
-    await broker.createTopic({ name: "t", partitions: 1, config: { segment_ms: 1000, retention_bytes: 1 } });
+    await broker.createTopic({
+      name: "t",
+      partitions: 1,
+      config: { segment_ms: 1000, retention_bytes: 1 },
+    });
     for (let i = 0; i < 3; i++) {
       await produce(broker, "t", records(5));
       clock.advance(1000);
@@ -136,16 +171,29 @@ describe("retention", () => {
     fs.arm(lsoWrite);
     const [run] = (await broker.cleanup("t")).partitions;
     expect(run.retention.status).toBe("failed");
-    expect(fs.paths.slice(0, lsoWrite).every((p) => p.includes("log_start_offsets.json") || p === "/data/topics/t")).toBe(true);
+    expect(
+      fs.paths
+        .slice(0, lsoWrite)
+        .every((p) => p.includes("log_start_offsets.json") || p === "/data/topics/t"),
+    ).toBe(true);
     expect(fs.paths.at(-1)).toMatch(/00000000000000000000\.index$/);
     disk.crash({ seed: 5 });
     const { broker: again, logger } = await openBroker(disk, clock);
-    expect(await again.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 15, highWatermark: 16 });
+    expect(await again.listOffsets({ topic: "t", partition: 0 })).toEqual({
+      logStartOffset: 15,
+      highWatermark: 16,
+    });
     expect(segmentBases(again)).toEqual([0, 5, 10, 15]); // still on disk, below the log start offset
-    expect(await rejectionCode(again.fetch({ topic: "t", partition: 0, offset: 0 }))).toBe("offset_out_of_range");
+    expect(await rejectionCode(again.fetch({ topic: "t", partition: 0, offset: 0 }))).toBe(
+      "offset_out_of_range",
+    );
     await again.updateTopicConfig("t", { retention_bytes: -1 });
     const [finish] = (await again.cleanup("t")).partitions;
-    expect(finish.retention).toMatchObject({ status: "ok", below_log_start: 3, segments_deleted: 3 });
+    expect(finish.retention).toMatchObject({
+      status: "ok",
+      below_log_start: 3,
+      segments_deleted: 3,
+    });
     expect(segmentBases(again)).toEqual([15]);
     expect(logger.named("retention.pass").at(-1)).toMatchObject({ below_log_start: 3 });
     await again.close();
@@ -155,7 +203,11 @@ describe("retention", () => {
     const fs = new MemoryFileSystem();
     const clock = new ManualClock();
     const { broker } = await openBroker(fs, clock, { cleanupIntervalMs: 10_000 });
-    await broker.createTopic({ name: "t", partitions: 1, config: { segment_ms: 1000, retention_ms: 5000 } });
+    await broker.createTopic({
+      name: "t",
+      partitions: 1,
+      config: { segment_ms: 1000, retention_ms: 5000 },
+    });
     await produce(broker, "t", records(5));
     clock.advance(1000);
     await produce(broker, "t", records(1));
@@ -163,7 +215,11 @@ describe("retention", () => {
     expect(cleanup().last_retention).toBeNull();
     clock.advance(9_000); // the first visit: the sealed segment is 10 s old
     await until(() => cleanup().last_retention !== null && cleanup().last_compaction !== null);
-    expect(cleanup().last_retention).toMatchObject({ task: "retention", status: "ok", segments_deleted: 1 });
+    expect(cleanup().last_retention).toMatchObject({
+      task: "retention",
+      status: "ok",
+      segments_deleted: 1,
+    });
     expect(cleanup().last_compaction).toMatchObject({ task: "compaction", status: "skipped" });
     expect(segmentBases(broker)).toEqual([5]);
     const first = cleanup().last_retention!.started_ms;
@@ -180,14 +236,33 @@ describe("topic config updates (PATCH /v1/topics/{topic})", () => {
     const clock = new ManualClock();
     const { broker } = await openBroker(fs, clock);
     await broker.createTopic({ name: "t", partitions: 2 });
-    await expect(broker.updateTopicConfig("t", { retention_hours: 1 })).rejects.toThrow(/unknown key "retention_hours"/);
-    await expect(broker.updateTopicConfig("t", { retention_ms: 0 })).rejects.toThrow(/"retention_ms": 0 must be an integer from 1/);
-    await expect(broker.updateTopicConfig("t", { cleanup_policy: "shred" })).rejects.toThrow(/"cleanup_policy"/);
-    await expect(broker.updateTopicConfig("t", { cold_retention_ms: -2 })).rejects.toThrow(/"cold_retention_ms"/);
-    expect(await rejectionCode(broker.updateTopicConfig("t", { segment_bytes: 1 }))).toBe("invalid_config");
+    await expect(broker.updateTopicConfig("t", { retention_hours: 1 })).rejects.toThrow(
+      /unknown key "retention_hours"/,
+    );
+    await expect(broker.updateTopicConfig("t", { retention_ms: 0 })).rejects.toThrow(
+      /"retention_ms": 0 must be an integer from 1/,
+    );
+    await expect(broker.updateTopicConfig("t", { cleanup_policy: "shred" })).rejects.toThrow(
+      /"cleanup_policy"/,
+    );
+    await expect(broker.updateTopicConfig("t", { cold_retention_ms: -2 })).rejects.toThrow(
+      /"cold_retention_ms"/,
+    );
+    expect(await rejectionCode(broker.updateTopicConfig("t", { segment_bytes: 1 }))).toBe(
+      "invalid_config",
+    );
     expect(await rejectionCode(broker.updateTopicConfig("nope", {}))).toBe("topic_not_found");
-    const updated = await broker.updateTopicConfig("t", { cleanup_policy: "delete,compact", retention_bytes: 4096, cold_retention_ms: 86_400_000 });
-    expect(updated.config).toMatchObject({ cleanup_policy: "compact,delete", retention_bytes: 4096, cold_retention_ms: 86_400_000, retention_ms: 7 * 24 * 3600_000 });
+    const updated = await broker.updateTopicConfig("t", {
+      cleanup_policy: "delete,compact",
+      retention_bytes: 4096,
+      cold_retention_ms: 86_400_000,
+    });
+    expect(updated.config).toMatchObject({
+      cleanup_policy: "compact,delete",
+      retention_bytes: 4096,
+      cold_retention_ms: 86_400_000,
+      retention_ms: 7 * 24 * 3600_000,
+    });
     expect(updated.partitions.length).toBe(2);
     await broker.close();
     fs.crash({ mode: "dropAll" });

@@ -13,7 +13,12 @@ function batchOf(values: string[]) {
 }
 
 async function readValues(segment: Segment): Promise<string[]> {
-  const r = await segment.read({ offset: segment.baseOffset, maxRecords: 1000, maxBytes: 1 << 20, limitBytes: segment.sizeBytes });
+  const r = await segment.read({
+    offset: segment.baseOffset,
+    maxRecords: 1000,
+    maxBytes: 1 << 20,
+    limitBytes: segment.sizeBytes,
+  });
   const cursor = new RecordCursor().reset(r.bytes);
   const values: string[] = [];
   for (let p = 0; p < r.bytes.length; p += cursor.sizeBytes) {
@@ -59,7 +64,6 @@ describe("Segment.prepareAppend buffers", () => {
   });
 });
 
-
 describe("Segment.prepareAppend buffer sizes", () => {
   it("gives a small write a buffer of at most twice its bytes when no free buffer fits, however many writes hold one", async () => {
     // Partitions whose writes wait (e.g. for an idempotent producer's journal fsync) each hold a
@@ -74,7 +78,10 @@ describe("Segment.prepareAppend buffer sizes", () => {
       const { value, sizes } = recordingAllocations(() => segment.prepareAppend([batch], 0));
       held.push(value);
       expect(value.logBytes.length).toBe(storedBytes);
-      for (const size of sizes) expect(size, `allocation for a write of ${storedBytes} bytes`).toBeLessThanOrEqual(2 * storedBytes);
+      for (const size of sizes)
+        expect(size, `allocation for a write of ${storedBytes} bytes`).toBeLessThanOrEqual(
+          2 * storedBytes,
+        );
     }
     // Distinct buffers while held.
     expect(new Set(held.map((p) => p.logBytes.buffer)).size).toBe(held.length);

@@ -47,18 +47,31 @@ describe("storageFailure", () => {
     ["EROFS", "internal"],
     ["EEXIST", "internal"],
     ["ENOTDIR", "internal"],
-  ])("maps an FsError %s to %s, with the action first and the detail after a colon", (code, expected) => {
-    const err = storageFailure('Cannot delete topic "t"', new FsError(code, "/d/x", `${code}: something, open '/d/x'`));
-    expect(err.kind.code).toBe(expected);
-    expect(err.message).toBe(`Cannot delete topic "t": ${code}: something, open '/d/x'`);
-  });
+  ])(
+    "maps an FsError %s to %s, with the action first and the detail after a colon",
+    (code, expected) => {
+      const err = storageFailure(
+        'Cannot delete topic "t"',
+        new FsError(code, "/d/x", `${code}: something, open '/d/x'`),
+      );
+      expect(err.kind.code).toBe(expected);
+      expect(err.message).toBe(`Cannot delete topic "t": ${code}: something, open '/d/x'`);
+    },
+  );
 
   it("looks through a StorageError's cause, passes a BrokerError through, and calls a plain Error internal", () => {
-    const wrapped = new StorageError("write_failed", "Cannot append: write failed", { cause: new FsError("ENOSPC", "/x") });
+    const wrapped = new StorageError("write_failed", "Cannot append: write failed", {
+      cause: new FsError("ENOSPC", "/x"),
+    });
     expect(storageFailure("Cannot produce", wrapped).kind.code).toBe("storage_error");
-    const named = new StorageError("write_failed", "Cannot roll", { cause: new FsError("ENAMETOOLONG", "/x") });
+    const named = new StorageError("write_failed", "Cannot roll", {
+      cause: new FsError("ENAMETOOLONG", "/x"),
+    });
     expect(storageFailure("Cannot produce", named).kind.code).toBe("internal");
-    const broker = storageFailure("x", new BrokerError({ code: "topic_exists", tcp: 4, http: 409, retriable: false }, "exists"));
+    const broker = storageFailure(
+      "x",
+      new BrokerError({ code: "topic_exists", tcp: 4, http: 409, retriable: false }, "exists"),
+    );
     expect(broker.kind.code).toBe("topic_exists");
     expect(storageFailure("x", new Error("bug")).kind.code).toBe("internal");
   });
@@ -82,19 +95,30 @@ describe("the broker", () => {
   /** NodeFileSystem whose next rename fails with `code` (null: none). */
   function failingRename(state: { code: string | null }): FileSystem {
     const inner = new NodeFileSystem();
-    return wrapFileSystem(inner, {}, {
-      rename: async (from, to) => {
-        const code = state.code;
-        state.code = null;
-        if (code !== null) throw new FsError(code, from, `${code}: injected, rename '${from}' -> '${to}'`);
-        return inner.rename(from, to);
+    return wrapFileSystem(
+      inner,
+      {},
+      {
+        rename: async (from, to) => {
+          const code = state.code;
+          state.code = null;
+          if (code !== null)
+            throw new FsError(code, from, `${code}: injected, rename '${from}' -> '${to}'`);
+          return inner.rename(from, to);
+        },
       },
-    });
+    );
   }
 
   it("answers storage_error for a full disk and internal for a name too long, in topic config updates and group commits", async () => {
     const state: { code: string | null } = { code: null };
-    const b = await LocalBroker.open({ fs: failingRename(state), dataDir: `${fresh()}/data`, clock: new ManualClock(), logger: new MemoryLogger(), cleanupIntervalMs: 0 });
+    const b = await LocalBroker.open({
+      fs: failingRename(state),
+      dataDir: `${fresh()}/data`,
+      clock: new ManualClock(),
+      logger: new MemoryLogger(),
+      cleanupIntervalMs: 0,
+    });
     open.push(b);
     await b.createTopic({ name: "t", partitions: 1 });
     const cases: [string, string][] = [
@@ -105,11 +129,19 @@ describe("the broker", () => {
       state.code = code;
       const config = await failure(b.updateTopicConfig("t", { retention_ms: 1000 }));
       expect((config as BrokerError).kind.code).toBe(expected);
-      expect((config as BrokerError).message).toMatch(new RegExp(`^Cannot update the config of topic "t": writing topic.json failed: ${code}: injected`));
+      expect((config as BrokerError).message).toMatch(
+        new RegExp(
+          `^Cannot update the config of topic "t": writing topic.json failed: ${code}: injected`,
+        ),
+      );
       state.code = code;
-      const commit = await failure(b.commitOffsets({ group: "g", offsets: [{ topic: "t", partition: 0, offset: 0 }] }));
+      const commit = await failure(
+        b.commitOffsets({ group: "g", offsets: [{ topic: "t", partition: 0, offset: 0 }] }),
+      );
       expect((commit as BrokerError).kind.code).toBe(expected);
-      expect((commit as BrokerError).message).toMatch(new RegExp(`writing the group file failed: ${code}: injected`));
+      expect((commit as BrokerError).message).toMatch(
+        new RegExp(`writing the group file failed: ${code}: injected`),
+      );
     }
   });
 });

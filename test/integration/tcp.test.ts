@@ -10,18 +10,27 @@ import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import type { Broker, FetchResult } from "../../src/broker/types.ts";
 import { ClientError, expandSpans, TcpClient } from "../../src/client/client.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { decodeErrorBody, decodeListOffsetsResponse, decodeResponseHeader, encodeListOffsetsRequest, encodeProduceRequest } from "../../src/protocol/codec.ts";
+import {
+  decodeErrorBody,
+  decodeListOffsetsResponse,
+  decodeResponseHeader,
+  encodeListOffsetsRequest,
+  encodeProduceRequest,
+} from "../../src/protocol/codec.ts";
 import { FrameDecoder } from "../../src/protocol/frame.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { listenTcp, type TcpListener } from "../../src/runtime/tcp.ts";
 import { EntryBatchBuilder, encodeRecord } from "../../src/storage/record.ts";
-import { createTcpTransport, type TcpTransport, type TcpTransportOptions } from "../../src/transport/tcp/transport.ts";
+import {
+  createTcpTransport,
+  type TcpTransport,
+  type TcpTransportOptions,
+} from "../../src/transport/tcp/transport.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { realClock } from "../helpers/clock.ts";
 
 const text = (s: string) => new TextEncoder().encode(s);
 const str = (b: Uint8Array | null) => (b === null ? null : new TextDecoder().decode(b));
-
 
 interface Server {
   broker: Broker;
@@ -40,7 +49,9 @@ afterEach(async () => {
 async function serve(broker: Broker, options: Partial<TcpTransportOptions> = {}): Promise<Server> {
   const logger = new MemoryLogger();
   const transport = createTcpTransport({ broker, clock: realClock, logger, ...options });
-  const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) => transport.handleConnection(socket));
+  const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>
+    transport.handleConnection(socket),
+  );
   cleanups.push(async () => {
     const stopped = listener.close();
     await transport.close({ graceMs: 1000 });
@@ -54,7 +65,12 @@ async function serve(broker: Broker, options: Partial<TcpTransportOptions> = {})
 async function serveLocal(options: Partial<TcpTransportOptions> = {}): Promise<Server> {
   const { dir, cleanup } = tempDir("es-broker-tcp-");
   cleanups.push(cleanup);
-  const broker = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir: dir, clock: realClock, logger: new MemoryLogger() });
+  const broker = await LocalBroker.open({
+    fs: new NodeFileSystem(),
+    dataDir: dir,
+    clock: realClock,
+    logger: new MemoryLogger(),
+  });
   return serve(broker, options);
 }
 
@@ -75,7 +91,9 @@ async function rejection(promise: Promise<unknown>): Promise<ClientError> {
 }
 
 /** A raw socket that records every byte received and resolves `closed` when the server closes it. */
-async function rawSocket(port: number): Promise<{ socket: net.Socket; received: () => Uint8Array; closed: Promise<void> }> {
+async function rawSocket(
+  port: number,
+): Promise<{ socket: net.Socket; received: () => Uint8Array; closed: Promise<void> }> {
   const socket = net.connect({ host: "127.0.0.1", port });
   await new Promise<void>((resolve, reject) => {
     socket.once("connect", resolve);
@@ -96,7 +114,8 @@ function responsesFrom(socket: net.Socket, count: number) {
   return new Promise<typeof out>((resolve) => {
     socket.on("data", (chunk: Buffer) => {
       decoder.push(chunk);
-      for (let f = decoder.next(); f !== null; f = decoder.next()) out.push(decodeResponseHeader(f));
+      for (let f = decoder.next(); f !== null; f = decoder.next())
+        out.push(decodeResponseHeader(f));
       if (out.length >= count) resolve(out);
     });
   });
@@ -106,7 +125,11 @@ describe("TCP front door against LocalBroker", () => {
   it("creates a topic, produces and fetches records with keys, empty keys, no keys and timestamps", async () => {
     const { port } = await serveLocal();
     const client = await connect(port);
-    const topic = await client.createTopic({ name: "orders", partitions: 2, config: { retention_ms: 60_000 } });
+    const topic = await client.createTopic({
+      name: "orders",
+      partitions: 2,
+      config: { retention_ms: 60_000 },
+    });
     expect(topic.name).toBe("orders");
     expect(topic.partitions.map((p) => p.partition)).toEqual([0, 1]);
     expect(topic.config.retention_ms).toBe(60_000);
@@ -122,7 +145,9 @@ describe("TCP front door against LocalBroker", () => {
       { partition: 1 },
     );
     expect(result.spans).toEqual([{ partition: 1, baseOffset: 0, count: 4 }]);
-    expect(expandSpans(result.spans)).toEqual([0, 1, 2, 3].map((offset) => ({ partition: 1, offset })));
+    expect(expandSpans(result.spans)).toEqual(
+      [0, 1, 2, 3].map((offset) => ({ partition: 1, offset })),
+    );
 
     const fetched = await client.fetch({ topic: "orders", partition: 1, offset: 0 });
     expect(fetched.highWatermark).toBe(4);
@@ -137,9 +162,16 @@ describe("TCP front door against LocalBroker", () => {
     expect(fetched.records[0].timestampMs).toBe(1_700_000_000_000);
     expect(fetched.records[1].timestampMs).toBeGreaterThan(1_700_000_000_000);
 
-    expect(await client.listOffsets({ topic: "orders", partition: 1 })).toEqual({ logStartOffset: 0, highWatermark: 4 });
+    expect(await client.listOffsets({ topic: "orders", partition: 1 })).toEqual({
+      logStartOffset: 0,
+      highWatermark: 4,
+    });
     const [meta] = await client.metadata(["orders"]);
-    expect(meta.partitions.find((p) => p.partition === 1)).toMatchObject({ highWatermark: 4, fenced: false, segmentCount: 1 });
+    expect(meta.partitions.find((p) => p.partition === 1)).toMatchObject({
+      highWatermark: 4,
+      fenced: false,
+      segmentCount: 1,
+    });
     expect((await client.metadata()).map((t) => t.name)).toEqual(["orders"]);
 
     await client.deleteTopic("orders");
@@ -150,7 +182,11 @@ describe("TCP front door against LocalBroker", () => {
     const { port } = await serveLocal();
     const client = await connect(port);
     const missing = await rejection(client.fetch({ topic: "nope", partition: 0, offset: 0 }));
-    expect(missing).toMatchObject({ code: "topic_not_found", tcp: Errors.topicNotFound.tcp, retriable: false });
+    expect(missing).toMatchObject({
+      code: "topic_not_found",
+      tcp: Errors.topicNotFound.tcp,
+      retriable: false,
+    });
     expect(missing.message).toContain("nope");
     await client.createTopic({ name: "t", partitions: 1 });
     const exists = await rejection(client.createTopic({ name: "t", partitions: 1 }));
@@ -160,7 +196,10 @@ describe("TCP front door against LocalBroker", () => {
     const badName = await rejection(client.createTopic({ name: "a/b", partitions: 1 }));
     expect(badName.code).toBe("invalid_topic_name");
     // The connection still works after errors.
-    expect(await client.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 0, highWatermark: 0 });
+    expect(await client.listOffsets({ topic: "t", partition: 0 })).toEqual({
+      logStartOffset: 0,
+      highWatermark: 0,
+    });
   });
 
   it("refuses a bad argument locally with invalid_request, sending nothing", async () => {
@@ -176,12 +215,23 @@ describe("TCP front door against LocalBroker", () => {
     const client = await connect(port);
     await client.createTopic({ name: "seq", partitions: 1 });
     const count = 300;
-    const pending = Array.from({ length: count }, (_, i) => client.produce("seq", [{ value: `m${i}` }], { partition: 0 }));
+    const pending = Array.from({ length: count }, (_, i) =>
+      client.produce("seq", [{ value: `m${i}` }], { partition: 0 }),
+    );
     expect(client.pendingRequests).toBe(count);
     const results = await Promise.all(pending);
-    expect(results.map((r) => r.spans[0].baseOffset)).toEqual(Array.from({ length: count }, (_, i) => i));
-    const fetched = await client.fetch({ topic: "seq", partition: 0, offset: 0, maxRecords: count });
-    expect(fetched.records.map((r) => str(r.value))).toEqual(Array.from({ length: count }, (_, i) => `m${i}`));
+    expect(results.map((r) => r.spans[0].baseOffset)).toEqual(
+      Array.from({ length: count }, (_, i) => i),
+    );
+    const fetched = await client.fetch({
+      topic: "seq",
+      partition: 0,
+      offset: 0,
+      maxRecords: count,
+    });
+    expect(fetched.records.map((r) => str(r.value))).toEqual(
+      Array.from({ length: count }, (_, i) => `m${i}`),
+    );
   });
 
   it("reads a fetch answer of many socket chunks where it lies: every record intact through records and cursor alike", async () => {
@@ -189,18 +239,43 @@ describe("TCP front door against LocalBroker", () => {
     const client = await connect(port);
     await client.createTopic({ name: "big", partitions: 1 });
     // Values of varied sizes so record edges fall everywhere against the socket's chunk edges.
-    const values = Array.from({ length: 3000 }, (_, i) => `v${i}:`.padEnd(100 + ((i * 37) % 900), String.fromCharCode(97 + (i % 26))));
+    const values = Array.from({ length: 3000 }, (_, i) =>
+      `v${i}:`.padEnd(100 + ((i * 37) % 900), String.fromCharCode(97 + (i % 26))),
+    );
     for (let i = 0; i < values.length; i += 500) {
-      await client.produce("big", values.slice(i, i + 500).map((value, j) => ({ key: j % 3 === 0 ? null : `k${i + j}`, value })), { partition: 0 });
+      await client.produce(
+        "big",
+        values
+          .slice(i, i + 500)
+          .map((value, j) => ({ key: j % 3 === 0 ? null : `k${i + j}`, value })),
+        { partition: 0 },
+      );
     }
-    const fetched = await client.fetch({ topic: "big", partition: 0, offset: 0, maxRecords: values.length, maxBytes: 8 * 1024 * 1024 });
+    const fetched = await client.fetch({
+      topic: "big",
+      partition: 0,
+      offset: 0,
+      maxRecords: values.length,
+      maxBytes: 8 * 1024 * 1024,
+    });
     expect(fetched.recordCount).toBe(values.length);
     expect(fetched.nextOffset).toBe(values.length);
     const viaCursor: [number, string | null, string][] = [];
-    for (const c = fetched.cursor(); c.next(); ) viaCursor.push([c.offset, str(c.key()), new TextDecoder().decode(c.value())]);
-    const wanted = values.map((value, i): [number, string | null, string] => [i, i % 500 % 3 === 0 ? null : `k${i}`, value]);
+    for (const c = fetched.cursor(); c.next(); )
+      viaCursor.push([c.offset, str(c.key()), new TextDecoder().decode(c.value())]);
+    const wanted = values.map((value, i): [number, string | null, string] => [
+      i,
+      (i % 500) % 3 === 0 ? null : `k${i}`,
+      value,
+    ]);
     expect(viaCursor).toEqual(wanted);
-    expect(fetched.records.map((r): [number, string | null, string] => [r.offset, str(r.key), new TextDecoder().decode(r.value)])).toEqual(wanted);
+    expect(
+      fetched.records.map((r): [number, string | null, string] => [
+        r.offset,
+        str(r.key),
+        new TextDecoder().decode(r.value),
+      ]),
+    ).toEqual(wanted);
     expect(fetched.records).toBe(fetched.records);
   });
 
@@ -210,14 +285,20 @@ describe("TCP front door against LocalBroker", () => {
     await client.createTopic({ name: "mix", partitions: 3 });
     const work = Array.from({ length: 60 }, (_, i) =>
       i % 3 === 0
-        ? client.produce("mix", [{ value: `v${i}` }], { partition: i % 3 }).then((r) => ["produce", r.spans[0].partition])
+        ? client
+            .produce("mix", [{ value: `v${i}` }], { partition: i % 3 })
+            .then((r) => ["produce", r.spans[0].partition])
         : i % 3 === 1
-          ? client.listOffsets({ topic: "mix", partition: 1 }).then((r) => ["offsets", r.logStartOffset])
+          ? client
+              .listOffsets({ topic: "mix", partition: 1 })
+              .then((r) => ["offsets", r.logStartOffset])
           : client.metadata(["mix"]).then((t) => ["meta", t[0].partitions.length]),
     );
     const answers = await Promise.all(work);
     answers.forEach((answer, i) => {
-      expect(answer).toEqual(i % 3 === 0 ? ["produce", 0] : i % 3 === 1 ? ["offsets", 0] : ["meta", 3]);
+      expect(answer).toEqual(
+        i % 3 === 0 ? ["produce", 0] : i % 3 === 1 ? ["offsets", 0] : ["meta", 3],
+      );
     });
   });
 
@@ -236,7 +317,11 @@ describe("TCP front door against LocalBroker", () => {
     const { port } = await serveLocal();
     const client = await connect(port);
     await client.createTopic({ name: "keyed", partitions: 4 });
-    const batch = new EntryBatchBuilder().add(text("a"), text("1")).add(text("a"), text("2")).add(text("a"), text("3")).build();
+    const batch = new EntryBatchBuilder()
+      .add(text("a"), text("1"))
+      .add(text("a"), text("2"))
+      .add(text("a"), text("3"))
+      .build();
     const result = await client.produce("keyed", batch);
     expect(result.spans.length).toBe(1);
     expect(result.spans[0].count).toBe(3);
@@ -267,7 +352,9 @@ describe("TCP front door against LocalBroker", () => {
     socket.write(encodeListOffsetsRequest(1, { topic: "t", partition: 0 }).subarray(0, 7));
     await closed;
     expect(received().length).toBe(0);
-    expect(logger.named("tcp.read_timeout")).toMatchObject([{ buffered_bytes: 7, read_timeout_ms: 150 }]);
+    expect(logger.named("tcp.read_timeout")).toMatchObject([
+      { buffered_bytes: 7, read_timeout_ms: 150 },
+    ]);
     await vi.waitFor(() => expect(transport.connectionCount).toBe(0));
   });
 
@@ -293,19 +380,31 @@ describe("TCP front door against LocalBroker", () => {
     const { port } = await serveLocal({ maxRequestBytes: 64 * 1024 });
     const client = await connect(port);
     await client.createTopic({ name: "big", partitions: 1 });
-    const error = await rejection(client.produce("big", [{ value: new Uint8Array(100 * 1024) }], { partition: 0 }));
-    expect(error).toMatchObject({ code: "request_too_large", tcp: Errors.requestTooLarge.tcp, retriable: false });
+    const error = await rejection(
+      client.produce("big", [{ value: new Uint8Array(100 * 1024) }], { partition: 0 }),
+    );
+    expect(error).toMatchObject({
+      code: "request_too_large",
+      tcp: Errors.requestTooLarge.tcp,
+      retriable: false,
+    });
     const after = await rejection(client.listOffsets({ topic: "big", partition: 0 }));
     expect(after.code).toBe("connection_closed");
     // The refused bytes were never appended.
     const other = await connect(port);
-    expect(await other.listOffsets({ topic: "big", partition: 0 })).toEqual({ logStartOffset: 0, highWatermark: 0 });
+    expect(await other.listOffsets({ topic: "big", partition: 0 })).toEqual({
+      logStartOffset: 0,
+      highWatermark: 0,
+    });
   });
 
   it("refuses a raw oversize length header before the body is sent", async () => {
     const { port } = await serveLocal({ maxRequestBytes: 1024 });
     const { socket, closed, received } = await rawSocket(port);
-    const header = encodeProduceRequest(9, { topic: "t", batch: new EntryBatchBuilder().add(null, text("x")).build() }).slice(0, 12);
+    const header = encodeProduceRequest(9, {
+      topic: "t",
+      batch: new EntryBatchBuilder().add(null, text("x")).build(),
+    }).slice(0, 12);
     new DataView(header.buffer).setUint32(0, 1025);
     socket.write(header);
     await closed;
@@ -318,9 +417,16 @@ describe("TCP front door against LocalBroker", () => {
   it("ends every connection on shutdown so the listener closes", async () => {
     const { dir, cleanup } = tempDir("es-broker-tcp-");
     cleanups.push(cleanup);
-    const broker = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir: dir, clock: realClock, logger: new MemoryLogger() });
+    const broker = await LocalBroker.open({
+      fs: new NodeFileSystem(),
+      dataDir: dir,
+      clock: realClock,
+      logger: new MemoryLogger(),
+    });
     const transport = createTcpTransport({ broker, clock: realClock, logger: new MemoryLogger() });
-    const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (s) => transport.handleConnection(s));
+    const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (s) =>
+      transport.handleConnection(s),
+    );
     const client = await TcpClient.connect({ host: "127.0.0.1", port: listener.port });
     await client.createTopic({ name: "t", partitions: 1 });
     // The long poll is cut short by shutdown: it ends empty, or with the connection.
@@ -340,7 +446,8 @@ describe("TCP front door against LocalBroker", () => {
 
 /** A broker whose methods are supplied per test; the rest are unavailable. */
 function fakeBroker(overrides: Partial<Broker>): Broker {
-  const unavailable = () => Promise.reject(new BrokerError(Errors.unavailable, "Cannot serve: fake broker"));
+  const unavailable = () =>
+    Promise.reject(new BrokerError(Errors.unavailable, "Cannot serve: fake broker"));
   return {
     createTopic: unavailable,
     listTopics: unavailable,
@@ -392,7 +499,9 @@ describe("TCP client against a misbehaving broker", () => {
     const a = encodeRecord({ offset: 0, timestampMs: 1, key: null, value: text("a") });
     const { port } = await serve(fakeBroker({ fetch: async () => fetchResult(a, 2, 2) }));
     const client = await connect(port);
-    expect((await rejection(client.fetch({ topic: "t", partition: 0, offset: 0 }))).code).toBe("invalid_response");
+    expect((await rejection(client.fetch({ topic: "t", partition: 0, offset: 0 }))).code).toBe(
+      "invalid_response",
+    );
   });
 
   it("rejects every pending request with connection_closed when the connection is lost", async () => {
@@ -406,20 +515,28 @@ describe("TCP client against a misbehaving broker", () => {
     const [ea, eb] = await Promise.all([rejection(a), rejection(b)]);
     expect(ea).toMatchObject({ code: "connection_closed", tcp: -1, retriable: true });
     expect(eb.code).toBe("connection_closed");
-    expect((await rejection(client.listOffsets({ topic: "t", partition: 0 }))).code).toBe("connection_closed");
+    expect((await rejection(client.listOffsets({ topic: "t", partition: 0 }))).code).toBe(
+      "connection_closed",
+    );
   });
 
   it("rejects a request the broker never answers with timeout, and the connection keeps working", async () => {
     let calls = 0;
     const { port } = await serve(
       fakeBroker({
-        listOffsets: () => (++calls === 1 ? new Promise<never>(() => {}) : Promise.resolve({ logStartOffset: 0, highWatermark: 7 })),
+        listOffsets: () =>
+          ++calls === 1
+            ? new Promise<never>(() => {})
+            : Promise.resolve({ logStartOffset: 0, highWatermark: 7 }),
       }),
     );
     const client = await connect(port, 500);
     const error = await rejection(client.listOffsets({ topic: "t", partition: 0 }));
     expect(error).toMatchObject({ code: "timeout", retriable: true });
-    expect(await client.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 0, highWatermark: 7 });
+    expect(await client.listOffsets({ topic: "t", partition: 0 })).toEqual({
+      logStartOffset: 0,
+      highWatermark: 7,
+    });
   });
 
   it("drops the late answer of a timed-out request and keeps the connection", async () => {
@@ -429,21 +546,30 @@ describe("TCP client against a misbehaving broker", () => {
       fakeBroker({
         listOffsets: () =>
           ++calls === 1
-            ? new Promise((resolve) => (release = () => resolve({ logStartOffset: 0, highWatermark: 1 })))
+            ? new Promise(
+                (resolve) => (release = () => resolve({ logStartOffset: 0, highWatermark: 1 })),
+              )
             : Promise.resolve({ logStartOffset: 0, highWatermark: 2 }),
       }),
     );
     const client = await connect(port, 300);
-    expect((await rejection(client.listOffsets({ topic: "t", partition: 0 }))).code).toBe("timeout");
+    expect((await rejection(client.listOffsets({ topic: "t", partition: 0 }))).code).toBe(
+      "timeout",
+    );
     release();
-    expect(await client.listOffsets({ topic: "t", partition: 0 })).toEqual({ logStartOffset: 0, highWatermark: 2 });
+    expect(await client.listOffsets({ topic: "t", partition: 0 })).toEqual({
+      logStartOffset: 0,
+      highWatermark: 2,
+    });
     expect(client.closed).toBe(false);
   });
 
   it("closes the connection with invalid_response when an answer matches no request", async () => {
     const server = net.createServer((socket) => {
       socket.on("error", () => {});
-      socket.once("data", () => socket.write(Buffer.from("00000006 000003e7 0000".replace(/ /g, ""), "hex")));
+      socket.once("data", () =>
+        socket.write(Buffer.from("00000006 000003e7 0000".replace(/ /g, ""), "hex")),
+      );
     });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
@@ -455,7 +581,9 @@ describe("TCP client against a misbehaving broker", () => {
   });
 
   it("answers an internal failure with a generic message and logs the detail on the server", async () => {
-    const { port, logger } = await serve(fakeBroker({ listOffsets: () => Promise.reject(new Error("disk gremlin")) }));
+    const { port, logger } = await serve(
+      fakeBroker({ listOffsets: () => Promise.reject(new Error("disk gremlin")) }),
+    );
     const client = await connect(port);
     const error = await rejection(client.listOffsets({ topic: "t", partition: 0 }));
     expect(error).toMatchObject({ code: "internal", tcp: Errors.internal.tcp });

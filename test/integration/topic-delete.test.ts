@@ -18,8 +18,18 @@ afterEach(async () => {
   cleanups.splice(0).forEach((c) => c());
 });
 
-async function broker(dataDir: string, options: { fs?: FileSystem; logger?: MemoryLogger; coldStorageDir?: string } = {}) {
-  const b = await LocalBroker.open({ fs: options.fs ?? new NodeFileSystem(), dataDir, clock: new ManualClock(), logger: options.logger ?? new MemoryLogger(), coldStorageDir: options.coldStorageDir, cleanupIntervalMs: 0 });
+async function broker(
+  dataDir: string,
+  options: { fs?: FileSystem; logger?: MemoryLogger; coldStorageDir?: string } = {},
+) {
+  const b = await LocalBroker.open({
+    fs: options.fs ?? new NodeFileSystem(),
+    dataDir,
+    clock: new ManualClock(),
+    logger: options.logger ?? new MemoryLogger(),
+    coldStorageDir: options.coldStorageDir,
+    cleanupIntervalMs: 0,
+  });
   open.push(b);
   return b;
 }
@@ -36,7 +46,11 @@ function fresh() {
 }
 
 async function produce(b: LocalBroker, topic: string, value: string) {
-  await b.produce({ topic, partition: 0, batch: new EntryBatchBuilder().add(null, utf8(value)).build() });
+  await b.produce({
+    topic,
+    partition: 0,
+    batch: new EntryBatchBuilder().add(null, utf8(value)).build(),
+  });
 }
 
 async function values(b: LocalBroker, topic: string): Promise<string[]> {
@@ -51,21 +65,29 @@ async function values(b: LocalBroker, topic: string): Promise<string[]> {
 }
 
 /** The node file system, with `rename` and `removeTree` replaceable (`renameGate` is awaited before a rename into the trash). */
-function faultyFs(faults: { rename?: (from: string, to: string) => Error | null; removeTree?: (path: string) => Error | null; renameGate?: () => Promise<void> }): FileSystem {
+function faultyFs(faults: {
+  rename?: (from: string, to: string) => Error | null;
+  removeTree?: (path: string) => Error | null;
+  renameGate?: () => Promise<void>;
+}): FileSystem {
   const inner = new NodeFileSystem();
-  return wrapFileSystem(inner, {}, {
-    rename: async (from, to) => {
-      if (to.includes("/trash/")) await faults.renameGate?.();
-      const err = faults.rename?.(from, to) ?? null;
-      if (err !== null) throw err;
-      return inner.rename(from, to);
+  return wrapFileSystem(
+    inner,
+    {},
+    {
+      rename: async (from, to) => {
+        if (to.includes("/trash/")) await faults.renameGate?.();
+        const err = faults.rename?.(from, to) ?? null;
+        if (err !== null) throw err;
+        return inner.rename(from, to);
+      },
+      removeTree: async (path) => {
+        const err = faults.removeTree?.(path) ?? null;
+        if (err !== null) throw err;
+        return inner.removeTree(path);
+      },
     },
-    removeTree: async (path) => {
-      const err = faults.removeTree?.(path) ?? null;
-      if (err !== null) throw err;
-      return inner.removeTree(path);
-    },
-  });
+  );
 }
 
 describe("deleting a topic", () => {
@@ -77,7 +99,9 @@ describe("deleting a topic", () => {
       await b.createTopic({ name, partitions: 1 });
       await produce(b, name, "keepme");
       await b.deleteTopic(name);
-      await expect(b.describeTopic(name)).rejects.toSatisfy((e: unknown) => e instanceof BrokerError && e.kind.code === "topic_not_found");
+      await expect(b.describeTopic(name)).rejects.toSatisfy(
+        (e: unknown) => e instanceof BrokerError && e.kind.code === "topic_not_found",
+      );
     }
     expect(await b.listTopics()).toEqual([]);
     expect(readdirSync(`${dir}/topics`)).toEqual([]);
@@ -93,7 +117,14 @@ describe("deleting a topic", () => {
   it("keeps the topic listed and usable, with its records, when moving it to the trash fails, and says what failed", async () => {
     const dir = `${fresh()}/data`;
     let failRename = true;
-    const b = await broker(dir, { fs: faultyFs({ rename: (from, to) => (failRename && to.includes("/trash/") ? new FsError("EIO", from, `EIO: i/o error, rename '${from}'`) : null) }) });
+    const b = await broker(dir, {
+      fs: faultyFs({
+        rename: (from, to) =>
+          failRename && to.includes("/trash/")
+            ? new FsError("EIO", from, `EIO: i/o error, rename '${from}'`)
+            : null,
+      }),
+    });
     await b.createTopic({ name: "orders", partitions: 2 });
     await produce(b, "orders", "before");
     const err = await b.deleteTopic("orders").then(
@@ -101,11 +132,15 @@ describe("deleting a topic", () => {
       (e: unknown) => e,
     );
     expect(err).toBeInstanceOf(BrokerError);
-    expect((err as BrokerError).message).toMatch(/^Cannot delete topic "orders": moving .*\/topics\/orders to .*\/trash\/.* failed, the topic is unchanged: EIO/);
+    expect((err as BrokerError).message).toMatch(
+      /^Cannot delete topic "orders": moving .*\/topics\/orders to .*\/trash\/.* failed, the topic is unchanged: EIO/,
+    );
     expect((await b.listTopics()).map((t) => t.name)).toEqual(["orders"]);
     await produce(b, "orders", "after");
     expect(await values(b, "orders")).toEqual(["before", "after"]);
-    await expect(b.createTopic({ name: "orders", partitions: 1 })).rejects.toSatisfy((e: unknown) => e instanceof BrokerError && e.kind.code === "topic_exists");
+    await expect(b.createTopic({ name: "orders", partitions: 1 })).rejects.toSatisfy(
+      (e: unknown) => e instanceof BrokerError && e.kind.code === "topic_exists",
+    );
     failRename = false;
     await b.deleteTopic("orders");
     expect(await b.listTopics()).toEqual([]);
@@ -115,23 +150,38 @@ describe("deleting a topic", () => {
     const dir = `${fresh()}/data`;
     let fail = true;
     const inner = new NodeFileSystem();
-    const fs = wrapFileSystem(inner, {}, {
-      rename: async (from, to) => {
-        if (fail && to.includes("/trash/")) throw new FsError("EIO", from, `EIO: i/o error, rename '${from}'`);
-        return inner.rename(from, to);
+    const fs = wrapFileSystem(
+      inner,
+      {},
+      {
+        rename: async (from, to) => {
+          if (fail && to.includes("/trash/"))
+            throw new FsError("EIO", from, `EIO: i/o error, rename '${from}'`);
+          return inner.rename(from, to);
+        },
+        // Reopening lists the topic's directory first: that fails too while `fail` holds.
+        readdir: async (path) => {
+          if (fail && path.endsWith("/topics/orders"))
+            throw new FsError("EIO", path, `EIO: i/o error, scandir '${path}'`);
+          return inner.readdir(path);
+        },
       },
-      // Reopening lists the topic's directory first: that fails too while `fail` holds.
-      readdir: async (path) => {
-        if (fail && path.endsWith("/topics/orders")) throw new FsError("EIO", path, `EIO: i/o error, scandir '${path}'`);
-        return inner.readdir(path);
-      },
-    });
+    );
     let b = await broker(dir, { fs });
     await b.createTopic({ name: "orders", partitions: 1 });
     await produce(b, "orders", "kept");
-    await expect(b.deleteTopic("orders")).rejects.toSatisfy((e: unknown) => e instanceof BrokerError && /^Cannot delete topic "orders": moving .* failed, the topic is unchanged: EIO/.test(e.message));
+    await expect(b.deleteTopic("orders")).rejects.toSatisfy(
+      (e: unknown) =>
+        e instanceof BrokerError &&
+        /^Cannot delete topic "orders": moving .* failed, the topic is unchanged: EIO/.test(
+          e.message,
+        ),
+    );
     await expect(b.fetch({ topic: "orders", partition: 0, offset: 0 })).rejects.toSatisfy(
-      (e: unknown) => e instanceof BrokerError && e.kind.code === "unavailable" && e.message.includes("opening it again after a failed delete failed"),
+      (e: unknown) =>
+        e instanceof BrokerError &&
+        e.kind.code === "unavailable" &&
+        e.message.includes("opening it again after a failed delete failed"),
     );
     fail = false;
     await closeBroker(b);
@@ -144,18 +194,27 @@ describe("deleting a topic", () => {
     let reached: () => void = () => {};
     const atRename = new Promise<void>((r) => (reached = r));
     const gate = new Promise<void>((r) => (release = r));
-    const b = await broker(`${fresh()}/data`, { fs: faultyFs({ renameGate: () => (reached(), gate) }) });
+    const b = await broker(`${fresh()}/data`, {
+      fs: faultyFs({ renameGate: () => (reached(), gate) }),
+    });
     await b.createTopic({ name: "orders", partitions: 1 });
     await produce(b, "orders", "x");
     const deleting = b.deleteTopic("orders");
     await atRename;
     await expect(b.fetch({ topic: "orders", partition: 0, offset: 0 })).rejects.toSatisfy(
-      (e: unknown) => e instanceof BrokerError && e.kind.code === "unavailable" && e.message === 'Cannot use topic "orders": it is being deleted',
+      (e: unknown) =>
+        e instanceof BrokerError &&
+        e.kind.code === "unavailable" &&
+        e.message === 'Cannot use topic "orders": it is being deleted',
     );
-    await expect(b.deleteTopic("orders")).rejects.toSatisfy((e: unknown) => e instanceof BrokerError && e.kind.code === "unavailable");
+    await expect(b.deleteTopic("orders")).rejects.toSatisfy(
+      (e: unknown) => e instanceof BrokerError && e.kind.code === "unavailable",
+    );
     release();
     await deleting;
-    await expect(b.fetch({ topic: "orders", partition: 0, offset: 0 })).rejects.toSatisfy((e: unknown) => e instanceof BrokerError && e.kind.code === "topic_not_found");
+    await expect(b.fetch({ topic: "orders", partition: 0, offset: 0 })).rejects.toSatisfy(
+      (e: unknown) => e instanceof BrokerError && e.kind.code === "topic_not_found",
+    );
   });
 
   it("finishes an interrupted deletion at the next start: the trash entry and the topic's cold data go", async () => {
@@ -164,7 +223,14 @@ describe("deleting a topic", () => {
     const cold = `${root}/cold`;
     const name = "c".repeat(249);
     const logger = new MemoryLogger();
-    const b = await broker(dir, { logger, coldStorageDir: cold, fs: faultyFs({ removeTree: (path) => (path.startsWith(cold) ? new FsError("EIO", path, `EIO: i/o error, rm '${path}'`) : null) }) });
+    const b = await broker(dir, {
+      logger,
+      coldStorageDir: cold,
+      fs: faultyFs({
+        removeTree: (path) =>
+          path.startsWith(cold) ? new FsError("EIO", path, `EIO: i/o error, rm '${path}'`) : null,
+      }),
+    });
     await b.createTopic({ name, partitions: 1 });
     await produce(b, name, "x");
     // Stands for segments retention offloaded earlier.

@@ -16,7 +16,8 @@ import { parseArgs } from "node:util";
 import { runSimulation, SimFailure } from "./harness.ts";
 import { runCountdown, countdownVariants } from "./countdown.ts";
 
-const usage = "usage: npm run sim -- --seed N [--fs] | --seeds COUNT [--from FIRST] | --countdown [--variant V --n N --after A]";
+const usage =
+  "usage: npm run sim -- --seed N [--fs] | --seeds COUNT [--from FIRST] | --countdown [--variant V --n N --after A]";
 
 async function main(): Promise<number> {
   const { values } = parseArgs({
@@ -41,23 +42,43 @@ async function main(): Promise<number> {
   const steps = values.steps === undefined ? undefined : positive("--steps", values.steps);
   if (values.countdown) {
     let failed = 0;
-    const only = values.n === undefined ? undefined : { n: positive("--n", values.n), after: values.after === undefined ? 0 : integer("--after", values.after) };
-    const variants = values.variant === undefined ? countdownVariants : [countdownVariants[integer("--variant", values.variant)]];
+    const only =
+      values.n === undefined
+        ? undefined
+        : {
+            n: positive("--n", values.n),
+            after: values.after === undefined ? 0 : integer("--after", values.after),
+          };
+    const variants =
+      values.variant === undefined
+        ? countdownVariants
+        : [countdownVariants[integer("--variant", values.variant)]];
     for (const variant of variants) {
-      if (variant === undefined) throw new Error(`--variant must be 0…${countdownVariants.length - 1}\n${usage}`);
-      const result = await runCountdown({ variant, only, log: (line) => console.log(line) }).catch((err: unknown) => {
-        failed++;
-        console.log(err instanceof Error ? err.message : String(err));
-        return null;
-      });
-      if (result) console.log(`countdown ${variant.name}: ${result.runs} runs over ${result.mutations} mutations passed`);
+      if (variant === undefined)
+        throw new Error(`--variant must be 0…${countdownVariants.length - 1}\n${usage}`);
+      const result = await runCountdown({ variant, only, log: (line) => console.log(line) }).catch(
+        (err: unknown) => {
+          failed++;
+          console.log(err instanceof Error ? err.message : String(err));
+          return null;
+        },
+      );
+      if (result)
+        console.log(
+          `countdown ${variant.name}: ${result.runs} runs over ${result.mutations} mutations passed`,
+        );
     }
     return failed === 0 ? 0 : 1;
   }
   if (values.seed !== undefined) {
     const seed = integer("--seed", values.seed);
     try {
-      const summary = await runSimulation({ seed, steps, log: (line) => console.log(line), logMutations: values.fs ?? false });
+      const summary = await runSimulation({
+        seed,
+        steps,
+        log: (line) => console.log(line),
+        logMutations: values.fs ?? false,
+      });
       console.log(`seed=${seed} passed: ${JSON.stringify(summary)}`);
       return 0;
     } catch (err) {
@@ -73,22 +94,29 @@ async function main(): Promise<number> {
   for (let seed = from; seed < from + count; seed++) {
     try {
       const summary = await runSimulation({ seed, steps });
-      for (const [key, value] of Object.entries(summary)) if (key !== "seed") totals[key] = (totals[key] ?? 0) + value;
+      for (const [key, value] of Object.entries(summary))
+        if (key !== "seed") totals[key] = (totals[key] ?? 0) + value;
     } catch (err) {
       failed++;
       console.log(err instanceof Error ? err.message.split("\n")[0] : String(err));
     }
     const done = seed - from + 1;
-    if (done % 1000 === 0) console.log(`… ${done} seeds, ${failed} failed, ${((performance.now() - started) / 1000).toFixed(0)} s`);
+    if (done % 1000 === 0)
+      console.log(
+        `… ${done} seeds, ${failed} failed, ${((performance.now() - started) / 1000).toFixed(0)} s`,
+      );
   }
   console.log(`totals over the passing seeds: ${JSON.stringify(totals)}`);
-  console.log(`${count - failed} passed, ${failed} failed (seeds ${from}…${from + count - 1}, ${((performance.now() - started) / 1000).toFixed(1)} s)`);
+  console.log(
+    `${count - failed} passed, ${failed} failed (seeds ${from}…${from + count - 1}, ${((performance.now() - started) / 1000).toFixed(1)} s)`,
+  );
   return failed === 0 ? 0 : 1;
 }
 
 function integer(flag: string, text: string): number {
   const n = Number(text);
-  if (!Number.isSafeInteger(n)) throw new Error(`${flag} must be an integer, got "${text}"\n${usage}`);
+  if (!Number.isSafeInteger(n))
+    throw new Error(`${flag} must be an integer, got "${text}"\n${usage}`);
   return n;
 }
 

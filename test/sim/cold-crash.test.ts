@@ -9,20 +9,36 @@
 import { describe, expect, it } from "vitest";
 import { bytesEqual } from "../../src/lib/bytes.ts";
 import type { CrashOptions } from "../../src/fs/memory.ts";
-import { ManualClock, MemoryFileSystem, PowerCutFs, fetchAll, openBroker, produce, type ReadRecord, type Rec } from "../helpers/compaction-fixtures.ts";
+import {
+  ManualClock,
+  MemoryFileSystem,
+  PowerCutFs,
+  fetchAll,
+  openBroker,
+  produce,
+  type ReadRecord,
+  type Rec,
+} from "../helpers/compaction-fixtures.ts";
 
 const localDir = "/data/topics/t/0";
 const coldDir = "/cold/topics/t/0";
 const startMs = 1_700_000_000_000;
 
 function records(n: number, tag: string): Rec[] {
-  return Array.from({ length: n }, (_, i) => ({ key: null, value: `${tag}-${i}-${"z".repeat(70)}` }));
+  return Array.from({ length: n }, (_, i) => ({
+    key: null,
+    value: `${tag}-${i}-${"z".repeat(70)}`,
+  }));
 }
 
 async function prepared(fs: PowerCutFs) {
   const clock = new ManualClock(startMs);
   const { broker } = await openBroker(fs, clock, { coldStorageDir: "/cold" });
-  await broker.createTopic({ name: "t", partitions: 1, config: { segment_ms: 1000, retention_bytes: 1 } });
+  await broker.createTopic({
+    name: "t",
+    partitions: 1,
+    config: { segment_ms: 1000, retention_bytes: 1 },
+  });
   for (const tag of ["a", "b", "c"]) {
     await produce(broker, "t", records(4, tag));
     clock.advance(1000);
@@ -32,7 +48,10 @@ async function prepared(fs: PowerCutFs) {
 }
 
 function sameRecords(a: readonly ReadRecord[], b: readonly ReadRecord[]): boolean {
-  return a.length === b.length && a.every((r, i) => r.offset === b[i].offset && bytesEqual(r.bytes, b[i].bytes));
+  return (
+    a.length === b.length &&
+    a.every((r, i) => r.offset === b[i].offset && bytesEqual(r.bytes, b[i].bytes))
+  );
 }
 
 describe("an offload to the cold tier interrupted by a crash", () => {
@@ -41,14 +60,25 @@ describe("an offload to the cold tier interrupted by a crash", () => {
     const { broker: refBroker } = await prepared(reference);
     const original = await fetchAll(refBroker, "t", 0);
     const originalFiles = new Map<string, Uint8Array>();
-    for (const path of reference.inner.listTree(localDir)) if (!path.endsWith("/")) originalFiles.set(path.slice(localDir.length + 1), reference.inner.readFileSync(path));
+    for (const path of reference.inner.listTree(localDir))
+      if (!path.endsWith("/"))
+        originalFiles.set(path.slice(localDir.length + 1), reference.inner.readFileSync(path));
     reference.arm(Infinity);
     const [refRun] = (await refBroker.cleanup("t")).partitions;
-    expect(refRun.retention).toMatchObject({ status: "ok", segments_offloaded: 3, segments_deleted: 3 });
+    expect(refRun.retention).toMatchObject({
+      status: "ok",
+      segments_offloaded: 3,
+      segments_deleted: 3,
+    });
     const mutations = reference.mutations;
     await refBroker.close();
 
-    const crashes: CrashOptions[] = [{ mode: "dropAll" }, { mode: "keepAll" }, { seed: 21 }, { seed: 22 }];
+    const crashes: CrashOptions[] = [
+      { mode: "dropAll" },
+      { mode: "keepAll" },
+      { seed: 21 },
+      { seed: 22 },
+    ];
     let partialsSeen = 0;
     for (let n = 0; n < mutations; n++) {
       for (const crash of crashes) {
@@ -68,18 +98,32 @@ describe("an offload to the cold tier interrupted by a crash", () => {
         })();
         if (coldBefore.some((p) => p.endsWith(".partial"))) partialsSeen++;
 
-        const { broker: again } = await openBroker(disk, new ManualClock(startMs + 10), { coldStorageDir: "/cold" });
-        expect(await again.listOffsets({ topic: "t", partition: 0 }), label).toEqual({ logStartOffset: 0, highWatermark: 13 });
+        const { broker: again } = await openBroker(disk, new ManualClock(startMs + 10), {
+          coldStorageDir: "/cold",
+        });
+        expect(await again.listOffsets({ topic: "t", partition: 0 }), label).toEqual({
+          logStartOffset: 0,
+          highWatermark: 13,
+        });
         expect(sameRecords(await fetchAll(again, "t", 0), original), label).toBe(true);
         const cold = coldBefore.length === 0 ? [] : disk.listTree(coldDir);
-        expect(cold.filter((p) => p.endsWith(".partial")), label).toEqual([]);
+        expect(
+          cold.filter((p) => p.endsWith(".partial")),
+          label,
+        ).toEqual([]);
         for (const path of cold.filter((p) => p.endsWith(".log"))) {
           const name = path.slice(coldDir.length + 1);
-          expect(bytesEqual(disk.readFileSync(path), originalFiles.get(name)!), `${label}: ${name}`).toBe(true);
+          expect(
+            bytesEqual(disk.readFileSync(path), originalFiles.get(name)!),
+            `${label}: ${name}`,
+          ).toBe(true);
         }
         const [run] = (await again.cleanup("t")).partitions;
         expect(["ok", "nothing_to_do"], label).toContain(run.retention.status);
-        expect(disk.listTree(localDir).filter((p) => p.endsWith(".log")), label).toEqual([`${localDir}/00000000000000000012.log`]);
+        expect(
+          disk.listTree(localDir).filter((p) => p.endsWith(".log")),
+          label,
+        ).toEqual([`${localDir}/00000000000000000012.log`]);
         expect(sameRecords(await fetchAll(again, "t", 0), original), label).toBe(true);
         await again.close();
       }

@@ -31,7 +31,8 @@ function workload(): Rec[] {
     const value = `value-${i}-${"x".repeat(40 + (i % 7) * 5)}`;
     if (i % 11 === 3) out.push({ key: null, value });
     else if (i % 13 === 5) out.push({ key: "", value });
-    else if (i % 9 === 8) out.push({ key: `k${i % 6}`, value: "" }); // tombstone
+    else if (i % 9 === 8)
+      out.push({ key: `k${i % 6}`, value: "" }); // tombstone
     else out.push({ key: `k${i % 6}`, value });
   }
   return out;
@@ -42,13 +43,20 @@ async function prepared(fs: PowerCutFs) {
   const clock = new ManualClock(startMs);
   const logger = new MemoryLogger();
   const { broker } = await openBroker(fs, clock, { logger });
-  await broker.createTopic({ name: "t", partitions: 1, config: { cleanup_policy: "compact", segment_bytes: 1024, tombstone_retention_ms: 0 } });
+  await broker.createTopic({
+    name: "t",
+    partitions: 1,
+    config: { cleanup_policy: "compact", segment_bytes: 1024, tombstone_retention_ms: 0 },
+  });
   for (const rec of workload()) await produce(broker, "t", [rec]);
   return { broker, clock };
 }
 
 function sameLog(a: readonly ReadRecord[], b: readonly ReadRecord[]): boolean {
-  return a.length === b.length && a.every((r, i) => r.offset === b[i].offset && bytesEqual(r.bytes, b[i].bytes));
+  return (
+    a.length === b.length &&
+    a.every((r, i) => r.offset === b[i].offset && bytesEqual(r.bytes, b[i].bytes))
+  );
 }
 
 describe("a compaction swap interrupted by a crash", () => {
@@ -69,7 +77,12 @@ describe("a compaction swap interrupted by a crash", () => {
     await refBroker.close();
 
     const seen = { before: 0, after: 0, rolledForward: 0, rolledBack: 0, cleanStart: 0 };
-    const crashes: CrashOptions[] = [{ mode: "dropAll" }, { mode: "keepAll" }, { seed: 11 }, { seed: 12 }];
+    const crashes: CrashOptions[] = [
+      { mode: "dropAll" },
+      { mode: "keepAll" },
+      { seed: 11 },
+      { seed: 12 },
+    ];
     for (let n = 0; n < mutations; n++) {
       for (const crash of crashes) {
         const label = `cut after ${n} of ${mutations} mutations, crash ${JSON.stringify(crash)}`;
@@ -86,7 +99,9 @@ describe("a compaction swap interrupted by a crash", () => {
         const log = await fetchAll(again, "t", 0);
         const isBefore = sameLog(log, before);
         const isAfter = sameLog(log, after);
-        expect(isBefore || isAfter, `${label}: offsets ${log.map((r) => r.offset).join(",")}`).toBe(true);
+        expect(isBefore || isAfter, `${label}: offsets ${log.map((r) => r.offset).join(",")}`).toBe(
+          true,
+        );
         if (isBefore) seen.before++;
         if (isAfter) seen.after++;
         expect(swapLeftovers(disk, partitionDir), label).toEqual([]);

@@ -44,7 +44,14 @@ function newSimulation(log?: (line: string) => void): Simulation {
     seed: 1,
     steps: 0,
     log,
-    config: { partitionCount: 2, segmentBytes: 1024, segmentMs: undefined, flushEveryRecords: 1, jitterMax: 0, failedSyncDropsDirtyData: true },
+    config: {
+      partitionCount: 2,
+      segmentBytes: 1024,
+      segmentMs: undefined,
+      flushEveryRecords: 1,
+      jitterMax: 0,
+      failedSyncDropsDirtyData: true,
+    },
   });
 }
 
@@ -54,7 +61,11 @@ async function workload(sim: Simulation): Promise<void> {
   if (!(await sim.createTopic("cd", 2))) return;
   await sim.produceConcurrently("cd", [[0, 0, 0]]);
   await sim.produceConcurrently("cd", [[1, 1]]);
-  await sim.produceConcurrently("cd", [[0, 0, 0, 0], [0, 0], [1, 1, 1]]);
+  await sim.produceConcurrently("cd", [
+    [0, 0, 0, 0],
+    [0, 0],
+    [1, 1, 1],
+  ]);
   await sim.produceConcurrently("cd", [[0, 0, 0, 0, 0]]);
   await sim.produceConcurrently("cd", [[0, 1, 0, 1], [0]]);
   await sim.produceConcurrently("cd", [[1, 1, 1, 1, 1, 1], [1]]);
@@ -82,7 +93,12 @@ export async function runCountdown(options: {
       const after = afters[a];
       const sim = newSimulation(options.only ? options.log : undefined);
       try {
-        sim.mem.faults.failNth({ n, code: options.variant.code, partialBytes: options.variant.partialBytes, dropDirtyData: options.variant.dropDirtyData });
+        sim.mem.faults.failNth({
+          n,
+          code: options.variant.code,
+          partialBytes: options.variant.partialBytes,
+          dropDirtyData: options.variant.dropDirtyData,
+        });
         await workload(sim);
         await drainMicrotasks();
         if (sim.broker !== null) await sim.afterStep();
@@ -101,7 +117,8 @@ export async function runCountdown(options: {
         const before = sim.model.requests.length;
         await sim.produceConcurrently("cd", [[0], [1]]);
         for (const r of sim.model.requests.slice(before)) {
-          if (r.status !== "acked") throw new Error(`an append to cd/${r.partition} after recovery was not acknowledged`);
+          if (r.status !== "acked")
+            throw new Error(`an append to cd/${r.partition} after recovery was not acknowledged`);
         }
         sim.fs.crashNow({ seed: n, mode: "dropAll" });
         sim.trace("POWER LOSS (dropAll) after appends that followed recovery");

@@ -71,8 +71,17 @@ function heldSyncDisk(mem: MemoryFileSystem, failure: "cutSync" | "truncate") {
   const fs: FileSystem = wrapFileSystem(mem, {
     async write(inner, path, bytes, position) {
       if (path.endsWith(".log") && ++logWrites === 3) {
-        mem.faults.failNext({ op: "write", path: /\.log$/, code: "ENOSPC", partialBytes: failure === "truncate" ? 10 : 0 });
-        mem.faults.failNext({ op: failure === "truncate" ? "truncate" : "sync", path: /\.log$/, code: "EIO" });
+        mem.faults.failNext({
+          op: "write",
+          path: /\.log$/,
+          code: "ENOSPC",
+          partialBytes: failure === "truncate" ? 10 : 0,
+        });
+        mem.faults.failNext({
+          op: failure === "truncate" ? "truncate" : "sync",
+          path: /\.log$/,
+          code: "EIO",
+        });
       }
       return inner.write(bytes, position);
     },
@@ -103,10 +112,19 @@ function heldSyncDisk(mem: MemoryFileSystem, failure: "cutSync" | "truncate") {
 async function failWhileFsyncInFlight(mem: MemoryFileSystem, failure: "cutSync" | "truncate") {
   mem.writeFileSync(`${dir}/.keep`, new Uint8Array(0));
   const disk = heldSyncDisk(mem, failure);
-  const log = await PartitionLog.open({ fs: disk.fs, dir, name: "t/0", clock: new ImmediateClock(), logger: new MemoryLogger(), config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
+  const log = await PartitionLog.open({
+    fs: disk.fs,
+    dir,
+    name: "t/0",
+    clock: new ImmediateClock(),
+    logger: new MemoryLogger(),
+    config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }),
+  });
   disk.hold();
   let journaled!: () => void;
-  const a = outcome(log.append(batch("a"), { beforeWrite: () => new Promise<void>((r) => (journaled = r)) }));
+  const a = outcome(
+    log.append(batch("a"), { beforeWrite: () => new Promise<void>((r) => (journaled = r)) }),
+  );
   await settleIo();
   expect(journaled).toBeDefined(); // the group of "a" is formed and waits for its hook
   const b = outcome(log.append(batch("b")));
@@ -120,7 +138,15 @@ async function failWhileFsyncInFlight(mem: MemoryFileSystem, failure: "cutSync" 
   return { log, a, b, aBeforeItsFsync };
 }
 
-const reopen = (mem: MemoryFileSystem) => PartitionLog.open({ fs: mem, dir, name: "t/0", clock: new ManualClock(), logger: new MemoryLogger(), config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
+const reopen = (mem: MemoryFileSystem) =>
+  PartitionLog.open({
+    fs: mem,
+    dir,
+    name: "t/0",
+    clock: new ManualClock(),
+    logger: new MemoryLogger(),
+    config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }),
+  });
 
 describe("a failed write while the previous group's fsync is in flight", () => {
   it("whose cut's fsync fails: waits for that fsync, acknowledges its group, then fences", async () => {

@@ -36,7 +36,14 @@ import { MemoryLogger } from "../../src/lib/logger.ts";
 import { Prng } from "../../src/lib/prng.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { SimFs } from "./sim-fs.ts";
-import { Model, SimViolation, decodeServed, maxValidOffsetOnDisk, type PartitionModel, type SentRequest } from "./model.ts";
+import {
+  Model,
+  SimViolation,
+  decodeServed,
+  maxValidOffsetOnDisk,
+  type PartitionModel,
+  type SentRequest,
+} from "./model.ts";
 
 export { SimViolation } from "./model.ts";
 
@@ -97,7 +104,9 @@ export class SimFailure extends Error {
     readonly trace: string[],
   ) {
     const what = cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause);
-    super(`seed=${seed} failed: ${what}\n  replay: npm run sim -- --seed ${seed}\n  last steps:\n    ${trace.join("\n    ")}`);
+    super(
+      `seed=${seed} failed: ${what}\n  replay: npm run sim -- --seed ${seed}\n  last steps:\n    ${trace.join("\n    ")}`,
+    );
     if (cause instanceof Error && cause.stack) this.stack = `${this.message}\n${cause.stack}`;
   }
 }
@@ -253,12 +262,19 @@ export class Simulation {
       onCrash: (report, at) => this.onCrash(report, `${at.op} ${at.path}`),
       onMutation: this.#logMutations ? (line) => this.trace(line) : undefined,
     });
-    if (plan.crashIn !== undefined) this.fs.planCrash({ inMutations: plan.crashIn, seed: this.prng.nextU32(), mode: this.crashMode() });
+    if (plan.crashIn !== undefined)
+      this.fs.planCrash({
+        inMutations: plan.crashIn,
+        seed: this.prng.nextU32(),
+        mode: this.crashMode(),
+      });
     if (plan.faultN !== undefined) this.mem.faults.failNth({ n: plan.faultN, code: "EIO" });
     const faulty = this.mem.faults.armed > 0;
     this.clock = new ManualClock(this.timeMs);
     this.logger = new MemoryLogger();
-    this.trace(`open broker${plan.crashIn ? ` (crash in ${plan.crashIn} mutations)` : ""}${plan.faultN ? ` (EIO on mutation ${plan.faultN})` : ""}`);
+    this.trace(
+      `open broker${plan.crashIn ? ` (crash in ${plan.crashIn} mutations)` : ""}${plan.faultN ? ` (EIO on mutation ${plan.faultN})` : ""}`,
+    );
     try {
       this.broker = await LocalBroker.open({
         fs: this.fs,
@@ -274,7 +290,10 @@ export class Simulation {
         this.trace(`open failed as it may: ${errorText(err)}`);
         return false;
       }
-      throw new SimViolation("recovery", `LocalBroker.open rejected without any fault: ${errorText(err)}`);
+      throw new SimViolation(
+        "recovery",
+        `LocalBroker.open rejected without any fault: ${errorText(err)}`,
+      );
     }
     this.noteRecoveryEvents();
     return !this.fs.dead;
@@ -285,7 +304,15 @@ export class Simulation {
     return r < 7 ? "random" : r < 9 ? "dropAll" : "keepAll";
   }
 
-  onCrash(report: { writesApplied: number; writesDropped: number; writesTorn: number; entriesReverted: number }, where: string): void {
+  onCrash(
+    report: {
+      writesApplied: number;
+      writesDropped: number;
+      writesTorn: number;
+      entriesReverted: number;
+    },
+    where: string,
+  ): void {
     this.summary.crashes++;
     this.trace(
       `POWER LOSS before ${where}: writes applied ${report.writesApplied}, dropped ${report.writesDropped}, torn ${report.writesTorn}; entries reverted ${report.entriesReverted}`,
@@ -297,11 +324,15 @@ export class Simulation {
       const partition = typeof e.fields.partition === "string" ? e.fields.partition : null;
       if (e.event === "recovery.torn_tail_cut") {
         this.summary.tornTailsCut++;
-        this.trace(`recovery: torn tail cut in ${partition} (${e.fields.cut_bytes} bytes: ${e.fields.reason})`);
+        this.trace(
+          `recovery: torn tail cut in ${partition} (${e.fields.cut_bytes} bytes: ${e.fields.reason})`,
+        );
       }
       if (e.event === "recovery.corrupt_segment" || e.event === "read.corrupt_segment") {
         this.summary.corruptReports++;
-        this.trace(`recovery: corrupt segment ${e.fields.segment} at ${e.fields.position}: ${e.fields.reason}`);
+        this.trace(
+          `recovery: corrupt segment ${e.fields.segment} at ${e.fields.position}: ${e.fields.reason}`,
+        );
         if (partition !== null) {
           const [topic, p] = partition.split("/");
           this.model.partition(topic, Number(p)).corruptReported = true;
@@ -339,7 +370,11 @@ export class Simulation {
         continue;
       } else {
         const alive = await this.openBroker();
-        if (!alive) throw new SimViolation("recovery", "the simulated disk died during a start without a planned crash");
+        if (!alive)
+          throw new SimViolation(
+            "recovery",
+            "the simulated disk died during a start without a planned crash",
+          );
       }
       await this.verifyAfterRecovery();
       return;
@@ -410,7 +445,8 @@ export class Simulation {
     const fired = this.mem.faults.fired.length;
     const newFaults = fired > this.firedSeen;
     if (newFaults) {
-      for (const f of this.mem.faults.fired.slice(this.firedSeen)) this.trace(`fault fired: mutation ${f.mutation} ${f.op} ${f.path} ${f.code}`);
+      for (const f of this.mem.faults.fired.slice(this.firedSeen))
+        this.trace(`fault fired: mutation ${f.mutation} ${f.op} ${f.path} ${f.code}`);
       this.summary.faultsFired += fired - this.firedSeen;
       this.firedSeen = fired;
     }
@@ -439,7 +475,11 @@ export class Simulation {
         const pm = this.model.partition(topic.name, p.partition);
         if (this.fs.dead) return;
         if (pm.fencedIn === this.incarnation) continue; // checked inside produceOne
-        if (!t.ok) throw new SimViolation("fenced", `${topic.name}/${p.partition} is not fenced but refused an append after a fault elsewhere: ${errorText(t.error)}`);
+        if (!t.ok)
+          throw new SimViolation(
+            "fenced",
+            `${topic.name}/${p.partition} is not fenced but refused an append after a fault elsewhere: ${errorText(t.error)}`,
+          );
       }
     }
   }
@@ -450,7 +490,11 @@ export class Simulation {
     return [...this.topics.values()].filter((t) => t.partitions > 0);
   }
 
-  makeEntries(topic: string, partition: number, count: number): { key: Uint8Array | null; value: Uint8Array; timestampMs: number; sendTs: number }[] {
+  makeEntries(
+    topic: string,
+    partition: number,
+    count: number,
+  ): { key: Uint8Array | null; value: Uint8Array; timestampMs: number; sendTs: number }[] {
     const p = this.prng;
     const out = [];
     for (let i = 0; i < count; i++) {
@@ -458,7 +502,9 @@ export class Simulation {
       const key = k === 0 ? null : k === 1 ? new Uint8Array(0) : randomBytes(p, 1 + p.int(12));
       const value = randomBytes(p, 4 + p.int(p.chance(0.1) ? 1500 : 200));
       const explicit = p.chance(0.5);
-      const sendTs = explicit ? Math.max(0, this.clock.nowMs() - p.int(100_000) + (p.chance(0.1) ? p.int(1000) : 0)) : -1;
+      const sendTs = explicit
+        ? Math.max(0, this.clock.nowMs() - p.int(100_000) + (p.chance(0.1) ? p.int(1000) : 0))
+        : -1;
       out.push({ key, value, timestampMs: explicit ? sendTs : this.clock.nowMs(), sendTs });
     }
     void topic;
@@ -467,7 +513,11 @@ export class Simulation {
   }
 
   /** Sends one produce request to one or more partitions; returns the tracked promise. */
-  async sendProduce(topic: TopicModel, targets: number[], perRecord: boolean): Promise<{ t: Tracked<unknown>; requests: SentRequest[]; expectFenced: boolean }> {
+  async sendProduce(
+    topic: TopicModel,
+    targets: number[],
+    perRecord: boolean,
+  ): Promise<{ t: Tracked<unknown>; requests: SentRequest[]; expectFenced: boolean }> {
     const broker = this.broker!;
     // Entries per record, in request order.
     const count = targets.length;
@@ -481,7 +531,8 @@ export class Simulation {
       byPartition.get(part)!.push(entries[i]);
     });
     const requests = new Map<number, SentRequest>();
-    for (const [part, es] of byPartition) requests.set(part, this.model.newRequest(topic.name, part, es));
+    for (const [part, es] of byPartition)
+      requests.set(part, this.model.newRequest(topic.name, part, es));
     // Stamp the value of each record with its id.
     const builder = new EntryBatchBuilder();
     const cursorIndex = new Map<number, number>();
@@ -495,46 +546,71 @@ export class Simulation {
     }
     let expectFenced = false;
     const description = await broker.describeTopic(topic.name).catch(() => null);
-    for (const part of byPartition.keys()) if (description?.partitions[part]?.fenced) expectFenced = true;
+    for (const part of byPartition.keys())
+      if (description?.partitions[part]?.fenced) expectFenced = true;
     const batch = builder.build();
     const t = track(
       broker.produce(
-        perRecord ? { topic: topic.name, partitions: Int32Array.from(recordPartitions), batch } : { topic: topic.name, partition: recordPartitions[0], batch },
+        perRecord
+          ? { topic: topic.name, partitions: Int32Array.from(recordPartitions), batch }
+          : { topic: topic.name, partition: recordPartitions[0], batch },
       ),
     );
     this.summary.requests++;
-    const ids = [...requests.values()].map((r) => `#${r.id}→${r.partition} (${r.records.length})`).join(", ");
+    const ids = [...requests.values()]
+      .map((r) => `#${r.id}→${r.partition} (${r.records.length})`)
+      .join(", ");
     this.trace(`produce ${topic.name} ${ids}${expectFenced ? " [partition fenced]" : ""}`);
     return { t, requests: [...requests.values()], expectFenced };
   }
 
   /** Checks a settled produce and feeds the model. */
-  settleProduce(sent: { t: Tracked<unknown>; requests: SentRequest[]; expectFenced: boolean }): void {
+  settleProduce(sent: {
+    t: Tracked<unknown>;
+    requests: SentRequest[];
+    expectFenced: boolean;
+  }): void {
     const { t, requests, expectFenced } = sent;
     const label = requests.map((r) => `#${r.id}`).join(",");
     if (!t.settled) throw new SimViolation("settles", `produce ${label} never settled`);
     if (t.ok) {
-      if (expectFenced) throw new SimViolation("fenced", `produce ${label} to a fenced partition was acknowledged`);
-      const spans = (t.value as { spans: { partition: number; baseOffset: number; count: number }[] }).spans;
+      if (expectFenced)
+        throw new SimViolation("fenced", `produce ${label} to a fenced partition was acknowledged`);
+      const spans = (
+        t.value as { spans: { partition: number; baseOffset: number; count: number }[] }
+      ).spans;
       // Spans are runs in request order; per partition they must be consecutive offsets.
       const next = new Map<number, number>();
       for (const span of spans) {
         const request = requests.find((r) => r.partition === span.partition);
-        if (request === undefined) throw new SimViolation("request-shape", `produce ${label}: a span names partition ${span.partition}, which got no records`);
+        if (request === undefined)
+          throw new SimViolation(
+            "request-shape",
+            `produce ${label}: a span names partition ${span.partition}, which got no records`,
+          );
         const expected = next.get(span.partition);
         if (expected !== undefined && expected !== span.baseOffset) {
-          throw new SimViolation("request-shape", `produce ${label}: records of partition ${span.partition} are not at consecutive offsets`);
+          throw new SimViolation(
+            "request-shape",
+            `produce ${label}: records of partition ${span.partition} are not at consecutive offsets`,
+          );
         }
-        if (expected === undefined) this.model.ack(request, span.baseOffset, { durable: this.durableAcks });
+        if (expected === undefined)
+          this.model.ack(request, span.baseOffset, { durable: this.durableAcks });
         next.set(span.partition, span.baseOffset + span.count);
       }
       for (const r of requests) {
         if (next.get(r.partition) !== r.baseOffset + r.records.length) {
-          throw new SimViolation("request-shape", `produce ${label}: spans cover ${next.get(r.partition)! - r.baseOffset} records of partition ${r.partition}, sent ${r.records.length}`);
+          throw new SimViolation(
+            "request-shape",
+            `produce ${label}: spans cover ${next.get(r.partition)! - r.baseOffset} records of partition ${r.partition}, sent ${r.records.length}`,
+          );
         }
       }
       this.summary.acked++;
-      this.trace(`  ack ${requests.map((r) => `#${r.id}@${r.partition}:${r.baseOffset}`).join(", ")}`);
+      this.trace(
+        `  ack ${requests.map((r) => `#${r.id}@${r.partition}:${r.baseOffset}`).join(", ")}`,
+      );
       return;
     }
     for (const r of requests) r.status = "failed";
@@ -542,10 +618,16 @@ export class Simulation {
     this.trace(`  error ${label}: ${errorText(t.error)}`);
     if (this.fs.dead) return; // the process is gone; any error will do
     if (!(t.error instanceof BrokerError) || !produceErrorCodes.has(t.error.kind.code)) {
-      throw new SimViolation("errors", `produce ${label} rejected with an error outside the table's storage rows: ${errorText(t.error)}`);
+      throw new SimViolation(
+        "errors",
+        `produce ${label} rejected with an error outside the table's storage rows: ${errorText(t.error)}`,
+      );
     }
     if (expectFenced && t.error.kind.code !== "partition_fenced") {
-      throw new SimViolation("fenced", `produce ${label} to a fenced partition rejected with ${t.error.kind.code}, not partition_fenced`);
+      throw new SimViolation(
+        "fenced",
+        `produce ${label} to a fenced partition rejected with ${t.error.kind.code}, not partition_fenced`,
+      );
     }
   }
 
@@ -569,7 +651,9 @@ export class Simulation {
       const records = 1 + this.prng.int(6);
       const multi = topic.partitions > 1 && this.prng.chance(0.2);
       const first = this.prng.int(topic.partitions);
-      const targets = Array.from({ length: records }, () => (multi ? this.prng.int(topic.partitions) : first));
+      const targets = Array.from({ length: records }, () =>
+        multi ? this.prng.int(topic.partitions) : first,
+      );
       sent.push(await this.sendProduce(topic, targets, multi));
       const gap = this.prng.int(6);
       for (let g = 0; g < gap; g++) await Promise.resolve();
@@ -578,10 +662,17 @@ export class Simulation {
     for (const r of reads) {
       if (r === null) continue;
       const { t, pm, request } = r;
-      if (!t.settled) throw new SimViolation("settles", `fetch ${pm.topic}/${pm.partition} at ${request.offset} never settled`);
+      if (!t.settled)
+        throw new SimViolation(
+          "settles",
+          `fetch ${pm.topic}/${pm.partition} at ${request.offset} never settled`,
+        );
       if (!t.ok) {
         if (this.fs.dead) continue;
-        throw new SimViolation("fetch", `fetch ${pm.topic}/${pm.partition} at ${request.offset}, racing appends, rejected: ${errorText(t.error)}`);
+        throw new SimViolation(
+          "fetch",
+          `fetch ${pm.topic}/${pm.partition} at ${request.offset}, racing appends, rejected: ${errorText(t.error)}`,
+        );
       }
       this.checkFetch(pm, request, t.value!, "fetch racing appends");
     }
@@ -593,11 +684,16 @@ export class Simulation {
     const topic = topics[this.prng.int(topics.length)];
     const partition = this.prng.int(topic.partitions);
     const pm = this.model.partition(topic.name, partition);
-    const offsets = await this.broker!.listOffsets({ topic: topic.name, partition }).catch(() => null);
+    const offsets = await this.broker!.listOffsets({ topic: topic.name, partition }).catch(
+      () => null,
+    );
     if (offsets === null) return null;
-    const offset = offsets.logStartOffset + this.prng.int(offsets.highWatermark - offsets.logStartOffset + 1);
+    const offset =
+      offsets.logStartOffset + this.prng.int(offsets.highWatermark - offsets.logStartOffset + 1);
     const request = { offset, maxRecords: 1 + this.prng.int(40) };
-    this.trace(`fetch ${topic.name}/${partition} offset ${offset} max_records ${request.maxRecords} (hw ${offsets.highWatermark}), racing appends`);
+    this.trace(
+      `fetch ${topic.name}/${partition} offset ${offset} max_records ${request.maxRecords} (hw ${offsets.highWatermark}), racing appends`,
+    );
     const t = track(this.broker!.fetch({ topic: topic.name, partition, ...request }));
     return { t, pm, request };
   }
@@ -614,30 +710,47 @@ export class Simulation {
       offsets = await broker.listOffsets({ topic: topic.name, partition });
     } catch (err) {
       if (this.fs.dead) return;
-      throw new SimViolation("fetch", `listOffsets ${topic.name}/${partition} rejected: ${errorText(err)}`);
+      throw new SimViolation(
+        "fetch",
+        `listOffsets ${topic.name}/${partition} rejected: ${errorText(err)}`,
+      );
     }
     this.noteHighWatermark(pm, offsets.highWatermark, "listOffsets");
     const beyond = this.prng.chance(0.05);
     const span = offsets.highWatermark - offsets.logStartOffset;
-    const offset = beyond ? offsets.highWatermark + 1 + this.prng.int(3) : offsets.logStartOffset + this.prng.int(span + 1);
+    const offset = beyond
+      ? offsets.highWatermark + 1 + this.prng.int(3)
+      : offsets.logStartOffset + this.prng.int(span + 1);
     const maxRecords = 1 + this.prng.int(40);
     const maxBytes = this.prng.chance(0.3) ? 1 + this.prng.int(3000) : undefined;
-    this.trace(`fetch ${topic.name}/${partition} offset ${offset} max_records ${maxRecords}${maxBytes ? ` max_bytes ${maxBytes}` : ""} (hw ${offsets.highWatermark})`);
+    this.trace(
+      `fetch ${topic.name}/${partition} offset ${offset} max_records ${maxRecords}${maxBytes ? ` max_bytes ${maxBytes}` : ""} (hw ${offsets.highWatermark})`,
+    );
     let result;
     try {
       result = await broker.fetch({ topic: topic.name, partition, offset, maxRecords, maxBytes });
     } catch (err) {
       if (this.fs.dead) return;
       if (beyond && err instanceof BrokerError && err.kind.code === "offset_out_of_range") return;
-      throw new SimViolation("fetch", `fetch ${topic.name}/${partition} at ${offset} rejected: ${errorText(err)}`);
+      throw new SimViolation(
+        "fetch",
+        `fetch ${topic.name}/${partition} at ${offset} rejected: ${errorText(err)}`,
+      );
     }
-    if (beyond) throw new SimViolation("fetch", `fetch above the high watermark (${offset} > ${offsets.highWatermark}) did not reject`);
+    if (beyond)
+      throw new SimViolation(
+        "fetch",
+        `fetch above the high watermark (${offset} > ${offsets.highWatermark}) did not reject`,
+      );
     this.checkFetch(pm, { offset, maxRecords, maxBytes }, result, "fetch");
   }
 
   noteHighWatermark(pm: PartitionModel, hw: number, where: string): void {
     if (hw < pm.maxHighWatermark) {
-      throw new SimViolation("hw-monotonic", `${pm.topic}/${pm.partition} high watermark went back from ${pm.maxHighWatermark} to ${hw} (${where})`);
+      throw new SimViolation(
+        "hw-monotonic",
+        `${pm.topic}/${pm.partition} high watermark went back from ${pm.maxHighWatermark} to ${hw} (${where})`,
+      );
     }
     pm.maxHighWatermark = hw;
   }
@@ -646,30 +759,64 @@ export class Simulation {
   checkFetch(
     pm: PartitionModel,
     request: { offset: number; maxRecords: number; maxBytes?: number },
-    result: { records: { bytes: Uint8Array; count: number }; nextOffset: number; highWatermark: number },
+    result: {
+      records: { bytes: Uint8Array; count: number };
+      nextOffset: number;
+      highWatermark: number;
+    },
     where: string,
   ): { offset: number; id: number }[] {
-    const records = decodeServed(this.model, pm, result.records.bytes, { count: result.records.count, where });
+    const records = decodeServed(this.model, pm, result.records.bytes, {
+      count: result.records.count,
+      where,
+    });
     const at = `${pm.topic}/${pm.partition} ${where} at ${request.offset}`;
     this.noteHighWatermark(pm, result.highWatermark, where);
     let last = request.offset - 1;
     for (const r of records) {
-      if (r.offset <= last) throw new SimViolation("order", `${at}: offset ${r.offset} does not increase past ${last}`);
-      if (r.offset >= result.highWatermark) throw new SimViolation("below-hw", `${at}: served offset ${r.offset} at or above the high watermark ${result.highWatermark}`);
+      if (r.offset <= last)
+        throw new SimViolation("order", `${at}: offset ${r.offset} does not increase past ${last}`);
+      if (r.offset >= result.highWatermark)
+        throw new SimViolation(
+          "below-hw",
+          `${at}: served offset ${r.offset} at or above the high watermark ${result.highWatermark}`,
+        );
       last = r.offset;
     }
-    if (records.length > request.maxRecords) throw new SimViolation("fetch", `${at}: ${records.length} records for max_records ${request.maxRecords}`);
-    if (request.maxBytes !== undefined && records.length > 1 && result.records.bytes.length > request.maxBytes) {
-      throw new SimViolation("fetch", `${at}: ${result.records.bytes.length} bytes for max_bytes ${request.maxBytes}`);
+    if (records.length > request.maxRecords)
+      throw new SimViolation(
+        "fetch",
+        `${at}: ${records.length} records for max_records ${request.maxRecords}`,
+      );
+    if (
+      request.maxBytes !== undefined &&
+      records.length > 1 &&
+      result.records.bytes.length > request.maxBytes
+    ) {
+      throw new SimViolation(
+        "fetch",
+        `${at}: ${result.records.bytes.length} bytes for max_bytes ${request.maxBytes}`,
+      );
     }
-    if (records.length > 0 && result.nextOffset !== last + 1) throw new SimViolation("fetch", `${at}: next offset ${result.nextOffset} after last record ${last}`);
-    if (result.nextOffset < request.offset) throw new SimViolation("fetch", `${at}: next offset ${result.nextOffset} goes back`);
+    if (records.length > 0 && result.nextOffset !== last + 1)
+      throw new SimViolation(
+        "fetch",
+        `${at}: next offset ${result.nextOffset} after last record ${last}`,
+      );
+    if (result.nextOffset < request.offset)
+      throw new SimViolation("fetch", `${at}: next offset ${result.nextOffset} goes back`);
     if (!pm.corruptReported) {
       if (request.offset < result.highWatermark && records.length === 0) {
-        throw new SimViolation("contiguous", `${at}: nothing served below the high watermark ${result.highWatermark}, and no corruption was reported`);
+        throw new SimViolation(
+          "contiguous",
+          `${at}: nothing served below the high watermark ${result.highWatermark}, and no corruption was reported`,
+        );
       }
       if (records.length > 0 && records[0].offset !== request.offset) {
-        throw new SimViolation("contiguous", `${at}: first record served is ${records[0].offset}, and no corruption was reported`);
+        throw new SimViolation(
+          "contiguous",
+          `${at}: first record served is ${records[0].offset}, and no corruption was reported`,
+        );
       }
     }
     for (const r of records) this.model.observe(pm, r, { stable: true, where });
@@ -686,14 +833,22 @@ export class Simulation {
   async stepCleanRestart(): Promise<void> {
     // A clean stop flushes: with flushEveryRecords > 1, what was acknowledged is durable now,
     // except on a partition fenced in this incarnation (its unsynced bytes are gone).
-    if (this.mem.faults.armed > 0) this.trace("disarm the faults that did not fire (faults during a start are drawn in recover)");
+    if (this.mem.faults.armed > 0)
+      this.trace(
+        "disarm the faults that did not fire (faults during a start are drawn in recover)",
+      );
     this.mem.faults.clear();
     await this.closeBroker("clean restart");
     this.summary.cleanRestarts++;
     const fenced = new Set(this.logger.named("partition.fenced").map((f) => f.partition));
     for (const pm of this.model.partitions.values()) {
       if (pm.fencedIn !== this.incarnation && !fenced.has(`${pm.topic}/${pm.partition}`)) {
-        for (const [offset, id] of pm.ackedVolatile) this.model.observe(pm, { offset, id }, { stable: true, where: "acknowledged before a clean stop" });
+        for (const [offset, id] of pm.ackedVolatile)
+          this.model.observe(
+            pm,
+            { offset, id },
+            { stable: true, where: "acknowledged before a clean stop" },
+          );
       }
       pm.ackedVolatile.clear();
     }
@@ -781,7 +936,11 @@ export class Simulation {
         const n = 1 + p.int(30);
         const enospc = p.chance(0.5);
         const k = p.int(100);
-        this.mem.faults.failNth({ n, code: enospc ? "ENOSPC" : "EIO", partialBytes: enospc ? k : 0 });
+        this.mem.faults.failNth({
+          n,
+          code: enospc ? "ENOSPC" : "EIO",
+          partialBytes: enospc ? k : 0,
+        });
         what = `countdown: mutation ${n} from now fails with ${enospc ? `ENOSPC after ${k} bytes` : "EIO"}`;
       }
     }
@@ -798,12 +957,19 @@ export class Simulation {
     this.topics.set(name, { name, partitions: 0, acked: false });
     this.trace(`create topic ${name} with ${partitions} partitions`);
     try {
-      await this.broker!.createTopic({ name, partitions, config: { segment_bytes: this.segmentBytes } });
+      await this.broker!.createTopic({
+        name,
+        partitions,
+        config: { segment_bytes: this.segmentBytes },
+      });
     } catch (err) {
       this.trace(`  create topic ${name} failed: ${errorText(err)}`);
       if (this.fs.dead) return false;
       if (!(err instanceof BrokerError) || err.kind.code !== "storage_error") {
-        throw new SimViolation("errors", `createTopic rejected with something other than storage_error: ${errorText(err)}`);
+        throw new SimViolation(
+          "errors",
+          `createTopic rejected with something other than storage_error: ${errorText(err)}`,
+        );
       }
       return false;
     }
@@ -820,11 +986,11 @@ export class Simulation {
     const t = this.topics.get(topic);
     if (t === undefined || t.partitions === 0 || this.broker === null) return;
     const sent = [];
-    for (const targets of requests) sent.push(await this.sendProduce(t, targets, new Set(targets).size > 1));
+    for (const targets of requests)
+      sent.push(await this.sendProduce(t, targets, new Set(targets).size > 1));
     await drainMicrotasks();
     for (const s of sent) this.settleProduce(s);
   }
-
 
   // ---------------------------------------------------------------- checks
 
@@ -839,11 +1005,19 @@ export class Simulation {
       const got = listed.get(topic.name);
       if (topic.acked && got === undefined) {
         if (options.faultDuringOpen) continue;
-        const why = broker.describeStorage().unavailable.find((u) => u.name === topic.name)?.reason ?? "not listed";
-        throw new SimViolation("topics", `topic ${topic.name} was created (acknowledged) but is not available after a restart: ${why}`);
+        const why =
+          broker.describeStorage().unavailable.find((u) => u.name === topic.name)?.reason ??
+          "not listed";
+        throw new SimViolation(
+          "topics",
+          `topic ${topic.name} was created (acknowledged) but is not available after a restart: ${why}`,
+        );
       }
       if (got !== undefined && topic.acked && got.partitions.length !== topic.partitions) {
-        throw new SimViolation("topics", `topic ${topic.name} has ${got.partitions.length} partitions, created with ${topic.partitions}`);
+        throw new SimViolation(
+          "topics",
+          `topic ${topic.name} has ${got.partitions.length} partitions, created with ${topic.partitions}`,
+        );
       }
       if (got !== undefined && !topic.acked && !options.faultDuringOpen) {
         // Created before a crash without its answer: adopt it.
@@ -852,7 +1026,8 @@ export class Simulation {
       if (got === undefined && !topic.acked) topic.partitions = 0;
     }
     for (const name of listed.keys()) {
-      if (!this.topics.has(name)) throw new SimViolation("topics", `topic ${name} appeared without ever being created`);
+      if (!this.topics.has(name))
+        throw new SimViolation("topics", `topic ${name} appeared without ever being created`);
     }
   }
 
@@ -867,7 +1042,8 @@ export class Simulation {
     const listed = new Set((await this.broker!.listTopics()).map((t) => t.name));
     for (const topic of this.availableTopics()) {
       if (!listed.has(topic.name)) continue; // availability is checkTopicsAvailable's business
-      for (let p = 0; p < topic.partitions; p++) await this.verifyPartition(this.model.partition(topic.name, p), options);
+      for (let p = 0; p < topic.partitions; p++)
+        await this.verifyPartition(this.model.partition(topic.name, p), options);
     }
   }
 
@@ -888,13 +1064,25 @@ export class Simulation {
       const maxRecords = 1 + this.prng.int(200);
       let result;
       try {
-        result = await broker.fetch({ topic: pm.topic, partition: pm.partition, offset, maxRecords });
+        result = await broker.fetch({
+          topic: pm.topic,
+          partition: pm.partition,
+          offset,
+          maxRecords,
+        });
       } catch (err) {
-        throw new SimViolation("fetch", `${name}: fetch at ${offset} below the high watermark rejected: ${errorText(err)}`);
+        throw new SimViolation(
+          "fetch",
+          `${name}: fetch at ${offset} below the high watermark rejected: ${errorText(err)}`,
+        );
       }
       const records = this.checkFetch(pm, { offset, maxRecords }, result, "full read");
       for (const r of records) visible.set(r.offset, r.id);
-      if (result.nextOffset <= offset) throw new SimViolation("fetch", `${name}: fetch at ${offset} does not move on (next offset ${result.nextOffset})`);
+      if (result.nextOffset <= offset)
+        throw new SimViolation(
+          "fetch",
+          `${name}: fetch at ${offset} does not move on (next offset ${result.nextOffset})`,
+        );
       offset = result.nextOffset;
     }
     // durable / stable: everything served before or acknowledged with fsync is still there.
@@ -903,7 +1091,10 @@ export class Simulation {
       const now = visible.get(o);
       if (now === undefined) {
         const r = this.model.records[id];
-        throw new SimViolation("durable", `${name}: offset ${o} held record #${id} (request #${r.requestId}, ${this.model.requests[r.requestId].status}) and is no longer readable (high watermark ${offsets.highWatermark})`);
+        throw new SimViolation(
+          "durable",
+          `${name}: offset ${o} held record #${id} (request #${r.requestId}, ${this.model.requests[r.requestId].status}) and is no longer readable (high watermark ${offsets.highWatermark})`,
+        );
       }
     }
     // prefix: what survives of a request is a prefix of it.
@@ -917,19 +1108,40 @@ export class Simulation {
       indexes.sort((a, b) => a - b);
       const request = this.model.requests[requestId];
       if (indexes[indexes.length - 1] !== indexes.length - 1) {
-        throw new SimViolation("prefix", `${name}: request #${requestId} (${request.status}) survives as records ${indexes.join(",")} of ${request.records.length}, not a prefix`);
+        throw new SimViolation(
+          "prefix",
+          `${name}: request #${requestId} (${request.status}) survives as records ${indexes.join(",")} of ${request.records.length}, not a prefix`,
+        );
       }
-      if (request.status === "acked" && this.durableAcks && indexes.length !== request.records.length) {
-        throw new SimViolation("durable", `${name}: acknowledged request #${requestId} survives as ${indexes.length} of ${request.records.length} records`);
+      if (
+        request.status === "acked" &&
+        this.durableAcks &&
+        indexes.length !== request.records.length
+      ) {
+        throw new SimViolation(
+          "durable",
+          `${name}: acknowledged request #${requestId} survives as ${indexes.length} of ${request.records.length} records`,
+        );
       }
     }
     if (!pm.corruptReported && visible.size !== offsets.highWatermark - offsets.logStartOffset) {
-      throw new SimViolation("contiguous", `${name}: ${visible.size} records below the high watermark ${offsets.highWatermark}, and no corruption was reported`);
+      throw new SimViolation(
+        "contiguous",
+        `${name}: ${visible.size} records below the high watermark ${offsets.highWatermark}, and no corruption was reported`,
+      );
     }
     if (options.disk) {
-      const max = maxValidOffsetOnDisk(this.model, pm, this.mem, `${dataDir}/topics/${pm.topic}/${pm.partition}`);
+      const max = maxValidOffsetOnDisk(
+        this.model,
+        pm,
+        this.mem,
+        `${dataDir}/topics/${pm.topic}/${pm.partition}`,
+      );
       if (max >= offsets.highWatermark) {
-        throw new SimViolation("next-offset", `${name}: a valid record with offset ${max} is on disk, but the next offset after recovery is ${offsets.highWatermark}`);
+        throw new SimViolation(
+          "next-offset",
+          `${name}: a valid record with offset ${max} is on disk, but the next offset after recovery is ${offsets.highWatermark}`,
+        );
       }
     }
   }

@@ -8,7 +8,12 @@ import { describe, expect, it } from "vitest";
 import { MemoryFileSystem, type CrashMode } from "../../src/fs/memory.ts";
 import { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
-import { isTempFileName, listStaleTempFiles, readJsonFile, writeJsonAtomic } from "../../src/storage/metadata.ts";
+import {
+  isTempFileName,
+  listStaleTempFiles,
+  readJsonFile,
+  writeJsonAtomic,
+} from "../../src/storage/metadata.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
@@ -24,7 +29,11 @@ const crashModes: { mode: CrashMode; seed: number }[] = [
 ];
 
 const oldValue = { name: "orders", partitions: 3, config: { segment_bytes: 1024 } };
-const newValue = { name: "orders", partitions: 3, config: { segment_bytes: 2048, retention_ms: 60_000, note: "x".repeat(300) } };
+const newValue = {
+  name: "orders",
+  partitions: 3,
+  config: { segment_bytes: 2048, retention_ms: 60_000, note: "x".repeat(300) },
+};
 
 /** A disk holding `/m/topic.json` = oldValue, durably. */
 function diskWithOldFile(): MemoryFileSystem {
@@ -70,7 +79,8 @@ describe("atomic metadata files under crashes", () => {
         if (done) expect(value, `resolved, then power lost (${mode} ${seed})`).toEqual(newValue);
         else expect([oldValue, newValue]).toContainEqual(value);
         outcomes.add(JSON.stringify(value) === JSON.stringify(newValue) ? "new" : "old");
-        for (const name of await mem.readdir("/m")) expect(name === "topic.json" || isTempFileName(name), `leftover ${name}`).toBe(true);
+        for (const name of await mem.readdir("/m"))
+          expect(name === "topic.json" || isTempFileName(name), `leftover ${name}`).toBe(true);
       }
     }
     expect([...outcomes].sort()).toEqual(["new", "old"]);
@@ -78,7 +88,11 @@ describe("atomic metadata files under crashes", () => {
 
   it("names leftover temporary files so they are found and ignored", async () => {
     const mem = diskWithOldFile();
-    const fs = new SimFs(mem, { seed: 1, jitterMax: 0, crash: { atMutation: 4, seed: 0, mode: "keepAll" } }); // before the rename
+    const fs = new SimFs(mem, {
+      seed: 1,
+      jitterMax: 0,
+      crash: { atMutation: 4, seed: 0, mode: "keepAll" },
+    }); // before the rename
     await expect(writeJsonAtomic(fs, "/m/topic.json", newValue)).rejects.toThrow(/lost power/);
     const stale = await listStaleTempFiles(mem, "/m");
     expect(stale).toHaveLength(1);
@@ -114,13 +128,24 @@ describe("topic creation under crashes", () => {
         const topics = await after.listTopics();
         const unavailable = after.describeStorage().unavailable;
         const label = `power lost before mutation ${k} of createTopic (${mode} ${seed})`;
-        if (created) expect(topics.map((t) => t.name), label).toEqual(["orders"]);
+        if (created)
+          expect(
+            topics.map((t) => t.name),
+            label,
+          ).toEqual(["orders"]);
         if (topics.length === 1) {
-          expect(topics[0].partitions.map((p) => p.partition), label).toEqual([0, 1, 2]);
+          expect(
+            topics[0].partitions.map((p) => p.partition),
+            label,
+          ).toEqual([0, 1, 2]);
           seen.add("complete");
           // Every partition takes appends and serves them.
           for (const p of [0, 1, 2]) {
-            const r = await after.produce({ topic: "orders", partition: p, batch: new EntryBatchBuilder().add(null, utf8("v")).build() });
+            const r = await after.produce({
+              topic: "orders",
+              partition: p,
+              batch: new EntryBatchBuilder().add(null, utf8("v")).build(),
+            });
             expect(r.spans[0].baseOffset).toBe(0);
           }
         } else {
@@ -143,8 +168,16 @@ describe("metadata files that are damaged or left over at start (DECISIONS 9)", 
     const { broker } = await openBroker(mem);
     await broker.createTopic({ name: "a", partitions: 1 });
     await broker.createTopic({ name: "b", partitions: 2 });
-    await broker.produce({ topic: "a", partition: 0, batch: new EntryBatchBuilder().add(null, utf8("in a")).build() });
-    await broker.produce({ topic: "b", partition: 1, batch: new EntryBatchBuilder().add(null, utf8("in b")).build() });
+    await broker.produce({
+      topic: "a",
+      partition: 0,
+      batch: new EntryBatchBuilder().add(null, utf8("in a")).build(),
+    });
+    await broker.produce({
+      topic: "b",
+      partition: 1,
+      batch: new EntryBatchBuilder().add(null, utf8("in b")).build(),
+    });
     await broker.close();
     return mem;
   }
@@ -160,17 +193,44 @@ describe("metadata files that are damaged or left over at start (DECISIONS 9)", 
       const { broker, logger } = await openBroker(mem);
       expect((await broker.listTopics()).map((t) => t.name)).toEqual(["b"]);
       expect((await errorOf(broker.describeTopic("a"))).kind.code).toBe("unavailable");
-      expect((await errorOf(broker.produce({ topic: "a", partition: 0, batch: new EntryBatchBuilder().add(null, utf8("x")).build() }))).kind.code).toBe("unavailable");
-      expect((await errorOf(broker.fetch({ topic: "a", partition: 0, offset: 0 }))).kind.code).toBe("unavailable");
-      expect((await errorOf(broker.createTopic({ name: "a", partitions: 1 }))).kind.code).toBe("topic_exists");
-      expect(logger.named("recovery.topic_unavailable")).toMatchObject([{ topic: "a", file: "/data/topics/a/topic.json" }]);
+      expect(
+        (
+          await errorOf(
+            broker.produce({
+              topic: "a",
+              partition: 0,
+              batch: new EntryBatchBuilder().add(null, utf8("x")).build(),
+            }),
+          )
+        ).kind.code,
+      ).toBe("unavailable");
+      expect((await errorOf(broker.fetch({ topic: "a", partition: 0, offset: 0 }))).kind.code).toBe(
+        "unavailable",
+      );
+      expect((await errorOf(broker.createTopic({ name: "a", partitions: 1 }))).kind.code).toBe(
+        "topic_exists",
+      );
+      expect(logger.named("recovery.topic_unavailable")).toMatchObject([
+        { topic: "a", file: "/data/topics/a/topic.json" },
+      ]);
       // The other topic works: its record is there and it takes appends.
       expect((await broker.fetch({ topic: "b", partition: 1, offset: 0 })).records.count).toBe(1);
-      expect((await broker.produce({ topic: "b", partition: 1, batch: new EntryBatchBuilder().add(null, utf8("more")).build() })).spans[0].baseOffset).toBe(1);
+      expect(
+        (
+          await broker.produce({
+            topic: "b",
+            partition: 1,
+            batch: new EntryBatchBuilder().add(null, utf8("more")).build(),
+          })
+        ).spans[0].baseOffset,
+      ).toBe(1);
       await broker.close();
       expect(mem.readFileSync("/data/topics/a/topic.json")).toEqual(bytes);
       // Repaired, the topic comes back with its data.
-      mem.writeFileSync("/data/topics/a/topic.json", utf8(JSON.stringify({ name: "a", partitions: 1, config: {} })));
+      mem.writeFileSync(
+        "/data/topics/a/topic.json",
+        utf8(JSON.stringify({ name: "a", partitions: 1, config: {} })),
+      );
       const { broker: repaired } = await openBroker(mem);
       expect((await repaired.fetch({ topic: "a", partition: 0, offset: 0 })).records.count).toBe(1);
       await repaired.close();
@@ -186,7 +246,12 @@ describe("metadata files that are damaged or left over at start (DECISIONS 9)", 
       ["a", 1],
       ["b", 2],
     ]);
-    expect(logger.named("recovery.stray_file").map((f) => f.file).sort()).toEqual(["/data/topics/.a.tmp-3", "/data/topics/a/.topic.json.tmp-7"]);
+    expect(
+      logger
+        .named("recovery.stray_file")
+        .map((f) => f.file)
+        .sort(),
+    ).toEqual(["/data/topics/.a.tmp-3", "/data/topics/a/.topic.json.tmp-7"]);
     expect(mem.listTree("/data/topics")).toContain("/data/topics/a/.topic.json.tmp-7");
     await broker.close();
   });

@@ -118,10 +118,30 @@ export class Model {
   }
 
   /** Registers a new request's records for one partition; ids are assigned here. */
-  newRequest(topic: string, partition: number, entries: { key: Uint8Array | null; value: Uint8Array; timestampMs: number }[]): SentRequest {
-    const request: SentRequest = { id: this.requests.length, topic, partition, records: [], status: "pending", baseOffset: -1 };
+  newRequest(
+    topic: string,
+    partition: number,
+    entries: { key: Uint8Array | null; value: Uint8Array; timestampMs: number }[],
+  ): SentRequest {
+    const request: SentRequest = {
+      id: this.requests.length,
+      topic,
+      partition,
+      records: [],
+      status: "pending",
+      baseOffset: -1,
+    };
     entries.forEach((e, index) => {
-      const record: SentRecord = { id: this.records.length, topic, partition, key: e.key, value: e.value, timestampMs: e.timestampMs, requestId: request.id, index };
+      const record: SentRecord = {
+        id: this.records.length,
+        topic,
+        partition,
+        key: e.key,
+        value: e.value,
+        timestampMs: e.timestampMs,
+        requestId: request.id,
+        index,
+      };
       this.records.push(record);
       request.records.push(record);
     });
@@ -138,17 +158,24 @@ export class Model {
     const at = `${pm.topic}/${pm.partition} offset ${offset} (${options.where})`;
     const previous = pm.stable.get(offset);
     if (previous !== undefined && previous !== id) {
-      throw new SimViolation("stable", `${at} held record #${previous} before and now holds record #${id}`);
+      throw new SimViolation(
+        "stable",
+        `${at} held record #${previous} before and now holds record #${id}`,
+      );
     }
     const record = this.records[id];
     const request = this.requests[record.requestId];
     const expectedBase = offset - record.index;
     if (request.baseOffset >= 0 && request.baseOffset !== expectedBase) {
-      throw new SimViolation("request-shape", `${at} holds record #${id} (index ${record.index} of request #${request.id}), but that request starts at offset ${request.baseOffset}`);
+      throw new SimViolation(
+        "request-shape",
+        `${at} holds record #${id} (index ${record.index} of request #${request.id}), but that request starts at offset ${request.baseOffset}`,
+      );
     }
     if (!options.stable) return;
     const where = pm.offsetOf.get(id);
-    if (where !== undefined && where !== offset) throw new SimViolation("unique", `${at}: record #${id} was already seen at offset ${where}`);
+    if (where !== undefined && where !== offset)
+      throw new SimViolation("unique", `${at}: record #${id} was already seen at offset ${where}`);
     pm.stable.set(offset, id);
     pm.offsetOf.set(id, offset);
     if (request.baseOffset < 0) request.baseOffset = expectedBase;
@@ -158,7 +185,10 @@ export class Model {
   ack(request: SentRequest, baseOffset: number, options: { durable: boolean }): void {
     const pm = this.partition(request.topic, request.partition);
     if (request.baseOffset >= 0 && request.baseOffset !== baseOffset) {
-      throw new SimViolation("request-shape", `request #${request.id} acknowledged at offset ${baseOffset}, but its records were seen from offset ${request.baseOffset}`);
+      throw new SimViolation(
+        "request-shape",
+        `request #${request.id} acknowledged at offset ${baseOffset}, but its records were seen from offset ${request.baseOffset}`,
+      );
     }
     request.status = "acked";
     for (const r of request.records) {
@@ -168,7 +198,10 @@ export class Model {
       } else {
         const previous = pm.stable.get(offset);
         if (previous !== undefined && previous !== r.id) {
-          throw new SimViolation("stable", `${pm.topic}/${pm.partition} acknowledged record #${r.id} at offset ${offset}, which served record #${previous} before`);
+          throw new SimViolation(
+            "stable",
+            `${pm.topic}/${pm.partition} acknowledged record #${r.id} at offset ${offset}, which served record #${previous} before`,
+          );
         }
         pm.ackedVolatile.set(offset, r.id);
       }
@@ -181,21 +214,32 @@ export class Model {
  * Decodes a fetch's record bytes and checks them field by field against the model.
  * @returns the records in order.
  */
-export function decodeServed(model: Model, pm: PartitionModel, bytes: Uint8Array, options: { count: number; where: string }): SeenRecord[] {
+export function decodeServed(
+  model: Model,
+  pm: PartitionModel,
+  bytes: Uint8Array,
+  options: { count: number; where: string },
+): SeenRecord[] {
   const cursor = new RecordCursor().reset(bytes);
   const out: SeenRecord[] = [];
   let p = 0;
   while (p < bytes.length) {
     const status = cursor.decode(p);
     if (status !== DecodeStatus.Ok) {
-      throw new SimViolation("decodes", `${pm.topic}/${pm.partition} (${options.where}): record ${out.length} at byte ${p} does not decode: ${cursor.reason}`);
+      throw new SimViolation(
+        "decodes",
+        `${pm.topic}/${pm.partition} (${options.where}): record ${out.length} at byte ${p} does not decode: ${cursor.reason}`,
+      );
     }
     const id = checkKnown(model, pm, cursor, options.where);
     out.push({ offset: cursor.offset, id });
     p += cursor.sizeBytes;
   }
   if (out.length !== options.count) {
-    throw new SimViolation("decodes", `${pm.topic}/${pm.partition} (${options.where}): count says ${options.count} records, the bytes hold ${out.length}`);
+    throw new SimViolation(
+      "decodes",
+      `${pm.topic}/${pm.partition} (${options.where}): count says ${options.count} records, the bytes hold ${out.length}`,
+    );
   }
   return out;
 }
@@ -204,20 +248,34 @@ export function decodeServed(model: Model, pm: PartitionModel, bytes: Uint8Array
 function checkKnown(model: Model, pm: PartitionModel, cursor: RecordCursor, where: string): number {
   const at = `${pm.topic}/${pm.partition} offset ${cursor.offset} (${where})`;
   const value = cursor.value();
-  if (value.length < 4) throw new SimViolation("known", `${at}: value of ${value.length} bytes carries no record id; no producer sent it`);
+  if (value.length < 4)
+    throw new SimViolation(
+      "known",
+      `${at}: value of ${value.length} bytes carries no record id; no producer sent it`,
+    );
   const id = new DataView(value.buffer, value.byteOffset, 4).getUint32(0);
   const sent = model.records[id];
   if (sent === undefined) throw new SimViolation("known", `${at}: record id ${id} was never sent`);
   if (sent.topic !== pm.topic || sent.partition !== pm.partition) {
-    throw new SimViolation("known", `${at}: record #${id} was sent to ${sent.topic}/${sent.partition}`);
+    throw new SimViolation(
+      "known",
+      `${at}: record #${id} was sent to ${sent.topic}/${sent.partition}`,
+    );
   }
-  if (!bytesEqual(value, sent.value)) throw new SimViolation("known", `${at}: record #${id} value differs from what was sent`);
+  if (!bytesEqual(value, sent.value))
+    throw new SimViolation("known", `${at}: record #${id} value differs from what was sent`);
   const key = cursor.key();
   if ((key === null) !== (sent.key === null) || (key !== null && !bytesEqual(key, sent.key!))) {
-    throw new SimViolation("known", `${at}: record #${id} key differs from what was sent (${key === null ? "no key" : `${key.length} bytes`} vs ${sent.key === null ? "no key" : `${sent.key.length} bytes`})`);
+    throw new SimViolation(
+      "known",
+      `${at}: record #${id} key differs from what was sent (${key === null ? "no key" : `${key.length} bytes`} vs ${sent.key === null ? "no key" : `${sent.key.length} bytes`})`,
+    );
   }
   if (cursor.timestampMs !== sent.timestampMs) {
-    throw new SimViolation("known", `${at}: record #${id} has timestamp ${cursor.timestampMs}, sent ${sent.timestampMs}`);
+    throw new SimViolation(
+      "known",
+      `${at}: record #${id} has timestamp ${cursor.timestampMs}, sent ${sent.timestampMs}`,
+    );
   }
   return id;
 }
@@ -228,7 +286,12 @@ function checkKnown(model: Model, pm: PartitionModel, cursor: RecordCursor, wher
  * as DECISIONS 3 counts them). Each is checked against the model (`known`).
  * @returns the largest offset found, or −1.
  */
-export function maxValidOffsetOnDisk(model: Model, pm: PartitionModel, mem: MemoryFileSystem, dir: string): number {
+export function maxValidOffsetOnDisk(
+  model: Model,
+  pm: PartitionModel,
+  mem: MemoryFileSystem,
+  dir: string,
+): number {
   let names: string[];
   try {
     names = mem.listTree(dir);

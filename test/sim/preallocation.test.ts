@@ -28,13 +28,23 @@ function batch(...values: string[]) {
 
 function disk(): MemoryFileSystem {
   const mem = new MemoryFileSystem({ seed: 1 });
-  mem.writeFileSync("/data/topics/t/topic.json", utf8(JSON.stringify({ name: "t", partitions: 1, config: {} })));
+  mem.writeFileSync(
+    "/data/topics/t/topic.json",
+    utf8(JSON.stringify({ name: "t", partitions: 1, config: {} })),
+  );
   mem.writeFileSync(`${dir}/.keep`, new Uint8Array(0));
   return mem;
 }
 
 function openLog(fs: FileSystem, segmentBytes: number, logger = new MemoryLogger()) {
-  return PartitionLog.open({ fs, dir, name: "t/0", clock: new ManualClock(), logger, config: () => ({ segmentBytes, segmentMs: 1e12 }) });
+  return PartitionLog.open({
+    fs,
+    dir,
+    name: "t/0",
+    clock: new ManualClock(),
+    logger,
+    config: () => ({ segmentBytes, segmentMs: 1e12 }),
+  });
 }
 
 async function values(log: PartitionLog): Promise<Map<number, string>> {
@@ -55,7 +65,10 @@ describe("zeros written ahead of the active segment", () => {
     // than one preallocation step, with records big enough to cross it.
     const shapes = [
       { segmentBytes: 3000, value: (i: number) => `v${i}-${"a".repeat(200 + (i % 5) * 37)}` },
-      { segmentBytes: (5 << 20) / 2, value: (i: number) => `v${i}-${"b".repeat(180_000 + i * 13)}` },
+      {
+        segmentBytes: (5 << 20) / 2,
+        value: (i: number) => `v${i}-${"b".repeat(180_000 + i * 13)}`,
+      },
     ];
     const stats = { corrupt: 0, warnings: 0 };
     for (const shape of shapes) {
@@ -81,7 +94,12 @@ describe("zeros written ahead of the active segment", () => {
       await refLog.close();
       expect(mutations).toBeGreaterThan(10);
 
-      const crashes: CrashOptions[] = [{ mode: "dropAll" }, { mode: "keepAll" }, { seed: 5 }, { seed: 6 }];
+      const crashes: CrashOptions[] = [
+        { mode: "dropAll" },
+        { mode: "keepAll" },
+        { seed: 5 },
+        { seed: 6 },
+      ];
       for (let n = 0; n <= mutations; n++) {
         for (const crash of crashes) {
           const label = `segment_bytes ${shape.segmentBytes}, cut after ${n} of ${mutations} mutations, crash ${JSON.stringify(crash)}`;
@@ -95,17 +113,32 @@ describe("zeros written ahead of the active segment", () => {
           mem.crash(crash);
 
           // The offline check changes nothing and calls corrupt exactly what recovery will.
-          const files = new Map(mem.listTree(dir).filter((p) => !p.endsWith("/")).map((p) => [p, mem.readFileSync(p)]));
+          const files = new Map(
+            mem
+              .listTree(dir)
+              .filter((p) => !p.endsWith("/"))
+              .map((p) => [p, mem.readFileSync(p)]),
+          );
           const report = await checkDataDir(mem, "/data");
-          for (const [p, bytes] of files) expect(bytesEqual(mem.readFileSync(p), bytes), `${label}: check left ${p} unchanged`).toBe(true);
+          for (const [p, bytes] of files)
+            expect(
+              bytesEqual(mem.readFileSync(p), bytes),
+              `${label}: check left ${p} unchanged`,
+            ).toBe(true);
           const logger = new MemoryLogger();
           let again = await openLog(mem, shape.segmentBytes, logger);
           const verdicts = report.topics[0].partitions[0].segments.map((s) => s.severity);
-          expect(report.corrupt, `${label}: ${JSON.stringify(report.topics[0].partitions[0].segments)}`).toBe(logger.named("recovery.corrupt_segment").length);
+          expect(
+            report.corrupt,
+            `${label}: ${JSON.stringify(report.topics[0].partitions[0].segments)}`,
+          ).toBe(logger.named("recovery.corrupt_segment").length);
           stats.corrupt += report.corrupt;
           stats.warnings += verdicts.filter((v) => v === "warning").length;
           const found = await values(again);
-          for (const [offset, value] of acked) expect(found.get(offset)?.slice(0, 12), `${label}: offset ${offset}`).toBe(value.slice(0, 12));
+          for (const [offset, value] of acked)
+            expect(found.get(offset)?.slice(0, 12), `${label}: offset ${offset}`).toBe(
+              value.slice(0, 12),
+            );
           const highest = Math.max(-1, ...acked.keys());
           expect(again.highWatermark, label).toBeGreaterThan(highest);
           const next = await again.append(batch("after"));
@@ -116,7 +149,11 @@ describe("zeros written ahead of the active segment", () => {
           expect(logFileSizes(mem), label).toEqual(sizes);
           again = await openLog(mem, shape.segmentBytes);
           const afterRestart = await values(again);
-          for (const [offset, value] of acked) expect(afterRestart.get(offset)?.slice(0, 12), `${label}: offset ${offset} after restart`).toBe(value.slice(0, 12));
+          for (const [offset, value] of acked)
+            expect(
+              afterRestart.get(offset)?.slice(0, 12),
+              `${label}: offset ${offset} after restart`,
+            ).toBe(value.slice(0, 12));
           expect(afterRestart.get(next.baseOffset), label).toBe("after");
           await again.close();
         }
@@ -134,7 +171,11 @@ describe("zeros written ahead of the active segment", () => {
         if (!failed && path.endsWith(".log") && b.length > 1000 && b.every((x) => x === 0)) {
           failed = true;
           await h.write(b.subarray(0, 700), p);
-          throw new FsError("ENOSPC", path, "ENOSPC: no space left on device (injected after 700 bytes)");
+          throw new FsError(
+            "ENOSPC",
+            path,
+            "ENOSPC: no space left on device (injected after 700 bytes)",
+          );
         }
         return h.write(b, p);
       },
@@ -160,11 +201,18 @@ describe("zeros written ahead of the active segment", () => {
     await log.append(batch("x".repeat(4000))); // rolls; the seal cannot cut the zeros
     expect(logger.named("segment.preallocated_cut_failed")).toHaveLength(1);
     const [sealed] = log.sealedSegments;
-    const cold = await new ColdStore({ fs: mem, root: "/cold", clock: new ManualClock(), logger }).openPartition("t", 0);
+    const cold = await new ColdStore({
+      fs: mem,
+      root: "/cold",
+      clock: new ManualClock(),
+      logger,
+    }).openPartition("t", 0);
     expect(await cold.offload(sealed)).toEqual({ bytes: sealed.sizeBytes });
     const read = await cold.read({ offset: 0, endOffset: 2, maxRecords: 10, maxBytes: 1 << 20 });
     expect(read.count).toBe(2);
-    expect(mem.readFileSync("/cold/topics/t/0/00000000000000000000.log").length).toBe(sealed.sizeBytes);
+    expect(mem.readFileSync("/cold/topics/t/0/00000000000000000000.log").length).toBe(
+      sealed.sizeBytes,
+    );
     await log.close();
   });
 });
@@ -203,8 +251,10 @@ describe("a bad record followed by zeros and then a valid record (DECISIONS 1)",
         expect([...(await values(log)).entries()], label).toEqual([[0, "r0"]]);
         expect((await log.append(batch("next"))).baseOffset, label).toBe(3);
         await log.close();
-        for (const p of mem.listTree(dir)) if (p.endsWith(".log") && p !== path) await mem.unlink(p);
-        for (const p of mem.listTree(dir)) if (p.endsWith(".index") && !p.includes("00000000000000000000")) await mem.unlink(p);
+        for (const p of mem.listTree(dir))
+          if (p.endsWith(".log") && p !== path) await mem.unlink(p);
+        for (const p of mem.listTree(dir))
+          if (p.endsWith(".index") && !p.includes("00000000000000000000")) await mem.unlink(p);
       }
     }
   }, 120_000);
@@ -215,7 +265,8 @@ describe("the active segment's index after a crash", () => {
     const mem = disk();
     let log = await openLog(mem, 64 << 20);
     const value = "q".repeat(4000);
-    for (let i = 0; i < 600; i += 60) await log.append(batch(...Array.from({ length: 60 }, () => value)));
+    for (let i = 0; i < 600; i += 60)
+      await log.append(batch(...Array.from({ length: 60 }, () => value)));
     const path = `${dir}/00000000000000000000.log`;
     const indexPath = `${dir}/00000000000000000000.index`;
     expect(mem.readFileSync(indexPath).length).toBeGreaterThan(0); // 256 entries were written
@@ -305,7 +356,13 @@ const settleMicrotasks = async (n = 20) => {
  * fsync `subject` asks for is the follow-up, deferred until pending I/O is handled.
  * @returns `subject`'s promise, in an object so that it is not awaited here.
  */
-async function writtenWithSyncDeferred(log: PartitionLog, clock: HeldIoClock, syncs: GatedSyncs, first: string, subject: string) {
+async function writtenWithSyncDeferred(
+  log: PartitionLog,
+  clock: HeldIoClock,
+  syncs: GatedSyncs,
+  first: string,
+  subject: string,
+) {
   syncs.hold();
   const firstDone = log.append(batch(first));
   await settleMicrotasks();
@@ -324,7 +381,14 @@ async function writtenWithSyncDeferred(log: PartitionLog, clock: HeldIoClock, sy
 
 describe("an fsync start deferred until pending I/O is handled", () => {
   function open(mem: FileSystem, clock: HeldIoClock, segmentBytes = 1 << 20) {
-    return PartitionLog.open({ fs: mem, dir, name: "t/0", clock, logger: new MemoryLogger(), config: () => ({ segmentBytes, segmentMs: 1e12 }) });
+    return PartitionLog.open({
+      fs: mem,
+      dir,
+      name: "t/0",
+      clock,
+      logger: new MemoryLogger(),
+      config: () => ({ segmentBytes, segmentMs: 1e12 }),
+    });
   }
 
   it("does nothing when it comes after the partition closed, and close still acknowledges what was written", async () => {
@@ -352,7 +416,10 @@ describe("an fsync start deferred until pending I/O is handled", () => {
     const log = await open(syncs.fs, clock, 3000);
     const { pending: b } = await writtenWithSyncDeferred(log, clock, syncs, "a", "b");
     const bState = { settled: "pending" as string };
-    b.then(() => (bState.settled = "ok"), (e: { kind?: string }) => (bState.settled = e.kind ?? "error"));
+    b.then(
+      () => (bState.settled = "ok"),
+      (e: { kind?: string }) => (bState.settled = e.kind ?? "error"),
+    );
     // The next append does not fit: the roll flushes first (fsync of "b" fails: fenced).
     mem.faults.failNext({ op: "sync", path: /\.log$/, code: "EIO" });
     const x = log.append(batch("x".repeat(2990)));
@@ -419,10 +486,20 @@ describe("a group waiting for the write lock when an fsync fails", () => {
     const mem = disk();
     const clock = new HeldIoClock();
     const syncs = new GatedSyncs(mem);
-    let log = await PartitionLog.open({ fs: syncs.fs, dir, name: "t/0", clock, logger: new MemoryLogger(), config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
+    let log = await PartitionLog.open({
+      fs: syncs.fs,
+      dir,
+      name: "t/0",
+      clock,
+      logger: new MemoryLogger(),
+      config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }),
+    });
     const settle = (p: Promise<unknown>) => {
       const s = { v: "pending" };
-      p.then(() => (s.v = "ok"), (e: { kind?: string }) => (s.v = e.kind ?? "error"));
+      p.then(
+        () => (s.v = "ok"),
+        (e: { kind?: string }) => (s.v = e.kind ?? "error"),
+      );
       return s;
     };
     const a = settle((await writtenWithSyncDeferred(log, clock, syncs, "first", "a")).pending); // "a" is written, its fsync not started yet

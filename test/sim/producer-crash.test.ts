@@ -18,7 +18,12 @@ import { FsError, type FileHandle, type FileSystem, type OpenOptions } from "../
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { DecodeStatus, EntryBatchBuilder, RecordCursor, type EntryBatch } from "../../src/storage/record.ts";
+import {
+  DecodeStatus,
+  EntryBatchBuilder,
+  RecordCursor,
+  type EntryBatch,
+} from "../../src/storage/record.ts";
 
 /** A FileSystem over a MemoryFileSystem whose power goes out just before mutation `deathAt`: it and every later mutation fail with EIO. */
 class DyingFileSystem implements FileSystem {
@@ -34,7 +39,8 @@ class DyingFileSystem implements FileSystem {
   }
 
   #mutate(path: string): void {
-    if (++this.#count >= this.deathAt) throw new FsError("EIO", path, `EIO: power lost before mutation ${this.#count}: ${path}`);
+    if (++this.#count >= this.deathAt)
+      throw new FsError("EIO", path, `EIO: power lost before mutation ${this.#count}: ${path}`);
   }
 
   async open(path: string, options?: OpenOptions): Promise<FileHandle> {
@@ -107,7 +113,10 @@ function plan(): Sent[][] {
     let sequence = 0;
     for (let b = 0; b < batchesPerProducer; b++) {
       const n = 1 + ((b * 7 + partition) % 3);
-      const values = Array.from({ length: n }, (_, i) => `${id}-s${sequence + i}-${"x".repeat(40 + ((b + i) % 5) * 13)}`);
+      const values = Array.from(
+        { length: n },
+        (_, i) => `${id}-s${sequence + i}-${"x".repeat(40 + ((b + i) % 5) * 13)}`,
+      );
       out.push({ producer: id, partition, sequence, values, result: null });
       sequence += n;
     }
@@ -122,7 +131,13 @@ function batchOf(values: string[]): EntryBatch {
 }
 
 async function open(fs: FileSystem, logger = new MemoryLogger()): Promise<LocalBroker> {
-  return LocalBroker.open({ fs, dataDir: "/data", clock: new ManualClock(), logger, cleanupIntervalMs: 0 });
+  return LocalBroker.open({
+    fs,
+    dataDir: "/data",
+    clock: new ManualClock(),
+    logger,
+    cleanupIntervalMs: 0,
+  });
 }
 
 /**
@@ -130,7 +145,11 @@ async function open(fs: FileSystem, logger = new MemoryLogger()): Promise<LocalB
  * A producer sends each batch up to `attempts` times (same sequence) while it gets errors; a batch
  * still without an answer ends that producer's run.
  */
-async function workload(fs: FileSystem, batches: Sent[][], attempts = 1): Promise<LocalBroker | null> {
+async function workload(
+  fs: FileSystem,
+  batches: Sent[][],
+  attempts = 1,
+): Promise<LocalBroker | null> {
   let broker: LocalBroker;
   try {
     broker = await open(fs);
@@ -143,7 +162,10 @@ async function workload(fs: FileSystem, batches: Sent[][], attempts = 1): Promis
     return broker;
   }
   const plain = (async () => {
-    for (let i = 0; i < 4; i++) await broker.produce({ topic: "t", partition: i % 2, batch: batchOf([`plain-${i}`]) }).catch(() => {});
+    for (let i = 0; i < 4; i++)
+      await broker
+        .produce({ topic: "t", partition: i % 2, batch: batchOf([`plain-${i}`]) })
+        .catch(() => {});
   })();
   await Promise.all([
     plain,
@@ -151,7 +173,12 @@ async function workload(fs: FileSystem, batches: Sent[][], attempts = 1): Promis
       for (const sent of list) {
         for (let attempt = 0; attempt < attempts && sent.result === null; attempt++) {
           try {
-            sent.result = await broker.produce({ topic: "t", partition: sent.partition, batch: batchOf(sent.values), producer: { id: sent.producer, epoch: 0, sequence: sent.sequence } });
+            sent.result = await broker.produce({
+              topic: "t",
+              partition: sent.partition,
+              batch: batchOf(sent.values),
+              producer: { id: sent.producer, epoch: 0, sequence: sent.sequence },
+            });
           } catch (err) {
             if (!(err instanceof BrokerError)) throw err;
           }
@@ -163,7 +190,10 @@ async function workload(fs: FileSystem, batches: Sent[][], attempts = 1): Promis
   return broker;
 }
 
-async function storedValues(broker: LocalBroker, partition: number): Promise<Map<string, number[]>> {
+async function storedValues(
+  broker: LocalBroker,
+  partition: number,
+): Promise<Map<string, number[]>> {
   const seen = new Map<string, number[]>();
   let offset = (await broker.listOffsets({ topic: "t", partition })).logStartOffset;
   for (;;) {
@@ -184,9 +214,17 @@ function offsetsOf(result: ProduceResult): number[] {
 }
 
 /** How the first run goes wrong at mutation N. */
-type Fault = { kind: "power_loss" } | { kind: "fail_one"; code: string; partialBytes?: number; dropDirtyData?: boolean };
+type Fault =
+  | { kind: "power_loss" }
+  | { kind: "fail_one"; code: string; partialBytes?: number; dropDirtyData?: boolean };
 
-async function runOne(n: number, fault: Fault, mode: CrashMode, seed: number, stats: { cutShort: number; duplicatesAfterCrash: number }): Promise<void> {
+async function runOne(
+  n: number,
+  fault: Fault,
+  mode: CrashMode,
+  seed: number,
+  stats: { cutShort: number; duplicatesAfterCrash: number },
+): Promise<void> {
   const mem = new MemoryFileSystem({ seed });
   const batches = plan();
   let first: LocalBroker | null;
@@ -194,7 +232,12 @@ async function runOne(n: number, fault: Fault, mode: CrashMode, seed: number, st
     first = await workload(new DyingFileSystem(mem, n), batches);
   } else {
     // Only mutation N fails; the producers retry, so the run goes on past it.
-    mem.faults.failNth({ n, code: fault.code, partialBytes: fault.partialBytes, dropDirtyData: fault.dropDirtyData });
+    mem.faults.failNth({
+      n,
+      code: fault.code,
+      partialBytes: fault.partialBytes,
+      dropDirtyData: fault.dropDirtyData,
+    });
     first = await workload(mem, batches, 3);
   }
   await first?.close().catch(() => {});
@@ -210,18 +253,32 @@ async function runOne(n: number, fault: Fault, mode: CrashMode, seed: number, st
       return;
     }
     const acked = new Map<string, ProduceResult>();
-    for (const s of batches.flat()) if (s.result !== null) acked.set(`${s.producer}/${s.sequence}`, s.result);
+    for (const s of batches.flat())
+      if (s.result !== null) acked.set(`${s.producer}/${s.sequence}`, s.result);
     // Each producer resends, in order, every batch it has no answer for.
     for (const list of batches) {
       // The last batch acknowledged before the crash is remembered, and answered with its offsets.
       const lastAcked = [...list].reverse().find((s) => acked.has(`${s.producer}/${s.sequence}`));
       if (lastAcked !== undefined) {
-        const again = await broker.produce({ topic: "t", partition: lastAcked.partition, batch: batchOf(lastAcked.values), producer: { id: lastAcked.producer, epoch: 0, sequence: lastAcked.sequence } });
-        expect(again).toEqual({ ...acked.get(`${lastAcked.producer}/${lastAcked.sequence}`)!, duplicate: true });
+        const again = await broker.produce({
+          topic: "t",
+          partition: lastAcked.partition,
+          batch: batchOf(lastAcked.values),
+          producer: { id: lastAcked.producer, epoch: 0, sequence: lastAcked.sequence },
+        });
+        expect(again).toEqual({
+          ...acked.get(`${lastAcked.producer}/${lastAcked.sequence}`)!,
+          duplicate: true,
+        });
       }
       for (const sent of list) {
         if (sent.result !== null) continue;
-        const result = await broker.produce({ topic: "t", partition: sent.partition, batch: batchOf(sent.values), producer: { id: sent.producer, epoch: 0, sequence: sent.sequence } });
+        const result = await broker.produce({
+          topic: "t",
+          partition: sent.partition,
+          batch: batchOf(sent.values),
+          producer: { id: sent.producer, epoch: 0, sequence: sent.sequence },
+        });
         if (result.duplicate) stats.duplicatesAfterCrash++;
         sent.result = result;
       }
@@ -246,7 +303,13 @@ async function runOne(n: number, fault: Fault, mode: CrashMode, seed: number, st
 /** Fails a run that hangs (a lost wake-up is a bug too), naming it, instead of timing the whole test out. */
 async function withDeadline<T>(run: Promise<T>, ms: number): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const deadline = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no progress within ${ms} ms (a request waits forever)`)), ms)));
+  const deadline = new Promise<never>(
+    (_, reject) =>
+      (timer = setTimeout(
+        () => reject(new Error(`no progress within ${ms} ms (a request waits forever)`)),
+        ms,
+      )),
+  );
   try {
     return await Promise.race([run, deadline]);
   } finally {
@@ -271,7 +334,10 @@ describe("idempotent produce under a power loss at every step", () => {
         try {
           await withDeadline(runOne(n, { kind: "power_loss" }, mode, seed, stats), 5_000);
         } catch (err) {
-          throw new Error(`power lost before mutation ${n} of ${mutations}, ${mode} crash, seed ${seed}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+          throw new Error(
+            `power lost before mutation ${n} of ${mutations}, ${mode} crash, seed ${seed}: ${err instanceof Error ? err.message : String(err)}`,
+            { cause: err },
+          );
         }
       }
     }
@@ -279,7 +345,9 @@ describe("idempotent produce under a power loss at every step", () => {
     // duplicates after the crash), and batches a torn write cut short (completed by their retry).
     expect(stats.duplicatesAfterCrash).toBeGreaterThan(0);
     expect(stats.cutShort).toBeGreaterThan(0);
-    console.log(`producer power-loss sweep: ${mutations} mutations × ${modes.length} crash modes; batches cut short and completed: ${stats.cutShort}; duplicates answered after a crash: ${stats.duplicatesAfterCrash}`);
+    console.log(
+      `producer power-loss sweep: ${mutations} mutations × ${modes.length} crash modes; batches cut short and completed: ${stats.cutShort}; duplicates answered after a crash: ${stats.duplicatesAfterCrash}`,
+    );
   });
 
   it("stays exactly-once when one mutation fails (EIO, ENOSPC mid-write, a failed fsync) and the producers retry, then the power goes", async () => {
@@ -299,7 +367,10 @@ describe("idempotent produce under a power loss at every step", () => {
         try {
           await withDeadline(runOne(n, fault, mode, seed, stats), 5_000);
         } catch (err) {
-          throw new Error(`mutation ${n} of ${mutations} failed (${JSON.stringify(fault)}), then a ${mode} crash, seed ${seed}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+          throw new Error(
+            `mutation ${n} of ${mutations} failed (${JSON.stringify(fault)}), then a ${mode} crash, seed ${seed}: ${err instanceof Error ? err.message : String(err)}`,
+            { cause: err },
+          );
         }
       }
     }

@@ -30,7 +30,10 @@ function disk(options: { failedSyncDropsDirtyData?: boolean } = {}): MemoryFileS
   return mem;
 }
 
-function openLog(fs: FileSystem, options: { segmentBytes?: number; flushEveryRecords?: number; logger?: MemoryLogger } = {}) {
+function openLog(
+  fs: FileSystem,
+  options: { segmentBytes?: number; flushEveryRecords?: number; logger?: MemoryLogger } = {},
+) {
   return PartitionLog.open({
     fs,
     dir,
@@ -72,7 +75,11 @@ function watch(promise: Promise<unknown>): { state: State } {
  * Delays every fsync of a log (or, with `reads`, every read instead) by some microtask turns, so
  * writes can land meanwhile.
  */
-function slowLogSyncs(mem: MemoryFileSystem, turns: number, options: { reads?: boolean } = {}): FileSystem {
+function slowLogSyncs(
+  mem: MemoryFileSystem,
+  turns: number,
+  options: { reads?: boolean } = {},
+): FileSystem {
   const wait = async () => {
     for (let i = 0; i < turns; i++) await Promise.resolve();
   };
@@ -143,7 +150,10 @@ describe("crash-safety regressions found by the simulation", () => {
       for (let i = 0; i < delay; i++) await Promise.resolve();
       const second = watch(log.append(batch("b")));
       await drainMicrotasks();
-      expect([first.state, second.state], `second append ${delay} turns later`).toEqual(["error", "error"]);
+      expect([first.state, second.state], `second append ${delay} turns later`).toEqual([
+        "error",
+        "error",
+      ]);
       await log.close();
     }
   });
@@ -157,7 +167,10 @@ describe("crash-safety regressions found by the simulation", () => {
     await log.close();
     log = await openLog(mem);
     expect(await values(log)).toEqual(["0:durable"]);
-    expect(await log.append(batch("acknowledged after restart"))).toEqual({ baseOffset: 1, count: 1 });
+    expect(await log.append(batch("acknowledged after restart"))).toEqual({
+      baseOffset: 1,
+      count: 1,
+    });
     await log.close();
     mem.crash({ mode: "dropAll" });
     log = await openLog(mem);
@@ -196,7 +209,12 @@ describe("crash-safety regressions found by the simulation", () => {
       const mem = disk();
       let log = await openLog(mem, { segmentBytes: 1024 });
       await log.append(batch("a", "b"));
-      mem.faults.failNext({ op: "write", path: /\.log$/, code: "ENOSPC", partialBytes: 32 + 300 + 10 });
+      mem.faults.failNext({
+        op: "write",
+        path: /\.log$/,
+        code: "ENOSPC",
+        partialBytes: 32 + 300 + 10,
+      });
       await expect(log.append(batch(value, value))).rejects.toMatchObject({ kind: "write_failed" });
       expect(log.segmentCount).toBe(1);
       await log.append(batch("rolls", "x".repeat(900))); // does not fit: the segment rolls first
@@ -204,7 +222,12 @@ describe("crash-safety regressions found by the simulation", () => {
       await log.close();
       mem.crash({ seed, mode: "random" });
       log = await openLog(mem, { segmentBytes: 1024 });
-      expect(await values(log), `crash seed ${seed}`).toEqual(["0:a", "1:b", "2:rolls", `3:${"x".repeat(900)}`]);
+      expect(await values(log), `crash seed ${seed}`).toEqual([
+        "0:a",
+        "1:b",
+        "2:rolls",
+        `3:${"x".repeat(900)}`,
+      ]);
       await log.close();
     }
   });
@@ -252,7 +275,8 @@ describe("crash-safety regressions found by the simulation", () => {
         expect(c.decode(p)).toBe(DecodeStatus.Ok);
         offsets.push(c.offset);
       }
-      for (const o of offsets) expect(o, `read ${turns} turns slower`).toBeLessThan(r.highWatermark);
+      for (const o of offsets)
+        expect(o, `read ${turns} turns slower`).toBeLessThan(r.highWatermark);
       if (offsets.length > 0) expect(r.nextOffset).toBe(offsets.at(-1)! + 1);
       await log.close();
     }
@@ -260,7 +284,13 @@ describe("crash-safety regressions found by the simulation", () => {
 
   it("keeps the data directory and topics/ after a crash right after the first topic was created", async () => {
     const mem = new MemoryFileSystem({ seed: 1 });
-    const open = () => LocalBroker.open({ fs: mem, dataDir: "/srv/data", clock: new ManualClock(), logger: new MemoryLogger() });
+    const open = () =>
+      LocalBroker.open({
+        fs: mem,
+        dataDir: "/srv/data",
+        clock: new ManualClock(),
+        logger: new MemoryLogger(),
+      });
     const broker = await open();
     await broker.createTopic({ name: "t", partitions: 1 });
     await broker.produce({ topic: "t", partition: 0, batch: batch("x") });

@@ -27,8 +27,12 @@ export function describeSeeds(from: number, defaultCount: number): void {
           }
         }
         if (failures.length > 0) {
-          const list = failures.map((f) => `  ${f.message.split("\n")[0]}  →  npm run sim -- --seed ${f.seed}`).join("\n");
-          throw new Error(`${failures.length} of ${last - first + 1} seeds failed:\n${list}\n\nFirst failure:\n${failures[0].message}`);
+          const list = failures
+            .map((f) => `  ${f.message.split("\n")[0]}  →  npm run sim -- --seed ${f.seed}`)
+            .join("\n");
+          throw new Error(
+            `${failures.length} of ${last - first + 1} seeds failed:\n${list}\n\nFirst failure:\n${failures[0].message}`,
+          );
         }
       }, 300_000);
     }

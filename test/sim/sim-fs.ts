@@ -16,7 +16,13 @@
  * Mutations are counted as `MemoryFileSystem` counts them: handle write/sync/truncate, open with
  * `create`, rename, unlink, mkdir, removeTree, syncDir.
  */
-import { FsError, type FileHandle, type FileStat, type FileSystem, type OpenOptions } from "../../src/fs/types.ts";
+import {
+  FsError,
+  type FileHandle,
+  type FileStat,
+  type FileSystem,
+  type OpenOptions,
+} from "../../src/fs/types.ts";
 import type { CrashMode, CrashReport, MemoryFileSystem } from "../../src/fs/memory.ts";
 import { Prng } from "../../src/lib/prng.ts";
 
@@ -73,7 +79,11 @@ export class SimFs implements FileSystem {
 
   /** Arms a crash `inMutations` mutations from now (1 = the next one). */
   planCrash(plan: { inMutations: number; seed: number; mode: CrashMode }): void {
-    this.#crash = { atMutation: this.#mutations + plan.inMutations, seed: plan.seed, mode: plan.mode };
+    this.#crash = {
+      atMutation: this.#mutations + plan.inMutations,
+      seed: plan.seed,
+      mode: plan.mode,
+    };
   }
 
   /** Crashes the disk now (between operations) and kills this SimFs. */
@@ -92,7 +102,8 @@ export class SimFs implements FileSystem {
       const turns = this.#prng.int(this.#jitterMax + 1);
       for (let i = 0; i < turns; i++) await Promise.resolve();
     }
-    if (this.#dead) throw new FsError("EIO", path, `${action} "${path}": the simulated machine lost power (EIO)`);
+    if (this.#dead)
+      throw new FsError("EIO", path, `${action} "${path}": the simulated machine lost power (EIO)`);
   }
 
   /** Counts a mutation; crashes the disk instead of it if the plan says so. */

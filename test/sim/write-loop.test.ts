@@ -55,18 +55,60 @@ type Op =
   | { kind: "releaseSync"; all: boolean };
 
 const opArb: fc.Arbitrary<Op> = fc.oneof(
-  { weight: 6, arbitrary: fc.record({ kind: fc.constant("append" as const), partition: fc.nat(1), records: fc.integer({ min: 1, max: 3 }), hook: fc.constantFrom("none" as const, "none" as const, "ok" as const, "late" as const, "reject" as const) }) },
+  {
+    weight: 6,
+    arbitrary: fc.record({
+      kind: fc.constant("append" as const),
+      partition: fc.nat(1),
+      records: fc.integer({ min: 1, max: 3 }),
+      hook: fc.constantFrom(
+        "none" as const,
+        "none" as const,
+        "ok" as const,
+        "late" as const,
+        "reject" as const,
+      ),
+    }),
+  },
   { weight: 5, arbitrary: fc.record({ kind: fc.constant("runIo" as const), pick: fc.nat() }) },
-  { weight: 6, arbitrary: fc.record({ kind: fc.constant("microtasks" as const), count: fc.oneof(fc.integer({ min: 1, max: 3 }), fc.integer({ min: 1, max: 30 })) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant("failSync" as const), partition: fc.nat(1) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant("failWrite" as const), partition: fc.nat(1), partialBytes: fc.nat(80) }) },
+  {
+    weight: 6,
+    arbitrary: fc.record({
+      kind: fc.constant("microtasks" as const),
+      count: fc.oneof(fc.integer({ min: 1, max: 3 }), fc.integer({ min: 1, max: 30 })),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({ kind: fc.constant("failSync" as const), partition: fc.nat(1) }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant("failWrite" as const),
+      partition: fc.nat(1),
+      partialBytes: fc.nat(80),
+    }),
+  },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("lock" as const), partition: fc.nat(1) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("unlock" as const) }) },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant("settleHooks" as const) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant("advance" as const), ms: fc.integer({ min: 1, max: 200 }) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant("close" as const), partition: fc.nat(1) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant("advance" as const),
+      ms: fc.integer({ min: 1, max: 200 }),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({ kind: fc.constant("close" as const), partition: fc.nat(1) }),
+  },
   { weight: 4, arbitrary: fc.record({ kind: fc.constant("holdSyncs" as const) }) },
-  { weight: 3, arbitrary: fc.record({ kind: fc.constant("releaseSync" as const), all: fc.boolean() }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({ kind: fc.constant("releaseSync" as const), all: fc.boolean() }),
+  },
 );
 
 interface Request {
@@ -90,7 +132,16 @@ function batchOf(values: string[]) {
 /** Every record below the high watermark, in order. */
 const readAll = (log: PartitionLog) => readPartitionRecords(log);
 
-async function run(ops: Op[], options: { flushEveryRecords: number; crash: "dropAll" | "keepAll"; segmentBytes: number; writeDelays: number[]; syncDelays: number[] }) {
+async function run(
+  ops: Op[],
+  options: {
+    flushEveryRecords: number;
+    crash: "dropAll" | "keepAll";
+    segmentBytes: number;
+    writeDelays: number[];
+    syncDelays: number[];
+  },
+) {
   const mem = new MemoryFileSystem({ seed: 7 });
   // The partition directories exist durably, as the broker makes them before it opens a partition.
   for (let p = 0; p < 2; p++) mem.writeFileSync(`${dirOf(p)}/.keep`, new Uint8Array(0));
@@ -146,7 +197,11 @@ async function run(ops: Op[], options: { flushEveryRecords: number; crash: "drop
   for (const op of ops) {
     switch (op.kind) {
       case "append": {
-        const request: Request = { partition: op.partition, values: Array.from({ length: op.records }, () => `p${op.partition}-v${nextValue++}`), state: "pending" };
+        const request: Request = {
+          partition: op.partition,
+          values: Array.from({ length: op.records }, () => `p${op.partition}-v${nextValue++}`),
+          state: "pending",
+        };
         requests.push(request);
         const hook = op.hook;
         const beforeWrite =
@@ -176,10 +231,19 @@ async function run(ops: Op[], options: { flushEveryRecords: number; crash: "drop
         for (let i = 0; i < op.count; i++) await Promise.resolve();
         break;
       case "failSync":
-        mem.faults.failNext({ op: "sync", path: new RegExp(`^${dirOf(op.partition)}/.*\\.log$`), code: "EIO" });
+        mem.faults.failNext({
+          op: "sync",
+          path: new RegExp(`^${dirOf(op.partition)}/.*\\.log$`),
+          code: "EIO",
+        });
         break;
       case "failWrite":
-        mem.faults.failNext({ op: "write", path: new RegExp(`^${dirOf(op.partition)}/.*\\.log$`), code: "ENOSPC", partialBytes: op.partialBytes });
+        mem.faults.failNext({
+          op: "write",
+          path: new RegExp(`^${dirOf(op.partition)}/.*\\.log$`),
+          code: "ENOSPC",
+          partialBytes: op.partialBytes,
+        });
         break;
       case "lock": {
         const gate = new Promise<void>((resolve) => gates.push(resolve));
@@ -245,12 +309,22 @@ async function run(ops: Op[], options: { flushEveryRecords: number; crash: "drop
     const acked = mine.filter((r) => r.state === "ok");
     // Offsets: the acknowledged ranges are disjoint, and a hooked request went where its hook's last call said.
     const ranges = acked.map((r) => r.result!).sort((a, b) => a.baseOffset - b.baseOffset);
-    for (let i = 1; i < ranges.length; i++) expect(ranges[i].baseOffset).toBeGreaterThanOrEqual(ranges[i - 1].baseOffset + ranges[i - 1].count);
+    for (let i = 1; i < ranges.length; i++)
+      expect(ranges[i].baseOffset).toBeGreaterThanOrEqual(
+        ranges[i - 1].baseOffset + ranges[i - 1].count,
+      );
     for (const r of acked) {
       expect(r.result!.count).toBe(r.values.length);
       if (r.hookOffset !== undefined) expect(r.result!.baseOffset).toBe(r.hookOffset);
     }
-    const again = await PartitionLog.open({ fs: mem, dir: dirOf(p), name: `t/${p}`, clock: new ManualClock(), logger: new MemoryLogger(), config: () => ({ segmentBytes: options.segmentBytes, segmentMs: 1e12 }) });
+    const again = await PartitionLog.open({
+      fs: mem,
+      dir: dirOf(p),
+      name: `t/${p}`,
+      clock: new ManualClock(),
+      logger: new MemoryLogger(),
+      config: () => ({ segmentBytes: options.segmentBytes, segmentMs: 1e12 }),
+    });
     // Only failed calls and clean crashes happened: nothing may look corrupt.
     expect(again.describe().segments.filter((s) => s.corruption !== null)).toEqual([]);
     const found = await readAll(again);
@@ -260,21 +334,41 @@ async function run(ops: Op[], options: { flushEveryRecords: number; crash: "drop
     // Every acknowledged record is there, at its offset (with flushEveryRecords > 1 a record is
     // acknowledged before its fsync: a fenced partition may lose those, as documented).
     if (options.flushEveryRecords === 1 || !fenced[p]) {
-      for (const r of acked) r.values.forEach((v, i) => expect(foundAt.get(r.result!.baseOffset + i), `acknowledged ${v}`).toBe(v));
+      for (const r of acked)
+        r.values.forEach((v, i) =>
+          expect(foundAt.get(r.result!.baseOffset + i), `acknowledged ${v}`).toBe(v),
+        );
     }
     // Nothing of a refused request comes back; whatever is there was acknowledged where it is —
     // except, past every acknowledged record, records of requests refused with "fenced" (see the
     // module comment).
     const ackedAt = new Map<string, number>();
     for (const r of acked) r.values.forEach((v, i) => ackedAt.set(v, r.result!.baseOffset + i));
-    const fencedValues = new Set(mine.filter((r) => r.state === "refused" && (r.error as { kind?: string } | undefined)?.kind === "fenced").flatMap((r) => r.values));
+    const fencedValues = new Set(
+      mine
+        .filter(
+          (r) =>
+            r.state === "refused" && (r.error as { kind?: string } | undefined)?.kind === "fenced",
+        )
+        .flatMap((r) => r.values),
+    );
     const highestAcked = Math.max(-1, ...ranges.map((r) => r.baseOffset + r.count - 1));
     for (const f of found) {
-      if (fenced[p] && !ackedAt.has(f.value) && fencedValues.has(f.value) && f.offset > highestAcked) continue;
-      expect(ackedAt.get(f.value), `record ${f.value} at ${f.offset} was not acknowledged there`).toBe(f.offset);
+      if (
+        fenced[p] &&
+        !ackedAt.has(f.value) &&
+        fencedValues.has(f.value) &&
+        f.offset > highestAcked
+      )
+        continue;
+      expect(
+        ackedAt.get(f.value),
+        `record ${f.value} at ${f.offset} was not acknowledged there`,
+      ).toBe(f.offset);
     }
     // The next offset never goes below an acknowledged one.
-    if (options.flushEveryRecords === 1 || !fenced[p]) expect(again.logEndOffset).toBeGreaterThan(highestAcked);
+    if (options.flushEveryRecords === 1 || !fenced[p])
+      expect(again.logEndOffset).toBeGreaterThan(highestAcked);
     await again.close();
   }
 }
@@ -297,7 +391,6 @@ describe("the write loop under random interleavings of appends, deferred starts,
     );
   });
 
-
   // Schedules the property found, kept as regressions (arguments of run(), in its order).
   const regressions: { name: string; args: string }[] = [
     {
@@ -319,7 +412,9 @@ describe("the write loop under random interleavings of appends, deferred starts,
   ];
   for (const { name, args } of regressions) {
     it(`replays a schedule it found: ${name}`, async () => {
-      const [ops, flushEveryRecords, crash, segmentBytes, writeDelays, syncDelays] = JSON.parse(args) as [Op[], number, "dropAll" | "keepAll", number, number[], number[]];
+      const [ops, flushEveryRecords, crash, segmentBytes, writeDelays, syncDelays] = JSON.parse(
+        args,
+      ) as [Op[], number, "dropAll" | "keepAll", number, number[], number[]];
       await run(ops, { flushEveryRecords, crash, segmentBytes, writeDelays, syncDelays });
     });
   }
@@ -330,7 +425,14 @@ describe("the write loop under random interleavings of appends, deferred starts,
         const mem = new MemoryFileSystem({ seed: 1 });
         mem.writeFileSync(`${dirOf(0)}/.keep`, new Uint8Array(0));
         const clock = new HeldIoClock();
-        const log = await PartitionLog.open({ fs: mem, dir: dirOf(0), name: "t/0", clock, logger: new MemoryLogger(), config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
+        const log = await PartitionLog.open({
+          fs: mem,
+          dir: dirOf(0),
+          name: "t/0",
+          clock,
+          logger: new MemoryLogger(),
+          config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }),
+        });
         const beforeWrite =
           firstHook === "none"
             ? undefined
@@ -352,7 +454,10 @@ describe("the write loop under random interleavings of appends, deferred starts,
           while (clock.held.length > 0) clock.runOne(0);
           await settleMicrotasks();
         }
-        expect(second, `second append ${k} microtasks after the loop started (first: ${firstHook})`).toBe("ok");
+        expect(
+          second,
+          `second append ${k} microtasks after the loop started (first: ${firstHook})`,
+        ).toBe("ok");
         expect(await first).toBe(firstHook === "reject" ? "refused" : "ok");
         await log.close();
       }
@@ -362,7 +467,14 @@ describe("the write loop under random interleavings of appends, deferred starts,
   it("refuses a request whose beforeWrite hook throws instead of rejecting, and writes the rest of its group", async () => {
     const mem = new MemoryFileSystem({ seed: 1 });
     mem.writeFileSync(`${dirOf(0)}/.keep`, new Uint8Array(0));
-    const log = await PartitionLog.open({ fs: mem, dir: dirOf(0), name: "t/0", clock: new ManualClock(), logger: new MemoryLogger(), config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
+    const log = await PartitionLog.open({
+      fs: mem,
+      dir: dirOf(0),
+      name: "t/0",
+      clock: new ManualClock(),
+      logger: new MemoryLogger(),
+      config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }),
+    });
     const thrown = new Error("hook threw");
     const results = await Promise.allSettled([
       log.append(batchOf(["a"])),
@@ -400,7 +512,14 @@ describe("the write loop under random interleavings of appends, deferred starts,
     });
     const clock = new HeldIoClock();
     const open = (fsToUse: typeof fs, clockToUse: ManualClock, logger = new MemoryLogger()) =>
-      PartitionLog.open({ fs: fsToUse, dir: dirOf(0), name: "t/0", clock: clockToUse, logger, config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }) });
+      PartitionLog.open({
+        fs: fsToUse,
+        dir: dirOf(0),
+        name: "t/0",
+        clock: clockToUse,
+        logger,
+        config: () => ({ segmentBytes: 1 << 20, segmentMs: 1e12 }),
+      });
     const log = await open(fs, clock);
     const durable = log.append(batchOf(["durable"]));
     await settleMicrotasks();
@@ -409,7 +528,11 @@ describe("the write loop under random interleavings of appends, deferred starts,
     clock.runOne(0); // the fsync
     await durable;
     const state: Record<string, string> = {};
-    const track = (name: string, p: Promise<unknown>) => p.then(() => (state[name] = "ok"), (e: { kind?: string }) => (state[name] = e.kind ?? "error"));
+    const track = (name: string, p: Promise<unknown>) =>
+      p.then(
+        () => (state[name] = "ok"),
+        (e: { kind?: string }) => (state[name] = e.kind ?? "error"),
+      );
     let startSync!: () => void;
     syncGate = new Promise<void>((resolve) => (startSync = resolve));
     track("a", log.append(batchOf(["a"])));

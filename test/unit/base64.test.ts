@@ -50,11 +50,15 @@ describe("decodeBase64", () => {
 
   it("rejects the URL-safe alphabet", () => {
     expect(() => decodeBase64("-_-_")).toThrow(Base64Error);
-    expect(() => decodeBase64("-_-_")).toThrow(/character "-" at position 0 is not in the standard base64 alphabet/);
+    expect(() => decodeBase64("-_-_")).toThrow(
+      /character "-" at position 0 is not in the standard base64 alphabet/,
+    );
   });
 
   it("rejects missing padding", () => {
-    expect(() => decodeBase64("Zg")).toThrow(/length 2 is not a multiple of 4: padding "=" is required/);
+    expect(() => decodeBase64("Zg")).toThrow(
+      /length 2 is not a multiple of 4: padding "=" is required/,
+    );
     expect(() => decodeBase64("Zm8")).toThrow(Base64Error);
     expect(() => decodeBase64("Zm9vYg")).toThrow(Base64Error);
   });
@@ -96,21 +100,31 @@ describe("decodeBase64", () => {
 
   it("accepts exactly what Node's decoder accepts among canonical padded strings, and no lenient forms", () => {
     fc.assert(
-      fc.property(fc.string({ unit: fc.constantFrom(..."ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/= -_\n"), maxLength: 16 }), (s) => {
-        let decoded: Uint8Array | null = null;
-        try {
-          decoded = decodeBase64(s);
-        } catch (e) {
-          expect(e).toBeInstanceOf(Base64Error);
-        }
-        // Accepted exactly when re-encoding reproduces the input: the canonical form is the only form.
-        const canonical = Buffer.from(Buffer.from(s, "base64").toString("base64"));
-        if (decoded !== null) {
-          expect(encodeBase64(decoded)).toBe(s);
-        } else {
-          expect(canonical.toString() === s && s.length % 4 === 0 && !/[^A-Za-z0-9+/=]/.test(s)).toBe(false);
-        }
-      }),
+      fc.property(
+        fc.string({
+          unit: fc.constantFrom(
+            ..."ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/= -_\n",
+          ),
+          maxLength: 16,
+        }),
+        (s) => {
+          let decoded: Uint8Array | null = null;
+          try {
+            decoded = decodeBase64(s);
+          } catch (e) {
+            expect(e).toBeInstanceOf(Base64Error);
+          }
+          // Accepted exactly when re-encoding reproduces the input: the canonical form is the only form.
+          const canonical = Buffer.from(Buffer.from(s, "base64").toString("base64"));
+          if (decoded !== null) {
+            expect(encodeBase64(decoded)).toBe(s);
+          } else {
+            expect(
+              canonical.toString() === s && s.length % 4 === 0 && !/[^A-Za-z0-9+/=]/.test(s),
+            ).toBe(false);
+          }
+        },
+      ),
     );
   });
 });

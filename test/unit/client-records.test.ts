@@ -1,7 +1,12 @@
 import { describe, expect, it } from "vitest";
 import type { FetchResult } from "../../src/broker/types.ts";
 import { ClientError } from "../../src/client/errors.ts";
-import { checkFetchedRecordChunks, checkFetchedRecords, decodeFetchedRecords, FetchedRecordCursor } from "../../src/client/records.ts";
+import {
+  checkFetchedRecordChunks,
+  checkFetchedRecords,
+  decodeFetchedRecords,
+  FetchedRecordCursor,
+} from "../../src/client/records.ts";
 import { encodeRecord } from "../../src/storage/record.ts";
 
 const text = (s: string) => new TextEncoder().encode(s);
@@ -25,7 +30,12 @@ function result(bytes: Uint8Array, count: number, nextOffset: number): FetchResu
 function sample(): FetchResult {
   const bytes = concat(
     encodeRecord({ offset: 7, timestampMs: 1_700_000_000_000, key: null, value: text("no key") }),
-    encodeRecord({ offset: 8, timestampMs: 2 ** 40 + 3, key: new Uint8Array(0), value: text("empty key") }),
+    encodeRecord({
+      offset: 8,
+      timestampMs: 2 ** 40 + 3,
+      key: new Uint8Array(0),
+      value: text("empty key"),
+    }),
     encodeRecord({ offset: 2 ** 40, timestampMs: 0, key: text("k"), value: new Uint8Array(0) }),
   );
   return result(bytes, 3, 2 ** 40 + 1);
@@ -48,14 +58,28 @@ describe("fetched records", () => {
     checkFetchedRecords(fetched, 7);
     const seen: unknown[] = [];
     for (const c = new FetchedRecordCursor(fetched.records); c.next(); ) {
-      seen.push([c.offset, c.timestampMs, c.keyLength, str(c.key()), c.valueLength, str(c.value())]);
+      seen.push([
+        c.offset,
+        c.timestampMs,
+        c.keyLength,
+        str(c.key()),
+        c.valueLength,
+        str(c.value()),
+      ]);
     }
     expect(seen).toEqual([
       [7, 1_700_000_000_000, -1, null, 6, "no key"],
       [8, 2 ** 40 + 3, 0, "", 9, "empty key"],
       [2 ** 40, 0, 1, "k", 0, ""],
     ]);
-    expect(decodeFetchedRecords(fetched, 7).map((r) => [r.offset, r.timestampMs, str(r.key), str(r.value)])).toEqual([
+    expect(
+      decodeFetchedRecords(fetched, 7).map((r) => [
+        r.offset,
+        r.timestampMs,
+        str(r.key),
+        str(r.value),
+      ]),
+    ).toEqual([
       [7, 1_700_000_000_000, null, "no key"],
       [8, 2 ** 40 + 3, "", "empty key"],
       [2 ** 40, 0, "k", ""],
@@ -80,7 +104,12 @@ describe("fetched records", () => {
 
   it("a flipped byte anywhere in a record's checked range fails its CRC, naming the record", () => {
     const fetched = sample();
-    const first = encodeRecord({ offset: 7, timestampMs: 1_700_000_000_000, key: null, value: text("no key") }).length;
+    const first = encodeRecord({
+      offset: 7,
+      timestampMs: 1_700_000_000_000,
+      key: null,
+      value: text("no key"),
+    }).length;
     for (const at of [4, 12, 20, first - 5, first + 4, fetched.records.bytes.length - 5]) {
       const bytes = fetched.records.bytes.slice();
       bytes[at] ^= 0x40;
@@ -92,26 +121,46 @@ describe("fetched records", () => {
   it("refuses offsets below the request, not increasing, or at next_offset, and counts that disagree with the bytes", () => {
     const fetched = sample();
     expect(invalid(() => checkFetchedRecords(fetched, 8)).message).toContain("does not follow");
-    expect(invalid(() => checkFetchedRecords(result(fetched.records.bytes, 3, 2 ** 40), 7)).message).toContain("next_offset");
-    expect(invalid(() => checkFetchedRecords(result(fetched.records.bytes, 2, 2 ** 40 + 1), 7)).message).toContain("bytes follow");
+    expect(
+      invalid(() => checkFetchedRecords(result(fetched.records.bytes, 3, 2 ** 40), 7)).message,
+    ).toContain("next_offset");
+    expect(
+      invalid(() => checkFetchedRecords(result(fetched.records.bytes, 2, 2 ** 40 + 1), 7)).message,
+    ).toContain("bytes follow");
     invalid(() => checkFetchedRecords(result(fetched.records.bytes, 4, 2 ** 40 + 1), 7));
-    const twice = concat(encodeRecord({ offset: 3, timestampMs: 1, key: null, value: text("a") }), encodeRecord({ offset: 3, timestampMs: 1, key: null, value: text("b") }));
-    expect(invalid(() => checkFetchedRecords(result(twice, 2, 4), 0)).message).toContain("does not follow");
-    expect(invalid(() => checkFetchedRecords(result(new Uint8Array(0), 0, 2), 3)).message).toContain("below the requested offset");
+    const twice = concat(
+      encodeRecord({ offset: 3, timestampMs: 1, key: null, value: text("a") }),
+      encodeRecord({ offset: 3, timestampMs: 1, key: null, value: text("b") }),
+    );
+    expect(invalid(() => checkFetchedRecords(result(twice, 2, 4), 0)).message).toContain(
+      "does not follow",
+    );
+    expect(
+      invalid(() => checkFetchedRecords(result(new Uint8Array(0), 0, 2), 3)).message,
+    ).toContain("below the requested offset");
   });
 
   it("records that arrived in chunks read the same at every split, with each straddling record copied whole", () => {
     const fetched = sample();
     const bytes = fetched.records.bytes;
-    const expected = decodeFetchedRecords(fetched, 7).map((r) => [r.offset, r.timestampMs, str(r.key), str(r.value)]);
+    const expected = decodeFetchedRecords(fetched, 7).map((r) => [
+      r.offset,
+      r.timestampMs,
+      str(r.key),
+      str(r.value),
+    ]);
     for (let a = 1; a < bytes.length; a++) {
       for (const b of [a, Math.min(bytes.length, a + 1), Math.min(bytes.length, a + 30)]) {
-        const chunks = [bytes.subarray(0, a), bytes.subarray(a, b), bytes.subarray(b)].filter((c) => c.length > 0);
+        const chunks = [bytes.subarray(0, a), bytes.subarray(a, b), bytes.subarray(b)].filter(
+          (c) => c.length > 0,
+        );
         const runs = checkFetchedRecordChunks(chunks, fetched, 7);
         expect(runs.reduce((n, r) => n + r.count, 0)).toBe(3);
-        for (const run of runs) expect(checkFetchedRecords({ ...fetched, records: run }, 0)).toBeUndefined();
+        for (const run of runs)
+          expect(checkFetchedRecords({ ...fetched, records: run }, 0)).toBeUndefined();
         const seen: unknown[] = [];
-        for (const c = new FetchedRecordCursor(runs); c.next(); ) seen.push([c.offset, c.timestampMs, str(c.key()), str(c.value())]);
+        for (const c = new FetchedRecordCursor(runs); c.next(); )
+          seen.push([c.offset, c.timestampMs, str(c.key()), str(c.value())]);
         expect(seen, `split at ${a}, ${b}`).toEqual(expected);
       }
     }
@@ -123,15 +172,33 @@ describe("fetched records", () => {
     for (let a = 1; a < bytes.length; a += 7) {
       const flipped = bytes.slice();
       flipped[a] ^= 0x01;
-      invalid(() => checkFetchedRecordChunks([flipped.subarray(0, a), flipped.subarray(a)], fetched, 7));
+      invalid(() =>
+        checkFetchedRecordChunks([flipped.subarray(0, a), flipped.subarray(a)], fetched, 7),
+      );
       const short = bytes.subarray(0, bytes.length - 1);
-      invalid(() => checkFetchedRecordChunks([short.subarray(0, Math.min(a, short.length - 1)), short.subarray(Math.min(a, short.length - 1))], fetched, 7));
+      invalid(() =>
+        checkFetchedRecordChunks(
+          [
+            short.subarray(0, Math.min(a, short.length - 1)),
+            short.subarray(Math.min(a, short.length - 1)),
+          ],
+          fetched,
+          7,
+        ),
+      );
       const extra = new Uint8Array(bytes.length + 3);
       extra.set(bytes);
-      expect(invalid(() => checkFetchedRecordChunks([extra.subarray(0, a), extra.subarray(a)], fetched, 7)).message).toContain("bytes follow");
+      expect(
+        invalid(() =>
+          checkFetchedRecordChunks([extra.subarray(0, a), extra.subarray(a)], fetched, 7),
+        ).message,
+      ).toContain("bytes follow");
     }
     const huge = bytes.slice();
     new DataView(huge.buffer).setUint32(0, 0xffff_fff0);
-    expect(invalid(() => checkFetchedRecordChunks([huge.subarray(0, 2), huge.subarray(2)], fetched, 7)).message).toContain("record_len");
+    expect(
+      invalid(() => checkFetchedRecordChunks([huge.subarray(0, 2), huge.subarray(2)], fetched, 7))
+        .message,
+    ).toContain("record_len");
   });
 });

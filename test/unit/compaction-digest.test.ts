@@ -11,14 +11,22 @@ const strings: [string, number, number[]][] = [
   ["abcd", 0, [0x96b6ccaa, 0x45afc62e, 0x45afc62e, 0x45afc62e]],
   ["hello", 0, [0x2b2444a0, 0xdb91def7, 0x9adb31b6, 0x9adb31b6]],
   ["hello, world", 0, [0x8b21605c, 0xb9b98a1e, 0x93273a83, 0xeb5957c7]],
-  ["The quick brown fox jumps over the lazy dog", 0, [0x2f1583c3, 0xecee2c67, 0x5d7bf66c, 0xe5e91d2c]],
+  [
+    "The quick brown fox jumps over the lazy dog",
+    0,
+    [0x2f1583c3, 0xecee2c67, 0x5d7bf66c, 0xe5e91d2c],
+  ],
   ["0123456789abcdef", 0, [0xfb7d4409, 0x36aed30a, 0x48ad1d9b, 0x572b3bfd]],
   ["0123456789abcdefX", 0, [0x1c4db777, 0x1a9aa2d3, 0xc20e1624, 0x5b179223]],
   ["0123456789abcdef0123456789abcde", 0, [0xa9557e29, 0x787f5b82, 0x72e2d0c7, 0xc4945e57]],
   ["", 0x9747b28c, [0xf7bed5a1, 0x5b576a1c, 0x5b576a1c, 0x5b576a1c]],
   ["a", 0x9747b28c, [0x084ef944, 0x21a1186e, 0x21a1186e, 0x21a1186e]],
   ["hello", 0x9747b28c, [0x90935c71, 0x322922b5, 0xd498b585, 0xd498b585]],
-  ["The quick brown fox jumps over the lazy dog", 0x9747b28c, [0x8ad4d55e, 0x4cb86171, 0x8ea73a9c, 0xcdb6793e]],
+  [
+    "The quick brown fox jumps over the lazy dog",
+    0x9747b28c,
+    [0x8ad4d55e, 0x4cb86171, 0x8ea73a9c, 0xcdb6793e],
+  ],
 ];
 
 // Prefixes of the bytes 0, 1, …, 255 (every tail length and high bytes in every position).
@@ -48,12 +56,15 @@ describe("murmur3x86_128 (the compaction key digest)", () => {
     expect([...out]).toEqual(expected);
   });
 
-  it.each(prefixes)("hashes the first %d of the bytes 0…255 to the reference digest", (length, expected) => {
-    const bytes = Uint8Array.from({ length: 256 }, (_, i) => i);
-    const out = new Uint32Array(4);
-    murmur3x86_128(bytes, { start: 0, end: length }, out);
-    expect([...out]).toEqual(expected);
-  });
+  it.each(prefixes)(
+    "hashes the first %d of the bytes 0…255 to the reference digest",
+    (length, expected) => {
+      const bytes = Uint8Array.from({ length: 256 }, (_, i) => i);
+      const out = new Uint32Array(4);
+      murmur3x86_128(bytes, { start: 0, end: length }, out);
+      expect([...out]).toEqual(expected);
+    },
+  );
 
   it("hashes a range inside a larger buffer the same as the range on its own", () => {
     const key = utf8("The quick brown fox jumps over the lazy dog");

@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { defaultTopicConfig, mergeTopicConfig, validatePartitionCount, validateTopicName } from "../../src/broker/config.ts";
+import {
+  defaultTopicConfig,
+  mergeTopicConfig,
+  validatePartitionCount,
+  validateTopicName,
+} from "../../src/broker/config.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 
 function codeOf(fn: () => unknown): string {
@@ -14,23 +19,38 @@ function codeOf(fn: () => unknown): string {
 
 describe("topic config validation", () => {
   it("accepts names of letters, digits, dot, underscore and dash up to 249 characters", () => {
-    for (const name of ["orders", "a", "A.b_c-9", "x".repeat(249), ".hidden", "..."]) expect(codeOf(() => validateTopicName(name)), name).toBe("ok");
+    for (const name of ["orders", "a", "A.b_c-9", "x".repeat(249), ".hidden", "..."])
+      expect(
+        codeOf(() => validateTopicName(name)),
+        name,
+      ).toBe("ok");
   });
 
   it("refuses empty, too long, reserved and badly charactered names", () => {
     for (const name of ["", "x".repeat(250), ".", "..", "a/b", "a b", "ü", "a\u0000", 7, null]) {
-      expect(codeOf(() => validateTopicName(name)), String(name)).toBe("invalid_topic_name");
+      expect(
+        codeOf(() => validateTopicName(name)),
+        String(name),
+      ).toBe("invalid_topic_name");
     }
   });
 
   it("accepts partition counts from 1 to 4096 only", () => {
     expect(validatePartitionCount(1)).toBe(1);
     expect(validatePartitionCount(4096)).toBe(4096);
-    for (const bad of [0, -1, 4097, 1.5, "3", null]) expect(codeOf(() => validatePartitionCount(bad)), String(bad)).toBe("invalid_config");
+    for (const bad of [0, -1, 4097, 1.5, "3", null])
+      expect(
+        codeOf(() => validatePartitionCount(bad)),
+        String(bad),
+      ).toBe("invalid_config");
   });
 
   it("fills defaults and merges known keys", () => {
-    const c = mergeTopicConfig(defaultTopicConfig, { segment_bytes: 1024, retention_ms: -1, cleanup_policy: "delete,compact" });
+    const c = mergeTopicConfig(defaultTopicConfig, {
+      segment_bytes: 1024,
+      retention_ms: -1,
+      cleanup_policy: "delete,compact",
+    });
     expect(c.segment_bytes).toBe(1024);
     expect(c.retention_ms).toBe(-1);
     expect(c.cleanup_policy).toBe("compact,delete");

@@ -30,7 +30,12 @@ async function expectCode(promise: Promise<unknown>, code: string): Promise<void
 }
 
 /** Creates `path` holding `content`, with its data synced; the entry is synced only if `syncEntry`. */
-async function createFile(fs: MemoryFileSystem, path: string, content: string, syncEntry: boolean): Promise<void> {
+async function createFile(
+  fs: MemoryFileSystem,
+  path: string,
+  content: string,
+  syncEntry: boolean,
+): Promise<void> {
   const file = await fs.open(path, { create: true });
   await file.write(bytes(content), 0);
   await file.sync();
@@ -84,7 +89,12 @@ describe("MemoryFileSystem crash", () => {
     const report = fs.crash({ mode: "dropAll" });
     expect(fs.listTree()).toEqual(["/d/", "/d/f"]);
     expect(contentOf(fs, "/d/f")).toBe("durable");
-    expect(report).toMatchObject({ writesApplied: 0, writesDropped: 1, entriesReverted: 1, entriesKept: 0 });
+    expect(report).toMatchObject({
+      writesApplied: 0,
+      writesDropped: 1,
+      entriesReverted: 1,
+      entriesKept: 0,
+    });
   });
 
   it("keepAll keeps every unsynced write and entry, matching what reads saw", async () => {
@@ -164,9 +174,17 @@ describe("MemoryFileSystem crash", () => {
   });
 
   it("a file created without a syncDir of its parent can vanish; after syncDir it never does", async () => {
-    const unsynced = await outcomes(60, (fs) => createFile(fs, "/f", "x", false), (fs) => contentOf(fs, "/f"));
+    const unsynced = await outcomes(
+      60,
+      (fs) => createFile(fs, "/f", "x", false),
+      (fs) => contentOf(fs, "/f"),
+    );
     expect(new Set(unsynced)).toEqual(new Set([null, "x"]));
-    const synced = await outcomes(60, (fs) => createFile(fs, "/f", "x", true), (fs) => contentOf(fs, "/f"));
+    const synced = await outcomes(
+      60,
+      (fs) => createFile(fs, "/f", "x", true),
+      (fs) => contentOf(fs, "/f"),
+    );
     expect(new Set(synced)).toEqual(new Set(["x"]));
   });
 
@@ -185,7 +203,11 @@ describe("MemoryFileSystem crash", () => {
       await createFile(fs, "/meta.tmp", "v2", false);
       await fs.rename("/meta.tmp", "/meta");
     };
-    const unsynced = await outcomes(60, replace, (fs) => fs.listTree().join() + ":" + contentOf(fs, "/meta"));
+    const unsynced = await outcomes(
+      60,
+      replace,
+      (fs) => fs.listTree().join() + ":" + contentOf(fs, "/meta"),
+    );
     expect(new Set(unsynced)).toEqual(new Set(["/meta:v1", "/meta:v2"]));
     const synced = await outcomes(
       30,
@@ -228,7 +250,9 @@ describe("MemoryFileSystem crash", () => {
     expect(trees).toContain("");
     expect(trees).toContain("/g,/t/,/t/f");
     const dropped = await outcomes(1, setup, (fs) => snapshot(fs), { mode: "dropAll" });
-    expect(dropped[0]).toBe(`/g=${Buffer.from("y").toString("hex")}\n/t/\n/t/f=${Buffer.from("x").toString("hex")}`);
+    expect(dropped[0]).toBe(
+      `/g=${Buffer.from("y").toString("hex")}\n/t/\n/t/f=${Buffer.from("x").toString("hex")}`,
+    );
   });
 
   it("handles opened before a crash reject with EIO, close cleanly, and are not counted as open", async () => {
@@ -301,7 +325,9 @@ describe("MemoryFileSystem faults", () => {
     await expectCode(file.write(bytes("abcdef"), 4), "ENOSPC");
     expect(await file.size()).toBe(7);
     expect(contentOf(fs, "/f")).toBe("headabc");
-    expect(fs.faults.fired).toEqual([{ mutation: fs.mutationCount, op: "write", path: "/f", code: "ENOSPC" }]);
+    expect(fs.faults.fired).toEqual([
+      { mutation: fs.mutationCount, op: "write", path: "/f", code: "ENOSPC" },
+    ]);
     // One-shot: the next write lands whole.
     await file.write(bytes("XY"), 7);
     expect(contentOf(fs, "/f")).toBe("headabcXY");
@@ -472,8 +498,17 @@ describe("MemoryFileSystem helpers", () => {
     const fs = new MemoryFileSystem();
     fs.writeFileSync("/data/topics/t/0/00000000000000000000.log", bytes("abc"));
     expect(fs.mutationCount).toBe(0);
-    expect(fs.listTree()).toEqual(["/data/", "/data/topics/", "/data/topics/t/", "/data/topics/t/0/", "/data/topics/t/0/00000000000000000000.log"]);
-    expect(fs.listTree("/data/topics/t")).toEqual(["/data/topics/t/0/", "/data/topics/t/0/00000000000000000000.log"]);
+    expect(fs.listTree()).toEqual([
+      "/data/",
+      "/data/topics/",
+      "/data/topics/t/",
+      "/data/topics/t/0/",
+      "/data/topics/t/0/00000000000000000000.log",
+    ]);
+    expect(fs.listTree("/data/topics/t")).toEqual([
+      "/data/topics/t/0/",
+      "/data/topics/t/0/00000000000000000000.log",
+    ]);
     fs.crash({ mode: "dropAll" });
     expect(contentOf(fs, "/data/topics/t/0/00000000000000000000.log")).toBe("abc");
     expect(() => fs.readFileSync("/data")).toThrow(FsError);

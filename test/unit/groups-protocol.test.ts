@@ -57,7 +57,15 @@ const described: GroupDescription = {
   group: "analytics",
   generation: 7,
   members: [
-    { memberId: "m-1", topics: ["a", "b"], sessionTimeoutMs: 10_000, assignments: [{ topic: "a", partition: 0 }, { topic: "b", partition: 3 }] },
+    {
+      memberId: "m-1",
+      topics: ["a", "b"],
+      sessionTimeoutMs: 10_000,
+      assignments: [
+        { topic: "a", partition: 0 },
+        { topic: "b", partition: 3 },
+      ],
+    },
     { memberId: "m-2", topics: ["a"], sessionTimeoutMs: 500, assignments: [] },
   ],
   offsets: [
@@ -69,51 +77,122 @@ const described: GroupDescription = {
 
 describe("consumer-group apis on the wire", () => {
   it("JoinGroup: a new member (no id, default timeout) and a rejoin round-trip", () => {
-    expect(decodeJoinGroupRequest(request(encodeJoinGroupRequest(1, { group: "g", topics: ["a", "b"] }), ApiKey.JoinGroup))).toEqual({ group: "g", topics: ["a", "b"] });
+    expect(
+      decodeJoinGroupRequest(
+        request(encodeJoinGroupRequest(1, { group: "g", topics: ["a", "b"] }), ApiKey.JoinGroup),
+      ),
+    ).toEqual({ group: "g", topics: ["a", "b"] });
     const rejoin = { group: "g", topics: ["a"], sessionTimeoutMs: 1500, memberId: "m-1" };
-    expect(decodeJoinGroupRequest(request(encodeJoinGroupRequest(2, rejoin), ApiKey.JoinGroup))).toEqual(rejoin);
-    const result = { memberId: "m-1", generation: 3, sessionTimeoutMs: 1500, assignments: [{ topic: "a", partition: 2 }] };
+    expect(
+      decodeJoinGroupRequest(request(encodeJoinGroupRequest(2, rejoin), ApiKey.JoinGroup)),
+    ).toEqual(rejoin);
+    const result = {
+      memberId: "m-1",
+      generation: 3,
+      sessionTimeoutMs: 1500,
+      assignments: [{ topic: "a", partition: 2 }],
+    };
     expect(decodeJoinGroupResponse(response(encodeJoinGroupResponse(2, result)))).toEqual(result);
   });
 
   it("Heartbeat: with and without a generation", () => {
-    expect(decodeHeartbeatRequest(request(encodeHeartbeatRequest(1, { group: "g", memberId: "m" }), ApiKey.Heartbeat))).toEqual({ group: "g", memberId: "m" });
-    expect(decodeHeartbeatRequest(request(encodeHeartbeatRequest(1, { group: "g", memberId: "m", generation: 0 }), ApiKey.Heartbeat))).toEqual({ group: "g", memberId: "m", generation: 0 });
+    expect(
+      decodeHeartbeatRequest(
+        request(encodeHeartbeatRequest(1, { group: "g", memberId: "m" }), ApiKey.Heartbeat),
+      ),
+    ).toEqual({ group: "g", memberId: "m" });
+    expect(
+      decodeHeartbeatRequest(
+        request(
+          encodeHeartbeatRequest(1, { group: "g", memberId: "m", generation: 0 }),
+          ApiKey.Heartbeat,
+        ),
+      ),
+    ).toEqual({ group: "g", memberId: "m", generation: 0 });
     const result = { generation: 9, rejoin: true, assignments: [{ topic: "t", partition: 1 }] };
     expect(decodeHeartbeatResponse(response(encodeHeartbeatResponse(1, result)))).toEqual(result);
   });
 
   it("LeaveGroup and the empty responses", () => {
-    expect(decodeLeaveGroupRequest(request(encodeLeaveGroupRequest(1, { group: "g", memberId: "m" }), ApiKey.LeaveGroup))).toEqual({ group: "g", memberId: "m" });
+    expect(
+      decodeLeaveGroupRequest(
+        request(encodeLeaveGroupRequest(1, { group: "g", memberId: "m" }), ApiKey.LeaveGroup),
+      ),
+    ).toEqual({ group: "g", memberId: "m" });
     expect(decodeEmptyResponse(response(encodeEmptyResponse(1)))).toBeUndefined();
     expect(fieldOf(() => decodeEmptyResponse(Uint8Array.of(0)))).toBe("error");
   });
 
   it("CommitOffsets: a member's commit and a standalone one", () => {
-    const member = { group: "g", memberId: "m", generation: 4, offsets: [{ topic: "a", partition: 0, offset: 2 ** 50 }, { topic: "b", partition: 7, offset: 0 }] };
-    expect(decodeCommitOffsetsRequest(request(encodeCommitOffsetsRequest(1, member), ApiKey.CommitOffsets))).toEqual(member);
+    const member = {
+      group: "g",
+      memberId: "m",
+      generation: 4,
+      offsets: [
+        { topic: "a", partition: 0, offset: 2 ** 50 },
+        { topic: "b", partition: 7, offset: 0 },
+      ],
+    };
+    expect(
+      decodeCommitOffsetsRequest(
+        request(encodeCommitOffsetsRequest(1, member), ApiKey.CommitOffsets),
+      ),
+    ).toEqual(member);
     const standalone = { group: "g", offsets: [{ topic: "a", partition: 0, offset: 5 }] };
-    expect(decodeCommitOffsetsRequest(request(encodeCommitOffsetsRequest(1, standalone), ApiKey.CommitOffsets))).toEqual(standalone);
-    expect(fieldOf(() => encodeCommitOffsetsRequest(1, { group: "g", offsets: [{ topic: "a", partition: 0, offset: -1 }] }))).toBe("commit_offsets.offsets[0].offset");
+    expect(
+      decodeCommitOffsetsRequest(
+        request(encodeCommitOffsetsRequest(1, standalone), ApiKey.CommitOffsets),
+      ),
+    ).toEqual(standalone);
+    expect(
+      fieldOf(() =>
+        encodeCommitOffsetsRequest(1, {
+          group: "g",
+          offsets: [{ topic: "a", partition: 0, offset: -1 }],
+        }),
+      ),
+    ).toBe("commit_offsets.offsets[0].offset");
   });
 
   it("DescribeGroup and ListGroups carry committed, high watermark and owner only where set, and derive lag", () => {
-    expect(decodeDescribeGroupRequest(request(encodeDescribeGroupRequest(1, { group: "analytics" }), ApiKey.DescribeGroup))).toEqual({ group: "analytics" });
-    expect(decodeDescribeGroupResponse(response(encodeDescribeGroupResponse(1, described)))).toEqual(described);
-    expect(decodeListGroupsRequest(request(encodeListGroupsRequest(1), ApiKey.ListGroups))).toBeUndefined();
-    expect(decodeListGroupsResponse(response(encodeListGroupsResponse(1, [described, { ...described, group: "b", members: [], offsets: [] }])))).toEqual([
-      described,
-      { ...described, group: "b", members: [], offsets: [] },
-    ]);
+    expect(
+      decodeDescribeGroupRequest(
+        request(encodeDescribeGroupRequest(1, { group: "analytics" }), ApiKey.DescribeGroup),
+      ),
+    ).toEqual({ group: "analytics" });
+    expect(
+      decodeDescribeGroupResponse(response(encodeDescribeGroupResponse(1, described))),
+    ).toEqual(described);
+    expect(
+      decodeListGroupsRequest(request(encodeListGroupsRequest(1), ApiKey.ListGroups)),
+    ).toBeUndefined();
+    expect(
+      decodeListGroupsResponse(
+        response(
+          encodeListGroupsResponse(1, [
+            described,
+            { ...described, group: "b", members: [], offsets: [] },
+          ]),
+        ),
+      ),
+    ).toEqual([described, { ...described, group: "b", members: [], offsets: [] }]);
     expect(decodeListGroupsResponse(response(encodeListGroupsResponse(1, [])))).toEqual([]);
   });
 
   it("refuses bad flags, short bodies, trailing bytes and repeat counts the bytes cannot hold, naming the field", () => {
-    const hb = request(encodeHeartbeatRequest(1, { group: "g", memberId: "m", generation: 1 }), ApiKey.Heartbeat).slice();
+    const hb = request(
+      encodeHeartbeatRequest(1, { group: "g", memberId: "m", generation: 1 }),
+      ApiKey.Heartbeat,
+    ).slice();
     hb[6] = 2; // has_generation
     expect(fieldOf(() => decodeHeartbeatRequest(hb))).toBe("has_generation");
-    const join = request(encodeJoinGroupRequest(1, { group: "g", topics: ["a"] }), ApiKey.JoinGroup);
-    expect(fieldOf(() => decodeJoinGroupRequest(join.subarray(0, join.length - 1)))).toBe("topics[0]");
+    const join = request(
+      encodeJoinGroupRequest(1, { group: "g", topics: ["a"] }),
+      ApiKey.JoinGroup,
+    );
+    expect(fieldOf(() => decodeJoinGroupRequest(join.subarray(0, join.length - 1)))).toBe(
+      "topics[0]",
+    );
     const longer = new Uint8Array(join.length + 1);
     longer.set(join);
     expect(fieldOf(() => decodeJoinGroupRequest(longer))).toBe("topics[0]");

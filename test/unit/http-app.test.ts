@@ -17,7 +17,11 @@ beforeEach(() => {
   app = createHttpApp({ broker, logger, maxRequestBytes: 64 * 1024 });
 });
 
-function postJson(path: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> | Response {
+function postJson(
+  path: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<Response> | Response {
   return app.request(path, {
     method: "POST",
     headers: { "content-type": "application/json", ...headers },
@@ -26,7 +30,11 @@ function postJson(path: string, body: unknown, headers: Record<string, string> =
 }
 
 function postNdjson(path: string, body: string | Uint8Array): Promise<Response> | Response {
-  return app.request(path, { method: "POST", headers: { "content-type": "application/x-ndjson" }, body });
+  return app.request(path, {
+    method: "POST",
+    headers: { "content-type": "application/x-ndjson" },
+    body,
+  });
 }
 
 async function createTopic(name = "orders", partitions = 1): Promise<void> {
@@ -34,10 +42,17 @@ async function createTopic(name = "orders", partitions = 1): Promise<void> {
   expect(res.status).toBe(201);
 }
 
-async function expectError(res: Response, status: number, code: string, message?: RegExp): Promise<{ code: string; message: string; details?: Record<string, unknown> }> {
+async function expectError(
+  res: Response,
+  status: number,
+  code: string,
+  message?: RegExp,
+): Promise<{ code: string; message: string; details?: Record<string, unknown> }> {
   expect(res.status).toBe(status);
   expect(res.headers.get("content-type")).toMatch(/^application\/json/);
-  const body = (await res.json()) as { error: { code: string; message: string; details?: Record<string, unknown> } };
+  const body = (await res.json()) as {
+    error: { code: string; message: string; details?: Record<string, unknown> };
+  };
   expect(Object.keys(body)).toEqual(["error"]);
   expect(body.error.code).toBe(code);
   expect(typeof body.error.message).toBe("string");
@@ -77,13 +92,31 @@ describe("createHttpApp: health and routing", () => {
 
 describe("createHttpApp: topics", () => {
   it("POST /v1/topics creates a topic and answers 201 with its description", async () => {
-    const res = await postJson("/v1/topics", { name: "orders", partitions: 2, config: { retention_ms: 1000 } });
+    const res = await postJson("/v1/topics", {
+      name: "orders",
+      partitions: 2,
+      config: { retention_ms: 1000 },
+    });
     expect(res.status).toBe(201);
     const body = (await res.json()) as Record<string, unknown>;
     expect(body.name).toBe("orders");
     expect(body.partitions).toEqual([
-      { partition: 0, log_start_offset: 0, high_watermark: 0, size_bytes: 0, segments: 1, fenced: false },
-      { partition: 1, log_start_offset: 0, high_watermark: 0, size_bytes: 0, segments: 1, fenced: false },
+      {
+        partition: 0,
+        log_start_offset: 0,
+        high_watermark: 0,
+        size_bytes: 0,
+        segments: 1,
+        fenced: false,
+      },
+      {
+        partition: 1,
+        log_start_offset: 0,
+        high_watermark: 0,
+        size_bytes: 0,
+        segments: 1,
+        fenced: false,
+      },
     ]);
     expect((body.config as Record<string, unknown>).retention_ms).toBe(1000);
   });
@@ -96,24 +129,68 @@ describe("createHttpApp: topics", () => {
 
   it("POST /v1/topics answers 409 topic_exists for an existing name", async () => {
     await createTopic();
-    await expectError(await postJson("/v1/topics", { name: "orders", partitions: 1 }), 409, "topic_exists");
+    await expectError(
+      await postJson("/v1/topics", { name: "orders", partitions: 1 }),
+      409,
+      "topic_exists",
+    );
   });
 
   it("POST /v1/topics maps the broker's refusal of a bad name or config to 400", async () => {
-    await expectError(await postJson("/v1/topics", { name: "bad/name", partitions: 1 }), 400, "invalid_topic_name");
-    await expectError(await postJson("/v1/topics", { name: "t", partitions: 0 }), 400, "invalid_config");
-    const error = await expectError(await postJson("/v1/topics", { name: "t", partitions: 1, config: { colour: 1 } }), 400, "invalid_config");
+    await expectError(
+      await postJson("/v1/topics", { name: "bad/name", partitions: 1 }),
+      400,
+      "invalid_topic_name",
+    );
+    await expectError(
+      await postJson("/v1/topics", { name: "t", partitions: 0 }),
+      400,
+      "invalid_config",
+    );
+    const error = await expectError(
+      await postJson("/v1/topics", { name: "t", partitions: 1, config: { colour: 1 } }),
+      400,
+      "invalid_config",
+    );
     expect(error.details).toEqual({ config: "colour" });
   });
 
   it("POST /v1/topics answers 400 invalid_request for malformed or mistyped bodies", async () => {
-    await expectError(await postJson("/v1/topics", "{not json"), 400, "invalid_request", /not valid JSON/);
+    await expectError(
+      await postJson("/v1/topics", "{not json"),
+      400,
+      "invalid_request",
+      /not valid JSON/,
+    );
     await expectError(await postJson("/v1/topics", "[1,2]"), 400, "invalid_request", /JSON object/);
-    await expectError(await postJson("/v1/topics", { name: 7 }), 400, "invalid_request", /"name" must be a string/);
-    await expectError(await postJson("/v1/topics", { name: "t", partitions: "3" }), 400, "invalid_request", /"partitions" must be an integer/);
-    await expectError(await postJson("/v1/topics", { name: "t", config: [] }), 400, "invalid_request", /"config" must be a JSON object/);
-    await expectError(await postJson("/v1/topics", { name: "t", partition: 3 }), 400, "invalid_request", /unknown field "partition"/);
-    const notUtf8 = await app.request("/v1/topics", { method: "POST", body: new Uint8Array([0x7b, 0xff, 0x7d]) });
+    await expectError(
+      await postJson("/v1/topics", { name: 7 }),
+      400,
+      "invalid_request",
+      /"name" must be a string/,
+    );
+    await expectError(
+      await postJson("/v1/topics", { name: "t", partitions: "3" }),
+      400,
+      "invalid_request",
+      /"partitions" must be an integer/,
+    );
+    await expectError(
+      await postJson("/v1/topics", { name: "t", config: [] }),
+      400,
+      "invalid_request",
+      /"config" must be a JSON object/,
+    );
+    await expectError(
+      await postJson("/v1/topics", { name: "t", partition: 3 }),
+      400,
+      "invalid_request",
+      /unknown field "partition"/,
+    );
+    const notUtf8 = await app.request("/v1/topics", {
+      method: "POST",
+      body: new Uint8Array([0x7b, 0xff, 0x7d]),
+    });
     await expectError(notUtf8, 400, "invalid_request", /UTF-8/);
     expect(broker.topics.size).toBe(0);
   });
@@ -142,7 +219,11 @@ describe("createHttpApp: topics", () => {
     expect(res.status).toBe(204);
     expect(await res.text()).toBe("");
     await expectError(await app.request("/v1/topics/orders"), 404, "topic_not_found");
-    await expectError(await app.request("/v1/topics/orders", { method: "DELETE" }), 404, "topic_not_found");
+    await expectError(
+      await app.request("/v1/topics/orders", { method: "DELETE" }),
+      404,
+      "topic_not_found",
+    );
   });
 });
 
@@ -173,15 +254,24 @@ describe("createHttpApp: produce JSON", () => {
   });
 
   it("sends one partition for all records when every record names the same one", async () => {
-    await postJson("/v1/topics/orders/records", { records: [{ value: "a", partition: 1 }, { value: "b", partition: 1 }] });
+    await postJson("/v1/topics/orders/records", {
+      records: [
+        { value: "a", partition: 1 },
+        { value: "b", partition: 1 },
+      ],
+    });
     expect(broker.produced[0].partition).toBe(1);
     expect(broker.produced[0].partitions).toBeUndefined();
   });
 
   it("leaves the choice to the broker (−1) for records without a partition", async () => {
-    await postJson("/v1/topics/orders/records", { records: [{ value: "a" }, { value: "b", partition: 2 }] });
+    await postJson("/v1/topics/orders/records", {
+      records: [{ value: "a" }, { value: "b", partition: 2 }],
+    });
     expect(broker.produced[0].partitions).toEqual(new Int32Array([-1, 2]));
-    await postJson("/v1/topics/orders/records", { records: [{ value: "a" }, { value: "b", partition: null }] });
+    await postJson("/v1/topics/orders/records", {
+      records: [{ value: "a" }, { value: "b", partition: null }],
+    });
     expect(broker.produced[1].partition).toBeUndefined();
     expect(broker.produced[1].partitions).toBeUndefined();
   });
@@ -206,7 +296,15 @@ describe("createHttpApp: produce JSON", () => {
 
   it("decodes key_b64 and value_b64 as bytes", async () => {
     const bytes = new Uint8Array([0, 255, 10, 13, 128]);
-    await postJson("/v1/topics/orders/records", { records: [{ key_b64: encodeBase64(new Uint8Array([1, 2])), value_b64: encodeBase64(bytes), partition: 1 }] });
+    await postJson("/v1/topics/orders/records", {
+      records: [
+        {
+          key_b64: encodeBase64(new Uint8Array([1, 2])),
+          value_b64: encodeBase64(bytes),
+          partition: 1,
+        },
+      ],
+    });
     const { records } = await fetchRecords("offset=0&encoding=base64", 1);
     expect(records[0].key).toBe("AQI=");
     expect(records[0].value).toBe(encodeBase64(bytes));
@@ -222,32 +320,99 @@ describe("createHttpApp: produce JSON", () => {
       ],
     });
     const { records } = await fetchRecords("offset=0");
-    expect(records.map((r) => r.timestamp)).toEqual([1234, broker.nowMs, broker.nowMs, broker.nowMs]);
+    expect(records.map((r) => r.timestamp)).toEqual([
+      1234,
+      broker.nowMs,
+      broker.nowMs,
+      broker.nowMs,
+    ]);
   });
 
   const badRecords: [string, unknown, RegExp, string][] = [
-    ["both value and value_b64", { value: "a", value_b64: "YQ==" }, /records\[1\] has both value and value_b64/, "value_b64"],
-    ["both key and key_b64", { key: "a", key_b64: "YQ==", value: "x" }, /records\[1\] has both key and key_b64/, "key_b64"],
+    [
+      "both value and value_b64",
+      { value: "a", value_b64: "YQ==" },
+      /records\[1\] has both value and value_b64/,
+      "value_b64",
+    ],
+    [
+      "both key and key_b64",
+      { key: "a", key_b64: "YQ==", value: "x" },
+      /records\[1\] has both key and key_b64/,
+      "key_b64",
+    ],
     ["no value", { key: "a" }, /records\[1\] has no value/, "value"],
     ["a null value", { value: null }, /records\[1\]\.value must be a string/, "value"],
     ["a numeric value", { value: 5 }, /records\[1\]\.value must be a string/, "value"],
     ["a numeric key", { key: 5, value: "x" }, /records\[1\]\.key must be a string or null/, "key"],
-    ["URL-safe base64", { value_b64: "-_-_" }, /records\[1\]\.value_b64 is not strict base64/, "value_b64"],
-    ["unpadded base64", { value_b64: "YQ" }, /records\[1\]\.value_b64 is not strict base64/, "value_b64"],
-    ["base64 with whitespace", { value_b64: "YW Jj" }, /records\[1\]\.value_b64 is not strict base64/, "value_b64"],
-    ["non-canonical base64", { value_b64: "YR==" }, /records\[1\]\.value_b64 is not strict base64.*non-canonical/, "value_b64"],
-    ["bad key_b64", { key_b64: "a", value: "x" }, /records\[1\]\.key_b64 is not strict base64/, "key_b64"],
-    ["a negative partition", { value: "x", partition: -1 }, /records\[1\]\.partition must be an integer/, "partition"],
-    ["a fractional partition", { value: "x", partition: 1.5 }, /records\[1\]\.partition/, "partition"],
+    [
+      "URL-safe base64",
+      { value_b64: "-_-_" },
+      /records\[1\]\.value_b64 is not strict base64/,
+      "value_b64",
+    ],
+    [
+      "unpadded base64",
+      { value_b64: "YQ" },
+      /records\[1\]\.value_b64 is not strict base64/,
+      "value_b64",
+    ],
+    [
+      "base64 with whitespace",
+      { value_b64: "YW Jj" },
+      /records\[1\]\.value_b64 is not strict base64/,
+      "value_b64",
+    ],
+    [
+      "non-canonical base64",
+      { value_b64: "YR==" },
+      /records\[1\]\.value_b64 is not strict base64.*non-canonical/,
+      "value_b64",
+    ],
+    [
+      "bad key_b64",
+      { key_b64: "a", value: "x" },
+      /records\[1\]\.key_b64 is not strict base64/,
+      "key_b64",
+    ],
+    [
+      "a negative partition",
+      { value: "x", partition: -1 },
+      /records\[1\]\.partition must be an integer/,
+      "partition",
+    ],
+    [
+      "a fractional partition",
+      { value: "x", partition: 1.5 },
+      /records\[1\]\.partition/,
+      "partition",
+    ],
     ["a string partition", { value: "x", partition: "1" }, /records\[1\]\.partition/, "partition"],
-    ["a timestamp below −1", { value: "x", timestamp: -2 }, /records\[1\]\.timestamp must be an integer ≥ 0/, "timestamp"],
-    ["a fractional timestamp", { value: "x", timestamp: 1.5 }, /records\[1\]\.timestamp/, "timestamp"],
+    [
+      "a timestamp below −1",
+      { value: "x", timestamp: -2 },
+      /records\[1\]\.timestamp must be an integer ≥ 0/,
+      "timestamp",
+    ],
+    [
+      "a fractional timestamp",
+      { value: "x", timestamp: 1.5 },
+      /records\[1\]\.timestamp/,
+      "timestamp",
+    ],
     ["an unknown field", { value: "x", kye: "k" }, /records\[1\] has unknown field "kye"/, "kye"],
-    ["a lone surrogate", { value: "a\ud800b" }, /records\[1\]\.value is not valid Unicode/, "value"],
+    [
+      "a lone surrogate",
+      { value: "a\ud800b" },
+      /records\[1\]\.value is not valid Unicode/,
+      "value",
+    ],
   ];
   for (const [what, record, message, field] of badRecords) {
     it(`refuses a record with ${what} with 400 naming record and field, and appends none of the request`, async () => {
-      const res = await postJson("/v1/topics/orders/records", { records: [{ value: "good", partition: 0 }, record, { value: "good too", partition: 0 }] });
+      const res = await postJson("/v1/topics/orders/records", {
+        records: [{ value: "good", partition: 0 }, record, { value: "good too", partition: 0 }],
+      });
       const error = await expectError(res, 400, "invalid_request", message);
       expect(error.details).toMatchObject({ record: 1, field });
       expect(broker.produced).toHaveLength(0);
@@ -256,16 +421,46 @@ describe("createHttpApp: produce JSON", () => {
   }
 
   it("refuses a record that is not an object", async () => {
-    const error = await expectError(await postJson("/v1/topics/orders/records", { records: [{ value: "a" }, "b"] }), 400, "invalid_request", /records\[1\] must be a JSON object/);
+    const error = await expectError(
+      await postJson("/v1/topics/orders/records", { records: [{ value: "a" }, "b"] }),
+      400,
+      "invalid_request",
+      /records\[1\] must be a JSON object/,
+    );
     expect(error.details).toEqual({ record: 1 });
   });
 
   it("refuses bodies without a non-empty records array", async () => {
-    await expectError(await postJson("/v1/topics/orders/records", { records: [] }), 400, "invalid_request", /no records/);
-    await expectError(await postJson("/v1/topics/orders/records", { records: {} }), 400, "invalid_request", /"records" array/);
-    await expectError(await postJson("/v1/topics/orders/records", [{ value: "a" }]), 400, "invalid_request", /JSON object/);
-    await expectError(await postJson("/v1/topics/orders/records", { records: [{ value: "a" }], extra: 1 }), 400, "invalid_request", /unknown field "extra"/);
-    await expectError(await postJson("/v1/topics/orders/records", '{"records": [{"value": "a"}'), 400, "invalid_request", /not valid JSON/);
+    await expectError(
+      await postJson("/v1/topics/orders/records", { records: [] }),
+      400,
+      "invalid_request",
+      /no records/,
+    );
+    await expectError(
+      await postJson("/v1/topics/orders/records", { records: {} }),
+      400,
+      "invalid_request",
+      /"records" array/,
+    );
+    await expectError(
+      await postJson("/v1/topics/orders/records", [{ value: "a" }]),
+      400,
+      "invalid_request",
+      /JSON object/,
+    );
+    await expectError(
+      await postJson("/v1/topics/orders/records", { records: [{ value: "a" }], extra: 1 }),
+      400,
+      "invalid_request",
+      /unknown field "extra"/,
+    );
+    await expectError(
+      await postJson("/v1/topics/orders/records", '{"records": [{"value": "a"}'),
+      400,
+      "invalid_request",
+      /not valid JSON/,
+    );
     expect(broker.produced).toHaveLength(0);
   });
 
@@ -274,7 +469,9 @@ describe("createHttpApp: produce JSON", () => {
     const res = await big.request("/v1/topics/orders/records", {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ records: [{ value: "x" }, { key: "k", value: "v".repeat(recordPayloadBytesMax) }] }),
+      body: JSON.stringify({
+        records: [{ value: "x" }, { key: "k", value: "v".repeat(recordPayloadBytesMax) }],
+      }),
     });
     const error = await expectError(res, 413, "record_too_large", /records\[1\]/);
     expect(error.details).toMatchObject({ record: 1 });
@@ -282,19 +479,45 @@ describe("createHttpApp: produce JSON", () => {
   });
 
   it("answers 404 for an unknown topic and maps partition_not_found from the broker", async () => {
-    await expectError(await postJson("/v1/topics/nope/records", { records: [{ value: "a" }] }), 404, "topic_not_found");
-    await expectError(await postJson("/v1/topics/orders/records", { records: [{ value: "a", partition: 7 }] }), 404, "partition_not_found");
+    await expectError(
+      await postJson("/v1/topics/nope/records", { records: [{ value: "a" }] }),
+      404,
+      "topic_not_found",
+    );
+    await expectError(
+      await postJson("/v1/topics/orders/records", { records: [{ value: "a", partition: 7 }] }),
+      404,
+      "partition_not_found",
+    );
   });
 
   it("parses bodies of other content types as JSON, and refuses NDJSON-only query parameters on JSON", async () => {
-    await expectError(await postJson("/v1/topics/orders/records", "a=b", { "content-type": "application/x-www-form-urlencoded" }), 400, "invalid_request", /not valid JSON/);
-    await expectError(await postJson("/v1/topics/orders/records?partition=1", { records: [{ value: "a" }] }), 400, "invalid_request", /NDJSON bodies only/);
+    await expectError(
+      await postJson("/v1/topics/orders/records", "a=b", {
+        "content-type": "application/x-www-form-urlencoded",
+      }),
+      400,
+      "invalid_request",
+      /not valid JSON/,
+    );
+    await expectError(
+      await postJson("/v1/topics/orders/records?partition=1", { records: [{ value: "a" }] }),
+      400,
+      "invalid_request",
+      /NDJSON bodies only/,
+    );
   });
 
   it("accepts JSON sent as text/plain or with no Content-Type", async () => {
-    const plain = await app.request("/v1/topics/orders/records", { method: "POST", body: JSON.stringify({ records: [{ value: "a", partition: 0 }] }) });
+    const plain = await app.request("/v1/topics/orders/records", {
+      method: "POST",
+      body: JSON.stringify({ records: [{ value: "a", partition: 0 }] }),
+    });
     expect(plain.status).toBe(200);
-    const none = await app.request("/v1/topics/orders/records", { method: "POST", body: new TextEncoder().encode('{"records":[{"value":"b","partition":0}]}') });
+    const none = await app.request("/v1/topics/orders/records", {
+      method: "POST",
+      body: new TextEncoder().encode('{"records":[{"value":"b","partition":0}]}'),
+    });
     expect(none.status).toBe(200);
     expect((await fetchRecords("offset=0")).records.map((r) => r.value)).toEqual(["a", "b"]);
   });
@@ -303,7 +526,9 @@ describe("createHttpApp: produce JSON", () => {
     let release!: () => void;
     broker.holdProduce = new Promise((resolve) => (release = resolve));
     let settled = false;
-    const pending = Promise.resolve(postJson("/v1/topics/orders/records", { records: [{ value: "a", partition: 0 }] })).then((res) => {
+    const pending = Promise.resolve(
+      postJson("/v1/topics/orders/records", { records: [{ value: "a", partition: 0 }] }),
+    ).then((res) => {
       settled = true;
       return res;
     });
@@ -321,7 +546,10 @@ describe("createHttpApp: produce NDJSON", () => {
   beforeEach(() => createTopic("orders", 2));
 
   it("makes one record per line with the line's bytes as value and no key", async () => {
-    const res = await postNdjson("/v1/topics/orders/records?partition=1", '{"a":1}\nplain text\n  spaced  \n');
+    const res = await postNdjson(
+      "/v1/topics/orders/records?partition=1",
+      '{"a":1}\nplain text\n  spaced  \n',
+    );
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({
       offsets: [
@@ -341,7 +569,12 @@ describe("createHttpApp: produce NDJSON", () => {
   it("does not make an empty record from a final trailing newline, and accepts a last line without one", async () => {
     await postNdjson("/v1/topics/orders/records?partition=0", "a\nb\n");
     await postNdjson("/v1/topics/orders/records?partition=0", "c\nd");
-    expect((await fetchRecords("offset=0")).records.map((r) => r.value)).toEqual(["a", "b", "c", "d"]);
+    expect((await fetchRecords("offset=0")).records.map((r) => r.value)).toEqual([
+      "a",
+      "b",
+      "c",
+      "d",
+    ]);
   });
 
   it("skips blank lines and drops one CR before each LF", async () => {
@@ -352,22 +585,54 @@ describe("createHttpApp: produce NDJSON", () => {
   it("applies ?key to every record, with ?key= as the empty key", async () => {
     await postNdjson("/v1/topics/orders/records?partition=0&key=user-1", "a\nb\n");
     await postNdjson("/v1/topics/orders/records?partition=0&key=", "c\n");
-    expect((await fetchRecords("offset=0")).records.map((r) => r.key)).toEqual(["user-1", "user-1", ""]);
+    expect((await fetchRecords("offset=0")).records.map((r) => r.key)).toEqual([
+      "user-1",
+      "user-1",
+      "",
+    ]);
   });
 
   it("keeps arbitrary bytes of a line verbatim", async () => {
     const body = new Uint8Array([0xff, 0x00, 0xfe, 0x0a, 0x41]);
     await postNdjson("/v1/topics/orders/records?partition=0", body);
     const { records } = await fetchRecords("offset=0&encoding=base64");
-    expect(records.map((r) => r.value)).toEqual([encodeBase64(new Uint8Array([0xff, 0x00, 0xfe])), "QQ=="]);
+    expect(records.map((r) => r.value)).toEqual([
+      encodeBase64(new Uint8Array([0xff, 0x00, 0xfe])),
+      "QQ==",
+    ]);
   });
 
   it("refuses a body with no records and bad query parameters", async () => {
-    await expectError(await postNdjson("/v1/topics/orders/records", "\n\n"), 400, "invalid_request", /no records/);
-    await expectError(await postNdjson("/v1/topics/orders/records", ""), 400, "invalid_request", /no records/);
-    await expectError(await postNdjson("/v1/topics/orders/records?partition=-1", "a"), 400, "invalid_request", /query parameter "partition"/);
-    await expectError(await postNdjson("/v1/topics/orders/records?partition=x", "a"), 400, "invalid_request", /query parameter "partition"/);
-    await expectError(await postNdjson("/v1/topics/orders/records?key=a&key=b", "a"), 400, "invalid_request", /"key" is given 2 times/);
+    await expectError(
+      await postNdjson("/v1/topics/orders/records", "\n\n"),
+      400,
+      "invalid_request",
+      /no records/,
+    );
+    await expectError(
+      await postNdjson("/v1/topics/orders/records", ""),
+      400,
+      "invalid_request",
+      /no records/,
+    );
+    await expectError(
+      await postNdjson("/v1/topics/orders/records?partition=-1", "a"),
+      400,
+      "invalid_request",
+      /query parameter "partition"/,
+    );
+    await expectError(
+      await postNdjson("/v1/topics/orders/records?partition=x", "a"),
+      400,
+      "invalid_request",
+      /query parameter "partition"/,
+    );
+    await expectError(
+      await postNdjson("/v1/topics/orders/records?key=a&key=b", "a"),
+      400,
+      "invalid_request",
+      /"key" is given 2 times/,
+    );
     expect(broker.produced).toHaveLength(0);
   });
 });
@@ -420,13 +685,25 @@ describe("createHttpApp: fetch", () => {
   });
 
   it("answers 416 offset_out_of_range past the high watermark", async () => {
-    const error = await expectError(await app.request("/v1/topics/orders/partitions/0/records?offset=4"), 416, "offset_out_of_range");
+    const error = await expectError(
+      await app.request("/v1/topics/orders/partitions/0/records?offset=4"),
+      416,
+      "offset_out_of_range",
+    );
     expect(error.details).toEqual({ log_start_offset: 0, high_watermark: 3 });
   });
 
   it("answers 404 for an unknown topic or partition", async () => {
-    await expectError(await app.request("/v1/topics/nope/partitions/0/records?offset=0"), 404, "topic_not_found");
-    await expectError(await app.request("/v1/topics/orders/partitions/9/records?offset=0"), 404, "partition_not_found");
+    await expectError(
+      await app.request("/v1/topics/nope/partitions/0/records?offset=0"),
+      404,
+      "topic_not_found",
+    );
+    await expectError(
+      await app.request("/v1/topics/orders/partitions/9/records?offset=0"),
+      404,
+      "partition_not_found",
+    );
   });
 
   const badQueries: [string, RegExp][] = [
@@ -449,31 +726,57 @@ describe("createHttpApp: fetch", () => {
   ];
   for (const [query, message] of badQueries) {
     it(`answers 400 naming the parameter for ?${query}`, async () => {
-      const error = await expectError(await app.request(`/v1/topics/orders/partitions/0/records?${query}`), 400, "invalid_request", message);
+      const error = await expectError(
+        await app.request(`/v1/topics/orders/partitions/0/records?${query}`),
+        400,
+        "invalid_request",
+        message,
+      );
       expect(error.details).toEqual({ parameter: /"(\w+)"/.exec(message.source)![1] });
     });
   }
 
   it("answers 400 naming the partition path parameter when it is not a non-negative integer", async () => {
-    const error = await expectError(await app.request("/v1/topics/orders/partitions/x/records?offset=0"), 400, "invalid_request", /path parameter "partition" "x"/);
+    const error = await expectError(
+      await app.request("/v1/topics/orders/partitions/x/records?offset=0"),
+      400,
+      "invalid_request",
+      /path parameter "partition" "x"/,
+    );
     expect(error.details).toEqual({ parameter: "partition" });
-    await expectError(await app.request("/v1/topics/orders/partitions/-1/records?offset=0"), 400, "invalid_request", /path parameter "partition"/);
+    await expectError(
+      await app.request("/v1/topics/orders/partitions/-1/records?offset=0"),
+      400,
+      "invalid_request",
+      /path parameter "partition"/,
+    );
   });
 
   it("long-polls with wait_ms and wakes when a record arrives", async () => {
-    const polling = Promise.resolve(app.request(`/v1/topics/orders/partitions/0/records?offset=3&wait_ms=${fetchWaitMsMax}`));
+    const polling = Promise.resolve(
+      app.request(`/v1/topics/orders/partitions/0/records?offset=3&wait_ms=${fetchWaitMsMax}`),
+    );
     await broker.whenWaiting(1);
     await postJson("/v1/topics/orders/records", { records: [{ value: "late", partition: 0 }] });
     const res = await polling;
     expect(res.status).toBe(200);
-    const body = (await res.json()) as { records: { offset: number; value: string }[]; next_offset: number };
-    expect(body.records).toEqual([{ offset: 3, timestamp: broker.nowMs, key: null, value: "late" }]);
+    const body = (await res.json()) as {
+      records: { offset: number; value: string }[];
+      next_offset: number;
+    };
+    expect(body.records).toEqual([
+      { offset: 3, timestamp: broker.nowMs, key: null, value: "late" },
+    ]);
     expect(body.next_offset).toBe(4);
   });
 
   it("passes the request's abort signal, so a closed long-poll stops waiting", async () => {
     const controller = new AbortController();
-    const polling = Promise.resolve(app.request(`/v1/topics/orders/partitions/0/records?offset=3&wait_ms=${fetchWaitMsMax}`, { signal: controller.signal }));
+    const polling = Promise.resolve(
+      app.request(`/v1/topics/orders/partitions/0/records?offset=3&wait_ms=${fetchWaitMsMax}`, {
+        signal: controller.signal,
+      }),
+    );
     await broker.whenWaiting(1);
     controller.abort();
     const res = await polling;
@@ -483,7 +786,13 @@ describe("createHttpApp: fetch", () => {
 
   it("ends a long-poll at once when the server's shutdown signal aborts", async () => {
     const shutdown = new AbortController();
-    const polling = Promise.resolve(app.request(`/v1/topics/orders/partitions/0/records?offset=3&wait_ms=${fetchWaitMsMax}`, {}, { shutdownSignal: shutdown.signal }));
+    const polling = Promise.resolve(
+      app.request(
+        `/v1/topics/orders/partitions/0/records?offset=3&wait_ms=${fetchWaitMsMax}`,
+        {},
+        { shutdownSignal: shutdown.signal },
+      ),
+    );
     await broker.whenWaiting(1);
     shutdown.abort();
     const res = await polling;
@@ -497,12 +806,28 @@ describe("createHttpApp: errors", () => {
     await createTopic();
     broker.failNext = {
       method: "produce",
-      error: new BrokerError(Errors.partitionFenced, 'Cannot append to partition "orders/0": partition is fenced after a failed fsync, restart required', { partition: 0 }),
+      error: new BrokerError(
+        Errors.partitionFenced,
+        'Cannot append to partition "orders/0": partition is fenced after a failed fsync, restart required',
+        { partition: 0 },
+      ),
     };
-    const error = await expectError(await postJson("/v1/topics/orders/records", { records: [{ value: "a" }] }), 503, "partition_fenced", /restart required/);
+    const error = await expectError(
+      await postJson("/v1/topics/orders/records", { records: [{ value: "a" }] }),
+      503,
+      "partition_fenced",
+      /restart required/,
+    );
     expect(error.details).toEqual({ partition: 0 });
-    broker.failNext = { method: "produce", error: new BrokerError(Errors.storageError, "Cannot append: disk full") };
-    const plain = await expectError(await postJson("/v1/topics/orders/records", { records: [{ value: "a" }] }), 507, "storage_error");
+    broker.failNext = {
+      method: "produce",
+      error: new BrokerError(Errors.storageError, "Cannot append: disk full"),
+    };
+    const plain = await expectError(
+      await postJson("/v1/topics/orders/records", { records: [{ value: "a" }] }),
+      507,
+      "storage_error",
+    );
     expect(plain.details).toBeUndefined();
   });
 
@@ -522,9 +847,18 @@ describe("createHttpApp: errors", () => {
       ["/v1/topics", { method: "POST", body: "null" }],
       ["/v1/topics/orders/records", { method: "POST", body: "null" }],
       ["/v1/topics/orders/records", { method: "POST", body: '{"records":[null]}' }],
-      ["/v1/topics/orders/records", { method: "POST", body: '{"records":[{"value":"a","__proto__":{"x":1}}]}' }],
-      ["/v1/topics/orders/records", { method: "POST", body: '{"records":[{"value":"a","partition":1e400}]}' }],
-      ["/v1/topics/orders/records", { method: "POST", body: '{"records":[{"value":"a","timestamp":9007199254740993}]}' }],
+      [
+        "/v1/topics/orders/records",
+        { method: "POST", body: '{"records":[{"value":"a","__proto__":{"x":1}}]}' },
+      ],
+      [
+        "/v1/topics/orders/records",
+        { method: "POST", body: '{"records":[{"value":"a","partition":1e400}]}' },
+      ],
+      [
+        "/v1/topics/orders/records",
+        { method: "POST", body: '{"records":[{"value":"a","timestamp":9007199254740993}]}' },
+      ],
       ["/v1/topics/%E0%A4%A/partitions/0/records?offset=0", {}],
       ["/v1/topics/orders/partitions/0/records?offset=%ZZ", {}],
       ["/v1/topics/orders/partitions/99999999999999999999/records?offset=0", {}],
@@ -558,7 +892,12 @@ describe("createHttpApp: request size", () => {
       body,
       duplex: "half",
     } as RequestInit);
-    const error = await expectError(await app.request(request), 413, "request_too_large", /over the limit of 65536 bytes/);
+    const error = await expectError(
+      await app.request(request),
+      413,
+      "request_too_large",
+      /over the limit of 65536 bytes/,
+    );
     expect(error.details).toEqual({ limit_bytes: 65536 });
     expect(pulled).toBeLessThanOrEqual(1);
     expect(broker.produced).toHaveLength(0);

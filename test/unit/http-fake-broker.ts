@@ -59,7 +59,8 @@ export class FakeBroker implements Broker {
   #waitListeners: (() => void)[] = [];
 
   #check(method: keyof Broker): void {
-    if (this.closed) throw new BrokerError(Errors.unavailable, `Cannot ${method}: the broker is closed`);
+    if (this.closed)
+      throw new BrokerError(Errors.unavailable, `Cannot ${method}: the broker is closed`);
     if (this.failNext?.method === method) {
       const { error } = this.failNext;
       this.failNext = null;
@@ -69,13 +70,21 @@ export class FakeBroker implements Broker {
 
   #topic(name: string): FakeTopic {
     const topic = this.topics.get(name);
-    if (topic === undefined) throw new BrokerError(Errors.topicNotFound, `Cannot find topic ${JSON.stringify(name)}: it does not exist`);
+    if (topic === undefined)
+      throw new BrokerError(
+        Errors.topicNotFound,
+        `Cannot find topic ${JSON.stringify(name)}: it does not exist`,
+      );
     return topic;
   }
 
   #partition(name: string, partition: number): FakePartition {
     const p = this.#topic(name).partitions[partition];
-    if (p === undefined) throw new BrokerError(Errors.partitionNotFound, `Cannot find partition "${name}/${partition}": no such partition`);
+    if (p === undefined)
+      throw new BrokerError(
+        Errors.partitionNotFound,
+        `Cannot find partition "${name}/${partition}": no such partition`,
+      );
     return p;
   }
 
@@ -127,22 +136,43 @@ export class FakeBroker implements Broker {
     this.#check("createTopic");
     const { name } = request;
     if (!/^[A-Za-z0-9._-]{1,249}$/.test(name) || name === "." || name === "..") {
-      throw new BrokerError(Errors.invalidTopicName, `Cannot create topic ${JSON.stringify(name)}: names are 1–249 of [A-Za-z0-9._-]`);
+      throw new BrokerError(
+        Errors.invalidTopicName,
+        `Cannot create topic ${JSON.stringify(name)}: names are 1–249 of [A-Za-z0-9._-]`,
+      );
     }
-    if (!Number.isInteger(request.partitions) || request.partitions < 1 || request.partitions > 4096) {
-      throw new BrokerError(Errors.invalidConfig, `Cannot create topic ${JSON.stringify(name)}: partitions must be 1 … 4096`);
+    if (
+      !Number.isInteger(request.partitions) ||
+      request.partitions < 1 ||
+      request.partitions > 4096
+    ) {
+      throw new BrokerError(
+        Errors.invalidConfig,
+        `Cannot create topic ${JSON.stringify(name)}: partitions must be 1 … 4096`,
+      );
     }
     const config: TopicConfig = { ...defaultConfig };
     for (const [key, value] of Object.entries(request.config ?? {})) {
       if (!(key in defaultConfig)) {
-        throw new BrokerError(Errors.invalidConfig, `Cannot create topic ${JSON.stringify(name)}: unknown config ${JSON.stringify(key)}`, { config: key });
+        throw new BrokerError(
+          Errors.invalidConfig,
+          `Cannot create topic ${JSON.stringify(name)}: unknown config ${JSON.stringify(key)}`,
+          { config: key },
+        );
       }
       (config as unknown as Record<string, unknown>)[key] = value;
     }
-    if (this.topics.has(name)) throw new BrokerError(Errors.topicExists, `Cannot create topic ${JSON.stringify(name)}: it already exists`);
+    if (this.topics.has(name))
+      throw new BrokerError(
+        Errors.topicExists,
+        `Cannot create topic ${JSON.stringify(name)}: it already exists`,
+      );
     const topic: FakeTopic = {
       config,
-      partitions: Array.from({ length: request.partitions }, () => ({ records: [], waiters: new Set<() => void>() })),
+      partitions: Array.from({ length: request.partitions }, () => ({
+        records: [],
+        waiters: new Set<() => void>(),
+      })),
       roundRobin: 0,
     };
     this.topics.set(name, topic);
@@ -151,7 +181,9 @@ export class FakeBroker implements Broker {
 
   async listTopics(): Promise<TopicDescription[]> {
     this.#check("listTopics");
-    return [...this.topics.keys()].sort().map((name) => this.#describe(name, this.topics.get(name)!));
+    return [...this.topics.keys()]
+      .sort()
+      .map((name) => this.#describe(name, this.topics.get(name)!));
   }
 
   async describeTopic(name: string): Promise<TopicDescription> {
@@ -172,7 +204,8 @@ export class FakeBroker implements Broker {
     const topic = this.#topic(request.topic);
     const count = scanEntries(request.batch.bytes);
     if (count !== request.batch.count) throw new Error("fake: batch count mismatch");
-    if (request.partitions !== undefined && request.partitions.length !== count) throw new Error("fake: partitions length mismatch");
+    if (request.partitions !== undefined && request.partitions.length !== count)
+      throw new Error("fake: partitions length mismatch");
     // Decode entries and choose partitions first: all or nothing.
     const view = viewOf(request.batch.bytes);
     const entries: { p: number; ts: number; key: Uint8Array | null; value: Uint8Array }[] = [];
@@ -187,9 +220,16 @@ export class FakeBroker implements Broker {
       const value = request.batch.bytes.slice(valueLenPos + 4, valueLenPos + 4 + valueLen);
       pos = valueLenPos + 4 + valueLen;
       let p = request.partitions?.[i] ?? request.partition ?? -1;
-      if (p < 0) p = key === null ? roundRobin++ % topic.partitions.length : partitionForKey(key, topic.partitions.length);
+      if (p < 0)
+        p =
+          key === null
+            ? roundRobin++ % topic.partitions.length
+            : partitionForKey(key, topic.partitions.length);
       if (p >= topic.partitions.length) {
-        throw new BrokerError(Errors.partitionNotFound, `Cannot produce to partition "${request.topic}/${p}": no such partition`);
+        throw new BrokerError(
+          Errors.partitionNotFound,
+          `Cannot produce to partition "${request.topic}/${p}": no such partition`,
+        );
       }
       entries.push({ p, ts, key, value });
     }
@@ -201,10 +241,14 @@ export class FakeBroker implements Broker {
       const partition = topic.partitions[e.p];
       const offset = partition.records.length;
       const timestampMs = e.ts === -1 ? this.nowMs : e.ts;
-      partition.records.push({ offset, bytes: encodeRecord({ offset, timestampMs, key: e.key, value: e.value }) });
+      partition.records.push({
+        offset,
+        bytes: encodeRecord({ offset, timestampMs, key: e.key, value: e.value }),
+      });
       touched.add(partition);
       const last = spans[spans.length - 1];
-      if (last !== undefined && last.partition === e.p && last.baseOffset + last.count === offset) last.count++;
+      if (last !== undefined && last.partition === e.p && last.baseOffset + last.count === offset)
+        last.count++;
       else spans.push({ partition: e.p, baseOffset: offset, count: 1 });
     }
     for (const partition of touched) for (const w of [...partition.waiters]) w();
@@ -216,10 +260,14 @@ export class FakeBroker implements Broker {
     const partition = this.#partition(request.topic, request.partition);
     const hw = partition.records.length;
     if (!Number.isSafeInteger(request.offset) || request.offset < 0 || request.offset > hw) {
-      throw new BrokerError(Errors.offsetOutOfRange, `Cannot fetch from partition "${request.topic}/${request.partition}": offset ${request.offset} is outside [0, ${hw}]`, {
-        log_start_offset: 0,
-        high_watermark: hw,
-      });
+      throw new BrokerError(
+        Errors.offsetOutOfRange,
+        `Cannot fetch from partition "${request.topic}/${request.partition}": offset ${request.offset} is outside [0, ${hw}]`,
+        {
+          log_start_offset: 0,
+          high_watermark: hw,
+        },
+      );
     }
     const waitMs = request.waitMs ?? 0;
     if (request.offset === hw && waitMs > 0 && !request.signal?.aborted) {
@@ -235,7 +283,8 @@ export class FakeBroker implements Broker {
         partition.waiters.add(done);
         this.#notifyWaitListeners();
       });
-      if (this.closed) throw new BrokerError(Errors.unavailable, "Cannot fetch: the broker is closed");
+      if (this.closed)
+        throw new BrokerError(Errors.unavailable, "Cannot fetch: the broker is closed");
     }
     const maxRecords = request.maxRecords ?? 1000;
     const maxBytes = request.maxBytes ?? 1024 * 1024;
@@ -255,33 +304,58 @@ export class FakeBroker implements Broker {
     };
   }
 
-  async listOffsets(request: { topic: string; partition: number }): Promise<{ logStartOffset: number; highWatermark: number }> {
+  async listOffsets(request: {
+    topic: string;
+    partition: number;
+  }): Promise<{ logStartOffset: number; highWatermark: number }> {
     this.#check("listOffsets");
-    return { logStartOffset: 0, highWatermark: this.#partition(request.topic, request.partition).records.length };
+    return {
+      logStartOffset: 0,
+      highWatermark: this.#partition(request.topic, request.partition).records.length,
+    };
   }
 
   // Consumer groups are tested over HTTP against the real broker (test/integration/groups-http.test.ts).
   async joinGroup(): Promise<never> {
-    throw new BrokerError(Errors.unavailable, "Cannot join: the fake broker has no consumer groups");
+    throw new BrokerError(
+      Errors.unavailable,
+      "Cannot join: the fake broker has no consumer groups",
+    );
   }
   async heartbeat(): Promise<never> {
-    throw new BrokerError(Errors.unavailable, "Cannot heartbeat: the fake broker has no consumer groups");
+    throw new BrokerError(
+      Errors.unavailable,
+      "Cannot heartbeat: the fake broker has no consumer groups",
+    );
   }
   async leaveGroup(): Promise<never> {
-    throw new BrokerError(Errors.unavailable, "Cannot leave: the fake broker has no consumer groups");
+    throw new BrokerError(
+      Errors.unavailable,
+      "Cannot leave: the fake broker has no consumer groups",
+    );
   }
   async commitOffsets(): Promise<never> {
-    throw new BrokerError(Errors.unavailable, "Cannot commit: the fake broker has no consumer groups");
+    throw new BrokerError(
+      Errors.unavailable,
+      "Cannot commit: the fake broker has no consumer groups",
+    );
   }
   async describeGroup(): Promise<never> {
-    throw new BrokerError(Errors.unavailable, "Cannot describe: the fake broker has no consumer groups");
+    throw new BrokerError(
+      Errors.unavailable,
+      "Cannot describe: the fake broker has no consumer groups",
+    );
   }
   async listGroups(): Promise<never> {
-    throw new BrokerError(Errors.unavailable, "Cannot list: the fake broker has no consumer groups");
+    throw new BrokerError(
+      Errors.unavailable,
+      "Cannot list: the fake broker has no consumer groups",
+    );
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const t of this.topics.values()) for (const p of t.partitions) for (const w of [...p.waiters]) w();
+    for (const t of this.topics.values())
+      for (const p of t.partitions) for (const w of [...p.waiters]) w();
   }
 }

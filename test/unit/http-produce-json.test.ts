@@ -27,7 +27,12 @@ function general(bytes: Uint8Array): DecodedProduce | "error" {
 
 /** Comparable form of a decoded request. */
 function shape(d: DecodedProduce) {
-  return { bytes: Array.from(d.batch.bytes), count: d.batch.count, partition: d.partition, partitions: d.partitions === undefined ? undefined : Array.from(d.partitions) };
+  return {
+    bytes: Array.from(d.batch.bytes),
+    count: d.batch.count,
+    partition: d.partition,
+    partitions: d.partitions === undefined ? undefined : Array.from(d.partitions),
+  };
 }
 
 /** The fast path must give the general path's answer whenever it gives one. */
@@ -50,7 +55,16 @@ function jsonString(text: string, escapes: number[]): string {
   for (const ch of text) {
     const mode = escapes[i++ % escapes.length] ?? 0;
     const code = ch.codePointAt(0)!;
-    const short: Record<string, string> = { '"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+    const short: Record<string, string> = {
+      '"': '\\"',
+      "\\": "\\\\",
+      "/": "\\/",
+      "\b": "\\b",
+      "\f": "\\f",
+      "\n": "\\n",
+      "\r": "\\r",
+      "\t": "\\t",
+    };
     if (mode === 1 && short[ch] !== undefined) out += short[ch];
     else if (mode === 2 || code < 0x20 || ch === '"' || ch === "\\") {
       for (let j = 0; j < ch.length; j++) {
@@ -62,14 +76,16 @@ function jsonString(text: string, escapes: number[]): string {
   return `${out}"`;
 }
 
-const textArb = fc.array(
-  fc.oneof(
-    fc.string({ unit: "binary-ascii", maxLength: 6 }),
-    fc.string({ unit: "binary", maxLength: 3 }),
-    fc.constantFrom("\ud800", "\udc00", "\ud83d\ude00", "é", "/", '"', "\\", "\n", "\u2028"),
-  ),
-  { maxLength: 5 },
-).map((parts) => parts.join(""));
+const textArb = fc
+  .array(
+    fc.oneof(
+      fc.string({ unit: "binary-ascii", maxLength: 6 }),
+      fc.string({ unit: "binary", maxLength: 3 }),
+      fc.constantFrom("\ud800", "\udc00", "\ud83d\ude00", "é", "/", '"', "\\", "\n", "\u2028"),
+    ),
+    { maxLength: 5 },
+  )
+  .map((parts) => parts.join(""));
 
 const base64Arb = fc.oneof(
   fc.uint8Array({ maxLength: 8 }).map((b) => Buffer.from(b).toString("base64")),
@@ -78,38 +94,115 @@ const base64Arb = fc.oneof(
 
 /** A member as JSON text: a known field (sometimes a typo) with a value of a likely or unlikely type. */
 const memberArb = fc.oneof(
-  fc.tuple(fc.constantFrom("key", "value"), textArb, fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 4 })).map(([f, t, e]) => `"${f}":${jsonString(t, e)}`),
-  fc.tuple(fc.constantFrom("key_b64", "value_b64"), base64Arb).map(([f, t]) => `"${f}":${t.includes("\\") ? `"${t}"` : JSON.stringify(t)}`),
-  fc.tuple(fc.constantFrom("partition", "timestamp"), fc.constantFrom("0", "1", "3", "-1", "-2", "01", "1.0", "1e2", "2147483647", "2147483648", "999999999999999", "9999999999999999", "1700000000000", "-0")).map(([f, n]) => `"${f}":${n}`),
-  fc.tuple(fc.constantFrom("key", "key_b64", "value", "value_b64", "partition", "timestamp", "kye", "records"), fc.constantFrom("null", "true", "{}", "[]", '""', "0")).map(([f, v]) => `"${f}":${v}`),
+  fc
+    .tuple(
+      fc.constantFrom("key", "value"),
+      textArb,
+      fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 4 }),
+    )
+    .map(([f, t, e]) => `"${f}":${jsonString(t, e)}`),
+  fc
+    .tuple(fc.constantFrom("key_b64", "value_b64"), base64Arb)
+    .map(([f, t]) => `"${f}":${t.includes("\\") ? `"${t}"` : JSON.stringify(t)}`),
+  fc
+    .tuple(
+      fc.constantFrom("partition", "timestamp"),
+      fc.constantFrom(
+        "0",
+        "1",
+        "3",
+        "-1",
+        "-2",
+        "01",
+        "1.0",
+        "1e2",
+        "2147483647",
+        "2147483648",
+        "999999999999999",
+        "9999999999999999",
+        "1700000000000",
+        "-0",
+      ),
+    )
+    .map(([f, n]) => `"${f}":${n}`),
+  fc
+    .tuple(
+      fc.constantFrom(
+        "key",
+        "key_b64",
+        "value",
+        "value_b64",
+        "partition",
+        "timestamp",
+        "kye",
+        "records",
+      ),
+      fc.constantFrom("null", "true", "{}", "[]", '""', "0"),
+    )
+    .map(([f, v]) => `"${f}":${v}`),
 );
 
 const wsArb = fc.constantFrom("", "", " ", "\n", "\t ", "\r\n");
 
 const stringMember = (field: string) =>
-  fc.tuple(textArb, fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 4 })).map(([t, e]) => `"${field}":${jsonString(t, e)}`);
-const b64Member = (field: string) => fc.uint8Array({ maxLength: 8 }).map((b) => `"${field}":"${Buffer.from(b).toString("base64")}"`);
+  fc
+    .tuple(textArb, fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 4 }))
+    .map(([t, e]) => `"${field}":${jsonString(t, e)}`);
+const b64Member = (field: string) =>
+  fc.uint8Array({ maxLength: 8 }).map((b) => `"${field}":"${Buffer.from(b).toString("base64")}"`);
 
 /** Mostly well-formed records (fields in any order), some with one arbitrary member more. */
 const recordArb = fc
   .tuple(
     fc.oneof(stringMember("value"), b64Member("value_b64")),
-    fc.option(fc.oneof(stringMember("key"), b64Member("key_b64"), fc.constantFrom('"key":null', '"key_b64":null'))),
-    fc.option(fc.constantFrom('"partition":0', '"partition":2', '"partition":null', '"partition":2147483647')),
-    fc.option(fc.constantFrom('"timestamp":0', '"timestamp":-1', '"timestamp":1700000000000', '"timestamp":null')),
+    fc.option(
+      fc.oneof(
+        stringMember("key"),
+        b64Member("key_b64"),
+        fc.constantFrom('"key":null', '"key_b64":null'),
+      ),
+    ),
+    fc.option(
+      fc.constantFrom(
+        '"partition":0',
+        '"partition":2',
+        '"partition":null',
+        '"partition":2147483647',
+      ),
+    ),
+    fc.option(
+      fc.constantFrom(
+        '"timestamp":0',
+        '"timestamp":-1',
+        '"timestamp":1700000000000',
+        '"timestamp":null',
+      ),
+    ),
     fc.oneof({ arbitrary: fc.constant(null), weight: 3 }, { arbitrary: memberArb, weight: 1 }),
     fc.nat(),
     wsArb,
   )
   .map(([value, key, partition, timestamp, extra, order, ws]) => {
-    const members = [value, key, partition, timestamp, extra].filter((m): m is string => m !== null);
-    const rotated = [...members.slice(order % members.length), ...members.slice(0, order % members.length)];
+    const members = [value, key, partition, timestamp, extra].filter(
+      (m): m is string => m !== null,
+    );
+    const rotated = [
+      ...members.slice(order % members.length),
+      ...members.slice(0, order % members.length),
+    ];
     return `{${ws}${rotated.join(`,${ws}`)}${ws}}`;
   });
 
-const bodyArb = fc.tuple(fc.array(recordArb, { minLength: 0, maxLength: 6 }), wsArb, fc.constantFrom("", "", "", "", " ", "x", ",", '"records"')).map(
-  ([records, ws, tail]) => `${ws}{${ws}"records"${ws}:${ws}[${records.join(`${ws},`)}]${ws}}${ws}${tail}`,
-);
+const bodyArb = fc
+  .tuple(
+    fc.array(recordArb, { minLength: 0, maxLength: 6 }),
+    wsArb,
+    fc.constantFrom("", "", "", "", " ", "x", ",", '"records"'),
+  )
+  .map(
+    ([records, ws, tail]) =>
+      `${ws}{${ws}"records"${ws}:${ws}[${records.join(`${ws},`)}]${ws}}${ws}${tail}`,
+  );
 
 describe("scanJsonProduce (the byte-level fast path of JSON produce)", () => {
   it("decodes the common shapes itself, like the general path", () => {
@@ -147,7 +240,13 @@ describe("scanJsonProduce (the byte-level fast path of JSON produce)", () => {
     const bad = bytesOf('{"records":[{"value":"ab"}]}');
     bad[22] = 0xff;
     expect(scanJsonProduce(bad)).toBeUndefined();
-    const surrogate = Uint8Array.from([...bytesOf('{"records":[{"value":"'), 0xed, 0xa0, 0x80, ...bytesOf('"}]}')]);
+    const surrogate = Uint8Array.from([
+      ...bytesOf('{"records":[{"value":"'),
+      0xed,
+      0xa0,
+      0x80,
+      ...bytesOf('"}]}'),
+    ]);
     expect(scanJsonProduce(surrogate)).toBeUndefined();
   });
 
@@ -168,12 +267,18 @@ describe("scanJsonProduce (the byte-level fast path of JSON produce)", () => {
 
   it("agrees with the general path on bodies with a byte changed or cut short", () => {
     fc.assert(
-      fc.property(bodyArb, fc.nat(), fc.integer({ min: 0, max: 255 }), fc.boolean(), (body, at, byte, cut) => {
-        const bytes = bytesOf(body);
-        if (bytes.length === 0) return;
-        const i = at % bytes.length;
-        expectAgreement(cut ? bytes.subarray(0, i) : bytes.map((b, j) => (j === i ? byte : b)));
-      }),
+      fc.property(
+        bodyArb,
+        fc.nat(),
+        fc.integer({ min: 0, max: 255 }),
+        fc.boolean(),
+        (body, at, byte, cut) => {
+          const bytes = bytesOf(body);
+          if (bytes.length === 0) return;
+          const i = at % bytes.length;
+          expectAgreement(cut ? bytes.subarray(0, i) : bytes.map((b, j) => (j === i ? byte : b)));
+        },
+      ),
       { numRuns: 3000 },
     );
   });

@@ -19,7 +19,11 @@ beforeEach(async () => {
   broker = new FakeBroker();
   logger = new MemoryLogger();
   await broker.createTopic({ name: "orders", partitions: 1 });
-  server = await serveHttp(createHttpApp({ broker, logger, maxRequestBytes }), { host: "127.0.0.1", port: 0, maxRequestBytes });
+  server = await serveHttp(createHttpApp({ broker, logger, maxRequestBytes }), {
+    host: "127.0.0.1",
+    port: 0,
+    maxRequestBytes,
+  });
   base = `http://127.0.0.1:${server.port}`;
 });
 
@@ -28,22 +32,35 @@ afterEach(async () => {
 });
 
 /** Sends a raw request with node:http and reports the response, however the connection ends. */
-function rawRequest(options: { path: string; headers: Record<string, string>; write: (req: http.ClientRequest, responded: () => boolean) => Promise<void> }) {
+function rawRequest(options: {
+  path: string;
+  headers: Record<string, string>;
+  write: (req: http.ClientRequest, responded: () => boolean) => Promise<void>;
+}) {
   return new Promise<{ status: number; body: string; bytesWritten: number }>((resolve, reject) => {
     let gotResponse = false;
     let bytesWritten = 0;
-    const req = http.request({ host: "127.0.0.1", port: server.port, method: "POST", path: options.path, headers: options.headers }, (res) => {
-      gotResponse = true;
-      let body = "";
-      res.setEncoding("utf8");
-      res.on("data", (chunk: string) => (body += chunk));
-      res.on("end", () => {
-        // Like a real client: having its answer, it stops sending and lets go of the connection.
-        req.destroy();
-        resolve({ status: res.statusCode ?? 0, body, bytesWritten });
-      });
-      res.on("error", reject);
-    });
+    const req = http.request(
+      {
+        host: "127.0.0.1",
+        port: server.port,
+        method: "POST",
+        path: options.path,
+        headers: options.headers,
+      },
+      (res) => {
+        gotResponse = true;
+        let body = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => (body += chunk));
+        res.on("end", () => {
+          // Like a real client: having its answer, it stops sending and lets go of the connection.
+          req.destroy();
+          resolve({ status: res.statusCode ?? 0, body, bytesWritten });
+        });
+        res.on("error", reject);
+      },
+    );
     req.on("error", (error) => {
       if (!gotResponse) reject(error);
     });
@@ -75,7 +92,11 @@ describe("serveHttp", () => {
     });
     expect(result.status).toBe(413);
     expect(JSON.parse(result.body)).toEqual({
-      error: { code: "request_too_large", message: `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`, details: { limit_bytes: maxRequestBytes } },
+      error: {
+        code: "request_too_large",
+        message: `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`,
+        details: { limit_bytes: maxRequestBytes },
+      },
     });
     expect(broker.produced).toHaveLength(0);
   });
@@ -90,7 +111,11 @@ describe("serveHttp", () => {
         let sent = 0;
         while (!responded() && !req.destroyed && sent < 1024 * 1024 * 1024) {
           sent += chunk.length;
-          if (!req.write(chunk)) await new Promise((resolve) => { req.once("drain", resolve); req.once("close", resolve); });
+          if (!req.write(chunk))
+            await new Promise((resolve) => {
+              req.once("drain", resolve);
+              req.once("close", resolve);
+            });
         }
       },
     });
@@ -106,7 +131,9 @@ describe("serveHttp", () => {
       body: "x".repeat(maxRequestBytes + 1),
     });
     expect(over.status).toBe(413);
-    expect(((await over.json()) as { error: { code: string } }).error.code).toBe("request_too_large");
+    expect(((await over.json()) as { error: { code: string } }).error.code).toBe(
+      "request_too_large",
+    );
     const at = await fetch(`${base}/v1/topics/orders/records`, {
       method: "POST",
       headers: { "content-type": "application/x-ndjson" },
@@ -117,7 +144,10 @@ describe("serveHttp", () => {
 
   it("ends the broker long-poll when the client disconnects", async () => {
     const controller = new AbortController();
-    const polling = fetch(`${base}/v1/topics/orders/partitions/0/records?offset=0&wait_ms=${fetchWaitMsMax}`, { signal: controller.signal }).catch((e: unknown) => e);
+    const polling = fetch(
+      `${base}/v1/topics/orders/partitions/0/records?offset=0&wait_ms=${fetchWaitMsMax}`,
+      { signal: controller.signal },
+    ).catch((e: unknown) => e);
     await broker.whenWaiting(1);
     controller.abort();
     await polling;
@@ -126,7 +156,9 @@ describe("serveHttp", () => {
   });
 
   it("close() ends long-polls and event streams cleanly and lets an in-flight produce finish", async () => {
-    const poll = fetch(`${base}/v1/topics/orders/partitions/0/records?offset=0&wait_ms=${fetchWaitMsMax}`);
+    const poll = fetch(
+      `${base}/v1/topics/orders/partitions/0/records?offset=0&wait_ms=${fetchWaitMsMax}`,
+    );
     const stream = await fetch(`${base}/v1/topics/orders/partitions/0/stream`);
     expect(stream.status).toBe(200);
     const streamText = stream.text();
@@ -146,7 +178,9 @@ describe("serveHttp", () => {
     const polled = await poll;
     expect(polled.status).toBe(200);
     expect(((await polled.json()) as { records: unknown[] }).records).toEqual([]);
-    expect(await streamText).toMatch(/^: es-broker stream of partition "orders\/0" from offset 0\n\n$/);
+    expect(await streamText).toMatch(
+      /^: es-broker stream of partition "orders\/0" from offset 0\n\n$/,
+    );
     expect(closed).toBe(false);
 
     release();
@@ -173,7 +207,11 @@ function producedValues(): string[] {
     const cursor = new EntryCursor(request.batch);
     while (cursor.next()) {
       const keyBytes = cursor.keyLen < 0 ? 0 : cursor.keyLen;
-      values.push(Buffer.from(request.batch.bytes.subarray(cursor.start + 16 + keyBytes, cursor.end)).toString());
+      values.push(
+        Buffer.from(
+          request.batch.bytes.subarray(cursor.start + 16 + keyBytes, cursor.end),
+        ).toString(),
+      );
     }
   }
   return values;
@@ -184,7 +222,12 @@ function producedValues(): string[] {
  * was handed to the kernel), optionally half-closes, and resolves with everything the server sent
  * once it closes the connection (or `untilResponses` responses have begun).
  */
-function rawExchange(options: { head: string; pieces: Uint8Array[]; end: boolean; untilResponses?: number }): Promise<string> {
+function rawExchange(options: {
+  head: string;
+  pieces: Uint8Array[];
+  end: boolean;
+  untilResponses?: number;
+}): Promise<string> {
   return new Promise((resolve, reject) => {
     const socket = net.connect(server.port, "127.0.0.1");
     let received = "";
@@ -195,12 +238,18 @@ function rawExchange(options: { head: string; pieces: Uint8Array[]; end: boolean
     socket.on("data", (d) => {
       received += d.toString("latin1");
       const responses = received.split("HTTP/1.1 ").length - 1;
-      if (options.untilResponses !== undefined && responses >= options.untilResponses && /\r\n\r\n[\s\S]*\}\s*$/.test(received)) done();
+      if (
+        options.untilResponses !== undefined &&
+        responses >= options.untilResponses &&
+        /\r\n\r\n[\s\S]*\}\s*$/.test(received)
+      )
+        done();
     });
     socket.on("close", done);
     socket.on("error", (e) => (received === "" ? reject(e) : done()));
     socket.on("connect", async () => {
-      const write = (bytes: Uint8Array | string) => new Promise<void>((r) => socket.write(bytes, () => r()));
+      const write = (bytes: Uint8Array | string) =>
+        new Promise<void>((r) => socket.write(bytes, () => r()));
       await write(options.head);
       for (const piece of options.pieces) await write(piece);
       if (options.end) socket.end();
@@ -232,21 +281,38 @@ function piecesOf(bytes: Uint8Array, size: number): Uint8Array[] {
 }
 
 describe("serveHttp request bodies with a Content-Length (assembled in one buffer from halfway)", () => {
-  const head = (length: number) => `POST /v1/topics/orders/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: ${length}\r\n\r\n`;
+  const head = (length: number) =>
+    `POST /v1/topics/orders/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: ${length}\r\n\r\n`;
 
   it("takes a body of exactly the cap, sent in many small pieces, byte for byte", async () => {
     const { body, lines } = ndjsonBody(maxRequestBytes, "cap");
-    const reply = await rawExchange({ head: head(body.length), pieces: piecesOf(body, 1000), end: false, untilResponses: 1 });
+    const reply = await rawExchange({
+      head: head(body.length),
+      pieces: piecesOf(body, 1000),
+      end: false,
+      untilResponses: 1,
+    });
     expect(reply).toMatch(/^HTTP\/1.1 200 /);
     expect(producedValues()).toEqual(lines);
   });
 
   it("answers 413 naming the limit to a Content-Length of the cap + 1, and appends nothing", async () => {
     const { body } = ndjsonBody(maxRequestBytes + 1, "over");
-    const reply = await rawExchange({ head: head(body.length), pieces: piecesOf(body, 1000), end: false, untilResponses: 1 });
+    const reply = await rawExchange({
+      head: head(body.length),
+      pieces: piecesOf(body, 1000),
+      end: false,
+      untilResponses: 1,
+    });
     expect(reply).toMatch(/^HTTP\/1.1 413 /);
-    const json = JSON.parse(reply.slice(reply.indexOf("\r\n\r\n") + 4)) as { error: { code: string; message: string; details: unknown } };
-    expect(json.error).toEqual({ code: "request_too_large", message: `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`, details: { limit_bytes: maxRequestBytes } });
+    const json = JSON.parse(reply.slice(reply.indexOf("\r\n\r\n") + 4)) as {
+      error: { code: string; message: string; details: unknown };
+    };
+    expect(json.error).toEqual({
+      code: "request_too_large",
+      message: `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`,
+      details: { limit_bytes: maxRequestBytes },
+    });
     expect(broker.produced).toHaveLength(0);
   });
 
@@ -255,7 +321,11 @@ describe("serveHttp request bodies with a Content-Length (assembled in one buffe
     for (const fraction of [0.25, 0.5, 0.75, 0.99]) {
       const { body } = ndjsonBody(20_000, "short");
       const cut = body.subarray(0, Math.floor(body.length * fraction)).lastIndexOf(0x0a) + 1;
-      await rawExchange({ head: head(body.length), pieces: piecesOf(body.subarray(0, cut), 700), end: true });
+      await rawExchange({
+        head: head(body.length),
+        pieces: piecesOf(body.subarray(0, cut), 700),
+        end: true,
+      });
       // A later request on another connection is served (the server did not stall), and the broker saw no produce.
       expect((await fetch(`${base}/healthz`)).status).toBe(200);
       expect(broker.produced, `cut at ${cut} of ${body.length}`).toHaveLength(0);
@@ -266,7 +336,8 @@ describe("serveHttp request bodies with a Content-Length (assembled in one buffe
     const { body } = ndjsonBody(30_000, "reset");
     await new Promise<void>((resolve) => {
       const socket = net.connect(server.port, "127.0.0.1", async () => {
-        const write = (bytes: Uint8Array | string) => new Promise<void>((r) => socket.write(bytes, () => r()));
+        const write = (bytes: Uint8Array | string) =>
+          new Promise<void>((r) => socket.write(bytes, () => r()));
         await write(head(body.length));
         for (const piece of piecesOf(body.subarray(0, 20_000), 1000)) await write(piece);
         socket.resetAndDestroy();
@@ -284,7 +355,11 @@ describe("serveHttp request bodies with a Content-Length (assembled in one buffe
     // connection, where Node's parser reads it as the next request and answers 400 (closing the
     // connection, so the 200 of the first may never be sent: a client that lies gets no answer).
     const firstTwo = lines[0].length + 1 + lines[1].length + 1;
-    const reply = await rawExchange({ head: head(firstTwo), pieces: piecesOf(body, 3000), end: false });
+    const reply = await rawExchange({
+      head: head(firstTwo),
+      pieces: piecesOf(body, 3000),
+      end: false,
+    });
     expect(reply).toMatch(/HTTP\/1.1 400 /);
     expect(producedValues()).toEqual(lines.slice(0, 2));
   });
@@ -294,15 +369,30 @@ describe("serveHttp request bodies with a Content-Length (assembled in one buffe
     const chunkedHead = `POST /v1/topics/orders/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n`;
     const encode = (bytes: Uint8Array) => {
       const pieces: Uint8Array[] = [];
-      for (const piece of piecesOf(bytes, 5000)) pieces.push(new TextEncoder().encode(`${piece.length.toString(16)}\r\n`), piece, new TextEncoder().encode("\r\n"));
+      for (const piece of piecesOf(bytes, 5000))
+        pieces.push(
+          new TextEncoder().encode(`${piece.length.toString(16)}\r\n`),
+          piece,
+          new TextEncoder().encode("\r\n"),
+        );
       pieces.push(new TextEncoder().encode("0\r\n\r\n"));
       return pieces;
     };
-    const ok = await rawExchange({ head: chunkedHead, pieces: encode(body), end: false, untilResponses: 1 });
+    const ok = await rawExchange({
+      head: chunkedHead,
+      pieces: encode(body),
+      end: false,
+      untilResponses: 1,
+    });
     expect(ok).toMatch(/^HTTP\/1.1 200 /);
     expect(producedValues()).toEqual(lines);
     const over = ndjsonBody(maxRequestBytes + 1, "chunked-over");
-    const refused = await rawExchange({ head: chunkedHead, pieces: encode(over.body), end: false, untilResponses: 1 });
+    const refused = await rawExchange({
+      head: chunkedHead,
+      pieces: encode(over.body),
+      end: false,
+      untilResponses: 1,
+    });
     expect(refused).toMatch(/^HTTP\/1.1 413 /);
     expect(refused).toContain(`over the limit of ${maxRequestBytes} bytes`);
     expect(broker.produced).toHaveLength(1);

@@ -74,17 +74,25 @@ function produce(values: string[], partition = 0, key?: string): Promise<Respons
   return app.request("/v1/topics/orders/records", {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ records: values.map((value) => ({ value, partition, ...(key === undefined ? {} : { key }) })) }),
+    body: JSON.stringify({
+      records: values.map((value) => ({ value, partition, ...(key === undefined ? {} : { key }) })),
+    }),
   });
 }
 
-async function openStream(query = "", init: RequestInit = {}, env?: { shutdownSignal: AbortSignal }): Promise<SseReader> {
+async function openStream(
+  query = "",
+  init: RequestInit = {},
+  env?: { shutdownSignal: AbortSignal },
+): Promise<SseReader> {
   const res = await app.request(`/v1/topics/orders/partitions/0/stream${query}`, init, env);
   expect(res.status).toBe(200);
   expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
   const reader = new SseReader(res.body!);
   const opening = await reader.next();
-  expect(opening?.comments[0]).toMatch(/^es-broker stream of partition "orders\/0" from offset \d+$/);
+  expect(opening?.comments[0]).toMatch(
+    /^es-broker stream of partition "orders\/0" from offset \d+$/,
+  );
   return reader;
 }
 
@@ -155,17 +163,27 @@ describe("GET /v1/topics/{topic}/partitions/{p}/stream", () => {
     await produce(["a"]);
     const outOfRange = await app.request("/v1/topics/orders/partitions/0/stream?offset=5");
     expect(outOfRange.status).toBe(416);
-    expect(((await outOfRange.json()) as { error: { code: string } }).error.code).toBe("offset_out_of_range");
-    const resumedPast = await app.request("/v1/topics/orders/partitions/0/stream", { headers: { "last-event-id": "7" } });
+    expect(((await outOfRange.json()) as { error: { code: string } }).error.code).toBe(
+      "offset_out_of_range",
+    );
+    const resumedPast = await app.request("/v1/topics/orders/partitions/0/stream", {
+      headers: { "last-event-id": "7" },
+    });
     expect(resumedPast.status).toBe(416);
     expect((await app.request("/v1/topics/nope/partitions/0/stream")).status).toBe(404);
     expect((await app.request("/v1/topics/orders/partitions/5/stream")).status).toBe(404);
-    const badId = await app.request("/v1/topics/orders/partitions/0/stream", { headers: { "last-event-id": "-1" } });
+    const badId = await app.request("/v1/topics/orders/partitions/0/stream", {
+      headers: { "last-event-id": "-1" },
+    });
     expect(badId.status).toBe(400);
-    expect(((await badId.json()) as { error: { message: string } }).error.message).toMatch(/header "Last-Event-ID"/);
+    expect(((await badId.json()) as { error: { message: string } }).error.message).toMatch(
+      /header "Last-Event-ID"/,
+    );
     const badOffset = await app.request("/v1/topics/orders/partitions/0/stream?offset=first");
     expect(badOffset.status).toBe(400);
-    expect(((await badOffset.json()) as { error: { message: string } }).error.message).toMatch(/query parameter "offset"/);
+    expect(((await badOffset.json()) as { error: { message: string } }).error.message).toMatch(
+      /query parameter "offset"/,
+    );
   });
 
   it("sends one error event and ends when the broker closes", async () => {

@@ -23,7 +23,12 @@ const allowed: Record<string, string[]> = {
 };
 const mayUseNode = new Set(["runtime", "client", "cli", "."]);
 /** The only modules of lower layers that the protocol and client may use from above them. */
-const pureExceptions = [/^broker\/errors\.ts$/, /^broker\/types\.ts$/, /^storage\/record\.ts$/, /^storage\/errors\.ts$/];
+const pureExceptions = [
+  /^broker\/errors\.ts$/,
+  /^broker\/types\.ts$/,
+  /^storage\/record\.ts$/,
+  /^storage\/errors\.ts$/,
+];
 
 function files(dir: string): string[] {
   return readdirSync(dir).flatMap((n) => {
@@ -49,7 +54,10 @@ describe("layering (DESIGN.md)", () => {
     it(`${rel} imports only what its layer may`, () => {
       const layer = layerOf(file);
       const text = readFileSync(file, "utf8");
-      const specifiers = [...text.matchAll(/^\s*(?:import|export)\s[^;]*?from\s+"([^"]+)"/gms), ...text.matchAll(/import\(\s*"([^"]+)"\s*\)/g)].map((m) => m[1]);
+      const specifiers = [
+        ...text.matchAll(/^\s*(?:import|export)\s[^;]*?from\s+"([^"]+)"/gms),
+        ...text.matchAll(/import\(\s*"([^"]+)"\s*\)/g),
+      ].map((m) => m[1]);
       for (const spec of specifiers) {
         if (spec.startsWith("node:")) {
           expect(mayUseNode.has(layer), `${rel} imports ${spec}`).toBe(true);
@@ -59,15 +67,25 @@ describe("layering (DESIGN.md)", () => {
         const target = relative(root, resolve(dirname(file), spec));
         const targetLayer = target.includes("/") ? target.split("/")[0] : ".";
         if (targetLayer === layer) continue;
-        const ok = allowed[layer].includes(targetLayer) && (!["protocol", "client"].includes(layer) || ["lib", "protocol"].includes(targetLayer) || pureExceptions.some((re) => re.test(target)));
+        const ok =
+          allowed[layer].includes(targetLayer) &&
+          (!["protocol", "client"].includes(layer) ||
+            ["lib", "protocol"].includes(targetLayer) ||
+            pureExceptions.some((re) => re.test(target)));
         expect(ok, `${rel} (${layer}) imports ${target} (${targetLayer})`).toBe(true);
       }
       if (!mayUseNode.has(layer)) {
-        expect(/\bDeno\.|\bBun\./.test(text.replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, "")), `${rel} uses Deno or Bun`).toBe(false);
+        expect(
+          /\bDeno\.|\bBun\./.test(text.replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, "")),
+          `${rel} uses Deno or Bun`,
+        ).toBe(false);
       }
       if (["storage", "broker"].includes(layer)) {
         const code = text.replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, "");
-        expect(/Date\.now\(|Math\.random\(|setTimeout\(|setInterval\(/.test(code), `${rel} reads the clock or randomness directly`).toBe(false);
+        expect(
+          /Date\.now\(|Math\.random\(|setTimeout\(|setInterval\(/.test(code),
+          `${rel} reads the clock or randomness directly`,
+        ).toBe(false);
       }
     });
   }

@@ -77,7 +77,9 @@ describe("OffsetIndex", () => {
     ]);
     const bytes = index.encode();
     expect(bytes.length).toBe(48);
-    expect(Buffer.from(bytes.subarray(16, 32)).toString("hex")).toBe("0000000000000007" + "0000000000001004");
+    expect(Buffer.from(bytes.subarray(16, 32)).toString("hex")).toBe(
+      "0000000000000007" + "0000000000001004",
+    );
     const decoded = OffsetIndex.decode(bytes, 2 ** 34);
     expect("index" in decoded && decoded.index.count).toBe(3);
     expect(Buffer.from(index.encode(1)).equals(Buffer.from(bytes.subarray(16)))).toBe(true);
@@ -88,12 +90,22 @@ describe("OffsetIndex", () => {
       [0, 0],
       [7, 4100],
     ]).encode();
-    expect(OffsetIndex.decode(good.subarray(0, 25), 10_000)).toMatchObject({ problem: expect.stringMatching(/whole number/) });
-    expect(OffsetIndex.decode(new Uint8Array(32), 10_000)).toMatchObject({ problem: expect.stringMatching(/does not increase/) });
-    expect(OffsetIndex.decode(good, 4100)).toMatchObject({ problem: expect.stringMatching(/past the log/) });
+    expect(OffsetIndex.decode(good.subarray(0, 25), 10_000)).toMatchObject({
+      problem: expect.stringMatching(/whole number/),
+    });
+    expect(OffsetIndex.decode(new Uint8Array(32), 10_000)).toMatchObject({
+      problem: expect.stringMatching(/does not increase/),
+    });
+    expect(OffsetIndex.decode(good, 4100)).toMatchObject({
+      problem: expect.stringMatching(/past the log/),
+    });
     const notFirst = build([[3, 0]]).encode();
-    expect(OffsetIndex.decode(notFirst, 100)).toMatchObject({ problem: expect.stringMatching(/not \(0, 0\)/) });
-    expect(OffsetIndex.decode(new Uint8Array(0), 100)).toMatchObject({ problem: expect.stringMatching(/empty/) });
+    expect(OffsetIndex.decode(notFirst, 100)).toMatchObject({
+      problem: expect.stringMatching(/not \(0, 0\)/),
+    });
+    expect(OffsetIndex.decode(new Uint8Array(0), 100)).toMatchObject({
+      problem: expect.stringMatching(/empty/),
+    });
     expect(OffsetIndex.decode(new Uint8Array(0), 0)).toHaveProperty("index");
   });
 });

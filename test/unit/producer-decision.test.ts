@@ -4,7 +4,12 @@
  */
 import { describe, expect, it } from "vitest";
 import { Errors } from "../../src/broker/errors.ts";
-import { decideSequence, partitionKey, type ProducerState, type SequenceDecision } from "../../src/broker/producers.ts";
+import {
+  decideSequence,
+  partitionKey,
+  type ProducerState,
+  type SequenceDecision,
+} from "../../src/broker/producers.ts";
 
 const key = partitionKey("orders", 0);
 const fp = 0x1234;
@@ -15,17 +20,32 @@ function producer(epoch: number, batches: [number, number][] | null): ProducerSt
   if (batches !== null) {
     let offset = 100;
     const remembered = batches.map(([baseSequence, count]) => {
-      const b = { baseSequence, count, ranges: [{ offset, count, fingerprint: fp, verified: true }] };
+      const b = {
+        baseSequence,
+        count,
+        ranges: [{ offset, count, fingerprint: fp, verified: true }],
+      };
       offset += count;
       return b;
     });
     const last = batches.at(-1);
-    p.partitions.set(key, { topic: "orders", partition: 0, nextSequence: last === undefined ? 0 : last[0] + last[1], batches: remembered });
+    p.partitions.set(key, {
+      topic: "orders",
+      partition: 0,
+      nextSequence: last === undefined ? 0 : last[0] + last[1],
+      batches: remembered,
+    });
   }
   return p;
 }
 
-function decide(state: ProducerState | undefined, epoch: number, sequence: number, count = 3, fingerprint = fp): SequenceDecision {
+function decide(
+  state: ProducerState | undefined,
+  epoch: number,
+  sequence: number,
+  count = 3,
+  fingerprint = fp,
+): SequenceDecision {
   return decideSequence(state, { epoch, partitionKey: key, sequence, count, fingerprint });
 }
 
@@ -57,7 +77,16 @@ describe("idempotent producer decision table", () => {
   });
 
   it("row 4: a newer epoch starting at sequence 0 appends", () => {
-    expect(decide(producer(1, [[0, 3], [3, 3]]), 2, 0)).toEqual({ row: 4, outcome: "append" });
+    expect(
+      decide(
+        producer(1, [
+          [0, 3],
+          [3, 3],
+        ]),
+        2,
+        0,
+      ),
+    ).toEqual({ row: 4, outcome: "append" });
   });
 
   it("row 5: a newer epoch not starting at sequence 0 is refused with expected sequence 0", () => {
@@ -79,8 +108,16 @@ describe("idempotent producer decision table", () => {
   });
 
   it("row 8: a retry of a remembered batch is a duplicate carrying the original batch", () => {
-    const state = producer(1, [[0, 3], [3, 2], [5, 4]]);
-    for (const [sequence, count] of [[0, 3], [3, 2], [5, 4]]) {
+    const state = producer(1, [
+      [0, 3],
+      [3, 2],
+      [5, 4],
+    ]);
+    for (const [sequence, count] of [
+      [0, 3],
+      [3, 2],
+      [5, 4],
+    ]) {
       const d = decide(state, 1, sequence, count);
       expect(d.row).toBe(8);
       expect(d.outcome).toBe("duplicate");
@@ -89,7 +126,10 @@ describe("idempotent producer decision table", () => {
   });
 
   it("row 9: a batch with a remembered base sequence but other records is refused as duplicate_sequence", () => {
-    const state = producer(1, [[0, 3], [3, 2]]);
+    const state = producer(1, [
+      [0, 3],
+      [3, 2],
+    ]);
     const otherCount = refused(decide(state, 1, 3, 5));
     expect(otherCount.row).toBe(9);
     expect(otherCount.kind).toBe(Errors.duplicateSequence);
@@ -99,11 +139,23 @@ describe("idempotent producer decision table", () => {
   });
 
   it("row 10: the next sequence appends", () => {
-    expect(decide(producer(1, [[0, 3], [3, 2]]), 1, 5)).toEqual({ row: 10, outcome: "append" });
+    expect(
+      decide(
+        producer(1, [
+          [0, 3],
+          [3, 2],
+        ]),
+        1,
+        5,
+      ),
+    ).toEqual({ row: 10, outcome: "append" });
   });
 
   it("row 11: a sequence below the next one that is no longer remembered is refused, naming the next", () => {
-    const state = producer(1, [[0, 3], [3, 2]]);
+    const state = producer(1, [
+      [0, 3],
+      [3, 2],
+    ]);
     state.partitions.get(key)!.batches.shift(); // batch 0 forgotten (only the last five are kept)
     const d = refused(decide(state, 1, 0));
     expect(d.row).toBe(11);
@@ -114,7 +166,16 @@ describe("idempotent producer decision table", () => {
   });
 
   it("row 12: a sequence gap is refused, naming the expected sequence", () => {
-    const d = refused(decide(producer(1, [[0, 3], [3, 2]]), 1, 6));
+    const d = refused(
+      decide(
+        producer(1, [
+          [0, 3],
+          [3, 2],
+        ]),
+        1,
+        6,
+      ),
+    );
     expect(d.row).toBe(12);
     expect(d.kind).toBe(Errors.outOfOrderSequence);
     expect(d.expected).toEqual({ sequence: 5 });

@@ -15,7 +15,20 @@ import {
 const path = "/data/producers.journal";
 
 function entry(n: number, overrides: Partial<ProducerJournalEntry> = {}): ProducerJournalEntry {
-  return { timestampMs: 1_700_000_000_000 + n, producerId: `p-${n}`, epoch: n, topic: "orders", partition: n % 3, baseSequence: n * 10, batchCount: 3, firstIndex: 0, count: 3, baseOffset: 2 ** 45 + n, fingerprint: 0xdead0000 + n, ...overrides };
+  return {
+    timestampMs: 1_700_000_000_000 + n,
+    producerId: `p-${n}`,
+    epoch: n,
+    topic: "orders",
+    partition: n % 3,
+    baseSequence: n * 10,
+    batchCount: 3,
+    firstIndex: 0,
+    count: 3,
+    baseOffset: 2 ** 45 + n,
+    fingerprint: 0xdead0000 + n,
+    ...overrides,
+  };
 }
 
 async function open(fs: MemoryFileSystem, logger = new MemoryLogger(), generationIfNew = 0) {
@@ -26,7 +39,11 @@ async function open(fs: MemoryFileSystem, logger = new MemoryLogger(), generatio
 
 describe("producer journal entries", () => {
   it("round-trip every field, and a completion entry (first index > 0)", () => {
-    for (const e of [entry(1), entry(2, { firstIndex: 2, count: 1, batchCount: 3 }), entry(3, { producerId: "x".repeat(249), topic: "é" })]) {
+    for (const e of [
+      entry(1),
+      entry(2, { firstIndex: 2, count: 1, batchCount: 3 }),
+      entry(3, { producerId: "x".repeat(249), topic: "é" }),
+    ]) {
       const bytes = encodeJournalEntry(e);
       expect(decodeJournalEntry(bytes, 0)).toEqual({ entry: e, sizeBytes: bytes.length });
     }
@@ -52,9 +69,17 @@ describe("ProducerJournal", () => {
     const { journal, entries, generation } = await open(fs, new MemoryLogger(), 4);
     expect(entries).toEqual([]);
     expect(generation).toBe(4);
-    await Promise.all([journal.append(entry(1)), journal.append(entry(2)), journal.append(entry(3))]);
+    await Promise.all([
+      journal.append(entry(1)),
+      journal.append(entry(2)),
+      journal.append(entry(3)),
+    ]);
     fs.crash({ mode: "dropAll" });
-    const again = await ProducerJournal.open(fs, { path, logger: new MemoryLogger(), generationIfNew: 0 });
+    const again = await ProducerJournal.open(fs, {
+      path,
+      logger: new MemoryLogger(),
+      generationIfNew: 0,
+    });
     expect(again.generation).toBe(4);
     expect(again.entries).toEqual([entry(1), entry(2), entry(3)]);
   });
@@ -82,7 +107,9 @@ describe("ProducerJournal", () => {
     expect(reopened.entries).toEqual([entry(1)]);
     expect(reopened.cutBytes).toBe(encodeJournalEntry(entry(2)).length - 5);
     expect(logger.named("producers.journal_torn_tail")).toHaveLength(1);
-    expect(fs.readFileSync(path).length).toBe(journalHeaderBytes + encodeJournalEntry(entry(1)).length);
+    expect(fs.readFileSync(path).length).toBe(
+      journalHeaderBytes + encodeJournalEntry(entry(1)).length,
+    );
   });
 
   it("cuts off a failed write's partial bytes, and fences itself after a failed fsync (never retried)", async () => {
@@ -90,14 +117,24 @@ describe("ProducerJournal", () => {
     const { journal } = await open(fs);
     await journal.append(entry(1));
     fs.faults.failNext({ op: "write", path, code: "ENOSPC", partialBytes: 7 });
-    await expect(journal.append(entry(2))).rejects.toSatisfy((e: unknown) => e instanceof StorageError && e.kind === "write_failed");
+    await expect(journal.append(entry(2))).rejects.toSatisfy(
+      (e: unknown) => e instanceof StorageError && e.kind === "write_failed",
+    );
     await journal.append(entry(3));
     fs.faults.failNext({ op: "sync", path, code: "EIO" });
-    await expect(journal.append(entry(4))).rejects.toSatisfy((e: unknown) => e instanceof StorageError && e.kind === "fenced");
-    await expect(journal.append(entry(5))).rejects.toSatisfy((e: unknown) => e instanceof StorageError && e.kind === "fenced");
+    await expect(journal.append(entry(4))).rejects.toSatisfy(
+      (e: unknown) => e instanceof StorageError && e.kind === "fenced",
+    );
+    await expect(journal.append(entry(5))).rejects.toSatisfy(
+      (e: unknown) => e instanceof StorageError && e.kind === "fenced",
+    );
     expect(journal.fenced).toBe(true);
     await journal.close();
-    const reopened = await ProducerJournal.open(fs, { path, logger: new MemoryLogger(), generationIfNew: 0 });
+    const reopened = await ProducerJournal.open(fs, {
+      path,
+      logger: new MemoryLogger(),
+      generationIfNew: 0,
+    });
     expect(reopened.entries.slice(0, 2)).toEqual([entry(1), entry(3)]);
   });
 
@@ -105,7 +142,9 @@ describe("ProducerJournal", () => {
     const fs = new MemoryFileSystem();
     const { journal } = await open(fs);
     await journal.append(entry(1));
-    await expect(journal.rotate(async () => Promise.reject(new Error("disk full")))).rejects.toThrow("disk full");
+    await expect(
+      journal.rotate(async () => Promise.reject(new Error("disk full"))),
+    ).rejects.toThrow("disk full");
     expect(journal.generation).toBe(0);
     expect(journal.fenced).toBe(false);
     let snapshotFor = -1;
@@ -114,7 +153,11 @@ describe("ProducerJournal", () => {
     expect(journal.generation).toBe(1);
     expect(journal.entryCount).toBe(0);
     await journal.append(entry(2));
-    const reopened = await ProducerJournal.open(fs, { path, logger: new MemoryLogger(), generationIfNew: 0 });
+    const reopened = await ProducerJournal.open(fs, {
+      path,
+      logger: new MemoryLogger(),
+      generationIfNew: 0,
+    });
     expect(reopened.generation).toBe(1);
     expect(reopened.entries).toEqual([entry(2)]);
   });
@@ -122,9 +165,15 @@ describe("ProducerJournal", () => {
   it("fences itself when a snapshot's outcome is unknown", async () => {
     const fs = new MemoryFileSystem();
     const { journal } = await open(fs);
-    await expect(journal.rotate(async () => Promise.reject(new SnapshotOutcomeUnknown("renamed, directory fsync failed")))).rejects.toBeInstanceOf(SnapshotOutcomeUnknown);
+    await expect(
+      journal.rotate(async () =>
+        Promise.reject(new SnapshotOutcomeUnknown("renamed, directory fsync failed")),
+      ),
+    ).rejects.toBeInstanceOf(SnapshotOutcomeUnknown);
     expect(journal.fenced).toBe(true);
-    await expect(journal.append(entry(1))).rejects.toSatisfy((e: unknown) => e instanceof StorageError && e.kind === "fenced");
+    await expect(journal.append(entry(1))).rejects.toSatisfy(
+      (e: unknown) => e instanceof StorageError && e.kind === "fenced",
+    );
   });
 
   it("treats a file without a valid header as an empty journal of the snapshot's generation", async () => {

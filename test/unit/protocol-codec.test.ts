@@ -211,8 +211,22 @@ const topicGolden: TopicDescription = {
   name: "t1",
   config: smallConfig,
   partitions: [
-    { partition: 0, logStartOffset: 0, highWatermark: 2, sizeBytes: 66, segmentCount: 1, fenced: false },
-    { partition: 1, logStartOffset: 1, highWatermark: 0x1_0000_0000, sizeBytes: 0, segmentCount: 2, fenced: true },
+    {
+      partition: 0,
+      logStartOffset: 0,
+      highWatermark: 2,
+      sizeBytes: 66,
+      segmentCount: 1,
+      fenced: false,
+    },
+    {
+      partition: 1,
+      logStartOffset: 1,
+      highWatermark: 0x1_0000_0000,
+      sizeBytes: 0,
+      segmentCount: 2,
+      fenced: true,
+    },
   ],
 };
 
@@ -242,7 +256,9 @@ const metadataResponseGolden = hex(`
 describe("request codecs match hand-built golden bytes", () => {
   it("Produce request encodes and decodes field by field", () => {
     const batch = new EntryBatchBuilder().add(text("k"), text("v")).build();
-    expect(toHex(encodeProduceRequest(7, { topic: "t1", partition: 0, batch }))).toBe(toHex(produceRequestGolden));
+    expect(toHex(encodeProduceRequest(7, { topic: "t1", partition: 0, batch }))).toBe(
+      toHex(produceRequestGolden),
+    );
     const decoded = decodeProduceRequest(requestBody(produceRequestGolden));
     expect(decoded.topic).toBe("t1");
     expect(decoded.partition).toBe(0);
@@ -259,15 +275,35 @@ describe("request codecs match hand-built golden bytes", () => {
   });
 
   it("Fetch request encodes a u64 offset above 2^32 and a zero max_bytes as default", () => {
-    const frame = encodeFetchRequest(0x01020304, { topic: "t1", partition: 3, offset: 0x1_0000_0005, maxRecords: 10, waitMs: 500 });
+    const frame = encodeFetchRequest(0x01020304, {
+      topic: "t1",
+      partition: 3,
+      offset: 0x1_0000_0005,
+      maxRecords: 10,
+      waitMs: 500,
+    });
     expect(toHex(frame)).toBe(toHex(fetchRequestGolden));
-    expect(decodeFetchRequest(requestBody(fetchRequestGolden))).toEqual({ topic: "t1", partition: 3, offset: 0x1_0000_0005, maxRecords: 10, waitMs: 500 });
+    expect(decodeFetchRequest(requestBody(fetchRequestGolden))).toEqual({
+      topic: "t1",
+      partition: 3,
+      offset: 0x1_0000_0005,
+      maxRecords: 10,
+      waitMs: 500,
+    });
   });
 
   it("CreateTopic request carries its config as a JSON object", () => {
-    const frame = encodeCreateTopicRequest(9, { name: "t1", partitions: 2, config: { retention_ms: 1000 } });
+    const frame = encodeCreateTopicRequest(9, {
+      name: "t1",
+      partitions: 2,
+      config: { retention_ms: 1000 },
+    });
     expect(toHex(frame)).toBe(toHex(createTopicRequestGolden));
-    expect(decodeCreateTopicRequest(requestBody(createTopicRequestGolden))).toEqual({ name: "t1", partitions: 2, config: { retention_ms: 1000 } });
+    expect(decodeCreateTopicRequest(requestBody(createTopicRequestGolden))).toEqual({
+      name: "t1",
+      partitions: 2,
+      config: { retention_ms: 1000 },
+    });
   });
 
   it("CreateTopic request with config_len 0 has no config", () => {
@@ -276,16 +312,31 @@ describe("request codecs match hand-built golden bytes", () => {
   });
 
   it("Metadata request lists topic names, or none for every topic", () => {
-    expect(toHex(encodeMetadataRequest(1, { topics: ["a", "bc"] }))).toBe(toHex(metadataRequestGolden));
-    expect(decodeMetadataRequest(requestBody(metadataRequestGolden))).toEqual({ topics: ["a", "bc"] });
-    expect(decodeMetadataRequest(requestBody(encodeMetadataRequest(1, { topics: [] })))).toEqual({ topics: [] });
+    expect(toHex(encodeMetadataRequest(1, { topics: ["a", "bc"] }))).toBe(
+      toHex(metadataRequestGolden),
+    );
+    expect(decodeMetadataRequest(requestBody(metadataRequestGolden))).toEqual({
+      topics: ["a", "bc"],
+    });
+    expect(decodeMetadataRequest(requestBody(encodeMetadataRequest(1, { topics: [] })))).toEqual({
+      topics: [],
+    });
   });
 
   it("ListOffsets and DeleteTopic requests encode and decode", () => {
-    expect(toHex(encodeListOffsetsRequest(2, { topic: "t1", partition: 1 }))).toBe(toHex(listOffsetsRequestGolden));
-    expect(decodeListOffsetsRequest(requestBody(listOffsetsRequestGolden))).toEqual({ topic: "t1", partition: 1 });
-    expect(toHex(encodeDeleteTopicRequest(3, { topic: "t1" }))).toBe(toHex(deleteTopicRequestGolden));
-    expect(decodeDeleteTopicRequest(requestBody(deleteTopicRequestGolden))).toEqual({ topic: "t1" });
+    expect(toHex(encodeListOffsetsRequest(2, { topic: "t1", partition: 1 }))).toBe(
+      toHex(listOffsetsRequestGolden),
+    );
+    expect(decodeListOffsetsRequest(requestBody(listOffsetsRequestGolden))).toEqual({
+      topic: "t1",
+      partition: 1,
+    });
+    expect(toHex(encodeDeleteTopicRequest(3, { topic: "t1" }))).toBe(
+      toHex(deleteTopicRequestGolden),
+    );
+    expect(decodeDeleteTopicRequest(requestBody(deleteTopicRequestGolden))).toEqual({
+      topic: "t1",
+    });
   });
 
   it("the request header splits into api, version, correlation id and body", () => {
@@ -310,7 +361,12 @@ describe("response codecs match hand-built golden bytes", () => {
   it("Fetch response carries stored records verbatim", () => {
     const golden = fetchResponseGolden();
     const record = storedRecordGolden();
-    const frame = encodeFetchResponse(7, { records: { bytes: record, count: 1 }, nextOffset: 5, highWatermark: 5, logStartOffset: 0 });
+    const frame = encodeFetchResponse(7, {
+      records: { bytes: record, count: 1 },
+      nextOffset: 5,
+      highWatermark: 5,
+      logStartOffset: 0,
+    });
     expect(toHex(frame)).toBe(toHex(golden));
     const decoded = decodeFetchResponse(responseBody(golden));
     expect(decoded).toMatchObject({ nextOffset: 5, highWatermark: 5, logStartOffset: 0 });
@@ -321,7 +377,12 @@ describe("response codecs match hand-built golden bytes", () => {
   it("Fetch response in two chunks is the golden frame, with the stored records as their own chunk", () => {
     const golden = fetchResponseGolden();
     const record = storedRecordGolden();
-    const [prefix, records] = encodeFetchResponseChunks(7, { records: { bytes: record, count: 1 }, nextOffset: 5, highWatermark: 5, logStartOffset: 0 });
+    const [prefix, records] = encodeFetchResponseChunks(7, {
+      records: { bytes: record, count: 1 },
+      nextOffset: 5,
+      highWatermark: 5,
+      logStartOffset: 0,
+    });
     expect(prefix.length).toBe(fetchResponsePrefixBytes);
     expect(records).toBe(record);
     expect(toHex(prefix) + toHex(records)).toBe(toHex(golden));
@@ -338,14 +399,21 @@ describe("response codecs match hand-built golden bytes", () => {
   });
 
   it("ListOffsets and DeleteTopic responses encode and decode", () => {
-    expect(toHex(encodeListOffsetsResponse(2, { logStartOffset: 10, highWatermark: 20 }))).toBe(toHex(listOffsetsResponseGolden));
-    expect(decodeListOffsetsResponse(responseBody(listOffsetsResponseGolden))).toEqual({ logStartOffset: 10, highWatermark: 20 });
+    expect(toHex(encodeListOffsetsResponse(2, { logStartOffset: 10, highWatermark: 20 }))).toBe(
+      toHex(listOffsetsResponseGolden),
+    );
+    expect(decodeListOffsetsResponse(responseBody(listOffsetsResponseGolden))).toEqual({
+      logStartOffset: 10,
+      highWatermark: 20,
+    });
     expect(toHex(encodeDeleteTopicResponse(3))).toBe(toHex(deleteTopicResponseGolden));
     expect(() => decodeDeleteTopicResponse(responseBody(deleteTopicResponseGolden))).not.toThrow();
   });
 
   it("an error response carries the table's number, code and the message", () => {
-    expect(toHex(encodeErrorResponse(5, Errors.topicNotFound, "nope"))).toBe(toHex(errorResponseGolden));
+    expect(toHex(encodeErrorResponse(5, Errors.topicNotFound, "nope"))).toBe(
+      toHex(errorResponseGolden),
+    );
     const header = decodeResponseHeader(errorResponseGolden.subarray(4));
     expect(header).toMatchObject({ correlationId: 5, error: 2 });
     expect(decodeErrorBody(header.body)).toEqual({ code: "topic_not_found", message: "nope" });
@@ -426,9 +494,15 @@ describe("decoders refuse bodies that break the grammar, naming the field", () =
       body.set(c, 11);
       return body;
     };
-    expect(protocolError(() => decodeCreateTopicRequest(frame("[1]"))).message).toContain("must be a JSON object");
-    expect(protocolError(() => decodeCreateTopicRequest(frame("{nope"))).message).toContain("not valid JSON");
-    expect(decodeCreateTopicRequest(frame('{"retention_ms":5}')).config).toEqual({ retention_ms: 5 });
+    expect(protocolError(() => decodeCreateTopicRequest(frame("[1]"))).message).toContain(
+      "must be a JSON object",
+    );
+    expect(protocolError(() => decodeCreateTopicRequest(frame("{nope"))).message).toContain(
+      "not valid JSON",
+    );
+    expect(decodeCreateTopicRequest(frame('{"retention_ms":5}')).config).toEqual({
+      retention_ms: 5,
+    });
   });
 
   it("a topic_count larger than the bytes could hold is refused before looping", () => {
@@ -445,7 +519,9 @@ describe("decoders refuse bodies that break the grammar, naming the field", () =
   it("a fenced flag other than 0 or 1 is refused", () => {
     const body = responseBody(createTopicResponseGolden).slice();
     body[body.length - 1] = 2;
-    expect(protocolError(() => decodeCreateTopicResponse(body)).message).toContain("must be 0 or 1");
+    expect(protocolError(() => decodeCreateTopicResponse(body)).message).toContain(
+      "must be 0 or 1",
+    );
   });
 });
 
@@ -453,17 +529,28 @@ describe("request encoders check the caller's values", () => {
   const batch = new EntryBatchBuilder().add(null, text("v")).build();
 
   it("a partition outside [−1, 2^31 − 1] is invalid_request", () => {
-    expect(protocolError(() => encodeProduceRequest(1, { topic: "t", partition: -2, batch })).field).toBe("produce.partition");
-    expect(protocolError(() => encodeProduceRequest(1, { topic: "t", partition: 1.5, batch })).field).toBe("produce.partition");
+    expect(
+      protocolError(() => encodeProduceRequest(1, { topic: "t", partition: -2, batch })).field,
+    ).toBe("produce.partition");
+    expect(
+      protocolError(() => encodeProduceRequest(1, { topic: "t", partition: 1.5, batch })).field,
+    ).toBe("produce.partition");
   });
 
   it("a topic over 65 535 UTF-8 bytes is invalid_request", () => {
-    expect(protocolError(() => encodeDeleteTopicRequest(1, { topic: "x".repeat(65_536) })).field).toBe("delete_topic.topic");
+    expect(
+      protocolError(() => encodeDeleteTopicRequest(1, { topic: "x".repeat(65_536) })).field,
+    ).toBe("delete_topic.topic");
   });
 
   it("a negative or unsafe fetch offset is invalid_request", () => {
-    expect(protocolError(() => encodeFetchRequest(1, { topic: "t", partition: 0, offset: -1 })).field).toBe("fetch.offset");
-    expect(protocolError(() => encodeFetchRequest(1, { topic: "t", partition: 0, offset: 2 ** 53 })).field).toBe("fetch.offset");
+    expect(
+      protocolError(() => encodeFetchRequest(1, { topic: "t", partition: 0, offset: -1 })).field,
+    ).toBe("fetch.offset");
+    expect(
+      protocolError(() => encodeFetchRequest(1, { topic: "t", partition: 0, offset: 2 ** 53 }))
+        .field,
+    ).toBe("fetch.offset");
   });
 });
 

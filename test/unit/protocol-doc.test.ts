@@ -2,7 +2,11 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { Errors } from "../../src/broker/errors.ts";
-import { encodeErrorResponse, encodeProduceRequest, encodeProduceResponse } from "../../src/protocol/codec.ts";
+import {
+  encodeErrorResponse,
+  encodeProduceRequest,
+  encodeProduceResponse,
+} from "../../src/protocol/codec.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 
 const doc = readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8");
@@ -37,7 +41,12 @@ function errorRows(): { tcp: number; code: string; retriable: string; http: numb
     const cells = line.split("|").map((c) => c.trim());
     const match = /^`([a-z_]+)`$/.exec(cells[2]);
     if (!match) continue;
-    rows.push({ tcp: Number(cells[1]), code: match[1], retriable: cells[3], http: Number(cells[4]) });
+    rows.push({
+      tcp: Number(cells[1]),
+      code: match[1],
+      retriable: cells[3],
+      http: Number(cells[4]),
+    });
   }
   return rows;
 }
@@ -46,7 +55,12 @@ describe("docs/protocol.md", () => {
   it("lists every row of the error table with its number, code, retriability and HTTP status", () => {
     const rows = errorRows();
     for (const kind of Object.values(Errors)) {
-      expect(rows).toContainEqual({ tcp: kind.tcp, code: kind.code, retriable: kind.retriable ? "yes" : "no", http: kind.http });
+      expect(rows).toContainEqual({
+        tcp: kind.tcp,
+        code: kind.code,
+        retriable: kind.retriable ? "yes" : "no",
+        http: kind.http,
+      });
     }
   });
 
@@ -57,8 +71,13 @@ describe("docs/protocol.md", () => {
   });
 
   it("shows the produce request example exactly as the encoder writes it", () => {
-    const batch = new EntryBatchBuilder().add(text("user-1"), text("hello"), 1_700_000_000_000).add(null, text("bye")).build();
-    expect(example("produce-request")).toBe(Buffer.from(encodeProduceRequest(42, { topic: "orders", batch })).toString("hex"));
+    const batch = new EntryBatchBuilder()
+      .add(text("user-1"), text("hello"), 1_700_000_000_000)
+      .add(null, text("bye"))
+      .build();
+    expect(example("produce-request")).toBe(
+      Buffer.from(encodeProduceRequest(42, { topic: "orders", batch })).toString("hex"),
+    );
   });
 
   it("shows the produce response example exactly as the encoder writes it", () => {
@@ -66,11 +85,17 @@ describe("docs/protocol.md", () => {
       { partition: 2, baseOffset: 17, count: 1 },
       { partition: 0, baseOffset: 5, count: 1 },
     ];
-    expect(example("produce-response")).toBe(Buffer.from(encodeProduceResponse(42, { spans })).toString("hex"));
+    expect(example("produce-response")).toBe(
+      Buffer.from(encodeProduceResponse(42, { spans })).toString("hex"),
+    );
   });
 
   it("shows the error response example exactly as the encoder writes it", () => {
-    const frame = encodeErrorResponse(42, Errors.topicNotFound, 'Cannot produce: no topic "orders"');
+    const frame = encodeErrorResponse(
+      42,
+      Errors.topicNotFound,
+      'Cannot produce: no topic "orders"',
+    );
     expect(example("error-response")).toBe(Buffer.from(frame).toString("hex"));
   });
 });

@@ -38,7 +38,9 @@ function frameOf(payload: Uint8Array): Uint8Array {
 
 /** Splits `bytes` at the given cut points (any numbers; reduced modulo the length). */
 function split(bytes: Uint8Array, cuts: number[]): Uint8Array[] {
-  const points = [...new Set(cuts.map((c) => (bytes.length === 0 ? 0 : c % (bytes.length + 1))))].sort((a, b) => a - b);
+  const points = [
+    ...new Set(cuts.map((c) => (bytes.length === 0 ? 0 : c % (bytes.length + 1)))),
+  ].sort((a, b) => a - b);
   const chunks: Uint8Array[] = [];
   let start = 0;
   for (const p of points) {
@@ -48,7 +50,6 @@ function split(bytes: Uint8Array, cuts: number[]): Uint8Array[] {
   chunks.push(bytes.subarray(start));
   return chunks;
 }
-
 
 describe("FrameDecoder", () => {
   it("returns a frame only once all of it has arrived, across any chunking", () => {
@@ -259,11 +260,23 @@ describe("FrameDecoder", () => {
         fc.integer({ min: 8, max: 300 }),
         fc.array(fc.tuple(fc.nat(), fc.nat(255)), { maxLength: 12 }),
         fc.boolean(),
-        fc.array(fc.tuple(fc.integer({ min: 1, max: 400 }), fc.constantFrom("next", "nextChunks", "peek", "none"), fc.nat(40)), { minLength: 1, maxLength: 60 }),
+        fc.array(
+          fc.tuple(
+            fc.integer({ min: 1, max: 400 }),
+            fc.constantFrom("next", "nextChunks", "peek", "none"),
+            fc.nat(40),
+          ),
+          { minLength: 1, maxLength: 60 },
+        ),
         (lengthMin, lengthMax, frameSpecs, endWithOversized, steps) => {
           // Frames whose lengths cover the bounds: the spec's first number picks min, max or anything between.
           const payloads = frameSpecs.map(([pick, fill], i) => {
-            const length = pick % 3 === 0 ? lengthMin : pick % 3 === 1 ? lengthMax : lengthMin + (pick % (lengthMax - lengthMin + 1));
+            const length =
+              pick % 3 === 0
+                ? lengthMin
+                : pick % 3 === 1
+                  ? lengthMax
+                  : lengthMin + (pick % (lengthMax - lengthMin + 1));
             return Uint8Array.from({ length }, (_, j) => (fill + i * 7 + j) & 0xff);
           });
           const parts = payloads.map(frameOf);
@@ -291,9 +304,12 @@ describe("FrameDecoder", () => {
               const { value, sizes } = recordingAllocations(() => {
                 if (how === "next") return decoder.next();
                 const chunks = decoder.nextChunks();
-                return chunks === null ? null : Uint8Array.from(chunks.flatMap((c) => Array.from(c)));
+                return chunks === null
+                  ? null
+                  : Uint8Array.from(chunks.flatMap((c) => Array.from(c)));
               });
-              if (how === "next") for (const size of sizes) expect(size).toBeLessThanOrEqual(2 * outstanding);
+              if (how === "next")
+                for (const size of sizes) expect(size).toBeLessThanOrEqual(2 * outstanding);
               frame = value;
               if (frame === null) return;
               out.push(frame.slice());
@@ -319,7 +335,10 @@ describe("FrameDecoder", () => {
             if (action === "peek") {
               const got = decoder.peekBytes(peek);
               if (peek > pushed - consumed) expect(got).toBeNull();
-              else expect(Array.from(got!)).toEqual(Array.from(stream.subarray(consumed, consumed + peek)));
+              else
+                expect(Array.from(got!)).toEqual(
+                  Array.from(stream.subarray(consumed, consumed + peek)),
+                );
             } else if (action !== "none") {
               run(() => take(action));
             }
@@ -335,7 +354,9 @@ describe("FrameDecoder", () => {
             expect(failure).toBeInstanceOf(FrameLengthError);
             expect((failure as FrameLengthError).tooLarge).toBe(true);
             expect((failure as FrameLengthError).length).toBe(lengthMax + 1);
-            expect(Array.from(decoder.peekBytes(12)!)).toEqual(Array.from(stream.subarray(consumed, consumed + 12)));
+            expect(Array.from(decoder.peekBytes(12)!)).toEqual(
+              Array.from(stream.subarray(consumed, consumed + 12)),
+            );
           } else {
             expect(failure).toBeNull();
             expect(decoder.bufferedBytes).toBe(0);
@@ -349,46 +370,54 @@ describe("FrameDecoder", () => {
   it("fuzz: random bytes only ever raise a FrameLengthError and never allocate past the cap", () => {
     const cap = 4096;
     fc.assert(
-      fc.property(fc.uint8Array({ maxLength: 20_000 }), fc.array(fc.nat(), { maxLength: 20 }), (bytes, cuts) => {
-        const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: cap });
-        let returned = 0;
-        let failed = false;
-        const { sizes } = recordingAllocations(() => {
-          for (const chunk of split(bytes, cuts)) {
-            decoder.push(chunk);
-            try {
-              for (let f = decoder.next(); f !== null; f = decoder.next()) {
-                expect(f.length).toBeGreaterThanOrEqual(8);
-                expect(f.length).toBeLessThanOrEqual(cap);
-                returned += 4 + f.length;
+      fc.property(
+        fc.uint8Array({ maxLength: 20_000 }),
+        fc.array(fc.nat(), { maxLength: 20 }),
+        (bytes, cuts) => {
+          const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: cap });
+          let returned = 0;
+          let failed = false;
+          const { sizes } = recordingAllocations(() => {
+            for (const chunk of split(bytes, cuts)) {
+              decoder.push(chunk);
+              try {
+                for (let f = decoder.next(); f !== null; f = decoder.next()) {
+                  expect(f.length).toBeGreaterThanOrEqual(8);
+                  expect(f.length).toBeLessThanOrEqual(cap);
+                  returned += 4 + f.length;
+                }
+              } catch (error) {
+                expect(error).toBeInstanceOf(FrameLengthError);
+                failed = true;
+                break;
               }
-            } catch (error) {
-              expect(error).toBeInstanceOf(FrameLengthError);
-              failed = true;
-              break;
             }
-          }
-        });
-        for (const size of sizes) expect(size).toBeLessThanOrEqual(cap);
-        if (!failed) expect(returned + decoder.bufferedBytes).toBe(bytes.length);
-      }),
+          });
+          for (const size of sizes) expect(size).toBeLessThanOrEqual(cap);
+          if (!failed) expect(returned + decoder.bufferedBytes).toBe(bytes.length);
+        },
+      ),
       { numRuns: 500 },
     );
   });
 
   it("fuzz: a huge claimed length is refused with nothing allocated for it", () => {
     fc.assert(
-      fc.property(fc.integer({ min: 4097, max: 0xffff_ffff }), fc.uint8Array({ maxLength: 64 }), (length, rest) => {
-        const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: 4096 });
-        const head = new Uint8Array(4);
-        new DataView(head.buffer).setUint32(0, length);
-        const { sizes } = recordingAllocations(() => {
-          decoder.push(head);
-          decoder.push(rest);
-          expect(() => decoder.next()).toThrow(FrameLengthError);
-        });
-        for (const size of sizes) expect(size).toBeLessThanOrEqual(4096);
-      }),
+      fc.property(
+        fc.integer({ min: 4097, max: 0xffff_ffff }),
+        fc.uint8Array({ maxLength: 64 }),
+        (length, rest) => {
+          const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: 4096 });
+          const head = new Uint8Array(4);
+          new DataView(head.buffer).setUint32(0, length);
+          const { sizes } = recordingAllocations(() => {
+            decoder.push(head);
+            decoder.push(rest);
+            expect(() => decoder.next()).toThrow(FrameLengthError);
+          });
+          for (const size of sizes) expect(size).toBeLessThanOrEqual(4096);
+        },
+      ),
     );
   });
 });
@@ -402,7 +431,12 @@ describe("fuzzing the body decoders", () => {
     [ApiKey.ListOffsets]: decodeListOffsetsRequest,
     [ApiKey.DeleteTopic]: decodeDeleteTopicRequest,
   };
-  const responseDecoders = [decodeProduceResponse, decodeFetchResponse, decodeMetadataResponse, decodeErrorBody];
+  const responseDecoders = [
+    decodeProduceResponse,
+    decodeFetchResponse,
+    decodeMetadataResponse,
+    decodeErrorBody,
+  ];
 
   function onlyProtocolErrors(fn: () => unknown): void {
     try {
@@ -416,24 +450,35 @@ describe("fuzzing the body decoders", () => {
 
   it("random request bodies decode or raise a ProtocolError, nothing else", () => {
     fc.assert(
-      fc.property(fc.integer({ min: 0, max: 5 }), fc.uint8Array({ maxLength: 300 }), (api, body) => {
-        onlyProtocolErrors(() => requestDecoders[api](body));
-      }),
+      fc.property(
+        fc.integer({ min: 0, max: 5 }),
+        fc.uint8Array({ maxLength: 300 }),
+        (api, body) => {
+          onlyProtocolErrors(() => requestDecoders[api](body));
+        },
+      ),
       { numRuns: 2000 },
     );
   });
 
   it("random response bodies decode or raise a ProtocolError, nothing else", () => {
     fc.assert(
-      fc.property(fc.integer({ min: 0, max: responseDecoders.length - 1 }), fc.uint8Array({ maxLength: 300 }), (which, body) => {
-        onlyProtocolErrors(() => responseDecoders[which](body));
-      }),
+      fc.property(
+        fc.integer({ min: 0, max: responseDecoders.length - 1 }),
+        fc.uint8Array({ maxLength: 300 }),
+        (which, body) => {
+          onlyProtocolErrors(() => responseDecoders[which](body));
+        },
+      ),
       { numRuns: 2000 },
     );
   });
 
   it("single-byte mutations of a valid produce request decode or raise a ProtocolError", () => {
-    const batch = new EntryBatchBuilder().add(text("key"), text("value"), 1000).add(null, text(""), -1).build();
+    const batch = new EntryBatchBuilder()
+      .add(text("key"), text("value"), 1000)
+      .add(null, text(""), -1)
+      .build();
     const frame = encodeProduceRequest(1, { topic: "orders", partition: 2, batch });
     const body = decodeRequestHeader(frame.subarray(4)).body;
     fc.assert(
@@ -458,44 +503,68 @@ describe("round trips", () => {
       timestampMs: fc.oneof(fc.constant(-1), fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER })),
     });
     fc.assert(
-      fc.property(topicName, fc.integer({ min: -1, max: 0x7fff_ffff }), fc.array(record, { maxLength: 10 }), fc.nat(0xffff_ffff), (topic, partition, records, id) => {
-        const builder = new EntryBatchBuilder();
-        for (const r of records) builder.add(r.key, r.value, r.timestampMs);
-        const batch = builder.build();
-        const header = decodeRequestHeader(encodeProduceRequest(id, { topic, partition, batch }).subarray(4));
-        expect(header.correlationId).toBe(id);
-        const decoded = decodeProduceRequest(header.body);
-        expect(decoded.topic).toBe(topic);
-        expect(decoded.partition).toBe(partition === -1 ? undefined : partition);
-        expect(decoded.batch.count).toBe(records.length);
-        expect(Array.from(decoded.batch.bytes)).toEqual(Array.from(batch.bytes));
-      }),
+      fc.property(
+        topicName,
+        fc.integer({ min: -1, max: 0x7fff_ffff }),
+        fc.array(record, { maxLength: 10 }),
+        fc.nat(0xffff_ffff),
+        (topic, partition, records, id) => {
+          const builder = new EntryBatchBuilder();
+          for (const r of records) builder.add(r.key, r.value, r.timestampMs);
+          const batch = builder.build();
+          const header = decodeRequestHeader(
+            encodeProduceRequest(id, { topic, partition, batch }).subarray(4),
+          );
+          expect(header.correlationId).toBe(id);
+          const decoded = decodeProduceRequest(header.body);
+          expect(decoded.topic).toBe(topic);
+          expect(decoded.partition).toBe(partition === -1 ? undefined : partition);
+          expect(decoded.batch.count).toBe(records.length);
+          expect(Array.from(decoded.batch.bytes)).toEqual(Array.from(batch.bytes));
+        },
+      ),
     );
   });
 
   it("Fetch requests round-trip every field, including offsets up to 2^53 − 1", () => {
     fc.assert(
-      fc.property(topicName, fc.nat(0xffff_ffff), offset, fc.nat(0xffff_ffff), fc.nat(0xffff_ffff), fc.nat(0xffff_ffff), (topic, partition, off, maxRecords, maxBytes, waitMs) => {
-        const request = { topic, partition, offset: off, maxRecords, maxBytes, waitMs };
-        const decoded = decodeFetchRequest(decodeRequestHeader(encodeFetchRequest(1, request).subarray(4)).body);
-        expect(decoded).toEqual({
-          topic,
-          partition,
-          offset: off,
-          waitMs,
-          ...(maxRecords === 0 ? {} : { maxRecords }),
-          ...(maxBytes === 0 ? {} : { maxBytes }),
-        });
-      }),
+      fc.property(
+        topicName,
+        fc.nat(0xffff_ffff),
+        offset,
+        fc.nat(0xffff_ffff),
+        fc.nat(0xffff_ffff),
+        fc.nat(0xffff_ffff),
+        (topic, partition, off, maxRecords, maxBytes, waitMs) => {
+          const request = { topic, partition, offset: off, maxRecords, maxBytes, waitMs };
+          const decoded = decodeFetchRequest(
+            decodeRequestHeader(encodeFetchRequest(1, request).subarray(4)).body,
+          );
+          expect(decoded).toEqual({
+            topic,
+            partition,
+            offset: off,
+            waitMs,
+            ...(maxRecords === 0 ? {} : { maxRecords }),
+            ...(maxBytes === 0 ? {} : { maxBytes }),
+          });
+        },
+      ),
     );
   });
 
   it("Produce responses round-trip their spans", () => {
-    const span = fc.record({ partition: fc.nat(0xffff_ffff), baseOffset: offset, count: fc.nat(0xffff_ffff) });
+    const span = fc.record({
+      partition: fc.nat(0xffff_ffff),
+      baseOffset: offset,
+      count: fc.nat(0xffff_ffff),
+    });
     fc.assert(
       fc.property(fc.array(span, { maxLength: 20 }), (spans) => {
         const frame = encodeProduceResponse(3, { spans });
-        expect(decodeProduceResponse(decodeResponseHeader(frame.subarray(4)).body)).toEqual({ spans });
+        expect(decodeProduceResponse(decodeResponseHeader(frame.subarray(4)).body)).toEqual({
+          spans,
+        });
       }),
     );
   });
@@ -511,7 +580,10 @@ describe("round trips", () => {
     });
     const topic = fc.record({
       name: topicName,
-      config: fc.dictionary(fc.string({ maxLength: 10 }), fc.oneof(fc.integer(), fc.string({ maxLength: 10 }))),
+      config: fc.dictionary(
+        fc.string({ maxLength: 10 }),
+        fc.oneof(fc.integer(), fc.string({ maxLength: 10 })),
+      ),
       partitions: fc.array(partition, { maxLength: 5 }),
     });
     fc.assert(

@@ -107,7 +107,9 @@ interface Call {
 class DeferredBroker implements Broker {
   calls: Call[] = [];
   #record<T>(method: string, args: any[]): Promise<T> {
-    return new Promise<T>((resolve, reject) => this.calls.push({ method, args, deferred: { resolve, reject } }));
+    return new Promise<T>((resolve, reject) =>
+      this.calls.push({ method, args, deferred: { resolve, reject } }),
+    );
   }
   createTopic(...args: any[]) {
     return this.#record<TopicDescription>("createTopic", args);
@@ -169,7 +171,11 @@ function setup(options: Partial<TcpTransportOptions> = {}) {
 }
 
 function produceFrame(id: number, value: string, partition = 0): Uint8Array {
-  return encodeProduceRequest(id, { topic: "t", partition, batch: new EntryBatchBuilder().add(null, text(value)).build() });
+  return encodeProduceRequest(id, {
+    topic: "t",
+    partition,
+    batch: new EntryBatchBuilder().add(null, text(value)).build(),
+  });
 }
 
 function listOffsetsFrame(id: number): Uint8Array {
@@ -181,7 +187,12 @@ function concat(...parts: Uint8Array[]): Uint8Array {
 }
 
 /** A raw request frame with any api, version and body. */
-function rawFrame(api: number, version: number, id: number, body: Uint8Array = new Uint8Array(0)): Uint8Array {
+function rawFrame(
+  api: number,
+  version: number,
+  id: number,
+  body: Uint8Array = new Uint8Array(0),
+): Uint8Array {
   const out = new Uint8Array(12 + body.length);
   const v = new DataView(out.buffer);
   v.setUint32(0, 8 + body.length);
@@ -218,7 +229,9 @@ describe("TCP transport: ordering and pipelining", () => {
     await settle();
     const responses = socket.responses();
     expect(responses.map((r) => r.correlationId)).toEqual([2, 1]);
-    expect(decodeProduceResponse(responses[1].body)).toEqual({ spans: [{ partition: 0, baseOffset: 0, count: 1 }] });
+    expect(decodeProduceResponse(responses[1].body)).toEqual({
+      spans: [{ partition: 0, baseOffset: 0, count: 1 }],
+    });
   });
 
   it("responses that finish in the same turn leave in one gathered write", async () => {
@@ -260,7 +273,12 @@ describe("TCP transport: ordering and pipelining", () => {
     );
     expect(broker.calls.length).toBe(2);
     expect(socket.paused).toBe(true);
-    broker.calls[0].deferred.resolve({ records: { bytes: new Uint8Array(0), count: 0 }, nextOffset: 0, highWatermark: 0, logStartOffset: 0 });
+    broker.calls[0].deferred.resolve({
+      records: { bytes: new Uint8Array(0), count: 0 },
+      nextOffset: 0,
+      highWatermark: 0,
+      logStartOffset: 0,
+    });
     await settle();
     expect(broker.calls.length).toBe(3);
   });
@@ -282,7 +300,12 @@ describe("TCP transport: ordering and pipelining", () => {
     const { broker, socket } = setup();
     socket.send(encodeFetchRequest(1, { topic: "t", partition: 0, offset: 0, waitMs: 5000 }));
     const signal: AbortSignal = broker.calls[0].args[0].signal;
-    expect(broker.calls[0].args[0]).toMatchObject({ topic: "t", partition: 0, offset: 0, waitMs: 5000 });
+    expect(broker.calls[0].args[0]).toMatchObject({
+      topic: "t",
+      partition: 0,
+      offset: 0,
+      waitMs: 5000,
+    });
     expect(signal.aborted).toBe(false);
     socket.peerClose();
     expect(signal.aborted).toBe(true);
@@ -292,7 +315,12 @@ describe("TCP transport: ordering and pipelining", () => {
     const { broker, socket } = setup();
     socket.send(encodeFetchRequest(4, { topic: "t", partition: 0, offset: 0 }));
     const stored = Uint8Array.of(1, 2, 3);
-    broker.calls[0].deferred.resolve({ records: { bytes: stored, count: 1 }, nextOffset: 1, highWatermark: 1, logStartOffset: 0 });
+    broker.calls[0].deferred.resolve({
+      records: { bytes: stored, count: 1 },
+      nextOffset: 1,
+      highWatermark: 1,
+      logStartOffset: 0,
+    });
     await settle();
     const result = decodeFetchResponse(socket.responses()[0].body);
     expect(Array.from(result.records.bytes)).toEqual([1, 2, 3]);
@@ -305,7 +333,12 @@ describe("TCP transport: ordering and pipelining", () => {
     socket.write = (c) => (chunks.push(c), write(c));
     socket.send(encodeFetchRequest(4, { topic: "t", partition: 0, offset: 0 }));
     const stored = Uint8Array.of(9, 8, 7, 6);
-    broker.calls[0].deferred.resolve({ records: { bytes: stored, count: 1 }, nextOffset: 1, highWatermark: 1, logStartOffset: 0 });
+    broker.calls[0].deferred.resolve({
+      records: { bytes: stored, count: 1 },
+      nextOffset: 1,
+      highWatermark: 1,
+      logStartOffset: 0,
+    });
     await settle();
     expect(chunks).toHaveLength(1);
     expect(chunks[0]).toHaveLength(2);
@@ -323,7 +356,11 @@ describe("TCP transport: ordering and pipelining", () => {
       ["describeTopic", "a"],
       ["describeTopic", "b"],
     ]);
-    const topic = (name: string): TopicDescription => ({ name, config: {} as TopicDescription["config"], partitions: [] });
+    const topic = (name: string): TopicDescription => ({
+      name,
+      config: {} as TopicDescription["config"],
+      partitions: [],
+    });
     broker.calls[0].deferred.resolve([]);
     broker.calls[1].deferred.resolve(topic("a"));
     broker.calls[2].deferred.resolve(topic("b"));
@@ -365,7 +402,42 @@ describe("TCP transport: errors", () => {
 
   it("answers an offset above 2^53 − 1 with unsupported", async () => {
     const { socket } = setup();
-    socket.send(rawFrame(1, 0, 5, Uint8Array.of(0, 1, 0x74, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)));
+    socket.send(
+      rawFrame(
+        1,
+        0,
+        5,
+        Uint8Array.of(
+          0,
+          1,
+          0x74,
+          0,
+          0,
+          0,
+          0,
+          0xff,
+          0xff,
+          0xff,
+          0xff,
+          0xff,
+          0xff,
+          0xff,
+          0xff,
+          0,
+          0,
+          0,
+          0,
+          0,
+          0,
+          0,
+          0,
+          0,
+          0,
+          0,
+          0,
+        ),
+      ),
+    );
     await settle();
     expect(socket.responses()[0]).toMatchObject({ error: Errors.unsupported.tcp });
   });
@@ -373,11 +445,16 @@ describe("TCP transport: errors", () => {
   it("answers a BrokerError with its row of the table and its message", async () => {
     const { broker, socket } = setup();
     socket.send(listOffsetsFrame(3));
-    broker.calls[0].deferred.reject(new BrokerError(Errors.partitionNotFound, 'Cannot list offsets of "t/0": no such partition'));
+    broker.calls[0].deferred.reject(
+      new BrokerError(Errors.partitionNotFound, 'Cannot list offsets of "t/0": no such partition'),
+    );
     await settle();
     const [response] = socket.responses();
     expect(response).toMatchObject({ correlationId: 3, error: Errors.partitionNotFound.tcp });
-    expect(decodeErrorBody(response.body)).toEqual({ code: "partition_not_found", message: 'Cannot list offsets of "t/0": no such partition' });
+    expect(decodeErrorBody(response.body)).toEqual({
+      code: "partition_not_found",
+      message: 'Cannot list offsets of "t/0": no such partition',
+    });
   });
 
   it("answers any other failure with internal and a generic message, and logs the detail", async () => {
@@ -388,7 +465,9 @@ describe("TCP transport: errors", () => {
     const [response] = socket.responses();
     expect(response).toMatchObject({ correlationId: 3, error: Errors.internal.tcp });
     expect(decodeErrorBody(response.body).message).not.toContain("secret");
-    expect(logger.named("tcp.internal_error")).toMatchObject([{ error: "secret detail", api: "ListOffsets" }]);
+    expect(logger.named("tcp.internal_error")).toMatchObject([
+      { error: "secret detail", api: "ListOffsets" },
+    ]);
   });
 
   it("answers a broker method that throws synchronously like one that rejects", async () => {
@@ -410,7 +489,9 @@ describe("TCP transport: framing limits and the read timeout", () => {
     expect(socket.destroyed).toBe(false);
     clock.advance(1);
     expect(socket.destroyed).toBe(true);
-    expect(logger.named("tcp.read_timeout")).toMatchObject([{ buffered_bytes: 6, read_timeout_ms: 1000 }]);
+    expect(logger.named("tcp.read_timeout")).toMatchObject([
+      { buffered_bytes: 6, read_timeout_ms: 1000 },
+    ]);
   });
 
   it("gives a frame the read timeout from its first byte, however slowly the rest trickles in", () => {
@@ -454,7 +535,7 @@ describe("TCP transport: framing limits and the read timeout", () => {
     expect(socket.writes).toEqual([]);
   });
 
-  it('closes an HTTP request sent to the TCP port without answering or buffering it', () => {
+  it("closes an HTTP request sent to the TCP port without answering or buffering it", () => {
     const { socket, broker, logger } = setup();
     socket.send(text("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
     expect(socket.destroyed).toBe(true);
@@ -465,7 +546,9 @@ describe("TCP transport: framing limits and the read timeout", () => {
 
   it("closes a TLS ClientHello without answering", () => {
     const { socket } = setup();
-    socket.send(Uint8Array.of(0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03, 0xaa, 0xbb));
+    socket.send(
+      Uint8Array.of(0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03, 0xaa, 0xbb),
+    );
     expect(socket.destroyed).toBe(true);
     expect(socket.writes).toEqual([]);
   });

@@ -20,7 +20,14 @@ const unhex = (text: string) => new Uint8Array(Buffer.from(text.replace(/\s+/g, 
 // Built by hand from the spec's table: offset 5, timestamp 1000, key "k", value "hi".
 // CRC-32 (IEEE) of offset…value computed independently (python zlib.crc32): 0x1d766fc8.
 const golden = unhex(
-  "0000001f" + "0000000000000005" + "00000000000003e8" + "00000001" + "6b" + "00000002" + "6869" + "1d766fc8",
+  "0000001f" +
+    "0000000000000005" +
+    "00000000000003e8" +
+    "00000001" +
+    "6b" +
+    "00000002" +
+    "6869" +
+    "1d766fc8",
 );
 // Layout: record_len 0x1f (31) | offset 5 | timestamp_ms 1000 | key_len 1, "k" | value_len 2, "hi" | crc32.
 
@@ -33,7 +40,9 @@ describe("record codec", () => {
 
   it("encodes a keyless tombstone with key_len -1 and value_len 0", () => {
     const bytes = encodeRecord({ offset: 7, timestampMs: 1, key: null, value: new Uint8Array(0) });
-    expect(hex(bytes)).toBe("0000001c" + "0000000000000007" + "0000000000000001" + "ffffffff" + "00000000" + "0ef582be");
+    expect(hex(bytes)).toBe(
+      "0000001c" + "0000000000000007" + "0000000000000001" + "ffffffff" + "00000000" + "0ef582be",
+    );
   });
 
   it("decodes the golden record into its fields without copying", () => {
@@ -48,7 +57,12 @@ describe("record codec", () => {
   });
 
   it("tells the empty key (key_len 0) from no key (key_len -1)", () => {
-    const empty = encodeRecord({ offset: 0, timestampMs: 0, key: new Uint8Array(0), value: utf8("v") });
+    const empty = encodeRecord({
+      offset: 0,
+      timestampMs: 0,
+      key: new Uint8Array(0),
+      value: utf8("v"),
+    });
     const none = encodeRecord({ offset: 0, timestampMs: 0, key: null, value: utf8("v") });
     const c = new RecordCursor();
     c.reset(empty).decode(0);
@@ -93,7 +107,14 @@ describe("record codec", () => {
   it("round-trips any batch of records through entries, storage and the cursor", () => {
     fc.assert(
       fc.property(
-        fc.array(fc.record({ key: fc.option(fc.uint8Array({ maxLength: 40 })), value: fc.uint8Array({ maxLength: 300 }), ts: fc.integer({ min: -1, max: 2 ** 42 }) }), { maxLength: 30 }),
+        fc.array(
+          fc.record({
+            key: fc.option(fc.uint8Array({ maxLength: 40 })),
+            value: fc.uint8Array({ maxLength: 300 }),
+            ts: fc.integer({ min: -1, max: 2 ** 42 }),
+          }),
+          { maxLength: 30 },
+        ),
         fc.integer({ min: 0, max: 2 ** 50 }),
         (records, base) => {
           const builder = new EntryBatchBuilder(16);
@@ -102,7 +123,12 @@ describe("record codec", () => {
           expect(scanEntries(batch.bytes)).toBe(records.length);
           const out = new Uint8Array(batch.bytes.length + batch.count * 16);
           const positions: number[] = [];
-          encodeEntries(batch, out, { outPos: 0, baseOffset: base, nowMs: 777, onRecord: (_o, p) => positions.push(p) });
+          encodeEntries(batch, out, {
+            outPos: 0,
+            baseOffset: base,
+            nowMs: 777,
+            onRecord: (_o, p) => positions.push(p),
+          });
           const c = new RecordCursor().reset(out);
           let p = 0;
           records.forEach((r, i) => {
@@ -154,7 +180,11 @@ describe("entry batches", () => {
   });
 
   it("EntryCursor walks keys and bounds in order", () => {
-    const batch = new EntryBatchBuilder().add(utf8("k1"), utf8("v")).add(null, utf8("vv")).add(new Uint8Array(0), utf8("")).build();
+    const batch = new EntryBatchBuilder()
+      .add(utf8("k1"), utf8("v"))
+      .add(null, utf8("vv"))
+      .add(new Uint8Array(0), utf8(""))
+      .build();
     const c = new EntryCursor(batch);
     const keys: (string | null)[] = [];
     while (c.next()) keys.push(c.key() === null ? null : Buffer.from(c.key()!).toString());
@@ -163,7 +193,10 @@ describe("entry batches", () => {
   });
 
   it("checkEntryTimestamps refuses timestamps too far ahead of the clock", () => {
-    const batch = new EntryBatchBuilder().add(null, utf8("a"), 1000).add(null, utf8("b"), 5000).build();
+    const batch = new EntryBatchBuilder()
+      .add(null, utf8("a"), 1000)
+      .add(null, utf8("b"), 5000)
+      .build();
     expect(() => checkEntryTimestamps(batch, 1000, 3999)).toThrow(/record 1 .*ahead/);
     expect(() => checkEntryTimestamps(batch, 1000, 4000)).not.toThrow();
   });

@@ -106,34 +106,64 @@ function singleQuery(c: AppContext, name: string, action: string): string | unde
   const values = c.req.queries(name);
   if (values === undefined || values.length === 0) return undefined;
   if (values.length > 1) {
-    throw invalidRequest(action, `query parameter "${name}" is given ${values.length} times, at most once is allowed`, { parameter: name });
+    throw invalidRequest(
+      action,
+      `query parameter "${name}" is given ${values.length} times, at most once is allowed`,
+      { parameter: name },
+    );
   }
   return values[0];
 }
 
-function integerQuery(c: AppContext, name: string, bounds: { min: number; max: number; action: string }): number | undefined {
+function integerQuery(
+  c: AppContext,
+  name: string,
+  bounds: { min: number; max: number; action: string },
+): number | undefined {
   const text = singleQuery(c, name, bounds.action);
-  return text === undefined ? undefined : parseInteger(text, { label: `query parameter "${name}"`, name, ...bounds });
+  return text === undefined
+    ? undefined
+    : parseInteger(text, { label: `query parameter "${name}"`, name, ...bounds });
 }
 
 function partitionParam(c: AppContext, action: string): number {
-  return parseInteger(c.req.param("partition") ?? "", { label: 'path parameter "partition"', name: "partition", min: 0, max: partitionNumberMax, action });
+  return parseInteger(c.req.param("partition") ?? "", {
+    label: 'path parameter "partition"',
+    name: "partition",
+    min: 0,
+    max: partitionNumberMax,
+    action,
+  });
 }
 
 function encodingQuery(c: AppContext, action: string): ValueEncoding {
   const text = singleQuery(c, "encoding", action);
   if (text === undefined || text === "utf8") return "utf8";
   if (text === "base64") return "base64";
-  throw invalidRequest(action, `query parameter "encoding" ${JSON.stringify(text)} must be "utf8" or "base64"`, { parameter: "encoding" });
+  throw invalidRequest(
+    action,
+    `query parameter "encoding" ${JSON.stringify(text)} must be "utf8" or "base64"`,
+    { parameter: "encoding" },
+  );
 }
 
 /** `offset`: a number, or `earliest` / `latest`, resolved through `listOffsets`. */
-async function resolveOffset(broker: Broker, text: string, where: { topic: string; partition: number; action: string }): Promise<number> {
+async function resolveOffset(
+  broker: Broker,
+  text: string,
+  where: { topic: string; partition: number; action: string },
+): Promise<number> {
   if (text === "earliest" || text === "latest") {
     const bounds = await broker.listOffsets({ topic: where.topic, partition: where.partition });
     return text === "earliest" ? bounds.logStartOffset : bounds.highWatermark;
   }
-  return parseInteger(text, { label: 'query parameter "offset"', name: "offset", min: 0, max: offsetMax, action: where.action });
+  return parseInteger(text, {
+    label: 'query parameter "offset"',
+    name: "offset",
+    min: 0,
+    max: offsetMax,
+    action: where.action,
+  });
 }
 
 /** The media type of the body, lower case, without parameters; "" when there is no Content-Type. */
@@ -147,7 +177,11 @@ const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
 /** 413 `request_too_large` for a body over `maxBytes`. */
 function requestTooLarge(maxBytes: number): BrokerError {
-  return new BrokerError(Errors.requestTooLarge, `Cannot accept the request: the body is over the limit of ${maxBytes} bytes`, { limit_bytes: maxBytes });
+  return new BrokerError(
+    Errors.requestTooLarge,
+    `Cannot accept the request: the body is over the limit of ${maxBytes} bytes`,
+    { limit_bytes: maxBytes },
+  );
 }
 
 /**
@@ -191,7 +225,10 @@ function parseJson(bytes: Uint8Array, action: string): unknown {
   try {
     return JSON.parse(text);
   } catch (e) {
-    throw invalidRequest(action, `the body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
+    throw invalidRequest(
+      action,
+      `the body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`,
+    );
   }
 }
 
@@ -202,12 +239,20 @@ function parseJson(bytes: Uint8Array, action: string): unknown {
 export function createHttpApp(options: HttpAppOptions): HttpApp {
   const { broker, logger } = options;
   const maxRequestBytes = options.maxRequestBytes ?? requestBytesDefault;
-  if (!Number.isSafeInteger(maxRequestBytes) || maxRequestBytes < requestBytesMin || maxRequestBytes > requestBytesMax) {
-    throw new RangeError(`maxRequestBytes ${maxRequestBytes} must be an integer from ${requestBytesMin} to ${requestBytesMax}`);
+  if (
+    !Number.isSafeInteger(maxRequestBytes) ||
+    maxRequestBytes < requestBytesMin ||
+    maxRequestBytes > requestBytesMax
+  ) {
+    throw new RangeError(
+      `maxRequestBytes ${maxRequestBytes} must be an integer from ${requestBytesMin} to ${requestBytesMax}`,
+    );
   }
   const heartbeatMs = options.sseHeartbeatMs ?? sseHeartbeatMsDefault;
   if (!Number.isSafeInteger(heartbeatMs) || heartbeatMs < 1 || heartbeatMs > fetchWaitMsMax) {
-    throw new RangeError(`sseHeartbeatMs ${heartbeatMs} must be an integer from 1 to ${fetchWaitMsMax}`);
+    throw new RangeError(
+      `sseHeartbeatMs ${heartbeatMs} must be an integer from 1 to ${fetchWaitMsMax}`,
+    );
   }
 
   const app: HttpApp = new Hono<{ Bindings: HttpBindings }>();
@@ -221,7 +266,11 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
    */
   const limitBody = (c: Context): void => {
     const length = c.req.header("content-length");
-    if (length !== undefined && c.req.header("transfer-encoding") === undefined && parseInt(length, 10) > maxRequestBytes) {
+    if (
+      length !== undefined &&
+      c.req.header("transfer-encoding") === undefined &&
+      parseInt(length, 10) > maxRequestBytes
+    ) {
       throw requestTooLarge(maxRequestBytes);
     }
   };
@@ -235,10 +284,16 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const readRawBody = (c.env as HttpBindings | undefined)?.readRawBody;
     let body: Uint8Array | null;
     try {
-      body = readRawBody === undefined ? await readRequestBody(c.req.raw, maxRequestBytes) : await readRawBody(maxRequestBytes);
+      body =
+        readRawBody === undefined
+          ? await readRequestBody(c.req.raw, maxRequestBytes)
+          : await readRawBody(maxRequestBytes);
     } catch (e) {
       // The client went away mid-body or sent a broken stream: its fault, not a broker bug.
-      throw invalidRequest(action, `the request body could not be read: ${e instanceof Error ? e.message : String(e)}`);
+      throw invalidRequest(
+        action,
+        `the request body could not be read: ${e instanceof Error ? e.message : String(e)}`,
+      );
     }
     if (body === null) throw requestTooLarge(maxRequestBytes);
     return body;
@@ -257,13 +312,19 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
         error: err instanceof Error ? err.message : String(err),
         stack: err instanceof Error ? err.stack : undefined,
       });
-      error = new BrokerError(Errors.internal, `Cannot complete ${c.req.method} ${c.req.path}: internal error (logged)`);
+      error = new BrokerError(
+        Errors.internal,
+        `Cannot complete ${c.req.method} ${c.req.path}: internal error (logged)`,
+      );
     }
     return c.json(errorBody(error), error.kind.http as ContentfulStatusCode);
   });
 
   app.notFound((c) => {
-    const error = new BrokerError(Errors.notFound, `Cannot ${c.req.method} ${c.req.path}: no such route`);
+    const error = new BrokerError(
+      Errors.notFound,
+      `Cannot ${c.req.method} ${c.req.path}: no such route`,
+    );
     return c.json(errorBody(error), 404);
   });
 
@@ -273,19 +334,31 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   // (LocalBroker.metrics); the benchmark harness reads them to report fsyncs/s and records per fsync.
   app.get("/v1/admin/metrics", (c) => {
     const source = broker as Broker & { metrics?: () => Record<string, number> };
-    if (typeof source.metrics !== "function") throw new BrokerError(Errors.notFound, "Cannot GET /v1/admin/metrics: this broker keeps no metrics");
+    if (typeof source.metrics !== "function")
+      throw new BrokerError(
+        Errors.notFound,
+        "Cannot GET /v1/admin/metrics: this broker keeps no metrics",
+      );
     return c.json(source.metrics());
   });
 
   // Storage state and the cleanup tasks (retention, cold tier, compaction), when the broker has them.
   app.get("/v1/admin/storage", (c) => {
-    if (broker.describeStorage === undefined) throw new BrokerError(Errors.notFound, "Cannot GET /v1/admin/storage: this broker does not describe its storage");
+    if (broker.describeStorage === undefined)
+      throw new BrokerError(
+        Errors.notFound,
+        "Cannot GET /v1/admin/storage: this broker does not describe its storage",
+      );
     return c.json(broker.describeStorage());
   });
 
   app.post("/v1/admin/topics/:topic/cleanup", async (c) => {
     const topic = c.req.param("topic");
-    if (broker.cleanup === undefined) throw new BrokerError(Errors.notFound, `Cannot clean up topic ${JSON.stringify(topic)}: this broker has no cleanup tasks`);
+    if (broker.cleanup === undefined)
+      throw new BrokerError(
+        Errors.notFound,
+        `Cannot clean up topic ${JSON.stringify(topic)}: this broker has no cleanup tasks`,
+      );
     return c.json(await broker.cleanup(topic));
   });
 
@@ -293,19 +366,28 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     limitBody(c);
     const topic = c.req.param("topic");
     const action = `Cannot update the config of topic ${JSON.stringify(topic)}`;
-    if (broker.updateTopicConfig === undefined) throw new BrokerError(Errors.notFound, `${action}: this broker cannot change topic configs`);
+    if (broker.updateTopicConfig === undefined)
+      throw new BrokerError(Errors.notFound, `${action}: this broker cannot change topic configs`);
     const body = parseJson(await readBody(c, action), action);
     if (typeof body !== "object" || body === null || Array.isArray(body)) {
-      throw invalidRequest(action, 'the body must be a JSON object like {"config":{"retention_ms":86400000}}');
+      throw invalidRequest(
+        action,
+        'the body must be a JSON object like {"config":{"retention_ms":86400000}}',
+      );
     }
     for (const field of Object.keys(body)) {
-      if (field !== "config") throw invalidRequest(action, `unknown field ${JSON.stringify(field)} (expected config)`, { field });
+      if (field !== "config")
+        throw invalidRequest(action, `unknown field ${JSON.stringify(field)} (expected config)`, {
+          field,
+        });
     }
     const config = (body as { config?: unknown }).config;
     if (typeof config !== "object" || config === null || Array.isArray(config)) {
       throw invalidRequest(action, '"config" must be a JSON object', { field: "config" });
     }
-    return c.json(topicJson(await broker.updateTopicConfig(topic, config as Record<string, unknown>)));
+    return c.json(
+      topicJson(await broker.updateTopicConfig(topic, config as Record<string, unknown>)),
+    );
   });
 
   app.post("/v1/topics", async (c) => {
@@ -313,15 +395,23 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     let action = "Cannot create topic";
     const body = parseJson(await readBody(c, action), action);
     if (typeof body !== "object" || body === null || Array.isArray(body)) {
-      throw invalidRequest(action, 'the body must be a JSON object like {"name":"orders","partitions":3,"config":{}}');
+      throw invalidRequest(
+        action,
+        'the body must be a JSON object like {"name":"orders","partitions":3,"config":{}}',
+      );
     }
     const fields = body as Record<string, unknown>;
     for (const field of Object.keys(fields)) {
       if (field !== "name" && field !== "partitions" && field !== "config") {
-        throw invalidRequest(action, `unknown field ${JSON.stringify(field)} (expected name, partitions, config)`, { field });
+        throw invalidRequest(
+          action,
+          `unknown field ${JSON.stringify(field)} (expected name, partitions, config)`,
+          { field },
+        );
       }
     }
-    if (typeof fields.name !== "string") throw invalidRequest(action, '"name" must be a string', { field: "name" });
+    if (typeof fields.name !== "string")
+      throw invalidRequest(action, '"name" must be a string', { field: "name" });
     action = `Cannot create topic ${JSON.stringify(fields.name)}`;
     const partitions = fields.partitions ?? 1;
     if (typeof partitions !== "number" || !Number.isInteger(partitions)) {
@@ -331,7 +421,11 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     if (typeof config !== "object" || config === null || Array.isArray(config)) {
       throw invalidRequest(action, '"config" must be a JSON object', { field: "config" });
     }
-    const topic = await broker.createTopic({ name: fields.name, partitions, config: config as Record<string, unknown> });
+    const topic = await broker.createTopic({
+      name: fields.name,
+      partitions,
+      config: config as Record<string, unknown>,
+    });
     return c.json(topicJson(topic), 201);
   });
 
@@ -363,18 +457,28 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     if (type === "application/x-ndjson" || type === "application/ndjson") {
       const keyText = singleQuery(c, "key", action);
       const partition = integerQuery(c, "partition", { min: 0, max: partitionNumberMax, action });
-      decoded = decodeNdjsonProduce(await readBody(c, action), { action, key: keyText === undefined ? null : utf8(keyText), partition });
+      decoded = decodeNdjsonProduce(await readBody(c, action), {
+        action,
+        key: keyText === undefined ? null : utf8(keyText),
+        partition,
+      });
     } else {
       // Anything else is parsed as JSON (curl -d sends x-www-form-urlencoded, fetch text/plain):
       // a body that is not JSON fails with a clear 400 either way.
       for (const name of ["key", "partition"]) {
         if (singleQuery(c, name, action) !== undefined) {
-          throw invalidRequest(action, `query parameter "${name}" applies to NDJSON bodies only; put it in each record of a JSON body`, { parameter: name });
+          throw invalidRequest(
+            action,
+            `query parameter "${name}" applies to NDJSON bodies only; put it in each record of a JSON body`,
+            { parameter: name },
+          );
         }
       }
       const bytes = await readBody(c, action);
       // The byte-level fast path decodes the common shapes; the general path does the rest and names every error.
-      decoded = scanJsonProduce(bytes) ?? decodeJsonProduce(parseJson(bytes, action), { action, sizeHintBytes: bytes.length });
+      decoded =
+        scanJsonProduce(bytes) ??
+        decodeJsonProduce(parseJson(bytes, action), { action, sizeHintBytes: bytes.length });
     }
     return decoded;
   };
@@ -387,7 +491,9 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const producer = producerFromHeaders(c, action);
     const result = await broker.produce({ topic, ...decoded, producer });
     const duplicate = producer === undefined ? undefined : result.duplicate === true;
-    return c.body(produceAnswerJson(result, { recordCount: decoded.batch.count, duplicate }), 200, { "content-type": "application/json" });
+    return c.body(produceAnswerJson(result, { recordCount: decoded.batch.count, duplicate }), 200, {
+      "content-type": "application/json",
+    });
   });
 
   app.get("/v1/topics/:topic/partitions/:partition/records", async (c) => {
@@ -396,16 +502,31 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const partition = partitionParam(c, action);
     const offsetText = singleQuery(c, "offset", action);
     if (offsetText === undefined) {
-      throw invalidRequest(action, 'query parameter "offset" is required (an offset, "earliest" or "latest")', { parameter: "offset" });
+      throw invalidRequest(
+        action,
+        'query parameter "offset" is required (an offset, "earliest" or "latest")',
+        { parameter: "offset" },
+      );
     }
-    const maxRecords = integerQuery(c, "max_records", { min: 1, max: fetchRecordsMax, action }) ?? fetchRecordsDefault;
-    const maxBytes = integerQuery(c, "max_bytes", { min: 1, max: fetchBytesMax, action }) ?? fetchBytesDefault;
+    const maxRecords =
+      integerQuery(c, "max_records", { min: 1, max: fetchRecordsMax, action }) ??
+      fetchRecordsDefault;
+    const maxBytes =
+      integerQuery(c, "max_bytes", { min: 1, max: fetchBytesMax, action }) ?? fetchBytesDefault;
     const waitMs = integerQuery(c, "wait_ms", { min: 0, max: fetchWaitMsMax, action }) ?? 0;
     const encoding = encodingQuery(c, action);
     const offset = await resolveOffset(broker, offsetText, { topic, partition, action });
     // Only a long-poll waits, so only a long-poll needs to hear of a disconnect or a shutdown.
     const signal = waitMs > 0 ? requestSignal(c) : undefined;
-    const result = await broker.fetch({ topic, partition, offset, maxRecords, maxBytes, waitMs, signal });
+    const result = await broker.fetch({
+      topic,
+      partition,
+      offset,
+      maxRecords,
+      maxBytes,
+      waitMs,
+      signal,
+    });
     return c.json(fetchJson(result, encoding));
   });
 
@@ -416,17 +537,33 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const encoding = encodingQuery(c, action);
     const offsetText = singleQuery(c, "offset", action);
     if (offsetText !== undefined && offsetText !== "earliest" && offsetText !== "latest") {
-      parseInteger(offsetText, { label: 'query parameter "offset"', name: "offset", min: 0, max: offsetMax, action });
+      parseInteger(offsetText, {
+        label: 'query parameter "offset"',
+        name: "offset",
+        min: 0,
+        max: offsetMax,
+        action,
+      });
     }
     const lastEventId = c.req.header("last-event-id");
     let offset: number;
     if (lastEventId !== undefined && lastEventId.trim() !== "") {
-      const lastOffset = parseInteger(lastEventId.trim(), { label: 'header "Last-Event-ID"', name: "Last-Event-ID", min: 0, max: offsetMax - 1, action });
+      const lastOffset = parseInteger(lastEventId.trim(), {
+        label: 'header "Last-Event-ID"',
+        name: "Last-Event-ID",
+        min: 0,
+        max: offsetMax - 1,
+        action,
+      });
       offset = lastOffset + 1;
     } else {
       offset = await resolveOffset(broker, offsetText ?? "latest", { topic, partition, action });
     }
-    return streamRecords(c, { topic, partition, offset, encoding, signal: requestSignal(c) }, { broker, logger, heartbeatMs });
+    return streamRecords(
+      c,
+      { topic, partition, offset, encoding, signal: requestSignal(c) },
+      { broker, logger, heartbeatMs },
+    );
   });
 
   registerGroupRoutes(app, { broker, limitBody, readBody, parseJson });

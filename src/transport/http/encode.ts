@@ -5,7 +5,12 @@
 import { AssertionError } from "../../lib/assert.ts";
 import { encodeBase64 } from "../../lib/base64.ts";
 import { fromUtf8 } from "../../lib/bytes.ts";
-import type { FetchResult, PartitionInfo, ProduceResult, TopicDescription } from "../../broker/types.ts";
+import type {
+  FetchResult,
+  PartitionInfo,
+  ProduceResult,
+  TopicDescription,
+} from "../../broker/types.ts";
 import { DecodeStatus, RecordCursor } from "../../storage/record.ts";
 
 /** How keys and values appear in fetched records: UTF-8 text (invalid bytes become U+FFFD) or base64. */
@@ -59,7 +64,11 @@ function partitionJson(info: PartitionInfo): PartitionJson {
 
 /** The HTTP shape of a topic description. */
 export function topicJson(topic: TopicDescription): TopicJson {
-  return { name: topic.name, partitions: topic.partitions.map(partitionJson), config: { ...topic.config } };
+  return {
+    name: topic.name,
+    partitions: topic.partitions.map(partitionJson),
+    config: { ...topic.config },
+  };
 }
 
 /**
@@ -69,7 +78,10 @@ export function topicJson(topic: TopicDescription): TopicJson {
  * `JSON.stringify`: every value is an integer.
  * @throws AssertionError if the spans do not cover exactly `recordCount` records (a broker bug).
  */
-export function produceAnswerJson(result: ProduceResult, options: { recordCount: number; duplicate?: boolean }): string {
+export function produceAnswerJson(
+  result: ProduceResult,
+  options: { recordCount: number; duplicate?: boolean },
+): string {
   let text = '{"offsets":[';
   let count = 0;
   for (const span of result.spans) {
@@ -80,9 +92,13 @@ export function produceAnswerJson(result: ProduceResult, options: { recordCount:
     }
   }
   if (count !== options.recordCount) {
-    throw new AssertionError(`assertion failed: produce spans cover ${count} records, the request had ${options.recordCount}`);
+    throw new AssertionError(
+      `assertion failed: produce spans cover ${count} records, the request had ${options.recordCount}`,
+    );
   }
-  return options.duplicate === undefined ? `${text}]}` : `${text}],"duplicate":${options.duplicate}}`;
+  return options.duplicate === undefined
+    ? `${text}]}`
+    : `${text}],"duplicate":${options.duplicate}}`;
 }
 
 /**
@@ -90,14 +106,20 @@ export function produceAnswerJson(result: ProduceResult, options: { recordCount:
  * record in offset order. @throws AssertionError if the broker handed out bytes that do not decode
  * as exactly `records.count` whole records (the broker validates what it serves; this is a bug).
  */
-export function forEachRecord(result: FetchResult, encoding: ValueEncoding, each: (record: RecordJson) => void): void {
+export function forEachRecord(
+  result: FetchResult,
+  encoding: ValueEncoding,
+  each: (record: RecordJson) => void,
+): void {
   const cursor = new RecordCursor().reset(result.records.bytes);
   const end = result.records.bytes.length;
   let pos = 0;
   for (let i = 0; i < result.records.count; i++) {
     const status = cursor.decode(pos, end);
     if (status !== DecodeStatus.Ok) {
-      throw new AssertionError(`assertion failed: fetched record ${i} of ${result.records.count} does not decode: ${cursor.reason}`);
+      throw new AssertionError(
+        `assertion failed: fetched record ${i} of ${result.records.count} does not decode: ${cursor.reason}`,
+      );
     }
     const key = cursor.key();
     const value = cursor.value();
@@ -109,7 +131,10 @@ export function forEachRecord(result: FetchResult, encoding: ValueEncoding, each
     });
     pos += cursor.sizeBytes;
   }
-  if (pos !== end) throw new AssertionError(`assertion failed: ${end - pos} bytes left after ${result.records.count} fetched records`);
+  if (pos !== end)
+    throw new AssertionError(
+      `assertion failed: ${end - pos} bytes left after ${result.records.count} fetched records`,
+    );
 }
 
 /** The HTTP body of a fetch result. */

@@ -27,6 +27,10 @@ export function errorBody(error: BrokerError): ErrorBody {
  * A 400 `invalid_request` error: `action` names what failed ("Cannot fetch from partition
  * \"orders/3\""), `detail` says why, after a colon.
  */
-export function invalidRequest(action: string, detail: string, details?: Record<string, unknown>): BrokerError {
+export function invalidRequest(
+  action: string,
+  detail: string,
+  details?: Record<string, unknown>,
+): BrokerError {
   return new BrokerError(Errors.invalidRequest, `${action}: ${detail}`, details);
 }

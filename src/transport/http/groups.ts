@@ -16,7 +16,12 @@
  * Streams protocol) on `POST /v1/topics/{topic}/records`, all three or none.
  */
 import type { Context, Hono } from "hono";
-import type { Broker, GroupDescription, ProducerIdentity, TopicPartition } from "../../broker/types.ts";
+import type {
+  Broker,
+  GroupDescription,
+  ProducerIdentity,
+  TopicPartition,
+} from "../../broker/types.ts";
 import { producerEpochMax } from "../../lib/limits.ts";
 import { invalidRequest } from "./errors.ts";
 import { parseInteger } from "./params.ts";
@@ -31,23 +36,42 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
-function onlyFields(body: Record<string, unknown>, allowed: readonly string[], action: string): void {
+function onlyFields(
+  body: Record<string, unknown>,
+  allowed: readonly string[],
+  action: string,
+): void {
   for (const field of Object.keys(body)) {
-    if (!allowed.includes(field)) throw invalidRequest(action, `unknown field ${JSON.stringify(field)} (expected ${allowed.join(", ")})`, { field });
+    if (!allowed.includes(field))
+      throw invalidRequest(
+        action,
+        `unknown field ${JSON.stringify(field)} (expected ${allowed.join(", ")})`,
+        { field },
+      );
   }
 }
 
-function optionalInteger(body: Record<string, unknown>, field: string, action: string): number | undefined {
+function optionalInteger(
+  body: Record<string, unknown>,
+  field: string,
+  action: string,
+): number | undefined {
   const value = body[field];
   if (value === undefined || value === null) return undefined;
-  if (typeof value !== "number" || !Number.isSafeInteger(value)) throw invalidRequest(action, `"${field}" must be an integer`, { field });
+  if (typeof value !== "number" || !Number.isSafeInteger(value))
+    throw invalidRequest(action, `"${field}" must be an integer`, { field });
   return value;
 }
 
-function optionalString(body: Record<string, unknown>, field: string, action: string): string | undefined {
+function optionalString(
+  body: Record<string, unknown>,
+  field: string,
+  action: string,
+): string | undefined {
   const value = body[field];
   if (value === undefined || value === null) return undefined;
-  if (typeof value !== "string" || value.length === 0) throw invalidRequest(action, `"${field}" must be a non-empty string`, { field });
+  if (typeof value !== "string" || value.length === 0)
+    throw invalidRequest(action, `"${field}" must be a non-empty string`, { field });
   return value;
 }
 
@@ -60,32 +84,55 @@ export function groupJson(g: GroupDescription): Record<string, unknown> {
   return {
     group: g.group,
     generation: g.generation,
-    members: g.members.map((m) => ({ member_id: m.memberId, topics: m.topics, session_timeout_ms: m.sessionTimeoutMs, assignments: assignmentsJson(m.assignments) })),
-    offsets: g.offsets.map((o) => ({ topic: o.topic, partition: o.partition, committed: o.committed, high_watermark: o.highWatermark, lag: o.lag, owner: o.owner })),
+    members: g.members.map((m) => ({
+      member_id: m.memberId,
+      topics: m.topics,
+      session_timeout_ms: m.sessionTimeoutMs,
+      assignments: assignmentsJson(m.assignments),
+    })),
+    offsets: g.offsets.map((o) => ({
+      topic: o.topic,
+      partition: o.partition,
+      committed: o.committed,
+      high_watermark: o.highWatermark,
+      lag: o.lag,
+      owner: o.owner,
+    })),
   };
 }
 
 /** Registers the consumer-group routes on `app`. */
-export function registerGroupRoutes<E extends { Bindings: object }>(app: Hono<E>, options: { broker: Broker; limitBody: (c: Context) => void } & BodyReaders): void {
+export function registerGroupRoutes<E extends { Bindings: object }>(
+  app: Hono<E>,
+  options: { broker: Broker; limitBody: (c: Context) => void } & BodyReaders,
+): void {
   const { broker, limitBody, readBody, parseJson } = options;
-  const readJson = async (c: Context, action: string) => parseJson(await readBody(c, action), action);
+  const readJson = async (c: Context, action: string) =>
+    parseJson(await readBody(c, action), action);
 
   app.post("/v1/groups/:group/members", async (c) => {
     limitBody(c);
     const group = c.req.param("group");
     const action = `Cannot join group ${JSON.stringify(group)}`;
     const body = await readJson(c, action);
-    if (!isObject(body)) throw invalidRequest(action, 'the body must be a JSON object like {"topics":["orders"]}');
+    if (!isObject(body))
+      throw invalidRequest(action, 'the body must be a JSON object like {"topics":["orders"]}');
     onlyFields(body, ["topics", "session_timeout_ms", "member_id"], action);
     const topics = body.topics;
-    if (!Array.isArray(topics) || !topics.every((t) => typeof t === "string")) throw invalidRequest(action, '"topics" must be an array of topic names', { field: "topics" });
+    if (!Array.isArray(topics) || !topics.every((t) => typeof t === "string"))
+      throw invalidRequest(action, '"topics" must be an array of topic names', { field: "topics" });
     const result = await broker.joinGroup({
       group,
       topics: topics as string[],
       sessionTimeoutMs: optionalInteger(body, "session_timeout_ms", action),
       memberId: optionalString(body, "member_id", action),
     });
-    return c.json({ member_id: result.memberId, generation: result.generation, session_timeout_ms: result.sessionTimeoutMs, assignments: assignmentsJson(result.assignments) });
+    return c.json({
+      member_id: result.memberId,
+      generation: result.generation,
+      session_timeout_ms: result.sessionTimeoutMs,
+      assignments: assignmentsJson(result.assignments),
+    });
   });
 
   app.post("/v1/groups/:group/members/:member/heartbeat", async (c) => {
@@ -97,12 +144,20 @@ export function registerGroupRoutes<E extends { Bindings: object }>(app: Hono<E>
     let generation: number | undefined;
     if (raw.length > 0) {
       const parsed = parseJson(raw, action);
-      if (!isObject(parsed)) throw invalidRequest(action, 'the body must be empty or a JSON object like {"generation":3}');
+      if (!isObject(parsed))
+        throw invalidRequest(
+          action,
+          'the body must be empty or a JSON object like {"generation":3}',
+        );
       onlyFields(parsed, ["generation"], action);
       generation = optionalInteger(parsed, "generation", action);
     }
     const result = await broker.heartbeat({ group, memberId, generation });
-    return c.json({ generation: result.generation, rejoin: result.rejoin, assignments: assignmentsJson(result.assignments) });
+    return c.json({
+      generation: result.generation,
+      rejoin: result.rejoin,
+      assignments: assignmentsJson(result.assignments),
+    });
   });
 
   app.delete("/v1/groups/:group/members/:member", async (c) => {
@@ -115,9 +170,14 @@ export function registerGroupRoutes<E extends { Bindings: object }>(app: Hono<E>
     const group = c.req.param("group");
     const action = `Cannot commit offsets of group ${JSON.stringify(group)}`;
     const body = await readJson(c, action);
-    if (!isObject(body)) throw invalidRequest(action, 'the body must be a JSON object like {"offsets":[{"topic":"orders","partition":0,"offset":42}]}');
+    if (!isObject(body))
+      throw invalidRequest(
+        action,
+        'the body must be a JSON object like {"offsets":[{"topic":"orders","partition":0,"offset":42}]}',
+      );
     onlyFields(body, ["member_id", "generation", "offsets"], action);
-    if (!Array.isArray(body.offsets)) throw invalidRequest(action, '"offsets" must be an array', { field: "offsets" });
+    if (!Array.isArray(body.offsets))
+      throw invalidRequest(action, '"offsets" must be an array', { field: "offsets" });
     body.offsets.forEach((o: unknown, i: number) => {
       if (isObject(o)) onlyFields(o, ["topic", "partition", "offset"], `${action}: offsets[${i}]`);
     });
@@ -130,9 +190,13 @@ export function registerGroupRoutes<E extends { Bindings: object }>(app: Hono<E>
     return c.body(null, 204);
   });
 
-  app.get("/v1/groups/:group", async (c) => c.json(groupJson(await broker.describeGroup(c.req.param("group")))));
+  app.get("/v1/groups/:group", async (c) =>
+    c.json(groupJson(await broker.describeGroup(c.req.param("group")))),
+  );
 
-  app.get("/v1/groups", async (c) => c.json({ groups: (await broker.listGroups()).map(groupJson) }));
+  app.get("/v1/groups", async (c) =>
+    c.json({ groups: (await broker.listGroups()).map(groupJson) }),
+  );
 }
 
 /**
@@ -150,11 +214,28 @@ export function producerFromHeaders(c: Context, action: string): ProducerIdentit
     ["Producer-Epoch", epoch],
     ["Producer-Seq", seq],
   ] as const) {
-    if (value === undefined) throw invalidRequest(action, `header "${name}" is missing: an idempotent produce needs Producer-Id, Producer-Epoch and Producer-Seq`, { parameter: name });
+    if (value === undefined)
+      throw invalidRequest(
+        action,
+        `header "${name}" is missing: an idempotent produce needs Producer-Id, Producer-Epoch and Producer-Seq`,
+        { parameter: name },
+      );
   }
   return {
     id: id!.trim(),
-    epoch: parseInteger(epoch!.trim(), { label: 'header "Producer-Epoch"', name: "Producer-Epoch", min: 0, max: producerEpochMax, action }),
-    sequence: parseInteger(seq!.trim(), { label: 'header "Producer-Seq"', name: "Producer-Seq", min: 0, max: Number.MAX_SAFE_INTEGER, action }),
+    epoch: parseInteger(epoch!.trim(), {
+      label: 'header "Producer-Epoch"',
+      name: "Producer-Epoch",
+      min: 0,
+      max: producerEpochMax,
+      action,
+    }),
+    sequence: parseInteger(seq!.trim(), {
+      label: 'header "Producer-Seq"',
+      name: "Producer-Seq",
+      min: 0,
+      max: Number.MAX_SAFE_INTEGER,
+      action,
+    }),
   };
 }

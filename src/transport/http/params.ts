@@ -35,7 +35,8 @@ export function parseInteger(text: string, param: IntegerParam): number {
     throw rangeError(text, param);
   }
   const value = Number(text);
-  if (!Number.isSafeInteger(value) || value < param.min || value > param.max) throw rangeError(text, param);
+  if (!Number.isSafeInteger(value) || value < param.min || value > param.max)
+    throw rangeError(text, param);
   return value;
 }
 

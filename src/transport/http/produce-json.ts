@@ -202,7 +202,9 @@ class Scanner {
         const w = view.getUint32(p, true);
         const q = w ^ 0x22222222;
         const b = w ^ 0x5c5c5c5c;
-        const special = (w | ((w - 0x20202020) & ~w) | ((q - 0x01010101) & ~q) | ((b - 0x01010101) & ~b)) & 0x80808080;
+        const special =
+          (w | ((w - 0x20202020) & ~w) | ((q - 0x01010101) & ~q) | ((b - 0x01010101) & ~b)) &
+          0x80808080;
         if (special !== 0) break;
         p += 4;
       }
@@ -250,7 +252,15 @@ class Scanner {
     }
     // Only a delimiter may follow: not a fraction, an exponent, or another digit (a leading zero).
     const next = body[p];
-    if (next !== comma && next !== closeBrace && next !== 0x20 && next !== 0x0a && next !== 0x0d && next !== 0x09) throw giveUp;
+    if (
+      next !== comma &&
+      next !== closeBrace &&
+      next !== 0x20 &&
+      next !== 0x0a &&
+      next !== 0x0d &&
+      next !== 0x09
+    )
+      throw giveUp;
     this.pos = p;
   }
 }

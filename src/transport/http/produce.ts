@@ -87,7 +87,11 @@ export class PartitionChoice {
 
 function textBytes(text: string, action: string, field: string, index: number): Uint8Array {
   if (loneSurrogate.test(text)) {
-    throw invalidRequest(action, `records[${index}].${field} is not valid Unicode: it holds a lone surrogate (send bytes with ${field}_b64)`, { record: index, field });
+    throw invalidRequest(
+      action,
+      `records[${index}].${field} is not valid Unicode: it holds a lone surrogate (send bytes with ${field}_b64)`,
+      { record: index, field },
+    );
   }
   return utf8(text);
 }
@@ -97,29 +101,45 @@ function base64Bytes(text: string, action: string, field: string, index: number)
     return decodeBase64(text);
   } catch (e) {
     if (!(e instanceof Base64Error)) throw e;
-    throw invalidRequest(action, `records[${index}].${field} is not strict base64: ${e.message}`, { record: index, field });
+    throw invalidRequest(action, `records[${index}].${field} is not strict base64: ${e.message}`, {
+      record: index,
+      field,
+    });
   }
 }
 
 /** The record's key: null for none. Refuses both `key` and `key_b64`, and wrong types. */
-function recordKey(record: Record<string, unknown>, action: string, index: number): Uint8Array | null {
+function recordKey(
+  record: Record<string, unknown>,
+  action: string,
+  index: number,
+): Uint8Array | null {
   const hasText = "key" in record;
   const hasBase64 = "key_b64" in record;
   if (hasText && hasBase64) {
-    throw invalidRequest(action, `records[${index}] has both key and key_b64: give at most one`, { record: index, field: "key_b64" });
+    throw invalidRequest(action, `records[${index}] has both key and key_b64: give at most one`, {
+      record: index,
+      field: "key_b64",
+    });
   }
   if (hasBase64) {
     const value = record.key_b64;
     if (value === null) return null;
     if (typeof value !== "string") {
-      throw invalidRequest(action, `records[${index}].key_b64 must be a base64 string or null`, { record: index, field: "key_b64" });
+      throw invalidRequest(action, `records[${index}].key_b64 must be a base64 string or null`, {
+        record: index,
+        field: "key_b64",
+      });
     }
     return base64Bytes(value, action, "key_b64", index);
   }
   const value = record.key;
   if (value === undefined || value === null) return null;
   if (typeof value !== "string") {
-    throw invalidRequest(action, `records[${index}].key must be a string or null`, { record: index, field: "key" });
+    throw invalidRequest(action, `records[${index}].key must be a string or null`, {
+      record: index,
+      field: "key",
+    });
   }
   return textBytes(value, action, "key", index);
 }
@@ -129,21 +149,35 @@ function recordValue(record: Record<string, unknown>, action: string, index: num
   const hasText = "value" in record;
   const hasBase64 = "value_b64" in record;
   if (hasText && hasBase64) {
-    throw invalidRequest(action, `records[${index}] has both value and value_b64: give exactly one`, { record: index, field: "value_b64" });
+    throw invalidRequest(
+      action,
+      `records[${index}] has both value and value_b64: give exactly one`,
+      { record: index, field: "value_b64" },
+    );
   }
   if (hasBase64) {
     const value = record.value_b64;
     if (typeof value !== "string") {
-      throw invalidRequest(action, `records[${index}].value_b64 must be a base64 string`, { record: index, field: "value_b64" });
+      throw invalidRequest(action, `records[${index}].value_b64 must be a base64 string`, {
+        record: index,
+        field: "value_b64",
+      });
     }
     return base64Bytes(value, action, "value_b64", index);
   }
   if (!hasText) {
-    throw invalidRequest(action, `records[${index}] has no value: give value or value_b64`, { record: index, field: "value" });
+    throw invalidRequest(action, `records[${index}] has no value: give value or value_b64`, {
+      record: index,
+      field: "value",
+    });
   }
   const value = record.value;
   if (typeof value !== "string") {
-    throw invalidRequest(action, `records[${index}].value must be a string ("" for an empty value)`, { record: index, field: "value" });
+    throw invalidRequest(
+      action,
+      `records[${index}].value must be a string ("" for an empty value)`,
+      { record: index, field: "value" },
+    );
   }
   return textBytes(value, action, "value", index);
 }
@@ -151,8 +185,17 @@ function recordValue(record: Record<string, unknown>, action: string, index: num
 function recordPartition(record: Record<string, unknown>, action: string, index: number): number {
   const value = record.partition;
   if (value === undefined || value === null) return -1;
-  if (typeof value !== "number" || !Number.isInteger(value) || value < 0 || value > partitionNumberMax) {
-    throw invalidRequest(action, `records[${index}].partition must be an integer from 0 to ${partitionNumberMax}, or absent for the broker to pick`, { record: index, field: "partition" });
+  if (
+    typeof value !== "number" ||
+    !Number.isInteger(value) ||
+    value < 0 ||
+    value > partitionNumberMax
+  ) {
+    throw invalidRequest(
+      action,
+      `records[${index}].partition must be an integer from 0 to ${partitionNumberMax}, or absent for the broker to pick`,
+      { record: index, field: "partition" },
+    );
   }
   return value;
 }
@@ -161,12 +204,21 @@ function recordTimestamp(record: Record<string, unknown>, action: string, index:
   const value = record.timestamp;
   if (value === undefined || value === null) return -1;
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < -1) {
-    throw invalidRequest(action, `records[${index}].timestamp must be an integer ≥ 0 (ms since the epoch), or −1 for the broker's clock`, { record: index, field: "timestamp" });
+    throw invalidRequest(
+      action,
+      `records[${index}].timestamp must be an integer ≥ 0 (ms since the epoch), or −1 for the broker's clock`,
+      { record: index, field: "timestamp" },
+    );
   }
   return value;
 }
 
-function checkPayload(key: Uint8Array | null, value: Uint8Array, action: string, index: number): void {
+function checkPayload(
+  key: Uint8Array | null,
+  value: Uint8Array,
+  action: string,
+  index: number,
+): void {
   const payloadBytes = (key === null ? 0 : key.length) + value.length;
   if (payloadBytes > recordPayloadBytesMax) {
     throw new BrokerError(
@@ -180,7 +232,9 @@ function checkPayload(key: Uint8Array | null, value: Uint8Array, action: string,
 function checkCount(count: number, action: string): void {
   if (count === 0) throw invalidRequest(action, "the request holds no records");
   if (count > produceRecordsMax) {
-    throw invalidRequest(action, `the request holds more than ${produceRecordsMax} records`, { limit_records: produceRecordsMax });
+    throw invalidRequest(action, `the request holds more than ${produceRecordsMax} records`, {
+      limit_records: produceRecordsMax,
+    });
   }
 }
 
@@ -190,23 +244,38 @@ function checkCount(count: number, action: string): void {
  * @throws BrokerError invalid_request naming the record index and field; record_too_large if a
  *   record's key + value exceed {@link recordPayloadBytesMax}.
  */
-export function decodeJsonProduce(body: unknown, options: { action: string; sizeHintBytes: number }): DecodedProduce {
+export function decodeJsonProduce(
+  body: unknown,
+  options: { action: string; sizeHintBytes: number },
+): DecodedProduce {
   const { action } = options;
-  if (!isObject(body)) throw invalidRequest(action, 'the body must be a JSON object with a "records" array');
+  if (!isObject(body))
+    throw invalidRequest(action, 'the body must be a JSON object with a "records" array');
   for (const field of Object.keys(body)) {
-    if (field !== "records") throw invalidRequest(action, `unknown field ${JSON.stringify(field)} in the body (expected "records")`, { field });
+    if (field !== "records")
+      throw invalidRequest(
+        action,
+        `unknown field ${JSON.stringify(field)} in the body (expected "records")`,
+        { field },
+      );
   }
   const records = body.records;
-  if (!Array.isArray(records)) throw invalidRequest(action, 'the body must have a "records" array', { field: "records" });
+  if (!Array.isArray(records))
+    throw invalidRequest(action, 'the body must have a "records" array', { field: "records" });
   checkCount(records.length, action);
   const builder = new EntryBatchBuilder(Math.min(options.sizeHintBytes, 64 * 1024 * 1024) + 64);
   const partitions = new PartitionChoice();
   for (let index = 0; index < records.length; index++) {
     const record: unknown = records[index];
-    if (!isObject(record)) throw invalidRequest(action, `records[${index}] must be a JSON object`, { record: index });
+    if (!isObject(record))
+      throw invalidRequest(action, `records[${index}] must be a JSON object`, { record: index });
     for (const field of Object.keys(record)) {
       if (!recordFields.has(field)) {
-        throw invalidRequest(action, `records[${index}] has unknown field ${JSON.stringify(field)} (expected key, key_b64, value, value_b64, partition, timestamp)`, { record: index, field });
+        throw invalidRequest(
+          action,
+          `records[${index}] has unknown field ${JSON.stringify(field)} (expected key, key_b64, value, value_b64, partition, timestamp)`,
+          { record: index, field },
+        );
       }
     }
     const key = recordKey(record, action, index);
@@ -254,14 +323,19 @@ export function decodeNdjsonProduce(
   forEachLine(body, (start, end) => {
     builder.add(key, body.subarray(start, end), -1);
   });
-  return options.partition === undefined ? { batch: builder.build() } : { batch: builder.build(), partition: options.partition };
+  return options.partition === undefined
+    ? { batch: builder.build() }
+    : { batch: builder.build(), partition: options.partition };
 }
 
 /**
  * Calls `each` with the bounds of every non-empty line of an NDJSON body (module comment: LF
  * ends a line, one CR before it is dropped, empty lines are skipped) and its 1-based line number.
  */
-function forEachLine(body: Uint8Array, each: (start: number, end: number, line: number) => void): void {
+function forEachLine(
+  body: Uint8Array,
+  each: (start: number, end: number, line: number) => void,
+): void {
   let line = 0;
   let start = 0;
   while (start < body.length) {

@@ -79,10 +79,20 @@ function recordEvents(result: FetchResult, encoding: ValueEncoding): string {
  * `offset_out_of_range`, `topic_not_found` and the like still become JSON error responses.
  * @throws BrokerError from that first fetch.
  */
-export async function streamRecords(c: Context, request: RecordStreamRequest, deps: RecordStreamDeps): Promise<Response> {
+export async function streamRecords(
+  c: Context,
+  request: RecordStreamRequest,
+  deps: RecordStreamDeps,
+): Promise<Response> {
   const { broker } = deps;
   const { topic, partition, encoding } = request;
-  const first = await broker.fetch({ topic, partition, offset: request.offset, maxRecords: fetchRecordsDefault, waitMs: 0 });
+  const first = await broker.fetch({
+    topic,
+    partition,
+    offset: request.offset,
+    maxRecords: fetchRecordsDefault,
+    waitMs: 0,
+  });
   const waitMs = Math.min(Math.max(1, deps.heartbeatMs), fetchWaitMsMax);
   return streamSSE(c, async (stream: SSEStreamingApi) => {
     // Ends the long-poll when the response body is cancelled, not only when the request aborts.
@@ -90,7 +100,9 @@ export async function streamRecords(c: Context, request: RecordStreamRequest, de
     stream.onAbort(() => cancelled.abort());
     const signal = AbortSignal.any([request.signal, cancelled.signal]);
     const ended = () => signal.aborted || stream.aborted;
-    await stream.write(`: es-broker stream of partition ${JSON.stringify(`${topic}/${partition}`)} from offset ${request.offset}\n\n`);
+    await stream.write(
+      `: es-broker stream of partition ${JSON.stringify(`${topic}/${partition}`)} from offset ${request.offset}\n\n`,
+    );
     let result = first;
     let offset = request.offset;
     let polled = false;
@@ -100,7 +112,14 @@ export async function streamRecords(c: Context, request: RecordStreamRequest, de
         else if (polled) await stream.write(": heartbeat\n\n");
         offset = result.nextOffset;
         if (ended()) break;
-        result = await broker.fetch({ topic, partition, offset, maxRecords: fetchRecordsDefault, waitMs, signal });
+        result = await broker.fetch({
+          topic,
+          partition,
+          offset,
+          maxRecords: fetchRecordsDefault,
+          waitMs,
+          signal,
+        });
         polled = true;
       }
     } catch (e) {

@@ -126,7 +126,8 @@ export function createTcpTransport(options: TcpTransportOptions): TcpTransport {
   positive(settings.readTimeoutMs, "readTimeoutMs");
   positive(settings.maxInFlightRequests, "maxInFlightRequests");
   positive(settings.maxInFlightBytes, "maxInFlightBytes");
-  if (settings.maxRequestBytes < requestLengthMin) throw new RangeError(`maxRequestBytes ${settings.maxRequestBytes} is below the smallest frame`);
+  if (settings.maxRequestBytes < requestLengthMin)
+    throw new RangeError(`maxRequestBytes ${settings.maxRequestBytes} is below the smallest frame`);
 
   const connections = new Set<Connection>();
   let shutdown: Promise<void> | null = null;
@@ -182,7 +183,8 @@ interface Settings {
 }
 
 function positive(value: number, name: string): void {
-  if (!(Number.isFinite(value) && value > 0)) throw new RangeError(`${name} must be a positive number, got ${value}`);
+  if (!(Number.isFinite(value) && value > 0))
+    throw new RangeError(`${name} must be a positive number, got ${value}`);
 }
 
 /** A response frame: one buffer, or chunks that written in order make the frame. */
@@ -217,7 +219,10 @@ class Connection {
     this.#socket = socket;
     this.#settings = settings;
     this.#onClosed = onClosed;
-    this.#decoder = new FrameDecoder({ lengthMin: requestLengthMin, lengthMax: settings.maxRequestBytes });
+    this.#decoder = new FrameDecoder({
+      lengthMin: requestLengthMin,
+      lengthMax: settings.maxRequestBytes,
+    });
   }
 
   start(): void {
@@ -242,7 +247,10 @@ class Connection {
   /** Closes at once, dropping unwritten responses. */
   destroy(reason: string): void {
     if (this.#closed) return;
-    this.#settings.logger.log("debug", "tcp.connection_destroyed", { remote: this.#socket.remoteAddress, reason });
+    this.#settings.logger.log("debug", "tcp.connection_destroyed", {
+      remote: this.#socket.remoteAddress,
+      reason,
+    });
     this.#stopping = true;
     this.#ended = true;
     this.#decoder.clear();
@@ -307,7 +315,9 @@ class Connection {
       this.#socket.pause();
     }
     if (reading && this.#decoder.bufferedBytes > 0) {
-      this.#readTimer ??= this.#settings.clock.setTimer(this.#settings.readTimeoutMs, () => this.#onReadTimeout());
+      this.#readTimer ??= this.#settings.clock.setTimer(this.#settings.readTimeoutMs, () =>
+        this.#onReadTimeout(),
+      );
     } else {
       this.#cancelReadTimer();
     }
@@ -340,16 +350,22 @@ class Connection {
       length: error.length,
       max_request_bytes: this.#settings.maxRequestBytes,
     });
-    const header = error.tooLarge ? this.#decoder.peekBytes(frameLengthBytes + requestLengthMin) : null;
+    const header = error.tooLarge
+      ? this.#decoder.peekBytes(frameLengthBytes + requestLengthMin)
+      : null;
     this.#decoder.clear();
     this.#stopping = true;
     this.#cancelReadTimer();
-    const view = header === null ? null : new DataView(header.buffer, header.byteOffset, header.byteLength);
+    const view =
+      header === null ? null : new DataView(header.buffer, header.byteOffset, header.byteLength);
     // Only a header naming one of our apis is answered: bytes of HTTP or TLS get a plain close.
-    if (view === null || !isSupportedApi(view.getUint16(4), view.getUint16(6))) return this.destroy("frame length out of range");
+    if (view === null || !isSupportedApi(view.getUint16(4), view.getUint16(6)))
+      return this.destroy("frame length out of range");
     const correlationId = view.getUint32(8);
     this.#abort.abort();
-    this.#pendingWrites.push(encodeErrorResponse(correlationId, Errors.requestTooLarge, error.message));
+    this.#pendingWrites.push(
+      encodeErrorResponse(correlationId, Errors.requestTooLarge, error.message),
+    );
     this.#flush();
     this.#end();
   }
@@ -358,7 +374,11 @@ class Connection {
     const { api, version, correlationId, body } = decodeRequestHeader(frame);
     if (!isSupportedApi(api, version)) {
       this.#respond(
-        encodeErrorResponse(correlationId, Errors.unsupportedApi, `Cannot handle request: api ${api} version ${version} is not supported`),
+        encodeErrorResponse(
+          correlationId,
+          Errors.unsupportedApi,
+          `Cannot handle request: api ${api} version ${version} is not supported`,
+        ),
       );
       return;
     }
@@ -389,7 +409,11 @@ class Connection {
    * frame (or its chunks); `answerBytes` is the size the answer may reach beyond the request (a
    * fetch's `max_bytes`).
    */
-  #dispatch(api: ApiKey, correlationId: number, body: Uint8Array): { response: Promise<Response>; answerBytes: number } {
+  #dispatch(
+    api: ApiKey,
+    correlationId: number,
+    body: Uint8Array,
+  ): { response: Promise<Response>; answerBytes: number } {
     if (api === ApiKey.Fetch) {
       const request = decodeFetchRequest(body);
       const response = this.#settings.broker
@@ -401,25 +425,38 @@ class Connection {
   }
 
   /** {@link #dispatch} for the apis whose answers are small. */
-  #dispatchSmall(api: Exclude<ApiKey, typeof ApiKey.Fetch>, correlationId: number, body: Uint8Array): Promise<Uint8Array> {
+  #dispatchSmall(
+    api: Exclude<ApiKey, typeof ApiKey.Fetch>,
+    correlationId: number,
+    body: Uint8Array,
+  ): Promise<Uint8Array> {
     const broker = this.#settings.broker;
     switch (api) {
       case ApiKey.Produce: {
         const request = decodeProduceRequest(body);
-        return broker.produce(request).then((result) => encodeProduceResponse(correlationId, result));
+        return broker
+          .produce(request)
+          .then((result) => encodeProduceResponse(correlationId, result));
       }
       case ApiKey.CreateTopic: {
         const request = decodeCreateTopicRequest(body);
-        return broker.createTopic(request).then((topic) => encodeCreateTopicResponse(correlationId, topic));
+        return broker
+          .createTopic(request)
+          .then((topic) => encodeCreateTopicResponse(correlationId, topic));
       }
       case ApiKey.Metadata: {
         const { topics } = decodeMetadataRequest(body);
-        const described = topics.length === 0 ? broker.listTopics() : Promise.all(topics.map((name) => broker.describeTopic(name)));
+        const described =
+          topics.length === 0
+            ? broker.listTopics()
+            : Promise.all(topics.map((name) => broker.describeTopic(name)));
         return described.then((list) => encodeMetadataResponse(correlationId, list));
       }
       case ApiKey.ListOffsets: {
         const request = decodeListOffsetsRequest(body);
-        return broker.listOffsets(request).then((result) => encodeListOffsetsResponse(correlationId, result));
+        return broker
+          .listOffsets(request)
+          .then((result) => encodeListOffsetsResponse(correlationId, result));
       }
       case ApiKey.DeleteTopic: {
         const { topic } = decodeDeleteTopicRequest(body);
@@ -427,11 +464,15 @@ class Connection {
       }
       case ApiKey.JoinGroup: {
         const request = decodeJoinGroupRequest(body);
-        return broker.joinGroup(request).then((result) => encodeJoinGroupResponse(correlationId, result));
+        return broker
+          .joinGroup(request)
+          .then((result) => encodeJoinGroupResponse(correlationId, result));
       }
       case ApiKey.Heartbeat: {
         const request = decodeHeartbeatRequest(body);
-        return broker.heartbeat(request).then((result) => encodeHeartbeatResponse(correlationId, result));
+        return broker
+          .heartbeat(request)
+          .then((result) => encodeHeartbeatResponse(correlationId, result));
       }
       case ApiKey.LeaveGroup: {
         const request = decodeLeaveGroupRequest(body);
@@ -443,21 +484,28 @@ class Connection {
       }
       case ApiKey.DescribeGroup: {
         const { group } = decodeDescribeGroupRequest(body);
-        return broker.describeGroup(group).then((result) => encodeDescribeGroupResponse(correlationId, result));
+        return broker
+          .describeGroup(group)
+          .then((result) => encodeDescribeGroupResponse(correlationId, result));
       }
       case ApiKey.ListGroups: {
         decodeListGroupsRequest(body);
-        return broker.listGroups().then((groups) => encodeListGroupsResponse(correlationId, groups));
+        return broker
+          .listGroups()
+          .then((groups) => encodeListGroupsResponse(correlationId, groups));
       }
       case ApiKey.IdempotentProduce: {
         const request = decodeIdempotentProduceRequest(body);
-        return broker.produce(request).then((result) => encodeIdempotentProduceResponse(correlationId, result));
+        return broker
+          .produce(request)
+          .then((result) => encodeIdempotentProduceResponse(correlationId, result));
       }
     }
   }
 
   #errorResponse(api: ApiKey, correlationId: number, error: unknown): Uint8Array {
-    if (error instanceof BrokerError) return encodeErrorResponse(correlationId, error.kind, error.message, error.details);
+    if (error instanceof BrokerError)
+      return encodeErrorResponse(correlationId, error.kind, error.message, error.details);
     this.#settings.logger.log("error", "tcp.internal_error", {
       remote: this.#socket.remoteAddress,
       api: apiNames[api],

@@ -8,7 +8,14 @@ import { copyFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { TcpClient } from "../../../src/client/client.ts";
 import { tempDir } from "../../helpers/tmp.ts";
-import { assertTargetRunnable, runCli, startBroker, target, targetInfo, type BrokerProcess } from "../harness.ts";
+import {
+  assertTargetRunnable,
+  runCli,
+  startBroker,
+  target,
+  targetInfo,
+  type BrokerProcess,
+} from "../harness.ts";
 
 const running: BrokerProcess[] = [];
 const cleanups: (() => void)[] = [];
@@ -31,24 +38,39 @@ function lonelyCopy(): { dir: string; binary: string } {
 describe(`[${target}] the standalone binary`, () => {
   it("prints its version with an empty environment in an empty directory", async () => {
     const { dir, binary } = lonelyCopy();
-    const { code, stdout, stderr } = await runCli(["--version"], undefined, { cwd: dir, env: {}, command: [binary] });
+    const { code, stdout, stderr } = await runCli(["--version"], undefined, {
+      cwd: dir,
+      env: {},
+      command: [binary],
+    });
     expect(code, stderr).toBe(0);
-    expect(stdout.toString()).toMatch(/^es-broker \d+\.\d+\.\d+ \(bun \d+\.\d+\.\d+, standalone binary\)\n$/);
+    expect(stdout.toString()).toMatch(
+      /^es-broker \d+\.\d+\.\d+ \(bun \d+\.\d+\.\d+, standalone binary\)\n$/,
+    );
     expect(readdirSync(dir)).toEqual(["es-broker"]);
   });
 
   it("serves a produce and a fetch with an empty environment in an empty directory, and exits 0 on SIGTERM", async () => {
     const { dir, binary } = lonelyCopy();
-    const broker = await startBroker("data", [], {}, { cwd: dir, replaceEnv: true, command: [binary] });
+    const broker = await startBroker(
+      "data",
+      [],
+      {},
+      { cwd: dir, replaceEnv: true, command: [binary] },
+    );
     running.push(broker);
     const client = await TcpClient.connect(broker.tcp);
     await client.createTopic({ name: "alone", partitions: 1 });
     const produced = await client.produce("alone", [{ key: "k", value: "from an empty room" }]);
     expect(produced.spans[0]).toMatchObject({ partition: 0, baseOffset: 0 });
     const fetched = await client.fetch({ topic: "alone", partition: 0, offset: 0 });
-    expect(fetched.records.map((r) => Buffer.from(r.value).toString())).toEqual(["from an empty room"]);
+    expect(fetched.records.map((r) => Buffer.from(r.value).toString())).toEqual([
+      "from an empty room",
+    ]);
     await client.close();
-    const overHttp = (await (await fetch(`${broker.httpUrl}/v1/topics/alone/partitions/0/records?offset=0`)).json()) as { records: { value: string }[] };
+    const overHttp = (await (
+      await fetch(`${broker.httpUrl}/v1/topics/alone/partitions/0/records?offset=0`)
+    ).json()) as { records: { value: string }[] };
     expect(overHttp.records.map((r) => r.value)).toEqual(["from an empty room"]);
 
     expect(await broker.stop("SIGTERM")).toBe(0);
