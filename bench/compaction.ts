@@ -220,7 +220,7 @@ export async function main(
   const out = flag("--json");
   if (out !== undefined) {
     const { writeFileSync } = await import("node:fs");
-    writeFileSync(out, JSON.stringify(results, null, 2) + "\n");
+    writeFileSync(out, `${JSON.stringify(results, null, 2)}\n`);
   }
   return results.every((r) => r.status === "compacted") ? 0 : 1;
 }

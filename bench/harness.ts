@@ -776,7 +776,7 @@ export function markdownTables(report: BenchReport): string {
       `| ${t.name} | ${t.measured} | ${t.met === null ? "not measured" : t.met ? "yes" : "**no**"} |`,
     );
   if (report.skipped.length > 0) {
-    lines.push("", "Skipped: " + report.skipped.map((s) => `${s.system} (${s.reason})`).join("; "));
+    lines.push("", `Skipped: ${report.skipped.map((s) => `${s.system} (${s.reason})`).join("; ")}`);
   }
   if (report.failures.length > 0) {
     lines.push(
@@ -785,7 +785,7 @@ export function markdownTables(report: BenchReport): string {
         report.failures.map((f) => `${f.id}: ${f.error.split("\n")[0]}`).join("; "),
     );
   }
-  return lines.join("\n") + "\n";
+  return `${lines.join("\n")}\n`;
 }
 
 /** The targets of the benchmark issue, evaluated on this run's figures. */
@@ -1053,7 +1053,7 @@ export async function main(
   };
   const tables = markdownTables(report);
   process.stdout.write(`\n${tables}`);
-  if (values.json) fs.writeFileSync(values.json, JSON.stringify(report, null, 2) + "\n");
+  if (values.json) fs.writeFileSync(values.json, `${JSON.stringify(report, null, 2)}\n`);
   if (values.markdown) fs.writeFileSync(values.markdown, tables);
   const empty = env.results.filter((c) => c.records === 0 || c.requests === 0);
   if (env.failures.length > 0 || empty.length > 0) {

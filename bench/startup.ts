@@ -102,7 +102,7 @@ export async function main(argv: string[], context: { dir: string }): Promise<nu
   console.log(
     `  indexes removed (full scan + rebuild): ${result.startup_full_scan_ms} ms (${result.full_scan_mb_per_s} MiB/s), ${result.ratio}× slower`,
   );
-  if (values.json) writeFileSync(values.json, JSON.stringify(result, null, 2) + "\n");
+  if (values.json) writeFileSync(values.json, `${JSON.stringify(result, null, 2)}\n`);
   rmSync(dataDir, { recursive: true, force: true });
   return 0;
 }

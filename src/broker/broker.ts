@@ -974,14 +974,12 @@ export class LocalBroker implements Broker {
     for (const topic of this.#topics.values()) {
       await Promise.all(
         topic.partitions.map((p) =>
-          p
-            .close()
-            .catch((err: unknown) =>
-              this.#logger.log("error", "partition.close_failed", {
-                partition: p.name,
-                error: describeError(err),
-              }),
-            ),
+          p.close().catch((err: unknown) =>
+            this.#logger.log("error", "partition.close_failed", {
+              partition: p.name,
+              error: describeError(err),
+            }),
+          ),
         ),
       );
     }

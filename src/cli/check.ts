@@ -64,7 +64,7 @@ export async function check(argv: string[]): Promise<number> {
     },
   });
   if (values.json) {
-    process.stdout.write(JSON.stringify(report, null, 2) + "\n");
+    process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
   } else {
     const label = { ok: "ok     ", warning: "warning", corrupt: "CORRUPT" } as const;
     for (const topic of report.topics) {

@@ -126,7 +126,10 @@ export async function produce(argv: string[]): Promise<number> {
     },
     allowPositionals: true,
   });
-  if (values.help) return (void process.stdout.write(produceHelp), 0);
+  if (values.help) {
+    process.stdout.write(produceHelp);
+    return 0;
+  }
   if (positionals.length !== 1) throw new UsageError("produce needs exactly one TOPIC");
   const topic = positionals[0];
   const partition = intOption("partition", values.partition, -1, 0, 4095);
@@ -313,7 +316,10 @@ export async function consume(argv: string[]): Promise<number> {
     },
     allowPositionals: true,
   });
-  if (values.help) return (void process.stdout.write(consumeHelp), 0);
+  if (values.help) {
+    process.stdout.write(consumeHelp);
+    return 0;
+  }
   if (values.group !== undefined) {
     if (values.partition !== undefined || values.offset !== undefined)
       throw new UsageError(
@@ -558,7 +564,7 @@ export async function groups(argv: string[]): Promise<number> {
           `${g.group}\tgeneration ${g.generation}\t${plural(g.members.length, "member")}\n`,
         );
     } else {
-      process.stdout.write(groupText(await client.describeGroup(name!)) + "\n");
+      process.stdout.write(`${groupText(await client.describeGroup(name!))}\n`);
     }
     return 0;
   } finally {
@@ -625,7 +631,7 @@ export async function topics(argv: string[]): Promise<number> {
     switch (action) {
       case "create": {
         const t = await client.createTopic({ name: topicName, partitions, config });
-        process.stdout.write(describeText(t) + "\n");
+        process.stdout.write(`${describeText(t)}\n`);
         return 0;
       }
       case "list": {
@@ -634,7 +640,7 @@ export async function topics(argv: string[]): Promise<number> {
       }
       case "describe": {
         const [t] = await client.metadata([topicName]);
-        process.stdout.write(describeText(t) + "\n");
+        process.stdout.write(`${describeText(t)}\n`);
         return 0;
       }
       default: {

@@ -154,11 +154,10 @@ export function encodeBase64(bytes: Uint8Array): string {
   const rest = bytes.length - whole;
   if (rest === 1) {
     const bits = bytes[whole] << 16;
-    chunk += alphabet[bits >>> 18] + alphabet[(bits >>> 12) & 63] + "==";
+    chunk += `${alphabet[bits >>> 18] + alphabet[(bits >>> 12) & 63]}==`;
   } else if (rest === 2) {
     const bits = (bytes[whole] << 16) | (bytes[whole + 1] << 8);
-    chunk +=
-      alphabet[bits >>> 18] + alphabet[(bits >>> 12) & 63] + alphabet[(bits >>> 6) & 63] + "=";
+    chunk += `${alphabet[bits >>> 18] + alphabet[(bits >>> 12) & 63] + alphabet[(bits >>> 6) & 63]}=`;
   }
   parts.push(chunk);
   return parts.join("");

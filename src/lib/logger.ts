@@ -41,7 +41,7 @@ export function jsonLineLogger(
     log(level, event, fields = {}) {
       if (order[level] < order[minLevel]) return;
       write(
-        JSON.stringify({ time: new Date(nowMs()).toISOString(), level, event, ...fields }) + "\n",
+        `${JSON.stringify({ time: new Date(nowMs()).toISOString(), level, event, ...fields })}\n`,
       );
     },
   };

@@ -81,7 +81,7 @@ export async function writeFileAtomic(
 
 /** Writes `value` as pretty JSON with {@link writeFileAtomic}. */
 export async function writeJsonAtomic(fs: FileSystem, path: string, value: unknown): Promise<void> {
-  await writeFileAtomic(fs, path, utf8(JSON.stringify(value, null, 2) + "\n"));
+  await writeFileAtomic(fs, path, utf8(`${JSON.stringify(value, null, 2)}\n`));
 }
 
 /**

@@ -242,7 +242,6 @@ interface PendingWrite {
  */
 export class ProducerJournal {
   readonly path: string;
-  #fs: FileSystem;
   #file: FileHandle;
   #logger: Logger;
   #sizeBytes: number;
@@ -256,7 +255,6 @@ export class ProducerJournal {
   #closed = false;
 
   private constructor(
-    fs: FileSystem,
     path: string,
     file: FileHandle,
     logger: Logger,
@@ -264,7 +262,6 @@ export class ProducerJournal {
     generation: number,
     entries: number,
   ) {
-    this.#fs = fs;
     this.path = path;
     this.#file = file;
     this.#logger = logger;
@@ -323,7 +320,7 @@ export class ProducerJournal {
         // A file this open created has a name only a directory fsync makes durable.
         await fs.syncDir(dirname(path));
         return {
-          journal: new ProducerJournal(fs, path, file, logger, journalHeaderBytes, generation, 0),
+          journal: new ProducerJournal(path, file, logger, journalHeaderBytes, generation, 0),
           generation,
           entries: [],
           cutBytes: got,
@@ -350,7 +347,7 @@ export class ProducerJournal {
         });
       }
       return {
-        journal: new ProducerJournal(fs, path, file, logger, pos, generation, entries.length),
+        journal: new ProducerJournal(path, file, logger, pos, generation, entries.length),
         generation,
         entries,
         cutBytes,

@@ -82,7 +82,7 @@ export function scanEntries(bytes: Uint8Array, options: { maxCount?: number } = 
     const keyLen = view.getInt32(pos + 8);
     if (keyLen < -1)
       throw new RecordFormatError(`record ${count} has key_len ${keyLen}: must be ≥ −1`, count);
-    const keyBytes = keyLen < 0 ? 0 : keyLen;
+    const keyBytes = Math.max(keyLen, 0);
     if (keyBytes > recordPayloadBytesMax || pos + 12 + keyBytes + 4 > bytes.length) {
       throw new RecordFormatError(
         `record ${count} has key_len ${keyLen}, past the end of the batch`,
@@ -253,7 +253,7 @@ export class RecordCursor {
     const body = pos + recordLengthPrefixBytes;
     const keyLen = v.getInt32(body + 16);
     if (keyLen < -1) return this.#fail(DecodeStatus.Invalid, `key_len ${keyLen} is below −1`);
-    const keyBytes = keyLen < 0 ? 0 : keyLen;
+    const keyBytes = Math.max(keyLen, 0);
     if (keyBytes > len - recordOverheadBytes)
       return this.#fail(DecodeStatus.Invalid, `key_len ${keyLen} does not fit record_len ${len}`);
     const valueLenPos = body + 20 + keyBytes;
@@ -336,7 +336,7 @@ export function encodeEntries(
   let maxTs = -1;
   for (let i = 0; i < batch.count; i++) {
     const keyLen = sv.getInt32(sp + 8);
-    const keyBytes = keyLen < 0 ? 0 : keyLen;
+    const keyBytes = Math.max(keyLen, 0);
     const valueLen = sv.getUint32(sp + 12 + keyBytes);
     const entryBytes = entryOverheadBytes + keyBytes + valueLen;
     const len = recordOverheadBytes + keyBytes + valueLen;
@@ -409,7 +409,7 @@ export class EntryCursor {
     this.timestampMs = readI64(v, p);
     this.keyLen = v.getInt32(p + 8);
     this.keyStart = p + 12;
-    const keyBytes = this.keyLen < 0 ? 0 : this.keyLen;
+    const keyBytes = Math.max(this.keyLen, 0);
     const valueLen = v.getUint32(p + 12 + keyBytes);
     this.end = p + entryOverheadBytes + keyBytes + valueLen;
     return true;
@@ -473,7 +473,7 @@ export class RecordHeader {
     this.timestampMs = readI64(view, body + 8);
     this.keyLen = view.getInt32(body + 16);
     this.keyStart = body + 20;
-    const valueLenAt = this.keyStart + (this.keyLen < 0 ? 0 : this.keyLen);
+    const valueLenAt = this.keyStart + Math.max(this.keyLen, 0);
     this.valueLen = view.getUint32(valueLenAt);
     this.valueStart = valueLenAt + 4;
     this.sizeBytes = recordLengthPrefixBytes + len;

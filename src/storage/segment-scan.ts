@@ -42,7 +42,10 @@ export interface SegmentScan {
 export async function scanSegment(
   fs: FileSystem,
   segment: Segment,
-  onChunk: (chunk: Uint8Array, records: number) => boolean | void | Promise<boolean | void>,
+  onChunk: (
+    chunk: Uint8Array,
+    records: number,
+  ) => boolean | undefined | Promise<boolean | undefined>,
 ): Promise<SegmentScan> {
   const limit = segment.readableEndBytes;
   const file = await fs.open(segment.logPath);

@@ -21,7 +21,7 @@ const text = new TextDecoder();
 
 /** Expects `promise` to reject with an FsError carrying `code`. */
 async function expectCode(promise: Promise<unknown>, code: string): Promise<void> {
-  let caught: unknown = undefined;
+  let caught: unknown;
   try {
     await promise;
   } catch (err) {

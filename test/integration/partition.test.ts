@@ -1,13 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import {
-  readFileSync,
-  statSync,
-  readdirSync,
-  writeFileSync,
-  appendFileSync,
-  truncateSync,
-  cpSync,
-} from "node:fs";
+import { readFileSync, statSync, readdirSync, appendFileSync, truncateSync, cpSync } from "node:fs";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";

@@ -370,7 +370,7 @@ describe("TCP front door against LocalBroker", () => {
   it("closes the connection when a TLS ClientHello arrives", async () => {
     const { port } = await serveLocal();
     const { socket, closed, received } = await rawSocket(port);
-    const hello = Buffer.from("16030100c8010000c40303" + "ab".repeat(32) + "00", "hex");
+    const hello = Buffer.from(`16030100c8010000c40303${"ab".repeat(32)}00`, "hex");
     socket.write(hello);
     await closed;
     expect(received().length).toBe(0);

@@ -195,7 +195,12 @@ describe("deleting a topic", () => {
     const atRename = new Promise<void>((r) => (reached = r));
     const gate = new Promise<void>((r) => (release = r));
     const b = await broker(`${fresh()}/data`, {
-      fs: faultyFs({ renameGate: () => (reached(), gate) }),
+      fs: faultyFs({
+        renameGate: () => {
+          reached();
+          return gate;
+        },
+      }),
     });
     await b.createTopic({ name: "orders", partitions: 1 });
     await produce(b, "orders", "x");

@@ -206,7 +206,7 @@ describe("MemoryFileSystem crash", () => {
     const unsynced = await outcomes(
       60,
       replace,
-      (fs) => fs.listTree().join() + ":" + contentOf(fs, "/meta"),
+      (fs) => `${fs.listTree().join()}:${contentOf(fs, "/meta")}`,
     );
     expect(new Set(unsynced)).toEqual(new Set(["/meta:v1", "/meta:v2"]));
     const synced = await outcomes(
@@ -294,7 +294,7 @@ describe("MemoryFileSystem crash", () => {
       const fs = new MemoryFileSystem();
       await busyWorkload(fs);
       const report = fs.crash({ seed });
-      return JSON.stringify(report) + "\n" + snapshot(fs);
+      return `${JSON.stringify(report)}\n${snapshot(fs)}`;
     };
     expect(await run(42)).toBe(await run(42));
     const distinct = new Set<string>();

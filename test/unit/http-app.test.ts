@@ -925,7 +925,7 @@ describe("createHttpApp: request size", () => {
 
   it("accepts a body exactly at the cap", async () => {
     await createTopic();
-    const line = "x".repeat(1023) + "\n";
+    const line = `${"x".repeat(1023)}\n`;
     const res = await postNdjson("/v1/topics/orders/records", line.repeat(64));
     expect(res.status).toBe(200);
     expect(((await res.json()) as { offsets: unknown[] }).offsets).toHaveLength(64);

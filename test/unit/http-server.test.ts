@@ -206,7 +206,7 @@ function producedValues(): string[] {
   for (const request of broker.produced) {
     const cursor = new EntryCursor(request.batch);
     while (cursor.next()) {
-      const keyBytes = cursor.keyLen < 0 ? 0 : cursor.keyLen;
+      const keyBytes = Math.max(cursor.keyLen, 0);
       values.push(
         Buffer.from(
           request.batch.bytes.subarray(cursor.start + 16 + keyBytes, cursor.end),
@@ -268,7 +268,7 @@ function ndjsonBody(bytes: number, prefix: string): { body: Uint8Array; lines: s
   }
   const last = `${prefix}-last-`.padEnd(bytes - size - 1, "y");
   lines.push(last);
-  const body = new TextEncoder().encode(lines.join("\n") + "\n");
+  const body = new TextEncoder().encode(`${lines.join("\n")}\n`);
   expect(body.length).toBe(bytes);
   return { body, lines };
 }

@@ -300,7 +300,6 @@ describe("FrameDecoder", () => {
           const take = (how: "next" | "nextChunks") => {
             for (;;) {
               const outstanding = pushed - consumed;
-              let frame: Uint8Array | null;
               const { value, sizes } = recordingAllocations(() => {
                 if (how === "next") return decoder.next();
                 const chunks = decoder.nextChunks();
@@ -310,7 +309,7 @@ describe("FrameDecoder", () => {
               });
               if (how === "next")
                 for (const size of sizes) expect(size).toBeLessThanOrEqual(2 * outstanding);
-              frame = value;
+              const frame: Uint8Array | null = value;
               if (frame === null) return;
               out.push(frame.slice());
               consumed += 4 + frame.length;

@@ -330,7 +330,10 @@ describe("TCP transport: ordering and pipelining", () => {
     const { broker, socket } = setup();
     const chunks: (readonly Uint8Array[])[] = [];
     const write = socket.write.bind(socket);
-    socket.write = (c) => (chunks.push(c), write(c));
+    socket.write = (c) => {
+      chunks.push(c);
+      return write(c);
+    };
     socket.send(encodeFetchRequest(4, { topic: "t", partition: 0, offset: 0 }));
     const stored = Uint8Array.of(9, 8, 7, 6);
     broker.calls[0].deferred.resolve({

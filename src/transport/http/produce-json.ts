@@ -222,7 +222,8 @@ class Scanner {
     this.pos = p + 1;
     if ((seen & classHigh) !== 0) this.sawHighByte = true;
     this.textPlain = seen === 0;
-    this.text = (seen & classBackslash) !== 0 ? unescape(body, start, p) : body.subarray(start, p);
+    this.text =
+      (seen & classBackslash) !== 0 ? unescapeJsonString(body, start, p) : body.subarray(start, p);
   }
 
   /** `0`, `[1-9][0-9]{0,14}` or `-1`, followed by a delimiter; anything else gives up. */
@@ -295,7 +296,7 @@ function hex4(body: Uint8Array, p: number): number {
  * The bytes of the JSON string content `body[start, end)`, escapes decoded to UTF-8; other bytes
  * are copied as they are. A decoded string is never longer than its escaped form.
  */
-function unescape(body: Uint8Array, start: number, end: number): Uint8Array {
+function unescapeJsonString(body: Uint8Array, start: number, end: number): Uint8Array {
   const out = new Uint8Array(end - start);
   let o = 0;
   let p = start;
