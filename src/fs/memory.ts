@@ -63,6 +63,31 @@
  * fs.crash({ mode: "dropAll" });                            // only what was synced survives
  * ```
  *
+ * ## Power cuts, boots and jitter
+ *
+ * A power cut is the countdown the crash tests sweep: `powerCutAtMutation: n` (or
+ * {@link MemoryFileSystem.armPowerCut}) makes the n-th mutation through this instance not happen:
+ * power is lost just before it. That call and every later call through this instance, and through
+ * every handle it opened, rejects with EIO ("the simulated machine lost power"); `close()` still
+ * resolves. With `crashAtPowerCut` the disk crashes at that moment ({@link MemoryFileSystem.crash});
+ * without it the disk keeps its state until the test crashes it.
+ *
+ * An instance made with `disk: other` is another *boot* of `other`'s machine: it sees and changes the
+ * same files (and mutation count and faults), but has its own power, counters, jitter and callbacks.
+ * A process that died with its boot cannot touch the disk the next boot uses: its calls keep
+ * failing. `crash()` restores the power of the instance it is called on (the machine came back).
+ *
+ * `jitter: { seed, maxTurns }` delays every call 0…maxTurns microtask turns (seeded) before it
+ * reaches the disk, so the order in which concurrent requests reach it varies from seed to seed
+ * while a run still replays exactly from its seed. Without jitter no call waits.
+ *
+ * ```ts
+ * const disk = new MemoryFileSystem({ seed: 3 });
+ * const boot = new MemoryFileSystem({ disk, powerCutAtMutation: 12 });
+ * // … run a broker on `boot` until its 12th mutation fails with EIO …
+ * disk.crash({ seed: 5 });                                  // then start again on `disk`
+ * ```
+ *
  * Other semantics follow POSIX as the conformance suite (test/fs/conformance.ts) checks them:
  * mode 0600 for files and 0700 for directories always, sorted readdir, unlinked and renamed-over
  * files stay readable and writable through handles opened before, short reads at the end of a file,
@@ -278,6 +303,43 @@ export interface MemoryFileSystemOptions {
   seed?: number;
   /** Whether a failed `sync` loses the file's unsynced data for good (Linux behaviour). Default true. */
   failedSyncDropsDirtyData?: boolean;
+  /**
+   * Another instance whose disk (files, mutation count, faults, crash generator) this one uses: a
+   * new boot of the same machine, with its own power, counters, jitter and callbacks. `seed` and
+   * `failedSyncDropsDirtyData` then come from that disk.
+   */
+  disk?: MemoryFileSystem;
+  /** The mutation through this instance (1-based) that never happens: power is lost just before it. */
+  powerCutAtMutation?: number;
+  /** Crash the disk with these options when the power is cut. Default: leave it for the test to crash. */
+  crashAtPowerCut?: CrashOptions;
+  /** Called once when a planned power cut happens, after the crash if one was asked for (not for {@link MemoryFileSystem.cutPower}). */
+  onPowerCut?: (event: PowerCutEvent) => void;
+  /** Called for every mutation through this instance as it is attempted (the one cut included). */
+  onMutation?: (event: MutationEvent) => void;
+  /** Delays every call 0…`maxTurns` microtask turns, drawn from `seed`. Default: no delay. */
+  jitter?: { seed: number; maxTurns: number };
+}
+
+/** A mutation attempted through one instance; see {@link MemoryFileSystemOptions.onMutation}. */
+export interface MutationEvent {
+  /** Its number on the disk, as {@link MemoryFileSystem.mutationCount} will count it. */
+  mutation: number;
+  op: MutationOp;
+  /** The path of the call (for a handle, the path it was opened with; for rename, the source). */
+  path: string;
+  /** e.g. " 120 bytes at 4096", " to 0", " to /d/b" (rename); "" when there is nothing to add. */
+  detail: string;
+}
+
+/** The power cut of one instance; see {@link MemoryFileSystemOptions.onPowerCut}. */
+export interface PowerCutEvent {
+  /** The mutation through this instance that did not happen (1-based). */
+  mutation: number;
+  op: MutationOp;
+  path: string;
+  /** What the crash did, if the power cut crashed the disk. */
+  report: CrashReport | null;
 }
 
 /** A growable byte buffer: `buf` holds at least `size` bytes; bytes past `size` are garbage. */
@@ -409,6 +471,85 @@ class Disk {
   }
 }
 
+/**
+ * The power state of one instance (one boot of a disk): counts its mutations, cuts the power at
+ * the planned one, and delays calls when jitter is on. Handles check the boot that opened them.
+ */
+class Boot {
+  mutations = 0;
+  poweredOff = false;
+  cutAt: number | null = null;
+  crashAtCut: CrashOptions | undefined;
+  readonly #jitter: Prng | null;
+  readonly #jitterMax: number;
+  readonly onMutation: MemoryFileSystemOptions["onMutation"];
+  readonly onPowerCut: MemoryFileSystemOptions["onPowerCut"];
+
+  constructor(
+    readonly disk: Disk,
+    options: MemoryFileSystemOptions,
+    readonly crashDisk: (options: CrashOptions) => CrashReport,
+  ) {
+    const jitter = options.jitter;
+    this.#jitter = jitter !== undefined && jitter.maxTurns > 0 ? new Prng(jitter.seed) : null;
+    this.#jitterMax = jitter?.maxTurns ?? 0;
+    this.onMutation = options.onMutation;
+    this.onPowerCut = options.onPowerCut;
+    if (options.powerCutAtMutation !== undefined) {
+      assert(
+        Number.isInteger(options.powerCutAtMutation) && options.powerCutAtMutation >= 1,
+        `powerCutAtMutation must be a positive integer, got ${options.powerCutAtMutation}`,
+      );
+      this.cutAt = options.powerCutAtMutation;
+      this.crashAtCut = options.crashAtPowerCut;
+    }
+  }
+
+  /** True if calls wait for jitter; callers then `await delay()` first. */
+  get jittery(): boolean {
+    return this.#jitter !== null;
+  }
+
+  /** Waits 0…maxTurns microtask turns (seeded). */
+  async delay(): Promise<void> {
+    const turns = this.#jitter!.int(this.#jitterMax + 1);
+    for (let i = 0; i < turns; i++) await Promise.resolve();
+  }
+
+  /** Rejects every call once the power is off. */
+  check(action: string, path: string): void {
+    if (this.poweredOff) throw fsError("EIO", action, path, "the simulated machine lost power");
+  }
+
+  /** Cuts the power now, crashing the disk if asked. */
+  cut(crash: CrashOptions | undefined): CrashReport | null {
+    this.poweredOff = true;
+    this.cutAt = null;
+    return crash === undefined ? null : this.crashDisk(crash);
+  }
+
+  /**
+   * Counts a mutation through this boot, cuts the power instead of it if planned, then counts it
+   * on the disk and returns the fault that fails it, if one is armed.
+   */
+  mutate(
+    op: MutationOp,
+    paths: readonly string[],
+    action: string,
+    detail = "",
+  ): FaultEffect | null {
+    this.check(action, paths[0]);
+    this.mutations += 1;
+    this.onMutation?.({ mutation: this.disk.mutationCount + 1, op, path: paths[0], detail });
+    if (this.cutAt !== null && this.mutations >= this.cutAt) {
+      const report = this.cut(this.crashAtCut);
+      this.onPowerCut?.({ mutation: this.mutations, op, path: paths[0], report });
+      this.check(action, paths[0]);
+    }
+    return this.disk.mutate(op, paths);
+  }
+}
+
 function injected(effect: FaultEffect, action: string, path: string): FsError {
   return fsError(effect.code, action, path, "injected fault");
 }
@@ -417,35 +558,46 @@ class MemoryFileHandle implements FileHandle {
   #closed = false;
   readonly #epoch: number;
 
+  readonly disk: Disk;
+
   constructor(
-    readonly disk: Disk,
+    readonly boot: Boot,
     readonly node: FileNode,
     readonly path: string,
     readonly writable: boolean,
   ) {
-    this.#epoch = disk.epoch;
+    this.disk = boot.disk;
+    this.#epoch = boot.disk.epoch;
   }
 
   #live(action: string): FileNode {
     if (this.#closed) throw fsError("EBADF", action, this.path, "file handle is closed");
+    this.boot.check(action, this.path);
     if (this.#epoch !== this.disk.epoch)
       throw fsError("EIO", action, this.path, "file handle was opened before a simulated crash");
     return this.node;
   }
 
   async read(buf: Uint8Array, position: number): Promise<number> {
+    if (this.boot.jittery) await this.boot.delay();
     const node = this.#live("read");
     checkPosition(position, "position", "read", this.path);
     return node.data.read(buf, position);
   }
 
   async write(bytes: Uint8Array, position: number): Promise<void> {
+    if (this.boot.jittery) await this.boot.delay();
     const node = this.#live("write");
     if (!this.writable)
       throw fsError("EBADF", "write", this.path, "file handle is open for reading only");
     checkPosition(position, "position", "write", this.path);
     checkFileEnd(position + bytes.length, "write", this.path);
-    const fault = this.disk.mutate("write", [this.path]);
+    const fault = this.boot.mutate(
+      "write",
+      [this.path],
+      "write",
+      ` ${bytes.length} bytes at ${position}`,
+    );
     const length = fault ? Math.min(fault.partialBytes ?? 0, bytes.length) : bytes.length;
     if (length > 0) {
       const landed = bytes.slice(0, length);
@@ -456,8 +608,9 @@ class MemoryFileHandle implements FileHandle {
   }
 
   async sync(): Promise<void> {
+    if (this.boot.jittery) await this.boot.delay();
     const node = this.#live("sync");
-    const fault = this.disk.mutate("sync", [this.path]);
+    const fault = this.boot.mutate("sync", [this.path], "sync");
     if (fault) {
       // Linux marks the pages clean after a writeback error: they stay readable, never reach the disk.
       if (fault.dropDirtyData ?? this.disk.failedSyncDropsDirtyData) node.log = [];
@@ -471,18 +624,20 @@ class MemoryFileHandle implements FileHandle {
   }
 
   async truncate(length: number): Promise<void> {
+    if (this.boot.jittery) await this.boot.delay();
     const node = this.#live("truncate");
     if (!this.writable)
       throw fsError("EINVAL", "truncate", this.path, "file handle is open for reading only");
     checkPosition(length, "length", "truncate", this.path);
     checkFileEnd(length, "truncate", this.path);
-    const fault = this.disk.mutate("truncate", [this.path]);
+    const fault = this.boot.mutate("truncate", [this.path], "truncate", ` to ${length}`);
     if (fault) throw injected(fault, "truncate", this.path);
     node.data.truncate(length);
     node.log.push({ kind: "truncate", length });
   }
 
   async size(): Promise<number> {
+    if (this.boot.jittery) await this.boot.delay();
     return this.#live("size").data.size;
   }
 
@@ -526,11 +681,58 @@ function splitPath(path: string): string[] | null {
 export class MemoryFileSystem implements FileSystem {
   readonly #disk: Disk;
   readonly #prng: Prng;
+  readonly #boot: Boot;
 
-  /** @param options seed (default 1) and failed-fsync behaviour (default: drops dirty data). */
+  /**
+   * @param options seed (default 1), failed-fsync behaviour (default: drops dirty data), the disk
+   * of another instance to boot from, power cut, callbacks and jitter (see the module comment).
+   * @throws AssertionError on a `powerCutAtMutation` that is not a positive integer.
+   */
   constructor(options: MemoryFileSystemOptions = {}) {
-    this.#prng = new Prng(options.seed ?? 1);
-    this.#disk = new Disk(options.failedSyncDropsDirtyData ?? true);
+    if (options.disk !== undefined) {
+      this.#prng = options.disk.#prng;
+      this.#disk = options.disk.#disk;
+    } else {
+      this.#prng = new Prng(options.seed ?? 1);
+      this.#disk = new Disk(options.failedSyncDropsDirtyData ?? true);
+    }
+    this.#boot = new Boot(this.#disk, options, (crash) => this.#crashDisk(crash));
+  }
+
+  /** Mutations attempted through this instance (not others on its disk), the one cut included. */
+  get bootMutationCount(): number {
+    return this.#boot.mutations;
+  }
+
+  /** True once this instance's power was cut (until {@link crash} is called on it). */
+  get poweredOff(): boolean {
+    return this.#boot.poweredOff;
+  }
+
+  /**
+   * Plans a power cut `inMutations` mutations through this instance from now (1: the next one),
+   * crashing the disk then with `crash` if given; replaces any earlier plan. `null` disarms it.
+   * @throws AssertionError unless `inMutations` is a positive integer.
+   */
+  armPowerCut(plan: { inMutations: number; crash?: CrashOptions } | null): void {
+    if (plan === null) {
+      this.#boot.cutAt = null;
+      return;
+    }
+    assert(
+      Number.isInteger(plan.inMutations) && plan.inMutations >= 1,
+      `inMutations must be a positive integer, got ${plan.inMutations}`,
+    );
+    this.#boot.cutAt = this.#boot.mutations + plan.inMutations;
+    this.#boot.crashAtCut = plan.crash;
+  }
+
+  /**
+   * Cuts this instance's power now, between two calls; with `crash`, the disk crashes too.
+   * @returns the crash's report, or null without one.
+   */
+  cutPower(crash?: CrashOptions): CrashReport | null {
+    return this.#boot.cut(crash);
   }
 
   /** The fault plan: arm faults with `failNext` / `failNth`, disarm with `clear`. */
@@ -571,11 +773,14 @@ export class MemoryFileSystem implements FileSystem {
   }
 
   async open(path: string, options: OpenOptions = {}): Promise<FileHandle> {
+    if (this.#boot.jittery) await this.#boot.delay();
     const create = options.create ?? false;
     const writable = create || (options.write ?? false);
     if (create) {
-      const fault = this.#disk.mutate("create", [path]);
+      const fault = this.#boot.mutate("create", [path], "open");
       if (fault) throw injected(fault, "open", path);
+    } else {
+      this.#boot.check("open", path);
     }
     const { dir, name } = this.#parentOf(path, "open");
     if (name === null) throw fsError("EISDIR", "open", path, "is a directory");
@@ -589,10 +794,12 @@ export class MemoryFileSystem implements FileSystem {
       if (node.kind === "dir") throw fsError("EISDIR", "open", path, "is a directory");
     }
     this.#disk.openHandles += 1;
-    return new MemoryFileHandle(this.#disk, node, path, writable);
+    return new MemoryFileHandle(this.#boot, node, path, writable);
   }
 
   async readdir(path: string): Promise<string[]> {
+    if (this.#boot.jittery) await this.#boot.delay();
+    this.#boot.check("readdir", path);
     const node = this.#lookup(path, "readdir");
     if (node === undefined) throw fsError("ENOENT", "readdir", path, "no such file or directory");
     if (node.kind !== "dir") throw fsError("ENOTDIR", "readdir", path, "not a directory");
@@ -600,7 +807,8 @@ export class MemoryFileSystem implements FileSystem {
   }
 
   async mkdir(path: string): Promise<void> {
-    const fault = this.#disk.mutate("mkdir", [path]);
+    if (this.#boot.jittery) await this.#boot.delay();
+    const fault = this.#boot.mutate("mkdir", [path], "mkdir");
     if (fault) throw injected(fault, "mkdir", path);
     const names = splitPath(path);
     if (names === null) throw fsError("ENOENT", "mkdir", path, "empty path");
@@ -621,7 +829,8 @@ export class MemoryFileSystem implements FileSystem {
   }
 
   async rename(from: string, to: string): Promise<void> {
-    const fault = this.#disk.mutate("rename", [from, to]);
+    if (this.#boot.jittery) await this.#boot.delay();
+    const fault = this.#boot.mutate("rename", [from, to], "rename", ` to ${to}`);
     if (fault) throw injected(fault, "rename", from);
     const source = this.#parentOf(from, "rename");
     const target = this.#parentOf(to, "rename");
@@ -650,7 +859,8 @@ export class MemoryFileSystem implements FileSystem {
   }
 
   async unlink(path: string): Promise<void> {
-    const fault = this.#disk.mutate("unlink", [path]);
+    if (this.#boot.jittery) await this.#boot.delay();
+    const fault = this.#boot.mutate("unlink", [path], "unlink");
     if (fault) throw injected(fault, "unlink", path);
     const { dir, name } = this.#parentOf(path, "unlink");
     if (name === null) throw fsError("EISDIR", "unlink", path, "is a directory");
@@ -661,7 +871,8 @@ export class MemoryFileSystem implements FileSystem {
   }
 
   async removeTree(path: string): Promise<void> {
-    const fault = this.#disk.mutate("removeTree", [path]);
+    if (this.#boot.jittery) await this.#boot.delay();
+    const fault = this.#boot.mutate("removeTree", [path], "removeTree");
     if (fault) throw injected(fault, "removeTree", path);
     let parent: { dir: DirNode; name: string | null };
     // Like `rm -rf`: a missing path (or a missing parent) is already removed.
@@ -686,6 +897,8 @@ export class MemoryFileSystem implements FileSystem {
   }
 
   async stat(path: string): Promise<FileStat | null> {
+    if (this.#boot.jittery) await this.#boot.delay();
+    this.#boot.check("stat", path);
     const node = this.#lookup(path, "stat");
     if (node === undefined) return null;
     if (node.kind === "dir") return { size: 0, isDirectory: true, mode: 0o700 };
@@ -693,7 +906,8 @@ export class MemoryFileSystem implements FileSystem {
   }
 
   async syncDir(path: string): Promise<void> {
-    const fault = this.#disk.mutate("syncDir", [path]);
+    if (this.#boot.jittery) await this.#boot.delay();
+    const fault = this.#boot.mutate("syncDir", [path], "syncDir");
     if (fault) throw injected(fault, "syncDir", path);
     const node = this.#lookup(path, "syncDir");
     if (node === undefined) throw fsError("ENOENT", "syncDir", path, "no such file or directory");
@@ -708,10 +922,20 @@ export class MemoryFileSystem implements FileSystem {
 
   /**
    * Simulates power loss: this instance becomes the post-crash disk (see the module comment for what
-   * survives), every handle opened before rejects with EIO, and every fault is disarmed.
+   * survives), every handle opened before rejects with EIO, and every fault is disarmed. This
+   * instance's power comes back on and its planned power cut is disarmed (the machine restarted);
+   * other boots of the disk stay as they are.
    * @returns counts of what happened to the pending changes.
    */
   crash(options: CrashOptions = {}): CrashReport {
+    const report = this.#crashDisk(options);
+    this.#boot.poweredOff = false;
+    this.#boot.cutAt = null;
+    return report;
+  }
+
+  /** The crash itself, shared by {@link crash} and a power cut that crashes the disk. */
+  #crashDisk(options: CrashOptions): CrashReport {
     const mode = options.mode ?? "random";
     const prng = new Prng(options.seed ?? this.#prng.nextU32());
     const report: CrashReport = {

@@ -1,8 +1,8 @@
 /**
  * Shared fixtures of the retention, compaction and cold-storage tests: a broker on a simulated
  * disk with a manual clock and no background tasks, produce and fetch helpers that check every
- * record's CRC and offset, and file-system wrappers that cut the power after N mutations or hold
- * reads at a gate.
+ * record's CRC and offset, and a file-system wrapper that holds reads at a gate. (A power cut
+ * after N mutations is a {@link MemoryFileSystem} option: `powerCutAtMutation`, `armPowerCut`.)
  */
 import { expect } from "vitest";
 import { LocalBroker, type LocalBrokerOptions } from "../../src/broker/broker.ts";
@@ -11,13 +11,7 @@ import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
-import {
-  FsError,
-  type FileHandle,
-  type FileStat,
-  type FileSystem,
-  type OpenOptions,
-} from "../../src/fs/types.ts";
+import type { FileHandle, FileStat, FileSystem, OpenOptions } from "../../src/fs/types.ts";
 import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
 
 /** One record to produce: key null = no key; value "" = a tombstone when keyed; ts −1 = broker clock. */
@@ -142,91 +136,6 @@ export function swapLeftovers(fs: MemoryFileSystem, dir: string): string[] {
 }
 
 export { ManualClock, MemoryFileSystem };
-
-/**
- * A FileSystem over a MemoryFileSystem that loses power after `allowed` more mutations (counted
- * as MemoryFileSystem counts them): that mutation and every later one fail with EIO, as if the
- * machine stopped there. Then call `inner.crash()` and reopen on `inner`.
- */
-export class PowerCutFs implements FileSystem {
-  #allowed = Infinity;
-  #count = 0;
-  cut = false;
-  /** Paths of the mutations since {@link arm}, in order (including the one cut). */
-  readonly paths: string[] = [];
-  constructor(readonly inner: MemoryFileSystem) {}
-
-  /** Lets `n` more mutations through, then cuts. */
-  arm(n: number): void {
-    this.#allowed = n;
-    this.#count = 0;
-    this.cut = false;
-    this.paths.length = 0;
-  }
-
-  /** Mutations since {@link arm}. */
-  get mutations(): number {
-    return this.#count;
-  }
-
-  mutation(path: string): void {
-    if (this.cut) throw new FsError("EIO", path, `power is off: ${path}`);
-    this.paths.push(path);
-    if (++this.#count > this.#allowed) {
-      this.cut = true;
-      throw new FsError("EIO", path, `power cut at ${path}`);
-    }
-  }
-
-  async open(path: string, options?: OpenOptions): Promise<FileHandle> {
-    if (options?.create) this.mutation(path);
-    const handle = await this.inner.open(path, options);
-    const self = this;
-    return {
-      read: (buf, position) => handle.read(buf, position),
-      async write(bytes, position) {
-        self.mutation(path);
-        return handle.write(bytes, position);
-      },
-      async sync() {
-        self.mutation(path);
-        return handle.sync();
-      },
-      async truncate(length) {
-        self.mutation(path);
-        return handle.truncate(length);
-      },
-      size: () => handle.size(),
-      close: () => handle.close(),
-    };
-  }
-  readdir(path: string): Promise<string[]> {
-    return this.inner.readdir(path);
-  }
-  async mkdir(path: string): Promise<void> {
-    this.mutation(path);
-    return this.inner.mkdir(path);
-  }
-  async rename(from: string, to: string): Promise<void> {
-    this.mutation(from);
-    return this.inner.rename(from, to);
-  }
-  async unlink(path: string): Promise<void> {
-    this.mutation(path);
-    return this.inner.unlink(path);
-  }
-  async removeTree(path: string): Promise<void> {
-    this.mutation(path);
-    return this.inner.removeTree(path);
-  }
-  stat(path: string): Promise<FileStat | null> {
-    return this.inner.stat(path);
-  }
-  async syncDir(path: string): Promise<void> {
-    this.mutation(path);
-    return this.inner.syncDir(path);
-  }
-}
 
 /**
  * A FileSystem over another that can hold reads at a gate: {@link hold} holds the next `count`

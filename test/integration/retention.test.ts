@@ -4,7 +4,6 @@ import type { LocalBroker } from "../../src/broker/broker.ts";
 import {
   ManualClock,
   MemoryFileSystem,
-  PowerCutFs,
   fetchAll,
   openBroker,
   produce,
@@ -153,7 +152,8 @@ describe("retention", () => {
 
   it("finishes at the next pass a deletion that a crash interrupted after the log start offset was written", async () => {
     const disk = new MemoryFileSystem();
-    const fs = new PowerCutFs(disk);
+    const paths: string[] = [];
+    const fs = new MemoryFileSystem({ disk, onMutation: (m) => paths.push(m.path) });
     const clock = new ManualClock();
     const { broker } = await openBroker(fs, clock);
     await broker.createTopic({
@@ -168,15 +168,16 @@ describe("retention", () => {
     await produce(broker, "t", records(1));
     // Let the log start offset file be written, then cut at the first unlink.
     const lsoWrite = 5; // create, write, sync of the temp file; rename; directory fsync
-    fs.arm(lsoWrite);
+    paths.length = 0;
+    fs.armPowerCut({ inMutations: lsoWrite + 1 });
     const [run] = (await broker.cleanup("t")).partitions;
     expect(run.retention.status).toBe("failed");
     expect(
-      fs.paths
+      paths
         .slice(0, lsoWrite)
         .every((p) => p.includes("log_start_offsets.json") || p === "/data/topics/t"),
     ).toBe(true);
-    expect(fs.paths.at(-1)).toMatch(/00000000000000000000\.index$/);
+    expect(paths.at(-1)).toMatch(/00000000000000000000\.index$/);
     disk.crash({ seed: 5 });
     const { broker: again, logger } = await openBroker(disk, clock);
     expect(await again.listOffsets({ topic: "t", partition: 0 })).toEqual({

@@ -12,7 +12,6 @@ import type { CrashOptions } from "../../src/fs/memory.ts";
 import {
   ManualClock,
   MemoryFileSystem,
-  PowerCutFs,
   fetchAll,
   openBroker,
   produce,
@@ -39,7 +38,7 @@ function workload(): Rec[] {
 }
 
 /** A broker on `fs` with the workload produced and sealed, ready for a compaction pass. */
-async function prepared(fs: PowerCutFs) {
+async function prepared(fs: MemoryFileSystem) {
   const clock = new ManualClock(startMs);
   const logger = new MemoryLogger();
   const { broker } = await openBroker(fs, clock, { logger });
@@ -62,12 +61,12 @@ function sameLog(a: readonly ReadRecord[], b: readonly ReadRecord[]): boolean {
 describe("a compaction swap interrupted by a crash", () => {
   it("recovers to the whole before-state or the whole after-state at every step, leaving no marker or temp file", async () => {
     // The fault-free run: the two states and the number of mutations the pass makes.
-    const reference = new PowerCutFs(new MemoryFileSystem({ seed: 1 }));
+    const reference = new MemoryFileSystem({ seed: 1 });
     const { broker: refBroker } = await prepared(reference);
     const before = await fetchAll(refBroker, "t", 0);
-    reference.arm(Infinity);
+    const start = reference.mutationCount;
     const [refRun] = (await refBroker.cleanup("t")).partitions;
-    const mutations = reference.mutations;
+    const mutations = reference.mutationCount - start;
     expect(refRun.compaction.status).toBe("compacted");
     expect(refRun.compaction.segments_before).toBeGreaterThan(2);
     const after = await fetchAll(refBroker, "t", 0);
@@ -87,9 +86,9 @@ describe("a compaction swap interrupted by a crash", () => {
       for (const crash of crashes) {
         const label = `cut after ${n} of ${mutations} mutations, crash ${JSON.stringify(crash)}`;
         const disk = new MemoryFileSystem({ seed: 1 });
-        const fs = new PowerCutFs(disk);
+        const fs = new MemoryFileSystem({ disk });
         const { broker } = await prepared(fs);
-        fs.arm(n);
+        fs.armPowerCut({ inMutations: n + 1 });
         const [run] = (await broker.cleanup("t")).partitions;
         expect(run.compaction.status, label).not.toBe("compacted");
         disk.crash(crash);
@@ -123,22 +122,25 @@ describe("a compaction swap interrupted by a crash", () => {
   });
 
   it("finishes a marker left with every output still under its temp name", async () => {
-    const reference = new PowerCutFs(new MemoryFileSystem({ seed: 1 }));
+    const refPaths: string[] = [];
+    const reference = new MemoryFileSystem({ seed: 1, onMutation: (m) => refPaths.push(m.path) });
     const { broker: refBroker } = await prepared(reference);
-    reference.arm(Infinity);
+    refPaths.length = 0;
     await refBroker.cleanup("t");
     await refBroker.close();
-    const markerAt = reference.paths.findIndex((p) => p.endsWith("compaction.marker"));
+    const markerAt = refPaths.findIndex((p) => p.endsWith("compaction.marker"));
     expect(markerAt).toBeGreaterThan(0);
 
     const disk = new MemoryFileSystem({ seed: 1 });
-    const fs = new PowerCutFs(disk);
+    const paths: string[] = [];
+    const fs = new MemoryFileSystem({ disk, onMutation: (m) => paths.push(m.path) });
     const { broker } = await prepared(fs);
     const before = await fetchAll(broker, "t", 0);
     // The marker's create, write, fsync and the directory fsync go through; the first rename is cut.
-    fs.arm(markerAt + 4);
+    paths.length = 0;
+    fs.armPowerCut({ inMutations: markerAt + 5 });
     await broker.cleanup("t");
-    expect(fs.paths.at(-1)).toMatch(/\.cleaned$/);
+    expect(paths.at(-1)).toMatch(/\.cleaned$/);
     const names = disk.listTree(partitionDir);
     expect(names).toContain(`${partitionDir}/compaction.marker`);
     expect(names.filter((p) => p.endsWith(".cleaned")).length).toBeGreaterThan(0);

@@ -105,9 +105,9 @@ export async function runCountdown(options: {
         sim.mem.faults.clear();
         if (after.kind === "restart") {
           if (sim.broker !== null) await sim.closeBroker("restart after the countdown");
-          sim.fs.kill();
+          sim.fs.cutPower();
         } else {
-          sim.fs.crashNow({ seed: n * 1000 + after.seed, mode: after.mode });
+          sim.fs.cutPower({ seed: n * 1000 + after.seed, mode: after.mode });
           sim.trace(`POWER LOSS (${after.mode}, seed ${n * 1000 + after.seed})`);
         }
         sim.broker = null;
@@ -120,7 +120,7 @@ export async function runCountdown(options: {
           if (r.status !== "acked")
             throw new Error(`an append to cd/${r.partition} after recovery was not acknowledged`);
         }
-        sim.fs.crashNow({ seed: n, mode: "dropAll" });
+        sim.fs.cutPower({ seed: n, mode: "dropAll" });
         sim.trace("POWER LOSS (dropAll) after appends that followed recovery");
         sim.broker = null;
         if (!(await sim.openBroker())) throw new Error("the second start after the countdown died");

@@ -35,7 +35,6 @@ import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { Prng } from "../../src/lib/prng.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
-import { SimFs } from "./sim-fs.ts";
 import {
   Model,
   SimViolation,
@@ -73,7 +72,7 @@ export interface SimConfig {
   segmentMs: number | undefined;
   /** `--flush-every-records`. */
   flushEveryRecords: number;
-  /** Most microtask turns a disk call is delayed (see SimFs). */
+  /** Most microtask turns a disk call is delayed (MemoryFileSystem `jitter`). */
   jitterMax: number;
   /** Whether a failed fsync loses the dirty pages (MemoryFileSystem option). */
   failedSyncDropsDirtyData: boolean;
@@ -184,7 +183,8 @@ export class Simulation {
 
   // The current incarnation.
   incarnation = 0;
-  fs!: SimFs;
+  /** The boot of {@link mem} the current incarnation runs on (jittered, with its own power). */
+  fs!: MemoryFileSystem;
   clock!: ManualClock;
   logger!: MemoryLogger;
   broker: LocalBroker | null = null;
@@ -252,21 +252,22 @@ export class Simulation {
 
   // ---------------------------------------------------------------- incarnations
 
-  /** Opens a broker on a fresh SimFs over the disk; returns false if the fs died during open. */
+  /** Opens a broker on a fresh boot of the disk; returns false if its power was cut during open. */
   async openBroker(plan: { crashIn?: number; faultN?: number } = {}): Promise<boolean> {
     this.incarnation++;
     this.summary.incarnations++;
-    this.fs = new SimFs(this.mem, {
-      seed: this.prng.nextU32(),
-      jitterMax: this.jitterMax,
-      onCrash: (report, at) => this.onCrash(report, `${at.op} ${at.path}`),
-      onMutation: this.#logMutations ? (line) => this.trace(line) : undefined,
+    this.fs = new MemoryFileSystem({
+      disk: this.mem,
+      jitter: { seed: this.prng.nextU32(), maxTurns: this.jitterMax },
+      onPowerCut: (cut) => this.onCrash(cut.report!, `${cut.op} ${cut.path}`),
+      onMutation: this.#logMutations
+        ? (m) => this.trace(`fs: #${m.mutation} ${m.op} ${m.path}${m.detail}`)
+        : undefined,
     });
     if (plan.crashIn !== undefined)
-      this.fs.planCrash({
+      this.fs.armPowerCut({
         inMutations: plan.crashIn,
-        seed: this.prng.nextU32(),
-        mode: this.crashMode(),
+        crash: { seed: this.prng.nextU32(), mode: this.crashMode() },
       });
     if (plan.faultN !== undefined) this.mem.faults.failNth({ n: plan.faultN, code: "EIO" });
     const faulty = this.mem.faults.armed > 0;
@@ -286,7 +287,7 @@ export class Simulation {
       });
     } catch (err) {
       this.broker = null;
-      if (this.fs.dead || faulty) {
+      if (this.fs.poweredOff || faulty) {
         this.trace(`open failed as it may: ${errorText(err)}`);
         return false;
       }
@@ -296,7 +297,7 @@ export class Simulation {
       );
     }
     this.noteRecoveryEvents();
-    return !this.fs.dead;
+    return !this.fs.poweredOff;
   }
 
   crashMode(): CrashMode {
@@ -356,7 +357,7 @@ export class Simulation {
           await drainMicrotasks();
           continue;
         }
-        this.fs.planCrash({ inMutations: Number.MAX_SAFE_INTEGER, seed: 0, mode: "dropAll" }); // disarm
+        this.fs.armPowerCut(null);
       } else if (r === 1) {
         // An I/O error during recovery: the broker may make a topic unavailable, never lose data.
         const opened = await this.openBroker({ faultN: 1 + this.prng.int(15) });
@@ -366,7 +367,7 @@ export class Simulation {
           await this.verifyAll("after a fault during recovery");
         }
         if (this.broker !== null) await this.closeBroker("restart after a fault during recovery");
-        this.fs.kill();
+        this.fs.cutPower();
         continue;
       } else {
         const alive = await this.openBroker();
@@ -403,7 +404,7 @@ export class Simulation {
     this.topics.set("sim", { name: "sim", partitions: this.partitionCount, acked: true });
     this.trace(`created topic sim with ${this.partitionCount} partitions`);
 
-    let crashArmedOn: SimFs | null = null;
+    let crashArmedOn: MemoryFileSystem | null = null;
     for (let step = 0; step < this.stepCount; step++) {
       this.summary.steps++;
       const crashArmed = crashArmedOn === this.fs;
@@ -415,7 +416,10 @@ export class Simulation {
       else if (r < 84) this.stepCrashNow();
       else if (r < 89 && !crashArmed) {
         const k = 1 + this.prng.int(40);
-        this.fs.planCrash({ inMutations: k, seed: this.prng.nextU32(), mode: this.crashMode() });
+        this.fs.armPowerCut({
+          inMutations: k,
+          crash: { seed: this.prng.nextU32(), mode: this.crashMode() },
+        });
         crashArmedOn = this.fs;
         this.trace(`armed: power loss in ${k} mutations`);
       } else if (r < 95) this.stepArmFault();
@@ -423,8 +427,8 @@ export class Simulation {
       else await this.verifyAll("in-incarnation check");
 
       await drainMicrotasks();
-      if (!this.fs.dead) await this.afterStep();
-      if (this.fs.dead) {
+      if (!this.fs.poweredOff) await this.afterStep();
+      if (this.fs.poweredOff) {
         this.broker = null;
         for (const pm of this.model.partitions.values()) pm.ackedVolatile.clear();
         await this.recover();
@@ -473,7 +477,7 @@ export class Simulation {
       for (const p of topic.partitions) {
         const t = await this.produceOne(topic.name, p.partition);
         const pm = this.model.partition(topic.name, p.partition);
-        if (this.fs.dead) return;
+        if (this.fs.poweredOff) return;
         if (pm.fencedIn === this.incarnation) continue; // checked inside produceOne
         if (!t.ok)
           throw new SimViolation(
@@ -616,7 +620,7 @@ export class Simulation {
     for (const r of requests) r.status = "failed";
     this.summary.failed++;
     this.trace(`  error ${label}: ${errorText(t.error)}`);
-    if (this.fs.dead) return; // the process is gone; any error will do
+    if (this.fs.poweredOff) return; // the process is gone; any error will do
     if (!(t.error instanceof BrokerError) || !produceErrorCodes.has(t.error.kind.code)) {
       throw new SimViolation(
         "errors",
@@ -668,7 +672,7 @@ export class Simulation {
           `fetch ${pm.topic}/${pm.partition} at ${request.offset} never settled`,
         );
       if (!t.ok) {
-        if (this.fs.dead) continue;
+        if (this.fs.poweredOff) continue;
         throw new SimViolation(
           "fetch",
           `fetch ${pm.topic}/${pm.partition} at ${request.offset}, racing appends, rejected: ${errorText(t.error)}`,
@@ -709,7 +713,7 @@ export class Simulation {
     try {
       offsets = await broker.listOffsets({ topic: topic.name, partition });
     } catch (err) {
-      if (this.fs.dead) return;
+      if (this.fs.poweredOff) return;
       throw new SimViolation(
         "fetch",
         `listOffsets ${topic.name}/${partition} rejected: ${errorText(err)}`,
@@ -730,7 +734,7 @@ export class Simulation {
     try {
       result = await broker.fetch({ topic: topic.name, partition, offset, maxRecords, maxBytes });
     } catch (err) {
-      if (this.fs.dead) return;
+      if (this.fs.poweredOff) return;
       if (beyond && err instanceof BrokerError && err.kind.code === "offset_out_of_range") return;
       throw new SimViolation(
         "fetch",
@@ -852,7 +856,7 @@ export class Simulation {
       }
       pm.ackedVolatile.clear();
     }
-    this.fs.kill();
+    this.fs.cutPower();
     const alive = await this.openBroker();
     if (!alive) throw new SimViolation("recovery", "the disk died during a clean restart");
     await this.verifyAfterRecovery();
@@ -861,7 +865,7 @@ export class Simulation {
   stepCrashNow(forceMode?: CrashMode): void {
     const mode = forceMode ?? this.crashMode();
     const seed = this.prng.nextU32();
-    const report = this.fs.crashNow({ seed, mode });
+    const report = this.fs.cutPower({ seed, mode })!;
     this.onCrash(report, `the next step (crash ${mode}, seed ${seed})`);
   }
 
@@ -964,7 +968,7 @@ export class Simulation {
       });
     } catch (err) {
       this.trace(`  create topic ${name} failed: ${errorText(err)}`);
-      if (this.fs.dead) return false;
+      if (this.fs.poweredOff) return false;
       if (!(err instanceof BrokerError) || err.kind.code !== "storage_error") {
         throw new SimViolation(
           "errors",

@@ -18,7 +18,6 @@ import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
-import { SimFs } from "./sim-fs.ts";
 
 const crashModes: { mode: CrashMode; seed: number }[] = [
   { mode: "random", seed: 1 },
@@ -42,7 +41,7 @@ function diskWithOldFile(): MemoryFileSystem {
   return mem;
 }
 
-async function openBroker(fs: MemoryFileSystem | SimFs) {
+async function openBroker(fs: MemoryFileSystem) {
   const logger = new MemoryLogger();
   const broker = await LocalBroker.open({ fs, dataDir: "/data", clock: new ManualClock(), logger });
   return { broker, logger };
@@ -59,15 +58,19 @@ async function errorOf(promise: Promise<unknown>): Promise<BrokerError> {
 
 describe("atomic metadata files under crashes", () => {
   it("leaves either the old or the new topic.json after power loss before any mutation of writeJsonAtomic, in every crash mode", async () => {
-    const probe = new SimFs(diskWithOldFile(), { seed: 1, jitterMax: 0 });
+    const probe = new MemoryFileSystem({ disk: diskWithOldFile() });
     await writeJsonAtomic(probe, "/m/topic.json", newValue);
-    const mutations = probe.mutations;
+    const mutations = probe.bootMutationCount;
     expect(mutations).toBeGreaterThanOrEqual(5); // create, write, sync, rename, syncDir
     const outcomes = new Set<string>();
     for (let k = 1; k <= mutations + 1; k++) {
       for (const { mode, seed } of crashModes) {
         const mem = diskWithOldFile();
-        const fs = new SimFs(mem, { seed: 1, jitterMax: 0, crash: { atMutation: k, seed, mode } });
+        const fs = new MemoryFileSystem({
+          disk: mem,
+          powerCutAtMutation: k,
+          crashAtPowerCut: { seed, mode },
+        });
         const done = await writeJsonAtomic(fs, "/m/topic.json", newValue).then(
           () => true,
           () => false,
@@ -88,10 +91,10 @@ describe("atomic metadata files under crashes", () => {
 
   it("names leftover temporary files so they are found and ignored", async () => {
     const mem = diskWithOldFile();
-    const fs = new SimFs(mem, {
-      seed: 1,
-      jitterMax: 0,
-      crash: { atMutation: 4, seed: 0, mode: "keepAll" },
+    const fs = new MemoryFileSystem({
+      disk: mem,
+      powerCutAtMutation: 4,
+      crashAtPowerCut: { seed: 0, mode: "keepAll" },
     }); // before the rename
     await expect(writeJsonAtomic(fs, "/m/topic.json", newValue)).rejects.toThrow(/lost power/);
     const stale = await listStaleTempFiles(mem, "/m");
@@ -116,9 +119,9 @@ describe("topic creation under crashes", () => {
         const mem = new MemoryFileSystem({ seed: 1 });
         const { broker } = await openBroker(mem);
         await broker.close();
-        const fs = new SimFs(mem, { seed: 1, jitterMax: 0 });
+        const fs = new MemoryFileSystem({ disk: mem });
         const { broker: dying } = await openBroker(fs);
-        fs.planCrash({ inMutations: k, seed, mode });
+        fs.armPowerCut({ inMutations: k, crash: { seed, mode } });
         const created = await dying.createTopic({ name: "orders", partitions: 3 }).then(
           () => true,
           () => false,

@@ -14,7 +14,7 @@ import { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 import type { ProduceResult } from "../../src/broker/types.ts";
 import { MemoryFileSystem, type CrashMode } from "../../src/fs/memory.ts";
-import { FsError, type FileHandle, type FileSystem, type OpenOptions } from "../../src/fs/types.ts";
+import type { FileSystem } from "../../src/fs/types.ts";
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
@@ -24,73 +24,6 @@ import {
   RecordCursor,
   type EntryBatch,
 } from "../../src/storage/record.ts";
-
-/** A FileSystem over a MemoryFileSystem whose power goes out just before mutation `deathAt`: it and every later mutation fail with EIO. */
-class DyingFileSystem implements FileSystem {
-  #count = 0;
-  constructor(
-    readonly mem: MemoryFileSystem,
-    readonly deathAt: number,
-  ) {}
-
-  /** Mutations attempted (including the ones refused after death). */
-  get mutations(): number {
-    return this.#count;
-  }
-
-  #mutate(path: string): void {
-    if (++this.#count >= this.deathAt)
-      throw new FsError("EIO", path, `EIO: power lost before mutation ${this.#count}: ${path}`);
-  }
-
-  async open(path: string, options?: OpenOptions): Promise<FileHandle> {
-    if (options?.create) this.#mutate(path);
-    const h = await this.mem.open(path, options);
-    return {
-      read: (buf, position) => h.read(buf, position),
-      write: async (bytes, position) => {
-        this.#mutate(path);
-        return h.write(bytes, position);
-      },
-      sync: async () => {
-        this.#mutate(path);
-        return h.sync();
-      },
-      truncate: async (length) => {
-        this.#mutate(path);
-        return h.truncate(length);
-      },
-      size: () => h.size(),
-      close: () => h.close(),
-    };
-  }
-  readdir(path: string) {
-    return this.mem.readdir(path);
-  }
-  async mkdir(path: string) {
-    this.#mutate(path);
-    return this.mem.mkdir(path);
-  }
-  async rename(from: string, to: string) {
-    this.#mutate(from);
-    return this.mem.rename(from, to);
-  }
-  async unlink(path: string) {
-    this.#mutate(path);
-    return this.mem.unlink(path);
-  }
-  async removeTree(path: string) {
-    this.#mutate(path);
-    return this.mem.removeTree(path);
-  }
-  stat(path: string) {
-    return this.mem.stat(path);
-  }
-  async syncDir(path: string) {
-    this.#mutate(path);
-    return this.mem.syncDir(path);
-  }
-}
 
 interface Sent {
   producer: string;
@@ -229,7 +162,7 @@ async function runOne(
   const batches = plan();
   let first: LocalBroker | null;
   if (fault.kind === "power_loss") {
-    first = await workload(new DyingFileSystem(mem, n), batches);
+    first = await workload(new MemoryFileSystem({ disk: mem, powerCutAtMutation: n }), batches);
   } else {
     // Only mutation N fails; the producers retry, so the run goes on past it.
     mem.faults.failNth({
@@ -319,12 +252,12 @@ async function withDeadline<T>(run: Promise<T>, ms: number): Promise<T> {
 
 describe("idempotent produce under a power loss at every step", () => {
   it("stores every (producer, sequence) exactly once and keeps every acknowledged record where it was acknowledged", async () => {
-    const probe = new DyingFileSystem(new MemoryFileSystem(), Number.MAX_SAFE_INTEGER);
+    const probe = new MemoryFileSystem();
     const baseline = plan();
     const b = await workload(probe, baseline);
     await b?.close();
     expect(baseline.flat().every((s) => s.result !== null)).toBe(true);
-    const mutations = probe.mutations;
+    const mutations = probe.mutationCount;
     expect(mutations).toBeGreaterThan(50);
     const stats = { cutShort: 0, duplicatesAfterCrash: 0 };
     const modes: CrashMode[] = ["random", "dropAll", "keepAll"];
@@ -351,9 +284,9 @@ describe("idempotent produce under a power loss at every step", () => {
   });
 
   it("stays exactly-once when one mutation fails (EIO, ENOSPC mid-write, a failed fsync) and the producers retry, then the power goes", async () => {
-    const probe = new DyingFileSystem(new MemoryFileSystem(), Number.MAX_SAFE_INTEGER);
+    const probe = new MemoryFileSystem();
     await (await workload(probe, plan()))?.close();
-    const mutations = probe.mutations;
+    const mutations = probe.mutationCount;
     const faults: Fault[] = [
       { kind: "fail_one", code: "EIO" },
       { kind: "fail_one", code: "ENOSPC", partialBytes: 30 },

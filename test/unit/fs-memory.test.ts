@@ -493,6 +493,108 @@ describe("MemoryFileSystem faults", () => {
   });
 });
 
+describe("MemoryFileSystem power cuts, boots and jitter", () => {
+  it("powerCutAtMutation: the nth mutation never happens, and every later call fails with EIO", async () => {
+    const disk = new MemoryFileSystem();
+    const seen: string[] = [];
+    const cuts: number[] = [];
+    const fs = new MemoryFileSystem({
+      disk,
+      powerCutAtMutation: 3,
+      onMutation: (m) => seen.push(`${m.op} ${m.path}${m.detail}`),
+      onPowerCut: (e) => cuts.push(e.mutation),
+    });
+    await fs.mkdir("/a");
+    const file = await fs.open("/a/f", { create: true });
+    await expect(file.write(bytes("xy"), 0)).rejects.toThrow(/lost power/);
+    expect(fs.poweredOff).toBe(true);
+    expect(cuts).toEqual([3]);
+    expect(seen).toEqual(["mkdir /a", "create /a/f", "write /a/f 2 bytes at 0"]);
+    await expectCode(file.read(new Uint8Array(2), 0), "EIO");
+    await expectCode(file.sync(), "EIO");
+    await expectCode(fs.readdir("/a"), "EIO");
+    await expectCode(fs.stat("/a"), "EIO");
+    await expectCode(fs.open("/a/f"), "EIO");
+    await expectCode(fs.mkdir("/b"), "EIO");
+    await file.close(); // closing never fails
+    expect(fs.bootMutationCount).toBe(3); // nothing is counted after the cut
+    expect(disk.mutationCount).toBe(2); // the cut one never reached the disk
+    // Without crashAtPowerCut the disk keeps its state until the test crashes it.
+    expect(disk.listTree()).toEqual(["/a/", "/a/f"]);
+    disk.crash({ mode: "dropAll" });
+    expect(disk.listTree()).toEqual([]);
+    expect(fs.poweredOff).toBe(true); // a dead boot stays dead
+  });
+
+  it("crashAtPowerCut crashes the disk at the cut; armPowerCut counts from now, and null disarms it", async () => {
+    const disk = new MemoryFileSystem();
+    await createFile(disk, "/old", "durable", true);
+    const reports: (number | null)[] = [];
+    const fs = new MemoryFileSystem({
+      disk,
+      onPowerCut: (e) => reports.push(e.report === null ? null : e.report.writesDropped),
+    });
+    await fs.mkdir("/x");
+    fs.armPowerCut({ inMutations: 1 });
+    fs.armPowerCut(null);
+    await createFile(fs, "/x/f", "kept", false);
+    fs.armPowerCut({ inMutations: 2, crash: { mode: "dropAll" } });
+    const file = await fs.open("/x/g", { create: true });
+    await expectCode(file.write(bytes("lost"), 0), "EIO");
+    expect(reports).toEqual([0]);
+    expect(disk.listTree()).toEqual(["/old"]); // the crash dropped every unsynced entry
+    expect(fs.bootMutationCount).toBe(6); // mkdir; create, write, sync; create, write (cut)
+  });
+
+  it("cutPower cuts between calls; crash() brings the power of its own instance back", async () => {
+    const fs = new MemoryFileSystem();
+    await fs.mkdir("/a");
+    expect(fs.cutPower()).toBeNull();
+    await expectCode(fs.mkdir("/b"), "EIO");
+    expect(fs.crash({ mode: "keepAll" }).entriesKept).toBe(1);
+    expect(fs.poweredOff).toBe(false);
+    await fs.mkdir("/b");
+    expect(fs.listTree()).toEqual(["/a/", "/b/"]);
+    const report = fs.cutPower({ mode: "dropAll" });
+    expect(report?.entriesReverted).toBe(1); // /b; /a became durable at the first crash
+    expect(fs.listTree()).toEqual(["/a/"]);
+  });
+
+  it("a boot shares the disk's files and crash generator but not its power", async () => {
+    const disk = new MemoryFileSystem({ seed: 9 });
+    const first = new MemoryFileSystem({ disk });
+    await createFile(first, "/f", "abc", true);
+    first.cutPower();
+    expect(contentOf(disk, "/f")).toBe("abc");
+    const second = new MemoryFileSystem({ disk });
+    expect(await second.readdir("/")).toEqual(["f"]);
+    await expectCode(first.readdir("/"), "EIO");
+  });
+
+  it("jitter delays calls by seeded microtask turns, so equal seeds give equal interleavings", async () => {
+    async function order(seed: number): Promise<string> {
+      const fs = new MemoryFileSystem({ jitter: { seed, maxTurns: 4 } });
+      const done: string[] = [];
+      await Promise.all(
+        ["a", "b", "c", "d", "e", "f"].map((name) =>
+          fs.mkdir(`/${name}`).then(() => done.push(name)),
+        ),
+      );
+      expect(fs.listTree()).toHaveLength(6);
+      return done.join("");
+    }
+    expect(await order(1)).toBe(await order(1));
+    const orders = new Set<string>();
+    for (let seed = 1; seed <= 20; seed++) orders.add(await order(seed));
+    expect(orders.size).toBeGreaterThan(1);
+    // Without jitter a call does not wait: the order is the call order.
+    const fs = new MemoryFileSystem();
+    const done: string[] = [];
+    await Promise.all(["a", "b", "c"].map((n) => fs.mkdir(`/${n}`).then(() => done.push(n))));
+    expect(done).toEqual(["a", "b", "c"]);
+  });
+});
+
 describe("MemoryFileSystem helpers", () => {
   it("writeFileSync makes a durable fixture and readFileSync and listTree show it", async () => {
     const fs = new MemoryFileSystem();
