@@ -21,15 +21,6 @@ export interface Rec {
   ts?: number;
 }
 
-/** One record read back: decoded fields and its stored bytes (a copy). */
-export interface ReadRecord {
-  offset: number;
-  timestampMs: number;
-  key: string | null;
-  value: string;
-  bytes: Uint8Array;
-}
-
 /** A broker on `fs` at /data with no background cleanup unless `cleanupIntervalMs` is given. */
 export async function openBroker(
   fs: FileSystem,
@@ -58,53 +49,6 @@ export async function produce(
   for (const r of records) b.add(r.key === null ? null : utf8(r.key), utf8(r.value), r.ts ?? -1);
   const result = await broker.produce({ topic, partition: 0, batch: b.build() });
   return result.spans[0].baseOffset;
-}
-
-/** Decodes stored records, checking each one's length and CRC. */
-export function decodeRecords(bytes: Uint8Array): ReadRecord[] {
-  const c = new RecordCursor().reset(bytes);
-  const out: ReadRecord[] = [];
-  let p = 0;
-  while (p < bytes.length) {
-    expect(c.decode(p), `record at byte ${p}: ${c.reason}`).toBe(DecodeStatus.Ok);
-    const key = c.key();
-    out.push({
-      offset: c.offset,
-      timestampMs: c.timestampMs,
-      key: key === null ? null : fromUtf8(key),
-      value: fromUtf8(c.value()),
-      bytes: bytes.slice(p, p + c.sizeBytes),
-    });
-    p += c.sizeBytes;
-  }
-  return out;
-}
-
-/**
- * Fetches partition 0 of `topic` from `from` up to the high watermark, `maxRecords` at a time,
- * checking CRCs and that offsets strictly increase.
- */
-export async function fetchAll(
-  broker: LocalBroker,
-  topic: string,
-  from: number,
-  maxRecords = 1000,
-): Promise<ReadRecord[]> {
-  const out: ReadRecord[] = [];
-  let offset = from;
-  for (let guard = 0; guard < 100_000; guard++) {
-    const r = await broker.fetch({ topic, partition: 0, offset, maxRecords });
-    for (const rec of decodeRecords(r.records.bytes)) {
-      expect(rec.offset).toBeGreaterThanOrEqual(offset);
-      if (out.length > 0) expect(rec.offset).toBeGreaterThan(out.at(-1)!.offset);
-      out.push(rec);
-    }
-    if (r.nextOffset >= r.highWatermark && r.records.count === 0) return out;
-    expect(r.nextOffset).toBeGreaterThan(offset);
-    offset = r.nextOffset;
-    if (offset >= r.highWatermark) return out;
-  }
-  throw new Error("fetchAll did not reach the high watermark");
 }
 
 /** The code of a BrokerError a promise rejects with. */
@@ -136,6 +80,7 @@ export function swapLeftovers(fs: MemoryFileSystem, dir: string): string[] {
 }
 
 export { ManualClock, MemoryFileSystem };
+export { decodeRecords, fetchAll, type ReadRecord } from "./records.ts";
 
 /**
  * A FileSystem over another that can hold reads at a gate: {@link hold} holds the next `count`

@@ -1,50 +1,30 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { writeFileSync, existsSync, mkdirSync, readdirSync, statSync, unlinkSync } from "node:fs";
 import { FsError } from "../../src/fs/types.ts";
-import { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
+import { EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
 import { partitionForKey } from "../../src/lib/murmur2.ts";
-import { utf8, fromUtf8 } from "../../src/lib/bytes.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { wrapFileSystem } from "../helpers/fs-wrap.ts";
-
-const open: LocalBroker[] = [];
-const cleanups: (() => void)[] = [];
-afterEach(async () => {
-  for (const b of open.splice(0)) await b.close();
-  cleanups.splice(0).forEach((c) => c());
-});
+import { openTestBroker } from "../helpers/broker.ts";
+import { recordValues } from "../helpers/records.ts";
 
 async function broker(dataDir: string, clock = new ManualClock(), logger = new MemoryLogger()) {
-  const b = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir, clock, logger });
-  open.push(b);
-  return b;
+  return (await openTestBroker({ fs: new NodeFileSystem(), dataDir, clock, logger })).broker;
 }
 
 function fresh() {
-  const t = tempDir();
-  cleanups.push(t.cleanup);
-  return `${t.dir}/data`;
+  return `${tempDir().dir}/data`;
 }
 
 async function rejectsWith(p: Promise<unknown>, code: string) {
   await expect(p).rejects.toSatisfy(
     (e: unknown) => e instanceof BrokerError && e.kind.code === code,
   );
-}
-
-function values(bytes: Uint8Array): string[] {
-  const c = new RecordCursor().reset(bytes);
-  const out: string[] = [];
-  for (let p = 0; p < bytes.length; p += c.sizeBytes) {
-    expect(c.decode(p)).toBe(DecodeStatus.Ok);
-    out.push(fromUtf8(c.value()));
-  }
-  return out;
 }
 
 describe("LocalBroker", () => {
@@ -94,7 +74,7 @@ describe("LocalBroker", () => {
         offset: p.offset,
         maxRecords: 1,
       });
-      expect(values(r.records.bytes)).toEqual([`v-${keys[i]}`]);
+      expect(recordValues(r.records.bytes)).toEqual([`v-${keys[i]}`]);
     }
     const keyless = async () =>
       (
@@ -181,7 +161,7 @@ describe("LocalBroker", () => {
       batch: new EntryBatchBuilder().add(null, utf8("hello")).build(),
     });
     const r = await waiting;
-    expect(values(r.records.bytes)).toEqual(["hello"]);
+    expect(recordValues(r.records.bytes)).toEqual(["hello"]);
     const idle = b.fetch({ topic: "t", partition: 0, offset: 1, waitMs: 10_000 });
     await new Promise((res) => setTimeout(res, 20));
     clock.advance(10_000);
@@ -209,13 +189,14 @@ describe("LocalBroker", () => {
         batch: new EntryBatchBuilder().add(null, utf8(`r${i}`)).build(),
       });
     await b.close();
-    open.splice(open.indexOf(b), 1);
     b = await broker(dir);
     const d = await b.describeTopic("keep");
     expect(d.config.segment_bytes).toBe(2048);
     expect(d.partitions.map((p) => p.highWatermark)).toEqual([25, 25]);
     const r = await b.fetch({ topic: "keep", partition: 1, offset: 0, maxRecords: 100 });
-    expect(values(r.records.bytes)).toEqual(Array.from({ length: 25 }, (_, i) => `r${i * 2 + 1}`));
+    expect(recordValues(r.records.bytes)).toEqual(
+      Array.from({ length: 25 }, (_, i) => `r${i * 2 + 1}`),
+    );
   });
 
   it("makes a topic with an unparseable topic.json unavailable without resetting it (DECISIONS 9)", async () => {
@@ -224,7 +205,6 @@ describe("LocalBroker", () => {
     await b.createTopic({ name: "ok", partitions: 1 });
     await b.createTopic({ name: "broken", partitions: 1 });
     await b.close();
-    open.splice(open.indexOf(b), 1);
     writeFileSync(`${dir}/topics/broken/topic.json`, "{ not json");
     const logger = new MemoryLogger();
     b = await broker(dir, new ManualClock(), logger);
@@ -239,7 +219,6 @@ describe("LocalBroker", () => {
     const dir = fresh();
     let b = await broker(dir);
     await b.close();
-    open.splice(open.indexOf(b), 1);
     mkdirSync(`${dir}/topics/half`, { mode: 0o700 });
     const logger = new MemoryLogger();
     b = await broker(dir, new ManualClock(), logger);
@@ -259,13 +238,7 @@ describe("LocalBroker", () => {
           ? Promise.reject(new FsError("EIO", path))
           : h.read(buf, position),
     });
-    const b = await LocalBroker.open({
-      fs: flaky,
-      dataDir: dir,
-      clock: new ManualClock(),
-      logger: new MemoryLogger(),
-    });
-    open.push(b);
+    const { broker: b } = await openTestBroker({ fs: flaky, dataDir: dir });
     await b.createTopic({ name: "t", partitions: 1 });
     await b.produce({ topic: "t", batch: new EntryBatchBuilder().add(null, utf8("a")).build() });
     failReads = true;
@@ -279,7 +252,6 @@ describe("LocalBroker", () => {
     let b = await broker(dir);
     for (let i = 0; i < 6; i++) await b.createTopic({ name: `t${i}`, partitions: 1 });
     await b.close();
-    open.splice(open.indexOf(b), 1);
     // A clock that moves a second every time it is read: every topic takes "a second" to load.
     let now = 0;
     const manual = new ManualClock();
@@ -289,8 +261,8 @@ describe("LocalBroker", () => {
       afterIo: manual.afterIo.bind(manual),
     };
     const logger = new MemoryLogger();
-    b = await LocalBroker.open({ fs: new NodeFileSystem(), dataDir: dir, clock: slow, logger });
-    open.push(b);
+    b = (await openTestBroker({ fs: new NodeFileSystem(), dataDir: dir, clock: slow, logger }))
+      .broker;
     const progress = logger.named("recovery.progress");
     expect(progress.length).toBeGreaterThan(0);
     expect(progress.at(-1)!.topics_total).toBe(6);
@@ -310,7 +282,6 @@ describe("LocalBroker", () => {
         });
       await b.updateTopicConfig!("m", { retention_ms: 3_600_000 });
       await b.close();
-      open.splice(open.indexOf(b), 1);
       for (const n of readdirSync(`${dir}/topics/m/0`))
         if (n.endsWith(".index")) unlinkSync(`${dir}/topics/m/0/${n}`);
       b = await broker(dir);

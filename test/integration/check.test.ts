@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   appendFileSync,
   readdirSync,
@@ -19,14 +19,9 @@ import { checkDataDir } from "../../src/storage/check.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
 import { tempDir } from "../helpers/tmp.ts";
 
-const cleanups: (() => void)[] = [];
-afterEach(() => cleanups.splice(0).forEach((c) => c()));
-
 /** A stopped data dir with topic "t" (1 partition, several sealed segments) and topic "u". */
 async function dataDir(): Promise<string> {
-  const t = tempDir();
-  cleanups.push(t.cleanup);
-  const dir = `${t.dir}/data`;
+  const dir = `${tempDir().dir}/data`;
   const b = await LocalBroker.open({
     fs: new NodeFileSystem(),
     dataDir: dir,

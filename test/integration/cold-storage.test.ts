@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { bytesEqual, fromUtf8 } from "../../src/lib/bytes.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
@@ -13,9 +13,6 @@ import {
   rejectionCode,
   type Rec,
 } from "../helpers/compaction-fixtures.ts";
-
-const cleanups: (() => void)[] = [];
-afterEach(() => cleanups.splice(0).forEach((c) => c()));
 
 const localDir = "/data/topics/t/0";
 const coldDir = "/cold/topics/t/0";
@@ -210,8 +207,7 @@ describe("cold storage", () => {
 
 describe("cold storage on the real file system", () => {
   it("writes byte-identical copies with files 0600 and directories 0700, then reads them back", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const clock = new ManualClock();
     const cold = `${dir}/cold`;
     const { broker } = await openBroker(new NodeFileSystem(), clock, {

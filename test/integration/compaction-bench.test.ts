@@ -1,14 +1,10 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { runCompactionBench } from "../../bench/compaction.ts";
 import { tempDir } from "../helpers/tmp.ts";
 
-const cleanups: (() => void)[] = [];
-afterEach(() => cleanups.splice(0).forEach((c) => c()));
-
 describe("the compaction benchmark, run tiny so it cannot rot", () => {
   it("compacts the same data with many and with few keys and reports throughput and memory", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const results = await runCompactionBench({
       dir,
       dataBytes: 1024 * 1024,

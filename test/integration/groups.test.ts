@@ -3,8 +3,8 @@
  * leaves and session expiries rebalancing, generation and ownership fencing, commit validation,
  * lag, offsets after a restart and after a power loss, clamping and unreadable files at start.
  */
-import { afterEach, describe, expect, it } from "vitest";
-import { LocalBroker } from "../../src/broker/broker.ts";
+import { describe, expect, it } from "vitest";
+import type { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 import { assignRoundRobin } from "../../src/broker/groups.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
@@ -12,26 +12,11 @@ import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
-
-const open: LocalBroker[] = [];
-afterEach(async () => {
-  for (const b of open.splice(0)) await b.close().catch(() => {});
-});
+import { abandonTestBroker, openTestBroker } from "../helpers/broker.ts";
 
 async function start(fs: MemoryFileSystem, clock = new ManualClock(), logger = new MemoryLogger()) {
-  const broker = await LocalBroker.open({
-    fs,
-    dataDir: "/data",
-    clock,
-    logger,
-    cleanupIntervalMs: 0,
-  });
-  open.push(broker);
+  const { broker } = await openTestBroker({ fs, clock, logger, cleanupIntervalMs: 0 });
   return { broker, clock, logger };
-}
-
-function forget(broker: LocalBroker) {
-  open.splice(open.indexOf(broker), 1);
 }
 
 async function fill(broker: LocalBroker, topic: string, partition: number, count: number) {
@@ -340,10 +325,10 @@ describe("consumer groups", () => {
       });
       if (crash) {
         fs.crash({ mode: "dropAll" });
-        forget(first.broker);
+        abandonTestBroker(first.broker);
       } else {
         await first.broker.close();
-        forget(first.broker);
+        abandonTestBroker(first.broker);
       }
       const { broker } = await start(fs);
       const d = await broker.describeGroup("g");
@@ -362,7 +347,7 @@ describe("consumer groups", () => {
         offsets: [{ topic: "t", partition: 0, offset: 8 }],
       });
       await broker.close();
-      forget(broker);
+      abandonTestBroker(broker);
     }
   });
 
@@ -405,7 +390,7 @@ describe("consumer groups", () => {
     await first.broker.createTopic({ name: "t", partitions: 1 });
     await fill(first.broker, "t", 0, 5);
     await first.broker.close();
-    forget(first.broker);
+    abandonTestBroker(first.broker);
     fs.writeFileSync(
       "/data/groups/g.json",
       utf8(
@@ -445,7 +430,7 @@ describe("consumer groups", () => {
       offsets: [{ topic: "t", partition: 0, offset: 0 }],
     });
     await first.broker.close();
-    forget(first.broker);
+    abandonTestBroker(first.broker);
     fs.writeFileSync("/data/groups/broken.json", new Uint8Array(0));
     fs.writeFileSync("/data/groups/garbled.json", utf8('{"group":'));
     const { broker, logger } = await start(fs);
@@ -514,7 +499,7 @@ describe("consumer groups", () => {
           () => false,
         );
         fs.crash({ mode, seed: n * 7 });
-        forget(broker);
+        abandonTestBroker(broker);
         const { broker: again } = await start(fs);
         const committed = (await again.describeGroup("g")).offsets.map((o) => o.committed);
         const label = `fault at mutation ${n} of ${mutations}, ${mode} crash`;
@@ -528,7 +513,7 @@ describe("consumer groups", () => {
             label,
           ).toContainEqual(committed);
         await again.close();
-        forget(again);
+        abandonTestBroker(again);
       }
     }
   });

@@ -4,25 +4,16 @@
  * each atomic rewrite) with the longest valid names, 249 characters: on the real file system and
  * on the simulated one, which refuses names over 255 bytes the same way.
  */
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { readdirSync } from "node:fs";
-import { LocalBroker } from "../../src/broker/broker.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import type { FileSystem } from "../../src/fs/types.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
-import { ManualClock } from "../../src/lib/clock.ts";
-import { MemoryLogger } from "../../src/lib/logger.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { readJsonFile, writeFileAtomic } from "../../src/storage/metadata.ts";
 import { tempDir } from "../helpers/tmp.ts";
-
-const cleanups: (() => void)[] = [];
-const open: LocalBroker[] = [];
-afterEach(async () => {
-  for (const b of open.splice(0)) await b.close();
-  cleanups.splice(0).forEach((c) => c());
-});
+import { openTestBroker } from "../helpers/broker.ts";
 
 const longTopic = "t".repeat(249);
 const longCompacted = "k".repeat(249);
@@ -31,11 +22,7 @@ const longGroup = "g".repeat(249);
 const backends: { name: string; make: () => { fs: FileSystem; root: string } }[] = [
   {
     name: "NodeFileSystem",
-    make: () => {
-      const t = tempDir();
-      cleanups.push(t.cleanup);
-      return { fs: new NodeFileSystem(), root: t.dir };
-    },
+    make: () => ({ fs: new NodeFileSystem(), root: tempDir().dir }),
   },
   { name: "MemoryFileSystem", make: () => ({ fs: new MemoryFileSystem(), root: "/r" }) },
 ];
@@ -43,16 +30,13 @@ const backends: { name: string; make: () => { fs: FileSystem; root: string } }[]
 for (const backend of backends) {
   describe(`249-character names on ${backend.name}`, () => {
     async function start(fs: FileSystem, root: string) {
-      const b = await LocalBroker.open({
+      const { broker } = await openTestBroker({
         fs,
         dataDir: `${root}/data`,
         coldStorageDir: `${root}/cold`,
-        clock: new ManualClock(),
-        logger: new MemoryLogger(),
         cleanupIntervalMs: 0,
       });
-      open.push(b);
-      return b;
+      return broker;
     }
 
     it("writeFileAtomic replaces a file whose name is 255 bytes, the longest a file system allows", async () => {
@@ -111,7 +95,6 @@ for (const backend of backends) {
       });
       await b.leaveGroup({ group: longGroup, memberId: joined.memberId });
       await b.close();
-      open.splice(open.indexOf(b), 1);
 
       b = await start(fs, root);
       expect((await b.listTopics()).map((t) => t.name)).toEqual([longCompacted, longTopic]);

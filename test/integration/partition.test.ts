@@ -1,15 +1,13 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { readFileSync, statSync, readdirSync, appendFileSync, truncateSync, cpSync } from "node:fs";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
-import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { utf8, fromUtf8 } from "../../src/lib/bytes.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
 import { tempDir } from "../helpers/tmp.ts";
-
-const cleanups: (() => void)[] = [];
-afterEach(() => cleanups.splice(0).forEach((c) => c()));
+import { decodeRecords } from "../helpers/records.ts";
 
 async function openLog(
   dir: string,
@@ -34,21 +32,12 @@ function batchOf(values: string[], keyPrefix: string | null = null) {
 }
 
 function decodeAll(bytes: Uint8Array): { offset: number; value: string }[] {
-  const c = new RecordCursor().reset(bytes);
-  const out: { offset: number; value: string }[] = [];
-  let p = 0;
-  while (p < bytes.length) {
-    expect(c.decode(p)).toBe(DecodeStatus.Ok);
-    out.push({ offset: c.offset, value: fromUtf8(c.value()) });
-    p += c.sizeBytes;
-  }
-  return out;
+  return decodeRecords(bytes).map(({ offset, value }) => ({ offset, value }));
 }
 
 describe("PartitionLog on the real file system", () => {
   it("assigns consecutive offsets and reads every offset back", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const log = await openLog(`${dir}/p`, 2048);
     const values = Array.from({ length: 300 }, (_, i) => `value-${i}-${"x".repeat(i % 50)}`);
     let next = 0;
@@ -70,8 +59,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("rolls at segment_bytes, names segments by base offset, and keeps index entries 4 KiB apart", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const log = await openLog(`${dir}/p`, 64 * 1024);
     for (let i = 0; i < 40; i++)
       await log.append(batchOf(Array.from({ length: 10 }, () => "y".repeat(500))));
@@ -102,8 +90,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("reopens with the same records and continues at the next offset", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     let log = await openLog(`${dir}/p`, 4096);
     for (let i = 0; i < 20; i++) await log.append(batchOf([`a${i}`, `b${i}`]));
     await log.close();
@@ -117,8 +104,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("cuts a torn tail of the active segment at start and reports it", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     let log = await openLog(`${dir}/p`);
     await log.append(batchOf(["one", "two", "three"]));
     await log.close();
@@ -139,8 +125,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("writes zeros ahead of the records, reads them as free space after a crash, and leaves exactly the records after a clean close", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const path = `${dir}/p/00000000000000000000.log`;
     let log = await openLog(`${dir}/p`, 8 * 1024 * 1024);
     await log.append(batchOf(["v0"]));
@@ -174,8 +159,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("cuts zeros left at the end of a sealed segment (a crash between a roll and its seal) without calling it corrupt", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     let log = await openLog(`${dir}/p`, 4096);
     for (let i = 0; i < 30; i++) await log.append(batchOf(["z".repeat(300)]));
     expect(log.segmentCount).toBeGreaterThan(1);
@@ -199,8 +183,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("cuts a torn record followed by zeros as a torn tail", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     let log = await openLog(`${dir}/p`);
     await log.append(batchOf(["one", "two", "three"]));
     await log.close();
@@ -219,8 +202,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("answers out of range below the log start and above the high watermark, empty at it", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const log = await openLog(`${dir}/p`);
     await log.append(batchOf(["a"]));
     await expect(log.read({ offset: 2, maxRecords: 1, maxBytes: 100 })).rejects.toMatchObject({
@@ -233,8 +215,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("makes files 0600 and directories 0700", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const old = process.umask(0);
     try {
       const log = await openLog(`${dir}/a/b`, 1024);
@@ -250,8 +231,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("shares one fsync among concurrent appends (group commit)", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const log = await openLog(`${dir}/p`);
     const results = await Promise.all(
       Array.from({ length: 200 }, (_, i) => log.append(batchOf([`r${i}`]))),
@@ -263,8 +243,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("writes requests that arrive together as one write, in arrival order, and acknowledges each after one fsync", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const log = await openLog(`${dir}/p`);
     // Appends made in one turn of the event loop (as from one readiness of many connections)
     // are all queued before the write loop starts.
@@ -281,8 +260,7 @@ describe("PartitionLog on the real file system", () => {
   });
 
   it("returns a record larger than the read window whole", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const log = await openLog(`${dir}/p`);
     await log.append(batchOf(["small"]));
     await log.append(batchOf(["B".repeat(600 * 1024)]));

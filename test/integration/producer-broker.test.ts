@@ -2,26 +2,22 @@
  * Idempotent produce through LocalBroker on the simulated disk: duplicates, gaps, fencing,
  * expiry, restarts, crashes (torn journal tail, unsynced log), deleted topics, journal rotation.
  */
-import { afterEach, describe, expect, it } from "vitest";
-import { LocalBroker } from "../../src/broker/broker.ts";
+import { describe, expect, it } from "vitest";
+import type { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 import type { ProduceResult, ProducerIdentity } from "../../src/broker/types.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { producerJournalEntriesRotate } from "../../src/lib/limits.ts";
-import { MemoryLogger } from "../../src/lib/logger.ts";
+import type { MemoryLogger } from "../../src/lib/logger.ts";
 import {
   DecodeStatus,
   EntryBatchBuilder,
   RecordCursor,
   type EntryBatch,
 } from "../../src/storage/record.ts";
-
-const open: LocalBroker[] = [];
-afterEach(async () => {
-  for (const b of open.splice(0)) await b.close().catch(() => {});
-});
+import { abandonTestBroker, openTestBroker } from "../helpers/broker.ts";
 
 async function start(
   fs: MemoryFileSystem,
@@ -32,22 +28,18 @@ async function start(
     flushEveryRecords?: number;
   } = {},
 ) {
-  const logger = options.logger ?? new MemoryLogger();
-  const broker = await LocalBroker.open({
+  const { broker, logger } = await openTestBroker({
     fs,
-    dataDir: "/data",
-    clock: options.clock ?? new ManualClock(),
-    logger,
+    clock: options.clock,
+    logger: options.logger,
     cleanupIntervalMs: 0,
     producerExpiryMs: options.producerExpiryMs,
     flushEveryRecords: options.flushEveryRecords,
   });
-  open.push(broker);
   return { broker, logger };
 }
 
 async function close(broker: LocalBroker) {
-  open.splice(open.indexOf(broker), 1);
   await broker.close();
 }
 
@@ -293,7 +285,7 @@ describe("idempotent produce", () => {
           }),
         );
       fs.crash({ mode, seed: 11 });
-      open.splice(open.indexOf(first.broker), 1);
+      abandonTestBroker(first.broker);
       const { broker } = await start(fs);
       // The last five batches are remembered and answered with their offsets; older ones are refused, never stored again.
       for (let s = 0; s < 10; s++) {
@@ -385,7 +377,7 @@ describe("idempotent produce", () => {
     expect(snapshot.journal_generation).toBeGreaterThanOrEqual(2);
     expect(fs.readFileSync("/data/producers.journal").length).toBeLessThan(100 * 1024);
     fs.crash({ mode: "dropAll" });
-    open.splice(open.indexOf(first.broker), 1);
+    abandonTestBroker(first.broker);
     const { broker } = await start(fs);
     expect(
       offsetsOf(

@@ -7,7 +7,7 @@
  * offsets, where a fetch that starts in a skipped range continues, which offset comes next, what
  * is left on disk, and which reports were logged.
  */
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   existsSync,
   readFileSync,
@@ -17,19 +17,14 @@ import {
   writeFileSync,
 } from "node:fs";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
-import { LocalBroker } from "../../src/broker/broker.ts";
+import type { LocalBroker } from "../../src/broker/broker.ts";
 import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
-import { MemoryLogger } from "../../src/lib/logger.ts";
-import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
+import type { MemoryLogger } from "../../src/lib/logger.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
 import { tempDir } from "../helpers/tmp.ts";
-
-const cleanups: (() => void)[] = [];
-const brokers: LocalBroker[] = [];
-afterEach(async () => {
-  for (const b of brokers.splice(0)) await b.close().catch(() => {});
-  cleanups.splice(0).forEach((c) => c());
-});
+import { openTestBroker } from "../helpers/broker.ts";
+import { fetchAll } from "../helpers/records.ts";
 
 const startMs = 1_700_000_000_000;
 
@@ -48,14 +43,11 @@ function expected(
 }
 
 async function open(dataDir: string): Promise<{ broker: LocalBroker; logger: MemoryLogger }> {
-  const logger = new MemoryLogger();
-  const broker = await LocalBroker.open({
+  const { broker, logger } = await openTestBroker({
     fs: new NodeFileSystem(),
     dataDir,
     clock: new ManualClock(startMs),
-    logger,
   });
-  brokers.push(broker);
   return { broker, logger };
 }
 
@@ -66,8 +58,7 @@ async function open(dataDir: string): Promise<{ broker: LocalBroker; logger: Mem
 async function writeLog(options: { count: number; segmentBytes: number; valueBytes?: number }) {
   // Large logs go ten records per request (each request still acknowledged after its fsync).
   const perRequest = options.count > 100 ? 10 : 1;
-  const { dir, cleanup } = tempDir();
-  cleanups.push(cleanup);
+  const { dir } = tempDir();
   const dataDir = `${dir}/data`;
   const valueBytes = options.valueBytes ?? 100;
   const { broker } = await open(dataDir);
@@ -87,7 +78,6 @@ async function writeLog(options: { count: number; segmentBytes: number; valueByt
     expect(result.spans).toEqual([{ partition: 0, baseOffset: o, count: n }]);
   }
   await broker.close();
-  brokers.splice(brokers.indexOf(broker), 1);
   const part = `${dataDir}/topics/r/0`;
   return { dataDir, part, bases: segmentBases(part), valueBytes };
 }
@@ -132,24 +122,13 @@ function patch(path: string, edit: (bytes: Buffer) => void): void {
 
 /** Every record served from `from` to the high watermark, decoded, following nextOffset. */
 async function readAll(broker: LocalBroker, from = 0) {
-  const out: { offset: number; key: string; value: string; timestampMs: number }[] = [];
-  let offset = from;
-  for (;;) {
-    const r = await broker.fetch({ topic: "r", partition: 0, offset, maxRecords: 7 });
-    const cursor = new RecordCursor().reset(r.records.bytes);
-    for (let p = 0; p < r.records.bytes.length; p += cursor.sizeBytes) {
-      expect(cursor.decode(p)).toBe(DecodeStatus.Ok);
-      out.push({
-        offset: cursor.offset,
-        key: fromUtf8(cursor.key()!),
-        value: fromUtf8(cursor.value()),
-        timestampMs: cursor.timestampMs,
-      });
-    }
-    if (r.nextOffset >= r.highWatermark) return out;
-    expect(r.nextOffset).toBeGreaterThan(offset);
-    offset = r.nextOffset;
-  }
+  // Seven records a fetch, so reads cross index entries and segment ends.
+  return (await fetchAll(broker, "r", from, { maxRecords: 7 })).map((r) => ({
+    offset: r.offset,
+    key: r.key!,
+    value: r.value,
+    timestampMs: r.timestampMs,
+  }));
 }
 
 /** The first record a fetch at `offset` serves (its offset), or null. */

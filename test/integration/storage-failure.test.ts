@@ -3,30 +3,19 @@
  * error) and which as `internal` (a name too long, a permission: retrying fails the same way), and
  * how node:fs errors read once wrapped (the errno code once, not twice).
  */
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { writeFileSync } from "node:fs";
 import { FsError, type FileSystem } from "../../src/fs/types.ts";
-import { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 import { storageFailure } from "../../src/broker/storage-failure.ts";
 import { StorageError } from "../../src/storage/errors.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
-import { ManualClock } from "../../src/lib/clock.ts";
-import { MemoryLogger } from "../../src/lib/logger.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { wrapFileSystem } from "../helpers/fs-wrap.ts";
-
-const cleanups: (() => void)[] = [];
-const open: LocalBroker[] = [];
-afterEach(async () => {
-  for (const b of open.splice(0)) await b.close();
-  cleanups.splice(0).forEach((c) => c());
-});
+import { openTestBroker } from "../helpers/broker.ts";
 
 function fresh(): string {
-  const t = tempDir();
-  cleanups.push(t.cleanup);
-  return t.dir;
+  return tempDir().dir;
 }
 
 async function failure(p: Promise<unknown>): Promise<unknown> {
@@ -112,14 +101,11 @@ describe("the broker", () => {
 
   it("answers storage_error for a full disk and internal for a name too long, in topic config updates and group commits", async () => {
     const state: { code: string | null } = { code: null };
-    const b = await LocalBroker.open({
+    const { broker: b } = await openTestBroker({
       fs: failingRename(state),
       dataDir: `${fresh()}/data`,
-      clock: new ManualClock(),
-      logger: new MemoryLogger(),
       cleanupIntervalMs: 0,
     });
-    open.push(b);
     await b.createTopic({ name: "t", partitions: 1 });
     const cases: [string, string][] = [
       ["ENOSPC", "storage_error"],

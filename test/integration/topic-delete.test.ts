@@ -1,48 +1,37 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { FsError, type FileSystem } from "../../src/fs/types.ts";
-import { LocalBroker } from "../../src/broker/broker.ts";
+import type { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
-import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage/record.ts";
-import { utf8, fromUtf8 } from "../../src/lib/bytes.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { wrapFileSystem } from "../helpers/fs-wrap.ts";
-
-const open: LocalBroker[] = [];
-const cleanups: (() => void)[] = [];
-afterEach(async () => {
-  for (const b of open.splice(0)) await b.close();
-  cleanups.splice(0).forEach((c) => c());
-});
+import { openTestBroker } from "../helpers/broker.ts";
+import { fetchValues } from "../helpers/records.ts";
 
 async function broker(
   dataDir: string,
   options: { fs?: FileSystem; logger?: MemoryLogger; coldStorageDir?: string } = {},
 ) {
-  const b = await LocalBroker.open({
+  const { broker: b } = await openTestBroker({
     fs: options.fs ?? new NodeFileSystem(),
     dataDir,
-    clock: new ManualClock(),
-    logger: options.logger ?? new MemoryLogger(),
+    logger: options.logger,
     coldStorageDir: options.coldStorageDir,
     cleanupIntervalMs: 0,
   });
-  open.push(b);
   return b;
 }
 
 async function closeBroker(b: LocalBroker) {
   await b.close();
-  open.splice(open.indexOf(b), 1);
 }
 
 function fresh() {
-  const t = tempDir();
-  cleanups.push(t.cleanup);
-  return t.dir;
+  return tempDir().dir;
 }
 
 async function produce(b: LocalBroker, topic: string, value: string) {
@@ -54,14 +43,7 @@ async function produce(b: LocalBroker, topic: string, value: string) {
 }
 
 async function values(b: LocalBroker, topic: string): Promise<string[]> {
-  const r = await b.fetch({ topic, partition: 0, offset: 0 });
-  const c = new RecordCursor().reset(r.records.bytes);
-  const out: string[] = [];
-  for (let p = 0; p < r.records.bytes.length; p += c.sizeBytes) {
-    expect(c.decode(p)).toBe(DecodeStatus.Ok);
-    out.push(fromUtf8(c.value()));
-  }
-  return out;
+  return fetchValues(b, topic);
 }
 
 /** The node file system, with `rename` and `removeTree` replaceable (`renameGate` is awaited before a rename into the trash). */

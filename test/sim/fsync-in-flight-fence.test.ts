@@ -20,7 +20,7 @@ import { utf8 } from "../../src/lib/bytes.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { wrapFileSystem } from "../helpers/fs-wrap.ts";
-import { readPartitionRecords } from "../helpers/partition-records.ts";
+import { readPartitionRecords } from "../helpers/records.ts";
 
 const dir = "/data/topics/t/0";
 

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { MemoryFileSystem, type CrashOptions } from "../../src/fs/memory.ts";
 import type { FileSystem } from "../../src/fs/types.ts";
 import { wrapFileSystem } from "../helpers/fs-wrap.ts";
-import { readPartitionRecords } from "../helpers/partition-records.ts";
+import { readPartitionRecords } from "../helpers/records.ts";
 import { FsError } from "../../src/fs/types.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";

@@ -15,15 +15,11 @@ import { BrokerError } from "../../src/broker/errors.ts";
 import type { ProduceResult } from "../../src/broker/types.ts";
 import { MemoryFileSystem, type CrashMode } from "../../src/fs/memory.ts";
 import type { FileSystem } from "../../src/fs/types.ts";
-import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import {
-  DecodeStatus,
-  EntryBatchBuilder,
-  RecordCursor,
-  type EntryBatch,
-} from "../../src/storage/record.ts";
+import { EntryBatchBuilder, type EntryBatch } from "../../src/storage/record.ts";
+import { fetchAll } from "../helpers/records.ts";
 
 interface Sent {
   producer: string;
@@ -128,18 +124,10 @@ async function storedValues(
   partition: number,
 ): Promise<Map<string, number[]>> {
   const seen = new Map<string, number[]>();
-  let offset = (await broker.listOffsets({ topic: "t", partition })).logStartOffset;
-  for (;;) {
-    const r = await broker.fetch({ topic: "t", partition, offset, maxRecords: 10_000 });
-    if (r.records.count === 0) return seen;
-    const c = new RecordCursor().reset(r.records.bytes);
-    for (let pos = 0; pos < r.records.bytes.length; pos += c.sizeBytes) {
-      expect(c.decode(pos)).toBe(DecodeStatus.Ok);
-      const v = fromUtf8(c.value());
-      seen.set(v, [...(seen.get(v) ?? []), c.offset]);
-    }
-    offset = r.nextOffset;
-  }
+  const from = (await broker.listOffsets({ topic: "t", partition })).logStartOffset;
+  for (const r of await fetchAll(broker, "t", from, { partition, maxRecords: 10_000 }))
+    seen.set(r.value, [...(seen.get(r.value) ?? []), r.offset]);
+  return seen;
 }
 
 function offsetsOf(result: ProduceResult): number[] {

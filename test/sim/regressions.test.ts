@@ -11,9 +11,10 @@ import { LocalBroker } from "../../src/broker/broker.ts";
 import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
 import { drainMicrotasks } from "./harness.ts";
 import { wrapFileSystem } from "../helpers/fs-wrap.ts";
+import { readPartitionRecords } from "../helpers/records.ts";
 
 const dir = "/d/p";
 
@@ -46,19 +47,7 @@ function openLog(
 }
 
 async function values(log: PartitionLog): Promise<string[]> {
-  const out: string[] = [];
-  let offset = log.logStartOffset;
-  while (offset < log.highWatermark) {
-    const r = await log.read({ offset, maxRecords: 100, maxBytes: 1 << 20 });
-    const c = new RecordCursor().reset(r.bytes);
-    for (let p = 0; p < r.bytes.length; p += c.sizeBytes) {
-      expect(c.decode(p)).toBe(DecodeStatus.Ok);
-      out.push(`${c.offset}:${fromUtf8(c.value())}`);
-    }
-    if (r.nextOffset <= offset) break;
-    offset = r.nextOffset;
-  }
-  return out;
+  return (await readPartitionRecords(log)).map((r) => `${r.offset}:${r.value}`);
 }
 
 type State = "pending" | "ok" | "error";

@@ -22,7 +22,7 @@ import { MemoryLogger } from "../../src/lib/logger.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { wrapFileSystem } from "../helpers/fs-wrap.ts";
-import { readPartitionRecords } from "../helpers/partition-records.ts";
+import { readPartitionRecords } from "../helpers/records.ts";
 
 /** A manual clock whose `afterIo` callbacks wait until the test runs them, one at a time, in any order. */
 class HeldIoClock extends ManualClock {
