@@ -1,18 +1,11 @@
-/**
- * Shared fixtures of the retention, compaction and cold-storage tests: a broker on a simulated
- * disk with a manual clock and no background tasks, produce and fetch helpers that check every
- * record's CRC and offset, and a file-system wrapper that holds reads at a gate. (A power cut
- * after N mutations is a {@link MemoryFileSystem} option: `powerCutAtMutation`, `armPowerCut`.)
- */
-import { expect } from "vitest";
 import { LocalBroker, type LocalBrokerOptions } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import type { FileHandle, FileStat, FileSystem, OpenOptions } from "../../src/fs/types.ts";
-import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage/record.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
 
 /** One record to produce: key null = no key; value "" = a tombstone when keyed; ts −1 = broker clock. */
 export interface Rec {
