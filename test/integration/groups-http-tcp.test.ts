@@ -1,37 +1,25 @@
 /**
- * Consumer groups through both front doors over the real broker: the HTTP shapes of the issue's
- * contract (through the Hono app) and the same operations over TCP (real loopback sockets and the
- * TypeScript client), including the GroupConsumer that heartbeats, rejoins and commits.
+ * Consumer groups through both front doors over the real broker. The scenarios every front door
+ * must pass run from one table against HTTP (the Hono app) and TCP (real loopback sockets and the
+ * TypeScript client), each checking its own wire shapes (test/helpers/front-doors.ts); then what
+ * only one door has: HTTP's refusal of malformed bodies, and the TCP GroupConsumer that
+ * heartbeats, rejoins and commits.
  */
-import { afterEach, describe, expect, it } from "vitest";
-import { LocalBroker } from "../../src/broker/broker.ts";
-import { ClientError, GroupConsumer, TcpClient } from "../../src/client/client.ts";
-import { MemoryFileSystem } from "../../src/fs/memory.ts";
+import { describe, expect, it } from "vitest";
+import type { LocalBroker } from "../../src/broker/broker.ts";
+import { GroupConsumer } from "../../src/client/client.ts";
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import type { Clock } from "../../src/lib/clock.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { listenTcp } from "../../src/runtime/tcp.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { createHttpApp } from "../../src/transport/http/app.ts";
-import { createTcpTransport } from "../../src/transport/tcp/transport.ts";
+import { openTestBroker } from "../helpers/broker.ts";
 import { realClock } from "../helpers/clock.ts";
-
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c();
-});
+import { expectDoorError, frontDoors, serveTcp } from "../helpers/front-doors.ts";
 
 async function broker(clock: Clock = new ManualClock()): Promise<LocalBroker> {
-  const b = await LocalBroker.open({
-    fs: new MemoryFileSystem(),
-    dataDir: "/data",
-    clock,
-    logger: new MemoryLogger(),
-    cleanupIntervalMs: 0,
-  });
-  cleanups.push(() => b.close());
-  return b;
+  return (await openTestBroker({ clock, cleanupIntervalMs: 0 })).broker;
 }
 
 async function fill(b: LocalBroker, topic: string, partition: number, values: string[]) {
@@ -40,26 +28,135 @@ async function fill(b: LocalBroker, topic: string, partition: number, values: st
   await b.produce({ topic, partition, batch: batch.build() });
 }
 
-async function tcp(b: LocalBroker): Promise<{ connect: () => Promise<TcpClient> }> {
-  const transport = createTcpTransport({ broker: b, clock: realClock, logger: new MemoryLogger() });
-  const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>
-    transport.handleConnection(socket),
-  );
-  cleanups.push(async () => {
-    const stopped = listener.close();
-    await transport.close({ graceMs: 500 });
-    await stopped;
+const t0 = { topic: "t", partition: 0 };
+const t1 = { topic: "t", partition: 1 };
+
+for (const factory of frontDoors) {
+  describe(`consumer groups over ${factory.name}`, () => {
+    /** Topic t: partition 0 holds a, b, c; partition 1 holds x, y. */
+    async function setup() {
+      const b = await broker();
+      await b.createTopic({ name: "t", partitions: 2 });
+      await fill(b, "t", 0, ["a", "b", "c"]);
+      await fill(b, "t", 1, ["x", "y"]);
+      return { b, door: await factory.open(b) };
+    }
+
+    it("joins, heartbeats, commits, describes, lists and leaves with the contract's shapes", async () => {
+      const { b, door } = await setup();
+      const joined = await door.joinGroup("g", { topics: ["t"], sessionTimeoutMs: 5000 });
+      expect(joined).toEqual({
+        memberId: expect.any(String),
+        generation: 1,
+        sessionTimeoutMs: 5000,
+        assignments: [t0, t1],
+      });
+      const member = joined.memberId;
+      expect(await door.heartbeat("g", member, 1)).toEqual({
+        generation: 1,
+        rejoin: false,
+        assignments: [t0, t1],
+      });
+      await door.commitOffsets({
+        group: "g",
+        memberId: member,
+        generation: 1,
+        offsets: [
+          { ...t0, offset: 2 },
+          { ...t1, offset: 1 },
+        ],
+      });
+      const described = await door.describeGroup("g");
+      expect(described).toEqual({
+        group: "g",
+        generation: 1,
+        members: [
+          { memberId: member, topics: ["t"], sessionTimeoutMs: 5000, assignments: [t0, t1] },
+        ],
+        offsets: [
+          { ...t0, committed: 2, highWatermark: 3, lag: 1, owner: member },
+          { ...t1, committed: 1, highWatermark: 2, lag: 1, owner: member },
+        ],
+      });
+      expect(described).toEqual(await b.describeGroup("g"));
+      expect(await door.listGroups()).toEqual([described]);
+      expect(await door.listGroups()).toEqual(await b.listGroups());
+      // A commit of an older generation names the current one; one above the high watermark is refused.
+      await expectDoorError(
+        door.commitOffsets({
+          group: "g",
+          memberId: member,
+          generation: 0,
+          offsets: [{ ...t1, offset: 2 }],
+        }),
+        { code: "stale_generation", http: 409, exactDetails: { generation: 1 } },
+      );
+      await expectDoorError(
+        door.commitOffsets({
+          group: "g",
+          memberId: member,
+          generation: 1,
+          offsets: [{ ...t1, offset: 3 }],
+        }),
+        { code: "invalid_offset", http: 400 },
+      );
+      await door.leaveGroup("g", member);
+      const after = await door.describeGroup("g");
+      expect(after.generation).toBe(2);
+      expect(after.members).toEqual([]);
+      expect(after.offsets[0]).toEqual({
+        ...t0,
+        committed: 2,
+        highWatermark: 3,
+        lag: 1,
+        owner: null,
+      });
+      await expectDoorError(door.describeGroup("nope"), { code: "group_not_found", http: 404 });
+    });
+
+    it("refuses stale generations, commits by non-owners or without a member, offsets out of range, and unknown members", async () => {
+      const { door } = await setup();
+      const a = await door.joinGroup("g", { topics: ["t"] });
+      const b = await door.joinGroup("g", { topics: ["t"] });
+      await expectDoorError(
+        door.commitOffsets({
+          group: "g",
+          memberId: a.memberId,
+          generation: a.generation,
+          offsets: [{ ...t0, offset: 1 }],
+        }),
+        { code: "stale_generation", http: 409 },
+      );
+      await expectDoorError(
+        door.commitOffsets({
+          group: "g",
+          memberId: a.memberId,
+          generation: b.generation,
+          offsets: [{ ...b.assignments[0], offset: 0 }],
+        }),
+        { code: "not_partition_owner", http: 409 },
+      );
+      // A group with members takes commits only from a named member.
+      await expectDoorError(door.commitOffsets({ group: "g", offsets: [{ ...t0, offset: 1 }] }), {
+        code: "unknown_member",
+        http: 409,
+      });
+      await expectDoorError(
+        door.commitOffsets({ group: "solo", offsets: [{ ...t0, offset: 4 }] }),
+        {
+          code: "invalid_offset",
+          http: 400,
+          details: { high_watermark: 3 },
+        },
+      );
+      expect((await door.heartbeat("g", a.memberId, a.generation)).rejoin).toBe(true);
+      await expectDoorError(door.heartbeat("g", "ghost", 1), { code: "unknown_member" });
+      await expectDoorError(door.leaveGroup("g", "ghost"), { code: "unknown_member", http: 409 });
+    });
   });
-  return {
-    connect: async () => {
-      const client = await TcpClient.connect({ host: "127.0.0.1", port: listener.port });
-      cleanups.push(() => client.close());
-      return client;
-    },
-  };
 }
 
-describe("consumer groups over HTTP", () => {
+describe("consumer groups over HTTP only", () => {
   async function setup() {
     const b = await broker();
     await b.createTopic({ name: "t", partitions: 2 });
@@ -77,135 +174,20 @@ describe("consumer groups over HTTP", () => {
     return { b, call };
   }
 
-  it("joins, heartbeats, commits, describes, lists and leaves with the contract's shapes", async () => {
+  it("refuses a negative offset with 400 invalid_offset (a TCP client cannot encode one)", async () => {
     const { call } = await setup();
-    const joined = await call("POST", "/v1/groups/g/members", {
-      topics: ["t"],
-      session_timeout_ms: 5000,
-    });
-    expect(joined.status).toBe(200);
-    expect(joined.body).toEqual({
-      member_id: expect.any(String),
-      generation: 1,
-      session_timeout_ms: 5000,
-      assignments: [
-        { topic: "t", partition: 0 },
-        { topic: "t", partition: 1 },
-      ],
-    });
-    const member = joined.body.member_id as string;
-    const hb = await call("POST", `/v1/groups/g/members/${member}/heartbeat`, { generation: 1 });
-    expect(hb).toEqual({
-      status: 200,
-      body: {
-        generation: 1,
-        rejoin: false,
-        assignments: [
-          { topic: "t", partition: 0 },
-          { topic: "t", partition: 1 },
-        ],
-      },
-    });
-    const bare = await call("POST", `/v1/groups/g/members/${member}/heartbeat`);
-    expect(bare.status).toBe(200);
-    const commit = await call("POST", "/v1/groups/g/offsets", {
-      member_id: member,
-      generation: 1,
-      offsets: [{ topic: "t", partition: 0, offset: 2 }],
-    });
-    expect(commit).toEqual({ status: 204, body: null });
-    const described = await call("GET", "/v1/groups/g");
-    expect(described).toEqual({
-      status: 200,
-      body: {
-        group: "g",
-        generation: 1,
-        members: [
-          {
-            member_id: member,
-            topics: ["t"],
-            session_timeout_ms: 5000,
-            assignments: [
-              { topic: "t", partition: 0 },
-              { topic: "t", partition: 1 },
-            ],
-          },
-        ],
-        offsets: [
-          { topic: "t", partition: 0, committed: 2, high_watermark: 3, lag: 1, owner: member },
-          {
-            topic: "t",
-            partition: 1,
-            committed: null,
-            high_watermark: 0,
-            lag: null,
-            owner: member,
-          },
-        ],
-      },
-    });
-    expect((await call("GET", "/v1/groups")).body).toEqual({ groups: [described.body] });
-    expect(await call("DELETE", `/v1/groups/g/members/${member}`)).toEqual({
-      status: 204,
-      body: null,
-    });
-    const after = await call("GET", "/v1/groups/g");
-    expect(after.body.generation).toBe(2);
-    expect(after.body.members).toEqual([]);
-    expect(after.body.offsets[0]).toEqual({
-      topic: "t",
-      partition: 0,
-      committed: 2,
-      high_watermark: 3,
-      lag: 1,
-      owner: null,
-    });
-  });
-
-  it("answers fencing with 409, bad offsets with 400 and unknown groups with 404", async () => {
-    const { call } = await setup();
-    const a = (await call("POST", "/v1/groups/g/members", { topics: ["t"] })).body;
-    const b = (await call("POST", "/v1/groups/g/members", { topics: ["t"] })).body;
-    const stale = await call("POST", "/v1/groups/g/offsets", {
-      member_id: a.member_id,
-      generation: a.generation,
-      offsets: [{ topic: "t", partition: 0, offset: 1 }],
-    });
-    expect(stale.status).toBe(409);
-    expect(stale.body.error.code).toBe("stale_generation");
-    const notOwner = await call("POST", "/v1/groups/g/offsets", {
-      member_id: a.member_id,
-      generation: b.generation,
-      offsets: [{ ...b.assignments[0], offset: 0 }],
-    });
-    expect(notOwner.status).toBe(409);
-    expect(notOwner.body.error.code).toBe("not_partition_owner");
-    const anonymous = await call("POST", "/v1/groups/g/offsets", {
-      offsets: [{ topic: "t", partition: 0, offset: 1 }],
-    });
-    expect(anonymous.status).toBe(409);
-    const above = await call("POST", "/v1/groups/solo/offsets", {
-      offsets: [{ topic: "t", partition: 0, offset: 4 }],
-    });
-    expect(above.status).toBe(400);
-    expect(above.body.error).toMatchObject({
-      code: "invalid_offset",
-      details: { high_watermark: 3 },
-    });
     const negative = await call("POST", "/v1/groups/solo/offsets", {
       offsets: [{ topic: "t", partition: 0, offset: -1 }],
     });
     expect(negative.status).toBe(400);
     expect(negative.body.error.code).toBe("invalid_offset");
-    const hb = await call("POST", `/v1/groups/g/members/${a.member_id}/heartbeat`, {
-      generation: a.generation,
-    });
-    expect(hb.body.rejoin).toBe(true);
-    expect((await call("GET", "/v1/groups/nope")).status).toBe(404);
-    expect((await call("POST", "/v1/groups/g/members/ghost/heartbeat")).body.error.code).toBe(
-      "unknown_member",
-    );
-    expect((await call("DELETE", "/v1/groups/g/members/ghost")).status).toBe(409);
+  });
+
+  it("accepts a heartbeat without a body", async () => {
+    const { call } = await setup();
+    const member = (await call("POST", "/v1/groups/g/members", { topics: ["t"] })).body.member_id;
+    const bare = await call("POST", `/v1/groups/g/members/${member}/heartbeat`);
+    expect(bare.status).toBe(200);
   });
 
   it("refuses malformed bodies with 400 naming the field", async () => {
@@ -231,77 +213,13 @@ describe("consumer groups over HTTP", () => {
   });
 });
 
-describe("consumer groups over TCP", () => {
-  it("joins, heartbeats, commits, describes, lists and leaves through the client", async () => {
-    const b = await broker();
-    await b.createTopic({ name: "t", partitions: 2 });
-    await fill(b, "t", 1, ["x", "y"]);
-    const client = await (await tcp(b)).connect();
-    const a = await client.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 4000 });
-    expect(a).toEqual({
-      memberId: expect.any(String),
-      generation: 1,
-      sessionTimeoutMs: 4000,
-      assignments: [
-        { topic: "t", partition: 0 },
-        { topic: "t", partition: 1 },
-      ],
-    });
-    expect(await client.heartbeat({ group: "g", memberId: a.memberId, generation: 1 })).toEqual({
-      generation: 1,
-      rejoin: false,
-      assignments: a.assignments,
-    });
-    await client.commitOffsets({
-      group: "g",
-      memberId: a.memberId,
-      generation: 1,
-      offsets: [{ topic: "t", partition: 1, offset: 1 }],
-    });
-    const d = await client.describeGroup("g");
-    expect(d).toEqual(await b.describeGroup("g"));
-    expect(d.offsets[1]).toEqual({
-      topic: "t",
-      partition: 1,
-      committed: 1,
-      highWatermark: 2,
-      lag: 1,
-      owner: a.memberId,
-    });
-    expect(await client.listGroups()).toEqual(await b.listGroups());
-    const stale = await client
-      .commitOffsets({
-        group: "g",
-        memberId: a.memberId,
-        generation: 0,
-        offsets: [{ topic: "t", partition: 1, offset: 2 }],
-      })
-      .catch((e: unknown) => e);
-    expect(stale).toBeInstanceOf(ClientError);
-    expect((stale as ClientError).code).toBe("stale_generation");
-    expect((stale as ClientError).details).toEqual({ generation: 1 });
-    const above = await client
-      .commitOffsets({
-        group: "g",
-        memberId: a.memberId,
-        generation: 1,
-        offsets: [{ topic: "t", partition: 1, offset: 3 }],
-      })
-      .catch((e: unknown) => e);
-    expect((above as ClientError).code).toBe("invalid_offset");
-    await client.leaveGroup({ group: "g", memberId: a.memberId });
-    expect((await client.describeGroup("g")).members).toEqual([]);
-    expect(
-      ((await client.describeGroup("nope").catch((e: unknown) => e)) as ClientError).code,
-    ).toBe("group_not_found");
-  });
-
+describe("consumer groups over TCP only", () => {
   it("GroupConsumer commits where it starts a partition the group never committed, so a member taking over after it dies skips nothing", async () => {
     const clock = new ManualClock();
     const b = await broker(clock);
     await b.createTopic({ name: "t", partitions: 1 });
     await fill(b, "t", 0, ["old-1", "old-2", "old-3"]);
-    const server = await tcp(b);
+    const server = await serveTcp(b);
     const one = await GroupConsumer.join({
       client: await server.connect(),
       group: "g",
@@ -344,7 +262,7 @@ describe("consumer groups over TCP", () => {
         p,
         Array.from({ length: 5 }, (_, i) => `p${p}-${i}`),
       );
-    const server = await tcp(b);
+    const server = await serveTcp(b);
     const seen: string[] = [];
     const drain = async (c: GroupConsumer, rounds: number) => {
       for (let i = 0; i < rounds; i++) {

@@ -1,51 +1,38 @@
 /**
- * Idempotent produce through both front doors: the Producer-Id / Producer-Epoch / Producer-Seq
- * headers over HTTP (through the Hono app), api 12 over TCP with error details, and the client's
- * IdempotentProducer retrying through lost answers and recovering from a forgotten producer.
+ * Idempotent produce through both front doors. The scenarios every front door must pass run from
+ * one table against HTTP (the Producer-Id / Producer-Epoch / Producer-Seq headers, through the Hono
+ * app) and TCP (api 12 with error details, over a real socket), each checking its own wire shapes
+ * (test/helpers/front-doors.ts); then what only one door has: HTTP's NDJSON bodies and header
+ * checks, and the client's IdempotentProducer retrying through lost answers and recovering from a
+ * forgotten producer.
  */
 import * as net from "node:net";
-import { afterEach, describe, expect, it } from "vitest";
-import { LocalBroker } from "../../src/broker/broker.ts";
-import { ClientError, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
-import { MemoryFileSystem } from "../../src/fs/memory.ts";
-import { fromUtf8 } from "../../src/lib/bytes.ts";
+import { describe, expect, it, onTestFinished } from "vitest";
+import type { LocalBroker } from "../../src/broker/broker.ts";
+import { type ClientError, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
 import { ManualClock, type Clock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { listenTcp } from "../../src/runtime/tcp.ts";
-import { DecodeStatus, RecordCursor } from "../../src/storage/record.ts";
 import { createHttpApp } from "../../src/transport/http/app.ts";
 import { createTcpTransport } from "../../src/transport/tcp/transport.ts";
+import { openTestBroker } from "../helpers/broker.ts";
 import { realClock } from "../helpers/clock.ts";
-
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c();
-});
+import { expectDoorError, frontDoors } from "../helpers/front-doors.ts";
+import { fetchValues } from "../helpers/records.ts";
 
 async function broker(
   options: { clock?: Clock; producerExpiryMs?: number } = {},
 ): Promise<LocalBroker> {
-  const b = await LocalBroker.open({
-    fs: new MemoryFileSystem(),
-    dataDir: "/data",
+  const { broker } = await openTestBroker({
     clock: options.clock ?? new ManualClock(),
-    logger: new MemoryLogger(),
     cleanupIntervalMs: 0,
     producerExpiryMs: options.producerExpiryMs,
   });
-  cleanups.push(() => b.close());
-  return b;
+  return broker;
 }
 
 async function values(b: LocalBroker, topic: string, partition = 0): Promise<string[]> {
-  const r = await b.fetch({ topic, partition, offset: 0, maxRecords: 10_000 });
-  const c = new RecordCursor().reset(r.records.bytes);
-  const out: string[] = [];
-  for (let pos = 0; pos < r.records.bytes.length; pos += c.sizeBytes) {
-    expect(c.decode(pos)).toBe(DecodeStatus.Ok);
-    out.push(fromUtf8(c.value()));
-  }
-  return out;
+  return fetchValues(b, topic, { partition, maxRecords: 10_000 });
 }
 
 /** A TCP server over `b`; `dropAnswers(n)` makes the next n answers vanish (the connection is cut after the request got through). */
@@ -74,14 +61,14 @@ async function serve(b: LocalBroker) {
   });
   await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
   const proxyPort = (proxy.address() as net.AddressInfo).port;
-  cleanups.push(async () => {
+  onTestFinished(async () => {
     await new Promise<void>((r) => proxy.close(() => r()));
     const stopped = listener.close();
     await transport.close({ graceMs: 500 });
     await stopped;
   });
   const clients: TcpClient[] = [];
-  cleanups.push(async () => {
+  onTestFinished(async () => {
     for (const c of clients) await c.close();
   });
   return {
@@ -98,7 +85,39 @@ async function serve(b: LocalBroker) {
   };
 }
 
-describe("idempotent produce over HTTP", () => {
+for (const factory of frontDoors) {
+  describe(`idempotent produce over ${factory.name}`, () => {
+    it("answers a retry with the original offsets and duplicate: true, appending nothing; a gap names the expected sequence, a stale epoch the expected epoch", async () => {
+      const b = await broker();
+      await b.createTopic({ name: "t", partitions: 2 });
+      const door = await factory.open(b);
+      const producer = { id: "web-1", epoch: 0, sequence: 0 };
+      const first = await door.produceIdempotent("t", 1, ["a", "b"], producer);
+      expect(first).toEqual({
+        spans: [{ partition: 1, baseOffset: 0, count: 2 }],
+        duplicate: false,
+      });
+      expect(await door.produceIdempotent("t", 1, ["a", "b"], producer)).toEqual({
+        ...first,
+        duplicate: true,
+      });
+      expect(await values(b, "t", 1)).toEqual(["a", "b"]);
+      await expectDoorError(door.produceIdempotent("t", 1, ["c"], { ...producer, sequence: 9 }), {
+        code: "out_of_order_sequence",
+        http: 409,
+        exactDetails: { expected_sequence: 2 },
+      });
+      await door.produceIdempotent("t", 1, ["c"], { id: "web-1", epoch: 5, sequence: 0 });
+      await expectDoorError(
+        door.produceIdempotent("t", 1, ["d"], { id: "web-1", epoch: 4, sequence: 0 }),
+        { code: "producer_fenced", http: 403, exactDetails: { expected_epoch: 5 } },
+      );
+      expect(await values(b, "t", 1)).toEqual(["a", "b", "c"]);
+    });
+  });
+}
+
+describe("idempotent produce over HTTP only", () => {
   async function setup() {
     const b = await broker();
     await b.createTopic({ name: "t", partitions: 2 });
@@ -123,55 +142,11 @@ describe("idempotent produce over HTTP", () => {
     "Producer-Seq": String(seq),
   });
 
-  it("answers a retry 200 with the original offsets and duplicate: true, appending nothing", async () => {
-    const { b, produce } = await setup();
-    const body = {
-      records: [
-        { value: "a", partition: 1 },
-        { value: "b", partition: 1 },
-      ],
-    };
-    expect(await produce(h("web-1", 0, 0), body)).toEqual({
-      status: 200,
-      body: {
-        offsets: [
-          { partition: 1, offset: 0 },
-          { partition: 1, offset: 1 },
-        ],
-        duplicate: false,
-      },
-    });
-    expect(await produce(h("web-1", 0, 0), body)).toEqual({
-      status: 200,
-      body: {
-        offsets: [
-          { partition: 1, offset: 0 },
-          { partition: 1, offset: 1 },
-        ],
-        duplicate: true,
-      },
-    });
-    expect(await values(b, "t", 1)).toEqual(["a", "b"]);
-    // Without the headers, produce answers as before (no "duplicate").
-    expect((await produce({}, { records: [{ value: "c", partition: 1 }] })).body).toEqual({
-      offsets: [{ partition: 1, offset: 2 }],
-    });
-  });
-
-  it("answers a sequence gap 409 and a stale epoch 403, each naming the expected value", async () => {
+  it("answers a produce without the headers as before (no duplicate field)", async () => {
     const { produce } = await setup();
-    await produce(h("web-1", 2, 0), { records: [{ value: "a", partition: 0 }] });
-    const gap = await produce(h("web-1", 2, 5), { records: [{ value: "b", partition: 0 }] });
-    expect(gap.status).toBe(409);
-    expect(gap.body.error).toMatchObject({
-      code: "out_of_order_sequence",
-      details: { expected_sequence: 1 },
-    });
-    const stale = await produce(h("web-1", 1, 1), { records: [{ value: "b", partition: 0 }] });
-    expect(stale.status).toBe(403);
-    expect(stale.body.error).toMatchObject({
-      code: "producer_fenced",
-      details: { expected_epoch: 2 },
+    await produce(h("web-1", 0, 0), { records: [{ value: "a", partition: 1 }] });
+    expect((await produce({}, { records: [{ value: "c", partition: 1 }] })).body).toEqual({
+      offsets: [{ partition: 1, offset: 1 }],
     });
   });
 
@@ -213,38 +188,7 @@ describe("idempotent produce over HTTP", () => {
   });
 });
 
-describe("idempotent produce over TCP", () => {
-  it("answers a retry as a duplicate and carries the expected sequence in error details", async () => {
-    const b = await broker();
-    await b.createTopic({ name: "t", partitions: 1 });
-    const client = await (await serve(b)).connect();
-    const producer = { id: "p", epoch: 0, sequence: 0 };
-    const first = await client.produceIdempotent("t", [{ value: "a" }, { value: "b" }], {
-      producer,
-    });
-    expect(first).toEqual({ spans: [{ partition: 0, baseOffset: 0, count: 2 }], duplicate: false });
-    expect(
-      await client.produceIdempotent("t", [{ value: "a" }, { value: "b" }], { producer }),
-    ).toEqual({ ...first, duplicate: true });
-    const gap = (await client
-      .produceIdempotent("t", [{ value: "c" }], { producer: { ...producer, sequence: 9 } })
-      .catch((e: unknown) => e)) as ClientError;
-    expect(gap).toBeInstanceOf(ClientError);
-    expect(gap.code).toBe("out_of_order_sequence");
-    expect(gap.details).toEqual({ expected_sequence: 2 });
-    const fenced = (await client
-      .produceIdempotent("t", [{ value: "c" }], { producer: { id: "p", epoch: 5, sequence: 0 } })
-      .then(() =>
-        client.produceIdempotent("t", [{ value: "d" }], {
-          producer: { id: "p", epoch: 4, sequence: 0 },
-        }),
-      )
-      .catch((e: unknown) => e)) as ClientError;
-    expect(fenced.code).toBe("producer_fenced");
-    expect(fenced.details).toEqual({ expected_epoch: 5 });
-    expect(await values(b, "t")).toEqual(["a", "b", "c"]);
-  });
-
+describe("idempotent produce over TCP only", () => {
   it("IdempotentProducer resends a batch whose answer was lost and gets its original offsets, stored once", async () => {
     const b = await broker({ clock: realClock });
     await b.createTopic({ name: "t", partitions: 3 });
@@ -254,7 +198,7 @@ describe("idempotent produce over TCP", () => {
       producerId: "svc-1",
       retryBackoffMs: 5,
     });
-    cleanups.push(() => producer.close());
+    onTestFinished(() => producer.close());
     const results = [];
     for (let i = 0; i < 10; i++) {
       if (i % 3 === 1) server.dropAnswers(1);
@@ -271,7 +215,7 @@ describe("idempotent produce over TCP", () => {
     await b.createTopic({ name: "t", partitions: 4 });
     const server = await serve(b);
     const producer = new IdempotentProducer({ connect: server.connect, producerId: "router" });
-    cleanups.push(() => producer.close());
+    onTestFinished(() => producer.close());
     const keyless = await producer.send("t", [{ value: "a" }, { value: "b" }]);
     expect(new Set(keyless.spans.map((s) => s.partition)).size).toBe(1);
     const keyed = await producer.send("t", [
@@ -295,7 +239,7 @@ describe("idempotent produce over TCP", () => {
     await b.createTopic({ name: "t", partitions: 1 });
     const server = await serve(b);
     const producer = new IdempotentProducer({ connect: server.connect, producerId: "careful" });
-    cleanups.push(() => producer.close());
+    onTestFinished(() => producer.close());
     await producer.send("t", [{ value: "a" }], { partition: 0 });
     const refused = await producer
       .send("t", [{ value: "future", timestampMs: Date.now() + 10 * 24 * 3600_000 }], {
@@ -315,7 +259,7 @@ describe("idempotent produce over TCP", () => {
     await b.createTopic({ name: "t", partitions: 1 });
     const server = await serve(b);
     const producer = new IdempotentProducer({ connect: server.connect, producerId: "sleepy" });
-    cleanups.push(() => producer.close());
+    onTestFinished(() => producer.close());
     await producer.send("t", [{ value: "a" }], { partition: 0 });
     await producer.send("t", [{ value: "b" }], { partition: 0 });
     clock.advance(120_000);

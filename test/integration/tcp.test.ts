@@ -4,8 +4,7 @@
  * small fake).
  */
 import * as net from "node:net";
-import { afterEach, describe, expect, it, vi } from "vitest";
-import { LocalBroker } from "../../src/broker/broker.ts";
+import { describe, expect, it, onTestFinished, vi } from "vitest";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import type { Broker, FetchResult } from "../../src/broker/types.ts";
 import { ClientError, expandSpans, TcpClient } from "../../src/client/client.ts";
@@ -27,6 +26,7 @@ import {
   type TcpTransportOptions,
 } from "../../src/transport/tcp/transport.ts";
 import { tempDir } from "../helpers/tmp.ts";
+import { openTestBroker } from "../helpers/broker.ts";
 import { realClock } from "../helpers/clock.ts";
 
 const text = (s: string) => new TextEncoder().encode(s);
@@ -40,11 +40,6 @@ interface Server {
   port: number;
 }
 
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-
 /** Starts transport + listener over `broker`; shut down after the test. */
 async function serve(broker: Broker, options: Partial<TcpTransportOptions> = {}): Promise<Server> {
   const logger = new MemoryLogger();
@@ -52,7 +47,7 @@ async function serve(broker: Broker, options: Partial<TcpTransportOptions> = {})
   const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>
     transport.handleConnection(socket),
   );
-  cleanups.push(async () => {
+  onTestFinished(async () => {
     const stopped = listener.close();
     await transport.close({ graceMs: 1000 });
     await stopped;
@@ -63,20 +58,18 @@ async function serve(broker: Broker, options: Partial<TcpTransportOptions> = {})
 
 /** Starts a server over a real LocalBroker on a fresh temp dir. */
 async function serveLocal(options: Partial<TcpTransportOptions> = {}): Promise<Server> {
-  const { dir, cleanup } = tempDir("es-broker-tcp-");
-  cleanups.push(cleanup);
-  const broker = await LocalBroker.open({
+  const { dir } = tempDir("es-broker-tcp-");
+  const { broker } = await openTestBroker({
     fs: new NodeFileSystem(),
     dataDir: dir,
     clock: realClock,
-    logger: new MemoryLogger(),
   });
   return serve(broker, options);
 }
 
 async function connect(port: number, timeoutMs?: number): Promise<TcpClient> {
   const client = await TcpClient.connect({ host: "127.0.0.1", port, timeoutMs });
-  cleanups.push(() => client.close());
+  onTestFinished(() => client.close());
   return client;
 }
 
@@ -103,7 +96,7 @@ async function rawSocket(
   socket.on("data", (c: Buffer) => chunks.push(c));
   socket.on("error", () => {});
   const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()));
-  cleanups.push(() => void socket.destroy());
+  onTestFinished(() => void socket.destroy());
   return { socket, received: () => new Uint8Array(Buffer.concat(chunks)), closed };
 }
 
@@ -415,13 +408,11 @@ describe("TCP front door against LocalBroker", () => {
   });
 
   it("ends every connection on shutdown so the listener closes", async () => {
-    const { dir, cleanup } = tempDir("es-broker-tcp-");
-    cleanups.push(cleanup);
-    const broker = await LocalBroker.open({
+    const { dir } = tempDir("es-broker-tcp-");
+    const { broker } = await openTestBroker({
       fs: new NodeFileSystem(),
       dataDir: dir,
       clock: realClock,
-      logger: new MemoryLogger(),
     });
     const transport = createTcpTransport({ broker, clock: realClock, logger: new MemoryLogger() });
     const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (s) =>
@@ -572,7 +563,7 @@ describe("TCP client against a misbehaving broker", () => {
       );
     });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    onTestFinished(() => new Promise<void>((resolve) => server.close(() => resolve())));
     const client = await connect((server.address() as net.AddressInfo).port);
     const error = await rejection(client.listOffsets({ topic: "t", partition: 0 }));
     expect(error.code).toBe("invalid_response");
