@@ -1,6 +1,6 @@
 /**
  * Every rule the code cites lives in the repository: no source or test file cites a document
- * outside it (the old `DECISIONS n`, `spec: …`, design notes), every `docs/<doc>.md "Title"` names
+ * outside it (the old numbered decisions list, the storage spec, design notes), every `docs/<doc>.md "Title"` names
  * a heading that exists in that doc, and every `docs/decisions.md §n` a ruling that exists.
  * `node scripts/cite-docs.mjs` rewrites old-style citations into this form.
  */
