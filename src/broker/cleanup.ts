@@ -1,5 +1,5 @@
 /**
- * The broker's side of retention, cold storage and compaction (spec: Retention and compaction):
+ * The broker's side of retention, cold storage and compaction (docs/storage.md "Retention and compaction"):
  * per topic, the log start offset file and the cold tier of each partition; per partition, a
  * {@link PartitionCleaner}; and the two background tasks, retention and compaction, each visiting
  * every partition of every topic once per `--cleanup-interval-ms` (0 = no background tasks; the
@@ -135,7 +135,7 @@ export class CleanupService {
   /**
    * Loads what a topic's partitions need to open: its `log_start_offsets.json` and, with a cold
    * tier, each partition's cold side.
-   * @returns `{ error }` if the log start offsets file is unreadable (DECISIONS 9).
+   * @returns `{ error }` if the log start offsets file is unreadable (docs/decisions.md §9).
    * @throws FsError if a cold directory cannot be read.
    */
   async prepareTopic(options: {

@@ -39,7 +39,7 @@ export const Errors = Object.freeze({
   requestTooLarge: kind("request_too_large", 6, 413, false),
   /** One record's key and value are over the record size limit. */
   recordTooLarge: kind("record_too_large", 7, 413, false),
-  /** The partition refuses writes after a failed fsync or an uncleanable failed write (DECISIONS 7). */
+  /** The partition refuses writes after a failed fsync or an uncleanable failed write (docs/decisions.md §7). */
   partitionFenced: kind("partition_fenced", 8, 503, false),
   /** A write failed in a way that can pass (e.g. the disk is full; `broker/storage-failure.ts`) and its partial bytes were cut off; nothing was appended. */
   storageError: kind("storage_error", 9, 507, true),
@@ -55,7 +55,7 @@ export const Errors = Object.freeze({
   notFound: kind("not_found", 14, 404, false),
   /** The broker is shutting down or the object is unavailable (e.g. its metadata file is unreadable). */
   unavailable: kind("unavailable", 15, 503, true),
-  /** The offset would exceed 2^53 − 1, or a stored offset is beyond it (DECISIONS 6). */
+  /** The offset would exceed 2^53 − 1, or a stored offset is beyond it (docs/decisions.md §6). */
   unsupported: kind("unsupported", 16, 400, false),
   /**
    * A consumer-group request carries a generation older (or newer) than the group's: a rebalance
@@ -68,7 +68,7 @@ export const Errors = Object.freeze({
   unknownMember: kind("unknown_member", 19, 409, false),
   /** The consumer group does not exist (no member ever joined and nothing was ever committed). */
   groupNotFound: kind("group_not_found", 20, 404, false),
-  /** A committed offset is negative or above the partition's high watermark (DECISIONS 8). */
+  /** A committed offset is negative or above the partition's high watermark (docs/decisions.md §8). */
   invalidOffset: kind("invalid_offset", 21, 400, false),
   /**
    * An idempotent produce skips sequence numbers: its base sequence is above the next one the

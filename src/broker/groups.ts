@@ -1,7 +1,7 @@
 /**
  * Consumer groups: members join for a set of topics, the coordinator deals the topics' partitions
  * out among them, members keep their place with heartbeats, and commits are fenced by generation
- * and ownership. State lives in `groups/<group>.json` (spec: Files on disk), rewritten atomically
+ * and ownership. State lives in `groups/<group>.json` (docs/storage.md "Files on disk"), rewritten atomically
  * (`writeJsonAtomic`) on every commit and every rebalance, before the change takes effect.
  *
  * ## Assignment strategy: round robin
@@ -39,16 +39,16 @@
  * | yes               | member, current generation, owns every partition | accepted            |
  *
  * Whatever the row, every offset is checked first: an integer, 0 ≤ offset ≤ the partition's high
- * watermark (`invalid_offset` otherwise, DECISIONS 8). A commit is all or nothing, and durable
+ * watermark (`invalid_offset` otherwise, docs/decisions.md §8). A commit is all or nothing, and durable
  * when it returns.
  *
  * ## Start-up
  *
  * Each `groups/<group>.json` is loaded; members come back with a fresh session (they have
  * `session_timeout_ms` from the start to heartbeat). A committed offset above its partition's log
- * end is clamped to the log end and reported (`group.offset_clamped`, DECISIONS 8; possible only
+ * end is clamped to the log end and reported (`group.offset_clamped`, docs/decisions.md §8; possible only
  * with `--flush-every-records` > 1); offsets of topics that no longer exist are dropped and
- * reported. An empty or unparseable file makes only that group unavailable (DECISIONS 9).
+ * reported. An empty or unparseable file makes only that group unavailable (docs/decisions.md §9).
  */
 import type { Clock, Timer } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
@@ -212,7 +212,7 @@ export class GroupCoordinator {
   #logger: Logger;
   #topics: GroupTopics;
   #groups = new Map<string, Group>();
-  /** Groups whose file cannot be read, with the reason (DECISIONS 9). */
+  /** Groups whose file cannot be read, with the reason (docs/decisions.md §9). */
   #unavailable = new Map<string, string>();
   /** Makes member ids unique within this process (with the clock, across restarts). */
   #memberCounter = 0;

@@ -63,7 +63,7 @@
  * A snapshot is written (and the journal started afresh) after {@link producerJournalEntriesRotate}
  * entries, when a topic is deleted, and at every start. `producers.json` that is empty or
  * unparseable, or a journal that does not belong to it, makes idempotent produce unavailable
- * (DECISIONS 9); other produces are unaffected.
+ * (docs/decisions.md §9); other produces are unaffected.
  */
 import { assert } from "../lib/assert.ts";
 import type { Clock } from "../lib/clock.ts";

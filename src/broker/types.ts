@@ -5,7 +5,7 @@
  */
 import type { EntryBatch } from "../storage/record.ts";
 
-/** Cleanup policy of a topic (spec: Retention and compaction). */
+/** Cleanup policy of a topic (docs/storage.md "Retention and compaction"). */
 export type CleanupPolicy = "delete" | "compact" | "compact,delete";
 
 /**
@@ -30,7 +30,7 @@ export interface TopicConfig {
    * by its newest record, in ms; −1 = forever (default).
    */
   cold_retention_ms: number;
-  /** Largest timestamp lead over the broker clock accepted, in ms (default 1 hour; DECISIONS 5). */
+  /** Largest timestamp lead over the broker clock accepted, in ms (default 1 hour; docs/decisions.md §5). */
   max_timestamp_skew_ms: number;
 }
 
@@ -165,7 +165,7 @@ export interface CommitOffsetsRequest {
   memberId?: string;
   /** The member's generation; required with `memberId`. */
   generation?: number;
-  /** Next offset to consume per partition: 0 … high watermark (DECISIONS 8). */
+  /** Next offset to consume per partition: 0 … high watermark (docs/decisions.md §8). */
   offsets: { topic: string; partition: number; offset: number }[];
 }
 
@@ -217,7 +217,7 @@ export interface FetchRequest {
 }
 
 /**
- * Stored records exactly as on disk (spec: Records), back to back: `record_len`, offset, timestamp,
+ * Stored records exactly as on disk (docs/storage.md "Records"), back to back: `record_len`, offset, timestamp,
  * key, value, CRC. Decode with `RecordCursor`; send verbatim so a client can check CRCs end to end.
  */
 export interface RecordSet {

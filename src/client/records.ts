@@ -18,7 +18,7 @@ import { ClientError } from "./errors.ts";
 
 /** A record to produce. Strings are sent as UTF-8. */
 export interface ProduceRecord {
-  /** Omitted or null: no key. The empty string / empty array is a real (empty) key (DECISIONS 12). */
+  /** Omitted or null: no key. The empty string / empty array is a real (empty) key (docs/decisions.md §12). */
   key?: Uint8Array | string | null;
   /** The value; empty is a tombstone. */
   value: Uint8Array | string;

@@ -1,6 +1,6 @@
 /**
  * Strict base64 (RFC 4648 section 4: the standard alphabet `A–Z a–z 0–9 + /`, padding required),
- * the only base64 the broker accepts (DECISIONS 10).
+ * the only base64 the broker accepts (docs/decisions.md §10).
  *
  * The decoder accepts exactly the strings the encoder can produce and nothing else:
  *

@@ -9,7 +9,7 @@ export function writeU64(view: DataView, pos: number, value: number): void {
 /**
  * Reads a big-endian u64 at `pos`. Returns a number; values above 2^53 − 1 come back as
  * `Number.NaN`-free but inexact numbers, so callers that accept offsets must check them against
- * `offsetMax` (DECISIONS 6).
+ * `offsetMax` (docs/decisions.md §6).
  */
 export function readU64(view: DataView, pos: number): number {
   return view.getUint32(pos) * 0x1_0000_0000 + view.getUint32(pos + 4);

@@ -20,7 +20,7 @@ export const recordLenMin = recordOverheadBytes;
 
 /** Bytes of one index entry: u64 offset within the segment, u64 file position. */
 export const indexEntryBytes = 16;
-/** Bytes of log between two index entries; a read scans at most this far past an entry (spec: Index and reads). */
+/** Bytes of log between two index entries; a read scans at most this far past an entry (docs/storage.md "Index and reads"). */
 export const indexIntervalBytes = 4 * KiB;
 /**
  * Index entries an active segment keeps in memory before writing them to its index file (the
@@ -95,10 +95,10 @@ export const partitionsMax = 4096;
 /** Longest topic name, in characters (as Kafka). */
 export const topicNameCharsMax = 249;
 
-/** Default timestamps allowed ahead of the broker clock, in ms (`max_timestamp_skew_ms`, DECISIONS 5). */
+/** Default timestamps allowed ahead of the broker clock, in ms (`max_timestamp_skew_ms`, docs/decisions.md §5). */
 export const timestampSkewMsDefault = 3600_000;
 
-/** Largest offset the broker assigns: JS numbers are exact up to here (DECISIONS 6). */
+/** Largest offset the broker assigns: JS numbers are exact up to here (docs/decisions.md §6). */
 export const offsetMax = Number.MAX_SAFE_INTEGER;
 
 /** Default `--flush-interval` in ms, used when `--flush-every-records` > 1. */

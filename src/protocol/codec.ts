@@ -2,7 +2,7 @@
  * The es-broker TCP wire format, version 0 of every api (full prose, limits and a worked example:
  * `docs/protocol.md`). All integers are big-endian. `str16` = u16 byte length | that many bytes of
  * UTF-8 (strict: invalid UTF-8 is invalid_request). `u64` values above 2^53 − 1 are refused with
- * `unsupported` (DECISIONS 6). A body shorter or longer than its grammar is `invalid_request`
+ * `unsupported` (docs/decisions.md §6). A body shorter or longer than its grammar is `invalid_request`
  * naming the field.
  *
  * ```

@@ -103,7 +103,7 @@ export class WireReader {
 
   /**
    * Reads a big-endian u64 as a JS number.
-   * @throws ProtocolError `unsupported` if the value is above 2^53 − 1 (DECISIONS 6).
+   * @throws ProtocolError `unsupported` if the value is above 2^53 − 1 (docs/decisions.md §6).
    */
   u64(field: string): number {
     const at = this.#need(field, 8);

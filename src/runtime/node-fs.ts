@@ -1,5 +1,5 @@
 /**
- * {@link FileSystem} over `node:fs`. Runs unchanged on Node, Deno and Bun (PLATFORM.md). Writes
+ * {@link FileSystem} over `node:fs`. Runs unchanged on Node, Deno and Bun (docs/runtimes.md). Writes
  * and reads use the synchronous calls (faster for small appends and served from the page cache).
  * fsync of a file with little unsynced data (`inlineSyncBytesMax`) is synchronous too: the
  * partition starts it right after writing a batch (its write loop starts once the pending I/O

@@ -1,15 +1,14 @@
 /**
  * Offline verification of a stopped data directory (`es-broker check`, the equivalent of Kafka's
- * DumpLogSegments): every segment goes through the same checks as recovery at start-up (spec:
- * Recovery after a crash) in inspect-only mode, so nothing on disk is changed, and each decision
+ * DumpLogSegments): every segment goes through the same checks as recovery at start-up (docs/storage.md "Recovery after a crash") in inspect-only mode, so nothing on disk is changed, and each decision
  * is reported instead of applied. Sealed segments are always scanned in full here, not trusted by
  * the index fast path: a check is meant to find what the fast path would not read.
  *
  * Severity of each finding:
  * | finding                                              | severity | what a start would do                 |
  * |------------------------------------------------------|----------|---------------------------------------|
- * | corrupt record in a segment (incl. first-offset name mismatch, DECISIONS 11) | corrupt | skip the rest of the segment, report |
- * | topic.json empty or unparseable (DECISIONS 9)        | corrupt  | make that topic unavailable           |
+ * | corrupt record in a segment (incl. first-offset name mismatch, docs/decisions.md §11) | corrupt | skip the rest of the segment, report |
+ * | topic.json empty or unparseable (docs/decisions.md §9)        | corrupt  | make that topic unavailable           |
  * | torn tail of the active segment                      | warning  | cut it (never acknowledged)           |
  * | index missing, torn, zero-filled or wrong            | warning  | rebuild it from the log               |
  * | stray file, leftover temp file, base offset > 2^53−1 | warning  | report and ignore                     |

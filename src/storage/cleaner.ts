@@ -1,5 +1,5 @@
 /**
- * The background work of one partition (spec: Retention and compaction): runs its retention and
+ * The background work of one partition (docs/storage.md "Retention and compaction"): runs its retention and
  * compaction passes one at a time (a per-partition mutex, so the two tasks never interleave on
  * the same partition), remembers the last run of each for `GET /v1/admin/storage`, and paces
  * retries of failed copies to the cold tier.

@@ -1,5 +1,5 @@
 /**
- * The cold tier (`--cold-storage-dir DIR`, spec: Retention): where retention moves sealed
+ * The cold tier (`--cold-storage-dir DIR`, docs/storage.md "Retention"): where retention moves sealed
  * segments instead of deleting them, and where fetches of those offsets are served from,
  * transparently (the partition reads it as its {@link LowerTier}).
  *

@@ -1,5 +1,5 @@
 /**
- * Compaction (spec: Retention and compaction — Compaction; Replacing segments safely): one pass
+ * Compaction (docs/storage.md "Compaction"; docs/storage.md "Replacing segments safely"): one pass
  * over one partition keeps, across its sealed segments, the newest record of each key and every
  * record without a key, at their original offsets and with their original bytes.
  *
@@ -8,7 +8,7 @@
  * | record                                                   | outcome |
  * |----------------------------------------------------------|---------|
  * | no key (`key_len` −1)                                     | kept    |
- * | keyed (the empty key too, DECISIONS 12), not the newest   | dropped |
+ * | keyed (the empty key too, docs/decisions.md §12), not the newest   | dropped |
  * |   of its key among the sealed segments                   |         |
  * | the newest of its key, value not empty                   | kept    |
  * | the newest of its key, empty value (a tombstone), with   | kept    |
@@ -25,7 +25,7 @@
  * 2. Find the first segment with a record to drop (segments before it stay as they are), then copy
  *    the survivors of it and every later sealed segment into new segments under temp names
  *    (`NNNN.log.cleaned`, `.index.cleaned`), each named after its first surviving record
- *    (DECISIONS 11) and at most `segment_bytes` long; fsync them and the directory.
+ *    (docs/decisions.md §11) and at most `segment_bytes` long; fsync them and the directory.
  *
  * Then the swap (`segment-swap.ts`): under the partition's write lock, cancel if the sealed
  * segments are not exactly the ones read (a roll or a retention pass happened); persist the log
@@ -490,7 +490,7 @@ export async function runCompaction(
     result.segments_after = writer.done.length;
     for (const o of writer.done) result.bytes_after += o.sizeBytes;
 
-    // The swap (spec: Replacing segments safely, steps 2-4).
+    // The swap (docs/storage.md "Replacing segments safely", steps 2-4).
     stopCheck();
     await ctx.beforeSwap?.();
     const replaced = sealed.slice(first, runEnd);

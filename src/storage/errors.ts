@@ -8,7 +8,7 @@
  * - `fenced`: the partition refuses writes after a failed fsync or an uncleanable failed write (restart required).
  * - `write_failed`: a write failed (e.g. ENOSPC) and its partial bytes were cut off; nothing was appended.
  * - `out_of_range`: a read offset below the log start offset or above the high watermark.
- * - `unsupported`: an offset beyond 2^53 − 1 would be needed (DECISIONS 6).
+ * - `unsupported`: an offset beyond 2^53 − 1 would be needed (docs/decisions.md §6).
  * - `closed`: the partition was closed (shutdown or topic deletion).
  * - `invalid`: the caller passed something storage cannot append (e.g. a bad timestamp).
  */

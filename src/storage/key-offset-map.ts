@@ -1,5 +1,5 @@
 /**
- * The memory of a compaction pass (spec: Retention and compaction — "the first remembers only each
+ * The memory of a compaction pass (docs/storage.md "Retention and compaction" — "the first remembers only each
  * key's newest offset"): a hash table from a key's 128-bit digest (MurmurHash3 x86_128, see
  * `src/lib/murmur3.ts`) to the offset of the key's newest record and one byte of flags.
  *
@@ -14,7 +14,7 @@
  *
  * That is 24 bytes a slot whatever the keys' lengths; the table doubles when it is three quarters
  * full, so a pass costs about 32–64 bytes per distinct key and nothing per record. Keys themselves
- * are never stored. Offsets are at most 2^53 − 1 (DECISIONS 6), so their high part fits 21 bits.
+ * are never stored. Offsets are at most 2^53 − 1 (docs/decisions.md §6), so their high part fits 21 bits.
  */
 import { assert } from "../lib/assert.ts";
 

@@ -8,7 +8,7 @@
  * {"version":1,"partitions":{"0":1200,"3":0}}
  * ```
  *
- * Why it exists: a segment is named after its first record (DECISIONS 11), so when compaction
+ * Why it exists: a segment is named after its first record (docs/decisions.md §11), so when compaction
  * removes the first records of the log, or retention removes whole segments, the first segment's
  * base no longer says where the log starts. Retention writes the new value *before* it deletes
  * anything, so a crash in between leaves segments wholly below the log start offset, which the
@@ -36,7 +36,7 @@ export class LogStartOffsetFile {
 
   /**
    * Reads the file of the topic in `topicDir`; a missing file means no partition has one yet.
-   * @returns the file, or `{ error }` if it is unreadable or malformed (DECISIONS 9: the caller
+   * @returns the file, or `{ error }` if it is unreadable or malformed (docs/decisions.md §9: the caller
    * makes the topic unavailable and reports it, never resets it).
    */
   static async load(

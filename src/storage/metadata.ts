@@ -1,6 +1,6 @@
 /**
  * Metadata files (topic.json, groups/*.json, producers.json, schemas.json, api_keys.json) are
- * replaced atomically (spec: Writes and durability): written to a unique temporary file in the
+ * replaced atomically (docs/storage.md "Writes and durability"): written to a unique temporary file in the
  * same directory, fsynced, renamed over the old one, and the directory fsynced. A crash at any
  * point leaves either the old file or the new one, never a mix. Leftover temporary files are
  * named `.<name>.tmp-<n>`, where `<name>` is the file's name cut to {@link tempStemBytesMax} bytes
@@ -86,7 +86,7 @@ export async function writeJsonAtomic(fs: FileSystem, path: string, value: unkno
 
 /**
  * Reads a JSON metadata file. Resolves `{ missing: true }` if it does not exist, `{ error }` if it is
- * empty, too large or unparseable (DECISIONS 9: the caller reports it and makes that object
+ * empty, too large or unparseable (docs/decisions.md §9: the caller reports it and makes that object
  * unavailable, never resets it), else `{ value }`.
  */
 export async function readJsonFile(

@@ -1,9 +1,9 @@
 /**
- * The offset index of one segment (spec: Index and reads): 16-byte entries, big-endian
+ * The offset index of one segment (docs/storage.md "Index and reads"): 16-byte entries, big-endian
  * `(u64 offset within segment, u64 file position)`, one for the first record and then one each
  * time at least {@link indexIntervalBytes} of log has passed since the last entry.
  *
- * The index is derived state: it is validated when loaded (DECISIONS 2) and rebuilt from the log
+ * The index is derived state: it is validated when loaded (docs/decisions.md §2) and rebuilt from the log
  * rather than trusted when anything about it is off. In memory it is one growable Uint32Array
  * (offsets and positions interleaved): 8 bytes per entry, and a Float64Array (16 bytes) only if a
  * value reaches 2^32 (a log file over 4 GiB that recovery met). Every segment keeps its index in
@@ -131,7 +131,7 @@ export class OffsetIndex {
   }
 
   /**
-   * Decodes and validates a stored index against its log's size (DECISIONS 2): whole 16-byte
+   * Decodes and validates a stored index against its log's size (docs/decisions.md §2): whole 16-byte
    * entries; the first entry is (0, 0); offsets and positions strictly increase; every position
    * lies inside the log.
    * @returns the index, or the reason it must be rebuilt.

@@ -1,6 +1,6 @@
 /**
  * A partition log: a directory of segments, one writer, group commit, recovery at open
- * (spec: Writes and durability, Recovery after a crash).
+ * (docs/storage.md "Writes and durability", docs/storage.md "Recovery after a crash").
  *
  * What the promises mean:
  * - `append()` resolves, with the default `flushEveryRecords` 1, only after an fsync that covers
@@ -25,7 +25,7 @@
  * after a failed one); if that fails, or any fsync fails, the partition is fenced: it refuses
  * writes with a "restart required" error, every request waiting for an fsync gets that error
  * (also those of an fsync still in flight, whose later success then makes nothing readable), and
- * the fsync is never retried (DECISIONS 7). Reads of acknowledged data continue.
+ * the fsync is never retried (docs/decisions.md §7). Reads of acknowledged data continue.
  */
 import { assert } from "../lib/assert.ts";
 import type { Clock, Timer } from "../lib/clock.ts";
@@ -100,7 +100,7 @@ export interface LowerTier {
 
 /** The result of {@link PartitionLog.read}. */
 export interface PartitionRead {
-  /** Stored records verbatim (spec: Records), back to back. */
+  /** Stored records verbatim (docs/storage.md "Records"), back to back. */
   bytes: Uint8Array;
   count: number;
   /** Where to read next: one past the last record returned, or past a gap. */
@@ -109,7 +109,7 @@ export interface PartitionRead {
   logStartOffset: number;
 }
 
-/** A stray file found in a partition directory (DECISIONS 11). */
+/** A stray file found in a partition directory (docs/decisions.md §11). */
 export interface StrayFile {
   name: string;
   reason: string;
@@ -204,11 +204,11 @@ export class PartitionLog {
   }
 
   /**
-   * Opens (creating if needed) a partition directory and recovers it (spec: Recovery after a
-   * crash): sealed segments are checked against their index, the active one is scanned in full,
+   * Opens (creating if needed) a partition directory and recovers it (docs/storage.md
+   * "Recovery after a crash"): sealed segments are checked against their index, the active one is scanned in full,
    * a torn tail is cut, a corrupt segment is reported and skipped, stray files are reported and
-   * ignored, and the next offset never goes backwards (DECISIONS 3). An interrupted segment swap
-   * is finished or undone first (spec: Replacing segments safely; `segment-swap.ts`).
+   * ignored, and the next offset never goes backwards (docs/decisions.md §3). An interrupted segment swap
+   * is finished or undone first (docs/storage.md "Replacing segments safely"; `segment-swap.ts`).
    * @throws FsError if the directory cannot be read or a new segment cannot be created.
    */
   static async open(options: PartitionOptions): Promise<PartitionLog> {
@@ -261,7 +261,7 @@ export class PartitionLog {
     if (last === undefined) {
       await this.#createActive(0);
     } else if (last.corruption !== null) {
-      // DECISIONS 1: leave the corrupt active segment in place and roll a new one after it.
+      // docs/decisions.md §1: leave the corrupt active segment in place and roll a new one after it.
       await last.seal(this.#logger, this.name);
       await this.#createActive(Math.max(nextOffset, last.baseOffset + 1));
     } else {
@@ -342,7 +342,7 @@ export class PartitionLog {
 
   /**
    * Runs `fn` holding the partition's write lock: no group write and no roll runs meanwhile, so
-   * the sealed segments cannot change under it (spec: Replacing segments safely, step 2).
+   * the sealed segments cannot change under it (docs/storage.md "Replacing segments safely", step 2).
    */
   withWriteLock<T>(fn: () => Promise<T>): Promise<T> {
     return this.#writeLock.run(fn);
@@ -449,7 +449,7 @@ export class PartitionLog {
    * Starts the write loop once the I/O events already received are handled (`clock.afterIo`),
    * unless it runs or is scheduled already. Requests that arrive together (one readiness of many
    * connections) are then queued before the loop looks, and become one write to the log instead
-   * of one write each (spec: Writes and durability — one write per batch of queued requests).
+   * of one write each (docs/storage.md "Writes and durability" — one write per batch of queued requests).
    */
   #scheduleDrain(): void {
     if (this.#drainRunning !== null || this.#drainScheduled) return;
@@ -854,8 +854,8 @@ export class PartitionLog {
   }
 
   /**
-   * Reads stored records with offset ≥ `offset`, below the high watermark (spec: Index and
-   * reads). Offsets inside a gap (a corrupt range skipped at recovery, records removed by
+   * Reads stored records with offset ≥ `offset`, below the high watermark (docs/storage.md
+   * "Index and reads"). Offsets inside a gap (a corrupt range skipped at recovery, records removed by
    * compaction, [log start offset, first local segment)) continue at the next readable record;
    * offsets below the first local segment are read from the lower tier first, if there is one.
    * @throws StorageError "out_of_range" if `offset` is below the log start offset or above the high watermark.

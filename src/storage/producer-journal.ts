@@ -1,5 +1,5 @@
 /**
- * The idempotent-producer journal, `producers.journal` (spec: Files on disk): one entry per
+ * The idempotent-producer journal, `producers.journal` (docs/storage.md "Files on disk"): one entry per
  * idempotent batch, made durable *before* the log write it describes (the broker calls
  * {@link ProducerJournal.append} from the partition's `beforeWrite` hook). Together with the
  * `producers.json` snapshot it rebuilds the producer state at start (`broker/producers.ts`).
@@ -40,7 +40,7 @@
  * be torn, and cutting the file at the first entry that does not decode loses nothing that any
  * log write depended on. A failed write is cut off (and the cut fsynced) before its appends get
  * the error; if that fails, or an fsync fails, the journal is fenced: every later append rejects
- * until a restart (a failed fsync is never retried, DECISIONS 7).
+ * until a restart (a failed fsync is never retried, docs/decisions.md §7).
  */
 import { assert } from "../lib/assert.ts";
 import { crc32 } from "../lib/crc32.ts";

@@ -1,5 +1,5 @@
 /**
- * Record codec (spec: Records).
+ * Record codec (docs/storage.md "Records").
  *
  * A stored record, all integers big-endian:
  *
@@ -7,7 +7,7 @@
  * record_len     u32      bytes that follow (28 + key bytes + value bytes)
  * offset         u64
  * timestamp_ms   i64
- * key_len        i32      -1 = no key; 0 = the empty key (a real key, DECISIONS 12)
+ * key_len        i32      -1 = no key; 0 = the empty key (a real key, docs/decisions.md §12)
  * key            [u8]
  * value_len      u32
  * value          [u8]      empty = tombstone
@@ -424,7 +424,7 @@ export class EntryCursor {
 }
 
 /**
- * Checks every entry's timestamp against the broker clock (DECISIONS 5): −1 or ≥ 0, and at most
+ * Checks every entry's timestamp against the broker clock (docs/decisions.md §5): −1 or ≥ 0, and at most
  * `maxSkewMs` ahead of `nowMs`.
  * @throws RecordFormatError naming the first offending record.
  */
@@ -454,7 +454,7 @@ export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs
 export class RecordHeader {
   offset = 0;
   timestampMs = 0;
-  /** −1 for no key (DECISIONS 12: 0 is the empty key, a real key). */
+  /** −1 for no key (docs/decisions.md §12: 0 is the empty key, a real key). */
   keyLen = -1;
   /** Position of the key within the bytes viewed. */
   keyStart = 0;

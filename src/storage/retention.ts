@@ -1,5 +1,5 @@
 /**
- * Retention (spec: Retention and compaction — Retention; DECISIONS 4): one pass over one
+ * Retention (docs/storage.md "Retention"; docs/decisions.md §4): one pass over one
  * partition deletes a prefix of its sealed segments, and with a cold tier moves them there first.
  *
  * Which segments go, oldest first, never the active one:
@@ -206,7 +206,7 @@ export async function runRetention(
       while (byAge < sealed.length) {
         const newest = await segmentNewestTimestampMs(ctx.fs, sealed[byAge]);
         if (newest === null) return finish("cancelled", "a segment was replaced during the pass");
-        // DECISIONS 4: a newest timestamp in the future is never "older", and holds back the rest.
+        // docs/decisions.md §4: a newest timestamp in the future is never "older", and holds back the rest.
         if (now - newest > settings.retentionMs) byAge++;
         else break;
       }

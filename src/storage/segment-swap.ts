@@ -1,5 +1,5 @@
 /**
- * Replacing segments safely (spec: Replacing segments safely): the protocol of names that lets a
+ * Replacing segments safely (docs/storage.md "Replacing segments safely"): the protocol of names that lets a
  * crash at any point be finished at the next start, so that a replacement and the segments it
  * replaces never coexist.
  *

@@ -1,6 +1,6 @@
 /**
- * A segment: `NNNNNNNNNNNNNNNNNNNN.log` (records, spec: Records) and `.index` (spec: Index and
- * reads), named after the offset of its first record padded to 20 digits.
+ * A segment: `NNNNNNNNNNNNNNNNNNNN.log` (records, docs/storage.md "Records") and `.index` (docs/storage.md
+ * "Index and reads"), named after the offset of its first record padded to 20 digits.
  *
  * Durability: `append` resolving means the bytes are in the page cache (the file's volatile
  * state), not on disk; the partition's group commit calls `syncLog` and only then counts them as
@@ -39,7 +39,7 @@ export function indexFileName(baseOffset: number): string {
   return `${offsetFileStem(baseOffset)}.index`;
 }
 
-/** Where decoding of a segment stopped short of its end, and why (spec: Recovery after a crash). */
+/** Where decoding of a segment stopped short of its end, and why (docs/storage.md "Recovery after a crash"). */
 export interface SegmentCorruption {
   /** Byte position of the first record that failed its checks. */
   position: number;
@@ -85,7 +85,7 @@ export interface SegmentRead {
   lastOffset: number;
   /**
    * "ok": records returned or the readable part holds none at/after the offset;
-   * "bad_position": decoding failed where the index said a record starts (DECISIONS 2).
+   * "bad_position": decoding failed where the index said a record starts (docs/decisions.md §2).
    */
   status: "ok" | "bad_position";
 }
@@ -186,7 +186,7 @@ async function scanRecords(
 }
 
 /**
- * Looks for valid records after a corrupt position (DECISIONS 1 and 3): tries every byte position
+ * Looks for valid records after a corrupt position (docs/decisions.md §1 and §3): tries every byte position
  * after `from` for a record whose offset is at least `minOffset`, then follows valid records from
  * there, trying byte by byte again after each failure. Returns the first position where a valid
  * record was found (−1 if none) and the highest valid offset seen.
@@ -438,15 +438,15 @@ export class Segment {
   }
 
   /**
-   * Opens an existing segment and recovers it (spec: Recovery after a crash):
-   * - sealed: the index is validated (DECISIONS 2); the first record and everything after the
+   * Opens an existing segment and recovers it (docs/storage.md "Recovery after a crash"):
+   * - sealed: the index is validated (docs/decisions.md §2); the first record and everything after the
    *   last index entry must decode, pass their CRC and end exactly at the end of the file. If so
    *   the segment is trusted without a full read; otherwise it is scanned in full and its index
    *   rebuilt. A corrupt record leaves the file in place, is reported, and the rest is skipped.
    * - active: always scanned in full. An incomplete tail with nothing valid after it is a torn
    *   write and is cut off (never acknowledged). A bad record followed by a valid one is
-   *   corruption (DECISIONS 1): the file is left in place and the caller rolls a new segment.
-   * A first record whose offset differs from the file name is corruption (DECISIONS 11).
+   *   corruption (docs/decisions.md §1): the file is left in place and the caller rolls a new segment.
+   * A first record whose offset differs from the file name is corruption (docs/decisions.md §11).
    */
   static async open(
     fs: FileSystem,
@@ -595,7 +595,7 @@ export class Segment {
     if (scan.firstTimestampMs >= 0) this.createdMs = scan.firstTimestampMs;
     let firstOffsetWrong = false;
     if (scan.firstOffset >= 0 && scan.firstOffset !== this.baseOffset) {
-      // DECISIONS 11: a first record whose offset differs from the file name is corrupt.
+      // docs/decisions.md §11: a first record whose offset differs from the file name is corrupt.
       firstOffsetWrong = true;
     }
     if (firstOffsetWrong) {
@@ -820,7 +820,7 @@ export class Segment {
   }
 
   /**
-   * Writes a prepared append: one write to the log (spec: Writes and durability). Index entries
+   * Writes a prepared append: one write to the log (docs/storage.md "Writes and durability"). Index entries
    * wait in memory until `indexPendingEntriesMax` of them are pending (then one write to the
    * index) or the segment is sealed. When the log reaches the end of the zeros written ahead, one
    * more write puts `segmentPreallocateBytes` of zeros after the records (never past
@@ -943,7 +943,7 @@ export class Segment {
   }
 
   /**
-   * After a failed fsync fenced the partition (DECISIONS 7): cuts the log back to `position`, the
+   * After a failed fsync fenced the partition (docs/decisions.md §7): cuts the log back to `position`, the
    * end of the last good fsync, in the page cache, and forgets the records past it (`nextOffset`
    * is one past the last durable record). Linux marks dirty pages clean after a writeback error,
    * so without the cut a restart without a reboot would read the unsynced bytes back as records
@@ -1056,7 +1056,7 @@ export class Segment {
     if (offset >= this.nextOffset && this.corruption === null) return empty;
     const entry = this.#index.entryAtOrBefore(Math.max(0, offset - this.baseOffset));
     let start = entry < 0 ? 0 : this.#index.positionAt(entry);
-    // The record an entry points at must carry the entry's offset (DECISIONS 2): an entry that
+    // The record an entry points at must carry the entry's offset (docs/decisions.md §2): an entry that
     // points at the start of a later record decodes fine, and the read would skip the records
     // before it without a word.
     let expectedFirst = entry < 0 ? -1 : this.baseOffset + this.#index.relativeOffsetAt(entry);
@@ -1131,7 +1131,7 @@ export class Segment {
 
   /**
    * Rebuilds the in-memory index from a full scan of the readable part (after a read found an
-   * entry pointing into the middle of a record, DECISIONS 2). The index file of a sealed segment
+   * entry pointing into the middle of a record, docs/decisions.md §2). The index file of a sealed segment
    * is rewritten too; an active one's is rewritten and kept open.
    */
   async rebuildIndex(logger: Logger, partition: string): Promise<void> {
@@ -1162,7 +1162,7 @@ export class Segment {
       // A sealed segment that passed the start-up check (first record, tail after the last index
       // entry) can still hold a corrupt record in between. A scan from the start stopping short
       // means the log is bad there, not the index: skip the rest of the segment and report it
-      // (spec: Recovery after a crash), instead of failing every read that reaches it.
+      // (docs/storage.md "Recovery after a crash"), instead of failing every read that reaches it.
       this.#markCorrupt(
         scan.endPosition,
         scan.reason || "the log ends early",
@@ -1259,7 +1259,7 @@ export function parseSegmentFileName(
   return { baseOffset, kind: m[2] as "log" | "index" };
 }
 
-/** True if a base offset parsed from a name is usable (DECISIONS 6). */
+/** True if a base offset parsed from a name is usable (docs/decisions.md §6). */
 export function isSupportedBaseOffset(baseOffset: number): boolean {
   return Number.isSafeInteger(baseOffset) && baseOffset <= offsetMax;
 }

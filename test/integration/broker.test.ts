@@ -199,7 +199,7 @@ describe("LocalBroker", () => {
     );
   });
 
-  it("makes a topic with an unparseable topic.json unavailable without resetting it (DECISIONS 9)", async () => {
+  it("makes a topic with an unparseable topic.json unavailable without resetting it (docs/decisions.md §9)", async () => {
     const dir = fresh();
     let b = await broker(dir);
     await b.createTopic({ name: "ok", partitions: 1 });

@@ -1,6 +1,6 @@
 /**
- * Recovery after files changed between a stop and a start (spec: Recovery after a crash;
- * DECISIONS 1, 2, 3, 11), on the real file system in temporary directories. Each test writes a
+ * Recovery after files changed between a stop and a start (docs/storage.md "Recovery after a crash";
+ * docs/decisions.md §1, §2, §3, §11), on the real file system in temporary directories. Each test writes a
  * partition through a LocalBroker (every record acknowledged, after the fsync of its request),
  * stops it, changes the files as a crash, a bad disk or a person might,
  * starts a new broker, and asserts the one expected outcome: which records are served, at which
@@ -299,7 +299,7 @@ describe("recovery after the files changed between stop and start", () => {
     expect(await produceOne(broker, "after")).toBe(29);
   });
 
-  it("treats a bad record followed by valid ones in the active segment as corruption: nothing cut, a new active segment, the next offset above every valid record (DECISIONS 1)", async () => {
+  it("treats a bad record followed by valid ones in the active segment as corruption: nothing cut, a new active segment, the next offset above every valid record (docs/decisions.md §1)", async () => {
     const w = await writeLog({ count: 30, segmentBytes: 4096 });
     const activeBase = w.bases.at(-1)!;
     const active = logPath(w.part, activeBase);
@@ -418,7 +418,7 @@ describe("recovery after the files changed between stop and start", () => {
     );
   });
 
-  it("skips a segment whose first record's offset differs from its file name (DECISIONS 11)", async () => {
+  it("skips a segment whose first record's offset differs from its file name (docs/decisions.md §11)", async () => {
     const w = await writeLog({ count: 30, segmentBytes: 1024 });
     const [, base, next] = w.bases;
     const renamed = base + 1;
@@ -452,7 +452,7 @@ describe("recovery after the files changed between stop and start", () => {
     });
   });
 
-  it("reports a segment named above 2^53 − 1 as unsupported and leaves it alone (DECISIONS 6)", async () => {
+  it("reports a segment named above 2^53 − 1 as unsupported and leaves it alone (docs/decisions.md §6)", async () => {
     const w = await writeLog({ count: 30, segmentBytes: 1024 });
     writeFileSync(`${w.part}/99999999999999999999.log`, readFileSync(logPath(w.part, w.bases[0])));
     const { broker, logger } = await open(w.dataDir);
@@ -463,7 +463,7 @@ describe("recovery after the files changed between stop and start", () => {
     expect(await produceOne(broker, "after")).toBe(30);
   });
 
-  it("assigns 2^53 − 1 as the last offset and then refuses appends with unsupported (DECISIONS 6)", async () => {
+  it("assigns 2^53 − 1 as the last offset and then refuses appends with unsupported (docs/decisions.md §6)", async () => {
     const w = await writeLog({ count: 30, segmentBytes: 1024 });
     const last = Number.MAX_SAFE_INTEGER;
     writeFileSync(logPath(w.part, last), new Uint8Array(0));

@@ -9,7 +9,7 @@
  * - If its partial bytes cannot even be cut (the truncate fails): the partition is fenced at once
  *   and every waiter gets "fenced", the group whose fsync is in flight too. When that fsync then
  *   reports success, nothing it covered may become readable: reads serve only acknowledged
- *   records (DECISIONS 7), and a restart must not find them.
+ *   records (docs/decisions.md §7), and a restart must not find them.
  */
 import { describe, expect, it } from "vitest";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";

@@ -110,7 +110,7 @@ export class SimFailure extends Error {
   }
 }
 
-/** Error codes a rejected produce may carry (DECISIONS 7; the error table). */
+/** Error codes a rejected produce may carry (docs/decisions.md §7; the error table). */
 const produceErrorCodes = new Set(["partition_fenced", "storage_error", "unavailable"]);
 
 interface TopicModel {
@@ -465,7 +465,7 @@ export class Simulation {
       }
     }
     if (newFaults && this.mem.faults.armed === 0) {
-      // DECISIONS 7: a fenced partition still serves what it acknowledged; the others keep working.
+      // docs/decisions.md §7: a fenced partition still serves what it acknowledged; the others keep working.
       await this.verifyAll("after a fault");
       await this.probeAppends();
     }

@@ -1,5 +1,5 @@
 /**
- * Metadata files under crashes (spec: Writes and durability, "replaced atomically"; DECISIONS 9):
+ * Metadata files under crashes (docs/storage.md "Writes and durability", "replaced atomically"; docs/decisions.md §9):
  * `writeJsonAtomic` with power lost before each of its mutations, in every crash mode; topic
  * creation with power lost before each of its mutations; leftover temporary files; and empty or
  * unparseable `topic.json` files, which make only that topic unavailable.
@@ -165,7 +165,7 @@ describe("topic creation under crashes", () => {
   });
 });
 
-describe("metadata files that are damaged or left over at start (DECISIONS 9)", () => {
+describe("metadata files that are damaged or left over at start (docs/decisions.md §9)", () => {
   async function twoTopics(): Promise<MemoryFileSystem> {
     const mem = new MemoryFileSystem({ seed: 1 });
     const { broker } = await openBroker(mem);

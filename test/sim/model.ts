@@ -22,7 +22,7 @@
  * | durable              | every acknowledged record (fsync before ack) is readable at its offset after any crash    |
  * | hw-monotonic         | the high watermark never goes backwards, across crashes too                               |
  * | contiguous           | with no corruption reported, the offsets below the high watermark have no gaps and a fetch below it is never empty |
- * | next-offset          | after recovery the next offset is above every valid record on disk (DECISIONS 3)          |
+ * | next-offset          | after recovery the next offset is above every valid record on disk (docs/decisions.md §3)          |
  * | fenced               | an append to a partition already fenced rejects with partition_fenced; a fenced partition still serves its acknowledged records; other partitions keep accepting appends |
  * | errors               | every rejected request gets an error of the table (partition_fenced, storage_error, unavailable), never a raw or internal one |
  * | settles              | every request settles (no request waits forever)                                          |
@@ -283,7 +283,7 @@ function checkKnown(model: Model, pm: PartitionModel, cursor: RecordCursor, wher
 /**
  * Every valid record in every `.log` file of a partition directory, found by decoding at every
  * byte position where a sequential decode fails (so records behind a corrupt stretch count too,
- * as DECISIONS 3 counts them). Each is checked against the model (`known`).
+ * as docs/decisions.md §3 counts them). Each is checked against the model (`known`).
  * @returns the largest offset found, or −1.
  */
 export function maxValidOffsetOnDisk(

@@ -216,7 +216,7 @@ describe("zeros written ahead of the active segment", () => {
   });
 });
 
-describe("a bad record followed by zeros and then a valid record (DECISIONS 1)", () => {
+describe("a bad record followed by zeros and then a valid record (docs/decisions.md §1)", () => {
   it("is reported as corruption and its later record counted, wherever the zeros end relative to the scan window", async () => {
     const mem = disk();
     let log = await openLog(mem, 64 << 20);

@@ -1,5 +1,5 @@
 /**
- * Keeps DESIGN.md's picture true: imports point down the layers only, and only the runtime layer
+ * Keeps docs/architecture.md's picture true: imports point down the layers only, and only the runtime layer
  * (plus the client library and the CLI, which run in user processes) touches `node:*`, Deno or Bun.
  */
 import { describe, expect, it } from "vitest";
@@ -44,7 +44,7 @@ function layerOf(path: string): string {
 
 const sources = files(root);
 
-describe("layering (DESIGN.md)", () => {
+describe("layering (docs/architecture.md)", () => {
   it("finds the source tree", () => {
     expect(sources.length).toBeGreaterThan(20);
   });

@@ -85,7 +85,7 @@ describe("OffsetIndex", () => {
     expect(Buffer.from(index.encode(1)).equals(Buffer.from(bytes.subarray(16)))).toBe(true);
   });
 
-  it("rejects a torn, zero-filled, non-increasing or out-of-range index (DECISIONS 2)", () => {
+  it("rejects a torn, zero-filled, non-increasing or out-of-range index (docs/decisions.md §2)", () => {
     const good = build([
       [0, 0],
       [7, 4100],

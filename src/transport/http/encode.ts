@@ -1,6 +1,6 @@
 /**
  * JSON encodings of broker results: topic descriptions, produce offsets and fetched records.
- * Field names are snake_case, offsets and timestamps JSON numbers (exact to 2^53 − 1, DECISIONS 6).
+ * Field names are snake_case, offsets and timestamps JSON numbers (exact to 2^53 − 1, docs/decisions.md §6).
  */
 import { AssertionError } from "../../lib/assert.ts";
 import { encodeBase64 } from "../../lib/base64.ts";

@@ -13,7 +13,7 @@
  *
  * | field              | rule                                                                       |
  * |--------------------|----------------------------------------------------------------------------|
- * | key / key_b64      | at most one of them; absent or null = no key; "" = the empty key (a real key, DECISIONS 12) |
+ * | key / key_b64      | at most one of them; absent or null = no key; "" = the empty key (a real key, docs/decisions.md §12) |
  * | value / value_b64  | exactly one of them; "" = an empty value (a tombstone for compaction)      |
  * | *_b64              | strict RFC 4648 base64 (`src/lib/base64.ts`)                                |
  * | key, value         | UTF-8 of the string; lone surrogates are refused rather than replaced       |
