@@ -1,17 +1,13 @@
 /** `es-broker check` on a stopped data directory: exit codes and output, on every runtime target. */
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { appendFileSync, openSync, readdirSync, writeSync, closeSync } from "node:fs";
 import { TcpClient } from "../../src/client/client.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { runCli, startBroker, target } from "./harness.ts";
 
-const cleanups: (() => void)[] = [];
-afterEach(() => cleanups.splice(0).forEach((c) => c()));
-
 describe(`[${target}] es-broker check`, () => {
   it("exits 0 on a clean directory, 0 with a warning for a torn tail, and 1 for a corrupt sealed segment", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const broker = await startBroker(`${dir}/data`);
     const client = await TcpClient.connect(broker.tcp);
     await client.createTopic({ name: "c", partitions: 1, config: { segment_bytes: 2048 } });

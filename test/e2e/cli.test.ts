@@ -2,7 +2,7 @@
  * End-to-end: what the command line says when it cannot do what it was asked (the real process,
  * so on every runtime target): one short line on stderr naming the problem, and the exit code.
  */
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, onTestFinished, expect, it } from "vitest";
 import { spawn, type ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { TcpClient } from "../../src/client/client.ts";
@@ -19,12 +19,10 @@ import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
 const children: ChildProcess[] = [];
-const cleanups: (() => void)[] = [];
 afterEach(async () => {
   for (const c of children.splice(0))
     if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
   for (const b of running.splice(0)) await b.stop("SIGKILL");
-  cleanups.splice(0).forEach((c) => c());
 });
 
 async function waitFor(
@@ -44,7 +42,7 @@ async function brokerWithTopic(): Promise<{ client: TcpClient; address: string }
   const broker = await startBroker(`${fresh()}/data`);
   running.push(broker);
   const client = await TcpClient.connect(broker.tcp);
-  cleanups.push(() => void client.close());
+  onTestFinished(() => void client.close());
   await client.createTopic({ name: "t", partitions: 1 });
   return { client, address: `${broker.tcp.host}:${broker.tcp.port}` };
 }
@@ -77,7 +75,6 @@ async function values(client: TcpClient): Promise<string[]> {
 
 function fresh(): string {
   const t = tempDir();
-  cleanups.push(t.cleanup);
   return t.dir;
 }
 

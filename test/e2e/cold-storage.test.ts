@@ -8,12 +8,10 @@ import { readdirSync, statSync } from "node:fs";
 import { startBroker, target, type BrokerProcess } from "./harness.ts";
 import { tempDir } from "../helpers/tmp.ts";
 
-const cleanups: (() => void)[] = [];
 let running: BrokerProcess | null = null;
 afterEach(async () => {
   await running?.stop("SIGKILL");
   running = null;
-  cleanups.splice(0).forEach((c) => c());
 });
 
 async function json(res: Response): Promise<any> {
@@ -24,8 +22,7 @@ async function json(res: Response): Promise<any> {
 
 describe(`[${target}] cold storage and cleanup end to end`, () => {
   it("moves removed segments to the cold directory and still serves them after a restart", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const cold = `${dir}/cold`;
     const args = ["--cold-storage-dir", cold, "--cleanup-interval-ms", "0"];
     running = await startBroker(`${dir}/data`, args);

@@ -11,10 +11,8 @@ import { tempDir } from "../helpers/tmp.ts";
 import { runCli, scaled, startBroker, target, type BrokerProcess } from "./harness.ts";
 
 const running: BrokerProcess[] = [];
-const cleanups: (() => void)[] = [];
 afterEach(async () => {
   for (const b of running.splice(0)) await b.stop("SIGKILL");
-  cleanups.splice(0).forEach((c) => c());
 });
 
 async function start(dataDir: string, extra: string[] = []): Promise<BrokerProcess> {
@@ -30,8 +28,7 @@ function value(producer: number, seq: number): Uint8Array {
 
 describe(`[${target}] es-broker end to end`, () => {
   it("keeps every acknowledged record through SIGKILL under 8 concurrent TCP producers", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const partitions = 4;
     const total = scaled(100_000); // 100 000 on node, 30 000 on the other targets
     const producers = 8;
@@ -132,8 +129,7 @@ describe(`[${target}] es-broker end to end`, () => {
   });
 
   it("round-trips a real text file through `produce` and `consume --from-beginning`", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const broker = await start(`${dir}/data`);
     const addr = `${broker.tcp.host}:${broker.tcp.port}`;
     const created = await runCli([
@@ -157,8 +153,7 @@ describe(`[${target}] es-broker end to end`, () => {
   });
 
   it("answers a bad HTTP body with 400 and appends nothing", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const broker = await start(`${dir}/data`);
     const post = (path: string, body: string, type = "application/json") =>
       fetch(`${broker.httpUrl}${path}`, {
@@ -198,8 +193,7 @@ describe(`[${target}] es-broker end to end`, () => {
   });
 
   it("refuses a body over --max-request-bytes with 413 and closes a TCP connection that speaks HTTP", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const broker = await start(`${dir}/data`, ["--max-request-bytes", "65536"]);
     await fetch(`${broker.httpUrl}/v1/topics`, {
       method: "POST",
@@ -231,8 +225,7 @@ describe(`[${target}] es-broker end to end`, () => {
   });
 
   it("exits 0 on SIGTERM and leaves files 0600 and directories 0700", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const broker = await start(`${dir}/data`);
     const c = await TcpClient.connect(broker.tcp);
     await c.createTopic({ name: "perm", partitions: 2 });
@@ -253,8 +246,7 @@ describe(`[${target}] es-broker end to end`, () => {
   });
 
   it("refuses a second broker on a data directory a live one holds, and takes over the lock of a killed one", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     const first = await start(`${dir}/data`);
     const c = await TcpClient.connect(first.tcp);
     await c.createTopic({ name: "lock", partitions: 1 });

@@ -23,12 +23,10 @@ import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
 const consumers: ChildProcess[] = [];
-const cleanups: (() => void)[] = [];
 afterEach(async () => {
   for (const c of consumers.splice(0))
     if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
   for (const b of running.splice(0)) await b.stop("SIGKILL");
-  cleanups.splice(0).forEach((c) => c());
 });
 
 /** A running `es-broker consume` process and the lines it printed so far. */
@@ -89,8 +87,7 @@ function parse(line: string): { partition: number; offset: number } {
 
 /** A broker on a fresh data directory (stopped and removed after the file) and a client connected to it. */
 async function brokerWithClient(): Promise<{ broker: BrokerProcess; client: TcpClient }> {
-  const { dir, cleanup } = tempDir("es-broker-groups-");
-  cleanups.push(cleanup);
+  const { dir } = tempDir("es-broker-groups-");
   const broker = await startBroker(`${dir}/data`);
   running.push(broker);
   return { broker, client: await TcpClient.connect(broker.tcp) };

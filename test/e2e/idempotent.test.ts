@@ -15,10 +15,8 @@ import { tempDir } from "../helpers/tmp.ts";
 import { startBroker, target, type BrokerProcess } from "./harness.ts";
 
 const running: BrokerProcess[] = [];
-const cleanups: (() => void)[] = [];
 afterEach(async () => {
   for (const b of running.splice(0)) await b.stop("SIGKILL");
-  cleanups.splice(0).forEach((c) => c());
 });
 
 /** Rounds per target: the full 100 on Node; a shorter parity run elsewhere. `ES_BROKER_KILL_ROUNDS` overrides. */
@@ -30,8 +28,7 @@ describe(`[${target}] idempotent producers through SIGKILL`, () => {
   it(`store every (producer, sequence) exactly once across ${rounds} kills of the broker`, {
     timeout: 300_000,
   }, async () => {
-    const { dir, cleanup } = tempDir("es-broker-idem-");
-    cleanups.push(cleanup);
+    const { dir } = tempDir("es-broker-idem-");
     const dataDir = `${dir}/data`;
     let broker = await startBroker(dataDir);
     running.push(broker);

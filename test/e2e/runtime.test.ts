@@ -19,10 +19,8 @@ import {
 import { chunk, openKeepAlive, openRaw, postHead } from "./raw-http.ts";
 
 const running: BrokerProcess[] = [];
-const cleanups: (() => void)[] = [];
 afterEach(async () => {
   for (const b of running.splice(0)) await b.stop("SIGKILL");
-  cleanups.splice(0).forEach((c) => c());
 });
 
 async function start(
@@ -30,8 +28,7 @@ async function start(
   dataDir?: string,
 ): Promise<{ broker: BrokerProcess; dataDir: string }> {
   if (dataDir === undefined) {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
+    const { dir } = tempDir();
     dataDir = `${dir}/data`;
   }
   const broker = await startBroker(dataDir, extra);

@@ -18,17 +18,14 @@ import {
 } from "../harness.ts";
 
 const running: BrokerProcess[] = [];
-const cleanups: (() => void)[] = [];
 afterEach(async () => {
   for (const b of running.splice(0)) await b.stop("SIGKILL");
-  cleanups.splice(0).forEach((c) => c());
 });
 
 /** An empty directory holding only a copy of the binary; returns the directory and the copy's path. */
 function lonelyCopy(): { dir: string; binary: string } {
   assertTargetRunnable();
-  const { dir, cleanup } = tempDir();
-  cleanups.push(cleanup);
+  const { dir } = tempDir();
   const binary = join(dir, "es-broker");
   copyFileSync(targetInfo.command[0], binary);
   statSync(binary); // exists
