@@ -44,7 +44,8 @@ import {
   readJsonFile,
   writeJsonAtomic,
 } from "../storage/metadata.ts";
-import { describe as describeError } from "../storage/segment.ts";
+import { errorMessage } from "../lib/errors.ts";
+import { partitionName } from "../lib/topic-partition.ts";
 import { BrokerError, Errors } from "./errors.ts";
 import { storageFailure, storageFailureKind } from "./storage-failure.ts";
 import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
@@ -349,7 +350,7 @@ export class LocalBroker implements Broker {
       partitionCount = validatePartitionCount(meta.partitions);
       config = mergeTopicConfig(defaultTopicConfig, meta.config);
     } catch (err) {
-      const reason = err instanceof Error ? err.message : String(err);
+      const reason = errorMessage(err);
       this.#unavailable.set(name, `${metaPath}: ${reason}`);
       this.#logger.log("error", "recovery.topic_unavailable", {
         topic: name,
@@ -363,10 +364,10 @@ export class LocalBroker implements Broker {
       await this.#openPartitions(topic, partitionCount);
     } catch (err) {
       for (const partition of topic.partitions) await partition.close().catch(() => {});
-      this.#unavailable.set(name, `cannot open its partitions: ${describeError(err)}`);
+      this.#unavailable.set(name, `cannot open its partitions: ${errorMessage(err)}`);
       this.#logger.log("error", "recovery.topic_unavailable", {
         topic: name,
-        reason: describeError(err),
+        reason: errorMessage(err),
       });
       return;
     }
@@ -412,7 +413,7 @@ export class LocalBroker implements Broker {
       ...extra,
       fs: this.#fs,
       dir: joinPath(topic.dir, String(partition)),
-      name: `${topic.name}/${partition}`,
+      name: partitionName(topic.name, partition),
       clock: this.#clock,
       logger: this.#logger,
       config: () => ({
@@ -517,7 +518,7 @@ export class LocalBroker implements Broker {
         await this.#openPartitions(topic, partitionCount);
       } catch (err) {
         for (const partition of topic.partitions) await partition.close().catch(() => {});
-        this.#unavailable.set(name, `creating its partitions failed: ${describeError(err)}`);
+        this.#unavailable.set(name, `creating its partitions failed: ${errorMessage(err)}`);
         throw storageFailure(`Cannot create topic "${name}": creating its partitions failed`, err);
       }
       this.#topics.set(name, topic);
@@ -590,7 +591,7 @@ export class LocalBroker implements Broker {
           // Its files are where they were; a restart opens it. Until then it says why it cannot be used.
           this.#unavailable.set(
             name,
-            `opening it again after a failed delete failed: ${describeError(loadErr)}`,
+            `opening it again after a failed delete failed: ${errorMessage(loadErr)}`,
           );
         });
         throw storageFailure(
@@ -615,7 +616,7 @@ export class LocalBroker implements Broker {
         this.#logger.log("error", "topic.delete_cleanup_failed", {
           topic: name,
           trash,
-          error: describeError(err),
+          error: errorMessage(err),
           action: "finished at the next start",
         });
       }
@@ -977,7 +978,7 @@ export class LocalBroker implements Broker {
           p.close().catch((err: unknown) =>
             this.#logger.log("error", "partition.close_failed", {
               partition: p.name,
-              error: describeError(err),
+              error: errorMessage(err),
             }),
           ),
         ),

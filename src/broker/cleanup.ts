@@ -19,7 +19,7 @@ import { LogStartOffsetFile } from "../storage/log-start-offsets.ts";
 import { PartitionCleaner, type CleanerSettings, type CleanerState } from "../storage/cleaner.ts";
 import type { RetentionResult } from "../storage/retention.ts";
 import type { CompactionResult } from "../storage/compaction.ts";
-import { describe as describeError } from "../storage/segment.ts";
+import { errorMessage } from "../lib/errors.ts";
 import type { TopicConfig } from "./types.ts";
 
 /** Options of {@link CleanupService}. */
@@ -125,7 +125,7 @@ export class CleanupService {
             topic,
             partition: cleaner.partition.name,
             task,
-            error: describeError(err),
+            error: errorMessage(err),
           });
         }
       }

@@ -66,7 +66,12 @@ import {
 } from "../lib/limits.ts";
 import { dirname, joinPath, type FileSystem } from "../fs/types.ts";
 import { isTempFileName, readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
-import { describe as describeError } from "../storage/segment.ts";
+import { errorMessage } from "../lib/errors.ts";
+import {
+  parseTopicPartitionKey,
+  partitionName,
+  topicPartitionKey,
+} from "../lib/topic-partition.ts";
 import { BrokerError, Errors } from "./errors.ts";
 import { storageFailure } from "./storage-failure.ts";
 import type {
@@ -135,15 +140,6 @@ interface Group {
 
 const groupNamePattern = /^[A-Za-z0-9._-]+$/;
 
-function tpKey(topic: string, partition: number): string {
-  return `${topic}\u0000${partition}`;
-}
-
-function splitKey(key: string): TopicPartition {
-  const at = key.lastIndexOf("\u0000");
-  return { topic: key.slice(0, at), partition: Number(key.slice(at + 1)) };
-}
-
 function compareTp(a: TopicPartition, b: TopicPartition): number {
   return a.topic < b.topic ? -1 : a.topic > b.topic ? 1 : a.partition - b.partition;
 }
@@ -194,7 +190,7 @@ export function assignRoundRobin(
       for (let tries = 0; tries < members.length; tries++) {
         const m = members[(cursor + tries) % members.length];
         if (m.topics.includes(topic)) {
-          owners.set(tpKey(topic, partition), m.id);
+          owners.set(topicPartitionKey(topic, partition), m.id);
           cursor = (cursor + tries + 1) % members.length;
           break;
         }
@@ -276,14 +272,14 @@ export class GroupCoordinator {
       if ("error" in read) throw new Error(read.error);
       data = parseGroupFile(name, read.value);
     } catch (err) {
-      const reason = err instanceof Error ? err.message : String(err);
+      const reason = errorMessage(err);
       this.#unavailable.set(name, `${path}: ${reason}`);
       this.#logger.log("error", "recovery.group_unavailable", { group: name, file: path, reason });
       return;
     }
     let changed = false;
     for (const [key, committed] of [...data.offsets]) {
-      const { topic, partition } = splitKey(key);
+      const { topic, partition } = parseTopicPartitionKey(key);
       let partitions: readonly GroupPartitionView[];
       try {
         partitions = this.#topics.partitions(topic);
@@ -333,7 +329,7 @@ export class GroupCoordinator {
       } catch (err) {
         this.#logger.log("error", "group.persist_failed", {
           group: name,
-          error: describeError(err),
+          error: errorMessage(err),
         });
       }
     }
@@ -401,7 +397,9 @@ export class GroupCoordinator {
     for (const [key, committed] of data.offsets) partitions.set(key, { committed, owner: null });
     for (const [key, owner] of data.owners)
       partitions.set(key, { committed: partitions.get(key)?.committed ?? null, owner });
-    const rows = [...partitions].map(([key, v]) => ({ ...splitKey(key), ...v })).sort(compareTp);
+    const rows = [...partitions]
+      .map(([key, v]) => ({ ...parseTopicPartitionKey(key), ...v }))
+      .sort(compareTp);
     await writeJsonAtomic(this.#fs, joinPath(this.#dir, `${group.name}.json`), {
       group: group.name,
       generation: data.generation,
@@ -446,7 +444,8 @@ export class GroupCoordinator {
 
   #assignmentsOf(data: GroupData, memberId: string): TopicPartition[] {
     const out: TopicPartition[] = [];
-    for (const [key, owner] of data.owners) if (owner === memberId) out.push(splitKey(key));
+    for (const [key, owner] of data.owners)
+      if (owner === memberId) out.push(parseTopicPartitionKey(key));
     return out.sort(compareTp);
   }
 
@@ -490,7 +489,7 @@ export class GroupCoordinator {
       } catch (err) {
         this.#logger.log("error", "group.persist_failed", {
           group: group.name,
-          error: describeError(err),
+          error: errorMessage(err),
         });
       }
     });
@@ -729,18 +728,18 @@ export class GroupCoordinator {
         );
       }
       for (const o of offsets) {
-        const owner = data.owners.get(tpKey(o.topic, o.partition));
+        const owner = data.owners.get(topicPartitionKey(o.topic, o.partition));
         if (owner !== memberId) {
           throw new BrokerError(
             Errors.notPartitionOwner,
-            `${action}: partition "${o.topic}/${o.partition}" is ${owner === undefined ? "assigned to no member" : `owned by member "${owner}"`} in generation ${data.generation}, not by "${memberId}"`,
+            `${action}: partition "${partitionName(o.topic, o.partition)}" is ${owner === undefined ? "assigned to no member" : `owned by member "${owner}"`} in generation ${data.generation}, not by "${memberId}"`,
             { topic: o.topic, partition: o.partition, owner: owner ?? null },
           );
         }
       }
     }
     const nextOffsets = new Map(data.offsets);
-    for (const o of offsets) nextOffsets.set(tpKey(o.topic, o.partition), o.offset);
+    for (const o of offsets) nextOffsets.set(topicPartitionKey(o.topic, o.partition), o.offset);
     await this.#commitData(group, { ...data, offsets: nextOffsets }, action);
   }
 
@@ -821,15 +820,15 @@ export class GroupCoordinator {
       if (offset < 0 || offset > view.highWatermark) {
         throw new BrokerError(
           Errors.invalidOffset,
-          `${action}: ${where}: offset ${offset} of partition "${topic}/${partition}" is outside [0, high watermark ${view.highWatermark}]`,
+          `${action}: ${where}: offset ${offset} of partition "${partitionName(topic, partition)}" is outside [0, high watermark ${view.highWatermark}]`,
           { index: i, topic, partition, offset, high_watermark: view.highWatermark },
         );
       }
-      const key = tpKey(topic, partition);
+      const key = topicPartitionKey(topic, partition);
       if (seen.has(key))
         throw new BrokerError(
           Errors.invalidRequest,
-          `${action}: ${where}: partition "${topic}/${partition}" appears twice`,
+          `${action}: ${where}: partition "${partitionName(topic, partition)}" appears twice`,
           { index: i },
         );
       seen.add(key);
@@ -849,11 +848,11 @@ export class GroupCoordinator {
     const keys = new Set<string>([...data.offsets.keys(), ...data.owners.keys()]);
     for (const topic of new Set(data.members.flatMap((m) => m.topics))) {
       const count = this.#partitionCount(topic);
-      for (let p = 0; p < (count ?? 0); p++) keys.add(tpKey(topic, p));
+      for (let p = 0; p < (count ?? 0); p++) keys.add(topicPartitionKey(topic, p));
     }
     const offsets: GroupOffsetDescription[] = [...keys]
       .map((key) => {
-        const { topic, partition } = splitKey(key);
+        const { topic, partition } = parseTopicPartitionKey(key);
         let highWatermark: number | null = null;
         try {
           highWatermark = this.#topics.partitions(topic)[partition]?.highWatermark ?? null;
@@ -911,10 +910,16 @@ export class GroupCoordinator {
     for (const group of [...this.#groups.values()]) {
       await group.lock.run(async () => {
         const data = group.data;
-        const hasOffsets = [...data.offsets.keys()].some((k) => splitKey(k).topic === topic);
-        const assigned = [...data.owners.keys()].some((k) => splitKey(k).topic === topic);
+        const hasOffsets = [...data.offsets.keys()].some(
+          (k) => parseTopicPartitionKey(k).topic === topic,
+        );
+        const assigned = [...data.owners.keys()].some(
+          (k) => parseTopicPartitionKey(k).topic === topic,
+        );
         if (!hasOffsets && !assigned) return;
-        const offsets = new Map([...data.offsets].filter(([k]) => splitKey(k).topic !== topic));
+        const offsets = new Map(
+          [...data.offsets].filter(([k]) => parseTopicPartitionKey(k).topic !== topic),
+        );
         const next = assigned
           ? this.#rebalanced({ ...data, offsets }, data.members)
           : { ...data, offsets };
@@ -924,7 +929,7 @@ export class GroupCoordinator {
         } catch (err) {
           this.#logger.log("error", "group.persist_failed", {
             group: group.name,
-            error: describeError(err),
+            error: errorMessage(err),
           });
         }
         if (assigned)
@@ -1045,19 +1050,20 @@ function parseGroupFile(name: string, value: unknown): GroupData {
       pp.partition < 0
     )
       fail("a partition entry has no valid topic and partition");
-    const key = tpKey(pp.topic as string, pp.partition as number);
+    const key = topicPartitionKey(pp.topic as string, pp.partition as number);
+    const name = partitionName(pp.topic as string, pp.partition as number);
     if (pp.committed !== null && pp.committed !== undefined) {
       if (
         typeof pp.committed !== "number" ||
         !Number.isSafeInteger(pp.committed) ||
         pp.committed < 0
       )
-        fail(`partition "${pp.topic}/${pp.partition}" has an invalid committed offset`);
+        fail(`partition "${name}" has an invalid committed offset`);
       offsets.set(key, pp.committed as number);
     }
     if (pp.owner !== null && pp.owner !== undefined) {
       if (typeof pp.owner !== "string" || !ids.has(pp.owner))
-        fail(`partition "${pp.topic}/${pp.partition}" names an owner that is not a member`);
+        fail(`partition "${name}" names an owner that is not a member`);
       owners.set(key, pp.owner as string);
     }
   }

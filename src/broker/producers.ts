@@ -87,7 +87,8 @@ import {
 import { StorageError } from "../storage/errors.ts";
 import type { PartitionLog } from "../storage/partition.ts";
 import { DecodeStatus, EntryCursor, RecordCursor, type EntryBatch } from "../storage/record.ts";
-import { describe as describeError } from "../storage/segment.ts";
+import { errorMessage } from "../lib/errors.ts";
+import { partitionName, topicPartitionKey } from "../lib/topic-partition.ts";
 import { BrokerError, Errors, type ErrorKind } from "./errors.ts";
 import { storageFailureKind } from "./storage-failure.ts";
 import type { ProduceResult, ProduceSpan, ProducerIdentity } from "./types.ts";
@@ -127,13 +128,8 @@ export interface ProducerState {
   epoch: number;
   /** Broker clock at its last request, ms (expiry). */
   lastActiveMs: number;
-  /** Keyed by {@link partitionKey}. */
+  /** Keyed by {@link topicPartitionKey}. */
   partitions: Map<string, PartitionSequenceState>;
-}
-
-/** Key of a (topic, partition) in {@link ProducerState.partitions}. */
-export function partitionKey(topic: string, partition: number): string {
-  return `${topic}\u0000${partition}`;
 }
 
 /** What {@link decideSequence} says to do with a request. */
@@ -395,9 +391,7 @@ export class ProducerStates {
         pendingFromSnapshot = parsed.pending;
         for (const p of parsed.producers) this.#producers.set(p.id, p);
       } catch (err) {
-        return this.#setUnavailable(
-          `${this.#snapshotPath}: ${err instanceof Error ? err.message : String(err)}`,
-        );
+        return this.#setUnavailable(`${this.#snapshotPath}: ${errorMessage(err)}`);
       }
     }
     let opened;
@@ -408,7 +402,7 @@ export class ProducerStates {
         generationIfNew: generation,
       });
     } catch (err) {
-      return this.#setUnavailable(`cannot open producers.journal: ${describeError(err)}`);
+      return this.#setUnavailable(`cannot open producers.journal: ${errorMessage(err)}`);
     }
     this.#journal = opened.journal;
     let replay = opened.entries;
@@ -450,7 +444,7 @@ export class ProducerStates {
     } catch (err) {
       // The files on disk still describe this state (the journal keeps growing from where it
       // was); the next start reconciles again.
-      this.#logger.log("error", "producers.snapshot_failed", { error: describeError(err) });
+      this.#logger.log("error", "producers.snapshot_failed", { error: errorMessage(err) });
     }
   }
 
@@ -467,7 +461,7 @@ export class ProducerStates {
       p.partitions.clear();
     }
     p.lastActiveMs = Math.max(p.lastActiveMs, e.timestampMs);
-    const key = partitionKey(e.topic, e.partition);
+    const key = topicPartitionKey(e.topic, e.partition);
     let s = p.partitions.get(key);
     const range: BatchRange = {
       offset: e.baseOffset,
@@ -541,7 +535,7 @@ export class ProducerStates {
               this.#logger.log("error", "producers.verify_failed", {
                 partition: log.name,
                 offset: r.offset,
-                error: describeError(err),
+                error: errorMessage(err),
               });
               counts.ranges_unchecked++;
               kept.push(r);
@@ -625,7 +619,7 @@ export class ProducerStates {
     const first = new EntryCursor(batch);
     first.next();
     const fingerprint = entryFingerprint(batch, first);
-    const key = partitionKey(topic, partition);
+    const key = topicPartitionKey(topic, partition);
     return this.#withLock(`${producer.id}\u0000${key}`, async () => {
       const journal = this.#checkAvailable();
       const now = this.#clock.nowMs();
@@ -645,7 +639,8 @@ export class ProducerStates {
         count: batch.count,
         fingerprint,
       });
-      if (decision.outcome === "refuse") throw refusal(decision, producer, `${topic}/${partition}`);
+      if (decision.outcome === "refuse")
+        throw refusal(decision, producer, partitionName(topic, partition));
       if (state !== undefined) state.lastActiveMs = now;
       if (decision.outcome === "duplicate") {
         const remembered = decision.batch;
@@ -798,7 +793,7 @@ export class ProducerStates {
       return;
     this.#rotation = this.#rotateNow()
       .catch((err: unknown) =>
-        this.#logger.log("error", "producers.snapshot_failed", { error: describeError(err) }),
+        this.#logger.log("error", "producers.snapshot_failed", { error: errorMessage(err) }),
       )
       .finally(() => (this.#rotation = null));
   }
@@ -822,7 +817,7 @@ export class ProducerStates {
           "value" in now
             ? (now.value as { journal_generation?: unknown } | null)?.journal_generation
             : undefined;
-        if (generation === nextGeneration) throw new SnapshotOutcomeUnknown(describeError(err));
+        if (generation === nextGeneration) throw new SnapshotOutcomeUnknown(errorMessage(err));
         throw err;
       }
     });
@@ -885,7 +880,7 @@ export class ProducerStates {
     try {
       await this.#rotateNow();
     } catch (err) {
-      this.#logger.log("error", "producers.snapshot_failed", { error: describeError(err) });
+      this.#logger.log("error", "producers.snapshot_failed", { error: errorMessage(err) });
     }
   }
 
@@ -897,7 +892,7 @@ export class ProducerStates {
     await this.#journal
       ?.close()
       .catch((err: unknown) =>
-        this.#logger.log("error", "producers.close_failed", { error: describeError(err) }),
+        this.#logger.log("error", "producers.close_failed", { error: errorMessage(err) }),
       );
   }
 }
@@ -1114,7 +1109,7 @@ function parseSnapshot(value: unknown): {
           }),
         };
       });
-      state.partitions.set(partitionKey(topic, partition), {
+      state.partitions.set(topicPartitionKey(topic, partition), {
         topic,
         partition,
         nextSequence: int(s.next_sequence, `${sat}.next_sequence`),

@@ -14,7 +14,7 @@
  * point at a bug or a misconfigured data directory, so they are `internal`, with the detail in
  * the message.
  */
-import { describe as describeError } from "../storage/segment.ts";
+import { errorMessage } from "../lib/errors.ts";
 import { BrokerError, Errors, type ErrorKind } from "./errors.ts";
 
 /** errno codes of failures that can pass: a full disk or quota, an I/O error, a busy or exhausted resource. */
@@ -50,5 +50,5 @@ export function storageFailureKind(err: unknown): ErrorKind {
  */
 export function storageFailure(action: string, err: unknown): BrokerError {
   if (err instanceof BrokerError) return err;
-  return new BrokerError(storageFailureKind(err), `${action}: ${describeError(err)}`);
+  return new BrokerError(storageFailureKind(err), `${action}: ${errorMessage(err)}`);
 }

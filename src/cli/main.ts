@@ -10,6 +10,7 @@ import { serve } from "./serve.ts";
 import { check } from "./check.ts";
 import { consume, groups, produce, topics } from "./client-commands.ts";
 import { ClientError } from "../client/client.ts";
+import { errorMessage } from "../lib/errors.ts";
 
 /** Help text of `es-broker`. */
 export const mainHelp = `Usage: es-broker <command> [options]
@@ -71,7 +72,7 @@ export async function main(argv: string[]): Promise<number> {
       // The hint names the command's own help only for a command that has one.
       const helpOf = command !== undefined && commands.includes(command) ? `${command} ` : "";
       process.stderr.write(
-        `es-broker: ${(err as Error).message}\nRun 'es-broker ${helpOf}--help' for usage.\n`,
+        `es-broker: ${errorMessage(err)}\nRun 'es-broker ${helpOf}--help' for usage.\n`,
       );
       return 2;
     }
@@ -79,7 +80,7 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`es-broker: ${err.code}: ${err.message}\n`);
       return 1;
     }
-    process.stderr.write(`es-broker: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.stderr.write(`es-broker: ${errorMessage(err)}\n`);
     return 1;
   }
 }

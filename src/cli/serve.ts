@@ -25,6 +25,7 @@ import {
 } from "../lib/limits.ts";
 import { version } from "../version.ts";
 import { UsageError, intOption, isLoopback, parseCli } from "./args.ts";
+import { errorMessage } from "../lib/errors.ts";
 
 /** Help text of `es-broker serve`. */
 export const serveHelp = `Usage: es-broker serve [options]
@@ -223,9 +224,7 @@ export async function serve(argv: string[]): Promise<number> {
           lock.release();
         } catch (err) {
           code = 1;
-          process.stderr.write(
-            `es-broker: shutdown failed: ${err instanceof Error ? err.message : String(err)}\n`,
-          );
+          process.stderr.write(`es-broker: shutdown failed: ${errorMessage(err)}\n`);
         }
         process.off("SIGTERM", onTerm);
         process.off("SIGINT", onInt);

@@ -74,6 +74,7 @@ import {
   type FetchedRecord,
   type ProduceRecord,
 } from "./records.ts";
+import { errorMessage } from "../lib/errors.ts";
 
 export { ClientError, ClientErrorCodes } from "./errors.ts";
 export { IdempotentProducer, type IdempotentProducerOptions } from "./producer.ts";
@@ -541,7 +542,7 @@ export class TcpClient {
         frame = this.#decoder.nextChunks();
       } catch (error) {
         this.#fail(
-          ClientError.invalidResponse(`Cannot read response: ${(error as Error).message}`, error),
+          ClientError.invalidResponse(`Cannot read response: ${errorMessage(error)}`, error),
         );
         this.#socket.destroy();
         return;
@@ -589,7 +590,7 @@ export class TcpClient {
       } catch (error) {
         return pending.reject(
           ClientError.invalidResponse(
-            `Cannot read error response ${header.error}: ${(error as Error).message}`,
+            `Cannot read error response ${header.error}: ${errorMessage(error)}`,
             error,
           ),
         );
@@ -607,7 +608,7 @@ export class TcpClient {
     } catch (error) {
       if (error instanceof ClientError) return pending.reject(error);
       return pending.reject(
-        ClientError.invalidResponse(`Cannot read response: ${(error as Error).message}`, error),
+        ClientError.invalidResponse(`Cannot read response: ${errorMessage(error)}`, error),
       );
     }
     pending.resolve(value);

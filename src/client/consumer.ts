@@ -21,6 +21,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { TopicPartition } from "../broker/types.ts";
 import { Errors } from "../broker/errors.ts";
+import { topicPartitionKey } from "../lib/topic-partition.ts";
 import type { FetchResponse, TcpClient } from "./client.ts";
 import { ClientError } from "./errors.ts";
 import type { FetchedRecord } from "./records.ts";
@@ -58,7 +59,7 @@ interface Inflight {
 }
 
 function key(tp: TopicPartition): string {
-  return `${tp.topic}\u0000${tp.partition}`;
+  return topicPartitionKey(tp.topic, tp.partition);
 }
 
 /** See the module comment. Create with {@link GroupConsumer.join}. */

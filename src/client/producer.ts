@@ -28,6 +28,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ProduceResult } from "../broker/types.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
+import { topicPartitionKey } from "../lib/topic-partition.ts";
 import { EntryCursor, type EntryBatch } from "../storage/record.ts";
 import type { TcpClient } from "./client.ts";
 import { ClientError } from "./errors.ts";
@@ -88,7 +89,7 @@ export class IdempotentProducer {
 
   /** The next sequence of a partition (0 if nothing was sent to it in this epoch). */
   nextSequence(topic: string, partition: number): number {
-    return this.#partitions.get(`${topic}/${partition}`)?.nextSequence ?? 0;
+    return this.#partitions.get(topicPartitionKey(topic, partition))?.nextSequence ?? 0;
   }
 
   async #clientNow(): Promise<TcpClient> {
@@ -168,7 +169,7 @@ export class IdempotentProducer {
       : (records as EntryBatch);
     if (batch.count === 0) return { spans: [], duplicate: false };
     const partition = await this.#partitionFor(topic, batch, options.partition);
-    const key = `${topic}/${partition}`;
+    const key = topicPartitionKey(topic, partition);
     let state = this.#partitions.get(key);
     if (state === undefined) {
       state = { nextSequence: 0, tail: Promise.resolve() };

@@ -26,6 +26,7 @@ import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { offsetFileStem, viewOf } from "../lib/bytes.ts";
 import { coldSegmentsOpenMax } from "../lib/limits.ts";
+import { partitionName } from "../lib/topic-partition.ts";
 import { dirname, isFsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import type { LowerTier } from "./partition.ts";
 import {
@@ -73,7 +74,7 @@ export class ColdStore {
       fs: this.#fs,
       root: this.root,
       relativeDir: ["topics", topic, String(partition)],
-      name: `${topic}/${partition}`,
+      name: partitionName(topic, partition),
       clock: this.#clock,
       logger: this.#logger,
     });

@@ -18,6 +18,7 @@ import {
 } from "../fs/types.ts";
 import { metadataFileBytesMax } from "../lib/limits.ts";
 import { fromUtf8, utf8 } from "../lib/bytes.ts";
+import { errorMessage } from "../lib/errors.ts";
 
 let tempCounter = 0;
 
@@ -98,13 +99,13 @@ export async function readJsonFile(
     bytes = await readWholeFile(fs, path, metadataFileBytesMax);
   } catch (err) {
     if (isFsError(err, "ENOENT")) return { missing: true };
-    return { error: err instanceof Error ? err.message : String(err) };
+    return { error: errorMessage(err) };
   }
   if (bytes.length === 0) return { error: "file is empty" };
   try {
     return { value: JSON.parse(fromUtf8(bytes)) };
   } catch (err) {
-    return { error: `not valid JSON: ${err instanceof Error ? err.message : String(err)}` };
+    return { error: `not valid JSON: ${errorMessage(err)}` };
   }
 }
 

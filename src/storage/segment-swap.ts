@@ -42,6 +42,7 @@ import { fromUtf8, offsetFileStem, utf8 } from "../lib/bytes.ts";
 import type { Logger } from "../lib/logger.ts";
 import { isFsError, joinPath, readWholeFile, type FileSystem } from "../fs/types.ts";
 import { indexFileName, logFileName } from "./segment.ts";
+import { errorMessage } from "../lib/errors.ts";
 
 /** Name of the swap marker in a partition directory. */
 export const swapMarkerName = "compaction.marker";
@@ -86,7 +87,7 @@ function decodePlan(bytes: Uint8Array): SwapPlan | string {
   try {
     value = JSON.parse(fromUtf8(bytes));
   } catch (err) {
-    return `not valid JSON (${err instanceof Error ? err.message : String(err)})`;
+    return `not valid JSON (${errorMessage(err)})`;
   }
   if (typeof value !== "object" || value === null) return "not a JSON object";
   const { version, replaced, outputs } = value as {
@@ -207,7 +208,7 @@ export async function recoverSegmentSwap(
         problem = "";
       }
     } catch (err) {
-      problem = err instanceof Error ? err.message : String(err);
+      problem = errorMessage(err);
     }
     if (plan === null) {
       logger.log("error", "recovery.swap_marker_unreadable", {

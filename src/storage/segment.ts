@@ -23,7 +23,8 @@ import {
   recordLenMax,
   segmentPreallocateBytes,
 } from "../lib/limits.ts";
-import { FsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
+import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
+import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import { OffsetIndex } from "./offset-index.ts";
 import { DecodeStatus, RecordCursor, encodeEntries, type EntryBatch } from "./record.ts";
@@ -1242,12 +1243,8 @@ export class Segment {
   }
 }
 
-/** A short text for an error (its errno code and message). */
-export function describe(err: unknown): string {
-  if (err instanceof FsError) return err.message;
-  if (err instanceof Error) return err.message;
-  return String(err);
-}
+/** A short text for an error: `lib/errors.ts`'s {@link errorMessage}, kept here until storage imports it from there. */
+export const describe = errorMessage;
 
 /** Parses a segment file name: the base offset for `NNNNNNNNNNNNNNNNNNNN.log|.index`, else null. */
 export function parseSegmentFileName(

@@ -6,10 +6,10 @@ import { describe, expect, it } from "vitest";
 import { Errors } from "../../src/broker/errors.ts";
 import {
   decideSequence,
-  partitionKey,
   type ProducerState,
   type SequenceDecision,
 } from "../../src/broker/producers.ts";
+import { topicPartitionKey as partitionKey } from "../../src/lib/topic-partition.ts";
 
 const key = partitionKey("orders", 0);
 const fp = 0x1234;

@@ -57,6 +57,7 @@ import { decodeJsonProduce, decodeNdjsonProduce, partitionNumberMax } from "./pr
 import { scanJsonProduce } from "./produce-json.ts";
 import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
 import { producerFromHeaders, registerGroupRoutes } from "./groups.ts";
+import { errorMessage, errorStack } from "../../lib/errors.ts";
 
 /**
  * Values the server passes to every request as Hono's `c.env`. `serveHttp`
@@ -225,10 +226,7 @@ function parseJson(bytes: Uint8Array, action: string): unknown {
   try {
     return JSON.parse(text);
   } catch (e) {
-    throw invalidRequest(
-      action,
-      `the body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`,
-    );
+    throw invalidRequest(action, `the body is not valid JSON: ${errorMessage(e)}`);
   }
 }
 
@@ -290,10 +288,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
           : await readRawBody(maxRequestBytes);
     } catch (e) {
       // The client went away mid-body or sent a broken stream: its fault, not a broker bug.
-      throw invalidRequest(
-        action,
-        `the request body could not be read: ${e instanceof Error ? e.message : String(e)}`,
-      );
+      throw invalidRequest(action, `the request body could not be read: ${errorMessage(e)}`);
     }
     if (body === null) throw requestTooLarge(maxRequestBytes);
     return body;
@@ -309,8 +304,8 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       logger.log("error", "http.internal_error", {
         method: c.req.method,
         path: c.req.path,
-        error: err instanceof Error ? err.message : String(err),
-        stack: err instanceof Error ? err.stack : undefined,
+        error: errorMessage(err),
+        stack: errorStack(err),
       });
       error = new BrokerError(
         Errors.internal,

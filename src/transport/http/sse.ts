@@ -43,6 +43,8 @@ import { fetchRecordsDefault, fetchWaitMsMax } from "../../lib/limits.ts";
 import type { ValueEncoding } from "./encode.ts";
 import { forEachRecord } from "./encode.ts";
 import { errorBody } from "./errors.ts";
+import { errorMessage, errorStack } from "../../lib/errors.ts";
+import { partitionName } from "../../lib/topic-partition.ts";
 
 /** Default pause between heartbeats of an idle stream, in ms (also the long-poll wait per round). */
 export const sseHeartbeatMsDefault = 15_000;
@@ -101,7 +103,7 @@ export async function streamRecords(
     const signal = AbortSignal.any([request.signal, cancelled.signal]);
     const ended = () => signal.aborted || stream.aborted;
     await stream.write(
-      `: es-broker stream of partition ${JSON.stringify(`${topic}/${partition}`)} from offset ${request.offset}\n\n`,
+      `: es-broker stream of partition ${JSON.stringify(partitionName(topic, partition))} from offset ${request.offset}\n\n`,
     );
     let result = first;
     let offset = request.offset;
@@ -134,8 +136,8 @@ function internalError(cause: unknown, logger: Logger, c: Context): BrokerError 
   logger.log("error", "http.internal_error", {
     method: c.req.method,
     path: c.req.path,
-    error: cause instanceof Error ? cause.message : String(cause),
-    stack: cause instanceof Error ? cause.stack : undefined,
+    error: errorMessage(cause),
+    stack: errorStack(cause),
   });
   return new BrokerError(Errors.internal, "Cannot continue the stream: internal error");
 }

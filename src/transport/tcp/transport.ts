@@ -71,6 +71,7 @@ import {
 } from "../../protocol/codec.ts";
 import { FrameDecoder, FrameLengthError } from "../../protocol/frame.ts";
 import type { ByteSocket } from "./socket.ts";
+import { errorMessage, errorStack } from "../../lib/errors.ts";
 
 const resolved = Promise.resolve();
 
@@ -509,8 +510,8 @@ class Connection {
     this.#settings.logger.log("error", "tcp.internal_error", {
       remote: this.#socket.remoteAddress,
       api: apiNames[api],
-      error: error instanceof Error ? error.message : String(error),
-      stack: error instanceof Error ? error.stack : undefined,
+      error: errorMessage(error),
+      stack: errorStack(error),
     });
     return encodeErrorResponse(correlationId, Errors.internal, internalMessage);
   }
