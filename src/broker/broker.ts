@@ -1,67 +1,33 @@
 /**
- * The broker: topics and their partitions on one data directory, produce routing, fetch with
- * long-poll. Transports call it through the {@link Broker} interface; every error it throws is a
+ * The broker over one data directory: {@link LocalBroker} implements the {@link Broker} interface
+ * the transports call by composing the services that hold the state — the topic registry
+ * (`broker/topics.ts`), produce routing (`broker/produce-routing.ts`, pure), idempotent producer
+ * state (`broker/producers/`), consumer groups (`broker/groups.ts`) and retention and compaction
+ * (`broker/cleanup.ts`) — and serves fetch with long-poll itself. Every error it throws is a
  * {@link BrokerError} with a row of the error table.
- *
- * Data directory (docs/storage.md "Files on disk"):
- * ```
- * <dataDir>/topics/<topic>/topic.json     name, partition count, config (replaced atomically)
- * <dataDir>/topics/<topic>/<partition>/   segments
- * <dataDir>/trash/<ms>-<n>/               a deleted topic's directory (short name; its topic.json names the topic), removed at once or at the next start
- * <dataDir>/topics/<topic>/log_start_offsets.json  log start offsets moved by retention (see storage/log-start-offsets.ts)
- * ```
- * With `coldStorageDir`, retention moves sealed segments to `<cold>/topics/<topic>/<partition>/`
- * and fetches read them from there (`broker/cleanup.ts`, `storage/cold-store.ts`).
- *
- * Creating a topic writes `topic.json` first (the commit point), then the partition directories;
- * a start after a crash in between creates the missing partitions. A topic whose `topic.json` is
- * empty or unparseable is reported and made unavailable, never reset (docs/decisions.md §9).
  */
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
-import { assert } from "../lib/assert.ts";
-import { partitionForKey } from "../lib/murmur2.ts";
 import {
-  recoveryProgressMs,
+  cleanupIntervalMsDefault,
   fetchBytesDefault,
   fetchBytesMax,
   fetchRecordsDefault,
   fetchRecordsMax,
   fetchWaitMsMax,
+  producerExpiryMsDefault,
 } from "../lib/limits.ts";
-import { FsError, dirname, isFsError, joinPath, type FileSystem } from "../fs/types.ts";
-import { PartitionLog, type PartitionOptions } from "../storage/partition.ts";
-import { StorageError } from "../storage/errors.ts";
-import {
-  RecordFormatError,
-  EntryCursor,
-  checkEntryTimestamps,
-  type EntryBatch,
-} from "../storage/record.ts";
-import {
-  isTempFileName,
-  listStaleTempFiles,
-  readJsonFile,
-  writeJsonAtomic,
-} from "../storage/metadata.ts";
-import { errorMessage } from "../lib/errors.ts";
-import { partitionName } from "../lib/topic-partition.ts";
-import { BrokerError, Errors } from "./errors.ts";
-import { storageFailure, storageFailureKind } from "./storage-failure.ts";
-import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
-import { Mutex } from "../lib/mutex.ts";
-import { cleanupIntervalMsDefault } from "../lib/limits.ts";
-import {
-  defaultTopicConfig,
-  mergeTopicConfig,
-  validatePartitionCount,
-  validateTopicName,
-} from "./config.ts";
-import { GroupCoordinator } from "./groups.ts";
-import { ProducerStates } from "./producers.ts";
-import { producerExpiryMsDefault } from "../lib/limits.ts";
-import { utf8 } from "../lib/bytes.ts";
 import { plural } from "../lib/text.ts";
+import type { FileSystem } from "../fs/types.ts";
+import type { PartitionLog } from "../storage/partition.ts";
+import { RecordFormatError, checkEntryTimestamps, type EntryBatch } from "../storage/record.ts";
+import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
+import { BrokerError, Errors } from "./errors.ts";
+import { GroupCoordinator } from "./groups.ts";
+import { routeRecords, spansInRequestOrder, splitByPartition } from "./produce-routing.ts";
+import { ProducerStates } from "./producers.ts";
+import { toBrokerError } from "./storage-failure.ts";
+import { TopicRegistry, type Topic } from "./topics.ts";
 import type {
   Broker,
   CommitOffsetsRequest,
@@ -72,11 +38,8 @@ import type {
   JoinGroupRequest,
   FetchRequest,
   FetchResult,
-  PartitionInfo,
   ProduceRequest,
   ProduceResult,
-  ProduceSpan,
-  TopicConfig,
   TopicDescription,
 } from "./types.ts";
 
@@ -101,77 +64,20 @@ export interface LocalBrokerOptions {
   producerExpiryMs?: number;
 }
 
-interface Topic {
-  name: string;
-  dir: string;
-  config: TopicConfig;
-  partitions: PartitionLog[];
-  /** Next partition for keyless records (round-robin, one partition per request). */
-  roundRobin: number;
-}
-
-/** Storage errors as the error table's rows. */
-export function toBrokerError(err: unknown): unknown {
-  if (err instanceof FsError) {
-    // A disk read or write failed outside the append path's own handling (e.g. a fetch's read):
-    // storage_error if retrying can help, else internal (storage-failure.ts).
-    return storageFailure("Cannot complete the request", err);
-  }
-  if (!(err instanceof StorageError)) return err;
-  switch (err.kind) {
-    case "fenced":
-      return new BrokerError(Errors.partitionFenced, err.message);
-    case "write_failed":
-      return new BrokerError(storageFailureKind(err), err.message);
-    case "out_of_range":
-      return new BrokerError(Errors.offsetOutOfRange, err.message);
-    case "unsupported":
-      return new BrokerError(Errors.unsupported, err.message);
-    case "closed":
-      return new BrokerError(Errors.unavailable, err.message);
-    case "invalid":
-      return new BrokerError(Errors.invalidRequest, err.message);
-  }
-}
-
-/** The broker over one data directory. */
+/** The broker over one data directory. See the module comment. */
 export class LocalBroker implements Broker {
-  #fs: FileSystem;
-  #dataDir: string;
-  #topicsDir: string;
-  #trashDir: string;
   #clock: Clock;
-  #logger: Logger;
-  #flushEveryRecords: number;
-  #flushIntervalMs: number;
-  #topics = new Map<string, Topic>();
-  /** Topics that exist on disk but cannot be served, with the reason (docs/decisions.md §9). */
-  #unavailable = new Map<string, string>();
-  /** Names being created or deleted right now. */
-  #busy = new Set<string>();
-  /** Topics being deleted right now: still listed (until the rename commits), but every request is refused as unavailable. */
-  #deleting = new Set<string>();
   #closed = false;
-  #trashCounter = 0;
   #cleanup: CleanupService;
-  /** Serialises topic config updates (`topic.json` rewrites). */
-  #configWrites = new Mutex();
+  /** The topics (`broker/topics.ts`); opened first. */
+  #topics!: TopicRegistry;
   /** Consumer groups (`broker/groups.ts`); opened after the topics. */
   #groups!: GroupCoordinator;
-  /** Idempotent producer state (`broker/producers.ts`); opened after the topics. */
+  /** Idempotent producer state (`broker/producers/`); opened after the topics. */
   #producers!: ProducerStates;
-  #producerExpiryMs: number;
 
   private constructor(options: LocalBrokerOptions) {
-    this.#fs = options.fs;
-    this.#dataDir = options.dataDir;
-    this.#topicsDir = joinPath(options.dataDir, "topics");
-    this.#trashDir = joinPath(options.dataDir, "trash");
     this.#clock = options.clock;
-    this.#logger = options.logger;
-    this.#flushEveryRecords = options.flushEveryRecords ?? 1;
-    this.#flushIntervalMs = options.flushIntervalMs ?? 1000;
-    this.#producerExpiryMs = options.producerExpiryMs ?? producerExpiryMsDefault;
     this.#cleanup = new CleanupService({
       fs: options.fs,
       clock: options.clock,
@@ -183,12 +89,27 @@ export class LocalBroker implements Broker {
   }
 
   /**
-   * Opens the data directory and recovers every topic (docs/storage.md "Recovery after a crash").
+   * Opens the data directory and recovers every topic (spec: Recovery after a crash), then the
+   * consumer groups and the producer state, and starts the background cleanup.
    * @throws FsError if the data directory itself cannot be created or read.
    */
   static async open(options: LocalBrokerOptions): Promise<LocalBroker> {
     const broker = new LocalBroker(options);
-    await broker.#load();
+    const topics = await TopicRegistry.open({
+      fs: options.fs,
+      dataDir: options.dataDir,
+      clock: options.clock,
+      logger: options.logger,
+      flushEveryRecords: options.flushEveryRecords ?? 1,
+      flushIntervalMs: options.flushIntervalMs ?? 1000,
+      cleanup: broker.#cleanup,
+      checkOpen: () => broker.#checkOpen(),
+      forgetTopic: async (name) => {
+        await broker.#groups.forgetTopic(name);
+        await broker.#producers.forgetTopic(name);
+      },
+    });
+    broker.#topics = topics;
     // Groups and producer state reconcile with the recovered logs, so they open after the topics
     // and before anything (cleanup included) can change a log.
     broker.#groups = await GroupCoordinator.open({
@@ -196,233 +117,18 @@ export class LocalBroker implements Broker {
       dataDir: options.dataDir,
       clock: options.clock,
       logger: options.logger,
-      topics: { partitions: (topic) => broker.#topic(topic).partitions },
+      topics: { partitions: (topic) => topics.get(topic).partitions },
     });
     broker.#producers = await ProducerStates.open({
       fs: options.fs,
       dataDir: options.dataDir,
       clock: options.clock,
       logger: options.logger,
-      expiryMs: broker.#producerExpiryMs,
-      partitions: {
-        get: (topic, partition) => {
-          const t = broker.#topics.get(topic);
-          if (t === undefined) return broker.#unavailable.has(topic) ? "unavailable" : "missing";
-          return t.partitions[partition] ?? "missing";
-        },
-      },
+      expiryMs: options.producerExpiryMs ?? producerExpiryMsDefault,
+      partitions: { get: (topic, partition) => topics.lookup(topic, partition) },
     });
     broker.#cleanup.start();
     return broker;
-  }
-
-  async #load(): Promise<void> {
-    const fs = this.#fs;
-    // A directory this start creates (the data directory itself, `topics/`) is not durable until
-    // its parent is fsynced; without that a crash could take every topic with it.
-    const created: string[] = [];
-    const missing = async (dir: string) =>
-      (await fs
-        .stat(dir)
-        .catch((err: unknown) => (isFsError(err, "ENOENT") ? null : Promise.reject(err)))) === null;
-    for (let dir = this.#topicsDir; await missing(dir); dir = dirname(dir)) {
-      created.push(dir);
-      if (dirname(dir) === dir) break;
-    }
-    await fs.mkdir(this.#topicsDir);
-    for (const dir of created.reverse()) await fs.syncDir(dirname(dir));
-    if ((await fs.stat(this.#trashDir)) !== null) await this.#emptyTrash();
-    // Long recoveries say how far they got: one progress line at most every recoveryProgressMs.
-    const names = await fs.readdir(this.#topicsDir);
-    const started = this.#clock.nowMs();
-    let lastProgress = started;
-    let done = 0;
-    for (const name of names) {
-      const now = this.#clock.nowMs();
-      if (now - lastProgress >= recoveryProgressMs) {
-        lastProgress = now;
-        this.#logger.log("info", "recovery.progress", {
-          topics_done: done,
-          topics_total: names.length,
-          elapsed_ms: now - started,
-        });
-      }
-      done++;
-      if (isTempFileName(name)) {
-        this.#logger.log("warn", "recovery.stray_file", {
-          file: joinPath(this.#topicsDir, name),
-          reason: "temporary file of an interrupted write",
-        });
-        continue;
-      }
-      try {
-        validateTopicName(name);
-      } catch {
-        this.#logger.log("warn", "recovery.stray_file", {
-          file: joinPath(this.#topicsDir, name),
-          reason: "not a valid topic name",
-        });
-        continue;
-      }
-      await this.#loadTopic(name);
-    }
-  }
-
-  /**
-   * Finishes the deletions a crash or a failure interrupted (docs/storage.md "Files on disk"): each entry of
-   * `trash/` is a deleted topic's directory under a short unique name, its `topic.json` naming the
-   * topic. Its cold data goes first (unless a topic of that name exists again), then the whole
-   * trash. Entries are never parsed by name, so older `<topic>.<ms>.<n>` entries are handled alike.
-   * @throws FsError if the trash or a cold directory cannot be removed.
-   */
-  async #emptyTrash(): Promise<void> {
-    const fs = this.#fs;
-    if (this.#cleanup.cold !== null) {
-      for (const entry of await fs.readdir(this.#trashDir)) {
-        const read = await readJsonFile(fs, joinPath(this.#trashDir, entry, "topic.json"));
-        const name =
-          "value" in read && typeof read.value === "object" && read.value !== null
-            ? (read.value as { name?: unknown }).name
-            : undefined;
-        if (typeof name !== "string") continue;
-        try {
-          validateTopicName(name);
-        } catch {
-          continue;
-        }
-        if ((await fs.stat(joinPath(this.#topicsDir, name))) !== null) continue;
-        await this.#cleanup.removeColdData(name);
-      }
-    }
-    await fs.removeTree(this.#trashDir);
-    this.#logger.log("info", "broker.trash_removed", { dir: this.#trashDir });
-  }
-
-  async #loadTopic(name: string): Promise<void> {
-    const dir = joinPath(this.#topicsDir, name);
-    const metaPath = joinPath(dir, "topic.json");
-    for (const stale of await listStaleTempFiles(this.#fs, dir)) {
-      this.#logger.log("warn", "recovery.stray_file", {
-        file: joinPath(dir, stale),
-        reason: "temporary file of an interrupted write",
-      });
-    }
-    const read = await readJsonFile(this.#fs, metaPath);
-    if ("missing" in read) {
-      // createTopic makes the directory durable before it writes topic.json, its commit point. A
-      // directory holding nothing else is a creation a crash interrupted, never acknowledged:
-      // remove it (reported) so the name can be created again.
-      const entries = (await this.#fs.readdir(dir)).filter((n) => !isTempFileName(n));
-      if (entries.length === 0) {
-        await this.#fs.removeTree(dir);
-        await this.#fs.syncDir(this.#topicsDir);
-        this.#logger.log("warn", "recovery.incomplete_topic_removed", {
-          topic: name,
-          dir,
-          reason: "topic.json is missing and the directory holds no partition",
-        });
-        return;
-      }
-      this.#unavailable.set(name, `${metaPath} is missing`);
-      this.#logger.log("error", "recovery.topic_unavailable", {
-        topic: name,
-        file: metaPath,
-        reason: "topic.json is missing",
-      });
-      return;
-    }
-    if ("error" in read) {
-      this.#unavailable.set(name, `${metaPath}: ${read.error}`);
-      this.#logger.log("error", "recovery.topic_unavailable", {
-        topic: name,
-        file: metaPath,
-        reason: read.error,
-      });
-      return;
-    }
-    let config: TopicConfig;
-    let partitionCount: number;
-    try {
-      const meta = read.value as { name?: unknown; partitions?: unknown; config?: unknown };
-      if (typeof meta !== "object" || meta === null) throw new Error("not an object");
-      if (meta.name !== name)
-        throw new Error(`names topic ${JSON.stringify(meta.name)}, but its directory is "${name}"`);
-      partitionCount = validatePartitionCount(meta.partitions);
-      config = mergeTopicConfig(defaultTopicConfig, meta.config);
-    } catch (err) {
-      const reason = errorMessage(err);
-      this.#unavailable.set(name, `${metaPath}: ${reason}`);
-      this.#logger.log("error", "recovery.topic_unavailable", {
-        topic: name,
-        file: metaPath,
-        reason,
-      });
-      return;
-    }
-    const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
-    try {
-      await this.#openPartitions(topic, partitionCount);
-    } catch (err) {
-      for (const partition of topic.partitions) await partition.close().catch(() => {});
-      this.#unavailable.set(name, `cannot open its partitions: ${errorMessage(err)}`);
-      this.#logger.log("error", "recovery.topic_unavailable", {
-        topic: name,
-        reason: errorMessage(err),
-      });
-      return;
-    }
-    this.#topics.set(name, topic);
-  }
-
-  /**
-   * Opens a topic's partitions with what cleanup gives them (persisted log start offsets, the cold
-   * tier), fsyncs the topic directory, and starts cleaning them.
-   * @throws FsError, or Error if `log_start_offsets.json` is unreadable (docs/decisions.md §9).
-   */
-  async #openPartitions(topic: Topic, partitionCount: number): Promise<void> {
-    const storage = await this.#cleanup.prepareTopic({
-      topic: topic.name,
-      dir: topic.dir,
-      partitions: partitionCount,
-    });
-    if ("error" in storage) throw new Error(storage.error);
-    try {
-      for (let p = 0; p < partitionCount; p++)
-        topic.partitions.push(
-          await this.#openPartition(topic, p, this.#cleanup.partitionOptions(storage, p)),
-        );
-      await this.#fs.syncDir(topic.dir);
-    } catch (err) {
-      await this.#cleanup.discard(storage);
-      throw err;
-    }
-    this.#cleanup.attach({
-      topic: topic.name,
-      storage,
-      partitions: topic.partitions,
-      config: () => topic.config,
-    });
-  }
-
-  #openPartition(
-    topic: Topic,
-    partition: number,
-    extra: Pick<PartitionOptions, "logStartOffset" | "lowerTier">,
-  ): Promise<PartitionLog> {
-    return PartitionLog.open({
-      ...extra,
-      fs: this.#fs,
-      dir: joinPath(topic.dir, String(partition)),
-      name: partitionName(topic.name, partition),
-      clock: this.#clock,
-      logger: this.#logger,
-      config: () => ({
-        segmentBytes: topic.config.segment_bytes,
-        segmentMs: topic.config.segment_ms,
-      }),
-      flushEveryRecords: this.#flushEveryRecords,
-      flushIntervalMs: this.#flushIntervalMs,
-    });
   }
 
   #checkOpen(): void {
@@ -433,206 +139,39 @@ export class LocalBroker implements Broker {
       );
   }
 
-  #topic(name: string): Topic {
-    this.#checkOpen();
-    const topic = this.#topics.get(name);
-    if (topic !== undefined) {
-      if (this.#deleting.has(name))
-        throw new BrokerError(
-          Errors.unavailable,
-          `Cannot use topic "${name}": it is being deleted`,
-        );
-      return topic;
-    }
-    const reason = this.#unavailable.get(name);
-    if (reason !== undefined)
-      throw new BrokerError(
-        Errors.unavailable,
-        `Cannot use topic "${name}": it is unavailable: ${reason}`,
-      );
-    throw new BrokerError(Errors.topicNotFound, `Cannot find topic "${name}"`);
-  }
-
-  #partition(topic: Topic, partition: unknown): PartitionLog {
-    if (typeof partition !== "number" || !Number.isInteger(partition) || partition < 0) {
-      throw new BrokerError(
-        Errors.invalidRequest,
-        `Invalid partition ${JSON.stringify(partition)} for topic "${topic.name}": must be a non-negative integer`,
-      );
-    }
-    const log = topic.partitions[partition];
-    if (log === undefined) {
-      throw new BrokerError(
-        Errors.partitionNotFound,
-        `Cannot find partition ${partition} of topic "${topic.name}": it has ${plural(topic.partitions.length, "partition")}`,
-      );
-    }
-    return log;
-  }
-
-  #describe(topic: Topic): TopicDescription {
-    return {
-      name: topic.name,
-      config: { ...topic.config },
-      partitions: topic.partitions.map(
-        (log, partition): PartitionInfo => ({
-          partition,
-          logStartOffset: log.logStartOffset,
-          highWatermark: log.highWatermark,
-          sizeBytes: log.sizeBytes,
-          segmentCount: log.segmentCount,
-          fenced: log.fenced,
-        }),
-      ),
-    };
-  }
-
   async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
-    this.#checkOpen();
-    const name = validateTopicName(request.name);
-    const partitionCount = validatePartitionCount(request.partitions);
-    const config = mergeTopicConfig(defaultTopicConfig, request.config);
-    if (this.#topics.has(name) || this.#unavailable.has(name) || this.#busy.has(name)) {
-      throw new BrokerError(Errors.topicExists, `Cannot create topic "${name}": it already exists`);
-    }
-    this.#busy.add(name);
-    try {
-      const dir = joinPath(this.#topicsDir, name);
-      if ((await this.#fs.stat(dir)) !== null) {
-        throw new BrokerError(
-          Errors.topicExists,
-          `Cannot create topic "${name}": its directory ${dir} already exists`,
-        );
-      }
-      await this.#fs.mkdir(dir);
-      await this.#fs.syncDir(this.#topicsDir);
-      // Cold data left by an earlier topic of this name (a deletion interrupted by a crash) is not this topic's.
-      await this.#cleanup.removeColdData(name);
-      await writeJsonAtomic(this.#fs, joinPath(dir, "topic.json"), {
-        name,
-        partitions: partitionCount,
-        config,
-      });
-      const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
-      try {
-        await this.#openPartitions(topic, partitionCount);
-      } catch (err) {
-        for (const partition of topic.partitions) await partition.close().catch(() => {});
-        this.#unavailable.set(name, `creating its partitions failed: ${errorMessage(err)}`);
-        throw storageFailure(`Cannot create topic "${name}": creating its partitions failed`, err);
-      }
-      this.#topics.set(name, topic);
-      this.#logger.log("info", "topic.created", { topic: name, partitions: partitionCount });
-      return this.#describe(topic);
-    } catch (err) {
-      throw storageFailure(`Cannot create topic "${name}"`, err);
-    } finally {
-      this.#busy.delete(name);
-    }
+    return this.#topics.create(request);
   }
 
   async listTopics(): Promise<TopicDescription[]> {
-    this.#checkOpen();
-    return [...this.#topics.values()]
-      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
-      .map((t) => this.#describe(t));
+    return this.#topics.list();
   }
 
   async describeTopic(name: string): Promise<TopicDescription> {
-    return this.#describe(this.#topic(name));
+    return this.#topics.describe(this.#topics.get(name));
+  }
+
+  /** Deletes a topic; see {@link TopicRegistry.delete}. */
+  async deleteTopic(name: string): Promise<void> {
+    return this.#topics.delete(name);
   }
 
   /**
-   * Deletes a topic (docs/storage.md "Files on disk"; the module comment). Its directory is renamed into
-   * `trash/` under a short unique name (`<ms>-<n>`, never longer than the file-system limit
-   * whatever the topic's name; the topic's real name stays inside, in its `topic.json`) — that
-   * rename is the commit point. Before it, nothing is lost: the partitions are closed so that no
-   * write lands in a directory being moved, and if the rename fails they are opened again, so the
-   * topic stays listed and usable and the error says what failed. After it, the topics directory
-   * is fsynced; the topic's cold data and the trash entry are removed, and groups and producer
-   * state forget the topic — a failure there is logged and finished at the next start
-   * ({@link #load} removes the trash, first removing the cold data of each topic it held).
-   * @throws BrokerError topic_not_found, unavailable (being created or deleted), storage_error or
-   * internal (see {@link storageFailure}) naming the failed step.
+   * Changes a topic's config (`PATCH /v1/topics/{topic}`); see {@link TopicRegistry.updateConfig}.
+   * @throws BrokerError topic_not_found, unavailable, invalid_config, storage_error.
    */
-  async deleteTopic(name: string): Promise<void> {
-    this.#checkOpen();
-    const topic = this.#topics.get(name);
-    const dir = joinPath(this.#topicsDir, name);
-    if (topic === undefined && !this.#unavailable.has(name))
-      throw new BrokerError(
-        Errors.topicNotFound,
-        `Cannot delete topic "${name}": it does not exist`,
-      );
-    if (this.#busy.has(name))
-      throw new BrokerError(
-        Errors.unavailable,
-        `Cannot delete topic "${name}": it is being created or deleted`,
-      );
-    this.#busy.add(name);
-    this.#deleting.add(name);
-    try {
-      const action = `Cannot delete topic "${name}"`;
-      try {
-        await this.#fs.mkdir(this.#trashDir);
-      } catch (err) {
-        throw storageFailure(`${action}: creating ${this.#trashDir} failed`, err);
-      }
-      const trash = joinPath(this.#trashDir, `${this.#clock.nowMs()}-${++this.#trashCounter}`);
-      for (const partition of topic?.partitions ?? []) await partition.close().catch(() => {});
-      await this.#cleanup.detach(name);
-      try {
-        await this.#fs.rename(dir, trash);
-      } catch (err) {
-        // Nothing moved: open the topic again (or mark it unavailable, with the reason, if that fails).
-        this.#topics.delete(name);
-        this.#unavailable.delete(name);
-        await this.#loadTopic(name).catch((loadErr: unknown) => {
-          // Its files are where they were; a restart opens it. Until then it says why it cannot be used.
-          this.#unavailable.set(
-            name,
-            `opening it again after a failed delete failed: ${errorMessage(loadErr)}`,
-          );
-        });
-        throw storageFailure(
-          `${action}: moving ${dir} to ${trash} failed, the topic is unchanged`,
-          err,
-        );
-      }
-      this.#topics.delete(name);
-      this.#unavailable.delete(name);
-      try {
-        await this.#fs.syncDir(this.#topicsDir);
-      } catch (err) {
-        throw storageFailure(
-          `${action}: fsync of ${this.#topicsDir} failed after its directory was moved to ${trash}; the topic is gone but may come back after a restart`,
-          err,
-        );
-      }
-      try {
-        await this.#cleanup.removeColdData(name);
-        await this.#fs.removeTree(trash);
-      } catch (err) {
-        this.#logger.log("error", "topic.delete_cleanup_failed", {
-          topic: name,
-          trash,
-          error: errorMessage(err),
-          action: "finished at the next start",
-        });
-      }
-      await this.#groups.forgetTopic(name);
-      await this.#producers.forgetTopic(name);
-      this.#logger.log("info", "topic.deleted", { topic: name });
-    } finally {
-      this.#deleting.delete(name);
-      this.#busy.delete(name);
-    }
+  async updateTopicConfig(name: string, patch: unknown): Promise<TopicDescription> {
+    return this.#topics.updateConfig(name, patch);
   }
 
+  /**
+   * Appends a request's records: routed by `broker/produce-routing.ts` after every named
+   * partition is checked (all or nothing), one append per partition; an idempotent request goes
+   * through the producer state (`broker/producers/`) and must land in one partition.
+   */
   async produce(request: ProduceRequest): Promise<ProduceResult> {
-    const topic = this.#topic(request.topic);
+    const topic = this.#topics.get(request.topic);
     const batch = request.batch;
-    const n = topic.partitions.length;
     try {
       checkEntryTimestamps(batch, this.#clock.nowMs(), topic.config.max_timestamp_skew_ms);
     } catch (err) {
@@ -643,8 +182,8 @@ export class LocalBroker implements Broker {
         );
       throw err;
     }
-    const fixed = request.partition ?? -1;
-    if (fixed !== -1) this.#partition(topic, fixed);
+    const partition = request.partition ?? -1;
+    if (partition !== -1) this.#topics.partition(topic, partition);
     const perRecord = request.partitions;
     if (perRecord !== undefined && perRecord.length !== batch.count) {
       throw new BrokerError(
@@ -652,48 +191,22 @@ export class LocalBroker implements Broker {
         `Cannot produce to topic "${topic.name}": ${plural(perRecord.length, "partition")} given for ${plural(batch.count, "record")}`,
       );
     }
+    if (perRecord !== undefined)
+      for (const p of perRecord) if (p !== -1) this.#topics.partition(topic, p);
     if (batch.count === 0) return { spans: [] };
     const producer = request.producer;
-
-    // Decide each record's partition (request order). Fast path: one partition for all.
-    let single = perRecord === undefined && fixed !== -1 ? fixed : -2;
-    let assignment: Int32Array | null = null;
-    if (single === -2) {
-      assignment = new Int32Array(batch.count);
-      const cursor = new EntryCursor(batch);
-      let keyless = -1;
-      let first = -1;
-      let same = true;
-      while (cursor.next()) {
-        const i = cursor.index;
-        let p = perRecord !== undefined ? perRecord[i] : -1;
-        if (p === -1) p = fixed;
-        if (p === -1) {
-          const key = cursor.key();
-          if (key !== null) p = partitionForKey(key, n);
-          else {
-            if (keyless === -1 && producer !== undefined) {
-              // A retry must land where the original did: an idempotent producer's keyless
-              // records go to the partition of its id, not round-robin.
-              keyless = partitionForKey(utf8(String(producer.id)), n);
-            } else if (keyless === -1) {
-              keyless = topic.roundRobin % n;
-              topic.roundRobin = (topic.roundRobin + 1) % n;
-            }
-            p = keyless;
-          }
-        } else {
-          this.#partition(topic, p);
-        }
-        assignment[i] = p;
-        if (first === -1) first = p;
-        else if (p !== first) same = false;
-      }
-      if (same) single = first;
-    }
+    const routed = routeRecords(batch, {
+      partitionCount: topic.partitions.length,
+      partition,
+      partitions: perRecord,
+      producerId: producer === undefined ? undefined : String(producer.id),
+      roundRobin: topic.roundRobin,
+    });
+    topic.roundRobin = routed.roundRobin;
+    const route = routed.route;
 
     if (producer !== undefined) {
-      if (single < 0) {
+      if (route.kind !== "single") {
         throw new BrokerError(
           Errors.invalidRequest,
           `Cannot produce idempotently to topic "${topic.name}": every record of an idempotent request must go to one partition, but these go to several`,
@@ -704,8 +217,8 @@ export class LocalBroker implements Broker {
         return await this.#producers.produce({
           producer,
           topic: topic.name,
-          partition: single,
-          log: topic.partitions[single],
+          partition: route.partition,
+          log: topic.partitions[route.partition],
           batch,
         });
       } catch (err) {
@@ -716,28 +229,23 @@ export class LocalBroker implements Broker {
     // Returned, not awaited: a suspended async function keeps its locals alive, and the batch
     // (and the request frame or HTTP body it points into) would then live until the fsync
     // instead of until the partition has written it.
-    if (single >= 0)
+    if (route.kind === "single") {
+      const single = route.partition;
       return this.#append(topic, single, batch).then((r) => ({
         spans: [{ partition: single, baseOffset: r.baseOffset, count: r.count }],
       }));
+    }
 
-    assert(assignment !== null, "per-record assignment exists when records span partitions");
-    const batches = splitByPartition(batch, assignment, n);
+    const batches = splitByPartition(batch, route.assignment, topic.partitions.length);
     const results = await Promise.all(
       batches.map((b, p) => (b === null ? Promise.resolve(null) : this.#append(topic, p, b))),
     );
-    // Spans in request order: consecutive records of one partition at consecutive offsets merge.
-    const nextOffset = results.map((r) => (r === null ? 0 : r.baseOffset));
-    const spans: ProduceSpan[] = [];
-    for (let i = 0; i < assignment.length; i++) {
-      const p = assignment[i];
-      const offset = nextOffset[p]++;
-      const last = spans.at(-1);
-      if (last !== undefined && last.partition === p && last.baseOffset + last.count === offset)
-        last.count++;
-      else spans.push({ partition: p, baseOffset: offset, count: 1 });
-    }
-    return { spans };
+    return {
+      spans: spansInRequestOrder(
+        route.assignment,
+        results.map((r) => (r === null ? 0 : r.baseOffset)),
+      ),
+    };
   }
 
   /** Appends `batch` to one partition; storage errors become BrokerErrors. Not async, so nothing here holds the batch until its fsync. */
@@ -752,8 +260,8 @@ export class LocalBroker implements Broker {
   }
 
   async fetch(request: FetchRequest): Promise<FetchResult> {
-    const topic = this.#topic(request.topic);
-    const log = this.#partition(topic, request.partition);
+    const topic = this.#topics.get(request.topic);
+    const log = this.#topics.partition(topic, request.partition);
     const offset = checkInteger("offset", request.offset, 0, Number.MAX_SAFE_INTEGER, 0);
     const maxRecords = checkInteger(
       "max_records",
@@ -821,37 +329,17 @@ export class LocalBroker implements Broker {
     topic: string;
     partition: number;
   }): Promise<{ logStartOffset: number; highWatermark: number }> {
-    const log = this.#partition(this.#topic(request.topic), request.partition);
+    const log = this.#topics.partition(this.#topics.get(request.topic), request.partition);
     return { logStartOffset: log.logStartOffset, highWatermark: log.highWatermark };
   }
 
   /**
-   * Per-partition storage state (segments, recovery outcome, corruption, fencing, strays, and the
-   * last retention and compaction run with the cold tier's state under `cleanup`), for
-   * `GET /v1/admin/storage`.
+   * Per-partition storage state for `GET /v1/admin/storage`; see {@link TopicRegistry.describeStorage}.
+   * @throws BrokerError unavailable when shutting down.
    */
-  describeStorage(): {
-    cold_storage_dir: string | null;
-    topics: {
-      name: string;
-      partitions: (ReturnType<PartitionLog["describe"]> & {
-        cleanup: ReturnType<CleanupService["describePartition"]>;
-      })[];
-    }[];
-    unavailable: { name: string; reason: string }[];
-  } {
+  describeStorage(): ReturnType<TopicRegistry["describeStorage"]> {
     this.#checkOpen();
-    return {
-      cold_storage_dir: this.#cleanup.cold?.root ?? null,
-      topics: [...this.#topics.values()].map((t) => ({
-        name: t.name,
-        partitions: t.partitions.map((p, i) => ({
-          ...p.describe(),
-          cleanup: this.#cleanup.describePartition(t.name, i),
-        })),
-      })),
-      unavailable: [...this.#unavailable].map(([name, reason]) => ({ name, reason })),
-    };
+    return this.#topics.describeStorage();
   }
 
   /**
@@ -860,55 +348,8 @@ export class LocalBroker implements Broker {
    * records appended, each counted since its partition was opened. A deleted topic's counts leave
    * the sum, so compare two readings only while the same topics exist.
    */
-  metrics(): {
-    partitions: number;
-    fsyncs: number;
-    appends: number;
-    writes: number;
-    recordsAppended: number;
-  } {
-    const sum = { partitions: 0, fsyncs: 0, appends: 0, writes: 0, recordsAppended: 0 };
-    for (const topic of this.#topics.values()) {
-      for (const log of topic.partitions) {
-        const s = log.stats;
-        sum.partitions++;
-        sum.fsyncs += s.fsyncs;
-        sum.appends += s.appends;
-        sum.writes += s.writes;
-        sum.recordsAppended += s.recordsAppended;
-      }
-    }
-    return sum;
-  }
-
-  /**
-   * Changes a topic's config (`PATCH /v1/topics/{topic}`): `patch` is validated over the current
-   * config like a creation's (unknown keys, wrong types and out-of-range values are refused,
-   * naming the key), `topic.json` is rewritten atomically, and the new values apply at once
-   * (rolls read them on every append, cleanup at every pass).
-   * @throws BrokerError topic_not_found, unavailable, invalid_config, storage_error.
-   */
-  async updateTopicConfig(name: string, patch: unknown): Promise<TopicDescription> {
-    this.#topic(name);
-    return this.#configWrites.run(async () => {
-      const topic = this.#topic(name);
-      const config = mergeTopicConfig(topic.config, patch);
-      try {
-        await writeJsonAtomic(this.#fs, joinPath(topic.dir, "topic.json"), {
-          name,
-          partitions: topic.partitions.length,
-          config,
-        });
-      } catch (err) {
-        throw storageFailure(
-          `Cannot update the config of topic "${name}": writing topic.json failed`,
-          err,
-        );
-      }
-      topic.config = config;
-      this.#logger.log("info", "topic.config_updated", { topic: name, config: { ...config } });
-      return this.#describe(topic);
-    });
+  metrics(): ReturnType<TopicRegistry["metrics"]> {
+    return this.#topics.metrics();
   }
 
   /**
@@ -918,7 +359,7 @@ export class LocalBroker implements Broker {
    * @throws BrokerError topic_not_found, unavailable.
    */
   async cleanup(name: string): Promise<{ topic: string; partitions: PartitionCleanup[] }> {
-    const topic = this.#topic(name);
+    const topic = this.#topics.get(name);
     return { topic: topic.name, partitions: (await this.#cleanup.runTopic(topic.name)) ?? [] };
   }
 
@@ -967,23 +408,13 @@ export class LocalBroker implements Broker {
     return this.#producers;
   }
 
+  /** Stops serving (later requests get `unavailable`), then closes groups, cleanup, partitions and producer state. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     await this.#groups.close();
     await this.#cleanup.close();
-    for (const topic of this.#topics.values()) {
-      await Promise.all(
-        topic.partitions.map((p) =>
-          p.close().catch((err: unknown) =>
-            this.#logger.log("error", "partition.close_failed", {
-              partition: p.name,
-              error: errorMessage(err),
-            }),
-          ),
-        ),
-      );
-    }
+    await this.#topics.close();
     await this.#producers.close();
     this.#topics.clear();
   }
@@ -1005,32 +436,4 @@ function checkInteger(
     );
   }
   return value;
-}
-
-/** Copies each record's entry bytes into one batch per partition (null where a partition gets none). */
-function splitByPartition(
-  batch: EntryBatch,
-  assignment: Int32Array,
-  partitions: number,
-): (EntryBatch | null)[] {
-  const sizes = new Array<number>(partitions).fill(0);
-  const counts = new Array<number>(partitions).fill(0);
-  const cursor = new EntryCursor(batch);
-  while (cursor.next()) {
-    sizes[assignment[cursor.index]] += cursor.end - cursor.start;
-    counts[assignment[cursor.index]]++;
-  }
-  const buffers = sizes.map((s, p) => (counts[p] > 0 ? new Uint8Array(s) : null));
-  const used = new Array<number>(partitions).fill(0);
-  const again = new EntryCursor(batch);
-  while (again.next()) {
-    const p = assignment[again.index];
-    const buf = buffers[p];
-    if (buf === null) continue;
-    buf.set(batch.bytes.subarray(again.start, again.end), used[p]);
-    used[p] += again.end - again.start;
-  }
-  return buffers.map((bytes, p) =>
-    counts[p] === 0 || bytes === null ? null : { bytes, count: counts[p] },
-  );
 }

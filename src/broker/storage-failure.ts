@@ -14,7 +14,9 @@
  * point at a bug or a misconfigured data directory, so they are `internal`, with the detail in
  * the message.
  */
+import { FsError } from "../fs/types.ts";
 import { errorMessage } from "../lib/errors.ts";
+import { StorageError } from "../storage/errors.ts";
 import { BrokerError, Errors, type ErrorKind } from "./errors.ts";
 
 /** errno codes of failures that can pass: a full disk or quota, an I/O error, a busy or exhausted resource. */
@@ -51,4 +53,32 @@ export function storageFailureKind(err: unknown): ErrorKind {
 export function storageFailure(action: string, err: unknown): BrokerError {
   if (err instanceof BrokerError) return err;
   return new BrokerError(storageFailureKind(err), `${action}: ${errorMessage(err)}`);
+}
+
+/**
+ * A storage layer error as the error table's row: a `StorageError` by its kind (fenced, write
+ * failed, out of range, …), an `FsError` outside the append path by {@link storageFailure}.
+ * Anything else is returned unchanged.
+ */
+export function toBrokerError(err: unknown): unknown {
+  if (err instanceof FsError) {
+    // A disk read or write failed outside the append path's own handling (e.g. a fetch's read):
+    // storage_error if retrying can help, else internal (the module table).
+    return storageFailure("Cannot complete the request", err);
+  }
+  if (!(err instanceof StorageError)) return err;
+  switch (err.kind) {
+    case "fenced":
+      return new BrokerError(Errors.partitionFenced, err.message);
+    case "write_failed":
+      return new BrokerError(storageFailureKind(err), err.message);
+    case "out_of_range":
+      return new BrokerError(Errors.offsetOutOfRange, err.message);
+    case "unsupported":
+      return new BrokerError(Errors.unsupported, err.message);
+    case "closed":
+      return new BrokerError(Errors.unavailable, err.message);
+    case "invalid":
+      return new BrokerError(Errors.invalidRequest, err.message);
+  }
 }

@@ -1,0 +1,659 @@
+/**
+ * The topic registry: which topics exist on one data directory, their config and their open
+ * partitions. It loads them at start (finishing interrupted creations and deletions), creates and
+ * deletes them, rewrites their config, and looks topics and partitions up for every request,
+ * refusing those that are unavailable or being deleted. Produce routing, fetch and the other
+ * services live elsewhere (`broker/broker.ts` composes them).
+ *
+ * Data directory (spec: Files on disk):
+ * ```
+ * <dataDir>/topics/<topic>/topic.json     name, partition count, config (replaced atomically)
+ * <dataDir>/topics/<topic>/<partition>/   segments
+ * <dataDir>/trash/<ms>-<n>/               a deleted topic's directory (short name; its topic.json names the topic), removed at once or at the next start
+ * <dataDir>/topics/<topic>/log_start_offsets.json  log start offsets moved by retention (see storage/log-start-offsets.ts)
+ * ```
+ * With `coldStorageDir`, retention moves sealed segments to `<cold>/topics/<topic>/<partition>/`
+ * and fetches read them from there (`broker/cleanup.ts`, `storage/cold-store.ts`).
+ *
+ * Creating a topic writes `topic.json` first (the commit point), then the partition directories;
+ * a start after a crash in between creates the missing partitions. A topic whose `topic.json` is
+ * empty or unparseable is reported and made unavailable, never reset (DECISIONS 9).
+ */
+import type { Clock } from "../lib/clock.ts";
+import { errorMessage } from "../lib/errors.ts";
+import type { Logger } from "../lib/logger.ts";
+import { recoveryProgressMs } from "../lib/limits.ts";
+import { Mutex } from "../lib/mutex.ts";
+import { plural } from "../lib/text.ts";
+import { partitionName } from "../lib/topic-partition.ts";
+import { dirname, isFsError, joinPath, type FileSystem } from "../fs/types.ts";
+import {
+  isTempFileName,
+  listStaleTempFiles,
+  readJsonFile,
+  writeJsonAtomic,
+} from "../storage/metadata.ts";
+import { PartitionLog, type PartitionOptions } from "../storage/partition.ts";
+import type { CleanupService } from "./cleanup.ts";
+import {
+  defaultTopicConfig,
+  mergeTopicConfig,
+  validatePartitionCount,
+  validateTopicName,
+} from "./config.ts";
+import { BrokerError, Errors } from "./errors.ts";
+import { storageFailure } from "./storage-failure.ts";
+import type { CreateTopicRequest, PartitionInfo, TopicConfig, TopicDescription } from "./types.ts";
+
+/** One served topic. */
+export interface Topic {
+  name: string;
+  /** `<dataDir>/topics/<name>`. */
+  dir: string;
+  /** The current config (replaced, never mutated, by {@link TopicRegistry.updateConfig}). */
+  config: TopicConfig;
+  /** Open partitions, index = partition number. */
+  partitions: PartitionLog[];
+  /** Next partition for keyless records (round-robin, one partition per request; `broker/produce-routing.ts`). */
+  roundRobin: number;
+}
+
+/** Options of {@link TopicRegistry.open}. */
+export interface TopicRegistryOptions {
+  fs: FileSystem;
+  /** Root of the data directory (created 0700 if missing). */
+  dataDir: string;
+  clock: Clock;
+  logger: Logger;
+  /** Records per fsync of every partition (`--flush-every-records`). */
+  flushEveryRecords: number;
+  /** Longest wait for an fsync with flushEveryRecords > 1, in ms (`--flush-interval`). */
+  flushIntervalMs: number;
+  /** Retention and compaction: given every partition opened, told of every topic removed. */
+  cleanup: CleanupService;
+  /** Throws BrokerError unavailable once the broker is shutting down; every lookup calls it first. */
+  checkOpen: () => void;
+  /**
+   * Forgets a deleted topic's state kept elsewhere (consumer groups, producer state), once its
+   * directory is gone; {@link TopicRegistry.delete} awaits it (and throws what it throws) before
+   * the name can be created again.
+   */
+  forgetTopic: (name: string) => Promise<void>;
+}
+
+/** The topics of one data directory. See the module comment. */
+export class TopicRegistry {
+  #fs: FileSystem;
+  #topicsDir: string;
+  #trashDir: string;
+  #clock: Clock;
+  #logger: Logger;
+  #flushEveryRecords: number;
+  #flushIntervalMs: number;
+  #cleanup: CleanupService;
+  #checkOpen: () => void;
+  #forgetTopic: (name: string) => Promise<void>;
+  #topics = new Map<string, Topic>();
+  /** Topics that exist on disk but cannot be served, with the reason (DECISIONS 9). */
+  #unavailable = new Map<string, string>();
+  /** Names being created or deleted right now. */
+  #busy = new Set<string>();
+  /** Topics being deleted right now: still listed (until the rename commits), but every request is refused as unavailable. */
+  #deleting = new Set<string>();
+  #trashCounter = 0;
+  /** Serialises topic config updates (`topic.json` rewrites). */
+  #configWrites = new Mutex();
+
+  private constructor(options: TopicRegistryOptions) {
+    this.#fs = options.fs;
+    this.#topicsDir = joinPath(options.dataDir, "topics");
+    this.#trashDir = joinPath(options.dataDir, "trash");
+    this.#clock = options.clock;
+    this.#logger = options.logger;
+    this.#flushEveryRecords = options.flushEveryRecords;
+    this.#flushIntervalMs = options.flushIntervalMs;
+    this.#cleanup = options.cleanup;
+    this.#checkOpen = options.checkOpen;
+    this.#forgetTopic = options.forgetTopic;
+  }
+
+  /**
+   * Opens the data directory and recovers every topic (spec: Recovery after a crash): empties the
+   * trash, opens each topic's partitions, and marks unavailable (with the reason) each topic that
+   * cannot be opened.
+   * @throws FsError if the data directory itself cannot be created or read.
+   */
+  static async open(options: TopicRegistryOptions): Promise<TopicRegistry> {
+    const registry = new TopicRegistry(options);
+    await registry.#load();
+    return registry;
+  }
+
+  async #load(): Promise<void> {
+    const fs = this.#fs;
+    // A directory this start creates (the data directory itself, `topics/`) is not durable until
+    // its parent is fsynced; without that a crash could take every topic with it.
+    const created: string[] = [];
+    const missing = async (dir: string) =>
+      (await fs
+        .stat(dir)
+        .catch((err: unknown) => (isFsError(err, "ENOENT") ? null : Promise.reject(err)))) === null;
+    for (let dir = this.#topicsDir; await missing(dir); dir = dirname(dir)) {
+      created.push(dir);
+      if (dirname(dir) === dir) break;
+    }
+    await fs.mkdir(this.#topicsDir);
+    for (const dir of created.reverse()) await fs.syncDir(dirname(dir));
+    if ((await fs.stat(this.#trashDir)) !== null) await this.#emptyTrash();
+    // Long recoveries say how far they got: one progress line at most every recoveryProgressMs.
+    const names = await fs.readdir(this.#topicsDir);
+    const started = this.#clock.nowMs();
+    let lastProgress = started;
+    let done = 0;
+    for (const name of names) {
+      const now = this.#clock.nowMs();
+      if (now - lastProgress >= recoveryProgressMs) {
+        lastProgress = now;
+        this.#logger.log("info", "recovery.progress", {
+          topics_done: done,
+          topics_total: names.length,
+          elapsed_ms: now - started,
+        });
+      }
+      done++;
+      if (isTempFileName(name)) {
+        this.#logger.log("warn", "recovery.stray_file", {
+          file: joinPath(this.#topicsDir, name),
+          reason: "temporary file of an interrupted write",
+        });
+        continue;
+      }
+      try {
+        validateTopicName(name);
+      } catch {
+        this.#logger.log("warn", "recovery.stray_file", {
+          file: joinPath(this.#topicsDir, name),
+          reason: "not a valid topic name",
+        });
+        continue;
+      }
+      await this.#loadTopic(name);
+    }
+  }
+
+  /**
+   * Finishes the deletions a crash or a failure interrupted (spec: Files on disk): each entry of
+   * `trash/` is a deleted topic's directory under a short unique name, its `topic.json` naming the
+   * topic. Its cold data goes first (unless a topic of that name exists again), then the whole
+   * trash. Entries are never parsed by name, so older `<topic>.<ms>.<n>` entries are handled alike.
+   * @throws FsError if the trash or a cold directory cannot be removed.
+   */
+  async #emptyTrash(): Promise<void> {
+    const fs = this.#fs;
+    if (this.#cleanup.cold !== null) {
+      for (const entry of await fs.readdir(this.#trashDir)) {
+        const read = await readJsonFile(fs, joinPath(this.#trashDir, entry, "topic.json"));
+        const name =
+          "value" in read && typeof read.value === "object" && read.value !== null
+            ? (read.value as { name?: unknown }).name
+            : undefined;
+        if (typeof name !== "string") continue;
+        try {
+          validateTopicName(name);
+        } catch {
+          continue;
+        }
+        if ((await fs.stat(joinPath(this.#topicsDir, name))) !== null) continue;
+        await this.#cleanup.removeColdData(name);
+      }
+    }
+    await fs.removeTree(this.#trashDir);
+    this.#logger.log("info", "broker.trash_removed", { dir: this.#trashDir });
+  }
+
+  async #loadTopic(name: string): Promise<void> {
+    const dir = joinPath(this.#topicsDir, name);
+    const metaPath = joinPath(dir, "topic.json");
+    for (const stale of await listStaleTempFiles(this.#fs, dir)) {
+      this.#logger.log("warn", "recovery.stray_file", {
+        file: joinPath(dir, stale),
+        reason: "temporary file of an interrupted write",
+      });
+    }
+    const read = await readJsonFile(this.#fs, metaPath);
+    if ("missing" in read) {
+      // createTopic makes the directory durable before it writes topic.json, its commit point. A
+      // directory holding nothing else is a creation a crash interrupted, never acknowledged:
+      // remove it (reported) so the name can be created again.
+      const entries = (await this.#fs.readdir(dir)).filter((n) => !isTempFileName(n));
+      if (entries.length === 0) {
+        await this.#fs.removeTree(dir);
+        await this.#fs.syncDir(this.#topicsDir);
+        this.#logger.log("warn", "recovery.incomplete_topic_removed", {
+          topic: name,
+          dir,
+          reason: "topic.json is missing and the directory holds no partition",
+        });
+        return;
+      }
+      this.#unavailable.set(name, `${metaPath} is missing`);
+      this.#logger.log("error", "recovery.topic_unavailable", {
+        topic: name,
+        file: metaPath,
+        reason: "topic.json is missing",
+      });
+      return;
+    }
+    if ("error" in read) {
+      this.#unavailable.set(name, `${metaPath}: ${read.error}`);
+      this.#logger.log("error", "recovery.topic_unavailable", {
+        topic: name,
+        file: metaPath,
+        reason: read.error,
+      });
+      return;
+    }
+    let config: TopicConfig;
+    let partitionCount: number;
+    try {
+      const meta = read.value as { name?: unknown; partitions?: unknown; config?: unknown };
+      if (typeof meta !== "object" || meta === null) throw new Error("not an object");
+      if (meta.name !== name)
+        throw new Error(`names topic ${JSON.stringify(meta.name)}, but its directory is "${name}"`);
+      partitionCount = validatePartitionCount(meta.partitions);
+      config = mergeTopicConfig(defaultTopicConfig, meta.config);
+    } catch (err) {
+      const reason = errorMessage(err);
+      this.#unavailable.set(name, `${metaPath}: ${reason}`);
+      this.#logger.log("error", "recovery.topic_unavailable", {
+        topic: name,
+        file: metaPath,
+        reason,
+      });
+      return;
+    }
+    const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
+    try {
+      await this.#openPartitions(topic, partitionCount);
+    } catch (err) {
+      for (const partition of topic.partitions) await partition.close().catch(() => {});
+      this.#unavailable.set(name, `cannot open its partitions: ${errorMessage(err)}`);
+      this.#logger.log("error", "recovery.topic_unavailable", {
+        topic: name,
+        reason: errorMessage(err),
+      });
+      return;
+    }
+    this.#topics.set(name, topic);
+  }
+
+  /**
+   * Opens a topic's partitions with what cleanup gives them (persisted log start offsets, the cold
+   * tier), fsyncs the topic directory, and starts cleaning them.
+   * @throws FsError, or Error if `log_start_offsets.json` is unreadable (DECISIONS 9).
+   */
+  async #openPartitions(topic: Topic, partitionCount: number): Promise<void> {
+    const storage = await this.#cleanup.prepareTopic({
+      topic: topic.name,
+      dir: topic.dir,
+      partitions: partitionCount,
+    });
+    if ("error" in storage) throw new Error(storage.error);
+    try {
+      for (let p = 0; p < partitionCount; p++)
+        topic.partitions.push(
+          await this.#openPartition(topic, p, this.#cleanup.partitionOptions(storage, p)),
+        );
+      await this.#fs.syncDir(topic.dir);
+    } catch (err) {
+      await this.#cleanup.discard(storage);
+      throw err;
+    }
+    this.#cleanup.attach({
+      topic: topic.name,
+      storage,
+      partitions: topic.partitions,
+      config: () => topic.config,
+    });
+  }
+
+  #openPartition(
+    topic: Topic,
+    partition: number,
+    extra: Pick<PartitionOptions, "logStartOffset" | "lowerTier">,
+  ): Promise<PartitionLog> {
+    return PartitionLog.open({
+      ...extra,
+      fs: this.#fs,
+      dir: joinPath(topic.dir, String(partition)),
+      name: partitionName(topic.name, partition),
+      clock: this.#clock,
+      logger: this.#logger,
+      config: () => ({
+        segmentBytes: topic.config.segment_bytes,
+        segmentMs: topic.config.segment_ms,
+      }),
+      flushEveryRecords: this.#flushEveryRecords,
+      flushIntervalMs: this.#flushIntervalMs,
+    });
+  }
+
+  /**
+   * The topic named `name`, to serve a request.
+   * @throws BrokerError unavailable (shutting down, being deleted, or unavailable on disk, with
+   *   the reason), topic_not_found.
+   */
+  get(name: string): Topic {
+    this.#checkOpen();
+    const topic = this.#topics.get(name);
+    if (topic !== undefined) {
+      if (this.#deleting.has(name))
+        throw new BrokerError(
+          Errors.unavailable,
+          `Cannot use topic "${name}": it is being deleted`,
+        );
+      return topic;
+    }
+    const reason = this.#unavailable.get(name);
+    if (reason !== undefined)
+      throw new BrokerError(
+        Errors.unavailable,
+        `Cannot use topic "${name}": it is unavailable: ${reason}`,
+      );
+    throw new BrokerError(Errors.topicNotFound, `Cannot find topic "${name}"`);
+  }
+
+  /**
+   * Partition `partition` of `topic`, checked as a request gave it.
+   * @throws BrokerError invalid_request (not a non-negative integer), partition_not_found.
+   */
+  partition(topic: Topic, partition: unknown): PartitionLog {
+    if (typeof partition !== "number" || !Number.isInteger(partition) || partition < 0) {
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Invalid partition ${JSON.stringify(partition)} for topic "${topic.name}": must be a non-negative integer`,
+      );
+    }
+    const log = topic.partitions[partition];
+    if (log === undefined) {
+      throw new BrokerError(
+        Errors.partitionNotFound,
+        `Cannot find partition ${partition} of topic "${topic.name}": it has ${plural(topic.partitions.length, "partition")}`,
+      );
+    }
+    return log;
+  }
+
+  /** The description of `topic` that the apis answer: its config (a copy) and its partitions' offsets and sizes. */
+  describe(topic: Topic): TopicDescription {
+    return {
+      name: topic.name,
+      config: { ...topic.config },
+      partitions: topic.partitions.map(
+        (log, partition): PartitionInfo => ({
+          partition,
+          logStartOffset: log.logStartOffset,
+          highWatermark: log.highWatermark,
+          sizeBytes: log.sizeBytes,
+          segmentCount: log.segmentCount,
+          fenced: log.fenced,
+        }),
+      ),
+    };
+  }
+
+  /**
+   * Creates a topic (the module comment: `topic.json` is the commit point).
+   * @throws BrokerError invalid_request / invalid_config for a bad name, count or config,
+   *   topic_exists, unavailable (shutting down), storage_error or internal naming the failed step.
+   */
+  async create(request: CreateTopicRequest): Promise<TopicDescription> {
+    this.#checkOpen();
+    const name = validateTopicName(request.name);
+    const partitionCount = validatePartitionCount(request.partitions);
+    const config = mergeTopicConfig(defaultTopicConfig, request.config);
+    if (this.#topics.has(name) || this.#unavailable.has(name) || this.#busy.has(name)) {
+      throw new BrokerError(Errors.topicExists, `Cannot create topic "${name}": it already exists`);
+    }
+    this.#busy.add(name);
+    try {
+      const dir = joinPath(this.#topicsDir, name);
+      if ((await this.#fs.stat(dir)) !== null) {
+        throw new BrokerError(
+          Errors.topicExists,
+          `Cannot create topic "${name}": its directory ${dir} already exists`,
+        );
+      }
+      await this.#fs.mkdir(dir);
+      await this.#fs.syncDir(this.#topicsDir);
+      // Cold data left by an earlier topic of this name (a deletion interrupted by a crash) is not this topic's.
+      await this.#cleanup.removeColdData(name);
+      await writeJsonAtomic(this.#fs, joinPath(dir, "topic.json"), {
+        name,
+        partitions: partitionCount,
+        config,
+      });
+      const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
+      try {
+        await this.#openPartitions(topic, partitionCount);
+      } catch (err) {
+        for (const partition of topic.partitions) await partition.close().catch(() => {});
+        this.#unavailable.set(name, `creating its partitions failed: ${errorMessage(err)}`);
+        throw storageFailure(`Cannot create topic "${name}": creating its partitions failed`, err);
+      }
+      this.#topics.set(name, topic);
+      this.#logger.log("info", "topic.created", { topic: name, partitions: partitionCount });
+      return this.describe(topic);
+    } catch (err) {
+      throw storageFailure(`Cannot create topic "${name}"`, err);
+    } finally {
+      this.#busy.delete(name);
+    }
+  }
+
+  /** Every served topic, by name. @throws BrokerError unavailable when shutting down. */
+  list(): TopicDescription[] {
+    this.#checkOpen();
+    return [...this.#topics.values()]
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+      .map((t) => this.describe(t));
+  }
+
+  /**
+   * Deletes a topic (spec: Files on disk; the module comment). Its directory is renamed into
+   * `trash/` under a short unique name (`<ms>-<n>`, never longer than the file-system limit
+   * whatever the topic's name; the topic's real name stays inside, in its `topic.json`) — that
+   * rename is the commit point. Before it, nothing is lost: the partitions are closed so that no
+   * write lands in a directory being moved, and if the rename fails they are opened again, so the
+   * topic stays listed and usable and the error says what failed. After it, the topics directory
+   * is fsynced; the topic's cold data and the trash entry are removed, and groups and producer
+   * state forget the topic — a failure there is logged and finished at the next start
+   * ({@link #load} removes the trash, first removing the cold data of each topic it held).
+   * @throws BrokerError topic_not_found, unavailable (being created or deleted), storage_error or
+   * internal (see {@link storageFailure}) naming the failed step.
+   */
+  async delete(name: string): Promise<void> {
+    this.#checkOpen();
+    const topic = this.#topics.get(name);
+    const dir = joinPath(this.#topicsDir, name);
+    if (topic === undefined && !this.#unavailable.has(name))
+      throw new BrokerError(
+        Errors.topicNotFound,
+        `Cannot delete topic "${name}": it does not exist`,
+      );
+    if (this.#busy.has(name))
+      throw new BrokerError(
+        Errors.unavailable,
+        `Cannot delete topic "${name}": it is being created or deleted`,
+      );
+    this.#busy.add(name);
+    this.#deleting.add(name);
+    try {
+      const action = `Cannot delete topic "${name}"`;
+      try {
+        await this.#fs.mkdir(this.#trashDir);
+      } catch (err) {
+        throw storageFailure(`${action}: creating ${this.#trashDir} failed`, err);
+      }
+      const trash = joinPath(this.#trashDir, `${this.#clock.nowMs()}-${++this.#trashCounter}`);
+      for (const partition of topic?.partitions ?? []) await partition.close().catch(() => {});
+      await this.#cleanup.detach(name);
+      try {
+        await this.#fs.rename(dir, trash);
+      } catch (err) {
+        // Nothing moved: open the topic again (or mark it unavailable, with the reason, if that fails).
+        this.#topics.delete(name);
+        this.#unavailable.delete(name);
+        await this.#loadTopic(name).catch((loadErr: unknown) => {
+          // Its files are where they were; a restart opens it. Until then it says why it cannot be used.
+          this.#unavailable.set(
+            name,
+            `opening it again after a failed delete failed: ${errorMessage(loadErr)}`,
+          );
+        });
+        throw storageFailure(
+          `${action}: moving ${dir} to ${trash} failed, the topic is unchanged`,
+          err,
+        );
+      }
+      this.#topics.delete(name);
+      this.#unavailable.delete(name);
+      try {
+        await this.#fs.syncDir(this.#topicsDir);
+      } catch (err) {
+        throw storageFailure(
+          `${action}: fsync of ${this.#topicsDir} failed after its directory was moved to ${trash}; the topic is gone but may come back after a restart`,
+          err,
+        );
+      }
+      try {
+        await this.#cleanup.removeColdData(name);
+        await this.#fs.removeTree(trash);
+      } catch (err) {
+        this.#logger.log("error", "topic.delete_cleanup_failed", {
+          topic: name,
+          trash,
+          error: errorMessage(err),
+          action: "finished at the next start",
+        });
+      }
+      await this.#forgetTopic(name);
+      this.#logger.log("info", "topic.deleted", { topic: name });
+    } finally {
+      this.#deleting.delete(name);
+      this.#busy.delete(name);
+    }
+  }
+
+  /**
+   * A topic's partition, or why there is none: `"missing"` (no such topic or partition) or
+   * `"unavailable"` (the topic is on disk but cannot be served). For producer recovery, which
+   * must tell a deleted partition from one it cannot check.
+   */
+  lookup(topic: string, partition: number): PartitionLog | "missing" | "unavailable" {
+    const t = this.#topics.get(topic);
+    if (t === undefined) return this.#unavailable.has(topic) ? "unavailable" : "missing";
+    return t.partitions[partition] ?? "missing";
+  }
+
+  /**
+   * Per-partition storage state (segments, recovery outcome, corruption, fencing, strays, and the
+   * last retention and compaction run with the cold tier's state under `cleanup`), for
+   * `GET /v1/admin/storage`.
+   */
+  describeStorage(): {
+    cold_storage_dir: string | null;
+    topics: {
+      name: string;
+      partitions: (ReturnType<PartitionLog["describe"]> & {
+        cleanup: ReturnType<CleanupService["describePartition"]>;
+      })[];
+    }[];
+    unavailable: { name: string; reason: string }[];
+  } {
+    return {
+      cold_storage_dir: this.#cleanup.cold?.root ?? null,
+      topics: [...this.#topics.values()].map((t) => ({
+        name: t.name,
+        partitions: t.partitions.map((p, i) => ({
+          ...p.describe(),
+          cleanup: this.#cleanup.describePartition(t.name, i),
+        })),
+      })),
+      unavailable: [...this.#unavailable].map(([name, reason]) => ({ name, reason })),
+    };
+  }
+
+  /** Storage counters summed over the partitions open now (see `LocalBroker.metrics`). */
+  metrics(): {
+    partitions: number;
+    fsyncs: number;
+    appends: number;
+    writes: number;
+    recordsAppended: number;
+  } {
+    const sum = { partitions: 0, fsyncs: 0, appends: 0, writes: 0, recordsAppended: 0 };
+    for (const topic of this.#topics.values()) {
+      for (const log of topic.partitions) {
+        const s = log.stats;
+        sum.partitions++;
+        sum.fsyncs += s.fsyncs;
+        sum.appends += s.appends;
+        sum.writes += s.writes;
+        sum.recordsAppended += s.recordsAppended;
+      }
+    }
+    return sum;
+  }
+
+  /**
+   * Changes a topic's config: `patch` is validated over the current config like a creation's
+   * (unknown keys, wrong types and out-of-range values are refused, naming the key),
+   * `topic.json` is rewritten atomically, and the new values apply at once (rolls read them on
+   * every append, cleanup at every pass).
+   * @throws BrokerError topic_not_found, unavailable, invalid_config, storage_error.
+   */
+  async updateConfig(name: string, patch: unknown): Promise<TopicDescription> {
+    this.get(name);
+    return this.#configWrites.run(async () => {
+      const topic = this.get(name);
+      const config = mergeTopicConfig(topic.config, patch);
+      try {
+        await writeJsonAtomic(this.#fs, joinPath(topic.dir, "topic.json"), {
+          name,
+          partitions: topic.partitions.length,
+          config,
+        });
+      } catch (err) {
+        throw storageFailure(
+          `Cannot update the config of topic "${name}": writing topic.json failed`,
+          err,
+        );
+      }
+      topic.config = config;
+      this.#logger.log("info", "topic.config_updated", { topic: name, config: { ...config } });
+      return this.describe(topic);
+    });
+  }
+
+  /** Closes every partition (a failure is logged); the topics stay listed until {@link clear}. */
+  async close(): Promise<void> {
+    for (const topic of this.#topics.values()) {
+      await Promise.all(
+        topic.partitions.map((p) =>
+          p.close().catch((err: unknown) =>
+            this.#logger.log("error", "partition.close_failed", {
+              partition: p.name,
+              error: errorMessage(err),
+            }),
+          ),
+        ),
+      );
+    }
+  }
+
+  /** Forgets every topic, after {@link close} and once nothing (the producer state's last snapshot) reads them. */
+  clear(): void {
+    this.#topics.clear();
+  }
+}
