@@ -25,7 +25,7 @@ import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
 import { BrokerError, Errors } from "./errors.ts";
 import { GroupCoordinator } from "./groups.ts";
 import { routeRecords, spansInRequestOrder, splitByPartition } from "./produce-routing.ts";
-import { ProducerStates } from "./producers.ts";
+import { ProducerStates } from "./producers/state.ts";
 import { toBrokerError } from "./storage-failure.ts";
 import { TopicRegistry, type Topic } from "./topics.ts";
 import type {

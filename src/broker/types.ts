@@ -87,7 +87,7 @@ export interface ProduceRequest {
   /** The records, validated with `scanEntries`. */
   batch: EntryBatch;
   /**
-   * Makes the produce idempotent (Kafka's semantics; `broker/producers.ts` has the decision
+   * Makes the produce idempotent (Kafka's semantics; `broker/producers/sequence.ts` has the decision
    * table). Every record of the request must then go to one partition (@throws invalid_request
    * otherwise). A retry of a stored batch appends nothing and answers its original offsets with
    * `duplicate: true`.

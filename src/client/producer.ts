@@ -2,7 +2,7 @@
  * An idempotent producer over the TCP client: it numbers its records per partition and retries
  * on its own, so a batch the broker acknowledges is stored once however often it was sent
  * (Kafka's idempotent producer; the broker's rules are the decision table in
- * `src/broker/producers.ts`).
+ * `src/broker/producers/sequence.ts`).
  *
  * - Sequences: per partition, every record counts one; a batch carries the sequence of its first
  *   record. Batches of one partition are sent one at a time, in the order `send` was called.

@@ -121,7 +121,7 @@ export interface AppendOptions {
    * Called inside the write loop once this request's offsets are assigned and before any byte of
    * its group is written, with the request's base offset; the group's write waits until every
    * such promise of the group has settled. Idempotent produce uses it to make its journal entry
-   * durable no later than the log write it describes (`broker/producers.ts`). If it rejects, this
+   * durable no later than the log write it describes (`broker/producers/`). If it rejects, this
    * request is rejected with that error and nothing of it is written; the rest of the group is
    * written without it. Offsets after it then move down, so the hook of every later request whose
    * base offset changed is called again with the new one: a hook must accept being called more
@@ -214,6 +214,7 @@ export class PartitionLog {
   static async open(options: PartitionOptions): Promise<PartitionLog> {
     const log = new PartitionLog(options);
     await log.#recover();
+    log.#atRiskStartOffset = log.#segmentActiveAtStop().baseOffset;
     return log;
   }
 
@@ -419,6 +420,33 @@ export class PartitionLog {
   /** Number of segments. */
   get segmentCount(): number {
     return this.#segments.length;
+  }
+
+  /**
+   * First offset of the records the last stop (a crash, or a shutdown) may have lost or cut
+   * short, fixed when the partition opened: the base offset of the segment that was active then.
+   * Every record below it was covered by an fsync before the stop (a roll fsyncs the segment it
+   * seals, and compaction never touches the active segment); records from it on were recovered
+   * as the scan found them. Producer recovery checks its journal against this
+   * (`broker/producers/recovery.ts`).
+   */
+  get atRiskStartOffset(): number {
+    return this.#atRiskStartOffset;
+  }
+
+  #atRiskStartOffset = 0;
+
+  /** Right after recovery: the last segment, or the corrupt one recovery sealed before rolling an empty active segment after it. */
+  #segmentActiveAtStop(): Segment {
+    const segments = this.#segments;
+    let i = segments.length - 1;
+    if (
+      i > 0 &&
+      segments[i].nextOffset === segments[i].baseOffset &&
+      segments[i - 1].corruption !== null
+    )
+      i--;
+    return segments[i];
   }
 
   /** Counters since open: fsyncs, appends (requests), writes (system calls to the log), records appended. */

@@ -2,7 +2,7 @@
  * The idempotent-producer journal, `producers.journal` (docs/storage.md "Files on disk"): one entry per
  * idempotent batch, made durable *before* the log write it describes (the broker calls
  * {@link ProducerJournal.append} from the partition's `beforeWrite` hook). Together with the
- * `producers.json` snapshot it rebuilds the producer state at start (`broker/producers.ts`).
+ * `producers.json` snapshot it rebuilds the producer state at start (`broker/producers/`).
  *
  * File layout (integers big-endian, like the record format):
  *

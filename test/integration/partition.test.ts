@@ -1,5 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { readFileSync, statSync, readdirSync, appendFileSync, truncateSync, cpSync } from "node:fs";
+import {
+  appendFileSync,
+  cpSync,
+  readFileSync,
+  readdirSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
@@ -100,6 +108,46 @@ describe("PartitionLog on the real file system", () => {
     expect(r.baseOffset).toBe(40);
     const all = await log.read({ offset: 0, maxRecords: 1000, maxBytes: 1 << 20 });
     expect(decodeAll(all.bytes).length).toBeGreaterThan(0);
+    await log.close();
+  });
+
+  it("names the segment active at the last stop as the records at risk, fixed when it opened", async () => {
+    const { dir } = tempDir();
+    let log = await openLog(`${dir}/p`);
+    expect(log.atRiskStartOffset).toBe(0);
+    await log.close();
+    log = await openLog(`${dir}/p`, 256);
+    for (let i = 0; i < 20; i++) await log.append(batchOf([`a${i}`, `b${i}`]));
+    await log.close();
+    const bases = readdirSync(`${dir}/p`)
+      .filter((n) => n.endsWith(".log"))
+      .map((n) => Number(n.slice(0, 20)))
+      .sort((a, b) => a - b);
+    expect(bases.length).toBeGreaterThan(1);
+    log = await openLog(`${dir}/p`, 64);
+    expect(log.atRiskStartOffset).toBe(bases.at(-1));
+    // Rolls after the start (at 64 segment bytes, every append) leave it where it was.
+    for (let i = 0; i < 3; i++) await log.append(batchOf([`c${i}`]));
+    expect(log.segmentCount).toBeGreaterThan(bases.length);
+    expect(log.atRiskStartOffset).toBe(bases.at(-1));
+    await log.close();
+  });
+
+  it("names the corrupt active segment recovery sealed, not the empty one it rolled after it", async () => {
+    const { dir } = tempDir();
+    let log = await openLog(`${dir}/p`);
+    await log.append(batchOf(["one", "two", "three"]));
+    await log.close();
+    // Record 0 (no key): record_len 4 | offset 8 | timestamp 8 | key_len 4 | value_len 4 | value.
+    const path = `${dir}/p/00000000000000000000.log`;
+    const bytes = readFileSync(path);
+    bytes[28] ^= 0xff;
+    writeFileSync(path, bytes);
+    const logger = new MemoryLogger();
+    log = await openLog(`${dir}/p`, 1 << 20, { logger });
+    expect(logger.named("recovery.corrupt_segment")).toHaveLength(1);
+    expect(log.segmentCount).toBe(2);
+    expect(log.atRiskStartOffset).toBe(0);
     await log.close();
   });
 

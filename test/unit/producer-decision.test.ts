@@ -1,5 +1,5 @@
 /**
- * The idempotent producer's decision table (src/broker/producers.ts), row by row: each test builds
+ * The idempotent producer's decision table (src/broker/producers/sequence.ts), row by row: each test builds
  * the state the row names and checks the outcome, the error kind and the expected value.
  */
 import { describe, expect, it } from "vitest";
@@ -8,7 +8,7 @@ import {
   decideSequence,
   type ProducerState,
   type SequenceDecision,
-} from "../../src/broker/producers.ts";
+} from "../../src/broker/producers/sequence.ts";
 import { topicPartitionKey as partitionKey } from "../../src/lib/topic-partition.ts";
 
 const key = partitionKey("orders", 0);

@@ -20,7 +20,7 @@
  * | `/v1/groups/…` (consumer groups, `groups.ts`)              | see `groups.ts`                 |
  *
  * Produce with `Producer-Id`, `Producer-Epoch`, `Producer-Seq` headers is idempotent
- * (`groups.ts`, `broker/producers.ts`); its answer adds `"duplicate"`.
+ * (`groups.ts`, `broker/producers/`); its answer adds `"duplicate"`.
  *
  * Errors are `{"error":{"code","message","details"?}}` with the status of the error table
  * (`src/broker/errors.ts`), produced by one `onError`. Unknown routes are 404 `not_found`. A body

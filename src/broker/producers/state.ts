@@ -1,0 +1,529 @@
+/**
+ * The idempotent producer state of one data directory ({@link ProducerStates}): the producers,
+ * their epochs and per-partition sequences (`sequence.ts` has the shape and the decision table),
+ * kept durable by a journal and a snapshot (`snapshot.ts`) and rebuilt at start
+ * (`recovery.ts`).
+ *
+ * ## Durability: journal first
+ *
+ * Requests of one (producer, partition) run one at a time. An accepted batch is appended through
+ * the partition's write loop with a `beforeWrite` hook: once its offsets are assigned, and before
+ * any byte of it is written, an entry (producer, epoch, partition, base sequence, count, base
+ * offset, fingerprint of the first record) is appended to `producers.journal` and fsynced
+ * (`storage/producer-journal.ts`). So an entry is durable no later than the log write it
+ * describes, and a record that reached the log always has its entry. The in-memory state takes
+ * the batch once the append resolves (after the log's fsync with `--flush-every-records 1`).
+ * Requests without a producer never touch the journal.
+ *
+ * ## Start
+ *
+ * {@link ProducerStates.open} reads the snapshot, replays the journal that continues it, forgets
+ * expired producers, reconciles with the recovered logs (`recovery.ts`), and writes a new
+ * snapshot. A bad snapshot, or a journal that does not continue it, makes idempotent produce
+ * unavailable (`snapshot.ts`); other produces are unaffected.
+ */
+import { assert } from "../../lib/assert.ts";
+import type { Clock } from "../../lib/clock.ts";
+import { errorMessage } from "../../lib/errors.ts";
+import type { Logger } from "../../lib/logger.ts";
+import { producerJournalEntriesRotate } from "../../lib/limits.ts";
+import { Mutex } from "../../lib/mutex.ts";
+import { partitionName, topicPartitionKey } from "../../lib/topic-partition.ts";
+import { joinPath, type FileSystem } from "../../fs/types.ts";
+import { readJsonFile, writeJsonAtomic } from "../../storage/metadata.ts";
+import {
+  ProducerJournal,
+  SnapshotOutcomeUnknown,
+  type ProducerJournalEntry,
+} from "../../storage/producer-journal.ts";
+import { StorageError } from "../../storage/errors.ts";
+import type { PartitionLog } from "../../storage/partition.ts";
+import { EntryCursor, type EntryBatch } from "../../storage/record.ts";
+import { BrokerError, Errors } from "../errors.ts";
+import { storageFailureKind } from "../storage-failure.ts";
+import type { ProduceResult, ProducerIdentity } from "../types.ts";
+import { reconcile, replayEntry, type ProducerPartitions } from "./recovery.ts";
+import {
+  batchFrom,
+  chainNext,
+  decideSequence,
+  entryFingerprint,
+  rangesToSpans,
+  refusalError,
+  rememberBatch,
+  sumRanges,
+  validateProducerIdentity,
+  type BatchRange,
+  type ProducerState,
+} from "./sequence.ts";
+import { buildSnapshot, parseSnapshot } from "./snapshot.ts";
+
+export type { ProducerPartitions } from "./recovery.ts";
+
+/** Options of {@link ProducerStates.open}. */
+export interface ProducerStatesOptions {
+  fs: FileSystem;
+  /** The broker's data directory: `producers.json` and `producers.journal` live there. */
+  dataDir: string;
+  clock: Clock;
+  logger: Logger;
+  /** Idle time after which a producer's state is forgotten, in ms. */
+  expiryMs: number;
+  /** Partitions as they are after their recovery (the producer state opens after the topics). */
+  partitions: ProducerPartitions;
+}
+
+/** Arguments of {@link ProducerStates.produce}. */
+export interface IdempotentAppend {
+  producer: ProducerIdentity;
+  topic: string;
+  partition: number;
+  log: PartitionLog;
+  batch: EntryBatch;
+}
+
+interface PendingEntry {
+  entry: ProducerJournalEntry | null;
+}
+
+/** Maps a journal failure to the error table. */
+function journalError(err: unknown): unknown {
+  if (!(err instanceof StorageError)) return err;
+  if (err.kind === "write_failed")
+    return new BrokerError(storageFailureKind(err), `Cannot produce idempotently: ${err.message}`);
+  return new BrokerError(Errors.unavailable, `Cannot produce idempotently: ${err.message}`);
+}
+
+/** The producer state of one data directory. See the module comment. */
+export class ProducerStates {
+  #fs: FileSystem;
+  #snapshotPath: string;
+  #journalPath: string;
+  #clock: Clock;
+  #logger: Logger;
+  #expiryMs: number;
+  #partitions: ProducerPartitions;
+  #producers = new Map<string, ProducerState>();
+  #journal: ProducerJournal | null = null;
+  /** Why idempotent produce is refused, or null. */
+  #unavailable: string | null = null;
+  /** Journal entries whose log write has not finished (a snapshot must keep them). */
+  #pending = new Set<PendingEntry>();
+  #locks = new Map<string, { mutex: Mutex; users: number }>();
+  #rotation: Promise<void> | null = null;
+  #closed = false;
+
+  private constructor(options: ProducerStatesOptions) {
+    this.#fs = options.fs;
+    this.#snapshotPath = joinPath(options.dataDir, "producers.json");
+    this.#journalPath = joinPath(options.dataDir, "producers.journal");
+    this.#clock = options.clock;
+    this.#logger = options.logger;
+    this.#expiryMs = options.expiryMs;
+    this.#partitions = options.partitions;
+  }
+
+  /**
+   * Loads and reconciles the producer state (the module comment, Start; `recovery.ts`). Never
+   * throws for a bad file: it makes idempotent produce unavailable and reports why
+   * (`producers.unavailable`).
+   */
+  static async open(options: ProducerStatesOptions): Promise<ProducerStates> {
+    assert(
+      Number.isSafeInteger(options.expiryMs) && options.expiryMs > 0,
+      "producer expiry is a positive integer of ms",
+    );
+    const states = new ProducerStates(options);
+    await states.#load();
+    return states;
+  }
+
+  /** Why idempotent produce is unavailable, or null. */
+  get unavailableReason(): string | null {
+    return this.#unavailable;
+  }
+
+  /** Producers with state. */
+  get producerCount(): number {
+    return this.#producers.size;
+  }
+
+  /** A copy of one producer's state, for tests and reports. */
+  inspect(id: string): ProducerState | undefined {
+    const p = this.#producers.get(id);
+    return p === undefined ? undefined : structuredClone(p);
+  }
+
+  #setUnavailable(reason: string): void {
+    this.#unavailable = reason;
+    this.#logger.log("error", "producers.unavailable", { reason });
+  }
+
+  async #load(): Promise<void> {
+    const started = this.#clock.nowMs();
+    const read = await readJsonFile(this.#fs, this.#snapshotPath);
+    let generation = 0;
+    let pendingFromSnapshot: ProducerJournalEntry[] = [];
+    if ("error" in read) return this.#setUnavailable(`${this.#snapshotPath}: ${read.error}`);
+    if ("value" in read) {
+      try {
+        const parsed = parseSnapshot(read.value);
+        generation = parsed.generation;
+        pendingFromSnapshot = parsed.pending;
+        for (const p of parsed.producers) this.#producers.set(p.id, p);
+      } catch (err) {
+        return this.#setUnavailable(`${this.#snapshotPath}: ${errorMessage(err)}`);
+      }
+    }
+    let opened;
+    try {
+      opened = await ProducerJournal.open(this.#fs, {
+        path: this.#journalPath,
+        logger: this.#logger,
+        generationIfNew: generation,
+      });
+    } catch (err) {
+      return this.#setUnavailable(`cannot open producers.journal: ${errorMessage(err)}`);
+    }
+    this.#journal = opened.journal;
+    let replay = opened.entries;
+    if (opened.generation < generation) {
+      this.#logger.log("info", "producers.journal_stale", {
+        journal_generation: opened.generation,
+        snapshot_generation: generation,
+        entries_ignored: replay.length,
+      });
+      replay = [];
+    } else if (opened.generation > generation) {
+      return this.#setUnavailable(
+        `producers.journal is generation ${opened.generation} but producers.json ${"value" in read ? `is generation ${generation}` : "is missing"}: the snapshot it continues is lost, so retries could be stored twice`,
+      );
+    }
+    let ignored = 0;
+    for (const e of [...pendingFromSnapshot, ...replay])
+      if (!replayEntry(this.#producers, e)) ignored++;
+    const now = this.#clock.nowMs();
+    let expired = 0;
+    for (const [id, p] of this.#producers) {
+      if (now - p.lastActiveMs > this.#expiryMs) {
+        this.#producers.delete(id);
+        expired++;
+      }
+    }
+    const outcome = await reconcile(this.#producers, {
+      partitions: this.#partitions,
+      logger: this.#logger,
+    });
+    this.#logger.log("info", "recovery.producers", {
+      producers: this.#producers.size,
+      journal_entries: replay.length,
+      snapshot_pending_entries: pendingFromSnapshot.length,
+      entries_ignored: ignored,
+      journal_cut_bytes: opened.cutBytes,
+      expired,
+      ...outcome,
+      duration_ms: this.#clock.nowMs() - started,
+    });
+    try {
+      await this.#rotateNow();
+    } catch (err) {
+      // The files on disk still describe this state (the journal keeps growing from where it
+      // was); the next start reconciles again.
+      this.#logger.log("error", "producers.snapshot_failed", { error: errorMessage(err) });
+    }
+  }
+
+  #checkAvailable(): ProducerJournal {
+    if (this.#closed)
+      throw new BrokerError(
+        Errors.unavailable,
+        "Cannot produce idempotently: the broker is shutting down",
+      );
+    if (this.#unavailable !== null || this.#journal === null) {
+      throw new BrokerError(
+        Errors.unavailable,
+        `Cannot produce idempotently: the producer state is unavailable: ${this.#unavailable ?? "not loaded"}`,
+      );
+    }
+    return this.#journal;
+  }
+
+  async #withLock<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    let lock = this.#locks.get(key);
+    if (lock === undefined) {
+      lock = { mutex: new Mutex(), users: 0 };
+      this.#locks.set(key, lock);
+    }
+    lock.users++;
+    try {
+      return await lock.mutex.run(fn);
+    } finally {
+      lock.users--;
+      if (lock.users === 0) this.#locks.delete(key);
+    }
+  }
+
+  /**
+   * An idempotent append (the decision table of `sequence.ts`, then the module comment's journal
+   * first). The broker has routed every record to `partition`.
+   * @throws BrokerError from the decision table (details: `expected_sequence` / `expected_epoch`),
+   *   unavailable, storage_error; StorageError from the partition (the broker maps it).
+   */
+  async produce(request: IdempotentAppend): Promise<ProduceResult> {
+    this.#checkAvailable();
+    const { producer, topic, partition, batch } = request;
+    validateProducerIdentity(producer, batch.count);
+    assert(batch.count > 0, "an idempotent batch has records");
+    const first = new EntryCursor(batch);
+    first.next();
+    const fingerprint = entryFingerprint(batch, first);
+    const key = topicPartitionKey(topic, partition);
+    return this.#withLock(`${producer.id}\u0000${key}`, async () => {
+      const journal = this.#checkAvailable();
+      const now = this.#clock.nowMs();
+      let state = this.#producers.get(producer.id);
+      if (state !== undefined && now - state.lastActiveMs > this.#expiryMs) {
+        this.#producers.delete(producer.id);
+        this.#logger.log("info", "producers.expired", {
+          producer_id: producer.id,
+          idle_ms: now - state.lastActiveMs,
+        });
+        state = undefined;
+      }
+      const decision = decideSequence(state, {
+        epoch: producer.epoch,
+        partitionKey: key,
+        sequence: producer.sequence,
+        count: batch.count,
+        fingerprint,
+      });
+      if (decision.outcome === "refuse")
+        throw refusalError(decision, producer, partitionName(topic, partition));
+      if (state !== undefined) state.lastActiveMs = now;
+      if (decision.outcome === "duplicate") {
+        const remembered = decision.batch;
+        const present = sumRanges(remembered);
+        if (present === remembered.count)
+          return { spans: rangesToSpans(partition, remembered), duplicate: true };
+        // A crash cut this batch short: write the records that are missing.
+        const rest = batchFrom(batch, present);
+        const range = await this.#write(
+          journal,
+          request,
+          {
+            baseSequence: producer.sequence,
+            batchCount: batch.count,
+            firstIndex: present,
+            fingerprint: rest.fingerprint,
+            now,
+          },
+          rest.batch,
+        );
+        if (this.#producers.get(producer.id) === state && state?.epoch === producer.epoch)
+          remembered.ranges.push(range);
+        return { spans: rangesToSpans(partition, remembered), duplicate: false };
+      }
+      const range = await this.#write(
+        journal,
+        request,
+        {
+          baseSequence: producer.sequence,
+          batchCount: batch.count,
+          firstIndex: 0,
+          fingerprint,
+          now,
+        },
+        batch,
+      );
+      const current = this.#producers.get(producer.id);
+      // A newer epoch that arrived meanwhile on another partition fenced this one: the records are
+      // stored (and acknowledged to the old incarnation), but its sequences no longer count.
+      if (current !== undefined && current.epoch === producer.epoch) {
+        let s = current.partitions.get(key);
+        if (s === undefined) {
+          s = { topic, partition, nextSequence: 0, batches: [] };
+          current.partitions.set(key, s);
+        }
+        rememberBatch(s, { baseSequence: producer.sequence, count: batch.count, ranges: [range] });
+        s.nextSequence = chainNext(producer.sequence + batch.count, s.batches);
+        current.lastActiveMs = now;
+      }
+      this.#maybeRotate();
+      return {
+        spans: [{ partition, baseOffset: range.offset, count: range.count }],
+        duplicate: false,
+      };
+    });
+  }
+
+  /** Appends `batch` to the partition with its journal entry made durable first; resolves with where it went. */
+  async #write(
+    journal: ProducerJournal,
+    request: IdempotentAppend,
+    fields: {
+      baseSequence: number;
+      batchCount: number;
+      firstIndex: number;
+      fingerprint: number;
+      now: number;
+    },
+    batch: EntryBatch,
+  ): Promise<BatchRange> {
+    const { producer, topic, partition, log } = request;
+    const pending: PendingEntry = { entry: null };
+    try {
+      const result = await log.append(batch, {
+        beforeWrite: async (baseOffset) => {
+          const entry: ProducerJournalEntry = {
+            timestampMs: fields.now,
+            producerId: producer.id,
+            epoch: producer.epoch,
+            topic,
+            partition,
+            baseSequence: fields.baseSequence,
+            batchCount: fields.batchCount,
+            firstIndex: fields.firstIndex,
+            count: batch.count,
+            baseOffset,
+            fingerprint: fields.fingerprint,
+          };
+          pending.entry = entry;
+          this.#pending.add(pending);
+          try {
+            await journal.append(entry);
+          } catch (err) {
+            throw journalError(err);
+          }
+          this.#applyEpoch(producer, fields.now);
+        },
+      });
+      assert(
+        pending.entry !== null && result.baseOffset === pending.entry.baseOffset,
+        "the log wrote the batch where its journal entry says",
+      );
+      return {
+        offset: result.baseOffset,
+        count: result.count,
+        fingerprint: fields.fingerprint,
+        verified: result.baseOffset + result.count <= log.highWatermark,
+      };
+    } finally {
+      this.#pending.delete(pending);
+    }
+  }
+
+  /**
+   * Once a request's journal entry is durable: a new producer starts, or a higher epoch takes
+   * over (every partition's sequence restarts). A lower epoch than the current one means a newer
+   * incarnation took over while this request waited for the journal: it is refused before its
+   * write (its entry is ignored at replay, being older).
+   */
+  #applyEpoch(producer: ProducerIdentity, now: number): void {
+    const state = this.#producers.get(producer.id);
+    if (state === undefined) {
+      this.#producers.set(producer.id, {
+        id: producer.id,
+        epoch: producer.epoch,
+        lastActiveMs: now,
+        partitions: new Map(),
+      });
+    } else if (producer.epoch > state.epoch) {
+      state.epoch = producer.epoch;
+      state.partitions.clear();
+      state.lastActiveMs = now;
+    } else if (producer.epoch < state.epoch) {
+      throw new BrokerError(
+        Errors.producerFenced,
+        `Cannot produce as producer "${producer.id}": epoch ${producer.epoch} was fenced by epoch ${state.epoch} while the request waited`,
+        { expected_epoch: state.epoch },
+      );
+    }
+  }
+
+  #maybeRotate(): void {
+    if (
+      this.#rotation !== null ||
+      this.#journal === null ||
+      this.#journal.entryCount < producerJournalEntriesRotate
+    )
+      return;
+    this.#rotation = this.#rotateNow()
+      .catch((err: unknown) =>
+        this.#logger.log("error", "producers.snapshot_failed", { error: errorMessage(err) }),
+      )
+      .finally(() => (this.#rotation = null));
+  }
+
+  /** Writes a snapshot of everything (state and entries in flight) and starts a new journal generation. */
+  async #rotateNow(): Promise<void> {
+    const journal = this.#journal;
+    if (journal === null || this.#unavailable !== null) return;
+    await journal.rotate(async (nextGeneration) => {
+      const now = this.#clock.nowMs();
+      for (const [id, p] of this.#producers)
+        if (now - p.lastActiveMs > this.#expiryMs && !this.#hasLock(id)) this.#producers.delete(id);
+      const snapshot = buildSnapshot(nextGeneration, {
+        producers: this.#producers.values(),
+        pending: [...this.#pending].flatMap((p) => (p.entry === null ? [] : [p.entry])),
+        highWatermark: (topic, partition) => {
+          const log = this.#partitions.get(topic, partition);
+          return typeof log === "string" ? -1 : log.highWatermark;
+        },
+      });
+      try {
+        await writeJsonAtomic(this.#fs, this.#snapshotPath, snapshot);
+      } catch (err) {
+        // Failed before its rename, the old snapshot stands and the journal goes on. Failed
+        // after it (the directory fsync), a restart may find either snapshot: unknown.
+        const now = await readJsonFile(this.#fs, this.#snapshotPath);
+        const generation =
+          "value" in now
+            ? (now.value as { journal_generation?: unknown } | null)?.journal_generation
+            : undefined;
+        if (generation === nextGeneration) throw new SnapshotOutcomeUnknown(errorMessage(err));
+        throw err;
+      }
+    });
+  }
+
+  #hasLock(producerId: string): boolean {
+    const prefix = `${producerId}\u0000`;
+    for (const key of this.#locks.keys()) if (key.startsWith(prefix)) return true;
+    return false;
+  }
+
+  /**
+   * Forgets a deleted topic's sequence state and writes a snapshot, so a topic created later under
+   * the same name starts clean. A failed snapshot is logged.
+   */
+  async forgetTopic(topic: string): Promise<void> {
+    let changed = false;
+    for (const p of this.#producers.values()) {
+      for (const [key, s] of p.partitions) {
+        if (s.topic === topic) {
+          p.partitions.delete(key);
+          changed = true;
+        }
+      }
+    }
+    if (!changed || this.#journal === null || this.#unavailable !== null || this.#closed) return;
+    if (this.#rotation !== null) await this.#rotation;
+    try {
+      await this.#rotateNow();
+    } catch (err) {
+      this.#logger.log("error", "producers.snapshot_failed", { error: errorMessage(err) });
+    }
+  }
+
+  /** Waits for a snapshot in progress and closes the journal. Later produces throw unavailable. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#rotation !== null) await this.#rotation;
+    await this.#journal
+      ?.close()
+      .catch((err: unknown) =>
+        this.#logger.log("error", "producers.close_failed", { error: errorMessage(err) }),
+      );
+  }
+}
