@@ -28,40 +28,47 @@ import type {
   TopicDescription,
 } from "../broker/types.ts";
 import { requestBytesMax, tcpEndLingerMs } from "../lib/limits.ts";
+import { encodeCommitOffsetsRequest } from "../protocol/apis/commit-offsets.ts";
+import {
+  decodeCreateTopicResponse,
+  encodeCreateTopicRequest,
+} from "../protocol/apis/create-topic.ts";
+import {
+  decodeDeleteTopicResponse,
+  encodeDeleteTopicRequest,
+} from "../protocol/apis/delete-topic.ts";
 import {
   decodeDescribeGroupResponse,
-  decodeEmptyResponse,
-  decodeHeartbeatResponse,
-  decodeIdempotentProduceResponse,
-  decodeJoinGroupResponse,
-  decodeListGroupsResponse,
-  encodeCommitOffsetsRequest,
   encodeDescribeGroupRequest,
-  encodeHeartbeatRequest,
-  encodeIdempotentProduceRequest,
-  encodeJoinGroupRequest,
-  encodeLeaveGroupRequest,
-  encodeListGroupsRequest,
-  decodeCreateTopicResponse,
-  decodeDeleteTopicResponse,
-  decodeErrorBody,
+} from "../protocol/apis/describe-group.ts";
+import {
   decodeFetchResponse,
   decodeFetchResponseHeader,
-  decodeListOffsetsResponse,
-  decodeMetadataResponse,
-  decodeProduceResponse,
-  decodeResponseHeader,
-  encodeCreateTopicRequest,
-  encodeDeleteTopicRequest,
   encodeFetchRequest,
-  encodeListOffsetsRequest,
-  encodeMetadataRequest,
-  encodeProduceRequest,
   fetchResponseHeaderBytes,
-  responseLengthMin,
   type FetchResponseHeader,
+} from "../protocol/apis/fetch.ts";
+import { decodeHeartbeatResponse, encodeHeartbeatRequest } from "../protocol/apis/heartbeat.ts";
+import {
+  decodeIdempotentProduceResponse,
+  encodeIdempotentProduceRequest,
+} from "../protocol/apis/idempotent-produce.ts";
+import { decodeJoinGroupResponse, encodeJoinGroupRequest } from "../protocol/apis/join-group.ts";
+import { encodeLeaveGroupRequest } from "../protocol/apis/leave-group.ts";
+import { decodeListGroupsResponse, encodeListGroupsRequest } from "../protocol/apis/list-groups.ts";
+import {
+  decodeListOffsetsResponse,
+  encodeListOffsetsRequest,
   type ListOffsetsResult,
-} from "../protocol/codec.ts";
+} from "../protocol/apis/list-offsets.ts";
+import { decodeMetadataResponse, encodeMetadataRequest } from "../protocol/apis/metadata.ts";
+import { decodeProduceResponse, encodeProduceRequest } from "../protocol/apis/produce.ts";
+import {
+  decodeEmptyResponse,
+  decodeErrorBody,
+  decodeResponseHeader,
+  responseLengthMin,
+} from "../protocol/envelope.ts";
 import { FrameDecoder } from "../protocol/frame.ts";
 import type { EntryBatch } from "../storage/record.ts";
 import { ClientError } from "./errors.ts";

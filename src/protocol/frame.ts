@@ -1,5 +1,5 @@
 /**
- * Incremental frame splitting for the TCP protocol (grammar: `codec.ts`). Bytes arrive in chunks
+ * Incremental frame splitting for the TCP protocol (grammar: `envelope.ts`). Bytes arrive in chunks
  * of any size; {@link FrameDecoder} keeps them in a list and hands out a frame only once all of it
  * has arrived. It reads the 4-byte `length` first and refuses a length outside
  * [`lengthMin`, `lengthMax`] before it waits for (let alone allocates) that many bytes: an HTTP
@@ -17,7 +17,7 @@
  * twice the bytes the peer has actually sent.
  */
 import { Errors } from "../broker/errors.ts";
-import { frameLengthBytes } from "./codec.ts";
+import { frameLengthBytes } from "./envelope.ts";
 import { ProtocolError } from "./wire.ts";
 
 /** A frame `length` outside the allowed range. The decoder is unusable afterwards: close the stream. */

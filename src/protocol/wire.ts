@@ -1,12 +1,14 @@
 /**
- * Primitive readers and writers for the TCP wire format (grammar: `codec.ts`). Every integer is
- * big-endian; `str16` is a u16 byte length followed by that many bytes of UTF-8.
+ * Primitive readers and writers for the TCP wire format (grammar: `envelope.ts` and `apis/*.ts`),
+ * and the field checks the api codecs share. Every integer is big-endian; `str16` is a u16 byte
+ * length followed by that many bytes of UTF-8.
  *
  * {@link WireReader} never reads past the bytes it was given and never allocates a length the
  * peer claims: every length is checked against the bytes actually present first. Every failure
  * throws a {@link ProtocolError} naming the field.
  */
 import { BrokerError, Errors, type ErrorKind } from "../broker/errors.ts";
+import { errorMessage } from "../lib/errors.ts";
 import { offsetMax } from "../lib/limits.ts";
 
 /**
@@ -285,6 +287,106 @@ export class WireWriter {
   finish(): Uint8Array {
     return this.#buf.subarray(0, this.#pos);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field checks shared by the api codecs (`apis/*.ts`)
+
+/**
+ * UTF-8 of a caller's string field (topic, group, member or producer id), checked to fit a str16.
+ * @throws ProtocolError `invalid_request` naming `field` if it is not a string or is too long.
+ */
+export function strBytes(value: string, field: string): Uint8Array {
+  if (typeof value !== "string")
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot encode request: field "${field}" must be a string`,
+    );
+  const bytes = encoder.encode(value);
+  if (bytes.length > str16BytesMax) {
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot encode request: field "${field}" is ${bytes.length} UTF-8 bytes, over ${str16BytesMax}`,
+    );
+  }
+  return bytes;
+}
+
+/**
+ * Checks a caller's value for an integer field before it is written.
+ * @throws ProtocolError `invalid_request` naming `field` if it is not an integer in [min, max].
+ */
+export function requireInt(value: number, min: number, max: number, field: string): void {
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot encode request: field "${field}" is ${value}, must be an integer in [${min}, ${max}]`,
+    );
+  }
+}
+
+/**
+ * Refuses a repeat count that cannot fit the bytes left (each element needs at least
+ * `elementBytesMin`), before any loop or array grows on the peer's word.
+ * @throws ProtocolError `invalid_request` naming `field`.
+ */
+export function checkRepeat(
+  r: WireReader,
+  count: number,
+  elementBytesMin: number,
+  field: string,
+): void {
+  if (count * elementBytesMin > r.remainingBytes) {
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot decode ${r.context}: field "${field}" is ${count}, but only ${r.remainingBytes} bytes remain (at least ${elementBytesMin} per element)`,
+    );
+  }
+}
+
+/** Reads a u8 flag. @throws ProtocolError `invalid_request` unless it is 0 or 1. */
+export function readFlag(r: WireReader, field: string): boolean {
+  const v = r.u8(field);
+  if (v > 1)
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot decode ${r.context}: field "${field}" is ${v}, must be 0 or 1`,
+    );
+  return v === 1;
+}
+
+/**
+ * Parses a JSON-object field (a config, error details).
+ * @throws ProtocolError `invalid_request` naming `field` if it is not JSON or not an object.
+ */
+export function parseJsonObject(
+  text: string,
+  context: string,
+  field: string,
+): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot decode ${context}: field "${field}" is not valid JSON: ${errorMessage(error)}`,
+    );
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot decode ${context}: field "${field}" must be a JSON object`,
+    );
+  }
+  return value as Record<string, unknown>;
 }
 
 function checkInt(value: number, min: number, max: number, width: string): void {

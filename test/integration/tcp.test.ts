@@ -10,12 +10,11 @@ import type { Broker, FetchResult } from "../../src/broker/types.ts";
 import { ClientError, expandSpans, TcpClient } from "../../src/client/client.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import {
-  decodeErrorBody,
   decodeListOffsetsResponse,
-  decodeResponseHeader,
   encodeListOffsetsRequest,
-  encodeProduceRequest,
-} from "../../src/protocol/codec.ts";
+} from "../../src/protocol/apis/list-offsets.ts";
+import { encodeProduceRequest } from "../../src/protocol/apis/produce.ts";
+import { decodeErrorBody, decodeResponseHeader } from "../../src/protocol/envelope.ts";
 import { FrameDecoder } from "../../src/protocol/frame.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { listenTcp, type TcpListener } from "../../src/runtime/tcp.ts";

@@ -2,33 +2,45 @@
 import { describe, expect, it } from "vitest";
 import type { GroupDescription } from "../../src/broker/types.ts";
 import {
-  ApiKey,
   decodeCommitOffsetsRequest,
+  encodeCommitOffsetsRequest,
+} from "../../src/protocol/apis/commit-offsets.ts";
+import {
   decodeDescribeGroupRequest,
   decodeDescribeGroupResponse,
-  decodeEmptyResponse,
-  decodeHeartbeatRequest,
-  decodeHeartbeatResponse,
-  decodeJoinGroupRequest,
-  decodeJoinGroupResponse,
-  decodeLeaveGroupRequest,
-  decodeListGroupsRequest,
-  decodeListGroupsResponse,
-  decodeRequestHeader,
-  decodeResponseHeader,
-  encodeCommitOffsetsRequest,
   encodeDescribeGroupRequest,
   encodeDescribeGroupResponse,
-  encodeEmptyResponse,
+} from "../../src/protocol/apis/describe-group.ts";
+import {
+  decodeHeartbeatRequest,
+  decodeHeartbeatResponse,
   encodeHeartbeatRequest,
   encodeHeartbeatResponse,
+} from "../../src/protocol/apis/heartbeat.ts";
+import { ApiKey } from "../../src/protocol/apis/index.ts";
+import {
+  decodeJoinGroupRequest,
+  decodeJoinGroupResponse,
   encodeJoinGroupRequest,
   encodeJoinGroupResponse,
+} from "../../src/protocol/apis/join-group.ts";
+import {
+  decodeLeaveGroupRequest,
   encodeLeaveGroupRequest,
+} from "../../src/protocol/apis/leave-group.ts";
+import {
+  decodeListGroupsRequest,
+  decodeListGroupsResponse,
   encodeListGroupsRequest,
   encodeListGroupsResponse,
-  ProtocolError,
-} from "../../src/protocol/codec.ts";
+} from "../../src/protocol/apis/list-groups.ts";
+import {
+  decodeEmptyResponse,
+  decodeRequestHeader,
+  decodeResponseHeader,
+  encodeEmptyResponse,
+} from "../../src/protocol/envelope.ts";
+import { ProtocolError } from "../../src/protocol/wire.ts";
 
 function request(frame: Uint8Array, api: number): Uint8Array {
   const h = decodeRequestHeader(frame.subarray(4));

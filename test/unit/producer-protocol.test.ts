@@ -3,16 +3,18 @@ import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { Errors } from "../../src/broker/errors.ts";
 import {
-  decodeErrorBody,
   decodeIdempotentProduceRequest,
   decodeIdempotentProduceResponse,
+  encodeIdempotentProduceRequest,
+  encodeIdempotentProduceResponse,
+} from "../../src/protocol/apis/idempotent-produce.ts";
+import {
+  decodeErrorBody,
   decodeRequestHeader,
   decodeResponseHeader,
   encodeErrorResponse,
-  encodeIdempotentProduceRequest,
-  encodeIdempotentProduceResponse,
-  ProtocolError,
-} from "../../src/protocol/codec.ts";
+} from "../../src/protocol/envelope.ts";
+import { ProtocolError } from "../../src/protocol/wire.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 
 const text = (s: string) => new TextEncoder().encode(s);

@@ -3,40 +3,51 @@ import { Errors } from "../../src/broker/errors.ts";
 import type { TopicConfig, TopicDescription } from "../../src/broker/types.ts";
 import { crc32 } from "../../src/lib/crc32.ts";
 import {
-  ApiKey,
   decodeCreateTopicRequest,
   decodeCreateTopicResponse,
-  decodeDeleteTopicRequest,
-  decodeDeleteTopicResponse,
-  decodeErrorBody,
-  decodeFetchRequest,
-  decodeFetchResponse,
-  decodeListOffsetsRequest,
-  decodeListOffsetsResponse,
-  decodeMetadataRequest,
-  decodeMetadataResponse,
-  decodeProduceRequest,
-  decodeProduceResponse,
-  decodeRequestHeader,
-  decodeResponseHeader,
   encodeCreateTopicRequest,
   encodeCreateTopicResponse,
+} from "../../src/protocol/apis/create-topic.ts";
+import {
+  decodeDeleteTopicRequest,
+  decodeDeleteTopicResponse,
   encodeDeleteTopicRequest,
   encodeDeleteTopicResponse,
-  encodeErrorResponse,
+} from "../../src/protocol/apis/delete-topic.ts";
+import {
+  decodeFetchRequest,
+  decodeFetchResponse,
   encodeFetchRequest,
   encodeFetchResponse,
   encodeFetchResponseChunks,
   fetchResponsePrefixBytes,
+} from "../../src/protocol/apis/fetch.ts";
+import { ApiKey, isSupportedApi } from "../../src/protocol/apis/index.ts";
+import {
+  decodeListOffsetsRequest,
+  decodeListOffsetsResponse,
   encodeListOffsetsRequest,
   encodeListOffsetsResponse,
+} from "../../src/protocol/apis/list-offsets.ts";
+import {
+  decodeMetadataRequest,
+  decodeMetadataResponse,
   encodeMetadataRequest,
   encodeMetadataResponse,
+} from "../../src/protocol/apis/metadata.ts";
+import {
+  decodeProduceRequest,
+  decodeProduceResponse,
   encodeProduceRequest,
   encodeProduceResponse,
-  isSupportedApi,
-  ProtocolError,
-} from "../../src/protocol/codec.ts";
+} from "../../src/protocol/apis/produce.ts";
+import {
+  decodeErrorBody,
+  decodeRequestHeader,
+  decodeResponseHeader,
+  encodeErrorResponse,
+} from "../../src/protocol/envelope.ts";
+import { ProtocolError } from "../../src/protocol/wire.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 
 /**

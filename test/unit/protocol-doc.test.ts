@@ -2,11 +2,8 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { Errors } from "../../src/broker/errors.ts";
-import {
-  encodeErrorResponse,
-  encodeProduceRequest,
-  encodeProduceResponse,
-} from "../../src/protocol/codec.ts";
+import { encodeProduceRequest, encodeProduceResponse } from "../../src/protocol/apis/produce.ts";
+import { encodeErrorResponse } from "../../src/protocol/envelope.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 
 const doc = readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8");

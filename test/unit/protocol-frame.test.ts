@@ -2,26 +2,32 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { Errors } from "../../src/broker/errors.ts";
 import type { TopicDescription } from "../../src/broker/types.ts";
+import { decodeCreateTopicRequest } from "../../src/protocol/apis/create-topic.ts";
+import { decodeDeleteTopicRequest } from "../../src/protocol/apis/delete-topic.ts";
 import {
-  ApiKey,
-  decodeCreateTopicRequest,
-  decodeDeleteTopicRequest,
-  decodeErrorBody,
   decodeFetchRequest,
   decodeFetchResponse,
-  decodeListOffsetsRequest,
+  encodeFetchRequest,
+} from "../../src/protocol/apis/fetch.ts";
+import { ApiKey } from "../../src/protocol/apis/index.ts";
+import { decodeListOffsetsRequest } from "../../src/protocol/apis/list-offsets.ts";
+import {
   decodeMetadataRequest,
   decodeMetadataResponse,
+  encodeMetadataResponse,
+} from "../../src/protocol/apis/metadata.ts";
+import {
   decodeProduceRequest,
   decodeProduceResponse,
-  decodeRequestHeader,
-  decodeResponseHeader,
-  encodeFetchRequest,
-  encodeMetadataResponse,
   encodeProduceRequest,
   encodeProduceResponse,
-  ProtocolError,
-} from "../../src/protocol/codec.ts";
+} from "../../src/protocol/apis/produce.ts";
+import {
+  decodeErrorBody,
+  decodeRequestHeader,
+  decodeResponseHeader,
+} from "../../src/protocol/envelope.ts";
+import { ProtocolError } from "../../src/protocol/wire.ts";
 import { FrameDecoder, FrameLengthError } from "../../src/protocol/frame.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { recordingAllocations } from "../helpers/allocations.ts";

@@ -3,19 +3,18 @@ import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import type { Broker, TopicDescription } from "../../src/broker/types.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
+import { decodeFetchResponse, encodeFetchRequest } from "../../src/protocol/apis/fetch.ts";
+import {
+  decodeListOffsetsResponse,
+  encodeListOffsetsRequest,
+} from "../../src/protocol/apis/list-offsets.ts";
+import { decodeMetadataResponse, encodeMetadataRequest } from "../../src/protocol/apis/metadata.ts";
+import { decodeProduceResponse, encodeProduceRequest } from "../../src/protocol/apis/produce.ts";
 import {
   decodeErrorBody,
-  decodeFetchResponse,
-  decodeListOffsetsResponse,
-  decodeMetadataResponse,
-  decodeProduceResponse,
   decodeResponseHeader,
-  encodeFetchRequest,
-  encodeListOffsetsRequest,
-  encodeMetadataRequest,
-  encodeProduceRequest,
   type ResponseHeader,
-} from "../../src/protocol/codec.ts";
+} from "../../src/protocol/envelope.ts";
 import { FrameDecoder } from "../../src/protocol/frame.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { createTcpTransport, type TcpTransportOptions } from "../../src/transport/tcp/transport.ts";

@@ -1,7 +1,8 @@
 /**
  * The TCP front door: reads request frames from {@link ByteSocket}s, calls the {@link Broker},
- * writes response frames (wire format: `src/protocol/codec.ts`, `docs/protocol.md`). It holds no
- * broker logic: decode, call, encode.
+ * writes response frames (wire format: `src/protocol/envelope.ts` and one file per api under
+ * `src/protocol/apis/`, `docs/protocol.md`). It holds no broker logic: each request is served by
+ * its api's row of the dispatch table (`protocol/apis/index.ts`: decode, call, encode).
  *
  * Rules, per connection:
  * - Framing: the 4-byte `length` is checked first; below 8 the connection is destroyed; above
@@ -27,7 +28,6 @@ import { BrokerError, Errors } from "../../broker/errors.ts";
 import type { Broker } from "../../broker/types.ts";
 import type { Clock, Timer } from "../../lib/clock.ts";
 import {
-  fetchBytesDefault,
   readTimeoutMsDefault,
   requestBytesDefault,
   tcpInFlightBytesMax,
@@ -36,39 +36,17 @@ import {
 } from "../../lib/limits.ts";
 import type { Logger } from "../../lib/logger.ts";
 import {
-  ApiKey,
-  apiNames,
-  decodeCommitOffsetsRequest,
-  decodeDescribeGroupRequest,
-  decodeHeartbeatRequest,
-  decodeIdempotentProduceRequest,
-  decodeJoinGroupRequest,
-  decodeLeaveGroupRequest,
-  decodeListGroupsRequest,
-  encodeDescribeGroupResponse,
-  encodeEmptyResponse,
-  encodeHeartbeatResponse,
-  encodeIdempotentProduceResponse,
-  encodeJoinGroupResponse,
-  encodeListGroupsResponse,
-  decodeCreateTopicRequest,
-  decodeDeleteTopicRequest,
-  decodeFetchRequest,
-  decodeListOffsetsRequest,
-  decodeMetadataRequest,
-  decodeProduceRequest,
-  decodeRequestHeader,
-  encodeCreateTopicResponse,
-  encodeDeleteTopicResponse,
-  encodeErrorResponse,
-  encodeFetchResponseChunks,
-  encodeListOffsetsResponse,
-  encodeMetadataResponse,
-  encodeProduceResponse,
+  type ApiConnection,
+  type ApiSpec,
   isSupportedApi,
-  requestLengthMin,
+  supportedApi,
+} from "../../protocol/apis/index.ts";
+import {
+  decodeRequestHeader,
+  encodeErrorResponse,
   frameLengthBytes,
-} from "../../protocol/codec.ts";
+  requestLengthMin,
+} from "../../protocol/envelope.ts";
 import { FrameDecoder, FrameLengthError } from "../../protocol/frame.ts";
 import type { ByteSocket } from "./socket.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
@@ -202,6 +180,8 @@ class Connection {
   readonly #decoder: FrameDecoder;
   /** Aborted when the connection closes or shuts down: ends long-polling fetches. */
   readonly #abort = new AbortController();
+  /** What every api's `serve` gets from this connection. */
+  readonly #api: ApiConnection;
   #inFlight = 0;
   /** Bytes charged for the requests in flight (see `maxInFlightBytes`). */
   #inFlightBytes = 0;
@@ -220,6 +200,7 @@ class Connection {
     this.#socket = socket;
     this.#settings = settings;
     this.#onClosed = onClosed;
+    this.#api = { broker: settings.broker, signal: this.#abort.signal };
     this.#decoder = new FrameDecoder({
       lengthMin: requestLengthMin,
       lengthMax: settings.maxRequestBytes,
@@ -373,7 +354,8 @@ class Connection {
 
   #startRequest(frame: Uint8Array): void {
     const { api, version, correlationId, body } = decodeRequestHeader(frame);
-    if (!isSupportedApi(api, version)) {
+    const spec = supportedApi(api, version);
+    if (spec === undefined) {
       this.#respond(
         encodeErrorResponse(
           correlationId,
@@ -386,16 +368,18 @@ class Connection {
     let response: Promise<Response>;
     let costBytes = frame.length;
     try {
-      const started = this.#dispatch(api, correlationId, body);
-      response = started.response;
-      costBytes += started.answerBytes;
+      // The api's row decodes the body and calls the broker synchronously; `answerBytes` is the
+      // size its answer may reach beyond the request (a fetch's `max_bytes`).
+      const served = spec.serve(body, correlationId, this.#api);
+      response = served.response;
+      costBytes += served.answerBytes ?? 0;
     } catch (error) {
       response = Promise.reject(error);
     }
     this.#inFlight++;
     this.#inFlightBytes += costBytes;
     response
-      .catch((error: unknown) => this.#errorResponse(api, correlationId, error))
+      .catch((error: unknown) => this.#errorResponse(spec, correlationId, error))
       .then((bytes) => {
         this.#inFlight--;
         this.#inFlightBytes -= costBytes;
@@ -405,111 +389,12 @@ class Connection {
       });
   }
 
-  /**
-   * Decodes the body and calls the broker synchronously. `response` resolves to the response
-   * frame (or its chunks); `answerBytes` is the size the answer may reach beyond the request (a
-   * fetch's `max_bytes`).
-   */
-  #dispatch(
-    api: ApiKey,
-    correlationId: number,
-    body: Uint8Array,
-  ): { response: Promise<Response>; answerBytes: number } {
-    if (api === ApiKey.Fetch) {
-      const request = decodeFetchRequest(body);
-      const response = this.#settings.broker
-        .fetch({ ...request, signal: this.#abort.signal })
-        .then((result): Response => encodeFetchResponseChunks(correlationId, result));
-      return { response, answerBytes: request.maxBytes ?? fetchBytesDefault };
-    }
-    return { response: this.#dispatchSmall(api, correlationId, body), answerBytes: 0 };
-  }
-
-  /** {@link #dispatch} for the apis whose answers are small. */
-  #dispatchSmall(
-    api: Exclude<ApiKey, typeof ApiKey.Fetch>,
-    correlationId: number,
-    body: Uint8Array,
-  ): Promise<Uint8Array> {
-    const broker = this.#settings.broker;
-    switch (api) {
-      case ApiKey.Produce: {
-        const request = decodeProduceRequest(body);
-        return broker
-          .produce(request)
-          .then((result) => encodeProduceResponse(correlationId, result));
-      }
-      case ApiKey.CreateTopic: {
-        const request = decodeCreateTopicRequest(body);
-        return broker
-          .createTopic(request)
-          .then((topic) => encodeCreateTopicResponse(correlationId, topic));
-      }
-      case ApiKey.Metadata: {
-        const { topics } = decodeMetadataRequest(body);
-        const described =
-          topics.length === 0
-            ? broker.listTopics()
-            : Promise.all(topics.map((name) => broker.describeTopic(name)));
-        return described.then((list) => encodeMetadataResponse(correlationId, list));
-      }
-      case ApiKey.ListOffsets: {
-        const request = decodeListOffsetsRequest(body);
-        return broker
-          .listOffsets(request)
-          .then((result) => encodeListOffsetsResponse(correlationId, result));
-      }
-      case ApiKey.DeleteTopic: {
-        const { topic } = decodeDeleteTopicRequest(body);
-        return broker.deleteTopic(topic).then(() => encodeDeleteTopicResponse(correlationId));
-      }
-      case ApiKey.JoinGroup: {
-        const request = decodeJoinGroupRequest(body);
-        return broker
-          .joinGroup(request)
-          .then((result) => encodeJoinGroupResponse(correlationId, result));
-      }
-      case ApiKey.Heartbeat: {
-        const request = decodeHeartbeatRequest(body);
-        return broker
-          .heartbeat(request)
-          .then((result) => encodeHeartbeatResponse(correlationId, result));
-      }
-      case ApiKey.LeaveGroup: {
-        const request = decodeLeaveGroupRequest(body);
-        return broker.leaveGroup(request).then(() => encodeEmptyResponse(correlationId));
-      }
-      case ApiKey.CommitOffsets: {
-        const request = decodeCommitOffsetsRequest(body);
-        return broker.commitOffsets(request).then(() => encodeEmptyResponse(correlationId));
-      }
-      case ApiKey.DescribeGroup: {
-        const { group } = decodeDescribeGroupRequest(body);
-        return broker
-          .describeGroup(group)
-          .then((result) => encodeDescribeGroupResponse(correlationId, result));
-      }
-      case ApiKey.ListGroups: {
-        decodeListGroupsRequest(body);
-        return broker
-          .listGroups()
-          .then((groups) => encodeListGroupsResponse(correlationId, groups));
-      }
-      case ApiKey.IdempotentProduce: {
-        const request = decodeIdempotentProduceRequest(body);
-        return broker
-          .produce(request)
-          .then((result) => encodeIdempotentProduceResponse(correlationId, result));
-      }
-    }
-  }
-
-  #errorResponse(api: ApiKey, correlationId: number, error: unknown): Uint8Array {
+  #errorResponse(api: ApiSpec, correlationId: number, error: unknown): Uint8Array {
     if (error instanceof BrokerError)
       return encodeErrorResponse(correlationId, error.kind, error.message, error.details);
     this.#settings.logger.log("error", "tcp.internal_error", {
       remote: this.#socket.remoteAddress,
-      api: apiNames[api],
+      api: api.name,
       error: errorMessage(error),
       stack: errorStack(error),
     });

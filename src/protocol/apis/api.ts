@@ -1,0 +1,52 @@
+/**
+ * The shape every TCP api file exports ({@link ApiSpec}, built with {@link defineApi}) and what
+ * the transport hands it. How to add an api: `index.ts`.
+ */
+import type { Broker } from "../../broker/types.ts";
+
+/** What the transport gives every request of one connection (built once per connection). */
+export interface ApiConnection {
+  /** The broker that serves the request. */
+  broker: Broker;
+  /** Aborted when the connection closes or shuts down: ends long-polling fetches. */
+  signal: AbortSignal;
+}
+
+/** A started request, as {@link ApiSpec.serve} returns it. */
+export interface Served {
+  /**
+   * The response frame, or chunks that written in order make it (a fetch's stored records go
+   * out as their own chunk). Rejects with the error to answer: a BrokerError is answered with its
+   * row of the error table, anything else as `internal`.
+   */
+  response: Promise<Uint8Array | readonly Uint8Array[]>;
+  /**
+   * Bytes the answer may reach beyond the request frame (a fetch's `max_bytes`), charged to the
+   * connection's in-flight budget until it is written; 0 if omitted.
+   */
+  answerBytes?: number;
+}
+
+/** One TCP api: its number, name, highest version and how a request of it is served. */
+export interface ApiSpec<Key extends number = number, Name extends string = string> {
+  /** The `api` number of its frames; permanent, never reused. */
+  readonly key: Key;
+  /** Its name in messages, logs and `ApiKey` (`index.ts`). */
+  readonly name: Name;
+  /** Highest version this codec speaks (every api is at version 0). */
+  readonly versionMax: number;
+  /**
+   * Decodes `body`, calls the broker, and encodes its answer. The broker must be called
+   * synchronously (before any await): the transport starts requests in frame order, so two
+   * produces to one partition are appended in the order they were sent.
+   * @throws ProtocolError when the body breaks the grammar; the transport answers it.
+   */
+  serve(body: Uint8Array, correlationId: number, connection: ApiConnection): Served;
+}
+
+/** Declares an api, keeping its number and name as literal types (so `ApiKey.Fetch` is `1`). */
+export function defineApi<const Key extends number, const Name extends string>(
+  spec: ApiSpec<Key, Name>,
+): ApiSpec<Key, Name> {
+  return Object.freeze(spec);
+}

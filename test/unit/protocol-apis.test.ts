@@ -1,0 +1,637 @@
+/**
+ * Golden bytes for every api of the TCP dispatch table (src/protocol/apis/index.ts): for each, a
+ * request and a response frame hand-built from the grammar in its file's first comment, which the
+ * encoder must write byte for byte and the decoder must read back to the same value. An api added
+ * to the table without a row here fails the first test.
+ */
+import { describe, expect, it } from "vitest";
+import type { GroupDescription, TopicConfig, TopicDescription } from "../../src/broker/types.ts";
+import {
+  decodeCommitOffsetsRequest,
+  encodeCommitOffsetsRequest,
+} from "../../src/protocol/apis/commit-offsets.ts";
+import {
+  decodeCreateTopicRequest,
+  decodeCreateTopicResponse,
+  encodeCreateTopicRequest,
+  encodeCreateTopicResponse,
+} from "../../src/protocol/apis/create-topic.ts";
+import {
+  decodeDeleteTopicRequest,
+  decodeDeleteTopicResponse,
+  encodeDeleteTopicRequest,
+  encodeDeleteTopicResponse,
+} from "../../src/protocol/apis/delete-topic.ts";
+import {
+  decodeDescribeGroupRequest,
+  decodeDescribeGroupResponse,
+  encodeDescribeGroupRequest,
+  encodeDescribeGroupResponse,
+} from "../../src/protocol/apis/describe-group.ts";
+import {
+  decodeFetchRequest,
+  decodeFetchResponse,
+  encodeFetchRequest,
+  encodeFetchResponse,
+} from "../../src/protocol/apis/fetch.ts";
+import {
+  decodeHeartbeatRequest,
+  decodeHeartbeatResponse,
+  encodeHeartbeatRequest,
+  encodeHeartbeatResponse,
+} from "../../src/protocol/apis/heartbeat.ts";
+import {
+  decodeIdempotentProduceRequest,
+  decodeIdempotentProduceResponse,
+  encodeIdempotentProduceRequest,
+  encodeIdempotentProduceResponse,
+} from "../../src/protocol/apis/idempotent-produce.ts";
+import { apis, ApiKey, supportedApi } from "../../src/protocol/apis/index.ts";
+import {
+  decodeJoinGroupRequest,
+  decodeJoinGroupResponse,
+  encodeJoinGroupRequest,
+  encodeJoinGroupResponse,
+} from "../../src/protocol/apis/join-group.ts";
+import {
+  decodeLeaveGroupRequest,
+  encodeLeaveGroupRequest,
+} from "../../src/protocol/apis/leave-group.ts";
+import {
+  decodeListGroupsRequest,
+  decodeListGroupsResponse,
+  encodeListGroupsRequest,
+  encodeListGroupsResponse,
+} from "../../src/protocol/apis/list-groups.ts";
+import {
+  decodeListOffsetsRequest,
+  decodeListOffsetsResponse,
+  encodeListOffsetsRequest,
+  encodeListOffsetsResponse,
+} from "../../src/protocol/apis/list-offsets.ts";
+import {
+  decodeMetadataRequest,
+  decodeMetadataResponse,
+  encodeMetadataRequest,
+  encodeMetadataResponse,
+} from "../../src/protocol/apis/metadata.ts";
+import {
+  decodeProduceRequest,
+  decodeProduceResponse,
+  encodeProduceRequest,
+  encodeProduceResponse,
+} from "../../src/protocol/apis/produce.ts";
+import {
+  decodeEmptyResponse,
+  decodeRequestHeader,
+  decodeResponseHeader,
+  encodeEmptyResponse,
+} from "../../src/protocol/envelope.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
+
+/**
+ * Bytes from annotated hex: on each line, the leading whitespace-separated tokens that are hex
+ * digits are the bytes; the first other token starts a comment.
+ */
+function hex(text: string): Uint8Array {
+  let clean = "";
+  for (const line of text.split("\n")) {
+    for (const token of line.trim().split(/\s+/)) {
+      if (!/^[0-9a-f]+$/i.test(token)) break;
+      clean += token;
+    }
+  }
+  if (clean.length % 2 !== 0) throw new Error("odd hex");
+  return Uint8Array.from(clean.match(/../g) ?? [], (b) => parseInt(b, 16));
+}
+
+const toHex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex");
+
+/** One record, no key, value "v", timestamp 5: the entry bytes of the produce goldens. */
+const batch = new EntryBatchBuilder().add(null, new TextEncoder().encode("v"), 5).build();
+const entryHex = `
+  0000000000000005   timestamp_ms 5
+  ffffffff           key_len −1 (no key)
+  00000001 76        value_len 1, value "v"
+`;
+
+/** A frame and how it is written and read back. */
+interface GoldenFrame {
+  /** The frame, hand-built from the grammar. */
+  frame: Uint8Array;
+  /** Writes the value with correlation id {@link correlationId}. */
+  encode: () => Uint8Array;
+  /** Reads the body back. */
+  decode: (body: Uint8Array) => unknown;
+  /** What `decode` gives. */
+  decoded: unknown;
+}
+
+/** Every golden frame uses this correlation id. */
+const correlationId = 0x0a0b0c0d;
+
+const emptyTopicConfig = {} as TopicConfig;
+
+const topic: TopicDescription = {
+  name: "t",
+  config: emptyTopicConfig,
+  partitions: [
+    {
+      partition: 0,
+      logStartOffset: 0,
+      highWatermark: 0,
+      sizeBytes: 0,
+      segmentCount: 1,
+      fenced: false,
+    },
+  ],
+};
+
+const group: GroupDescription = {
+  group: "g",
+  generation: 1,
+  members: [
+    {
+      memberId: "m",
+      sessionTimeoutMs: 1000,
+      topics: ["t"],
+      assignments: [{ topic: "t", partition: 0 }],
+    },
+  ],
+  offsets: [{ topic: "t", partition: 0, committed: 5, highWatermark: 8, lag: 3, owner: "m" }],
+};
+
+const emptyGroup: GroupDescription = { group: "g", generation: 0, members: [], offsets: [] };
+
+/** The golden request and response of each api, by the api's name in the dispatch table. */
+const goldens: Record<string, { request: GoldenFrame; response: GoldenFrame }> = {
+  Produce: {
+    request: {
+      frame: hex(`
+        00000024           length 36
+        0000 0000          api 0 Produce, version 0
+        0a0b0c0d           correlation_id
+        0001 74            topic "t"
+        ffffffff           partition −1 (the broker picks)
+        00000001           record_count 1
+        ${entryHex}
+      `),
+      encode: () => encodeProduceRequest(correlationId, { topic: "t", batch }),
+      decode: decodeProduceRequest,
+      decoded: { topic: "t", batch },
+    },
+    response: {
+      frame: hex(`
+        0000001a           length 26
+        0a0b0c0d           correlation_id
+        0000               error 0
+        00000001           span_count 1
+        00000000 0000000000000007 00000001   partition 0, base_offset 7, count 1
+      `),
+      encode: () =>
+        encodeProduceResponse(correlationId, {
+          spans: [{ partition: 0, baseOffset: 7, count: 1 }],
+        }),
+      decode: decodeProduceResponse,
+      decoded: { spans: [{ partition: 0, baseOffset: 7, count: 1 }] },
+    },
+  },
+  Fetch: {
+    request: {
+      frame: hex(`
+        00000023           length 35
+        0001 0000          api 1 Fetch
+        0a0b0c0d           correlation_id
+        0001 74            topic "t"
+        00000002           partition 2
+        0000000000000009   offset 9
+        00000000           max_records 0 (broker default)
+        00001000           max_bytes 4096
+        00000000           wait_ms 0
+      `),
+      encode: () =>
+        encodeFetchRequest(correlationId, { topic: "t", partition: 2, offset: 9, maxBytes: 4096 }),
+      decode: decodeFetchRequest,
+      decoded: { topic: "t", partition: 2, offset: 9, maxBytes: 4096, waitMs: 0 },
+    },
+    response: {
+      frame: hex(`
+        00000026           length 38
+        0a0b0c0d           correlation_id
+        0000               error 0
+        0000000000000009   high_watermark 9
+        0000000000000003   log_start_offset 3
+        0000000000000009   next_offset 9
+        00000000           record_count 0
+        00000000           records_bytes 0
+      `),
+      encode: () =>
+        encodeFetchResponse(correlationId, {
+          records: { bytes: new Uint8Array(0), count: 0 },
+          nextOffset: 9,
+          highWatermark: 9,
+          logStartOffset: 3,
+        }),
+      decode: decodeFetchResponse,
+      decoded: {
+        records: { bytes: new Uint8Array(0), count: 0 },
+        nextOffset: 9,
+        highWatermark: 9,
+        logStartOffset: 3,
+      },
+    },
+  },
+  CreateTopic: {
+    request: {
+      frame: hex(`
+        00000013           length 19
+        0002 0000          api 2 CreateTopic
+        0a0b0c0d           correlation_id
+        0001 74            topic "t"
+        00000001           partitions 1
+        00000000           config_len 0 (no config)
+      `),
+      encode: () => encodeCreateTopicRequest(correlationId, { name: "t", partitions: 1 }),
+      decode: decodeCreateTopicRequest,
+      decoded: { name: "t", partitions: 1 },
+    },
+    response: {
+      frame: hex(`
+        00000034           length 52
+        0a0b0c0d           correlation_id
+        0000               error 0
+        0001 74            name "t"
+        00000002 7b7d      config {}
+        00000001           partition_count 1
+        00000000           partition 0
+        0000000000000000   log_start_offset 0
+        0000000000000000   high_watermark 0
+        0000000000000000   size_bytes 0
+        00000001           segment_count 1
+        00                 fenced 0
+      `),
+      encode: () => encodeCreateTopicResponse(correlationId, topic),
+      decode: decodeCreateTopicResponse,
+      decoded: topic,
+    },
+  },
+  Metadata: {
+    request: {
+      frame: hex(`
+        0000000f           length 15
+        0003 0000          api 3 Metadata
+        0a0b0c0d           correlation_id
+        00000001           topic_count 1
+        0001 74            topic "t"
+      `),
+      encode: () => encodeMetadataRequest(correlationId, { topics: ["t"] }),
+      decode: decodeMetadataRequest,
+      decoded: { topics: ["t"] },
+    },
+    response: {
+      frame: hex(`
+        00000017           length 23
+        0a0b0c0d           correlation_id
+        0000               error 0
+        00000001           topic_count 1
+        0001 74            name "t"
+        00000002 7b7d      config {}
+        00000000           partition_count 0
+      `),
+      encode: () =>
+        encodeMetadataResponse(correlationId, [
+          { name: "t", config: emptyTopicConfig, partitions: [] },
+        ]),
+      decode: decodeMetadataResponse,
+      decoded: [{ name: "t", config: emptyTopicConfig, partitions: [] }],
+    },
+  },
+  ListOffsets: {
+    request: {
+      frame: hex(`
+        0000000f           length 15
+        0004 0000          api 4 ListOffsets
+        0a0b0c0d           correlation_id
+        0001 74            topic "t"
+        00000003           partition 3
+      `),
+      encode: () => encodeListOffsetsRequest(correlationId, { topic: "t", partition: 3 }),
+      decode: decodeListOffsetsRequest,
+      decoded: { topic: "t", partition: 3 },
+    },
+    response: {
+      frame: hex(`
+        00000016           length 22
+        0a0b0c0d           correlation_id
+        0000               error 0
+        0000000000000001   log_start_offset 1
+        0000000000000002   high_watermark 2
+      `),
+      encode: () =>
+        encodeListOffsetsResponse(correlationId, { logStartOffset: 1, highWatermark: 2 }),
+      decode: decodeListOffsetsResponse,
+      decoded: { logStartOffset: 1, highWatermark: 2 },
+    },
+  },
+  DeleteTopic: {
+    request: {
+      frame: hex(`
+        0000000b           length 11
+        0005 0000          api 5 DeleteTopic
+        0a0b0c0d           correlation_id
+        0001 74            topic "t"
+      `),
+      encode: () => encodeDeleteTopicRequest(correlationId, { topic: "t" }),
+      decode: decodeDeleteTopicRequest,
+      decoded: { topic: "t" },
+    },
+    response: {
+      frame: hex(`
+        00000006           length 6
+        0a0b0c0d           correlation_id
+        0000               error 0 (empty body)
+      `),
+      encode: () => encodeDeleteTopicResponse(correlationId),
+      decode: decodeDeleteTopicResponse,
+      decoded: undefined,
+    },
+  },
+  JoinGroup: {
+    request: {
+      frame: hex(`
+        00000018           length 24
+        0006 0000          api 6 JoinGroup
+        0a0b0c0d           correlation_id
+        0001 67            group "g"
+        0000               member_id "" (a new member)
+        00000000           session_timeout_ms 0 (broker default)
+        00000001           topic_count 1
+        0001 74            topic "t"
+      `),
+      encode: () => encodeJoinGroupRequest(correlationId, { group: "g", topics: ["t"] }),
+      decode: decodeJoinGroupRequest,
+      decoded: { group: "g", topics: ["t"] },
+    },
+    response: {
+      frame: hex(`
+        00000020           length 32
+        0a0b0c0d           correlation_id
+        0000               error 0
+        0001 6d            member_id "m"
+        0000000000000001   generation 1
+        00007530           session_timeout_ms 30 000
+        00000001           assignment_count 1
+        0001 74 00000000   topic "t", partition 0
+      `),
+      encode: () =>
+        encodeJoinGroupResponse(correlationId, {
+          memberId: "m",
+          generation: 1,
+          sessionTimeoutMs: 30_000,
+          assignments: [{ topic: "t", partition: 0 }],
+        }),
+      decode: decodeJoinGroupResponse,
+      decoded: {
+        memberId: "m",
+        generation: 1,
+        sessionTimeoutMs: 30_000,
+        assignments: [{ topic: "t", partition: 0 }],
+      },
+    },
+  },
+  Heartbeat: {
+    request: {
+      frame: hex(`
+        00000017           length 23
+        0007 0000          api 7 Heartbeat
+        0a0b0c0d           correlation_id
+        0001 67            group "g"
+        0001 6d            member_id "m"
+        01                 has_generation 1
+        0000000000000001   generation 1
+      `),
+      encode: () =>
+        encodeHeartbeatRequest(correlationId, { group: "g", memberId: "m", generation: 1 }),
+      decode: decodeHeartbeatRequest,
+      decoded: { group: "g", memberId: "m", generation: 1 },
+    },
+    response: {
+      frame: hex(`
+        00000013           length 19
+        0a0b0c0d           correlation_id
+        0000               error 0
+        0000000000000002   generation 2
+        01                 rejoin 1
+        00000000           assignment_count 0
+      `),
+      encode: () =>
+        encodeHeartbeatResponse(correlationId, { generation: 2, rejoin: true, assignments: [] }),
+      decode: decodeHeartbeatResponse,
+      decoded: { generation: 2, rejoin: true, assignments: [] },
+    },
+  },
+  LeaveGroup: {
+    request: {
+      frame: hex(`
+        0000000e           length 14
+        0008 0000          api 8 LeaveGroup
+        0a0b0c0d           correlation_id
+        0001 67            group "g"
+        0001 6d            member_id "m"
+      `),
+      encode: () => encodeLeaveGroupRequest(correlationId, { group: "g", memberId: "m" }),
+      decode: decodeLeaveGroupRequest,
+      decoded: { group: "g", memberId: "m" },
+    },
+    response: {
+      frame: hex(`
+        00000006           length 6
+        0a0b0c0d           correlation_id
+        0000               error 0 (empty body)
+      `),
+      encode: () => encodeEmptyResponse(correlationId),
+      decode: decodeEmptyResponse,
+      decoded: undefined,
+    },
+  },
+  CommitOffsets: {
+    request: {
+      frame: hex(`
+        00000029           length 41
+        0009 0000          api 9 CommitOffsets
+        0a0b0c0d           correlation_id
+        0001 67            group "g"
+        0000               member_id "" (a standalone consumer)
+        00                 has_generation 0
+        0000000000000000   generation (unused)
+        00000001           offset_count 1
+        0001 74            topic "t"
+        00000000           partition 0
+        0000000000000005   offset 5
+      `),
+      encode: () =>
+        encodeCommitOffsetsRequest(correlationId, {
+          group: "g",
+          offsets: [{ topic: "t", partition: 0, offset: 5 }],
+        }),
+      decode: decodeCommitOffsetsRequest,
+      decoded: { group: "g", offsets: [{ topic: "t", partition: 0, offset: 5 }] },
+    },
+    response: {
+      frame: hex(`
+        00000006           length 6
+        0a0b0c0d           correlation_id
+        0000               error 0 (empty body)
+      `),
+      encode: () => encodeEmptyResponse(correlationId),
+      decode: decodeEmptyResponse,
+      decoded: undefined,
+    },
+  },
+  DescribeGroup: {
+    request: {
+      frame: hex(`
+        0000000b           length 11
+        000a 0000          api 10 DescribeGroup
+        0a0b0c0d           correlation_id
+        0001 67            group "g"
+      `),
+      encode: () => encodeDescribeGroupRequest(correlationId, { group: "g" }),
+      decode: decodeDescribeGroupRequest,
+      decoded: { group: "g" },
+    },
+    response: {
+      frame: hex(`
+        0000004d           length 77
+        0a0b0c0d           correlation_id
+        0000               error 0
+        0001 67            group "g"
+        0000000000000001   generation 1
+        00000001           member_count 1
+        0001 6d            member_id "m"
+        000003e8           session_timeout_ms 1000
+        00000001 0001 74   topic_count 1, topic "t"
+        00000001           assignment_count 1
+        0001 74 00000000   topic "t", partition 0
+        00000001           offset_count 1
+        0001 74            topic "t"
+        00000000           partition 0
+        07                 present: committed, high_watermark, owner
+        0000000000000005   committed 5
+        0000000000000008   high_watermark 8
+        0001 6d            owner "m"
+      `),
+      encode: () => encodeDescribeGroupResponse(correlationId, group),
+      decode: decodeDescribeGroupResponse,
+      decoded: group,
+    },
+  },
+  ListGroups: {
+    request: {
+      frame: hex(`
+        00000008           length 8
+        000b 0000          api 11 ListGroups
+        0a0b0c0d           correlation_id (empty body)
+      `),
+      encode: () => encodeListGroupsRequest(correlationId),
+      decode: decodeListGroupsRequest,
+      decoded: undefined,
+    },
+    response: {
+      frame: hex(`
+        0000001d           length 29
+        0a0b0c0d           correlation_id
+        0000               error 0
+        00000001           group_count 1
+        0001 67            group "g"
+        0000000000000000   generation 0
+        00000000           member_count 0
+        00000000           offset_count 0
+      `),
+      encode: () => encodeListGroupsResponse(correlationId, [emptyGroup]),
+      decode: decodeListGroupsResponse,
+      decoded: [emptyGroup],
+    },
+  },
+  IdempotentProduce: {
+    request: {
+      frame: hex(`
+        00000033           length 51
+        000c 0000          api 12 IdempotentProduce
+        0a0b0c0d           correlation_id
+        0001 74            topic "t"
+        00000000           partition 0
+        0001 70            producer_id "p"
+        00000001           producer_epoch 1
+        0000000000000004   base_sequence 4
+        00000001           record_count 1
+        ${entryHex}
+      `),
+      encode: () =>
+        encodeIdempotentProduceRequest(correlationId, {
+          topic: "t",
+          partition: 0,
+          producer: { id: "p", epoch: 1, sequence: 4 },
+          batch,
+        }),
+      decode: decodeIdempotentProduceRequest,
+      decoded: { topic: "t", partition: 0, producer: { id: "p", epoch: 1, sequence: 4 }, batch },
+    },
+    response: {
+      frame: hex(`
+        0000001b           length 27
+        0a0b0c0d           correlation_id
+        0000               error 0
+        01                 duplicate 1
+        00000001           span_count 1
+        00000000 0000000000000007 00000001   partition 0, base_offset 7, count 1
+      `),
+      encode: () =>
+        encodeIdempotentProduceResponse(correlationId, {
+          spans: [{ partition: 0, baseOffset: 7, count: 1 }],
+          duplicate: true,
+        }),
+      decode: decodeIdempotentProduceResponse,
+      decoded: { spans: [{ partition: 0, baseOffset: 7, count: 1 }], duplicate: true },
+    },
+  },
+};
+
+describe("the TCP dispatch table", () => {
+  it("has golden request and response bytes for every api it serves", () => {
+    expect(Object.keys(goldens).sort()).toEqual(apis.map((a) => a.name).sort());
+  });
+
+  it("numbers its apis 0 to 12 in order, each at version 0, and ApiKey names them", () => {
+    expect(apis.map((a) => a.key)).toEqual(apis.map((_, i) => i));
+    for (const api of apis) {
+      expect(api.versionMax).toBe(0);
+      expect(ApiKey[api.name]).toBe(api.key);
+      expect(supportedApi(api.key, 0)).toBe(api);
+      expect(supportedApi(api.key, 1)).toBeUndefined();
+    }
+  });
+});
+
+describe("golden bytes of every api", () => {
+  for (const api of apis) {
+    const golden = goldens[api.name];
+    if (golden === undefined) continue;
+
+    it(`${api.name} request: the encoder writes the golden frame and the decoder reads it back`, () => {
+      const frame = golden.request.encode();
+      expect(toHex(frame)).toBe(toHex(golden.request.frame));
+      const header = decodeRequestHeader(golden.request.frame.subarray(4));
+      expect(header).toMatchObject({ api: api.key, version: 0, correlationId });
+      expect(golden.request.decode(header.body)).toEqual(golden.request.decoded);
+    });
+
+    it(`${api.name} response: the encoder writes the golden frame and the decoder reads it back`, () => {
+      const frame = golden.response.encode();
+      expect(toHex(frame)).toBe(toHex(golden.response.frame));
+      const header = decodeResponseHeader(golden.response.frame.subarray(4));
+      expect(header).toMatchObject({ correlationId, error: 0 });
+      expect(golden.response.decode(header.body)).toEqual(golden.response.decoded);
+    });
+  }
+});
