@@ -89,7 +89,7 @@ export class LocalBroker implements Broker {
   }
 
   /**
-   * Opens the data directory and recovers every topic (spec: Recovery after a crash), then the
+   * Opens the data directory and recovers every topic (docs/storage.md "Recovery after a crash"), then the
    * consumer groups and the producer state, and starts the background cleanup.
    * @throws FsError if the data directory itself cannot be created or read.
    */

@@ -5,7 +5,7 @@
  * refusing those that are unavailable or being deleted. Produce routing, fetch and the other
  * services live elsewhere (`broker/broker.ts` composes them).
  *
- * Data directory (spec: Files on disk):
+ * Data directory (docs/storage.md "Files on disk"):
  * ```
  * <dataDir>/topics/<topic>/topic.json     name, partition count, config (replaced atomically)
  * <dataDir>/topics/<topic>/<partition>/   segments
@@ -17,7 +17,7 @@
  *
  * Creating a topic writes `topic.json` first (the commit point), then the partition directories;
  * a start after a crash in between creates the missing partitions. A topic whose `topic.json` is
- * empty or unparseable is reported and made unavailable, never reset (DECISIONS 9).
+ * empty or unparseable is reported and made unavailable, never reset (docs/decisions.md §9).
  */
 import type { Clock } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
@@ -94,7 +94,7 @@ export class TopicRegistry {
   #checkOpen: () => void;
   #forgetTopic: (name: string) => Promise<void>;
   #topics = new Map<string, Topic>();
-  /** Topics that exist on disk but cannot be served, with the reason (DECISIONS 9). */
+  /** Topics that exist on disk but cannot be served, with the reason (docs/decisions.md §9). */
   #unavailable = new Map<string, string>();
   /** Names being created or deleted right now. */
   #busy = new Set<string>();
@@ -118,7 +118,7 @@ export class TopicRegistry {
   }
 
   /**
-   * Opens the data directory and recovers every topic (spec: Recovery after a crash): empties the
+   * Opens the data directory and recovers every topic (docs/storage.md "Recovery after a crash"): empties the
    * trash, opens each topic's partitions, and marks unavailable (with the reason) each topic that
    * cannot be opened.
    * @throws FsError if the data directory itself cannot be created or read.
@@ -182,7 +182,7 @@ export class TopicRegistry {
   }
 
   /**
-   * Finishes the deletions a crash or a failure interrupted (spec: Files on disk): each entry of
+   * Finishes the deletions a crash or a failure interrupted (docs/storage.md "Files on disk"): each entry of
    * `trash/` is a deleted topic's directory under a short unique name, its `topic.json` naming the
    * topic. Its cold data goes first (unless a topic of that name exists again), then the whole
    * trash. Entries are never parsed by name, so older `<topic>.<ms>.<n>` entries are handled alike.
@@ -290,7 +290,7 @@ export class TopicRegistry {
   /**
    * Opens a topic's partitions with what cleanup gives them (persisted log start offsets, the cold
    * tier), fsyncs the topic directory, and starts cleaning them.
-   * @throws FsError, or Error if `log_start_offsets.json` is unreadable (DECISIONS 9).
+   * @throws FsError, or Error if `log_start_offsets.json` is unreadable (docs/decisions.md §9).
    */
   async #openPartitions(topic: Topic, partitionCount: number): Promise<void> {
     const storage = await this.#cleanup.prepareTopic({
@@ -460,7 +460,7 @@ export class TopicRegistry {
   }
 
   /**
-   * Deletes a topic (spec: Files on disk; the module comment). Its directory is renamed into
+   * Deletes a topic (docs/storage.md "Files on disk"; the module comment). Its directory is renamed into
    * `trash/` under a short unique name (`<ms>-<n>`, never longer than the file-system limit
    * whatever the topic's name; the topic's real name stays inside, in its `topic.json`) — that
    * rename is the commit point. Before it, nothing is lost: the partitions are closed so that no

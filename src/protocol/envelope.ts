@@ -3,7 +3,7 @@
  * and the error body of a failed response (full prose, limits and a worked example:
  * `docs/protocol.md`; each api's body: `apis/*.ts`, listed in `apis/index.ts`). All integers are
  * big-endian. `str16` = u16 byte length | that many bytes of UTF-8 (strict: invalid UTF-8 is
- * invalid_request). `u64` values above 2^53 − 1 are refused with `unsupported` (DECISIONS 6). A
+ * invalid_request). `u64` values above 2^53 − 1 are refused with `unsupported` (docs/decisions.md §6). A
  * body shorter or longer than its grammar is `invalid_request` naming the field.
  *
  * ```

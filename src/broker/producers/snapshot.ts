@@ -5,7 +5,7 @@
  * started afresh at the next generation) after `producerJournalEntriesRotate` entries, when a
  * topic is deleted, and at every start (`state.ts`). `producers.json` that is empty or
  * unparseable, or a journal that does not belong to it, makes idempotent produce unavailable
- * (DECISIONS 9); other produces are unaffected.
+ * (docs/decisions.md §9); other produces are unaffected.
  *
  * ```
  * { "version": 1,

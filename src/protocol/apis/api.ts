@@ -46,7 +46,7 @@ export interface ApiSpec<Key extends number = number, Name extends string = stri
 
 /** Declares an api, keeping its number and name as literal types (so `ApiKey.Fetch` is `1`). */
 export function defineApi<const Key extends number, const Name extends string>(
-  spec: ApiSpec<Key, Name>,
+  api: ApiSpec<Key, Name>,
 ): ApiSpec<Key, Name> {
-  return Object.freeze(spec);
+  return Object.freeze(api);
 }
