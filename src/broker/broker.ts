@@ -17,6 +17,7 @@ import {
   fetchWaitMsMax,
   producerExpiryMsDefault,
 } from "../lib/limits.ts";
+import { quote } from "../lib/quote.ts";
 import { plural } from "../lib/text.ts";
 import type { FileSystem } from "../fs/types.ts";
 import type { PartitionLog } from "../storage/partition.ts";
@@ -432,7 +433,7 @@ function checkInteger(
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max) {
     throw new BrokerError(
       Errors.invalidRequest,
-      `Invalid "${name}" ${JSON.stringify(value)}: must be an integer from ${min} to ${max}`,
+      `Invalid "${name}" ${quote(value)}: must be an integer from ${min} to ${max}`,
     );
   }
   return value;

@@ -13,6 +13,7 @@ import {
   timestampSkewMsDefault,
   topicNameCharsMax,
 } from "../lib/limits.ts";
+import { quote } from "../lib/quote.ts";
 
 const day = 24 * 3600 * 1000;
 
@@ -38,7 +39,7 @@ export function validateTopicName(name: unknown): string {
   if (name.length < 1 || name.length > topicNameCharsMax) {
     throw new BrokerError(
       Errors.invalidTopicName,
-      `Invalid topic name "${name.slice(0, 64)}": must be 1 to ${topicNameCharsMax} characters, got ${name.length}`,
+      `Invalid topic name ${quote(name)}: must be 1 to ${topicNameCharsMax} characters, got ${name.length}`,
     );
   }
   if (name === "." || name === "..")
@@ -49,7 +50,7 @@ export function validateTopicName(name: unknown): string {
   if (!/^[A-Za-z0-9._-]+$/.test(name)) {
     throw new BrokerError(
       Errors.invalidTopicName,
-      `Invalid topic name "${name.slice(0, 64)}": only letters, digits, ".", "_" and "-" are allowed`,
+      `Invalid topic name ${quote(name)}: only letters, digits, ".", "_" and "-" are allowed`,
     );
   }
   return name;
@@ -65,7 +66,7 @@ export function validatePartitionCount(partitions: unknown): number {
   ) {
     throw new BrokerError(
       Errors.invalidConfig,
-      `Invalid partition count ${JSON.stringify(partitions)}: must be an integer from 1 to ${partitionsMax}`,
+      `Invalid partition count ${quote(partitions)}: must be an integer from 1 to ${partitionsMax}`,
     );
   }
   return partitions;
@@ -108,7 +109,7 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
       if (typeof normalised !== "string" || !policies.includes(normalised as CleanupPolicy)) {
         throw new BrokerError(
           Errors.invalidConfig,
-          `Invalid topic config "cleanup_policy": ${JSON.stringify(value)} is not one of "delete", "compact", "compact,delete"`,
+          `Invalid topic config "cleanup_policy": ${quote(value)} is not one of "delete", "compact", "compact,delete"`,
         );
       }
       out.cleanup_policy = normalised as CleanupPolicy;
@@ -117,7 +118,7 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
     if (!Object.hasOwn(numericRules, key)) {
       throw new BrokerError(
         Errors.invalidConfig,
-        `Invalid topic config: unknown key "${key}" (known: ${[...Object.keys(numericRules), "cleanup_policy"].join(", ")})`,
+        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy"].join(", ")})`,
       );
     }
     const rule = numericRules[key as keyof typeof numericRules];
@@ -129,7 +130,7 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
       const range = `an integer from ${rule.min} to ${rule.max} ${rule.unit}${rule.allowMinusOne ? ", or -1 for no limit" : ""}`;
       throw new BrokerError(
         Errors.invalidConfig,
-        `Invalid topic config "${key}": ${JSON.stringify(value)} must be ${range}`,
+        `Invalid topic config "${key}": ${quote(value)} must be ${range}`,
       );
     }
     out[key as keyof typeof numericRules] = value as number;

@@ -54,6 +54,7 @@ import type { Clock, Timer } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { plural } from "../lib/text.ts";
+import { clip, quote } from "../lib/quote.ts";
 import {
   groupCommitOffsetsMax,
   groupMembersMax,
@@ -157,7 +158,7 @@ export function validateGroupName(name: unknown): string {
     name === ".." ||
     !groupNamePattern.test(name)
   ) {
-    const shown = typeof name === "string" ? JSON.stringify(name.slice(0, 64)) : String(name);
+    const shown = quote(name);
     throw new BrokerError(
       Errors.invalidRequest,
       `Invalid group name ${shown}: must be 1 to ${groupNameCharsMax} of letters, digits, ".", "_" and "-", not "." or ".."`,
@@ -551,7 +552,7 @@ export class GroupCoordinator {
       if (existing === undefined) {
         throw new BrokerError(
           Errors.unknownMember,
-          `${action}: member "${memberId}" is not in the group (it left or its session expired): join without a member id`,
+          `${action}: member ${quote(memberId)} is not in the group (it left or its session expired): join without a member id`,
         );
       }
       member = existing;
@@ -615,7 +616,7 @@ export class GroupCoordinator {
     if (member === undefined) {
       throw new BrokerError(
         Errors.unknownMember,
-        `${action}: member "${request.memberId}" is not in the group (it left or its session expired): join again`,
+        `${action}: member ${quote(request.memberId)} is not in the group (it left or its session expired): join again`,
       );
     }
     this.#armSession(group, member);
@@ -637,7 +638,7 @@ export class GroupCoordinator {
       if (!data.members.some((m) => m.id === request.memberId)) {
         throw new BrokerError(
           Errors.unknownMember,
-          `${action}: member "${request.memberId}" is not in the group`,
+          `${action}: member ${quote(request.memberId)} is not in the group`,
         );
       }
       const next = this.#rebalanced(
@@ -704,7 +705,7 @@ export class GroupCoordinator {
     if (data.members.length === 0 && memberId !== undefined) {
       throw new BrokerError(
         Errors.unknownMember,
-        `${action}: member "${memberId}" is not in the group (it has no members): join first, or commit without member_id`,
+        `${action}: member ${quote(memberId)} is not in the group (it has no members): join first, or commit without member_id`,
       );
     }
     if (data.members.length > 0) {
@@ -717,7 +718,7 @@ export class GroupCoordinator {
       if (!data.members.some((m) => m.id === memberId)) {
         throw new BrokerError(
           Errors.unknownMember,
-          `${action}: member "${memberId}" is not in the group (it left or its session expired): join again`,
+          `${action}: member ${quote(memberId)} is not in the group (it left or its session expired): join again`,
         );
       }
       if (request.generation !== data.generation) {
@@ -732,8 +733,8 @@ export class GroupCoordinator {
         if (owner !== memberId) {
           throw new BrokerError(
             Errors.notPartitionOwner,
-            `${action}: partition "${partitionName(o.topic, o.partition)}" is ${owner === undefined ? "assigned to no member" : `owned by member "${owner}"`} in generation ${data.generation}, not by "${memberId}"`,
-            { topic: o.topic, partition: o.partition, owner: owner ?? null },
+            `${action}: partition ${quote(partitionName(o.topic, o.partition))} is ${owner === undefined ? "assigned to no member" : `owned by member ${quote(owner)}`} in generation ${data.generation}, not by ${quote(memberId)}`,
+            { topic: clip(o.topic), partition: o.partition, owner: owner ?? null },
           );
         }
       }
@@ -750,7 +751,7 @@ export class GroupCoordinator {
       if (err instanceof BrokerError && err.kind === Errors.groupNotFound) {
         throw new BrokerError(
           Errors.unknownMember,
-          `${action}: member "${memberId}" is not in the group (the group does not exist)`,
+          `${action}: member ${quote(memberId)} is not in the group (the group does not exist)`,
         );
       }
       throw err;
@@ -813,7 +814,7 @@ export class GroupCoordinator {
       if (view === undefined) {
         throw new BrokerError(
           Errors.partitionNotFound,
-          `${action}: ${where}: topic "${topic}" has no partition ${partition} (it has ${partitions.length})`,
+          `${action}: ${where}: topic ${quote(topic)} has no partition ${partition} (it has ${partitions.length})`,
           { index: i },
         );
       }
@@ -985,7 +986,7 @@ function checkInteger(
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < p.min || value > p.max) {
     throw new BrokerError(
       Errors.invalidRequest,
-      `${p.action}: "${p.name}" ${JSON.stringify(value)} must be an integer from ${p.min} to ${p.max}`,
+      `${p.action}: "${p.name}" ${quote(value)} must be an integer from ${p.min} to ${p.max}`,
       { field: p.name },
     );
   }

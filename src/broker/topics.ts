@@ -24,6 +24,7 @@ import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import { recoveryProgressMs } from "../lib/limits.ts";
 import { Mutex } from "../lib/mutex.ts";
+import { quote } from "../lib/quote.ts";
 import { plural } from "../lib/text.ts";
 import { partitionName } from "../lib/topic-partition.ts";
 import { dirname, isFsError, joinPath, type FileSystem } from "../fs/types.ts";
@@ -360,7 +361,7 @@ export class TopicRegistry {
         Errors.unavailable,
         `Cannot use topic "${name}": it is unavailable: ${reason}`,
       );
-    throw new BrokerError(Errors.topicNotFound, `Cannot find topic "${name}"`);
+    throw new BrokerError(Errors.topicNotFound, `Cannot find topic ${quote(name)}`);
   }
 
   /**
@@ -371,7 +372,7 @@ export class TopicRegistry {
     if (typeof partition !== "number" || !Number.isInteger(partition) || partition < 0) {
       throw new BrokerError(
         Errors.invalidRequest,
-        `Invalid partition ${JSON.stringify(partition)} for topic "${topic.name}": must be a non-negative integer`,
+        `Invalid partition ${quote(partition)} for topic "${topic.name}": must be a non-negative integer`,
       );
     }
     const log = topic.partitions[partition];

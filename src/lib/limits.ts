@@ -110,6 +110,26 @@ export const produceRecordsMax = 1_000_000;
 /** At most one `recovery.progress` line per this many ms while a start recovers topics. */
 export const recoveryProgressMs = 2000;
 
+/**
+ * Longest part of a client's value quoted in an error message, an error's details or a log line,
+ * in UTF-16 code units (`src/lib/quote.ts`): a 200 KB field name is answered with its first
+ * characters and its length, never echoed whole.
+ */
+export const quotedCharsMax = 64;
+/**
+ * Deepest nesting of arrays and objects accepted in a client's JSON (HTTP bodies, the TCP
+ * CreateTopic config), checked on the text before it is parsed, so no code ever recurses over a
+ * client's value deeper than this (`src/lib/json-nesting.ts`). Every documented body nests at most 3.
+ */
+export const jsonNestingDepthMax = 32;
+/**
+ * Longest message of a parser or the runtime (a JSON syntax error, an HTTP parse error) repeated
+ * in an error, in characters: such messages may quote the client's input.
+ */
+export const foreignMessageCharsMax = 200;
+/** Deepest nesting of arrays and objects that {@link quotedCharsMax}-bounded quoting shows before "…". */
+export const quotedNestingDepthMax = 3;
+
 /** Largest metadata file (topic.json, groups, keys) the broker will read, in bytes. */
 export const metadataFileBytesMax = 16 * MiB;
 

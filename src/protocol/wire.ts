@@ -9,7 +9,9 @@
  */
 import { BrokerError, Errors, type ErrorKind } from "../broker/errors.ts";
 import { errorMessage } from "../lib/errors.ts";
-import { offsetMax } from "../lib/limits.ts";
+import { formatJsonPath, jsonNestingFault } from "../lib/json-nesting.ts";
+import { foreignMessageCharsMax, jsonNestingDepthMax, offsetMax } from "../lib/limits.ts";
+import { clip, quote } from "../lib/quote.ts";
 
 /**
  * A request or response that does not follow the wire grammar. It is a {@link BrokerError}, so the
@@ -361,14 +363,27 @@ export function readFlag(r: WireReader, field: string): boolean {
 }
 
 /**
- * Parses a JSON-object field (a config, error details).
+ * Parses a JSON-object field (a config, error details), at most `jsonNestingDepthMax` levels deep
+ * (checked on the text first, before anything recurses over it). A value nested deeper is refused
+ * with `nestedKind` (CreateTopic: `invalid_config`, as a config key's value is never an array or
+ * object), naming the key path.
  * @throws ProtocolError `invalid_request` naming `field` if it is not JSON or not an object.
  */
 export function parseJsonObject(
   text: string,
   context: string,
   field: string,
+  nestedKind: ErrorKind = Errors.invalidRequest,
 ): Record<string, unknown> {
+  const fault = jsonNestingFault(text);
+  if (fault !== null) {
+    const path = formatJsonPath([field, ...fault.path]);
+    throw new ProtocolError(
+      nestedKind,
+      field,
+      `Cannot decode ${context}: field ${quote(path)} nests arrays or objects deeper than ${jsonNestingDepthMax} levels`,
+    );
+  }
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -376,7 +391,7 @@ export function parseJsonObject(
     throw new ProtocolError(
       Errors.invalidRequest,
       field,
-      `Cannot decode ${context}: field "${field}" is not valid JSON: ${errorMessage(error)}`,
+      `Cannot decode ${context}: field "${field}" is not valid JSON: ${clip(errorMessage(error), foreignMessageCharsMax)}`,
     );
   }
   if (typeof value !== "object" || value === null || Array.isArray(value)) {

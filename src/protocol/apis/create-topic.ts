@@ -9,6 +9,7 @@
  * response      = topic_entry           as in Metadata (`metadata.ts`)
  * ```
  */
+import { Errors } from "../../broker/errors.ts";
 import type { CreateTopicRequest, TopicDescription } from "../../broker/types.ts";
 import { finishFrame, startRequest, startResponse } from "../envelope.ts";
 import { parseJsonObject, requireInt, strBytes, WireReader } from "../wire.ts";
@@ -67,7 +68,12 @@ export function decodeCreateTopicRequest(body: Uint8Array): CreateTopicRequest {
   r.end("config");
   const request: CreateTopicRequest = { name, partitions };
   if (configText.length > 0)
-    request.config = parseJsonObject(configText, "CreateTopic request", "config");
+    request.config = parseJsonObject(
+      configText,
+      "CreateTopic request",
+      "config",
+      Errors.invalidConfig,
+    );
   return request;
 }
 

@@ -33,7 +33,7 @@ import { Hono } from "hono";
 import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { BrokerError, Errors } from "../../broker/errors.ts";
+import { BrokerError, Errors, type ErrorKind } from "../../broker/errors.ts";
 import type { Broker } from "../../broker/types.ts";
 import { utf8 } from "../../lib/bytes.ts";
 import {
@@ -42,12 +42,16 @@ import {
   fetchRecordsDefault,
   fetchRecordsMax,
   fetchWaitMsMax,
+  foreignMessageCharsMax,
+  jsonNestingDepthMax,
   offsetMax,
   requestBytesDefault,
   requestBytesMax,
   requestBytesMin,
 } from "../../lib/limits.ts";
+import { formatJsonPath, jsonNestingFault, type JsonPath } from "../../lib/json-nesting.ts";
 import type { Logger } from "../../lib/logger.ts";
+import { clip, quote } from "../../lib/quote.ts";
 import type { ValueEncoding } from "./encode.ts";
 import { fetchJson, produceAnswerJson, topicJson } from "./encode.ts";
 import { errorBody, invalidRequest } from "./errors.ts";
@@ -143,7 +147,7 @@ function encodingQuery(c: AppContext, action: string): ValueEncoding {
   if (text === "base64") return "base64";
   throw invalidRequest(
     action,
-    `query parameter "encoding" ${JSON.stringify(text)} must be "utf8" or "base64"`,
+    `query parameter "encoding" ${quote(text)} must be "utf8" or "base64"`,
     { parameter: "encoding" },
   );
 }
@@ -216,19 +220,48 @@ async function readRequestBody(request: Request, maxBytes: number): Promise<Uint
   return body;
 }
 
-function parseJson(bytes: Uint8Array, action: string): unknown {
+/** How {@link parseJson} names a body nested past `jsonNestingDepthMax`: the error kind by the path of the offending value. */
+export type NestingErrorKind = (path: JsonPath) => ErrorKind;
+
+/**
+ * Decodes a JSON body: strict UTF-8, at most `jsonNestingDepthMax` levels deep (checked on the
+ * text, before anything recurses over it), then `JSON.parse`.
+ * @throws BrokerError invalid_request (or the kind `nestingKind` picks for a body nested too
+ *   deep, naming the field) with the parser's message, clipped.
+ */
+function parseJson(bytes: Uint8Array, action: string, nestingKind?: NestingErrorKind): unknown {
   let text: string;
   try {
     text = strictUtf8.decode(bytes);
   } catch {
     throw invalidRequest(action, "the body is not valid UTF-8");
   }
+  const fault = jsonNestingFault(text);
+  if (fault !== null) {
+    const field = formatJsonPath(fault.path);
+    return throwNestedTooDeep(action, field, nestingKind?.(fault.path) ?? Errors.invalidRequest);
+  }
   try {
     return JSON.parse(text);
   } catch (e) {
-    throw invalidRequest(action, `the body is not valid JSON: ${errorMessage(e)}`);
+    throw invalidRequest(
+      action,
+      `the body is not valid JSON: ${clip(errorMessage(e), foreignMessageCharsMax)}`,
+    );
   }
 }
+
+function throwNestedTooDeep(action: string, field: string, kind: ErrorKind): never {
+  throw new BrokerError(
+    kind,
+    `${action}: field ${quote(field)} nests arrays or objects deeper than ${jsonNestingDepthMax} levels`,
+    { field, depth_max: jsonNestingDepthMax },
+  );
+}
+
+/** Topic bodies: a value nested too deep inside `config` is a bad config value. */
+const topicNestingKind: NestingErrorKind = (path) =>
+  path[0] === "config" ? Errors.invalidConfig : Errors.invalidRequest;
 
 /**
  * Builds the HTTP app over `broker`. Routes and shapes: module comment and `docs/http-api.md`.
@@ -299,17 +332,20 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     if (err instanceof BrokerError) {
       error = err;
     } else if (err instanceof HTTPException && err.status === 400) {
-      error = invalidRequest("Cannot accept the request", err.message);
+      error = invalidRequest(
+        "Cannot accept the request",
+        clip(err.message, foreignMessageCharsMax),
+      );
     } else {
       logger.log("error", "http.internal_error", {
         method: c.req.method,
-        path: c.req.path,
-        error: errorMessage(err),
+        path: clip(c.req.path),
+        error: clip(errorMessage(err), foreignMessageCharsMax),
         stack: errorStack(err),
       });
       error = new BrokerError(
         Errors.internal,
-        `Cannot complete ${c.req.method} ${c.req.path}: internal error (logged)`,
+        `Cannot complete ${clip(c.req.method)} ${clip(c.req.path)}: internal error (logged)`,
       );
     }
     return c.json(errorBody(error), error.kind.http as ContentfulStatusCode);
@@ -318,7 +354,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   app.notFound((c) => {
     const error = new BrokerError(
       Errors.notFound,
-      `Cannot ${c.req.method} ${c.req.path}: no such route`,
+      `Cannot ${clip(c.req.method)} ${clip(c.req.path)}: no such route`,
     );
     return c.json(errorBody(error), 404);
   });
@@ -352,7 +388,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     if (broker.cleanup === undefined)
       throw new BrokerError(
         Errors.notFound,
-        `Cannot clean up topic ${JSON.stringify(topic)}: this broker has no cleanup tasks`,
+        `Cannot clean up topic ${quote(topic)}: this broker has no cleanup tasks`,
       );
     return c.json(await broker.cleanup(topic));
   });
@@ -360,10 +396,10 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   app.patch("/v1/topics/:topic", async (c) => {
     limitBody(c);
     const topic = c.req.param("topic");
-    const action = `Cannot update the config of topic ${JSON.stringify(topic)}`;
+    const action = `Cannot update the config of topic ${quote(topic)}`;
     if (broker.updateTopicConfig === undefined)
       throw new BrokerError(Errors.notFound, `${action}: this broker cannot change topic configs`);
-    const body = parseJson(await readBody(c, action), action);
+    const body = parseJson(await readBody(c, action), action, topicNestingKind);
     if (typeof body !== "object" || body === null || Array.isArray(body)) {
       throw invalidRequest(
         action,
@@ -372,8 +408,8 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     }
     for (const field of Object.keys(body)) {
       if (field !== "config")
-        throw invalidRequest(action, `unknown field ${JSON.stringify(field)} (expected config)`, {
-          field,
+        throw invalidRequest(action, `unknown field ${quote(field)} (expected config)`, {
+          field: clip(field),
         });
     }
     const config = (body as { config?: unknown }).config;
@@ -388,7 +424,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   app.post("/v1/topics", async (c) => {
     limitBody(c);
     let action = "Cannot create topic";
-    const body = parseJson(await readBody(c, action), action);
+    const body = parseJson(await readBody(c, action), action, topicNestingKind);
     if (typeof body !== "object" || body === null || Array.isArray(body)) {
       throw invalidRequest(
         action,
@@ -400,14 +436,14 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       if (field !== "name" && field !== "partitions" && field !== "config") {
         throw invalidRequest(
           action,
-          `unknown field ${JSON.stringify(field)} (expected name, partitions, config)`,
-          { field },
+          `unknown field ${quote(field)} (expected name, partitions, config)`,
+          { field: clip(field) },
         );
       }
     }
     if (typeof fields.name !== "string")
       throw invalidRequest(action, '"name" must be a string', { field: "name" });
-    action = `Cannot create topic ${JSON.stringify(fields.name)}`;
+    action = `Cannot create topic ${quote(fields.name)}`;
     const partitions = fields.partitions ?? 1;
     if (typeof partitions !== "number" || !Number.isInteger(partitions)) {
       throw invalidRequest(action, '"partitions" must be an integer', { field: "partitions" });
@@ -481,7 +517,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   app.post("/v1/topics/:topic/records", async (c) => {
     limitBody(c);
     const topic = c.req.param("topic");
-    const action = `Cannot produce to topic ${JSON.stringify(topic)}`;
+    const action = `Cannot produce to topic ${quote(topic)}`;
     const decoded = await decodeProduceBody(c, action);
     const producer = producerFromHeaders(c, action);
     const result = await broker.produce({ topic, ...decoded, producer });
@@ -493,7 +529,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
 
   app.get("/v1/topics/:topic/partitions/:partition/records", async (c) => {
     const topic = c.req.param("topic");
-    const action = `Cannot fetch from partition ${JSON.stringify(`${topic}/${c.req.param("partition")}`)}`;
+    const action = `Cannot fetch from partition ${quote(`${topic}/${c.req.param("partition")}`)}`;
     const partition = partitionParam(c, action);
     const offsetText = singleQuery(c, "offset", action);
     if (offsetText === undefined) {
@@ -527,7 +563,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
 
   app.get("/v1/topics/:topic/partitions/:partition/stream", async (c) => {
     const topic = c.req.param("topic");
-    const action = `Cannot stream partition ${JSON.stringify(`${topic}/${c.req.param("partition")}`)}`;
+    const action = `Cannot stream partition ${quote(`${topic}/${c.req.param("partition")}`)}`;
     const partition = partitionParam(c, action);
     const encoding = encodingQuery(c, action);
     const offsetText = singleQuery(c, "offset", action);

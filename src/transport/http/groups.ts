@@ -23,6 +23,7 @@ import type {
   TopicPartition,
 } from "../../broker/types.ts";
 import { producerEpochMax } from "../../lib/limits.ts";
+import { clip, quote } from "../../lib/quote.ts";
 import { invalidRequest } from "./errors.ts";
 import { parseInteger } from "./params.ts";
 
@@ -45,8 +46,8 @@ function onlyFields(
     if (!allowed.includes(field))
       throw invalidRequest(
         action,
-        `unknown field ${JSON.stringify(field)} (expected ${allowed.join(", ")})`,
-        { field },
+        `unknown field ${quote(field)} (expected ${allowed.join(", ")})`,
+        { field: clip(field) },
       );
   }
 }
@@ -113,7 +114,7 @@ export function registerGroupRoutes<E extends { Bindings: object }>(
   app.post("/v1/groups/:group/members", async (c) => {
     limitBody(c);
     const group = c.req.param("group");
-    const action = `Cannot join group ${JSON.stringify(group)}`;
+    const action = `Cannot join group ${quote(group)}`;
     const body = await readJson(c, action);
     if (!isObject(body))
       throw invalidRequest(action, 'the body must be a JSON object like {"topics":["orders"]}');
@@ -139,7 +140,7 @@ export function registerGroupRoutes<E extends { Bindings: object }>(
     limitBody(c);
     const group = c.req.param("group");
     const memberId = c.req.param("member");
-    const action = `Cannot heartbeat in group ${JSON.stringify(group)}`;
+    const action = `Cannot heartbeat in group ${quote(group)}`;
     const raw = await readBody(c, action);
     let generation: number | undefined;
     if (raw.length > 0) {
@@ -168,7 +169,7 @@ export function registerGroupRoutes<E extends { Bindings: object }>(
   app.post("/v1/groups/:group/offsets", async (c) => {
     limitBody(c);
     const group = c.req.param("group");
-    const action = `Cannot commit offsets of group ${JSON.stringify(group)}`;
+    const action = `Cannot commit offsets of group ${quote(group)}`;
     const body = await readJson(c, action);
     if (!isObject(body))
       throw invalidRequest(

@@ -5,6 +5,7 @@
  * no `1e3`, no `0x10`, no fraction).
  */
 import type { BrokerError } from "../../broker/errors.ts";
+import { quote } from "../../lib/quote.ts";
 import { invalidRequest } from "./errors.ts";
 
 /** Longest digit string accepted; 16 digits cover every safe integer, longer is refused before `Number()`. */
@@ -41,10 +42,9 @@ export function parseInteger(text: string, param: IntegerParam): number {
 }
 
 function rangeError(text: string, param: IntegerParam): BrokerError {
-  const shown = text.length > 40 ? `${text.slice(0, 40)}…` : text;
   return invalidRequest(
     param.action,
-    `${param.label} ${JSON.stringify(shown)} must be an integer from ${param.min} to ${param.max}`,
+    `${param.label} ${quote(text)} must be an integer from ${param.min} to ${param.max}`,
     { parameter: param.name },
   );
 }

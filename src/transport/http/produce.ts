@@ -33,6 +33,7 @@ import { entryOverheadBytes, EntryBatchBuilder } from "../../storage/record.ts";
 import { Base64Error, decodeBase64 } from "../../lib/base64.ts";
 import { utf8 } from "../../lib/bytes.ts";
 import { produceRecordsMax, recordPayloadBytesMax } from "../../lib/limits.ts";
+import { clip, quote } from "../../lib/quote.ts";
 import { invalidRequest } from "./errors.ts";
 
 /** Largest partition number a client may name (it must fit the Int32Array of `ProduceRequest.partitions`). */
@@ -255,8 +256,8 @@ export function decodeJsonProduce(
     if (field !== "records")
       throw invalidRequest(
         action,
-        `unknown field ${JSON.stringify(field)} in the body (expected "records")`,
-        { field },
+        `unknown field ${quote(field)} in the body (expected "records")`,
+        { field: clip(field) },
       );
   }
   const records = body.records;
@@ -273,8 +274,8 @@ export function decodeJsonProduce(
       if (!recordFields.has(field)) {
         throw invalidRequest(
           action,
-          `records[${index}] has unknown field ${JSON.stringify(field)} (expected key, key_b64, value, value_b64, partition, timestamp)`,
-          { record: index, field },
+          `records[${index}] has unknown field ${quote(field)} (expected key, key_b64, value, value_b64, partition, timestamp)`,
+          { record: index, field: clip(field) },
         );
       }
     }
