@@ -14,6 +14,7 @@ import { runtimeDescription } from "../runtime/info.ts";
 import { createHttpApp } from "../transport/http/index.ts";
 import { createTcpTransport } from "../transport/tcp/transport.ts";
 import { jsonLineLogger, type LogLevel } from "../lib/logger.ts";
+import { RefusalLog } from "../lib/refusals.ts";
 import {
   cleanupIntervalMsDefault,
   producerExpiryMsDefault,
@@ -176,11 +177,13 @@ export async function serve(argv: string[]): Promise<number> {
     lock.release();
     throw err;
   }
+  // One count of refused client input for both front doors, logged at most every few seconds per kind.
+  const refusals = new RefusalLog({ logger, clock: systemClock });
   let http;
   let tcp;
   let listener;
   try {
-    http = await serveHttp(createHttpApp({ broker, logger, maxRequestBytes }), {
+    http = await serveHttp(createHttpApp({ broker, logger, maxRequestBytes, refusals }), {
       host,
       port: httpPort,
       maxRequestBytes,
@@ -189,6 +192,7 @@ export async function serve(argv: string[]): Promise<number> {
       broker,
       clock: systemClock,
       logger,
+      refusals,
       maxRequestBytes,
       readTimeoutMs,
     });
@@ -220,6 +224,7 @@ export async function serve(argv: string[]): Promise<number> {
           const listenerClosed = listener!.close();
           await Promise.all([http!.close(), tcp!.close()]);
           await listenerClosed;
+          refusals.flush();
           await broker.close();
           lock.release();
         } catch (err) {

@@ -129,6 +129,12 @@ export const jsonNestingDepthMax = 32;
 export const foreignMessageCharsMax = 200;
 /** Deepest nesting of arrays and objects that {@link quotedCharsMax}-bounded quoting shows before "…". */
 export const quotedNestingDepthMax = 3;
+/**
+ * At most one log line per kind of refused request or connection every this many ms (bad TCP
+ * frames, HTTP the parser refuses, read timeouts); the rest are counted (`src/lib/refusals.ts`,
+ * `GET /v1/admin/metrics`) and summed into the next line, so no client can grow the log unbounded.
+ */
+export const refusalLogIntervalMs = 5_000;
 
 /** Largest metadata file (topic.json, groups, keys) the broker will read, in bytes. */
 export const metadataFileBytesMax = 16 * MiB;

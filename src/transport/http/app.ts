@@ -6,7 +6,7 @@
  * | method & path                                              | success                         |
  * |------------------------------------------------------------|---------------------------------|
  * | `GET /healthz`                                             | 200 `{"status":"ok"}`           |
- * | `GET /v1/admin/metrics`                                    | 200 storage counters (fsyncs, …) |
+ * | `GET /v1/admin/metrics`                                    | 200 storage counters (fsyncs, …), refusals |
  * | `GET /v1/admin/storage`                                    | 200 segments, recovery, cleanup |
  * | `POST /v1/admin/topics/{topic}/cleanup`                    | 200 what retention/compaction did |
  * | `PATCH /v1/topics/{topic}` `{"config":{…}}`                | 200 topic description           |
@@ -96,6 +96,11 @@ export interface HttpAppOptions {
   maxRequestBytes?: number;
   /** Heartbeat period of an idle SSE stream, in ms (1 … 60 000); default 15 000. */
   sseHeartbeatMs?: number;
+  /**
+   * Refusals of client input counted outside the app (bad TCP frames, HTTP the runtime's parser
+   * refused), served as `refused` by `GET /v1/admin/metrics`.
+   */
+  refusals?: { counts(): Record<string, number> };
 }
 
 type AppContext = Context<{ Bindings: HttpBindings }>;
@@ -370,7 +375,8 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
         Errors.notFound,
         "Cannot GET /v1/admin/metrics: this broker keeps no metrics",
       );
-    return c.json(source.metrics());
+    const refused = options.refusals?.counts();
+    return c.json(refused === undefined ? source.metrics() : { ...source.metrics(), refused });
   });
 
   // Storage state and the cleanup tasks (retention, cold tier, compaction), when the broker has them.

@@ -35,6 +35,7 @@ import {
   tcpShutdownGraceMs,
 } from "../../lib/limits.ts";
 import type { Logger } from "../../lib/logger.ts";
+import { RefusalLog } from "../../lib/refusals.ts";
 import {
   type ApiConnection,
   type ApiSpec,
@@ -60,8 +61,13 @@ export interface TcpTransportOptions {
   broker: Broker;
   /** Timers for the read timeout and the shutdown grace period. */
   clock: Clock;
-  /** Receives `tcp.*` events (refused frames, timeouts, internal errors). */
+  /** Receives `tcp.*` events (internal errors; refusals through `refusals`). */
   logger: Logger;
+  /**
+   * Counts and logs refused frames and read timeouts (`tcp.frame_refused`, `tcp.read_timeout`),
+   * at most one line per kind every few seconds; default: a new one over `logger` and `clock`.
+   */
+  refusals?: RefusalLog;
   /** Largest request frame `length`, in bytes (default `requestBytesDefault`, 16 MiB). */
   maxRequestBytes?: number;
   /** Time a frame may take to arrive whole once begun, in ms (default `readTimeoutMsDefault`, 30 s). */
@@ -96,6 +102,7 @@ export function createTcpTransport(options: TcpTransportOptions): TcpTransport {
     broker: options.broker,
     clock: options.clock,
     logger: options.logger,
+    refusals: options.refusals ?? new RefusalLog({ logger: options.logger, clock: options.clock }),
     maxRequestBytes: options.maxRequestBytes ?? requestBytesDefault,
     readTimeoutMs: options.readTimeoutMs ?? readTimeoutMsDefault,
     maxInFlightRequests: options.maxInFlightRequests ?? tcpRequestsInFlightMax,
@@ -155,6 +162,7 @@ interface Settings {
   broker: Broker;
   clock: Clock;
   logger: Logger;
+  refusals: RefusalLog;
   maxRequestBytes: number;
   readTimeoutMs: number;
   maxInFlightRequests: number;
@@ -313,7 +321,7 @@ class Connection {
   #onReadTimeout(): void {
     this.#readTimer = null;
     if (this.#closed) return;
-    this.#settings.logger.log("warn", "tcp.read_timeout", {
+    this.#settings.refusals.refuse("tcp.read_timeout", {
       remote: this.#socket.remoteAddress,
       buffered_bytes: this.#decoder.bufferedBytes,
       read_timeout_ms: this.#settings.readTimeoutMs,
@@ -327,7 +335,7 @@ class Connection {
    * told why (`request_too_large` with its correlation id) before the close.
    */
   #refuseFrame(error: FrameLengthError): void {
-    this.#settings.logger.log("warn", "tcp.frame_refused", {
+    this.#settings.refusals.refuse("tcp.frame_refused", {
       remote: this.#socket.remoteAddress,
       length: error.length,
       max_request_bytes: this.#settings.maxRequestBytes,

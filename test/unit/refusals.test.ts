@@ -1,0 +1,84 @@
+import { describe, expect, it } from "vitest";
+import { ManualClock } from "../../src/lib/clock.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { RefusalLog } from "../../src/lib/refusals.ts";
+
+function setup(intervalMs = 5_000) {
+  const clock = new ManualClock();
+  const logger = new MemoryLogger();
+  return { clock, logger, refusals: new RefusalLog({ logger, clock, intervalMs }) };
+}
+
+describe("RefusalLog", () => {
+  it("logs the first refusal of a kind at once, with its fields", () => {
+    const { logger, refusals } = setup();
+    refusals.refuse("tcp.frame_refused", { remote: "1.2.3.4:5", length: 99 });
+    expect(logger.events).toEqual([
+      {
+        level: "warn",
+        event: "tcp.frame_refused",
+        fields: { remote: "1.2.3.4:5", length: 99, refused: 1, refused_total: 1 },
+      },
+    ]);
+  });
+
+  it("sums a storm of refusals into one line per interval, losing none of them", () => {
+    const { clock, logger, refusals } = setup(5_000);
+    for (let i = 0; i < 1000; i++) {
+      refusals.refuse("tcp.frame_refused", { remote: `10.0.0.1:${i}` });
+      clock.advance(10); // 10 s of refusals, one every 10 ms
+    }
+    const lines = logger.named("tcp.frame_refused");
+    // 0 s (the first), then 5 s and 10 s (summaries).
+    expect(lines.length).toBe(3);
+    expect(lines.map((l) => l.refused)).toEqual([1, 499, 500]);
+    expect(lines.at(-1)).toMatchObject({ remote: "10.0.0.1:999", refused_total: 1000 });
+    expect(refusals.counts()["tcp.frame_refused"]).toBe(1000);
+  });
+
+  it("limits each kind on its own", () => {
+    const { logger, refusals } = setup();
+    for (let i = 0; i < 10; i++) {
+      refusals.refuse("tcp.frame_refused");
+      refusals.refuse("tcp.read_timeout");
+      refusals.refuse("http.parse_error");
+    }
+    expect(logger.events.map((e) => e.event)).toEqual([
+      "tcp.frame_refused",
+      "tcp.read_timeout",
+      "http.parse_error",
+    ]);
+    expect(refusals.counts()).toEqual({
+      "tcp.frame_refused": 10,
+      "tcp.read_timeout": 10,
+      "http.parse_error": 10,
+    });
+  });
+
+  it("logs a lone refusal after a quiet interval at once again", () => {
+    const { clock, logger, refusals } = setup(5_000);
+    refusals.refuse("http.parse_error");
+    clock.advance(60_000);
+    refusals.refuse("http.parse_error");
+    expect(logger.named("http.parse_error").map((l) => l.refused)).toEqual([1, 1]);
+  });
+
+  it("flush() writes what is pending and cancels the timers", () => {
+    const { clock, logger, refusals } = setup(5_000);
+    refusals.refuse("tcp.read_timeout");
+    refusals.refuse("tcp.read_timeout");
+    refusals.refuse("tcp.read_timeout");
+    refusals.flush();
+    expect(logger.named("tcp.read_timeout").map((l) => l.refused)).toEqual([1, 2]);
+    clock.advance(10_000);
+    expect(logger.named("tcp.read_timeout")).toHaveLength(2);
+  });
+
+  it("counts every kind from zero", () => {
+    expect(setup().refusals.counts()).toEqual({
+      "tcp.frame_refused": 0,
+      "tcp.read_timeout": 0,
+      "http.parse_error": 0,
+    });
+  });
+});
