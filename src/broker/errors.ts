@@ -89,6 +89,17 @@ export const Errors = Object.freeze({
    * `expected_sequence`).
    */
   duplicateSequence: kind("duplicate_sequence", 25, 409, false),
+  /**
+   * (HTTP only) The request line and headers are over the HTTP server's limit (16 KiB). Answered by
+   * the runtime layer (`src/runtime/http-connection-errors.ts`); the connection is closed after it.
+   */
+  headersTooLarge: kind("headers_too_large", 26, 431, false),
+  /**
+   * (HTTP only) The request did not arrive whole in time (Node's `headersTimeout`, 60 s, for the
+   * request line and headers; `requestTimeout`, 300 s, for the whole request). The connection is
+   * closed after the answer; the request was never handed to the broker.
+   */
+  requestTimeout: kind("request_timeout", 27, 408, true),
   /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });

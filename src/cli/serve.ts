@@ -187,6 +187,7 @@ export async function serve(argv: string[]): Promise<number> {
       host,
       port: httpPort,
       maxRequestBytes,
+      refusals,
     });
     tcp = createTcpTransport({
       broker,

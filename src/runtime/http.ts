@@ -1,7 +1,15 @@
 /**
- * Runs the HTTP app on the current runtime's native server: `@hono/node-server` on Node,
- * `Deno.serve` on Deno, `Bun.serve` on Bun (chosen with `getRuntimeKey()` from `hono/adapter`).
- * It holds no logic beyond starting and stopping.
+ * Runs the HTTP app on the current runtime's server: `node:http` through `@hono/node-server`'s
+ * request listener on Node and on Bun (Bun's own `node:http`), `Deno.serve` on Deno (chosen with
+ * `getRuntimeKey()` from `hono/adapter`). It holds no logic beyond starting and stopping, and
+ * answering what the runtime's parser refuses in the documented error shape where the runtime
+ * lets it (`http-connection-errors.ts`).
+ *
+ * Why not `Bun.serve` on Bun: it closes the connection, writing nothing, when a pipelined request
+ * arrives while an earlier answer is still pending (uWebSockets refuses "async pipelining"), so a
+ * produce already appended lost its answer; and its parser's refusals are bodiless. Bun's
+ * `node:http` serves pipelined requests in order and has `clientError`. It costs request rate on
+ * trivial routes (docs/runtimes.md), not on produce, whose time is the fsync.
  *
  * `close()` shuts down gracefully:
  *
@@ -19,11 +27,10 @@
  *
  * Per runtime (each checked on Node 20, Deno 2.9, Bun 1.4, by test/e2e/runtime.test.ts):
  *
- * | runtime | stop accepting                            | "no request in flight" from  | close the rest          |
- * |---------|-------------------------------------------|------------------------------|-------------------------|
- * | Node    | `server.close()`                          | `response` "close" events    | `closeAllConnections()` |
- * | Bun     | `server.stop(false)`                      | `server.pendingRequests` = 0 | `server.stop(true)`     |
- * | Deno    | `server.shutdown()`, once no handler runs | (Deno waits by itself)       | (Deno closes by itself) |
+ * | runtime    | stop accepting                            | "no request in flight" from | close the rest          |
+ * |------------|-------------------------------------------|-----------------------------|-------------------------|
+ * | Node, Bun  | `server.close()`                          | `response` "close" events   | `closeAllConnections()` |
+ * | Deno       | `server.shutdown()`, once no handler runs | (Deno waits by itself)      | (Deno closes by itself) |
  *
  * Deno caveats: `shutdown()` fails the body of a request still being received (reading it throws
  * BadResource), so close() first waits for every running handler to settle, answering requests
@@ -38,12 +45,11 @@
  *
  * The request-body cap is enforced by the app itself (`createHttpApp({ maxRequestBytes })`) the
  * same way on every runtime: from `Content-Length` before reading, or by counting a streamed body
- * and stopping at the cap. Runtime caps are therefore turned off (Bun's `maxRequestBodySize`, whose
- * own 413 has an empty body) so the answer is always the JSON `request_too_large` error.
+ * and stopping at the cap, so the answer is always the JSON `request_too_large` error.
  *
- * On Node the app reads bodies straight from the `IncomingMessage` (`HttpBindings.readRawBody`,
- * {@link readIncomingBody}) instead of through the WHATWG `Request` stream that @hono/node-server
- * would build; on Deno and Bun it reads `Request.body`.
+ * On Node and Bun the app reads bodies straight from the `IncomingMessage`
+ * (`HttpBindings.readRawBody`, {@link readIncomingBody}) instead of through the WHATWG `Request`
+ * stream that @hono/node-server would build; on Deno it reads `Request.body`.
  */
 import type { IncomingMessage } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
@@ -51,7 +57,10 @@ import { getRuntimeKey } from "hono/adapter";
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type { HttpBindings } from "../transport/http/app.ts";
 import { errorBody } from "../transport/http/errors.ts";
-import { fetchWaitMsMax } from "../lib/limits.ts";
+import { foreignMessageCharsMax } from "../lib/limits.ts";
+import { clip } from "../lib/quote.ts";
+import type { RefusalLog } from "../lib/refusals.ts";
+import { answerConnectionErrorsInOrder, onBodyCut } from "./http-connection-errors.ts";
 
 /** Anything with Hono's `fetch(request, env)`; in practice the app of `createHttpApp`. */
 export interface FetchApp {
@@ -69,6 +78,8 @@ export interface ServeHttpOptions {
    * no runtime cap is set below it.
    */
   maxRequestBytes?: number;
+  /** Counts and logs what the runtime's parser refuses (`http.parse_error`; Node and Bun). */
+  refusals?: RefusalLog;
 }
 
 /** A running server. */
@@ -82,11 +93,6 @@ export interface HttpServer {
    */
   close(): Promise<void>;
 }
-
-/** Seconds a Bun connection may stay silent: above the longest long-poll and the SSE heartbeat. */
-const bunIdleTimeoutSeconds = Math.ceil(fetchWaitMsMax / 1000) + 30;
-/** How often Bun's `pendingRequests` is checked while closing, in ms (Bun has no event for it). */
-const bunDrainPollMs = 10;
 
 /**
  * Starts serving `app` on `host:port`.
@@ -102,12 +108,13 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
     shutdown.signal.aborted ? shuttingDownResponse() : app.fetch(request, bindings);
   const runtime = getRuntimeKey();
   let started: Started;
-  if (runtime === "node") {
+  if (runtime === "node" || runtime === "bun") {
     // @hono/node-server passes the raw IncomingMessage as env.incoming: the app reads bodies from
     // it directly (HttpBindings.readRawBody), skipping the web-stream layer.
     const nodeHandler: NodeHandler = (request, env) => {
       if (shutdown.signal.aborted) return shuttingDownResponse();
       const incoming = env.incoming;
+      if (lacksHost(incoming)) return missingHostResponse();
       return app.fetch(request, {
         shutdownSignal: shutdown.signal,
         readRawBody: (maxBytes) => readIncomingBody(incoming, maxBytes),
@@ -115,7 +122,6 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
     };
     started = await serveNode(nodeHandler, options);
   } else if (runtime === "deno") started = serveDeno(handler, options);
-  else if (runtime === "bun") started = serveBun(handler, options);
   else
     throw new Error(
       `Cannot serve HTTP: runtime ${JSON.stringify(runtime)} is not supported (Node, Deno or Bun)`,
@@ -135,14 +141,52 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
 
 /** 503 `unavailable` for a request that arrives while the server is closing; the client may retry elsewhere or later. */
 function shuttingDownResponse(): Response {
-  const error = new BrokerError(
-    Errors.unavailable,
-    "Cannot serve the request: the broker is shutting down",
+  return errorResponse(
+    new BrokerError(Errors.unavailable, "Cannot serve the request: the broker is shutting down"),
   );
+}
+
+/** The JSON answer for `error`, closing the connection. */
+function errorResponse(error: BrokerError): Response {
   return new Response(JSON.stringify(errorBody(error)), {
     status: error.kind.http,
     headers: { "content-type": "application/json", connection: "close" },
   });
+}
+
+/** True for an HTTP/1.1 request without `Host`, which RFC 9112 (3.2) says to answer 400. */
+function lacksHost(incoming: NodeIncoming): boolean {
+  return (
+    incoming.httpVersionMajor === 1 &&
+    incoming.httpVersionMinor >= 1 &&
+    incoming.headers.host === undefined
+  );
+}
+
+/** 400 `invalid_request` for {@link lacksHost}, in the documented shape (node:http's own is bodiless). */
+function missingHostResponse(): Response {
+  return errorResponse(
+    new BrokerError(
+      Errors.invalidRequest,
+      "Cannot serve the request: an HTTP/1.1 request needs a Host header",
+      { parameter: "Host" },
+    ),
+  );
+}
+
+/**
+ * The answer to a request @hono/node-server cannot turn into a `Request` (a request target that
+ * is not a path, such as `*` or an absolute URL with a bad host): 400 in the documented shape
+ * instead of its bodiless 400.
+ */
+function unparsableRequestResponse(error: unknown): Response {
+  const reason = clip(
+    error instanceof Error ? error.message : String(error),
+    foreignMessageCharsMax,
+  );
+  return errorResponse(
+    new BrokerError(Errors.invalidRequest, `Cannot parse the request: ${reason}`),
+  );
 }
 
 type Handler = (request: Request) => Response | Promise<Response>;
@@ -183,7 +227,9 @@ function readIncomingBody(incoming: NodeIncoming, maxBytes: number): Promise<Uin
     let sizeBytes = 0;
     /** The body's buffer once half of a declared body has arrived (see above), else null. */
     let body: Uint8Array | null = null;
+    let stopWaitingForCut = () => {};
     const cleanup = () => {
+      stopWaitingForCut();
       incoming.off("data", onData);
       incoming.off("end", onEnd);
       incoming.off("error", onError);
@@ -235,6 +281,11 @@ function readIncomingBody(incoming: NodeIncoming, maxBytes: number): Promise<Uin
     incoming.on("end", onEnd);
     incoming.on("error", onError);
     incoming.on("close", onClose);
+    // The parser failed inside this body (a bad chunk size…): it will never end.
+    stopWaitingForCut = onBodyCut(incoming as IncomingMessage, (error) => {
+      cleanup();
+      reject(error);
+    });
     // "data" starts the flow only on the next tick; until then the parser buffers the body and,
     // past the stream's high-water mark (16 KiB), pauses the socket, to resume it a tick later
     // (two system calls per request). A read(0) now makes the parser hand chunks straight over.
@@ -260,11 +311,18 @@ function declaredBodyBytes(incoming: NodeIncoming, maxBytes: number): number {
 }
 
 async function serveNode(handler: NodeHandler, options: ServeHttpOptions): Promise<Started> {
-  const { createAdaptorServer } = await import("@hono/node-server");
-  const { Server } = await import("node:http");
-  const server = createAdaptorServer({ fetch: handler, hostname: options.host });
-  if (!(server instanceof Server))
-    throw new Error("Cannot serve HTTP: @hono/node-server did not return a node:http server");
+  const { getRequestListener } = await import("@hono/node-server");
+  const { createServer } = await import("node:http");
+  const server = createServer(
+    // A missing Host is answered by the handler, in the documented shape (lacksHost).
+    { requireHostHeader: false },
+    getRequestListener(handler as Parameters<typeof getRequestListener>[0], {
+      hostname: options.host,
+      errorHandler: unparsableRequestResponse,
+    }),
+  );
+  // Before any other "request" listener: what a parser fault owes, in order (that module's comment).
+  answerConnectionErrorsInOrder(server, options.refusals);
   let closing = false;
   let requestsInFlight = 0;
   // closeIdleConnections() alone misses connections that never sent a request, and ones still
@@ -334,45 +392,6 @@ function serveDeno(handler: Handler, options: ServeHttpOptions): Started {
       if (handlersRunning > 0) await new Promise<void>((resolve) => (onIdle = resolve));
       await server.shutdown();
       await server.finished;
-    },
-  };
-}
-
-/** The part of `Bun.serve` used here (typed loosely so tsc passes without Bun's types). */
-interface BunGlobal {
-  serve(options: {
-    hostname: string;
-    port: number;
-    fetch: Handler;
-    maxRequestBodySize: number;
-    idleTimeout: number;
-  }): {
-    port: number;
-    pendingRequests: number;
-    stop(closeActiveConnections?: boolean): Promise<void> | void;
-  };
-}
-
-function serveBun(handler: Handler, options: ServeHttpOptions): Started {
-  const bun = (globalThis as unknown as { Bun: BunGlobal }).Bun;
-  const server = bun.serve({
-    hostname: options.host,
-    port: options.port,
-    fetch: handler,
-    // Off: the app answers an oversized body itself, with the JSON error (module comment).
-    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
-    // Bun's default (10 s) would cut long-polls (up to 60 s) and SSE streams between heartbeats.
-    idleTimeout: bunIdleTimeoutSeconds,
-  });
-  return {
-    port: server.port,
-    stop: async () => {
-      const graceful = Promise.resolve(server.stop(false));
-      // pendingRequests counts a response until its body (an SSE stream too) has been sent.
-      while (server.pendingRequests > 0)
-        await new Promise((resolve) => setTimeout(resolve, bunDrainPollMs));
-      await server.stop(true);
-      await graceful;
     },
   };
 }

@@ -140,7 +140,36 @@ export interface KeepAliveConnection {
   destroy(): void;
 }
 
-/** Connects for a series of GET requests over one connection (responses must carry Content-Length). */
+/**
+ * The body at the start of `rest` framed by `headers` (`Content-Length`, or chunked, as Bun's
+ * `node:http` sends), and the bytes it took; null while incomplete.
+ */
+function framedBody(
+  rest: Buffer,
+  headers: Record<string, string>,
+): { body: Buffer; usedBytes: number } | null {
+  if (headers["transfer-encoding"]?.toLowerCase() === "chunked") {
+    const parts: Buffer[] = [];
+    let at = 0;
+    for (;;) {
+      const lineEnd = rest.indexOf("\r\n", at);
+      if (lineEnd < 0) return null;
+      const size = parseInt(rest.subarray(at, lineEnd).toString("latin1"), 16);
+      if (size === 0) {
+        if (rest.length < lineEnd + 4) return null;
+        return { body: Buffer.concat(parts), usedBytes: lineEnd + 4 };
+      }
+      if (rest.length < lineEnd + 2 + size + 2) return null;
+      parts.push(rest.subarray(lineEnd + 2, lineEnd + 2 + size));
+      at = lineEnd + 2 + size + 2;
+    }
+  }
+  const length = Number(headers["content-length"] ?? NaN);
+  if (!(rest.length >= length)) return null;
+  return { body: rest.subarray(0, length), usedBytes: length };
+}
+
+/** Connects for a series of GET requests over one connection (responses framed by Content-Length or chunked). */
 export function openKeepAlive(options: {
   host: string;
   port: number;
@@ -160,11 +189,11 @@ export function openKeepAlive(options: {
         const i = line.indexOf(":");
         if (i > 0) headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
       }
-      const length = Number(headers["content-length"] ?? NaN);
-      if (!(received.length >= headEnd + 4 + length)) return;
       const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? "")?.[1] ?? NaN);
-      const body = received.subarray(headEnd + 4, headEnd + 4 + length).toString("utf8");
-      received = received.subarray(headEnd + 4 + length);
+      const framed = framedBody(received.subarray(headEnd + 4), headers);
+      if (framed === null) return;
+      const body = framed.body.toString("utf8");
+      received = received.subarray(headEnd + 4 + framed.usedBytes);
       const w = waiter;
       waiter = null;
       w({ status, headers, body });
@@ -196,5 +225,74 @@ export function openKeepAlive(options: {
         destroy: () => socket.destroy(),
       });
     });
+  });
+}
+
+/** What {@link exchangeRaw} saw on the connection. */
+export interface RawExchange {
+  /** Every whole response, in the order they came. */
+  responses: RawResponse[];
+  /** True if the server closed the connection (false: still open when the wait ended). */
+  closed: boolean;
+  /** Bytes after the last whole response (a cut response, or none). */
+  rest: string;
+}
+
+/**
+ * Connects, writes `bytes` in one write (pipelined requests, garbage, …), and collects responses
+ * until the server closes the connection or `waitMs` passes; then closes it.
+ */
+export function exchangeRaw(options: {
+  host: string;
+  port: number;
+  bytes: string | Uint8Array;
+  waitMs?: number;
+}): Promise<RawExchange> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(options.port, options.host);
+    let received = Buffer.alloc(0);
+    let settled = false;
+    const finish = (closed: boolean) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.destroy();
+      const responses: RawResponse[] = [];
+      for (;;) {
+        const headEnd = received.indexOf("\r\n\r\n");
+        if (headEnd < 0) break;
+        const lines = received.subarray(0, headEnd).toString("latin1").split("\r\n");
+        const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? "")?.[1] ?? NaN);
+        const headers: Record<string, string> = {};
+        for (const line of lines.slice(1)) {
+          const i = line.indexOf(":");
+          if (i > 0) headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+        }
+        const rest = received.subarray(headEnd + 4);
+        const framed =
+          headers["transfer-encoding"] !== undefined || headers["content-length"] !== undefined
+            ? framedBody(rest, headers)
+            : closed
+              ? { body: rest, usedBytes: rest.length }
+              : null;
+        if (framed === null) break;
+        responses.push({ status, headers, body: framed.body.toString("utf8") });
+        received = rest.subarray(framed.usedBytes);
+      }
+      resolve({ responses, closed, rest: received.toString("latin1") });
+    };
+    const timer = setTimeout(() => finish(false), options.waitMs ?? 5_000);
+    socket.on("data", (data: Buffer) => {
+      received = Buffer.concat([received, data]);
+    });
+    socket.on("close", () => finish(true));
+    socket.on("error", (error) => {
+      if (received.length === 0 && socket.connecting) {
+        settled = true;
+        clearTimeout(timer);
+        reject(error);
+      }
+    });
+    socket.once("connect", () => socket.write(options.bytes));
   });
 }

@@ -8,6 +8,7 @@ import { serveHttp } from "../../src/runtime/http.ts";
 import type { HttpServer } from "../../src/runtime/http.ts";
 import { FakeBroker } from "./http-fake-broker.ts";
 import { EntryCursor } from "../../src/storage/record.ts";
+import { exchangeRaw } from "../e2e/raw-http.ts";
 
 const maxRequestBytes = 64 * 1024;
 let broker: FakeBroker;
@@ -396,5 +397,66 @@ describe("serveHttp request bodies with a Content-Length (assembled in one buffe
     expect(refused).toMatch(/^HTTP\/1.1 413 /);
     expect(refused).toContain(`over the limit of ${maxRequestBytes} bytes`);
     expect(broker.produced).toHaveLength(1);
+  });
+});
+
+describe("serveHttp on a connection whose parser fails (node:http)", () => {
+  const healthz = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+
+  it("answers the requests pipelined before a malformed one, in order, then the JSON 400, then closes", async () => {
+    const exchange = await exchangeRaw({
+      host: "127.0.0.1",
+      port: server.port,
+      bytes: `${healthz}${healthz}${healthz}GARBAGE\r\n\r\n`,
+    });
+    expect(exchange.closed).toBe(true);
+    expect(exchange.responses.map((r) => r.status)).toEqual([200, 200, 200, 400]);
+    const last = exchange.responses[3];
+    expect(last.headers.connection).toBe("close");
+    expect(JSON.parse(last.body)).toEqual({
+      error: {
+        code: "invalid_request",
+        message: expect.stringMatching(/^Cannot parse the request: .*; the connection is closed$/),
+        details: { parser_error: "HPE_INVALID_METHOD" },
+      },
+    });
+  });
+
+  it("waits for a slow answer ahead of the fault before answering the fault", async () => {
+    // A long-poll of 300 ms on a topic with nothing new, then garbage in the same write.
+    const poll =
+      "GET /v1/topics/orders/partitions/0/records?offset=0&wait_ms=300 HTTP/1.1\r\nHost: x\r\n\r\n";
+    const exchange = await exchangeRaw({
+      host: "127.0.0.1",
+      port: server.port,
+      bytes: `${poll}GARBAGE\r\n\r\n`,
+    });
+    expect(exchange.responses.map((r) => r.status)).toEqual([200, 400]);
+    expect(JSON.parse(exchange.responses[0].body)).toMatchObject({ records: [] });
+  });
+
+  it("answers a request whose chunked body the parser refuses with that request's own JSON 400", async () => {
+    const exchange = await exchangeRaw({
+      host: "127.0.0.1",
+      port: server.port,
+      bytes: `${healthz}POST /v1/topics/orders/records HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{"r\r\nzz\r\n`,
+    });
+    expect(exchange.closed).toBe(true);
+    expect(exchange.responses.map((r) => r.status)).toEqual([200, 400]);
+    expect(exchange.responses[1].headers.connection).toBe("close");
+    expect(JSON.parse(exchange.responses[1].body).error.message).toMatch(
+      /the request body could not be read: .*HPE_INVALID_CHUNK_SIZE/,
+    );
+    expect(broker.produced).toHaveLength(0);
+  });
+
+  it("answers headers over the limit with 431 headers_too_large", async () => {
+    const exchange = await exchangeRaw({
+      host: "127.0.0.1",
+      port: server.port,
+      bytes: `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(40_000)}\r\n\r\n`,
+    });
+    expect(exchange.responses.map((r) => r.status)).toEqual([431]);
+    expect(JSON.parse(exchange.responses[0].body).error.code).toBe("headers_too_large");
   });
 });
