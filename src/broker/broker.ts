@@ -21,6 +21,7 @@ import { quote } from "../lib/quote.ts";
 import { plural } from "../lib/text.ts";
 import type { FileSystem } from "../fs/types.ts";
 import type { PartitionLog } from "../storage/partition.ts";
+import { removeMetadataTemps } from "../storage/leftovers.ts";
 import { RecordFormatError, checkEntryTimestamps, type EntryBatch } from "../storage/record.ts";
 import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
 import { BrokerError, Errors } from "./errors.ts";
@@ -128,6 +129,8 @@ export class LocalBroker implements Broker {
       expiryMs: options.producerExpiryMs ?? producerExpiryMsDefault,
       partitions: { get: (topic, partition) => topics.lookup(topic, partition) },
     });
+    // The data directory holds producers.json: temps of its interrupted writes go now.
+    await removeMetadataTemps(options.fs, options.dataDir, options.logger);
     broker.#cleanup.start();
     return broker;
   }

@@ -14,6 +14,7 @@ import {
   topicNameCharsMax,
 } from "../lib/limits.ts";
 import { quote } from "../lib/quote.ts";
+import { isTempFileName } from "../storage/metadata.ts";
 
 const day = 24 * 3600 * 1000;
 
@@ -30,7 +31,8 @@ export const defaultTopicConfig: Readonly<TopicConfig> = Object.freeze({
 });
 
 /**
- * Checks a topic name: `[A-Za-z0-9._-]`, 1–249 characters, not "." or "..".
+ * Checks a topic name: `[A-Za-z0-9._-]`, 1–249 characters, not "." or "..", not of the form
+ * `.<name>.tmp-<digits>` (the metadata writer's temp files).
  * @throws BrokerError invalid_topic_name.
  */
 export function validateTopicName(name: unknown): string {
@@ -53,6 +55,12 @@ export function validateTopicName(name: unknown): string {
       `Invalid topic name ${quote(name)}: only letters, digits, ".", "_" and "-" are allowed`,
     );
   }
+  // A directory of that form would read as a leftover temp file at the next start (storage/leftovers.ts).
+  if (isTempFileName(name))
+    throw new BrokerError(
+      Errors.invalidTopicName,
+      `Invalid topic name ${quote(name)}: names of the form ".<name>.tmp-<digits>" are reserved for temporary files`,
+    );
   return name;
 }
 

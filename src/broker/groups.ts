@@ -66,7 +66,8 @@ import {
   offsetMax,
 } from "../lib/limits.ts";
 import { dirname, joinPath, type FileSystem } from "../fs/types.ts";
-import { isTempFileName, readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
+import { readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
+import { classifyGroupsEntry, leftovers, removeMetadataTemps } from "../storage/leftovers.ts";
 import { errorMessage } from "../lib/errors.ts";
 import {
   parseTopicPartitionKey,
@@ -244,25 +245,19 @@ export class GroupCoordinator {
     }
     for (const file of await fs.readdir(this.#dir)) {
       const path = joinPath(this.#dir, file);
-      if (isTempFileName(file)) {
+      const entry = classifyGroupsEntry(file);
+      if (entry === "metadata_temp") continue; // removed below, once every group is loaded
+      if (entry === "not_a_group_file") {
         this.#logger.log("warn", "recovery.stray_file", {
           file: path,
-          reason: "temporary file of an interrupted write",
+          reason: leftovers.not_a_group_file.what,
         });
         continue;
       }
-      const name = file.endsWith(".json") ? file.slice(0, -5) : "";
-      try {
-        validateGroupName(name);
-      } catch {
-        this.#logger.log("warn", "recovery.stray_file", {
-          file: path,
-          reason: "not <group>.json with a valid group name",
-        });
-        continue;
-      }
-      await this.#loadGroup(name, path);
+      await this.#loadGroup(entry.group, path);
     }
+    // Temps of interrupted group writes (storage/leftovers.ts): removed, each reported once.
+    await removeMetadataTemps(fs, this.#dir, this.#logger);
   }
 
   async #loadGroup(name: string, path: string): Promise<void> {

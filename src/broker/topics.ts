@@ -28,12 +28,13 @@ import { quote } from "../lib/quote.ts";
 import { plural } from "../lib/text.ts";
 import { partitionName } from "../lib/topic-partition.ts";
 import { dirname, isFsError, joinPath, type FileSystem } from "../fs/types.ts";
+import { readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
 import {
-  isTempFileName,
-  listStaleTempFiles,
-  readJsonFile,
-  writeJsonAtomic,
-} from "../storage/metadata.ts";
+  classifyTopicsEntry,
+  classifyTopicWithoutMetadata,
+  leftovers,
+  removeMetadataTemps,
+} from "../storage/leftovers.ts";
 import { PartitionLog, type PartitionOptions } from "../storage/partition.ts";
 import type { CleanupService } from "./cleanup.ts";
 import {
@@ -162,19 +163,10 @@ export class TopicRegistry {
         });
       }
       done++;
-      if (isTempFileName(name)) {
+      if (classifyTopicsEntry(name) === "not_a_topic") {
         this.#logger.log("warn", "recovery.stray_file", {
           file: joinPath(this.#topicsDir, name),
-          reason: "temporary file of an interrupted write",
-        });
-        continue;
-      }
-      try {
-        validateTopicName(name);
-      } catch {
-        this.#logger.log("warn", "recovery.stray_file", {
-          file: joinPath(this.#topicsDir, name),
-          reason: "not a valid topic name",
+          reason: leftovers.not_a_topic.what,
         });
         continue;
       }
@@ -215,33 +207,31 @@ export class TopicRegistry {
   async #loadTopic(name: string): Promise<void> {
     const dir = joinPath(this.#topicsDir, name);
     const metaPath = joinPath(dir, "topic.json");
-    for (const stale of await listStaleTempFiles(this.#fs, dir)) {
-      this.#logger.log("warn", "recovery.stray_file", {
-        file: joinPath(dir, stale),
-        reason: "temporary file of an interrupted write",
-      });
-    }
     const read = await readJsonFile(this.#fs, metaPath);
+    // createTopic makes the directory durable before it writes topic.json, its commit point. A
+    // directory holding nothing else is a creation a crash interrupted, never acknowledged:
+    // remove it (reported) so the name can be created again (storage/leftovers.ts).
+    if (
+      "missing" in read &&
+      classifyTopicWithoutMetadata(await this.#fs.readdir(dir)) === "incomplete_topic"
+    ) {
+      await this.#fs.removeTree(dir);
+      await this.#fs.syncDir(this.#topicsDir);
+      this.#logger.log("warn", "recovery.incomplete_topic_removed", {
+        topic: name,
+        dir,
+        reason: leftovers.incomplete_topic.what,
+      });
+      return;
+    }
+    // Temp files of interrupted topic.json / log_start_offsets.json writes: removed, reported once.
+    await removeMetadataTemps(this.#fs, dir, this.#logger);
     if ("missing" in read) {
-      // createTopic makes the directory durable before it writes topic.json, its commit point. A
-      // directory holding nothing else is a creation a crash interrupted, never acknowledged:
-      // remove it (reported) so the name can be created again.
-      const entries = (await this.#fs.readdir(dir)).filter((n) => !isTempFileName(n));
-      if (entries.length === 0) {
-        await this.#fs.removeTree(dir);
-        await this.#fs.syncDir(this.#topicsDir);
-        this.#logger.log("warn", "recovery.incomplete_topic_removed", {
-          topic: name,
-          dir,
-          reason: "topic.json is missing and the directory holds no partition",
-        });
-        return;
-      }
       this.#unavailable.set(name, `${metaPath} is missing`);
       this.#logger.log("error", "recovery.topic_unavailable", {
         topic: name,
         file: metaPath,
-        reason: "topic.json is missing",
+        reason: leftovers.topic_without_metadata.what,
       });
       return;
     }

@@ -15,8 +15,9 @@ export const checkHelp = `Usage: es-broker check [--data-dir DIR] [--json]
 
 Verifies a stopped broker's data directory without changing it: every segment is scanned in full
 (records, CRCs, offsets, index), and topic.json files are parsed. Prints one line per segment and
-per finding; exits 1 if anything is corrupt, 0 otherwise (torn tails, indexes to rebuild and stray
-files are warnings: the next start handles them).
+per finding, saying what a start would do with it; exits 1 if anything is corrupt, 0 otherwise
+(torn tails, indexes to rebuild, temporary files, stray files and topics whose creation was
+interrupted are warnings: the next start handles them).
 
 Options:
   --data-dir DIR   data directory (default ./data)
@@ -67,6 +68,8 @@ export async function check(argv: string[]): Promise<number> {
     process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
   } else {
     const label = { ok: "ok     ", warning: "warning", corrupt: "CORRUPT" } as const;
+    for (const leftover of report.leftovers)
+      process.stdout.write(`${label[leftover.severity]} ${leftover.path}: ${leftover.detail}\n`);
     for (const topic of report.topics) {
       if (topic.metadataProblem)
         process.stdout.write(`CORRUPT topic ${topic.name}: ${topic.metadataProblem}\n`);

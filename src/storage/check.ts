@@ -8,24 +8,29 @@
  * | finding                                              | severity | what a start would do                 |
  * |------------------------------------------------------|----------|---------------------------------------|
  * | corrupt record in a segment (incl. first-offset name mismatch, docs/decisions.md §11) | corrupt | skip the rest of the segment, report |
- * | topic.json empty or unparseable (docs/decisions.md §9)        | corrupt  | make that topic unavailable           |
  * | torn tail of the active segment                      | warning  | cut it (never acknowledged)           |
  * | index missing, torn, zero-filled or wrong            | warning  | rebuild it from the log               |
- * | stray file, leftover temp file, base offset > 2^53−1 | warning  | report and ignore                     |
- * | compaction.marker present                            | warning  | finish or undo the interrupted swap   |
+ * | a leftover: temp files, strays, an interrupted create, a swap, `trash/`, a missing or unreadable topic.json | the table of `storage/leftovers.ts` | the same table: start-up classifies with the same functions |
  */
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { MemoryLogger } from "../lib/logger.ts";
-import { readJsonFile, isTempFileName } from "./metadata.ts";
+import {
+  classifyGroupsEntry,
+  classifyMetadataTemp,
+  classifyPartitionEntry,
+  classifyTopicsEntry,
+  classifyTopicWithoutMetadata,
+  leftovers,
+  type LeftoverKind,
+} from "./leftovers.ts";
+import { isTempFileName, readJsonFile } from "./metadata.ts";
 import {
   Segment,
   describe,
-  isSupportedBaseOffset,
   parseSegmentFileName,
   type SegmentCorruption,
   type SegmentRecoveryOutcome,
 } from "./segment.ts";
-import { swapMarkerName } from "./segment-swap.ts";
 
 /** How bad a finding is; any "corrupt" makes `es-broker check` exit non-zero. */
 export type CheckSeverity = "ok" | "warning" | "corrupt";
@@ -51,8 +56,19 @@ export interface SegmentCheck {
 export interface PartitionCheck {
   dir: string;
   segments: SegmentCheck[];
-  /** Files recovery would report and ignore, with the reason. */
-  strays: { name: string; reason: string }[];
+  /** Leftovers in it (`storage/leftovers.ts`): their kind, and what it is. */
+  strays: { name: string; kind: LeftoverKind; reason: string }[];
+}
+
+/** A leftover outside partition directories (data directory, `topics/`, topic directories, `groups/`). */
+export interface LeftoverFinding {
+  /** The file or directory. */
+  path: string;
+  kind: LeftoverKind;
+  /** The table's rating of the kind. */
+  severity: "warning" | "corrupt";
+  /** What it is and what a start does with it, from the table. */
+  detail: string;
 }
 
 /** The verdict on one topic. */
@@ -66,6 +82,8 @@ export interface TopicCheck {
 /** The whole report. */
 export interface CheckReport {
   topics: TopicCheck[];
+  /** Leftovers outside partition directories. */
+  leftovers: LeftoverFinding[];
   /** Counts over every segment and metadata file. */
   segmentsChecked: number;
   corrupt: number;
@@ -85,21 +103,55 @@ export async function checkDataDir(
     nowMs?: number;
   } = {},
 ): Promise<CheckReport> {
-  const report: CheckReport = { topics: [], segmentsChecked: 0, corrupt: 0, warnings: 0 };
+  const report: CheckReport = {
+    topics: [],
+    leftovers: [],
+    segmentsChecked: 0,
+    corrupt: 0,
+    warnings: 0,
+  };
+  const found = (path: string, kind: LeftoverKind): void => {
+    const rule = leftovers[kind];
+    report.leftovers.push({
+      path,
+      kind,
+      severity: rule.check,
+      detail: `${rule.what}; ${rule.startup}`,
+    });
+    if (rule.check === "corrupt") report.corrupt++;
+    else report.warnings++;
+  };
+  /** Temp files of the metadata writer in `dir` (whose entries are `names`). */
+  const temps = async (dir: string, names: readonly string[]): Promise<void> => {
+    for (const name of names.filter(isTempFileName))
+      found(joinPath(dir, name), await classifyMetadataTemp(fs, dir, name, names));
+  };
+  const rootNames = await fs.readdir(dataDir);
+  await temps(dataDir, rootNames);
+  if (rootNames.includes("trash")) found(joinPath(dataDir, "trash"), "deleted_topics");
   const topicsDir = joinPath(dataDir, "topics");
   let progress = { partitions: 0, bytes: 0 };
   for (const name of await fs.readdir(topicsDir)) {
     const dir = joinPath(topicsDir, name);
+    if (classifyTopicsEntry(name) === "not_a_topic") {
+      found(dir, "not_a_topic");
+      continue;
+    }
     const st = await fs.stat(dir);
-    if (st === null || !st.isDirectory) continue;
+    const names = st?.isDirectory ? await fs.readdir(dir) : [];
     const topic: TopicCheck = { name, metadataProblem: "", partitions: [] };
     const meta = await readJsonFile(fs, joinPath(dir, "topic.json"));
-    if ("missing" in meta) topic.metadataProblem = "topic.json is missing";
-    else if ("error" in meta) topic.metadataProblem = `topic.json: ${meta.error}`;
+    if ("missing" in meta) {
+      if (classifyTopicWithoutMetadata(names) === "incomplete_topic") {
+        found(dir, "incomplete_topic");
+        continue;
+      }
+      topic.metadataProblem = leftovers.topic_without_metadata.what;
+    } else if ("error" in meta)
+      topic.metadataProblem = `${leftovers.unreadable_topic_metadata.what}: ${meta.error}`;
     if (topic.metadataProblem !== "") report.corrupt++;
-    const entries = (await fs.readdir(dir))
-      .filter((n) => /^\d+$/.test(n))
-      .sort((a, b) => Number(a) - Number(b));
+    await temps(dir, names);
+    const entries = names.filter((n) => /^\d+$/.test(n)).sort((a, b) => Number(a) - Number(b));
     for (const p of entries) {
       const partition = await checkPartition(
         fs,
@@ -120,6 +172,14 @@ export async function checkDataDir(
     }
     report.topics.push(topic);
   }
+  const groupsDir = joinPath(dataDir, "groups");
+  if (rootNames.includes("groups")) {
+    const names = await fs.readdir(groupsDir);
+    await temps(groupsDir, names);
+    for (const name of names)
+      if (classifyGroupsEntry(name) === "not_a_group_file")
+        found(joinPath(groupsDir, name), "not_a_group_file");
+  }
   return report;
 }
 
@@ -132,29 +192,16 @@ async function checkPartition(
   const result: PartitionCheck = { dir, segments: [], strays: [] };
   const bases: number[] = [];
   const names = await fs.readdir(dir);
-  const logs = new Set(names.filter((n) => parseSegmentFileName(n)?.kind === "log"));
+  const all = new Set(names);
   for (const n of names) {
+    const kind = classifyPartitionEntry(n, all);
+    if (kind !== null) {
+      const rule = leftovers[kind];
+      result.strays.push({ name: n, kind, reason: `${rule.what}; ${rule.startup}` });
+      continue;
+    }
     const parsed = parseSegmentFileName(n);
-    if (n === swapMarkerName)
-      result.strays.push({
-        name: n,
-        reason: "an interrupted compaction swap; the next start finishes or undoes it",
-      });
-    else if (parsed === null)
-      result.strays.push({
-        name: n,
-        reason: isTempFileName(n)
-          ? "temporary file of an interrupted write"
-          : "not a segment file name (20 digits + .log or .index)",
-      });
-    else if (!isSupportedBaseOffset(parsed.baseOffset))
-      result.strays.push({
-        name: n,
-        reason: `base offset ${parsed.baseOffset} is above 2^53 − 1: unsupported`,
-      });
-    else if (parsed.kind === "log") bases.push(parsed.baseOffset);
-    else if (!logs.has(n.replace(/\.index$/, ".log")))
-      result.strays.push({ name: n, reason: "index without a log" });
+    if (parsed?.kind === "log") bases.push(parsed.baseOffset);
   }
   bases.sort((a, b) => a - b);
   for (let i = 0; i < bases.length; i++) {

@@ -5,8 +5,9 @@
  * point leaves either the old file or the new one, never a mix. Leftover temporary files are
  * named `.<name>.tmp-<n>`, where `<name>` is the file's name cut to {@link tempStemBytesMax} bytes
  * so that the temp name fits the file system's 255-byte limit whenever the file's own name does
- * (a group file `<group>.json` is up to 254 bytes); {@link listStaleTempFiles} finds them so they
- * can be reported and ignored.
+ * (a group file `<group>.json` is up to 254 bytes). A start removes them, reporting each once
+ * (`storage/leftovers.ts`): a temp file is a write interrupted before its rename, never the only
+ * copy of anything acknowledged.
  */
 import {
   basename,
@@ -47,7 +48,7 @@ export function isTempFileName(name: string): boolean {
  * Replaces `path` with `bytes` atomically and durably. Resolves once the new content and the
  * directory entry are fsynced.
  * @throws FsError from any step; the old file is then still in place (the temp file may be left
- * behind and is ignored at start).
+ * behind; the next start removes it).
  */
 export async function writeFileAtomic(
   fs: FileSystem,
@@ -110,8 +111,8 @@ export async function readJsonFile(
 }
 
 /**
- * Names of temporary files left in `dir` by an interrupted {@link writeFileAtomic}. They are
- * reported and ignored (never loaded); the caller logs them.
+ * Names of temporary files left in `dir` by an interrupted {@link writeFileAtomic} (never loaded;
+ * `storage/leftovers.ts` decides what becomes of them).
  */
 export async function listStaleTempFiles(fs: FileSystem, dir: string): Promise<string[]> {
   let names: string[];

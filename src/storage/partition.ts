@@ -44,6 +44,7 @@ import {
   type SegmentRecoveryOutcome,
 } from "./segment.ts";
 import { recoverSegmentSwap } from "./segment-swap.ts";
+import { leftovers } from "./leftovers.ts";
 
 /** Settings a partition reads on every append, so a config change applies at once. */
 export interface PartitionConfig {
@@ -228,11 +229,11 @@ export class PartitionLog {
     for (const name of names) {
       const parsed = parseSegmentFileName(name);
       if (parsed === null) {
-        this.#stray(name, "not a segment file name (20 digits + .log or .index)");
+        this.#stray(name, leftovers.not_a_segment_file.what);
         continue;
       }
       if (!isSupportedBaseOffset(parsed.baseOffset)) {
-        this.#stray(name, `base offset ${parsed.baseOffset} is above 2^53 − 1: unsupported`);
+        this.#stray(name, leftovers.unsupported_base_offset.what);
         continue;
       }
       if (parsed.kind === "log") logs.add(parsed.baseOffset);
@@ -240,7 +241,7 @@ export class PartitionLog {
     }
     for (const base of indexes)
       if (!logs.has(base))
-        this.#stray(`${String(base).padStart(20, "0")}.index`, "index without a log");
+        this.#stray(`${String(base).padStart(20, "0")}.index`, leftovers.index_without_log.what);
     const bases = [...logs].sort((a, b) => a - b);
     const now = this.#clock.nowMs();
     const started = now;

@@ -1,6 +1,15 @@
 /** `es-broker check` on a stopped data directory: exit codes and output, on every runtime target. */
 import { describe, expect, it } from "vitest";
-import { appendFileSync, openSync, readdirSync, writeSync, closeSync } from "node:fs";
+import {
+  appendFileSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import { TcpClient } from "../../src/client/client.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { runCli, startBroker, target } from "./harness.ts";
@@ -37,5 +46,57 @@ describe(`[${target}] es-broker check`, () => {
     expect(corrupt.code).toBe(1);
     const report = JSON.parse(corrupt.stdout.toString()) as { corrupt: number };
     expect(report.corrupt).toBe(1);
+  });
+
+  it("agrees with start-up on leftovers: a topic left empty by an interrupted create and temp files are warnings, and the start removes them", async () => {
+    const { dir } = tempDir();
+    const data = `${dir}/data`;
+    const broker = await startBroker(data);
+    const client = await TcpClient.connect(broker.tcp);
+    await client.createTopic({ name: "kept", partitions: 1 });
+    await client.close();
+    expect(await broker.stop("SIGTERM")).toBe(0);
+    // What crashes leave: a create interrupted before topic.json (empty, or holding only its
+    // temp), and temps of interrupted writes of a group file and of producers.json.
+    mkdirSync(`${data}/topics/empty`);
+    mkdirSync(`${data}/topics/half`);
+    writeFileSync(`${data}/topics/half/.topic.json.tmp-3`, '{"name":"half"');
+    writeFileSync(`${data}/groups/.g.json.tmp-5`, "{");
+    writeFileSync(`${data}/.producers.json.tmp-1`, "{");
+
+    const checked = await runCli(["check", "--data-dir", data]);
+    const out = checked.stdout.toString();
+    expect(checked.code, out + checked.stderr).toBe(0);
+    expect(out).not.toMatch(/CORRUPT/);
+    expect(out).toMatch(/warning .*topics\/empty: .*interrupted.*; a start removes it/);
+    expect(out).toMatch(/warning .*topics\/half: .*interrupted.*; a start removes it/);
+    expect(out).toMatch(
+      /warning .*groups\/\.g\.json\.tmp-5: temporary file .*; a start removes it/,
+    );
+    expect(out).toMatch(
+      /warning .*\.producers\.json\.tmp-1: temporary file .*; a start removes it/,
+    );
+
+    const started = await startBroker(data);
+    expect(await started.stop("SIGTERM")).toBe(0);
+    for (const gone of [
+      "topics/empty",
+      "topics/half",
+      "groups/.g.json.tmp-5",
+      ".producers.json.tmp-1",
+    ])
+      expect(existsSync(`${data}/${gone}`), gone).toBe(false);
+    expect(started.stderr()).toMatch(/recovery\.incomplete_topic_removed/);
+    expect(started.stderr()).toMatch(/recovery\.temp_file_removed/);
+
+    const after = await runCli(["check", "--data-dir", data]);
+    expect(after.code).toBe(0);
+    expect(after.stdout.toString()).toMatch(/0 corrupt, 0 warnings/);
+    // And the next start reports nothing left over.
+    const again = await startBroker(data);
+    expect(await again.stop("SIGTERM")).toBe(0);
+    expect(again.stderr()).not.toMatch(
+      /recovery\.(stray_file|temp_file_removed|incomplete_topic_removed)/,
+    );
   });
 });

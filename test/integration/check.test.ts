@@ -1,6 +1,9 @@
 import { describe, expect, it } from "vitest";
 import {
   appendFileSync,
+  existsSync,
+  mkdirSync,
+  rmSync,
   readdirSync,
   readFileSync,
   statSync,
@@ -13,9 +16,10 @@ import { createHash } from "node:crypto";
 import { LocalBroker } from "../../src/broker/broker.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
-import { silentLogger } from "../../src/lib/logger.ts";
+import { MemoryLogger, silentLogger } from "../../src/lib/logger.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { checkDataDir } from "../../src/storage/check.ts";
+import { leftovers, type LeftoverKind } from "../../src/storage/leftovers.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
 import { tempDir } from "../helpers/tmp.ts";
 
@@ -108,4 +112,129 @@ describe("checkDataDir (es-broker check)", () => {
     expect(s.severity).toBe("corrupt");
     expect(s.detail).toMatch(/sealed segment ends in 3 bytes/);
   });
+});
+
+describe("checkDataDir and start-up judge every leftover alike (storage/leftovers.ts)", () => {
+  /** Each case plants one leftover in a stopped data directory; `path` is what start-up acts on. */
+  const cases: {
+    kind: LeftoverKind;
+    plant: (dir: string) => string;
+  }[] = [
+    {
+      kind: "metadata_temp",
+      plant: (dir) => {
+        writeFileSync(`${dir}/topics/t/.topic.json.tmp-1`, '{"name":"t"');
+        return `${dir}/topics/t/.topic.json.tmp-1`;
+      },
+    },
+    {
+      kind: "metadata_temp_kept",
+      plant: (dir) => {
+        writeFileSync(`${dir}/topics/u/topic.json`, "{");
+        writeFileSync(`${dir}/topics/u/.topic.json.tmp-2`, '{"name":"u","partitions":2}');
+        return `${dir}/topics/u/.topic.json.tmp-2`;
+      },
+    },
+    {
+      kind: "incomplete_topic",
+      plant: (dir) => {
+        mkdirSync(`${dir}/topics/half`);
+        writeFileSync(`${dir}/topics/half/.topic.json.tmp-3`, "{");
+        return `${dir}/topics/half`;
+      },
+    },
+    {
+      kind: "topic_without_metadata",
+      plant: (dir) => {
+        rmSync(`${dir}/topics/u/topic.json`);
+        return `${dir}/topics/u`;
+      },
+    },
+    {
+      kind: "not_a_topic",
+      plant: (dir) => {
+        mkdirSync(`${dir}/topics/not a topic`);
+        return `${dir}/topics/not a topic`;
+      },
+    },
+    {
+      kind: "not_a_group_file",
+      plant: (dir) => {
+        writeFileSync(`${dir}/groups/notes.txt`, "x");
+        return `${dir}/groups/notes.txt`;
+      },
+    },
+    {
+      kind: "deleted_topics",
+      plant: (dir) => {
+        mkdirSync(`${dir}/trash/0`, { recursive: true });
+        return `${dir}/trash`;
+      },
+    },
+    {
+      kind: "not_a_segment_file",
+      plant: (dir) => {
+        writeFileSync(`${dir}/topics/t/0/x.log.bak`, "junk");
+        return `${dir}/topics/t/0/x.log.bak`;
+      },
+    },
+    {
+      kind: "swap_temp",
+      plant: (dir) => {
+        writeFileSync(`${dir}/topics/t/0/00000000000000000000.log.cleaned`, "partial output");
+        return `${dir}/topics/t/0/00000000000000000000.log.cleaned`;
+      },
+    },
+  ];
+
+  for (const { kind, plant } of cases) {
+    const rule = leftovers[kind];
+    it(`${kind}: check says "${rule.check}; ${rule.startup}", and a start does so`, async () => {
+      const dir = await dataDir();
+      const path = plant(dir);
+      const report = await checkDataDir(new NodeFileSystem(), dir);
+      const findings = [
+        ...report.leftovers.map((l) => ({ path: l.path, kind: l.kind, severity: l.severity })),
+        ...report.topics.flatMap((t) =>
+          t.partitions.flatMap((p) =>
+            p.strays.map((s) => ({
+              path: `${p.dir}/${s.name}`,
+              kind: s.kind,
+              severity: "warning",
+            })),
+          ),
+        ),
+        ...report.topics
+          .filter((t) => t.metadataProblem === leftovers.topic_without_metadata.what)
+          .map((t) => ({
+            path: `${dir}/topics/${t.name}`,
+            kind: "topic_without_metadata" as LeftoverKind,
+            severity: "corrupt",
+          })),
+      ].filter((f) => f.kind !== "unreadable_topic_metadata");
+      expect(findings).toContainEqual({ path, kind, severity: rule.check });
+      expect(report.corrupt > 0).toBe(
+        rule.check === "corrupt" || kind === "metadata_temp_kept", // its target is corrupt
+      );
+
+      const logger = new MemoryLogger();
+      const broker = await LocalBroker.open({
+        fs: new NodeFileSystem(),
+        dataDir: dir,
+        clock: new ManualClock(),
+        logger,
+      });
+      const action = rule.startup;
+      if (/removes|finishes deleting|renames it into place or removes/.test(action))
+        expect(existsSync(path), `${path} after a start`).toBe(false);
+      else expect(existsSync(path), `${path} after a start`).toBe(true);
+      if (/unavailable/.test(action))
+        await expect(broker.describeTopic("u")).rejects.toMatchObject({
+          kind: { code: "unavailable" },
+        });
+      if (/reports and ignores|keeps/.test(action))
+        expect(logger.named("recovery.stray_file").map((f) => f.file)).toContain(path);
+      await broker.close();
+    });
+  }
 });

@@ -240,10 +240,12 @@ describe("metadata files that are damaged or left over at start (docs/decisions.
     });
   }
 
-  it("reports and ignores leftover temporary files of interrupted metadata writes", async () => {
+  it("removes temp files of interrupted metadata writes at start, reporting each once, and keeps what is not the writer's", async () => {
     const mem = await twoTopics();
     mem.writeFileSync("/data/topics/a/.topic.json.tmp-7", utf8('{"name": "a", "partitions": 99'));
-    mem.writeFileSync("/data/topics/.a.tmp-3", utf8("garbage"));
+    mem.writeFileSync("/data/groups/.g1.json.tmp-4", utf8('{"version":'));
+    mem.writeFileSync("/data/.producers.json.tmp-2", utf8("{"));
+    mem.writeFileSync("/data/topics/.a.tmp-3", utf8("garbage")); // not where the writer writes
     const { broker, logger } = await openBroker(mem);
     expect((await broker.listTopics()).map((t) => [t.name, t.partitions.length])).toEqual([
       ["a", 1],
@@ -251,11 +253,56 @@ describe("metadata files that are damaged or left over at start (docs/decisions.
     ]);
     expect(
       logger
-        .named("recovery.stray_file")
+        .named("recovery.temp_file_removed")
         .map((f) => f.file)
         .sort(),
-    ).toEqual(["/data/topics/.a.tmp-3", "/data/topics/a/.topic.json.tmp-7"]);
-    expect(mem.listTree("/data/topics")).toContain("/data/topics/a/.topic.json.tmp-7");
+    ).toEqual([
+      "/data/.producers.json.tmp-2",
+      "/data/groups/.g1.json.tmp-4",
+      "/data/topics/a/.topic.json.tmp-7",
+    ]);
+    expect(logger.named("recovery.stray_file").map((f) => f.file)).toEqual([
+      "/data/topics/.a.tmp-3",
+    ]);
+    const files = mem.listTree("/data");
+    for (const gone of [
+      "/data/.producers.json.tmp-2",
+      "/data/groups/.g1.json.tmp-4",
+      "/data/topics/a/.topic.json.tmp-7",
+    ])
+      expect(files).not.toContain(gone);
+    expect(files).toContain("/data/topics/.a.tmp-3");
     await broker.close();
+    // Reported once: the next start finds nothing of the writer's.
+    const { broker: again, logger: againLog } = await openBroker(mem);
+    expect(againLog.named("recovery.temp_file_removed")).toEqual([]);
+    expect(againLog.named("recovery.stray_file").map((f) => f.file)).toEqual([
+      "/data/topics/.a.tmp-3",
+    ]);
+    await again.close();
+  });
+
+  it("keeps a temp file beside a target that cannot be read, reporting it, until the target is repaired", async () => {
+    const mem = await twoTopics();
+    const good = utf8(JSON.stringify({ name: "a", partitions: 1, config: {} }));
+    mem.writeFileSync("/data/topics/a/topic.json", utf8('{"name": "a", "partitions": '));
+    mem.writeFileSync("/data/topics/a/.topic.json.tmp-9", good);
+    const { broker, logger } = await openBroker(mem);
+    expect((await errorOf(broker.describeTopic("a"))).kind.code).toBe("unavailable");
+    expect(logger.named("recovery.stray_file")).toMatchObject([
+      {
+        file: "/data/topics/a/.topic.json.tmp-9",
+        reason: expect.stringMatching(/target that cannot be read/),
+      },
+    ]);
+    expect(mem.listTree("/data/topics/a")).toContain("/data/topics/a/.topic.json.tmp-9");
+    await broker.close();
+    mem.writeFileSync("/data/topics/a/topic.json", good);
+    const { broker: repaired, logger: repairedLog } = await openBroker(mem);
+    expect((await repaired.describeTopic("a")).name).toBe("a");
+    expect(repairedLog.named("recovery.temp_file_removed").map((f) => f.file)).toEqual([
+      "/data/topics/a/.topic.json.tmp-9",
+    ]);
+    await repaired.close();
   });
 });
