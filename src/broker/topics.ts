@@ -470,7 +470,7 @@ export class TopicRegistry {
     if (topic === undefined && !this.#unavailable.has(name))
       throw new BrokerError(
         Errors.topicNotFound,
-        `Cannot delete topic "${name}": it does not exist`,
+        `Cannot delete topic ${quote(name)}: it does not exist`,
       );
     if (this.#busy.has(name))
       throw new BrokerError(
