@@ -205,9 +205,7 @@ export async function serve(argv: string[]): Promise<number> {
     throw err;
   }
   const shownHost = host.includes(":") ? `[${host}]` : host;
-  process.stdout.write(
-    `es-broker ${version} (${runtimeDescription()}) listening: http=http://${shownHost}:${http.port} tcp=${shownHost}:${listener.port} data=${dataDir}\n`,
-  );
+  const listening = `es-broker ${version} (${runtimeDescription()}) listening: http=http://${shownHost}:${http.port} tcp=${shownHost}:${listener.port} data=${dataDir}\n`;
 
   return await new Promise<number>((done) => {
     let stopping = false;
@@ -241,5 +239,8 @@ export async function serve(argv: string[]): Promise<number> {
     const onInt = () => stop("SIGINT");
     process.on("SIGTERM", onTerm);
     process.on("SIGINT", onInt);
+    // Only now: a supervisor may signal as soon as it reads this line, and a signal that comes
+    // before the handlers exist kills the process without a graceful shutdown.
+    process.stdout.write(listening);
   });
 }

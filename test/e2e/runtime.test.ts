@@ -365,6 +365,14 @@ describe(`[${target}] es-broker on its runtime`, () => {
     await reader.close();
   });
 
+  it("exits 0 on a SIGTERM sent the moment it says it listens (its handlers come first)", async () => {
+    for (let round = 0; round < 5; round++) {
+      const { broker } = await start();
+      expect(await broker.stop("SIGTERM"), `[${target}] round ${round}`).toBe(0);
+      running.splice(running.indexOf(broker), 1);
+    }
+  });
+
   it("exits 0 on SIGINT with every acknowledged record on disk", async () => {
     const { broker, dataDir } = await start();
     const client = await TcpClient.connect(broker.tcp);
