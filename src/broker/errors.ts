@@ -100,6 +100,18 @@ export const Errors = Object.freeze({
    * closed after the answer; the request was never handed to the broker.
    */
   requestTimeout: kind("request_timeout", 27, 408, true),
+  /**
+   * The request carries no API key, a malformed one, or one the broker does not know (revoked
+   * keys included), while authentication is on (`docs/security.md`). HTTP adds `WWW-Authenticate`;
+   * over TCP the connection is closed after this answer.
+   */
+  unauthenticated: kind("unauthenticated", 28, 401, false),
+  /** The key's role or patterns do not allow the operation on that topic or group (details: `operation`, `topic` / `group`). */
+  forbidden: kind("forbidden", 29, 403, false),
+  /** No API key has that name (`keys revoke`). */
+  keyNotFound: kind("key_not_found", 30, 404, false),
+  /** An API key with that name already exists (`keys create`). */
+  keyExists: kind("key_exists", 31, 409, false),
   /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });

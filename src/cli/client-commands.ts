@@ -10,6 +10,13 @@ import { utf8 } from "../lib/bytes.ts";
 import { plural } from "../lib/text.ts";
 import type { TopicDescription } from "../broker/types.ts";
 import { UsageError, hostPort, intOption, parseCli } from "./args.ts";
+import {
+  clientTlsOptions,
+  connectionHelp,
+  connectionOptions,
+  readApiKey,
+  type ConnectionValues,
+} from "./connection.ts";
 
 const brokerDefault = "127.0.0.1:9092";
 
@@ -26,6 +33,7 @@ newline, is not sent); a second signal exits at once (130).
 
 Options:
   --broker HOST:PORT       broker TCP address (default ${brokerDefault})
+${connectionHelp}
   --partition N            send every record to partition N (default: by key, else round-robin)
   --key-separator SEP      split each line at the first SEP into key and value
   --batch-records N        records per request (default 1000)
@@ -47,6 +55,7 @@ of the log (the high watermark when it started reading); with --follow it waits 
 
 Options:
   --broker HOST:PORT       broker TCP address (default ${brokerDefault})
+${connectionHelp}
   --from-beginning         start at each partition's log start offset
   --offset N               start at offset N (needs --partition); an offset outside [log start
                            offset, high watermark] fails (exit 1)
@@ -74,6 +83,7 @@ export const groupsHelp = `Usage: es-broker groups <list|describe> [GROUP] [opti
 
 Options:
   --broker HOST:PORT       broker TCP address (default ${brokerDefault})
+${connectionHelp}
   -h, --help               show this help
 `;
 
@@ -87,12 +97,22 @@ export const topicsHelp = `Usage: es-broker topics <create|list|describe|delete>
 
 Options:
   --broker HOST:PORT       broker TCP address (default ${brokerDefault})
+${connectionHelp}
   -h, --help               show this help
 `;
 
-async function connect(broker: string | undefined): Promise<TcpClient> {
-  const { host, port } = hostPort("broker", broker ?? brokerDefault);
-  return TcpClient.connect({ host, port });
+/** What a client command needs to reach the broker: `--broker` and the connection options. */
+type BrokerValues = ConnectionValues & { broker?: string };
+
+/** Connects (over TLS, authenticated) as the command's options say (`connection.ts`). */
+async function connect(values: BrokerValues): Promise<TcpClient> {
+  const { host, port } = hostPort("broker", values.broker ?? brokerDefault);
+  return TcpClient.connect({
+    host,
+    port,
+    apiKey: readApiKey(values),
+    tls: clientTlsOptions(values),
+  });
 }
 
 /** Writes to stdout, waiting when its buffer is full. */
@@ -116,6 +136,7 @@ export async function produce(argv: string[]): Promise<number> {
     args: argv,
     options: {
       broker: { type: "string" },
+      ...connectionOptions,
       partition: { type: "string" },
       "key-separator": { type: "string" },
       "batch-records": { type: "string" },
@@ -148,12 +169,12 @@ export async function produce(argv: string[]): Promise<number> {
     0,
     0x7fff_ffff,
   );
-  const client = await connect(values.broker);
+  const client = await connect(values);
   const idempotent =
     producerId === undefined
       ? null
       : new IdempotentProducer({
-          connect: () => connect(values.broker),
+          connect: () => connect(values),
           producerId,
           epoch: producerEpoch,
         });
@@ -304,6 +325,7 @@ export async function consume(argv: string[]): Promise<number> {
     args: argv,
     options: {
       broker: { type: "string" },
+      ...connectionOptions,
       "from-beginning": { type: "boolean", default: false },
       offset: { type: "string" },
       partition: { type: "string" },
@@ -329,7 +351,7 @@ export async function consume(argv: string[]): Promise<number> {
     return consumeGroup({
       topic: positionals[0],
       group: values.group,
-      broker: values.broker,
+      connection: values,
       fromBeginning: values["from-beginning"] === true,
       follow: values.follow === true,
       separator: values["key-separator"] === undefined ? null : utf8(values["key-separator"]),
@@ -365,7 +387,7 @@ export async function consume(argv: string[]): Promise<number> {
   );
   const separator = values["key-separator"] === undefined ? null : utf8(values["key-separator"]);
   const newline = new Uint8Array([0x0a]);
-  const client = await connect(values.broker);
+  const client = await connect(values);
   let printed = 0;
   try {
     const [description] = await client.metadata([topic]);
@@ -452,7 +474,7 @@ function flushOut(): Promise<void> {
 async function consumeGroup(options: {
   topic: string;
   group: string;
-  broker: string | undefined;
+  connection: BrokerValues;
   fromBeginning: boolean;
   follow: boolean;
   separator: Uint8Array | null;
@@ -460,7 +482,7 @@ async function consumeGroup(options: {
   sessionTimeoutMs: number;
 }): Promise<number> {
   const newline = new Uint8Array([0x0a]);
-  const client = await connect(options.broker);
+  const client = await connect(options.connection);
   let stopping = false;
   const stop = () => void (stopping = true);
   process.on("SIGINT", stop);
@@ -543,7 +565,11 @@ function groupText(g: GroupDescription): string {
 export async function groups(argv: string[]): Promise<number> {
   const { values, positionals } = parseCli({
     args: argv,
-    options: { broker: { type: "string" }, help: { type: "boolean", short: "h", default: false } },
+    options: {
+      broker: { type: "string" },
+      ...connectionOptions,
+      help: { type: "boolean", short: "h", default: false },
+    },
     allowPositionals: true,
   });
   if (values.help || positionals.length === 0) {
@@ -556,7 +582,7 @@ export async function groups(argv: string[]): Promise<number> {
     throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
   if (action === "describe" && name === undefined)
     throw new UsageError("groups describe needs a GROUP");
-  const client = await connect(values.broker);
+  const client = await connect(values);
   try {
     if (action === "list") {
       for (const g of await client.listGroups())
@@ -597,6 +623,7 @@ export async function topics(argv: string[]): Promise<number> {
     args: argv,
     options: {
       broker: { type: "string" },
+      ...connectionOptions,
       partitions: { type: "string" },
       config: { type: "string", multiple: true },
       help: { type: "boolean", short: "h", default: false },
@@ -626,7 +653,7 @@ export async function topics(argv: string[]): Promise<number> {
     );
   const topicName = action === "list" ? "" : needName();
   const partitions = intOption("partitions", values.partitions, 1, 1, 4096);
-  const client = await connect(values.broker);
+  const client = await connect(values);
   try {
     switch (action) {
       case "create": {

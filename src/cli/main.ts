@@ -11,6 +11,8 @@ import { check } from "./check.ts";
 import { consume, groups, produce, topics } from "./client-commands.ts";
 import { ClientError } from "../client/client.ts";
 import { errorMessage } from "../lib/errors.ts";
+import { keys } from "./keys.ts";
+import { refuseKeyInArgv } from "./connection.ts";
 
 /** Help text of `es-broker`. */
 export const mainHelp = `Usage: es-broker <command> [options]
@@ -24,6 +26,7 @@ Commands:
   topics       create, list, describe and delete topics
   check        verify a stopped data directory offline (es-broker check --help)
   groups       list and describe consumer groups
+  keys         create, list and revoke API keys (es-broker keys --help)
 
 Options:
   -v, --version   print the version and the runtime
@@ -31,12 +34,21 @@ Options:
 `;
 
 /** The commands {@link main} knows (each has its own `--help`). */
-const commands: readonly string[] = ["serve", "produce", "consume", "topics", "check", "groups"];
+const commands: readonly string[] = [
+  "serve",
+  "produce",
+  "consume",
+  "topics",
+  "check",
+  "groups",
+  "keys",
+];
 
 /** Runs the command line; resolves with the exit code. Errors print one line on stderr. */
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
+    refuseKeyInArgv(rest);
     switch (command) {
       case undefined:
       case "-h":
@@ -61,6 +73,8 @@ export async function main(argv: string[]): Promise<number> {
         return await check(rest);
       case "groups":
         return await groups(rest);
+      case "keys":
+        return await keys(rest);
       default:
         throw new UsageError(`unknown command ${JSON.stringify(command)}`);
     }

@@ -1,9 +1,12 @@
 /**
  * `es-broker serve`: opens the data directory, starts the HTTP and TCP front doors, prints one line
  * saying where it listens, and shuts down gracefully on SIGTERM or SIGINT (stop accepting, finish
- * in-flight requests, fsync, close files, exit 0); a second signal exits at once.
+ * in-flight requests, fsync, close files, exit 0); a second signal exits at once. SIGHUP reloads
+ * the TLS certificate and key (and client CA) and `api_keys.json` without dropping connections;
+ * a file that cannot be used is logged and the old material stays in force.
  */
-import { dirname, resolve } from "node:path";
+import { resolve } from "node:path";
+import { ensureDataDir } from "./data-dir.ts";
 import { LocalBroker } from "../broker/broker.ts";
 import { NodeFileSystem } from "../runtime/node-fs.ts";
 import { acquireDataDirLock } from "../runtime/lock.ts";
@@ -11,7 +14,15 @@ import { systemClock } from "../runtime/clock.ts";
 import { serveHttp } from "../runtime/http.ts";
 import { listenTcp } from "../runtime/tcp.ts";
 import { runtimeDescription } from "../runtime/info.ts";
-import { createHttpApp } from "../transport/http/index.ts";
+import { createAuthenticatedHttpApp } from "../transport/http/auth.ts";
+import { AccessControl } from "../auth/access.ts";
+import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
+import { systemKeyCrypto } from "../runtime/crypto.ts";
+import {
+  loadTlsServerMaterial,
+  type TlsServerFiles,
+  type TlsServerMaterial,
+} from "../runtime/tls.ts";
 import { createTcpTransport } from "../transport/tcp/transport.ts";
 import { jsonLineLogger, type LogLevel } from "../lib/logger.ts";
 import { RefusalLog } from "../lib/refusals.ts";
@@ -47,9 +58,17 @@ Options:
   --cleanup-interval-ms MS    run retention and compaction over every partition this often
                               (default ${cleanupIntervalMsDefault}; 0 = only on POST /v1/admin/topics/{topic}/cleanup)
   --producer-expiry-ms MS     forget an idempotent producer idle this long (default ${producerExpiryMsDefault}, 7 days)
-  --allow-anonymous           allow listening on a non-loopback address without authentication
+  --tls-cert FILE             serve HTTPS and TLS on the TCP port with this certificate chain (PEM)
+  --tls-key FILE              the certificate's private key (PEM, unencrypted); needs --tls-cert
+  --tls-client-ca FILE        mutual TLS: require client certificates issued by this CA (PEM)
+  --allow-anonymous           allow listening on a non-loopback address while the data directory
+                              has no API keys (no authentication); see es-broker keys --help
   --log-level LEVEL           debug | info | warn | error (default info); logs are JSON lines on stderr
   -h, --help                  show this help
+
+Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on both
+ports needs an API key, except GET /healthz. A key file that cannot be read refuses the start.
+SIGHUP reloads the TLS files and ${apiKeysFileName}; open connections keep working.
 `;
 
 /** Runs `serve` until a signal stops it. Resolves with the exit code. */
@@ -69,6 +88,9 @@ export async function serve(argv: string[]): Promise<number> {
       "cleanup-interval-ms": { type: "string" },
       "producer-expiry-ms": { type: "string" },
       "allow-anonymous": { type: "boolean", default: false },
+      "tls-cert": { type: "string" },
+      "tls-key": { type: "string" },
+      "tls-client-ca": { type: "string" },
       "log-level": { type: "string", default: "info" },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -131,11 +153,21 @@ export async function serve(argv: string[]): Promise<number> {
     throw new UsageError(
       `--log-level must be debug, info, warn or error, got ${JSON.stringify(level)}`,
     );
-  if (!isLoopback(host) && !values["allow-anonymous"]) {
-    throw new UsageError(
-      `refusing to listen on non-loopback address ${host} without authentication; pass --allow-anonymous to allow it`,
-    );
-  }
+  if ((values["tls-cert"] === undefined) !== (values["tls-key"] === undefined))
+    throw new UsageError("--tls-cert and --tls-key go together");
+  if (values["tls-client-ca"] !== undefined && values["tls-cert"] === undefined)
+    throw new UsageError("--tls-client-ca needs --tls-cert and --tls-key");
+  const tlsFiles: TlsServerFiles | undefined =
+    values["tls-cert"] === undefined
+      ? undefined
+      : {
+          certPath: resolve(values["tls-cert"]),
+          keyPath: resolve(values["tls-key"]!),
+          clientCaPath:
+            values["tls-client-ca"] === undefined ? undefined : resolve(values["tls-client-ca"]),
+        };
+  let tlsMaterial: TlsServerMaterial | undefined =
+    tlsFiles === undefined ? undefined : loadTlsServerMaterial(tlsFiles);
   const dataDir = resolve(values["data-dir"]!);
   const logger = jsonLineLogger(
     (line) => process.stderr.write(line),
@@ -146,19 +178,29 @@ export async function serve(argv: string[]): Promise<number> {
   // One broker per data directory: take its lock before recovery touches anything. The directory
   // chain is created durably first (each new directory's parent fsynced).
   const nodeFs = new NodeFileSystem();
-  const existing = await nodeFs.stat(dataDir);
-  if (existing !== null && !existing.isDirectory)
-    throw new Error(`Cannot use data directory ${dataDir}: it is not a directory`);
-  const missing: string[] = [];
-  for (
-    let dir = dataDir;
-    (await nodeFs.stat(dir)) === null && dirname(dir) !== dir;
-    dir = dirname(dir)
-  )
-    missing.push(dir);
-  await nodeFs.mkdir(dataDir);
-  for (const dir of missing.reverse()) await nodeFs.syncDir(dirname(dir));
+  await ensureDataDir(nodeFs, dataDir);
   const lock = acquireDataDirLock(dataDir);
+
+  // The key store first: a key file that cannot be used refuses the start before recovery runs.
+  let keys: KeyStore;
+  try {
+    keys = await KeyStore.open({
+      fs: nodeFs,
+      path: `${dataDir}/${apiKeysFileName}`,
+      crypto: systemKeyCrypto,
+      clock: systemClock,
+      logger,
+    });
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
+  if (!isLoopback(host) && !keys.enabled && !values["allow-anonymous"]) {
+    lock.release();
+    throw new UsageError(
+      `refusing to listen on non-loopback address ${host} without authentication: create an API key first (es-broker keys create --data-dir ${dataDir} --name admin --role admin), or pass --allow-anonymous to allow it`,
+    );
+  }
 
   let broker: LocalBroker;
   try {
@@ -179,25 +221,34 @@ export async function serve(argv: string[]): Promise<number> {
   }
   // One count of refused client input for both front doors, logged at most every few seconds per kind.
   const refusals = new RefusalLog({ logger, clock: systemClock });
+  const access = new AccessControl({ broker, keys, logger });
   let http;
   let tcp;
   let listener;
   try {
-    http = await serveHttp(createHttpApp({ broker, logger, maxRequestBytes, refusals }), {
-      host,
-      port: httpPort,
-      maxRequestBytes,
-      refusals,
-    });
+    http = await serveHttp(
+      createAuthenticatedHttpApp({ access, logger, maxRequestBytes, refusals }),
+      {
+        host,
+        port: httpPort,
+        maxRequestBytes,
+        refusals,
+        tls: tlsMaterial,
+        logger,
+      },
+    );
     tcp = createTcpTransport({
       broker,
+      access,
       clock: systemClock,
       logger,
       refusals,
       maxRequestBytes,
       readTimeoutMs,
     });
-    listener = await listenTcp({ host, port: tcpPort }, (socket) => tcp!.handleConnection(socket));
+    listener = await listenTcp({ host, port: tcpPort, tls: tlsMaterial, logger }, (socket) =>
+      tcp!.handleConnection(socket),
+    );
   } catch (err) {
     await http?.close().catch(() => {});
     await broker.close();
@@ -205,7 +256,41 @@ export async function serve(argv: string[]): Promise<number> {
     throw err;
   }
   const shownHost = host.includes(":") ? `[${host}]` : host;
-  const listening = `es-broker ${version} (${runtimeDescription()}) listening: http=http://${shownHost}:${http.port} tcp=${shownHost}:${listener.port} data=${dataDir}\n`;
+  const tlsShown = tlsMaterial === undefined ? "off" : tlsMaterial.mutual ? "mutual" : "on";
+  const listening = `es-broker ${version} (${runtimeDescription()}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port} data=${dataDir} tls=${tlsShown} auth=${keys.enabled ? "on" : "off"}\n`;
+
+  // SIGHUP: new TLS material for new connections, api_keys.json again; failures keep the old.
+  let reloading = Promise.resolve();
+  const onHup = () => {
+    reloading = reloading.then(async () => {
+      if (tlsFiles !== undefined) {
+        try {
+          tlsMaterial = loadTlsServerMaterial(tlsFiles);
+          http!.setTlsMaterial(tlsMaterial);
+          listener!.setTlsMaterial(tlsMaterial);
+          logger.log("info", "tls.reloaded", { cert: tlsFiles.certPath });
+        } catch (err) {
+          logger.log("error", "tls.reload_failed", {
+            error: err instanceof Error ? err.message : String(err),
+          });
+        }
+      }
+      try {
+        const result = await keys.reload();
+        logger.log("info", "auth.keys_reloaded", {
+          file: keys.path,
+          keys: result.keys,
+          invalidated: result.invalidated,
+        });
+      } catch (err) {
+        logger.log("error", "auth.keys_reload_failed", {
+          file: keys.path,
+          error: err instanceof KeyStoreError || err instanceof Error ? err.message : String(err),
+        });
+      }
+    });
+  };
+  process.on("SIGHUP", onHup);
 
   return await new Promise<number>((done) => {
     let stopping = false;
@@ -224,6 +309,8 @@ export async function serve(argv: string[]): Promise<number> {
           await Promise.all([http!.close(), tcp!.close()]);
           await listenerClosed;
           refusals.flush();
+          await reloading;
+          await keys.close();
           await broker.close();
           lock.release();
         } catch (err) {
@@ -232,6 +319,7 @@ export async function serve(argv: string[]): Promise<number> {
         }
         process.off("SIGTERM", onTerm);
         process.off("SIGINT", onInt);
+        process.off("SIGHUP", onHup);
         done(code);
       })();
     };

@@ -6,12 +6,17 @@
  * arrive in any order. Two produce calls to one partition made in order are appended in order
  * (the server starts requests in frame order).
  *
+ * With `apiKey`, `connect` authenticates the connection (api 13) before it resolves; with `tls`,
+ * it speaks TLS (`docs/security.md`). {@link IdempotentProducer} and {@link GroupConsumer} use
+ * clients made this way, so they carry the key and TLS settings of the `connect` they are given.
+ *
  * Every failure rejects with a {@link ClientError}: server errors carry their error-table row;
  * a lost connection rejects every pending request with `connection_closed`; a response that
  * breaks the protocol (including a fetched record failing its CRC) rejects with
  * `invalid_response` — a bad record is an error, never data.
  */
 import * as net from "node:net";
+import * as tls from "node:tls";
 import process from "node:process";
 import { BrokerError } from "../broker/errors.ts";
 import type {
@@ -70,6 +75,11 @@ import {
   responseLengthMin,
 } from "../protocol/envelope.ts";
 import { FrameDecoder } from "../protocol/frame.ts";
+import {
+  decodeAuthenticateResponse,
+  encodeAuthenticateRequest,
+  type AuthenticateResult,
+} from "../protocol/apis/authenticate.ts";
 import type { EntryBatch } from "../storage/record.ts";
 import { ClientError } from "./errors.ts";
 import {
@@ -108,6 +118,18 @@ export interface TcpClientOptions {
   timeoutMs?: number;
   /** Largest response frame accepted, in bytes (default `requestBytesMax`, 256 MiB). */
   maxResponseBytes?: number;
+  /**
+   * An API key (`esb_…`): the connection authenticates with it before `connect` resolves. Needed
+   * once the broker has keys. It is sent only inside the Authenticate request and never appears
+   * in an error message.
+   */
+  apiKey?: string;
+  /**
+   * Connect over TLS with these `node:tls` options: `ca` (the broker's CA, PEM), `cert` and `key`
+   * (a client certificate, for mutual TLS), `rejectUnauthorized: false` only to skip checking the
+   * broker's certificate (`--tls-insecure`), `servername`. Plain TCP without it.
+   */
+  tls?: tls.ConnectionOptions;
 }
 
 /** Arguments of {@link TcpClient.fetch}: the broker's fetch request without the in-process abort signal. */
@@ -292,15 +314,43 @@ export class TcpClient {
     });
   }
 
+  /** Who the broker took the connection's key for (`apiKey`), or null without a key. */
+  get principal(): AuthenticateResult | null {
+    return this.#principal;
+  }
+
+  #principal: AuthenticateResult | null = null;
+
   /**
-   * Connects to a broker.
-   * @throws ClientError `connection_closed` if the connection fails (the cause is attached),
-   *   `timeout` if it takes longer than `timeoutMs`.
+   * Connects to a broker (over TLS with `tls`) and, with `apiKey`, authenticates.
+   * @throws ClientError `connection_closed` if the connection (or the TLS handshake) fails (the
+   *   cause is attached), `timeout` if it takes longer than `timeoutMs`, `unauthenticated` if the
+   *   broker refuses the key (the connection is then closed).
    */
-  static connect(options: TcpClientOptions): Promise<TcpClient> {
+  static async connect(options: TcpClientOptions): Promise<TcpClient> {
+    const client = await TcpClient.#open(options);
+    if (options.apiKey === undefined) return client;
+    const key = options.apiKey;
+    try {
+      client.#principal = await client.#call(
+        (id) => encodeAuthenticateRequest(id, key),
+        decodeAuthenticateResponse,
+      );
+    } catch (error) {
+      await client.close();
+      throw error;
+    }
+    return client;
+  }
+
+  static #open(options: TcpClientOptions): Promise<TcpClient> {
     const timeoutMs = options.timeoutMs ?? clientTimeoutMsDefault;
     return new Promise((resolve, reject) => {
-      const socket = net.connect({ host: options.host, port: options.port, noDelay: true });
+      const socket =
+        options.tls === undefined
+          ? net.connect({ host: options.host, port: options.port, noDelay: true })
+          : tls.connect({ ...options.tls, host: options.host, port: options.port });
+      socket.setNoDelay(true);
       const timer = setTimeout(() => {
         socket.destroy();
         reject(
@@ -319,7 +369,7 @@ export class TcpClient {
         );
       };
       socket.once("error", onError);
-      socket.once("connect", () => {
+      socket.once(options.tls === undefined ? "connect" : "secureConnect", () => {
         clearTimeout(timer);
         socket.off("error", onError);
         resolve(new TcpClient(socket, options));

@@ -193,3 +193,33 @@ export const groupTopicsMax = 1000;
 export const groupCommitOffsetsMax = 100_000;
 /** Longest consumer-group name, in characters (same alphabet as topics: it is a file name). */
 export const groupNameCharsMax = 249;
+
+/** Random bytes in the secret part of an API key: 256 bits (`docs/security.md`). */
+export const apiKeySecretBytes = 32;
+/** Random bytes in the id part of an API key (64 bits, hex): the non-secret part used to look it up and to log. */
+export const apiKeyIdBytes = 8;
+/** Longest API key text accepted from a client, in bytes; a longer `Authorization` value or authenticate frame is refused unread. */
+export const apiKeyTextBytesMax = 256;
+/** Longest API key name, in characters (`[A-Za-z0-9._-]`). */
+export const apiKeyNameCharsMax = 64;
+/** Most API keys one broker holds. */
+export const apiKeysMax = 10_000;
+/** Most topic or group patterns one key carries. */
+export const apiKeyPatternsMax = 100;
+/** A key's `last_used_ms` in `api_keys.json` is rewritten at most this often, in ms. */
+export const apiKeyLastUsedIntervalMs = 60_000;
+/**
+ * Largest request frame a TCP connection may send before it has authenticated, in bytes (only
+ * while authentication is on): an authenticate frame is far smaller, and a claimed length past
+ * this is refused before anything is read.
+ */
+export const authenticateFrameBytesMax = 1 * KiB;
+
+assert(
+  authenticateFrameBytesMax >= apiKeyTextBytesMax + 16,
+  "an authenticate frame fits the pre-authentication cap",
+);
+assert(
+  authenticateFrameBytesMax <= requestBytesMin,
+  "the pre-authentication cap is below every request cap",
+);

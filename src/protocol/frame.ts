@@ -60,7 +60,7 @@ export interface FrameDecoderOptions {
  */
 export class FrameDecoder {
   readonly #lengthMin: number;
-  readonly #lengthMax: number;
+  #lengthMax: number;
   #chunks: Uint8Array[] = [];
   /** Index of the first live chunk in #chunks. */
   #head = 0;
@@ -87,6 +87,22 @@ export class FrameDecoder {
       throw new RangeError(`lengthMax ${options.lengthMax} must be an integer ≥ lengthMin`);
     this.#lengthMin = options.lengthMin;
     this.#lengthMax = options.lengthMax;
+  }
+
+  /** Largest allowed `length`, in bytes. */
+  get lengthMax(): number {
+    return this.#lengthMax;
+  }
+
+  /**
+   * Changes the largest allowed `length` for frames whose length has not been read yet (the TCP
+   * transport raises it once a connection has authenticated).
+   * @throws RangeError if it is below `lengthMin` or not an integer.
+   */
+  set lengthMax(bytes: number) {
+    if (!(Number.isInteger(bytes) && bytes >= this.#lengthMin))
+      throw new RangeError(`lengthMax ${bytes} must be an integer ≥ lengthMin`);
+    this.#lengthMax = bytes;
   }
 
   /** Bytes received and not yet returned as part of a frame. */
@@ -306,6 +322,9 @@ export class FrameDecoder {
  * text protocol: say so, since that is almost always a client pointed at the HTTP port.
  */
 function textHint(prefix: Uint8Array): string {
+  // A TLS record: content type 22 (handshake), then protocol version 3.x.
+  if (prefix[0] === 0x16 && prefix[1] === 0x03 && prefix[2] <= 0x04)
+    return " (its first bytes are a TLS handshake: the peer speaks TLS but this port is plain TCP; connect without TLS, or start the broker with --tls-cert and --tls-key)";
   for (let i = 0; i < 4; i++) if (prefix[i] < 0x20 || prefix[i] > 0x7e) return "";
   return ` (its first bytes are the text "${String.fromCharCode(prefix[0], prefix[1], prefix[2], prefix[3])}": the peer speaks a text protocol such as HTTP, not the es-broker TCP protocol; check the port)`;
 }

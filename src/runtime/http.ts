@@ -50,9 +50,27 @@
  * On Node and Bun the app reads bodies straight from the `IncomingMessage`
  * (`HttpBindings.readRawBody`, {@link readIncomingBody}) instead of through the WHATWG `Request`
  * stream that @hono/node-server would build; on Deno it reads `Request.body`.
+ *
+ * With TLS (`options.tls`: `--tls-cert`, `--tls-key`, optionally `--tls-client-ca`) every runtime,
+ * Deno included, serves through the `node:http` path above behind `node:tls`: `Deno.serve` can
+ * neither check client certificates against a CA nor swap the certificate while running, and
+ * `setSecureContext` does both on all three. On Node and Deno the server is a `node:https` server;
+ * on Bun, whose `https.Server` lacks `setSecureContext`, a `tls.Server` accepts the connections
+ * and hands each to the `node:http` server, which does not listen. `setTlsMaterial` serves a new
+ * certificate to connections accepted from then on; open ones keep theirs (SIGHUP). A client that
+ * fails the handshake — plain text on the TLS port, no or a wrong client certificate — is closed
+ * and logged (`tls.plaintext_client` / `tls.handshake_failed`, `runtime/tls.ts`). The other way
+ * round, a TLS handshake on the plain port: the `node:http` parser refuses it (answered like any
+ * parse error, `http-connection-errors.ts`) and it is also logged as `http.tls_on_plain_port` on
+ * Node; `Deno.serve` closes such a connection at once (the client sees a handshake error) without a
+ * hook to log it.
  */
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, Server } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
+import type { Socket } from "node:net";
+import type { TLSSocket } from "node:tls";
+import type { Logger } from "../lib/logger.ts";
+import { logTlsClientError, tlsServerOptions, type TlsServerMaterial } from "./tls.ts";
 import { getRuntimeKey } from "hono/adapter";
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type { HttpBindings } from "../transport/http/app.ts";
@@ -80,6 +98,10 @@ export interface ServeHttpOptions {
   maxRequestBytes?: number;
   /** Counts and logs what the runtime's parser refuses (`http.parse_error`; Node and Bun). */
   refusals?: RefusalLog;
+  /** Serve HTTPS with this certificate (and client CA); plain HTTP without it. */
+  tls?: TlsServerMaterial;
+  /** Receives `tls.*` and `http.tls_on_plain_port` events (connections refused before any request). */
+  logger?: Logger;
 }
 
 /** A running server. */
@@ -92,6 +114,11 @@ export interface HttpServer {
    * returns the same promise.
    */
   close(): Promise<void>;
+  /**
+   * HTTPS only: serves `material` to connections accepted from now on; open ones keep theirs
+   * (SIGHUP). @throws Error on a plain HTTP server.
+   */
+  setTlsMaterial(material: TlsServerMaterial): void;
 }
 
 /**
@@ -102,13 +129,18 @@ export interface HttpServer {
  */
 export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promise<HttpServer> {
   const shutdown = new AbortController();
-  const bindings: HttpBindings = { shutdownSignal: shutdown.signal };
   // Requests that arrive once close() has begun are refused (module comment, step 2).
-  const handler = (request: Request): Response | Promise<Response> =>
-    shutdown.signal.aborted ? shuttingDownResponse() : app.fetch(request, bindings);
+  const handler: Handler = (request, remoteAddress) =>
+    shutdown.signal.aborted
+      ? shuttingDownResponse()
+      : app.fetch(request, { shutdownSignal: shutdown.signal, remoteAddress });
   const runtime = getRuntimeKey();
   let started: Started;
-  if (runtime === "node" || runtime === "bun") {
+  if (
+    runtime === "node" ||
+    runtime === "bun" ||
+    (runtime === "deno" && options.tls !== undefined)
+  ) {
     // @hono/node-server passes the raw IncomingMessage as env.incoming: the app reads bodies from
     // it directly (HttpBindings.readRawBody), skipping the web-stream layer.
     const nodeHandler: NodeHandler = (request, env) => {
@@ -118,9 +150,11 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
       return app.fetch(request, {
         shutdownSignal: shutdown.signal,
         readRawBody: (maxBytes) => readIncomingBody(incoming, maxBytes),
+        remoteAddress: () =>
+          `${incoming.socket?.remoteAddress ?? "?"}:${incoming.socket?.remotePort ?? "?"}`,
       });
     };
-    started = await serveNode(nodeHandler, options);
+    started = await serveNode(nodeHandler, options, runtime === "bun");
   } else if (runtime === "deno") started = serveDeno(handler, options);
   else
     throw new Error(
@@ -129,6 +163,11 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
   let closing: Promise<void> | null = null;
   return {
     port: started.port,
+    setTlsMaterial(material) {
+      if (started.setTlsMaterial === undefined)
+        throw new Error("Cannot change TLS material: this HTTP server is not HTTPS");
+      started.setTlsMaterial(material);
+    },
     close() {
       closing ??= (async () => {
         shutdown.abort();
@@ -189,11 +228,13 @@ function unparsableRequestResponse(error: unknown): Response {
   );
 }
 
-type Handler = (request: Request) => Response | Promise<Response>;
+type Handler = (request: Request, remoteAddress: () => string) => Response | Promise<Response>;
 interface Started {
   port: number;
   /** Steps 2–4 of the module comment. */
   stop: () => Promise<void>;
+  /** HTTPS servers only. */
+  setTlsMaterial?: (material: TlsServerMaterial) => void;
 }
 
 /** What @hono/node-server passes as the second argument of `fetch`. */
@@ -310,17 +351,66 @@ function declaredBodyBytes(incoming: NodeIncoming, maxBytes: number): number {
   return bytes <= maxBytes ? bytes : -1;
 }
 
-async function serveNode(handler: NodeHandler, options: ServeHttpOptions): Promise<Started> {
+/**
+ * The `node:http` server (Node, Bun; Deno with TLS). With `options.tls` it serves HTTPS: a
+ * `node:https` server, or on Bun (`tlsInFront`) a `node:tls` server handing its connections to the
+ * `node:http` server (module comment).
+ */
+async function serveNode(
+  handler: NodeHandler,
+  options: ServeHttpOptions,
+  tlsInFront: boolean,
+): Promise<Started> {
   const { getRequestListener } = await import("@hono/node-server");
   const { createServer } = await import("node:http");
-  const server = createServer(
+  const listener = getRequestListener(handler as Parameters<typeof getRequestListener>[0], {
+    hostname: options.host,
+    errorHandler: unparsableRequestResponse,
+  });
+  const material = options.tls;
+  let server: Server;
+  /** The server that listens: `server` itself, or the `node:tls` server in front of it. */
+  let listening: Server | import("node:tls").Server;
+  if (material === undefined) {
     // A missing Host is answered by the handler, in the documented shape (lacksHost).
-    { requireHostHeader: false },
-    getRequestListener(handler as Parameters<typeof getRequestListener>[0], {
-      hostname: options.host,
-      errorHandler: unparsableRequestResponse,
-    }),
-  );
+    server = createServer({ requireHostHeader: false }, listener);
+    listening = server;
+    server.on("clientError", (error: Error & { rawPacket?: Uint8Array }, socket: Socket) => {
+      const raw = error.rawPacket;
+      if (raw !== undefined && raw[0] === 0x16 && raw[1] === 0x03)
+        options.logger?.log("warn", "http.tls_on_plain_port", {
+          remote: `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`,
+          reason:
+            "the client started a TLS handshake on the plain HTTP port (use http://, or start the broker with --tls-cert and --tls-key)",
+        });
+    });
+  } else if (!tlsInFront) {
+    const https = await import("node:https");
+    server = https.createServer(
+      { ...tlsServerOptions(material), requireHostHeader: false },
+      listener,
+    ) as unknown as Server;
+    listening = server;
+  } else {
+    const tls = await import("node:tls");
+    server = createServer({ requireHostHeader: false }, listener);
+    const front = server;
+    listening = tls.createServer(tlsServerOptions(material), (socket) =>
+      front.emit("connection", socket),
+    );
+  }
+  // Over TLS the connections are tracked here (on Bun the HTTP server does not own them).
+  const tlsSockets = new Set<TLSSocket>();
+  if (material !== undefined) {
+    const tlsServer = listening as import("node:tls").Server;
+    tlsServer.on("tlsClientError", (error, socket) => {
+      if (options.logger !== undefined) logTlsClientError(options.logger, "http", error, socket);
+    });
+    tlsServer.on("secureConnection", (socket) => {
+      tlsSockets.add(socket);
+      socket.once("close", () => tlsSockets.delete(socket));
+    });
+  }
   // Before any other "request" listener: what a parser fault owes, in order (that module's comment).
   answerConnectionErrorsInOrder(server, options.refusals);
   let closing = false;
@@ -328,7 +418,9 @@ async function serveNode(handler: NodeHandler, options: ServeHttpOptions): Promi
   // closeIdleConnections() alone misses connections that never sent a request, and ones still
   // sending a refused body; once nothing is in flight, all that is left can go.
   const closeLeftovers = () => {
-    if (closing && requestsInFlight === 0) server.closeAllConnections();
+    if (!closing || requestsInFlight > 0) return;
+    if (material === undefined) server.closeAllConnections();
+    else for (const socket of tlsSockets) socket.destroy();
   };
   server.on("request", (_request, response) => {
     requestsInFlight++;
@@ -339,22 +431,26 @@ async function serveNode(handler: NodeHandler, options: ServeHttpOptions): Promi
   });
   await new Promise<void>((resolve, reject) => {
     const onError = (error: Error) => reject(error);
-    server.once("error", onError);
-    server.listen(options.port, options.host, () => {
-      server.off("error", onError);
+    listening.once("error", onError);
+    listening.listen(options.port, options.host, () => {
+      listening.off("error", onError);
       resolve();
     });
   });
-  const address = server.address();
+  const address = listening.address();
   if (address === null || typeof address === "string")
     throw new Error("Cannot serve HTTP: the server has no TCP address");
   return {
     port: address.port,
+    setTlsMaterial:
+      material === undefined
+        ? undefined
+        : (next) => (listening as import("node:tls").Server).setSecureContext(next.context),
     stop: () =>
       new Promise<void>((resolve, reject) => {
         closing = true;
-        server.close((error) => (error === undefined ? resolve() : reject(error)));
-        server.closeIdleConnections();
+        listening.close((error) => (error === undefined ? resolve() : reject(error)));
+        if (material === undefined) server.closeIdleConnections();
         closeLeftovers();
       }),
   };
@@ -364,8 +460,13 @@ async function serveNode(handler: NodeHandler, options: ServeHttpOptions): Promi
 interface DenoGlobal {
   serve(
     options: { hostname: string; port: number; onListen: (addr: unknown) => void },
-    handler: (request: Request) => Response | Promise<Response>,
+    handler: (request: Request, info: DenoServeInfo) => Response | Promise<Response>,
   ): { addr: { port: number }; finished: Promise<void>; shutdown(): Promise<void> };
+}
+
+/** The second argument of a `Deno.serve` handler (the part used here). */
+interface DenoServeInfo {
+  remoteAddr?: { hostname?: string; port?: number };
 }
 
 function serveDeno(handler: Handler, options: ServeHttpOptions): Started {
@@ -373,10 +474,13 @@ function serveDeno(handler: Handler, options: ServeHttpOptions): Started {
   // Handlers still running; shutdown() waits until none is (Deno caveats in the module comment).
   let handlersRunning = 0;
   let onIdle: (() => void) | null = null;
-  const counted = async (request: Request): Promise<Response> => {
+  const counted = async (request: Request, info: DenoServeInfo): Promise<Response> => {
     handlersRunning++;
     try {
-      return await handler(request);
+      return await handler(
+        request,
+        () => `${info.remoteAddr?.hostname ?? "?"}:${info.remoteAddr?.port ?? "?"}`,
+      );
     } finally {
       handlersRunning--;
       if (handlersRunning === 0) onIdle?.();

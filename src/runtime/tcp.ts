@@ -1,10 +1,15 @@
 /**
- * The TCP listener over `node:net` (runs unchanged on Node, Deno and Bun). It only adapts
- * `net.Socket` to the transport's {@link ByteSocket}; every protocol rule lives in
- * `src/transport/tcp/`.
+ * The TCP listener over `node:net`, or `node:tls` with `--tls-cert` (both run unchanged on Node,
+ * Deno and Bun). It only adapts `net.Socket` to the transport's {@link ByteSocket}; every protocol
+ * rule lives in `src/transport/tcp/`. Over TLS a connection is handed over once its handshake has
+ * succeeded (with mutual TLS, once the client's certificate has been checked); a failed handshake
+ * is logged (`runtime/tls.ts`) and never reaches the transport.
  */
 import * as net from "node:net";
+import * as tls from "node:tls";
 import { tcpEndLingerMs } from "../lib/limits.ts";
+import type { Logger } from "../lib/logger.ts";
+import { logTlsClientError, tlsServerOptions, type TlsServerMaterial } from "./tls.ts";
 import type { ByteSocket, ByteSocketHandlers } from "../transport/tcp/socket.ts";
 
 /** A listening TCP server. */
@@ -18,6 +23,21 @@ export interface TcpListener {
    * through the transport (`TcpTransport.close()`) or this never resolves while clients stay.
    */
   close(): Promise<void>;
+  /**
+   * TLS listeners only: serves `material` to connections accepted from now on; open ones keep
+   * theirs (SIGHUP). @throws Error on a plain listener.
+   */
+  setTlsMaterial(material: TlsServerMaterial): void;
+}
+
+/** Where and how to listen. */
+export interface ListenTcpOptions {
+  host: string;
+  port: number;
+  /** Serve TLS with this certificate (and client CA); plain TCP without it. */
+  tls?: TlsServerMaterial;
+  /** Receives `tls.*` events of failed handshakes (required with `tls`). */
+  logger?: Logger;
 }
 
 /**
@@ -26,13 +46,23 @@ export interface TcpListener {
  * @throws the listen error (e.g. `EADDRINUSE`, `EACCES`) as a rejection.
  */
 export function listenTcp(
-  options: { host: string; port: number },
+  options: ListenTcpOptions,
   onConnection: (socket: ByteSocket) => void,
 ): Promise<TcpListener> {
   return new Promise((resolve, reject) => {
-    const server = net.createServer({ noDelay: true }, (socket) =>
-      onConnection(new NodeByteSocket(socket)),
-    );
+    const material = options.tls;
+    const server: net.Server | tls.Server =
+      material === undefined
+        ? net.createServer({ noDelay: true }, (socket) => onConnection(new NodeByteSocket(socket)))
+        : tls.createServer(
+            { ...tlsServerOptions(material), noDelay: true } as tls.TlsOptions,
+            (socket) => onConnection(new NodeByteSocket(socket)),
+          );
+    if (server instanceof tls.Server) {
+      server.on("tlsClientError", (error, socket) => {
+        if (options.logger !== undefined) logTlsClientError(options.logger, "tcp", error, socket);
+      });
+    }
     const onListenError = (error: Error): void => reject(error);
     server.once("error", onListenError);
     server.listen({ host: options.host, port: options.port }, () => {
@@ -47,6 +77,11 @@ export function listenTcp(
         close() {
           closing ??= new Promise<void>((done) => server.close(() => done()));
           return closing;
+        },
+        setTlsMaterial(next) {
+          if (!(server instanceof tls.Server))
+            throw new Error("Cannot change TLS material: this TCP listener is not TLS");
+          server.setSecureContext(next.context);
         },
       });
     });

@@ -46,6 +46,7 @@ export function assertTargetRunnable(): void {
 /** A running broker process. */
 export interface BrokerProcess {
   proc: ChildProcess;
+  /** `http://host:port`, or `https://host:port` when the broker serves TLS. */
   httpUrl: string;
   tcp: { host: string; port: number };
   /** Everything the process wrote to stderr so far. */
@@ -107,12 +108,12 @@ export async function startBroker(
       rej(new Error(`[${target}] broker exited (${code}) before listening; stderr:\n${err}`));
     });
   });
-  const m = /http=http:\/\/([^\s]+):(\d+) tcp=([^\s]+):(\d+)/.exec(line);
+  const m = /http=(https?):\/\/([^\s]+):(\d+) tcp=([^\s]+):(\d+)/.exec(line);
   if (!m) throw new Error(`[${target}] unexpected start-up line: ${line}`);
   return {
     proc,
-    httpUrl: `http://${m[1]}:${m[2]}`,
-    tcp: { host: m[3], port: Number(m[4]) },
+    httpUrl: `${m[1]}://${m[2]}:${m[3]}`,
+    tcp: { host: m[4], port: Number(m[5]) },
     stderr: () => err,
     stop: (signal = "SIGTERM") => {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);

@@ -10,6 +10,15 @@ export interface ApiConnection {
   broker: Broker;
   /** Aborted when the connection closes or shuts down: ends long-polling fetches. */
   signal: AbortSignal;
+  /**
+   * Authenticates the connection with an API key (api 13, `authenticate.ts`): the transport
+   * checks the key, makes its principal the connection's (from then on `broker` is that
+   * principal's view of the broker) and returns who it is. Synchronous, so frames pipelined
+   * behind it start with the key's rights.
+   * @throws BrokerError `unauthenticated` for a refused key (the transport then closes the
+   *   connection), `invalid_request` if the connection has already authenticated.
+   */
+  authenticate(key: string): { keyId: string; name: string; role: string };
 }
 
 /** A started request, as {@link ApiSpec.serve} returns it. */

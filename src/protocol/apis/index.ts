@@ -46,6 +46,7 @@ import { listGroupsApi } from "./list-groups.ts";
 import { listOffsetsApi } from "./list-offsets.ts";
 import { metadataApi } from "./metadata.ts";
 import { produceApi } from "./produce.ts";
+import { authenticateApi } from "./authenticate.ts";
 
 export type { ApiConnection, ApiSpec, Served } from "./api.ts";
 
@@ -64,6 +65,7 @@ export const apis = [
   describeGroupApi,
   listGroupsApi,
   idempotentProduceApi,
+  authenticateApi,
 ] as const;
 
 type AnyApi = (typeof apis)[number];

@@ -60,7 +60,7 @@ import type { DecodedProduce } from "./produce.ts";
 import { decodeJsonProduce, decodeNdjsonProduce, partitionNumberMax } from "./produce.ts";
 import { scanJsonProduce } from "./produce-json.ts";
 import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
-import { producerFromHeaders, registerGroupRoutes } from "./groups.ts";
+import { type BodyReaders, producerFromHeaders, registerGroupRoutes } from "./groups.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
 
 /**
@@ -70,6 +70,11 @@ import { errorMessage, errorStack } from "../../lib/errors.ts";
  */
 export interface HttpBindings {
   shutdownSignal?: AbortSignal;
+  /**
+   * Set by `serveHttp`: the peer's address (`host:port`), for logs of failed authentications.
+   * Absent with `app.request()`.
+   */
+  remoteAddress?: () => string;
   /**
    * Set by `serveHttp` on Node: reads this request's body straight from the connection (the
    * `IncomingMessage`) into one buffer, bypassing the WHATWG `Request` stream. Resolves to the
@@ -101,6 +106,11 @@ export interface HttpAppOptions {
    * refused), served as `refused` by `GET /v1/admin/metrics`.
    */
   refusals?: { counts(): Record<string, number> };
+  /**
+   * More routes, registered after the built-in ones and given the app's body helpers (the key
+   * administration routes of `keys.ts` use it).
+   */
+  routes?: (app: HttpApp, helpers: { limitBody: (c: Context) => void } & BodyReaders) => void;
 }
 
 type AppContext = Context<{ Bindings: HttpBindings }>;
@@ -604,6 +614,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   });
 
   registerGroupRoutes(app, { broker, limitBody, readBody, parseJson });
+  options.routes?.(app, { limitBody, readBody, parseJson });
 
   return app;
 }

@@ -23,6 +23,13 @@
  * - Errors: a `BrokerError` (including protocol errors) is answered with its error-table row; any
  *   other exception is logged and answered with `internal` and a generic message.
  *   An unknown api or version gets `unsupported_api`, and the connection keeps working.
+ * - Authentication (with `access`, `docs/protocol.md`): while the broker has keys, the first
+ *   request must be Authenticate (api 13, `protocol/apis/authenticate.ts`) and frames before it
+ *   may be at most `authenticateFrameBytesMax`; any other first request, or a refused key, is
+ *   answered `unauthenticated` and the connection is closed. Every later request goes through the
+ *   broker view of the connection's principal (`auth/access.ts`), which applies the role table.
+ *   When the key is revoked (or, for a connection that did not authenticate, once the first key
+ *   exists) the connection is destroyed at once (`auth.connection_closed`).
  */
 import { BrokerError, Errors } from "../../broker/errors.ts";
 import type { Broker } from "../../broker/types.ts";
@@ -50,6 +57,10 @@ import {
 } from "../../protocol/envelope.ts";
 import { FrameDecoder, FrameLengthError } from "../../protocol/frame.ts";
 import type { ByteSocket } from "./socket.ts";
+import type { AccessControl } from "../../auth/access.ts";
+import type { Principal } from "../../auth/principal.ts";
+import { authenticateApi } from "../../protocol/apis/authenticate.ts";
+import { authenticateFrameBytesMax } from "../../lib/limits.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
 
 const resolved = Promise.resolve();
@@ -76,6 +87,11 @@ export interface TcpTransportOptions {
   maxInFlightRequests?: number;
   /** Bytes of started, unanswered requests per connection (frames + fetch `max_bytes`) before reading pauses (default `tcpInFlightBytesMax`). */
   maxInFlightBytes?: number;
+  /**
+   * Authentication and authorization (module comment). Without it every connection uses
+   * `broker` directly, as before keys existed.
+   */
+  access?: AccessControl;
 }
 
 /** The TCP front door over any number of connections. */
@@ -107,6 +123,7 @@ export function createTcpTransport(options: TcpTransportOptions): TcpTransport {
     readTimeoutMs: options.readTimeoutMs ?? readTimeoutMsDefault,
     maxInFlightRequests: options.maxInFlightRequests ?? tcpRequestsInFlightMax,
     maxInFlightBytes: options.maxInFlightBytes ?? tcpInFlightBytesMax,
+    access: options.access ?? null,
   };
   positive(settings.maxRequestBytes, "maxRequestBytes");
   positive(settings.readTimeoutMs, "readTimeoutMs");
@@ -167,6 +184,7 @@ interface Settings {
   readTimeoutMs: number;
   maxInFlightRequests: number;
   maxInFlightBytes: number;
+  access: AccessControl | null;
 }
 
 function positive(value: number, name: string): void {
@@ -203,15 +221,75 @@ class Connection {
   #readTimer: Timer | null = null;
   #pendingWrites: Uint8Array[] = [];
   #flushScheduled = false;
+  /** The broker this connection calls: its principal's view (or the broker itself without access control). */
+  #broker: Broker;
+  /** Who the connection acts for; null until it authenticates while authentication is on. */
+  #principal: Principal | null = null;
+  /** Cancels the watch on the principal (revocation). */
+  #unwatch: (() => void) | null = null;
 
   constructor(socket: ByteSocket, settings: Settings, onClosed: (connection: Connection) => void) {
     this.#socket = socket;
     this.#settings = settings;
     this.#onClosed = onClosed;
-    this.#api = { broker: settings.broker, signal: this.#abort.signal };
+    this.#broker = settings.broker;
+    const connection = this;
+    this.#api = {
+      get broker() {
+        return connection.#broker;
+      },
+      signal: this.#abort.signal,
+      authenticate: (key) => this.#authenticate(key),
+    };
     this.#decoder = new FrameDecoder({
       lengthMin: requestLengthMin,
       lengthMax: settings.maxRequestBytes,
+    });
+    const access = settings.access;
+    if (access !== null) {
+      if (access.required) this.#decoder.lengthMax = authenticateFrameBytesMax;
+      else this.#adopt(access.authenticate(undefined, socket.remoteAddress, "tcp"));
+    }
+  }
+
+  /**
+   * `ApiConnection.authenticate` (Authenticate, api 13).
+   * @throws BrokerError `invalid_request` once authenticated with a key; `unauthenticated` for a refused key.
+   */
+  #authenticate(key: string): { keyId: string; name: string; role: string } {
+    const access = this.#settings.access;
+    if (access === null)
+      throw new BrokerError(
+        Errors.unauthenticated,
+        "Cannot authenticate: this broker has no API keys",
+      );
+    if (this.#principal?.kind === "key")
+      throw new BrokerError(
+        Errors.invalidRequest,
+        "Cannot authenticate: this connection has already authenticated (open a new connection for another key)",
+      );
+    const principal = access.authenticate(key, this.#socket.remoteAddress, "tcp");
+    this.#adopt(principal);
+    return principal.kind === "key"
+      ? { keyId: principal.id, name: principal.name, role: principal.role }
+      : { keyId: "", name: "", role: "anonymous" };
+  }
+
+  /** Makes `principal` the connection's, and closes the connection once it is no longer current. */
+  #adopt(principal: Principal): void {
+    const access = this.#settings.access!;
+    this.#unwatch?.();
+    this.#principal = principal;
+    this.#broker = access.brokerFor(principal);
+    this.#decoder.lengthMax = this.#settings.maxRequestBytes;
+    this.#unwatch = access.watch(principal, () => {
+      this.#settings.logger.log("info", "auth.connection_closed", {
+        transport: "tcp",
+        remote: this.#socket.remoteAddress,
+        key_id: principal.kind === "key" ? principal.id : null,
+        reason: principal.kind === "key" ? "key revoked or changed" : "authentication turned on",
+      });
+      this.destroy("principal no longer valid");
     });
   }
 
@@ -258,6 +336,8 @@ class Connection {
   #onClose(): void {
     if (this.#closed) return;
     this.#closed = true;
+    this.#unwatch?.();
+    this.#unwatch = null;
     this.#ended = true;
     this.#stopping = true;
     this.#cancelReadTimer();
@@ -338,7 +418,8 @@ class Connection {
     this.#settings.refusals.refuse("tcp.frame_refused", {
       remote: this.#socket.remoteAddress,
       length: error.length,
-      max_request_bytes: this.#settings.maxRequestBytes,
+      max_request_bytes: this.#decoder.lengthMax,
+      error: error.message,
     });
     const header = error.tooLarge
       ? this.#decoder.peekBytes(frameLengthBytes + requestLengthMin)
@@ -363,6 +444,8 @@ class Connection {
   #startRequest(frame: Uint8Array): void {
     const { api, version, correlationId, body } = decodeRequestHeader(frame);
     const spec = supportedApi(api, version);
+    if (this.#principal === null && this.#settings.access !== null && spec !== authenticateApi)
+      return this.#refuseUnauthenticated(correlationId);
     if (spec === undefined) {
       this.#respond(
         encodeErrorResponse(
@@ -384,6 +467,8 @@ class Connection {
     } catch (error) {
       response = Promise.reject(error);
     }
+    // A refused Authenticate: its answer is the last thing this connection sends.
+    if (spec === authenticateApi && this.#principal?.kind !== "key") this.#stopAfterAnswers();
     this.#inFlight++;
     this.#inFlightBytes += costBytes;
     response
@@ -395,6 +480,36 @@ class Connection {
         this.#pump();
         this.#endIfDrained();
       });
+  }
+
+  /**
+   * A request other than Authenticate on a connection that has not authenticated while the
+   * broker has keys: answered `unauthenticated` (logged as `auth.failed`), then the connection
+   * closes.
+   */
+  #refuseUnauthenticated(correlationId: number): void {
+    let error: unknown;
+    try {
+      this.#settings.access!.authenticate(undefined, this.#socket.remoteAddress, "tcp");
+    } catch (refused) {
+      error = refused;
+    }
+    if (!(error instanceof BrokerError)) {
+      // Authentication was turned off meanwhile (it never is): treat it as the bug it would be.
+      error = new BrokerError(Errors.internal, internalMessage);
+    }
+    const refusal = error as BrokerError;
+    this.#respond(encodeErrorResponse(correlationId, refusal.kind, refusal.message));
+    this.#stopAfterAnswers();
+    this.#endIfDrained();
+  }
+
+  /** Starts no more frames, reads nothing more, and ends the connection once what is in flight is answered. */
+  #stopAfterAnswers(): void {
+    this.#stopping = true;
+    this.#decoder.clear();
+    this.#cancelReadTimer();
+    this.#updateReading();
   }
 
   #errorResponse(api: ApiSpec, correlationId: number, error: unknown): Uint8Array {

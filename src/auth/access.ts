@@ -1,0 +1,494 @@
+/**
+ * Authentication and authorization for the front doors (`docs/security.md`).
+ *
+ * A transport authenticates each HTTP request, or a TCP connection once, with
+ * {@link AccessControl.authenticate}, and then calls the broker only through
+ * {@link AccessControl.brokerFor}: a {@link Broker} that checks every call against the role table
+ * (`auth/roles.ts`) before handing it to the real broker, so both front doors make the same
+ * decision for the same principal. The view also checks, on every call, that its principal is
+ * still current: a revoked key (or anonymous access, once the first key exists) is refused on
+ * its next request, and its long-polls in flight end at once ({@link AccessControl.watch} lets a
+ * transport close what it holds open: TCP connections, SSE streams).
+ *
+ * Failed authentications are logged (`auth.failed`, warn) with the remote address and the key's
+ * id part only — never the key. Admin actions are logged (`audit.*`, info) with the key's name.
+ */
+import { BrokerError, Errors } from "../broker/errors.ts";
+import type {
+  Broker,
+  CleanupReport,
+  CommitOffsetsRequest,
+  CreateTopicRequest,
+  FetchRequest,
+  FetchResult,
+  GroupAssignment,
+  GroupDescription,
+  HeartbeatResult,
+  JoinGroupRequest,
+  ProduceRequest,
+  ProduceResult,
+  TopicDescription,
+} from "../broker/types.ts";
+import type { Logger } from "../lib/logger.ts";
+import { parseApiKeyId } from "./key-format.ts";
+import type { ApiKeyInfo, ApiKeySpec, KeyStore } from "./key-store.ts";
+import { anonymousPrincipal, type Principal, principalLabel } from "./principal.ts";
+import { authorize, mayList, type Operation, type RequestNames } from "./roles.ts";
+import { apiKeyTextBytesMax } from "../lib/limits.ts";
+
+/** Which front door a request came through, for logs. */
+export type Transport = "http" | "tcp";
+
+/** Why an authentication failed (the `reason` of `auth.failed` and of the error message). */
+export type AuthFailure = "missing" | "malformed" | "unknown";
+
+/** An `unauthenticated` error that also says why (HTTP picks its `WWW-Authenticate` from it). */
+export class AuthenticationError extends BrokerError {
+  override name = "AuthenticationError";
+  constructor(
+    readonly reason: AuthFailure | "revoked",
+    message: string,
+  ) {
+    super(Errors.unauthenticated, message);
+  }
+}
+
+/** Options of {@link AccessControl}. */
+export interface AccessControlOptions {
+  /** The real broker. */
+  broker: Broker;
+  /** The key store; null means no keys can exist (authentication always off; tests). */
+  keys: KeyStore | null;
+  /** Receives `auth.failed` and `audit.*` events. */
+  logger: Logger;
+}
+
+interface Watch {
+  principal: Principal;
+  onInvalid: () => void;
+}
+
+/** See the module comment. */
+export class AccessControl {
+  readonly #broker: Broker;
+  readonly #keys: KeyStore | null;
+  readonly #logger: Logger;
+  readonly #views = new WeakMap<Principal, AuthorizedBroker>();
+  readonly #watches = new Set<Watch>();
+  /** Aborted (and dropped) when their principal stops being current: ends its long-polls. */
+  readonly #signals = new Map<Principal, AbortController>();
+
+  constructor(options: AccessControlOptions) {
+    this.#broker = options.broker;
+    this.#keys = options.keys;
+    this.#logger = options.logger;
+    this.#keys?.onChange(() => this.#sweep());
+  }
+
+  /** True while every request needs a key (a key store file exists). */
+  get required(): boolean {
+    return this.#keys?.enabled ?? false;
+  }
+
+  /** The key store, or null (see {@link AccessControlOptions.keys}). */
+  get keys(): KeyStore | null {
+    return this.#keys;
+  }
+
+  /**
+   * Authenticates one credential: `key` is the API key text the client sent, or undefined when
+   * it sent none. Without a key, the anonymous principal while authentication is off.
+   * @param remote the peer's address, for the log.
+   * @throws AuthenticationError (`unauthenticated`) for no key while authentication is on, a
+   *   malformed key, or an unknown, revoked or wrong one; logged as `auth.failed`. Its message
+   *   never contains the key.
+   */
+  authenticate(key: string | undefined, remote: string, transport: Transport): Principal {
+    if (key === undefined) {
+      if (!this.required) return anonymousPrincipal;
+      this.logFailure("missing", remote, transport, null);
+      throw new AuthenticationError(
+        "missing",
+        "Cannot authenticate: an API key is required (send Authorization: Bearer <key>, or authenticate first over TCP)",
+      );
+    }
+    const id = key.length <= apiKeyTextBytesMax ? parseApiKeyId(key) : null;
+    if (id === null) {
+      this.logFailure("malformed", remote, transport, null);
+      throw new AuthenticationError(
+        "malformed",
+        "Cannot authenticate: the API key is malformed (expected esb_<16 hex digits>_<43 base64url characters>)",
+      );
+    }
+    const principal = this.#keys?.verify(key) ?? null;
+    if (principal === null) {
+      this.logFailure("unknown", remote, transport, id);
+      throw new AuthenticationError(
+        "unknown",
+        `Cannot authenticate: API key ${id} is not valid (unknown, revoked, or wrong secret)`,
+      );
+    }
+    this.#keys!.noteUse(principal);
+    return principal;
+  }
+
+  /** True while `principal` may still make requests (its key is not revoked or changed; anonymous: authentication is off). */
+  isCurrent(principal: Principal): boolean {
+    if (principal.kind === "anonymous") return !this.required;
+    return this.#keys?.isCurrent(principal) ?? false;
+  }
+
+  /**
+   * Calls `onInvalid` once, when `principal` stops being current (module comment). Returns a
+   * function that cancels the watch (call it when the connection or stream ends).
+   */
+  watch(principal: Principal, onInvalid: () => void): () => void {
+    const watch: Watch = { principal, onInvalid };
+    this.#watches.add(watch);
+    return () => this.#watches.delete(watch);
+  }
+
+  /** The broker as `principal` may use it (the same object for the same principal). */
+  brokerFor(principal: Principal): AuthorizedBroker {
+    let view = this.#views.get(principal);
+    if (view === undefined) {
+      view = new AuthorizedBroker(this.#broker, principal, this);
+      this.#views.set(principal, view);
+    }
+    return view;
+  }
+
+  /**
+   * Throws unless `principal` is current and the role table allows `operation` on `names`.
+   * @param action the failed action for the message, e.g. `Cannot produce to topic "orders"`.
+   * @throws AuthenticationError (revoked) or BrokerError `forbidden` with details `operation` and `topic` / `group`.
+   */
+  check(principal: Principal, operation: Operation, names: RequestNames, action: string): void {
+    if (!this.isCurrent(principal)) {
+      throw new AuthenticationError(
+        "revoked",
+        principal.kind === "anonymous"
+          ? `${action}: an API key is required now (authentication was turned on)`
+          : `${action}: API key ${principal.id} was revoked or changed`,
+      );
+    }
+    const decision = authorize(principal, operation, names);
+    if (decision.allowed) return;
+    const who = principalLabel(principal);
+    const role = principal.kind === "key" ? principal.role : "anonymous";
+    if (decision.reason === "role") {
+      throw new BrokerError(
+        Errors.forbidden,
+        `${action}: ${who} (role ${role}) may not ${operation}`,
+        { operation },
+      );
+    }
+    throw new BrokerError(
+      Errors.forbidden,
+      `${action}: ${who} (role ${role}) may not ${operation} on ${decision.reason} ${JSON.stringify(decision.name)} (no ${decision.reason} pattern of the key matches it)`,
+      { operation, [decision.reason]: decision.name },
+    );
+  }
+
+  /** An abort signal that fires when `principal` stops being current (already aborted if it is not). */
+  signalFor(principal: Principal): AbortSignal {
+    const controller = this.#signals.get(principal);
+    if (controller !== undefined) return controller.signal;
+    if (!this.isCurrent(principal)) return AbortSignal.abort();
+    const created = new AbortController();
+    this.#signals.set(principal, created);
+    return created.signal;
+  }
+
+  /** Logs an admin action with the acting key's name. */
+  audit(principal: Principal, event: string, fields: Record<string, unknown>): void {
+    this.#logger.log("info", event, {
+      key: principal.kind === "key" ? principal.name : null,
+      key_id: principal.kind === "key" ? principal.id : null,
+      ...fields,
+    });
+  }
+
+  /**
+   * Logs a failed authentication (`auth.failed`), also for failures a transport finds itself (a
+   * malformed `Authorization` header). Never given the key.
+   */
+  logFailure(
+    reason: AuthFailure,
+    remote: string,
+    transport: Transport,
+    keyId: string | null,
+  ): void {
+    this.#logger.log("warn", "auth.failed", { transport, remote, reason, key_id: keyId });
+  }
+
+  /** After a key store change: ends the long-polls and fires the watches of principals no longer current. */
+  #sweep(): void {
+    for (const watch of [...this.#watches]) {
+      if (this.isCurrent(watch.principal)) continue;
+      this.#watches.delete(watch);
+      try {
+        watch.onInvalid();
+      } catch (err) {
+        this.#logger.log("error", "auth.watch_failed", {
+          error: err instanceof Error ? err.message : String(err),
+        });
+      }
+    }
+    for (const [principal, controller] of this.#signals) {
+      if (this.isCurrent(principal)) continue;
+      this.#signals.delete(principal);
+      controller.abort();
+    }
+  }
+}
+
+/**
+ * The broker as one principal may use it: every method checks the role table (and that the
+ * principal is still current) and then calls the real broker. Long-polls end when the principal
+ * stops being current. Also the key administration (admin only).
+ */
+export class AuthorizedBroker implements Broker {
+  readonly #inner: Broker;
+  readonly #principal: Principal;
+  readonly #access: AccessControl;
+  /** Changes a topic's config (admin); absent if the real broker cannot. */
+  readonly updateTopicConfig?: (
+    name: string,
+    config: Record<string, unknown>,
+  ) => Promise<TopicDescription>;
+  /** Runs cleanup now (admin); absent if the real broker has no cleanup tasks. */
+  readonly cleanup?: (topic: string) => Promise<CleanupReport>;
+  /** Storage state (admin); absent if the real broker does not describe its storage. */
+  readonly describeStorage?: () => object;
+
+  constructor(inner: Broker, principal: Principal, access: AccessControl) {
+    this.#inner = inner;
+    this.#principal = principal;
+    this.#access = access;
+    const updateTopicConfig = inner.updateTopicConfig?.bind(inner);
+    if (updateTopicConfig !== undefined) {
+      this.updateTopicConfig = async (name, config) => {
+        this.#check(
+          "update_topic_config",
+          {},
+          `Cannot update the config of topic ${JSON.stringify(name)}`,
+        );
+        const topic = await updateTopicConfig(name, config);
+        this.#access.audit(principal, "audit.topic_config_updated", { topic: name, config });
+        return topic;
+      };
+    }
+    const cleanup = inner.cleanup?.bind(inner);
+    if (cleanup !== undefined) {
+      this.cleanup = async (topic) => {
+        this.#check("cleanup", {}, `Cannot clean up topic ${JSON.stringify(topic)}`);
+        const report = await cleanup(topic);
+        this.#access.audit(principal, "audit.topic_cleanup", { topic });
+        return report;
+      };
+    }
+    const describeStorage = inner.describeStorage?.bind(inner);
+    if (describeStorage !== undefined) {
+      this.describeStorage = () => {
+        this.#check("describe_storage", {}, "Cannot describe storage");
+        return describeStorage();
+      };
+    }
+  }
+
+  /** Whose view this is. */
+  get principal(): Principal {
+    return this.#principal;
+  }
+
+  #check(operation: Operation, names: RequestNames, action: string): void {
+    this.#access.check(this.#principal, operation, names, action);
+  }
+
+  /** `signal` combined with the principal's revocation signal (only for calls that can wait). */
+  #signal(signal: AbortSignal | undefined): AbortSignal {
+    const revoked = this.#access.signalFor(this.#principal);
+    return signal === undefined ? revoked : AbortSignal.any([signal, revoked]);
+  }
+
+  async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
+    this.#check("create_topic", {}, `Cannot create topic ${JSON.stringify(request.name)}`);
+    const topic = await this.#inner.createTopic(request);
+    this.#access.audit(this.#principal, "audit.topic_created", {
+      topic: topic.name,
+      partitions: topic.partitions.length,
+    });
+    return topic;
+  }
+
+  async listTopics(): Promise<TopicDescription[]> {
+    this.#check("list_topics", {}, "Cannot list topics");
+    const topics = await this.#inner.listTopics();
+    return topics.filter((t) => mayList(this.#principal, "list_topics", t.name));
+  }
+
+  describeTopic(name: string): Promise<TopicDescription> {
+    this.#check(
+      "describe_topic",
+      { topics: [name] },
+      `Cannot describe topic ${JSON.stringify(name)}`,
+    );
+    return this.#inner.describeTopic(name);
+  }
+
+  async deleteTopic(name: string): Promise<void> {
+    this.#check("delete_topic", {}, `Cannot delete topic ${JSON.stringify(name)}`);
+    await this.#inner.deleteTopic(name);
+    this.#access.audit(this.#principal, "audit.topic_deleted", { topic: name });
+  }
+
+  produce(request: ProduceRequest): Promise<ProduceResult> {
+    this.#check(
+      "produce",
+      { topics: [request.topic] },
+      `Cannot produce to topic ${JSON.stringify(request.topic)}`,
+    );
+    return this.#inner.produce(request);
+  }
+
+  fetch(request: FetchRequest): Promise<FetchResult> {
+    this.#check(
+      "fetch",
+      { topics: [request.topic] },
+      `Cannot fetch from topic ${JSON.stringify(request.topic)}`,
+    );
+    if ((request.waitMs ?? 0) <= 0) return this.#inner.fetch(request);
+    return this.#inner.fetch({ ...request, signal: this.#signal(request.signal) });
+  }
+
+  listOffsets(request: {
+    topic: string;
+    partition: number;
+  }): Promise<{ logStartOffset: number; highWatermark: number }> {
+    this.#check(
+      "list_offsets",
+      { topics: [request.topic] },
+      `Cannot list offsets of topic ${JSON.stringify(request.topic)}`,
+    );
+    return this.#inner.listOffsets(request);
+  }
+
+  joinGroup(request: JoinGroupRequest): Promise<GroupAssignment> {
+    this.#check(
+      "join_group",
+      { group: request.group, topics: Array.isArray(request.topics) ? request.topics : [] },
+      `Cannot join group ${JSON.stringify(request.group)}`,
+    );
+    return this.#inner.joinGroup(request);
+  }
+
+  heartbeat(request: {
+    group: string;
+    memberId: string;
+    generation?: number;
+  }): Promise<HeartbeatResult> {
+    this.#check(
+      "heartbeat",
+      { group: request.group },
+      `Cannot heartbeat in group ${JSON.stringify(request.group)}`,
+    );
+    return this.#inner.heartbeat(request);
+  }
+
+  leaveGroup(request: { group: string; memberId: string }): Promise<void> {
+    this.#check(
+      "leave_group",
+      { group: request.group },
+      `Cannot leave group ${JSON.stringify(request.group)}`,
+    );
+    return this.#inner.leaveGroup(request);
+  }
+
+  commitOffsets(request: CommitOffsetsRequest): Promise<void> {
+    const topics = Array.isArray(request.offsets)
+      ? [
+          ...new Set(
+            request.offsets.map((o) => o?.topic).filter((t): t is string => typeof t === "string"),
+          ),
+        ]
+      : [];
+    this.#check(
+      "commit_offsets",
+      { group: request.group, topics },
+      `Cannot commit offsets of group ${JSON.stringify(request.group)}`,
+    );
+    return this.#inner.commitOffsets(request);
+  }
+
+  describeGroup(group: string): Promise<GroupDescription> {
+    this.#check("describe_group", { group }, `Cannot describe group ${JSON.stringify(group)}`);
+    return this.#inner.describeGroup(group);
+  }
+
+  async listGroups(): Promise<GroupDescription[]> {
+    this.#check("list_groups", {}, "Cannot list groups");
+    const groups = await this.#inner.listGroups();
+    return groups.filter((g) => mayList(this.#principal, "list_groups", g.group));
+  }
+
+  /** Never closes the real broker: its owner does. Resolves at once. */
+  async close(): Promise<void> {}
+
+  /**
+   * Storage counters of the real broker (`GET /v1/admin/metrics`; admin only).
+   * @throws BrokerError forbidden; not_found if the real broker keeps no metrics.
+   */
+  metrics(): Record<string, number> {
+    this.#check("metrics", {}, "Cannot GET /v1/admin/metrics");
+    const source = this.#inner as Broker & { metrics?: () => Record<string, number> };
+    if (typeof source.metrics !== "function")
+      throw new BrokerError(
+        Errors.notFound,
+        "Cannot GET /v1/admin/metrics: this broker keeps no metrics",
+      );
+    return source.metrics();
+  }
+
+  /**
+   * Makes an API key (admin only); the answer holds the key's text, the only time it is shown.
+   * @throws BrokerError forbidden, invalid_request, key_exists, unavailable (no key store), storage_error.
+   */
+  async createKey(spec: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
+    const name = typeof spec.name === "string" ? spec.name : "";
+    this.#check("create_key", {}, `Cannot create key ${JSON.stringify(name)}`);
+    const created = await this.#store("create keys").create(spec);
+    this.#access.audit(this.#principal, "audit.key_created", {
+      name: created.info.name,
+      id: created.info.id,
+      role: created.info.role,
+      topics: created.info.topics,
+      groups: created.info.groups,
+    });
+    return created;
+  }
+
+  /** Every key's metadata (admin only; never a secret or a hash). @throws BrokerError forbidden. */
+  listKeys(): ApiKeyInfo[] {
+    this.#check("list_keys", {}, "Cannot list keys");
+    return this.#access.keys?.list() ?? [];
+  }
+
+  /** Revokes a key by name (admin only). @throws BrokerError forbidden, key_not_found, storage_error. */
+  async revokeKey(name: string): Promise<ApiKeyInfo> {
+    this.#check("revoke_key", {}, `Cannot revoke key ${JSON.stringify(name)}`);
+    const revoked = await this.#store("revoke keys").revoke(name);
+    this.#access.audit(this.#principal, "audit.key_revoked", {
+      name: revoked.name,
+      id: revoked.id,
+    });
+    return revoked;
+  }
+
+  #store(what: string): KeyStore {
+    const keys = this.#access.keys;
+    if (keys === null)
+      throw new BrokerError(Errors.unavailable, `Cannot ${what}: this broker has no key store`);
+    return keys;
+  }
+}

@@ -1,0 +1,583 @@
+/**
+ * The API keys of a data directory: `<dataDir>/api_keys.json`, key hashes and metadata, never a
+ * secret (`docs/security.md`). Written only through the atomic metadata writer
+ * (`storage/metadata.ts`: temp file, fsync, rename, fsync directory; mode 0600), so a crash at any
+ * point leaves the old file or the new one.
+ *
+ * ```json
+ * { "version": 1,
+ *   "keys": [ { "id": "3f9c0a7de1b24c55", "name": "ingest", "role": "producer",
+ *               "topics": ["orders.*"], "groups": [],
+ *               "hash": "sha256:<64 hex digits of SHA-256 over the whole key text>",
+ *               "created_ms": 1700000000000, "last_used_ms": 1700000060000 } ] }
+ * ```
+ *
+ * Authentication is on whenever the file exists, even with no keys in it (then only
+ * `GET /healthz` is served): revoking the last key never turns authentication off. A file that
+ * cannot be read or parsed, or holds an entry that breaks the rules below, refuses the start
+ * naming the file (DECISIONS 9: never fall back to no authentication); on a reload (SIGHUP) the
+ * keys already loaded stay in force instead.
+ *
+ * Concurrency and failures: every change (create, revoke, a `last_used_ms` update) is made under
+ * one mutex, as a whole new file written from the keys in memory. A created key is usable once
+ * its file is durable (before that `create` has not resolved). A revoked key is refused from the
+ * moment `revoke` is called, before the file is written; if the write fails, `revoke` rejects,
+ * the key stays refused in this process, and the next write of the file (or a second `revoke` of
+ * the same name) leaves it out. `last_used_ms` is kept to the minute: it is written at most once
+ * per {@link apiKeyLastUsedIntervalMs} per key, in the background; a failed write is logged.
+ */
+import { BrokerError, Errors } from "../broker/errors.ts";
+import { storageFailure } from "../broker/storage-failure.ts";
+import { FsError, type FileSystem } from "../fs/types.ts";
+import type { Clock } from "../lib/clock.ts";
+import { apiKeyLastUsedIntervalMs, apiKeyNameCharsMax, apiKeysMax } from "../lib/limits.ts";
+import type { Logger } from "../lib/logger.ts";
+import { Mutex } from "../lib/mutex.ts";
+import { utf8 } from "../lib/bytes.ts";
+import { readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
+import { constantTimeEqual, fromHex, type KeyCrypto } from "./crypto.ts";
+import { generateApiKey, keyHash, parseApiKeyId } from "./key-format.ts";
+import { validatePatterns, type NamePattern } from "./patterns.ts";
+import { isRole, type KeyPrincipal, type Role } from "./principal.ts";
+
+/** File name of the key store inside the data directory. */
+export const apiKeysFileName = "api_keys.json";
+
+/** Version of the file format this code reads and writes. */
+export const apiKeysFileVersion = 1;
+
+/** A key as listed: everything but its hash. */
+export interface ApiKeyInfo {
+  /** The key's id part (not secret). */
+  id: string;
+  /** Unique name, `[A-Za-z0-9._-]`, 1–{@link apiKeyNameCharsMax} characters. */
+  name: string;
+  role: Role;
+  /** Topic patterns (producer, consumer). */
+  topics: NamePattern[];
+  /** Group patterns (consumer). */
+  groups: NamePattern[];
+  /** When the key was made, ms since the epoch. */
+  created_ms: number;
+  /** Last successful authentication, to the minute; null if never used. */
+  last_used_ms: number | null;
+}
+
+/** What a new key may do: `keys create`'s arguments. */
+export interface ApiKeySpec {
+  name: unknown;
+  role: unknown;
+  /** Topic patterns: required (non-empty) for producer and consumer, refused for admin. */
+  topics?: unknown;
+  /** Group patterns: optional for consumer, refused for admin and producer. */
+  groups?: unknown;
+}
+
+/** An `api_keys.json` that cannot be used: the start is refused (or, on reload, the old keys kept). */
+export class KeyStoreError extends Error {
+  override name = "KeyStoreError";
+  /**
+   * @param path the file.
+   * @param reason what is wrong, without any of the file's values.
+   */
+  constructor(
+    readonly path: string,
+    reason: string,
+  ) {
+    super(`Cannot use the API key file ${path}: ${reason}`);
+  }
+}
+
+/**
+ * What changed in a {@link KeyStore}, for {@link KeyStore.onChange} listeners: sent after every
+ * create (authentication may have just turned on), revoke and reload.
+ */
+export interface KeyStoreChange {
+  /** Principals no longer valid (revoked, removed from the file, or changed by a reload). */
+  invalidated: KeyPrincipal[];
+}
+
+/** Options of {@link KeyStore.open}. */
+export interface KeyStoreOptions {
+  fs: FileSystem;
+  /** Path of `api_keys.json` (normally `<dataDir>/api_keys.json`). */
+  path: string;
+  crypto: KeyCrypto;
+  clock: Clock;
+  logger: Logger;
+}
+
+interface Entry {
+  info: ApiKeyInfo;
+  /** `sha256:<hex>` as stored. */
+  hash: string;
+  /** The digest's bytes, for the comparison. */
+  digest: Uint8Array;
+  principal: KeyPrincipal;
+  /** `last_used_ms` as last written to the file (or read from it). */
+  lastUsedWrittenMs: number | null;
+}
+
+const namePattern = /^[A-Za-z0-9._-]+$/;
+const hashPattern = /^sha256:[0-9a-f]{64}$/;
+const idPattern = /^[0-9a-f]{16}$/;
+const entryFields = new Set([
+  "id",
+  "name",
+  "role",
+  "topics",
+  "groups",
+  "hash",
+  "created_ms",
+  "last_used_ms",
+]);
+
+/**
+ * Checks a key name.
+ * @throws BrokerError invalid_request naming what is wrong.
+ */
+export function validateKeyName(name: unknown): string {
+  if (typeof name !== "string")
+    throw new BrokerError(Errors.invalidRequest, "Cannot accept key name: it must be a string");
+  if (name.length === 0 || name.length > apiKeyNameCharsMax || !namePattern.test(name))
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `Cannot accept key name ${JSON.stringify(name.slice(0, 80))}: a key name is 1–${apiKeyNameCharsMax} characters of [A-Za-z0-9._-]`,
+    );
+  return name;
+}
+
+/**
+ * Checks what a new key may do (role and patterns; module comment of `auth/roles.ts`).
+ * @throws BrokerError invalid_request naming the field.
+ */
+export function validateKeySpec(
+  spec: ApiKeySpec,
+): Omit<ApiKeyInfo, "id" | "created_ms" | "last_used_ms"> {
+  const name = validateKeyName(spec.name);
+  const action = `Cannot create key ${JSON.stringify(name)}`;
+  if (!isRole(spec.role))
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `${action}: role must be admin, producer or consumer`,
+      {
+        field: "role",
+      },
+    );
+  const role = spec.role;
+  const topics = spec.topics === undefined ? [] : validatePatterns(spec.topics, "topic");
+  const groups = spec.groups === undefined ? [] : validatePatterns(spec.groups, "group");
+  if (role === "admin" && (topics.length > 0 || groups.length > 0))
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `${action}: an admin key takes no topic or group patterns (admin may use every topic and group)`,
+      { field: topics.length > 0 ? "topics" : "groups" },
+    );
+  if (role !== "admin" && topics.length === 0)
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `${action}: a ${role} key needs at least one topic pattern (an exact name, a prefix ending in "*", or "*" for every topic)`,
+      { field: "topics" },
+    );
+  if (role === "producer" && groups.length > 0)
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `${action}: a producer key takes no group patterns`,
+      {
+        field: "groups",
+      },
+    );
+  return { name, role, topics, groups };
+}
+
+/** See the module comment. */
+export class KeyStore {
+  readonly #fs: FileSystem;
+  readonly #path: string;
+  readonly #crypto: KeyCrypto;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #mutex = new Mutex();
+  /** Usable keys by id. */
+  #byId = new Map<string, Entry>();
+  /** Usable keys by name. */
+  #byName = new Map<string, Entry>();
+  /** Keys revoked in memory whose removal from the file has not been written yet, by name. */
+  #revoking = new Map<string, Entry>();
+  #enabled: boolean;
+  #lastUsedWriteScheduled = false;
+  #lastUsedWrite: Promise<void> = Promise.resolve();
+  #listeners = new Set<(change: KeyStoreChange) => void>();
+  #closed = false;
+
+  private constructor(options: KeyStoreOptions, entries: Entry[] | null) {
+    this.#fs = options.fs;
+    this.#path = options.path;
+    this.#crypto = options.crypto;
+    this.#clock = options.clock;
+    this.#logger = options.logger;
+    this.#enabled = entries !== null;
+    for (const entry of entries ?? []) this.#add(entry);
+  }
+
+  /**
+   * Reads the key file. A missing file means authentication is off (until a key is created).
+   * @throws KeyStoreError naming the file if it exists but cannot be read or parsed, or breaks a rule.
+   */
+  static async open(options: KeyStoreOptions): Promise<KeyStore> {
+    const entries = await readKeyFile(options.fs, options.path);
+    return new KeyStore(options, entries);
+  }
+
+  /** The file's path. */
+  get path(): string {
+    return this.#path;
+  }
+
+  /** True while authentication is on: the file exists (it may hold no key). */
+  get enabled(): boolean {
+    return this.#enabled;
+  }
+
+  /** Number of usable keys. */
+  get size(): number {
+    return this.#byId.size;
+  }
+
+  /**
+   * Checks a key's text: its form, its id, then its hash in constant time. Returns the key's
+   * principal, or null for a malformed, unknown, revoked or wrong key. Never logs; the caller
+   * logs failures with the id part only ({@link parseApiKeyId}).
+   */
+  verify(text: string): KeyPrincipal | null {
+    const id = parseApiKeyId(text);
+    if (id === null) return null;
+    const entry = this.#byId.get(id);
+    // The hash is computed even for an unknown id, so an unknown id costs the same as a wrong secret.
+    const digest = this.#crypto.sha256(utf8(text));
+    if (entry === undefined) return null;
+    return constantTimeEqual(digest, entry.digest) ? entry.principal : null;
+  }
+
+  /** The current principal of key `id`, or undefined if there is none (never made, revoked, changed). */
+  principal(id: string): KeyPrincipal | undefined {
+    return this.#byId.get(id)?.principal;
+  }
+
+  /** True if `principal` is still the current principal of its key. */
+  isCurrent(principal: KeyPrincipal): boolean {
+    return this.#byId.get(principal.id)?.principal === principal;
+  }
+
+  /** Every usable key, by name. */
+  list(): ApiKeyInfo[] {
+    return [...this.#byId.values()]
+      .map((e) => copyInfo(e.info))
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  /** Calls `listener` after every create, revoke and reload ({@link KeyStoreChange}). Returns an unsubscribe function. */
+  onChange(listener: (change: KeyStoreChange) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /**
+   * Makes a key, writes the file durably, and only then returns the key's text (the one time it
+   * is shown) with its metadata. Turns authentication on if it was off.
+   * @throws BrokerError invalid_request (bad spec), key_exists, invalid_request past {@link apiKeysMax},
+   *   storage_error / internal when the file cannot be written (the key is then not usable).
+   */
+  create(spec: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
+    const checked = validateKeySpec(spec);
+    return this.#mutex.run(async () => {
+      this.#checkOpen();
+      const action = `Cannot create key ${JSON.stringify(checked.name)}`;
+      if (this.#byName.has(checked.name) || this.#revoking.has(checked.name))
+        throw new BrokerError(Errors.keyExists, `${action}: a key with that name exists`, {
+          name: checked.name,
+        });
+      if (this.#byId.size >= apiKeysMax)
+        throw new BrokerError(
+          Errors.invalidRequest,
+          `${action}: the broker already holds ${apiKeysMax} keys`,
+        );
+      let made = generateApiKey(this.#crypto);
+      while (this.#byId.has(made.id)) made = generateApiKey(this.#crypto);
+      const hash = keyHash(this.#crypto, made.text);
+      const info: ApiKeyInfo = {
+        id: made.id,
+        ...checked,
+        created_ms: this.#clock.nowMs(),
+        last_used_ms: null,
+      };
+      const entry = makeEntry(info, hash);
+      await this.#write([...this.#byId.values(), entry], action);
+      this.#add(entry);
+      this.#enabled = true;
+      // No principal is invalidated, but anonymous access ends if this was the first key.
+      this.#emit({ invalidated: [] });
+      return { key: made.text, info: copyInfo(info) };
+    });
+  }
+
+  /**
+   * Revokes the key named `name`: refused from this call on (open connections and streams of
+   * it are told through {@link onChange}), then removed from the file durably.
+   * @throws BrokerError key_not_found; storage_error / internal when the file cannot be written
+   *   (the key stays refused in this process; call again to retry the write).
+   */
+  revoke(name: string): Promise<ApiKeyInfo> {
+    const action = `Cannot revoke key ${JSON.stringify(name)}`;
+    const entry = this.#byName.get(name);
+    if (entry !== undefined) {
+      this.#remove(entry);
+      this.#revoking.set(name, entry);
+      this.#emit({ invalidated: [entry.principal] });
+    }
+    return this.#mutex.run(async () => {
+      this.#checkOpen();
+      const revoking = this.#revoking.get(name);
+      if (revoking === undefined)
+        throw new BrokerError(Errors.keyNotFound, `${action}: no key has that name`, { name });
+      await this.#write([...this.#byId.values()], action);
+      this.#revoking.delete(name);
+      return copyInfo(revoking.info);
+    });
+  }
+
+  /**
+   * Notes that `principal` authenticated now. Its `last_used_ms` is written to the file, in the
+   * background, if the one there is {@link apiKeyLastUsedIntervalMs} old or older.
+   */
+  noteUse(principal: KeyPrincipal): void {
+    const entry = this.#byId.get(principal.id);
+    if (entry === undefined || entry.principal !== principal || this.#closed) return;
+    const now = this.#clock.nowMs();
+    const written = entry.lastUsedWrittenMs;
+    if (written !== null && now - written < apiKeyLastUsedIntervalMs) return;
+    entry.info.last_used_ms = now;
+    // Marked written now, so one write is started per interval however many requests come.
+    entry.lastUsedWrittenMs = now;
+    if (this.#lastUsedWriteScheduled) return;
+    this.#lastUsedWriteScheduled = true;
+    this.#lastUsedWrite = this.#mutex.run(async () => {
+      this.#lastUsedWriteScheduled = false;
+      if (this.#closed) return;
+      try {
+        await this.#write([...this.#byId.values()], "Cannot record when API keys were last used");
+      } catch (err) {
+        this.#logger.log("warn", "auth.last_used_write_failed", {
+          file: this.#path,
+          error: err instanceof Error ? err.message : String(err),
+        });
+      }
+    });
+  }
+
+  /**
+   * Reads the file again (SIGHUP). Keys that are gone or changed are invalidated (as if
+   * revoked); unchanged keys keep their principals, so their connections stay open.
+   * @throws KeyStoreError if the file cannot be used (missing while authentication is on,
+   *   unreadable, unparseable, or breaking a rule): the keys in memory stay in force.
+   */
+  reload(): Promise<{ keys: number; invalidated: number }> {
+    return this.#mutex.run(async () => {
+      this.#checkOpen();
+      const entries = await readKeyFile(this.#fs, this.#path);
+      if (entries === null) {
+        if (this.#enabled)
+          throw new KeyStoreError(
+            this.#path,
+            `the file is missing; the ${this.#byId.size} keys loaded stay in force (authentication is never turned off while the broker runs)`,
+          );
+        return { keys: 0, invalidated: 0 };
+      }
+      const invalidated: KeyPrincipal[] = [];
+      const next = new Map<string, Entry>();
+      for (const entry of entries) {
+        const old = this.#byId.get(entry.info.id);
+        if (old !== undefined && sameKey(old, entry)) {
+          // Keep the old principal (and the newer of the two last-used times).
+          if ((entry.info.last_used_ms ?? 0) > (old.info.last_used_ms ?? 0))
+            old.info.last_used_ms = entry.info.last_used_ms;
+          next.set(old.info.id, old);
+        } else {
+          next.set(entry.info.id, entry);
+          if (old !== undefined) invalidated.push(old.principal);
+        }
+      }
+      for (const [id, old] of this.#byId) if (!next.has(id)) invalidated.push(old.principal);
+      // A key revoked but not yet written out stays revoked even if the file still holds it.
+      for (const revoking of this.#revoking.values()) next.delete(revoking.info.id);
+      this.#byId = new Map();
+      this.#byName = new Map();
+      for (const entry of next.values()) this.#add(entry);
+      this.#enabled = true;
+      this.#emit({ invalidated });
+      return { keys: this.#byId.size, invalidated: invalidated.length };
+    });
+  }
+
+  /** Waits for a background `last_used_ms` write, then refuses further changes. */
+  async close(): Promise<void> {
+    await this.#lastUsedWrite;
+    await this.#mutex.run(async () => {
+      this.#closed = true;
+    });
+  }
+
+  #checkOpen(): void {
+    if (this.#closed)
+      throw new BrokerError(
+        Errors.unavailable,
+        "Cannot change API keys: the broker is shutting down",
+      );
+  }
+
+  #add(entry: Entry): void {
+    this.#byId.set(entry.info.id, entry);
+    this.#byName.set(entry.info.name, entry);
+  }
+
+  #remove(entry: Entry): void {
+    this.#byId.delete(entry.info.id);
+    this.#byName.delete(entry.info.name);
+  }
+
+  #emit(change: KeyStoreChange): void {
+    for (const listener of [...this.#listeners]) {
+      try {
+        listener(change);
+      } catch (err) {
+        this.#logger.log("error", "auth.listener_failed", {
+          error: err instanceof Error ? err.message : String(err),
+        });
+      }
+    }
+  }
+
+  /** Writes `entries` as the whole file, atomically and durably. */
+  async #write(entries: readonly Entry[], action: string): Promise<void> {
+    const file = {
+      version: apiKeysFileVersion,
+      keys: entries.map((e) => ({ ...copyInfo(e.info), hash: e.hash })),
+    };
+    try {
+      await writeJsonAtomic(this.#fs, this.#path, file);
+    } catch (err) {
+      if (err instanceof FsError) throw storageFailure(action, err);
+      throw err;
+    }
+    for (const e of entries) e.lastUsedWrittenMs = e.info.last_used_ms;
+  }
+}
+
+function copyInfo(info: ApiKeyInfo): ApiKeyInfo {
+  return {
+    id: info.id,
+    name: info.name,
+    role: info.role,
+    topics: [...info.topics],
+    groups: [...info.groups],
+    created_ms: info.created_ms,
+    last_used_ms: info.last_used_ms,
+  };
+}
+
+function makeEntry(info: ApiKeyInfo, hash: string): Entry {
+  const principal: KeyPrincipal = Object.freeze({
+    kind: "key",
+    id: info.id,
+    name: info.name,
+    role: info.role,
+    topics: Object.freeze([...info.topics]),
+    groups: Object.freeze([...info.groups]),
+  });
+  return {
+    info,
+    hash,
+    digest: fromHex(hash.slice("sha256:".length)),
+    principal,
+    lastUsedWrittenMs: info.last_used_ms,
+  };
+}
+
+/** Same key with the same rights (a reload keeps its principal). */
+function sameKey(a: Entry, b: Entry): boolean {
+  return (
+    a.hash === b.hash &&
+    a.info.name === b.info.name &&
+    a.info.role === b.info.role &&
+    a.info.topics.join("\n") === b.info.topics.join("\n") &&
+    a.info.groups.join("\n") === b.info.groups.join("\n")
+  );
+}
+
+/**
+ * Reads and checks the key file: null if it does not exist, else its entries.
+ * @throws KeyStoreError naming the file and the first problem (never a value from the file).
+ */
+async function readKeyFile(fs: FileSystem, path: string): Promise<Entry[] | null> {
+  const read = await readJsonFile(fs, path);
+  if ("missing" in read) return null;
+  if ("error" in read) throw new KeyStoreError(path, read.error);
+  const file = read.value;
+  if (typeof file !== "object" || file === null || Array.isArray(file))
+    throw new KeyStoreError(path, 'the file must hold a JSON object like {"version":1,"keys":[]}');
+  const { version, keys } = file as { version?: unknown; keys?: unknown };
+  if (version !== apiKeysFileVersion)
+    throw new KeyStoreError(path, `"version" must be ${apiKeysFileVersion}`);
+  if (!Array.isArray(keys)) throw new KeyStoreError(path, '"keys" must be a list');
+  if (keys.length > apiKeysMax)
+    throw new KeyStoreError(path, `it holds more than ${apiKeysMax} keys`);
+  const entries: Entry[] = [];
+  const ids = new Set<string>();
+  const names = new Set<string>();
+  keys.forEach((raw: unknown, index) => {
+    const where = `keys[${index}]`;
+    if (typeof raw !== "object" || raw === null || Array.isArray(raw))
+      throw new KeyStoreError(path, `${where} must be an object`);
+    const k = raw as Record<string, unknown>;
+    for (const field of Object.keys(k))
+      if (!entryFields.has(field))
+        throw new KeyStoreError(path, `${where} has an unknown field ${JSON.stringify(field)}`);
+    if (typeof k.id !== "string" || !idPattern.test(k.id))
+      throw new KeyStoreError(path, `${where}.id must be 16 lower-case hex digits`);
+    if (typeof k.hash !== "string" || !hashPattern.test(k.hash))
+      throw new KeyStoreError(path, `${where}.hash must be "sha256:" and 64 lower-case hex digits`);
+    if (!Number.isSafeInteger(k.created_ms) || (k.created_ms as number) < 0)
+      throw new KeyStoreError(path, `${where}.created_ms must be a non-negative integer`);
+    if (
+      k.last_used_ms !== null &&
+      (!Number.isSafeInteger(k.last_used_ms) || (k.last_used_ms as number) < 0)
+    )
+      throw new KeyStoreError(path, `${where}.last_used_ms must be null or a non-negative integer`);
+    let checked;
+    try {
+      checked = validateKeySpec({ name: k.name, role: k.role, topics: k.topics, groups: k.groups });
+    } catch (err) {
+      throw new KeyStoreError(
+        path,
+        `${where}: ${err instanceof Error ? err.message : String(err)}`,
+      );
+    }
+    if (ids.has(k.id)) throw new KeyStoreError(path, `${where}.id repeats an earlier key's id`);
+    if (names.has(checked.name))
+      throw new KeyStoreError(path, `${where}.name repeats an earlier key's name`);
+    ids.add(k.id);
+    names.add(checked.name);
+    entries.push(
+      makeEntry(
+        {
+          id: k.id,
+          ...checked,
+          created_ms: k.created_ms as number,
+          last_used_ms: (k.last_used_ms as number | null) ?? null,
+        },
+        k.hash,
+      ),
+    );
+  });
+  return entries;
+}

@@ -1,0 +1,133 @@
+/**
+ * TLS material for the listeners (`--tls-cert`, `--tls-key`, `--tls-client-ca`) and for clients
+ * (`--tls-ca`, `--tls-insecure`, and a client certificate for mutual TLS), over `node:tls`, which
+ * behaves the same on Node, Deno and Bun (checked: handshakes, client certificates, and
+ * `setSecureContext` swapping the certificate for new connections while open ones keep theirs).
+ *
+ * PEM files are read whole and checked by building a secure context from them, so a bad file
+ * fails at start (or on SIGHUP, keeping the old certificate) with a message naming the file and
+ * never quoting its content.
+ */
+import * as fs from "node:fs";
+import * as tls from "node:tls";
+import type { Logger } from "../lib/logger.ts";
+
+/** The listener side: where the PEM files are. */
+export interface TlsServerFiles {
+  /** Certificate chain (PEM), `--tls-cert`. */
+  certPath: string;
+  /** Private key (PEM, unencrypted), `--tls-key`. */
+  keyPath: string;
+  /** CA bundle (PEM) that client certificates must chain to, `--tls-client-ca`; when given, a client without a valid certificate is refused (mutual TLS). */
+  clientCaPath?: string;
+}
+
+/** PEM contents read from {@link TlsServerFiles}, checked. */
+export interface TlsServerMaterial {
+  /** Options for `tls.createServer` / `setSecureContext` (cert, key, ca). */
+  context: tls.SecureContextOptions;
+  /** True with a client CA: certificates are requested and required. */
+  mutual: boolean;
+}
+
+/** Longest PEM file read, in bytes (a chain of a few certificates is a few KiB). */
+const pemBytesMax = 1024 * 1024;
+
+/** Time a TLS handshake may take before the connection is dropped, in ms (Node's default is 120 s). */
+export const tlsHandshakeTimeoutMs = 10_000;
+
+function readPem(path: string, option: string): Buffer {
+  let bytes: Buffer;
+  try {
+    const size = fs.statSync(path).size;
+    if (size > pemBytesMax) throw new Error(`it is ${size} bytes, more than ${pemBytesMax}`);
+    bytes = fs.readFileSync(path);
+  } catch (err) {
+    throw new Error(
+      `Cannot read ${option} file ${path}: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+  if (!bytes.includes("-----BEGIN "))
+    throw new Error(`Cannot use ${option} file ${path}: it holds no PEM block`);
+  return bytes;
+}
+
+/**
+ * Reads and checks the listener's PEM files.
+ * @throws Error naming the file that cannot be read, or the pair that does not make a usable context (e.g. a key that does not match the certificate).
+ */
+export function loadTlsServerMaterial(files: TlsServerFiles): TlsServerMaterial {
+  const context: tls.SecureContextOptions = {
+    cert: readPem(files.certPath, "--tls-cert"),
+    key: readPem(files.keyPath, "--tls-key"),
+  };
+  if (files.clientCaPath !== undefined) context.ca = readPem(files.clientCaPath, "--tls-client-ca");
+  try {
+    tls.createSecureContext(context);
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    throw new Error(
+      `Cannot use --tls-cert ${files.certPath} with --tls-key ${files.keyPath}${files.clientCaPath ? ` and --tls-client-ca ${files.clientCaPath}` : ""}: ${code ?? (err instanceof Error ? err.message : String(err))}`,
+    );
+  }
+  return { context, mutual: files.clientCaPath !== undefined };
+}
+
+/** Options of `tls.createServer` for `material` (client certificates requested and required with a client CA). */
+export function tlsServerOptions(material: TlsServerMaterial): tls.TlsOptions {
+  return {
+    ...material.context,
+    requestCert: material.mutual,
+    rejectUnauthorized: material.mutual,
+    handshakeTimeout: tlsHandshakeTimeoutMs,
+  };
+}
+
+/**
+ * Logs a connection refused during the TLS handshake, saying whether the peer spoke plain text
+ * (HTTP or the TCP protocol without TLS) or failed the handshake (no or a wrong client
+ * certificate, an unknown CA, a timeout). Never logs the peer's bytes.
+ * @param listener which port: "http" or "tcp".
+ */
+export function logTlsClientError(
+  logger: Logger,
+  listener: "http" | "tcp",
+  error: Error,
+  socket: { remoteAddress?: string; remotePort?: number } | undefined,
+): void {
+  const code = (error as { code?: string }).code ?? "";
+  const plaintext = code === "ERR_SSL_HTTP_REQUEST" || code === "ERR_SSL_WRONG_VERSION_NUMBER";
+  logger.log("warn", plaintext ? "tls.plaintext_client" : "tls.handshake_failed", {
+    listener,
+    remote: `${socket?.remoteAddress ?? "?"}:${socket?.remotePort ?? "?"}`,
+    reason: plaintext
+      ? `the client sent plain text to the TLS ${listener.toUpperCase()} port (connect with TLS, e.g. ${listener === "http" ? "https://" : "--tls-ca"})`
+      : code || error.message,
+  });
+}
+
+/** The client side: how to check the broker's certificate, and an optional client certificate. */
+export interface TlsClientFiles {
+  /** CA bundle (PEM) the broker's certificate must chain to, `--tls-ca` (default: the system's CAs). */
+  caPath?: string;
+  /** Skip checking the broker's certificate (`--tls-insecure`): only when named explicitly. */
+  insecure?: boolean;
+  /** Client certificate (PEM) for mutual TLS, `--tls-cert`. */
+  certPath?: string;
+  /** Its key (PEM), `--tls-key`. */
+  keyPath?: string;
+}
+
+/**
+ * `tls.connect` options for {@link TlsClientFiles}.
+ * @throws Error naming a file that cannot be read, or a certificate given without its key (or the reverse).
+ */
+export function tlsClientOptions(files: TlsClientFiles): tls.ConnectionOptions {
+  const options: tls.ConnectionOptions = { rejectUnauthorized: files.insecure !== true };
+  if (files.caPath !== undefined) options.ca = readPem(files.caPath, "--tls-ca");
+  if ((files.certPath === undefined) !== (files.keyPath === undefined))
+    throw new Error("Cannot use a client certificate: give both --tls-cert and --tls-key");
+  if (files.certPath !== undefined) options.cert = readPem(files.certPath, "--tls-cert");
+  if (files.keyPath !== undefined) options.key = readPem(files.keyPath, "--tls-key");
+  return options;
+}

@@ -1,0 +1,130 @@
+/**
+ * Authentication in front of the HTTP app (`docs/http-api.md`, "Authentication";
+ * `docs/security.md`). Every request but `GET /healthz` is authenticated before any route runs
+ * (and before its body is read):
+ *
+ * - `Authorization: Bearer <key>` (scheme case-insensitive, one key) names the principal; no
+ *   header is the anonymous principal, valid only while the broker has no `api_keys.json`.
+ * - A missing (while authentication is on), malformed or unknown key is answered 401
+ *   `unauthenticated` with `WWW-Authenticate: Bearer realm="es-broker"` (plus
+ *   `error="invalid_token"` when a key was sent). The message never repeats the header.
+ * - The request then runs in an app built over the principal's broker view
+ *   (`auth/access.ts`), so each route's broker call applies the role table: 403 `forbidden`
+ *   names the operation and the topic or group refused. Apps are made once per principal.
+ *
+ * A revoked key's SSE streams end with an `event: error` (`unauthenticated`): the view ends their
+ * long-poll and refuses the next fetch.
+ */
+import type { AccessControl } from "../../auth/access.ts";
+import { AuthenticationError } from "../../auth/access.ts";
+import { anonymousPrincipal, type Principal } from "../../auth/principal.ts";
+import { BrokerError } from "../../broker/errors.ts";
+import { apiKeyTextBytesMax } from "../../lib/limits.ts";
+import { createHttpApp, type HttpApp, type HttpAppOptions, type HttpBindings } from "./app.ts";
+import { errorBody } from "./errors.ts";
+import { registerKeyRoutes } from "./keys.ts";
+
+/** Options of {@link createAuthenticatedHttpApp}: the app's, with access control instead of a broker. */
+export interface AuthenticatedHttpAppOptions extends Omit<HttpAppOptions, "broker" | "routes"> {
+  access: AccessControl;
+}
+
+/** What `serveHttp` runs: Hono's `fetch` shape. */
+export interface AuthenticatedHttpApp {
+  fetch(request: Request, env?: HttpBindings): Response | Promise<Response>;
+}
+
+/** The `realm` of every `WWW-Authenticate` challenge. */
+export const authRealm = "es-broker";
+
+/** Longest `Authorization` header looked at: `Bearer ` and the longest key, with room for spaces. */
+const authorizationBytesMax = apiKeyTextBytesMax + 32;
+
+/**
+ * The key in an `Authorization` header: undefined for no header.
+ * @throws AuthenticationError (malformed) for any other scheme, a missing or extra token, or an over-long header.
+ */
+export function bearerKey(header: string | null): string | undefined {
+  if (header === null) return undefined;
+  const m =
+    header.length <= authorizationBytesMax
+      ? /^[Bb][Ee][Aa][Rr][Ee][Rr] +([^\s]+) *$/.exec(header)
+      : null;
+  if (m === null)
+    throw new AuthenticationError(
+      "malformed",
+      'Cannot authenticate: the Authorization header must be "Bearer <key>"',
+    );
+  return m[1];
+}
+
+/** The path of a request URL, without the query (`http://h:1/v1/x?y` → `/v1/x`). */
+function pathOf(url: string): string {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  if (start < 0) return "/";
+  const query = url.indexOf("?", start);
+  return query < 0 ? url.slice(start) : url.slice(start, query);
+}
+
+/** Builds the authenticating app (module comment). */
+export function createAuthenticatedHttpApp(
+  options: AuthenticatedHttpAppOptions,
+): AuthenticatedHttpApp {
+  const { access, ...appOptions } = options;
+  const apps = new WeakMap<Principal, HttpApp>();
+  const appFor = (principal: Principal): HttpApp => {
+    let app = apps.get(principal);
+    if (app === undefined) {
+      const broker = access.brokerFor(principal);
+      app = createHttpApp({
+        ...appOptions,
+        broker,
+        routes: (built, helpers) => registerKeyRoutes(built, { broker, ...helpers }),
+      });
+      apps.set(principal, app);
+    }
+    return app;
+  };
+  // Built at once: it also answers /healthz while authentication is on (that route calls no broker method).
+  const anonymousApp = appFor(anonymousPrincipal);
+  return {
+    fetch(request, env) {
+      if (!access.required && request.headers.get("authorization") === null)
+        return anonymousApp.fetch(request, env);
+      if (request.method === "GET" && pathOf(request.url) === "/healthz")
+        return anonymousApp.fetch(request, env);
+      let principal: Principal;
+      const remote = env?.remoteAddress?.() ?? "unknown";
+      try {
+        let key: string | undefined;
+        try {
+          key = bearerKey(request.headers.get("authorization"));
+        } catch (error) {
+          access.logFailure("malformed", remote, "http", null);
+          throw error;
+        }
+        principal = access.authenticate(key, remote, "http");
+      } catch (error) {
+        if (error instanceof BrokerError) return unauthenticatedResponse(error);
+        throw error;
+      }
+      return appFor(principal).fetch(request, env);
+    },
+  };
+}
+
+/** 401 with the `WWW-Authenticate` challenge of RFC 6750 (module comment). */
+export function unauthenticatedResponse(error: BrokerError): Response {
+  const keySent = error instanceof AuthenticationError && error.reason !== "missing";
+  const challenge = keySent
+    ? `Bearer realm="${authRealm}", error="invalid_token"`
+    : `Bearer realm="${authRealm}"`;
+  return new Response(JSON.stringify(errorBody(error)), {
+    status: error.kind.http,
+    headers: {
+      "content-type": "application/json",
+      "www-authenticate": challenge,
+      "cache-control": "no-store",
+    },
+  });
+}
