@@ -454,10 +454,10 @@ export class AuthorizedBroker implements Broker {
    * Makes an API key (admin only); the answer holds the key's text, the only time it is shown.
    * @throws BrokerError forbidden, invalid_request, key_exists, unavailable (no key store), storage_error.
    */
-  async createKey(spec: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
-    const name = typeof spec.name === "string" ? spec.name : "";
+  async createKey(wanted: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
+    const name = typeof wanted.name === "string" ? wanted.name : "";
     this.#check("create_key", {}, `Cannot create key ${JSON.stringify(name)}`);
-    const created = await this.#store("create keys").create(spec);
+    const created = await this.#store("create keys").create(wanted);
     this.#access.audit(this.#principal, "audit.key_created", {
       name: created.info.name,
       id: created.info.id,

@@ -15,7 +15,7 @@
  * Authentication is on whenever the file exists, even with no keys in it (then only
  * `GET /healthz` is served): revoking the last key never turns authentication off. A file that
  * cannot be read or parsed, or holds an entry that breaks the rules below, refuses the start
- * naming the file (DECISIONS 9: never fall back to no authentication); on a reload (SIGHUP) the
+ * naming the file (docs/decisions.md §9: never fall back to no authentication); on a reload (SIGHUP) the
  * keys already loaded stay in force instead.
  *
  * Concurrency and failures: every change (create, revoke, a `last_used_ms` update) is made under
@@ -152,11 +152,11 @@ export function validateKeyName(name: unknown): string {
  * @throws BrokerError invalid_request naming the field.
  */
 export function validateKeySpec(
-  spec: ApiKeySpec,
+  wanted: ApiKeySpec,
 ): Omit<ApiKeyInfo, "id" | "created_ms" | "last_used_ms"> {
-  const name = validateKeyName(spec.name);
+  const name = validateKeyName(wanted.name);
   const action = `Cannot create key ${JSON.stringify(name)}`;
-  if (!isRole(spec.role))
+  if (!isRole(wanted.role))
     throw new BrokerError(
       Errors.invalidRequest,
       `${action}: role must be admin, producer or consumer`,
@@ -164,9 +164,9 @@ export function validateKeySpec(
         field: "role",
       },
     );
-  const role = spec.role;
-  const topics = spec.topics === undefined ? [] : validatePatterns(spec.topics, "topic");
-  const groups = spec.groups === undefined ? [] : validatePatterns(spec.groups, "group");
+  const role = wanted.role;
+  const topics = wanted.topics === undefined ? [] : validatePatterns(wanted.topics, "topic");
+  const groups = wanted.groups === undefined ? [] : validatePatterns(wanted.groups, "group");
   if (role === "admin" && (topics.length > 0 || groups.length > 0))
     throw new BrokerError(
       Errors.invalidRequest,
@@ -285,11 +285,11 @@ export class KeyStore {
   /**
    * Makes a key, writes the file durably, and only then returns the key's text (the one time it
    * is shown) with its metadata. Turns authentication on if it was off.
-   * @throws BrokerError invalid_request (bad spec), key_exists, invalid_request past {@link apiKeysMax},
+   * @throws BrokerError invalid_request (a bad name, role or pattern), key_exists, invalid_request past {@link apiKeysMax},
    *   storage_error / internal when the file cannot be written (the key is then not usable).
    */
-  create(spec: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
-    const checked = validateKeySpec(spec);
+  create(wanted: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
+    const checked = validateKeySpec(wanted);
     return this.#mutex.run(async () => {
       this.#checkOpen();
       const action = `Cannot create key ${JSON.stringify(checked.name)}`;

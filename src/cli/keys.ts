@@ -94,14 +94,14 @@ export async function keys(argv: string[]): Promise<number> {
         if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
         if (values.name === undefined) throw new UsageError("keys create needs --name");
         if (values.role === undefined) throw new UsageError("keys create needs --role");
-        const spec: ApiKeySpec = { name: values.name, role: values.role };
-        if (values.topics !== undefined) spec.topics = splitPatterns(values.topics);
-        if (values.groups !== undefined) spec.groups = splitPatterns(values.groups);
+        const wanted: ApiKeySpec = { name: values.name, role: values.role };
+        if (values.topics !== undefined) wanted.topics = splitPatterns(values.topics);
+        if (values.groups !== undefined) wanted.groups = splitPatterns(values.groups);
         // The output file is made first: a key is never created that could not be handed over.
         const out = values.out === undefined ? null : openExclusive(values.out);
         let created: { key: string; info: ApiKeyInfo };
         try {
-          created = await store.create(spec);
+          created = await store.create(wanted);
         } catch (err) {
           if (out !== null) {
             fs.closeSync(out);
@@ -184,7 +184,7 @@ function openExclusive(path: string): number {
 
 /** The three operations, offline or over HTTP. */
 interface KeyAdmin {
-  create(spec: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }>;
+  create(wanted: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }>;
   list(): Promise<ApiKeyInfo[]>;
   revoke(name: string): Promise<ApiKeyInfo>;
   close(): Promise<void>;
@@ -213,7 +213,7 @@ async function offline(dataDir: string): Promise<KeyAdmin> {
     throw err;
   }
   return {
-    create: (spec) => store.create(spec),
+    create: (wanted) => store.create(wanted),
     list: async () => store.list(),
     revoke: (name) => store.revoke(name),
     close: async () => {
@@ -235,8 +235,8 @@ function online(values: ConnectionValues & { url?: string }): KeyAdmin {
   const call = (method: string, path: string, body?: unknown) =>
     requestJson(base, { method, path, body, key, tls });
   return {
-    create: async (spec) => {
-      const answer = (await call("POST", "/v1/admin/keys", spec)) as ApiKeyInfo & { key: string };
+    create: async (wanted) => {
+      const answer = (await call("POST", "/v1/admin/keys", wanted)) as ApiKeyInfo & { key: string };
       const { key: text, ...info } = answer;
       return { key: text, info };
     },

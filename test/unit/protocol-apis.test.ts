@@ -5,6 +5,12 @@
  * to the table without a row here fails the first test.
  */
 import { describe, expect, it } from "vitest";
+import {
+  decodeAuthenticateRequest,
+  decodeAuthenticateResponse,
+  encodeAuthenticateRequest,
+  encodeAuthenticateResponse,
+} from "../../src/protocol/apis/authenticate.ts";
 import type { GroupDescription, TopicConfig, TopicDescription } from "../../src/broker/types.ts";
 import {
   decodeCommitOffsetsRequest,
@@ -106,6 +112,9 @@ function hex(text: string): Uint8Array {
 }
 
 const toHex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex");
+
+/** A made-up key of the right shape (a real secret is random). */
+const authenticateGoldenKey = "esb_0123456789abcdef_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQ";
 
 /** One record, no key, value "v", timestamp 5: the entry bytes of the produce goldens. */
 const batch = new EntryBatchBuilder().add(null, new TextEncoder().encode("v"), 5).build();
@@ -593,6 +602,41 @@ const goldens: Record<string, { request: GoldenFrame; response: GoldenFrame }> =
         }),
       decode: decodeIdempotentProduceResponse,
       decoded: { spans: [{ partition: 0, baseOffset: 7, count: 1 }], duplicate: true },
+    },
+  },
+  Authenticate: {
+    request: {
+      frame: hex(`
+        0000004a           length 74
+        000d 0000          api 13 Authenticate
+        0a0b0c0d           correlation_id
+        0040               key: length 64
+        6573625f30313233343536373839616263646566   "esb_0123456789abcdef"
+        5f                                         "_"
+        6162636465666768696a6b6c6d6e6f707172737475767778797a   "a" … "z"
+        4142434445464748494a4b4c4d4e4f5051         "A" … "Q"
+      `),
+      encode: () => encodeAuthenticateRequest(correlationId, authenticateGoldenKey),
+      decode: decodeAuthenticateRequest,
+      decoded: { key: authenticateGoldenKey },
+    },
+    response: {
+      frame: hex(`
+        00000022           length 34
+        0a0b0c0d           correlation_id
+        0000               error 0
+        0010 30313233343536373839616263646566   key_id "0123456789abcdef"
+        0001 6b            name "k"
+        0005 61646d696e    role "admin"
+      `),
+      encode: () =>
+        encodeAuthenticateResponse(correlationId, {
+          keyId: "0123456789abcdef",
+          name: "k",
+          role: "admin",
+        }),
+      decode: decodeAuthenticateResponse,
+      decoded: { keyId: "0123456789abcdef", name: "k", role: "admin" },
     },
   },
 };

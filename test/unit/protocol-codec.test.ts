@@ -566,12 +566,12 @@ describe("request encoders check the caller's values", () => {
 });
 
 describe("api numbers", () => {
-  it("apis 0 to 12 at version 0 are supported; versions above and apis 13+ are not", () => {
-    for (let api = 0; api <= 12; api++) {
+  it("apis 0 to 13 at version 0 are supported; versions above and apis 14+ are not", () => {
+    for (let api = 0; api <= 13; api++) {
       expect(isSupportedApi(api, 0)).toBe(true);
       expect(isSupportedApi(api, 1)).toBe(false);
     }
-    expect(isSupportedApi(13, 0)).toBe(false);
+    expect(isSupportedApi(14, 0)).toBe(false);
     expect(isSupportedApi(0xffff, 0)).toBe(false);
   });
 });
