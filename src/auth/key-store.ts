@@ -288,7 +288,7 @@ export class KeyStore {
    * @throws BrokerError invalid_request (a bad name, role or pattern), key_exists, invalid_request past {@link apiKeysMax},
    *   storage_error / internal when the file cannot be written (the key is then not usable).
    */
-  create(wanted: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
+  async create(wanted: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
     const checked = validateKeySpec(wanted);
     return this.#mutex.run(async () => {
       this.#checkOpen();

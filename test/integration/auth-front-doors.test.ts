@@ -1,0 +1,428 @@
+/**
+ * Authentication on both front doors in one process: the TCP transport over real loopback
+ * sockets (the client's `apiKey`, raw frames for what a client would never send) and the HTTP app
+ * called directly, over one LocalBroker and one key store on a simulated disk (docs/security.md).
+ */
+import * as net from "node:net";
+import { describe, expect, it, onTestFinished } from "vitest";
+import { AccessControl } from "../../src/auth/access.ts";
+import type { KeyStore } from "../../src/auth/key-store.ts";
+import { ClientError, TcpClient } from "../../src/client/client.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { encodeAuthenticateRequest } from "../../src/protocol/apis/authenticate.ts";
+import { encodeMetadataRequest } from "../../src/protocol/apis/metadata.ts";
+import { decodeErrorBody, decodeResponseHeader } from "../../src/protocol/envelope.ts";
+import { listenTcp } from "../../src/runtime/tcp.ts";
+import { createAuthenticatedHttpApp } from "../../src/transport/http/auth.ts";
+import { createTcpTransport } from "../../src/transport/tcp/transport.ts";
+import { openTestBroker } from "../helpers/broker.ts";
+import { realClock } from "../helpers/clock.ts";
+import { openTestKeyStore } from "../helpers/keys.ts";
+
+interface Doors {
+  keys: KeyStore;
+  logger: MemoryLogger;
+  port: number;
+  http: (path: string, init?: RequestInit & { key?: string }) => Promise<Response>;
+  connect: (apiKey?: string) => Promise<TcpClient>;
+  admin: string;
+  producer: string;
+  consumer: string;
+}
+
+/** A broker with topics "orders" and "other", keys admin / producer on orders / consumer on orders + group billing, and both doors. */
+async function doors(options: { withKeys?: boolean } = {}): Promise<Doors> {
+  const logger = new MemoryLogger();
+  const { broker, fs } = await openTestBroker({ clock: realClock, logger });
+  const { keys } = await openTestKeyStore({ fs, logger });
+  onTestFinished(() => keys.close());
+  await broker.createTopic({ name: "orders", partitions: 1 });
+  await broker.createTopic({ name: "other", partitions: 1 });
+  const made = { admin: "", producer: "", consumer: "" };
+  if (options.withKeys !== false) {
+    made.admin = (await keys.create({ name: "admin", role: "admin" })).key;
+    made.producer = (
+      await keys.create({ name: "ingest", role: "producer", topics: ["orders"] })
+    ).key;
+    made.consumer = (
+      await keys.create({
+        name: "reader",
+        role: "consumer",
+        topics: ["orders"],
+        groups: ["billing"],
+      })
+    ).key;
+  }
+  const access = new AccessControl({ broker, keys, logger });
+  const transport = createTcpTransport({ broker, access, clock: realClock, logger });
+  const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>
+    transport.handleConnection(socket),
+  );
+  onTestFinished(async () => {
+    const stopped = listener.close();
+    await transport.close({ graceMs: 200 });
+    await stopped;
+  });
+  const app = createAuthenticatedHttpApp({ access, logger, sseHeartbeatMs: 50 });
+  return {
+    keys,
+    logger,
+    port: listener.port,
+    http: async (path, init = {}) => {
+      const headers = new Headers(init.headers);
+      if (init.key !== undefined) headers.set("authorization", `Bearer ${init.key}`);
+      return app.fetch(new Request(`http://broker${path}`, { ...init, headers }), {
+        remoteAddress: () => "203.0.113.9:4000",
+      });
+    },
+    connect: async (apiKey) => {
+      const client = await TcpClient.connect({ host: "127.0.0.1", port: listener.port, apiKey });
+      onTestFinished(() => client.close());
+      return client;
+    },
+    ...made,
+  };
+}
+
+async function clientError(promise: Promise<unknown>): Promise<ClientError> {
+  const error = await promise.then(
+    () => null,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(ClientError);
+  return error as ClientError;
+}
+
+/** Sends raw bytes on a new connection; resolves with every byte received until the server closes it. */
+function rawExchange(port: number, bytes: Uint8Array): Promise<Uint8Array> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ host: "127.0.0.1", port }, () => socket.write(bytes));
+    const chunks: Buffer[] = [];
+    socket.on("data", (d) => chunks.push(d));
+    socket.on("error", () => {});
+    socket.on("close", () => resolve(Buffer.concat(chunks)));
+    setTimeout(() => reject(new Error("the server kept the connection open")), 5000).unref();
+  });
+}
+
+/** The response frames in `bytes`: correlation id, error number and (for errors) the code. */
+function frames(bytes: Uint8Array): { correlationId: number; error: number; code?: string }[] {
+  const out = [];
+  let at = 0;
+  while (at + 4 <= bytes.length) {
+    const length = new DataView(bytes.buffer, bytes.byteOffset + at).getUint32(0);
+    const header = decodeResponseHeader(bytes.subarray(at + 4, at + 4 + length));
+    out.push({
+      correlationId: header.correlationId,
+      error: header.error,
+      code: header.error === 0 ? undefined : decodeErrorBody(header.body).code,
+    });
+    at += 4 + length;
+  }
+  return out;
+}
+
+describe("TCP authentication", () => {
+  it("a client with a key authenticates and works within its role; the wrong role is forbidden and the connection goes on", async () => {
+    const d = await doors();
+    const producer = await d.connect(d.producer);
+    expect(producer.principal).toEqual({
+      keyId: d.producer.slice(4, 20),
+      name: "ingest",
+      role: "producer",
+    });
+    await producer.produce("orders", [{ value: "a" }]);
+    const forbidden = await clientError(
+      producer.fetch({ topic: "orders", partition: 0, offset: 0 }),
+    );
+    expect(forbidden.code).toBe("forbidden");
+    expect(forbidden.details).toEqual({ operation: "fetch" });
+    const other = await clientError(producer.produce("other", [{ value: "a" }]));
+    expect(other.code).toBe("forbidden");
+    expect(other.details).toEqual({ operation: "produce", topic: "other" });
+    expect(other.message).toMatch(
+      /key "ingest" \(role producer\) may not produce on topic "other"/,
+    );
+    expect((await producer.metadata()).map((t) => t.name)).toEqual(["orders"]);
+    await producer.produce("orders", [{ value: "b" }]);
+    const consumer = await d.connect(d.consumer);
+    const fetched = await consumer.fetch({ topic: "orders", partition: 0, offset: 0 });
+    expect(fetched.records.map((r) => new TextDecoder().decode(r.value))).toEqual(["a", "b"]);
+  });
+
+  it("without a key, the first request is answered unauthenticated and the connection closed", async () => {
+    const d = await doors();
+    const client = await d.connect();
+    const error = await clientError(client.metadata());
+    expect(error.code).toBe("unauthenticated");
+    await new Promise((r) => setTimeout(r, 50));
+    expect(client.closed).toBe(true);
+    expect(d.logger.named("auth.failed")).toContainEqual(
+      expect.objectContaining({ transport: "tcp", reason: "missing" }),
+    );
+  });
+
+  it("a refused key is answered unauthenticated, frames pipelined behind it are not started, and the connection closes", async () => {
+    const d = await doors();
+    const wrong = `${d.admin.slice(0, -1)}${d.admin.endsWith("A") ? "B" : "A"}`;
+    const bytes = Buffer.concat([
+      encodeAuthenticateRequest(1, wrong),
+      encodeMetadataRequest(2, { topics: [] }),
+      encodeMetadataRequest(3, { topics: [] }),
+    ]);
+    const answers = frames(await rawExchange(d.port, bytes));
+    expect(answers).toEqual([{ correlationId: 1, error: 26, code: "unauthenticated" }]);
+    const failed = d.logger.named("auth.failed").at(-1)!;
+    expect(failed).toMatchObject({
+      transport: "tcp",
+      reason: "unknown",
+      key_id: d.admin.slice(4, 20),
+    });
+    expect(JSON.stringify(d.logger.events)).not.toContain(wrong.slice(21));
+  });
+
+  it("frames pipelined right behind a good Authenticate run with its rights", async () => {
+    const d = await doors();
+    const bytes = Buffer.concat([
+      encodeAuthenticateRequest(1, d.admin),
+      encodeMetadataRequest(2, { topics: [] }),
+    ]);
+    const socket = net.connect({ host: "127.0.0.1", port: d.port });
+    onTestFinished(() => void socket.destroy());
+    const received: Buffer[] = [];
+    socket.on("data", (chunk) => received.push(chunk));
+    socket.write(bytes);
+    await expect.poll(() => frames(Buffer.concat(received)).length).toBe(2);
+    expect(frames(Buffer.concat(received)).map((f) => [f.correlationId, f.error])).toEqual([
+      [1, 0],
+      [2, 0],
+    ]);
+  });
+
+  it("before authenticating, a frame claiming more than 1 KiB is refused unread and the connection closed", async () => {
+    const d = await doors();
+    // An Authenticate header claiming 16 MiB, followed by nothing of it.
+    const header = new Uint8Array(12);
+    const view = new DataView(header.buffer);
+    view.setUint32(0, 16 * 1024 * 1024);
+    view.setUint16(4, 13);
+    view.setUint16(6, 0);
+    view.setUint32(8, 77);
+    const answers = frames(await rawExchange(d.port, header));
+    expect(answers).toEqual([{ correlationId: 77, error: 6, code: "request_too_large" }]);
+    expect(d.logger.named("tcp.frame_refused").at(-1)).toMatchObject({
+      length: 16 * 1024 * 1024,
+      max_request_bytes: 1024,
+    });
+  });
+
+  it("an Authenticate whose key length runs past its frame is invalid_request, and the connection closes", async () => {
+    const d = await doors();
+    const frame = encodeAuthenticateRequest(5, d.admin);
+    new DataView(frame.buffer, frame.byteOffset).setUint16(12, 200); // key length 200, 64 bytes follow
+    expect(frames(await rawExchange(d.port, frame))).toEqual([
+      { correlationId: 5, error: 1, code: "invalid_request" },
+    ]);
+  });
+
+  it("a second Authenticate on an authenticated connection is refused and the connection keeps its key", async () => {
+    const d = await doors();
+    const socket = net.connect({ host: "127.0.0.1", port: d.port });
+    onTestFinished(() => void socket.destroy());
+    const received: Buffer[] = [];
+    socket.on("data", (chunk) => received.push(chunk));
+    socket.write(
+      Buffer.concat([
+        encodeAuthenticateRequest(1, d.producer),
+        encodeAuthenticateRequest(2, d.admin),
+        encodeMetadataRequest(3, { topics: [] }),
+      ]),
+    );
+    await expect.poll(() => frames(Buffer.concat(received)).length).toBe(3);
+    expect(frames(Buffer.concat(received))).toEqual([
+      { correlationId: 1, error: 0, code: undefined },
+      { correlationId: 2, error: 1, code: "invalid_request" },
+      { correlationId: 3, error: 0, code: undefined },
+    ]);
+  });
+
+  it("revoking a key closes its open connections at once and ends their long-polls; other keys go on", async () => {
+    const d = await doors();
+    const consumer = await d.connect(d.consumer);
+    const producer = await d.connect(d.producer);
+    const polling = consumer.fetch({ topic: "orders", partition: 0, offset: 0, waitMs: 30_000 });
+    polling.catch(() => {});
+    await new Promise((r) => setTimeout(r, 50));
+    const started = Date.now();
+    await d.keys.revoke("reader");
+    expect((await clientError(polling)).code).toBe("connection_closed");
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(consumer.closed).toBe(true);
+    expect(d.logger.named("auth.connection_closed")).toContainEqual(
+      expect.objectContaining({ transport: "tcp", key_id: d.consumer.slice(4, 20) }),
+    );
+    await producer.produce("orders", [{ value: "still" }]);
+    expect((await clientError(d.connect(d.consumer))).code).toBe("unauthenticated");
+  });
+
+  it("without keys, connections need no key; one that sends a key is refused; they close when the first key is created", async () => {
+    const d = await doors({ withKeys: false });
+    const anonymous = await d.connect();
+    expect((await anonymous.metadata()).map((t) => t.name)).toEqual(["orders", "other"]);
+    const refused = await clientError(d.connect(`esb_0123456789abcdef_${"A".repeat(43)}`));
+    expect(refused.code).toBe("unauthenticated");
+    await d.keys.create({ name: "admin", role: "admin" });
+    await expect.poll(() => anonymous.closed).toBe(true);
+    expect((await clientError((await d.connect()).metadata())).code).toBe("unauthenticated");
+  });
+});
+
+describe("HTTP authentication", () => {
+  it("GET /healthz needs no key; everything else is 401 with a Bearer challenge", async () => {
+    const d = await doors();
+    expect((await d.http("/healthz")).status).toBe(200);
+    const res = await d.http("/v1/topics");
+    expect(res.status).toBe(401);
+    expect(res.headers.get("www-authenticate")).toBe('Bearer realm="es-broker"');
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe("unauthenticated");
+    // A body is never read for an unauthenticated request.
+    const post = await d.http("/v1/topics/orders/records", {
+      method: "POST",
+      body: '{"records":[{"value":"x"}]}',
+    });
+    expect(post.status).toBe(401);
+  });
+
+  it("malformed Authorization headers are 401 invalid_token, logged, and never echoed", async () => {
+    const d = await doors();
+    const secretish = "S3cr3tValueThatMustNotBeEchoed";
+    const headers = [
+      "Bearer",
+      "Bearer ",
+      `Basic ${secretish}`,
+      `Bearer ${secretish} extra`,
+      `Bearer ${secretish}`,
+      `Bearer${secretish}`,
+      `Token ${d.admin}`,
+      `Bearer ${d.admin.toUpperCase()}`,
+      `Bearer ${"x".repeat(10_000)}`,
+      `Bearer ${d.admin.slice(0, 40)}`,
+    ];
+    for (const value of headers) {
+      const res = await d.http("/v1/topics", { headers: { authorization: value } });
+      expect(res.status, value.slice(0, 40)).toBe(401);
+      expect(res.headers.get("www-authenticate")).toBe(
+        'Bearer realm="es-broker", error="invalid_token"',
+      );
+      const text = await res.text();
+      expect(text).not.toContain(secretish);
+      expect(text).not.toContain(d.admin.slice(21));
+    }
+    expect(d.logger.named("auth.failed").length).toBeGreaterThanOrEqual(headers.length);
+    for (const f of d.logger.named("auth.failed")) expect(f.remote).toBe("203.0.113.9:4000");
+  });
+
+  it("403 names the operation and the topic or group; listings show only what the key matches", async () => {
+    const d = await doors();
+    const res = await d.http("/v1/topics/other/records", {
+      method: "POST",
+      key: d.producer,
+      headers: { "content-type": "application/json" },
+      body: '{"records":[{"value":"x"}]}',
+    });
+    expect(res.status).toBe(403);
+    expect(((await res.json()) as { error: unknown }).error).toMatchObject({
+      code: "forbidden",
+      details: { operation: "produce", topic: "other" },
+    });
+    const join = await d.http("/v1/groups/payroll/members", {
+      method: "POST",
+      key: d.consumer,
+      headers: { "content-type": "application/json" },
+      body: '{"topics":["orders"]}',
+    });
+    expect(join.status).toBe(403);
+    expect(((await join.json()) as { error: { details: unknown } }).error.details).toEqual({
+      operation: "join_group",
+      group: "payroll",
+    });
+    const topics = (await (await d.http("/v1/topics", { key: d.consumer })).json()) as {
+      topics: { name: string }[];
+    };
+    expect(topics.topics.map((t: { name: string }) => t.name)).toEqual(["orders"]);
+  });
+
+  it("the key routes are admin-only, answer no-store, and show the key only in the creation answer", async () => {
+    const d = await doors();
+    const create = (key: string) =>
+      d.http("/v1/admin/keys", {
+        method: "POST",
+        key,
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name: "late", role: "consumer", topics: ["orders"] }),
+      });
+    expect((await create(d.producer)).status).toBe(403);
+    const created = await create(d.admin);
+    expect(created.status).toBe(201);
+    expect(created.headers.get("cache-control")).toBe("no-store");
+    const body = (await created.json()) as Record<string, unknown> & { key: string };
+    expect(body.key).toMatch(/^esb_[0-9a-f]{16}_/);
+    expect(body).toMatchObject({ name: "late", role: "consumer", topics: ["orders"], groups: [] });
+    const list = await (await d.http("/v1/admin/keys", { key: d.admin })).text();
+    expect(list).not.toContain(body.key.slice(21));
+    expect(list).not.toContain("sha256:");
+    expect(JSON.parse(list).keys.map((k: { name: string }) => k.name)).toEqual([
+      "admin",
+      "ingest",
+      "late",
+      "reader",
+    ]);
+    expect(
+      (await d.http("/v1/admin/keys/late", { method: "DELETE", key: d.consumer })).status,
+    ).toBe(403);
+    expect((await d.http("/v1/admin/keys/late", { method: "DELETE", key: d.admin })).status).toBe(
+      204,
+    );
+    expect((await d.http("/v1/topics", { key: body.key })).status).toBe(401);
+    expect((await d.http("/v1/admin/keys/late", { method: "DELETE", key: d.admin })).status).toBe(
+      404,
+    );
+    expect(d.logger.named("audit.key_created")).toContainEqual(
+      expect.objectContaining({ key: "admin", name: "late" }),
+    );
+    expect(d.logger.named("audit.key_revoked")).toContainEqual(
+      expect.objectContaining({ key: "admin", name: "late" }),
+    );
+  });
+
+  it("a revoked key's SSE stream ends with an error event", async () => {
+    const d = await doors();
+    const res = await d.http("/v1/topics/orders/partitions/0/stream?offset=earliest", {
+      key: d.consumer,
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = "";
+    const readUntil = async (needle: string) => {
+      while (!text.includes(needle)) {
+        const { done, value } = await reader.read();
+        if (done) return;
+        text += decoder.decode(value, { stream: true });
+      }
+    };
+    await readUntil("es-broker stream");
+    await d.keys.revoke("reader");
+    await readUntil("event: error");
+    expect(text).toMatch(/event: error\ndata: \{"error":\{"code":"unauthenticated"/);
+    expect((await reader.read()).done).toBe(true);
+  });
+
+  it("without keys no header is needed, and a request with a key is refused (the broker knows no keys)", async () => {
+    const d = await doors({ withKeys: false });
+    expect((await d.http("/v1/topics")).status).toBe(200);
+    expect(
+      (await d.http("/v1/topics", { key: `esb_0123456789abcdef_${"A".repeat(43)}` })).status,
+    ).toBe(401);
+  });
+});
