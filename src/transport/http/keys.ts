@@ -42,8 +42,6 @@ export function registerKeyRoutes(
   app.post("/v1/admin/keys", async (c) => {
     limitBody(c);
     let action = "Cannot create key";
-    // Refused before the body is read when the caller is not admin.
-    broker.listKeys();
     const body = parseJson(await readBody(c, action), action);
     if (typeof body !== "object" || body === null || Array.isArray(body))
       throw invalidRequest(
