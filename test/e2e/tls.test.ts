@@ -1,0 +1,416 @@
+/**
+ * End-to-end: TLS on both ports through the real process, on every runtime target
+ * (docs/security.md, "TLS"), with certificate authorities made in the test by the `openssl` CLI.
+ * HTTPS and TLS-TCP produce and fetch (also with an API key and through the CLI), mutual TLS, a
+ * wrong CA, a certificate rotated by SIGHUP while an open connection keeps working, and plaintext
+ * and TLS clients on the wrong ports closed at once with a log line.
+ */
+import { execFileSync } from "node:child_process";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
+import * as https from "node:https";
+import * as net from "node:net";
+import { join } from "node:path";
+import * as tls from "node:tls";
+import { afterEach, describe, expect, it, onTestFinished } from "vitest";
+import { ClientError, TcpClient } from "../../src/client/client.ts";
+import { tempDir } from "../helpers/tmp.ts";
+import { type BrokerProcess, runCli, startBroker, target } from "./harness.ts";
+
+const running: BrokerProcess[] = [];
+afterEach(async () => {
+  for (const b of running.splice(0)) await b.stop("SIGKILL");
+});
+
+interface Pki {
+  dir: string;
+  /** CA that signs the server and the good client certificate. */
+  ca: string;
+  /** Another CA: clients trusting it refuse the broker; its client certificate is refused. */
+  otherCa: string;
+  server: { cert: string; key: string };
+  /** A second server certificate (the rotation), signed by `ca`. */
+  rotated: { cert: string; key: string };
+  client: { cert: string; key: string };
+  otherClient: { cert: string; key: string };
+}
+
+/** Two CAs and leaf certificates, made with the openssl CLI (EC P-256, valid 2 days). */
+function makePki(): Pki {
+  const { dir } = tempDir("es-broker-tls-");
+  const run = (args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
+  const ca = (name: string) =>
+    run([
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-keyout",
+      `${name}.key`,
+      "-out",
+      `${name}.pem`,
+      "-days",
+      "2",
+      "-subj",
+      `/CN=${name}`,
+    ]);
+  writeFileSync(join(dir, "server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+  writeFileSync(join(dir, "client.ext"), "extendedKeyUsage=clientAuth\n");
+  const leaf = (name: string, signer: string, ext: string) => {
+    run([
+      "req",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-keyout",
+      `${name}.key`,
+      "-out",
+      `${name}.csr`,
+      "-subj",
+      `/CN=${name}`,
+    ]);
+    run([
+      "x509",
+      "-req",
+      "-in",
+      `${name}.csr`,
+      "-CA",
+      `${signer}.pem`,
+      "-CAkey",
+      `${signer}.key`,
+      "-CAcreateserial",
+      "-out",
+      `${name}.pem`,
+      "-days",
+      "2",
+      "-extfile",
+      ext,
+    ]);
+    return { cert: join(dir, `${name}.pem`), key: join(dir, `${name}.key`) };
+  };
+  ca("ca-a");
+  ca("ca-b");
+  return {
+    dir,
+    ca: join(dir, "ca-a.pem"),
+    otherCa: join(dir, "ca-b.pem"),
+    server: leaf("server-one", "ca-a", "server.ext"),
+    rotated: leaf("server-two", "ca-a", "server.ext"),
+    client: leaf("client-a", "ca-a", "client.ext"),
+    otherClient: leaf("client-b", "ca-b", "client.ext"),
+  };
+}
+
+/** The broker with TLS from `pki` (its certificate files copied, so the test can rotate them). */
+async function tlsBroker(
+  pki: Pki,
+  extra: string[] = [],
+): Promise<{ broker: BrokerProcess; certPath: string; keyPath: string; dataDir: string }> {
+  const certPath = join(pki.dir, "live.pem");
+  const keyPath = join(pki.dir, "live.key");
+  copyFileSync(pki.server.cert, certPath);
+  copyFileSync(pki.server.key, keyPath);
+  const dataDir = join(pki.dir, "data");
+  const broker = await startBroker(dataDir, [
+    "--tls-cert",
+    certPath,
+    "--tls-key",
+    keyPath,
+    ...extra,
+  ]);
+  running.push(broker);
+  return { broker, certPath, keyPath, dataDir };
+}
+
+const pem = (path: string) => readFileSync(path);
+
+/** One HTTPS request; resolves with status, body and the certificate's CN the server showed. */
+function httpsRequest(
+  url: string,
+  options: https.RequestOptions & { body?: string },
+): Promise<{ status: number; body: string; peerCn: string | undefined }> {
+  return new Promise((resolve, reject) => {
+    const req = https.request(url, options, (res) => {
+      const peer = (res.socket as tls.TLSSocket).getPeerCertificate?.();
+      let body = "";
+      res.on("data", (d) => (body += d));
+      res.on("end", () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          body,
+          peerCn: peer?.subject?.CN as string | undefined,
+        }),
+      );
+    });
+    req.on("error", reject);
+    req.setTimeout(10_000, () => req.destroy(new Error("no answer")));
+    req.end(options.body);
+  });
+}
+
+/** The CN of the certificate a new TLS connection to `port` gets. */
+function certificateOf(port: number, ca: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = tls.connect({ host: "127.0.0.1", port, ca: pem(ca) }, () => {
+      resolve(socket.getPeerCertificate().subject.CN as string);
+      socket.end();
+    });
+    socket.on("error", reject);
+  });
+}
+
+/** Resolves once the server closes a connection that sent `bytes`; rejects if it stays open 5 s. */
+function closedAfter(port: number, bytes: Uint8Array | string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    const socket = net.connect({ host: "127.0.0.1", port }, () => socket.write(bytes));
+    socket.on("data", () => {});
+    socket.on("error", () => {});
+    socket.on("close", () => resolve(Date.now() - started));
+    setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`[${target}] the server kept a wrong-protocol connection open`));
+    }, 5000).unref();
+  });
+}
+
+async function failure(promise: Promise<unknown>): Promise<Error> {
+  const error = await promise.then(
+    () => null,
+    (e: unknown) => e as Error,
+  );
+  expect(error).toBeInstanceOf(Error);
+  return error!;
+}
+
+describe(`[${target}] TLS end to end`, () => {
+  it("serves HTTPS and TLS-TCP; a client trusting another CA is refused; plaintext on a TLS port is closed and logged", async () => {
+    const pki = makePki();
+    const { broker } = await tlsBroker(pki);
+    expect(broker.httpUrl).toMatch(/^https:\/\//);
+    const client = await TcpClient.connect({ ...broker.tcp, tls: { ca: pem(pki.ca) } });
+    onTestFinished(() => client.close());
+    await client.createTopic({ name: "t", partitions: 1 });
+    await client.produce("t", [{ value: "over tls-tcp" }]);
+    const produced = await httpsRequest(`${broker.httpUrl}/v1/topics/t/records`, {
+      method: "POST",
+      ca: pem(pki.ca),
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ records: [{ value: "over https" }] }),
+    });
+    expect(produced.status, produced.body).toBe(200);
+    expect(produced.peerCn).toBe("server-one");
+    const fetched = await httpsRequest(
+      `${broker.httpUrl}/v1/topics/t/partitions/0/records?offset=0`,
+      { ca: pem(pki.ca) },
+    );
+    expect(JSON.parse(fetched.body).records.map((r: { value: string }) => r.value)).toEqual([
+      "over tls-tcp",
+      "over https",
+    ]);
+    const overTcp = await client.fetch({ topic: "t", partition: 0, offset: 0 });
+    expect(overTcp.records.map((r) => new TextDecoder().decode(r.value))).toEqual([
+      "over tls-tcp",
+      "over https",
+    ]);
+
+    // A client that trusts another CA refuses the broker.
+    const wrongCa = await failure(
+      TcpClient.connect({ ...broker.tcp, tls: { ca: pem(pki.otherCa) } }),
+    );
+    expect(wrongCa).toBeInstanceOf(ClientError);
+    expect(wrongCa.message).toMatch(/certificate/i);
+    expect(
+      (await failure(httpsRequest(`${broker.httpUrl}/healthz`, { ca: pem(pki.otherCa) }))).message,
+    ).toMatch(/certificate/i);
+
+    // Plain text on the TLS ports: closed at once, and the broker says why.
+    const httpPort = Number(new URL(broker.httpUrl).port);
+    expect(await closedAfter(httpPort, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")).toBeLessThan(
+      5000,
+    );
+    expect(
+      await closedAfter(broker.tcp.port, new Uint8Array([0, 0, 0, 8, 0, 3, 0, 0, 0, 0, 0, 1])),
+    ).toBeLessThan(5000);
+    await expect
+      .poll(() => broker.stderr())
+      .toMatch(/"event":"tls.plaintext_client","listener":"http"/);
+    await expect
+      .poll(() => broker.stderr())
+      .toMatch(/"event":"tls.plaintext_client","listener":"tcp"/);
+    const plainClient = await failure(
+      TcpClient.connect({ ...broker.tcp, timeoutMs: 5000 }).then((c) =>
+        c.metadata().finally(() => c.close()),
+      ),
+    );
+    expect(plainClient).toBeInstanceOf(ClientError);
+
+    // The CLI with --tls-ca.
+    const address = `${broker.tcp.host}:${broker.tcp.port}`;
+    const cliProduce = await runCli(
+      ["produce", "t", "--broker", address, "--tls-ca", pki.ca],
+      Buffer.from("from the cli\n"),
+    );
+    expect(cliProduce.code, cliProduce.stderr).toBe(0);
+    const cliConsume = await runCli([
+      "consume",
+      "t",
+      "--from-beginning",
+      "--broker",
+      address,
+      "--tls-ca",
+      pki.ca,
+    ]);
+    expect(cliConsume.code, cliConsume.stderr).toBe(0);
+    expect(cliConsume.stdout.toString()).toBe("over tls-tcp\nover https\nfrom the cli\n");
+    const cliWrongCa = await runCli([
+      "topics",
+      "list",
+      "--broker",
+      address,
+      "--tls-ca",
+      pki.otherCa,
+    ]);
+    expect(cliWrongCa.code).toBe(1);
+    const cliInsecure = await runCli(["topics", "list", "--broker", address, "--tls-insecure"]);
+    expect(cliInsecure.code, cliInsecure.stderr).toBe(0);
+    expect(cliInsecure.stdout.toString()).toBe("t\n");
+  });
+
+  it("mutual TLS: a client certificate from the client CA is accepted; none, or one from another CA, is refused on both ports", async () => {
+    const pki = makePki();
+    const { broker, dataDir } = await tlsBroker(pki, ["--tls-client-ca", pki.ca]);
+    const good = { ca: pem(pki.ca), cert: pem(pki.client.cert), key: pem(pki.client.key) };
+    const client = await TcpClient.connect({ ...broker.tcp, tls: good });
+    onTestFinished(() => client.close());
+    await client.createTopic({ name: "t", partitions: 1 });
+    expect((await httpsRequest(`${broker.httpUrl}/v1/topics`, good)).status).toBe(200);
+    for (const bad of [
+      { ca: pem(pki.ca) },
+      { ca: pem(pki.ca), cert: pem(pki.otherClient.cert), key: pem(pki.otherClient.key) },
+    ]) {
+      // TLS 1.3 finishes the client's side first: the refusal comes with the first read.
+      const refused = await failure(
+        TcpClient.connect({ ...broker.tcp, tls: bad, timeoutMs: 5000 }).then((c) =>
+          c.metadata().finally(() => c.close()),
+        ),
+      );
+      expect(refused).toBeInstanceOf(ClientError);
+      await failure(httpsRequest(`${broker.httpUrl}/v1/topics`, { ...bad, agent: false }));
+    }
+    await expect
+      .poll(() => broker.stderr())
+      .toMatch(/"event":"tls.handshake_failed","listener":"tcp"/);
+    await expect
+      .poll(() => broker.stderr())
+      .toMatch(/"event":"tls.handshake_failed","listener":"http"/);
+    // Keys still decide what a client with a good certificate may do.
+    await broker.stop("SIGTERM");
+    const made = await runCli([
+      "keys",
+      "create",
+      "--data-dir",
+      dataDir,
+      "--name",
+      "root",
+      "--role",
+      "admin",
+    ]);
+    expect(made.code, made.stderr).toBe(0);
+    const key = made.stdout.toString().trim();
+    const again = await startBroker(dataDir, [
+      "--tls-cert",
+      join(pki.dir, "live.pem"),
+      "--tls-key",
+      join(pki.dir, "live.key"),
+      "--tls-client-ca",
+      pki.ca,
+    ]);
+    running.push(again);
+    expect(
+      (
+        await failure(
+          TcpClient.connect({ ...again.tcp, tls: good }).then((c) =>
+            c.metadata().finally(() => c.close()),
+          ),
+        )
+      ).message,
+    ).toMatch(/API key is required/);
+    const authed = await TcpClient.connect({ ...again.tcp, tls: good, apiKey: key });
+    onTestFinished(() => authed.close());
+    expect((await authed.metadata()).map((t) => t.name)).toEqual(["t"]);
+    expect(
+      (
+        await httpsRequest(`${again.httpUrl}/v1/topics`, {
+          ...good,
+          headers: { authorization: `Bearer ${key}` },
+        })
+      ).status,
+    ).toBe(200);
+    expect((await httpsRequest(`${again.httpUrl}/v1/topics`, good)).status).toBe(401);
+    expect(again.stderr()).not.toContain(key);
+  });
+
+  it("SIGHUP serves a rotated certificate to new connections while open connections keep working", async () => {
+    const pki = makePki();
+    const { broker, certPath, keyPath } = await tlsBroker(pki);
+    const httpPort = Number(new URL(broker.httpUrl).port);
+    const open = await TcpClient.connect({ ...broker.tcp, tls: { ca: pem(pki.ca) } });
+    onTestFinished(() => open.close());
+    await open.createTopic({ name: "t", partitions: 1 });
+    const agent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: pem(pki.ca) });
+    onTestFinished(() => agent.destroy());
+    expect((await httpsRequest(`${broker.httpUrl}/healthz`, { agent })).peerCn).toBe("server-one");
+    expect(await certificateOf(broker.tcp.port, pki.ca)).toBe("server-one");
+
+    copyFileSync(pki.rotated.cert, certPath);
+    copyFileSync(pki.rotated.key, keyPath);
+    broker.proc.kill("SIGHUP");
+    await expect.poll(() => broker.stderr(), { timeout: 10_000 }).toMatch(/"event":"tls.reloaded"/);
+
+    expect(await certificateOf(broker.tcp.port, pki.ca)).toBe("server-two");
+    expect(await certificateOf(httpPort, pki.ca)).toBe("server-two");
+    // The connections opened before the rotation still work, with the certificate they started with.
+    await open.produce("t", [{ value: "after rotation" }]);
+    expect((await open.fetch({ topic: "t", partition: 0, offset: 0 })).recordCount).toBe(1);
+    const old = await httpsRequest(`${broker.httpUrl}/v1/topics/t/partitions/0/records?offset=0`, {
+      agent,
+    });
+    expect(old.status).toBe(200);
+    expect(old.peerCn).toBe("server-one");
+
+    // A broken certificate file on SIGHUP keeps the one in force.
+    writeFileSync(certPath, "not a certificate");
+    broker.proc.kill("SIGHUP");
+    await expect
+      .poll(() => broker.stderr(), { timeout: 10_000 })
+      .toMatch(/"event":"tls.reload_failed"/);
+    expect(await certificateOf(broker.tcp.port, pki.ca)).toBe("server-two");
+  });
+
+  it("a TLS client on a plain port is closed at once, with a log line saying the peer speaks TLS", async () => {
+    const { dir } = tempDir();
+    const broker = await startBroker(join(dir, "data"));
+    running.push(broker);
+    const tcpRefused = await failure(
+      TcpClient.connect({ ...broker.tcp, tls: { rejectUnauthorized: false }, timeoutMs: 5000 }),
+    );
+    expect(tcpRefused).toBeInstanceOf(ClientError);
+    await expect
+      .poll(() => broker.stderr())
+      .toMatch(/"event":"tcp.frame_refused".*the peer speaks TLS but this port is plain TCP/);
+    const httpPort = Number(new URL(broker.httpUrl).port);
+    const started = Date.now();
+    await failure(
+      httpsRequest(`https://127.0.0.1:${httpPort}/healthz`, { rejectUnauthorized: false }),
+    );
+    expect(Date.now() - started).toBeLessThan(5000);
+    // Node's HTTP server reports it; Deno.serve and Bun.serve close such a connection without a hook to log it.
+    if (target === "node")
+      await expect.poll(() => broker.stderr()).toMatch(/"event":"http.tls_on_plain_port"/);
+  });
+});
