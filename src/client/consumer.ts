@@ -28,6 +28,10 @@ import type { FetchedRecord } from "./records.ts";
 
 /** Options of {@link GroupConsumer.join}. */
 export interface GroupConsumerOptions {
+  /**
+   * A connected client; once the broker has keys, one made with an API key whose role is consumer
+   * (or admin) and whose patterns match the group and topics: `TcpClient.connect({ host, port, apiKey, tls })`.
+   */
   client: TcpClient;
   group: string;
   topics: string[];

@@ -37,7 +37,10 @@ import { Errors } from "../broker/errors.ts";
 
 /** Options of {@link IdempotentProducer}. */
 export interface IdempotentProducerOptions {
-  /** Opens a connection to the broker; called at first use and again after a connection is lost. */
+  /**
+   * Opens a connection to the broker; called at first use and again after a connection is lost.
+   * Pass the API key and TLS options there: `() => TcpClient.connect({ host, port, apiKey, tls })`.
+   */
   connect: () => Promise<TcpClient>;
   /** The producer's stable id: 1–249 characters of `[A-Za-z0-9._:-]`. */
   producerId: string;

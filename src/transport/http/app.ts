@@ -363,6 +363,9 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
         `Cannot complete ${clip(c.req.method)} ${clip(c.req.path)}: internal error (logged)`,
       );
     }
+    // A key revoked while its request ran (auth.ts answers the other 401s itself).
+    if (error.kind === Errors.unauthenticated)
+      c.header("www-authenticate", 'Bearer realm="es-broker", error="invalid_token"');
     return c.json(errorBody(error), error.kind.http as ContentfulStatusCode);
   });
 
