@@ -12,6 +12,7 @@
  */
 import * as fs from "node:fs";
 import * as http from "node:http";
+import * as https from "node:https";
 import { join } from "node:path";
 import { TcpClient } from "../src/client/client.ts";
 import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
@@ -200,7 +201,7 @@ function httpRequest(
   options: { method: string; headers?: Record<string, string>; body?: Buffer },
 ): Promise<HttpAnswer> {
   return new Promise((resolve, reject) => {
-    const req = http.request(
+    const req = (url.protocol === "https:" ? https : http).request(
       url,
       { method: options.method, agent, headers: options.headers },
       (res) => {
@@ -218,6 +219,13 @@ function httpRequest(
     req.on("error", reject);
     req.end(options.body);
   });
+}
+
+/** A keep-alive agent for an es-broker HTTP target: HTTPS (trusting `caPem`) for `https://` URLs. */
+function httpAgent(target: { url: string; caPem?: string }, maxSockets: number): http.Agent {
+  return target.url.startsWith("https:")
+    ? new https.Agent({ keepAlive: true, maxSockets, ca: target.caPem })
+    : new http.Agent({ keepAlive: true, maxSockets });
 }
 
 function expectStatus(answer: HttpAnswer, ok: number[], what: string): void {
@@ -272,7 +280,12 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
     case "es-tcp": {
       const clients = await Promise.all(
         Array.from({ length: producers }, () =>
-          TcpClient.connect({ host: target.host, port: target.port }),
+          TcpClient.connect({
+            host: target.host,
+            port: target.port,
+            apiKey: target.apiKey,
+            tls: target.caPem === undefined ? undefined : { ca: target.caPem },
+          }),
         ),
       );
       const entries = entryBatch(batch, value);
@@ -286,7 +299,9 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
       };
     }
     case "es-http": {
-      const agent = new http.Agent({ keepAlive: true, maxSockets: producers });
+      const agent = httpAgent(target, producers);
+      const auth: Record<string, string> =
+        target.apiKey === undefined ? {} : { authorization: `Bearer ${target.apiKey}` };
       const text = Buffer.from(value).toString("latin1");
       const bodies: Buffer[] = [];
       const urls: URL[] = [];
@@ -312,6 +327,7 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
             headers: {
               "content-type": contentType,
               "content-length": String(bodies[partition].length),
+              ...auth,
             },
             body: bodies[partition],
           });

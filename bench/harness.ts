@@ -16,6 +16,10 @@
  * - consumer: fetch throughput from the page cache (TCP, HTTP, Redis XRANGE) and end-to-end
  *   latency, produce → consumer sees it (TCP, HTTP long-poll, Redis XREAD BLOCK).
  * - soak: 64 producers × 100 records over TCP for 60 s, sampling the broker's RSS every second.
+ * - auth: what API keys and TLS cost (docs/security.md): 64 producers × 1 record over TCP and
+ *   50 connections × 100 records over HTTP JSON, each against three fresh brokers — no keys
+ *   ("plain"), an API key ("key"), an API key over TLS ("key+tls", certificates made with the
+ *   `openssl` CLI) — in two rounds, forward then backward, so drift weighs on every variant alike.
  *
  * Peers and es-broker run interleaved, case by case, because runs on this 2-vCPU machine drift
  * by up to 2× between runs: only ratios measured in the same run mean something.
@@ -26,9 +30,15 @@
  * (profile the broker and the generators), `--measure-ms`, `--warmup-ms`, `--soak-ms`,
  * `--data-root DIR`, `--from-json FILE` (print the tables of a saved run, measuring nothing).
  */
-import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:child_process";
+import {
+  execFileSync,
+  spawn,
+  spawnSync,
+  type ChildProcessWithoutNullStreams,
+} from "node:child_process";
 import * as fs from "node:fs";
 import * as http from "node:http";
+import * as https from "node:https";
 import * as os from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -58,7 +68,7 @@ export type Transport =
   | "nats"
   | "http";
 /** Case families. */
-export type Group = "produce" | "fetch" | "e2e" | "soak";
+export type Group = "produce" | "fetch" | "e2e" | "soak" | "auth";
 
 /** One measured case, as printed and as written by `--json`. */
 export interface CaseResult {
@@ -301,12 +311,18 @@ function httpCall(
   url: string,
   body?: unknown,
   contentType = "application/json",
+  security: { apiKey?: string; caPem?: string } = {},
 ): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const headers: Record<string, string> = { "content-type": contentType };
     if (payload) headers["content-length"] = String(payload.length);
-    const req = http.request(url, { method, agent: false, headers }, (res) => {
+    if (security.apiKey !== undefined) headers.authorization = `Bearer ${security.apiKey}`;
+    const send = url.startsWith("https:")
+      ? (u: string, o: http.RequestOptions, cb: (res: http.IncomingMessage) => void) =>
+          https.request(u, { ...o, ca: security.caPem }, cb)
+      : http.request;
+    const req = send(url, { method, agent: false, headers }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
       res.on("end", () =>
@@ -319,10 +335,21 @@ function httpCall(
   });
 }
 
-async function esRequest(env: Env, method: string, path: string, body?: unknown): Promise<void> {
-  const res = await httpCall(method, `${env.es.httpUrl}${path}`, body);
+async function esRequest(
+  env: Env,
+  method: string,
+  path: string,
+  body?: unknown,
+  variant?: AuthVariant,
+): Promise<string> {
+  const base = variant?.es.httpUrl ?? env.es.httpUrl;
+  const res = await httpCall(method, `${base}${path}`, body, "application/json", {
+    apiKey: variant?.adminKey,
+    caPem: variant?.caPem,
+  });
   if (res.status < 200 || res.status > 299)
     throw new Error(`${method} ${path}: HTTP ${res.status} ${res.text}`);
+  return res.text;
 }
 
 /**
@@ -334,7 +361,7 @@ async function runCase(
   base: Pick<
     CaseResult,
     "key" | "group" | "system" | "transport" | "batch" | "producers" | "partitions"
-  > & { note?: string },
+  > & { note?: string; variant?: AuthVariant },
   makeSpec: (target: Target) => GeneratorSpec,
 ): Promise<CaseResult | null> {
   const id = `${base.key} ${base.system}/${base.transport}`;
@@ -346,16 +373,21 @@ async function runCase(
   try {
     switch (base.system) {
       case "es-broker": {
-        await esRequest(env, "POST", "/v1/topics", { name, partitions: base.partitions });
-        teardown = () => esRequest(env, "DELETE", `/v1/topics/${name}`);
+        const variant = base.variant;
+        const es = variant?.es ?? env.es;
+        const security = { apiKey: variant?.producerKey, caPem: variant?.caPem };
+        await esRequest(env, "POST", "/v1/topics", { name, partitions: base.partitions }, variant);
+        teardown = async () =>
+          void (await esRequest(env, "DELETE", `/v1/topics/${name}`, undefined, variant));
         target =
           base.transport === "tcp"
-            ? { kind: "es-tcp", host: env.es.tcp.host, port: env.es.tcp.port, topic: name }
+            ? { kind: "es-tcp", host: es.tcp.host, port: es.tcp.port, topic: name, ...security }
             : {
                 kind: "es-http",
-                url: env.es.httpUrl,
+                url: es.httpUrl,
                 topic: name,
                 body: base.transport === "http-json" ? "json" : "ndjson",
+                ...security,
               };
         break;
       }
@@ -437,7 +469,8 @@ async function runCase(
       }
     }
     const result = await runGenerator(env, makeSpec(target));
-    const c = toCase(base, result);
+    const { variant: _variant, ...described } = base;
+    const c = toCase(described, result);
     if (base.note) c.note = base.note;
     env.results.push(c);
     printCase(c);
@@ -635,6 +668,8 @@ async function runAll(env: Env): Promise<void> {
     );
   }
 
+  await authPoints(env);
+
   // Soak: the broker's RSS over a long 64-producer run.
   await runCase(
     env,
@@ -662,6 +697,220 @@ async function runAll(env: Env): Promise<void> {
       rssSampleMs: s.quick ? 100 : 1000,
     }),
   );
+}
+
+/** One broker of the auth cases and how to reach it. */
+interface AuthVariant {
+  name: "plain" | "key" | "key+tls";
+  es: EsBroker;
+  /** Makes and deletes the cases' topics; absent without keys. */
+  adminKey?: string;
+  /** Produces: a producer key on `bench*`; absent without keys. */
+  producerKey?: string;
+  /** PEM of the CA of the broker's certificate; absent without TLS. */
+  caPem?: string;
+}
+
+/** The auth cases: (case, variant) pairs the auth table and target compare. */
+const authCases = [
+  { batch: 1, producers: 64, transport: "tcp" },
+  { batch: 100, producers: 50, transport: "http-json" },
+] as const;
+
+/** A CA and a server certificate for 127.0.0.1, made with the openssl CLI in `dir`. */
+function makeBenchCertificates(dir: string): { cert: string; key: string; caPem: string } {
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const run = (args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+  run([
+    "req",
+    "-x509",
+    ...ec,
+    "-keyout",
+    "ca.key",
+    "-out",
+    "ca.pem",
+    "-days",
+    "2",
+    "-subj",
+    "/CN=bench CA",
+  ]);
+  run(["req", ...ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
+  fs.writeFileSync(join(dir, "san.ext"), "subjectAltName=IP:127.0.0.1\n");
+  run([
+    "x509",
+    "-req",
+    "-in",
+    "server.csr",
+    "-CA",
+    "ca.pem",
+    "-CAkey",
+    "ca.key",
+    "-CAcreateserial",
+    "-out",
+    "server.pem",
+    "-days",
+    "2",
+    "-extfile",
+    "san.ext",
+  ]);
+  return {
+    cert: join(dir, "server.pem"),
+    key: join(dir, "server.key"),
+    caPem: fs.readFileSync(join(dir, "ca.pem"), "utf8"),
+  };
+}
+
+/**
+ * The auth cases (module comment): starts the three brokers, makes their keys over HTTP (the
+ * first key of a broker without keys may be made from loopback without one), runs each case
+ * against each broker in two interleaved rounds, and stops the brokers.
+ */
+async function authPoints(env: Env): Promise<void> {
+  const s = env.settings;
+  const ids = authCases.flatMap((c) =>
+    ["plain", "key", "key+tls"].flatMap((v) =>
+      [1, 2].map((r) => `${authKey(c, v, r)} es-broker/${c.transport}`),
+    ),
+  );
+  if (env.only && !ids.some((id) => env.only!.test(id))) return;
+  const started: EsBroker[] = [];
+  try {
+    const start = async (name: AuthVariant["name"], extraArgs: string[] = []) => {
+      const es = await startEsBroker({
+        root: env.root,
+        dataDir: join(env.dataRoot, `auth-${name}`),
+        extraArgs,
+      });
+      started.push(es);
+      return es;
+    };
+    const withKeys = async (variant: AuthVariant): Promise<AuthVariant> => {
+      const make = async (body: unknown, apiKey?: string) =>
+        (
+          JSON.parse(
+            await httpCallChecked("POST", `${variant.es.httpUrl}/v1/admin/keys`, body, {
+              apiKey,
+              caPem: variant.caPem,
+            }),
+          ) as { key: string }
+        ).key;
+      const adminKey = await make({ name: "bench-admin", role: "admin" });
+      const producerKey = await make(
+        { name: "bench-producer", role: "producer", topics: ["bench*"] },
+        adminKey,
+      );
+      return { ...variant, adminKey, producerKey };
+    };
+    const variants: AuthVariant[] = [{ name: "plain", es: await start("plain") }];
+    variants.push(await withKeys({ name: "key", es: await start("key") }));
+    let certs: { cert: string; key: string; caPem: string } | null = null;
+    try {
+      certs = makeBenchCertificates(join(env.dataRoot, "auth-certs"));
+    } catch (err) {
+      env.failures.push({
+        id: "auth key+tls",
+        error: `cannot make certificates with openssl: ${err instanceof Error ? err.message : String(err)}`,
+      });
+    }
+    if (certs !== null) {
+      const es = await start("key+tls", ["--tls-cert", certs.cert, "--tls-key", certs.key]);
+      variants.push(await withKeys({ name: "key+tls", es, caPem: certs.caPem }));
+    }
+    for (const c of authCases) {
+      for (const round of [1, 2]) {
+        for (const variant of round === 1 ? variants : [...variants].reverse()) {
+          await runCase(
+            env,
+            {
+              key: authKey(c, variant.name, round),
+              group: "auth",
+              system: "es-broker",
+              transport: c.transport,
+              batch: c.batch,
+              producers: c.producers,
+              partitions: 1,
+              variant,
+            },
+            (target) => ({
+              mode: "produce",
+              target,
+              batch: c.batch,
+              producers: c.producers,
+              partitions: 1,
+              valueBytes,
+              warmupMs: s.warmupMs,
+              measureMs: s.measureMs,
+              minRequests: s.minRequests,
+              // Metrics need an admin key on the keyed brokers; fsync counts are the other cases' business.
+              ...(variant.name === "plain"
+                ? { metricsUrl: `${variant.es.httpUrl}/v1/admin/metrics` }
+                : {}),
+              serverPid: variant.es.pid,
+            }),
+          );
+        }
+      }
+    }
+  } finally {
+    for (const es of started.reverse()) await es.stop();
+  }
+}
+
+/** The key of an auth case: `auth b=1 P=64 parts=1 key+tls r2`. */
+function authKey(c: (typeof authCases)[number], variant: string, round: number): string {
+  return `auth b=${c.batch} P=${c.producers} parts=1 ${variant} r${round}`;
+}
+
+/** {@link httpCall} that throws on a status other than 2xx; resolves with the body. */
+async function httpCallChecked(
+  method: string,
+  url: string,
+  body: unknown,
+  security: { apiKey?: string; caPem?: string },
+): Promise<string> {
+  const res = await httpCall(method, url, body, "application/json", security);
+  if (res.status < 200 || res.status > 299)
+    throw new Error(`${method} ${url}: HTTP ${res.status} ${res.text}`);
+  return res.text;
+}
+
+/** The auth cases of a run, per case and variant: the mean of the rounds' figures. */
+function authSummary(results: CaseResult[]): {
+  label: string;
+  variant: string;
+  recordsPerSec: number;
+  p50: number;
+  p99: number;
+  cpuUsPerRecord: number | null;
+  rounds: number;
+}[] {
+  const out = [];
+  for (const c of authCases) {
+    for (const variant of ["plain", "key", "key+tls"]) {
+      const runs = results.filter(
+        (r) =>
+          r.group === "auth" &&
+          r.key.startsWith(`auth b=${c.batch} P=${c.producers} parts=1 ${variant} r`),
+      );
+      if (runs.length === 0) continue;
+      const mean = (f: (r: CaseResult) => number) =>
+        runs.reduce((n, r) => n + f(r), 0) / runs.length;
+      const cpu = runs.every((r) => typeof r.serverCpuUsPerRecord === "number")
+        ? mean((r) => r.serverCpuUsPerRecord as number)
+        : null;
+      out.push({
+        label: `${c.producers} × ${c.batch} ${c.transport === "tcp" ? "TCP" : "HTTP JSON"}`,
+        variant,
+        recordsPerSec: mean((r) => r.recordsPerSec),
+        p50: mean((r) => r.latencyMs.p50),
+        p99: mean((r) => r.latencyMs.p99),
+        cpuUsPerRecord: cpu,
+        rounds: runs.length,
+      });
+    }
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -768,6 +1017,26 @@ export function markdownTables(report: BenchReport): string {
     );
     lines.push(soak.rssSamplesMiB.map(([, m]) => m.toFixed(0)).join(" "));
   }
+  const auth = authSummary(results);
+  if (auth.length > 0) {
+    lines.push(
+      "",
+      "### What API keys and TLS cost: the same case against a broker without keys, with a key, and with a key over TLS",
+      "",
+      "Means of the rounds (each variant measured forward, then backward). Ratios are each variant ÷ plain; for CPU µs/record below 1 is cheaper.",
+      "",
+    );
+    lines.push(
+      "| case | variant | records/s | ÷ plain | p50 ms | p99 ms | server CPU µs/record | ÷ plain | rounds |",
+    );
+    lines.push("|---|---|--:|--:|--:|--:|--:|--:|--:|");
+    for (const a of auth) {
+      const plain = auth.find((b) => b.label === a.label && b.variant === "plain");
+      lines.push(
+        `| ${a.label} | ${a.variant} | ${fmt(a.recordsPerSec)} | ${fmtRatio(plain ? a.recordsPerSec / plain.recordsPerSec : null)} | ${fmt(a.p50, 2)} | ${fmt(a.p99, 2)} | ${fmt(a.cpuUsPerRecord, 1)} | ${fmtRatio(plain?.cpuUsPerRecord && a.cpuUsPerRecord !== null ? a.cpuUsPerRecord / plain.cpuUsPerRecord : null)} | ${a.rounds} |`,
+      );
+    }
+  }
   lines.push("", "### Targets", "");
   lines.push("| target | measured | met |");
   lines.push("|---|---|---|");
@@ -868,7 +1137,11 @@ export function evaluateTargets(results: CaseResult[]): TargetResult[] {
     },
   ]);
   const rss64 = results.filter(
-    (c) => c.system === "es-broker" && c.producers === 64 && c.serverRssPeakMiB !== null,
+    (c) =>
+      c.system === "es-broker" &&
+      c.group !== "auth" &&
+      c.producers === 64 &&
+      c.serverRssPeakMiB !== null,
   );
   const peak = rss64.length === 0 ? null : Math.max(...rss64.map((c) => c.serverRssPeakMiB!));
   const soak = results.find((c) => c.group === "soak");
@@ -891,6 +1164,19 @@ export function evaluateTargets(results: CaseResult[]): TargetResult[] {
         unit: "MB",
       },
       { label: "soak last quarter ÷ second quarter", value: growth, ok: (v) => v <= 1.1 },
+    ],
+  );
+  const auth = authSummary(results);
+  const keyed = (label: string) => {
+    const plain = auth.find((a) => a.label === label && a.variant === "plain");
+    const key = auth.find((a) => a.label === label && a.variant === "key");
+    return plain && key && plain.recordsPerSec > 0 ? key.recordsPerSec / plain.recordsPerSec : null;
+  };
+  add(
+    "Authentication costs ≤ 5 %: records/s with an API key ÷ without (64 × 1 TCP, 50 × 100 HTTP JSON)",
+    [
+      { label: "64 × 1 TCP", value: keyed("64 × 1 TCP"), ok: (v) => v >= 0.95 },
+      { label: "50 × 100 HTTP JSON", value: keyed("50 × 100 HTTP JSON"), ok: (v) => v >= 0.95 },
     ],
   );
   return targets;

@@ -137,6 +137,8 @@ export async function startEsBroker(options: {
   root: string;
   dataDir: string;
   cpuProfileDir?: string;
+  /** More `serve` options (e.g. `--tls-cert`, `--tls-key` for the auth cases). */
+  extraArgs?: string[];
 }): Promise<EsBroker> {
   const entry = join(options.root, "dist/es-broker.mjs");
   if (!fs.existsSync(entry)) throw new Error(`${entry} is missing: run "npm run build" first`);
@@ -159,6 +161,7 @@ export async function startEsBroker(options: {
       "--log-level",
       "warn",
       ...brokerExtraArgs,
+      ...(options.extraArgs ?? []),
     ],
     {
       stdio: ["ignore", "pipe", "pipe"],
@@ -184,7 +187,7 @@ export async function startEsBroker(options: {
       reject(new Error(`es-broker exited before listening:\n${server.output()}`));
     });
   });
-  const m = /^(\S+ \S+).*http=(http:\/\/[^\s]+) tcp=([^\s]+):(\d+)/.exec(line);
+  const m = /^(\S+ \S+).*http=(https?:\/\/[^\s]+) tcp=([^\s]+):(\d+)/.exec(line);
   if (!m) throw new Error(`es-broker printed an unexpected start-up line: ${line}`);
   return { ...server, version: m[1], httpUrl: m[2], tcp: { host: m[3], port: Number(m[4]) } };
 }

@@ -6,10 +6,17 @@
 
 /** The system a generator talks to. Every server listens on loopback. */
 export type Target =
-  /** es-broker over its TCP protocol, with the project's client (`src/client/client.ts`). */
-  | { kind: "es-tcp"; host: string; port: number; topic: string }
-  /** es-broker over HTTP: produce bodies as JSON (`{"records":[…]}`) or NDJSON (one value per line). */
-  | { kind: "es-http"; url: string; topic: string; body: "json" | "ndjson" }
+  /**
+   * es-broker over its TCP protocol, with the project's client (`src/client/client.ts`); with
+   * `apiKey` every connection authenticates first, with `caPem` it speaks TLS (checking the
+   * broker's certificate against that CA).
+   */
+  | ({ kind: "es-tcp"; host: string; port: number; topic: string } & EsSecurity)
+  /**
+   * es-broker over HTTP: produce bodies as JSON (`{"records":[…]}`) or NDJSON (one value per
+   * line); `https://` URLs with `caPem`, and `Authorization: Bearer` on every request with `apiKey`.
+   */
+  | ({ kind: "es-http"; url: string; topic: string; body: "json" | "ndjson" } & EsSecurity)
   /** Redis streams: partition p is the key `${key}:${p}`; a request of n records is a pipeline of n XADD. */
   | { kind: "redis"; host: string; port: number; key: string }
   /** NATS JetStream: partition p is the stream `${stream}_${p}` (subject `${stream}.${p}`). */
@@ -18,6 +25,14 @@ export type Target =
   | { kind: "ds"; url: string; stream: string }
   /** The disk limit: one in-process loop, one write + one fdatasync per batch, in `dir`. */
   | { kind: "limit"; dir: string };
+
+/** The API key and CA certificate a generator uses against a broker that wants them (the `auth` cases). */
+export interface EsSecurity {
+  /** An API key with the rights the case needs; sent in Authenticate (TCP) or `Authorization` (HTTP). */
+  apiKey?: string;
+  /** PEM of the CA the broker's TLS certificate chains to; TLS only when given. */
+  caPem?: string;
+}
 
 /** How long a measurement runs. */
 export interface Timing {

@@ -37,6 +37,13 @@ function expectedIds(): Record<"es-broker" | "limit" | "redis" | "nats" | "ds", 
       ...fetch.flatMap((k) => [`${k} es-broker/tcp`, `${k} es-broker/http-json`]),
       `${e2e} es-broker/tcp`,
       `${e2e} es-broker/http-ndjson`,
+      // What keys and TLS cost: each variant in two rounds (openssl is installed on these machines).
+      ...["plain", "key", "key+tls"].flatMap((v) =>
+        [1, 2].flatMap((r) => [
+          `auth b=1 P=64 parts=1 ${v} r${r} es-broker/tcp`,
+          `auth b=100 P=50 parts=1 ${v} r${r} es-broker/http-json`,
+        ]),
+      ),
     ],
     limit: [
       ...[1, 10, 100, 1000].flatMap((b) =>
@@ -124,7 +131,7 @@ describe("benchmark harness, quick run", () => {
 
       // Every target of the issue is evaluated: met or not, or null where it needs a peer figure
       // (quick runs measure peers at fewer points).
-      expect(report.targets).toHaveLength(8);
+      expect(report.targets).toHaveLength(9);
       for (const t of report.targets) {
         if (!/Redis|Durable Streams/.test(t.name)) expect(t.met, t.name).not.toBeNull();
       }
