@@ -160,11 +160,21 @@ export class AccessControl {
 
   /**
    * Throws unless `principal` is current and the role table allows `operation` on `names`.
-   * @param action the failed action for the message, e.g. `Cannot produce to topic "orders"`.
+   * @param describe the failed action for the message, e.g. `Cannot produce to topic "orders"`,
+   *   or a function making it (called only for a refusal).
    * @throws AuthenticationError (revoked) or BrokerError `forbidden` with details `operation` and `topic` / `group`.
    */
-  check(principal: Principal, operation: Operation, names: RequestNames, action: string): void {
-    if (!this.isCurrent(principal)) {
+  check(
+    principal: Principal,
+    operation: Operation,
+    names: RequestNames,
+    describe: string | (() => string),
+  ): void {
+    const decision = this.isCurrent(principal) ? authorize(principal, operation, names) : null;
+    if (decision?.allowed) return;
+    // The message is built only for a refusal: the allowed path stays a table lookup.
+    const action = typeof describe === "function" ? describe() : describe;
+    if (decision === null) {
       throw new AuthenticationError(
         "revoked",
         principal.kind === "anonymous"
@@ -172,8 +182,6 @@ export class AccessControl {
           : `${action}: API key ${principal.id} was revoked or changed`,
       );
     }
-    const decision = authorize(principal, operation, names);
-    if (decision.allowed) return;
     const who = principalLabel(principal);
     const role = principal.kind === "key" ? principal.role : "anonymous";
     if (decision.reason === "role") {
@@ -272,7 +280,7 @@ export class AuthorizedBroker implements Broker {
         this.#check(
           "update_topic_config",
           {},
-          `Cannot update the config of topic ${JSON.stringify(name)}`,
+          () => `Cannot update the config of topic ${JSON.stringify(name)}`,
         );
         const topic = await updateTopicConfig(name, config);
         this.#access.audit(principal, "audit.topic_config_updated", { topic: name, config });
@@ -282,7 +290,7 @@ export class AuthorizedBroker implements Broker {
     const cleanup = inner.cleanup?.bind(inner);
     if (cleanup !== undefined) {
       this.cleanup = async (topic) => {
-        this.#check("cleanup", {}, `Cannot clean up topic ${JSON.stringify(topic)}`);
+        this.#check("cleanup", {}, () => `Cannot clean up topic ${JSON.stringify(topic)}`);
         const report = await cleanup(topic);
         this.#access.audit(principal, "audit.topic_cleanup", { topic });
         return report;
@@ -302,7 +310,7 @@ export class AuthorizedBroker implements Broker {
     return this.#principal;
   }
 
-  #check(operation: Operation, names: RequestNames, action: string): void {
+  #check(operation: Operation, names: RequestNames, action: string | (() => string)): void {
     this.#access.check(this.#principal, operation, names, action);
   }
 
@@ -313,7 +321,7 @@ export class AuthorizedBroker implements Broker {
   }
 
   async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
-    this.#check("create_topic", {}, `Cannot create topic ${JSON.stringify(request.name)}`);
+    this.#check("create_topic", {}, () => `Cannot create topic ${JSON.stringify(request.name)}`);
     const topic = await this.#inner.createTopic(request);
     this.#access.audit(this.#principal, "audit.topic_created", {
       topic: topic.name,
@@ -331,14 +339,14 @@ export class AuthorizedBroker implements Broker {
   describeTopic(name: string): Promise<TopicDescription> {
     this.#check(
       "describe_topic",
-      { topics: [name] },
-      `Cannot describe topic ${JSON.stringify(name)}`,
+      { topic: name },
+      () => `Cannot describe topic ${JSON.stringify(name)}`,
     );
     return this.#inner.describeTopic(name);
   }
 
   async deleteTopic(name: string): Promise<void> {
-    this.#check("delete_topic", {}, `Cannot delete topic ${JSON.stringify(name)}`);
+    this.#check("delete_topic", {}, () => `Cannot delete topic ${JSON.stringify(name)}`);
     await this.#inner.deleteTopic(name);
     this.#access.audit(this.#principal, "audit.topic_deleted", { topic: name });
   }
@@ -346,8 +354,8 @@ export class AuthorizedBroker implements Broker {
   produce(request: ProduceRequest): Promise<ProduceResult> {
     this.#check(
       "produce",
-      { topics: [request.topic] },
-      `Cannot produce to topic ${JSON.stringify(request.topic)}`,
+      { topic: request.topic },
+      () => `Cannot produce to topic ${JSON.stringify(request.topic)}`,
     );
     return this.#inner.produce(request);
   }
@@ -355,8 +363,8 @@ export class AuthorizedBroker implements Broker {
   fetch(request: FetchRequest): Promise<FetchResult> {
     this.#check(
       "fetch",
-      { topics: [request.topic] },
-      `Cannot fetch from topic ${JSON.stringify(request.topic)}`,
+      { topic: request.topic },
+      () => `Cannot fetch from topic ${JSON.stringify(request.topic)}`,
     );
     if ((request.waitMs ?? 0) <= 0) return this.#inner.fetch(request);
     return this.#inner.fetch({ ...request, signal: this.#signal(request.signal) });
@@ -368,8 +376,8 @@ export class AuthorizedBroker implements Broker {
   }): Promise<{ logStartOffset: number; highWatermark: number }> {
     this.#check(
       "list_offsets",
-      { topics: [request.topic] },
-      `Cannot list offsets of topic ${JSON.stringify(request.topic)}`,
+      { topic: request.topic },
+      () => `Cannot list offsets of topic ${JSON.stringify(request.topic)}`,
     );
     return this.#inner.listOffsets(request);
   }
@@ -378,7 +386,7 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "join_group",
       { group: request.group, topics: Array.isArray(request.topics) ? request.topics : [] },
-      `Cannot join group ${JSON.stringify(request.group)}`,
+      () => `Cannot join group ${JSON.stringify(request.group)}`,
     );
     return this.#inner.joinGroup(request);
   }
@@ -391,7 +399,7 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "heartbeat",
       { group: request.group },
-      `Cannot heartbeat in group ${JSON.stringify(request.group)}`,
+      () => `Cannot heartbeat in group ${JSON.stringify(request.group)}`,
     );
     return this.#inner.heartbeat(request);
   }
@@ -400,7 +408,7 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "leave_group",
       { group: request.group },
-      `Cannot leave group ${JSON.stringify(request.group)}`,
+      () => `Cannot leave group ${JSON.stringify(request.group)}`,
     );
     return this.#inner.leaveGroup(request);
   }
@@ -416,13 +424,17 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "commit_offsets",
       { group: request.group, topics },
-      `Cannot commit offsets of group ${JSON.stringify(request.group)}`,
+      () => `Cannot commit offsets of group ${JSON.stringify(request.group)}`,
     );
     return this.#inner.commitOffsets(request);
   }
 
   describeGroup(group: string): Promise<GroupDescription> {
-    this.#check("describe_group", { group }, `Cannot describe group ${JSON.stringify(group)}`);
+    this.#check(
+      "describe_group",
+      { group },
+      () => `Cannot describe group ${JSON.stringify(group)}`,
+    );
     return this.#inner.describeGroup(group);
   }
 
@@ -456,7 +468,7 @@ export class AuthorizedBroker implements Broker {
    */
   async createKey(wanted: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
     const name = typeof wanted.name === "string" ? wanted.name : "";
-    this.#check("create_key", {}, `Cannot create key ${JSON.stringify(name)}`);
+    this.#check("create_key", {}, () => `Cannot create key ${JSON.stringify(name)}`);
     const created = await this.#store("create keys").create(wanted);
     this.#access.audit(this.#principal, "audit.key_created", {
       name: created.info.name,
@@ -476,7 +488,7 @@ export class AuthorizedBroker implements Broker {
 
   /** Revokes a key by name (admin only). @throws BrokerError forbidden, key_not_found, storage_error. */
   async revokeKey(name: string): Promise<ApiKeyInfo> {
-    this.#check("revoke_key", {}, `Cannot revoke key ${JSON.stringify(name)}`);
+    this.#check("revoke_key", {}, () => `Cannot revoke key ${JSON.stringify(name)}`);
     const revoked = await this.#store("revoke keys").revoke(name);
     this.#access.audit(this.#principal, "audit.key_revoked", {
       name: revoked.name,

@@ -80,7 +80,9 @@ export const operations = Object.keys(roleTable) as Operation[];
 
 /** The names a request touches, for the table's `checks`. */
 export interface RequestNames {
-  /** Every topic the request names (one for most; a join's subscriptions, a commit's topics). */
+  /** The one topic a request names (most requests). */
+  topic?: string;
+  /** Every topic a request names when there are several (a join's subscriptions, a commit's topics). */
   topics?: readonly string[];
   group?: string;
 }
@@ -112,6 +114,8 @@ export function authorize(
       if (!matchesAny(principal.groups, group))
         return { allowed: false, reason: "group", name: group };
     } else {
+      if (names.topic !== undefined && !matchesAny(principal.topics, names.topic))
+        return { allowed: false, reason: "topic", name: names.topic };
       for (const topic of names.topics ?? [])
         if (!matchesAny(principal.topics, topic))
           return { allowed: false, reason: "topic", name: topic };
