@@ -11,6 +11,7 @@
  *   corrupt api_keys.json refuses the start naming the file.
  */
 import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import * as net from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { ClientError, TcpClient } from "../../src/client/client.ts";
@@ -639,6 +640,7 @@ describe(`[${target}] API keys end to end`, () => {
       (path) => [path, readFileSync(path).toString("latin1")] as const,
     );
     expect(files.map(([p]) => p)).toContain(join(s.dataDir, "api_keys.json"));
+    expect(statSync(join(s.dataDir, "api_keys.json")).mode & 0o777).toBe(0o600);
     for (const form of secretForms(allKeys)) {
       expect(logs.includes(form), "a secret in the broker's log").toBe(false);
       for (const text of [...s.seen, ...cliOutput])
@@ -747,6 +749,46 @@ describe(`[${target}] API keys end to end`, () => {
     );
     expect(refused?.message).toMatch(
       /refusing to listen on non-loopback address 0\.0\.0\.0 without authentication: create an API key first/,
+    );
+  });
+
+  it("over TCP, a first request that is not Authenticate, and an Authenticate frame claiming more than 1 KiB, are answered and the connection closed", async () => {
+    const s = await setup();
+    const exchange = (bytes: Uint8Array) =>
+      new Promise<Buffer>((resolve, reject) => {
+        const socket = net.connect(s.broker.tcp, () => socket.write(bytes));
+        const chunks: Buffer[] = [];
+        socket.on("data", (d) => chunks.push(d));
+        socket.on("error", () => {});
+        socket.on("close", () => resolve(Buffer.concat(chunks)));
+        setTimeout(
+          () => reject(new Error(`[${target}] the connection stayed open`)),
+          10_000,
+        ).unref();
+      });
+    /** Error number and code of the one response frame in `bytes`. */
+    const answer = (bytes: Buffer) => {
+      expect(bytes.readUInt32BE(0)).toBe(bytes.length - 4);
+      const code = bytes.subarray(12, 12 + bytes.readUInt16BE(10)).toString();
+      return { correlationId: bytes.readUInt32BE(4), error: bytes.readUInt16BE(8), code };
+    };
+    // Metadata (api 3) first: length 12, correlation id 9, topic_count 0.
+    const metadata = Buffer.from([0, 0, 0, 12, 0, 3, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0]);
+    expect(answer(await exchange(metadata))).toEqual({
+      correlationId: 9,
+      error: 26,
+      code: "unauthenticated",
+    });
+    // An Authenticate header claiming 100 MiB: refused from its header, nothing more is read.
+    const claim = Buffer.from([0x06, 0x40, 0, 0, 0, 13, 0, 0, 0, 0, 0, 7]);
+    expect(answer(await exchange(claim))).toEqual({
+      correlationId: 7,
+      error: 6,
+      code: "request_too_large",
+    });
+    await s.broker.stop("SIGTERM");
+    expect(s.broker.stderr()).toMatch(
+      /"event":"tcp.frame_refused".*"length":104857600,"max_request_bytes":1024/,
     );
   });
 
