@@ -39,7 +39,10 @@ import { apiKeyTextBytesMax } from "../lib/limits.ts";
 /** Which front door a request came through, for logs. */
 export type Transport = "http" | "tcp";
 
-/** Why an authentication failed (the `reason` of `auth.failed` and of the error message). */
+/**
+ * Why an authentication failed (the `reason` of `auth.failed` and of the error message); the TCP
+ * transport also logs `timeout` for a connection that never authenticated.
+ */
 export type AuthFailure = "missing" | "malformed" | "unknown";
 
 /** An `unauthenticated` error that also says why (HTTP picks its `WWW-Authenticate` from it). */

@@ -31,7 +31,7 @@ interface Doors {
 }
 
 /** A broker with topics "orders" and "other", keys admin / producer on orders / consumer on orders + group billing, and both doors. */
-async function doors(options: { withKeys?: boolean } = {}): Promise<Doors> {
+async function doors(options: { withKeys?: boolean; readTimeoutMs?: number } = {}): Promise<Doors> {
   const logger = new MemoryLogger();
   const { broker, fs } = await openTestBroker({ clock: realClock, logger });
   const { keys } = await openTestKeyStore({ fs, logger });
@@ -54,7 +54,13 @@ async function doors(options: { withKeys?: boolean } = {}): Promise<Doors> {
     ).key;
   }
   const access = new AccessControl({ broker, keys, logger });
-  const transport = createTcpTransport({ broker, access, clock: realClock, logger });
+  const transport = createTcpTransport({
+    broker,
+    access,
+    clock: realClock,
+    logger,
+    readTimeoutMs: options.readTimeoutMs,
+  });
   const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>
     transport.handleConnection(socket),
   );
@@ -244,6 +250,27 @@ describe("TCP authentication", () => {
       { correlationId: 2, error: 1, code: "invalid_request" },
       { correlationId: 3, error: 0, code: undefined },
     ]);
+  });
+
+  it("a connection that does not authenticate within the read timeout is closed", async () => {
+    const d = await doors({ readTimeoutMs: 200 });
+    const socket = net.connect({ host: "127.0.0.1", port: d.port });
+    onTestFinished(() => void socket.destroy());
+    const closed = new Promise<number>((resolve) => {
+      const started = Date.now();
+      socket.on("close", () => resolve(Date.now() - started));
+      socket.on("error", () => {});
+    });
+    const after = await closed;
+    expect(after).toBeGreaterThanOrEqual(150);
+    expect(after).toBeLessThan(3000);
+    expect(d.logger.named("auth.failed")).toContainEqual(
+      expect.objectContaining({ transport: "tcp", reason: "timeout" }),
+    );
+    // An authenticated connection is not closed by it.
+    const client = await d.connect(d.admin);
+    await new Promise((r) => setTimeout(r, 400));
+    expect((await client.metadata()).length).toBe(2);
   });
 
   it("revoking a key closes its open connections at once and ends their long-polls; other keys go on", async () => {

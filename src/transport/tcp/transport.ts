@@ -29,7 +29,8 @@
  *   answered `unauthenticated` and the connection is closed. Every later request goes through the
  *   broker view of the connection's principal (`auth/access.ts`), which applies the role table.
  *   When the key is revoked (or, for a connection that did not authenticate, once the first key
- *   exists) the connection is destroyed at once (`auth.connection_closed`).
+ *   exists) the connection is destroyed at once (`auth.connection_closed`). A connection that has
+ *   not authenticated within `readTimeoutMs` of opening is destroyed (`auth.failed`, timeout).
  */
 import { BrokerError, Errors } from "../../broker/errors.ts";
 import type { Broker } from "../../broker/types.ts";
@@ -227,6 +228,8 @@ class Connection {
   #principal: Principal | null = null;
   /** Cancels the watch on the principal (revocation). */
   #unwatch: (() => void) | null = null;
+  /** While authentication is on and the connection has not authenticated: closes it after the read timeout. */
+  #authTimer: Timer | null = null;
 
   constructor(socket: ByteSocket, settings: Settings, onClosed: (connection: Connection) => void) {
     this.#socket = socket;
@@ -247,8 +250,21 @@ class Connection {
     });
     const access = settings.access;
     if (access !== null) {
-      if (access.required) this.#decoder.lengthMax = authenticateFrameBytesMax;
-      else this.#adopt(access.authenticate(undefined, socket.remoteAddress, "tcp"));
+      if (access.required) {
+        this.#decoder.lengthMax = authenticateFrameBytesMax;
+        // A connection that never authenticates is not kept: it holds a socket and a file descriptor.
+        this.#authTimer = settings.clock.setTimer(settings.readTimeoutMs, () => {
+          this.#authTimer = null;
+          if (this.#principal !== null || this.#closed) return;
+          this.#settings.logger.log("warn", "auth.failed", {
+            transport: "tcp",
+            remote: this.#socket.remoteAddress,
+            reason: "timeout",
+            key_id: null,
+          });
+          this.destroy("no Authenticate within the read timeout");
+        });
+      } else this.#adopt(access.authenticate(undefined, socket.remoteAddress, "tcp"));
     }
   }
 
@@ -279,6 +295,8 @@ class Connection {
   #adopt(principal: Principal): void {
     const access = this.#settings.access!;
     this.#unwatch?.();
+    this.#authTimer?.cancel();
+    this.#authTimer = null;
     this.#principal = principal;
     this.#broker = access.brokerFor(principal);
     this.#decoder.lengthMax = this.#settings.maxRequestBytes;
@@ -338,6 +356,8 @@ class Connection {
     this.#closed = true;
     this.#unwatch?.();
     this.#unwatch = null;
+    this.#authTimer?.cancel();
+    this.#authTimer = null;
     this.#ended = true;
     this.#stopping = true;
     this.#cancelReadTimer();
