@@ -30,6 +30,8 @@ import type {
   TopicDescription,
 } from "../broker/types.ts";
 import type { Logger } from "../lib/logger.ts";
+import { clip, quote } from "../lib/quote.ts";
+import type { RefusalLog } from "../lib/refusals.ts";
 import { parseApiKeyId } from "./key-format.ts";
 import type { ApiKeyInfo, ApiKeySpec, KeyStore } from "./key-store.ts";
 import { anonymousPrincipal, type Principal, principalLabel } from "./principal.ts";
@@ -62,8 +64,13 @@ export interface AccessControlOptions {
   broker: Broker;
   /** The key store; null means no keys can exist (authentication always off; tests). */
   keys: KeyStore | null;
-  /** Receives `auth.failed` and `audit.*` events. */
+  /** Receives `audit.*` events, and `auth.failed` without `refusals`. */
   logger: Logger;
+  /**
+   * Counts failed authentications and rate-limits their log lines (`auth.failed`, at most one a
+   * kind every few seconds with a count: `lib/refusals.ts`); without it each is logged.
+   */
+  refusals?: RefusalLog;
 }
 
 interface Watch {
@@ -76,6 +83,7 @@ export class AccessControl {
   readonly #broker: Broker;
   readonly #keys: KeyStore | null;
   readonly #logger: Logger;
+  readonly #refusals: RefusalLog | null;
   readonly #views = new WeakMap<Principal, AuthorizedBroker>();
   readonly #watches = new Set<Watch>();
   /** Aborted (and dropped) when their principal stops being current: ends its long-polls. */
@@ -85,6 +93,7 @@ export class AccessControl {
     this.#broker = options.broker;
     this.#keys = options.keys;
     this.#logger = options.logger;
+    this.#refusals = options.refusals ?? null;
     this.#keys?.onChange(() => this.#sweep());
   }
 
@@ -196,8 +205,8 @@ export class AccessControl {
     }
     throw new BrokerError(
       Errors.forbidden,
-      `${action}: ${who} (role ${role}) may not ${operation} on ${decision.reason} ${JSON.stringify(decision.name)} (no ${decision.reason} pattern of the key matches it)`,
-      { operation, [decision.reason]: decision.name },
+      `${action}: ${who} (role ${role}) may not ${operation} on ${decision.reason} ${quote(decision.name)} (no ${decision.reason} pattern of the key matches it)`,
+      { operation, [decision.reason]: clip(decision.name) },
     );
   }
 
@@ -225,12 +234,14 @@ export class AccessControl {
    * malformed `Authorization` header). Never given the key.
    */
   logFailure(
-    reason: AuthFailure,
+    reason: AuthFailure | "timeout",
     remote: string,
     transport: Transport,
     keyId: string | null,
   ): void {
-    this.#logger.log("warn", "auth.failed", { transport, remote, reason, key_id: keyId });
+    const fields = { transport, remote, reason, key_id: keyId };
+    if (this.#refusals !== null) this.#refusals.refuse("auth.failed", fields);
+    else this.#logger.log("warn", "auth.failed", fields);
   }
 
   /** After a key store change: ends the long-polls and fires the watches of principals no longer current. */
@@ -283,7 +294,7 @@ export class AuthorizedBroker implements Broker {
         this.#check(
           "update_topic_config",
           {},
-          () => `Cannot update the config of topic ${JSON.stringify(name)}`,
+          () => `Cannot update the config of topic ${quote(name)}`,
         );
         const topic = await updateTopicConfig(name, config);
         this.#access.audit(principal, "audit.topic_config_updated", { topic: name, config });
@@ -293,7 +304,7 @@ export class AuthorizedBroker implements Broker {
     const cleanup = inner.cleanup?.bind(inner);
     if (cleanup !== undefined) {
       this.cleanup = async (topic) => {
-        this.#check("cleanup", {}, () => `Cannot clean up topic ${JSON.stringify(topic)}`);
+        this.#check("cleanup", {}, () => `Cannot clean up topic ${quote(topic)}`);
         const report = await cleanup(topic);
         this.#access.audit(principal, "audit.topic_cleanup", { topic });
         return report;
@@ -324,7 +335,7 @@ export class AuthorizedBroker implements Broker {
   }
 
   async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
-    this.#check("create_topic", {}, () => `Cannot create topic ${JSON.stringify(request.name)}`);
+    this.#check("create_topic", {}, () => `Cannot create topic ${quote(request.name)}`);
     const topic = await this.#inner.createTopic(request);
     this.#access.audit(this.#principal, "audit.topic_created", {
       topic: topic.name,
@@ -340,16 +351,12 @@ export class AuthorizedBroker implements Broker {
   }
 
   describeTopic(name: string): Promise<TopicDescription> {
-    this.#check(
-      "describe_topic",
-      { topic: name },
-      () => `Cannot describe topic ${JSON.stringify(name)}`,
-    );
+    this.#check("describe_topic", { topic: name }, () => `Cannot describe topic ${quote(name)}`);
     return this.#inner.describeTopic(name);
   }
 
   async deleteTopic(name: string): Promise<void> {
-    this.#check("delete_topic", {}, () => `Cannot delete topic ${JSON.stringify(name)}`);
+    this.#check("delete_topic", {}, () => `Cannot delete topic ${quote(name)}`);
     await this.#inner.deleteTopic(name);
     this.#access.audit(this.#principal, "audit.topic_deleted", { topic: name });
   }
@@ -358,7 +365,7 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "produce",
       { topic: request.topic },
-      () => `Cannot produce to topic ${JSON.stringify(request.topic)}`,
+      () => `Cannot produce to topic ${quote(request.topic)}`,
     );
     return this.#inner.produce(request);
   }
@@ -367,7 +374,7 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "fetch",
       { topic: request.topic },
-      () => `Cannot fetch from topic ${JSON.stringify(request.topic)}`,
+      () => `Cannot fetch from topic ${quote(request.topic)}`,
     );
     if ((request.waitMs ?? 0) <= 0) return this.#inner.fetch(request);
     return this.#inner.fetch({ ...request, signal: this.#signal(request.signal) });
@@ -380,7 +387,7 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "list_offsets",
       { topic: request.topic },
-      () => `Cannot list offsets of topic ${JSON.stringify(request.topic)}`,
+      () => `Cannot list offsets of topic ${quote(request.topic)}`,
     );
     return this.#inner.listOffsets(request);
   }
@@ -389,7 +396,7 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "join_group",
       { group: request.group, topics: Array.isArray(request.topics) ? request.topics : [] },
-      () => `Cannot join group ${JSON.stringify(request.group)}`,
+      () => `Cannot join group ${quote(request.group)}`,
     );
     return this.#inner.joinGroup(request);
   }
@@ -402,7 +409,7 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "heartbeat",
       { group: request.group },
-      () => `Cannot heartbeat in group ${JSON.stringify(request.group)}`,
+      () => `Cannot heartbeat in group ${quote(request.group)}`,
     );
     return this.#inner.heartbeat(request);
   }
@@ -411,7 +418,7 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "leave_group",
       { group: request.group },
-      () => `Cannot leave group ${JSON.stringify(request.group)}`,
+      () => `Cannot leave group ${quote(request.group)}`,
     );
     return this.#inner.leaveGroup(request);
   }
@@ -427,17 +434,13 @@ export class AuthorizedBroker implements Broker {
     this.#check(
       "commit_offsets",
       { group: request.group, topics },
-      () => `Cannot commit offsets of group ${JSON.stringify(request.group)}`,
+      () => `Cannot commit offsets of group ${quote(request.group)}`,
     );
     return this.#inner.commitOffsets(request);
   }
 
   describeGroup(group: string): Promise<GroupDescription> {
-    this.#check(
-      "describe_group",
-      { group },
-      () => `Cannot describe group ${JSON.stringify(group)}`,
-    );
+    this.#check("describe_group", { group }, () => `Cannot describe group ${quote(group)}`);
     return this.#inner.describeGroup(group);
   }
 
@@ -471,7 +474,7 @@ export class AuthorizedBroker implements Broker {
    */
   async createKey(wanted: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
     const name = typeof wanted.name === "string" ? wanted.name : "";
-    this.#check("create_key", {}, () => `Cannot create key ${JSON.stringify(name)}`);
+    this.#check("create_key", {}, () => `Cannot create key ${quote(name)}`);
     const created = await this.#store("create keys").create(wanted);
     this.#access.audit(this.#principal, "audit.key_created", {
       name: created.info.name,
@@ -491,7 +494,7 @@ export class AuthorizedBroker implements Broker {
 
   /** Revokes a key by name (admin only). @throws BrokerError forbidden, key_not_found, storage_error. */
   async revokeKey(name: string): Promise<ApiKeyInfo> {
-    this.#check("revoke_key", {}, () => `Cannot revoke key ${JSON.stringify(name)}`);
+    this.#check("revoke_key", {}, () => `Cannot revoke key ${quote(name)}`);
     const revoked = await this.#store("revoke keys").revoke(name);
     this.#access.audit(this.#principal, "audit.key_revoked", {
       name: revoked.name,

@@ -33,6 +33,7 @@ import type { Clock } from "../lib/clock.ts";
 import { apiKeyLastUsedIntervalMs, apiKeyNameCharsMax, apiKeysMax } from "../lib/limits.ts";
 import type { Logger } from "../lib/logger.ts";
 import { Mutex } from "../lib/mutex.ts";
+import { quote } from "../lib/quote.ts";
 import { utf8 } from "../lib/bytes.ts";
 import { readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
 import { constantTimeEqual, fromHex, type KeyCrypto } from "./crypto.ts";
@@ -142,7 +143,7 @@ export function validateKeyName(name: unknown): string {
   if (name.length === 0 || name.length > apiKeyNameCharsMax || !namePattern.test(name))
     throw new BrokerError(
       Errors.invalidRequest,
-      `Cannot accept key name ${JSON.stringify(name.slice(0, 80))}: a key name is 1–${apiKeyNameCharsMax} characters of [A-Za-z0-9._-]`,
+      `Cannot accept key name ${quote(name)}: a key name is 1–${apiKeyNameCharsMax} characters of [A-Za-z0-9._-]`,
     );
   return name;
 }
@@ -328,7 +329,7 @@ export class KeyStore {
    *   (the key stays refused in this process; call again to retry the write).
    */
   revoke(name: string): Promise<ApiKeyInfo> {
-    const action = `Cannot revoke key ${JSON.stringify(name)}`;
+    const action = `Cannot revoke key ${quote(name)}`;
     const entry = this.#byName.get(name);
     if (entry !== undefined) {
       this.#remove(entry);
@@ -541,7 +542,7 @@ async function readKeyFile(fs: FileSystem, path: string): Promise<Entry[] | null
     const k = raw as Record<string, unknown>;
     for (const field of Object.keys(k))
       if (!entryFields.has(field))
-        throw new KeyStoreError(path, `${where} has an unknown field ${JSON.stringify(field)}`);
+        throw new KeyStoreError(path, `${where} has an unknown field ${quote(field)}`);
     if (typeof k.id !== "string" || !idPattern.test(k.id))
       throw new KeyStoreError(path, `${where}.id must be 16 lower-case hex digits`);
     if (typeof k.hash !== "string" || !hashPattern.test(k.hash))

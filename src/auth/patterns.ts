@@ -9,6 +9,7 @@
  */
 import { BrokerError, Errors } from "../broker/errors.ts";
 import { apiKeyPatternsMax, topicNameCharsMax } from "../lib/limits.ts";
+import { quote } from "../lib/quote.ts";
 
 /** A validated pattern (see the module comment). */
 export type NamePattern = string;
@@ -24,7 +25,7 @@ export function validatePattern(pattern: unknown, what: "topic" | "group"): Name
   const action = `Cannot accept ${what} pattern`;
   if (typeof pattern !== "string")
     throw new BrokerError(Errors.invalidRequest, `${action}: it must be a string`);
-  const shown = JSON.stringify(pattern.length > 64 ? `${pattern.slice(0, 64)}…` : pattern);
+  const shown = quote(pattern);
   if (pattern.length === 0)
     throw new BrokerError(
       Errors.invalidRequest,

@@ -221,7 +221,7 @@ export async function serve(argv: string[]): Promise<number> {
   }
   // One count of refused client input for both front doors, logged at most every few seconds per kind.
   const refusals = new RefusalLog({ logger, clock: systemClock });
-  const access = new AccessControl({ broker, keys, logger });
+  const access = new AccessControl({ broker, keys, logger, refusals });
   let http;
   let tcp;
   let listener;
@@ -246,8 +246,9 @@ export async function serve(argv: string[]): Promise<number> {
       maxRequestBytes,
       readTimeoutMs,
     });
-    listener = await listenTcp({ host, port: tcpPort, tls: tlsMaterial, logger }, (socket) =>
-      tcp!.handleConnection(socket),
+    listener = await listenTcp(
+      { host, port: tcpPort, tls: tlsMaterial, logger, refusals },
+      (socket) => tcp!.handleConnection(socket),
     );
   } catch (err) {
     await http?.close().catch(() => {});

@@ -27,6 +27,14 @@ export const refusalKinds = [
   "tcp.read_timeout",
   /** HTTP that the runtime's parser refused (a bad request line, header, chunk size…); answered 4xx, the connection closed. */
   "http.parse_error",
+  /** A request or connection without a valid API key while the broker has keys (`auth/access.ts`): missing, malformed, unknown, or (TCP) no Authenticate in time. */
+  "auth.failed",
+  /** Plain text (HTTP, or the TCP protocol without TLS) sent to a TLS port; the connection closed (`runtime/tls.ts`). */
+  "tls.plaintext_client",
+  /** A TLS handshake that failed otherwise: no or a wrong client certificate, an unknown CA, a timeout. */
+  "tls.handshake_failed",
+  /** A TLS handshake sent to the plain HTTP port (Node's parser reports it). */
+  "http.tls_on_plain_port",
 ] as const;
 
 /** One of {@link refusalKinds}. */

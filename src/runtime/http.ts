@@ -377,12 +377,14 @@ async function serveNode(
     listening = server;
     server.on("clientError", (error: Error & { rawPacket?: Uint8Array }, socket: Socket) => {
       const raw = error.rawPacket;
-      if (raw !== undefined && raw[0] === 0x16 && raw[1] === 0x03)
-        options.logger?.log("warn", "http.tls_on_plain_port", {
-          remote: `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`,
-          reason:
-            "the client started a TLS handshake on the plain HTTP port (use http://, or start the broker with --tls-cert and --tls-key)",
-        });
+      if (raw === undefined || raw[0] !== 0x16 || raw[1] !== 0x03) return;
+      const fields = {
+        remote: `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`,
+        reason:
+          "the client started a TLS handshake on the plain HTTP port (use http://, or start the broker with --tls-cert and --tls-key)",
+      };
+      if (options.refusals !== undefined) options.refusals.refuse("http.tls_on_plain_port", fields);
+      else options.logger?.log("warn", "http.tls_on_plain_port", fields);
     });
   } else if (!tlsInFront) {
     const https = await import("node:https");
@@ -404,7 +406,7 @@ async function serveNode(
   if (material !== undefined) {
     const tlsServer = listening as import("node:tls").Server;
     tlsServer.on("tlsClientError", (error, socket) => {
-      if (options.logger !== undefined) logTlsClientError(options.logger, "http", error, socket);
+      logTlsClientError(options, "http", error, socket);
     });
     tlsServer.on("secureConnection", (socket) => {
       tlsSockets.add(socket);

@@ -9,6 +9,7 @@ import * as net from "node:net";
 import * as tls from "node:tls";
 import { tcpEndLingerMs } from "../lib/limits.ts";
 import type { Logger } from "../lib/logger.ts";
+import type { RefusalLog } from "../lib/refusals.ts";
 import { logTlsClientError, tlsServerOptions, type TlsServerMaterial } from "./tls.ts";
 import type { ByteSocket, ByteSocketHandlers } from "../transport/tcp/socket.ts";
 
@@ -36,8 +37,10 @@ export interface ListenTcpOptions {
   port: number;
   /** Serve TLS with this certificate (and client CA); plain TCP without it. */
   tls?: TlsServerMaterial;
-  /** Receives `tls.*` events of failed handshakes (required with `tls`). */
+  /** Receives `tls.*` events of failed handshakes, without `refusals`. */
   logger?: Logger;
+  /** Counts failed handshakes and rate-limits their log lines (`lib/refusals.ts`). */
+  refusals?: RefusalLog;
 }
 
 /**
@@ -60,7 +63,7 @@ export function listenTcp(
           );
     if (server instanceof tls.Server) {
       server.on("tlsClientError", (error, socket) => {
-        if (options.logger !== undefined) logTlsClientError(options.logger, "tcp", error, socket);
+        logTlsClientError(options, "tcp", error, socket);
       });
     }
     const onListenError = (error: Error): void => reject(error);

@@ -11,6 +11,7 @@
 import * as fs from "node:fs";
 import * as tls from "node:tls";
 import type { Logger } from "../lib/logger.ts";
+import type { RefusalLog } from "../lib/refusals.ts";
 
 /** The listener side: where the PEM files are. */
 export interface TlsServerFiles {
@@ -84,26 +85,31 @@ export function tlsServerOptions(material: TlsServerMaterial): tls.TlsOptions {
 }
 
 /**
- * Logs a connection refused during the TLS handshake, saying whether the peer spoke plain text
- * (HTTP or the TCP protocol without TLS) or failed the handshake (no or a wrong client
- * certificate, an unknown CA, a timeout). Never logs the peer's bytes.
+ * Reports a connection refused during the TLS handshake, saying whether the peer spoke plain text
+ * (HTTP or the TCP protocol without TLS: `tls.plaintext_client`) or failed the handshake (no or a
+ * wrong client certificate, an unknown CA, a timeout: `tls.handshake_failed`), through `refusals`
+ * (counted, at most one line a kind every few seconds) or else straight to `logger`. Never logs
+ * the peer's bytes.
  * @param listener which port: "http" or "tcp".
  */
 export function logTlsClientError(
-  logger: Logger,
+  sink: { refusals?: RefusalLog; logger?: Logger },
   listener: "http" | "tcp",
   error: Error,
   socket: { remoteAddress?: string; remotePort?: number } | undefined,
 ): void {
   const code = (error as { code?: string }).code ?? "";
   const plaintext = code === "ERR_SSL_HTTP_REQUEST" || code === "ERR_SSL_WRONG_VERSION_NUMBER";
-  logger.log("warn", plaintext ? "tls.plaintext_client" : "tls.handshake_failed", {
+  const kind = plaintext ? "tls.plaintext_client" : "tls.handshake_failed";
+  const fields = {
     listener,
     remote: `${socket?.remoteAddress ?? "?"}:${socket?.remotePort ?? "?"}`,
     reason: plaintext
       ? `the client sent plain text to the TLS ${listener.toUpperCase()} port (connect with TLS, e.g. ${listener === "http" ? "https://" : "--tls-ca"})`
       : code || error.message,
-  });
+  };
+  if (sink.refusals !== undefined) sink.refusals.refuse(kind, fields);
+  else sink.logger?.log("warn", kind, fields);
 }
 
 /** The client side: how to check the broker's certificate, and an optional client certificate. */

@@ -776,7 +776,7 @@ describe(`[${target}] API keys end to end`, () => {
     const metadata = Buffer.from([0, 0, 0, 12, 0, 3, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0]);
     expect(answer(await exchange(metadata))).toEqual({
       correlationId: 9,
-      error: 26,
+      error: 28,
       code: "unauthenticated",
     });
     // An Authenticate header claiming 100 MiB: refused from its header, nothing more is read.

@@ -228,7 +228,8 @@ describe(`[${target}] TLS end to end`, () => {
       (await failure(httpsRequest(`${broker.httpUrl}/healthz`, { ca: pem(pki.otherCa) }))).message,
     ).toMatch(/certificate/i);
 
-    // Plain text on the TLS ports: closed at once, and the broker says why.
+    // Plain text on the TLS ports: closed at once, and the broker says why (a kind of refusal is
+    // logged at once, then at most every 5 s with a count: the second line may wait that long).
     const httpPort = Number(new URL(broker.httpUrl).port);
     expect(await closedAfter(httpPort, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")).toBeLessThan(
       5000,
@@ -237,10 +238,10 @@ describe(`[${target}] TLS end to end`, () => {
       await closedAfter(broker.tcp.port, new Uint8Array([0, 0, 0, 8, 0, 3, 0, 0, 0, 0, 0, 1])),
     ).toBeLessThan(5000);
     await expect
-      .poll(() => broker.stderr())
+      .poll(() => broker.stderr(), { timeout: 10_000 })
       .toMatch(/"event":"tls.plaintext_client","listener":"http"/);
     await expect
-      .poll(() => broker.stderr())
+      .poll(() => broker.stderr(), { timeout: 10_000 })
       .toMatch(/"event":"tls.plaintext_client","listener":"tcp"/);
     const plainClient = await failure(
       TcpClient.connect({ ...broker.tcp, timeoutMs: 5000 }).then((c) =>
@@ -303,10 +304,10 @@ describe(`[${target}] TLS end to end`, () => {
       await failure(httpsRequest(`${broker.httpUrl}/v1/topics`, { ...bad, agent: false }));
     }
     await expect
-      .poll(() => broker.stderr())
+      .poll(() => broker.stderr(), { timeout: 10_000 })
       .toMatch(/"event":"tls.handshake_failed","listener":"tcp"/);
     await expect
-      .poll(() => broker.stderr())
+      .poll(() => broker.stderr(), { timeout: 10_000 })
       .toMatch(/"event":"tls.handshake_failed","listener":"http"/);
     // Keys still decide what a client with a good certificate may do.
     await broker.stop("SIGTERM");
@@ -401,7 +402,7 @@ describe(`[${target}] TLS end to end`, () => {
     );
     expect(tcpRefused).toBeInstanceOf(ClientError);
     await expect
-      .poll(() => broker.stderr())
+      .poll(() => broker.stderr(), { timeout: 10_000 })
       .toMatch(/"event":"tcp.frame_refused".*the peer speaks TLS but this port is plain TCP/);
     const httpPort = Number(new URL(broker.httpUrl).port);
     const started = Date.now();
@@ -411,6 +412,8 @@ describe(`[${target}] TLS end to end`, () => {
     expect(Date.now() - started).toBeLessThan(5000);
     // Node's HTTP server reports it; Deno.serve and Bun.serve close such a connection without a hook to log it.
     if (target === "node")
-      await expect.poll(() => broker.stderr()).toMatch(/"event":"http.tls_on_plain_port"/);
+      await expect
+        .poll(() => broker.stderr(), { timeout: 10_000 })
+        .toMatch(/"event":"http.tls_on_plain_port"/);
   });
 });

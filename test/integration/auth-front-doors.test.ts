@@ -177,7 +177,7 @@ describe("TCP authentication", () => {
       encodeMetadataRequest(3, { topics: [] }),
     ]);
     const answers = frames(await rawExchange(d.port, bytes));
-    expect(answers).toEqual([{ correlationId: 1, error: 26, code: "unauthenticated" }]);
+    expect(answers).toEqual([{ correlationId: 1, error: 28, code: "unauthenticated" }]);
     const failed = d.logger.named("auth.failed").at(-1)!;
     expect(failed).toMatchObject({
       transport: "tcp",

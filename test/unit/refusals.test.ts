@@ -48,10 +48,11 @@ describe("RefusalLog", () => {
       "tcp.read_timeout",
       "http.parse_error",
     ]);
-    expect(refusals.counts()).toEqual({
+    expect(refusals.counts()).toMatchObject({
       "tcp.frame_refused": 10,
       "tcp.read_timeout": 10,
       "http.parse_error": 10,
+      "auth.failed": 0,
     });
   });
 
@@ -79,6 +80,10 @@ describe("RefusalLog", () => {
       "tcp.frame_refused": 0,
       "tcp.read_timeout": 0,
       "http.parse_error": 0,
+      "auth.failed": 0,
+      "tls.plaintext_client": 0,
+      "tls.handshake_failed": 0,
+      "http.tls_on_plain_port": 0,
     });
   });
 });

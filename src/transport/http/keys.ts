@@ -15,6 +15,7 @@ import type { AuthorizedBroker } from "../../auth/access.ts";
 import type { ApiKeyInfo } from "../../auth/key-store.ts";
 import type { HttpApp } from "./app.ts";
 import { invalidRequest } from "./errors.ts";
+import { quote } from "../../lib/quote.ts";
 import type { BodyReaders } from "./groups.ts";
 
 const noStore = { "cache-control": "no-store" };
@@ -53,14 +54,13 @@ export function registerKeyRoutes(
       if (!["name", "role", "topics", "groups"].includes(field))
         throw invalidRequest(
           action,
-          `unknown field ${JSON.stringify(field)} (expected name, role, topics, groups)`,
+          `unknown field ${quote(field)} (expected name, role, topics, groups)`,
           {
             field,
           },
         );
     }
-    if (typeof fields.name === "string")
-      action = `Cannot create key ${JSON.stringify(fields.name)}`;
+    if (typeof fields.name === "string") action = `Cannot create key ${quote(fields.name)}`;
     const created = await broker.createKey({
       name: fields.name,
       role: fields.role,

@@ -256,12 +256,7 @@ class Connection {
         this.#authTimer = settings.clock.setTimer(settings.readTimeoutMs, () => {
           this.#authTimer = null;
           if (this.#principal !== null || this.#closed) return;
-          this.#settings.logger.log("warn", "auth.failed", {
-            transport: "tcp",
-            remote: this.#socket.remoteAddress,
-            reason: "timeout",
-            key_id: null,
-          });
+          access.logFailure("timeout", this.#socket.remoteAddress, "tcp", null);
           this.destroy("no Authenticate within the read timeout");
         });
       } else this.#adopt(access.authenticate(undefined, socket.remoteAddress, "tcp"));
