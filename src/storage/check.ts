@@ -14,6 +14,7 @@
  */
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { MemoryLogger } from "../lib/logger.ts";
+import { errorMessage } from "../lib/errors.ts";
 import {
   classifyGroupsEntry,
   classifyMetadataTemp,
@@ -26,7 +27,6 @@ import {
 import { isTempFileName, readJsonFile } from "./metadata.ts";
 import {
   Segment,
-  describe,
   parseSegmentFileName,
   type SegmentCorruption,
   type SegmentRecoveryOutcome,
@@ -227,7 +227,7 @@ async function checkPartition(
         severity: "corrupt",
         outcome: "corrupt",
         corruption: null,
-        detail: `cannot be read: ${describe(err)}`,
+        detail: `cannot be read: ${errorMessage(err)}`,
       });
       continue;
     }

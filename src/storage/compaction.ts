@@ -45,7 +45,8 @@ import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { KeyOffsetMap } from "./key-offset-map.ts";
 import { OffsetIndex } from "./offset-index.ts";
 import type { PartitionLog } from "./partition.ts";
-import { Segment, describe } from "./segment.ts";
+import { Segment } from "./segment.ts";
+import { errorMessage } from "../lib/errors.ts";
 import { scanSegment } from "./segment-scan.ts";
 import { RecordHeader } from "./record.ts";
 import {
@@ -519,7 +520,7 @@ export async function runCompaction(
         }
         throw new PassEnd(
           "failed",
-          `writing ${swapMarkerName} failed (${describe(err)}); nothing was changed`,
+          `writing ${swapMarkerName} failed (${errorMessage(err)}); nothing was changed`,
         );
       }
       committed = true;
@@ -551,15 +552,15 @@ export async function runCompaction(
       result.swap_incomplete = true;
       return finish(
         "failed",
-        `the swap failed after its marker was written (${describe(err)}); a restart finishes it`,
+        `the swap failed after its marker was written (${errorMessage(err)}); a restart finishes it`,
       );
     }
     await writer.discard();
     if (err instanceof PassEnd) return finish(err.status, err.message);
     const name = err instanceof Error ? err.name : "";
     if (name === "SegmentUnreadableError")
-      return finish("aborted", `${describe(err)}; nothing was changed`);
-    return finish("failed", `${describe(err)}; nothing was changed`);
+      return finish("aborted", `${errorMessage(err)}; nothing was changed`);
+    return finish("failed", `${errorMessage(err)}; nothing was changed`);
   } finally {
     for (const h of held) await h.release();
   }

@@ -32,12 +32,12 @@ import type { Clock, Timer } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { offsetMax } from "../lib/limits.ts";
 import { Mutex } from "../lib/mutex.ts";
+import { errorMessage } from "../lib/errors.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import type { EntryBatch } from "./record.ts";
 import {
   Segment,
-  describe,
   isSupportedBaseOffset,
   parseSegmentFileName,
   type SegmentCorruption,
@@ -752,7 +752,7 @@ export class PartitionLog {
       try {
         await segment.syncLog();
       } catch (err) {
-        this.#fence(`a failed fsync (${describe(err)})`, err);
+        this.#fence(`a failed fsync (${errorMessage(err)})`, err);
         // Nothing past the last good fsync can be trusted: cut it so a restart cannot read it back.
         if (segment === this.#active) {
           await segment.discardUnsynced(
@@ -807,7 +807,7 @@ export class PartitionLog {
       .then(
         () => {},
         (err: unknown) =>
-          this.#fence(`a failed fsync of a failed write's cut (${describe(err)})`, err),
+          this.#fence(`a failed fsync of a failed write's cut (${errorMessage(err)})`, err),
       )
       .finally(() => this.#syncEnded());
     await cut;
@@ -845,7 +845,7 @@ export class PartitionLog {
     ).catch((err: unknown) => {
       throw new StorageError(
         "write_failed",
-        `Cannot roll partition "${this.name}": creating a segment failed: ${describe(err)}`,
+        `Cannot roll partition "${this.name}": creating a segment failed: ${errorMessage(err)}`,
         { cause: err },
       );
     });
@@ -853,7 +853,7 @@ export class PartitionLog {
       await this.#fs.syncDir(this.dir);
     } catch (err) {
       await next.close();
-      this.#fence(`a failed directory fsync (${describe(err)})`, err);
+      this.#fence(`a failed directory fsync (${errorMessage(err)})`, err);
       throw this.#fencedError();
     }
     await old.seal(this.#logger, this.name);
@@ -871,7 +871,7 @@ export class PartitionLog {
     this.#logger.log("error", "partition.fenced", {
       partition: this.name,
       reason,
-      error: describe(err),
+      error: errorMessage(err),
       high_watermark: this.#highWatermark,
     });
     const fencedErr = this.#fencedError();

@@ -49,7 +49,7 @@ import type { Logger } from "../lib/logger.ts";
 import { producerJournalBytesMax } from "../lib/limits.ts";
 import { dirname, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
-import { describe } from "./segment.ts";
+import { errorMessage } from "../lib/errors.ts";
 
 /** `ESPJ`: the first four bytes of a producer journal. */
 export const journalMagic = 0x4553504a;
@@ -439,14 +439,14 @@ export class ProducerJournal {
           await this.#file.sync();
         } catch (cutErr) {
           this.#fence(
-            `a failed write (${describe(err)}) whose partial bytes could not be cut off (${describe(cutErr)})`,
+            `a failed write (${errorMessage(err)}) whose partial bytes could not be cut off (${errorMessage(cutErr)})`,
           );
           for (const w of group) w.reject(this.#fencedError());
           continue;
         }
         const failed = new StorageError(
           "write_failed",
-          `Cannot append to ${this.path}: write failed: ${describe(err)}`,
+          `Cannot append to ${this.path}: write failed: ${errorMessage(err)}`,
           { cause: err },
         );
         for (const w of group) w.reject(failed);
@@ -456,7 +456,7 @@ export class ProducerJournal {
       try {
         await this.#file.sync();
       } catch (err) {
-        this.#fence(`a failed fsync (${describe(err)})`);
+        this.#fence(`a failed fsync (${errorMessage(err)})`);
         for (const w of group) w.reject(this.#fencedError());
         continue;
       }
@@ -506,7 +506,7 @@ export class ProducerJournal {
         await this.#file.write(encodeHeader(next), 0);
         await this.#file.sync();
       } catch (err) {
-        this.#fence(`a failed reset to generation ${next} (${describe(err)})`);
+        this.#fence(`a failed reset to generation ${next} (${errorMessage(err)})`);
         throw this.#fencedError();
       }
       this.#generation = next;

@@ -33,7 +33,8 @@ import type { Logger } from "../lib/logger.ts";
 import type { FileSystem } from "../fs/types.ts";
 import { isFsError } from "../fs/types.ts";
 import type { PartitionLog } from "./partition.ts";
-import { describe, type Segment } from "./segment.ts";
+import type { Segment } from "./segment.ts";
+import { errorMessage } from "../lib/errors.ts";
 import type { ColdPartition } from "./cold-store.ts";
 import { newestTimestampMs } from "./segment-scan.ts";
 
@@ -238,7 +239,7 @@ export async function runRetention(
             result.segments_offloaded++;
             result.bytes_offloaded += bytes;
           } catch (err) {
-            result.offload_error = describe(err);
+            result.offload_error = errorMessage(err);
             logger.log("error", "cold.offload_failed", {
               partition: partition.name,
               segment: sealed[i].logPath,
@@ -292,7 +293,7 @@ export async function runRetention(
 
     if (cold !== null) await coldRetention(ctx, cold, settings, result);
   } catch (err) {
-    return finish("failed", describe(err));
+    return finish("failed", errorMessage(err));
   }
   if (result.offload_error !== null)
     return finish("offload_failed", `a copy to the cold tier failed: ${result.offload_error}`);

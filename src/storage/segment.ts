@@ -742,7 +742,7 @@ export class Segment {
         partition,
         segment: this.logPath,
         position: length,
-        error: describe(err),
+        error: errorMessage(err),
       });
     }
   }
@@ -863,13 +863,13 @@ export class Segment {
       } catch (cutErr) {
         throw new StorageError(
           "fenced",
-          `Cannot append to partition "${partition}": a write failed (${describe(err)}) and its partial bytes could not be cut off (${describe(cutErr)}), restart required`,
+          `Cannot append to partition "${partition}": a write failed (${errorMessage(err)}) and its partial bytes could not be cut off (${errorMessage(cutErr)}), restart required`,
           { cause: err },
         );
       }
       throw new StorageError(
         "write_failed",
-        `Cannot append to partition "${partition}": write failed: ${describe(err)}`,
+        `Cannot append to partition "${partition}": write failed: ${errorMessage(err)}`,
         { cause: err },
       );
     }
@@ -914,7 +914,7 @@ export class Segment {
         partition,
         segment: this.logPath,
         position: from,
-        error: describe(err),
+        error: errorMessage(err),
       });
     }
   }
@@ -937,7 +937,7 @@ export class Segment {
       logger.log("warn", "segment.index_write_failed", {
         partition,
         segment: this.indexPath,
-        error: describe(err),
+        error: errorMessage(err),
         entries_in_memory: this.#index.count,
       });
     }
@@ -965,7 +965,7 @@ export class Segment {
         partition,
         segment: this.logPath,
         position,
-        error: describe(err),
+        error: errorMessage(err),
       });
       return;
     }
@@ -1007,7 +1007,7 @@ export class Segment {
       logger.log("warn", "segment.index_sync_failed", {
         partition,
         segment: this.indexPath,
-        error: describe(err),
+        error: errorMessage(err),
       });
     } finally {
       await file.close().catch(() => {});
@@ -1031,7 +1031,7 @@ export class Segment {
         partition,
         segment: this.logPath,
         position: this.sizeBytes,
-        error: describe(err),
+        error: errorMessage(err),
       });
     }
   }
@@ -1187,7 +1187,7 @@ export class Segment {
       logger.log("warn", "segment.index_write_failed", {
         partition,
         segment: this.indexPath,
-        error: describe(err),
+        error: errorMessage(err),
       });
     }
   }
@@ -1242,9 +1242,6 @@ export class Segment {
     };
   }
 }
-
-/** A short text for an error: `lib/errors.ts`'s {@link errorMessage}, kept here until storage imports it from there. */
-export const describe = errorMessage;
 
 /** Parses a segment file name: the base offset for `NNNNNNNNNNNNNNNNNNNN.log|.index`, else null. */
 export function parseSegmentFileName(
