@@ -13,6 +13,12 @@ export const recordOverheadBytes = 28;
 export const recordLengthPrefixBytes = 4;
 /** Largest key + value of one record, in bytes. Larger records are refused before anything is allocated. */
 export const recordPayloadBytesMax = 8 * MiB;
+/**
+ * Bytes a stored record adds to the producer's entry it encodes: `record_len` 4 + offset 8 + crc 4
+ * (an entry is the middle of a stored record, spec: Records). A batch of n entries of b bytes is
+ * b + 16 × n bytes in the log.
+ */
+export const recordOverEntryBytes = 16;
 /** Largest plausible `record_len` (bytes that follow the length field). */
 export const recordLenMax = recordOverheadBytes + recordPayloadBytesMax;
 /** Smallest plausible `record_len`: a record with no key and an empty value. */
@@ -31,9 +37,9 @@ export const indexPendingEntriesMax = 256;
 /**
  * Bytes of zeros the active segment writes ahead of its end (capped at `segment_bytes`). An
  * fdatasync after an append that grows the file must also commit the new file size to the
- * file system's journal; an append into zeros already on disk flushes only data, about 1.5× faster
- * on ext4 here (docs/benchmarks.md). Recovery treats an all-zero tail as free space, not a torn
- * write (zeros never decode as a record: `record_len` 0 is below the minimum), and sealing cuts it.
+ * file system's journal; an append into zeros already on disk flushes only data (docs/storage.md,
+ * Zeros written ahead). Recovery treats an all-zero tail as free space, not a torn write (zeros
+ * never decode as a record: `record_len` 0 is below the minimum), and sealing cuts it.
  */
 export const segmentPreallocateBytes = 1 * MiB;
 /**
@@ -44,6 +50,29 @@ export const segmentPreallocateBytes = 1 * MiB;
  * group commit, as in Redis. A large one runs in the pool so encoding overlaps the disk.
  */
 export const inlineSyncBytesMax = 256 * KiB;
+
+/**
+ * Bytes of one positional read of a sequential scan (recovery, `es-broker check`, retention's and
+ * compaction's passes over a sealed segment): one read per this many bytes of log. A record larger
+ * than the window is read whole in a window of its own size.
+ */
+export const scanWindowBytes = 1 * MiB;
+
+/** Largest bytes of entries the write loop coalesces into one write to the log (one group commit). */
+export const groupEntryBytesMax = 8 * MiB;
+/**
+ * Largest append buffer (the encoded records of one group write) kept for reuse: a group of
+ * `groupEntryBytesMax` entries plus 16 bytes a record for a typical record size. Larger buffers
+ * are made for one write and dropped.
+ */
+export const appendBufferPooledBytesMax = 9 * MiB;
+/** Free append buffers kept for reuse, shared by every partition. */
+export const appendBuffersRetainedMax = 2;
+/**
+ * Granularity of a new append buffer's size, so that it fits the next group of about the same
+ * size; a group under it gets the next power of two instead (never more than twice its bytes).
+ */
+export const appendBufferStepBytes = 1 * MiB;
 
 /** Default size at which the active segment rolls, in bytes. */
 export const segmentBytesDefault = 128 * MiB;
@@ -89,6 +118,12 @@ export const fetchRecordsMax = 100_000;
 export const fetchWaitMsMax = 60_000;
 /** Bytes of a positional read window on the fetch path; large so a fetch is one or two reads. */
 export const readWindowBytes = 256 * KiB;
+/**
+ * Bytes a fetch's read window holds beyond its `max_bytes`: the records between the index entry
+ * it starts from and the offset asked for (up to `indexIntervalBytes`) and the record that
+ * crosses that interval's end, so that a fetch of `max_bytes` is usually one read.
+ */
+export const readWindowSlackBytes = 8 * KiB;
 
 /** Largest number of partitions in one topic. */
 export const partitionsMax = 4096;
@@ -148,6 +183,13 @@ assert(
   "index interval is small against the smallest segment",
 );
 assert(readWindowBytes >= indexIntervalBytes * 2, "one window covers an index gap and then some");
+assert(readWindowSlackBytes >= indexIntervalBytes, "a read window's slack covers an index gap");
+assert(scanWindowBytes >= readWindowBytes, "a scan reads at least a fetch's window at a time");
+assert(
+  appendBufferPooledBytesMax >= groupEntryBytesMax,
+  "a group's entries fit a pooled append buffer",
+);
+assert(appendBufferStepBytes <= appendBufferPooledBytesMax, "the step fits the pooled maximum");
 assert(segmentBytesMax < Number.MAX_SAFE_INTEGER / 2, "positions are exact as JS numbers");
 assert(fetchBytesDefault <= fetchBytesMax, "default fetch size within the maximum");
 

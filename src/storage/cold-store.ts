@@ -27,6 +27,7 @@ import type { Logger } from "../lib/logger.ts";
 import { offsetFileStem, viewOf } from "../lib/bytes.ts";
 import { coldSegmentsOpenMax } from "../lib/limits.ts";
 import { partitionName } from "../lib/topic-partition.ts";
+import { lastAtOrBelow } from "../lib/search.ts";
 import { dirname, isFsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import type { LowerTier } from "./partition.ts";
 import {
@@ -255,7 +256,7 @@ export class ColdPartition implements LowerTier {
   }): Promise<{ bytes: Uint8Array; count: number; lastOffset: number }> {
     const none = { bytes: new Uint8Array(0), count: 0, lastOffset: -1 };
     let offset = request.offset;
-    let i = lastAtOrBelow(this.#bases, offset);
+    let i = baseAtOrBelow(this.#bases, offset);
     for (
       let attempts = 0;
       i < this.#bases.length && this.#bases[i] < request.endOffset && offset < request.endOffset;
@@ -265,7 +266,7 @@ export class ColdPartition implements LowerTier {
       if (!segment.acquire()) {
         // Evicted or removed meanwhile: open it again, or move on if it is gone.
         if (++attempts > 3) return none;
-        i = lastAtOrBelow(this.#bases, offset);
+        i = baseAtOrBelow(this.#bases, offset);
         continue;
       }
       let r;
@@ -463,20 +464,11 @@ async function exists(fs: FileSystem, path: string): Promise<boolean> {
 }
 
 /** Index of the last base ≤ `offset`, or 0 if every base is above it. */
-function lastAtOrBelow(bases: readonly number[], offset: number): number {
-  let lo = 0;
-  let hi = bases.length - 1;
-  let found = 0;
-  while (lo <= hi) {
-    const mid = (lo + hi) >>> 1;
-    if (bases[mid] <= offset) {
-      found = mid;
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return found;
+function baseAtOrBelow(bases: readonly number[], offset: number): number {
+  return Math.max(
+    0,
+    lastAtOrBelow(bases.length, (i) => bases[i], offset),
+  );
 }
 
 /** The records of `bytes` (back to back, already checked) with offset < `endOffset`. */

@@ -12,6 +12,7 @@
  */
 import { readU64, viewOf, writeU64 } from "../lib/bytes.ts";
 import { indexEntryBytes, indexIntervalBytes } from "../lib/limits.ts";
+import { lastAtOrBelow } from "../lib/search.ts";
 
 /** Why a stored index was rejected on load. */
 export type IndexProblem = { reason: string } | null;
@@ -103,19 +104,8 @@ export class OffsetIndex {
 
   /** Index of the last entry whose offset is at or before `relativeOffset`, or −1 if none. */
   entryAtOrBefore(relativeOffset: number): number {
-    let lo = 0;
-    let hi = this.#count - 1;
-    let found = -1;
-    while (lo <= hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.#entries[mid * 2] <= relativeOffset) {
-        found = mid;
-        lo = mid + 1;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    return found;
+    const entries = this.#entries;
+    return lastAtOrBelow(this.#count, (i) => entries[i * 2], relativeOffset);
   }
 
   /** Encodes entries `[from, count)` in the on-disk format. */

@@ -30,8 +30,9 @@
 import { assert } from "../lib/assert.ts";
 import type { Clock, Timer } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
-import { offsetMax } from "../lib/limits.ts";
+import { groupEntryBytesMax, offsetMax, recordOverEntryBytes } from "../lib/limits.ts";
 import { Mutex } from "../lib/mutex.ts";
+import { lastAtOrBelow } from "../lib/search.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
@@ -145,9 +146,6 @@ interface DurabilityWaiter {
   resolve: (result: { baseOffset: number; count: number }) => void;
   reject: (err: unknown) => void;
 }
-
-/** Largest bytes of entries coalesced into one write. */
-const groupBytesMax = 8 * 1024 * 1024;
 
 /** One partition. See the module comment for what its promises mean. */
 export class PartitionLog {
@@ -524,14 +522,16 @@ export class PartitionLog {
       let records = 0;
       while (
         this.#queue.length > 0 &&
-        (group.length === 0 || entryBytes + this.#queue[0].batch.bytes.length <= groupBytesMax)
+        (group.length === 0 || entryBytes + this.#queue[0].batch.bytes.length <= groupEntryBytesMax)
       ) {
         const p = this.#queue.shift()!;
         group.push(p);
         entryBytes += p.batch.bytes.length;
         records += p.batch.count;
       }
-      await this.#writeLock.run(() => this.#writeGroup(group, entryBytes + records * 16, records));
+      await this.#writeLock.run(() =>
+        this.#writeGroup(group, entryBytes + records * recordOverEntryBytes, records),
+      );
     }
   }
 
@@ -1056,17 +1056,8 @@ export class PartitionLog {
 
 /** Index of the last segment whose base offset is ≤ `offset` (0 if none). */
 function findSegment(segments: readonly Segment[], offset: number): number {
-  let lo = 0;
-  let hi = segments.length - 1;
-  let found = 0;
-  while (lo <= hi) {
-    const mid = (lo + hi) >>> 1;
-    if (segments[mid].baseOffset <= offset) {
-      found = mid;
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return found;
+  return Math.max(
+    0,
+    lastAtOrBelow(segments.length, (i) => segments[i].baseOffset, offset),
+  );
 }

@@ -312,7 +312,7 @@ export function storedRecordBytes(keyBytes: number, valueBytes: number): number 
 /**
  * Encodes `batch` as stored records into `out` at `outPos`, assigning offsets from `baseOffset` and
  * stamping entries whose timestamp is −1 with `nowMs`. `out` must have room for
- * `batch.bytes.length + batch.count * 16` bytes from `outPos`. The batch must have passed
+ * `batch.bytes.length + batch.count * recordOverEntryBytes` bytes from `outPos`. The batch must have passed
  * {@link scanEntries}. For each record, calls `onRecord(offset, position)` with its position in
  * `out`, so the caller can add index entries.
  * @returns the largest timestamp in the batch.

@@ -5,14 +5,11 @@
  * chunks handed out are the stored bytes verbatim. {@link RecordHeader} then reads a record's
  * fields from a chunk without checking its CRC again (`viewOf(chunk)` for its view).
  */
-import { recordLengthPrefixBytes } from "../lib/limits.ts";
+import { recordLengthPrefixBytes, scanWindowBytes } from "../lib/limits.ts";
 import { viewOf } from "../lib/bytes.ts";
 import type { FileSystem } from "../fs/types.ts";
 import { DecodeStatus, RecordCursor, RecordHeader } from "./record.ts";
 import type { Segment } from "./segment.ts";
-
-/** Bytes of the scan buffer: one read per this many bytes of log. */
-export const scanChunkBytes = 1024 * 1024;
 
 /** Thrown when a segment cannot be read whole: a record failed its checks where one should start. */
 export class SegmentUnreadableError extends Error {
@@ -51,7 +48,7 @@ export async function scanSegment(
   const file = await fs.open(segment.logPath);
   try {
     const cursor = new RecordCursor();
-    let buf = new Uint8Array(Math.min(scanChunkBytes, Math.max(limit, recordLengthPrefixBytes)));
+    let buf = new Uint8Array(Math.min(scanWindowBytes, Math.max(limit, recordLengthPrefixBytes)));
     let filePos = 0; // file position of buf[0]
     let have = 0; // bytes of buf holding file data
     let minOffset = segment.baseOffset;

@@ -15,12 +15,19 @@
 import { offsetFileStem } from "../lib/bytes.ts";
 import { assert } from "../lib/assert.ts";
 import {
+  appendBufferPooledBytesMax,
+  appendBufferStepBytes,
+  appendBuffersRetainedMax,
   indexEntryBytes,
+  indexIntervalBytes,
   indexPendingEntriesMax,
   offsetMax,
   readWindowBytes,
+  readWindowSlackBytes,
   recordLengthPrefixBytes,
   recordLenMax,
+  recordOverEntryBytes,
+  scanWindowBytes,
   segmentPreallocateBytes,
 } from "../lib/limits.ts";
 import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
@@ -108,8 +115,6 @@ interface ScanResult {
   /** Status at the stop: Ok if it reached `end`. */
   stop: DecodeStatus;
 }
-
-const scanWindowBytes = 1024 * 1024;
 
 /**
  * Scans records sequentially from `start` to `end` with large positional reads, calling `onRecord`
@@ -271,16 +276,6 @@ async function isZeroRange(file: FileHandle, from: number, end: number): Promise
 }
 
 let zeroChunk: Uint8Array | null = null;
-
-/** Largest buffer {@link appendBuffers} keeps for reuse: a group write of `groupBytesMax` (8 MiB) entries plus 16 bytes a record. */
-const appendBufferPooledBytesMax = 9 * 1024 * 1024;
-/** Free buffers {@link appendBuffers} keeps, shared by every partition. */
-const appendBuffersRetainedMax = 2;
-/**
- * Granularity of the pooled buffers' sizes, so that a buffer fits the next group of about the same
- * size. A group under it gets the next power of two instead (never more than twice its bytes).
- */
-const appendBufferStepBytes = 1024 * 1024;
 
 /**
  * Reused buffers for the encoded records of appends ({@link Segment.prepareAppend}). Allocating
@@ -478,7 +473,10 @@ export class Segment {
       const indexStat = await fs.stat(indexPath);
       if (indexStat === null) {
         indexProblem = "index file is missing";
-      } else if (indexStat.size > (Math.floor(logSize / 4096) + 2) * indexEntryBytes) {
+      } else if (
+        indexStat.size >
+        (Math.floor(logSize / indexIntervalBytes) + 2) * indexEntryBytes
+      ) {
         indexProblem = `index is ${indexStat.size} bytes, more than a ${logSize}-byte log can need`;
       } else {
         const indexFile = await fs.open(indexPath);
@@ -775,7 +773,7 @@ export class Segment {
    */
   prepareAppend(batches: readonly EntryBatch[], nowMs: number): PreparedAppend {
     let total = 0;
-    for (const b of batches) total += b.bytes.length + b.count * 16;
+    for (const b of batches) total += b.bytes.length + b.count * recordOverEntryBytes;
     let buffer: Uint8Array | null = appendBuffers.acquire(total);
     const logBytes = buffer.subarray(0, total);
     const release = (): void => {
@@ -806,7 +804,7 @@ export class Segment {
         onRecord,
       });
       if (ts > maxTs) maxTs = ts;
-      pos += batch.bytes.length + batch.count * 16;
+      pos += batch.bytes.length + batch.count * recordOverEntryBytes;
       offset += batch.count;
     }
     assert(pos === total, "encoded exactly the planned bytes");
@@ -1067,7 +1065,10 @@ export class Segment {
       start = 0;
       expectedFirst = -1;
     }
-    const windowBytes = Math.min(limit - start, Math.max(readWindowBytes, maxBytes + 8192));
+    const windowBytes = Math.min(
+      limit - start,
+      Math.max(readWindowBytes, maxBytes + readWindowSlackBytes),
+    );
     if (windowBytes <= 0) return empty;
     let window = new Uint8Array(windowBytes);
     let windowPos = start;
