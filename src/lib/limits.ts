@@ -15,7 +15,7 @@ export const recordLengthPrefixBytes = 4;
 export const recordPayloadBytesMax = 8 * MiB;
 /**
  * Bytes a stored record adds to the producer's entry it encodes: `record_len` 4 + offset 8 + crc 4
- * (an entry is the middle of a stored record, spec: Records). A batch of n entries of b bytes is
+ * (an entry is the middle of a stored record, docs/storage.md "Records"). A batch of n entries of b bytes is
  * b + 16 × n bytes in the log.
  */
 export const recordOverEntryBytes = 16;

@@ -25,12 +25,8 @@ import {
   type LeftoverKind,
 } from "./leftovers.ts";
 import { isTempFileName, readJsonFile } from "./metadata.ts";
-import {
-  Segment,
-  parseSegmentFileName,
-  type SegmentCorruption,
-  type SegmentRecoveryOutcome,
-} from "./segment.ts";
+import { Segment, type SegmentCorruption, type SegmentRecoveryOutcome } from "./segment.ts";
+import { logFileName, parseSegmentFileName } from "./segment-files.ts";
 
 /** How bad a finding is; any "corrupt" makes `es-broker check` exit non-zero. */
 export type CheckSeverity = "ok" | "warning" | "corrupt";
@@ -220,7 +216,7 @@ async function checkPartition(
       });
     } catch (err) {
       result.segments.push({
-        file: joinPath(dir, `${String(bases[i]).padStart(20, "0")}.log`),
+        file: joinPath(dir, logFileName(bases[i])),
         baseOffset: bases[i],
         nextOffset: bases[i],
         sizeBytes: 0,

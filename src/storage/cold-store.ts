@@ -30,13 +30,13 @@ import { partitionName } from "../lib/topic-partition.ts";
 import { lastAtOrBelow } from "../lib/search.ts";
 import { dirname, isFsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import type { LowerTier } from "./partition.ts";
+import { Segment } from "./segment.ts";
 import {
-  Segment,
   indexFileName,
   isSupportedBaseOffset,
   logFileName,
   parseSegmentFileName,
-} from "./segment.ts";
+} from "./segment-files.ts";
 import { newestTimestampMs } from "./segment-scan.ts";
 import { RecordHeader } from "./record.ts";
 

@@ -31,7 +31,7 @@ import { isFsError, joinPath, type FileSystem } from "../fs/types.ts";
 import { utf8 } from "../lib/bytes.ts";
 import type { Logger } from "../lib/logger.ts";
 import { isTempFileName, readJsonFile, tempStemBytesMax } from "./metadata.ts";
-import { isSupportedBaseOffset, parseSegmentFileName } from "./segment.ts";
+import { isSupportedBaseOffset, parseSegmentFileName } from "./segment-files.ts";
 import { parseSwapTempName, swapMarkerName } from "./segment-swap.ts";
 
 /** A row of the table in the module comment. */

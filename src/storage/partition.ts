@@ -37,13 +37,13 @@ import { errorMessage } from "../lib/errors.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import type { EntryBatch } from "./record.ts";
+import { Segment, type SegmentCorruption, type SegmentRecoveryOutcome } from "./segment.ts";
 import {
-  Segment,
+  indexFileName,
   isSupportedBaseOffset,
   parseSegmentFileName,
-  type SegmentCorruption,
-  type SegmentRecoveryOutcome,
-} from "./segment.ts";
+  type StrayFile,
+} from "./segment-files.ts";
 import { recoverSegmentSwap } from "./segment-swap.ts";
 import { leftovers } from "./leftovers.ts";
 
@@ -111,11 +111,7 @@ export interface PartitionRead {
   logStartOffset: number;
 }
 
-/** A stray file found in a partition directory (docs/decisions.md §11). */
-export interface StrayFile {
-  name: string;
-  reason: string;
-}
+export type { StrayFile } from "./segment-files.ts";
 
 /** Options of {@link PartitionLog.append}. */
 export interface AppendOptions {
@@ -238,8 +234,7 @@ export class PartitionLog {
       else indexes.add(parsed.baseOffset);
     }
     for (const base of indexes)
-      if (!logs.has(base))
-        this.#stray(`${String(base).padStart(20, "0")}.index`, leftovers.index_without_log.what);
+      if (!logs.has(base)) this.#stray(indexFileName(base), leftovers.index_without_log.what);
     const bases = [...logs].sort((a, b) => a - b);
     const now = this.#clock.nowMs();
     const started = now;

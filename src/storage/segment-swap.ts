@@ -41,7 +41,7 @@ import { assert } from "../lib/assert.ts";
 import { fromUtf8, offsetFileStem, utf8 } from "../lib/bytes.ts";
 import type { Logger } from "../lib/logger.ts";
 import { isFsError, joinPath, readWholeFile, type FileSystem } from "../fs/types.ts";
-import { indexFileName, logFileName } from "./segment.ts";
+import { indexFileName, logFileName } from "./segment-files.ts";
 import { errorMessage } from "../lib/errors.ts";
 
 /** Name of the swap marker in a partition directory. */

@@ -12,7 +12,6 @@
  * segment's own handle. A segment removed by retention or compaction stays readable for readers
  * that acquired it; the handle closes when the last one releases it.
  */
-import { offsetFileStem } from "../lib/bytes.ts";
 import { assert } from "../lib/assert.ts";
 import {
   appendBufferPooledBytesMax,
@@ -21,7 +20,6 @@ import {
   indexEntryBytes,
   indexIntervalBytes,
   indexPendingEntriesMax,
-  offsetMax,
   readWindowBytes,
   readWindowSlackBytes,
   recordLengthPrefixBytes,
@@ -34,18 +32,9 @@ import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import { OffsetIndex } from "./offset-index.ts";
+import { indexFileName, logFileName } from "./segment-files.ts";
 import { DecodeStatus, RecordCursor, encodeEntries, type EntryBatch } from "./record.ts";
 import { StorageError } from "./errors.ts";
-
-/** File name of a segment's log for a base offset. */
-export function logFileName(baseOffset: number): string {
-  return `${offsetFileStem(baseOffset)}.log`;
-}
-
-/** File name of a segment's index for a base offset. */
-export function indexFileName(baseOffset: number): string {
-  return `${offsetFileStem(baseOffset)}.index`;
-}
 
 /** Where decoding of a segment stopped short of its end, and why (docs/storage.md "Recovery after a crash"). */
 export interface SegmentCorruption {
@@ -1242,19 +1231,4 @@ export class Segment {
       corruption: this.corruption,
     };
   }
-}
-
-/** Parses a segment file name: the base offset for `NNNNNNNNNNNNNNNNNNNN.log|.index`, else null. */
-export function parseSegmentFileName(
-  name: string,
-): { baseOffset: number; kind: "log" | "index" } | null {
-  const m = /^(\d{20})\.(log|index)$/.exec(name);
-  if (!m) return null;
-  const baseOffset = Number(m[1]);
-  return { baseOffset, kind: m[2] as "log" | "index" };
-}
-
-/** True if a base offset parsed from a name is usable (docs/decisions.md §6). */
-export function isSupportedBaseOffset(baseOffset: number): boolean {
-  return Number.isSafeInteger(baseOffset) && baseOffset <= offsetMax;
 }
