@@ -14,9 +14,6 @@
  */
 import { assert } from "../lib/assert.ts";
 import {
-  appendBufferPooledBytesMax,
-  appendBufferStepBytes,
-  appendBuffersRetainedMax,
   indexEntryBytes,
   indexIntervalBytes,
   indexPendingEntriesMax,
@@ -31,6 +28,7 @@ import {
 import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
+import { acquireAppendBuffer, releaseAppendBuffer } from "./append-buffers.ts";
 import { OffsetIndex } from "./offset-index.ts";
 import { indexFileName, logFileName } from "./segment-files.ts";
 import { DecodeStatus, RecordCursor, encodeEntries, type EntryBatch } from "./record.ts";
@@ -264,57 +262,8 @@ async function isZeroRange(file: FileHandle, from: number, end: number): Promise
   return true;
 }
 
+/** `segmentPreallocateBytes` of zeros, the source of every write ahead (never written to). */
 let zeroChunk: Uint8Array | null = null;
-
-/**
- * Reused buffers for the encoded records of appends ({@link Segment.prepareAppend}). Allocating
- * each group write's buffer afresh (up to ~8.5 MiB with 64 producers × 1000 records) left tens of
- * MiB of dead ArrayBuffers waiting for V8's next full GC (which external memory triggers only after
- * growing ~64 MiB) and fragmented malloc's heap. A buffer is in use from `prepareAppend` until the
- * partition releases it after the write; with writes synchronous (NodeFileSystem) that is usually
- * one turn, so one or two buffers serve every partition. But a group with an idempotent producer
- * holds its buffer across the journal's fsync (`beforeWrite`), so every partition may hold one at
- * once: a buffer allocated for a group is never more than twice the group's bytes (or one
- * `appendBufferStepBytes` over), or a one-record write on each of many partitions would allocate a
- * MiB apiece. Memory held while idle: at most `appendBuffersRetainedMax` ×
- * `appendBufferPooledBytesMax` (18 MiB).
- */
-const appendBuffers = {
-  free: [] as Uint8Array[],
-  /** A buffer of at least `size` bytes (contents unspecified). */
-  acquire(size: number): Uint8Array {
-    let best = -1;
-    for (let i = 0; i < this.free.length; i++) {
-      if (this.free[i].length >= size && (best < 0 || this.free[i].length < this.free[best].length))
-        best = i;
-    }
-    if (best >= 0) return this.free.splice(best, 1)[0];
-    if (size > appendBufferPooledBytesMax) return new Uint8Array(size);
-    if (size <= appendBufferStepBytes) {
-      let bytes = 1;
-      while (bytes < size) bytes *= 2;
-      return new Uint8Array(bytes);
-    }
-    return new Uint8Array(
-      Math.min(
-        appendBufferPooledBytesMax,
-        Math.ceil(size / appendBufferStepBytes) * appendBufferStepBytes,
-      ),
-    );
-  },
-  /** Keeps `buf` for reuse (the caller holds no view of it any more), dropping the smallest if full. */
-  release(buf: Uint8Array): void {
-    if (buf.length > appendBufferPooledBytesMax) return;
-    assert(!this.free.includes(buf), "an append buffer is released once");
-    this.free.push(buf);
-    if (this.free.length > appendBuffersRetainedMax) {
-      let smallest = 0;
-      for (let i = 1; i < this.free.length; i++)
-        if (this.free[i].length < this.free[smallest].length) smallest = i;
-      this.free.splice(smallest, 1);
-    }
-  },
-};
 
 /** One segment of a partition. See the module comment for durability and concurrency. */
 export class Segment {
@@ -757,17 +706,17 @@ export class Segment {
   /**
    * Encodes batches as stored records at the end of this segment, assigning offsets from
    * `nextOffset` and deciding index entries. Nothing is written yet. The bytes go into a reused
-   * buffer ({@link appendBuffers}): the caller must call `release()` on the result once
+   * buffer (`append-buffers.ts`): the caller must call `release()` on the result once
    * {@link append} has returned or the append is abandoned, and not before.
    */
   prepareAppend(batches: readonly EntryBatch[], nowMs: number): PreparedAppend {
     let total = 0;
     for (const b of batches) total += b.bytes.length + b.count * recordOverEntryBytes;
-    let buffer: Uint8Array | null = appendBuffers.acquire(total);
+    let buffer: Uint8Array | null = acquireAppendBuffer(total);
     const logBytes = buffer.subarray(0, total);
     const release = (): void => {
       if (buffer === null) return;
-      appendBuffers.release(buffer);
+      releaseAppendBuffer(buffer);
       buffer = null;
     };
     const indexEntries: number[] = [];
