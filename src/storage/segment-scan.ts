@@ -5,10 +5,11 @@
  * chunks handed out are the stored bytes verbatim. {@link RecordHeader} then reads a record's
  * fields from a chunk without checking its CRC again (`viewOf(chunk)` for its view).
  */
-import { recordLengthPrefixBytes, scanWindowBytes } from "../lib/limits.ts";
+import { scanWindowBytes } from "../lib/limits.ts";
 import { viewOf } from "../lib/bytes.ts";
 import type { FileSystem } from "../fs/types.ts";
-import { DecodeStatus, RecordCursor, RecordHeader } from "./record.ts";
+import { RecordHeader } from "./record.ts";
+import { RecordScanner, ScanStatus } from "./record-scanner.ts";
 import type { Segment } from "./segment.ts";
 
 /** Thrown when a segment cannot be read whole: a record failed its checks where one should start. */
@@ -47,60 +48,49 @@ export async function scanSegment(
   const limit = segment.readableEndBytes;
   const file = await fs.open(segment.logPath);
   try {
-    const cursor = new RecordCursor();
-    let buf = new Uint8Array(Math.min(scanWindowBytes, Math.max(limit, recordLengthPrefixBytes)));
-    let filePos = 0; // file position of buf[0]
-    let have = 0; // bytes of buf holding file data
-    let minOffset = segment.baseOffset;
+    const scanner = new RecordScanner(file, { end: limit, windowBytes: scanWindowBytes });
+    const cursor = scanner.cursor;
+    let pos = 0;
+    let chunkStart = 0; // file position of the first record not handed out yet
+    let n = 0; // records from chunkStart to pos
     let records = 0;
     let bytes = 0;
+    let minOffset = segment.baseOffset;
     const unreadable = (at: number, reason: string) =>
       new SegmentUnreadableError(`Cannot read segment ${segment.logPath} at byte ${at}: ${reason}`);
-    while (filePos + have < limit || have > 0) {
-      if (filePos + have < limit && have < buf.length) {
-        const want = Math.min(buf.length - have, limit - filePos - have);
-        const got = await file.read(buf.subarray(have, have + want), filePos + have);
-        if (got === 0)
-          throw unreadable(filePos + have, `the file ends before its ${limit} readable bytes`);
-        have += got;
+    const fileEnds = () =>
+      unreadable(scanner.dataEnd, `the file ends before its ${limit} readable bytes`);
+    /** Hands out the records read since the last chunk; false if `onChunk` asked to stop. */
+    const handOut = async (): Promise<boolean> => {
+      if (n === 0) return true;
+      records += n;
+      bytes += pos - chunkStart;
+      const more = (await onChunk(scanner.bytes(chunkStart, pos), n)) !== false;
+      n = 0;
+      chunkStart = pos;
+      return more;
+    };
+    while (pos < scanner.dataEnd) {
+      let status = scanner.decode(pos);
+      if (status === ScanStatus.Cut) {
+        // The next window replaces this one's bytes: hand out its whole records first.
+        if (!(await handOut())) return { records, bytes, stopped: true };
+        status = await scanner.readRecordAt(pos);
+        chunkStart = pos;
+        if (pos >= scanner.dataEnd) break;
       }
-      cursor.reset(buf.subarray(0, have));
-      let p = 0;
-      let n = 0;
-      while (p < have) {
-        const status = cursor.decode(p);
-        if (status === DecodeStatus.Ok) {
-          if (cursor.offset < minOffset)
-            throw unreadable(
-              filePos + p,
-              `offset ${cursor.offset} does not increase past ${minOffset - 1}`,
-            );
-          minOffset = cursor.offset + 1;
-          p += cursor.sizeBytes;
-          n++;
-          continue;
-        }
-        if (status === DecodeStatus.Incomplete && filePos + have < limit) break; // read more
-        throw unreadable(filePos + p, cursor.reason);
+      if (status !== ScanStatus.Ok) {
+        if (status === ScanStatus.Incomplete && scanner.dataEnd < limit) throw fileEnds();
+        throw unreadable(pos, cursor.reason);
       }
-      if (n > 0) {
-        records += n;
-        bytes += p;
-        if ((await onChunk(buf.subarray(0, p), n)) === false)
-          return { records, bytes, stopped: true };
-      } else if (have === buf.length) {
-        // One record larger than the buffer (its length passed the plausibility check in decode).
-        const claimed =
-          recordLengthPrefixBytes + new DataView(buf.buffer, buf.byteOffset, 4).getUint32(0);
-        const bigger = new Uint8Array(Math.max(claimed, buf.length * 2));
-        bigger.set(buf.subarray(0, have));
-        buf = bigger;
-        continue;
-      }
-      buf.copyWithin(0, p, have);
-      filePos += p;
-      have -= p;
+      if (cursor.offset < minOffset)
+        throw unreadable(pos, `offset ${cursor.offset} does not increase past ${minOffset - 1}`);
+      minOffset = cursor.offset + 1;
+      pos += cursor.sizeBytes;
+      n++;
     }
+    if (!(await handOut())) return { records, bytes, stopped: true };
+    if (pos < limit) throw fileEnds();
     if (bytes !== limit)
       throw unreadable(bytes, `records add up to ${bytes} bytes, but ${limit} are readable`);
     return { records, bytes, stopped: false };

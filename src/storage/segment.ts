@@ -20,7 +20,6 @@ import {
   readWindowBytes,
   readWindowSlackBytes,
   recordLengthPrefixBytes,
-  recordLenMax,
   recordOverEntryBytes,
   scanWindowBytes,
   segmentPreallocateBytes,
@@ -31,7 +30,8 @@ import type { Logger } from "../lib/logger.ts";
 import { acquireAppendBuffer, releaseAppendBuffer } from "./append-buffers.ts";
 import { OffsetIndex } from "./offset-index.ts";
 import { indexFileName, logFileName } from "./segment-files.ts";
-import { DecodeStatus, RecordCursor, encodeEntries, type EntryBatch } from "./record.ts";
+import { DecodeStatus, encodeEntries, type EntryBatch } from "./record.ts";
+import { RecordScanner, ScanStatus } from "./record-scanner.ts";
 import { StorageError } from "./errors.ts";
 
 /** Where decoding of a segment stopped short of its end, and why (docs/storage.md "Recovery after a crash"). */
@@ -104,10 +104,9 @@ interface ScanResult {
 }
 
 /**
- * Scans records sequentially from `start` to `end` with large positional reads, calling `onRecord`
- * for each valid one. Stops at the first record that is incomplete or invalid, or whose offset
- * does not increase. Allocates at most max(window, one maximal record), never a length the file
- * claims before that length passed the plausibility check.
+ * Scans records sequentially from `start` to `end` through a {@link RecordScanner}, calling
+ * `onRecord` for each valid one. Stops at the first record that is incomplete or invalid, or whose
+ * offset does not increase, and where the file ends if it is shorter than `end`.
  */
 async function scanRecords(
   file: FileHandle,
@@ -123,58 +122,34 @@ async function scanRecords(
     reason: "",
     stop: DecodeStatus.Ok,
   };
-  const cursor = new RecordCursor();
-  let buf = new Uint8Array(0);
-  let need = scanWindowBytes;
+  const scanner = new RecordScanner(file, { end: range.end, windowBytes: scanWindowBytes });
+  const cursor = scanner.cursor;
   let pos = range.start;
   let minOffset = range.minOffset;
-  while (pos < range.end) {
-    const want = Math.min(Math.max(scanWindowBytes, need), range.end - pos);
-    if (buf.length < want) buf = new Uint8Array(want);
-    const got = await file.read(buf.subarray(0, want), pos);
-    const windowReachesEnd = pos + got >= range.end || got < want;
-    need = scanWindowBytes;
-    cursor.reset(buf.subarray(0, got));
-    let p = 0;
-    let stop: DecodeStatus = DecodeStatus.Ok;
-    while (p < got) {
-      const status = cursor.decode(p);
-      if (status === DecodeStatus.Ok && cursor.offset >= minOffset) {
-        if (result.firstOffset < 0) {
-          result.firstOffset = cursor.offset;
-          result.firstTimestampMs = cursor.timestampMs;
-        }
-        result.lastOffset = cursor.offset;
-        if (cursor.timestampMs > result.maxTimestampMs) result.maxTimestampMs = cursor.timestampMs;
-        onRecord?.(cursor.offset, pos + p);
-        minOffset = cursor.offset + 1;
-        p += cursor.sizeBytes;
-        continue;
+  while (pos < scanner.dataEnd) {
+    let status = scanner.decode(pos);
+    if (status === ScanStatus.Cut) status = await scanner.readRecordAt(pos);
+    if (pos >= scanner.dataEnd) break; // the file ends here, before `end`
+    if (status === ScanStatus.Ok && cursor.offset >= minOffset) {
+      if (result.firstOffset < 0) {
+        result.firstOffset = cursor.offset;
+        result.firstTimestampMs = cursor.timestampMs;
       }
-      if (status === DecodeStatus.Incomplete && !windowReachesEnd) {
-        // The window cut a record short: read again from its start, large enough for it (its
-        // record_len passed the plausibility check inside decode, so this is bounded).
-        need =
-          got - p >= recordLengthPrefixBytes
-            ? recordLengthPrefixBytes + new DataView(buf.buffer, p, 4).getUint32(0)
-            : scanWindowBytes;
-        break;
-      }
-      stop = status === DecodeStatus.Ok ? DecodeStatus.Invalid : status;
-      result.reason =
-        status === DecodeStatus.Ok
-          ? `offset ${cursor.offset} does not increase past ${minOffset - 1}`
-          : cursor.reason;
-      break;
+      result.lastOffset = cursor.offset;
+      if (cursor.timestampMs > result.maxTimestampMs) result.maxTimestampMs = cursor.timestampMs;
+      onRecord?.(cursor.offset, pos);
+      minOffset = cursor.offset + 1;
+      pos += cursor.sizeBytes;
+      continue;
     }
-    pos += p;
-    result.endPosition = pos;
-    if (stop !== DecodeStatus.Ok) {
-      result.stop = stop;
-      return result;
-    }
-    if (p === 0 && windowReachesEnd) break;
+    result.stop = status === ScanStatus.Ok ? DecodeStatus.Invalid : status;
+    result.reason =
+      status === ScanStatus.Ok
+        ? `offset ${cursor.offset} does not increase past ${minOffset - 1}`
+        : cursor.reason;
+    break;
   }
+  result.endPosition = pos;
   return result;
 }
 
@@ -188,63 +163,26 @@ async function findValidAfter(
   file: FileHandle,
   range: { from: number; end: number; minOffset: number },
 ): Promise<{ firstValidPosition: number; highestOffset: number }> {
-  const cursor = new RecordCursor();
+  const scanner = new RecordScanner(file, { end: range.end, windowBytes: scanWindowBytes });
+  const cursor = scanner.cursor;
   let firstValidPosition = -1;
   let highestOffset = -1;
   let pos = range.from + 1;
   let minOffset = range.minOffset;
-  let need = scanWindowBytes;
-  let buf = new Uint8Array(0);
-  while (pos < range.end) {
-    const want = Math.min(Math.max(scanWindowBytes, need), range.end - pos);
-    if (buf.length < want) buf = new Uint8Array(want);
-    const got = await file.read(buf.subarray(0, want), pos);
-    if (got === 0) break;
-    const windowReachesEnd = pos + got >= range.end;
-    cursor.reset(buf.subarray(0, got));
-    need = scanWindowBytes;
-    let p = 0;
-    while (p < got) {
-      const status = cursor.decode(p);
-      if (status === DecodeStatus.Ok && cursor.offset >= minOffset) {
-        if (firstValidPosition < 0) firstValidPosition = pos + p;
-        highestOffset = Math.max(highestOffset, cursor.offset);
-        minOffset = cursor.offset + 1;
-        p += cursor.sizeBytes;
-        continue;
-      }
-      if (
-        buf[p] === 0 &&
-        p + recordLengthPrefixBytes <= got &&
-        buf[p + 1] === 0 &&
-        buf[p + 2] === 0 &&
-        buf[p + 3] === 0
-      ) {
-        // record_len 0 never decodes. Skip a run of zeros (preallocated space) in one step: a record
-        // can start at most 3 bytes before the next non-zero byte.
-        let q = p + recordLengthPrefixBytes;
-        while (q < got && buf[q] === 0) q++;
-        p =
-          q === got && !windowReachesEnd
-            ? q - (recordLengthPrefixBytes - 1)
-            : Math.max(p + 1, q - (recordLengthPrefixBytes - 1));
-        continue;
-      }
-      if (status === DecodeStatus.Incomplete && !windowReachesEnd && p > 0) break; // look again from here with a fresh window
-      if (
-        status === DecodeStatus.Incomplete &&
-        !windowReachesEnd &&
-        got - p >= recordLengthPrefixBytes
-      ) {
-        const claimed = recordLengthPrefixBytes + new DataView(buf.buffer, p, 4).getUint32(0);
-        if (claimed > got && pos + claimed <= range.end) {
-          need = claimed;
-          break;
-        }
-      }
-      p++;
+  while (pos < scanner.dataEnd) {
+    let status = scanner.decode(pos);
+    if (status === ScanStatus.Cut) status = await scanner.readRecordAt(pos);
+    if (status === ScanStatus.Ok && cursor.offset >= minOffset) {
+      if (firstValidPosition < 0) firstValidPosition = pos;
+      highestOffset = Math.max(highestOffset, cursor.offset);
+      minOffset = cursor.offset + 1;
+      pos += cursor.sizeBytes;
+      continue;
     }
-    pos += p;
+    // record_len 0 never decodes. Skip a run of zeros (preallocated space) in one step: a record
+    // can start at most 3 bytes before the next non-zero byte.
+    const zerosEnd = scanner.zerosEnd(pos);
+    pos = zerosEnd < 0 ? pos + 1 : zerosEnd - (recordLengthPrefixBytes - 1);
   }
   return { firstValidPosition, highestOffset };
 }
@@ -470,18 +408,12 @@ export class Segment {
 
   /** The sealed-segment check that avoids a full read. */
   async #fastCheck(index: OffsetIndex, logSize: number): Promise<boolean> {
-    const cursor = new RecordCursor();
-    // The first record must be valid and carry the offset in the file name.
-    const head = new Uint8Array(Math.min(logSize, readWindowBytes));
-    const got = await this.#log.read(head, 0);
-    cursor.reset(head.subarray(0, got));
-    const st = cursor.decode(0);
-    if (st === DecodeStatus.Incomplete && got === head.length && logSize > head.length) {
-      // A first record larger than the window: let the full scan deal with it.
-      return false;
-    }
-    if (st !== DecodeStatus.Ok || cursor.offset !== this.baseOffset) return false;
-    const createdMs = cursor.timestampMs;
+    // The first record must be valid and carry the offset in the file name. One window is read:
+    // a first record larger than it (Cut) is left to the full scan.
+    const head = new RecordScanner(this.#log, { end: logSize, windowBytes: readWindowBytes });
+    await head.fill(0);
+    if (head.decode(0) !== ScanStatus.Ok || head.cursor.offset !== this.baseOffset) return false;
+    const createdMs = head.cursor.timestampMs;
     const lastPos = index.lastPosition;
     const lastRel = index.lastRelativeOffset;
     let firstSeen = false;
@@ -1003,45 +935,25 @@ export class Segment {
       start = 0;
       expectedFirst = -1;
     }
-    const windowBytes = Math.min(
-      limit - start,
-      Math.max(readWindowBytes, maxBytes + readWindowSlackBytes),
-    );
-    if (windowBytes <= 0) return empty;
-    let window = new Uint8Array(windowBytes);
-    let windowPos = start;
-    let got = await this.#log.read(window, windowPos);
-    const cursor = new RecordCursor().reset(window.subarray(0, got));
-    let p = 0;
+    if (limit <= start) return empty;
+    const scanner = new RecordScanner(this.#log, {
+      end: limit,
+      windowBytes: Math.max(readWindowBytes, maxBytes + readWindowSlackBytes),
+    });
+    const cursor = scanner.cursor;
+    let pos = start;
     let first = -1;
     let count = 0;
     let bytesOut = 0;
     let lastOffset = -1;
-    while (windowPos + p < limit) {
-      const status = cursor.decode(p, got);
-      if (status === DecodeStatus.Incomplete) {
+    while (pos < scanner.dataEnd) {
+      let status = scanner.decode(pos);
+      if (status === ScanStatus.Cut) {
+        // The records collected so far are views of this window: hand them out first.
         if (count > 0) break;
-        // A record larger than the rest of the window: read again from its start, sized to it.
-        const needAt = windowPos + p;
-        if (got - p < recordLengthPrefixBytes) {
-          if (needAt + recordLengthPrefixBytes > limit) return { ...empty, status: "bad_position" };
-        }
-        const lenBuf = new Uint8Array(recordLengthPrefixBytes);
-        await this.#log.read(lenBuf, needAt);
-        const claimed = new DataView(lenBuf.buffer).getUint32(0);
-        if (claimed > recordLenMax || needAt + recordLengthPrefixBytes + claimed > limit)
-          return { ...empty, status: "bad_position" };
-        window = new Uint8Array(
-          Math.max(recordLengthPrefixBytes + claimed, Math.min(limit - needAt, readWindowBytes)),
-        );
-        windowPos = needAt;
-        got = await this.#log.read(window, windowPos);
-        cursor.reset(window.subarray(0, got));
-        p = 0;
-        first = -1;
-        continue;
+        status = await scanner.readRecordAt(pos);
       }
-      if (status === DecodeStatus.Invalid) {
+      if (status !== ScanStatus.Ok) {
         // The records collected so far decoded and passed their CRC: hand them out, and let the
         // read that starts at the bad record deal with it, rather than losing them all.
         if (count > 0) break;
@@ -1053,20 +965,20 @@ export class Segment {
       }
       const size = cursor.sizeBytes;
       if (cursor.offset < offset) {
-        p += size;
+        pos += size;
         continue;
       }
       if (cursor.offset >= endOffset) break;
       if (count > 0 && bytesOut + size > maxBytes) break;
-      if (first < 0) first = p;
+      if (first < 0) first = pos;
       count++;
       bytesOut += size;
       lastOffset = cursor.offset;
-      p += size;
+      pos += size;
       if (count >= maxRecords) break;
     }
     if (count === 0) return empty;
-    return { bytes: window.subarray(first, first + bytesOut), count, lastOffset, status: "ok" };
+    return { bytes: scanner.bytes(first, first + bytesOut), count, lastOffset, status: "ok" };
   }
 
   /**
