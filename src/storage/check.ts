@@ -25,7 +25,8 @@ import {
   type LeftoverKind,
 } from "./leftovers.ts";
 import { isTempFileName, readJsonFile } from "./metadata.ts";
-import { Segment, type SegmentCorruption, type SegmentRecoveryOutcome } from "./segment.ts";
+import { Segment } from "./segment.ts";
+import type { SegmentCorruption, SegmentRecoveryOutcome } from "./segment-recovery.ts";
 import { logFileName, parseSegmentFileName } from "./segment-files.ts";
 
 /** How bad a finding is; any "corrupt" makes `es-broker check` exit non-zero. */

@@ -37,7 +37,8 @@ import { errorMessage } from "../lib/errors.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import type { EntryBatch } from "./record.ts";
-import { Segment, type SegmentCorruption, type SegmentRecoveryOutcome } from "./segment.ts";
+import { Segment } from "./segment.ts";
+import type { SegmentCorruption, SegmentRecoveryOutcome } from "./segment-recovery.ts";
 import {
   indexFileName,
   isSupportedBaseOffset,

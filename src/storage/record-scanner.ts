@@ -11,7 +11,7 @@
  * - {@link RecordScanner.readRecordAt} reads again from a cut record's start, in a window large
  *   enough to hold it. Its size comes from its `record_len`, which decoding has already checked
  *   against [`recordLenMin`, `recordLenMax`]: the scanner never allocates a length the file claims
- *   before that check (spec: Records).
+ *   before that check (docs/storage.md "Records").
  * - A read that returns fewer bytes than asked shows where the file ends ({@link dataEnd}); past
  *   it nothing is read again.
  *

@@ -15,13 +15,10 @@
 import { assert } from "../lib/assert.ts";
 import {
   indexEntryBytes,
-  indexIntervalBytes,
   indexPendingEntriesMax,
   readWindowBytes,
   readWindowSlackBytes,
-  recordLengthPrefixBytes,
   recordOverEntryBytes,
-  scanWindowBytes,
   segmentPreallocateBytes,
 } from "../lib/limits.ts";
 import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
@@ -30,27 +27,18 @@ import type { Logger } from "../lib/logger.ts";
 import { acquireAppendBuffer, releaseAppendBuffer } from "./append-buffers.ts";
 import { OffsetIndex } from "./offset-index.ts";
 import { indexFileName, logFileName } from "./segment-files.ts";
-import { DecodeStatus, encodeEntries, type EntryBatch } from "./record.ts";
+import { encodeEntries, type EntryBatch } from "./record.ts";
 import { RecordScanner, ScanStatus } from "./record-scanner.ts";
+import {
+  markCorrupt,
+  recoverSegment,
+  scanAndIndex,
+  writeIndexFile,
+  type RecoveredSegment,
+  type SegmentCorruption,
+  type SegmentRecoveryOutcome,
+} from "./segment-recovery.ts";
 import { StorageError } from "./errors.ts";
-
-/** Where decoding of a segment stopped short of its end, and why (docs/storage.md "Recovery after a crash"). */
-export interface SegmentCorruption {
-  /** Byte position of the first record that failed its checks. */
-  position: number;
-  /** What failed. */
-  reason: string;
-  /** The highest valid offset found after the corrupt position (records skipped as corrupt), or −1. */
-  highestSkippedOffset: number;
-}
-
-/** What recovery decided about one segment. */
-export type SegmentRecoveryOutcome =
-  | "trusted" // sealed, passed the index check without a full read
-  | "scanned" // scanned in full, all valid (active segment, or sealed with a bad index)
-  | "index_rebuilt" // scanned in full and its index file rewritten
-  | "torn_tail_cut" // active segment: an incomplete tail was cut off
-  | "corrupt"; // a corrupt record: the rest of the segment is skipped, the file left in place
 
 /**
  * A prepared append: the encoded log bytes and the index entries they add. `logBytes` is a view of
@@ -83,121 +71,6 @@ export interface SegmentRead {
    * "bad_position": decoding failed where the index said a record starts (docs/decisions.md §2).
    */
   status: "ok" | "bad_position";
-}
-
-/** Records scanned sequentially from a position. */
-interface ScanResult {
-  /** Position where decoding stopped (end of the last valid record). */
-  endPosition: number;
-  /** Offset of the first valid record, or −1. */
-  firstOffset: number;
-  /** Offset of the last valid record, or −1. */
-  lastOffset: number;
-  /** Timestamp of the first valid record, or −1. */
-  firstTimestampMs: number;
-  /** Largest timestamp seen, or −1. */
-  maxTimestampMs: number;
-  /** Why decoding stopped before the end ("" if it reached `end`). */
-  reason: string;
-  /** Status at the stop: Ok if it reached `end`. */
-  stop: DecodeStatus;
-}
-
-/**
- * Scans records sequentially from `start` to `end` through a {@link RecordScanner}, calling
- * `onRecord` for each valid one. Stops at the first record that is incomplete or invalid, or whose
- * offset does not increase, and where the file ends if it is shorter than `end`.
- */
-async function scanRecords(
-  file: FileHandle,
-  range: { start: number; end: number; minOffset: number },
-  onRecord?: (offset: number, position: number) => void,
-): Promise<ScanResult> {
-  const result: ScanResult = {
-    endPosition: range.start,
-    firstOffset: -1,
-    lastOffset: -1,
-    firstTimestampMs: -1,
-    maxTimestampMs: -1,
-    reason: "",
-    stop: DecodeStatus.Ok,
-  };
-  const scanner = new RecordScanner(file, { end: range.end, windowBytes: scanWindowBytes });
-  const cursor = scanner.cursor;
-  let pos = range.start;
-  let minOffset = range.minOffset;
-  while (pos < scanner.dataEnd) {
-    let status = scanner.decode(pos);
-    if (status === ScanStatus.Cut) status = await scanner.readRecordAt(pos);
-    if (pos >= scanner.dataEnd) break; // the file ends here, before `end`
-    if (status === ScanStatus.Ok && cursor.offset >= minOffset) {
-      if (result.firstOffset < 0) {
-        result.firstOffset = cursor.offset;
-        result.firstTimestampMs = cursor.timestampMs;
-      }
-      result.lastOffset = cursor.offset;
-      if (cursor.timestampMs > result.maxTimestampMs) result.maxTimestampMs = cursor.timestampMs;
-      onRecord?.(cursor.offset, pos);
-      minOffset = cursor.offset + 1;
-      pos += cursor.sizeBytes;
-      continue;
-    }
-    result.stop = status === ScanStatus.Ok ? DecodeStatus.Invalid : status;
-    result.reason =
-      status === ScanStatus.Ok
-        ? `offset ${cursor.offset} does not increase past ${minOffset - 1}`
-        : cursor.reason;
-    break;
-  }
-  result.endPosition = pos;
-  return result;
-}
-
-/**
- * Looks for valid records after a corrupt position (docs/decisions.md §1 and §3): tries every byte position
- * after `from` for a record whose offset is at least `minOffset`, then follows valid records from
- * there, trying byte by byte again after each failure. Returns the first position where a valid
- * record was found (−1 if none) and the highest valid offset seen.
- */
-async function findValidAfter(
-  file: FileHandle,
-  range: { from: number; end: number; minOffset: number },
-): Promise<{ firstValidPosition: number; highestOffset: number }> {
-  const scanner = new RecordScanner(file, { end: range.end, windowBytes: scanWindowBytes });
-  const cursor = scanner.cursor;
-  let firstValidPosition = -1;
-  let highestOffset = -1;
-  let pos = range.from + 1;
-  let minOffset = range.minOffset;
-  while (pos < scanner.dataEnd) {
-    let status = scanner.decode(pos);
-    if (status === ScanStatus.Cut) status = await scanner.readRecordAt(pos);
-    if (status === ScanStatus.Ok && cursor.offset >= minOffset) {
-      if (firstValidPosition < 0) firstValidPosition = pos;
-      highestOffset = Math.max(highestOffset, cursor.offset);
-      minOffset = cursor.offset + 1;
-      pos += cursor.sizeBytes;
-      continue;
-    }
-    // record_len 0 never decodes. Skip a run of zeros (preallocated space) in one step: a record
-    // can start at most 3 bytes before the next non-zero byte.
-    const zerosEnd = scanner.zerosEnd(pos);
-    pos = zerosEnd < 0 ? pos + 1 : zerosEnd - (recordLengthPrefixBytes - 1);
-  }
-  return { firstValidPosition, highestOffset };
-}
-
-/** True if every byte of `file` from `from` to `end` is zero (preallocated space, `segmentPreallocateBytes`). */
-async function isZeroRange(file: FileHandle, from: number, end: number): Promise<boolean> {
-  const buf = new Uint8Array(Math.min(scanWindowBytes, end - from));
-  let pos = from;
-  while (pos < end) {
-    const got = await file.read(buf.subarray(0, Math.min(buf.length, end - pos)), pos);
-    if (got === 0) return false;
-    for (let i = 0; i < got; i++) if (buf[i] !== 0) return false;
-    pos += got;
-  }
-  return true;
 }
 
 /** `segmentPreallocateBytes` of zeros, the source of every write ahead (never written to). */
@@ -244,20 +117,26 @@ export class Segment {
     dir: string;
     baseOffset: number;
     log: FileHandle;
-    indexFile: FileHandle | null;
-    index: OffsetIndex;
-    createdMs: number;
+    state: RecoveredSegment;
   }) {
+    const { state } = init;
     this.#fs = init.fs;
     this.baseOffset = init.baseOffset;
-    this.nextOffset = init.baseOffset;
     this.logPath = joinPath(init.dir, logFileName(init.baseOffset));
     this.indexPath = joinPath(init.dir, indexFileName(init.baseOffset));
     this.#log = init.log;
-    this.#indexFile = init.indexFile;
-    this.#index = init.index;
-    this.#indexOnDiskEntries = init.index.count;
-    this.createdMs = init.createdMs;
+    this.#indexFile = state.indexFile;
+    this.#index = state.index;
+    this.#indexOnDiskEntries = state.indexOnDiskEntries;
+    this.sizeBytes = state.sizeBytes;
+    this.readableEndBytes = state.readableEndBytes;
+    this.#fileEndBytes = state.fileEndBytes;
+    this.nextOffset = state.nextOffset;
+    this.maxTimestampMs = state.maxTimestampMs;
+    this.createdMs = state.createdMs;
+    this.recovery = state.recovery;
+    this.indexProblem = state.indexProblem;
+    this.corruption = state.corruption;
   }
 
   /** Number of index entries in memory. */
@@ -297,28 +176,34 @@ export class Segment {
       await fs.unlink(joinPath(dir, logFileName(baseOffset))).catch(() => {});
       throw err;
     }
-    const segment = new Segment({
+    return new Segment({
       fs,
       dir,
       baseOffset,
       log,
-      indexFile,
-      index: new OffsetIndex(),
-      createdMs: nowMs,
+      state: {
+        index: new OffsetIndex(),
+        indexFile,
+        indexOnDiskEntries: 0,
+        sizeBytes: 0,
+        readableEndBytes: 0,
+        fileEndBytes: 0,
+        nextOffset: baseOffset,
+        maxTimestampMs: -1,
+        createdMs: nowMs,
+        recovery: "scanned",
+        indexProblem: "",
+        corruption: null,
+      },
     });
-    return segment;
   }
 
   /**
-   * Opens an existing segment and recovers it (docs/storage.md "Recovery after a crash"):
-   * - sealed: the index is validated (docs/decisions.md §2); the first record and everything after the
-   *   last index entry must decode, pass their CRC and end exactly at the end of the file. If so
-   *   the segment is trusted without a full read; otherwise it is scanned in full and its index
-   *   rebuilt. A corrupt record leaves the file in place, is reported, and the rest is skipped.
-   * - active: always scanned in full. An incomplete tail with nothing valid after it is a torn
-   *   write and is cut off (never acknowledged). A bad record followed by a valid one is
-   *   corruption (docs/decisions.md §1): the file is left in place and the caller rolls a new segment.
-   * A first record whose offset differs from the file name is corruption (docs/decisions.md §11).
+   * Opens an existing segment and recovers it (docs/storage.md "Recovery after a crash"): what its files hold
+   * is decided from the bytes by `segment-recovery.ts` (trusted, scanned, index rebuilt, torn tail
+   * cut, or corrupt: see the table there), and repaired unless `inspectOnly`. A corrupt active
+   * segment is left in place; the caller rolls a new one after it (docs/decisions.md §1).
+   * @throws FsError if a file cannot be opened or read, or a repair fails.
    */
   static async open(
     fs: FileSystem,
@@ -336,302 +221,26 @@ export class Segment {
       inspectOnly?: boolean;
     },
   ): Promise<Segment> {
-    const { dir, baseOffset, active, logger } = options;
+    const { dir, baseOffset, active } = options;
     const inspectOnly = options.inspectOnly === true;
     const logPath = joinPath(dir, logFileName(baseOffset));
     const indexPath = joinPath(dir, indexFileName(baseOffset));
     const log = await fs.open(logPath, { write: active && !inspectOnly });
     try {
-      const logSize = await log.size();
-      let stored: OffsetIndex | null = null;
-      let storedBytes: Uint8Array | null = null;
-      let indexProblem = "";
-      const indexStat = await fs.stat(indexPath);
-      if (indexStat === null) {
-        indexProblem = "index file is missing";
-      } else if (
-        indexStat.size >
-        (Math.floor(logSize / indexIntervalBytes) + 2) * indexEntryBytes
-      ) {
-        indexProblem = `index is ${indexStat.size} bytes, more than a ${logSize}-byte log can need`;
-      } else {
-        const indexFile = await fs.open(indexPath);
-        try {
-          const bytes = new Uint8Array(indexStat.size);
-          const got = await indexFile.read(bytes, 0);
-          storedBytes = bytes.subarray(0, got);
-          const decoded = OffsetIndex.decode(storedBytes, logSize);
-          if ("index" in decoded) stored = decoded.index;
-          // The active segment writes its index entries a few KiB at a time: an empty index file
-          // is what a crash before the first of those writes leaves (the full scan rebuilds it).
-          else if (active && storedBytes.length === 0) stored = new OffsetIndex();
-          else indexProblem = decoded.problem;
-        } finally {
-          await indexFile.close();
-        }
-      }
-
-      const segment = new Segment({
-        fs,
-        dir,
-        baseOffset,
-        log,
-        indexFile: null,
-        index: stored ?? new OffsetIndex(),
-        createdMs: options.nowMs,
-      });
-      segment.sizeBytes = logSize;
-      segment.readableEndBytes = logSize;
-      segment.#fileEndBytes = logSize;
-      segment.#storedIndexSnapshot = storedBytes;
-
-      if (!active && stored !== null && logSize > 0) {
-        if (await segment.#fastCheck(stored, logSize)) {
-          segment.recovery = "trusted";
-          return segment;
-        }
-        indexProblem = "records after the last index entry do not decode to the end of the file";
-      }
-      await segment.#fullScan({
-        active,
-        logger,
+      const state = await recoverSegment(fs, log, {
+        logger: options.logger,
         partition: options.partition,
-        indexProblem,
+        logPath,
+        indexPath,
+        baseOffset,
+        active,
+        nowMs: options.nowMs,
         inspectOnly,
       });
-      return segment;
+      return new Segment({ fs, dir, baseOffset, log, state });
     } catch (err) {
       await log.close().catch(() => {});
       throw err;
-    }
-  }
-
-  /** The sealed-segment check that avoids a full read. */
-  async #fastCheck(index: OffsetIndex, logSize: number): Promise<boolean> {
-    // The first record must be valid and carry the offset in the file name. One window is read:
-    // a first record larger than it (Cut) is left to the full scan.
-    const head = new RecordScanner(this.#log, { end: logSize, windowBytes: readWindowBytes });
-    await head.fill(0);
-    if (head.decode(0) !== ScanStatus.Ok || head.cursor.offset !== this.baseOffset) return false;
-    const createdMs = head.cursor.timestampMs;
-    const lastPos = index.lastPosition;
-    const lastRel = index.lastRelativeOffset;
-    let firstSeen = false;
-    let ok = true;
-    const tail = await scanRecords(
-      this.#log,
-      { start: lastPos, end: logSize, minOffset: this.baseOffset + lastRel },
-      (offset) => {
-        if (!firstSeen) {
-          firstSeen = true;
-          if (offset !== this.baseOffset + lastRel) ok = false;
-        }
-      },
-    );
-    if (!ok || tail.stop !== DecodeStatus.Ok || tail.endPosition !== logSize || tail.lastOffset < 0)
-      return false;
-    this.nextOffset = tail.lastOffset + 1;
-    this.maxTimestampMs = tail.maxTimestampMs;
-    this.createdMs = createdMs;
-    return true;
-  }
-
-  /** Scans the whole log, rebuilding the index; handles torn tails and corruption. */
-  async #fullScan(options: {
-    active: boolean;
-    logger: Logger;
-    partition: string;
-    indexProblem: string;
-    inspectOnly: boolean;
-  }): Promise<void> {
-    const { active, logger, partition, inspectOnly } = options;
-    this.indexProblem = options.indexProblem;
-    const rebuilt = new OffsetIndex();
-    let lastIndexed = -1;
-    const scan = await scanRecords(
-      this.#log,
-      { start: 0, end: this.sizeBytes, minOffset: this.baseOffset },
-      (offset, position) => {
-        if (rebuilt.wants(position, lastIndexed)) {
-          rebuilt.push(offset - this.baseOffset, position);
-          lastIndexed = position;
-        }
-      },
-    );
-    if (!active) rebuilt.trim();
-    this.#index = rebuilt;
-    this.maxTimestampMs = scan.maxTimestampMs;
-    if (scan.firstTimestampMs >= 0) this.createdMs = scan.firstTimestampMs;
-    let firstOffsetWrong = false;
-    if (scan.firstOffset >= 0 && scan.firstOffset !== this.baseOffset) {
-      // docs/decisions.md §11: a first record whose offset differs from the file name is corrupt.
-      firstOffsetWrong = true;
-    }
-    if (firstOffsetWrong) {
-      this.#index = new OffsetIndex();
-      this.#markCorrupt(
-        0,
-        `first record has offset ${scan.firstOffset}, but the file name says ${this.baseOffset}`,
-        scan.lastOffset,
-        logger,
-        partition,
-      );
-      return;
-    }
-    this.nextOffset = scan.lastOffset >= 0 ? scan.lastOffset + 1 : this.baseOffset;
-
-    if (
-      scan.endPosition < this.sizeBytes &&
-      (await isZeroRange(this.#log, scan.endPosition, this.sizeBytes))
-    ) {
-      // Zeros written ahead of the records (segmentPreallocateBytes), not a torn write: record_len 0
-      // never decodes, and zeros are all that is there. The active segment keeps them to append into;
-      // a sealed one (a crash between a roll and its seal) has them cut so its size is its records'.
-      const zeroBytes = this.sizeBytes - scan.endPosition;
-      this.sizeBytes = scan.endPosition;
-      if (!active && !inspectOnly) await this.#cutFile(scan.endPosition, logger, partition);
-      logger.log("debug", inspectOnly ? "check.preallocated_tail" : "recovery.preallocated_tail", {
-        partition,
-        segment: this.logPath,
-        position: scan.endPosition,
-        zero_bytes: zeroBytes,
-      });
-    }
-    if (scan.endPosition < this.sizeBytes) {
-      const after = await findValidAfter(this.#log, {
-        from: scan.endPosition,
-        end: this.sizeBytes,
-        minOffset: this.nextOffset,
-      });
-      if (active && after.firstValidPosition < 0) {
-        // A torn tail: bytes that never decode up to the end of the file. Never acknowledged.
-        const cutBytes = this.sizeBytes - scan.endPosition;
-        if (!inspectOnly) {
-          await this.#log.truncate(scan.endPosition);
-          await this.#log.sync();
-        }
-        logger.log("warn", inspectOnly ? "check.torn_tail" : "recovery.torn_tail_cut", {
-          partition,
-          segment: this.logPath,
-          position: scan.endPosition,
-          cut_bytes: cutBytes,
-          reason: scan.reason,
-        });
-        this.sizeBytes = scan.endPosition;
-        this.readableEndBytes = scan.endPosition;
-        if (!inspectOnly) this.#fileEndBytes = scan.endPosition;
-        this.recovery = "torn_tail_cut";
-        if (!inspectOnly) await this.#rewriteIndexFile(active);
-        return;
-      }
-      this.#markCorrupt(scan.endPosition, scan.reason, after.highestOffset, logger, partition);
-      return;
-    }
-    this.readableEndBytes = this.sizeBytes;
-    // A sealed segment's stored index must equal the rebuilt one. An active segment's may lag its
-    // records (entries are written a few KiB at a time): a prefix of the rebuilt one is kept and
-    // appended to.
-    const storedPrefix = options.indexProblem === "" ? this.#storedPrefixEntries(rebuilt) : -1;
-    const keep = active ? storedPrefix >= 0 : storedPrefix === rebuilt.count;
-    if (!keep) {
-      if (options.indexProblem) {
-        logger.log("warn", inspectOnly ? "check.index_invalid" : "recovery.index_rebuilt", {
-          partition,
-          segment: this.indexPath,
-          reason: options.indexProblem,
-        });
-      }
-      if (!inspectOnly) await this.#rewriteIndexFile(active);
-      this.recovery = options.indexProblem ? "index_rebuilt" : "scanned";
-      return;
-    }
-    this.recovery = "scanned";
-    if (active && !inspectOnly) {
-      this.#indexFile = await this.#fs.open(this.indexPath, { write: true });
-      this.#indexOnDiskEntries = storedPrefix;
-    }
-  }
-
-  #storedIndexSnapshot: Uint8Array | null = null;
-
-  /**
-   * Entries of the index stored at open if it is a prefix of `rebuilt` (or equal to it), else −1
-   * (also without a stored index: rewrite to be safe).
-   */
-  #storedPrefixEntries(rebuilt: OffsetIndex): number {
-    const snap = this.#storedIndexSnapshot;
-    if (snap === null) return -1;
-    const enc = rebuilt.encode();
-    if (snap.length > enc.length) return -1;
-    for (let i = 0; i < snap.length; i++) if (enc[i] !== snap[i]) return -1;
-    return snap.length / indexEntryBytes;
-  }
-
-  #markCorrupt(
-    position: number,
-    reason: string,
-    highestSkippedOffset: number,
-    logger: Logger,
-    partition: string,
-    event = "recovery.corrupt_segment",
-  ): void {
-    this.corruption = { position, reason, highestSkippedOffset };
-    this.readableEndBytes = position;
-    this.recovery = "corrupt";
-    if (highestSkippedOffset >= this.nextOffset) this.nextOffset = highestSkippedOffset + 1;
-    logger.log("error", event, {
-      partition,
-      segment: this.logPath,
-      position,
-      reason,
-      size_bytes: this.sizeBytes,
-      highest_skipped_offset: highestSkippedOffset,
-    });
-  }
-
-  /**
-   * Cuts the zeros off a sealed segment's log file (opened read-only) at `length` and fsyncs the
-   * cut. Best effort, like the cut at a seal: the zeros are free space past every record (reads,
-   * scans and the cold tier's copy stop at `sizeBytes`), so a failure is logged and the segment
-   * serves its records all the same; the next start tries again.
-   */
-  async #cutFile(length: number, logger: Logger, partition: string): Promise<void> {
-    try {
-      const file = await this.#fs.open(this.logPath, { write: true });
-      try {
-        await file.truncate(length);
-        await file.sync();
-      } finally {
-        await file.close().catch(() => {});
-      }
-      this.#fileEndBytes = length;
-    } catch (err) {
-      logger.log("warn", "recovery.preallocated_cut_failed", {
-        partition,
-        segment: this.logPath,
-        position: length,
-        error: errorMessage(err),
-      });
-    }
-  }
-
-  /** Rewrites the index file from memory and fsyncs it; keeps it open for appends if active. */
-  async #rewriteIndexFile(active: boolean): Promise<void> {
-    const file = await this.#fs.open(this.indexPath, { create: true });
-    try {
-      await file.truncate(0);
-      const bytes = this.#index.encode();
-      if (bytes.length > 0) await file.write(bytes, 0);
-      await file.sync();
-    } catch (err) {
-      await file.close().catch(() => {});
-      throw err;
-    }
-    if (active) {
-      this.#indexFile = file;
-      this.#indexOnDiskEntries = this.#index.count;
-    } else {
-      await file.close();
     }
   }
 
@@ -987,18 +596,11 @@ export class Segment {
    * is rewritten too; an active one's is rewritten and kept open.
    */
   async rebuildIndex(logger: Logger, partition: string): Promise<void> {
-    const rebuilt = new OffsetIndex();
-    let lastIndexed = -1;
-    const scan = await scanRecords(
-      this.#log,
-      { start: 0, end: this.readableEndBytes, minOffset: this.baseOffset },
-      (offset, position) => {
-        if (rebuilt.wants(position, lastIndexed)) {
-          rebuilt.push(offset - this.baseOffset, position);
-          lastIndexed = position;
-        }
-      },
-    );
+    const context = { logger, partition, logPath: this.logPath, indexPath: this.indexPath };
+    const { index: rebuilt, scan } = await scanAndIndex(this.#log, {
+      end: this.readableEndBytes,
+      baseOffset: this.baseOffset,
+    });
     if (this.#indexFile === null) rebuilt.trim();
     this.#index = rebuilt;
     logger.log("warn", "segment.index_rebuilt", {
@@ -1015,12 +617,14 @@ export class Segment {
       // entry) can still hold a corrupt record in between. A scan from the start stopping short
       // means the log is bad there, not the index: skip the rest of the segment and report it
       // (docs/storage.md "Recovery after a crash"), instead of failing every read that reaches it.
-      this.#markCorrupt(
-        scan.endPosition,
-        scan.reason || "the log ends early",
-        -1,
-        logger,
-        partition,
+      markCorrupt(
+        this,
+        context,
+        {
+          position: scan.endPosition,
+          reason: scan.reason || "the log ends early",
+          highestSkippedOffset: -1,
+        },
         "read.corrupt_segment",
       );
     }
@@ -1031,7 +635,10 @@ export class Segment {
       this.#indexFile = null;
     }
     try {
-      await this.#rewriteIndexFile(wasActive);
+      this.#indexFile = await writeIndexFile(this.#fs, this.indexPath, this.#index, {
+        keepOpen: wasActive,
+      });
+      this.#indexOnDiskEntries = this.#index.count;
       this.#indexWritable = true;
     } catch (err) {
       this.#indexWritable = false;
