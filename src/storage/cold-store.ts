@@ -279,7 +279,7 @@ export class ColdPartition implements LowerTier {
           limitBytes,
         });
         if (r.status === "bad_position") {
-          await segment.rebuildIndex(this.#logger, `${this.name} (cold)`);
+          await segment.rebuildIndex();
           r = await segment.read({
             offset,
             maxRecords: request.maxRecords,

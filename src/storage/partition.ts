@@ -37,7 +37,7 @@ import { errorMessage } from "../lib/errors.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import type { EntryBatch } from "./record.ts";
-import { Segment } from "./segment.ts";
+import { Segment, type SegmentContext } from "./segment.ts";
 import type { SegmentCorruption, SegmentRecoveryOutcome } from "./segment-recovery.ts";
 import {
   indexFileName,
@@ -154,6 +154,8 @@ export class PartitionLog {
   #config: () => PartitionConfig;
   #flushEveryRecords: number;
   #flushIntervalMs: number;
+  /** What every segment of this partition is made with. */
+  #segmentContext: SegmentContext;
 
   /** Oldest first; the last is the active segment. Replaced as a whole (copy on write) when sealed segments change, appended to on a roll. */
   #segments: Segment[] = [];
@@ -193,6 +195,12 @@ export class PartitionLog {
     this.#flushIntervalMs = options.flushIntervalMs ?? 1000;
     this.#initialLogStartOffset = options.logStartOffset;
     this.#lowerTier = options.lowerTier ?? null;
+    this.#segmentContext = {
+      logger: this.#logger,
+      partition: this.name,
+      preallocateLimitBytes: () => this.#config().segmentBytes,
+      syncCut: (sync) => this.#syncCut(sync),
+    };
     assert(
       Number.isInteger(this.#flushEveryRecords) && this.#flushEveryRecords >= 1,
       "flushEveryRecords is a positive integer",
@@ -242,12 +250,11 @@ export class PartitionLog {
     for (let i = 0; i < bases.length; i++) {
       const active = i === bases.length - 1;
       const segment = await Segment.open(fs, {
+        ...this.#segmentContext,
         dir: this.dir,
         baseOffset: bases[i],
         active,
         nowMs: now,
-        logger: this.#logger,
-        partition: this.name,
       });
       this.#segments.push(segment);
     }
@@ -258,7 +265,7 @@ export class PartitionLog {
       await this.#createActive(0);
     } else if (last.corruption !== null) {
       // docs/decisions.md §1: leave the corrupt active segment in place and roll a new one after it.
-      await last.seal(this.#logger, this.name);
+      await last.seal();
       await this.#createActive(Math.max(nextOffset, last.baseOffset + 1));
     } else {
       // Everything recovered is made durable before it becomes readable: the active segment's
@@ -300,7 +307,12 @@ export class PartitionLog {
   }
 
   async #createActive(baseOffset: number): Promise<void> {
-    const segment = await Segment.create(this.#fs, this.dir, baseOffset, this.#clock.nowMs());
+    const segment = await Segment.create(this.#fs, {
+      ...this.#segmentContext,
+      dir: this.dir,
+      baseOffset,
+      nowMs: this.#clock.nowMs(),
+    });
     try {
       await this.#fs.syncDir(this.dir);
     } catch (err) {
@@ -634,9 +646,7 @@ export class PartitionLog {
       }
     }
     try {
-      await active.append(prepared, this.#logger, this.name, config.segmentBytes, () =>
-        this.#syncCut(active),
-      );
+      await active.append(prepared);
     } catch (err) {
       if (err instanceof StorageError && err.kind === "fenced") {
         this.#fence("a failed write that could not be cut off", err);
@@ -644,11 +654,10 @@ export class PartitionLog {
         // (the failed fsync of the cut may have dropped it from the disk). An fsync still in
         // flight settles first, so the cut starts at the final durable position.
         if (this.#syncRunning !== null) await this.#syncRunning;
-        await active.discardUnsynced(
-          { position: this.#durablePosition, nextOffset: this.#highWatermark },
-          this.#logger,
-          this.name,
-        );
+        await active.discardUnsynced({
+          position: this.#durablePosition,
+          nextOffset: this.#highWatermark,
+        });
       }
       rejectAll(err);
       return;
@@ -661,11 +670,10 @@ export class PartitionLog {
       // Its cut to the last good fsync may have run before this write's bytes landed (a write
       // that completes after its call returns): cut again, or they stay past a hole, and a
       // restart calls the segment corrupt.
-      await active.discardUnsynced(
-        { position: this.#durablePosition, nextOffset: this.#highWatermark },
-        this.#logger,
-        this.name,
-      );
+      await active.discardUnsynced({
+        position: this.#durablePosition,
+        nextOffset: this.#highWatermark,
+      });
       rejectAll(this.#fencedError());
       return;
     }
@@ -751,11 +759,10 @@ export class PartitionLog {
         this.#fence(`a failed fsync (${errorMessage(err)})`, err);
         // Nothing past the last good fsync can be trusted: cut it so a restart cannot read it back.
         if (segment === this.#active) {
-          await segment.discardUnsynced(
-            { position: this.#durablePosition, nextOffset: this.#highWatermark },
-            this.#logger,
-            this.name,
-          );
+          await segment.discardUnsynced({
+            position: this.#durablePosition,
+            nextOffset: this.#highWatermark,
+          });
         }
         return;
       }
@@ -795,10 +802,10 @@ export class PartitionLog {
    * @throws StorageError "fenced" if the partition is fenced once nothing is in flight; the fsync's
    *   error if it fails.
    */
-  async #syncCut(segment: Segment): Promise<void> {
+  async #syncCut(sync: () => Promise<void>): Promise<void> {
     while (this.#syncRunning !== null) await this.#syncRunning;
     if (this.#fenced !== null) throw this.#fencedError();
-    const cut = segment.syncLog();
+    const cut = sync();
     this.#syncRunning = cut
       .then(
         () => {},
@@ -833,12 +840,12 @@ export class PartitionLog {
   async #roll(): Promise<void> {
     await this.#flushAll();
     const old = this.#active;
-    const next = await Segment.create(
-      this.#fs,
-      this.dir,
-      old.nextOffset,
-      this.#clock.nowMs(),
-    ).catch((err: unknown) => {
+    const next = await Segment.create(this.#fs, {
+      ...this.#segmentContext,
+      dir: this.dir,
+      baseOffset: old.nextOffset,
+      nowMs: this.#clock.nowMs(),
+    }).catch((err: unknown) => {
       throw new StorageError(
         "write_failed",
         `Cannot roll partition "${this.name}": creating a segment failed: ${errorMessage(err)}`,
@@ -852,7 +859,7 @@ export class PartitionLog {
       this.#fence(`a failed directory fsync (${errorMessage(err)})`, err);
       throw this.#fencedError();
     }
-    await old.seal(this.#logger, this.name);
+    await old.seal();
     this.#segments.push(next);
     this.#durablePosition = 0;
     this.#logger.log("debug", "partition.rolled", {
@@ -950,7 +957,7 @@ export class PartitionLog {
         r = await segment.read(bounds);
         if (r.status === "bad_position" && !rebuilt) {
           rebuilt = true;
-          await segment.rebuildIndex(this.#logger, this.name);
+          await segment.rebuildIndex();
           r = await segment.read(bounds);
         }
       } finally {
@@ -1011,7 +1018,7 @@ export class PartitionLog {
     for (const w of this.#waiters.splice(0)) w.reject(this.#closedError());
     // A clean shutdown leaves the active segment's files holding exactly its records and index.
     if (this.#fenced === null && this.#active.nextOffset <= this.#highWatermark)
-      await this.#active.trimPreallocated(this.#logger, this.name);
+      await this.#active.trimPreallocated();
     this.#notify();
     this.#listeners.clear();
     for (const s of this.#segments) await s.close();

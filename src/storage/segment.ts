@@ -23,7 +23,7 @@ import {
 } from "../lib/limits.ts";
 import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { errorMessage } from "../lib/errors.ts";
-import type { Logger } from "../lib/logger.ts";
+import type { Logger, LogFields, LogLevel } from "../lib/logger.ts";
 import { acquireAppendBuffer, releaseAppendBuffer } from "./append-buffers.ts";
 import { OffsetIndex } from "./offset-index.ts";
 import { indexFileName, logFileName } from "./segment-files.ts";
@@ -39,6 +39,30 @@ import {
   type SegmentRecoveryOutcome,
 } from "./segment-recovery.ts";
 import { StorageError } from "./errors.ts";
+
+/**
+ * What a segment is told when it is made ({@link Segment.create}, {@link Segment.open}): where its
+ * events go and, for the active segment, how its appends grow the file and make a failed write's
+ * cut durable.
+ */
+export interface SegmentContext {
+  /** Receives the segment's events (`segment.*`, `recovery.*`, `read.*`). */
+  logger: Logger;
+  /** The partition's name ("topic/partition"), in messages and events. */
+  partition: string;
+  /**
+   * How far zeros may be written ahead of the records (bytes of log file): the partition's
+   * `segment_bytes`, read at each append so that a config change applies at once. Default: 0,
+   * nothing is written ahead.
+   */
+  preallocateLimitBytes?: () => number;
+  /**
+   * Runs `sync`, the fsync that makes a failed write's cut durable (see {@link Segment.append}).
+   * The partition runs it as one of its own fsyncs (`group-commit.ts`): after the one in flight,
+   * and never once a failed fsync fenced the partition (it throws then). Default: runs it at once.
+   */
+  syncCut?: (sync: () => Promise<void>) => Promise<void>;
+}
 
 /**
  * A prepared append: the encoded log bytes and the index entries they add. `logBytes` is a view of
@@ -100,6 +124,7 @@ export class Segment {
   indexProblem = "";
 
   #fs: FileSystem;
+  #context: Required<SegmentContext>;
   #log: FileHandle;
   #indexFile: FileHandle | null;
   #index: OffsetIndex;
@@ -114,6 +139,7 @@ export class Segment {
 
   private constructor(init: {
     fs: FileSystem;
+    context: Required<SegmentContext>;
     dir: string;
     baseOffset: number;
     log: FileHandle;
@@ -121,6 +147,7 @@ export class Segment {
   }) {
     const { state } = init;
     this.#fs = init.fs;
+    this.#context = init.context;
     this.baseOffset = init.baseOffset;
     this.logPath = joinPath(init.dir, logFileName(init.baseOffset));
     this.indexPath = joinPath(init.dir, indexFileName(init.baseOffset));
@@ -139,6 +166,11 @@ export class Segment {
     this.corruption = state.corruption;
   }
 
+  /** Logs a segment event with the partition's name. */
+  #event(level: LogLevel, event: string, fields: LogFields): void {
+    this.#context.logger.log(level, event, { partition: this.#context.partition, ...fields });
+  }
+
   /** Number of index entries in memory. */
   get indexEntryCount(): number {
     return this.#index.count;
@@ -155,10 +187,9 @@ export class Segment {
    */
   static async create(
     fs: FileSystem,
-    dir: string,
-    baseOffset: number,
-    nowMs: number,
+    options: SegmentContext & { dir: string; baseOffset: number; nowMs: number },
   ): Promise<Segment> {
+    const { dir, baseOffset, nowMs } = options;
     assert(
       Number.isSafeInteger(baseOffset) && baseOffset >= 0,
       "segment base offset is a safe integer",
@@ -178,6 +209,7 @@ export class Segment {
     }
     return new Segment({
       fs,
+      context: contextOf(options),
       dir,
       baseOffset,
       log,
@@ -207,13 +239,11 @@ export class Segment {
    */
   static async open(
     fs: FileSystem,
-    options: {
+    options: SegmentContext & {
       dir: string;
       baseOffset: number;
       active: boolean;
       nowMs: number;
-      logger: Logger;
-      partition: string;
       /**
        * Check only (`es-broker check`): take every decision but change no file — a torn tail is
        * reported, not cut; an index is reported, not rewritten. The segment is for inspection, not appends.
@@ -237,7 +267,7 @@ export class Segment {
         nowMs: options.nowMs,
         inspectOnly,
       });
-      return new Segment({ fs, dir, baseOffset, log, state });
+      return new Segment({ fs, context: contextOf(options), dir, baseOffset, log, state });
     } catch (err) {
       await log.close().catch(() => {});
       throw err;
@@ -303,23 +333,17 @@ export class Segment {
    * index) or the segment is sealed. When the log reaches the end of the zeros written ahead, one
    * more write puts `segmentPreallocateBytes` of zeros after the records (never past
    * `preallocateLimitBytes`, the partition's `segment_bytes`), so the next fdatasyncs flush data
-   * only. On a failed log write the partial bytes are cut off, and the cut fsynced, before
-   * the error returns; if that fails too, throws StorageError "fenced". An index write failure is not fatal: the
-   * index is derived and recovery rebuilds it, so the segment stops writing its index file. A
-   * failed write of zeros is not fatal either (the zeros are free space): the segment stops writing ahead.
-   * @param syncCut makes the cut durable (default: fsync the log). The partition passes one that
-   *   first waits for its own fsync in flight and refuses (throws) once the partition is fenced, so
-   *   the cut is never a second fsync of the file beside the partition's, nor one after a failed
-   *   fsync (which would make later writes durable behind the bytes that fsync lost).
+   * only. On a failed log write the partial bytes are cut off, and the cut fsynced (through the
+   * context's `syncCut`: never a second fsync of the file beside the partition's, nor one after a
+   * failed fsync, which would make later writes durable behind the bytes that fsync lost) before
+   * the error returns; if that fails too, throws StorageError "fenced". An index write failure is
+   * not fatal: the index is derived and recovery rebuilds it, so the segment stops writing its
+   * index file. A failed write of zeros is not fatal either (the zeros are free space): the
+   * segment stops writing ahead.
    * @throws StorageError ("write_failed" after a clean cut, "fenced" otherwise).
    */
-  async append(
-    prepared: PreparedAppend,
-    logger: Logger,
-    partition: string,
-    preallocateLimitBytes = 0,
-    syncCut: () => Promise<void> = () => this.#log.sync(),
-  ): Promise<void> {
+  async append(prepared: PreparedAppend): Promise<void> {
+    const { partition, preallocateLimitBytes, syncCut } = this.#context;
     assert(
       prepared.baseOffset === this.nextOffset,
       "prepared append starts at the segment's next offset",
@@ -336,7 +360,7 @@ export class Segment {
         // crash could bring the partial bytes back (whole records of a refused request), and a
         // roll before the next fsync would seal the segment with them inside, at offsets the
         // next segment then assigns again.
-        await syncCut();
+        await syncCut(() => this.#log.sync());
       } catch (cutErr) {
         throw new StorageError(
           "fenced",
@@ -360,17 +384,14 @@ export class Segment {
     for (let i = 0; i < prepared.indexEntries.length; i += 2)
       this.#index.push(prepared.indexEntries[i], prepared.indexEntries[i + 1]);
     if (this.#index.count - this.#indexOnDiskEntries >= indexPendingEntriesMax)
-      await this.#writePendingIndex(logger, partition);
-    if (this.#preallocate && end === this.#fileEndBytes && end < preallocateLimitBytes)
-      await this.#writeZerosAhead(
-        Math.min(end + segmentPreallocateBytes, preallocateLimitBytes),
-        logger,
-        partition,
-      );
+      await this.#writePendingIndex();
+    const limit = preallocateLimitBytes();
+    if (this.#preallocate && end === this.#fileEndBytes && end < limit)
+      await this.#writeZerosAhead(Math.min(end + segmentPreallocateBytes, limit));
   }
 
   /** Writes zeros from the end of the log file to `target` (see {@link append}). */
-  async #writeZerosAhead(target: number, logger: Logger, partition: string): Promise<void> {
+  async #writeZerosAhead(target: number): Promise<void> {
     const from = this.#fileEndBytes;
     zeroChunk ??= new Uint8Array(segmentPreallocateBytes);
     try {
@@ -387,8 +408,7 @@ export class Segment {
         () => from,
         () => target,
       );
-      logger.log("warn", "segment.preallocate_failed", {
-        partition,
+      this.#event("warn", "segment.preallocate_failed", {
         segment: this.logPath,
         position: from,
         error: errorMessage(err),
@@ -397,7 +417,7 @@ export class Segment {
   }
 
   /** Writes the index entries not yet in the index file; a failure stops index writes (see {@link append}). */
-  async #writePendingIndex(logger: Logger, partition: string): Promise<void> {
+  async #writePendingIndex(): Promise<void> {
     if (
       !this.#indexWritable ||
       this.#indexFile === null ||
@@ -411,8 +431,7 @@ export class Segment {
     } catch (err) {
       this.#indexWritable = false;
       await this.#indexFile.truncate(this.#indexOnDiskEntries * indexEntryBytes).catch(() => {});
-      logger.log("warn", "segment.index_write_failed", {
-        partition,
+      this.#event("warn", "segment.index_write_failed", {
         segment: this.indexPath,
         error: errorMessage(err),
         entries_in_memory: this.#index.count,
@@ -428,26 +447,20 @@ export class Segment {
    * that are not on disk, serve them, and append after a hole that a later crash reveals.
    * Best effort: a failed cut is logged (the partition stays fenced either way).
    */
-  async discardUnsynced(
-    options: { position: number; nextOffset: number },
-    logger: Logger,
-    partition: string,
-  ): Promise<void> {
+  async discardUnsynced(options: { position: number; nextOffset: number }): Promise<void> {
     const { position, nextOffset } = options;
     if (position >= this.sizeBytes) return;
     try {
       await this.#log.truncate(position);
     } catch (err) {
-      logger.log("error", "segment.discard_unsynced_failed", {
-        partition,
+      this.#event("error", "segment.discard_unsynced_failed", {
         segment: this.logPath,
         position,
         error: errorMessage(err),
       });
       return;
     }
-    logger.log("warn", "segment.unsynced_discarded", {
-      partition,
+    this.#event("warn", "segment.unsynced_discarded", {
       segment: this.logPath,
       position,
       cut_bytes: this.sizeBytes - position,
@@ -472,8 +485,8 @@ export class Segment {
    * closes the index handle. Failures are logged, not fatal: recovery rebuilds an index, and
    * reads a zero tail as free space and cuts it.
    */
-  async seal(logger: Logger, partition: string): Promise<void> {
-    await this.trimPreallocated(logger, partition); // also writes the pending index entries
+  async seal(): Promise<void> {
+    await this.trimPreallocated(); // also writes the pending index entries
     this.#index.trim();
     const file = this.#indexFile;
     this.#indexFile = null;
@@ -481,8 +494,7 @@ export class Segment {
     try {
       if (this.#indexWritable) await file.sync();
     } catch (err) {
-      logger.log("warn", "segment.index_sync_failed", {
-        partition,
+      this.#event("warn", "segment.index_sync_failed", {
         segment: this.indexPath,
         error: errorMessage(err),
       });
@@ -497,15 +509,14 @@ export class Segment {
    * is not fsynced: if a crash takes it back, recovery finds the zeros, reads them as free space
    * and cuts them then. Best effort: a failure is logged. Call only when everything written is durable.
    */
-  async trimPreallocated(logger: Logger, partition: string): Promise<void> {
-    if (this.#indexFile !== null) await this.#writePendingIndex(logger, partition);
+  async trimPreallocated(): Promise<void> {
+    if (this.#indexFile !== null) await this.#writePendingIndex();
     if (this.#fileEndBytes <= this.sizeBytes) return;
     try {
       await this.#log.truncate(this.sizeBytes);
       this.#fileEndBytes = this.sizeBytes;
     } catch (err) {
-      logger.log("warn", "segment.preallocated_cut_failed", {
-        partition,
+      this.#event("warn", "segment.preallocated_cut_failed", {
         segment: this.logPath,
         position: this.sizeBytes,
         error: errorMessage(err),
@@ -595,16 +606,14 @@ export class Segment {
    * entry pointing into the middle of a record, docs/decisions.md §2). The index file of a sealed segment
    * is rewritten too; an active one's is rewritten and kept open.
    */
-  async rebuildIndex(logger: Logger, partition: string): Promise<void> {
-    const context = { logger, partition, logPath: this.logPath, indexPath: this.indexPath };
+  async rebuildIndex(): Promise<void> {
     const { index: rebuilt, scan } = await scanAndIndex(this.#log, {
       end: this.readableEndBytes,
       baseOffset: this.baseOffset,
     });
     if (this.#indexFile === null) rebuilt.trim();
     this.#index = rebuilt;
-    logger.log("warn", "segment.index_rebuilt", {
-      partition,
+    this.#event("warn", "segment.index_rebuilt", {
       segment: this.indexPath,
       reason: "an index entry pointed into the middle of a record",
     });
@@ -619,7 +628,7 @@ export class Segment {
       // (docs/storage.md "Recovery after a crash"), instead of failing every read that reaches it.
       markCorrupt(
         this,
-        context,
+        { ...this.#context, logPath: this.logPath, indexPath: this.indexPath },
         {
           position: scan.endPosition,
           reason: scan.reason || "the log ends early",
@@ -642,8 +651,7 @@ export class Segment {
       this.#indexWritable = true;
     } catch (err) {
       this.#indexWritable = false;
-      logger.log("warn", "segment.index_write_failed", {
-        partition,
+      this.#event("warn", "segment.index_write_failed", {
         segment: this.indexPath,
         error: errorMessage(err),
       });
@@ -699,4 +707,14 @@ export class Segment {
       corruption: this.corruption,
     };
   }
+}
+
+/** The context with its defaults filled in. */
+function contextOf(options: SegmentContext): Required<SegmentContext> {
+  return {
+    logger: options.logger,
+    partition: options.partition,
+    preallocateLimitBytes: options.preallocateLimitBytes ?? (() => 0),
+    syncCut: options.syncCut ?? ((sync) => sync()),
+  };
 }

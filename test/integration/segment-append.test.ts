@@ -6,6 +6,8 @@ import { EntryBatchBuilder, RecordCursor, DecodeStatus } from "../../src/storage
 import { Segment } from "../../src/storage/segment.ts";
 import { recordingAllocations } from "../helpers/allocations.ts";
 
+const context = { logger: new MemoryLogger(), partition: "t/0" };
+
 function batchOf(values: string[]) {
   const b = new EntryBatchBuilder();
   for (const v of values) b.add(null, utf8(v), 1000);
@@ -32,14 +34,13 @@ describe("Segment.prepareAppend buffers", () => {
   it("reuses a released buffer for the next append and the records already written stay intact", async () => {
     const fs = new MemoryFileSystem();
     await fs.mkdir("/p");
-    const segment = await Segment.create(fs, "/p", 0, 0);
-    const logger = new MemoryLogger();
+    const segment = await Segment.create(fs, { dir: "/p", baseOffset: 0, nowMs: 0, ...context });
     const first = segment.prepareAppend([batchOf(["a1", "a2"])], 0);
-    await segment.append(first, logger, "t/0");
+    await segment.append(first);
     first.release();
     const second = segment.prepareAppend([batchOf(["b1-longer", "b2"])], 0);
     expect(second.logBytes.buffer).toBe(first.logBytes.buffer);
-    await segment.append(second, logger, "t/0");
+    await segment.append(second);
     second.release();
     expect(await readValues(segment)).toEqual(["a1", "a2", "b1-longer", "b2"]);
     await segment.close();
@@ -48,7 +49,7 @@ describe("Segment.prepareAppend buffers", () => {
   it("never hands out a buffer that is still in use, and release is idempotent", async () => {
     const fs = new MemoryFileSystem();
     await fs.mkdir("/p");
-    const segment = await Segment.create(fs, "/p", 0, 0);
+    const segment = await Segment.create(fs, { dir: "/p", baseOffset: 0, nowMs: 0, ...context });
     const held = segment.prepareAppend([batchOf(["x"])], 0);
     const other = segment.prepareAppend([batchOf(["y"])], 0);
     expect(other.logBytes.buffer).not.toBe(held.logBytes.buffer);
@@ -70,7 +71,7 @@ describe("Segment.prepareAppend buffer sizes", () => {
     // buffer; a one-record write must not make the broker allocate a MiB for it.
     const fs = new MemoryFileSystem();
     await fs.mkdir("/p");
-    const segment = await Segment.create(fs, "/p", 0, 0);
+    const segment = await Segment.create(fs, { dir: "/p", baseOffset: 0, nowMs: 0, ...context });
     const batch = batchOf(["one small record"]);
     const storedBytes = batch.bytes.length + 16;
     const held = [];
