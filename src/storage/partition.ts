@@ -10,25 +10,16 @@
  * - The high watermark is one past the last record an fsync covered. Reads never return a record
  *   at or above it, so a consumer never sees a record a crash can take back — in both modes.
  *
- * Group commit: appends are written in arrival order by one write loop, each batch of queued
- * requests as one write to the log. The loop starts after the I/O events already received are
- * handled (`Clock.afterIo`), so requests that arrive together are one batch. Index entries are
- * written every few KiB of index and at a seal; the log grows by zeros written ahead, so most
- * fsyncs flush data only. One fsync is in flight at a time; it covers everything written when it
- * started; requests written while it runs wait for the next, which covers all of them. An fsync
- * starts as soon as a batch is written (the batch already holds every request that arrived
- * together); requests that arrive while it runs become the next batch and share the next fsync.
- * Waiters whose bytes are covered resolve without a system call of their own.
- *
- * Failure rules: a failed write has its partial bytes cut off before its requests get the error
- * (the cut's fsync is one of the partition's: it waits for the one in flight, and is not made
- * after a failed one); if that fails, or any fsync fails, the partition is fenced: it refuses
- * writes with a "restart required" error, every request waiting for an fsync gets that error
- * (also those of an fsync still in flight, whose later success then makes nothing readable), and
- * the fsync is never retried (docs/decisions.md §7). Reads of acknowledged data continue.
+ * The write loop: appends are written in arrival order, each batch of queued requests as one
+ * write to the log (at most `groupEntryBytesMax` of entries). The loop starts after the I/O events
+ * already received are handled (`Clock.afterIo`), so requests that arrive together are one batch;
+ * requests that arrive while a write or its fsync runs become the next batch. When a batch's
+ * write returns, `group-commit.ts` decides when its requests are answered: the fsync state
+ * machine, high watermark and fencing live there, with their decision table (docs/decisions.md §7: a failed
+ * fsync fences the partition and is never retried; reads of acknowledged data continue).
  */
 import { assert } from "../lib/assert.ts";
-import type { Clock, Timer } from "../lib/clock.ts";
+import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { groupEntryBytesMax, offsetMax, recordOverEntryBytes } from "../lib/limits.ts";
 import { Mutex } from "../lib/mutex.ts";
@@ -36,6 +27,7 @@ import { lastAtOrBelow } from "../lib/search.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
+import { GroupCommit } from "./group-commit.ts";
 import type { EntryBatch } from "./record.ts";
 import { Segment, type SegmentContext } from "./segment.ts";
 import type { SegmentCorruption, SegmentRecoveryOutcome } from "./segment-recovery.ts";
@@ -137,13 +129,6 @@ interface PendingAppend {
   reject: (err: unknown) => void;
 }
 
-interface DurabilityWaiter {
-  endOffset: number;
-  result: { baseOffset: number; count: number };
-  resolve: (result: { baseOffset: number; count: number }) => void;
-  reject: (err: unknown) => void;
-}
-
 /** One partition. See the module comment for what its promises mean. */
 export class PartitionLog {
   readonly name: string;
@@ -164,9 +149,8 @@ export class PartitionLog {
   #logStartOffset = 0;
   #initialLogStartOffset: number | undefined;
   #lowerTier: LowerTier | null;
-  #highWatermark = 0;
-  #durablePosition = 0;
-  #fenced: string | null = null;
+  /** The fsync state machine: high watermark, durable position, fencing. Made once recovered. */
+  #commit!: GroupCommit;
   #closed = false;
   #strays: StrayFile[] = [];
 
@@ -174,15 +158,8 @@ export class PartitionLog {
   #drainRunning: Promise<void> | null = null;
   /** A write-loop start is scheduled with `clock.afterIo` (see {@link #scheduleDrain}). */
   #drainScheduled = false;
-  #waiters: DurabilityWaiter[] = [];
-  #syncRunning: Promise<void> | null = null;
-  #syncWanted = false;
-  /** An fsync start is scheduled with `clock.afterIo` (see {@link #requestSync}). */
-  #syncDeferred = false;
-  #unsyncedRecords = 0;
-  #flushTimer: Timer | null = null;
   #listeners = new Set<() => void>();
-  #stats = { fsyncs: 0, appends: 0, writes: 0, recordsAppended: 0 };
+  #stats = { appends: 0, writes: 0, recordsAppended: 0 };
 
   private constructor(options: PartitionOptions) {
     this.name = options.name;
@@ -199,7 +176,7 @@ export class PartitionLog {
       logger: this.#logger,
       partition: this.name,
       preallocateLimitBytes: () => this.#config().segmentBytes,
-      syncCut: (sync) => this.#syncCut(sync),
+      syncCut: (sync) => this.#commit.syncCut(sync),
     };
     assert(
       Number.isInteger(this.#flushEveryRecords) && this.#flushEveryRecords >= 1,
@@ -276,22 +253,34 @@ export class PartitionLog {
       nextOffset = Math.max(nextOffset, last.baseOffset);
     }
     const active = this.#active;
-    this.#highWatermark = active.nextOffset;
-    this.#durablePosition = active.sizeBytes;
-    assert(this.#highWatermark >= nextOffset, "the next offset never goes backwards");
+    this.#commit = new GroupCommit({
+      name: this.name,
+      clock: this.#clock,
+      logger: this.#logger,
+      flushEveryRecords: this.#flushEveryRecords,
+      flushIntervalMs: this.#flushIntervalMs,
+      active: () => this.#active,
+      highWatermark: active.nextOffset,
+      durablePosition: active.sizeBytes,
+      onFence: (err) => {
+        for (const p of this.#queue.splice(0)) p.reject(err);
+      },
+      onChange: () => this.#notify(),
+    });
+    assert(this.highWatermark >= nextOffset, "the next offset never goes backwards");
     const lowerFirst = this.#lowerTier?.firstOffset ?? -1;
     const derived =
       lowerFirst >= 0
         ? Math.min(lowerFirst, this.#segments[0].baseOffset)
         : this.#segments[0].baseOffset;
-    this.#logStartOffset = Math.min(this.#initialLogStartOffset ?? derived, this.#highWatermark);
+    this.#logStartOffset = Math.min(this.#initialLogStartOffset ?? derived, this.highWatermark);
     const corrupt = this.#segments.filter((s) => s.corruption !== null).length;
     this.#logger.log(corrupt > 0 ? "warn" : "info", "recovery.partition", {
       partition: this.name,
       segments: this.#segments.length,
       corrupt_segments: corrupt,
       stray_files: this.#strays.length,
-      next_offset: this.#highWatermark,
+      next_offset: this.highWatermark,
       log_start_offset: this.logStartOffset,
       duration_ms: this.#clock.nowMs() - started,
     });
@@ -399,12 +388,12 @@ export class PartitionLog {
    */
   advanceLogStartOffset(offset: number): void {
     assert(Number.isSafeInteger(offset) && offset >= 0, "a log start offset is a safe integer");
-    this.#logStartOffset = Math.max(this.#logStartOffset, Math.min(offset, this.#highWatermark));
+    this.#logStartOffset = Math.max(this.#logStartOffset, Math.min(offset, this.highWatermark));
   }
 
   /** One past the last offset an fsync covered: what consumers may read up to. */
   get highWatermark(): number {
-    return this.#highWatermark;
+    return this.#commit.highWatermark;
   }
 
   /** One past the last offset written (at or above the high watermark). */
@@ -414,7 +403,7 @@ export class PartitionLog {
 
   /** True once the partition refuses writes until a restart. */
   get fenced(): boolean {
-    return this.#fenced !== null;
+    return this.#commit.fencedReason !== null;
   }
 
   /** Bytes of all segment logs. */
@@ -458,7 +447,7 @@ export class PartitionLog {
 
   /** Counters since open: fsyncs, appends (requests), writes (system calls to the log), records appended. */
   get stats(): { fsyncs: number; appends: number; writes: number; recordsAppended: number } {
-    return { ...this.#stats };
+    return { fsyncs: this.#commit.fsyncs, ...this.#stats };
   }
 
   /**
@@ -472,7 +461,7 @@ export class PartitionLog {
     options: AppendOptions = {},
   ): Promise<{ baseOffset: number; count: number }> {
     if (this.#closed) return Promise.reject(this.#closedError());
-    if (this.#fenced !== null) return Promise.reject(this.#fencedError());
+    if (this.fenced) return Promise.reject(this.#commit.fencedError());
     if (batch.count === 0) return Promise.resolve({ baseOffset: this.logEndOffset, count: 0 });
     return new Promise((resolve, reject) => {
       this.#queue.push({ batch, beforeWrite: options.beforeWrite, resolve, reject });
@@ -511,17 +500,10 @@ export class PartitionLog {
     return new StorageError("closed", `Cannot use partition "${this.name}": it is closed`);
   }
 
-  #fencedError(): StorageError {
-    return new StorageError(
-      "fenced",
-      `Cannot append to partition "${this.name}": partition is fenced after ${this.#fenced}, restart required`,
-    );
-  }
-
   async #drain(): Promise<void> {
     while (this.#queue.length > 0) {
-      if (this.#fenced !== null || this.#closed) {
-        const err = this.#fenced !== null ? this.#fencedError() : this.#closedError();
+      if (this.fenced || this.#closed) {
+        const err = this.fenced ? this.#commit.fencedError() : this.#closedError();
         for (const p of this.#queue.splice(0)) p.reject(err);
         return;
       }
@@ -586,11 +568,11 @@ export class PartitionLog {
     const rejectAll = (err: unknown) => {
       for (const p of group) p.reject(err);
     };
-    if (this.#fenced !== null) {
+    if (this.fenced) {
       // Fenced while this group waited for the write lock (a cleaner held it, or the lock's own
       // microtask): the unsynced bytes were cut (discardUnsynced), and nothing may be written
       // after them, or a restart would read back records that were answered with this error.
-      rejectAll(this.#fencedError());
+      rejectAll(this.#commit.fencedError());
       return;
     }
     // Subtract rather than add: 2^53 + 1 rounds to 2^53 in a JS number, so a sum can slip under the limit.
@@ -627,11 +609,11 @@ export class PartitionLog {
     // returned or the append is abandoned (see Segment.prepareAppend).
     if (group.some((p) => p.beforeWrite !== undefined)) {
       const kept = await this.#runBeforeWrite(group, prepared.baseOffset);
-      if (kept.length === 0 || this.#fenced !== null || this.#closed) prepared.release();
+      if (kept.length === 0 || this.fenced || this.#closed) prepared.release();
       if (kept.length === 0) return;
-      if (this.#fenced !== null || this.#closed) {
+      if (this.fenced || this.#closed) {
         for (const p of kept)
-          p.reject(this.#fenced !== null ? this.#fencedError() : this.#closedError());
+          p.reject(this.fenced ? this.#commit.fencedError() : this.#closedError());
         return;
       }
       if (kept.length !== group.length) {
@@ -648,197 +630,29 @@ export class PartitionLog {
     try {
       await active.append(prepared);
     } catch (err) {
-      if (err instanceof StorageError && err.kind === "fenced") {
-        this.#fence("a failed write that could not be cut off", err);
-        // As after a failed fsync: what is not durable must not be read back after a restart
-        // (the failed fsync of the cut may have dropped it from the disk). An fsync still in
-        // flight settles first, so the cut starts at the final durable position.
-        if (this.#syncRunning !== null) await this.#syncRunning;
-        await active.discardUnsynced({
-          position: this.#durablePosition,
-          nextOffset: this.#highWatermark,
-        });
-      }
+      await this.#commit.writeFailed(active, err);
       rejectAll(err);
       return;
     } finally {
       prepared.release();
     }
-    if (this.#fenced !== null) {
-      // An fsync failed while this write was in flight: #fence already rejected the waiters and
-      // the queue, and no fsync will run again, so these requests would otherwise wait forever.
-      // Its cut to the last good fsync may have run before this write's bytes landed (a write
-      // that completes after its call returns): cut again, or they stay past a hole, and a
-      // restart calls the segment corrupt.
-      await active.discardUnsynced({
-        position: this.#durablePosition,
-        nextOffset: this.#highWatermark,
-      });
-      rejectAll(this.#fencedError());
-      return;
+    const requests = group.map((p) => ({
+      count: p.batch.count,
+      resolve: p.resolve,
+      reject: p.reject,
+    }));
+    if (
+      await this.#commit.written(active, { baseOffset: prepared.baseOffset, records, requests })
+    ) {
+      this.#stats.writes++;
+      this.#stats.appends += group.length;
+      this.#stats.recordsAppended += records;
     }
-    this.#stats.writes++;
-    this.#stats.appends += group.length;
-    this.#stats.recordsAppended += records;
-    let offset = prepared.baseOffset;
-    const acked = this.#flushEveryRecords === 1;
-    for (const p of group) {
-      const result = { baseOffset: offset, count: p.batch.count };
-      offset += p.batch.count;
-      if (acked)
-        this.#waiters.push({ endOffset: offset, result, resolve: p.resolve, reject: p.reject });
-      else p.resolve(result);
-    }
-    if (acked) {
-      // At once, not after another turn of the event loop: this batch already holds everything
-      // that arrived together (the write loop started after those I/O events), and a turn in
-      // between only let requests read meanwhile miss this fsync. Started now, an fsync that
-      // blocks the loop lets more requests queue in the kernel and become the next batch (64 × 1:
-      // records per fsync 21–23 → 33–36, records/s +20 %; docs/benchmarks.md).
-      this.#requestSync(true);
-    } else {
-      this.#unsyncedRecords += records;
-      if (this.#unsyncedRecords >= this.#flushEveryRecords) this.#requestSync();
-      else this.#armFlushTimer();
-    }
-  }
-
-  /** With flushEveryRecords > 1: makes sure an fsync happens within flushIntervalMs. */
-  #armFlushTimer(): void {
-    if (this.#flushTimer !== null || this.#fenced !== null || this.#closed) return;
-    this.#flushTimer = this.#clock.setTimer(this.#flushIntervalMs, () => {
-      this.#flushTimer = null;
-      this.#requestSync();
-    });
-  }
-
-  /**
-   * Asks for an fsync: if one is running, another follows when it ends; otherwise, with `now`, one
-   * starts at once (after an acknowledged batch is written, a flush before a roll or close), and
-   * without it once the I/O events already received are handled (`clock.afterIo`: the follow-up
-   * fsync, and the `flushEveryRecords` > 1 paths), so that writes those events bring share it.
-   */
-  #requestSync(now = false): void {
-    if (this.#fenced !== null) return;
-    if (this.#syncRunning !== null) {
-      this.#syncWanted = true;
-      return;
-    }
-    if (now) {
-      this.#syncDeferred = false;
-      this.#startSync();
-      return;
-    }
-    if (this.#syncDeferred) return;
-    this.#syncDeferred = true;
-    this.#clock.afterIo(() => {
-      if (!this.#syncDeferred) return;
-      this.#syncDeferred = false;
-      if (!this.#closed) this.#requestSync(true);
-    });
-  }
-
-  /** Starts an fsync of everything written so far (see {@link #requestSync}). */
-  #startSync(): void {
-    const segment = this.#active;
-    const targetOffset = segment.nextOffset;
-    const targetPosition = segment.sizeBytes;
-    if (targetOffset <= this.#highWatermark && targetPosition <= this.#durablePosition) {
-      // An fsync that started after these bytes were written, but before their requests were
-      // queued as waiters (the write loop resumes a few microtasks after the write), covered them.
-      this.#resolveCovered();
-      return;
-    }
-    this.#flushTimer?.cancel();
-    this.#flushTimer = null;
-    const recordsCovered = this.#unsyncedRecords;
-    this.#syncRunning = (async () => {
-      try {
-        await segment.syncLog();
-      } catch (err) {
-        this.#fence(`a failed fsync (${errorMessage(err)})`, err);
-        // Nothing past the last good fsync can be trusted: cut it so a restart cannot read it back.
-        if (segment === this.#active) {
-          await segment.discardUnsynced({
-            position: this.#durablePosition,
-            nextOffset: this.#highWatermark,
-          });
-        }
-        return;
-      }
-      this.#stats.fsyncs++;
-      // Fenced while this fsync ran (a later group's write failed and its partial bytes could
-      // not be truncated): every waiter, this fsync's included, was answered with the fenced
-      // error, so nothing it covered may become readable; the fence's cut to the last good fsync
-      // removes it (test/sim/fsync-in-flight-fence.test.ts).
-      if (this.#fenced !== null) return;
-      this.#unsyncedRecords = Math.max(0, this.#unsyncedRecords - recordsCovered);
-      if (segment === this.#active) this.#durablePosition = targetPosition;
-      this.#highWatermark = Math.max(this.#highWatermark, targetOffset);
-      this.#resolveCovered();
-      this.#notify();
-    })().finally(() => this.#syncEnded());
-  }
-
-  /** After an fsync (the partition's, or a cut's): asks for the next one if anything waits for it. */
-  #syncEnded(): void {
-    this.#syncRunning = null;
-    if (this.#fenced !== null) return;
-    const behind = this.#active.nextOffset > this.#highWatermark;
-    if (this.#syncWanted || (behind && this.#flushEveryRecords === 1)) {
-      this.#syncWanted = false;
-      this.#requestSync();
-    } else if (behind) {
-      this.#armFlushTimer();
-    }
-  }
-
-  /**
-   * The fsync of a failed write's cut (`Segment.append`), as one of the partition's own: one fsync
-   * of the log at a time (two in flight could each take the other's writeback error, and the
-   * success of one could not be trusted). It waits for the one in flight, starts none once a
-   * failed fsync fenced the partition (the failed write then fences it too: its cut cannot be made
-   * durable), holds the partition's fsync slot while it runs, and fences the partition if it fails.
-   * @throws StorageError "fenced" if the partition is fenced once nothing is in flight; the fsync's
-   *   error if it fails.
-   */
-  async #syncCut(sync: () => Promise<void>): Promise<void> {
-    while (this.#syncRunning !== null) await this.#syncRunning;
-    if (this.#fenced !== null) throw this.#fencedError();
-    const cut = sync();
-    this.#syncRunning = cut
-      .then(
-        () => {},
-        (err: unknown) =>
-          this.#fence(`a failed fsync of a failed write's cut (${errorMessage(err)})`, err),
-      )
-      .finally(() => this.#syncEnded());
-    await cut;
-  }
-
-  /** Acknowledges every waiter whose records the high watermark covers. */
-  #resolveCovered(): void {
-    while (this.#waiters.length > 0 && this.#waiters[0].endOffset <= this.#highWatermark) {
-      const w = this.#waiters.shift()!;
-      w.resolve(w.result);
-    }
-  }
-
-  /** Resolves once everything written so far is durable. @throws StorageError "fenced". */
-  async #flushAll(): Promise<void> {
-    while (this.#active.nextOffset > this.#highWatermark || this.#syncRunning !== null) {
-      if (this.#fenced !== null) throw this.#fencedError();
-      if (this.#syncRunning === null) this.#requestSync(true);
-      const running = this.#syncRunning as Promise<void> | null;
-      if (running === null) break;
-      await running;
-    }
-    if (this.#fenced !== null) throw this.#fencedError();
   }
 
   /** Seals the active segment and starts a new one at the next offset. */
   async #roll(): Promise<void> {
-    await this.#flushAll();
+    await this.#commit.flush();
     const old = this.#active;
     const next = await Segment.create(this.#fs, {
       ...this.#segmentContext,
@@ -856,33 +670,16 @@ export class PartitionLog {
       await this.#fs.syncDir(this.dir);
     } catch (err) {
       await next.close();
-      this.#fence(`a failed directory fsync (${errorMessage(err)})`, err);
-      throw this.#fencedError();
+      this.#commit.fence(`a failed directory fsync (${errorMessage(err)})`, err);
+      throw this.#commit.fencedError();
     }
     await old.seal();
     this.#segments.push(next);
-    this.#durablePosition = 0;
+    this.#commit.rolled();
     this.#logger.log("debug", "partition.rolled", {
       partition: this.name,
       base_offset: next.baseOffset,
     });
-  }
-
-  #fence(reason: string, err: unknown): void {
-    if (this.#fenced !== null) return;
-    this.#fenced = reason;
-    this.#logger.log("error", "partition.fenced", {
-      partition: this.name,
-      reason,
-      error: errorMessage(err),
-      high_watermark: this.#highWatermark,
-    });
-    const fencedErr = this.#fencedError();
-    for (const w of this.#waiters.splice(0)) w.reject(fencedErr);
-    for (const p of this.#queue.splice(0)) p.reject(fencedErr);
-    this.#flushTimer?.cancel();
-    this.#flushTimer = null;
-    this.#notify();
   }
 
   /**
@@ -898,7 +695,7 @@ export class PartitionLog {
     maxBytes: number;
   }): Promise<PartitionRead> {
     if (this.#closed) throw this.#closedError();
-    const highWatermark = this.#highWatermark;
+    const highWatermark = this.highWatermark;
     const logStartOffset = this.logStartOffset;
     let offset = request.offset;
     if (offset < logStartOffset || offset > highWatermark) {
@@ -936,7 +733,7 @@ export class PartitionLog {
     while (i < segments.length && offset < highWatermark) {
       const segment = segments[i];
       const limitBytes =
-        segment === this.#active ? this.#durablePosition : segment.readableEndBytes;
+        segment === this.#active ? this.#commit.durablePosition : segment.readableEndBytes;
       if (!segment.acquire()) {
         // Closed under us: the partition closed, or retention/compaction replaced the segment.
         // Look again from the same offset: below a raised log start offset that is out of range.
@@ -1006,18 +803,12 @@ export class PartitionLog {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#commit.closing();
     for (const p of this.#queue.splice(0)) p.reject(this.#closedError());
     if (this.#drainRunning) await this.#drainRunning.catch(() => {});
-    try {
-      if (this.#fenced === null) await this.#flushAll();
-    } catch (err) {
-      if (!(err instanceof StorageError)) throw err;
-    }
-    this.#flushTimer?.cancel();
-    this.#flushTimer = null;
-    for (const w of this.#waiters.splice(0)) w.reject(this.#closedError());
+    await this.#commit.closed(this.#closedError());
     // A clean shutdown leaves the active segment's files holding exactly its records and index.
-    if (this.#fenced === null && this.#active.nextOffset <= this.#highWatermark)
+    if (!this.fenced && this.#active.nextOffset <= this.highWatermark)
       await this.#active.trimPreallocated();
     this.#notify();
     this.#listeners.clear();
@@ -1045,10 +836,10 @@ export class PartitionLog {
   } {
     return {
       partition: this.name,
-      state: this.#fenced === null ? "ok" : "fenced",
-      fenced_reason: this.#fenced,
+      state: this.fenced ? "fenced" : "ok",
+      fenced_reason: this.#commit.fencedReason,
       log_start_offset: this.logStartOffset,
-      high_watermark: this.#highWatermark,
+      high_watermark: this.highWatermark,
       log_end_offset: this.logEndOffset,
       size_bytes: this.sizeBytes,
       segments: this.#segments.map((s) => s.describe()),

@@ -1,0 +1,384 @@
+/**
+ * Group commit of one partition (docs/storage.md "Writes and durability"; docs/storage.md, Writes, group
+ * commit and visibility, and Failures): the fsync state machine, the durable position, the high
+ * watermark and fencing. This is the one place that decides when a write is acknowledged.
+ *
+ * One fsync of the active segment's log is in flight at a time; it covers everything written
+ * when it started. A group written while it runs waits for the next one, which covers all of
+ * them; waiters whose records an fsync covered are answered without a system call of their own.
+ * The high watermark is one past the last record an fsync covered, and the durable position the
+ * matching byte position in the active segment: reads stop there, so a consumer never sees a
+ * record that a crash can take back.
+ *
+ * A failed fsync is final (docs/decisions.md §7): it is never retried, and the partition is fenced: every
+ * request waiting for an fsync and every later append gets "fenced", and what lies past the
+ * durable position is cut off, so that a restart cannot read back bytes a failed fsync may have
+ * lost. Reads of acknowledged records continue.
+ *
+ * What happens, row by row (`flushEveryRecords` 1 is the default):
+ *
+ * | event                          | state or result                 | what happens                                  |
+ * |--------------------------------|---------------------------------|-----------------------------------------------|
+ * | a group's write returned       | fenced while it was written     | cut to the durable position again (the write  |
+ * | ({@link GroupCommit.written})  |                                 | may have landed after the fence's cut); the   |
+ * |                                |                                 | group gets "fenced"                           |
+ * |                                | flushEveryRecords 1             | the group waits for an fsync, which starts at |
+ * |                                |                                 | once or follows the one in flight             |
+ * |                                | flushEveryRecords N > 1         | the group is answered now; an fsync follows   |
+ * |                                |                                 | once N records wait or flushIntervalMs passes |
+ * | a group's write failed         | partial bytes cut, cut fsynced  | the group gets "write_failed"; writes go on   |
+ * | ({@link GroupCommit.writeFailed}) | the cut or its fsync failed  | fence; the fsync in flight settles; cut to    |
+ * |                                | ("fenced" from the segment)     | the durable position; the group gets the error|
+ * | the cut's fsync is asked for   | an fsync in flight              | waits for it (never two fsyncs of the file)   |
+ * | ({@link GroupCommit.syncCut})  | fenced                          | not made: throws "fenced" (the write fences)  |
+ * |                                | it fails                        | fence                                         |
+ * | an fsync ended                 | failed                          | fence; cut to the durable position            |
+ * |                                | succeeded, fenced meanwhile     | nothing more becomes readable (its waiters    |
+ * |                                |                                 | were answered "fenced")                       |
+ * |                                | succeeded                       | durable position and high watermark move to   |
+ * |                                |                                 | what it covered; covered waiters answered;    |
+ * |                                |                                 | the next fsync asked for if records wait      |
+ * | a roll's directory fsync fails | ({@link GroupCommit.fence})     | fence                                         |
+ */
+import type { Clock, Timer } from "../lib/clock.ts";
+import { errorMessage } from "../lib/errors.ts";
+import type { Logger } from "../lib/logger.ts";
+import { StorageError } from "./errors.ts";
+import type { Segment } from "./segment.ts";
+
+/** A request of a written group: its offsets, and how to answer it. */
+export interface WrittenRequest {
+  /** Records of the request (its offsets follow the previous request's). */
+  count: number;
+  resolve: (result: { baseOffset: number; count: number }) => void;
+  reject: (err: unknown) => void;
+}
+
+interface DurabilityWaiter {
+  endOffset: number;
+  result: { baseOffset: number; count: number };
+  resolve: (result: { baseOffset: number; count: number }) => void;
+  reject: (err: unknown) => void;
+}
+
+/** Options of {@link GroupCommit}. */
+export interface GroupCommitOptions {
+  /** The partition's name, "topic/partition", in messages and logs. */
+  name: string;
+  clock: Clock;
+  logger: Logger;
+  /** Records per fsync: 1 acknowledges a write only after the fsync covering it. */
+  flushEveryRecords: number;
+  /** With flushEveryRecords > 1: the longest a written record waits for its fsync, in ms. */
+  flushIntervalMs: number;
+  /** The segment being appended to (the partition's active segment). */
+  active: () => Segment;
+  /** One past the last durable record at the start (what recovery found). */
+  highWatermark: number;
+  /** Bytes of the active segment that are durable at the start. */
+  durablePosition: number;
+  /** Called with the "fenced" error when the partition is fenced, to refuse the writes queued. */
+  onFence: (err: StorageError) => void;
+  /** Called when the high watermark moves or the partition is fenced. */
+  onChange: () => void;
+}
+
+/** The fsync state machine of one partition. See the module comment. */
+export class GroupCommit {
+  #options: GroupCommitOptions;
+  #highWatermark: number;
+  #durablePosition: number;
+  #fenced: string | null = null;
+  #closing = false;
+  #waiters: DurabilityWaiter[] = [];
+  #syncRunning: Promise<void> | null = null;
+  #syncWanted = false;
+  /** An fsync start is scheduled with `clock.afterIo` (see {@link #requestSync}). */
+  #syncDeferred = false;
+  #unsyncedRecords = 0;
+  #flushTimer: Timer | null = null;
+  #fsyncs = 0;
+
+  constructor(options: GroupCommitOptions) {
+    this.#options = options;
+    this.#highWatermark = options.highWatermark;
+    this.#durablePosition = options.durablePosition;
+  }
+
+  /** One past the last offset an fsync covered: what consumers may read up to. */
+  get highWatermark(): number {
+    return this.#highWatermark;
+  }
+
+  /** Bytes of the active segment an fsync covered: reads of it stop there. */
+  get durablePosition(): number {
+    return this.#durablePosition;
+  }
+
+  /** Why the partition is fenced, or null while it is not. */
+  get fencedReason(): string | null {
+    return this.#fenced;
+  }
+
+  /** Successful fsyncs of the log since open. */
+  get fsyncs(): number {
+    return this.#fsyncs;
+  }
+
+  /** The error every write gets once the partition is fenced. */
+  fencedError(): StorageError {
+    return new StorageError(
+      "fenced",
+      `Cannot append to partition "${this.#options.name}": partition is fenced after ${this.#fenced}, restart required`,
+    );
+  }
+
+  /**
+   * After a group's write to `segment` returned (see the module's table): answers the group's
+   * requests now, or makes them wait for the fsync that covers them, and asks for that fsync.
+   * @param baseOffset the offset of the group's first record; `requests` follow one another.
+   * @returns false if the group was refused because the partition was fenced meanwhile.
+   */
+  async written(
+    segment: Segment,
+    group: { baseOffset: number; records: number; requests: readonly WrittenRequest[] },
+  ): Promise<boolean> {
+    if (this.#fenced !== null) {
+      // An fsync failed while this write was in flight: #fence already rejected the waiters and
+      // the queue, and no fsync will run again, so these requests would otherwise wait forever.
+      // Its cut to the last good fsync may have run before this write's bytes landed (a write
+      // that completes after its call returns): cut again, or they stay past a hole, and a
+      // restart calls the segment corrupt.
+      await this.#discardUnsynced(segment);
+      const err = this.fencedError();
+      for (const r of group.requests) r.reject(err);
+      return false;
+    }
+    let offset = group.baseOffset;
+    const acked = this.#options.flushEveryRecords === 1;
+    for (const r of group.requests) {
+      const result = { baseOffset: offset, count: r.count };
+      offset += r.count;
+      if (acked)
+        this.#waiters.push({ endOffset: offset, result, resolve: r.resolve, reject: r.reject });
+      else r.resolve(result);
+    }
+    if (acked) {
+      // At once, not after another turn of the event loop: this group already holds everything
+      // that arrived together (the write loop started after those I/O events), and a turn in
+      // between only lets requests read meanwhile miss this fsync. Started now, an fsync that
+      // blocks the event loop lets more requests queue in the kernel and become the next group.
+      this.#requestSync(true);
+    } else {
+      this.#unsyncedRecords += group.records;
+      if (this.#unsyncedRecords >= this.#options.flushEveryRecords) this.#requestSync();
+      else this.#armFlushTimer();
+    }
+    return true;
+  }
+
+  /**
+   * After a group's write to `segment` failed with `err` (`Segment.append`): a "fenced" error
+   * (its partial bytes could not be cut off, or the cut not made durable) fences the partition
+   * and cuts the segment back to the durable position once the fsync in flight has settled. Any
+   * other error leaves the partition working. The caller answers the group with `err`.
+   */
+  async writeFailed(segment: Segment, err: unknown): Promise<void> {
+    if (!(err instanceof StorageError && err.kind === "fenced")) return;
+    this.fence("a failed write that could not be cut off", err);
+    // As after a failed fsync: what is not durable must not be read back after a restart (the
+    // failed fsync of the cut may have dropped it from the disk). An fsync still in flight
+    // settles first, so the cut starts at the final durable position.
+    if (this.#syncRunning !== null) await this.#syncRunning;
+    await this.#discardUnsynced(segment);
+  }
+
+  /**
+   * The fsync of a failed write's cut (`SegmentContext.syncCut`), as one of the partition's own:
+   * one fsync of the log at a time (two in flight could each take the other's writeback error,
+   * and the success of one could not be trusted). It waits for the one in flight, starts none
+   * once a failed fsync fenced the partition (the failed write then fences it too: its cut
+   * cannot be made durable), holds the fsync slot while it runs, and fences the partition if it
+   * fails.
+   * @throws StorageError "fenced" if the partition is fenced once nothing is in flight; the
+   *   fsync's error if it fails.
+   */
+  async syncCut(sync: () => Promise<void>): Promise<void> {
+    while (this.#syncRunning !== null) await this.#syncRunning;
+    if (this.#fenced !== null) throw this.fencedError();
+    const cut = sync();
+    this.#syncRunning = cut
+      .then(
+        () => {},
+        (err: unknown) =>
+          this.fence(`a failed fsync of a failed write's cut (${errorMessage(err)})`, err),
+      )
+      .finally(() => this.#syncEnded());
+    await cut;
+  }
+
+  /** Resolves once everything written so far is durable. @throws StorageError "fenced". */
+  async flush(): Promise<void> {
+    const active = this.#options.active;
+    while (active().nextOffset > this.#highWatermark || this.#syncRunning !== null) {
+      if (this.#fenced !== null) throw this.fencedError();
+      if (this.#syncRunning === null) this.#requestSync(true);
+      const running = this.#syncRunning as Promise<void> | null;
+      if (running === null) break;
+      await running;
+    }
+    if (this.#fenced !== null) throw this.fencedError();
+  }
+
+  /** After a roll (everything was durable before it): the new active segment has nothing durable yet. */
+  rolled(): void {
+    this.#durablePosition = 0;
+  }
+
+  /**
+   * Fences the partition (once; later calls keep the first reason): logs `partition.fenced`,
+   * rejects every waiter and (through `onFence`) every queued write with the "fenced" error, and
+   * stops the flush timer. No fsync runs after it.
+   */
+  fence(reason: string, err: unknown): void {
+    if (this.#fenced !== null) return;
+    this.#fenced = reason;
+    this.#options.logger.log("error", "partition.fenced", {
+      partition: this.#options.name,
+      reason,
+      error: errorMessage(err),
+      high_watermark: this.#highWatermark,
+    });
+    const fencedErr = this.fencedError();
+    for (const w of this.#waiters.splice(0)) w.reject(fencedErr);
+    this.#options.onFence(fencedErr);
+    this.#flushTimer?.cancel();
+    this.#flushTimer = null;
+    this.#options.onChange();
+  }
+
+  /**
+   * The partition is closing: no fsync is scheduled for later any more (no flush timer, no fsync
+   * after the I/O events); {@link flush} still runs one. Call {@link closed} once the write loop
+   * has stopped.
+   */
+  closing(): void {
+    this.#closing = true;
+  }
+
+  /**
+   * After the write loop stopped at close: makes what was written durable (unless fenced; a fence
+   * meanwhile is not an error here), then answers the waiters still left with `closedError`.
+   */
+  async closed(closedError: StorageError): Promise<void> {
+    try {
+      if (this.#fenced === null) await this.flush();
+    } catch (err) {
+      if (!(err instanceof StorageError)) throw err;
+    }
+    this.#flushTimer?.cancel();
+    this.#flushTimer = null;
+    for (const w of this.#waiters.splice(0)) w.reject(closedError);
+  }
+
+  /** Cuts `segment` back to the durable position, if it is still the active one or was. */
+  #discardUnsynced(segment: Segment): Promise<void> {
+    return segment.discardUnsynced({
+      position: this.#durablePosition,
+      nextOffset: this.#highWatermark,
+    });
+  }
+
+  /** With flushEveryRecords > 1: makes sure an fsync happens within flushIntervalMs. */
+  #armFlushTimer(): void {
+    if (this.#flushTimer !== null || this.#fenced !== null || this.#closing) return;
+    this.#flushTimer = this.#options.clock.setTimer(this.#options.flushIntervalMs, () => {
+      this.#flushTimer = null;
+      this.#requestSync();
+    });
+  }
+
+  /**
+   * Asks for an fsync: if one is running, another follows when it ends; otherwise, with `now`, one
+   * starts at once (after an acknowledged group is written, a flush before a roll or close), and
+   * without it once the I/O events already received are handled (`clock.afterIo`: the follow-up
+   * fsync, and the `flushEveryRecords` > 1 paths), so that writes those events bring share it.
+   */
+  #requestSync(now = false): void {
+    if (this.#fenced !== null) return;
+    if (this.#syncRunning !== null) {
+      this.#syncWanted = true;
+      return;
+    }
+    if (now) {
+      this.#syncDeferred = false;
+      this.#startSync();
+      return;
+    }
+    if (this.#syncDeferred) return;
+    this.#syncDeferred = true;
+    this.#options.clock.afterIo(() => {
+      if (!this.#syncDeferred) return;
+      this.#syncDeferred = false;
+      if (!this.#closing) this.#requestSync(true);
+    });
+  }
+
+  /** Starts an fsync of everything written so far (see {@link #requestSync}). */
+  #startSync(): void {
+    const segment = this.#options.active();
+    const targetOffset = segment.nextOffset;
+    const targetPosition = segment.sizeBytes;
+    if (targetOffset <= this.#highWatermark && targetPosition <= this.#durablePosition) {
+      // An fsync that started after these bytes were written, but before their requests were
+      // queued as waiters (the write loop resumes a few microtasks after the write), covered them.
+      this.#resolveCovered();
+      return;
+    }
+    this.#flushTimer?.cancel();
+    this.#flushTimer = null;
+    const recordsCovered = this.#unsyncedRecords;
+    this.#syncRunning = (async () => {
+      try {
+        await segment.syncLog();
+      } catch (err) {
+        this.fence(`a failed fsync (${errorMessage(err)})`, err);
+        // Nothing past the last good fsync can be trusted: cut it so a restart cannot read it back.
+        if (segment === this.#options.active()) await this.#discardUnsynced(segment);
+        return;
+      }
+      this.#fsyncs++;
+      // Fenced while this fsync ran (a later group's write failed and its partial bytes could
+      // not be truncated): every waiter, this fsync's included, was answered with the fenced
+      // error, so nothing it covered may become readable; the fence's cut to the last good fsync
+      // removes it (test/sim/fsync-in-flight-fence.test.ts).
+      if (this.#fenced !== null) return;
+      this.#unsyncedRecords = Math.max(0, this.#unsyncedRecords - recordsCovered);
+      if (segment === this.#options.active()) this.#durablePosition = targetPosition;
+      this.#highWatermark = Math.max(this.#highWatermark, targetOffset);
+      this.#resolveCovered();
+      this.#options.onChange();
+    })().finally(() => this.#syncEnded());
+  }
+
+  /** After an fsync (the partition's, or a cut's): asks for the next one if anything waits for it. */
+  #syncEnded(): void {
+    this.#syncRunning = null;
+    if (this.#fenced !== null) return;
+    const behind = this.#options.active().nextOffset > this.#highWatermark;
+    if (this.#syncWanted || (behind && this.#options.flushEveryRecords === 1)) {
+      this.#syncWanted = false;
+      this.#requestSync();
+    } else if (behind) {
+      this.#armFlushTimer();
+    }
+  }
+
+  /** Acknowledges every waiter whose records the high watermark covers. */
+  #resolveCovered(): void {
+    while (this.#waiters.length > 0 && this.#waiters[0].endOffset <= this.#highWatermark) {
+      const w = this.#waiters.shift()!;
+      w.resolve(w.result);
+    }
+  }
+}
