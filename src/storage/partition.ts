@@ -25,20 +25,14 @@ import { groupEntryBytesMax, offsetMax, recordOverEntryBytes } from "../lib/limi
 import { Mutex } from "../lib/mutex.ts";
 import { lastAtOrBelow } from "../lib/search.ts";
 import { errorMessage } from "../lib/errors.ts";
-import { joinPath, type FileSystem } from "../fs/types.ts";
+import type { FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import { GroupCommit } from "./group-commit.ts";
+import { recoverPartition } from "./partition-recovery.ts";
 import type { EntryBatch } from "./record.ts";
 import { Segment, type SegmentContext } from "./segment.ts";
 import type { SegmentCorruption, SegmentRecoveryOutcome } from "./segment-recovery.ts";
-import {
-  indexFileName,
-  isSupportedBaseOffset,
-  parseSegmentFileName,
-  type StrayFile,
-} from "./segment-files.ts";
-import { recoverSegmentSwap } from "./segment-swap.ts";
-import { leftovers } from "./leftovers.ts";
+import type { StrayFile } from "./segment-files.ts";
 
 /** Settings a partition reads on every append, so a config change applies at once. */
 export interface PartitionConfig {
@@ -147,7 +141,6 @@ export class PartitionLog {
   /** Held by each group write (and its roll) and by every replacement of sealed segments. */
   #writeLock = new Mutex();
   #logStartOffset = 0;
-  #initialLogStartOffset: number | undefined;
   #lowerTier: LowerTier | null;
   /** The fsync state machine: high watermark, durable position, fencing. Made once recovered. */
   #commit!: GroupCommit;
@@ -170,7 +163,6 @@ export class PartitionLog {
     this.#config = options.config;
     this.#flushEveryRecords = options.flushEveryRecords ?? 1;
     this.#flushIntervalMs = options.flushIntervalMs ?? 1000;
-    this.#initialLogStartOffset = options.logStartOffset;
     this.#lowerTier = options.lowerTier ?? null;
     this.#segmentContext = {
       logger: this.#logger,
@@ -186,129 +178,43 @@ export class PartitionLog {
 
   /**
    * Opens (creating if needed) a partition directory and recovers it (docs/storage.md
-   * "Recovery after a crash"): sealed segments are checked against their index, the active one is scanned in full,
-   * a torn tail is cut, a corrupt segment is reported and skipped, stray files are reported and
-   * ignored, and the next offset never goes backwards (docs/decisions.md §3). An interrupted segment swap
-   * is finished or undone first (docs/storage.md "Replacing segments safely"; `segment-swap.ts`).
+   * "Recovery after a crash"; `partition-recovery.ts`): sealed segments are checked against their index, the active
+   * one is scanned in full, a torn tail is cut, a corrupt segment is reported and skipped, stray
+   * files are reported and ignored, and the next offset never goes backwards (docs/decisions.md §3). An
+   * interrupted segment swap is finished or undone first (docs/storage.md "Replacing segments safely").
+   * Everything recovered is durable: the high watermark starts at the next offset.
    * @throws FsError if the directory cannot be read or a new segment cannot be created.
    */
   static async open(options: PartitionOptions): Promise<PartitionLog> {
     const log = new PartitionLog(options);
-    await log.#recover();
+    const recovered = await recoverPartition(options.fs, {
+      dir: options.dir,
+      name: options.name,
+      clock: options.clock,
+      logger: options.logger,
+      segmentContext: log.#segmentContext,
+      logStartOffset: options.logStartOffset,
+      lowerTierFirstOffset: options.lowerTier?.firstOffset ?? -1,
+    });
+    log.#segments = recovered.segments;
+    log.#strays = recovered.strays;
+    log.#logStartOffset = recovered.logStartOffset;
+    log.#commit = new GroupCommit({
+      name: log.name,
+      clock: log.#clock,
+      logger: log.#logger,
+      flushEveryRecords: log.#flushEveryRecords,
+      flushIntervalMs: log.#flushIntervalMs,
+      active: () => log.#active,
+      highWatermark: recovered.nextOffset,
+      durablePosition: recovered.durablePosition,
+      onFence: (err) => {
+        for (const p of log.#queue.splice(0)) p.reject(err);
+      },
+      onChange: () => log.#notify(),
+    });
     log.#atRiskStartOffset = log.#segmentActiveAtStop().baseOffset;
     return log;
-  }
-
-  async #recover(): Promise<void> {
-    const fs = this.#fs;
-    await fs.mkdir(this.dir);
-    await recoverSegmentSwap(fs, { dir: this.dir, logger: this.#logger, partition: this.name });
-    const names = await fs.readdir(this.dir);
-    const logs = new Set<number>();
-    const indexes = new Set<number>();
-    for (const name of names) {
-      const parsed = parseSegmentFileName(name);
-      if (parsed === null) {
-        this.#stray(name, leftovers.not_a_segment_file.what);
-        continue;
-      }
-      if (!isSupportedBaseOffset(parsed.baseOffset)) {
-        this.#stray(name, leftovers.unsupported_base_offset.what);
-        continue;
-      }
-      if (parsed.kind === "log") logs.add(parsed.baseOffset);
-      else indexes.add(parsed.baseOffset);
-    }
-    for (const base of indexes)
-      if (!logs.has(base)) this.#stray(indexFileName(base), leftovers.index_without_log.what);
-    const bases = [...logs].sort((a, b) => a - b);
-    const now = this.#clock.nowMs();
-    const started = now;
-    for (let i = 0; i < bases.length; i++) {
-      const active = i === bases.length - 1;
-      const segment = await Segment.open(fs, {
-        ...this.#segmentContext,
-        dir: this.dir,
-        baseOffset: bases[i],
-        active,
-        nowMs: now,
-      });
-      this.#segments.push(segment);
-    }
-    let nextOffset = 0;
-    for (const s of this.#segments) nextOffset = Math.max(nextOffset, s.nextOffset);
-    const last = this.#segments.at(-1);
-    if (last === undefined) {
-      await this.#createActive(0);
-    } else if (last.corruption !== null) {
-      // docs/decisions.md §1: leave the corrupt active segment in place and roll a new one after it.
-      await last.seal();
-      await this.#createActive(Math.max(nextOffset, last.baseOffset + 1));
-    } else {
-      // Everything recovered is made durable before it becomes readable: the active segment's
-      // bytes, and the directory entries of the files found (a roll whose directory fsync failed
-      // before the restart left a segment whose name only a directory fsync makes durable).
-      await last.syncLog();
-      await fs.syncDir(this.dir);
-      nextOffset = Math.max(nextOffset, last.baseOffset);
-    }
-    const active = this.#active;
-    this.#commit = new GroupCommit({
-      name: this.name,
-      clock: this.#clock,
-      logger: this.#logger,
-      flushEveryRecords: this.#flushEveryRecords,
-      flushIntervalMs: this.#flushIntervalMs,
-      active: () => this.#active,
-      highWatermark: active.nextOffset,
-      durablePosition: active.sizeBytes,
-      onFence: (err) => {
-        for (const p of this.#queue.splice(0)) p.reject(err);
-      },
-      onChange: () => this.#notify(),
-    });
-    assert(this.highWatermark >= nextOffset, "the next offset never goes backwards");
-    const lowerFirst = this.#lowerTier?.firstOffset ?? -1;
-    const derived =
-      lowerFirst >= 0
-        ? Math.min(lowerFirst, this.#segments[0].baseOffset)
-        : this.#segments[0].baseOffset;
-    this.#logStartOffset = Math.min(this.#initialLogStartOffset ?? derived, this.highWatermark);
-    const corrupt = this.#segments.filter((s) => s.corruption !== null).length;
-    this.#logger.log(corrupt > 0 ? "warn" : "info", "recovery.partition", {
-      partition: this.name,
-      segments: this.#segments.length,
-      corrupt_segments: corrupt,
-      stray_files: this.#strays.length,
-      next_offset: this.highWatermark,
-      log_start_offset: this.logStartOffset,
-      duration_ms: this.#clock.nowMs() - started,
-    });
-  }
-
-  #stray(name: string, reason: string): void {
-    this.#strays.push({ name, reason });
-    this.#logger.log("warn", "recovery.stray_file", {
-      partition: this.name,
-      file: joinPath(this.dir, name),
-      reason,
-    });
-  }
-
-  async #createActive(baseOffset: number): Promise<void> {
-    const segment = await Segment.create(this.#fs, {
-      ...this.#segmentContext,
-      dir: this.dir,
-      baseOffset,
-      nowMs: this.#clock.nowMs(),
-    });
-    try {
-      await this.#fs.syncDir(this.dir);
-    } catch (err) {
-      await segment.close();
-      throw err;
-    }
-    this.#segments.push(segment);
   }
 
   get #active(): Segment {
