@@ -44,10 +44,10 @@ export const indexPendingEntriesMax = 256;
 export const segmentPreallocateBytes = 1 * MiB;
 /**
  * A file with at most this many bytes written since its last fsync is fsynced on the calling
- * thread (`fdatasyncSync`); more goes to the runtime's thread pool. A small fdatasync takes a few
- * hundred µs, and handing it to a pool thread and back cost about as much CPU again on this VM
- * (two context switches); while it blocks, new requests queue in the kernel and become the next
- * group commit, as in Redis. A large one runs in the pool so encoding overlaps the disk.
+ * thread (`fdatasyncSync`); more goes to the runtime's thread pool. A small fdatasync is short,
+ * and handing it to a pool thread and back costs two context switches, about as much CPU again;
+ * while it blocks, new requests queue in the kernel and become the next group commit, as in
+ * Redis. A large one runs in the pool so encoding overlaps the disk.
  */
 export const inlineSyncBytesMax = 256 * KiB;
 

@@ -1,6 +1,7 @@
 /**
- * A segment: `NNNNNNNNNNNNNNNNNNNN.log` (records, docs/storage.md "Records") and `.index` (docs/storage.md
- * "Index and reads"), named after the offset of its first record padded to 20 digits.
+ * A segment: a log of records (docs/storage.md "Records") and its offset index (docs/storage.md "Index and reads"), named
+ * after the offset of its first record (`segment-files.ts`). This module appends to it, reads
+ * from it and counts its readers; what its files hold at open is decided by `segment-recovery.ts`.
  *
  * Durability: `append` resolving means the bytes are in the page cache (the file's volatile
  * state), not on disk; the partition's group commit calls `syncLog` and only then counts them as
