@@ -1,7 +1,7 @@
 /**
- * Group commit of one partition (docs/storage.md "Writes and durability"; docs/storage.md, Writes, group
- * commit and visibility, and Failures): the fsync state machine, the durable position, the high
- * watermark and fencing. This is the one place that decides when a write is acknowledged.
+ * Group commit of one partition (docs/storage.md "Writes and durability", docs/storage.md
+ * "Failures"): the fsync state machine, the durable position, the high watermark and fencing. This
+ * is the one place that decides when a write is acknowledged.
  *
  * One fsync of the active segment's log is in flight at a time; it covers everything written
  * when it started. A group written while it runs waits for the next one, which covers all of
@@ -10,35 +10,37 @@
  * matching byte position in the active segment: reads stop there, so a consumer never sees a
  * record that a crash can take back.
  *
- * A failed fsync is final (docs/decisions.md §7): it is never retried, and the partition is fenced: every
- * request waiting for an fsync and every later append gets "fenced", and what lies past the
+ * A failed fsync is final (docs/decisions.md §7): it is never retried, and the partition is fenced:
+ * every request waiting for an fsync and every later append gets "fenced", and what lies past the
  * durable position is cut off, so that a restart cannot read back bytes a failed fsync may have
  * lost. Reads of acknowledged records continue.
  *
  * What happens, row by row (`flushEveryRecords` 1 is the default):
  *
- * | event                          | state or result                 | what happens                                  |
- * |--------------------------------|---------------------------------|-----------------------------------------------|
- * | a group's write returned       | fenced while it was written     | cut to the durable position again (the write  |
- * | ({@link GroupCommit.written})  |                                 | may have landed after the fence's cut); the   |
- * |                                |                                 | group gets "fenced"                           |
- * |                                | flushEveryRecords 1             | the group waits for an fsync, which starts at |
- * |                                |                                 | once or follows the one in flight             |
- * |                                | flushEveryRecords N > 1         | the group is answered now; an fsync follows   |
- * |                                |                                 | once N records wait or flushIntervalMs passes |
- * | a group's write failed         | partial bytes cut, cut fsynced  | the group gets "write_failed"; writes go on   |
- * | ({@link GroupCommit.writeFailed}) | the cut or its fsync failed  | fence; the fsync in flight settles; cut to    |
- * |                                | ("fenced" from the segment)     | the durable position; the group gets the error|
- * | the cut's fsync is asked for   | an fsync in flight              | waits for it (never two fsyncs of the file)   |
- * | ({@link GroupCommit.syncCut})  | fenced                          | not made: throws "fenced" (the write fences)  |
- * |                                | it fails                        | fence                                         |
- * | an fsync ended                 | failed                          | fence; cut to the durable position            |
- * |                                | succeeded, fenced meanwhile     | nothing more becomes readable (its waiters    |
- * |                                |                                 | were answered "fenced")                       |
- * |                                | succeeded                       | durable position and high watermark move to   |
- * |                                |                                 | what it covered; covered waiters answered;    |
- * |                                |                                 | the next fsync asked for if records wait      |
- * | a roll's directory fsync fails | ({@link GroupCommit.fence})     | fence                                         |
+ * | event                  | state or result      | what happens                                  |
+ * |------------------------|----------------------|-----------------------------------------------|
+ * | a group's write        | fenced while it      | cut to the durable position again (the        |
+ * | returned (`written`)   | was written          | write may have landed after the fence's       |
+ * |                        |                      | cut); the group gets "fenced"                 |
+ * |                        | flushEveryRecords 1  | the group waits for an fsync, which starts    |
+ * |                        |                      | at once or follows the one in flight          |
+ * |                        | flushEveryRecords    | the group is answered now; an fsync follows   |
+ * |                        | N > 1                | once N records wait or flushIntervalMs passes |
+ * | a group's write        | partial bytes cut,   | the group gets "write_failed"; the            |
+ * | failed (`writeFailed`) | the cut fsynced      | partition goes on                             |
+ * |                        | the cut or its fsync | fence; the fsync in flight settles; cut to    |
+ * |                        | failed ("fenced")    | the durable position; the group gets it       |
+ * | a failed write's cut   | an fsync in flight   | waits for it: never two fsyncs of the log     |
+ * | is to be fsynced       | fenced               | not made: throws "fenced" (the write fences)  |
+ * | (`syncCut`)            | the fsync fails      | fence                                         |
+ * | an fsync ended         | failed               | fence; cut to the durable position            |
+ * |                        | succeeded, but       | nothing more becomes readable: its waiters    |
+ * |                        | fenced meanwhile     | were answered "fenced"                        |
+ * |                        | succeeded            | durable position and high watermark move to   |
+ * |                        |                      | what it covered; covered waiters answered;    |
+ * |                        |                      | the next fsync asked for if records wait      |
+ * | a roll's directory     |                      | fence                                         |
+ * | fsync fails (`fence`)  |                      |                                               |
  */
 import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
@@ -230,7 +232,10 @@ export class GroupCommit {
     if (this.#fenced !== null) throw this.fencedError();
   }
 
-  /** After a roll (everything was durable before it): the new active segment has nothing durable yet. */
+  /**
+   * After a roll (everything was durable before it): the new active segment has nothing durable
+   * yet.
+   */
   rolled(): void {
     this.#durablePosition = 0;
   }
@@ -361,7 +366,9 @@ export class GroupCommit {
     })().finally(() => this.#syncEnded());
   }
 
-  /** After an fsync (the partition's, or a cut's): asks for the next one if anything waits for it. */
+  /**
+   * After an fsync (the partition's, or a cut's): asks for the next one if anything waits for it.
+   */
   #syncEnded(): void {
     this.#syncRunning = null;
     if (this.#fenced !== null) return;

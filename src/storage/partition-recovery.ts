@@ -1,20 +1,22 @@
 /**
- * Recovery of a partition directory at open (docs/storage.md "Recovery after a crash"; docs/storage.md, the
- * same section): an interrupted segment swap is finished or undone first (docs/storage.md
- * "Replacing segments safely"; `segment-swap.ts`), stray files are reported and ignored, never deleted (docs/decisions.md §11),
- * every segment is recovered (`segment-recovery.ts`: sealed ones checked against their index, the
- * active one scanned in full), and the partition gets an active segment to append to:
+ * Recovery of a partition directory at open (docs/storage.md "Recovery after a crash"): an
+ * interrupted segment swap is finished or undone first (docs/storage.md "Replacing segments
+ * safely"; `segment-swap.ts`), stray files are reported and ignored, never deleted
+ * (docs/decisions.md §11, with the reasons of `leftovers.ts`), every segment is recovered
+ * (`segment-recovery.ts`: sealed ones checked against their index, the active one scanned in
+ * full), and the partition gets an active segment to append to:
  *
- * | newest segment found       | what happens                                                    |
- * |----------------------------|-----------------------------------------------------------------|
- * | none (a new partition)     | an active segment is created at offset 0                        |
- * | corrupt (docs/decisions.md §1)      | left in place and sealed; a new active segment is created after |
- * |                            | every offset found in it, so none is assigned twice             |
- * | recovered                  | it stays the active segment; its log and the directory are      |
- * |                            | fsynced, so everything recovered is durable before it is read   |
+ * | newest segment found       | what happens                                                   |
+ * |----------------------------|----------------------------------------------------------------|
+ * | none (a new partition)     | an active segment is created at offset 0                       |
+ * | corrupt                    | left in place and sealed (docs/decisions.md §1); a new active  |
+ * |                            | segment is created after every offset found in it, so none is  |
+ * |                            | assigned twice                                                 |
+ * | recovered                  | it stays the active segment; its log and the directory are     |
+ * |                            | fsynced, so everything recovered is durable before it is read  |
  *
- * The next offset never goes backwards (docs/decisions.md §3): it is one past the highest valid record on
- * disk (records skipped as corrupt count), and at least the active segment's base offset.
+ * The next offset never goes backwards (docs/decisions.md §3): it is one past the highest valid
+ * record on disk (records skipped as corrupt count), and at least the active segment's base offset.
  */
 import { assert } from "../lib/assert.ts";
 import type { Clock } from "../lib/clock.ts";

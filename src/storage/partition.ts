@@ -10,13 +10,13 @@
  * - The high watermark is one past the last record an fsync covered. Reads never return a record
  *   at or above it, so a consumer never sees a record a crash can take back — in both modes.
  *
- * The write loop: appends are written in arrival order, each batch of queued requests as one
- * write to the log (at most `groupEntryBytesMax` of entries). The loop starts after the I/O events
+ * The write loop: appends are written in arrival order, each batch of queued requests as one write
+ * to the log (at most `groupEntryBytesMax` of entries). The loop starts after the I/O events
  * already received are handled (`Clock.afterIo`), so requests that arrive together are one batch;
- * requests that arrive while a write or its fsync runs become the next batch. When a batch's
- * write returns, `group-commit.ts` decides when its requests are answered: the fsync state
- * machine, high watermark and fencing live there, with their decision table (docs/decisions.md §7: a failed
- * fsync fences the partition and is never retried; reads of acknowledged data continue).
+ * requests that arrive while a write or its fsync runs become the next batch. When a batch's write
+ * returns, `group-commit.ts` decides when its requests are answered: the fsync state machine, high
+ * watermark and fencing live there, with their decision table (docs/decisions.md §7: a failed fsync
+ * fences the partition and is never retried; reads of acknowledged data continue).
  */
 import { assert } from "../lib/assert.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -62,7 +62,10 @@ export interface PartitionOptions {
    * log starts at the lower tier's first offset, else at the first local segment's base.
    */
   logStartOffset?: number;
-  /** Storage below the local segments (the cold tier), read for offsets under the first local segment. */
+  /**
+   * Storage below the local segments (the cold tier), read for offsets under the first local
+   * segment.
+   */
   lowerTier?: LowerTier;
 }
 
@@ -136,7 +139,10 @@ export class PartitionLog {
   /** What every segment of this partition is made with. */
   #segmentContext: SegmentContext;
 
-  /** Oldest first; the last is the active segment. Replaced as a whole (copy on write) when sealed segments change, appended to on a roll. */
+  /**
+   * Oldest first; the last is the active segment. Replaced as a whole (copy on write) when sealed
+   * segments change, appended to on a roll.
+   */
   #segments: Segment[] = [];
   /** Held by each group write (and its roll) and by every replacement of sealed segments. */
   #writeLock = new Mutex();
@@ -177,12 +183,13 @@ export class PartitionLog {
   }
 
   /**
-   * Opens (creating if needed) a partition directory and recovers it (docs/storage.md
-   * "Recovery after a crash"; `partition-recovery.ts`): sealed segments are checked against their index, the active
-   * one is scanned in full, a torn tail is cut, a corrupt segment is reported and skipped, stray
-   * files are reported and ignored, and the next offset never goes backwards (docs/decisions.md §3). An
-   * interrupted segment swap is finished or undone first (docs/storage.md "Replacing segments safely").
-   * Everything recovered is durable: the high watermark starts at the next offset.
+   * Opens (creating if needed) a partition directory and recovers it (docs/storage.md "Recovery
+   * after a crash"; `partition-recovery.ts`): sealed segments are checked against their index, the
+   * active one is scanned in full, a torn tail is cut, a corrupt segment is reported and skipped,
+   * stray files are reported and ignored, and the next offset never goes backwards
+   * (docs/decisions.md §3). An interrupted segment swap is finished or undone first
+   * (docs/storage.md "Replacing segments safely"). Everything recovered is durable: the high
+   * watermark starts at the next offset.
    * @throws FsError if the directory cannot be read or a new segment cannot be created.
    */
   static async open(options: PartitionOptions): Promise<PartitionLog> {
@@ -233,7 +240,10 @@ export class PartitionLog {
     return this.#logStartOffset;
   }
 
-  /** Base offset of the first local segment (at or above the log start offset when only the cold tier is below). */
+  /**
+   * Base offset of the first local segment (at or above the log start offset when only the cold
+   * tier is below).
+   */
   get localStartOffset(): number {
     return this.#segments[0].baseOffset;
   }
@@ -244,8 +254,8 @@ export class PartitionLog {
   }
 
   /**
-   * Runs `fn` holding the partition's write lock: no group write and no roll runs meanwhile, so
-   * the sealed segments cannot change under it (docs/storage.md "Replacing segments safely", step 2).
+   * Runs `fn` holding the partition's write lock: no group write and no roll runs meanwhile, so the
+   * sealed segments cannot change under it (docs/storage.md "Replacing segments safely", step 2).
    */
   withWriteLock<T>(fn: () => Promise<T>): Promise<T> {
     return this.#writeLock.run(fn);
@@ -338,7 +348,10 @@ export class PartitionLog {
 
   #atRiskStartOffset = 0;
 
-  /** Right after recovery: the last segment, or the corrupt one recovery sealed before rolling an empty active segment after it. */
+  /**
+   * Right after recovery: the last segment, or the corrupt one recovery sealed before rolling an
+   * empty active segment after it.
+   */
   #segmentActiveAtStop(): Segment {
     const segments = this.#segments;
     let i = segments.length - 1;
@@ -351,7 +364,10 @@ export class PartitionLog {
     return segments[i];
   }
 
-  /** Counters since open: fsyncs, appends (requests), writes (system calls to the log), records appended. */
+  /**
+   * Counters since open: fsyncs, appends (requests), writes (system calls to the log), records
+   * appended.
+   */
   get stats(): { fsyncs: number; appends: number; writes: number; recordsAppended: number } {
     return { fsyncs: this.#commit.fsyncs, ...this.#stats };
   }
@@ -378,8 +394,9 @@ export class PartitionLog {
   /**
    * Starts the write loop once the I/O events already received are handled (`clock.afterIo`),
    * unless it runs or is scheduled already. Requests that arrive together (one readiness of many
-   * connections) are then queued before the loop looks, and become one write to the log instead
-   * of one write each (docs/storage.md "Writes and durability" — one write per batch of queued requests).
+   * connections) are then queued before the loop looks, and become one write to the log instead of
+   * one write each (docs/storage.md "Writes and durability" — one write per batch of queued
+   * requests).
    */
   #scheduleDrain(): void {
     if (this.#drainRunning !== null || this.#drainScheduled) return;
@@ -481,7 +498,8 @@ export class PartitionLog {
       rejectAll(this.#commit.fencedError());
       return;
     }
-    // Subtract rather than add: 2^53 + 1 rounds to 2^53 in a JS number, so a sum can slip under the limit.
+    // Subtract rather than add: 2^53 + 1 rounds to 2^53 in a JS number, so a sum can slip under
+    // the limit.
     if (records - 1 > offsetMax - this.logEndOffset) {
       rejectAll(
         new StorageError(
@@ -589,11 +607,12 @@ export class PartitionLog {
   }
 
   /**
-   * Reads stored records with offset ≥ `offset`, below the high watermark (docs/storage.md
-   * "Index and reads"). Offsets inside a gap (a corrupt range skipped at recovery, records removed by
+   * Reads stored records with offset ≥ `offset`, below the high watermark (docs/storage.md "Index
+   * and reads"). Offsets inside a gap (a corrupt range skipped at recovery, records removed by
    * compaction, [log start offset, first local segment)) continue at the next readable record;
    * offsets below the first local segment are read from the lower tier first, if there is one.
-   * @throws StorageError "out_of_range" if `offset` is below the log start offset or above the high watermark.
+   * @throws StorageError "out_of_range" if `offset` is below the log start offset or above the
+   *   high watermark.
    */
   async read(request: {
     offset: number;

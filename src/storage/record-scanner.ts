@@ -31,7 +31,10 @@ export const ScanStatus = {
   Incomplete: DecodeStatus.Incomplete,
   /** The bytes there fail a record's checks (length, key or value length, CRC, offset range). */
   Invalid: DecodeStatus.Invalid,
-  /** The window's end cuts the record short and more can be read: {@link RecordScanner.readRecordAt}. */
+  /**
+   * The window's end cuts the record short and more can be read: {@link
+   * RecordScanner.readRecordAt}.
+   */
   Cut: 3,
 } as const;
 /** One of the {@link ScanStatus} values. */
@@ -39,7 +42,9 @@ export type ScanStatus = (typeof ScanStatus)[keyof typeof ScanStatus];
 
 /** A window over the records of one file, from which records are decoded in place. */
 export class RecordScanner {
-  /** Describes the record of the last {@link decode} that returned Ok (positions within the window). */
+  /**
+   * Describes the record of the last {@link decode} that returned Ok (positions within the window).
+   */
   readonly cursor = new RecordCursor();
   #file: FileHandle;
   #end: number;
@@ -71,7 +76,10 @@ export class RecordScanner {
     return this.#start + this.#held;
   }
 
-  /** Where the readable data ends: the end of the range, or of the file where a read found it shorter. */
+  /**
+   * Where the readable data ends: the end of the range, or of the file where a read found it
+   * shorter.
+   */
   get dataEnd(): number {
     return this.#dataEnd;
   }

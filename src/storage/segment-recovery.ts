@@ -1,20 +1,21 @@
 /**
- * Recovery of one segment when it is opened (docs/storage.md "Recovery after a crash"; docs/storage.md, the
- * same section): what its files hold, decided from the bytes, not trusted from the index. Used by
- * the partition at start, by the cold tier and compaction for the segments they open, and in
- * inspect-only mode by `es-broker check`.
+ * Recovery of one segment when it is opened (docs/storage.md "Recovery after a crash"): what its
+ * files hold, decided from the bytes, not trusted from the index. Used by the partition at start,
+ * by the cold tier and compaction for the segments they open, and in inspect-only mode by
+ * `es-broker check`.
  *
  * What {@link recoverSegment} decides; the first row that matches applies ("full scan": every
  * record read from the start and the index rebuilt in memory; no file changes when inspecting):
  *
  * | segment | what is found                               | outcome       | files changed     |
  * |---------|---------------------------------------------|---------------|-------------------|
- * | sealed  | the index validates (docs/decisions.md §2), the      | trusted       | none              |
- * |         | first record carries the name's offset,     |               |                   |
+ * | sealed  | the index validates (docs/decisions.md §2), | trusted       | none              |
+ * |         | the first record carries the name's offset, |               |                   |
  * |         | the records after the last index entry      |               |                   |
  * |         | end exactly at the end of the file          |               |                   |
  * | any     | full scan: the first record's offset is     | corrupt       | none              |
- * |         | not the one in the file name (docs/decisions.md §11) |               |                   |
+ * |         | not the one in the file name                |               |                   |
+ * |         | (docs/decisions.md §11)                     |               |                   |
  * | any     | full scan: only zeros after the last        | (then the     | sealed: log cut   |
  * |         | record (zeros written ahead)                | rows below)   | to its records    |
  * | active  | full scan: bytes after the last record      | torn_tail_cut | log cut, fsynced; |
@@ -22,7 +23,7 @@
  * |         | after them                                  |               |                   |
  * | any     | full scan: a record fails its checks        | corrupt       | none; the rest    |
  * |         | (active: and a valid one follows it,        |               | is skipped        |
- * |         | docs/decisions.md §1)                                |               |                   |
+ * |         | docs/decisions.md §1)                       |               |                   |
  * | any     | full scan, all valid: the stored index      | scanned       | active: index     |
  * |         | equals (sealed) or is a prefix of           |               | file opened for   |
  * |         | (active) the rebuilt one                    |               | appends           |
@@ -48,13 +49,18 @@ import { OffsetIndex } from "./offset-index.ts";
 import { DecodeStatus } from "./record.ts";
 import { RecordScanner, ScanStatus } from "./record-scanner.ts";
 
-/** Where decoding of a segment stopped short of its end, and why (docs/storage.md "Recovery after a crash"). */
+/**
+ * Where decoding of a segment stopped short of its end, and why (docs/storage.md "Recovery after a
+ * crash").
+ */
 export interface SegmentCorruption {
   /** Byte position of the first record that failed its checks. */
   position: number;
   /** What failed. */
   reason: string;
-  /** The highest valid offset found after the corrupt position (records skipped as corrupt), or −1. */
+  /**
+   * The highest valid offset found after the corrupt position (records skipped as corrupt), or −1.
+   */
   highestSkippedOffset: number;
 }
 
@@ -79,7 +85,9 @@ export interface SegmentLogContext {
 export interface RecoveredSegment {
   /** The offset index in memory (validated, or rebuilt from the log). */
   index: OffsetIndex;
-  /** The active segment's index file, open for appends; null for a sealed one or when inspecting. */
+  /**
+   * The active segment's index file, open for appends; null for a sealed one or when inspecting.
+   */
   indexFile: FileHandle | null;
   /** Entries of `index` already in `indexFile`. */
   indexOnDiskEntries: number;
@@ -208,7 +216,10 @@ async function fastCheck(
   return true;
 }
 
-/** Scans the whole log, rebuilding the index; handles zeros written ahead, torn tails and corruption. */
+/**
+ * Scans the whole log, rebuilding the index; handles zeros written ahead, torn tails and
+ * corruption.
+ */
 async function fullScan(
   fs: FileSystem,
   log: FileHandle,
@@ -318,7 +329,10 @@ async function fullScan(
   }
 }
 
-/** Rewrites `state`'s index file from memory (see {@link writeIndexFile}), keeping it open if active. */
+/**
+ * Rewrites `state`'s index file from memory (see {@link writeIndexFile}), keeping it open if
+ * active.
+ */
 async function rewriteIndex(
   fs: FileSystem,
   state: RecoveredSegment,
@@ -523,10 +537,10 @@ async function scanRecords(
 }
 
 /**
- * Looks for valid records after a corrupt position (docs/decisions.md §1 and §3): tries every byte position
- * after `from` for a record whose offset is at least `minOffset`, then follows valid records from
- * there, trying byte by byte again after each failure. Returns the first position where a valid
- * record was found (−1 if none) and the highest valid offset seen.
+ * Looks for valid records after a corrupt position (docs/decisions.md §1 and §3): tries every byte
+ * position after `from` for a record whose offset is at least `minOffset`, then follows valid
+ * records from there, trying byte by byte again after each failure. Returns the first position
+ * where a valid record was found (−1 if none) and the highest valid offset seen.
  */
 async function findValidAfter(
   file: FileHandle,
@@ -556,7 +570,10 @@ async function findValidAfter(
   return { firstValidPosition, highestOffset };
 }
 
-/** True if every byte of `file` from `from` to `end` is zero (preallocated space, `segmentPreallocateBytes`). */
+/**
+ * True if every byte of `file` from `from` to `end` is zero (preallocated space,
+ * `segmentPreallocateBytes`).
+ */
 async function isZeroRange(file: FileHandle, from: number, end: number): Promise<boolean> {
   const buf = new Uint8Array(Math.min(scanWindowBytes, end - from));
   let pos = from;

@@ -12,7 +12,9 @@ import { RecordHeader } from "./record.ts";
 import { RecordScanner, ScanStatus } from "./record-scanner.ts";
 import type { Segment } from "./segment.ts";
 
-/** Thrown when a segment cannot be read whole: a record failed its checks where one should start. */
+/**
+ * Thrown when a segment cannot be read whole: a record failed its checks where one should start.
+ */
 export class SegmentUnreadableError extends Error {
   override name = "SegmentUnreadableError";
 }

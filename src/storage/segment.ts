@@ -1,7 +1,8 @@
 /**
- * A segment: a log of records (docs/storage.md "Records") and its offset index (docs/storage.md "Index and reads"), named
- * after the offset of its first record (`segment-files.ts`). This module appends to it, reads
- * from it and counts its readers; what its files hold at open is decided by `segment-recovery.ts`.
+ * A segment: a log of records (docs/storage.md "Records") and its offset index (docs/storage.md
+ * "Index and reads"), named after the offset of its first record (`segment-files.ts`). This module
+ * appends to it, reads from it and counts its readers; what its files hold at open is decided by
+ * `segment-recovery.ts`.
  *
  * Durability: `append` resolving means the bytes are in the page cache (the file's volatile
  * state), not on disk; the partition's group commit calls `syncLog` and only then counts them as
@@ -107,11 +108,16 @@ export class Segment {
   readonly baseOffset: number;
   readonly logPath: string;
   readonly indexPath: string;
-  /** Bytes of log written (including bytes not yet fsynced); the file may be longer (zeros written ahead). */
+  /**
+   * Bytes of log written (including bytes not yet fsynced); the file may be longer (zeros written
+   * ahead).
+   */
   sizeBytes = 0;
   /** One past the offset of the last record (baseOffset when empty). */
   nextOffset: number;
-  /** Bytes from the start that hold valid records; less than sizeBytes only for a corrupt segment. */
+  /**
+   * Bytes from the start that hold valid records; less than sizeBytes only for a corrupt segment.
+   */
   readableEndBytes = 0;
   /** Set when recovery found a corrupt record: the rest of the segment is skipped. */
   corruption: SegmentCorruption | null = null;
@@ -121,7 +127,10 @@ export class Segment {
   createdMs: number;
   /** What recovery decided, for reports. */
   recovery: SegmentRecoveryOutcome = "scanned";
-  /** Why the stored index was not trusted ("" if it was, or the segment was trusted by the fast path). */
+  /**
+   * Why the stored index was not trusted ("" if it was, or the segment was trusted by the fast
+   * path).
+   */
   indexProblem = "";
 
   #fs: FileSystem;
@@ -131,7 +140,10 @@ export class Segment {
   #index: OffsetIndex;
   #indexOnDiskEntries: number;
   #indexWritable = true;
-  /** Length of the log file: `sizeBytes` plus the zeros written ahead of it (segmentPreallocateBytes). */
+  /**
+   * Length of the log file: `sizeBytes` plus the zeros written ahead of it
+   * (segmentPreallocateBytes).
+   */
   #fileEndBytes = 0;
   /** False after a write of zeros failed: the segment stops writing ahead. */
   #preallocate = true;
@@ -232,10 +244,10 @@ export class Segment {
   }
 
   /**
-   * Opens an existing segment and recovers it (docs/storage.md "Recovery after a crash"): what its files hold
-   * is decided from the bytes by `segment-recovery.ts` (trusted, scanned, index rebuilt, torn tail
-   * cut, or corrupt: see the table there), and repaired unless `inspectOnly`. A corrupt active
-   * segment is left in place; the caller rolls a new one after it (docs/decisions.md §1).
+   * Opens an existing segment and recovers it (docs/storage.md "Recovery after a crash"): what its
+   * files hold is decided from the bytes by `segment-recovery.ts` (trusted, scanned, index rebuilt,
+   * torn tail cut, or corrupt: see the table there), and repaired unless `inspectOnly`. A corrupt
+   * active segment is left in place; the caller rolls a new one after it (docs/decisions.md §1).
    * @throws FsError if a file cannot be opened or read, or a repair fails.
    */
   static async open(
@@ -247,7 +259,8 @@ export class Segment {
       nowMs: number;
       /**
        * Check only (`es-broker check`): take every decision but change no file — a torn tail is
-       * reported, not cut; an index is reported, not rewritten. The segment is for inspection, not appends.
+       * reported, not cut; an index is reported, not rewritten. The segment is for inspection,
+       * not appends.
        */
       inspectOnly?: boolean;
     },
@@ -329,18 +342,18 @@ export class Segment {
   }
 
   /**
-   * Writes a prepared append: one write to the log (docs/storage.md "Writes and durability"). Index entries
-   * wait in memory until `indexPendingEntriesMax` of them are pending (then one write to the
-   * index) or the segment is sealed. When the log reaches the end of the zeros written ahead, one
-   * more write puts `segmentPreallocateBytes` of zeros after the records (never past
+   * Writes a prepared append: one write to the log (docs/storage.md "Writes and durability"). Index
+   * entries wait in memory until `indexPendingEntriesMax` of them are pending (then one write to
+   * the index) or the segment is sealed. When the log reaches the end of the zeros written ahead,
+   * one more write puts `segmentPreallocateBytes` of zeros after the records (never past
    * `preallocateLimitBytes`, the partition's `segment_bytes`), so the next fdatasyncs flush data
    * only. On a failed log write the partial bytes are cut off, and the cut fsynced (through the
    * context's `syncCut`: never a second fsync of the file beside the partition's, nor one after a
    * failed fsync, which would make later writes durable behind the bytes that fsync lost) before
    * the error returns; if that fails too, throws StorageError "fenced". An index write failure is
    * not fatal: the index is derived and recovery rebuilds it, so the segment stops writing its
-   * index file. A failed write of zeros is not fatal either (the zeros are free space): the
-   * segment stops writing ahead.
+   * index file. A failed write of zeros is not fatal either (the zeros are free space): the segment
+   * stops writing ahead.
    * @throws StorageError ("write_failed" after a clean cut, "fenced" otherwise).
    */
   async append(prepared: PreparedAppend): Promise<void> {
@@ -417,7 +430,10 @@ export class Segment {
     }
   }
 
-  /** Writes the index entries not yet in the index file; a failure stops index writes (see {@link append}). */
+  /**
+   * Writes the index entries not yet in the index file; a failure stops index writes (see {@link
+   * append}).
+   */
   async #writePendingIndex(): Promise<void> {
     if (
       !this.#indexWritable ||
@@ -441,12 +457,12 @@ export class Segment {
   }
 
   /**
-   * After a failed fsync fenced the partition (docs/decisions.md §7): cuts the log back to `position`, the
-   * end of the last good fsync, in the page cache, and forgets the records past it (`nextOffset`
-   * is one past the last durable record). Linux marks dirty pages clean after a writeback error,
-   * so without the cut a restart without a reboot would read the unsynced bytes back as records
-   * that are not on disk, serve them, and append after a hole that a later crash reveals.
-   * Best effort: a failed cut is logged (the partition stays fenced either way).
+   * After a failed fsync fenced the partition (docs/decisions.md §7): cuts the log back to
+   * `position`, the end of the last good fsync, in the page cache, and forgets the records past it
+   * (`nextOffset` is one past the last durable record). Linux marks dirty pages clean after a
+   * writeback error, so without the cut a restart without a reboot would read the unsynced bytes
+   * back as records that are not on disk, serve them, and append after a hole that a later crash
+   * reveals. Best effort: a failed cut is logged (the partition stays fenced either way).
    */
   async discardUnsynced(options: { position: number; nextOffset: number }): Promise<void> {
     const { position, nextOffset } = options;
@@ -508,7 +524,8 @@ export class Segment {
    * Cuts the zeros written ahead of the records (when sealing, or at a clean shutdown) and
    * writes pending index entries, so the files hold exactly the records and their index. The cut
    * is not fsynced: if a crash takes it back, recovery finds the zeros, reads them as free space
-   * and cuts them then. Best effort: a failure is logged. Call only when everything written is durable.
+   * and cuts them then. Best effort: a failure is logged. Call only when everything written is
+   * durable.
    */
   async trimPreallocated(): Promise<void> {
     if (this.#indexFile !== null) await this.#writePendingIndex();
@@ -546,8 +563,8 @@ export class Segment {
     if (offset >= this.nextOffset && this.corruption === null) return empty;
     const entry = this.#index.entryAtOrBefore(Math.max(0, offset - this.baseOffset));
     let start = entry < 0 ? 0 : this.#index.positionAt(entry);
-    // The record an entry points at must carry the entry's offset (docs/decisions.md §2): an entry that
-    // points at the start of a later record decodes fine, and the read would skip the records
+    // The record an entry points at must carry the entry's offset (docs/decisions.md §2): an entry
+    // that points at the start of a later record decodes fine, and the read would skip the records
     // before it without a word.
     let expectedFirst = entry < 0 ? -1 : this.baseOffset + this.#index.relativeOffsetAt(entry);
     if (start >= limit) {
@@ -603,8 +620,8 @@ export class Segment {
   }
 
   /**
-   * Rebuilds the in-memory index from a full scan of the readable part (after a read found an
-   * entry pointing into the middle of a record, docs/decisions.md §2). The index file of a sealed segment
+   * Rebuilds the in-memory index from a full scan of the readable part (after a read found an entry
+   * pointing into the middle of a record, docs/decisions.md §2). The index file of a sealed segment
    * is rewritten too; an active one's is rewritten and kept open.
    */
   async rebuildIndex(): Promise<void> {
