@@ -15,6 +15,7 @@ import * as net from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { ClientError, TcpClient } from "../../src/client/client.ts";
+import { apiKeyChars, apiKeySecretChars } from "../../src/auth/key-format.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { type BrokerProcess, runCli, startBroker, target } from "./harness.ts";
 
@@ -481,7 +482,9 @@ function expected(role: Role, op: string, variant: Variant): Outcome {
 /** Every form of every secret that must never show up: the key, its secret part, each in base64 and hex. */
 function secretForms(keys: string[]): string[] {
   return keys.flatMap((key) => {
-    const secret = key.slice(key.lastIndexOf("_") + 1);
+    // The secret is base64url, which has "_" in its alphabet: take it by length, not by the last "_".
+    expect(key).toHaveLength(apiKeyChars);
+    const secret = key.slice(-apiKeySecretChars);
     return [
       key,
       secret,
