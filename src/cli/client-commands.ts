@@ -43,7 +43,8 @@ ${connectionHelp}
                            number, and a batch resent after a lost answer is stored only once
   --producer-epoch N       with --producer-id: the epoch (default: the current Unix time in
                            seconds, so each run is a new incarnation that fences older ones and
-                           starts its sequences at 0)
+                           starts its sequences at 0; a run that sent anything exits only once
+                           that second is over, so the next run of the id here gets a higher one)
   -h, --help               show this help
 `;
 
@@ -162,6 +163,7 @@ export async function produce(argv: string[]): Promise<number> {
   const producerId = values["producer-id"];
   if (values["producer-epoch"] !== undefined && producerId === undefined)
     throw new UsageError("--producer-epoch needs --producer-id");
+  const defaultEpoch = values["producer-epoch"] === undefined;
   const producerEpoch = intOption(
     "producer-epoch",
     values["producer-epoch"],
@@ -313,6 +315,14 @@ export async function produce(argv: string[]): Promise<number> {
     process.off("SIGTERM", onSignal);
     await idempotent?.close();
     await client.close();
+    // The default epoch is the second the run started in. A second run of the same id within it
+    // would share the epoch and restart at sequence 0, so the broker would take its batches for
+    // resends of this run's: an identical one silently not stored again, another refused as
+    // duplicate_sequence. Ending only after that second gives the next run here a higher epoch.
+    if (idempotent !== null && defaultEpoch && total > 0) {
+      const wait = (idempotent.epoch + 1) * 1000 - Date.now();
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    }
     // Deno keeps the process alive for the stdin read that the signal interrupted (destroy() does
     // not cancel it): exit once the exit code is set, if nothing else ends the process first.
     if (interrupted !== null) setTimeout(() => process.exit(), 100).unref?.();

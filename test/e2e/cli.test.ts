@@ -132,6 +132,25 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(await values(client)).toEqual(["a", "b", "c"]);
   });
 
+  it("produce --producer-id run again at once gets a new epoch: the same line sent by three runs is stored three times", async () => {
+    const { client, address } = await brokerWithTopic();
+    const epochs: number[] = [];
+    for (let run = 0; run < 3; run++) {
+      // Identical batches: a run sharing its predecessor's epoch would be taken for its resend.
+      const r = await runCli(
+        ["produce", "t", "--broker", address, "--producer-id", "cron-job"],
+        new TextEncoder().encode("heartbeat\n"),
+      );
+      expect(r.code, r.stderr).toBe(0);
+      const epoch = /\(epoch (\d+)\)/.exec(r.stderr);
+      expect(epoch, r.stderr).not.toBeNull();
+      epochs.push(Number(epoch![1]));
+    }
+    expect(epochs[1]).toBeGreaterThan(epochs[0]);
+    expect(epochs[2]).toBeGreaterThan(epochs[1]);
+    expect(await values(client)).toEqual(["heartbeat", "heartbeat", "heartbeat"]);
+  });
+
   it("an unknown command points to es-broker --help", async () => {
     const r = await runCli(["frobnicate"]);
     expect(r.code).toBe(2);
