@@ -7,6 +7,7 @@ import { partitionForKey } from "../lib/murmur2.ts";
 import type { GroupDescription } from "../broker/types.ts";
 import { EntryBatchBuilder } from "../storage/record.ts";
 import { utf8 } from "../lib/bytes.ts";
+import { recordPayloadBytesMax } from "../lib/limits.ts";
 import { plural } from "../lib/text.ts";
 import type { TopicDescription } from "../broker/types.ts";
 import { UsageError, hostPort, intOption, parseCli } from "./args.ts";
@@ -24,17 +25,20 @@ const brokerDefault = "127.0.0.1:9092";
 export const produceHelp = `Usage: es-broker produce TOPIC [options] < lines
 
 Appends one record per line of standard input (the value is the line's bytes without the
-newline; an empty line is a record with an empty value). Lines are sent in batches: when
---batch-records lines (or 1 MiB) are waiting, or --linger-ms after the first line of a batch was
-read, so \`tail -f log | es-broker produce t\` sends as lines come. Exits once every record is
-durable. SIGINT or SIGTERM stops reading, sends the lines already read, waits for their
-acknowledgements and exits 0 saying how many were produced (an incomplete last line, without its
-newline, is not sent); a second signal exits at once (130).
+newline; an empty line is a record with an empty value; a line over 8 MiB fails the command,
+exit 1). Lines are sent in batches: when --batch-records lines (or 1 MiB) are waiting, or
+--linger-ms after the first line of a batch was read, so \`tail -f log | es-broker produce t\`
+sends as lines come. Exits once every record is durable. SIGINT or SIGTERM stops reading, sends
+the lines already read, waits for their acknowledgements and exits 0 saying how many were
+produced (an incomplete last line, without its newline, is not sent); a second signal exits at
+once (130).
 
 Options:
   --broker HOST:PORT       broker TCP address (default ${brokerDefault})
 ${connectionHelp}
-  --partition N            send every record to partition N (default: by key, else round-robin)
+  --partition N            send every record to partition N (default: a keyed line goes by its
+                           key; keyless lines go round-robin by batch, each batch to the next
+                           partition; with --producer-id, keyless lines go by the producer id)
   --key-separator SEP      split each line at the first SEP into key and value
   --batch-records N        records per request (default 1000)
   --linger-ms MS           longest wait for more lines before sending those read (default 100;
@@ -242,18 +246,28 @@ export async function produce(argv: string[]): Promise<number> {
     }
     return b;
   };
+  let lines = 0;
+  // A line longer than any record can be is refused as soon as it is seen (even before its
+  // newline arrives), naming the line rather than the record's place in some batch.
+  const tooLong = (what: string) =>
+    new Error(
+      `line ${lines + 1} of standard input is ${what}, over the limit of ${recordPayloadBytesMax} bytes (8 MiB) for one record's key and value`,
+    );
+  const checkPartialLine = (length: number) => {
+    if (length > recordPayloadBytesMax + (separator?.length ?? 0))
+      throw tooLong(`at least ${length} bytes`);
+  };
   const addLine = (line: Uint8Array) => {
+    const at = separator === null ? -1 : indexOfBytes(line, separator, 0, line.length);
+    const payload = at < 0 ? line.length : line.length - separator!.length;
+    if (payload > recordPayloadBytesMax) throw tooLong(`${payload} bytes of key and value`);
+    lines++;
     buffered++;
     bufferedBytes += line.length + 16;
-    if (separator === null) {
-      builderFor(null).add(null, line);
-      return;
-    }
-    const at = indexOfBytes(line, separator, 0, line.length);
     if (at < 0) builderFor(null).add(null, line);
     else {
       const key = line.subarray(0, at);
-      builderFor(key).add(key, line.subarray(at + separator.length));
+      builderFor(key).add(key, line.subarray(at + separator!.length));
     }
   };
   // SIGINT / SIGTERM: stop reading, send what was read, wait for the acks. A second one exits at once.
@@ -293,6 +307,7 @@ export async function produce(argv: string[]): Promise<number> {
         if (buffered >= batchRecords || bufferedBytes >= 1024 * 1024) await send();
       }
       carry = data.slice(start);
+      checkPartialLine(carry.length);
       if (lingerMs === 0) await send();
       else armLinger();
     }

@@ -151,6 +151,22 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(await values(client)).toEqual(["heartbeat", "heartbeat", "heartbeat"]);
   });
 
+  it("produce refuses a line over 8 MiB naming the line, before reading all of it", async () => {
+    const { client, address } = await brokerWithTopic();
+    const p = startProduce(["t", "--broker", address]);
+    p.proc.stdin!.on("error", () => {}); // EPIPE: the process stops reading once it has refused the line
+    p.proc.stdin!.write("ok\n");
+    // 9 MiB without a newline: the line is refused before it ends (stdin stays open).
+    p.proc.stdin!.write(new Uint8Array(9 * 1024 * 1024).fill(0x61));
+    expect(await p.exited, p.stderr()).toBe(1);
+    expect(p.stderr()).toMatch(
+      /^es-broker: line 2 of standard input is at least \d+ bytes, over the limit of 8388608 bytes \(8 MiB\) for one record's key and value\n$/,
+    );
+    expect(
+      (await client.listOffsets({ topic: "t", partition: 0 })).highWatermark,
+    ).toBeLessThanOrEqual(1);
+  });
+
   it("an unknown command points to es-broker --help", async () => {
     const r = await runCli(["frobnicate"]);
     expect(r.code).toBe(2);
