@@ -129,9 +129,9 @@ export async function keys(argv: string[]): Promise<number> {
       }
       case "revoke": {
         if (rest.length !== 1) throw new UsageError("keys revoke needs exactly one NAME");
-        const info = await store.revoke(rest[0]);
+        const revoked = await store.revoke(rest[0]);
         process.stderr.write(
-          `es-broker: revoked key ${JSON.stringify(info.name)} (id ${info.id})\n`,
+          `es-broker: revoked key ${JSON.stringify(revoked.name)}${revoked.id === null ? "" : ` (id ${revoked.id})`}\n`,
         );
         return 0;
       }
@@ -186,7 +186,8 @@ function openExclusive(path: string): number {
 interface KeyAdmin {
   create(wanted: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }>;
   list(): Promise<ApiKeyInfo[]>;
-  revoke(name: string): Promise<ApiKeyInfo>;
+  /** The revoked key's name, and its id where known (the HTTP route answers 204 without it). */
+  revoke(name: string): Promise<{ name: string; id: string | null }>;
   close(): Promise<void>;
 }
 
@@ -243,7 +244,7 @@ function online(values: ConnectionValues & { url?: string }): KeyAdmin {
     list: async () => ((await call("GET", "/v1/admin/keys")) as { keys: ApiKeyInfo[] }).keys,
     revoke: async (name) => {
       await call("DELETE", `/v1/admin/keys/${encodeURIComponent(name)}`);
-      return { name, id: "-" } as ApiKeyInfo;
+      return { name, id: null };
     },
     close: async () => {},
   };
@@ -301,7 +302,18 @@ function requestJson(
       },
     );
     req.setTimeout(30_000, () => req.destroy(new Error("no answer within 30 s")));
-    req.on("error", (err) => reject(new Error(`Cannot reach ${base.origin}: ${err.message}`)));
+    req.on("error", (err) =>
+      reject(
+        new Error(
+          `Cannot reach ${base.origin}: ${err.message}${
+            // An HTTPS port closes a plain HTTP request without an answer.
+            url.protocol === "http:" && (err as { code?: string }).code === "ECONNRESET"
+              ? " (if the broker serves HTTPS, give an https:// --url)"
+              : ""
+          }`,
+        ),
+      ),
+    );
     req.end(body);
   });
 }

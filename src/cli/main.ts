@@ -12,7 +12,7 @@ import { consume, groups, produce, topics } from "./client-commands.ts";
 import { ClientError } from "../client/client.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { keys } from "./keys.ts";
-import { refuseKeyInArgv } from "./connection.ts";
+import { apiKeyEnv, refuseKeyInArgv } from "./connection.ts";
 
 /** Help text of `es-broker`. */
 export const mainHelp = `Usage: es-broker <command> [options]
@@ -90,11 +90,20 @@ export async function main(argv: string[]): Promise<number> {
       );
       return 2;
     }
-    if (err instanceof ClientError) {
-      process.stderr.write(`es-broker: ${err.code}: ${err.message}\n`);
-      return 1;
-    }
-    process.stderr.write(`es-broker: ${errorMessage(err)}\n`);
+    const message = err instanceof ClientError ? `${err.code}: ${err.message}` : errorMessage(err);
+    process.stderr.write(`es-broker: ${message}\n${hintFor(message)}`);
     return 1;
   }
+}
+
+/**
+ * A line naming the option that fixes a failure the broker or the client library describes in
+ * protocol terms (a key, TLS), or "" for any other failure.
+ */
+function hintFor(message: string): string {
+  if (message.includes("an API key is required"))
+    return `es-broker: give the API key with --api-key-file FILE or $${apiKeyEnv}\n`;
+  if (message.includes("closes plain connections"))
+    return "es-broker: connect with TLS: --tls-ca FILE (the broker's CA) or --tls (the system's CAs)\n";
+  return "";
 }

@@ -285,6 +285,8 @@ export class TcpClient {
   #nextCorrelationId = 1;
   #closedError: ClientError | null = null;
   #closed: Promise<void>;
+  /** Whether any answer arrived on this connection. */
+  #answered = false;
   #corked = false;
 
   private constructor(socket: net.Socket, options: TcpClientOptions) {
@@ -301,11 +303,18 @@ export class TcpClient {
     );
     let error: Error | undefined;
     socket.on("error", (e) => (error = e));
+    // A broker serving TLS closes a plain connection at its first bytes, unanswered: say so, since
+    // from here that looks like any other closed connection.
+    const plain = options.tls === undefined;
     this.#closed = new Promise((resolve) => {
       socket.once("close", () => {
+        const hint =
+          plain && !this.#answered && this.#pending.size > 0
+            ? " before answering anything (a broker serving TLS on this port closes plain connections: connect with TLS)"
+            : "";
         this.#fail(
           ClientError.connectionClosed(
-            `Connection to the broker closed${error ? `: ${error.message}` : ""}`,
+            `Connection to the broker closed${hint}${error ? `: ${error.message}` : ""}`,
             error,
           ),
         );
@@ -611,6 +620,7 @@ export class TcpClient {
 
   /** Handles one response frame, given as the chunks it arrived in. */
   #onFrame(chunks: Uint8Array[]): void {
+    this.#answered = true;
     const whole = chunks.length === 1 ? chunks[0] : null;
     // A frame is at least responseLengthMin long; its header may straddle two chunks.
     const head =

@@ -686,7 +686,8 @@ describe(`[${target}] API keys end to end`, () => {
       join(s.dir, "admin.key"),
     ]);
     expect(revoke.code, revoke.stderr).toBe(0);
-    expect(revoke.stderr).toMatch(/revoked key "reader"/);
+    // The HTTP route answers 204 without the key's id: the line names only the key.
+    expect(revoke.stderr).toBe('es-broker: revoked key "reader"\n');
     await readUntil("event: error");
     expect(text).toMatch(/event: error\ndata: \{"error":\{"code":"unauthenticated"/);
     expect(
@@ -816,6 +817,10 @@ describe(`[${target}] API keys end to end`, () => {
     });
     expect(noKey.code).toBe(1);
     expect(noKey.stderr).toMatch(/unauthenticated: Cannot authenticate: an API key is required/);
+    // ... and says how the CLI takes one.
+    expect(noKey.stderr).toMatch(
+      /\nes-broker: give the API key with --api-key-file FILE or \$ES_BROKER_API_KEY\n$/,
+    );
     const created = await runCli([
       "topics",
       "create",

@@ -249,6 +249,7 @@ describe(`[${target}] TLS end to end`, () => {
       ),
     );
     expect(plainClient).toBeInstanceOf(ClientError);
+    expect(plainClient.message).toMatch(/closes plain connections: connect with TLS/);
 
     // The CLI with --tls-ca.
     const address = `${broker.tcp.host}:${broker.tcp.port}`;
@@ -277,6 +278,20 @@ describe(`[${target}] TLS end to end`, () => {
       pki.otherCa,
     ]);
     expect(cliWrongCa.code).toBe(1);
+    // The CLI without TLS options on a TLS port: told which options it lacks.
+    const cliPlain = await runCli(["topics", "list", "--broker", address]);
+    expect(cliPlain.code).toBe(1);
+    expect(cliPlain.stderr).toMatch(
+      /\nes-broker: connect with TLS: --tls-ca FILE \(the broker's CA\) or --tls \(the system's CAs\)\n$/,
+    );
+    const keysPlain = await runCli([
+      "keys",
+      "list",
+      "--url",
+      broker.httpUrl.replace("https:", "http:"),
+    ]);
+    expect(keysPlain.code).toBe(1);
+    expect(keysPlain.stderr).toMatch(/\(if the broker serves HTTPS, give an https:\/\/ --url\)\n$/);
     const cliInsecure = await runCli(["topics", "list", "--broker", address, "--tls-insecure"]);
     expect(cliInsecure.code, cliInsecure.stderr).toBe(0);
     expect(cliInsecure.stdout.toString()).toBe("t\n");
