@@ -52,7 +52,8 @@ Options:
   --flush-every-records N     fsync once N records wait (default 1: fsync before every ack)
   --flush-interval MS         with N > 1, fsync at least this often (default ${flushIntervalMsDefault})
   --max-request-bytes BYTES   largest HTTP body or TCP frame (default ${requestBytesDefault})
-  --read-timeout MS           close a TCP connection stalled inside a frame (default ${readTimeoutMsDefault})
+  --read-timeout MS           close a TCP connection stalled inside a frame, or (while the broker
+                              has keys) not authenticated this long after opening (default ${readTimeoutMsDefault})
   --cold-storage-dir DIR      move segments that retention removes there (and serve them from there)
                               instead of deleting them; topic config cold_retention_ms says how long
   --cleanup-interval-ms MS    run retention and compaction over every partition this often
