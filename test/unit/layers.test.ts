@@ -18,7 +18,8 @@ const allowed: Record<string, string[]> = {
   client: ["lib", "storage", "broker", "protocol"],
   auth: ["lib", "fs", "storage", "broker"],
   transport: ["lib", "storage", "broker", "protocol", "auth"],
-  runtime: ["lib", "fs", "storage", "broker", "protocol", "client", "transport", "auth"],
+  cluster: ["lib", "fs", "storage", "broker", "protocol", "client"],
+  runtime: ["lib", "fs", "storage", "broker", "protocol", "client", "transport", "auth", "cluster"],
   cli: [
     "lib",
     "fs",
@@ -29,6 +30,7 @@ const allowed: Record<string, string[]> = {
     "transport",
     "runtime",
     "auth",
+    "cluster",
     ".",
   ],
   ".": [
@@ -41,6 +43,7 @@ const allowed: Record<string, string[]> = {
     "transport",
     "runtime",
     "auth",
+    "cluster",
     "cli",
   ],
 };
@@ -103,7 +106,7 @@ describe("layering (docs/architecture.md)", () => {
           `${rel} uses Deno or Bun`,
         ).toBe(false);
       }
-      if (["storage", "broker", "auth"].includes(layer)) {
+      if (["storage", "broker", "auth", "cluster"].includes(layer)) {
         const code = text.replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, "");
         expect(
           /Date\.now\(|Math\.random\(|setTimeout\(|setInterval\(/.test(code),

@@ -1,0 +1,190 @@
+/**
+ * Real etcd for tests: a cluster of `etcd` processes (Debian `etcd-server` 3.4) on loopback, each
+ * with a private data directory, started by the test and stopped when it finishes. Members can be
+ * killed, stopped (SIGSTOP) and restarted, so tests can take etcd away under the brokers.
+ *
+ * If `etcd` is not installed the helper fails, naming the package: cluster tests never skip
+ * silently. `.ci/run` installs it (scripts/install-etcd.sh).
+ */
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+/** The etcd binary, checked once. */
+function etcdBinary(): string {
+  for (const candidate of ["etcd", "/usr/bin/etcd", "/usr/sbin/etcd"]) {
+    try {
+      execFileSync(candidate, ["--version"], { stdio: "ignore" });
+      return candidate;
+    } catch {}
+  }
+  throw new Error(
+    "etcd is not installed: the cluster tests need Debian's etcd-server package " +
+      "(run scripts/install-etcd.sh as root, or apt-get install -y etcd-server etcd-client)",
+  );
+}
+
+/** Free loopback TCP ports (bound to port 0, read, released): nothing listens on them afterwards. */
+export async function freePorts(count: number): Promise<number[]> {
+  const ports: number[] = [];
+  const servers = await Promise.all(
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<ReturnType<typeof createServer>>((resolve, reject) => {
+          const s = createServer();
+          s.once("error", reject);
+          s.listen(0, "127.0.0.1", () => resolve(s));
+        }),
+    ),
+  );
+  for (const s of servers) ports.push((s.address() as { port: number }).port);
+  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+  return ports;
+}
+
+/** One member of a test etcd cluster. */
+export interface EtcdMember {
+  name: string;
+  /** `http://127.0.0.1:PORT` */
+  clientUrl: string;
+  /** The running process, or null while the member is down. */
+  process: ChildProcess | null;
+  /** Everything the member has written on stdout and stderr (for failure messages). */
+  output: string[];
+  /** Sends `signal` (SIGKILL by default) and, for a fatal signal, waits for the exit. */
+  kill(signal?: NodeJS.Signals): Promise<void>;
+  /** Starts the member again on its data directory (after a kill). */
+  restart(): Promise<void>;
+}
+
+/** A running test etcd cluster. */
+export interface EtcdCluster {
+  members: EtcdMember[];
+  /** Client URLs of every member. */
+  endpoints: string[];
+  /** The `--cluster` value brokers take: `etcd://127.0.0.1:P1,127.0.0.1:P2,...`. */
+  clusterUrl: string;
+  /** Kills every member and removes the data directories. */
+  stop(): Promise<void>;
+}
+
+async function waitHealthy(url: string, member: EtcdMember, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(1000) });
+      const body = (await res.json()) as { health?: string };
+      if (body.health === "true") return;
+    } catch {}
+    if (Date.now() > deadline) {
+      throw new Error(
+        `etcd member ${member.name} at ${url} did not become healthy:\n${member.output.join("").slice(-2000)}`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
+ * Starts an etcd cluster of `size` members (3 by default) on loopback and waits until every
+ * member reports healthy. Call `stop()` when done (tests: in `afterAll`/`onTestFinished`).
+ */
+export async function startEtcdCluster(options: { size?: number } = {}): Promise<EtcdCluster> {
+  const binary = etcdBinary();
+  const size = options.size ?? 3;
+  const root = mkdtempSync(join(tmpdir(), "es-broker-etcd-"));
+  const ports = await freePorts(size * 2);
+  const names = Array.from({ length: size }, (_, i) => `etcd${i}`);
+  const peerUrl = (i: number) => `http://127.0.0.1:${ports[2 * i + 1]}`;
+  const initialCluster = names.map((n, i) => `${n}=${peerUrl(i)}`).join(",");
+  const token = `es-broker-test-${process.pid}-${ports[0]}`;
+
+  const members: EtcdMember[] = names.map((name, i) => {
+    const clientUrl = `http://127.0.0.1:${ports[2 * i]}`;
+    const args = [
+      "--name",
+      name,
+      "--data-dir",
+      join(root, name),
+      "--listen-client-urls",
+      clientUrl,
+      "--advertise-client-urls",
+      clientUrl,
+      "--listen-peer-urls",
+      peerUrl(i),
+      "--initial-advertise-peer-urls",
+      peerUrl(i),
+      "--initial-cluster",
+      initialCluster,
+      "--initial-cluster-token",
+      token,
+      "--initial-cluster-state",
+      "new",
+      // Loopback: short raft timers make elections (after a member is killed) take ~1 s, not ~5 s.
+      "--heartbeat-interval",
+      "50",
+      "--election-timeout",
+      "500",
+      "--log-level",
+      "warn",
+    ];
+    const member: EtcdMember = {
+      name,
+      clientUrl,
+      process: null,
+      output: [],
+      async kill(signal: NodeJS.Signals = "SIGKILL") {
+        const p = member.process;
+        if (!p || p.exitCode !== null) return;
+        const exited = new Promise((r) => p.once("exit", r));
+        p.kill(signal);
+        if (signal === "SIGKILL" || signal === "SIGTERM") {
+          await exited;
+          member.process = null;
+        }
+      },
+      async restart() {
+        if (member.process) throw new Error(`etcd member ${name} is still running`);
+        launch();
+        await waitHealthy(clientUrl, member, 20_000);
+      },
+    };
+    const launch = () => {
+      const p = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
+      p.stdout?.on("data", (d) => member.output.push(String(d)));
+      p.stderr?.on("data", (d) => member.output.push(String(d)));
+      p.once("exit", () => {
+        if (member.process === p) member.process = null;
+      });
+      member.process = p;
+    };
+    launch();
+    return member;
+  });
+
+  const stop = async () => {
+    await Promise.all(
+      members.map(async (m) => {
+        m.process?.kill("SIGCONT");
+        await m.kill("SIGKILL");
+      }),
+    );
+    rmSync(root, { recursive: true, force: true });
+  };
+  try {
+    await Promise.all(members.map((m) => waitHealthy(m.clientUrl, m, 20_000)));
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  const endpoints = members.map((m) => m.clientUrl);
+  return {
+    members,
+    endpoints,
+    clusterUrl: `etcd://${endpoints.map((e) => e.replace(/^http:\/\//, "")).join(",")}`,
+    stop,
+  };
+}
