@@ -1,0 +1,295 @@
+/**
+ * A replicated partition's state as etcd holds it, and the only ways it may change
+ * (docs/cluster.md "Partition state"). Pure: no I/O, no clock. Every transition returns a new
+ * state or a refusal, and {@link checkPartitionState} holds before and after each one.
+ *
+ * Stored at `<prefix>/partitions/<topic>/<partition>` as JSON:
+ *
+ * ```
+ * { "replicas": [1,2,3],        assignment, preferred leader first; fixed after creation
+ *   "leader": 1,                node id of the leader, -1 while the partition is offline
+ *   "leader_epoch": 4,          bumped by every leader change, going offline included (the fencing token)
+ *   "isr": [1,2],               in-sync replicas; always holds the leader while there is one
+ *   "elr": [3],                 eligible replicas: left the ISR while it was below min ISR (see below)
+ *   "committed_offset": 1000,   a lower bound of the high watermark, written with every ISR or leader change
+ *   "min_insync_replicas": 2 }
+ * ```
+ *
+ * Why `elr` and `committed_offset` (field failures #27c, KIP-966): a record is acknowledged only
+ * when every ISR member has fsynced it and the ISR has at least `min_insync_replicas` members. So
+ * while the ISR is below that size nothing new is committed, and a replica that left the ISR at
+ * that time still holds every committed record: it stays eligible to lead. And a replica whose
+ * log ends below `committed_offset` (its disk lost fsynced data, or it is simply behind) must never
+ * lead, or followers would truncate committed records away: the partition stays offline instead.
+ *
+ * The controller's update after brokers come and go ({@link controllerUpdate}), as a decision
+ * table (rows in order; a later row runs only if no earlier one chose a leader):
+ *
+ * | condition                                                        | result                           |
+ * |------------------------------------------------------------------|----------------------------------|
+ * | a replica is gone (lease expired, or registered again: restarted) | leaves the ISR; joins the ELR if  |
+ * |                                                                  | the ISR is now below min ISR     |
+ * | the leader is alive and not gone                                 | stays leader                     |
+ * | a live ISR member (in replica order)                             | leads: continuously in sync, it  |
+ * |                                                                  | holds every committed record     |
+ * | a live ELR member whose published log end ≥ committed_offset     | leads, joins the ISR             |
+ * | none of these                                                    | offline (leader -1)              |
+ *
+ * The leader epoch goes up by one exactly when the leader changes, going offline included.
+ * A restarted replica is always "gone" first: it comes back outside the ISR and must catch up to
+ * the leader's log end to rejoin, or (if nobody leads) prove its log end from the ELR.
+ */
+
+/** The state of one replicated partition (see the module comment for the stored JSON). */
+export interface PartitionState {
+  replicas: number[];
+  leader: number;
+  leader_epoch: number;
+  isr: number[];
+  elr: number[];
+  committed_offset: number;
+  min_insync_replicas: number;
+}
+
+/** What the controller knows about one replica when it elects a leader. */
+export interface ReplicaView {
+  /** Whether the broker's membership lease is live (in the incarnation the controller knows). */
+  alive: boolean;
+  /**
+   * The log end offset the replica published when it started, or undefined if it has not: only
+   * consulted for ELR members, and an unknown log end is never eligible.
+   */
+  logEndOffset: number | undefined;
+}
+
+/** The leader to use while a partition has none. */
+export const noLeader = -1;
+
+function isNodeId(n: unknown): n is number {
+  return Number.isSafeInteger(n) && (n as number) >= 0;
+}
+
+/**
+ * Returns the reasons `state` is not a valid partition state, empty when it is. Invariants: the
+ * ISR and ELR are disjoint subsets of the replicas without duplicates; the leader, when there is
+ * one, is in the ISR; epochs and offsets are non-negative safe integers.
+ */
+export function checkPartitionState(state: PartitionState): string[] {
+  const problems: string[] = [];
+  const { replicas, isr, elr } = state;
+  if (!Array.isArray(replicas) || replicas.length === 0 || !replicas.every(isNodeId)) {
+    problems.push("replicas must be a non-empty list of node ids");
+    return problems;
+  }
+  if (new Set(replicas).size !== replicas.length) problems.push("replicas has a duplicate");
+  for (const [name, list] of [
+    ["isr", isr],
+    ["elr", elr],
+  ] as const) {
+    if (!Array.isArray(list) || !list.every(isNodeId)) {
+      problems.push(`${name} must be a list of node ids`);
+      continue;
+    }
+    if (new Set(list).size !== list.length) problems.push(`${name} has a duplicate`);
+    if (!list.every((id) => replicas.includes(id)))
+      problems.push(`${name} holds a node that is not a replica`);
+  }
+  if (Array.isArray(isr) && Array.isArray(elr) && isr.some((id) => elr.includes(id))) {
+    problems.push("isr and elr overlap");
+  }
+  if (state.leader !== noLeader) {
+    if (!isNodeId(state.leader)) problems.push("leader must be a node id or -1");
+    else if (!isr?.includes(state.leader)) problems.push("the leader is not in the isr");
+  }
+  if (!Number.isSafeInteger(state.leader_epoch) || state.leader_epoch < 0) {
+    problems.push("leader_epoch must be a non-negative integer");
+  }
+  if (!Number.isSafeInteger(state.committed_offset) || state.committed_offset < 0) {
+    problems.push("committed_offset must be a non-negative integer");
+  }
+  if (
+    !Number.isSafeInteger(state.min_insync_replicas) ||
+    state.min_insync_replicas < 1 ||
+    state.min_insync_replicas > replicas.length
+  ) {
+    problems.push("min_insync_replicas must be between 1 and the number of replicas");
+  }
+  return problems;
+}
+
+/**
+ * Parses the stored JSON of a partition state.
+ * @throws Error naming the key and what is wrong, if it is not JSON or breaks an invariant.
+ */
+export function parsePartitionState(key: string, text: string): PartitionState {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new Error(`Cannot read partition state ${JSON.stringify(key)}: not JSON`);
+  }
+  const s = raw as PartitionState;
+  const state: PartitionState = {
+    replicas: s?.replicas,
+    leader: s?.leader,
+    leader_epoch: s?.leader_epoch,
+    isr: s?.isr,
+    elr: s?.elr ?? [],
+    committed_offset: s?.committed_offset ?? 0,
+    min_insync_replicas: s?.min_insync_replicas,
+  };
+  const problems = checkPartitionState(state);
+  if (problems.length > 0) {
+    throw new Error(`Cannot read partition state ${JSON.stringify(key)}: ${problems.join("; ")}`);
+  }
+  return state;
+}
+
+/** The JSON stored for `state`, fields in a fixed order. */
+export function formatPartitionState(state: PartitionState): string {
+  const problems = checkPartitionState(state);
+  if (problems.length > 0)
+    throw new Error(`Refusing to store an invalid partition state: ${problems.join("; ")}`);
+  return JSON.stringify({
+    replicas: state.replicas,
+    leader: state.leader,
+    leader_epoch: state.leader_epoch,
+    isr: state.isr,
+    elr: state.elr,
+    committed_offset: state.committed_offset,
+    min_insync_replicas: state.min_insync_replicas,
+  });
+}
+
+/** The state of a new partition: the first replica leads at epoch 0, every replica in sync. */
+export function initialPartitionState(
+  replicas: number[],
+  minInsyncReplicas: number,
+): PartitionState {
+  const state: PartitionState = {
+    replicas: [...replicas],
+    leader: replicas[0],
+    leader_epoch: 0,
+    isr: [...replicas],
+    elr: [],
+    committed_offset: 0,
+    min_insync_replicas: minInsyncReplicas,
+  };
+  const problems = checkPartitionState(state);
+  if (problems.length > 0) throw new Error(`Cannot create a partition: ${problems.join("; ")}`);
+  return state;
+}
+
+/**
+ * The controller's update of one partition after brokers came or went (the decision table in the
+ * module comment). `gone` lists replicas whose lease ended or who registered again (restarted).
+ * Returns null when nothing changes, else the new state.
+ */
+export function controllerUpdate(
+  state: PartitionState,
+  change: { gone: readonly number[]; view: (nodeId: number) => ReplicaView },
+): PartitionState | null {
+  let isr = state.isr;
+  let elr = state.elr;
+  let leader = state.leader;
+  for (const id of change.gone) {
+    if (!isr.includes(id)) continue;
+    isr = isr.filter((x) => x !== id);
+    // While the ISR is below min ISR nothing new is committed, so `id` keeps every committed record.
+    if (isr.length < state.min_insync_replicas) elr = [...elr, id];
+    if (leader === id) leader = noLeader;
+  }
+  if (leader !== noLeader && !change.view(leader).alive) {
+    isr = isr.filter((x) => x !== leader);
+    if (isr.length < state.min_insync_replicas) elr = [...elr, leader];
+    leader = noLeader;
+  }
+  if (leader === noLeader) {
+    const fromIsr = state.replicas.find((id) => isr.includes(id) && change.view(id).alive);
+    const fromElr = state.replicas.find((id) => {
+      const v = change.view(id);
+      return (
+        elr.includes(id) &&
+        v.alive &&
+        v.logEndOffset !== undefined &&
+        v.logEndOffset >= state.committed_offset
+      );
+    });
+    leader = fromIsr ?? fromElr ?? noLeader;
+    if (leader !== noLeader && !isr.includes(leader)) isr = [...isr, leader];
+    elr = elr.filter((x) => x !== leader);
+  }
+  const next: PartitionState = {
+    ...state,
+    leader,
+    leader_epoch: leader === state.leader ? state.leader_epoch : state.leader_epoch + 1,
+    isr: state.replicas.filter((id) => isr.includes(id)),
+    elr: state.replicas.filter((id) => elr.includes(id)),
+  };
+  const same =
+    next.leader === state.leader &&
+    next.isr.join() === state.isr.join() &&
+    next.elr.join() === state.elr.join();
+  return same ? null : next;
+}
+
+/**
+ * The leader removes followers from the ISR (they fell behind by more than `replica_lag_ms`, or
+ * died). `highWatermark` is the leader's high watermark now; it becomes the recorded
+ * `committed_offset`. A removed follower joins the ELR if the ISR it leaves behind is below
+ * `min_insync_replicas` (nothing further can be committed without it).
+ * @throws Error if `leader` is not the leader, or asks to remove itself.
+ */
+export function shrinkIsr(
+  state: PartitionState,
+  change: { leader: number; remove: number[]; highWatermark: number },
+): PartitionState {
+  if (state.leader !== change.leader)
+    throw new Error(`Node ${change.leader} is not the leader of this partition`);
+  if (change.remove.includes(change.leader))
+    throw new Error("The leader cannot remove itself from the ISR");
+  const removed = state.isr.filter((id) => change.remove.includes(id));
+  const isr = state.isr.filter((id) => !change.remove.includes(id));
+  const belowMin = isr.length < state.min_insync_replicas;
+  return {
+    ...state,
+    isr,
+    elr: belowMin
+      ? state.replicas.filter((id) => state.elr.includes(id) || removed.includes(id))
+      : state.elr,
+    committed_offset: Math.max(state.committed_offset, change.highWatermark),
+  };
+}
+
+/**
+ * The leader adds a follower back to the ISR. Allowed only once the follower has fsynced up to
+ * the leader's log end offset (field failures #27a/#27b: a stale high watermark is not enough).
+ * @throws Error naming the reason if the follower may not join.
+ */
+export function expandIsr(
+  state: PartitionState,
+  change: {
+    leader: number;
+    add: number;
+    followerDurableOffset: number;
+    leaderLogEndOffset: number;
+    highWatermark: number;
+  },
+): PartitionState {
+  if (state.leader !== change.leader)
+    throw new Error(`Node ${change.leader} is not the leader of this partition`);
+  if (!state.replicas.includes(change.add))
+    throw new Error(`Node ${change.add} is not a replica of this partition`);
+  if (state.isr.includes(change.add)) return state;
+  if (change.followerDurableOffset < change.leaderLogEndOffset) {
+    throw new Error(
+      `Node ${change.add} cannot rejoin the ISR: it has fsynced to offset ${change.followerDurableOffset}, the leader's log ends at ${change.leaderLogEndOffset}`,
+    );
+  }
+  return {
+    ...state,
+    isr: state.replicas.filter((id) => state.isr.includes(id) || id === change.add),
+    elr: state.elr.filter((id) => id !== change.add),
+    committed_offset: Math.max(state.committed_offset, change.highWatermark),
+  };
+}

@@ -1,0 +1,255 @@
+/**
+ * cluster/partition-state.ts: the decision table of leader election, the ISR rules, and the
+ * invariants under random sequences of failures (field failures #27).
+ */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  checkPartitionState,
+  controllerUpdate,
+  expandIsr,
+  formatPartitionState,
+  initialPartitionState,
+  noLeader,
+  type PartitionState,
+  parsePartitionState,
+  type ReplicaView,
+  shrinkIsr,
+} from "../../src/cluster/partition-state.ts";
+
+const views =
+  (table: Record<number, [alive: boolean, logEnd?: number]>) =>
+  (id: number): ReplicaView => ({ alive: table[id]?.[0] ?? false, logEndOffset: table[id]?.[1] });
+
+describe("partition state: storage form", () => {
+  it("a new partition is led by its first replica at epoch 0 with every replica in sync", () => {
+    const s = initialPartitionState([2, 1, 3], 2);
+    expect(s).toEqual({
+      replicas: [2, 1, 3],
+      leader: 2,
+      leader_epoch: 0,
+      isr: [2, 1, 3],
+      elr: [],
+      committed_offset: 0,
+      min_insync_replicas: 2,
+    });
+    expect(parsePartitionState("k", formatPartitionState(s))).toEqual(s);
+  });
+
+  it.each([
+    [{ leader: 9 }, /the leader is not in the isr/],
+    [{ isr: [1, 1] }, /isr has a duplicate/],
+    [{ isr: [1, 4] }, /isr holds a node that is not a replica/],
+    [{ elr: [1] }, /isr and elr overlap/],
+    [{ leader_epoch: -1 }, /leader_epoch must be a non-negative integer/],
+    [
+      { min_insync_replicas: 4 },
+      /min_insync_replicas must be between 1 and the number of replicas/,
+    ],
+    [{ replicas: [] }, /replicas must be a non-empty list/],
+  ])("refuses %j", (patch, message) => {
+    const s = { ...initialPartitionState([1, 2, 3], 2), ...patch } as PartitionState;
+    expect(checkPartitionState(s).join("; ")).toMatch(message);
+    expect(() => formatPartitionState(s)).toThrow(message);
+    expect(() => parsePartitionState("/p/t/0", JSON.stringify(s))).toThrow(
+      /^Cannot read partition state "\/p\/t\/0": /,
+    );
+  });
+
+  it("refuses text that is not JSON, naming the key", () => {
+    expect(() => parsePartitionState("/p/t/0", "{")).toThrow(
+      'Cannot read partition state "/p/t/0": not JSON',
+    );
+  });
+});
+
+describe("partition state: the controller's update (decision table)", () => {
+  const base = initialPartitionState([1, 2, 3], 2);
+  const update = (s: PartitionState, gone: number[], table: Record<number, [boolean, number?]>) =>
+    controllerUpdate(s, { gone, view: views(table) });
+
+  it("row 2: a live leader stays, and nothing changes without a gone replica", () => {
+    expect(update(base, [], { 1: [true], 2: [false], 3: [false] })).toBeNull();
+  });
+
+  it("row 1: a gone follower leaves the ISR; the leader and epoch stay", () => {
+    expect(update(base, [3], { 1: [true], 2: [true], 3: [false] })).toMatchObject({
+      leader: 1,
+      leader_epoch: 0,
+      isr: [1, 2],
+      elr: [],
+    });
+  });
+
+  it("row 1: a follower that restarted (registered again) is gone too, though alive", () => {
+    expect(update(base, [2], { 1: [true], 2: [true, 0], 3: [true] })).toMatchObject({
+      isr: [1, 3],
+      leader_epoch: 0,
+    });
+  });
+
+  it("row 3: a dead leader gives way to the first live ISR member in replica order, epoch + 1", () => {
+    const next = update(base, [1], { 1: [false], 2: [true], 3: [true] });
+    expect(next).toMatchObject({ leader: 2, leader_epoch: 1, isr: [2, 3], elr: [] });
+  });
+
+  it("row 3: a leader whose lease is gone is replaced even before it is listed as gone", () => {
+    expect(update(base, [], { 1: [false], 2: [false], 3: [true] })).toMatchObject({
+      leader: 3,
+      leader_epoch: 1,
+    });
+  });
+
+  it("a replica outside the ISR and ELR never leads (no unclean election)", () => {
+    const s: PartitionState = { ...base, isr: [1], elr: [] };
+    const next = update(s, [1], { 1: [false], 2: [true, 1000], 3: [true, 1000] });
+    expect(next).toMatchObject({ leader: noLeader, leader_epoch: 1, isr: [], elr: [1] });
+  });
+
+  it("row 5: no eligible replica takes the partition offline, bumping the epoch once", () => {
+    const next = update(base, [1, 2, 3], { 1: [false], 2: [false], 3: [false] }) as PartitionState;
+    expect(next).toMatchObject({ leader: noLeader, leader_epoch: 1, isr: [], elr: [2, 3] });
+    expect(checkPartitionState(next)).toEqual([]);
+    expect(update(next, [], {})).toBeNull();
+  });
+
+  it("field failures #27c: the last ISR member with a truncated log may not lead; the ELR member does", () => {
+    // C left first (ISR {A,B} still meets min ISR 2), then B left: ISR {A} is below min ISR, so B
+    // joins the ELR and committed_offset records the high watermark of that moment.
+    let s = initialPartitionState([1, 2, 3], 2);
+    s = shrinkIsr(s, { leader: 1, remove: [3], highWatermark: 500 });
+    expect(s).toMatchObject({ isr: [1, 2], elr: [], committed_offset: 500 });
+    s = shrinkIsr(s, { leader: 1, remove: [2], highWatermark: 1000 });
+    expect(s).toMatchObject({ isr: [1], elr: [2], committed_offset: 1000 });
+    // A is killed: it joins the ELR too; nobody eligible is alive.
+    s = update(s, [1], { 1: [false], 2: [false], 3: [true, 500] }) as PartitionState;
+    expect(s).toMatchObject({ leader: noLeader, isr: [], elr: [1, 2], leader_epoch: 1 });
+    // A comes back having lost the last 50 records: the partition stays offline rather than A lead.
+    expect(update(s, [], { 1: [true, 950], 2: [false], 3: [true, 500] })).toBeNull();
+    // B comes back: it leads; A (short) and C (behind, not eligible) follow.
+    s = update(s, [], { 1: [true, 950], 2: [true, 1000], 3: [true, 500] }) as PartitionState;
+    expect(s).toMatchObject({ leader: 2, leader_epoch: 2, isr: [2], elr: [1] });
+  });
+});
+
+describe("partition state: ISR changes", () => {
+  const base = initialPartitionState([1, 2, 3], 2);
+
+  it("only the leader shrinks the ISR, never removing itself", () => {
+    expect(() => shrinkIsr(base, { leader: 2, remove: [3], highWatermark: 0 })).toThrow(
+      "Node 2 is not the leader",
+    );
+    expect(() => shrinkIsr(base, { leader: 1, remove: [1], highWatermark: 0 })).toThrow(
+      "cannot remove itself",
+    );
+  });
+
+  it("the committed offset never goes backwards", () => {
+    const s = shrinkIsr(
+      { ...base, committed_offset: 700 },
+      { leader: 1, remove: [3], highWatermark: 600 },
+    );
+    expect(s.committed_offset).toBe(700);
+  });
+
+  it("field failures #27a: a follower rejoins only at the leader's log end, not at a stale high watermark", () => {
+    const s = shrinkIsr(base, { leader: 1, remove: [2, 3], highWatermark: 100 });
+    expect(s).toMatchObject({ isr: [1], elr: [2, 3] });
+    expect(() =>
+      expandIsr(s, {
+        leader: 1,
+        add: 2,
+        followerDurableOffset: 100,
+        leaderLogEndOffset: 120,
+        highWatermark: 100,
+      }),
+    ).toThrow(
+      "Node 2 cannot rejoin the ISR: it has fsynced to offset 100, the leader's log ends at 120",
+    );
+    const back = expandIsr(s, {
+      leader: 1,
+      add: 2,
+      followerDurableOffset: 120,
+      leaderLogEndOffset: 120,
+      highWatermark: 100,
+    });
+    expect(back).toMatchObject({ isr: [1, 2], elr: [3] });
+  });
+});
+
+describe("partition state: invariants under random failures", () => {
+  type Step =
+    | { kind: "toggle"; node: number }
+    | { kind: "elect"; gone: number }
+    | { kind: "shrink"; node: number; hw: number }
+    | { kind: "expand"; node: number };
+  const step: fc.Arbitrary<Step> = fc.oneof(
+    fc.record({ kind: fc.constant("toggle" as const), node: fc.integer({ min: 1, max: 3 }) }),
+    fc.record({ kind: fc.constant("elect" as const), gone: fc.integer({ min: 0, max: 3 }) }),
+    fc.record({
+      kind: fc.constant("shrink" as const),
+      node: fc.integer({ min: 1, max: 3 }),
+      hw: fc.integer({ min: 0, max: 50 }),
+    }),
+    fc.record({ kind: fc.constant("expand" as const), node: fc.integer({ min: 1, max: 3 }) }),
+  );
+
+  it("the leader is always in the ISR, eligible, and every leader change bumps the epoch", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 3 }),
+        fc.array(step, { maxLength: 60 }),
+        (minIsr, steps) => {
+          let s = initialPartitionState([1, 2, 3], minIsr);
+          const alive = new Map([
+            [1, true],
+            [2, true],
+            [3, true],
+          ]);
+          // Log ends only grow here; a replica in the ISR holds at least the committed offset.
+          const logEnd = new Map([
+            [1, 0],
+            [2, 0],
+            [3, 0],
+          ]);
+          const view = (id: number): ReplicaView => ({
+            alive: alive.get(id) ?? false,
+            logEndOffset: logEnd.get(id),
+          });
+          for (const st of steps) {
+            const before = s;
+            if (st.kind === "toggle") alive.set(st.node, !alive.get(st.node));
+            else if (st.kind === "elect") {
+              const gone = alive.get(st.gone) === false ? [st.gone] : [];
+              s = controllerUpdate(s, { gone, view }) ?? s;
+            } else if (st.kind === "shrink" && s.leader !== noLeader && st.node !== s.leader) {
+              const hw = Math.max(s.committed_offset, st.hw);
+              for (const id of s.isr) logEnd.set(id, Math.max(logEnd.get(id) ?? 0, hw));
+              s = shrinkIsr(s, { leader: s.leader, remove: [st.node], highWatermark: hw });
+            } else if (st.kind === "expand" && s.leader !== noLeader) {
+              const end = logEnd.get(s.leader) ?? 0;
+              logEnd.set(st.node, end);
+              s = expandIsr(s, {
+                leader: s.leader,
+                add: st.node,
+                followerDurableOffset: end,
+                leaderLogEndOffset: end,
+                highWatermark: s.committed_offset,
+              });
+            }
+            expect(checkPartitionState(s)).toEqual([]);
+            expect(s.committed_offset).toBeGreaterThanOrEqual(before.committed_offset);
+            if (s.leader !== before.leader) {
+              expect(s.leader_epoch).toBeGreaterThan(before.leader_epoch);
+              if (s.leader !== noLeader) {
+                expect([...before.isr, ...before.elr]).toContain(s.leader);
+                expect(logEnd.get(s.leader)).toBeGreaterThanOrEqual(s.committed_offset);
+              }
+            }
+          }
+        },
+      ),
+      { numRuns: 300, seed: 16 },
+    );
+  });
+});
