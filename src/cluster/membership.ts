@@ -1,0 +1,350 @@
+/**
+ * Broker membership through etcd (docs/cluster.md "Membership"): the cluster's identity, and one
+ * registration per broker kept alive by a lease.
+ *
+ * Keys, under the cluster prefix (default `/es-broker`):
+ * - `cluster_id`: the cluster's id, written once by the first broker ever to start
+ *   (create-if-absent); every data directory records the id of the cluster it belongs to.
+ * - `brokers/<node id>`: `{"node_id", "cluster_id", "data_dir_id", "incarnation", "tcp", "http"}`
+ *   on the broker's lease, so it vanishes when the broker stops renewing. `incarnation` is the
+ *   lease id: a broker that restarted has a new one, which the controller treats as "gone and
+ *   back" (it left the ISR when it died, whatever it says now).
+ *
+ * Start-up refusals (a {@link ClusterJoinError}, not retried): a data directory of another
+ * cluster or of another node id; a node id registered by a live broker with another data
+ * directory; a data directory of a cluster etcd does not know (etcd's data was lost or another
+ * etcd was given). A registration with this data directory's id is this broker's own previous
+ * run (the data directory lock guarantees it is dead): it is taken over at once rather than
+ * waiting for its lease to expire. etcd unreachable: retried with backoff ({@link joinCluster}).
+ */
+import type { Clock, Timer } from "../lib/clock.ts";
+import { errorMessage } from "../lib/errors.ts";
+import type { Logger } from "../lib/logger.ts";
+import type { Prng } from "../lib/prng.ts";
+import { type Etcd, EtcdError, type EtcdKeyValue } from "./etcd.ts";
+
+/** A refusal to join that retrying cannot fix: the message says what is wrong and what to do. */
+export class ClusterJoinError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ClusterJoinError";
+  }
+}
+
+/** What a broker's registration holds. */
+export interface BrokerRegistration {
+  node_id: number;
+  cluster_id: string;
+  data_dir_id: string;
+  /** The lease id of this run of the broker. */
+  incarnation: string;
+  /** `host:port` of the TCP listener other brokers and clients use. */
+  tcp: string;
+  /** Base URL of the HTTP listener. */
+  http: string;
+}
+
+/** Options of {@link joinCluster}. */
+export interface JoinOptions {
+  etcd: Etcd;
+  clock: Clock;
+  /** Jitter of retry delays. */
+  prng: Prng;
+  logger: Logger;
+  /** Key prefix of this cluster in etcd, without a trailing slash. Default `/es-broker`. */
+  prefix?: string;
+  nodeId: number;
+  advertise: { tcp: string; http: string };
+  /** The data directory's own id (random, made when it was created). */
+  dataDirId: string;
+  /** What the data directory recorded of the cluster, null for a directory that never joined one. */
+  dataDir: { clusterId: string; nodeId: number } | null;
+  /** The id to give the cluster if this broker is the first ever (random, from the caller). */
+  newClusterId: string;
+  /** Lease TTL in seconds: how long a dead broker stays registered. Default 6. */
+  leaseTtlSeconds?: number;
+  /** Longest pause between two attempts while etcd is unreachable, in ms. Default 5000. */
+  retryMaxMs?: number;
+}
+
+/** Default prefix of the cluster's keys in etcd. */
+export const defaultClusterPrefix = "/es-broker";
+
+/** The key of a broker's registration. */
+export function brokerKey(prefix: string, nodeId: number): string {
+  return `${prefix}/brokers/${nodeId}`;
+}
+
+/**
+ * Parses a stored registration.
+ * @throws Error naming the key if the value is not a registration.
+ */
+export function parseRegistration(kv: EtcdKeyValue): BrokerRegistration {
+  let r: BrokerRegistration;
+  try {
+    r = JSON.parse(kv.value) as BrokerRegistration;
+  } catch {
+    throw new Error(`Cannot read broker registration ${JSON.stringify(kv.key)}: not JSON`);
+  }
+  if (
+    !Number.isSafeInteger(r?.node_id) ||
+    typeof r.cluster_id !== "string" ||
+    typeof r.data_dir_id !== "string" ||
+    typeof r.incarnation !== "string" ||
+    typeof r.tcp !== "string" ||
+    typeof r.http !== "string"
+  ) {
+    throw new Error(
+      `Cannot read broker registration ${JSON.stringify(kv.key)}: a field is missing or of the wrong type`,
+    );
+  }
+  return r;
+}
+
+/**
+ * This broker's membership: its registration, renewed on a timer through the Clock. When the
+ * lease is lost (etcd says it expired, or no renewal succeeded for a whole TTL) the membership
+ * is not live: the broker must stop acknowledging replicated writes. It then registers again
+ * with a new lease, retrying until it succeeds or is closed.
+ */
+export class Membership {
+  readonly clusterId: string;
+  readonly nodeId: number;
+  #lease: string;
+  #live = true;
+  #closed = false;
+  #timer: Timer | null = null;
+  #lastRenewalMs: number;
+  readonly #ttlSeconds: number;
+  readonly #options: JoinOptions;
+  readonly #prefix: string;
+  readonly #listeners = new Set<(live: boolean) => void>();
+
+  /** Use {@link joinCluster}. */
+  constructor(
+    options: JoinOptions,
+    joined: { clusterId: string; lease: string; ttlSeconds: number },
+  ) {
+    this.#options = options;
+    this.#prefix = options.prefix ?? defaultClusterPrefix;
+    this.clusterId = joined.clusterId;
+    this.nodeId = options.nodeId;
+    this.#lease = joined.lease;
+    this.#ttlSeconds = joined.ttlSeconds;
+    this.#lastRenewalMs = options.clock.nowMs();
+    this.#schedule();
+  }
+
+  /** The lease id of the current registration (the broker's incarnation). */
+  get leaseId(): string {
+    return this.#lease;
+  }
+
+  /** Whether the registration is known to be held: false from a lost lease until re-registered. */
+  get live(): boolean {
+    return this.#live;
+  }
+
+  /** Calls `fn` whenever {@link live} changes. Returns a function that removes it. */
+  onLiveChange(fn: (live: boolean) => void): () => void {
+    this.#listeners.add(fn);
+    return () => this.#listeners.delete(fn);
+  }
+
+  #setLive(live: boolean): void {
+    if (this.#live === live) return;
+    this.#live = live;
+    this.#options.logger.log(
+      live ? "info" : "warn",
+      live ? "cluster.registered" : "cluster.lease_lost",
+      {
+        node_id: this.nodeId,
+        lease: this.#lease,
+      },
+    );
+    for (const fn of this.#listeners) fn(live);
+  }
+
+  #schedule(): void {
+    if (this.#closed) return;
+    this.#timer = this.#options.clock.setTimer(
+      (this.#ttlSeconds * 1000) / 3,
+      () => void this.#renew(),
+    );
+  }
+
+  async #renew(): Promise<void> {
+    const { etcd, clock, logger } = this.#options;
+    if (this.#closed) return;
+    if (this.#live) {
+      try {
+        const ttl = await etcd.leaseKeepAlive(this.#lease);
+        if (ttl > 0) this.#lastRenewalMs = clock.nowMs();
+        else this.#setLive(false);
+      } catch (err) {
+        logger.log("warn", "cluster.lease_renewal_failed", {
+          lease: this.#lease,
+          error: errorMessage(err),
+        });
+        // Etcd may already have expired the lease: past a TTL without renewal, assume it did.
+        if (clock.nowMs() - this.#lastRenewalMs >= this.#ttlSeconds * 1000) this.#setLive(false);
+      }
+    }
+    if (!this.#live && !this.#closed) {
+      try {
+        const { lease } = await register(this.#options, this.clusterId, this.#ttlSeconds);
+        if (this.#closed) {
+          await etcd.leaseRevoke(lease).catch(() => {});
+          return;
+        }
+        this.#lease = lease;
+        this.#lastRenewalMs = clock.nowMs();
+        this.#setLive(true);
+      } catch (err) {
+        logger.log("warn", "cluster.register_failed", {
+          node_id: this.nodeId,
+          error: errorMessage(err),
+        });
+      }
+    }
+    this.#schedule();
+  }
+
+  /** Stops renewing and revokes the lease, so the registration goes at once (a clean shutdown). */
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#timer?.cancel();
+    await this.#options.etcd.leaseRevoke(this.#lease).catch(() => {});
+    this.#listeners.clear();
+  }
+
+  /** The key prefix of this cluster. */
+  get prefix(): string {
+    return this.#prefix;
+  }
+}
+
+/** Reads or creates the cluster id and checks it against the data directory. */
+async function clusterIdentity(options: JoinOptions): Promise<string> {
+  const { etcd, dataDir, nodeId } = options;
+  const prefix = options.prefix ?? defaultClusterPrefix;
+  const key = `${prefix}/cluster_id`;
+  if (dataDir !== null && dataDir.nodeId !== nodeId) {
+    throw new ClusterJoinError(
+      `Cannot join the cluster as node ${nodeId}: the data directory belongs to node ${dataDir.nodeId} of cluster ${JSON.stringify(dataDir.clusterId)}; start it with --node-id ${dataDir.nodeId}, or give this node an empty data directory`,
+    );
+  }
+  const existing = await etcd.get(key);
+  if (existing === null) {
+    if (dataDir !== null) {
+      throw new ClusterJoinError(
+        `Cannot join the cluster: the data directory belongs to cluster ${JSON.stringify(dataDir.clusterId)}, but etcd holds no es-broker cluster under ${JSON.stringify(prefix)} (was etcd's data lost, or is this the wrong etcd?)`,
+      );
+    }
+    const created = await etcd.txn({
+      compare: [{ key, target: "create_revision", result: "equal", number: 0 }],
+      success: [{ put: { key, value: options.newClusterId } }],
+      failure: [{ get: { key } }],
+    });
+    return created.succeeded ? options.newClusterId : created.reads[0][0].value;
+  }
+  if (dataDir !== null && dataDir.clusterId !== existing.value) {
+    throw new ClusterJoinError(
+      `Cannot join the cluster: the data directory belongs to cluster ${JSON.stringify(dataDir.clusterId)}, but etcd under ${JSON.stringify(prefix)} holds cluster ${JSON.stringify(existing.value)}; give this broker an empty data directory or the etcd of its own cluster`,
+    );
+  }
+  return existing.value;
+}
+
+/** Grants a lease and writes the registration on it, taking over this data directory's old one. */
+async function register(
+  options: JoinOptions,
+  clusterId: string,
+  ttlSeconds: number,
+): Promise<{ lease: string; ttlSeconds: number }> {
+  const { etcd, nodeId } = options;
+  const key = brokerKey(options.prefix ?? defaultClusterPrefix, nodeId);
+  const lease = await etcd.leaseGrant(ttlSeconds);
+  const registration: BrokerRegistration = {
+    node_id: nodeId,
+    cluster_id: clusterId,
+    data_dir_id: options.dataDirId,
+    incarnation: lease.id,
+    tcp: options.advertise.tcp,
+    http: options.advertise.http,
+  };
+  const value = JSON.stringify(registration);
+  try {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const created = await etcd.txn({
+        compare: [{ key, target: "create_revision", result: "equal", number: 0 }],
+        success: [{ put: { key, value, lease: lease.id } }],
+        failure: [{ get: { key } }],
+      });
+      if (created.succeeded) return { lease: lease.id, ttlSeconds: lease.ttlSeconds };
+      const current = created.reads[0][0];
+      if (current === undefined) continue; // it expired in between: try again
+      const other = parseRegistration(current);
+      if (other.data_dir_id !== options.dataDirId) {
+        throw new ClusterJoinError(
+          `Cannot join the cluster as node ${nodeId}: node ${nodeId} is already registered by a running broker (tcp ${other.tcp}, http ${other.http}) with another data directory; give each broker its own --node-id`,
+        );
+      }
+      // Our own previous run (the data directory lock says it is gone): take its place.
+      const taken = await etcd.txn({
+        compare: [{ key, target: "mod_revision", result: "equal", number: current.modRevision }],
+        success: [{ put: { key, value, lease: lease.id } }],
+      });
+      if (taken.succeeded) {
+        await etcd.leaseRevoke(other.incarnation).catch(() => {});
+        return { lease: lease.id, ttlSeconds: lease.ttlSeconds };
+      }
+    }
+    throw new EtcdError(
+      "unavailable",
+      `Cannot register node ${nodeId}: its registration kept changing under us`,
+    );
+  } catch (err) {
+    await etcd.leaseRevoke(lease.id).catch(() => {});
+    throw err;
+  }
+}
+
+/**
+ * Joins the cluster: checks identity, registers this broker under a new lease and starts renewing
+ * it. While etcd cannot be reached it retries, with exponential backoff (100 ms doubling to
+ * `retryMaxMs`, ±20 % jitter), logging `cluster.etcd_unreachable` at each failure; `signal`
+ * stops it.
+ * @throws ClusterJoinError at once for a refusal (see the module comment).
+ */
+export async function joinCluster(
+  options: JoinOptions,
+  signal?: { aborted: boolean },
+): Promise<Membership> {
+  const ttlSeconds = options.leaseTtlSeconds ?? 6;
+  const retryMaxMs = options.retryMaxMs ?? 5000;
+  let delayMs = 100;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const clusterId = await clusterIdentity(options);
+      const joined = await register(options, clusterId, ttlSeconds);
+      return new Membership(options, {
+        clusterId,
+        lease: joined.lease,
+        ttlSeconds: joined.ttlSeconds,
+      });
+    } catch (err) {
+      if (!(err instanceof EtcdError) || !["unavailable", "indeterminate"].includes(err.code))
+        throw err;
+      if (signal?.aborted) throw err;
+      const waitMs = Math.round(delayMs * (0.8 + (0.4 * options.prng.nextU32()) / 2 ** 32));
+      options.logger.log("warn", "cluster.etcd_unreachable", {
+        attempt,
+        retry_in_ms: waitMs,
+        error: `Cannot reach etcd to join the cluster: ${err.message}; retrying in ${waitMs} ms`,
+      });
+      await new Promise<void>((resolve) => options.clock.setTimer(waitMs, resolve));
+      delayMs = Math.min(retryMaxMs, delayMs * 2);
+    }
+  }
+}
