@@ -4,7 +4,7 @@
  * killed, stopped (SIGSTOP) and restarted, so tests can take etcd away under the brokers.
  *
  * If `etcd` is not installed the helper fails, naming the package: cluster tests never skip
- * silently. `.ci/run` installs it (scripts/install-etcd.sh).
+ * silently. `npm test` installs it first (scripts/install-system-deps.sh).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -22,7 +22,7 @@ function etcdBinary(): string {
   }
   throw new Error(
     "etcd is not installed: the cluster tests need Debian's etcd-server package " +
-      "(run scripts/install-etcd.sh as root, or apt-get install -y etcd-server etcd-client)",
+      "(run scripts/install-system-deps.sh as root, or apt-get install -y etcd-server etcd-client)",
   );
 }
 
