@@ -3,8 +3,9 @@
  * the transports call by composing the services that hold the state — the topic registry
  * (`broker/topics.ts`), produce routing (`broker/produce-routing.ts`, pure), idempotent producer
  * state (`broker/producers/`), consumer groups (`broker/groups.ts`) and retention and compaction
- * (`broker/cleanup.ts`) — and serves fetch with long-poll itself. Every error it throws is a
- * {@link BrokerError} with a row of the error table.
+ * (`broker/cleanup.ts`) and the schema registry (`registry/`, whose checks produce applies to
+ * topics that name a subject) — and serves fetch with long-poll itself. Every error it throws is
+ * a {@link BrokerError} with a row of the error table.
  */
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
@@ -30,6 +31,8 @@ import { routeRecords, spansInRequestOrder, splitByPartition } from "./produce-r
 import { ProducerStates } from "./producers/state.ts";
 import { toBrokerError } from "./storage-failure.ts";
 import { TopicRegistry, type Topic } from "./topics.ts";
+import { RegistryError } from "../registry/errors.ts";
+import { type RecordRules, SchemaRegistry } from "../registry/registry.ts";
 import type {
   Broker,
   CommitOffsetsRequest,
@@ -77,6 +80,8 @@ export class LocalBroker implements Broker {
   #groups!: GroupCoordinator;
   /** Idempotent producer state (`broker/producers/`); opened after the topics. */
   #producers!: ProducerStates;
+  /** The schema registry (`registry/`): `<dataDir>/schemas.json`. */
+  #registry!: SchemaRegistry;
 
   private constructor(options: LocalBrokerOptions) {
     this.#clock = options.clock;
@@ -131,6 +136,11 @@ export class LocalBroker implements Broker {
     });
     // The data directory holds producers.json: temps of its interrupted writes go now.
     await removeMetadataTemps(options.fs, options.dataDir, options.logger);
+    broker.#registry = await SchemaRegistry.open({
+      fs: options.fs,
+      dataDir: options.dataDir,
+      logger: options.logger,
+    });
     broker.#cleanup.start();
     return broker;
   }
@@ -186,6 +196,7 @@ export class LocalBroker implements Broker {
         );
       throw err;
     }
+    this.#checkSchemas(topic, batch);
     const partition = request.partition ?? -1;
     if (partition !== -1) this.#topics.partition(topic, partition);
     const perRecord = request.partitions;
@@ -250,6 +261,59 @@ export class LocalBroker implements Broker {
         results.map((r) => (r === null ? 0 : r.baseOffset)),
       ),
     };
+  }
+
+  /**
+   * Checks every record against the schema subjects the topic's config names, if any
+   * (docs/registry.md "Produce-time validation"): a request with one bad record appends none.
+   * @throws BrokerError invalid_record naming the record, schema id, version and path;
+   *   unavailable when the registry cannot be read (produces fail closed).
+   */
+  #checkSchemas(topic: Topic, batch: EntryBatch): void {
+    const config = topic.config;
+    if (config.value_schema_subject === undefined && config.key_schema_subject === undefined)
+      return;
+    const format = config.schema_format ?? "confluent";
+    const rules: RecordRules = {};
+    if (config.value_schema_subject !== undefined)
+      rules.value = { subject: config.value_schema_subject, format };
+    if (config.key_schema_subject !== undefined)
+      rules.key = { subject: config.key_schema_subject, format };
+    let rejection: ReturnType<SchemaRegistry["checkBatch"]>;
+    try {
+      rejection = this.#registry.checkBatch(batch, rules);
+    } catch (err) {
+      if (err instanceof RegistryError)
+        throw new BrokerError(
+          Errors.unavailable,
+          `Cannot produce to topic "${topic.name}": its records cannot be checked: ${err.message}`,
+        );
+      throw err;
+    }
+    if (rejection === null) return;
+    const r = rejection;
+    const schema =
+      r.schemaId === null
+        ? ""
+        : ` (schema id ${r.schemaId}${r.version === null ? "" : `, version ${r.version}`})`;
+    const path = r.path === null ? "" : ` at "${r.path === "" ? "/" : r.path}"`;
+    throw new BrokerError(
+      Errors.invalidRecord,
+      `Cannot produce to topic "${topic.name}": record ${r.recordIndex} ${r.part} does not match subject "${r.subject}"${schema}${path}: ${r.reason}; nothing was appended`,
+      {
+        record_index: r.recordIndex,
+        part: r.part,
+        subject: r.subject,
+        schema_id: r.schemaId,
+        version: r.version,
+        path: r.path,
+      },
+    );
+  }
+
+  /** The schema registry of this data directory (its HTTP routes: `transport/http/registry/`). */
+  get registry(): SchemaRegistry {
+    return this.#registry;
   }
 
   /** Appends `batch` to one partition; storage errors become BrokerErrors. Not async, so nothing here holds the batch until its fsync. */
@@ -417,6 +481,7 @@ export class LocalBroker implements Broker {
     if (this.#closed) return;
     this.#closed = true;
     await this.#groups.close();
+    await this.#registry.close();
     await this.#cleanup.close();
     await this.#topics.close();
     await this.#producers.close();

@@ -3,8 +3,10 @@
  * {@link BrokerError} naming the field and the allowed range.
  */
 import { BrokerError, Errors } from "./errors.ts";
-import type { CleanupPolicy, TopicConfig } from "./types.ts";
+import { isSubjectName } from "../registry/registry.ts";
+import type { CleanupPolicy, SchemaFormat, TopicConfig } from "./types.ts";
 import {
+  subjectCharsMax,
   partitionsMax,
   segmentBytesDefault,
   segmentBytesMax,
@@ -82,7 +84,14 @@ export function validatePartitionCount(partitions: unknown): number {
 
 type Rule = { min: number; max: number; allowMinusOne?: boolean; unit: string };
 
-const numericRules: Record<Exclude<keyof TopicConfig, "cleanup_policy">, Rule> = {
+/** The optional schema keys of a topic config (docs/registry.md "Produce-time validation"). */
+const schemaKeys = ["value_schema_subject", "key_schema_subject", "schema_format"] as const;
+const schemaFormats: readonly SchemaFormat[] = ["confluent", "json"];
+
+const numericRules: Record<
+  Exclude<keyof TopicConfig, "cleanup_policy" | (typeof schemaKeys)[number]>,
+  Rule
+> = {
   segment_bytes: { min: segmentBytesMin, max: segmentBytesMax, unit: "bytes" },
   segment_ms: { min: 1, max: Number.MAX_SAFE_INTEGER, unit: "ms" },
   retention_ms: { min: 1, max: Number.MAX_SAFE_INTEGER, allowMinusOne: true, unit: "ms" },
@@ -123,10 +132,14 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
       out.cleanup_policy = normalised as CleanupPolicy;
       continue;
     }
+    if ((schemaKeys as readonly string[]).includes(key)) {
+      mergeSchemaKey(out, key as (typeof schemaKeys)[number], value);
+      continue;
+    }
     if (!Object.hasOwn(numericRules, key)) {
       throw new BrokerError(
         Errors.invalidConfig,
-        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy"].join(", ")})`,
+        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy", ...schemaKeys].join(", ")})`,
       );
     }
     const rule = numericRules[key as keyof typeof numericRules];
@@ -144,4 +157,31 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
     out[key as keyof typeof numericRules] = value as number;
   }
   return out;
+}
+
+/**
+ * Sets (or, with null, removes) one schema key of `out`: a subject is 1 to `subjectCharsMax`
+ * characters without control characters; a format is "confluent" or "json".
+ * @throws BrokerError invalid_config naming the key.
+ */
+function mergeSchemaKey(out: TopicConfig, key: (typeof schemaKeys)[number], value: unknown): void {
+  if (value === null) {
+    delete out[key];
+    return;
+  }
+  if (key === "schema_format") {
+    if (!schemaFormats.includes(value as SchemaFormat))
+      throw new BrokerError(
+        Errors.invalidConfig,
+        `Invalid topic config "schema_format": ${JSON.stringify(value)} is not one of "confluent", "json" (or null to remove it)`,
+      );
+    out.schema_format = value as SchemaFormat;
+    return;
+  }
+  if (typeof value !== "string" || !isSubjectName(value))
+    throw new BrokerError(
+      Errors.invalidConfig,
+      `Invalid topic config "${key}": ${JSON.stringify(value)?.slice(0, 100)} must be a subject name of 1 to ${subjectCharsMax} characters without control characters (or null to remove it)`,
+    );
+  out[key] = value;
 }

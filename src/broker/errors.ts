@@ -112,6 +112,13 @@ export const Errors = Object.freeze({
   keyNotFound: kind("key_not_found", 30, 404, false),
   /** An API key with that name already exists (`keys create`). */
   keyExists: kind("key_exists", 31, 409, false),
+  /**
+   * A produce to a topic whose config names a schema subject carries a record whose key or value
+   * does not match it (docs/registry.md "Produce-time validation"). Nothing of the request was
+   * appended. Details: `record_index`, `part` ("key" | "value"), `subject`, `schema_id`,
+   * `version`, `path` (null when not known).
+   */
+  invalidRecord: kind("invalid_record", 32, 422, false),
   /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });

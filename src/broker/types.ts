@@ -32,7 +32,23 @@ export interface TopicConfig {
   cold_retention_ms: number;
   /** Largest timestamp lead over the broker clock accepted, in ms (default 1 hour; docs/decisions.md §5). */
   max_timestamp_skew_ms: number;
+  /**
+   * Schema registry subject every record value must match (docs/registry.md "Produce-time
+   * validation"); absent (the default) = values are not checked. The only optional fields: absent
+   * until set, removed by setting them to null.
+   */
+  value_schema_subject?: string;
+  /** Schema registry subject every record key must match; absent = keys are not checked. */
+  key_schema_subject?: string;
+  /**
+   * How checked keys and values are encoded: "confluent" (the default: magic byte 0, the schema
+   * id, then the encoded value) or "json" (plain JSON text, valid under the subject's latest version).
+   */
+  schema_format?: SchemaFormat;
 }
+
+/** How a topic's checked keys and values are encoded (`schema_format`). */
+export type SchemaFormat = "confluent" | "json";
 
 /** Size and bounds of one partition. Offsets are JS numbers (exact to 2^53 − 1). */
 export interface PartitionInfo {

@@ -228,7 +228,13 @@ export async function serve(argv: string[]): Promise<number> {
   let listener;
   try {
     http = await serveHttp(
-      createAuthenticatedHttpApp({ access, logger, maxRequestBytes, refusals }),
+      createAuthenticatedHttpApp({
+        access,
+        logger,
+        maxRequestBytes,
+        refusals,
+        registry: broker.registry,
+      }),
       {
         host,
         port: httpPort,

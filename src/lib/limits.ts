@@ -265,3 +265,22 @@ assert(
   authenticateFrameBytesMax <= requestBytesMin,
   "the pre-authentication cap is below every request cap",
 );
+
+/**
+ * Largest schema text the schema registry accepts, in UTF-8 bytes (docs/registry.md "Limits").
+ * Every schema lives in `schemas.json`, which is read whole at start, so one schema may take at
+ * most a sixteenth of the file.
+ */
+export const schemaBytesMax = 1 * MiB;
+/** Deepest nesting of objects and arrays in a schema's JSON text; deeper schemas are refused before any parser recurses into them. */
+export const schemaDepthMax = 128;
+/** Longest schema registry subject name, in characters. */
+export const subjectCharsMax = 255;
+/** Compiled validators (one per schema id) the registry keeps; the least recently added goes first. */
+export const schemaValidatorsCachedMax = 1024;
+/** Largest `schemas.json` the registry writes, in bytes: registering past it is refused, so the file can always be read back. */
+export const schemasFileBytesMax = metadataFileBytesMax;
+/** Bytes of the Confluent wire header in front of a serialized key or value: magic byte 0, then the schema id (u32 big-endian). */
+export const schemaWireHeaderBytes = 5;
+
+assert(schemaBytesMax * 16 <= schemasFileBytesMax, "sixteen maximal schemas fit schemas.json");

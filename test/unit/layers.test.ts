@@ -13,18 +13,31 @@ const allowed: Record<string, string[]> = {
   lib: [],
   fs: ["lib"],
   storage: ["lib", "fs"],
-  broker: ["lib", "fs", "storage"],
+  registry: ["lib", "fs", "storage"],
+  broker: ["lib", "fs", "storage", "registry"],
   protocol: ["lib", "storage", "broker"],
   client: ["lib", "storage", "broker", "protocol"],
   auth: ["lib", "fs", "storage", "broker"],
-  transport: ["lib", "storage", "broker", "protocol", "auth"],
+  transport: ["lib", "storage", "broker", "registry", "protocol", "auth"],
   cluster: ["lib", "fs", "storage", "broker", "protocol", "client"],
-  runtime: ["lib", "fs", "storage", "broker", "protocol", "client", "transport", "auth", "cluster"],
+  runtime: [
+    "lib",
+    "fs",
+    "storage",
+    "broker",
+    "registry",
+    "protocol",
+    "client",
+    "transport",
+    "auth",
+    "cluster",
+  ],
   cli: [
     "lib",
     "fs",
     "storage",
     "broker",
+    "registry",
     "protocol",
     "client",
     "transport",
@@ -38,6 +51,7 @@ const allowed: Record<string, string[]> = {
     "fs",
     "storage",
     "broker",
+    "registry",
     "protocol",
     "client",
     "transport",
@@ -106,7 +120,7 @@ describe("layering (docs/architecture.md)", () => {
           `${rel} uses Deno or Bun`,
         ).toBe(false);
       }
-      if (["storage", "broker", "auth", "cluster"].includes(layer)) {
+      if (["storage", "registry", "broker", "auth", "cluster"].includes(layer)) {
         const code = text.replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, "");
         expect(
           /Date\.now\(|Math\.random\(|setTimeout\(|setInterval\(/.test(code),

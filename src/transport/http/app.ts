@@ -18,6 +18,7 @@
  * | `GET /v1/topics/{topic}/partitions/{p}/records?offset=…`   | 200 records (long-poll: `wait_ms`) |
  * | `GET /v1/topics/{topic}/partitions/{p}/stream`             | 200 `text/event-stream`         |
  * | `/v1/groups/…` (consumer groups, `groups.ts`)              | see `groups.ts`                 |
+ * | `/registry/…` (Confluent Schema Registry API, `registry/routes.ts`) | see `registry/routes.ts` |
  *
  * Produce with `Producer-Id`, `Producer-Epoch`, `Producer-Seq` headers is idempotent
  * (`groups.ts`, `broker/producers/`); its answer adds `"duplicate"`.
@@ -62,6 +63,8 @@ import { scanJsonProduce } from "./produce-json.ts";
 import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
 import { type BodyReaders, producerFromHeaders, registerGroupRoutes } from "./groups.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
+import type { SchemaRegistry } from "../../registry/registry.ts";
+import { createRegistryApp, type RegistryOperation } from "./registry/routes.ts";
 
 /**
  * Values the server passes to every request as Hono's `c.env`. `serveHttp`
@@ -111,6 +114,10 @@ export interface HttpAppOptions {
    * administration routes of `keys.ts` use it).
    */
   routes?: (app: HttpApp, helpers: { limitBody: (c: Context) => void } & BodyReaders) => void;
+  /** The schema registry served under `/registry` (`registry/routes.ts`); absent: those routes are 404. */
+  registry?: SchemaRegistry;
+  /** Decides each registry operation (throws to refuse); absent: all allowed. See `registry/routes.ts`. */
+  authorizeRegistry?: (operation: RegistryOperation) => void | Promise<void>;
 }
 
 type AppContext = Context<{ Bindings: HttpBindings }>;
@@ -618,6 +625,17 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
 
   registerGroupRoutes(app, { broker, limitBody, readBody, parseJson });
   options.routes?.(app, { limitBody, readBody, parseJson });
+  if (options.registry !== undefined)
+    app.route(
+      "/registry",
+      createRegistryApp({
+        registry: options.registry,
+        logger,
+        readBody,
+        limitBody,
+        authorize: options.authorizeRegistry,
+      }),
+    );
 
   return app;
 }

@@ -1,0 +1,198 @@
+/**
+ * Avro schemas through the npm `avsc` library: parsing (`Type.forSchema`, which checks names,
+ * defaults and duplicate fields), schema resolution for compatibility (`createResolver`, the
+ * Avro specification's rules: fields matched by name or reader alias, missing reader fields need
+ * a default, int → long → float → double and string ↔ bytes promotions, enum symbols the reader
+ * lacks need a reader default, every writer union branch must resolve) and decoding a record
+ * value to check it at produce time.
+ *
+ * avsc decodes Node `Buffer`s (it reads strings with `Buffer.prototype.utf8Slice`); Node, Bun
+ * and Deno 2 all provide the `Buffer` global, so a value is wrapped, not copied, with
+ * `Buffer.from(arrayBuffer, offset, length)`.
+ */
+import avsc from "avsc";
+import { errorMessage } from "../lib/errors.ts";
+import type { Json } from "./canonical.ts";
+import { RegistryError, RegistryErrors } from "./errors.ts";
+
+/** A parsed Avro schema (avsc's type object). */
+export type AvroType = avsc.Type;
+
+/** Why a value did not decode: the path of the failing field (`/address/zip`, `/items/3`) and the reason. */
+export interface ValueFailure {
+  path: string;
+  reason: string;
+}
+
+const NodeBuffer = (globalThis as { Buffer?: typeof Buffer }).Buffer;
+
+/** Longest error detail of avsc quoted in a message, in characters (its messages can embed whole schemas). */
+const detailCharsMax = 300;
+
+function shorten(text: string): string {
+  return text.length > detailCharsMax ? `${text.slice(0, detailCharsMax)}…` : text;
+}
+
+/**
+ * Parses an Avro schema from its JSON value.
+ * @throws RegistryError invalid_schema (42201) with avsc's reason.
+ */
+export function parseAvro(json: Json, action: string): AvroType {
+  try {
+    // A fresh registry per schema: named types of one schema never leak into another.
+    return avsc.Type.forSchema(json as avsc.Schema, { registry: {} });
+  } catch (err) {
+    throw new RegistryError(
+      RegistryErrors.invalidSchema,
+      `${action}: not a valid Avro schema: ${shorten(errorMessage(err))}`,
+    );
+  }
+}
+
+/**
+ * Whether data written with `writer` can be read with `reader` (Avro schema resolution).
+ * @returns null when it can, else the reason (e.g. `no matching field for default-less R.f2`).
+ */
+export function avroReadable(reader: AvroType, writer: AvroType): string | null {
+  try {
+    reader.createResolver(writer);
+    return null;
+  } catch (err) {
+    return shorten(errorMessage(err));
+  }
+}
+
+/** `bytes` as a Buffer over the same memory (no copy). */
+function asBuffer(bytes: Uint8Array): Buffer {
+  if (NodeBuffer === undefined)
+    throw new Error("the Buffer global is missing (Node, Bun and Deno 2 have it)");
+  return NodeBuffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+/**
+ * A function that checks one Avro binary value against `type`: it must decode completely and
+ * use every byte. Returns null when it does, else the failing path and reason. Never throws:
+ * a value whose decoding overflows the stack (a recursive schema, deep data) is a failure too.
+ */
+export function avroValueChecker(type: AvroType): (bytes: Uint8Array) => ValueFailure | null {
+  return (bytes) => {
+    const buf = asBuffer(bytes);
+    try {
+      const { offset } = type.decode(buf, 0);
+      if (offset === buf.length) return null;
+      if (offset > 0)
+        return {
+          path: "",
+          reason: `${buf.length - offset} bytes left over after the value (it decodes from the first ${offset} of ${buf.length} bytes)`,
+        };
+    } catch {
+      // Explained below.
+    }
+    return explain(type, buf);
+  };
+}
+
+/** Finds where `buf` stops decoding as `type`: the first field, item or branch that fails. */
+function explain(type: AvroType, buf: Buffer): ValueFailure {
+  try {
+    const at = walk(type, buf, 0, "");
+    if (typeof at !== "number") return at;
+    if (at !== buf.length)
+      return { path: "", reason: `${buf.length - at} bytes left over after the value` };
+    return { path: "", reason: "the value does not decode" };
+  } catch (err) {
+    return { path: "", reason: `the value does not decode: ${shorten(errorMessage(err))}` };
+  }
+}
+
+const longType = avsc.Type.forSchema("long");
+const stringType = avsc.Type.forSchema("string");
+
+/** Decodes one `type` at `pos`, returning the position after it, or where and why it failed. */
+function walk(type: AvroType, buf: Buffer, pos: number, path: string): number | ValueFailure {
+  const t = type as AvroType & {
+    typeName: string;
+    fields?: { name: string; type: AvroType }[];
+    itemsType?: AvroType;
+    valuesType?: AvroType;
+    types?: AvroType[];
+    underlyingType?: AvroType;
+  };
+  const name = t.typeName;
+  if (name.startsWith("logical:") && t.underlyingType !== undefined)
+    return walk(t.underlyingType, buf, pos, path);
+  if ((name === "record" || name === "error") && t.fields !== undefined) {
+    let at = pos;
+    for (const field of t.fields) {
+      const next = walk(field.type, buf, at, `${path}/${field.name}`);
+      if (typeof next !== "number") return next;
+      at = next;
+    }
+    return at;
+  }
+  if (name === "array" || name === "map") {
+    // Blocks: a count (negative: followed by the block's size in bytes), its items; 0 ends.
+    let at = pos;
+    let index = 0;
+    for (;;) {
+      const count = leaf(longType, buf, at, path);
+      if (!("value" in count)) return count;
+      at = count.end;
+      let items = count.value as number;
+      if (items === 0) return at;
+      if (items < 0) {
+        items = -items;
+        const size = leaf(longType, buf, at, path);
+        if (!("value" in size)) return size;
+        at = size.end;
+      }
+      for (let i = 0; i < items; i++, index++) {
+        let itemPath = `${path}/${index}`;
+        if (name === "map") {
+          const key = leaf(stringType, buf, at, path);
+          if (!("value" in key)) return key;
+          at = key.end;
+          itemPath = `${path}/${key.value as string}`;
+        }
+        const next = walk((name === "map" ? t.valuesType : t.itemsType)!, buf, at, itemPath);
+        if (typeof next !== "number") return next;
+        at = next;
+      }
+    }
+  }
+  if (name.startsWith("union") && t.types !== undefined) {
+    const branch = leaf(longType, buf, pos, path);
+    if (!("value" in branch)) return branch;
+    const index = branch.value as number;
+    if (index < 0 || index >= t.types.length)
+      return {
+        path,
+        reason: `union branch ${index} does not exist (the union has ${t.types.length})`,
+      };
+    return walk(t.types[index], buf, branch.end, path);
+  }
+  const decoded = leaf(type, buf, pos, path);
+  return "value" in decoded ? decoded.end : decoded;
+}
+
+/** Decodes a type at `pos` with avsc: the value and the position after it, or the failure. */
+function leaf(
+  type: AvroType,
+  buf: Buffer,
+  pos: number,
+  path: string,
+): { value: unknown; end: number } | ValueFailure {
+  try {
+    const { value, offset } = type.decode(buf, pos);
+    if (offset < 0)
+      return { path, reason: `the value ends inside ${describe(type)} (${buf.length} bytes)` };
+    return { value, end: offset };
+  } catch (err) {
+    return { path, reason: shorten(errorMessage(err)) };
+  }
+}
+
+function describe(type: AvroType): string {
+  const t = type as AvroType & { typeName: string; name?: string };
+  return t.name === undefined ? `a ${t.typeName}` : `${t.typeName} ${t.name}`;
+}

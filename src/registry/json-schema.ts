@@ -1,0 +1,132 @@
+/**
+ * JSON Schemas through the npm `ajv` library (with `ajv-formats`): draft-07 and 2020-12, picked by
+ * the schema's `$schema` (absent means draft-07, as Confluent's serializers write). A schema is
+ * checked against its draft's meta-schema and compiled; compiling is what refuses a `$ref` that
+ * does not resolve inside the schema (references to other documents are not fetched). Keywords
+ * the drafts do not define (Confluent's `connect.*` annotations, for one) are ignored, as the
+ * specification says.
+ *
+ * One Ajv instance per draft, made on first use, compiles every schema; compiled schemas are not
+ * kept in the instance (`addUsedSchema: false`, removed after compiling), so a schema's `$id`
+ * never collides with another's and memory is held only by the registry's validator cache.
+ */
+import { Ajv, type ValidateFunction } from "ajv";
+import { Ajv2020 } from "ajv/dist/2020.js";
+import addFormats from "ajv-formats";
+import { errorMessage } from "../lib/errors.ts";
+import type { Json } from "./canonical.ts";
+import { RegistryError, RegistryErrors } from "./errors.ts";
+import type { ValueFailure } from "./avro.ts";
+
+/** The JSON Schema drafts the registry compiles. */
+export type JsonSchemaDraft = "draft-07" | "2020-12";
+
+/** A compiled JSON Schema. */
+export interface CompiledJsonSchema {
+  draft: JsonSchemaDraft;
+  validate: ValidateFunction;
+}
+
+const draftOf: Record<string, JsonSchemaDraft> = {
+  "http://json-schema.org/draft-07/schema": "draft-07",
+  "http://json-schema.org/draft-07/schema#": "draft-07",
+  "https://json-schema.org/draft/2020-12/schema": "2020-12",
+  "https://json-schema.org/draft/2020-12/schema#": "2020-12",
+};
+
+const instances = new Map<JsonSchemaDraft, Ajv>();
+
+function ajvFor(draft: JsonSchemaDraft): Ajv {
+  let ajv = instances.get(draft);
+  if (ajv === undefined) {
+    const options = {
+      strict: false,
+      allErrors: false,
+      addUsedSchema: false,
+      validateSchema: true,
+      logger: false as const,
+    };
+    ajv = draft === "2020-12" ? new Ajv2020(options) : new Ajv(options);
+    (addFormats as unknown as (ajv: Ajv) => void)(ajv);
+    instances.set(draft, ajv);
+  }
+  return ajv;
+}
+
+/** The draft a schema declares with `$schema` (draft-07 without one). @throws RegistryError invalid_schema for any other. */
+export function jsonSchemaDraft(json: Json, action: string): JsonSchemaDraft {
+  if (typeof json === "boolean") return "draft-07";
+  if (typeof json !== "object" || json === null || Array.isArray(json))
+    throw new RegistryError(
+      RegistryErrors.invalidSchema,
+      `${action}: a JSON Schema must be an object or a boolean, got ${json === null ? "null" : Array.isArray(json) ? "an array" : typeof json}`,
+    );
+  const declared = json.$schema;
+  if (declared === undefined) return "draft-07";
+  const draft = typeof declared === "string" ? draftOf[declared] : undefined;
+  if (draft === undefined)
+    throw new RegistryError(
+      RegistryErrors.invalidSchema,
+      `${action}: "$schema" ${JSON.stringify(declared).slice(0, 200)} is not a supported draft (supported: ${Object.keys(
+        draftOf,
+      )
+        .filter((k) => !k.endsWith("#"))
+        .join(", ")})`,
+    );
+  return draft;
+}
+
+/**
+ * Checks and compiles a JSON Schema.
+ * @throws RegistryError invalid_schema (42201) naming what Ajv refused.
+ */
+export function compileJsonSchema(json: Json, action: string): CompiledJsonSchema {
+  const draft = jsonSchemaDraft(json, action);
+  const ajv = ajvFor(draft);
+  let validate: ValidateFunction;
+  try {
+    validate = ajv.compile(json as object | boolean);
+  } catch (err) {
+    throw new RegistryError(
+      RegistryErrors.invalidSchema,
+      `${action}: not a valid JSON Schema (${draft}): ${errorMessage(err).slice(0, 300)}`,
+    );
+  } finally {
+    if (typeof json === "object" && json !== null) ajv.removeSchema(json);
+  }
+  return { draft, validate };
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * A function that checks one JSON text (UTF-8 bytes) against a compiled schema. Returns null when
+ * it is valid, else the failing path (JSON Pointer into the value, "" for the root) and the
+ * reason. Never throws.
+ */
+export function jsonValueChecker(
+  compiled: CompiledJsonSchema,
+): (bytes: Uint8Array) => ValueFailure | null {
+  const validate = compiled.validate;
+  return (bytes) => {
+    let value: unknown;
+    try {
+      value = JSON.parse(strictUtf8.decode(bytes));
+    } catch (err) {
+      return { path: "", reason: `not JSON text: ${errorMessage(err).slice(0, 200)}` };
+    }
+    try {
+      if (validate(value)) return null;
+    } catch (err) {
+      // e.g. deep-equal checks of very deep data overflowing the stack.
+      return { path: "", reason: `could not be validated: ${errorMessage(err).slice(0, 200)}` };
+    }
+    const error = validate.errors?.[0];
+    if (error === undefined) return { path: "", reason: "does not match the schema" };
+    const params =
+      error.keyword === "additionalProperties"
+        ? ` (${JSON.stringify((error.params as { additionalProperty?: string }).additionalProperty)})`
+        : "";
+    return { path: error.instancePath, reason: `${error.message ?? error.keyword}${params}` };
+  };
+}
