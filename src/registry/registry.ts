@@ -67,7 +67,7 @@ export const schemasFileName = "schemas.json";
 /** Options of {@link SchemaRegistry.open}. */
 export interface SchemaRegistryOptions {
   fs: FileSystem;
-  /** The data directory; the registry's file is `<dataDir>/schemas.json`. */
+  /** The data directory (it must exist: the broker creates it); the registry's file is `<dataDir>/schemas.json`. */
   dataDir: string;
   logger: Logger;
 }

@@ -1,0 +1,369 @@
+/**
+ * The schema registry's semantics (docs/registry.md; field failures 32, 33): schema identity and
+ * ids, versions across deletes, compatibility levels per subject, restarts, a corrupt file, and
+ * bad input refused with Confluent's error codes, never an internal error.
+ */
+import { describe, expect, it } from "vitest";
+import avsc from "avsc";
+import { MemoryFileSystem } from "../../src/fs/memory.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
+import { schemaBytesMax, schemaDepthMax } from "../../src/lib/limits.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { RegistryError } from "../../src/registry/errors.ts";
+import { SchemaRegistry } from "../../src/registry/registry.ts";
+import { parseCompatibilityLevel } from "../../src/registry/compatibility.ts";
+import { readWholeFile } from "../../src/fs/types.ts";
+
+async function openRegistry(fs = new MemoryFileSystem()) {
+  if ((await fs.stat("/data")) === null) {
+    await fs.mkdir("/data");
+    await fs.syncDir("/");
+  }
+  const logger = new MemoryLogger();
+  const registry = await SchemaRegistry.open({ fs, dataDir: "/data", logger });
+  return { registry, fs, logger };
+}
+
+/** The RegistryError `fn` throws (or its promise rejects with). */
+async function registryError(fn: () => unknown): Promise<RegistryError> {
+  let caught: unknown;
+  try {
+    await fn();
+  } catch (err) {
+    caught = err;
+  }
+  expect(caught, "expected a RegistryError").toBeInstanceOf(RegistryError);
+  return caught as RegistryError;
+}
+
+const record = (fields: object[], extra: object = {}) =>
+  JSON.stringify({ type: "record", name: "Order", fields, ...extra });
+const f1 = { name: "f1", type: "string" };
+const f2 = { name: "f2", type: "int", default: 0 };
+
+describe("schema identity and ids", () => {
+  it("gives schemas that differ only in whitespace, CRLF or key order one id, and the same schema under two subjects the same id", async () => {
+    const { registry } = await openRegistry();
+    const a = await registry.register("s1", { schema: record([f1]) });
+    const spaced = `{\r\n  "name" : "Order",\r\n  "fields": [ { "type": "string", "name": "f1" } ],\r\n  "type": "record"\r\n}`;
+    expect(await registry.register("s1", { schema: spaced })).toEqual(a);
+    const other = await registry.register("s2", { schema: spaced });
+    expect(other.id).toBe(a.id);
+    expect(other.version).toBe(1);
+    expect(registry.lookup("s2", { schema: record([f1]) })).toMatchObject({ id: a.id, version: 1 });
+    expect(registry.versionsOfId(a.id)).toEqual([
+      { subject: "s1", version: 1 },
+      { subject: "s2", version: 1 },
+    ]);
+  });
+
+  it("gives Avro schemas with different field order different ids, since their encodings differ", async () => {
+    const { registry } = await openRegistry();
+    await registry.setCompatibility(undefined, "NONE");
+    const ab = record([f1, { name: "f3", type: "int" }]);
+    const ba = record([{ name: "f3", type: "int" }, f1]);
+    const first = await registry.register("s", { schema: ab });
+    const second = await registry.register("s", { schema: ba });
+    expect(second.id).not.toBe(first.id);
+    const value = { f1: "x", f3: 7 };
+    const bytesA = avsc.Type.forSchema(JSON.parse(registry.schemaById(first.id).schema)).toBuffer(
+      value,
+    );
+    const bytesB = avsc.Type.forSchema(JSON.parse(registry.schemaById(second.id).schema)).toBuffer(
+      value,
+    );
+    expect(Buffer.compare(bytesA, bytesB)).not.toBe(0);
+  });
+
+  it("returns an older schema's own version when it is registered again, without making it latest", async () => {
+    const { registry } = await openRegistry();
+    const v1 = await registry.register("s", { schema: record([f1]) });
+    const v2 = await registry.register("s", { schema: record([f1, f2]) });
+    expect(v2.version).toBe(2);
+    expect(await registry.register("s", { schema: record([f1]) })).toEqual(v1);
+    expect(registry.version("s", "latest").version).toBe(2);
+    expect(registry.versions("s")).toEqual([1, 2]);
+  });
+
+  it("consumes no id and no version for a refused registration", async () => {
+    const { registry } = await openRegistry();
+    await registry.register("s", { schema: record([f1]) });
+    const error = await registryError(() =>
+      registry.register("s", { schema: record([f1, { name: "f9", type: "int" }]) }),
+    );
+    expect(error.kind.errorCode).toBe(409);
+    expect(error.message).toMatch(/f9/);
+    const next = await registry.register("s", { schema: record([f1, f2]) });
+    expect(next).toEqual({ id: 2, version: 2 });
+  });
+
+  it("continues version numbers after a soft delete, restarts them after a permanent one, and never gives an id to another schema", async () => {
+    const { registry } = await openRegistry();
+    const v1 = await registry.register("s", { schema: record([f1]) });
+    expect(await registry.deleteSubject("s")).toEqual([1]);
+    expect(registry.subjects()).toEqual([]);
+    expect(registry.subjects({ deleted: true })).toEqual(["s"]);
+    expect(registry.schemaById(v1.id).schema).toContain("f1"); // soft-deleted ids still resolve
+    expect(await registry.register("s", { schema: record([f1]) })).toEqual({
+      id: v1.id,
+      version: 2,
+    });
+    await registry.deleteSubject("s");
+    expect(await registry.deleteSubject("s", { permanent: true })).toEqual([1, 2]);
+    expect((await registryError(() => registry.schemaById(v1.id))).kind.errorCode).toBe(40403);
+    const other = await registry.register("t", { schema: record([f1, f2]) });
+    expect(other.id).toBe(2);
+    expect(await registry.register("s", { schema: record([f1]) })).toEqual({
+      id: v1.id,
+      version: 1,
+    });
+  });
+
+  it("refuses deletes out of order with Confluent's codes", async () => {
+    const { registry } = await openRegistry();
+    await registry.register("s", { schema: record([f1]) });
+    expect(
+      (await registryError(() => registry.deleteSubject("s", { permanent: true }))).kind.errorCode,
+    ).toBe(40405);
+    expect(
+      (await registryError(() => registry.deleteVersion("s", "1", { permanent: true }))).kind
+        .errorCode,
+    ).toBe(40407);
+    expect(await registry.deleteVersion("s", "1")).toBe(1);
+    expect((await registryError(() => registry.deleteVersion("s", "1"))).kind.errorCode).toBe(
+      40406,
+    );
+    expect((await registryError(() => registry.deleteSubject("s"))).kind.errorCode).toBe(40404);
+    expect((await registryError(() => registry.deleteSubject("nope"))).kind.errorCode).toBe(40401);
+    expect((await registryError(() => registry.deleteVersion("s", "7"))).kind.errorCode).toBe(
+      40402,
+    );
+    expect(await registry.deleteVersion("s", "1", { permanent: true })).toBe(1);
+    expect(
+      (await registryError(() => registry.versions("s", { deleted: true }))).kind.errorCode,
+    ).toBe(40401);
+  });
+
+  it("keeps ids, versions and levels across a restart", async () => {
+    const fs = new MemoryFileSystem();
+    const first = await openRegistry(fs);
+    const a = await first.registry.register("s", { schema: record([f1]) });
+    const b = await first.registry.register("s", { schema: record([f1, f2]) });
+    await first.registry.setCompatibility("s", "FULL");
+    await first.registry.close();
+    fs.crash({ mode: "dropAll" });
+    const { registry } = await openRegistry(fs);
+    expect(registry.lookup("s", { schema: record([f1, f2]) })).toMatchObject({
+      id: b.id,
+      version: 2,
+    });
+    expect(registry.schemaById(a.id).schema).toContain("f1");
+    expect(registry.compatibility("s")).toBe("FULL");
+    expect((await registry.register("t", { schema: JSON.stringify("string") })).id).toBe(3);
+  });
+});
+
+describe("compatibility levels per subject", () => {
+  it("falls back to the global level once a subject's level is deleted, and forgets it with the subject", async () => {
+    const { registry } = await openRegistry();
+    await registry.setCompatibility(undefined, "FORWARD");
+    await registry.setCompatibility("s", "NONE");
+    expect(registry.compatibility("s")).toBe("NONE");
+    expect(await registry.deleteCompatibility("s")).toBe("NONE");
+    expect((await registryError(() => registry.compatibility("s"))).kind.errorCode).toBe(40408);
+    expect(registry.compatibility("s", { defaultToGlobal: true })).toBe("FORWARD");
+    await registry.setCompatibility("s", "FULL");
+    await registry.register("s", { schema: record([f1]) });
+    await registry.deleteSubject("s");
+    expect(registry.compatibility("s")).toBe("FULL"); // a soft delete keeps it
+    await registry.deleteSubject("s", { permanent: true });
+    expect(registry.compatibility("s", { defaultToGlobal: true })).toBe("FORWARD");
+    expect(await registry.deleteCompatibility()).toBe("FORWARD");
+    expect(registry.compatibility()).toBe("BACKWARD");
+  });
+});
+
+describe("a corrupt schemas.json", () => {
+  for (const [what, content] of [
+    ["empty", ""],
+    ["not JSON", "{oops"],
+    [
+      "an id at or past next_id",
+      JSON.stringify({
+        format: 1,
+        next_id: 1,
+        compatibility: "BACKWARD",
+        schemas: [{ id: 1, schema_type: "AVRO", schema: '"int"' }],
+        subjects: [],
+        subject_compatibility: {},
+      }),
+    ],
+    [
+      "a version naming a missing id",
+      JSON.stringify({
+        format: 1,
+        next_id: 2,
+        compatibility: "BACKWARD",
+        schemas: [],
+        subjects: [
+          { subject: "s", next_version: 2, versions: [{ version: 1, id: 1, deleted: false }] },
+        ],
+        subject_compatibility: {},
+      }),
+    ],
+  ] as const) {
+    it(`(${what}) makes the registry unavailable with the reason, never empty, and leaves the file alone`, async () => {
+      const fs = new MemoryFileSystem();
+      fs.writeFileSync("/data/schemas.json", utf8(content));
+      const { registry, logger } = await openRegistry(fs);
+      expect(registry.unavailableReason).toMatch(/schemas\.json/);
+      expect(logger.named("registry.unavailable")).toHaveLength(1);
+      for (const call of [
+        () => registry.subjects(),
+        () => registry.register("s", { schema: '"int"' }),
+        () => registry.schemaById(1),
+        () =>
+          registry.checkBatch(
+            { bytes: new Uint8Array(0), count: 0 },
+            { value: { subject: "s", format: "confluent" } },
+          ),
+      ]) {
+        const error = await registryError(call);
+        expect(error.kind.errorCode).toBe(50002);
+        expect(error.message).toMatch(/schemas\.json/);
+      }
+      expect(new TextDecoder().decode(await readWholeFile(fs, "/data/schemas.json", 1 << 20))).toBe(
+        content,
+      );
+    });
+  }
+});
+
+describe("bad input", () => {
+  const deep = (levels: number) =>
+    `${'{"type":"array","items":'.repeat(levels)}"int"${"}".repeat(levels)}`;
+  const cases: [string, () => Promise<unknown> | unknown, number, RegExp][] = [];
+  it("is refused with a Confluent error code naming what was wrong", async () => {
+    const { registry } = await openRegistry();
+    await registry.register("s", { schema: record([f1]) });
+    cases.push(
+      [
+        "schema text that is not JSON",
+        () => registry.register("s", { schema: "{nope" }),
+        42201,
+        /not valid JSON/,
+      ],
+      [
+        "an invalid Avro schema",
+        () => registry.register("s", { schema: '{"type":"record","name":"R"}' }),
+        42201,
+        /Avro/,
+      ],
+      [
+        "an invalid JSON Schema",
+        () => registry.register("j", { schemaType: "JSON", schema: '{"type":"strin"}' }),
+        42201,
+        /JSON Schema/,
+      ],
+      [
+        "an unsupported draft",
+        () =>
+          registry.register("j", {
+            schemaType: "JSON",
+            schema: '{"$schema":"http://json-schema.org/draft-04/schema#"}',
+          }),
+        42201,
+        /draft/,
+      ],
+      [
+        "an unresolvable $ref",
+        () =>
+          registry.register("j", {
+            schemaType: "JSON",
+            schema: '{"$ref":"https://example.com/x.json"}',
+          }),
+        42201,
+        /JSON Schema/,
+      ],
+      [
+        "PROTOBUF",
+        () => registry.register("p", { schemaType: "PROTOBUF", schema: "syntax" }),
+        42201,
+        /PROTOBUF/,
+      ],
+      [
+        "references",
+        () =>
+          registry.register("s", {
+            schema: '"int"',
+            references: [{ name: "x", subject: "y", version: 1 }],
+          }),
+        42201,
+        /references/,
+      ],
+      [
+        "a schema that is not a string",
+        () => registry.register("s", { schema: { type: "int" } }),
+        42201,
+        /must be a string/,
+      ],
+      [
+        `a schema nested ${schemaDepthMax * 100} levels`,
+        () => registry.register("d", { schema: deep(schemaDepthMax * 100) }),
+        42201,
+        /schemaDepthMax/,
+      ],
+      [
+        "a 10 MB schema",
+        () =>
+          registry.register("big", {
+            schema: JSON.stringify({
+              type: "enum",
+              name: "E",
+              symbols: ["A"],
+              doc: "x".repeat(10 * 1024 * 1024),
+            }),
+          }),
+        42201,
+        new RegExp(`limit of ${schemaBytesMax} bytes`),
+      ],
+      [
+        "an unknown compatibility level",
+        () => parseCompatibilityLevel("SIDEWAYS", "Cannot set"),
+        42203,
+        /SIDEWAYS.*BACKWARD/,
+      ],
+      [
+        "version 0 in a compatibility test",
+        () => registry.testCompatibility("s", "0", { schema: '"int"' }),
+        42202,
+        /version "0"/,
+      ],
+      ["version text", () => registry.version("s", "1.5"), 42202, /not valid/],
+      [
+        "an empty subject name",
+        () => registry.register("", { schema: '"int"' }),
+        42208,
+        /subject name/,
+      ],
+      [
+        "a subject with a control character",
+        () => registry.setCompatibility("a\u0001b", "NONE"),
+        42208,
+        /control/,
+      ],
+      ["an unknown schema id", () => registry.schemaById(99), 40403, /99/],
+      ["an unknown subject", () => registry.version("nope", "latest"), 40401, /nope/],
+    );
+    for (const [what, call, code, message] of cases) {
+      const error = await registryError(call);
+      expect(error.kind.errorCode, what).toBe(code);
+      expect(error.message, what).toMatch(message);
+      expect(error.message.length, `${what}: the message stays short`).toBeLessThan(1000);
+    }
+    // A schema just inside the depth limit is fine.
+    expect((await registry.register("d", { schema: deep(schemaDepthMax - 2) })).id).toBeGreaterThan(
+      0,
+    );
+  });
+});
