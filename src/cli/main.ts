@@ -1,5 +1,6 @@
 /**
- * The `es-broker` command: dispatches to `serve`, `produce`, `consume` and `topics`. Arguments are
+ * The `es-broker` command: dispatches to `serve`, `produce`, `consume`, `topics`, `check`,
+ * `groups`, `keys` and `schemas`. Arguments are
  * parsed with `node:util` `parseArgs` (the same on Node, Deno and Bun; `@std/cli` cannot be
  * installed from this project's registries). Exit codes: 0 success, 1 failure, 2 usage error.
  */
@@ -9,6 +10,7 @@ import { UsageError } from "./args.ts";
 import { serve } from "./serve.ts";
 import { check } from "./check.ts";
 import { consume, groups, produce, topics } from "./client-commands.ts";
+import { schemas } from "./schemas.ts";
 import { ClientError } from "../client/client.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { keys } from "./keys.ts";
@@ -27,6 +29,7 @@ Commands:
   check        verify a stopped data directory offline (es-broker check --help)
   groups       list and describe consumer groups
   keys         create, list and revoke API keys (es-broker keys --help)
+  schemas      register, list, get and check schemas in the broker's schema registry
 
 Options:
   -v, --version   print the version and the runtime
@@ -42,6 +45,7 @@ const commands: readonly string[] = [
   "check",
   "groups",
   "keys",
+  "schemas",
 ];
 
 /** Runs the command line; resolves with the exit code. Errors print one line on stderr. */
@@ -75,6 +79,8 @@ export async function main(argv: string[]): Promise<number> {
         return await groups(rest);
       case "keys":
         return await keys(rest);
+      case "schemas":
+        return await schemas(rest);
       default:
         throw new UsageError(`unknown command ${JSON.stringify(command)}`);
     }

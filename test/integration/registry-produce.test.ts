@@ -21,7 +21,7 @@ interface Refusal {
   status: number | undefined;
   code: string;
   message: string;
-  details: Record<string, unknown> | undefined;
+  details?: Record<string, unknown>;
 }
 
 interface Door {
