@@ -1,6 +1,6 @@
 /**
  * Schema text → parsed JSON and its canonical text, the form that decides whether two schemas are
- * the same one (docs/registry.md "Schema identity"). The canonical text is the compact JSON of
+ * the same one (docs/registry.md "Identity, versions and deletion"). The canonical text is the compact JSON of
  * the parsed schema with the keys of every object sorted: whitespace, line endings (CRLF or LF)
  * and the order of an object's keys do not matter, the order of array elements does (an Avro
  * record's `fields` and an enum's `symbols` keep their order, since it changes the binary

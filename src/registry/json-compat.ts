@@ -4,7 +4,7 @@
  * value `narrow` accepts, `wide` accepts too. BACKWARD asks it with (old, new) — a consumer on the
  * new schema reads what producers on the old one wrote — FORWARD with (new, old), FULL both ways.
  * These are Confluent's published JSON Schema rules seen from what they protect; docs/registry.md
- * "JSON Schema compatibility" lists them row by row.
+ * "Compatibility" lists them row by row.
  *
  * The check is sound and incomplete: whatever it accepts is an inclusion (with one approximation:
  * `oneOf` is read as `anyOf`), and what it cannot prove it refuses, naming the keyword. The rules:

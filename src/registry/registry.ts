@@ -13,7 +13,7 @@
  * unavailable (every call throws `unavailable` naming the file and the reason; produces to
  * topics with a subject fail closed), never empty; the file is left as it is.
  *
- * Decisions where Confluent's behaviour is loose (docs/registry.md "Identity and deletion"):
+ * Decisions where Confluent's behaviour is loose (docs/registry.md "Identity, versions and deletion"):
  * - The same schema (same type and canonical text, `canonical.ts`) has one id everywhere: under
  *   every subject, and again after its versions were deleted permanently.
  * - Registering a schema that is a live version of the subject returns that version, unchanged,

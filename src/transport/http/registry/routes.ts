@@ -31,7 +31,7 @@
  *
  * Authorization: every route first calls `authorize(operation)` with its operation of the table
  * (reads; registering; deleting; changing compatibility), before it reads a body. With API keys
- * (docs/security.md) registering, deleting and changing compatibility are for admin keys and
+ * (once they exist) registering, deleting and changing compatibility are for admin keys and
  * reads for any key; the hook is where that decision plugs in.
  */
 import { type Context, Hono } from "hono";
