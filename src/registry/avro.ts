@@ -6,14 +6,15 @@
  * lacks need a reader default, every writer union branch must resolve) and decoding a record
  * value to check it at produce time.
  *
- * avsc decodes Node `Buffer`s (it reads strings with `Buffer.prototype.utf8Slice`); Node, Bun
+ * avsc is loaded on first need (`libraries.ts`). It decodes Node `Buffer`s (it reads strings with `Buffer.prototype.utf8Slice`); Node, Bun
  * and Deno 2 all provide the `Buffer` global, so a value is wrapped, not copied, with
  * `Buffer.from(arrayBuffer, offset, length)`.
  */
-import avsc from "avsc";
+import type avsc from "avsc";
 import { errorMessage } from "../lib/errors.ts";
 import type { Json } from "./canonical.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
+import { schemaLibraries } from "./libraries.ts";
 
 /** A parsed Avro schema (avsc's type object). */
 export type AvroType = avsc.Type;
@@ -40,7 +41,7 @@ function shorten(text: string): string {
 export function parseAvro(json: Json, action: string): AvroType {
   try {
     // A fresh registry per schema: named types of one schema never leak into another.
-    return avsc.Type.forSchema(json as avsc.Schema, { registry: {} });
+    return schemaLibraries().avsc.Type.forSchema(json as avsc.Schema, { registry: {} });
   } catch (err) {
     throw new RegistryError(
       RegistryErrors.invalidSchema,
@@ -105,8 +106,16 @@ function explain(type: AvroType, buf: Buffer): ValueFailure {
   }
 }
 
-const longType = avsc.Type.forSchema("long");
-const stringType = avsc.Type.forSchema("string");
+let primitives: { long: AvroType; string: AvroType } | null = null;
+
+/** avsc's long and string types, made on first use. */
+function primitive(name: "long" | "string"): AvroType {
+  primitives ??= {
+    long: schemaLibraries().avsc.Type.forSchema("long"),
+    string: schemaLibraries().avsc.Type.forSchema("string"),
+  };
+  return primitives[name];
+}
 
 /** Decodes one `type` at `pos`, returning the position after it, or where and why it failed. */
 function walk(type: AvroType, buf: Buffer, pos: number, path: string): number | ValueFailure {
@@ -135,21 +144,21 @@ function walk(type: AvroType, buf: Buffer, pos: number, path: string): number | 
     let at = pos;
     let index = 0;
     for (;;) {
-      const count = leaf(longType, buf, at, path);
+      const count = leaf(primitive("long"), buf, at, path);
       if (!("value" in count)) return count;
       at = count.end;
       let items = count.value as number;
       if (items === 0) return at;
       if (items < 0) {
         items = -items;
-        const size = leaf(longType, buf, at, path);
+        const size = leaf(primitive("long"), buf, at, path);
         if (!("value" in size)) return size;
         at = size.end;
       }
       for (let i = 0; i < items; i++, index++) {
         let itemPath = `${path}/${index}`;
         if (name === "map") {
-          const key = leaf(stringType, buf, at, path);
+          const key = leaf(primitive("string"), buf, at, path);
           if (!("value" in key)) return key;
           at = key.end;
           itemPath = `${path}/${key.value as string}`;
@@ -161,7 +170,7 @@ function walk(type: AvroType, buf: Buffer, pos: number, path: string): number | 
     }
   }
   if (name.startsWith("union") && t.types !== undefined) {
-    const branch = leaf(longType, buf, pos, path);
+    const branch = leaf(primitive("long"), buf, pos, path);
     if (!("value" in branch)) return branch;
     const index = branch.value as number;
     if (index < 0 || index >= t.types.length)

@@ -6,17 +6,16 @@
  * the drafts do not define (Confluent's `connect.*` annotations, for one) are ignored, as the
  * specification says.
  *
- * One Ajv instance per draft, made on first use, compiles every schema; compiled schemas are not
+ * Ajv is loaded on first need (`libraries.ts`). One Ajv instance per draft, made on first use, compiles every schema; compiled schemas are not
  * kept in the instance (`addUsedSchema: false`, removed after compiling), so a schema's `$id`
  * never collides with another's and memory is held only by the registry's validator cache.
  */
-import { Ajv, type ValidateFunction } from "ajv";
-import { Ajv2020 } from "ajv/dist/2020.js";
-import addFormats from "ajv-formats";
+import type { Ajv, ValidateFunction } from "ajv";
 import { errorMessage } from "../lib/errors.ts";
 import type { Json } from "./canonical.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
 import type { ValueFailure } from "./avro.ts";
+import { schemaLibraries } from "./libraries.ts";
 
 /** The JSON Schema drafts the registry compiles. */
 export type JsonSchemaDraft = "draft-07" | "2020-12";
@@ -46,8 +45,9 @@ function ajvFor(draft: JsonSchemaDraft): Ajv {
       validateSchema: true,
       logger: false as const,
     };
-    ajv = draft === "2020-12" ? new Ajv2020(options) : new Ajv(options);
-    (addFormats as unknown as (ajv: Ajv) => void)(ajv);
+    const libraries = schemaLibraries();
+    ajv = draft === "2020-12" ? new libraries.Ajv2020(options) : new libraries.Ajv(options);
+    libraries.addFormats(ajv);
     instances.set(draft, ajv);
   }
   return ajv;

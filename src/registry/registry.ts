@@ -44,6 +44,7 @@ import {
   type VersionToCompare,
 } from "./compatibility.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
+import { loadSchemaLibraries } from "./libraries.ts";
 import {
   type ParsedSchema,
   parseSchema,
@@ -172,7 +173,10 @@ export class SchemaRegistry {
     let reason: string;
     if ("value" in read) {
       try {
-        registry.#install(decodeState(read.value));
+        const state = decodeState(read.value);
+        // Every stored schema must compile synchronously when a produce first needs it.
+        if (state.schemas.size > 0) await loadSchemaLibraries();
+        registry.#install(state);
         return registry;
       } catch (err) {
         reason = errorMessage(err);
@@ -286,6 +290,7 @@ export class SchemaRegistry {
     this.#checkAvailable();
     const action = `Cannot register a schema under subject ${JSON.stringify(subject)}`;
     checkSubject(subject, action);
+    await loadSchemaLibraries();
     const candidate = parseInput(input, action);
     return this.#change(async () => {
       const state = this.#state;
@@ -335,8 +340,13 @@ export class SchemaRegistry {
    * versions only with `deleted`.
    * @throws RegistryError subject_not_found, schema_not_found, invalid_schema, unavailable.
    */
-  lookup(subject: string, input: SchemaInput, options: { deleted?: boolean } = {}): SubjectVersion {
+  async lookup(
+    subject: string,
+    input: SchemaInput,
+    options: { deleted?: boolean } = {},
+  ): Promise<SubjectVersion> {
     this.#checkAvailable();
+    await loadSchemaLibraries();
     const action = `Cannot look up a schema under subject ${JSON.stringify(subject)}`;
     const entry = this.#subject(subject, action, options.deleted === true);
     const candidate = parseInput(input, action);
@@ -650,12 +660,13 @@ export class SchemaRegistry {
    * With a version number: that one version, by the direction of the subject's level.
    * @throws RegistryError invalid_schema, invalid_version, subject_not_found, version_not_found, unavailable.
    */
-  testCompatibility(
+  async testCompatibility(
     subject: string,
     versionText: string | undefined,
     input: SchemaInput,
-  ): { compatible: boolean; reasons: string[]; level: CompatibilityLevel } {
+  ): Promise<{ compatible: boolean; reasons: string[]; level: CompatibilityLevel }> {
     this.#checkAvailable();
+    await loadSchemaLibraries();
     const action = `Cannot test compatibility with subject ${JSON.stringify(subject)}`;
     const wanted = versionText === undefined ? undefined : parseVersion(versionText, action);
     const candidate = parseInput(input, action);

@@ -256,8 +256,8 @@ describe("compatibility matrix", () => {
         it(`is ${compatible ? "compatible" : "incompatible"} under ${level}`, async () => {
           const registry = await registryWith(row, level);
           const input = { schemaType: row.type, schema: JSON.stringify(row.candidate) };
-          const latest = registry.testCompatibility("s", "latest", input);
-          const all = registry.testCompatibility("s", undefined, input);
+          const latest = await registry.testCompatibility("s", "latest", input);
+          const all = await registry.testCompatibility("s", undefined, input);
           expect(latest.compatible, latest.reasons.join("; ")).toBe(compatible);
           expect(all.compatible).toBe(compatible);
           if (!compatible) expect(latest.reasons.length).toBeGreaterThan(0);

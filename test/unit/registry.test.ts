@@ -50,7 +50,10 @@ describe("schema identity and ids", () => {
     const other = await registry.register("s2", { schema: spaced });
     expect(other.id).toBe(a.id);
     expect(other.version).toBe(1);
-    expect(registry.lookup("s2", { schema: record([f1]) })).toMatchObject({ id: a.id, version: 1 });
+    expect(await registry.lookup("s2", { schema: record([f1]) })).toMatchObject({
+      id: a.id,
+      version: 1,
+    });
     expect(registry.versionsOfId(a.id)).toEqual([
       { subject: "s1", version: 1 },
       { subject: "s2", version: 1 },
@@ -153,7 +156,7 @@ describe("schema identity and ids", () => {
     await first.registry.close();
     fs.crash({ mode: "dropAll" });
     const { registry } = await openRegistry(fs);
-    expect(registry.lookup("s", { schema: record([f1, f2]) })).toMatchObject({
+    expect(await registry.lookup("s", { schema: record([f1, f2]) })).toMatchObject({
       id: b.id,
       version: 2,
     });

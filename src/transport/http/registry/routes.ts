@@ -248,7 +248,10 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
       c,
       `Cannot look up a schema under subject ${JSON.stringify(subject)}`,
     );
-    return answer(c, versionJson(registry.lookup(subject, input, { deleted: flag(c, "deleted") })));
+    return answer(
+      c,
+      versionJson(await registry.lookup(subject, input, { deleted: flag(c, "deleted") })),
+    );
   });
 
   app.delete("/subjects/:subject", async (c) => {
@@ -364,7 +367,7 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
       c,
       `Cannot test compatibility with subject ${JSON.stringify(subject)}`,
     );
-    const result = registry.testCompatibility(subject, version, input);
+    const result = await registry.testCompatibility(subject, version, input);
     return answer(
       c,
       flag(c, "verbose")
