@@ -13,6 +13,7 @@ import { RegistryError } from "../../src/registry/errors.ts";
 import { SchemaRegistry } from "../../src/registry/registry.ts";
 import { parseCompatibilityLevel } from "../../src/registry/compatibility.ts";
 import { readWholeFile } from "../../src/fs/types.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
 
 async function openRegistry(fs = new MemoryFileSystem()) {
   if ((await fs.stat("/data")) === null) {
@@ -368,5 +369,55 @@ describe("bad input", () => {
     expect((await registry.register("d", { schema: deep(schemaDepthMax - 2) })).id).toBeGreaterThan(
       0,
     );
+  });
+});
+
+describe("produce-time checks of deeply nested values", () => {
+  it("refuse a value nested past the stack (recursive Avro, recursive JSON Schema) as an invalid record, never throwing", async () => {
+    const { registry } = await openRegistry();
+    const list = {
+      type: "record",
+      name: "Node",
+      fields: [{ name: "next", type: ["null", "Node"] }],
+    };
+    const avroId = (await registry.register("list", { schema: JSON.stringify(list) })).id;
+    const tree = {
+      $ref: "#/definitions/t",
+      definitions: { t: { type: "array", items: { $ref: "#/definitions/t" }, uniqueItems: true } },
+    };
+    const jsonId = (
+      await registry.register("tree", { schemaType: "JSON", schema: JSON.stringify(tree) })
+    ).id;
+    const depth = 1_000_000;
+    // Avro: branch 1 ("Node") a million times: each level is one byte (zig-zag 1 = 0x02), then null.
+    const avroValue = new Uint8Array(5 + depth + 1).fill(2);
+    avroValue.set([0, 0, 0, 0, avroId], 0);
+    avroValue[avroValue.length - 1] = 0;
+    const jsonText = `${"[".repeat(depth)}${"]".repeat(depth)}`;
+    const jsonValue = new Uint8Array(5 + jsonText.length);
+    jsonValue.set([0, 0, 0, 0, jsonId], 0);
+    jsonValue.set(utf8(jsonText), 5);
+    for (const [subject, value] of [
+      ["list", avroValue],
+      ["tree", jsonValue],
+    ] as const) {
+      const batch = new EntryBatchBuilder().add(null, value).build();
+      const refusal = registry.checkBatch(batch, { value: { subject, format: "confluent" } });
+      expect(refusal, subject).toMatchObject({ recordIndex: 0, subject, version: 1 });
+      expect(refusal?.reason, subject).toMatch(/stack|does not decode|could not be validated/i);
+    }
+    // A shallow one of each passes.
+    const shallowAvro = Uint8Array.of(0, 0, 0, 0, avroId, 2, 0);
+    const shallowJson = Uint8Array.of(0, 0, 0, 0, jsonId, ...utf8("[[],[[]]]"));
+    for (const [subject, value] of [
+      ["list", shallowAvro],
+      ["tree", shallowJson],
+    ] as const) {
+      const batch = new EntryBatchBuilder().add(null, value).build();
+      expect(
+        registry.checkBatch(batch, { value: { subject, format: "confluent" } }),
+        subject,
+      ).toBeNull();
+    }
   });
 });
