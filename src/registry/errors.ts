@@ -22,7 +22,7 @@
  * | invalidSubject           | 42208      | 422  | an empty or too long subject name, or control characters |
  * | invalidRequest           | 400        | 400  | a body that is not the JSON object the route takes     |
  * | unsupportedMediaType     | 415        | 415  | a Content-Type the registry does not take              |
- * | storeFailed              | 50001      | 503  | `schemas.json` could not be written; nothing changed   |
+ * | storeFailed              | 50001      | 503  | `schemas.json` could not be written; not in effect     |
  * | unavailable              | 50002      | 503  | `schemas.json` is unreadable, or the broker is closing |
  */
 

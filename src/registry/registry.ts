@@ -7,8 +7,9 @@
  * State lives in `<dataDir>/schemas.json` (`state.ts`), written whole through the atomic
  * metadata writer (`storage/metadata.ts`) by every change, one change at a time. The new state
  * is swapped in only once the file is durable, so nothing reads (and no produce is checked
- * against) a state a crash could take back, and a change whose write fails changes nothing — an
- * id it picked is not consumed. After a crash the file holds the state before or after the
+ * against) a state a crash could take back, and a change whose write fails does not take effect —
+ * an id it picked is not consumed (if the write failed after the rename, a restart may find the
+ * change made: never answered, like a change cut off by a crash). After a crash the file holds the state before or after the
  * change in flight. A file that is unreadable or breaks an invariant makes the registry
  * unavailable (every call throws `unavailable` naming the file and the reason; produces to
  * topics with a subject fail closed), never empty; the file is left as it is.
@@ -216,7 +217,11 @@ export class SchemaRegistry {
     this.#subjectIndexes.clear();
   }
 
-  /** Writes `state` durably, then makes it the current one. @throws RegistryError store_failed (nothing changed). */
+  /**
+   * Writes `state` durably, then makes it the current one.
+   * @throws RegistryError store_failed: the current state stays; the file holds it, or (a failure
+   *   after the rename, e.g. of the directory's fsync) the new one, which a restart would load.
+   */
   async #commit(state: RegistryState, action: string): Promise<void> {
     const bytes = utf8(`${JSON.stringify(encodeState(state), null, 1)}\n`);
     if (bytes.length > schemasFileBytesMax)
@@ -234,7 +239,7 @@ export class SchemaRegistry {
       });
       throw new RegistryError(
         RegistryErrors.storeFailed,
-        `${action}: writing ${schemasFileName} failed, nothing changed: ${errorMessage(err)}`,
+        `${action}: writing ${schemasFileName} failed, the change did not take effect (should the failure have come after the file was replaced, a restart may find it made): ${errorMessage(err)}`,
       );
     }
     this.#install(state);

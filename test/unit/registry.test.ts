@@ -148,6 +148,22 @@ describe("schema identity and ids", () => {
     ).toBe(40401);
   });
 
+  it("leaves a change whose write fails out of effect (50001), consuming no id", async () => {
+    const { registry, fs } = await openRegistry();
+    await registry.register("s", { schema: record([f1]) });
+    for (const op of ["write", "sync", "rename"] as const) {
+      fs.faults.failNext({ op, code: "EIO" });
+      const error = await registryError(() => registry.register("s", { schema: record([f1, f2]) }));
+      expect(error.kind.errorCode, op).toBe(50001);
+      expect(error.message, op).toMatch(/schemas\.json.*EIO/);
+      expect(registry.versions("s"), op).toEqual([1]);
+    }
+    expect(await registry.register("s", { schema: record([f1, f2]) })).toEqual({
+      id: 2,
+      version: 2,
+    });
+  });
+
   it("keeps ids, versions and levels across a restart", async () => {
     const fs = new MemoryFileSystem();
     const first = await openRegistry(fs);
