@@ -76,3 +76,34 @@ describe("topic config validation", () => {
     }
   });
 });
+
+describe("schema keys of a topic config (docs/registry.md)", () => {
+  it("are absent until set, set to a subject or format, removed by null, and refused when malformed", () => {
+    expect(defaultTopicConfig).not.toHaveProperty("value_schema_subject");
+    const set = mergeTopicConfig(defaultTopicConfig, {
+      value_schema_subject: "orders-value",
+      key_schema_subject: "orders-key",
+      schema_format: "json",
+    });
+    expect(set).toMatchObject({
+      value_schema_subject: "orders-value",
+      key_schema_subject: "orders-key",
+      schema_format: "json",
+    });
+    const removed = mergeTopicConfig(set, { key_schema_subject: null, schema_format: null });
+    expect(removed).not.toHaveProperty("key_schema_subject");
+    expect(removed).not.toHaveProperty("schema_format");
+    expect(removed.value_schema_subject).toBe("orders-value");
+    const cases: [unknown, RegExp][] = [
+      [{ value_schema_subject: "" }, /value_schema_subject/],
+      [{ value_schema_subject: 7 }, /value_schema_subject/],
+      [{ key_schema_subject: "a\nb" }, /key_schema_subject.*control/],
+      [{ value_schema_subject: "x".repeat(256) }, /1 to 255 characters/],
+      [{ schema_format: "avro" }, /schema_format.*"confluent", "json"/],
+    ];
+    for (const [patch, message] of cases) {
+      expect(() => mergeTopicConfig(defaultTopicConfig, patch)).toThrow(message);
+      expect(codeOf(() => mergeTopicConfig(defaultTopicConfig, patch))).toBe("invalid_config");
+    }
+  });
+});
