@@ -173,7 +173,7 @@ function mergeSchemaKey(out: TopicConfig, key: (typeof schemaKeys)[number], valu
     if (!schemaFormats.includes(value as SchemaFormat))
       throw new BrokerError(
         Errors.invalidConfig,
-        `Invalid topic config "schema_format": ${JSON.stringify(value)} is not one of "confluent", "json" (or null to remove it)`,
+        `Invalid topic config "schema_format": ${quote(value)} is not one of "confluent", "json" (or null to remove it)`,
       );
     out.schema_format = value as SchemaFormat;
     return;
@@ -181,7 +181,7 @@ function mergeSchemaKey(out: TopicConfig, key: (typeof schemaKeys)[number], valu
   if (typeof value !== "string" || !isSubjectName(value))
     throw new BrokerError(
       Errors.invalidConfig,
-      `Invalid topic config "${key}": ${JSON.stringify(value)?.slice(0, 100)} must be a subject name of 1 to ${subjectCharsMax} characters without control characters (or null to remove it)`,
+      `Invalid topic config "${key}": ${quote(value)} must be a subject name of 1 to ${subjectCharsMax} characters without control characters (or null to remove it)`,
     );
   out[key] = value;
 }

@@ -17,6 +17,7 @@
  * JSON Schema "reads" is inclusion (`json-compat.ts`): what the writer's schema accepts, the
  * reader's accepts. A schema of another type than the version it is compared with is incompatible.
  */
+import { quote } from "../lib/quote.ts";
 import { avroReadable } from "./avro.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
 import { jsonSchemaIncludes } from "./json-compat.ts";
@@ -53,7 +54,7 @@ export function parseCompatibilityLevel(value: unknown, action: string): Compati
   if (isCompatibilityLevel(upper)) return upper;
   throw new RegistryError(
     RegistryErrors.invalidCompatibility,
-    `${action}: compatibility level ${JSON.stringify(value)?.slice(0, 100)} is not one of ${compatibilityLevels.join(", ")}`,
+    `${action}: compatibility level ${quote(value)} is not one of ${compatibilityLevels.join(", ")}`,
   );
 }
 

@@ -26,6 +26,7 @@
  * change what others mean (`patternProperties`, tuple forms), which must be equal on both sides.
  * Unknown keywords are annotations (validators ignore them) and are ignored here.
  */
+import { quote } from "../lib/quote.ts";
 import { type Json, jsonEqual } from "./canonical.ts";
 
 type Schema = Json;
@@ -119,7 +120,7 @@ class Inclusion {
         const target = resolveRef(this.wideRoot, b.$ref);
         if (target === undefined)
           return [
-            `at "${path}": the ${wide} schema's $ref ${JSON.stringify(b.$ref)} cannot be resolved inside it`,
+            `at "${path}": the ${wide} schema's $ref ${quote(b.$ref)} cannot be resolved inside it`,
           ];
         reasons.push(...this.check(a, target, path));
       }
@@ -135,7 +136,7 @@ class Inclusion {
         const target = resolveRef(this.narrowRoot, a.$ref);
         if (target === undefined)
           return [
-            `at "${path}": the ${narrow} schema's $ref ${JSON.stringify(a.$ref)} cannot be resolved inside it`,
+            `at "${path}": the ${narrow} schema's $ref ${quote(a.$ref)} cannot be resolved inside it`,
           ];
         parts.push(target);
       }
@@ -305,7 +306,7 @@ class Inclusion {
     for (const name of stringsOf(b.required))
       if (!aRequired.has(name))
         reasons.push(
-          `at "${path}": property ${JSON.stringify(name)} is required by the ${wide} schema, not by the ${narrow}`,
+          `at "${path}": property ${quote(name)} is required by the ${wide} schema, not by the ${narrow}`,
         );
     const aProps = objectOf(a.properties);
     const bProps = objectOf(b.properties);
@@ -319,11 +320,11 @@ class Inclusion {
       const found = this.check(mine, theirs, where);
       if (found.length > 0 && !Object.hasOwn(bProps, name) && bExtra === false)
         reasons.push(
-          `at "${where}": property ${JSON.stringify(name)} is allowed by the ${narrow} schema, and the ${wide} schema does not allow it (additionalProperties false)`,
+          `at "${where}": property ${quote(name)} is allowed by the ${narrow} schema, and the ${wide} schema does not allow it (additionalProperties false)`,
         );
       else if (found.length > 0 && !Object.hasOwn(aProps, name))
         reasons.push(
-          `at "${where}": property ${JSON.stringify(name)} may hold any value under the ${narrow} schema (open content model), the ${wide} schema constrains it`,
+          `at "${where}": property ${quote(name)} may hold any value under the ${narrow} schema (open content model), the ${wide} schema constrains it`,
         );
       else reasons.push(...found);
     }
@@ -486,6 +487,5 @@ function escapePointer(name: string): string {
 }
 
 function describe(v: Json | undefined): string {
-  const text = v === undefined ? "none" : JSON.stringify(v);
-  return text.length > 80 ? `${text.slice(0, 80)}…` : text;
+  return v === undefined ? "none" : quote(v);
 }

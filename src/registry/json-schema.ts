@@ -10,6 +10,7 @@
  * kept in the instance (`addUsedSchema: false`, removed after compiling), so a schema's `$id`
  * never collides with another's and memory is held only by the registry's validator cache.
  */
+import { quote } from "../lib/quote.ts";
 import type { Ajv, ValidateFunction } from "ajv";
 import { errorMessage } from "../lib/errors.ts";
 import type { Json } from "./canonical.ts";
@@ -67,7 +68,7 @@ export function jsonSchemaDraft(json: Json, action: string): JsonSchemaDraft {
   if (draft === undefined)
     throw new RegistryError(
       RegistryErrors.invalidSchema,
-      `${action}: "$schema" ${JSON.stringify(declared).slice(0, 200)} is not a supported draft (supported: ${Object.keys(
+      `${action}: "$schema" ${quote(declared)} is not a supported draft (supported: ${Object.keys(
         draftOf,
       )
         .filter((k) => !k.endsWith("#"))
@@ -125,7 +126,7 @@ export function jsonValueChecker(
     if (error === undefined) return { path: "", reason: "does not match the schema" };
     const params =
       error.keyword === "additionalProperties"
-        ? ` (${JSON.stringify((error.params as { additionalProperty?: string }).additionalProperty)})`
+        ? ` (${quote((error.params as { additionalProperty?: string }).additionalProperty)})`
         : "";
     return { path: error.instancePath, reason: `${error.message ?? error.keyword}${params}` };
   };

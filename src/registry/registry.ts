@@ -23,6 +23,7 @@
  *   permanently), it is gone with its compatibility level, and numbering starts at 1 again.
  * - A refused registration consumes no id and no version.
  */
+import { quote } from "../lib/quote.ts";
 import type { Logger } from "../lib/logger.ts";
 import {
   schemasFileBytesMax,
@@ -293,7 +294,7 @@ export class SchemaRegistry {
    */
   async register(subject: string, input: SchemaInput): Promise<{ id: number; version: number }> {
     this.#checkAvailable();
-    const action = `Cannot register a schema under subject ${JSON.stringify(subject)}`;
+    const action = `Cannot register a schema under subject ${quote(subject)}`;
     checkSubject(subject, action);
     await loadSchemaLibraries();
     const candidate = parseInput(input, action);
@@ -352,7 +353,7 @@ export class SchemaRegistry {
   ): Promise<SubjectVersion> {
     this.#checkAvailable();
     await loadSchemaLibraries();
-    const action = `Cannot look up a schema under subject ${JSON.stringify(subject)}`;
+    const action = `Cannot look up a schema under subject ${quote(subject)}`;
     const entry = this.#subject(subject, action, options.deleted === true);
     const candidate = parseInput(input, action);
     const id = this.#byContent.get(contentKey(candidate.type, candidate.canonical));
@@ -385,7 +386,7 @@ export class SchemaRegistry {
     if (entry === undefined || !entry.versions.some((v) => deleted || !v.deleted))
       throw new RegistryError(
         RegistryErrors.subjectNotFound,
-        `${action}: subject ${JSON.stringify(subject)} not found`,
+        `${action}: subject ${quote(subject)} not found`,
       );
     return entry;
   }
@@ -403,7 +404,7 @@ export class SchemaRegistry {
   /** Version numbers of a subject, ascending. @throws RegistryError subject_not_found, unavailable. */
   versions(subject: string, options: { deleted?: boolean } = {}): number[] {
     this.#checkAvailable();
-    const action = `Cannot list the versions of subject ${JSON.stringify(subject)}`;
+    const action = `Cannot list the versions of subject ${quote(subject)}`;
     return this.#subject(subject, action, options.deleted === true)
       .versions.filter((v) => options.deleted === true || !v.deleted)
       .map((v) => v.version);
@@ -420,7 +421,7 @@ export class SchemaRegistry {
     options: { deleted?: boolean } = {},
   ): SubjectVersion {
     this.#checkAvailable();
-    const action = `Cannot get version ${JSON.stringify(versionText)} of subject ${JSON.stringify(subject)}`;
+    const action = `Cannot get version ${quote(versionText)} of subject ${quote(subject)}`;
     const wanted = parseVersion(versionText, action);
     const entry = this.#subject(subject, action, options.deleted === true);
     const found = this.#findVersion(entry, wanted, options.deleted === true);
@@ -477,7 +478,7 @@ export class SchemaRegistry {
    */
   async deleteSubject(subject: string, options: { permanent?: boolean } = {}): Promise<number[]> {
     this.#checkAvailable();
-    const action = `Cannot delete subject ${JSON.stringify(subject)}`;
+    const action = `Cannot delete subject ${quote(subject)}`;
     return this.#change(async () => {
       const state = this.#state;
       const entry = state.subjects.get(subject);
@@ -531,7 +532,7 @@ export class SchemaRegistry {
     options: { permanent?: boolean } = {},
   ): Promise<number> {
     this.#checkAvailable();
-    const action = `Cannot delete version ${JSON.stringify(versionText)} of subject ${JSON.stringify(subject)}`;
+    const action = `Cannot delete version ${quote(versionText)} of subject ${quote(subject)}`;
     const wanted = parseVersion(versionText, action);
     return this.#change(async () => {
       const state = this.#state;
@@ -595,7 +596,7 @@ export class SchemaRegistry {
     if (options.defaultToGlobal === true) return this.#state.compatibility;
     throw new RegistryError(
       RegistryErrors.subjectConfigNotFound,
-      `Subject ${JSON.stringify(subject)} does not have subject-level compatibility configured`,
+      `Subject ${quote(subject)} does not have subject-level compatibility configured`,
     );
   }
 
@@ -611,7 +612,7 @@ export class SchemaRegistry {
     const action =
       subject === undefined
         ? "Cannot set the global compatibility level"
-        : `Cannot set the compatibility level of subject ${JSON.stringify(subject)}`;
+        : `Cannot set the compatibility level of subject ${quote(subject)}`;
     if (subject !== undefined) checkSubject(subject, action);
     return this.#change(async () => {
       const state = this.#state;
@@ -637,7 +638,7 @@ export class SchemaRegistry {
     const action =
       subject === undefined
         ? "Cannot reset the global compatibility level"
-        : `Cannot delete the compatibility level of subject ${JSON.stringify(subject)}`;
+        : `Cannot delete the compatibility level of subject ${quote(subject)}`;
     return this.#change(async () => {
       const state = this.#state;
       if (subject === undefined) {
@@ -672,7 +673,7 @@ export class SchemaRegistry {
   ): Promise<{ compatible: boolean; reasons: string[]; level: CompatibilityLevel }> {
     this.#checkAvailable();
     await loadSchemaLibraries();
-    const action = `Cannot test compatibility with subject ${JSON.stringify(subject)}`;
+    const action = `Cannot test compatibility with subject ${quote(subject)}`;
     const wanted = versionText === undefined ? undefined : parseVersion(versionText, action);
     const candidate = parseInput(input, action);
     const level = this.#level(subject);
@@ -759,12 +760,12 @@ export class SchemaRegistry {
     if (rule.format === "json") {
       const latest = index.latest;
       if (latest === null)
-        return refuse(`subject ${JSON.stringify(subject)} has no live version to validate against`);
+        return refuse(`subject ${quote(subject)} has no live version to validate against`);
       const compiled = this.#compiledSchema(latest.id);
       const at = { schemaId: latest.id, version: latest.version };
       if (compiled.parsed.type !== "JSON")
         return refuse(
-          `schema_format "json" needs a JSON schema, but the latest version of subject ${JSON.stringify(subject)} is ${compiled.parsed.type}`,
+          `schema_format "json" needs a JSON schema, but the latest version of subject ${quote(subject)} is ${compiled.parsed.type}`,
           at,
         );
       const failure = compiled.check(bytes);
@@ -784,7 +785,7 @@ export class SchemaRegistry {
       const deleted = index.deletedById.get(id);
       if (deleted !== undefined)
         return refuse(
-          `schema id ${id} is version ${deleted} of subject ${JSON.stringify(subject)}, which is soft-deleted`,
+          `schema id ${id} is version ${deleted} of subject ${quote(subject)}, which is soft-deleted`,
           {
             schemaId: id,
             version: deleted,
@@ -792,7 +793,7 @@ export class SchemaRegistry {
         );
       if (!this.#state.schemas.has(id))
         return refuse(`schema id ${id} does not exist`, { schemaId: id });
-      return refuse(`schema id ${id} is not a version of subject ${JSON.stringify(subject)}`, {
+      return refuse(`schema id ${id} is not a version of subject ${quote(subject)}`, {
         schemaId: id,
       });
     }
@@ -892,6 +893,6 @@ export function parseVersion(text: string, action: string): number | "latest" {
   if (/^[1-9]\d{0,9}$/.test(text) && Number(text) <= versionMax) return Number(text);
   throw new RegistryError(
     RegistryErrors.invalidVersion,
-    `${action}: version ${JSON.stringify(text.slice(0, 40))} is not valid: it must be an integer from 1 to ${versionMax}, "latest" or -1`,
+    `${action}: version ${quote(text)} is not valid: it must be an integer from 1 to ${versionMax}, "latest" or -1`,
   );
 }

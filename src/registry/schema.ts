@@ -4,6 +4,7 @@
  * needs (an avsc type, or a compiled JSON Schema). PROTOBUF is not supported (yet):
  * `GET /schemas/types` lists {@link schemaTypes}.
  */
+import { quote } from "../lib/quote.ts";
 import { type AvroType, avroValueChecker, parseAvro, type ValueFailure } from "./avro.ts";
 import { type Json, parseSchemaJson } from "./canonical.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
@@ -30,7 +31,7 @@ export function parseSchemaType(value: unknown, action: string): SchemaType {
     return value.toUpperCase() as SchemaType;
   throw new RegistryError(
     RegistryErrors.invalidSchema,
-    `${action}: schema type ${JSON.stringify(value).slice(0, 100)} is not supported (supported: ${schemaTypes.join(", ")})`,
+    `${action}: schema type ${quote(value)} is not supported (supported: ${schemaTypes.join(", ")})`,
   );
 }
 

@@ -17,6 +17,7 @@
  * with the atomic metadata writer, then swaps it in). {@link decodeState} checks every invariant
  * of a file it reads and says which one fails.
  */
+import { quote } from "../lib/quote.ts";
 import {
   type CompatibilityLevel,
   compatibilityDefault,
@@ -93,7 +94,7 @@ function fail(reason: string): never {
 
 function positiveInteger(value: unknown, what: string): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
-    fail(`${what} ${JSON.stringify(value)} is not a positive integer`);
+    fail(`${what} ${quote(value)} is not a positive integer`);
   return value;
 }
 
@@ -116,11 +117,10 @@ function array(value: unknown, what: string): unknown[] {
  */
 export function decodeState(value: unknown): RegistryState {
   const root = record(value, "the file");
-  if (root.format !== stateFormat)
-    fail(`"format" ${JSON.stringify(root.format)} is not ${stateFormat}`);
+  if (root.format !== stateFormat) fail(`"format" ${quote(root.format)} is not ${stateFormat}`);
   const nextId = positiveInteger(root.next_id, '"next_id"');
   if (!isCompatibilityLevel(root.compatibility))
-    fail(`"compatibility" ${JSON.stringify(root.compatibility)} is not a compatibility level`);
+    fail(`"compatibility" ${quote(root.compatibility)} is not a compatibility level`);
   const schemas = new Map<number, SchemaEntry>();
   array(root.schemas, '"schemas"').forEach((item, i) => {
     const s = record(item, `schemas[${i}]`);
@@ -128,7 +128,7 @@ export function decodeState(value: unknown): RegistryState {
     if (id >= nextId) fail(`schemas[${i}].id ${id} is not below "next_id" ${nextId}`);
     if (schemas.has(id)) fail(`schema id ${id} appears twice`);
     if (!(schemaTypes as readonly unknown[]).includes(s.schema_type))
-      fail(`schemas[${i}].schema_type ${JSON.stringify(s.schema_type)} is not a schema type`);
+      fail(`schemas[${i}].schema_type ${quote(s.schema_type)} is not a schema type`);
     if (typeof s.schema !== "string") fail(`schemas[${i}].schema is not a string`);
     schemas.set(id, { id, type: s.schema_type as SchemaType, schema: s.schema });
   });
@@ -137,7 +137,7 @@ export function decodeState(value: unknown): RegistryState {
     const s = record(item, `subjects[${i}]`);
     if (typeof s.subject !== "string" || s.subject === "")
       fail(`subjects[${i}].subject is not a non-empty string`);
-    if (subjects.has(s.subject)) fail(`subject ${JSON.stringify(s.subject)} appears twice`);
+    if (subjects.has(s.subject)) fail(`subject ${quote(s.subject)} appears twice`);
     const nextVersion = positiveInteger(s.next_version, `subjects[${i}].next_version`);
     let previous = 0;
     const versions = array(s.versions, `subjects[${i}].versions`).map((v, j) => {
@@ -161,9 +161,7 @@ export function decodeState(value: unknown): RegistryState {
     record(root.subject_compatibility, '"subject_compatibility"'),
   )) {
     if (!isCompatibilityLevel(level))
-      fail(
-        `the level of subject ${JSON.stringify(subject)} ${JSON.stringify(level)} is not a compatibility level`,
-      );
+      fail(`the level of subject ${quote(subject)} ${quote(level)} is not a compatibility level`);
     subjectCompatibility.set(subject, level);
   }
   return {

@@ -34,6 +34,9 @@
  * (once they exist) registering, deleting and changing compatibility are for admin keys and
  * reads for any key; the hook is where that decision plugs in.
  */
+import { clip, quote } from "../../../lib/quote.ts";
+import { jsonNestingFault } from "../../../lib/json-nesting.ts";
+import { foreignMessageCharsMax, jsonNestingDepthMax } from "../../../lib/limits.ts";
 import { type Context, Hono } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { BrokerError } from "../../../broker/errors.ts";
@@ -115,7 +118,7 @@ function idParam(c: Context): number {
   if (/^[1-9]\d{0,9}$/.test(text) && Number(text) <= 0x7fff_ffff) return Number(text);
   throw new RegistryError(
     RegistryErrors.schemaNotFound,
-    `Cannot find schema id ${JSON.stringify(text.slice(0, 40))}: ids are integers from 1 to ${0x7fff_ffff}`,
+    `Cannot find schema id ${quote(text)}: ids are integers from 1 to ${0x7fff_ffff}`,
   );
 }
 
@@ -158,15 +161,21 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
     if (!acceptedBodyTypes.has(type))
       throw new RegistryError(
         RegistryErrors.unsupportedMediaType,
-        `${action}: Content-Type ${JSON.stringify(type.slice(0, 100))} is not accepted (use ${registryMediaType} or application/json)`,
+        `${action}: Content-Type ${quote(type)} is not accepted (use ${registryMediaType} or application/json)`,
       );
     limitBody(c);
     const bytes = await readBody(c, action);
     let value: unknown;
     try {
-      value = JSON.parse(strictUtf8.decode(bytes));
+      const text = strictUtf8.decode(bytes);
+      const fault = jsonNestingFault(text);
+      if (fault !== null)
+        throw new Error(`it nests arrays and objects more than ${jsonNestingDepthMax} levels deep`);
+      value = JSON.parse(text);
     } catch (err) {
-      throw invalidRequest(`${action}: the body is not UTF-8 JSON: ${errorMessage(err)}`);
+      throw invalidRequest(
+        `${action}: the body is not UTF-8 JSON: ${clip(errorMessage(err), foreignMessageCharsMax)}`,
+      );
     }
     if (typeof value !== "object" || value === null || Array.isArray(value))
       throw invalidRequest(`${action}: the body must be a JSON object`);
@@ -181,7 +190,7 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
       if (["metadata", "ruleSet"].includes(field) && body[field] === null) continue;
       throw new RegistryError(
         RegistryErrors.invalidSchema,
-        `${action}: field ${JSON.stringify(field.slice(0, 100))} is not supported (expected schema, schemaType, references)`,
+        `${action}: field ${quote(field)} is not supported (expected schema, schemaType, references)`,
       );
     }
     return { schema: body.schema, schemaType: body.schemaType, references: body.references };
@@ -244,10 +253,7 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
   app.post("/subjects/:subject", async (c) => {
     await authorize("read_schemas");
     const subject = subjectParam(c);
-    const input = await schemaBody(
-      c,
-      `Cannot look up a schema under subject ${JSON.stringify(subject)}`,
-    );
+    const input = await schemaBody(c, `Cannot look up a schema under subject ${quote(subject)}`);
     return answer(
       c,
       versionJson(await registry.lookup(subject, input, { deleted: flag(c, "deleted") })),
@@ -270,10 +276,7 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
   app.post("/subjects/:subject/versions", async (c) => {
     await authorize("register_schema");
     const subject = subjectParam(c);
-    const input = await schemaBody(
-      c,
-      `Cannot register a schema under subject ${JSON.stringify(subject)}`,
-    );
+    const input = await schemaBody(c, `Cannot register a schema under subject ${quote(subject)}`);
     const { id } = await registry.register(subject, input);
     return answer(c, { id });
   });
@@ -316,7 +319,7 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
       if (field !== "compatibility")
         throw new RegistryError(
           RegistryErrors.invalidCompatibility,
-          `${action}: field ${JSON.stringify(field.slice(0, 100))} is not supported (expected compatibility)`,
+          `${action}: field ${quote(field)} is not supported (expected compatibility)`,
         );
     return parseCompatibilityLevel(body.compatibility, action);
   };
@@ -350,7 +353,7 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
     const subject = subjectParam(c);
     const level = await configBody(
       c,
-      `Cannot set the compatibility level of subject ${JSON.stringify(subject)}`,
+      `Cannot set the compatibility level of subject ${quote(subject)}`,
     );
     return answer(c, { compatibility: await registry.setCompatibility(subject, level) });
   });
@@ -363,10 +366,7 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
   const compatibility = async (c: Context, version: string | undefined) => {
     await authorize("read_schemas");
     const subject = subjectParam(c);
-    const input = await schemaBody(
-      c,
-      `Cannot test compatibility with subject ${JSON.stringify(subject)}`,
-    );
+    const input = await schemaBody(c, `Cannot test compatibility with subject ${quote(subject)}`);
     const result = await registry.testCompatibility(subject, version, input);
     return answer(
       c,
