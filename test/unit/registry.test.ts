@@ -164,6 +164,31 @@ describe("schema identity and ids", () => {
     });
   });
 
+  it("gives 200 distinct schemas registered concurrently by 20 clients 200 distinct ids, the same after a restart", async () => {
+    const fs = new MemoryFileSystem();
+    const { registry } = await openRegistry(fs);
+    await registry.setCompatibility(undefined, "NONE");
+    const schemaOf = (n: number) =>
+      JSON.stringify({ type: "fixed", name: `F${n}`, size: 1 + (n % 7) });
+    const ids = new Map<number, number>();
+    await Promise.all(
+      Array.from({ length: 20 }, async (_, client) => {
+        for (let k = 0; k < 10; k++) {
+          const n = client * 10 + k;
+          const { id } = await registry.register(`s${client % 4}`, { schema: schemaOf(n) });
+          ids.set(n, id);
+          // Another client registers the same schema under another subject: same id.
+          expect((await registry.register(`copy${client}`, { schema: schemaOf(n) })).id).toBe(id);
+        }
+      }),
+    );
+    expect(new Set(ids.values()).size).toBe(200);
+    await registry.close();
+    const reopened = (await openRegistry(fs)).registry;
+    for (const [n, id] of ids)
+      expect(JSON.parse(reopened.schemaById(id).schema)).toEqual(JSON.parse(schemaOf(n)));
+  });
+
   it("keeps ids, versions and levels across a restart", async () => {
     const fs = new MemoryFileSystem();
     const first = await openRegistry(fs);
