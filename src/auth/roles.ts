@@ -27,6 +27,10 @@
  * | `create_key`          |   ✓   |          |          | —                                            |
  * | `list_keys`           |   ✓   |          |          | —                                            |
  * | `revoke_key`          |   ✓   |          |          | —                                            |
+ * | `read_schemas`        |   ✓   |    ✓     |    ✓     | — (every schema registry read, docs/registry.md) |
+ * | `register_schema`     |   ✓   |          |          | —                                            |
+ * | `delete_schema`       |   ✓   |          |          | —                                            |
+ * | `update_schema_config` |  ✓   |          |          | —                                            |
  *
  * An admin key has no patterns and may use every topic and group. Deny by default: an operation
  * missing from the table is refused to everyone but admin, and a role missing from a row is refused.
@@ -70,6 +74,10 @@ export const roleTable = Object.freeze({
   create_key: adminOnly,
   list_keys: adminOnly,
   revoke_key: adminOnly,
+  read_schemas: { roles: ["admin", "producer", "consumer"], checks: [] },
+  register_schema: adminOnly,
+  delete_schema: adminOnly,
+  update_schema_config: adminOnly,
 } satisfies Record<string, OperationRule>);
 
 /** An operation of the table. */

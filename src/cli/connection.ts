@@ -1,6 +1,6 @@
 /**
- * How the client commands (`produce`, `consume`, `topics`, `groups`, `keys`) reach a broker that
- * wants an API key and/or TLS. The key comes from a file (`--api-key-file`) or the environment
+ * How the client commands (`produce`, `consume`, `topics`, `groups`, `keys`, `schemas`) reach a
+ * broker that wants an API key and/or TLS. The key comes from a file (`--api-key-file`) or the environment
  * (`ES_BROKER_API_KEY`), never from the command line, where any user could read it in a process
  * listing; `--api-key` is refused with a message saying so.
  */

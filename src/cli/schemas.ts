@@ -1,10 +1,21 @@
 /**
- * `es-broker schemas`: the schema registry from the command line. It talks HTTP to a running
+ * `es-broker schemas`: the schema registry from the command line. It talks HTTP(S) to a running
  * broker's registry (`--registry URL`, default `http://127.0.0.1:8080/registry`), the same
- * Confluent API any registry client uses (docs/registry.md).
+ * Confluent API any registry client uses (docs/registry.md), with the API key and TLS options
+ * of the other client commands (`cli/connection.ts`).
  */
 import { readFileSync } from "node:fs";
+import * as http from "node:http";
+import * as https from "node:https";
+import type { ConnectionOptions } from "node:tls";
 import { UsageError, parseCli } from "./args.ts";
+import {
+  type ConnectionValues,
+  clientTlsOptions,
+  connectionHelp,
+  connectionOptions,
+  readApiKey,
+} from "./connection.ts";
 import { errorMessage } from "../lib/errors.ts";
 
 const registryDefault = "http://127.0.0.1:8080/registry";
@@ -31,7 +42,10 @@ Options:
   --version V              with check: compare with version V only (a number or "latest")
   --id ID                  with get: the schema id
   --deleted                with list and get: include soft-deleted subjects and versions
+${connectionHelp}
   -h, --help               show this help
+
+Registering needs an admin key once the broker has keys; the other subcommands any key.
 `;
 
 /** A registry answer that is not 2xx: its Confluent error code and message. */
@@ -39,36 +53,67 @@ class RegistryCallError extends Error {
   override name = "RegistryCallError";
 }
 
-async function call(base: string, method: string, path: string, body?: unknown): Promise<unknown> {
-  let res: Response;
-  try {
-    res = await fetch(`${base.replace(/\/+$/, "")}${path}`, {
-      method,
-      headers:
-        body === undefined
-          ? { accept: mediaType }
-          : { accept: mediaType, "content-type": mediaType },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-  } catch (err) {
-    throw new RegistryCallError(`cannot reach the registry at ${base}: ${errorMessage(err)}`);
-  }
-  const text = await res.text();
-  let value: unknown;
-  try {
-    value = text === "" ? null : JSON.parse(text);
-  } catch {
-    throw new RegistryCallError(
-      `${method} ${path}: HTTP ${res.status}, not JSON: ${text.slice(0, 200)}`,
+/** How {@link call} reaches the registry. */
+interface Target {
+  base: URL;
+  key: string | undefined;
+  tls: ConnectionOptions;
+}
+
+/**
+ * One request to the registry. Resolves with the parsed answer.
+ * @throws RegistryCallError naming the Confluent error code and message, or the connection failure.
+ */
+function call(target: Target, method: string, path: string, body?: unknown): Promise<unknown> {
+  const url = new URL(`${target.base.pathname.replace(/\/+$/, "")}${path}`, target.base);
+  const text = body === undefined ? undefined : JSON.stringify(body);
+  const headers: Record<string, string> = { accept: mediaType };
+  if (text !== undefined) headers["content-type"] = mediaType;
+  if (target.key !== undefined) headers.authorization = `Bearer ${target.key}`;
+  const send = url.protocol === "https:" ? https.request : http.request;
+  return new Promise((resolve, reject) => {
+    const req = send(
+      url,
+      { method, headers, ...(url.protocol === "https:" ? target.tls : {}) },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (chunk: Buffer) => chunks.push(chunk));
+        res.on("error", (err) => reject(new RegistryCallError(errorMessage(err))));
+        res.on("end", () => {
+          const answer = Buffer.concat(chunks).toString("utf8");
+          const status = res.statusCode ?? 0;
+          let value: unknown;
+          try {
+            value = answer === "" ? null : JSON.parse(answer);
+          } catch {
+            return reject(
+              new RegistryCallError(
+                `${method} ${url.pathname}: HTTP ${status}, not JSON: ${answer.slice(0, 200)}`,
+              ),
+            );
+          }
+          if (status >= 200 && status < 300) return resolve(value);
+          // Confluent's shape; the broker's own (a 401 before the registry) as a fallback.
+          const e = value as {
+            error_code?: unknown;
+            message?: unknown;
+            error?: { code?: unknown; message?: unknown };
+          } | null;
+          const message = e?.message ?? e?.error?.message ?? `HTTP ${status}`;
+          const code = e?.error_code ?? e?.error?.code ?? status;
+          reject(new RegistryCallError(`${String(message)} (error_code ${String(code)})`));
+        });
+      },
     );
-  }
-  if (!res.ok) {
-    const error = value as { error_code?: unknown; message?: unknown } | null;
-    throw new RegistryCallError(
-      `${String(error?.message ?? `HTTP ${res.status}`)} (error_code ${String(error?.error_code ?? res.status)})`,
+    req.on("error", (err) =>
+      reject(
+        new RegistryCallError(
+          `cannot reach the registry at ${target.base.href}: ${errorMessage(err)}`,
+        ),
+      ),
     );
-  }
-  return value;
+    req.end(text);
+  });
 }
 
 /** The schema of FILE and its type (see the help). @throws UsageError if unreadable or the type is unknown. */
@@ -109,6 +154,7 @@ export async function schemas(argv: string[]): Promise<number> {
       version: { type: "string" },
       id: { type: "string" },
       deleted: { type: "boolean", default: false },
+      ...connectionOptions,
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -118,7 +164,20 @@ export async function schemas(argv: string[]): Promise<number> {
     process.stdout.write(schemasHelp);
     return 0;
   }
-  const base = values.registry!;
+  let base: URL;
+  try {
+    base = new URL(values.registry!);
+  } catch {
+    throw new UsageError(`--registry must be a URL, got ${JSON.stringify(values.registry)}`);
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:")
+    throw new UsageError(
+      `--registry must be http:// or https://, got ${JSON.stringify(values.registry)}`,
+    );
+  const tls = clientTlsOptions(values as ConnectionValues) ?? {};
+  if (base.protocol === "http:" && Object.keys(tls).length > 0)
+    throw new UsageError("TLS options need an https:// --registry");
+  const target: Target = { base, key: readApiKey(values as ConnectionValues), tls };
   const [command, ...args] = positionals;
   const deleted = values.deleted ? "?deleted=true" : "";
   const subjectPath = (s: string) => `/subjects/${encodeURIComponent(s)}`;
@@ -131,10 +190,10 @@ export async function schemas(argv: string[]): Promise<number> {
         need(2, "register SUBJECT FILE");
         const [subject, file] = args;
         const input = readSchemaFile(file, values.type);
-        const { id } = (await call(base, "POST", `${subjectPath(subject)}/versions`, input)) as {
+        const { id } = (await call(target, "POST", `${subjectPath(subject)}/versions`, input)) as {
           id: number;
         };
-        const found = (await call(base, "POST", subjectPath(subject), input)) as {
+        const found = (await call(target, "POST", subjectPath(subject), input)) as {
           version: number;
         };
         process.stdout.write(`${JSON.stringify({ id, version: found.version })}\n`);
@@ -144,7 +203,7 @@ export async function schemas(argv: string[]): Promise<number> {
         if (args.length > 1) throw new UsageError("usage: es-broker schemas list [SUBJECT]");
         const path =
           args.length === 0 ? `/subjects${deleted}` : `${subjectPath(args[0])}/versions${deleted}`;
-        for (const item of (await call(base, "GET", path)) as unknown[])
+        for (const item of (await call(target, "GET", path)) as unknown[])
           process.stdout.write(`${String(item)}\n`);
         return 0;
       }
@@ -154,7 +213,7 @@ export async function schemas(argv: string[]): Promise<number> {
           if (!/^\d+$/.test(values.id))
             throw new UsageError(`--id must be a schema id, got ${JSON.stringify(values.id)}`);
           process.stdout.write(
-            `${JSON.stringify(await call(base, "GET", `/schemas/ids/${values.id}`))}\n`,
+            `${JSON.stringify(await call(target, "GET", `/schemas/ids/${values.id}`))}\n`,
           );
           return 0;
         }
@@ -162,7 +221,7 @@ export async function schemas(argv: string[]): Promise<number> {
           throw new UsageError("usage: es-broker schemas get SUBJECT [VERSION]");
         const version = encodeURIComponent(args[1] ?? "latest");
         process.stdout.write(
-          `${JSON.stringify(await call(base, "GET", `${subjectPath(args[0])}/versions/${version}${deleted}`))}\n`,
+          `${JSON.stringify(await call(target, "GET", `${subjectPath(args[0])}/versions/${version}${deleted}`))}\n`,
         );
         return 0;
       }
@@ -173,7 +232,7 @@ export async function schemas(argv: string[]): Promise<number> {
         const version =
           values.version === undefined ? "" : `/${encodeURIComponent(values.version)}`;
         const result = (await call(
-          base,
+          target,
           "POST",
           `/compatibility${subjectPath(subject)}/versions${version}?verbose=true`,
           input,

@@ -6,7 +6,7 @@
  * surface as it expects; ids survive a restart; and `es-broker schemas` drives the same API.
  */
 import { COMPATIBILITY, SchemaRegistry, SchemaType } from "@kafkajs/confluent-schema-registry";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { TcpClient } from "../../src/client/client.ts";
 import { tempDir } from "../helpers/tmp.ts";
@@ -204,5 +204,81 @@ describe(`[${target}] schema registry with a Confluent client`, () => {
     const usage = await cli("register", "only-subject");
     expect(usage.code).toBe(2);
     expect(usage.stderr).toMatch(/usage: es-broker schemas register SUBJECT FILE/);
+  });
+
+  it("with API keys: admin keys register, other keys read, through the Confluent client and the CLI", async () => {
+    const { dir } = tempDir();
+    const dataDir = `${dir}/data`;
+    const made = await runCli([
+      "keys",
+      "create",
+      "--data-dir",
+      dataDir,
+      "--name",
+      "root",
+      "--role",
+      "admin",
+      "--out",
+      `${dir}/admin.key`,
+    ]);
+    expect(made.code, made.stderr).toBe(0);
+    const broker = await start(dataDir);
+    const url = `${broker.httpUrl}/registry`;
+    const admin = readFileSync(`${dir}/admin.key`, "utf8").trim();
+    const created = await fetch(`${broker.httpUrl}/v1/admin/keys`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${admin}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: "ingest", role: "producer", topics: ["orders"] }),
+    });
+    expect(created.status).toBe(201);
+    writeFileSync(`${dir}/producer.key`, ((await created.json()) as { key: string }).key, {
+      mode: 0o600,
+    });
+    const bearer = (key: string) => [
+      () => ({
+        request: (req: any) => req.enhance({ headers: { Authorization: `Bearer ${key}` } }),
+      }),
+    ];
+    const asAdmin = new SchemaRegistry({ host: url, middlewares: bearer(admin) as any });
+    const asProducer = new SchemaRegistry({
+      host: url,
+      middlewares: bearer(readFileSync(`${dir}/producer.key`, "utf8")) as any,
+    });
+    const { id } = await asAdmin.register(
+      { type: SchemaType.AVRO, schema: JSON.stringify(orderV1) },
+      { subject: "orders-value" },
+    );
+    expect(await asProducer.getLatestSchemaId("orders-value")).toBe(id);
+    await expect(
+      asProducer.register(
+        { type: SchemaType.AVRO, schema: JSON.stringify(orderV2) },
+        { subject: "orders-value" },
+      ),
+    ).rejects.toMatchObject({
+      status: 403,
+      message: expect.stringMatching(/may not register_schema/),
+    });
+    const file = `${dir}/order-v2.avsc`;
+    writeFileSync(file, JSON.stringify(orderV2));
+    const cli = (keyFile: string | null, ...args: string[]) =>
+      runCli([
+        "schemas",
+        ...args,
+        "--registry",
+        url,
+        ...(keyFile === null ? [] : ["--api-key-file", keyFile]),
+      ]);
+    const refused = await cli(`${dir}/producer.key`, "register", "orders-value", file);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/may not register_schema.*\(error_code 403\)/);
+    expect((await cli(`${dir}/producer.key`, "list")).stdout.toString()).toBe("orders-value\n");
+    const noKey = await cli(null, "list");
+    expect(noKey.code).toBe(1);
+    expect(noKey.stderr).toMatch(/error_code unauthenticated/);
+    expect(
+      JSON.parse(
+        (await cli(`${dir}/admin.key`, "register", "orders-value", file)).stdout.toString(),
+      ),
+    ).toEqual({ id: id + 1, version: 2 });
   });
 });

@@ -39,6 +39,10 @@ const expected: Record<
   create_key: { admin: true, producer: false, consumer: false, names: "none" },
   list_keys: { admin: true, producer: false, consumer: false, names: "none" },
   revoke_key: { admin: true, producer: false, consumer: false, names: "none" },
+  read_schemas: { admin: true, producer: true, consumer: true, names: "none" },
+  register_schema: { admin: true, producer: false, consumer: false, names: "none" },
+  delete_schema: { admin: true, producer: false, consumer: false, names: "none" },
+  update_schema_config: { admin: true, producer: false, consumer: false, names: "none" },
 };
 
 function key(role: Role): KeyPrincipal {

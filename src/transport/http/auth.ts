@@ -80,6 +80,9 @@ export function createAuthenticatedHttpApp(
         ...appOptions,
         broker,
         routes: (built, helpers) => registerKeyRoutes(built, { broker, ...helpers }),
+        // The schema registry's routes ask the role table per operation (registry/routes.ts).
+        authorizeRegistry: (operation) =>
+          access.check(principal, operation, {}, "Cannot use the schema registry"),
       });
       apps.set(principal, app);
     }

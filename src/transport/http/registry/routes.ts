@@ -31,15 +31,15 @@
  *
  * Authorization: every route first calls `authorize(operation)` with its operation of the table
  * (reads; registering; deleting; changing compatibility), before it reads a body. With API keys
- * (once they exist) registering, deleting and changing compatibility are for admin keys and
- * reads for any key; the hook is where that decision plugs in.
+ * (`transport/http/auth.ts`, the rows of `auth/roles.ts`) registering, deleting and changing
+ * compatibility need an admin key and reads any key: 401 or 403 with the status as `error_code`.
  */
 import { clip, quote } from "../../../lib/quote.ts";
 import { jsonNestingFault } from "../../../lib/json-nesting.ts";
 import { foreignMessageCharsMax, jsonNestingDepthMax } from "../../../lib/limits.ts";
 import { type Context, Hono } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { BrokerError } from "../../../broker/errors.ts";
+import { BrokerError, Errors } from "../../../broker/errors.ts";
 import { parseCompatibilityLevel } from "../../../registry/compatibility.ts";
 import { RegistryError, RegistryErrors } from "../../../registry/errors.ts";
 import type { SchemaInput, SchemaRegistry, SubjectVersion } from "../../../registry/registry.ts";
@@ -139,8 +139,12 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
   app.onError((err, c) => {
     if (err instanceof RegistryError)
       return errorResponse(c, err.kind.http, err.kind.errorCode, err.message);
-    if (err instanceof BrokerError)
+    if (err instanceof BrokerError) {
+      // A key revoked while its request ran (auth.ts answers the other 401s itself).
+      if (err.kind === Errors.unauthenticated)
+        c.header("www-authenticate", 'Bearer realm="es-broker", error="invalid_token"');
       return errorResponse(c, err.kind.http, err.kind.http, err.message);
+    }
     logger.log("error", "http.internal_error", {
       method: c.req.method,
       path: c.req.path,
