@@ -407,6 +407,8 @@ async function serveNode(
     const tlsServer = listening as import("node:tls").Server;
     tlsServer.on("tlsClientError", (error, socket) => {
       logTlsClientError(options, "http", error, socket);
+      // With a listener here, node:tls leaves a timed-out handshake's socket open: close it.
+      socket.destroy();
     });
     tlsServer.on("secureConnection", (socket) => {
       tlsSockets.add(socket);

@@ -64,6 +64,8 @@ export function listenTcp(
     if (server instanceof tls.Server) {
       server.on("tlsClientError", (error, socket) => {
         logTlsClientError(options, "tcp", error, socket);
+        // With a listener here, node:tls leaves a timed-out handshake's socket open: close it.
+        socket.destroy();
       });
     }
     const onListenError = (error: Error): void => reject(error);

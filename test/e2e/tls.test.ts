@@ -13,6 +13,7 @@ import { join } from "node:path";
 import * as tls from "node:tls";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { ClientError, TcpClient } from "../../src/client/client.ts";
+import { tlsHandshakeTimeoutMs } from "../../src/runtime/tls.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { type BrokerProcess, runCli, startBroker, target } from "./harness.ts";
 
@@ -163,18 +164,26 @@ function certificateOf(port: number, ca: string): Promise<string> {
   });
 }
 
-/** Resolves once the server closes a connection that sent `bytes`; rejects if it stays open 5 s. */
-function closedAfter(port: number, bytes: Uint8Array | string): Promise<number> {
+/**
+ * Resolves once the server closes a connection that sent `bytes`; rejects if it stays open
+ * `limitMs` (default 5 s).
+ */
+function closedAfter(port: number, bytes: Uint8Array | string, limitMs = 5000): Promise<number> {
   return new Promise((resolve, reject) => {
     const started = Date.now();
-    const socket = net.connect({ host: "127.0.0.1", port }, () => socket.write(bytes));
+    const socket = net.connect({ host: "127.0.0.1", port }, () => {
+      if (bytes.length > 0) socket.write(bytes);
+    });
     socket.on("data", () => {});
     socket.on("error", () => {});
-    socket.on("close", () => resolve(Date.now() - started));
-    setTimeout(() => {
+    const timer = setTimeout(() => {
       socket.destroy();
-      reject(new Error(`[${target}] the server kept a wrong-protocol connection open`));
-    }, 5000).unref();
+      reject(new Error(`[${target}] the server kept a connection open ${limitMs} ms`));
+    }, limitMs);
+    socket.on("close", () => {
+      clearTimeout(timer);
+      resolve(Date.now() - started);
+    });
   });
 }
 
@@ -407,6 +416,26 @@ describe(`[${target}] TLS end to end`, () => {
       .toMatch(/"event":"tls.reload_failed"/);
     expect(await certificateOf(broker.tcp.port, pki.ca)).toBe("server-two");
   });
+
+  it("a client that never finishes its TLS handshake is closed after the handshake timeout, on both ports", async () => {
+    const pki = makePki();
+    const { broker } = await tlsBroker(pki);
+    const httpPort = Number(new URL(broker.httpUrl).port);
+    // The start of a ClientHello (record header, handshake type, a length it never sends in full).
+    const partialHello = new Uint8Array([0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4]);
+    // docs/security.md: a handshake must finish within 10 s; the connection must not outlive it.
+    const limitMs = tlsHandshakeTimeoutMs + 5000;
+    const closed = await Promise.all([
+      closedAfter(broker.tcp.port, "", limitMs),
+      closedAfter(broker.tcp.port, partialHello, limitMs),
+      closedAfter(httpPort, "", limitMs),
+      closedAfter(httpPort, partialHello, limitMs),
+    ]);
+    for (const ms of closed) expect(ms).toBeGreaterThanOrEqual(tlsHandshakeTimeoutMs - 1000);
+    await expect
+      .poll(() => broker.stderr(), { timeout: 10_000 })
+      .toMatch(/"event":"tls.handshake_failed".*(ERR_TLS_HANDSHAKE_TIMEOUT|TLS handshake timeout)/);
+  }, 40_000);
 
   it("a TLS client on a plain port is closed at once, with a log line saying the peer speaks TLS", async () => {
     const { dir } = tempDir();
