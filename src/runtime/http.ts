@@ -65,7 +65,7 @@
  * Node; `Deno.serve` closes such a connection at once (the client sees a handshake error) without a
  * hook to log it.
  */
-import type { IncomingMessage, Server } from "node:http";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
 import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
@@ -146,7 +146,10 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
     const nodeHandler: NodeHandler = (request, env) => {
       if (shutdown.signal.aborted) return shuttingDownResponse();
       const incoming = env.incoming;
-      if (lacksHost(incoming)) return missingHostResponse();
+      if (lacksHost(incoming)) {
+        refuseRestOfConnection(incoming);
+        return missingHostResponse();
+      }
       return app.fetch(request, {
         shutdownSignal: shutdown.signal,
         readRawBody: (maxBytes) => readIncomingBody(incoming, maxBytes),
@@ -191,6 +194,43 @@ function errorResponse(error: BrokerError): Response {
     status: error.kind.http,
     headers: { "content-type": "application/json", connection: "close" },
   });
+}
+
+/**
+ * Connections (their sockets) on which a request was refused before the app with an answer that
+ * closes the connection ({@link missingHostResponse}, {@link unparsableRequestResponse}).
+ * `node:http` hands over pipelined requests as soon as they are parsed, but writes nothing after
+ * an answer with `Connection: close`: a produce pipelined behind the refused request would be
+ * appended and never answered (docs/http-api.md, "Malformed requests and pipelining": nothing
+ * after the fault is acted on). So requests that come after it on the same connection are not
+ * handed to the app ({@link notServedAfterRefusal}).
+ */
+const refusedConnections = new WeakSet<object>();
+
+function refuseRestOfConnection(incoming: NodeIncoming): void {
+  if (incoming.socket !== null && incoming.socket !== undefined)
+    refusedConnections.add(incoming.socket);
+}
+
+/**
+ * Answers a request pipelined behind a refused one without handing it to the app (see
+ * {@link refusedConnections}); `node:http` drops this answer with the closing connection.
+ */
+function notServedAfterRefusal(outgoing: ServerResponse): void {
+  const body = JSON.stringify(
+    errorBody(
+      new BrokerError(
+        Errors.unavailable,
+        "Cannot serve the request: an earlier request on this connection was refused and the connection is closing",
+      ),
+    ),
+  );
+  outgoing.writeHead(Errors.unavailable.http, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+    connection: "close",
+  });
+  outgoing.end(body);
 }
 
 /** True for an HTTP/1.1 request without `Host`, which RFC 9112 (3.2) says to answer 400. */
@@ -363,10 +403,24 @@ async function serveNode(
 ): Promise<Started> {
   const { getRequestListener } = await import("@hono/node-server");
   const { createServer } = await import("node:http");
-  const listener = getRequestListener(handler as Parameters<typeof getRequestListener>[0], {
+  /** The request being handed to @hono/node-server, which calls `errorHandler` synchronously. */
+  let dispatching: NodeIncoming | null = null;
+  const honoListener = getRequestListener(handler as Parameters<typeof getRequestListener>[0], {
     hostname: options.host,
-    errorHandler: unparsableRequestResponse,
+    errorHandler: (error) => {
+      if (dispatching !== null) refuseRestOfConnection(dispatching);
+      return unparsableRequestResponse(error);
+    },
   });
+  const listener = (incoming: IncomingMessage, outgoing: ServerResponse): void => {
+    if (refusedConnections.has(incoming.socket)) return notServedAfterRefusal(outgoing);
+    dispatching = incoming;
+    try {
+      void honoListener(incoming, outgoing);
+    } finally {
+      dispatching = null;
+    }
+  };
   const material = options.tls;
   let server: Server;
   /** The server that listens: `server` itself, or the `node:tls` server in front of it. */

@@ -121,6 +121,35 @@ describe(`[${target}] hostile input`, () => {
     }
   });
 
+  it("acts on no pipelined produce it does not answer, when a request the parser framed is refused and the connection closes", async () => {
+    const broker = await start();
+    // Requests whose framing is sound but which the server refuses before the app (no Host in
+    // HTTP/1.1; a request target that is not a URL path), each between pipelined produces.
+    const refused = {
+      "no Host": (topic: string) =>
+        produceRequest(topic, "refused").replace("Host: localhost\r\n", ""),
+      "OPTIONS *": () => "OPTIONS * HTTP/1.1\r\nHost: localhost\r\n\r\n",
+      "a bad absolute URL": (topic: string) =>
+        produceRequest(topic, "refused").replace("POST /v1/", "POST http://[::1/v1/"),
+    };
+    let n = 0;
+    for (const [name, request] of Object.entries(refused)) {
+      const topic = `refused-${n++}`;
+      await createTopic(broker, topic);
+      const bytes =
+        produceRequest(topic, "before") +
+        request(topic) +
+        produceRequest(topic, "after-1") +
+        produceRequest(topic, "after-2");
+      const exchange = await exchangeRaw({ ...hostPort(broker), bytes, waitMs: 3_000 });
+      const what = `[${target}] ${name}: ${exchange.responses.map((r) => `${r.status} ${r.body.slice(0, 80)}`).join(" | ")}`;
+      expect(exchange.responses[0]?.status, what).toBe(200);
+      // A client retries every produce it got no 200 for: each record appended must have had its 200.
+      const answered = exchange.responses.filter((r) => r.status === 200).length;
+      expect(await highWatermark(broker, topic), what).toBe(answered);
+    }
+  });
+
   it("refuses a topic config nested 5,000 levels deep with invalid_config naming the field, over HTTP and TCP", async () => {
     const broker = await start();
     const deep = `${"[".repeat(5000)}${"]".repeat(5000)}`;
