@@ -989,10 +989,11 @@ function checkInteger(
 }
 
 /**
- * Parses and checks a group file (the shape {@link GroupCoordinator} writes).
+ * Parses and checks a group file (the shape {@link GroupCoordinator} writes); start-up and
+ * `es-broker check` both judge `groups/<group>.json` with it.
  * @throws Error describing the first problem.
  */
-function parseGroupFile(name: string, value: unknown): GroupData {
+export function parseGroupFile(name: string, value: unknown): GroupData {
   const fail = (why: string): never => {
     throw new Error(why);
   };

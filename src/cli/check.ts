@@ -6,7 +6,18 @@
 import { resolve } from "node:path";
 import { NodeFileSystem } from "../runtime/node-fs.ts";
 import { lockHolder } from "../runtime/lock.ts";
-import { checkDataDir } from "../storage/check.ts";
+import { checkDataDir, type CheckReport } from "../storage/check.ts";
+import { classifyGroupsEntry, leftovers, type LeftoverKind } from "../storage/leftovers.ts";
+import { readJsonFile } from "../storage/metadata.ts";
+import { joinPath, type FileSystem } from "../fs/types.ts";
+import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
+import { parseGroupFile } from "../broker/groups.ts";
+import { parseSnapshot } from "../broker/producers/snapshot.ts";
+import { producerSnapshotFileName } from "../broker/producers/state.ts";
+import { systemKeyCrypto } from "../runtime/crypto.ts";
+import { systemClock } from "../runtime/clock.ts";
+import { errorMessage } from "../lib/errors.ts";
+import { silentLogger } from "../lib/logger.ts";
 import { UsageError, parseCli } from "./args.ts";
 import { plural } from "../lib/text.ts";
 
@@ -14,8 +25,10 @@ import { plural } from "../lib/text.ts";
 export const checkHelp = `Usage: es-broker check [--data-dir DIR] [--json]
 
 Verifies a stopped broker's data directory without changing it: every segment is scanned in full
-(records, CRCs, offsets, index), and topic.json files are parsed. Prints one line per segment and
-per finding, saying what a start would do with it; exits 1 if anything is corrupt, 0 otherwise
+(records, CRCs, offsets, index), and topic.json, api_keys.json, group files and producers.json are
+parsed as a start parses them. Prints one line per segment and per finding, saying what a start
+would do with it; exits 1 if anything is corrupt (including a key file that would refuse the start,
+or a group or producer file that would be unavailable), 0 otherwise
 (torn tails, indexes to rebuild, temporary files, stray files and topics whose creation was
 interrupted are warnings: the next start handles them).
 
@@ -64,6 +77,7 @@ export async function check(argv: string[]): Promise<number> {
       );
     },
   });
+  await checkMetadataFiles(fs, dataDir, report);
   if (values.json) {
     process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
   } else {
@@ -92,4 +106,66 @@ export async function check(argv: string[]): Promise<number> {
     );
   }
   return report.corrupt > 0 ? 1 : 0;
+}
+
+/**
+ * The metadata files start-up reads above `storage/` (the last rows of the table in
+ * `storage/leftovers.ts`), judged with the functions start-up uses: `api_keys.json` (the key store
+ * refuses the start), `groups/<group>.json` (the group is unavailable), `producers.json` (idempotent
+ * produce is unavailable). Adds one finding per file that cannot be used to `report`.
+ */
+async function checkMetadataFiles(
+  fs: FileSystem,
+  dataDir: string,
+  report: CheckReport,
+): Promise<void> {
+  const found = (path: string, kind: LeftoverKind, problem: string): void => {
+    const rule = leftovers[kind];
+    report.leftovers.push({
+      path,
+      kind,
+      severity: rule.check,
+      detail: `${rule.what} (${problem}); ${rule.startup}`,
+    });
+    if (rule.check === "corrupt") report.corrupt++;
+    else report.warnings++;
+  };
+  const keyFile = joinPath(dataDir, apiKeysFileName);
+  try {
+    await KeyStore.open({
+      fs,
+      path: keyFile,
+      crypto: systemKeyCrypto,
+      clock: systemClock,
+      logger: silentLogger,
+    });
+  } catch (err) {
+    if (!(err instanceof KeyStoreError)) throw err;
+    found(keyFile, "unusable_key_file", err.message);
+  }
+  const groupsDir = joinPath(dataDir, "groups");
+  if ((await fs.stat(groupsDir))?.isDirectory) {
+    for (const name of await fs.readdir(groupsDir)) {
+      const entry = classifyGroupsEntry(name);
+      if (typeof entry === "string") continue; // temps and strays: storage/check.ts reports them
+      const path = joinPath(groupsDir, name);
+      const read = await readJsonFile(fs, path);
+      if ("missing" in read) continue;
+      try {
+        if ("error" in read) throw new Error(read.error);
+        parseGroupFile(entry.group, read.value);
+      } catch (err) {
+        found(path, "unreadable_group_file", errorMessage(err));
+      }
+    }
+  }
+  const snapshot = joinPath(dataDir, producerSnapshotFileName);
+  const read = await readJsonFile(fs, snapshot);
+  if ("missing" in read) return;
+  try {
+    if ("error" in read) throw new Error(read.error);
+    parseSnapshot(read.value);
+  } catch (err) {
+    found(snapshot, "unreadable_producer_state", errorMessage(err));
+  }
 }

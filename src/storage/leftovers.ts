@@ -21,6 +21,12 @@
  * | `index_without_log`       | a segment index whose log is missing                         | reports and ignores it                    | warning  |
  * | `swap_marker`             | `compaction.marker`: a segment swap a crash interrupted      | finishes or undoes the swap               | warning  |
  * | `swap_temp`               | `<segment>.cleaned`: an output of an interrupted swap        | renames it into place or removes it, finishing or undoing the swap | warning |
+ * | `unusable_key_file`       | `api_keys.json` that cannot be read, parsed or used (`auth/key-store.ts`) | refuses to run | corrupt |
+ * | `unreadable_group_file`   | `groups/<group>.json` that cannot be read or parsed (`broker/groups.ts`) | makes the group unavailable | corrupt |
+ * | `unreadable_producer_state` | `producers.json` that cannot be read or parsed (`broker/producers/snapshot.ts`) | makes idempotent produce unavailable | corrupt |
+ *
+ * The last three are not leftovers but metadata files that `storage/` does not parse; `check`
+ * (`cli/check.ts`) judges them with the functions start-up uses and words them from this table.
  *
  * A temp file of the metadata writer is never the only copy of anything acknowledged: the rename
  * over its target is the write's commit point, so a temp left behind is a write that never
@@ -48,7 +54,10 @@ export type LeftoverKind =
   | "unsupported_base_offset"
   | "index_without_log"
   | "swap_marker"
-  | "swap_temp";
+  | "swap_temp"
+  | "unusable_key_file"
+  | "unreadable_group_file"
+  | "unreadable_producer_state";
 
 /** What the table says of one kind. */
 export interface LeftoverRule {
@@ -126,6 +135,21 @@ export const leftovers: Readonly<Record<LeftoverKind, LeftoverRule>> = Object.fr
     what: "an output of an interrupted compaction swap",
     startup: "a start renames it into place or removes it, finishing or undoing the swap",
     check: "warning",
+  },
+  unusable_key_file: {
+    what: "the API key file cannot be used",
+    startup: "a start refuses to run, so the broker is unavailable until the file is repaired",
+    check: "corrupt",
+  },
+  unreadable_group_file: {
+    what: "a consumer group file cannot be read",
+    startup: "a start makes the group unavailable",
+    check: "corrupt",
+  },
+  unreadable_producer_state: {
+    what: "the idempotent producer snapshot cannot be read",
+    startup: "a start makes idempotent produce unavailable",
+    check: "corrupt",
   },
 });
 

@@ -99,4 +99,53 @@ describe(`[${target}] es-broker check`, () => {
       /recovery\.(stray_file|temp_file_removed|incomplete_topic_removed)/,
     );
   });
+
+  it("agrees with start-up on the metadata start-up reads: an unusable api_keys.json, group file or producers.json is CORRUPT", async () => {
+    const { dir } = tempDir();
+    const data = `${dir}/data`;
+    const made = await runCli([
+      "keys",
+      "create",
+      "--data-dir",
+      data,
+      "--name",
+      "a",
+      "--role",
+      "admin",
+    ]);
+    expect(made.code, made.stderr).toBe(0);
+    const broker = await startBroker(data);
+    expect(await broker.stop("SIGTERM")).toBe(0);
+    const clean = await runCli(["check", "--data-dir", data]);
+    expect(clean.code, clean.stdout.toString() + clean.stderr).toBe(0);
+    expect(clean.stdout.toString()).toMatch(/0 corrupt, 0 warnings/);
+
+    // Each as a crash never leaves them, but a person or a failing disk might.
+    writeFileSync(`${data}/groups/g.json`, "{ not json");
+    writeFileSync(`${data}/producers.json`, '{"version":7}');
+    const degraded = await startBroker(data);
+    expect(await degraded.stop("SIGTERM")).toBe(0);
+    expect(degraded.stderr()).toMatch(/"event":"recovery.group_unavailable"/);
+    expect(degraded.stderr()).toMatch(/"event":"producers.unavailable"/);
+    writeFileSync(`${data}/api_keys.json`, '{"version":1,"keys":[{"id":"x"}]}');
+    const refused = await runCli([
+      "serve",
+      "--data-dir",
+      data,
+      "--http-port",
+      "0",
+      "--tcp-port",
+      "0",
+    ]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/api_keys\.json/);
+
+    const checked = await runCli(["check", "--data-dir", data]);
+    const out = checked.stdout.toString();
+    expect(checked.code, out + checked.stderr).toBe(1);
+    expect(out).toMatch(/CORRUPT .*api_keys\.json: .*a start refuses to run/);
+    expect(out).toMatch(/CORRUPT .*groups\/g\.json: .*a start makes the group unavailable/);
+    expect(out).toMatch(/CORRUPT .*producers\.json: .*idempotent produce unavailable/);
+    expect(out).toMatch(/3 corrupt/);
+  });
 });

@@ -82,7 +82,13 @@ describe("storage/leftovers.ts", () => {
     const corrupt = Object.entries(leftovers)
       .filter(([, rule]) => rule.check === "corrupt")
       .map(([kind]) => kind);
-    expect(corrupt.sort()).toEqual(["topic_without_metadata", "unreadable_topic_metadata"]);
+    expect(corrupt.sort()).toEqual([
+      "topic_without_metadata",
+      "unreadable_group_file",
+      "unreadable_producer_state",
+      "unreadable_topic_metadata",
+      "unusable_key_file",
+    ]);
     for (const [kind, rule] of Object.entries(leftovers))
       expect(/unavailable/.test(rule.startup), kind).toBe(rule.check === "corrupt");
   });

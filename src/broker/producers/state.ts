@@ -60,6 +60,9 @@ import { buildSnapshot, parseSnapshot } from "./snapshot.ts";
 
 export type { ProducerPartitions } from "./recovery.ts";
 
+/** File name of the producer snapshot inside the data directory. */
+export const producerSnapshotFileName = "producers.json";
+
 /** Options of {@link ProducerStates.open}. */
 export interface ProducerStatesOptions {
   fs: FileSystem;
@@ -115,7 +118,7 @@ export class ProducerStates {
 
   private constructor(options: ProducerStatesOptions) {
     this.#fs = options.fs;
-    this.#snapshotPath = joinPath(options.dataDir, "producers.json");
+    this.#snapshotPath = joinPath(options.dataDir, producerSnapshotFileName);
     this.#journalPath = joinPath(options.dataDir, "producers.journal");
     this.#clock = options.clock;
     this.#logger = options.logger;
