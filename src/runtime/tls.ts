@@ -4,12 +4,14 @@
  * behaves the same on Node, Deno and Bun (checked: handshakes, client certificates, and
  * `setSecureContext` swapping the certificate for new connections while open ones keep theirs).
  *
- * PEM files are read whole and checked by building a secure context from them, so a bad file
+ * PEM files are read whole and checked by building a secure context from them (and a client CA
+ * bundle block by block: each must be a certificate that parses), so a bad file
  * fails at start (or on SIGHUP, keeping the old certificate) with a message naming the file and
  * never quoting its content.
  */
 import * as fs from "node:fs";
 import * as tls from "node:tls";
+import { X509Certificate } from "node:crypto";
 import type { Logger } from "../lib/logger.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
 
@@ -53,6 +55,32 @@ function readPem(path: string, option: string): Buffer {
   return bytes;
 }
 
+const pemBlock = /-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g;
+
+/**
+ * Checks that `pem` holds only certificates, each of which parses. `node:tls` takes a CA bundle
+ * without complaint even when nothing in it is a certificate (a private key, a damaged block): with
+ * mutual TLS every client would then be refused, with nothing said at start or on SIGHUP.
+ * @throws Error naming the file and the first block that is not a certificate (never its content).
+ */
+function checkCertificates(pem: Buffer, path: string, option: string): void {
+  const blocks = [...pem.toString("latin1").matchAll(pemBlock)];
+  if (blocks.length === 0)
+    throw new Error(`Cannot use ${option} file ${path}: it holds no whole PEM block`);
+  blocks.forEach((block, i) => {
+    const which = `PEM block ${i + 1} of ${blocks.length}`;
+    if (block[1] !== "CERTIFICATE")
+      throw new Error(
+        `Cannot use ${option} file ${path}: ${which} is ${JSON.stringify(block[1])}, not a CERTIFICATE`,
+      );
+    try {
+      new X509Certificate(block[0]);
+    } catch {
+      throw new Error(`Cannot use ${option} file ${path}: ${which} is not a valid certificate`);
+    }
+  });
+}
+
 /**
  * Reads and checks the listener's PEM files.
  * @throws Error naming the file that cannot be read, or the pair that does not make a usable context (e.g. a key that does not match the certificate).
@@ -62,7 +90,10 @@ export function loadTlsServerMaterial(files: TlsServerFiles): TlsServerMaterial 
     cert: readPem(files.certPath, "--tls-cert"),
     key: readPem(files.keyPath, "--tls-key"),
   };
-  if (files.clientCaPath !== undefined) context.ca = readPem(files.clientCaPath, "--tls-client-ca");
+  if (files.clientCaPath !== undefined) {
+    context.ca = readPem(files.clientCaPath, "--tls-client-ca");
+    checkCertificates(context.ca, files.clientCaPath, "--tls-client-ca");
+  }
   try {
     tls.createSecureContext(context);
   } catch (err) {

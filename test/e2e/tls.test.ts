@@ -417,6 +417,53 @@ describe(`[${target}] TLS end to end`, () => {
     expect(await certificateOf(broker.tcp.port, pki.ca)).toBe("server-two");
   });
 
+  it("a client CA file without a usable certificate refuses the start, and on SIGHUP keeps the CA in force", async () => {
+    const pki = makePki();
+    // A private key, or a PEM block that is not a certificate, given as the client CA.
+    const bogus = join(pki.dir, "bogus-ca.pem");
+    writeFileSync(bogus, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
+    for (const file of [pki.client.key, bogus]) {
+      const refused = await startBroker(join(pki.dir, "refused"), [
+        "--tls-cert",
+        pki.server.cert,
+        "--tls-key",
+        pki.server.key,
+        "--tls-client-ca",
+        file,
+      ]).then(
+        (started) => {
+          running.push(started);
+          return null;
+        },
+        (error: Error) => error,
+      );
+      expect(refused?.message).toMatch(/exited \(1\) before listening/);
+      expect(refused?.message).toContain(file);
+      // Named, never shown: no line of the file's content is in the message.
+      const content = readFileSync(file, "utf8").split("\n")[1];
+      expect(refused?.message).not.toContain(content);
+    }
+    const liveCa = join(pki.dir, "live-ca.pem");
+    copyFileSync(pki.ca, liveCa);
+    const { broker } = await tlsBroker(pki, ["--tls-client-ca", liveCa]);
+    const good = { ca: pem(pki.ca), cert: pem(pki.client.cert), key: pem(pki.client.key) };
+    expect(
+      (await httpsRequest(`${broker.httpUrl}/healthz`, { ...good, agent: false })).status,
+    ).toBe(200);
+    copyFileSync(bogus, liveCa);
+    broker.proc.kill("SIGHUP");
+    await expect
+      .poll(() => broker.stderr(), { timeout: 10_000 })
+      .toMatch(/"event":"tls.reload_failed".*live-ca\.pem/);
+    expect(broker.stderr()).not.toMatch(/"event":"tls.reloaded"/);
+    expect(
+      (await httpsRequest(`${broker.httpUrl}/healthz`, { ...good, agent: false })).status,
+    ).toBe(200);
+    const client = await TcpClient.connect({ ...broker.tcp, tls: good });
+    onTestFinished(() => client.close());
+    expect(await client.metadata()).toEqual([]);
+  });
+
   it("a client that never finishes its TLS handshake is closed after the handshake timeout, on both ports", async () => {
     const pki = makePki();
     const { broker } = await tlsBroker(pki);
