@@ -441,13 +441,35 @@ export class AuthorizedBroker implements Broker {
 
   describeGroup(group: string): Promise<GroupDescription> {
     this.#check("describe_group", { group }, () => `Cannot describe group ${quote(group)}`);
-    return this.#inner.describeGroup(group);
+    return this.#inner.describeGroup(group).then((g) => this.#visibleGroup(g));
   }
 
   async listGroups(): Promise<GroupDescription[]> {
     this.#check("list_groups", {}, "Cannot list groups");
     const groups = await this.#inner.listGroups();
-    return groups.filter((g) => mayList(this.#principal, "list_groups", g.group));
+    return groups
+      .filter((g) => mayList(this.#principal, "list_groups", g.group))
+      .map((g) => this.#visibleGroup(g));
+  }
+
+  /**
+   * `group` as the principal may see it: a group its patterns match may also be used with topics
+   * they do not (by an admin, or a key with other topics), and those topics' names, committed
+   * offsets and high watermarks are not the principal's to read, so their entries are left out.
+   */
+  #visibleGroup(group: GroupDescription): GroupDescription {
+    const principal = this.#principal;
+    if (principal.kind === "anonymous" || principal.role === "admin") return group;
+    const may = (topic: string) => mayList(principal, "list_topics", topic);
+    return {
+      ...group,
+      members: group.members.map((m) => ({
+        ...m,
+        topics: m.topics.filter(may),
+        assignments: m.assignments.filter((a) => may(a.topic)),
+      })),
+      offsets: group.offsets.filter((o) => may(o.topic)),
+    };
   }
 
   /** Never closes the real broker: its owner does. Resolves at once. */

@@ -19,8 +19,8 @@
  * | `heartbeat`           |   ✓   |          |    ✓     | the group                                    |
  * | `leave_group`         |   ✓   |          |    ✓     | the group                                    |
  * | `commit_offsets`      |   ✓   |          |    ✓     | the group and every topic committed          |
- * | `describe_group`      |   ✓   |          |    ✓     | the group                                    |
- * | `list_groups`         |   ✓   |          |    ✓     | the answer lists only groups the key matches |
+ * | `describe_group`      |   ✓   |          |    ✓     | the group; the answer shows only topics the key matches |
+ * | `list_groups`         |   ✓   |          |    ✓     | the answer lists only groups the key matches, showing only topics it matches |
  * | `cleanup`             |   ✓   |          |          | —                                            |
  * | `describe_storage`    |   ✓   |          |          | —                                            |
  * | `metrics`             |   ✓   |          |          | —                                            |

@@ -379,6 +379,42 @@ describe("HTTP authentication", () => {
     expect(topics.topics.map((t: { name: string }) => t.name)).toEqual(["orders"]);
   });
 
+  it("a group's description shows a consumer only the topics its key matches, over HTTP and TCP", async () => {
+    const d = await doors();
+    // The admin uses the consumer's group "billing" with a topic the consumer may not read.
+    const admin = await d.connect(d.admin);
+    await admin.produce("other", [{ value: "secret" }]);
+    const joined = await admin.joinGroup({ group: "billing", topics: ["other", "orders"] });
+    await admin.commitOffsets({
+      group: "billing",
+      memberId: joined.memberId,
+      generation: joined.generation,
+      offsets: [
+        { topic: "other", partition: 0, offset: 1 },
+        { topic: "orders", partition: 0, offset: 0 },
+      ],
+    });
+    const seenByAdmin = JSON.stringify(await admin.describeGroup("billing"));
+    expect(seenByAdmin).toContain('"other"');
+
+    const reader = await d.connect(d.consumer);
+    const overTcp = await reader.describeGroup("billing");
+    const listedOverTcp = await reader.listGroups();
+    const overHttp = await (await d.http("/v1/groups/billing", { key: d.consumer })).json();
+    const listedOverHttp = await (await d.http("/v1/groups", { key: d.consumer })).json();
+    for (const seen of [overTcp, listedOverTcp, overHttp, listedOverHttp]) {
+      const text = JSON.stringify(seen);
+      expect(text).toContain('"orders"');
+      expect(text).not.toContain('"other"');
+    }
+    expect(overTcp.offsets.map((o) => o.topic)).toEqual(["orders"]);
+    expect(overTcp.members[0]).toMatchObject({
+      memberId: joined.memberId,
+      topics: ["orders"],
+      assignments: [{ topic: "orders", partition: 0 }],
+    });
+  });
+
   it("the key routes are admin-only, answer no-store, and show the key only in the creation answer", async () => {
     const d = await doors();
     const create = (key: string) =>
