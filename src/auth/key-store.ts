@@ -33,7 +33,7 @@ import type { Clock } from "../lib/clock.ts";
 import { apiKeyLastUsedIntervalMs, apiKeyNameCharsMax, apiKeysMax } from "../lib/limits.ts";
 import type { Logger } from "../lib/logger.ts";
 import { Mutex } from "../lib/mutex.ts";
-import { quote } from "../lib/quote.ts";
+import { clip, quote } from "../lib/quote.ts";
 import { utf8 } from "../lib/bytes.ts";
 import { readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
 import { constantTimeEqual, fromHex, type KeyCrypto } from "./crypto.ts";
@@ -340,7 +340,9 @@ export class KeyStore {
       this.#checkOpen();
       const revoking = this.#revoking.get(name);
       if (revoking === undefined)
-        throw new BrokerError(Errors.keyNotFound, `${action}: no key has that name`, { name });
+        throw new BrokerError(Errors.keyNotFound, `${action}: no key has that name`, {
+          name: clip(name),
+        });
       await this.#write([...this.#byId.values()], action);
       this.#revoking.delete(name);
       return copyInfo(revoking.info);

@@ -415,6 +415,25 @@ describe("HTTP authentication", () => {
     });
   });
 
+  it("the key routes quote a client's value in an error at most a short prefix long", async () => {
+    const d = await doors();
+    const long = "Z".repeat(100_000);
+    const answers = [
+      await d.http("/v1/admin/keys", {
+        method: "POST",
+        key: d.admin,
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name: "k", role: "admin", [long]: 1 }),
+      }),
+      await d.http(`/v1/admin/keys/${long.slice(0, 10_000)}`, { method: "DELETE", key: d.admin }),
+    ];
+    for (const answer of answers) {
+      const body = await answer.text();
+      expect(answer.status, body.slice(0, 200)).toBeGreaterThanOrEqual(400);
+      expect(body.length, body.slice(0, 200)).toBeLessThan(1000);
+    }
+  });
+
   it("the key routes are admin-only, answer no-store, and show the key only in the creation answer", async () => {
     const d = await doors();
     const create = (key: string) =>

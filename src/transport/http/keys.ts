@@ -15,7 +15,7 @@ import type { AuthorizedBroker } from "../../auth/access.ts";
 import type { ApiKeyInfo } from "../../auth/key-store.ts";
 import type { HttpApp } from "./app.ts";
 import { invalidRequest } from "./errors.ts";
-import { quote } from "../../lib/quote.ts";
+import { clip, quote } from "../../lib/quote.ts";
 import type { BodyReaders } from "./groups.ts";
 
 const noStore = { "cache-control": "no-store" };
@@ -55,9 +55,7 @@ export function registerKeyRoutes(
         throw invalidRequest(
           action,
           `unknown field ${quote(field)} (expected name, role, topics, groups)`,
-          {
-            field,
-          },
+          { field: clip(field) },
         );
     }
     if (typeof fields.name === "string") action = `Cannot create key ${quote(fields.name)}`;
