@@ -25,8 +25,8 @@ import { plural } from "../lib/text.ts";
 export const checkHelp = `Usage: es-broker check [--data-dir DIR] [--json]
 
 Verifies a stopped broker's data directory without changing it: every segment is scanned in full
-(records, CRCs, offsets, index), and topic.json, api_keys.json, group files and producers.json are
-parsed as a start parses them. Prints one line per segment and per finding, saying what a start
+(records, CRCs, offsets, index), and topic.json, log_start_offsets.json, api_keys.json, group
+files and producers.json are parsed as a start parses them. Prints one line per segment and per finding, saying what a start
 would do with it; exits 1 if anything is corrupt (including a key file that would refuse the start,
 or a group or producer file that would be unavailable), 0 otherwise
 (torn tails, indexes to rebuild, temporary files, stray files and topics whose creation was

@@ -25,6 +25,7 @@ import {
   type LeftoverKind,
 } from "./leftovers.ts";
 import { isTempFileName, readJsonFile } from "./metadata.ts";
+import { LogStartOffsetFile } from "./log-start-offsets.ts";
 import { Segment } from "./segment.ts";
 import type { SegmentCorruption, SegmentRecoveryOutcome } from "./segment-recovery.ts";
 import { logFileName, parseSegmentFileName } from "./segment-files.ts";
@@ -146,6 +147,11 @@ export async function checkDataDir(
       topic.metadataProblem = leftovers.topic_without_metadata.what;
     } else if ("error" in meta)
       topic.metadataProblem = `${leftovers.unreadable_topic_metadata.what}: ${meta.error}`;
+    else {
+      const offsets = await LogStartOffsetFile.load(fs, dir);
+      if ("error" in offsets)
+        topic.metadataProblem = `${leftovers.unreadable_log_start_offsets.what}: ${offsets.error}; ${leftovers.unreadable_log_start_offsets.startup}`;
+    }
     if (topic.metadataProblem !== "") report.corrupt++;
     await temps(dir, names);
     const entries = names.filter((n) => /^\d+$/.test(n)).sort((a, b) => Number(a) - Number(b));

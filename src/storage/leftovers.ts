@@ -21,12 +21,14 @@
  * | `index_without_log`       | a segment index whose log is missing                         | reports and ignores it                    | warning  |
  * | `swap_marker`             | `compaction.marker`: a segment swap a crash interrupted      | finishes or undoes the swap               | warning  |
  * | `swap_temp`               | `<segment>.cleaned`: an output of an interrupted swap        | renames it into place or removes it, finishing or undoing the swap | warning |
+ * | `unreadable_log_start_offsets` | `log_start_offsets.json` of a topic that cannot be read or parsed (`log-start-offsets.ts`) | makes the topic unavailable | corrupt |
  * | `unusable_key_file`       | `api_keys.json` that cannot be read, parsed or used (`auth/key-store.ts`) | refuses to run | corrupt |
  * | `unreadable_group_file`   | `groups/<group>.json` that cannot be read or parsed (`broker/groups.ts`) | makes the group unavailable | corrupt |
  * | `unreadable_producer_state` | `producers.json` that cannot be read or parsed (`broker/producers/snapshot.ts`) | makes idempotent produce unavailable | corrupt |
  *
- * The last three are not leftovers but metadata files that `storage/` does not parse; `check`
- * (`cli/check.ts`) judges them with the functions start-up uses and words them from this table.
+ * The last four are not leftovers but metadata files; `check` judges them with the functions
+ * start-up uses (the last three in `cli/check.ts`, as `storage/` does not parse them) and words
+ * them from this table.
  *
  * A temp file of the metadata writer is never the only copy of anything acknowledged: the rename
  * over its target is the write's commit point, so a temp left behind is a write that never
@@ -55,6 +57,7 @@ export type LeftoverKind =
   | "index_without_log"
   | "swap_marker"
   | "swap_temp"
+  | "unreadable_log_start_offsets"
   | "unusable_key_file"
   | "unreadable_group_file"
   | "unreadable_producer_state";
@@ -135,6 +138,11 @@ export const leftovers: Readonly<Record<LeftoverKind, LeftoverRule>> = Object.fr
     what: "an output of an interrupted compaction swap",
     startup: "a start renames it into place or removes it, finishing or undoing the swap",
     check: "warning",
+  },
+  unreadable_log_start_offsets: {
+    what: "log_start_offsets.json cannot be read",
+    startup: "a start makes the topic unavailable",
+    check: "corrupt",
   },
   unusable_key_file: {
     what: "the API key file cannot be used",

@@ -115,6 +115,12 @@ describe(`[${target}] es-broker check`, () => {
     ]);
     expect(made.code, made.stderr).toBe(0);
     const broker = await startBroker(data);
+    const client = await TcpClient.connect({
+      ...broker.tcp,
+      apiKey: made.stdout.toString().trim(),
+    });
+    await client.createTopic({ name: "t", partitions: 1 });
+    await client.close();
     expect(await broker.stop("SIGTERM")).toBe(0);
     const clean = await runCli(["check", "--data-dir", data]);
     expect(clean.code, clean.stdout.toString() + clean.stderr).toBe(0);
@@ -123,10 +129,15 @@ describe(`[${target}] es-broker check`, () => {
     // Each as a crash never leaves them, but a person or a failing disk might.
     writeFileSync(`${data}/groups/g.json`, "{ not json");
     writeFileSync(`${data}/producers.json`, '{"version":7}');
+    writeFileSync(
+      `${data}/topics/t/log_start_offsets.json`,
+      '{"version":1,"partitions":{"0":"x"}}',
+    );
     const degraded = await startBroker(data);
     expect(await degraded.stop("SIGTERM")).toBe(0);
     expect(degraded.stderr()).toMatch(/"event":"recovery.group_unavailable"/);
     expect(degraded.stderr()).toMatch(/"event":"producers.unavailable"/);
+    expect(degraded.stderr()).toMatch(/"event":"recovery.topic_unavailable","topic":"t"/);
     writeFileSync(`${data}/api_keys.json`, '{"version":1,"keys":[{"id":"x"}]}');
     const refused = await runCli([
       "serve",
@@ -146,6 +157,7 @@ describe(`[${target}] es-broker check`, () => {
     expect(out).toMatch(/CORRUPT .*api_keys\.json: .*a start refuses to run/);
     expect(out).toMatch(/CORRUPT .*groups\/g\.json: .*a start makes the group unavailable/);
     expect(out).toMatch(/CORRUPT .*producers\.json: .*idempotent produce unavailable/);
-    expect(out).toMatch(/3 corrupt/);
+    expect(out).toMatch(/CORRUPT topic t: log_start_offsets\.json cannot be read: .*unavailable/);
+    expect(out).toMatch(/4 corrupt/);
   });
 });

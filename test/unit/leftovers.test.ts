@@ -85,6 +85,7 @@ describe("storage/leftovers.ts", () => {
     expect(corrupt.sort()).toEqual([
       "topic_without_metadata",
       "unreadable_group_file",
+      "unreadable_log_start_offsets",
       "unreadable_producer_state",
       "unreadable_topic_metadata",
       "unusable_key_file",
