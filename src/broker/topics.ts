@@ -247,12 +247,7 @@ export class TopicRegistry {
     let config: TopicConfig;
     let partitionCount: number;
     try {
-      const meta = read.value as { name?: unknown; partitions?: unknown; config?: unknown };
-      if (typeof meta !== "object" || meta === null) throw new Error("not an object");
-      if (meta.name !== name)
-        throw new Error(`names topic ${JSON.stringify(meta.name)}, but its directory is "${name}"`);
-      partitionCount = validatePartitionCount(meta.partitions);
-      config = mergeTopicConfig(defaultTopicConfig, meta.config);
+      ({ config, partitionCount } = parseTopicFile(name, read.value));
     } catch (err) {
       const reason = errorMessage(err);
       this.#unavailable.set(name, `${metaPath}: ${reason}`);
@@ -647,4 +642,24 @@ export class TopicRegistry {
   clear(): void {
     this.#topics.clear();
   }
+}
+
+/**
+ * Parses and checks the `topic.json` of the topic whose directory is `name`: start-up and
+ * `es-broker check` both judge the file with it.
+ * @throws Error naming the first problem (a name other than the directory's, a bad partition
+ *   count or config).
+ */
+export function parseTopicFile(
+  name: string,
+  value: unknown,
+): { partitionCount: number; config: TopicConfig } {
+  const meta = value as { name?: unknown; partitions?: unknown; config?: unknown };
+  if (typeof meta !== "object" || meta === null) throw new Error("not an object");
+  if (meta.name !== name)
+    throw new Error(`names topic ${JSON.stringify(meta.name)}, but its directory is "${name}"`);
+  return {
+    partitionCount: validatePartitionCount(meta.partitions),
+    config: mergeTopicConfig(defaultTopicConfig, meta.config),
+  };
 }

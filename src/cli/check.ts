@@ -12,6 +12,7 @@ import { readJsonFile } from "../storage/metadata.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
 import { parseGroupFile } from "../broker/groups.ts";
+import { parseTopicFile } from "../broker/topics.ts";
 import { parseSnapshot } from "../broker/producers/snapshot.ts";
 import { producerSnapshotFileName } from "../broker/producers/state.ts";
 import { systemKeyCrypto } from "../runtime/crypto.ts";
@@ -110,7 +111,8 @@ export async function check(argv: string[]): Promise<number> {
 
 /**
  * The metadata files start-up reads above `storage/` (the last rows of the table in
- * `storage/leftovers.ts`), judged with the functions start-up uses: `api_keys.json` (the key store
+ * `storage/leftovers.ts`), judged with the functions start-up uses: the content of each
+ * `topic.json` that parses (the topic is unavailable), `api_keys.json` (the key store
  * refuses the start), `groups/<group>.json` (the group is unavailable), `producers.json` (idempotent
  * produce is unavailable). Adds one finding per file that cannot be used to `report`.
  */
@@ -130,6 +132,17 @@ async function checkMetadataFiles(
     if (rule.check === "corrupt") report.corrupt++;
     else report.warnings++;
   };
+  for (const topic of report.topics) {
+    if (topic.metadataProblem !== "") continue;
+    const read = await readJsonFile(fs, joinPath(dataDir, "topics", topic.name, "topic.json"));
+    if (!("value" in read)) continue; // storage/check.ts judged a missing or unreadable file
+    try {
+      parseTopicFile(topic.name, read.value);
+    } catch (err) {
+      topic.metadataProblem = `${leftovers.unreadable_topic_metadata.what}: ${errorMessage(err)}`;
+      report.corrupt++;
+    }
+  }
   const keyFile = joinPath(dataDir, apiKeysFileName);
   try {
     await KeyStore.open({

@@ -120,6 +120,7 @@ describe(`[${target}] es-broker check`, () => {
       apiKey: made.stdout.toString().trim(),
     });
     await client.createTopic({ name: "t", partitions: 1 });
+    await client.createTopic({ name: "u", partitions: 1 });
     await client.close();
     expect(await broker.stop("SIGTERM")).toBe(0);
     const clean = await runCli(["check", "--data-dir", data]);
@@ -129,6 +130,7 @@ describe(`[${target}] es-broker check`, () => {
     // Each as a crash never leaves them, but a person or a failing disk might.
     writeFileSync(`${data}/groups/g.json`, "{ not json");
     writeFileSync(`${data}/producers.json`, '{"version":7}');
+    writeFileSync(`${data}/topics/u/topic.json`, '{"name":"u","partitions":"many","config":{}}');
     writeFileSync(
       `${data}/topics/t/log_start_offsets.json`,
       '{"version":1,"partitions":{"0":"x"}}',
@@ -138,6 +140,7 @@ describe(`[${target}] es-broker check`, () => {
     expect(degraded.stderr()).toMatch(/"event":"recovery.group_unavailable"/);
     expect(degraded.stderr()).toMatch(/"event":"producers.unavailable"/);
     expect(degraded.stderr()).toMatch(/"event":"recovery.topic_unavailable","topic":"t"/);
+    expect(degraded.stderr()).toMatch(/"event":"recovery.topic_unavailable","topic":"u"/);
     writeFileSync(`${data}/api_keys.json`, '{"version":1,"keys":[{"id":"x"}]}');
     const refused = await runCli([
       "serve",
@@ -158,6 +161,7 @@ describe(`[${target}] es-broker check`, () => {
     expect(out).toMatch(/CORRUPT .*groups\/g\.json: .*a start makes the group unavailable/);
     expect(out).toMatch(/CORRUPT .*producers\.json: .*idempotent produce unavailable/);
     expect(out).toMatch(/CORRUPT topic t: log_start_offsets\.json cannot be read: .*unavailable/);
-    expect(out).toMatch(/4 corrupt/);
+    expect(out).toMatch(/CORRUPT topic u: topic\.json cannot be read: Invalid partition count/);
+    expect(out).toMatch(/5 corrupt/);
   });
 });
