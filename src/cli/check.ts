@@ -13,6 +13,7 @@ import { joinPath, type FileSystem } from "../fs/types.ts";
 import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
 import { parseGroupFile } from "../broker/groups.ts";
 import { parseTopicFile } from "../broker/topics.ts";
+import { SchemaRegistry, schemasFileName } from "../registry/registry.ts";
 import { parseSnapshot } from "../broker/producers/snapshot.ts";
 import { producerSnapshotFileName } from "../broker/producers/state.ts";
 import { systemKeyCrypto } from "../runtime/crypto.ts";
@@ -27,7 +28,7 @@ export const checkHelp = `Usage: es-broker check [--data-dir DIR] [--json]
 
 Verifies a stopped broker's data directory without changing it: every segment is scanned in full
 (records, CRCs, offsets, index), and topic.json, log_start_offsets.json, api_keys.json, group
-files and producers.json are parsed as a start parses them. Prints one line per segment and per finding, saying what a start
+files, producers.json and schemas.json are parsed as a start parses them. Prints one line per segment and per finding, saying what a start
 would do with it; exits 1 if anything is corrupt (including a key file that would refuse the start,
 or a group or producer file that would be unavailable), 0 otherwise
 (torn tails, indexes to rebuild, temporary files, stray files and topics whose creation was
@@ -112,7 +113,8 @@ export async function check(argv: string[]): Promise<number> {
 /**
  * The metadata files start-up reads above `storage/` (the last rows of the table in
  * `storage/leftovers.ts`), judged with the functions start-up uses: the content of each
- * `topic.json` that parses (the topic is unavailable), `api_keys.json` (the key store
+ * `topic.json` that parses (the topic is unavailable), `schemas.json` (the schema registry is
+ * unavailable), `api_keys.json` (the key store
  * refuses the start), `groups/<group>.json` (the group is unavailable), `producers.json` (idempotent
  * produce is unavailable). Adds one finding per file that cannot be used to `report`.
  */
@@ -172,6 +174,11 @@ async function checkMetadataFiles(
       }
     }
   }
+  const registry = await SchemaRegistry.open({ fs, dataDir, logger: silentLogger });
+  const registryProblem = registry.unavailableReason;
+  await registry.close();
+  if (registryProblem !== null)
+    found(joinPath(dataDir, schemasFileName), "unreadable_schema_registry", registryProblem);
   const snapshot = joinPath(dataDir, producerSnapshotFileName);
   const read = await readJsonFile(fs, snapshot);
   if ("missing" in read) return;

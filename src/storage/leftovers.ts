@@ -24,10 +24,11 @@
  * | `unreadable_log_start_offsets` | `log_start_offsets.json` of a topic that cannot be read or parsed (`log-start-offsets.ts`) | makes the topic unavailable | corrupt |
  * | `unusable_key_file`       | `api_keys.json` that cannot be read, parsed or used (`auth/key-store.ts`) | refuses to run | corrupt |
  * | `unreadable_group_file`   | `groups/<group>.json` that cannot be read or parsed (`broker/groups.ts`) | makes the group unavailable | corrupt |
+ * | `unreadable_schema_registry` | `schemas.json` that cannot be read, parsed or compiled (`registry/registry.ts`) | makes the schema registry unavailable | corrupt |
  * | `unreadable_producer_state` | `producers.json` that cannot be read or parsed (`broker/producers/snapshot.ts`) | makes idempotent produce unavailable | corrupt |
  *
- * The last four are not leftovers but metadata files; `check` judges them with the functions
- * start-up uses (the last three in `cli/check.ts`, as `storage/` does not parse them) and words
+ * The last five are not leftovers but metadata files; `check` judges them with the functions
+ * start-up uses (the last four in `cli/check.ts`, as `storage/` does not parse them) and words
  * them from this table.
  *
  * A temp file of the metadata writer is never the only copy of anything acknowledged: the rename
@@ -60,6 +61,7 @@ export type LeftoverKind =
   | "unreadable_log_start_offsets"
   | "unusable_key_file"
   | "unreadable_group_file"
+  | "unreadable_schema_registry"
   | "unreadable_producer_state";
 
 /** What the table says of one kind. */
@@ -152,6 +154,11 @@ export const leftovers: Readonly<Record<LeftoverKind, LeftoverRule>> = Object.fr
   unreadable_group_file: {
     what: "a consumer group file cannot be read",
     startup: "a start makes the group unavailable",
+    check: "corrupt",
+  },
+  unreadable_schema_registry: {
+    what: "the schema registry's file cannot be used",
+    startup: "a start makes the schema registry unavailable",
     check: "corrupt",
   },
   unreadable_producer_state: {

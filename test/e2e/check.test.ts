@@ -130,6 +130,7 @@ describe(`[${target}] es-broker check`, () => {
     // Each as a crash never leaves them, but a person or a failing disk might.
     writeFileSync(`${data}/groups/g.json`, "{ not json");
     writeFileSync(`${data}/producers.json`, '{"version":7}');
+    writeFileSync(`${data}/schemas.json`, "[]");
     writeFileSync(`${data}/topics/u/topic.json`, '{"name":"u","partitions":"many","config":{}}');
     writeFileSync(
       `${data}/topics/t/log_start_offsets.json`,
@@ -139,6 +140,7 @@ describe(`[${target}] es-broker check`, () => {
     expect(await degraded.stop("SIGTERM")).toBe(0);
     expect(degraded.stderr()).toMatch(/"event":"recovery.group_unavailable"/);
     expect(degraded.stderr()).toMatch(/"event":"producers.unavailable"/);
+    expect(degraded.stderr()).toMatch(/"event":"registry.unavailable"/);
     expect(degraded.stderr()).toMatch(/"event":"recovery.topic_unavailable","topic":"t"/);
     expect(degraded.stderr()).toMatch(/"event":"recovery.topic_unavailable","topic":"u"/);
     writeFileSync(`${data}/api_keys.json`, '{"version":1,"keys":[{"id":"x"}]}');
@@ -162,6 +164,7 @@ describe(`[${target}] es-broker check`, () => {
     expect(out).toMatch(/CORRUPT .*producers\.json: .*idempotent produce unavailable/);
     expect(out).toMatch(/CORRUPT topic t: log_start_offsets\.json cannot be read: .*unavailable/);
     expect(out).toMatch(/CORRUPT topic u: topic\.json cannot be read: Invalid partition count/);
-    expect(out).toMatch(/5 corrupt/);
+    expect(out).toMatch(/CORRUPT .*schemas\.json: .*schema registry unavailable/);
+    expect(out).toMatch(/6 corrupt/);
   });
 });

@@ -87,6 +87,7 @@ describe("storage/leftovers.ts", () => {
       "unreadable_group_file",
       "unreadable_log_start_offsets",
       "unreadable_producer_state",
+      "unreadable_schema_registry",
       "unreadable_topic_metadata",
       "unusable_key_file",
     ]);
