@@ -36,7 +36,7 @@ import { parseApiKeyId } from "./key-format.ts";
 import type { ApiKeyInfo, ApiKeySpec, KeyStore } from "./key-store.ts";
 import { anonymousPrincipal, type Principal, principalLabel } from "./principal.ts";
 import { authorize, mayList, type Operation, type RequestNames } from "./roles.ts";
-import { apiKeyTextBytesMax } from "../lib/limits.ts";
+import { apiKeyTextBytesMax, producerIdCharsMax } from "../lib/limits.ts";
 
 /** Which front door a request came through, for logs. */
 export type Transport = "http" | "tcp";
@@ -367,7 +367,13 @@ export class AuthorizedBroker implements Broker {
       { topic: request.topic },
       () => `Cannot produce to topic ${quote(request.topic)}`,
     );
-    return this.#inner.produce(request);
+    const producer = request.producer;
+    if (producer === undefined || this.#principal.kind !== "key")
+      return this.#inner.produce(request);
+    return this.#inner.produce({
+      ...request,
+      producer: { ...producer, id: keyProducerId(this.#principal.name, producer.id) },
+    });
   }
 
   fetch(request: FetchRequest): Promise<FetchResult> {
@@ -531,4 +537,24 @@ export class AuthorizedBroker implements Broker {
       throw new BrokerError(Errors.unavailable, `Cannot ${what}: this broker has no key store`);
     return keys;
   }
+}
+
+/**
+ * The producer id an idempotent produce made with key `keyName` is stored under:
+ * `<key name>:<client id>` (docs/security.md "Idempotent producers under keys"). Producer epochs
+ * fence by id, so without this a key limited to one topic could fence another key's producer by
+ * sending its id with a higher epoch. Key names have no `:`, so two keys never share a namespace;
+ * anonymous requests (no key store) keep the client's id as it is.
+ * @throws BrokerError invalid_request when the stored id would pass {@link producerIdCharsMax}
+ *   (a client id of at most `producerIdCharsMax − name length − 1` characters fits).
+ */
+export function keyProducerId(keyName: string, clientId: string): string {
+  const id = `${keyName}:${clientId}`;
+  if (id.length > producerIdCharsMax) {
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `Cannot produce with producer id ${quote(clientId)}: with key ${quote(keyName)} a producer id is at most ${producerIdCharsMax - keyName.length - 1} characters`,
+    );
+  }
+  return id;
 }

@@ -156,6 +156,52 @@ describe("TCP authentication", () => {
     expect(fetched.records.map((r) => new TextDecoder().decode(r.value))).toEqual(["a", "b"]);
   });
 
+  it("a key's idempotent producer ids are its own: another key with the same id and a higher epoch fences nothing", async () => {
+    const d = await doors();
+    const other = (await d.keys.create({ name: "ingest-2", role: "producer", topics: ["other"] }))
+      .key;
+    const a = await d.connect(d.producer);
+    const b = await d.connect(other);
+    const first = await a.produceIdempotent("orders", [{ value: "a0" }], {
+      producer: { id: "shared-1", epoch: 1, sequence: 0 },
+    });
+    expect(first.duplicate ?? false).toBe(false);
+    // Key B uses the same client id with a higher epoch on its own topic: before ids were
+    // namespaced by key, this fenced key A's producer (producer_fenced, expected_epoch 7).
+    await b.produceIdempotent("other", [{ value: "b0" }], {
+      producer: { id: "shared-1", epoch: 7, sequence: 0 },
+    });
+    const next = await a.produceIdempotent("orders", [{ value: "a1" }], {
+      producer: { id: "shared-1", epoch: 1, sequence: 1 },
+    });
+    expect(next.duplicate ?? false).toBe(false);
+    // The same key still fences its own older epoch.
+    await a.produceIdempotent("orders", [{ value: "a2" }], {
+      producer: { id: "shared-1", epoch: 2, sequence: 0 },
+    });
+    const fenced = await clientError(
+      a.produceIdempotent("orders", [{ value: "late" }], {
+        producer: { id: "shared-1", epoch: 1, sequence: 2 },
+      }),
+    );
+    expect(fenced.code).toBe("producer_fenced");
+    const consumer = await d.connect(d.consumer);
+    const fetched = await consumer.fetch({ topic: "orders", partition: 0, offset: 0 });
+    expect(fetched.records.map((r) => new TextDecoder().decode(r.value))).toEqual([
+      "a0",
+      "a1",
+      "a2",
+    ]);
+    // A client id that, with the key's name, passes the producer id limit is refused by name.
+    const long = await clientError(
+      a.produceIdempotent("orders", [{ value: "x" }], {
+        producer: { id: "p".repeat(249), epoch: 1, sequence: 0 },
+      }),
+    );
+    expect(long.code).toBe("invalid_request");
+    expect(long.message).toMatch(/with key "ingest" a producer id is at most 242 characters/);
+  });
+
   it("without a key, the first request is answered unauthenticated and the connection closed", async () => {
     const d = await doors();
     const client = await d.connect();
