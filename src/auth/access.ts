@@ -47,14 +47,18 @@ export type Transport = "http" | "tcp";
  */
 export type AuthFailure = "missing" | "malformed" | "unknown";
 
-/** An `unauthenticated` error that also says why (HTTP picks its `WWW-Authenticate` from it). */
+/**
+ * An `unauthenticated` error that also says why (HTTP picks its `WWW-Authenticate` from it); for
+ * a key revoked while its connection or stream was open, `key_revoked` (reason `revoked`).
+ */
 export class AuthenticationError extends BrokerError {
   override name = "AuthenticationError";
   constructor(
     readonly reason: AuthFailure | "revoked",
     message: string,
+    kind: typeof Errors.unauthenticated | typeof Errors.keyRevoked = Errors.unauthenticated,
   ) {
-    super(Errors.unauthenticated, message);
+    super(kind, message);
   }
 }
 
@@ -174,7 +178,8 @@ export class AccessControl {
    * Throws unless `principal` is current and the role table allows `operation` on `names`.
    * @param describe the failed action for the message, e.g. `Cannot produce to topic "orders"`,
    *   or a function making it (called only for a refusal).
-   * @throws AuthenticationError (revoked) or BrokerError `forbidden` with details `operation` and `topic` / `group`.
+   * @throws AuthenticationError (revoked: {@link invalidError}) or BrokerError `forbidden` with
+   *   details `operation` and `topic` / `group`.
    */
   check(
     principal: Principal,
@@ -186,14 +191,7 @@ export class AccessControl {
     if (decision?.allowed) return;
     // The message is built only for a refusal: the allowed path stays a table lookup.
     const action = typeof describe === "function" ? describe() : describe;
-    if (decision === null) {
-      throw new AuthenticationError(
-        "revoked",
-        principal.kind === "anonymous"
-          ? `${action}: an API key is required now (authentication was turned on)`
-          : `${action}: API key ${principal.id} was revoked or changed`,
-      );
-    }
+    if (decision === null) throw this.invalidError(principal, action);
     const who = principalLabel(principal);
     const role = principal.kind === "key" ? principal.role : "anonymous";
     if (decision.reason === "role") {
@@ -208,6 +206,24 @@ export class AccessControl {
       `${action}: ${who} (role ${role}) may not ${operation} on ${decision.reason} ${quote(decision.name)} (no ${decision.reason} pattern of the key matches it)`,
       { operation, [decision.reason]: clip(decision.name) },
     );
+  }
+
+  /**
+   * The refusal of a request from `principal` once it is no longer current: `key_revoked` for a
+   * key (revoked, or changed and reloaded), `unauthenticated` for anonymous access once the first
+   * key exists. `action` names the refused request, e.g. `Cannot fetch from topic "orders"`.
+   */
+  invalidError(principal: Principal, action: string): AuthenticationError {
+    return principal.kind === "anonymous"
+      ? new AuthenticationError(
+          "revoked",
+          `${action}: an API key is required now (authentication was turned on)`,
+        )
+      : new AuthenticationError(
+          "revoked",
+          `${action}: API key ${principal.id} was revoked (or changed in api_keys.json) while this connection was open`,
+          Errors.keyRevoked,
+        );
   }
 
   /** An abort signal that fires when `principal` stops being current (already aborted if it is not). */
@@ -376,14 +392,19 @@ export class AuthorizedBroker implements Broker {
     });
   }
 
-  fetch(request: FetchRequest): Promise<FetchResult> {
-    this.#check(
-      "fetch",
-      { topic: request.topic },
-      () => `Cannot fetch from topic ${quote(request.topic)}`,
+  /**
+   * A read answered after its principal stopped being current is refused (`key_revoked`), so a
+   * long-poll that the revocation ends says why rather than answering empty.
+   */
+  async fetch(request: FetchRequest): Promise<FetchResult> {
+    const action = () => `Cannot fetch from topic ${quote(request.topic)}`;
+    this.#check("fetch", { topic: request.topic }, action);
+    const result = await this.#inner.fetch(
+      (request.waitMs ?? 0) <= 0 ? request : { ...request, signal: this.#signal(request.signal) },
     );
-    if ((request.waitMs ?? 0) <= 0) return this.#inner.fetch(request);
-    return this.#inner.fetch({ ...request, signal: this.#signal(request.signal) });
+    if (!this.#access.isCurrent(this.#principal))
+      throw this.#access.invalidError(this.#principal, action());
+    return result;
   }
 
   listOffsets(request: {

@@ -119,6 +119,14 @@ export const Errors = Object.freeze({
    * `version`, `path` (null when not known).
    */
   invalidRecord: kind("invalid_record", 32, 422, false),
+  /**
+   * The API key a TCP connection or an SSE stream authenticated with was revoked (or changed in
+   * `api_keys.json` and reloaded) while it was open (`docs/security.md`, "Revocation"). Answers the
+   * long-polls and the requests not yet started at the revocation; the connection is then closed.
+   * A new connection with the same key is refused `unauthenticated` (revoked) or gets the key's
+   * new role (changed). HTTP adds `WWW-Authenticate` like `unauthenticated`.
+   */
+  keyRevoked: kind("key_revoked", 33, 401, false),
   /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });

@@ -34,8 +34,8 @@ export const keysHelp = `Usage: es-broker keys <create|list|revoke> [options]
                            make a key and print it once on stdout (or into --out FILE):
                            store it now, it cannot be shown again
   list                     every key: name, role, patterns, id, created, last used (never a secret)
-  revoke NAME              revoke a key: refused from its next request on, and its open TCP
-                           connections and event streams are closed
+  revoke NAME              revoke a key: refused from its next request on; its open TCP
+                           connections and event streams answer key_revoked and close
 
 Roles: admin (everything: topics, config, keys, cleanup, storage, metrics), producer (produce to
 and describe its topics), consumer (fetch, list offsets and describe its topics; use the groups

@@ -12,6 +12,7 @@ import { check } from "./check.ts";
 import { consume, groups, produce, topics } from "./client-commands.ts";
 import { schemas } from "./schemas.ts";
 import { ClientError } from "../client/client.ts";
+import { Errors } from "../broker/errors.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { keys } from "./keys.ts";
 import { apiKeyEnv, refuseKeyInArgv } from "./connection.ts";
@@ -97,7 +98,11 @@ export async function main(argv: string[]): Promise<number> {
       return 2;
     }
     const message = err instanceof ClientError ? `${err.code}: ${err.message}` : errorMessage(err);
-    process.stderr.write(`es-broker: ${message}\n${hintFor(message)}`);
+    const hint =
+      err instanceof ClientError && err.code === Errors.keyRevoked.code
+        ? `es-broker: the API key was revoked (or changed) while this command ran: run it again with a current key (--api-key-file FILE or $${apiKeyEnv})\n`
+        : hintFor(message);
+    process.stderr.write(`es-broker: ${message}\n${hint}`);
     return 1;
   }
 }

@@ -7,9 +7,11 @@
  *   included), no secret — nor its base64 or hex form — is in any log line (at debug level), any
  *   response, any file of the data directory, or the CLI's output.
  * - The key CLI offline (before the first start) and online; keys never from argv.
- * - Revocation closes open TCP connections and SSE streams; SIGHUP reloads api_keys.json; a
+ * - Revocation answers a TCP long-poll and an SSE stream `key_revoked`, then closes them (and
+ *   `consume --follow` exits 1 saying so); SIGHUP reloads api_keys.json; a
  *   corrupt api_keys.json refuses the start naming the file.
  */
+import { spawn } from "node:child_process";
 import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import * as net from "node:net";
 import { join } from "node:path";
@@ -17,7 +19,15 @@ import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { ClientError, TcpClient } from "../../src/client/client.ts";
 import { apiKeyChars, apiKeySecretChars } from "../../src/auth/key-format.ts";
 import { tempDir } from "../helpers/tmp.ts";
-import { type BrokerProcess, runCli, startBroker, target } from "./harness.ts";
+import {
+  assertTargetRunnable,
+  brokerCommand,
+  type BrokerProcess,
+  runCli,
+  startBroker,
+  target,
+} from "./harness.ts";
+import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
 afterEach(async () => {
@@ -653,10 +663,36 @@ describe(`[${target}] API keys end to end`, () => {
     }
   });
 
-  it("revoking a key closes its TCP connections and ends its SSE streams with an error event; SIGHUP reloads api_keys.json", async () => {
+  it("revoking a key answers its TCP long-polls and SSE streams key_revoked and closes them; consume --follow says so; SIGHUP reloads api_keys.json", async () => {
     const s = await setup();
     await s.http("/v1/topics", { method: "POST", key: s.keys.admin, body: { name: "orders" } });
     const consumer = await s.connect(s.keys.consumer);
+    writeFileSync(join(s.dir, "reader.key"), `${s.keys.consumer}\n`, { mode: 0o600 });
+    assertTargetRunnable();
+    const [cmd, ...pre] = brokerCommand();
+    const follower = spawn(
+      cmd,
+      [
+        ...pre,
+        ...[
+          "consume",
+          "orders",
+          "--follow",
+          "--broker",
+          `${s.broker.tcp.host}:${s.broker.tcp.port}`,
+        ],
+        ...["--api-key-file", join(s.dir, "reader.key")],
+      ],
+      { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    onTestFinished(() => void follower.kill("SIGKILL"));
+    let followerOut = "";
+    let followerErr = "";
+    follower.stdout!.on("data", (d) => (followerOut += d));
+    follower.stderr!.on("data", (d) => (followerErr += d));
+    const followerExit = new Promise<number | null>((resolve) =>
+      follower.once("close", (code) => resolve(code)),
+    );
     const stream = await fetch(
       `${s.broker.httpUrl}/v1/topics/orders/partitions/0/stream?offset=earliest`,
       {
@@ -674,8 +710,25 @@ describe(`[${target}] API keys end to end`, () => {
       }
     };
     await readUntil("es-broker stream");
-    const polling = consumer.fetch({ topic: "orders", partition: 0, offset: 0, waitMs: 30_000 });
+    // The follower reads from the end: once it has printed a record, it is long-polling again.
+    for (let i = 0; !followerOut.includes("ping"); i++) {
+      if (i > 100) throw new Error(`[${target}] consume --follow printed nothing: ${followerErr}`);
+      await s.http("/v1/topics/orders/records", {
+        method: "POST",
+        key: s.keys.producer,
+        body: { records: [{ value: "ping" }] },
+      });
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const { highWatermark } = await consumer.listOffsets({ topic: "orders", partition: 0 });
+    const polling = consumer.fetch({
+      topic: "orders",
+      partition: 0,
+      offset: highWatermark,
+      waitMs: 30_000,
+    });
     polling.catch(() => {});
+    await new Promise((r) => setTimeout(r, 300));
     const revoke = await runCli([
       "keys",
       "revoke",
@@ -689,7 +742,7 @@ describe(`[${target}] API keys end to end`, () => {
     // The HTTP route answers 204 without the key's id: the line names only the key.
     expect(revoke.stderr).toBe('es-broker: revoked key "reader"\n');
     await readUntil("event: error");
-    expect(text).toMatch(/event: error\ndata: \{"error":\{"code":"unauthenticated"/);
+    expect(text).toMatch(/event: error\ndata: \{"error":\{"code":"key_revoked"/);
     expect(
       (
         (await polling.then(
@@ -697,8 +750,14 @@ describe(`[${target}] API keys end to end`, () => {
           (e: unknown) => e,
         )) as ClientError
       ).code,
-    ).toBe("connection_closed");
-    expect(consumer.closed).toBe(true);
+    ).toBe("key_revoked");
+    await expect.poll(() => consumer.closed).toBe(true);
+    expect(await followerExit, followerErr).toBe(1);
+    const keyId = s.keys.consumer.slice(4, 20);
+    expect(followerErr).toBe(
+      `es-broker: key_revoked: Cannot fetch from topic "orders": API key ${keyId} was revoked (or changed in api_keys.json) while this connection was open\n` +
+        "es-broker: the API key was revoked (or changed) while this command ran: run it again with a current key (--api-key-file FILE or $ES_BROKER_API_KEY)\n",
+    );
 
     // SIGHUP: the producer key removed from the file by hand is revoked; the admin key stays.
     const producer = await s.connect(s.keys.producer);

@@ -31,7 +31,9 @@ interface Doors {
 }
 
 /** A broker with topics "orders" and "other", keys admin / producer on orders / consumer on orders + group billing, and both doors. */
-async function doors(options: { withKeys?: boolean; readTimeoutMs?: number } = {}): Promise<Doors> {
+async function doors(
+  options: { withKeys?: boolean; readTimeoutMs?: number; maxInFlightRequests?: number } = {},
+): Promise<Doors> {
   const logger = new MemoryLogger();
   const { broker, fs } = await openTestBroker({ clock: realClock, logger });
   const { keys } = await openTestKeyStore({ fs, logger });
@@ -60,6 +62,7 @@ async function doors(options: { withKeys?: boolean; readTimeoutMs?: number } = {
     clock: realClock,
     logger,
     readTimeoutMs: options.readTimeoutMs,
+    maxInFlightRequests: options.maxInFlightRequests,
   });
   const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>
     transport.handleConnection(socket),
@@ -319,23 +322,47 @@ describe("TCP authentication", () => {
     expect((await client.metadata()).length).toBe(2);
   });
 
-  it("revoking a key closes its open connections at once and ends their long-polls; other keys go on", async () => {
+  it("revoking a key answers its long-polls key_revoked at once, then closes its connections; other keys go on", async () => {
     const d = await doors();
     const consumer = await d.connect(d.consumer);
+    const idle = await d.connect(d.consumer);
     const producer = await d.connect(d.producer);
     const polling = consumer.fetch({ topic: "orders", partition: 0, offset: 0, waitMs: 30_000 });
     polling.catch(() => {});
     await new Promise((r) => setTimeout(r, 50));
     const started = Date.now();
     await d.keys.revoke("reader");
-    expect((await clientError(polling)).code).toBe("connection_closed");
+    const refused = await clientError(polling);
+    expect(refused.code).toBe("key_revoked");
+    expect(refused.message).toBe(
+      `Cannot fetch from topic "orders": API key ${d.consumer.slice(4, 20)} was revoked (or changed in api_keys.json) while this connection was open`,
+    );
     expect(Date.now() - started).toBeLessThan(2000);
-    expect(consumer.closed).toBe(true);
+    await expect.poll(() => consumer.closed).toBe(true);
+    // A connection with nothing to answer closes at once.
+    await expect.poll(() => idle.closed).toBe(true);
     expect(d.logger.named("auth.connection_closed")).toContainEqual(
       expect.objectContaining({ transport: "tcp", key_id: d.consumer.slice(4, 20) }),
     );
     await producer.produce("orders", [{ value: "still" }]);
     expect((await clientError(d.connect(d.consumer))).code).toBe("unauthenticated");
+  });
+
+  it("a request received but not started when the key is revoked is answered key_revoked too", async () => {
+    // One request in flight at a time: the metadata request waits behind the long-poll, unstarted.
+    const d = await doors({ maxInFlightRequests: 1 });
+    const consumer = await d.connect(d.consumer);
+    const polling = consumer.fetch({ topic: "orders", partition: 0, offset: 0, waitMs: 30_000 });
+    const waiting = consumer.metadata(["orders"]);
+    polling.catch(() => {});
+    waiting.catch(() => {});
+    await new Promise((r) => setTimeout(r, 50));
+    await d.keys.revoke("reader");
+    expect((await clientError(polling)).code).toBe("key_revoked");
+    const refused = await clientError(waiting);
+    expect(refused.code).toBe("key_revoked");
+    expect(refused.message).toMatch(/^Cannot handle request: API key [0-9a-f]{16} was revoked/);
+    await expect.poll(() => consumer.closed).toBe(true);
   });
 
   it("without keys, connections need no key; one that sends a key is refused; they close when the first key is created", async () => {
@@ -542,7 +569,7 @@ describe("HTTP authentication", () => {
     await readUntil("es-broker stream");
     await d.keys.revoke("reader");
     await readUntil("event: error");
-    expect(text).toMatch(/event: error\ndata: \{"error":\{"code":"unauthenticated"/);
+    expect(text).toMatch(/event: error\ndata: \{"error":\{"code":"key_revoked"/);
     expect((await reader.read()).done).toBe(true);
   });
 

@@ -371,7 +371,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       );
     }
     // A key revoked while its request ran (auth.ts answers the other 401s itself).
-    if (error.kind === Errors.unauthenticated)
+    if (error.kind === Errors.unauthenticated || error.kind === Errors.keyRevoked)
       c.header("www-authenticate", 'Bearer realm="es-broker", error="invalid_token"');
     return c.json(errorBody(error), error.kind.http as ContentfulStatusCode);
   });

@@ -12,8 +12,8 @@
  *   (`auth/access.ts`), so each route's broker call applies the role table: 403 `forbidden`
  *   names the operation and the topic or group refused. Apps are made once per principal.
  *
- * A revoked key's SSE streams end with an `event: error` (`unauthenticated`): the view ends their
- * long-poll and refuses the next fetch.
+ * A revoked key's SSE streams end with an `event: error` (`key_revoked`): the view ends their
+ * long-poll and refuses the read it answers.
  */
 import type { AccessControl } from "../../auth/access.ts";
 import { AuthenticationError } from "../../auth/access.ts";

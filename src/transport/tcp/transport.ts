@@ -29,8 +29,13 @@
  *   answered `unauthenticated` and the connection is closed. Every later request goes through the
  *   broker view of the connection's principal (`auth/access.ts`), which applies the role table.
  *   When the key is revoked (or, for a connection that did not authenticate, once the first key
- *   exists) the connection is destroyed at once (`auth.connection_closed`). A connection that has
- *   not authenticated within `readTimeoutMs` of opening is destroyed (`auth.failed`, timeout).
+ *   exists; `auth.connection_closed`) the connection reads nothing more: frames already received
+ *   are answered `key_revoked` (`unauthenticated` for the anonymous connection), a long-poll in
+ *   flight ends with the same answer (the broker view refuses reads answered after the
+ *   revocation), other requests in flight get their own answers, and then the connection is
+ *   ended; what is still unanswered after `tcpShutdownGraceMs` is dropped with the connection.
+ *   A connection that has not authenticated within `readTimeoutMs` of opening is destroyed
+ *   (`auth.failed`, timeout).
  */
 import { BrokerError, Errors } from "../../broker/errors.ts";
 import type { Broker } from "../../broker/types.ts";
@@ -230,6 +235,8 @@ class Connection {
   #unwatch: (() => void) | null = null;
   /** While authentication is on and the connection has not authenticated: closes it after the read timeout. */
   #authTimer: Timer | null = null;
+  /** After a revocation: destroys the connection if its requests in flight are not answered in time. */
+  #revocationTimer: Timer | null = null;
 
   constructor(socket: ByteSocket, settings: Settings, onClosed: (connection: Connection) => void) {
     this.#socket = socket;
@@ -302,8 +309,34 @@ class Connection {
         key_id: principal.kind === "key" ? principal.id : null,
         reason: principal.kind === "key" ? "key revoked or changed" : "authentication turned on",
       });
-      this.destroy("principal no longer valid");
+      this.#refuseAll(access.invalidError(principal, "Cannot handle request"));
     });
+  }
+
+  /**
+   * After a revocation (module comment): answers every frame already received with `refusal`,
+   * reads nothing more, and ends the connection once the requests in flight are answered (or
+   * destroys it after the shutdown grace period).
+   */
+  #refuseAll(refusal: BrokerError): void {
+    for (;;) {
+      let frame: Uint8Array | null;
+      try {
+        frame = this.#decoder.next();
+      } catch (error) {
+        if (error instanceof FrameLengthError) break; // dropped with the rest of the stream
+        throw error;
+      }
+      if (frame === null) break;
+      const { correlationId } = decodeRequestHeader(frame);
+      this.#respond(encodeErrorResponse(correlationId, refusal.kind, refusal.message));
+    }
+    this.#stopAfterAnswers();
+    this.#revocationTimer = this.#settings.clock.setTimer(tcpShutdownGraceMs, () => {
+      this.#revocationTimer = null;
+      this.destroy("requests of a revoked key unanswered after the grace period");
+    });
+    this.#endIfDrained();
   }
 
   start(): void {
@@ -353,6 +386,8 @@ class Connection {
     this.#unwatch = null;
     this.#authTimer?.cancel();
     this.#authTimer = null;
+    this.#revocationTimer?.cancel();
+    this.#revocationTimer = null;
     this.#ended = true;
     this.#stopping = true;
     this.#cancelReadTimer();
