@@ -2,7 +2,13 @@
  * The kcat-like client commands: `produce`, `consume`, `topics` and `groups`. They talk to a
  * running broker over the TCP protocol (`--broker host:port`, default 127.0.0.1:9092).
  */
-import { GroupConsumer, IdempotentProducer, TcpClient } from "../client/client.ts";
+import {
+  ClientError,
+  ClientErrorCodes,
+  GroupConsumer,
+  IdempotentProducer,
+  TcpClient,
+} from "../client/client.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
 import type { GroupDescription } from "../broker/types.ts";
 import { EntryBatchBuilder } from "../storage/record.ts";
@@ -11,6 +17,7 @@ import { recordPayloadBytesMax } from "../lib/limits.ts";
 import { plural } from "../lib/text.ts";
 import type { TopicDescription } from "../broker/types.ts";
 import { UsageError, hostPort, intOption, parseCli } from "./args.ts";
+import { onStopSignals, type StopSignal } from "./signals.ts";
 import {
   clientTlsOptions,
   connectionHelp,
@@ -31,7 +38,7 @@ exit 1). Lines are sent in batches: when --batch-records lines (or 1 MiB) are wa
 sends as lines come. Exits once every record is durable. SIGINT or SIGTERM stops reading, sends
 the lines already read, waits for their acknowledgements and exits 0 saying how many were
 produced (an incomplete last line, without its newline, is not sent); a second signal exits at
-once (130).
+once, with 130 (SIGINT) or 143 (SIGTERM).
 
 Options:
   --broker HOST:PORT       broker TCP address (default ${brokerDefault})
@@ -78,6 +85,10 @@ ${connectionHelp}
 Without --from-beginning or --offset it starts at the end of the log (new records only); with
 --group that applies only to partitions the group has never committed, and that starting offset
 is committed at once, so a member taking the partition over continues from it.
+
+SIGINT or SIGTERM stops it: the records already received are printed (with --group, committed,
+and the member leaves the group) and it exits 0; a second signal exits at once, with 130 (SIGINT)
+or 143 (SIGTERM).
 `;
 
 /** Help text of `es-broker groups`. */
@@ -270,17 +281,14 @@ export async function produce(argv: string[]): Promise<number> {
       builderFor(key).add(key, line.subarray(at + separator!.length));
     }
   };
-  // SIGINT / SIGTERM: stop reading, send what was read, wait for the acks. A second one exits at once.
-  let interrupted: NodeJS.Signals | null = null;
+  // SIGINT / SIGTERM: stop reading, send what was read, wait for the acks (`signals.ts`).
+  let interrupted: StopSignal | null = null;
   let onInterrupt: () => void = () => {};
   const interruption = new Promise<null>((resolve) => (onInterrupt = () => resolve(null)));
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (interrupted !== null) process.exit(130);
+  const signals = onStopSignals((signal) => {
     interrupted = signal;
     onInterrupt();
-  };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  });
   const summary = () =>
     `produced ${plural(total, "record")} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}`;
   try {
@@ -326,8 +334,7 @@ export async function produce(argv: string[]): Promise<number> {
     return 0;
   } finally {
     if (linger !== null) clearTimeout(linger);
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
+    signals.dispose();
     await idempotent?.close();
     await client.close();
     // The default epoch is the second the run started in. A second run of the same id within it
@@ -413,6 +420,13 @@ export async function consume(argv: string[]): Promise<number> {
   const separator = values["key-separator"] === undefined ? null : utf8(values["key-separator"]);
   const newline = new Uint8Array([0x0a]);
   const client = await connect(values);
+  // SIGINT / SIGTERM (`signals.ts`): closing the connection ends the long-polls; the batches
+  // already received are printed, then the command exits 0.
+  const signals = onStopSignals(() => void client.close());
+  const stopped = (err: unknown) =>
+    signals.received !== null &&
+    err instanceof ClientError &&
+    err.code === ClientErrorCodes.connectionClosed;
   let printed = 0;
   try {
     const [description] = await client.metadata([topic]);
@@ -453,15 +467,21 @@ export async function consume(argv: string[]): Promise<number> {
             ? info.logStartOffset
             : info.highWatermark;
       for (;;) {
-        if (printed >= maxRecords) return;
+        if (printed >= maxRecords || signals.received !== null) return;
         if (stopAt !== null && offset >= stopAt) return;
-        const r = await client.fetch({
-          topic,
-          partition,
-          offset,
-          maxRecords: 1000,
-          waitMs: stopAt === null ? 30_000 : 0,
-        });
+        let r: Awaited<ReturnType<typeof client.fetch>>;
+        try {
+          r = await client.fetch({
+            topic,
+            partition,
+            offset,
+            maxRecords: 1000,
+            waitMs: stopAt === null ? 30_000 : 0,
+          });
+        } catch (err) {
+          if (stopped(err)) return;
+          throw err;
+        }
         for (const record of r.records) {
           if (stopAt !== null && record.offset >= stopAt) return;
           if (printed >= maxRecords) return;
@@ -480,8 +500,14 @@ export async function consume(argv: string[]): Promise<number> {
         await readPartition(p, highWatermark);
       }
     }
+    await flushOut();
+    return 0;
+  } catch (err) {
+    if (!stopped(err)) throw err;
+    await flushOut();
     return 0;
   } finally {
+    signals.dispose();
     await client.close();
   }
 }
@@ -508,10 +534,8 @@ async function consumeGroup(options: {
 }): Promise<number> {
   const newline = new Uint8Array([0x0a]);
   const client = await connect(options.connection);
-  let stopping = false;
-  const stop = () => void (stopping = true);
-  process.on("SIGINT", stop);
-  process.on("SIGTERM", stop);
+  // SIGINT / SIGTERM (`signals.ts`): finish the batch in hand, commit it, leave the group, exit 0.
+  const signals = onStopSignals(() => {});
   let consumer: GroupConsumer | null = null;
   try {
     consumer = await GroupConsumer.join({
@@ -522,7 +546,7 @@ async function consumeGroup(options: {
       startFrom: options.fromBeginning ? "earliest" : "latest",
     });
     let printed = 0;
-    while (!stopping && printed < options.maxRecords) {
+    while (signals.received === null && printed < options.maxRecords) {
       const batches = await consumer.poll({ waitMs: 500 });
       const upTo = new Map<string, number>();
       for (const batch of batches) {
@@ -554,8 +578,7 @@ async function consumeGroup(options: {
     }
     return 0;
   } finally {
-    process.off("SIGINT", stop);
-    process.off("SIGTERM", stop);
+    signals.dispose();
     await consumer?.close();
     await client.close();
   }

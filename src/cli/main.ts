@@ -35,6 +35,11 @@ Commands:
 Options:
   -v, --version   print the version and the runtime
   -h, --help      show this help
+
+Exit codes: 0 success, 1 failure, 2 usage error. SIGINT or SIGTERM asks serve, produce and
+consume to stop: they finish what is under way (acknowledgements, commits, output) and exit 0;
+a second signal exits at once with 130 (SIGINT) or 143 (SIGTERM), as do the other commands on
+their first.
 `;
 
 /** The commands {@link main} knows (each has its own `--help`). */

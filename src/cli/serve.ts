@@ -1,7 +1,8 @@
 /**
  * `es-broker serve`: opens the data directory, starts the HTTP and TCP front doors, prints one line
  * saying where it listens, and shuts down gracefully on SIGTERM or SIGINT (stop accepting, finish
- * in-flight requests, fsync, close files, exit 0); a second signal exits at once. SIGHUP reloads
+ * in-flight requests, fsync, close files, exit 0); a second signal exits at once (130 / 143,
+ * `signals.ts`). SIGHUP reloads
  * the TLS certificate and key (and client CA) and `api_keys.json` without dropping connections;
  * a file that cannot be used is logged and the old material stays in force.
  */
@@ -38,6 +39,7 @@ import {
 import { version } from "../version.ts";
 import { UsageError, intOption, isLoopback, parseCli } from "./args.ts";
 import { errorMessage } from "../lib/errors.ts";
+import { onStopSignals } from "./signals.ts";
 
 /** Help text of `es-broker serve`. */
 export const serveHelp = `Usage: es-broker serve [options]
@@ -70,6 +72,8 @@ Options:
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on both
 ports needs an API key, except GET /healthz. A key file that cannot be read refuses the start.
 SIGHUP reloads the TLS files and ${apiKeysFileName}; open connections keep working.
+SIGINT or SIGTERM: stop accepting, finish the requests in flight, fsync, close, exit 0; a second
+signal exits at once, with 130 (SIGINT) or 143 (SIGTERM).
 `;
 
 /** Runs `serve` until a signal stops it. Resolves with the exit code. */
@@ -301,13 +305,7 @@ export async function serve(argv: string[]): Promise<number> {
   process.on("SIGHUP", onHup);
 
   return await new Promise<number>((done) => {
-    let stopping = false;
-    const stop = (signal: string) => {
-      if (stopping) {
-        process.stderr.write(`es-broker: second ${signal}, exiting now\n`);
-        process.exit(130);
-      }
-      stopping = true;
+    const signals = onStopSignals((signal) => {
       logger.log("info", "broker.shutdown", { signal });
       void (async () => {
         let code = 0;
@@ -325,16 +323,11 @@ export async function serve(argv: string[]): Promise<number> {
           code = 1;
           process.stderr.write(`es-broker: shutdown failed: ${errorMessage(err)}\n`);
         }
-        process.off("SIGTERM", onTerm);
-        process.off("SIGINT", onInt);
+        signals.dispose();
         process.off("SIGHUP", onHup);
         done(code);
       })();
-    };
-    const onTerm = () => stop("SIGTERM");
-    const onInt = () => stop("SIGINT");
-    process.on("SIGTERM", onTerm);
-    process.on("SIGINT", onInt);
+    });
     // Only now: a supervisor may signal as soon as it reads this line, and a signal that comes
     // before the handlers exist kills the process without a graceful shutdown.
     process.stdout.write(listening);

@@ -47,25 +47,36 @@ async function brokerWithTopic(): Promise<{ client: TcpClient; address: string }
   return { client, address: `${broker.tcp.host}:${broker.tcp.port}` };
 }
 
-/** Starts `es-broker produce ...args` with stdin a pipe the test writes to. */
-function startProduce(args: string[]): {
+/** A CLI process the test talks to: stdin a pipe, stdout and stderr collected. */
+interface Command {
   proc: ChildProcess;
+  stdout: () => string;
   stderr: () => string;
+  /** The exit code; a process a signal ended (no code) resolves as 128 + the signal's number. */
   exited: Promise<number | null>;
-} {
+}
+
+/** Starts `es-broker ...args`. */
+function startCommand(args: string[]): Command {
   assertTargetRunnable();
   const [cmd, ...pre] = brokerCommand();
-  const proc = spawn(cmd, [...pre, "produce", ...args], {
-    cwd: repoRoot,
-    stdio: ["pipe", "ignore", "pipe"],
-  });
+  const proc = spawn(cmd, [...pre, ...args], { cwd: repoRoot, stdio: ["pipe", "pipe", "pipe"] });
   children.push(proc);
+  let out = "";
   let err = "";
+  proc.stdout!.on("data", (d) => (out += d));
   proc.stderr!.on("data", (d) => (err += d));
   const exited = new Promise<number | null>((resolve) =>
-    proc.once("close", (code) => resolve(code)),
+    proc.once("close", (code, signal) =>
+      resolve(code ?? (signal === "SIGINT" ? 130 : signal === "SIGTERM" ? 143 : null)),
+    ),
   );
-  return { proc, stderr: () => err, exited };
+  return { proc, stdout: () => out, stderr: () => err, exited };
+}
+
+/** Starts `es-broker produce ...args` with stdin a pipe the test writes to. */
+function startProduce(args: string[]): Command {
+  return startCommand(["produce", ...args]);
 }
 
 async function values(client: TcpClient): Promise<string[]> {
@@ -130,6 +141,60 @@ describe(`[${target}] es-broker command line errors`, () => {
       'es-broker: SIGINT: not sending an incomplete last line (7 bytes without a newline)\nes-broker: SIGINT: stopped reading; produced 3 records to "t"\n',
     );
     expect(await values(client)).toEqual(["a", "b", "c"]);
+  });
+
+  it("consume --follow, with and without --group, exits 0 on SIGINT or SIGTERM with every record it received printed", async () => {
+    const { client, address } = await brokerWithTopic();
+    const cases: [string[], "SIGINT" | "SIGTERM"][] = [
+      [[], "SIGINT"],
+      [[], "SIGTERM"],
+      [["--group", "g"], "SIGINT"],
+      [["--group", "g"], "SIGTERM"],
+    ];
+    for (const [extra, signal] of cases) {
+      const what = `consume --follow ${extra.join(" ")} on ${signal}`;
+      const c = startCommand(["consume", "t", "--follow", "--broker", address, ...extra]);
+      // It starts at the end of the log: produce until it has printed a record (it is then
+      // long-polling for more), then once more so that the last record is in its hands.
+      for (let i = 0; !c.stdout().includes(`${signal}-`); i++) {
+        if (i > 100) throw new Error(`[${target}] ${what} printed nothing: ${c.stderr()}`);
+        await client.produce("t", [{ value: `${signal}-${i}` }]);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const last = `${signal}-last`;
+      await client.produce("t", [{ value: last }]);
+      await waitFor(`${what} to print the last record`, () => c.stdout().includes(last));
+      c.proc.kill(signal);
+      expect(await c.exited, `${what}: ${c.stderr()}`).toBe(0);
+      expect(c.stderr(), what).toBe("");
+      expect(c.stdout().endsWith(`${last}\n`), what).toBe(true);
+    }
+    // The group member committed what it printed and left.
+    const group = await client.describeGroup("g");
+    expect(group.members).toEqual([]);
+    expect(group.offsets[0].lag).toBe(0);
+  });
+
+  it("a second signal abandons a stop in progress: produce waiting for acknowledgements exits 143 on a second SIGTERM", async () => {
+    const broker = await startBroker(`${fresh()}/data`);
+    running.push(broker);
+    const client = await TcpClient.connect(broker.tcp);
+    await client.createTopic({ name: "t", partitions: 1 });
+    await client.close();
+    const p = startProduce(["t", "--broker", `${broker.tcp.host}:${broker.tcp.port}`]);
+    p.proc.stdin!.write("a\n");
+    await new Promise((r) => setTimeout(r, 1500));
+    // A stopped broker never acknowledges the lines the first signal sends.
+    broker.proc.kill("SIGSTOP");
+    onTestFinished(() => void broker.proc.kill("SIGCONT"));
+    p.proc.stdin!.write("b\n");
+    await new Promise((r) => setTimeout(r, 500)); // past --linger-ms: "b" is sent, unanswered
+    p.proc.kill("SIGINT");
+    await new Promise((r) => setTimeout(r, 500));
+    expect(p.proc.exitCode, p.stderr()).toBe(null);
+    p.proc.kill("SIGTERM");
+    expect(await p.exited, p.stderr()).toBe(143);
+    expect(p.stderr()).toContain("es-broker: second SIGTERM, exiting now\n");
   });
 
   it("produce --producer-id run again at once gets a new epoch: the same line sent by three runs is stored three times", async () => {

@@ -410,7 +410,7 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const code = await exitOf(broker);
     running.splice(running.indexOf(broker), 1);
     slow.request.destroy();
-    expect(code).not.toBe(0);
+    expect(code).toBe(143);
     expect(broker.stderr()).toContain("second SIGTERM");
   });
 });

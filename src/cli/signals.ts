@@ -1,0 +1,59 @@
+/**
+ * The one rule for SIGINT and SIGTERM in every long-running command (`serve`, `produce`,
+ * `consume`, `consume --group`; README "Command line", `--help`):
+ *
+ * - The first signal is a request to stop. The command stops taking new work, finishes what is
+ *   under way (acknowledgements, commits, output) and exits 0: it did everything it reported,
+ *   so a supervisor or a script sees a stop it asked for as a success.
+ * - A second signal abandons that work and exits at once with 128 + the signal's number, as a
+ *   shell reports a process a signal ended: 130 for SIGINT, 143 for SIGTERM. Work may be lost,
+ *   and the exit code says so.
+ *
+ * The one-shot commands (`topics`, `groups`, `keys`, `check`) install no handler: a signal ends
+ * them at once, with the same 130 / 143.
+ */
+
+/** The signals a command treats as a request to stop. */
+export type StopSignal = "SIGINT" | "SIGTERM";
+
+/** Exit code of a process ended by `signal`, as shells report it (128 + the signal's number). */
+export function signalExitCode(signal: StopSignal): number {
+  return signal === "SIGINT" ? 130 : 143;
+}
+
+/** Handlers of {@link onStopSignals}; `dispose` removes them. */
+export interface StopSignals {
+  /** The first signal received, or null while none came. */
+  readonly received: StopSignal | null;
+  /** Removes the handlers (the runtime's default, ending the process, applies again). */
+  dispose(): void;
+}
+
+/**
+ * Installs the stop rule (module comment): calls `onStop` once, on the first SIGINT or SIGTERM;
+ * a second one writes `es-broker: second SIG…, exiting now` on stderr and exits at once.
+ */
+export function onStopSignals(onStop: (signal: StopSignal) => void): StopSignals {
+  let received: StopSignal | null = null;
+  const handle = (signal: StopSignal) => {
+    if (received !== null) {
+      process.stderr.write(`es-broker: second ${signal}, exiting now\n`);
+      process.exit(signalExitCode(signal));
+    }
+    received = signal;
+    onStop(signal);
+  };
+  const onInt = () => handle("SIGINT");
+  const onTerm = () => handle("SIGTERM");
+  process.on("SIGINT", onInt);
+  process.on("SIGTERM", onTerm);
+  return {
+    get received() {
+      return received;
+    },
+    dispose() {
+      process.off("SIGINT", onInt);
+      process.off("SIGTERM", onTerm);
+    },
+  };
+}
