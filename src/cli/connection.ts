@@ -35,7 +35,8 @@ export interface ConnectionValues {
 
 /** Help lines for {@link connectionOptions} (indented like the commands' own options). */
 export const connectionHelp = `  --api-key-file FILE      read the API key from FILE (default: $${apiKeyEnv}); the key is
-                           never accepted on the command line
+                           never accepted on the command line; a FILE that group or others
+                           may read gets a warning on stderr (make it mode 0600)
   --tls                    connect with TLS, checking the broker's certificate against the
                            system's CAs (implied by the options below)
   --tls-ca FILE            check the broker's certificate against this CA (PEM)
@@ -63,23 +64,37 @@ export function refuseKeyInArgv(argv: readonly string[]): void {
   }
 }
 
+/** Key files already warned about in this process (a command may connect more than once). */
+const warnedKeyFiles = new Set<string>();
+
 /**
  * The API key from `--api-key-file` (surrounding whitespace dropped) or `$ES_BROKER_API_KEY`;
- * undefined when neither is given. Errors name the file, never its content.
+ * undefined when neither is given. Errors name the file, never its content. A key file that its
+ * group or others may access (any of the mode bits 0077, e.g. 0644) is used, but `warn` gets one
+ * line naming the file and its mode, once per file (`docs/security.md`; not on Windows, whose
+ * files have no such bits).
  * @throws UsageError for a file that cannot be read, is empty, or is longer than a key can be.
  */
 export function readApiKey(
   values: ConnectionValues,
   env: Record<string, string | undefined> = process.env,
+  warn: (line: string) => void = (line) => process.stderr.write(line),
 ): string | undefined {
   const path = values["api-key-file"];
   if (path !== undefined) {
     let text: string;
     try {
-      const size = fs.statSync(path).size;
-      if (size > apiKeyTextBytesMax + 64)
-        throw new Error(`it is ${size} bytes, far longer than an API key`);
+      const stat = fs.statSync(path);
+      if (stat.size > apiKeyTextBytesMax + 64)
+        throw new Error(`it is ${stat.size} bytes, far longer than an API key`);
       text = fs.readFileSync(path, "utf8");
+      const mode = stat.mode & 0o777;
+      if ((mode & 0o077) !== 0 && process.platform !== "win32" && !warnedKeyFiles.has(path)) {
+        warnedKeyFiles.add(path);
+        warn(
+          `es-broker: warning: --api-key-file ${path} has mode 0${mode.toString(8).padStart(3, "0")}: other users can ${(mode & 0o044) !== 0 ? "read" : "change"} the key; make it 0600 (chmod 600 ${path})\n`,
+        );
+      }
     } catch (err) {
       throw new UsageError(
         `cannot read --api-key-file ${path}: ${err instanceof Error ? err.message : String(err)}`,

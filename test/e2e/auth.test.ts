@@ -12,7 +12,7 @@
  *   corrupt api_keys.json refuses the start naming the file.
  */
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import * as net from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
@@ -896,6 +896,19 @@ describe(`[${target}] API keys end to end`, () => {
       Buffer.from("a\nb\n"),
     );
     expect(produced.code, produced.stderr).toBe(0);
+    expect(produced.stderr).not.toContain("warning");
+    // A key file others may read is used, with a warning naming it and its mode.
+    const loose = join(s.dir, "loose.key");
+    writeFileSync(loose, `${s.keys.producer}\n`);
+    chmodSync(loose, 0o644);
+    const looseRun = await runCli(
+      ["produce", "orders", "--broker", address, "--api-key-file", loose, "--partition", "0"],
+      Buffer.from(""),
+    );
+    expect(looseRun.code, looseRun.stderr).toBe(0);
+    expect(looseRun.stderr).toBe(
+      `es-broker: warning: --api-key-file ${loose} has mode 0644: other users can read the key; make it 0600 (chmod 600 ${loose})\nes-broker: produced 0 records to "orders"\n`,
+    );
     const refusedProduce = await runCli(
       ["produce", "orders", "--broker", address],
       Buffer.from("c\n"),
