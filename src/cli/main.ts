@@ -1,6 +1,7 @@
 /**
- * The `es-broker` command: dispatches to `serve`, `produce`, `consume`, `topics`, `check`,
- * `groups`, `keys` and `schemas`. Arguments are
+ * The `es-broker` command: dispatches to `serve`, `produce`, `consume`, `topics`, `groups`, `keys`,
+ * `schemas` and `check` (one-line summaries in {@link mainHelp}, options in each one's `--help`).
+ * Arguments are
  * parsed with `node:util` `parseArgs` (the same on Node, Deno and Bun; `@std/cli` cannot be
  * installed from this project's registries). Exit codes: 0 success, 1 failure, 2 usage error.
  */
@@ -17,20 +18,30 @@ import { errorMessage } from "../lib/errors.ts";
 import { keys } from "./keys.ts";
 import { apiKeyEnv, refuseKeyInArgv } from "./connection.ts";
 
+/** Each command of {@link main}, in help order, with its one-line summary (each has its own `--help`). */
+const commandSummaries: readonly (readonly [string, string])[] = [
+  ["serve", "run the broker (HTTP and TCP ports, data directory)"],
+  ["produce", "append standard input to a topic, one record per line"],
+  ["consume", "print a topic's records, alone or as a member of a consumer group"],
+  ["topics", "create, list, describe and delete topics"],
+  ["groups", "list and describe consumer groups (members, offsets, lag)"],
+  ["keys", "create, list and revoke API keys"],
+  ["schemas", "register, list, get and check schemas in the broker's schema registry"],
+  ["check", "verify a stopped broker's data directory offline"],
+];
+
+/** The commands {@link main} knows. */
+const commands: readonly string[] = commandSummaries.map(([name]) => name);
+
 /** Help text of `es-broker`. */
 export const mainHelp = `Usage: es-broker <command> [options]
 
 A durable event-streaming broker: partitioned topics over HTTP and TCP, fsync before every ack.
 
 Commands:
-  serve        run the broker (es-broker serve --help)
-  produce      append stdin lines to a topic
-  consume      print a topic's records
-  topics       create, list, describe and delete topics
-  check        verify a stopped data directory offline (es-broker check --help)
-  groups       list and describe consumer groups
-  keys         create, list and revoke API keys (es-broker keys --help)
-  schemas      register, list, get and check schemas in the broker's schema registry
+${commandSummaries.map(([name, summary]) => `  ${name.padEnd(11)}${summary}`).join("\n")}
+
+Run 'es-broker <command> --help' for a command's options (e.g. es-broker consume --help).
 
 Options:
   -v, --version   print the version and the runtime
@@ -41,18 +52,6 @@ consume to stop: they finish what is under way (acknowledgements, commits, outpu
 a second signal exits at once with 130 (SIGINT) or 143 (SIGTERM), as do the other commands on
 their first.
 `;
-
-/** The commands {@link main} knows (each has its own `--help`). */
-const commands: readonly string[] = [
-  "serve",
-  "produce",
-  "consume",
-  "topics",
-  "check",
-  "groups",
-  "keys",
-  "schemas",
-];
 
 /** Runs the command line; resolves with the exit code. Errors print one line on stderr. */
 export async function main(argv: string[]): Promise<number> {
