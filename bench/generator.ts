@@ -234,7 +234,7 @@ function expectStatus(answer: HttpAnswer, ok: number[], what: string): void {
 }
 
 /** Reads es-broker's storage counters (`GET /v1/admin/metrics`); null if they cannot be had. */
-function readMetrics(url: string): Promise<{ fsyncs: number; recordsAppended: number } | null> {
+function readMetrics(url: string): Promise<{ fsyncs: number; records_appended: number } | null> {
   // node:http rather than fetch(): loading undici would cost this short-lived process ~70 ms.
   return new Promise((resolve) => {
     http
@@ -247,7 +247,7 @@ function readMetrics(url: string): Promise<{ fsyncs: number; recordsAppended: nu
               res.statusCode === 200
                 ? (JSON.parse(Buffer.concat(chunks).toString("utf8")) as {
                     fsyncs: number;
-                    recordsAppended: number;
+                    records_appended: number;
                   })
                 : null,
             );
@@ -458,7 +458,7 @@ async function measure(
   win.stopping = true;
   const after = metricsUrl ? await readMetrics(metricsUrl) : null;
   const fsyncs = before && after ? after.fsyncs - before.fsyncs : null;
-  const recordsAppended = before && after ? after.recordsAppended - before.recordsAppended : null;
+  const recordsAppended = before && after ? after.records_appended - before.records_appended : null;
   return {
     records: win.records,
     requests: win.requests,

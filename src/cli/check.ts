@@ -21,7 +21,7 @@ import { systemClock } from "../runtime/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { silentLogger } from "../lib/logger.ts";
 import { UsageError, parseCli } from "./args.ts";
-import { plural } from "../lib/text.ts";
+import { plural, snakeCaseKeys } from "../lib/text.ts";
 
 /** Help text of `es-broker check`. */
 export const checkHelp = `Usage: es-broker check [--data-dir DIR] [--json]
@@ -81,7 +81,8 @@ export async function check(argv: string[]): Promise<number> {
   });
   await checkMetadataFiles(fs, dataDir, report);
   if (values.json) {
-    process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+    // snake_case keys, like the HTTP API's JSON (`base_offset`, `metadata_problem`).
+    process.stdout.write(`${JSON.stringify(snakeCaseKeys(report), null, 2)}\n`);
   } else {
     const label = { ok: "ok     ", warning: "warning", corrupt: "CORRUPT" } as const;
     for (const leftover of report.leftovers)

@@ -7,6 +7,7 @@ import {
   mkdirSync,
   openSync,
   readdirSync,
+  readFileSync,
   writeFileSync,
   writeSync,
 } from "node:fs";
@@ -44,8 +45,30 @@ describe(`[${target}] es-broker check`, () => {
     closeSync(fd);
     const corrupt = await runCli(["check", "--data-dir", `${dir}/data`, "--json"]);
     expect(corrupt.code).toBe(1);
-    const report = JSON.parse(corrupt.stdout.toString()) as { corrupt: number };
+    const report = JSON.parse(corrupt.stdout.toString()) as {
+      corrupt: number;
+      topics: { partitions: { segments: { base_offset: number; corruption: unknown }[] }[] }[];
+    };
     expect(report.corrupt).toBe(1);
+    expect(report.topics[0].partitions[0].segments[0].base_offset).toBe(0);
+    // snake_case keys, exactly the ones docs/storage.md lists for --json.
+    const keys = new Set<string>();
+    const collect = (value: unknown): void => {
+      if (Array.isArray(value)) value.forEach(collect);
+      else if (value !== null && typeof value === "object")
+        for (const [k, v] of Object.entries(value)) {
+          keys.add(k);
+          collect(v);
+        }
+    };
+    collect(report);
+    const doc = readFileSync(new URL("../../docs/storage.md", import.meta.url), "utf8");
+    const from = doc.indexOf("`--json` prints the whole report");
+    expect(from, "the --json shape in docs/storage.md").toBeGreaterThanOrEqual(0);
+    const paragraph = doc.slice(from, doc.indexOf("\n\n", from));
+    const shapes = [...paragraph.matchAll(/`(\{[^`]*\})`/g)].map((m) => m[1]).join("");
+    const documented = new Set([...shapes.matchAll(/"([a-z_]+)"/g)].map((m) => m[1]));
+    expect([...keys].sort()).toEqual([...documented].sort());
   });
 
   it("agrees with start-up on leftovers: a topic left empty by an interrupted create and temp files are warnings, and the start removes them", async () => {

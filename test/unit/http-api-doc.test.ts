@@ -1,6 +1,14 @@
-/** Keeps docs/http-api.md's account of the SSE stream's ending true to `transport/http/sse.ts` and `cli/serve.ts`. */
+/**
+ * Keeps docs/http-api.md true: its account of the SSE stream's ending to `transport/http/sse.ts`
+ * and `cli/serve.ts`, and the keys it lists for `GET /v1/admin/metrics` to the route's answer.
+ */
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
+import { realClock } from "../helpers/clock.ts";
+import { openTestBroker } from "../helpers/broker.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { RefusalLog } from "../../src/lib/refusals.ts";
+import { createHttpApp } from "../../src/transport/http/app.ts";
 
 const doc = readFileSync(new URL("../../docs/http-api.md", import.meta.url), "utf8");
 
@@ -23,5 +31,25 @@ describe("docs/http-api.md on the end of an SSE stream", () => {
     expect(clean).toHaveLength(1);
     expect(clean[0]).toMatch(/no `event: error`/);
     expect(clean[0]).toMatch(/server shuts\s+down/);
+  });
+});
+
+describe("docs/http-api.md on GET /v1/admin/metrics", () => {
+  it("lists exactly the keys the route answers, all snake_case", async () => {
+    const section = doc.slice(doc.indexOf("### `GET /v1/admin/metrics`"));
+    const listed = /Answers \*\*200\*\* `\{([^}]*)\}`/.exec(section);
+    expect(listed, "the key list of the metrics section").not.toBeNull();
+    const documented = [...listed![1].matchAll(/"([^"]+)"/g)].map((m) => m[1]);
+    const logger = new MemoryLogger();
+    const { broker } = await openTestBroker({ clock: realClock, logger });
+    await broker.createTopic({ name: "orders", partitions: 2 });
+    const refusals = new RefusalLog({ logger, clock: realClock });
+    const app = createHttpApp({ broker, logger, refusals });
+    const res = await app.request("/v1/admin/metrics");
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as Record<string, unknown>;
+    expect(Object.keys(body).sort()).toEqual([...documented].sort());
+    for (const key of Object.keys(body)) expect(key).toMatch(/^[a-z]+(_[a-z]+)*$/);
+    expect(body.partitions).toBe(2);
   });
 });

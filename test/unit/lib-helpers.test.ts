@@ -1,4 +1,4 @@
-/** The shared helpers of src/lib/errors.ts and src/lib/topic-partition.ts. */
+/** The shared helpers of src/lib/errors.ts, src/lib/topic-partition.ts and src/lib/text.ts. */
 import { describe, expect, it } from "vitest";
 import { FsError } from "../../src/fs/types.ts";
 import { errorMessage, errorStack } from "../../src/lib/errors.ts";
@@ -7,6 +7,7 @@ import {
   partitionName,
   topicPartitionKey,
 } from "../../src/lib/topic-partition.ts";
+import { snakeCase, snakeCaseKeys } from "../../src/lib/text.ts";
 
 describe("errorMessage", () => {
   it("gives an Error's message, an FsError's with its code", () => {
@@ -48,5 +49,31 @@ describe("topicPartitionKey", () => {
 
   it("names a partition topic/partition for people", () => {
     expect(partitionName("orders", 3)).toBe("orders/3");
+  });
+});
+
+describe("snakeCaseKeys", () => {
+  it("renames every object key at every depth, keeping values, arrays and dotted names", () => {
+    expect(snakeCase("recordsAppended")).toBe("records_appended");
+    expect(snakeCase("fsyncs")).toBe("fsyncs");
+    expect(
+      snakeCaseKeys({
+        segmentsChecked: 2,
+        topics: [
+          { metadataProblem: "", partitions: [{ corruption: { highestSkippedOffset: -1 } }] },
+        ],
+        refused: { "tcp.frame_refused": 1 },
+        outcome: "torn_tail_cut",
+        none: null,
+      }),
+    ).toEqual({
+      segments_checked: 2,
+      topics: [
+        { metadata_problem: "", partitions: [{ corruption: { highest_skipped_offset: -1 } }] },
+      ],
+      refused: { "tcp.frame_refused": 1 },
+      outcome: "torn_tail_cut",
+      none: null,
+    });
   });
 });

@@ -53,6 +53,7 @@ import {
 import { formatJsonPath, jsonNestingFault, type JsonPath } from "../../lib/json-nesting.ts";
 import type { Logger } from "../../lib/logger.ts";
 import { clip, quote } from "../../lib/quote.ts";
+import { snakeCaseKeys } from "../../lib/text.ts";
 import type { ValueEncoding } from "./encode.ts";
 import { fetchJson, produceAnswerJson, topicJson } from "./encode.ts";
 import { errorBody, invalidRequest } from "./errors.ts";
@@ -396,7 +397,10 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
         "Cannot GET /v1/admin/metrics: this broker keeps no metrics",
       );
     const refused = options.refusals?.counts();
-    return c.json(refused === undefined ? source.metrics() : { ...source.metrics(), refused });
+    // The counters' names in snake_case like the rest of the API (`records_appended`); the keys of
+    // `refused` are log event names and stay as they are.
+    const counters = snakeCaseKeys(source.metrics()) as Record<string, number>;
+    return c.json(refused === undefined ? counters : { ...counters, refused });
   });
 
   // Storage state and the cleanup tasks (retention, cold tier, compaction), when the broker has them.
