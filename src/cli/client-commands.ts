@@ -10,12 +10,11 @@ import {
   TcpClient,
 } from "../client/client.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
-import type { GroupDescription } from "../broker/types.ts";
 import { EntryBatchBuilder } from "../storage/record.ts";
 import { utf8 } from "../lib/bytes.ts";
 import { recordPayloadBytesMax } from "../lib/limits.ts";
 import { plural } from "../lib/text.ts";
-import type { TopicDescription } from "../broker/types.ts";
+import { groupJson, topicJson } from "../transport/http/encode.ts";
 import { UsageError, hostPort, intOption, parseCli } from "./args.ts";
 import { onStopSignals, type StopSignal } from "./signals.ts";
 import {
@@ -584,31 +583,6 @@ async function consumeGroup(options: {
   }
 }
 
-function groupText(g: GroupDescription): string {
-  return JSON.stringify(
-    {
-      group: g.group,
-      generation: g.generation,
-      members: g.members.map((m) => ({
-        member_id: m.memberId,
-        topics: m.topics,
-        session_timeout_ms: m.sessionTimeoutMs,
-        assignments: m.assignments,
-      })),
-      offsets: g.offsets.map((o) => ({
-        topic: o.topic,
-        partition: o.partition,
-        committed: o.committed,
-        high_watermark: o.highWatermark,
-        lag: o.lag,
-        owner: o.owner,
-      })),
-    },
-    null,
-    2,
-  );
-}
-
 /** `es-broker groups list|describe`. */
 export async function groups(argv: string[]): Promise<number> {
   const { values, positionals } = parseCli({
@@ -638,7 +612,7 @@ export async function groups(argv: string[]): Promise<number> {
           `${g.group}\tgeneration ${g.generation}\t${plural(g.members.length, "member")}\n`,
         );
     } else {
-      process.stdout.write(`${groupText(await client.describeGroup(name!))}\n`);
+      process.stdout.write(`${jsonText(groupJson(await client.describeGroup(name!)))}\n`);
     }
     return 0;
   } finally {
@@ -646,23 +620,9 @@ export async function groups(argv: string[]): Promise<number> {
   }
 }
 
-function describeText(t: TopicDescription): string {
-  return JSON.stringify(
-    {
-      name: t.name,
-      partitions: t.partitions.map((p) => ({
-        partition: p.partition,
-        log_start_offset: p.logStartOffset,
-        high_watermark: p.highWatermark,
-        size_bytes: p.sizeBytes,
-        segments: p.segmentCount,
-        fenced: p.fenced,
-      })),
-      config: t.config,
-    },
-    null,
-    2,
-  );
+/** A topic or group as `topics` / `groups describe` print it: the HTTP API's JSON, indented. */
+function jsonText(value: unknown): string {
+  return JSON.stringify(value, null, 2);
 }
 
 /** `es-broker topics create|list|describe|delete`. */
@@ -706,7 +666,7 @@ export async function topics(argv: string[]): Promise<number> {
     switch (action) {
       case "create": {
         const t = await client.createTopic({ name: topicName, partitions, config });
-        process.stdout.write(`${describeText(t)}\n`);
+        process.stdout.write(`${jsonText(topicJson(t))}\n`);
         return 0;
       }
       case "list": {
@@ -715,7 +675,7 @@ export async function topics(argv: string[]): Promise<number> {
       }
       case "describe": {
         const [t] = await client.metadata([topicName]);
-        process.stdout.write(`${describeText(t)}\n`);
+        process.stdout.write(`${jsonText(topicJson(t))}\n`);
         return 0;
       }
       default: {

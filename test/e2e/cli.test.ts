@@ -319,6 +319,32 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(atEnd.code, atEnd.stderr).toBe(0);
   });
 
+  it("topics describe and groups describe print the HTTP API's JSON for the same topic and group", async () => {
+    const broker = await startBroker(`${fresh()}/data`);
+    running.push(broker);
+    const client = await TcpClient.connect(broker.tcp);
+    onTestFinished(() => void client.close());
+    await client.createTopic({ name: "t", partitions: 2, config: { retention_ms: 60_000 } });
+    await client.produce("t", [{ value: "x" }], { partition: 1 });
+    const member = await client.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 30_000 });
+    await client.commitOffsets({
+      group: "g",
+      memberId: member.memberId,
+      generation: member.generation,
+      offsets: [{ topic: "t", partition: 1, offset: 1 }],
+    });
+    const address = `${broker.tcp.host}:${broker.tcp.port}`;
+    for (const [args, path] of [
+      [["topics", "describe", "t"], "/v1/topics/t"],
+      [["groups", "describe", "g"], "/v1/groups/g"],
+    ] as const) {
+      const cli = await runCli([...args, "--broker", address]);
+      expect(cli.code, cli.stderr).toBe(0);
+      const http = await (await fetch(`${broker.httpUrl}${path}`)).json();
+      expect(JSON.parse(cli.stdout.toString()), args.join(" ")).toEqual(http);
+    }
+  });
+
   it("groups list counts members in the right number", async () => {
     const { client, address } = await brokerWithTopic();
     await client.joinGroup({ group: "solo", topics: ["t"], sessionTimeoutMs: 60_000 });

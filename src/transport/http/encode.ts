@@ -1,15 +1,18 @@
 /**
- * JSON encodings of broker results: topic descriptions, produce offsets and fetched records.
- * Field names are snake_case, offsets and timestamps JSON numbers (exact to 2^53 − 1, docs/decisions.md §6).
+ * JSON encodings of broker results: topic and group descriptions, produce offsets and fetched
+ * records. The HTTP API answers with them and the CLI prints them (`topics describe`,
+ * `groups describe`), so both show the same shapes. Field names are snake_case, offsets and timestamps JSON numbers (exact to 2^53 − 1, docs/decisions.md §6).
  */
 import { AssertionError } from "../../lib/assert.ts";
 import { encodeBase64 } from "../../lib/base64.ts";
 import { fromUtf8 } from "../../lib/bytes.ts";
 import type {
   FetchResult,
+  GroupDescription,
   PartitionInfo,
   ProduceResult,
   TopicDescription,
+  TopicPartition,
 } from "../../broker/types.ts";
 import { DecodeStatus, RecordCursor } from "../../storage/record.ts";
 
@@ -68,6 +71,39 @@ export function topicJson(topic: TopicDescription): TopicJson {
     name: topic.name,
     partitions: topic.partitions.map(partitionJson),
     config: { ...topic.config },
+  };
+}
+
+/** Assignments as shown over HTTP: `[{ topic, partition }, …]` (copies, nothing else of each entry). */
+export function assignmentsJson(
+  list: readonly TopicPartition[],
+): { topic: string; partition: number }[] {
+  return list.map((a) => ({ topic: a.topic, partition: a.partition }));
+}
+
+/**
+ * The HTTP shape of a group description (`GET /v1/groups/{group}`, docs/http-api.md):
+ * `{ group, generation, members: [{ member_id, topics, session_timeout_ms, assignments }],
+ * offsets: [{ topic, partition, committed, high_watermark, lag, owner }] }`.
+ */
+export function groupJson(g: GroupDescription): Record<string, unknown> {
+  return {
+    group: g.group,
+    generation: g.generation,
+    members: g.members.map((m) => ({
+      member_id: m.memberId,
+      topics: m.topics,
+      session_timeout_ms: m.sessionTimeoutMs,
+      assignments: assignmentsJson(m.assignments),
+    })),
+    offsets: g.offsets.map((o) => ({
+      topic: o.topic,
+      partition: o.partition,
+      committed: o.committed,
+      high_watermark: o.highWatermark,
+      lag: o.lag,
+      owner: o.owner,
+    })),
   };
 }
 

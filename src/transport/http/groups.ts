@@ -16,14 +16,10 @@
  * Streams protocol) on `POST /v1/topics/{topic}/records`, all three or none.
  */
 import type { Context, Hono } from "hono";
-import type {
-  Broker,
-  GroupDescription,
-  ProducerIdentity,
-  TopicPartition,
-} from "../../broker/types.ts";
+import type { Broker, ProducerIdentity } from "../../broker/types.ts";
 import { producerEpochMax } from "../../lib/limits.ts";
 import { clip, quote } from "../../lib/quote.ts";
+import { assignmentsJson, groupJson } from "./encode.ts";
 import { invalidRequest } from "./errors.ts";
 import { parseInteger } from "./params.ts";
 
@@ -74,32 +70,6 @@ function optionalString(
   if (typeof value !== "string" || value.length === 0)
     throw invalidRequest(action, `"${field}" must be a non-empty string`, { field });
   return value;
-}
-
-function assignmentsJson(list: readonly TopicPartition[]): { topic: string; partition: number }[] {
-  return list.map((a) => ({ topic: a.topic, partition: a.partition }));
-}
-
-/** The HTTP shape of a group description. */
-export function groupJson(g: GroupDescription): Record<string, unknown> {
-  return {
-    group: g.group,
-    generation: g.generation,
-    members: g.members.map((m) => ({
-      member_id: m.memberId,
-      topics: m.topics,
-      session_timeout_ms: m.sessionTimeoutMs,
-      assignments: assignmentsJson(m.assignments),
-    })),
-    offsets: g.offsets.map((o) => ({
-      topic: o.topic,
-      partition: o.partition,
-      committed: o.committed,
-      high_watermark: o.highWatermark,
-      lag: o.lag,
-      owner: o.owner,
-    })),
-  };
 }
 
 /** Registers the consumer-group routes on `app`. */
