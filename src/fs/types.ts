@@ -134,3 +134,17 @@ export async function readWholeFile(
     await file.close();
   }
 }
+
+/**
+ * The names in directory `dir`, or null if it does not exist (a directory not made yet, or
+ * removed: callers treat it as empty).
+ * @throws FsError for any other failure to list it.
+ */
+export async function readdirIfExists(fs: FileSystem, dir: string): Promise<string[] | null> {
+  try {
+    return await fs.readdir(dir);
+  } catch (err) {
+    if (isFsError(err, "ENOENT")) return null;
+    throw err;
+  }
+}

@@ -28,7 +28,14 @@ import { offsetFileStem, viewOf } from "../lib/bytes.ts";
 import { coldSegmentsOpenMax } from "../lib/limits.ts";
 import { partitionName } from "../lib/topic-partition.ts";
 import { lastAtOrBelow } from "../lib/search.ts";
-import { dirname, isFsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
+import {
+  dirname,
+  isFsError,
+  joinPath,
+  readdirIfExists,
+  type FileHandle,
+  type FileSystem,
+} from "../fs/types.ts";
 import type { LowerTier } from "./partition.ts";
 import { Segment } from "./segment.ts";
 import {
@@ -130,13 +137,8 @@ export class ColdPartition implements LowerTier {
 
   /** Reads the directory (see {@link ColdStore.openPartition}). */
   async load(): Promise<void> {
-    let names: string[];
-    try {
-      names = await this.#fs.readdir(this.dir);
-    } catch (err) {
-      if (isFsError(err, "ENOENT")) return;
-      throw err;
-    }
+    const names = await readdirIfExists(this.#fs, this.dir);
+    if (names === null) return;
     const logs = new Set<number>();
     const removed: string[] = [];
     for (const name of names) {

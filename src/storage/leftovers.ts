@@ -36,7 +36,7 @@
  * happened, and removing it loses nothing. It is kept only while its target is unreadable, as
  * evidence for whoever repairs the target. Files of other names are not the broker's to delete.
  */
-import { isFsError, joinPath, type FileSystem } from "../fs/types.ts";
+import { joinPath, readdirIfExists, type FileSystem } from "../fs/types.ts";
 import { utf8 } from "../lib/bytes.ts";
 import type { Logger } from "../lib/logger.ts";
 import { isTempFileName, readJsonFile, tempStemBytesMax } from "./metadata.ts";
@@ -261,13 +261,7 @@ export async function removeMetadataTemps(
   dir: string,
   logger: Logger,
 ): Promise<string[]> {
-  let names: string[];
-  try {
-    names = await fs.readdir(dir);
-  } catch (err) {
-    if (isFsError(err, "ENOENT")) return [];
-    throw err;
-  }
+  const names = (await readdirIfExists(fs, dir)) ?? [];
   const removed: string[] = [];
   for (const name of names) {
     if (!isTempFileName(name)) continue;

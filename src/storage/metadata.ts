@@ -14,6 +14,7 @@ import {
   dirname,
   joinPath,
   readWholeFile,
+  readdirIfExists,
   isFsError,
   type FileSystem,
 } from "../fs/types.ts";
@@ -115,12 +116,5 @@ export async function readJsonFile(
  * `storage/leftovers.ts` decides what becomes of them).
  */
 export async function listStaleTempFiles(fs: FileSystem, dir: string): Promise<string[]> {
-  let names: string[];
-  try {
-    names = await fs.readdir(dir);
-  } catch (err) {
-    if (isFsError(err, "ENOENT")) return [];
-    throw err;
-  }
-  return names.filter(isTempFileName);
+  return ((await readdirIfExists(fs, dir)) ?? []).filter(isTempFileName);
 }
