@@ -30,8 +30,7 @@ import { StorageError } from "./errors.ts";
 import { GroupCommit } from "./group-commit.ts";
 import { recoverPartition } from "./partition-recovery.ts";
 import type { EntryBatch } from "./record.ts";
-import { Segment, type SegmentContext } from "./segment.ts";
-import type { SegmentCorruption, SegmentRecoveryOutcome } from "./segment-recovery.ts";
+import { Segment, type SegmentContext, type SegmentDescription } from "./segment.ts";
 import type { StrayFile } from "./segment-files.ts";
 
 /** Settings a partition reads on every append, so a config change applies at once. */
@@ -749,14 +748,7 @@ export class PartitionLog {
     high_watermark: number;
     log_end_offset: number;
     size_bytes: number;
-    segments: {
-      base_offset: number;
-      next_offset: number;
-      size_bytes: number;
-      index_entries: number;
-      recovery: SegmentRecoveryOutcome;
-      corruption: SegmentCorruption | null;
-    }[];
+    segments: SegmentDescription[];
     stray_files: StrayFile[];
   } {
     return {

@@ -708,14 +708,7 @@ export class Segment {
   }
 
   /** Status of the segment for reports (`GET /v1/admin/storage`, `es-broker check`). */
-  describe(): {
-    base_offset: number;
-    next_offset: number;
-    size_bytes: number;
-    index_entries: number;
-    recovery: SegmentRecoveryOutcome;
-    corruption: SegmentCorruption | null;
-  } {
+  describe(): SegmentDescription {
     return {
       base_offset: this.baseOffset,
       next_offset: this.nextOffset,
@@ -725,6 +718,19 @@ export class Segment {
       corruption: this.corruption,
     };
   }
+}
+
+/** A segment's status as {@link Segment.describe} reports it (snake_case: it is shown as JSON). */
+export interface SegmentDescription {
+  base_offset: number;
+  /** One past the last record. */
+  next_offset: number;
+  size_bytes: number;
+  index_entries: number;
+  /** What recovery decided at open. */
+  recovery: SegmentRecoveryOutcome;
+  /** Where decoding stopped short and why, or null. */
+  corruption: SegmentCorruption | null;
 }
 
 /** The context with its defaults filled in. */
