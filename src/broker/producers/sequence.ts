@@ -108,34 +108,19 @@ export function decideSequence(
   const { epoch, sequence } = request;
   if (producer === undefined) {
     if (sequence === 0) return { row: 1, outcome: "append" };
-    return { row: 2, outcome: "refuse", kind: Errors.unknownProducer, expected: { sequence: 0 } };
+    return refuse(2, Errors.unknownProducer, { sequence: 0 });
   }
-  if (epoch < producer.epoch)
-    return {
-      row: 3,
-      outcome: "refuse",
-      kind: Errors.producerFenced,
-      expected: { epoch: producer.epoch },
-    };
+  if (epoch < producer.epoch) return refuse(3, Errors.producerFenced, { epoch: producer.epoch });
   if (epoch > producer.epoch) {
     if (sequence === 0) return { row: 4, outcome: "append" };
-    return {
-      row: 5,
-      outcome: "refuse",
-      kind: Errors.outOfOrderSequence,
-      expected: { sequence: 0 },
-    };
+    return refuse(5, Errors.outOfOrderSequence, { sequence: 0 });
   }
   const state = producer.partitions.get(request.partitionKey);
   if (state === undefined) {
     if (sequence === 0) return { row: 6, outcome: "append" };
-    return {
-      row: 7,
-      outcome: "refuse",
-      kind: Errors.outOfOrderSequence,
-      expected: { sequence: 0 },
-    };
+    return refuse(7, Errors.outOfOrderSequence, { sequence: 0 });
   }
+  const expected = { sequence: state.nextSequence };
   const remembered = state.batches.find((b) => b.baseSequence === sequence);
   if (remembered !== undefined) {
     if (
@@ -144,27 +129,20 @@ export function decideSequence(
     ) {
       return { row: 8, outcome: "duplicate", batch: remembered };
     }
-    return {
-      row: 9,
-      outcome: "refuse",
-      kind: Errors.duplicateSequence,
-      expected: { sequence: state.nextSequence },
-    };
+    return refuse(9, Errors.duplicateSequence, expected);
   }
   if (sequence === state.nextSequence) return { row: 10, outcome: "append" };
-  if (sequence < state.nextSequence)
-    return {
-      row: 11,
-      outcome: "refuse",
-      kind: Errors.duplicateSequence,
-      expected: { sequence: state.nextSequence },
-    };
-  return {
-    row: 12,
-    outcome: "refuse",
-    kind: Errors.outOfOrderSequence,
-    expected: { sequence: state.nextSequence },
-  };
+  if (sequence < state.nextSequence) return refuse(11, Errors.duplicateSequence, expected);
+  return refuse(12, Errors.outOfOrderSequence, expected);
+}
+
+/** A refusing row of the decision table: its error, and what the broker expected instead (sent as details). */
+function refuse(
+  row: 2 | 3 | 5 | 7 | 9 | 11 | 12,
+  kind: ErrorKind,
+  expected: { sequence?: number; epoch?: number },
+): SequenceDecision {
+  return { row, outcome: "refuse", kind, expected };
 }
 
 /** Fingerprint of the entry under `cursor`: CRC-32 of key_len | key | value_len | value (the timestamp is left out: the broker may stamp it). */
