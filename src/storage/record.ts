@@ -197,24 +197,47 @@ export const DecodeStatus = { Ok: 0, Incomplete: 1, Invalid: 2 } as const;
 export type DecodeStatus = (typeof DecodeStatus)[keyof typeof DecodeStatus];
 
 /**
- * Decodes stored records from a byte window without allocating per record: after
- * {@link RecordCursor.decode} returns Ok, the fields describe the record at that position.
+ * The fields of one stored record that already passed its length and CRC checks (a chunk of
+ * `scanSegment`, a checked fetch answer), read without checking again: call
+ * {@link RecordHeader.parse} per record. For unchecked bytes use {@link RecordCursor}.
  */
-export class RecordCursor {
+export class RecordHeader {
   /** Absolute offset of the record. */
   offset = 0;
   /** Producer or broker time stamp, ms since the epoch. */
   timestampMs = 0;
-  /** key_len as stored: −1 for no key. */
+  /** −1 for no key (docs/decisions.md §12: 0 is the empty key, a real key). */
   keyLen = -1;
-  /** Position of the key within the window (valid when keyLen ≥ 0). */
+  /** Position of the key within the bytes viewed. */
   keyStart = 0;
-  /** Position of the value within the window. */
-  valueStart = 0;
-  /** Length of the value in bytes (0 = tombstone). */
+  /** 0 = a tombstone when the record has a key. */
   valueLen = 0;
-  /** Bytes of the whole record including `record_len` and the CRC. */
+  /** Position of the value within the bytes viewed. */
+  valueStart = 0;
+  /** Bytes of the whole record, `record_len` and CRC included. */
   sizeBytes = 0;
+
+  /** Reads the record whose `record_len` is at `pos` of `view` (`viewOf(bytes)`). */
+  parse(view: DataView, pos: number): void {
+    const len = view.getUint32(pos);
+    const body = pos + recordLengthPrefixBytes;
+    this.offset = readU64(view, body);
+    this.timestampMs = readI64(view, body + 8);
+    this.keyLen = view.getInt32(body + 16);
+    this.keyStart = body + 20;
+    const valueLenAt = this.keyStart + Math.max(this.keyLen, 0);
+    this.valueLen = view.getUint32(valueLenAt);
+    this.valueStart = valueLenAt + 4;
+    this.sizeBytes = recordLengthPrefixBytes + len;
+  }
+}
+
+/**
+ * Decodes stored records from a byte window without allocating per record: after
+ * {@link RecordCursor.decode} returns Ok, the fields (those of {@link RecordHeader}) describe the
+ * record at that position, with positions within the window.
+ */
+export class RecordCursor extends RecordHeader {
   /** Why the last decode was Invalid or Incomplete, for reports. */
   reason = "";
 
@@ -274,14 +297,7 @@ export class RecordCursor {
     const offset = readU64(v, body);
     if (offset > offsetMax)
       return this.#fail(DecodeStatus.Invalid, `offset ${offset} is above 2^53 − 1`);
-    const ts = readI64(v, body + 8);
-    this.offset = offset;
-    this.timestampMs = ts;
-    this.keyLen = keyLen;
-    this.keyStart = body + 20;
-    this.valueStart = valueLenPos + 4;
-    this.valueLen = valueLen;
-    this.sizeBytes = recordLengthPrefixBytes + len;
+    this.parse(v, pos);
     this.reason = "";
     return DecodeStatus.Ok;
   }
@@ -443,39 +459,5 @@ export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs
         cursor.index,
       );
     }
-  }
-}
-
-/**
- * The fields of one stored record that already passed its length and CRC checks (a chunk of
- * `scanSegment`, a checked fetch answer), read without checking again: call
- * {@link RecordHeader.parse} per record. For unchecked bytes use {@link RecordCursor}.
- */
-export class RecordHeader {
-  offset = 0;
-  timestampMs = 0;
-  /** −1 for no key (docs/decisions.md §12: 0 is the empty key, a real key). */
-  keyLen = -1;
-  /** Position of the key within the bytes viewed. */
-  keyStart = 0;
-  /** 0 = a tombstone when the record has a key. */
-  valueLen = 0;
-  /** Position of the value within the bytes viewed. */
-  valueStart = 0;
-  /** Bytes of the whole record, `record_len` and CRC included. */
-  sizeBytes = 0;
-
-  /** Reads the record whose `record_len` is at `pos` of `view` (`viewOf(bytes)`). */
-  parse(view: DataView, pos: number): void {
-    const len = view.getUint32(pos);
-    const body = pos + recordLengthPrefixBytes;
-    this.offset = readU64(view, body);
-    this.timestampMs = readI64(view, body + 8);
-    this.keyLen = view.getInt32(body + 16);
-    this.keyStart = body + 20;
-    const valueLenAt = this.keyStart + Math.max(this.keyLen, 0);
-    this.valueLen = view.getUint32(valueLenAt);
-    this.valueStart = valueLenAt + 4;
-    this.sizeBytes = recordLengthPrefixBytes + len;
   }
 }
