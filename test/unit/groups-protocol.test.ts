@@ -34,36 +34,11 @@ import {
   encodeListGroupsRequest,
   encodeListGroupsResponse,
 } from "../../src/protocol/apis/list-groups.ts";
-import {
-  decodeEmptyResponse,
-  decodeRequestHeader,
-  decodeResponseHeader,
-  encodeEmptyResponse,
-} from "../../src/protocol/envelope.ts";
-import { ProtocolError } from "../../src/protocol/wire.ts";
+import { decodeEmptyResponse, encodeEmptyResponse } from "../../src/protocol/envelope.ts";
+import { protocolError, requestBody, responseBody } from "../helpers/wire.ts";
 
-function request(frame: Uint8Array, api: number): Uint8Array {
-  const h = decodeRequestHeader(frame.subarray(4));
-  expect(h.api).toBe(api);
-  expect(new DataView(frame.buffer, frame.byteOffset).getUint32(0)).toBe(frame.length - 4);
-  return h.body;
-}
-
-function response(frame: Uint8Array): Uint8Array {
-  const h = decodeResponseHeader(frame.subarray(4));
-  expect(h.error).toBe(0);
-  return h.body;
-}
-
-function fieldOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    if (e instanceof ProtocolError) return e.field;
-    throw e;
-  }
-  throw new Error("expected a ProtocolError");
-}
+/** The field a grammar violation names. */
+const fieldOf = (fn: () => unknown): string => protocolError(fn).field;
 
 const described: GroupDescription = {
   group: "analytics",
@@ -91,12 +66,15 @@ describe("consumer-group apis on the wire", () => {
   it("JoinGroup: a new member (no id, default timeout) and a rejoin round-trip", () => {
     expect(
       decodeJoinGroupRequest(
-        request(encodeJoinGroupRequest(1, { group: "g", topics: ["a", "b"] }), ApiKey.JoinGroup),
+        requestBody(
+          encodeJoinGroupRequest(1, { group: "g", topics: ["a", "b"] }),
+          ApiKey.JoinGroup,
+        ),
       ),
     ).toEqual({ group: "g", topics: ["a", "b"] });
     const rejoin = { group: "g", topics: ["a"], sessionTimeoutMs: 1500, memberId: "m-1" };
     expect(
-      decodeJoinGroupRequest(request(encodeJoinGroupRequest(2, rejoin), ApiKey.JoinGroup)),
+      decodeJoinGroupRequest(requestBody(encodeJoinGroupRequest(2, rejoin), ApiKey.JoinGroup)),
     ).toEqual(rejoin);
     const result = {
       memberId: "m-1",
@@ -104,34 +82,38 @@ describe("consumer-group apis on the wire", () => {
       sessionTimeoutMs: 1500,
       assignments: [{ topic: "a", partition: 2 }],
     };
-    expect(decodeJoinGroupResponse(response(encodeJoinGroupResponse(2, result)))).toEqual(result);
+    expect(decodeJoinGroupResponse(responseBody(encodeJoinGroupResponse(2, result)))).toEqual(
+      result,
+    );
   });
 
   it("Heartbeat: with and without a generation", () => {
     expect(
       decodeHeartbeatRequest(
-        request(encodeHeartbeatRequest(1, { group: "g", memberId: "m" }), ApiKey.Heartbeat),
+        requestBody(encodeHeartbeatRequest(1, { group: "g", memberId: "m" }), ApiKey.Heartbeat),
       ),
     ).toEqual({ group: "g", memberId: "m" });
     expect(
       decodeHeartbeatRequest(
-        request(
+        requestBody(
           encodeHeartbeatRequest(1, { group: "g", memberId: "m", generation: 0 }),
           ApiKey.Heartbeat,
         ),
       ),
     ).toEqual({ group: "g", memberId: "m", generation: 0 });
     const result = { generation: 9, rejoin: true, assignments: [{ topic: "t", partition: 1 }] };
-    expect(decodeHeartbeatResponse(response(encodeHeartbeatResponse(1, result)))).toEqual(result);
+    expect(decodeHeartbeatResponse(responseBody(encodeHeartbeatResponse(1, result)))).toEqual(
+      result,
+    );
   });
 
   it("LeaveGroup and the empty responses", () => {
     expect(
       decodeLeaveGroupRequest(
-        request(encodeLeaveGroupRequest(1, { group: "g", memberId: "m" }), ApiKey.LeaveGroup),
+        requestBody(encodeLeaveGroupRequest(1, { group: "g", memberId: "m" }), ApiKey.LeaveGroup),
       ),
     ).toEqual({ group: "g", memberId: "m" });
-    expect(decodeEmptyResponse(response(encodeEmptyResponse(1)))).toBeUndefined();
+    expect(decodeEmptyResponse(responseBody(encodeEmptyResponse(1)))).toBeUndefined();
     expect(fieldOf(() => decodeEmptyResponse(Uint8Array.of(0)))).toBe("error");
   });
 
@@ -147,13 +129,13 @@ describe("consumer-group apis on the wire", () => {
     };
     expect(
       decodeCommitOffsetsRequest(
-        request(encodeCommitOffsetsRequest(1, member), ApiKey.CommitOffsets),
+        requestBody(encodeCommitOffsetsRequest(1, member), ApiKey.CommitOffsets),
       ),
     ).toEqual(member);
     const standalone = { group: "g", offsets: [{ topic: "a", partition: 0, offset: 5 }] };
     expect(
       decodeCommitOffsetsRequest(
-        request(encodeCommitOffsetsRequest(1, standalone), ApiKey.CommitOffsets),
+        requestBody(encodeCommitOffsetsRequest(1, standalone), ApiKey.CommitOffsets),
       ),
     ).toEqual(standalone);
     expect(
@@ -169,18 +151,18 @@ describe("consumer-group apis on the wire", () => {
   it("DescribeGroup and ListGroups carry committed, high watermark and owner only where set, and derive lag", () => {
     expect(
       decodeDescribeGroupRequest(
-        request(encodeDescribeGroupRequest(1, { group: "analytics" }), ApiKey.DescribeGroup),
+        requestBody(encodeDescribeGroupRequest(1, { group: "analytics" }), ApiKey.DescribeGroup),
       ),
     ).toEqual({ group: "analytics" });
     expect(
-      decodeDescribeGroupResponse(response(encodeDescribeGroupResponse(1, described))),
+      decodeDescribeGroupResponse(responseBody(encodeDescribeGroupResponse(1, described))),
     ).toEqual(described);
     expect(
-      decodeListGroupsRequest(request(encodeListGroupsRequest(1), ApiKey.ListGroups)),
+      decodeListGroupsRequest(requestBody(encodeListGroupsRequest(1), ApiKey.ListGroups)),
     ).toBeUndefined();
     expect(
       decodeListGroupsResponse(
-        response(
+        responseBody(
           encodeListGroupsResponse(1, [
             described,
             { ...described, group: "b", members: [], offsets: [] },
@@ -188,17 +170,17 @@ describe("consumer-group apis on the wire", () => {
         ),
       ),
     ).toEqual([described, { ...described, group: "b", members: [], offsets: [] }]);
-    expect(decodeListGroupsResponse(response(encodeListGroupsResponse(1, [])))).toEqual([]);
+    expect(decodeListGroupsResponse(responseBody(encodeListGroupsResponse(1, [])))).toEqual([]);
   });
 
   it("refuses bad flags, short bodies, trailing bytes and repeat counts the bytes cannot hold, naming the field", () => {
-    const hb = request(
+    const hb = requestBody(
       encodeHeartbeatRequest(1, { group: "g", memberId: "m", generation: 1 }),
       ApiKey.Heartbeat,
     ).slice();
     hb[6] = 2; // has_generation
     expect(fieldOf(() => decodeHeartbeatRequest(hb))).toBe("has_generation");
-    const join = request(
+    const join = requestBody(
       encodeJoinGroupRequest(1, { group: "g", topics: ["a"] }),
       ApiKey.JoinGroup,
     );
@@ -211,7 +193,7 @@ describe("consumer-group apis on the wire", () => {
     const huge = join.slice();
     new DataView(huge.buffer).setUint32(10, 0xffff_ffff); // topic_count after group (2+1), member_id (2), timeout (4)
     expect(fieldOf(() => decodeJoinGroupRequest(huge))).toBe("topic_count");
-    const d = response(encodeDescribeGroupResponse(1, described)).slice();
+    const d = responseBody(encodeDescribeGroupResponse(1, described)).slice();
     const present = d.length - (2 + "m-1".length) - 8 - 8 - 1; // the last offset entry's present byte
     d[present] = 8;
     expect(fieldOf(() => decodeDescribeGroupResponse(d))).toBe("group.offsets[2].present");

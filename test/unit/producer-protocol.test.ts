@@ -1,5 +1,4 @@
 /** IdempotentProduce (api 12) and error details on the TCP wire: round trips, golden bytes, grammar violations. */
-import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { Errors } from "../../src/broker/errors.ts";
 import {
@@ -14,40 +13,8 @@ import {
   decodeResponseHeader,
   encodeErrorResponse,
 } from "../../src/protocol/envelope.ts";
-import { ProtocolError } from "../../src/protocol/wire.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
-
-const text = (s: string) => new TextEncoder().encode(s);
-const doc = readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8");
-
-function example(name: string): string {
-  const marker = doc.indexOf(`<!-- example:${name}`);
-  expect(marker).toBeGreaterThanOrEqual(0);
-  const open = doc.indexOf("```", marker);
-  const close = doc.indexOf("```", open + 3);
-  let hex = "";
-  for (const line of doc.slice(open + 3, close).split("\n")) {
-    for (const token of line.trim().split(/\s+/)) {
-      if (!/^[0-9a-f]+$/i.test(token)) break;
-      hex += token;
-    }
-  }
-  return hex;
-}
-
-function body(frame: Uint8Array): Uint8Array {
-  return decodeRequestHeader(frame.subarray(4)).body;
-}
-
-function protocolError(fn: () => unknown): ProtocolError {
-  try {
-    fn();
-  } catch (e) {
-    if (e instanceof ProtocolError) return e;
-    throw e;
-  }
-  throw new Error("expected a ProtocolError");
-}
+import { protocolDocExample, protocolError, requestBody, text } from "../helpers/wire.ts";
 
 describe("IdempotentProduce (api 12)", () => {
   const batch = new EntryBatchBuilder().add(text("k"), text("v1")).add(null, text("v2")).build();
@@ -71,7 +38,7 @@ describe("IdempotentProduce (api 12)", () => {
 
   it("leaves the partition out when the broker picks (−1)", () => {
     const decoded = decodeIdempotentProduceRequest(
-      body(
+      requestBody(
         encodeIdempotentProduceRequest(1, {
           topic: "t",
           batch,
@@ -90,7 +57,9 @@ describe("IdempotentProduce (api 12)", () => {
       batch: one,
       producer: { id: "p1", epoch: 3, sequence: 5 },
     });
-    expect(example("idempotent-produce-request")).toBe(Buffer.from(frame).toString("hex"));
+    expect(protocolDocExample("idempotent-produce-request")).toBe(
+      Buffer.from(frame).toString("hex"),
+    );
   });
 
   it("round-trips a response with its duplicate flag", () => {
@@ -107,7 +76,7 @@ describe("IdempotentProduce (api 12)", () => {
   });
 
   it("refuses a record count that disagrees with the entries, a bad partition, and a bad duplicate flag, naming the field", () => {
-    const good = body(
+    const good = requestBody(
       encodeIdempotentProduceRequest(1, {
         topic: "t",
         batch,

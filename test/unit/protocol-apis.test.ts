@@ -94,24 +94,7 @@ import {
   encodeEmptyResponse,
 } from "../../src/protocol/envelope.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
-
-/**
- * Bytes from annotated hex: on each line, the leading whitespace-separated tokens that are hex
- * digits are the bytes; the first other token starts a comment.
- */
-function hex(text: string): Uint8Array {
-  let clean = "";
-  for (const line of text.split("\n")) {
-    for (const token of line.trim().split(/\s+/)) {
-      if (!/^[0-9a-f]+$/i.test(token)) break;
-      clean += token;
-    }
-  }
-  if (clean.length % 2 !== 0) throw new Error("odd hex");
-  return Uint8Array.from(clean.match(/../g) ?? [], (b) => parseInt(b, 16));
-}
-
-const toHex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex");
+import { hex, toHex } from "../helpers/wire.ts";
 
 /** A made-up key of the right shape (a real secret is random). */
 const authenticateGoldenKey = "esb_0123456789abcdef_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQ";

@@ -47,50 +47,8 @@ import {
   decodeResponseHeader,
   encodeErrorResponse,
 } from "../../src/protocol/envelope.ts";
-import { ProtocolError } from "../../src/protocol/wire.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
-
-/**
- * Bytes from annotated hex: on each line, the leading whitespace-separated tokens that are hex
- * digits are the bytes; the first other token starts a comment.
- */
-function hex(text: string): Uint8Array {
-  let clean = "";
-  for (const line of text.split("\n")) {
-    for (const token of line.trim().split(/\s+/)) {
-      if (!/^[0-9a-f]+$/i.test(token)) break;
-      clean += token;
-    }
-  }
-  if (clean.length % 2 !== 0) throw new Error("odd hex");
-  return Uint8Array.from(clean.match(/../g) ?? [], (b) => parseInt(b, 16));
-}
-
-function toHex(bytes: Uint8Array): string {
-  return Buffer.from(bytes).toString("hex");
-}
-
-/** The body of a request frame (after length, api, version, correlation id). */
-function requestBody(frame: Uint8Array): Uint8Array {
-  return decodeRequestHeader(frame.subarray(4)).body;
-}
-
-/** The body of a response frame (after length, correlation id, error). */
-function responseBody(frame: Uint8Array): Uint8Array {
-  return decodeResponseHeader(frame.subarray(4)).body;
-}
-
-function protocolError(fn: () => unknown): ProtocolError {
-  try {
-    fn();
-  } catch (error) {
-    if (error instanceof ProtocolError) return error;
-    throw new Error(`expected a ProtocolError, got ${String(error)}`);
-  }
-  throw new Error("expected a ProtocolError, nothing was thrown");
-}
-
-const text = (s: string) => new TextEncoder().encode(s);
+import { hex, protocolError, requestBody, responseBody, text, toHex } from "../helpers/wire.ts";
 
 // Hand-built from the grammar in src/protocol/codec.ts, field by field.
 const produceRequestGolden = hex(`

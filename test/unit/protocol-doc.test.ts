@@ -5,25 +5,9 @@ import { Errors } from "../../src/broker/errors.ts";
 import { encodeProduceRequest, encodeProduceResponse } from "../../src/protocol/apis/produce.ts";
 import { encodeErrorResponse } from "../../src/protocol/envelope.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
+import { protocolDocExample as example, text } from "../helpers/wire.ts";
 
 const doc = readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8");
-const text = (s: string) => new TextEncoder().encode(s);
-
-/** The fenced code block that follows `<!-- example:NAME ... -->`, as bytes (leading hex tokens per line). */
-function example(name: string): string {
-  const marker = doc.indexOf(`<!-- example:${name}`);
-  expect(marker, `marker example:${name}`).toBeGreaterThanOrEqual(0);
-  const open = doc.indexOf("```", marker);
-  const close = doc.indexOf("```", open + 3);
-  let hex = "";
-  for (const line of doc.slice(open + 3, close).split("\n")) {
-    for (const token of line.trim().split(/\s+/)) {
-      if (!/^[0-9a-f]+$/i.test(token)) break;
-      hex += token;
-    }
-  }
-  return hex;
-}
 
 /** Rows of the error table: `| tcp | `code` | retriable | http | meaning |`. */
 function errorRows(): { tcp: number; code: string; retriable: string; http: number }[] {

@@ -31,8 +31,7 @@ import { ProtocolError } from "../../src/protocol/wire.ts";
 import { FrameDecoder, FrameLengthError } from "../../src/protocol/frame.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { recordingAllocations } from "../helpers/allocations.ts";
-
-const text = (s: string) => new TextEncoder().encode(s);
+import { text } from "../helpers/wire.ts";
 
 /** A frame: u32 length, then `payload`. */
 function frameOf(payload: Uint8Array): Uint8Array {
