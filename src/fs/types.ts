@@ -122,17 +122,27 @@ export async function readWholeFile(
     const size = await file.size();
     if (size > maxBytes)
       throw new FsError("EFBIG", path, `file is ${size} bytes, over the limit of ${maxBytes}`);
-    const buf = new Uint8Array(size);
-    let got = 0;
-    while (got < size) {
-      const n = await file.read(buf.subarray(got), got);
-      if (n === 0) break;
-      got += n;
-    }
-    return got === size ? buf : buf.subarray(0, got);
+    return await readPrefix(file, size);
   } finally {
     await file.close();
   }
+}
+
+/**
+ * Reads the first `size` bytes of an open file (its size, checked against a limit by the
+ * caller, who allocates nothing larger), in as many reads as it takes. A file that turns out
+ * shorter (cut meanwhile) gives the bytes it had: a view of that length.
+ * @throws FsError if a read fails.
+ */
+export async function readPrefix(file: FileHandle, size: number): Promise<Uint8Array> {
+  const buf = new Uint8Array(size);
+  let got = 0;
+  while (got < size) {
+    const n = await file.read(buf.subarray(got), got);
+    if (n === 0) break;
+    got += n;
+  }
+  return got === size ? buf : buf.subarray(0, got);
 }
 
 /**

@@ -47,7 +47,7 @@ import { crc32 } from "../lib/crc32.ts";
 import { readI64, readU64, viewOf, writeI64, writeU64 } from "../lib/bytes.ts";
 import type { Logger } from "../lib/logger.ts";
 import { producerJournalBytesMax } from "../lib/limits.ts";
-import { dirname, type FileHandle, type FileSystem } from "../fs/types.ts";
+import { dirname, readPrefix, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import { errorMessage } from "../lib/errors.ts";
 
@@ -292,13 +292,8 @@ export class ProducerJournal {
           `Cannot read ${path}: it is ${size} bytes, over the limit of ${producerJournalBytesMax}`,
         );
       }
-      const bytes = new Uint8Array(size);
-      let got = 0;
-      while (got < size) {
-        const n = await file.read(bytes.subarray(got), got);
-        if (n === 0) break;
-        got += n;
-      }
+      const bytes = await readPrefix(file, size);
+      const got = bytes.length;
       const v = viewOf(bytes);
       const headerOk =
         got >= journalHeaderBytes &&
