@@ -36,7 +36,7 @@ import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { BrokerError, Errors, type ErrorKind } from "../../broker/errors.ts";
 import type { Broker } from "../../broker/types.ts";
-import { utf8 } from "../../lib/bytes.ts";
+import { concatBytes, utf8 } from "../../lib/bytes.ts";
 import {
   fetchBytesDefault,
   fetchBytesMax,
@@ -233,14 +233,7 @@ async function readRequestBody(request: Request, maxBytes: number): Promise<Uint
     if (sizeBytes > maxBytes) return null;
     chunks.push(value);
   }
-  if (chunks.length === 1) return chunks[0];
-  const body = new Uint8Array(sizeBytes);
-  let at = 0;
-  for (const chunk of chunks) {
-    body.set(chunk, at);
-    at += chunk.length;
-  }
-  return body;
+  return chunks.length === 1 ? chunks[0] : concatBytes(chunks);
 }
 
 /** How {@link parseJson} names a body nested past `jsonNestingDepthMax`: the error kind by the path of the offending value. */
