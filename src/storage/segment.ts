@@ -715,7 +715,14 @@ export class Segment {
       size_bytes: this.sizeBytes,
       index_entries: this.#index.count,
       recovery: this.recovery,
-      corruption: this.corruption,
+      corruption:
+        this.corruption === null
+          ? null
+          : {
+              position: this.corruption.position,
+              reason: this.corruption.reason,
+              highest_skipped_offset: this.corruption.highestSkippedOffset,
+            },
     };
   }
 }
@@ -729,8 +736,8 @@ export interface SegmentDescription {
   index_entries: number;
   /** What recovery decided at open. */
   recovery: SegmentRecoveryOutcome;
-  /** Where decoding stopped short and why, or null. */
-  corruption: SegmentCorruption | null;
+  /** Where decoding stopped short and why ({@link SegmentCorruption}, in snake_case), or null. */
+  corruption: { position: number; reason: string; highest_skipped_offset: number } | null;
 }
 
 /** The context with its defaults filled in. */

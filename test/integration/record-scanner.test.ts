@@ -196,7 +196,7 @@ describe("the scanner's users across its windows (records larger than a scan win
     const segment = log.describe().segments[0];
     expect(segment.recovery).toBe("corrupt");
     expect(segment.corruption?.position).toBe(4 + 28 + sizes[0]);
-    expect(segment.corruption?.highestSkippedOffset).toBe(sealed.next_offset - 1);
+    expect(segment.corruption?.highest_skipped_offset).toBe(sealed.next_offset - 1);
     await log.close();
   });
 });
