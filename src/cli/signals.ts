@@ -9,8 +9,8 @@
  *   shell reports a process a signal ended: 130 for SIGINT, 143 for SIGTERM. Work may be lost,
  *   and the exit code says so.
  *
- * The one-shot commands (`topics`, `groups`, `keys`, `check`) install no handler: a signal ends
- * them at once, with the same 130 / 143.
+ * The one-shot commands (`topics`, `groups`, `keys`, `schemas`, `check`) install no handler: a
+ * signal ends them at once, with the same 130 / 143.
  */
 
 /** The signals a command treats as a request to stop. */
