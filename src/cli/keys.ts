@@ -306,8 +306,10 @@ function requestJson(
       reject(
         new Error(
           `Cannot reach ${base.origin}: ${err.message}${
-            // An HTTPS port closes a plain HTTP request without an answer.
-            url.protocol === "http:" && (err as { code?: string }).code === "ECONNRESET"
+            // An HTTPS port closes a plain HTTP request without an answer (Node, Bun), or
+            // answers it with a TLS alert that is no HTTP response (Deno).
+            url.protocol === "http:" &&
+            ["ECONNRESET", "HPE_INVALID_CONSTANT"].includes((err as { code?: string }).code ?? "")
               ? " (if the broker serves HTTPS, give an https:// --url)"
               : ""
           }`,

@@ -287,6 +287,8 @@ export class TcpClient {
   #closed: Promise<void>;
   /** Whether any answer arrived on this connection. */
   #answered = false;
+  /** True until the first bytes arrive on a connection made without TLS (see {@link #onData}). */
+  #plainUnread: boolean;
   #corked = false;
 
   private constructor(socket: net.Socket, options: TcpClientOptions) {
@@ -306,6 +308,7 @@ export class TcpClient {
     // A broker serving TLS closes a plain connection at its first bytes, unanswered: say so, since
     // from here that looks like any other closed connection.
     const plain = options.tls === undefined;
+    this.#plainUnread = plain;
     this.#closed = new Promise((resolve) => {
       socket.once("close", () => {
         const hint =
@@ -599,6 +602,21 @@ export class TcpClient {
 
   #onData(chunk: Uint8Array): void {
     if (this.#closedError) return;
+    if (this.#plainUnread) {
+      this.#plainUnread = false;
+      // A TLS record (handshake 0x16 or alert 0x15, version 3.x) where a frame should start: some
+      // TLS servers (Bun's, Deno's) answer a plain client with an alert before closing. Read as a
+      // frame it would be a huge length; say what it is instead.
+      if (chunk.length >= 2 && (chunk[0] === 0x15 || chunk[0] === 0x16) && chunk[1] === 0x03) {
+        this.#fail(
+          ClientError.connectionClosed(
+            "Connection to the broker closed: the broker answered with TLS (a broker serving TLS on this port closes plain connections: connect with TLS)",
+          ),
+        );
+        this.#socket.destroy();
+        return;
+      }
+    }
     this.#decoder.push(chunk);
     for (;;) {
       let frame: Uint8Array[] | null;
