@@ -29,6 +29,7 @@ import { BrokerError, Errors } from "./errors.ts";
 import { GroupCoordinator } from "./groups.ts";
 import { routeRecords, spansInRequestOrder, splitByPartition } from "./produce-routing.ts";
 import { ProducerStates } from "./producers/state.ts";
+import { StreamService } from "./streams/service.ts";
 import { toBrokerError } from "./storage-failure.ts";
 import { TopicRegistry, type Topic } from "./topics.ts";
 import { RegistryError } from "../registry/errors.ts";
@@ -82,6 +83,8 @@ export class LocalBroker implements Broker {
   #producers!: ProducerStates;
   /** The schema registry (`registry/`): `<dataDir>/schemas.json`. */
   #registry!: SchemaRegistry;
+  /** Durable Streams (`broker/streams/`); opened last, null until then. */
+  #streams: StreamService | null = null;
 
   private constructor(options: LocalBrokerOptions) {
     this.#clock = options.clock;
@@ -112,6 +115,7 @@ export class LocalBroker implements Broker {
       cleanup: broker.#cleanup,
       checkOpen: () => broker.#checkOpen(),
       forgetTopic: async (name) => {
+        broker.#streams?.forgetTopic(name);
         await broker.#groups.forgetTopic(name);
         await broker.#producers.forgetTopic(name);
       },
@@ -141,6 +145,14 @@ export class LocalBroker implements Broker {
       dataDir: options.dataDir,
       logger: options.logger,
     });
+    broker.#streams = await StreamService.open({
+      topics,
+      producers: broker.#producers,
+      produce: (request) => broker.#produce(request),
+      fetch: (request) => broker.fetch(request),
+      clock: options.clock,
+      logger: options.logger,
+    });
     broker.#cleanup.start();
     return broker;
   }
@@ -165,9 +177,20 @@ export class LocalBroker implements Broker {
     return this.#topics.describe(this.#topics.get(name));
   }
 
-  /** Deletes a topic; see {@link TopicRegistry.delete}. */
+  /**
+   * Deletes a topic; see {@link TopicRegistry.delete}. A Durable Stream's topic is deleted as the
+   * stream is (`StreamService.deleteTopic`: softly while forks read it).
+   */
   async deleteTopic(name: string): Promise<void> {
+    if (this.#streams?.isStream(name)) return this.#streams.deleteTopic(name);
     return this.#topics.delete(name);
+  }
+
+  /** The Durable Streams of this broker (`broker/streams/`, docs/durable-streams.md). */
+  get streams(): StreamService {
+    if (this.#streams === null)
+      throw new BrokerError(Errors.unavailable, "Cannot serve streams: the broker is not open");
+    return this.#streams;
   }
 
   /**
@@ -184,6 +207,16 @@ export class LocalBroker implements Broker {
    * through the producer state (`broker/producers/`) and must land in one partition.
    */
   async produce(request: ProduceRequest): Promise<ProduceResult> {
+    const streams = this.#streams;
+    if (streams?.isStream(request.topic)) {
+      // A stream's topic takes records only through its gate: never after its final record.
+      return streams.guard(request.topic, () => this.#produce(request));
+    }
+    return this.#produce(request);
+  }
+
+  /** {@link produce} without the stream gate (the stream service calls it inside the gate). */
+  async #produce(request: ProduceRequest): Promise<ProduceResult> {
     const topic = this.#topics.get(request.topic);
     const batch = request.batch;
     try {
@@ -480,6 +513,7 @@ export class LocalBroker implements Broker {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#streams?.close();
     await this.#groups.close();
     await this.#registry.close();
     await this.#cleanup.close();

@@ -127,6 +127,19 @@ export const Errors = Object.freeze({
    * new role (changed). HTTP adds `WWW-Authenticate` like `unauthenticated`.
    */
   keyRevoked: kind("key_revoked", 33, 401, false),
+  // Durable Streams (docs/durable-streams.md); numbered from 40 so other work can take 26… meanwhile.
+  /** No Durable Stream at that path (never created, deleted, or expired). */
+  streamNotFound: kind("stream_not_found", 40, 404, false),
+  /** A stream exists at that path with another configuration (content type, TTL, expiry, closure, fork), or the path names a topic that is not a stream. */
+  streamConflict: kind("stream_conflict", 41, 409, false),
+  /** The stream is closed: it takes no more appends (details: `next_offset`, its final offset). */
+  streamClosed: kind("stream_closed", 42, 409, false),
+  /** The append's Content-Type differs from the stream's. */
+  contentTypeMismatch: kind("content_type_mismatch", 43, 409, false),
+  /** A `Stream-Seq` not above the stream's last one (byte-wise order). */
+  streamSeqConflict: kind("stream_seq_conflict", 44, 409, false),
+  /** The stream was deleted but forks still read it (soft-deleted), or the offset is below what retention kept. */
+  streamGone: kind("stream_gone", 45, 410, false),
   /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });

@@ -15,6 +15,9 @@
  * With `coldStorageDir`, retention moves sealed segments to `<cold>/topics/<topic>/<partition>/`
  * and fetches read them from there (`broker/cleanup.ts`, `storage/cold-store.ts`).
  *
+ * A Durable Stream is a one-partition topic whose `topic.json` also holds a `stream` section
+ * (`broker/streams/meta.ts`): it is loaded and rewritten with the rest of the file, never apart.
+ *
  * Creating a topic writes `topic.json` first (the commit point), then the partition directories;
  * a start after a crash in between creates the missing partitions. A topic whose `topic.json` is
  * empty or unparseable is reported and made unavailable, never reset (docs/decisions.md §9).
@@ -45,6 +48,7 @@ import {
 } from "./config.ts";
 import { BrokerError, Errors } from "./errors.ts";
 import { storageFailure } from "./storage-failure.ts";
+import { parseStreamMeta, type StreamMeta } from "./streams/meta.ts";
 import type { CreateTopicRequest, PartitionInfo, TopicConfig, TopicDescription } from "./types.ts";
 
 /** One served topic. */
@@ -58,6 +62,8 @@ export interface Topic {
   partitions: PartitionLog[];
   /** Next partition for keyless records (round-robin, one partition per request; `broker/produce-routing.ts`). */
   roundRobin: number;
+  /** Present when the topic is a Durable Stream (replaced, never mutated, by {@link TopicRegistry.updateStream}). */
+  stream?: StreamMeta;
 }
 
 /** Options of {@link TopicRegistry.open}. */
@@ -246,8 +252,9 @@ export class TopicRegistry {
     }
     let config: TopicConfig;
     let partitionCount: number;
+    let stream: StreamMeta | undefined;
     try {
-      ({ config, partitionCount } = parseTopicFile(name, read.value));
+      ({ config, partitionCount, stream } = parseTopicFile(name, read.value));
     } catch (err) {
       const reason = errorMessage(err);
       this.#unavailable.set(name, `${metaPath}: ${reason}`);
@@ -258,7 +265,7 @@ export class TopicRegistry {
       });
       return;
     }
-    const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
+    const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0, stream };
     try {
       await this.#openPartitions(topic, partitionCount);
     } catch (err) {
@@ -373,6 +380,7 @@ export class TopicRegistry {
   /** The description of `topic` that the apis answer: its config (a copy) and its partitions' offsets and sizes. */
   describe(topic: Topic): TopicDescription {
     return {
+      ...(topic.stream === undefined ? {} : { stream: structuredClone(topic.stream) }),
       name: topic.name,
       config: { ...topic.config },
       partitions: topic.partitions.map(
@@ -389,11 +397,15 @@ export class TopicRegistry {
   }
 
   /**
-   * Creates a topic (the module comment: `topic.json` is the commit point).
+   * Creates a topic (the module comment: `topic.json` is the commit point); with `options.stream`,
+   * a Durable Stream's topic (`broker/streams/`), its `stream` section in the same `topic.json`.
    * @throws BrokerError invalid_request / invalid_config for a bad name, count or config,
    *   topic_exists, unavailable (shutting down), storage_error or internal naming the failed step.
    */
-  async create(request: CreateTopicRequest): Promise<TopicDescription> {
+  async create(
+    request: CreateTopicRequest,
+    options: { stream?: StreamMeta } = {},
+  ): Promise<TopicDescription> {
     this.#checkOpen();
     const name = validateTopicName(request.name);
     const partitionCount = validatePartitionCount(request.partitions);
@@ -414,12 +426,14 @@ export class TopicRegistry {
       await this.#fs.syncDir(this.#topicsDir);
       // Cold data left by an earlier topic of this name (a deletion interrupted by a crash) is not this topic's.
       await this.#cleanup.removeColdData(name);
+      const stream = options.stream;
       await writeJsonAtomic(this.#fs, joinPath(dir, "topic.json"), {
         name,
         partitions: partitionCount,
         config,
+        ...(stream === undefined ? {} : { stream }),
       });
-      const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0 };
+      const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0, stream };
       try {
         await this.#openPartitions(topic, partitionCount);
       } catch (err) {
@@ -609,6 +623,7 @@ export class TopicRegistry {
           name,
           partitions: topic.partitions.length,
           config,
+          ...(topic.stream === undefined ? {} : { stream: topic.stream }),
         });
       } catch (err) {
         throw storageFailure(
@@ -620,6 +635,44 @@ export class TopicRegistry {
       this.#logger.log("info", "topic.config_updated", { topic: name, config: { ...config } });
       return this.describe(topic);
     });
+  }
+
+  /**
+   * Replaces a Durable Stream's `stream` section (`broker/streams/meta.ts`): `topic.json` is
+   * rewritten atomically (serialized with config updates) and the new section applies once the
+   * rewrite is durable. Resolves with the new section.
+   * @throws BrokerError topic_not_found, unavailable, storage_error; internal if the topic is not a stream.
+   */
+  async updateStream(
+    name: string,
+    update: (stream: StreamMeta) => StreamMeta,
+  ): Promise<StreamMeta> {
+    return this.#configWrites.run(async () => {
+      const topic = this.get(name);
+      if (topic.stream === undefined)
+        throw new BrokerError(Errors.internal, `Cannot update topic "${name}": it is not a stream`);
+      const stream = update(structuredClone(topic.stream));
+      try {
+        await writeJsonAtomic(this.#fs, joinPath(topic.dir, "topic.json"), {
+          name,
+          partitions: topic.partitions.length,
+          config: topic.config,
+          stream,
+        });
+      } catch (err) {
+        throw storageFailure(
+          `Cannot update stream "${stream.path}": writing topic.json failed`,
+          err,
+        );
+      }
+      topic.stream = stream;
+      return stream;
+    });
+  }
+
+  /** Every served topic that is a Durable Stream. */
+  streams(): Topic[] {
+    return [...this.#topics.values()].filter((t) => t.stream !== undefined);
   }
 
   /** Closes every partition (a failure is logged); the topics stay listed until {@link clear}. */
@@ -646,20 +699,22 @@ export class TopicRegistry {
 
 /**
  * Parses and checks the `topic.json` of the topic whose directory is `name`: start-up and
- * `es-broker check` both judge the file with it.
+ * `es-broker check` both judge the file with it, a Durable Stream's `stream` section too
+ * (`broker/streams/meta.ts`).
  * @throws Error naming the first problem (a name other than the directory's, a bad partition
  *   count or config).
  */
 export function parseTopicFile(
   name: string,
   value: unknown,
-): { partitionCount: number; config: TopicConfig } {
-  const meta = value as { name?: unknown; partitions?: unknown; config?: unknown };
+): { partitionCount: number; config: TopicConfig; stream?: StreamMeta } {
+  const meta = value as { name?: unknown; partitions?: unknown; config?: unknown; stream?: unknown };
   if (typeof meta !== "object" || meta === null) throw new Error("not an object");
   if (meta.name !== name)
     throw new Error(`names topic ${JSON.stringify(meta.name)}, but its directory is "${name}"`);
   return {
     partitionCount: validatePartitionCount(meta.partitions),
     config: mergeTopicConfig(defaultTopicConfig, meta.config),
+    ...(meta.stream === undefined ? {} : { stream: parseStreamMeta(meta.stream) }),
   };
 }

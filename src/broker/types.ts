@@ -4,6 +4,8 @@
  * {@link BrokerError}s with a row of the error table (`src/broker/errors.ts`).
  */
 import type { EntryBatch } from "../storage/record.ts";
+import type { StreamMeta } from "./streams/meta.ts";
+import type { Streams } from "./streams/types.ts";
 
 /** Cleanup policy of a topic (docs/storage.md "Retention and compaction"). */
 export type CleanupPolicy = "delete" | "compact" | "compact,delete";
@@ -70,6 +72,8 @@ export interface TopicDescription {
   name: string;
   config: TopicConfig;
   partitions: PartitionInfo[];
+  /** Present when the topic holds a Durable Stream (`broker/streams/meta.ts`, docs/durable-streams.md). */
+  stream?: StreamMeta;
 }
 
 /** Arguments of {@link Broker.createTopic}. */
@@ -323,4 +327,9 @@ export interface Broker {
   cleanup?(topic: string): Promise<CleanupReport>;
   /** Storage state of every partition (`GET /v1/admin/storage`). Optional, as above. */
   describeStorage?(): object;
+  /**
+   * The Durable Streams protocol over this broker's storage (`broker/streams/`,
+   * docs/durable-streams.md). Optional: without it `/v1/stream/…` answers 404.
+   */
+  readonly streams?: Streams;
 }

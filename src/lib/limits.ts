@@ -284,3 +284,33 @@ export const schemasFileBytesMax = metadataFileBytesMax;
 export const schemaWireHeaderBytes = 5;
 
 assert(schemaBytesMax * 16 <= schemasFileBytesMax, "sixteen maximal schemas fit schemas.json");
+/**
+ * Longest Durable Streams path (the part of the URL after `/v1/stream/`, percent-decoded), in
+ * UTF-8 bytes. Paths whose topic name would pass {@link topicNameCharsMax} get a hashed name
+ * (docs/durable-streams.md "Stream paths and topic names"); the runtime's request-line limit
+ * (16 KiB on Node) may refuse a longer URL first, with its own 4xx.
+ */
+export const streamPathBytesMax = 16 * KiB;
+/** Longest `Producer-Id` of a Durable Streams idempotent producer, in UTF-8 bytes. */
+export const streamProducerIdBytesMax = 1 * KiB;
+/** Longest `Stream-Seq` value (it is stored as the record key), in UTF-8 bytes. */
+export const streamSeqBytesMax = 1 * KiB;
+/** Largest `Stream-TTL`, in seconds (so that the window in ms stays an exact JS number). */
+export const streamTtlSecondsMax = 1_000_000_000_000;
+/** Default server-side long-poll timeout of a Durable Streams live read, in ms (`--stream-long-poll-ms`). */
+export const streamLongPollMsDefault = 30_000;
+/** An SSE connection of the Durable Streams protocol is closed after this many ms (protocol §10.2, ~60 s). */
+export const streamSseConnectionMs = 60_000;
+/** At most this many bytes of stream data in one catch-up or long-poll answer or SSE event (one record may exceed it). */
+export const streamReadBytesMax = 1 * MiB;
+/** Length of one Durable Streams cursor interval, in ms (protocol §10.1: 20 s). */
+export const streamCursorIntervalMs = 20_000;
+/** Epoch of the cursor intervals: 2024-10-09T00:00:00Z (protocol §10.1). */
+export const streamCursorEpochMs = 1_728_432_000_000;
+/** Largest jitter added to a cursor that caught up with the clock, in ms (protocol §10.1: 1–3600 s). */
+export const streamCursorJitterMsMax = 3_600_000;
+/** How often expired streams (TTL, Expires-At) are removed in the background, in ms. */
+export const streamExpirySweepMs = 10_000;
+
+assert(streamReadBytesMax <= fetchBytesMax, "a stream read fits one fetch");
+assert(streamLongPollMsDefault <= fetchWaitMsMax, "the stream long-poll is a fetch wait");

@@ -157,6 +157,22 @@ export class ProducerStates {
     return p === undefined ? undefined : structuredClone(p);
   }
 
+  /**
+   * A producer's current epoch and the next sequence it is expected to send to one partition
+   * (`nextSequence` 0 when it has sent none there in this epoch); undefined when the broker holds
+   * no state for it (never seen, or expired). A snapshot without the producer's lock: the decision
+   * table of `sequence.ts` stays the authority when the request is produced.
+   */
+  peek(
+    id: string,
+    where: { topic: string; partition: number },
+  ): { epoch: number; nextSequence: number } | undefined {
+    const p = this.#producers.get(id);
+    if (p === undefined || this.#clock.nowMs() - p.lastActiveMs > this.#expiryMs) return undefined;
+    const s = p.partitions.get(topicPartitionKey(where.topic, where.partition));
+    return { epoch: p.epoch, nextSequence: s?.nextSequence ?? 0 };
+  }
+
   #setUnavailable(reason: string): void {
     this.#unavailable = reason;
     this.#logger.log("error", "producers.unavailable", { reason });
