@@ -35,6 +35,8 @@ import {
   requestBytesDefault,
   requestBytesMax,
   requestBytesMin,
+  fetchWaitMsMax,
+  streamLongPollMsDefault,
 } from "../lib/limits.ts";
 import { version } from "../version.ts";
 import { UsageError, intOption, isLoopback, parseCli } from "./args.ts";
@@ -64,6 +66,7 @@ Options:
   --tls-cert FILE             serve HTTPS and TLS on the TCP port with this certificate chain (PEM)
   --tls-key FILE              the certificate's private key (PEM, unencrypted); needs --tls-cert
   --tls-client-ca FILE        mutual TLS: require client certificates issued by this CA (PEM)
+  --stream-long-poll-ms MS    how long a Durable Streams long-poll waits for data (default ${streamLongPollMsDefault})
   --allow-anonymous           allow listening on a non-loopback address while the data directory
                               has no API keys (no authentication); see es-broker keys --help
   --log-level LEVEL           debug | info | warn | error (default info); logs are JSON lines on stderr
@@ -92,6 +95,7 @@ export async function serve(argv: string[]): Promise<number> {
       "cold-storage-dir": { type: "string" },
       "cleanup-interval-ms": { type: "string" },
       "producer-expiry-ms": { type: "string" },
+      "stream-long-poll-ms": { type: "string" },
       "allow-anonymous": { type: "boolean", default: false },
       "tls-cert": { type: "string" },
       "tls-key": { type: "string" },
@@ -150,6 +154,13 @@ export async function serve(argv: string[]): Promise<number> {
     producerExpiryMsDefault,
     1000,
     365 * 86_400_000,
+  );
+  const streamLongPollMs = intOption(
+    "stream-long-poll-ms",
+    values["stream-long-poll-ms"],
+    streamLongPollMsDefault,
+    1,
+    fetchWaitMsMax,
   );
   const coldStorageDir =
     values["cold-storage-dir"] === undefined ? undefined : resolve(values["cold-storage-dir"]);
@@ -238,6 +249,7 @@ export async function serve(argv: string[]): Promise<number> {
         maxRequestBytes,
         refusals,
         registry: broker.registry,
+        streamLongPollMs,
       }),
       {
         host,

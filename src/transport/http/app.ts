@@ -19,6 +19,7 @@
  * | `GET /v1/topics/{topic}/partitions/{p}/stream`             | 200 `text/event-stream`         |
  * | `/v1/groups/…` (consumer groups, `groups.ts`)              | see `groups.ts`                 |
  * | `/registry/…` (Confluent Schema Registry API, `registry/routes.ts`) | see `registry/routes.ts` |
+ * | `/v1/stream/{path}` (Durable Streams, `streams/routes.ts`)  | see docs/durable-streams.md     |
  *
  * Produce with `Producer-Id`, `Producer-Epoch`, `Producer-Seq` headers is idempotent
  * (`groups.ts`, `broker/producers/`); its answer adds `"duplicate"`.
@@ -49,6 +50,7 @@ import {
   requestBytesDefault,
   requestBytesMax,
   requestBytesMin,
+  streamLongPollMsDefault,
 } from "../../lib/limits.ts";
 import { formatJsonPath, jsonNestingFault, type JsonPath } from "../../lib/json-nesting.ts";
 import type { Logger } from "../../lib/logger.ts";
@@ -66,6 +68,7 @@ import { type BodyReaders, producerFromHeaders, registerGroupRoutes } from "./gr
 import { errorMessage, errorStack } from "../../lib/errors.ts";
 import type { SchemaRegistry } from "../../registry/registry.ts";
 import { createRegistryApp, type RegistryOperation } from "./registry/routes.ts";
+import { registerStreamRoutes } from "./streams/routes.ts";
 
 /**
  * Values the server passes to every request as Hono's `c.env`. `serveHttp`
@@ -119,6 +122,10 @@ export interface HttpAppOptions {
   registry?: SchemaRegistry;
   /** Decides each registry operation (throws to refuse); absent: all allowed. See `registry/routes.ts`. */
   authorizeRegistry?: (operation: RegistryOperation) => void | Promise<void>;
+  /** Server-side long-poll timeout of the Durable Streams protocol, in ms (1 … 60 000); default 30 000. */
+  streamLongPollMs?: number;
+  /** The wall clock (ms since the epoch) for the lifetime of Durable Streams SSE connections; default `Date.now`. */
+  nowMs?: () => number;
 }
 
 type AppContext = Context<{ Bindings: HttpBindings }>;
@@ -281,7 +288,7 @@ const topicNestingKind: NestingErrorKind = (path) =>
 
 /**
  * Builds the HTTP app over `broker`. Routes and shapes: module comment and `docs/http-api.md`.
- * @throws RangeError if `maxRequestBytes` or `sseHeartbeatMs` is out of range (a configuration bug).
+ * @throws RangeError if `maxRequestBytes`, `sseHeartbeatMs` or `streamLongPollMs` is out of range (a configuration bug).
  */
 export function createHttpApp(options: HttpAppOptions): HttpApp {
   const { broker, logger } = options;
@@ -299,6 +306,17 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   if (!Number.isSafeInteger(heartbeatMs) || heartbeatMs < 1 || heartbeatMs > fetchWaitMsMax) {
     throw new RangeError(
       `sseHeartbeatMs ${heartbeatMs} must be an integer from 1 to ${fetchWaitMsMax}`,
+    );
+  }
+
+  const streamLongPollMs = options.streamLongPollMs ?? streamLongPollMsDefault;
+  if (
+    !Number.isSafeInteger(streamLongPollMs) ||
+    streamLongPollMs < 1 ||
+    streamLongPollMs > fetchWaitMsMax
+  ) {
+    throw new RangeError(
+      `streamLongPollMs ${streamLongPollMs} must be an integer from 1 to ${fetchWaitMsMax}`,
     );
   }
 
@@ -633,6 +651,16 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
         authorize: options.authorizeRegistry,
       }),
     );
+  registerStreamRoutes(app, {
+    streams: broker.streams,
+    logger,
+    limitBody,
+    readBody,
+    longPollMs: streamLongPollMs,
+    heartbeatMs,
+    signal: requestSignal,
+    nowMs: options.nowMs ?? (() => Date.now()),
+  });
 
   return app;
 }
