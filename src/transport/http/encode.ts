@@ -34,6 +34,8 @@ export interface TopicJson {
   name: string;
   partitions: PartitionJson[];
   config: Record<string, unknown>;
+  /** A Durable Stream's section of `topic.json` (docs/durable-streams.md), when the topic is one. */
+  stream?: Record<string, unknown>;
 }
 
 /** One fetched record as shown over HTTP (and as the `data` of an SSE `record` event). */
@@ -71,6 +73,7 @@ export function topicJson(topic: TopicDescription): TopicJson {
     name: topic.name,
     partitions: topic.partitions.map(partitionJson),
     config: { ...topic.config },
+    ...(topic.stream === undefined ? {} : { stream: { ...topic.stream } }),
   };
 }
 
