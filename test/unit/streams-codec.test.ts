@@ -1,7 +1,7 @@
 /** The pure parts of broker/streams/: path ↔ topic name, offsets, JSON messages, stream metadata, cursors. */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { BrokerError, Errors } from "../../src/broker/errors.ts";
+import { BrokerError } from "../../src/broker/errors.ts";
 import { validateTopicName } from "../../src/broker/config.ts";
 import { StreamCursors } from "../../src/broker/streams/cursor.ts";
 import {
@@ -35,7 +35,11 @@ function codeOf(fn: () => unknown): string {
 /** Valid stream paths: segments of arbitrary Unicode without "/", not empty, "." or "..", no control characters. */
 const segment = fc
   .string({ unit: "grapheme", minLength: 1, maxLength: 12 })
-  .map((s) => s.replace(/[/\u0000-\u001f\u007f]/g, "x"))
+  .map((s) =>
+    [...s]
+      .map((ch) => (ch === "/" || ch.charCodeAt(0) < 0x20 || ch === "\u007f" ? "x" : ch))
+      .join(""),
+  )
   .filter((s) => s !== "." && s !== ".." && s !== "__ds");
 const streamPath = fc.array(segment, { minLength: 1, maxLength: 5 }).map((s) => s.join("/"));
 
@@ -239,10 +243,5 @@ describe("stream cursors", () => {
     }
     clock.advance(streamCursorIntervalMs);
     expect(cursors.next("1000")).toBe("1001");
-  });
-
-  it("has an error row for every refusal of the protocol", () => {
-    expect(Errors.streamGone.http).toBe(410);
-    expect(Errors.streamClosed.http).toBe(409);
   });
 });
