@@ -1,0 +1,406 @@
+/**
+ * Durable Streams end to end, beside the public conformance suite
+ * (durable-streams-conformance.test.ts): a stream's bytes are records that every other front door
+ * reads and writes; the official `@durable-streams/client` keeps an idempotent producer's messages
+ * exactly once through a SIGKILL and a restart; hostile input gets the protocol's 4xx, never a 5xx.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { DurableStream, IdempotentProducer } from "@durable-streams/client";
+import { streamTopicName } from "../../src/broker/streams/names.ts";
+import { TcpClient } from "../../src/client/client.ts";
+import { tempDir } from "../helpers/tmp.ts";
+import { openRaw } from "./raw-http.ts";
+import { runCli, scaled, startBroker, target, type BrokerProcess } from "./harness.ts";
+
+const running: BrokerProcess[] = [];
+afterEach(async () => {
+  for (const b of running.splice(0)) await b.stop("SIGKILL");
+});
+
+async function start(dataDir: string, extra: string[] = []): Promise<BrokerProcess> {
+  const b = await startBroker(dataDir, extra);
+  running.push(b);
+  return b;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const decoder = new TextDecoder();
+
+/** A URL path for a stream path: each segment percent-encoded. */
+function streamUrl(base: string, path: string): string {
+  return `${base}/v1/stream/${path.split("/").map(encodeURIComponent).join("/")}`;
+}
+
+/**
+ * A fetch that an application would hand the client to ride out a broker restart: a request the
+ * broker never answered (connection refused or reset) or answered with a 5xx is sent again, the
+ * same bytes with the same producer headers, so the broker's deduplication keeps it exactly once.
+ */
+function retryingFetch(deadlineMs: number, counts: { retries: number }): typeof fetch {
+  return async (input, init) => {
+    const until = Date.now() + deadlineMs;
+    for (;;) {
+      try {
+        const res = await fetch(input, init);
+        if (res.status < 500) return res;
+        await res.arrayBuffer();
+      } catch (err) {
+        if (Date.now() > until) throw err;
+      }
+      counts.retries++;
+      await sleep(25);
+    }
+  };
+}
+
+describe(`[${target}] Durable Streams end to end`, () => {
+  it("serves a stream appended through the protocol to HTTP fetch, TCP fetch and the CLI", async () => {
+    const { dir } = tempDir();
+    const broker = await start(`${dir}/data`);
+    const path = "interop/café au lait";
+    const url = streamUrl(broker.httpUrl, path);
+    const put = await fetch(url, {
+      method: "PUT",
+      headers: { "content-type": "text/plain" },
+      body: "one\n",
+    });
+    expect(put.status).toBe(201);
+    for (const line of ["two\n", "three\n"])
+      expect(
+        (
+          await fetch(url, {
+            method: "POST",
+            headers: { "content-type": "text/plain" },
+            body: line,
+          })
+        ).status,
+      ).toBe(204);
+    const topic = streamTopicName(path);
+    expect(topic).toBe("interop.caf_C3_A9_20au_20lait");
+
+    const http = await fetch(`${broker.httpUrl}/v1/topics/${topic}/partitions/0/records?offset=0`);
+    const body = (await http.json()) as { records: { offset: number; value: string }[] };
+    expect(body.records.map((r) => [r.offset, r.value])).toEqual([
+      [0, "one\n"],
+      [1, "two\n"],
+      [2, "three\n"],
+    ]);
+    const tcp = await TcpClient.connect(broker.tcp);
+    const fetched = await tcp.fetch({ topic, partition: 0, offset: 0 });
+    expect(fetched.records.map((r) => decoder.decode(r.value))).toEqual([
+      "one\n",
+      "two\n",
+      "three\n",
+    ]);
+    await tcp.close();
+    const addr = `${broker.tcp.host}:${broker.tcp.port}`;
+    const consumed = await runCli(["consume", topic, "--from-beginning", "--broker", addr]);
+    expect(consumed.code, consumed.stderr).toBe(0);
+    expect(consumed.stdout.toString()).toBe("one\n\ntwo\n\nthree\n\n");
+    const described = await runCli(["topics", "describe", topic, "--broker", addr]);
+    expect(described.code, described.stderr).toBe(0);
+  });
+
+  it("serves through the protocol what the CLI and TCP produce into a topic created as a stream, and closes it to them too", async () => {
+    const { dir } = tempDir();
+    const broker = await start(`${dir}/data`);
+    const url = streamUrl(broker.httpUrl, "from/cli");
+    expect(
+      (await fetch(url, { method: "PUT", headers: { "content-type": "text/plain" } })).status,
+    ).toBe(201);
+    const topic = streamTopicName("from/cli");
+    const addr = `${broker.tcp.host}:${broker.tcp.port}`;
+    const produced = await runCli(
+      ["produce", topic, "--broker", addr],
+      new TextEncoder().encode("a\nb\n"),
+    );
+    expect(produced.code, produced.stderr).toBe(0);
+    const tcp = await TcpClient.connect(broker.tcp);
+    await tcp.produce(topic, [{ value: "c" }]);
+    const read = await fetch(`${url}?offset=-1`);
+    expect(await read.text()).toBe("abc");
+    expect(read.headers.get("stream-next-offset")).toBe("0000000000000003_0000000000000000");
+    expect(
+      (await fetch(url, { method: "POST", headers: { "stream-closed": "true" } })).status,
+    ).toBe(204);
+    await expect(tcp.produce(topic, [{ value: "late" }])).rejects.toMatchObject({
+      code: "stream_closed",
+    });
+    await tcp.close();
+    const late = await runCli(
+      ["produce", topic, "--broker", addr],
+      new TextEncoder().encode("late\n"),
+    );
+    expect(late.code).not.toBe(0);
+    const eof = await fetch(`${url}?offset=0000000000000003_0000000000000000`);
+    expect(await eof.text()).toBe("");
+    expect(eof.headers.get("stream-closed")).toBe("true");
+  });
+
+  it("keeps an official client's idempotent appends exactly once through a SIGKILL and a restart", async () => {
+    const { dir } = tempDir();
+    let broker = await start(`${dir}/data`);
+    const port = new URL(broker.httpUrl).port;
+    const url = `${broker.httpUrl}/v1/stream/client/orders`;
+    const stream = await DurableStream.create({ url, contentType: "application/json" });
+    const errors: Error[] = [];
+    const counts = { retries: 0 };
+    const producer = new IdempotentProducer(stream, "orders-writer", {
+      epoch: 0,
+      maxInFlight: 4,
+      lingerMs: 1,
+      fetch: retryingFetch(30_000, counts),
+      onError: (e) => errors.push(e),
+    });
+    const total = scaled(1500);
+    const killAt = Math.floor(total / 3);
+    for (let n = 0; n < total; n++) {
+      producer.append(JSON.stringify({ n }));
+      if (n % 50 === 49) await sleep(2);
+      if (n === killAt) {
+        await sleep(5); // requests in flight when the process dies
+        await broker.stop("SIGKILL");
+        running.splice(running.indexOf(broker), 1);
+        await sleep(100);
+        broker = await start(`${dir}/data`, ["--http-port", port]);
+      }
+    }
+    await producer.flush();
+    await producer.close(JSON.stringify({ n: total }));
+    expect(errors).toEqual([]);
+    expect(counts.retries, "requests met the dead broker and were sent again").toBeGreaterThan(0);
+
+    const reader = new DurableStream({ url, contentType: "application/json" });
+    const res = await reader.stream<{ n: number }>({ live: false });
+    const items = await res.json();
+    expect(items.length).toBe(total + 1);
+    expect(items.map((i) => i.n)).toEqual(Array.from({ length: total + 1 }, (_, i) => i));
+    const head = await fetch(url, { method: "HEAD" });
+    expect(head.headers.get("stream-closed")).toBe("true");
+  });
+
+  it("answers hostile stream paths, offsets and headers with the protocol's 4xx, never a 5xx", async () => {
+    const { dir } = tempDir();
+    const broker = await start(`${dir}/data`, ["--stream-long-poll-ms", "200"]);
+    const base = broker.httpUrl;
+    const { hostname, port } = new URL(base);
+    const raw = async (head: string): Promise<number> => {
+      const req = await openRaw({ host: hostname, port: Number(port), head });
+      const res = await req.response;
+      req.destroy();
+      return res.status;
+    };
+    const statuses: [string, number][] = [];
+    const note = (what: string, status: number) => statuses.push([what, status]);
+    const call = async (what: string, path: string, init?: RequestInit) => {
+      const res = await fetch(`${base}${path}`, init);
+      await res.arrayBuffer();
+      note(what, res.status);
+      return res;
+    };
+
+    expect(
+      (
+        await call("create", "/v1/stream/safe", {
+          method: "PUT",
+          headers: { "content-type": "text/plain" },
+          body: "x",
+        })
+      ).status,
+    ).toBe(201);
+    // Dot segments are resolved by the URL parser before routing; what is left names no stream.
+    expect(await raw(`GET /v1/stream/safe/../other HTTP/1.1\r\nHost: x\r\n\r\n`)).toBe(404);
+    expect(await raw(`GET /v1/stream/../../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n`)).toBe(404);
+    expect(await raw(`GET /v1/stream/%2E%2E/%2E%2E/etc HTTP/1.1\r\nHost: x\r\n\r\n`)).toBe(404);
+    expect(await raw(`GET /v1/stream/a%2F..%2F..%2Fetc HTTP/1.1\r\nHost: x\r\n\r\n`)).toBe(400);
+    expect(await raw(`PUT /v1/stream/a%2Fb HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`)).toBe(
+      400,
+    );
+    expect(
+      await raw(`PUT /v1/stream/%FF%FE HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`),
+    ).toBe(400);
+    expect(await raw(`PUT /v1/stream/a//b HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`)).toBe(
+      400,
+    );
+    expect(await raw(`PUT /v1/stream/a%00b HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`)).toBe(
+      400,
+    );
+
+    // A 10 000-character name is a stream like any other (its topic name is hashed).
+    const long = `long/${"n".repeat(10_000)}`;
+    expect(
+      (
+        await call("10k create", `/v1/stream/${long}`, {
+          method: "PUT",
+          headers: { "content-type": "text/plain" },
+          body: "long",
+        })
+      ).status,
+    ).toBe(201);
+    expect(await (await fetch(`${base}/v1/stream/${long}`)).text()).toBe("long");
+    const topics = (await (await fetch(`${base}/v1/topics`)).json()) as {
+      topics: { name: string }[];
+    };
+    expect(topics.topics.map((t) => t.name)).toContain(streamTopicName(long));
+    // Past the path limit: refused by es-broker (400) or by the runtime's request-line limit (414/431).
+    const tooLong = await call("20k", `/v1/stream/${"n".repeat(20_000)}`, { method: "PUT" });
+    expect([400, 414, 431]).toContain(tooLong.status);
+
+    for (const offset of [
+      "abc",
+      "0,1",
+      "0%201",
+      "",
+      "0000000000000009_0000000000000000",
+      "-2",
+      "0000000000000000_0000000000000001",
+    ])
+      expect(
+        (await call(`offset ${offset}`, `/v1/stream/safe?offset=${offset}`)).status,
+        offset,
+      ).toBe(400);
+    expect((await call("live without offset", "/v1/stream/safe?live=long-poll")).status).toBe(400);
+    expect((await call("bad live", "/v1/stream/safe?offset=-1&live=forever")).status).toBe(400);
+    expect(
+      (
+        await call("ct mismatch", "/v1/stream/safe", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: "{}",
+        })
+      ).status,
+    ).toBe(409);
+    expect(
+      (
+        await call("no ct", "/v1/stream/safe", {
+          method: "POST",
+          body: new Blob(["x"], { type: "" }),
+        })
+      ).status,
+    ).toBe(400);
+    expect(
+      (
+        await call("empty body", "/v1/stream/safe", {
+          method: "POST",
+          headers: { "content-type": "text/plain" },
+          body: "",
+        })
+      ).status,
+    ).toBe(400);
+    expect(
+      (
+        await call("partial producer", "/v1/stream/safe", {
+          method: "POST",
+          headers: { "content-type": "text/plain", "producer-id": "p" },
+          body: "x",
+        })
+      ).status,
+    ).toBe(400);
+    expect(
+      (
+        await call("epoch 1e3", "/v1/stream/safe", {
+          method: "POST",
+          headers: {
+            "content-type": "text/plain",
+            "producer-id": "p",
+            "producer-epoch": "1e3",
+            "producer-seq": "0",
+          },
+          body: "x",
+        })
+      ).status,
+    ).toBe(400);
+    expect(
+      (await call("ttl -1", "/v1/stream/t1", { method: "PUT", headers: { "stream-ttl": "-1" } }))
+        .status,
+    ).toBe(400);
+    expect(
+      (
+        await call("ttl+expires", "/v1/stream/t2", {
+          method: "PUT",
+          headers: {
+            "stream-ttl": "5",
+            "stream-expires-at": new Date(Date.now() + 60_000).toISOString(),
+          },
+        })
+      ).status,
+    ).toBe(400);
+    expect(
+      (
+        await call("fork of nothing", "/v1/stream/f1", {
+          method: "PUT",
+          headers: { "stream-forked-from": "/v1/stream/nothing" },
+        })
+      ).status,
+    ).toBe(404);
+    expect(
+      (
+        await call("fork past tail", "/v1/stream/f2", {
+          method: "PUT",
+          headers: {
+            "stream-forked-from": "/v1/stream/safe",
+            "stream-fork-offset": "0000000000000009_0000000000000000",
+          },
+        })
+      ).status,
+    ).toBe(400);
+    expect(
+      (
+        await call("invalid json", "/v1/stream/j", {
+          method: "PUT",
+          headers: { "content-type": "application/json" },
+          body: "{nope",
+        })
+      ).status,
+    ).toBe(400);
+    expect(
+      (
+        await call("10 MiB append", "/v1/stream/safe", {
+          method: "POST",
+          headers: { "content-type": "text/plain" },
+          body: new Uint8Array(10 * 1024 * 1024),
+        })
+      ).status,
+    ).toBe(413);
+
+    expect(
+      (
+        await call("close", "/v1/stream/safe", {
+          method: "POST",
+          headers: { "stream-closed": "true" },
+        })
+      ).status,
+    ).toBe(204);
+    const closed = await call("append to closed", "/v1/stream/safe", {
+      method: "POST",
+      headers: { "content-type": "text/plain" },
+      body: "late",
+    });
+    expect(closed.status).toBe(409);
+    expect(closed.headers.get("stream-closed")).toBe("true");
+
+    expect(
+      (
+        await call("ttl stream", "/v1/stream/brief", {
+          method: "PUT",
+          headers: { "content-type": "text/plain", "stream-ttl": "1" },
+        })
+      ).status,
+    ).toBe(201);
+    await sleep(1_200);
+    expect(
+      (
+        await call("append to expired", "/v1/stream/brief", {
+          method: "POST",
+          headers: { "content-type": "text/plain" },
+          body: "x",
+        })
+      ).status,
+    ).toBe(404);
+    expect((await call("read expired", "/v1/stream/brief?offset=-1")).status).toBe(404);
+
+    const fiveXX = statuses.filter(([, s]) => s >= 500);
+    expect(fiveXX, JSON.stringify(statuses)).toEqual([]);
+    expect(broker.stderr()).not.toMatch(/internal_error/);
+  });
+});
