@@ -10,8 +10,10 @@
  * - produce: batch 1 | 10 | 100 | 1000 records per request × 1 | 8 | 64 producers × 1 | 4
  *   partitions, over es-broker TCP, HTTP JSON and HTTP NDJSON; the same batches against Redis
  *   (pipelined XADD), NATS JetStream (publish with ack) and Durable Streams (one JSON array per
- *   append); the disk limit (an in-process write + fdatasync loop) per batch size, measured again
- *   before each producer count so that it sits next to the cases it is compared with.
+ *   append); es-broker over the Durable Streams protocol with the same load generator as that
+ *   peer (`es-broker/durable-streams`: one stream per partition); the disk limit (an in-process
+ *   write + fdatasync loop) per batch size, measured again before each producer count so that it
+ *   sits next to the cases it is compared with.
  * - 50 connections × 100 records (the HTTP target), over every transport and peer.
  * - consumer: fetch throughput from the page cache (TCP, HTTP, Redis XRANGE) and end-to-end
  *   latency, produce → consumer sees it (TCP, HTTP long-poll, Redis XREAD BLOCK).
@@ -66,7 +68,8 @@ export type Transport =
   | "in-process"
   | "resp"
   | "nats"
-  | "http";
+  | "http"
+  | "durable-streams";
 /** Case families. */
 export type Group = "produce" | "fetch" | "e2e" | "soak" | "auth";
 
@@ -373,6 +376,21 @@ async function runCase(
   try {
     switch (base.system) {
       case "es-broker": {
+        if (base.transport === "durable-streams") {
+          // es-broker speaking the Durable Streams protocol to the same load generator as the
+          // reference server: one stream per partition, `<name>-<p>`.
+          for (let p = 0; p < base.partitions; p++) {
+            const res = await httpCall("PUT", `${env.es.httpUrl}/v1/stream/${name}-${p}`);
+            if (res.status !== 201)
+              throw new Error(`stream create: HTTP ${res.status} ${res.text}`);
+          }
+          teardown = async () => {
+            for (let p = 0; p < base.partitions; p++)
+              await esRequest(env, "DELETE", `/v1/stream/${name}-${p}`);
+          };
+          target = { kind: "ds", url: env.es.httpUrl, stream: name };
+          break;
+        }
         const variant = base.variant;
         const es = variant?.es ?? env.es;
         const security = { apiKey: variant?.producerKey, caPem: variant?.caPem };
@@ -511,7 +529,10 @@ async function producePoint(
     if (system === "redis" && !env.redis) continue;
     if (system === "nats" && !env.nats) continue;
     if (system === "ds" && !env.ds) continue;
-    if (s.quick && system !== "es-broker" && !quickPeerPoint(producers, partitions)) continue;
+    // Quick runs measure peers, and es-broker's Durable Streams front door (compared with a
+    // peer), only at the quick points.
+    const peerLike = system !== "es-broker" || transport === "durable-streams";
+    if (s.quick && peerLike && !quickPeerPoint(producers, partitions)) continue;
     await runCase(
       env,
       {
@@ -554,6 +575,7 @@ const everySystem: { transport: Transport; system: SystemName }[] = [
   { system: "es-broker", transport: "tcp" },
   { system: "es-broker", transport: "http-json" },
   { system: "es-broker", transport: "http-ndjson" },
+  { system: "es-broker", transport: "durable-streams" },
   { system: "redis", transport: "resp" },
   { system: "nats", transport: "nats" },
   { system: "ds", transport: "http" },
@@ -952,9 +974,9 @@ export function markdownTables(report: BenchReport): string {
     "",
   );
   lines.push(
-    "| case | es tcp | es http json | es http ndjson | limit | redis | nats\\* | durable streams | tcp ÷ limit | tcp ÷ redis | tcp ÷ nats\\* | json ÷ ds | ndjson ÷ ds |",
+    "| case | es tcp | es http json | es http ndjson | es durable streams | limit | redis | nats\\* | durable streams | tcp ÷ limit | tcp ÷ redis | tcp ÷ nats\\* | json ÷ ds | ndjson ÷ ds | es ds ÷ ds |",
   );
-  lines.push("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+  lines.push("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
   const keys = [
     ...new Set(
       results.filter((c) => c.group === "produce" && c.system !== "limit").map((c) => c.key),
@@ -965,13 +987,14 @@ export function markdownTables(report: BenchReport): string {
     const tcp = find(results, key, "es-broker", "tcp");
     const json = find(results, key, "es-broker", "http-json");
     const ndjson = find(results, key, "es-broker", "http-ndjson");
+    const esDs = find(results, key, "es-broker", "durable-streams");
     const limit = find(results, `limit b=${batch} P=${/P=(\d+)/.exec(key)![1]}`, "limit");
     const redis = find(results, key, "redis");
     const nats = find(results, key, "nats");
     const ds = find(results, key, "ds");
     const r = (c: CaseResult | undefined) => fmt(c?.recordsPerSec);
     lines.push(
-      `| ${key.replace("produce ", "")} | ${r(tcp)} | ${r(json)} | ${r(ndjson)} | ${r(limit)} | ${r(redis)} | ${r(nats)} | ${r(ds)} | ${fmtRatio(ratio(tcp, limit))} | ${fmtRatio(ratio(tcp, redis))} | ${fmtRatio(ratio(tcp, nats))} | ${fmtRatio(ratio(json, ds))} | ${fmtRatio(ratio(ndjson, ds))} |`,
+      `| ${key.replace("produce ", "")} | ${r(tcp)} | ${r(json)} | ${r(ndjson)} | ${r(esDs)} | ${r(limit)} | ${r(redis)} | ${r(nats)} | ${r(ds)} | ${fmtRatio(ratio(tcp, limit))} | ${fmtRatio(ratio(tcp, redis))} | ${fmtRatio(ratio(tcp, nats))} | ${fmtRatio(ratio(json, ds))} | ${fmtRatio(ratio(ndjson, ds))} | ${fmtRatio(ratio(esDs, ds))} |`,
     );
   }
   lines.push("");

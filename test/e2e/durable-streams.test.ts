@@ -208,10 +208,10 @@ describe(`[${target}] Durable Streams end to end`, () => {
         })
       ).status,
     ).toBe(201);
-    // Dot segments are resolved by the URL parser before routing; what is left names no stream.
-    expect(await raw(`GET /v1/stream/safe/../other HTTP/1.1\r\nHost: x\r\n\r\n`)).toBe(404);
-    expect(await raw(`GET /v1/stream/../../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n`)).toBe(404);
-    expect(await raw(`GET /v1/stream/%2E%2E/%2E%2E/etc HTTP/1.1\r\nHost: x\r\n\r\n`)).toBe(404);
+    // Dot segments: Node and Bun resolve them while parsing the URL (what is left names no
+    // stream: 404); Deno hands them over and es-broker refuses the segment (400).
+    for (const path of ["safe/../other", "../../../etc/passwd", "%2E%2E/%2E%2E/etc"])
+      expect([400, 404]).toContain(await raw(`GET /v1/stream/${path} HTTP/1.1\r\nHost: x\r\n\r\n`));
     expect(await raw(`GET /v1/stream/a%2F..%2F..%2Fetc HTTP/1.1\r\nHost: x\r\n\r\n`)).toBe(400);
     expect(await raw(`PUT /v1/stream/a%2Fb HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`)).toBe(
       400,
