@@ -36,6 +36,8 @@ import { parseApiKeyId } from "./key-format.ts";
 import type { ApiKeyInfo, ApiKeySpec, KeyStore } from "./key-store.ts";
 import { anonymousPrincipal, type Principal, principalLabel } from "./principal.ts";
 import { authorize, mayList, type Operation, type RequestNames } from "./roles.ts";
+import { authorizedStreams } from "./streams.ts";
+import type { Streams } from "../broker/streams/types.ts";
 import { apiKeyTextBytesMax, producerIdCharsMax } from "../lib/limits.ts";
 
 /** Which front door a request came through, for logs. */
@@ -299,6 +301,8 @@ export class AuthorizedBroker implements Broker {
   readonly cleanup?: (topic: string) => Promise<CleanupReport>;
   /** Storage state (admin); absent if the real broker does not describe its storage. */
   readonly describeStorage?: () => object;
+  /** Durable Streams under the same role table (`auth/streams.ts`); absent if the real broker has none. */
+  readonly streams?: Streams;
 
   constructor(inner: Broker, principal: Principal, access: AccessControl) {
     this.#inner = inner;
@@ -325,6 +329,14 @@ export class AuthorizedBroker implements Broker {
         this.#access.audit(principal, "audit.topic_cleanup", { topic });
         return report;
       };
+    }
+    if (inner.streams !== undefined) {
+      this.streams = authorizedStreams(inner.streams, {
+        principal,
+        check: (operation, names, action) => this.#check(operation, names, action),
+        signal: (signal) => this.#signal(signal),
+        audit: (event, fields) => this.#access.audit(principal, event, fields),
+      });
     }
     const describeStorage = inner.describeStorage?.bind(inner);
     if (describeStorage !== undefined) {

@@ -708,7 +708,12 @@ export function parseTopicFile(
   name: string,
   value: unknown,
 ): { partitionCount: number; config: TopicConfig; stream?: StreamMeta } {
-  const meta = value as { name?: unknown; partitions?: unknown; config?: unknown; stream?: unknown };
+  const meta = value as {
+    name?: unknown;
+    partitions?: unknown;
+    config?: unknown;
+    stream?: unknown;
+  };
   if (typeof meta !== "object" || meta === null) throw new Error("not an object");
   if (meta.name !== name)
     throw new Error(`names topic ${JSON.stringify(meta.name)}, but its directory is "${name}"`);

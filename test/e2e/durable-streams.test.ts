@@ -4,6 +4,7 @@
  * reads and writes; the official `@durable-streams/client` keeps an idempotent producer's messages
  * exactly once through a SIGKILL and a restart; hostile input gets the protocol's 4xx, never a 5xx.
  */
+import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { DurableStream, IdempotentProducer } from "@durable-streams/client";
 import { streamTopicName } from "../../src/broker/streams/names.ts";
@@ -177,6 +178,82 @@ describe(`[${target}] Durable Streams end to end`, () => {
     expect(items.map((i) => i.n)).toEqual(Array.from({ length: total + 1 }, (_, i) => i));
     const head = await fetch(url, { method: "HEAD" });
     expect(head.headers.get("stream-closed")).toBe("true");
+  });
+
+  it("applies the topic api's role table to streams: admin creates and deletes, producers append, consumers read", async () => {
+    const { dir } = tempDir();
+    const made = await runCli([
+      "keys",
+      "create",
+      "--data-dir",
+      `${dir}/data`,
+      "--name",
+      "root",
+      "--role",
+      "admin",
+      "--out",
+      `${dir}/admin.key`,
+    ]);
+    expect(made.code, made.stderr).toBe(0);
+    const admin = readFileSync(`${dir}/admin.key`, "utf8").trim();
+    const broker = await start(`${dir}/data`);
+    const call = async (
+      method: string,
+      path: string,
+      key?: string,
+      body?: string,
+      extra: Record<string, string> = {},
+    ) => {
+      const headers: Record<string, string> = { ...extra };
+      if (key !== undefined) headers.authorization = `Bearer ${key}`;
+      if (body !== undefined) headers["content-type"] ??= "text/plain";
+      const res = await fetch(`${broker.httpUrl}${path}`, { method, headers, body });
+      await res.arrayBuffer();
+      return res.status;
+    };
+    const keyOf = async (name: string, role: string) => {
+      const res = await fetch(`${broker.httpUrl}/v1/admin/keys`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${admin}`, "content-type": "application/json" },
+        body: JSON.stringify({ name, role, topics: ["orders.*"] }),
+      });
+      expect(res.status).toBe(201);
+      return ((await res.json()) as { key: string }).key;
+    };
+    const producer = await keyOf("writer", "producer");
+    const consumer = await keyOf("reader", "consumer");
+    expect(await call("PUT", "/v1/stream/orders/a", undefined)).toBe(401);
+    expect(await call("PUT", "/v1/stream/orders/a", producer)).toBe(403);
+    expect(await call("PUT", "/v1/stream/orders/a", admin, "first ")).toBe(201);
+    expect(await call("PUT", "/v1/stream/billing/a", admin)).toBe(201);
+    expect(await call("POST", "/v1/stream/orders/a", producer, "second")).toBe(204);
+    expect(await call("POST", "/v1/stream/orders/a", consumer, "no")).toBe(403);
+    expect(await call("POST", "/v1/stream/billing/a", producer, "no")).toBe(403);
+    expect(await call("GET", "/v1/stream/orders/a?offset=-1", producer)).toBe(403);
+    expect(await call("GET", "/v1/stream/billing/a?offset=-1", consumer)).toBe(403);
+    const read = await fetch(`${broker.httpUrl}/v1/stream/orders/a?offset=-1`, {
+      headers: { authorization: `Bearer ${consumer}` },
+    });
+    expect(await read.text()).toBe("first second");
+    expect(await call("HEAD", "/v1/stream/orders/a", producer)).toBe(200);
+    expect(await call("HEAD", "/v1/stream/orders/a", consumer)).toBe(200);
+    expect(await call("DELETE", "/v1/stream/orders/a", producer)).toBe(403);
+    // Revoking the consumer's key ends its live SSE read.
+    const sse = await fetch(`${broker.httpUrl}/v1/stream/orders/a?offset=now&live=sse`, {
+      headers: { authorization: `Bearer ${consumer}` },
+    });
+    expect(sse.status).toBe(200);
+    const reader = sse.body!.getReader();
+    await reader.read();
+    expect(await call("DELETE", "/v1/admin/keys/reader", admin)).toBe(204);
+    const started = Date.now();
+    for (;;) {
+      const { done } = await reader.read();
+      if (done) break;
+    }
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(await call("GET", "/v1/stream/orders/a?offset=-1", consumer)).toBe(401);
+    expect(await call("DELETE", "/v1/stream/orders/a", admin)).toBe(204);
   });
 
   it("answers hostile stream paths, offsets and headers with the protocol's 4xx, never a 5xx", async () => {

@@ -15,9 +15,8 @@
  * Errors are the JSON error body of every route with the status of the error table and the
  * protocol's headers (`response.ts`); never a 5xx for client input.
  *
- * Authorization: es-broker has no API keys on this branch yet. When they exist, these routes
- * take the same role table as the topic api: PUT, POST and DELETE need a producer key for the
- * stream's topic, GET and HEAD a consumer key (docs/durable-streams.md "Access").
+ * Authorization: with API keys, `streams` is the principal's view (`auth/streams.ts`), which
+ * applies the topic api's role table (docs/durable-streams.md "Access").
  */
 import type { Context, Env, Hono } from "hono";
 import { BrokerError, Errors } from "../../../broker/errors.ts";
