@@ -7,6 +7,10 @@
  *
  * The broker runs with a 500 ms long-poll timeout (as the reference server's own conformance run)
  * so the suite's long-poll timeouts take half a second, not thirty.
+ *
+ * `npm test` runs the suite on the node target only: on each other target it adds 35 s to a run
+ * that is already near 15 minutes on this 2-vCPU machine. `ES_BROKER_STREAMS_CONFORMANCE=all`
+ * runs it on every target (all pass the same 332; docs/durable-streams.md "Conformance").
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -15,7 +19,9 @@ import { runConformanceTests } from "@durable-streams/server-conformance-tests";
 import { afterAll, beforeAll, describe } from "vitest";
 import { type BrokerProcess, startBroker, target } from "./harness.ts";
 
-describe(`[${target}] Durable Streams conformance suite 0.3.6`, () => {
+const runsHere = target === "node" || process.env.ES_BROKER_STREAMS_CONFORMANCE === "all";
+
+describe.runIf(runsHere)(`[${target}] Durable Streams conformance suite 0.3.6`, () => {
   const config = { baseUrl: "", longPollTimeoutMs: 2_000 };
   let broker: BrokerProcess | undefined;
   let dir = "";

@@ -357,6 +357,10 @@ export class StreamService implements Streams {
   // ---------------------------------------------------------------------------------------------
   // Create
 
+  /**
+   * Creates a stream, or confirms one with the same configuration ({@link Streams.create}): its
+   * topic with the `stream` section, then its initial records, invisible until durable.
+   */
   async create(request: StreamCreateRequest): Promise<{ created: boolean; info: StreamInfo }> {
     this.#checkOpen();
     const path = validateStreamPath(request.path);
@@ -605,6 +609,10 @@ export class StreamService implements Streams {
   // ---------------------------------------------------------------------------------------------
   // Append and close
 
+  /**
+   * Appends, closes, or both ({@link Streams.append}); the checks in the protocol's order: closed,
+   * empty body, content type, JSON, then the producer and `Stream-Seq` (module comment).
+   */
   async append(request: StreamAppendRequest): Promise<StreamAppendResult> {
     const path = request.path;
     const s = this.#use(path, { touch: true });
@@ -952,6 +960,10 @@ export class StreamService implements Streams {
   // ---------------------------------------------------------------------------------------------
   // Read
 
+  /**
+   * Reads from a position across fork boundaries, waiting up to `waitMs` when there is no data and
+   * the stream is open ({@link Streams.read}). Closure is read before the data it is judged against.
+   */
   async read(request: StreamReadRequest): Promise<StreamReadResult> {
     const s = this.#use(request.path, { touch: true });
     const tail = this.#tail(s);
@@ -993,6 +1005,7 @@ export class StreamService implements Streams {
     };
   }
 
+  /** Waits for data past `position`, closure, deletion, `waitMs` or abort ({@link Streams.waitForData}). */
   async waitForData(request: {
     path: string;
     position: number;
@@ -1004,10 +1017,12 @@ export class StreamService implements Streams {
     s.lastAccessMs = this.#clock.nowMs();
   }
 
+  /** The stream's description without renewing its TTL ({@link Streams.head}). */
   head(path: string): StreamInfo {
     return this.#info(this.#use(path, { touch: false }));
   }
 
+  /** A cursor for a live answer (`cursor.ts`). */
   cursor(clientCursor: string | undefined): string {
     return this.#cursors.next(clientCursor);
   }
@@ -1124,6 +1139,7 @@ export class StreamService implements Streams {
   // ---------------------------------------------------------------------------------------------
   // Delete
 
+  /** Deletes a stream, softly while forks read it ({@link Streams.delete}). */
   async delete(path: string): Promise<void> {
     this.#checkOpen();
     validateStreamPath(path);
