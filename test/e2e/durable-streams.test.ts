@@ -227,6 +227,15 @@ describe(`[${target}] Durable Streams end to end`, () => {
     expect(await call("PUT", "/v1/stream/orders/a", admin, "first ")).toBe(201);
     expect(await call("PUT", "/v1/stream/billing/a", admin)).toBe(201);
     expect(await call("POST", "/v1/stream/orders/a", producer, "second")).toBe(204);
+    // A key's Producer-Ids are its own: the same id under two keys is two producers.
+    const as = (epoch: string) => ({
+      "producer-id": "p",
+      "producer-epoch": epoch,
+      "producer-seq": "0",
+    });
+    expect(await call("POST", "/v1/stream/orders/a", producer, " x", as("5"))).toBe(200);
+    expect(await call("POST", "/v1/stream/orders/a", admin, " y", as("0"))).toBe(200);
+    expect(await call("POST", "/v1/stream/orders/a", producer, " z", as("4"))).toBe(403);
     expect(await call("POST", "/v1/stream/orders/a", consumer, "no")).toBe(403);
     expect(await call("POST", "/v1/stream/billing/a", producer, "no")).toBe(403);
     expect(await call("GET", "/v1/stream/orders/a?offset=-1", producer)).toBe(403);
@@ -234,7 +243,7 @@ describe(`[${target}] Durable Streams end to end`, () => {
     const read = await fetch(`${broker.httpUrl}/v1/stream/orders/a?offset=-1`, {
       headers: { authorization: `Bearer ${consumer}` },
     });
-    expect(await read.text()).toBe("first second");
+    expect(await read.text()).toBe("first second x y");
     expect(await call("HEAD", "/v1/stream/orders/a", producer)).toBe(200);
     expect(await call("HEAD", "/v1/stream/orders/a", consumer)).toBe(200);
     expect(await call("DELETE", "/v1/stream/orders/a", producer)).toBe(403);
