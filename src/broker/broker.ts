@@ -35,6 +35,9 @@ import { TopicRegistry, type Topic } from "./topics.ts";
 import { RegistryError } from "../registry/errors.ts";
 import { type RecordRules, SchemaRegistry } from "../registry/registry.ts";
 import type {
+  AssignedJoinRequest,
+  AssignedJoinResult,
+  AssignedSyncRequest,
   Broker,
   CommitOffsetsRequest,
   CreateTopicRequest,
@@ -85,6 +88,8 @@ export class LocalBroker implements Broker {
   #registry!: SchemaRegistry;
   /** Durable Streams (`broker/streams/`); opened last, null until then. */
   #streams: StreamService | null = null;
+  /** The last id {@link initProducerId} handed out. */
+  #lastProducerId = 0;
 
   private constructor(options: LocalBrokerOptions) {
     this.#clock = options.clock;
@@ -497,6 +502,42 @@ export class LocalBroker implements Broker {
   async listGroups(): Promise<GroupDescription[]> {
     this.#checkOpen();
     return this.#groups.list();
+  }
+
+  /** Joins a client-assigned group; see {@link Broker.joinAssignedGroup} and `broker/groups.ts`. */
+  async joinAssignedGroup(request: AssignedJoinRequest): Promise<AssignedJoinResult> {
+    this.#checkOpen();
+    return this.#groups.joinAssigned(request);
+  }
+
+  async syncAssignedGroup(request: AssignedSyncRequest): Promise<{ assignment: Uint8Array }> {
+    this.#checkOpen();
+    return this.#groups.syncAssigned(request);
+  }
+
+  async heartbeatAssignedGroup(request: {
+    group: string;
+    memberId: string;
+    generation: number;
+  }): Promise<void> {
+    this.#checkOpen();
+    return this.#groups.heartbeatAssigned(request);
+  }
+
+  /**
+   * A fresh numeric producer id for a Kafka client's InitProducerId, at epoch 0: the clock in ms
+   * times 1024, made strictly increasing within the process and skipping any id the producer
+   * state holds (a restart takes more than a millisecond, so ids do not repeat across restarts
+   * either). Its producer state is keyed by the id's decimal text, in the same table as the TCP
+   * and HTTP producers' ids.
+   */
+  async initProducerId(): Promise<{ producerId: number; epoch: number }> {
+    this.#checkOpen();
+    for (;;) {
+      const id = Math.max(this.#lastProducerId + 1, this.#clock.nowMs() * 1024);
+      this.#lastProducerId = id;
+      if (this.#producers.inspect(String(id)) === undefined) return { producerId: id, epoch: 0 };
+    }
   }
 
   /** The consumer-group coordinator (tests drive its session expiries with `settled()`). */

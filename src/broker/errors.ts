@@ -140,6 +140,18 @@ export const Errors = Object.freeze({
   streamSeqConflict: kind("stream_seq_conflict", 44, 409, false),
   /** The stream was deleted but forks still read it (soft-deleted), or the offset is below what retention kept. */
   streamGone: kind("stream_gone", 45, 410, false),
+  // Consumer groups whose members assign partitions themselves (the Kafka listener,
+  // docs/kafka.md "Consumer groups"); numbered from 50 so other work can take numbers below.
+  /**
+   * The group is rebalancing: the member must join again (JoinGroup) before it syncs, heartbeats
+   * or commits in the new generation.
+   */
+  rebalanceInProgress: kind("rebalance_in_progress", 50, 409, true),
+  /**
+   * The member's protocol type or assignment protocols share nothing with the group's current
+   * members (also: a Kafka member joining a group of native members, or the other way round).
+   */
+  inconsistentGroupProtocol: kind("inconsistent_group_protocol", 51, 409, false),
   /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });
@@ -172,4 +184,53 @@ export function errorKindByTcp(tcp: number): ErrorKind | undefined {
 /** Looks up a row by its code string; undefined for unknown codes. */
 export function errorKindByCode(code: string): ErrorKind | undefined {
   return Object.values(Errors).find((k) => k.code === code);
+}
+
+/**
+ * The Kafka error code of each row (docs/kafka.md "Errors"), by the row's `code`; the Kafka
+ * listener answers a BrokerError with it. A row missing here is answered −1
+ * (UNKNOWN_SERVER_ERROR); a test checks every row has one.
+ */
+export const kafkaErrorCodes: Readonly<Record<string, number>> = Object.freeze({
+  invalid_request: 42, // INVALID_REQUEST
+  topic_not_found: 3, // UNKNOWN_TOPIC_OR_PARTITION
+  partition_not_found: 3, // UNKNOWN_TOPIC_OR_PARTITION
+  topic_exists: 36, // TOPIC_ALREADY_EXISTS
+  offset_out_of_range: 1, // OFFSET_OUT_OF_RANGE
+  request_too_large: 10, // MESSAGE_TOO_LARGE
+  record_too_large: 10, // MESSAGE_TOO_LARGE
+  partition_fenced: 56, // KAFKA_STORAGE_ERROR
+  storage_error: 56, // KAFKA_STORAGE_ERROR
+  invalid_topic_name: 17, // INVALID_TOPIC_EXCEPTION
+  invalid_config: 40, // INVALID_CONFIG
+  invalid_timestamp: 32, // INVALID_TIMESTAMP
+  unsupported_api: 35, // UNSUPPORTED_VERSION
+  not_found: 42, // INVALID_REQUEST
+  unavailable: 5, // LEADER_NOT_AVAILABLE (group apis: 15 COORDINATOR_NOT_AVAILABLE)
+  unsupported: 42, // INVALID_REQUEST
+  stale_generation: 22, // ILLEGAL_GENERATION
+  not_partition_owner: 22, // ILLEGAL_GENERATION: the member's view of the group is stale
+  unknown_member: 25, // UNKNOWN_MEMBER_ID
+  group_not_found: 69, // GROUP_ID_NOT_FOUND
+  invalid_offset: 42, // INVALID_REQUEST
+  out_of_order_sequence: 45, // OUT_OF_ORDER_SEQUENCE_NUMBER
+  producer_fenced: 47, // INVALID_PRODUCER_EPOCH
+  unknown_producer: 59, // UNKNOWN_PRODUCER_ID
+  duplicate_sequence: 46, // DUPLICATE_SEQUENCE_NUMBER
+  headers_too_large: 42, // INVALID_REQUEST
+  request_timeout: 7, // REQUEST_TIMED_OUT
+  invalid_record: 87, // INVALID_RECORD: a record its topic's schema refuses
+  key_revoked: 58, // SASL_AUTHENTICATION_FAILED: the connection's key was revoked
+  unauthenticated: 58, // SASL_AUTHENTICATION_FAILED
+  forbidden: 29, // TOPIC_AUTHORIZATION_FAILED (group apis: 30 GROUP_AUTHORIZATION_FAILED)
+  key_not_found: 42, // INVALID_REQUEST: keys are not managed through Kafka
+  key_exists: 42, // INVALID_REQUEST: keys are not managed through Kafka
+  rebalance_in_progress: 27, // REBALANCE_IN_PROGRESS
+  inconsistent_group_protocol: 23, // INCONSISTENT_GROUP_PROTOCOL
+  internal: -1, // UNKNOWN_SERVER_ERROR
+});
+
+/** The Kafka error code for a row of the table (−1, UNKNOWN_SERVER_ERROR, if it has none). */
+export function kafkaErrorCode(kind: ErrorKind): number {
+  return kafkaErrorCodes[kind.code] ?? -1;
 }

@@ -77,6 +77,9 @@ import {
 import { BrokerError, Errors } from "./errors.ts";
 import { storageFailure } from "./storage-failure.ts";
 import type {
+  AssignedJoinRequest,
+  AssignedJoinResult,
+  AssignedSyncRequest,
   CommitOffsetsRequest,
   GroupAssignment,
   GroupDescription,
@@ -117,6 +120,8 @@ interface MemberData {
   /** Sorted, unique. */
   topics: string[];
   sessionTimeoutMs: number;
+  /** Set for a member of a client-assigned group (never persisted; see "Client-assigned groups"). */
+  clientId?: string;
 }
 
 /** The persisted part of a group; replaced as a whole on every change. */
@@ -138,6 +143,43 @@ interface Group {
   timers: Map<string, Timer>;
   /** False until the group's file has been written once. */
   persisted: boolean;
+  /** The join/sync state while the group's members assign partitions themselves, else null. */
+  assigned: AssignedState | null;
+}
+
+/** A member of a client-assigned group, in memory only. */
+interface AssignedMember {
+  id: string;
+  clientId: string;
+  sessionTimeoutMs: number;
+  rebalanceTimeoutMs: number;
+  protocols: { name: string; metadata: Uint8Array }[];
+  topics: string[];
+  /** Its assignment in the current generation (empty until the leader's SyncGroup). */
+  assignment: Uint8Array;
+  /** Set while its JoinGroup waits for the rebalance to complete. */
+  pendingJoin: Settle<AssignedJoinResult> | null;
+  /** Set while its SyncGroup waits for the leader's assignment. */
+  pendingSync: Settle<{ assignment: Uint8Array }> | null;
+}
+
+/** Resolves or rejects a waiting request. */
+interface Settle<T> {
+  resolve(value: T): void;
+  reject(error: unknown): void;
+}
+
+/** A client-assigned group's rebalance state (module comment, "Client-assigned groups"). */
+interface AssignedState {
+  phase: "preparing" | "completing" | "stable";
+  protocolType: string;
+  /** Chosen when a rebalance completes. */
+  protocol: string;
+  leader: string;
+  /** In join order (the first becomes leader when none is left). */
+  members: Map<string, AssignedMember>;
+  /** Ends the preparing phase at the rebalance timeout. */
+  rebalanceTimer: Timer | null;
 }
 
 const groupNamePattern = /^[A-Za-z0-9._-]+$/;
@@ -316,7 +358,14 @@ export class GroupCoordinator {
         });
       }
     }
-    const group: Group = { name, data, lock: new Mutex(), timers: new Map(), persisted: true };
+    const group: Group = {
+      name,
+      data,
+      lock: new Mutex(),
+      timers: new Map(),
+      persisted: true,
+      assigned: null,
+    };
     this.#groups.set(name, group);
     for (const m of data.members) this.#armSession(group, m);
     if (changed) {
@@ -370,6 +419,7 @@ export class GroupCoordinator {
         lock: new Mutex(),
         timers: new Map(),
         persisted: false,
+        assigned: null,
       };
       this.#groups.set(name, group);
     }
@@ -391,19 +441,25 @@ export class GroupCoordinator {
   async #persist(group: Group, data: GroupData): Promise<void> {
     const partitions = new Map<string, { committed: number | null; owner: string | null }>();
     for (const [key, committed] of data.offsets) partitions.set(key, { committed, owner: null });
+    const persistedIds = new Set(
+      data.members.filter((m) => m.clientId === undefined).map((m) => m.id),
+    );
     for (const [key, owner] of data.owners)
-      partitions.set(key, { committed: partitions.get(key)?.committed ?? null, owner });
+      if (persistedIds.has(owner))
+        partitions.set(key, { committed: partitions.get(key)?.committed ?? null, owner });
     const rows = [...partitions]
       .map(([key, v]) => ({ ...parseTopicPartitionKey(key), ...v }))
       .sort(compareTp);
     await writeJsonAtomic(this.#fs, joinPath(this.#dir, `${group.name}.json`), {
       group: group.name,
       generation: data.generation,
-      members: data.members.map((m) => ({
-        member_id: m.id,
-        topics: m.topics,
-        session_timeout_ms: m.sessionTimeoutMs,
-      })),
+      members: data.members
+        .filter((m) => persistedIds.has(m.id))
+        .map((m) => ({
+          member_id: m.id,
+          topics: m.topics,
+          session_timeout_ms: m.sessionTimeoutMs,
+        })),
       partitions: rows,
     });
     group.persisted = true;
@@ -445,10 +501,11 @@ export class GroupCoordinator {
     return out.sort(compareTp);
   }
 
-  #newMemberId(group: Group): string {
+  #newMemberId(group: Group, prefix = group.name): string {
     for (;;) {
-      const id = `${group.name.slice(0, 32)}-${this.#clock.nowMs().toString(36)}-${(++this.#memberCounter).toString(36)}`;
-      if (!group.data.members.some((m) => m.id === id)) return id;
+      const id = `${prefix.slice(0, 32)}-${this.#clock.nowMs().toString(36)}-${(++this.#memberCounter).toString(36)}`;
+      if (!group.data.members.some((m) => m.id === id) && !group.assigned?.members.has(id))
+        return id;
     }
   }
 
@@ -468,6 +525,15 @@ export class GroupCoordinator {
       const member = group.data.members.find((m) => m.id === memberId);
       if (member === undefined) return;
       group.timers.delete(memberId);
+      if (member.clientId !== undefined) {
+        this.#logger.log("info", "group.member_expired", {
+          group: group.name,
+          member_id: memberId,
+          session_timeout_ms: member.sessionTimeoutMs,
+        });
+        await this.#assignedRemove(group, memberId, "expired");
+        return;
+      }
       const next = this.#rebalanced(
         group.data,
         group.data.members.filter((m) => m.id !== memberId),
@@ -540,6 +606,12 @@ export class GroupCoordinator {
     this.#checkOpen();
     const name = group.name;
     const data = group.data;
+    if (group.assigned !== null) {
+      throw new BrokerError(
+        Errors.inconsistentGroupProtocol,
+        `${action}: its members assign partitions themselves (Kafka consumers); a native consumer cannot join it`,
+      );
+    }
     let memberId = request.memberId;
     let member: MemberData;
     if (memberId !== undefined) {
@@ -636,6 +708,11 @@ export class GroupCoordinator {
           `${action}: member ${quote(request.memberId)} is not in the group`,
         );
       }
+      if (group.assigned?.members.has(request.memberId)) {
+        this.#logger.log("info", "group.member_left", { group: name, member_id: request.memberId });
+        await this.#assignedRemove(group, request.memberId, "left");
+        return;
+      }
       const next = this.#rebalanced(
         data,
         data.members.filter((m) => m.id !== request.memberId),
@@ -723,7 +800,16 @@ export class GroupCoordinator {
           { generation: data.generation },
         );
       }
-      for (const o of offsets) {
+      const assigned = group.assigned;
+      if (assigned !== null && assigned.phase === "completing") {
+        throw new BrokerError(
+          Errors.rebalanceInProgress,
+          `${action}: generation ${data.generation} is waiting for its assignment: sync, then commit`,
+        );
+      }
+      // Members of a client-assigned group own what their leader gave them, which the broker
+      // may not be able to read: only membership and generation fence their commits (as Kafka).
+      for (const o of assigned === null ? offsets : []) {
         const owner = data.owners.get(topicPartitionKey(o.topic, o.partition));
         if (owner !== memberId) {
           throw new BrokerError(
@@ -833,6 +919,401 @@ export class GroupCoordinator {
     return out;
   }
 
+  // ---------------------------------------------------------------------------------------------
+  // Client-assigned groups (module comment)
+
+  /** See {@link Broker.joinAssignedGroup}. */
+  async joinAssigned(request: AssignedJoinRequest): Promise<AssignedJoinResult> {
+    const name = validateGroupName(request.group);
+    const action = `Cannot join group "${name}"`;
+    const sessionTimeoutMs = checkInteger(request.sessionTimeoutMs, {
+      name: "session_timeout_ms",
+      min: groupSessionTimeoutMsMin,
+      max: groupSessionTimeoutMsMax,
+      fallback: groupSessionTimeoutMsDefault,
+      action,
+    });
+    const rebalanceTimeoutMs = checkInteger(request.rebalanceTimeoutMs, {
+      name: "rebalance_timeout_ms",
+      min: 0,
+      max: groupSessionTimeoutMsMax,
+      fallback: sessionTimeoutMs,
+      action,
+    });
+    if (request.protocolType.length === 0 || request.protocols.length === 0) {
+      throw new BrokerError(
+        Errors.inconsistentGroupProtocol,
+        `${action}: a member must name its protocol type and at least one protocol`,
+      );
+    }
+    const group = this.#getOrCreate(name, action);
+    // The lock covers the state change only; the wait for the other members happens outside it.
+    // Wrapped in an object: an async function returning the promise itself would hold the lock
+    // until the rebalance completes, and no other member could join.
+    const waiting = await group.lock.run(async () => {
+      this.#checkOpen();
+      const joined = this.#assignedJoinLocked(group, request, {
+        sessionTimeoutMs,
+        rebalanceTimeoutMs: Math.max(rebalanceTimeoutMs, 1),
+        action,
+      });
+      await this.#assignedMaybeComplete(group);
+      return { joined };
+    });
+    return waiting.joined;
+  }
+
+  #assignedJoinLocked(
+    group: Group,
+    request: AssignedJoinRequest,
+    p: { sessionTimeoutMs: number; rebalanceTimeoutMs: number; action: string },
+  ): Promise<AssignedJoinResult> {
+    const data = group.data;
+    if (group.assigned === null && data.members.length > 0) {
+      throw new BrokerError(
+        Errors.inconsistentGroupProtocol,
+        `${p.action}: the group has ${plural(data.members.length, "native member")}, which the broker assigns; a Kafka consumer cannot join it`,
+      );
+    }
+    const st: AssignedState = group.assigned ?? {
+      phase: "stable",
+      protocolType: request.protocolType,
+      protocol: "",
+      leader: "",
+      members: new Map(),
+      rebalanceTimer: null,
+    };
+    const others = [...st.members.values()].filter((m) => m.id !== request.memberId);
+    if (others.length > 0) {
+      if (st.protocolType !== request.protocolType)
+        throw new BrokerError(
+          Errors.inconsistentGroupProtocol,
+          `${p.action}: protocol type ${quote(request.protocolType)} differs from the group's ${quote(st.protocolType)}`,
+        );
+      const common = commonProtocols([...others, { protocols: request.protocols }]);
+      if (common.length === 0)
+        throw new BrokerError(
+          Errors.inconsistentGroupProtocol,
+          `${p.action}: none of protocols ${quote(request.protocols.map((x) => x.name).join(","))} is supported by every member`,
+        );
+    }
+    let member: AssignedMember | undefined;
+    if (request.memberId !== undefined && request.memberId !== "") {
+      member = st.members.get(request.memberId);
+      if (member === undefined)
+        throw new BrokerError(
+          Errors.unknownMember,
+          `${p.action}: member ${quote(request.memberId)} is not in the group (it left or its session expired): join without a member id`,
+        );
+      // A retried join replaces the one the client gave up on.
+      member.pendingJoin?.reject(
+        new BrokerError(Errors.rebalanceInProgress, `${p.action}: the member joined again`),
+      );
+      member.pendingJoin = null;
+    } else {
+      if (st.members.size >= groupMembersMax)
+        throw new BrokerError(
+          Errors.invalidRequest,
+          `${p.action}: the group already has ${groupMembersMax} members, the most allowed`,
+        );
+      const id = this.#newMemberId(group, request.clientId);
+      member = {
+        id,
+        clientId: request.clientId,
+        sessionTimeoutMs: p.sessionTimeoutMs,
+        rebalanceTimeoutMs: p.rebalanceTimeoutMs,
+        protocols: [],
+        topics: [],
+        assignment: new Uint8Array(0),
+        pendingJoin: null,
+        pendingSync: null,
+      };
+      st.members.set(id, member);
+    }
+    member.sessionTimeoutMs = p.sessionTimeoutMs;
+    member.rebalanceTimeoutMs = p.rebalanceTimeoutMs;
+    // Copies: the request's bytes are views into a frame the transport reuses.
+    member.protocols = request.protocols.map((x) => ({
+      name: x.name,
+      metadata: x.metadata.slice(),
+    }));
+    member.topics = [...new Set(request.topics)].sort();
+    st.protocolType = request.protocolType;
+    group.assigned = st;
+    group.timers.get(member.id)?.cancel();
+    group.timers.delete(member.id);
+    const joined = new Promise<AssignedJoinResult>((resolve, reject) => {
+      member.pendingJoin = { resolve, reject };
+    });
+    if (st.phase !== "preparing") this.#assignedPrepare(group);
+    return joined;
+  }
+
+  /** Starts a rebalance: waiting syncs are told to rejoin, and the rebalance timer runs. */
+  #assignedPrepare(group: Group): void {
+    const st = group.assigned;
+    if (st === null) return;
+    st.phase = "preparing";
+    for (const m of st.members.values()) {
+      m.pendingSync?.reject(
+        new BrokerError(
+          Errors.rebalanceInProgress,
+          `Cannot sync group "${group.name}": a rebalance started; join again`,
+        ),
+      );
+      m.pendingSync = null;
+      if (!group.timers.has(m.id) && m.pendingJoin === null) this.#armAssignedSession(group, m);
+    }
+    st.rebalanceTimer?.cancel();
+    const timeoutMs = Math.max(...[...st.members.values()].map((m) => m.rebalanceTimeoutMs), 1);
+    const timer = this.#clock.setTimer(timeoutMs, () => {
+      const task = group.lock
+        .run(async () => {
+          if (this.#closed || group.assigned !== st || st.rebalanceTimer !== timer) return;
+          await this.#assignedComplete(group, "rebalance_timeout");
+        })
+        .finally(() => this.#expiring.delete(task));
+      this.#expiring.add(task);
+    });
+    st.rebalanceTimer = timer;
+  }
+
+  /** Completes the rebalance at once if every member has rejoined. */
+  async #assignedMaybeComplete(group: Group): Promise<void> {
+    const st = group.assigned;
+    if (st === null || st.phase !== "preparing") return;
+    for (const m of st.members.values()) if (m.pendingJoin === null) return;
+    await this.#assignedComplete(group, "all_joined");
+  }
+
+  /**
+   * Ends the preparing phase: members that did not rejoin are removed, the generation moves on,
+   * a protocol and a leader are chosen, and every waiting join is answered. Runs under the lock.
+   */
+  async #assignedComplete(group: Group, reason: string): Promise<void> {
+    const st = group.assigned;
+    if (st === null || st.phase !== "preparing") return;
+    st.rebalanceTimer?.cancel();
+    st.rebalanceTimer = null;
+    for (const m of [...st.members.values()]) {
+      if (m.pendingJoin !== null) continue;
+      st.members.delete(m.id);
+      group.timers.get(m.id)?.cancel();
+      group.timers.delete(m.id);
+      this.#logger.log("info", "group.member_removed", {
+        group: group.name,
+        member_id: m.id,
+        reason: "did not rejoin within the rebalance timeout",
+      });
+    }
+    const members = [...st.members.values()];
+    const protocol = members.length === 0 ? "" : chooseProtocol(members);
+    if (!st.members.has(st.leader)) st.leader = members[0]?.id ?? "";
+    st.protocol = protocol;
+    st.phase = members.length === 0 ? "stable" : "completing";
+    const data = group.data;
+    const next: GroupData = {
+      generation: data.generation + 1,
+      members: members
+        .map((m) => ({
+          id: m.id,
+          topics: m.topics,
+          sessionTimeoutMs: m.sessionTimeoutMs,
+          clientId: m.clientId,
+        }))
+        .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)),
+      owners: new Map(),
+      offsets: data.offsets,
+    };
+    group.data = next;
+    if (members.length === 0) group.assigned = null;
+    this.#logger.log("info", "group.rebalanced", {
+      group: group.name,
+      generation: next.generation,
+      members: members.length,
+      reason,
+      protocol,
+      leader: st.leader,
+    });
+    for (const m of members) {
+      const settle = m.pendingJoin!;
+      m.pendingJoin = null;
+      m.assignment = new Uint8Array(0);
+      this.#armAssignedSession(group, m);
+      settle.resolve({
+        memberId: m.id,
+        generation: next.generation,
+        protocol,
+        leader: st.leader,
+        members:
+          m.id === st.leader
+            ? members.map((x) => ({
+                memberId: x.id,
+                metadata:
+                  x.protocols.find((q) => q.name === protocol)?.metadata ?? new Uint8Array(0),
+              }))
+            : [],
+      });
+    }
+    try {
+      await this.#persist(group, next);
+    } catch (err) {
+      this.#logger.log("error", "group.persist_failed", {
+        group: group.name,
+        error: errorMessage(err),
+      });
+    }
+  }
+
+  /** Removes a member (left or expired) and rebalances the rest, or empties the group. Under the lock. */
+  async #assignedRemove(group: Group, memberId: string, why: "left" | "expired"): Promise<void> {
+    const st = group.assigned;
+    const m = st?.members.get(memberId);
+    if (st === null || st === undefined || m === undefined) return;
+    st.members.delete(memberId);
+    group.timers.get(memberId)?.cancel();
+    group.timers.delete(memberId);
+    const gone = new BrokerError(
+      Errors.unknownMember,
+      `Cannot complete the request in group "${group.name}": member ${quote(memberId)} ${why === "left" ? "left" : "expired"}`,
+    );
+    m.pendingJoin?.reject(gone);
+    m.pendingSync?.reject(gone);
+    group.data = {
+      ...group.data,
+      members: group.data.members.filter((x) => x.id !== memberId),
+      owners: new Map([...group.data.owners].filter(([, owner]) => owner !== memberId)),
+    };
+    if (st.members.size === 0) {
+      st.rebalanceTimer?.cancel();
+      group.assigned = null;
+      group.data = { ...group.data, generation: group.data.generation + 1, owners: new Map() };
+      this.#logger.log("info", "group.rebalanced", {
+        group: group.name,
+        generation: group.data.generation,
+        members: 0,
+        reason: why === "left" ? "leave" : "expired",
+      });
+      try {
+        await this.#persist(group, group.data);
+      } catch (err) {
+        this.#logger.log("error", "group.persist_failed", {
+          group: group.name,
+          error: errorMessage(err),
+        });
+      }
+      return;
+    }
+    if (st.phase !== "preparing") this.#assignedPrepare(group);
+    await this.#assignedMaybeComplete(group);
+  }
+
+  #armAssignedSession(group: Group, member: AssignedMember): void {
+    const data = group.data.members.find((m) => m.id === member.id) ?? {
+      id: member.id,
+      topics: member.topics,
+      sessionTimeoutMs: member.sessionTimeoutMs,
+      clientId: member.clientId,
+    };
+    if (!group.data.members.includes(data)) {
+      group.data = { ...group.data, members: [...group.data.members, data] };
+    }
+    data.sessionTimeoutMs = member.sessionTimeoutMs;
+    this.#armSession(group, data);
+  }
+
+  /** The member of a client-assigned group, checked against the generation. @throws unknown_member, stale_generation. */
+  #assignedMember(
+    group: Group,
+    memberId: string,
+    generation: number,
+    action: string,
+  ): AssignedMember {
+    const m = group.assigned?.members.get(memberId);
+    if (m === undefined)
+      throw new BrokerError(
+        Errors.unknownMember,
+        `${action}: member ${quote(memberId)} is not in the group (it left or its session expired): join again`,
+      );
+    if (generation !== group.data.generation)
+      throw new BrokerError(
+        Errors.staleGeneration,
+        `${action}: generation ${generation} is not the group's current generation ${group.data.generation}: join again`,
+        { generation: group.data.generation },
+      );
+    return m;
+  }
+
+  /** See {@link Broker.syncAssignedGroup}. */
+  async syncAssigned(request: AssignedSyncRequest): Promise<{ assignment: Uint8Array }> {
+    const name = validateGroupName(request.group);
+    const action = `Cannot sync group "${name}"`;
+    const group = this.#existingForMember(name, request.memberId, action);
+    // As in joinAssigned, the wait for the leader happens outside the lock.
+    const waiting = await group.lock.run(async () => {
+      this.#checkOpen();
+      const m = this.#assignedMember(group, request.memberId, request.generation, action);
+      const st = group.assigned!;
+      if (st.phase === "preparing")
+        throw new BrokerError(
+          Errors.rebalanceInProgress,
+          `${action}: a rebalance is in progress: join again`,
+        );
+      if (st.phase === "stable") return { synced: Promise.resolve({ assignment: m.assignment }) };
+      if (m.id !== st.leader) {
+        group.timers.get(m.id)?.cancel();
+        group.timers.delete(m.id);
+        m.pendingSync?.reject(
+          new BrokerError(Errors.rebalanceInProgress, `${action}: the member synced again`),
+        );
+        return {
+          synced: new Promise<{ assignment: Uint8Array }>((resolve, reject) => {
+            m.pendingSync = { resolve, reject };
+          }),
+        };
+      }
+      const owners = new Map<string, string>();
+      for (const a of request.assignments) {
+        const target = st.members.get(a.memberId);
+        if (target === undefined) continue;
+        target.assignment = a.assignment.slice();
+        for (const tp of a.partitions)
+          owners.set(topicPartitionKey(tp.topic, tp.partition), a.memberId);
+      }
+      group.data = { ...group.data, owners };
+      st.phase = "stable";
+      for (const x of st.members.values()) {
+        if (x.pendingSync === null) continue;
+        const settle = x.pendingSync;
+        x.pendingSync = null;
+        this.#armAssignedSession(group, x);
+        settle.resolve({ assignment: x.assignment });
+      }
+      this.#armAssignedSession(group, m);
+      return { synced: Promise.resolve({ assignment: m.assignment }) };
+    });
+    return waiting.synced;
+  }
+
+  /** See {@link Broker.heartbeatAssignedGroup}. */
+  async heartbeatAssigned(request: {
+    group: string;
+    memberId: string;
+    generation: number;
+  }): Promise<void> {
+    const name = validateGroupName(request.group);
+    const action = `Cannot heartbeat in group "${name}"`;
+    const group = this.#existingForMember(name, request.memberId, action);
+    this.#checkOpen();
+    const m = this.#assignedMember(group, request.memberId, request.generation, action);
+    if (m.pendingJoin === null && m.pendingSync === null) this.#armAssignedSession(group, m);
+    if (group.assigned!.phase === "preparing")
+      throw new BrokerError(
+        Errors.rebalanceInProgress,
+        `${action}: a rebalance is in progress: join again`,
+      );
+  }
+
   /** See {@link Broker.describeGroup}. */
   async describe(name: string): Promise<GroupDescription> {
     validateGroupName(name);
@@ -916,10 +1397,13 @@ export class GroupCoordinator {
         const offsets = new Map(
           [...data.offsets].filter(([k]) => parseTopicPartitionKey(k).topic !== topic),
         );
-        const next = assigned
-          ? this.#rebalanced({ ...data, offsets }, data.members)
-          : { ...data, offsets };
+        const clientAssigned = group.assigned !== null;
+        const next =
+          assigned && !clientAssigned
+            ? this.#rebalanced({ ...data, offsets }, data.members)
+            : { ...data, offsets };
         group.data = next;
+        if (clientAssigned && assigned) this.#assignedPrepare(group);
         try {
           await this.#persist(group, next);
         } catch (err) {
@@ -947,6 +1431,20 @@ export class GroupCoordinator {
     for (const group of this.#groups.values()) {
       for (const t of group.timers.values()) t.cancel();
       group.timers.clear();
+      const assigned = group.assigned;
+      if (assigned !== null) {
+        assigned.rebalanceTimer?.cancel();
+        const closing = new BrokerError(
+          Errors.unavailable,
+          "Cannot complete the rebalance: the broker is shutting down",
+        );
+        for (const m of assigned.members.values()) {
+          m.pendingJoin?.reject(closing);
+          m.pendingSync?.reject(closing);
+          m.pendingJoin = null;
+          m.pendingSync = null;
+        }
+      }
       await group.lock.run(async () => {});
     }
     await this.settled();
@@ -1065,4 +1563,29 @@ export function parseGroupFile(name: string, value: unknown): GroupData {
     }
   }
   return { generation: v.generation as number, members, owners, offsets };
+}
+
+/** Protocol names every member supports. */
+function commonProtocols(members: readonly { protocols: readonly { name: string }[] }[]): string[] {
+  const [first, ...rest] = members;
+  return first.protocols
+    .map((p) => p.name)
+    .filter((name) => rest.every((m) => m.protocols.some((p) => p.name === name)));
+}
+
+/**
+ * The protocol of a completed rebalance, as Kafka chooses it: among those every member supports,
+ * each member votes for the first in its own order of preference; most votes wins, ties go to
+ * the candidate first in the first member's order.
+ */
+function chooseProtocol(members: readonly { protocols: readonly { name: string }[] }[]): string {
+  const candidates = commonProtocols(members);
+  const votes = new Map(candidates.map((c) => [c, 0]));
+  for (const m of members) {
+    const choice = m.protocols.find((p) => votes.has(p.name));
+    if (choice !== undefined) votes.set(choice.name, votes.get(choice.name)! + 1);
+  }
+  let best = candidates[0] ?? "";
+  for (const c of candidates) if (votes.get(c)! > votes.get(best)!) best = c;
+  return best;
 }

@@ -332,4 +332,76 @@ export interface Broker {
    * docs/durable-streams.md). Optional: without it `/v1/stream/…` answers 404.
    */
   readonly streams?: Streams;
+  /**
+   * Joins a client-assigned group (`broker/groups.ts` "Client-assigned groups"); resolves once the
+   * rebalance completes (every member rejoined, or the rebalance timeout passed). Optional.
+   * @throws invalid_request, unknown_member, inconsistent_group_protocol, unavailable.
+   */
+  joinAssignedGroup?(request: AssignedJoinRequest): Promise<AssignedJoinResult>;
+  /**
+   * Hands out the leader's assignment; a member's call resolves with its own assignment once the
+   * leader's has arrived. Optional.
+   * @throws unknown_member, stale_generation, rebalance_in_progress, group_not_found, unavailable.
+   */
+  syncAssignedGroup?(request: AssignedSyncRequest): Promise<{ assignment: Uint8Array }>;
+  /**
+   * Keeps a client-assigned member's session. Optional.
+   * @throws unknown_member, stale_generation, rebalance_in_progress (rejoin), group_not_found.
+   */
+  heartbeatAssignedGroup?(request: {
+    group: string;
+    memberId: string;
+    generation: number;
+  }): Promise<void>;
+  /**
+   * A new idempotent producer identity for a client that has no id of its own (Kafka's
+   * InitProducerId): a numeric id no producer state holds, at epoch 0. Optional.
+   */
+  initProducerId?(): Promise<{ producerId: number; epoch: number }>;
+}
+
+/**
+ * Arguments of {@link Broker.joinAssignedGroup}: a member of a group whose members assign the
+ * partitions themselves (Kafka's JoinGroup; `broker/groups.ts` "Client-assigned groups").
+ */
+export interface AssignedJoinRequest {
+  group: string;
+  /** Rejoin as this member; omitted for a new member. */
+  memberId?: string;
+  /** The client's own name (Kafka's client_id), shown in descriptions and part of new member ids. */
+  clientId: string;
+  /** Heartbeats must come within this many ms (100 … 3 600 000). */
+  sessionTimeoutMs: number;
+  /** How long the coordinator waits for every member to rejoin once a rebalance starts, in ms. */
+  rebalanceTimeoutMs: number;
+  /** Kind of group (Kafka's protocol_type, e.g. "consumer"); every member must give the same. */
+  protocolType: string;
+  /** Assignment protocols the member supports, in its order of preference, with opaque metadata. */
+  protocols: { name: string; metadata: Uint8Array }[];
+  /** The topics the member subscribes to, if the transport could read them (for descriptions only). */
+  topics: string[];
+}
+
+/** Result of {@link Broker.joinAssignedGroup}, once the rebalance it joined has completed. */
+export interface AssignedJoinResult {
+  memberId: string;
+  generation: number;
+  /** The protocol chosen for this generation. */
+  protocol: string;
+  /** The member that computes the assignment. */
+  leader: string;
+  /** Every member with its metadata for the chosen protocol; empty unless this member leads. */
+  members: { memberId: string; metadata: Uint8Array }[];
+}
+
+/** Arguments of {@link Broker.syncAssignedGroup}. */
+export interface AssignedSyncRequest {
+  group: string;
+  memberId: string;
+  generation: number;
+  /**
+   * The leader's assignment: opaque bytes per member, with the partitions they name when the
+   * transport could read them (owners in descriptions). Empty from other members.
+   */
+  assignments: { memberId: string; assignment: Uint8Array; partitions: TopicPartition[] }[];
 }

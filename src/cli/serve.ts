@@ -25,6 +25,7 @@ import {
   type TlsServerMaterial,
 } from "../runtime/tls.ts";
 import { createTcpTransport } from "../transport/tcp/transport.ts";
+import { startKafkaListener } from "./serve-kafka.ts";
 import { jsonLineLogger, type LogLevel } from "../lib/logger.ts";
 import { RefusalLog } from "../lib/refusals.ts";
 import {
@@ -56,8 +57,11 @@ Options:
   --flush-every-records N     fsync once N records wait (default 1: fsync before every ack)
   --flush-interval MS         with N > 1, fsync at least this often (default ${flushIntervalMsDefault})
   --max-request-bytes BYTES   largest HTTP body or TCP frame (default ${requestBytesDefault})
-  --read-timeout MS           close a TCP connection stalled inside a frame, or (while the broker
-                              has keys) not authenticated this long after opening (default ${readTimeoutMsDefault})
+  --read-timeout MS           close a TCP or Kafka connection stalled inside a frame, or (while the
+                              broker has keys) not authenticated this long after opening (default ${readTimeoutMsDefault})
+  --kafka-port PORT           also speak Kafka's protocol on this port, 0 = any free port
+                              (off unless given; docs/kafka.md)
+  --kafka-advertised-host H   the host Kafka clients are told to connect to (default --host)
   --cold-storage-dir DIR      move segments that retention removes there (and serve them from there)
                               instead of deleting them; topic config cold_retention_ms says how long
   --cleanup-interval-ms MS    run retention and compaction over every partition this often
@@ -92,6 +96,8 @@ export async function serve(argv: string[]): Promise<number> {
       "flush-interval": { type: "string" },
       "max-request-bytes": { type: "string" },
       "read-timeout": { type: "string" },
+      "kafka-port": { type: "string" },
+      "kafka-advertised-host": { type: "string" },
       "cold-storage-dir": { type: "string" },
       "cleanup-interval-ms": { type: "string" },
       "producer-expiry-ms": { type: "string" },
@@ -113,6 +119,10 @@ export async function serve(argv: string[]): Promise<number> {
   const host = values.host!;
   const httpPort = intOption("http-port", values["http-port"], 8080, 0, 65535);
   const tcpPort = intOption("tcp-port", values["tcp-port"], 9092, 0, 65535);
+  const kafkaPort =
+    values["kafka-port"] === undefined
+      ? null
+      : intOption("kafka-port", values["kafka-port"], 0, 0, 65535);
   const flushEveryRecords = intOption(
     "flush-every-records",
     values["flush-every-records"],
@@ -241,6 +251,12 @@ export async function serve(argv: string[]): Promise<number> {
   let http;
   let tcp;
   let listener;
+  let kafka: Awaited<ReturnType<typeof startKafkaListener>> | null = null;
+  if (kafkaPort !== null && keys.enabled) {
+    await broker.close();
+    lock.release();
+    throw new UsageError("--kafka-port cannot be used while the data directory has API keys (yet)");
+  }
   try {
     http = await serveHttp(
       createAuthenticatedHttpApp({
@@ -273,15 +289,27 @@ export async function serve(argv: string[]): Promise<number> {
       { host, port: tcpPort, tls: tlsMaterial, logger, refusals },
       (socket) => tcp!.handleConnection(socket),
     );
+    if (kafkaPort !== null)
+      kafka = await startKafkaListener({
+        broker,
+        logger,
+        refusals,
+        host,
+        port: kafkaPort,
+        advertisedHost: values["kafka-advertised-host"] ?? host,
+        maxRequestBytes,
+        readTimeoutMs,
+      });
   } catch (err) {
     await http?.close().catch(() => {});
+    await listener?.close().catch(() => {});
     await broker.close();
     lock.release();
     throw err;
   }
   const shownHost = host.includes(":") ? `[${host}]` : host;
   const tlsShown = tlsMaterial === undefined ? "off" : tlsMaterial.mutual ? "mutual" : "on";
-  const listening = `es-broker ${version} (${runtimeDescription()}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port} data=${dataDir} tls=${tlsShown} auth=${keys.enabled ? "on" : "off"}\n`;
+  const listening = `es-broker ${version} (${runtimeDescription()}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port}${kafka === null ? "" : ` kafka=${shownHost}:${kafka.port}`} data=${dataDir} tls=${tlsShown} auth=${keys.enabled ? "on" : "off"}\n`;
 
   // SIGHUP: new TLS material for new connections, api_keys.json again; failures keep the old.
   let reloading = Promise.resolve();
@@ -324,7 +352,7 @@ export async function serve(argv: string[]): Promise<number> {
         try {
           // Stop accepting on both ports, let in-flight requests finish, then fsync and close files.
           const listenerClosed = listener!.close();
-          await Promise.all([http!.close(), tcp!.close()]);
+          await Promise.all([http!.close(), tcp!.close(), kafka?.close()]);
           await listenerClosed;
           refusals.flush();
           await reloading;

@@ -35,6 +35,10 @@ export const refusalKinds = [
   "tls.handshake_failed",
   /** A TLS handshake sent to the plain HTTP port (Node's parser reports it). */
   "http.tls_on_plain_port",
+  /** A Kafka request frame whose size is out of range, that breaks Kafka's grammar, or that names an api or version not served; the connection closed. */
+  "kafka.request_refused",
+  /** A Kafka request frame that did not arrive whole within `--read-timeout`; the connection closed. */
+  "kafka.read_timeout",
 ] as const;
 
 /** One of {@link refusalKinds}. */

@@ -1,0 +1,58 @@
+/**
+ * `serve --kafka-port`: the Kafka listener's wiring (docs/kafka.md), apart from `serve.ts` so that
+ * file stays about the front doors every broker has.
+ */
+import type { Broker } from "../broker/types.ts";
+import type { Logger } from "../lib/logger.ts";
+import type { RefusalLog } from "../lib/refusals.ts";
+import { systemClock } from "../runtime/clock.ts";
+import { nodeGunzip } from "../runtime/kafka-gzip.ts";
+import { listenTcp } from "../runtime/tcp.ts";
+import { createKafkaTransport } from "../transport/kafka/listener.ts";
+import type { KafkaAuthenticator } from "../transport/kafka/sasl.ts";
+
+/** A running Kafka listener. */
+export interface KafkaListener {
+  /** The bound port. */
+  port: number;
+  /** Stops accepting, lets in-flight requests finish (as the TCP front door), closes connections. */
+  close(): Promise<void>;
+}
+
+/** Starts the Kafka listener on `host:port`. @throws the listen error. */
+export async function startKafkaListener(options: {
+  broker: Broker;
+  logger: Logger;
+  refusals: RefusalLog;
+  host: string;
+  port: number;
+  /** Host Metadata and FindCoordinator name (the port is the bound one). */
+  advertisedHost: string;
+  maxRequestBytes: number;
+  readTimeoutMs: number;
+  authenticator?: KafkaAuthenticator | null;
+}): Promise<KafkaListener> {
+  const transport = createKafkaTransport({
+    broker: options.broker,
+    clock: systemClock,
+    logger: options.logger,
+    refusals: options.refusals,
+    advertised: { host: options.advertisedHost, port: options.port },
+    gunzip: nodeGunzip,
+    authenticator: options.authenticator ?? null,
+    maxRequestBytes: options.maxRequestBytes,
+    readTimeoutMs: options.readTimeoutMs,
+  });
+  const listener = await listenTcp({ host: options.host, port: options.port }, (socket) =>
+    transport.handleConnection(socket),
+  );
+  transport.setAdvertised({ host: options.advertisedHost, port: listener.port });
+  return {
+    port: listener.port,
+    async close() {
+      const closed = listener.close();
+      await transport.close();
+      await closed;
+    },
+  };
+}

@@ -1,0 +1,730 @@
+/**
+ * One handler per Kafka api (docs/kafka.md "Supported apis", "What is mapped how"): decode the
+ * request (`protocol/kafka/`), call the {@link Broker}, encode the answer. The broker is called
+ * synchronously, before any await, so requests of one connection reach it in frame order.
+ */
+import { BrokerError, Errors, kafkaErrorCode } from "../../broker/errors.ts";
+import type { Broker, FetchResult, ProduceResult, TopicDescription } from "../../broker/types.ts";
+import {
+  fetchBytesMax,
+  fetchRecordsMax,
+  fetchWaitMsMax,
+  produceRecordsMax,
+  recordPayloadBytesMax,
+} from "../../lib/limits.ts";
+import {
+  type FetchPartitionResponse,
+  decodeFetchRequest,
+  decodeListOffsetsRequest,
+  encodeFetchResponse,
+  encodeListOffsetsResponse,
+} from "../../protocol/kafka/fetch.ts";
+import {
+  decodeConsumerAssignment,
+  decodeConsumerSubscription,
+  decodeHeartbeatRequest,
+  decodeJoinGroupRequest,
+  decodeLeaveGroupRequest,
+  decodeOffsetCommitRequest,
+  decodeOffsetFetchRequest,
+  decodeSyncGroupRequest,
+  encodeErrorCodeResponse,
+  encodeJoinGroupResponse,
+  encodeOffsetCommitResponse,
+  encodeOffsetFetchResponse,
+  encodeSyncGroupResponse,
+} from "../../protocol/kafka/groups.ts";
+import {
+  KafkaApi,
+  decodeRequestHeader,
+  encodeApiVersionsResponse,
+  isServedVersion,
+  peekRequestHeader,
+} from "../../protocol/kafka/header.ts";
+import {
+  decodeFindCoordinatorRequest,
+  decodeMetadataRequest,
+  encodeFindCoordinatorResponse,
+  encodeMetadataResponse,
+  type MetadataTopic,
+} from "../../protocol/kafka/metadata.ts";
+import {
+  type ProducePartitionResponse,
+  decodeInitProducerIdRequest,
+  decodeProduceRequest,
+  encodeInitProducerIdResponse,
+  encodeProduceResponse,
+} from "../../protocol/kafka/produce.ts";
+import {
+  RecordBatchError,
+  decodeRecordBatch,
+  encodeRecordBatch,
+} from "../../protocol/kafka/record-batch.ts";
+import {
+  decodeSaslAuthenticateRequest,
+  decodeSaslHandshakeRequest,
+  encodeSaslAuthenticateResponse,
+  encodeSaslHandshakeResponse,
+  parsePlainToken,
+} from "../../protocol/kafka/sasl.ts";
+import type { KafkaSettings } from "./listener.ts";
+
+/** Kafka error codes the handlers use by name. */
+const K = {
+  none: 0,
+  unknownServerError: -1,
+  unknownTopicOrPartition: 3,
+  coordinatorNotAvailable: 15,
+  invalidRequiredAcks: 21,
+  unsupportedSaslMechanism: 33,
+  illegalSaslState: 34,
+  unsupportedVersion: 35,
+  invalidRequest: 42,
+  saslAuthenticationFailed: 58,
+} as const;
+
+/** Thrown by a handler to close the connection (after the answers before it). */
+export class CloseConnection extends Error {
+  override name = "CloseConnection";
+}
+
+/** What a connection keeps between requests. */
+export interface KafkaConnectionState {
+  settings: KafkaSettings;
+  /** Aborted when the connection closes: ends long-polling fetches. */
+  signal: AbortSignal;
+  remote: string;
+  /** The broker to serve through: null until SASL succeeds when authentication is required. */
+  broker: Broker | null;
+  sasl: "start" | "handshaken" | "authenticated" | "failed";
+}
+
+/** A started request. */
+export interface KafkaServed {
+  /** The response frame (or its chunks); null when the client expects none (Produce acks 0). */
+  response: Promise<Uint8Array | readonly Uint8Array[] | null>;
+  /** Bytes the answer may reach beyond the frame (a Fetch's max_bytes). */
+  answerBytes: number;
+}
+
+/** The Kafka code of any error a broker call threw (non-BrokerErrors are −1 and rethrown by the caller's log). */
+function codeOf(error: unknown, group = false): number {
+  if (!(error instanceof BrokerError)) return K.unknownServerError;
+  if (group && error.kind === Errors.unavailable) return K.coordinatorNotAvailable;
+  return kafkaErrorCode(error.kind);
+}
+
+/** Rethrows what is not a BrokerError (a bug: logged by the listener, connection closed). */
+function brokerErrorOnly(error: unknown): void {
+  if (!(error instanceof BrokerError)) throw error;
+}
+
+const answered = (bytes: Uint8Array): KafkaServed => ({
+  response: Promise.resolve(bytes),
+  answerBytes: 0,
+});
+
+/**
+ * Starts serving one request frame (the bytes after `size`).
+ * @throws CloseConnection or KafkaDecodeError when the connection must close.
+ */
+export function serveKafkaRequest(frame: Uint8Array, state: KafkaConnectionState): KafkaServed {
+  const { apiKey, apiVersion, correlationId } = peekRequestHeader(frame);
+  if (apiKey === KafkaApi.ApiVersions) {
+    // Answered at any version from the fixed header alone: v3+ (flexible) get error 35 in the v0 layout.
+    const served = isServedVersion(apiKey, apiVersion);
+    return answered(
+      encodeApiVersionsResponse(
+        correlationId,
+        served ? apiVersion : 0,
+        served ? 0 : K.unsupportedVersion,
+      ),
+    );
+  }
+  if (!isServedVersion(apiKey, apiVersion))
+    throw new CloseConnection(`api ${apiKey} version ${apiVersion} is not served`);
+  const { header, body } = decodeRequestHeader(frame);
+  if (apiKey === KafkaApi.SaslHandshake) return answered(saslHandshake(body, correlationId, state));
+  if (apiKey === KafkaApi.SaslAuthenticate) return saslAuthenticate(body, correlationId, state);
+  const broker = state.broker;
+  if (broker === null) throw new CloseConnection("a request before SASL authentication");
+  const s = state.settings;
+  switch (apiKey) {
+    case KafkaApi.Metadata:
+      return { response: metadata(body, correlationId, broker, s), answerBytes: 0 };
+    case KafkaApi.Produce:
+      return produce(body, correlationId, broker, s);
+    case KafkaApi.Fetch:
+      return fetch(body, correlationId, broker, state.signal);
+    case KafkaApi.ListOffsets:
+      return { response: listOffsets(body, correlationId, broker), answerBytes: 0 };
+    case KafkaApi.FindCoordinator: {
+      decodeFindCoordinatorRequest(body);
+      return answered(encodeFindCoordinatorResponse(correlationId, { errorCode: 0, node: s.node }));
+    }
+    case KafkaApi.JoinGroup:
+      return {
+        response: joinGroup(body, correlationId, broker, header.clientId ?? ""),
+        answerBytes: 0,
+      };
+    case KafkaApi.SyncGroup:
+      return { response: syncGroup(body, correlationId, broker), answerBytes: 0 };
+    case KafkaApi.Heartbeat:
+      return { response: heartbeat(body, correlationId, broker), answerBytes: 0 };
+    case KafkaApi.LeaveGroup:
+      return { response: leaveGroup(body, correlationId, broker), answerBytes: 0 };
+    case KafkaApi.OffsetCommit:
+      return { response: offsetCommit(body, correlationId, broker), answerBytes: 0 };
+    case KafkaApi.OffsetFetch:
+      return { response: offsetFetch(body, correlationId, broker), answerBytes: 0 };
+    case KafkaApi.InitProducerId:
+      return { response: initProducerId(body, correlationId, broker), answerBytes: 0 };
+    default:
+      throw new CloseConnection(`api ${apiKey} is not served`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SASL (transport/kafka/sasl.ts has the state table)
+
+function saslHandshake(
+  body: Uint8Array,
+  correlationId: number,
+  state: KafkaConnectionState,
+): Uint8Array {
+  const { mechanism } = decodeSaslHandshakeRequest(body);
+  const mechanisms = ["PLAIN"];
+  if (state.settings.authenticator === null || state.sasl !== "start")
+    return encodeSaslHandshakeResponse(correlationId, {
+      errorCode: K.illegalSaslState,
+      mechanisms,
+    });
+  if (mechanism !== "PLAIN")
+    return encodeSaslHandshakeResponse(correlationId, {
+      errorCode: K.unsupportedSaslMechanism,
+      mechanisms,
+    });
+  state.sasl = "handshaken";
+  return encodeSaslHandshakeResponse(correlationId, { errorCode: 0, mechanisms });
+}
+
+function saslAuthenticate(
+  body: Uint8Array,
+  correlationId: number,
+  state: KafkaConnectionState,
+): KafkaServed {
+  const { authBytes } = decodeSaslAuthenticateRequest(body);
+  const authenticator = state.settings.authenticator;
+  if (authenticator === null || state.sasl !== "handshaken") {
+    if (state.sasl === "start" && authenticator !== null)
+      throw new CloseConnection("SaslAuthenticate before SaslHandshake");
+    return answered(
+      encodeSaslAuthenticateResponse(correlationId, {
+        errorCode: K.illegalSaslState,
+        errorMessage: "SASL authentication is not expected now",
+      }),
+    );
+  }
+  const plain = parsePlainToken(authBytes);
+  const broker =
+    plain === null ? null : authenticator.authenticate(plain.user, plain.password, state.remote);
+  if (broker === null) {
+    // One message whatever was wrong: it must not tell whether the user exists.
+    state.sasl = "failed";
+    return {
+      response: Promise.resolve(
+        encodeSaslAuthenticateResponse(correlationId, {
+          errorCode: K.saslAuthenticationFailed,
+          errorMessage: "Authentication failed: invalid user name or password",
+        }),
+      ),
+      answerBytes: 0,
+    };
+  }
+  state.sasl = "authenticated";
+  state.broker = broker;
+  return answered(
+    encodeSaslAuthenticateResponse(correlationId, { errorCode: 0, errorMessage: null }),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metadata
+
+async function metadata(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+  s: KafkaSettings,
+): Promise<Uint8Array> {
+  const { topics: names } = decodeMetadataRequest(body);
+  const described: MetadataTopic[] = [];
+  const partitionsOf = (t: TopicDescription): number[] => t.partitions.map((p) => p.partition);
+  if (names === null) {
+    for (const t of await broker.listTopics())
+      described.push({ errorCode: 0, name: t.name, partitions: partitionsOf(t) });
+  } else {
+    for (const name of names) {
+      try {
+        const t = await broker.describeTopic(name);
+        described.push({ errorCode: 0, name, partitions: partitionsOf(t) });
+      } catch (error) {
+        brokerErrorOnly(error);
+        described.push({ errorCode: codeOf(error), name, partitions: [] });
+      }
+    }
+  }
+  return encodeMetadataResponse(correlationId, { node: s.node, topics: described });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Produce
+
+function produce(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+  s: KafkaSettings,
+): KafkaServed {
+  const request = decodeProduceRequest(body);
+  const validAcks = request.acks === 0 || request.acks === 1 || request.acks === -1;
+  const results: Promise<{ name: string; partitions: ProducePartitionResponse[] }>[] = [];
+  for (const topic of request.topics) {
+    const partitions: Promise<ProducePartitionResponse>[] = [];
+    for (const p of topic.partitions) {
+      const failed = (errorCode: number): Promise<ProducePartitionResponse> =>
+        Promise.resolve({ index: p.index, errorCode, baseOffset: -1 });
+      if (!validAcks) {
+        partitions.push(failed(K.invalidRequiredAcks));
+        continue;
+      }
+      if (request.transactionalId !== null || p.records === null) {
+        partitions.push(failed(K.invalidRequest));
+        continue;
+      }
+      let produced: Promise<ProduceResult>;
+      try {
+        const batch = decodeRecordBatch(p.records, {
+          maxUncompressedBytes: s.maxRequestBytes,
+          maxRecords: produceRecordsMax,
+          maxRecordPayloadBytes: recordPayloadBytesMax,
+          gunzip: s.gunzip,
+        });
+        produced = broker.produce({
+          topic: topic.name,
+          partition: p.index,
+          batch: batch.entries,
+          producer:
+            batch.producerId >= 0
+              ? {
+                  id: String(batch.producerId),
+                  epoch: batch.producerEpoch,
+                  sequence: batch.baseSequence,
+                }
+              : undefined,
+        });
+      } catch (error) {
+        if (error instanceof RecordBatchError) {
+          partitions.push(failed(error.kafkaCode));
+          continue;
+        }
+        produced = Promise.reject(error);
+      }
+      partitions.push(
+        produced.then(
+          (r) => ({ index: p.index, errorCode: 0, baseOffset: r.spans[0]?.baseOffset ?? -1 }),
+          (error: unknown) => {
+            brokerErrorOnly(error);
+            return { index: p.index, errorCode: codeOf(error), baseOffset: -1 };
+          },
+        ),
+      );
+    }
+    results.push(Promise.all(partitions).then((ps) => ({ name: topic.name, partitions: ps })));
+  }
+  const response = Promise.all(results).then((topics) =>
+    request.acks === 0 ? null : encodeProduceResponse(correlationId, topics),
+  );
+  return { response, answerBytes: 0 };
+}
+
+function initProducerId(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+): Promise<Uint8Array> {
+  const request = decodeInitProducerIdRequest(body);
+  const failed = (errorCode: number) =>
+    encodeInitProducerIdResponse(correlationId, { errorCode, producerId: -1, producerEpoch: -1 });
+  if (request.transactionalId !== null || broker.initProducerId === undefined)
+    return Promise.resolve(failed(K.invalidRequest));
+  return broker.initProducerId().then(
+    (r) =>
+      encodeInitProducerIdResponse(correlationId, {
+        errorCode: 0,
+        producerId: r.producerId,
+        producerEpoch: r.epoch,
+      }),
+    (error: unknown) => {
+      brokerErrorOnly(error);
+      return failed(codeOf(error));
+    },
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fetch and ListOffsets
+
+interface PartitionFetch {
+  topic: string;
+  partition: number;
+  offset: number;
+  maxBytes: number;
+}
+
+function fetch(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+  signal: AbortSignal,
+): KafkaServed {
+  const request = decodeFetchRequest(body);
+  const wanted: PartitionFetch[] = [];
+  for (const t of request.topics)
+    for (const p of t.partitions)
+      wanted.push({
+        topic: t.topic,
+        partition: p.partition,
+        offset: p.fetchOffset,
+        maxBytes: Math.min(Math.max(p.partitionMaxBytes, 1), fetchBytesMax),
+      });
+  const maxBytes = Math.min(Math.max(request.maxBytes, 1), fetchBytesMax);
+  const waitMs = Math.min(Math.max(request.maxWaitMs, 0), fetchWaitMsMax);
+  const minBytes = Math.max(request.minBytes, 1);
+  const response = fetchAll(broker, wanted, { maxBytes, waitMs: 0, signal }).then(async (first) => {
+    const got = first.reduce((n, r) => n + r.bytes, 0);
+    const anyError = first.some((r) => r.answer.errorCode !== 0);
+    if (got >= minBytes || anyError || waitMs === 0 || signal.aborted) return first;
+    // Nothing (enough) yet: long-poll every partition; the first to see records ends the others.
+    const early = new AbortController();
+    const stop = () => early.abort();
+    signal.addEventListener("abort", stop);
+    try {
+      return await fetchAll(broker, wanted, {
+        maxBytes,
+        waitMs,
+        signal: early.signal,
+        onRecords: stop,
+      });
+    } finally {
+      signal.removeEventListener("abort", stop);
+    }
+  });
+  const encoded = response.then((results) => {
+    const byTopic = new Map<string, FetchPartitionResponse[]>();
+    for (const r of results) {
+      let list = byTopic.get(r.topic);
+      if (list === undefined) byTopic.set(r.topic, (list = []));
+      list.push(r.answer);
+    }
+    return encodeFetchResponse(
+      correlationId,
+      [...byTopic].map(([topic, partitions]) => ({ topic, partitions })),
+    );
+  });
+  return { response: encoded, answerBytes: maxBytes };
+}
+
+interface FetchedPartition {
+  topic: string;
+  answer: FetchPartitionResponse;
+  bytes: number;
+}
+
+/** Fetches every partition (all started at once), within `maxBytes` in total, in request order. */
+async function fetchAll(
+  broker: Broker,
+  wanted: PartitionFetch[],
+  p: { maxBytes: number; waitMs: number; signal: AbortSignal; onRecords?: () => void },
+): Promise<FetchedPartition[]> {
+  // Each partition may take up to its own limit; the total is trimmed after (KIP-74: the first
+  // partition with records always gets at least one batch).
+  const started = wanted.map((w) =>
+    broker
+      .fetch({
+        topic: w.topic,
+        partition: w.partition,
+        offset: w.offset,
+        maxBytes: w.maxBytes,
+        maxRecords: fetchRecordsMax,
+        waitMs: p.waitMs,
+        signal: p.signal,
+      })
+      .then(
+        (r: FetchResult) => {
+          if (r.records.count > 0) p.onRecords?.();
+          return r;
+        },
+        (error: unknown) => {
+          brokerErrorOnly(error);
+          return error as BrokerError;
+        },
+      ),
+  );
+  const results = await Promise.all(started);
+  let budget = p.maxBytes;
+  return results.map((r, i) => {
+    const w = wanted[i];
+    if (r instanceof BrokerError) {
+      const highWatermark = -1;
+      return {
+        topic: w.topic,
+        answer: {
+          partition: w.partition,
+          errorCode: codeOf(r),
+          highWatermark,
+          records: new Uint8Array(0),
+        },
+        bytes: 0,
+      };
+    }
+    let records: Uint8Array = new Uint8Array(0);
+    if (r.records.count > 0 && (budget > 0 || budget === p.maxBytes)) {
+      records = encodeRecordBatch(r.records);
+      budget -= records.length;
+    }
+    return {
+      topic: w.topic,
+      answer: { partition: w.partition, errorCode: 0, highWatermark: r.highWatermark, records },
+      bytes: records.length,
+    };
+  });
+}
+
+async function listOffsets(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+): Promise<Uint8Array> {
+  const request = decodeListOffsetsRequest(body);
+  const topics = [];
+  for (const t of request.topics) {
+    const partitions = [];
+    for (const p of t.partitions) {
+      try {
+        if (p.timestamp !== -1 && p.timestamp !== -2)
+          throw new BrokerError(
+            Errors.invalidRequest,
+            "Cannot list offsets by timestamp: only −1 (latest) and −2 (earliest) are supported",
+          );
+        const o = await broker.listOffsets({ topic: t.name, partition: p.partition });
+        partitions.push({
+          partition: p.partition,
+          errorCode: 0,
+          timestamp: -1,
+          offset: p.timestamp === -2 ? o.logStartOffset : o.highWatermark,
+        });
+      } catch (error) {
+        brokerErrorOnly(error);
+        partitions.push({
+          partition: p.partition,
+          errorCode: codeOf(error),
+          timestamp: -1,
+          offset: -1,
+        });
+      }
+    }
+    topics.push({ name: t.name, partitions });
+  }
+  return encodeListOffsetsResponse(correlationId, topics);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer groups
+
+function requireGroups<T>(method: T | undefined): T {
+  if (method === undefined)
+    throw new BrokerError(
+      Errors.unavailable,
+      "Cannot serve group requests: this broker has no client-assigned groups",
+    );
+  return method;
+}
+
+async function joinGroup(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+  clientId: string,
+): Promise<Uint8Array> {
+  const request = decodeJoinGroupRequest(body);
+  let topics: string[] = [];
+  if (request.protocolType === "consumer" && request.protocols.length > 0) {
+    try {
+      topics = decodeConsumerSubscription(request.protocols[0].metadata);
+    } catch {
+      topics = []; // opaque to us; the members still agree among themselves
+    }
+  }
+  try {
+    const join = requireGroups(broker.joinAssignedGroup?.bind(broker));
+    const r = await join({
+      group: request.groupId,
+      memberId: request.memberId === "" ? undefined : request.memberId,
+      clientId: clientId.length > 0 ? clientId : "kafka",
+      sessionTimeoutMs: request.sessionTimeoutMs,
+      rebalanceTimeoutMs: request.rebalanceTimeoutMs,
+      protocolType: request.protocolType,
+      protocols: request.protocols,
+      topics,
+    });
+    return encodeJoinGroupResponse(correlationId, {
+      errorCode: 0,
+      generationId: r.generation,
+      protocolName: r.protocol,
+      leader: r.leader,
+      memberId: r.memberId,
+      members: r.members,
+    });
+  } catch (error) {
+    brokerErrorOnly(error);
+    return encodeJoinGroupResponse(correlationId, {
+      errorCode: codeOf(error, true),
+      generationId: -1,
+      protocolName: "",
+      leader: "",
+      memberId: request.memberId,
+      members: [],
+    });
+  }
+}
+
+async function syncGroup(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+): Promise<Uint8Array> {
+  const request = decodeSyncGroupRequest(body);
+  try {
+    const sync = requireGroups(broker.syncAssignedGroup?.bind(broker));
+    const r = await sync({
+      group: request.groupId,
+      memberId: request.memberId,
+      generation: request.generationId,
+      assignments: request.assignments.map((a) => {
+        let partitions: { topic: string; partition: number }[] = [];
+        try {
+          partitions = decodeConsumerAssignment(a.assignment);
+        } catch {
+          partitions = [];
+        }
+        return { memberId: a.memberId, assignment: a.assignment, partitions };
+      }),
+    });
+    return encodeSyncGroupResponse(correlationId, { errorCode: 0, assignment: r.assignment });
+  } catch (error) {
+    brokerErrorOnly(error);
+    return encodeSyncGroupResponse(correlationId, {
+      errorCode: codeOf(error, true),
+      assignment: new Uint8Array(0),
+    });
+  }
+}
+
+async function heartbeat(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+): Promise<Uint8Array> {
+  const request = decodeHeartbeatRequest(body);
+  try {
+    const beat = requireGroups(broker.heartbeatAssignedGroup?.bind(broker));
+    await beat({
+      group: request.groupId,
+      memberId: request.memberId,
+      generation: request.generationId,
+    });
+    return encodeErrorCodeResponse(correlationId, 0);
+  } catch (error) {
+    brokerErrorOnly(error);
+    return encodeErrorCodeResponse(correlationId, codeOf(error, true));
+  }
+}
+
+async function leaveGroup(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+): Promise<Uint8Array> {
+  const request = decodeLeaveGroupRequest(body);
+  try {
+    await broker.leaveGroup({ group: request.groupId, memberId: request.memberId });
+    return encodeErrorCodeResponse(correlationId, 0);
+  } catch (error) {
+    brokerErrorOnly(error);
+    return encodeErrorCodeResponse(correlationId, codeOf(error, true));
+  }
+}
+
+async function offsetCommit(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+): Promise<Uint8Array> {
+  const request = decodeOffsetCommitRequest(body);
+  const standalone = request.generationId === -1 && request.memberId === "";
+  let errorCode = 0;
+  const offsets = request.topics.flatMap((t) =>
+    t.partitions.map((p) => ({ topic: t.name, partition: p.partition, offset: p.offset })),
+  );
+  if (offsets.length > 0) {
+    try {
+      await broker.commitOffsets({
+        group: request.groupId,
+        memberId: standalone ? undefined : request.memberId,
+        generation: standalone ? undefined : request.generationId,
+        offsets,
+      });
+    } catch (error) {
+      brokerErrorOnly(error);
+      errorCode = codeOf(error, true);
+    }
+  }
+  return encodeOffsetCommitResponse(
+    correlationId,
+    request.topics.map((t) => ({
+      name: t.name,
+      partitions: t.partitions.map((p) => ({ partition: p.partition, errorCode })),
+    })),
+  );
+}
+
+async function offsetFetch(
+  body: Uint8Array,
+  correlationId: number,
+  broker: Broker,
+): Promise<Uint8Array> {
+  const request = decodeOffsetFetchRequest(body);
+  const committed = new Map<string, number>();
+  let errorCode = 0;
+  try {
+    const d = await broker.describeGroup(request.groupId);
+    for (const o of d.offsets)
+      if (o.committed !== null) committed.set(`${o.topic}\0${o.partition}`, o.committed);
+  } catch (error) {
+    brokerErrorOnly(error);
+    if (!(error instanceof BrokerError && error.kind === Errors.groupNotFound))
+      errorCode = codeOf(error, true);
+  }
+  return encodeOffsetFetchResponse(
+    correlationId,
+    request.topics.map((t) => ({
+      name: t.name,
+      partitions: t.partitions.map((partition) => ({
+        partition,
+        offset: committed.get(`${t.name}\0${partition}`) ?? -1,
+        errorCode,
+      })),
+    })),
+  );
+}
