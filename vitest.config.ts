@@ -27,7 +27,7 @@ export default defineConfig({
             "test/e2e/*.test.ts",
             ...(target.name === "binary" ? ["test/e2e/binary/*.test.ts"] : []),
           ],
-          globalSetup: ["test/e2e/global-setup.ts"],
+          globalSetup: ["test/e2e/global-setup.ts", "test/e2e/kafka-tools.ts"],
           env: { ES_BROKER_TARGET: target.name, ES_BROKER_CMD: JSON.stringify(target.command) },
         },
       })),

@@ -49,6 +49,8 @@ export interface BrokerProcess {
   /** `http://host:port`, or `https://host:port` when the broker serves TLS. */
   httpUrl: string;
   tcp: { host: string; port: number };
+  /** The Kafka listener, when started with `--kafka-port`. */
+  kafka?: { host: string; port: number };
   /** Everything the process wrote to stderr so far. */
   stderr(): string;
   /** Sends a signal and resolves with the exit code (or signal name) once it exits. */
@@ -110,10 +112,12 @@ export async function startBroker(
   });
   const m = /http=(https?):\/\/([^\s]+):(\d+) tcp=([^\s]+):(\d+)/.exec(line);
   if (!m) throw new Error(`[${target}] unexpected start-up line: ${line}`);
+  const k = / kafka=([^\s]+):(\d+)/.exec(line);
   return {
     proc,
     httpUrl: `${m[1]}://${m[2]}:${m[3]}`,
     tcp: { host: m[4], port: Number(m[5]) },
+    kafka: k ? { host: k[1], port: Number(k[2]) } : undefined,
     stderr: () => err,
     stop: (signal = "SIGTERM") => {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
