@@ -374,9 +374,12 @@ describe("PLAIN tokens (field-failures scenario 42)", () => {
     ["no nuls at all", null, "no NULs"],
     ["\0A\0passA", { user: "A", password: "passA" }, "no authzid"],
     ["A\0A\0passA", { user: "A", password: "passA" }, "authzid equal to the user"],
-  ])("%j → %j (%s)", (token, expected) => {
-    expect(parsePlainToken(t(token))).toEqual(expected);
-  });
+  ] as [string, { user: string; password: string } | null, string][])(
+    "%j → %j (%s)",
+    (token, expected) => {
+      expect(parsePlainToken(t(token))).toEqual(expected);
+    },
+  );
 
   it("refuses a 100 KB token and invalid UTF-8", () => {
     expect(parsePlainToken(new Uint8Array(100_000).fill(0x41))).toBeNull();
