@@ -53,6 +53,8 @@ describe("RefusalLog", () => {
       "tcp.read_timeout": 10,
       "http.parse_error": 10,
       "auth.failed": 0,
+      "kafka.request_refused": 0,
+      "kafka.read_timeout": 0,
     });
   });
 
@@ -84,6 +86,8 @@ describe("RefusalLog", () => {
       "tls.plaintext_client": 0,
       "tls.handshake_failed": 0,
       "http.tls_on_plain_port": 0,
+      "kafka.request_refused": 0,
+      "kafka.read_timeout": 0,
     });
   });
 });
