@@ -42,6 +42,28 @@
  * watermark (`invalid_offset` otherwise, docs/decisions.md §8). A commit is all or nothing, and durable
  * when it returns.
  *
+ * ## Client-assigned groups (Kafka's JoinGroup/SyncGroup; docs/kafka.md "Consumer groups")
+ *
+ * A group whose members assign partitions themselves: the coordinator only runs the rebalance.
+ * Its members live in memory (never in the group file); offsets and the generation are shared
+ * with the native machinery above. Native and client-assigned members never share a group
+ * (`inconsistent_group_protocol`).
+ *
+ * | phase      | event                                   | outcome                                                 |
+ * |------------|-----------------------------------------|---------------------------------------------------------|
+ * | any        | join (new or known member)              | → preparing; the join waits; waiting syncs get rebalance_in_progress |
+ * | preparing  | every member has a waiting join          | generation + 1, protocol and leader chosen, joins answered (the leader gets every member's metadata) → completing |
+ * | preparing  | rebalance timeout (largest of members') | as above, without the members that did not rejoin        |
+ * | preparing  | heartbeat                               | rebalance_in_progress (session renewed)                  |
+ * | completing | sync from a follower                    | waits for the leader's                                  |
+ * | completing | sync from the leader                    | assignments stored and handed out → stable              |
+ * | completing | commit                                  | rebalance_in_progress                                   |
+ * | stable     | sync                                    | the member's assignment                                 |
+ * | any        | leave, or no heartbeat within session   | member removed; → preparing (or empty: generation + 1)  |
+ *
+ * A member's session timer does not run while its join or sync waits. Commits need a member and
+ * the current generation, but no ownership: the leader's assignment may be opaque.
+ *
  * ## Start-up
  *
  * Each `groups/<group>.json` is loaded; members come back with a fresh session (they have

@@ -2,8 +2,8 @@
  * Client-assigned groups (Kafka's JoinGroup/SyncGroup; `broker/groups.ts` "Client-assigned
  * groups") through LocalBroker on the simulated disk with a ManualClock: joins held until every
  * member rejoined or the rebalance timeout, the leader's assignment handed out, heartbeats
- * signalling rebalances, session expiry, and the fencing of stale commits (field-failures
- * scenario 41: 22, 25 and 27, the stored offset unchanged).
+ * signalling rebalances, session expiry, and the fencing of stale commits (22, 25 and 27, the
+ * stored offset unchanged).
  */
 import { describe, expect, it } from "vitest";
 import type { LocalBroker } from "../../src/broker/broker.ts";
@@ -98,7 +98,7 @@ describe("client-assigned groups", () => {
       .then((r) => (bAssignment = Buffer.from(r.assignment).toString()));
     await settle();
     expect(bAssignment).toBeNull();
-    // Commits wait for the assignment too (scenario 41: during the completing phase).
+    // Commits wait for the assignment too (during the completing phase).
     expect(
       await code(
         broker.commitOffsets({

@@ -1,7 +1,7 @@
 /**
  * The Kafka codecs (`src/protocol/kafka/`): golden bytes per message, RecordBatch v2 against
  * kafkajs's independent encoder and decoder, the refusals of bad batches with their Kafka codes,
- * the decompressors and their bounds, and the PLAIN token rules (field-failures scenario 42).
+ * the decompressors and their bounds, and the PLAIN token rules (docs/kafka.md "SASL/PLAIN").
  */
 import { createRequire } from "node:module";
 import * as lz4 from "lz4js";
@@ -364,7 +364,7 @@ describe("decompression", () => {
   });
 });
 
-describe("PLAIN tokens (field-failures scenario 42)", () => {
+describe("PLAIN tokens: no impersonation, nothing malformed accepted", () => {
   const t = (s: string) => new TextEncoder().encode(s);
   it.each([
     ["B\0A\0passA", null, "an authzid other than the user"],
