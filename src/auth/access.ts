@@ -15,6 +15,9 @@
  */
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type {
+  AssignedJoinRequest,
+  AssignedJoinResult,
+  AssignedSyncRequest,
   Broker,
   CleanupReport,
   CommitOffsetsRequest,
@@ -34,20 +37,27 @@ import { clip, quote } from "../lib/quote.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
 import { parseApiKeyId } from "./key-format.ts";
 import type { ApiKeyInfo, ApiKeySpec, KeyStore } from "./key-store.ts";
-import { anonymousPrincipal, type Principal, principalLabel } from "./principal.ts";
+import {
+  anonymousPrincipal,
+  type KeyPrincipal,
+  type Principal,
+  principalLabel,
+} from "./principal.ts";
 import { authorize, mayList, type Operation, type RequestNames } from "./roles.ts";
 import { authorizedStreams } from "./streams.ts";
 import type { Streams } from "../broker/streams/types.ts";
 import { apiKeyTextBytesMax, producerIdCharsMax } from "../lib/limits.ts";
 
 /** Which front door a request came through, for logs. */
-export type Transport = "http" | "tcp";
+export type Transport = "http" | "tcp" | "kafka";
 
 /**
  * Why an authentication failed (the `reason` of `auth.failed` and of the error message); the TCP
- * transport also logs `timeout` for a connection that never authenticated.
+ * and Kafka transports also log `timeout` for a connection that never authenticated.
+ * `user_mismatch`: a SASL/PLAIN user that is neither the id nor the name of the (valid) key sent
+ * as the password ({@link AccessControl.authenticateUser}).
  */
-export type AuthFailure = "missing" | "malformed" | "unknown";
+export type AuthFailure = "missing" | "malformed" | "unknown" | "user_mismatch";
 
 /**
  * An `unauthenticated` error that also says why (HTTP picks its `WWW-Authenticate` from it); for
@@ -138,6 +148,39 @@ export class AccessControl {
         "Cannot authenticate: the API key is malformed (expected esb_<16 hex digits>_<43 base64url characters>)",
       );
     }
+    const principal = this.#verify(key, id, remote, transport);
+    this.#keys!.noteUse(principal);
+    return principal;
+  }
+
+  /**
+   * Authenticates a user name and a key (SASL/PLAIN on the Kafka listener: the user is the key's
+   * id or its name, the password the whole key). The key is checked first, in constant time, so a
+   * wrong user costs what a wrong key does.
+   * @throws AuthenticationError (`unauthenticated`) for a malformed, unknown, revoked or wrong key,
+   *   or a user that names another key (logged as `auth.failed`, reason `user_mismatch`, with the
+   *   key's id only). Its message never contains the key or the user.
+   */
+  authenticateUser(user: string, key: string, remote: string, transport: Transport): Principal {
+    const id = key.length <= apiKeyTextBytesMax ? parseApiKeyId(key) : null;
+    if (id === null) {
+      this.logFailure("malformed", remote, transport, null);
+      throw new AuthenticationError("malformed", "Cannot authenticate: the API key is malformed");
+    }
+    const principal = this.#verify(key, id, remote, transport);
+    if (user !== principal.id && user !== principal.name) {
+      this.logFailure("user_mismatch", remote, transport, id);
+      throw new AuthenticationError(
+        "unknown",
+        `Cannot authenticate: the user is neither the id nor the name of API key ${id}`,
+      );
+    }
+    this.#keys!.noteUse(principal);
+    return principal;
+  }
+
+  /** The principal of a well-formed key with id `id`. @throws AuthenticationError (logged) if the store does not hold it. */
+  #verify(key: string, id: string, remote: string, transport: Transport): KeyPrincipal {
     const principal = this.#keys?.verify(key) ?? null;
     if (principal === null) {
       this.logFailure("unknown", remote, transport, id);
@@ -146,7 +189,6 @@ export class AccessControl {
         `Cannot authenticate: API key ${id} is not valid (unknown, revoked, or wrong secret)`,
       );
     }
-    this.#keys!.noteUse(principal);
     return principal;
   }
 
@@ -303,6 +345,32 @@ export class AuthorizedBroker implements Broker {
   readonly describeStorage?: () => object;
   /** Durable Streams under the same role table (`auth/streams.ts`); absent if the real broker has none. */
   readonly streams?: Streams;
+  /**
+   * Joins a client-assigned group (the Kafka listener's JoinGroup): the `join_group` row, with
+   * the group and the topics the member subscribes to (when the transport could read them).
+   * Absent if the real broker has no client-assigned groups.
+   */
+  readonly joinAssignedGroup?: (request: AssignedJoinRequest) => Promise<AssignedJoinResult>;
+  /**
+   * Hands out a client-assigned group's assignment (SyncGroup): the `join_group` row, with the
+   * group only (as Kafka checks it: the topics a member reads are checked when it fetches and
+   * commits). Absent as above.
+   */
+  readonly syncAssignedGroup?: (
+    request: AssignedSyncRequest,
+  ) => Promise<{ assignment: Uint8Array }>;
+  /** Keeps a client-assigned member's session (Heartbeat): the `heartbeat` row. Absent as above. */
+  readonly heartbeatAssignedGroup?: (request: {
+    group: string;
+    memberId: string;
+    generation: number;
+  }) => Promise<void>;
+  /**
+   * A new idempotent producer id (InitProducerId): the `produce` row without a topic (admin and
+   * producer keys; each batch is then checked against its topic). Absent if the real broker
+   * cannot hand out producer ids.
+   */
+  readonly initProducerId?: () => Promise<{ producerId: number; epoch: number }>;
 
   constructor(inner: Broker, principal: Principal, access: AccessControl) {
     this.#inner = inner;
@@ -337,6 +405,46 @@ export class AuthorizedBroker implements Broker {
         signal: (signal) => this.#signal(signal),
         audit: (event, fields) => this.#access.audit(principal, event, fields),
       });
+    }
+    const joinAssigned = inner.joinAssignedGroup?.bind(inner);
+    if (joinAssigned !== undefined) {
+      this.joinAssignedGroup = async (request) => {
+        this.#check(
+          "join_group",
+          { group: request.group, topics: Array.isArray(request.topics) ? request.topics : [] },
+          () => `Cannot join group ${quote(request.group)}`,
+        );
+        return joinAssigned(request);
+      };
+    }
+    const syncAssigned = inner.syncAssignedGroup?.bind(inner);
+    if (syncAssigned !== undefined) {
+      this.syncAssignedGroup = async (request) => {
+        this.#check(
+          "join_group",
+          { group: request.group },
+          () => `Cannot sync group ${quote(request.group)}`,
+        );
+        return syncAssigned(request);
+      };
+    }
+    const heartbeatAssigned = inner.heartbeatAssignedGroup?.bind(inner);
+    if (heartbeatAssigned !== undefined) {
+      this.heartbeatAssignedGroup = async (request) => {
+        this.#check(
+          "heartbeat",
+          { group: request.group },
+          () => `Cannot heartbeat in group ${quote(request.group)}`,
+        );
+        return heartbeatAssigned(request);
+      };
+    }
+    const initProducerId = inner.initProducerId?.bind(inner);
+    if (initProducerId !== undefined) {
+      this.initProducerId = async () => {
+        this.#check("produce", {}, "Cannot get a producer id");
+        return initProducerId();
+      };
     }
     const describeStorage = inner.describeStorage?.bind(inner);
     if (describeStorage !== undefined) {

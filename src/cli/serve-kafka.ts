@@ -9,7 +9,8 @@ import { systemClock } from "../runtime/clock.ts";
 import { nodeGunzip } from "../runtime/kafka-gzip.ts";
 import { listenTcp } from "../runtime/tcp.ts";
 import { createKafkaTransport } from "../transport/kafka/listener.ts";
-import type { KafkaAuthenticator } from "../transport/kafka/sasl.ts";
+import type { AccessControl } from "../auth/access.ts";
+import { accessAuthenticator } from "../transport/kafka/sasl.ts";
 
 /** A running Kafka listener. */
 export interface KafkaListener {
@@ -30,7 +31,11 @@ export async function startKafkaListener(options: {
   advertisedHost: string;
   maxRequestBytes: number;
   readTimeoutMs: number;
-  authenticator?: KafkaAuthenticator | null;
+  /**
+   * API keys and the role table (SASL/PLAIN, docs/kafka.md): while the broker has keys every
+   * connection authenticates and is served through its key's broker view.
+   */
+  access: AccessControl;
 }): Promise<KafkaListener> {
   const transport = createKafkaTransport({
     broker: options.broker,
@@ -39,7 +44,7 @@ export async function startKafkaListener(options: {
     refusals: options.refusals,
     advertised: { host: options.advertisedHost, port: options.port },
     gunzip: nodeGunzip,
-    authenticator: options.authenticator ?? null,
+    authenticator: accessAuthenticator(options.access),
     maxRequestBytes: options.maxRequestBytes,
     readTimeoutMs: options.readTimeoutMs,
   });

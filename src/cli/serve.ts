@@ -76,8 +76,9 @@ Options:
   --log-level LEVEL           debug | info | warn | error (default info); logs are JSON lines on stderr
   -h, --help                  show this help
 
-Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on both
-ports needs an API key, except GET /healthz. A key file that cannot be read refuses the start.
+Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
+port needs an API key, except GET /healthz; Kafka clients use SASL/PLAIN (user = the key's name
+or id, password = the key). A key file that cannot be read refuses the start.
 SIGHUP reloads the TLS files and ${apiKeysFileName}; open connections keep working.
 SIGINT or SIGTERM: stop accepting, finish the requests in flight, fsync, close, exit 0; a second
 signal exits at once, with 130 (SIGINT) or 143 (SIGTERM).
@@ -252,11 +253,6 @@ export async function serve(argv: string[]): Promise<number> {
   let tcp;
   let listener;
   let kafka: Awaited<ReturnType<typeof startKafkaListener>> | null = null;
-  if (kafkaPort !== null && keys.enabled) {
-    await broker.close();
-    lock.release();
-    throw new UsageError("--kafka-port cannot be used while the data directory has API keys (yet)");
-  }
   try {
     http = await serveHttp(
       createAuthenticatedHttpApp({
@@ -292,6 +288,7 @@ export async function serve(argv: string[]): Promise<number> {
     if (kafkaPort !== null)
       kafka = await startKafkaListener({
         broker,
+        access,
         logger,
         refusals,
         host,

@@ -4,7 +4,7 @@
  * npm `kafkajs` 2.2.4. Records cross between the Kafka listener, HTTP and the CLI.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { afterEach, describe, expect, it } from "vitest";
@@ -420,4 +420,269 @@ describe(`[${target}] Kafka listener with kafkajs`, () => {
       g.offsets.reduce((n: number, o: { committed: number | null }) => n + (o.committed ?? 0), 0),
     ).toBe(80);
   }, 120_000);
+});
+
+/** A broker with API keys: admin made offline, a producer and a consumer key made over HTTP. */
+async function keyedKafkaBroker(extra: string[] = []): Promise<{
+  broker: BrokerProcess;
+  bootstrap: string;
+  dir: string;
+  keys: { admin: string; producer: string; consumer: string };
+  producerId: string;
+  admin: (method: string, path: string, body?: unknown) => Promise<any>;
+}> {
+  const { dir } = tempDir("es-broker-kafka-keys-");
+  const made = await runCli([
+    "keys",
+    "create",
+    "--data-dir",
+    `${dir}/data`,
+    "--name",
+    "root",
+    "--role",
+    "admin",
+    "--out",
+    `${dir}/admin.key`,
+  ]);
+  expect(made.code, made.stderr).toBe(0);
+  const adminKey = readFileSync(`${dir}/admin.key`, "utf8").trim();
+  const broker = await startBroker(`${dir}/data`, [
+    "--kafka-port",
+    "0",
+    "--log-level",
+    "debug",
+    ...extra,
+  ]);
+  running.push(broker);
+  const admin = async (method: string, path: string, body?: unknown): Promise<any> => {
+    const res = await fetch(`${broker.httpUrl}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${adminKey}`,
+        ...(body === undefined ? {} : { "content-type": "application/json" }),
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    const json = text.length > 0 ? JSON.parse(text) : null;
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
+    return json;
+  };
+  const producer: { key: string; id: string } = await admin("POST", "/v1/admin/keys", {
+    name: "ingest",
+    role: "producer",
+    topics: ["orders*"],
+  });
+  const consumer: { key: string } = await admin("POST", "/v1/admin/keys", {
+    name: "reader",
+    role: "consumer",
+    topics: ["orders*"],
+    groups: ["billing*"],
+  });
+  await admin("POST", "/v1/topics", { name: "orders", partitions: 2 });
+  await admin("POST", "/v1/topics", { name: "secret", partitions: 1 });
+  return {
+    broker,
+    bootstrap: `${broker.kafka!.host}:${broker.kafka!.port}`,
+    dir,
+    keys: { admin: adminKey, producer: producer.key, consumer: consumer.key },
+    producerId: producer.id,
+    admin,
+  };
+}
+
+/**
+ * A kcat configuration file (`-F`, mode 0600) with SASL/PLAIN credentials and `extra` settings:
+ * the key stays off kcat's argv, where `ps` would show it.
+ */
+function kcatConfig(
+  dir: string,
+  name: string,
+  user: string,
+  password: string,
+  extra: string[] = [],
+) {
+  const path = join(dir, `${name}.conf`);
+  writeFileSync(
+    path,
+    [
+      "security.protocol=SASL_PLAINTEXT",
+      "sasl.mechanisms=PLAIN",
+      `sasl.username=${user}`,
+      `sasl.password=${password}`,
+      ...extra,
+      "",
+    ].join("\n"),
+    { mode: 0o600 },
+  );
+  return path;
+}
+
+describe(`[${target}] Kafka listener with API keys (SASL/PLAIN)`, () => {
+  it("kcat with a key's name or id authenticates and gets the key's rights; a wrong password fails with an auth error", async () => {
+    const k = await keyedKafkaBroker();
+    const consumerConf = kcatConfig(k.dir, "reader", "reader", k.keys.consumer);
+    const producerConf = kcatConfig(k.dir, "ingest", k.producerId, k.keys.producer);
+    // Metadata lists only the topics the key may see.
+    const listed = await kcat(["-F", consumerConf, "-b", k.bootstrap, "-L"]);
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stdout.toString()).toContain('topic "orders" with 2 partitions');
+    expect(listed.stdout.toString()).not.toContain("secret");
+    const input = "one\ntwo\nthree\n";
+    const produced = await kcat(
+      ["-F", producerConf, "-b", k.bootstrap, "-P", "-t", "orders", "-p", "1"],
+      { stdin: new TextEncoder().encode(input) },
+    );
+    expect(produced.code, produced.stderr).toBe(0);
+    const consumed = await kcat([
+      "-F",
+      consumerConf,
+      "-b",
+      k.bootstrap,
+      "-C",
+      "-t",
+      "orders",
+      "-p",
+      "1",
+      "-o",
+      "beginning",
+      "-e",
+      "-q",
+    ]);
+    expect(consumed.code, consumed.stderr).toBe(0);
+    expect(consumed.stdout.toString()).toBe(input);
+    // A producer key may not fetch: the offset lookup is refused, kcat says why and exits.
+    const refused = await kcat([
+      "-F",
+      producerConf,
+      "-b",
+      k.bootstrap,
+      "-C",
+      "-t",
+      "orders",
+      "-o",
+      "beginning",
+      "-e",
+    ]);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain("Topic authorization failed");
+    // A consumer key may not produce: nothing is appended.
+    const notProduced = await kcat(
+      ["-F", consumerConf, "-b", k.bootstrap, "-P", "-t", "orders", "-p", "0"],
+      { stdin: new TextEncoder().encode("nope\n") },
+    );
+    expect(notProduced.code).not.toBe(0);
+    expect(notProduced.stderr).toContain("Topic authorization failed");
+    // The wrong password: an authentication error, and kcat gives up instead of hanging.
+    const wrongConf = kcatConfig(k.dir, "wrong", "ingest", `${k.keys.producer.slice(0, -4)}AAAA`);
+    const wrong = await kcat(["-F", wrongConf, "-b", k.bootstrap, "-L", "-m", "5"], {
+      timeoutMs: 30_000,
+    });
+    expect(wrong.code).not.toBe(0);
+    expect(wrong.code).not.toBe(null);
+    expect(wrong.stderr).toContain("SASL authentication error: Authentication failed");
+    const topics = await k.admin("GET", "/v1/topics/orders");
+    expect(topics.partitions.map((p: { high_watermark: number }) => p.high_watermark)).toEqual([
+      0, 3,
+    ]);
+    const log = k.broker.stderr();
+    expect(log).toMatch(/"event":"auth\.failed","transport":"kafka".*"reason":"unknown"/);
+    for (const key of Object.values(k.keys)) expect(log).not.toContain(key.slice(-43));
+  }, 90_000);
+
+  it("kafkajs with sasl plain: an idempotent producer and a consumer group; a producer key cannot fetch or create topics; a wrong password fails", async () => {
+    const k = await keyedKafkaBroker();
+    const client = (username: string, password: string) =>
+      new Kafka({
+        brokers: [k.bootstrap],
+        clientId: "e2e-sasl",
+        logLevel: logLevel.NOTHING,
+        retry: { retries: 2 },
+        sasl: { mechanism: "plain", username, password },
+      });
+    const producing = client("ingest", k.keys.producer);
+    const producer = producing.producer({ idempotent: true, allowAutoTopicCreation: false });
+    await producer.connect();
+    const messages = Array.from({ length: 20 }, (_, i) => ({ key: `k${i}`, value: `v${i}` }));
+    await producer.send({ topic: "orders", messages });
+    // Not its topic: refused, nothing appended.
+    await expect(producer.send({ topic: "secret", messages: [{ value: "x" }] })).rejects.toThrow();
+    await producer.disconnect();
+
+    // A producer key trying to create a topic (no Kafka CreateTopics here) and to consume.
+    const producerAdmin = producing.admin();
+    await producerAdmin.connect();
+    await expect(
+      producerAdmin.createTopics({ topics: [{ topic: "orders-new", numPartitions: 1 }] }),
+    ).rejects.toThrow();
+    await producerAdmin.disconnect();
+    const wrongConsumer = producing.consumer({ groupId: "billing-x" });
+    await wrongConsumer.connect();
+    await wrongConsumer.subscribe({ topic: "orders", fromBeginning: true });
+    const crashed = new Promise<unknown>((resolve) =>
+      wrongConsumer.on(wrongConsumer.events.CRASH, (e) => resolve(e.payload.error)),
+    );
+    let readByProducer = 0;
+    await wrongConsumer.run({ eachMessage: async () => void readByProducer++ });
+    const crash = (await crashed) as { type?: string; message?: string };
+    expect(`${crash.type} ${crash.message}`).toMatch(/GROUP_AUTHORIZATION_FAILED|not authorized/i);
+    await wrongConsumer.disconnect();
+    expect(readByProducer).toBe(0);
+
+    const seen: string[] = [];
+    const consumer = client("reader", k.keys.consumer).consumer({ groupId: "billing-1" });
+    await consumer.connect();
+    await consumer.subscribe({ topic: "orders", fromBeginning: true });
+    await consumer.run({
+      eachMessage: async ({ message }) => void seen.push(message.value!.toString()),
+    });
+    await waitFor("the consumer to read the 20 records", () => seen.length >= 20);
+    expect(seen.sort()).toEqual(messages.map((m) => m.value).sort());
+    await consumer.disconnect();
+    const group = await k.admin("GET", "/v1/groups/billing-1");
+    expect(
+      group.offsets.reduce(
+        (n: number, o: { committed: number | null }) => n + (o.committed ?? 0),
+        0,
+      ),
+    ).toBe(20);
+
+    const wrong = client("reader", `${k.keys.consumer.slice(0, -4)}AAAA`).producer();
+    await expect(wrong.connect()).rejects.toThrow(/SASL PLAIN authentication failed/);
+    const topics = await k.admin("GET", "/v1/topics");
+    expect(topics.topics.map((t: { name: string }) => t.name).sort()).toEqual(["orders", "secret"]);
+    const secret = await k.admin("GET", "/v1/topics/secret");
+    expect(secret.partitions[0].high_watermark).toBe(0);
+  }, 90_000);
+
+  it("revoking a key closes its open Kafka connections; the key then fails to authenticate", async () => {
+    const k = await keyedKafkaBroker();
+    const kafka = new Kafka({
+      brokers: [k.bootstrap],
+      clientId: "e2e-revoke",
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 1, initialRetryTime: 100 },
+      sasl: { mechanism: "plain", username: "ingest", password: k.keys.producer },
+    });
+    const producer = kafka.producer({ allowAutoTopicCreation: false });
+    await producer.connect();
+    await producer.send({ topic: "orders", messages: [{ value: "before" }] });
+    await k.admin("DELETE", "/v1/admin/keys/ingest");
+    await waitFor("the broker to close the key's Kafka connections", () =>
+      /"event":"auth\.connection_closed","transport":"kafka"/.test(k.broker.stderr()),
+    );
+    const after = await producer.send({ topic: "orders", messages: [{ value: "after" }] }).then(
+      () => null,
+      (e: Error) => e,
+    );
+    expect(`${after?.name}: ${after?.message}`).toMatch(/SASL PLAIN authentication failed/);
+    await producer.disconnect().catch(() => {});
+    const orders = await k.admin("GET", "/v1/topics/orders");
+    expect(
+      orders.partitions.reduce(
+        (n: number, p: { high_watermark: number }) => n + p.high_watermark,
+        0,
+      ),
+    ).toBe(1);
+  }, 60_000);
 });

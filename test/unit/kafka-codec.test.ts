@@ -1,7 +1,7 @@
 /**
  * The Kafka codecs (`src/protocol/kafka/`): golden bytes per message, RecordBatch v2 against
  * kafkajs's independent encoder and decoder, the refusals of bad batches with their Kafka codes,
- * the decompressors and their bounds, and the PLAIN token rules (docs/kafka.md "SASL/PLAIN").
+ * the decompressors and their bounds, and the PLAIN token rules (docs/kafka.md "SASL/PLAIN and API keys").
  */
 import { createRequire } from "node:module";
 import * as lz4 from "lz4js";

@@ -10,64 +10,20 @@ import type { LocalBroker } from "../../src/broker/broker.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { FrameDecoder } from "../../src/protocol/frame.ts";
 import { writeFetchRequest } from "../../src/protocol/kafka/fetch.ts";
 import {
   encodeConsumerSubscription,
   writeOffsetCommitRequest,
 } from "../../src/protocol/kafka/groups.ts";
-import {
-  decodeApiVersionsResponse,
-  decodeResponseHeader,
-  encodeRequest,
-} from "../../src/protocol/kafka/header.ts";
+import { decodeApiVersionsResponse, encodeRequest } from "../../src/protocol/kafka/header.ts";
 import { writeMetadataRequest } from "../../src/protocol/kafka/metadata.ts";
 import { decodeProduceResponse, writeProduceRequest } from "../../src/protocol/kafka/produce.ts";
 import { encodeRecordBatch } from "../../src/protocol/kafka/record-batch.ts";
 import type { KafkaWriter } from "../../src/protocol/kafka/wire.ts";
 import { nodeGunzip } from "../../src/runtime/kafka-gzip.ts";
 import { createKafkaTransport } from "../../src/transport/kafka/listener.ts";
-import type { ByteSocket, ByteSocketHandlers } from "../../src/transport/tcp/socket.ts";
 import { openTestBroker } from "../helpers/broker.ts";
-import { storedRecords } from "../helpers/kafka.ts";
-
-class FakeSocket implements ByteSocket {
-  readonly remoteAddress = "test:1";
-  handlers: ByteSocketHandlers | null = null;
-  written: Uint8Array[] = [];
-  closed = false;
-  attach(handlers: ByteSocketHandlers): void {
-    this.handlers = handlers;
-  }
-  write(chunks: readonly Uint8Array[]): boolean {
-    if (!this.closed) for (const c of chunks) this.written.push(c.slice());
-    return true;
-  }
-  pause(): void {}
-  resume(): void {}
-  end(): void {
-    this.#close();
-  }
-  destroy(): void {
-    this.#close();
-  }
-  #close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    queueMicrotask(() => this.handlers!.onClose());
-  }
-  send(bytes: Uint8Array): void {
-    if (!this.closed) this.handlers!.onData(bytes);
-  }
-  /** Response frames written so far: correlation id and body. */
-  responses(): { correlationId: number; body: Uint8Array }[] {
-    const d = new FrameDecoder({ lengthMin: 4, lengthMax: 1 << 30 });
-    for (const c of this.written) d.push(c);
-    const out = [];
-    for (let f = d.next(); f !== null; f = d.next()) out.push(decodeResponseHeader(f));
-    return out;
-  }
-}
+import { FakeSocket, storedRecords } from "../helpers/kafka.ts";
 
 async function setup(): Promise<{
   broker: LocalBroker;

@@ -117,7 +117,7 @@ export function decodeFetchResponse(body: Uint8Array): {
   r.int32("throttle_time_ms");
   const topics = r.array("responses", 6, () => ({
     topic: r.string("topic"),
-    partitions: r.array("partitions", 34, () => {
+    partitions: r.array("partitions", 30, () => {
       const partition = r.int32("partition_index");
       const errorCode = r.int16("error_code");
       const highWatermark = r.int64("high_watermark");

@@ -11,7 +11,7 @@
  * ```
  */
 import { finishFrame, startResponse } from "./header.ts";
-import { KafkaReader } from "./wire.ts";
+import { KafkaReader, type KafkaWriter } from "./wire.ts";
 
 /** Longest SaslAuthenticate token accepted, in bytes (a PLAIN token of an API key is far smaller). */
 export const saslTokenBytesMax = 1024;
@@ -22,6 +22,23 @@ export function decodeSaslHandshakeRequest(body: Uint8Array): { mechanism: strin
   const mechanism = r.string("mechanism");
   r.end();
   return { mechanism };
+}
+
+/** Writes a SaslHandshake request body (the client side: tests, benchmarks). */
+export function writeSaslHandshakeRequest(w: KafkaWriter, mechanism: string): void {
+  w.string(mechanism);
+}
+
+/** Decodes a SaslHandshake response (the client side). */
+export function decodeSaslHandshakeResponse(body: Uint8Array): {
+  errorCode: number;
+  mechanisms: string[];
+} {
+  const r = new KafkaReader(body, "SaslHandshake response");
+  const errorCode = r.int16("error_code");
+  const mechanisms = r.array("mechanisms", 2, () => r.string("mechanism"));
+  r.end();
+  return { errorCode, mechanisms };
 }
 
 /** Encodes a SaslHandshake response. */
@@ -42,6 +59,24 @@ export function decodeSaslAuthenticateRequest(body: Uint8Array): { authBytes: Ui
   return { authBytes };
 }
 
+/** Writes a SaslAuthenticate v0 request body (the client side). */
+export function writeSaslAuthenticateRequest(w: KafkaWriter, authBytes: Uint8Array): void {
+  w.bytes(authBytes);
+}
+
+/** Decodes a SaslAuthenticate v0 response (the client side). */
+export function decodeSaslAuthenticateResponse(body: Uint8Array): {
+  errorCode: number;
+  errorMessage: string | null;
+} {
+  const r = new KafkaReader(body, "SaslAuthenticate v0 response");
+  const errorCode = r.int16("error_code");
+  const errorMessage = r.nullableString("error_message");
+  r.bytes("auth_bytes");
+  r.end();
+  return { errorCode, errorMessage };
+}
+
 /** Encodes a SaslAuthenticate v0 response (auth_bytes empty). */
 export function encodeSaslAuthenticateResponse(
   correlationId: number,
@@ -57,7 +92,7 @@ const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 /**
  * Splits a PLAIN token into its three parts. Returns null for anything malformed: not exactly two
  * NULs, over {@link saslTokenBytesMax}, invalid UTF-8, an empty user or password, or an authzid
- * that is neither empty nor the user (no impersonation: docs/kafka.md "SASL/PLAIN").
+ * that is neither empty nor the user (no impersonation: docs/kafka.md "SASL/PLAIN and API keys").
  */
 export function parsePlainToken(token: Uint8Array): { user: string; password: string } | null {
   if (token.length > saslTokenBytesMax) return null;

@@ -68,6 +68,7 @@ import {
   parsePlainToken,
 } from "../../protocol/kafka/sasl.ts";
 import type { KafkaSettings } from "./listener.ts";
+import type { KafkaSession } from "./sasl.ts";
 
 /** Kafka error codes the handlers use by name. */
 const K = {
@@ -75,6 +76,9 @@ const K = {
   unknownServerError: -1,
   unknownTopicOrPartition: 3,
   coordinatorNotAvailable: 15,
+  topicAuthorizationFailed: 29,
+  groupAuthorizationFailed: 30,
+  clusterAuthorizationFailed: 31,
   invalidRequiredAcks: 21,
   unsupportedSaslMechanism: 33,
   illegalSaslState: 34,
@@ -86,6 +90,16 @@ const K = {
 /** Thrown by a handler to close the connection (after the answers before it). */
 export class CloseConnection extends Error {
   override name = "CloseConnection";
+  /**
+   * @param logged true if the refusal was already counted and logged elsewhere (`auth.failed`),
+   *   so the listener does not count it again as `kafka.request_refused`.
+   */
+  constructor(
+    message: string,
+    readonly logged = false,
+  ) {
+    super(message);
+  }
 }
 
 /** What a connection keeps between requests. */
@@ -97,6 +111,10 @@ export interface KafkaConnectionState {
   /** The broker to serve through: null until SASL succeeds when authentication is required. */
   broker: Broker | null;
   sasl: "start" | "handshaken" | "authenticated" | "failed";
+  /** Takes the session a SaslAuthenticate made (the connection keeps it and releases it when it closes). */
+  authenticated(session: KafkaSession): void;
+  /** Closes the connection: its principal is no longer valid (a revoked or changed key). */
+  invalidated(): void;
 }
 
 /** A started request. */
@@ -105,13 +123,31 @@ export interface KafkaServed {
   response: Promise<Uint8Array | readonly Uint8Array[] | null>;
   /** Bytes the answer may reach beyond the frame (a Fetch's max_bytes). */
   answerBytes: number;
+  /** True if the connection closes after this answer (a failed SaslAuthenticate); nothing after it is read. */
+  closeAfter?: boolean;
 }
 
-/** The Kafka code of any error a broker call threw (non-BrokerErrors are −1 and rethrown by the caller's log). */
+/**
+ * The Kafka code of any error a broker call threw (non-BrokerErrors are −1 and rethrown by the
+ * caller's log). From the group apis (`group`), `unavailable` is COORDINATOR_NOT_AVAILABLE (15) and
+ * a `forbidden` that names no topic (the role, or the group) is GROUP_AUTHORIZATION_FAILED (30);
+ * a refused topic stays TOPIC_AUTHORIZATION_FAILED (29).
+ */
 function codeOf(error: unknown, group = false): number {
   if (!(error instanceof BrokerError)) return K.unknownServerError;
   if (group && error.kind === Errors.unavailable) return K.coordinatorNotAvailable;
+  if (group && error.kind === Errors.forbidden && error.details?.topic === undefined)
+    return K.groupAuthorizationFailed;
   return kafkaErrorCode(error.kind);
+}
+
+/** Calls the broker now; a synchronous throw (the broker view's authorization) becomes a rejection. */
+function call<T>(f: () => Promise<T>): Promise<T> {
+  try {
+    return f();
+  } catch (error) {
+    return Promise.reject(error);
+  }
 }
 
 /** Rethrows what is not a BrokerError (a bug: logged by the listener, connection closed). */
@@ -147,7 +183,10 @@ export function serveKafkaRequest(frame: Uint8Array, state: KafkaConnectionState
   if (apiKey === KafkaApi.SaslHandshake) return answered(saslHandshake(body, correlationId, state));
   if (apiKey === KafkaApi.SaslAuthenticate) return saslAuthenticate(body, correlationId, state);
   const broker = state.broker;
-  if (broker === null) throw new CloseConnection("a request before SASL authentication");
+  if (broker === null) {
+    state.settings.authenticator?.refused(state.remote, "missing");
+    throw new CloseConnection("a request before SASL authentication", true);
+  }
   const s = state.settings;
   switch (apiKey) {
     case KafkaApi.Metadata:
@@ -194,7 +233,9 @@ function saslHandshake(
 ): Uint8Array {
   const { mechanism } = decodeSaslHandshakeRequest(body);
   const mechanisms = ["PLAIN"];
-  if (state.settings.authenticator === null || state.sasl !== "start")
+  // Without an authenticator, or once the connection is served (anonymously or authenticated):
+  // as on a Kafka listener without SASL.
+  if (state.settings.authenticator === null || state.broker !== null || state.sasl !== "start")
     return encodeSaslHandshakeResponse(correlationId, {
       errorCode: K.illegalSaslState,
       mechanisms,
@@ -216,8 +257,10 @@ function saslAuthenticate(
   const { authBytes } = decodeSaslAuthenticateRequest(body);
   const authenticator = state.settings.authenticator;
   if (authenticator === null || state.sasl !== "handshaken") {
-    if (state.sasl === "start" && authenticator !== null)
-      throw new CloseConnection("SaslAuthenticate before SaslHandshake");
+    if (state.sasl === "start" && state.broker === null) {
+      authenticator?.refused(state.remote, "missing");
+      throw new CloseConnection("SaslAuthenticate before SaslHandshake", true);
+    }
     return answered(
       encodeSaslAuthenticateResponse(correlationId, {
         errorCode: K.illegalSaslState,
@@ -226,23 +269,29 @@ function saslAuthenticate(
     );
   }
   const plain = parsePlainToken(authBytes);
-  const broker =
-    plain === null ? null : authenticator.authenticate(plain.user, plain.password, state.remote);
-  if (broker === null) {
+  let session: KafkaSession | null = null;
+  if (plain === null) authenticator.refused(state.remote, "missing");
+  else
+    session = authenticator.authenticate(
+      { user: plain.user, password: plain.password, remote: state.remote },
+      state.invalidated,
+    );
+  if (session === null) {
     // One message whatever was wrong: it must not tell whether the user exists.
     state.sasl = "failed";
     return {
-      response: Promise.resolve(
+      ...answered(
         encodeSaslAuthenticateResponse(correlationId, {
           errorCode: K.saslAuthenticationFailed,
           errorMessage: "Authentication failed: invalid user name or password",
         }),
       ),
-      answerBytes: 0,
+      closeAfter: true,
     };
   }
   state.sasl = "authenticated";
-  state.broker = broker;
+  state.broker = session.broker;
+  state.authenticated(session);
   return answered(
     encodeSaslAuthenticateResponse(correlationId, { errorCode: 0, errorMessage: null }),
   );
@@ -358,7 +407,7 @@ function initProducerId(
     encodeInitProducerIdResponse(correlationId, { errorCode, producerId: -1, producerEpoch: -1 });
   if (request.transactionalId !== null || broker.initProducerId === undefined)
     return Promise.resolve(failed(K.invalidRequest));
-  return broker.initProducerId().then(
+  return call(() => broker.initProducerId!()).then(
     (r) =>
       encodeInitProducerIdResponse(correlationId, {
         errorCode: 0,
@@ -367,6 +416,9 @@ function initProducerId(
       }),
     (error: unknown) => {
       brokerErrorOnly(error);
+      // A key that may not produce: Kafka's answer to an idempotent producer without the right.
+      if (error instanceof BrokerError && error.kind === Errors.forbidden)
+        return failed(K.clusterAuthorizationFailed);
       return failed(codeOf(error));
     },
   );
@@ -450,8 +502,8 @@ async function fetchAll(
   // Each partition may take up to its own limit; the total is trimmed after (KIP-74: the first
   // partition with records always gets at least one batch).
   const started = wanted.map((w) =>
-    broker
-      .fetch({
+    call(() =>
+      broker.fetch({
         topic: w.topic,
         partition: w.partition,
         offset: w.offset,
@@ -459,17 +511,17 @@ async function fetchAll(
         maxRecords: fetchRecordsMax,
         waitMs: p.waitMs,
         signal: p.signal,
-      })
-      .then(
-        (r: FetchResult) => {
-          if (r.records.count > 0) p.onRecords?.();
-          return r;
-        },
-        (error: unknown) => {
-          brokerErrorOnly(error);
-          return error as BrokerError;
-        },
-      ),
+      }),
+    ).then(
+      (r: FetchResult) => {
+        if (r.records.count > 0) p.onRecords?.();
+        return r;
+      },
+      (error: unknown) => {
+        brokerErrorOnly(error);
+        return error as BrokerError;
+      },
+    ),
   );
   const results = await Promise.all(started);
   let budget = p.maxBytes;

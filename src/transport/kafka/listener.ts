@@ -18,8 +18,12 @@
  * - Errors: a BrokerError is answered with its Kafka code (`kafkaErrorCodes`) in the api's
  *   layout; anything else is logged and answered −1 UNKNOWN_SERVER_ERROR (or closes the
  *   connection where the layout has no error field).
- * - SASL (`sasl.ts`): while authentication is required, only ApiVersions, SaslHandshake and
- *   SaslAuthenticate are served before it succeeds; anything else closes the connection.
+ * - SASL (`sasl.ts`, which has the state table): while the broker has keys, only ApiVersions,
+ *   SaslHandshake and SaslAuthenticate are served before SaslAuthenticate succeeds, frames are
+ *   at most `kafkaSaslFrameBytesMax`, and authentication must succeed within `readTimeoutMs`;
+ *   anything else closes the connection. Every later request goes through the key's broker view
+ *   (the role table); once the key is revoked or changed (or, for a connection served without a
+ *   key, once the first key exists) the connection is closed at once (`auth.connection_closed`).
  */
 import type { Broker } from "../../broker/types.ts";
 import type { Clock, Timer } from "../../lib/clock.ts";
@@ -39,8 +43,13 @@ import { kafkaApiName, peekRequestHeader, requestSizeMin } from "../../protocol/
 import type { KafkaNode } from "../../protocol/kafka/metadata.ts";
 import { KafkaDecodeError } from "../../protocol/kafka/wire.ts";
 import type { ByteSocket } from "../tcp/socket.ts";
-import { CloseConnection, type KafkaConnectionState, serveKafkaRequest } from "./handlers.ts";
-import type { KafkaAuthenticator } from "./sasl.ts";
+import {
+  CloseConnection,
+  type KafkaConnectionState,
+  type KafkaServed,
+  serveKafkaRequest,
+} from "./handlers.ts";
+import { type KafkaAuthenticator, type KafkaSession, kafkaSaslFrameBytesMax } from "./sasl.ts";
 
 /** Options of {@link createKafkaTransport}. */
 export interface KafkaTransportOptions {
@@ -54,8 +63,8 @@ export interface KafkaTransportOptions {
   /** gzip inflation (`runtime/kafka-gzip.ts`). */
   gunzip: Gunzip;
   /**
-   * Checks SASL/PLAIN credentials; null when the broker has no keys (SASL is then refused with
-   * ILLEGAL_SASL_STATE and every connection is served unauthenticated).
+   * Checks SASL/PLAIN credentials and says whether connections must present them (`sasl.ts`);
+   * null: no authentication at all (tests), SASL refused with ILLEGAL_SASL_STATE.
    */
   authenticator?: KafkaAuthenticator | null;
   /** Largest request frame `size`, in bytes (default `requestBytesDefault`). */
@@ -187,6 +196,10 @@ class KafkaConnection {
   #ended = false;
   #closed = false;
   #readTimer: Timer | null = null;
+  /** The connection's right to be served (SASL, or anonymous while the broker has no keys). */
+  #session: KafkaSession | null = null;
+  /** While authentication is required and has not succeeded: closes the connection after the read timeout. */
+  #authTimer: Timer | null = null;
 
   constructor(socket: ByteSocket, settings: KafkaSettings, onClosed: (c: KafkaConnection) => void) {
     this.#socket = socket;
@@ -202,7 +215,48 @@ class KafkaConnection {
       remote: socket.remoteAddress,
       broker: settings.authenticator === null ? settings.broker : null,
       sasl: "start",
+      authenticated: (session) => this.#adopt(session),
+      invalidated: () => this.#invalidated(),
     };
+    const authenticator = settings.authenticator;
+    if (authenticator !== null) {
+      if (authenticator.required) {
+        this.#decoder.lengthMax = Math.min(kafkaSaslFrameBytesMax, settings.maxRequestBytes);
+        // A connection that never authenticates is not kept: it holds a socket and a file descriptor.
+        this.#authTimer = settings.clock.setTimer(settings.readTimeoutMs, () => {
+          this.#authTimer = null;
+          if (this.#session !== null || this.#closed) return;
+          authenticator.refused(socket.remoteAddress, "timeout");
+          this.destroy("no SASL authentication within the read timeout");
+        });
+      } else {
+        const session = authenticator.anonymous(socket.remoteAddress, () => this.#invalidated());
+        this.#state.broker = session.broker;
+        this.#adopt(session);
+      }
+    }
+  }
+
+  /** Keeps the connection's session: lifts the pre-authentication frame cap and timer. */
+  #adopt(session: KafkaSession): void {
+    this.#session?.release();
+    this.#session = session;
+    this.#authTimer?.cancel();
+    this.#authTimer = null;
+    this.#decoder.lengthMax = this.#settings.maxRequestBytes;
+    if (this.#closed) session.release();
+  }
+
+  /** The session's principal is no longer valid (revoked or changed key; keys turned on): close at once. */
+  #invalidated(): void {
+    const keyId = this.#session?.keyId ?? null;
+    this.#settings.logger.log("info", "auth.connection_closed", {
+      transport: "kafka",
+      remote: this.#socket.remoteAddress,
+      key_id: keyId,
+      reason: keyId === null ? "authentication turned on" : "key revoked or changed",
+    });
+    this.destroy("principal no longer valid");
   }
 
   start(): void {
@@ -244,6 +298,9 @@ class KafkaConnection {
   #onClose(): void {
     if (this.#closed) return;
     this.#closed = true;
+    this.#session?.release();
+    this.#authTimer?.cancel();
+    this.#authTimer = null;
     this.#ended = true;
     this.#stopping = true;
     this.#cancelReadTimer();
@@ -271,7 +328,8 @@ class KafkaConnection {
         if (error instanceof FrameLengthError) {
           this.#refuse("frame size out of range", {
             size: error.length,
-            max_request_bytes: this.#settings.maxRequestBytes,
+            max_request_bytes: this.#decoder.lengthMax,
+            error: error.message,
           });
           return;
         }
@@ -332,17 +390,17 @@ class KafkaConnection {
 
   #startRequest(frame: Uint8Array): void {
     const slot: Slot = { done: false, chunks: [], costBytes: frame.length };
-    let answer: Promise<readonly Uint8Array[] | Uint8Array | null>;
+    let served: KafkaServed;
     try {
-      const served = serveKafkaRequest(frame, this.#state);
-      answer = served.response;
+      served = serveKafkaRequest(frame, this.#state);
       slot.costBytes += served.answerBytes;
     } catch (error) {
       return this.#refuseError(frame, error);
     }
     this.#slots.push(slot);
     this.#inFlightBytes += slot.costBytes;
-    answer.then(
+    if (served.closeAfter) this.#stopAfterAnswers();
+    served.response.then(
       (response) => {
         slot.chunks =
           response === null ? [] : response instanceof Uint8Array ? [response] : response;
@@ -365,6 +423,14 @@ class KafkaConnection {
     );
   }
 
+  /** Starts no more frames and reads nothing more; the connection ends once what is in flight is answered. */
+  #stopAfterAnswers(): void {
+    this.#stopping = true;
+    this.#decoder.clear();
+    this.#cancelReadTimer();
+    this.#updateReading();
+  }
+
   #refuseError(frame: Uint8Array, error: unknown): void {
     const { apiKey, apiVersion } = peekRequestHeader(frame);
     if (!(error instanceof CloseConnection) && !(error instanceof KafkaDecodeError)) {
@@ -377,6 +443,11 @@ class KafkaConnection {
       this.#stopping = true;
       if (this.#slots.length === 0) this.destroy("internal error");
       else this.#endIfDrained();
+      return;
+    }
+    if (error instanceof CloseConnection && error.logged) {
+      this.#stopAfterAnswers();
+      this.#endIfDrained();
       return;
     }
     this.#refuse(error.message, { api: kafkaApiName(apiKey), api_version: apiVersion });
