@@ -8,6 +8,7 @@ import type { RefusalLog } from "../lib/refusals.ts";
 import { systemClock } from "../runtime/clock.ts";
 import { nodeGunzip } from "../runtime/kafka-gzip.ts";
 import { listenTcp } from "../runtime/tcp.ts";
+import type { TlsServerMaterial } from "../runtime/tls.ts";
 import { createKafkaTransport } from "../transport/kafka/listener.ts";
 import type { AccessControl } from "../auth/access.ts";
 import { accessAuthenticator } from "../transport/kafka/sasl.ts";
@@ -18,6 +19,11 @@ export interface KafkaListener {
   port: number;
   /** Stops accepting, lets in-flight requests finish (as the TCP front door), closes connections. */
   close(): Promise<void>;
+  /**
+   * TLS listeners only: serves `material` to connections accepted from now on (SIGHUP); open
+   * ones keep theirs. @throws Error on a plain listener.
+   */
+  setTlsMaterial(material: TlsServerMaterial): void;
 }
 
 /** Starts the Kafka listener on `host:port`. @throws the listen error. */
@@ -36,6 +42,8 @@ export async function startKafkaListener(options: {
    * connection authenticates and is served through its key's broker view.
    */
   access: AccessControl;
+  /** Serve TLS (`--tls-cert`, `--tls-key`, `--tls-client-ca`: the same as the other ports); plain without it. */
+  tls?: TlsServerMaterial;
 }): Promise<KafkaListener> {
   const transport = createKafkaTransport({
     broker: options.broker,
@@ -48,8 +56,16 @@ export async function startKafkaListener(options: {
     maxRequestBytes: options.maxRequestBytes,
     readTimeoutMs: options.readTimeoutMs,
   });
-  const listener = await listenTcp({ host: options.host, port: options.port }, (socket) =>
-    transport.handleConnection(socket),
+  const listener = await listenTcp(
+    {
+      host: options.host,
+      port: options.port,
+      tls: options.tls,
+      logger: options.logger,
+      refusals: options.refusals,
+      listener: "kafka",
+    },
+    (socket) => transport.handleConnection(socket),
   );
   transport.setAdvertised({ host: options.advertisedHost, port: listener.port });
   return {
@@ -59,5 +75,6 @@ export async function startKafkaListener(options: {
       await transport.close();
       await closed;
     },
+    setTlsMaterial: (material) => listener.setTlsMaterial(material),
   };
 }

@@ -67,9 +67,11 @@ Options:
   --cleanup-interval-ms MS    run retention and compaction over every partition this often
                               (default ${cleanupIntervalMsDefault}; 0 = only on POST /v1/admin/topics/{topic}/cleanup)
   --producer-expiry-ms MS     forget an idempotent producer idle this long (default ${producerExpiryMsDefault}, 7 days)
-  --tls-cert FILE             serve HTTPS and TLS on the TCP port with this certificate chain (PEM)
+  --tls-cert FILE             serve HTTPS, and TLS on the TCP and Kafka ports, with this certificate
+                              chain (PEM)
   --tls-key FILE              the certificate's private key (PEM, unencrypted); needs --tls-cert
-  --tls-client-ca FILE        mutual TLS: require client certificates issued by this CA (PEM)
+  --tls-client-ca FILE        mutual TLS on every port: require client certificates issued by this
+                              CA (PEM)
   --stream-long-poll-ms MS    how long a Durable Streams long-poll waits for data (default ${streamLongPollMsDefault})
   --allow-anonymous           allow listening on a non-loopback address while the data directory
                               has no API keys (no authentication); see es-broker keys --help
@@ -296,6 +298,7 @@ export async function serve(argv: string[]): Promise<number> {
         advertisedHost: values["kafka-advertised-host"] ?? host,
         maxRequestBytes,
         readTimeoutMs,
+        tls: tlsMaterial,
       });
   } catch (err) {
     await http?.close().catch(() => {});
@@ -317,6 +320,7 @@ export async function serve(argv: string[]): Promise<number> {
           tlsMaterial = loadTlsServerMaterial(tlsFiles);
           http!.setTlsMaterial(tlsMaterial);
           listener!.setTlsMaterial(tlsMaterial);
+          kafka?.setTlsMaterial(tlsMaterial);
           logger.log("info", "tls.reloaded", { cert: tlsFiles.certPath });
         } catch (err) {
           logger.log("error", "tls.reload_failed", {

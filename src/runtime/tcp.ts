@@ -41,6 +41,8 @@ export interface ListenTcpOptions {
   logger?: Logger;
   /** Counts failed handshakes and rate-limits their log lines (`lib/refusals.ts`). */
   refusals?: RefusalLog;
+  /** Which listener this is, for those log lines: the TCP protocol's (default) or the Kafka one. */
+  listener?: "tcp" | "kafka";
 }
 
 /**
@@ -63,7 +65,7 @@ export function listenTcp(
           );
     if (server instanceof tls.Server) {
       server.on("tlsClientError", (error, socket) => {
-        logTlsClientError(options, "tcp", error, socket);
+        logTlsClientError(options, options.listener ?? "tcp", error, socket);
         // With a listener here, node:tls leaves a timed-out handshake's socket open: close it.
         socket.destroy();
       });

@@ -121,11 +121,11 @@ export function tlsServerOptions(material: TlsServerMaterial): tls.TlsOptions {
  * wrong client certificate, an unknown CA, a timeout: `tls.handshake_failed`), through `refusals`
  * (counted, at most one line a kind every few seconds) or else straight to `logger`. Never logs
  * the peer's bytes.
- * @param listener which port: "http" or "tcp".
+ * @param listener which port: "http", "tcp" or "kafka".
  */
 export function logTlsClientError(
   sink: { refusals?: RefusalLog; logger?: Logger },
-  listener: "http" | "tcp",
+  listener: "http" | "tcp" | "kafka",
   error: Error,
   socket: { remoteAddress?: string; remotePort?: number } | undefined,
 ): void {
@@ -136,12 +136,18 @@ export function logTlsClientError(
     listener,
     remote: `${socket?.remoteAddress ?? "?"}:${socket?.remotePort ?? "?"}`,
     reason: plaintext
-      ? `the client sent plain text to the TLS ${listener.toUpperCase()} port (connect with TLS, e.g. ${listener === "http" ? "https://" : "--tls-ca"})`
+      ? `the client sent plain text to the TLS ${listener === "kafka" ? "Kafka" : listener.toUpperCase()} port (connect with TLS, e.g. ${plaintextHints[listener]})`
       : code || error.message,
   };
   if (sink.refusals !== undefined) sink.refusals.refuse(kind, fields);
   else sink.logger?.log("warn", kind, fields);
 }
+
+const plaintextHints = {
+  http: "https://",
+  tcp: "--tls-ca",
+  kafka: "security.protocol=SSL or SASL_SSL",
+} as const;
 
 /** The client side: how to check the broker's certificate, and an optional client certificate. */
 export interface TlsClientFiles {

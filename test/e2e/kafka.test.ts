@@ -4,12 +4,16 @@
  * npm `kafkajs` 2.2.4. Records cross between the Kafka listener, HTTP and the CLI.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
+import * as nodeHttp from "node:http";
+import * as https from "node:https";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { afterEach, describe, expect, it } from "vitest";
+import { TcpClient } from "../../src/client/client.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
+import { certificateOf, makePki } from "./pki.ts";
 import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
@@ -423,7 +427,11 @@ describe(`[${target}] Kafka listener with kafkajs`, () => {
 });
 
 /** A broker with API keys: admin made offline, a producer and a consumer key made over HTTP. */
-async function keyedKafkaBroker(extra: string[] = []): Promise<{
+async function keyedKafkaBroker(
+  extra: string[] = [],
+  /** With TLS on: the CA the HTTP calls trust and the client certificate they show (PEM files). */
+  tlsClient?: { ca: string; cert: string; key: string },
+): Promise<{
   broker: BrokerProcess;
   bootstrap: string;
   dir: string;
@@ -455,17 +463,35 @@ async function keyedKafkaBroker(extra: string[] = []): Promise<{
   ]);
   running.push(broker);
   const admin = async (method: string, path: string, body?: unknown): Promise<any> => {
-    const res = await fetch(`${broker.httpUrl}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${adminKey}`,
-        ...(body === undefined ? {} : { "content-type": "application/json" }),
+    const headers: Record<string, string> = { authorization: `Bearer ${adminKey}` };
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const { status, text } = await new Promise<{ status: number; text: string }>(
+      (resolve, reject) => {
+        const request = (broker.httpUrl.startsWith("https:") ? https : nodeHttp).request(
+          `${broker.httpUrl}${path}`,
+          {
+            method,
+            headers,
+            ...(tlsClient === undefined
+              ? {}
+              : {
+                  ca: readFileSync(tlsClient.ca),
+                  cert: readFileSync(tlsClient.cert),
+                  key: readFileSync(tlsClient.key),
+                }),
+          },
+          (res) => {
+            let answer = "";
+            res.on("data", (d) => (answer += d));
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, text: answer }));
+          },
+        );
+        request.on("error", reject);
+        request.end(body === undefined ? undefined : JSON.stringify(body));
       },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await res.text();
+    );
     const json = text.length > 0 ? JSON.parse(text) : null;
-    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
+    if (status >= 300) throw new Error(`${method} ${path}: ${status} ${text}`);
     return json;
   };
   const producer: { key: string; id: string } = await admin("POST", "/v1/admin/keys", {
@@ -501,12 +527,13 @@ function kcatConfig(
   user: string,
   password: string,
   extra: string[] = [],
+  protocol: "SASL_PLAINTEXT" | "SASL_SSL" = "SASL_PLAINTEXT",
 ) {
   const path = join(dir, `${name}.conf`);
   writeFileSync(
     path,
     [
-      "security.protocol=SASL_PLAINTEXT",
+      `security.protocol=${protocol}`,
       "sasl.mechanisms=PLAIN",
       `sasl.username=${user}`,
       `sasl.password=${password}`,
@@ -684,5 +711,133 @@ describe(`[${target}] Kafka listener with API keys (SASL/PLAIN)`, () => {
         0,
       ),
     ).toBe(1);
+  }, 60_000);
+});
+
+describe(`[${target}] Kafka listener over TLS`, () => {
+  it("with mutual TLS and keys, kcat (SASL_SSL) and kafkajs (ssl, sasl) produce and consume; plaintext, another CA and a missing client certificate are refused", async () => {
+    const pki = makePki();
+    // Mutual TLS and keys: every client shows a certificate from the CA and authenticates.
+    const k = await keyedKafkaBroker(
+      ["--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--tls-client-ca", pki.ca],
+      { ca: pki.ca, ...pki.client },
+    );
+    const clientCert = [
+      `ssl.ca.location=${pki.ca}`,
+      `ssl.certificate.location=${pki.client.cert}`,
+      `ssl.key.location=${pki.client.key}`,
+    ];
+    const conf = kcatConfig(k.dir, "tls-ingest", "ingest", k.keys.producer, clientCert, "SASL_SSL");
+    const produced = await kcat(["-F", conf, "-b", k.bootstrap, "-P", "-t", "orders", "-p", "0"], {
+      stdin: new TextEncoder().encode("over tls 1\nover tls 2\n"),
+    });
+    expect(produced.code, produced.stderr).toBe(0);
+
+    const kafka = new Kafka({
+      brokers: [k.bootstrap],
+      clientId: "e2e-tls",
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 2 },
+      ssl: {
+        ca: [readFileSync(pki.ca)],
+        cert: readFileSync(pki.client.cert),
+        key: readFileSync(pki.client.key),
+      },
+      sasl: { mechanism: "plain", username: "reader", password: k.keys.consumer },
+    });
+    const seen: string[] = [];
+    const consumer = kafka.consumer({ groupId: "billing-tls" });
+    await consumer.connect();
+    await consumer.subscribe({ topic: "orders", fromBeginning: true });
+    await consumer.run({
+      eachMessage: async ({ message }) => void seen.push(message.value!.toString()),
+    });
+    await waitFor("kafkajs over TLS to read kcat's records", () => seen.length >= 2);
+    await consumer.disconnect();
+    expect(seen.sort()).toEqual(["over tls 1", "over tls 2"]);
+
+    // Plaintext to the TLS port; a client trusting another CA; no client certificate.
+    const plain = kcatConfig(k.dir, "plain", "ingest", k.keys.producer);
+    const plaintext = await kcat(["-F", plain, "-b", k.bootstrap, "-L", "-m", "3"]);
+    expect(plaintext.code).not.toBe(0);
+    const otherCa = kcatConfig(
+      k.dir,
+      "other-ca",
+      "ingest",
+      k.keys.producer,
+      [
+        `ssl.ca.location=${pki.otherCa}`,
+        `ssl.certificate.location=${pki.client.cert}`,
+        `ssl.key.location=${pki.client.key}`,
+      ],
+      "SASL_SSL",
+    );
+    const wrongCa = await kcat(["-F", otherCa, "-b", k.bootstrap, "-L", "-m", "3"]);
+    expect(wrongCa.code).not.toBe(0);
+    expect(wrongCa.stderr).toMatch(/certificate verify failed/);
+    const noCert = await kcat([
+      "-b",
+      k.bootstrap,
+      "-L",
+      "-m",
+      "3",
+      "-X",
+      "security.protocol=SSL",
+      "-X",
+      `ssl.ca.location=${pki.ca}`,
+    ]);
+    expect(noCert.code).not.toBe(0);
+    await expect
+      .poll(() => k.broker.stderr(), { timeout: 10_000 })
+      .toMatch(/"event":"tls.plaintext_client","listener":"kafka"/);
+    expect(k.broker.stderr()).toMatch(/"event":"tls.handshake_failed","listener":"kafka"/);
+    const orders = await k.admin("GET", "/v1/topics/orders");
+    expect(orders.partitions[0].high_watermark).toBe(2);
+  }, 90_000);
+
+  it("SIGHUP serves a rotated certificate to new Kafka connections while an open kafkajs producer keeps working", async () => {
+    const pki = makePki();
+    const certPath = join(pki.dir, "live.pem");
+    const keyPath = join(pki.dir, "live.key");
+    copyFileSync(pki.server.cert, certPath);
+    copyFileSync(pki.server.key, keyPath);
+    const { broker, bootstrap } = await kafkaBroker(["--tls-cert", certPath, "--tls-key", keyPath]);
+    const admin = await TcpClient.connect({ ...broker.tcp, tls: { ca: readFileSync(pki.ca) } });
+    await admin.createTopic({ name: "rot", partitions: 1 });
+    await admin.close();
+    expect(await certificateOf(broker.kafka!.port, pki.ca)).toBe("server-one");
+    const kafka = new Kafka({
+      brokers: [bootstrap],
+      clientId: "e2e-rotate",
+      logLevel: logLevel.NOTHING,
+      ssl: { ca: [readFileSync(pki.ca)] },
+    });
+    const producer = kafka.producer({ allowAutoTopicCreation: false });
+    await producer.connect();
+    await producer.send({ topic: "rot", messages: [{ value: "before" }] });
+    copyFileSync(pki.rotated.cert, certPath);
+    copyFileSync(pki.rotated.key, keyPath);
+    broker.proc.kill("SIGHUP");
+    await expect.poll(() => broker.stderr(), { timeout: 10_000 }).toMatch(/"event":"tls.reloaded"/);
+    expect(await certificateOf(broker.kafka!.port, pki.ca)).toBe("server-two");
+    await producer.send({ topic: "rot", messages: [{ value: "after" }] });
+    await producer.disconnect();
+    const r = await kcat([
+      "-b",
+      bootstrap,
+      "-X",
+      "security.protocol=SSL",
+      "-X",
+      `ssl.ca.location=${pki.ca}`,
+      "-C",
+      "-t",
+      "rot",
+      "-o",
+      "beginning",
+      "-e",
+      "-q",
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.toString()).toBe("before\nafter\n");
   }, 60_000);
 });

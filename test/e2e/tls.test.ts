@@ -5,106 +5,22 @@
  * wrong CA, a certificate rotated by SIGHUP while an open connection keeps working, and plaintext
  * and TLS clients on the wrong ports closed at once with a log line.
  */
-import { execFileSync } from "node:child_process";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import * as https from "node:https";
 import * as net from "node:net";
 import { join } from "node:path";
-import * as tls from "node:tls";
+import type * as tls from "node:tls";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { ClientError, TcpClient } from "../../src/client/client.ts";
 import { tlsHandshakeTimeoutMs } from "../../src/runtime/tls.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { type BrokerProcess, runCli, startBroker, target } from "./harness.ts";
+import { certificateOf, makePki, type Pki } from "./pki.ts";
 
 const running: BrokerProcess[] = [];
 afterEach(async () => {
   for (const b of running.splice(0)) await b.stop("SIGKILL");
 });
-
-interface Pki {
-  dir: string;
-  /** CA that signs the server and the good client certificate. */
-  ca: string;
-  /** Another CA: clients trusting it refuse the broker; its client certificate is refused. */
-  otherCa: string;
-  server: { cert: string; key: string };
-  /** A second server certificate (the rotation), signed by `ca`. */
-  rotated: { cert: string; key: string };
-  client: { cert: string; key: string };
-  otherClient: { cert: string; key: string };
-}
-
-/** Two CAs and leaf certificates, made with the openssl CLI (EC P-256, valid 2 days). */
-function makePki(): Pki {
-  const { dir } = tempDir("es-broker-tls-");
-  const run = (args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
-  const ca = (name: string) =>
-    run([
-      "req",
-      "-x509",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:prime256v1",
-      "-nodes",
-      "-keyout",
-      `${name}.key`,
-      "-out",
-      `${name}.pem`,
-      "-days",
-      "2",
-      "-subj",
-      `/CN=${name}`,
-    ]);
-  writeFileSync(join(dir, "server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
-  writeFileSync(join(dir, "client.ext"), "extendedKeyUsage=clientAuth\n");
-  const leaf = (name: string, signer: string, ext: string) => {
-    run([
-      "req",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:prime256v1",
-      "-nodes",
-      "-keyout",
-      `${name}.key`,
-      "-out",
-      `${name}.csr`,
-      "-subj",
-      `/CN=${name}`,
-    ]);
-    run([
-      "x509",
-      "-req",
-      "-in",
-      `${name}.csr`,
-      "-CA",
-      `${signer}.pem`,
-      "-CAkey",
-      `${signer}.key`,
-      "-CAcreateserial",
-      "-out",
-      `${name}.pem`,
-      "-days",
-      "2",
-      "-extfile",
-      ext,
-    ]);
-    return { cert: join(dir, `${name}.pem`), key: join(dir, `${name}.key`) };
-  };
-  ca("ca-a");
-  ca("ca-b");
-  return {
-    dir,
-    ca: join(dir, "ca-a.pem"),
-    otherCa: join(dir, "ca-b.pem"),
-    server: leaf("server-one", "ca-a", "server.ext"),
-    rotated: leaf("server-two", "ca-a", "server.ext"),
-    client: leaf("client-a", "ca-a", "client.ext"),
-    otherClient: leaf("client-b", "ca-b", "client.ext"),
-  };
-}
 
 /** The broker with TLS from `pki` (its certificate files copied, so the test can rotate them). */
 async function tlsBroker(
@@ -150,17 +66,6 @@ function httpsRequest(
     req.on("error", reject);
     req.setTimeout(10_000, () => req.destroy(new Error("no answer")));
     req.end(options.body);
-  });
-}
-
-/** The CN of the certificate a new TLS connection to `port` gets. */
-function certificateOf(port: number, ca: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = tls.connect({ host: "127.0.0.1", port, ca: pem(ca) }, () => {
-      resolve(socket.getPeerCertificate().subject.CN as string);
-      socket.end();
-    });
-    socket.on("error", reject);
   });
 }
 
