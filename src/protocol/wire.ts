@@ -202,6 +202,11 @@ export class WireWriter {
     return this.#pos;
   }
 
+  /**
+   * Makes room for `bytes` more and returns where they go. It may replace `#buf` and `#view`:
+   * callers read those only after it returns (`this.#view.setX(this.#reserve(n), …)` would take
+   * the old view before the call and write into the discarded buffer).
+   */
   #reserve(bytes: number): number {
     const at = this.#pos;
     if (at + bytes > this.#buf.length) {
@@ -219,28 +224,32 @@ export class WireWriter {
   /** Writes a u8. */
   u8(value: number): this {
     checkInt(value, 0, 0xff, "u8");
-    this.#view.setUint8(this.#reserve(1), value);
+    const at = this.#reserve(1);
+    this.#view.setUint8(at, value);
     return this;
   }
 
   /** Writes a big-endian u16. */
   u16(value: number): this {
     checkInt(value, 0, 0xffff, "u16");
-    this.#view.setUint16(this.#reserve(2), value);
+    const at = this.#reserve(2);
+    this.#view.setUint16(at, value);
     return this;
   }
 
   /** Writes a big-endian u32. */
   u32(value: number): this {
     checkInt(value, 0, 0xffff_ffff, "u32");
-    this.#view.setUint32(this.#reserve(4), value);
+    const at = this.#reserve(4);
+    this.#view.setUint32(at, value);
     return this;
   }
 
   /** Writes a big-endian i32. */
   i32(value: number): this {
     checkInt(value, -0x8000_0000, 0x7fff_ffff, "i32");
-    this.#view.setInt32(this.#reserve(4), value);
+    const at = this.#reserve(4);
+    this.#view.setInt32(at, value);
     return this;
   }
 
@@ -255,7 +264,8 @@ export class WireWriter {
 
   /** Copies bytes in. */
   bytes(bytes: Uint8Array): this {
-    this.#buf.set(bytes, this.#reserve(bytes.length));
+    const at = this.#reserve(bytes.length);
+    this.#buf.set(bytes, at);
     return this;
   }
 

@@ -47,6 +47,7 @@ import {
   decodeResponseHeader,
   encodeErrorResponse,
 } from "../../src/protocol/envelope.ts";
+import { WireWriter } from "../../src/protocol/wire.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { hex, protocolError, requestBody, responseBody, text, toHex } from "../helpers/wire.ts";
 
@@ -531,5 +532,28 @@ describe("api numbers", () => {
     }
     expect(isSupportedApi(14, 0)).toBe(false);
     expect(isSupportedApi(0xffff, 0)).toBe(false);
+  });
+});
+
+describe("WireWriter", () => {
+  it("keeps every byte when a write grows the buffer past its initial capacity", () => {
+    const expected: number[] = [];
+    const w = new WireWriter(16);
+    // Each kind of write in turn crosses a capacity boundary (16, 32, 64, 128, …).
+    const chunk = Uint8Array.from({ length: 15 }, (_, i) => i + 1);
+    w.bytes(chunk).bytes(chunk);
+    expected.push(...chunk, ...chunk);
+    w.u8(0xab).u16(0xcdef);
+    expected.push(0xab, 0xcd, 0xef);
+    const filler = new Uint8Array(64 - 33 - 2).fill(7);
+    w.bytes(filler).u32(0x01020304);
+    expected.push(...filler, 1, 2, 3, 4);
+    w.bytes(new Uint8Array(128 - 67 - 1).fill(9)).i32(-2);
+    expected.push(...new Array(128 - 67 - 1).fill(9), 0xff, 0xff, 0xff, 0xfe);
+    const big = Uint8Array.from({ length: 300 }, (_, i) => i % 251);
+    w.bytes(big);
+    expected.push(...big);
+    expect(w.position).toBe(expected.length);
+    expect([...w.finish()]).toEqual(expected);
   });
 });
