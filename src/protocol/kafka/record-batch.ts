@@ -36,7 +36,7 @@
  * a record with headers is refused (INVALID_RECORD). Transactional and control batches are refused
  * the same way. A Fetch answer is one uncompressed batch per partition, with producer id −1.
  */
-import * as crc32cModule from "crc-32/crc32c";
+import * as crc32cModule from "crc-32/crc32c.js";
 import { readI64, readU64, viewOf, writeI64 } from "../../lib/bytes.ts";
 import { entryOverheadBytes, type EntryBatch } from "../../storage/record.ts";
 import {
