@@ -16,6 +16,8 @@ export default defineConfig({
         test: {
           name: "default",
           include: ["test/**/*.test.ts"],
+          // The quick bench (test/bench/quick.test.ts) runs kcat: installed here or the run fails.
+          globalSetup: ["test/e2e/kafka-tools.ts"],
           exclude: [...configDefaults.exclude, "test/e2e/**"],
         },
       },
