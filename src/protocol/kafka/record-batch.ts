@@ -228,32 +228,50 @@ class VarintReader {
     readonly corrupt: (why: string) => never,
   ) {}
 
-  /** A zigzag varint (int32). */
-  varint(field: string): number {
+  /**
+   * A zigzag varint (int32). `field` and `record` (its index, or −1) name it in the error only:
+   * no string is built on the way that succeeds (this runs several times per record).
+   */
+  varint(field: string, record = -1): number {
     const b = this.bytes;
+    const p = this.pos;
+    // One or two bytes, the common cases (deltas and counts; lengths below 8 KiB).
+    if (p + 1 < b.length || (p < b.length && (b[p] & 0x80) === 0)) {
+      const first = b[p];
+      if ((first & 0x80) === 0) {
+        this.pos = p + 1;
+        return (first & 1) === 0 ? first >>> 1 : -((first + 1) >>> 1);
+      }
+      const second = b[p + 1];
+      if ((second & 0x80) === 0) {
+        this.pos = p + 2;
+        const two = (first & 0x7f) | (second << 7);
+        return (two & 1) === 0 ? two >>> 1 : -((two + 1) >>> 1);
+      }
+    }
     let raw = 0;
-    let shift = 0;
+    let scale = 1;
     for (let i = 0; ; i++) {
-      if (i === 5) this.corrupt(`${field} is a varint longer than 5 bytes`);
-      if (this.pos >= b.length) this.corrupt(`${field} is cut off`);
+      if (i === 5) this.corrupt(`${name(field, record)} is a varint longer than 5 bytes`);
+      if (this.pos >= b.length) this.corrupt(`${name(field, record)} is cut off`);
       const byte = b[this.pos++];
-      raw += (byte & 0x7f) * 2 ** shift;
-      shift += 7;
+      raw += (byte & 0x7f) * scale;
+      scale *= 128;
       if ((byte & 0x80) === 0) break;
     }
-    if (raw > 0xffff_ffff) this.corrupt(`${field} is a varint above 32 bits`);
+    if (raw > 0xffff_ffff) this.corrupt(`${name(field, record)} is a varint above 32 bits`);
     // zigzag: even → n/2, odd → −(n+1)/2.
     return raw % 2 === 0 ? raw / 2 : -(raw + 1) / 2;
   }
 
   /** A zigzag varlong (int64), which must be within ±(2^53 − 1). */
-  varlong(field: string): number {
+  varlong(field: string, record = -1): number {
     const b = this.bytes;
     let raw = 0n;
     let shift = 0n;
     for (let i = 0; ; i++) {
-      if (i === 10) this.corrupt(`${field} is a varlong longer than 10 bytes`);
-      if (this.pos >= b.length) this.corrupt(`${field} is cut off`);
+      if (i === 10) this.corrupt(`${name(field, record)} is a varlong longer than 10 bytes`);
+      if (this.pos >= b.length) this.corrupt(`${name(field, record)} is cut off`);
       const byte = b[this.pos++];
       raw |= BigInt(byte & 0x7f) << shift;
       shift += 7n;
@@ -261,13 +279,18 @@ class VarintReader {
     }
     const value = (raw & 1n) === 0n ? raw >> 1n : -((raw + 1n) >> 1n);
     if (value > BigInt(Number.MAX_SAFE_INTEGER) || value < -BigInt(Number.MAX_SAFE_INTEGER))
-      this.corrupt(`${field} is outside ±(2^53 − 1)`);
+      this.corrupt(`${name(field, record)} is outside ±(2^53 − 1)`);
     return Number(value);
   }
 }
 
-/** Fast path of {@link VarintReader.varlong} for the common one- and two-byte deltas. */
-function readVarlong(r: VarintReader, field: string): number {
+/** How an error names a field: `record 3 keyLength`, or the field alone. */
+function name(field: string, record: number): string {
+  return record >= 0 ? `record ${record} ${field}` : field;
+}
+
+/** Fast path of {@link VarintReader.varlong} for the common one-byte deltas. */
+function readVarlong(r: VarintReader, field: string, record = -1): number {
   const b = r.bytes;
   const p = r.pos;
   if (p < b.length && (b[p] & 0x80) === 0) {
@@ -275,7 +298,7 @@ function readVarlong(r: VarintReader, field: string): number {
     const raw = b[p];
     return raw % 2 === 0 ? raw / 2 : -(raw + 1) / 2;
   }
-  return r.varlong(field);
+  return r.varlong(field, record);
 }
 
 function parseRecords(
@@ -293,34 +316,34 @@ function parseRecords(
   const r = new VarintReader(records, p.corrupt);
   let entryBytes = 0;
   for (let i = 0; i < p.count; i++) {
-    const where = `record ${i}`;
-    const length = r.varint(`${where} length`);
+    // Messages are built only when a check fails (`record ${i}`): this loop runs per record.
+    const length = r.varint("length", i);
     if (length < 0 || length > records.length - r.pos)
-      p.corrupt(`${where} claims ${length} bytes, but ${records.length - r.pos} remain`);
+      p.corrupt(`record ${i} claims ${length} bytes, but ${records.length - r.pos} remain`);
     const end = r.pos + length;
     r.pos++; // attributes
-    readVarlong(r, `${where} timestampDelta`);
-    const offsetDelta = r.varint(`${where} offsetDelta`);
+    readVarlong(r, "timestampDelta", i);
+    const offsetDelta = r.varint("offsetDelta", i);
     if (offsetDelta !== i)
-      p.invalid(`${where} has offsetDelta ${offsetDelta}; inner offsets must be consecutive`);
-    const keyLength = r.varint(`${where} keyLength`);
+      p.invalid(`record ${i} has offsetDelta ${offsetDelta}; inner offsets must be consecutive`);
+    const keyLength = r.varint("keyLength", i);
     if (keyLength < -1 || keyLength > end - r.pos)
-      p.corrupt(`${where} keyLength ${keyLength} runs past the record`);
+      p.corrupt(`record ${i} keyLength ${keyLength} runs past the record`);
     r.pos += Math.max(0, keyLength);
-    const valueLength = r.varint(`${where} valueLength`);
+    const valueLength = r.varint("valueLength", i);
     if (valueLength < -1 || valueLength > end - r.pos)
-      p.corrupt(`${where} valueLength ${valueLength} runs past the record`);
+      p.corrupt(`record ${i} valueLength ${valueLength} runs past the record`);
     r.pos += Math.max(0, valueLength);
-    const headerCount = r.varint(`${where} headerCount`);
-    if (headerCount < 0) p.corrupt(`${where} headerCount ${headerCount}`);
+    const headerCount = r.varint("headerCount", i);
+    if (headerCount < 0) p.corrupt(`record ${i} headerCount ${headerCount}`);
     if (headerCount > 0)
-      p.invalid(`${where} has ${headerCount} headers; record headers cannot be stored`);
+      p.invalid(`record ${i} has ${headerCount} headers; record headers cannot be stored`);
     if (r.pos !== end)
-      p.corrupt(`${where} ends at byte ${r.pos - (end - length)}, its length says ${length}`);
+      p.corrupt(`record ${i} ends at byte ${r.pos - (end - length)}, its length says ${length}`);
     const payload = Math.max(0, keyLength) + Math.max(0, valueLength);
     if (payload > p.maxPayloadBytes)
       p.tooLarge(
-        `${where} is ${payload} bytes of key and value, over the limit of ${p.maxPayloadBytes}`,
+        `record ${i} is ${payload} bytes of key and value, over the limit of ${p.maxPayloadBytes}`,
       );
     entryBytes += entryOverheadBytes + payload;
   }
@@ -340,7 +363,10 @@ function parseRecords(
     const timestamp = noTimestamp ? -1 : p.baseTimestamp + delta;
     if (!noTimestamp && !(timestamp >= 0 && Number.isSafeInteger(timestamp)))
       p.invalid(`record ${i} has timestamp ${timestamp}: must be ≥ 0`);
-    writeI64(view, at, timestamp);
+    // writeI64 without its BigInt (one per record): −1 or a safe integer ≥ 0.
+    const high = Math.floor(timestamp / 0x1_0000_0000);
+    view.setInt32(at, high);
+    view.setUint32(at + 4, timestamp - high * 0x1_0000_0000);
     const keyLength = r.varint("keyLength");
     view.setInt32(at + 8, keyLength);
     at += 12;
