@@ -14,9 +14,11 @@ import * as fs from "node:fs";
 import * as http from "node:http";
 import * as https from "node:https";
 import { join } from "node:path";
+import { Kafka, logLevel } from "kafkajs";
 import { TcpClient } from "../src/client/client.ts";
 import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
 import { NatsConnection } from "./clients/nats.ts";
+import { RssWatch } from "./proc.ts";
 import { RedisConnection, RedisReplyError, command, type RedisReply } from "./clients/resp.ts";
 import type {
   E2eSpec,
@@ -87,82 +89,6 @@ class Window {
     this.records += records;
     this.requests++;
     this.latency.add(t - startedMs);
-  }
-}
-
-/**
- * Resident memory of a process, from `/proc/<pid>/status`, and the CPU time it used (user +
- * system, from `/proc/<pid>/stat`, in clock ticks of 10 ms).
- */
-class RssWatch {
-  readonly #pid: number | undefined;
-  #resetWorked = false;
-  #cpuTicksAtStart: number | null = null;
-  #sampledPeak = 0;
-  readonly samples: [number, number][] = [];
-
-  constructor(pid: number | undefined) {
-    this.#pid = pid;
-  }
-
-  #field(name: "VmRSS" | "VmHWM"): number | null {
-    if (this.#pid === undefined) return null;
-    try {
-      const m = new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(
-        fs.readFileSync(`/proc/${this.#pid}/status`, "utf8"),
-      );
-      return m ? Number(m[1]) * 1024 : null;
-    } catch {
-      return null;
-    }
-  }
-
-  /** utime + stime of the process, in clock ticks (USER_HZ, 100 per second on Linux), or null. */
-  #cpuTicks(): number | null {
-    if (this.#pid === undefined) return null;
-    try {
-      const stat = fs.readFileSync(`/proc/${this.#pid}/stat`, "utf8");
-      // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      return Number(fields[11]) + Number(fields[12]);
-    } catch {
-      return null;
-    }
-  }
-
-  /** CPU time the process used since {@link start}, in ms (10 ms resolution), or null when unknown. */
-  cpuMs(): number | null {
-    const now = this.#cpuTicks();
-    return now === null || this.#cpuTicksAtStart === null
-      ? null
-      : (now - this.#cpuTicksAtStart) * 10;
-  }
-
-  /** Resets the kernel's peak-RSS mark (VmHWM) so the peak covers the window only. */
-  start(): void {
-    if (this.#pid === undefined) return;
-    this.#cpuTicksAtStart = this.#cpuTicks();
-    try {
-      fs.writeFileSync(`/proc/${this.#pid}/clear_refs`, "5");
-      this.#resetWorked = true;
-    } catch {
-      this.#resetWorked = false;
-    }
-    this.sample();
-  }
-
-  /** Notes the current RSS (the fallback peak when VmHWM cannot be reset). */
-  sample(): number | null {
-    const rss = this.#field("VmRSS");
-    if (rss !== null) this.#sampledPeak = Math.max(this.#sampledPeak, rss);
-    return rss;
-  }
-
-  peak(): number | null {
-    if (this.#pid === undefined) return null;
-    this.sample();
-    const hwm = this.#resetWorked ? this.#field("VmHWM") : null;
-    return hwm ?? (this.#sampledPeak > 0 ? this.#sampledPeak : null);
   }
 }
 
@@ -336,6 +262,30 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
         close: async () => agent.destroy(),
       };
     }
+    case "kafka-kafkajs": {
+      const kafka = new Kafka({
+        brokers: [`${target.host}:${target.port}`],
+        clientId: "es-bench",
+        logLevel: logLevel.NOTHING,
+        retry: { retries: 0 },
+      });
+      const clients = Array.from({ length: producers }, () =>
+        kafka.producer({ allowAutoTopicCreation: false }),
+      );
+      await Promise.all(clients.map((c) => c.connect()));
+      const buffer = Buffer.from(value);
+      const messages = Array.from({ length: partitions }, (_, partition) =>
+        Array.from({ length: batch }, () => ({ value: buffer, partition })),
+      );
+      return {
+        send: async (p, partition) => {
+          await clients[p].send({ topic: target.topic, acks: -1, messages: messages[partition] });
+        },
+        close: async () => {
+          await Promise.all(clients.map((c) => c.disconnect()));
+        },
+      };
+    }
     case "redis": {
       const conns = await Promise.all(
         Array.from({ length: producers }, () => RedisConnection.connect(target)),
@@ -392,9 +342,21 @@ async function runProduce(spec: ProduceSpec): Promise<GeneratorResult> {
   const win = new Window();
   const rss = new RssWatch(spec.serverPid);
   let failure: unknown = null;
+  // With a pace: each producer sends one request every `intervalMs`, the producers spread evenly.
+  const intervalMs =
+    spec.recordsPerSec === undefined
+      ? 0
+      : (spec.batch * spec.producers * 1000) / spec.recordsPerSec;
   const loops = Array.from({ length: spec.producers }, async (_, p) => {
     let seq = p;
+    let next = now() + (intervalMs * p) / spec.producers;
     while (!win.stopping) {
+      if (intervalMs > 0) {
+        const wait = next - now();
+        if (wait > 0) await sleep(wait);
+        next = Math.max(next + intervalMs, now() - intervalMs);
+        if (win.stopping) break;
+      }
       const partition = seq++ % spec.partitions;
       const t = now();
       try {

@@ -18,6 +18,12 @@
  * - consumer: fetch throughput from the page cache (TCP, HTTP, Redis XRANGE) and end-to-end
  *   latency, produce → consumer sees it (TCP, HTTP long-poll, Redis XREAD BLOCK).
  * - soak: 64 producers × 100 records over TCP for 60 s, sampling the broker's RSS every second.
+ * - kafka: the Kafka listener (docs/kafka.md) next to the TCP protocol on one broker started with
+ *   `--kafka-port`: kcat (librdkafka) producing a file of 256-byte lines in batches of 1000
+ *   (`-l`, batch.num.messages=1000, acks all) next to 1 TCP producer × 1000 records, and kafkajs,
+ *   8 producers × 100 records a send, next to 8 TCP producers × 100 records; two rounds, forward
+ *   then backward. The figure compared is the broker's CPU per record (user + system, from
+ *   `/proc`: the clients' CPU is theirs), with the target Kafka ≤ 1.5× TCP.
  * - auth: what API keys and TLS cost (docs/security.md): 64 producers × 1 record over TCP and
  *   50 connections × 100 records over HTTP JSON, each against three fresh brokers — no keys
  *   ("plain"), an API key ("key"), an API key over TLS ("key+tls", certificates made with the
@@ -56,6 +62,7 @@ import {
   type PeerServer,
   type ServerProcess,
 } from "./servers.ts";
+import { RssWatch } from "./proc.ts";
 import type { GeneratorResult, GeneratorSpec, LatencySummary, Target } from "./spec.ts";
 
 /** Systems a case can run against. */
@@ -69,9 +76,11 @@ export type Transport =
   | "resp"
   | "nats"
   | "http"
-  | "durable-streams";
+  | "durable-streams"
+  | "kafka-kcat"
+  | "kafka-kafkajs";
 /** Case families. */
-export type Group = "produce" | "fetch" | "e2e" | "soak" | "auth";
+export type Group = "produce" | "fetch" | "e2e" | "soak" | "auth" | "kafka";
 
 /** One measured case, as printed and as written by `--json`. */
 export interface CaseResult {
@@ -163,6 +172,8 @@ interface Env {
   results: CaseResult[];
   failures: { id: string; error: string }[];
   counter: number;
+  /** Versions of clients the run used (kcat), for the report's `servers`. */
+  versions: Record<string, string>;
 }
 
 const natsNote = "NATS 2.9 JetStream does not fsync per publish: not a durable peer";
@@ -397,6 +408,11 @@ async function runCase(
         await esRequest(env, "POST", "/v1/topics", { name, partitions: base.partitions }, variant);
         teardown = async () =>
           void (await esRequest(env, "DELETE", `/v1/topics/${name}`, undefined, variant));
+        if (base.transport === "kafka-kafkajs") {
+          if (es.kafka === undefined) throw new Error("this broker has no Kafka listener");
+          target = { kind: "kafka-kafkajs", host: es.kafka.host, port: es.kafka.port, topic: name };
+          break;
+        }
         target =
           base.transport === "tcp"
             ? { kind: "es-tcp", host: es.tcp.host, port: es.tcp.port, topic: name, ...security }
@@ -691,6 +707,7 @@ async function runAll(env: Env): Promise<void> {
   }
 
   await authPoints(env);
+  await kafkaPoints(env);
 
   // Soak: the broker's RSS over a long 64-producer run.
   await runCase(
@@ -879,6 +896,327 @@ async function authPoints(env: Env): Promise<void> {
   }
 }
 
+/** The Kafka cases (module comment): each Kafka client's case and its TCP counterpart. */
+const kafkaCases = [
+  { client: "kcat", transport: "kafka-kcat", batch: 1000, producers: 1 },
+  { client: "kafkajs", transport: "kafka-kafkajs", batch: 100, producers: 8 },
+] as const;
+
+/** The key of a Kafka case: `kafka b=1000 P=1 parts=1 kcat r1` (or `… tcp r1` for its counterpart). */
+function kafkaKey(c: (typeof kafkaCases)[number], path: string, round: number): string {
+  return `kafka b=${c.batch} P=${c.producers} parts=1 ${path} r${round}`;
+}
+
+/** Records in kcat's input file: large enough that start-up and connection set-up do not count. */
+function kcatRecords(s: Settings): number {
+  return s.quick ? 50_000 : 400_000;
+}
+
+/**
+ * Writes kcat's input: `count` lines of `valueBytes` printable characters (the record values),
+ * each different in its first bytes. Returns the path.
+ */
+function writeKcatFile(dir: string, count: number): string {
+  const path = join(dir, "kcat-records.txt");
+  const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  const line = Buffer.alloc(valueBytes + 1, "x");
+  line[valueBytes] = 0x0a;
+  const fd = fs.openSync(path, "w", 0o600);
+  try {
+    const chunk = Buffer.alloc((valueBytes + 1) * 1000);
+    for (let written = 0; written < count; ) {
+      const n = Math.min(1000, count - written);
+      for (let i = 0; i < n; i++) {
+        let x = written + i;
+        for (let j = 0; j < 8; j++, x = Math.floor(x / alphabet.length))
+          line[j] = alphabet.charCodeAt(x % alphabet.length);
+        line.copy(chunk, i * (valueBytes + 1));
+      }
+      fs.writeSync(fd, chunk, 0, n * (valueBytes + 1));
+      written += n;
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+  return path;
+}
+
+/** Why kcat cannot run here, or null when it can. */
+function kcatMissing(): string | null {
+  const r = spawnSync("kcat", ["-V"], { encoding: "utf8" });
+  return r.status === 0
+    ? null
+    : "kcat is not installed: install the Debian package kcat (apt-get install -y kcat)";
+}
+
+/** kcat's and librdkafka's versions, from `kcat -V` (`Version 1.7.1 (…, librdkafka 2.0.2 …)`). */
+function kcatVersion(): string {
+  const r = spawnSync("kcat", ["-V"], { encoding: "utf8" });
+  const out = `${r.stdout ?? ""}${r.stderr ?? ""}`;
+  const kcat = /Version (\S+)/.exec(out)?.[1] ?? "?";
+  const rdkafka = /librdkafka (\S+)/.exec(out)?.[1] ?? "?";
+  return `kcat ${kcat} (librdkafka ${rdkafka})`;
+}
+
+/**
+ * One kcat run: `kcat -P -l FILE` into a new single-partition topic of `es`, timed from spawn to
+ * exit, with the broker's CPU time and peak RSS over the same span ({@link RssWatch}). The run
+ * counts only if kcat exits 0 and the partition then holds exactly the file's records.
+ */
+async function runKcat(
+  env: Env,
+  es: EsBroker,
+  key: string,
+  file: string,
+  records: number,
+): Promise<CaseResult | null> {
+  const id = `${key} es-broker/kafka-kcat`;
+  if (env.only && !env.only.test(id)) return null;
+  const name = `bench${++env.counter}`;
+  const url = (path: string) => `${es.httpUrl}${path}`;
+  try {
+    await httpCallChecked("POST", url("/v1/topics"), { name, partitions: 1 }, {});
+    try {
+      const metrics = async () =>
+        JSON.parse(await httpCallChecked("GET", url("/v1/admin/metrics"), undefined, {})) as {
+          fsyncs: number;
+        };
+      const before = await metrics();
+      const watch = new RssWatch(es.pid);
+      watch.start();
+      const started = performance.now();
+      const run = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+        const proc = spawn(
+          "kcat",
+          [
+            "-P",
+            "-b",
+            `${es.kafka!.host}:${es.kafka!.port}`,
+            "-t",
+            name,
+            "-p",
+            "0",
+            "-X",
+            "batch.num.messages=1000",
+            "-X",
+            "acks=all",
+            "-l",
+            file,
+          ],
+          { stdio: ["ignore", "ignore", "pipe"] },
+        );
+        let stderr = "";
+        proc.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
+        proc.on("close", (code) => resolve({ code, stderr }));
+      });
+      const ms = performance.now() - started;
+      const cpuMs = watch.cpuMs();
+      const rss = watch.peak();
+      const fsyncs = (await metrics()).fsyncs - before.fsyncs;
+      if (run.code !== 0) throw new Error(`kcat exited with ${run.code}: ${run.stderr.trim()}`);
+      const topic = JSON.parse(
+        await httpCallChecked("GET", url(`/v1/topics/${name}`), undefined, {}),
+      ) as {
+        partitions: { high_watermark: number }[];
+      };
+      const stored = topic.partitions[0].high_watermark;
+      if (stored !== records)
+        throw new Error(`kcat sent ${records} records but the partition holds ${stored}`);
+      const c = toCase(
+        {
+          key,
+          group: "kafka",
+          system: "es-broker",
+          transport: "kafka-kcat",
+          batch: 1000,
+          producers: 1,
+          partitions: 1,
+        },
+        {
+          records,
+          requests: 1,
+          seconds: ms / 1000,
+          latencyMs: { p50: ms, p99: ms, max: ms, count: 1 },
+          fsyncs,
+          recordsAppended: records,
+          rssPeakBytes: rss,
+          serverCpuMs: cpuMs,
+        },
+      );
+      c.note = "one kcat run: records/s and latency over the whole run, start-up included";
+      env.results.push(c);
+      printCase(c);
+      return c;
+    } finally {
+      await httpCallChecked("DELETE", url(`/v1/topics/${name}`), undefined, {}).catch(() => {});
+    }
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    env.failures.push({ id, error: message });
+    process.stdout.write(`${id.padEnd(52)} FAILED: ${message.split("\n")[0]}\n`);
+    return null;
+  }
+}
+
+/**
+ * The Kafka cases (module comment): one broker with `--kafka-port`, every case against it in two
+ * rounds. Each Kafka client's run is followed by TCP at the rate the client reached ("tcp-paced":
+ * the same records per second give the broker the same number of records per fsync, which is
+ * most of its CPU per record, so the comparison is of the two protocols and not of the clients'
+ * speed), and flanked by TCP as fast as it goes ("tcp"): after it in round 1, before it in round 2.
+ */
+async function kafkaPoints(env: Env): Promise<void> {
+  const s = env.settings;
+  const ids = kafkaCases.flatMap((c) =>
+    [1, 2].flatMap((r) => [
+      `${kafkaKey(c, c.client, r)} es-broker/${c.transport}`,
+      `${kafkaKey(c, "tcp-paced", r)} es-broker/tcp`,
+      `${kafkaKey(c, "tcp", r)} es-broker/tcp`,
+    ]),
+  );
+  if (env.only && !ids.some((id) => env.only!.test(id))) return;
+  const missing = kcatMissing();
+  if (missing !== null) {
+    // Never skipped quietly: the run fails, naming the package.
+    env.failures.push({ id: "kafka kcat", error: missing });
+    process.stdout.write(`kafka cases: ${missing}\n`);
+  }
+  const es = await startEsBroker({
+    root: env.root,
+    dataDir: join(env.dataRoot, "kafka"),
+    extraArgs: ["--kafka-port", "0"],
+    cpuProfileDir: env.cpuProfileDir,
+  });
+  try {
+    if (missing === null) env.versions.kcat = kcatVersion();
+    const records = kcatRecords(s);
+    const file = writeKcatFile(env.dataRoot, records);
+    const variant: AuthVariant = { name: "plain", es };
+    // Long enough for the broker's CPU time (10 ms ticks) to mean something in quick runs too.
+    const measureMs = s.quick ? 500 : s.measureMs;
+    const tcp = (c: (typeof kafkaCases)[number], round: number, recordsPerSec?: number) =>
+      runCase(
+        env,
+        {
+          key: kafkaKey(c, recordsPerSec === undefined ? "tcp" : "tcp-paced", round),
+          group: "kafka",
+          system: "es-broker",
+          transport: "tcp",
+          batch: c.batch,
+          producers: c.producers,
+          partitions: 1,
+          variant,
+        },
+        (target) => ({
+          mode: "produce",
+          target,
+          batch: c.batch,
+          producers: c.producers,
+          partitions: 1,
+          valueBytes,
+          warmupMs: s.warmupMs,
+          measureMs,
+          minRequests: s.minRequests,
+          metricsUrl: `${es.httpUrl}/v1/admin/metrics`,
+          serverPid: es.pid,
+          recordsPerSec,
+        }),
+      );
+    const kafkaRun = async (c: (typeof kafkaCases)[number], round: number) => {
+      if (c.client === "kcat")
+        return missing === null
+          ? runKcat(env, es, kafkaKey(c, "kcat", round), file, records)
+          : null;
+      return runCase(
+        env,
+        {
+          key: kafkaKey(c, c.client, round),
+          group: "kafka",
+          system: "es-broker",
+          transport: c.transport,
+          batch: c.batch,
+          producers: c.producers,
+          partitions: 1,
+          variant,
+        },
+        (target) => ({
+          mode: "produce",
+          target,
+          batch: c.batch,
+          producers: c.producers,
+          partitions: 1,
+          valueBytes,
+          warmupMs: s.warmupMs,
+          measureMs,
+          minRequests: s.minRequests,
+          metricsUrl: `${es.httpUrl}/v1/admin/metrics`,
+          serverPid: es.pid,
+        }),
+      );
+    };
+    for (const round of [1, 2]) {
+      for (const c of round === 1 ? kafkaCases : [...kafkaCases].reverse()) {
+        if (round === 2) await tcp(c, round);
+        const measured = await kafkaRun(c, round);
+        if (measured !== null) await tcp(c, round, measured.recordsPerSec);
+        else if (missing === null)
+          env.failures.push({
+            id: `${kafkaKey(c, "tcp-paced", round)} es-broker/tcp`,
+            error: `no ${c.client} rate to pace at: its run failed`,
+          });
+        if (round === 1) await tcp(c, round);
+      }
+    }
+  } finally {
+    await es.stop();
+  }
+}
+
+/** Means of runs' records/s, broker CPU µs/record and records/fsync (null when one lacks it). */
+interface KafkaMeans {
+  recordsPerSec: number;
+  cpuUsPerRecord: number | null;
+  recordsPerFsync: number | null;
+  rounds: number;
+}
+
+/** The Kafka cases of a run: per Kafka client, the means of its rounds and of its TCP counterparts'. */
+function kafkaSummary(
+  results: CaseResult[],
+): { label: string; kafka: KafkaMeans; paced: KafkaMeans | null; tcp: KafkaMeans | null }[] {
+  const out = [];
+  const meanOf = (runs: CaseResult[]): KafkaMeans | null => {
+    if (runs.length === 0) return null;
+    const mean = (f: (r: CaseResult) => number | null | undefined) =>
+      runs.every((r) => typeof f(r) === "number")
+        ? runs.reduce((n, r) => n + (f(r) as number), 0) / runs.length
+        : null;
+    return {
+      recordsPerSec: mean((r) => r.recordsPerSec)!,
+      cpuUsPerRecord: mean((r) => r.serverCpuUsPerRecord),
+      recordsPerFsync: mean((r) => r.recordsPerFsync),
+      rounds: runs.length,
+    };
+  };
+  for (const c of kafkaCases) {
+    const runsOf = (path: string) =>
+      results.filter(
+        (r) =>
+          r.group === "kafka" &&
+          r.key.startsWith(`kafka b=${c.batch} P=${c.producers} parts=1 ${path} r`),
+      );
+    const kafka = meanOf(runsOf(c.client));
+    if (kafka === null) continue;
+    out.push({
+      label: `${c.client} ${c.producers} × ${c.batch}`,
+      kafka,
+      paced: meanOf(runsOf("tcp-paced")),
+      tcp: meanOf(runsOf("tcp")),
+    });
+  }
+  return out;
+}
+
 /** The key of an auth case: `auth b=1 P=64 parts=1 key+tls r2`. */
 function authKey(c: (typeof authCases)[number], variant: string, round: number): string {
   return `auth b=${c.batch} P=${c.producers} parts=1 ${variant} r${round}`;
@@ -1060,6 +1398,35 @@ export function markdownTables(report: BenchReport): string {
       );
     }
   }
+  const kafka = kafkaSummary(results);
+  if (kafka.length > 0) {
+    lines.push(
+      "",
+      "### The Kafka listener next to the TCP protocol: the same 256-byte records on one broker",
+      "",
+      "Means of the rounds. Broker CPU is the broker process's user + system time per record (the clients' CPU is not in it). `tcp paced` is the TCP protocol at the records/s the Kafka client reached (the same records per fsync, which are most of the broker's CPU per record); `tcp` as fast as it goes. The target compares Kafka with tcp paced.",
+      "",
+    );
+    lines.push(
+      "| Kafka client | path | records/s | records/fsync | broker CPU µs/record | Kafka CPU ÷ this | rounds |",
+    );
+    lines.push("|---|---|--:|--:|--:|--:|--:|");
+    for (const k of kafka)
+      for (const [path, m] of [
+        ["kafka", k.kafka],
+        ["tcp paced", k.paced],
+        ["tcp", k.tcp],
+      ] as const) {
+        if (m === null) continue;
+        const cpuRatio =
+          path === "kafka" || k.kafka.cpuUsPerRecord === null || !m.cpuUsPerRecord
+            ? ""
+            : fmtRatio(k.kafka.cpuUsPerRecord / m.cpuUsPerRecord);
+        lines.push(
+          `| ${k.label} | ${path} | ${fmt(m.recordsPerSec)} | ${fmt(m.recordsPerFsync, 1)} | ${fmt(m.cpuUsPerRecord, 2)} | ${cpuRatio} | ${m.rounds} |`,
+        );
+      }
+  }
   lines.push("", "### Targets", "");
   lines.push("| target | measured | met |");
   lines.push("|---|---|---|");
@@ -1202,6 +1569,20 @@ export function evaluateTargets(results: CaseResult[]): TargetResult[] {
       { label: "50 × 100 HTTP JSON", value: keyed("50 × 100 HTTP JSON"), ok: (v) => v >= 0.95 },
     ],
   );
+  const kafka = kafkaSummary(results);
+  const kafkaCpu = (client: string) => {
+    const k = kafka.find((x) => x.label.startsWith(`${client} `));
+    return k && k.kafka.cpuUsPerRecord !== null && k.paced?.cpuUsPerRecord
+      ? k.kafka.cpuUsPerRecord / k.paced.cpuUsPerRecord
+      : null;
+  };
+  add(
+    "The Kafka listener costs the broker ≤ 1.5× the TCP protocol's CPU per record at the same pace (kcat 1 × 1000, kafkajs 8 × 100)",
+    [
+      { label: "kcat", value: kafkaCpu("kcat"), ok: (v) => v <= 1.5 },
+      { label: "kafkajs", value: kafkaCpu("kafkajs"), ok: (v) => v <= 1.5 },
+    ],
+  );
   return targets;
 }
 
@@ -1340,6 +1721,7 @@ export async function main(
       results: [],
       failures: [],
       counter: 0,
+      versions: {},
     };
     await runAll(env);
   } finally {
@@ -1354,7 +1736,10 @@ export async function main(
       ...describeMachine(values["data-root"] ?? os.tmpdir()),
       loadAverageAtStart: loadAtStart,
     },
-    servers: Object.fromEntries(servers.map((s) => [s.name, s.version])),
+    servers: {
+      ...Object.fromEntries(servers.map((s) => [s.name, s.version])),
+      ...env.versions,
+    },
     skipped,
     cases: env.results,
     failures: env.failures,

@@ -25,6 +25,8 @@ export interface ServerProcess {
 export interface EsBroker extends ServerProcess {
   httpUrl: string;
   tcp: { host: string; port: number };
+  /** The Kafka listener, when started with `--kafka-port`. */
+  kafka?: { host: string; port: number };
 }
 
 /** A peer with its address. */
@@ -189,7 +191,14 @@ export async function startEsBroker(options: {
   });
   const m = /^(\S+ \S+).*http=(https?:\/\/[^\s]+) tcp=([^\s]+):(\d+)/.exec(line);
   if (!m) throw new Error(`es-broker printed an unexpected start-up line: ${line}`);
-  return { ...server, version: m[1], httpUrl: m[2], tcp: { host: m[3], port: Number(m[4]) } };
+  const k = / kafka=([^\s]+):(\d+)/.exec(line);
+  return {
+    ...server,
+    version: m[1],
+    httpUrl: m[2],
+    tcp: { host: m[3], port: Number(m[4]) },
+    ...(k ? { kafka: { host: k[1], port: Number(k[2]) } } : {}),
+  };
 }
 
 /** Why a peer is not available, or null when it is. */

@@ -17,6 +17,11 @@ export type Target =
    * line); `https://` URLs with `caPem`, and `Authorization: Bearer` on every request with `apiKey`.
    */
   | ({ kind: "es-http"; url: string; topic: string; body: "json" | "ndjson" } & EsSecurity)
+  /**
+   * es-broker's Kafka listener with npm kafkajs: one kafkajs producer (its own connections) per
+   * load producer, each request one `producer.send` of `batch` records to one partition, acks −1.
+   */
+  | { kind: "kafka-kafkajs"; host: string; port: number; topic: string }
   /** Redis streams: partition p is the key `${key}:${p}`; a request of n records is a pipeline of n XADD. */
   | { kind: "redis"; host: string; port: number; key: string }
   /** NATS JetStream: partition p is the stream `${stream}_${p}` (subject `${stream}.${p}`). */
@@ -58,6 +63,12 @@ export interface ProduceSpec extends Timing {
   valueBytes: number;
   /** es-broker's `GET /v1/admin/metrics` URL: read at both ends of the window for fsync counts. */
   metricsUrl?: string;
+  /**
+   * Paces the producers to about this many records/s in total (each still has one request in
+   * flight; a producer that falls behind catches up): what the Kafka cases' TCP counterparts use
+   * to run at the pace a Kafka client reached. Default: as fast as answers come.
+   */
+  recordsPerSec?: number;
   /** The server's process id, for its resident memory (`/proc/<pid>/status`). */
   serverPid?: number;
   /** Also keep an RSS sample every this many ms (soak runs); default: only the peak. */

@@ -3,7 +3,8 @@
  * against the built broker (`npm test` builds dist/ first) and this test checks that every case
  * produced figures. It asserts that the harness measured, never how fast: speed is the full
  * run's business (`npm run bench`, docs/benchmarks.md). Peers that are not installed are skipped
- * by the harness with a note; es-broker and the in-process disk limit always run.
+ * by the harness with a note; es-broker, the in-process disk limit and the Kafka listener's cases
+ * (kcat and kafkajs next to TCP) always run.
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
@@ -45,6 +46,7 @@ function expectedIds(): Record<"es-broker" | "limit" | "redis" | "nats" | "ds", 
           `auth b=100 P=50 parts=1 ${v} r${r} es-broker/http-json`,
         ]),
       ),
+      ...kafkaIds,
     ],
     limit: [
       ...[1, 10, 100, 1000].flatMap((b) =>
@@ -61,6 +63,16 @@ function expectedIds(): Record<"es-broker" | "limit" | "redis" | "nats" | "ds", 
     ds: peerProduce.map((k) => `${k} ds/http`),
   };
 }
+
+/** The Kafka listener's cases (kcat and kafkajs) and their TCP counterparts, two rounds each. */
+const kafkaIds = [1, 2].flatMap((r) => [
+  `kafka b=1000 P=1 parts=1 kcat r${r} es-broker/kafka-kcat`,
+  `kafka b=1000 P=1 parts=1 tcp-paced r${r} es-broker/tcp`,
+  `kafka b=1000 P=1 parts=1 tcp r${r} es-broker/tcp`,
+  `kafka b=100 P=8 parts=1 kafkajs r${r} es-broker/kafka-kafkajs`,
+  `kafka b=100 P=8 parts=1 tcp-paced r${r} es-broker/tcp`,
+  `kafka b=100 P=8 parts=1 tcp r${r} es-broker/tcp`,
+]);
 
 function expectMeasured(c: CaseResult): void {
   expect(c.requests, c.id).toBeGreaterThan(0);
@@ -124,6 +136,15 @@ describe("benchmark harness, quick run", () => {
       expect(skipped.has("es-broker")).toBe(false);
       expect(skipped.has("limit")).toBe(false);
 
+      // The Kafka cases measured the broker's CPU per record and its fsyncs (kcat is never
+      // skipped: the setup installs it or the run fails).
+      expect(report.servers.kcat, "kcat's version is in the report").toMatch(/^kcat \d+\.\d+/);
+      for (const id of kafkaIds) {
+        const c = byId.get(id)!;
+        expect(c.serverCpuUsPerRecord, `${id} broker CPU per record`).toBeGreaterThan(0);
+        expect(c.recordsPerFsync, `${id} records per fsync`).toBeGreaterThan(0);
+      }
+
       // The soak case samples the broker's RSS over its window.
       const soak = report.cases.find((c) => c.group === "soak");
       expect(soak).toBeDefined();
@@ -132,7 +153,7 @@ describe("benchmark harness, quick run", () => {
 
       // Every target of the issue is evaluated: met or not, or null where it needs a peer figure
       // (quick runs measure peers at fewer points).
-      expect(report.targets).toHaveLength(9);
+      expect(report.targets).toHaveLength(10);
       for (const t of report.targets) {
         if (!/Redis|Durable Streams/.test(t.name)) expect(t.met, t.name).not.toBeNull();
       }
