@@ -1,8 +1,8 @@
 /**
- * `es-broker serve`: opens the data directory, starts the HTTP and TCP front doors, prints one line
- * saying where it listens, and shuts down gracefully on SIGTERM or SIGINT (stop accepting, finish
- * in-flight requests, fsync, close files, exit 0); a second signal exits at once (130 / 143,
- * `signals.ts`). SIGHUP reloads
+ * `es-broker serve`: opens the data directory, starts the HTTP and TCP front doors (and the Kafka
+ * listener with `--kafka-port`), prints one line saying where it listens, and shuts down
+ * gracefully on SIGTERM or SIGINT (stop accepting, finish in-flight requests, fsync, close files,
+ * exit 0); a second signal exits at once (130 / 143, `signals.ts`). SIGHUP reloads
  * the TLS certificate and key (and client CA) and `api_keys.json` without dropping connections;
  * a file that cannot be used is logged and the old material stays in force.
  */
@@ -351,7 +351,7 @@ export async function serve(argv: string[]): Promise<number> {
       void (async () => {
         let code = 0;
         try {
-          // Stop accepting on both ports, let in-flight requests finish, then fsync and close files.
+          // Stop accepting on every port, let in-flight requests finish, then fsync and close files.
           const listenerClosed = listener!.close();
           await Promise.all([http!.close(), tcp!.close(), kafka?.close()]);
           await listenerClosed;
