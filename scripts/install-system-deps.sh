@@ -11,6 +11,7 @@ set -euo pipefail
 packages=(
   "etcd-server etcd"      # cluster tests: a three-member etcd on loopback (test/helpers/etcd.ts)
   "etcd-client etcdctl"
+  "kcat kcat"             # Kafka listener tests and bench cases: librdkafka's CLI (test/e2e/kafka.test.ts)
 )
 
 missing=()

@@ -1,54 +1,55 @@
 /**
- * The test setup that provides `kcat` (test/e2e/kafka-tools.ts): on a fresh machine it installs
- * the Debian package when it runs as root, and otherwise fails naming the package; it never lets
- * the Kafka tests skip.
+ * The test setup that provides `kcat` (test/e2e/kafka-tools.ts) and the one list of system
+ * packages (scripts/install-system-deps.sh): kcat is on the list; a missing kcat is installed
+ * through it, and otherwise the run fails naming the package; the Kafka tests never skip.
  */
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { ensureKcat, type KcatHost, kcatPackage } from "../e2e/kafka-tools.ts";
 
-function host(options: { have: boolean[]; root: boolean; failOn?: string }) {
-  const ran: string[] = [];
-  const said: string[] = [];
+function host(options: { have: boolean[]; installFails?: boolean }) {
+  let installs = 0;
   const answers = [...options.have];
   const h: KcatHost = {
     haveKcat: () => answers.shift() ?? false,
-    isRoot: () => options.root,
-    run: (command, args) => {
-      const line = [command, ...args].join(" ");
-      ran.push(line);
-      if (line === options.failOn) throw new Error(`Command failed: ${line}\nE: no network`);
+    installSystemDeps: () => {
+      installs++;
+      if (options.installFails)
+        throw new Error(
+          "Command failed: bash scripts/install-system-deps.sh\nThe tests need these Debian packages",
+        );
     },
-    say: (line) => void said.push(line),
   };
-  return { h, ran, said };
+  return { h, installs: () => installs };
 }
 
 describe("kcat for the Kafka tests", () => {
-  it("does nothing when kcat runs", () => {
-    const { h, ran } = host({ have: [true], root: true });
-    ensureKcat(h);
-    expect(ran).toEqual([]);
-  });
-
-  it("installs the Debian package with apt-get when it is missing and the run is root", () => {
-    const { h, ran, said } = host({ have: [false, true], root: true });
-    ensureKcat(h);
-    expect(ran).toEqual(["apt-get update", `apt-get install -y ${kcatPackage}`]);
-    expect(said.join("\n")).toContain("installing the Debian package kcat");
-  });
-
-  it("fails naming the package when it is missing and the run is not root", () => {
-    const { h, ran } = host({ have: [false], root: false });
-    expect(() => ensureKcat(h)).toThrow(/apt-get install -y kcat/);
-    expect(ran).toEqual([]);
-  });
-
-  it("fails naming the package when apt-get fails, or installs something that does not run", () => {
-    const failing = host({ have: [false], root: true, failOn: "apt-get install -y kcat" });
-    expect(() => ensureKcat(failing.h)).toThrow(
-      /installing it failed \(Command failed: apt-get install -y kcat\).*apt-get install -y kcat/,
+  it("is on the list of system packages npm test installs", () => {
+    const script = readFileSync(
+      new URL("../../scripts/install-system-deps.sh", import.meta.url),
+      "utf8",
     );
-    const broken = host({ have: [false, false], root: true });
-    expect(() => ensureKcat(broken.h)).toThrow(/kcat still does not run/);
+    expect(script).toMatch(new RegExp(`^\\s*"${kcatPackage} kcat"`, "m"));
+  });
+
+  it("does nothing when kcat runs", () => {
+    const { h, installs } = host({ have: [true] });
+    ensureKcat(h);
+    expect(installs()).toBe(0);
+  });
+
+  it("installs it through the system-package script when it is missing", () => {
+    const { h, installs } = host({ have: [false, true] });
+    ensureKcat(h);
+    expect(installs()).toBe(1);
+  });
+
+  it("fails naming the package when the script cannot install it, or kcat still does not run", () => {
+    expect(() => ensureKcat(host({ have: [false], installFails: true }).h)).toThrow(
+      /could not install it \(Command failed: bash scripts\/install-system-deps.sh\).*apt-get install -y kcat/,
+    );
+    expect(() => ensureKcat(host({ have: [false, false] }).h)).toThrow(
+      /kcat still does not run .*apt-get install -y kcat/,
+    );
   });
 });
