@@ -227,6 +227,14 @@ export const kafkaErrorCodes: Readonly<Record<string, number>> = Object.freeze({
   key_exists: 42, // INVALID_REQUEST: keys are not managed through Kafka
   rebalance_in_progress: 27, // REBALANCE_IN_PROGRESS
   inconsistent_group_protocol: 23, // INCONSISTENT_GROUP_PROTOCOL
+  // Durable Streams rows: a stream's topic is a topic, so a Kafka produce to a closed stream
+  // meets stream_closed; the rest come from /v1/stream/ routes and map to the nearest meaning.
+  stream_not_found: 3, // UNKNOWN_TOPIC_OR_PARTITION
+  stream_conflict: 36, // TOPIC_ALREADY_EXISTS
+  stream_closed: 42, // INVALID_REQUEST
+  content_type_mismatch: 42, // INVALID_REQUEST
+  stream_seq_conflict: 42, // INVALID_REQUEST
+  stream_gone: 3, // UNKNOWN_TOPIC_OR_PARTITION
   internal: -1, // UNKNOWN_SERVER_ERROR
 });
 
