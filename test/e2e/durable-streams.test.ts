@@ -155,6 +155,7 @@ describe(`[${target}] Durable Streams end to end`, () => {
     });
     const total = scaled(1500);
     const killAt = Math.floor(total / 3);
+    let restarted: Promise<void> | null = null;
     for (let n = 0; n < total; n++) {
       producer.append(JSON.stringify({ n }));
       if (n % 50 === 49) await sleep(2);
@@ -162,10 +163,14 @@ describe(`[${target}] Durable Streams end to end`, () => {
         await sleep(5); // requests in flight when the process dies
         await broker.stop("SIGKILL");
         running.splice(running.indexOf(broker), 1);
-        await sleep(100);
-        broker = await start(`${dir}/data`, ["--http-port", port]);
+        // Appends go on while the broker is down, so some requests surely meet the dead port and
+        // are sent again (whether any was in flight at the kill itself depends on timing).
+        restarted = sleep(300).then(async () => {
+          broker = await start(`${dir}/data`, ["--http-port", port]);
+        });
       }
     }
+    await restarted;
     await producer.flush();
     await producer.close(JSON.stringify({ n: total }));
     expect(errors).toEqual([]);
