@@ -314,3 +314,10 @@ export const streamExpirySweepMs = 10_000;
 
 assert(streamReadBytesMax <= fetchBytesMax, "a stream read fits one fetch");
 assert(streamLongPollMsDefault <= fetchWaitMsMax, "the stream long-poll is a fetch wait");
+
+/**
+ * Array and map items of zero-byte types (null, an empty record) an Avro value may claim beyond
+ * one item per byte of the value: bounds the decoding of an item count a producer chose
+ * (docs/registry.md "Produce-time validation").
+ */
+export const avroZeroByteItemsMax = 65_536;

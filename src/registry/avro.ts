@@ -12,6 +12,7 @@
  */
 import type avsc from "avsc";
 import { errorMessage } from "../lib/errors.ts";
+import { avroZeroByteItemsMax } from "../lib/limits.ts";
 import type { Json } from "./canonical.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
 import { schemaLibraries } from "./libraries.ts";
@@ -76,8 +77,22 @@ function asBuffer(bytes: Uint8Array): Buffer {
  * a value whose decoding overflows the stack (a recursive schema, deep data) is a failure too.
  */
 export function avroValueChecker(type: AvroType): (bytes: Uint8Array) => ValueFailure | null {
+  // avsc's decoder believes an array or map block's item count and loops over it, reading past
+  // the end: 13 bytes claiming 10^9 items ran the broker out of memory. A schema with blocks is
+  // therefore checked by the bounded walk alone, which counts items against the value's bytes.
+  const blocks = hasBlocks(type, new Set());
   return (bytes) => {
     const buf = asBuffer(bytes);
+    if (blocks) {
+      try {
+        const at = walk(type, buf, 0, "", itemBudget(buf));
+        if (typeof at !== "number") return at;
+        if (at === buf.length) return null;
+        return { path: "", reason: `${buf.length - at} bytes left over after the value` };
+      } catch (err) {
+        return { path: "", reason: `the value does not decode: ${shorten(errorMessage(err))}` };
+      }
+    }
     try {
       const { offset } = type.decode(buf, 0);
       if (offset === buf.length) return null;
@@ -96,7 +111,7 @@ export function avroValueChecker(type: AvroType): (bytes: Uint8Array) => ValueFa
 /** Finds where `buf` stops decoding as `type`: the first field, item or branch that fails. */
 function explain(type: AvroType, buf: Buffer): ValueFailure {
   try {
-    const at = walk(type, buf, 0, "");
+    const at = walk(type, buf, 0, "", itemBudget(buf));
     if (typeof at !== "number") return at;
     if (at !== buf.length)
       return { path: "", reason: `${buf.length - at} bytes left over after the value` };
@@ -118,7 +133,13 @@ function primitive(name: "long" | "string"): AvroType {
 }
 
 /** Decodes one `type` at `pos`, returning the position after it, or where and why it failed. */
-function walk(type: AvroType, buf: Buffer, pos: number, path: string): number | ValueFailure {
+function walk(
+  type: AvroType,
+  buf: Buffer,
+  pos: number,
+  path: string,
+  budget: ItemBudget,
+): number | ValueFailure {
   const t = type as AvroType & {
     typeName: string;
     fields?: { name: string; type: AvroType }[];
@@ -129,11 +150,11 @@ function walk(type: AvroType, buf: Buffer, pos: number, path: string): number | 
   };
   const name = t.typeName;
   if (name.startsWith("logical:") && t.underlyingType !== undefined)
-    return walk(t.underlyingType, buf, pos, path);
+    return walk(t.underlyingType, buf, pos, path, budget);
   if ((name === "record" || name === "error") && t.fields !== undefined) {
     let at = pos;
     for (const field of t.fields) {
-      const next = walk(field.type, buf, at, `${path}/${field.name}`);
+      const next = walk(field.type, buf, at, `${path}/${field.name}`, budget);
       if (typeof next !== "number") return next;
       at = next;
     }
@@ -155,6 +176,14 @@ function walk(type: AvroType, buf: Buffer, pos: number, path: string): number | 
         if (!("value" in size)) return size;
         at = size.end;
       }
+      // A count is the client's claim: bound it before looping over it (an item of a zero-byte
+      // type, such as null, takes no bytes, so the value's length alone does not bound it).
+      budget.items -= items;
+      if (budget.items < 0)
+        return {
+          path,
+          reason: `the value claims more array or map items than ${buf.length} bytes can hold (at most the byte count + ${avroZeroByteItemsMax})`,
+        };
       for (let i = 0; i < items; i++, index++) {
         let itemPath = `${path}/${index}`;
         if (name === "map") {
@@ -163,7 +192,13 @@ function walk(type: AvroType, buf: Buffer, pos: number, path: string): number | 
           at = key.end;
           itemPath = `${path}/${key.value as string}`;
         }
-        const next = walk((name === "map" ? t.valuesType : t.itemsType)!, buf, at, itemPath);
+        const next = walk(
+          (name === "map" ? t.valuesType : t.itemsType)!,
+          buf,
+          at,
+          itemPath,
+          budget,
+        );
         if (typeof next !== "number") return next;
         at = next;
       }
@@ -178,7 +213,7 @@ function walk(type: AvroType, buf: Buffer, pos: number, path: string): number | 
         path,
         reason: `union branch ${index} does not exist (the union has ${t.types.length})`,
       };
-    return walk(t.types[index], buf, branch.end, path);
+    return walk(t.types[index], buf, branch.end, path, budget);
   }
   const decoded = leaf(type, buf, pos, path);
   return "value" in decoded ? decoded.end : decoded;
@@ -204,4 +239,33 @@ function leaf(
 function describe(type: AvroType): string {
   const t = type as AvroType & { typeName: string; name?: string };
   return t.name === undefined ? `a ${t.typeName}` : `${t.typeName} ${t.name}`;
+}
+
+/** How many more array and map items a value may still claim ({@link walk}). */
+interface ItemBudget {
+  items: number;
+}
+
+/**
+ * The items a value of `buf.length` bytes may claim in all: one per byte (an item of any type
+ * but a zero-byte one takes at least a byte) plus {@link avroZeroByteItemsMax}.
+ */
+function itemBudget(buf: Buffer): ItemBudget {
+  return { items: buf.length + avroZeroByteItemsMax };
+}
+
+/** True if `type` has an array or a map anywhere inside it. */
+function hasBlocks(type: AvroType, seen: Set<AvroType>): boolean {
+  if (seen.has(type)) return false;
+  seen.add(type);
+  const t = type as AvroType & {
+    typeName: string;
+    fields?: { type: AvroType }[];
+    types?: AvroType[];
+    underlyingType?: AvroType;
+  };
+  if (t.typeName === "array" || t.typeName === "map") return true;
+  if (t.underlyingType !== undefined && hasBlocks(t.underlyingType, seen)) return true;
+  if (t.fields?.some((f) => hasBlocks(f.type, seen))) return true;
+  return t.types?.some((b) => hasBlocks(b, seen)) ?? false;
 }

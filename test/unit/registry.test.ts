@@ -462,3 +462,42 @@ describe("produce-time checks of deeply nested values", () => {
     }
   });
 });
+
+describe("produce-time checks of Avro item counts", () => {
+  it("refuse a value whose array or map claims more items than its bytes can hold (13 bytes claiming 10^9 nulls ran the broker out of memory), and pass honest ones", async () => {
+    const { registry } = await openRegistry();
+    const subjects = {
+      nulls: { type: "array", items: "null" },
+      ints: { type: "array", items: "int" },
+      maps: { type: "map", values: "null" },
+      nested: {
+        type: "record",
+        name: "R",
+        fields: [{ name: "xs", type: { type: "array", items: { type: "array", items: "null" } } }],
+      },
+    };
+    const ids: Record<string, number> = {};
+    for (const [subject, schema] of Object.entries(subjects))
+      ids[subject] = (await registry.register(subject, { schema: JSON.stringify(schema) })).id;
+    const framed = (id: number, body: number[]) => Uint8Array.of(0, 0, 0, 0, id, ...body);
+    const billion = [0x80, 0xa8, 0xd6, 0xb9, 0x07]; // zig-zag varint of 10^9
+    const check = (subject: string, value: Uint8Array) =>
+      registry.checkBatch(new EntryBatchBuilder().add(null, value).build(), {
+        value: { subject, format: "confluent" },
+      });
+    for (const subject of ["nulls", "ints", "maps", "nested"]) {
+      const refusal = check(subject, framed(ids[subject], [...billion, 0]));
+      expect(refusal, subject).toMatchObject({ recordIndex: 0, subject, version: 1 });
+      expect(refusal?.reason, subject).toMatch(/more array or map items than/);
+    }
+    // Honest values: 1,000 nulls (3 bytes: count 1000 = 0xd0 0x0f, then the end block), two ints,
+    // and an array of two empty arrays.
+    expect(check("nulls", framed(ids.nulls, [0xd0, 0x0f, 0]))).toBeNull();
+    expect(check("ints", framed(ids.ints, [4, 2, 4, 0]))).toBeNull();
+    expect(check("nested", framed(ids.nested, [4, 0, 0, 0]))).toBeNull();
+    // A negative count (followed by the block's byte size) is bounded the same way.
+    expect(check("nulls", framed(ids.nulls, [0xff, 0xa7, 0xd6, 0xb9, 0x07, 0, 0]))?.reason).toMatch(
+      /more array or map items than/,
+    );
+  });
+});
