@@ -98,7 +98,9 @@ export function compileJsonSchema(json: Json, action: string): CompiledJsonSchem
   return { draft, validate };
 }
 
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+// ignoreBOM keeps a leading byte-order mark in the text, where JSON.parse refuses it: stripped
+// here, it would pass the check while the stored bytes (which keep it) are no JSON text.
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /**
  * A function that checks one JSON text (UTF-8 bytes) against a compiled schema. Returns null when

@@ -14,7 +14,9 @@
  */
 import { BrokerError, Errors } from "../errors.ts";
 
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+// ignoreBOM keeps a leading byte-order mark in the text, where JSON.parse refuses it: stripped
+// here, it would pass the check while the stored bytes (which keep it) are no JSON text.
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /** True for the JSON whitespace bytes (space, tab, LF, CR). */
 function isSpace(byte: number): boolean {
