@@ -36,6 +36,20 @@ const draftOf: Record<string, JsonSchemaDraft> = {
 
 const instances = new Map<JsonSchemaDraft, Ajv>();
 
+/**
+ * Ajv's regular-expression engine for schema patterns: re2js (RE2 semantics, linear time). A
+ * pattern is searched for anywhere in the string, as JSON Schema's `pattern` is. The `u` flag is
+ * RE2's default (it matches code points).
+ * @throws Error for a pattern RE2 cannot compile; ajv reports it as an invalid schema.
+ */
+function linearRegExp(pattern: string): { test: (s: string) => boolean; toString(): string } {
+  const re = schemaLibraries().RE2JS.compile(pattern);
+  // ajv keys its cache of compiled patterns by the object's toString: one per pattern.
+  return { test: (s) => re.matcher(s).find(), toString: () => `re2js:${pattern}` };
+}
+// ajv reads `code` only to emit standalone validators, which the registry never does.
+linearRegExp.code = "re2js";
+
 function ajvFor(draft: JsonSchemaDraft): Ajv {
   let ajv = instances.get(draft);
   if (ajv === undefined) {
@@ -45,6 +59,11 @@ function ajvFor(draft: JsonSchemaDraft): Ajv {
       addUsedSchema: false,
       validateSchema: true,
       logger: false as const,
+      // Patterns (`pattern`, `patternProperties`, `propertyNames`) come from whoever registers a
+      // schema and run on every produced value: on JavaScript's backtracking engine `^(a+)+$`
+      // took seconds per value and stalled the whole broker. RE2 matches in linear time; a
+      // pattern outside its syntax (lookaround, backreferences) makes the schema invalid.
+      code: { regExp: linearRegExp },
     };
     const libraries = schemaLibraries();
     ajv = draft === "2020-12" ? new libraries.Ajv2020(options) : new libraries.Ajv(options);

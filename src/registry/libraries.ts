@@ -1,5 +1,6 @@
 /**
- * The schema libraries (npm `avsc`, `ajv` with its 2020-12 build, `ajv-formats`), loaded on first
+ * The schema libraries (npm `avsc`, `ajv` with its 2020-12 build, `ajv-formats`, and `re2js`, the
+ * linear-time regular expressions JSON Schema patterns run on), loaded on first
  * need rather than at start: together they take about as long to evaluate as the rest of the
  * broker, and a broker (or a CLI command) that never touches a schema should not pay for them.
  * {@link loadSchemaLibraries} loads them (a dynamic import: in the esbuild bundle and the compiled
@@ -9,6 +10,7 @@
  */
 import type avscModule from "avsc";
 import type { Ajv } from "ajv";
+import type { RE2JS } from "re2js";
 
 /** The loaded libraries. */
 export interface SchemaLibraries {
@@ -19,6 +21,8 @@ export interface SchemaLibraries {
   Ajv2020: typeof Ajv;
   /** ajv-formats' plugin: adds the standard formats to an instance. */
   addFormats: (ajv: Ajv) => void;
+  /** re2js's compiler: RE2 syntax, matching in time linear in the input. */
+  RE2JS: typeof RE2JS;
 }
 
 let loaded: SchemaLibraries | null = null;
@@ -28,11 +32,12 @@ let loading: Promise<SchemaLibraries> | null = null;
 export function loadSchemaLibraries(): Promise<SchemaLibraries> {
   if (loaded !== null) return Promise.resolve(loaded);
   loading ??= (async () => {
-    const [avsc, ajv, ajv2020, formats] = await Promise.all([
+    const [avsc, ajv, ajv2020, formats, re2js] = await Promise.all([
       import("avsc"),
       import("ajv"),
       import("ajv/dist/2020.js"),
       import("ajv-formats"),
+      import("re2js"),
     ]);
     // CommonJS modules arrive as a namespace whose default is module.exports (Node, Deno, Bun,
     // esbuild); ajv's classes are also named exports.
@@ -44,6 +49,7 @@ export function loadSchemaLibraries(): Promise<SchemaLibraries> {
       Ajv: ajv.Ajv,
       Ajv2020: ajv2020.Ajv2020 as unknown as typeof Ajv,
       addFormats: typeof formatsDefault === "function" ? formatsDefault : formatsDefault.default,
+      RE2JS: re2js.RE2JS,
     };
     return loaded;
   })();

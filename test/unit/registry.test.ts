@@ -501,3 +501,54 @@ describe("produce-time checks of Avro item counts", () => {
     );
   });
 });
+
+describe("JSON Schema patterns", () => {
+  it("run in linear time, so a catastrophic pattern cannot stall the broker, and keep their meaning", async () => {
+    const { registry } = await openRegistry();
+    // On JavaScript's backtracking engine this check took seconds at 31 characters, doubling
+    // with each one more (found by the attacker of the registry).
+    const schema = {
+      type: "object",
+      properties: { s: { type: "string", pattern: "^(a+)+$" } },
+      patternProperties: { "^x-(b+)+$": { type: "integer" } },
+    };
+    await registry.register("redos", { schemaType: "JSON", schema: JSON.stringify(schema) });
+    const check = (value: unknown) =>
+      registry.checkBatch(new EntryBatchBuilder().add(null, utf8(JSON.stringify(value))).build(), {
+        value: { subject: "redos", format: "json" },
+      });
+    const started = performance.now();
+    const refusal = check({ s: `${"a".repeat(5_000)}!` });
+    expect(performance.now() - started).toBeLessThan(2_000);
+    expect(refusal?.path).toBe("/s");
+    expect(check({ s: "aaaa" })).toBeNull();
+    // Two patterns in one schema each keep their own meaning (ajv caches compiled patterns).
+    expect(check({ [`x-${"b".repeat(5_000)}`]: "not an integer" })?.path).toMatch(/^\/x-b+$/);
+    expect(check({ "x-bb": 1, s: "a" })).toBeNull();
+    // A pattern is searched for anywhere in the string, as JSON Schema says.
+    await registry.register("search", {
+      schemaType: "JSON",
+      schema: JSON.stringify({ type: "string", pattern: "b" }),
+    });
+    const search = (value: string) =>
+      registry.checkBatch(new EntryBatchBuilder().add(null, utf8(JSON.stringify(value))).build(), {
+        value: { subject: "search", format: "json" },
+      });
+    expect(search("abc")).toBeNull();
+    expect(search("ac")).not.toBeNull();
+  });
+
+  it("outside RE2's syntax (lookaround, backreferences) make the schema invalid, named at registration", async () => {
+    const { registry } = await openRegistry();
+    for (const pattern of ["^(?=a)a$", "^(a)\\1$"]) {
+      const err = await registry
+        .register("bad", {
+          schemaType: "JSON",
+          schema: JSON.stringify({ type: "string", pattern }),
+        })
+        .catch((e: unknown) => e);
+      expect(err, pattern).toBeInstanceOf(RegistryError);
+      expect((err as RegistryError).kind.errorCode, pattern).toBe(42201);
+    }
+  });
+});
