@@ -14,12 +14,16 @@ import type { Clock, Timer } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { FileSystem } from "../fs/types.ts";
 import type { PartitionLog } from "../storage/partition.ts";
-import { ColdStore, type ColdPartition } from "../storage/cold-store.ts";
+import { ColdTier, type ColdPartition } from "../storage/cold-store.ts";
+import type { ColdStore } from "../storage/cold-objects.ts";
+import { DirectoryColdStore } from "../storage/cold-dir-store.ts";
+import { ColdIndexFile } from "../storage/cold-index.ts";
 import { LogStartOffsetFile } from "../storage/log-start-offsets.ts";
 import { PartitionCleaner, type CleanerSettings, type CleanerState } from "../storage/cleaner.ts";
 import type { RetentionResult } from "../storage/retention.ts";
 import type { CompactionResult } from "../storage/compaction.ts";
 import { errorMessage } from "../lib/errors.ts";
+import { coldCacheBytesDefault } from "../lib/limits.ts";
 import type { TopicConfig } from "./types.ts";
 
 /** Options of {@link CleanupService}. */
@@ -27,8 +31,14 @@ export interface CleanupServiceOptions {
   fs: FileSystem;
   clock: Clock;
   logger: Logger;
-  /** Root of the cold tier (`--cold-storage-dir`), or undefined for none. */
+  /** Root of a directory cold tier (`--cold-storage-dir`), or undefined. */
   coldStorageDir?: string;
+  /** The cold tier's object store (`--cold-storage s3://…`, built in runtime/); wins over `coldStorageDir`. */
+  coldStore?: ColdStore;
+  /** Bytes of cold reads cached in memory (`--cold-cache-bytes`, default 64 MiB). */
+  coldCacheBytes?: number;
+  /** Upload rate cap to the cold tier in bytes/s (`--cold-upload-bytes-per-sec`; 0 = none). */
+  coldUploadBytesPerSec?: number;
   /** Period of each background task in ms; 0 = none. */
   intervalMs: number;
   /** Most distinct keys per compaction pass (tests lower it). */
@@ -38,6 +48,8 @@ export interface CleanupServiceOptions {
 /** What the storage of one topic needs before its partitions open. */
 export interface TopicStorage {
   logStartOffsets: LogStartOffsetFile;
+  /** The topic's `cold_index.json`, or null without a cold tier. */
+  coldIndex: ColdIndexFile | null;
   /** One per partition (null entries without a cold tier). */
   cold: (ColdPartition | null)[];
 }
@@ -69,7 +81,7 @@ export function cleanerSettings(config: TopicConfig): CleanerSettings {
 
 /** See the module comment. */
 export class CleanupService {
-  readonly cold: ColdStore | null;
+  readonly cold: ColdTier | null;
   #options: CleanupServiceOptions;
   #topics = new Map<string, TopicCleanup>();
   #timers: { retention: Timer | null; compaction: Timer | null } = {
@@ -81,14 +93,25 @@ export class CleanupService {
 
   constructor(options: CleanupServiceOptions) {
     this.#options = options;
-    this.cold =
-      options.coldStorageDir === undefined
-        ? null
-        : new ColdStore({
+    const store =
+      options.coldStore ??
+      (options.coldStorageDir === undefined
+        ? undefined
+        : new DirectoryColdStore({
             fs: options.fs,
             root: options.coldStorageDir,
+            logger: options.logger,
+          }));
+    this.cold =
+      store === undefined
+        ? null
+        : new ColdTier({
+            store,
+            fs: options.fs,
             clock: options.clock,
             logger: options.logger,
+            cacheBytes: options.coldCacheBytes ?? coldCacheBytesDefault,
+            uploadBytesPerSec: options.coldUploadBytesPerSec ?? 0,
           });
   }
 
@@ -134,9 +157,10 @@ export class CleanupService {
 
   /**
    * Loads what a topic's partitions need to open: its `log_start_offsets.json` and, with a cold
-   * tier, each partition's cold side.
-   * @returns `{ error }` if the log start offsets file is unreadable (docs/decisions.md §9).
-   * @throws FsError if a cold directory cannot be read.
+   * tier, its `cold_index.json` and each partition's cold side (rebuilt from a listing of the
+   * store when the index file is missing).
+   * @returns `{ error }` if the log start offsets or cold index file is unreadable (docs/decisions.md §9).
+   * @throws ColdStoreError if a rebuild cannot list the store; FsError.
    */
   async prepareTopic(options: {
     topic: string;
@@ -146,9 +170,19 @@ export class CleanupService {
     const loaded = await LogStartOffsetFile.load(this.#options.fs, options.dir);
     if ("error" in loaded) return loaded;
     const cold: (ColdPartition | null)[] = [];
+    let coldIndex: ColdIndexFile | null = null;
+    if (this.cold !== null) {
+      const index = await ColdIndexFile.load(this.#options.fs, options.dir);
+      if ("error" in index) return index;
+      coldIndex = index;
+    }
     for (let p = 0; p < options.partitions; p++)
-      cold.push(this.cold === null ? null : await this.cold.openPartition(options.topic, p));
-    return { logStartOffsets: loaded, cold };
+      cold.push(
+        this.cold === null || coldIndex === null
+          ? null
+          : await this.cold.openPartition({ topic: options.topic, partition: p, index: coldIndex }),
+      );
+    return { logStartOffsets: loaded, coldIndex, cold };
   }
 
   /** The extra open options of partition `p` of a prepared topic. */

@@ -7,6 +7,7 @@
  * |----------------------------------------------------------|-----------------|-----------|
  * | a BrokerError                                            | its own         | its own   |
  * | an FsError with a code in {@link retriableFsCodes} (ENOSPC, EIO, …) | `storage_error` (507) | yes |
+ * | a ColdStoreError other than `invalid` (the cold tier's store unreachable, refusing, corrupt) | `storage_error` (507) | yes |
  * | anything else (ENAMETOOLONG, EACCES, EROFS, EEXIST, ENOTDIR, a plain Error) | `internal` (500) | no |
  *
  * `storage_error` promises that retrying may help (the disk may have room later); a name too
@@ -17,6 +18,7 @@
 import { FsError } from "../fs/types.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { StorageError } from "../storage/errors.ts";
+import { ColdStoreError } from "../storage/cold-objects.ts";
 import { BrokerError, Errors, type ErrorKind } from "./errors.ts";
 
 /** errno codes of failures that can pass: a full disk or quota, an I/O error, a busy or exhausted resource. */
@@ -38,6 +40,9 @@ export function storageFailureKind(err: unknown): ErrorKind {
   let at: unknown = err;
   for (let depth = 0; depth < 4 && typeof at === "object" && at !== null; depth++) {
     if (at instanceof BrokerError) return at.kind;
+    // The cold tier's store failing (unreachable, refusing, short answers) can pass.
+    if (at instanceof ColdStoreError)
+      return at.kind === "invalid" ? Errors.internal : Errors.storageError;
     const code = (at as { code?: unknown }).code;
     if (typeof code === "string" && retriableFsCodes.has(code)) return Errors.storageError;
     at = (at as { cause?: unknown }).cause;
@@ -66,6 +71,7 @@ export function toBrokerError(err: unknown): unknown {
     // storage_error if retrying can help, else internal (the module table).
     return storageFailure("Cannot complete the request", err);
   }
+  if (err instanceof ColdStoreError) return storageFailure("Cannot read the cold tier", err);
   if (!(err instanceof StorageError)) return err;
   switch (err.kind) {
     case "fenced":

@@ -210,6 +210,22 @@ export class TopicRegistry {
     this.#logger.log("info", "broker.trash_removed", { dir: this.#trashDir });
   }
 
+  /** True if an entry of `trash/` is a deleted topic named `name` (its cold data is garbage). */
+  async #trashHolds(name: string): Promise<boolean> {
+    let entries: string[];
+    try {
+      entries = await this.#fs.readdir(this.#trashDir);
+    } catch (err) {
+      if (isFsError(err, "ENOENT")) return false;
+      throw err;
+    }
+    for (const entry of entries) {
+      const read = await readJsonFile(this.#fs, joinPath(this.#trashDir, entry, "topic.json"));
+      if ("value" in read && (read.value as { name?: unknown } | null)?.name === name) return true;
+    }
+    return false;
+  }
+
   async #loadTopic(name: string): Promise<void> {
     const dir = joinPath(this.#topicsDir, name);
     const metaPath = joinPath(dir, "topic.json");
@@ -424,8 +440,11 @@ export class TopicRegistry {
       }
       await this.#fs.mkdir(dir);
       await this.#fs.syncDir(this.#topicsDir);
-      // Cold data left by an earlier topic of this name (a deletion interrupted by a crash) is not this topic's.
-      await this.#cleanup.removeColdData(name);
+      // Cold data left by an earlier topic of this name whose deletion is still in the trash is
+      // not this topic's. Cold data without such a trash entry is this topic's past (a lost data
+      // directory): the partitions adopt it (rebuilt from a listing) and continue after it.
+      if (this.#cleanup.cold !== null && (await this.#trashHolds(name)))
+        await this.#cleanup.removeColdData(name);
       const stream = options.stream;
       await writeJsonAtomic(this.#fs, joinPath(dir, "topic.json"), {
         name,
@@ -572,7 +591,7 @@ export class TopicRegistry {
     unavailable: { name: string; reason: string }[];
   } {
     return {
-      cold_storage_dir: this.#cleanup.cold?.root ?? null,
+      cold_storage_dir: this.#cleanup.cold?.location ?? null,
       topics: [...this.#topics.values()].map((t) => ({
         name: t.name,
         partitions: t.partitions.map((p, i) => ({

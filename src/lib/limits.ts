@@ -199,8 +199,8 @@ export const cleanupIntervalMsDefault = 30_000;
 export const coldOffloadBackoffMsMin = 1_000;
 /** Longest wait between retries of a failed copy to the cold tier, in ms. */
 export const coldOffloadBackoffMsMax = 300_000;
-/** Cold segments one partition keeps open for reads (least recently used closes first). */
-export const coldSegmentsOpenMax = 8;
+/** Default `--cold-cache-bytes`: memory for chunks of cold objects read, in bytes. */
+export const coldCacheBytesDefault = 64 * MiB;
 /**
  * Most distinct keys one compaction pass remembers (24 bytes a slot, at most 2^23 slots ≈ 200 MB).
  * A partition with more keys is compacted over the prefix of its segments that fits.

@@ -66,6 +66,8 @@ export async function recoverPartition(
     logStartOffset: number | undefined;
     /** Base offset of the lower tier's first segment, or −1 when there is none. */
     lowerTierFirstOffset: number;
+    /** One past the lower tier's last offset, or −1: with no local segment, the log continues there. */
+    lowerTierEndOffset?: number;
   },
 ): Promise<RecoveredPartition> {
   const { dir, name, logger } = options;
@@ -132,7 +134,8 @@ export async function recoverPartition(
   for (const s of segments) nextOffset = Math.max(nextOffset, s.nextOffset);
   const last = segments.at(-1);
   if (last === undefined) {
-    await createActive(0);
+    // Never restart offsets below what the cold tier holds (a lost data directory).
+    await createActive(Math.max(0, options.lowerTierEndOffset ?? -1));
   } else if (last.corruption !== null) {
     // docs/decisions.md §1: leave the corrupt active segment in place and roll a new one after it.
     await last.seal();

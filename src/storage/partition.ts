@@ -77,6 +77,11 @@ export interface LowerTier {
   /** Base offset of its first segment, or −1 when it holds none. */
   readonly firstOffset: number;
   /**
+   * One past the last offset it holds, or −1 when it holds none: a partition with no local
+   * segment (a data directory rebuilt from the cold tier) starts its next offset there.
+   */
+  readonly endOffset: number;
+  /**
    * Stored records with `offset` ≤ record offset < `endOffset`, verbatim, at least one if any is
    * there (count 0 if none), then stopping before `maxBytes` or at `maxRecords`.
    * @throws FsError if its files cannot be read.
@@ -201,6 +206,7 @@ export class PartitionLog {
       segmentContext: log.#segmentContext,
       logStartOffset: options.logStartOffset,
       lowerTierFirstOffset: options.lowerTier?.firstOffset ?? -1,
+      lowerTierEndOffset: options.lowerTier?.endOffset ?? -1,
     });
     log.#segments = recovered.segments;
     log.#strays = recovered.strays;

@@ -64,7 +64,7 @@ export interface RetentionContext {
   clock: Clock;
   logger: Logger;
   partition: PartitionLog;
-  /** The partition's cold tier, or null without `--cold-storage-dir`. */
+  /** The partition's cold tier, or null without one (`--cold-storage-dir`, `--cold-storage`). */
   cold: ColdPartition | null;
   logStartOffsets: LogStartOffsetStore;
   /** False while failed copies to the cold tier back off: nothing is offloaded (or deleted by age/size) this pass. */
@@ -291,7 +291,17 @@ export async function runRetention(
       }
     }
 
-    if (cold !== null) await coldRetention(ctx, cold, settings, result);
+    if (cold !== null) {
+      await coldRetention(ctx, cold, settings, result);
+      // Garbage in the store (uploads a crash cut short, replaced objects whose delete failed):
+      // listed and deleted now and then; a failure waits for the next pass.
+      await cold.reclaim().catch((err: unknown) =>
+        logger.log("warn", "cold.reclaim_failed", {
+          partition: partition.name,
+          error: errorMessage(err),
+        }),
+      );
+    }
   } catch (err) {
     return finish("failed", errorMessage(err));
   }

@@ -189,6 +189,15 @@ export class Segment {
     return this.#index.count;
   }
 
+  /**
+   * The index entries in memory, in the on-disk format (docs/storage.md "Index and reads"): the
+   * validated (or rebuilt) index, never the file's bytes, which may hold a torn or zero tail. The
+   * cold tier uploads this as a segment's `.index` object.
+   */
+  encodedIndex(): Uint8Array {
+    return this.#index.encode();
+  }
+
   /** True if no record was ever appended. */
   get isEmpty(): boolean {
     return this.sizeBytes === 0;

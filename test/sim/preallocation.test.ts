@@ -14,7 +14,9 @@ import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../../src/storage
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
-import { ColdStore } from "../../src/storage/cold-store.ts";
+import { ColdTier } from "../../src/storage/cold-store.ts";
+import { DirectoryColdStore } from "../../src/storage/cold-dir-store.ts";
+import { ColdIndexFile } from "../../src/storage/cold-index.ts";
 import { checkDataDir } from "../../src/storage/check.ts";
 
 const dir = "/data/topics/t/0";
@@ -200,12 +202,17 @@ describe("zeros written ahead of the active segment", () => {
     await log.append(batch("x".repeat(4000))); // rolls; the seal cannot cut the zeros
     expect(logger.named("segment.preallocated_cut_failed")).toHaveLength(1);
     const [sealed] = log.sealedSegments;
-    const cold = await new ColdStore({
+    await mem.mkdir("/data/topics/t");
+    const index = await ColdIndexFile.load(mem, "/data/topics/t");
+    if ("error" in index) throw new Error(index.error);
+    const cold = await new ColdTier({
+      store: new DirectoryColdStore({ fs: mem, root: "/cold", logger }),
       fs: mem,
-      root: "/cold",
       clock: new ManualClock(),
       logger,
-    }).openPartition("t", 0);
+      cacheBytes: 1 << 20,
+      uploadBytesPerSec: 0,
+    }).openPartition({ topic: "t", partition: 0, index });
     expect(await cold.offload(sealed)).toEqual({ bytes: sealed.sizeBytes });
     const read = await cold.read({ offset: 0, endOffset: 2, maxRecords: 10, maxBytes: 1 << 20 });
     expect(read.count).toBe(2);

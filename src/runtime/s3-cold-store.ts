@@ -1,0 +1,646 @@
+/**
+ * A {@link ColdStore} on S3-compatible object storage (`--cold-storage s3://bucket/prefix`,
+ * docs/storage.md "Cold tier"), over `fetch` with requests signed by `aws4fetch` (SigV4; ≈ 8 KB
+ * bundled, works on Node, Deno, Bun and the compiled binary — the AWS SDK's S3 client bundles to
+ * ≈ 590 KB and adds ≈ 40 ms to start-up).
+ *
+ * Requests (path-style `ENDPOINT/bucket/key` with an explicit endpoint, virtual-hosted on AWS):
+ *
+ * | operation | requests                                                                    |
+ * |-----------|-----------------------------------------------------------------------------|
+ * | put ≤ multipart threshold | PUT with Content-MD5 and a signed SHA-256 of the body; HEAD  |
+ * | put > threshold | CreateMultipartUpload; UploadPart × n (each with Content-MD5, at most `concurrency` at once); CompleteMultipartUpload; HEAD (AbortMultipartUpload on failure) |
+ * | get       | GET with `Range: bytes=a-b`; the answer's length is checked                 |
+ * | list      | ListObjectsV2, every page (a truncated page without a continuation token is an error) |
+ * | delete    | DELETE (404 is success)                                                     |
+ *
+ * Verification after a put: the HEAD must report the size sent and an ETag equal to the MD5 the
+ * broker computed (for a multipart upload, the MD5 of the parts' MD5s and `-n`). A store whose
+ * ETag is not an MD5 (SSE-KMS) gets the object read back and compared byte for byte by MD5. A
+ * mismatch — a store that acknowledged a short or corrupt body — re-uploads, up to `attempts`.
+ *
+ * Retries: every request is retried with exponential backoff and jitter on connection errors and
+ * resets, timeouts (`requestTimeoutMs`), 5xx, 429 and S3's `SlowDown`/`RequestTimeout`, up to
+ * `attempts` tries; then it fails as `unavailable`. 403 fails at once as `access_denied` and a
+ * missing bucket as `no_bucket`, each naming the store's error code: the caller (the cold tier's
+ * offload backoff) retries later and keeps the local segment meanwhile. Credentials come from the
+ * caller (the `AWS_*` environment variables in `cli/serve.ts`) and never appear in a message, a
+ * log line or a URL (requests are signed in headers, not in the query).
+ */
+import { createHash } from "node:crypto";
+import { AwsClient } from "aws4fetch";
+import { errorMessage } from "../lib/errors.ts";
+import type { Logger } from "../lib/logger.ts";
+import {
+  ColdStoreError,
+  isValidObjectKey,
+  type ColdObjectInfo,
+  type ColdObjectSource,
+  type ColdStore,
+  type ColdStoreErrorKind,
+} from "../storage/cold-objects.ts";
+
+/** Where a `s3://bucket/prefix` URL points. */
+export interface S3Location {
+  bucket: string;
+  /** Key prefix, empty or ending in "/". */
+  prefix: string;
+}
+
+/**
+ * Parses `s3://bucket[/prefix]` (`--cold-storage`).
+ * @throws Error naming what is wrong: the scheme, the bucket name (3–63 characters of a–z, 0–9,
+ *   `.` and `-`, starting and ending with a letter or digit), or the prefix (no empty, `.` or `..` parts).
+ */
+export function parseS3Url(url: string): S3Location {
+  const m = /^s3:\/\/([^/]*)(?:\/(.*))?$/.exec(url);
+  if (m === null)
+    throw new Error(
+      `Invalid cold storage URL ${JSON.stringify(url)}: expected s3://bucket or s3://bucket/prefix`,
+    );
+  const bucket = m[1];
+  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket) || bucket.includes(".."))
+    throw new Error(
+      `Invalid cold storage URL ${JSON.stringify(url)}: bucket ${JSON.stringify(bucket)} is not a bucket name (3–63 characters of a-z, 0-9, "." and "-", starting and ending with a letter or digit)`,
+    );
+  let prefix = m[2] ?? "";
+  if (prefix.endsWith("/")) prefix = prefix.slice(0, -1);
+  if (prefix !== "" && !isValidObjectKey(prefix))
+    throw new Error(
+      `Invalid cold storage URL ${JSON.stringify(url)}: prefix ${JSON.stringify(prefix)} has an empty, "." or ".." part`,
+    );
+  return { bucket, prefix: prefix === "" ? "" : `${prefix}/` };
+}
+
+/** Credentials for SigV4. Never logged. */
+export interface S3Credentials {
+  accessKeyId: string;
+  secretAccessKey: string;
+  sessionToken?: string;
+}
+
+/** Options of {@link S3ColdStore}. */
+export interface S3ColdStoreOptions {
+  location: S3Location;
+  credentials: S3Credentials;
+  /** Signing region (default "us-east-1"). */
+  region?: string;
+  /** Endpoint URL (`http://127.0.0.1:9000`); default AWS's regional endpoint. Path-style addressing when given. */
+  endpoint?: string;
+  logger: Logger;
+  /** Tries per request before giving up as `unavailable` (default 6). */
+  attempts?: number;
+  /** First retry wait in ms, doubling per try up to `retryBackoffMaxMs` (default 100). */
+  retryBackoffMs?: number;
+  /** Longest retry wait in ms (default 5 000). */
+  retryBackoffMaxMs?: number;
+  /** Timeout of one request in ms (default 30 000; a part upload of `partBytes` must fit in it). */
+  requestTimeoutMs?: number;
+  /** Objects above this many bytes go up in parts (default 16 MiB). */
+  multipartThresholdBytes?: number;
+  /** Bytes per part (default 8 MiB; S3 wants at least 5 MiB except the last). */
+  partBytes?: number;
+  /** Parts uploaded at once (default 4). */
+  concurrency?: number;
+  /** Keys asked per listing page (default: the store's, 1 000 on S3); tests lower it to exercise paging. */
+  listPageKeys?: number;
+}
+
+const MiB = 1024 * 1024;
+
+/** Largest object read back whole when the store's ETag is not an MD5 (bigger ones are read in chunks). */
+const readBackChunkBytes = 8 * MiB;
+
+/** Most listing pages followed before the listing is called endless. */
+const listPagesMax = 1_000_000;
+
+/** A failed HTTP exchange: status 0 for no answer. */
+interface Failure {
+  status: number;
+  code: string;
+  message: string;
+  retriable: boolean;
+}
+
+/** See the module comment. */
+export class S3ColdStore implements ColdStore {
+  readonly location: string;
+  #bucket: string;
+  #prefix: string;
+  #client: AwsClient;
+  #base: string;
+  #logger: Logger;
+  #attempts: number;
+  #backoffMs: number;
+  #backoffMaxMs: number;
+  #timeoutMs: number;
+  #thresholdBytes: number;
+  #partBytes: number;
+  #concurrency: number;
+  #listPageKeys: number | undefined;
+
+  constructor(options: S3ColdStoreOptions) {
+    const { bucket, prefix } = options.location;
+    this.#bucket = bucket;
+    this.#prefix = prefix;
+    this.location = `s3://${bucket}/${prefix}`;
+    const region = options.region ?? "us-east-1";
+    this.#client = new AwsClient({
+      accessKeyId: options.credentials.accessKeyId,
+      secretAccessKey: options.credentials.secretAccessKey,
+      sessionToken: options.credentials.sessionToken,
+      service: "s3",
+      region,
+      retries: 0,
+    });
+    if (options.endpoint !== undefined) {
+      const endpoint = new URL(options.endpoint);
+      if (endpoint.protocol !== "http:" && endpoint.protocol !== "https:")
+        throw new Error(
+          `Invalid S3 endpoint ${JSON.stringify(options.endpoint)}: expected an http:// or https:// URL`,
+        );
+      this.#base = `${endpoint.origin}${endpoint.pathname.replace(/\/$/, "")}/${bucket}`;
+    } else {
+      this.#base = `https://${bucket}.s3.${region}.amazonaws.com`;
+    }
+    this.#logger = options.logger;
+    this.#attempts = options.attempts ?? 6;
+    this.#backoffMs = options.retryBackoffMs ?? 100;
+    this.#backoffMaxMs = options.retryBackoffMaxMs ?? 5_000;
+    this.#timeoutMs = options.requestTimeoutMs ?? 30_000;
+    this.#thresholdBytes = options.multipartThresholdBytes ?? 16 * MiB;
+    this.#partBytes = options.partBytes ?? 8 * MiB;
+    this.#concurrency = Math.max(1, options.concurrency ?? 4);
+    this.#listPageKeys = options.listPageKeys;
+  }
+
+  #url(key: string | null, query = ""): string {
+    const path =
+      key === null
+        ? ""
+        : `/${(this.#prefix + key)
+            .split("/")
+            .map((p) => encodeURIComponent(p))
+            .join("/")}`;
+    return `${this.#base}${path === "" ? "/" : path}${query === "" ? "" : `?${query}`}`;
+  }
+
+  #checkKey(key: string): void {
+    if (!isValidObjectKey(key))
+      throw new ColdStoreError("invalid", `Invalid cold object key ${JSON.stringify(key)}`);
+  }
+
+  /**
+   * One request with retries (module comment). `accept` says which statuses are answers; the
+   * response body is read inside the retry loop, so a reset mid-body is retried too.
+   */
+  async #request<T>(
+    what: string,
+    build: () => {
+      method: string;
+      url: string;
+      headers?: Record<string, string>;
+      body?: Uint8Array | string;
+    },
+    accept: (status: number) => boolean,
+    read: (response: Response) => Promise<T>,
+  ): Promise<T> {
+    let last: Failure | null = null;
+    for (let attempt = 1; attempt <= this.#attempts; attempt++) {
+      if (attempt > 1) {
+        const ceiling = Math.min(this.#backoffMaxMs, this.#backoffMs * 2 ** (attempt - 2));
+        await new Promise((r) => setTimeout(r, ceiling / 2 + Math.random() * (ceiling / 2)));
+      }
+      const req = build();
+      let failure: Failure;
+      try {
+        const response = await this.#client.fetch(req.url, {
+          method: req.method,
+          headers: req.headers,
+          body: req.body,
+          signal: AbortSignal.timeout(this.#timeoutMs),
+        });
+        if (accept(response.status)) return await read(response);
+        failure = await describeFailure(response);
+      } catch (err) {
+        // A short or malformed answer is retried like a reset; other refusals are final.
+        if (err instanceof ColdStoreError && err.kind !== "corrupt") throw err;
+        const timeout =
+          err instanceof Error && (err.name === "TimeoutError" || err.name === "AbortError");
+        failure = {
+          status: 0,
+          code:
+            err instanceof ColdStoreError ? "BadAnswer" : timeout ? "Timeout" : "ConnectionError",
+          message: timeout
+            ? `no answer within ${this.#timeoutMs} ms`
+            : errorMessage(err) + causeOf(err),
+          retriable: true,
+        };
+      }
+      last = failure;
+      if (!failure.retriable || attempt === this.#attempts) break;
+      this.#logger.log("warn", "cold.s3_retry", {
+        store: this.location,
+        action: what,
+        attempt,
+        attempts: this.#attempts,
+        status: failure.status,
+        code: failure.code,
+        error: failure.message,
+      });
+    }
+    const f = last as Failure;
+    const kind: ColdStoreErrorKind =
+      f.code === "BadAnswer"
+        ? "corrupt"
+        : f.status === 403
+          ? "access_denied"
+          : f.code === "NoSuchBucket"
+            ? "no_bucket"
+            : f.status === 404
+              ? "not_found"
+              : f.retriable
+                ? "unavailable"
+                : f.status === 400
+                  ? "invalid"
+                  : "unavailable";
+    const hint =
+      kind === "access_denied"
+        ? " (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket policy)"
+        : kind === "no_bucket"
+          ? ` (bucket "${this.#bucket}" does not exist at ${this.#base.replace(/\/[^/]*$/, "") || this.#base})`
+          : "";
+    throw new ColdStoreError(
+      kind,
+      `Cannot ${what} in ${this.location}: ${f.status === 0 ? "" : `HTTP ${f.status} `}${f.code}: ${f.message}${hint}${f.retriable ? ` (after ${this.#attempts} tries)` : ""}`,
+    );
+  }
+
+  async put(key: string, source: ColdObjectSource): Promise<ColdObjectInfo> {
+    this.#checkKey(key);
+    let lastProblem = "";
+    for (let attempt = 1; attempt <= this.#attempts; attempt++) {
+      const expected =
+        source.sizeBytes <= this.#thresholdBytes
+          ? await this.#putSingle(key, source)
+          : await this.#putMultipart(key, source);
+      const problem = await this.#verify(key, source.sizeBytes, expected);
+      if (problem === null) return { key, sizeBytes: source.sizeBytes };
+      lastProblem = problem;
+      this.#logger.log("error", "cold.s3_verify_failed", {
+        store: this.location,
+        key,
+        attempt,
+        problem,
+        action: "uploading it again",
+      });
+    }
+    throw new ColdStoreError(
+      "corrupt",
+      `Cannot store cold object "${key}" in ${this.location}: the store kept holding something else than was sent (${lastProblem})`,
+    );
+  }
+
+  /** One PUT. @returns the expected ETag (the MD5's hex). */
+  async #putSingle(key: string, source: ColdObjectSource): Promise<string> {
+    const body = await readAll(source, 0, source.sizeBytes);
+    const md5 = createHash("md5").update(body).digest();
+    await this.#request(
+      `store cold object "${key}"`,
+      () => ({
+        method: "PUT",
+        url: this.#url(key),
+        headers: {
+          "content-md5": md5.toString("base64"),
+          "content-type": "application/octet-stream",
+        },
+        body,
+      }),
+      (s) => s === 200,
+      async (r) => void (await r.arrayBuffer()),
+    );
+    return md5.toString("hex");
+  }
+
+  /** A multipart upload (module comment). @returns the expected ETag (`<md5 of md5s>-<n>`). */
+  async #putMultipart(key: string, source: ColdObjectSource): Promise<string> {
+    const created = await this.#request(
+      `start a multipart upload of cold object "${key}"`,
+      () => ({ method: "POST", url: this.#url(key, "uploads") }),
+      (s) => s === 200,
+      async (r) => await r.text(),
+    );
+    const uploadId = xmlText(created, "UploadId");
+    if (uploadId === null)
+      throw new ColdStoreError(
+        "unavailable",
+        `Cannot start a multipart upload of cold object "${key}" in ${this.location}: the answer has no UploadId`,
+      );
+    const count = Math.ceil(source.sizeBytes / this.#partBytes);
+    const md5s: Buffer[] = new Array(count);
+    const etags: string[] = new Array(count);
+    try {
+      let next = 0;
+      const worker = async (): Promise<void> => {
+        while (next < count) {
+          const i = next++;
+          const start = i * this.#partBytes;
+          const body = await readAll(
+            source,
+            start,
+            Math.min(this.#partBytes, source.sizeBytes - start),
+          );
+          const md5 = createHash("md5").update(body).digest();
+          md5s[i] = md5;
+          const query = `partNumber=${i + 1}&uploadId=${encodeURIComponent(uploadId)}`;
+          const etag = await this.#request(
+            `upload part ${i + 1} of ${count} of cold object "${key}"`,
+            () => ({
+              method: "PUT",
+              url: this.#url(key, query),
+              headers: { "content-md5": md5.toString("base64") },
+              body,
+            }),
+            (s) => s === 200,
+            async (r) => {
+              await r.arrayBuffer();
+              return unquote(r.headers.get("etag") ?? "");
+            },
+          );
+          if (isMd5Hex(etag) && etag !== md5.toString("hex"))
+            throw new ColdStoreError(
+              "corrupt",
+              `Cannot upload part ${i + 1} of cold object "${key}" to ${this.location}: the store answered ETag ${etag}, the part's MD5 is ${md5.toString("hex")}`,
+            );
+          etags[i] = etag;
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(this.#concurrency, count) }, worker));
+      const xml = `<CompleteMultipartUpload>${etags
+        .map(
+          (e, i) => `<Part><PartNumber>${i + 1}</PartNumber><ETag>"${xmlEscape(e)}"</ETag></Part>`,
+        )
+        .join("")}</CompleteMultipartUpload>`;
+      const done = await this.#request(
+        `complete the multipart upload of cold object "${key}"`,
+        () => ({
+          method: "POST",
+          url: this.#url(key, `uploadId=${encodeURIComponent(uploadId)}`),
+          headers: { "content-type": "application/xml" },
+          body: xml,
+        }),
+        (s) => s === 200,
+        async (r) => await r.text(),
+      );
+      // CompleteMultipartUpload can answer 200 with an error in the body.
+      if (xmlText(done, "Code") !== null && xmlText(done, "ETag") === null)
+        throw new ColdStoreError(
+          "unavailable",
+          `Cannot complete the multipart upload of cold object "${key}" in ${this.location}: ${xmlText(done, "Code")}: ${xmlText(done, "Message") ?? ""}`,
+        );
+    } catch (err) {
+      await this.#request(
+        `abort the multipart upload of cold object "${key}"`,
+        () => ({
+          method: "DELETE",
+          url: this.#url(key, `uploadId=${encodeURIComponent(uploadId)}`),
+        }),
+        (s) => s === 204 || s === 200 || s === 404,
+        async (r) => void (await r.arrayBuffer()),
+      ).catch(() => {});
+      throw err;
+    }
+    return `${createHash("md5").update(Buffer.concat(md5s)).digest("hex")}-${count}`;
+  }
+
+  /** Reads back size and checksum (module comment). @returns null if the object is what was sent, else the problem. */
+  async #verify(key: string, sizeBytes: number, expectedEtag: string): Promise<string | null> {
+    const head = await this.#request(
+      `check cold object "${key}"`,
+      () => ({ method: "HEAD", url: this.#url(key) }),
+      (s) => s === 200 || s === 404,
+      async (r) => ({
+        status: r.status,
+        size: Number(r.headers.get("content-length") ?? "-1"),
+        etag: unquote(r.headers.get("etag") ?? ""),
+      }),
+    );
+    if (head.status === 404) return "the object is missing after its upload";
+    if (head.size !== sizeBytes)
+      return `the store holds ${head.size} bytes, ${sizeBytes} were sent`;
+    if (/^[0-9a-f]{32}(-\d+)?$/.test(head.etag)) {
+      if (head.etag === expectedEtag) return null;
+      return `the store's ETag is ${head.etag}, the bytes sent give ${expectedEtag}`;
+    }
+    // No MD5 ETag (e.g. SSE-KMS): read the object back and compare its MD5 with the sent bytes'.
+    if (!expectedEtag.includes("-")) {
+      const hash = createHash("md5");
+      for (let pos = 0; pos < sizeBytes; pos += readBackChunkBytes)
+        hash.update(
+          await this.get(key, { start: pos, end: Math.min(sizeBytes, pos + readBackChunkBytes) }),
+        );
+      const md5 = hash.digest("hex");
+      return md5 === expectedEtag
+        ? null
+        : `the bytes read back give MD5 ${md5}, the bytes sent ${expectedEtag}`;
+    }
+    return null;
+  }
+
+  async get(key: string, range?: { start: number; end: number }): Promise<Uint8Array> {
+    this.#checkKey(key);
+    if (range !== undefined) {
+      const { start, end } = range;
+      if (!(Number.isSafeInteger(start) && Number.isSafeInteger(end) && 0 <= start && start <= end))
+        throw new ColdStoreError(
+          "invalid",
+          `Cannot read cold object "${key}": invalid range [${start}, ${end})`,
+        );
+      if (start === end) return new Uint8Array(0);
+    }
+    return await this.#request(
+      `read cold object "${key}"${range === undefined ? "" : ` bytes [${range.start}, ${range.end})`}`,
+      () => ({
+        method: "GET",
+        url: this.#url(key),
+        headers:
+          range === undefined ? undefined : { range: `bytes=${range.start}-${range.end - 1}` },
+      }),
+      (s) => s === 200 || s === 206,
+      async (r) => {
+        const bytes = new Uint8Array(await r.arrayBuffer());
+        const want =
+          range === undefined
+            ? Number(r.headers.get("content-length") ?? bytes.length)
+            : range.end - range.start;
+        if (bytes.length !== want || (range !== undefined && r.status !== 206 && range.start !== 0))
+          throw new ColdStoreError(
+            "corrupt",
+            `Cannot read cold object "${key}" in ${this.location}: the answer holds ${bytes.length} bytes, ${want} were asked for`,
+          );
+        return bytes;
+      },
+    );
+  }
+
+  async list(prefix: string): Promise<ColdObjectInfo[]> {
+    const out: ColdObjectInfo[] = [];
+    let token: string | null = null;
+    for (let page = 0; page < listPagesMax; page++) {
+      const query: string =
+        `list-type=2&prefix=${encodeURIComponent(this.#prefix + prefix)}` +
+        (this.#listPageKeys === undefined ? "" : `&max-keys=${this.#listPageKeys}`) +
+        (token === null ? "" : `&continuation-token=${encodeURIComponent(token)}`);
+      const xml = await this.#request(
+        `list cold objects under "${prefix}"`,
+        () => ({ method: "GET", url: this.#url(null, query) }),
+        (s) => s === 200,
+        async (r) => await r.text(),
+      );
+      for (const contents of xmlAll(xml, "Contents")) {
+        const key = xmlText(contents, "Key");
+        const size = Number(xmlText(contents, "Size") ?? "NaN");
+        if (key === null || !Number.isSafeInteger(size))
+          throw new ColdStoreError(
+            "corrupt",
+            `Cannot list cold objects under "${prefix}" in ${this.location}: an entry has no key or size`,
+          );
+        if (!key.startsWith(this.#prefix)) continue;
+        out.push({ key: key.slice(this.#prefix.length), sizeBytes: size });
+      }
+      if (xmlText(xml, "IsTruncated") !== "true") return out;
+      token = xmlText(xml, "NextContinuationToken");
+      if (token === null || token === "")
+        throw new ColdStoreError(
+          "corrupt",
+          `Cannot list cold objects under "${prefix}" in ${this.location}: page ${page + 1} is truncated but has no continuation token (a listing is complete or fails)`,
+        );
+    }
+    throw new ColdStoreError(
+      "corrupt",
+      `Cannot list cold objects under "${prefix}" in ${this.location}: more than ${listPagesMax} pages`,
+    );
+  }
+
+  async delete(key: string): Promise<void> {
+    this.#checkKey(key);
+    await this.#request(
+      `delete cold object "${key}"`,
+      () => ({ method: "DELETE", url: this.#url(key) }),
+      (s) => s === 204 || s === 200 || s === 404,
+      async (r) => void (await r.arrayBuffer()),
+    );
+  }
+
+  /**
+   * Checks the bucket is reachable and the credentials work (one listing request, no retries
+   * beyond the usual). @returns null, or the problem (for a start-up log line).
+   */
+  async probe(): Promise<ColdStoreError | null> {
+    try {
+      await this.#request(
+        "list the bucket",
+        () => ({
+          method: "GET",
+          url: this.#url(null, `list-type=2&max-keys=1&prefix=${encodeURIComponent(this.#prefix)}`),
+        }),
+        (s) => s === 200,
+        async (r) => void (await r.text()),
+      );
+      return null;
+    } catch (err) {
+      if (err instanceof ColdStoreError) return err;
+      throw err;
+    }
+  }
+}
+
+/** The error of a non-accepted answer, classified (module comment). */
+async function describeFailure(response: Response): Promise<Failure> {
+  const text = await response.text().catch(() => "");
+  const code =
+    xmlText(text, "Code") ??
+    (response.status === 404
+      ? "NotFound"
+      : response.status === 403
+        ? "Forbidden"
+        : `HTTP${response.status}`);
+  const message = (xmlText(text, "Message") ?? response.statusText ?? "").slice(0, 300);
+  const retriable =
+    response.status >= 500 ||
+    response.status === 429 ||
+    code === "SlowDown" ||
+    code === "RequestTimeout" ||
+    code === "InternalError";
+  return { status: response.status, code, message, retriable };
+}
+
+/** `: <cause>` of a fetch error (undici hides the socket error there), or "". */
+function causeOf(err: unknown): string {
+  const cause = err instanceof Error ? (err as { cause?: unknown }).cause : undefined;
+  return cause === undefined ? "" : `: ${errorMessage(cause)}`;
+}
+
+/** Reads `[start, start + length)` of a source whole. */
+async function readAll(
+  source: ColdObjectSource,
+  start: number,
+  length: number,
+): Promise<Uint8Array> {
+  const out = new Uint8Array(length);
+  let got = 0;
+  while (got < length) {
+    const chunk = await source.read(start + got, length - got);
+    if (chunk.length === 0)
+      throw new ColdStoreError(
+        "invalid",
+        `Cannot upload: the source ended at byte ${start + got} of ${source.sizeBytes}`,
+      );
+    out.set(chunk, got);
+    got += chunk.length;
+  }
+  return out;
+}
+
+function isMd5Hex(text: string): boolean {
+  return /^[0-9a-f]{32}$/.test(text);
+}
+
+function unquote(etag: string): string {
+  return etag.replace(/^W\//, "").replace(/^"|"$/g, "");
+}
+
+/** The decoded text of the first `<tag>…</tag>` in `xml`, or null. */
+export function xmlText(xml: string, tag: string): string | null {
+  const m = new RegExp(`<${tag}(?:\\s[^>]*)?>([\\s\\S]*?)</${tag}>`).exec(xml);
+  return m === null ? null : xmlDecode(m[1]);
+}
+
+/** The raw inner texts of every `<tag>…</tag>` in `xml`. */
+function xmlAll(xml: string, tag: string): string[] {
+  return [...xml.matchAll(new RegExp(`<${tag}(?:\\s[^>]*)?>([\\s\\S]*?)</${tag}>`, "g"))].map(
+    (m) => m[1],
+  );
+}
+
+function xmlDecode(text: string): string {
+  return text.replace(/&(#x[0-9a-fA-F]+|#\d+|amp|lt|gt|quot|apos);/g, (_, e: string) =>
+    e === "amp"
+      ? "&"
+      : e === "lt"
+        ? "<"
+        : e === "gt"
+          ? ">"
+          : e === "quot"
+            ? '"'
+            : e === "apos"
+              ? "'"
+              : String.fromCodePoint(
+                  e.startsWith("#x") ? Number.parseInt(e.slice(2), 16) : Number(e.slice(1)),
+                ),
+  );
+}
+
+function xmlEscape(text: string): string {
+  return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
