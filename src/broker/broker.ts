@@ -7,6 +7,7 @@
  * topics that name a subject) — and serves fetch with long-poll itself. Every error it throws is
  * a {@link BrokerError} with a row of the error table.
  */
+import type { ColdStore } from "../storage/cold-objects.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import {
@@ -65,6 +66,12 @@ export interface LocalBrokerOptions {
   flushIntervalMs?: number;
   /** Root of the cold tier (`--cold-storage-dir`); without it retention deletes segments outright. */
   coldStorageDir?: string;
+  /** The cold tier's object store (`--cold-storage s3://…`, built by the CLI); wins over `coldStorageDir`. */
+  coldStore?: ColdStore;
+  /** Memory for chunks of cold objects read, in bytes (`--cold-cache-bytes`, default 64 MiB). */
+  coldCacheBytes?: number;
+  /** Upload rate cap to the cold tier, in bytes/s (`--cold-upload-bytes-per-sec`; 0 = none). */
+  coldUploadBytesPerSec?: number;
   /** Period of the retention and of the compaction task, in ms (`--cleanup-interval-ms`, default 30 000; 0 = no background tasks). */
   cleanupIntervalMs?: number;
   /** Most distinct keys one compaction pass remembers (default `compactionKeysMax`; tests lower it). */
@@ -98,6 +105,9 @@ export class LocalBroker implements Broker {
       clock: options.clock,
       logger: options.logger,
       coldStorageDir: options.coldStorageDir,
+      coldStore: options.coldStore,
+      coldCacheBytes: options.coldCacheBytes,
+      coldUploadBytesPerSec: options.coldUploadBytesPerSec,
       intervalMs: options.cleanupIntervalMs ?? cleanupIntervalMsDefault,
       compactionKeysMax: options.compactionKeysMax,
     });

@@ -14,6 +14,7 @@ import { acquireDataDirLock } from "../runtime/lock.ts";
 import { systemClock } from "../runtime/clock.ts";
 import { serveHttp } from "../runtime/http.ts";
 import { listenTcp } from "../runtime/tcp.ts";
+import { s3ColdStoreFromEnvironment, type S3ColdStore } from "../runtime/s3-cold-store.ts";
 import { runtimeDescription } from "../runtime/info.ts";
 import { createAuthenticatedHttpApp } from "../transport/http/auth.ts";
 import { AccessControl } from "../auth/access.ts";
@@ -30,6 +31,7 @@ import { jsonLineLogger, type LogLevel } from "../lib/logger.ts";
 import { RefusalLog } from "../lib/refusals.ts";
 import {
   cleanupIntervalMsDefault,
+  coldCacheBytesDefault,
   producerExpiryMsDefault,
   flushIntervalMsDefault,
   readTimeoutMsDefault,
@@ -64,6 +66,13 @@ Options:
   --kafka-advertised-host H   the host Kafka clients are told to connect to (default --host)
   --cold-storage-dir DIR      move segments that retention removes there (and serve them from there)
                               instead of deleting them; topic config cold_retention_ms says how long
+  --cold-storage URL          the same, to S3-compatible object storage: s3://bucket[/prefix].
+                              Credentials only from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+                              (and AWS_SESSION_TOKEN), never from arguments
+  --cold-s3-endpoint URL      S3 endpoint (default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, or AWS's)
+  --cold-s3-region REGION     signing region (default AWS_REGION, AWS_DEFAULT_REGION, us-east-1)
+  --cold-cache-bytes BYTES    memory for cold reads (default ${coldCacheBytesDefault}; 0 = no cache)
+  --cold-upload-bytes-per-sec BYTES  cap on upload bandwidth to the cold tier (default 0: none)
   --cleanup-interval-ms MS    run retention and compaction over every partition this often
                               (default ${cleanupIntervalMsDefault}; 0 = only on POST /v1/admin/topics/{topic}/cleanup)
   --producer-expiry-ms MS     forget an idempotent producer idle this long (default ${producerExpiryMsDefault}, 7 days)
@@ -102,6 +111,11 @@ export async function serve(argv: string[]): Promise<number> {
       "kafka-port": { type: "string" },
       "kafka-advertised-host": { type: "string" },
       "cold-storage-dir": { type: "string" },
+      "cold-storage": { type: "string" },
+      "cold-s3-endpoint": { type: "string" },
+      "cold-s3-region": { type: "string" },
+      "cold-cache-bytes": { type: "string" },
+      "cold-upload-bytes-per-sec": { type: "string" },
       "cleanup-interval-ms": { type: "string" },
       "producer-expiry-ms": { type: "string" },
       "stream-long-poll-ms": { type: "string" },
@@ -177,6 +191,24 @@ export async function serve(argv: string[]): Promise<number> {
   );
   const coldStorageDir =
     values["cold-storage-dir"] === undefined ? undefined : resolve(values["cold-storage-dir"]);
+  if (coldStorageDir !== undefined && values["cold-storage"] !== undefined)
+    throw new UsageError(
+      "--cold-storage-dir and --cold-storage exclude each other: pick one cold tier",
+    );
+  const coldCacheBytes = intOption(
+    "cold-cache-bytes",
+    values["cold-cache-bytes"],
+    coldCacheBytesDefault,
+    0,
+    64 * 1024 ** 3,
+  );
+  const coldUploadBytesPerSec = intOption(
+    "cold-upload-bytes-per-sec",
+    values["cold-upload-bytes-per-sec"],
+    0,
+    0,
+    Number.MAX_SAFE_INTEGER,
+  );
   const level = values["log-level"] as LogLevel;
   if (!["debug", "info", "warn", "error"].includes(level))
     throw new UsageError(
@@ -203,6 +235,21 @@ export async function serve(argv: string[]): Promise<number> {
     () => Date.now(),
     level,
   );
+  let coldStore: S3ColdStore | undefined;
+  try {
+    coldStore =
+      values["cold-storage"] === undefined
+        ? undefined
+        : s3ColdStoreFromEnvironment({
+            url: values["cold-storage"],
+            endpoint: values["cold-s3-endpoint"],
+            region: values["cold-s3-region"],
+            env: process.env,
+            logger,
+          });
+  } catch (err) {
+    throw new UsageError(errorMessage(err));
+  }
 
   // One broker per data directory: take its lock before recovery touches anything. The directory
   // chain is created durably first (each new directory's parent fsynced).
@@ -231,6 +278,20 @@ export async function serve(argv: string[]): Promise<number> {
     );
   }
 
+  // An unreachable or refusing bucket does not stop the start (an edge node runs offline): it
+  // is reported here, and segments stay local until offloads succeed.
+  if (coldStore !== undefined)
+    void coldStore.probe().then((problem) =>
+      problem === null
+        ? logger.log("info", "cold.store_ready", { store: coldStore.location })
+        : logger.log("error", "cold.store_unusable", {
+            store: coldStore.location,
+            kind: problem.kind,
+            error: problem.message,
+            action: "segments stay local; offloads retry with backoff",
+          }),
+    );
+
   let broker: LocalBroker;
   try {
     broker = await LocalBroker.open({
@@ -241,6 +302,9 @@ export async function serve(argv: string[]): Promise<number> {
       flushEveryRecords,
       flushIntervalMs,
       coldStorageDir,
+      coldStore,
+      coldCacheBytes,
+      coldUploadBytesPerSec,
       cleanupIntervalMs,
       producerExpiryMs,
     });

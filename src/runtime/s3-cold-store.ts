@@ -644,3 +644,41 @@ function xmlDecode(text: string): string {
 function xmlEscape(text: string): string {
   return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
+
+/**
+ * The S3 store `--cold-storage URL` names, configured the standard way: credentials from
+ * `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` only (never arguments, so
+ * they stay out of `ps` and shell history); endpoint from the flag, `AWS_ENDPOINT_URL_S3` or
+ * `AWS_ENDPOINT_URL`; region from the flag, `AWS_REGION` or `AWS_DEFAULT_REGION`.
+ * @throws Error naming the bad URL, endpoint or missing variable (never quoting a secret).
+ */
+export function s3ColdStoreFromEnvironment(options: {
+  url: string;
+  endpoint?: string;
+  region?: string;
+  env: Record<string, string | undefined>;
+  logger: Logger;
+}): S3ColdStore {
+  const { env } = options;
+  const location = parseS3Url(options.url);
+  const accessKeyId = env.AWS_ACCESS_KEY_ID ?? "";
+  const secretAccessKey = env.AWS_SECRET_ACCESS_KEY ?? "";
+  if (accessKeyId === "" || secretAccessKey === "")
+    throw new Error(
+      `--cold-storage ${options.url} needs credentials in the environment: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones)`,
+    );
+  const endpoint = options.endpoint ?? env.AWS_ENDPOINT_URL_S3 ?? env.AWS_ENDPOINT_URL;
+  if (endpoint !== undefined && !URL.canParse(endpoint))
+    throw new Error(`Invalid S3 endpoint ${JSON.stringify(endpoint)}: not a URL`);
+  return new S3ColdStore({
+    location,
+    credentials: {
+      accessKeyId,
+      secretAccessKey,
+      sessionToken: env.AWS_SESSION_TOKEN === "" ? undefined : env.AWS_SESSION_TOKEN,
+    },
+    region: options.region ?? env.AWS_REGION ?? env.AWS_DEFAULT_REGION ?? "us-east-1",
+    endpoint,
+    logger: options.logger,
+  });
+}

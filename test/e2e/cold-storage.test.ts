@@ -1,12 +1,15 @@
 /**
  * The real process with `--cold-storage-dir` and `--cleanup-interval-ms`: segments that retention
  * removes move to the cold directory (files 0600, directories 0700) and are still fetched over
- * HTTP after a restart; PATCH, POST cleanup and GET storage work end to end.
+ * HTTP after a restart; PATCH, POST cleanup and GET storage work end to end. The same with
+ * `--cold-storage s3://…` against moto_server on loopback (credentials from `AWS_*` variables,
+ * never in argv), and its bad input: malformed URLs and missing credentials refuse the start.
  */
-import { afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { readdirSync, statSync } from "node:fs";
-import { startBroker, target, type BrokerProcess } from "./harness.ts";
+import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
 import { tempDir } from "../helpers/tmp.ts";
+import { motoCredentials, startMoto, type MotoServer } from "../helpers/moto.ts";
 
 let running: BrokerProcess | null = null;
 afterEach(async () => {
@@ -85,5 +88,105 @@ describe(`[${target}] cold storage and cleanup end to end`, () => {
     }
     expect(read.map((r) => r.offset)).toEqual(values.map((_, i) => i));
     expect(read.map((r) => r.value)).toEqual(values);
+  });
+});
+
+describe(`[${target}] cold storage on S3 end to end`, () => {
+  let moto: MotoServer;
+  beforeAll(async () => {
+    moto = await startMoto();
+    await moto.createBucket("edge-e2e");
+  });
+  afterAll(async () => {
+    await moto?.stop();
+  });
+  const env = () => ({
+    AWS_ACCESS_KEY_ID: motoCredentials.accessKeyId,
+    AWS_SECRET_ACCESS_KEY: motoCredentials.secretAccessKey,
+    AWS_ENDPOINT_URL_S3: moto.endpoint,
+  });
+
+  it("offloads segments to the bucket and serves them from there after a restart", async () => {
+    const { dir } = tempDir();
+    const args = ["--cold-storage", "s3://edge-e2e/site-1", "--cleanup-interval-ms", "0"];
+    running = await startBroker(`${dir}/data`, args, env());
+    const b = running.httpUrl;
+    await json(
+      await fetch(`${b}/v1/topics`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          name: "t",
+          partitions: 1,
+          config: { segment_bytes: 1024, retention_bytes: 1 },
+        }),
+      }),
+    );
+    const values = Array.from({ length: 60 }, (_, i) => `record-${i}-${"x".repeat(60)}`);
+    for (let i = 0; i < values.length; i += 6)
+      await json(
+        await fetch(`${b}/v1/topics/t/records`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ records: values.slice(i, i + 6).map((value) => ({ value })) }),
+        }),
+      );
+    const run = await json(await fetch(`${b}/v1/admin/topics/t/cleanup`, { method: "POST" }));
+    expect(run.partitions[0].retention).toMatchObject({ status: "ok" });
+    expect(run.partitions[0].retention.segments_offloaded).toBeGreaterThan(1);
+    const storage = await json(await fetch(`${b}/v1/admin/storage`));
+    expect(storage.cold_storage_dir).toBe("s3://edge-e2e/site-1/");
+    expect(running.stderr()).not.toContain(motoCredentials.secretAccessKey);
+    expect(await running.stop("SIGTERM")).toBe(0);
+
+    running = await startBroker(`${dir}/data`, args, env());
+    const read: { offset: number; value: string }[] = [];
+    for (let offset = 0, pages = 0; offset < values.length && pages < 100; pages++) {
+      const page = await json(
+        await fetch(
+          `${running.httpUrl}/v1/topics/t/partitions/0/records?offset=${offset}&max_records=7`,
+        ),
+      );
+      read.push(...page.records);
+      offset = page.next_offset;
+    }
+    expect(read.map((r) => r.value)).toEqual(values);
+  });
+
+  it("refuses a malformed s3:// URL and missing credentials at start, naming what is wrong", async () => {
+    const { dir } = tempDir();
+    const bad = await runCli(
+      ["serve", "--data-dir", `${dir}/data`, "--cold-storage", "s3://Bad_Bucket/x"],
+      undefined,
+      {
+        env: { ...process.env, ...env() } as Record<string, string>,
+      },
+    );
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("is not a bucket name");
+    const noCreds = await runCli(
+      ["serve", "--data-dir", `${dir}/data`, "--cold-storage", "s3://edge-e2e/x"],
+      undefined,
+      {
+        env: { PATH: process.env.PATH ?? "" },
+      },
+    );
+    expect(noCreds.code).toBe(2);
+    expect(noCreds.stderr).toContain("AWS_ACCESS_KEY_ID");
+    const both = await runCli(
+      [
+        "serve",
+        "--data-dir",
+        `${dir}/data`,
+        "--cold-storage",
+        "s3://edge-e2e/x",
+        "--cold-storage-dir",
+        dir,
+      ],
+      undefined,
+      { env: { ...process.env, ...env() } as Record<string, string> },
+    );
+    expect(both.code).toBe(2);
+    expect(both.stderr).toContain("exclude each other");
   });
 });
