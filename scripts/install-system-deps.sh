@@ -14,6 +14,15 @@ packages=(
   "kcat kcat"             # Kafka listener tests and bench cases: librdkafka's CLI (test/e2e/kafka.test.ts)
 )
 
+# Python packages, by pip: the edge tests' S3-compatible object store (test/helpers/moto.ts).
+if ! command -v moto_server >/dev/null; then
+  echo "installing moto[server] (pip) for the cold-storage tests" >&2
+  if ! python3 -m pip install --quiet 'moto[server]' >&2 || ! command -v moto_server >/dev/null; then
+    echo "Installing moto[server] with pip failed (or left no moto_server on the PATH); the cold-storage tests need it." >&2
+    exit 1
+  fi
+fi
+
 missing=()
 for entry in "${packages[@]}"; do
   read -r package command <<<"$entry"
