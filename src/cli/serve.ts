@@ -45,6 +45,10 @@ import { version } from "../version.ts";
 import { UsageError, intOption, isLoopback, parseCli } from "./args.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { onStopSignals } from "./signals.ts";
+import { Mirror } from "../mirror/mirror.ts";
+import { TcpClient } from "../client/client.ts";
+import { clientTlsOptions, readApiKey } from "./connection.ts";
+import type { ConnectionOptions } from "node:tls";
 
 /** Help text of `es-broker serve`. */
 export const serveHelp = `Usage: es-broker serve [options]
@@ -73,6 +77,20 @@ Options:
   --cold-s3-region REGION     signing region (default AWS_REGION, AWS_DEFAULT_REGION, us-east-1)
   --cold-cache-bytes BYTES    memory for cold reads (default ${coldCacheBytesDefault}; 0 = no cache)
   --cold-upload-bytes-per-sec BYTES  cap on upload bandwidth to the cold tier (default 0: none)
+  --mirror-to HOST:PORT       forward every record of the topics matching --mirror-topics to the
+                              es-broker at HOST:PORT (its TCP port), exactly once, same topic,
+                              partition, key, value and timestamp; see docs/edge.md
+  --mirror-topics PATTERN     topics to forward (repeatable or comma-separated; * matches any run)
+  --mirror-name NAME          names the mirror's state: group mirror.NAME, DIR/mirror/NAME.json
+                              (default upstream)
+  --mirror-records-per-sec N  cap on the forwarding rate, e.g. while catching up (default 20000;
+                              0 = none)
+  --mirror-api-key-file FILE  the upstream's API key (default: $ES_BROKER_MIRROR_API_KEY)
+  --mirror-tls                connect to the upstream with TLS (implied by the options below)
+  --mirror-tls-ca FILE        check the upstream's certificate against this CA (PEM)
+  --mirror-tls-insecure       TLS without checking the upstream's certificate
+  --mirror-tls-cert FILE      client certificate (PEM) for an upstream that requires mutual TLS
+  --mirror-tls-key FILE       its private key (PEM)
   --cleanup-interval-ms MS    run retention and compaction over every partition this often
                               (default ${cleanupIntervalMsDefault}; 0 = only on POST /v1/admin/topics/{topic}/cleanup)
   --producer-expiry-ms MS     forget an idempotent producer idle this long (default ${producerExpiryMsDefault}, 7 days)
@@ -116,6 +134,16 @@ export async function serve(argv: string[]): Promise<number> {
       "cold-s3-region": { type: "string" },
       "cold-cache-bytes": { type: "string" },
       "cold-upload-bytes-per-sec": { type: "string" },
+      "mirror-to": { type: "string" },
+      "mirror-topics": { type: "string", multiple: true },
+      "mirror-name": { type: "string", default: "upstream" },
+      "mirror-records-per-sec": { type: "string" },
+      "mirror-api-key-file": { type: "string" },
+      "mirror-tls": { type: "boolean", default: false },
+      "mirror-tls-ca": { type: "string" },
+      "mirror-tls-insecure": { type: "boolean", default: false },
+      "mirror-tls-cert": { type: "string" },
+      "mirror-tls-key": { type: "string" },
       "cleanup-interval-ms": { type: "string" },
       "producer-expiry-ms": { type: "string" },
       "stream-long-poll-ms": { type: "string" },
@@ -209,6 +237,7 @@ export async function serve(argv: string[]): Promise<number> {
     0,
     Number.MAX_SAFE_INTEGER,
   );
+  const mirror = mirrorSettings(values);
   const level = values["log-level"] as LogLevel;
   if (!["debug", "info", "warn", "error"].includes(level))
     throw new UsageError(
@@ -311,6 +340,35 @@ export async function serve(argv: string[]): Promise<number> {
   } catch (err) {
     lock.release();
     throw err;
+  }
+  let mirrorTask: Mirror | null = null;
+  if (mirror !== null) {
+    mirrorTask = new Mirror({
+      broker,
+      fs: nodeFs,
+      dataDir,
+      clock: systemClock,
+      logger,
+      name: mirror.name,
+      topics: mirror.topics,
+      connect: () =>
+        TcpClient.connect({
+          host: mirror.host,
+          port: mirror.port,
+          apiKey: mirror.apiKey,
+          tls: mirror.tls,
+          timeoutMs: 10_000,
+        }),
+      randomHex: () => Buffer.from(systemKeyCrypto.randomBytes(8)).toString("hex"),
+      recordsPerSecond: mirror.recordsPerSecond,
+    });
+    try {
+      await mirrorTask.start();
+    } catch (err) {
+      await broker.close();
+      lock.release();
+      throw err;
+    }
   }
   // One count of refused client input for both front doors, logged at most every few seconds per kind.
   const refusals = new RefusalLog({ logger, clock: systemClock });
@@ -422,6 +480,7 @@ export async function serve(argv: string[]): Promise<number> {
           refusals.flush();
           await reloading;
           await keys.close();
+          await mirrorTask?.stop();
           await broker.close();
           lock.release();
         } catch (err) {
@@ -437,4 +496,73 @@ export async function serve(argv: string[]): Promise<number> {
     // before the handlers exist kills the process without a graceful shutdown.
     process.stdout.write(listening);
   });
+}
+
+/** What `--mirror-*` asks for, checked. */
+interface MirrorSettings {
+  host: string;
+  port: number;
+  topics: string[];
+  name: string;
+  recordsPerSecond: number;
+  apiKey: string | undefined;
+  tls: ConnectionOptions | undefined;
+}
+
+/**
+ * Reads the `--mirror-*` options (null without `--mirror-to`).
+ * @throws UsageError naming the bad option.
+ */
+function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null {
+  const to = values["mirror-to"] as string | undefined;
+  const topics = ((values["mirror-topics"] as string[] | undefined) ?? [])
+    .flatMap((t) => t.split(","))
+    .map((t) => t.trim())
+    .filter((t) => t !== "");
+  if (to === undefined) {
+    if (topics.length > 0) throw new UsageError("--mirror-topics needs --mirror-to HOST:PORT");
+    return null;
+  }
+  const m = /^(?:tcp:\/\/)?(\[[^\]]+\]|[^:/]+):(\d{1,5})$/.exec(to);
+  if (m === null || Number(m[2]) < 1 || Number(m[2]) > 65535)
+    throw new UsageError(
+      `--mirror-to must be HOST:PORT (the upstream broker's TCP port), got ${JSON.stringify(to)}`,
+    );
+  if (topics.length === 0)
+    throw new UsageError("--mirror-to needs --mirror-topics PATTERN (which topics to forward)");
+  for (const t of topics)
+    if (!/^[A-Za-z0-9._*-]+$/.test(t))
+      throw new UsageError(
+        `--mirror-topics pattern ${JSON.stringify(t)} may hold only topic-name characters and *`,
+      );
+  const name = values["mirror-name"] as string;
+  if (!/^[A-Za-z0-9._-]{1,100}$/.test(name))
+    throw new UsageError(
+      `--mirror-name must be 1 to 100 characters of A-Z a-z 0-9 . _ -, got ${JSON.stringify(name)}`,
+    );
+  const recordsPerSecond = intOption(
+    "mirror-records-per-sec",
+    values["mirror-records-per-sec"] as string | undefined,
+    20_000,
+    0,
+    100_000_000,
+  );
+  return {
+    host: m[1].replace(/^\[|\]$/g, ""),
+    port: Number(m[2]),
+    topics,
+    name,
+    recordsPerSecond,
+    apiKey: readApiKey(
+      { "api-key-file": values["mirror-api-key-file"] as string | undefined },
+      { ES_BROKER_API_KEY: process.env.ES_BROKER_MIRROR_API_KEY },
+    ),
+    tls: clientTlsOptions({
+      tls: values["mirror-tls"] as boolean,
+      "tls-ca": values["mirror-tls-ca"] as string | undefined,
+      "tls-insecure": values["mirror-tls-insecure"] as boolean,
+      "tls-cert": values["mirror-tls-cert"] as string | undefined,
+      "tls-key": values["mirror-tls-key"] as string | undefined,
+    }),
+  };
 }

@@ -20,6 +20,7 @@ const allowed: Record<string, string[]> = {
   auth: ["lib", "fs", "storage", "broker"],
   transport: ["lib", "storage", "broker", "registry", "protocol", "auth"],
   cluster: ["lib", "fs", "storage", "broker", "protocol", "client"],
+  mirror: ["lib", "fs", "storage", "broker", "protocol", "client"],
   runtime: [
     "lib",
     "fs",
@@ -31,6 +32,7 @@ const allowed: Record<string, string[]> = {
     "transport",
     "auth",
     "cluster",
+    "mirror",
   ],
   cli: [
     "lib",
@@ -44,6 +46,7 @@ const allowed: Record<string, string[]> = {
     "runtime",
     "auth",
     "cluster",
+    "mirror",
     ".",
   ],
   ".": [
@@ -58,6 +61,7 @@ const allowed: Record<string, string[]> = {
     "runtime",
     "auth",
     "cluster",
+    "mirror",
     "cli",
   ],
 };
@@ -120,7 +124,7 @@ describe("layering (docs/architecture.md)", () => {
           `${rel} uses Deno or Bun`,
         ).toBe(false);
       }
-      if (["storage", "registry", "broker", "auth", "cluster"].includes(layer)) {
+      if (["storage", "registry", "broker", "auth", "cluster", "mirror"].includes(layer)) {
         const code = text.replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, "");
         expect(
           /Date\.now\(|Math\.random\(|setTimeout\(|setInterval\(/.test(code),

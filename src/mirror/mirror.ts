@@ -1,0 +1,540 @@
+/**
+ * Store-and-forward (docs/edge.md): every record of the edge's topics that match `--mirror-topics`
+ * goes to the same topic and partition of an upstream es-broker, with the same key, value and
+ * timestamp, exactly once across restarts of either side and outages of the link between them.
+ * The edge keeps accepting writes while the link is down; the mirror catches up oldest first at a
+ * bounded rate when it returns.
+ *
+ * How exactly-once holds, per partition:
+ * - **Position** — the next edge offset to forward — is the committed offset of the edge's
+ *   consumer group `mirror.<name>` (so `groups describe` shows the mirror's lag), committed after
+ *   each batch the upstream acknowledged. One batch is in flight at a time.
+ * - **Sending** uses the idempotent produce API with producer id
+ *   `mirror:<edge id>:<partition>:<topic>` (one per partition, as epochs are per producer) and
+ *   sequence = edge offset − *base*, where *base* is the edge offset the current epoch began at.
+ *   The epoch and base live in `<dataDir>/mirror/<name>.json` and change only when the edge log
+ *   has a hole (compaction removed records, so offsets no longer map to consecutive sequences):
+ *   the new epoch, beginning at the record after the hole, is made durable before its first batch.
+ * - **Resuming** after any restart sends the batch at the committed position again with the same
+ *   epoch and sequence. The upstream answers it as new (it never arrived), as a duplicate (it was
+ *   stored; same batch), or refuses it naming the sequence it expects (it was stored, cut
+ *   differently): `expected_sequence` Q means the upstream holds edge offsets [base, base + Q), so
+ *   the position moves to base + Q — derived from the upstream's own durable producer state,
+ *   never guessed. `producer_fenced` naming a newer epoch means the run before that epoch is
+ *   stored; the mirror adopts it.
+ *
+ * Decision table for one send (epoch E, sequence S = position − base):
+ *
+ * | answer                                      | meaning                                      | action |
+ * |---------------------------------------------|----------------------------------------------|--------|
+ * | appended, or duplicate with offsets          | the upstream holds the batch                 | commit position after it, go on |
+ * | `duplicate_sequence` / `out_of_order_sequence` with expected Q > S | upstream holds [base, base + Q) | position = base + Q (commit), go on |
+ * | the same with Q ≤ S, or no Q                 | upstream lost records it acknowledged        | stop the partition with an error |
+ * | `producer_fenced`, expected epoch P > E       | a later epoch exists: all of E's run is stored | epoch = P, base = P's start is unknown: stop with an error unless P's state is ours (see code) |
+ * | `unknown_producer`                            | the upstream forgot the producer (expiry)    | new epoch at the position |
+ * | connection lost, timeout, retriable error    | unknown                                      | resend the same batch after a backoff |
+ * | `topic_not_found`                             | upstream topic missing                       | create it with the edge's partition count, resend |
+ * | other refusal                                 | configuration problem                        | stop the partition with the error |
+ *
+ * A position below the edge partition's log start offset means retention deleted records before
+ * they were forwarded: the partition stops with an explicit gap error (status and log), never
+ * skipping. Retention can be told to hold such segments (`mirror_hold_retention`, via
+ * {@link Mirror.unmirroredFrom}).
+ */
+import type { Clock } from "../lib/clock.ts";
+import type { Logger } from "../lib/logger.ts";
+import { errorMessage } from "../lib/errors.ts";
+import { crc32 } from "../lib/crc32.ts";
+import { utf8 } from "../lib/bytes.ts";
+import { joinPath, type FileSystem } from "../fs/types.ts";
+import { readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
+import { DecodeStatus, EntryBatchBuilder, RecordCursor } from "../storage/record.ts";
+import type { Broker } from "../broker/types.ts";
+import { BrokerError } from "../broker/errors.ts";
+import type { TcpClient } from "../client/client.ts";
+import { ClientError } from "../client/errors.ts";
+
+/** Options of {@link Mirror}. */
+export interface MirrorOptions {
+  /** The edge broker (in process). */
+  broker: Broker;
+  fs: FileSystem;
+  dataDir: string;
+  clock: Clock;
+  logger: Logger;
+  /** Name of this mirror: its group is `mirror.<name>`, its state `mirror/<name>.json`. */
+  name: string;
+  /** Topic patterns (`*` matches any run of characters). */
+  topics: readonly string[];
+  /** Opens a connection to the upstream broker (key and TLS options inside). */
+  connect: () => Promise<TcpClient>;
+  /** Random hex for the edge id, called once ever (the id is then kept in the state file). */
+  randomHex: () => string;
+  /** Records per batch (default 500). */
+  batchRecords?: number;
+  /** Bytes per batch, about (default 1 MiB). */
+  batchBytes?: number;
+  /** Forwarding rate cap, records per second over all partitions (default 20 000; 0 = none). */
+  recordsPerSecond?: number;
+  /** How often topics are looked up for new matches, in ms (default 5 000). */
+  rescanMs?: number;
+}
+
+/** One partition's state, for status and tests. */
+export interface MirrorPartitionStatus {
+  topic: string;
+  partition: number;
+  /** Next edge offset to forward. */
+  position: number;
+  highWatermark: number;
+  /** Records not yet forwarded. */
+  lagRecords: number;
+  /** Age of the oldest record not yet forwarded, ms (0 when caught up). */
+  lagMs: number;
+  state: "starting" | "forwarding" | "caught_up" | "uplink_down" | "stopped";
+  /** Why it stopped, or the last transient problem. */
+  error: string | null;
+  forwarded: number;
+}
+
+interface PartitionState {
+  epoch: number;
+  base: number;
+}
+
+interface StateFile {
+  version: 1;
+  edge_id: string;
+  partitions: Record<string, PartitionState>;
+}
+
+/** Compiles `*` patterns. */
+function matcher(patterns: readonly string[]): (topic: string) => boolean {
+  const res = patterns.map(
+    (p) =>
+      new RegExp(
+        `^${p
+          .split("*")
+          .map((s) => s.replace(/[.+?^${}()|[\]\\]/g, "\\$&"))
+          .join(".*")}$`,
+      ),
+  );
+  return (topic) => res.some((re) => re.test(topic));
+}
+
+/** See the module comment. */
+export class Mirror {
+  readonly group: string;
+  #o: MirrorOptions;
+  #match: (topic: string) => boolean;
+  #statePath: string;
+  #state!: StateFile;
+  #stateWrites: Promise<void> = Promise.resolve();
+  #client: TcpClient | null = null;
+  #connecting: Promise<TcpClient> | null = null;
+  #running = new Map<string, Promise<void>>();
+  #status = new Map<string, MirrorPartitionStatus>();
+  #stopping = false;
+  #wake: (() => void)[] = [];
+  #rescan: { cancel(): void } | null = null;
+  #rateFreeAtMs = 0;
+  #createdUpstream = new Set<string>();
+
+  constructor(options: MirrorOptions) {
+    this.#o = options;
+    this.group = `mirror.${options.name}`;
+    this.#match = matcher(options.topics);
+    this.#statePath = joinPath(options.dataDir, "mirror", `${options.name}.json`);
+  }
+
+  /**
+   * Loads (or creates) the state file and starts a task per matching partition; rescans topics
+   * every `rescanMs`. @throws Error if the state file is unreadable (never reset silently).
+   */
+  async start(): Promise<void> {
+    const read = await readJsonFile(this.#o.fs, this.#statePath);
+    if ("error" in read)
+      throw new Error(`Cannot start mirror "${this.#o.name}": ${this.#statePath}: ${read.error}`);
+    if ("missing" in read) {
+      this.#state = { version: 1, edge_id: this.#o.randomHex().slice(0, 16), partitions: {} };
+      await this.#o.fs.mkdir(joinPath(this.#o.dataDir, "mirror"));
+      await this.#o.fs.syncDir(this.#o.dataDir);
+      await this.#saveState();
+    } else {
+      const v = read.value as StateFile;
+      if (
+        v?.version !== 1 ||
+        typeof v.edge_id !== "string" ||
+        typeof v.partitions !== "object" ||
+        v.partitions === null
+      )
+        throw new Error(
+          `Cannot start mirror "${this.#o.name}": ${this.#statePath} is not a mirror state file`,
+        );
+      this.#state = v;
+    }
+    this.#scan();
+  }
+
+  /** Lowest edge offset not yet forwarded of a partition this mirror covers, or null. For retention's hold. */
+  unmirroredFrom(topic: string, partition: number): number | null {
+    const s = this.#status.get(`${partition}:${topic}`);
+    return s === undefined ? null : s.position;
+  }
+
+  /** Status of every partition (topic, then partition order). */
+  describe(): MirrorPartitionStatus[] {
+    return [...this.#status.values()]
+      .map((s) => ({ ...s }))
+      .sort((a, b) => (a.topic < b.topic ? -1 : a.topic > b.topic ? 1 : a.partition - b.partition));
+  }
+
+  /** Stops every task (waits for them) and closes the upstream connection. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    this.#rescan?.cancel();
+    for (const w of this.#wake.splice(0)) w();
+    await Promise.allSettled([...this.#running.values()]);
+    await this.#stateWrites.catch(() => {});
+    await this.#client?.close().catch(() => {});
+  }
+
+  #scan(): void {
+    if (this.#stopping) return;
+    void this.#scanOnce().finally(() => {
+      if (!this.#stopping)
+        this.#rescan = this.#o.clock.setTimer(this.#o.rescanMs ?? 5000, () => this.#scan());
+    });
+  }
+
+  /** Starts a task for every matching partition without one. */
+  async #scanOnce(): Promise<void> {
+    try {
+      for (const t of await this.#o.broker.listTopics()) {
+        if (!this.#match(t.name)) continue;
+        for (const p of t.partitions) {
+          const key = `${p.partition}:${t.name}`;
+          if (this.#running.has(key)) continue;
+          const task = this.#run(t.name, p.partition, t.partitions.length).finally(() => {
+            if (this.#running.get(key) === task) this.#running.delete(key);
+          });
+          this.#running.set(key, task);
+        }
+      }
+    } catch (err) {
+      this.#o.logger.log("warn", "mirror.scan_failed", {
+        mirror: this.#o.name,
+        error: errorMessage(err),
+      });
+    }
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.#stopping) return resolve();
+      const timer = this.#o.clock.setTimer(ms, () => {
+        this.#wake = this.#wake.filter((w) => w !== done);
+        resolve();
+      });
+      const done = () => {
+        timer.cancel();
+        resolve();
+      };
+      this.#wake.push(done);
+    });
+  }
+
+  async #upstream(): Promise<TcpClient> {
+    if (this.#client !== null && !this.#client.closed) return this.#client;
+    this.#connecting ??= this.#o.connect().finally(() => (this.#connecting = null));
+    this.#client = await this.#connecting;
+    return this.#client;
+  }
+
+  #saveState(): Promise<void> {
+    const write = this.#stateWrites.then(() =>
+      writeJsonAtomic(this.#o.fs, this.#statePath, this.#state),
+    );
+    this.#stateWrites = write.catch(() => {});
+    return write;
+  }
+
+  /** The producer id of a partition (at most 249 characters: long topic names are cut and hashed). */
+  #producerId(topic: string, partition: number): string {
+    const id = `mirror:${this.#state.edge_id}:${partition}:${topic}`;
+    if (id.length <= 249) return id;
+    const hash = crc32(utf8(topic)).toString(16).padStart(8, "0");
+    return `${id.slice(0, 240)}:${hash}`;
+  }
+
+  /** Waits until `count` more records may be forwarded (the catch-up rate cap). */
+  async #pace(count: number): Promise<void> {
+    const rate = this.#o.recordsPerSecond ?? 20_000;
+    if (rate <= 0) return;
+    const now = this.#o.clock.nowMs();
+    const start = Math.max(now, this.#rateFreeAtMs);
+    this.#rateFreeAtMs = start + (count * 1000) / rate;
+    if (start > now) await this.#sleep(start - now);
+  }
+
+  async #committed(topic: string, partition: number): Promise<number | null> {
+    try {
+      const d = await this.#o.broker.describeGroup(this.group);
+      return (
+        d.offsets.find((o) => o.topic === topic && o.partition === partition)?.committed ?? null
+      );
+    } catch (err) {
+      if (err instanceof BrokerError && err.kind.code === "group_not_found") return null;
+      throw err;
+    }
+  }
+
+  /** One partition's task (module comment). */
+  async #run(topic: string, partition: number, partitionCount: number): Promise<void> {
+    const o = this.#o;
+    const key = `${partition}:${topic}`;
+    const status: MirrorPartitionStatus = {
+      topic,
+      partition,
+      position: 0,
+      highWatermark: 0,
+      lagRecords: 0,
+      lagMs: 0,
+      state: "starting",
+      error: null,
+      forwarded: 0,
+    };
+    this.#status.set(key, status);
+    const stop = (error: string) => {
+      status.state = "stopped";
+      status.error = error;
+      o.logger.log("error", "mirror.partition_stopped", {
+        mirror: o.name,
+        topic,
+        partition,
+        error,
+      });
+    };
+    const producerId = this.#producerId(topic, partition);
+    let position: number;
+    try {
+      const committed = await this.#committed(topic, partition);
+      const offsets = await o.broker.listOffsets({ topic, partition });
+      position = committed ?? offsets.logStartOffset;
+    } catch (err) {
+      return stop(`cannot read the mirror's position: ${errorMessage(err)}`);
+    }
+    status.position = position;
+    let ps = this.#state.partitions[key];
+    if (ps === undefined) {
+      ps = { epoch: 0, base: position };
+      this.#state.partitions[key] = ps;
+      await this.#saveState();
+    }
+    let backoffMs = 100;
+    // Where the next fetch starts: past holes with nothing after them yet, ahead of `position`.
+    let readFrom = position;
+    const cursor = new RecordCursor();
+    while (!this.#stopping) {
+      // Read the edge.
+      let fetched;
+      try {
+        fetched = await o.broker.fetch({
+          topic,
+          partition,
+          offset: readFrom,
+          maxRecords: o.batchRecords ?? 500,
+          maxBytes: o.batchBytes ?? 1024 * 1024,
+          waitMs: 500,
+        });
+      } catch (err) {
+        if (err instanceof BrokerError && err.kind.code === "offset_out_of_range") {
+          const offsets = await o.broker.listOffsets({ topic, partition }).catch(() => null);
+          if (offsets !== null && position < offsets.logStartOffset)
+            return stop(
+              `gap: edge records [${position}, ${offsets.logStartOffset}) were deleted by retention before they were forwarded; nothing after them is forwarded (set mirror_hold_retention on the topic to hold such segments)`,
+            );
+        }
+        if (
+          err instanceof BrokerError &&
+          ["topic_not_found", "partition_not_found"].includes(err.kind.code)
+        )
+          return stop(`the edge topic is gone: ${errorMessage(err)}`);
+        status.error = errorMessage(err);
+        await this.#sleep(1000);
+        continue;
+      }
+      status.highWatermark = fetched.highWatermark;
+      status.lagRecords = Math.max(0, fetched.highWatermark - position);
+      if (fetched.records.count === 0) {
+        status.state = "caught_up";
+        status.lagMs = 0;
+        // Past a hole with nothing after it yet: read on from there; the epoch changes only when
+        // a record follows the hole.
+        readFrom = Math.max(readFrom, fetched.nextOffset);
+        continue;
+      }
+      // Decode the contiguous run that starts the answer.
+      const bytes = fetched.records.bytes;
+      cursor.reset(bytes);
+      const builder = new EntryBatchBuilder();
+      let first = -1;
+      let last = -1;
+      let oldestTs = -1;
+      for (let p = 0; p < bytes.length; p += cursor.sizeBytes) {
+        if (cursor.decode(p) !== DecodeStatus.Ok)
+          return stop(`an edge record failed its checks: ${cursor.reason}`);
+        if (first >= 0 && cursor.offset !== last + 1) break;
+        if (first < 0) first = cursor.offset;
+        last = cursor.offset;
+        if (oldestTs < 0) oldestTs = cursor.timestampMs;
+        builder.add(cursor.key(), cursor.value(), cursor.timestampMs);
+      }
+      status.lagMs = Math.max(0, o.clock.nowMs() - oldestTs);
+      if (first !== position) {
+        // A hole (compaction removed records): sequences must stay consecutive, so a new epoch
+        // begins at the next record, made durable before anything is sent in it. After a restart
+        // the state may already say so (the epoch began there): then it is kept, so a batch of
+        // it that reached the upstream is answered as a duplicate, not stored again.
+        if (ps.base !== first) {
+          ps.epoch++;
+          ps.base = first;
+          await this.#saveState();
+          o.logger.log("info", "mirror.new_epoch", {
+            mirror: o.name,
+            topic,
+            partition,
+            epoch: ps.epoch,
+            base: first,
+          });
+        }
+        position = first;
+      }
+      const batch = builder.build();
+      await this.#pace(batch.count);
+      if (this.#stopping) break;
+      // Send until the upstream answers for this batch.
+      let sent = false;
+      while (!sent && !this.#stopping) {
+        try {
+          const client = await this.#upstream();
+          await client.produceIdempotent(topic, batch, {
+            partition,
+            producer: { id: producerId, epoch: ps.epoch, sequence: position - ps.base },
+          });
+          position = last + 1;
+          status.forwarded += batch.count;
+          sent = true;
+        } catch (caught) {
+          // A connection that cannot even be opened is the uplink being down, like a lost one.
+          const err =
+            caught instanceof ClientError
+              ? caught
+              : ClientError.connectionClosed(`Cannot reach the upstream: ${errorMessage(caught)}`);
+          const expectedSeq = (err.details as { expected_sequence?: unknown } | undefined)
+            ?.expected_sequence;
+          const expectedEpoch = (err.details as { expected_epoch?: unknown } | undefined)
+            ?.expected_epoch;
+          if (err.code === "duplicate_sequence" || err.code === "out_of_order_sequence") {
+            const s = position - ps.base;
+            if (
+              typeof expectedSeq === "number" &&
+              expectedSeq > s &&
+              ps.base + expectedSeq <= fetched.highWatermark
+            ) {
+              o.logger.log("info", "mirror.resumed", {
+                mirror: o.name,
+                topic,
+                partition,
+                from: position,
+                to: ps.base + expectedSeq,
+                reason: "the upstream already holds these records",
+              });
+              position = ps.base + expectedSeq;
+              sent = true;
+              continue;
+            }
+            if (
+              err.code === "out_of_order_sequence" &&
+              expectedSeq === 0 &&
+              ps.epoch === 0 &&
+              s > 0 &&
+              status.forwarded === 0
+            ) {
+              // A fresh upstream partition for this producer while the edge starts mid-log: begin an
+              // epoch at the position (nothing of this producer is there to duplicate).
+              ps.epoch++;
+              ps.base = position;
+              await this.#saveState();
+              continue;
+            }
+            return stop(
+              `the upstream's state for producer "${producerId}" does not match the edge (sent epoch ${ps.epoch} sequence ${s}, it expects ${String(expectedSeq)}): ${err.message}`,
+            );
+          }
+          if (err.code === "unknown_producer") {
+            // Forgotten upstream (idle past its expiry): a new epoch at the position.
+            ps.epoch++;
+            ps.base = position;
+            await this.#saveState();
+            continue;
+          }
+          if (err.code === "producer_fenced")
+            return stop(
+              `producer "${producerId}" is fenced upstream by epoch ${String(expectedEpoch)} (another edge with this id?): ${err.message}`,
+            );
+          if (err.code === "topic_not_found" && !this.#createdUpstream.has(topic)) {
+            this.#createdUpstream.add(topic);
+            try {
+              await (await this.#upstream()).createTopic({
+                name: topic,
+                partitions: partitionCount,
+              });
+              o.logger.log("info", "mirror.upstream_topic_created", {
+                mirror: o.name,
+                topic,
+                partitions: partitionCount,
+              });
+            } catch (createErr) {
+              if (!(createErr instanceof ClientError && createErr.code === "topic_exists"))
+                status.error = errorMessage(createErr);
+            }
+            continue;
+          }
+          if (err.retriable || err.code === "connection_closed" || err.code === "timeout") {
+            status.state = "uplink_down";
+            status.error = err.message;
+            if (err.code === "connection_closed" || err.code === "timeout") {
+              await this.#client?.close().catch(() => {});
+              this.#client = null;
+            }
+            await this.#sleep(backoffMs);
+            backoffMs = Math.min(5000, backoffMs * 2);
+            continue;
+          }
+          return stop(`the upstream refused a batch: ${err.message}`);
+        }
+      }
+      if (!sent) break;
+      readFrom = position;
+      backoffMs = 100;
+      status.state = "forwarding";
+      status.error = null;
+      status.position = position;
+      try {
+        await o.broker.commitOffsets({
+          group: this.group,
+          offsets: [{ topic, partition, offset: position }],
+        });
+      } catch (err) {
+        // The position is re-derived from the upstream after a restart; a failed commit costs a resend.
+        o.logger.log("warn", "mirror.commit_failed", {
+          mirror: o.name,
+          topic,
+          partition,
+          error: errorMessage(err),
+        });
+      }
+    }
+  }
+}

@@ -1,0 +1,159 @@
+/**
+ * The mirror's exactly-once rules (src/mirror/mirror.ts, decision table) with two in-process
+ * brokers, the upstream served over real TCP: a batch the upstream stored but the edge never
+ * committed (a crash between the two) is answered from the upstream's producer state, whatever
+ * the new batch size, so nothing is stored twice; records retention deleted before they were
+ * forwarded stop the partition with a gap error instead of being skipped.
+ */
+import { describe, expect, it } from "vitest";
+import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
+import type { LocalBroker } from "../../src/broker/broker.ts";
+import { Mirror } from "../../src/mirror/mirror.ts";
+import { openTestBroker } from "../helpers/broker.ts";
+import { realClock } from "../helpers/clock.ts";
+import { serveTcp } from "../helpers/front-doors.ts";
+import { fetchAll } from "../helpers/records.ts";
+
+async function produce(
+  broker: LocalBroker,
+  partition: number,
+  from: number,
+  count: number,
+): Promise<void> {
+  const b = new EntryBatchBuilder();
+  for (let i = from; i < from + count; i++)
+    b.add(utf8(`k${i % 5}`), utf8(`v-${partition}-${i}`), 1_700_000_000_000 + i);
+  await broker.produce({ topic: "t", partition, batch: b.build() });
+}
+
+async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function sameLogs(
+  edge: LocalBroker,
+  central: LocalBroker,
+  partition: number,
+): Promise<boolean> {
+  const a = await fetchAll(edge, "t", 0, { partition });
+  const b = await fetchAll(central, "t", 0, { partition }).catch(() => null);
+  if (b === null) return false;
+  return (
+    a.length === b.length &&
+    a.every((r, i) => r.offset === b[i].offset && bytesEqual(r.bytes, b[i].bytes))
+  );
+}
+
+describe("the mirror", () => {
+  it("resumes from the upstream's producer state after a lost commit, storing nothing twice, whatever the batch size", async () => {
+    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
+    const { broker: central } = await openTestBroker({ clock: realClock });
+    const upstream = await serveTcp(central);
+    await edge.createTopic({ name: "t", partitions: 2 });
+    for (const p of [0, 1]) await produce(edge, p, 0, 50);
+    const mirror = (batchRecords: number) =>
+      new Mirror({
+        broker: edge,
+        fs,
+        dataDir,
+        clock: realClock,
+        logger,
+        name: "test",
+        topics: ["t"],
+        connect: upstream.connect,
+        randomHex: () => "0123456789abcdef",
+        batchRecords,
+        recordsPerSecond: 0,
+        rescanMs: 50,
+      });
+    const first = mirror(10);
+    await first.start();
+    await until(
+      async () => (await sameLogs(edge, central, 0)) && (await sameLogs(edge, central, 1)),
+      "the first catch-up",
+    );
+    await first.stop();
+
+    // As if the edge died after the upstream stored these batches but before it committed them.
+    await edge.commitOffsets({
+      group: "mirror.test",
+      offsets: [{ topic: "t", partition: 0, offset: 13 }],
+    });
+    await edge.commitOffsets({
+      group: "mirror.test",
+      offsets: [{ topic: "t", partition: 1, offset: 40 }],
+    });
+    for (const p of [0, 1]) await produce(edge, p, 50, 20);
+    const second = mirror(7);
+    await second.start();
+    await until(
+      async () => (await sameLogs(edge, central, 0)) && (await sameLogs(edge, central, 1)),
+      "the second catch-up",
+    );
+    expect(second.describe().map((s) => [s.partition, s.position, s.state])).toEqual([
+      [0, 70, expect.stringMatching(/caught_up|forwarding/)],
+      [1, 70, expect.stringMatching(/caught_up|forwarding/)],
+    ]);
+    expect(logger.named("mirror.resumed").length).toBeGreaterThanOrEqual(1);
+    expect((await central.listOffsets({ topic: "t", partition: 0 })).highWatermark).toBe(70);
+    await second.stop();
+    const group = await edge.describeGroup("mirror.test");
+    expect(group.offsets.map((o) => [o.partition, o.committed, o.lag])).toEqual([
+      [0, 70, 0],
+      [1, 70, 0],
+    ]);
+  });
+
+  it("stops a partition with a gap error when retention deleted records before they were forwarded", async () => {
+    const { broker: edge, fs, dataDir, logger, clock } = await openTestBroker();
+    const { broker: central } = await openTestBroker({ clock: realClock });
+    const upstream = await serveTcp(central);
+    await edge.createTopic({
+      name: "t",
+      partitions: 1,
+      config: { segment_ms: 1000, retention_bytes: 1 },
+    });
+    await produce(edge, 0, 0, 5);
+    clock.advance(2000);
+    await produce(edge, 0, 5, 5);
+    await edge.cleanup("t");
+    expect((await edge.listOffsets({ topic: "t", partition: 0 })).logStartOffset).toBe(5);
+    // The mirror's position says 0 was never forwarded.
+    await edge.commitOffsets({
+      group: "mirror.gap",
+      offsets: [{ topic: "t", partition: 0, offset: 5 }],
+    });
+    await edge.commitOffsets({
+      group: "mirror.gap",
+      offsets: [{ topic: "t", partition: 0, offset: 0 }],
+    });
+    const mirror = new Mirror({
+      broker: edge,
+      fs,
+      dataDir,
+      clock: realClock,
+      logger,
+      name: "gap",
+      topics: ["t"],
+      connect: upstream.connect,
+      randomHex: () => "fedcba9876543210",
+      recordsPerSecond: 0,
+    });
+    await mirror.start();
+    await until(async () => mirror.describe()[0]?.state === "stopped", "the partition to stop");
+    expect(mirror.describe()[0].error).toContain(
+      "gap: edge records [0, 5) were deleted by retention",
+    );
+    expect(logger.named("mirror.partition_stopped")).toHaveLength(1);
+    expect(
+      (await central.listOffsets({ topic: "t", partition: 0 }).catch(() => null))?.highWatermark ??
+        0,
+    ).toBe(0);
+    await mirror.stop();
+  });
+});
