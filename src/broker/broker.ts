@@ -469,6 +469,14 @@ export class LocalBroker implements Broker {
   }
 
   /**
+   * Tells retention where a mirror's forwarding stands (docs/edge.md "Retention and the mirror"):
+   * `fn(topic, partition)` is the lowest offset not forwarded yet, or null.
+   */
+  setUnforwardedFrom(fn: (topic: string, partition: number) => number | null): void {
+    this.#cleanup.setUnforwardedFrom(fn);
+  }
+
+  /**
    * Runs retention (trying the cold tier at once, despite any backoff) and then compaction on every
    * partition of `topic` now (`POST /v1/admin/topics/{topic}/cleanup`), and reports what each pass
    * did; each task follows the topic's cleanup policy.

@@ -74,6 +74,7 @@ export function cleanerSettings(config: TopicConfig): CleanerSettings {
     retentionMs: config.retention_ms,
     retentionBytes: config.retention_bytes,
     coldRetentionMs: config.cold_retention_ms,
+    holdUnforwarded: config.mirror_hold_retention === true,
     tombstoneRetentionMs: config.tombstone_retention_ms,
     segmentBytes: config.segment_bytes,
   };
@@ -90,6 +91,7 @@ export class CleanupService {
   };
   #running = new Set<Promise<void>>();
   #closing = false;
+  #unforwardedFrom: ((topic: string, partition: number) => number | null) | null = null;
 
   constructor(options: CleanupServiceOptions) {
     this.#options = options;
@@ -113,6 +115,14 @@ export class CleanupService {
             cacheBytes: options.coldCacheBytes ?? coldCacheBytesDefault,
             uploadBytesPerSec: options.coldUploadBytesPerSec ?? 0,
           });
+  }
+
+  /**
+   * Tells retention where a mirror's forwarding stands (docs/edge.md): `fn(topic, partition)` is
+   * the lowest offset not forwarded yet, or null for a partition no mirror covers.
+   */
+  setUnforwardedFrom(fn: (topic: string, partition: number) => number | null): void {
+    this.#unforwardedFrom = fn;
   }
 
   /** Starts the two background tasks (no-op with an interval of 0). */
@@ -219,6 +229,7 @@ export class CleanupService {
           },
           settings: () => cleanerSettings(options.config()),
           shouldStop: () => this.#closing || partition.closed,
+          unforwardedFrom: () => this.#unforwardedFrom?.(options.topic, p) ?? null,
           compactionKeysMax: o.compactionKeysMax,
         }),
     );

@@ -89,7 +89,10 @@ const schemaKeys = ["value_schema_subject", "key_schema_subject", "schema_format
 const schemaFormats: readonly SchemaFormat[] = ["confluent", "json"];
 
 const numericRules: Record<
-  Exclude<keyof TopicConfig, "cleanup_policy" | (typeof schemaKeys)[number]>,
+  Exclude<
+    keyof TopicConfig,
+    "cleanup_policy" | "mirror_hold_retention" | (typeof schemaKeys)[number]
+  >,
   Rule
 > = {
   segment_bytes: { min: segmentBytesMin, max: segmentBytesMax, unit: "bytes" },
@@ -132,6 +135,17 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
       out.cleanup_policy = normalised as CleanupPolicy;
       continue;
     }
+    if (key === "mirror_hold_retention") {
+      // Optional like the schema keys: absent (= false) until set, removed by null.
+      if (value === null) delete out.mirror_hold_retention;
+      else if (typeof value === "boolean") out.mirror_hold_retention = value;
+      else
+        throw new BrokerError(
+          Errors.invalidConfig,
+          `Invalid topic config "mirror_hold_retention": ${quote(value)} is not true, false or null`,
+        );
+      continue;
+    }
     if ((schemaKeys as readonly string[]).includes(key)) {
       mergeSchemaKey(out, key as (typeof schemaKeys)[number], value);
       continue;
@@ -139,7 +153,7 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
     if (!Object.hasOwn(numericRules, key)) {
       throw new BrokerError(
         Errors.invalidConfig,
-        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy", ...schemaKeys].join(", ")})`,
+        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy", "mirror_hold_retention", ...schemaKeys].join(", ")})`,
       );
     }
     const rule = numericRules[key as keyof typeof numericRules];

@@ -35,6 +35,12 @@ export interface TopicConfig {
   /** Largest timestamp lead over the broker clock accepted, in ms (default 1 hour; docs/decisions.md §5). */
   max_timestamp_skew_ms: number;
   /**
+   * With `--mirror-to`: true makes retention keep segments holding records the mirror has not
+   * forwarded yet (docs/edge.md); absent or false deletes them anyway, reported as an error, and
+   * the mirror stops that partition with a gap error.
+   */
+  mirror_hold_retention?: boolean;
+  /**
    * Schema registry subject every record value must match (docs/registry.md "Produce-time
    * validation"); absent (the default) = values are not checked. The only optional fields: absent
    * until set, removed by setting them to null.

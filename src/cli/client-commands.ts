@@ -15,6 +15,7 @@ import { utf8 } from "../lib/bytes.ts";
 import { recordPayloadBytesMax } from "../lib/limits.ts";
 import { plural } from "../lib/text.ts";
 import { groupJson, topicJson } from "../transport/http/encode.ts";
+import type { GroupDescription } from "../broker/types.ts";
 import { UsageError, hostPort, intOption, parseCli } from "./args.ts";
 import { onStopSignals, type StopSignal } from "./signals.ts";
 import {
@@ -94,7 +95,8 @@ or 143 (SIGTERM).
 export const groupsHelp = `Usage: es-broker groups <list|describe> [GROUP] [options]
 
   list                     group names with their generation and member count, one per line
-  describe GROUP           members, assignments, committed offsets and lag as JSON
+  describe GROUP           members, assignments, committed offsets and lag as JSON (lag in
+                           records, lag_ms: age of the oldest record not yet consumed)
 
 Options:
   --broker HOST:PORT       broker TCP address (default ${brokerDefault})
@@ -583,6 +585,33 @@ async function consumeGroup(options: {
   }
 }
 
+/**
+ * Per partition of `g`, how old the oldest record not yet consumed is (ms since its timestamp; 0
+ * when caught up, null when unknown): one fetch of the record at the committed offset. A mirror's
+ * lag in seconds (docs/edge.md) is this for its group `mirror.<name>`.
+ */
+async function lagMs(client: TcpClient, g: GroupDescription): Promise<(number | null)[]> {
+  const now = Date.now();
+  return await Promise.all(
+    g.offsets.map(async (o) => {
+      if (o.committed === null || o.lag === null) return null;
+      if (o.lag === 0) return 0;
+      try {
+        const r = await client.fetch({
+          topic: o.topic,
+          partition: o.partition,
+          offset: o.committed,
+          maxRecords: 1,
+        });
+        const first = r.records[0];
+        return first === undefined ? null : Math.max(0, now - first.timestampMs);
+      } catch {
+        return null;
+      }
+    }),
+  );
+}
+
 /** `es-broker groups list|describe`. */
 export async function groups(argv: string[]): Promise<number> {
   const { values, positionals } = parseCli({
@@ -612,7 +641,14 @@ export async function groups(argv: string[]): Promise<number> {
           `${g.group}\tgeneration ${g.generation}\t${plural(g.members.length, "member")}\n`,
         );
     } else {
-      process.stdout.write(`${jsonText(groupJson(await client.describeGroup(name!)))}\n`);
+      const g = await client.describeGroup(name!);
+      const json = groupJson(g);
+      const lags = await lagMs(client, g);
+      json.offsets = (json.offsets as Record<string, unknown>[]).map((o, i) => ({
+        ...o,
+        lag_ms: lags[i],
+      }));
+      process.stdout.write(`${jsonText(json)}\n`);
     }
     return 0;
   } finally {

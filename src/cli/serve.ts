@@ -362,6 +362,8 @@ export async function serve(argv: string[]): Promise<number> {
       randomHex: () => Buffer.from(systemKeyCrypto.randomBytes(8)).toString("hex"),
       recordsPerSecond: mirror.recordsPerSecond,
     });
+    const task = mirrorTask;
+    broker.setUnforwardedFrom((topic, partition) => task.unmirroredFrom(topic, partition));
     try {
       await mirrorTask.start();
     } catch (err) {

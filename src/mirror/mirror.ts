@@ -317,8 +317,9 @@ export class Mirror {
     };
     const producerId = this.#producerId(topic, partition);
     let position: number;
+    let committed: number | null;
     try {
-      const committed = await this.#committed(topic, partition);
+      committed = await this.#committed(topic, partition);
       const offsets = await o.broker.listOffsets({ topic, partition });
       position = committed ?? offsets.logStartOffset;
     } catch (err) {
@@ -330,6 +331,31 @@ export class Mirror {
       ps = { epoch: 0, base: position };
       this.#state.partitions[key] = ps;
       await this.#saveState();
+      // The position exists before the first send, so "no position" later always means lost.
+      try {
+        await o.broker.commitOffsets({
+          group: this.group,
+          offsets: [{ topic, partition, offset: position }],
+        });
+      } catch (err) {
+        return stop(`cannot record the mirror's position: ${errorMessage(err)}`);
+      }
+    } else if (committed === null || position < ps.base) {
+      // Forwarded before, but no position now (the topic was deleted and created again, or the
+      // group lost): these are other records than the upstream holds under this epoch, so a new
+      // epoch begins here — never resumed from the upstream's old sequence, which would skip them.
+      ps.epoch++;
+      ps.base = position;
+      await this.#saveState();
+      o.logger.log("warn", "mirror.partition_restarted", {
+        mirror: o.name,
+        topic,
+        partition,
+        from: position,
+        epoch: ps.epoch,
+        reason:
+          "no mirror position on the edge for a partition forwarded before (topic created again, or group lost)",
+      });
     }
     let backoffMs = 100;
     // Where the next fetch starts: past holes with nothing after them yet, ahead of `position`.

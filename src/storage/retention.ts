@@ -48,6 +48,8 @@ export interface RetentionSettings {
   retentionBytes: number;
   /** `cold_retention_ms`: how long the cold tier keeps a segment; −1 = forever. */
   coldRetentionMs: number;
+  /** `mirror_hold_retention`: keep segments holding records a mirror has not forwarded yet. */
+  holdUnforwarded?: boolean;
 }
 
 /** Where the partition's log start offset is persisted (the topic's `log_start_offsets.json`). */
@@ -71,6 +73,12 @@ export interface RetentionContext {
   offloadAllowed: boolean;
   /** Polled between segments; true ends the pass early (broker shutting down). */
   shouldStop?: () => boolean;
+  /**
+   * The lowest offset a mirror has not forwarded yet (docs/edge.md), or null with no mirror of
+   * this partition. Deleting records at or above it is reported (`retention.deletes_unforwarded`),
+   * or held back with `holdUnforwarded`.
+   */
+  unforwardedFrom?: () => number | null;
 }
 
 /** What a retention pass did (logged as `retention.pass`, shown in `GET /v1/admin/storage`). */
@@ -221,6 +229,32 @@ export async function runRetention(
     result.by_age = byAge;
     result.by_size = bySize;
     let count = Math.max(below, byAge, bySize);
+    // Without a cold tier deletion loses records: those a mirror has not forwarded are reported
+    // loudly, and kept when the topic says so.
+    const unforwarded = ctx.unforwardedFrom?.() ?? null;
+    if (ctx.cold === null && unforwarded !== null && count > 0) {
+      let safe = 0;
+      while (safe < count && sealed[safe].nextOffset <= unforwarded) safe++;
+      if (safe < count) {
+        logger.log(
+          settings.holdUnforwarded === true ? "warn" : "error",
+          "retention.deletes_unforwarded",
+          {
+            partition: partition.name,
+            unforwarded_from: unforwarded,
+            would_delete_to: sealed[count - 1].nextOffset,
+            action:
+              settings.holdUnforwarded === true
+                ? "held (mirror_hold_retention): the segments stay until the mirror forwards them"
+                : "deleted: the mirror stops this partition with a gap error (set mirror_hold_retention to hold them)",
+          },
+        );
+        if (settings.holdUnforwarded === true) {
+          count = Math.max(safe, below);
+          result.reason = "segments holding records the mirror has not forwarded are held";
+        }
+      }
+    }
 
     // With a cold tier, a segment leaves only after its copy there is durable.
     const cold = ctx.cold;

@@ -7,7 +7,7 @@
  * offset, key, value and timestamp, in order, none twice, none missing — checked record by record.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { startBroker, target, type BrokerProcess } from "./harness.ts";
+import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { TcpProxy } from "../helpers/tcp-proxy.ts";
 
@@ -151,5 +151,19 @@ describe(`[${target}] the edge mirror`, () => {
     // The mirror's position is a consumer group on the edge: lag 0 once caught up.
     const group = await json(await fetch(`${edge.httpUrl}/v1/groups/mirror.upstream`));
     expect(group.offsets.map((o: { lag: number }) => o.lag)).toEqual([0, 0, 0]);
+    const described = await runCli([
+      "groups",
+      "describe",
+      "mirror.upstream",
+      "--broker",
+      `${edge.tcp.host}:${edge.tcp.port}`,
+    ]);
+    expect(described.code, described.stderr).toBe(0);
+    const shown = JSON.parse(described.stdout.toString());
+    expect(shown.offsets.map((o: { lag: number; lag_ms: number }) => [o.lag, o.lag_ms])).toEqual([
+      [0, 0],
+      [0, 0],
+      [0, 0],
+    ]);
   });
 });

@@ -107,6 +107,22 @@ describe("the mirror", () => {
       [0, 70, 0],
       [1, 70, 0],
     ]);
+
+    // The edge topic deleted and created again: its new records are forwarded under a new epoch,
+    // appended upstream, never mistaken for the old ones the upstream holds.
+    await edge.deleteTopic("t");
+    await edge.createTopic({ name: "t", partitions: 2 });
+    await produce(edge, 0, 1000, 5);
+    const third = mirror(10);
+    await third.start();
+    await until(
+      async () => (await central.listOffsets({ topic: "t", partition: 0 })).highWatermark === 75,
+      "the new topic's records upstream",
+    );
+    expect(logger.named("mirror.partition_restarted").length).toBeGreaterThanOrEqual(1);
+    const upstreamTail = (await fetchAll(central, "t", 70, { partition: 0 })).map((r) => r.value);
+    expect(upstreamTail).toEqual(["v-0-1000", "v-0-1001", "v-0-1002", "v-0-1003", "v-0-1004"]);
+    await third.stop();
   });
 
   it("stops a partition with a gap error when retention deleted records before they were forwarded", async () => {
@@ -155,5 +171,35 @@ describe("the mirror", () => {
         0,
     ).toBe(0);
     await mirror.stop();
+  });
+
+  it("retention keeps segments the mirror has not forwarded with mirror_hold_retention, and reports deleting them without", async () => {
+    const { broker: edge, clock, logger } = await openTestBroker();
+    await edge.createTopic({
+      name: "t",
+      partitions: 1,
+      config: { segment_ms: 1000, retention_bytes: 1, mirror_hold_retention: true },
+    });
+    await produce(edge, 0, 0, 5);
+    clock.advance(2000);
+    await produce(edge, 0, 5, 5);
+    clock.advance(2000);
+    await produce(edge, 0, 10, 1);
+    edge.setUnforwardedFrom((topic, partition) => (topic === "t" && partition === 0 ? 5 : null));
+    await edge.cleanup("t");
+    expect((await edge.listOffsets({ topic: "t", partition: 0 })).logStartOffset).toBe(5);
+    expect(
+      logger.events.filter((e) => e.event === "retention.deletes_unforwarded").map((e) => e.level),
+    ).toEqual(["warn"]);
+
+    await edge.updateTopicConfig("t", { mirror_hold_retention: false });
+    await edge.cleanup("t");
+    expect((await edge.listOffsets({ topic: "t", partition: 0 })).logStartOffset).toBe(10);
+    expect(
+      logger.events.filter((e) => e.event === "retention.deletes_unforwarded").map((e) => e.level),
+    ).toEqual(["warn", "error"]);
+    await expect(edge.updateTopicConfig("t", { mirror_hold_retention: "yes" })).rejects.toThrow(
+      'Invalid topic config "mirror_hold_retention"',
+    );
   });
 });
