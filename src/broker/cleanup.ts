@@ -22,6 +22,7 @@ import { LogStartOffsetFile } from "../storage/log-start-offsets.ts";
 import { PartitionCleaner, type CleanerSettings, type CleanerState } from "../storage/cleaner.ts";
 import type { RetentionResult } from "../storage/retention.ts";
 import type { CompactionResult } from "../storage/compaction.ts";
+import type { ColdCompactionResult } from "../storage/cold-compaction.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { coldCacheBytesDefault } from "../lib/limits.ts";
 import type { TopicConfig } from "./types.ts";
@@ -59,6 +60,8 @@ export interface PartitionCleanup {
   partition: number;
   retention: RetentionResult;
   compaction: CompactionResult;
+  /** The cold tier's last compaction pass (null without a cold tier or before the first). */
+  cold_compaction?: ColdCompactionResult | null;
 }
 
 interface TopicCleanup {
@@ -267,8 +270,13 @@ export class CleanupService {
     const out: PartitionCleanup[] = [];
     for (let p = 0; p < t.cleaners.length; p++) {
       const retention = await t.cleaners[p].retention({ force: true });
-      const compaction = await t.cleaners[p].compaction();
-      out.push({ partition: p, retention, compaction });
+      const compaction = await t.cleaners[p].compaction({ force: true });
+      out.push({
+        partition: p,
+        retention,
+        compaction,
+        cold_compaction: t.cleaners[p].describe().last_cold_compaction,
+      });
     }
     return out;
   }

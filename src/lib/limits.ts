@@ -199,6 +199,11 @@ export const cleanupIntervalMsDefault = 30_000;
 export const coldOffloadBackoffMsMin = 1_000;
 /** Longest wait between retries of a failed copy to the cold tier, in ms. */
 export const coldOffloadBackoffMsMax = 300_000;
+/**
+ * Shortest time between two compaction passes over a partition's cold tier, in ms (each downloads
+ * every cold segment); an explicit cleanup runs one at once.
+ */
+export const coldCompactionIntervalMs = 60 * 60 * 1000;
 /** Default `--cold-cache-bytes`: memory for chunks of cold objects read, in bytes. */
 export const coldCacheBytesDefault = 64 * MiB;
 /**

@@ -13,7 +13,11 @@
  * can finish: every later pass of this partition is skipped until then.
  */
 import { Mutex } from "../lib/mutex.ts";
-import { coldOffloadBackoffMsMax, coldOffloadBackoffMsMin } from "../lib/limits.ts";
+import {
+  coldCompactionIntervalMs,
+  coldOffloadBackoffMsMax,
+  coldOffloadBackoffMsMin,
+} from "../lib/limits.ts";
 import type { PartitionLog } from "./partition.ts";
 import type { Segment } from "./segment.ts";
 import type { ColdPartition } from "./cold-store.ts";
@@ -24,6 +28,7 @@ import {
   type RetentionResult,
   type RetentionSettings,
 } from "./retention.ts";
+import { runColdCompaction, type ColdCompactionResult } from "./cold-compaction.ts";
 import {
   newCompactionResult,
   runCompaction,
@@ -54,6 +59,8 @@ export interface PartitionCleanerOptions
 export interface CleanerState {
   last_retention: RetentionResult | null;
   last_compaction: CompactionResult | null;
+  /** The last compaction pass over the cold tier (null without one, or before the first). */
+  last_cold_compaction: ColdCompactionResult | null;
   /** Failed copies to the cold tier in a row, and when the next automatic attempt may run (ms since the epoch; 0 = now). */
   cold_offload_failures: number;
   cold_offload_retry_at_ms: number;
@@ -69,6 +76,9 @@ export class PartitionCleaner {
   #mutex = new Mutex();
   #lastRetention: RetentionResult | null = null;
   #lastCompaction: CompactionResult | null = null;
+  #lastColdCompaction: ColdCompactionResult | null = null;
+  /** When the cold tier was last compacted (ms; a pass downloads every cold segment, so it runs at most every `coldCompactionIntervalMs`). */
+  #coldCompactedAtMs = Number.NEGATIVE_INFINITY;
   #offloadFailures = 0;
   #offloadRetryAtMs = 0;
   #stoppedReason: string | null = null;
@@ -118,11 +128,47 @@ export class PartitionCleaner {
     });
   }
 
-  /** Runs a compaction pass now if the policy includes "compact" (else reports it skipped). Never rejects for operating errors. */
-  compaction(): Promise<CompactionResult> {
+  /**
+   * Runs a compaction pass now if the policy includes "compact" (else reports it skipped): first
+   * over the cold tier when it holds segments (at most every `coldCompactionIntervalMs` unless
+   * `force`), then over the local sealed segments. Unless the cold pass ran and completed in this
+   * call, the local pass keeps expired tombstones: dropping one could bring back older values of
+   * its key that sit in the cold tier (`cold-compaction.ts`). Never rejects for operating errors.
+   */
+  compaction(options: { force?: boolean } = {}): Promise<CompactionResult> {
     return this.#mutex.run(async () => {
       const o = this.#options;
-      const settings = o.settings();
+      let settings = o.settings();
+      const cold = this.cold;
+      if (
+        settings.compactEnabled &&
+        this.#stoppedReason === null &&
+        cold !== null &&
+        cold.entries.length > 0
+      ) {
+        let coldDone = false;
+        const now = o.clock.nowMs();
+        if (options.force === true || now - this.#coldCompactedAtMs >= coldCompactionIntervalMs) {
+          const r = await runColdCompaction(
+            {
+              fs: o.fs,
+              clock: o.clock,
+              logger: o.logger,
+              partition: o.partition,
+              cold,
+              keysMax: o.compactionKeysMax,
+              shouldStop: o.shouldStop,
+            },
+            settings,
+          );
+          this.#lastColdCompaction = r;
+          coldDone =
+            r.status === "compacted" ||
+            (r.status === "skipped" && r.reason === "no record to drop");
+          if (coldDone) this.#coldCompactedAtMs = now;
+        }
+        if (!coldDone) settings = { ...settings, tombstoneRetentionMs: Number.MAX_SAFE_INTEGER };
+      }
       let result: CompactionResult;
       if (this.#stoppedReason !== null) result = this.#skippedCompaction(this.#stoppedReason);
       else if (!settings.compactEnabled)
@@ -198,6 +244,7 @@ export class PartitionCleaner {
     return {
       last_retention: this.#lastRetention,
       last_compaction: this.#lastCompaction,
+      last_cold_compaction: this.#lastColdCompaction,
       cold_offload_failures: this.#offloadFailures,
       cold_offload_retry_at_ms: this.#offloadRetryAtMs,
       stopped_reason: this.#stoppedReason,

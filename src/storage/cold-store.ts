@@ -354,6 +354,27 @@ export class ColdPartition implements LowerTier {
   }
 
   /**
+   * Finishes a cold compaction's swap recorded in the index (`cold-compaction.ts`): deletes the
+   * replaced objects (a failure is logged and left to {@link reclaim}), writes the index without
+   * the swap, deletes the plan object. Idempotent.
+   * @throws FsError if the index cannot be written (the swap stays recorded; the next call finishes it).
+   */
+  async finishSwap(): Promise<void> {
+    const swap = this.#swap;
+    if (swap === undefined) return;
+    await this.deleteObjects(swap.replaced);
+    await this.#persist(this.#entries);
+    await this.#tier.store.delete(`${this.prefix}swap-${this.#genMax}.json`).catch((err: unknown) =>
+      this.#tier.logger.log("warn", "cold.delete_failed", {
+        partition: this.name,
+        key: `${this.prefix}swap-${this.#genMax}.json`,
+        error: errorMessage(err),
+        action: "left for the next reclaim pass",
+      }),
+    );
+  }
+
+  /**
    * Copies a sealed local segment (log and index) into the tier (see the module comment).
    * Resolves once the objects are verified and the index naming them is durable; only then may
    * the caller delete the local copy. A segment the index already names with the same offsets
@@ -707,6 +728,7 @@ export class ColdPartition implements LowerTier {
     const now = this.#tier.clock.nowMs();
     if (options.force !== true && now - this.#reclaimedAtMs < coldReclaimIntervalMs) return null;
     this.#reclaimedAtMs = now;
+    await this.finishSwap();
     const referenced = new Set<string>();
     for (const e of this.#entries)
       for (const kind of ["log", "index"] as const) referenced.add(this.key(e, kind));
