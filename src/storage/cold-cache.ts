@@ -1,8 +1,9 @@
 /**
  * The cold tier's read cache (`--cold-cache-bytes`, docs/storage.md "Cold tier"): fixed-size
  * aligned chunks of cold objects kept in memory, least recently used out first, never more than
- * `capacityBytes` in all. Reads of the same chunk in flight share one request. With a capacity of 0
- * nothing is kept, and every read goes to the store.
+ * `capacityBytes` in all. Reads of the same chunk in flight share one request, and each read starts
+ * fetching the chunk after its last (read-ahead, with room for at least four chunks). With a
+ * capacity of 0 nothing is kept, and every read goes to the store.
  *
  * Objects are immutable (a key is written once before anything references it, and a replaced
  * segment gets a new key), so a cached chunk never goes stale; {@link ColdReadCache.forget} drops an
@@ -59,6 +60,10 @@ export class ColdReadCache {
     if (this.capacityBytes === 0) return await this.#store.get(key, { start, end });
     const parts: Uint8Array[] = [];
     for (let c = first; c <= last; c++) parts.push(await this.#chunk(key, objectBytes, c));
+    // Read-ahead: a reader moving forward (a consumer catching up, a scan) finds the next chunk
+    // already fetched or on its way; a failure there is the next read's to report.
+    if ((last + 1) * coldChunkBytes < objectBytes && this.capacityBytes >= 4 * coldChunkBytes)
+      this.#chunk(key, objectBytes, last + 1).catch(() => {});
     const out = new Uint8Array(end - start);
     let at = 0;
     for (let c = first; c <= last; c++) {
