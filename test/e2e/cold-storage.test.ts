@@ -10,6 +10,9 @@ import { readdirSync, statSync } from "node:fs";
 import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { motoCredentials, startMoto, type MotoServer } from "../helpers/moto.ts";
+import { FaultProxy } from "../helpers/fault-proxy.ts";
+import { parseS3Url, S3ColdStore } from "../../src/runtime/s3-cold-store.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
 
 let running: BrokerProcess | null = null;
 afterEach(async () => {
@@ -151,6 +154,93 @@ describe(`[${target}] cold storage on S3 end to end`, () => {
       offset = page.next_offset;
     }
     expect(read.map((r) => r.value)).toEqual(values);
+  });
+
+  it("loses nothing when SIGKILLed between a segment's upload and its index entry, and leaves no garbage", async () => {
+    const { dir } = tempDir();
+    const proxy = await FaultProxy.start(moto.endpoint);
+    try {
+      const args = [
+        "--cold-storage",
+        "s3://edge-e2e/kill",
+        "--cold-s3-endpoint",
+        proxy.endpoint,
+        "--cleanup-interval-ms",
+        "0",
+      ];
+      running = await startBroker(`${dir}/data`, args, env());
+      let b = running.httpUrl;
+      await json(
+        await fetch(`${b}/v1/topics`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ name: "t", partitions: 1, config: { segment_bytes: 1024 } }),
+        }),
+      );
+      const values = Array.from({ length: 60 }, (_, i) => `record-${i}-${"y".repeat(60)}`);
+      for (let i = 0; i < values.length; i += 6)
+        await json(
+          await fetch(`${b}/v1/topics/t/records`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ records: values.slice(i, i + 6).map((value) => ({ value })) }),
+          }),
+        );
+      await json(
+        await fetch(`${b}/v1/topics/t`, {
+          method: "PATCH",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ config: { retention_bytes: 1 } }),
+        }),
+      );
+      // Hold the check of the second segment's log object: its PUT is done, its index entry not.
+      let logHeads = 0;
+      proxy.add(
+        { kind: "delay", ms: 10_000 },
+        {
+          times: 1,
+          match: (r) => r.method === "HEAD" && r.path.endsWith(".log") && ++logHeads === 2,
+        },
+      );
+      void fetch(`${b}/v1/admin/topics/t/cleanup`, { method: "POST" }).catch(() => {});
+      const deadline = Date.now() + 10_000;
+      while (!proxy.log.some((e) => e.fault?.startsWith("delay")) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 10));
+      expect(proxy.log.some((e) => e.fault?.startsWith("delay"))).toBe(true);
+      await running.stop("SIGKILL");
+      proxy.clear();
+
+      running = await startBroker(`${dir}/data`, args, env());
+      b = running.httpUrl;
+      const readAll = async () => {
+        const read: string[] = [];
+        for (let offset = 0, pages = 0; offset < values.length && pages < 100; pages++) {
+          const page = await json(
+            await fetch(`${b}/v1/topics/t/partitions/0/records?offset=${offset}&max_records=9`),
+          );
+          read.push(...page.records.map((r: { value: string }) => r.value));
+          offset = page.next_offset;
+        }
+        return read;
+      };
+      expect(await readAll()).toEqual(values);
+      const run = await json(await fetch(`${b}/v1/admin/topics/t/cleanup`, { method: "POST" }));
+      expect(run.partitions[0].retention.status).toBe("ok");
+      expect(await readAll()).toEqual(values);
+      const storage = await json(await fetch(`${b}/v1/admin/storage`));
+      const cold = storage.topics[0].partitions[0].cleanup.cold;
+      const bucket = new S3ColdStore({
+        location: parseS3Url("s3://edge-e2e/kill"),
+        credentials: motoCredentials,
+        endpoint: moto.endpoint,
+        logger: new MemoryLogger(),
+      });
+      const objects = (await bucket.list("topics/t/0/")).map((o) => o.key);
+      expect(objects.filter((k) => k.endsWith(".log"))).toHaveLength(cold.segments);
+      expect(objects.filter((k) => k.endsWith(".index"))).toHaveLength(cold.segments);
+    } finally {
+      await proxy.close();
+    }
   });
 
   it("refuses a malformed s3:// URL and missing credentials at start, naming what is wrong", async () => {
