@@ -427,6 +427,7 @@ export async function serve(argv: string[]): Promise<number> {
   } catch (err) {
     await http?.close().catch(() => {});
     await listener?.close().catch(() => {});
+    await mirrorTask?.stop();
     await broker.close();
     lock.release();
     throw err;
