@@ -95,11 +95,12 @@ or 143 (SIGTERM).
 export const groupsHelp = `Usage: es-broker groups <list|describe> [GROUP] [options]
 
   list                     group names with their generation and member count, one per line
-  describe GROUP           members, assignments, committed offsets and lag as JSON (lag in
-                           records, lag_ms: age of the oldest record not yet consumed)
+  describe GROUP           members, assignments, committed offsets and lag (records) as JSON
 
 Options:
   --broker HOST:PORT       broker TCP address (default ${brokerDefault})
+  --lag-ms                 describe: add lag_ms per partition, the age of the oldest record not
+                           yet consumed (one fetch per lagging partition; a mirror's lag in time)
 ${connectionHelp}
   -h, --help               show this help
 `;
@@ -618,6 +619,7 @@ export async function groups(argv: string[]): Promise<number> {
     args: argv,
     options: {
       broker: { type: "string" },
+      "lag-ms": { type: "boolean", default: false },
       ...connectionOptions,
       help: { type: "boolean", short: "h", default: false },
     },
@@ -643,11 +645,13 @@ export async function groups(argv: string[]): Promise<number> {
     } else {
       const g = await client.describeGroup(name!);
       const json = groupJson(g);
-      const lags = await lagMs(client, g);
-      json.offsets = (json.offsets as Record<string, unknown>[]).map((o, i) => ({
-        ...o,
-        lag_ms: lags[i],
-      }));
+      if (values["lag-ms"]) {
+        const lags = await lagMs(client, g);
+        json.offsets = (json.offsets as Record<string, unknown>[]).map((o, i) => ({
+          ...o,
+          lag_ms: lags[i],
+        }));
+      }
       process.stdout.write(`${jsonText(json)}\n`);
     }
     return 0;

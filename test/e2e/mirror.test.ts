@@ -108,6 +108,21 @@ describe(`[${target}] the edge mirror`, () => {
     edge = await startBroker(`${dir}/edge`, edgeArgs);
     running.push(edge);
     await produce(edge.httpUrl, 300, 100);
+    // While cut off, the mirror's group shows the backlog in records and in time.
+    const during = await runCli([
+      "groups",
+      "describe",
+      "mirror.upstream",
+      "--lag-ms",
+      "--broker",
+      `${edge.tcp.host}:${edge.tcp.port}`,
+    ]);
+    expect(during.code, during.stderr).toBe(0);
+    const lagging = JSON.parse(during.stdout.toString()).offsets.filter(
+      (o: { lag: number }) => o.lag > 0,
+    );
+    expect(lagging.length).toBeGreaterThan(0);
+    for (const o of lagging) expect(o.lag_ms).toBeGreaterThan(0);
 
     // The link returns; while the edge catches up, the central broker dies and comes back.
     proxy.down(false);
@@ -155,6 +170,7 @@ describe(`[${target}] the edge mirror`, () => {
       "groups",
       "describe",
       "mirror.upstream",
+      "--lag-ms",
       "--broker",
       `${edge.tcp.host}:${edge.tcp.port}`,
     ]);
