@@ -159,11 +159,21 @@ class Inclusion {
     const bBranches = branchesOf(b);
     if (bBranches !== null) {
       const reasons = this.check(a, without(b, ["anyOf", "oneOf"]), path);
-      const inOne = this.#firstThatHolds(bBranches, (branch) => this.check(a, branch, path));
-      if (inOne.length > 0)
+      const holds = bBranches.map((branch) => this.check(a, branch, path));
+      const i = holds.findIndex((r) => r.length === 0);
+      if (i < 0)
         reasons.push(
-          `at "${path}": no branch of the ${wide} schema's anyOf/oneOf accepts every value of the ${narrow} schema (${inOne[0]})`,
+          `at "${path}": no branch of the ${wide} schema's anyOf/oneOf accepts every value of the ${narrow} schema (${holds[0]?.[0] ?? "no branches"})`,
         );
+      // oneOf wants exactly one branch: a value of `narrow` must also fail every other branch.
+      // That is proven only where the types cannot overlap; otherwise it is refused.
+      else if (Array.isArray(b.oneOf))
+        bBranches.forEach((branch, j) => {
+          if (j !== i && !typesDisjoint(a, branch))
+            reasons.push(
+              `at "${path}/oneOf/${j}": a value of the ${narrow} schema may match this branch as well as branch ${i} of the ${wide} schema's oneOf, which then refuses it (only branches of types that cannot overlap are known exclusive)`,
+            );
+        });
       return reasons;
     }
     return this.#checkKeywords(a, b, path);
@@ -392,6 +402,28 @@ function without(s: SchemaObject, keys: string[]): SchemaObject {
   const out: SchemaObject = {};
   for (const [k, v] of Object.entries(s)) if (!keys.includes(k)) out[k] = v;
   return out;
+}
+
+/**
+ * True if no value can be valid under both: each declares `type` and the sets share no type
+ * (`integer` counts as a `number`). A schema without `type` may take any type, so it overlaps.
+ */
+function typesDisjoint(a: Schema, b: Schema): boolean {
+  const typesOf = (s: Schema): Set<string> | null => {
+    if (typeof s !== "object" || s === null || Array.isArray(s)) return null;
+    const t = (s as SchemaObject).type;
+    const list = typeof t === "string" ? [t] : Array.isArray(t) ? t : null;
+    if (list === null || !list.every((x) => typeof x === "string")) return null;
+    const set = new Set(list as string[]);
+    if (set.has("integer")) set.add("number");
+    if (set.has("number")) set.add("integer");
+    return set;
+  };
+  const ta = typesOf(a);
+  const tb = typesOf(b);
+  if (ta === null || tb === null) return false;
+  for (const t of ta) if (tb.has(t)) return false;
+  return true;
 }
 
 function branchesOf(s: SchemaObject): Schema[] | null {

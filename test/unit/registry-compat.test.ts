@@ -197,6 +197,22 @@ const rows: Row[] = [
     expected: "✓✓✗✗✗✗✗",
   },
   {
+    // oneOf wants exactly one branch: 5 is a number and an integer, so the new schema refuses it
+    // (found by the attacker of the registry, who had this accepted as backward compatible).
+    name: "integer becomes oneOf [number, integer]: overlapping branches refuse old values",
+    type: "JSON",
+    old: [{ type: "integer" }],
+    candidate: { oneOf: [{ type: "number" }, { type: "integer" }] },
+    expected: "✓✗✗✗✗✗✗",
+  },
+  {
+    name: "integer becomes oneOf [integer, string]: branches of types that cannot overlap",
+    type: "JSON",
+    old: [{ type: "integer" }],
+    candidate: { oneOf: [{ type: "integer" }, { type: "string" }] },
+    expected: "✓✓✓✗✗✗✗",
+  },
+  {
     name: "the same draft-07 schema through a local $ref",
     type: "JSON",
     old: [obj({ a: { $ref: "#/definitions/s" } }, { definitions: { s: { type: "string" } } })],
