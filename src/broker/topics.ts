@@ -630,6 +630,7 @@ export class TopicRegistry {
    * (unknown keys, wrong types and out-of-range values are refused, naming the key),
    * `topic.json` is rewritten atomically, and the new values apply at once (rolls read them on
    * every append, cleanup at every pass).
+   * A Durable Stream's topic takes no schema subject (invalid_config naming the key).
    * @throws BrokerError topic_not_found, unavailable, invalid_config, storage_error.
    */
   async updateConfig(name: string, patch: unknown): Promise<TopicDescription> {
@@ -637,6 +638,16 @@ export class TopicRegistry {
     return this.#configWrites.run(async () => {
       const topic = this.get(name);
       const config = mergeTopicConfig(topic.config, patch);
+      // A stream's record is its append's messages joined by commas (broker/streams/json.ts), not
+      // one value a schema could check: a schema subject would refuse every multi-message append.
+      if (topic.stream !== undefined)
+        for (const key of ["value_schema_subject", "key_schema_subject"] as const)
+          if (config[key] !== undefined)
+            throw new BrokerError(
+              Errors.invalidConfig,
+              `Cannot update the config of topic "${name}": ${key} is not supported on a Durable Stream's topic (its records hold several messages each)`,
+              { key },
+            );
       try {
         await writeJsonAtomic(this.#fs, joinPath(topic.dir, "topic.json"), {
           name,

@@ -164,3 +164,36 @@ describe("Durable Streams over LocalBroker", () => {
     expect((await app.request("/v1/stream/shared", { method: "HEAD" })).status).toBe(404);
   });
 });
+
+describe("Durable Streams and topic configs", () => {
+  it("refuse a schema subject on a stream's topic, whose records hold several messages each, and keep the other keys", async () => {
+    const { broker } = await openTestBroker({ cleanupIntervalMs: 0 });
+    const app = appOf(broker);
+    expect((await put(app, "vs", { "content-type": "application/json" })).status).toBe(201);
+    const [topic] = (await broker.listTopics()).map((t) => t.name);
+    for (const key of ["value_schema_subject", "key_schema_subject"]) {
+      const res = await app.request(`/v1/topics/${topic}`, {
+        method: "PATCH",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ config: { [key]: "s", schema_format: "json" } }),
+      });
+      expect(res.status, key).toBe(400);
+      const body = (await res.json()) as { error: { code: string; message: string } };
+      expect(body.error.code, body.error.message).toBe("invalid_config");
+      expect(body.error.message).toContain(key);
+    }
+    const ok = await app.request(`/v1/topics/${topic}`, {
+      method: "PATCH",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ config: { retention_ms: 60_000 } }),
+    });
+    expect(ok.status).toBe(200);
+    // Multi-message appends go on working.
+    const appended = await app.request("/v1/stream/vs", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: '[{"n":2},{"n":3}]',
+    });
+    expect(appended.status).toBe(204);
+  });
+});
