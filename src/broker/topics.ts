@@ -457,7 +457,23 @@ export class TopicRegistry {
         await this.#openPartitions(topic, partitionCount);
       } catch (err) {
         for (const partition of topic.partitions) await partition.close().catch(() => {});
-        this.#unavailable.set(name, `creating its partitions failed: ${errorMessage(err)}`);
+        // Nothing of the topic was ever acknowledged: take it back whole, so the name can be
+        // created again once the cause (a full disk, an unreachable cold store) has passed.
+        // Only if that fails too is it left on disk, unavailable until a delete or a restart.
+        const removed = await this.#fs
+          .removeTree(dir)
+          .then(() => this.#fs.syncDir(this.#topicsDir))
+          .then(
+            () => true,
+            () => false,
+          );
+        if (!removed)
+          this.#unavailable.set(name, `creating its partitions failed: ${errorMessage(err)}`);
+        this.#logger.log("warn", "topic.create_failed", {
+          topic: name,
+          error: errorMessage(err),
+          removed,
+        });
         throw storageFailure(`Cannot create topic "${name}": creating its partitions failed`, err);
       }
       this.#topics.set(name, topic);
