@@ -10,6 +10,7 @@
 import type { ColdStore } from "../storage/cold-objects.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
+import { type Metrics, noMetrics } from "../lib/metrics.ts";
 import {
   cleanupIntervalMsDefault,
   fetchBytesDefault,
@@ -32,7 +33,12 @@ import { routeRecords, spansInRequestOrder, splitByPartition } from "./produce-r
 import { ProducerStates } from "./producers/state.ts";
 import { StreamService } from "./streams/service.ts";
 import { toBrokerError } from "./storage-failure.ts";
-import { TopicRegistry, type Topic } from "./topics.ts";
+import {
+  TopicRegistry,
+  type PartitionObservation,
+  type RecoveryProgress,
+  type Topic,
+} from "./topics.ts";
 import { RegistryError } from "../registry/errors.ts";
 import { type RecordRules, SchemaRegistry } from "../registry/registry.ts";
 import type {
@@ -78,11 +84,29 @@ export interface LocalBrokerOptions {
   compactionKeysMax?: number;
   /** Idle time after which an idempotent producer's state is forgotten, in ms (`--producer-expiry-ms`, default 7 days). */
   producerExpiryMs?: number;
+  /**
+   * Where storage and broker count (fsyncs, cleanup passes; `lib/metrics.ts`); a deleted
+   * topic's series are forgotten. Default {@link noMetrics}.
+   */
+  metrics?: Metrics;
+  /** Filled in as recovery goes (`GET /readyz`); `phase` is "done" once `open` resolves. */
+  progress?: RecoveryProgress;
+}
+
+/** The broker's state for the metrics exposition ({@link LocalBroker.observe}). */
+export interface BrokerObservation {
+  /** Every consumer group, read before the partitions (so a committed offset never exceeds the high watermark read after it). */
+  groups: GroupDescription[];
+  partitions: PartitionObservation[];
+  /** Topics on disk that cannot be served, groups that could not be loaded. */
+  unavailableTopics: number;
+  unavailableGroups: number;
 }
 
 /** The broker over one data directory. See the module comment. */
 export class LocalBroker implements Broker {
   #clock: Clock;
+  #metrics: Metrics = noMetrics;
   #closed = false;
   #cleanup: CleanupService;
   /** The topics (`broker/topics.ts`); opened first. */
@@ -110,6 +134,7 @@ export class LocalBroker implements Broker {
       coldUploadBytesPerSec: options.coldUploadBytesPerSec,
       intervalMs: options.cleanupIntervalMs ?? cleanupIntervalMsDefault,
       compactionKeysMax: options.compactionKeysMax,
+      metrics: options.metrics,
     });
   }
 
@@ -120,7 +145,12 @@ export class LocalBroker implements Broker {
    */
   static async open(options: LocalBrokerOptions): Promise<LocalBroker> {
     const broker = new LocalBroker(options);
+    const metrics = options.metrics ?? noMetrics;
+    broker.#metrics = metrics;
+    const progress = options.progress;
     const topics = await TopicRegistry.open({
+      metrics,
+      progress,
       fs: options.fs,
       dataDir: options.dataDir,
       clock: options.clock,
@@ -130,12 +160,14 @@ export class LocalBroker implements Broker {
       cleanup: broker.#cleanup,
       checkOpen: () => broker.#checkOpen(),
       forgetTopic: async (name) => {
+        metrics.forgetTopic(name);
         broker.#streams?.forgetTopic(name);
         await broker.#groups.forgetTopic(name);
         await broker.#producers.forgetTopic(name);
       },
     });
     broker.#topics = topics;
+    if (progress !== undefined) progress.phase = "groups";
     // Groups and producer state reconcile with the recovered logs, so they open after the topics
     // and before anything (cleanup included) can change a log.
     broker.#groups = await GroupCoordinator.open({
@@ -145,6 +177,7 @@ export class LocalBroker implements Broker {
       logger: options.logger,
       topics: { partitions: (topic) => topics.get(topic).partitions },
     });
+    if (progress !== undefined) progress.phase = "producers";
     broker.#producers = await ProducerStates.open({
       fs: options.fs,
       dataDir: options.dataDir,
@@ -169,6 +202,7 @@ export class LocalBroker implements Broker {
       logger: options.logger,
     });
     broker.#cleanup.start();
+    if (progress !== undefined) progress.phase = "done";
     return broker;
   }
 
@@ -474,6 +508,28 @@ export class LocalBroker implements Broker {
    */
   setUnforwardedFrom(fn: (topic: string, partition: number) => number | null): void {
     this.#cleanup.setUnforwardedFrom(fn);
+  }
+
+  /**
+   * The state the metrics exposition shows (`transport/http/prometheus.ts`): consumer groups
+   * first, then every open partition, so that a committed offset read here is never above the
+   * high watermark read after it (both only grow). An empty observation while shutting down.
+   */
+  async observe(): Promise<BrokerObservation> {
+    if (this.#closed)
+      return { groups: [], partitions: [], unavailableTopics: 0, unavailableGroups: 0 };
+    const groups = await this.#groups.list();
+    return {
+      groups,
+      partitions: this.#topics.observePartitions(),
+      unavailableTopics: this.#topics.unavailableCount,
+      unavailableGroups: this.#groups.unavailable.length,
+    };
+  }
+
+  /** Where this broker counts (the `metrics` it was opened with). */
+  get metricsSink(): Metrics {
+    return this.#metrics;
   }
 
   /**

@@ -12,6 +12,7 @@
  */
 import type { Clock, Timer } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
+import type { Metrics } from "../lib/metrics.ts";
 import type { FileSystem } from "../fs/types.ts";
 import type { PartitionLog } from "../storage/partition.ts";
 import { ColdTier, type ColdPartition } from "../storage/cold-store.ts";
@@ -44,6 +45,8 @@ export interface CleanupServiceOptions {
   intervalMs: number;
   /** Most distinct keys per compaction pass (tests lower it). */
   compactionKeysMax?: number;
+  /** Where passes are counted (`storage/cleaner.ts`); default none. */
+  metrics?: Metrics;
 }
 
 /** What the storage of one topic needs before its partitions open. */
@@ -234,6 +237,7 @@ export class CleanupService {
           shouldStop: () => this.#closing || partition.closed,
           unforwardedFrom: () => this.#unforwardedFrom?.(options.topic, p) ?? null,
           compactionKeysMax: o.compactionKeysMax,
+          metrics: o.metrics,
         }),
     );
     this.#topics.set(options.topic, { cleaners });

@@ -25,6 +25,7 @@
 import type { Clock } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
+import type { Metrics } from "../lib/metrics.ts";
 import { recoveryProgressMs } from "../lib/limits.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { quote } from "../lib/quote.ts";
@@ -50,6 +51,35 @@ import { BrokerError, Errors } from "./errors.ts";
 import { storageFailure } from "./storage-failure.ts";
 import { parseStreamMeta, type StreamMeta } from "./streams/meta.ts";
 import type { CreateTopicRequest, PartitionInfo, TopicConfig, TopicDescription } from "./types.ts";
+
+/** One partition's state as the metrics exposition shows it (`TopicRegistry.observePartitions`). */
+export interface PartitionObservation {
+  topic: string;
+  partition: number;
+  logStartOffset: number;
+  highWatermark: number;
+  logEndOffset: number;
+  /** Bytes of the local segments' logs. */
+  sizeBytes: number;
+  segments: number;
+  fenced: boolean;
+  /** Found at start (docs/decisions.md §1, §11). */
+  corruptSegments: number;
+  strayFiles: number;
+  /** Successful fsyncs of its log since it was opened. */
+  fsyncs: number;
+  /** The cold tier's side, or null without `--cold-storage-dir`. */
+  cold: {
+    segments: number;
+    sizeBytes: number;
+    /** Segments retention had to keep local for want of a cold copy (`storage/cleaner.ts`). */
+    backlogSegments: number;
+    /** Failed copies in a row (0 once one succeeds). */
+    consecutiveFailures: number;
+  } | null;
+  /** Cleanup is stopped until a restart (an incomplete compaction swap). */
+  cleanupStopped: boolean;
+}
 
 /** One served topic. */
 export interface Topic {
@@ -87,6 +117,24 @@ export interface TopicRegistryOptions {
    * the name can be created again.
    */
   forgetTopic: (name: string) => Promise<void>;
+  /** Handed to every partition (group commit counts its fsyncs there); default none. */
+  metrics?: Metrics;
+  /** Updated as recovery goes, for `GET /readyz`; see {@link RecoveryProgress}. */
+  progress?: RecoveryProgress;
+}
+
+/**
+ * How far the start-up recovery has got (`GET /readyz` answers it while it runs). The registry
+ * fills in the topics; `LocalBroker.open` sets the phase.
+ */
+export interface RecoveryProgress {
+  /** "topics" (partitions recovering), "groups", "producers", then "done". */
+  phase: "starting" | "topics" | "groups" | "producers" | "done";
+  /** Entries of `topics/` to recover, and how many are done. */
+  topicsTotal: number;
+  topicsDone: number;
+  /** Partitions recovered so far. */
+  partitionsDone: number;
 }
 
 /** The topics of one data directory. See the module comment. */
@@ -101,6 +149,8 @@ export class TopicRegistry {
   #cleanup: CleanupService;
   #checkOpen: () => void;
   #forgetTopic: (name: string) => Promise<void>;
+  #metrics: Metrics | undefined;
+  #progress: RecoveryProgress | undefined;
   #topics = new Map<string, Topic>();
   /** Topics that exist on disk but cannot be served, with the reason (docs/decisions.md §9). */
   #unavailable = new Map<string, string>();
@@ -123,6 +173,8 @@ export class TopicRegistry {
     this.#cleanup = options.cleanup;
     this.#checkOpen = options.checkOpen;
     this.#forgetTopic = options.forgetTopic;
+    this.#metrics = options.metrics;
+    this.#progress = options.progress;
   }
 
   /**
@@ -158,7 +210,12 @@ export class TopicRegistry {
     const started = this.#clock.nowMs();
     let lastProgress = started;
     let done = 0;
+    if (this.#progress !== undefined) {
+      this.#progress.phase = "topics";
+      this.#progress.topicsTotal = names.length;
+    }
     for (const name of names) {
+      if (this.#progress !== undefined) this.#progress.topicsDone = done;
       const now = this.#clock.nowMs();
       if (now - lastProgress >= recoveryProgressMs) {
         lastProgress = now;
@@ -178,6 +235,7 @@ export class TopicRegistry {
       }
       await this.#loadTopic(name);
     }
+    if (this.#progress !== undefined) this.#progress.topicsDone = done;
   }
 
   /**
@@ -309,10 +367,12 @@ export class TopicRegistry {
     });
     if ("error" in storage) throw new Error(storage.error);
     try {
-      for (let p = 0; p < partitionCount; p++)
+      for (let p = 0; p < partitionCount; p++) {
         topic.partitions.push(
           await this.#openPartition(topic, p, this.#cleanup.partitionOptions(storage, p)),
         );
+        if (this.#progress?.phase === "topics") this.#progress.partitionsDone++;
+      }
       await this.#fs.syncDir(topic.dir);
     } catch (err) {
       await this.#cleanup.discard(storage);
@@ -344,6 +404,7 @@ export class TopicRegistry {
       }),
       flushEveryRecords: this.#flushEveryRecords,
       flushIntervalMs: this.#flushIntervalMs,
+      metrics: this.#metrics,
     });
   }
 
@@ -617,6 +678,50 @@ export class TopicRegistry {
       })),
       unavailable: [...this.#unavailable].map(([name, reason]) => ({ name, reason })),
     };
+  }
+
+  /**
+   * Every open partition's state now, for the metrics exposition (`LocalBroker.observe`): cheap
+   * getters only (no per-segment listing), in topic then partition order.
+   */
+  observePartitions(): PartitionObservation[] {
+    const out: PartitionObservation[] = [];
+    for (const topic of this.#topics.values()) {
+      if (this.#deleting.has(topic.name)) continue;
+      topic.partitions.forEach((log, partition) => {
+        if (log.closed) return;
+        const cleanup = this.#cleanup.describePartition(topic.name, partition);
+        out.push({
+          topic: topic.name,
+          partition,
+          logStartOffset: log.logStartOffset,
+          highWatermark: log.highWatermark,
+          logEndOffset: log.logEndOffset,
+          sizeBytes: log.sizeBytes,
+          segments: log.segmentCount,
+          fenced: log.fenced,
+          corruptSegments: log.corruptSegmentCount,
+          strayFiles: log.strayFileCount,
+          fsyncs: log.stats.fsyncs,
+          cold:
+            cleanup?.cold == null
+              ? null
+              : {
+                  segments: cleanup.cold.segments,
+                  sizeBytes: cleanup.cold.size_bytes,
+                  backlogSegments: cleanup.cold_backlog_segments,
+                  consecutiveFailures: cleanup.cold_offload_failures,
+                },
+          cleanupStopped: cleanup?.stopped_reason != null,
+        });
+      });
+    }
+    return out;
+  }
+
+  /** How many topics exist on disk but cannot be served (docs/decisions.md §9). */
+  get unavailableCount(): number {
+    return this.#unavailable.size;
   }
 
   /** Storage counters summed over the partitions open now (see `LocalBroker.metrics`). */

@@ -326,3 +326,12 @@ assert(streamLongPollMsDefault <= fetchWaitMsMax, "the stream long-poll is a fet
  * (docs/registry.md "Produce-time validation").
  */
 export const avroZeroByteItemsMax = 65_536;
+
+/**
+ * Most consumer groups `GET /metrics` labels series with (those with the largest total lag); the
+ * rest are counted in `esb_consumer_groups_unexported`. Group names are chosen by clients, so
+ * this bounds the series they can make (docs/operations.md "Cardinality").
+ */
+export const metricsGroupsMax = 1000;
+/** Period of the event-loop delay probe behind `esb_event_loop_delay_seconds`, in ms. */
+export const eventLoopProbeMs = 100;

@@ -13,6 +13,7 @@
  * can finish: every later pass of this partition is skipped until then.
  */
 import { Mutex } from "../lib/mutex.ts";
+import { type Metrics, noMetrics } from "../lib/metrics.ts";
 import {
   coldCompactionIntervalMs,
   coldOffloadBackoffMsMax,
@@ -53,6 +54,8 @@ export interface PartitionCleanerOptions
   shouldStop: () => boolean;
   /** Most distinct keys per compaction pass (default `compactionKeysMax`); tests lower it. */
   compactionKeysMax?: number;
+  /** Where passes are counted (`esb_cleanup_*`, `esb_cold_*`); default none. */
+  metrics?: Metrics;
 }
 
 /** The cleanup state of one partition, for `GET /v1/admin/storage`. */
@@ -66,6 +69,11 @@ export interface CleanerState {
   cold_offload_retry_at_ms: number;
   /** Set when cleanup is stopped until a restart (an incomplete swap). */
   stopped_reason: string | null;
+  /**
+   * With a cold tier: sealed segments the last retention pass wanted gone but had to keep local
+   * because their copy to the cold tier failed or is backing off (0 without a cold tier).
+   */
+  cold_backlog_segments: number;
 }
 
 /** Runs one partition's retention and compaction passes; see the module comment. */
@@ -82,6 +90,7 @@ export class PartitionCleaner {
   #offloadFailures = 0;
   #offloadRetryAtMs = 0;
   #stoppedReason: string | null = null;
+  #coldBacklog = 0;
   /**
    * After a compaction pass over every sealed segment found nothing to drop: those segments, the
    * tombstone retention it used, and until when that stays true (the next tombstone expiry). A
@@ -123,7 +132,17 @@ export class PartitionCleaner {
         this.#offloadFailures = 0;
         this.#offloadRetryAtMs = 0;
       }
+      if (this.cold !== null && ["ok", "nothing_to_do", "offload_failed"].includes(result.status))
+        this.#coldBacklog = Math.max(
+          0,
+          Math.max(result.below_log_start, result.by_age, result.by_size) - result.segments_deleted,
+        );
       this.#lastRetention = result;
+      this.#count(result, result.bytes_deleted);
+      const m = o.metrics ?? noMetrics;
+      m.counter("esb_cold_copies_total").inc(result.segments_offloaded);
+      m.counter("esb_cold_copied_bytes_total").inc(result.bytes_offloaded);
+      if (result.offload_error !== null) m.counter("esb_cold_copy_failures_total").inc();
       return result;
     });
   }
@@ -215,8 +234,24 @@ export class PartitionCleaner {
         }
       }
       this.#lastCompaction = result;
+      this.#count(
+        result,
+        result.status === "compacted" ? Math.max(0, result.bytes_before - result.bytes_after) : 0,
+      );
       return result;
     });
+  }
+
+  /** Counts a finished pass (module comment of `lib/metrics.ts`: `esb_cleanup_*`). */
+  #count(result: RetentionResult | CompactionResult, reclaimedBytes: number): void {
+    const m = this.#options.metrics ?? noMetrics;
+    const task = result.task;
+    m.counter("esb_cleanup_runs_total", { task, status: result.status }).inc();
+    m.histogram("esb_cleanup_duration_seconds", { task }).observe(result.duration_ms / 1000);
+    m.counter("esb_cleanup_reclaimed_bytes_total", { task }).inc(reclaimedBytes);
+    m.gauge("esb_cleanup_last_run_timestamp_seconds", { task }).set(
+      this.#options.clock.nowMs() / 1000,
+    );
   }
 
   /** True while the last full pass's "nothing to drop" still holds (same segments, same setting, no tombstone expired since). */
@@ -248,6 +283,7 @@ export class PartitionCleaner {
       cold_offload_failures: this.#offloadFailures,
       cold_offload_retry_at_ms: this.#offloadRetryAtMs,
       stopped_reason: this.#stoppedReason,
+      cold_backlog_segments: this.#coldBacklog,
     };
   }
 

@@ -45,6 +45,7 @@
 import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
+import { type Counter, type Histogram, type Metrics, noMetrics } from "../lib/metrics.ts";
 import { StorageError } from "./errors.ts";
 import type { Segment } from "./segment.ts";
 
@@ -83,6 +84,20 @@ export interface GroupCommitOptions {
   onFence: (err: StorageError) => void;
   /** Called when the high watermark moves or the partition is fenced. */
   onChange: () => void;
+  /**
+   * Where fsyncs are counted: their duration, the records each made durable, failures and
+   * fences (`esb_storage_*`). Default {@link noMetrics}.
+   */
+  metrics?: Metrics;
+}
+
+/** The series one partition's group commit updates (shared by every partition: unlabelled). */
+interface GroupCommitMetrics {
+  metrics: Metrics;
+  fsyncSeconds: Histogram;
+  fsyncFailures: Counter;
+  recordsPerCommit: Histogram;
+  fences: Counter;
 }
 
 /** The fsync state machine of one partition. See the module comment. */
@@ -100,9 +115,18 @@ export class GroupCommit {
   #unsyncedRecords = 0;
   #flushTimer: Timer | null = null;
   #fsyncs = 0;
+  #metrics: GroupCommitMetrics;
 
   constructor(options: GroupCommitOptions) {
     this.#options = options;
+    const metrics = options.metrics ?? noMetrics;
+    this.#metrics = {
+      metrics,
+      fsyncSeconds: metrics.histogram("esb_storage_fsync_duration_seconds"),
+      fsyncFailures: metrics.counter("esb_storage_fsync_failures_total"),
+      recordsPerCommit: metrics.histogram("esb_storage_group_commit_records"),
+      fences: metrics.counter("esb_storage_fenced_total"),
+    };
     this.#highWatermark = options.highWatermark;
     this.#durablePosition = options.durablePosition;
   }
@@ -212,8 +236,10 @@ export class GroupCommit {
     this.#syncRunning = cut
       .then(
         () => {},
-        (err: unknown) =>
-          this.fence(`a failed fsync of a failed write's cut (${errorMessage(err)})`, err),
+        (err: unknown) => {
+          this.#metrics.fsyncFailures.inc();
+          this.fence(`a failed fsync of a failed write's cut (${errorMessage(err)})`, err);
+        },
       )
       .finally(() => this.#syncEnded());
     await cut;
@@ -248,6 +274,7 @@ export class GroupCommit {
   fence(reason: string, err: unknown): void {
     if (this.#fenced !== null) return;
     this.#fenced = reason;
+    this.#metrics.fences.inc();
     this.#options.logger.log("error", "partition.fenced", {
       partition: this.#options.name,
       reason,
@@ -343,16 +370,20 @@ export class GroupCommit {
     this.#flushTimer?.cancel();
     this.#flushTimer = null;
     const recordsCovered = this.#unsyncedRecords;
+    const m = this.#metrics;
     this.#syncRunning = (async () => {
+      const startedSeconds = m.metrics.seconds();
       try {
         await segment.syncLog();
       } catch (err) {
+        m.fsyncFailures.inc();
         this.fence(`a failed fsync (${errorMessage(err)})`, err);
         // Nothing past the last good fsync can be trusted: cut it so a restart cannot read it back.
         if (segment === this.#options.active()) await this.#discardUnsynced(segment);
         return;
       }
       this.#fsyncs++;
+      m.fsyncSeconds.observe(m.metrics.seconds() - startedSeconds);
       // Fenced while this fsync ran (a later group's write failed and its partial bytes could
       // not be truncated): every waiter, this fsync's included, was answered with the fenced
       // error, so nothing it covered may become readable; the fence's cut to the last good fsync
@@ -360,6 +391,8 @@ export class GroupCommit {
       if (this.#fenced !== null) return;
       this.#unsyncedRecords = Math.max(0, this.#unsyncedRecords - recordsCovered);
       if (segment === this.#options.active()) this.#durablePosition = targetPosition;
+      if (targetOffset > this.#highWatermark)
+        m.recordsPerCommit.observe(targetOffset - this.#highWatermark);
       this.#highWatermark = Math.max(this.#highWatermark, targetOffset);
       this.#resolveCovered();
       this.#options.onChange();

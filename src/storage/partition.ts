@@ -21,6 +21,7 @@
 import { assert } from "../lib/assert.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
+import type { Metrics } from "../lib/metrics.ts";
 import { groupEntryBytesMax, offsetMax, recordOverEntryBytes } from "../lib/limits.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { lastAtOrBelow } from "../lib/search.ts";
@@ -66,6 +67,8 @@ export interface PartitionOptions {
    * segment.
    */
   lowerTier?: LowerTier;
+  /** Where group commit counts fsyncs (`storage/group-commit.ts`); default none. */
+  metrics?: Metrics;
 }
 
 /**
@@ -224,6 +227,7 @@ export class PartitionLog {
         for (const p of log.#queue.splice(0)) p.reject(err);
       },
       onChange: () => log.#notify(),
+      metrics: options.metrics,
     });
     log.#atRiskStartOffset = log.#segmentActiveAtStop().baseOffset;
     return log;
@@ -337,6 +341,18 @@ export class PartitionLog {
   /** Number of segments. */
   get segmentCount(): number {
     return this.#segments.length;
+  }
+
+  /** Segments recovery found corrupt (left in place, skipped; docs/decisions.md §1). */
+  get corruptSegmentCount(): number {
+    let count = 0;
+    for (const s of this.#segments) if (s.corruption !== null) count++;
+    return count;
+  }
+
+  /** Stray files recovery found in the directory (reported, ignored; docs/decisions.md §11). */
+  get strayFileCount(): number {
+    return this.#strays.length;
   }
 
   /**
