@@ -2,8 +2,8 @@
  * Per-runtime benchmark (not a test): for each way of running es-broker — the Node bundle, Deno and
  * Bun from sources, the compiled binary — measures
  *
- * - start-up: ms from spawning `es-broker serve` (fresh data directory) to the first answered
- *   `GET /healthz`, polled every 2 ms on a port chosen beforehand;
+ * - start-up: ms from spawning `es-broker serve` (fresh data directory) to the first 200 of
+ *   `GET /readyz` (recovery over, both ports serving), polled every 2 ms on a port chosen beforehand;
  * - idle RSS: resident memory (VmRSS of the runtime's own process) after 1 s of idling;
  * - produce throughput, one fixed case: 8 TCP connections, each sending batches of 100 records of
  *   100 bytes (no key) to a topic of 4 partitions, until 200 000 records are acknowledged;
@@ -93,7 +93,7 @@ function rssMiB(pid: number): number {
 
 async function healthy(port: number): Promise<boolean> {
   try {
-    const res = await fetch(`http://127.0.0.1:${port}/healthz`);
+    const res = await fetch(`http://127.0.0.1:${port}/readyz`);
     await res.arrayBuffer();
     return res.ok;
   } catch {

@@ -106,7 +106,6 @@ export interface BrokerObservation {
 /** The broker over one data directory. See the module comment. */
 export class LocalBroker implements Broker {
   #clock: Clock;
-  #metrics: Metrics = noMetrics;
   #closed = false;
   #cleanup: CleanupService;
   /** The topics (`broker/topics.ts`); opened first. */
@@ -146,7 +145,6 @@ export class LocalBroker implements Broker {
   static async open(options: LocalBrokerOptions): Promise<LocalBroker> {
     const broker = new LocalBroker(options);
     const metrics = options.metrics ?? noMetrics;
-    broker.#metrics = metrics;
     const progress = options.progress;
     const topics = await TopicRegistry.open({
       metrics,
@@ -525,11 +523,6 @@ export class LocalBroker implements Broker {
       unavailableTopics: this.#topics.unavailableCount,
       unavailableGroups: this.#groups.unavailable.length,
     };
-  }
-
-  /** Where this broker counts (the `metrics` it was opened with). */
-  get metricsSink(): Metrics {
-    return this.#metrics;
   }
 
   /**

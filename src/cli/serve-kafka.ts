@@ -24,6 +24,8 @@ export interface KafkaListener {
    * ones keep theirs. @throws Error on a plain listener.
    */
   setTlsMaterial(material: TlsServerMaterial): void;
+  /** Connections open now (`esb_open_connections{listener="kafka"}`). */
+  readonly connectionCount: number;
 }
 
 /** Starts the Kafka listener on `host:port`. @throws the listen error. */
@@ -76,5 +78,8 @@ export async function startKafkaListener(options: {
       await closed;
     },
     setTlsMaterial: (material) => listener.setTlsMaterial(material),
+    get connectionCount() {
+      return transport.connectionCount;
+    },
   };
 }

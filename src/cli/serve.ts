@@ -42,6 +42,17 @@ import {
   streamLongPollMsDefault,
 } from "../lib/limits.ts";
 import { version } from "../version.ts";
+import type { RecoveryProgress } from "../broker/topics.ts";
+import { FrontDoorMetrics } from "../transport/metered-broker.ts";
+import { renderMetrics } from "../transport/http/prometheus.ts";
+import { recoveringApp } from "../transport/http/readiness.ts";
+import { metricsPortApp } from "../transport/http/metrics-port.ts";
+import type { FetchApp, HttpServer } from "../runtime/http.ts";
+import {
+  createMetricsRegistry,
+  processSnapshot,
+  startEventLoopProbe,
+} from "../runtime/process-metrics.ts";
 import { UsageError, intOption, isLoopback, parseCli } from "./args.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { onStopSignals } from "./signals.ts";
@@ -100,13 +111,16 @@ Options:
   --tls-client-ca FILE        mutual TLS on every port: require client certificates issued by this
                               CA (PEM)
   --stream-long-poll-ms MS    how long a Durable Streams long-poll waits for data (default ${streamLongPollMsDefault})
+  --metrics-port PORT         also serve GET /metrics (and /healthz, /readyz) without an API key on
+                              127.0.0.1:PORT, for a Prometheus on this host (default: off; GET
+                              /metrics on the HTTP port needs an admin key once keys exist)
   --allow-anonymous           allow listening on a non-loopback address while the data directory
                               has no API keys (no authentication); see es-broker keys --help
   --log-level LEVEL           debug | info | warn | error (default info); logs are JSON lines on stderr
   -h, --help                  show this help
 
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
-port needs an API key, except GET /healthz; Kafka clients use SASL/PLAIN (user = the key's name
+port needs an API key, except GET /healthz and GET /readyz; Kafka clients use SASL/PLAIN (user = the key's name
 or id, password = the key). A key file that cannot be read refuses the start.
 SIGHUP reloads the TLS files and ${apiKeysFileName}; open connections keep working.
 SIGINT or SIGTERM: stop accepting, finish the requests in flight, fsync, close, exit 0; a second
@@ -151,6 +165,7 @@ export async function serve(argv: string[]): Promise<number> {
       "tls-cert": { type: "string" },
       "tls-key": { type: "string" },
       "tls-client-ca": { type: "string" },
+      "metrics-port": { type: "string" },
       "log-level": { type: "string", default: "info" },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -168,6 +183,10 @@ export async function serve(argv: string[]): Promise<number> {
     values["kafka-port"] === undefined
       ? null
       : intOption("kafka-port", values["kafka-port"], 0, 0, 65535);
+  const metricsPort =
+    values["metrics-port"] === undefined
+      ? undefined
+      : intOption("metrics-port", values["metrics-port"], 0, 0, 65535);
   const flushEveryRecords = intOption(
     "flush-every-records",
     values["flush-every-records"],
@@ -321,9 +340,52 @@ export async function serve(argv: string[]): Promise<number> {
           }),
     );
 
+  // Counting starts before recovery (its fsyncs and cleanup passes count too).
+  const metrics = createMetricsRegistry();
+  const stopEventLoopProbe = startEventLoopProbe(metrics);
+  // One count of refused client input for both front doors, logged at most every few seconds per kind.
+  const refusals = new RefusalLog({ logger, clock: systemClock });
+
+  // The HTTP port listens from before recovery: /healthz answers 200 and /readyz 503 with the
+  // progress until the broker is open; every other request gets 503 unavailable meanwhile.
+  const progress: RecoveryProgress = {
+    phase: "starting",
+    topicsTotal: 0,
+    topicsDone: 0,
+    partitionsDone: 0,
+  };
+  const recoveryStartedMs = Date.now();
+  let httpApp: FetchApp = recoveringApp(progress, () => Date.now() - recoveryStartedMs);
+  let ready = false;
+  let metricsText: () => Promise<string> = async () => "";
+  let http: HttpServer | undefined;
+  let metricsServer: HttpServer | undefined;
+  const closeEarly = async () => {
+    stopEventLoopProbe();
+    await http?.close().catch(() => {});
+    await metricsServer?.close().catch(() => {});
+  };
+  try {
+    http = await serveHttp(
+      { fetch: (request, env) => httpApp.fetch(request, env) },
+      { host, port: httpPort, maxRequestBytes, refusals, tls: tlsMaterial, logger },
+    );
+    if (metricsPort !== undefined)
+      metricsServer = await serveHttp(
+        metricsPortApp({ metricsText: () => metricsText(), ready: () => ready }),
+        { host: "127.0.0.1", port: metricsPort, logger },
+      );
+  } catch (err) {
+    await closeEarly();
+    lock.release();
+    throw err;
+  }
+
   let broker: LocalBroker;
   try {
     broker = await LocalBroker.open({
+      metrics,
+      progress,
       fs: nodeFs,
       dataDir,
       clock: systemClock,
@@ -338,6 +400,7 @@ export async function serve(argv: string[]): Promise<number> {
       producerExpiryMs,
     });
   } catch (err) {
+    await closeEarly();
     lock.release();
     throw err;
   }
@@ -367,37 +430,34 @@ export async function serve(argv: string[]): Promise<number> {
     try {
       await mirrorTask.start();
     } catch (err) {
+      await closeEarly();
       await broker.close();
       lock.release();
       throw err;
     }
   }
-  // One count of refused client input for both front doors, logged at most every few seconds per kind.
-  const refusals = new RefusalLog({ logger, clock: systemClock });
   const access = new AccessControl({ broker, keys, logger, refusals });
-  let http;
-  let tcp;
-  let listener;
   let kafka: Awaited<ReturnType<typeof startKafkaListener>> | null = null;
-  try {
-    http = await serveHttp(
-      createAuthenticatedHttpApp({
-        access,
-        logger,
-        maxRequestBytes,
-        refusals,
-        registry: broker.registry,
-        streamLongPollMs,
+  const httpDoor = new FrontDoorMetrics(metrics, "http");
+  const tcpDoor = new FrontDoorMetrics(metrics, "tcp");
+  let tcp: ReturnType<typeof createTcpTransport> | undefined;
+  let listener: Awaited<ReturnType<typeof listenTcp>> | undefined;
+  const runtime = runtimeDescription();
+  metricsText = () =>
+    renderMetrics({
+      registry: metrics,
+      observe: () => broker.observe(),
+      refusals: () => refusals.counts(),
+      connections: () => ({
+        http: http!.openConnections(),
+        tcp: tcp?.connectionCount ?? 0,
+        ...(kafka === null ? {} : { kafka: kafka.connectionCount }),
+        ...(metricsServer === undefined ? {} : { metrics: metricsServer.openConnections() }),
       }),
-      {
-        host,
-        port: httpPort,
-        maxRequestBytes,
-        refusals,
-        tls: tlsMaterial,
-        logger,
-      },
-    );
+      process: processSnapshot,
+      build: { version, runtime },
+    });
+  try {
     tcp = createTcpTransport({
       broker,
       access,
@@ -406,6 +466,7 @@ export async function serve(argv: string[]): Promise<number> {
       refusals,
       maxRequestBytes,
       readTimeoutMs,
+      meter: (b) => tcpDoor.wrap(b),
     });
     listener = await listenTcp(
       { host, port: tcpPort, tls: tlsMaterial, logger, refusals },
@@ -424,9 +485,27 @@ export async function serve(argv: string[]): Promise<number> {
         readTimeoutMs,
         tls: tlsMaterial,
       });
+    // Every port serves now: the HTTP port leaves its recovery answers, /readyz says 200.
+    httpApp = createAuthenticatedHttpApp({
+      access,
+      logger,
+      maxRequestBytes,
+      refusals,
+      registry: broker.registry,
+      streamLongPollMs,
+      meter: (b) => httpDoor.wrap(b),
+      metricsText: () => metricsText(),
+    });
+    ready = true;
+    logger.log("info", "broker.ready", {
+      recovery_ms: Date.now() - recoveryStartedMs,
+      topics: progress.topicsTotal,
+      partitions: progress.partitionsDone,
+    });
   } catch (err) {
-    await http?.close().catch(() => {});
+    await closeEarly();
     await listener?.close().catch(() => {});
+    await kafka?.close().catch(() => {});
     await mirrorTask?.stop();
     await broker.close();
     lock.release();
@@ -434,7 +513,9 @@ export async function serve(argv: string[]): Promise<number> {
   }
   const shownHost = host.includes(":") ? `[${host}]` : host;
   const tlsShown = tlsMaterial === undefined ? "off" : tlsMaterial.mutual ? "mutual" : "on";
-  const listening = `es-broker ${version} (${runtimeDescription()}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port}${kafka === null ? "" : ` kafka=${shownHost}:${kafka.port}`} data=${dataDir} tls=${tlsShown} auth=${keys.enabled ? "on" : "off"}\n`;
+  const metricsShown =
+    metricsServer === undefined ? "" : ` metrics=http://127.0.0.1:${metricsServer.port}/metrics`;
+  const listening = `es-broker ${version} (${runtime}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port}${kafka === null ? "" : ` kafka=${shownHost}:${kafka.port}`} data=${dataDir} tls=${tlsShown} auth=${keys.enabled ? "on" : "off"}${metricsShown}\n`;
 
   // SIGHUP: new TLS material for new connections, api_keys.json again; failures keep the old.
   let reloading = Promise.resolve();
@@ -478,7 +559,8 @@ export async function serve(argv: string[]): Promise<number> {
         try {
           // Stop accepting on every port, let in-flight requests finish, then fsync and close files.
           const listenerClosed = listener!.close();
-          await Promise.all([http!.close(), tcp!.close(), kafka?.close()]);
+          stopEventLoopProbe();
+          await Promise.all([http!.close(), tcp!.close(), kafka?.close(), metricsServer?.close()]);
           await listenerClosed;
           refusals.flush();
           await reloading;

@@ -119,6 +119,11 @@ export interface HttpServer {
    * (SIGHUP). @throws Error on a plain HTTP server.
    */
   setTlsMaterial(material: TlsServerMaterial): void;
+  /**
+   * Connections open now (`esb_open_connections`); null on `Deno.serve`, which does not tell
+   * its handlers about connections.
+   */
+  openConnections(): number | null;
 }
 
 /**
@@ -171,6 +176,7 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
         throw new Error("Cannot change TLS material: this HTTP server is not HTTPS");
       started.setTlsMaterial(material);
     },
+    openConnections: () => started.openConnections?.() ?? null,
     close() {
       closing ??= (async () => {
         shutdown.abort();
@@ -275,6 +281,8 @@ interface Started {
   stop: () => Promise<void>;
   /** HTTPS servers only. */
   setTlsMaterial?: (material: TlsServerMaterial) => void;
+  /** Connections open now, where the server can count them. */
+  openConnections?: () => number;
 }
 
 /** What @hono/node-server passes as the second argument of `fetch`. */
@@ -469,6 +477,11 @@ async function serveNode(
       socket.once("close", () => tlsSockets.delete(socket));
     });
   }
+  let connectionsOpen = 0;
+  listening.on("connection", (socket: Socket) => {
+    connectionsOpen++;
+    socket.once("close", () => connectionsOpen--);
+  });
   // Before any other "request" listener: what a parser fault owes, in order (that module's comment).
   answerConnectionErrorsInOrder(server, options.refusals);
   let closing = false;
@@ -500,6 +513,7 @@ async function serveNode(
     throw new Error("Cannot serve HTTP: the server has no TCP address");
   return {
     port: address.port,
+    openConnections: () => connectionsOpen,
     setTlsMaterial:
       material === undefined
         ? undefined

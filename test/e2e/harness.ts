@@ -51,6 +51,8 @@ export interface BrokerProcess {
   tcp: { host: string; port: number };
   /** The Kafka listener, when started with `--kafka-port`. */
   kafka?: { host: string; port: number };
+  /** `http://127.0.0.1:port/metrics` when started with `--metrics-port`. */
+  metricsUrl?: string;
   /** Everything the process wrote to stderr so far. */
   stderr(): string;
   /** Sends a signal and resolves with the exit code (or signal name) once it exits. */
@@ -118,6 +120,7 @@ export async function startBroker(
     httpUrl: `${m[1]}://${m[2]}:${m[3]}`,
     tcp: { host: m[4], port: Number(m[5]) },
     kafka: k ? { host: k[1], port: Number(k[2]) } : undefined,
+    metricsUrl: / metrics=(http:\/\/\S+)/.exec(line)?.[1],
     stderr: () => err,
     stop: (signal = "SIGTERM") => {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);

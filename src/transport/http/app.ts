@@ -6,6 +6,8 @@
  * | method & path                                              | success                         |
  * |------------------------------------------------------------|---------------------------------|
  * | `GET /healthz`                                             | 200 `{"status":"ok"}`           |
+ * | `GET /readyz`                                              | 200 `{"status":"ready"}` (503 while recovering: `cli/serve.ts`) |
+ * | `GET /metrics`                                             | 200 Prometheus text (`prometheus.ts`) |
  * | `GET /v1/admin/metrics`                                    | 200 storage counters (fsyncs, …), refusals |
  * | `GET /v1/admin/storage`                                    | 200 segments, recovery, cleanup |
  * | `POST /v1/admin/topics/{topic}/cleanup`                    | 200 what retention/compaction did |
@@ -64,6 +66,7 @@ import type { DecodedProduce } from "./produce.ts";
 import { decodeJsonProduce, decodeNdjsonProduce, partitionNumberMax } from "./produce.ts";
 import { scanJsonProduce } from "./produce-json.ts";
 import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
+import { prometheusContentType } from "./prometheus.ts";
 import { type BodyReaders, producerFromHeaders, registerGroupRoutes } from "./groups.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
 import type { SchemaRegistry } from "../../registry/registry.ts";
@@ -113,6 +116,11 @@ export interface HttpAppOptions {
    * refused), served as `refused` by `GET /v1/admin/metrics`.
    */
   refusals?: { counts(): Record<string, number> };
+  /**
+   * The `GET /metrics` answer (`prometheus.ts`), authorizing the caller first (it throws
+   * BrokerError forbidden for a key without the admin role); without it the route is 404.
+   */
+  metricsText?: () => Promise<string>;
   /**
    * More routes, registered after the built-in ones and given the app's body helpers (the key
    * administration routes of `keys.ts` use it).
@@ -397,6 +405,18 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   });
 
   app.get("/healthz", (c) => c.json({ status: "ok" }));
+
+  // This app serves only once recovery is over (until then `cli/serve.ts` answers 503 itself).
+  app.get("/readyz", (c) => c.json({ status: "ready" }));
+
+  app.get("/metrics", async (c) => {
+    if (options.metricsText === undefined)
+      throw new BrokerError(Errors.notFound, "Cannot GET /metrics: this server keeps no metrics");
+    return c.body(await options.metricsText(), 200, {
+      "content-type": prometheusContentType,
+      "cache-control": "no-store",
+    });
+  });
 
   // Storage counters (fsyncs, appends, writes, records), when the broker offers them
   // (LocalBroker.metrics); the benchmark harness reads them to report fsyncs/s and records per fsync.

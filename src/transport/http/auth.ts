@@ -1,6 +1,6 @@
 /**
  * Authentication in front of the HTTP app (`docs/http-api.md`, "Authentication";
- * `docs/security.md`). Every request but `GET /healthz` is authenticated before any route runs
+ * `docs/security.md`). Every request but `GET /healthz` and `GET /readyz` is authenticated before any route runs
  * (and before its body is read):
  *
  * - `Authorization: Bearer <key>` (scheme case-insensitive, one key) names the principal; no
@@ -19,14 +19,23 @@ import type { AccessControl } from "../../auth/access.ts";
 import { AuthenticationError } from "../../auth/access.ts";
 import { anonymousPrincipal, type Principal } from "../../auth/principal.ts";
 import { BrokerError } from "../../broker/errors.ts";
+import type { Broker } from "../../broker/types.ts";
 import { apiKeyTextBytesMax } from "../../lib/limits.ts";
 import { createHttpApp, type HttpApp, type HttpAppOptions, type HttpBindings } from "./app.ts";
 import { errorBody } from "./errors.ts";
 import { registerKeyRoutes } from "./keys.ts";
 
 /** Options of {@link createAuthenticatedHttpApp}: the app's, with access control instead of a broker. */
-export interface AuthenticatedHttpAppOptions extends Omit<HttpAppOptions, "broker" | "routes"> {
+export interface AuthenticatedHttpAppOptions
+  extends Omit<HttpAppOptions, "broker" | "routes" | "metricsText"> {
   access: AccessControl;
+  /**
+   * Wraps each principal's broker view before the app calls it (the front door's counting,
+   * `transport/metered-broker.ts`).
+   */
+  meter?: <B extends Broker>(broker: B) => B;
+  /** The `GET /metrics` exposition; the app serves it to principals the role table lets read metrics. */
+  metricsText?: () => Promise<string>;
 }
 
 /** What `serveHttp` runs: Hono's `fetch` shape. */
@@ -58,6 +67,12 @@ export function bearerKey(header: string | null): string | undefined {
   return m[1];
 }
 
+/**
+ * Paths a GET may take without a key: liveness and readiness (they say nothing about topics or
+ * records).
+ */
+const unauthenticatedPaths = new Set(["/healthz", "/readyz"]);
+
 /** The path of a request URL, without the query (`http://h:1/v1/x?y` → `/v1/x`). */
 function pathOf(url: string): string {
   const start = url.indexOf("/", url.indexOf("//") + 2);
@@ -70,15 +85,23 @@ function pathOf(url: string): string {
 export function createAuthenticatedHttpApp(
   options: AuthenticatedHttpAppOptions,
 ): AuthenticatedHttpApp {
-  const { access, ...appOptions } = options;
+  const { access, meter, metricsText, ...appOptions } = options;
   const apps = new WeakMap<Principal, HttpApp>();
   const appFor = (principal: Principal): HttpApp => {
     let app = apps.get(principal);
     if (app === undefined) {
-      const broker = access.brokerFor(principal);
+      const view = access.brokerFor(principal);
+      const broker = meter === undefined ? view : meter(view);
       app = createHttpApp({
         ...appOptions,
         broker,
+        metricsText:
+          metricsText === undefined
+            ? undefined
+            : () => {
+                access.check(principal, "metrics", {}, "Cannot GET /metrics");
+                return metricsText();
+              },
         routes: (built, helpers) => registerKeyRoutes(built, { broker, ...helpers }),
         // The schema registry's routes ask the role table per operation (registry/routes.ts).
         authorizeRegistry: (operation) =>
@@ -94,7 +117,7 @@ export function createAuthenticatedHttpApp(
     fetch(request, env) {
       if (!access.required && request.headers.get("authorization") === null)
         return anonymousApp.fetch(request, env);
-      if (request.method === "GET" && pathOf(request.url) === "/healthz")
+      if (request.method === "GET" && unauthenticatedPaths.has(pathOf(request.url)))
         return anonymousApp.fetch(request, env);
       let principal: Principal;
       const remote = env?.remoteAddress?.() ?? "unknown";

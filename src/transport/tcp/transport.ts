@@ -98,6 +98,11 @@ export interface TcpTransportOptions {
    * `broker` directly, as before keys existed.
    */
   access?: AccessControl;
+  /**
+   * Wraps the broker (or principal's view) a connection calls: the front door's counting
+   * (`transport/metered-broker.ts`). Default: none.
+   */
+  meter?: <B extends Broker>(broker: B) => B;
 }
 
 /** The TCP front door over any number of connections. */
@@ -130,6 +135,7 @@ export function createTcpTransport(options: TcpTransportOptions): TcpTransport {
     maxInFlightRequests: options.maxInFlightRequests ?? tcpRequestsInFlightMax,
     maxInFlightBytes: options.maxInFlightBytes ?? tcpInFlightBytesMax,
     access: options.access ?? null,
+    meter: options.meter ?? ((broker) => broker),
   };
   positive(settings.maxRequestBytes, "maxRequestBytes");
   positive(settings.readTimeoutMs, "readTimeoutMs");
@@ -191,6 +197,7 @@ interface Settings {
   maxInFlightRequests: number;
   maxInFlightBytes: number;
   access: AccessControl | null;
+  meter: <B extends Broker>(broker: B) => B;
 }
 
 function positive(value: number, name: string): void {
@@ -242,7 +249,7 @@ class Connection {
     this.#socket = socket;
     this.#settings = settings;
     this.#onClosed = onClosed;
-    this.#broker = settings.broker;
+    this.#broker = settings.meter(settings.broker);
     const connection = this;
     this.#api = {
       get broker() {
@@ -300,7 +307,7 @@ class Connection {
     this.#authTimer?.cancel();
     this.#authTimer = null;
     this.#principal = principal;
-    this.#broker = access.brokerFor(principal);
+    this.#broker = this.#settings.meter(access.brokerFor(principal));
     this.#decoder.lengthMax = this.#settings.maxRequestBytes;
     this.#unwatch = access.watch(principal, () => {
       this.#settings.logger.log("info", "auth.connection_closed", {
