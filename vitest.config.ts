@@ -30,6 +30,7 @@ export default defineConfig({
             ...(target.name === "binary" ? ["test/e2e/binary/*.test.ts"] : []),
           ],
           globalSetup: ["test/e2e/global-setup.ts", "test/e2e/kafka-tools.ts"],
+          setupFiles: ["test/e2e/openapi-setup.ts"],
           env: { ES_BROKER_TARGET: target.name, ES_BROKER_CMD: JSON.stringify(target.command) },
         },
       })),

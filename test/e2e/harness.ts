@@ -43,6 +43,12 @@ export function assertTargetRunnable(): void {
   }
 }
 
+/**
+ * The `http(s)://host:port` origins of every broker this test process started: answers from them
+ * are checked against the OpenAPI document (`openapi-setup.ts`).
+ */
+export const brokerOrigins = new Set<string>();
+
 /** A running broker process. */
 export interface BrokerProcess {
   proc: ChildProcess;
@@ -115,6 +121,7 @@ export async function startBroker(
   const m = /http=(https?):\/\/([^\s]+):(\d+) tcp=([^\s]+):(\d+)/.exec(line);
   if (!m) throw new Error(`[${target}] unexpected start-up line: ${line}`);
   const k = / kafka=([^\s]+):(\d+)/.exec(line);
+  brokerOrigins.add(`${m[1]}://${m[2]}:${m[3]}`);
   return {
     proc,
     httpUrl: `${m[1]}://${m[2]}:${m[3]}`,

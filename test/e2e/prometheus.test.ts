@@ -25,7 +25,7 @@ import {
   promtool,
   promtoolCheckMetrics,
 } from "../helpers/system-tools.ts";
-import { type BrokerProcess, runCli, startBroker, target } from "./harness.ts";
+import { type BrokerProcess, brokerOrigins, runCli, startBroker, target } from "./harness.ts";
 
 beforeAll(() => {
   ensureDebianTool(promtool);
@@ -301,6 +301,7 @@ describe(`[${target}] metrics, readiness and a real Prometheus`, () => {
 
     const port = await freePort();
     const base = `http://127.0.0.1:${port}`;
+    brokerOrigins.add(base); // its recovery answers are checked against the OpenAPI document too
     const starting = startBroker(dataDir, ["--http-port", String(port)]);
     const seen: { status: number; body: any; path: string; retryAfter: string | null }[] = [];
     let ready = false;

@@ -8,6 +8,7 @@
  * | `GET /healthz`                                             | 200 `{"status":"ok"}`           |
  * | `GET /readyz`                                              | 200 `{"status":"ready"}` (503 while recovering: `cli/serve.ts`) |
  * | `GET /metrics`                                             | 200 Prometheus text (`prometheus.ts`) |
+ * | `GET /v1/openapi.json`                                     | 200 the OpenAPI 3.1 document (`openapi.ts`) |
  * | `GET /v1/admin/metrics`                                    | 200 storage counters (fsyncs, …), refusals |
  * | `GET /v1/admin/storage`                                    | 200 segments, recovery, cleanup |
  * | `POST /v1/admin/topics/{topic}/cleanup`                    | 200 what retention/compaction did |
@@ -67,6 +68,7 @@ import { decodeJsonProduce, decodeNdjsonProduce, partitionNumberMax } from "./pr
 import { scanJsonProduce } from "./produce-json.ts";
 import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
 import { prometheusContentType } from "./prometheus.ts";
+import { openApiDocument } from "./openapi.ts";
 import { type BodyReaders, producerFromHeaders, registerGroupRoutes } from "./groups.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
 import type { SchemaRegistry } from "../../registry/registry.ts";
@@ -408,6 +410,8 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
 
   // This app serves only once recovery is over (until then `cli/serve.ts` answers 503 itself).
   app.get("/readyz", (c) => c.json({ status: "ready" }));
+
+  app.get("/v1/openapi.json", (c) => c.json(openApiDocument));
 
   app.get("/metrics", async (c) => {
     if (options.metricsText === undefined)

@@ -1,6 +1,6 @@
 /**
  * Authentication in front of the HTTP app (`docs/http-api.md`, "Authentication";
- * `docs/security.md`). Every request but `GET /healthz` and `GET /readyz` is authenticated before any route runs
+ * `docs/security.md`). Every request but `GET /healthz`, `GET /readyz` and `GET /v1/openapi.json` is authenticated before any route runs
  * (and before its body is read):
  *
  * - `Authorization: Bearer <key>` (scheme case-insensitive, one key) names the principal; no
@@ -68,10 +68,10 @@ export function bearerKey(header: string | null): string | undefined {
 }
 
 /**
- * Paths a GET may take without a key: liveness and readiness (they say nothing about topics or
- * records).
+ * Paths a GET may take without a key: liveness, readiness and the API's OpenAPI document (none
+ * says anything about topics or records).
  */
-const unauthenticatedPaths = new Set(["/healthz", "/readyz"]);
+const unauthenticatedPaths = new Set(["/healthz", "/readyz", "/v1/openapi.json"]);
 
 /** The path of a request URL, without the query (`http://h:1/v1/x?y` → `/v1/x`). */
 function pathOf(url: string): string {

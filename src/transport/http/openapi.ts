@@ -1,0 +1,868 @@
+/**
+ * The OpenAPI 3.1 document of the whole HTTP API (`GET /v1/openapi.json`; docs/http-api.md is the
+ * prose reference). It is kept true by tests rather than by hand: every response the end-to-end
+ * suite receives is validated against it (`test/e2e/openapi-setup.ts`, with ajv), a property-based
+ * fuzz drives every operation from it with valid and invalid input (`test/e2e/openapi.test.ts`),
+ * and a unit test checks that it names every route the app registers, and only those.
+ *
+ * Conventions of the document:
+ * - Offsets and timestamps are JSON integers declared `format: int64` with the broker's range
+ *   (offsets 0 … 2^53 − 1, docs/decisions.md §6): exact in every JSON parser that reads integers
+ *   up to 2^53, which is every one in practice; the broker refuses to go beyond.
+ * - Every error body is the one `Error` schema, `{"error":{"code","message","details"?}}`, its
+ *   `code` one of the error table's (`src/broker/errors.ts`), and every status an operation can
+ *   answer is listed for it: its own, and those any request can get (400 from the HTTP parser,
+ *   401/403 with keys, 408, 413 for bodies, 431, 503 while recovering or shutting down).
+ */
+import { Errors } from "../../broker/errors.ts";
+import {
+  fetchBytesMax,
+  fetchRecordsMax,
+  fetchWaitMsMax,
+  groupNameCharsMax,
+  offsetMax,
+  partitionsMax,
+  producerEpochMax,
+  producerIdCharsMax,
+  produceRecordsMax,
+  topicNameCharsMax,
+} from "../../lib/limits.ts";
+
+type Schema = Record<string, unknown>;
+
+const ref = (name: string): Schema => ({ $ref: `#/components/schemas/${name}` });
+const integer = (minimum: number, maximum: number, description?: string): Schema => ({
+  type: "integer",
+  minimum,
+  maximum,
+  ...(description === undefined ? {} : { description }),
+});
+const int64 = (minimum: number, maximum: number, description: string): Schema => ({
+  type: "integer",
+  format: "int64",
+  minimum,
+  maximum,
+  description,
+});
+/** An object whose listed properties are all required and nothing else is allowed. */
+const exact = (properties: Record<string, Schema>, description?: string): Schema => ({
+  type: "object",
+  properties,
+  required: Object.keys(properties),
+  additionalProperties: false,
+  ...(description === undefined ? {} : { description }),
+});
+const nullable = (schema: Schema): Schema => ({ oneOf: [schema, { type: "null" }] });
+const array = (items: Schema, description?: string): Schema => ({
+  type: "array",
+  items,
+  ...(description === undefined ? {} : { description }),
+});
+
+const namePattern = "^[A-Za-z0-9._-]+$";
+const offset = int64(0, offsetMax, "An offset (0 … 2^53 − 1).");
+const timestamp = int64(0, Number.MAX_SAFE_INTEGER, "Milliseconds since the Unix epoch.");
+
+const keyInfoProperties: Record<string, Schema> = {
+  id: { type: "string", pattern: "^[0-9a-f]{16}$" },
+  name: { type: "string", minLength: 1, maxLength: 64, pattern: namePattern },
+  role: ref("KeyRole"),
+  topics: array({ type: "string" }),
+  groups: array({ type: "string" }),
+  created_ms: timestamp,
+  last_used_ms: nullable(timestamp),
+};
+
+const schemas: Record<string, Schema> = {
+  Error: exact(
+    {
+      error: {
+        type: "object",
+        properties: {
+          code: ref("ErrorCode"),
+          message: {
+            type: "string",
+            minLength: 1,
+            description: "Names the failed action first, then what was wrong, after a colon.",
+          },
+          details: {
+            type: "object",
+            description: "Machine-readable extras: the field, parameter, limit, expected sequence…",
+          },
+        },
+        required: ["code", "message"],
+        additionalProperties: false,
+      },
+    },
+    "Every error answer (docs/http-api.md, Errors).",
+  ),
+  ErrorCode: {
+    type: "string",
+    enum: [...new Set(Object.values(Errors).map((k) => k.code))],
+    description: "A row of the error table (`src/broker/errors.ts`).",
+  },
+  TopicName: {
+    type: "string",
+    minLength: 1,
+    maxLength: topicNameCharsMax,
+    pattern: namePattern,
+    description: 'Letters, digits, ".", "_" and "-"; not "." or "..".',
+  },
+  GroupName: {
+    type: "string",
+    minLength: 1,
+    maxLength: groupNameCharsMax,
+    pattern: namePattern,
+  },
+  Offset: offset,
+  Timestamp: timestamp,
+  TopicConfig: exact({
+    segment_bytes: integer(1024, Number.MAX_SAFE_INTEGER, "Roll the active segment at this size."),
+    segment_ms: integer(1, Number.MAX_SAFE_INTEGER, "Roll the active segment at this age, in ms."),
+    retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = keep forever."),
+    retention_bytes: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = no limit."),
+    cleanup_policy: { type: "string", enum: ["delete", "compact", "compact,delete"] },
+    tombstone_retention_ms: integer(0, Number.MAX_SAFE_INTEGER),
+    cold_retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = forever."),
+    max_timestamp_skew_ms: integer(0, Number.MAX_SAFE_INTEGER),
+  }),
+  TopicConfigPatch: {
+    type: "object",
+    description:
+      "Any subset of TopicConfig; each key is validated as at creation (400 invalid_config).",
+    properties: {
+      segment_bytes: { type: "integer" },
+      segment_ms: { type: "integer" },
+      retention_ms: { type: "integer" },
+      retention_bytes: { type: "integer" },
+      cleanup_policy: { type: "string", enum: ["delete", "compact", "compact,delete"] },
+      tombstone_retention_ms: { type: "integer" },
+      cold_retention_ms: { type: "integer" },
+      max_timestamp_skew_ms: { type: "integer" },
+    },
+    additionalProperties: false,
+  },
+  PartitionInfo: exact({
+    partition: integer(0, partitionsMax - 1),
+    log_start_offset: offset,
+    high_watermark: {
+      ...offset,
+      description: "One past the last durable offset: reads stop here.",
+    },
+    size_bytes: integer(0, Number.MAX_SAFE_INTEGER),
+    segments: integer(0, Number.MAX_SAFE_INTEGER),
+    fenced: { type: "boolean" },
+  }),
+  Topic: exact({
+    name: ref("TopicName"),
+    partitions: array(ref("PartitionInfo")),
+    config: ref("TopicConfig"),
+  }),
+  CreateTopic: {
+    type: "object",
+    properties: {
+      name: ref("TopicName"),
+      partitions: integer(1, partitionsMax),
+      config: ref("TopicConfigPatch"),
+    },
+    required: ["name"],
+    additionalProperties: false,
+  },
+  PatchTopic: exact({ config: ref("TopicConfigPatch") }),
+  ProduceRecord: {
+    type: "object",
+    description: "Exactly one of value and value_b64; at most one of key and key_b64.",
+    properties: {
+      key: { type: ["string", "null"] },
+      key_b64: { type: ["string", "null"], contentEncoding: "base64" },
+      value: { type: "string" },
+      value_b64: { type: "string", contentEncoding: "base64" },
+      partition: { oneOf: [integer(0, partitionsMax - 1), { type: "null" }] },
+      timestamp: {
+        oneOf: [
+          int64(-1, Number.MAX_SAFE_INTEGER, "−1 or absent: the broker's clock."),
+          { type: "null" },
+        ],
+      },
+    },
+    oneOf: [
+      { properties: { value: { type: "string" } }, required: ["value"] },
+      { properties: { value_b64: { type: "string" } }, required: ["value_b64"] },
+    ],
+    not: {
+      type: "object",
+      properties: { key: true, key_b64: true },
+      required: ["key", "key_b64"],
+    },
+    additionalProperties: false,
+  },
+  Produce: exact({
+    records: {
+      type: "array",
+      items: ref("ProduceRecord"),
+      minItems: 1,
+      maxItems: produceRecordsMax,
+    },
+  }),
+  ProduceAnswer: {
+    type: "object",
+    properties: {
+      offsets: array(
+        exact({ partition: integer(0, partitionsMax - 1), offset }),
+        "One per record, in request order.",
+      ),
+      duplicate: {
+        type: "boolean",
+        description: "Idempotent produce only: true when the batch was already stored.",
+      },
+    },
+    required: ["offsets"],
+    additionalProperties: false,
+  },
+  Record: exact({
+    offset,
+    timestamp,
+    key: { type: ["string", "null"], description: 'null: no key; "": the empty key.' },
+    value: { type: "string" },
+  }),
+  FetchAnswer: exact({
+    records: array(ref("Record")),
+    next_offset: offset,
+    high_watermark: offset,
+    log_start_offset: offset,
+  }),
+  Assignment: exact({ topic: ref("TopicName"), partition: integer(0, partitionsMax - 1) }),
+  Join: {
+    type: "object",
+    properties: {
+      topics: { type: "array", items: { type: "string" }, minItems: 1, maxItems: 1000 },
+      session_timeout_ms: { oneOf: [integer(100, 3_600_000), { type: "null" }] },
+      member_id: { type: ["string", "null"] },
+    },
+    required: ["topics"],
+    additionalProperties: false,
+  },
+  JoinAnswer: exact({
+    member_id: { type: "string" },
+    generation: integer(0, Number.MAX_SAFE_INTEGER),
+    session_timeout_ms: integer(100, 3_600_000),
+    assignments: array(ref("Assignment")),
+  }),
+  Heartbeat: {
+    type: "object",
+    properties: { generation: { type: ["integer", "null"] } },
+    additionalProperties: false,
+  },
+  HeartbeatAnswer: exact({
+    generation: integer(0, Number.MAX_SAFE_INTEGER),
+    rejoin: { type: "boolean" },
+    assignments: array(ref("Assignment")),
+  }),
+  Commit: {
+    type: "object",
+    properties: {
+      member_id: { type: ["string", "null"] },
+      generation: { type: ["integer", "null"] },
+      offsets: array(
+        exact({ topic: ref("TopicName"), partition: integer(0, partitionsMax - 1), offset }),
+      ),
+    },
+    required: ["offsets"],
+    additionalProperties: false,
+  },
+  Group: exact({
+    group: ref("GroupName"),
+    generation: integer(0, Number.MAX_SAFE_INTEGER),
+    members: array(
+      exact({
+        member_id: { type: "string" },
+        topics: array({ type: "string" }),
+        session_timeout_ms: integer(100, 3_600_000),
+        assignments: array(ref("Assignment")),
+      }),
+    ),
+    offsets: array(
+      exact({
+        topic: ref("TopicName"),
+        partition: integer(0, partitionsMax - 1),
+        committed: nullable(offset),
+        high_watermark: nullable(offset),
+        lag: nullable(int64(0, offsetMax, "high_watermark − committed")),
+        owner: { type: ["string", "null"] },
+      }),
+    ),
+  }),
+  KeyRole: { type: "string", enum: ["admin", "producer", "consumer"] },
+  KeyInfo: exact(keyInfoProperties),
+  CreateKey: {
+    type: "object",
+    properties: {
+      name: { type: "string" },
+      role: ref("KeyRole"),
+      topics: array({ type: "string" }),
+      groups: array({ type: "string" }),
+    },
+    required: ["name", "role"],
+    additionalProperties: false,
+  },
+  CreatedKey: exact({
+    key: { type: "string", description: "The key's text, shown this once." },
+    ...keyInfoProperties,
+  }),
+  AdminMetrics: {
+    type: "object",
+    properties: {
+      partitions: { type: "integer" },
+      fsyncs: { type: "integer" },
+      appends: { type: "integer" },
+      writes: { type: "integer" },
+      recordsAppended: { type: "integer" },
+      refused: { type: "object", additionalProperties: { type: "integer" } },
+    },
+    required: ["partitions", "fsyncs", "appends", "writes", "recordsAppended"],
+    additionalProperties: false,
+  },
+  RetentionResult: {
+    type: "object",
+    properties: {
+      task: { const: "retention" },
+      partition: { type: "string" },
+      status: {
+        type: "string",
+        enum: ["ok", "nothing_to_do", "skipped", "cancelled", "offload_failed", "failed"],
+      },
+      reason: { type: "string" },
+      started_ms: timestamp,
+      duration_ms: { type: "integer" },
+      log_start_offset_before: offset,
+      log_start_offset_after: offset,
+      offload_error: { type: ["string", "null"] },
+    },
+    required: ["task", "partition", "status", "reason", "started_ms", "duration_ms"],
+  },
+  CompactionResult: {
+    type: "object",
+    properties: {
+      task: { const: "compaction" },
+      partition: { type: "string" },
+      status: { type: "string", enum: ["compacted", "skipped", "cancelled", "aborted", "failed"] },
+      reason: { type: "string" },
+      started_ms: timestamp,
+      duration_ms: { type: "integer" },
+      swap_incomplete: { type: "boolean" },
+    },
+    required: ["task", "partition", "status", "reason", "started_ms", "duration_ms"],
+  },
+  CleanupReport: exact({
+    topic: ref("TopicName"),
+    partitions: array(
+      exact({
+        partition: integer(0, partitionsMax - 1),
+        retention: ref("RetentionResult"),
+        compaction: ref("CompactionResult"),
+      }),
+    ),
+  }),
+  StorageReport: exact({
+    cold_storage_dir: { type: ["string", "null"] },
+    topics: array(
+      exact({
+        name: ref("TopicName"),
+        partitions: array({
+          type: "object",
+          properties: {
+            partition: { type: "string", description: '"topic/partition"' },
+            state: { type: "string", enum: ["ok", "fenced"] },
+            fenced_reason: { type: ["string", "null"] },
+            log_start_offset: offset,
+            high_watermark: offset,
+            log_end_offset: offset,
+            size_bytes: { type: "integer" },
+            segments: array({
+              type: "object",
+              properties: {
+                base_offset: offset,
+                next_offset: offset,
+                size_bytes: { type: "integer" },
+                index_entries: { type: "integer" },
+              },
+              required: ["base_offset", "next_offset", "size_bytes", "index_entries"],
+            }),
+            stray_files: array({ type: "object" }),
+            cleanup: {
+              oneOf: [
+                { type: "null" },
+                {
+                  type: "object",
+                  properties: {
+                    last_retention: nullable(ref("RetentionResult")),
+                    last_compaction: nullable(ref("CompactionResult")),
+                    cold_offload_failures: { type: "integer" },
+                    cold_offload_retry_at_ms: { type: "integer" },
+                    stopped_reason: { type: ["string", "null"] },
+                    cold_backlog_segments: { type: "integer" },
+                    cold: { type: ["object", "null"] },
+                  },
+                  required: ["last_retention", "last_compaction", "stopped_reason"],
+                },
+              ],
+            },
+          },
+          required: ["partition", "state", "log_start_offset", "high_watermark", "segments"],
+        }),
+      }),
+    ),
+    unavailable: array(exact({ name: { type: "string" }, reason: { type: "string" } })),
+  }),
+  Health: exact({ status: { const: "ok" } }),
+  Ready: exact({ status: { const: "ready" } }),
+  Recovering: exact({
+    status: { const: "recovering" },
+    recovery: exact({
+      phase: { type: "string", enum: ["starting", "topics", "groups", "producers", "done"] },
+      topics_total: { type: "integer", minimum: 0 },
+      topics_done: { type: "integer", minimum: 0 },
+      partitions_done: { type: "integer", minimum: 0 },
+      elapsed_ms: { type: "integer", minimum: 0 },
+    }),
+  }),
+};
+
+/** What each error status means, for the response descriptions. */
+const statusText: Record<number, string> = {
+  400: "Bad request (invalid_request, invalid_topic_name, invalid_config, invalid_timestamp, invalid_offset, unsupported).",
+  401: "No valid API key while the broker has keys (unauthenticated); WWW-Authenticate: Bearer.",
+  403: "The key's role or patterns do not allow this (forbidden); producer_fenced on idempotent produce.",
+  404: "No such topic, partition, group, key, or route.",
+  408: "The request did not arrive whole in time (request_timeout; Node and Bun).",
+  409: "Conflict with the state (topic_exists, key_exists, stale_generation, not_partition_owner, unknown_member, sequence errors).",
+  413: "Body over --max-request-bytes (request_too_large) or a record over the record limit (record_too_large).",
+  415: "Unsupported media type.",
+  416: "Offset below the log start offset or above the high watermark (offset_out_of_range).",
+  431: "Request line and headers over 16 KiB (headers_too_large; Node and Bun).",
+  500: "A bug (internal), logged.",
+  503: "Recovering at start, shutting down, a topic being deleted, or a fenced partition (unavailable, partition_fenced).",
+  507: "A write failed and was cut off, e.g. the disk is full (storage_error).",
+};
+
+const errorResponse = (status: number): Schema => ({
+  description: statusText[status] ?? "Error.",
+  content: { "application/json": { schema: ref("Error") } },
+});
+
+/** Statuses every request may get: the parser's, authentication's, recovery's and shutdown's. */
+const anyRequest = [400, 401, 403, 408, 431, 503];
+/** Statuses a request with a body may also get. */
+const withBody = [413];
+
+interface OperationSpec {
+  operationId: string;
+  summary: string;
+  parameters?: Schema[];
+  requestBody?: Schema;
+  /** The success answers: status → response object. */
+  ok: Record<number, Schema>;
+  /** Error statuses beyond {@link anyRequest}. */
+  errors?: number[];
+  /** Needs no key even while the broker has keys. */
+  public?: boolean;
+}
+
+function operation(definition: OperationSpec): Schema {
+  const statuses = new Set([
+    ...(definition.public === true ? [400, 408, 431, 503] : anyRequest),
+    ...(definition.requestBody === undefined ? [] : withBody),
+    ...(definition.errors ?? []),
+  ]);
+  const responses: Record<string, Schema> = {};
+  for (const [status, response] of Object.entries(definition.ok)) responses[status] = response;
+  for (const status of [...statuses].sort()) responses[String(status)] ??= errorResponse(status);
+  return {
+    operationId: definition.operationId,
+    summary: definition.summary,
+    ...(definition.public === true ? { security: [] } : {}),
+    ...(definition.parameters === undefined ? {} : { parameters: definition.parameters }),
+    ...(definition.requestBody === undefined ? {} : { requestBody: definition.requestBody }),
+    responses,
+  };
+}
+
+const json = (schema: Schema, description: string): Schema => ({
+  description,
+  content: { "application/json": { schema } },
+});
+const noContent = { description: "Done; empty body." };
+const jsonBody = (schema: Schema): Schema => ({
+  required: true,
+  content: { "application/json": { schema } },
+});
+
+const pathParam = (name: string, schema: Schema, description: string): Schema => ({
+  name,
+  in: "path",
+  required: true,
+  schema,
+  description,
+});
+const queryParam = (name: string, schema: Schema, description: string): Schema => ({
+  name,
+  in: "query",
+  required: false,
+  schema,
+  description,
+});
+const topicParam = pathParam("topic", { type: "string" }, "The topic's name.");
+const partitionParam = pathParam(
+  "partition",
+  { type: "string", pattern: "^[0-9]+$" },
+  "The partition number (decimal).",
+);
+const groupParam = pathParam("group", { type: "string" }, "The consumer group's name.");
+const memberParam = pathParam("member", { type: "string" }, "The member id the join answered.");
+const offsetQuery = (required: boolean): Schema => ({
+  name: "offset",
+  in: "query",
+  required,
+  schema: { type: "string", pattern: "^([0-9]+|earliest|latest)$" },
+  description: "An offset, `earliest` (the log start offset) or `latest` (the high watermark).",
+});
+const encodingQuery = queryParam(
+  "encoding",
+  { type: "string", enum: ["utf8", "base64"] },
+  "How keys and values are shown: UTF-8 text (default) or base64.",
+);
+const decimal = (minimum: number, maximum: number): Schema => ({
+  type: "string",
+  pattern: "^[0-9]+$",
+  description: `A decimal integer from ${minimum} to ${maximum}.`,
+});
+
+/**
+ * The document (see the module comment). A plain JSON value: `GET /v1/openapi.json` answers it as
+ * it is.
+ */
+export const openApiDocument = {
+  openapi: "3.1.0",
+  info: {
+    title: "es-broker HTTP API",
+    version: "v1",
+    description:
+      "A durable event-streaming broker: topics, produce, fetch, live tail, consumer groups, API keys, metrics. Every acknowledgement of a produce follows the fsync that covers it. Prose reference: docs/http-api.md.",
+  },
+  servers: [{ url: "/" }],
+  components: {
+    schemas,
+    securitySchemes: {
+      apiKey: {
+        type: "http",
+        scheme: "bearer",
+        description:
+          "An es-broker API key (`esb_<16 hex>_<43 base64url>`), needed once the broker has keys.",
+      },
+    },
+  },
+  security: [{ apiKey: [] }, {}],
+  paths: {
+    "/healthz": {
+      get: operation({
+        operationId: "health",
+        summary: "Whether the process is up (from before recovery to shutdown).",
+        ok: { 200: json(ref("Health"), "The process serves HTTP.") },
+        public: true,
+      }),
+    },
+    "/readyz": {
+      get: operation({
+        operationId: "readiness",
+        summary: "Whether the broker serves requests: 503 with progress while it recovers.",
+        ok: {
+          200: json(ref("Ready"), "Recovery is over and both ports serve."),
+          503: {
+            description: "Recovering the data directory (Retry-After: 1), or shutting down.",
+            content: {
+              "application/json": { schema: { oneOf: [ref("Recovering"), ref("Error")] } },
+            },
+          },
+        },
+        public: true,
+      }),
+    },
+    "/metrics": {
+      get: operation({
+        operationId: "metrics",
+        summary: "Every metric in the Prometheus text format 0.0.4 (admin key once keys exist).",
+        ok: {
+          200: {
+            description: "The exposition (docs/operations.md, Metrics).",
+            content: { "text/plain": { schema: { type: "string" } } },
+          },
+        },
+        errors: [404],
+      }),
+    },
+    "/v1/openapi.json": {
+      get: operation({
+        operationId: "openapi",
+        summary: "This document.",
+        ok: { 200: json({ type: "object" }, "The OpenAPI 3.1 document of the HTTP API.") },
+        public: true,
+      }),
+    },
+    "/v1/topics": {
+      get: operation({
+        operationId: "listTopics",
+        summary: "Every topic the key may see, in name order.",
+        ok: { 200: json(exact({ topics: array(ref("Topic")) }), "The topics.") },
+      }),
+      post: operation({
+        operationId: "createTopic",
+        summary: "Creates a topic and its partitions durably (admin).",
+        requestBody: jsonBody(ref("CreateTopic")),
+        ok: { 201: json(ref("Topic"), "The topic created.") },
+        errors: [409, 507],
+      }),
+    },
+    "/v1/topics/{topic}": {
+      get: operation({
+        operationId: "describeTopic",
+        summary: "One topic: config and partitions.",
+        parameters: [topicParam],
+        ok: { 200: json(ref("Topic"), "The topic.") },
+        errors: [404],
+      }),
+      delete: operation({
+        operationId: "deleteTopic",
+        summary: "Deletes a topic and its data (admin).",
+        parameters: [topicParam],
+        ok: { 204: noContent },
+        errors: [404, 507],
+      }),
+      patch: operation({
+        operationId: "updateTopicConfig",
+        summary: "Changes a topic's config (admin); the values apply at once.",
+        parameters: [topicParam],
+        requestBody: jsonBody(ref("PatchTopic")),
+        ok: { 200: json(ref("Topic"), "The topic with its new config.") },
+        errors: [404, 507],
+      }),
+    },
+    "/v1/topics/{topic}/records": {
+      post: operation({
+        operationId: "produce",
+        summary:
+          "Appends records (JSON or NDJSON); answers once they are durable. Idempotent with Producer-Id, Producer-Epoch and Producer-Seq.",
+        parameters: [
+          topicParam,
+          queryParam(
+            "partition",
+            decimal(0, partitionsMax - 1),
+            "NDJSON only: every record to this partition.",
+          ),
+          queryParam("key", { type: "string" }, "NDJSON only: every record gets this key."),
+          {
+            name: "Producer-Id",
+            in: "header",
+            required: false,
+            schema: {
+              type: "string",
+              minLength: 1,
+              maxLength: producerIdCharsMax,
+              pattern: "^[A-Za-z0-9._:-]+$",
+            },
+          },
+          {
+            name: "Producer-Epoch",
+            in: "header",
+            required: false,
+            schema: decimal(0, producerEpochMax),
+          },
+          {
+            name: "Producer-Seq",
+            in: "header",
+            required: false,
+            schema: decimal(0, Number.MAX_SAFE_INTEGER),
+          },
+        ],
+        requestBody: {
+          required: true,
+          content: {
+            "application/json": { schema: ref("Produce") },
+            "application/x-ndjson": {
+              schema: {
+                type: "string",
+                description: "One record's value per line (bytes verbatim).",
+              },
+            },
+          },
+        },
+        ok: { 200: json(ref("ProduceAnswer"), "Where each record went, in request order.") },
+        errors: [404, 409, 507],
+      }),
+    },
+    "/v1/topics/{topic}/partitions/{partition}/records": {
+      get: operation({
+        operationId: "fetch",
+        summary: "Reads records from an offset; long-polls with wait_ms.",
+        parameters: [
+          topicParam,
+          partitionParam,
+          offsetQuery(true),
+          queryParam(
+            "max_records",
+            decimal(1, fetchRecordsMax),
+            "At most this many records (default 1000).",
+          ),
+          queryParam(
+            "max_bytes",
+            decimal(1, fetchBytesMax),
+            "About this many bytes of stored records (default 1 MiB).",
+          ),
+          queryParam(
+            "wait_ms",
+            decimal(0, fetchWaitMsMax),
+            "Long-poll: wait up to this long for a record.",
+          ),
+          encodingQuery,
+        ],
+        ok: { 200: json(ref("FetchAnswer"), "Records and the partition's bounds.") },
+        errors: [404, 416],
+      }),
+    },
+    "/v1/topics/{topic}/partitions/{partition}/stream": {
+      get: operation({
+        operationId: "stream",
+        summary:
+          "A live tail of the partition as Server-Sent Events (`event: record`, data as Record).",
+        parameters: [
+          topicParam,
+          partitionParam,
+          offsetQuery(false),
+          encodingQuery,
+          {
+            name: "Last-Event-ID",
+            in: "header",
+            required: false,
+            schema: decimal(0, offsetMax - 1),
+            description: "Resume after this offset.",
+          },
+        ],
+        ok: {
+          200: {
+            description:
+              "`id: <offset>`, `event: record`, `data: <Record as JSON>`; `event: error` with an Error if reading fails.",
+            content: { "text/event-stream": { schema: { type: "string" } } },
+          },
+        },
+        errors: [404, 416],
+      }),
+    },
+    "/v1/admin/metrics": {
+      get: operation({
+        operationId: "adminMetrics",
+        summary: "Storage counters for the benchmark harness (admin).",
+        ok: { 200: json(ref("AdminMetrics"), "Counters since start.") },
+        errors: [404],
+      }),
+    },
+    "/v1/admin/storage": {
+      get: operation({
+        operationId: "describeStorage",
+        summary: "Every partition's segments, recovery outcome and cleanup state (admin).",
+        ok: { 200: json(ref("StorageReport"), "The storage state.") },
+        errors: [404],
+      }),
+    },
+    "/v1/admin/topics/{topic}/cleanup": {
+      post: operation({
+        operationId: "cleanup",
+        summary: "Runs retention and compaction on every partition of the topic now (admin).",
+        parameters: [topicParam],
+        ok: { 200: json(ref("CleanupReport"), "What each pass did.") },
+        errors: [404],
+      }),
+    },
+    "/v1/groups": {
+      get: operation({
+        operationId: "listGroups",
+        summary: "Every consumer group the key may see, in name order.",
+        ok: { 200: json(exact({ groups: array(ref("Group")) }), "The groups.") },
+      }),
+    },
+    "/v1/groups/{group}": {
+      get: operation({
+        operationId: "describeGroup",
+        summary: "A group's members, generation, committed offsets and lag.",
+        parameters: [groupParam],
+        ok: { 200: json(ref("Group"), "The group.") },
+        errors: [404],
+      }),
+    },
+    "/v1/groups/{group}/members": {
+      post: operation({
+        operationId: "joinGroup",
+        summary: "Joins (or rejoins) the group; the group rebalances.",
+        parameters: [groupParam],
+        requestBody: jsonBody(ref("Join")),
+        ok: { 200: json(ref("JoinAnswer"), "The member's id, generation and partitions.") },
+        errors: [404, 409, 507],
+      }),
+    },
+    "/v1/groups/{group}/members/{member}/heartbeat": {
+      post: operation({
+        operationId: "heartbeat",
+        summary: "Keeps the member's session alive; says whether to rejoin.",
+        parameters: [groupParam, memberParam],
+        requestBody: {
+          required: false,
+          content: { "application/json": { schema: ref("Heartbeat") } },
+        },
+        ok: {
+          200: json(ref("HeartbeatAnswer"), "The current generation and the member's partitions."),
+        },
+        errors: [404, 409],
+      }),
+    },
+    "/v1/groups/{group}/members/{member}": {
+      delete: operation({
+        operationId: "leaveGroup",
+        summary: "Removes the member; the group rebalances.",
+        parameters: [groupParam, memberParam],
+        ok: { 204: noContent },
+        errors: [404, 409, 507],
+      }),
+    },
+    "/v1/groups/{group}/offsets": {
+      post: operation({
+        operationId: "commitOffsets",
+        summary: "Commits offsets durably, all or none.",
+        parameters: [groupParam],
+        requestBody: jsonBody(ref("Commit")),
+        ok: { 204: noContent },
+        errors: [404, 409, 507],
+      }),
+    },
+    "/v1/admin/keys": {
+      get: operation({
+        operationId: "listKeys",
+        summary: "Every API key's metadata, never a secret (admin).",
+        ok: { 200: json(exact({ keys: array(ref("KeyInfo")) }), "The keys.") },
+      }),
+      post: operation({
+        operationId: "createKey",
+        summary: "Makes an API key; the answer holds its text, the only time it is shown (admin).",
+        requestBody: jsonBody(ref("CreateKey")),
+        ok: { 201: json(ref("CreatedKey"), "The key and its metadata.") },
+        errors: [409, 507],
+      }),
+    },
+    "/v1/admin/keys/{name}": {
+      delete: operation({
+        operationId: "revokeKey",
+        summary: "Revokes a key: refused from its next request on (admin).",
+        parameters: [pathParam("name", { type: "string" }, "The key's name.")],
+        ok: { 204: noContent },
+        errors: [404, 507],
+      }),
+    },
+  },
+} as const;
