@@ -12,6 +12,9 @@ packages=(
   "etcd-server etcd"      # cluster tests: a three-member etcd on loopback (test/helpers/etcd.ts)
   "etcd-client etcdctl"
   "kcat kcat"             # Kafka listener tests and bench cases: librdkafka's CLI (test/e2e/kafka.test.ts)
+  "prometheus promtool"   # /metrics: promtool check metrics/rules/config, and a real Prometheus scraping the broker
+  "chromium chromium"     # the web console's tests in headless Chromium (playwright-core)
+  "systemd systemd-analyze"  # systemd-analyze verify of ops/systemd/es-broker.service
 )
 
 # Python packages, by pip: the edge tests' S3-compatible object store (test/helpers/moto.ts).

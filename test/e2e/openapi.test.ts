@@ -266,6 +266,89 @@ describe(`[${target}] the OpenAPI document against the real process`, () => {
     expect((await call("/v1/topics/orders", { ...a, method: "DELETE" })).status).toBe(204);
     expect((await call("/nowhere", a)).status).toBe(404);
 
+    // The schema registry (Confluent's API under /registry).
+    const r = (path: string, c: Call = {}) =>
+      call(`/registry${path}`, {
+        ...a,
+        contentType: "application/vnd.schemaregistry.v1+json",
+        ...c,
+      });
+    const avro = {
+      schema: '{"type":"record","name":"Order","fields":[{"name":"id","type":"string"}]}',
+    };
+    expect((await r("")).status).toBe(200);
+    expect((await r("/schemas/types")).status).toBe(200);
+    expect((await r("/mode")).status).toBe(200);
+    const registered = (
+      await r("/subjects/orders-value/versions", { method: "POST", body: avro })
+    ).json();
+    expect(registered.id).toBeGreaterThan(0);
+    expect(
+      (await r("/subjects/orders-value/versions", { method: "POST", body: { schema: "{bad" } }))
+        .status,
+    ).toBe(422);
+    expect(
+      (
+        await r("/subjects/orders-value/versions", {
+          method: "POST",
+          raw: "x",
+          contentType: "text/csv",
+        })
+      ).status,
+    ).toBe(415);
+    expect((await r(`/schemas/ids/${registered.id}`)).status).toBe(200);
+    expect((await r(`/schemas/ids/${registered.id}/schema`)).status).toBe(200);
+    expect((await r(`/schemas/ids/${registered.id}/subjects`)).status).toBe(200);
+    expect((await r(`/schemas/ids/${registered.id}/versions`)).status).toBe(200);
+    expect((await r("/schemas/ids/999999")).status).toBe(404);
+    expect((await r("/subjects")).status).toBe(200);
+    expect((await r("/subjects/orders-value", { method: "POST", body: avro })).status).toBe(200);
+    expect((await r("/subjects/orders-value/versions")).status).toBe(200);
+    expect((await r("/subjects/orders-value/versions/latest")).status).toBe(200);
+    expect((await r("/subjects/orders-value/versions/1/schema")).status).toBe(200);
+    expect((await r("/subjects/orders-value/versions/1/referencedby")).status).toBe(200);
+    expect((await r("/subjects/orders-value/versions/x")).status).toBe(422);
+    expect(
+      (await r("/compatibility/subjects/orders-value/versions", { method: "POST", body: avro }))
+        .status,
+    ).toBe(200);
+    expect(
+      (
+        await r("/compatibility/subjects/orders-value/versions/latest?verbose=true", {
+          method: "POST",
+          body: avro,
+        })
+      ).status,
+    ).toBe(200);
+    expect((await r("/config")).status).toBe(200);
+    expect((await r("/config", { method: "PUT", body: { compatibility: "FULL" } })).status).toBe(
+      200,
+    );
+    expect(
+      (await r("/config", { method: "PUT", body: { compatibility: "SOMETIMES" } })).status,
+    ).toBe(422);
+    expect((await r("/config", { method: "DELETE" })).status).toBe(200);
+    expect(
+      (await r("/config/orders-value", { method: "PUT", body: { compatibility: "NONE" } })).status,
+    ).toBe(200);
+    expect((await r("/config/orders-value")).status).toBe(200);
+    expect((await r("/config/orders-value", { method: "DELETE" })).status).toBe(200);
+    const reader = (
+      await call("/v1/admin/keys", {
+        ...a,
+        method: "POST",
+        body: { name: "reader", role: "consumer", topics: ["*"], groups: ["*"] },
+      })
+    ).json().key;
+    expect((await r("/subjects", { key: reader })).status).toBe(200);
+    expect(
+      (await r("/subjects/orders-value/versions", { method: "POST", key: reader, body: avro }))
+        .status,
+    ).toBe(403);
+    expect((await r("/subjects/orders-value/versions/1", { method: "DELETE" })).status).toBe(200);
+    expect((await r("/subjects/orders-value", { method: "DELETE" })).status).toBe(404);
+    expect((await r("/nowhere")).status).toBe(404);
+
     const all = documentedOperations.map((o) => o.operation.operationId);
     expect(
       all.filter((id) => !operations.has(id)),

@@ -8,6 +8,7 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
 import type { ValidateFunction } from "ajv";
 import { openApiDocument } from "../../src/transport/http/openapi.ts";
+import { registryMediaType } from "../../src/transport/http/registry/routes.ts";
 
 type Json = unknown;
 type Operation = {
@@ -107,7 +108,13 @@ export class ResponseChecker {
     let content: Record<string, { schema: Json }> | undefined;
     if (found === undefined) {
       if (answer.status < 400) return [`${where}: the document has no operation for it`];
-      content = { "application/json": { schema: errorSchemaRef } };
+      // The schema registry answers its own unknown routes in Confluent's shape.
+      content = {
+        "application/json": { schema: errorSchemaRef },
+        ...(answer.path === "/registry" || answer.path.startsWith("/registry/")
+          ? { [registryMediaType]: { schema: { $ref: "#/components/schemas/RegistryError" } } }
+          : {}),
+      };
     } else {
       const response = found.operation.responses[String(answer.status)];
       if (response === undefined)
@@ -124,14 +131,16 @@ export class ResponseChecker {
       return [
         `${where}: content type ${JSON.stringify(media)} not listed (${Object.keys(content).join(", ")})`,
       ];
-    if (media !== "application/json" || answer.body === undefined) return [];
+    if ((media !== "application/json" && media !== registryMediaType) || answer.body === undefined)
+      return [];
     let value: unknown;
     try {
       value = JSON.parse(answer.body);
     } catch {
       return [`${where}: the body is not JSON: ${JSON.stringify(answer.body.slice(0, 80))}`];
     }
-    const schema = found === undefined ? errorSchemaRef : listed.schema;
+    const schema =
+      found === undefined && media === "application/json" ? errorSchemaRef : listed.schema;
     return this.validate(schema, value).map((e) => `${where}: ${e}`);
   }
 }

@@ -1,7 +1,9 @@
 /**
- * Debian programs some tests drive (Prometheus's `promtool` and server, Chromium): when one is
- * missing it is installed with apt-get (after `apt-get update`) if this process is root, as on CI
- * and the project's machines; otherwise the test fails naming the package. Never skipped.
+ * Debian programs some tests drive (Prometheus's `promtool` and server, Chromium, systemd-analyze).
+ * `npm test` installs them first (`scripts/install-system-deps.sh`, the one list of system
+ * packages); a test run some other way (`npx vitest run …`) still gets them: when one is missing
+ * it is installed with apt-get (after `apt-get update`) if this process is root, as on CI and the
+ * project's machines; otherwise the test fails naming the package. Never skipped.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 

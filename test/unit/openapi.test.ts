@@ -12,6 +12,8 @@ import { MemoryLogger } from "../../src/lib/logger.ts";
 import { Errors } from "../../src/broker/errors.ts";
 import type { AuthorizedBroker } from "../../src/auth/access.ts";
 import { FakeBroker } from "./http-fake-broker.ts";
+import { SchemaRegistry } from "../../src/registry/registry.ts";
+import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import { documentAjv, documentedOperations, ResponseChecker } from "../helpers/openapi.ts";
 
 describe("the OpenAPI document", () => {
@@ -32,12 +34,18 @@ describe("the OpenAPI document", () => {
       expect(() => ajv.getSchema(`openapi#/$defs/${name}`), name).not.toThrow();
   });
 
-  it("names exactly the routes the app registers", () => {
+  it("names exactly the routes the app registers", async () => {
     const broker = new FakeBroker();
+    const registry = await SchemaRegistry.open({
+      fs: new MemoryFileSystem(),
+      dataDir: "/data",
+      logger: new MemoryLogger(),
+    });
     const app = createHttpApp({
       broker,
       logger: new MemoryLogger(),
       metricsText: async () => "",
+      registry,
       routes: (built, helpers) =>
         registerKeyRoutes(built, { broker: broker as unknown as AuthorizedBroker, ...helpers }),
     });

@@ -15,6 +15,9 @@
  *   401/403 with keys, 408, 413 for bodies, 431, 503 while recovering or shutting down).
  */
 import { Errors } from "../../broker/errors.ts";
+import { compatibilityLevels } from "../../registry/compatibility.ts";
+import { RegistryErrors } from "../../registry/errors.ts";
+import { registryMediaType } from "./registry/routes.ts";
 import {
   fetchBytesMax,
   fetchRecordsMax,
@@ -116,16 +119,47 @@ const schemas: Record<string, Schema> = {
   },
   Offset: offset,
   Timestamp: timestamp,
-  TopicConfig: exact({
-    segment_bytes: integer(1024, Number.MAX_SAFE_INTEGER, "Roll the active segment at this size."),
-    segment_ms: integer(1, Number.MAX_SAFE_INTEGER, "Roll the active segment at this age, in ms."),
-    retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = keep forever."),
-    retention_bytes: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = no limit."),
-    cleanup_policy: { type: "string", enum: ["delete", "compact", "compact,delete"] },
-    tombstone_retention_ms: integer(0, Number.MAX_SAFE_INTEGER),
-    cold_retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = forever."),
-    max_timestamp_skew_ms: integer(0, Number.MAX_SAFE_INTEGER),
-  }),
+  TopicConfig: {
+    type: "object",
+    properties: {
+      segment_bytes: integer(
+        1024,
+        Number.MAX_SAFE_INTEGER,
+        "Roll the active segment at this size.",
+      ),
+      segment_ms: integer(
+        1,
+        Number.MAX_SAFE_INTEGER,
+        "Roll the active segment at this age, in ms.",
+      ),
+      retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = keep forever."),
+      retention_bytes: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = no limit."),
+      cleanup_policy: { type: "string", enum: ["delete", "compact", "compact,delete"] },
+      tombstone_retention_ms: integer(0, Number.MAX_SAFE_INTEGER),
+      cold_retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = forever."),
+      max_timestamp_skew_ms: integer(0, Number.MAX_SAFE_INTEGER),
+      value_schema_subject: {
+        type: "string",
+        description: "Records' values must match this schema registry subject (absent: unchecked).",
+      },
+      key_schema_subject: {
+        type: "string",
+        description: "Records' keys must match this subject (absent: unchecked).",
+      },
+      schema_format: { type: "string", enum: ["confluent", "json"] },
+    },
+    required: [
+      "segment_bytes",
+      "segment_ms",
+      "retention_ms",
+      "retention_bytes",
+      "cleanup_policy",
+      "tombstone_retention_ms",
+      "cold_retention_ms",
+      "max_timestamp_skew_ms",
+    ],
+    additionalProperties: false,
+  },
   TopicConfigPatch: {
     type: "object",
     description:
@@ -139,6 +173,9 @@ const schemas: Record<string, Schema> = {
       tombstone_retention_ms: { type: "integer" },
       cold_retention_ms: { type: "integer" },
       max_timestamp_skew_ms: { type: "integer" },
+      value_schema_subject: { type: ["string", "null"], description: "null removes it." },
+      key_schema_subject: { type: ["string", "null"], description: "null removes it." },
+      schema_format: { type: ["string", "null"], enum: ["confluent", "json", null] },
     },
     additionalProperties: false,
   },
@@ -414,6 +451,51 @@ const schemas: Record<string, Schema> = {
     ),
     unavailable: array(exact({ name: { type: "string" }, reason: { type: "string" } })),
   }),
+  RegistryError: exact(
+    {
+      error_code: {
+        type: "integer",
+        enum: [
+          ...new Set([
+            ...Object.values(RegistryErrors).map((k) => k.errorCode),
+            401,
+            403,
+            404,
+            408,
+            413,
+            431,
+            503,
+          ]),
+        ],
+        description: "Confluent's error code (or the HTTP status, for the broker's own refusals).",
+      },
+      message: { type: "string", minLength: 1 },
+    },
+    "Every error of the /registry routes, in Confluent Schema Registry's shape (its clients read it).",
+  ),
+  SchemaType: { type: "string", enum: ["AVRO", "JSON"] },
+  RegistrySchema: {
+    type: "object",
+    properties: {
+      schema: { type: "string" },
+      schemaType: ref("SchemaType"),
+      references: { type: "array" },
+    },
+    required: ["schema"],
+  },
+  SubjectVersion: {
+    type: "object",
+    properties: {
+      subject: { type: "string" },
+      version: integer(1, 0x7fff_ffff),
+      id: integer(1, 0x7fff_ffff),
+      schemaType: { type: "string", enum: ["JSON"], description: "Omitted for AVRO." },
+      schema: { type: "string" },
+    },
+    required: ["subject", "version", "id", "schema"],
+    additionalProperties: false,
+  },
+  CompatibilityLevel: { type: "string", enum: [...compatibilityLevels] },
   Health: exact({ status: { const: "ok" } }),
   Ready: exact({ status: { const: "ready" } }),
   Recovering: exact({
@@ -438,6 +520,7 @@ const statusText: Record<number, string> = {
   409: "Conflict with the state (topic_exists, key_exists, stale_generation, not_partition_owner, unknown_member, sequence errors).",
   413: "Body over --max-request-bytes (request_too_large) or a record over the record limit (record_too_large).",
   415: "Unsupported media type.",
+  422: "A record does not match its topic's schema (invalid_record); in the registry, an invalid schema, version or level.",
   416: "Offset below the log start offset or above the high watermark (offset_out_of_range).",
   431: "Request line and headers over 16 KiB (headers_too_large; Node and Bun).",
   500: "A bug (internal), logged.",
@@ -536,6 +619,295 @@ const decimal = (minimum: number, maximum: number): Schema => ({
   pattern: "^[0-9]+$",
   description: `A decimal integer from ${minimum} to ${maximum}.`,
 });
+
+/** The error statuses of every /registry route, beyond its own. */
+const registryAnyRequest = [400, 401, 403, 408, 431, 503];
+
+/**
+ * An operation of the Confluent-compatible schema registry under `/registry` (docs/registry.md):
+ * answers in `application/vnd.schemaregistry.v1+json`, errors in Confluent's shape — except those
+ * answered before the registry sees the request (the parser's, authentication's, recovery's),
+ * which are the broker's own `Error`.
+ */
+function registryOperation(definition: {
+  operationId: string;
+  summary: string;
+  parameters?: Schema[];
+  body?: Schema;
+  ok: Schema;
+  errors?: number[];
+}): Schema {
+  const registryJson = (schema: Schema) => ({ [registryMediaType]: { schema } });
+  const responses: Record<string, Schema> = {
+    200: { description: "Done.", content: registryJson(definition.ok) },
+  };
+  const statuses = new Set([
+    ...registryAnyRequest,
+    ...(definition.body === undefined ? [] : [413, 415]),
+    ...(definition.errors ?? []),
+  ]);
+  for (const status of [...statuses].sort())
+    responses[String(status)] = {
+      description: statusText[status] ?? "Error.",
+      content: {
+        ...registryJson(ref("RegistryError")),
+        "application/json": { schema: ref("Error") },
+      },
+    };
+  const mediaTypes = [
+    registryMediaType,
+    "application/json",
+    "application/vnd.schemaregistry+json",
+    "application/octet-stream",
+  ];
+  return {
+    operationId: definition.operationId,
+    summary: definition.summary,
+    tags: ["schema registry"],
+    ...(definition.parameters === undefined ? {} : { parameters: definition.parameters }),
+    ...(definition.body === undefined
+      ? {}
+      : {
+          requestBody: {
+            required: true,
+            content: Object.fromEntries(mediaTypes.map((m) => [m, { schema: definition.body }])),
+          },
+        }),
+    responses,
+  };
+}
+
+const subject = pathParam("subject", { type: "string" }, "The subject's name.");
+const version = pathParam(
+  "version",
+  { type: "string", pattern: "^([0-9]+|latest|-1)$" },
+  "A version number, or `latest`.",
+);
+const schemaId = pathParam("id", { type: "string", pattern: "^[0-9]+$" }, "A schema id.");
+const flagQuery = (name: string, description: string) =>
+  queryParam(name, { type: "string", enum: ["true", "false"] }, description);
+const deletedQuery = flagQuery("deleted", "Include soft-deleted subjects and versions.");
+const permanentQuery = flagQuery("permanent", "Delete for good (after a soft delete).");
+const anyJson = { description: "The schema's own JSON text." };
+
+/** The `/registry` paths (docs/registry.md "HTTP API"). */
+const registryPaths: Record<string, Record<string, Schema>> = {
+  "/registry": {
+    get: registryOperation({
+      operationId: "registryRoot",
+      summary: "The registry's root: `{}`.",
+      ok: exact({}),
+    }),
+  },
+  "/registry/schemas/types": {
+    get: registryOperation({
+      operationId: "schemaTypes",
+      summary: "The schema types supported.",
+      ok: array(ref("SchemaType")),
+    }),
+  },
+  "/registry/schemas/ids/{id}": {
+    get: registryOperation({
+      operationId: "schemaById",
+      summary: "A schema by its global id.",
+      parameters: [schemaId],
+      ok: {
+        type: "object",
+        properties: { schema: { type: "string" }, schemaType: ref("SchemaType") },
+        required: ["schema"],
+        additionalProperties: false,
+      },
+      errors: [404],
+    }),
+  },
+  "/registry/schemas/ids/{id}/schema": {
+    get: registryOperation({
+      operationId: "rawSchemaById",
+      summary: "A schema's text by id.",
+      parameters: [schemaId],
+      ok: anyJson,
+      errors: [404],
+    }),
+  },
+  "/registry/schemas/ids/{id}/subjects": {
+    get: registryOperation({
+      operationId: "subjectsOfId",
+      summary: "Subjects using a schema id.",
+      parameters: [schemaId, deletedQuery],
+      ok: array({ type: "string" }),
+      errors: [404],
+    }),
+  },
+  "/registry/schemas/ids/{id}/versions": {
+    get: registryOperation({
+      operationId: "versionsOfId",
+      summary: "Subject versions using a schema id.",
+      parameters: [schemaId, deletedQuery],
+      ok: array(exact({ subject: { type: "string" }, version: integer(1, 0x7fff_ffff) })),
+      errors: [404],
+    }),
+  },
+  "/registry/subjects": {
+    get: registryOperation({
+      operationId: "listSubjects",
+      summary: "Every subject.",
+      parameters: [
+        deletedQuery,
+        queryParam("subjectPrefix", { type: "string" }, "Only subjects starting with this."),
+      ],
+      ok: array({ type: "string" }),
+    }),
+  },
+  "/registry/subjects/{subject}": {
+    post: registryOperation({
+      operationId: "lookUpSchema",
+      summary: "Whether a schema is registered under the subject, and as which version.",
+      parameters: [subject, deletedQuery],
+      body: ref("RegistrySchema"),
+      ok: ref("SubjectVersion"),
+      errors: [404, 422],
+    }),
+    delete: registryOperation({
+      operationId: "deleteSubject",
+      summary: "Deletes a subject (soft, or permanent after a soft delete); answers its versions.",
+      parameters: [subject, permanentQuery],
+      ok: array(integer(1, 0x7fff_ffff)),
+      errors: [404, 422],
+    }),
+  },
+  "/registry/subjects/{subject}/versions": {
+    get: registryOperation({
+      operationId: "listVersions",
+      summary: "A subject's versions.",
+      parameters: [subject, deletedQuery],
+      ok: array(integer(1, 0x7fff_ffff)),
+      errors: [404],
+    }),
+    post: registryOperation({
+      operationId: "registerSchema",
+      summary:
+        "Registers a schema under a subject (checked for compatibility); answers its global id.",
+      parameters: [subject],
+      body: ref("RegistrySchema"),
+      ok: exact({ id: integer(1, 0x7fff_ffff) }),
+      errors: [409, 422],
+    }),
+  },
+  "/registry/subjects/{subject}/versions/{version}": {
+    get: registryOperation({
+      operationId: "getVersion",
+      summary: "One version of a subject.",
+      parameters: [subject, version, deletedQuery],
+      ok: ref("SubjectVersion"),
+      errors: [404, 422],
+    }),
+    delete: registryOperation({
+      operationId: "deleteVersion",
+      summary: "Deletes one version (soft, or permanent after a soft delete); answers its number.",
+      parameters: [subject, version, permanentQuery],
+      ok: integer(1, 0x7fff_ffff),
+      errors: [404, 422],
+    }),
+  },
+  "/registry/subjects/{subject}/versions/{version}/schema": {
+    get: registryOperation({
+      operationId: "getVersionSchema",
+      summary: "The text of one version's schema.",
+      parameters: [subject, version, deletedQuery],
+      ok: anyJson,
+      errors: [404, 422],
+    }),
+  },
+  "/registry/subjects/{subject}/versions/{version}/referencedby": {
+    get: registryOperation({
+      operationId: "referencedBy",
+      summary: "Schemas referencing this version: always none (references are not supported).",
+      parameters: [subject, version],
+      ok: array({ type: "integer" }, "Always empty."),
+      errors: [404, 422],
+    }),
+  },
+  "/registry/config": {
+    get: registryOperation({
+      operationId: "getGlobalCompatibility",
+      summary: "The global compatibility level.",
+      ok: exact({ compatibilityLevel: ref("CompatibilityLevel") }),
+    }),
+    put: registryOperation({
+      operationId: "setGlobalCompatibility",
+      summary: "Sets the global compatibility level.",
+      body: exact({ compatibility: ref("CompatibilityLevel") }),
+      ok: exact({ compatibility: ref("CompatibilityLevel") }),
+      errors: [422],
+    }),
+    delete: registryOperation({
+      operationId: "resetGlobalCompatibility",
+      summary: "Resets the global level to the default; answers the one removed.",
+      ok: exact({ compatibilityLevel: ref("CompatibilityLevel") }),
+    }),
+  },
+  "/registry/config/{subject}": {
+    get: registryOperation({
+      operationId: "getSubjectCompatibility",
+      summary: "A subject's compatibility level.",
+      parameters: [subject, flagQuery("defaultToGlobal", "Fall back to the global level.")],
+      ok: exact({ compatibilityLevel: ref("CompatibilityLevel") }),
+      errors: [404, 422],
+    }),
+    put: registryOperation({
+      operationId: "setSubjectCompatibility",
+      summary: "Sets a subject's compatibility level.",
+      parameters: [subject],
+      body: exact({ compatibility: ref("CompatibilityLevel") }),
+      ok: exact({ compatibility: ref("CompatibilityLevel") }),
+      errors: [422],
+    }),
+    delete: registryOperation({
+      operationId: "deleteSubjectCompatibility",
+      summary: "Removes a subject's level; answers the one removed.",
+      parameters: [subject],
+      ok: exact({ compatibilityLevel: ref("CompatibilityLevel") }),
+      errors: [404, 422],
+    }),
+  },
+  "/registry/compatibility/subjects/{subject}/versions": {
+    post: registryOperation({
+      operationId: "testCompatibilityAll",
+      summary: "Whether a schema is compatible with the subject's versions (per its level).",
+      parameters: [subject, flagQuery("verbose", "Say why not.")],
+      body: ref("RegistrySchema"),
+      ok: {
+        type: "object",
+        properties: { is_compatible: { type: "boolean" }, messages: array({ type: "string" }) },
+        required: ["is_compatible"],
+        additionalProperties: false,
+      },
+      errors: [404, 422],
+    }),
+  },
+  "/registry/compatibility/subjects/{subject}/versions/{version}": {
+    post: registryOperation({
+      operationId: "testCompatibility",
+      summary: "Whether a schema is compatible with one version of the subject.",
+      parameters: [subject, version, flagQuery("verbose", "Say why not.")],
+      body: ref("RegistrySchema"),
+      ok: {
+        type: "object",
+        properties: { is_compatible: { type: "boolean" }, messages: array({ type: "string" }) },
+        required: ["is_compatible"],
+        additionalProperties: false,
+      },
+      errors: [404, 422],
+    }),
+  },
+  "/registry/mode": {
+    get: registryOperation({
+      operationId: "getMode",
+      summary: "The registry's mode: always READWRITE.",
+      ok: exact({ mode: { const: "READWRITE" } }),
+    }),
+  },
+};
 
 /**
  * The document (see the module comment). A plain JSON value: `GET /v1/openapi.json` answers it as
@@ -696,7 +1068,7 @@ export const openApiDocument = {
           },
         },
         ok: { 200: json(ref("ProduceAnswer"), "Where each record went, in request order.") },
-        errors: [404, 409, 507],
+        errors: [404, 409, 422, 507],
       }),
     },
     "/v1/topics/{topic}/partitions/{partition}/records": {
@@ -864,5 +1236,6 @@ export const openApiDocument = {
         errors: [404, 507],
       }),
     },
+    ...registryPaths,
   },
 } as const;
