@@ -9,7 +9,7 @@
 // Bun comes from tools/node_modules (installed by `npm ci`, scripts/install-tools.mjs).
 import { build } from "esbuild";
 import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { nodeBundleOptions } from "./bundle.mjs";
@@ -19,6 +19,13 @@ const option = (name) =>
   process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
 const bundleOnly = process.argv.includes("--bundle-only");
 
+// The console's bundle is a source module of the build (src/transport/http/console-assets.ts).
+{
+  const { consoleAssetsModule } = await import("./build-console.mjs");
+  const assets = join(root, "src/transport/http/console-assets.ts");
+  const text = await consoleAssetsModule();
+  if (!existsSync(assets) || readFileSync(assets, "utf8") !== text) writeFileSync(assets, text);
+}
 mkdirSync(join(root, "dist"), { recursive: true });
 await build({
   absWorkingDir: root,

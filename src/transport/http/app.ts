@@ -9,6 +9,7 @@
  * | `GET /readyz`                                              | 200 `{"status":"ready"}` (503 while recovering: `cli/serve.ts`) |
  * | `GET /metrics`                                             | 200 Prometheus text (`prometheus.ts`) |
  * | `GET /v1/openapi.json`                                     | 200 the OpenAPI 3.1 document (`openapi.ts`) |
+ * | `GET /console` (and its assets)                            | 200 the web console (`console.ts`) |
  * | `GET /v1/admin/metrics`                                    | 200 storage counters (fsyncs, …), refusals |
  * | `GET /v1/admin/storage`                                    | 200 segments, recovery, cleanup |
  * | `POST /v1/admin/topics/{topic}/cleanup`                    | 200 what retention/compaction did |
@@ -69,6 +70,7 @@ import { scanJsonProduce } from "./produce-json.ts";
 import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
 import { prometheusContentType } from "./prometheus.ts";
 import { openApiDocument } from "./openapi.ts";
+import { registerConsoleRoutes } from "./console.ts";
 import { type BodyReaders, producerFromHeaders, registerGroupRoutes } from "./groups.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
 import type { SchemaRegistry } from "../../registry/registry.ts";
@@ -123,6 +125,8 @@ export interface HttpAppOptions {
    * BrokerError forbidden for a key without the admin role); without it the route is 404.
    */
   metricsText?: () => Promise<string>;
+  /** Whether requests need an API key now (`GET /readyz` says so); default false. */
+  keysRequired?: () => boolean;
   /**
    * More routes, registered after the built-in ones and given the app's body helpers (the key
    * administration routes of `keys.ts` use it).
@@ -409,9 +413,13 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   app.get("/healthz", (c) => c.json({ status: "ok" }));
 
   // This app serves only once recovery is over (until then `cli/serve.ts` answers 503 itself).
-  app.get("/readyz", (c) => c.json({ status: "ready" }));
+  // `api_keys` tells a browser (the console) whether to ask for a key before its first request.
+  app.get("/readyz", (c) =>
+    c.json({ status: "ready", api_keys: options.keysRequired?.() ?? false }),
+  );
 
   app.get("/v1/openapi.json", (c) => c.json(openApiDocument));
+  registerConsoleRoutes(app);
 
   app.get("/metrics", async (c) => {
     if (options.metricsText === undefined)

@@ -18,12 +18,14 @@
 import type { AccessControl } from "../../auth/access.ts";
 import { AuthenticationError } from "../../auth/access.ts";
 import { anonymousPrincipal, type Principal } from "../../auth/principal.ts";
-import { BrokerError } from "../../broker/errors.ts";
+import { BrokerError, Errors } from "../../broker/errors.ts";
+import { clip } from "../../lib/quote.ts";
 import type { Broker } from "../../broker/types.ts";
 import { apiKeyTextBytesMax } from "../../lib/limits.ts";
 import { createHttpApp, type HttpApp, type HttpAppOptions, type HttpBindings } from "./app.ts";
 import { errorBody } from "./errors.ts";
 import { registerKeyRoutes } from "./keys.ts";
+import { consolePaths } from "./console.ts";
 
 /** Options of {@link createAuthenticatedHttpApp}: the app's, with access control instead of a broker. */
 export interface AuthenticatedHttpAppOptions
@@ -71,7 +73,7 @@ export function bearerKey(header: string | null): string | undefined {
  * Paths a GET may take without a key: liveness, readiness and the API's OpenAPI document (none
  * says anything about topics or records).
  */
-const unauthenticatedPaths = new Set(["/healthz", "/readyz", "/v1/openapi.json"]);
+const unauthenticatedPaths = new Set(["/healthz", "/readyz", "/v1/openapi.json", ...consolePaths]);
 
 /** The path of a request URL, without the query (`http://h:1/v1/x?y` → `/v1/x`). */
 function pathOf(url: string): string {
@@ -95,6 +97,7 @@ export function createAuthenticatedHttpApp(
       app = createHttpApp({
         ...appOptions,
         broker,
+        keysRequired: () => access.required,
         metricsText:
           metricsText === undefined
             ? undefined
@@ -115,10 +118,12 @@ export function createAuthenticatedHttpApp(
   const anonymousApp = appFor(anonymousPrincipal);
   return {
     fetch(request, env) {
+      const crossSite = crossSiteRefusal(request);
+      if (crossSite !== null) return crossSite;
       if (!access.required && request.headers.get("authorization") === null)
-        return anonymousApp.fetch(request, env);
+        return nosniff(anonymousApp.fetch(request, env));
       if (request.method === "GET" && unauthenticatedPaths.has(pathOf(request.url)))
-        return anonymousApp.fetch(request, env);
+        return nosniff(anonymousApp.fetch(request, env));
       let principal: Principal;
       const remote = env?.remoteAddress?.() ?? "unknown";
       try {
@@ -134,9 +139,60 @@ export function createAuthenticatedHttpApp(
         if (error instanceof BrokerError) return unauthenticatedResponse(error);
         throw error;
       }
-      return appFor(principal).fetch(request, env);
+      return nosniff(appFor(principal).fetch(request, env));
     },
   };
+}
+
+/** Methods that change nothing, which a cross-site page may send (their answers it cannot read). */
+const safeMethods = new Set(["GET", "HEAD", "OPTIONS"]);
+
+/**
+ * Refuses (403 `forbidden`) a request a browser sends for another site (docs/security.md, "Web
+ * console and browsers"): a method that changes something whose `Origin` is not this broker's own
+ * origin (or is `null`), or that the browser marks `Sec-Fetch-Site: cross-site`. Such a request
+ * is a form or a script on some other page acting with whatever the browser would send — on a
+ * broker without keys, enough to create or write topics. Clients that are not browsers (curl, the
+ * CLI, SDKs) send neither header and are not affected; the console runs on the broker's own origin.
+ * @returns the refusal, or null to serve the request.
+ */
+export function crossSiteRefusal(request: Request): Response | null {
+  if (safeMethods.has(request.method)) return null;
+  const origin = request.headers.get("origin");
+  const site = request.headers.get("sec-fetch-site");
+  let own: boolean;
+  try {
+    own = origin === null || new URL(origin).host === new URL(request.url).host;
+  } catch {
+    own = false;
+  }
+  if (own && site !== "cross-site") return null;
+  const error = new BrokerError(
+    Errors.forbidden,
+    `Cannot accept a cross-site request: it comes from ${origin === null ? "another site (Sec-Fetch-Site: cross-site)" : `a page of ${clip(origin)}`}, not from this broker's origin`,
+    { reason: "cross_site" },
+  );
+  return new Response(JSON.stringify(errorBody(error)), {
+    status: error.kind.http,
+    headers: {
+      "content-type": "application/json",
+      "x-content-type-options": "nosniff",
+      "cache-control": "no-store",
+    },
+  });
+}
+
+/** Adds `X-Content-Type-Options: nosniff` to an answer (browsers then never guess another type). */
+function nosniff(response: Response | Promise<Response>): Response | Promise<Response> {
+  const set = (r: Response) => {
+    try {
+      r.headers.set("x-content-type-options", "nosniff");
+    } catch {
+      // A response whose headers are immutable (none here today) keeps its own.
+    }
+    return r;
+  };
+  return response instanceof Response ? set(response) : response.then(set);
 }
 
 /** 401 with the `WWW-Authenticate` challenge of RFC 6750 (module comment). */
@@ -149,6 +205,7 @@ export function unauthenticatedResponse(error: BrokerError): Response {
     status: error.kind.http,
     headers: {
       "content-type": "application/json",
+      "x-content-type-options": "nosniff",
       "www-authenticate": challenge,
       "cache-control": "no-store",
     },

@@ -497,7 +497,15 @@ const schemas: Record<string, Schema> = {
   },
   CompatibilityLevel: { type: "string", enum: [...compatibilityLevels] },
   Health: exact({ status: { const: "ok" } }),
-  Ready: exact({ status: { const: "ready" } }),
+  Ready: {
+    type: "object",
+    properties: {
+      status: { const: "ready" },
+      api_keys: { type: "boolean", description: "Whether requests need an API key." },
+    },
+    required: ["status"],
+    additionalProperties: false,
+  },
   Recovering: exact({
     status: { const: "recovering" },
     recovery: exact({
@@ -970,6 +978,58 @@ export const openApiDocument = {
           },
         },
         errors: [404],
+      }),
+    },
+    "/console": {
+      get: operation({
+        operationId: "console",
+        summary: "The web console's page (it holds no data; docs/console.md).",
+        ok: {
+          200: {
+            description: "The page.",
+            content: { "text/html": { schema: { type: "string" } } },
+          },
+        },
+        public: true,
+      }),
+    },
+    "/console/app.js": {
+      get: operation({
+        operationId: "consoleScript",
+        summary: "The web console's script, from the build.",
+        ok: {
+          200: {
+            description: "The script.",
+            content: { "text/javascript": { schema: { type: "string" } } },
+          },
+        },
+        public: true,
+      }),
+    },
+    "/console/app.css": {
+      get: operation({
+        operationId: "consoleStyles",
+        summary: "The web console's styles, from the build.",
+        ok: {
+          200: {
+            description: "The styles.",
+            content: { "text/css": { schema: { type: "string" } } },
+          },
+        },
+        public: true,
+      }),
+    },
+    "/console/icon.svg": {
+      get: operation({
+        operationId: "consoleIcon",
+        summary: "The web console's icon.",
+        ok: {
+          200: {
+            description: "The icon.",
+            content: { "image/svg+xml": { schema: { type: "string" } } },
+          },
+        },
+        public: true,
       }),
     },
     "/v1/openapi.json": {

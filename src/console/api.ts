@@ -1,0 +1,108 @@
+/**
+ * The console's calls to the broker's HTTP API (docs/http-api.md), on the same origin. The API
+ * key, when the broker has keys, is kept in `sessionStorage` only (this tab, until it closes) and
+ * sent as `Authorization: Bearer` — never in a cookie, so no other site can make the browser send
+ * it (docs/console.md "Security").
+ */
+
+const keyStorage = "es-broker.api-key";
+
+/** An error answer of the API: its status and `{code, message}`. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The key this tab uses, or null. */
+export function storedKey(): string | null {
+  return sessionStorage.getItem(keyStorage);
+}
+
+/** Keeps `key` for this tab (null forgets it). */
+export function storeKey(key: string | null): void {
+  if (key === null) sessionStorage.removeItem(keyStorage);
+  else sessionStorage.setItem(keyStorage, key);
+}
+
+function headers(extra: Record<string, string> = {}): Record<string, string> {
+  const key = storedKey();
+  return key === null ? extra : { ...extra, authorization: `Bearer ${key}` };
+}
+
+async function failure(res: Response): Promise<ApiError> {
+  try {
+    const body = (await res.json()) as { error?: { code?: string; message?: string } };
+    return new ApiError(
+      res.status,
+      body.error?.code ?? "error",
+      body.error?.message ?? res.statusText,
+    );
+  } catch {
+    return new ApiError(res.status, "error", `${res.status} ${res.statusText}`);
+  }
+}
+
+/** Calls the API: JSON in, JSON out (undefined for 204). @throws ApiError on an error answer. */
+export async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const res = await fetch(path, {
+    method,
+    headers: headers(body === undefined ? {} : { "content-type": "application/json" }),
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "omit",
+    cache: "no-store",
+  });
+  if (!res.ok) throw await failure(res);
+  if (res.status === 204) return undefined as T;
+  return (await res.json()) as T;
+}
+
+/** One record of a fetch or a stream. */
+export interface RecordJson {
+  offset: number;
+  timestamp: number;
+  key: string | null;
+  value: string;
+}
+
+/**
+ * Follows a partition's live tail (`GET …/stream`, Server-Sent Events) with `fetch`, which, unlike
+ * `EventSource`, can send the key. Calls `onRecord` per record until `signal` aborts or the stream
+ * ends. @throws ApiError if the stream cannot start.
+ */
+export async function tail(
+  path: string,
+  onRecord: (record: RecordJson) => void,
+  signal: AbortSignal,
+): Promise<void> {
+  const res = await fetch(path, { headers: headers(), credentials: "omit", signal });
+  if (!res.ok || res.body === null) throw await failure(res);
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let end = buffer.indexOf("\n\n");
+    while (end >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let type = "message";
+      let data = "";
+      for (const line of event.split("\n")) {
+        if (line.startsWith("event:")) type = line.slice(6).trim();
+        else if (line.startsWith("data:")) data += line.slice(5).trimStart();
+      }
+      if (type === "record") onRecord(JSON.parse(data) as RecordJson);
+      else if (type === "error") {
+        const e = (JSON.parse(data) as { error: { code: string; message: string } }).error;
+        throw new ApiError(0, e.code, e.message);
+      }
+      end = buffer.indexOf("\n\n");
+    }
+  }
+}
