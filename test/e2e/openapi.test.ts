@@ -268,6 +268,23 @@ describe(`[${target}] the OpenAPI document against the real process`, () => {
     expect((await call("/v1/topics/orders", { ...a, method: "DELETE" })).status).toBe(204);
     expect((await call("/nowhere", a)).status).toBe(404);
 
+    // Durable Streams under /v1/stream/ (docs/durable-streams.md).
+    const s = (path: string, c: Call = {}) => call(`/v1/stream/${path}`, { ...a, ...c });
+    expect(
+      (await s("logs/app", { method: "PUT", raw: "", contentType: "text/plain" })).status,
+    ).toBe(201);
+    expect(
+      (await s("logs/app", { method: "POST", raw: "hello", contentType: "text/plain" })).status,
+    ).toBe(204);
+    expect((await s("logs/app?offset=-1")).status).toBe(200);
+    expect((await s("logs/app", { method: "HEAD" })).status).toBe(200);
+    expect((await s("logs/app", { method: "OPTIONS" })).status).toBe(204);
+    expect(
+      (await s("logs/app", { method: "POST", raw: "x", contentType: "application/json" })).status,
+    ).toBe(409);
+    expect((await s("logs/app", { method: "DELETE" })).status).toBe(204);
+    expect((await s("logs/missing?offset=-1")).status).toBe(404);
+
     // The schema registry (Confluent's API under /registry).
     const r = (path: string, c: Call = {}) =>
       call(`/registry${path}`, {

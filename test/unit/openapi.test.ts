@@ -52,9 +52,17 @@ describe("the OpenAPI document", () => {
     const registered = new Set(
       app.routes
         .filter((r) => r.method !== "ALL")
-        .map((r) => `${r.method} ${r.path.replace(/:([A-Za-z]+)/g, "{$1}")}`),
+        .map(
+          (r) =>
+            `${r.method} ${r.path.replace(/:([A-Za-z]+)/g, "{$1}").replace(/\/\*$/, "/{path}")}`,
+        ),
     );
-    const documented = new Set(documentedOperations.map((o) => `${o.method} ${o.template}`));
+    // A documented HEAD is served by its GET route (Hono answers HEAD with the GET handler).
+    const documented = new Set(
+      documentedOperations
+        .filter((o) => o.method !== "HEAD" || !registered.has(`GET ${o.template}`))
+        .map((o) => `${o.method === "HEAD" ? "GET" : o.method} ${o.template}`),
+    );
     expect(
       [...registered].filter((r) => !documented.has(r)),
       "routes missing from the document",

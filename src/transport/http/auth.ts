@@ -152,12 +152,17 @@ const safeMethods = new Set(["GET", "HEAD", "OPTIONS"]);
  * console and browsers"): a method that changes something whose `Origin` is not this broker's own
  * origin (or is `null`), or that the browser marks `Sec-Fetch-Site: cross-site`. Such a request
  * is a form or a script on some other page acting with whatever the browser would send — on a
- * broker without keys, enough to create or write topics. Clients that are not browsers (curl, the
- * CLI, SDKs) send neither header and are not affected; the console runs on the broker's own origin.
+ * broker without keys, enough to create or write topics. A request with an `Authorization` header
+ * is never refused: its sender holds the key. Clients that are not browsers (curl, the CLI, SDKs)
+ * send neither header and are not affected; the console runs on the broker's own origin.
  * @returns the refusal, or null to serve the request.
  */
 export function crossSiteRefusal(request: Request): Response | null {
   if (safeMethods.has(request.method)) return null;
+  // A sender that holds a key put it there itself: browsers never add an Authorization header
+  // on their own, so such a request is no forgery (the Durable Streams routes serve keyed
+  // clients on other origins through CORS).
+  if (request.headers.has("authorization")) return null;
   const origin = request.headers.get("origin");
   const site = request.headers.get("sec-fetch-site");
   let own: boolean;

@@ -190,11 +190,20 @@ const schemas: Record<string, Schema> = {
     segments: integer(0, Number.MAX_SAFE_INTEGER),
     fenced: { type: "boolean" },
   }),
-  Topic: exact({
-    name: ref("TopicName"),
-    partitions: array(ref("PartitionInfo")),
-    config: ref("TopicConfig"),
-  }),
+  Topic: {
+    type: "object",
+    properties: {
+      name: ref("TopicName"),
+      partitions: array(ref("PartitionInfo")),
+      config: ref("TopicConfig"),
+      stream: {
+        type: "object",
+        description: "Present when the topic holds a Durable Stream (docs/durable-streams.md).",
+      },
+    },
+    required: ["name", "partitions", "config"],
+    additionalProperties: false,
+  },
   CreateTopic: {
     type: "object",
     properties: {
@@ -353,10 +362,10 @@ const schemas: Record<string, Schema> = {
       fsyncs: { type: "integer" },
       appends: { type: "integer" },
       writes: { type: "integer" },
-      recordsAppended: { type: "integer" },
+      records_appended: { type: "integer" },
       refused: { type: "object", additionalProperties: { type: "integer" } },
     },
-    required: ["partitions", "fsyncs", "appends", "writes", "recordsAppended"],
+    required: ["partitions", "fsyncs", "appends", "writes", "records_appended"],
     additionalProperties: false,
   },
   RetentionResult: {
@@ -529,6 +538,7 @@ const statusText: Record<number, string> = {
   413: "Body over --max-request-bytes (request_too_large) or a record over the record limit (record_too_large).",
   415: "Unsupported media type.",
   422: "A record does not match its topic's schema (invalid_record); in the registry, an invalid schema, version or level.",
+  410: "The stream expired or was deleted (stream_gone).",
   416: "Offset below the log start offset or above the high watermark (offset_out_of_range).",
   431: "Request line and headers over 16 KiB (headers_too_large; Node and Bun).",
   500: "A bug (internal), logged.",
@@ -917,6 +927,115 @@ const registryPaths: Record<string, Record<string, Schema>> = {
   },
 };
 
+const streamPath = pathParam(
+  "path",
+  { type: "string" },
+  "The stream's path: everything after /v1/stream/, slashes included (docs/durable-streams.md).",
+);
+const streamOk = (status: number, description: string): Record<number, Schema> => ({
+  [status]: { description },
+});
+const streamHeader = (name: string, description: string): Schema => ({
+  name,
+  in: "header",
+  required: false,
+  schema: { type: "string" },
+  description,
+});
+
+/** The Durable Streams protocol under /v1/stream/ (docs/durable-streams.md). */
+const streamPaths: Record<string, Record<string, Schema>> = {
+  "/v1/stream/{path}": {
+    put: operation({
+      operationId: "streamCreate",
+      summary:
+        "Creates a stream (or confirms one with the same settings); forks with Stream-Forked-From.",
+      parameters: [
+        streamPath,
+        streamHeader("Stream-TTL", "Seconds the stream lives."),
+        streamHeader("Stream-Expires-At", "When it expires (RFC 3339)."),
+        streamHeader("Stream-Closed", "true: created closed."),
+        streamHeader("Stream-Forked-From", "The stream to fork."),
+        streamHeader("Stream-Fork-Offset", "Where the fork starts."),
+        streamHeader("Stream-Fork-Sub-Offset", "Where in that message the fork starts."),
+      ],
+      requestBody: { required: false, content: { "*/*": { schema: { type: "string" } } } },
+      ok: {
+        ...streamOk(201, "Created (Location)."),
+        ...streamOk(200, "It exists with these settings."),
+      },
+      errors: [404, 409, 410, 507],
+    }),
+    post: operation({
+      operationId: "streamAppend",
+      summary: "Appends to a stream; with Stream-Closed: true, appends and closes (or closes).",
+      parameters: [
+        streamPath,
+        streamHeader("Stream-Closed", "true: close the stream."),
+        streamHeader("Stream-Seq", "The writer's sequence (strictly increasing)."),
+        streamHeader("Producer-Id", "Idempotent producer id."),
+        streamHeader("Producer-Epoch", "Idempotent producer epoch."),
+        streamHeader("Producer-Seq", "Idempotent producer sequence."),
+      ],
+      requestBody: { required: false, content: { "*/*": { schema: { type: "string" } } } },
+      ok: {
+        ...streamOk(204, "Appended (Stream-Next-Offset)."),
+        ...streamOk(200, "Appended by an idempotent producer (Producer-Epoch, Producer-Seq)."),
+      },
+      errors: [404, 409, 410, 507],
+    }),
+    get: operation({
+      operationId: "streamRead",
+      summary: "Reads from an offset: catch-up, live=long-poll, or live=sse.",
+      parameters: [
+        streamPath,
+        queryParam(
+          "offset",
+          { type: "string" },
+          "Where to read from (-1: the beginning; now: the tail).",
+        ),
+        queryParam(
+          "live",
+          { type: "string", enum: ["long-poll", "sse"] },
+          "Wait for data, or stream it.",
+        ),
+        queryParam("cursor", { type: "string" }, "The cursor of the last answer (caching)."),
+      ],
+      ok: {
+        200: {
+          description:
+            "The data from the offset (Stream-Next-Offset), in the stream's content type; or an SSE stream.",
+          content: { "*/*": { schema: { type: "string" } } },
+        },
+        ...streamOk(204, "Nothing new within the long-poll (Stream-Next-Offset)."),
+        ...streamOk(304, "Unchanged since the ETag sent."),
+      },
+      errors: [404, 410, 416],
+    }),
+    head: operation({
+      operationId: "streamHead",
+      summary: "A stream's metadata in headers: tail, content type, TTL, expiry, closure.",
+      parameters: [streamPath],
+      ok: streamOk(200, "The metadata, in headers."),
+      errors: [404, 410],
+    }),
+    delete: operation({
+      operationId: "streamDelete",
+      summary: "Deletes a stream (soft while forks read it).",
+      parameters: [streamPath],
+      ok: streamOk(204, "Deleted."),
+      errors: [404, 410, 507],
+    }),
+    options: operation({
+      operationId: "streamPreflight",
+      summary: "CORS preflight.",
+      parameters: [streamPath],
+      ok: streamOk(204, "The methods and headers allowed."),
+      public: true,
+    }),
+  },
+};
+
 /**
  * The document (see the module comment). A plain JSON value: `GET /v1/openapi.json` answers it as
  * it is.
@@ -1296,6 +1415,7 @@ export const openApiDocument = {
         errors: [404, 507],
       }),
     },
+    ...streamPaths,
     ...registryPaths,
   },
 } as const;
