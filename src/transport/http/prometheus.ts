@@ -257,7 +257,7 @@ export async function renderMetrics(sources: MetricsSources): Promise<string> {
     out.family(
       "esb_open_connections",
       "gauge",
-      "Connections open now, by listener (http, tcp, metrics).",
+      "Connections open now, by listener (http, tcp, kafka, metrics).",
     );
     for (const [listener, count] of Object.entries(connections))
       if (count !== null) out.sample({ listener }, count);
