@@ -401,13 +401,21 @@ const schemas: Record<string, Schema> = {
   },
   CleanupReport: exact({
     topic: ref("TopicName"),
-    partitions: array(
-      exact({
+    partitions: array({
+      type: "object",
+      properties: {
         partition: integer(0, partitionsMax - 1),
         retention: ref("RetentionResult"),
         compaction: ref("CompactionResult"),
-      }),
-    ),
+        cold_compaction: {
+          type: ["object", "null"],
+          description:
+            "The cold tier's last compaction pass (null without a cold tier or before the first).",
+        },
+      },
+      required: ["partition", "retention", "compaction"],
+      additionalProperties: false,
+    }),
   }),
   StorageReport: exact({
     cold_storage_dir: { type: ["string", "null"] },
