@@ -70,8 +70,12 @@ export interface Op {
 export interface PendingOp {
   /** The history entry of the invoke. */
   readonly invoke: Op;
-  /** The system said it happened; `records` are what it returned (a send: the values with their offsets). */
-  ok(records?: HistoryRecord[]): Op;
+  /**
+   * The system said it happened; `records` are what it returned (a send: the values with their
+   * offsets). `fields.session` replaces the invoke's session (a group member learns its
+   * generation only once the poll returns).
+   */
+  ok(records?: HistoryRecord[], fields?: Pick<Op, "session">): Op;
   /** It certainly did not happen. */
   fail(error: unknown): Op;
   /** It may or may not have happened. */
@@ -123,16 +127,27 @@ export class History {
     const invoke = this.#append({ process, type: "invoke", f, ...fields });
     this.#pending.set(process, invoke);
     let done = false;
-    const complete = (type: OpType, records: HistoryRecord[], error?: string): Op => {
+    const complete = (
+      type: OpType,
+      records: HistoryRecord[],
+      error?: string,
+      fields: Pick<Op, "session"> = {},
+    ): Op => {
       if (done) throw new Error(`Op ${invoke.index} of process "${process}" completed twice`);
       done = true;
       this.#pending.delete(process);
       const { index: _i, timeMs: _t, type: _ty, records: _r, ...rest } = invoke;
-      return this.#append({ ...rest, type, records, ...(error === undefined ? {} : { error }) });
+      return this.#append({
+        ...rest,
+        ...fields,
+        type,
+        records,
+        ...(error === undefined ? {} : { error }),
+      });
     };
     return {
       invoke,
-      ok: (records) => complete("ok", records ?? invoke.records),
+      ok: (records, fields) => complete("ok", records ?? invoke.records, undefined, fields),
       fail: (error) => complete("fail", invoke.records, describeError(error)),
       info: (error) => complete("info", invoke.records, describeError(error)),
     };
@@ -154,6 +169,11 @@ export class History {
       partition: tp.partition,
       ...(options.node === undefined ? {} : { node: options.node }),
     }).ok(records);
+  }
+
+  /** Milliseconds since the history began, on the clock of its entries' `timeMs`. */
+  elapsedMs(): number {
+    return this.#now() - this.#start;
   }
 
   /** Processes with an operation outstanding (they crashed or were abandoned mid-operation). */

@@ -23,6 +23,13 @@ describe("fault schedule", () => {
     }
   });
 
+  it("grows to a minimum duration with more seeded faults", () => {
+    const s = makeSchedule({ seed: 3, minDurationMs: 120_000 });
+    expect(s.endMs).toBeGreaterThanOrEqual(120_000);
+    expect(s.faults.length).toBeGreaterThan(faultKinds.length);
+    expect(makeSchedule({ seed: 3, minDurationMs: 120_000 })).toEqual(s);
+  });
+
   it("prints the seed and how to replay it", () => {
     const text = describeSchedule(makeSchedule({ seed: 7 }), "npm test");
     expect(text).toMatch(/^jepsen: seed=7 \(replay: ES_BROKER_JEPSEN_SEED=7 npm test\)\n {2}at /);

@@ -67,6 +67,8 @@ export interface ScheduleOptions {
    * longer run.
    */
   extraFaults?: number;
+  /** Add seeded faults (after `extraFaults`) until the schedule lasts at least this long, in ms. */
+  minDurationMs?: number;
 }
 
 function between(prng: Prng, [min, max]: [number, number]): number {
@@ -75,7 +77,7 @@ function between(prng: Prng, [min, max]: [number, number]): number {
 
 /**
  * The schedule for a seed: every kind once in a seeded order, then `extraFaults` more of seeded
- * kinds, each after a seeded gap. Equal options give equal schedules on every runtime.
+ * kinds, then more until it lasts `minDurationMs`, each after a seeded gap. Equal options give equal schedules on every runtime.
  * @throws AssertionError (from Prng) if the seed is not a safe integer.
  */
 export function makeSchedule(options: ScheduleOptions): Schedule {
@@ -92,7 +94,8 @@ export function makeSchedule(options: ScheduleOptions): Schedule {
     kinds.push(faultKinds[prng.int(faultKinds.length)]);
   const faults: Fault[] = [];
   let t = 0;
-  for (const kind of kinds) {
+  for (let i = 0; i < kinds.length || t < (options.minDurationMs ?? 0); i++) {
+    const kind = i < kinds.length ? kinds[i] : faultKinds[prng.int(faultKinds.length)];
     t += between(prng, gapMs);
     const durationMs =
       kind === "pause-leader"

@@ -1,0 +1,629 @@
+/**
+ * One Jepsen-style run (issue #16): starts the processes (`cluster-harness.ts`), runs concurrent
+ * producers (plain and idempotent) and consumers (plain and group members) through the TS client
+ * while the seeded fault schedule (`schedule.ts`) kills, pauses and restarts processes, then heals
+ * everything, reads every partition in full and checks the history (`checker.ts`).
+ *
+ * Used by `test/cluster/jepsen.test.ts` (bounded, in `npm test`) and `scripts/jepsen.mjs` (longer).
+ *
+ * Workload (topic `jepsen`, 2 partitions; replication factor 3 and min ISR 2 in a cluster):
+ * - `producer-N`: a plain `TcpClient.produce` of 1–3 new values to one partition at a time. Any
+ *   error is recorded `info` (the produce may have been stored); the client reconnects.
+ * - `idem-N`: an `IdempotentProducer` (retries itself, deduplicated by the broker); an error
+ *   after its delivery timeout is `info`.
+ * - `consumer-N`: fetches each partition on from where it was, one fetch per poll op.
+ * - `member-N`: a `GroupConsumer` of group `jepsen-g`; each poll is followed by a commit. A poll
+ *   op's session is the member's incarnation and generation: a new one may legitimately rewind
+ *   to the group's committed offset. After an error the member is replaced by a new one.
+ *
+ * Failover (reported, not asserted): for each fault that takes a partition's leader away
+ * (`kill-leader`, `pause-leader`, `restart-all`), the time from the fault until the first send to
+ * an affected partition that was invoked after the fault is acknowledged, and how many records
+ * producers tried to write to those partitions meanwhile without an acknowledgement.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import { parseArgs } from "node:util";
+import {
+  type FetchResponse,
+  GroupConsumer,
+  IdempotentProducer,
+  TcpClient,
+} from "../../src/client/client.ts";
+import { expandSpans } from "../../src/client/records.ts";
+import { type CheckResult, checkHistory, formatCheckResult } from "./checker.ts";
+import { type ClusterBroker, type TestCluster, startCluster } from "./cluster-harness.ts";
+import { History, type HistoryRecord } from "./history.ts";
+import {
+  type Fault,
+  type Schedule,
+  describeSchedule,
+  makeSchedule,
+  seedFromEnv,
+} from "./schedule.ts";
+
+/** Options of {@link runJepsen}. */
+export interface JepsenOptions {
+  seed: number;
+  /** false: one plain broker, no etcd (its faults still apply: kill, pause, restart). Default true. */
+  cluster?: boolean;
+  /** Faults beyond one of each kind (default 0). */
+  extraFaults?: number;
+  /** More seeded faults until the schedule lasts this long, in ms (default 0: one of each kind). */
+  minDurationMs?: number;
+  /** Producers and consumers of each kind (default 2). */
+  clientsPerKind?: number;
+  /** Where progress lines go (default: nowhere). */
+  log?: (line: string) => void;
+  /** How to print a replay command for the seed (default the test's). */
+  replay?: string;
+  /** Command words that start es-broker (default: the target's). */
+  command?: string[];
+}
+
+/** One fault that took leaders away, measured. */
+export interface FailoverReport {
+  kind: Fault["kind"];
+  /** Broker(s) the fault hit. */
+  nodes: number[];
+  /** Partitions whose leader it hit. */
+  partitions: number[];
+  /** Fault → first acknowledged send (invoked after the fault) to an affected partition, in ms; null if none. */
+  failoverMs: number | null;
+  /** Records sent to affected partitions in that window that were not acknowledged. */
+  unavailableRecords: number;
+}
+
+/** What {@link runJepsen} found. */
+export interface JepsenReport {
+  schedule: Schedule;
+  check: CheckResult;
+  failovers: FailoverReport[];
+  history: History;
+  /** Ops per process kind that completed ok (proof the workload ran). */
+  okOps: Record<"producer" | "idem" | "consumer" | "member", number>;
+  /** Where the processes' logs and the history were saved (when the check failed). */
+  logsDir?: string;
+  /** The report as text: schedule, failovers, checker counts. */
+  text: string;
+}
+
+const topic = "jepsen";
+const partitions = 2;
+const group = "jepsen-g";
+const requestTimeoutMs = 5000;
+const decoder = new TextDecoder();
+
+interface FaultEvent {
+  fault: Fault;
+  atMs: number;
+  nodes: number[];
+  partitions: number[];
+}
+
+/** Runs the whole scenario and checks it; never throws for an anomaly (the caller asserts). */
+export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
+  const log = options.log ?? (() => {});
+  const clustered = options.cluster ?? true;
+  const perKind = options.clientsPerKind ?? 2;
+  const schedule = makeSchedule({
+    seed: options.seed,
+    extraFaults: options.extraFaults ?? 0,
+    minDurationMs: options.minDurationMs ?? 0,
+  });
+  log(
+    describeSchedule(
+      schedule,
+      options.replay ?? "npx vitest run --project default test/cluster/jepsen.test.ts",
+    ),
+  );
+  const cluster = await startCluster({ cluster: clustered, command: options.command });
+  const history = new History();
+  const faults: FaultEvent[] = [];
+  let stopped = false;
+  try {
+    const admin = await connectAny(cluster, () => false);
+    await admin.createTopic({
+      name: topic,
+      partitions,
+      ...(clustered ? { config: { replication_factor: 3, min_insync_replicas: 2 } } : {}),
+    });
+    await admin.close();
+
+    const okOps = { producer: 0, idem: 0, consumer: 0, member: 0 };
+    const isStopped = () => stopped;
+    const workers: Promise<void>[] = [];
+    for (let i = 0; i < perKind; i++) {
+      workers.push(plainProducer(`producer-${i}`, i, cluster, history, isStopped, okOps));
+      workers.push(
+        idempotentProducer(`idem-${i}`, options.seed, cluster, history, isStopped, okOps),
+      );
+      workers.push(plainConsumer(`consumer-${i}`, cluster, history, isStopped, okOps));
+      workers.push(groupMember(`member-${i}`, cluster, history, isStopped, okOps));
+    }
+
+    // The faults, one at a time, on the history's clock.
+    for (const fault of schedule.faults) {
+      const wait = fault.atMs - history.elapsedMs();
+      if (wait > 0) await sleep(wait);
+      faults.push(await applyFault(fault, cluster, history, log));
+    }
+    await sleep(3000); // a quiet tail: the last heal settles under load
+    stopped = true;
+    await Promise.all(workers);
+
+    // Heal whatever is still off, then read everything.
+    for (const b of cluster.brokers) {
+      if (b.state === "paused") b.resume();
+      if (b.state === "down") await b.start();
+    }
+    for (const m of cluster.etcd?.members ?? []) if (m.process === null) await m.restart();
+    await finalRead(cluster, history);
+
+    const check = checkHistory(history.ops);
+    const failovers = faults
+      .filter((f) => f.partitions.length > 0)
+      .map((f) => measureFailover(f, history));
+    const text = [
+      formatCheckResult(check),
+      `  ok ops: ${okOps.producer} plain sends, ${okOps.idem} idempotent sends, ${okOps.consumer} consumer polls, ${okOps.member} group polls`,
+      ...failovers.map(
+        (f) =>
+          `  failover after ${f.kind} of node ${f.nodes.join(",")} (partitions ${f.partitions.join(",")}): ` +
+          `${f.failoverMs === null ? "writes never accepted again" : `${(f.failoverMs / 1000).toFixed(2)} s`}, ` +
+          `${f.unavailableRecords} records not acknowledged meanwhile`,
+      ),
+    ].join("\n");
+    log(text);
+    const report: JepsenReport = { schedule, check, failovers, history, okOps, text };
+    if (!check.valid) {
+      report.logsDir = cluster.saveLogs({
+        "history.jsonl": history.toJsonLines(),
+        "report.txt": `${describeSchedule(schedule, options.replay ?? "")}\n${text}\n`,
+      });
+      log(`jepsen: logs and history saved in ${report.logsDir}`);
+    }
+    return report;
+  } catch (err) {
+    const dir = cluster.saveLogs({ "history.jsonl": history.toJsonLines() });
+    throw new Error(
+      `jepsen run (seed ${options.seed}) failed: ${(err as Error).stack}\nlogs: ${dir}\n${cluster.logTail(20)}`,
+    );
+  } finally {
+    stopped = true;
+    await cluster.stop();
+  }
+}
+
+/** A client connected to some running broker (the first that answers), retried until `stop`. */
+async function connectAny(cluster: TestCluster, stop: () => boolean): Promise<TcpClient> {
+  for (let attempt = 0; ; attempt++) {
+    for (const b of cluster.brokers) {
+      if (b.state !== "running") continue;
+      try {
+        return await TcpClient.connect({ ...b.tcp, timeoutMs: requestTimeoutMs });
+      } catch {}
+    }
+    if (stop() && attempt > 0) throw new Error("stopped before any broker could be reached");
+    await sleep(Math.min(500, 20 * 2 ** attempt));
+  }
+}
+
+function toRecords(partition: number, values: string[]): HistoryRecord[] {
+  return values.map((value) => ({ topic, partition, value }));
+}
+
+async function plainProducer(
+  name: string,
+  index: number,
+  cluster: TestCluster,
+  history: History,
+  stopped: () => boolean,
+  okOps: JepsenReport["okOps"],
+): Promise<void> {
+  let client: TcpClient | null = null;
+  let n = 0;
+  while (!stopped()) {
+    if (client === null) {
+      try {
+        client = await connectAny(cluster, stopped);
+      } catch {
+        return;
+      }
+    }
+    const partition = (index + n) % partitions;
+    const values = Array.from({ length: 1 + (n % 3) }, (_, i) => `${name}-${n}-${i}`);
+    n++;
+    const op = history.invoke(name, "send", { records: toRecords(partition, values) });
+    try {
+      const result = await client.produce(
+        topic,
+        values.map((v) => ({ value: v })),
+        { partition },
+      );
+      const positions = expandSpans(result.spans);
+      op.ok(
+        values.map((value, i) => ({
+          topic,
+          partition: positions[i].partition,
+          offset: positions[i].offset,
+          value,
+        })),
+      );
+      okOps.producer++;
+    } catch (err) {
+      op.info(err);
+      await client.close().catch(() => {});
+      client = null;
+      await sleep(50);
+    }
+    await sleep(10);
+  }
+  await client?.close().catch(() => {});
+}
+
+async function idempotentProducer(
+  name: string,
+  seed: number,
+  cluster: TestCluster,
+  history: History,
+  stopped: () => boolean,
+  okOps: JepsenReport["okOps"],
+): Promise<void> {
+  const producer = new IdempotentProducer({
+    connect: () => connectAny(cluster, () => false),
+    producerId: `jepsen-${seed}-${name}`,
+    deliveryTimeoutMs: 20_000,
+    retryBackoffMaxMs: 250,
+  });
+  let n = 0;
+  while (!stopped()) {
+    const partition = n % partitions;
+    const values = Array.from({ length: 1 + (n % 2) }, (_, i) => `${name}-${n}-${i}`);
+    n++;
+    const op = history.invoke(name, "send", {
+      records: toRecords(partition, values),
+      idempotent: true,
+    });
+    try {
+      const result = await producer.send(
+        topic,
+        values.map((v) => ({ value: v })),
+        { partition },
+      );
+      const positions = expandSpans(result.spans);
+      op.ok(
+        values.map((value, i) => ({
+          topic,
+          partition: positions[i].partition,
+          offset: positions[i].offset,
+          value,
+        })),
+      );
+      okOps.idem++;
+    } catch (err) {
+      op.info(err);
+      await sleep(50);
+    }
+    await sleep(10);
+  }
+  await producer.close().catch(() => {});
+}
+
+function fetched(partition: number, res: FetchResponse): HistoryRecord[] {
+  return res.records.map((r) => ({
+    topic,
+    partition,
+    offset: r.offset,
+    value: decoder.decode(r.value),
+  }));
+}
+
+async function plainConsumer(
+  name: string,
+  cluster: TestCluster,
+  history: History,
+  stopped: () => boolean,
+  okOps: JepsenReport["okOps"],
+): Promise<void> {
+  const positions = Array.from({ length: partitions }, () => 0);
+  let client: TcpClient | null = null;
+  let n = 0;
+  while (!stopped()) {
+    if (client === null) {
+      try {
+        client = await connectAny(cluster, stopped);
+      } catch {
+        return;
+      }
+    }
+    const partition = n++ % partitions;
+    const op = history.invoke(name, "poll", { records: [] });
+    try {
+      const res = await client.fetch({
+        topic,
+        partition,
+        offset: positions[partition],
+        maxRecords: 200,
+        waitMs: 100,
+      });
+      op.ok(fetched(partition, res));
+      positions[partition] = res.nextOffset;
+      okOps.consumer++;
+    } catch (err) {
+      op.info(err);
+      await client.close().catch(() => {});
+      client = null;
+      await sleep(50);
+    }
+  }
+  await client?.close().catch(() => {});
+}
+
+async function groupMember(
+  name: string,
+  cluster: TestCluster,
+  history: History,
+  stopped: () => boolean,
+  okOps: JepsenReport["okOps"],
+): Promise<void> {
+  let incarnation = 0;
+  let member: GroupConsumer | null = null;
+  let client: TcpClient | null = null;
+  const drop = async () => {
+    await member?.close({ leave: false }).catch(() => {});
+    await client?.close().catch(() => {});
+    member = null;
+    client = null;
+  };
+  while (!stopped()) {
+    if (member === null) {
+      try {
+        client = await connectAny(cluster, stopped);
+        member = await GroupConsumer.join({
+          client,
+          group,
+          topics: [topic],
+          sessionTimeoutMs: 6000,
+          maxRecords: 200,
+        });
+        incarnation++;
+      } catch {
+        await drop();
+        if (stopped()) return;
+        await sleep(200);
+        continue;
+      }
+    }
+    const m: GroupConsumer = member;
+    const op = history.invoke(name, "poll", { records: [], group });
+    let polled = false;
+    try {
+      const batches = await m.poll({ waitMs: 100 });
+      polled = true;
+      op.ok(
+        batches.flatMap((b) =>
+          b.records.map((r) => ({
+            topic: b.topic,
+            partition: b.partition,
+            offset: r.offset,
+            value: decoder.decode(r.value),
+          })),
+        ),
+        { session: `${incarnation}.${m.generation}` },
+      );
+      okOps.member++;
+      await m.commit();
+    } catch (err) {
+      if (!polled) op.info(err); // a failed commit: the records stay recorded, the next owner reads them again
+      await drop();
+      await sleep(100);
+    }
+  }
+  await drop();
+}
+
+/** The partitions each broker leads now (single node: every partition on node 1). */
+async function leaders(cluster: TestCluster): Promise<Map<number, number>> {
+  const out = new Map<number, number>();
+  if (cluster.etcd === null) {
+    for (let p = 0; p < partitions; p++) out.set(p, cluster.brokers[0].nodeId);
+    return out;
+  }
+  // Cluster mode: leaders come from the metadata answer (cluster-control, issue #16).
+  const client = await connectAny(cluster, () => false);
+  try {
+    const [description] = await client.metadata([topic]);
+    for (const p of description.partitions as unknown as { partition: number; leader?: number }[]) {
+      if (typeof p.leader === "number" && p.leader >= 0) out.set(p.partition, p.leader);
+    }
+  } finally {
+    await client.close();
+  }
+  return out;
+}
+
+async function applyFault(
+  fault: Fault,
+  cluster: TestCluster,
+  history: History,
+  log: (line: string) => void,
+): Promise<FaultEvent> {
+  const byNode = (id: number) => cluster.brokers.find((b) => b.nodeId === id)!;
+  const led = await leaders(cluster).catch(() => new Map<number, number>());
+  const leaderNodes = [...new Set(led.values())].sort((a, b) => a - b);
+  const partitionsOf = (id: number) => [...led].filter(([, n]) => n === id).map(([p]) => p);
+  const at = history.elapsedMs();
+  const event = (nodes: number[], parts: number[]): FaultEvent => ({
+    fault,
+    atMs: at,
+    nodes,
+    partitions: parts,
+  });
+  const say = (what: string) => log(`jepsen: ${(at / 1000).toFixed(1)} s: ${what}`);
+  const downAndUp = async (b: ClusterBroker) => {
+    await b.kill();
+    await sleep(fault.durationMs);
+    await b.start();
+  };
+  switch (fault.kind) {
+    case "kill-leader":
+    case "pause-leader": {
+      const candidates =
+        leaderNodes.length > 0 ? leaderNodes : cluster.brokers.map((b) => b.nodeId);
+      const victim = byNode(candidates[fault.pick % candidates.length]);
+      const ev = event([victim.nodeId], partitionsOf(victim.nodeId));
+      if (fault.kind === "kill-leader") {
+        say(
+          `SIGKILL leader node ${victim.nodeId} (partitions ${ev.partitions.join(",")}) for ${fault.durationMs} ms`,
+        );
+        await downAndUp(victim);
+      } else {
+        say(
+          `SIGSTOP leader node ${victim.nodeId} (partitions ${ev.partitions.join(",")}) for ${fault.durationMs} ms`,
+        );
+        victim.pause();
+        await sleep(fault.durationMs);
+        victim.resume();
+      }
+      return ev;
+    }
+    case "kill-follower": {
+      if (cluster.brokers.length === 1) {
+        say("kill-follower: a single node has no follower, skipped");
+        return event([], []);
+      }
+      const followers = cluster.brokers
+        .map((b) => b.nodeId)
+        .filter((id) => !leaderNodes.includes(id));
+      const candidates = followers.length > 0 ? followers : cluster.brokers.map((b) => b.nodeId);
+      const victim = byNode(candidates[fault.pick % candidates.length]);
+      say(`SIGKILL follower node ${victim.nodeId} for ${fault.durationMs} ms`);
+      await downAndUp(victim);
+      return event([victim.nodeId], partitionsOf(victim.nodeId));
+    }
+    case "kill-etcd": {
+      if (cluster.etcd === null) {
+        say("kill-etcd: a single node runs without etcd, skipped");
+        return event([], []);
+      }
+      const member = cluster.etcd.members[fault.pick % cluster.etcd.members.length];
+      say(`SIGKILL etcd member ${member.name} for ${fault.durationMs} ms`);
+      await member.kill();
+      await sleep(fault.durationMs);
+      await member.restart();
+      return event([], []);
+    }
+    case "restart-all": {
+      say(`SIGKILL every broker, start them again after ${fault.durationMs} ms`);
+      await cluster.restartAll({ downMs: fault.durationMs });
+      return event(
+        cluster.brokers.map((b) => b.nodeId),
+        Array.from({ length: partitions }, (_, p) => p),
+      );
+    }
+  }
+}
+
+/** Reads every partition from its log start to its high watermark into the history. */
+async function finalRead(cluster: TestCluster, history: History): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  for (let partition = 0; partition < partitions; partition++) {
+    for (;;) {
+      let client: TcpClient | null = null;
+      try {
+        client = await connectAny(cluster, () => Date.now() > deadline);
+        const bounds = await client.listOffsets({ topic, partition });
+        const records: HistoryRecord[] = [];
+        let offset = bounds.logStartOffset;
+        while (offset < bounds.highWatermark) {
+          const res = await client.fetch({ topic, partition, offset, maxRecords: 5000 });
+          records.push(...fetched(partition, res));
+          if (res.nextOffset <= offset)
+            throw new Error(`fetch at ${offset} of ${topic}/${partition} did not advance`);
+          offset = res.nextOffset;
+        }
+        history.finalRead({ topic, partition }, records);
+        break;
+      } catch (err) {
+        if (Date.now() > deadline)
+          throw new Error(`final read of ${topic}/${partition} failed: ${(err as Error).message}`);
+        await sleep(200);
+      } finally {
+        await client?.close().catch(() => {});
+      }
+    }
+  }
+}
+
+/** Failover time and unacknowledged records of one fault (module comment). */
+function measureFailover(event: FaultEvent, history: History): FailoverReport {
+  const affected = new Set(event.partitions);
+  const affectedSend = (op: (typeof history.ops)[number]) =>
+    op.f === "send" && op.records.length > 0 && affected.has(op.records[0].partition);
+  // The first acknowledgement of a send invoked after the fault.
+  const invokedAt = new Map<string, number>();
+  let recoveredAt: number | null = null;
+  let unavailable = 0;
+  for (const op of history.ops) {
+    if (!affectedSend(op)) continue;
+    if (op.type === "invoke") {
+      invokedAt.set(op.process, op.timeMs);
+      continue;
+    }
+    const t = invokedAt.get(op.process);
+    invokedAt.delete(op.process);
+    if (t === undefined || t < event.atMs || op.type !== "ok") continue;
+    if (recoveredAt === null || op.timeMs < recoveredAt) recoveredAt = op.timeMs;
+  }
+  // Records sent to affected partitions between the fault and the recovery, not acknowledged.
+  const end = recoveredAt ?? Number.POSITIVE_INFINITY;
+  const started = new Map<string, { timeMs: number; count: number }>();
+  for (const op of history.ops) {
+    if (!affectedSend(op)) continue;
+    if (op.type === "invoke") {
+      started.set(op.process, { timeMs: op.timeMs, count: op.records.length });
+      continue;
+    }
+    const inv = started.get(op.process);
+    started.delete(op.process);
+    if (inv === undefined || op.type === "ok") continue;
+    if (op.timeMs >= event.atMs && inv.timeMs <= end) unavailable += inv.count;
+  }
+  return {
+    kind: event.fault.kind,
+    nodes: event.nodes,
+    partitions: event.partitions,
+    failoverMs: recoveredAt === null ? null : recoveredAt - event.atMs,
+    unavailableRecords: unavailable,
+  };
+}
+
+/**
+ * `scripts/jepsen.mjs`: a longer run. Flags: `--seed N` (default: `ES_BROKER_JEPSEN_SEED` or a fresh
+ * one), `--minutes M` (fault schedule length, default 5), `--mode single|cluster` (default cluster).
+ * Returns the exit code: 0 when the checker found nothing, 1 otherwise.
+ */
+export async function main(argv: string[], options: { command: string[] }): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: { seed: { type: "string" }, minutes: { type: "string" }, mode: { type: "string" } },
+  });
+  const seed = seedFromEnv(
+    values.seed === undefined ? process.env : { ES_BROKER_JEPSEN_SEED: values.seed },
+  );
+  const minutes = Number(values.minutes ?? "5");
+  if (!(minutes > 0))
+    throw new Error(`--minutes must be a positive number, got "${values.minutes}"`);
+  const mode = values.mode ?? "cluster";
+  if (mode !== "single" && mode !== "cluster")
+    throw new Error(`--mode must be "single" or "cluster", got "${mode}"`);
+  const report = await runJepsen({
+    seed,
+    cluster: mode === "cluster",
+    minDurationMs: minutes * 60_000,
+    command: options.command,
+    replay: `node scripts/jepsen.mjs --minutes ${minutes} --mode ${mode}`,
+    log: (line) => console.log(line),
+  });
+  return report.check.valid ? 0 : 1;
+}
