@@ -475,8 +475,6 @@ const schemas: Record<string, Schema> = {
         enum: [
           ...new Set([
             ...Object.values(RegistryErrors).map((k) => k.errorCode),
-            401,
-            403,
             404,
             408,
             413,
@@ -496,7 +494,12 @@ const schemas: Record<string, Schema> = {
     properties: {
       schema: { type: "string" },
       schemaType: ref("SchemaType"),
-      references: { type: "array" },
+      references: {
+        type: "array",
+        maxItems: 0,
+        description:
+          "Schema references are not supported: null or an empty list only (else 42201).",
+      },
     },
     required: ["schema"],
   },
@@ -651,9 +654,9 @@ const registryAnyRequest = [400, 401, 403, 408, 431, 503];
 
 /**
  * An operation of the Confluent-compatible schema registry under `/registry` (docs/registry.md):
- * answers in `application/vnd.schemaregistry.v1+json`, errors in Confluent's shape — except those
- * answered before the registry sees the request (the parser's, authentication's, recovery's),
- * which are the broker's own `Error`.
+ * answers in `application/vnd.schemaregistry.v1+json`, errors in Confluent's shape (401 and 403
+ * too, with 40101 / 40301) — except those answered before the registry sees the request (the
+ * parser's, recovery's), which are the broker's own `Error`.
  */
 function registryOperation(definition: {
   operationId: string;
