@@ -21,6 +21,8 @@
  * | invalidCompatibility     | 42203      | 422  | an unknown compatibility level                         |
  * | invalidSubject           | 42208      | 422  | an empty or too long subject name, or control characters |
  * | invalidRequest           | 400        | 400  | a body that is not the JSON object the route takes     |
+ * | unauthorized             | 40101      | 401  | no valid API key while the broker has keys             |
+ * | forbidden                | 40301      | 403  | the key's role may not do this; a cross-site write     |
  * | unsupportedMediaType     | 415        | 415  | a Content-Type the registry does not take              |
  * | storeFailed              | 50001      | 503  | `schemas.json` could not be written; not in effect     |
  * | unavailable              | 50002      | 503  | `schemas.json` is unreadable, or the broker is closing |
@@ -54,6 +56,8 @@ export const RegistryErrors = Object.freeze({
   invalidCompatibility: kind(42203, 422),
   invalidSubject: kind(42208, 422),
   invalidRequest: kind(400, 400),
+  unauthorized: kind(40101, 401),
+  forbidden: kind(40301, 403),
   unsupportedMediaType: kind(415, 415),
   storeFailed: kind(50001, 503),
   unavailable: kind(50002, 503),

@@ -856,7 +856,7 @@ function parseInput(input: SchemaInput, action: string): ParsedSchema {
     if (input.references.length > 0)
       throw new RegistryError(
         RegistryErrors.invalidSchema,
-        `${action}: schema references are not supported; inline the referenced types`,
+        `${action}: schema references ("references") are not supported by this registry; define the referenced types inside "schema" instead`,
       );
   }
   return parseSchema(parseSchemaType(input.schemaType, action), input.schema, action);

@@ -22,16 +22,22 @@ export type ParsedSchema =
   | { type: "JSON"; json: Json; canonical: string; jsonSchema: CompiledJsonSchema };
 
 /**
- * The schema type a request names (`schemaType`; absent or null = AVRO, as Confluent).
+ * The schema type a request names (`schemaType`; absent or null = AVRO, as Confluent). The name
+ * is case-sensitive, as in Confluent's registry (its providers are looked up by exact name, so
+ * `"avro"` is "Invalid schema type"): a client that sends `"avro"` here would be refused there.
  * @throws RegistryError invalid_schema (42201) for another value.
  */
 export function parseSchemaType(value: unknown, action: string): SchemaType {
   if (value === undefined || value === null) return "AVRO";
-  if (typeof value === "string" && (schemaTypes as readonly string[]).includes(value.toUpperCase()))
-    return value.toUpperCase() as SchemaType;
+  if (typeof value === "string" && (schemaTypes as readonly string[]).includes(value))
+    return value as SchemaType;
+  const hint =
+    typeof value === "string" && (schemaTypes as readonly string[]).includes(value.toUpperCase())
+      ? `; schema types are case-sensitive: use ${quote(value.toUpperCase())}`
+      : "";
   throw new RegistryError(
     RegistryErrors.invalidSchema,
-    `${action}: schema type ${quote(value)} is not supported (supported: ${schemaTypes.join(", ")})`,
+    `${action}: schema type ${quote(value)} is not supported (supported: ${schemaTypes.join(", ")}; PROTOBUF is not)${hint}`,
   );
 }
 

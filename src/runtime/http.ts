@@ -158,6 +158,7 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
       return app.fetch(request, {
         shutdownSignal: shutdown.signal,
         readRawBody: (maxBytes) => readIncomingBody(incoming, maxBytes),
+        headerLines: (name) => countHeaderLines(incoming.rawHeaders, name),
         remoteAddress: () =>
           `${incoming.socket?.remoteAddress ?? "?"}:${incoming.socket?.remotePort ?? "?"}`,
       });
@@ -292,6 +293,15 @@ type NodeHandler = (
 ) => Response | Promise<Response>;
 /** The raw request of @hono/node-server (always an IncomingMessage here: the server is HTTP/1.1). */
 type NodeIncoming = IncomingMessage | Http2ServerRequest;
+
+/** How many of `rawHeaders` (name, value, name, value, …) are named `name`, in any case. */
+function countHeaderLines(rawHeaders: readonly string[], name: string): number {
+  const wanted = name.toLowerCase();
+  let count = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2)
+    if (rawHeaders[i].toLowerCase() === wanted) count++;
+  return count;
+}
 
 /**
  * Reads the body of `incoming` into one buffer (`HttpBindings.readRawBody`): resolves to the

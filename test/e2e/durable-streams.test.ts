@@ -494,4 +494,146 @@ describe(`[${target}] Durable Streams end to end`, () => {
     expect(fiveXX, JSON.stringify(statuses)).toEqual([]);
     expect(broker.stderr()).not.toMatch(/internal_error/);
   });
+
+  it("refuses lax protocol headers with a 400 naming the header: repeats, non-canonical integers, impossible dates, foreign forks, expiry in the past", async () => {
+    const { dir } = tempDir();
+    const broker = await start(`${dir}/data`);
+    const base = broker.httpUrl;
+    const { hostname, port } = new URL(base);
+    /** One request over a bare socket: the only way to send a header twice. */
+    const raw = async (method: string, path: string, headers: [string, string][], body = "") => {
+      const head = [
+        `${method} ${path} HTTP/1.1`,
+        "Host: x",
+        "Connection: close",
+        `Content-Length: ${Buffer.byteLength(body)}`,
+        ...headers.map(([k, v]) => `${k}: ${v}`),
+      ].join("\r\n");
+      const req = await openRaw({ host: hostname, port: Number(port), head: `${head}\r\n\r\n` });
+      req.write(body);
+      const res = await req.response;
+      req.destroy();
+      return res;
+    };
+    const put = (path: string, headers: Record<string, string>) =>
+      fetch(`${base}/v1/stream/${path}`, { method: "PUT", headers });
+    const post = (path: string, headers: Record<string, string>, body = "x") =>
+      fetch(`${base}/v1/stream/${path}`, {
+        method: "POST",
+        headers: { "content-type": "text/plain", ...headers },
+        body,
+      });
+    /** A 400 whose message names `headerName`. */
+    const refused = async (
+      res: Response | { status: number; body: string },
+      headerName: string,
+    ) => {
+      const text = res instanceof Response ? await res.text() : res.body;
+      expect(res.status, text).toBe(400);
+      expect(JSON.parse(text).error.message).toContain(headerName);
+    };
+    const text = { "content-type": "text/plain" };
+    expect((await put("s", text)).status).toBe(201);
+
+    // A repeated single-valued header is refused, not joined into "a, b".
+    const producer = (id: string, epoch: string, seq: string): [string, string][] => [
+      ["Content-Type", "text/plain"],
+      ["Producer-Id", id],
+      ["Producer-Epoch", epoch],
+      ["Producer-Seq", seq],
+    ];
+    await refused(
+      await raw("POST", "/v1/stream/s", [...producer("a", "0", "0"), ["Producer-Id", "b"]], "x"),
+      "Producer-Id",
+    );
+    await refused(
+      await raw("POST", "/v1/stream/s", [...producer("a", "0", "0"), ["Producer-Seq", "1"]], "x"),
+      "Producer-Seq",
+    );
+    await refused(
+      await raw("POST", "/v1/stream/s", [...producer("a", "0", "0"), ["Producer-Epoch", "0"]], "x"),
+      "Producer-Epoch",
+    );
+    await refused(
+      await raw("POST", "/v1/stream/s", [
+        ["Stream-Closed", "true"],
+        ["Stream-Closed", "true"],
+      ]),
+      "Stream-Closed",
+    );
+    // Nothing of the refused requests was appended, and the stream is still open.
+    const head = await fetch(`${base}/v1/stream/s`, { method: "HEAD" });
+    expect(head.headers.get("stream-next-offset")).toBe(
+      (await put("s", text)).headers.get("stream-next-offset"),
+    );
+    expect(head.headers.get("stream-closed")).toBeNull();
+
+    // Producer-Epoch and Producer-Seq: canonical decimal only, at most 2^53 − 1.
+    for (const seq of ["01", "+1", "1 0", "1e0", "1.0", "9007199254740992"])
+      await refused(
+        await post("s", { "producer-id": "p", "producer-epoch": "0", "producer-seq": seq }),
+        "Producer-Seq",
+      );
+    await refused(
+      await post("s", { "producer-id": "p", "producer-epoch": "00", "producer-seq": "0" }),
+      "Producer-Epoch",
+    );
+    expect(
+      (await post("s", { "producer-id": "p", "producer-epoch": "0", "producer-seq": "0" })).status,
+    ).toBe(200);
+
+    // Stream-Closed with a value other than "true" is as if absent (protocol §4.1): no error, no close.
+    expect((await post("s", { "stream-closed": "maybe" })).status).toBe(204);
+    expect(
+      (await fetch(`${base}/v1/stream/s`, { method: "HEAD" })).headers.get("stream-closed"),
+    ).toBeNull();
+
+    // Impossible timestamps are refused, not rolled over into the next month or day.
+    for (const at of [
+      "2031-02-30T00:00:00Z",
+      "2032-02-30T00:00:00Z",
+      "2031-04-31T00:00:00Z",
+      "2031-13-01T00:00:00Z",
+      "2031-01-01T25:00:00Z",
+      "2031-01-01T00:60:00Z",
+      "2031-01-01T00:00:60Z",
+      "2031-01-01T00:00:00+24:00",
+    ])
+      await refused(
+        await put(`exp-${at.slice(5, 10)}`, { ...text, "stream-expires-at": at }),
+        "Stream-Expires-At",
+      );
+    expect(
+      (await put("leap", { ...text, "stream-expires-at": "2032-02-29T23:59:59Z" })).status,
+    ).toBe(201);
+
+    // Created already expired: refused, and nothing is created.
+    await refused(await put("gone", { ...text, "stream-ttl": "0" }), "Stream-TTL");
+    await refused(
+      await put("gone", {
+        ...text,
+        "stream-expires-at": new Date(Date.now() - 1000).toISOString(),
+      }),
+      "Stream-Expires-At",
+    );
+    expect((await fetch(`${base}/v1/stream/gone`, { method: "HEAD" })).status).toBe(404);
+
+    // A fork names a stream of this server: by path, or by a URL of this very origin.
+    for (const from of [
+      "http://elsewhere.example/v1/stream/s",
+      "//elsewhere.example/v1/stream/s",
+      "v1/stream/s",
+      "/v1/stream/s?x=1",
+    ])
+      await refused(await put("fork-bad", { "stream-forked-from": from }), "Stream-Forked-From");
+    expect((await fetch(`${base}/v1/stream/fork-bad`, { method: "HEAD" })).status).toBe(404);
+    expect((await put("fork-path", { "stream-forked-from": "/v1/stream/s" })).status).toBe(201);
+    expect((await put("fork-url", { "stream-forked-from": `${base}/v1/stream/s` })).status).toBe(
+      201,
+    );
+    expect(await (await fetch(`${base}/v1/stream/fork-url`)).text()).toBe(
+      await (await fetch(`${base}/v1/stream/s`)).text(),
+    );
+    expect(broker.stderr()).not.toMatch(/internal_error/);
+  });
 });

@@ -256,8 +256,39 @@ describe(`[${target}] schema registry with a Confluent client`, () => {
       ),
     ).rejects.toMatchObject({
       status: 403,
-      message: expect.stringMatching(/may not register_schema/),
+      message: expect.stringMatching(/^Confluent_Schema_Registry - .*may not register_schema/),
     });
+    // No key: 401 in Confluent's shape under /registry, so the client shows the message…
+    const anonymous = new SchemaRegistry({ host: url });
+    await expect(anonymous.getLatestSchemaId("orders-value")).rejects.toMatchObject({
+      status: 401,
+      unauthorized: true,
+      message: expect.stringMatching(/^Confluent_Schema_Registry - Cannot authenticate/),
+    });
+    for (const [path, init, status, code] of [
+      ["/registry/subjects", {}, 401, 40101],
+      ["/registry", {}, 401, 40101],
+      [
+        "/registry/subjects/x/versions",
+        { method: "POST", headers: { origin: "http://elsewhere.example" }, body: "{}" },
+        403,
+        40301,
+      ],
+    ] as const) {
+      const res = await fetch(`${broker.httpUrl}${path}`, init);
+      expect(res.status, path).toBe(status);
+      expect(res.headers.get("content-type")).toBe("application/vnd.schemaregistry.v1+json");
+      const body = (await res.json()) as { error_code: number; message: string };
+      expect(body.error_code, path).toBe(code);
+      expect(body.message.length).toBeGreaterThan(0);
+      if (status === 401) expect(res.headers.get("www-authenticate")).toMatch(/^Bearer /);
+    }
+    // …and keeps the broker's own shape elsewhere.
+    const topics = await fetch(`${broker.httpUrl}/v1/topics`);
+    expect(topics.status).toBe(401);
+    expect(((await topics.json()) as { error: { code: string } }).error.code).toBe(
+      "unauthenticated",
+    );
     const file = `${dir}/order-v2.avsc`;
     writeFileSync(file, JSON.stringify(orderV2));
     const cli = (keyFile: string | null, ...args: string[]) =>
@@ -270,15 +301,61 @@ describe(`[${target}] schema registry with a Confluent client`, () => {
       ]);
     const refused = await cli(`${dir}/producer.key`, "register", "orders-value", file);
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/may not register_schema.*\(error_code 403\)/);
+    expect(refused.stderr).toMatch(/may not register_schema.*\(error_code 40301\)/);
     expect((await cli(`${dir}/producer.key`, "list")).stdout.toString()).toBe("orders-value\n");
     const noKey = await cli(null, "list");
     expect(noKey.code).toBe(1);
-    expect(noKey.stderr).toMatch(/error_code unauthenticated/);
+    expect(noKey.stderr).toMatch(/Cannot authenticate.*\(error_code 40101\)/);
     expect(
       JSON.parse(
         (await cli(`${dir}/admin.key`, "register", "orders-value", file)).stdout.toString(),
       ),
     ).toEqual({ id: id + 1, version: 2 });
+  });
+
+  it("names what it does not take: lowercase schema types, PROTOBUF and references are 42201", async () => {
+    const { dir } = tempDir();
+    const broker = await start(`${dir}/data`);
+    const url = `${broker.httpUrl}/registry`;
+    const types = await fetch(`${url}/schemas/types`);
+    expect(await types.json()).toEqual(["AVRO", "JSON"]);
+    const register = async (body: unknown, subject = "s-value") => {
+      const res = await fetch(`${url}/subjects/${subject}/versions`, {
+        method: "POST",
+        headers: { "content-type": "application/vnd.schemaregistry.v1+json" },
+        body: JSON.stringify(body),
+      });
+      return {
+        status: res.status,
+        body: (await res.json()) as { error_code: number; message: string },
+      };
+    };
+    const avro = JSON.stringify(orderV1);
+    const json = JSON.stringify({ type: "object" });
+    // Confluent looks schema types up by exact name: "avro" is not AVRO there, nor here.
+    for (const [schemaType, schema, right] of [
+      ["avro", avro, "AVRO"],
+      ["json", json, "JSON"],
+      ["Json", json, "JSON"],
+    ]) {
+      const r = await register({ schemaType, schema });
+      expect(r.status, schemaType).toBe(422);
+      expect(r.body.error_code).toBe(42201);
+      expect(r.body.message).toContain(`case-sensitive: use "${right}"`);
+    }
+    const proto = await register({ schemaType: "PROTOBUF", schema: 'syntax = "proto3";' });
+    expect(proto.status).toBe(422);
+    expect(proto.body.message).toMatch(/PROTOBUF/);
+    const referencing = await register({
+      schema: avro,
+      references: [{ name: "com.example.Other", subject: "other-value", version: 1 }],
+    });
+    expect(referencing.status).toBe(422);
+    expect(referencing.body.error_code).toBe(42201);
+    expect(referencing.body.message).toMatch(/references.*not supported/);
+    // Nothing above registered anything; the proper spellings do.
+    expect(await fetch(`${url}/subjects`).then((r) => r.json())).toEqual([]);
+    expect((await register({ schemaType: "AVRO", schema: avro, references: [] })).status).toBe(200);
+    expect((await register({ schemaType: "JSON", schema: json }, "j-value")).status).toBe(200);
   });
 });

@@ -1,7 +1,7 @@
 /**
  * The schema registry behind API keys (docs/registry.md "HTTP API", the rows of `auth/roles.ts`):
  * registering, deleting and changing compatibility need an admin key; reads need any key; no key
- * is 401. Refusals come in Confluent's error shape with the HTTP status as `error_code`.
+ * is 401. Refusals come in Confluent's error shape, `error_code` 40301 and 40101 as Confluent's.
  */
 import { describe, expect, it, onTestFinished } from "vitest";
 import { AccessControl } from "../../src/auth/access.ts";
@@ -68,13 +68,15 @@ describe("the schema registry with API keys", () => {
       for (const [method, path, body, operation] of refusals) {
         const refused = await call(method, path, key, body);
         expect(refused.status, `${method} ${path}`).toBe(403);
-        expect(refused.body.error_code, `${method} ${path}`).toBe(403);
+        expect(refused.body.error_code, `${method} ${path}`).toBe(40301);
         expect(refused.body.message, `${method} ${path}`).toMatch(
           new RegExp(`may not ${operation}`),
         );
       }
     }
     expect((await call("GET", "/subjects/s/versions", admin)).body).toEqual([1]);
-    expect((await call("GET", "/subjects", undefined)).status).toBe(401);
+    const anonymous = await call("GET", "/subjects", undefined);
+    expect(anonymous.status).toBe(401);
+    expect(anonymous.body.error_code).toBe(40101);
   });
 });

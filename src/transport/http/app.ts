@@ -97,6 +97,14 @@ export interface HttpBindings {
    * `app.request()`: the app then reads `Request.body` with the same cap.
    */
   readRawBody?: (maxBytes: number) => Promise<Uint8Array | null>;
+  /**
+   * Set by `serveHttp` where the runtime keeps the request's field lines apart (`node:http` on
+   * Node, Bun, and Deno with TLS): how many field lines named `name` (any case) the request
+   * carried. The WHATWG `Headers` of the request joins repeats with ", ", so only this tells
+   * `Producer-Id: a` + `Producer-Id: b` from `Producer-Id: a, b`. Absent on `Deno.serve` and with
+   * `app.request()`.
+   */
+  headerLines?: (name: string) => number;
 }
 
 /** The Hono app {@link createHttpApp} returns. */

@@ -7,7 +7,9 @@
  *   header is the anonymous principal, valid only while the broker has no `api_keys.json`.
  * - A missing (while authentication is on), malformed or unknown key is answered 401
  *   `unauthenticated` with `WWW-Authenticate: Bearer realm="es-broker"` (plus
- *   `error="invalid_token"` when a key was sent). The message never repeats the header.
+ *   `error="invalid_token"` when a key was sent). The message never repeats the header. Under
+ *   `/registry` the body is Confluent's `{"error_code": 40101, "message"}` (its clients read it),
+ *   as is the cross-site refusal's (403, 40301).
  * - The request then runs in an app built over the principal's broker view
  *   (`auth/access.ts`), so each route's broker call applies the role table: 403 `forbidden`
  *   names the operation and the topic or group refused. Apps are made once per principal.
@@ -26,6 +28,7 @@ import { createHttpApp, type HttpApp, type HttpAppOptions, type HttpBindings } f
 import { errorBody } from "./errors.ts";
 import { registerKeyRoutes } from "./keys.ts";
 import { consolePaths } from "./console.ts";
+import { isRegistryPath, registryErrorResponse } from "./registry/routes.ts";
 
 /** Options of {@link createAuthenticatedHttpApp}: the app's, with access control instead of a broker. */
 export interface AuthenticatedHttpAppOptions
@@ -136,7 +139,8 @@ export function createAuthenticatedHttpApp(
         }
         principal = access.authenticate(key, remote, "http");
       } catch (error) {
-        if (error instanceof BrokerError) return unauthenticatedResponse(error);
+        if (error instanceof BrokerError)
+          return unauthenticatedResponse(error, isRegistryPath(pathOf(request.url)));
         throw error;
       }
       return nosniff(appFor(principal).fetch(request, env));
@@ -177,6 +181,11 @@ export function crossSiteRefusal(request: Request): Response | null {
     `Cannot accept a cross-site request: it comes from ${origin === null ? "another site (Sec-Fetch-Site: cross-site)" : `a page of ${clip(origin)}`}, not from this broker's origin`,
     { reason: "cross_site" },
   );
+  if (isRegistryPath(pathOf(request.url)))
+    return registryErrorResponse(error.kind.http, error.message, {
+      "x-content-type-options": "nosniff",
+      "cache-control": "no-store",
+    });
   return new Response(JSON.stringify(errorBody(error)), {
     status: error.kind.http,
     headers: {
@@ -200,19 +209,23 @@ function nosniff(response: Response | Promise<Response>): Response | Promise<Res
   return response instanceof Response ? set(response) : response.then(set);
 }
 
-/** 401 with the `WWW-Authenticate` challenge of RFC 6750 (module comment). */
-export function unauthenticatedResponse(error: BrokerError): Response {
+/**
+ * 401 with the `WWW-Authenticate` challenge of RFC 6750 (module comment); under `/registry`
+ * (`confluentShape`) in Confluent's error shape with `error_code` 40101, which its clients read.
+ */
+export function unauthenticatedResponse(error: BrokerError, confluentShape = false): Response {
   const keySent = error instanceof AuthenticationError && error.reason !== "missing";
   const challenge = keySent
     ? `Bearer realm="${authRealm}", error="invalid_token"`
     : `Bearer realm="${authRealm}"`;
+  const headers = {
+    "x-content-type-options": "nosniff",
+    "www-authenticate": challenge,
+    "cache-control": "no-store",
+  };
+  if (confluentShape) return registryErrorResponse(error.kind.http, error.message, headers);
   return new Response(JSON.stringify(errorBody(error)), {
     status: error.kind.http,
-    headers: {
-      "content-type": "application/json",
-      "x-content-type-options": "nosniff",
-      "www-authenticate": challenge,
-      "cache-control": "no-store",
-    },
+    headers: { ...headers, "content-type": "application/json" },
   });
 }

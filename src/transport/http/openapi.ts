@@ -475,8 +475,6 @@ const schemas: Record<string, Schema> = {
         enum: [
           ...new Set([
             ...Object.values(RegistryErrors).map((k) => k.errorCode),
-            401,
-            403,
             404,
             408,
             413,
@@ -496,7 +494,12 @@ const schemas: Record<string, Schema> = {
     properties: {
       schema: { type: "string" },
       schemaType: ref("SchemaType"),
-      references: { type: "array" },
+      references: {
+        type: "array",
+        maxItems: 0,
+        description:
+          "Schema references are not supported: null or an empty list only (else 42201).",
+      },
     },
     required: ["schema"],
   },
@@ -651,9 +654,9 @@ const registryAnyRequest = [400, 401, 403, 408, 431, 503];
 
 /**
  * An operation of the Confluent-compatible schema registry under `/registry` (docs/registry.md):
- * answers in `application/vnd.schemaregistry.v1+json`, errors in Confluent's shape — except those
- * answered before the registry sees the request (the parser's, authentication's, recovery's),
- * which are the broker's own `Error`.
+ * answers in `application/vnd.schemaregistry.v1+json`, errors in Confluent's shape (401 and 403
+ * too, with 40101 / 40301) — except those answered before the registry sees the request (the
+ * parser's, recovery's), which are the broker's own `Error`.
  */
 function registryOperation(definition: {
   operationId: string;
@@ -943,13 +946,15 @@ const streamPath = pathParam(
 const streamOk = (status: number, description: string): Record<number, Schema> => ({
   [status]: { description },
 });
-const streamHeader = (name: string, description: string): Schema => ({
+/** A single-valued protocol header (given twice: 400); `pattern` when its syntax is fixed. */
+const streamHeader = (name: string, description: string, pattern?: string): Schema => ({
   name,
   in: "header",
   required: false,
-  schema: { type: "string" },
+  schema: pattern === undefined ? { type: "string" } : { type: "string", pattern },
   description,
 });
+const canonicalInteger = "^(0|[1-9][0-9]*)$";
 
 /** The Durable Streams protocol under /v1/stream/ (docs/durable-streams.md). */
 const streamPaths: Record<string, Record<string, Schema>> = {
@@ -960,12 +965,19 @@ const streamPaths: Record<string, Record<string, Schema>> = {
         "Creates a stream (or confirms one with the same settings); forks with Stream-Forked-From.",
       parameters: [
         streamPath,
-        streamHeader("Stream-TTL", "Seconds the stream lives."),
-        streamHeader("Stream-Expires-At", "When it expires (RFC 3339)."),
-        streamHeader("Stream-Closed", "true: created closed."),
-        streamHeader("Stream-Forked-From", "The stream to fork."),
+        streamHeader("Stream-TTL", "Seconds the stream lives idle, 1 or more.", "^[1-9][0-9]*$"),
+        streamHeader("Stream-Expires-At", "When it expires (RFC 3339, in the future)."),
+        streamHeader("Stream-Closed", "true (any case): created closed; other values are ignored."),
+        streamHeader(
+          "Stream-Forked-From",
+          "The stream to fork: /v1/stream/{source}, or a URL of this broker's own origin.",
+        ),
         streamHeader("Stream-Fork-Offset", "Where the fork starts."),
-        streamHeader("Stream-Fork-Sub-Offset", "Where in that message the fork starts."),
+        streamHeader(
+          "Stream-Fork-Sub-Offset",
+          "Where in that message the fork starts.",
+          canonicalInteger,
+        ),
       ],
       requestBody: { required: false, content: { "*/*": { schema: { type: "string" } } } },
       ok: {
@@ -979,11 +991,14 @@ const streamPaths: Record<string, Record<string, Schema>> = {
       summary: "Appends to a stream; with Stream-Closed: true, appends and closes (or closes).",
       parameters: [
         streamPath,
-        streamHeader("Stream-Closed", "true: close the stream."),
+        streamHeader(
+          "Stream-Closed",
+          "true (any case): close the stream; other values are ignored.",
+        ),
         streamHeader("Stream-Seq", "The writer's sequence (strictly increasing)."),
         streamHeader("Producer-Id", "Idempotent producer id."),
-        streamHeader("Producer-Epoch", "Idempotent producer epoch."),
-        streamHeader("Producer-Seq", "Idempotent producer sequence."),
+        streamHeader("Producer-Epoch", "Idempotent producer epoch.", canonicalInteger),
+        streamHeader("Producer-Seq", "Idempotent producer sequence.", canonicalInteger),
       ],
       requestBody: { required: false, content: { "*/*": { schema: { type: "string" } } } },
       ok: {

@@ -32,7 +32,8 @@
  * Authorization: every route first calls `authorize(operation)` with its operation of the table
  * (reads; registering; deleting; changing compatibility), before it reads a body. With API keys
  * (`transport/http/auth.ts`, the rows of `auth/roles.ts`) registering, deleting and changing
- * compatibility need an admin key and reads any key: 401 or 403 with the status as `error_code`.
+ * compatibility need an admin key and reads any key: 401 or 403 in Confluent's shape, `error_code`
+ * 40101 or 40301 (also for the front door's refusals under `/registry`, `auth.ts`).
  */
 import { clip, quote } from "../../../lib/quote.ts";
 import { jsonNestingFault } from "../../../lib/json-nesting.ts";
@@ -80,6 +81,41 @@ const acceptedBodyTypes = new Set([
 ]);
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * The `error_code` of an error of the broker's own table on a registry route: Confluent's 40101
+ * and 40301 for 401 and 403 (what its authorizer answers, and what its clients look for), else
+ * the HTTP status.
+ */
+export function registryErrorCode(status: number): number {
+  if (status === 401) return RegistryErrors.unauthorized.errorCode;
+  if (status === 403) return RegistryErrors.forbidden.errorCode;
+  return status;
+}
+
+/**
+ * Whether `path` (a URL path, no query) is under `/registry`, whose errors take Confluent's shape
+ * (`auth.ts` answers authentication's 401 and the cross-site 403 there with
+ * {@link registryErrorResponse}).
+ */
+export function isRegistryPath(path: string): boolean {
+  return path === "/registry" || path.startsWith("/registry/");
+}
+
+/**
+ * An error answer in Confluent's shape, `{"error_code","message"}` in the registry's media type,
+ * for code outside the registry's app; `headers` are added (`WWW-Authenticate`, …).
+ */
+export function registryErrorResponse(
+  status: number,
+  message: string,
+  headers: Record<string, string> = {},
+): Response {
+  return new Response(JSON.stringify({ error_code: registryErrorCode(status), message }), {
+    status,
+    headers: { ...headers, "content-type": registryMediaType },
+  });
+}
 
 /** Confluent's error body. */
 function errorResponse(c: Context, status: number, errorCode: number, message: string): Response {
@@ -143,7 +179,7 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
       // A key revoked while its request ran (auth.ts answers the other 401s itself).
       if (err.kind === Errors.unauthenticated)
         c.header("www-authenticate", 'Bearer realm="es-broker", error="invalid_token"');
-      return errorResponse(c, err.kind.http, err.kind.http, err.message);
+      return errorResponse(c, err.kind.http, registryErrorCode(err.kind.http), err.message);
     }
     logger.log("error", "http.internal_error", {
       method: c.req.method,

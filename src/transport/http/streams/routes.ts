@@ -30,6 +30,7 @@ import {
   header,
   parseClosed,
   parseExpiresAt,
+  parseForkedFrom,
   parseOffsetParam,
   parseProducer,
   parseSubOffset,
@@ -136,6 +137,14 @@ async function create(
   deps.limitBody(c);
   const ttlSeconds = parseTtl(header(c, "stream-ttl"));
   const expiresAt = parseExpiresAt(header(c, "stream-expires-at"));
+  // The protocol says nothing of an expiry already past; a stream created expired would be
+  // gone before anyone could read it (docs/durable-streams.md "TTL and expiry").
+  if (expiresAt !== undefined && expiresAt.ms <= deps.nowMs())
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `Invalid header "Stream-Expires-At": ${JSON.stringify(expiresAt.text)} is not in the future`,
+      { parameter: 'header "Stream-Expires-At"' },
+    );
   if (ttlSeconds !== undefined && expiresAt !== undefined)
     throw new BrokerError(
       Errors.invalidRequest,
@@ -153,10 +162,7 @@ async function create(
   let fork: { sourcePath: string; offset?: StreamPosition; subOffset?: number } | undefined;
   if (forkedFrom !== undefined) {
     fork = {
-      sourcePath: decodeStreamPath(
-        rawUrlPath(forkedFrom.startsWith("/") ? `x://x${forkedFrom}` : forkedFrom),
-        'header "Stream-Forked-From"',
-      ),
+      sourcePath: parseForkedFrom(forkedFrom, c.req.url),
       ...(forkOffsetText === undefined
         ? {}
         : { offset: parseOffsetParam(forkOffsetText.trim(), 'header "Stream-Fork-Offset"') }),
@@ -278,7 +284,7 @@ async function read(
   if (position !== "now") {
     const tag = etag(r.info, r);
     headers.set("etag", tag);
-    if (matchesEtag(header(c, "if-none-match"), tag)) {
+    if (matchesEtag(c.req.header("if-none-match"), tag)) {
       headers.delete("content-type");
       return new Response(null, { status: 304, headers });
     }
