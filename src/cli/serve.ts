@@ -452,6 +452,7 @@ export async function serve(argv: string[]): Promise<number> {
   let kafka: Awaited<ReturnType<typeof startKafkaListener>> | null = null;
   const httpDoor = new FrontDoorMetrics(metrics, "http");
   const tcpDoor = new FrontDoorMetrics(metrics, "tcp");
+  const kafkaDoor = new FrontDoorMetrics(metrics, "kafka");
   let tcp: ReturnType<typeof createTcpTransport> | undefined;
   let listener: Awaited<ReturnType<typeof listenTcp>> | undefined;
   const runtime = runtimeDescription();
@@ -496,6 +497,7 @@ export async function serve(argv: string[]): Promise<number> {
         maxRequestBytes,
         readTimeoutMs,
         tls: tlsMaterial,
+        meter: (b) => kafkaDoor.wrap(b),
       });
     // Every port serves now: the HTTP port leaves its recovery answers, /readyz says 200.
     httpApp = createAuthenticatedHttpApp({

@@ -1,8 +1,17 @@
+/**
+ * The Kafka listener's longer end-to-end scenarios (docs/kafka.md), on the node target only
+ * (`nodeOnlyE2eFiles` in targets.ts; `ES_BROKER_E2E_ALL_TARGETS=1` runs them on every target):
+ * they test the listener's and the coordinator's logic, the same code on every runtime, while
+ * `kafka.test.ts` covers every target's sockets. kcat consumer groups with a member killed,
+ * kafkajs producers and a rebalancing group, SASL/PLAIN keys, mutual TLS, and the listener's
+ * requests in `/metrics`.
+ */
 import { readFileSync } from "node:fs";
 import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it } from "vitest";
 import { target } from "./harness.ts";
 import { makePki } from "./pki.ts";
+import { promtoolCheckMetrics } from "../helpers/system-tools.ts";
 import {
   cleanUpKafkaTests,
   kafkaBroker,
@@ -419,4 +428,60 @@ describe(`[${target}] Kafka listener with kcat`, () => {
     expect(r.code).not.toBe(0);
     expect(r.code).not.toBe(null);
   });
+});
+
+describe(`[${target}] Kafka listener requests in /metrics`, () => {
+  it("counts produce and fetch per topic with transport=kafka; a topic a client names that does not exist makes no series", async () => {
+    const { broker, bootstrap } = await kafkaBroker(["--metrics-port", "0"]);
+    expect(broker.metricsUrl).toBeDefined();
+    await http(broker, "POST", "/v1/topics", { name: "orders", partitions: 2 });
+    const produced = await kcat(["-P", "-b", bootstrap, "-t", "orders", "-p", "1"], {
+      stdin: new TextEncoder().encode("a\nb\nc\n"),
+    });
+    expect(produced.code, produced.stderr).toBe(0);
+    const consumed = await kcat([
+      "-C",
+      "-b",
+      bootstrap,
+      "-t",
+      "orders",
+      "-p",
+      "1",
+      "-o",
+      "beginning",
+      "-e",
+      "-q",
+    ]);
+    expect(consumed.stdout.toString()).toBe("a\nb\nc\n");
+    // Names no topic has: a produce to one fails, metadata asking for one answers nothing.
+    const unknown = `no-such-topic-${"x".repeat(40)}`;
+    const lost = await kcat(
+      ["-P", "-b", bootstrap, "-t", unknown, "-p", "0", "-X", "message.timeout.ms=1000"],
+      { stdin: new TextEncoder().encode("lost\n"), timeoutMs: 15_000 },
+    );
+    expect(lost.code).not.toBe(0);
+    await kcat(["-L", "-b", bootstrap, "-t", `${unknown}-m`], { timeoutMs: 15_000 });
+
+    const text = await (await fetch(broker.metricsUrl!)).text();
+    expect(promtoolCheckMetrics(text)).toEqual({ status: 0, output: "" });
+    const sample = (series: string): number | undefined => {
+      const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+      return line === undefined ? undefined : Number(line.slice(series.length + 1));
+    };
+    expect(sample('esb_produce_records_total{topic="orders",transport="kafka"}')).toBe(3);
+    expect(
+      sample('esb_produce_requests_total{topic="orders",transport="kafka"}'),
+    ).toBeGreaterThanOrEqual(1);
+    expect(sample('esb_fetch_records_total{topic="orders",transport="kafka"}')).toBe(3);
+    expect(sample('esb_produce_duration_seconds_count{transport="kafka"}')).toBeGreaterThanOrEqual(
+      1,
+    );
+    expect(sample('esb_fetch_duration_seconds_count{transport="kafka"}')).toBeGreaterThanOrEqual(1);
+    // Any error counted carries the call and the code, never a name a client gave.
+    for (const line of text.split("\n").filter((l) => l.startsWith("esb_request_errors_total{")))
+      expect(line).toMatch(
+        /^esb_request_errors_total\{transport="[a-z]+",operation="[a-z_]+",code="[a-z_]+"\} \d+$/,
+      );
+    expect(text).not.toContain("no-such-topic");
+  }, 60_000);
 });

@@ -1,3 +1,11 @@
+/**
+ * End to end, on every target: real Kafka clients against the real process's Kafka listener
+ * (`--kafka-port`, docs/kafka.md) — Debian's `kcat` (librdkafka 2.0.2; `test/e2e/kafka-tools.ts`
+ * installs it) and npm `kafkajs` 2.2.4. Records cross between the Kafka listener, HTTP and the CLI;
+ * key revocation and a TLS certificate rotation run here too, as they touch the runtime's sockets.
+ * The longer scenarios (groups, rebalances, keys, mutual TLS, metrics) are in
+ * `kafka-scenarios.test.ts`, on the node target (vitest.config.ts).
+ */
 import { copyFileSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
