@@ -1,5 +1,5 @@
 import { configDefaults, defineConfig } from "vitest/config";
-import { e2eTargets } from "./test/e2e/targets.ts";
+import { e2eTargets, nodeOnlyE2eFiles } from "./test/e2e/targets.ts";
 
 // One project ("default") for everything but the end-to-end suite, and one project per runtime target of
 // the end-to-end suite (test/e2e/targets.ts): the same scenarios run against the Node bundle,
@@ -29,15 +29,10 @@ export default defineConfig({
             "test/e2e/*.test.ts",
             ...(target.name === "binary" ? ["test/e2e/binary/*.test.ts"] : []),
           ],
-          // The Durable Streams conformance suite (~340 tests, minutes) runs on the node target;
-          // ES_BROKER_STREAMS_CONFORMANCE=all adds the others (docs/durable-streams.md). Left out
-          // rather than skipped, so a run's skipped count means only what the suite skips itself.
-          exclude: [
-            ...configDefaults.exclude,
-            ...(target.name === "node" || process.env.ES_BROKER_STREAMS_CONFORMANCE === "all"
-              ? []
-              : ["test/e2e/durable-streams-conformance.test.ts"]),
-          ],
+          // Scenario files of the broker's own logic run on the node target only (targets.ts,
+          // `nodeOnlyE2eFiles`): left out rather than skipped, so a run's skipped count means only
+          // what a suite skips itself.
+          exclude: [...configDefaults.exclude, ...nodeOnlyE2eFiles(target.name)],
           globalSetup: ["test/e2e/global-setup.ts", "test/e2e/kafka-tools.ts"],
           setupFiles: ["test/e2e/openapi-setup.ts"],
           env: { ES_BROKER_TARGET: target.name, ES_BROKER_CMD: JSON.stringify(target.command) },

@@ -46,6 +46,8 @@ export async function startKafkaListener(options: {
   access: AccessControl;
   /** Serve TLS (`--tls-cert`, `--tls-key`, `--tls-client-ca`: the same as the other ports); plain without it. */
   tls?: TlsServerMaterial;
+  /** Counts each connection's broker calls (`FrontDoorMetrics.wrap` with transport "kafka"). */
+  meter?: <B extends Broker>(broker: B) => B;
 }): Promise<KafkaListener> {
   const transport = createKafkaTransport({
     broker: options.broker,
@@ -57,6 +59,7 @@ export async function startKafkaListener(options: {
     authenticator: accessAuthenticator(options.access),
     maxRequestBytes: options.maxRequestBytes,
     readTimeoutMs: options.readTimeoutMs,
+    meter: options.meter,
   });
   const listener = await listenTcp(
     {

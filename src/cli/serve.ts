@@ -22,6 +22,7 @@ import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
 import { systemKeyCrypto } from "../runtime/crypto.ts";
 import {
   loadTlsServerMaterial,
+  tlsHandshakeTimeoutMs,
   type TlsServerFiles,
   type TlsServerMaterial,
 } from "../runtime/tls.ts";
@@ -110,6 +111,8 @@ Options:
   --tls-key FILE              the certificate's private key (PEM, unencrypted); needs --tls-cert
   --tls-client-ca FILE        mutual TLS on every port: require client certificates issued by this
                               CA (PEM)
+  --tls-handshake-timeout-ms MS  close a connection whose TLS handshake has not finished after MS
+                              (default ${tlsHandshakeTimeoutMs})
   --stream-long-poll-ms MS    how long a Durable Streams long-poll waits for data (default ${streamLongPollMsDefault})
   --metrics-port PORT         also serve GET /metrics (and /healthz, /readyz) without an API key on
                               127.0.0.1:PORT, for a Prometheus on this host (default: off; GET
@@ -165,6 +168,7 @@ export async function serve(argv: string[]): Promise<number> {
       "tls-cert": { type: "string" },
       "tls-key": { type: "string" },
       "tls-client-ca": { type: "string" },
+      "tls-handshake-timeout-ms": { type: "string" },
       "metrics-port": { type: "string" },
       "log-level": { type: "string", default: "info" },
       help: { type: "boolean", short: "h", default: false },
@@ -266,6 +270,13 @@ export async function serve(argv: string[]): Promise<number> {
     throw new UsageError("--tls-cert and --tls-key go together");
   if (values["tls-client-ca"] !== undefined && values["tls-cert"] === undefined)
     throw new UsageError("--tls-client-ca needs --tls-cert and --tls-key");
+  const handshakeTimeoutMs = intOption(
+    "tls-handshake-timeout-ms",
+    values["tls-handshake-timeout-ms"],
+    tlsHandshakeTimeoutMs,
+    1,
+    600_000,
+  );
   const tlsFiles: TlsServerFiles | undefined =
     values["tls-cert"] === undefined
       ? undefined
@@ -274,6 +285,7 @@ export async function serve(argv: string[]): Promise<number> {
           keyPath: resolve(values["tls-key"]!),
           clientCaPath:
             values["tls-client-ca"] === undefined ? undefined : resolve(values["tls-client-ca"]),
+          handshakeTimeoutMs,
         };
   let tlsMaterial: TlsServerMaterial | undefined =
     tlsFiles === undefined ? undefined : loadTlsServerMaterial(tlsFiles);
@@ -440,6 +452,7 @@ export async function serve(argv: string[]): Promise<number> {
   let kafka: Awaited<ReturnType<typeof startKafkaListener>> | null = null;
   const httpDoor = new FrontDoorMetrics(metrics, "http");
   const tcpDoor = new FrontDoorMetrics(metrics, "tcp");
+  const kafkaDoor = new FrontDoorMetrics(metrics, "kafka");
   let tcp: ReturnType<typeof createTcpTransport> | undefined;
   let listener: Awaited<ReturnType<typeof listenTcp>> | undefined;
   const runtime = runtimeDescription();
@@ -484,6 +497,7 @@ export async function serve(argv: string[]): Promise<number> {
         maxRequestBytes,
         readTimeoutMs,
         tls: tlsMaterial,
+        meter: (b) => kafkaDoor.wrap(b),
       });
     // Every port serves now: the HTTP port leaves its recovery answers, /readyz says 200.
     httpApp = createAuthenticatedHttpApp({

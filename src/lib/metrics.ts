@@ -85,7 +85,7 @@ export interface FamilyDefinition {
 export const metricFamilies = {
   esb_produce_requests_total: {
     type: "counter",
-    help: "Produce requests answered successfully, by topic and front door (http, tcp).",
+    help: "Produce requests answered successfully, by topic and front door (http, tcp, kafka; per partition for kafka).",
     labels: ["topic", "transport"],
   },
   esb_produce_records_total: {
@@ -106,7 +106,7 @@ export const metricFamilies = {
   },
   esb_fetch_requests_total: {
     type: "counter",
-    help: "Fetch requests answered successfully (SSE reads included), by topic and front door.",
+    help: "Fetch requests answered successfully (SSE reads included), by topic and front door (per partition read for kafka).",
     labels: ["topic", "transport"],
   },
   esb_fetch_records_total: {

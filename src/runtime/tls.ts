@@ -23,6 +23,8 @@ export interface TlsServerFiles {
   keyPath: string;
   /** CA bundle (PEM) that client certificates must chain to, `--tls-client-ca`; when given, a client without a valid certificate is refused (mutual TLS). */
   clientCaPath?: string;
+  /** Time a handshake may take before the connection is closed, in ms (`--tls-handshake-timeout-ms`; default {@link tlsHandshakeTimeoutMs}). */
+  handshakeTimeoutMs?: number;
 }
 
 /** PEM contents read from {@link TlsServerFiles}, checked. */
@@ -31,12 +33,14 @@ export interface TlsServerMaterial {
   context: tls.SecureContextOptions;
   /** True with a client CA: certificates are requested and required. */
   mutual: boolean;
+  /** Time a handshake may take before the connection is closed, in ms. */
+  handshakeTimeoutMs: number;
 }
 
 /** Longest PEM file read, in bytes (a chain of a few certificates is a few KiB). */
 const pemBytesMax = 1024 * 1024;
 
-/** Time a TLS handshake may take before the connection is dropped, in ms (Node's default is 120 s). */
+/** Default time a TLS handshake may take before the connection is dropped, in ms (Node's default is 120 s). */
 export const tlsHandshakeTimeoutMs = 10_000;
 
 function readPem(path: string, option: string): Buffer {
@@ -102,7 +106,11 @@ export function loadTlsServerMaterial(files: TlsServerFiles): TlsServerMaterial 
       `Cannot use --tls-cert ${files.certPath} with --tls-key ${files.keyPath}${files.clientCaPath ? ` and --tls-client-ca ${files.clientCaPath}` : ""}: ${code ?? (err instanceof Error ? err.message : String(err))}`,
     );
   }
-  return { context, mutual: files.clientCaPath !== undefined };
+  return {
+    context,
+    mutual: files.clientCaPath !== undefined,
+    handshakeTimeoutMs: files.handshakeTimeoutMs ?? tlsHandshakeTimeoutMs,
+  };
 }
 
 /** Options of `tls.createServer` for `material` (client certificates requested and required with a client CA). */
@@ -111,7 +119,7 @@ export function tlsServerOptions(material: TlsServerMaterial): tls.TlsOptions {
     ...material.context,
     requestCert: material.mutual,
     rejectUnauthorized: material.mutual,
-    handshakeTimeout: tlsHandshakeTimeoutMs,
+    handshakeTimeout: material.handshakeTimeoutMs,
   };
 }
 

@@ -33,6 +33,28 @@ export interface Target {
   soakScale: number;
 }
 
+/**
+ * End-to-end files that run on the node target only (vitest.config.ts leaves them out of the
+ * others' projects rather than skipping them): scenario files that test the broker's own logic —
+ * the same code on every runtime — at a length that would cost minutes per extra target, each
+ * with a fast file covering the same front door on every target (`kafka.test.ts`,
+ * `durable-streams.test.ts`). `ES_BROKER_E2E_ALL_TARGETS=1` runs them on every target; the
+ * Durable Streams conformance suite also with `ES_BROKER_STREAMS_CONFORMANCE=all`.
+ */
+export function nodeOnlyE2eFiles(
+  target: string,
+  env: Record<string, string | undefined> = process.env,
+): string[] {
+  if (target === "node" || env.ES_BROKER_E2E_ALL_TARGETS === "1") return [];
+  return [
+    ...(env.ES_BROKER_STREAMS_CONFORMANCE === "all"
+      ? []
+      : ["test/e2e/durable-streams-conformance.test.ts"]),
+    "test/e2e/durable-streams-scenarios.test.ts",
+    "test/e2e/kafka-scenarios.test.ts",
+  ];
+}
+
 /** `soakScale` of the Deno, Bun and binary targets. */
 export const soakScaleSecondary = 0.3;
 

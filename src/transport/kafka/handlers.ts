@@ -290,7 +290,7 @@ function saslAuthenticate(
     };
   }
   state.sasl = "authenticated";
-  state.broker = session.broker;
+  state.broker = state.settings.meter(session.broker);
   state.authenticated(session);
   return answered(
     encodeSaslAuthenticateResponse(correlationId, { errorCode: 0, errorMessage: null }),

@@ -75,6 +75,11 @@ export interface KafkaTransportOptions {
   maxInFlightRequests?: number;
   /** Bytes of unanswered requests per connection (frames + fetch `max_bytes`) before reading pauses. */
   maxInFlightBytes?: number;
+  /**
+   * Wraps each broker view a connection is served through, to count its calls
+   * (`transport/metered-broker.ts`, `transport="kafka"`). Default: none.
+   */
+  meter?: <B extends Broker>(broker: B) => B;
 }
 
 /** The Kafka front door over any number of connections. */
@@ -105,6 +110,8 @@ export interface KafkaSettings {
   readTimeoutMs: number;
   maxInFlightRequests: number;
   maxInFlightBytes: number;
+  /** See {@link KafkaTransportOptions.meter}. */
+  meter: <B extends Broker>(broker: B) => B;
 }
 
 /**
@@ -124,6 +131,7 @@ export function createKafkaTransport(options: KafkaTransportOptions): KafkaTrans
     readTimeoutMs: options.readTimeoutMs ?? readTimeoutMsDefault,
     maxInFlightRequests: options.maxInFlightRequests ?? tcpRequestsInFlightMax,
     maxInFlightBytes: options.maxInFlightBytes ?? tcpInFlightBytesMax,
+    meter: options.meter ?? ((broker) => broker),
   };
   if (!(settings.maxRequestBytes >= requestSizeMin))
     throw new RangeError(`maxRequestBytes ${settings.maxRequestBytes} is below the smallest frame`);
@@ -213,7 +221,7 @@ class KafkaConnection {
       settings,
       signal: this.#abort.signal,
       remote: socket.remoteAddress,
-      broker: settings.authenticator === null ? settings.broker : null,
+      broker: settings.authenticator === null ? settings.meter(settings.broker) : null,
       sasl: "start",
       authenticated: (session) => this.#adopt(session),
       invalidated: () => this.#invalidated(),
@@ -231,7 +239,7 @@ class KafkaConnection {
         });
       } else {
         const session = authenticator.anonymous(socket.remoteAddress, () => this.#invalidated());
-        this.#state.broker = session.broker;
+        this.#state.broker = settings.meter(session.broker);
         this.#adopt(session);
       }
     }

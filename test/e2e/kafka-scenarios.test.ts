@@ -1,0 +1,487 @@
+/**
+ * The Kafka listener's longer end-to-end scenarios (docs/kafka.md), on the node target only
+ * (`nodeOnlyE2eFiles` in targets.ts; `ES_BROKER_E2E_ALL_TARGETS=1` runs them on every target):
+ * they test the listener's and the coordinator's logic, the same code on every runtime, while
+ * `kafka.test.ts` covers every target's sockets. kcat consumer groups with a member killed,
+ * kafkajs producers and a rebalancing group, SASL/PLAIN keys, mutual TLS, and the listener's
+ * requests in `/metrics`.
+ */
+import { readFileSync } from "node:fs";
+import { Kafka, logLevel } from "kafkajs";
+import { describe, expect, it } from "vitest";
+import { target } from "./harness.ts";
+import { makePki } from "./pki.ts";
+import { promtoolCheckMetrics } from "../helpers/system-tools.ts";
+import {
+  cleanUpKafkaTests,
+  kafkaBroker,
+  kcat,
+  kcatFollow,
+  http,
+  waitFor,
+  kafkajs,
+  keyedKafkaBroker,
+  kcatConfig,
+} from "./kafka-clients.ts";
+
+cleanUpKafkaTests();
+
+describe(`[${target}] Kafka listener with kafkajs`, () => {
+  it("admin metadata, producers with and without idempotence, and a consumer group of two that rebalances", async () => {
+    const { broker, bootstrap } = await kafkaBroker();
+    await http(broker, "POST", "/v1/topics", { name: "kjs", partitions: 4 });
+    const kafka = kafkajs(bootstrap);
+    const admin = kafka.admin();
+    await admin.connect();
+    const meta = await admin.fetchTopicMetadata({ topics: ["kjs"] });
+    expect(meta.topics[0].partitions.map((p) => p.partitionId).sort()).toEqual([0, 1, 2, 3]);
+    await admin.disconnect();
+
+    const sent: string[] = [];
+    for (const idempotent of [false, true]) {
+      const producer = kafka.producer({ idempotent, allowAutoTopicCreation: false });
+      await producer.connect();
+      for (let batch = 0; batch < 3; batch++) {
+        const messages = Array.from({ length: 10 }, (_, i) => ({
+          key: `key-${i % 4}`,
+          value: `${idempotent ? "idem" : "plain"}-${batch}-${i}`,
+        }));
+        await producer.send({ topic: "kjs", messages });
+        sent.push(...messages.map((m) => m.value));
+      }
+      await producer.disconnect();
+    }
+    // Idempotent batches carry a producer id: the broker keeps its sequence state by that id.
+    const storage = await http(broker, "GET", "/v1/topics/kjs");
+    expect(
+      storage.partitions.reduce(
+        (n: number, p: { high_watermark: number }) => n + p.high_watermark,
+        0,
+      ),
+    ).toBe(60);
+
+    const seen = new Map<string, string>();
+    const consumers = [
+      kafka.consumer({ groupId: "kg", sessionTimeout: 6000, heartbeatInterval: 300 }),
+      kafka.consumer({ groupId: "kg", sessionTimeout: 6000, heartbeatInterval: 300 }),
+    ];
+    const assigned: number[][] = [[], []];
+    for (const [i, c] of consumers.entries()) {
+      await c.connect();
+      await c.subscribe({ topic: "kjs", fromBeginning: true });
+      c.on(c.events.GROUP_JOIN, (e) => {
+        assigned[i] = (e.payload.memberAssignment.kjs ?? []) as number[];
+      });
+      await c.run({
+        eachMessage: async ({ message }) => void seen.set(message.value!.toString(), `c${i}`),
+      });
+      if (i === 0) await waitFor("the first consumer to read everything", () => seen.size === 60);
+    }
+    await waitFor(
+      "a rebalance that splits the partitions two and two",
+      () => assigned[0].length === 2 && assigned[1].length === 2,
+      45_000,
+    );
+    expect([...assigned[0], ...assigned[1]].sort()).toEqual([0, 1, 2, 3]);
+    const producer = kafka.producer({ idempotent: true });
+    await producer.connect();
+    const late = Array.from({ length: 20 }, (_, i) => ({ key: `late-${i}`, value: `late-${i}` }));
+    await producer.send({ topic: "kjs", messages: late });
+    await producer.disconnect();
+    await waitFor("both consumers to read the late records", () =>
+      late.every((m) => seen.has(m.value)),
+    );
+    expect(new Set(late.map((m) => seen.get(m.value))).size).toBe(2);
+    for (const v of sent) expect(seen.has(v), v).toBe(true);
+    for (const c of consumers) await c.disconnect();
+    const g = await http(broker, "GET", "/v1/groups/kg");
+    expect(g.members).toEqual([]);
+    expect(
+      g.offsets.reduce((n: number, o: { committed: number | null }) => n + (o.committed ?? 0), 0),
+    ).toBe(80);
+  }, 120_000);
+});
+
+describe(`[${target}] Kafka listener with API keys (SASL/PLAIN)`, () => {
+  it("kcat with a key's name or id authenticates and gets the key's rights; a wrong password fails with an auth error", async () => {
+    const k = await keyedKafkaBroker();
+    const consumerConf = kcatConfig(k.dir, "reader", "reader", k.keys.consumer);
+    const producerConf = kcatConfig(k.dir, "ingest", k.producerId, k.keys.producer);
+    // Metadata lists only the topics the key may see.
+    const listed = await kcat(["-F", consumerConf, "-b", k.bootstrap, "-L"]);
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stdout.toString()).toContain('topic "orders" with 2 partitions');
+    expect(listed.stdout.toString()).not.toContain("secret");
+    const input = "one\ntwo\nthree\n";
+    const produced = await kcat(
+      ["-F", producerConf, "-b", k.bootstrap, "-P", "-t", "orders", "-p", "1"],
+      { stdin: new TextEncoder().encode(input) },
+    );
+    expect(produced.code, produced.stderr).toBe(0);
+    const consumed = await kcat([
+      "-F",
+      consumerConf,
+      "-b",
+      k.bootstrap,
+      "-C",
+      "-t",
+      "orders",
+      "-p",
+      "1",
+      "-o",
+      "beginning",
+      "-e",
+      "-q",
+    ]);
+    expect(consumed.code, consumed.stderr).toBe(0);
+    expect(consumed.stdout.toString()).toBe(input);
+    // A producer key may not fetch: the offset lookup is refused, kcat says why and exits.
+    const refused = await kcat([
+      "-F",
+      producerConf,
+      "-b",
+      k.bootstrap,
+      "-C",
+      "-t",
+      "orders",
+      "-o",
+      "beginning",
+      "-e",
+    ]);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain("Topic authorization failed");
+    // A consumer key may not produce: nothing is appended.
+    const notProduced = await kcat(
+      ["-F", consumerConf, "-b", k.bootstrap, "-P", "-t", "orders", "-p", "0"],
+      { stdin: new TextEncoder().encode("nope\n") },
+    );
+    expect(notProduced.code).not.toBe(0);
+    expect(notProduced.stderr).toContain("Topic authorization failed");
+    // The wrong password: an authentication error, and kcat gives up instead of hanging.
+    const wrongConf = kcatConfig(k.dir, "wrong", "ingest", `${k.keys.producer.slice(0, -4)}AAAA`);
+    const wrong = await kcat(["-F", wrongConf, "-b", k.bootstrap, "-L", "-m", "5"], {
+      timeoutMs: 30_000,
+    });
+    expect(wrong.code).not.toBe(0);
+    expect(wrong.code).not.toBe(null);
+    expect(wrong.stderr).toContain("SASL authentication error: Authentication failed");
+    const topics = await k.admin("GET", "/v1/topics/orders");
+    expect(topics.partitions.map((p: { high_watermark: number }) => p.high_watermark)).toEqual([
+      0, 3,
+    ]);
+    const log = k.broker.stderr();
+    expect(log).toMatch(/"event":"auth\.failed","transport":"kafka".*"reason":"unknown"/);
+    for (const key of Object.values(k.keys)) expect(log).not.toContain(key.slice(-43));
+  }, 90_000);
+
+  it("kafkajs with sasl plain: an idempotent producer and a consumer group; a producer key cannot fetch or create topics; a wrong password fails", async () => {
+    const k = await keyedKafkaBroker();
+    const client = (username: string, password: string) =>
+      new Kafka({
+        brokers: [k.bootstrap],
+        clientId: "e2e-sasl",
+        logLevel: logLevel.NOTHING,
+        retry: { retries: 2 },
+        sasl: { mechanism: "plain", username, password },
+      });
+    const producing = client("ingest", k.keys.producer);
+    const producer = producing.producer({ idempotent: true, allowAutoTopicCreation: false });
+    await producer.connect();
+    const messages = Array.from({ length: 20 }, (_, i) => ({ key: `k${i}`, value: `v${i}` }));
+    await producer.send({ topic: "orders", messages });
+    // Not its topic: refused, nothing appended.
+    await expect(producer.send({ topic: "secret", messages: [{ value: "x" }] })).rejects.toThrow();
+    await producer.disconnect();
+
+    // A producer key trying to create a topic (no Kafka CreateTopics here) and to consume.
+    const producerAdmin = producing.admin();
+    await producerAdmin.connect();
+    await expect(
+      producerAdmin.createTopics({ topics: [{ topic: "orders-new", numPartitions: 1 }] }),
+    ).rejects.toThrow();
+    await producerAdmin.disconnect();
+    const wrongConsumer = producing.consumer({ groupId: "billing-x" });
+    await wrongConsumer.connect();
+    await wrongConsumer.subscribe({ topic: "orders", fromBeginning: true });
+    const crashed = new Promise<unknown>((resolve) =>
+      wrongConsumer.on(wrongConsumer.events.CRASH, (e) => resolve(e.payload.error)),
+    );
+    let readByProducer = 0;
+    await wrongConsumer.run({ eachMessage: async () => void readByProducer++ });
+    const crash = (await crashed) as { type?: string; message?: string };
+    expect(`${crash.type} ${crash.message}`).toMatch(/GROUP_AUTHORIZATION_FAILED|not authorized/i);
+    await wrongConsumer.disconnect();
+    expect(readByProducer).toBe(0);
+
+    const seen: string[] = [];
+    const consumer = client("reader", k.keys.consumer).consumer({ groupId: "billing-1" });
+    await consumer.connect();
+    await consumer.subscribe({ topic: "orders", fromBeginning: true });
+    await consumer.run({
+      eachMessage: async ({ message }) => void seen.push(message.value!.toString()),
+    });
+    await waitFor("the consumer to read the 20 records", () => seen.length >= 20);
+    expect(seen.sort()).toEqual(messages.map((m) => m.value).sort());
+    await consumer.disconnect();
+    const group = await k.admin("GET", "/v1/groups/billing-1");
+    expect(
+      group.offsets.reduce(
+        (n: number, o: { committed: number | null }) => n + (o.committed ?? 0),
+        0,
+      ),
+    ).toBe(20);
+
+    const wrong = client("reader", `${k.keys.consumer.slice(0, -4)}AAAA`).producer();
+    await expect(wrong.connect()).rejects.toThrow(/SASL PLAIN authentication failed/);
+    const topics = await k.admin("GET", "/v1/topics");
+    expect(topics.topics.map((t: { name: string }) => t.name).sort()).toEqual(["orders", "secret"]);
+    const secret = await k.admin("GET", "/v1/topics/secret");
+    expect(secret.partitions[0].high_watermark).toBe(0);
+  }, 90_000);
+});
+
+describe(`[${target}] Kafka listener over TLS`, () => {
+  it("with mutual TLS and keys, kcat (SASL_SSL) and kafkajs (ssl, sasl) produce and consume; plaintext, another CA and a missing client certificate are refused", async () => {
+    const pki = makePki();
+    // Mutual TLS and keys: every client shows a certificate from the CA and authenticates.
+    const k = await keyedKafkaBroker(
+      ["--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--tls-client-ca", pki.ca],
+      { ca: pki.ca, ...pki.client },
+    );
+    const clientCert = [
+      `ssl.ca.location=${pki.ca}`,
+      `ssl.certificate.location=${pki.client.cert}`,
+      `ssl.key.location=${pki.client.key}`,
+    ];
+    const conf = kcatConfig(k.dir, "tls-ingest", "ingest", k.keys.producer, clientCert, "SASL_SSL");
+    const produced = await kcat(["-F", conf, "-b", k.bootstrap, "-P", "-t", "orders", "-p", "0"], {
+      stdin: new TextEncoder().encode("over tls 1\nover tls 2\n"),
+    });
+    expect(produced.code, produced.stderr).toBe(0);
+
+    const kafka = new Kafka({
+      brokers: [k.bootstrap],
+      clientId: "e2e-tls",
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 2 },
+      ssl: {
+        ca: [readFileSync(pki.ca)],
+        cert: readFileSync(pki.client.cert),
+        key: readFileSync(pki.client.key),
+      },
+      sasl: { mechanism: "plain", username: "reader", password: k.keys.consumer },
+    });
+    const seen: string[] = [];
+    const consumer = kafka.consumer({ groupId: "billing-tls" });
+    await consumer.connect();
+    await consumer.subscribe({ topic: "orders", fromBeginning: true });
+    await consumer.run({
+      eachMessage: async ({ message }) => void seen.push(message.value!.toString()),
+    });
+    await waitFor("kafkajs over TLS to read kcat's records", () => seen.length >= 2);
+    await consumer.disconnect();
+    expect(seen.sort()).toEqual(["over tls 1", "over tls 2"]);
+
+    // Plaintext to the TLS port; a client trusting another CA; no client certificate.
+    const plain = kcatConfig(k.dir, "plain", "ingest", k.keys.producer);
+    const plaintext = await kcat(["-F", plain, "-b", k.bootstrap, "-L", "-m", "3"]);
+    expect(plaintext.code).not.toBe(0);
+    const otherCa = kcatConfig(
+      k.dir,
+      "other-ca",
+      "ingest",
+      k.keys.producer,
+      [
+        `ssl.ca.location=${pki.otherCa}`,
+        `ssl.certificate.location=${pki.client.cert}`,
+        `ssl.key.location=${pki.client.key}`,
+      ],
+      "SASL_SSL",
+    );
+    const wrongCa = await kcat(["-F", otherCa, "-b", k.bootstrap, "-L", "-m", "3"]);
+    expect(wrongCa.code).not.toBe(0);
+    expect(wrongCa.stderr).toMatch(/certificate verify failed/);
+    const noCert = await kcat([
+      "-b",
+      k.bootstrap,
+      "-L",
+      "-m",
+      "3",
+      "-X",
+      "security.protocol=SSL",
+      "-X",
+      `ssl.ca.location=${pki.ca}`,
+    ]);
+    expect(noCert.code).not.toBe(0);
+    await expect
+      .poll(() => k.broker.stderr(), { timeout: 10_000 })
+      .toMatch(/"event":"tls.plaintext_client","listener":"kafka"/);
+    expect(k.broker.stderr()).toMatch(/"event":"tls.handshake_failed","listener":"kafka"/);
+    const orders = await k.admin("GET", "/v1/topics/orders");
+    expect(orders.partitions[0].high_watermark).toBe(2);
+  }, 90_000);
+});
+
+describe(`[${target}] Kafka listener with kcat`, () => {
+  it("kcat -G: two members share a 4-partition topic; when one is killed the other takes its partitions over from the committed offsets", async () => {
+    const { broker, bootstrap } = await kafkaBroker();
+    await http(broker, "POST", "/v1/topics", { name: "shared", partitions: 4 });
+    const next = [0, 0, 0, 0];
+    const produce = async (count: number) => {
+      const records = [];
+      for (let p = 0; p < 4; p++)
+        for (let i = 0; i < count; i++)
+          records.push({ value: `p${p}-${next[p] + i}`, partition: p });
+      await http(broker, "POST", "/v1/topics/shared/records", { records });
+      for (let p = 0; p < 4; p++) next[p] += count;
+    };
+    const args = [
+      "-b",
+      bootstrap,
+      "-G",
+      "workers",
+      "-X",
+      "auto.offset.reset=earliest",
+      "-X",
+      "session.timeout.ms=6000",
+      "-X",
+      "heartbeat.interval.ms=300",
+      "-X",
+      "auto.commit.interval.ms=100",
+      "-f",
+      "%s\n",
+      "-q",
+      "-u",
+      "shared",
+    ];
+    await produce(10);
+    const a = kcatFollow(args);
+    await waitFor("member A to print all 40 records", () => new Set(a.lines).size === 40);
+    const b = kcatFollow(args);
+    await waitFor("both members in one generation", async () => {
+      const g = await http(broker, "GET", "/v1/groups/workers");
+      return (
+        g.members.length === 2 &&
+        g.members.every((m: { assignments: unknown[] }) => m.assignments.length === 2)
+      );
+    });
+    await produce(10);
+    await waitFor(
+      "the 80 records to be printed",
+      () => new Set([...a.lines, ...b.lines]).size === 80,
+    );
+    const group = await http(broker, "GET", "/v1/groups/workers");
+    const ownedByB = group.members
+      .filter((m: { member_id: string }) => m.member_id !== undefined)
+      .find((m: { assignments: { partition: number }[] }) =>
+        m.assignments.every((x) => b.lines.some((l) => l.startsWith(`p${x.partition}-1`))),
+      );
+    expect(ownedByB, JSON.stringify(group)).toBeDefined();
+    const bPartitions: number[] = ownedByB.assignments.map(
+      (x: { partition: number }) => x.partition,
+    );
+    await waitFor("member B's commits to reach 20", async () => {
+      const g = await http(broker, "GET", "/v1/groups/workers");
+      return bPartitions.every(
+        (p) => g.offsets.find((o: { partition: number }) => o.partition === p)?.committed === 20,
+      );
+    });
+    b.proc.kill("SIGKILL");
+    const aBefore = a.lines.length;
+    await produce(10);
+    await waitFor(
+      "member A to take over and print all 120 records",
+      () => new Set([...a.lines, ...b.lines]).size === 120,
+      45_000,
+    );
+    const takenOver = a.lines
+      .slice(aBefore)
+      .filter((l) => bPartitions.some((p) => l.startsWith(`p${p}-`)));
+    // A starts B's partitions at B's committed offset 20: records 20…29 of each, none skipped.
+    for (const p of bPartitions)
+      for (let n = 20; n < 30; n++) expect(takenOver, `p${p}-${n}`).toContain(`p${p}-${n}`);
+    const g = await http(broker, "GET", "/v1/groups/workers");
+    expect(g.members.length).toBe(1);
+  }, 120_000);
+
+  it("SASL on a broker without keys is refused: kcat with SASL/PLAIN fails instead of hanging", async () => {
+    const { broker, bootstrap } = await kafkaBroker();
+    await http(broker, "POST", "/v1/topics", { name: "t", partitions: 1 });
+    const r = await kcat(
+      [
+        "-b",
+        bootstrap,
+        "-L",
+        "-X",
+        "security.protocol=SASL_PLAINTEXT",
+        "-X",
+        "sasl.mechanisms=PLAIN",
+        "-X",
+        "sasl.username=u",
+        "-X",
+        "sasl.password=p",
+        "-m",
+        "5",
+      ],
+      { timeoutMs: 30_000 },
+    );
+    expect(r.code).not.toBe(0);
+    expect(r.code).not.toBe(null);
+  });
+});
+
+describe(`[${target}] Kafka listener requests in /metrics`, () => {
+  it("counts produce and fetch per topic with transport=kafka; a topic a client names that does not exist makes no series", async () => {
+    const { broker, bootstrap } = await kafkaBroker(["--metrics-port", "0"]);
+    expect(broker.metricsUrl).toBeDefined();
+    await http(broker, "POST", "/v1/topics", { name: "orders", partitions: 2 });
+    const produced = await kcat(["-P", "-b", bootstrap, "-t", "orders", "-p", "1"], {
+      stdin: new TextEncoder().encode("a\nb\nc\n"),
+    });
+    expect(produced.code, produced.stderr).toBe(0);
+    const consumed = await kcat([
+      "-C",
+      "-b",
+      bootstrap,
+      "-t",
+      "orders",
+      "-p",
+      "1",
+      "-o",
+      "beginning",
+      "-e",
+      "-q",
+    ]);
+    expect(consumed.stdout.toString()).toBe("a\nb\nc\n");
+    // Names no topic has: a produce to one fails, metadata asking for one answers nothing.
+    const unknown = `no-such-topic-${"x".repeat(40)}`;
+    const lost = await kcat(
+      ["-P", "-b", bootstrap, "-t", unknown, "-p", "0", "-X", "message.timeout.ms=1000"],
+      { stdin: new TextEncoder().encode("lost\n"), timeoutMs: 15_000 },
+    );
+    expect(lost.code).not.toBe(0);
+    await kcat(["-L", "-b", bootstrap, "-t", `${unknown}-m`], { timeoutMs: 15_000 });
+
+    const text = await (await fetch(broker.metricsUrl!)).text();
+    expect(promtoolCheckMetrics(text)).toEqual({ status: 0, output: "" });
+    const sample = (series: string): number | undefined => {
+      const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+      return line === undefined ? undefined : Number(line.slice(series.length + 1));
+    };
+    expect(sample('esb_produce_records_total{topic="orders",transport="kafka"}')).toBe(3);
+    expect(
+      sample('esb_produce_requests_total{topic="orders",transport="kafka"}'),
+    ).toBeGreaterThanOrEqual(1);
+    expect(sample('esb_fetch_records_total{topic="orders",transport="kafka"}')).toBe(3);
+    expect(sample('esb_produce_duration_seconds_count{transport="kafka"}')).toBeGreaterThanOrEqual(
+      1,
+    );
+    expect(sample('esb_fetch_duration_seconds_count{transport="kafka"}')).toBeGreaterThanOrEqual(1);
+    // Any error counted carries the call and the code, never a name a client gave.
+    for (const line of text.split("\n").filter((l) => l.startsWith("esb_request_errors_total{")))
+      expect(line).toMatch(
+        /^esb_request_errors_total\{transport="[a-z]+",operation="[a-z_]+",code="[a-z_]+"\} \d+$/,
+      );
+    expect(text).not.toContain("no-such-topic");
+  }, 60_000);
+});
