@@ -37,6 +37,8 @@ export default defineConfig({
             ...(target.name === "node" || process.env.ES_BROKER_STREAMS_CONFORMANCE === "all"
               ? []
               : ["test/e2e/durable-streams-conformance.test.ts"]),
+            // Cluster mode is runtime-neutral above the runtime layer: the node target covers it.
+            ...(target.name === "node" ? [] : ["test/e2e/cluster.test.ts"]),
           ],
           globalSetup: ["test/e2e/global-setup.ts", "test/e2e/kafka-tools.ts"],
           setupFiles: ["test/e2e/openapi-setup.ts"],
