@@ -15,6 +15,7 @@
  */
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type {
+  ClusterMetadata,
   AssignedJoinRequest,
   AssignedJoinResult,
   AssignedSyncRequest,
@@ -371,6 +372,11 @@ export class AuthorizedBroker implements Broker {
    * cannot hand out producer ids.
    */
   readonly initProducerId?: () => Promise<{ producerId: number; epoch: number }>;
+  /**
+   * Cluster metadata (cluster mode): the `list_topics` row, the answer holding only the topics
+   * the key matches (or the `describe_topic` row for each named topic). Absent in single-node mode.
+   */
+  readonly clusterMetadata?: (topics?: readonly string[]) => Promise<ClusterMetadata>;
 
   constructor(inner: Broker, principal: Principal, access: AccessControl) {
     this.#inner = inner;
@@ -387,6 +393,26 @@ export class AuthorizedBroker implements Broker {
         const topic = await updateTopicConfig(name, config);
         this.#access.audit(principal, "audit.topic_config_updated", { topic: name, config });
         return topic;
+      };
+    }
+    const clusterMetadata = inner.clusterMetadata?.bind(inner);
+    if (clusterMetadata !== undefined) {
+      this.clusterMetadata = async (topics) => {
+        if (topics === undefined) this.#check("list_topics", {}, "Cannot read cluster metadata");
+        else
+          for (const name of topics)
+            this.#check(
+              "describe_topic",
+              { topic: name },
+              () => `Cannot describe topic ${quote(name)}`,
+            );
+        const metadata = await clusterMetadata(topics);
+        return {
+          ...metadata,
+          topics: metadata.topics.filter(
+            (t) => topics !== undefined || mayList(this.#principal, "list_topics", t.name),
+          ),
+        };
       };
     }
     const cleanup = inner.cleanup?.bind(inner);

@@ -91,7 +91,11 @@ const schemaFormats: readonly SchemaFormat[] = ["confluent", "json"];
 const numericRules: Record<
   Exclude<
     keyof TopicConfig,
-    "cleanup_policy" | "mirror_hold_retention" | (typeof schemaKeys)[number]
+    | "cleanup_policy"
+    | "mirror_hold_retention"
+    | "replication_factor"
+    | "min_insync_replicas"
+    | (typeof schemaKeys)[number]
   >,
   Rule
 > = {
@@ -103,6 +107,9 @@ const numericRules: Record<
   cold_retention_ms: { min: 1, max: Number.MAX_SAFE_INTEGER, allowMinusOne: true, unit: "ms" },
   max_timestamp_skew_ms: { min: 0, max: Number.MAX_SAFE_INTEGER, unit: "ms" },
 };
+
+/** Largest `replication_factor` a topic may ask for. */
+export const replicationFactorMax = 16;
 
 const policies: readonly CleanupPolicy[] = ["delete", "compact", "compact,delete"];
 
@@ -146,6 +153,17 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
         );
       continue;
     }
+    if (key === "replication_factor" || key === "min_insync_replicas") {
+      // Optional: absent until set (cluster mode sets both at creation; docs/cluster.md "Topics").
+      const max = replicationFactorMax;
+      if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > max)
+        throw new BrokerError(
+          Errors.invalidConfig,
+          `Invalid topic config "${key}": ${quote(value)} must be an integer from 1 to ${max}`,
+        );
+      out[key] = value;
+      continue;
+    }
     if ((schemaKeys as readonly string[]).includes(key)) {
       mergeSchemaKey(out, key as (typeof schemaKeys)[number], value);
       continue;
@@ -153,7 +171,7 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
     if (!Object.hasOwn(numericRules, key)) {
       throw new BrokerError(
         Errors.invalidConfig,
-        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy", "mirror_hold_retention", ...schemaKeys].join(", ")})`,
+        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy", "mirror_hold_retention", "replication_factor", "min_insync_replicas", ...schemaKeys].join(", ")})`,
       );
     }
     const rule = numericRules[key as keyof typeof numericRules];

@@ -152,6 +152,20 @@ export const Errors = Object.freeze({
    * members (also: a Kafka member joining a group of native members, or the other way round).
    */
   inconsistentGroupProtocol: kind("inconsistent_group_protocol", 51, 409, false),
+  // Cluster mode (docs/cluster.md); numbered from 60.
+  /**
+   * This broker does not lead the partition (it follows, or nobody leads now): ask the leader.
+   * The message names the leader's node id when it is known (details: `leader`, −1 if none).
+   */
+  notLeader: kind("not_leader", 60, 503, true),
+  /**
+   * The partition's in-sync replicas are fewer than its `min_insync_replicas` (or fell below it
+   * while the write waited): the write is not acknowledged. It may have been stored; a retry
+   * through an idempotent producer is safe.
+   */
+  notEnoughReplicas: kind("not_enough_replicas", 61, 503, true),
+  /** A request carries an older leader epoch than the receiver knows (a deposed leader, or a follower behind): refresh the partition state and retry. */
+  fencedLeaderEpoch: kind("fenced_leader_epoch", 62, 409, true),
   /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });
@@ -227,6 +241,9 @@ export const kafkaErrorCodes: Readonly<Record<string, number>> = Object.freeze({
   key_exists: 42, // INVALID_REQUEST: keys are not managed through Kafka
   rebalance_in_progress: 27, // REBALANCE_IN_PROGRESS
   inconsistent_group_protocol: 23, // INCONSISTENT_GROUP_PROTOCOL
+  not_leader: 6, // NOT_LEADER_OR_FOLLOWER
+  not_enough_replicas: 19, // NOT_ENOUGH_REPLICAS
+  fenced_leader_epoch: 74, // FENCED_LEADER_EPOCH
   // Durable Streams rows: a stream's topic is a topic, so a Kafka produce to a closed stream
   // meets stream_closed; the rest come from /v1/stream/ routes and map to the nearest meaning.
   stream_not_found: 3, // UNKNOWN_TOPIC_OR_PARTITION

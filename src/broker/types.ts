@@ -53,6 +53,16 @@ export interface TopicConfig {
    * id, then the encoded value) or "json" (plain JSON text, valid under the subject's latest version).
    */
   schema_format?: SchemaFormat;
+  /**
+   * Cluster mode (docs/cluster.md "Topics"): how many brokers hold each partition (1 to 16;
+   * default min(3, live brokers)). Fixed at creation. Single-node mode stores it and keeps one copy.
+   */
+  replication_factor?: number;
+  /**
+   * Cluster mode: the fewest in-sync replicas with which a write is acknowledged (1 to
+   * replication_factor; default min(2, replication_factor)). Fixed at creation.
+   */
+  min_insync_replicas?: number;
 }
 
 /** How a topic's checked keys and values are encoded (`schema_format`). */
@@ -270,6 +280,40 @@ export interface CleanupReport {
   partitions: { partition: number; retention: object; compaction: object }[];
 }
 
+/** A broker of the cluster as {@link ClusterMetadata} lists it. */
+export interface ClusterBrokerInfo {
+  node_id: number;
+  /** `host:port` of its TCP listener (`--advertise-tcp`). */
+  tcp: string;
+  /** Base URL of its HTTP listener (`--advertise-http`). */
+  http: string;
+}
+
+/** One partition's replication state (docs/cluster.md "Partition state"). */
+export interface ClusterPartitionInfo {
+  partition: number;
+  /** Node id of the leader, −1 while the partition is offline. */
+  leader: number;
+  leader_epoch: number;
+  replicas: number[];
+  isr: number[];
+  elr: number[];
+}
+
+/**
+ * What a broker in cluster mode knows of the cluster (`Broker.clusterMetadata`): the live
+ * brokers, the controller, and every topic's partitions with leaders. Clients route by it.
+ */
+export interface ClusterMetadata {
+  cluster_id: string;
+  /** The node id of the broker that answered. */
+  node_id: number;
+  /** Node id of the controller, −1 while there is none. */
+  controller: number;
+  brokers: ClusterBrokerInfo[];
+  topics: { name: string; partitions: ClusterPartitionInfo[] }[];
+}
+
 /** The operations both front doors offer. */
 export interface Broker {
   /** Creates a topic and its partition directories durably. @throws topic_exists, invalid_topic_name, invalid_config. */
@@ -280,6 +324,11 @@ export interface Broker {
   describeTopic(name: string): Promise<TopicDescription>;
   /** Deletes a topic and its data. @throws topic_not_found. */
   deleteTopic(name: string): Promise<void>;
+  /**
+   * Cluster mode only (absent in single-node mode): brokers, controller and per-partition leaders
+   * of `topics` (every topic when absent). @throws topic_not_found for a named topic that does not exist.
+   */
+  clusterMetadata?(topics?: readonly string[]): Promise<ClusterMetadata>;
   /**
    * Appends a batch; resolves once it is durable (with `--flush-every-records 1`, after the fsync
    * that covers it). All records of the request are appended or none is.

@@ -61,6 +61,16 @@ import { Mirror } from "../mirror/mirror.ts";
 import { TcpClient } from "../client/client.ts";
 import { clientTlsOptions, readApiKey } from "./connection.ts";
 import type { ConnectionOptions } from "node:tls";
+import { readFileSync } from "node:fs";
+import { hostPort } from "./args.ts";
+import { EtcdHttpClient, parseEtcdUrl } from "../runtime/etcd.ts";
+import { ClusterNode } from "../cluster/node.ts";
+import { clusterBroker } from "../cluster/cluster-broker.ts";
+import { defaultClusterPrefix } from "../cluster/membership.ts";
+import { Prng } from "../lib/prng.ts";
+import type { Broker } from "../broker/types.ts";
+import { writeFileAtomic } from "../storage/metadata.ts";
+import { utf8 } from "../lib/bytes.ts";
 
 /** Help text of `es-broker serve`. */
 export const serveHelp = `Usage: es-broker serve [options]
@@ -122,6 +132,14 @@ Options:
   --log-level LEVEL           debug | info | warn | error (default info); logs are JSON lines on stderr
   -h, --help                  show this help
 
+Cluster mode (docs/cluster.md; off unless --cluster is given):
+  --cluster etcd://H:P[,H:P]  join the cluster coordinated by this etcd (its client endpoints)
+  --node-id N                 this broker's node id, 0 to 2147483647, unique in the cluster
+  --advertise-tcp HOST:PORT   the TCP address other brokers and clients reach this broker at
+  --advertise-http URL        the HTTP base URL clients are redirected to (http://HOST:PORT)
+  --cluster-secret-file FILE  the broker credential brokers present to each other (replica
+                              fetch); the same file on every broker, never on the command line
+
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
 port needs an API key, except GET /healthz and GET /readyz; Kafka clients use SASL/PLAIN (user = the key's name
 or id, password = the key). A key file that cannot be read refuses the start.
@@ -171,6 +189,11 @@ export async function serve(argv: string[]): Promise<number> {
       "tls-handshake-timeout-ms": { type: "string" },
       "metrics-port": { type: "string" },
       "log-level": { type: "string", default: "info" },
+      cluster: { type: "string" },
+      "node-id": { type: "string" },
+      "advertise-tcp": { type: "string" },
+      "advertise-http": { type: "string" },
+      "cluster-secret-file": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -261,6 +284,7 @@ export async function serve(argv: string[]): Promise<number> {
     Number.MAX_SAFE_INTEGER,
   );
   const mirror = mirrorSettings(values);
+  const cluster = clusterSettings(values);
   const level = values["log-level"] as LogLevel;
   if (!["debug", "info", "warn", "error"].includes(level))
     throw new UsageError(
@@ -416,6 +440,19 @@ export async function serve(argv: string[]): Promise<number> {
     lock.release();
     throw err;
   }
+  let node: ClusterNode | null = null;
+  let front: Broker = broker;
+  if (cluster !== null) {
+    try {
+      node = await startClusterNode(cluster, broker, dataDir, nodeFs, logger);
+      front = clusterBroker(broker, node);
+    } catch (err) {
+      await closeEarly();
+      await broker.close();
+      lock.release();
+      throw err;
+    }
+  }
   let mirrorTask: Mirror | null = null;
   if (mirror !== null) {
     mirrorTask = new Mirror({
@@ -448,7 +485,7 @@ export async function serve(argv: string[]): Promise<number> {
       throw err;
     }
   }
-  const access = new AccessControl({ broker, keys, logger, refusals });
+  const access = new AccessControl({ broker: front, keys, logger, refusals });
   let kafka: Awaited<ReturnType<typeof startKafkaListener>> | null = null;
   const httpDoor = new FrontDoorMetrics(metrics, "http");
   const tcpDoor = new FrontDoorMetrics(metrics, "tcp");
@@ -472,7 +509,7 @@ export async function serve(argv: string[]): Promise<number> {
     });
   try {
     tcp = createTcpTransport({
-      broker,
+      broker: front,
       access,
       clock: systemClock,
       logger,
@@ -487,7 +524,7 @@ export async function serve(argv: string[]): Promise<number> {
     );
     if (kafkaPort !== null)
       kafka = await startKafkaListener({
-        broker,
+        broker: front,
         access,
         logger,
         refusals,
@@ -521,6 +558,7 @@ export async function serve(argv: string[]): Promise<number> {
     await listener?.close().catch(() => {});
     await kafka?.close().catch(() => {});
     await mirrorTask?.stop();
+    await node?.close();
     await broker.close();
     lock.release();
     throw err;
@@ -529,7 +567,7 @@ export async function serve(argv: string[]): Promise<number> {
   const tlsShown = tlsMaterial === undefined ? "off" : tlsMaterial.mutual ? "mutual" : "on";
   const metricsShown =
     metricsServer === undefined ? "" : ` metrics=http://127.0.0.1:${metricsServer.port}/metrics`;
-  const listening = `es-broker ${version} (${runtime}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port}${kafka === null ? "" : ` kafka=${shownHost}:${kafka.port}`} data=${dataDir} tls=${tlsShown} auth=${keys.enabled ? "on" : "off"}${metricsShown}\n`;
+  const listening = `es-broker ${version} (${runtime}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port}${kafka === null ? "" : ` kafka=${shownHost}:${kafka.port}`} data=${dataDir} tls=${tlsShown} auth=${keys.enabled ? "on" : "off"}${metricsShown}${node === null ? "" : ` cluster=${node.membership.clusterId} node=${node.membership.nodeId}`}\n`;
 
   // SIGHUP: new TLS material for new connections, api_keys.json again; failures keep the old.
   let reloading = Promise.resolve();
@@ -580,6 +618,8 @@ export async function serve(argv: string[]): Promise<number> {
           await reloading;
           await keys.close();
           await mirrorTask?.stop();
+          // Leaving first: the lease is revoked, so the controller moves leadership at once.
+          await node?.close();
           await broker.close();
           lock.release();
         } catch (err) {
@@ -664,4 +704,142 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
       "tls-key": values["mirror-tls-key"] as string | undefined,
     }),
   };
+}
+
+/** What `--cluster` and its companions ask for, checked. */
+interface ClusterSettings {
+  endpoints: string[];
+  nodeId: number;
+  advertiseTcp: string;
+  advertiseHttp: string;
+  /** The broker credential's bytes (never logged, never in argv or the data directory). */
+  secret: Uint8Array | undefined;
+}
+
+/**
+ * Reads the cluster options (null without `--cluster`).
+ * @throws UsageError naming the missing or bad option.
+ */
+function clusterSettings(values: Record<string, unknown>): ClusterSettings | null {
+  const url = values.cluster as string | undefined;
+  const companions = ["node-id", "advertise-tcp", "advertise-http", "cluster-secret-file"];
+  if (url === undefined) {
+    const stray = companions.find((o) => values[o] !== undefined);
+    if (stray !== undefined)
+      throw new UsageError(`--${stray} needs --cluster etcd://HOST:PORT[,HOST:PORT...]`);
+    return null;
+  }
+  let endpoints: string[];
+  try {
+    endpoints = parseEtcdUrl(url);
+  } catch (err) {
+    throw new UsageError(errorMessage(err));
+  }
+  for (const o of ["node-id", "advertise-tcp", "advertise-http"])
+    if (values[o] === undefined)
+      throw new UsageError(
+        `--cluster needs --${o} (${o === "node-id" ? "this broker's unique node id" : o === "advertise-tcp" ? "the HOST:PORT other brokers and clients reach this broker's TCP port at" : "the http://HOST:PORT URL clients reach this broker's HTTP port at"})`,
+      );
+  const nodeId = intOption("node-id", values["node-id"] as string, 0, 0, 2_147_483_647);
+  const tcp = hostPort("advertise-tcp", values["advertise-tcp"] as string);
+  const http = values["advertise-http"] as string;
+  let parsed: URL | null = null;
+  try {
+    parsed = new URL(http);
+  } catch {}
+  if (
+    parsed === null ||
+    !/^https?:$/.test(parsed.protocol) ||
+    parsed.pathname !== "/" ||
+    parsed.search !== "" ||
+    !/^https?:\/\/[^/]+\/?$/.test(http)
+  )
+    throw new UsageError(
+      `--advertise-http must be a base URL such as http://HOST:PORT, got ${JSON.stringify(http)}`,
+    );
+  let secret: Uint8Array | undefined;
+  const secretFile = values["cluster-secret-file"] as string | undefined;
+  if (secretFile !== undefined) {
+    let text: string;
+    try {
+      text = readFileSync(secretFile, "utf8").trim();
+    } catch (err) {
+      throw new UsageError(
+        `--cluster-secret-file ${JSON.stringify(secretFile)} cannot be read: ${(err as { code?: string }).code ?? errorMessage(err)}`,
+      );
+    }
+    if (text.length < 16)
+      throw new UsageError(
+        `--cluster-secret-file ${JSON.stringify(secretFile)} must hold at least 16 characters (e.g. openssl rand -hex 32)`,
+      );
+    secret = utf8(text);
+  }
+  return {
+    endpoints,
+    nodeId,
+    advertiseTcp: `${tcp.host.includes(":") ? `[${tcp.host}]` : tcp.host}:${tcp.port}`,
+    advertiseHttp: http.replace(/\/$/, ""),
+    secret,
+  };
+}
+
+/** The data directory's record of the cluster it belongs to (docs/cluster.md "Membership"). */
+export const clusterFileName = "cluster.json";
+
+/**
+ * Joins the cluster: reads `cluster.json` (or makes a new data directory id), writes it before the
+ * first registration, and starts the node (retrying while etcd cannot be reached).
+ * @throws ClusterJoinError for a refusal (its message names the fix).
+ */
+async function startClusterNode(
+  settings: ClusterSettings,
+  broker: LocalBroker,
+  dataDir: string,
+  fs: NodeFileSystem,
+  logger: ReturnType<typeof jsonLineLogger>,
+): Promise<ClusterNode> {
+  const path = `${dataDir}/${clusterFileName}`;
+  let recorded: { cluster_id: string; node_id: number; data_dir_id: string } | null = null;
+  try {
+    recorded = JSON.parse(readFileSync(path, "utf8"));
+  } catch (err) {
+    if ((err as { code?: string }).code !== "ENOENT")
+      throw new Error(`Cannot read ${path}: ${errorMessage(err)}`);
+  }
+  if (
+    recorded !== null &&
+    (typeof recorded.cluster_id !== "string" ||
+      !Number.isSafeInteger(recorded.node_id) ||
+      typeof recorded.data_dir_id !== "string")
+  )
+    throw new Error(`Cannot read ${path}: it must hold cluster_id, node_id and data_dir_id`);
+  const randomHex = () => Buffer.from(systemKeyCrypto.randomBytes(16)).toString("hex");
+  const dataDirId = recorded?.data_dir_id ?? randomHex();
+  const etcd = new EtcdHttpClient(settings.endpoints, { logger });
+  const seed = Buffer.from(systemKeyCrypto.randomBytes(6)).readUIntBE(0, 6);
+  try {
+    return await ClusterNode.start({
+      etcd,
+      clock: systemClock,
+      prng: new Prng(seed),
+      logger,
+      prefix: defaultClusterPrefix,
+      nodeId: settings.nodeId,
+      advertise: { tcp: settings.advertiseTcp, http: settings.advertiseHttp },
+      dataDirId,
+      dataDir:
+        recorded === null ? null : { clusterId: recorded.cluster_id, nodeId: recorded.node_id },
+      newClusterId: randomHex(),
+      broker,
+      beforeRegister: async (clusterId) => {
+        if (recorded?.cluster_id === clusterId && recorded.node_id === settings.nodeId) return;
+        const record = { cluster_id: clusterId, node_id: settings.nodeId, data_dir_id: dataDirId };
+        await writeFileAtomic(fs, path, utf8(`${JSON.stringify(record, null, 2)}\n`));
+        recorded = record;
+      },
+    });
+  } catch (err) {
+    await etcd.close();
+    throw err;
+  }
 }

@@ -65,6 +65,12 @@ export interface JoinOptions {
   leaseTtlSeconds?: number;
   /** Longest pause between two attempts while etcd is unreachable, in ms. Default 5000. */
   retryMaxMs?: number;
+  /**
+   * Called with the cluster id once the identity checks passed and before the broker first
+   * registers: the data directory records the cluster it joins (`cluster.json`) before anyone
+   * can see it as a member. A rejection stops the join.
+   */
+  beforeRegister?: (clusterId: string) => Promise<void>;
 }
 
 /** Default prefix of the cluster's keys in etcd. */
@@ -327,6 +333,7 @@ export async function joinCluster(
   for (let attempt = 1; ; attempt++) {
     try {
       const clusterId = await clusterIdentity(options);
+      await options.beforeRegister?.(clusterId);
       const joined = await register(options, clusterId, ttlSeconds);
       return new Membership(options, {
         clusterId,

@@ -407,6 +407,13 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     // A key revoked while its request ran (auth.ts answers the other 401s itself).
     if (error.kind === Errors.unauthenticated || error.kind === Errors.keyRevoked)
       c.header("www-authenticate", 'Bearer realm="es-broker", error="invalid_token"');
+    // Cluster mode: the same request on the partition's leader (docs/cluster.md "Clients").
+    const leaderHttp = error.details?.leader_http;
+    if (error.kind === Errors.notLeader && typeof leaderHttp === "string") {
+      const url = new URL(c.req.url);
+      c.header("location", `${leaderHttp}${url.pathname}${url.search}`);
+      return c.json(errorBody(error), 307);
+    }
     return c.json(errorBody(error), error.kind.http as ContentfulStatusCode);
   });
 
@@ -544,6 +551,16 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   app.get("/v1/topics", async (c) => {
     const topics = await broker.listTopics();
     return c.json({ topics: topics.map(topicJson) });
+  });
+
+  app.get("/v1/cluster", async (c) => {
+    if (broker.clusterMetadata === undefined)
+      throw new BrokerError(
+        Errors.notFound,
+        "Cannot GET /v1/cluster: this broker runs as a single node (serve --cluster joins a cluster)",
+      );
+    const topics = c.req.queries("topic");
+    return c.json(await broker.clusterMetadata(topics));
   });
 
   app.get("/v1/topics/:topic", async (c) => {

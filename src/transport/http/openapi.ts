@@ -147,6 +147,12 @@ const schemas: Record<string, Schema> = {
         description: "Records' keys must match this subject (absent: unchecked).",
       },
       schema_format: { type: "string", enum: ["confluent", "json"] },
+      replication_factor: integer(1, 16, "Cluster mode: brokers holding each partition."),
+      min_insync_replicas: integer(
+        1,
+        16,
+        "Cluster mode: fewest in-sync replicas that acknowledge a write.",
+      ),
     },
     required: [
       "segment_bytes",
@@ -176,9 +182,49 @@ const schemas: Record<string, Schema> = {
       value_schema_subject: { type: ["string", "null"], description: "null removes it." },
       key_schema_subject: { type: ["string", "null"], description: "null removes it." },
       schema_format: { type: ["string", "null"], enum: ["confluent", "json", null] },
+      replication_factor: {
+        type: "integer",
+        description: "Cluster mode: set at creation (default min(3, live brokers)), fixed after.",
+      },
+      min_insync_replicas: {
+        type: "integer",
+        description:
+          "Cluster mode: set at creation (default min(2, replication_factor)), fixed after.",
+      },
     },
     additionalProperties: false,
   },
+  ClusterMetadata: exact(
+    {
+      cluster_id: { type: "string" },
+      node_id: integer(0, 2_147_483_647, "The broker that answered."),
+      controller: integer(-1, 2_147_483_647, "The controller's node id, −1 while none."),
+      brokers: array(
+        exact({
+          node_id: integer(0, 2_147_483_647),
+          tcp: { type: "string", description: "HOST:PORT (--advertise-tcp)." },
+          http: { type: "string", description: "Base URL (--advertise-http)." },
+        }),
+        "Live brokers, by node id.",
+      ),
+      topics: array(
+        exact({
+          name: { type: "string" },
+          partitions: array(
+            exact({
+              partition: integer(0, partitionsMax - 1),
+              leader: integer(-1, 2_147_483_647, "−1 while the partition is offline."),
+              leader_epoch: integer(0, Number.MAX_SAFE_INTEGER),
+              replicas: array(integer(0, 2_147_483_647)),
+              isr: array(integer(0, 2_147_483_647), "In-sync replicas."),
+              elr: array(integer(0, 2_147_483_647), "Eligible leader replicas."),
+            }),
+          ),
+        }),
+      ),
+    },
+    "Cluster mode: brokers, controller, and per-partition leaders (docs/cluster.md).",
+  ),
   PartitionInfo: exact({
     partition: integer(0, partitionsMax - 1),
     log_start_offset: offset,
@@ -553,7 +599,8 @@ const statusText: Record<number, string> = {
   416: "Offset below the log start offset or above the high watermark (offset_out_of_range).",
   431: "Request line and headers over 16 KiB (headers_too_large; Node and Bun).",
   500: "A bug (internal), logged.",
-  503: "Recovering at start, shutting down, a topic being deleted, or a fenced partition (unavailable, partition_fenced).",
+  307: "Cluster mode: another broker leads the partition (not_leader); Location is the same request on the leader (curl -L follows it).",
+  503: "Cluster mode: no leader now, or too few in-sync replicas (not_leader, not_enough_replicas). Also: recovering at start, shutting down, a topic being deleted, or a fenced partition (unavailable, partition_fenced).",
   507: "A write failed and was cut off, e.g. the disk is full (storage_error).",
 };
 
@@ -1196,6 +1243,22 @@ export const openApiDocument = {
         errors: [409, 507],
       }),
     },
+    "/v1/cluster": {
+      get: operation({
+        operationId: "clusterMetadata",
+        summary:
+          "Cluster mode: live brokers, the controller, and every topic's partition leaders (404 in single-node mode).",
+        parameters: [
+          queryParam(
+            "topic",
+            { type: "string" },
+            "Only this topic (repeatable); default every topic.",
+          ),
+        ],
+        ok: { 200: json(ref("ClusterMetadata"), "What this broker knows of the cluster.") },
+        errors: [404],
+      }),
+    },
     "/v1/topics/{topic}": {
       get: operation({
         operationId: "describeTopic",
@@ -1270,7 +1333,7 @@ export const openApiDocument = {
           },
         },
         ok: { 200: json(ref("ProduceAnswer"), "Where each record went, in request order.") },
-        errors: [404, 409, 422, 507],
+        errors: [307, 404, 409, 422, 507],
       }),
     },
     "/v1/topics/{topic}/partitions/{partition}/records": {
@@ -1299,7 +1362,7 @@ export const openApiDocument = {
           encodingQuery,
         ],
         ok: { 200: json(ref("FetchAnswer"), "Records and the partition's bounds.") },
-        errors: [404, 416],
+        errors: [307, 404, 416],
       }),
     },
     "/v1/topics/{topic}/partitions/{partition}/stream": {
@@ -1327,7 +1390,7 @@ export const openApiDocument = {
             content: { "text/event-stream": { schema: { type: "string" } } },
           },
         },
-        errors: [404, 416],
+        errors: [307, 404, 416],
       }),
     },
     "/v1/admin/metrics": {

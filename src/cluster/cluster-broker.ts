@@ -1,0 +1,153 @@
+/**
+ * The broker the front doors (HTTP, TCP, Kafka) call in cluster mode (docs/cluster.md "Topics",
+ * "Clients"): the local broker, with the topic operations going through etcd ({@link ClusterNode})
+ * and with partitions this broker does not lead refused as `not_leader`, naming the leader.
+ *
+ * - createTopic / deleteTopic / updateTopicConfig write etcd (one transaction); every replica
+ *   applies the change locally when it sees it. The answer comes once this broker has.
+ * - listTopics / describeTopic list every topic of the cluster: the local description where this
+ *   broker holds a replica, else the config with empty partitions (offsets 0: ask the leader).
+ * - produce to an explicit partition, fetch and listOffsets check the leader in the cluster's
+ *   partition state first; the replication layer (`broker/replication.ts`) checks again, with
+ *   its own, authoritative view, inside the broker.
+ * - clusterMetadata: brokers, controller, leaders ({@link ClusterNode.metadata}).
+ * - Everything else (groups, streams, producers) goes to the local broker as it is.
+ */
+import { mergeTopicConfig, validatePartitionCount, validateTopicName } from "../broker/config.ts";
+import { defaultTopicConfig } from "../broker/config.ts";
+import { BrokerError, Errors } from "../broker/errors.ts";
+import type {
+  Broker,
+  ClusterMetadata,
+  CreateTopicRequest,
+  FetchRequest,
+  FetchResult,
+  ProduceRequest,
+  ProduceResult,
+  TopicConfig,
+  TopicDescription,
+} from "../broker/types.ts";
+import type { ClusterNode } from "./node.ts";
+import { noLeader } from "./partition-state.ts";
+
+/**
+ * Builds the cluster-mode broker around `local`. The result has every method `local` has
+ * (optional ones included), so the front doors see the same capabilities.
+ */
+export function clusterBroker(local: Broker, node: ClusterNode): Broker {
+  const leaderCheck = (topic: string, partition: number): void => {
+    const state = node.partitionState(topic, partition);
+    if (state === undefined) return; // not a cluster topic (or no such partition): the broker says
+    const me = node.membership.nodeId;
+    if (state.leader === me) return;
+    const leader = state.leader === noLeader ? undefined : node.brokers.get(state.leader);
+    throw new BrokerError(
+      Errors.notLeader,
+      state.leader === noLeader
+        ? `Cannot serve ${topic}/${partition} on node ${me}: the partition has no leader now (its replicas ${state.replicas.join(", ")} are down or behind); retry later`
+        : `Cannot serve ${topic}/${partition} on node ${me}: node ${state.leader} leads it${leader === undefined ? "" : ` (tcp ${leader.tcp}, http ${leader.http})`}`,
+      {
+        leader: state.leader,
+        leader_epoch: state.leader_epoch,
+        ...(leader === undefined ? {} : { leader_tcp: leader.tcp, leader_http: leader.http }),
+      },
+    );
+  };
+
+  const describeRemote = (name: string, config: TopicConfig): TopicDescription => {
+    const count = node.metadata([name]).topics[0].partitions.length;
+    return {
+      name,
+      config,
+      partitions: Array.from({ length: count }, (_, partition) => ({
+        partition,
+        logStartOffset: 0,
+        highWatermark: 0,
+        sizeBytes: 0,
+        segmentCount: 0,
+        fenced: false,
+      })),
+    };
+  };
+
+  const describe = async (name: string): Promise<TopicDescription> => {
+    const config = node.topicConfig(name);
+    if (config === undefined || !node.holds(name)) {
+      if (config === undefined) return local.describeTopic(name);
+      return describeRemote(name, config);
+    }
+    return local.describeTopic(name);
+  };
+
+  const overrides: Partial<Broker> = {
+    async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
+      const name = validateTopicName(request.name);
+      const partitions = validatePartitionCount(request.partitions);
+      const config = mergeTopicConfig(defaultTopicConfig, request.config);
+      await node.createTopic(name, partitions, config);
+      return describe(name);
+    },
+    async deleteTopic(name: string): Promise<void> {
+      if (node.topicConfig(name) === undefined) return local.deleteTopic(name);
+      await node.deleteTopic(name);
+    },
+    async listTopics(): Promise<TopicDescription[]> {
+      const locals = new Map((await local.listTopics()).map((t) => [t.name, t]));
+      const names = new Set([...locals.keys(), ...node.topicNames()]);
+      const out: TopicDescription[] = [];
+      for (const name of [...names].sort()) {
+        const config = node.topicConfig(name);
+        const l = locals.get(name);
+        if (l !== undefined) out.push(l);
+        else if (config !== undefined) out.push(describeRemote(name, config));
+      }
+      return out;
+    },
+    describeTopic: describe,
+    async produce(request: ProduceRequest): Promise<ProduceResult> {
+      if (request.partition !== undefined && request.partition >= 0 && !request.partitions)
+        leaderCheck(request.topic, request.partition);
+      else if (node.topicConfig(request.topic) !== undefined && !node.holds(request.topic))
+        throw new BrokerError(
+          Errors.notLeader,
+          `Cannot produce to ${request.topic} on node ${node.membership.nodeId}: it holds no replica of the topic; send each partition's records to its leader (cluster metadata)`,
+          { leader: -1 },
+        );
+      return local.produce(request);
+    },
+    async fetch(request: FetchRequest): Promise<FetchResult> {
+      leaderCheck(request.topic, request.partition);
+      return local.fetch(request);
+    },
+    async listOffsets(request: { topic: string; partition: number }) {
+      leaderCheck(request.topic, request.partition);
+      return local.listOffsets(request);
+    },
+    async clusterMetadata(topics?: readonly string[]): Promise<ClusterMetadata> {
+      return node.metadata(topics);
+    },
+  };
+  if (local.updateTopicConfig !== undefined) {
+    overrides.updateTopicConfig = async (name: string, patch: Record<string, unknown>) => {
+      const config = node.topicConfig(name);
+      if (config === undefined) return local.updateTopicConfig!(name, patch);
+      for (const key of ["replication_factor", "min_insync_replicas"])
+        if (Object.hasOwn(patch ?? {}, key) && patch[key] !== config[key as keyof TopicConfig])
+          throw new BrokerError(
+            Errors.invalidConfig,
+            `Invalid topic config "${key}": it is fixed when the topic is created (${config[key as keyof TopicConfig]})`,
+          );
+      const next = mergeTopicConfig(config, patch);
+      await node.updateTopicConfig(name, next);
+      return describe(name);
+    };
+  }
+  return new Proxy(local, {
+    get(target, prop) {
+      if (Object.hasOwn(overrides, prop)) return overrides[prop as keyof Broker];
+      // The target as receiver: LocalBroker's getters read private fields.
+      const v = Reflect.get(target, prop, target);
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+}

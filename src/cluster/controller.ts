@@ -1,0 +1,422 @@
+/**
+ * The controller (docs/cluster.md "Controller"): one broker at a time, elected through etcd,
+ * chooses partition leaders when brokers come and go.
+ *
+ * Election: the key `controller` is created if absent (`create_revision` = 0) on the candidate's
+ * membership lease. Its `create_revision` is the **controller epoch**: every write the controller
+ * makes compares it, so a controller that was deposed (its lease expired, another took over)
+ * can write nothing. Every broker watches the key and campaigns again when it is deleted.
+ *
+ * What it does while elected, on every change of `brokers/` (a registration gone, or a new
+ * incarnation: the broker restarted), of `log_ends/` (a restarted broker published its log ends),
+ * on a partition's creation, and every `resyncMs`: lists `partitions/` and applies
+ * {@link controllerUpdate} to each, one transaction per partition comparing the partition key's
+ * `mod_revision` and the controller epoch. A broker is "gone" for a partition when it is not
+ * registered, or registered with another incarnation than the one recorded in `incarnations`
+ * (written by the controller after each pass, so a new controller knows who restarted meanwhile).
+ *
+ * Time and randomness come through {@link Clock} and {@link Prng} (layer rule): the controller
+ * can be driven by a simulation with an in-memory {@link Etcd}.
+ */
+import type { Clock, Timer } from "../lib/clock.ts";
+import { errorMessage } from "../lib/errors.ts";
+import type { Logger } from "../lib/logger.ts";
+import type { Prng } from "../lib/prng.ts";
+import type { Etcd, EtcdEvent, EtcdKeyValue, EtcdWatch } from "./etcd.ts";
+import { controllerKey, incarnationsKey, parsePartitionKey } from "./keys.ts";
+import { type BrokerRegistration, parseRegistration } from "./membership.ts";
+import {
+  controllerUpdate,
+  formatPartitionState,
+  type PartitionState,
+  parsePartitionState,
+} from "./partition-state.ts";
+
+/** The value of the `controller` key. */
+export interface ControllerRecord {
+  node_id: number;
+  incarnation: string;
+}
+
+/** Options of {@link Controller}. */
+export interface ControllerOptions {
+  etcd: Etcd;
+  clock: Clock;
+  /** Jitter of retry pauses. */
+  prng: Prng;
+  logger: Logger;
+  /** Key prefix of the cluster, without a trailing slash. */
+  prefix: string;
+  nodeId: number;
+  /** The broker's current membership lease id (its incarnation); the controller key lives on it. */
+  lease: () => string;
+  /** How often an elected controller goes over every partition even without a change, ms. Default 10000. */
+  resyncMs?: number;
+  /** Pause before retrying after etcd failed, ms (jittered ±20 %). Default 500. */
+  retryMs?: number;
+}
+
+/** The controller's published log end of one replica, for ELR leaders. */
+interface LogEnds {
+  incarnation: string;
+  log_end_offsets: Record<string, number>;
+}
+
+/** Reads a `log_ends/<node>` value, or null if it is not one. */
+function parseLogEnds(text: string): LogEnds | null {
+  try {
+    const v = JSON.parse(text) as LogEnds;
+    if (typeof v?.incarnation !== "string" || typeof v.log_end_offsets !== "object") return null;
+    return v;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * One broker's candidacy for, and term as, the controller. {@link start} campaigns; the instance
+ * keeps campaigning whenever the key goes, until {@link close}.
+ */
+export class Controller {
+  readonly #o: ControllerOptions;
+  readonly #prefix: string;
+  /** The controller epoch while this broker is the controller, else null. */
+  #epoch: number | null = null;
+  #current: ControllerRecord | null = null;
+  #closed = false;
+  #watches: EtcdWatch[] = [];
+  #brokerWatch: EtcdWatch | null = null;
+  #timer: Timer | null = null;
+  /** The serial queue every campaign and pass runs on (one at a time, in order). */
+  #queue: Promise<void> = Promise.resolve();
+  #passWanted = false;
+  #passes = 0;
+  readonly #listeners = new Set<() => void>();
+
+  constructor(options: ControllerOptions) {
+    this.#o = options;
+    this.#prefix = options.prefix;
+  }
+
+  /** The controller epoch (the `controller` key's create_revision) while this broker holds it. */
+  get epoch(): number | null {
+    return this.#epoch;
+  }
+
+  /** Whether this broker is the controller (as far as it knows). */
+  get isController(): boolean {
+    return this.#epoch !== null;
+  }
+
+  /** The controller the key names, as last seen (this broker or another), or null. */
+  get current(): ControllerRecord | null {
+    return this.#current;
+  }
+
+  /** Passes over the partitions completed while elected (for tests and status). */
+  get passes(): number {
+    return this.#passes;
+  }
+
+  /** Calls `fn` after every change of {@link current} or {@link isController}, and after every pass. */
+  onChange(fn: () => void): () => void {
+    this.#listeners.add(fn);
+    return () => this.#listeners.delete(fn);
+  }
+
+  #changed(): void {
+    for (const fn of this.#listeners) fn();
+  }
+
+  /** Starts campaigning (resolves once the first campaign has run; the rest runs in the background). */
+  async start(): Promise<void> {
+    const key = controllerKey(this.#prefix);
+    const { revision } = await this.#o.etcd.list(key);
+    this.#watches.push(
+      this.#o.etcd.watch(
+        { key, startRevision: revision + 1 },
+        {
+          onEvents: (events) => {
+            const last = events[events.length - 1];
+            if (last.type === "delete") {
+              this.#current = null;
+              if (this.#epoch !== null) this.#deposed("the controller key was deleted");
+              this.#enqueue(() => this.#campaign());
+            } else this.#current = this.#parseRecord(last.kv);
+            this.#changed();
+          },
+          onCompacted: () => this.#enqueue(() => this.#campaign()),
+        },
+      ),
+    );
+    await this.#enqueue(() => this.#campaign());
+    this.#schedule();
+  }
+
+  #parseRecord(kv: EtcdKeyValue): ControllerRecord | null {
+    try {
+      return JSON.parse(kv.value) as ControllerRecord;
+    } catch {
+      return null;
+    }
+  }
+
+  #enqueue(task: () => Promise<void>): Promise<void> {
+    const run = this.#queue.then(async () => {
+      if (this.#closed) return;
+      try {
+        await task();
+      } catch (err) {
+        this.#o.logger.log("warn", "cluster.controller_failed", {
+          node_id: this.#o.nodeId,
+          error: errorMessage(err),
+        });
+        this.#retrySoon();
+      }
+    });
+    this.#queue = run;
+    return run;
+  }
+
+  #retrySoon(): void {
+    if (this.#closed) return;
+    const base = this.#o.retryMs ?? 500;
+    const wait = Math.round(base * (0.8 + (0.4 * this.#o.prng.nextU32()) / 2 ** 32));
+    this.#o.clock.setTimer(wait, () => {
+      this.#enqueue(() => (this.#epoch === null ? this.#campaign() : this.#pass()));
+    });
+  }
+
+  #schedule(): void {
+    if (this.#closed) return;
+    this.#timer = this.#o.clock.setTimer(this.#o.resyncMs ?? 10_000, () => {
+      if (this.#epoch !== null) this.#requestPass();
+      else if (this.#current === null) this.#enqueue(() => this.#campaign());
+      this.#schedule();
+    });
+  }
+
+  /** Creates the key if absent; on success becomes the controller and starts its work. */
+  async #campaign(): Promise<void> {
+    if (this.#epoch !== null) return;
+    const { etcd, nodeId } = this.#o;
+    const key = controllerKey(this.#prefix);
+    const lease = this.#o.lease();
+    const record: ControllerRecord = { node_id: nodeId, incarnation: lease };
+    const result = await etcd.txn({
+      compare: [{ key, target: "create_revision", result: "equal", number: 0 }],
+      success: [{ put: { key, value: JSON.stringify(record), lease } }, { get: { key } }],
+      failure: [{ get: { key } }],
+    });
+    const kv = result.reads[0]?.[0];
+    if (!result.succeeded) {
+      this.#current = kv === undefined ? null : this.#parseRecord(kv);
+      // Our own key from an earlier term on this same lease (a retry after an indeterminate write).
+      if (kv !== undefined && kv.lease === lease && this.#current?.node_id === nodeId) {
+        this.#elected(kv.createRevision);
+      } else if (kv === undefined) {
+        this.#retrySoon();
+      }
+      this.#changed();
+      return;
+    }
+    this.#current = record;
+    this.#elected(kv?.createRevision ?? result.revision);
+    this.#changed();
+  }
+
+  #elected(epoch: number): void {
+    this.#epoch = epoch;
+    this.#o.logger.log("info", "cluster.controller_elected", {
+      node_id: this.#o.nodeId,
+      controller_epoch: epoch,
+    });
+    this.#watchForPasses();
+  }
+
+  #deposed(reason: string): void {
+    this.#o.logger.log("warn", "cluster.controller_deposed", {
+      node_id: this.#o.nodeId,
+      controller_epoch: this.#epoch,
+      reason,
+    });
+    this.#epoch = null;
+    const w = this.#brokerWatch;
+    this.#brokerWatch = null;
+    void w?.cancel();
+  }
+
+  /** Watches the whole prefix for what a controller acts on (brokers, log ends, new partitions). */
+  #watchForPasses(): void {
+    const p = this.#prefix;
+    void (async () => {
+      const { revision } = await this.#o.etcd.list(controllerKey(p));
+      if (this.#epoch === null || this.#closed) return;
+      this.#brokerWatch = this.#o.etcd.watch(
+        { key: `${p}/`, prefix: true, startRevision: revision + 1 },
+        {
+          onEvents: (events) => {
+            if (events.some((e) => this.#relevant(e))) this.#requestPass();
+          },
+          onCompacted: () => {
+            if (this.#epoch !== null) this.#watchForPasses();
+          },
+        },
+      );
+      // After the watch exists: the pass reads at or after its start, so nothing falls between.
+      this.#requestPass();
+    })().catch(() => this.#retrySoon());
+  }
+
+  #relevant(e: EtcdEvent): boolean {
+    const k = e.kv.key;
+    const p = this.#prefix;
+    if (k.startsWith(`${p}/brokers/`) || k.startsWith(`${p}/log_ends/`)) return true;
+    return e.type === "put" && e.kv.version === 1 && parsePartitionKey(p, k) !== null;
+  }
+
+  /** Asks for a pass over every partition; passes asked for while one waits are one pass. */
+  #requestPass(): void {
+    if (this.#passWanted) return;
+    this.#passWanted = true;
+    void this.#enqueue(async () => {
+      this.#passWanted = false;
+      await this.#pass();
+    });
+  }
+
+  /** One pass: the controller's update of every partition, then the incarnations it acted on. */
+  async #pass(): Promise<void> {
+    const epoch = this.#epoch;
+    if (epoch === null) return;
+    const { etcd, logger } = this.#o;
+    const p = this.#prefix;
+    const [brokers, logEnds, seen, partitions] = await Promise.all([
+      etcd.list(`${p}/brokers/`),
+      etcd.list(`${p}/log_ends/`),
+      etcd.get(incarnationsKey(p)),
+      etcd.list(`${p}/partitions/`),
+    ]);
+    const live = new Map<number, BrokerRegistration>();
+    for (const kv of brokers.kvs) {
+      try {
+        const r = parseRegistration(kv);
+        live.set(r.node_id, r);
+      } catch (err) {
+        logger.log("warn", "cluster.bad_registration", { key: kv.key, error: errorMessage(err) });
+      }
+    }
+    let recorded: Record<string, string> = {};
+    try {
+      if (seen !== null) recorded = JSON.parse(seen.value) as Record<string, string>;
+    } catch {}
+    const restarted = new Set<number>();
+    for (const [id, r] of live) {
+      const before = recorded[String(id)];
+      if (before !== undefined && before !== r.incarnation) restarted.add(id);
+    }
+    const ends = new Map<number, LogEnds>();
+    for (const kv of logEnds.kvs) {
+      const v = parseLogEnds(kv.value);
+      const id = Number(kv.key.slice(`${p}/log_ends/`.length));
+      if (v !== null && live.get(id)?.incarnation === v.incarnation) ends.set(id, v);
+    }
+    for (const kv of partitions.kvs) {
+      if (this.#epoch !== epoch) return;
+      const where = parsePartitionKey(p, kv.key);
+      if (where === null) continue;
+      await this.#updatePartition(epoch, kv, where, live, restarted, ends);
+    }
+    // Everything above is applied: from now on these incarnations are the known ones.
+    const next: Record<string, string> = {};
+    for (const [id, r] of live) next[String(id)] = r.incarnation;
+    const written = await etcd.txn({
+      compare: [
+        { key: controllerKey(p), target: "create_revision", result: "equal", number: epoch },
+      ],
+      success: [{ put: { key: incarnationsKey(p), value: JSON.stringify(next) } }],
+    });
+    if (!written.succeeded) {
+      if (this.#epoch === epoch) this.#deposed("the controller key changed under it");
+      return;
+    }
+    this.#passes++;
+    this.#changed();
+  }
+
+  async #updatePartition(
+    epoch: number,
+    first: EtcdKeyValue,
+    where: { topic: string; partition: number },
+    live: Map<number, BrokerRegistration>,
+    restarted: Set<number>,
+    ends: Map<number, LogEnds>,
+  ): Promise<void> {
+    const { etcd, logger } = this.#o;
+    const p = this.#prefix;
+    let kv: EtcdKeyValue | null = first;
+    for (let attempt = 0; attempt < 5 && kv !== null; attempt++) {
+      let state: PartitionState;
+      try {
+        state = parsePartitionState(kv.key, kv.value);
+      } catch (err) {
+        logger.log("error", "cluster.bad_partition_state", {
+          key: kv.key,
+          error: errorMessage(err),
+        });
+        return;
+      }
+      // A restarted replica is "gone" first (it leaves the ISR), then alive again: it can lead
+      // only from the ELR, with a published log end reaching committed_offset.
+      const final = controllerUpdate(state, {
+        gone: state.replicas.filter((id) => !live.has(id) || restarted.has(id)),
+        view: (id) => ({
+          alive: live.has(id),
+          logEndOffset: ends.get(id)?.log_end_offsets[`${where.topic}/${where.partition}`],
+        }),
+      });
+      if (final === null) return;
+      const result = await etcd.txn({
+        compare: [
+          { key: kv.key, target: "mod_revision", result: "equal", number: kv.modRevision },
+          { key: controllerKey(p), target: "create_revision", result: "equal", number: epoch },
+        ],
+        success: [{ put: { key: kv.key, value: formatPartitionState(final) } }],
+        failure: [{ get: { key: controllerKey(p) } }, { get: { key: kv.key } }],
+      });
+      if (result.succeeded) {
+        logger.log("info", "cluster.partition_changed", {
+          topic: where.topic,
+          partition: where.partition,
+          leader: final.leader,
+          leader_epoch: final.leader_epoch,
+          isr: final.isr,
+          elr: final.elr,
+          controller_epoch: epoch,
+        });
+        return;
+      }
+      const controllerNow = result.reads[0]?.[0];
+      if (controllerNow === undefined || controllerNow.createRevision !== epoch) {
+        this.#deposed("a newer controller holds the key");
+        throw new Error(
+          `Controller epoch ${epoch} is over: the update of ${where.topic}/${where.partition} was refused`,
+        );
+      }
+      kv = result.reads[1]?.[0] ?? null;
+    }
+  }
+
+  /** Stops campaigning and watching. The key (on the membership lease) goes with the lease. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#timer?.cancel();
+    const watches = [...this.#watches, ...(this.#brokerWatch ? [this.#brokerWatch] : [])];
+    this.#watches = [];
+    this.#brokerWatch = null;
+    await Promise.all(watches.map((w) => w.cancel()));
+    await this.#queue.catch(() => {});
+    this.#epoch = null;
+    this.#listeners.clear();
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * The keys es-broker keeps in etcd, under the cluster prefix (docs/cluster.md "Keys in etcd").
+ * Every function takes the prefix without a trailing slash (default `/es-broker`).
+ */
+
+/** `controller`: `{node_id, incarnation}` of the elected controller, on its lease. */
+export function controllerKey(prefix: string): string {
+  return `${prefix}/controller`;
+}
+
+/** `topics/<name>`: the topic's config JSON (with `replication_factor`, `min_insync_replicas`). */
+export function topicKey(prefix: string, topic: string): string {
+  return `${prefix}/topics/${topic}`;
+}
+
+/** `partitions/<topic>/<partition>`: the partition's {@link PartitionState} JSON. */
+export function partitionKey(prefix: string, topic: string, partition: number): string {
+  return `${prefix}/partitions/${topic}/${partition}`;
+}
+
+/**
+ * `log_ends/<node id>`: `{incarnation, log_end_offsets: {"topic/partition": offset}}`, what a
+ * broker's logs held when this incarnation started (read by the controller for ELR leaders).
+ */
+export function logEndsKey(prefix: string, nodeId: number): string {
+  return `${prefix}/log_ends/${nodeId}`;
+}
+
+/**
+ * `incarnations`: `{"<node id>": "<incarnation>"}`, the registrations the controller last
+ * acted on, so that a new controller knows which brokers restarted while nobody watched.
+ */
+export function incarnationsKey(prefix: string): string {
+  return `${prefix}/incarnations`;
+}
+
+/**
+ * Splits a `partitions/<topic>/<partition>` key back into its topic and partition, or null if
+ * the key is not one.
+ */
+export function parsePartitionKey(
+  prefix: string,
+  key: string,
+): { topic: string; partition: number } | null {
+  const head = `${prefix}/partitions/`;
+  if (!key.startsWith(head)) return null;
+  const rest = key.slice(head.length);
+  const slash = rest.lastIndexOf("/");
+  if (slash <= 0) return null;
+  const partition = Number(rest.slice(slash + 1));
+  if (!/^[0-9]+$/.test(rest.slice(slash + 1)) || !Number.isSafeInteger(partition)) return null;
+  return { topic: rest.slice(0, slash), partition };
+}

@@ -1,0 +1,536 @@
+/**
+ * One broker as a member of a cluster (docs/cluster.md "Running a cluster"): it joins
+ * (membership), runs for controller, publishes its log ends, keeps a view of the cluster's keys in
+ * etcd (brokers, controller, topics, partitions) from one watch, creates and deletes its local
+ * topics as the keys say, and feeds the replication layer ({@link ReplicaSink}) every partition
+ * state that names it.
+ *
+ * Keys it reads and writes (under the cluster prefix): `brokers/<id>` (its registration, through
+ * membership.ts), `log_ends/<id>` (on its lease), `controller` (controller.ts), `topics/<name>`
+ * (the topic config JSON, with `replication_factor` and `min_insync_replicas`) and
+ * `partitions/<name>/<p>` (partition-state.ts), both written by {@link ClusterNode.createTopic}
+ * in one transaction.
+ *
+ * Layer rule: time through {@link Clock}, randomness through {@link Prng}; no `node:*`.
+ */
+import { BrokerError, Errors } from "../broker/errors.ts";
+import type {
+  Broker,
+  ClusterMetadata,
+  ClusterPartitionInfo,
+  TopicConfig,
+} from "../broker/types.ts";
+import type { Clock } from "../lib/clock.ts";
+import { errorMessage } from "../lib/errors.ts";
+import type { Logger } from "../lib/logger.ts";
+import type { Prng } from "../lib/prng.ts";
+import { Controller } from "./controller.ts";
+import type { Etcd, EtcdEvent, EtcdWatch } from "./etcd.ts";
+import { logEndsKey, parsePartitionKey, partitionKey, topicKey } from "./keys.ts";
+import {
+  type BrokerRegistration,
+  type JoinOptions,
+  joinCluster,
+  type Membership,
+  parseRegistration,
+} from "./membership.ts";
+import {
+  formatPartitionState,
+  initialPartitionState,
+  type PartitionState,
+  parsePartitionState,
+} from "./partition-state.ts";
+
+/**
+ * What the node feeds the replication layer (the contract of `cluster/replica-manager.ts`'s
+ * `ReplicaManager`; docs/cluster.md "Replication").
+ */
+export interface ReplicaSink {
+  /** Live brokers' registrations; called on every membership change. */
+  setBrokers(brokers: ReadonlyMap<number, BrokerRegistration>): void;
+  /** Become leader / follower / neither for one partition whose state names this node. */
+  applyPartitionState(
+    topic: string,
+    partition: number,
+    state: PartitionState,
+    modRevision: string,
+  ): Promise<void>;
+  /** This broker's log end offset per "topic/partition" (published for ELR eligibility). */
+  logEndOffsets(): Map<string, number>;
+  /** Membership lease lost / regained: while lost, nothing new is acknowledged. */
+  setMembershipLive(live: boolean): void;
+  close(): Promise<void>;
+}
+
+/** Options of {@link ClusterNode.start}. */
+export interface ClusterNodeOptions
+  extends Omit<JoinOptions, "clock" | "prng" | "logger" | "etcd"> {
+  etcd: Etcd;
+  clock: Clock;
+  prng: Prng;
+  logger: Logger;
+  /** The local broker (its topics are this node's replicas). */
+  broker: Broker;
+  /**
+   * Makes the replication layer once the node has joined (it needs the membership), or
+   * undefined for none (the control plane alone).
+   */
+  replicas?: (membership: Membership) => ReplicaSink;
+  /** Controller resync period, ms (default 10000). */
+  resyncMs?: number;
+  /** Stops the join's retries while etcd is unreachable (a signal during start-up). */
+  signal?: { aborted: boolean };
+}
+
+/** JSON of `config` with its keys sorted, to compare two configs. */
+function canonical(config: TopicConfig): string {
+  return JSON.stringify(
+    Object.fromEntries(Object.entries(config).sort(([a], [b]) => (a < b ? -1 : 1))),
+  );
+}
+
+interface PartitionEntry {
+  state: PartitionState;
+  modRevision: number;
+}
+
+/**
+ * A broker's membership of the cluster and its view of the cluster's keys. Start with
+ * {@link ClusterNode.start}; {@link close} leaves (revokes the lease).
+ */
+export class ClusterNode {
+  readonly membership: Membership;
+  readonly controller: Controller;
+  readonly #o: ClusterNodeOptions;
+  readonly #prefix: string;
+  readonly #brokers = new Map<number, BrokerRegistration>();
+  readonly #topics = new Map<string, { config: TopicConfig; modRevision: number }>();
+  readonly #partitions = new Map<string, Map<number, PartitionEntry>>();
+  #replicas: ReplicaSink | null = null;
+  #watch: EtcdWatch | null = null;
+  #closed = false;
+  /** Applies local changes one at a time, in etcd's order. */
+  #applying: Promise<void> = Promise.resolve();
+  #viewRevision = 0;
+  readonly #revisionWaiters = new Set<{ revision: number; resolve: () => void }>();
+
+  private constructor(options: ClusterNodeOptions, membership: Membership) {
+    this.#o = options;
+    this.#prefix = membership.prefix;
+    this.membership = membership;
+    this.controller = new Controller({
+      etcd: options.etcd,
+      clock: options.clock,
+      prng: options.prng,
+      logger: options.logger,
+      prefix: this.#prefix,
+      nodeId: options.nodeId,
+      lease: () => membership.leaseId,
+      resyncMs: options.resyncMs,
+    });
+  }
+
+  /**
+   * Joins the cluster (retrying while etcd is unreachable), publishes the log ends, reads the
+   * cluster's keys, applies them locally, and starts watching and campaigning.
+   * @throws ClusterJoinError for a refusal to join (duplicate node id, another cluster's data
+   *   directory, ...); EtcdError if etcd fails after the join.
+   */
+  static async start(options: ClusterNodeOptions): Promise<ClusterNode> {
+    const membership = await joinCluster(options, options.signal);
+    const node = new ClusterNode(options, membership);
+    try {
+      await node.#begin();
+    } catch (err) {
+      await node.close();
+      throw err;
+    }
+    return node;
+  }
+
+  async #begin(): Promise<void> {
+    const { logger } = this.#o;
+    this.#replicas = this.#o.replicas?.(this.membership) ?? null;
+    await this.#publishLogEnds();
+    this.membership.onLiveChange((live) => {
+      this.#replicas?.setMembershipLive(live);
+      // A new lease is a new incarnation: its log ends go with it.
+      if (live)
+        void this.#publishLogEnds().catch((err) =>
+          logger.log("warn", "cluster.log_ends_failed", { error: errorMessage(err) }),
+        );
+    });
+    await this.#load();
+    await this.controller.start();
+  }
+
+  /** Reads every key of the cluster, applies them, and watches from there on. */
+  async #load(): Promise<void> {
+    const { etcd } = this.#o;
+    const { kvs, revision } = await etcd.list(`${this.#prefix}/`);
+    this.#brokers.clear();
+    this.#topics.clear();
+    this.#partitions.clear();
+    for (const kv of kvs) this.#take({ type: "put", kv });
+    this.#viewRevision = revision;
+    this.#replicas?.setBrokers(this.#brokers);
+    await this.#enqueue(() => this.#reconcile(null));
+    await this.#watch?.cancel();
+    this.#watch = etcd.watch(
+      { key: `${this.#prefix}/`, prefix: true, startRevision: revision + 1 },
+      {
+        onEvents: (events) => this.#onEvents(events),
+        onCompacted: () => void this.#load().catch(() => {}),
+      },
+    );
+  }
+
+  #onEvents(events: EtcdEvent[]): void {
+    let brokersChanged = false;
+    const touched = new Set<string>();
+    for (const e of events) {
+      const what = this.#take(e);
+      if (what === "broker") brokersChanged = true;
+      else if (what !== null) touched.add(what);
+    }
+    const revision = events[events.length - 1].kv.modRevision;
+    if (brokersChanged) this.#replicas?.setBrokers(this.#brokers);
+    void this.#enqueue(() => this.#reconcile(touched)).then(() => {
+      this.#viewRevision = Math.max(this.#viewRevision, revision);
+      for (const w of this.#revisionWaiters) {
+        if (w.revision <= this.#viewRevision) {
+          this.#revisionWaiters.delete(w);
+          w.resolve();
+        }
+      }
+    });
+  }
+
+  /** Updates the view with one event; returns "broker", a touched topic name, or null. */
+  #take(e: EtcdEvent): string | null {
+    const p = this.#prefix;
+    const key = e.kv.key;
+    try {
+      if (key.startsWith(`${p}/brokers/`)) {
+        const id = Number(key.slice(`${p}/brokers/`.length));
+        if (e.type === "delete") this.#brokers.delete(id);
+        else this.#brokers.set(id, parseRegistration(e.kv));
+        return "broker";
+      }
+      if (key.startsWith(`${p}/topics/`)) {
+        const name = key.slice(`${p}/topics/`.length);
+        if (e.type === "delete") this.#topics.delete(name);
+        else
+          this.#topics.set(name, {
+            config: JSON.parse(e.kv.value) as TopicConfig,
+            modRevision: e.kv.modRevision,
+          });
+        return name;
+      }
+      const where = parsePartitionKey(p, key);
+      if (where !== null) {
+        let map = this.#partitions.get(where.topic);
+        if (e.type === "delete") {
+          map?.delete(where.partition);
+          if (map?.size === 0) this.#partitions.delete(where.topic);
+        } else {
+          if (map === undefined) {
+            map = new Map();
+            this.#partitions.set(where.topic, map);
+          }
+          map.set(where.partition, {
+            state: parsePartitionState(key, e.kv.value),
+            modRevision: e.kv.modRevision,
+          });
+        }
+        return where.topic;
+      }
+    } catch (err) {
+      this.#o.logger.log("error", "cluster.bad_key", { key, error: errorMessage(err) });
+    }
+    return null;
+  }
+
+  #enqueue(task: () => Promise<void>): Promise<void> {
+    const run = this.#applying.then(task).catch((err) => {
+      this.#o.logger.log("error", "cluster.apply_failed", { error: errorMessage(err) });
+    });
+    this.#applying = run;
+    return run;
+  }
+
+  /** Whether this node holds a replica of some partition of `topic`. */
+  #holds(topic: string): boolean {
+    const map = this.#partitions.get(topic);
+    if (map === undefined) return false;
+    for (const { state } of map.values()) if (state.replicas.includes(this.#o.nodeId)) return true;
+    return false;
+  }
+
+  /**
+   * Makes the local topics agree with the view for `topics` (every topic when null): creates
+   * the ones this node holds a replica of, deletes the ones etcd no longer has, and hands every
+   * partition state naming this node to the replication layer.
+   */
+  async #reconcile(topics: Set<string> | null): Promise<void> {
+    if (this.#closed) return;
+    const { broker, logger, nodeId } = this.#o;
+    const local = new Map((await broker.listTopics()).map((t) => [t.name, t.config]));
+    const names = topics ?? new Set([...this.#topics.keys(), ...local.keys()]);
+    for (const name of names) {
+      const topic = this.#topics.get(name);
+      const map = this.#partitions.get(name);
+      if (topic === undefined) {
+        // Deleted in etcd. A local topic without replication_factor was made before this data
+        // directory joined a cluster: it is kept (and served by this broker alone).
+        if (local.get(name)?.replication_factor !== undefined) {
+          await broker.deleteTopic(name).catch((err) => {
+            if (!(err instanceof BrokerError && err.kind === Errors.topicNotFound)) throw err;
+          });
+          logger.log("info", "cluster.topic_deleted_locally", { topic: name });
+        }
+        continue;
+      }
+      if (map === undefined || !this.#holds(name)) continue;
+      const localConfig = local.get(name);
+      if (localConfig !== undefined && canonical(localConfig) !== canonical(topic.config)) {
+        await broker.updateTopicConfig?.(name, { ...topic.config });
+      }
+      if (localConfig === undefined) {
+        try {
+          await broker.createTopic({ name, partitions: map.size, config: { ...topic.config } });
+          logger.log("info", "cluster.topic_created_locally", {
+            topic: name,
+            partitions: map.size,
+          });
+        } catch (err) {
+          if (!(err instanceof BrokerError && err.kind === Errors.topicExists)) throw err;
+        }
+      }
+      if (this.#replicas !== null) {
+        for (const [partition, entry] of map) {
+          if (!entry.state.replicas.includes(nodeId)) continue;
+          await this.#replicas.applyPartitionState(
+            name,
+            partition,
+            entry.state,
+            String(entry.modRevision),
+          );
+        }
+      }
+    }
+  }
+
+  /** Publishes `log_ends/<id>` on the current lease: what this incarnation's logs hold. */
+  async #publishLogEnds(): Promise<void> {
+    const { etcd, broker, nodeId } = this.#o;
+    let ends: Record<string, number> = {};
+    if (this.#replicas !== null) ends = Object.fromEntries(this.#replicas.logEndOffsets());
+    else
+      for (const t of await broker.listTopics())
+        for (const p of t.partitions) ends[`${t.name}/${p.partition}`] = p.highWatermark;
+    const lease = this.membership.leaseId;
+    await etcd.put(
+      logEndsKey(this.#prefix, nodeId),
+      JSON.stringify({ incarnation: lease, log_end_offsets: ends }),
+      { lease },
+    );
+  }
+
+  /** Resolves once the view (and the local topics) reflect etcd up to `revision`. */
+  async #caughtUp(revision: number, timeoutMs = 10_000): Promise<void> {
+    if (this.#viewRevision >= revision) return;
+    await new Promise<void>((resolve, reject) => {
+      const waiter = { revision, resolve };
+      this.#revisionWaiters.add(waiter);
+      this.#o.clock.setTimer(timeoutMs, () => {
+        if (!this.#revisionWaiters.delete(waiter)) return;
+        reject(
+          new BrokerError(
+            Errors.unavailable,
+            `Cannot confirm the change: this broker has not seen etcd revision ${revision} within ${timeoutMs} ms`,
+          ),
+        );
+      });
+    });
+  }
+
+  /** Live brokers by node id (registrations as etcd holds them). */
+  get brokers(): ReadonlyMap<number, BrokerRegistration> {
+    return this.#brokers;
+  }
+
+  /** The topic config etcd holds for `name`, or undefined. */
+  topicConfig(name: string): TopicConfig | undefined {
+    return this.#topics.get(name)?.config;
+  }
+
+  /** Topic names in etcd, sorted. */
+  topicNames(): string[] {
+    return [...this.#topics.keys()].sort();
+  }
+
+  /** The state of one partition, or undefined if etcd has none. */
+  partitionState(topic: string, partition: number): PartitionState | undefined {
+    return this.#partitions.get(topic)?.get(partition)?.state;
+  }
+
+  /** Whether this node holds `topic` locally (it is a replica of one of its partitions). */
+  holds(topic: string): boolean {
+    return this.#holds(topic);
+  }
+
+  /**
+   * Brokers, controller, and the partitions of `topics` (every topic when absent).
+   * @throws BrokerError topic_not_found for a named topic etcd does not have.
+   */
+  metadata(topics?: readonly string[]): ClusterMetadata {
+    const names = topics ?? this.topicNames();
+    return {
+      cluster_id: this.membership.clusterId,
+      node_id: this.#o.nodeId,
+      controller: this.controller.current?.node_id ?? -1,
+      brokers: [...this.#brokers.values()]
+        .sort((a, b) => a.node_id - b.node_id)
+        .map((r) => ({ node_id: r.node_id, tcp: r.tcp, http: r.http })),
+      topics: names.map((name) => {
+        const map = this.#partitions.get(name);
+        if (!this.#topics.has(name) || map === undefined)
+          throw new BrokerError(
+            Errors.topicNotFound,
+            `Topic ${JSON.stringify(name)} does not exist`,
+          );
+        const partitions: ClusterPartitionInfo[] = [...map.entries()]
+          .sort((a, b) => a[0] - b[0])
+          .map(([partition, { state }]) => ({
+            partition,
+            leader: state.leader,
+            leader_epoch: state.leader_epoch,
+            replicas: state.replicas,
+            isr: state.isr,
+            elr: state.elr,
+          }));
+        return { name, partitions };
+      }),
+    };
+  }
+
+  /**
+   * Creates a topic in the cluster: `topics/<name>` and every `partitions/<name>/<p>` in one
+   * transaction, replicas assigned round-robin over the live brokers from a random offset.
+   * Resolves once this broker's view has the topic (and its local replica exists).
+   * @throws BrokerError invalid_config (replication_factor above the live brokers, min ISR above
+   *   the replication factor), topic_exists, unavailable (etcd unreachable).
+   */
+  async createTopic(name: string, partitions: number, config: TopicConfig): Promise<TopicConfig> {
+    const { etcd, prng } = this.#o;
+    const live = [...this.#brokers.keys()].sort((a, b) => a - b);
+    const rf = config.replication_factor ?? Math.min(3, live.length);
+    if (rf > live.length)
+      throw new BrokerError(
+        Errors.invalidConfig,
+        `Invalid topic config "replication_factor": ${rf} needs ${rf} live brokers, ${live.length} ${live.length === 1 ? "is" : "are"} live (node ${live.join(", ")})`,
+      );
+    if (rf < 1)
+      throw new BrokerError(Errors.unavailable, "Cannot create a topic: no broker is live");
+    const minIsr = config.min_insync_replicas ?? Math.min(2, rf);
+    if (minIsr > rf)
+      throw new BrokerError(
+        Errors.invalidConfig,
+        `Invalid topic config "min_insync_replicas": ${minIsr} is more than replication_factor ${rf}`,
+      );
+    const stored: TopicConfig = { ...config, replication_factor: rf, min_insync_replicas: minIsr };
+    const start = prng.nextU32() % live.length;
+    const tKey = topicKey(this.#prefix, name);
+    const puts = [{ put: { key: tKey, value: JSON.stringify(stored) } }];
+    for (let p = 0; p < partitions; p++) {
+      const replicas = Array.from({ length: rf }, (_, i) => live[(start + p + i) % live.length]);
+      puts.push({
+        put: {
+          key: partitionKey(this.#prefix, name, p),
+          value: formatPartitionState(initialPartitionState(replicas, minIsr)),
+        },
+      });
+    }
+    const result = await this.#etcdCall(`create topic ${JSON.stringify(name)}`, () =>
+      etcd.txn({
+        compare: [{ key: tKey, target: "create_revision", result: "equal", number: 0 }],
+        success: puts,
+      }),
+    );
+    if (!result.succeeded)
+      throw new BrokerError(Errors.topicExists, `Topic ${JSON.stringify(name)} already exists`);
+    await this.#caughtUp(result.revision);
+    return stored;
+  }
+
+  /**
+   * Deletes a topic from the cluster (its topic key and every partition key, one transaction);
+   * each replica deletes its local copy when it sees that. Resolves once this broker has.
+   * @throws BrokerError topic_not_found, unavailable.
+   */
+  async deleteTopic(name: string): Promise<void> {
+    const { etcd } = this.#o;
+    const tKey = topicKey(this.#prefix, name);
+    const result = await this.#etcdCall(`delete topic ${JSON.stringify(name)}`, () =>
+      etcd.txn({
+        compare: [{ key: tKey, target: "create_revision", result: "greater", number: 0 }],
+        success: [
+          { delete: { key: tKey } },
+          { delete: { key: `${this.#prefix}/partitions/${name}/`, prefix: true } },
+        ],
+      }),
+    );
+    if (!result.succeeded)
+      throw new BrokerError(Errors.topicNotFound, `Topic ${JSON.stringify(name)} does not exist`);
+    await this.#caughtUp(result.revision);
+  }
+
+  /**
+   * Replaces the topic config etcd holds (compare-and-set on the key); replicas apply it when
+   * they see it. @throws BrokerError topic_not_found, unavailable.
+   */
+  async updateTopicConfig(name: string, config: TopicConfig): Promise<void> {
+    const { etcd } = this.#o;
+    const current = this.#topics.get(name);
+    if (current === undefined)
+      throw new BrokerError(Errors.topicNotFound, `Topic ${JSON.stringify(name)} does not exist`);
+    const tKey = topicKey(this.#prefix, name);
+    const result = await this.#etcdCall(`change topic ${JSON.stringify(name)}`, () =>
+      etcd.txn({
+        compare: [
+          { key: tKey, target: "mod_revision", result: "equal", number: current.modRevision },
+        ],
+        success: [{ put: { key: tKey, value: JSON.stringify(config) } }],
+      }),
+    );
+    if (!result.succeeded)
+      throw new BrokerError(
+        Errors.unavailable,
+        `Cannot change topic ${JSON.stringify(name)}: it changed meanwhile; try again`,
+      );
+    await this.#caughtUp(result.revision);
+  }
+
+  async #etcdCall<T>(what: string, call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (err) {
+      throw new BrokerError(Errors.unavailable, `Cannot ${what}: ${errorMessage(err)}`);
+    }
+  }
+
+  /**
+   * Leaves the cluster: stops watching and campaigning, closes replication, revokes the lease,
+   * and closes the etcd client (the node owns it from {@link ClusterNode.start} on).
+   */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#watch?.cancel();
+    await this.controller.close();
+    await this.#applying.catch(() => {});
+    await this.#replicas?.close();
+    await this.membership.close();
+    await this.#o.etcd.close();
+  }
+}

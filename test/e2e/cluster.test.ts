@@ -1,0 +1,315 @@
+/**
+ * Cluster mode through the real process (node target only: vitest.config.ts leaves this file out
+ * of the others): three brokers on a three-member etcd (test/helpers/etcd.ts). Joining and its
+ * refusals, cluster.json, topics created through etcd on any broker, metadata with leaders, the
+ * HTTP redirect to the leader, and leadership moving when the leader is SIGKILLed.
+ */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
+import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
+
+let etcd: EtcdCluster;
+let root: string;
+const brokers = new Map<number, BrokerProcess>();
+const secret = "s3cr3t-broker-credential-0123456789";
+let secretFile: string;
+
+interface ClusterMetadata {
+  cluster_id: string;
+  node_id: number;
+  controller: number;
+  brokers: { node_id: number; tcp: string; http: string }[];
+  topics: {
+    name: string;
+    partitions: {
+      partition: number;
+      leader: number;
+      leader_epoch: number;
+      replicas: number[];
+      isr: number[];
+      elr: number[];
+    }[];
+  }[];
+}
+
+function clusterArgs(nodeId: number, http: number, tcp: number): string[] {
+  return [
+    "--http-port",
+    String(http),
+    "--tcp-port",
+    String(tcp),
+    "--cluster",
+    etcd.clusterUrl,
+    "--node-id",
+    String(nodeId),
+    "--advertise-tcp",
+    `127.0.0.1:${tcp}`,
+    "--advertise-http",
+    `http://127.0.0.1:${http}`,
+    "--cluster-secret-file",
+    secretFile,
+  ];
+}
+
+async function metadata(b: BrokerProcess, topic?: string): Promise<ClusterMetadata> {
+  const res = await fetch(`${b.httpUrl}/v1/cluster${topic === undefined ? "" : `?topic=${topic}`}`);
+  expect(res.status).toBe(200);
+  return (await res.json()) as ClusterMetadata;
+}
+
+async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await probe().catch(() => undefined);
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+beforeAll(async () => {
+  etcd = await startEtcdCluster({ size: 3 });
+  root = mkdtempSync(join(tmpdir(), "es-broker-cluster-e2e-"));
+  secretFile = join(root, "cluster.secret");
+  writeFileSync(secretFile, `${secret}\n`, { mode: 0o600 });
+  const ports = await freePorts(6);
+  await Promise.all(
+    [1, 2, 3].map(async (id) => {
+      const b = await startBroker(
+        join(root, `node${id}`),
+        clusterArgs(id, ports[2 * id - 2], ports[2 * id - 1]),
+      );
+      brokers.set(id, b);
+    }),
+  );
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all([...brokers.values()].map((b) => b.stop("SIGKILL")));
+  await etcd?.stop();
+  if (root) rmSync(root, { recursive: true, force: true });
+});
+
+describe("cluster mode: options", () => {
+  it("refuses bad or missing cluster options with a message naming the option", async () => {
+    const cases: [string[], RegExp][] = [
+      [["--cluster", "http://127.0.0.1:2379", "--node-id", "1"], /expected etcd:\/\/host:port/],
+      [["--cluster", "etcd://127.0.0.1:99999"], /"127.0.0.1:99999" is not host:port/],
+      [["--cluster", "etcd://127.0.0.1:2379"], /--cluster needs --node-id/],
+      [
+        ["--cluster", "etcd://127.0.0.1:2379", "--node-id", "1", "--advertise-tcp", "h:1"],
+        /--cluster needs --advertise-http/,
+      ],
+      [
+        [
+          "--cluster",
+          "etcd://127.0.0.1:2379",
+          "--node-id",
+          "x",
+          "--advertise-tcp",
+          "h:1",
+          "--advertise-http",
+          "http://h:2",
+        ],
+        /--node-id must be an integer/,
+      ],
+      [
+        [
+          "--cluster",
+          "etcd://127.0.0.1:2379",
+          "--node-id",
+          "1",
+          "--advertise-tcp",
+          "h:1",
+          "--advertise-http",
+          "ftp://h:2/x",
+        ],
+        /--advertise-http must be a base URL/,
+      ],
+      [["--node-id", "1"], /--node-id needs --cluster/],
+    ];
+    for (const [args, message] of cases) {
+      const r = await runCli(["serve", "--data-dir", join(root, "never"), ...args]);
+      expect(r.stderr).toMatch(message);
+      expect(r.code).toBe(2);
+    }
+  });
+});
+
+describe("cluster mode: three brokers", () => {
+  it("each data directory records its cluster in cluster.json, without the broker credential", async () => {
+    const ids = [1, 2, 3].map((id) => {
+      const text = readFileSync(join(root, `node${id}`, "cluster.json"), "utf8");
+      expect(text).not.toContain(secret);
+      return JSON.parse(text) as { cluster_id: string; node_id: number; data_dir_id: string };
+    });
+    expect(ids.map((r) => r.node_id)).toEqual([1, 2, 3]);
+    expect(new Set(ids.map((r) => r.cluster_id)).size).toBe(1);
+    expect(new Set(ids.map((r) => r.data_dir_id)).size).toBe(3);
+    for (const b of brokers.values()) expect(b.stderr()).not.toContain(secret);
+    const m = await metadata(brokers.get(1)!);
+    expect(m.brokers.map((b) => b.node_id)).toEqual([1, 2, 3]);
+    expect(m.cluster_id).toBe(ids[0].cluster_id);
+    expect([1, 2, 3]).toContain(m.controller);
+  });
+
+  it("a topic created on one broker exists on all, with replicas, leaders and defaults", async () => {
+    const res = await fetch(`${brokers.get(2)!.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "orders", partitions: 3 }),
+    });
+    expect(res.status).toBe(201);
+    const created = (await res.json()) as { config: Record<string, number> };
+    expect(created.config).toMatchObject({ replication_factor: 3, min_insync_replicas: 2 });
+    for (const b of brokers.values()) {
+      const m = await waitFor("the topic on every broker", async () => {
+        const x = await metadata(b, "orders");
+        return x.topics[0]?.partitions.length === 3 ? x : undefined;
+      });
+      const leaders = m.topics[0].partitions.map((p) => p.leader);
+      // Round-robin assignment: each broker leads one of the three partitions.
+      expect([...leaders].sort()).toEqual([1, 2, 3]);
+      for (const p of m.topics[0].partitions) {
+        expect([...p.replicas].sort()).toEqual([1, 2, 3]);
+        expect(p.isr).toEqual(p.replicas);
+        expect(p.leader_epoch).toBe(0);
+      }
+      const t = await fetch(`${b.httpUrl}/v1/topics/orders`);
+      expect(t.status).toBe(200);
+    }
+    // Creating it again, anywhere, is a conflict.
+    const again = await fetch(`${brokers.get(3)!.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "orders", partitions: 1 }),
+    });
+    expect(again.status).toBe(409);
+  });
+
+  it("refuses a replication factor above the live brokers, and min ISR above it", async () => {
+    const url = `${brokers.get(1)!.httpUrl}/v1/topics`;
+    const post = (config: Record<string, number>) =>
+      fetch(url, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name: "wide", partitions: 1, config }),
+      });
+    const r1 = await post({ replication_factor: 4 });
+    expect(r1.status).toBe(400);
+    expect(((await r1.json()) as { error: { message: string } }).error.message).toMatch(
+      /"replication_factor": 4 needs 4 live brokers, 3 are live/,
+    );
+    const r2 = await post({ replication_factor: 2, min_insync_replicas: 3 });
+    expect(r2.status).toBe(400);
+    expect(((await r2.json()) as { error: { message: string } }).error.message).toMatch(
+      /"min_insync_replicas": 3 is more than replication_factor 2/,
+    );
+  });
+
+  it("a produce sent over HTTP to a broker that does not lead the partition is redirected to the leader", async () => {
+    const m = await metadata(brokers.get(1)!, "orders");
+    const p0 = m.topics[0].partitions[0];
+    const other = [1, 2, 3].find((id) => id !== p0.leader)!;
+    const leaderUrl = m.brokers.find((b) => b.node_id === p0.leader)!.http;
+    const body = JSON.stringify({ records: [{ value: "hello", partition: 0 }] });
+    const request = {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body,
+    } as const;
+    const redirected = await fetch(`${brokers.get(other)!.httpUrl}/v1/topics/orders/records`, {
+      ...request,
+      redirect: "manual",
+    });
+    expect(redirected.status).toBe(307);
+    expect(redirected.headers.get("location")).toBe(`${leaderUrl}/v1/topics/orders/records`);
+    const answer = (await redirected.json()) as { error: { code: string; message: string } };
+    expect(answer.error.code).toBe("not_leader");
+    expect(answer.error.message).toContain(`node ${p0.leader} leads it`);
+    // Followed (curl -L, fetch's default): the leader appends it.
+    const followed = await fetch(
+      `${brokers.get(other)!.httpUrl}/v1/topics/orders/records`,
+      request,
+    );
+    expect(followed.status).toBe(200);
+    expect(await followed.json()).toMatchObject({ offsets: [{ partition: 0 }] });
+  });
+
+  it("refuses a duplicate node id and a data directory of another cluster", async () => {
+    const [http, tcp] = await freePorts(2);
+    const dup = await runCli([
+      "serve",
+      "--data-dir",
+      join(root, "dup"),
+      ...clusterArgs(2, http, tcp),
+    ]);
+    expect(dup.code).toBe(1);
+    expect(dup.stderr).toMatch(
+      /Cannot join the cluster as node 2: node 2 is already registered by a running broker .* with another data directory; give each broker its own --node-id/,
+    );
+    const foreign = join(root, "foreign");
+    mkdirSync(foreign, { recursive: true });
+    writeFileSync(
+      join(foreign, "cluster.json"),
+      JSON.stringify({ cluster_id: "another-cluster", node_id: 7, data_dir_id: "d7" }),
+    );
+    const other = await runCli(["serve", "--data-dir", foreign, ...clusterArgs(7, http, tcp)]);
+    expect(other.code).toBe(1);
+    expect(other.stderr).toMatch(/another-cluster/);
+    expect(other.stderr).not.toContain(secret);
+  });
+
+  it("a SIGKILLed leader is replaced: the controller moves its partitions and bumps the epoch", async () => {
+    const before = await metadata(brokers.get(1)!, "orders");
+    const p0 = before.topics[0].partitions[0];
+    const victim = p0.leader;
+    await brokers.get(victim)!.stop("SIGKILL");
+    brokers.delete(victim);
+    const survivor = brokers.values().next().value as BrokerProcess;
+    const after = await waitFor("a new leader of orders/0", async () => {
+      const m = await metadata(survivor, "orders");
+      const p = m.topics[0].partitions[0];
+      const settled = m.topics[0].partitions.every((q) => !q.isr.includes(victim));
+      return p.leader !== victim && p.leader !== -1 && settled ? m : undefined;
+    });
+    const p = after.topics[0].partitions[0];
+    expect(p.leader_epoch).toBe(p0.leader_epoch + 1);
+    expect(p.isr).not.toContain(victim);
+    expect(after.brokers.map((b) => b.node_id)).not.toContain(victim);
+    for (const q of after.topics[0].partitions) expect(q.isr).not.toContain(victim);
+  }, 30_000);
+});
+
+describe("cluster mode: etcd unreachable", () => {
+  it("at start-up, says so and retries with backoff until stopped", async () => {
+    const [dead, http, tcp] = await freePorts(3);
+    const dir = join(root, "lonely");
+    const { spawn } = await import("node:child_process");
+    const { brokerCommand } = await import("./harness.ts");
+    const [cmd, ...pre] = brokerCommand();
+    const proc = spawn(cmd, [
+      ...pre,
+      "serve",
+      "--data-dir",
+      dir,
+      ...clusterArgs(9, http, tcp).map((a) =>
+        a === etcd.clusterUrl ? `etcd://127.0.0.1:${dead}` : a,
+      ),
+    ]);
+    let err = "";
+    proc.stderr.on("data", (d) => (err += d));
+    const exited = new Promise((r) => proc.on("exit", r));
+    await waitFor("three retries", async () =>
+      (err.match(/cluster\.etcd_unreachable/g) ?? []).length >= 3 ? true : undefined,
+    );
+    expect(err).toMatch(/Cannot reach etcd to join the cluster: .*retrying in \d+ ms/);
+    const delays = [...err.matchAll(/"retry_in_ms":(\d+)/g)].map((m) => Number(m[1]));
+    expect(delays[2]).toBeGreaterThan(delays[0]);
+    proc.kill("SIGTERM");
+    await exited;
+  });
+});

@@ -1,0 +1,314 @@
+/**
+ * cluster/controller.ts against a real three-member etcd: one controller elected, leaders moved
+ * when brokers die or restart, failover of the controller itself, and a deposed controller whose
+ * writes etcd refuses.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Controller } from "../../src/cluster/controller.ts";
+import type { Etcd, EtcdWatch } from "../../src/cluster/etcd.ts";
+import {
+  controllerKey,
+  incarnationsKey,
+  logEndsKey,
+  partitionKey,
+} from "../../src/cluster/keys.ts";
+import { joinCluster, type Membership } from "../../src/cluster/membership.ts";
+import {
+  formatPartitionState,
+  initialPartitionState,
+  type PartitionState,
+  parsePartitionState,
+} from "../../src/cluster/partition-state.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { Prng } from "../../src/lib/prng.ts";
+import { systemClock } from "../../src/runtime/clock.ts";
+import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
+import { type EtcdCluster, startEtcdCluster } from "../helpers/etcd.ts";
+
+let etcd: EtcdCluster;
+let client: EtcdHttpClient;
+let n = 0;
+const cleanups: (() => Promise<void>)[] = [];
+
+beforeAll(async () => {
+  etcd = await startEtcdCluster({ size: 3 });
+  client = new EtcdHttpClient(etcd.endpoints, { requestTimeoutMs: 2000, watchCheckMs: 1000 });
+});
+
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => {});
+  await client?.close();
+  await etcd?.stop();
+});
+
+const freshPrefix = () => `/es-broker-ctl-${process.pid}-${n++}`;
+
+async function waitFor<T>(what: string, probe: () => Promise<T | undefined | null | false>) {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined && v !== null && v !== false) return v as T;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+interface TestBroker {
+  nodeId: number;
+  membership: Membership;
+  controller: Controller;
+  logger: MemoryLogger;
+  /** Stops the broker: controller and registration go (as a crash past its lease would). */
+  stop(): Promise<void>;
+}
+
+async function startBroker(
+  prefix: string,
+  nodeId: number,
+  etcdFor: Etcd = client,
+  dataDirId = `dir-${nodeId}`,
+): Promise<TestBroker> {
+  const logger = new MemoryLogger();
+  const membership = await joinCluster({
+    etcd: client,
+    clock: systemClock,
+    prng: new Prng(nodeId),
+    logger,
+    prefix,
+    nodeId,
+    advertise: { tcp: `127.0.0.1:${9000 + nodeId}`, http: `http://127.0.0.1:${8000 + nodeId}` },
+    dataDirId,
+    dataDir: null,
+    newClusterId: `cluster-${prefix}`,
+    leaseTtlSeconds: 2,
+  });
+  const controller = new Controller({
+    etcd: etcdFor,
+    clock: systemClock,
+    prng: new Prng(100 + nodeId),
+    logger,
+    prefix,
+    nodeId,
+    lease: () => membership.leaseId,
+    resyncMs: 1000,
+    retryMs: 100,
+  });
+  await controller.start();
+  let stopped = false;
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    await controller.close();
+    await membership.close();
+  };
+  cleanups.push(stop);
+  return { nodeId, membership, controller, logger, stop };
+}
+
+async function createPartition(prefix: string, replicas: number[], minIsr: number) {
+  const key = partitionKey(prefix, "t", 0);
+  await client.put(key, formatPartitionState(initialPartitionState(replicas, minIsr)));
+  return key;
+}
+
+async function readState(key: string): Promise<PartitionState> {
+  const kv = await client.get(key);
+  if (kv === null) throw new Error(`${key} is missing`);
+  return parsePartitionState(key, kv.value);
+}
+
+async function controllerOf(prefix: string): Promise<number | undefined> {
+  const kv = await client.get(controllerKey(prefix));
+  return kv === null ? undefined : (JSON.parse(kv.value) as { node_id: number }).node_id;
+}
+
+describe("controller", () => {
+  it("exactly one broker is elected; its epoch is the key's create_revision", async () => {
+    const prefix = freshPrefix();
+    const brokers = await Promise.all([1, 2, 3].map((id) => startBroker(prefix, id)));
+    const elected = await waitFor("a controller", async () => {
+      const e = brokers.filter((b) => b.controller.isController);
+      return e.length > 0 ? e : undefined;
+    });
+    expect(elected).toHaveLength(1);
+    const kv = await client.get(controllerKey(prefix));
+    expect(kv?.createRevision).toBe(elected[0].controller.epoch);
+    expect(kv?.lease).toBe(elected[0].membership.leaseId);
+    // Every broker knows who it is.
+    for (const b of brokers) {
+      await waitFor("the controller known", async () =>
+        b.controller.current?.node_id === elected[0].nodeId ? true : undefined,
+      );
+    }
+    // The incarnations it acted on are recorded.
+    await waitFor("incarnations recorded", async () => {
+      const v = await client.get(incarnationsKey(prefix));
+      return v !== null && Object.keys(JSON.parse(v.value)).length === 3;
+    });
+  });
+
+  it("a dead leader is replaced from the ISR with the epoch bumped; a dead follower leaves the ISR", async () => {
+    const prefix = freshPrefix();
+    const brokers = await Promise.all([1, 2, 3].map((id) => startBroker(prefix, id)));
+    await waitFor("a controller", async () => brokers.some((b) => b.controller.isController));
+    const key = await createPartition(prefix, [3, 1, 2], 2);
+    // Kill a non-controller leader where possible, so this is the "broker gone" path alone.
+    const controllerId = await controllerOf(prefix);
+    const leader = brokers.find((b) => b.nodeId === 3)!;
+    await leader.stop();
+    const after = await waitFor("a new leader", async () => {
+      const s = await readState(key);
+      return s.leader !== 3 ? s : undefined;
+    });
+    if (controllerId !== 3) {
+      expect(after).toMatchObject({ leader: 1, leader_epoch: 1, isr: [1, 2], elr: [] });
+    } else {
+      // The controller died with the leader: the new controller did it after its election.
+      expect(after).toMatchObject({ leader: 1, leader_epoch: 1, isr: [1, 2] });
+    }
+    // A follower dies: the ISR shrinks below min ISR, and the follower joins the ELR.
+    await brokers.find((b) => b.nodeId === 2)!.stop();
+    const shrunk = await waitFor("node 2 out of the ISR", async () => {
+      const s = await readState(key);
+      return s.isr.includes(2) ? undefined : s;
+    });
+    expect(shrunk).toMatchObject({ leader: 1, leader_epoch: 1, isr: [1], elr: [2] });
+  });
+
+  it("controller failover: the next broker takes the key with a higher epoch and carries on", async () => {
+    const prefix = freshPrefix();
+    const brokers = await Promise.all([1, 2, 3].map((id) => startBroker(prefix, id)));
+    const first = await waitFor("a controller", async () =>
+      brokers.find((b) => b.controller.isController),
+    );
+    const epoch1 = first.controller.epoch!;
+    const replicas = [
+      first.nodeId,
+      ...brokers.map((b) => b.nodeId).filter((id) => id !== first.nodeId),
+    ];
+    const key = await createPartition(prefix, replicas, 1);
+    await first.stop();
+    const second = await waitFor("a second controller", async () =>
+      brokers.find((b) => b !== first && b.controller.isController),
+    );
+    expect(second.controller.epoch!).toBeGreaterThan(epoch1);
+    const s = await waitFor("the partition moved", async () => {
+      const st = await readState(key);
+      return st.leader === replicas[1] ? st : undefined;
+    });
+    expect(s).toMatchObject({ leader: replicas[1], leader_epoch: 1, isr: replicas.slice(1) });
+    expect(
+      second.logger
+        .named("cluster.partition_changed")
+        .some((f) => f.controller_epoch === second.controller.epoch),
+    ).toBe(true);
+  });
+
+  it("a deposed controller that never heard it was deposed cannot write", async () => {
+    const prefix = freshPrefix();
+    // Node 1's controller sees no watch events at all: it keeps believing it is the controller.
+    const deaf: Etcd = new Proxy(client, {
+      get(target, prop, receiver) {
+        if (prop === "watch") return (): EtcdWatch => ({ cancel: async () => {} });
+        const v = Reflect.get(target, prop, receiver);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+    const a = await startBroker(prefix, 1, deaf);
+    expect(a.controller.isController).toBe(true);
+    const epochA = a.controller.epoch!;
+    const b = await startBroker(prefix, 2);
+    const c = await startBroker(prefix, 3);
+    const key = await createPartition(prefix, [3, 2, 1], 1);
+    // Take the key away from node 1 behind its back (as an expired lease would) and let 2 win it.
+    await client.delete(controllerKey(prefix));
+    const epochB = await waitFor("node 2 or 3 elected", async () => {
+      const e = [b, c].find((x) => x.controller.isController);
+      return e?.controller.epoch ?? undefined;
+    });
+    expect(epochB).toBeGreaterThan(epochA);
+    // Node 3 dies: both controllers act; only the one holding the key may write.
+    await c.stop();
+    await waitFor("node 1 learns it is deposed", async () =>
+      a.logger.named("cluster.controller_deposed").length > 0 ? true : undefined,
+    );
+    expect(a.controller.isController).toBe(false);
+    expect(a.logger.named("cluster.partition_changed")).toEqual([]);
+    const s = await waitFor("the partition moved", async () => {
+      const st = await readState(key);
+      return st.leader !== 3 ? st : undefined;
+    });
+    expect(s.leader).toBe(2);
+  });
+
+  it("a restarted broker (new incarnation) leaves the ISR; an offline partition takes an ELR leader whose log end reaches committed_offset", async () => {
+    const prefix = freshPrefix();
+    const one = await startBroker(prefix, 1);
+    await waitFor("controller", async () => one.controller.isController);
+    // Brokers 2 and 3 are bare registrations on leases this test holds.
+    const register = async (id: number) => {
+      const lease = await client.leaseGrant(10);
+      const reg = {
+        node_id: id,
+        cluster_id: one.membership.clusterId,
+        data_dir_id: `dir-${id}`,
+        incarnation: lease.id,
+        tcp: `127.0.0.1:${9000 + id}`,
+        http: `http://127.0.0.1:${8000 + id}`,
+      };
+      await client.put(`${prefix}/brokers/${id}`, JSON.stringify(reg), { lease: lease.id });
+      cleanups.push(() => client.leaseRevoke(lease.id));
+      return lease.id;
+    };
+    await register(2);
+    const lease3 = await register(3);
+    const key = partitionKey(prefix, "t", 0);
+    await client.put(
+      key,
+      formatPartitionState({ ...initialPartitionState([2, 3, 1], 2), committed_offset: 50 }),
+    );
+    await waitFor("incarnations recorded", async () => {
+      const v = await client.get(incarnationsKey(prefix));
+      return v !== null && Object.keys(JSON.parse(v.value)).length === 3;
+    });
+    // Broker 3 restarts: same node, new lease, registration replaced without a gap.
+    const lease3b = await register(3);
+    expect(lease3b).not.toBe(lease3);
+    const s1 = await waitFor("3 out of the ISR", async () => {
+      const s = await readState(key);
+      return s.isr.includes(3) ? undefined : s;
+    });
+    expect(s1).toMatchObject({ leader: 2, leader_epoch: 0, isr: [2, 1], elr: [] });
+    // Now 2 (the leader) and 1's view... stop broker 2: ISR [1] < min ISR 2, 2 joins the ELR.
+    await client.delete(`${prefix}/brokers/2`);
+    const s2 = await waitFor("2 gone", async () => {
+      const s = await readState(key);
+      return s.leader !== 2 ? s : undefined;
+    });
+    expect(s2).toMatchObject({ leader: 1, leader_epoch: 1, isr: [1], elr: [2] });
+    // 2 comes back with a log ending short of committed_offset: it may not lead. Then 1 dies.
+    const lease2 = await register(2);
+    await client.put(
+      logEndsKey(prefix, 2),
+      JSON.stringify({ incarnation: lease2, log_end_offsets: { "t/0": 40 } }),
+    );
+    await one.stop();
+    const two = await startBroker(prefix, 4); // a controller that does not hold the partition
+    await waitFor("controller 4", async () => two.controller.isController);
+    const s3 = await waitFor("offline", async () => {
+      const s = await readState(key);
+      return s.leader === -1 ? s : undefined;
+    });
+    expect(s3).toMatchObject({ leader: -1, leader_epoch: 2, isr: [], elr: [2, 1] });
+    // 2 publishes a log end that reaches committed_offset: it leads, from the ELR.
+    await client.put(
+      logEndsKey(prefix, 2),
+      JSON.stringify({ incarnation: lease2, log_end_offsets: { "t/0": 50 } }),
+    );
+    const s4 = await waitFor("2 leads", async () => {
+      const s = await readState(key);
+      return s.leader === 2 ? s : undefined;
+    });
+    expect(s4).toMatchObject({ leader: 2, leader_epoch: 3, isr: [2], elr: [1] });
+  });
+});
