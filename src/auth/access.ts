@@ -31,6 +31,8 @@ import type {
   JoinGroupRequest,
   ProduceRequest,
   ProduceResult,
+  ReplicaFetchRequest,
+  ReplicaFetchResult,
   TopicDescription,
 } from "../broker/types.ts";
 import type { Logger } from "../lib/logger.ts";
@@ -377,11 +379,18 @@ export class AuthorizedBroker implements Broker {
    * the key matches (or the `describe_topic` row for each named topic). Absent in single-node mode.
    */
   readonly clusterMetadata?: (topics?: readonly string[]) => Promise<ClusterMetadata>;
+  /**
+   * A follower's replica fetch (api 14): not a row of the role table. It carries the broker
+   * credential, which the replication checks on every request; API keys never pass it.
+   * Absent if the real broker does not replicate.
+   */
+  readonly replicaFetch?: (request: ReplicaFetchRequest) => Promise<ReplicaFetchResult>;
 
   constructor(inner: Broker, principal: Principal, access: AccessControl) {
     this.#inner = inner;
     this.#principal = principal;
     this.#access = access;
+    this.replicaFetch = inner.replicaFetch?.bind(inner);
     const updateTopicConfig = inner.updateTopicConfig?.bind(inner);
     if (updateTopicConfig !== undefined) {
       this.updateTopicConfig = async (name, config) => {

@@ -25,12 +25,14 @@ import { plural } from "../lib/text.ts";
 import type { FileSystem } from "../fs/types.ts";
 import type { PartitionLog } from "../storage/partition.ts";
 import { removeMetadataTemps } from "../storage/leftovers.ts";
+import { LeaderEpochHistory } from "../storage/leader-epochs.ts";
 import { RecordFormatError, checkEntryTimestamps, type EntryBatch } from "../storage/record.ts";
 import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
 import { BrokerError, Errors } from "./errors.ts";
 import { GroupCoordinator } from "./groups.ts";
 import { routeRecords, spansInRequestOrder, splitByPartition } from "./produce-routing.ts";
 import { ProducerStates } from "./producers/state.ts";
+import type { ReplicationSeam } from "./replication.ts";
 import { StreamService } from "./streams/service.ts";
 import { toBrokerError } from "./storage-failure.ts";
 import {
@@ -56,6 +58,8 @@ import type {
   FetchResult,
   ProduceRequest,
   ProduceResult,
+  ReplicaFetchRequest,
+  ReplicaFetchResult,
   TopicDescription,
 } from "./types.ts";
 
@@ -120,9 +124,15 @@ export class LocalBroker implements Broker {
   #streams: StreamService | null = null;
   /** The last id {@link initProducerId} handed out. */
   #lastProducerId = 0;
+  /** Replication (cluster mode, `broker/replication.ts`); null in single-node mode. */
+  #replication: ReplicationSeam | null = null;
+
+  /** The data directory's file system (the leader-epoch histories are read through it). */
+  #fs: FileSystem;
 
   private constructor(options: LocalBrokerOptions) {
     this.#clock = options.clock;
+    this.#fs = options.fs;
     this.#cleanup = new CleanupService({
       fs: options.fs,
       clock: options.clock,
@@ -202,6 +212,56 @@ export class LocalBroker implements Broker {
     broker.#cleanup.start();
     if (progress !== undefined) progress.phase = "done";
     return broker;
+  }
+
+  /**
+   * Installs replication (cluster mode; `broker/replication.ts`): from now on produce and fetch
+   * serve only partitions this broker leads, produce acknowledges only committed records, and
+   * reads stop at the high watermark. Single-node mode never calls it.
+   */
+  setReplication(seam: ReplicationSeam): void {
+    this.#replication = seam;
+  }
+
+  /**
+   * The log of one partition, for replication (`cluster/`): the leader reads it for followers, a
+   * follower appends to it.
+   * @throws BrokerError topic_not_found, partition_not_found, unavailable.
+   */
+  partitionLog(topic: string, partition: number): PartitionLog {
+    return this.#topics.partition(this.#topics.get(topic), partition);
+  }
+
+  /**
+   * Reads one partition's leader-epoch history (cluster mode; `storage/leader-epochs.ts`).
+   * @throws BrokerError topic_not_found, partition_not_found; StorageError "invalid" for an
+   *   unreadable history file.
+   */
+  openLeaderEpochHistory(topic: string, partition: number): Promise<LeaderEpochHistory> {
+    const log = this.partitionLog(topic, partition);
+    return LeaderEpochHistory.load(this.#fs, log.dir, log.logEndOffset);
+  }
+
+  /** Every open partition's log end offset, keyed "topic/partition" (cluster mode: published for leader eligibility). */
+  logEndOffsets(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const p of this.#topics.observePartitions())
+      out.set(`${p.topic}/${p.partition}`, p.logEndOffset);
+    return out;
+  }
+
+  /**
+   * Serves a follower's replica fetch through the installed replication (api 14).
+   * @throws BrokerError unsupported_api without replication; see `Broker.replicaFetch`.
+   */
+  async replicaFetch(request: ReplicaFetchRequest): Promise<ReplicaFetchResult> {
+    this.#checkOpen();
+    if (this.#replication === null)
+      throw new BrokerError(
+        Errors.unsupportedApi,
+        "Cannot serve a replica fetch: this broker does not run in cluster mode",
+      );
+    return this.#replication.replicaFetch(request);
   }
 
   #checkOpen(): void {
@@ -299,6 +359,11 @@ export class LocalBroker implements Broker {
     });
     topic.roundRobin = routed.roundRobin;
     const route = routed.route;
+    const replication = this.#replication;
+    if (replication !== null) {
+      if (route.kind === "single") replication.checkLeader(topic.name, route.partition, true);
+      else for (const p of new Set(route.assignment)) replication.checkLeader(topic.name, p, true);
+    }
 
     if (producer !== undefined) {
       if (route.kind !== "single") {
@@ -308,8 +373,9 @@ export class LocalBroker implements Broker {
           { field: "partition" },
         );
       }
+      let result: ProduceResult;
       try {
-        return await this.#producers.produce({
+        result = await this.#producers.produce({
           producer,
           topic: topic.name,
           partition: route.partition,
@@ -319,6 +385,13 @@ export class LocalBroker implements Broker {
       } catch (err) {
         throw toBrokerError(err);
       }
+      if (replication !== null) {
+        // A duplicate too: its records may not be committed yet (the first try was not acknowledged).
+        let end = 0;
+        for (const span of result.spans) end = Math.max(end, span.baseOffset + span.count);
+        await replication.awaitCommitted(topic.name, route.partition, end);
+      }
+      return result;
     }
 
     // Returned, not awaited: a suspended async function keeps its locals alive, and the batch
@@ -326,14 +399,25 @@ export class LocalBroker implements Broker {
     // instead of until the partition has written it.
     if (route.kind === "single") {
       const single = route.partition;
-      return this.#append(topic, single, batch).then((r) => ({
+      const appended = this.#append(topic, single, batch);
+      if (replication !== null)
+        return appended.then((r) => this.#committed(replication, topic.name, single, r));
+      return appended.then((r) => ({
         spans: [{ partition: single, baseOffset: r.baseOffset, count: r.count }],
       }));
     }
 
     const batches = splitByPartition(batch, route.assignment, topic.partitions.length);
     const results = await Promise.all(
-      batches.map((b, p) => (b === null ? Promise.resolve(null) : this.#append(topic, p, b))),
+      batches.map((b, p) => {
+        if (b === null) return Promise.resolve(null);
+        const appended = this.#append(topic, p, b);
+        if (replication === null) return appended;
+        return appended.then(async (r) => {
+          await replication.awaitCommitted(topic.name, p, r.baseOffset + r.count);
+          return r;
+        });
+      }),
     );
     return {
       spans: spansInRequestOrder(
@@ -396,6 +480,17 @@ export class LocalBroker implements Broker {
     return this.#registry;
   }
 
+  /** The single-partition answer once replication has committed the records (cluster mode). */
+  async #committed(
+    replication: ReplicationSeam,
+    topic: string,
+    partition: number,
+    r: { baseOffset: number; count: number },
+  ): Promise<ProduceResult> {
+    await replication.awaitCommitted(topic, partition, r.baseOffset + r.count);
+    return { spans: [{ partition, baseOffset: r.baseOffset, count: r.count }] };
+  }
+
   /** Appends `batch` to one partition; storage errors become BrokerErrors. Not async, so nothing here holds the batch until its fsync. */
   #append(
     topic: Topic,
@@ -426,6 +521,17 @@ export class LocalBroker implements Broker {
       fetchBytesDefault,
     );
     const waitMs = checkInteger("wait_ms", request.waitMs, 0, fetchWaitMsMax, 0);
+    const replication = this.#replication;
+    if (replication !== null) {
+      replication.checkLeader(topic.name, request.partition);
+      return this.#fetchCommitted(replication, topic.name, request.partition, log, {
+        offset,
+        maxRecords,
+        maxBytes,
+        waitMs,
+        signal: request.signal,
+      });
+    }
     try {
       let result = await log.read({ offset, maxRecords, maxBytes });
       if (
@@ -437,6 +543,77 @@ export class LocalBroker implements Broker {
         await this.#waitForRecords(log, offset, waitMs, request.signal);
         if (!log.closed) result = await log.read({ offset, maxRecords, maxBytes });
       }
+      return {
+        records: { bytes: result.bytes, count: result.count },
+        nextOffset: result.nextOffset,
+        highWatermark: result.highWatermark,
+        logStartOffset: result.logStartOffset,
+      };
+    } catch (err) {
+      throw toBrokerError(err);
+    }
+  }
+
+  /**
+   * {@link fetch} in cluster mode: never a record at or above the replication high watermark
+   * (`ReplicationSeam.readLimit`); a long-poll waits for it to pass `offset`. An offset between
+   * that high watermark and the local durable end is answered empty (the records are stored but
+   * not committed yet), never out of range.
+   */
+  async #fetchCommitted(
+    replication: ReplicationSeam,
+    topic: string,
+    partition: number,
+    log: PartitionLog,
+    request: {
+      offset: number;
+      maxRecords: number;
+      maxBytes: number;
+      waitMs: number;
+      signal: AbortSignal | undefined;
+    },
+  ): Promise<FetchResult> {
+    const { offset, waitMs, signal } = request;
+    const limit = (): number =>
+      Math.min(replication.readLimit(topic, partition) ?? Infinity, log.highWatermark);
+    try {
+      if (offset >= limit() && offset <= log.highWatermark && waitMs > 0 && !signal?.aborted) {
+        await new Promise<void>((resolve) => {
+          let done = false;
+          const finish = () => {
+            if (done) return;
+            done = true;
+            unsubscribeLog();
+            unsubscribeSeam();
+            timer.cancel();
+            signal?.removeEventListener("abort", finish);
+            resolve();
+          };
+          const check = () => {
+            if (limit() > offset || log.closed || log.fenced) finish();
+          };
+          const unsubscribeLog = log.subscribe(check);
+          const unsubscribeSeam = replication.watchReadLimit(topic, partition, check);
+          const timer = this.#clock.setTimer(waitMs, finish);
+          signal?.addEventListener("abort", finish);
+        });
+        replication.checkLeader(topic, partition);
+      }
+      const highWatermark = limit();
+      if (offset >= highWatermark && offset <= log.highWatermark) {
+        return {
+          records: { bytes: new Uint8Array(0), count: 0 },
+          nextOffset: offset,
+          highWatermark,
+          logStartOffset: log.logStartOffset,
+        };
+      }
+      const result = await log.read({
+        offset,
+        maxRecords: request.maxRecords,
+        maxBytes: request.maxBytes,
+        endOffset: highWatermark,
+      });
       return {
         records: { bytes: result.bytes, count: result.count },
         nextOffset: result.nextOffset,
@@ -478,7 +655,11 @@ export class LocalBroker implements Broker {
     partition: number;
   }): Promise<{ logStartOffset: number; highWatermark: number }> {
     const log = this.#topics.partition(this.#topics.get(request.topic), request.partition);
-    return { logStartOffset: log.logStartOffset, highWatermark: log.highWatermark };
+    const limit = this.#replication?.readLimit(request.topic, request.partition);
+    return {
+      logStartOffset: log.logStartOffset,
+      highWatermark: limit === undefined ? log.highWatermark : Math.min(limit, log.highWatermark),
+    };
   }
 
   /**

@@ -413,6 +413,88 @@ export interface Broker {
    * InitProducerId): a numeric id no producer state holds, at epoch 0. Optional.
    */
   initProducerId?(): Promise<{ producerId: number; epoch: number }>;
+  /**
+   * Serves a follower's replica fetch (api 14, `protocol/apis/replica-fetch.ts`; cluster mode,
+   * docs/cluster.md "Replication"). Optional: a broker without replication answers
+   * `unsupported_api`.
+   * @throws unauthenticated (no or a wrong broker credential), not_leader, fenced_leader_epoch,
+   *   offset_out_of_range, topic_not_found, partition_not_found.
+   */
+  replicaFetch?(request: ReplicaFetchRequest): Promise<ReplicaFetchResult>;
+}
+
+/** One entry of a partition's leader-epoch history: the first offset written under `epoch`. */
+export interface LeaderEpochEntry {
+  epoch: number;
+  startOffset: number;
+}
+
+/**
+ * An idempotent producer's batch as the leader validated and journaled it, sent to followers with
+ * the records it describes so that a new leader deduplicates retries (field failures #28). The
+ * fields of the producer journal's entry (`storage/producer-journal.ts`) without topic and
+ * partition.
+ */
+export interface ReplicatedProducerBatch {
+  producerId: string;
+  epoch: number;
+  baseSequence: number;
+  /** Records in the whole batch. */
+  batchCount: number;
+  /** Index in the batch of the first record this entry covers (0 unless a crash cut it short). */
+  firstIndex: number;
+  /** Records this entry covers, from `baseOffset`. */
+  count: number;
+  baseOffset: number;
+  /** CRC-32 of the first record's key_len | key | value_len | value. */
+  fingerprint: number;
+  /** The leader's clock when it journaled the batch, ms since the epoch. */
+  timestampMs: number;
+}
+
+/** A follower's fetch from the leader (api 14; docs/cluster.md "Replica fetch"). */
+export interface ReplicaFetchRequest {
+  topic: string;
+  partition: number;
+  /** The follower's node id. */
+  replicaId: number;
+  /** The leader epoch the follower believes current. */
+  leaderEpoch: number;
+  /** The follower's durable (fsynced) log end: where it wants records from, and its position. */
+  fetchOffset: number;
+  /** The epoch of the follower's last record per its epoch history; −1 for an empty history. */
+  lastFetchedEpoch: number;
+  /** Most bytes of records to answer (at least one record is answered if any is there). */
+  maxBytes: number;
+  /** Long-poll: how long the leader may wait when it has nothing at `fetchOffset`, in ms. */
+  waitMs: number;
+  /** The broker credential (the cluster secret), empty without one. */
+  credential: Uint8Array;
+  /** Aborted when the connection closes. */
+  signal?: AbortSignal;
+}
+
+/** The leader's answer to a {@link ReplicaFetchRequest}. */
+export interface ReplicaFetchResult {
+  /** The leader's epoch. */
+  leaderEpoch: number;
+  /** The high watermark: the smallest durable position in the ISR. */
+  highWatermark: number;
+  logStartOffset: number;
+  /** The leader's log end offset (written, durable or not). */
+  logEndOffset: number;
+  /**
+   * Set when the follower's log diverges from the leader's epoch history: the follower truncates
+   * its log to `truncateTo` (and its history to epochs ≤ `epoch`) before fetching again; no
+   * records are answered then.
+   */
+  diverging: { epoch: number; endOffset: number } | null;
+  /** The leader's epoch history entries that cover the records answered (and the one before). */
+  epochs: LeaderEpochEntry[];
+  /** Idempotent producer batches starting inside the records answered. */
+  producers: ReplicatedProducerBatch[];
+  /** Stored records verbatim, from `fetchOffset` on. */
+  records: RecordSet;
 }
 
 /**

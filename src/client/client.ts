@@ -30,6 +30,7 @@ import type {
   ProduceResult,
   ProducerIdentity,
   RecordSet,
+  ReplicaFetchResult,
   TopicDescription,
 } from "../broker/types.ts";
 import { requestBytesMax, tcpEndLingerMs } from "../lib/limits.ts";
@@ -75,6 +76,11 @@ import {
   responseLengthMin,
 } from "../protocol/envelope.ts";
 import { FrameDecoder } from "../protocol/frame.ts";
+import {
+  decodeReplicaFetchResponse,
+  encodeReplicaFetchRequest,
+  type ReplicaFetchRequestFields,
+} from "../protocol/apis/replica-fetch.ts";
 import {
   decodeAuthenticateResponse,
   encodeAuthenticateRequest,
@@ -438,6 +444,21 @@ export class TcpClient {
       },
       (request.waitMs ?? 0) + this.#timeoutMs,
       (chunks) => decodeFetchResponseChunks(chunks, request.offset),
+    );
+  }
+
+  /**
+   * A follower's replica fetch (api 14, cluster mode; `cluster/follower.ts` calls it through the
+   * runtime's connection). The records are not checked here: the follower checks every CRC
+   * before it appends.
+   * @throws ClientError `unauthenticated` (wrong broker credential), `not_leader`,
+   *   `fenced_leader_epoch`, `offset_out_of_range`, `topic_not_found`, `unsupported_api`.
+   */
+  replicaFetch(request: ReplicaFetchRequestFields): Promise<ReplicaFetchResult> {
+    return this.#call(
+      (id) => encodeReplicaFetchRequest(id, request),
+      decodeReplicaFetchResponse,
+      request.waitMs + this.#timeoutMs,
     );
   }
 

@@ -29,6 +29,7 @@ import { LogStartOffsetFile } from "./log-start-offsets.ts";
 import { Segment } from "./segment.ts";
 import type { SegmentCorruption, SegmentRecoveryOutcome } from "./segment-recovery.ts";
 import { logFileName, parseSegmentFileName } from "./segment-files.ts";
+import { isLeaderEpochsFile } from "./leader-epochs.ts";
 
 /** How bad a finding is; any "corrupt" makes `es-broker check` exit non-zero. */
 export type CheckSeverity = "ok" | "warning" | "corrupt";
@@ -197,6 +198,7 @@ async function checkPartition(
   const names = await fs.readdir(dir);
   const all = new Set(names);
   for (const n of names) {
+    if (isLeaderEpochsFile(n)) continue;
     const kind = classifyPartitionEntry(n, all);
     if (kind !== null) {
       const rule = leftovers[kind];

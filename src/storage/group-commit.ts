@@ -259,6 +259,16 @@ export class GroupCommit {
   }
 
   /**
+   * After a leader-epoch truncation (cluster mode; `PartitionLog.truncateTo`), everything durable
+   * before it: the log now ends at `nextOffset`, `durablePosition` bytes into the active segment.
+   * The high watermark moves back to it.
+   */
+  truncated(nextOffset: number, durablePosition: number): void {
+    this.#highWatermark = nextOffset;
+    this.#durablePosition = durablePosition;
+  }
+
+  /**
    * After a roll (everything was durable before it): the new active segment has nothing durable
    * yet.
    */

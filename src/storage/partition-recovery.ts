@@ -24,6 +24,7 @@ import type { Logger } from "../lib/logger.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { Segment, type SegmentContext } from "./segment.ts";
 import { leftovers } from "./leftovers.ts";
+import { isLeaderEpochsFile } from "./leader-epochs.ts";
 import {
   indexFileName,
   isSupportedBaseOffset,
@@ -85,6 +86,8 @@ export async function recoverPartition(
   const logs = new Set<number>();
   const indexes = new Set<number>();
   for (const file of await fs.readdir(dir)) {
+    // Cluster mode's leader-epoch history lives beside the segments (`leader-epochs.ts`).
+    if (isLeaderEpochsFile(file)) continue;
     const parsed = parseSegmentFileName(file);
     if (parsed === null) {
       stray(file, leftovers.not_a_segment_file.what);

@@ -595,6 +595,63 @@ export class PartitionLog {
     }
   }
 
+  /**
+   * Removes every record at `offset` and after, crash-safely (leader-epoch truncation, cluster
+   * mode; docs/cluster.md "Leader-epoch truncation"). Under the write lock, once everything
+   * written is durable: segments that start at or after `offset` are deleted newest first (the
+   * directory fsynced), then the segment holding `offset` is cut there and the cut fsynced
+   * (`Segment.truncateTo`), and a new active segment starts at `offset` if the active one was
+   * deleted or the cut one is sealed. A crash at any step leaves a prefix of the log, never a
+   * gap. The high watermark moves back to `offset` with the log end. Offsets below the first
+   * local segment are not truncated (the cold tier holds only committed records).
+   * @throws StorageError "fenced" (a failed cut or fsync fences the partition), "closed",
+   *   "invalid" for an offset below the first local segment's base.
+   */
+  async truncateTo(offset: number): Promise<void> {
+    if (this.#closed) throw this.#closedError();
+    await this.#writeLock.run(async () => {
+      await this.#commit.flush();
+      if (offset >= this.logEndOffset) return;
+      if (offset < this.#segments[0].baseOffset)
+        throw new StorageError(
+          "invalid",
+          `Cannot truncate partition "${this.name}" to offset ${offset}: below its first local segment (${this.#segments[0].baseOffset})`,
+        );
+      try {
+        const doomed = this.#segments.filter((seg) => seg.baseOffset >= offset);
+        const kept = this.#segments.filter((seg) => seg.baseOffset < offset);
+        for (const seg of doomed.reverse()) {
+          await seg.close();
+          await this.#fs.unlink(seg.logPath);
+          await this.#fs.unlink(seg.indexPath).catch(() => {});
+        }
+        if (doomed.length > 0) await this.#fs.syncDir(this.dir);
+        const last = kept.at(-1);
+        const activeKept = last !== undefined && doomed.length === 0;
+        if (last !== undefined) await last.truncateTo(offset);
+        if (activeKept) {
+          this.#segments = kept;
+          this.#commit.truncated(offset, last.sizeBytes);
+        } else {
+          const next = await Segment.create(this.#fs, {
+            ...this.#segmentContext,
+            dir: this.dir,
+            baseOffset: offset,
+            nowMs: this.#clock.nowMs(),
+          });
+          await this.#fs.syncDir(this.dir);
+          this.#segments = [...kept, next];
+          this.#commit.truncated(offset, 0);
+        }
+      } catch (err) {
+        this.#commit.fence(`a failed truncation (${errorMessage(err)})`, err);
+        throw this.#commit.fencedError();
+      }
+      this.#logger.log("warn", "partition.truncated", { partition: this.name, offset });
+    });
+    this.#notify();
+  }
+
   /** Seals the active segment and starts a new one at the next offset. */
   async #roll(): Promise<void> {
     await this.#commit.flush();
@@ -632,22 +689,29 @@ export class PartitionLog {
    * and reads"). Offsets inside a gap (a corrupt range skipped at recovery, records removed by
    * compaction, [log start offset, first local segment)) continue at the next readable record;
    * offsets below the first local segment are read from the lower tier first, if there is one.
+   * `endOffset` (cluster mode: the replication high watermark) lowers the bound further: no
+   * record at or above it is answered, and the answer's `highWatermark` is it.
    * @throws StorageError "out_of_range" if `offset` is below the log start offset or above the
-   *   high watermark.
+   *   high watermark (the local one: `endOffset` does not narrow the range).
    */
   async read(request: {
     offset: number;
     maxRecords: number;
     maxBytes: number;
+    endOffset?: number;
   }): Promise<PartitionRead> {
     if (this.#closed) throw this.#closedError();
-    const highWatermark = this.highWatermark;
+    const localHighWatermark = this.highWatermark;
+    const highWatermark =
+      request.endOffset === undefined
+        ? localHighWatermark
+        : Math.min(localHighWatermark, request.endOffset);
     const logStartOffset = this.logStartOffset;
     let offset = request.offset;
-    if (offset < logStartOffset || offset > highWatermark) {
+    if (offset < logStartOffset || offset > localHighWatermark) {
       throw new StorageError(
         "out_of_range",
-        `Cannot read partition "${this.name}" at offset ${offset}: outside [log start offset ${logStartOffset}, high watermark ${highWatermark}]`,
+        `Cannot read partition "${this.name}" at offset ${offset}: outside [log start offset ${logStartOffset}, high watermark ${localHighWatermark}]`,
       );
     }
     const empty = (next: number): PartitionRead => ({

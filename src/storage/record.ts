@@ -461,3 +461,72 @@ export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs
     }
   }
 }
+
+/** A run of records at consecutive offsets, as an entry batch (see {@link storedToEntryRuns}). */
+export interface EntryRun {
+  baseOffset: number;
+  batch: EntryBatch;
+}
+
+/**
+ * Turns stored records (a replica fetch's answer, verbatim) back into entry batches, one per run
+ * of consecutive offsets, after checking every record end to end: its length, its CRC, and that
+ * offsets increase. Appended at the same offsets, each entry encodes back to the very bytes the
+ * leader stored (the timestamps are set, so nothing is stamped again).
+ * @throws RecordFormatError naming the record (its index and offset) and what is wrong; nothing
+ *   is returned then.
+ */
+export function storedToEntryRuns(bytes: Uint8Array, count: number): EntryRun[] {
+  const cursor = new RecordCursor().reset(bytes);
+  // At most the stored bytes (an entry is shorter than its record): never a length a peer claims.
+  const out = new Uint8Array(bytes.length);
+  const runs: EntryRun[] = [];
+  let pos = 0;
+  let outPos = 0;
+  let runStart = 0;
+  let runCount = 0;
+  let runBase = -1;
+  let previous = -1;
+  let index = 0;
+  const close = () => {
+    if (runCount > 0)
+      runs.push({
+        baseOffset: runBase,
+        batch: { bytes: out.subarray(runStart, outPos), count: runCount },
+      });
+  };
+  while (pos < bytes.length) {
+    const status = cursor.decode(pos);
+    if (status !== DecodeStatus.Ok)
+      throw new RecordFormatError(
+        `stored record ${index} (at byte ${pos}) fails its check: ${cursor.reason}`,
+        index,
+      );
+    if (cursor.offset <= previous)
+      throw new RecordFormatError(
+        `stored record ${index} has offset ${cursor.offset}, not above the previous ${previous}`,
+        index,
+      );
+    if (cursor.offset !== previous + 1 || runCount === 0) {
+      close();
+      runStart = outPos;
+      runCount = 0;
+      runBase = cursor.offset;
+    }
+    if (index >= count)
+      throw new RecordFormatError(`more stored records than the ${count} announced`, index);
+    // The entry is the record without record_len, offset and crc32.
+    const entryStart = pos + recordLengthPrefixBytes + 8;
+    const entryEnd = pos + cursor.sizeBytes - 4;
+    out.set(bytes.subarray(entryStart, entryEnd), outPos);
+    outPos += entryEnd - entryStart;
+    runCount++;
+    previous = cursor.offset;
+    pos += cursor.sizeBytes;
+    index++;
+  }
+  if (index !== count)
+    throw new RecordFormatError(`${index} stored records where ${count} were announced`, index);
+  close();
+  return runs;
+}

@@ -500,6 +500,68 @@ export class Segment {
     this.#index.truncate(keep);
   }
 
+  /**
+   * Cuts the records at `offset` and after (leader-epoch truncation, cluster mode;
+   * docs/cluster.md "Leader-epoch truncation"): the log is cut where the first such record starts
+   * (or where a record fails its check) and the cut fsynced, then index entries at or after the cut
+   * are dropped from memory and from the index file (rewritten for a sealed segment). Call under
+   * the partition's write lock with nothing unsynced. `nextOffset` becomes `offset` when the cut
+   * removed anything.
+   * @throws FsError if the cut or its fsync fails (the caller fences the partition).
+   */
+  async truncateTo(offset: number): Promise<void> {
+    const position = await this.#positionOf(offset);
+    if (position >= this.sizeBytes) return;
+    await this.#log.truncate(position);
+    await this.#log.sync();
+    this.sizeBytes = position;
+    this.#fileEndBytes = position;
+    this.readableEndBytes = Math.min(this.readableEndBytes, position);
+    this.nextOffset = Math.max(this.baseOffset, Math.min(this.nextOffset, offset));
+    let keep = this.#index.count;
+    while (keep > 0 && this.#index.positionAt(keep - 1) >= position) keep--;
+    this.#index.truncate(keep);
+    if (this.#indexFile !== null) {
+      this.#indexOnDiskEntries = Math.min(this.#indexOnDiskEntries, keep);
+      await this.#indexFile
+        .truncate(this.#indexOnDiskEntries * indexEntryBytes)
+        .catch(() => (this.#indexWritable = false));
+    } else {
+      // A sealed segment's index is trusted at the next start: it must not point past the cut.
+      await writeIndexFile(this.#fs, this.indexPath, this.#index, { keepOpen: false }).catch(
+        (err: unknown) =>
+          this.#event("warn", "segment.index_write_failed", {
+            segment: this.indexPath,
+            error: errorMessage(err),
+          }),
+      );
+    }
+    this.#event("warn", "segment.truncated", {
+      segment: this.logPath,
+      offset,
+      position,
+    });
+  }
+
+  /** File position of the first record at or after `offset` (or of the first bad record; else the readable end). */
+  async #positionOf(offset: number): Promise<number> {
+    const end = this.readableEndBytes;
+    if (offset <= this.baseOffset) return 0;
+    if (offset >= this.nextOffset) return this.sizeBytes;
+    const entry = this.#index.entryAtOrBefore(offset - this.baseOffset);
+    let pos = entry < 0 ? 0 : this.#index.positionAt(entry);
+    if (pos >= end) pos = 0;
+    const scanner = new RecordScanner(this.#log, { end, windowBytes: readWindowBytes });
+    while (pos < scanner.dataEnd) {
+      let status = scanner.decode(pos);
+      if (status === ScanStatus.Cut) status = await scanner.readRecordAt(pos);
+      if (status !== ScanStatus.Ok) return pos;
+      if (scanner.cursor.offset >= offset) return pos;
+      pos += scanner.cursor.sizeBytes;
+    }
+    return Math.min(pos, end);
+  }
+
   /** fsyncs the log (fdatasync). A rejection is final for the partition; never retry. */
   syncLog(): Promise<void> {
     return this.#log.sync();

@@ -11,7 +11,12 @@ import {
   encodeAuthenticateRequest,
   encodeAuthenticateResponse,
 } from "../../src/protocol/apis/authenticate.ts";
-import type { GroupDescription, TopicConfig, TopicDescription } from "../../src/broker/types.ts";
+import type {
+  GroupDescription,
+  ReplicaFetchResult,
+  TopicConfig,
+  TopicDescription,
+} from "../../src/broker/types.ts";
 import {
   decodeCommitOffsetsRequest,
   encodeCommitOffsetsRequest,
@@ -93,6 +98,12 @@ import {
   decodeResponseHeader,
   encodeEmptyResponse,
 } from "../../src/protocol/envelope.ts";
+import {
+  decodeReplicaFetchRequest,
+  decodeReplicaFetchResponse,
+  encodeReplicaFetchRequest,
+  encodeReplicaFetchResponse,
+} from "../../src/protocol/apis/replica-fetch.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { hex, toHex } from "../helpers/wire.ts";
 
@@ -118,6 +129,29 @@ interface GoldenFrame {
   /** What `decode` gives. */
   decoded: unknown;
 }
+
+const replicaFetchResult: ReplicaFetchResult = {
+  leaderEpoch: 3,
+  highWatermark: 5,
+  logStartOffset: 0,
+  logEndOffset: 6,
+  diverging: null,
+  epochs: [{ epoch: 3, startOffset: 0 }],
+  producers: [
+    {
+      producerId: "p",
+      epoch: 0,
+      baseSequence: 0,
+      batchCount: 1,
+      firstIndex: 0,
+      count: 1,
+      baseOffset: 0,
+      fingerprint: 0x01020304,
+      timestampMs: 5,
+    },
+  ],
+  records: { bytes: new Uint8Array(0), count: 0 },
+};
 
 /** Every golden frame uses this correlation id. */
 const correlationId = 0x0a0b0c0d;
@@ -622,6 +656,78 @@ const goldens: Record<string, { request: GoldenFrame; response: GoldenFrame }> =
       decoded: { keyId: "0123456789abcdef", name: "k", role: "admin" },
     },
   },
+  ReplicaFetch: {
+    request: {
+      frame: hex(`
+        0000002e           length 46
+        000e 0000          api 14 ReplicaFetch
+        0a0b0c0d           correlation_id
+        0001 74            topic "t"
+        00000000           partition 0
+        00000002           replica_id 2
+        00000003           leader_epoch 3
+        0000000000000007   fetch_offset 7
+        00000003           last_fetched_epoch 3
+        00000400           max_bytes 1024
+        000001f4           wait_ms 500
+        0001 73            credential "s"
+      `),
+      encode: () =>
+        encodeReplicaFetchRequest(correlationId, {
+          topic: "t",
+          partition: 0,
+          replicaId: 2,
+          leaderEpoch: 3,
+          fetchOffset: 7,
+          lastFetchedEpoch: 3,
+          maxBytes: 1024,
+          waitMs: 500,
+          credential: new TextEncoder().encode("s"),
+        }),
+      decode: decodeReplicaFetchRequest,
+      decoded: {
+        topic: "t",
+        partition: 0,
+        replicaId: 2,
+        leaderEpoch: 3,
+        fetchOffset: 7,
+        lastFetchedEpoch: 3,
+        maxBytes: 1024,
+        waitMs: 500,
+        credential: new TextEncoder().encode("s"),
+      },
+    },
+    response: {
+      frame: hex(`
+        00000073           length 115
+        0a0b0c0d           correlation_id
+        0000               error 0
+        00000003           leader_epoch 3
+        0000000000000005   high_watermark 5
+        0000000000000000   log_start_offset 0
+        0000000000000006   log_end_offset 6
+        ffffffff           diverging_epoch −1
+        0000000000000000   diverging_end_offset 0
+        0001               epoch_count 1
+        00000003 0000000000000000   epoch 3 from offset 0
+        00000001           producer_count 1
+        0001 70            producer_id "p"
+        00000000           epoch 0
+        00000000           base_sequence 0
+        00000001           batch_count 1
+        00000000           first_index 0
+        00000001           count 1
+        0000000000000000   base_offset 0
+        01020304           fingerprint
+        0000000000000005   timestamp_ms 5
+        00000000           record_count 0
+        00000000           records_bytes 0
+      `),
+      encode: () => encodeReplicaFetchResponse(correlationId, replicaFetchResult),
+      decode: decodeReplicaFetchResponse,
+      decoded: replicaFetchResult,
+    },
+  },
 };
 
 describe("the TCP dispatch table", () => {
@@ -629,7 +735,7 @@ describe("the TCP dispatch table", () => {
     expect(Object.keys(goldens).sort()).toEqual(apis.map((a) => a.name).sort());
   });
 
-  it("numbers its apis 0 to 12 in order, each at version 0, and ApiKey names them", () => {
+  it("numbers its apis 0 to 14 in order, each at version 0, and ApiKey names them", () => {
     expect(apis.map((a) => a.key)).toEqual(apis.map((_, i) => i));
     for (const api of apis) {
       expect(api.versionMax).toBe(0);

@@ -41,7 +41,7 @@ import type { PartitionLog } from "../../storage/partition.ts";
 import { EntryCursor, type EntryBatch } from "../../storage/record.ts";
 import { BrokerError, Errors } from "../errors.ts";
 import { storageFailureKind } from "../storage-failure.ts";
-import type { ProduceResult, ProducerIdentity } from "../types.ts";
+import type { ProduceResult, ProducerIdentity, ReplicatedProducerBatch } from "../types.ts";
 import { reconcile, replayEntry, type ProducerPartitions } from "./recovery.ts";
 import {
   batchFrom,
@@ -326,34 +326,50 @@ export class ProducerStates {
           return { spans: rangesToSpans(partition, remembered), duplicate: true };
         // A crash cut this batch short: write the records that are missing.
         const rest = batchFrom(batch, present);
-        const range = await this.#write(
+        const pending: PendingEntry = { entry: null };
+        try {
+          const range = await this.#write(
+            journal,
+            request,
+            {
+              baseSequence: producer.sequence,
+              batchCount: batch.count,
+              firstIndex: present,
+              fingerprint: rest.fingerprint,
+              now,
+            },
+            rest.batch,
+            pending,
+          );
+          if (this.#producers.get(producer.id) === state && state?.epoch === producer.epoch)
+            remembered.ranges.push(range);
+        } finally {
+          this.#pending.delete(pending);
+        }
+        return { spans: rangesToSpans(partition, remembered), duplicate: false };
+      }
+      // The entry stays pending until the state below holds the batch, so a replica fetch
+      // (`replicatedBatches`) always finds it in one or the other.
+      const pending: PendingEntry = { entry: null };
+      let range: BatchRange;
+      try {
+        range = await this.#write(
           journal,
           request,
           {
             baseSequence: producer.sequence,
             batchCount: batch.count,
-            firstIndex: present,
-            fingerprint: rest.fingerprint,
+            firstIndex: 0,
+            fingerprint,
             now,
           },
-          rest.batch,
+          batch,
+          pending,
         );
-        if (this.#producers.get(producer.id) === state && state?.epoch === producer.epoch)
-          remembered.ranges.push(range);
-        return { spans: rangesToSpans(partition, remembered), duplicate: false };
+      } catch (err) {
+        this.#pending.delete(pending);
+        throw err;
       }
-      const range = await this.#write(
-        journal,
-        request,
-        {
-          baseSequence: producer.sequence,
-          batchCount: batch.count,
-          firstIndex: 0,
-          fingerprint,
-          now,
-        },
-        batch,
-      );
       const current = this.#producers.get(producer.id);
       // A newer epoch that arrived meanwhile on another partition fenced this one: the records are
       // stored (and acknowledged to the old incarnation), but its sequences no longer count.
@@ -367,6 +383,7 @@ export class ProducerStates {
         s.nextSequence = chainNext(producer.sequence + batch.count, s.batches);
         current.lastActiveMs = now;
       }
+      this.#pending.delete(pending);
       this.#maybeRotate();
       return {
         spans: [{ partition, baseOffset: range.offset, count: range.count }],
@@ -375,7 +392,11 @@ export class ProducerStates {
     });
   }
 
-  /** Appends `batch` to the partition with its journal entry made durable first; resolves with where it went. */
+  /**
+   * Appends `batch` to the partition with its journal entry made durable first; resolves with
+   * where it went. `pending` holds the entry from its journaling on; the caller removes it from
+   * the pending set once the state holds the batch.
+   */
   async #write(
     journal: ProducerJournal,
     request: IdempotentAppend,
@@ -387,10 +408,10 @@ export class ProducerStates {
       now: number;
     },
     batch: EntryBatch,
+    pending: PendingEntry,
   ): Promise<BatchRange> {
     const { producer, topic, partition, log } = request;
-    const pending: PendingEntry = { entry: null };
-    try {
+    {
       const result = await log.append(batch, {
         beforeWrite: async (baseOffset) => {
           const entry: ProducerJournalEntry = {
@@ -426,9 +447,98 @@ export class ProducerStates {
         fingerprint: fields.fingerprint,
         verified: result.baseOffset + result.count <= log.highWatermark,
       };
-    } finally {
-      this.#pending.delete(pending);
     }
+  }
+
+  /**
+   * The batches of idempotent producers that start at offsets in [`from`, `to`) of one partition,
+   * as this broker (the leader) validated and journaled them: what a replica fetch answering
+   * those records sends with them (docs/cluster.md "Producer state on followers"). From the
+   * remembered batches and the entries whose write is in flight.
+   */
+  replicatedBatches(
+    topic: string,
+    partition: number,
+    from: number,
+    to: number,
+  ): ReplicatedProducerBatch[] {
+    const out: ReplicatedProducerBatch[] = [];
+    if (from >= to) return out;
+    const key = topicPartitionKey(topic, partition);
+    const seen = new Set<number>();
+    for (const p of this.#producers.values()) {
+      const s = p.partitions.get(key);
+      if (s === undefined) continue;
+      for (const b of s.batches) {
+        let firstIndex = 0;
+        for (const r of b.ranges) {
+          if (r.offset >= from && r.offset < to) {
+            seen.add(r.offset);
+            out.push({
+              producerId: p.id,
+              epoch: p.epoch,
+              baseSequence: b.baseSequence,
+              batchCount: b.count,
+              firstIndex,
+              count: r.count,
+              baseOffset: r.offset,
+              fingerprint: r.fingerprint,
+              timestampMs: p.lastActiveMs,
+            });
+          }
+          firstIndex += r.count;
+        }
+      }
+    }
+    for (const { entry: e } of this.#pending) {
+      if (e === null || e.topic !== topic || e.partition !== partition) continue;
+      if (e.baseOffset < from || e.baseOffset >= to || seen.has(e.baseOffset)) continue;
+      out.push({
+        producerId: e.producerId,
+        epoch: e.epoch,
+        baseSequence: e.baseSequence,
+        batchCount: e.batchCount,
+        firstIndex: e.firstIndex,
+        count: e.count,
+        baseOffset: e.baseOffset,
+        fingerprint: e.fingerprint,
+        timestampMs: e.timestampMs,
+      });
+    }
+    return out.sort((a, b) => a.baseOffset - b.baseOffset);
+  }
+
+  /**
+   * A follower takes the producer batches its leader validated (KAFKA-6003: replicas accept what
+   * the leader validated), before it appends the records they describe: each is journaled
+   * (fsynced) and applied as a replayed journal entry would be, so that this broker deduplicates
+   * retries once it leads (field failures #28).
+   * @throws BrokerError unavailable when the producer state is; storage_error when the journal
+   *   write fails.
+   */
+  async applyReplicated(
+    topic: string,
+    partition: number,
+    batches: readonly ReplicatedProducerBatch[],
+  ): Promise<void> {
+    if (batches.length === 0) return;
+    const journal = this.#checkAvailable();
+    for (const b of batches) {
+      const entry: ProducerJournalEntry = { ...b, topic, partition };
+      const pending: PendingEntry = { entry };
+      this.#pending.add(pending);
+      try {
+        await journal.append(entry);
+      } catch (err) {
+        throw journalError(err);
+      } finally {
+        this.#pending.delete(pending);
+      }
+      replayEntry(this.#producers, entry);
+      const p = this.#producers.get(b.producerId);
+      if (p !== undefined) p.lastActiveMs = Math.max(p.lastActiveMs, this.#clock.nowMs());
+    }
+    this.#maybeRotate();
   }
 
   /**

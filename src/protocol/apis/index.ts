@@ -47,6 +47,7 @@ import { listOffsetsApi } from "./list-offsets.ts";
 import { metadataApi } from "./metadata.ts";
 import { produceApi } from "./produce.ts";
 import { authenticateApi } from "./authenticate.ts";
+import { replicaFetchApi } from "./replica-fetch.ts";
 
 export type { ApiConnection, ApiSpec, Served } from "./api.ts";
 
@@ -66,6 +67,7 @@ export const apis = [
   listGroupsApi,
   idempotentProduceApi,
   authenticateApi,
+  replicaFetchApi,
 ] as const;
 
 type AnyApi = (typeof apis)[number];

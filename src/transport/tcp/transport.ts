@@ -35,7 +35,9 @@
  *   revocation), other requests in flight get their own answers, and then the connection is
  *   ended; what is still unanswered after `tcpShutdownGraceMs` is dropped with the connection.
  *   A connection that has not authenticated within `readTimeoutMs` of opening is destroyed
- *   (`auth.failed`, timeout).
+ *   (`auth.failed`, timeout). The exception: ReplicaFetch (api 14, cluster mode) carries the
+ *   broker credential itself and is served without a key; one refused `unauthenticated` closes
+ *   the connection.
  */
 import { BrokerError, Errors } from "../../broker/errors.ts";
 import type { Broker } from "../../broker/types.ts";
@@ -66,6 +68,7 @@ import type { ByteSocket } from "./socket.ts";
 import type { AccessControl } from "../../auth/access.ts";
 import type { Principal } from "../../auth/principal.ts";
 import { authenticateApi } from "../../protocol/apis/authenticate.ts";
+import { replicaFetchApi } from "../../protocol/apis/replica-fetch.ts";
 import { authenticateFrameBytesMax } from "../../lib/limits.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
 
@@ -501,8 +504,21 @@ class Connection {
   #startRequest(frame: Uint8Array): void {
     const { api, version, correlationId, body } = decodeRequestHeader(frame);
     const spec = supportedApi(api, version);
-    if (this.#principal === null && this.#settings.access !== null && spec !== authenticateApi)
+    // A replica fetch (cluster mode) carries the broker credential, checked per request; the
+    // connection keeps no principal. A refused one is answered and closes the connection.
+    const replica = spec === replicaFetchApi && this.#principal === null;
+    if (
+      this.#principal === null &&
+      this.#settings.access !== null &&
+      spec !== authenticateApi &&
+      !replica
+    )
       return this.#refuseUnauthenticated(correlationId);
+    if (replica && this.#authTimer !== null) {
+      this.#authTimer.cancel();
+      this.#authTimer = null;
+      this.#decoder.lengthMax = this.#settings.maxRequestBytes;
+    }
     if (spec === undefined) {
       this.#respond(
         encodeErrorResponse(
@@ -529,7 +545,11 @@ class Connection {
     this.#inFlight++;
     this.#inFlightBytes += costBytes;
     response
-      .catch((error: unknown) => this.#errorResponse(spec, correlationId, error))
+      .catch((error: unknown) => {
+        if (replica && error instanceof BrokerError && error.kind === Errors.unauthenticated)
+          this.#stopAfterAnswers();
+        return this.#errorResponse(spec, correlationId, error);
+      })
       .then((bytes) => {
         this.#inFlight--;
         this.#inFlightBytes -= costBytes;

@@ -1,0 +1,260 @@
+/**
+ * A follower of one partition (docs/cluster.md "Followers"): fetches from the leader over the
+ * replica-fetch api (api 14), checks every record end to end, appends the leader's stored records
+ * at the same offsets through the partition's write loop (so they fsync through the same group
+ * commit as producers' records), and reports its durable position in its next fetch.
+ *
+ * One loop per partition:
+ * 1. Fetch at the local durable log end, with the epoch of the last local record (per the
+ *    leader-epoch history) and the epoch the follower believes current; the leader long-polls
+ *    when it has nothing new, so an idle follower does not spin.
+ * 2. If the leader says the logs diverge, truncate to where they agree (the smaller of the
+ *    leader's end offset for that epoch and the local one) and forget the later epochs, then
+ *    fetch again (docs/cluster.md "Leader-epoch truncation").
+ * 3. Otherwise: check every record's CRC and offsets (a failure appends nothing and is logged as
+ *    `replication.corrupt_records`); add the leader's epoch entries the records fall under to the
+ *    local history (fsynced); journal the idempotent producers' batches the leader sent with them
+ *    (field failures #28); append the records, checking in the write loop that they land at the
+ *    leader's offsets.
+ * 4. Errors back off (50 ms doubling to 1 s, ±20 % jitter) and the loop tries again, until
+ *    {@link Follower.stop}.
+ */
+import type { LeaderEpochEntry, ReplicaFetchResult } from "../broker/types.ts";
+import type { ProducerStates } from "../broker/producers/state.ts";
+import type { Clock } from "../lib/clock.ts";
+import { errorMessage } from "../lib/errors.ts";
+import type { Logger } from "../lib/logger.ts";
+import type { Prng } from "../lib/prng.ts";
+import type { ReplicaFetchRequestFields } from "../protocol/apis/replica-fetch.ts";
+import type { LeaderEpochHistory } from "../storage/leader-epochs.ts";
+import type { PartitionLog } from "../storage/partition.ts";
+import {
+  EntryCursor,
+  type EntryBatch,
+  RecordFormatError,
+  storedToEntryRuns,
+} from "../storage/record.ts";
+
+/** A connection to a leader's TCP listener that speaks the replica-fetch api (the runtime provides it). */
+export interface ReplicaFetchConnection {
+  /**
+   * Sends one replica fetch and resolves with the leader's answer.
+   * @throws an error with a `code` (the error table's, or `connection_closed` / `timeout`) on failure.
+   */
+  replicaFetch(request: ReplicaFetchRequestFields): Promise<ReplicaFetchResult>;
+  /** Closes the connection; a fetch in flight rejects. */
+  close(): Promise<void>;
+}
+
+/** Options of {@link Follower}. */
+export interface FollowerOptions {
+  topic: string;
+  partition: number;
+  /** This broker's node id. */
+  nodeId: number;
+  /** The leader's node id and epoch this follower follows. */
+  leaderId: number;
+  leaderEpoch: number;
+  log: PartitionLog;
+  history: LeaderEpochHistory;
+  producers: ProducerStates;
+  /** Opens a connection to the leader; throws if its address is not known yet. */
+  connect: () => ReplicaFetchConnection;
+  /** The broker credential, empty without one. */
+  credential: Uint8Array;
+  clock: Clock;
+  prng: Prng;
+  logger: Logger;
+  /** Bytes of records per fetch. */
+  maxBytes: number;
+  /** The leader's long-poll, in ms. */
+  waitMs: number;
+  /** Called with the leader's high watermark after each answer. */
+  onHighWatermark: (highWatermark: number) => void;
+}
+
+const backoffMinMs = 50;
+const backoffMaxMs = 1000;
+
+/** The fetch loop of one partition. See the module comment. */
+export class Follower {
+  readonly #o: FollowerOptions;
+  #stopped = false;
+  #connection: ReplicaFetchConnection | null = null;
+  #loop: Promise<void> | null = null;
+  #wake: (() => void) | null = null;
+  #lastError = "";
+
+  constructor(options: FollowerOptions) {
+    this.#o = options;
+  }
+
+  /** The partition as "topic/partition", for logs. */
+  get #name(): string {
+    return `${this.#o.topic}/${this.#o.partition}`;
+  }
+
+  /** Starts the loop (once). */
+  start(): void {
+    this.#loop ??= this.#run();
+  }
+
+  /** Stops the loop: closes its connection and waits for the append in progress to finish. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    this.#wake?.();
+    const c = this.#connection;
+    this.#connection = null;
+    await c?.close().catch(() => {});
+    await this.#loop;
+  }
+
+  async #run(): Promise<void> {
+    let backoff = 0;
+    while (!this.#stopped) {
+      try {
+        await this.#fetchOnce();
+        backoff = 0;
+        this.#lastError = "";
+      } catch (err) {
+        if (this.#stopped) break;
+        const message = errorMessage(err);
+        const code = (err as { code?: unknown })?.code;
+        if (code === "connection_closed" || code === "timeout") {
+          const c = this.#connection;
+          this.#connection = null;
+          await c?.close().catch(() => {});
+        }
+        if (message !== this.#lastError) {
+          this.#lastError = message;
+          this.#o.logger.log(
+            err instanceof RecordFormatError ? "error" : "warn",
+            err instanceof RecordFormatError
+              ? "replication.corrupt_records"
+              : "replication.fetch_failed",
+            { partition: this.#name, leader: this.#o.leaderId, error: message },
+          );
+        }
+        backoff = Math.min(backoffMaxMs, Math.max(backoffMinMs, backoff * 2));
+        await this.#sleep(backoff * (0.8 + 0.4 * (this.#o.prng.int(1000) / 1000)));
+      }
+    }
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = this.#o.clock.setTimer(ms, () => {
+        this.#wake = null;
+        resolve();
+      });
+      this.#wake = () => {
+        timer.cancel();
+        this.#wake = null;
+        resolve();
+      };
+    });
+  }
+
+  async #fetchOnce(): Promise<void> {
+    const o = this.#o;
+    const log = o.log;
+    this.#connection ??= o.connect();
+    const fetchOffset = log.highWatermark;
+    const answer = await this.#connection.replicaFetch({
+      topic: o.topic,
+      partition: o.partition,
+      replicaId: o.nodeId,
+      leaderEpoch: o.leaderEpoch,
+      fetchOffset,
+      lastFetchedEpoch: o.history.latestEpoch,
+      maxBytes: o.maxBytes,
+      waitMs: o.waitMs,
+      credential: o.credential,
+    });
+    if (this.#stopped) return;
+    if (answer.diverging !== null) {
+      await this.#truncate(answer.diverging);
+      return;
+    }
+    await this.#append(answer, fetchOffset);
+    o.onHighWatermark(answer.highWatermark);
+  }
+
+  /** Step 2 of the module comment. */
+  async #truncate(diverging: { epoch: number; endOffset: number }): Promise<void> {
+    const o = this.#o;
+    const local = o.history.endOffsetFor(diverging.epoch, o.log.logEndOffset);
+    const to = Math.min(diverging.endOffset, local.endOffset, o.log.logEndOffset);
+    o.logger.log("warn", "replication.truncating", {
+      partition: this.#name,
+      leader: o.leaderId,
+      leader_epoch: o.leaderEpoch,
+      epoch: diverging.epoch,
+      leader_end_offset: diverging.endOffset,
+      log_end_offset: o.log.logEndOffset,
+      truncate_to: to,
+    });
+    // The history first: an entry left past the log's end is dropped at the next start anyway.
+    await o.history.truncate(diverging.epoch, to);
+    await o.log.truncateTo(to);
+  }
+
+  /** Step 3 of the module comment. */
+  async #append(answer: ReplicaFetchResult, fetchOffset: number): Promise<void> {
+    const o = this.#o;
+    const log = o.log;
+    const runs = storedToEntryRuns(answer.records.bytes, answer.records.count);
+    if (runs.length === 0) return;
+    const last = runs.at(-1)!;
+    const end = last.baseOffset + last.batch.count;
+    if (runs[0].baseOffset > fetchOffset && runs[0].baseOffset > log.logEndOffset) {
+      throw new Error(
+        `Cannot append to partition "${this.#name}": the leader's records start at offset ${runs[0].baseOffset}, after this log's end ${log.logEndOffset} (a gap: compacted or below the leader's log start), which a follower cannot replicate yet`,
+      );
+    }
+    await this.#assignEpochs(answer.epochs, end);
+    const logEnd = log.logEndOffset;
+    await o.producers.applyReplicated(
+      o.topic,
+      o.partition,
+      answer.producers.filter((b) => b.baseOffset >= logEnd && b.baseOffset < end),
+    );
+    for (const run of runs) {
+      const have = log.logEndOffset;
+      if (run.baseOffset + run.batch.count <= have) continue;
+      if (run.baseOffset > have) {
+        throw new Error(
+          `Cannot append to partition "${this.#name}": a gap in the leader's records between offsets ${have} and ${run.baseOffset} (compacted), which a follower cannot replicate yet`,
+        );
+      }
+      const batch =
+        run.baseOffset < have ? skipEntries(run.batch, have - run.baseOffset) : run.batch;
+      const expected = Math.max(run.baseOffset, have);
+      await log.append(batch, {
+        beforeWrite: async (baseOffset) => {
+          if (baseOffset !== expected)
+            throw new Error(
+              `Cannot append replicated records to partition "${this.#name}": they belong at offset ${expected} but the log is at ${baseOffset}`,
+            );
+        },
+      });
+    }
+  }
+
+  /** Adds the leader's epochs that start at or below `end` (the answer's end) and are newer than the local history's last. */
+  async #assignEpochs(epochs: readonly LeaderEpochEntry[], end: number): Promise<void> {
+    const history = this.#o.history;
+    for (const e of epochs) {
+      if (e.epoch > history.latestEpoch && e.startOffset < end)
+        await history.assign(e.epoch, e.startOffset);
+    }
+  }
+}
+
+/** `batch` without its first `n` entries. */
+function skipEntries(batch: EntryBatch, n: number): EntryBatch {
+  const cursor = new EntryCursor(batch);
+  let start = 0;
+  for (let i = 0; i < n && cursor.next(); i++) start = cursor.end;
+  return { bytes: batch.bytes.subarray(start), count: batch.count - n };
+}

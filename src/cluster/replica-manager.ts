@@ -1,0 +1,704 @@
+/**
+ * The replication data path of one broker (docs/cluster.md "Replication"): for every partition
+ * this broker holds a replica of, it leads, follows, or neither, as etcd's partition state says
+ * ({@link ReplicaManager.applyPartitionState}); it is the broker's {@link ReplicationSeam}.
+ *
+ * **Leader** (Kafka's ISR design, written our own):
+ * - Followers fetch with the replica-fetch api; the offset a follower fetches at is its durable
+ *   (fsynced) log end, recorded as its position. A fetch is refused, and nothing recorded,
+ *   without the broker credential (a constant-time compare with the cluster secret; API keys
+ *   never match it: field failures #27e), from a node that is not a replica, under another
+ *   leader epoch, or at an offset past the leader's log end.
+ * - The high watermark is the smallest durable position in the ISR (the leader's own included)
+ *   and never goes down while this broker leads; while the ISR is below `min_insync_replicas` it
+ *   does not move (the ELR must hold every committed record). A produce is acknowledged once the high
+ *   watermark covers it and the ISR has at least `min_insync_replicas` members
+ *   ({@link ReplicaManager.awaitCommitted}); a write waiting while the ISR falls below that fails
+ *   `not_enough_replicas` (retriable), so a produce never hangs forever.
+ * - A follower that has not caught up to the leader's log end for `replica_lag_ms` leaves the
+ *   ISR; one whose durable position reaches the leader's log end (not a stale high watermark:
+ *   #27a) rejoins. Both are compare-and-set writes in etcd under the key's mod_revision
+ *   (`partition-state.ts` `shrinkIsr` / `expandIsr`), with `committed_offset` = the high
+ *   watermark. After a leader change every follower counts as caught up at that moment, so none
+ *   is expelled before it could fetch (#27b).
+ * - Deposed (the state names another leader or epoch) or with its membership lease not live,
+ *   it fails every pending acknowledgement `not_leader` and acknowledges nothing more.
+ * - Becoming leader of epoch E, it first records (E, log end) in the partition's leader-epoch
+ *   history (`storage/leader-epochs.ts`, fsynced).
+ *
+ * **Follower**: `follower.ts`, one fetch loop per partition to the leader's advertised TCP
+ * address (from {@link ReplicaManager.setBrokers}). Its reads are capped at the leader's high
+ * watermark as last fetched.
+ */
+import { BrokerError, Errors } from "../broker/errors.ts";
+import type { ProducerStates } from "../broker/producers/state.ts";
+import type { ReplicationSeam } from "../broker/replication.ts";
+import type { ReplicaFetchRequest, ReplicaFetchResult } from "../broker/types.ts";
+import type { Clock, Timer } from "../lib/clock.ts";
+import { errorMessage } from "../lib/errors.ts";
+import { fetchRecordsMax } from "../lib/limits.ts";
+import type { Logger } from "../lib/logger.ts";
+import { Mutex } from "../lib/mutex.ts";
+import type { Prng } from "../lib/prng.ts";
+import type { LeaderEpochHistory } from "../storage/leader-epochs.ts";
+import type { PartitionLog } from "../storage/partition.ts";
+import type { Etcd } from "./etcd.ts";
+import { Follower, type ReplicaFetchConnection } from "./follower.ts";
+import type { BrokerRegistration } from "./membership.ts";
+import {
+  expandIsr,
+  formatPartitionState,
+  noLeader,
+  parsePartitionState,
+  shrinkIsr,
+  type PartitionState,
+} from "./partition-state.ts";
+
+export type { ReplicaFetchConnection } from "./follower.ts";
+
+/** What the replica manager needs of the local broker (`LocalBroker` has it). */
+export interface ReplicaHost {
+  setReplication(seam: ReplicationSeam): void;
+  partitionLog(topic: string, partition: number): PartitionLog;
+  openLeaderEpochHistory(topic: string, partition: number): Promise<LeaderEpochHistory>;
+  logEndOffsets(): Map<string, number>;
+  readonly producerStates: ProducerStates;
+}
+
+/** Options of {@link ReplicaManager}. */
+export interface ReplicaManagerOptions {
+  broker: ReplicaHost;
+  etcd: Etcd;
+  /** Key prefix of the cluster in etcd, without a trailing slash. */
+  prefix: string;
+  nodeId: number;
+  clock: Clock;
+  prng: Prng;
+  logger: Logger;
+  /** The broker credential followers present and the leader checks; undefined = none (an empty one). */
+  clusterSecret: Uint8Array | undefined;
+  /** Opens a replica-fetch connection to `host:port` (the runtime's TCP client). */
+  connect: (tcpAddress: string) => ReplicaFetchConnection;
+  /** How long a follower may stay behind the leader's log end before it leaves the ISR, in ms. Default 10 000. */
+  replicaLagMs?: number;
+  /** The leader's long-poll on a replica fetch, in ms. Default 500. */
+  fetchWaitMs?: number;
+  /** Bytes of records per replica fetch. Default 1 MiB. */
+  fetchMaxBytes?: number;
+}
+
+/** Default `replica_lag_ms`. */
+export const replicaLagMsDefault = 10_000;
+
+/** What the leader knows of one follower. */
+interface FollowerPosition {
+  /** Its durable log end as its last fetch said; −1 before its first fetch under this leadership. */
+  durable: number;
+  /** When it last was caught up to the leader's log end (a leader change counts: #27b). */
+  lastCaughtUpMs: number;
+  /** The leader's log end in its last answer, and when it was sent. */
+  lastLogEndSent: number;
+  lastAnswerMs: number;
+}
+
+interface Waiter {
+  nextOffset: number;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+/** One partition this broker holds a replica of. */
+interface Replica {
+  topic: string;
+  partition: number;
+  name: string;
+  state: PartitionState;
+  modRevision: number;
+  role: "leader" | "follower" | "none";
+  /** The epoch the role was taken under. */
+  epoch: number;
+  log: PartitionLog;
+  history: LeaderEpochHistory;
+  lock: Mutex;
+  listeners: Set<() => void>;
+  // Leader.
+  followers: Map<number, FollowerPosition>;
+  highWatermark: number;
+  waiters: Waiter[];
+  unsubscribeLog: (() => void) | null;
+  lagTimer: Timer | null;
+  isrChange: Promise<void> | null;
+  // Follower.
+  follower: Follower | null;
+  leaderHighWatermark: number;
+}
+
+/** The replication of one broker. See the module comment. */
+export class ReplicaManager implements ReplicationSeam {
+  readonly #o: ReplicaManagerOptions;
+  readonly #replicaLagMs: number;
+  readonly #credential: Uint8Array;
+  #brokers: ReadonlyMap<number, BrokerRegistration> = new Map();
+  #replicas = new Map<string, Replica>();
+  #opening = new Map<string, Promise<Replica>>();
+  #live = true;
+  #closed = false;
+
+  constructor(options: ReplicaManagerOptions) {
+    this.#o = options;
+    this.#replicaLagMs = options.replicaLagMs ?? replicaLagMsDefault;
+    this.#credential = options.clusterSecret ?? new Uint8Array(0);
+    options.broker.setReplication(this);
+  }
+
+  /** Live brokers' registrations (addresses). Called by the node on every membership change. */
+  setBrokers(brokers: ReadonlyMap<number, BrokerRegistration>): void {
+    this.#brokers = brokers;
+  }
+
+  /** This broker's log end offset per "topic/partition" (published for ELR eligibility). */
+  logEndOffsets(): Map<string, number> {
+    return this.#o.broker.logEndOffsets();
+  }
+
+  /** Membership lease lost / regained: while lost, nothing new is acknowledged. */
+  setMembershipLive(live: boolean): void {
+    this.#live = live;
+    if (live) return;
+    for (const r of this.#replicas.values())
+      this.#failWaiters(r, this.#notLeader(r, "its membership lease in etcd is not live"));
+  }
+
+  /**
+   * Become leader / follower / neither for one partition; called on every etcd change of
+   * `partitions/<topic>/<p>` that names this node in `replicas`, with the key's mod_revision
+   * (an older revision than one already applied is ignored). The topic must exist locally.
+   * @throws BrokerError topic_not_found / partition_not_found if it does not; FsError if the
+   *   leader-epoch history cannot be written (the role is then not taken; call again).
+   */
+  async applyPartitionState(
+    topic: string,
+    partition: number,
+    state: PartitionState,
+    modRevision: string,
+  ): Promise<void> {
+    if (this.#closed) return;
+    const r = await this.#replica(topic, partition, state, Number(modRevision));
+    await r.lock.run(() => this.#apply(r, state, Number(modRevision)));
+  }
+
+  async #replica(
+    topic: string,
+    partition: number,
+    state: PartitionState,
+    modRevision: number,
+  ): Promise<Replica> {
+    const key = `${topic}/${partition}`;
+    const existing = this.#replicas.get(key);
+    if (existing !== undefined) return existing;
+    let opening = this.#opening.get(key);
+    if (opening === undefined) {
+      opening = (async () => {
+        const log = this.#o.broker.partitionLog(topic, partition);
+        const history = await this.#o.broker.openLeaderEpochHistory(topic, partition);
+        const r: Replica = {
+          topic,
+          partition,
+          name: key,
+          state,
+          modRevision: -1,
+          role: "none",
+          epoch: -1,
+          log,
+          history,
+          lock: new Mutex(),
+          listeners: new Set(),
+          followers: new Map(),
+          highWatermark: 0,
+          waiters: [],
+          unsubscribeLog: null,
+          lagTimer: null,
+          isrChange: null,
+          follower: null,
+          leaderHighWatermark: Math.min(state.committed_offset, log.highWatermark),
+        };
+        void modRevision;
+        this.#replicas.set(key, r);
+        return r;
+      })().finally(() => this.#opening.delete(key));
+      this.#opening.set(key, opening);
+    }
+    return opening;
+  }
+
+  async #apply(r: Replica, state: PartitionState, modRevision: number): Promise<void> {
+    if (modRevision <= r.modRevision || this.#closed) return;
+    const nodeId = this.#o.nodeId;
+    const role: Replica["role"] =
+      state.leader === nodeId
+        ? "leader"
+        : state.leader !== noLeader && state.replicas.includes(nodeId)
+          ? "follower"
+          : "none";
+    const changed = role !== r.role || state.leader_epoch !== r.epoch;
+    if (changed) {
+      if (r.role === "leader") this.#resign(r, state);
+      if (r.follower !== null) {
+        const f = r.follower;
+        r.follower = null;
+        await f.stop();
+      }
+    }
+    r.state = state;
+    r.modRevision = modRevision;
+    if (changed) {
+      r.role = "none";
+      r.epoch = state.leader_epoch;
+      if (role === "leader") await this.#lead(r);
+      else if (role === "follower") this.#follow(r);
+      this.#o.logger.log("info", "replication.role", {
+        partition: r.name,
+        role,
+        leader: state.leader,
+        leader_epoch: state.leader_epoch,
+        isr: state.isr,
+      });
+    } else if (r.role === "leader") {
+      this.#updateHighWatermark(r);
+      this.#settle(r);
+    }
+    this.#notify(r);
+  }
+
+  /** Takes the leadership of `r.state`'s epoch (the module comment, Leader). */
+  async #lead(r: Replica): Promise<void> {
+    const log = r.log;
+    await r.history.assign(r.state.leader_epoch, log.logEndOffset);
+    const now = this.#o.clock.nowMs();
+    r.followers = new Map();
+    for (const id of r.state.replicas) {
+      if (id === this.#o.nodeId) continue;
+      r.followers.set(id, {
+        durable: -1,
+        lastCaughtUpMs: now,
+        lastLogEndSent: log.logEndOffset,
+        lastAnswerMs: now,
+      });
+    }
+    // Every ISR member held the committed offset and the last high watermark this broker
+    // learned as a follower; never more than this log holds durably.
+    r.highWatermark = Math.min(
+      log.highWatermark,
+      Math.max(r.state.committed_offset, r.leaderHighWatermark),
+    );
+    r.role = "leader";
+    r.unsubscribeLog = log.subscribe(() => {
+      this.#updateHighWatermark(r);
+      this.#settle(r);
+      this.#notify(r);
+    });
+    this.#scheduleLagCheck(r);
+    this.#updateHighWatermark(r);
+  }
+
+  /** Leaves the leadership: every pending acknowledgement fails `not_leader`. */
+  #resign(r: Replica, next: PartitionState): void {
+    r.role = "none";
+    r.unsubscribeLog?.();
+    r.unsubscribeLog = null;
+    r.lagTimer?.cancel();
+    r.lagTimer = null;
+    r.leaderHighWatermark = r.highWatermark;
+    const why =
+      next.leader === noLeader
+        ? "the partition has no leader now"
+        : `node ${next.leader} leads it at epoch ${next.leader_epoch}`;
+    this.#failWaiters(
+      r,
+      new BrokerError(
+        Errors.notLeader,
+        `Cannot acknowledge the write to partition "${r.name}": this broker (node ${this.#o.nodeId}) no longer leads it: ${why}`,
+        { leader: next.leader },
+      ),
+    );
+  }
+
+  #follow(r: Replica): void {
+    const leaderId = r.state.leader;
+    r.role = "follower";
+    r.leaderHighWatermark = Math.min(r.leaderHighWatermark, r.log.highWatermark);
+    const follower = new Follower({
+      topic: r.topic,
+      partition: r.partition,
+      nodeId: this.#o.nodeId,
+      leaderId,
+      leaderEpoch: r.state.leader_epoch,
+      log: r.log,
+      history: r.history,
+      producers: this.#o.broker.producerStates,
+      connect: () => {
+        const registration = this.#brokers.get(leaderId);
+        if (registration === undefined)
+          throw new Error(`the address of the leader, node ${leaderId}, is not known yet`);
+        return this.#o.connect(registration.tcp);
+      },
+      credential: this.#credential,
+      clock: this.#o.clock,
+      prng: this.#o.prng,
+      logger: this.#o.logger,
+      maxBytes: this.#o.fetchMaxBytes ?? 1024 * 1024,
+      waitMs: this.#o.fetchWaitMs ?? 500,
+      onHighWatermark: (hw) => {
+        const next = Math.min(hw, r.log.highWatermark);
+        if (next > r.leaderHighWatermark) {
+          r.leaderHighWatermark = next;
+          this.#notify(r);
+        }
+      },
+    });
+    r.follower = follower;
+    follower.start();
+  }
+
+  // ReplicationSeam.
+
+  /** See {@link ReplicationSeam.checkLeader}. */
+  checkLeader(topic: string, partition: number, write = false): void {
+    const r = this.#replicas.get(`${topic}/${partition}`);
+    if (r === undefined || r.role !== "leader")
+      throw this.#notLeader(r, undefined, `${topic}/${partition}`);
+    if (!write) return;
+    if (!this.#live) throw this.#notLeader(r, "its membership lease in etcd is not live");
+    if (r.state.isr.length < r.state.min_insync_replicas) throw this.#notEnoughReplicas(r);
+  }
+
+  /** See {@link ReplicationSeam.readLimit}: the high watermark (a follower's: the leader's as last fetched). */
+  readLimit(topic: string, partition: number): number | undefined {
+    const r = this.#replicas.get(`${topic}/${partition}`);
+    if (r === undefined) return 0;
+    return r.role === "leader" ? r.highWatermark : r.leaderHighWatermark;
+  }
+
+  /** See {@link ReplicationSeam.watchReadLimit}. */
+  watchReadLimit(topic: string, partition: number, listener: () => void): () => void {
+    const r = this.#replicas.get(`${topic}/${partition}`);
+    if (r === undefined) return () => {};
+    r.listeners.add(listener);
+    return () => r.listeners.delete(listener);
+  }
+
+  /** See {@link ReplicationSeam.awaitCommitted}. */
+  awaitCommitted(topic: string, partition: number, nextOffset: number): Promise<void> | null {
+    const r = this.#replicas.get(`${topic}/${partition}`);
+    if (r === undefined || r.role !== "leader")
+      return Promise.reject(this.#notLeader(r, undefined, `${topic}/${partition}`));
+    if (!this.#live)
+      return Promise.reject(this.#notLeader(r, "its membership lease in etcd is not live"));
+    if (r.state.isr.length < r.state.min_insync_replicas)
+      return Promise.reject(this.#notEnoughReplicas(r));
+    if (r.highWatermark >= nextOffset) return null;
+    return new Promise((resolve, reject) => {
+      r.waiters.push({ nextOffset, resolve, reject });
+    });
+  }
+
+  /** See {@link ReplicationSeam.replicaFetch} and the module comment (Leader). */
+  async replicaFetch(request: ReplicaFetchRequest): Promise<ReplicaFetchResult> {
+    const name = `${request.topic}/${request.partition}`;
+    if (!credentialMatches(request.credential, this.#credential))
+      throw new BrokerError(
+        Errors.unauthenticated,
+        `Cannot serve a replica fetch of partition "${name}": the broker credential is missing or wrong`,
+      );
+    const r = this.#replicas.get(name);
+    if (r === undefined || r.role !== "leader") throw this.#notLeader(r, undefined, name);
+    const epoch = r.state.leader_epoch;
+    if (request.leaderEpoch < epoch)
+      throw new BrokerError(
+        Errors.fencedLeaderEpoch,
+        `Cannot serve a replica fetch of partition "${name}": leader epoch ${request.leaderEpoch} is older than the current ${epoch}`,
+        { leader_epoch: epoch },
+      );
+    if (request.leaderEpoch > epoch)
+      throw this.#notLeader(r, `it does not know epoch ${request.leaderEpoch} yet`);
+    const position = r.followers.get(request.replicaId);
+    if (position === undefined)
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Cannot serve a replica fetch of partition "${name}": node ${request.replicaId} is not a follower of it (replicas ${r.state.replicas.join(", ")})`,
+      );
+    const log = r.log;
+    const base = {
+      leaderEpoch: epoch,
+      logStartOffset: log.logStartOffset,
+      epochs: r.history.entries,
+      producers: [],
+      records: { bytes: new Uint8Array(0), count: 0 },
+    };
+    if (request.lastFetchedEpoch >= 0) {
+      const end = r.history.endOffsetFor(request.lastFetchedEpoch, log.logEndOffset);
+      if (end.epoch !== request.lastFetchedEpoch || end.endOffset < request.fetchOffset) {
+        return {
+          ...base,
+          highWatermark: r.highWatermark,
+          logEndOffset: log.logEndOffset,
+          diverging: { epoch: Math.max(end.epoch, 0), endOffset: end.endOffset },
+        };
+      }
+    }
+    if (request.fetchOffset > log.logEndOffset)
+      throw new BrokerError(
+        Errors.offsetOutOfRange,
+        `Cannot serve a replica fetch of partition "${name}" at offset ${request.fetchOffset}: past the leader's log end ${log.logEndOffset}`,
+      );
+    this.#recordPosition(r, request.replicaId, position, request.fetchOffset);
+    if (request.fetchOffset >= log.highWatermark && request.waitMs > 0)
+      await this.#waitForData(r, request.fetchOffset, request.waitMs, request.signal);
+    if (r.role !== "leader" || r.state.leader_epoch !== epoch) throw this.#notLeader(r);
+    const read = await log.read({
+      offset: request.fetchOffset,
+      maxRecords: fetchRecordsMax,
+      maxBytes: Math.max(1, request.maxBytes),
+    });
+    const end = read.count === 0 ? request.fetchOffset : read.nextOffset;
+    position.lastLogEndSent = log.logEndOffset;
+    position.lastAnswerMs = this.#o.clock.nowMs();
+    return {
+      ...base,
+      highWatermark: r.highWatermark,
+      logEndOffset: position.lastLogEndSent,
+      diverging: null,
+      producers: this.#o.broker.producerStates.replicatedBatches(
+        r.topic,
+        r.partition,
+        request.fetchOffset,
+        end,
+      ),
+      records: { bytes: read.bytes, count: read.count },
+    };
+  }
+
+  /** Records a follower's durable position; moves the high watermark; maybe expands the ISR. */
+  #recordPosition(r: Replica, id: number, f: FollowerPosition, durable: number): void {
+    const now = this.#o.clock.nowMs();
+    const logEnd = r.log.logEndOffset;
+    f.durable = durable;
+    if (durable >= logEnd) f.lastCaughtUpMs = now;
+    else if (durable >= f.lastLogEndSent)
+      f.lastCaughtUpMs = Math.max(f.lastCaughtUpMs, f.lastAnswerMs);
+    this.#updateHighWatermark(r);
+    this.#settle(r);
+    if (
+      !r.state.isr.includes(id) &&
+      durable >= logEnd &&
+      durable >= r.highWatermark &&
+      this.#live
+    ) {
+      this.#changeIsr(r, (state) =>
+        expandIsr(state, {
+          leader: this.#o.nodeId,
+          add: id,
+          followerDurableOffset: durable,
+          leaderLogEndOffset: logEnd,
+          highWatermark: r.highWatermark,
+        }),
+      );
+    }
+  }
+
+  #waitForData(r: Replica, offset: number, waitMs: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      let done = false;
+      const finish = () => {
+        if (done) return;
+        done = true;
+        unsubscribe();
+        r.listeners.delete(check);
+        timer.cancel();
+        signal?.removeEventListener("abort", finish);
+        resolve();
+      };
+      const check = () => {
+        if (r.log.highWatermark > offset || r.log.closed || r.log.fenced || r.role !== "leader")
+          finish();
+      };
+      const unsubscribe = r.log.subscribe(check);
+      r.listeners.add(check);
+      const timer = this.#o.clock.setTimer(waitMs, finish);
+      signal?.addEventListener("abort", finish);
+      if (signal?.aborted) finish();
+    });
+  }
+
+  /** Recomputes the high watermark (the module comment); it never goes down while leading. */
+  #updateHighWatermark(r: Replica): void {
+    // Below min ISR nothing new is committed: the replicas that left the ISR then (the ELR) must
+    // still hold every committed record (docs/cluster.md "Partition state").
+    if (r.role !== "leader" || r.state.isr.length < r.state.min_insync_replicas) return;
+    let hw = r.log.highWatermark;
+    for (const id of r.state.isr) {
+      if (id === this.#o.nodeId) continue;
+      const f = r.followers.get(id);
+      if (f === undefined || f.durable < 0) return;
+      hw = Math.min(hw, f.durable);
+    }
+    if (hw > r.highWatermark) {
+      r.highWatermark = hw;
+      this.#notify(r);
+    }
+  }
+
+  /** Answers the waiters the high watermark covers, or fails them all while the ISR is below its minimum. */
+  #settle(r: Replica): void {
+    if (r.waiters.length === 0) return;
+    if (r.state.isr.length < r.state.min_insync_replicas) {
+      this.#failWaiters(r, this.#notEnoughReplicas(r));
+      return;
+    }
+    const hw = r.highWatermark;
+    const still: Waiter[] = [];
+    for (const w of r.waiters) {
+      if (w.nextOffset <= hw) w.resolve();
+      else still.push(w);
+    }
+    r.waiters = still;
+  }
+
+  #failWaiters(r: Replica, err: BrokerError): void {
+    const waiters = r.waiters;
+    r.waiters = [];
+    for (const w of waiters) w.reject(err);
+  }
+
+  #notify(r: Replica): void {
+    for (const l of [...r.listeners]) l();
+  }
+
+  /** ISR shrink (the module comment): checked every half `replica_lag_ms` while leading. */
+  #scheduleLagCheck(r: Replica): void {
+    r.lagTimer = this.#o.clock.setTimer(Math.max(1, this.#replicaLagMs / 2), () => {
+      r.lagTimer = null;
+      if (r.role !== "leader" || this.#closed) return;
+      this.#checkLag(r);
+      this.#scheduleLagCheck(r);
+    });
+  }
+
+  #checkLag(r: Replica): void {
+    if (!this.#live) return;
+    const now = this.#o.clock.nowMs();
+    const remove = r.state.isr.filter((id) => {
+      if (id === this.#o.nodeId) return false;
+      const f = r.followers.get(id);
+      return f === undefined || now - f.lastCaughtUpMs > this.#replicaLagMs;
+    });
+    if (remove.length === 0) return;
+    this.#changeIsr(r, (state) =>
+      shrinkIsr(state, { leader: this.#o.nodeId, remove, highWatermark: r.highWatermark }),
+    );
+  }
+
+  /**
+   * Writes an ISR change to etcd by compare-and-set on the key's mod_revision (one at a time per
+   * partition); takes it locally once written. A failed compare reads the key back and applies
+   * what is there (a new leader or epoch deposes this one).
+   */
+  #changeIsr(r: Replica, change: (state: PartitionState) => PartitionState): void {
+    if (r.isrChange !== null || this.#closed) return;
+    const epoch = r.state.leader_epoch;
+    r.isrChange = (async () => {
+      const key = `${this.#o.prefix}/partitions/${r.topic}/${r.partition}`;
+      let next: PartitionState;
+      try {
+        next = change(r.state);
+      } catch (err) {
+        this.#o.logger.log("warn", "replication.isr_change_refused", {
+          partition: r.name,
+          error: errorMessage(err),
+        });
+        return;
+      }
+      if (next.isr.join() === r.state.isr.join()) return;
+      const result = await this.#o.etcd.txn({
+        compare: [{ key, target: "mod_revision", result: "equal", number: r.modRevision }],
+        success: [{ put: { key, value: formatPartitionState(next) } }],
+        failure: [{ get: { key } }],
+      });
+      await r.lock.run(async () => {
+        if (result.succeeded) {
+          this.#o.logger.log("info", "replication.isr_changed", {
+            partition: r.name,
+            leader_epoch: epoch,
+            isr_before: r.state.isr,
+            isr: next.isr,
+            high_watermark: r.highWatermark,
+          });
+          await this.#apply(r, next, result.revision);
+          return;
+        }
+        const kv = result.reads[0]?.[0];
+        if (kv !== undefined)
+          await this.#apply(r, parsePartitionState(kv.key, kv.value), kv.modRevision);
+      });
+    })()
+      .catch((err: unknown) =>
+        this.#o.logger.log("warn", "replication.isr_change_failed", {
+          partition: r.name,
+          error: errorMessage(err),
+        }),
+      )
+      .finally(() => {
+        r.isrChange = null;
+      });
+  }
+
+  #notLeader(r: Replica | undefined, why?: string, name?: string): BrokerError {
+    const partition = r?.name ?? name ?? "?";
+    const leader = r?.state.leader ?? noLeader;
+    const detail =
+      why ??
+      (leader === noLeader
+        ? "it has no leader now"
+        : leader === this.#o.nodeId
+          ? "this broker is taking over its leadership"
+          : `this broker is not its leader; the leader is node ${leader}`);
+    return new BrokerError(
+      Errors.notLeader,
+      `Cannot serve partition "${partition}" on node ${this.#o.nodeId}: ${detail}`,
+      { leader },
+    );
+  }
+
+  #notEnoughReplicas(r: Replica): BrokerError {
+    return new BrokerError(
+      Errors.notEnoughReplicas,
+      `Cannot acknowledge writes to partition "${r.name}": ${r.state.isr.length} in-sync replicas (${r.state.isr.join(", ")}), below its min_insync_replicas ${r.state.min_insync_replicas}`,
+      { isr: r.state.isr, min_insync_replicas: r.state.min_insync_replicas },
+    );
+  }
+
+  /** Stops every follower loop, fails pending acknowledgements `not_leader`, and stops the timers. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    const stops: Promise<void>[] = [];
+    for (const r of this.#replicas.values()) {
+      if (r.role === "leader") this.#resign(r, { ...r.state, leader: noLeader });
+      r.role = "none";
+      this.#notify(r);
+      if (r.follower !== null) stops.push(r.follower.stop());
+      r.follower = null;
+    }
+    await Promise.all(stops);
+  }
+}
+
+/**
+ * Compares a presented credential with the secret in time that depends only on the secret's
+ * length, never on where they differ.
+ */
+function credentialMatches(given: Uint8Array, secret: Uint8Array): boolean {
+  let diff = given.length ^ secret.length;
+  for (let i = 0; i < secret.length; i++) diff |= secret[i] ^ (given[i] ?? 0);
+  return diff === 0;
+}

@@ -1,0 +1,248 @@
+/**
+ * api 14 ReplicaFetch, version 0: a follower reads a partition's stored records from its leader
+ * (cluster mode, `Broker.replicaFetch`; docs/cluster.md "Replica fetch"). Not a client api: it
+ * carries the broker credential (the cluster secret), which API keys never match, and it is
+ * served on a connection that has not authenticated with a key.
+ *
+ * ```
+ * request        = topic str16
+ *                  partition u32
+ *                  replica_id u32            the follower's node id
+ *                  leader_epoch u32          the epoch the follower believes current
+ *                  fetch_offset u64          the follower's durable (fsynced) log end
+ *                  last_fetched_epoch i32    epoch of the follower's last record, −1 if none
+ *                  max_bytes u32             0 = broker default
+ *                  wait_ms u32               long-poll when nothing is at fetch_offset
+ *                  credential_len u16
+ *                  credential [u8]           the broker credential, empty without one
+ * response       = leader_epoch u32
+ *                  high_watermark u64
+ *                  log_start_offset u64
+ *                  log_end_offset u64
+ *                  diverging_epoch i32       −1 = the follower's log agrees with the leader's
+ *                  diverging_end_offset u64  where the follower truncates to (0 if not diverging)
+ *                  epoch_count u16
+ *                  epochs [epoch_entry]
+ *                  producer_count u32
+ *                  producers [producer_batch]
+ *                  record_count u32
+ *                  records_bytes u32         must equal the bytes that follow
+ *                  records [u8]              stored records verbatim, as Fetch answers them
+ * epoch_entry    = epoch u32 | start_offset u64
+ * producer_batch = producer_id str16 | epoch u32 | base_sequence u32 | batch_count u32
+ *                  | first_index u32 | count u32 | base_offset u64 | fingerprint u32
+ *                  | timestamp_ms u64
+ * ```
+ *
+ * The answer goes out as two chunks like a Fetch answer, the stored records not copied.
+ */
+import type {
+  LeaderEpochEntry,
+  ReplicaFetchRequest,
+  ReplicaFetchResult,
+  ReplicatedProducerBatch,
+} from "../../broker/types.ts";
+import { BrokerError, Errors } from "../../broker/errors.ts";
+import { fetchBytesDefault } from "../../lib/limits.ts";
+import { finishFrame, frameLengthBytes, startRequest, startResponse } from "../envelope.ts";
+import { requireInt, strBytes, WireReader } from "../wire.ts";
+import { defineApi } from "./api.ts";
+
+/** ReplicaFetch: decode, `broker.replicaFetch` (aborted with the connection), encode as two chunks. */
+export const replicaFetchApi = defineApi({
+  key: 14,
+  name: "ReplicaFetch",
+  versionMax: 0,
+  serve(body, correlationId, { broker, signal }) {
+    const request = decodeReplicaFetchRequest(body);
+    const replicaFetch = broker.replicaFetch?.bind(broker);
+    if (replicaFetch === undefined) {
+      return {
+        response: Promise.reject(
+          new BrokerError(
+            Errors.unsupportedApi,
+            "Cannot serve a replica fetch: this broker does not run in cluster mode",
+          ),
+        ),
+      };
+    }
+    return {
+      response: replicaFetch({ ...request, signal }).then((result) =>
+        encodeReplicaFetchResponseChunks(correlationId, result),
+      ),
+      answerBytes: request.maxBytes || fetchBytesDefault,
+    };
+  },
+});
+
+/** What a ReplicaFetch request carries (the broker's request without the abort signal). */
+export type ReplicaFetchRequestFields = Omit<ReplicaFetchRequest, "signal">;
+
+/** Largest credential a request may carry, in bytes. */
+export const replicaCredentialBytesMax = 1024;
+
+/**
+ * Encodes a ReplicaFetch request frame (`maxBytes` 0 asks for the broker default).
+ * @throws ProtocolError `invalid_request` for a value outside its field's range.
+ */
+export function encodeReplicaFetchRequest(
+  correlationId: number,
+  request: ReplicaFetchRequestFields,
+): Uint8Array {
+  const topic = strBytes(request.topic, "replica_fetch.topic");
+  requireInt(request.partition, 0, 0xffff_ffff, "replica_fetch.partition");
+  requireInt(request.replicaId, 0, 0xffff_ffff, "replica_fetch.replica_id");
+  requireInt(request.leaderEpoch, 0, 0xffff_ffff, "replica_fetch.leader_epoch");
+  requireInt(request.fetchOffset, 0, Number.MAX_SAFE_INTEGER, "replica_fetch.fetch_offset");
+  requireInt(request.lastFetchedEpoch, -1, 0x7fff_ffff, "replica_fetch.last_fetched_epoch");
+  requireInt(request.maxBytes, 0, 0xffff_ffff, "replica_fetch.max_bytes");
+  requireInt(request.waitMs, 0, 0xffff_ffff, "replica_fetch.wait_ms");
+  requireInt(
+    request.credential.length,
+    0,
+    replicaCredentialBytesMax,
+    "replica_fetch.credential_len",
+  );
+  const w = startRequest(
+    replicaFetchApi.key,
+    correlationId,
+    12 + 2 + topic.length + 36 + 2 + request.credential.length,
+  );
+  w.u16(topic.length)
+    .bytes(topic)
+    .u32(request.partition)
+    .u32(request.replicaId)
+    .u32(request.leaderEpoch)
+    .u64(request.fetchOffset)
+    .i32(request.lastFetchedEpoch)
+    .u32(request.maxBytes)
+    .u32(request.waitMs)
+    .u16(request.credential.length)
+    .bytes(request.credential);
+  return finishFrame(w);
+}
+
+/**
+ * Decodes a ReplicaFetch request body.
+ * @throws ProtocolError `invalid_request` naming the field, `unsupported` for an offset above 2^53 − 1.
+ */
+export function decodeReplicaFetchRequest(body: Uint8Array): ReplicaFetchRequestFields {
+  const r = new WireReader(body, "ReplicaFetch request");
+  const topic = r.str16("topic");
+  const partition = r.u32("partition");
+  const replicaId = r.u32("replica_id");
+  const leaderEpoch = r.u32("leader_epoch");
+  const fetchOffset = r.u64("fetch_offset");
+  const lastFetchedEpoch = r.i32("last_fetched_epoch");
+  const maxBytes = r.u32("max_bytes");
+  const waitMs = r.u32("wait_ms");
+  const credentialLength = r.u16("credential_len");
+  const credential = r.bytes("credential", credentialLength);
+  r.end("credential");
+  return {
+    topic,
+    partition,
+    replicaId,
+    leaderEpoch,
+    fetchOffset,
+    lastFetchedEpoch: Math.max(lastFetchedEpoch, -1),
+    maxBytes,
+    waitMs,
+    credential,
+  };
+}
+
+/**
+ * Encodes a ReplicaFetch response as two chunks: everything before `records` (its `length`
+ * counting the records too) and the stored records, not copied.
+ */
+export function encodeReplicaFetchResponseChunks(
+  correlationId: number,
+  result: ReplicaFetchResult,
+): [prefix: Uint8Array, records: Uint8Array] {
+  const records = result.records.bytes;
+  const w = startResponse(correlationId, 0, 128 + result.producers.length * 64);
+  w.u32(result.leaderEpoch)
+    .u64(result.highWatermark)
+    .u64(result.logStartOffset)
+    .u64(result.logEndOffset)
+    .i32(result.diverging === null ? -1 : result.diverging.epoch)
+    .u64(result.diverging === null ? 0 : result.diverging.endOffset)
+    .u16(result.epochs.length);
+  for (const e of result.epochs) w.u32(e.epoch).u64(e.startOffset);
+  w.u32(result.producers.length);
+  for (const p of result.producers) {
+    w.str16(p.producerId)
+      .u32(p.epoch)
+      .u32(p.baseSequence)
+      .u32(p.batchCount)
+      .u32(p.firstIndex)
+      .u32(p.count)
+      .u64(p.baseOffset)
+      .u32(p.fingerprint)
+      .u64(p.timestampMs);
+  }
+  w.u32(result.records.count).u32(records.length);
+  w.patchU32(0, w.position - frameLengthBytes + records.length);
+  return [w.finish(), records];
+}
+
+/** Encodes a ReplicaFetch response frame in one buffer (tests; the server writes the chunks). */
+export function encodeReplicaFetchResponse(
+  correlationId: number,
+  result: ReplicaFetchResult,
+): Uint8Array {
+  const [prefix, records] = encodeReplicaFetchResponseChunks(correlationId, result);
+  const frame = new Uint8Array(prefix.length + records.length);
+  frame.set(prefix);
+  frame.set(records, prefix.length);
+  return frame;
+}
+
+/**
+ * Decodes a ReplicaFetch response body. The records are a view of `body`, not checked: the
+ * follower checks every CRC before it appends (`cluster/follower.ts`).
+ * @throws ProtocolError if malformed or `records_bytes` disagrees with the bytes present.
+ */
+export function decodeReplicaFetchResponse(body: Uint8Array): ReplicaFetchResult {
+  const r = new WireReader(body, "ReplicaFetch response");
+  const leaderEpoch = r.u32("leader_epoch");
+  const highWatermark = r.u64("high_watermark");
+  const logStartOffset = r.u64("log_start_offset");
+  const logEndOffset = r.u64("log_end_offset");
+  const divergingEpoch = r.i32("diverging_epoch");
+  const divergingEnd = r.u64("diverging_end_offset");
+  const epochCount = r.u16("epoch_count");
+  const epochs: LeaderEpochEntry[] = [];
+  for (let i = 0; i < epochCount; i++)
+    epochs.push({ epoch: r.u32("epochs.epoch"), startOffset: r.u64("epochs.start_offset") });
+  const producerCount = r.u32("producer_count");
+  const producers: ReplicatedProducerBatch[] = [];
+  for (let i = 0; i < producerCount; i++) {
+    producers.push({
+      producerId: r.str16("producers.producer_id"),
+      epoch: r.u32("producers.epoch"),
+      baseSequence: r.u32("producers.base_sequence"),
+      batchCount: r.u32("producers.batch_count"),
+      firstIndex: r.u32("producers.first_index"),
+      count: r.u32("producers.count"),
+      baseOffset: r.u64("producers.base_offset"),
+      fingerprint: r.u32("producers.fingerprint"),
+      timestampMs: r.u64("producers.timestamp_ms"),
+    });
+  }
+  const count = r.u32("record_count");
+  const recordsBytes = r.u32("records_bytes");
+  const bytes = r.bytes("records", recordsBytes);
+  r.end("records");
+  return {
+    leaderEpoch,
+    highWatermark,
+    logStartOffset,
+    logEndOffset,
+    diverging: divergingEpoch < 0 ? null : { epoch: divergingEpoch, endOffset: divergingEnd },
+    epochs,
+    producers,
+    records: { bytes, count },
+  };
+}

@@ -1,0 +1,201 @@
+/**
+ * Several in-process brokers replicating through `cluster/replica-manager.ts`: each a
+ * LocalBroker on real files in its own temporary directory, its TCP transport on a loopback port,
+ * and a ReplicaManager whose followers fetch over real sockets. Partition state lives in etcd (a
+ * real one from `etcd.ts`); the tests play the controller and the node's watch: they write the
+ * state and hand it to every node ({@link ReplicatedCluster.sync}).
+ */
+import { onTestFinished } from "vitest";
+import { LocalBroker } from "../../src/broker/broker.ts";
+import { TcpClient } from "../../src/client/client.ts";
+import type { Etcd } from "../../src/cluster/etcd.ts";
+import type { BrokerRegistration } from "../../src/cluster/membership.ts";
+import {
+  formatPartitionState,
+  parsePartitionState,
+  type PartitionState,
+} from "../../src/cluster/partition-state.ts";
+import { ReplicaManager } from "../../src/cluster/replica-manager.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { Prng } from "../../src/lib/prng.ts";
+import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
+import { replicaConnector } from "../../src/runtime/replica-connection.ts";
+import { listenTcp } from "../../src/runtime/tcp.ts";
+import { createTcpTransport } from "../../src/transport/tcp/transport.ts";
+import { realClock } from "./clock.ts";
+import { tempDir } from "./tmp.ts";
+
+/** One broker of a {@link ReplicatedCluster}. */
+export interface ReplicaNode {
+  nodeId: number;
+  broker: LocalBroker;
+  /** The current replica manager (replaced by {@link ReplicatedCluster.restartReplication}). */
+  manager: ReplicaManager;
+  logger: MemoryLogger;
+  tcp: string;
+  port: number;
+  dataDir: string;
+  /** A client connection to this broker's TCP port. */
+  client(): Promise<TcpClient>;
+}
+
+/** A few brokers over one etcd prefix. */
+export interface ReplicatedCluster {
+  nodes: ReplicaNode[];
+  prefix: string;
+  secret: Uint8Array;
+  node(id: number): ReplicaNode;
+  /** Creates the topic on every node and writes its partition-0 state to etcd, then syncs. */
+  createTopic(topic: string, state: PartitionState): Promise<void>;
+  /** Writes `state` (unconditionally, as the controller would) and syncs every node. */
+  setState(topic: string, state: PartitionState): Promise<void>;
+  /** The stored state of partition 0. */
+  state(topic: string): Promise<{ state: PartitionState; modRevision: number }>;
+  /** Reads partition 0's state from etcd and applies it on every node whose manager runs. */
+  sync(topic: string): Promise<void>;
+  /** Stops a node's replication (its follower loops): a follower that stopped fetching. */
+  stopReplication(id: number): Promise<void>;
+  /** Changes the TCP address followers use for a node (a proxy in front of it). */
+  setAddress(id: number, tcp: string): void;
+  /** Starts a new replica manager on the node and applies the topic's state to it. */
+  restartReplication(id: number, topic: string): Promise<void>;
+}
+
+/**
+ * Starts `count` brokers (node ids 1…count) with replication, closed after the test.
+ * @param options.replicaLagMs the managers' `replica_lag_ms` (default 10 000).
+ */
+export async function startReplicatedCluster(options: {
+  count: number;
+  etcd: Etcd;
+  prefix: string;
+  replicaLagMs?: number;
+}): Promise<ReplicatedCluster> {
+  const secret = new TextEncoder().encode(`secret-${options.prefix}`);
+  const fs = new NodeFileSystem();
+  const nodes: ReplicaNode[] = [];
+  const registrations = new Map<number, BrokerRegistration>();
+  const stopped = new Set<number>();
+  const makeManager = (node: Omit<ReplicaNode, "manager">): ReplicaManager => {
+    const manager = new ReplicaManager({
+      broker: node.broker,
+      etcd: options.etcd,
+      prefix: options.prefix,
+      nodeId: node.nodeId,
+      clock: realClock,
+      prng: new Prng(node.nodeId),
+      logger: node.logger,
+      clusterSecret: secret,
+      connect: replicaConnector({ timeoutMs: 5000 }),
+      replicaLagMs: options.replicaLagMs,
+      fetchWaitMs: 200,
+    });
+    manager.setBrokers(registrations);
+    return manager;
+  };
+  for (let nodeId = 1; nodeId <= options.count; nodeId++) {
+    const { dir } = tempDir(`es-broker-replication-${nodeId}-`);
+    const logger = new MemoryLogger();
+    const broker = await LocalBroker.open({
+      fs,
+      dataDir: dir,
+      clock: realClock,
+      logger,
+      cleanupIntervalMs: 0,
+    });
+    const transport = createTcpTransport({ broker, clock: realClock, logger });
+    const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>
+      transport.handleConnection(socket),
+    );
+    const tcp = `127.0.0.1:${listener.port}`;
+    registrations.set(nodeId, {
+      node_id: nodeId,
+      cluster_id: "test",
+      data_dir_id: `dir-${nodeId}`,
+      incarnation: "1",
+      tcp,
+      http: "http://127.0.0.1:1",
+    });
+    const clients: TcpClient[] = [];
+    const base = {
+      nodeId,
+      broker,
+      logger,
+      tcp,
+      port: listener.port,
+      dataDir: dir,
+      client: async () => {
+        const c = await TcpClient.connect({ host: "127.0.0.1", port: listener.port });
+        clients.push(c);
+        return c;
+      },
+    };
+    const node: ReplicaNode = { ...base, manager: makeManager(base) };
+    nodes.push(node);
+    onTestFinished(async () => {
+      await node.manager.close();
+      for (const c of clients) await c.close();
+      const closing = listener.close();
+      await transport.close({ graceMs: 100 });
+      await closing;
+      await broker.close();
+    });
+  }
+  const key = (topic: string) => `${options.prefix}/partitions/${topic}/0`;
+  const cluster: ReplicatedCluster = {
+    nodes,
+    prefix: options.prefix,
+    secret,
+    node: (id) => nodes[id - 1],
+    async createTopic(topic, state) {
+      for (const n of nodes) await n.broker.createTopic({ name: topic, partitions: 1 });
+      await options.etcd.put(key(topic), formatPartitionState(state));
+      await cluster.sync(topic);
+    },
+    async setState(topic, state) {
+      await options.etcd.put(key(topic), formatPartitionState(state));
+      await cluster.sync(topic);
+    },
+    async state(topic) {
+      const kv = await options.etcd.get(key(topic));
+      if (kv === null) throw new Error(`no state for ${topic}`);
+      return { state: parsePartitionState(kv.key, kv.value), modRevision: kv.modRevision };
+    },
+    async sync(topic) {
+      const kv = await options.etcd.get(key(topic));
+      if (kv === null) throw new Error(`no state for ${topic}`);
+      const state = parsePartitionState(kv.key, kv.value);
+      for (const n of nodes) {
+        if (stopped.has(n.nodeId)) continue;
+        await n.manager.applyPartitionState(topic, 0, state, String(kv.modRevision));
+      }
+    },
+    async stopReplication(id) {
+      stopped.add(id);
+      await cluster.node(id).manager.close();
+    },
+    setAddress(id, tcp) {
+      registrations.set(id, { ...registrations.get(id)!, tcp });
+    },
+    async restartReplication(id, topic) {
+      stopped.delete(id);
+      const n = cluster.node(id);
+      n.manager = makeManager(n);
+      await cluster.sync(topic);
+    },
+  };
+  return cluster;
+}
+
+/** Polls `condition` every 20 ms until it holds, or fails after `timeoutMs`. */
+export async function waitFor(
+  condition: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`Timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

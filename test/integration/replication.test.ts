@@ -1,0 +1,327 @@
+/**
+ * The replication data path (cluster/replica-manager.ts, cluster/follower.ts, the replica-fetch
+ * api) with three in-process brokers on real files and loopback sockets, partition state in a
+ * real three-member etcd: acknowledgement only after every ISR member fsynced, min ISR refusal
+ * and recovery only after catch-up to the log end (field failures #27a), forged replica fetches
+ * (#27e), a deposed leader, leader-epoch truncation, a corrupt record on the leader (#27d) and
+ * idempotent producers across a leader change (#28).
+ */
+import { readFileSync } from "node:fs";
+import { connect, createServer } from "node:net";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
+import type { LocalBroker } from "../../src/broker/broker.ts";
+import { TcpClient } from "../../src/client/client.ts";
+import { initialPartitionState, type PartitionState } from "../../src/cluster/partition-state.ts";
+import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
+import { type EtcdCluster, startEtcdCluster } from "../helpers/etcd.ts";
+import { type ReplicatedCluster, startReplicatedCluster, waitFor } from "../helpers/replication.ts";
+
+let etcd: EtcdCluster;
+let client: EtcdHttpClient;
+let n = 0;
+
+beforeAll(async () => {
+  etcd = await startEtcdCluster({ size: 3 });
+  client = new EtcdHttpClient(etcd.endpoints, { requestTimeoutMs: 2000 });
+});
+
+afterAll(async () => {
+  await client?.close();
+  await etcd?.stop();
+});
+
+const freshPrefix = () => `/es-broker-replication-${process.pid}-${n++}`;
+
+function records(values: string[]) {
+  return values.map((v) => ({ key: null, value: new TextEncoder().encode(v) }));
+}
+
+/** Every stored byte of partition 0 below the log end of `broker` (its durable part). */
+async function storedBytes(broker: LocalBroker, topic: string): Promise<Uint8Array> {
+  const log = broker.partitionLog(topic, 0);
+  const parts: Uint8Array[] = [];
+  let offset = log.logStartOffset;
+  while (offset < log.highWatermark) {
+    const r = await log.read({ offset, maxRecords: 1000, maxBytes: 1 << 20 });
+    if (r.count === 0) break;
+    parts.push(r.bytes.slice());
+    offset = r.nextOffset;
+  }
+  return Buffer.concat(parts);
+}
+
+async function cluster3(options: { replicaLagMs?: number } = {}): Promise<ReplicatedCluster> {
+  return startReplicatedCluster({ count: 3, etcd: client, prefix: freshPrefix(), ...options });
+}
+
+async function expectCode(promise: Promise<unknown>, code: string): Promise<void> {
+  await expect(promise).rejects.toMatchObject({ code });
+}
+
+describe("replication", () => {
+  it("acknowledges a produce only once every ISR member has fsynced it; only the leader serves", async () => {
+    const c = await cluster3();
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const leader = await c.node(1).client();
+    for (let i = 0; i < 5; i++) {
+      const r = await leader.produce("orders", records([`a${i}`, `b${i}`]), { partition: 0 });
+      const end = r.spans[0].baseOffset + r.spans[0].count;
+      // At the acknowledgement every follower's durable log end covers the records.
+      for (const id of [2, 3])
+        expect(c.node(id).broker.partitionLog("orders", 0).highWatermark).toBeGreaterThanOrEqual(
+          end,
+        );
+    }
+    const fetched = await leader.fetch({ topic: "orders", partition: 0, offset: 0 });
+    expect(fetched.recordCount).toBe(10);
+    expect(fetched.highWatermark).toBe(10);
+    const follower = await c.node(2).client();
+    await expectCode(follower.fetch({ topic: "orders", partition: 0, offset: 0 }), "not_leader");
+    await expectCode(follower.produce("orders", records(["x"]), { partition: 0 }), "not_leader");
+    const bytes = await storedBytes(c.node(1).broker, "orders");
+    expect(await storedBytes(c.node(2).broker, "orders")).toEqual(bytes);
+    expect(await storedBytes(c.node(3).broker, "orders")).toEqual(bytes);
+    // Each follower recorded the leader's epoch history.
+    const epochs = JSON.parse(
+      readFileSync(join(c.node(2).dataDir, "topics", "orders", "0", "leader-epochs.json"), "utf8"),
+    );
+    expect(epochs).toEqual({ version: 1, epochs: [{ epoch: 0, start_offset: 0 }] });
+  });
+
+  it("refuses writes below min ISR and takes a follower back only once it reached the log end (#27a)", async () => {
+    const c = await cluster3({ replicaLagMs: 400 });
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+    await c.stopReplication(2);
+    await c.stopReplication(3);
+    // A write in flight when the ISR shrinks below its minimum fails, retriably: it never hangs.
+    const waiting = leader.produce("orders", records(["c"]), { partition: 0 });
+    await expectCode(waiting, "not_enough_replicas");
+    await waitFor(
+      async () => (await c.state("orders")).state.isr.join() === "1",
+      "the ISR to shrink to [1]",
+    );
+    const shrunk = (await c.state("orders")).state;
+    expect(shrunk.elr.sort()).toEqual([2, 3]);
+    expect(shrunk.committed_offset).toBe(2);
+    await expectCode(
+      leader.produce("orders", records(["d"]), { partition: 0 }),
+      "not_enough_replicas",
+    );
+    const fetched = await leader.fetch({ topic: "orders", partition: 0, offset: 0 });
+    expect(fetched.highWatermark).toBe(2);
+    const leaderEnd = c.node(1).broker.partitionLog("orders", 0).logEndOffset;
+    expect(leaderEnd).toBe(3); // "c" is stored, never acknowledged
+    await c.restartReplication(2, "orders");
+    await waitFor(async () => (await c.state("orders")).state.isr.includes(2), "node 2 to rejoin");
+    // It rejoined holding everything up to the leader's log end, not just the high watermark.
+    expect(c.node(2).broker.partitionLog("orders", 0).highWatermark).toBeGreaterThanOrEqual(
+      leaderEnd,
+    );
+    const r = await leader.produce("orders", records(["e"]), { partition: 0 });
+    expect(r.spans[0].baseOffset).toBe(3);
+    expect(c.node(2).broker.partitionLog("orders", 0).highWatermark).toBe(4);
+  });
+
+  it("refuses a forged replica fetch and changes neither the ISR nor the high watermark (#27e)", async () => {
+    const c = await cluster3();
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+    const before = await c.state("orders");
+    const raw = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    const forged = {
+      topic: "orders",
+      partition: 0,
+      replicaId: 3,
+      leaderEpoch: 0,
+      fetchOffset: 1000,
+      lastFetchedEpoch: 0,
+      maxBytes: 0,
+      waitMs: 0,
+    };
+    await expectCode(
+      raw.replicaFetch({ ...forged, credential: new Uint8Array(0) }),
+      "unauthenticated",
+    );
+    const again = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    await expectCode(
+      again.replicaFetch({ ...forged, credential: new TextEncoder().encode("esb_not-the-secret") }),
+      "unauthenticated",
+    );
+    // With the credential but claiming a position past the log end, or as a node that is no replica.
+    const broker = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    await expectCode(
+      broker.replicaFetch({ ...forged, credential: c.secret, lastFetchedEpoch: -1 }),
+      "offset_out_of_range",
+    );
+    await expectCode(
+      broker.replicaFetch({ ...forged, replicaId: 9, credential: c.secret }),
+      "invalid_request",
+    );
+    await expectCode(
+      broker.replicaFetch({ ...forged, leaderEpoch: 7, credential: c.secret }),
+      "not_leader",
+    );
+    await new Promise((r) => setTimeout(r, 100));
+    const after = await c.state("orders");
+    expect(after.modRevision).toBe(before.modRevision);
+    expect(after.state.isr).toEqual(before.state.isr);
+    expect((await leader.listOffsets({ topic: "orders", partition: 0 })).highWatermark).toBe(2);
+    await raw.close();
+    await again.close();
+    await broker.close();
+  });
+
+  it("a deposed leader fails its pending acknowledgements and acknowledges nothing more", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a"]), { partition: 0 });
+    await c.stopReplication(2);
+    await c.stopReplication(3);
+    const pending = leader.produce("orders", records(["b"]), { partition: 0 });
+    await new Promise((r) => setTimeout(r, 200));
+    const next: PartitionState = { ...initial, leader: 2, leader_epoch: 1 };
+    await c.setState("orders", next);
+    await expectCode(pending, "not_leader");
+    await expectCode(leader.produce("orders", records(["c"]), { partition: 0 }), "not_leader");
+    await expectCode(leader.fetch({ topic: "orders", partition: 0, offset: 0 }), "not_leader");
+
+    // A leader whose membership lease is not live acknowledges nothing either.
+    const d = await cluster3();
+    await d.createTopic("events", initialPartitionState([1, 2, 3], 2));
+    const l2 = await d.node(1).client();
+    await l2.produce("events", records(["a"]), { partition: 0 });
+    await d.stopReplication(2);
+    await d.stopReplication(3);
+    const waiting = l2.produce("events", records(["b"]), { partition: 0 });
+    await new Promise((r) => setTimeout(r, 100));
+    d.node(1).manager.setMembershipLive(false);
+    await expectCode(waiting, "not_leader");
+    await expectCode(l2.produce("events", records(["c"]), { partition: 0 }), "not_leader");
+    // Reads of committed records go on.
+    expect((await l2.fetch({ topic: "events", partition: 0, offset: 0 })).recordCount).toBe(1);
+  });
+
+  it("truncates a deposed leader's unreplicated records after a leader change: the logs end identical", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const one = await c.node(1).client();
+    await one.produce("orders", records(["a", "b", "c"]), { partition: 0 });
+    await c.stopReplication(2);
+    await c.stopReplication(3);
+    // Stored on node 1 only, never acknowledged.
+    const lost = one.produce("orders", records(["lost-1", "lost-2"]), { partition: 0 });
+    await waitFor(
+      () => c.node(1).broker.partitionLog("orders", 0).highWatermark === 5,
+      "node 1 to store 5",
+    );
+    // The controller moves the leadership to node 2 (in the ISR, it holds every committed record).
+    await c.setState("orders", { ...initial, leader: 2, leader_epoch: 1, isr: [1, 2, 3] });
+    await expectCode(lost, "not_leader");
+    await c.restartReplication(2, "orders");
+    await c.restartReplication(3, "orders");
+    const two = await c.node(2).client();
+    const r = await two.produce("orders", records(["d", "e", "f", "g"]), { partition: 0 });
+    expect(r.spans[0].baseOffset).toBe(3);
+    await waitFor(
+      () => c.node(1).broker.partitionLog("orders", 0).highWatermark === 7,
+      "node 1 to catch up after truncating",
+    );
+    const bytes = await storedBytes(c.node(2).broker, "orders");
+    expect(await storedBytes(c.node(1).broker, "orders")).toEqual(bytes);
+    await waitFor(
+      () => c.node(3).broker.partitionLog("orders", 0).highWatermark === 7,
+      "node 3 to catch up",
+    );
+    expect(await storedBytes(c.node(3).broker, "orders")).toEqual(bytes);
+    const values = (await two.fetch({ topic: "orders", partition: 0, offset: 0 })).records.map(
+      (x) => new TextDecoder().decode(x.value),
+    );
+    expect(values).toEqual(["a", "b", "c", "d", "e", "f", "g"]);
+    expect(c.node(1).logger.named("replication.truncating").length > 0).toBe(true);
+    const epochs = JSON.parse(
+      readFileSync(join(c.node(1).dataDir, "topics", "orders", "0", "leader-epochs.json"), "utf8"),
+    );
+    expect(epochs.epochs).toEqual([
+      { epoch: 0, start_offset: 0 },
+      { epoch: 1, start_offset: 3 },
+    ]);
+  });
+
+  it("a follower checks every CRC end to end and appends nothing of a corrupt answer (#27d)", async () => {
+    const c = await cluster3();
+    await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 1), isr: [1] });
+    await c.stopReplication(2);
+    await c.stopReplication(3);
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["good-1", "good-2"]), { partition: 0 });
+    await leader.produce("orders", records(["will-be-flipped"]), { partition: 0 });
+    // Between leader and follower, a link that flips one bit of that record's value.
+    const marker = Buffer.from("will-be-flipped");
+    const proxy = createServer((socket) => {
+      const upstream = connect({ host: "127.0.0.1", port: c.node(1).port });
+      socket.pipe(upstream);
+      upstream.on("data", (chunk: Buffer) => {
+        const at = chunk.indexOf(marker);
+        if (at >= 0) chunk[at] ^= 0x01;
+        socket.write(chunk);
+      });
+      upstream.on("error", () => socket.destroy());
+      socket.on("error", () => upstream.destroy());
+      socket.on("close", () => upstream.destroy());
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    onTestFinished(() => new Promise<void>((resolve) => proxy.close(() => resolve())));
+    c.setAddress(1, `127.0.0.1:${(proxy.address() as { port: number }).port}`);
+    await c.restartReplication(2, "orders");
+    await waitFor(
+      () => c.node(2).logger.named("replication.corrupt_records").length > 0,
+      "the follower to report the corrupt answer",
+    );
+    const follower = c.node(2).broker.partitionLog("orders", 0);
+    // Nothing of the answer was appended (the good records came in the same answer).
+    expect(follower.logEndOffset).toBe(0);
+    // The leader's own copy is intact: a direct link replicates everything.
+    c.setAddress(1, c.node(1).tcp);
+    await c.stopReplication(2);
+    await c.restartReplication(2, "orders");
+    await waitFor(() => follower.highWatermark === 3, "the follower to catch up over a clean link");
+    expect(await storedBytes(c.node(2).broker, "orders")).toEqual(
+      await storedBytes(c.node(1).broker, "orders"),
+    );
+  });
+
+  it("a new leader deduplicates an idempotent producer's retry (#28)", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const one = await c.node(1).client();
+    const producer = { id: "p-1", epoch: 0, sequence: 0 };
+    const first = await one.produceIdempotent("orders", records(["a", "b", "c"]), {
+      partition: 0,
+      producer,
+    });
+    expect(first.spans[0].baseOffset).toBe(0);
+    await c.setState("orders", { ...initial, leader: 2, leader_epoch: 1 });
+    const two = await c.node(2).client();
+    const retry = await two.produceIdempotent("orders", records(["a", "b", "c"]), {
+      partition: 0,
+      producer,
+    });
+    expect(retry.duplicate).toBe(true);
+    expect(retry.spans).toEqual(first.spans);
+    const next = await two.produceIdempotent("orders", records(["d"]), {
+      partition: 0,
+      producer: { ...producer, sequence: 3 },
+    });
+    expect(next.spans[0].baseOffset).toBe(3);
+    const fetched = await two.fetch({ topic: "orders", partition: 0, offset: 0 });
+    expect(fetched.recordCount).toBe(4);
+  });
+});
