@@ -3,12 +3,15 @@
  * (`nodeOnlyE2eFiles` in targets.ts; `ES_BROKER_E2E_ALL_TARGETS=1` runs them on every target):
  * they test the listener's and the coordinator's logic, the same code on every runtime, while
  * `kafka.test.ts` covers every target's sockets. kcat consumer groups with a member killed,
- * kafkajs producers and a rebalancing group, SASL/PLAIN keys, mutual TLS, and the listener's
- * requests in `/metrics`.
+ * kafkajs producers and a rebalancing group, SASL/PLAIN keys, mutual TLS, the listener's
+ * requests in `/metrics`, and fetches out of range with the clients' offset resets.
  */
 import { readFileSync } from "node:fs";
+import * as net from "node:net";
 import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it } from "vitest";
+import { decodeFetchResponse, writeFetchRequest } from "../../src/protocol/kafka/fetch.ts";
+import { decodeResponseHeader, encodeRequest, KafkaApi } from "../../src/protocol/kafka/header.ts";
 import { target } from "./harness.ts";
 import { makePki } from "./pki.ts";
 import { promtoolCheckMetrics } from "../helpers/system-tools.ts";
@@ -483,5 +486,134 @@ describe(`[${target}] Kafka listener requests in /metrics`, () => {
         /^esb_request_errors_total\{transport="[a-z]+",operation="[a-z_]+",code="[a-z_]+"\} \d+$/,
       );
     expect(text).not.toContain("no-such-topic");
+  }, 60_000);
+});
+
+/**
+ * Sends Kafka request frames over one connection and returns the response frames' bodies (after
+ * the size), in order.
+ */
+function kafkaExchange(bootstrap: string, frames: Uint8Array[]): Promise<Uint8Array[]> {
+  const [host, port] = bootstrap.split(":");
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), host, () => {
+      for (const f of frames) socket.write(f);
+    });
+    let received = Buffer.alloc(0);
+    const out: Uint8Array[] = [];
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`${out.length} of ${frames.length} Kafka responses before the timeout`));
+    }, 10_000);
+    socket.on("data", (d: Buffer) => {
+      received = Buffer.concat([received, d]);
+      while (received.length >= 4 && received.length >= 4 + received.readInt32BE(0)) {
+        const size = received.readInt32BE(0);
+        out.push(new Uint8Array(received.subarray(4, 4 + size)));
+        received = received.subarray(4 + size);
+      }
+      if (out.length === frames.length) {
+        clearTimeout(timer);
+        socket.destroy();
+        resolve(out);
+      }
+    });
+    socket.on("error", (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+  });
+}
+
+describe(`[${target}] Kafka listener: fetches out of range`, () => {
+  it("answers OFFSET_OUT_OF_RANGE with the real high watermark for offset -1 and past the end; kcat and kafkajs then reset as configured", async () => {
+    const { broker, bootstrap } = await kafkaBroker();
+    await http(broker, "POST", "/v1/topics", { name: "oor", partitions: 1 });
+    await http(broker, "POST", "/v1/topics/oor/records", {
+      records: ["r0", "r1", "r2"].map((value) => ({ value, partition: 0 })),
+    });
+    const fetchAt = (correlationId: number, topic: string, fetchOffset: number) =>
+      encodeRequest(
+        { apiKey: KafkaApi.Fetch, apiVersion: 4, correlationId, clientId: "e2e-raw" },
+        (w) =>
+          writeFetchRequest(w, {
+            maxWaitMs: 0,
+            minBytes: 1,
+            maxBytes: 1 << 20,
+            isolationLevel: 0,
+            topics: [
+              { topic, partitions: [{ partition: 0, fetchOffset, partitionMaxBytes: 1 << 20 }] },
+            ],
+          }),
+      );
+    const cases = [
+      { topic: "oor", offset: -1, errorCode: 1, highWatermark: 3 }, // OFFSET_OUT_OF_RANGE
+      { topic: "oor", offset: 8, errorCode: 1, highWatermark: 3 },
+      { topic: "oor", offset: 3, errorCode: 0, highWatermark: 3 }, // at the end: empty, no error
+      { topic: "nope", offset: -1, errorCode: 3, highWatermark: -1 }, // UNKNOWN_TOPIC_OR_PARTITION first
+    ];
+    const answers = await kafkaExchange(
+      bootstrap,
+      cases.map((c, i) => fetchAt(i + 1, c.topic, c.offset)),
+    );
+    for (const [i, c] of cases.entries()) {
+      const { correlationId, body } = decodeResponseHeader(answers[i]);
+      expect(correlationId).toBe(i + 1);
+      const [p] = decodeFetchResponse(body)[0].partitions;
+      expect({ errorCode: p.errorCode, highWatermark: p.highWatermark }, JSON.stringify(c)).toEqual(
+        {
+          errorCode: c.errorCode,
+          highWatermark: c.highWatermark,
+        },
+      );
+      expect(p.records.length).toBe(0);
+    }
+
+    // librdkafka: a start past the end is out of range; auto.offset.reset=earliest reads it all.
+    const reset = await kcat([
+      "-C",
+      "-b",
+      bootstrap,
+      "-t",
+      "oor",
+      "-p",
+      "0",
+      "-o",
+      "8",
+      "-e",
+      "-f",
+      "%o %s\n",
+      "-X",
+      "auto.offset.reset=earliest",
+    ]);
+    expect(reset.code, reset.stderr).toBe(0);
+    expect(reset.stdout.toString()).toBe("0 r0\n1 r1\n2 r2\n");
+
+    // kafkajs: a seek past the end is out of range; fromBeginning makes it reset to the start.
+    const logged: string[] = [];
+    const consumer = new Kafka({
+      brokers: [bootstrap],
+      clientId: "e2e-oor",
+      logLevel: logLevel.ERROR,
+      logCreator: () => (entry) => void logged.push(entry.log.message),
+      retry: { retries: 3 },
+    }).consumer({ groupId: "oor-g", sessionTimeout: 6000 });
+    await consumer.connect();
+    await consumer.subscribe({ topic: "oor", fromBeginning: true });
+    const seen: string[] = [];
+    // Without auto-commit: kafkajs would commit the sought offset, and es-broker refuses a commit
+    // past the high watermark (docs/decisions.md §8), where Kafka would take it.
+    await consumer.run({
+      autoCommit: false,
+      eachMessage: async ({ message }) => void seen.push(`${message.offset} ${message.value}`),
+    });
+    consumer.seek({ topic: "oor", partition: 0, offset: "8" });
+    await waitFor(
+      "kafkajs to reset after OFFSET_OUT_OF_RANGE and read from the start",
+      () => seen.length >= 3,
+    );
+    await consumer.disconnect();
+    expect(logged).toContain("Offset out of range, resetting to default offset");
+    expect(seen.slice(-3)).toEqual(["0 r0", "1 r1", "2 r2"]);
   }, 60_000);
 });

@@ -502,44 +502,45 @@ async function fetchAll(
   // Each partition may take up to its own limit; the total is trimmed after (KIP-74: the first
   // partition with records always gets at least one batch).
   const started = wanted.map((w) =>
-    call(() =>
-      broker.fetch({
-        topic: w.topic,
-        partition: w.partition,
-        offset: w.offset,
-        maxBytes: w.maxBytes,
-        maxRecords: fetchRecordsMax,
-        waitMs: p.waitMs,
-        signal: p.signal,
-      }),
-    ).then(
-      (r: FetchResult) => {
-        if (r.records.count > 0) p.onRecords?.();
-        return r;
-      },
-      (error: unknown) => {
-        brokerErrorOnly(error);
-        return error as BrokerError;
-      },
+    w.offset < 0
+      ? // Kafka answers a negative fetch offset OFFSET_OUT_OF_RANGE (the client then applies its
+        // auto.offset.reset), not INVALID_REQUEST.
+        Promise.resolve(
+          new BrokerError(
+            Errors.offsetOutOfRange,
+            `Cannot fetch ${w.topic}/${w.partition} at offset ${w.offset}: offsets start at 0`,
+          ),
+        )
+      : call(() =>
+          broker.fetch({
+            topic: w.topic,
+            partition: w.partition,
+            offset: w.offset,
+            maxBytes: w.maxBytes,
+            maxRecords: fetchRecordsMax,
+            waitMs: p.waitMs,
+            signal: p.signal,
+          }),
+        ).then(
+          (r: FetchResult) => {
+            if (r.records.count > 0) p.onRecords?.();
+            return r;
+          },
+          (error: unknown) => {
+            brokerErrorOnly(error);
+            return error as BrokerError;
+          },
+        ),
+  );
+  const results = await Promise.all(
+    (await Promise.all(started)).map(async (r, i) =>
+      r instanceof BrokerError ? { failure: await fetchFailure(broker, wanted[i], r) } : r,
     ),
   );
-  const results = await Promise.all(started);
   let budget = p.maxBytes;
   return results.map((r, i) => {
     const w = wanted[i];
-    if (r instanceof BrokerError) {
-      const highWatermark = -1;
-      return {
-        topic: w.topic,
-        answer: {
-          partition: w.partition,
-          errorCode: codeOf(r),
-          highWatermark,
-          records: new Uint8Array(0),
-        },
-        bytes: 0,
-      };
-    }
+    if ("failure" in r) return { topic: w.topic, answer: r.failure, bytes: 0 };
     let records: Uint8Array = new Uint8Array(0);
     if (r.records.count > 0 && (budget > 0 || budget === p.maxBytes)) {
       records = encodeRecordBatch(r.records);
@@ -551,6 +552,34 @@ async function fetchAll(
       bytes: records.length,
     };
   });
+}
+
+/**
+ * The answer for a partition whose fetch failed with `error`. OFFSET_OUT_OF_RANGE carries the
+ * partition's real high watermark (and last stable offset, the same here), as Kafka's own broker
+ * answers it, so a client sees where the log ends; Fetch v4 has no log start offset field (v5+).
+ * Other errors carry −1, as Kafka's. A negative offset on an unknown topic or partition is
+ * answered with that error, which comes first in Kafka too.
+ */
+async function fetchFailure(
+  broker: Broker,
+  w: PartitionFetch,
+  error: BrokerError,
+): Promise<FetchPartitionResponse> {
+  const answer = (errorCode: number, highWatermark: number): FetchPartitionResponse => ({
+    partition: w.partition,
+    errorCode,
+    highWatermark,
+    records: new Uint8Array(0),
+  });
+  if (error.kind !== Errors.offsetOutOfRange) return answer(codeOf(error), -1);
+  try {
+    const o = await broker.listOffsets({ topic: w.topic, partition: w.partition });
+    return answer(codeOf(error), o.highWatermark);
+  } catch (listError) {
+    brokerErrorOnly(listError);
+    return answer(codeOf(listError), -1);
+  }
 }
 
 async function listOffsets(
@@ -718,6 +747,28 @@ async function leaveGroup(
   }
 }
 
+/** Kafka's logical offsets a client may commit: −2 EARLIEST, −1 LATEST. */
+const earliestOffset = -2;
+const latestOffset = -1;
+
+/**
+ * The offset to store for a Kafka commit of `o.offset`. Kafka stores −2 (EARLIEST) and −1
+ * (LATEST) as given and hands them back, and a client reads a negative committed offset as "apply
+ * the reset policy" — kafkajs commits its reset policy that way when a fetch is out of range.
+ * es-broker's groups keep real offsets only (docs/decisions.md §8), so the policy is applied now:
+ * −2 stores the log start offset, −1 the high watermark (docs/kafka.md "Consumer groups"). Any
+ * other offset is passed on as is (a negative one is refused there).
+ * @throws BrokerError from `listOffsets` (unknown topic or partition, …).
+ */
+async function resolveLogicalOffset(
+  broker: Broker,
+  o: { topic: string; partition: number; offset: number },
+): Promise<number> {
+  if (o.offset !== earliestOffset && o.offset !== latestOffset) return o.offset;
+  const now = await broker.listOffsets({ topic: o.topic, partition: o.partition });
+  return o.offset === earliestOffset ? now.logStartOffset : now.highWatermark;
+}
+
 async function offsetCommit(
   body: Uint8Array,
   correlationId: number,
@@ -731,6 +782,7 @@ async function offsetCommit(
   );
   if (offsets.length > 0) {
     try {
+      for (const o of offsets) o.offset = await resolveLogicalOffset(broker, o);
       await broker.commitOffsets({
         group: request.groupId,
         memberId: standalone ? undefined : request.memberId,
