@@ -57,7 +57,7 @@ import {
 import { UsageError, intOption, isLoopback, parseCli } from "./args.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { onStopSignals } from "./signals.ts";
-import { Mirror } from "../mirror/mirror.ts";
+import { Mirror, type MirrorRename, parseMirrorRenames } from "../mirror/mirror.ts";
 import { TcpClient } from "../client/client.ts";
 import { clientTlsOptions, readApiKey } from "./connection.ts";
 import type { ConnectionOptions } from "node:tls";
@@ -103,6 +103,9 @@ Options:
                               es-broker at HOST:PORT (its TCP port), exactly once, same topic,
                               partition, key, value and timestamp; see docs/edge.md
   --mirror-topics PATTERN     topics to forward (repeatable or comma-separated; * matches any run)
+  --mirror-rename LOCAL=REMOTE  forward topic LOCAL to topic REMOTE upstream (repeatable; a pattern
+                              with one * on each side maps many: 'sensors.*=site17.sensors.*';
+                              the first rule that matches wins; default: the same name)
   --mirror-name NAME          names the mirror's state: group mirror.NAME, DIR/mirror/NAME.json
                               (default upstream)
   --mirror-records-per-sec N  cap on the forwarding rate, e.g. while catching up (default 20000;
@@ -172,6 +175,7 @@ export async function serve(argv: string[]): Promise<number> {
       "mirror-to": { type: "string" },
       "mirror-topics": { type: "string", multiple: true },
       "mirror-name": { type: "string", default: "upstream" },
+      "mirror-rename": { type: "string", multiple: true },
       "mirror-records-per-sec": { type: "string" },
       "mirror-api-key-file": { type: "string" },
       "mirror-tls": { type: "boolean", default: false },
@@ -473,6 +477,7 @@ export async function serve(argv: string[]): Promise<number> {
         }),
       randomHex: () => Buffer.from(systemKeyCrypto.randomBytes(8)).toString("hex"),
       recordsPerSecond: mirror.recordsPerSecond,
+      renames: mirror.renames,
     });
     const task = mirrorTask;
     broker.setUnforwardedFrom((topic, partition) => task.unmirroredFrom(topic, partition));
@@ -505,6 +510,7 @@ export async function serve(argv: string[]): Promise<number> {
         ...(metricsServer === undefined ? {} : { metrics: metricsServer.openConnections() }),
       }),
       process: processSnapshot,
+      mirror: mirrorTask === null ? undefined : () => mirrorTask!.observe(),
       build: { version, runtime },
     });
   try {
@@ -644,6 +650,7 @@ interface MirrorSettings {
   topics: string[];
   name: string;
   recordsPerSecond: number;
+  renames: MirrorRename[];
   apiKey: string | undefined;
   tls: ConnectionOptions | undefined;
 }
@@ -658,9 +665,17 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
     .flatMap((t) => t.split(","))
     .map((t) => t.trim())
     .filter((t) => t !== "");
+  const renameSpecs = (values["mirror-rename"] as string[] | undefined) ?? [];
   if (to === undefined) {
     if (topics.length > 0) throw new UsageError("--mirror-topics needs --mirror-to HOST:PORT");
+    if (renameSpecs.length > 0) throw new UsageError("--mirror-rename needs --mirror-to HOST:PORT");
     return null;
+  }
+  let renames: MirrorRename[];
+  try {
+    renames = parseMirrorRenames(renameSpecs);
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err));
   }
   const m = /^(?:tcp:\/\/)?(\[[^\]]+\]|[^:/]+):(\d{1,5})$/.exec(to);
   if (m === null || Number(m[2]) < 1 || Number(m[2]) > 65535)
@@ -692,6 +707,7 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
     topics,
     name,
     recordsPerSecond,
+    renames,
     apiKey: readApiKey(
       { "api-key-file": values["mirror-api-key-file"] as string | undefined },
       { ES_BROKER_API_KEY: process.env.ES_BROKER_MIRROR_API_KEY },
