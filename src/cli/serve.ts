@@ -15,6 +15,7 @@ import { systemClock } from "../runtime/clock.ts";
 import { serveHttp } from "../runtime/http.ts";
 import { listenTcp } from "../runtime/tcp.ts";
 import { s3ColdStoreFromEnvironment, type S3ColdStore } from "../runtime/s3-cold-store.ts";
+import { coldReclaimIntervalMs, isColdTierKey } from "../storage/cold-store.ts";
 import { runtimeDescription } from "../runtime/info.ts";
 import { createAuthenticatedHttpApp } from "../transport/http/auth.ts";
 import { AccessControl } from "../auth/access.ts";
@@ -28,7 +29,7 @@ import {
 } from "../runtime/tls.ts";
 import { createTcpTransport } from "../transport/tcp/transport.ts";
 import { startKafkaListener } from "./serve-kafka.ts";
-import { jsonLineLogger, type LogLevel } from "../lib/logger.ts";
+import { jsonLineLogger, type Logger, type LogLevel } from "../lib/logger.ts";
 import { RefusalLog } from "../lib/refusals.ts";
 import {
   cleanupIntervalMsDefault,
@@ -367,18 +368,26 @@ export async function serve(argv: string[]): Promise<number> {
   }
 
   // An unreachable or refusing bucket does not stop the start (an edge node runs offline): it
-  // is reported here, and segments stay local until offloads succeed.
-  if (coldStore !== undefined)
-    void coldStore.probe().then((problem) =>
-      problem === null
-        ? logger.log("info", "cold.store_ready", { store: coldStore.location })
-        : logger.log("error", "cold.store_unusable", {
-            store: coldStore.location,
-            kind: problem.kind,
-            error: problem.message,
-            action: "segments stay local; offloads retry with backoff",
-          }),
-    );
+  // is reported here, and segments stay local until offloads succeed. Multipart uploads a crash
+  // left open are aborted once it answers, and every hour after.
+  let staleUploadsTimer: ReturnType<typeof setInterval> | undefined;
+  if (coldStore !== undefined) {
+    const abortStale = () => abortStaleColdUploads(coldStore, logger);
+    staleUploadsTimer = setInterval(abortStale, coldReclaimIntervalMs);
+    staleUploadsTimer.unref?.();
+    void coldStore.probe().then((problem) => {
+      if (problem === null) {
+        logger.log("info", "cold.store_ready", { store: coldStore.location });
+        return abortStale();
+      }
+      logger.log("error", "cold.store_unusable", {
+        store: coldStore.location,
+        kind: problem.kind,
+        error: problem.message,
+        action: "segments stay local; offloads retry with backoff",
+      });
+    });
+  }
 
   // Counting starts before recovery (its fsyncs and cleanup passes count too).
   const metrics = createMetricsRegistry();
@@ -634,6 +643,7 @@ export async function serve(argv: string[]): Promise<number> {
         }
         signals.dispose();
         process.off("SIGHUP", onHup);
+        clearInterval(staleUploadsTimer);
         done(code);
       })();
     });
@@ -857,5 +867,35 @@ async function startClusterNode(
   } catch (err) {
     await etcd.close();
     throw err;
+  }
+}
+
+/**
+ * Aborts the multipart uploads under the cold tier's prefix that no one finishes (a crash in the
+ * middle of an upload leaves one open; docs/storage.md "Cold tier"), logging what it did; never
+ * throws (a failure is logged and tried again at the next pass).
+ */
+async function abortStaleColdUploads(store: S3ColdStore, logger: Logger): Promise<void> {
+  try {
+    const { aborted, failed, foreign } = await store.abortStaleUploads(isColdTierKey);
+    if (aborted.length > 0 || failed > 0)
+      logger.log(failed > 0 ? "warn" : "info", "cold.stale_uploads_aborted", {
+        store: store.location,
+        aborted: aborted.length,
+        keys: aborted.slice(0, 20),
+        failed,
+      });
+    if (foreign > 0)
+      logger.log("warn", "cold.foreign_uploads", {
+        store: store.location,
+        count: foreign,
+        action: "left alone: not objects of this cold tier",
+      });
+  } catch (err) {
+    logger.log("warn", "cold.stale_uploads_check_failed", {
+      store: store.location,
+      error: errorMessage(err),
+      action: "tried again within the hour",
+    });
   }
 }
