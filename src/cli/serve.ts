@@ -15,6 +15,7 @@ import { systemClock } from "../runtime/clock.ts";
 import { serveHttp } from "../runtime/http.ts";
 import { listenTcp } from "../runtime/tcp.ts";
 import { s3ColdStoreFromEnvironment, type S3ColdStore } from "../runtime/s3-cold-store.ts";
+import { coldReclaimIntervalMs, isColdTierKey } from "../storage/cold-store.ts";
 import { runtimeDescription } from "../runtime/info.ts";
 import { createAuthenticatedHttpApp } from "../transport/http/auth.ts";
 import { AccessControl } from "../auth/access.ts";
@@ -28,7 +29,7 @@ import {
 } from "../runtime/tls.ts";
 import { createTcpTransport } from "../transport/tcp/transport.ts";
 import { startKafkaListener } from "./serve-kafka.ts";
-import { jsonLineLogger, type LogLevel } from "../lib/logger.ts";
+import { jsonLineLogger, type Logger, type LogLevel } from "../lib/logger.ts";
 import { RefusalLog } from "../lib/refusals.ts";
 import {
   cleanupIntervalMsDefault,
@@ -57,7 +58,7 @@ import {
 import { UsageError, intOption, isLoopback, parseCli } from "./args.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { onStopSignals } from "./signals.ts";
-import { Mirror } from "../mirror/mirror.ts";
+import { Mirror, type MirrorRename, parseMirrorRenames } from "../mirror/mirror.ts";
 import { TcpClient } from "../client/client.ts";
 import { clientTlsOptions, readApiKey } from "./connection.ts";
 import type { ConnectionOptions } from "node:tls";
@@ -103,6 +104,9 @@ Options:
                               es-broker at HOST:PORT (its TCP port), exactly once, same topic,
                               partition, key, value and timestamp; see docs/edge.md
   --mirror-topics PATTERN     topics to forward (repeatable or comma-separated; * matches any run)
+  --mirror-rename LOCAL=REMOTE  forward topic LOCAL to topic REMOTE upstream (repeatable; a pattern
+                              with one * on each side maps many: 'sensors.*=site17.sensors.*';
+                              the first rule that matches wins; default: the same name)
   --mirror-name NAME          names the mirror's state: group mirror.NAME, DIR/mirror/NAME.json
                               (default upstream)
   --mirror-records-per-sec N  cap on the forwarding rate, e.g. while catching up (default 20000;
@@ -172,6 +176,7 @@ export async function serve(argv: string[]): Promise<number> {
       "mirror-to": { type: "string" },
       "mirror-topics": { type: "string", multiple: true },
       "mirror-name": { type: "string", default: "upstream" },
+      "mirror-rename": { type: "string", multiple: true },
       "mirror-records-per-sec": { type: "string" },
       "mirror-api-key-file": { type: "string" },
       "mirror-tls": { type: "boolean", default: false },
@@ -363,18 +368,26 @@ export async function serve(argv: string[]): Promise<number> {
   }
 
   // An unreachable or refusing bucket does not stop the start (an edge node runs offline): it
-  // is reported here, and segments stay local until offloads succeed.
-  if (coldStore !== undefined)
-    void coldStore.probe().then((problem) =>
-      problem === null
-        ? logger.log("info", "cold.store_ready", { store: coldStore.location })
-        : logger.log("error", "cold.store_unusable", {
-            store: coldStore.location,
-            kind: problem.kind,
-            error: problem.message,
-            action: "segments stay local; offloads retry with backoff",
-          }),
-    );
+  // is reported here, and segments stay local until offloads succeed. Multipart uploads a crash
+  // left open are aborted once it answers, and every hour after.
+  let staleUploadsTimer: ReturnType<typeof setInterval> | undefined;
+  if (coldStore !== undefined) {
+    const abortStale = () => abortStaleColdUploads(coldStore, logger);
+    staleUploadsTimer = setInterval(abortStale, coldReclaimIntervalMs);
+    staleUploadsTimer.unref?.();
+    void coldStore.probe().then((problem) => {
+      if (problem === null) {
+        logger.log("info", "cold.store_ready", { store: coldStore.location });
+        return abortStale();
+      }
+      logger.log("error", "cold.store_unusable", {
+        store: coldStore.location,
+        kind: problem.kind,
+        error: problem.message,
+        action: "segments stay local; offloads retry with backoff",
+      });
+    });
+  }
 
   // Counting starts before recovery (its fsyncs and cleanup passes count too).
   const metrics = createMetricsRegistry();
@@ -473,6 +486,7 @@ export async function serve(argv: string[]): Promise<number> {
         }),
       randomHex: () => Buffer.from(systemKeyCrypto.randomBytes(8)).toString("hex"),
       recordsPerSecond: mirror.recordsPerSecond,
+      renames: mirror.renames,
     });
     const task = mirrorTask;
     broker.setUnforwardedFrom((topic, partition) => task.unmirroredFrom(topic, partition));
@@ -505,6 +519,7 @@ export async function serve(argv: string[]): Promise<number> {
         ...(metricsServer === undefined ? {} : { metrics: metricsServer.openConnections() }),
       }),
       process: processSnapshot,
+      mirror: mirrorTask === null ? undefined : () => mirrorTask!.observe(),
       build: { version, runtime },
     });
   try {
@@ -628,6 +643,7 @@ export async function serve(argv: string[]): Promise<number> {
         }
         signals.dispose();
         process.off("SIGHUP", onHup);
+        clearInterval(staleUploadsTimer);
         done(code);
       })();
     });
@@ -644,6 +660,7 @@ interface MirrorSettings {
   topics: string[];
   name: string;
   recordsPerSecond: number;
+  renames: MirrorRename[];
   apiKey: string | undefined;
   tls: ConnectionOptions | undefined;
 }
@@ -658,9 +675,17 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
     .flatMap((t) => t.split(","))
     .map((t) => t.trim())
     .filter((t) => t !== "");
+  const renameSpecs = (values["mirror-rename"] as string[] | undefined) ?? [];
   if (to === undefined) {
     if (topics.length > 0) throw new UsageError("--mirror-topics needs --mirror-to HOST:PORT");
+    if (renameSpecs.length > 0) throw new UsageError("--mirror-rename needs --mirror-to HOST:PORT");
     return null;
+  }
+  let renames: MirrorRename[];
+  try {
+    renames = parseMirrorRenames(renameSpecs);
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err));
   }
   const m = /^(?:tcp:\/\/)?(\[[^\]]+\]|[^:/]+):(\d{1,5})$/.exec(to);
   if (m === null || Number(m[2]) < 1 || Number(m[2]) > 65535)
@@ -692,6 +717,7 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
     topics,
     name,
     recordsPerSecond,
+    renames,
     apiKey: readApiKey(
       { "api-key-file": values["mirror-api-key-file"] as string | undefined },
       { ES_BROKER_API_KEY: process.env.ES_BROKER_MIRROR_API_KEY },
@@ -841,5 +867,35 @@ async function startClusterNode(
   } catch (err) {
     await etcd.close();
     throw err;
+  }
+}
+
+/**
+ * Aborts the multipart uploads under the cold tier's prefix that no one finishes (a crash in the
+ * middle of an upload leaves one open; docs/storage.md "Cold tier"), logging what it did; never
+ * throws (a failure is logged and tried again at the next pass).
+ */
+async function abortStaleColdUploads(store: S3ColdStore, logger: Logger): Promise<void> {
+  try {
+    const { aborted, failed, foreign } = await store.abortStaleUploads(isColdTierKey);
+    if (aborted.length > 0 || failed > 0)
+      logger.log(failed > 0 ? "warn" : "info", "cold.stale_uploads_aborted", {
+        store: store.location,
+        aborted: aborted.length,
+        keys: aborted.slice(0, 20),
+        failed,
+      });
+    if (foreign > 0)
+      logger.log("warn", "cold.foreign_uploads", {
+        store: store.location,
+        count: foreign,
+        action: "left alone: not objects of this cold tier",
+      });
+  } catch (err) {
+    logger.log("warn", "cold.stale_uploads_check_failed", {
+      store: store.location,
+      error: errorMessage(err),
+      action: "tried again within the hour",
+    });
   }
 }

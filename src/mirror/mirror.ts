@@ -1,7 +1,7 @@
 /**
  * Store-and-forward (docs/edge.md): every record of the edge's topics that match `--mirror-topics`
- * goes to the same topic and partition of an upstream es-broker, with the same key, value and
- * timestamp, exactly once across restarts of either side and outages of the link between them.
+ * goes to the same topic (or the one `--mirror-rename` maps it to) and partition of an upstream
+ * es-broker, with the same key, value and timestamp, exactly once across restarts of either side and outages of the link between them.
  * The edge keeps accepting writes while the link is down; the mirror catches up oldest first at a
  * bounded rate when it returns.
  *
@@ -34,6 +34,7 @@
  * | `unknown_producer`                            | the upstream forgot the producer (expiry)    | new epoch at the position |
  * | connection lost, timeout, retriable error    | unknown                                      | resend the same batch after a backoff |
  * | `topic_not_found`                             | upstream topic missing                       | create it with the edge's partition count, resend |
+ * | `unauthenticated`, `forbidden`                | wrong or revoked key, or a missing role      | log once (`mirror.upstream_refused`), resend after a backoff up to 30 s |
  * | other refusal                                 | configuration problem                        | stop the partition with the error |
  *
  * A position below the edge partition's log start offset means retention deleted records before
@@ -53,6 +54,69 @@ import type { Broker } from "../broker/types.ts";
 import { BrokerError } from "../broker/errors.ts";
 import type { TcpClient } from "../client/client.ts";
 import { ClientError } from "../client/errors.ts";
+import { validateTopicName } from "../broker/config.ts";
+
+/**
+ * One `--mirror-rename LOCAL=REMOTE` rule (docs/edge.md "Topic names upstream"): an exact name,
+ * or a pattern with one `*` on each side whose match on the local name fills the remote's `*`
+ * (`sensors.*=site17.sensors.*`).
+ */
+export interface MirrorRename {
+  local: string;
+  remote: string;
+}
+
+/**
+ * Parses `LOCAL=REMOTE` rules. @throws Error naming the rule when it is not two topic names (or
+ * patterns with exactly one `*` on both sides).
+ */
+export function parseMirrorRenames(specs: readonly string[]): MirrorRename[] {
+  return specs.map((spec) => {
+    const eq = spec.indexOf("=");
+    const local = eq < 0 ? "" : spec.slice(0, eq);
+    const remote = eq < 0 ? "" : spec.slice(eq + 1);
+    const stars = (s: string) => s.split("*").length - 1;
+    const plain = (s: string) => s.replaceAll("*", "x");
+    let problem: string | null = null;
+    if (eq < 0 || local === "" || remote === "") problem = "must be LOCAL=REMOTE";
+    else if (stars(local) !== stars(remote) || stars(local) > 1)
+      problem = "a pattern takes one * on each side (or none on either)";
+    else
+      try {
+        validateTopicName(plain(local));
+        validateTopicName(plain(remote));
+      } catch (err) {
+        problem = errorMessage(err);
+      }
+    if (problem !== null) throw new Error(`--mirror-rename ${JSON.stringify(spec)}: ${problem}`);
+    return { local, remote };
+  });
+}
+
+/**
+ * The upstream topic of `topic` under `renames`: the first rule that matches, else the same name.
+ * @throws BrokerError invalid_topic_name when a pattern makes a name that is not one (too long).
+ */
+export function upstreamTopicName(renames: readonly MirrorRename[], topic: string): string {
+  for (const r of renames) {
+    const star = r.local.indexOf("*");
+    if (star < 0) {
+      if (r.local === topic) return r.remote;
+      continue;
+    }
+    const prefix = r.local.slice(0, star);
+    const suffix = r.local.slice(star + 1);
+    if (
+      topic.length >= prefix.length + suffix.length &&
+      topic.startsWith(prefix) &&
+      topic.endsWith(suffix)
+    )
+      return validateTopicName(
+        r.remote.replace("*", topic.slice(prefix.length, topic.length - suffix.length)),
+      );
+  }
+  return topic;
+}
 
 /** Options of {@link Mirror}. */
 export interface MirrorOptions {
@@ -78,11 +142,15 @@ export interface MirrorOptions {
   recordsPerSecond?: number;
   /** How often topics are looked up for new matches, in ms (default 5 000). */
   rescanMs?: number;
+  /** Upstream names of local topics (`--mirror-rename`; default: the same names). */
+  renames?: readonly MirrorRename[];
 }
 
 /** One partition's state, for status and tests. */
 export interface MirrorPartitionStatus {
   topic: string;
+  /** The topic it is forwarded to upstream (`--mirror-rename`; else `topic`). */
+  upstreamTopic: string;
   partition: number;
   /** Next edge offset to forward. */
   position: number;
@@ -91,10 +159,23 @@ export interface MirrorPartitionStatus {
   lagRecords: number;
   /** Age of the oldest record not yet forwarded, ms (0 when caught up). */
   lagMs: number;
-  state: "starting" | "forwarding" | "caught_up" | "uplink_down" | "stopped";
+  state: "starting" | "forwarding" | "caught_up" | "uplink_down" | "upstream_refused" | "stopped";
   /** Why it stopped, or the last transient problem. */
   error: string | null;
+  /** Records forwarded since this process started. */
   forwarded: number;
+  /** Failed attempts to forward (connection lost or refused, refusals, edge read errors) since start. */
+  failures: number;
+  /** Timestamp of the record at `position` when the task last read it (ms since the epoch), or null. */
+  oldestUnforwardedMs: number | null;
+}
+
+/** The mirror's state for `/metrics`: per partition, lag read now. */
+export interface MirrorObservation {
+  name: string;
+  /** Whether the last attempt to reach the upstream succeeded; null before any. */
+  upstreamReachable: boolean | null;
+  partitions: MirrorPartitionStatus[];
 }
 
 interface PartitionState {
@@ -139,6 +220,11 @@ export class Mirror {
   #rescan: { cancel(): void } | null = null;
   #rateFreeAtMs = 0;
   #createdUpstream = new Set<string>();
+  /** Upstream topic → the local topic forwarded to it (two local topics may not share one). */
+  #upstreamOwners = new Map<string, string>();
+  #upstreamReachable: boolean | null = null;
+  /** The upstream problem last logged (logged again only when it changes), or null. */
+  #uplinkReport: string | null = null;
 
   constructor(options: MirrorOptions) {
     this.#o = options;
@@ -180,6 +266,30 @@ export class Mirror {
   unmirroredFrom(topic: string, partition: number): number | null {
     const s = this.#status.get(`${partition}:${topic}`);
     return s === undefined ? null : s.position;
+  }
+
+  /**
+   * Every partition's status with its lag read now from the edge (the tasks update theirs only as
+   * they read, and one waiting for the upstream reads nothing): records from the high watermark,
+   * seconds from the timestamp of the record at the position. For `/metrics`.
+   */
+  async observe(): Promise<MirrorObservation> {
+    const now = this.#o.clock.nowMs();
+    const partitions = await Promise.all(
+      this.describe().map(async (s) => {
+        const offsets = await this.#o.broker
+          .listOffsets({ topic: s.topic, partition: s.partition })
+          .catch(() => null);
+        if (offsets === null) return s;
+        const lagRecords = Math.max(0, offsets.highWatermark - s.position);
+        const lagMs =
+          lagRecords === 0 || s.oldestUnforwardedMs === null
+            ? 0
+            : Math.max(0, now - s.oldestUnforwardedMs);
+        return { ...s, highWatermark: offsets.highWatermark, lagRecords, lagMs };
+      }),
+    );
+    return { name: this.#o.name, upstreamReachable: this.#upstreamReachable, partitions };
   }
 
   /** Status of every partition (topic, then partition order). */
@@ -247,7 +357,13 @@ export class Mirror {
   async #upstream(): Promise<TcpClient> {
     if (this.#client !== null && !this.#client.closed) return this.#client;
     this.#connecting ??= this.#o.connect().finally(() => (this.#connecting = null));
-    this.#client = await this.#connecting;
+    try {
+      this.#client = await this.#connecting;
+    } catch (err) {
+      this.#upstreamReachable = false;
+      throw err;
+    }
+    this.#upstreamReachable = true;
     return this.#client;
   }
 
@@ -289,12 +405,32 @@ export class Mirror {
     }
   }
 
-  /** One partition's task (module comment). */
-  async #run(topic: string, partition: number, partitionCount: number): Promise<void> {
-    const o = this.#o;
-    const key = `${partition}:${topic}`;
-    const status: MirrorPartitionStatus = {
+  /**
+   * The message of a failure to reach the upstream or be accepted by it, with its cause (a TLS
+   * error names the certificate problem); logged once per distinct problem, not per retry.
+   */
+  #reportUplink(event: string, err: ClientError): string {
+    const cause = (err as { cause?: unknown }).cause;
+    const message =
+      cause instanceof Error && !err.message.includes(cause.message)
+        ? `${err.message}: ${cause.message}`
+        : err.message;
+    if (this.#uplinkReport !== message) {
+      this.#uplinkReport = message;
+      this.#o.logger.log("warn", event, {
+        mirror: this.#o.name,
+        code: err.code,
+        error: message,
+        retry: "the batch is sent again with backoff; nothing is skipped",
+      });
+    }
+    return message;
+  }
+
+  #newStatus(topic: string, upstreamTopic: string, partition: number): MirrorPartitionStatus {
+    return {
       topic,
+      upstreamTopic,
       partition,
       position: 0,
       highWatermark: 0,
@@ -303,18 +439,48 @@ export class Mirror {
       state: "starting",
       error: null,
       forwarded: 0,
+      failures: 0,
+      oldestUnforwardedMs: null,
     };
+  }
+
+  /** Stops partition `key`'s task with `error` (status and log). */
+  #stopped(key: string, error: string): void {
+    const status = this.#status.get(key)!;
+    status.state = "stopped";
+    status.error = error;
+    status.failures++;
+    this.#o.logger.log("error", "mirror.partition_stopped", {
+      mirror: this.#o.name,
+      topic: status.topic,
+      ...(status.upstreamTopic === status.topic ? {} : { upstream_topic: status.upstreamTopic }),
+      partition: status.partition,
+      error,
+    });
+  }
+
+  /** One partition's task (module comment). */
+  async #run(topic: string, partition: number, partitionCount: number): Promise<void> {
+    const o = this.#o;
+    const key = `${partition}:${topic}`;
+    let remote: string;
+    try {
+      remote = upstreamTopicName(o.renames ?? [], topic);
+    } catch (err) {
+      remote = topic;
+      this.#status.set(key, this.#newStatus(topic, remote, partition));
+      return this.#stopped(key, `--mirror-rename makes no topic name of it: ${errorMessage(err)}`);
+    }
+    const status = this.#newStatus(topic, remote, partition);
     this.#status.set(key, status);
-    const stop = (error: string) => {
-      status.state = "stopped";
-      status.error = error;
-      o.logger.log("error", "mirror.partition_stopped", {
-        mirror: o.name,
-        topic,
-        partition,
-        error,
-      });
-    };
+    const owner = this.#upstreamOwners.get(remote);
+    if (owner !== undefined && owner !== topic)
+      return this.#stopped(
+        key,
+        `the upstream topic "${remote}" is already forwarded from "${owner}" (--mirror-rename maps two topics to one)`,
+      );
+    this.#upstreamOwners.set(remote, topic);
+    const stop = (error: string) => this.#stopped(key, error);
     const producerId = this.#producerId(topic, partition);
     let position: number;
     let committed: number | null;
@@ -387,6 +553,7 @@ export class Mirror {
         )
           return stop(`the edge topic is gone: ${errorMessage(err)}`);
         status.error = errorMessage(err);
+        status.failures++;
         await this.#sleep(1000);
         continue;
       }
@@ -395,6 +562,7 @@ export class Mirror {
       if (fetched.records.count === 0) {
         status.state = "caught_up";
         status.lagMs = 0;
+        status.oldestUnforwardedMs = null;
         // Past a hole with nothing after it yet: read on from there; the epoch changes only when
         // a record follows the hole.
         readFrom = Math.max(readFrom, fetched.nextOffset);
@@ -417,6 +585,7 @@ export class Mirror {
         builder.add(cursor.key(), cursor.value(), cursor.timestampMs);
       }
       status.lagMs = Math.max(0, o.clock.nowMs() - oldestTs);
+      status.oldestUnforwardedMs = oldestTs;
       if (first !== position) {
         // A hole (compaction removed records): sequences must stay consecutive, so a new epoch
         // begins at the next record, made durable before anything is sent in it. After a restart
@@ -444,14 +613,16 @@ export class Mirror {
       while (!sent && !this.#stopping) {
         try {
           const client = await this.#upstream();
-          await client.produceIdempotent(topic, batch, {
+          await client.produceIdempotent(remote, batch, {
             partition,
             producer: { id: producerId, epoch: ps.epoch, sequence: position - ps.base },
           });
           position = last + 1;
           status.forwarded += batch.count;
+          this.#upstreamReachable = true;
           sent = true;
         } catch (caught) {
+          status.failures++;
           // A connection that cannot even be opened is the uplink being down, like a lost one.
           const err =
             caught instanceof ClientError
@@ -509,16 +680,17 @@ export class Mirror {
             return stop(
               `producer "${producerId}" is fenced upstream by epoch ${String(expectedEpoch)} (another edge with this id?): ${err.message}`,
             );
-          if (err.code === "topic_not_found" && !this.#createdUpstream.has(topic)) {
-            this.#createdUpstream.add(topic);
+          if (err.code === "topic_not_found" && !this.#createdUpstream.has(remote)) {
+            this.#createdUpstream.add(remote);
             try {
               await (await this.#upstream()).createTopic({
-                name: topic,
+                name: remote,
                 partitions: partitionCount,
               });
               o.logger.log("info", "mirror.upstream_topic_created", {
                 mirror: o.name,
                 topic,
+                upstream_topic: remote,
                 partitions: partitionCount,
               });
             } catch (createErr) {
@@ -527,10 +699,23 @@ export class Mirror {
             }
             continue;
           }
+          if (err.code === "unauthenticated" || err.code === "forbidden") {
+            // A wrong or revoked key, or one without the producer role upstream: an operator
+            // fixes it there or here, so the batch waits and is sent again — never dropped.
+            status.state = "upstream_refused";
+            status.error = this.#reportUplink("mirror.upstream_refused", err);
+            await this.#client?.close().catch(() => {});
+            this.#client = null;
+            await this.#sleep(backoffMs);
+            backoffMs = Math.min(30_000, backoffMs * 2);
+            continue;
+          }
           if (err.retriable || err.code === "connection_closed" || err.code === "timeout") {
             status.state = "uplink_down";
             status.error = err.message;
             if (err.code === "connection_closed" || err.code === "timeout") {
+              this.#upstreamReachable = false;
+              status.error = this.#reportUplink("mirror.upstream_unreachable", err);
               await this.#client?.close().catch(() => {});
               this.#client = null;
             }
@@ -542,6 +727,10 @@ export class Mirror {
         }
       }
       if (!sent) break;
+      if (this.#uplinkReport !== null) {
+        o.logger.log("info", "mirror.upstream_reachable", { mirror: o.name });
+        this.#uplinkReport = null;
+      }
       readFrom = position;
       backoffMs = 100;
       status.state = "forwarding";

@@ -13,6 +13,7 @@
  * | get       | GET with `Range: bytes=a-b`; the answer's length is checked                 |
  * | list      | ListObjectsV2, every page (a truncated page without a continuation token is an error) |
  * | delete    | DELETE (404 is success)                                                     |
+ * | abortStaleUploads | ListMultipartUploads under the prefix (every page); AbortMultipartUpload of each of ours not in progress |
  *
  * Verification after a put: the HEAD must report the size sent and an ETag equal to the MD5 the
  * broker computed (for a multipart upload, the MD5 of the parts' MD5s and `-n`). A store whose
@@ -138,6 +139,9 @@ export class S3ColdStore implements ColdStore {
   #partBytes: number;
   #concurrency: number;
   #listPageKeys: number | undefined;
+  /** Keys with a CreateMultipartUpload in flight, and upload ids of this process not yet finished. */
+  #starting = new Map<string, number>();
+  #uploading = new Set<string>();
 
   constructor(options: S3ColdStoreOptions) {
     const { bucket, prefix } = options.location;
@@ -324,18 +328,37 @@ export class S3ColdStore implements ColdStore {
 
   /** A multipart upload (module comment). @returns the expected ETag (`<md5 of md5s>-<n>`). */
   async #putMultipart(key: string, source: ColdObjectSource): Promise<string> {
-    const created = await this.#request(
-      `start a multipart upload of cold object "${key}"`,
-      () => ({ method: "POST", url: this.#url(key, "uploads") }),
-      (s) => s === 200,
-      async (r) => await r.text(),
-    );
-    const uploadId = xmlText(created, "UploadId");
+    // Marked before it exists, so abortStaleUploads never takes an upload being started for ours.
+    this.#starting.set(key, (this.#starting.get(key) ?? 0) + 1);
+    let uploadId: string | null;
+    try {
+      const created = await this.#request(
+        `start a multipart upload of cold object "${key}"`,
+        () => ({ method: "POST", url: this.#url(key, "uploads") }),
+        (s) => s === 200,
+        async (r) => await r.text(),
+      );
+      uploadId = xmlText(created, "UploadId");
+      if (uploadId !== null) this.#uploading.add(uploadId);
+    } finally {
+      const n = this.#starting.get(key)! - 1;
+      if (n === 0) this.#starting.delete(key);
+      else this.#starting.set(key, n);
+    }
     if (uploadId === null)
       throw new ColdStoreError(
         "unavailable",
         `Cannot start a multipart upload of cold object "${key}" in ${this.location}: the answer has no UploadId`,
       );
+    try {
+      return await this.#uploadParts(key, uploadId, source);
+    } finally {
+      this.#uploading.delete(uploadId);
+    }
+  }
+
+  /** The parts, completion (or abort) of upload `uploadId` of `key`. @returns the expected ETag. */
+  async #uploadParts(key: string, uploadId: string, source: ColdObjectSource): Promise<string> {
     const count = Math.ceil(source.sizeBytes / this.#partBytes);
     const md5s: Buffer[] = new Array(count);
     const etags: string[] = new Array(count);
@@ -411,6 +434,85 @@ export class S3ColdStore implements ColdStore {
       throw err;
     }
     return `${createHash("md5").update(Buffer.concat(md5s)).digest("hex")}-${count}`;
+  }
+
+  /**
+   * Multipart uploads under the prefix that no one finishes: a crash (or a kill) in the middle of
+   * an upload leaves one open, and the store keeps its parts — and bills them — until it is
+   * aborted. Lists them (ListMultipartUploads, every page) and aborts each whose key is one this
+   * tier writes (`isOwnKey`) and that this process is not uploading now; uploads of other keys
+   * under the prefix are foreign: counted, never aborted. Run at start and periodically.
+   * @returns the keys aborted, and the number of foreign uploads left alone.
+   * @throws ColdStoreError when the listing fails (an abort that fails is retried next time).
+   */
+  async abortStaleUploads(
+    isOwnKey: (key: string) => boolean,
+  ): Promise<{ aborted: string[]; failed: number; foreign: number }> {
+    const aborted: string[] = [];
+    let failed = 0;
+    let foreign = 0;
+    for (const upload of await this.listUploads()) {
+      if (!isOwnKey(upload.key)) {
+        foreign++;
+        continue;
+      }
+      if (this.#uploading.has(upload.uploadId) || this.#starting.has(upload.key)) continue;
+      try {
+        await this.#request(
+          `abort the stale multipart upload of cold object "${upload.key}"`,
+          () => ({
+            method: "DELETE",
+            url: this.#url(upload.key, `uploadId=${encodeURIComponent(upload.uploadId)}`),
+          }),
+          (s) => s === 204 || s === 200 || s === 404,
+          async (r) => void (await r.arrayBuffer()),
+        );
+        aborted.push(upload.key);
+      } catch {
+        failed++;
+      }
+    }
+    return { aborted, failed, foreign };
+  }
+
+  /**
+   * The multipart uploads open under the prefix (ListMultipartUploads, every page), keys relative
+   * to the prefix. @throws ColdStoreError when a page fails or is truncated without markers.
+   */
+  async listUploads(): Promise<{ key: string; uploadId: string }[]> {
+    const out: { key: string; uploadId: string }[] = [];
+    let keyMarker: string | null = null;
+    let idMarker: string | null = null;
+    for (let page = 0; page < listPagesMax; page++) {
+      const query: string =
+        `uploads&prefix=${encodeURIComponent(this.#prefix)}` +
+        (keyMarker === null ? "" : `&key-marker=${encodeURIComponent(keyMarker)}`) +
+        (idMarker === null ? "" : `&upload-id-marker=${encodeURIComponent(idMarker)}`);
+      const xml = await this.#request(
+        "list open multipart uploads",
+        () => ({ method: "GET", url: this.#url(null, query) }),
+        (s) => s === 200,
+        async (r) => await r.text(),
+      );
+      for (const upload of xmlAll(xml, "Upload")) {
+        const key = xmlText(upload, "Key");
+        const uploadId = xmlText(upload, "UploadId");
+        if (key === null || uploadId === null || !key.startsWith(this.#prefix)) continue;
+        out.push({ key: key.slice(this.#prefix.length), uploadId });
+      }
+      if (xmlText(xml, "IsTruncated") !== "true") return out;
+      keyMarker = xmlText(xml, "NextKeyMarker");
+      idMarker = xmlText(xml, "NextUploadIdMarker");
+      if (keyMarker === null || keyMarker === "")
+        throw new ColdStoreError(
+          "corrupt",
+          `Cannot list open multipart uploads in ${this.location}: page ${page + 1} is truncated but has no NextKeyMarker`,
+        );
+    }
+    throw new ColdStoreError(
+      "corrupt",
+      `Cannot list open multipart uploads in ${this.location}: more than ${listPagesMax} pages`,
+    );
   }
 
   /** Reads back size and checksum (module comment). @returns null if the object is what was sent, else the problem. */

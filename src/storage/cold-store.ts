@@ -92,6 +92,16 @@ export function parseColdObjectName(
   return null;
 }
 
+/**
+ * Whether `key` (relative to the store's prefix) is an object this tier writes:
+ * `topics/<topic>/<partition>/<segment object or swap plan>` (module comment). Anything else is
+ * foreign.
+ */
+export function isColdTierKey(key: string): boolean {
+  const m = /^topics\/([^/]+)\/(0|[1-9]\d{0,8})\/([^/]+)$/.exec(key);
+  return m !== null && parseColdObjectName(m[3]) !== null;
+}
+
 /** Spreads uploads over time: at most `bytesPerSec` on average (0 = unlimited), through the Clock. */
 export class UploadLimiter {
   #clock: Clock;

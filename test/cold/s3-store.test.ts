@@ -2,13 +2,15 @@
  * The S3 cold store against a real S3-compatible server process (moto_server on loopback): the
  * ColdStore conformance suite, then faults injected by a proxy between the store and the server
  * (500s, throttling, resets mid-upload, a store that acknowledges half a body, a 403 window,
- * truncated listings without a continuation token), and bad input (malformed URLs, an unreachable
+ * truncated listings without a continuation token, multipart uploads a crash left open), and bad input (malformed URLs, an unreachable
  * endpoint, a missing bucket). Every object that `put` accepted is byte-identical in the server.
  */
+import { AwsClient } from "aws4fetch";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bytesEqual } from "../../src/lib/bytes.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { bytesSource, isColdStoreError } from "../../src/storage/cold-objects.ts";
+import { isColdTierKey } from "../../src/storage/cold-store.ts";
 import {
   parseS3Url,
   S3ColdStore,
@@ -84,6 +86,51 @@ describe("S3ColdStore under faults", () => {
     await s.put("x/1", bytesSource(bytes));
     expect(await store(bucket).get("x/1")).toEqual(bytes);
     expect(proxy.log.filter((e) => e.fault !== null).length).toBe(4);
+  });
+
+  it("aborts open multipart uploads of its own keys but not one it is uploading now, nor a foreign one", async () => {
+    const bucket = await freshBucket();
+    const s = store(bucket, { endpoint: proxy.endpoint });
+    const raw = new AwsClient({ ...motoCredentials, service: "s3", region: "us-east-1" });
+    const open = async (key: string) => {
+      const r = await raw.fetch(`${moto.endpoint}/${bucket}/edge/${key}?uploads`, {
+        method: "POST",
+      });
+      expect(r.status, await r.text()).toBe(200);
+    };
+    // Left open by a crash: two of ours (one key twice); a foreign key; one outside the prefix.
+    await open("topics/t/0/00000000000000000000.log");
+    await open("topics/t/0/00000000000000000000.log");
+    await open("topics/t/1/swap-2.json");
+    await open("topics/t/0/notes.txt");
+    const other = await raw.fetch(`${moto.endpoint}/${bucket}/elsewhere/x?uploads`, {
+      method: "POST",
+    });
+    expect(other.status).toBe(200);
+    // One of ours in flight now: its second part stalls while the pass runs.
+    proxy.add(
+      { kind: "delay", ms: 1500 },
+      { times: 1, match: (r) => r.method === "PUT" && r.path.includes("partNumber=2&") },
+    );
+    const bytes = patternBytes(11 * MiB, 7);
+    const uploading = s.put("topics/t/0/00000000000000000100.log", bytesSource(bytes));
+    const deadline = Date.now() + 10_000;
+    while (!proxy.log.some((e) => e.fault?.startsWith("delay")) && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 10));
+    const isOwn = (key: string) => isColdTierKey(key);
+    const pass = await s.abortStaleUploads(isOwn);
+    expect(pass.aborted.sort()).toEqual([
+      "topics/t/0/00000000000000000000.log",
+      "topics/t/0/00000000000000000000.log",
+      "topics/t/1/swap-2.json",
+    ]);
+    expect(pass).toMatchObject({ failed: 0, foreign: 1 });
+    await uploading;
+    expect(bytesEqual(await store(bucket).get("topics/t/0/00000000000000000100.log"), bytes)).toBe(
+      true,
+    );
+    expect((await s.listUploads()).map((u) => u.key)).toEqual(["topics/t/0/notes.txt"]);
+    expect(await s.abortStaleUploads(isOwn)).toEqual({ aborted: [], failed: 0, foreign: 1 });
   });
 
   it("retries a connection reset in the middle of a multipart upload", async () => {

@@ -52,6 +52,8 @@ export function nodeOnlyE2eFiles(
       : ["test/e2e/durable-streams-conformance.test.ts"]),
     "test/e2e/durable-streams-scenarios.test.ts",
     "test/e2e/kafka-scenarios.test.ts",
+    "test/e2e/mirror-upstream.test.ts",
+    "test/e2e/cold-multipart.test.ts",
     // Cluster mode is runtime-neutral above the runtime layer: the node target covers it.
     "test/e2e/cluster.test.ts",
   ];

@@ -49,6 +49,28 @@ export interface ProcessSnapshot {
   uptimeSeconds: number;
 }
 
+/**
+ * The store-and-forward mirror's state at a scrape (`Mirror.observe` in src/mirror/mirror.ts,
+ * docs/edge.md): per partition its position, lag read now, records forwarded and failures.
+ */
+export interface MirrorSnapshot {
+  /** `--mirror-name`. */
+  name: string;
+  /** Whether the last attempt to reach the upstream succeeded; null before any. */
+  upstreamReachable: boolean | null;
+  partitions: readonly {
+    topic: string;
+    partition: number;
+    /** Next edge offset to forward. */
+    position: number;
+    lagRecords: number;
+    lagMs: number;
+    state: string;
+    forwarded: number;
+    failures: number;
+  }[];
+}
+
 /** Everything one scrape reads. */
 export interface MetricsSources {
   registry: MetricsRegistry;
@@ -59,6 +81,8 @@ export interface MetricsSources {
   /** Open connections per listener ("http", "tcp", "metrics"); null where the runtime cannot count them. */
   connections?: () => Record<string, number | null>;
   process?: () => ProcessSnapshot;
+  /** The mirror (`serve --mirror-to`), if one runs. */
+  mirror?: () => Promise<MirrorSnapshot>;
   /** `esb_build_info` labels. */
   build: { version: string; runtime: string };
 }
@@ -189,12 +213,75 @@ function partitionGauge(
   }
 }
 
+/** The `esb_mirror_*` families (docs/operations.md "Store-and-forward"); partitions of existing topics only. */
+function writeMirror(out: ExpositionWriter, mirror: MirrorSnapshot, topics: ReadonlySet<string>) {
+  const partitions = mirror.partitions
+    .filter((p) => topics.has(p.topic))
+    .map((p) => ({
+      labels: formatLabels({ mirror: mirror.name, topic: p.topic, partition: String(p.partition) }),
+      p,
+    }));
+  out.family(
+    "esb_mirror_upstream_up",
+    "gauge",
+    "1 if the mirror's last attempt to reach the upstream broker succeeded (connected, authenticated, answered), 0 if it failed.",
+  );
+  if (mirror.upstreamReachable !== null)
+    out.sample({ mirror: mirror.name }, mirror.upstreamReachable ? 1 : 0);
+  const family = (
+    name: string,
+    type: "counter" | "gauge",
+    help: string,
+    value: (p: MirrorSnapshot["partitions"][number]) => number,
+  ) => {
+    out.family(name, type, help);
+    for (const { labels, p } of partitions) out.sampleWithLabels(labels, value(p));
+  };
+  family(
+    "esb_mirror_forwarded_records_total",
+    "counter",
+    "Records the mirror forwarded to the upstream (acknowledged there) since the process started.",
+    (p) => p.forwarded,
+  );
+  family(
+    "esb_mirror_last_forwarded_offset",
+    "gauge",
+    "Edge offset before the mirror's position: the last record the upstream holds (-1 before any).",
+    (p) => p.position - 1,
+  );
+  family(
+    "esb_mirror_lag_records",
+    "gauge",
+    "Edge records not yet forwarded: high watermark minus the mirror's position (never negative).",
+    (p) => p.lagRecords,
+  );
+  family(
+    "esb_mirror_lag_seconds",
+    "gauge",
+    "Age of the oldest edge record not yet forwarded, by its timestamp, in seconds (0 when caught up).",
+    (p) => p.lagMs / 1000,
+  );
+  family(
+    "esb_mirror_failures_total",
+    "counter",
+    "Failed attempts to forward a batch (upstream unreachable or refusing, edge read errors) since the process started; each is retried unless the partition stops.",
+    (p) => p.failures,
+  );
+  family(
+    "esb_mirror_partition_stopped",
+    "gauge",
+    "1 while the mirror has stopped forwarding the partition (a gap, a conflicting upstream state, a rename conflict: see the mirror.partition_stopped log), else 0.",
+    (p) => (p.state === "stopped" ? 1 : 0),
+  );
+}
+
 /**
  * Builds one exposition from `sources` (module comment). Each call reads its own snapshot into its
  * own buffer, so concurrent scrapes cannot interfere.
  */
 export async function renderMetrics(sources: MetricsSources): Promise<string> {
   const observation = await sources.observe();
+  const mirror = await sources.mirror?.();
   const registry = sources.registry;
   // A produce that finished after its topic was deleted may have counted it again: drop such series.
   registry.retainTopics(new Set(observation.partitions.map((p) => p.topic)));
@@ -429,5 +516,7 @@ export async function renderMetrics(sources: MetricsSources): Promise<string> {
           { group: g.group, topic: o.topic, partition: String(o.partition) },
           Math.max(0, o.lag),
         );
+  if (mirror !== undefined)
+    writeMirror(out, mirror, new Set(observation.partitions.map((p) => p.topic)));
   return out.text();
 }
