@@ -338,6 +338,7 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
 
 async function runProduce(spec: ProduceSpec): Promise<GeneratorResult> {
   if (spec.target.kind === "limit") return runLimit(spec, spec.target.dir);
+  const idle = await openIdleConnections(spec);
   const producer = await produceTarget(spec);
   const win = new Window();
   const rss = new RssWatch(spec.serverPid);
@@ -357,7 +358,7 @@ async function runProduce(spec: ProduceSpec): Promise<GeneratorResult> {
         next = Math.max(next + intervalMs, now() - intervalMs);
         if (win.stopping) break;
       }
-      const partition = seq++ % spec.partitions;
+      const partition = spec.partitionPerProducer ? p % spec.partitions : seq++ % spec.partitions;
       const t = now();
       try {
         await producer.send(p, partition);
@@ -375,9 +376,40 @@ async function runProduce(spec: ProduceSpec): Promise<GeneratorResult> {
   await Promise.all(loops);
   trace("producers stopped");
   await producer.close();
+  await Promise.all(idle.map((c) => c.close()));
   trace("connections closed");
   if (failure) throw failure;
   return result;
+}
+
+/**
+ * The idle connections of a growth case (`spec.idleConnections`): opened 200 at a time, each
+ * sending one produce to partition i % partitions, then left open and silent.
+ */
+async function openIdleConnections(spec: ProduceSpec): Promise<TcpClient[]> {
+  const target = spec.target;
+  const count = spec.idleConnections ?? 0;
+  if (count === 0) return [];
+  if (target.kind !== "es-tcp") throw new Error("idle connections are for es-tcp only");
+  const entries = entryBatch(spec.batch, makeValue(spec.valueBytes, 2));
+  const clients: TcpClient[] = [];
+  try {
+    for (let i = 0; i < count; i += 200) {
+      const chunk = await Promise.all(
+        Array.from({ length: Math.min(200, count - i) }, async (_, j) => {
+          const c = await TcpClient.connect({ host: target.host, port: target.port });
+          clients.push(c);
+          await c.produce(target.topic, entries, { partition: (i + j) % spec.partitions });
+          return c;
+        }),
+      );
+      trace(`${i + chunk.length} idle connections`);
+    }
+  } catch (err) {
+    await Promise.all(clients.map((c) => c.close()));
+    throw err;
+  }
+  return clients;
 }
 
 /**
@@ -430,6 +462,7 @@ async function measure(
     recordsAppended,
     rssPeakBytes: rss.peak(),
     serverCpuMs: rss.cpuMs(),
+    serverFds: rss.fds(),
     ...(rssSampleMs !== undefined ? { rssSamples: samples } : {}),
   };
 }

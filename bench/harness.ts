@@ -62,6 +62,7 @@ import {
   type PeerServer,
   type ServerProcess,
 } from "./servers.ts";
+import { growthCases, growthTable, growthTargets, type StartupFigures } from "./growth.ts";
 import { RssWatch } from "./proc.ts";
 import type { GeneratorResult, GeneratorSpec, LatencySummary, Target } from "./spec.ts";
 
@@ -80,7 +81,7 @@ export type Transport =
   | "kafka-kcat"
   | "kafka-kafkajs";
 /** Case families. */
-export type Group = "produce" | "fetch" | "e2e" | "soak" | "auth" | "kafka";
+export type Group = "produce" | "fetch" | "e2e" | "soak" | "auth" | "kafka" | "growth";
 
 /** One measured case, as printed and as written by `--json`. */
 export interface CaseResult {
@@ -118,6 +119,10 @@ export interface CaseResult {
   seconds: number;
   /** Soak: RSS samples `[ms, MiB]`. */
   rssSamplesMiB?: [number, number][];
+  /** Growth cases: the server's open file descriptors when the window closed. */
+  serverFds?: number | null;
+  /** Growth cases: the server's RSS with the topic made and no load yet, MiB. */
+  rssIdleMiB?: number | null;
   note?: string;
 }
 
@@ -139,6 +144,8 @@ export interface BenchReport {
   cases: CaseResult[];
   failures: { id: string; error: string }[];
   targets: TargetResult[];
+  /** The growth cases' start-up figures (`bench/growth.ts`); absent when not measured. */
+  growthStartup?: StartupFigures | null;
 }
 
 const valueBytes = 256;
@@ -174,6 +181,8 @@ interface Env {
   counter: number;
   /** Versions of clients the run used (kcat), for the report's `servers`. */
   versions: Record<string, string>;
+  /** What the growth cases' start-up case measured. */
+  growthStartup: StartupFigures | null;
 }
 
 const natsNote = "NATS 2.9 JetStream does not fsync per publish: not a durable peer";
@@ -708,6 +717,7 @@ async function runAll(env: Env): Promise<void> {
 
   await authPoints(env);
   await kafkaPoints(env);
+  await growthPoints(env);
 
   // Soak: the broker's RSS over a long 64-producer run.
   await runCase(
@@ -736,6 +746,47 @@ async function runAll(env: Env): Promise<void> {
       rssSampleMs: s.quick ? 100 : 1000,
     }),
   );
+}
+
+/** The growth cases (`bench/growth.ts`): partitions, connections, start-up over many segments. */
+async function growthPoints(env: Env): Promise<void> {
+  const s = env.settings;
+  await growthCases({
+    quick: s.quick,
+    root: env.root,
+    dataRoot: env.dataRoot,
+    warmupMs: s.warmupMs,
+    measureMs: s.measureMs,
+    only: env.only,
+    run: (spec) => runGenerator(env, spec),
+    measured: (g) => {
+      if (g.startup) {
+        env.growthStartup = g.startup;
+        const f = g.startup;
+        process.stdout.write(
+          `${g.key.padEnd(52)} start ${fmt(f.startMs)} ms (empty ${fmt(f.emptyStartMs)} ms), fds ${fmt(f.fdsAfterStart)} → ${fmt(f.fdsAfterReadingAll)} after reading every segment\n`,
+        );
+        return;
+      }
+      const c = toCase(
+        {
+          key: g.key,
+          group: "growth",
+          system: "es-broker",
+          transport: "tcp",
+          batch: 1,
+          producers: g.producers,
+          partitions: g.partitions,
+        },
+        g.result!,
+      );
+      c.serverFds = g.result!.serverFds ?? null;
+      c.rssIdleMiB = g.rssIdleMiB;
+      env.results.push(c);
+      printCase(c);
+    },
+    failed: (id, error) => env.failures.push({ id, error }),
+  });
 }
 
 /** One broker of the auth cases and how to reach it. */
@@ -1427,6 +1478,7 @@ export function markdownTables(report: BenchReport): string {
         );
       }
   }
+  lines.push(...growthTable(results, report.growthStartup ?? null));
   lines.push("", "### Targets", "");
   lines.push("| target | measured | met |");
   lines.push("|---|---|---|");
@@ -1639,7 +1691,13 @@ export async function main(
   if (values["from-json"]) {
     // Re-render the tables (and re-evaluate the targets) of a saved run without measuring.
     const saved = JSON.parse(fs.readFileSync(values["from-json"], "utf8")) as BenchReport;
-    const tables = markdownTables({ ...saved, targets: evaluateTargets(saved.cases) });
+    const tables = markdownTables({
+      ...saved,
+      targets: [
+        ...evaluateTargets(saved.cases),
+        ...growthTargets(saved.cases, saved.growthStartup ?? null),
+      ],
+    });
     process.stdout.write(tables);
     if (values.markdown) fs.writeFileSync(values.markdown, tables);
     return 0;
@@ -1722,6 +1780,7 @@ export async function main(
       failures: [],
       counter: 0,
       versions: {},
+      growthStartup: null,
     };
     await runAll(env);
   } finally {
@@ -1743,7 +1802,8 @@ export async function main(
     skipped,
     cases: env.results,
     failures: env.failures,
-    targets: evaluateTargets(env.results),
+    targets: [...evaluateTargets(env.results), ...growthTargets(env.results, env.growthStartup)],
+    growthStartup: env.growthStartup,
   };
   const tables = markdownTables(report);
   process.stdout.write(`\n${tables}`);

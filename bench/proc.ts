@@ -73,6 +73,16 @@ export class RssWatch {
     return rss;
   }
 
+  /** Open file descriptors of the process (entries of `/proc/<pid>/fd`), or null when unknown. */
+  fds(): number | null {
+    if (this.#pid === undefined) return null;
+    try {
+      return fs.readdirSync(`/proc/${this.#pid}/fd`).length;
+    } catch {
+      return null;
+    }
+  }
+
   peak(): number | null {
     if (this.#pid === undefined) return null;
     this.sample();

@@ -73,6 +73,17 @@ export interface ProduceSpec extends Timing {
   serverPid?: number;
   /** Also keep an RSS sample every this many ms (soak runs); default: only the peak. */
   rssSampleMs?: number;
+  /**
+   * Producer p writes only partition p % partitions (the growth cases: each partition written by
+   * its own producer) instead of going round-robin over every partition.
+   */
+  partitionPerProducer?: boolean;
+  /**
+   * `es-tcp` only (the growth cases): before the producers start, open this many more connections,
+   * each sending one produce of `batch` records (so the broker holds whatever a used connection
+   * costs), and keep them open and idle until the window closes.
+   */
+  idleConnections?: number;
 }
 
 /** Fetch load: `consumers` sequential readers over `records` records preloaded into each partition. */
@@ -139,4 +150,6 @@ export interface GeneratorResult {
   serverCpuMs?: number | null;
   /** RSS samples `[ms since window start, bytes]` when `rssSampleMs` was given. */
   rssSamples?: [number, number][];
+  /** Open file descriptors of the server process when the window closed (`/proc/<pid>/fd`). */
+  serverFds?: number | null;
 }

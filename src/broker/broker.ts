@@ -74,6 +74,11 @@ export interface LocalBrokerOptions {
   flushEveryRecords?: number;
   /** Longest wait for an fsync with flushEveryRecords > 1, in ms (`--flush-interval`). */
   flushIntervalMs?: number;
+  /**
+   * Sealed segments whose files stay open at most, over every partition (`--max-open-segments`,
+   * docs/storage.md "Index and reads"); default 256.
+   */
+  maxOpenSegments?: number;
   /** Root of the cold tier (`--cold-storage-dir`); without it retention deletes segments outright. */
   coldStorageDir?: string;
   /** The cold tier's object store (`--cold-storage s3://…`, built by the CLI); wins over `coldStorageDir`. */
@@ -165,6 +170,7 @@ export class LocalBroker implements Broker {
       logger: options.logger,
       flushEveryRecords: options.flushEveryRecords ?? 1,
       flushIntervalMs: options.flushIntervalMs ?? 1000,
+      maxOpenSegments: options.maxOpenSegments,
       cleanup: broker.#cleanup,
       checkOpen: () => broker.#checkOpen(),
       forgetTopic: async (name) => {

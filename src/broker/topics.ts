@@ -26,7 +26,7 @@ import type { Clock } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { Metrics } from "../lib/metrics.ts";
-import { recoveryProgressMs } from "../lib/limits.ts";
+import { maxOpenSegmentsDefault, recoveryProgressMs } from "../lib/limits.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { quote } from "../lib/quote.ts";
 import { plural } from "../lib/text.ts";
@@ -40,6 +40,7 @@ import {
   removeMetadataTemps,
 } from "../storage/leftovers.ts";
 import { PartitionLog, type PartitionOptions } from "../storage/partition.ts";
+import { SegmentHandleCache } from "../storage/segment-handles.ts";
 import type { CleanupService } from "./cleanup.ts";
 import {
   defaultTopicConfig,
@@ -121,6 +122,11 @@ export interface TopicRegistryOptions {
   metrics?: Metrics;
   /** Updated as recovery goes, for `GET /readyz`; see {@link RecoveryProgress}. */
   progress?: RecoveryProgress;
+  /**
+   * Sealed segments kept open at most over every partition (`--max-open-segments`,
+   * `storage/segment-handles.ts`); default `maxOpenSegmentsDefault`.
+   */
+  maxOpenSegments?: number;
 }
 
 /**
@@ -151,6 +157,8 @@ export class TopicRegistry {
   #forgetTopic: (name: string) => Promise<void>;
   #metrics: Metrics | undefined;
   #progress: RecoveryProgress | undefined;
+  /** Every partition's sealed segments share it: the bound on open files is the broker's. */
+  #segmentHandles: SegmentHandleCache;
   #topics = new Map<string, Topic>();
   /** Topics that exist on disk but cannot be served, with the reason (docs/decisions.md §9). */
   #unavailable = new Map<string, string>();
@@ -175,6 +183,15 @@ export class TopicRegistry {
     this.#forgetTopic = options.forgetTopic;
     this.#metrics = options.metrics;
     this.#progress = options.progress;
+    this.#segmentHandles = new SegmentHandleCache(
+      options.maxOpenSegments ?? maxOpenSegmentsDefault,
+    );
+  }
+
+  /** Sealed segments whose files are open now, and the bound (`--max-open-segments`). */
+  get openSegments(): { open: number; max: number; evictions: number } {
+    const h = this.#segmentHandles;
+    return { open: h.size, max: h.capacity, evictions: h.evictions };
   }
 
   /**
@@ -405,6 +422,7 @@ export class TopicRegistry {
       flushEveryRecords: this.#flushEveryRecords,
       flushIntervalMs: this.#flushIntervalMs,
       metrics: this.#metrics,
+      segmentHandles: this.#segmentHandles,
     });
   }
 

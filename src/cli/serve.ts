@@ -36,6 +36,9 @@ import {
   coldCacheBytesDefault,
   producerExpiryMsDefault,
   flushIntervalMsDefault,
+  maxOpenSegmentsDefault,
+  maxOpenSegmentsMax,
+  maxOpenSegmentsMin,
   readTimeoutMsDefault,
   requestBytesDefault,
   requestBytesMax,
@@ -85,6 +88,10 @@ Options:
   --tcp-port PORT             TCP protocol port, 0 = any free port (default 9092)
   --flush-every-records N     fsync once N records wait (default 1: fsync before every ack)
   --flush-interval MS         with N > 1, fsync at least this often (default ${flushIntervalMsDefault})
+  --max-open-segments N       sealed segments whose files stay open, over every partition; others
+                              are opened again when read, least recently used closed first
+                              (default ${maxOpenSegmentsDefault}; the active segment of each partition
+                              is always open: 2 descriptors per partition)
   --max-request-bytes BYTES   largest HTTP body or TCP frame (default ${requestBytesDefault})
   --read-timeout MS           close a TCP or Kafka connection stalled inside a frame, or (while the
                               broker has keys) not authenticated this long after opening (default ${readTimeoutMsDefault})
@@ -162,6 +169,7 @@ export async function serve(argv: string[]): Promise<number> {
       "http-port": { type: "string" },
       "tcp-port": { type: "string" },
       "flush-every-records": { type: "string" },
+      "max-open-segments": { type: "string" },
       "flush-interval": { type: "string" },
       "max-request-bytes": { type: "string" },
       "read-timeout": { type: "string" },
@@ -232,6 +240,13 @@ export async function serve(argv: string[]): Promise<number> {
     flushIntervalMsDefault,
     1,
     3_600_000,
+  );
+  const maxOpenSegments = intOption(
+    "max-open-segments",
+    values["max-open-segments"],
+    maxOpenSegmentsDefault,
+    maxOpenSegmentsMin,
+    maxOpenSegmentsMax,
   );
   const maxRequestBytes = intOption(
     "max-request-bytes",
@@ -441,6 +456,7 @@ export async function serve(argv: string[]): Promise<number> {
       logger,
       flushEveryRecords,
       flushIntervalMs,
+      maxOpenSegments,
       coldStorageDir,
       coldStore,
       coldCacheBytes,

@@ -78,6 +78,14 @@ export const appendBufferStepBytes = 1 * MiB;
 export const segmentBytesDefault = 128 * MiB;
 /** Smallest allowed `segment_bytes`, so tests can roll often. */
 export const segmentBytesMin = 1 * KiB;
+/**
+ * Sealed segments whose files stay open at most, over the whole broker (`--max-open-segments`,
+ * `storage/segment-handles.ts`): each holds one descriptor (its log) and its index in memory.
+ */
+export const maxOpenSegmentsDefault = 256;
+/** The range `--max-open-segments` accepts. */
+export const maxOpenSegmentsMin = 1;
+export const maxOpenSegmentsMax = 1_000_000;
 /** Largest allowed `segment_bytes` (positions must stay far below 2^53). */
 export const segmentBytesMax = 1024 * MiB * 4;
 /** Default `segment_ms`: roll once the active segment is this old (7 days, as Kafka). */

@@ -410,7 +410,7 @@ export class ColdPartition implements LowerTier {
       newest_ms: segment.maxTimestampMs,
       gen: 0,
     };
-    const indexBytes = segment.encodedIndex();
+    const indexBytes = await segment.encodedIndex();
     entry.index_bytes = indexBytes.length;
     const store = this.#tier.store;
     await store.put(this.key(entry, "index"), bytesSource(indexBytes));

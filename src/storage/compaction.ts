@@ -45,7 +45,7 @@ import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { KeyOffsetMap } from "./key-offset-map.ts";
 import { OffsetIndex } from "./offset-index.ts";
 import type { PartitionLog } from "./partition.ts";
-import { Segment } from "./segment.ts";
+import type { Segment } from "./segment.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { scanSegment } from "./segment-scan.ts";
 import { RecordHeader } from "./record.ts";
@@ -504,6 +504,10 @@ export async function runCompaction(
         first === 0 &&
         (writer.done.length === 0 || writer.done[0].baseOffset !== sealed[0].baseOffset);
       if (firstBaseMoves) await ctx.ensureLogStartOffsetPersisted();
+      // The renames below may put an output under a replaced segment's name: readers already
+      // using a replaced segment must keep its bytes, so its files are held open from here on,
+      // whatever the cache of open segments would close (docs/storage.md "Index and reads").
+      for (const s of replaced) await s.retainFiles();
       const plan = {
         replaced: replaced.map((s) => s.baseOffset),
         outputs: writer.done.map((o) => o.baseOffset),
@@ -527,16 +531,7 @@ export async function runCompaction(
       await applySwap(fs, partition.dir, plan);
       const fresh: Segment[] = [];
       for (const o of writer.done) {
-        fresh.push(
-          await Segment.open(fs, {
-            dir: partition.dir,
-            baseOffset: o.baseOffset,
-            active: false,
-            nowMs: clock.nowMs(),
-            logger,
-            partition: partition.name,
-          }),
-        );
+        fresh.push(await partition.openSealedSegment(o.baseOffset));
       }
       await partition.replaceSealedSegments(replaced, fresh);
       await removeSwapMarker(fs, partition.dir);

@@ -33,6 +33,7 @@ import { recoverPartition } from "./partition-recovery.ts";
 import type { EntryBatch } from "./record.ts";
 import { Segment, type SegmentContext, type SegmentDescription } from "./segment.ts";
 import type { StrayFile } from "./segment-files.ts";
+import type { SegmentHandleCache } from "./segment-handles.ts";
 
 /** Settings a partition reads on every append, so a config change applies at once. */
 export interface PartitionConfig {
@@ -69,6 +70,11 @@ export interface PartitionOptions {
   lowerTier?: LowerTier;
   /** Where group commit counts fsyncs (`storage/group-commit.ts`); default none. */
   metrics?: Metrics;
+  /**
+   * The broker's cache of sealed segments' open files (`segment-handles.ts`,
+   * `--max-open-segments`); without one every segment keeps its files open.
+   */
+  segmentHandles?: SegmentHandleCache;
 }
 
 /**
@@ -182,6 +188,7 @@ export class PartitionLog {
       partition: this.name,
       preallocateLimitBytes: () => this.#config().segmentBytes,
       syncCut: (sync) => this.#commit.syncCut(sync),
+      handles: options.segmentHandles ?? null,
     };
     assert(
       Number.isInteger(this.#flushEveryRecords) && this.#flushEveryRecords >= 1,
@@ -271,11 +278,29 @@ export class PartitionLog {
   }
 
   /**
+   * Opens a sealed segment of this partition's directory written by a background task (a
+   * compaction output), with the partition's segment context (its files join the broker's cache
+   * of open segments).
+   * @throws FsError if its files cannot be opened or recovered.
+   */
+  openSealedSegment(baseOffset: number): Promise<Segment> {
+    return Segment.open(this.#fs, {
+      ...this.#segmentContext,
+      dir: this.dir,
+      baseOffset,
+      active: false,
+      nowMs: this.#clock.nowMs(),
+    });
+  }
+
+  /**
    * Publishes a new segment list in which the run `replaced` (consecutive sealed segments, in
    * order) is replaced by `replacements` (sorted, empty to delete), then closes the replaced
-   * segments: readers that hold one keep reading it until they release it. Call under
-   * {@link withWriteLock}, after the files are in place. Readers already iterating keep the old
-   * list (it is replaced, not changed).
+   * segments: readers that hold one keep reading it until they release it. The replaced
+   * segments' files are retained first ({@link Segment.retainFiles}): callers unlink them next,
+   * and readers already using them keep reading the same bytes (compaction retains them itself,
+   * before its renames). Call under {@link withWriteLock}, after the files are in place. Readers
+   * already iterating keep the old list (it is replaced, not changed).
    */
   async replaceSealedSegments(
     replaced: readonly Segment[],
@@ -298,6 +323,19 @@ export class PartitionLog {
         "replacements are sorted and stay between their neighbours",
       );
       previousBase = s.baseOffset;
+    }
+    for (const s of replaced) {
+      try {
+        await s.retainFiles();
+      } catch (err) {
+        // The files are about to be unlinked (not replaced): a reader that needs them after this
+        // gets an error, never other bytes.
+        this.#logger.log("warn", "segment.retain_failed", {
+          partition: this.name,
+          segment: s.logPath,
+          error: errorMessage(err),
+        });
+      }
     }
     this.#segments = [
       ...this.#segments.slice(0, start),

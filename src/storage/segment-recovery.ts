@@ -39,7 +39,6 @@ import { errorMessage } from "../lib/errors.ts";
 import {
   indexEntryBytes,
   indexIntervalBytes,
-  readWindowBytes,
   recordLengthPrefixBytes,
   scanWindowBytes,
 } from "../lib/limits.ts";
@@ -91,6 +90,11 @@ export interface RecoveredSegment {
   indexFile: FileHandle | null;
   /** Entries of `index` already in `indexFile`. */
   indexOnDiskEntries: number;
+  /**
+   * True when the index file holds exactly `index` (validated, or rewritten and fsynced): a sealed
+   * segment may then drop its index from memory and read it back from the file (`Segment`).
+   */
+  indexFileExact: boolean;
   /** Bytes of records (zeros written ahead excluded). */
   sizeBytes: number;
   /** Bytes from the start that hold valid records; less than `sizeBytes` only when corrupt. */
@@ -157,6 +161,7 @@ export async function recoverSegment(
     index,
     indexFile: null,
     indexOnDiskEntries: index.count,
+    indexFileExact: false,
     sizeBytes: logSize,
     readableEndBytes: logSize,
     fileEndBytes: logSize,
@@ -170,6 +175,7 @@ export async function recoverSegment(
   if (!active && stored !== null && logSize > 0) {
     if (await fastCheck(log, state, options.baseOffset)) {
       state.recovery = "trusted";
+      state.indexFileExact = !options.inspectOnly;
       return state;
     }
     indexProblem = "records after the last index entry do not decode to the end of the file";
@@ -189,10 +195,13 @@ async function fastCheck(
   baseOffset: number,
 ): Promise<boolean> {
   const logSize = state.sizeBytes;
-  // One window is read: a first record larger than it (Cut) is left to the full scan.
-  const head = new RecordScanner(log, { end: logSize, windowBytes: readWindowBytes });
+  // A small window (a start over many segments reads one per segment), read again at the first
+  // record's checked length if that record is larger.
+  const head = new RecordScanner(log, { end: logSize, windowBytes: indexIntervalBytes });
   await head.fill(0);
-  if (head.decode(0) !== ScanStatus.Ok || head.cursor.offset !== baseOffset) return false;
+  let status = head.decode(0);
+  if (status === ScanStatus.Cut) status = await head.readRecordAt(0);
+  if (status !== ScanStatus.Ok || head.cursor.offset !== baseOffset) return false;
   const createdMs = head.cursor.timestampMs;
   const lastPos = state.index.lastPosition;
   const lastOffset = baseOffset + state.index.lastRelativeOffset;
@@ -323,6 +332,7 @@ async function fullScan(
     return;
   }
   state.recovery = "scanned";
+  state.indexFileExact = !active && !inspectOnly;
   if (active && !inspectOnly) {
     state.indexFile = await fs.open(options.indexPath, { write: true });
     state.indexOnDiskEntries = storedPrefix;
@@ -341,6 +351,7 @@ async function rewriteIndex(
 ): Promise<void> {
   state.indexFile = await writeIndexFile(fs, indexPath, state.index, { keepOpen: active });
   if (active) state.indexOnDiskEntries = state.index.count;
+  else state.indexFileExact = true;
 }
 
 /**

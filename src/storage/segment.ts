@@ -13,6 +13,15 @@
  * read below a limit the partition gives them (the durable end), with positional reads on the
  * segment's own handle. A segment removed by retention or compaction stays readable for readers
  * that acquired it; the handle closes when the last one releases it.
+ *
+ * Open files (docs/storage.md "Index and reads"): the active segment keeps its log and index files
+ * open and its index in memory. A sealed segment given a {@link SegmentHandleCache} holds its log
+ * handle and its index only while the cache keeps it: they are opened (and the index read and
+ * validated again) by the next read that needs them, and closed least recently used first by the
+ * cache. A segment with readers, or retained for removal ({@link Segment.retainFiles}), is pinned:
+ * its files stay open, so a reader never finds them closed or replaced under it. An index that
+ * the index file does not hold exactly (a corrupt segment's, or one whose write failed) stays in
+ * memory.
  */
 import { assert } from "../lib/assert.ts";
 import {
@@ -28,6 +37,7 @@ import { errorMessage } from "../lib/errors.ts";
 import type { Logger, LogFields, LogLevel } from "../lib/logger.ts";
 import { acquireAppendBuffer, releaseAppendBuffer } from "./append-buffers.ts";
 import { OffsetIndex } from "./offset-index.ts";
+import type { CachedSegmentFiles, SegmentHandleCache } from "./segment-handles.ts";
 import { indexFileName, logFileName } from "./segment-files.ts";
 import { encodeEntries, type EntryBatch } from "./record.ts";
 import { RecordScanner, ScanStatus } from "./record-scanner.ts";
@@ -64,6 +74,11 @@ export interface SegmentContext {
    * and never once a failed fsync fenced the partition (it throws then). Default: runs it at once.
    */
   syncCut?: (sync: () => Promise<void>) => Promise<void>;
+  /**
+   * The broker's cache of sealed segments' open files (`segment-handles.ts`). Without one, a
+   * sealed segment keeps its log open and its index in memory until it is closed.
+   */
+  handles?: SegmentHandleCache | null;
 }
 
 /**
@@ -103,7 +118,7 @@ export interface SegmentRead {
 let zeroChunk: Uint8Array | null = null;
 
 /** One segment of a partition. See the module comment for durability and concurrency. */
-export class Segment {
+export class Segment implements CachedSegmentFiles {
   /** Offset of the first record (from the file name). */
   readonly baseOffset: number;
   readonly logPath: string;
@@ -135,9 +150,26 @@ export class Segment {
 
   #fs: FileSystem;
   #context: Required<SegmentContext>;
-  #log: FileHandle;
+  /** The log's handle; null while a sealed segment's files are closed by the cache. */
+  #log: FileHandle | null;
   #indexFile: FileHandle | null;
-  #index: OffsetIndex;
+  /** The index in memory; null while a sealed segment's files are closed by the cache. */
+  #index: OffsetIndex | null;
+  /** Entries of the index, and its last one, kept while the index is out of memory. */
+  #indexCount = 0;
+  #indexLastRelativeOffset = -1;
+  #indexLastPosition = -1;
+  /**
+   * True when the index file holds exactly the index in memory (validated or written and fsynced):
+   * only then may the index leave memory, to be read back from the file.
+   */
+  #indexFileExact = false;
+  /** Sealed (not appended to any more): its files may be closed by the cache. */
+  #sealed = false;
+  /** Retained for removal: the files stay open until the segment closes (see retainFiles). */
+  #retained = false;
+  /** The open of the files in progress (see #openFiles). */
+  #opening: Promise<FileHandle> | null = null;
   #indexOnDiskEntries: number;
   #indexWritable = true;
   /**
@@ -167,6 +199,7 @@ export class Segment {
     this.#log = init.log;
     this.#indexFile = state.indexFile;
     this.#index = state.index;
+    this.#indexFileExact = state.indexFileExact;
     this.#indexOnDiskEntries = state.indexOnDiskEntries;
     this.sizeBytes = state.sizeBytes;
     this.readableEndBytes = state.readableEndBytes;
@@ -184,18 +217,163 @@ export class Segment {
     this.#context.logger.log(level, event, { partition: this.#context.partition, ...fields });
   }
 
-  /** Number of index entries in memory. */
+  /** Number of index entries (in memory or, for a sealed segment out of the cache, in its file). */
   get indexEntryCount(): number {
-    return this.#index.count;
+    return this.#index?.count ?? this.#indexCount;
+  }
+
+  /** Remembers what `index` holds, to check the index file against when it is read back. */
+  #noteIndex(index: OffsetIndex): void {
+    this.#indexCount = index.count;
+    this.#indexLastRelativeOffset = index.lastRelativeOffset;
+    this.#indexLastPosition = index.lastPosition;
   }
 
   /**
-   * The index entries in memory, in the on-disk format (docs/storage.md "Index and reads"): the
-   * validated (or rebuilt) index, never the file's bytes, which may hold a torn or zero tail. The
-   * cold tier uploads this as a segment's `.index` object.
+   * The index entries, in the on-disk format (docs/storage.md "Index and reads"): the validated
+   * (or rebuilt) index, never the file's bytes, which may hold a torn or zero tail. The cold tier
+   * uploads this as a segment's `.index` object. Reads the index back if the cache dropped it.
+   * @throws FsError if the segment's files cannot be opened; StorageError "closed" after close.
    */
-  encodedIndex(): Uint8Array {
-    return this.#index.encode();
+  async encodedIndex(): Promise<Uint8Array> {
+    if (!this.acquire())
+      throw new StorageError("closed", `Cannot read segment ${this.logPath}: it is closed`);
+    try {
+      await this.#openFiles();
+      return this.#index!.encode();
+    } finally {
+      await this.release();
+    }
+  }
+
+  /** True while the files must stay open: readers hold the segment, or it is retained. */
+  get pinned(): boolean {
+    return (
+      this.#refs > (this.#closed ? 0 : 1) ||
+      this.#retained ||
+      this.#opening !== null ||
+      !this.#sealed
+    );
+  }
+
+  /**
+   * Called by the cache only, when unpinned: closes the log handle and drops the index from
+   * memory if its file holds it exactly.
+   */
+  evict(): void {
+    if (this.pinned) return;
+    const log = this.#log;
+    this.#log = null;
+    if (this.#indexFileExact && this.#index !== null) {
+      this.#noteIndex(this.#index);
+      this.#index = null;
+    }
+    void log?.close().catch(() => {});
+  }
+
+  /** Marks a sealed segment as the most recently used in the cache; returns `log`. */
+  #touch(log: FileHandle): FileHandle {
+    if (this.#sealed) this.#context.handles?.touched(this);
+    return log;
+  }
+
+  /**
+   * The log's handle, opened (and the index read back) if the cache closed them. Call while the
+   * segment is acquired (a reader's reference pins the files until it releases them).
+   * @throws FsError if the files cannot be opened or read.
+   */
+  async #openFiles(): Promise<FileHandle> {
+    const handles = this.#context.handles;
+    if (this.#log !== null && this.#index !== null) {
+      if (this.#sealed) handles?.touched(this);
+      return this.#log;
+    }
+    if (this.#opening !== null) return this.#opening;
+    const opening = (async () => {
+      const log = this.#log ?? (await this.#fs.open(this.logPath));
+      this.#log = log;
+      if (this.#index === null) this.#index = await this.#loadIndex(log);
+      return log;
+    })();
+    this.#opening = opening;
+    try {
+      return await opening;
+    } finally {
+      this.#opening = null;
+      if (this.#log !== null && this.#sealed) handles?.opened(this);
+    }
+  }
+
+  /**
+   * Reads a sealed segment's index back from its file (docs/decisions.md §2: validated on load),
+   * and checks it is the index that was dropped; if not (the file changed or went missing), the
+   * index is rebuilt from the log and the file rewritten, as a read that finds a bad entry does.
+   */
+  async #loadIndex(log: FileHandle): Promise<OffsetIndex> {
+    let problem = "";
+    try {
+      const file = await this.#fs.open(this.indexPath);
+      try {
+        const bytes = new Uint8Array(this.#indexCount * indexEntryBytes);
+        const size = await file.size();
+        const got = size === bytes.length ? await file.read(bytes, 0) : -1;
+        if (got !== bytes.length) problem = `index is ${size} bytes, not ${bytes.length}`;
+        else {
+          const decoded = OffsetIndex.decode(bytes, this.sizeBytes);
+          if (!("index" in decoded)) problem = decoded.problem;
+          else if (
+            decoded.index.lastPosition !== this.#indexLastPosition ||
+            decoded.index.lastRelativeOffset !== this.#indexLastRelativeOffset
+          )
+            problem = "index no longer matches the one validated at start";
+          else return decoded.index;
+        }
+      } finally {
+        await file.close().catch(() => {});
+      }
+    } catch (err) {
+      problem = `index could not be read: ${errorMessage(err)}`;
+    }
+    const { index } = await scanAndIndex(log, {
+      end: this.readableEndBytes,
+      baseOffset: this.baseOffset,
+    });
+    index.trim();
+    this.#event("warn", "segment.index_rebuilt", { segment: this.indexPath, reason: problem });
+    this.#indexFileExact = false;
+    if (this.corruption === null) {
+      try {
+        await writeIndexFile(this.#fs, this.indexPath, index, { keepOpen: false });
+        this.#indexFileExact = true;
+      } catch (err) {
+        this.#event("warn", "segment.index_write_failed", {
+          segment: this.indexPath,
+          error: errorMessage(err),
+        });
+      }
+    }
+    this.#noteIndex(index);
+    return index;
+  }
+
+  /**
+   * Keeps the files open until the segment is closed and its last reader has let go, whatever the
+   * cache's bound: called by retention and compaction before they unlink or rename over the
+   * segment's files, so that readers already using it keep reading the same bytes
+   * (docs/storage.md "Index and reads"). Opens them again first if the cache had closed them.
+   * @throws FsError if they cannot be opened.
+   */
+  async retainFiles(): Promise<void> {
+    if (this.#retained || !this.acquire()) return;
+    try {
+      this.#retained = true;
+      await this.#openFiles();
+    } catch (err) {
+      this.#retained = false;
+      throw err;
+    } finally {
+      await this.release();
+    }
   }
 
   /** True if no record was ever appended. */
@@ -239,6 +417,7 @@ export class Segment {
         index: new OffsetIndex(),
         indexFile,
         indexOnDiskEntries: 0,
+        indexFileExact: false,
         sizeBytes: 0,
         readableEndBytes: 0,
         fileEndBytes: 0,
@@ -290,7 +469,14 @@ export class Segment {
         nowMs: options.nowMs,
         inspectOnly,
       });
-      return new Segment({ fs, context: contextOf(options), dir, baseOffset, log, state });
+      const segment = new Segment({ fs, context: contextOf(options), dir, baseOffset, log, state });
+      if (!active) {
+        // A sealed segment's files join the cache, which closes the least recently used ones
+        // beyond its bound: a start over many segments leaves only the newest open.
+        segment.#sealed = true;
+        segment.#context.handles?.opened(segment);
+      }
+      return segment;
     } catch (err) {
       await log.close().catch(() => {});
       throw err;
@@ -314,10 +500,10 @@ export class Segment {
       buffer = null;
     };
     const indexEntries: number[] = [];
-    let lastIndexed = this.#index.lastPosition;
+    const index = this.#activeIndex();
+    let lastIndexed = index.lastPosition;
     const start = this.sizeBytes;
     const base = this.baseOffset;
-    const index = this.#index;
     let offset = this.nextOffset;
     let pos = 0;
     let maxTs = -1;
@@ -373,17 +559,18 @@ export class Segment {
     );
     assert(this.#indexFile !== null, "only the active segment is appended to");
     const before = this.sizeBytes;
+    const log = this.#activeLog();
     try {
-      await this.#log.write(prepared.logBytes, before);
+      await log.write(prepared.logBytes, before);
     } catch (err) {
       try {
-        await this.#log.truncate(before);
+        await log.truncate(before);
         this.#fileEndBytes = before;
         // The cut is made durable before the error says nothing was appended. Left unsynced, a
         // crash could bring the partial bytes back (whole records of a refused request), and a
         // roll before the next fsync would seal the segment with them inside, at offsets the
         // next segment then assigns again.
-        await syncCut(() => this.#log.sync());
+        await syncCut(() => log.sync());
       } catch (cutErr) {
         throw new StorageError(
           "fenced",
@@ -404,9 +591,10 @@ export class Segment {
     this.nextOffset = prepared.nextOffset;
     if (prepared.maxTimestampMs > this.maxTimestampMs)
       this.maxTimestampMs = prepared.maxTimestampMs;
+    const index = this.#activeIndex();
     for (let i = 0; i < prepared.indexEntries.length; i += 2)
-      this.#index.push(prepared.indexEntries[i], prepared.indexEntries[i + 1]);
-    if (this.#index.count - this.#indexOnDiskEntries >= indexPendingEntriesMax)
+      index.push(prepared.indexEntries[i], prepared.indexEntries[i + 1]);
+    if (index.count - this.#indexOnDiskEntries >= indexPendingEntriesMax)
       await this.#writePendingIndex();
     const limit = preallocateLimitBytes();
     if (this.#preallocate && end === this.#fileEndBytes && end < limit)
@@ -418,7 +606,7 @@ export class Segment {
     const from = this.#fileEndBytes;
     zeroChunk ??= new Uint8Array(segmentPreallocateBytes);
     try {
-      await this.#log.write(zeroChunk.subarray(0, target - from), from);
+      await this.#activeLog().write(zeroChunk.subarray(0, target - from), from);
       this.#fileEndBytes = target;
     } catch (err) {
       // Some of the zeros may be there (a disk that filled up mid-write): they are free space, and
@@ -427,10 +615,12 @@ export class Segment {
       // the cut at the seal or a clean close still happens (it cut nothing before: the file was
       // thought to end at the records).
       this.#preallocate = false;
-      this.#fileEndBytes = await this.#log.truncate(from).then(
-        () => from,
-        () => target,
-      );
+      this.#fileEndBytes = await this.#activeLog()
+        .truncate(from)
+        .then(
+          () => from,
+          () => target,
+        );
       this.#event("warn", "segment.preallocate_failed", {
         segment: this.logPath,
         position: from,
@@ -444,23 +634,25 @@ export class Segment {
    * append}).
    */
   async #writePendingIndex(): Promise<void> {
+    const index = this.#index;
     if (
       !this.#indexWritable ||
       this.#indexFile === null ||
-      this.#index.count === this.#indexOnDiskEntries
+      index === null ||
+      index.count === this.#indexOnDiskEntries
     )
       return;
-    const bytes = this.#index.encode(this.#indexOnDiskEntries);
+    const bytes = index.encode(this.#indexOnDiskEntries);
     try {
       await this.#indexFile.write(bytes, this.#indexOnDiskEntries * indexEntryBytes);
-      this.#indexOnDiskEntries = this.#index.count;
+      this.#indexOnDiskEntries = index.count;
     } catch (err) {
       this.#indexWritable = false;
       await this.#indexFile.truncate(this.#indexOnDiskEntries * indexEntryBytes).catch(() => {});
       this.#event("warn", "segment.index_write_failed", {
         segment: this.indexPath,
         error: errorMessage(err),
-        entries_in_memory: this.#index.count,
+        entries_in_memory: index.count,
       });
     }
   }
@@ -477,7 +669,7 @@ export class Segment {
     const { position, nextOffset } = options;
     if (position >= this.sizeBytes) return;
     try {
-      await this.#log.truncate(position);
+      await this.#activeLog().truncate(position);
     } catch (err) {
       this.#event("error", "segment.discard_unsynced_failed", {
         segment: this.logPath,
@@ -495,9 +687,10 @@ export class Segment {
     this.#fileEndBytes = position;
     this.readableEndBytes = Math.min(this.readableEndBytes, position);
     this.nextOffset = nextOffset;
-    let keep = this.#index.count;
-    while (keep > 0 && this.#index.positionAt(keep - 1) >= position) keep--;
-    this.#index.truncate(keep);
+    const index = this.#activeIndex();
+    let keep = index.count;
+    while (keep > 0 && index.positionAt(keep - 1) >= position) keep--;
+    index.truncate(keep);
   }
 
   /**
@@ -564,7 +757,19 @@ export class Segment {
 
   /** fsyncs the log (fdatasync). A rejection is final for the partition; never retry. */
   syncLog(): Promise<void> {
-    return this.#log.sync();
+    return this.#activeLog().sync();
+  }
+
+  /** The log's handle of a segment that is not sealed (always open). */
+  #activeLog(): FileHandle {
+    assert(this.#log !== null, "an unsealed segment keeps its log open");
+    return this.#log;
+  }
+
+  /** The index of a segment that is not sealed (always in memory). */
+  #activeIndex(): OffsetIndex {
+    assert(this.#index !== null, "an unsealed segment keeps its index in memory");
+    return this.#index;
   }
 
   /**
@@ -575,20 +780,31 @@ export class Segment {
    */
   async seal(): Promise<void> {
     await this.trimPreallocated(); // also writes the pending index entries
-    this.#index.trim();
+    const index = this.#activeIndex();
+    index.trim();
     const file = this.#indexFile;
     this.#indexFile = null;
-    if (file === null) return;
-    try {
-      if (this.#indexWritable) await file.sync();
-    } catch (err) {
-      this.#event("warn", "segment.index_sync_failed", {
-        segment: this.indexPath,
-        error: errorMessage(err),
-      });
-    } finally {
-      await file.close().catch(() => {});
+    let exact = false;
+    if (file !== null) {
+      try {
+        if (this.#indexWritable) {
+          await file.sync();
+          exact = this.#indexOnDiskEntries === index.count;
+        }
+      } catch (err) {
+        this.#event("warn", "segment.index_sync_failed", {
+          segment: this.indexPath,
+          error: errorMessage(err),
+        });
+      } finally {
+        await file.close().catch(() => {});
+      }
     }
+    // From here the cache may close the log and drop the index (read back from the file only if
+    // the file holds it exactly).
+    this.#indexFileExact = exact && this.corruption === null;
+    this.#sealed = true;
+    if (!this.#closed) this.#context.handles?.opened(this);
   }
 
   /**
@@ -602,7 +818,7 @@ export class Segment {
     if (this.#indexFile !== null) await this.#writePendingIndex();
     if (this.#fileEndBytes <= this.sizeBytes) return;
     try {
-      await this.#log.truncate(this.sizeBytes);
+      await this.#activeLog().truncate(this.sizeBytes);
       this.#fileEndBytes = this.sizeBytes;
     } catch (err) {
       this.#event("warn", "segment.preallocated_cut_failed", {
@@ -632,12 +848,15 @@ export class Segment {
     const limit = Math.min(options.limitBytes, this.readableEndBytes);
     const empty: SegmentRead = { bytes: new Uint8Array(0), count: 0, lastOffset: -1, status: "ok" };
     if (offset >= this.nextOffset && this.corruption === null) return empty;
-    const entry = this.#index.entryAtOrBefore(Math.max(0, offset - this.baseOffset));
-    let start = entry < 0 ? 0 : this.#index.positionAt(entry);
+    const log =
+      this.#log !== null && this.#index !== null ? this.#touch(this.#log) : await this.#openFiles();
+    const index = this.#index!;
+    const entry = index.entryAtOrBefore(Math.max(0, offset - this.baseOffset));
+    let start = entry < 0 ? 0 : index.positionAt(entry);
     // The record an entry points at must carry the entry's offset (docs/decisions.md §2): an entry
     // that points at the start of a later record decodes fine, and the read would skip the records
     // before it without a word.
-    let expectedFirst = entry < 0 ? -1 : this.baseOffset + this.#index.relativeOffsetAt(entry);
+    let expectedFirst = entry < 0 ? -1 : this.baseOffset + index.relativeOffsetAt(entry);
     if (start >= limit) {
       // The index points past what may be read (it cannot: entries precede the durable end), or
       // the segment's readable part ends before the entry; fall back to the nearest safe start.
@@ -645,7 +864,7 @@ export class Segment {
       expectedFirst = -1;
     }
     if (limit <= start) return empty;
-    const scanner = new RecordScanner(this.#log, {
+    const scanner = new RecordScanner(log, {
       end: limit,
       windowBytes: Math.max(readWindowBytes, maxBytes + readWindowSlackBytes),
     });
@@ -696,12 +915,14 @@ export class Segment {
    * is rewritten too; an active one's is rewritten and kept open.
    */
   async rebuildIndex(): Promise<void> {
-    const { index: rebuilt, scan } = await scanAndIndex(this.#log, {
+    const log = await this.#openFiles();
+    const { index: rebuilt, scan } = await scanAndIndex(log, {
       end: this.readableEndBytes,
       baseOffset: this.baseOffset,
     });
     if (this.#indexFile === null) rebuilt.trim();
     this.#index = rebuilt;
+    this.#indexFileExact = false;
     this.#event("warn", "segment.index_rebuilt", {
       segment: this.indexPath,
       reason: "an index entry pointed into the middle of a record",
@@ -733,11 +954,12 @@ export class Segment {
       this.#indexFile = null;
     }
     try {
-      this.#indexFile = await writeIndexFile(this.#fs, this.indexPath, this.#index, {
+      this.#indexFile = await writeIndexFile(this.#fs, this.indexPath, rebuilt, {
         keepOpen: wasActive,
       });
-      this.#indexOnDiskEntries = this.#index.count;
+      this.#indexOnDiskEntries = rebuilt.count;
       this.#indexWritable = true;
+      this.#indexFileExact = this.#sealed;
     } catch (err) {
       this.#indexWritable = false;
       this.#event("warn", "segment.index_write_failed", {
@@ -762,6 +984,11 @@ export class Segment {
     assert(this.#refs > 0, "release balanced with acquire");
     this.#refs--;
     if (this.#refs === 0) await this.#closeFiles();
+    else if (!this.pinned) {
+      // The cache may have gone past its bound while this segment was pinned.
+      const handles = this.#context.handles;
+      if (handles && handles.size > handles.capacity) handles.trim();
+    }
   }
 
   /** Drops the partition's own reference: closes now, or when the last reader releases. */
@@ -772,10 +999,13 @@ export class Segment {
   }
 
   async #closeFiles(): Promise<void> {
+    this.#context.handles?.closed(this);
     const index = this.#indexFile;
     this.#indexFile = null;
+    const log = this.#log;
+    this.#log = null;
     await index?.close().catch(() => {});
-    await this.#log.close().catch(() => {});
+    await log?.close().catch(() => {});
   }
 
   /** Status of the segment for reports (`GET /v1/admin/storage`, `es-broker check`). */
@@ -784,7 +1014,7 @@ export class Segment {
       base_offset: this.baseOffset,
       next_offset: this.nextOffset,
       size_bytes: this.sizeBytes,
-      index_entries: this.#index.count,
+      index_entries: this.indexEntryCount,
       recovery: this.recovery,
       corruption:
         this.corruption === null
@@ -818,5 +1048,6 @@ function contextOf(options: SegmentContext): Required<SegmentContext> {
     partition: options.partition,
     preallocateLimitBytes: options.preallocateLimitBytes ?? (() => 0),
     syncCut: options.syncCut ?? ((sync) => sync()),
+    handles: options.handles ?? null,
   };
 }

@@ -151,9 +151,31 @@ describe("benchmark harness, quick run", () => {
       expectMeasured(soak!);
       expect(soak!.rssSamplesMiB!.length).toBeGreaterThan(1);
 
+      // The growth cases (bench/growth.ts) at small scale: partitions with a producer each, idle
+      // connections, and a start-up over sealed segments followed by a read of every one of them.
+      for (const id of [
+        "growth parts=4 P=4 b=1 es-broker/tcp",
+        "growth conns=20 P=1 b=1 es-broker/tcp",
+      ]) {
+        const c = byId.get(id);
+        expect(c, `case "${id}" was measured`).toBeDefined();
+        expectMeasured(c!);
+        expect(c!.serverRssPeakMiB, `${id} server RSS`).toBeGreaterThan(0);
+        expect(c!.rssIdleMiB, `${id} RSS at rest`).toBeGreaterThan(0);
+        expect(c!.serverFds, `${id} open fds`).toBeGreaterThan(0);
+      }
+      const startup = report.growthStartup!;
+      expect(startup, "the start-up case measured").toBeTruthy();
+      expect(startup.sealedSegments).toBe(20);
+      expect(startup.startMs).toBeGreaterThan(0);
+      expect(startup.emptyStartMs).toBeGreaterThan(0);
+      expect(startup.fdsAfterStart).toBeGreaterThan(0);
+      expect(startup.fdsAfterReadingAll).toBeGreaterThan(0);
+      expect(run.stdout).toContain("### Growth: start-up over 20 sealed segments");
+
       // Every target of the issue is evaluated: met or not, or null where it needs a peer figure
       // (quick runs measure peers at fewer points).
-      expect(report.targets).toHaveLength(10);
+      expect(report.targets).toHaveLength(11);
       for (const t of report.targets) {
         if (!/Redis|Durable Streams/.test(t.name)) expect(t.met, t.name).not.toBeNull();
       }
