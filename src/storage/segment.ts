@@ -703,17 +703,29 @@ export class Segment implements CachedSegmentFiles {
    * @throws FsError if the cut or its fsync fails (the caller fences the partition).
    */
   async truncateTo(offset: number): Promise<void> {
-    const position = await this.#positionOf(offset);
+    if (!this.acquire())
+      throw new StorageError("closed", `Cannot truncate segment ${this.logPath}: it is closed`);
+    try {
+      await this.#truncateOpen(offset, await this.#openFiles());
+    } finally {
+      await this.release();
+    }
+  }
+
+  /** {@link truncateTo} with the files open and pinned by the caller's reference. */
+  async #truncateOpen(offset: number, log: FileHandle): Promise<void> {
+    const index = this.#index!;
+    const position = await this.#positionOf(offset, log, index);
     if (position >= this.sizeBytes) return;
-    await this.#log.truncate(position);
-    await this.#log.sync();
+    await log.truncate(position);
+    await log.sync();
     this.sizeBytes = position;
     this.#fileEndBytes = position;
     this.readableEndBytes = Math.min(this.readableEndBytes, position);
     this.nextOffset = Math.max(this.baseOffset, Math.min(this.nextOffset, offset));
-    let keep = this.#index.count;
-    while (keep > 0 && this.#index.positionAt(keep - 1) >= position) keep--;
-    this.#index.truncate(keep);
+    let keep = index.count;
+    while (keep > 0 && index.positionAt(keep - 1) >= position) keep--;
+    index.truncate(keep);
     if (this.#indexFile !== null) {
       this.#indexOnDiskEntries = Math.min(this.#indexOnDiskEntries, keep);
       await this.#indexFile
@@ -721,7 +733,10 @@ export class Segment implements CachedSegmentFiles {
         .catch(() => (this.#indexWritable = false));
     } else {
       // A sealed segment's index is trusted at the next start: it must not point past the cut.
-      await writeIndexFile(this.#fs, this.indexPath, this.#index, { keepOpen: false }).catch(
+      // Until the file is rewritten the cache must keep the index in memory.
+      this.#indexFileExact = false;
+      await writeIndexFile(this.#fs, this.indexPath, index, { keepOpen: false }).then(
+        () => (this.#indexFileExact = this.corruption === null),
         (err: unknown) =>
           this.#event("warn", "segment.index_write_failed", {
             segment: this.indexPath,
@@ -737,14 +752,14 @@ export class Segment implements CachedSegmentFiles {
   }
 
   /** File position of the first record at or after `offset` (or of the first bad record; else the readable end). */
-  async #positionOf(offset: number): Promise<number> {
+  async #positionOf(offset: number, log: FileHandle, index: OffsetIndex): Promise<number> {
     const end = this.readableEndBytes;
     if (offset <= this.baseOffset) return 0;
     if (offset >= this.nextOffset) return this.sizeBytes;
-    const entry = this.#index.entryAtOrBefore(offset - this.baseOffset);
-    let pos = entry < 0 ? 0 : this.#index.positionAt(entry);
+    const entry = index.entryAtOrBefore(offset - this.baseOffset);
+    let pos = entry < 0 ? 0 : index.positionAt(entry);
     if (pos >= end) pos = 0;
-    const scanner = new RecordScanner(this.#log, { end, windowBytes: readWindowBytes });
+    const scanner = new RecordScanner(log, { end, windowBytes: readWindowBytes });
     while (pos < scanner.dataEnd) {
       let status = scanner.decode(pos);
       if (status === ScanStatus.Cut) status = await scanner.readRecordAt(pos);
