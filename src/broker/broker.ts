@@ -60,6 +60,7 @@ import type {
   ProduceResult,
   ReplicaFetchRequest,
   ReplicaFetchResult,
+  TopicConfig,
   TopicDescription,
 } from "./types.ts";
 
@@ -246,6 +247,14 @@ export class LocalBroker implements Broker {
   openLeaderEpochHistory(topic: string, partition: number): Promise<LeaderEpochHistory> {
     const log = this.partitionLog(topic, partition);
     return LeaderEpochHistory.load(this.#fs, log.dir, log.logEndOffset);
+  }
+
+  /**
+   * A topic's config as it is now (cluster mode reads `replica_lag_ms` from it).
+   * @throws BrokerError topic_not_found, unavailable.
+   */
+  topicConfig(name: string): TopicConfig {
+    return this.#topics.get(name).config;
   }
 
   /** Every open partition's log end offset, keyed "topic/partition" (cluster mode: published for leader eligibility). */

@@ -95,6 +95,7 @@ const numericRules: Record<
     | "mirror_hold_retention"
     | "replication_factor"
     | "min_insync_replicas"
+    | "replica_lag_ms"
     | (typeof schemaKeys)[number]
   >,
   Rule
@@ -107,6 +108,10 @@ const numericRules: Record<
   cold_retention_ms: { min: 1, max: Number.MAX_SAFE_INTEGER, allowMinusOne: true, unit: "ms" },
   max_timestamp_skew_ms: { min: 0, max: Number.MAX_SAFE_INTEGER, unit: "ms" },
 };
+
+/** Bounds of `replica_lag_ms`, in ms. */
+export const replicaLagMsMin = 100;
+export const replicaLagMsMax = 3_600_000;
 
 /** Largest `replication_factor` a topic may ask for. */
 export const replicationFactorMax = 16;
@@ -164,6 +169,23 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
       out[key] = value;
       continue;
     }
+    if (key === "replica_lag_ms") {
+      // Optional like the schema keys: absent (the replication's default) until set, removed by null.
+      if (value === null) delete out.replica_lag_ms;
+      else if (
+        typeof value === "number" &&
+        Number.isSafeInteger(value) &&
+        value >= replicaLagMsMin &&
+        value <= replicaLagMsMax
+      )
+        out.replica_lag_ms = value;
+      else
+        throw new BrokerError(
+          Errors.invalidConfig,
+          `Invalid topic config "replica_lag_ms": ${quote(value)} must be an integer from ${replicaLagMsMin} to ${replicaLagMsMax} ms, or null`,
+        );
+      continue;
+    }
     if ((schemaKeys as readonly string[]).includes(key)) {
       mergeSchemaKey(out, key as (typeof schemaKeys)[number], value);
       continue;
@@ -171,7 +193,7 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
     if (!Object.hasOwn(numericRules, key)) {
       throw new BrokerError(
         Errors.invalidConfig,
-        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy", "mirror_hold_retention", "replication_factor", "min_insync_replicas", ...schemaKeys].join(", ")})`,
+        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy", "mirror_hold_retention", "replication_factor", "min_insync_replicas", "replica_lag_ms", ...schemaKeys].join(", ")})`,
       );
     }
     const rule = numericRules[key as keyof typeof numericRules];

@@ -63,6 +63,12 @@ export interface TopicConfig {
    * replication_factor; default min(2, replication_factor)). Fixed at creation.
    */
   min_insync_replicas?: number;
+  /**
+   * Cluster mode (docs/cluster.md "Replication"): a follower that has not been caught up to the
+   * leader's log end for this many ms leaves the ISR (100 to 3 600 000; absent = 10 000). Applies
+   * at once when changed; null removes it.
+   */
+  replica_lag_ms?: number;
 }
 
 /** How a topic's checked keys and values are encoded (`schema_format`). */

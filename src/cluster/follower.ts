@@ -16,6 +16,9 @@
  *    local history (fsynced); journal the idempotent producers' batches the leader sent with them
  *    (field failures #28); append the records, checking in the write loop that they land at the
  *    leader's offsets.
+ *    Where the leader's records skip offsets (compaction removed them, or retention its log start
+ *    moved past this log's end), this log skips them too (`PartitionLog.skipTo`): same offsets,
+ *    same records.
  * 4. Errors back off (50 ms doubling to 1 s, ±20 % jitter) and the loop tries again, until
  *    {@link Follower.stop}.
  */
@@ -176,7 +179,11 @@ export class Follower {
       await this.#truncate(answer.diverging);
       return;
     }
-    await this.#append(answer, fetchOffset);
+    if (answer.records.count === 0 && answer.logStartOffset > log.logEndOffset) {
+      // The leader's log starts above this one's end (retention deleted the records between).
+      await this.#assignEpochs(answer.epochs, answer.logStartOffset + 1);
+      await log.skipTo(answer.logStartOffset);
+    } else await this.#append(answer);
     o.onHighWatermark(answer.highWatermark);
   }
 
@@ -200,18 +207,13 @@ export class Follower {
   }
 
   /** Step 3 of the module comment. */
-  async #append(answer: ReplicaFetchResult, fetchOffset: number): Promise<void> {
+  async #append(answer: ReplicaFetchResult): Promise<void> {
     const o = this.#o;
     const log = o.log;
     const runs = storedToEntryRuns(answer.records.bytes, answer.records.count);
     if (runs.length === 0) return;
     const last = runs.at(-1)!;
     const end = last.baseOffset + last.batch.count;
-    if (runs[0].baseOffset > fetchOffset && runs[0].baseOffset > log.logEndOffset) {
-      throw new Error(
-        `Cannot append to partition "${this.#name}": the leader's records start at offset ${runs[0].baseOffset}, after this log's end ${log.logEndOffset} (a gap: compacted or below the leader's log start), which a follower cannot replicate yet`,
-      );
-    }
     await this.#assignEpochs(answer.epochs, end);
     const logEnd = log.logEndOffset;
     await o.producers.applyReplicated(
@@ -222,11 +224,8 @@ export class Follower {
     for (const run of runs) {
       const have = log.logEndOffset;
       if (run.baseOffset + run.batch.count <= have) continue;
-      if (run.baseOffset > have) {
-        throw new Error(
-          `Cannot append to partition "${this.#name}": a gap in the leader's records between offsets ${have} and ${run.baseOffset} (compacted), which a follower cannot replicate yet`,
-        );
-      }
+      // A gap in the leader's log (compacted away, or below its log start): none here either.
+      if (run.baseOffset > have) await log.skipTo(run.baseOffset);
       const batch =
         run.baseOffset < have ? skipEntries(run.batch, have - run.baseOffset) : run.batch;
       const expected = Math.max(run.baseOffset, have);

@@ -15,8 +15,8 @@
  *   watermark covers it and the ISR has at least `min_insync_replicas` members
  *   ({@link ReplicaManager.awaitCommitted}); a write waiting while the ISR falls below that fails
  *   `not_enough_replicas` (retriable), so a produce never hangs forever.
- * - A follower that has not caught up to the leader's log end for `replica_lag_ms` leaves the
- *   ISR; one whose durable position reaches the leader's log end (not a stale high watermark:
+ * - A follower that has not caught up to the leader's log end for `replica_lag_ms` (the topic's
+ *   config, else the manager's default, 10 s) leaves the ISR; one whose durable position reaches the leader's log end (not a stale high watermark:
  *   #27a) rejoins. Both are compare-and-set writes in etcd under the key's mod_revision
  *   (`partition-state.ts` `shrinkIsr` / `expandIsr`), with `committed_offset` = the high
  *   watermark. After a leader change every follower counts as caught up at that moment, so none
@@ -62,6 +62,8 @@ export interface ReplicaHost {
   partitionLog(topic: string, partition: number): PartitionLog;
   openLeaderEpochHistory(topic: string, partition: number): Promise<LeaderEpochHistory>;
   logEndOffsets(): Map<string, number>;
+  /** The topic's config now (`replica_lag_ms`). */
+  topicConfig(topic: string): { replica_lag_ms?: number };
   readonly producerStates: ProducerStates;
 }
 
@@ -79,7 +81,10 @@ export interface ReplicaManagerOptions {
   clusterSecret: Uint8Array | undefined;
   /** Opens a replica-fetch connection to `host:port` (the runtime's TCP client). */
   connect: (tcpAddress: string) => ReplicaFetchConnection;
-  /** How long a follower may stay behind the leader's log end before it leaves the ISR, in ms. Default 10 000. */
+  /**
+   * How long a follower may stay behind the leader's log end before it leaves the ISR, in ms,
+   * for topics whose config has no `replica_lag_ms`. Default 10 000.
+   */
   replicaLagMs?: number;
   /** The leader's long-poll on a replica fetch, in ms. Default 500. */
   fetchWaitMs?: number;
@@ -455,6 +460,16 @@ export class ReplicaManager implements ReplicationSeam {
     if (request.fetchOffset >= log.highWatermark && request.waitMs > 0)
       await this.#waitForData(r, request.fetchOffset, request.waitMs, request.signal);
     if (r.role !== "leader" || r.state.leader_epoch !== epoch) throw this.#notLeader(r);
+    if (request.fetchOffset < log.logStartOffset) {
+      // Retention removed what the follower lacks: it skips to the log start (no records).
+      return {
+        ...base,
+        highWatermark: r.highWatermark,
+        logStartOffset: log.logStartOffset,
+        logEndOffset: log.logEndOffset,
+        diverging: null,
+      };
+    }
     const read = await log.read({
       offset: request.fetchOffset,
       maxRecords: fetchRecordsMax,
@@ -575,8 +590,17 @@ export class ReplicaManager implements ReplicationSeam {
   }
 
   /** ISR shrink (the module comment): checked every half `replica_lag_ms` while leading. */
+  /** The partition's `replica_lag_ms`: its topic's config, else the manager's default. */
+  #lagMs(r: Replica): number {
+    try {
+      return this.#o.broker.topicConfig(r.topic).replica_lag_ms ?? this.#replicaLagMs;
+    } catch {
+      return this.#replicaLagMs;
+    }
+  }
+
   #scheduleLagCheck(r: Replica): void {
-    r.lagTimer = this.#o.clock.setTimer(Math.max(1, this.#replicaLagMs / 2), () => {
+    r.lagTimer = this.#o.clock.setTimer(Math.max(1, this.#lagMs(r) / 2), () => {
       r.lagTimer = null;
       if (r.role !== "leader" || this.#closed) return;
       this.#checkLag(r);
@@ -587,10 +611,11 @@ export class ReplicaManager implements ReplicationSeam {
   #checkLag(r: Replica): void {
     if (!this.#live) return;
     const now = this.#o.clock.nowMs();
+    const lagMs = this.#lagMs(r);
     const remove = r.state.isr.filter((id) => {
       if (id === this.#o.nodeId) return false;
       const f = r.followers.get(id);
-      return f === undefined || now - f.lastCaughtUpMs > this.#replicaLagMs;
+      return f === undefined || now - f.lastCaughtUpMs > lagMs;
     });
     if (remove.length === 0) return;
     this.#changeIsr(r, (state) =>

@@ -259,6 +259,14 @@ export class GroupCommit {
   }
 
   /**
+   * After `PartitionLog.skipTo` rolled to a segment starting at `offset` (everything before was
+   * durable): the offsets below it hold nothing more to wait for.
+   */
+  skipped(offset: number): void {
+    this.#highWatermark = Math.max(this.#highWatermark, offset);
+  }
+
+  /**
    * After a leader-epoch truncation (cluster mode; `PartitionLog.truncateTo`), everything durable
    * before it: the log now ends at `nextOffset`, `durablePosition` bytes into the active segment.
    * The high watermark moves back to it.

@@ -690,14 +690,32 @@ export class PartitionLog {
     this.#notify();
   }
 
-  /** Seals the active segment and starts a new one at the next offset. */
-  async #roll(): Promise<void> {
+  /**
+   * Moves the log end up to `offset` with no record in between (cluster mode: a follower whose
+   * leader has nothing there, compacted away or below its log start; docs/cluster.md
+   * "Followers"): the active segment is sealed and a new one starts at `offset`, as a roll does.
+   * Reads of the gap continue at the next record. Nothing happens at or below the log end.
+   * @throws StorageError "fenced", "write_failed", "closed" as a roll does.
+   */
+  async skipTo(offset: number): Promise<void> {
+    if (this.#closed) throw this.#closedError();
+    await this.#writeLock.run(async () => {
+      if (offset <= this.logEndOffset) return;
+      if (this.fenced) throw this.#commit.fencedError();
+      await this.#roll(offset);
+      this.#commit.skipped(offset);
+    });
+    this.#notify();
+  }
+
+  /** Seals the active segment and starts a new one at the next offset (or at `baseOffset`, above it). */
+  async #roll(baseOffset?: number): Promise<void> {
     await this.#commit.flush();
     const old = this.#active;
     const next = await Segment.create(this.#fs, {
       ...this.#segmentContext,
       dir: this.dir,
-      baseOffset: old.nextOffset,
+      baseOffset: baseOffset ?? old.nextOffset,
       nowMs: this.#clock.nowMs(),
     }).catch((err: unknown) => {
       throw new StorageError(

@@ -46,7 +46,11 @@ export interface ReplicatedCluster {
   secret: Uint8Array;
   node(id: number): ReplicaNode;
   /** Creates the topic on every node and writes its partition-0 state to etcd, then syncs. */
-  createTopic(topic: string, state: PartitionState): Promise<void>;
+  createTopic(
+    topic: string,
+    state: PartitionState,
+    config?: Record<string, unknown>,
+  ): Promise<void>;
   /** Writes `state` (unconditionally, as the controller would) and syncs every node. */
   setState(topic: string, state: PartitionState): Promise<void>;
   /** The stored state of partition 0. */
@@ -147,8 +151,8 @@ export async function startReplicatedCluster(options: {
     prefix: options.prefix,
     secret,
     node: (id) => nodes[id - 1],
-    async createTopic(topic, state) {
-      for (const n of nodes) await n.broker.createTopic({ name: topic, partitions: 1 });
+    async createTopic(topic, state, config) {
+      for (const n of nodes) await n.broker.createTopic({ name: topic, partitions: 1, config });
       await options.etcd.put(key(topic), formatPartitionState(state));
       await cluster.sync(topic);
     },

@@ -255,7 +255,8 @@ describe("replication", () => {
   });
 
   it("a follower checks every CRC end to end and appends nothing of a corrupt answer (#27d)", async () => {
-    const c = await cluster3();
+    // Followers 2 and 3 join the ISR at once; stopped, they leave it after 400 ms.
+    const c = await cluster3({ replicaLagMs: 400 });
     await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 1), isr: [1] });
     await c.stopReplication(2);
     await c.stopReplication(3);
@@ -272,6 +273,7 @@ describe("replication", () => {
         if (at >= 0) chunk[at] ^= 0x01;
         socket.write(chunk);
       });
+      upstream.on("end", () => socket.end());
       upstream.on("error", () => socket.destroy());
       socket.on("error", () => upstream.destroy());
       socket.on("close", () => upstream.destroy());
@@ -295,6 +297,68 @@ describe("replication", () => {
     expect(await storedBytes(c.node(2).broker, "orders")).toEqual(
       await storedBytes(c.node(1).broker, "orders"),
     );
+  });
+
+  it("a follower behind the leader's log start (retention) skips to it and replicates the rest", async () => {
+    // Followers 2 and 3 join the ISR at once; stopped, they leave it after 400 ms.
+    const c = await cluster3({ replicaLagMs: 400 });
+    await c.createTopic(
+      "orders",
+      { ...initialPartitionState([1, 2, 3], 1), isr: [1] },
+      { segment_bytes: 1024, retention_bytes: 1024 },
+    );
+    await c.stopReplication(2);
+    await c.stopReplication(3);
+    const leader = await c.node(1).client();
+    for (let i = 0; i < 10; i++)
+      await leader.produce(
+        "orders",
+        records(Array.from({ length: 5 }, (_, j) => `r${i}-${j}-${"x".repeat(30)}`)),
+        { partition: 0 },
+      );
+    await c.node(1).broker.cleanup("orders");
+    const leaderLog = c.node(1).broker.partitionLog("orders", 0);
+    expect(leaderLog.logStartOffset).toBeGreaterThan(0);
+    await c.restartReplication(2, "orders");
+    const followerLog = c.node(2).broker.partitionLog("orders", 0);
+    await waitFor(
+      () => followerLog.highWatermark === 50,
+      "the follower to replicate from the log start",
+    );
+    const fromStart = async (log: typeof leaderLog) =>
+      (await log.read({ offset: leaderLog.logStartOffset, maxRecords: 100, maxBytes: 1 << 20 }))
+        .bytes;
+    expect(Buffer.from(await fromStart(followerLog))).toEqual(
+      Buffer.from(await fromStart(leaderLog)),
+    );
+    await waitFor(
+      async () => (await c.state("orders")).state.isr.includes(2),
+      "node 2 to join the ISR",
+    );
+  });
+
+  it("keeps healthy followers in the ISR across a leader change, and the topic's replica_lag_ms applies (#27b)", async () => {
+    const c = await cluster3({ replicaLagMs: 300 });
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    await (await c.node(1).client()).produce("orders", records(["a"]), { partition: 0 });
+    await c.setState("orders", { ...initial, leader: 2, leader_epoch: 1 });
+    const two = await c.node(2).client();
+    // Several lag periods pass: every follower fetched in time, none left.
+    for (let i = 0; i < 8; i++) {
+      await two.produce("orders", records([`b${i}`]), { partition: 0 });
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const { state, modRevision } = await c.state("orders");
+    expect(state.isr).toEqual([1, 2, 3]);
+    // A stopped follower leaves after the topic's replica_lag_ms (2 s here), not the default 300 ms.
+    await c.node(2).broker.updateTopicConfig("orders", { replica_lag_ms: 2000 });
+    await c.stopReplication(3);
+    const stoppedAt = Date.now();
+    await new Promise((r) => setTimeout(r, 800));
+    expect((await c.state("orders")).modRevision).toBe(modRevision);
+    await waitFor(async () => !(await c.state("orders")).state.isr.includes(3), "node 3 to leave");
+    expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(2000);
   });
 
   it("a new leader deduplicates an idempotent producer's retry (#28)", async () => {

@@ -107,3 +107,16 @@ describe("schema keys of a topic config (docs/registry.md)", () => {
     }
   });
 });
+
+describe("replica_lag_ms (cluster mode, docs/cluster.md)", () => {
+  it("is absent until set, takes 100 … 3 600 000 ms, is removed by null, and refuses the rest", () => {
+    expect(defaultTopicConfig).not.toHaveProperty("replica_lag_ms");
+    const set = mergeTopicConfig(defaultTopicConfig, { replica_lag_ms: 2500 });
+    expect(set.replica_lag_ms).toBe(2500);
+    expect(mergeTopicConfig(set, { replica_lag_ms: null })).not.toHaveProperty("replica_lag_ms");
+    for (const bad of [99, 3_600_001, 1.5, "1000", true])
+      expect(() => mergeTopicConfig(defaultTopicConfig, { replica_lag_ms: bad })).toThrow(
+        /"replica_lag_ms".*100 to 3600000 ms/,
+      );
+  });
+});

@@ -153,6 +153,11 @@ const schemas: Record<string, Schema> = {
         16,
         "Cluster mode: fewest in-sync replicas that acknowledge a write.",
       ),
+      replica_lag_ms: integer(
+        100,
+        3_600_000,
+        "Cluster mode: a follower not caught up to the leader's log end for this long leaves the ISR (absent: 10 000).",
+      ),
     },
     required: [
       "segment_bytes",
@@ -191,6 +196,7 @@ const schemas: Record<string, Schema> = {
         description:
           "Cluster mode: set at creation (default min(2, replication_factor)), fixed after.",
       },
+      replica_lag_ms: { type: ["integer", "null"], description: "null removes it (10 000)." },
     },
     additionalProperties: false,
   },

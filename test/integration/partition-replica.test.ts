@@ -1,0 +1,219 @@
+/**
+ * The storage operations replication adds (cluster mode): `PartitionLog.truncateTo` (leader-epoch
+ * truncation: across segments, the index trimmed, surviving a restart, a prefix of the log at
+ * every step) and `PartitionLog.skipTo` (a follower skipping what its leader compacted away), the
+ * leader-epoch history file, and the follower's end-to-end check of stored records.
+ */
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { ManualClock } from "../../src/lib/clock.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
+import { LeaderEpochHistory, leaderEpochsFileName } from "../../src/storage/leader-epochs.ts";
+import { PartitionLog } from "../../src/storage/partition.ts";
+import {
+  EntryBatchBuilder,
+  encodeRecord,
+  RecordFormatError,
+  storedToEntryRuns,
+} from "../../src/storage/record.ts";
+import { decodeRecords } from "../helpers/records.ts";
+import { tempDir } from "../helpers/tmp.ts";
+
+async function openLog(dir: string, logger = new MemoryLogger()) {
+  return PartitionLog.open({
+    fs: new NodeFileSystem(),
+    dir,
+    name: "t/0",
+    clock: new ManualClock(),
+    logger,
+    config: () => ({ segmentBytes: 1024, segmentMs: 7 * 24 * 3600_000 }),
+  });
+}
+
+function batchOf(values: string[]) {
+  const b = new EntryBatchBuilder();
+  for (const v of values) b.add(null, utf8(v), 7);
+  return b.build();
+}
+
+async function readAll(log: PartitionLog): Promise<{ offset: number; value: string }[]> {
+  const out: { offset: number; value: string }[] = [];
+  let offset = log.logStartOffset;
+  while (offset < log.highWatermark) {
+    const r = await log.read({ offset, maxRecords: 1000, maxBytes: 1 << 20 });
+    if (r.count === 0) break;
+    for (const x of decodeRecords(r.bytes)) out.push({ offset: x.offset, value: x.value });
+    offset = r.nextOffset;
+  }
+  return out;
+}
+
+const values = (n: number, prefix = "v") =>
+  Array.from({ length: n }, (_, i) => `${prefix}-${i}-${"x".repeat(40)}`);
+
+describe("PartitionLog.truncateTo", () => {
+  it("cuts across sealed segments, keeps a prefix, and the log reopens the same", async () => {
+    const { dir } = tempDir();
+    const log = await openLog(`${dir}/p`);
+    for (let i = 0; i < 10; i++) await log.append(batchOf(values(5, `b${i}`)));
+    expect(log.segmentCount).toBeGreaterThan(3);
+    const before = await readAll(log);
+    expect(before).toHaveLength(50);
+    await log.truncateTo(23);
+    expect(log.logEndOffset).toBe(23);
+    expect(log.highWatermark).toBe(23);
+    expect(await readAll(log)).toEqual(before.slice(0, 23));
+    // New records continue at the cut, and nothing of the old suffix comes back.
+    await log.append(batchOf(["new-23", "new-24"]));
+    expect((await readAll(log)).slice(21)).toEqual([
+      before[21],
+      before[22],
+      { offset: 23, value: "new-23" },
+      { offset: 24, value: "new-24" },
+    ]);
+    await log.close();
+    const reopened = await openLog(`${dir}/p`);
+    expect(await readAll(reopened)).toEqual([
+      ...before.slice(0, 23),
+      { offset: 23, value: "new-23" },
+      { offset: 24, value: "new-24" },
+    ]);
+    expect(reopened.describe().stray_files).toEqual([]);
+    await reopened.close();
+  });
+
+  it("cuts inside the active segment and to an empty log", async () => {
+    const { dir } = tempDir();
+    const log = await openLog(`${dir}/p`);
+    await log.append(batchOf(["a", "b", "c"]));
+    await log.truncateTo(1);
+    expect(await readAll(log)).toEqual([{ offset: 0, value: "a" }]);
+    await log.truncateTo(0);
+    expect(log.logEndOffset).toBe(0);
+    await log.append(batchOf(["z"]));
+    await log.close();
+    const reopened = await openLog(`${dir}/p`);
+    expect(await readAll(reopened)).toEqual([{ offset: 0, value: "z" }]);
+    await reopened.close();
+  });
+
+  it("a crash between its steps leaves a prefix of the log (segments deleted newest first)", async () => {
+    const { dir } = tempDir();
+    const log = await openLog(`${dir}/p`);
+    for (let i = 0; i < 8; i++) await log.append(batchOf(values(5, `b${i}`)));
+    const before = await readAll(log);
+    await log.close();
+    // The state after the first deletion only (the newest segment gone, nothing cut yet).
+    const logs = readdirSync(`${dir}/p`)
+      .filter((f) => f.endsWith(".log"))
+      .sort();
+    const newest = logs.at(-1)!;
+    writeFileSync(`${dir}/p/${newest}`, new Uint8Array(0));
+    const reopened = await openLog(`${dir}/p`);
+    const after = await readAll(reopened);
+    expect(after).toEqual(before.slice(0, after.length));
+    await reopened.close();
+  });
+});
+
+describe("PartitionLog.skipTo", () => {
+  it("moves the log end over a gap; reads continue after it, and it survives a restart", async () => {
+    const { dir } = tempDir();
+    const log = await openLog(`${dir}/p`);
+    await log.append(batchOf(["a", "b"]));
+    await log.skipTo(10);
+    expect(log.logEndOffset).toBe(10);
+    expect(log.highWatermark).toBe(10);
+    const r = await log.append(batchOf(["k"]));
+    expect(r.baseOffset).toBe(10);
+    expect(await readAll(log)).toEqual([
+      { offset: 0, value: "a" },
+      { offset: 1, value: "b" },
+      { offset: 10, value: "k" },
+    ]);
+    await log.close();
+    const reopened = await openLog(`${dir}/p`);
+    expect(reopened.logEndOffset).toBe(11);
+    expect(await readAll(reopened)).toHaveLength(3);
+    await reopened.close();
+  });
+});
+
+describe("LeaderEpochHistory", () => {
+  it("records epochs durably, answers where an epoch ends, and truncates", async () => {
+    const { dir } = tempDir();
+    const fs = new NodeFileSystem();
+    const h = await LeaderEpochHistory.load(fs, dir, 0);
+    expect(h.latestEpoch).toBe(-1);
+    await h.assign(0, 0);
+    await h.assign(2, 10);
+    await h.assign(1, 12); // older than the latest: ignored
+    await h.assign(5, 30);
+    expect(h.endOffsetFor(0, 40)).toEqual({ epoch: 0, endOffset: 10 });
+    expect(h.endOffsetFor(3, 40)).toEqual({ epoch: 2, endOffset: 30 });
+    expect(h.endOffsetFor(5, 40)).toEqual({ epoch: 5, endOffset: 40 });
+    const stored = JSON.parse(readFileSync(`${dir}/${leaderEpochsFileName}`, "utf8"));
+    expect(stored.epochs).toEqual([
+      { epoch: 0, start_offset: 0 },
+      { epoch: 2, start_offset: 10 },
+      { epoch: 5, start_offset: 30 },
+    ]);
+    // Reloaded under a log that ends at 20: the entry for offset 30 is past it.
+    const reloaded = await LeaderEpochHistory.load(fs, dir, 20);
+    expect(reloaded.entries).toEqual([
+      { epoch: 0, startOffset: 0 },
+      { epoch: 2, startOffset: 10 },
+    ]);
+    await reloaded.truncate(0, 8);
+    expect(reloaded.entries).toEqual([{ epoch: 0, startOffset: 0 }]);
+    writeFileSync(
+      `${dir}/${leaderEpochsFileName}`,
+      '{"version": 1, "epochs": [{"epoch": 2, "start_offset": 5}, {"epoch": 1, "start_offset": 9}]}',
+    );
+    await expect(LeaderEpochHistory.load(fs, dir, 20)).rejects.toThrow(/epochs must increase/);
+  });
+});
+
+describe("storedToEntryRuns (the follower's check)", () => {
+  const stored = (offsets: number[]) =>
+    new Uint8Array(
+      Buffer.concat(
+        offsets.map((o) =>
+          encodeRecord({ offset: o, timestampMs: 7, key: null, value: utf8(`r${o}`) }),
+        ),
+      ),
+    );
+
+  it("splits runs of consecutive offsets, and each encodes back to the same bytes", async () => {
+    const bytes = stored([4, 5, 6, 9, 10]);
+    const runs = storedToEntryRuns(bytes, 5);
+    expect(runs.map((r) => [r.baseOffset, r.batch.count])).toEqual([
+      [4, 3],
+      [9, 2],
+    ]);
+    const { dir } = tempDir();
+    const log = await openLog(`${dir}/p`);
+    await log.skipTo(4);
+    await log.append(runs[0].batch);
+    await log.skipTo(9);
+    await log.append(runs[1].batch);
+    const read = await log.read({ offset: 4, maxRecords: 10, maxBytes: 1 << 20 });
+    expect(Buffer.from(read.bytes.slice(0, stored([4, 5, 6]).length))).toEqual(
+      Buffer.from(stored([4, 5, 6])),
+    );
+    await log.close();
+  });
+
+  it("refuses a flipped bit, a count that disagrees and offsets that do not increase", () => {
+    const bytes = stored([0, 1, 2]);
+    const flipped = bytes.slice();
+    flipped[flipped.length - 6] ^= 0x10;
+    expect(() => storedToEntryRuns(flipped, 3)).toThrow(RecordFormatError);
+    expect(() => storedToEntryRuns(flipped, 3)).toThrow(/crc mismatch/);
+    expect(() => storedToEntryRuns(bytes, 4)).toThrow(/announced/);
+    expect(() => storedToEntryRuns(bytes, 2)).toThrow(/announced/);
+    expect(() => storedToEntryRuns(stored([3, 2]), 2)).toThrow(/not above/);
+  });
+});
