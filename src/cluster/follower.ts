@@ -204,6 +204,7 @@ export class Follower {
     // The history first: an entry left past the log's end is dropped at the next start anyway.
     await o.history.truncate(diverging.epoch, to);
     await o.log.truncateTo(to);
+    o.producers.truncated(o.topic, o.partition, to);
   }
 
   /** Step 3 of the module comment. */

@@ -388,4 +388,55 @@ describe("replication", () => {
     const fetched = await two.fetch({ topic: "orders", partition: 0, offset: 0 });
     expect(fetched.recordCount).toBe(4);
   });
+
+  it("after truncation a replica answers a retry with the offsets the records really have (#28)", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const one = await c.node(1).client();
+    await one.produce("orders", records(["a"]), { partition: 0 });
+    await c.stopReplication(2);
+    await c.stopReplication(3);
+    const producer = { id: "p-2", epoch: 0, sequence: 0 };
+    // Stored on node 1 only (offsets 1-2), never acknowledged.
+    const lost = one.produceIdempotent("orders", records(["x", "y"]), { partition: 0, producer });
+    await waitFor(
+      () => c.node(1).broker.partitionLog("orders", 0).highWatermark === 3,
+      "node 1 to store it",
+    );
+    await c.setState("orders", { ...initial, leader: 2, leader_epoch: 1 });
+    await expectCode(lost, "not_leader");
+    await c.restartReplication(2, "orders");
+    await c.restartReplication(3, "orders");
+    const two = await c.node(2).client();
+    // Other records take offsets 1-2 under the new leader.
+    await two.produce("orders", records(["b", "c"]), { partition: 0 });
+    await waitFor(
+      () => c.node(1).broker.partitionLog("orders", 0).highWatermark === 3,
+      "node 1 to converge",
+    );
+    // Node 1 leads again. The producer's retry must not be answered with offsets 1-2 (they hold
+    // "b" and "c" now): it is appended.
+    await c.setState("orders", { ...initial, leader: 1, leader_epoch: 2 });
+    const retried = await one.produceIdempotent("orders", records(["x", "y"]), {
+      partition: 0,
+      producer,
+    });
+    expect(retried).toMatchObject({
+      duplicate: false,
+      spans: [{ partition: 0, baseOffset: 3, count: 2 }],
+    });
+    const again = await one.produceIdempotent("orders", records(["x", "y"]), {
+      partition: 0,
+      producer,
+    });
+    expect(again).toMatchObject({
+      duplicate: true,
+      spans: [{ partition: 0, baseOffset: 3, count: 2 }],
+    });
+    const values = (await one.fetch({ topic: "orders", partition: 0, offset: 0 })).records.map(
+      (r) => new TextDecoder().decode(r.value),
+    );
+    expect(values).toEqual(["a", "b", "c", "x", "y"]);
+  });
 });

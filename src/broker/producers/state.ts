@@ -509,6 +509,36 @@ export class ProducerStates {
   }
 
   /**
+   * A follower cut `topic/partition` back to `offset` (leader-epoch truncation, docs/cluster.md
+   * "Leader-epoch truncation"): what the state remembers at or after it is forgotten, so a retry
+   * is never answered with offsets that now hold other records (#28). A batch cut in two keeps
+   * its surviving part (a retry then writes the rest, as after a crash); a batch wholly removed is
+   * forgotten and the producer's next sequence there moves back to it (a retry is appended again).
+   * The journal needs nothing: a start checks every remembered range against the log.
+   */
+  truncated(topic: string, partition: number, offset: number): void {
+    const key = topicPartitionKey(topic, partition);
+    for (const p of this.#producers.values()) {
+      const s = p.partitions.get(key);
+      if (s === undefined) continue;
+      while (s.batches.length > 0) {
+        const b = s.batches[s.batches.length - 1];
+        const kept = b.ranges
+          .filter((r) => r.offset < offset)
+          .map((r) => ({ ...r, count: Math.min(r.count, offset - r.offset) }));
+        if (kept.length === b.ranges.length && kept.every((r, i) => r.count === b.ranges[i].count))
+          break;
+        if (kept.length > 0) {
+          b.ranges = kept;
+          break;
+        }
+        s.batches.pop();
+        s.nextSequence = b.baseSequence;
+      }
+    }
+  }
+
+  /**
    * A follower takes the producer batches its leader validated (KAFKA-6003: replicas accept what
    * the leader validated), before it appends the records they describe: each is journaled
    * (fsynced) and applied as a replayed journal entry would be, so that this broker deduplicates
@@ -523,20 +553,22 @@ export class ProducerStates {
   ): Promise<void> {
     if (batches.length === 0) return;
     const journal = this.#checkAvailable();
-    for (const b of batches) {
-      const entry: ProducerJournalEntry = { ...b, topic, partition };
-      const pending: PendingEntry = { entry };
-      this.#pending.add(pending);
-      try {
-        await journal.append(entry);
-      } catch (err) {
-        throw journalError(err);
-      } finally {
-        this.#pending.delete(pending);
-      }
+    const entries = batches.map((b): ProducerJournalEntry => ({ ...b, topic, partition }));
+    const pending = entries.map((entry): PendingEntry => ({ entry }));
+    for (const p of pending) this.#pending.add(p);
+    try {
+      // Appended together, they share the journal's group commit: one write and one fsync.
+      await Promise.all(entries.map((e) => journal.append(e)));
+    } catch (err) {
+      throw journalError(err);
+    } finally {
+      for (const p of pending) this.#pending.delete(p);
+    }
+    const now = this.#clock.nowMs();
+    for (const entry of entries) {
       replayEntry(this.#producers, entry);
-      const p = this.#producers.get(b.producerId);
-      if (p !== undefined) p.lastActiveMs = Math.max(p.lastActiveMs, this.#clock.nowMs());
+      const p = this.#producers.get(entry.producerId);
+      if (p !== undefined) p.lastActiveMs = Math.max(p.lastActiveMs, now);
     }
     this.#maybeRotate();
   }
