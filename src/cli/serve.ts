@@ -150,6 +150,8 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
   --advertise-http URL        the HTTP base URL clients are redirected to (http://HOST:PORT)
   --cluster-secret-file FILE  the broker credential brokers present to each other (replica
                               fetch); the same file on every broker, never on the command line
+  With --kafka-port N (not 0), Kafka clients learn every broker's Kafka listener and each
+  partition's leader from Metadata (host: --kafka-advertised-host, else --advertise-tcp's host).
 
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
 port needs an API key, except GET /healthz and GET /readyz; Kafka clients use SASL/PLAIN (user = the key's name
@@ -473,7 +475,12 @@ export async function serve(argv: string[]): Promise<number> {
   let front: Broker = broker;
   if (cluster !== null) {
     try {
-      node = await startClusterNode(cluster, broker, dataDir, nodeFs, logger);
+      // The Kafka listener's address, when its port is fixed (0 picks one only later).
+      const kafkaHost =
+        values["kafka-advertised-host"] ?? cluster.advertiseTcp.replace(/:\d+$/, "");
+      const kafkaAddress =
+        kafkaPort === null || kafkaPort === 0 ? undefined : `${kafkaHost}:${kafkaPort}`;
+      node = await startClusterNode(cluster, broker, dataDir, nodeFs, logger, kafkaAddress);
       front = clusterBroker(broker, node);
     } catch (err) {
       await closeEarly();
@@ -839,6 +846,7 @@ async function startClusterNode(
   dataDir: string,
   fs: NodeFileSystem,
   logger: ReturnType<typeof jsonLineLogger>,
+  kafkaAddress: string | undefined,
 ): Promise<ClusterNode> {
   const path = `${dataDir}/${clusterFileName}`;
   let recorded: { cluster_id: string; node_id: number; data_dir_id: string } | null = null;
@@ -867,7 +875,11 @@ async function startClusterNode(
       logger,
       prefix: defaultClusterPrefix,
       nodeId: settings.nodeId,
-      advertise: { tcp: settings.advertiseTcp, http: settings.advertiseHttp },
+      advertise: {
+        tcp: settings.advertiseTcp,
+        http: settings.advertiseHttp,
+        ...(kafkaAddress === undefined ? {} : { kafka: kafkaAddress }),
+      },
       dataDirId,
       dataDir:
         recorded === null ? null : { clusterId: recorded.cluster_id, nodeId: recorded.node_id },

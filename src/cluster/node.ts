@@ -392,7 +392,12 @@ export class ClusterNode {
       controller: this.controller.current?.node_id ?? -1,
       brokers: [...this.#brokers.values()]
         .sort((a, b) => a.node_id - b.node_id)
-        .map((r) => ({ node_id: r.node_id, tcp: r.tcp, http: r.http })),
+        .map((r) => ({
+          node_id: r.node_id,
+          tcp: r.tcp,
+          http: r.http,
+          ...(r.kafka === undefined ? {} : { kafka: r.kafka }),
+        })),
       topics: names.map((name) => {
         const map = this.#partitions.get(name);
         if (!this.#topics.has(name) || map === undefined)

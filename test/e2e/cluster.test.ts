@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
+import { ClusterClient, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
 
 let etcd: EtcdCluster;
 let root: string;
@@ -237,6 +238,105 @@ describe("cluster mode: three brokers", () => {
     );
     expect(followed.status).toBe(200);
     expect(await followed.json()).toMatchObject({ offsets: [{ partition: 0 }] });
+  });
+
+  it("TCP: Metadata v1 names the leaders; a non-leader refuses with not_leader; the client routes", async () => {
+    const m = await metadata(brokers.get(1)!, "orders");
+    const p1 = m.topics[0].partitions[1];
+    const other = [1, 2, 3].find((id) => id !== p1.leader)!;
+    const direct = await TcpClient.connect(brokers.get(other)!.tcp);
+    try {
+      const v1 = await direct.clusterMetadata(["orders"]);
+      expect(v1.cluster?.topics[0].partitions[1]).toMatchObject({
+        leader: p1.leader,
+        replicas: p1.replicas,
+      });
+      expect(v1.cluster?.brokers.map((b) => b.tcp)).toEqual(m.brokers.map((b) => b.tcp));
+      const refused = await direct
+        .produce("orders", [{ value: "x" }], { partition: 1 })
+        .catch((e: unknown) => e);
+      expect(refused).toMatchObject({ code: "not_leader", retriable: true });
+      expect(String((refused as Error).message)).toContain(`node ${p1.leader} leads it`);
+    } finally {
+      await direct.close();
+    }
+    // Bootstrapped from the non-leader, the client sends each partition to its leader.
+    const routed = await ClusterClient.connect({ bootstrap: [brokers.get(other)!.tcp] });
+    try {
+      for (let p = 0; p < 3; p++) {
+        const r = await routed.produce("orders", [{ value: `routed-${p}` }], { partition: p });
+        expect(r.spans[0].partition).toBe(p);
+      }
+      const producer = new IdempotentProducer({
+        connect: () => TcpClient.connect(brokers.get(other)!.tcp),
+        router: routed,
+        producerId: "e2e-cluster",
+      });
+      const sent = await producer.send("orders", [{ key: "k", value: "idem" }], { partition: 2 });
+      expect(sent.duplicate).toBe(false);
+      const f = await routed.fetch({ topic: "orders", partition: 2, offset: 0 });
+      expect(f.records.map((r) => new TextDecoder().decode(r.value))).toContain("idem");
+      await producer.close();
+    } finally {
+      await routed.close();
+    }
+  });
+
+  it("the CLI bootstraps from any broker: produce and consume route by leader; cluster status shows it", async () => {
+    const any = brokers.get(3)!;
+    const addr = `${any.tcp.host}:${any.tcp.port}`;
+    const lines = Array.from({ length: 30 }, (_, i) => `key${i}:v${i}`).join("\n");
+    const produced = await runCli(
+      ["produce", "cli-topic", "--broker", `127.0.0.1:1,${addr}`, "--key-separator", ":"],
+      new TextEncoder().encode(`${lines}\n`),
+    );
+    expect(produced.stderr).toMatch(/topic_not_found|does not exist/); // not created yet
+    const created = await runCli([
+      "topics",
+      "create",
+      "cli-topic",
+      "--partitions",
+      "3",
+      "--broker",
+      addr,
+    ]);
+    expect(created.code).toBe(0);
+    const again = await runCli(
+      ["produce", "cli-topic", "--broker", `127.0.0.1:1,${addr}`, "--key-separator", ":"],
+      new TextEncoder().encode(`${lines}\n`),
+    );
+    expect(again.stderr).toContain('produced 30 records to "cli-topic"');
+    expect(again.code).toBe(0);
+    const consumed = await runCli([
+      "consume",
+      "cli-topic",
+      "--from-beginning",
+      "--broker",
+      addr,
+      "--key-separator",
+      ":",
+    ]);
+    expect(consumed.code).toBe(0);
+    expect(consumed.stdout.toString().trim().split("\n").sort()).toEqual(lines.split("\n").sort());
+    const status = await runCli(["cluster", "status", "--broker", addr, "--json"]);
+    expect(status.code).toBe(0);
+    const doc = JSON.parse(status.stdout.toString()) as {
+      controller: number;
+      brokers: { node_id: number }[];
+      topics: {
+        name: string;
+        partitions: { leader: number; high_watermark: number; isr: number[] }[];
+      }[];
+    };
+    expect(doc.brokers.map((b) => b.node_id)).toEqual([1, 2, 3]);
+    const t = doc.topics.find((x) => x.name === "cli-topic")!;
+    expect(t.partitions.reduce((n, p) => n + p.high_watermark, 0)).toBe(30);
+    const table = await runCli(["cluster", "status", "--broker", addr, "--topic", "cli-topic"]);
+    expect(table.code).toBe(0);
+    expect(table.stdout.toString()).toMatch(/^cluster \S+, controller: node \d/);
+    expect(table.stdout.toString()).toMatch(
+      /cli-topic\s+0\s+\d\s+0\s+[\d,]+\s+[\d,]+\s+-\s+\d+\s+ok/,
+    );
   });
 
   it("refuses a duplicate node id and a data directory of another cluster", async () => {
