@@ -139,11 +139,12 @@ function brokerList(values: BrokerValues): { host: string; port: number }[] {
 /**
  * Connects (over TLS, authenticated) as the command's options say (`connection.ts`) through a
  * {@link ClusterClient}: the first `--broker` that answers, then, in a cluster, each partition's
- * leader. `client` is the broker for everything not routed by partition (topics, groups: the
- * group coordinator in a cluster). Close with `cluster.close()`.
+ * leader. `client` is the broker for everything not routed by partition: any live broker, or
+ * with `groups` the group coordinator (the controller in a cluster). Close with `cluster.close()`.
  */
 export async function connectRouted(
   values: BrokerValues,
+  groups = false,
 ): Promise<{ cluster: ClusterClient; client: TcpClient; routed: boolean }> {
   const cluster = await ClusterClient.connect({
     bootstrap: brokerList(values),
@@ -151,7 +152,11 @@ export async function connectRouted(
     tls: clientTlsOptions(values),
   });
   try {
-    return { cluster, client: await cluster.coordinator(), routed: cluster.metadata !== null };
+    return {
+      cluster,
+      client: await (groups ? cluster.coordinator() : cluster.any()),
+      routed: cluster.metadata !== null,
+    };
   } catch (err) {
     await cluster.close();
     throw err;
@@ -578,7 +583,7 @@ async function consumeGroup(options: {
   sessionTimeoutMs: number;
 }): Promise<number> {
   const newline = new Uint8Array([0x0a]);
-  const { cluster, client, routed } = await connectRouted(options.connection);
+  const { cluster, client, routed } = await connectRouted(options.connection, true);
   const data: Pick<TcpClient, "listOffsets"> = routed ? cluster : client;
   // SIGINT / SIGTERM (`signals.ts`): finish the batch in hand, commit it, leave the group, exit 0.
   const signals = onStopSignals(() => {});
@@ -680,7 +685,7 @@ export async function groups(argv: string[]): Promise<number> {
     throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
   if (action === "describe" && name === undefined)
     throw new UsageError("groups describe needs a GROUP");
-  const { cluster, client } = await connectRouted(values);
+  const { cluster, client } = await connectRouted(values, true);
   try {
     if (action === "list") {
       for (const g of await client.listGroups())

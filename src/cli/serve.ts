@@ -69,6 +69,8 @@ import { readFileSync } from "node:fs";
 import { hostPort } from "./args.ts";
 import { EtcdHttpClient, parseEtcdUrl } from "../runtime/etcd.ts";
 import { ClusterNode } from "../cluster/node.ts";
+import { ReplicaManager } from "../cluster/replica-manager.ts";
+import { replicaConnector } from "../runtime/replica-connection.ts";
 import { clusterBroker } from "../cluster/cluster-broker.ts";
 import { defaultClusterPrefix } from "../cluster/membership.ts";
 import { Prng } from "../lib/prng.ts";
@@ -150,7 +152,8 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
   --advertise-http URL        the HTTP base URL clients are redirected to (http://HOST:PORT)
   --cluster-secret-file FILE  the broker credential brokers present to each other (replica
                               fetch); the same file on every broker, never on the command line
-  With --kafka-port N (not 0), Kafka clients learn every broker's Kafka listener and each
+  Not with --tls-cert (brokers replicate over plain TCP). With API keys, --cluster-secret-file
+  is required. With --kafka-port N (not 0), Kafka clients learn every broker's Kafka listener and each
   partition's leader from Metadata (host: --kafka-advertised-host, else --advertise-tcp's host).
 
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
@@ -307,6 +310,10 @@ export async function serve(argv: string[]): Promise<number> {
   );
   const mirror = mirrorSettings(values);
   const cluster = clusterSettings(values);
+  if (cluster !== null && values["tls-cert"] !== undefined)
+    throw new UsageError(
+      "--cluster with --tls-cert is not supported yet: brokers replicate over plain TCP (docs/cluster.md)",
+    );
   const level = values["log-level"] as LogLevel;
   if (!["debug", "info", "warn", "error"].includes(level))
     throw new UsageError(
@@ -376,6 +383,12 @@ export async function serve(argv: string[]): Promise<number> {
   } catch (err) {
     lock.release();
     throw err;
+  }
+  if (cluster !== null && keys.enabled && cluster.secret === undefined) {
+    lock.release();
+    throw new UsageError(
+      "--cluster on a broker with API keys needs --cluster-secret-file FILE: the broker credential brokers present to each other instead of a key (the same file on every broker)",
+    );
   }
   if (!isLoopback(host) && !keys.enabled && !values["allow-anonymous"]) {
     lock.release();
@@ -885,6 +898,19 @@ async function startClusterNode(
         recorded === null ? null : { clusterId: recorded.cluster_id, nodeId: recorded.node_id },
       newClusterId: randomHex(),
       broker,
+      // Replication (docs/cluster.md "Replication"): installs itself as the broker's seam.
+      replicas: () =>
+        new ReplicaManager({
+          broker,
+          etcd,
+          prefix: defaultClusterPrefix,
+          nodeId: settings.nodeId,
+          clock: systemClock,
+          prng: new Prng(seed + 1),
+          logger,
+          clusterSecret: settings.secret,
+          connect: replicaConnector({ timeoutMs: 10_000 }),
+        }),
       beforeRegister: async (clusterId) => {
         if (recorded?.cluster_id === clusterId && recorded.node_id === settings.nodeId) return;
         const record = { cluster_id: clusterId, node_id: settings.nodeId, data_dir_id: dataDirId };

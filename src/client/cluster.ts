@@ -214,6 +214,11 @@ export class ClusterClient implements LeaderRouter {
     return d.partitions.length;
   }
 
+  /** A connection to some live broker (for requests any broker answers: topics, metadata). */
+  any(): Promise<TcpClient> {
+    return this.#anyClient();
+  }
+
   async #anyClient(): Promise<TcpClient> {
     if (!this.#bootstrap.closed) return this.#bootstrap;
     await this.refresh();
@@ -281,9 +286,16 @@ export class ClusterClient implements LeaderRouter {
    * bootstrap broker.
    */
   async coordinator(): Promise<TcpClient> {
-    const controller = this.#metadata?.controller ?? -1;
-    if (this.#metadata === null || controller === -1) return this.#anyClient();
-    return this.#clientFor(controller);
+    return this.withRetries(async () => {
+      const controller = this.#metadata?.controller ?? -1;
+      if (this.#metadata === null) return this.#anyClient();
+      if (controller === -1)
+        throw ClientError.fromKind(
+          Errors.notLeader,
+          "Cannot reach the group coordinator: the cluster has no controller now",
+        );
+      return this.#clientFor(controller);
+    });
   }
 
   /** Closes every connection. */

@@ -140,6 +140,44 @@ describe("cluster mode: options", () => {
   });
 });
 
+describe("cluster mode: the broker credential", () => {
+  it("a broker with API keys refuses --cluster without --cluster-secret-file; a short secret is refused", async () => {
+    const dir = join(root, "keyed");
+    const made = await runCli([
+      "keys",
+      "create",
+      "--data-dir",
+      dir,
+      "--name",
+      "admin",
+      "--role",
+      "admin",
+    ]);
+    expect(made.code, made.stderr).toBe(0);
+    const [http, tcp] = await freePorts(2);
+    const args = clusterArgs(5, http, tcp);
+    const withoutSecret = args.slice(0, args.indexOf("--cluster-secret-file"));
+    const r = await runCli(["serve", "--data-dir", dir, ...withoutSecret]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(
+      /--cluster on a broker with API keys needs --cluster-secret-file FILE/,
+    );
+    const short = join(root, "short.secret");
+    writeFileSync(short, "zq7-tiny\n");
+    const s2 = await runCli([
+      "serve",
+      "--data-dir",
+      dir,
+      ...withoutSecret,
+      "--cluster-secret-file",
+      short,
+    ]);
+    expect(s2.code).toBe(2);
+    expect(s2.stderr).toMatch(/must hold at least 16 characters/);
+    expect(s2.stderr).not.toContain("zq7-tiny");
+  });
+});
+
 describe("cluster mode: three brokers", () => {
   it("each data directory records its cluster in cluster.json, without the broker credential", async () => {
     const ids = [1, 2, 3].map((id) => {
@@ -363,25 +401,61 @@ describe("cluster mode: three brokers", () => {
     expect(other.stderr).not.toContain(secret);
   });
 
-  it("a SIGKILLed leader is replaced: the controller moves its partitions and bumps the epoch", async () => {
+  it("a SIGKILLed leader is replaced; writes are accepted again and no acknowledged record is lost", async () => {
     const before = await metadata(brokers.get(1)!, "orders");
     const p0 = before.topics[0].partitions[0];
     const victim = p0.leader;
-    await brokers.get(victim)!.stop("SIGKILL");
-    brokers.delete(victim);
-    const survivor = brokers.values().next().value as BrokerProcess;
-    const after = await waitFor("a new leader of orders/0", async () => {
-      const m = await metadata(survivor, "orders");
-      const p = m.topics[0].partitions[0];
-      const settled = m.topics[0].partitions.every((q) => !q.isr.includes(victim));
-      return p.leader !== victim && p.leader !== -1 && settled ? m : undefined;
+    const other = [1, 2, 3].find((id) => id !== victim)!;
+    // The client bootstraps from a broker that does not lead orders/0 and routes to the leader.
+    const router = await ClusterClient.connect({
+      bootstrap: [brokers.get(other)!.tcp],
+      retryTimeoutMs: 30_000,
     });
-    const p = after.topics[0].partitions[0];
-    expect(p.leader_epoch).toBe(p0.leader_epoch + 1);
-    expect(p.isr).not.toContain(victim);
-    expect(after.brokers.map((b) => b.node_id)).not.toContain(victim);
-    for (const q of after.topics[0].partitions) expect(q.isr).not.toContain(victim);
-  }, 30_000);
+    const producer = new IdempotentProducer({
+      connect: () => TcpClient.connect(brokers.get(other)!.tcp),
+      router,
+      producerId: "e2e-failover",
+    });
+    const acked: string[] = [];
+    const send = async (value: string) => {
+      await producer.send("orders", [{ value }], { partition: 0 });
+      acked.push(value);
+    };
+    try {
+      for (let i = 0; i < 50; i++) await send(`before-${i}`);
+      const killedAt = Date.now();
+      await brokers.get(victim)!.stop("SIGKILL");
+      brokers.delete(victim);
+      // The next write waits out the failover (lease expiry, election) and is accepted.
+      await send("after-0");
+      const failoverMs = Date.now() - killedAt;
+      for (let i = 1; i < 20; i++) await send(`after-${i}`);
+      const survivor = brokers.get(other)!;
+      const after = await waitFor("the partition states settled", async () => {
+        const m = await metadata(survivor, "orders");
+        return m.topics[0].partitions.every((q) => !q.isr.includes(victim)) ? m : undefined;
+      });
+      const p = after.topics[0].partitions[0];
+      expect(p.leader).not.toBe(victim);
+      expect(p.leader_epoch).toBe(p0.leader_epoch + 1);
+      expect(after.brokers.map((b) => b.node_id)).not.toContain(victim);
+      // Every acknowledged record is on the new leader, once, in order.
+      const seen: string[] = [];
+      let offset = 0;
+      for (;;) {
+        const f = await router.fetch({ topic: "orders", partition: 0, offset, maxRecords: 1000 });
+        if (f.records.length === 0) break;
+        for (const r of f.records) seen.push(new TextDecoder().decode(r.value));
+        offset = f.nextOffset;
+      }
+      const mine = seen.filter((v) => /^(before|after)-/.test(v));
+      expect(mine).toEqual(acked);
+      expect(failoverMs).toBeLessThan(20_000);
+    } finally {
+      await producer.close();
+      await router.close();
+    }
+  }, 45_000);
 });
 
 describe("cluster mode: etcd unreachable", () => {
