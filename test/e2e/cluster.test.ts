@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
 import { ClusterClient, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
+import { Kafka, logLevel } from "kafkajs";
 
 let etcd: EtcdCluster;
 let root: string;
@@ -76,13 +77,14 @@ beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "es-broker-cluster-e2e-"));
   secretFile = join(root, "cluster.secret");
   writeFileSync(secretFile, `${secret}\n`, { mode: 0o600 });
-  const ports = await freePorts(6);
+  const ports = await freePorts(9);
   await Promise.all(
     [1, 2, 3].map(async (id) => {
-      const b = await startBroker(
-        join(root, `node${id}`),
-        clusterArgs(id, ports[2 * id - 2], ports[2 * id - 1]),
-      );
+      const b = await startBroker(join(root, `node${id}`), [
+        ...clusterArgs(id, ports[2 * id - 2], ports[2 * id - 1]),
+        "--kafka-port",
+        String(ports[5 + id]),
+      ]);
       brokers.set(id, b);
     }),
   );
@@ -377,6 +379,59 @@ describe("cluster mode: three brokers", () => {
     );
   });
 
+  it("Kafka clients learn the real leaders from Metadata and produce to each partition's leader", async () => {
+    const create = await fetch(`${brokers.get(1)!.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "kafka-topic", partitions: 3 }),
+    });
+    expect(create.status).toBe(201);
+    const m = await metadata(brokers.get(1)!, "kafka-topic");
+    expect(m.brokers.every((b) => typeof (b as { kafka?: string }).kafka === "string")).toBe(true);
+    const k = brokers.get(2)!.kafka!;
+    const kafka = new Kafka({
+      brokers: [`${k.host}:${k.port}`],
+      clientId: "e2e-cluster",
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 5, initialRetryTime: 100 },
+    });
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      const [t] = (await admin.fetchTopicMetadata({ topics: ["kafka-topic"] })).topics;
+      const leaders = t.partitions
+        .sort((a, b) => a.partitionId - b.partitionId)
+        .map((p) => p.leader);
+      expect(leaders).toEqual(m.topics[0].partitions.map((p) => p.leader));
+      expect(t.partitions[0].replicas.sort()).toEqual([1, 2, 3]);
+    } finally {
+      await admin.disconnect();
+    }
+    const producer = kafka.producer({ allowAutoTopicCreation: false });
+    await producer.connect();
+    try {
+      for (let p = 0; p < 3; p++)
+        await producer.send({
+          topic: "kafka-topic",
+          acks: -1,
+          messages: Array.from({ length: 5 }, (_, i) => ({ partition: p, value: `k${p}-${i}` })),
+        });
+    } finally {
+      await producer.disconnect();
+    }
+    const router = await ClusterClient.connect({ bootstrap: [brokers.get(3)!.tcp] });
+    try {
+      for (let p = 0; p < 3; p++) {
+        const f = await router.fetch({ topic: "kafka-topic", partition: p, offset: 0 });
+        expect(f.records.map((r) => new TextDecoder().decode(r.value))).toEqual(
+          Array.from({ length: 5 }, (_, i) => `k${p}-${i}`),
+        );
+      }
+    } finally {
+      await router.close();
+    }
+  });
+
   it("refuses a duplicate node id and a data directory of another cluster", async () => {
     const [http, tcp] = await freePorts(2);
     const dup = await runCli([
@@ -456,6 +511,63 @@ describe("cluster mode: three brokers", () => {
       await router.close();
     }
   }, 45_000);
+});
+
+describe("cluster mode: etcd lost while running", () => {
+  it("no new acknowledgements while the lease cannot be renewed; committed reads go on; writes resume when etcd is back", async () => {
+    const survivors = [...brokers.values()];
+    const router = await ClusterClient.connect({
+      bootstrap: survivors.map((b) => b.tcp),
+      retryTimeoutMs: 60_000,
+    });
+    try {
+      const before = await router.produce("orders", [{ value: "pre-outage" }], { partition: 0 });
+      const committedEnd = before.spans[0].baseOffset + 1;
+      const leader = await router.leader("orders", 0);
+      await Promise.all(etcd.members.map((m) => m.kill("SIGKILL")));
+      const lostAt = Date.now();
+      // Within a lease TTL (6 s) and a renewal, the leader stops acknowledging.
+      const refused = await waitFor(
+        "a refused produce",
+        async () => {
+          const e = await leader
+            .produce("orders", [{ value: "during-outage" }], { partition: 0 })
+            .then(
+              () => undefined,
+              (err: unknown) => err,
+            );
+          return e === undefined ? undefined : (e as { code: string });
+        },
+        15_000,
+      );
+      expect(["not_leader", "not_enough_replicas"]).toContain(refused.code);
+      expect(Date.now() - lostAt).toBeLessThan(15_000);
+      // Committed records are still served.
+      const read = await leader.fetch({
+        topic: "orders",
+        partition: 0,
+        offset: 0,
+        maxRecords: 10_000,
+      });
+      expect(read.nextOffset).toBeGreaterThanOrEqual(committedEnd);
+      expect(read.records.map((r) => new TextDecoder().decode(r.value))).toContain("pre-outage");
+      await Promise.all(etcd.members.map((m) => m.restart()));
+      const after = await router.produce("orders", [{ value: "post-outage" }], { partition: 0 });
+      expect(after.spans[0].baseOffset).toBeGreaterThanOrEqual(committedEnd);
+      const all: string[] = [];
+      let offset = 0;
+      for (;;) {
+        const f = await router.fetch({ topic: "orders", partition: 0, offset, maxRecords: 1000 });
+        if (f.records.length === 0) break;
+        for (const r of f.records) all.push(new TextDecoder().decode(r.value));
+        offset = f.nextOffset;
+      }
+      expect(all.filter((v) => v === "pre-outage")).toHaveLength(1);
+      expect(all.filter((v) => v === "post-outage")).toHaveLength(1);
+    } finally {
+      await router.close();
+    }
+  }, 90_000);
 });
 
 describe("cluster mode: etcd unreachable", () => {
