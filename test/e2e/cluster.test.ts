@@ -10,7 +10,12 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
-import { ClusterClient, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
+import {
+  ClusterClient,
+  GroupConsumer,
+  IdempotentProducer,
+  TcpClient,
+} from "../../src/client/client.ts";
 import { Kafka, logLevel } from "kafkajs";
 
 let etcd: EtcdCluster;
@@ -568,6 +573,57 @@ describe("cluster mode: etcd lost while running", () => {
       await router.close();
     }
   }, 90_000);
+});
+
+describe("cluster mode: consumer groups", () => {
+  it("a group's commits outlive its coordinator: the next controller serves them from etcd", async () => {
+    const router = await ClusterClient.connect({
+      bootstrap: [...brokers.values()].map((b) => b.tcp),
+      retryTimeoutMs: 30_000,
+    });
+    let coordinatorId: number;
+    let committed: { topic: string; partition: number; committed: number | null }[];
+    try {
+      coordinatorId = router.metadata!.controller;
+      const member = await GroupConsumer.join({
+        client: await router.coordinator(),
+        router,
+        group: "survivors",
+        topics: ["orders"],
+        startFrom: "earliest",
+      });
+      let got = 0;
+      for (let i = 0; i < 20 && got === 0; i++)
+        for (const b of await member.poll({ waitMs: 200 })) got += b.records.length;
+      expect(got).toBeGreaterThan(0);
+      expect(await member.commit()).toBe(true);
+      const before = await (await router.coordinator()).describeGroup("survivors");
+      committed = before.offsets.map((o) => ({
+        topic: o.topic,
+        partition: o.partition,
+        committed: o.committed,
+      }));
+      expect(committed.some((o) => (o.committed ?? 0) > 0)).toBe(true);
+      await member.close({ leave: false });
+    } finally {
+      await router.close();
+    }
+    // The coordinator stops: the other broker becomes the controller and the coordinator.
+    await brokers.get(coordinatorId)!.stop("SIGTERM");
+    brokers.delete(coordinatorId);
+    const [remaining] = [...brokers.values()];
+    await waitFor("a new controller", async () => {
+      const m = await metadata(remaining);
+      return m.controller !== -1 && m.controller !== coordinatorId ? m : undefined;
+    });
+    const res = await fetch(`${remaining.httpUrl}/v1/groups/survivors`);
+    expect(res.status).toBe(200);
+    const after = (await res.json()) as {
+      offsets: { topic: string; partition: number; committed: number | null }[];
+    };
+    for (const o of committed.filter((c) => c.committed !== null))
+      expect(after.offsets).toContainEqual(expect.objectContaining(o));
+  }, 30_000);
 });
 
 describe("cluster mode: etcd unreachable", () => {
