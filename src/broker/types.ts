@@ -293,6 +293,8 @@ export interface ClusterBrokerInfo {
   tcp: string;
   /** Base URL of its HTTP listener (`--advertise-http`). */
   http: string;
+  /** `host:port` of its Kafka listener, when it has one (`--kafka-port`). */
+  kafka?: string;
 }
 
 /** One partition's replication state (docs/cluster.md "Partition state"). */

@@ -5,9 +5,10 @@
 import {
   ClientError,
   ClientErrorCodes,
+  ClusterClient,
   GroupConsumer,
   IdempotentProducer,
-  TcpClient,
+  type TcpClient,
 } from "../client/client.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
 import { EntryBatchBuilder } from "../storage/record.ts";
@@ -26,7 +27,7 @@ import {
   type ConnectionValues,
 } from "./connection.ts";
 
-const brokerDefault = "127.0.0.1:9092";
+export const brokerDefault = "127.0.0.1:9092";
 
 /** Help text of `es-broker produce`. */
 export const produceHelp = `Usage: es-broker produce TOPIC [options] < lines
@@ -41,7 +42,8 @@ produced (an incomplete last line, without its newline, is not sent); a second s
 once, with 130 (SIGINT) or 143 (SIGTERM).
 
 Options:
-  --broker HOST:PORT       broker TCP address (default ${brokerDefault})
+  --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
+                           broker, or several: the first that answers, then each partition's leader
 ${connectionHelp}
   --partition N            send every record to partition N (default: a keyed line goes by its
                            key; keyless lines go round-robin by batch, each batch to the next
@@ -66,7 +68,8 @@ Writes each record's value and a newline to standard output. Without --follow it
 of the log (the high watermark when it started reading); with --follow it waits for new records.
 
 Options:
-  --broker HOST:PORT       broker TCP address (default ${brokerDefault})
+  --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
+                           broker, or several: the first that answers, then each partition's leader
 ${connectionHelp}
   --from-beginning         start at each partition's log start offset
   --offset N               start at offset N (needs --partition); an offset outside [log start
@@ -98,7 +101,8 @@ export const groupsHelp = `Usage: es-broker groups <list|describe> [GROUP] [opti
   describe GROUP           members, assignments, committed offsets and lag (records) as JSON
 
 Options:
-  --broker HOST:PORT       broker TCP address (default ${brokerDefault})
+  --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
+                           broker, or several: the first that answers, then each partition's leader
   --lag-ms                 describe: add lag_ms per partition, the age of the oldest record not
                            yet consumed (one fetch per lagging partition; a mirror's lag in time)
 ${connectionHelp}
@@ -114,23 +118,49 @@ export const topicsHelp = `Usage: es-broker topics <create|list|describe|delete>
   delete TOPIC                                             delete a topic and its data
 
 Options:
-  --broker HOST:PORT       broker TCP address (default ${brokerDefault})
+  --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
+                           broker, or several: the first that answers, then each partition's leader
 ${connectionHelp}
   -h, --help               show this help
 `;
 
 /** What a client command needs to reach the broker: `--broker` and the connection options. */
-type BrokerValues = ConnectionValues & { broker?: string };
+export type BrokerValues = ConnectionValues & { broker?: string };
 
-/** Connects (over TLS, authenticated) as the command's options say (`connection.ts`). */
-async function connect(values: BrokerValues): Promise<TcpClient> {
-  const { host, port } = hostPort("broker", values.broker ?? brokerDefault);
-  return TcpClient.connect({
-    host,
-    port,
+/** The `--broker` list: `HOST:PORT[,HOST:PORT…]`. @throws UsageError naming a bad entry. */
+function brokerList(values: BrokerValues): { host: string; port: number }[] {
+  return (values.broker ?? brokerDefault)
+    .split(",")
+    .map((b) => b.trim())
+    .filter((b) => b !== "")
+    .map((b) => hostPort("broker", b));
+}
+
+/**
+ * Connects (over TLS, authenticated) as the command's options say (`connection.ts`) through a
+ * {@link ClusterClient}: the first `--broker` that answers, then, in a cluster, each partition's
+ * leader. `client` is the broker for everything not routed by partition: any live broker, or
+ * with `groups` the group coordinator (the controller in a cluster). Close with `cluster.close()`.
+ */
+export async function connectRouted(
+  values: BrokerValues,
+  groups = false,
+): Promise<{ cluster: ClusterClient; client: TcpClient; routed: boolean }> {
+  const cluster = await ClusterClient.connect({
+    bootstrap: brokerList(values),
     apiKey: readApiKey(values),
     tls: clientTlsOptions(values),
   });
+  try {
+    return {
+      cluster,
+      client: await (groups ? cluster.coordinator() : cluster.any()),
+      routed: cluster.metadata !== null,
+    };
+  } catch (err) {
+    await cluster.close();
+    throw err;
+  }
 }
 
 /** Writes to stdout, waiting when its buffer is full. */
@@ -188,21 +218,30 @@ export async function produce(argv: string[]): Promise<number> {
     0,
     0x7fff_ffff,
   );
-  const client = await connect(values);
+  const { cluster, client, routed } = await connectRouted(values);
   const idempotent =
     producerId === undefined
       ? null
       : new IdempotentProducer({
-          connect: () => connect(values),
+          connect: () => connectRouted(values).then((c) => c.client),
+          router: routed ? cluster : undefined,
           producerId,
           epoch: producerEpoch,
         });
   // Idempotent batches go to one partition each: records are grouped by the partition the
-  // broker would pick (murmur2 of the key, or of the producer id for keyless records).
-  const partitionCount =
-    idempotent !== null && partition < 0
-      ? (await client.metadata([topic]))[0].partitions.length
-      : 1;
+  // broker would pick (murmur2 of the key, or of the producer id for keyless records). In a
+  // cluster every batch goes to its partition's leader, so the client picks as the broker would
+  // (keyless batches round-robin).
+  let partitionCount = 1;
+  try {
+    if ((idempotent !== null || routed) && partition < 0)
+      partitionCount = (await client.metadata([topic]))[0].partitions.length;
+  } catch (err) {
+    await idempotent?.close();
+    await cluster.close();
+    throw err;
+  }
+  let roundRobin = 0;
   const idBytes = utf8(producerId ?? "");
   const inFlight: Promise<unknown>[] = [];
   const builders = new Map<number, EntryBatchBuilder>();
@@ -215,7 +254,11 @@ export async function produce(argv: string[]): Promise<number> {
     const sent =
       idempotent !== null
         ? idempotent.send(topic, batch, { partition: p })
-        : client.produce(topic, batch, { partition: p });
+        : routed
+          ? cluster.produce(topic, batch, {
+              partition: p >= 0 ? p : roundRobin++ % partitionCount,
+            })
+          : client.produce(topic, batch, { partition: p });
     sent.catch(() => {}); // awaited below; this only keeps an early rejection from counting as unhandled
     inFlight.push(sent);
     if (inFlight.length >= 8) await inFlight.shift();
@@ -249,7 +292,7 @@ export async function produce(argv: string[]): Promise<number> {
   };
   const builderFor = (key: Uint8Array | null): EntryBatchBuilder => {
     const p =
-      idempotent === null || partition >= 0
+      partition >= 0 || (idempotent === null && (!routed || key === null))
         ? partition
         : partitionForKey(key ?? idBytes, partitionCount);
     let b = builders.get(p);
@@ -338,7 +381,7 @@ export async function produce(argv: string[]): Promise<number> {
     if (linger !== null) clearTimeout(linger);
     signals.dispose();
     await idempotent?.close();
-    await client.close();
+    await cluster.close();
     // The default epoch is the second the run started in. A second run of the same id within it
     // would share the epoch and restart at sequence 0, so the broker would take its batches for
     // resends of this run's: an identical one silently not stored again, another refused as
@@ -421,10 +464,12 @@ export async function consume(argv: string[]): Promise<number> {
   );
   const separator = values["key-separator"] === undefined ? null : utf8(values["key-separator"]);
   const newline = new Uint8Array([0x0a]);
-  const client = await connect(values);
-  // SIGINT / SIGTERM (`signals.ts`): closing the connection ends the long-polls; the batches
+  const { cluster, client, routed } = await connectRouted(values);
+  // Records come from each partition's leader in a cluster (`data`), else from the one broker.
+  const data: Pick<TcpClient, "fetch" | "listOffsets"> = routed ? cluster : client;
+  // SIGINT / SIGTERM (`signals.ts`): closing the connections ends the long-polls; the batches
   // already received are printed, then the command exits 0.
-  const signals = onStopSignals(() => void client.close());
+  const signals = onStopSignals(() => void cluster.close());
   const stopped = (err: unknown) =>
     signals.received !== null &&
     err instanceof ClientError &&
@@ -438,7 +483,7 @@ export async function consume(argv: string[]): Promise<number> {
       throw new UsageError(`topic "${topic}" has no partition ${onlyPartition}`);
     if (startOffset >= 0) {
       // Checked here, so that with or without --follow an offset outside the log fails the same way.
-      const { logStartOffset, highWatermark } = await client.listOffsets({
+      const { logStartOffset, highWatermark } = await data.listOffsets({
         topic,
         partition: onlyPartition,
       });
@@ -461,7 +506,10 @@ export async function consume(argv: string[]): Promise<number> {
       await writeOut(newline);
     };
     const readPartition = async (partition: number, stopAt: number | null) => {
-      const info = description.partitions[partition];
+      // In a cluster the broker asked for the metadata may hold no replica: ask the leader.
+      const info = routed
+        ? await data.listOffsets({ topic, partition })
+        : description.partitions[partition];
       let offset =
         startOffset >= 0
           ? startOffset
@@ -473,7 +521,7 @@ export async function consume(argv: string[]): Promise<number> {
         if (stopAt !== null && offset >= stopAt) return;
         let r: Awaited<ReturnType<typeof client.fetch>>;
         try {
-          r = await client.fetch({
+          r = await data.fetch({
             topic,
             partition,
             offset,
@@ -498,7 +546,7 @@ export async function consume(argv: string[]): Promise<number> {
       await Promise.all(partitions.map((p) => readPartition(p, null)));
     } else {
       for (const p of partitions) {
-        const { highWatermark } = await client.listOffsets({ topic, partition: p });
+        const { highWatermark } = await data.listOffsets({ topic, partition: p });
         await readPartition(p, highWatermark);
       }
     }
@@ -510,7 +558,7 @@ export async function consume(argv: string[]): Promise<number> {
     return 0;
   } finally {
     signals.dispose();
-    await client.close();
+    await cluster.close();
   }
 }
 
@@ -535,13 +583,15 @@ async function consumeGroup(options: {
   sessionTimeoutMs: number;
 }): Promise<number> {
   const newline = new Uint8Array([0x0a]);
-  const client = await connect(options.connection);
+  const { cluster, client, routed } = await connectRouted(options.connection, true);
+  const data: Pick<TcpClient, "listOffsets"> = routed ? cluster : client;
   // SIGINT / SIGTERM (`signals.ts`): finish the batch in hand, commit it, leave the group, exit 0.
   const signals = onStopSignals(() => {});
   let consumer: GroupConsumer | null = null;
   try {
     consumer = await GroupConsumer.join({
       client,
+      router: routed ? cluster : undefined,
       group: options.group,
       topics: [options.topic],
       sessionTimeoutMs: options.sessionTimeoutMs,
@@ -572,7 +622,7 @@ async function consumeGroup(options: {
         let caughtUp = true;
         for (const tp of consumer.assignments) {
           const position = consumer.position(tp);
-          const { highWatermark } = await client.listOffsets(tp);
+          const { highWatermark } = await data.listOffsets(tp);
           if (position === undefined || position < highWatermark) caughtUp = false;
         }
         if (caughtUp) break;
@@ -582,7 +632,7 @@ async function consumeGroup(options: {
   } finally {
     signals.dispose();
     await consumer?.close();
-    await client.close();
+    await cluster.close();
   }
 }
 
@@ -635,7 +685,7 @@ export async function groups(argv: string[]): Promise<number> {
     throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
   if (action === "describe" && name === undefined)
     throw new UsageError("groups describe needs a GROUP");
-  const client = await connect(values);
+  const { cluster, client } = await connectRouted(values, true);
   try {
     if (action === "list") {
       for (const g of await client.listGroups())
@@ -656,7 +706,7 @@ export async function groups(argv: string[]): Promise<number> {
     }
     return 0;
   } finally {
-    await client.close();
+    await cluster.close();
   }
 }
 
@@ -701,7 +751,7 @@ export async function topics(argv: string[]): Promise<number> {
     );
   const topicName = action === "list" ? "" : needName();
   const partitions = intOption("partitions", values.partitions, 1, 1, 4096);
-  const client = await connect(values);
+  const { cluster, client } = await connectRouted(values);
   try {
     switch (action) {
       case "create": {
@@ -725,6 +775,6 @@ export async function topics(argv: string[]): Promise<number> {
       }
     }
   } finally {
-    await client.close();
+    await cluster.close();
   }
 }

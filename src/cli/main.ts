@@ -1,6 +1,6 @@
 /**
  * The `es-broker` command: dispatches to `serve`, `produce`, `consume`, `topics`, `groups`, `keys`,
- * `schemas` and `check` (one-line summaries in {@link mainHelp}, options in each one's `--help`).
+ * `schemas`, `check` and `cluster` (one-line summaries in {@link mainHelp}, options in each one's `--help`).
  * Arguments are
  * parsed with `node:util` `parseArgs` (the same on Node, Deno and Bun; `@std/cli` cannot be
  * installed from this project's registries). Exit codes: 0 success, 1 failure, 2 usage error.
@@ -16,6 +16,7 @@ import { ClientError } from "../client/client.ts";
 import { Errors } from "../broker/errors.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { keys } from "./keys.ts";
+import { cluster } from "./cluster.ts";
 import { apiKeyEnv, refuseKeyInArgv } from "./connection.ts";
 
 /** Each command of {@link main}, in help order, with its one-line summary (each has its own `--help`). */
@@ -28,6 +29,7 @@ const commandSummaries: readonly (readonly [string, string])[] = [
   ["keys", "create, list and revoke API keys"],
   ["schemas", "register, list, get and check schemas in the broker's schema registry"],
   ["check", "verify a stopped broker's data directory offline"],
+  ["cluster", "show a cluster's brokers, controller and partition leaders (cluster status)"],
 ];
 
 /** The commands {@link main} knows. */
@@ -86,6 +88,8 @@ export async function main(argv: string[]): Promise<number> {
         return await keys(rest);
       case "schemas":
         return await schemas(rest);
+      case "cluster":
+        return await cluster(rest);
       default:
         throw new UsageError(`unknown command ${JSON.stringify(command)}`);
     }

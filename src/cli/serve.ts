@@ -69,6 +69,8 @@ import { readFileSync } from "node:fs";
 import { hostPort } from "./args.ts";
 import { EtcdHttpClient, parseEtcdUrl } from "../runtime/etcd.ts";
 import { ClusterNode } from "../cluster/node.ts";
+import { ReplicaManager } from "../cluster/replica-manager.ts";
+import { replicaConnector } from "../runtime/replica-connection.ts";
 import { clusterBroker } from "../cluster/cluster-broker.ts";
 import { defaultClusterPrefix } from "../cluster/membership.ts";
 import { Prng } from "../lib/prng.ts";
@@ -150,6 +152,9 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
   --advertise-http URL        the HTTP base URL clients are redirected to (http://HOST:PORT)
   --cluster-secret-file FILE  the broker credential brokers present to each other (replica
                               fetch); the same file on every broker, never on the command line
+  Not with --tls-cert (brokers replicate over plain TCP). With API keys, --cluster-secret-file
+  is required. With --kafka-port N (not 0), Kafka clients learn every broker's Kafka listener and each
+  partition's leader from Metadata (host: --kafka-advertised-host, else --advertise-tcp's host).
 
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
 port needs an API key, except GET /healthz and GET /readyz; Kafka clients use SASL/PLAIN (user = the key's name
@@ -305,6 +310,10 @@ export async function serve(argv: string[]): Promise<number> {
   );
   const mirror = mirrorSettings(values);
   const cluster = clusterSettings(values);
+  if (cluster !== null && values["tls-cert"] !== undefined)
+    throw new UsageError(
+      "--cluster with --tls-cert is not supported yet: brokers replicate over plain TCP (docs/cluster.md)",
+    );
   const level = values["log-level"] as LogLevel;
   if (!["debug", "info", "warn", "error"].includes(level))
     throw new UsageError(
@@ -374,6 +383,12 @@ export async function serve(argv: string[]): Promise<number> {
   } catch (err) {
     lock.release();
     throw err;
+  }
+  if (cluster !== null && keys.enabled && cluster.secret === undefined) {
+    lock.release();
+    throw new UsageError(
+      "--cluster on a broker with API keys needs --cluster-secret-file FILE: the broker credential brokers present to each other instead of a key (the same file on every broker)",
+    );
   }
   if (!isLoopback(host) && !keys.enabled && !values["allow-anonymous"]) {
     lock.release();
@@ -473,7 +488,12 @@ export async function serve(argv: string[]): Promise<number> {
   let front: Broker = broker;
   if (cluster !== null) {
     try {
-      node = await startClusterNode(cluster, broker, dataDir, nodeFs, logger);
+      // The Kafka listener's address, when its port is fixed (0 picks one only later).
+      const kafkaHost =
+        values["kafka-advertised-host"] ?? cluster.advertiseTcp.replace(/:\d+$/, "");
+      const kafkaAddress =
+        kafkaPort === null || kafkaPort === 0 ? undefined : `${kafkaHost}:${kafkaPort}`;
+      node = await startClusterNode(cluster, broker, dataDir, nodeFs, logger, kafkaAddress);
       front = clusterBroker(broker, node);
     } catch (err) {
       await closeEarly();
@@ -839,6 +859,7 @@ async function startClusterNode(
   dataDir: string,
   fs: NodeFileSystem,
   logger: ReturnType<typeof jsonLineLogger>,
+  kafkaAddress: string | undefined,
 ): Promise<ClusterNode> {
   const path = `${dataDir}/${clusterFileName}`;
   let recorded: { cluster_id: string; node_id: number; data_dir_id: string } | null = null;
@@ -867,12 +888,29 @@ async function startClusterNode(
       logger,
       prefix: defaultClusterPrefix,
       nodeId: settings.nodeId,
-      advertise: { tcp: settings.advertiseTcp, http: settings.advertiseHttp },
+      advertise: {
+        tcp: settings.advertiseTcp,
+        http: settings.advertiseHttp,
+        ...(kafkaAddress === undefined ? {} : { kafka: kafkaAddress }),
+      },
       dataDirId,
       dataDir:
         recorded === null ? null : { clusterId: recorded.cluster_id, nodeId: recorded.node_id },
       newClusterId: randomHex(),
       broker,
+      // Replication (docs/cluster.md "Replication"): installs itself as the broker's seam.
+      replicas: () =>
+        new ReplicaManager({
+          broker,
+          etcd,
+          prefix: defaultClusterPrefix,
+          nodeId: settings.nodeId,
+          clock: systemClock,
+          prng: new Prng(seed + 1),
+          logger,
+          clusterSecret: settings.secret,
+          connect: replicaConnector({ timeoutMs: 10_000 }),
+        }),
       beforeRegister: async (clusterId) => {
         if (recorded?.cluster_id === clusterId && recorded.node_id === settings.nodeId) return;
         const record = { cluster_id: clusterId, node_id: settings.nodeId, data_dir_id: dataDirId };

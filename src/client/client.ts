@@ -67,7 +67,12 @@ import {
   encodeListOffsetsRequest,
   type ListOffsetsResult,
 } from "../protocol/apis/list-offsets.ts";
-import { decodeMetadataResponse, encodeMetadataRequest } from "../protocol/apis/metadata.ts";
+import {
+  decodeMetadataResponse,
+  decodeMetadataV1Response,
+  encodeMetadataRequest,
+  type MetadataV1,
+} from "../protocol/apis/metadata.ts";
 import { decodeProduceResponse, encodeProduceRequest } from "../protocol/apis/produce.ts";
 import {
   decodeEmptyResponse,
@@ -102,6 +107,12 @@ import { errorMessage } from "../lib/errors.ts";
 export { ClientError, ClientErrorCodes } from "./errors.ts";
 export { IdempotentProducer, type IdempotentProducerOptions } from "./producer.ts";
 export { GroupConsumer, type GroupConsumerOptions, type ConsumedBatch } from "./consumer.ts";
+export {
+  ClusterClient,
+  type ClusterClientOptions,
+  type LeaderRouter,
+  isRoutingError,
+} from "./cluster.ts";
 export {
   expandSpans,
   buildEntryBatch,
@@ -477,6 +488,18 @@ export class TcpClient {
     return this.#call(
       (id) => encodeMetadataRequest(id, { topics: [...topics] }),
       decodeMetadataResponse,
+    );
+  }
+
+  /**
+   * Metadata version 1: the topics as {@link metadata} describes them, and the cluster (brokers,
+   * controller, per-partition leader, epoch and ISR), or `cluster: null` from a single node.
+   * @throws ClientError `topic_not_found`; `unsupported_api` from a broker older than version 1.
+   */
+  clusterMetadata(topics: readonly string[] = []): Promise<MetadataV1> {
+    return this.#call(
+      (id) => encodeMetadataRequest(id, { topics: [...topics] }, 1),
+      decodeMetadataV1Response,
     );
   }
 

@@ -24,6 +24,7 @@ import { Errors } from "../broker/errors.ts";
 import { topicPartitionKey } from "../lib/topic-partition.ts";
 import type { FetchResponse, TcpClient } from "./client.ts";
 import { ClientError } from "./errors.ts";
+import { isRoutingError, type LeaderRouter } from "./cluster.ts";
 import type { FetchedRecord } from "./records.ts";
 
 /** Options of {@link GroupConsumer.join}. */
@@ -33,6 +34,13 @@ export interface GroupConsumerOptions {
    * (or admin) and whose patterns match the group and topics: `TcpClient.connect({ host, port, apiKey, tls })`.
    */
   client: TcpClient;
+  /**
+   * Cluster mode: fetch each partition from its leader through this router (a
+   * {@link ClusterClient}); `client` then serves the group's requests (join, heartbeat, commit),
+   * and must be the same broker for every member (`ClusterClient.coordinator()`). A fetch refused
+   * as `not_leader` (or a lost leader) reads the metadata again and fetches from the new leader.
+   */
+  router?: LeaderRouter;
   group: string;
   topics: string[];
   /** Session timeout asked of the broker, in ms (default 10 000). */
@@ -71,6 +79,7 @@ export class GroupConsumer {
   readonly group: string;
   readonly topics: string[];
   #client: TcpClient;
+  #router: LeaderRouter | undefined;
   #sessionTimeoutMs: number;
   #heartbeatIntervalMs: number;
   #startFrom: "earliest" | "latest";
@@ -90,6 +99,7 @@ export class GroupConsumer {
 
   private constructor(options: GroupConsumerOptions) {
     this.#client = options.client;
+    this.#router = options.router;
     this.group = options.group;
     this.topics = [...options.topics];
     this.#sessionTimeoutMs = options.sessionTimeoutMs ?? 10_000;
@@ -168,7 +178,7 @@ export class GroupConsumer {
       for (const tp of fresh) {
         let start = committed.get(key(tp));
         if (start === undefined) {
-          const bounds = await this.#client.listOffsets(tp);
+          const bounds = await this.#dataClient(tp).then((c) => c.listOffsets(tp));
           start = this.#startFrom === "earliest" ? bounds.logStartOffset : bounds.highWatermark;
           neverCommitted.push({ ...tp, offset: start });
         } else {
@@ -180,6 +190,13 @@ export class GroupConsumer {
     this.#assignments = [...assignments];
     if (neverCommitted.length > 0) await this.commit(neverCommitted);
     this.#onAssigned?.(this.assignments, this.#generation);
+  }
+
+  /** Where a partition's records are read: its leader (with a router), else `client`. */
+  #dataClient(tp: TopicPartition): Promise<TcpClient> {
+    return this.#router === undefined
+      ? Promise.resolve(this.#client)
+      : this.#router.leader(tp.topic, tp.partition);
   }
 
   async #beat(): Promise<void> {
@@ -237,14 +254,16 @@ export class GroupConsumer {
         error: null,
         promise: Promise.resolve(),
       };
-      entry.promise = this.#client
-        .fetch({
-          topic: tp.topic,
-          partition: tp.partition,
-          offset,
-          maxRecords: this.#maxRecords,
-          waitMs,
-        })
+      entry.promise = this.#dataClient(tp)
+        .then((c) =>
+          c.fetch({
+            topic: tp.topic,
+            partition: tp.partition,
+            offset,
+            maxRecords: this.#maxRecords,
+            waitMs,
+          }),
+        )
         .then(
           (r) => void (entry.result = r),
           (e: unknown) => void (entry.error = e),
@@ -275,11 +294,16 @@ export class GroupConsumer {
           entry.error.code === Errors.offsetOutOfRange.code
         ) {
           // Retention moved the log start past the position: continue from where the log starts now.
-          const bounds = await this.#client.listOffsets(tp);
+          const bounds = await (await this.#dataClient(tp)).listOffsets(tp);
           this.#positions.set(
             k,
             entry.offset < bounds.logStartOffset ? bounds.logStartOffset : bounds.highWatermark,
           );
+          continue;
+        }
+        if (this.#router !== undefined && isRoutingError(entry.error)) {
+          // Leadership moved (or the leader went): the next poll fetches from the new leader.
+          await this.#router.refresh().catch(() => {});
           continue;
         }
         throw entry.error;

@@ -31,6 +31,7 @@ import { partitionForKey } from "../lib/murmur2.ts";
 import { topicPartitionKey } from "../lib/topic-partition.ts";
 import { EntryCursor, type EntryBatch } from "../storage/record.ts";
 import type { TcpClient } from "./client.ts";
+import { isRoutingError, type LeaderRouter } from "./cluster.ts";
 import { ClientError } from "./errors.ts";
 import { buildEntryBatch, type ProduceRecord } from "./records.ts";
 import { Errors } from "../broker/errors.ts";
@@ -42,6 +43,13 @@ export interface IdempotentProducerOptions {
    * Pass the API key and TLS options there: `() => TcpClient.connect({ host, port, apiKey, tls })`.
    */
   connect: () => Promise<TcpClient>;
+  /**
+   * Cluster mode: send each partition's batches to its leader through this router (a
+   * {@link ClusterClient}) instead of the `connect` connection, and read the metadata again after
+   * `not_leader`, `fenced_leader_epoch`, `not_enough_replicas` or a lost connection. The batch
+   * keeps its sequence across leaders, so a new leader answers a stored batch as a duplicate.
+   */
+  router?: LeaderRouter;
   /** The producer's stable id: 1–249 characters of `[A-Za-z0-9._:-]`. */
   producerId: string;
   /** The epoch to start with (default 0). A restarted application passes a higher one to fence its old incarnation. */
@@ -67,6 +75,7 @@ export class IdempotentProducer {
   readonly producerId: string;
   #epoch: number;
   #connect: () => Promise<TcpClient>;
+  #router: LeaderRouter | undefined;
   #client: TcpClient | null = null;
   #connecting: Promise<TcpClient> | null = null;
   #partitions = new Map<string, PartitionState>();
@@ -80,6 +89,7 @@ export class IdempotentProducer {
     this.producerId = options.producerId;
     this.#epoch = options.epoch ?? 0;
     this.#connect = options.connect;
+    this.#router = options.router;
     this.#deliveryTimeoutMs = options.deliveryTimeoutMs ?? 120_000;
     this.#retryBackoffMs = options.retryBackoffMs ?? 20;
     this.#retryBackoffMaxMs = options.retryBackoffMaxMs ?? 1000;
@@ -112,13 +122,15 @@ export class IdempotentProducer {
   ): Promise<number> {
     if (partition !== undefined && partition >= 0) return partition;
     let count = this.#partitionCounts.get(topic);
+    if (count === undefined && this.#router !== undefined)
+      count = await this.#withRetries(() => this.#router!.partitionCount(topic));
     if (count === undefined) {
       const [description] = await this.#withRetries(async () =>
         (await this.#clientNow()).metadata([topic]),
       );
       count = description.partitions.length;
-      this.#partitionCounts.set(topic, count);
     }
+    this.#partitionCounts.set(topic, count);
     const cursor = new EntryCursor(batch);
     const idBytes = new TextEncoder().encode(this.producerId);
     let chosen = -1;
@@ -200,7 +212,10 @@ export class IdempotentProducer {
     let ambiguous = false;
     for (let attempt = 0; ; attempt++) {
       try {
-        const client = await this.#clientNow();
+        const client =
+          this.#router === undefined
+            ? await this.#clientNow()
+            : await this.#router.leader(topic, partition);
         const result = await client.produceIdempotent(topic, batch, {
           partition,
           producer: { id: this.producerId, epoch, sequence },
@@ -214,7 +229,12 @@ export class IdempotentProducer {
           [epoch, sequence] = this.#renumber(state, batch);
           continue;
         }
-        if (err.code === "connection_closed" || err.code === "timeout") ambiguous = true;
+        if (
+          err.code === "connection_closed" ||
+          err.code === "timeout" ||
+          err.code === Errors.notEnoughReplicas.code
+        )
+          ambiguous = true;
         if (err.code === Errors.producerFenced.code && epoch < this.#epoch) {
           // Numbered in an epoch this producer itself left behind: renumber, unless it may be stored.
           if (ambiguous) throw err;
@@ -227,6 +247,9 @@ export class IdempotentProducer {
         await sleep(
           Math.min(this.#retryBackoffMaxMs, this.#retryBackoffMs * 2 ** Math.min(attempt, 20)),
         );
+        // The same sequence goes to whoever leads now.
+        if (this.#router !== undefined && isRoutingError(err))
+          await this.#router.refresh().catch(() => {});
       }
     }
   }

@@ -11,14 +11,23 @@
  *   partition state first; the replication layer (`broker/replication.ts`) checks again, with
  *   its own, authoritative view, inside the broker.
  * - clusterMetadata: brokers, controller, leaders ({@link ClusterNode.metadata}).
- * - Everything else (groups, streams, producers) goes to the local broker as it is.
+ * - Consumer groups (docs/cluster.md "Consumer groups"): kept by the broker clients use as
+ *   coordinator (the controller), and every commit is also written to etcd before it is
+ *   acknowledged; the first time this broker serves a group (since it started or last became
+ *   the controller) it takes the group's offsets from etcd, so commits outlive the coordinator.
+ * - Everything else (streams, producers) goes to the local broker as it is.
  */
 import { mergeTopicConfig, validatePartitionCount, validateTopicName } from "../broker/config.ts";
 import { defaultTopicConfig } from "../broker/config.ts";
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type {
+  AssignedJoinRequest,
   Broker,
   ClusterMetadata,
+  CommitOffsetsRequest,
+  GroupAssignment,
+  GroupDescription,
+  JoinGroupRequest,
   CreateTopicRequest,
   FetchRequest,
   FetchResult,
@@ -79,6 +88,41 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
     return local.describeTopic(name);
   };
 
+  // Groups whose offsets this broker has taken from etcd since it last became the controller.
+  const seeded = new Map<string, Promise<void>>();
+  let wasController = node.controller.isController;
+  node.controller.onChange(() => {
+    if (node.controller.isController !== wasController) seeded.clear();
+    wasController = node.controller.isController;
+  });
+  const seed = (group: string): Promise<void> => {
+    let done = seeded.get(group);
+    if (done === undefined) {
+      done = (async () => {
+        const stored = await node.loadGroupOffsets(group);
+        if (stored.length === 0) return;
+        let here: GroupDescription | null = null;
+        try {
+          here = await local.describeGroup(group);
+        } catch (err) {
+          if (!(err instanceof BrokerError && err.kind === Errors.groupNotFound)) throw err;
+        }
+        if (here !== null && here.members.length > 0) return; // live here already: it is current
+        const committed = new Map(
+          (here?.offsets ?? []).map((o) => [`${o.topic}/${o.partition}`, o.committed]),
+        );
+        const missing = stored.filter(
+          (o) => committed.get(`${o.topic}/${o.partition}`) !== o.offset,
+        );
+        if (missing.length > 0) await local.commitOffsets({ group, offsets: missing });
+      })();
+      seeded.set(group, done);
+      done.catch(() => seeded.delete(group));
+    }
+    return done;
+  };
+  const commitChains = new Map<string, Promise<unknown>>();
+
   const overrides: Partial<Broker> = {
     async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
       const name = validateTopicName(request.name);
@@ -123,10 +167,42 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
       leaderCheck(request.topic, request.partition);
       return local.listOffsets(request);
     },
+    async joinGroup(request: JoinGroupRequest): Promise<GroupAssignment> {
+      await seed(request.group);
+      return local.joinGroup(request);
+    },
+    async describeGroup(group: string): Promise<GroupDescription> {
+      await seed(group);
+      return local.describeGroup(group);
+    },
+    async commitOffsets(request: CommitOffsetsRequest): Promise<void> {
+      await seed(request.group);
+      // One commit of a group at a time, so etcd holds them in the order the group took them.
+      const previous = commitChains.get(request.group) ?? Promise.resolve();
+      const run = previous
+        .catch(() => {})
+        .then(async () => {
+          await local.commitOffsets(request);
+          await node.saveGroupOffsets(request.group, request.offsets);
+        });
+      commitChains.set(request.group, run);
+      try {
+        await run;
+      } finally {
+        if (commitChains.get(request.group) === run) commitChains.delete(request.group);
+      }
+    },
     async clusterMetadata(topics?: readonly string[]): Promise<ClusterMetadata> {
       return node.metadata(topics);
     },
   };
+  if (local.joinAssignedGroup !== undefined) {
+    const joinAssigned = local.joinAssignedGroup.bind(local);
+    overrides.joinAssignedGroup = async (request: AssignedJoinRequest) => {
+      await seed(request.group);
+      return joinAssigned(request);
+    };
+  }
   if (local.updateTopicConfig !== undefined) {
     overrides.updateTopicConfig = async (name: string, patch: Record<string, unknown>) => {
       const config = node.topicConfig(name);

@@ -42,6 +42,8 @@ export interface BrokerRegistration {
   tcp: string;
   /** Base URL of the HTTP listener. */
   http: string;
+  /** `host:port` of the Kafka listener, when the broker has one. */
+  kafka?: string;
 }
 
 /** Options of {@link joinCluster}. */
@@ -54,7 +56,7 @@ export interface JoinOptions {
   /** Key prefix of this cluster in etcd, without a trailing slash. Default `/es-broker`. */
   prefix?: string;
   nodeId: number;
-  advertise: { tcp: string; http: string };
+  advertise: { tcp: string; http: string; kafka?: string };
   /** The data directory's own id (random, made when it was created). */
   dataDirId: string;
   /** What the data directory recorded of the cluster, null for a directory that never joined one. */
@@ -98,7 +100,8 @@ export function parseRegistration(kv: EtcdKeyValue): BrokerRegistration {
     typeof r.data_dir_id !== "string" ||
     typeof r.incarnation !== "string" ||
     typeof r.tcp !== "string" ||
-    typeof r.http !== "string"
+    typeof r.http !== "string" ||
+    (r.kafka !== undefined && typeof r.kafka !== "string")
   ) {
     throw new Error(
       `Cannot read broker registration ${JSON.stringify(kv.key)}: a field is missing or of the wrong type`,
@@ -278,6 +281,7 @@ async function register(
     incarnation: lease.id,
     tcp: options.advertise.tcp,
     http: options.advertise.http,
+    ...(options.advertise.kafka === undefined ? {} : { kafka: options.advertise.kafka }),
   };
   const value = JSON.stringify(registration);
   try {

@@ -392,7 +392,12 @@ export class ClusterNode {
       controller: this.controller.current?.node_id ?? -1,
       brokers: [...this.#brokers.values()]
         .sort((a, b) => a.node_id - b.node_id)
-        .map((r) => ({ node_id: r.node_id, tcp: r.tcp, http: r.http })),
+        .map((r) => ({
+          node_id: r.node_id,
+          tcp: r.tcp,
+          http: r.http,
+          ...(r.kafka === undefined ? {} : { kafka: r.kafka }),
+        })),
       topics: names.map((name) => {
         const map = this.#partitions.get(name);
         if (!this.#topics.has(name) || map === undefined)
@@ -510,6 +515,49 @@ export class ClusterNode {
         `Cannot change topic ${JSON.stringify(name)}: it changed meanwhile; try again`,
       );
     await this.#caughtUp(result.revision);
+  }
+
+  /**
+   * Stores a consumer group's committed offsets in etcd (`group_offsets/<group>/<topic>/<p>`,
+   * one transaction): the copy that outlives the broker coordinating the group
+   * (docs/cluster.md "Consumer groups"). @throws BrokerError unavailable if etcd does not take it.
+   */
+  async saveGroupOffsets(
+    group: string,
+    offsets: readonly { topic: string; partition: number; offset: number }[],
+  ): Promise<void> {
+    const { etcd } = this.#o;
+    await this.#etcdCall(`replicate the offsets of group ${JSON.stringify(group)}`, () =>
+      etcd.txn({
+        compare: [],
+        success: offsets.map((o) => ({
+          put: {
+            key: `${this.#prefix}/group_offsets/${group}/${o.topic}/${o.partition}`,
+            value: String(o.offset),
+          },
+        })),
+      }),
+    );
+  }
+
+  /** A group's committed offsets as etcd holds them. @throws BrokerError unavailable. */
+  async loadGroupOffsets(
+    group: string,
+  ): Promise<{ topic: string; partition: number; offset: number }[]> {
+    const head = `${this.#prefix}/group_offsets/${group}/`;
+    const { kvs } = await this.#etcdCall(`read the offsets of group ${JSON.stringify(group)}`, () =>
+      this.#o.etcd.list(head),
+    );
+    const out: { topic: string; partition: number; offset: number }[] = [];
+    for (const kv of kvs) {
+      const rest = kv.key.slice(head.length);
+      const slash = rest.lastIndexOf("/");
+      const partition = Number(rest.slice(slash + 1));
+      const offset = Number(kv.value);
+      if (slash <= 0 || !Number.isSafeInteger(partition) || !Number.isSafeInteger(offset)) continue;
+      out.push({ topic: rest.slice(0, slash), partition, offset });
+    }
+    return out;
   }
 
   async #etcdCall<T>(what: string, call: () => Promise<T>): Promise<T> {

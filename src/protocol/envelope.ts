@@ -88,7 +88,7 @@ export function decodeResponseHeader(frame: Uint8Array): ResponseHeader {
 }
 
 /**
- * Starts a request frame: reserves `length`, writes api, version 0, correlation id; the api's
+ * Starts a request frame: reserves `length`, writes api, version (default 0), correlation id; the api's
  * encoder writes its body and {@link finishFrame} fills in `length`.
  * @throws ProtocolError `invalid_request` for a correlation id outside u32.
  */
@@ -96,9 +96,10 @@ export function startRequest(
   api: number,
   correlationId: number,
   capacityBytes: number,
+  version = 0,
 ): WireWriter {
   requireInt(correlationId, 0, 0xffff_ffff, "correlation_id");
-  return new WireWriter(capacityBytes).u32(0).u16(api).u16(0).u32(correlationId);
+  return new WireWriter(capacityBytes).u32(0).u16(api).u16(version).u32(correlationId);
 }
 
 /** Starts a response frame: reserves `length`, writes correlation id and error (0 = success). */

@@ -240,7 +240,17 @@ describe(`[${target}] es-broker command line errors`, () => {
       .map((m) => m[1])
       .filter((name) => !name.startsWith("-"));
     // Written out here: a command the CLI dispatches but the help forgets fails this.
-    const known = ["serve", "produce", "consume", "topics", "groups", "keys", "schemas", "check"];
+    const known = [
+      "serve",
+      "produce",
+      "consume",
+      "topics",
+      "groups",
+      "keys",
+      "schemas",
+      "check",
+      "cluster",
+    ];
     expect(listed.sort()).toEqual([...known].sort());
     expect(help).toContain("Run 'es-broker <command> --help' for a command's options");
     for (const command of known) {

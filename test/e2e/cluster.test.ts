@@ -10,6 +10,13 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
+import {
+  ClusterClient,
+  GroupConsumer,
+  IdempotentProducer,
+  TcpClient,
+} from "../../src/client/client.ts";
+import { Kafka, logLevel } from "kafkajs";
 
 let etcd: EtcdCluster;
 let root: string;
@@ -75,13 +82,14 @@ beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "es-broker-cluster-e2e-"));
   secretFile = join(root, "cluster.secret");
   writeFileSync(secretFile, `${secret}\n`, { mode: 0o600 });
-  const ports = await freePorts(6);
+  const ports = await freePorts(9);
   await Promise.all(
     [1, 2, 3].map(async (id) => {
-      const b = await startBroker(
-        join(root, `node${id}`),
-        clusterArgs(id, ports[2 * id - 2], ports[2 * id - 1]),
-      );
+      const b = await startBroker(join(root, `node${id}`), [
+        ...clusterArgs(id, ports[2 * id - 2], ports[2 * id - 1]),
+        "--kafka-port",
+        String(ports[5 + id]),
+      ]);
       brokers.set(id, b);
     }),
   );
@@ -136,6 +144,44 @@ describe("cluster mode: options", () => {
       expect(r.stderr).toMatch(message);
       expect(r.code).toBe(2);
     }
+  });
+});
+
+describe("cluster mode: the broker credential", () => {
+  it("a broker with API keys refuses --cluster without --cluster-secret-file; a short secret is refused", async () => {
+    const dir = join(root, "keyed");
+    const made = await runCli([
+      "keys",
+      "create",
+      "--data-dir",
+      dir,
+      "--name",
+      "admin",
+      "--role",
+      "admin",
+    ]);
+    expect(made.code, made.stderr).toBe(0);
+    const [http, tcp] = await freePorts(2);
+    const args = clusterArgs(5, http, tcp);
+    const withoutSecret = args.slice(0, args.indexOf("--cluster-secret-file"));
+    const r = await runCli(["serve", "--data-dir", dir, ...withoutSecret]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(
+      /--cluster on a broker with API keys needs --cluster-secret-file FILE/,
+    );
+    const short = join(root, "short.secret");
+    writeFileSync(short, "zq7-tiny\n");
+    const s2 = await runCli([
+      "serve",
+      "--data-dir",
+      dir,
+      ...withoutSecret,
+      "--cluster-secret-file",
+      short,
+    ]);
+    expect(s2.code).toBe(2);
+    expect(s2.stderr).toMatch(/must hold at least 16 characters/);
+    expect(s2.stderr).not.toContain("zq7-tiny");
   });
 });
 
@@ -239,6 +285,158 @@ describe("cluster mode: three brokers", () => {
     expect(await followed.json()).toMatchObject({ offsets: [{ partition: 0 }] });
   });
 
+  it("TCP: Metadata v1 names the leaders; a non-leader refuses with not_leader; the client routes", async () => {
+    const m = await metadata(brokers.get(1)!, "orders");
+    const p1 = m.topics[0].partitions[1];
+    const other = [1, 2, 3].find((id) => id !== p1.leader)!;
+    const direct = await TcpClient.connect(brokers.get(other)!.tcp);
+    try {
+      const v1 = await direct.clusterMetadata(["orders"]);
+      expect(v1.cluster?.topics[0].partitions[1]).toMatchObject({
+        leader: p1.leader,
+        replicas: p1.replicas,
+      });
+      expect(v1.cluster?.brokers.map((b) => b.tcp)).toEqual(m.brokers.map((b) => b.tcp));
+      const refused = await direct
+        .produce("orders", [{ value: "x" }], { partition: 1 })
+        .catch((e: unknown) => e);
+      expect(refused).toMatchObject({ code: "not_leader", retriable: true });
+      expect(String((refused as Error).message)).toContain(`node ${p1.leader} leads it`);
+    } finally {
+      await direct.close();
+    }
+    // Bootstrapped from the non-leader, the client sends each partition to its leader.
+    const routed = await ClusterClient.connect({ bootstrap: [brokers.get(other)!.tcp] });
+    try {
+      for (let p = 0; p < 3; p++) {
+        const r = await routed.produce("orders", [{ value: `routed-${p}` }], { partition: p });
+        expect(r.spans[0].partition).toBe(p);
+      }
+      const producer = new IdempotentProducer({
+        connect: () => TcpClient.connect(brokers.get(other)!.tcp),
+        router: routed,
+        producerId: "e2e-cluster",
+      });
+      const sent = await producer.send("orders", [{ key: "k", value: "idem" }], { partition: 2 });
+      expect(sent.duplicate).toBe(false);
+      const f = await routed.fetch({ topic: "orders", partition: 2, offset: 0 });
+      expect(f.records.map((r) => new TextDecoder().decode(r.value))).toContain("idem");
+      await producer.close();
+    } finally {
+      await routed.close();
+    }
+  });
+
+  it("the CLI bootstraps from any broker: produce and consume route by leader; cluster status shows it", async () => {
+    const any = brokers.get(3)!;
+    const addr = `${any.tcp.host}:${any.tcp.port}`;
+    const lines = Array.from({ length: 30 }, (_, i) => `key${i}:v${i}`).join("\n");
+    const produced = await runCli(
+      ["produce", "cli-topic", "--broker", `127.0.0.1:1,${addr}`, "--key-separator", ":"],
+      new TextEncoder().encode(`${lines}\n`),
+    );
+    expect(produced.stderr).toMatch(/topic_not_found|does not exist/); // not created yet
+    const created = await runCli([
+      "topics",
+      "create",
+      "cli-topic",
+      "--partitions",
+      "3",
+      "--broker",
+      addr,
+    ]);
+    expect(created.code).toBe(0);
+    const again = await runCli(
+      ["produce", "cli-topic", "--broker", `127.0.0.1:1,${addr}`, "--key-separator", ":"],
+      new TextEncoder().encode(`${lines}\n`),
+    );
+    expect(again.stderr).toContain('produced 30 records to "cli-topic"');
+    expect(again.code).toBe(0);
+    const consumed = await runCli([
+      "consume",
+      "cli-topic",
+      "--from-beginning",
+      "--broker",
+      addr,
+      "--key-separator",
+      ":",
+    ]);
+    expect(consumed.code).toBe(0);
+    expect(consumed.stdout.toString().trim().split("\n").sort()).toEqual(lines.split("\n").sort());
+    const status = await runCli(["cluster", "status", "--broker", addr, "--json"]);
+    expect(status.code).toBe(0);
+    const doc = JSON.parse(status.stdout.toString()) as {
+      controller: number;
+      brokers: { node_id: number }[];
+      topics: {
+        name: string;
+        partitions: { leader: number; high_watermark: number; isr: number[] }[];
+      }[];
+    };
+    expect(doc.brokers.map((b) => b.node_id)).toEqual([1, 2, 3]);
+    const t = doc.topics.find((x) => x.name === "cli-topic")!;
+    expect(t.partitions.reduce((n, p) => n + p.high_watermark, 0)).toBe(30);
+    const table = await runCli(["cluster", "status", "--broker", addr, "--topic", "cli-topic"]);
+    expect(table.code).toBe(0);
+    expect(table.stdout.toString()).toMatch(/^cluster \S+, controller: node \d/);
+    expect(table.stdout.toString()).toMatch(
+      /cli-topic\s+0\s+\d\s+0\s+[\d,]+\s+[\d,]+\s+-\s+\d+\s+ok/,
+    );
+  });
+
+  it("Kafka clients learn the real leaders from Metadata and produce to each partition's leader", async () => {
+    const create = await fetch(`${brokers.get(1)!.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "kafka-topic", partitions: 3 }),
+    });
+    expect(create.status).toBe(201);
+    const m = await metadata(brokers.get(1)!, "kafka-topic");
+    expect(m.brokers.every((b) => typeof (b as { kafka?: string }).kafka === "string")).toBe(true);
+    const k = brokers.get(2)!.kafka!;
+    const kafka = new Kafka({
+      brokers: [`${k.host}:${k.port}`],
+      clientId: "e2e-cluster",
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 5, initialRetryTime: 100 },
+    });
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      const [t] = (await admin.fetchTopicMetadata({ topics: ["kafka-topic"] })).topics;
+      const leaders = t.partitions
+        .sort((a, b) => a.partitionId - b.partitionId)
+        .map((p) => p.leader);
+      expect(leaders).toEqual(m.topics[0].partitions.map((p) => p.leader));
+      expect(t.partitions[0].replicas.sort()).toEqual([1, 2, 3]);
+    } finally {
+      await admin.disconnect();
+    }
+    const producer = kafka.producer({ allowAutoTopicCreation: false });
+    await producer.connect();
+    try {
+      for (let p = 0; p < 3; p++)
+        await producer.send({
+          topic: "kafka-topic",
+          acks: -1,
+          messages: Array.from({ length: 5 }, (_, i) => ({ partition: p, value: `k${p}-${i}` })),
+        });
+    } finally {
+      await producer.disconnect();
+    }
+    const router = await ClusterClient.connect({ bootstrap: [brokers.get(3)!.tcp] });
+    try {
+      for (let p = 0; p < 3; p++) {
+        const f = await router.fetch({ topic: "kafka-topic", partition: p, offset: 0 });
+        expect(f.records.map((r) => new TextDecoder().decode(r.value))).toEqual(
+          Array.from({ length: 5 }, (_, i) => `k${p}-${i}`),
+        );
+      }
+    } finally {
+      await router.close();
+    }
+  });
+
   it("refuses a duplicate node id and a data directory of another cluster", async () => {
     const [http, tcp] = await freePorts(2);
     const dup = await runCli([
@@ -263,24 +461,168 @@ describe("cluster mode: three brokers", () => {
     expect(other.stderr).not.toContain(secret);
   });
 
-  it("a SIGKILLed leader is replaced: the controller moves its partitions and bumps the epoch", async () => {
+  it("a SIGKILLed leader is replaced; writes are accepted again and no acknowledged record is lost", async () => {
     const before = await metadata(brokers.get(1)!, "orders");
     const p0 = before.topics[0].partitions[0];
     const victim = p0.leader;
-    await brokers.get(victim)!.stop("SIGKILL");
-    brokers.delete(victim);
-    const survivor = brokers.values().next().value as BrokerProcess;
-    const after = await waitFor("a new leader of orders/0", async () => {
-      const m = await metadata(survivor, "orders");
-      const p = m.topics[0].partitions[0];
-      const settled = m.topics[0].partitions.every((q) => !q.isr.includes(victim));
-      return p.leader !== victim && p.leader !== -1 && settled ? m : undefined;
+    const other = [1, 2, 3].find((id) => id !== victim)!;
+    // The client bootstraps from a broker that does not lead orders/0 and routes to the leader.
+    const router = await ClusterClient.connect({
+      bootstrap: [brokers.get(other)!.tcp],
+      retryTimeoutMs: 30_000,
     });
-    const p = after.topics[0].partitions[0];
-    expect(p.leader_epoch).toBe(p0.leader_epoch + 1);
-    expect(p.isr).not.toContain(victim);
-    expect(after.brokers.map((b) => b.node_id)).not.toContain(victim);
-    for (const q of after.topics[0].partitions) expect(q.isr).not.toContain(victim);
+    const producer = new IdempotentProducer({
+      connect: () => TcpClient.connect(brokers.get(other)!.tcp),
+      router,
+      producerId: "e2e-failover",
+    });
+    const acked: string[] = [];
+    const send = async (value: string) => {
+      await producer.send("orders", [{ value }], { partition: 0 });
+      acked.push(value);
+    };
+    try {
+      for (let i = 0; i < 50; i++) await send(`before-${i}`);
+      const killedAt = Date.now();
+      await brokers.get(victim)!.stop("SIGKILL");
+      brokers.delete(victim);
+      // The next write waits out the failover (lease expiry, election) and is accepted.
+      await send("after-0");
+      const failoverMs = Date.now() - killedAt;
+      for (let i = 1; i < 20; i++) await send(`after-${i}`);
+      const survivor = brokers.get(other)!;
+      const after = await waitFor("the partition states settled", async () => {
+        const m = await metadata(survivor, "orders");
+        return m.topics[0].partitions.every((q) => !q.isr.includes(victim)) ? m : undefined;
+      });
+      const p = after.topics[0].partitions[0];
+      expect(p.leader).not.toBe(victim);
+      expect(p.leader_epoch).toBe(p0.leader_epoch + 1);
+      expect(after.brokers.map((b) => b.node_id)).not.toContain(victim);
+      // Every acknowledged record is on the new leader, once, in order.
+      const seen: string[] = [];
+      let offset = 0;
+      for (;;) {
+        const f = await router.fetch({ topic: "orders", partition: 0, offset, maxRecords: 1000 });
+        if (f.records.length === 0) break;
+        for (const r of f.records) seen.push(new TextDecoder().decode(r.value));
+        offset = f.nextOffset;
+      }
+      const mine = seen.filter((v) => /^(before|after)-/.test(v));
+      expect(mine).toEqual(acked);
+      expect(failoverMs).toBeLessThan(20_000);
+    } finally {
+      await producer.close();
+      await router.close();
+    }
+  }, 45_000);
+});
+
+describe("cluster mode: etcd lost while running", () => {
+  it("no new acknowledgements while the lease cannot be renewed; committed reads go on; writes resume when etcd is back", async () => {
+    const survivors = [...brokers.values()];
+    const router = await ClusterClient.connect({
+      bootstrap: survivors.map((b) => b.tcp),
+      retryTimeoutMs: 60_000,
+    });
+    try {
+      const before = await router.produce("orders", [{ value: "pre-outage" }], { partition: 0 });
+      const committedEnd = before.spans[0].baseOffset + 1;
+      const leader = await router.leader("orders", 0);
+      await Promise.all(etcd.members.map((m) => m.kill("SIGKILL")));
+      const lostAt = Date.now();
+      // Within a lease TTL (6 s) and a renewal, the leader stops acknowledging.
+      const refused = await waitFor(
+        "a refused produce",
+        async () => {
+          const e = await leader
+            .produce("orders", [{ value: "during-outage" }], { partition: 0 })
+            .then(
+              () => undefined,
+              (err: unknown) => err,
+            );
+          return e === undefined ? undefined : (e as { code: string });
+        },
+        15_000,
+      );
+      expect(["not_leader", "not_enough_replicas"]).toContain(refused.code);
+      expect(Date.now() - lostAt).toBeLessThan(15_000);
+      // Committed records are still served.
+      const read = await leader.fetch({
+        topic: "orders",
+        partition: 0,
+        offset: 0,
+        maxRecords: 10_000,
+      });
+      expect(read.nextOffset).toBeGreaterThanOrEqual(committedEnd);
+      expect(read.records.map((r) => new TextDecoder().decode(r.value))).toContain("pre-outage");
+      await Promise.all(etcd.members.map((m) => m.restart()));
+      const after = await router.produce("orders", [{ value: "post-outage" }], { partition: 0 });
+      expect(after.spans[0].baseOffset).toBeGreaterThanOrEqual(committedEnd);
+      const all: string[] = [];
+      let offset = 0;
+      for (;;) {
+        const f = await router.fetch({ topic: "orders", partition: 0, offset, maxRecords: 1000 });
+        if (f.records.length === 0) break;
+        for (const r of f.records) all.push(new TextDecoder().decode(r.value));
+        offset = f.nextOffset;
+      }
+      expect(all.filter((v) => v === "pre-outage")).toHaveLength(1);
+      expect(all.filter((v) => v === "post-outage")).toHaveLength(1);
+    } finally {
+      await router.close();
+    }
+  }, 90_000);
+});
+
+describe("cluster mode: consumer groups", () => {
+  it("a group's commits outlive its coordinator: the next controller serves them from etcd", async () => {
+    const router = await ClusterClient.connect({
+      bootstrap: [...brokers.values()].map((b) => b.tcp),
+      retryTimeoutMs: 30_000,
+    });
+    let coordinatorId: number;
+    let committed: { topic: string; partition: number; committed: number | null }[];
+    try {
+      coordinatorId = router.metadata!.controller;
+      const member = await GroupConsumer.join({
+        client: await router.coordinator(),
+        router,
+        group: "survivors",
+        topics: ["orders"],
+        startFrom: "earliest",
+      });
+      let got = 0;
+      for (let i = 0; i < 20 && got === 0; i++)
+        for (const b of await member.poll({ waitMs: 200 })) got += b.records.length;
+      expect(got).toBeGreaterThan(0);
+      expect(await member.commit()).toBe(true);
+      const before = await (await router.coordinator()).describeGroup("survivors");
+      committed = before.offsets.map((o) => ({
+        topic: o.topic,
+        partition: o.partition,
+        committed: o.committed,
+      }));
+      expect(committed.some((o) => (o.committed ?? 0) > 0)).toBe(true);
+      await member.close({ leave: false });
+    } finally {
+      await router.close();
+    }
+    // The coordinator stops: the other broker becomes the controller and the coordinator.
+    await brokers.get(coordinatorId)!.stop("SIGTERM");
+    brokers.delete(coordinatorId);
+    const [remaining] = [...brokers.values()];
+    await waitFor("a new controller", async () => {
+      const m = await metadata(remaining);
+      return m.controller !== -1 && m.controller !== coordinatorId ? m : undefined;
+    });
+    const res = await fetch(`${remaining.httpUrl}/v1/groups/survivors`);
+    expect(res.status).toBe(200);
+    const after = (await res.json()) as {
+      offsets: { topic: string; partition: number; committed: number | null }[];
+    };
+    for (const o of committed.filter((c) => c.committed !== null))
+      expect(after.offsets).toContainEqual(expect.objectContaining(o));
   }, 30_000);
 });
 

@@ -285,6 +285,9 @@ describe(`[${target}] the OpenAPI document against the real process`, () => {
     expect((await s("logs/app", { method: "DELETE" })).status).toBe(204);
     expect((await s("logs/missing?offset=-1")).status).toBe(404);
 
+    // A single node has no cluster metadata: 404, as documented.
+    expect((await call("/v1/cluster", a)).status).toBe(404);
+
     // The schema registry (Confluent's API under /registry).
     const r = (path: string, c: Call = {}) =>
       call(`/registry${path}`, {

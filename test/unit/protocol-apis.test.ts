@@ -735,13 +735,14 @@ describe("the TCP dispatch table", () => {
     expect(Object.keys(goldens).sort()).toEqual(apis.map((a) => a.name).sort());
   });
 
-  it("numbers its apis 0 to 14 in order, each at version 0, and ApiKey names them", () => {
+  it("numbers its apis 0 to 14 in order, each at version 0 (Metadata also 1), and ApiKey names them", () => {
     expect(apis.map((a) => a.key)).toEqual(apis.map((_, i) => i));
     for (const api of apis) {
-      expect(api.versionMax).toBe(0);
+      expect(api.versionMax).toBe(api.name === "Metadata" ? 1 : 0);
       expect(ApiKey[api.name]).toBe(api.key);
       expect(supportedApi(api.key, 0)).toBe(api);
-      expect(supportedApi(api.key, 1)).toBeUndefined();
+      expect(supportedApi(api.key, api.versionMax)).toBe(api);
+      expect(supportedApi(api.key, api.versionMax + 1)).toBeUndefined();
     }
   });
 });

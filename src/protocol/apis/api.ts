@@ -42,7 +42,7 @@ export interface ApiSpec<Key extends number = number, Name extends string = stri
   readonly key: Key;
   /** Its name in messages, logs and `ApiKey` (`index.ts`). */
   readonly name: Name;
-  /** Highest version this codec speaks (every api is at version 0). */
+  /** Highest version this codec speaks (most apis are at version 0; Metadata has 1). */
   readonly versionMax: number;
   /**
    * Decodes `body`, calls the broker, and encodes its answer. The broker must be called
@@ -50,7 +50,13 @@ export interface ApiSpec<Key extends number = number, Name extends string = stri
    * produces to one partition are appended in the order they were sent.
    * @throws ProtocolError when the body breaks the grammar; the transport answers it.
    */
-  serve(body: Uint8Array, correlationId: number, connection: ApiConnection): Served;
+  serve(
+    body: Uint8Array,
+    correlationId: number,
+    connection: ApiConnection,
+    /** The request's version (0 … versionMax; most apis only have 0). */
+    version: number,
+  ): Served;
 }
 
 /** Declares an api, keeping its number and name as literal types (so `ApiKey.Fetch` is `1`). */

@@ -14,7 +14,9 @@
  * FindCoordinator response v0 = error_code int16 | node_id int32 | host string | port int32
  * ```
  *
- * es-broker is one broker: node 0, leader of every partition and coordinator of every group.
+ * A single es-broker is node 0, leader of every partition and coordinator of every group. In
+ * cluster mode (docs/cluster.md "Clients") the answer lists every live broker with a Kafka
+ * listener, and each partition's real leader, replicas and ISR.
  */
 import { finishFrame, startResponse } from "./header.ts";
 import { KafkaReader, type KafkaWriter } from "./wire.ts";
@@ -40,28 +42,50 @@ export function writeMetadataRequest(w: KafkaWriter, topics: string[] | null): v
   else w.array(topics, (t) => w.string(t));
 }
 
+/** One partition of a Metadata response in cluster mode. */
+export interface MetadataPartition {
+  /** 0, or LEADER_NOT_AVAILABLE (5) while the partition has no leader. */
+  errorCode: number;
+  partition: number;
+  /** −1 while offline. */
+  leader: number;
+  replicas: number[];
+  isr: number[];
+}
+
 /** One topic of a Metadata response. */
 export interface MetadataTopic {
   errorCode: number;
   name: string;
-  /** Partition numbers (each led by the one node). */
-  partitions: number[];
+  /** Partition numbers (each led by the one node), or in cluster mode each partition's state. */
+  partitions: number[] | MetadataPartition[];
 }
 
-/** Encodes a Metadata v1 response. */
+/**
+ * Encodes a Metadata v1 response: one broker (`node`) leading everything, or in cluster mode
+ * `brokers` and the partitions' own leaders (with `controllerId`).
+ */
 export function encodeMetadataResponse(
   correlationId: number,
-  p: { node: KafkaNode; topics: MetadataTopic[] },
+  p: { node: KafkaNode; topics: MetadataTopic[]; brokers?: KafkaNode[]; controllerId?: number },
 ): Uint8Array {
   const w = startResponse(correlationId, 128);
-  w.array([p.node], (n) => w.int32(n.nodeId).string(n.host).int32(n.port).string(null));
-  w.int32(p.node.nodeId);
+  w.array(p.brokers ?? [p.node], (n) =>
+    w.int32(n.nodeId).string(n.host).int32(n.port).string(null),
+  );
+  w.int32(p.controllerId ?? p.node.nodeId);
   w.array(p.topics, (t) => {
     w.int16(t.errorCode).string(t.name).boolean(false);
-    w.array(t.partitions, (partition) => {
-      w.int16(0).int32(partition).int32(p.node.nodeId);
-      w.int32(1).int32(p.node.nodeId);
-      w.int32(1).int32(p.node.nodeId);
+    w.array(t.partitions as (number | MetadataPartition)[], (partition) => {
+      if (typeof partition === "number") {
+        w.int16(0).int32(partition).int32(p.node.nodeId);
+        w.int32(1).int32(p.node.nodeId);
+        w.int32(1).int32(p.node.nodeId);
+        return;
+      }
+      w.int16(partition.errorCode).int32(partition.partition).int32(partition.leader);
+      w.array(partition.replicas, (id) => w.int32(id));
+      w.array(partition.isr, (id) => w.int32(id));
     });
   });
   return finishFrame(w);

@@ -206,11 +206,17 @@ const schemas: Record<string, Schema> = {
       node_id: integer(0, 2_147_483_647, "The broker that answered."),
       controller: integer(-1, 2_147_483_647, "The controller's node id, −1 while none."),
       brokers: array(
-        exact({
-          node_id: integer(0, 2_147_483_647),
-          tcp: { type: "string", description: "HOST:PORT (--advertise-tcp)." },
-          http: { type: "string", description: "Base URL (--advertise-http)." },
-        }),
+        {
+          type: "object",
+          properties: {
+            node_id: integer(0, 2_147_483_647),
+            tcp: { type: "string", description: "HOST:PORT (--advertise-tcp)." },
+            http: { type: "string", description: "Base URL (--advertise-http)." },
+            kafka: { type: "string", description: "HOST:PORT of its Kafka listener, if any." },
+          },
+          required: ["node_id", "tcp", "http"],
+          additionalProperties: false,
+        },
         "Live brokers, by node id.",
       ),
       topics: array(

@@ -4,7 +4,13 @@
  * synchronously, before any await, so requests of one connection reach it in frame order.
  */
 import { BrokerError, Errors, kafkaErrorCode } from "../../broker/errors.ts";
-import type { Broker, FetchResult, ProduceResult, TopicDescription } from "../../broker/types.ts";
+import type {
+  Broker,
+  ClusterMetadata,
+  FetchResult,
+  ProduceResult,
+  TopicDescription,
+} from "../../broker/types.ts";
 import {
   fetchBytesMax,
   fetchRecordsMax,
@@ -46,6 +52,7 @@ import {
   decodeMetadataRequest,
   encodeFindCoordinatorResponse,
   encodeMetadataResponse,
+  type KafkaNode,
   type MetadataTopic,
 } from "../../protocol/kafka/metadata.ts";
 import {
@@ -199,6 +206,8 @@ export function serveKafkaRequest(frame: Uint8Array, state: KafkaConnectionState
       return { response: listOffsets(body, correlationId, broker), answerBytes: 0 };
     case KafkaApi.FindCoordinator: {
       decodeFindCoordinatorRequest(body);
+      if (broker.clusterMetadata !== undefined)
+        return { response: findClusterCoordinator(correlationId, broker, s), answerBytes: 0 };
       return answered(encodeFindCoordinatorResponse(correlationId, { errorCode: 0, node: s.node }));
     }
     case KafkaApi.JoinGroup:
@@ -307,6 +316,7 @@ async function metadata(
   s: KafkaSettings,
 ): Promise<Uint8Array> {
   const { topics: names } = decodeMetadataRequest(body);
+  if (broker.clusterMetadata !== undefined) return clusterMetadata(correlationId, broker, names, s);
   const described: MetadataTopic[] = [];
   const partitionsOf = (t: TopicDescription): number[] => t.partitions.map((p) => p.partition);
   if (names === null) {
@@ -324,6 +334,99 @@ async function metadata(
     }
   }
   return encodeMetadataResponse(correlationId, { node: s.node, topics: described });
+}
+
+/** The Kafka address of each broker of `m` that has a Kafka listener. */
+function kafkaNodes(m: ClusterMetadata): KafkaNode[] {
+  const nodes: KafkaNode[] = [];
+  for (const b of m.brokers) {
+    const hp = b.kafka === undefined ? null : /^\[?([^\]]*?)\]?:(\d+)$/.exec(b.kafka);
+    if (hp !== null) nodes.push({ nodeId: b.node_id, host: hp[1], port: Number(hp[2]) });
+  }
+  return nodes;
+}
+
+/**
+ * Metadata in cluster mode (docs/cluster.md "Clients"): every live broker with a Kafka listener,
+ * and every partition's leader (LEADER_NOT_AVAILABLE while it has none), replicas and ISR, so
+ * Kafka clients send each partition's requests to its leader.
+ */
+async function clusterMetadata(
+  correlationId: number,
+  broker: Broker,
+  names: string[] | null,
+  s: KafkaSettings,
+): Promise<Uint8Array> {
+  const all = await broker.clusterMetadata!();
+  const byName = new Map(all.topics.map((t) => [t.name, t]));
+  const wanted = names ?? all.topics.map((t) => t.name);
+  const described: MetadataTopic[] = [];
+  for (const name of wanted) {
+    const t = byName.get(name);
+    if (t === undefined) {
+      // A topic of this broker alone (made before it joined), or none.
+      try {
+        const local = await broker.describeTopic(name);
+        described.push({
+          errorCode: 0,
+          name,
+          partitions: local.partitions.map((p) => ({
+            errorCode: 0,
+            partition: p.partition,
+            leader: all.node_id,
+            replicas: [all.node_id],
+            isr: [all.node_id],
+          })),
+        });
+      } catch (error) {
+        brokerErrorOnly(error);
+        described.push({ errorCode: codeOf(error), name, partitions: [] });
+      }
+      continue;
+    }
+    described.push({
+      errorCode: 0,
+      name,
+      partitions: t.partitions.map((p) => ({
+        errorCode: p.leader === -1 ? 5 : 0,
+        partition: p.partition,
+        leader: p.leader,
+        replicas: p.replicas,
+        isr: p.isr,
+      })),
+    });
+  }
+  const self = { ...s.node, nodeId: all.node_id };
+  const brokers = kafkaNodes(all).map((n) => (n.nodeId === all.node_id ? self : n));
+  if (!brokers.some((n) => n.nodeId === all.node_id)) brokers.push(self);
+  return encodeMetadataResponse(correlationId, {
+    node: self,
+    topics: described,
+    brokers,
+    controllerId: all.controller,
+  });
+}
+
+/**
+ * FindCoordinator in cluster mode: the controller's Kafka listener (group state is kept by one
+ * broker, not replicated: docs/cluster.md), else this broker; COORDINATOR_NOT_AVAILABLE (15)
+ * while there is no controller with a Kafka listener.
+ */
+async function findClusterCoordinator(
+  correlationId: number,
+  broker: Broker,
+  s: KafkaSettings,
+): Promise<Uint8Array> {
+  const all = await broker.clusterMetadata!([]);
+  const node = kafkaNodes(all).find((n) => n.nodeId === all.controller);
+  if (all.controller === all.node_id)
+    return encodeFindCoordinatorResponse(correlationId, {
+      errorCode: 0,
+      node: { ...s.node, nodeId: all.node_id },
+    });
+  if (node === undefined)
+    return encodeFindCoordinatorResponse(correlationId, { errorCode: 15, node: s.node });
+  return encodeFindCoordinatorResponse(correlationId, { errorCode: 0, node });
 }
 
 // ---------------------------------------------------------------------------------------------

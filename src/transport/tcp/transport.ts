@@ -534,7 +534,7 @@ class Connection {
     try {
       // The api's row decodes the body and calls the broker synchronously; `answerBytes` is the
       // size its answer may reach beyond the request (a fetch's `max_bytes`).
-      const served = spec.serve(body, correlationId, this.#api);
+      const served = spec.serve(body, correlationId, this.#api, version);
       response = served.response;
       costBytes += served.answerBytes ?? 0;
     } catch (error) {

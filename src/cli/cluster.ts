@@ -1,0 +1,157 @@
+/**
+ * `es-broker cluster status`: what a cluster looks like now (docs/cluster.md "Operating"): its
+ * brokers, the controller, and per partition the leader, leader epoch, replicas, ISR, ELR and
+ * the high watermark (from the leader), as a table or, with `--json`, as one JSON document.
+ */
+import { connectionHelp, connectionOptions } from "./connection.ts";
+import { UsageError, parseCli } from "./args.ts";
+import { brokerDefault, connectRouted } from "./client-commands.ts";
+
+/** Help text of `es-broker cluster`. */
+export const clusterHelp = `Usage: es-broker cluster status [options]
+
+Shows a cluster (serve --cluster): its live brokers, the controller, and for every partition
+its leader (-1: none now), leader epoch, replicas, in-sync replicas (ISR), eligible leader
+replicas (ELR), high watermark (asked of the leader) and under_replicated (fewer in-sync
+replicas than replicas). Exit 1 against a single node, or when no broker answers.
+
+Options:
+  --broker HOST:PORT[,…]   any broker(s) of the cluster, TCP address (default ${brokerDefault})
+  --topic NAME             only this topic (repeatable)
+  --json                   one JSON document instead of the table
+${connectionHelp}
+  -h, --help               show this help
+`;
+
+/** One partition as `cluster status` reports it. */
+interface PartitionStatus {
+  partition: number;
+  leader: number;
+  leader_epoch: number;
+  replicas: number[];
+  isr: number[];
+  elr: number[];
+  under_replicated: boolean;
+  /** The leader's high watermark, null when the leader could not be asked. */
+  high_watermark: number | null;
+}
+
+/** `es-broker cluster status`. */
+export async function cluster(argv: string[]): Promise<number> {
+  const { values, positionals } = parseCli({
+    args: argv,
+    options: {
+      broker: { type: "string" },
+      ...connectionOptions,
+      topic: { type: "string", multiple: true },
+      json: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h", default: false },
+    },
+    allowPositionals: true,
+  });
+  if (values.help || positionals.length === 0) {
+    process.stdout.write(clusterHelp);
+    return values.help ? 0 : 2;
+  }
+  const [action, ...rest] = positionals;
+  if (action !== "status")
+    throw new UsageError(`unknown cluster action ${JSON.stringify(action)} (status)`);
+  if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
+  const { cluster: router } = await connectRouted(values);
+  try {
+    const wanted = values.topic ?? [];
+    await router.refresh();
+    const m = router.metadata;
+    if (m === null)
+      throw new Error(
+        `Cannot show the cluster: the broker at ${values.broker ?? brokerDefault} runs as a single node (serve --cluster joins a cluster)`,
+      );
+    const topics = wanted.length === 0 ? m.topics : m.topics.filter((t) => wanted.includes(t.name));
+    for (const name of wanted)
+      if (!m.topics.some((t) => t.name === name))
+        throw new Error(`Cannot show topic ${JSON.stringify(name)}: it does not exist`);
+    const status = await Promise.all(
+      topics.map(async (t) => ({
+        name: t.name,
+        partitions: await Promise.all(
+          t.partitions.map(async (p): Promise<PartitionStatus> => {
+            let highWatermark: number | null = null;
+            if (p.leader !== -1) {
+              try {
+                const leader = await router.leader(t.name, p.partition);
+                highWatermark = (
+                  await leader.listOffsets({ topic: t.name, partition: p.partition })
+                ).highWatermark;
+              } catch {}
+            }
+            return {
+              partition: p.partition,
+              leader: p.leader,
+              leader_epoch: p.leader_epoch,
+              replicas: p.replicas,
+              isr: p.isr,
+              elr: p.elr,
+              under_replicated: p.isr.length < p.replicas.length,
+              high_watermark: highWatermark,
+            };
+          }),
+        ),
+      })),
+    );
+    const doc = {
+      cluster_id: m.cluster_id,
+      controller: m.controller,
+      brokers: m.brokers,
+      topics: status,
+    };
+    if (values.json) {
+      process.stdout.write(`${JSON.stringify(doc, null, 2)}\n`);
+      return 0;
+    }
+    const lines: string[] = [];
+    lines.push(
+      `cluster ${m.cluster_id}, controller: ${m.controller === -1 ? "none" : `node ${m.controller}`}`,
+    );
+    lines.push(`brokers (${m.brokers.length} live):`);
+    for (const b of m.brokers) lines.push(`  node ${b.node_id}\ttcp ${b.tcp}\thttp ${b.http}`);
+    const rows: string[][] = [
+      [
+        "topic",
+        "partition",
+        "leader",
+        "epoch",
+        "replicas",
+        "isr",
+        "elr",
+        "high_watermark",
+        "status",
+      ],
+    ];
+    const ids = (list: number[]) => (list.length === 0 ? "-" : list.join(","));
+    for (const t of status)
+      for (const p of t.partitions)
+        rows.push([
+          t.name,
+          String(p.partition),
+          p.leader === -1 ? "none" : String(p.leader),
+          String(p.leader_epoch),
+          ids(p.replicas),
+          ids(p.isr),
+          ids(p.elr),
+          p.high_watermark === null ? "?" : String(p.high_watermark),
+          p.leader === -1 ? "offline" : p.under_replicated ? "under-replicated" : "ok",
+        ]);
+    const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
+    for (const r of rows)
+      lines.push(
+        r
+          .map((cell, c) => cell.padEnd(widths[c]))
+          .join("  ")
+          .trimEnd(),
+      );
+    process.stdout.write(`${lines.join("\n")}\n`);
+    return 0;
+  } finally {
+    await router.close();
+  }
+}

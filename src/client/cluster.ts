@@ -1,0 +1,310 @@
+/**
+ * Routing for clients of a cluster (docs/cluster.md "Clients"): bootstrap from any broker, learn
+ * the partition leaders (Metadata version 1), keep one {@link TcpClient} per broker, and send
+ * every partition's produce and fetch to its leader. On `not_leader`, `fenced_leader_epoch`,
+ * `not_enough_replicas` or a lost connection it reads the metadata again and retries with
+ * backoff until `retryTimeoutMs`.
+ *
+ * Works against a single node too: its metadata has no cluster, and every call goes to the
+ * bootstrap broker.
+ *
+ * Retries and duplicates: a plain produce retried after `not_enough_replicas` or a lost
+ * connection may have been stored the first time (at-least-once); use {@link IdempotentProducer}
+ * with `router` for exactly-once appends: it keeps each batch's sequence across retries, so a
+ * new leader answers a resent batch as a duplicate.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import { Errors } from "../broker/errors.ts";
+import type {
+  ClusterMetadata,
+  CreateTopicRequest,
+  ProduceResult,
+  TopicDescription,
+} from "../broker/types.ts";
+import type { EntryBatch } from "../storage/record.ts";
+import type { ListOffsetsResult } from "../protocol/apis/list-offsets.ts";
+import {
+  type FetchOptions,
+  type FetchResponse,
+  TcpClient,
+  type TcpClientOptions,
+} from "./client.ts";
+import { ClientError } from "./errors.ts";
+import type { ProduceRecord } from "./records.ts";
+
+/** What a producer or consumer needs to reach partition leaders (implemented by {@link ClusterClient}). */
+export interface LeaderRouter {
+  /** A connection to the current leader of the partition (the bootstrap broker on a single node). */
+  leader(topic: string, partition: number): Promise<TcpClient>;
+  /** Reads the metadata again (after a routing error). */
+  refresh(): Promise<void>;
+  /** The number of partitions of `topic`. */
+  partitionCount(topic: string): Promise<number>;
+}
+
+/** Options of {@link ClusterClient.connect}. */
+export interface ClusterClientOptions extends Omit<TcpClientOptions, "host" | "port"> {
+  /** Brokers to ask for the metadata first, tried in order: `[{ host, port }, …]`. */
+  bootstrap: { host: string; port: number }[];
+  /** How long one call keeps retrying routing errors, in ms (default 30 000). */
+  retryTimeoutMs?: number;
+  /** Wait before the first retry, doubling up to 1 s (default 50 ms). */
+  retryBackoffMs?: number;
+}
+
+/** Error codes after which the metadata is read again and the call retried. */
+const routingCodes = new Set<string>([
+  Errors.notLeader.code,
+  Errors.fencedLeaderEpoch.code,
+  Errors.notEnoughReplicas.code,
+  "connection_closed",
+  "timeout",
+]);
+
+/** Whether `err` means "ask the (new) leader again". */
+export function isRoutingError(err: unknown): boolean {
+  return err instanceof ClientError && routingCodes.has(err.code);
+}
+
+function parseHostPort(text: string): { host: string; port: number } {
+  const m = /^\[?([^\]]*?)\]?:(\d+)$/.exec(text);
+  if (m === null)
+    throw ClientError.invalidResponse(`Cannot use broker address ${JSON.stringify(text)}`);
+  return { host: m[1], port: Number(m[2]) };
+}
+
+/** See the module comment. */
+export class ClusterClient implements LeaderRouter {
+  readonly #options: ClusterClientOptions;
+  #metadata: ClusterMetadata | null = null;
+  /** The broker the metadata came from (also every call's target on a single node). */
+  #bootstrap: TcpClient;
+  readonly #clients = new Map<number, Promise<TcpClient>>();
+  #refreshing: Promise<void> | null = null;
+  #closed = false;
+
+  private constructor(options: ClusterClientOptions, bootstrap: TcpClient) {
+    this.#options = options;
+    this.#bootstrap = bootstrap;
+  }
+
+  /**
+   * Connects to the first bootstrap broker that answers and reads the metadata.
+   * @throws ClientError from the last broker tried when none answers.
+   */
+  static async connect(options: ClusterClientOptions): Promise<ClusterClient> {
+    if (options.bootstrap.length === 0)
+      throw ClientError.fromKind(
+        Errors.invalidRequest,
+        "Cannot connect: no bootstrap broker given",
+      );
+    let last: unknown;
+    for (const b of options.bootstrap) {
+      try {
+        const client = await TcpClient.connect({ ...options, host: b.host, port: b.port });
+        const cluster = new ClusterClient(options, client);
+        await cluster.refresh();
+        return cluster;
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last;
+  }
+
+  /** The metadata last read (null on a single node). */
+  get metadata(): ClusterMetadata | null {
+    return this.#metadata;
+  }
+
+  /** Reads the metadata again from a live connection (the bootstrap broker, else any other). */
+  refresh(): Promise<void> {
+    this.#refreshing ??= this.#refresh().finally(() => (this.#refreshing = null));
+    return this.#refreshing;
+  }
+
+  async #refresh(): Promise<void> {
+    const candidates: (() => Promise<TcpClient>)[] = [async () => this.#bootstrap];
+    for (const b of this.#metadata?.brokers ?? [])
+      candidates.push(() => this.#clientFor(b.node_id));
+    for (const b of this.#options.bootstrap)
+      candidates.push(() => TcpClient.connect({ ...this.#options, host: b.host, port: b.port }));
+    let last: unknown;
+    for (const open of candidates) {
+      try {
+        const client = await open();
+        if (client.closed) continue;
+        const answer = await client.clusterMetadata();
+        this.#metadata = answer.cluster;
+        // The broker that answered serves metadata from now on (the old one failed).
+        this.#bootstrap = client;
+        // Connections to brokers that left the cluster are dropped.
+        const live = new Set(this.#metadata?.brokers.map((b) => b.node_id) ?? []);
+        for (const [id, c] of this.#clients)
+          if (!live.has(id)) {
+            this.#clients.delete(id);
+            void c.then((x) => x.close()).catch(() => {});
+          }
+        return;
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw (
+      last ?? ClientError.connectionClosed("Cannot read the cluster metadata: no broker answered")
+    );
+  }
+
+  #clientFor(nodeId: number): Promise<TcpClient> {
+    const existing = this.#clients.get(nodeId);
+    if (existing !== undefined) {
+      return existing.then((c) => {
+        if (!c.closed) return c;
+        this.#clients.delete(nodeId);
+        return this.#clientFor(nodeId);
+      });
+    }
+    const broker = this.#metadata?.brokers.find((b) => b.node_id === nodeId);
+    if (broker === undefined)
+      return Promise.reject(
+        ClientError.fromKind(Errors.notLeader, `Cannot reach node ${nodeId}: it is not live`),
+      );
+    const opened = TcpClient.connect({ ...this.#options, ...parseHostPort(broker.tcp) });
+    this.#clients.set(nodeId, opened);
+    opened.catch(() => this.#clients.delete(nodeId));
+    return opened;
+  }
+
+  /**
+   * A connection to the leader of `topic`/`partition` as the metadata says (reads it again once
+   * if the topic is unknown).
+   * @throws ClientError `not_leader` while the partition has no leader, `topic_not_found`.
+   */
+  async leader(topic: string, partition: number): Promise<TcpClient> {
+    if (this.#closed) throw ClientError.connectionClosed("Cannot send: the client is closed");
+    if (this.#metadata === null) return this.#bootstrap;
+    let t = this.#metadata.topics.find((x) => x.name === topic);
+    if (t === undefined) {
+      await this.refresh();
+      if (this.#metadata === null) return this.#bootstrap;
+      t = this.#metadata.topics.find((x) => x.name === topic);
+    }
+    if (t === undefined)
+      throw ClientError.fromKind(
+        Errors.topicNotFound,
+        `Topic ${JSON.stringify(topic)} does not exist`,
+      );
+    const p = t.partitions.find((x) => x.partition === partition);
+    if (p === undefined)
+      throw ClientError.fromKind(
+        Errors.partitionNotFound,
+        `Partition ${partition} of topic ${JSON.stringify(topic)} does not exist`,
+      );
+    if (p.leader === -1)
+      throw ClientError.fromKind(
+        Errors.notLeader,
+        `Cannot reach the leader of ${topic}/${partition}: it has none now`,
+      );
+    return this.#clientFor(p.leader);
+  }
+
+  /** The number of partitions of `topic` (from the metadata). @throws ClientError `topic_not_found`. */
+  async partitionCount(topic: string): Promise<number> {
+    const [d] = await this.withRetries(async () => (await this.#anyClient()).metadata([topic]));
+    return d.partitions.length;
+  }
+
+  /** A connection to some live broker (for requests any broker answers: topics, metadata). */
+  any(): Promise<TcpClient> {
+    return this.#anyClient();
+  }
+
+  async #anyClient(): Promise<TcpClient> {
+    if (!this.#bootstrap.closed) return this.#bootstrap;
+    await this.refresh();
+    return this.#bootstrap;
+  }
+
+  /**
+   * Runs `fn` until it succeeds, reading the metadata again and backing off after each routing
+   * error, until `retryTimeoutMs`. Other errors reject at once.
+   */
+  async withRetries<T>(fn: () => Promise<T>): Promise<T> {
+    const deadline = Date.now() + (this.#options.retryTimeoutMs ?? 30_000);
+    const base = this.#options.retryBackoffMs ?? 50;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn();
+      } catch (err) {
+        if (!isRoutingError(err) || Date.now() >= deadline || this.#closed) throw err;
+        await sleep(Math.min(1000, base * 2 ** Math.min(attempt, 10)));
+        await this.refresh().catch(() => {});
+      }
+    }
+  }
+
+  /**
+   * Produces to one partition through its leader (retried as the module comment says).
+   * @throws ClientError as {@link TcpClient.produce}.
+   */
+  produce(
+    topic: string,
+    records: readonly ProduceRecord[] | EntryBatch,
+    options: { partition: number },
+  ): Promise<ProduceResult> {
+    return this.withRetries(async () =>
+      (await this.leader(topic, options.partition)).produce(topic, records, options),
+    );
+  }
+
+  /** Fetches from one partition's leader. @throws ClientError as {@link TcpClient.fetch}. */
+  fetch(request: FetchOptions): Promise<FetchResponse> {
+    return this.withRetries(async () =>
+      (await this.leader(request.topic, request.partition)).fetch(request),
+    );
+  }
+
+  /** Bounds of one partition, from its leader. */
+  listOffsets(request: { topic: string; partition: number }): Promise<ListOffsetsResult> {
+    return this.withRetries(async () =>
+      (await this.leader(request.topic, request.partition)).listOffsets(request),
+    );
+  }
+
+  /** Creates a topic (any broker writes it to the cluster); reads the metadata again after. */
+  async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
+    const created = await this.withRetries(async () =>
+      (await this.#anyClient()).createTopic(request),
+    );
+    await this.refresh().catch(() => {});
+    return created;
+  }
+
+  /**
+   * The broker for a consumer group's requests: the controller in a cluster (every member
+   * must reach the same broker: group state is not replicated, docs/cluster.md), else the
+   * bootstrap broker.
+   */
+  async coordinator(): Promise<TcpClient> {
+    return this.withRetries(async () => {
+      const controller = this.#metadata?.controller ?? -1;
+      if (this.#metadata === null) return this.#anyClient();
+      if (controller === -1)
+        throw ClientError.fromKind(
+          Errors.notLeader,
+          "Cannot reach the group coordinator: the cluster has no controller now",
+        );
+      return this.#clientFor(controller);
+    });
+  }
+
+  /** Closes every connection. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    const all = await Promise.allSettled([...this.#clients.values()]);
+    await Promise.all([
+      this.#bootstrap.close(),
+      ...all.map((r) => (r.status === "fulfilled" ? r.value.close() : undefined)),
+    ]);
+  }
+}
