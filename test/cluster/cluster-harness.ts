@@ -40,6 +40,8 @@ export interface ClusterBroker {
   log: string[];
   /** SIGKILL, then wait for the exit. No-op when down. */
   kill(): Promise<void>;
+  /** SIGTERM (a clean shutdown), then wait for the exit; SIGKILL after 20 s. No-op when down. */
+  terminate(): Promise<void>;
   /** SIGSTOP (it stops answering, its connections stay open). */
   pause(): void;
   /** SIGCONT after {@link pause}. */
@@ -83,10 +85,11 @@ export interface TestCluster {
   metadata(topic?: string): Promise<ClusterMetadataAnswer | null>;
   /**
    * Waits until a running broker reports every broker live and a controller, and (with `topic`)
-   * every partition of it led by a running broker; single broker: until it answers `/v1/topics`.
+   * every partition of it led by a running broker (and, with `inSync`, every replica in the ISR);
+   * single broker: until it answers `/v1/topics`.
    * @throws Error after `timeoutMs` (default 60 000), with the last answer.
    */
-  waitReady(options?: { topic?: string; timeoutMs?: number }): Promise<void>;
+  waitReady(options?: { topic?: string; inSync?: boolean; timeoutMs?: number }): Promise<void>;
   /** SIGKILL every broker at once, then start them all again. */
   restartAll(options?: { downMs?: number }): Promise<void>;
   /**
@@ -231,9 +234,11 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
 
   const waitReady = async ({
     topic,
+    inSync = false,
     timeoutMs = 60_000,
   }: {
     topic?: string;
+    inSync?: boolean;
     timeoutMs?: number;
   } = {}) => {
     const deadline = Date.now() + timeoutMs;
@@ -254,7 +259,10 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
           );
           const led =
             topic === undefined ||
-            (m.topics.length > 0 && m.topics[0].partitions.every((p) => running.has(p.leader)));
+            (m.topics.length > 0 &&
+              m.topics[0].partitions.every(
+                (p) => running.has(p.leader) && (!inSync || p.isr.length === p.replicas.length),
+              ));
           if (m.controller >= 0 && m.brokers.length === brokers.length && led) return;
         }
       } catch (err) {
@@ -332,6 +340,16 @@ function makeBroker(launch: {
       const exited = new Promise((r) => p.once("exit", r));
       p.kill("SIGKILL");
       await exited;
+    },
+    async terminate() {
+      const p = proc;
+      if (p === null) return;
+      if (paused) broker.resume();
+      const exited = new Promise((r) => p.once("exit", r));
+      p.kill("SIGTERM");
+      const timer = setTimeout(() => p.kill("SIGKILL"), 20_000);
+      await exited;
+      clearTimeout(timer);
     },
     pause() {
       if (proc === null || paused) return;

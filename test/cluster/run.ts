@@ -2,7 +2,9 @@
  * One Jepsen-style run (issue #16): starts the processes (`cluster-harness.ts`), runs concurrent
  * producers (plain and idempotent) and consumers (plain and group members) through the TS client
  * while the seeded fault schedule (`schedule.ts`) kills, pauses and restarts processes, then heals
- * everything, reads every partition in full and checks the history (`checker.ts`).
+ * everything, reads every partition in full through its leader and then, once every replica is in
+ * sync and the brokers have stopped cleanly, from each replica's data directory, and checks the
+ * history (`checker.ts`).
  *
  * Used by `test/cluster/jepsen.test.ts` (bounded, in `npm test`) and `scripts/jepsen.mjs` (longer).
  *
@@ -34,6 +36,7 @@ import { expandSpans } from "../../src/client/records.ts";
 import { type CheckResult, checkHistory, formatCheckResult } from "./checker.ts";
 import { type ClusterBroker, type TestCluster, startCluster } from "./cluster-harness.ts";
 import { History, type HistoryRecord } from "./history.ts";
+import { readReplicaLog } from "./replica-log.ts";
 import {
   type Fault,
   type Schedule,
@@ -169,6 +172,16 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
     for (const m of cluster.etcd?.members ?? []) if (m.process === null) await m.restart();
     await cluster.waitReady({ topic });
     await finalRead(cluster, history);
+    // Every replica's own copy, from its data directory after a clean stop, once all are in sync.
+    await cluster.waitReady({ topic, inSync: true });
+    for (const b of cluster.brokers) await b.terminate();
+    for (const b of cluster.brokers) {
+      for (let partition = 0; partition < partitions; partition++) {
+        history.finalRead({ topic, partition }, readReplicaLog(b.dataDir, { topic, partition }), {
+          node: b.nodeId,
+        });
+      }
+    }
 
     const check = checkHistory(history.ops);
     const failovers = faults
