@@ -40,12 +40,32 @@ export interface ClusterBroker {
   log: string[];
   /** SIGKILL, then wait for the exit. No-op when down. */
   kill(): Promise<void>;
+  /** SIGTERM (a clean shutdown), then wait for the exit; SIGKILL after 20 s. No-op when down. */
+  terminate(): Promise<void>;
   /** SIGSTOP (it stops answering, its connections stay open). */
   pause(): void;
   /** SIGCONT after {@link pause}. */
   resume(): void;
   /** Starts it again on its data directory and ports; resolves once it prints its listening line. */
   start(): Promise<void>;
+}
+
+/** `GET /v1/cluster` of a broker in cluster mode (docs/cluster.md; `ClusterMetadata` in src/broker/types.ts). */
+export interface ClusterMetadataAnswer {
+  cluster_id: string;
+  node_id: number;
+  controller: number;
+  brokers: { node_id: number; tcp: string; http: string }[];
+  topics: {
+    name: string;
+    partitions: {
+      partition: number;
+      leader: number;
+      leader_epoch: number;
+      replicas: number[];
+      isr: number[];
+    }[];
+  }[];
 }
 
 /** A running test cluster. */
@@ -57,6 +77,19 @@ export interface TestCluster {
   bootstrap: string[];
   /** The root of every data directory. */
   root: string;
+  /**
+   * The cluster's metadata (`GET /v1/cluster[?topic=]`) from the first running broker that
+   * answers; null for a single plain broker.
+   * @throws Error if no running broker answers.
+   */
+  metadata(topic?: string): Promise<ClusterMetadataAnswer | null>;
+  /**
+   * Waits until a running broker reports every broker live and a controller, and (with `topic`)
+   * every partition of it led by a running broker (and, with `inSync`, every replica in the ISR);
+   * single broker: until it answers `/v1/topics`.
+   * @throws Error after `timeoutMs` (default 60 000), with the last answer.
+   */
+  waitReady(options?: { topic?: string; inSync?: boolean; timeoutMs?: number }): Promise<void>;
   /** SIGKILL every broker at once, then start them all again. */
   restartAll(options?: { downMs?: number }): Promise<void>;
   /**
@@ -106,6 +139,11 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
   const root = mkdtempSync(join(tmpdir(), "es-broker-jepsen-"));
   const etcd = clustered ? await startEtcdCluster() : null;
   const ports = await freePorts(count * 2);
+  // The broker credential replica fetches and forwarded requests carry (docs/cluster.md).
+  const secretFile = join(root, "cluster.secret");
+  writeFileSync(secretFile, `jepsen-${process.pid}-${ports[0]}-broker-credential\n`, {
+    mode: 0o600,
+  });
   const brokers: ClusterBroker[] = [];
   for (let i = 0; i < count; i++) {
     const nodeId = i + 1;
@@ -136,6 +174,8 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
             `${host}:${tcpPort}`,
             "--advertise-http",
             `http://${host}:${httpPort}`,
+            "--cluster-secret-file",
+            secretFile,
           ]),
       ...(options.serveArgs ?? []),
     ];
@@ -171,9 +211,74 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
     throw new Error(`${(err as Error).message}\n${tail}`);
   }
 
+  const metadata = async (topic?: string): Promise<ClusterMetadataAnswer | null> => {
+    if (etcd === null) return null;
+    let last: unknown = new Error("no broker is running");
+    for (const b of brokers) {
+      if (b.state !== "running") continue;
+      try {
+        const res = await fetch(
+          `${b.httpUrl}/v1/cluster${topic === undefined ? "" : `?topic=${encodeURIComponent(topic)}`}`,
+          { signal: AbortSignal.timeout(2000) },
+        );
+        if (res.ok) return (await res.json()) as ClusterMetadataAnswer;
+        last = new Error(
+          `broker ${b.nodeId}: GET /v1/cluster answered ${res.status} ${await res.text()}`,
+        );
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last;
+  };
+
+  const waitReady = async ({
+    topic,
+    inSync = false,
+    timeoutMs = 60_000,
+  }: {
+    topic?: string;
+    inSync?: boolean;
+    timeoutMs?: number;
+  } = {}) => {
+    const deadline = Date.now() + timeoutMs;
+    let last = "";
+    for (;;) {
+      try {
+        if (etcd === null) {
+          const res = await fetch(`${brokers[0].httpUrl}/v1/topics`, {
+            signal: AbortSignal.timeout(2000),
+          });
+          if (res.ok) return;
+          last = `GET /v1/topics answered ${res.status}`;
+        } else {
+          const m = (await metadata(topic))!;
+          last = JSON.stringify(m);
+          const running = new Set(
+            brokers.filter((b) => b.state === "running").map((b) => b.nodeId),
+          );
+          const led =
+            topic === undefined ||
+            (m.topics.length > 0 &&
+              m.topics[0].partitions.every(
+                (p) => running.has(p.leader) && (!inSync || p.isr.length === p.replicas.length),
+              ));
+          if (m.controller >= 0 && m.brokers.length === brokers.length && led) return;
+        }
+      } catch (err) {
+        last = (err as Error).message;
+      }
+      if (Date.now() > deadline)
+        throw new Error(`the cluster was not ready within ${timeoutMs} ms: ${last}`);
+      await sleep(100);
+    }
+  };
+
   return {
     etcd,
     brokers,
+    metadata,
+    waitReady,
     bootstrap: brokers.map((b) => b.tcpAddress),
     root,
     async restartAll({ downMs = 0 } = {}) {
@@ -235,6 +340,16 @@ function makeBroker(launch: {
       const exited = new Promise((r) => p.once("exit", r));
       p.kill("SIGKILL");
       await exited;
+    },
+    async terminate() {
+      const p = proc;
+      if (p === null) return;
+      if (paused) broker.resume();
+      const exited = new Promise((r) => p.once("exit", r));
+      p.kill("SIGTERM");
+      const timer = setTimeout(() => p.kill("SIGKILL"), 20_000);
+      await exited;
+      clearTimeout(timer);
     },
     pause() {
       if (proc === null || paused) return;

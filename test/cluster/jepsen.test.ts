@@ -31,7 +31,6 @@ describe(`jepsen (${mode})`, () => {
     expect(report.okOps.idem).toBeGreaterThan(50);
     expect(report.okOps.consumer).toBeGreaterThan(50);
     expect(report.okOps.member).toBeGreaterThan(20);
-    expect(report.check.stats.finalRecords).toBeGreaterThanOrEqual(report.check.stats.acknowledged);
     const lastFaultEnd = report.schedule.endMs;
     const acksAfterFaults = report.history.ops.filter(
       (o) => o.f === "send" && o.type === "ok" && o.timeMs > lastFaultEnd,
@@ -47,5 +46,12 @@ describe(`jepsen (${mode})`, () => {
       counts,
       `seed ${seed}: ${report.text}${report.logsDir ? `\nlogs and history: ${report.logsDir}` : ""}`,
     ).toEqual(Object.fromEntries(anomalyKinds.map((k) => [k, 0])));
+    expect(report.check.stats.finalRecords).toBeGreaterThanOrEqual(report.check.stats.acknowledged);
+    // Every replica's data directory was read too, each copy holding records of every partition.
+    const replicaReads = report.history.ops.filter(
+      (o) => o.f === "final-read" && o.type === "ok" && o.node !== undefined,
+    );
+    expect(replicaReads).toHaveLength((mode === "cluster" ? 3 : 1) * 2);
+    for (const r of replicaReads) expect(r.records.length, `node ${r.node}`).toBeGreaterThan(0);
   }, 300_000);
 });

@@ -2,15 +2,18 @@
  * One Jepsen-style run (issue #16): starts the processes (`cluster-harness.ts`), runs concurrent
  * producers (plain and idempotent) and consumers (plain and group members) through the TS client
  * while the seeded fault schedule (`schedule.ts`) kills, pauses and restarts processes, then heals
- * everything, reads every partition in full and checks the history (`checker.ts`).
+ * everything, reads every partition in full through its leader and then, once every replica is in
+ * sync and the brokers have stopped cleanly, from each replica's data directory, and checks the
+ * history (`checker.ts`).
  *
  * Used by `test/cluster/jepsen.test.ts` (bounded, in `npm test`) and `scripts/jepsen.mjs` (longer).
  *
  * Workload (topic `jepsen`, 2 partitions; replication factor 3 and min ISR 2 in a cluster):
- * - `producer-N`: a plain `TcpClient.produce` of 1–3 new values to one partition at a time. Any
- *   error is recorded `info` (the produce may have been stored); the client reconnects.
- * - `idem-N`: an `IdempotentProducer` (retries itself, deduplicated by the broker); an error
- *   after its delivery timeout is `info`.
+ * - `producer-N`: a plain `TcpClient.produce` of 1–3 new values to one partition at a time,
+ *   alternating partitions. Any error is recorded `info` (the produce may have been stored); the
+ *   client reconnects, to the partition's leader as the cluster's metadata names it.
+ * - `idem-N`: an `IdempotentProducer` on partition N mod 2 (retries itself, deduplicated by the
+ *   broker); an error after its delivery timeout is `info`.
  * - `consumer-N`: fetches each partition on from where it was, one fetch per poll op.
  * - `member-N`: a `GroupConsumer` of group `jepsen-g`; each poll is followed by a commit. A poll
  *   op's session is the member's incarnation and generation: a new one may legitimately rewind
@@ -33,6 +36,7 @@ import { expandSpans } from "../../src/client/records.ts";
 import { type CheckResult, checkHistory, formatCheckResult } from "./checker.ts";
 import { type ClusterBroker, type TestCluster, startCluster } from "./cluster-harness.ts";
 import { History, type HistoryRecord } from "./history.ts";
+import { readReplicaLog } from "./replica-log.ts";
 import {
   type Fault,
   type Schedule,
@@ -121,13 +125,14 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
   const faults: FaultEvent[] = [];
   let stopped = false;
   try {
-    const admin = await connectAny(cluster, () => false);
+    const admin = await connectTo(cluster, undefined, () => false);
     await admin.createTopic({
       name: topic,
       partitions,
       ...(clustered ? { config: { replication_factor: 3, min_insync_replicas: 2 } } : {}),
     });
     await admin.close();
+    await cluster.waitReady({ topic });
 
     const okOps = { producer: 0, idem: 0, consumer: 0, member: 0 };
     const isStopped = () => stopped;
@@ -135,7 +140,15 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
     for (let i = 0; i < perKind; i++) {
       workers.push(plainProducer(`producer-${i}`, i, cluster, history, isStopped, okOps));
       workers.push(
-        idempotentProducer(`idem-${i}`, options.seed, cluster, history, isStopped, okOps),
+        idempotentProducer(
+          `idem-${i}`,
+          i % partitions,
+          options.seed,
+          cluster,
+          history,
+          isStopped,
+          okOps,
+        ),
       );
       workers.push(plainConsumer(`consumer-${i}`, cluster, history, isStopped, okOps));
       workers.push(groupMember(`member-${i}`, cluster, history, isStopped, okOps));
@@ -157,7 +170,18 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
       if (b.state === "down") await b.start();
     }
     for (const m of cluster.etcd?.members ?? []) if (m.process === null) await m.restart();
+    await cluster.waitReady({ topic });
     await finalRead(cluster, history);
+    // Every replica's own copy, from its data directory after a clean stop, once all are in sync.
+    await cluster.waitReady({ topic, inSync: true });
+    for (const b of cluster.brokers) await b.terminate();
+    for (const b of cluster.brokers) {
+      for (let partition = 0; partition < partitions; partition++) {
+        history.finalRead({ topic, partition }, readReplicaLog(b.dataDir, { topic, partition }), {
+          node: b.nodeId,
+        });
+      }
+    }
 
     const check = checkHistory(history.ops);
     const failovers = faults
@@ -194,17 +218,57 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
   }
 }
 
-/** A client connected to some running broker (the first that answers), retried until `stop`. */
-async function connectAny(cluster: TestCluster, stop: () => boolean): Promise<TcpClient> {
+/**
+ * A client connected to the broker leading `partition` (cluster: the metadata's leader; single
+ * node: the broker), or to any running broker when `partition` is undefined or its leader is
+ * unknown; retried with backoff until it connects or `stop` says to give up.
+ */
+async function connectTo(
+  cluster: TestCluster,
+  partition: number | undefined,
+  stop: () => boolean,
+): Promise<TcpClient> {
   for (let attempt = 0; ; attempt++) {
-    for (const b of cluster.brokers) {
-      if (b.state !== "running") continue;
+    let candidates = cluster.brokers.filter((b) => b.state === "running");
+    if (partition !== undefined && cluster.etcd !== null) {
+      const leader = (await leaders(cluster).catch(() => new Map<number, number>())).get(partition);
+      const led = candidates.filter((b) => b.nodeId === leader);
+      if (led.length > 0) candidates = led;
+    }
+    for (const b of candidates) {
       try {
         return await TcpClient.connect({ ...b.tcp, timeoutMs: requestTimeoutMs });
       } catch {}
     }
-    if (stop() && attempt > 0) throw new Error("stopped before any broker could be reached");
+    if (stop() && attempt > 0) throw new Error("stopped before a broker could be reached");
     await sleep(Math.min(500, 20 * 2 ** attempt));
+  }
+}
+
+/** One client per partition, each connected to that partition's leader; dropped after an error. */
+class PartitionClients {
+  readonly #clients = new Map<number, TcpClient>();
+  constructor(
+    readonly cluster: TestCluster,
+    readonly stop: () => boolean,
+  ) {}
+
+  async get(partition: number): Promise<TcpClient> {
+    const c = this.#clients.get(partition);
+    if (c !== undefined && !c.closed) return c;
+    const fresh = await connectTo(this.cluster, partition, this.stop);
+    this.#clients.set(partition, fresh);
+    return fresh;
+  }
+
+  async drop(partition: number): Promise<void> {
+    const c = this.#clients.get(partition);
+    this.#clients.delete(partition);
+    await c?.close().catch(() => {});
+  }
+
+  async close(): Promise<void> {
+    for (const p of [...this.#clients.keys()]) await this.drop(p);
   }
 }
 
@@ -220,17 +284,16 @@ async function plainProducer(
   stopped: () => boolean,
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
-  let client: TcpClient | null = null;
+  const clients = new PartitionClients(cluster, stopped);
   let n = 0;
   while (!stopped()) {
-    if (client === null) {
-      try {
-        client = await connectAny(cluster, stopped);
-      } catch {
-        return;
-      }
-    }
     const partition = (index + n) % partitions;
+    let client: TcpClient;
+    try {
+      client = await clients.get(partition);
+    } catch {
+      break;
+    }
     const values = Array.from({ length: 1 + (n % 3) }, (_, i) => `${name}-${n}-${i}`);
     n++;
     const op = history.invoke(name, "send", { records: toRecords(partition, values) });
@@ -252,17 +315,17 @@ async function plainProducer(
       okOps.producer++;
     } catch (err) {
       op.info(err);
-      await client.close().catch(() => {});
-      client = null;
+      await clients.drop(partition);
       await sleep(50);
     }
     await sleep(10);
   }
-  await client?.close().catch(() => {});
+  await clients.close();
 }
 
 async function idempotentProducer(
   name: string,
+  partition: number,
   seed: number,
   cluster: TestCluster,
   history: History,
@@ -270,14 +333,13 @@ async function idempotentProducer(
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
   const producer = new IdempotentProducer({
-    connect: () => connectAny(cluster, () => false),
+    connect: () => connectTo(cluster, partition, () => false),
     producerId: `jepsen-${seed}-${name}`,
     deliveryTimeoutMs: 20_000,
     retryBackoffMaxMs: 250,
   });
   let n = 0;
   while (!stopped()) {
-    const partition = n % partitions;
     const values = Array.from({ length: 1 + (n % 2) }, (_, i) => `${name}-${n}-${i}`);
     n++;
     const op = history.invoke(name, "send", {
@@ -326,17 +388,16 @@ async function plainConsumer(
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
   const positions = Array.from({ length: partitions }, () => 0);
-  let client: TcpClient | null = null;
+  const clients = new PartitionClients(cluster, stopped);
   let n = 0;
   while (!stopped()) {
-    if (client === null) {
-      try {
-        client = await connectAny(cluster, stopped);
-      } catch {
-        return;
-      }
-    }
     const partition = n++ % partitions;
+    let client: TcpClient;
+    try {
+      client = await clients.get(partition);
+    } catch {
+      break;
+    }
     const op = history.invoke(name, "poll", { records: [] });
     try {
       const res = await client.fetch({
@@ -351,12 +412,11 @@ async function plainConsumer(
       okOps.consumer++;
     } catch (err) {
       op.info(err);
-      await client.close().catch(() => {});
-      client = null;
+      await clients.drop(partition);
       await sleep(50);
     }
   }
-  await client?.close().catch(() => {});
+  await clients.close();
 }
 
 async function groupMember(
@@ -378,7 +438,7 @@ async function groupMember(
   while (!stopped()) {
     if (member === null) {
       try {
-        client = await connectAny(cluster, stopped);
+        client = await connectTo(cluster, undefined, stopped);
         member = await GroupConsumer.join({
           client,
           group,
@@ -429,16 +489,8 @@ async function leaders(cluster: TestCluster): Promise<Map<number, number>> {
     for (let p = 0; p < partitions; p++) out.set(p, cluster.brokers[0].nodeId);
     return out;
   }
-  // Cluster mode: leaders come from the metadata answer (cluster-control, issue #16).
-  const client = await connectAny(cluster, () => false);
-  try {
-    const [description] = await client.metadata([topic]);
-    for (const p of description.partitions as unknown as { partition: number; leader?: number }[]) {
-      if (typeof p.leader === "number" && p.leader >= 0) out.set(p.partition, p.leader);
-    }
-  } finally {
-    await client.close();
-  }
+  const m = await cluster.metadata(topic);
+  for (const p of m?.topics[0]?.partitions ?? []) if (p.leader >= 0) out.set(p.partition, p.leader);
   return out;
 }
 
@@ -531,7 +583,7 @@ async function finalRead(cluster: TestCluster, history: History): Promise<void> 
     for (;;) {
       let client: TcpClient | null = null;
       try {
-        client = await connectAny(cluster, () => Date.now() > deadline);
+        client = await connectTo(cluster, partition, () => Date.now() > deadline);
         const bounds = await client.listOffsets({ topic, partition });
         const records: HistoryRecord[] = [];
         let offset = bounds.logStartOffset;

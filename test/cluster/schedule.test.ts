@@ -8,7 +8,7 @@ describe("fault schedule", () => {
     expect(makeSchedule({ seed: 42 }).faults).not.toEqual(makeSchedule({ seed: 43 }).faults);
   });
 
-  it("holds every fault kind, one at a time, a paused leader stopped past its lease", () => {
+  it("holds every fault kind, one at a time, a paused or killed leader away past its lease", () => {
     for (let seed = 0; seed < 200; seed++) {
       const s = makeSchedule({ seed, leaseTtlMs: 6000, extraFaults: seed % 4 });
       expect(new Set(s.faults.map((f) => f.kind))).toEqual(new Set(faultKinds));
@@ -16,7 +16,8 @@ describe("fault schedule", () => {
       let healed = 0;
       for (const f of s.faults) {
         expect(f.atMs - healed).toBeGreaterThanOrEqual(2000); // a quiet gap after each heal
-        expect(f.durationMs).toBeGreaterThanOrEqual(f.kind === "pause-leader" ? 7000 : 1000);
+        const pastLease = f.kind === "pause-leader" || f.kind === "kill-leader";
+        expect(f.durationMs).toBeGreaterThanOrEqual(pastLease ? 7000 : 1000);
         healed = f.atMs + f.durationMs;
       }
       expect(s.endMs).toBe(healed);

@@ -8,7 +8,7 @@
  *
  * | fault | what the harness does | heals by |
  * | --- | --- | --- |
- * | `kill-leader` | SIGKILL the broker leading a partition | starting it again after `durationMs` |
+ * | `kill-leader` | SIGKILL the broker leading a partition, for longer than the membership lease | starting it again after `durationMs` |
  * | `kill-follower` | SIGKILL a broker that follows a partition (and leads none of the watched ones, when possible) | starting it again |
  * | `kill-etcd` | SIGKILL one etcd member | starting it again |
  * | `pause-leader` | SIGSTOP the broker leading a partition for longer than the membership lease | SIGCONT |
@@ -97,9 +97,11 @@ export function makeSchedule(options: ScheduleOptions): Schedule {
   for (let i = 0; i < kinds.length || t < (options.minDurationMs ?? 0); i++) {
     const kind = i < kinds.length ? kinds[i] : faultKinds[prng.int(faultKinds.length)];
     t += between(prng, gapMs);
+    // A paused or killed leader stays away past its lease, so that another broker takes over
+    // (a killed broker back sooner would take its own place back: no failover to measure).
     const durationMs =
-      kind === "pause-leader"
-        ? leaseTtlMs + between(prng, [1000, 3000]) // past the lease: etcd must drop it
+      kind === "pause-leader" || kind === "kill-leader"
+        ? leaseTtlMs + between(prng, [1000, 3000])
         : between(prng, downMs);
     faults.push({ kind, atMs: t, durationMs, pick: prng.nextU32() });
     t += durationMs;
