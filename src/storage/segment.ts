@@ -31,6 +31,7 @@ import {
   readWindowSlackBytes,
   recordOverEntryBytes,
   segmentPreallocateBytes,
+  segmentPreallocateMinBytes,
 } from "../lib/limits.ts";
 import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { errorMessage } from "../lib/errors.ts";
@@ -540,7 +541,8 @@ export class Segment implements CachedSegmentFiles {
    * Writes a prepared append: one write to the log (docs/storage.md "Writes and durability"). Index
    * entries wait in memory until `indexPendingEntriesMax` of them are pending (then one write to
    * the index) or the segment is sealed. When the log reaches the end of the zeros written ahead,
-   * one more write puts `segmentPreallocateBytes` of zeros after the records (never past
+   * one more write puts zeros after the records — as many bytes as the log holds, at least
+   * `segmentPreallocateMinBytes` and at most `segmentPreallocateBytes` — (never past
    * `preallocateLimitBytes`, the partition's `segment_bytes`), so the next fdatasyncs flush data
    * only. On a failed log write the partial bytes are cut off, and the cut fsynced (through the
    * context's `syncCut`: never a second fsync of the file beside the partition's, nor one after a
@@ -598,7 +600,12 @@ export class Segment implements CachedSegmentFiles {
       await this.#writePendingIndex();
     const limit = preallocateLimitBytes();
     if (this.#preallocate && end === this.#fileEndBytes && end < limit)
-      await this.#writeZerosAhead(Math.min(end + segmentPreallocateBytes, limit));
+      await this.#writeZerosAhead(
+        Math.min(
+          end + Math.min(segmentPreallocateBytes, Math.max(segmentPreallocateMinBytes, end)),
+          limit,
+        ),
+      );
   }
 
   /** Writes zeros from the end of the log file to `target` (see {@link append}). */
