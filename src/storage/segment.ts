@@ -358,6 +358,17 @@ export class Segment implements CachedSegmentFiles {
   }
 
   /**
+   * Undoes {@link retainFiles} for a segment that stays in use (a compaction pass that ended before
+   * its swap): the cache may close its files again.
+   */
+  unretainFiles(): void {
+    if (!this.#retained) return;
+    this.#retained = false;
+    const handles = this.#context.handles;
+    if (handles && handles.size > handles.capacity) handles.trim();
+  }
+
+  /**
    * Keeps the files open until the segment is closed and its last reader has let go, whatever the
    * cache's bound: called by retention and compaction before they unlink or rename over the
    * segment's files, so that readers already using it keep reading the same bytes
@@ -724,8 +735,19 @@ export class Segment implements CachedSegmentFiles {
     const index = this.#index!;
     const position = await this.#positionOf(offset, log, index);
     if (position >= this.sizeBytes) return;
-    await log.truncate(position);
-    await log.sync();
+    if (this.#sealed) {
+      // A sealed segment's log is open for reading only: the cut goes through a handle of its own.
+      const file = await this.#fs.open(this.logPath, { write: true });
+      try {
+        await file.truncate(position);
+        await file.sync();
+      } finally {
+        await file.close().catch(() => {});
+      }
+    } else {
+      await log.truncate(position);
+      await log.sync();
+    }
     this.sizeBytes = position;
     this.#fileEndBytes = position;
     this.readableEndBytes = Math.min(this.readableEndBytes, position);
@@ -751,11 +773,6 @@ export class Segment implements CachedSegmentFiles {
           }),
       );
     }
-    this.#event("warn", "segment.truncated", {
-      segment: this.logPath,
-      offset,
-      position,
-    });
   }
 
   /** File position of the first record at or after `offset` (or of the first bad record; else the readable end). */
