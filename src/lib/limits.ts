@@ -43,11 +43,20 @@ export const indexPendingEntriesMax = 256;
  */
 export const segmentPreallocateBytes = 1 * MiB;
 /**
+ * The fewest zeros written ahead at once: a segment writes ahead as many bytes as it holds, between
+ * this and `segmentPreallocateBytes`, so a partition that has taken a few records holds 64 KiB of
+ * zeros on disk rather than 1 MiB (1,000 quiet partitions: 64 MiB, not 1 GiB, each written and
+ * fsynced once), while a busy one reaches 1 MiB steps after five growing writes.
+ */
+export const segmentPreallocateMinBytes = 64 * KiB;
+/**
  * A file with at most this many bytes written since its last fsync is fsynced on the calling
  * thread (`fdatasyncSync`); more goes to the runtime's thread pool. A small fdatasync is short,
  * and handing it to a pool thread and back costs two context switches, about as much CPU again;
  * while it blocks, new requests queue in the kernel and become the next group commit, as in
- * Redis. A large one runs in the pool so encoding overlaps the disk.
+ * Redis. A large one runs in the pool so encoding overlaps the disk, and so does every fsync after
+ * the first of an event-loop turn, or while one is in the pool (many partitions at once:
+ * `runtime/node-fs.ts`).
  */
 export const inlineSyncBytesMax = 256 * KiB;
 

@@ -5,7 +5,11 @@
  * partition starts it right after writing a batch (its write loop starts once the pending I/O
  * events are handled, `Clock.afterIo`), and requests arriving while it blocks are written
  * together after it, as the next group commit. A larger fsync uses the asynchronous call, so
- * that other requests proceed while the disk works.
+ * that other requests proceed while the disk works. So does every fsync after the first of an
+ * event-loop turn, and any while another is in the pool: many partitions syncing at once (each
+ * its own file, which no group commit can share) then sync concurrently, and the file system
+ * commits them together, instead of one after another on the calling thread (1,000 files, one
+ * small write each: ~1–2 k fdatasyncs/s in turn, ~10–18 k at once on this machine's ext4).
  */
 import * as fs from "node:fs";
 import { inlineSyncBytesMax } from "../lib/limits.ts";
@@ -27,6 +31,17 @@ function wrap(err: unknown, path: string): FsError {
   const code = e?.code ?? "EIO";
   const message = e?.message ?? String(err);
   return new FsError(code, path, message.startsWith(`${code}:`) ? message : `${code}: ${message}`);
+}
+
+/** fdatasyncs of any file running in the thread pool now (see the module comment). */
+let poolSyncsInFlight = 0;
+/** An fdatasync ran on the calling thread in this turn of the event loop. */
+let inlineSyncThisTurn = false;
+
+/** fdatasync of a file in the thread pool, counted in {@link poolSyncsInFlight}. */
+function pooledDataSync(fd: number, path: string): Promise<void> {
+  poolSyncsInFlight++;
+  return fsyncAsync(fd, path, true).finally(() => poolSyncsInFlight--);
 }
 
 function fsyncAsync(fd: number, path: string, data: boolean): Promise<void> {
@@ -111,7 +126,12 @@ class NodeFileHandle implements FileHandle {
     const fd = this.#handle();
     const unsynced = this.#unsyncedBytes;
     this.#unsyncedBytes = 0;
-    if (unsynced > inlineSyncBytesMax) return fsyncAsync(fd, this.path, true);
+    if (unsynced > inlineSyncBytesMax || inlineSyncThisTurn || poolSyncsInFlight > 0)
+      return pooledDataSync(fd, this.path);
+    inlineSyncThisTurn = true;
+    setImmediate(() => {
+      inlineSyncThisTurn = false;
+    });
     try {
       fs.fdatasyncSync(fd);
     } catch (err) {

@@ -506,8 +506,20 @@ export async function runCompaction(
       if (firstBaseMoves) await ctx.ensureLogStartOffsetPersisted();
       // The renames below may put an output under a replaced segment's name: readers already
       // using a replaced segment must keep its bytes, so its files are held open from here on,
-      // whatever the cache of open segments would close (docs/storage.md "Index and reads").
-      for (const s of replaced) await s.retainFiles();
+      // whatever the cache of open segments would close (docs/storage.md "Index and reads"). A
+      // pass that ends before the swap lets them go again.
+      const letGo = () => {
+        for (const s of replaced) s.unretainFiles();
+      };
+      try {
+        for (const s of replaced) await s.retainFiles();
+      } catch (err) {
+        letGo();
+        throw new PassEnd(
+          "failed",
+          `opening the replaced segments failed (${errorMessage(err)}); nothing was changed`,
+        );
+      }
       const plan = {
         replaced: replaced.map((s) => s.baseOffset),
         outputs: writer.done.map((o) => o.baseOffset),
@@ -515,6 +527,8 @@ export async function runCompaction(
       try {
         await writeSwapMarker(fs, partition.dir, plan);
       } catch (err) {
+        // Nothing was renamed in this process, whatever a restart then does with the marker.
+        letGo();
         // Undecided: a marker may be on disk, whole or not. Take it back, or leave it to recovery.
         try {
           await removeSwapMarker(fs, partition.dir);

@@ -659,6 +659,8 @@ export class PartitionLog {
         const doomed = this.#segments.filter((seg) => seg.baseOffset >= offset);
         const kept = this.#segments.filter((seg) => seg.baseOffset < offset);
         for (const seg of doomed.reverse()) {
+          // Readers already using it keep its bytes (docs/storage.md "Index and reads").
+          await seg.retainFiles().catch(() => {});
           await seg.close();
           await this.#fs.unlink(seg.logPath);
           await this.#fs.unlink(seg.indexPath).catch(() => {});

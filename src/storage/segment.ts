@@ -31,6 +31,7 @@ import {
   readWindowSlackBytes,
   recordOverEntryBytes,
   segmentPreallocateBytes,
+  segmentPreallocateMinBytes,
 } from "../lib/limits.ts";
 import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { errorMessage } from "../lib/errors.ts";
@@ -357,6 +358,17 @@ export class Segment implements CachedSegmentFiles {
   }
 
   /**
+   * Undoes {@link retainFiles} for a segment that stays in use (a compaction pass that ended before
+   * its swap): the cache may close its files again.
+   */
+  unretainFiles(): void {
+    if (!this.#retained) return;
+    this.#retained = false;
+    const handles = this.#context.handles;
+    if (handles && handles.size > handles.capacity) handles.trim();
+  }
+
+  /**
    * Keeps the files open until the segment is closed and its last reader has let go, whatever the
    * cache's bound: called by retention and compaction before they unlink or rename over the
    * segment's files, so that readers already using it keep reading the same bytes
@@ -540,7 +552,8 @@ export class Segment implements CachedSegmentFiles {
    * Writes a prepared append: one write to the log (docs/storage.md "Writes and durability"). Index
    * entries wait in memory until `indexPendingEntriesMax` of them are pending (then one write to
    * the index) or the segment is sealed. When the log reaches the end of the zeros written ahead,
-   * one more write puts `segmentPreallocateBytes` of zeros after the records (never past
+   * one more write puts zeros after the records — as many bytes as the log holds, at least
+   * `segmentPreallocateMinBytes` and at most `segmentPreallocateBytes` — (never past
    * `preallocateLimitBytes`, the partition's `segment_bytes`), so the next fdatasyncs flush data
    * only. On a failed log write the partial bytes are cut off, and the cut fsynced (through the
    * context's `syncCut`: never a second fsync of the file beside the partition's, nor one after a
@@ -598,7 +611,12 @@ export class Segment implements CachedSegmentFiles {
       await this.#writePendingIndex();
     const limit = preallocateLimitBytes();
     if (this.#preallocate && end === this.#fileEndBytes && end < limit)
-      await this.#writeZerosAhead(Math.min(end + segmentPreallocateBytes, limit));
+      await this.#writeZerosAhead(
+        Math.min(
+          end + Math.min(segmentPreallocateBytes, Math.max(segmentPreallocateMinBytes, end)),
+          limit,
+        ),
+      );
   }
 
   /** Writes zeros from the end of the log file to `target` (see {@link append}). */
@@ -717,8 +735,19 @@ export class Segment implements CachedSegmentFiles {
     const index = this.#index!;
     const position = await this.#positionOf(offset, log, index);
     if (position >= this.sizeBytes) return;
-    await log.truncate(position);
-    await log.sync();
+    if (this.#sealed) {
+      // A sealed segment's log is open for reading only: the cut goes through a handle of its own.
+      const file = await this.#fs.open(this.logPath, { write: true });
+      try {
+        await file.truncate(position);
+        await file.sync();
+      } finally {
+        await file.close().catch(() => {});
+      }
+    } else {
+      await log.truncate(position);
+      await log.sync();
+    }
     this.sizeBytes = position;
     this.#fileEndBytes = position;
     this.readableEndBytes = Math.min(this.readableEndBytes, position);
@@ -744,11 +773,6 @@ export class Segment implements CachedSegmentFiles {
           }),
       );
     }
-    this.#event("warn", "segment.truncated", {
-      segment: this.logPath,
-      offset,
-      position,
-    });
   }
 
   /** File position of the first record at or after `offset` (or of the first bad record; else the readable end). */

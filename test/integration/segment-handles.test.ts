@@ -21,7 +21,12 @@ import {
   type ReadRecord,
   type Rec,
 } from "../helpers/compaction-fixtures.ts";
-import type { MemoryLogger } from "../../src/lib/logger.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
+import { PartitionLog } from "../../src/storage/partition.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
+import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
+import { tempDir } from "../helpers/tmp.ts";
 
 const segments = 12;
 const perSegment = 4;
@@ -278,5 +283,56 @@ describe("the cache of open segment files", () => {
     expectIntact(all, original);
     expect(memory.openHandleCount - baseline).toBeLessThanOrEqual(1);
     await broker.close();
+  });
+
+  it("cuts a sealed segment whose files the cache closed (leader-epoch truncation) on the real file system", async () => {
+    const { dir, cleanup } = tempDir("es-handles-");
+    try {
+      const clock = new ManualClock();
+      const open = (handles: SegmentHandleCache) =>
+        PartitionLog.open({
+          fs: new NodeFileSystem(),
+          dir: `${dir}/p`,
+          name: "t/0",
+          clock,
+          logger: new MemoryLogger(),
+          config: () => ({ segmentBytes: 1 << 20, segmentMs: 1000 }),
+          segmentHandles: handles,
+        });
+      let log = await open(new SegmentHandleCache(1));
+      for (let s = 0; s < 6; s++) {
+        const b = new EntryBatchBuilder();
+        for (let i = 0; i < perSegment; i++) b.add(null, utf8(`s${s}-r${i}`));
+        await log.append(b.build());
+        clock.advance(1000);
+      }
+      // Segment 8 (offsets 8-11) was closed by the cache; cut at offset 10, inside it.
+      await log.truncateTo(10);
+      expect(log.logEndOffset).toBe(10);
+      const values: string[] = [];
+      for (let offset = 0; offset < log.highWatermark; ) {
+        const read = await log.read({ offset, maxRecords: 100, maxBytes: 1 << 20 });
+        values.push(...decodeRecords(read.bytes).map((r) => r.value));
+        offset = read.nextOffset;
+      }
+      expect(values).toEqual([
+        ...["s0", "s1"].flatMap((p) => [0, 1, 2, 3].map((i) => `${p}-r${i}`)),
+        "s2-r0",
+        "s2-r1",
+      ]);
+      await log.close();
+      log = await open(new SegmentHandleCache(1));
+      expect(log.logEndOffset).toBe(10);
+      // The cut segment's index was rewritten: the next start trusts it; 10 is the new active one.
+      expect(log.describe().segments.map((s) => [s.base_offset, s.recovery])).toEqual([
+        [0, "trusted"],
+        [4, "trusted"],
+        [8, "trusted"],
+        [10, "scanned"],
+      ]);
+      await log.close();
+    } finally {
+      cleanup();
+    }
   });
 });
