@@ -36,7 +36,7 @@ import type { ReplicationSeam } from "../broker/replication.ts";
 import type { ReplicaFetchRequest, ReplicaFetchResult } from "../broker/types.ts";
 import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
-import { fetchRecordsMax } from "../lib/limits.ts";
+import { fetchBytesDefault, fetchRecordsMax } from "../lib/limits.ts";
 import type { Logger } from "../lib/logger.ts";
 import { Mutex } from "../lib/mutex.ts";
 import type { Prng } from "../lib/prng.ts";
@@ -200,7 +200,20 @@ export class ReplicaManager implements ReplicationSeam {
   ): Promise<Replica> {
     const key = `${topic}/${partition}`;
     const existing = this.#replicas.get(key);
-    if (existing !== undefined) return existing;
+    if (existing !== undefined && !existing.log.closed) return existing;
+    if (existing !== undefined) {
+      // The topic was deleted (and maybe created again): its old partition is gone for good.
+      this.#replicas.delete(key);
+      await existing.lock.run(async () => {
+        if (existing.role === "leader")
+          this.#resign(existing, { ...existing.state, leader: noLeader });
+        existing.role = "none";
+        this.#notify(existing);
+        const f = existing.follower;
+        existing.follower = null;
+        await f?.stop();
+      });
+    }
     let opening = this.#opening.get(key);
     if (opening === undefined) {
       opening = (async () => {
@@ -473,7 +486,7 @@ export class ReplicaManager implements ReplicationSeam {
     const read = await log.read({
       offset: request.fetchOffset,
       maxRecords: fetchRecordsMax,
-      maxBytes: Math.max(1, request.maxBytes),
+      maxBytes: request.maxBytes === 0 ? fetchBytesDefault : request.maxBytes,
     });
     const end = read.count === 0 ? request.fetchOffset : read.nextOffset;
     position.lastLogEndSent = log.logEndOffset;
@@ -602,7 +615,7 @@ export class ReplicaManager implements ReplicationSeam {
   #scheduleLagCheck(r: Replica): void {
     r.lagTimer = this.#o.clock.setTimer(Math.max(1, this.#lagMs(r) / 2), () => {
       r.lagTimer = null;
-      if (r.role !== "leader" || this.#closed) return;
+      if (r.role !== "leader" || this.#closed || r.log.closed) return;
       this.#checkLag(r);
       this.#scheduleLagCheck(r);
     });
@@ -687,10 +700,15 @@ export class ReplicaManager implements ReplicationSeam {
         : leader === this.#o.nodeId
           ? "this broker is taking over its leadership"
           : `this broker is not its leader; the leader is node ${leader}`);
+    const address = leader === noLeader ? undefined : this.#brokers.get(leader);
     return new BrokerError(
       Errors.notLeader,
       `Cannot serve partition "${partition}" on node ${this.#o.nodeId}: ${detail}`,
-      { leader },
+      {
+        leader,
+        ...(r === undefined ? {} : { leader_epoch: r.state.leader_epoch }),
+        ...(address === undefined ? {} : { leader_tcp: address.tcp, leader_http: address.http }),
+      },
     );
   }
 

@@ -361,6 +361,24 @@ describe("replication", () => {
     expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(2000);
   });
 
+  it("replicates a topic deleted and created again under the same name from scratch", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const one = await c.node(1).client();
+    await one.produce("orders", records(["old-1", "old-2"]), { partition: 0 });
+    for (const n of c.nodes) await n.broker.deleteTopic("orders");
+    await c.createTopic("orders", { ...initial, leader: 2, leader_epoch: 0 });
+    const two = await c.node(2).client();
+    const r = await two.produce("orders", records(["new"]), { partition: 0 });
+    expect(r.spans[0].baseOffset).toBe(0);
+    for (const id of [1, 3])
+      expect(c.node(id).broker.partitionLog("orders", 0).highWatermark).toBe(1);
+    expect(await storedBytes(c.node(1).broker, "orders")).toEqual(
+      await storedBytes(c.node(2).broker, "orders"),
+    );
+  });
+
   it("a new leader deduplicates an idempotent producer's retry (#28)", async () => {
     const c = await cluster3();
     const initial = initialPartitionState([1, 2, 3], 2);
