@@ -175,6 +175,45 @@ describe("replication", () => {
     await broker.close();
   });
 
+  it("with API keys on, brokers still replicate and no client key passes as the broker credential", async () => {
+    const c = await startReplicatedCluster({
+      count: 3,
+      etcd: client,
+      prefix: freshPrefix(),
+      withKeys: true,
+    });
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const admin = await c.node(1).client(c.adminKey);
+    const r = await admin.produce("orders", records(["a"]), { partition: 0 });
+    expect(r.spans[0].count).toBe(1);
+    expect(c.node(2).broker.partitionLog("orders", 0).highWatermark).toBe(1);
+    const fetch = {
+      topic: "orders",
+      partition: 0,
+      replicaId: 2,
+      leaderEpoch: 0,
+      fetchOffset: 0,
+      lastFetchedEpoch: -1,
+      maxBytes: 0,
+      waitMs: 0,
+    };
+    // An admin key, on an authenticated connection or as the credential itself, does not pass.
+    await expectCode(
+      admin.replicaFetch({ ...fetch, credential: new Uint8Array(0) }),
+      "unauthenticated",
+    );
+    const keyless = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    await expectCode(
+      keyless.replicaFetch({ ...fetch, credential: new TextEncoder().encode(c.adminKey) }),
+      "unauthenticated",
+    );
+    await keyless.close();
+    // A keyless connection may not use client apis either.
+    const other = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    await expectCode(other.listOffsets({ topic: "orders", partition: 0 }), "unauthenticated");
+    await other.close();
+  });
+
   it("a deposed leader fails its pending acknowledgements and acknowledges nothing more", async () => {
     const c = await cluster3();
     const initial = initialPartitionState([1, 2, 3], 2);
