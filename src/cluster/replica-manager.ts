@@ -92,6 +92,20 @@ export interface ReplicaManagerOptions {
   fetchMaxBytes?: number;
 }
 
+/** One partition in {@link ReplicaManager.describe} (snake_case: shown as JSON). */
+export interface ReplicaDescription {
+  topic: string;
+  partition: number;
+  role: "leader" | "follower" | "none";
+  leader: number;
+  leader_epoch: number;
+  isr: number[];
+  high_watermark: number;
+  log_end_offset: number;
+  /** As leader: each follower's durable position, lag and ms since it was last caught up. */
+  followers: { node_id: number; durable_offset: number; lag: number; caught_up_ms_ago: number }[];
+}
+
 /** Default `replica_lag_ms`. */
 export const replicaLagMsDefault = 10_000;
 
@@ -188,16 +202,11 @@ export class ReplicaManager implements ReplicationSeam {
     modRevision: string,
   ): Promise<void> {
     if (this.#closed) return;
-    const r = await this.#replica(topic, partition, state, Number(modRevision));
+    const r = await this.#replica(topic, partition, state);
     await r.lock.run(() => this.#apply(r, state, Number(modRevision)));
   }
 
-  async #replica(
-    topic: string,
-    partition: number,
-    state: PartitionState,
-    modRevision: number,
-  ): Promise<Replica> {
+  async #replica(topic: string, partition: number, state: PartitionState): Promise<Replica> {
     const key = `${topic}/${partition}`;
     const existing = this.#replicas.get(key);
     if (existing !== undefined && !existing.log.closed) return existing;
@@ -240,7 +249,6 @@ export class ReplicaManager implements ReplicationSeam {
           follower: null,
           leaderHighWatermark: Math.min(state.committed_offset, log.highWatermark),
         };
-        void modRevision;
         this.#replicas.set(key, r);
         return r;
       })().finally(() => this.#opening.delete(key));
@@ -272,8 +280,16 @@ export class ReplicaManager implements ReplicationSeam {
     if (changed) {
       r.role = "none";
       r.epoch = state.leader_epoch;
-      if (role === "leader") await this.#lead(r);
-      else if (role === "follower") this.#follow(r);
+      if (role === "leader") {
+        try {
+          await this.#lead(r);
+        } catch (err) {
+          // The same state applied again retries the leadership.
+          r.modRevision = -1;
+          r.epoch = -1;
+          throw err;
+        }
+      } else if (role === "follower") this.#follow(r);
       this.#o.logger.log("info", "replication.role", {
         partition: r.name,
         role,
@@ -718,6 +734,41 @@ export class ReplicaManager implements ReplicationSeam {
       `Cannot acknowledge writes to partition "${r.name}": ${r.state.isr.length} in-sync replicas (${r.state.isr.join(", ")}), below its min_insync_replicas ${r.state.min_insync_replicas}`,
       { isr: r.state.isr, min_insync_replicas: r.state.min_insync_replicas },
     );
+  }
+
+  /**
+   * What this broker knows of each partition it holds a replica of, for `cluster status` and
+   * metrics: its role and epoch, the high watermark (a follower's: the leader's as last fetched),
+   * its log end, and as leader each follower's durable position, lag (the leader's log end minus
+   * it; −1 before its first fetch) and ms since it was last caught up. Sorted by topic, partition.
+   */
+  describe(): ReplicaDescription[] {
+    const now = this.#o.clock.nowMs();
+    const out: ReplicaDescription[] = [];
+    for (const r of this.#replicas.values()) {
+      if (r.log.closed) continue;
+      const logEnd = r.log.logEndOffset;
+      out.push({
+        topic: r.topic,
+        partition: r.partition,
+        role: r.role,
+        leader: r.state.leader,
+        leader_epoch: r.state.leader_epoch,
+        isr: [...r.state.isr],
+        high_watermark: r.role === "leader" ? r.highWatermark : r.leaderHighWatermark,
+        log_end_offset: logEnd,
+        followers:
+          r.role !== "leader"
+            ? []
+            : [...r.followers].map(([id, f]) => ({
+                node_id: id,
+                durable_offset: f.durable,
+                lag: f.durable < 0 ? -1 : Math.max(0, logEnd - f.durable),
+                caught_up_ms_ago: now - f.lastCaughtUpMs,
+              })),
+      });
+    }
+    return out.sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
   }
 
   /** Stops every follower loop, fails pending acknowledgements `not_leader`, and stops the timers. */

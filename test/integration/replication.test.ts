@@ -82,6 +82,26 @@ describe("replication", () => {
     const bytes = await storedBytes(c.node(1).broker, "orders");
     expect(await storedBytes(c.node(2).broker, "orders")).toEqual(bytes);
     expect(await storedBytes(c.node(3).broker, "orders")).toEqual(bytes);
+    const [described] = c.node(1).manager.describe();
+    expect(described).toMatchObject({
+      topic: "orders",
+      partition: 0,
+      role: "leader",
+      leader_epoch: 0,
+      isr: [1, 2, 3],
+      high_watermark: 10,
+      log_end_offset: 10,
+    });
+    expect(described.followers.map((f) => [f.node_id, f.durable_offset, f.lag])).toEqual([
+      [2, 10, 0],
+      [3, 10, 0],
+    ]);
+    expect(c.node(2).manager.describe()[0]).toMatchObject({ role: "follower", leader: 1 });
+    // A follower learns the high watermark from the leader's next answer (its ListOffsets shows it).
+    await waitFor(
+      () => c.node(2).manager.describe()[0].high_watermark === 10,
+      "the follower to learn the high watermark",
+    );
     // Each follower recorded the leader's epoch history.
     const epochs = JSON.parse(
       readFileSync(join(c.node(2).dataDir, "topics", "orders", "0", "leader-epochs.json"), "utf8"),

@@ -525,12 +525,12 @@ describe("request encoders check the caller's values", () => {
 });
 
 describe("api numbers", () => {
-  it("apis 0 to 13 at version 0 are supported; versions above and apis 14+ are not", () => {
-    for (let api = 0; api <= 13; api++) {
+  it("apis 0 to 14 at version 0 are supported; versions above and apis 15+ are not", () => {
+    for (let api = 0; api <= 14; api++) {
       expect(isSupportedApi(api, 0)).toBe(true);
       expect(isSupportedApi(api, 1)).toBe(false);
     }
-    expect(isSupportedApi(14, 0)).toBe(false);
+    expect(isSupportedApi(15, 0)).toBe(false);
     expect(isSupportedApi(0xffff, 0)).toBe(false);
   });
 });
