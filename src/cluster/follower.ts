@@ -114,7 +114,8 @@ export class Follower {
 
   async #run(): Promise<void> {
     let backoff = 0;
-    while (!this.#stopped) {
+    // A closed log: the topic was deleted, and the manager drops this replica when it hears.
+    while (!this.#stopped && !this.#o.log.closed) {
       try {
         await this.#fetchOnce();
         backoff = 0;

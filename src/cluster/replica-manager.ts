@@ -36,7 +36,7 @@ import type { ReplicationSeam } from "../broker/replication.ts";
 import type { ReplicaFetchRequest, ReplicaFetchResult } from "../broker/types.ts";
 import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
-import { fetchRecordsMax } from "../lib/limits.ts";
+import { fetchBytesDefault, fetchRecordsMax } from "../lib/limits.ts";
 import type { Logger } from "../lib/logger.ts";
 import { Mutex } from "../lib/mutex.ts";
 import type { Prng } from "../lib/prng.ts";
@@ -90,6 +90,20 @@ export interface ReplicaManagerOptions {
   fetchWaitMs?: number;
   /** Bytes of records per replica fetch. Default 1 MiB. */
   fetchMaxBytes?: number;
+}
+
+/** One partition in {@link ReplicaManager.describe} (snake_case: shown as JSON). */
+export interface ReplicaDescription {
+  topic: string;
+  partition: number;
+  role: "leader" | "follower" | "none";
+  leader: number;
+  leader_epoch: number;
+  isr: number[];
+  high_watermark: number;
+  log_end_offset: number;
+  /** As leader: each follower's durable position, lag and ms since it was last caught up. */
+  followers: { node_id: number; durable_offset: number; lag: number; caught_up_ms_ago: number }[];
 }
 
 /** Default `replica_lag_ms`. */
@@ -188,19 +202,27 @@ export class ReplicaManager implements ReplicationSeam {
     modRevision: string,
   ): Promise<void> {
     if (this.#closed) return;
-    const r = await this.#replica(topic, partition, state, Number(modRevision));
+    const r = await this.#replica(topic, partition, state);
     await r.lock.run(() => this.#apply(r, state, Number(modRevision)));
   }
 
-  async #replica(
-    topic: string,
-    partition: number,
-    state: PartitionState,
-    modRevision: number,
-  ): Promise<Replica> {
+  async #replica(topic: string, partition: number, state: PartitionState): Promise<Replica> {
     const key = `${topic}/${partition}`;
     const existing = this.#replicas.get(key);
-    if (existing !== undefined) return existing;
+    if (existing !== undefined && !existing.log.closed) return existing;
+    if (existing !== undefined) {
+      // The topic was deleted (and maybe created again): its old partition is gone for good.
+      this.#replicas.delete(key);
+      await existing.lock.run(async () => {
+        if (existing.role === "leader")
+          this.#resign(existing, { ...existing.state, leader: noLeader });
+        existing.role = "none";
+        this.#notify(existing);
+        const f = existing.follower;
+        existing.follower = null;
+        await f?.stop();
+      });
+    }
     let opening = this.#opening.get(key);
     if (opening === undefined) {
       opening = (async () => {
@@ -227,7 +249,6 @@ export class ReplicaManager implements ReplicationSeam {
           follower: null,
           leaderHighWatermark: Math.min(state.committed_offset, log.highWatermark),
         };
-        void modRevision;
         this.#replicas.set(key, r);
         return r;
       })().finally(() => this.#opening.delete(key));
@@ -259,8 +280,16 @@ export class ReplicaManager implements ReplicationSeam {
     if (changed) {
       r.role = "none";
       r.epoch = state.leader_epoch;
-      if (role === "leader") await this.#lead(r);
-      else if (role === "follower") this.#follow(r);
+      if (role === "leader") {
+        try {
+          await this.#lead(r);
+        } catch (err) {
+          // The same state applied again retries the leadership.
+          r.modRevision = -1;
+          r.epoch = -1;
+          throw err;
+        }
+      } else if (role === "follower") this.#follow(r);
       this.#o.logger.log("info", "replication.role", {
         partition: r.name,
         role,
@@ -473,7 +502,7 @@ export class ReplicaManager implements ReplicationSeam {
     const read = await log.read({
       offset: request.fetchOffset,
       maxRecords: fetchRecordsMax,
-      maxBytes: Math.max(1, request.maxBytes),
+      maxBytes: request.maxBytes === 0 ? fetchBytesDefault : request.maxBytes,
     });
     const end = read.count === 0 ? request.fetchOffset : read.nextOffset;
     position.lastLogEndSent = log.logEndOffset;
@@ -602,7 +631,7 @@ export class ReplicaManager implements ReplicationSeam {
   #scheduleLagCheck(r: Replica): void {
     r.lagTimer = this.#o.clock.setTimer(Math.max(1, this.#lagMs(r) / 2), () => {
       r.lagTimer = null;
-      if (r.role !== "leader" || this.#closed) return;
+      if (r.role !== "leader" || this.#closed || r.log.closed) return;
       this.#checkLag(r);
       this.#scheduleLagCheck(r);
     });
@@ -687,10 +716,15 @@ export class ReplicaManager implements ReplicationSeam {
         : leader === this.#o.nodeId
           ? "this broker is taking over its leadership"
           : `this broker is not its leader; the leader is node ${leader}`);
+    const address = leader === noLeader ? undefined : this.#brokers.get(leader);
     return new BrokerError(
       Errors.notLeader,
       `Cannot serve partition "${partition}" on node ${this.#o.nodeId}: ${detail}`,
-      { leader },
+      {
+        leader,
+        ...(r === undefined ? {} : { leader_epoch: r.state.leader_epoch }),
+        ...(address === undefined ? {} : { leader_tcp: address.tcp, leader_http: address.http }),
+      },
     );
   }
 
@@ -700,6 +734,41 @@ export class ReplicaManager implements ReplicationSeam {
       `Cannot acknowledge writes to partition "${r.name}": ${r.state.isr.length} in-sync replicas (${r.state.isr.join(", ")}), below its min_insync_replicas ${r.state.min_insync_replicas}`,
       { isr: r.state.isr, min_insync_replicas: r.state.min_insync_replicas },
     );
+  }
+
+  /**
+   * What this broker knows of each partition it holds a replica of, for `cluster status` and
+   * metrics: its role and epoch, the high watermark (a follower's: the leader's as last fetched),
+   * its log end, and as leader each follower's durable position, lag (the leader's log end minus
+   * it; −1 before its first fetch) and ms since it was last caught up. Sorted by topic, partition.
+   */
+  describe(): ReplicaDescription[] {
+    const now = this.#o.clock.nowMs();
+    const out: ReplicaDescription[] = [];
+    for (const r of this.#replicas.values()) {
+      if (r.log.closed) continue;
+      const logEnd = r.log.logEndOffset;
+      out.push({
+        topic: r.topic,
+        partition: r.partition,
+        role: r.role,
+        leader: r.state.leader,
+        leader_epoch: r.state.leader_epoch,
+        isr: [...r.state.isr],
+        high_watermark: r.role === "leader" ? r.highWatermark : r.leaderHighWatermark,
+        log_end_offset: logEnd,
+        followers:
+          r.role !== "leader"
+            ? []
+            : [...r.followers].map(([id, f]) => ({
+                node_id: id,
+                durable_offset: f.durable,
+                lag: f.durable < 0 ? -1 : Math.max(0, logEnd - f.durable),
+                caught_up_ms_ago: now - f.lastCaughtUpMs,
+              })),
+      });
+    }
+    return out.sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
   }
 
   /** Stops every follower loop, fails pending acknowledgements `not_leader`, and stops the timers. */

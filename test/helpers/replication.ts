@@ -22,7 +22,9 @@ import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { replicaConnector } from "../../src/runtime/replica-connection.ts";
 import { listenTcp } from "../../src/runtime/tcp.ts";
 import { createTcpTransport } from "../../src/transport/tcp/transport.ts";
+import { AccessControl } from "../../src/auth/access.ts";
 import { realClock } from "./clock.ts";
+import { openTestKeyStore } from "./keys.ts";
 import { tempDir } from "./tmp.ts";
 
 /** One broker of a {@link ReplicatedCluster}. */
@@ -35,8 +37,8 @@ export interface ReplicaNode {
   tcp: string;
   port: number;
   dataDir: string;
-  /** A client connection to this broker's TCP port. */
-  client(): Promise<TcpClient>;
+  /** A client connection to this broker's TCP port (with `apiKey` when keys are on). */
+  client(apiKey?: string): Promise<TcpClient>;
 }
 
 /** A few brokers over one etcd prefix. */
@@ -44,6 +46,8 @@ export interface ReplicatedCluster {
   nodes: ReplicaNode[];
   prefix: string;
   secret: Uint8Array;
+  /** With `withKeys`: an admin API key of node 1. */
+  readonly adminKey: string;
   node(id: number): ReplicaNode;
   /** Creates the topic on every node and writes its partition-0 state to etcd, then syncs. */
   createTopic(
@@ -74,12 +78,15 @@ export async function startReplicatedCluster(options: {
   etcd: Etcd;
   prefix: string;
   replicaLagMs?: number;
+  /** Turns API keys on at every broker; the admin key of node 1 is returned in `adminKey`. */
+  withKeys?: boolean;
 }): Promise<ReplicatedCluster> {
   const secret = new TextEncoder().encode(`secret-${options.prefix}`);
   const fs = new NodeFileSystem();
   const nodes: ReplicaNode[] = [];
   const registrations = new Map<number, BrokerRegistration>();
   const stopped = new Set<number>();
+  let adminKey = "";
   const makeManager = (node: Omit<ReplicaNode, "manager">): ReplicaManager => {
     const manager = new ReplicaManager({
       broker: node.broker,
@@ -107,7 +114,15 @@ export async function startReplicatedCluster(options: {
       logger,
       cleanupIntervalMs: 0,
     });
-    const transport = createTcpTransport({ broker, clock: realClock, logger });
+    let access: AccessControl | undefined;
+    if (options.withKeys === true) {
+      const { keys } = await openTestKeyStore({ logger, seed: nodeId });
+      onTestFinished(() => keys.close());
+      const admin = await keys.create({ name: "admin", role: "admin" });
+      if (nodeId === 1) adminKey = admin.key;
+      access = new AccessControl({ broker, keys, logger });
+    }
+    const transport = createTcpTransport({ broker, access, clock: realClock, logger });
     const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>
       transport.handleConnection(socket),
     );
@@ -128,8 +143,8 @@ export async function startReplicatedCluster(options: {
       tcp,
       port: listener.port,
       dataDir: dir,
-      client: async () => {
-        const c = await TcpClient.connect({ host: "127.0.0.1", port: listener.port });
+      client: async (apiKey?: string) => {
+        const c = await TcpClient.connect({ host: "127.0.0.1", port: listener.port, apiKey });
         clients.push(c);
         return c;
       },
@@ -150,6 +165,9 @@ export async function startReplicatedCluster(options: {
     nodes,
     prefix: options.prefix,
     secret,
+    get adminKey() {
+      return adminKey;
+    },
     node: (id) => nodes[id - 1],
     async createTopic(topic, state, config) {
       for (const n of nodes) await n.broker.createTopic({ name: topic, partitions: 1, config });

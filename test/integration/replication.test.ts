@@ -82,6 +82,26 @@ describe("replication", () => {
     const bytes = await storedBytes(c.node(1).broker, "orders");
     expect(await storedBytes(c.node(2).broker, "orders")).toEqual(bytes);
     expect(await storedBytes(c.node(3).broker, "orders")).toEqual(bytes);
+    const [described] = c.node(1).manager.describe();
+    expect(described).toMatchObject({
+      topic: "orders",
+      partition: 0,
+      role: "leader",
+      leader_epoch: 0,
+      isr: [1, 2, 3],
+      high_watermark: 10,
+      log_end_offset: 10,
+    });
+    expect(described.followers.map((f) => [f.node_id, f.durable_offset, f.lag])).toEqual([
+      [2, 10, 0],
+      [3, 10, 0],
+    ]);
+    expect(c.node(2).manager.describe()[0]).toMatchObject({ role: "follower", leader: 1 });
+    // A follower learns the high watermark from the leader's next answer (its ListOffsets shows it).
+    await waitFor(
+      () => c.node(2).manager.describe()[0].high_watermark === 10,
+      "the follower to learn the high watermark",
+    );
     // Each follower recorded the leader's epoch history.
     const epochs = JSON.parse(
       readFileSync(join(c.node(2).dataDir, "topics", "orders", "0", "leader-epochs.json"), "utf8"),
@@ -173,6 +193,45 @@ describe("replication", () => {
     await raw.close();
     await again.close();
     await broker.close();
+  });
+
+  it("with API keys on, brokers still replicate and no client key passes as the broker credential", async () => {
+    const c = await startReplicatedCluster({
+      count: 3,
+      etcd: client,
+      prefix: freshPrefix(),
+      withKeys: true,
+    });
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const admin = await c.node(1).client(c.adminKey);
+    const r = await admin.produce("orders", records(["a"]), { partition: 0 });
+    expect(r.spans[0].count).toBe(1);
+    expect(c.node(2).broker.partitionLog("orders", 0).highWatermark).toBe(1);
+    const fetch = {
+      topic: "orders",
+      partition: 0,
+      replicaId: 2,
+      leaderEpoch: 0,
+      fetchOffset: 0,
+      lastFetchedEpoch: -1,
+      maxBytes: 0,
+      waitMs: 0,
+    };
+    // An admin key, on an authenticated connection or as the credential itself, does not pass.
+    await expectCode(
+      admin.replicaFetch({ ...fetch, credential: new Uint8Array(0) }),
+      "unauthenticated",
+    );
+    const keyless = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    await expectCode(
+      keyless.replicaFetch({ ...fetch, credential: new TextEncoder().encode(c.adminKey) }),
+      "unauthenticated",
+    );
+    await keyless.close();
+    // A keyless connection may not use client apis either.
+    const other = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    await expectCode(other.listOffsets({ topic: "orders", partition: 0 }), "unauthenticated");
+    await other.close();
   });
 
   it("a deposed leader fails its pending acknowledgements and acknowledges nothing more", async () => {
@@ -359,6 +418,24 @@ describe("replication", () => {
     expect((await c.state("orders")).modRevision).toBe(modRevision);
     await waitFor(async () => !(await c.state("orders")).state.isr.includes(3), "node 3 to leave");
     expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(2000);
+  });
+
+  it("replicates a topic deleted and created again under the same name from scratch", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const one = await c.node(1).client();
+    await one.produce("orders", records(["old-1", "old-2"]), { partition: 0 });
+    for (const n of c.nodes) await n.broker.deleteTopic("orders");
+    await c.createTopic("orders", { ...initial, leader: 2, leader_epoch: 0 });
+    const two = await c.node(2).client();
+    const r = await two.produce("orders", records(["new"]), { partition: 0 });
+    expect(r.spans[0].baseOffset).toBe(0);
+    for (const id of [1, 3])
+      expect(c.node(id).broker.partitionLog("orders", 0).highWatermark).toBe(1);
+    expect(await storedBytes(c.node(1).broker, "orders")).toEqual(
+      await storedBytes(c.node(2).broker, "orders"),
+    );
   });
 
   it("a new leader deduplicates an idempotent producer's retry (#28)", async () => {

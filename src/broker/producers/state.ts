@@ -543,8 +543,9 @@ export class ProducerStates {
    * the leader validated), before it appends the records they describe: each is journaled
    * (fsynced) and applied as a replayed journal entry would be, so that this broker deduplicates
    * retries once it leads (field failures #28).
-   * @throws BrokerError unavailable when the producer state is; storage_error when the journal
-   *   write fails.
+   * Nothing is done while the producer state is unavailable (this broker then refuses idempotent
+   * produce anyway).
+   * @throws BrokerError unavailable when shutting down; storage_error when the journal write fails.
    */
   async applyReplicated(
     topic: string,
@@ -552,6 +553,9 @@ export class ProducerStates {
     batches: readonly ReplicatedProducerBatch[],
   ): Promise<void> {
     if (batches.length === 0) return;
+    // Unavailable producer state refuses every idempotent produce on this broker, leader or not:
+    // skipping the batches then loses no deduplication, and replication goes on.
+    if (this.#unavailable !== null && !this.#closed) return;
     const journal = this.#checkAvailable();
     const entries = batches.map((b): ProducerJournalEntry => ({ ...b, topic, partition }));
     const pending = entries.map((entry): PendingEntry => ({ entry }));
