@@ -49,7 +49,9 @@
  *
  * On Node and Bun the app reads bodies straight from the `IncomingMessage`
  * (`HttpBindings.readRawBody`, {@link readIncomingBody}) instead of through the WHATWG `Request`
- * stream that @hono/node-server would build; on Deno it reads `Request.body`.
+ * stream that @hono/node-server would build; on Deno it reads `Request.body`. On the `node:http`
+ * path the app can also count a header's field lines (`HttpBindings.headerLines`, from
+ * `rawHeaders`), which `Request.headers` joins with ", "; `Deno.serve` has no such list.
  *
  * With TLS (`options.tls`: `--tls-cert`, `--tls-key`, optionally `--tls-client-ca`) every runtime,
  * Deno included, serves through the `node:http` path above behind `node:tls`: `Deno.serve` can
