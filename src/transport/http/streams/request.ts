@@ -127,7 +127,7 @@ function strictInteger(text: string, what: string, max: number): number {
 /**
  * `Stream-TTL` in seconds; undefined when absent. 0 is refused: the protocol's grammar allows
  * it, but a stream that expires as soon as it is idle is gone before any reader could see it
- * (docs/durable-streams.md "TTL and expiry").
+ * (docs/durable-streams.md "Requests", on TTL and expiry).
  */
 export function parseTtl(text: string | undefined): number | undefined {
   if (text === undefined) return undefined;

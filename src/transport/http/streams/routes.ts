@@ -138,7 +138,7 @@ async function create(
   const ttlSeconds = parseTtl(header(c, "stream-ttl"));
   const expiresAt = parseExpiresAt(header(c, "stream-expires-at"));
   // The protocol says nothing of an expiry already past; a stream created expired would be
-  // gone before anyone could read it (docs/durable-streams.md "TTL and expiry").
+  // gone before anyone could read it (docs/durable-streams.md "Requests", on TTL and expiry).
   if (expiresAt !== undefined && expiresAt.ms <= deps.nowMs())
     throw new BrokerError(
       Errors.invalidRequest,
