@@ -1,5 +1,5 @@
 /**
- * `es-broker cluster status`: what a cluster looks like now (docs/cluster.md "Operating"): its
+ * `es-broker cluster status`: what a cluster looks like now (docs/cluster.md "Clients"): its
  * brokers, the controller, and per partition the leader, leader epoch, replicas, ISR, ELR and
  * the high watermark (from the leader), as a table or, with `--json`, as one JSON document.
  */

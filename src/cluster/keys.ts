@@ -1,5 +1,5 @@
 /**
- * The keys es-broker keeps in etcd, under the cluster prefix (docs/cluster.md "Keys in etcd").
+ * The keys es-broker keeps in etcd, under the cluster prefix (docs/cluster.md "Coordination in etcd").
  * Every function takes the prefix without a trailing slash (default `/es-broker`).
  */
 

@@ -1,5 +1,5 @@
 /**
- * One broker as a member of a cluster (docs/cluster.md "Running a cluster"): it joins
+ * One broker as a member of a cluster (docs/cluster.md "How to run three brokers and a three-member etcd"): it joins
  * (membership), runs for controller, publishes its log ends, keeps a view of the cluster's keys in
  * etcd (brokers, controller, topics, partitions) from one watch, creates and deletes its local
  * topics as the keys say, and feeds the replication layer ({@link ReplicaSink}) every partition
