@@ -108,6 +108,8 @@ describe(`[${target}] the OpenAPI document against the real process`, () => {
     expect((await call("/healthz")).status).toBe(200);
     expect((await call("/readyz")).status).toBe(200);
     expect((await call("/v1/openapi.json")).status).toBe(200);
+    // Single-node mode: the cluster view is absent (test/e2e/cluster.test.ts validates its 200).
+    expect((await call("/v1/cluster", a)).status).toBe(404);
     for (const path of ["/console", "/console/app.js", "/console/app.css", "/console/icon.svg"])
       expect((await call(path)).status).toBe(200);
     expect((await call("/metrics", a)).status).toBe(200);
