@@ -453,8 +453,11 @@ export class ReplicaManager implements ReplicationSeam {
         `Cannot serve a replica fetch of partition "${name}": leader epoch ${request.leaderEpoch} is older than the current ${epoch}`,
         { leader_epoch: epoch },
       );
-    if (request.leaderEpoch > epoch)
-      throw this.#notLeader(r, `it does not know epoch ${request.leaderEpoch} yet`);
+    if (request.leaderEpoch > epoch || request.lastFetchedEpoch > epoch)
+      throw this.#notLeader(
+        r,
+        `it does not know epoch ${Math.max(request.leaderEpoch, request.lastFetchedEpoch)} yet`,
+      );
     const position = r.followers.get(request.replicaId);
     if (position === undefined)
       throw new BrokerError(
