@@ -63,6 +63,12 @@ export interface ReplicatedCluster {
   sync(topic: string): Promise<void>;
   /** Stops a node's replication (its follower loops): a follower that stopped fetching. */
   stopReplication(id: number): Promise<void>;
+  /**
+   * Closes a node's broker and opens it again on the same data directory (a restart: recovery,
+   * the leader-epoch history read back from disk), on a new port; applies the topic's state to
+   * it unless its replication is stopped.
+   */
+  restartNode(id: number, topic: string): Promise<void>;
   /** Changes the TCP address followers use for a node (a proxy in front of it). */
   setAddress(id: number, tcp: string): void;
   /** Starts a new replica manager on the node and applies the topic's state to it. */
@@ -104,8 +110,9 @@ export async function startReplicatedCluster(options: {
     manager.setBrokers(registrations);
     return manager;
   };
-  for (let nodeId = 1; nodeId <= options.count; nodeId++) {
-    const { dir } = tempDir(`es-broker-replication-${nodeId}-`);
+  const shutdowns = new Map<number, () => Promise<void>>();
+  /** Opens node `nodeId`'s broker on `dir` with its transport and replica manager. */
+  const startNode = async (nodeId: number, dir: string): Promise<ReplicaNode> => {
     const logger = new MemoryLogger();
     const broker = await LocalBroker.open({
       fs,
@@ -115,9 +122,10 @@ export async function startReplicatedCluster(options: {
       cleanupIntervalMs: 0,
     });
     let access: AccessControl | undefined;
+    let closeKeys = async () => {};
     if (options.withKeys === true) {
       const { keys } = await openTestKeyStore({ logger, seed: nodeId });
-      onTestFinished(() => keys.close());
+      closeKeys = () => keys.close();
       const admin = await keys.create({ name: "admin", role: "admin" });
       if (nodeId === 1) adminKey = admin.key;
       access = new AccessControl({ broker, keys, logger });
@@ -150,15 +158,21 @@ export async function startReplicatedCluster(options: {
       },
     };
     const node: ReplicaNode = { ...base, manager: makeManager(base) };
-    nodes.push(node);
-    onTestFinished(async () => {
+    shutdowns.set(nodeId, async () => {
       await node.manager.close();
       for (const c of clients) await c.close();
       const closing = listener.close();
       await transport.close({ graceMs: 100 });
       await closing;
       await broker.close();
+      await closeKeys();
     });
+    return node;
+  };
+  for (let nodeId = 1; nodeId <= options.count; nodeId++) {
+    const { dir } = tempDir(`es-broker-replication-${nodeId}-`);
+    nodes.push(await startNode(nodeId, dir));
+    onTestFinished(() => shutdowns.get(nodeId)!());
   }
   const key = (topic: string) => `${options.prefix}/partitions/${topic}/0`;
   const cluster: ReplicatedCluster = {
@@ -195,6 +209,12 @@ export async function startReplicatedCluster(options: {
     async stopReplication(id) {
       stopped.add(id);
       await cluster.node(id).manager.close();
+    },
+    async restartNode(id, topic) {
+      const old = cluster.node(id);
+      await shutdowns.get(id)!();
+      nodes[id - 1] = await startNode(id, old.dataDir);
+      if (!stopped.has(id)) await cluster.sync(topic);
     },
     setAddress(id, tcp) {
       registrations.set(id, { ...registrations.get(id)!, tcp });

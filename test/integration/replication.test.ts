@@ -313,6 +313,42 @@ describe("replication", () => {
     ]);
   });
 
+  it("a deposed leader restarted from its data directory truncates by its epoch history on disk", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const one = await c.node(1).client();
+    await one.produce("orders", records(["a", "b"]), { partition: 0 });
+    await c.stopReplication(2);
+    await c.stopReplication(3);
+    const lost = one.produce("orders", records(["lost-1", "lost-2", "lost-3"]), { partition: 0 });
+    await waitFor(
+      () => c.node(1).broker.partitionLog("orders", 0).highWatermark === 5,
+      "node 1 to store 5",
+    );
+    await expect(lost).rejects.toBeDefined(); // the broker goes away before it is acknowledged
+    // Node 1 stops; the controller moves the leadership; node 1 comes back from its files.
+    await c.stopReplication(1);
+    await c.restartNode(1, "orders");
+    await c.setState("orders", { ...initial, leader: 2, leader_epoch: 1 });
+    await c.restartReplication(2, "orders");
+    await c.restartReplication(3, "orders");
+    await c.restartReplication(1, "orders");
+    const two = await c.node(2).client();
+    await two.produce("orders", records(["c"]), { partition: 0 });
+    const node1 = () => c.node(1).broker.partitionLog("orders", 0);
+    await waitFor(
+      () => node1().logEndOffset === 3 && node1().highWatermark === 3,
+      "node 1 to truncate and catch up",
+    );
+    expect(await storedBytes(c.node(1).broker, "orders")).toEqual(
+      await storedBytes(c.node(2).broker, "orders"),
+    );
+    expect(c.node(1).logger.named("replication.truncating")).toMatchObject([
+      { epoch: 0, leader_end_offset: 2, log_end_offset: 5, truncate_to: 2 },
+    ]);
+  });
+
   it("a follower checks every CRC end to end and appends nothing of a corrupt answer (#27d)", async () => {
     // Followers 2 and 3 join the ISR at once; stopped, they leave it after 400 ms.
     const c = await cluster3({ replicaLagMs: 400 });
