@@ -269,7 +269,7 @@ const recordsPerSegment = 56;
  * Fills partition directories with `sealed` sealed segments each, written in the storage format
  * (docs/storage.md "Records", "Index and reads") with their indexes, plus an empty active segment.
  */
-function writeSegments(topicDir: string, partitions: number, sealed: number): void {
+export function writeSegments(topicDir: string, partitions: number, sealed: number): void {
   const value = new Uint8Array(valueBytes).fill(97);
   const builder = new EntryBatchBuilder(recordsPerSegment * (valueBytes + 32));
   const ts = Date.now() - 60_000;

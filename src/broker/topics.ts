@@ -27,6 +27,9 @@ import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { Metrics } from "../lib/metrics.ts";
 import { maxOpenSegmentsDefault, recoveryProgressMs } from "../lib/limits.ts";
+
+/** Partitions of a topic opened (recovered, or created) at once. */
+const partitionOpensAtOnce = 8;
 import { Mutex } from "../lib/mutex.ts";
 import { quote } from "../lib/quote.ts";
 import { plural } from "../lib/text.ts";
@@ -384,12 +387,32 @@ export class TopicRegistry {
     });
     if ("error" in storage) throw new Error(storage.error);
     try {
-      for (let p = 0; p < partitionCount; p++) {
-        topic.partitions.push(
-          await this.#openPartition(topic, p, this.#cleanup.partitionOptions(storage, p)),
-        );
-        if (this.#progress?.phase === "topics") this.#progress.partitionsDone++;
-      }
+      // A few partitions at a time: each ends its recovery with fsyncs (its active segment, its
+      // directory), and those of different partitions overlap on the disk instead of queueing.
+      const opened: (PartitionLog | undefined)[] = new Array(partitionCount);
+      let next = 0;
+      let failure: { err: unknown } | null = null;
+      const worker = async (): Promise<void> => {
+        while (next < partitionCount && failure === null) {
+          const p = next++;
+          try {
+            opened[p] = await this.#openPartition(
+              topic,
+              p,
+              this.#cleanup.partitionOptions(storage, p),
+            );
+            if (this.#progress?.phase === "topics") this.#progress.partitionsDone++;
+          } catch (err) {
+            failure ??= { err };
+          }
+        }
+      };
+      await Promise.all(
+        Array.from({ length: Math.min(partitionOpensAtOnce, partitionCount) }, worker),
+      );
+      // In partition order; on a failure the caller closes the ones that opened.
+      for (const log of opened) if (log !== undefined) topic.partitions.push(log);
+      if (failure !== null) throw (failure as { err: unknown }).err;
       await this.#fs.syncDir(topic.dir);
     } catch (err) {
       await this.#cleanup.discard(storage);

@@ -11,7 +11,8 @@
  * (`Segment.retainFiles`) is pinned, and the cache closes the least recently used unpinned one
  * instead; with every open segment pinned it holds more than `capacity` until they are let go.
  * One cache serves the whole broker (every partition of every topic), so the bound holds however
- * the segments are spread.
+ * the segments are spread. Why the spec's "each segment keeps its own file handle open" is read
+ * this way: docs/decisions.md §15.
  */
 import { assert } from "../lib/assert.ts";
 
