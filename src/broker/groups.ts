@@ -448,6 +448,37 @@ export class GroupCoordinator {
     return group;
   }
 
+  /** No members (of either kind), no session or rebalance timers, no committed offsets. */
+  #isEmpty(group: Group): boolean {
+    const a = group.assigned;
+    return (
+      group.data.members.length === 0 &&
+      group.data.offsets.size === 0 &&
+      group.timers.size === 0 &&
+      (a === null || (a.members.size === 0 && a.rebalanceTimer === null))
+    );
+  }
+
+  /**
+   * Deletes an empty group's file, then forgets it — unless a call queued on its lock meanwhile
+   * (it then finds the group in memory, not yet written, and writes it again). Called holding the
+   * group's lock. @throws the file system's error (the group stays).
+   */
+  async #remove(group: Group): Promise<void> {
+    if (group.persisted) {
+      await this.#fs.unlink(joinPath(this.#dir, `${group.name}.json`));
+      await this.#fs.syncDir(this.#dir);
+      group.persisted = false;
+    }
+    if (group.lock.pending <= 1 && this.#groups.get(group.name) === group) {
+      this.#groups.delete(group.name);
+      this.#logger.log("info", "group.removed", {
+        group: group.name,
+        reason: "no members and no committed offsets after its last topic was deleted",
+      });
+    }
+  }
+
   /** Drops a group that was created in memory but never written (its first write failed). */
   #forgetIfUnpersisted(group: Group): void {
     if (
@@ -1402,7 +1433,9 @@ export class GroupCoordinator {
 
   /**
    * Forgets a deleted topic: its committed offsets go, and every group that assigned any of its
-   * partitions rebalances. Failures to write are logged (the start-up check drops offsets of
+   * partitions rebalances. A group left with no members and no offsets (the topic was all it
+   * had) goes too, file and all, so groups do not pile up as topics come and go (docs/http-api.md
+   * "Consumer groups"). Failures to write are logged (the start-up check drops offsets of
    * topics that no longer exist anyway).
    */
   async forgetTopic(topic: string): Promise<void> {
@@ -1427,7 +1460,8 @@ export class GroupCoordinator {
         group.data = next;
         if (clientAssigned && assigned) this.#assignedPrepare(group);
         try {
-          await this.#persist(group, next);
+          if (this.#isEmpty(group)) await this.#remove(group);
+          else await this.#persist(group, next);
         } catch (err) {
           this.#logger.log("error", "group.persist_failed", {
             group: group.name,

@@ -5,10 +5,16 @@
 export class Mutex {
   #tail: Promise<void> = Promise.resolve();
   #held = false;
+  #pending = 0;
 
   /** True while a holder runs. */
   get held(): boolean {
     return this.#held;
+  }
+
+  /** Calls of {@link run} not finished: the holder and those waiting behind it. */
+  get pending(): number {
+    return this.#pending;
   }
 
   /** Runs `fn` alone; resolves or rejects with its result. Not reentrant: calling run inside fn deadlocks. */
@@ -16,12 +22,14 @@ export class Mutex {
     const previous = this.#tail;
     let release!: () => void;
     this.#tail = new Promise<void>((resolve) => (release = resolve));
+    this.#pending++;
     return previous.then(async () => {
       this.#held = true;
       try {
         return await fn();
       } finally {
         this.#held = false;
+        this.#pending--;
         release();
       }
     });

@@ -27,6 +27,7 @@ import {
   startBroker,
   target,
 } from "./harness.ts";
+import { offlineAdminKey } from "./helpers.ts";
 import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
@@ -54,23 +55,11 @@ interface Setup {
 async function setup(extra: string[] = []): Promise<Setup> {
   const { dir } = tempDir();
   const dataDir = join(dir, "data");
-  const made = await runCli([
-    "keys",
-    "create",
-    "--data-dir",
-    dataDir,
-    "--name",
-    "root",
-    "--role",
-    "admin",
-    "--out",
-    join(dir, "admin.key"),
-  ]);
-  expect(made.code, made.stderr).toBe(0);
+  const made = await offlineAdminKey(dataDir, dir);
   expect(made.stdout.length).toBe(0);
   expect(made.stderr).toMatch(/created key "root" \(role admin, id [0-9a-f]{16}\)/);
-  expect(statSync(join(dir, "admin.key")).mode & 0o777).toBe(0o600);
-  const admin = readFileSync(join(dir, "admin.key"), "utf8").trim();
+  expect(statSync(made.path).mode & 0o777).toBe(0o600);
+  const admin = made.key;
   const broker = await startBroker(dataDir, ["--log-level", "debug", ...extra]);
   running.push(broker);
   const seen: string[] = [];

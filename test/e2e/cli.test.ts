@@ -15,6 +15,7 @@ import {
   target,
   type BrokerProcess,
 } from "./harness.ts";
+import { waitFor } from "./helpers.ts";
 import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
@@ -24,18 +25,6 @@ afterEach(async () => {
     if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
   for (const b of running.splice(0)) await b.stop("SIGKILL");
 });
-
-async function waitFor(
-  what: string,
-  check: () => boolean | Promise<boolean>,
-  timeoutMs = 30_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`[${target}] timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 /** A broker, a client of it, and a topic "t" with one partition. */
 async function brokerWithTopic(): Promise<{ client: TcpClient; address: string }> {

@@ -12,6 +12,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { AwsClient } from "aws4fetch";
 import { startBroker, target, type BrokerProcess } from "./harness.ts";
+import { waitFor } from "./helpers.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { motoCredentials, startMoto, type MotoServer } from "../helpers/moto.ts";
 import { FaultProxy } from "../helpers/fault-proxy.ts";
@@ -36,14 +37,6 @@ async function json(res: Response): Promise<any> {
   const text = await res.text();
   expect(res.status, text).toBeLessThan(300);
   return JSON.parse(text);
-}
-
-async function until(what: string, check: () => boolean | Promise<boolean>, ms = 30_000) {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`[${target}] timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 describe(`[${target}] cold storage: multipart uploads left open by a crash`, () => {
@@ -114,8 +107,8 @@ describe(`[${target}] cold storage: multipart uploads left open by a crash`, () 
         { times: 1, match: (r) => r.method === "PUT" && r.path.includes("partNumber=2&") },
       );
       void fetch(`${b}/v1/admin/topics/t/cleanup`, { method: "POST" }).catch(() => {});
-      await until("the stalled part", () => proxy.log.some((e) => e.fault?.startsWith("delay")));
-      await until("the open upload in the bucket", async () =>
+      await waitFor("the stalled part", () => proxy.log.some((e) => e.fault?.startsWith("delay")));
+      await waitFor("the open upload in the bucket", async () =>
         (await bucket.listUploads()).some((u) => u.key.endsWith(".log")),
       );
       await running.stop("SIGKILL");
@@ -125,7 +118,7 @@ describe(`[${target}] cold storage: multipart uploads left open by a crash`, () 
 
       running = await startBroker(`${dir}/data`, args, env);
       b = running.httpUrl;
-      await until("the stale upload aborted", () =>
+      await waitFor("the stale upload aborted", () =>
         /"event":"cold.stale_uploads_aborted"/.test(running!.stderr()),
       );
       const after = await bucket.listUploads();

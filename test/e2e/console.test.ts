@@ -16,7 +16,7 @@
  *
  * A screenshot of each view is saved under test-results/console/<target>/.
  */
-import { mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -27,7 +27,8 @@ import {
   installHookTimeoutMs,
 } from "../helpers/system-tools.ts";
 import { tempDir } from "../helpers/tmp.ts";
-import { type BrokerProcess, runCli, startBroker, target } from "./harness.ts";
+import { type BrokerProcess, startBroker, target } from "./harness.ts";
+import { offlineAdminKey } from "./helpers.ts";
 import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
@@ -87,20 +88,7 @@ describe(`[${target}] the web console in headless Chromium`, () => {
   it("every view shows what the API made, the forms work, the tail follows, and nothing runs", async () => {
     const { dir } = tempDir();
     const dataDir = join(dir, "data");
-    const made = await runCli([
-      "keys",
-      "create",
-      "--data-dir",
-      dataDir,
-      "--name",
-      "root",
-      "--role",
-      "admin",
-      "--out",
-      join(dir, "admin.key"),
-    ]);
-    expect(made.code, made.stderr).toBe(0);
-    const admin = readFileSync(join(dir, "admin.key"), "utf8").trim();
+    const { key: admin } = await offlineAdminKey(dataDir, dir);
     const broker = await startBroker(dataDir);
     running.push(broker);
     const api = async (method: string, path: string, body?: unknown): Promise<any> => {
@@ -277,19 +265,7 @@ describe(`[${target}] the web console in headless Chromium`, () => {
   it("with keys, the console's API calls without a key are 401 and carry no data", async () => {
     const { dir } = tempDir();
     const dataDir = join(dir, "data");
-    const made = await runCli([
-      "keys",
-      "create",
-      "--data-dir",
-      dataDir,
-      "--name",
-      "root",
-      "--role",
-      "admin",
-      "--out",
-      join(dir, "admin.key"),
-    ]);
-    expect(made.code, made.stderr).toBe(0);
+    await offlineAdminKey(dataDir, dir);
     const broker = await startBroker(dataDir);
     running.push(broker);
     for (const path of [

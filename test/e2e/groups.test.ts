@@ -19,6 +19,7 @@ import {
   target,
   type BrokerProcess,
 } from "./harness.ts";
+import { waitFor } from "./helpers.ts";
 import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
@@ -55,18 +56,6 @@ function startConsumer(args: string[]): Consumer {
   });
   proc.stderr!.on("data", (d) => (err += d));
   return { proc, lines, stderr: () => err };
-}
-
-async function waitFor(
-  what: string,
-  check: () => boolean | Promise<boolean>,
-  timeoutMs = 30_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`[${target}] timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 /** Appends `count` records to each partition, continuing each partition's numbering. */

@@ -11,7 +11,10 @@ import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { afterEach, expect } from "vitest";
 import { tempDir } from "../helpers/tmp.ts";
-import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
+import { startBroker, type BrokerProcess } from "./harness.ts";
+import { offlineAdminKey } from "./helpers.ts";
+
+export { waitFor } from "./helpers.ts";
 
 /** Brokers started by the helpers; SIGKILLed after each test. */
 export const running: BrokerProcess[] = [];
@@ -97,19 +100,6 @@ export async function http(
   return json;
 }
 
-/** Polls `check` every 100 ms until it holds. @throws Error naming `what` after `timeoutMs`. */
-export async function waitFor(
-  what: string,
-  check: () => boolean | Promise<boolean>,
-  timeoutMs = 30_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`[${target}] timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 /** A kafkajs client of `bootstrap`, quiet, with few retries. */
 export function kafkajs(bootstrap: string, clientId = "e2e"): Kafka {
   return new Kafka({
@@ -134,20 +124,7 @@ export async function keyedKafkaBroker(
   admin: (method: string, path: string, body?: unknown) => Promise<any>;
 }> {
   const { dir } = tempDir("es-broker-kafka-keys-");
-  const made = await runCli([
-    "keys",
-    "create",
-    "--data-dir",
-    `${dir}/data`,
-    "--name",
-    "root",
-    "--role",
-    "admin",
-    "--out",
-    `${dir}/admin.key`,
-  ]);
-  expect(made.code, made.stderr).toBe(0);
-  const adminKey = readFileSync(`${dir}/admin.key`, "utf8").trim();
+  const { key: adminKey } = await offlineAdminKey(`${dir}/data`, dir);
   const broker = await startBroker(`${dir}/data`, [
     "--kafka-port",
     "0",

@@ -17,7 +17,8 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { tempDir } from "../helpers/tmp.ts";
 import { promtoolCheckMetrics } from "../helpers/system-tools.ts";
-import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
+import { startBroker, target, type BrokerProcess } from "./harness.ts";
+import { waitFor, offlineAdminKey } from "./helpers.ts";
 import { makePki } from "./pki.ts";
 
 const running: BrokerProcess[] = [];
@@ -106,27 +107,12 @@ function sample(text: string, series: string): number | undefined {
   return line === undefined ? undefined : Number(line.slice(series.length + 1));
 }
 
-async function until(what: string, check: () => Promise<boolean>, ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await check().catch(() => false))) {
-    if (Date.now() > deadline) throw new Error(`[${target}] timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
   it("reports an untrusted certificate and a wrong key, retries, and forwards every record once to the mapped topic", async () => {
     const pki = makePki();
     const { dir } = tempDir("es-broker-mirror-up-");
     const centralDir = join(dir, "central");
-    const made = await runCli(
-      ["keys", "create", "--data-dir", centralDir, "--name", "root", "--role", "admin"].concat([
-        "--out",
-        join(dir, "admin.key"),
-      ]),
-    );
-    expect(made.code, made.stderr).toBe(0);
-    const adminKey = readFileSync(join(dir, "admin.key"), "utf8").trim();
+    const { key: adminKey } = await offlineAdminKey(centralDir, dir);
     const central = await startBroker(centralDir, [
       "--tls-cert",
       pki.server.cert,
@@ -184,7 +170,7 @@ describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
     });
     expect(created.status).toBe(201);
     await produce(edge, 0, 40);
-    await until("the untrusted certificate in the log", async () =>
+    await waitFor("the untrusted certificate in the log", async () =>
       /"event":"mirror.upstream_unreachable".*certificate/.test(edge.stderr()),
     );
     let text = await metrics(edge);
@@ -206,7 +192,7 @@ describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
     // 2. The right CA, a wrong key from a file: refused, named, retried; nothing forwarded.
     edge = await startEdge(mirrorArgs(pki.ca, wrongKeyFile));
     await produce(edge, 40, 40);
-    await until("the refused key in the log", async () =>
+    await waitFor("the refused key in the log", async () =>
       /"event":"mirror.upstream_refused","mirror":"upstream","code":"unauthenticated"/.test(
         edge.stderr(),
       ),
@@ -234,14 +220,14 @@ describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
         ) >= want
       );
     };
-    await until("the upstream to hold 120 records", () => caughtUp(120));
+    await waitFor("the upstream to hold 120 records", () => caughtUp(120));
     // SIGKILL mid-stream and again: still once each.
     await produce(edge, 120, 40);
     await edge.stop("SIGKILL");
     edge = await startEdge(edgeArgs, keyEnv);
     await produce(edge, 160, 40);
-    await until("the upstream to hold 200 records", () => caughtUp(200));
-    await until("the mirror's lag to reach 0 in /metrics", async () => {
+    await waitFor("the upstream to hold 200 records", () => caughtUp(200));
+    await waitFor("the mirror's lag to reach 0 in /metrics", async () => {
       const t = await metrics(edge);
       return [0, 1].every(
         (p) =>

@@ -10,7 +10,7 @@
  *   recovered (the HTTP port listens from before), and 200 once the broker serves.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import * as net from "node:net";
 import { join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -25,7 +25,8 @@ import {
   promtool,
   promtoolCheckMetrics,
 } from "../helpers/system-tools.ts";
-import { type BrokerProcess, brokerOrigins, runCli, startBroker, target } from "./harness.ts";
+import { type BrokerProcess, brokerOrigins, startBroker, target } from "./harness.ts";
+import { offlineAdminKey } from "./helpers.ts";
 
 beforeAll(() => {
   ensureDebianTool(promtool);
@@ -232,20 +233,7 @@ describe(`[${target}] metrics, readiness and a real Prometheus`, () => {
   it("GET /metrics on the HTTP port needs an admin key once keys exist; /healthz and /readyz need none", async () => {
     const { dir } = tempDir();
     const dataDir = join(dir, "data");
-    const made = await runCli([
-      "keys",
-      "create",
-      "--data-dir",
-      dataDir,
-      "--name",
-      "root",
-      "--role",
-      "admin",
-      "--out",
-      join(dir, "admin.key"),
-    ]);
-    expect(made.code, made.stderr).toBe(0);
-    const admin = readFileSync(join(dir, "admin.key"), "utf8").trim();
+    const { key: admin } = await offlineAdminKey(dataDir, dir);
     const broker = await startBroker(dataDir);
     running.push(broker);
     const created = await json(`${broker.httpUrl}/v1/admin/keys`, {

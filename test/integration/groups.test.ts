@@ -536,3 +536,54 @@ describe("consumer groups", () => {
     expect(d.offsets.map((o) => o.topic)).toEqual(["a"]);
   });
 });
+
+describe("groups and topic deletion", () => {
+  it("removes a group, file and all, when its last topic is deleted and it has no members; keeps the others, also across a restart", async () => {
+    const fs = new MemoryFileSystem();
+    const { broker, logger } = await start(fs);
+    await broker.createTopic({ name: "a", partitions: 1 });
+    await broker.createTopic({ name: "b", partitions: 1 });
+    await fill(broker, "a", 0, 3);
+    await fill(broker, "b", 0, 3);
+    const commit = (group: string, topic: string) =>
+      broker.commitOffsets({ group, offsets: [{ topic, partition: 0, offset: 2 }] });
+    await commit("only-a", "a");
+    await commit("a-and-b", "a");
+    await commit("a-and-b", "b");
+    const member = await broker.joinGroup({ group: "with-member", topics: ["a"] });
+    await commit("with-member", "a").catch(() => {});
+    expect((await fs.readdir("/data/groups")).sort()).toEqual([
+      "a-and-b.json",
+      "only-a.json",
+      "with-member.json",
+    ]);
+
+    await broker.deleteTopic("a");
+    expect((await broker.listGroups()).map((g) => g.group).sort()).toEqual([
+      "a-and-b",
+      "with-member",
+    ]);
+    expect(await code(broker.describeGroup("only-a"))).toBe("group_not_found");
+    expect((await fs.readdir("/data/groups")).sort()).toEqual(["a-and-b.json", "with-member.json"]);
+    expect(logger.named("group.removed").map((f) => f.group)).toEqual(["only-a"]);
+    const kept = await broker.describeGroup("a-and-b");
+    expect(kept.offsets.map((o) => [o.topic, o.committed])).toEqual([["b", 2]]);
+    expect((await broker.describeGroup("with-member")).members.map((m) => m.memberId)).toEqual([
+      member.memberId,
+    ]);
+
+    // The same name later is a new group, from generation 0 (a commit without a member).
+    await broker.createTopic({ name: "a", partitions: 1 });
+    await fill(broker, "a", 0, 3);
+    await commit("only-a", "a");
+    expect((await broker.describeGroup("only-a")).generation).toBe(0);
+    await broker.close();
+    const again = await start(fs);
+    expect((await again.broker.listGroups()).map((g) => g.group).sort()).toEqual([
+      "a-and-b",
+      "only-a",
+      "with-member",
+    ]);
+    await again.broker.close();
+  });
+});

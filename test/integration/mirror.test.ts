@@ -95,6 +95,11 @@ describe("the mirror", () => {
       async () => (await sameLogs(edge, central, 0)) && (await sameLogs(edge, central, 1)),
       "the second catch-up",
     );
+    // The upstream holds the last batch a moment before the mirror reads its answer.
+    await until(
+      async () => second.describe().every((s) => s.position === 70),
+      "the mirror to see the upstream's answers",
+    );
     expect(second.describe().map((s) => [s.partition, s.position, s.state])).toEqual([
       [0, 70, expect.stringMatching(/caught_up|forwarding/)],
       [1, 70, expect.stringMatching(/caught_up|forwarding/)],

@@ -213,7 +213,7 @@ function partitionGauge(
   }
 }
 
-/** The `esb_mirror_*` families (docs/operations.md "Metrics"); partitions of existing topics only. */
+/** The `esb_mirror_*` families (docs/operations.md "Metrics", store-and-forward); partitions of existing topics only. */
 function writeMirror(out: ExpositionWriter, mirror: MirrorSnapshot, topics: ReadonlySet<string>) {
   const partitions = mirror.partitions
     .filter((p) => topics.has(p.topic))
