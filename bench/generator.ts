@@ -22,6 +22,7 @@ import { RssWatch } from "./proc.ts";
 import { RedisConnection, RedisReplyError, command, type RedisReply } from "./clients/resp.ts";
 import type {
   E2eSpec,
+  FanoutSpec,
   FetchSpec,
   GeneratorResult,
   GeneratorSpec,
@@ -643,11 +644,12 @@ async function runFetchHttp(
   await preloadEs(target, spec, tcp);
   const agent = new http.Agent({ keepAlive: true, maxSockets: spec.consumers });
   const base = `${target.url}/v1/topics/${target.topic}/partitions`;
+  const encoding = spec.encoding === "base64" ? "&encoding=base64" : "";
   const read: Read<number | string> = async (_c, partition, offset) => {
     const answer = await httpRequest(
       agent,
       new URL(
-        `${base}/${partition}/records?offset=${offset}&max_records=${spec.batch}&max_bytes=${spec.batch * (spec.valueBytes + 64)}`,
+        `${base}/${partition}/records?offset=${offset}&max_records=${spec.batch}&max_bytes=${spec.batch * (spec.valueBytes + 64)}${encoding}`,
       ),
       { method: "GET" },
     );
@@ -838,10 +840,169 @@ async function runE2e(spec: E2eSpec): Promise<GeneratorResult> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Fan-out: one producer, many readers tailing its partition
+
+/** A reader tailing partition 0: counts the records it receives; `stop` closes its connection. */
+interface TailReader {
+  /** Records received so far. */
+  received: number;
+  stop(): void;
+}
+
+/**
+ * Opens an SSE stream of partition 0 from offset 0; resolves once its opening comment arrived.
+ * Counts `event: record` lines as they come (split across chunks is fine: a line is counted at its
+ * end).
+ */
+function sseReader(httpUrl: string, topic: string, fail: (err: unknown) => void): Promise<TailReader> {
+  return new Promise((resolve, reject) => {
+    const reader: TailReader = { received: 0, stop: () => req.destroy() };
+    let opened = false;
+    let stopped = false;
+    let carry = "";
+    const req = http.get(
+      `${httpUrl}/v1/topics/${topic}/partitions/0/stream?offset=0`,
+      { agent: false },
+      (res) => {
+        if (res.statusCode !== 200) {
+          reject(new Error(`SSE stream: HTTP ${res.statusCode}`));
+          res.resume();
+          return;
+        }
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => {
+          const text = carry + chunk;
+          let from = 0;
+          for (let at = text.indexOf("event: record\n", from); at >= 0; at = text.indexOf("event: record\n", from)) {
+            reader.received++;
+            from = at + 14;
+          }
+          const lastNewline = text.lastIndexOf("\n");
+          carry = text.slice(Math.max(from, lastNewline + 1));
+          if (!opened && text.includes("\n\n")) {
+            opened = true;
+            resolve(reader);
+          }
+        });
+        res.on("error", (err) => {
+          if (!stopped) fail(err);
+        });
+      },
+    );
+    reader.stop = () => {
+      stopped = true;
+      req.destroy();
+    };
+    req.on("error", (err) => (opened ? !stopped && fail(err) : reject(err)));
+  });
+}
+
+/** A TCP consumer long-polling partition 0 from offset 0, one fetch in flight. */
+async function longPollReader(
+  target: FanoutSpec["target"],
+  fail: (err: unknown) => void,
+): Promise<TailReader> {
+  const client = await TcpClient.connect(target);
+  let stopped = false;
+  const reader: TailReader = {
+    received: 0,
+    stop: () => {
+      stopped = true;
+      void client.close().catch(() => {});
+    },
+  };
+  void (async () => {
+    let offset = 0;
+    while (!stopped) {
+      try {
+        const res = await client.fetch({
+          topic: target.topic,
+          partition: 0,
+          offset,
+          maxRecords: 1000,
+          waitMs: 1000,
+        });
+        reader.received += res.recordCount;
+        offset = res.nextOffset;
+      } catch (err) {
+        if (!stopped) fail(err);
+        return;
+      }
+    }
+  })();
+  return reader;
+}
+
+async function runFanout(spec: FanoutSpec): Promise<GeneratorResult> {
+  let failure: unknown = null;
+  const fail = (err: unknown) => {
+    failure ??= err;
+    win.stopping = true;
+  };
+  const win = new Window();
+  const readers: TailReader[] = [];
+  try {
+    // Readers first, in groups so that a hundred connections do not all open at once.
+    for (let i = 0; i < spec.readers; i += 20) {
+      const group = Array.from({ length: Math.min(20, spec.readers - i) }, () =>
+        spec.readerKind === "sse"
+          ? sseReader(spec.httpUrl, spec.target.topic, fail)
+          : longPollReader(spec.target, fail),
+      );
+      readers.push(...(await Promise.all(group)));
+    }
+    if (spec.readerKind === "none" && spec.readers !== 0)
+      throw new Error("fan-out: readerKind none with readers");
+    const producer = await produceTarget({
+      mode: "produce",
+      target: spec.target,
+      batch: spec.batch,
+      producers: 1,
+      partitions: 1,
+      valueBytes: spec.valueBytes,
+      warmupMs: spec.warmupMs,
+      measureMs: spec.measureMs,
+      minRequests: spec.minRequests,
+    });
+    const rss = new RssWatch(spec.serverPid);
+    const loop = (async () => {
+      while (!win.stopping) {
+        const t = now();
+        try {
+          await producer.send(0, 0);
+        } catch (err) {
+          fail(err);
+          return;
+        }
+        win.complete(t, spec.batch);
+      }
+    })();
+    // The warm-up runs here rather than in measure(), so the readers' counts are taken as the window opens.
+    await sleep(spec.warmupMs);
+    const atStart = readers.map((r) => r.received);
+    const result = await measure({ ...spec, warmupMs: 0 }, win, rss, () => failure, spec.metricsUrl);
+    const delivered = readers.map((r, i) => r.received - atStart[i]);
+    await loop;
+    await producer.close();
+    if (failure) throw failure;
+    return {
+      ...result,
+      readerRecords: {
+        total: delivered.reduce((a, b) => a + b, 0),
+        min: delivered.length === 0 ? 0 : Math.min(...delivered),
+      },
+    };
+  } finally {
+    for (const r of readers) r.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 /** Runs one job. */
 async function run(spec: GeneratorSpec): Promise<GeneratorResult> {
   if (spec.mode === "produce") return runProduce(spec);
+  if (spec.mode === "fanout") return runFanout(spec);
   if (spec.mode === "fetch") {
     if (spec.target.kind !== "es-http") return runFetch(spec);
     if (spec.tcp === undefined)

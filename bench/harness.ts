@@ -64,6 +64,7 @@ import {
 } from "./servers.ts";
 import { growthCases, growthTable, growthTargets, type StartupFigures } from "./growth.ts";
 import { RssWatch } from "./proc.ts";
+import { fanoutPoints, httpTables, httpTargets, runtimePoints } from "./http-cases.ts";
 import type { GeneratorResult, GeneratorSpec, LatencySummary, Target } from "./spec.ts";
 
 /** Systems a case can run against. */
@@ -79,9 +80,19 @@ export type Transport =
   | "http"
   | "durable-streams"
   | "kafka-kcat"
-  | "kafka-kafkajs";
+  | "kafka-kafkajs"
+  | "http-base64";
 /** Case families. */
-export type Group = "produce" | "fetch" | "e2e" | "soak" | "auth" | "kafka" | "growth";
+export type Group =
+  | "produce"
+  | "fetch"
+  | "e2e"
+  | "soak"
+  | "auth"
+  | "kafka"
+  | "growth"
+  | "fanout"
+  | "runtime";
 
 /** One measured case, as printed and as written by `--json`. */
 export interface CaseResult {
@@ -123,6 +134,8 @@ export interface CaseResult {
   serverFds?: number | null;
   /** Growth cases: the server's RSS with the topic made and no load yet, MiB. */
   rssIdleMiB?: number | null;
+  /** Fan-out: records/s the readers received, summed over them, and the slowest reader's. */
+  readerRecordsPerSec?: { total: number; min: number };
   note?: string;
 }
 
@@ -148,12 +161,14 @@ export interface BenchReport {
   growthStartup?: StartupFigures | null;
 }
 
-const valueBytes = 256;
+/** Bytes of every record's value. */
+export const valueBytes = 256;
 const batches = [1, 10, 100, 1000];
 const producerCounts = [1, 8, 64];
 const partitionCounts = [1, 4];
 
-interface Settings {
+/** How long cases run (`--quick` or the full run). */
+export interface Settings {
   quick: boolean;
   warmupMs: number;
   measureMs: number;
@@ -162,7 +177,8 @@ interface Settings {
   fetchRecords: number;
 }
 
-interface Env {
+/** What every case runs against and where its results go. */
+export interface Env {
   root: string;
   generatorPath: string;
   dataRoot: string;
@@ -277,7 +293,7 @@ class GeneratorWorker {
   }
 }
 
-function toCase(
+export function toCase(
   base: Pick<
     CaseResult,
     "key" | "group" | "system" | "transport" | "batch" | "producers" | "partitions"
@@ -303,6 +319,14 @@ function toCase(
     requests: r.requests,
     records: r.records,
     seconds: r.seconds,
+    ...(r.readerRecords
+      ? {
+          readerRecordsPerSec: {
+            total: r.readerRecords.total / seconds,
+            min: r.readerRecords.min / seconds,
+          },
+        }
+      : {}),
     ...(r.rssSamples
       ? { rssSamplesMiB: r.rssSamples.map(([t, b]): [number, number] => [t, b / 1048576]) }
       : {}),
@@ -379,12 +403,12 @@ async function esRequest(
  * Runs one case against one system: makes its topic / keys / streams, runs the generator, removes
  * them again. A failure is recorded and reported, and the run goes on.
  */
-async function runCase(
+export async function runCase(
   env: Env,
   base: Pick<
     CaseResult,
     "key" | "group" | "system" | "transport" | "batch" | "producers" | "partitions"
-  > & { note?: string; variant?: AuthVariant },
+  > & { note?: string; variant?: AuthVariant; es?: EsBroker },
   makeSpec: (target: Target) => GeneratorSpec,
 ): Promise<CaseResult | null> {
   const id = `${base.key} ${base.system}/${base.transport}`;
@@ -412,11 +436,12 @@ async function runCase(
           break;
         }
         const variant = base.variant;
-        const es = variant?.es ?? env.es;
+        const es = variant?.es ?? base.es ?? env.es;
         const security = { apiKey: variant?.producerKey, caPem: variant?.caPem };
-        await esRequest(env, "POST", "/v1/topics", { name, partitions: base.partitions }, variant);
+        const on = variant ?? (base.es ? { name: "plain" as const, es: base.es } : undefined);
+        await esRequest(env, "POST", "/v1/topics", { name, partitions: base.partitions }, on);
         teardown = async () =>
-          void (await esRequest(env, "DELETE", `/v1/topics/${name}`, undefined, variant));
+          void (await esRequest(env, "DELETE", `/v1/topics/${name}`, undefined, on));
         if (base.transport === "kafka-kafkajs") {
           if (es.kafka === undefined) throw new Error("this broker has no Kafka listener");
           target = { kind: "kafka-kafkajs", host: es.kafka.host, port: es.kafka.port, topic: name };
@@ -512,7 +537,7 @@ async function runCase(
       }
     }
     const result = await runGenerator(env, makeSpec(target));
-    const { variant: _variant, ...described } = base;
+    const { variant: _variant, es: _es, ...described } = base;
     const c = toCase(described, result);
     if (base.note) c.note = base.note;
     env.results.push(c);
@@ -530,7 +555,7 @@ async function runCase(
   }
 }
 
-function serverPid(env: Env, system: SystemName): number | undefined {
+export function serverPid(env: Env, system: SystemName): number | undefined {
   if (system === "es-broker") return env.es.pid;
   if (system === "redis") return env.redis?.pid;
   if (system === "nats") return env.nats?.pid;
@@ -661,6 +686,7 @@ async function runAll(env: Env): Promise<void> {
     for (const [system, transport] of [
       ["es-broker", "tcp"],
       ["es-broker", "http-json"],
+      ["es-broker", "http-base64"],
       ["redis", "resp"],
     ] as const) {
       if (system === "redis" && !env.redis) continue;
@@ -680,6 +706,7 @@ async function runAll(env: Env): Promise<void> {
           minRequests: s.minRequests,
           serverPid: serverPid(env, system),
           tcp: env.es.tcp,
+          ...(transport === "http-base64" ? { encoding: "base64" as const } : {}),
         }),
       );
     }
@@ -718,6 +745,9 @@ async function runAll(env: Env): Promise<void> {
   await authPoints(env);
   await kafkaPoints(env);
   await growthPoints(env);
+  // Issue #22: fan-out (SSE and TCP long-poll readers) and the HTTP cases on every runtime.
+  await fanoutPoints(env);
+  await runtimePoints(env);
 
   // Soak: the broker's RSS over a long 64-producer run.
   await runCase(
@@ -1479,6 +1509,7 @@ export function markdownTables(report: BenchReport): string {
       }
   }
   lines.push(...growthTable(results, report.growthStartup ?? null));
+  lines.push(...httpTables(results));
   lines.push("", "### Targets", "");
   lines.push("| target | measured | met |");
   lines.push("|---|---|---|");
@@ -1635,6 +1666,7 @@ export function evaluateTargets(results: CaseResult[]): TargetResult[] {
       { label: "kafkajs", value: kafkaCpu("kafkajs"), ok: (v) => v <= 1.5 },
     ],
   );
+  targets.push(...httpTargets(results));
   return targets;
 }
 

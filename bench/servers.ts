@@ -130,10 +130,47 @@ export const brokerNodeFlags = process.env.BENCH_NODE_FLAGS
 /** Extra `serve` options from the environment variable `BENCH_BROKER_ARGS` (space-separated), for experiments. */
 const brokerExtraArgs = (process.env.BENCH_BROKER_ARGS ?? "").split(" ").filter(Boolean);
 
+/** The ways to run es-broker (docs/runtimes.md): the Node bundle, Deno and Bun from sources, the compiled binary. */
+export type BrokerRuntime = "node" | "deno" | "bun" | "binary";
+
+/** The command that runs es-broker on `runtime` (before `serve` and its options), as docs/runtimes.md starts it. */
+export function brokerCommand(
+  root: string,
+  runtime: BrokerRuntime,
+  cpuProfileDir?: string,
+): string[] {
+  const need = (path: string) => {
+    if (!fs.existsSync(path)) throw new Error(`${path} is missing: run "npm run build" / "npm ci"`);
+    return path;
+  };
+  const src = join(root, "src/main.ts");
+  switch (runtime) {
+    case "node":
+      return [
+        process.execPath,
+        ...brokerNodeFlags,
+        ...(cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", cpuProfileDir] : []),
+        need(join(root, "dist/es-broker.mjs")),
+      ];
+    case "deno":
+      return [
+        need(join(root, "tools/node_modules/.bin/deno")),
+        "run",
+        "--allow-all",
+        `--config=${join(root, "deno.json")}`,
+        src,
+      ];
+    case "bun":
+      return [need(join(root, "tools/node_modules/.bin/bun")), src];
+    case "binary":
+      return [need(join(root, "dist/es-broker"))];
+  }
+}
+
 /**
- * Starts `node --max-semi-space-size=4 dist/es-broker.mjs serve` (as `npm start` does) on loopback
- * with a private data dir.
- * @param options.cpuProfileDir if set, the broker runs under `--cpu-prof` and writes its profile there on exit.
+ * Starts `node --max-semi-space-size=4 dist/es-broker.mjs serve` (as `npm start` does; or another
+ * runtime, {@link brokerCommand}) on loopback with a private data dir.
+ * @param options.cpuProfileDir if set, the broker (on Node) runs under `--cpu-prof` and writes its profile there on exit.
  */
 export async function startEsBroker(options: {
   root: string;
@@ -141,18 +178,18 @@ export async function startEsBroker(options: {
   cpuProfileDir?: string;
   /** More `serve` options (e.g. `--tls-cert`, `--tls-key` for the auth cases). */
   extraArgs?: string[];
+  /** Default node. */
+  runtime?: BrokerRuntime;
 }): Promise<EsBroker> {
-  const entry = join(options.root, "dist/es-broker.mjs");
-  if (!fs.existsSync(entry)) throw new Error(`${entry} is missing: run "npm run build" first`);
-  const nodeArgs = [
-    ...brokerNodeFlags,
-    ...(options.cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfileDir] : []),
-  ];
+  const [command, ...commandArgs] = brokerCommand(
+    options.root,
+    options.runtime ?? "node",
+    options.cpuProfileDir,
+  );
   const proc = spawn(
-    process.execPath,
+    command,
     [
-      ...nodeArgs,
-      entry,
+      ...commandArgs,
       "serve",
       "--data-dir",
       options.dataDir,

@@ -102,6 +102,28 @@ export interface FetchSpec extends Timing {
   serverPid?: number;
   /** es-broker's TCP address: an `es-http` fetch preloads through it. */
   tcp?: { host: string; port: number };
+  /** `es-http` only: the `encoding` query parameter of every fetch (default utf8). */
+  encoding?: "utf8" | "base64";
+}
+
+/**
+ * Fan-out: one closed-loop producer sends `batch` records per request to partition 0 of the
+ * `es-tcp` target while `readers` readers tail that partition from offset 0, each on its own
+ * connection: Server-Sent Events (`sse`, `GET …/partitions/0/stream`) or TCP long-poll fetches
+ * (`long-poll`, the project's client, `waitMs` 1000). `none` runs the producer alone. The
+ * readers connect (and SSE streams open) before the warm-up; the figure is the producer's.
+ */
+export interface FanoutSpec extends Timing {
+  mode: "fanout";
+  target: Extract<Target, { kind: "es-tcp" }>;
+  /** es-broker's HTTP base URL, for the SSE readers. */
+  httpUrl: string;
+  readerKind: "none" | "sse" | "long-poll";
+  readers: number;
+  batch: number;
+  valueBytes: number;
+  metricsUrl?: string;
+  serverPid?: number;
 }
 
 /** End-to-end latency: one producer sends one record at a time; one consumer long-polls for it. */
@@ -114,7 +136,7 @@ export interface E2eSpec extends Timing {
 }
 
 /** Any generator job. */
-export type GeneratorSpec = ProduceSpec | FetchSpec | E2eSpec;
+export type GeneratorSpec = ProduceSpec | FetchSpec | E2eSpec | FanoutSpec;
 
 /** Latency summary, in ms. */
 export interface LatencySummary {
@@ -148,6 +170,11 @@ export interface GeneratorResult {
   rssPeakBytes: number | null;
   /** CPU time (user + system) the server process used inside the window, in ms; null when unknown. */
   serverCpuMs?: number | null;
+  /**
+   * Fan-out only: records the readers received inside the window, summed over every reader, and
+   * the fewest one reader received (0 readers: both 0).
+   */
+  readerRecords?: { total: number; min: number };
   /** RSS samples `[ms since window start, bytes]` when `rssSampleMs` was given. */
   rssSamples?: [number, number][];
   /** Open file descriptors of the server process when the window closed (`/proc/<pid>/fd`). */
