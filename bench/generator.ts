@@ -854,7 +854,11 @@ interface TailReader {
  * Counts `event: record` lines as they come (split across chunks is fine: a line is counted at its
  * end).
  */
-function sseReader(httpUrl: string, topic: string, fail: (err: unknown) => void): Promise<TailReader> {
+function sseReader(
+  httpUrl: string,
+  topic: string,
+  fail: (err: unknown) => void,
+): Promise<TailReader> {
   return new Promise((resolve, reject) => {
     const reader: TailReader = { received: 0, stop: () => req.destroy() };
     let opened = false;
@@ -873,7 +877,11 @@ function sseReader(httpUrl: string, topic: string, fail: (err: unknown) => void)
         res.on("data", (chunk: string) => {
           const text = carry + chunk;
           let from = 0;
-          for (let at = text.indexOf("event: record\n", from); at >= 0; at = text.indexOf("event: record\n", from)) {
+          for (
+            let at = text.indexOf("event: record\n", from);
+            at >= 0;
+            at = text.indexOf("event: record\n", from)
+          ) {
             reader.received++;
             from = at + 14;
           }
@@ -980,7 +988,13 @@ async function runFanout(spec: FanoutSpec): Promise<GeneratorResult> {
     // The warm-up runs here rather than in measure(), so the readers' counts are taken as the window opens.
     await sleep(spec.warmupMs);
     const atStart = readers.map((r) => r.received);
-    const result = await measure({ ...spec, warmupMs: 0 }, win, rss, () => failure, spec.metricsUrl);
+    const result = await measure(
+      { ...spec, warmupMs: 0 },
+      win,
+      rss,
+      () => failure,
+      spec.metricsUrl,
+    );
     const delivered = readers.map((r, i) => r.received - atStart[i]);
     await loop;
     await producer.close();

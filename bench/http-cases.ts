@@ -12,13 +12,7 @@
  *   ratio is of two figures measured minutes apart at most on the same broker.
  */
 import { join } from "node:path";
-import {
-  runCase,
-  valueBytes,
-  type CaseResult,
-  type Env,
-  type TargetResult,
-} from "./harness.ts";
+import { runCase, valueBytes, type CaseResult, type Env, type TargetResult } from "./harness.ts";
 import { startEsBroker, type BrokerRuntime, type EsBroker } from "./servers.ts";
 
 /** Readers of the fan-out cases: 100 (the issue's figure); 10 in `--quick` runs. */
@@ -218,12 +212,19 @@ export function runtimeSummary(results: CaseResult[]) {
 export function fanoutSummary(results: CaseResult[]) {
   const cases = results.filter((c) => c.group === "fanout");
   const out = [];
-  const none = meanOf(cases, "fanout b=1 P=1 parts=1 readers=none r", "tcp", (c) => c.recordsPerSec);
+  const none = meanOf(
+    cases,
+    "fanout b=1 P=1 parts=1 readers=none r",
+    "tcp",
+    (c) => c.recordsPerSec,
+  );
   for (const kind of fanoutKinds) {
     const prefixes = [
       ...new Set(
         cases
-          .filter((c) => (kind === "none" ? /readers=none/ : new RegExp(` ${kind} r\\d+$`)).test(c.key))
+          .filter((c) =>
+            (kind === "none" ? /readers=none/ : new RegExp(` ${kind} r\\d+$`)).test(c.key),
+          )
           .map((c) => c.key.replace(/ r\d+$/, " r")),
       ),
     ];

@@ -130,6 +130,12 @@ export const brokerNodeFlags = process.env.BENCH_NODE_FLAGS
 /** Extra `serve` options from the environment variable `BENCH_BROKER_ARGS` (space-separated), for experiments. */
 const brokerExtraArgs = (process.env.BENCH_BROKER_ARGS ?? "").split(" ").filter(Boolean);
 
+/**
+ * With the environment variable `BENCH_BROKER_BUNDLE=PATH`, the Node runtime runs that bundle
+ * instead of `dist/es-broker.mjs`: a build of another commit, to measure a change on and off in
+ * one sitting.
+ */
+
 /** The ways to run es-broker (docs/runtimes.md): the Node bundle, Deno and Bun from sources, the compiled binary. */
 export type BrokerRuntime = "node" | "deno" | "bun" | "binary";
 
@@ -150,7 +156,7 @@ export function brokerCommand(
         process.execPath,
         ...brokerNodeFlags,
         ...(cpuProfileDir ? ["--cpu-prof", "--cpu-prof-dir", cpuProfileDir] : []),
-        need(join(root, "dist/es-broker.mjs")),
+        need(process.env.BENCH_BROKER_BUNDLE ?? join(root, "dist/es-broker.mjs")),
       ];
     case "deno":
       return [

@@ -499,11 +499,23 @@ export class AuthorizedBroker implements Broker {
     this.#access.check(this.#principal, operation, names, action);
   }
 
-  /** `signal` combined with the principal's revocation signal (only for calls that can wait). */
+  /**
+   * `signal` combined with the principal's revocation signal (only for calls that can wait). The
+   * combination is kept per `signal` (`AbortSignal.any` is dear): an SSE stream's fetches and a
+   * TCP connection's long-polls all pass the same one.
+   */
   #signal(signal: AbortSignal | undefined): AbortSignal {
     const revoked = this.#access.signalFor(this.#principal);
-    return signal === undefined ? revoked : AbortSignal.any([signal, revoked]);
+    if (signal === undefined) return revoked;
+    const cached = this.#combined.get(signal);
+    if (cached !== undefined && cached.revoked === revoked) return cached.both;
+    const both = AbortSignal.any([signal, revoked]);
+    this.#combined.set(signal, { revoked, both });
+    return both;
   }
+
+  /** {@link #signal}'s combinations, by the caller's signal. */
+  readonly #combined = new WeakMap<AbortSignal, { revoked: AbortSignal; both: AbortSignal }>();
 
   async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
     this.#check("create_topic", {}, () => `Cannot create topic ${quote(request.name)}`);

@@ -35,6 +35,7 @@ import { ProducerStates } from "./producers/state.ts";
 import type { ReplicationSeam } from "./replication.ts";
 import { StreamService } from "./streams/service.ts";
 import { toBrokerError } from "./storage-failure.ts";
+import { PartitionTails } from "./tail.ts";
 import {
   TopicRegistry,
   type PartitionObservation,
@@ -116,6 +117,8 @@ export interface BrokerObservation {
 /** The broker over one data directory. See the module comment. */
 export class LocalBroker implements Broker {
   #clock: Clock;
+  /** Shared tail reads and coalesced long-poll wake-ups (`tail.ts`). */
+  #tails: PartitionTails;
   #closed = false;
   #cleanup: CleanupService;
   /** The topics (`broker/topics.ts`); opened first. */
@@ -139,6 +142,7 @@ export class LocalBroker implements Broker {
   private constructor(options: LocalBrokerOptions) {
     this.#clock = options.clock;
     this.#fs = options.fs;
+    this.#tails = new PartitionTails(options.clock);
     this.#cleanup = new CleanupService({
       fs: options.fs,
       clock: options.clock,
@@ -548,15 +552,15 @@ export class LocalBroker implements Broker {
       });
     }
     try {
-      let result = await log.read({ offset, maxRecords, maxBytes });
+      let result = await this.#tails.read(log, { offset, maxRecords, maxBytes });
       if (
         result.count === 0 &&
         waitMs > 0 &&
         offset >= result.highWatermark &&
         !request.signal?.aborted
       ) {
-        await this.#waitForRecords(log, offset, waitMs, request.signal);
-        if (!log.closed) result = await log.read({ offset, maxRecords, maxBytes });
+        await this.#tails.wait(log, offset, waitMs, request.signal);
+        if (!log.closed) result = await this.#tails.read(log, { offset, maxRecords, maxBytes });
       }
       return {
         records: { bytes: result.bytes, count: result.count },
@@ -638,31 +642,6 @@ export class LocalBroker implements Broker {
     } catch (err) {
       throw toBrokerError(err);
     }
-  }
-
-  /** Resolves when the high watermark passes `offset`, after `waitMs`, on abort, or on close. */
-  #waitForRecords(
-    log: PartitionLog,
-    offset: number,
-    waitMs: number,
-    signal?: AbortSignal,
-  ): Promise<void> {
-    return new Promise((resolve) => {
-      let done = false;
-      const finish = () => {
-        if (done) return;
-        done = true;
-        unsubscribe();
-        timer.cancel();
-        signal?.removeEventListener("abort", finish);
-        resolve();
-      };
-      const unsubscribe = log.subscribe(() => {
-        if (log.highWatermark > offset || log.closed || log.fenced) finish();
-      });
-      const timer = this.#clock.setTimer(waitMs, finish);
-      signal?.addEventListener("abort", finish);
-    });
   }
 
   async listOffsets(request: {

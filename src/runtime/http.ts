@@ -76,6 +76,7 @@ import { logTlsClientError, tlsServerOptions, type TlsServerMaterial } from "./t
 import { getRuntimeKey } from "hono/adapter";
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type { HttpBindings } from "../transport/http/app.ts";
+import type { RawStream } from "../transport/http/raw-stream.ts";
 import { errorBody } from "../transport/http/errors.ts";
 import { foreignMessageCharsMax } from "../lib/limits.ts";
 import { clip } from "../lib/quote.ts";
@@ -161,6 +162,7 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
         shutdownSignal: shutdown.signal,
         readRawBody: (maxBytes) => readIncomingBody(incoming, maxBytes),
         headerLines: (name) => countHeaderLines(incoming.rawHeaders, name),
+        openStream: (headers) => openRawStream(env.outgoing, headers),
         remoteAddress: () =>
           `${incoming.socket?.remoteAddress ?? "?"}:${incoming.socket?.remotePort ?? "?"}`,
       });
@@ -291,8 +293,43 @@ interface Started {
 /** What @hono/node-server passes as the second argument of `fetch`. */
 type NodeHandler = (
   request: Request,
-  env: { incoming: NodeIncoming },
+  env: { incoming: NodeIncoming; outgoing: ServerResponse },
 ) => Response | Promise<Response>;
+
+/**
+ * `HttpBindings.openStream` on `node:http`: writes the head now and hands out a sink writing to
+ * the `ServerResponse` (chunked), whose `closed` aborts when the connection closes.
+ */
+function openRawStream(outgoing: ServerResponse, headers: Record<string, string>): RawStream {
+  outgoing.writeHead(200, headers);
+  outgoing.flushHeaders();
+  const closed = new AbortController();
+  outgoing.once("close", () => closed.abort());
+  return {
+    write: (text) => outgoing.write(text),
+    drained: () =>
+      outgoing.writableNeedDrain && !closed.signal.aborted
+        ? new Promise<void>((resolve) => {
+            const done = () => {
+              outgoing.off("drain", done);
+              closed.signal.removeEventListener("abort", done);
+              resolve();
+            };
+            outgoing.on("drain", done);
+            closed.signal.addEventListener("abort", done);
+          })
+        : Promise.resolve(),
+    closed: closed.signal,
+    end: () => outgoing.end(),
+    answered: () => {
+      // @hono/node-server's marker for "already answered" (its RESPONSE_ALREADY_SENT). Reading
+      // `bodyUsed` turns its light Response into a full one, the kind it checks the marker on.
+      const response = new Response(null, { headers: { "x-hono-already-sent": "true" } });
+      void response.bodyUsed;
+      return response;
+    },
+  };
+}
 /** The raw request of @hono/node-server (always an IncomingMessage here: the server is HTTP/1.1). */
 type NodeIncoming = IncomingMessage | Http2ServerRequest;
 

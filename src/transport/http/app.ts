@@ -61,7 +61,8 @@ import type { Logger } from "../../lib/logger.ts";
 import { clip, quote } from "../../lib/quote.ts";
 import { snakeCaseKeys } from "../../lib/text.ts";
 import type { ValueEncoding } from "./encode.ts";
-import { fetchJson, produceAnswerJson, topicJson } from "./encode.ts";
+import { produceAnswerJson, topicJson } from "./encode.ts";
+import { fetchJsonBytes } from "./fetch-json.ts";
 import { errorBody, invalidRequest } from "./errors.ts";
 import { parseInteger } from "./params.ts";
 import type { DecodedProduce } from "./produce.ts";
@@ -76,6 +77,7 @@ import { errorMessage, errorStack } from "../../lib/errors.ts";
 import type { SchemaRegistry } from "../../registry/registry.ts";
 import { createRegistryApp, type RegistryOperation } from "./registry/routes.ts";
 import { registerStreamRoutes } from "./streams/routes.ts";
+import type { RawStream } from "./raw-stream.ts";
 
 /**
  * Values the server passes to every request as Hono's `c.env`. `serveHttp`
@@ -105,6 +107,14 @@ export interface HttpBindings {
    * `app.request()`.
    */
   headerLines?: (name: string) => number;
+  /**
+   * Set by `serveHttp` on Node and Bun: answers this request with status 200 and `headers` at once
+   * and returns a sink that writes the rest of the body straight to the connection, bypassing
+   * the WHATWG streams of a `Response` body (the live tail, `sse.ts`, writes to a hundred such
+   * streams per record). The route then returns its `answered()`. Absent on Deno and
+   * with `app.request()`: the route streams through a `Response`.
+   */
+  openStream?: (headers: Record<string, string>) => RawStream;
 }
 
 /** The Hono app {@link createHttpApp} returns. */
@@ -656,7 +666,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       waitMs,
       signal,
     });
-    return c.json(fetchJson(result, encoding));
+    return c.body(fetchJsonBytes(result, encoding), 200, { "content-type": "application/json" });
   });
 
   app.get("/v1/topics/:topic/partitions/:partition/stream", async (c) => {

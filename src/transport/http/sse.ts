@@ -42,6 +42,7 @@ import type { Logger } from "../../lib/logger.ts";
 import { fetchRecordsDefault, fetchWaitMsMax } from "../../lib/limits.ts";
 import type { ValueEncoding } from "./encode.ts";
 import { forEachRecord } from "./encode.ts";
+import type { HttpBindings } from "./app.ts";
 import { errorBody } from "./errors.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
 import { partitionName } from "../../lib/topic-partition.ts";
@@ -67,12 +68,28 @@ export interface RecordStreamDeps {
   heartbeatMs: number;
 }
 
+/**
+ * Events already encoded, by the fetched bytes they encode: streams tailing a partition at the
+ * same offset get the same bytes from the broker's shared read (`broker/tail.ts`), so the events
+ * are encoded once for all of them.
+ */
+const encodedEvents = new WeakMap<Uint8Array, { utf8?: string; base64?: string }>();
+
 function recordEvents(result: FetchResult, encoding: ValueEncoding): string {
+  const bytes = result.records.bytes;
+  let cached = encodedEvents.get(bytes);
+  const hit = cached?.[encoding];
+  if (hit !== undefined) return hit;
   let text = "";
   // JSON.stringify escapes CR and LF inside strings, so every `data` is exactly one line.
   forEachRecord(result, encoding, (record) => {
     text += `id: ${record.offset}\nevent: record\ndata: ${JSON.stringify(record)}\n\n`;
   });
+  if (cached === undefined) {
+    cached = {};
+    encodedEvents.set(bytes, cached);
+  }
+  cached[encoding] = text;
   return text;
 }
 
@@ -87,7 +104,7 @@ export async function streamRecords(
   deps: RecordStreamDeps,
 ): Promise<Response> {
   const { broker } = deps;
-  const { topic, partition, encoding } = request;
+  const { topic, partition } = request;
   const first = await broker.fetch({
     topic,
     partition,
@@ -95,41 +112,86 @@ export async function streamRecords(
     maxRecords: fetchRecordsDefault,
     waitMs: 0,
   });
-  const waitMs = Math.min(Math.max(1, deps.heartbeatMs), fetchWaitMsMax);
+  const openStream = (c.env as HttpBindings | undefined)?.openStream;
+  if (openStream !== undefined) {
+    // Straight to the connection (Node, Bun): no WHATWG stream between the events and the socket.
+    const raw = openStream(eventStreamHeaders);
+    const signal = AbortSignal.any([request.signal, raw.closed]);
+    void tail(c, request, deps, first, {
+      write: (text) => (raw.write(text) ? undefined : raw.drained()),
+      ended: () => signal.aborted,
+      signal,
+    }).finally(() => raw.end());
+    return raw.answered();
+  }
   return streamSSE(c, async (stream: SSEStreamingApi) => {
     // Ends the long-poll when the response body is cancelled, not only when the request aborts.
     const cancelled = new AbortController();
     stream.onAbort(() => cancelled.abort());
     const signal = AbortSignal.any([request.signal, cancelled.signal]);
-    const ended = () => signal.aborted || stream.aborted;
-    await stream.write(
+    await tail(c, request, deps, first, {
+      write: (text) => stream.write(text).then(() => {}),
+      ended: () => signal.aborted || stream.aborted,
+      signal,
+    });
+  });
+}
+
+/** The headers of an event stream (those `streamSSE` sets, and `nosniff` as on every answer). */
+const eventStreamHeaders: Record<string, string> = {
+  "content-type": "text/event-stream",
+  "cache-control": "no-cache",
+  connection: "keep-alive",
+  "x-content-type-options": "nosniff",
+};
+
+/** Where {@link tail} writes: a promise from `write` means "wait before writing more". */
+interface EventWriter {
+  write(text: string): Promise<void> | undefined;
+  ended(): boolean;
+  /** Aborted when the stream ends: ends the long-poll in progress. */
+  signal: AbortSignal;
+}
+
+/** Writes the opening comment, then the records of `first` and of every later long-poll (module comment). */
+async function tail(
+  c: Context,
+  request: RecordStreamRequest,
+  deps: RecordStreamDeps,
+  first: FetchResult,
+  out: EventWriter,
+): Promise<void> {
+  const { broker } = deps;
+  const { topic, partition, encoding } = request;
+  const waitMs = Math.min(Math.max(1, deps.heartbeatMs), fetchWaitMsMax);
+  const { signal, ended } = out;
+  try {
+    await out.write(
       `: es-broker stream of partition ${JSON.stringify(partitionName(topic, partition))} from offset ${request.offset}\n\n`,
     );
     let result = first;
     let offset = request.offset;
     let polled = false;
-    try {
-      while (!ended()) {
-        if (result.records.count > 0) await stream.write(recordEvents(result, encoding));
-        else if (polled) await stream.write(": heartbeat\n\n");
-        offset = result.nextOffset;
-        if (ended()) break;
-        result = await broker.fetch({
-          topic,
-          partition,
-          offset,
-          maxRecords: fetchRecordsDefault,
-          waitMs,
-          signal,
-        });
-        polled = true;
-      }
-    } catch (e) {
-      if (ended()) return;
-      const error = e instanceof BrokerError ? e : internalError(e, deps.logger, c);
-      await stream.write(`event: error\ndata: ${JSON.stringify(errorBody(error))}\n\n`);
+    while (!ended()) {
+      if (result.records.count > 0) await out.write(recordEvents(result, encoding));
+      else if (polled) await out.write(": heartbeat\n\n");
+      offset = result.nextOffset;
+      if (ended()) break;
+      result = await broker.fetch({
+        topic,
+        partition,
+        offset,
+        maxRecords: fetchRecordsDefault,
+        waitMs,
+        signal,
+      });
+      polled = true;
     }
-  });
+  } catch (e) {
+    if (ended()) return;
+    const error = e instanceof BrokerError ? e : internalError(e, deps.logger, c);
+    await out.write(`event: error\ndata: ${JSON.stringify(errorBody(error))}\n\n`);
+  }
 }
 
 function internalError(cause: unknown, logger: Logger, c: Context): BrokerError {

@@ -1,0 +1,153 @@
+/**
+ * Shared tail reads and coalesced long-poll wake-ups (`src/broker/tail.ts`), against a fake
+ * partition log and a manual clock: one subscription per partition, one read per offset for
+ * overlapping identical reads, wake-ups held back only with several waiters, and a closed or
+ * fenced partition waking everyone at once.
+ */
+import { describe, expect, it } from "vitest";
+import {
+  coalesceDelayMs,
+  coalesceDelayMsMax,
+  coalesceWaitersMin,
+  PartitionTails,
+} from "../../src/broker/tail.ts";
+import { ManualClock } from "../../src/lib/clock.ts";
+import type { PartitionLog, PartitionRead } from "../../src/storage/partition.ts";
+
+/** The part of a PartitionLog the tails use, with counters. */
+class FakeLog {
+  highWatermark = 0;
+  closed = false;
+  fenced = false;
+  reads = 0;
+  listeners = new Set<() => void>();
+  pending: ((r: PartitionRead) => void)[] = [];
+
+  subscribe(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  read(request: { offset: number }): Promise<PartitionRead> {
+    this.reads++;
+    return new Promise((resolve) => {
+      this.pending.push(() =>
+        resolve({
+          bytes: new Uint8Array([request.offset]),
+          count: 1,
+          nextOffset: request.offset + 1,
+          highWatermark: this.highWatermark,
+          logStartOffset: 0,
+        }),
+      );
+    });
+  }
+
+  /** Completes every read in flight. */
+  finishReads(): void {
+    for (const f of this.pending.splice(0)) f(undefined as never);
+  }
+
+  append(records: number): void {
+    this.highWatermark += records;
+    for (const l of [...this.listeners]) l();
+  }
+}
+
+const asLog = (fake: FakeLog) => fake as unknown as PartitionLog;
+const flush = () => new Promise((r) => setTimeout(r, 0));
+
+describe("PartitionTails", () => {
+  it("coalesces only with several waiters, 0.1 ms each, up to the cap", () => {
+    expect(coalesceDelayMs(1)).toBe(0);
+    expect(coalesceDelayMs(coalesceWaitersMin - 1)).toBe(0);
+    expect(coalesceDelayMs(coalesceWaitersMin)).toBe(1);
+    expect(coalesceDelayMs(50)).toBe(5);
+    expect(coalesceDelayMs(10_000)).toBe(coalesceDelayMsMax);
+  });
+
+  it("shares one read among identical overlapping reads, and reads again once it settled", async () => {
+    const log = new FakeLog();
+    log.highWatermark = 10;
+    const tails = new PartitionTails(new ManualClock());
+    const request = { offset: 3, maxRecords: 100, maxBytes: 1000 };
+    const a = tails.read(asLog(log), request);
+    const b = tails.read(asLog(log), request);
+    const other = tails.read(asLog(log), { ...request, offset: 4 });
+    expect(log.reads).toBe(2);
+    log.finishReads();
+    const [ra, rb] = await Promise.all([a, b, other]);
+    expect(ra).toBe(rb);
+    expect(ra.bytes).toBe(rb.bytes);
+    const again = tails.read(asLog(log), request);
+    expect(log.reads).toBe(3);
+    log.finishReads();
+    expect(await again).not.toBe(ra);
+  });
+
+  it("wakes a single waiter at once, through one subscription that goes when it does", async () => {
+    const log = new FakeLog();
+    const clock = new ManualClock();
+    const tails = new PartitionTails(clock);
+    let woke = false;
+    const waiting = tails.wait(asLog(log), 0, 5000).then(() => (woke = true));
+    expect(log.listeners.size).toBe(1);
+    log.append(1);
+    await waiting;
+    expect(woke).toBe(true);
+    expect(log.listeners.size).toBe(0);
+  });
+
+  it("holds back the wake-up of many waiters, then wakes those past their offset together", async () => {
+    const log = new FakeLog();
+    const clock = new ManualClock();
+    const tails = new PartitionTails(clock);
+    const waiters = 20;
+    const woken: number[] = [];
+    for (let i = 0; i < waiters; i++)
+      void tails.wait(asLog(log), i === 0 ? 5 : 0, 5000).then(() => woken.push(i));
+    expect(log.listeners.size).toBe(1);
+    log.append(1);
+    log.append(1);
+    await flush();
+    expect(woken).toEqual([]);
+    clock.advance(coalesceDelayMs(waiters));
+    await flush();
+    // Every waiter at offset 0 woke; the one at 5 still waits for its records.
+    expect(woken.length).toBe(waiters - 1);
+    expect(woken).not.toContain(0);
+    clock.advance(5000);
+    await flush();
+    expect(woken).toContain(0);
+    expect(log.listeners.size).toBe(0);
+  });
+
+  it("wakes every waiter at once when the partition is fenced or closed, and on abort or timeout", async () => {
+    const log = new FakeLog();
+    const clock = new ManualClock();
+    const tails = new PartitionTails(clock);
+    let woken = 0;
+    for (let i = 0; i < 10; i++) void tails.wait(asLog(log), 0, 5000).then(() => woken++);
+    log.fenced = true;
+    log.append(0);
+    await flush();
+    expect(woken).toBe(10);
+
+    const abort = new AbortController();
+    let aborted = false;
+    void tails.wait(asLog(log), 0, 5000, abort.signal).then(() => (aborted = true));
+    abort.abort();
+    await flush();
+    expect(aborted).toBe(true);
+
+    let timedOut = false;
+    void tails.wait(asLog(log), 0, 100).then(() => (timedOut = true));
+    clock.advance(99);
+    await flush();
+    expect(timedOut).toBe(false);
+    clock.advance(1);
+    await flush();
+    expect(timedOut).toBe(true);
+    expect(log.listeners.size).toBe(0);
+  });
+});
