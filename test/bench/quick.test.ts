@@ -11,6 +11,14 @@ import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import { quickPeerPoint, type BenchReport, type CaseResult } from "../../bench/harness.ts";
+import {
+  benchRuntimes,
+  fanoutKey,
+  fanoutKinds,
+  fanoutReaders,
+  runtimeKey,
+  runtimeShapes,
+} from "../../bench/http-cases.ts";
 import { tempDir } from "../helpers/tmp.ts";
 
 const root = resolve(import.meta.dirname, "../..");
@@ -36,7 +44,11 @@ function expectedIds(): Record<"es-broker" | "limit" | "redis" | "nats" | "ds", 
         `${k} es-broker/http-ndjson`,
       ]),
       ...peerProduce.map((k) => `${k} es-broker/durable-streams`),
-      ...fetch.flatMap((k) => [`${k} es-broker/tcp`, `${k} es-broker/http-json`]),
+      ...fetch.flatMap((k) => [
+        `${k} es-broker/tcp`,
+        `${k} es-broker/http-json`,
+        `${k} es-broker/http-base64`,
+      ]),
       `${e2e} es-broker/tcp`,
       `${e2e} es-broker/http-ndjson`,
       // What keys and TLS cost: each variant in two rounds (openssl is installed on these machines).
@@ -47,6 +59,8 @@ function expectedIds(): Record<"es-broker" | "limit" | "redis" | "nats" | "ds", 
         ]),
       ),
       ...kafkaIds,
+      ...fanoutIds,
+      ...runtimeIds,
     ],
     limit: [
       ...[1, 10, 100, 1000].flatMap((b) =>
@@ -73,6 +87,16 @@ const kafkaIds = [1, 2].flatMap((r) => [
   `kafka b=100 P=8 parts=1 tcp-paced r${r} es-broker/tcp`,
   `kafka b=100 P=8 parts=1 tcp r${r} es-broker/tcp`,
 ]);
+
+/** Issue #22's fan-out cases (one round in quick runs; the producer's figure is over TCP). */
+const fanoutIds = fanoutKinds.map((k) => `${fanoutKey(k, fanoutReaders(true), 1)} es-broker/tcp`);
+
+/** 64 × 1 and 1 × 1 over TCP and HTTP JSON against a broker on each runtime (one round). */
+const runtimeIds = runtimeShapes.flatMap((shape) =>
+  benchRuntimes.flatMap((rt) =>
+    ["tcp", "http-json"].map((t) => `${runtimeKey(shape, rt, 1)} es-broker/${t}`),
+  ),
+);
 
 function expectMeasured(c: CaseResult): void {
   expect(c.requests, c.id).toBeGreaterThan(0);
@@ -145,6 +169,14 @@ describe("benchmark harness, quick run", () => {
         expect(c.recordsPerFsync, `${id} records per fsync`).toBeGreaterThan(0);
       }
 
+      // The fan-out readers received records (every reader, while the producer wrote).
+      for (const id of fanoutIds.filter((i) => !i.includes("readers=none"))) {
+        const c = byId.get(id)!;
+        expect(c.readerRecordsPerSec?.min, `${id}: the slowest reader's records/s`).toBeGreaterThan(
+          0,
+        );
+      }
+
       // The soak case samples the broker's RSS over its window.
       const soak = report.cases.find((c) => c.group === "soak");
       expect(soak).toBeDefined();
@@ -175,7 +207,7 @@ describe("benchmark harness, quick run", () => {
 
       // Every target of the issue is evaluated: met or not, or null where it needs a peer figure
       // (quick runs measure peers at fewer points).
-      expect(report.targets).toHaveLength(11);
+      expect(report.targets).toHaveLength(14);
       for (const t of report.targets) {
         if (!/Redis|Durable Streams/.test(t.name)) expect(t.met, t.name).not.toBeNull();
       }
