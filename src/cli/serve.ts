@@ -446,7 +446,10 @@ export async function serve(argv: string[]): Promise<number> {
   };
   try {
     http = await serveHttp(
-      { fetch: (request, env) => httpApp.fetch(request, env) },
+      {
+        fetch: (request, env) => httpApp.fetch(request, env),
+        fastRoute: (request) => httpApp.fastRoute?.(request) ?? null,
+      },
       { host, port: httpPort, maxRequestBytes, refusals, tls: tlsMaterial, logger },
     );
     if (metricsPort !== undefined)

@@ -76,7 +76,7 @@ import { logTlsClientError, tlsServerOptions, type TlsServerMaterial } from "./t
 import { getRuntimeKey } from "hono/adapter";
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type { HttpBindings } from "../transport/http/app.ts";
-import type { RawStream } from "../transport/http/raw-stream.ts";
+import type { FastRoute, RawAnswer, RawStream } from "../transport/http/raw-stream.ts";
 import { errorBody } from "../transport/http/errors.ts";
 import { foreignMessageCharsMax } from "../lib/limits.ts";
 import { clip } from "../lib/quote.ts";
@@ -86,6 +86,11 @@ import { answerConnectionErrorsInOrder, onBodyCut } from "./http-connection-erro
 /** Anything with Hono's `fetch(request, env)`; in practice the app of `createHttpApp`. */
 export interface FetchApp {
   fetch(request: Request, env: HttpBindings): Response | Promise<Response>;
+  /**
+   * Routes served in front of `fetch` on `node:http` (Node, Bun), from the parsed request, without
+   * a `Request`/`Response` pair (`transport/http/raw-stream.ts`); null hands the request to `fetch`.
+   */
+  fastRoute?: FastRoute;
 }
 
 /** Where to listen. */
@@ -167,7 +172,33 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
           `${incoming.socket?.remoteAddress ?? "?"}:${incoming.socket?.remotePort ?? "?"}`,
       });
     };
-    started = await serveNode(nodeHandler, options, runtime === "bun");
+    const fastRoute = app.fastRoute;
+    // The fast route sees only what the handler above would pass to the app (not shutting down,
+    // a Host given); anything else goes the usual way and is answered there.
+    const fast =
+      fastRoute === undefined
+        ? undefined
+        : (incoming: IncomingMessage, outgoing: ServerResponse): boolean => {
+            if (shutdown.signal.aborted || lacksHost(incoming)) return false;
+            const answer = fastRoute({
+              method: incoming.method ?? "",
+              url: incoming.url ?? "",
+              header: (name) => {
+                const value = incoming.headers[name];
+                return Array.isArray(value) ? value.join(", ") : value;
+              },
+              headerLines: (name) => countHeaderLines(incoming.rawHeaders, name),
+              readBody: (maxBytes) => readIncomingBody(incoming, maxBytes),
+            });
+            if (answer === null) return false;
+            answer.then(
+              (a) => writeRawAnswer(outgoing, a),
+              // A fast route answers its errors itself; this is a bug: drop the connection.
+              () => outgoing.destroy(),
+            );
+            return true;
+          };
+    started = await serveNode(nodeHandler, options, runtime === "bun", fast);
   } else if (runtime === "deno") started = serveDeno(handler, options);
   else
     throw new Error(
@@ -288,6 +319,15 @@ interface Started {
   setTlsMaterial?: (material: TlsServerMaterial) => void;
   /** Connections open now, where the server can count them. */
   openConnections?: () => number;
+}
+
+/** Writes a fast route's answer, with its `content-length`. */
+function writeRawAnswer(outgoing: ServerResponse, answer: RawAnswer): void {
+  outgoing.writeHead(answer.status, {
+    ...answer.headers,
+    "content-length": Buffer.byteLength(answer.body),
+  });
+  outgoing.end(answer.body);
 }
 
 /** What @hono/node-server passes as the second argument of `fetch`. */
@@ -457,6 +497,7 @@ async function serveNode(
   handler: NodeHandler,
   options: ServeHttpOptions,
   tlsInFront: boolean,
+  fast?: (incoming: IncomingMessage, outgoing: ServerResponse) => boolean,
 ): Promise<Started> {
   const { getRequestListener } = await import("@hono/node-server");
   const { createServer } = await import("node:http");
@@ -471,6 +512,7 @@ async function serveNode(
   });
   const listener = (incoming: IncomingMessage, outgoing: ServerResponse): void => {
     if (refusedConnections.has(incoming.socket)) return notServedAfterRefusal(outgoing);
+    if (fast?.(incoming, outgoing)) return;
     dispatching = incoming;
     try {
       void honoListener(incoming, outgoing);

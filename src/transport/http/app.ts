@@ -77,7 +77,7 @@ import { errorMessage, errorStack } from "../../lib/errors.ts";
 import type { SchemaRegistry } from "../../registry/registry.ts";
 import { createRegistryApp, type RegistryOperation } from "./registry/routes.ts";
 import { registerStreamRoutes } from "./streams/routes.ts";
-import type { RawStream } from "./raw-stream.ts";
+import type { RawAnswer, RawRequest, RawStream } from "./raw-stream.ts";
 
 /**
  * Values the server passes to every request as Hono's `c.env`. `serveHttp`
@@ -117,8 +117,20 @@ export interface HttpBindings {
   openStream?: (headers: Record<string, string>) => RawStream;
 }
 
-/** The Hono app {@link createHttpApp} returns. */
-export type HttpApp = Hono<{ Bindings: HttpBindings }>;
+/**
+ * The Hono app {@link createHttpApp} returns, with its produce route also served in front of the
+ * router (`fastRoute`, see `createHttpApp`).
+ */
+export type HttpApp = Hono<{ Bindings: HttpBindings }> & {
+  /**
+   * The produce route without a `Request`/`Response` pair, for the runtime's server;
+   * `extraHeaders` are added to its answers (the authenticating wrapper's `nosniff`).
+   */
+  fastRoute?: (
+    request: RawRequest,
+    extraHeaders?: Record<string, string>,
+  ) => Promise<RawAnswer> | null;
+};
 
 /** Options of {@link createHttpApp}. */
 export interface HttpAppOptions {
@@ -393,7 +405,16 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     return body;
   };
 
-  app.onError((err, c) => {
+  /**
+   * The answer to a route's failure (`target`: the request's path and query, for a redirect to
+   * the leader); anything that is not a client's fault is logged as a bug and answered 500.
+   */
+  const errorAnswer = (
+    err: unknown,
+    method: string,
+    path: string,
+    target: () => string,
+  ): { status: number; headers: Record<string, string>; body: string } => {
     let error: BrokerError;
     if (err instanceof BrokerError) {
       error = err;
@@ -404,27 +425,38 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       );
     } else {
       logger.log("error", "http.internal_error", {
-        method: c.req.method,
-        path: clip(c.req.path),
+        method,
+        path: clip(path),
         error: clip(errorMessage(err), foreignMessageCharsMax),
         stack: errorStack(err),
       });
       error = new BrokerError(
         Errors.internal,
-        `Cannot complete ${clip(c.req.method)} ${clip(c.req.path)}: internal error (logged)`,
+        `Cannot complete ${clip(method)} ${clip(path)}: internal error (logged)`,
       );
     }
+    const headers: Record<string, string> = {};
     // A key revoked while its request ran (auth.ts answers the other 401s itself).
     if (error.kind === Errors.unauthenticated || error.kind === Errors.keyRevoked)
-      c.header("www-authenticate", 'Bearer realm="es-broker", error="invalid_token"');
+      headers["www-authenticate"] = 'Bearer realm="es-broker", error="invalid_token"';
+    const body = JSON.stringify(errorBody(error));
     // Cluster mode: the same request on the partition's leader (docs/cluster.md "Clients").
     const leaderHttp = error.details?.leader_http;
     if (error.kind === Errors.notLeader && typeof leaderHttp === "string") {
-      const url = new URL(c.req.url);
-      c.header("location", `${leaderHttp}${url.pathname}${url.search}`);
-      return c.json(errorBody(error), 307);
+      headers.location = `${leaderHttp}${target()}`;
+      return { status: 307, headers, body };
     }
-    return c.json(errorBody(error), error.kind.http as ContentfulStatusCode);
+    return { status: error.kind.http, headers, body };
+  };
+
+  app.onError((err, c) => {
+    const answer = errorAnswer(err, c.req.method, c.req.path, () => {
+      const url = new URL(c.req.url);
+      return `${url.pathname}${url.search}`;
+    });
+    for (const [name, value] of Object.entries(answer.headers)) c.header(name, value);
+    c.header("content-type", "application/json");
+    return c.body(answer.body, answer.status as ContentfulStatusCode);
   });
 
   app.notFound((c) => {
@@ -621,6 +653,104 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     }
     return decoded;
   };
+
+  /**
+   * The produce route in front of the router (`HttpApp.fastRoute`), for the runtime's server: it
+   * takes only requests it answers exactly as the route below would — `POST
+   * /v1/topics/{topic}/records` with a topic of `[A-Za-z0-9._-]` (not `.` or `..`), no query (an
+   * NDJSON body may have `?partition=N`), a `Content-Length` within the cap, no
+   * `Transfer-Encoding`, at most one `Content-Type` line, no `Producer-*` header — and leaves every
+   * other request (null) to the router. The authenticating wrapper adds its own conditions
+   * (`auth.ts`).
+   */
+  const fastRoute = (
+    request: RawRequest,
+    extraHeaders?: Record<string, string>,
+  ): Promise<RawAnswer> | null => {
+    if (request.method !== "POST") return null;
+    const url = request.url;
+    if (!url.startsWith("/v1/topics/")) return null;
+    const query = url.indexOf("?");
+    const path = query < 0 ? url : url.slice(0, query);
+    const slash = path.indexOf("/", 11);
+    if (slash < 0 || path.length !== slash + 8 || !path.endsWith("/records")) return null;
+    const topic = path.slice(11, slash);
+    if (!/^[A-Za-z0-9._-]+$/.test(topic) || topic === "." || topic === "..") return null;
+    const length = request.header("content-length");
+    if (
+      length === undefined ||
+      !/^[0-9]{1,16}$/.test(length) ||
+      Number(length) > maxRequestBytes ||
+      request.header("transfer-encoding") !== undefined ||
+      request.headerLines("content-type") > 1 ||
+      request.header("producer-id") !== undefined ||
+      request.header("producer-epoch") !== undefined ||
+      request.header("producer-seq") !== undefined
+    )
+      return null;
+    const type = (request.header("content-type") ?? "").split(";", 1)[0].trim().toLowerCase();
+    const ndjson = type === "application/x-ndjson" || type === "application/ndjson";
+    let partitionText: string | undefined;
+    if (query >= 0) {
+      const m = ndjson ? /^partition=([0-9]{1,16})$/.exec(url.slice(query + 1)) : null;
+      if (m === null) return null;
+      partitionText = m[1];
+    }
+    const answer = async (): Promise<RawAnswer> => {
+      const action = `Cannot produce to topic ${quote(topic)}`;
+      try {
+        // As the route below: the query is checked before the body is read.
+        const partition =
+          partitionText === undefined
+            ? undefined
+            : parseInteger(partitionText, {
+                label: 'query parameter "partition"',
+                name: "partition",
+                min: 0,
+                max: partitionNumberMax,
+                action,
+              });
+        const decoded = await decodeRawProduce(request, action, ndjson, partition);
+        const result = await broker.produce({ topic, ...decoded, producer: undefined });
+        return {
+          status: 200,
+          headers: { "content-type": "application/json", ...extraHeaders },
+          body: produceAnswerJson(result, { recordCount: decoded.batch.count }),
+        };
+      } catch (err) {
+        const failed = errorAnswer(err, "POST", path, () => url);
+        return {
+          status: failed.status,
+          headers: { "content-type": "application/json", ...failed.headers, ...extraHeaders },
+          body: failed.body,
+        };
+      }
+    };
+    return answer();
+  };
+
+  /** `decodeProduceBody` for {@link fastRoute}: its own async function for the same reason. */
+  const decodeRawProduce = async (
+    request: RawRequest,
+    action: string,
+    ndjson: boolean,
+    partition: number | undefined,
+  ): Promise<DecodedProduce> => {
+    let body: Uint8Array | null;
+    try {
+      body = await request.readBody(maxRequestBytes);
+    } catch (e) {
+      // The client went away mid-body or sent a broken stream: its fault, not a broker bug.
+      throw invalidRequest(action, `the request body could not be read: ${errorMessage(e)}`);
+    }
+    if (body === null) throw requestTooLarge(maxRequestBytes);
+    if (ndjson) return decodeNdjsonProduce(body, { action, key: null, partition });
+    return (
+      scanJsonProduce(body) ??
+      decodeJsonProduce(parseJson(body, action), { action, sizeHintBytes: body.length })
+    );
+  };
+  app.fastRoute = fastRoute;
 
   app.post("/v1/topics/:topic/records", async (c) => {
     limitBody(c);

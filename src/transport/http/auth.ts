@@ -28,6 +28,7 @@ import { createHttpApp, type HttpApp, type HttpAppOptions, type HttpBindings } f
 import { errorBody } from "./errors.ts";
 import { registerKeyRoutes } from "./keys.ts";
 import { consolePaths } from "./console.ts";
+import type { RawAnswer, RawRequest } from "./raw-stream.ts";
 import { isRegistryPath, registryErrorResponse } from "./registry/routes.ts";
 
 /** Options of {@link createAuthenticatedHttpApp}: the app's, with access control instead of a broker. */
@@ -43,9 +44,16 @@ export interface AuthenticatedHttpAppOptions
   metricsText?: () => Promise<string>;
 }
 
-/** What `serveHttp` runs: Hono's `fetch` shape. */
+/** What `serveHttp` runs: Hono's `fetch` shape, and the produce route in front of it. */
 export interface AuthenticatedHttpApp {
   fetch(request: Request, env?: HttpBindings): Response | Promise<Response>;
+  /**
+   * The app's `fastRoute` (produce without a `Request`/`Response` pair), for requests that need no
+   * authentication decision: while no key is required, without an `Authorization` header, and
+   * without the `Origin` / `Sec-Fetch-Site` headers the cross-site check reads. Null for any
+   * other request, which then goes through {@link fetch}.
+   */
+  fastRoute(request: RawRequest): Promise<RawAnswer> | null;
 }
 
 /** The `realm` of every `WWW-Authenticate` challenge. */
@@ -119,7 +127,20 @@ export function createAuthenticatedHttpApp(
   };
   // Built at once: it also answers /healthz while authentication is on (that route calls no broker method).
   const anonymousApp = appFor(anonymousPrincipal);
+  const anonymousFast = anonymousApp.fastRoute;
+  const nosniffHeader = { "x-content-type-options": "nosniff" };
   return {
+    fastRoute(request) {
+      if (
+        anonymousFast === undefined ||
+        access.required ||
+        request.header("authorization") !== undefined ||
+        request.header("origin") !== undefined ||
+        request.header("sec-fetch-site") !== undefined
+      )
+        return null;
+      return anonymousFast(request, nosniffHeader);
+    },
     fetch(request, env) {
       const crossSite = crossSiteRefusal(request);
       if (crossSite !== null) return crossSite;
