@@ -17,6 +17,7 @@ import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { TcpClient } from "../src/client/client.ts";
 import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
+import { Http1Connection, postRequest } from "./clients/http1.ts";
 import { NatsConnection } from "./clients/nats.ts";
 import { RssWatch } from "./proc.ts";
 import { RedisConnection, RedisReplyError, command, type RedisReply } from "./clients/resp.ts";
@@ -247,6 +248,25 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
         }
       }
       const contentType = target.body === "json" ? "application/json" : "application/x-ndjson";
+      if (!target.url.startsWith("https:")) {
+        // Plain HTTP: the lean client (bench/clients/http1.ts), so the figure is the broker's.
+        const conns = await Promise.all(
+          Array.from({ length: producers }, () => {
+            const u = new URL(target.url);
+            return Http1Connection.connect(u.hostname, Number(u.port));
+          }),
+        );
+        const requests = urls.map((url, partition) =>
+          postRequest(url, { "content-type": contentType, ...auth }, bodies[partition]),
+        );
+        return {
+          send: async (p, partition) => {
+            const answer = await conns[p].send(requests[partition]);
+            expectStatus(answer, [200], "es-broker produce");
+          },
+          close: async () => conns.forEach((c) => c.close()),
+        };
+      }
       return {
         send: async (_p, partition) => {
           const answer = await httpRequest(agent, urls[partition], {
