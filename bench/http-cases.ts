@@ -52,8 +52,10 @@ export function runtimeKey(
   return `runtime b=${shape.batch} P=${shape.producers} parts=1 ${runtime} r${round}`;
 }
 
+/** Rounds of each case: 1 in `--quick` runs, else 2 (or `BENCH_HTTP_ROUNDS`, for experiments). */
 function rounds(env: Env): number[] {
-  return env.settings.quick ? [1] : [1, 2];
+  const n = env.settings.quick ? 1 : Number(process.env.BENCH_HTTP_ROUNDS ?? 2);
+  return Array.from({ length: n }, (_, i) => i + 1);
 }
 
 /** The fan-out cases (module comment). */
@@ -61,7 +63,7 @@ export async function fanoutPoints(env: Env): Promise<void> {
   const s = env.settings;
   const readers = fanoutReaders(s.quick);
   for (const round of rounds(env)) {
-    for (const kind of round === 1 ? fanoutKinds : [...fanoutKinds].reverse()) {
+    for (const kind of round % 2 === 1 ? fanoutKinds : [...fanoutKinds].reverse()) {
       await runCase(
         env,
         {
@@ -126,7 +128,7 @@ export async function runtimePoints(env: Env): Promise<void> {
       }
     }
     for (const round of rounds(env)) {
-      for (const runtime of round === 1 ? benchRuntimes : [...benchRuntimes].reverse()) {
+      for (const runtime of round % 2 === 1 ? benchRuntimes : [...benchRuntimes].reverse()) {
         const es = brokers.get(runtime);
         if (es === undefined) continue;
         for (const shape of runtimeShapes) {
