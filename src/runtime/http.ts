@@ -51,7 +51,10 @@
  * (`HttpBindings.readRawBody`, {@link readIncomingBody}) instead of through the WHATWG `Request`
  * stream that @hono/node-server would build; on Deno it reads `Request.body`. On the `node:http`
  * path the app can also count a header's field lines (`HttpBindings.headerLines`, from
- * `rawHeaders`), which `Request.headers` joins with ", "; `Deno.serve` has no such list.
+ * `rawHeaders`), which `Request.headers` joins with ", "; `Deno.serve` has no such list. There
+ * too, the app's `fastRoute` (produce) is offered each request first, from the parsed request,
+ * and its answer written with `writeHead`/`end` (no `Request`/`Response` pair); and a streaming
+ * route may write straight to the `ServerResponse` (`HttpBindings.openStream`, the live tail).
  *
  * With TLS (`options.tls`: `--tls-cert`, `--tls-key`, optionally `--tls-client-ca`) every runtime,
  * Deno included, serves through the `node:http` path above behind `node:tls`: `Deno.serve` can
