@@ -1,5 +1,6 @@
 /**
- * Readers of a partition's tail, shared (docs/http-api.md "Fan-out"; issue #22): when many
+ * Readers of a partition's tail, shared (issue #22; for clients: the fetch route of
+ * docs/http-api.md, "Many readers of one partition"): when many
  * long-polls (TCP fetches, HTTP `wait_ms`, Server-Sent Event streams) wait on one partition, each
  * new record used to wake every one of them at once, and each then read the same stored bytes on
  * its own. Here:
