@@ -40,6 +40,8 @@ export interface LeaderRouter {
   refresh(): Promise<void>;
   /** The number of partitions of `topic`. */
   partitionCount(topic: string): Promise<number>;
+  /** A connection to the broker coordinating consumer groups now (absent: groups stay where they are). */
+  coordinator?(): Promise<TcpClient>;
 }
 
 /** Options of {@link ClusterClient.connect}. */

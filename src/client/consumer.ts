@@ -39,6 +39,8 @@ export interface GroupConsumerOptions {
    * {@link ClusterClient}); `client` then serves the group's requests (join, heartbeat, commit),
    * and must be the same broker for every member (`ClusterClient.coordinator()`). A fetch refused
    * as `not_leader` (or a lost leader) reads the metadata again and fetches from the new leader.
+   * When the connection to the coordinator is lost, the member joins again as a new member on
+   * the router's coordinator then (its committed offsets are there: docs/cluster.md).
    */
   router?: LeaderRouter;
   group: string;
@@ -218,12 +220,27 @@ export class GroupConsumer {
     }
   }
 
+  /** Whether the group's requests must move to another coordinator (cluster mode, with a router). */
+  #coordinatorLost(err: unknown): boolean {
+    return this.#router?.coordinator !== undefined && !this.#closed && isRoutingError(err);
+  }
+
+  /** Connects to the router's coordinator now; the next poll or commit joins there afresh. */
+  async #moveCoordinator(): Promise<void> {
+    const router = this.#router!;
+    await router.refresh().catch(() => {});
+    this.#client = await router.coordinator!();
+    this.#rejoin = "fresh";
+  }
+
   /** Rejoins first if a rebalance or an expired session asked for it. */
   async #ensureMember(): Promise<void> {
     if (this.#closed)
       throw ClientError.connectionClosed(
         `Cannot consume from group "${this.group}": the consumer is closed`,
       );
+    if (this.#router?.coordinator !== undefined && this.#client.closed)
+      await this.#moveCoordinator();
     if (this.#rejoin === "none") return;
     const fresh = this.#rejoin === "fresh";
     try {
@@ -231,7 +248,10 @@ export class GroupConsumer {
     } catch (err) {
       if (!fresh && err instanceof ClientError && err.code === Errors.unknownMember.code)
         await this.#join(false);
-      else throw err;
+      else if (this.#coordinatorLost(err)) {
+        await this.#moveCoordinator();
+        await this.#join(false);
+      } else throw err;
     }
   }
 
@@ -357,6 +377,11 @@ export class GroupConsumer {
       }
       if (err instanceof ClientError && err.code === Errors.unknownMember.code) {
         this.#rejoin = "fresh";
+        return false;
+      }
+      if (this.#coordinatorLost(err)) {
+        // Not committed: the next owner reads those records again (at least once).
+        await this.#moveCoordinator();
         return false;
       }
       throw err;

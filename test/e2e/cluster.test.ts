@@ -576,15 +576,13 @@ describe("cluster mode: etcd lost while running", () => {
 });
 
 describe("cluster mode: consumer groups", () => {
-  it("a group's commits outlive its coordinator: the next controller serves them from etcd", async () => {
+  it("a group's commits outlive its coordinator: the next controller serves them, and a member moves there", async () => {
     const router = await ClusterClient.connect({
       bootstrap: [...brokers.values()].map((b) => b.tcp),
       retryTimeoutMs: 30_000,
     });
-    let coordinatorId: number;
-    let committed: { topic: string; partition: number; committed: number | null }[];
     try {
-      coordinatorId = router.metadata!.controller;
+      const coordinatorId = router.metadata!.controller;
       const member = await GroupConsumer.join({
         client: await router.coordinator(),
         router,
@@ -598,32 +596,37 @@ describe("cluster mode: consumer groups", () => {
       expect(got).toBeGreaterThan(0);
       expect(await member.commit()).toBe(true);
       const before = await (await router.coordinator()).describeGroup("survivors");
-      committed = before.offsets.map((o) => ({
-        topic: o.topic,
-        partition: o.partition,
-        committed: o.committed,
-      }));
+      const committed = before.offsets
+        .filter((o) => o.committed !== null)
+        .map((o) => ({ topic: o.topic, partition: o.partition, committed: o.committed }));
       expect(committed.some((o) => (o.committed ?? 0) > 0)).toBe(true);
-      await member.close({ leave: false });
+      // The coordinator stops: the other broker becomes the controller and the coordinator.
+      await brokers.get(coordinatorId)!.stop("SIGTERM");
+      brokers.delete(coordinatorId);
+      const [remaining] = [...brokers.values()];
+      await waitFor("a new controller", async () => {
+        const m = await metadata(remaining);
+        return m.controller !== -1 && m.controller !== coordinatorId ? m : undefined;
+      });
+      const res = await fetch(`${remaining.httpUrl}/v1/groups/survivors`);
+      expect(res.status).toBe(200);
+      const after = (await res.json()) as {
+        offsets: { topic: string; partition: number; committed: number | null }[];
+      };
+      for (const o of committed) expect(after.offsets).toContainEqual(expect.objectContaining(o));
+      // The member notices, joins the new coordinator as a new member, and keeps its positions.
+      await member.poll({ waitMs: 200 });
+      const moved = (await (await fetch(`${remaining.httpUrl}/v1/groups/survivors`)).json()) as {
+        members: { member_id: string }[];
+      };
+      expect(moved.members.map((m) => m.member_id)).toEqual([member.memberId]);
+      for (const o of committed)
+        expect(member.position(o)).toBeGreaterThanOrEqual(o.committed ?? 0);
+      await member.close();
     } finally {
       await router.close();
     }
-    // The coordinator stops: the other broker becomes the controller and the coordinator.
-    await brokers.get(coordinatorId)!.stop("SIGTERM");
-    brokers.delete(coordinatorId);
-    const [remaining] = [...brokers.values()];
-    await waitFor("a new controller", async () => {
-      const m = await metadata(remaining);
-      return m.controller !== -1 && m.controller !== coordinatorId ? m : undefined;
-    });
-    const res = await fetch(`${remaining.httpUrl}/v1/groups/survivors`);
-    expect(res.status).toBe(200);
-    const after = (await res.json()) as {
-      offsets: { topic: string; partition: number; committed: number | null }[];
-    };
-    for (const o of committed.filter((c) => c.committed !== null))
-      expect(after.offsets).toContainEqual(expect.objectContaining(o));
-  }, 30_000);
+  }, 40_000);
 });
 
 describe("cluster mode: etcd unreachable", () => {
