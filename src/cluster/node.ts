@@ -59,6 +59,8 @@ export interface ReplicaSink {
   logEndOffsets(): Map<string, number>;
   /** Membership lease lost / regained: while lost, nothing new is acknowledged. */
   setMembershipLive(live: boolean): void;
+  /** Drops a partition whose topic was deleted (called before the local topic is deleted). */
+  forgetPartition?(topic: string, partition: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -106,6 +108,8 @@ export class ClusterNode {
   readonly #brokers = new Map<number, BrokerRegistration>();
   readonly #topics = new Map<string, { config: TopicConfig; modRevision: number }>();
   readonly #partitions = new Map<string, Map<number, PartitionEntry>>();
+  /** Partitions deleted from etcd since the last reconcile: their last state, and the deletion's revision. */
+  readonly #deleted = new Map<string, Map<number, PartitionEntry>>();
   #replicas: ReplicaSink | null = null;
   #watch: EtcdWatch | null = null;
   #closed = false;
@@ -231,6 +235,12 @@ export class ClusterNode {
       if (where !== null) {
         let map = this.#partitions.get(where.topic);
         if (e.type === "delete") {
+          const last = map?.get(where.partition);
+          if (last !== undefined) {
+            let gone = this.#deleted.get(where.topic);
+            if (gone === undefined) this.#deleted.set(where.topic, (gone = new Map()));
+            gone.set(where.partition, { state: last.state, modRevision: e.kv.modRevision });
+          }
           map?.delete(where.partition);
           if (map?.size === 0) this.#partitions.delete(where.topic);
         } else {
@@ -284,6 +294,24 @@ export class ClusterNode {
         // Deleted in etcd. A local topic without replication_factor was made before this data
         // directory joined a cluster: it is kept (and served by this broker alone).
         if (local.get(name)?.replication_factor !== undefined) {
+          // Replication lets go of the partitions first (leader -1: neither leader nor follower).
+          for (const [partition, last] of this.#deleted.get(name) ?? []) {
+            if (this.#replicas === null || !last.state.replicas.includes(nodeId)) continue;
+            await this.#replicas.applyPartitionState(
+              name,
+              partition,
+              {
+                ...last.state,
+                leader: -1,
+                leader_epoch: last.state.leader_epoch + 1,
+                isr: [],
+                elr: [],
+              },
+              String(last.modRevision),
+            );
+            await this.#replicas.forgetPartition?.(name, partition);
+          }
+          this.#deleted.delete(name);
           await broker.deleteTopic(name).catch((err) => {
             if (!(err instanceof BrokerError && err.kind === Errors.topicNotFound)) throw err;
           });

@@ -437,6 +437,30 @@ describe("cluster mode: three brokers", () => {
     }
   });
 
+  it("a topic deleted on one broker is gone from all, and replication lets go of it", async () => {
+    const del = await fetch(`${brokers.get(3)!.httpUrl}/v1/topics/kafka-topic`, {
+      method: "DELETE",
+    });
+    expect(del.status).toBe(204);
+    for (const b of brokers.values())
+      await waitFor("the topic gone everywhere", async () => {
+        const r = await fetch(`${b.httpUrl}/v1/topics/kafka-topic`);
+        return r.status === 404 ? true : undefined;
+      });
+    const errorsBefore = [...brokers.values()].map(
+      (b) => (b.stderr().match(/"level":"error"/g) ?? []).length,
+    );
+    await new Promise((r) => setTimeout(r, 1500));
+    const errorsAfter = [...brokers.values()].map(
+      (b) => (b.stderr().match(/"level":"error"/g) ?? []).length,
+    );
+    expect(errorsAfter).toEqual(errorsBefore);
+    const again = await fetch(`${brokers.get(1)!.httpUrl}/v1/topics/kafka-topic`, {
+      method: "DELETE",
+    });
+    expect(again.status).toBe(404);
+  });
+
   it("refuses a duplicate node id and a data directory of another cluster", async () => {
     const [http, tcp] = await freePorts(2);
     const dup = await runCli([
