@@ -15,7 +15,9 @@
  *   coordinator (the controller), and every commit is also written to etcd before it is
  *   acknowledged; the first time this broker serves a group (since it started or last became
  *   the controller) it takes the group's offsets from etcd, so commits outlive the coordinator.
- * - Everything else (streams, producers) goes to the local broker as it is.
+ * - Durable Streams are not offered (`streams` is undefined: `/v1/stream/` answers 404): a
+ *   stream's topic would be made locally, outside etcd, and never replicated.
+ * - Everything else (producers, the registry) goes to the local broker as it is.
  */
 import { mergeTopicConfig, validatePartitionCount, validateTopicName } from "../broker/config.ts";
 import { defaultTopicConfig } from "../broker/config.ts";
@@ -221,6 +223,8 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
   return new Proxy(local, {
     get(target, prop) {
       if (Object.hasOwn(overrides, prop)) return overrides[prop as keyof Broker];
+      // Durable Streams make their topics locally, outside etcd: not in a cluster (yet).
+      if (prop === "streams") return undefined;
       // The target as receiver: LocalBroker's getters read private fields.
       const v = Reflect.get(target, prop, target);
       return typeof v === "function" ? v.bind(target) : v;
