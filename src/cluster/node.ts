@@ -369,9 +369,15 @@ export class ClusterNode {
   async #caughtUp(revision: number, timeoutMs = 10_000): Promise<void> {
     if (this.#viewRevision >= revision) return;
     await new Promise<void>((resolve, reject) => {
-      const waiter = { revision, resolve };
+      const waiter = {
+        revision,
+        resolve: () => {
+          timer.cancel();
+          resolve();
+        },
+      };
       this.#revisionWaiters.add(waiter);
-      this.#o.clock.setTimer(timeoutMs, () => {
+      const timer = this.#o.clock.setTimer(timeoutMs, () => {
         if (!this.#revisionWaiters.delete(waiter)) return;
         reject(
           new BrokerError(
