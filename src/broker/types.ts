@@ -306,6 +306,12 @@ export interface ClusterPartitionInfo {
   replicas: number[];
   isr: number[];
   elr: number[];
+  /** Only in the leader's answer: its high watermark. */
+  high_watermark?: number;
+  /** Only in the leader's answer: its log end offset. */
+  log_end_offset?: number;
+  /** Only in the leader's answer: each follower's durable position, lag in records (−1 unknown). */
+  followers?: { node_id: number; durable_offset: number; lag: number; caught_up_ms_ago: number }[];
 }
 
 /**

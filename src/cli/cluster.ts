@@ -3,7 +3,8 @@
  * brokers, the controller, and per partition the leader, leader epoch, replicas, ISR, ELR and
  * the high watermark (from the leader), as a table or, with `--json`, as one JSON document.
  */
-import { connectionHelp, connectionOptions } from "./connection.ts";
+import { connectionHelp, connectionOptions, readApiKey } from "./connection.ts";
+import type { ClusterMetadata, ClusterPartitionInfo } from "../broker/types.ts";
 import { UsageError, parseCli } from "./args.ts";
 import { brokerDefault, connectRouted } from "./client-commands.ts";
 
@@ -12,8 +13,10 @@ export const clusterHelp = `Usage: es-broker cluster status [options]
 
 Shows a cluster (serve --cluster): its live brokers, the controller, and for every partition
 its leader (-1: none now), leader epoch, replicas, in-sync replicas (ISR), eligible leader
-replicas (ELR), high watermark (asked of the leader) and under_replicated (fewer in-sync
-replicas than replicas). Exit 1 against a single node, or when no broker answers.
+replicas (ELR), high watermark (asked of the leader), each follower's lag in records behind the
+leader's log end as the leader sees it (node:lag; ? = not fetched yet; asked of each leader's
+HTTP port), and under_replicated (fewer in-sync replicas than replicas). Exit 1 against a
+single node, or when no broker answers.
 
 Options:
   --broker HOST:PORT[,…]   any broker(s) of the cluster, TCP address (default ${brokerDefault})
@@ -34,6 +37,36 @@ interface PartitionStatus {
   under_replicated: boolean;
   /** The leader's high watermark, null when the leader could not be asked. */
   high_watermark: number | null;
+  /** As the leader reports them (null when its HTTP port could not be asked). */
+  followers: ClusterPartitionInfo["followers"] | null;
+}
+
+/**
+ * Every leader's own view of its partitions (`GET /v1/cluster` on each broker's HTTP URL): the
+ * followers' positions and lag. A broker that does not answer is left out.
+ */
+async function leaderViews(
+  m: ClusterMetadata,
+  apiKey: string | undefined,
+): Promise<Map<string, ClusterPartitionInfo>> {
+  const views = new Map<string, ClusterPartitionInfo>();
+  await Promise.all(
+    m.brokers.map(async (b) => {
+      try {
+        const res = await fetch(`${b.http}/v1/cluster`, {
+          headers: apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` },
+          signal: AbortSignal.timeout(5000),
+        });
+        if (!res.ok) return;
+        const theirs = (await res.json()) as ClusterMetadata;
+        for (const t of theirs.topics)
+          for (const p of t.partitions)
+            if (p.leader === b.node_id && p.followers !== undefined)
+              views.set(`${t.name}/${p.partition}`, p);
+      } catch {}
+    }),
+  );
+  return views;
 }
 
 /** `es-broker cluster status`. */
@@ -70,6 +103,7 @@ export async function cluster(argv: string[]): Promise<number> {
     for (const name of wanted)
       if (!m.topics.some((t) => t.name === name))
         throw new Error(`Cannot show topic ${JSON.stringify(name)}: it does not exist`);
+    const views = await leaderViews(m, readApiKey(values));
     const status = await Promise.all(
       topics.map(async (t) => ({
         name: t.name,
@@ -93,6 +127,7 @@ export async function cluster(argv: string[]): Promise<number> {
               elr: p.elr,
               under_replicated: p.isr.length < p.replicas.length,
               high_watermark: highWatermark,
+              followers: views.get(`${t.name}/${p.partition}`)?.followers ?? null,
             };
           }),
         ),
@@ -139,6 +174,9 @@ export async function cluster(argv: string[]): Promise<number> {
           ids(p.isr),
           ids(p.elr),
           p.high_watermark === null ? "?" : String(p.high_watermark),
+          !p.followers || p.followers.length === 0
+            ? "-"
+            : p.followers.map((f) => `${f.node_id}:${f.lag < 0 ? "?" : f.lag}`).join(","),
           p.leader === -1 ? "offline" : p.under_replicated ? "under-replicated" : "ok",
         ]);
     const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));

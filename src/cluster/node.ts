@@ -61,6 +61,15 @@ export interface ReplicaSink {
   setMembershipLive(live: boolean): void;
   /** Drops a partition whose topic was deleted (called before the local topic is deleted). */
   forgetPartition?(topic: string, partition: number): Promise<void>;
+  /** What this broker knows of its replicas (as leader: each follower's position and lag). */
+  describe?(): {
+    topic: string;
+    partition: number;
+    role: string;
+    high_watermark: number;
+    log_end_offset: number;
+    followers: { node_id: number; durable_offset: number; lag: number; caught_up_ms_ago: number }[];
+  }[];
   close(): Promise<void>;
 }
 
@@ -420,6 +429,11 @@ export class ClusterNode {
    */
   metadata(topics?: readonly string[]): ClusterMetadata {
     const names = topics ?? this.topicNames();
+    const led = new Map(
+      (this.#replicas?.describe?.() ?? [])
+        .filter((d) => d.role === "leader")
+        .map((d) => [`${d.topic}/${d.partition}`, d]),
+    );
     return {
       cluster_id: this.membership.clusterId,
       node_id: this.#o.nodeId,
@@ -441,14 +455,24 @@ export class ClusterNode {
           );
         const partitions: ClusterPartitionInfo[] = [...map.entries()]
           .sort((a, b) => a[0] - b[0])
-          .map(([partition, { state }]) => ({
-            partition,
-            leader: state.leader,
-            leader_epoch: state.leader_epoch,
-            replicas: state.replicas,
-            isr: state.isr,
-            elr: state.elr,
-          }));
+          .map(([partition, { state }]) => {
+            const mine = led.get(`${name}/${partition}`);
+            return {
+              partition,
+              leader: state.leader,
+              leader_epoch: state.leader_epoch,
+              replicas: state.replicas,
+              isr: state.isr,
+              elr: state.elr,
+              ...(mine === undefined
+                ? {}
+                : {
+                    high_watermark: mine.high_watermark,
+                    log_end_offset: mine.log_end_offset,
+                    followers: mine.followers,
+                  }),
+            };
+          });
         return { name, partitions };
       }),
     };

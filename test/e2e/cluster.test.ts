@@ -376,11 +376,21 @@ describe("cluster mode: three brokers", () => {
     expect(doc.brokers.map((b) => b.node_id)).toEqual([1, 2, 3]);
     const t = doc.topics.find((x) => x.name === "cli-topic")!;
     expect(t.partitions.reduce((n, p) => n + p.high_watermark, 0)).toBe(30);
+    // Each leader reports its two followers; with every record acknowledged, none lags.
+    for (const p of t.partitions as unknown as {
+      leader: number;
+      followers: { node_id: number; lag: number }[];
+    }[]) {
+      expect(p.followers.map((f) => f.node_id).sort()).toEqual(
+        [1, 2, 3].filter((id) => id !== p.leader),
+      );
+      for (const f of p.followers) expect(f.lag).toBe(0);
+    }
     const table = await runCli(["cluster", "status", "--broker", addr, "--topic", "cli-topic"]);
     expect(table.code).toBe(0);
     expect(table.stdout.toString()).toMatch(/^cluster \S+, controller: node \d/);
     expect(table.stdout.toString()).toMatch(
-      /cli-topic\s+0\s+\d\s+0\s+[\d,]+\s+[\d,]+\s+-\s+\d+\s+ok/,
+      /cli-topic\s+0\s+\d\s+0\s+[\d,]+\s+[\d,]+\s+-\s+\d+\s+\d:[\d?]+,\d:[\d?]+\s+ok/,
     );
   });
 

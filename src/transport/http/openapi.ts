@@ -222,16 +222,38 @@ const schemas: Record<string, Schema> = {
       topics: array(
         exact({
           name: { type: "string" },
-          partitions: array(
-            exact({
+          partitions: array({
+            type: "object",
+            properties: {
               partition: integer(0, partitionsMax - 1),
               leader: integer(-1, 2_147_483_647, "−1 while the partition is offline."),
               leader_epoch: integer(0, Number.MAX_SAFE_INTEGER),
               replicas: array(integer(0, 2_147_483_647)),
               isr: array(integer(0, 2_147_483_647), "In-sync replicas."),
               elr: array(integer(0, 2_147_483_647), "Eligible leader replicas."),
-            }),
-          ),
+              high_watermark: integer(0, Number.MAX_SAFE_INTEGER, "Only from the leader."),
+              log_end_offset: integer(0, Number.MAX_SAFE_INTEGER, "Only from the leader."),
+              followers: array(
+                exact({
+                  node_id: integer(0, 2_147_483_647),
+                  durable_offset: integer(
+                    -1,
+                    Number.MAX_SAFE_INTEGER,
+                    "−1 before its first fetch.",
+                  ),
+                  lag: integer(
+                    -1,
+                    Number.MAX_SAFE_INTEGER,
+                    "Records behind the leader's log end; −1 unknown.",
+                  ),
+                  caught_up_ms_ago: integer(0, Number.MAX_SAFE_INTEGER),
+                }),
+                "Only from the leader: what it knows of each follower.",
+              ),
+            },
+            required: ["partition", "leader", "leader_epoch", "replicas", "isr", "elr"],
+            additionalProperties: false,
+          }),
         }),
       ),
     },
