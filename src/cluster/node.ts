@@ -1,9 +1,9 @@
 /**
- * One broker as a member of a cluster (docs/cluster.md "How to run three brokers and a three-member etcd"): it joins
- * (membership), runs for controller, publishes its log ends, keeps a view of the cluster's keys in
- * etcd (brokers, controller, topics, partitions) from one watch, creates and deletes its local
- * topics as the keys say, and feeds the replication layer ({@link ReplicaSink}) every partition
- * state that names it.
+ * One broker as a member of a cluster (docs/cluster.md "How to run three brokers and a
+ * three-member etcd", "Topics"): it joins (membership), runs for controller, publishes its log
+ * ends, keeps a view of the cluster's keys in etcd (brokers, controller, topics, partitions) from
+ * one watch, creates and deletes its local topics as the keys say, and feeds the replication
+ * layer ({@link ReplicaSink}) every partition state that names it.
  *
  * Keys it reads and writes (under the cluster prefix): `brokers/<id>` (its registration, through
  * membership.ts), `log_ends/<id>` (on its lease), `controller` (controller.ts), `topics/<name>`
