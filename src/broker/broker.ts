@@ -379,9 +379,12 @@ export class LocalBroker implements Broker {
     topic.roundRobin = routed.roundRobin;
     const route = routed.route;
     const replication = this.#replication;
+    // Cluster mode: each partition's leadership fence, checked again in its write loop.
+    let fences: Map<number, () => void> | undefined;
     if (replication !== null) {
-      if (route.kind === "single") replication.checkLeader(topic.name, route.partition, true);
-      else for (const p of new Set(route.assignment)) replication.checkLeader(topic.name, p, true);
+      fences = new Map();
+      const targets = route.kind === "single" ? [route.partition] : new Set(route.assignment);
+      for (const p of targets) fences.set(p, replication.admitWrite(topic.name, p));
     }
 
     if (producer !== undefined) {
@@ -400,6 +403,7 @@ export class LocalBroker implements Broker {
           partition: route.partition,
           log: topic.partitions[route.partition],
           batch,
+          admit: fences?.get(route.partition),
         });
       } catch (err) {
         throw toBrokerError(err);
@@ -418,7 +422,7 @@ export class LocalBroker implements Broker {
     // instead of until the partition has written it.
     if (route.kind === "single") {
       const single = route.partition;
-      const appended = this.#append(topic, single, batch);
+      const appended = this.#append(topic, single, batch, fences?.get(single));
       if (replication !== null)
         return appended.then((r) => this.#committed(replication, topic.name, single, r));
       return appended.then((r) => ({
@@ -430,7 +434,7 @@ export class LocalBroker implements Broker {
     const results = await Promise.all(
       batches.map((b, p) => {
         if (b === null) return Promise.resolve(null);
-        const appended = this.#append(topic, p, b);
+        const appended = this.#append(topic, p, b, fences?.get(p));
         if (replication === null) return appended;
         return appended.then(async (r) => {
           await replication.awaitCommitted(topic.name, p, r.baseOffset + r.count);
@@ -510,13 +514,20 @@ export class LocalBroker implements Broker {
     return { spans: [{ partition, baseOffset: r.baseOffset, count: r.count }] };
   }
 
-  /** Appends `batch` to one partition; storage errors become BrokerErrors. Not async, so nothing here holds the batch until its fsync. */
+  /**
+   * Appends `batch` to one partition; storage errors become BrokerErrors. `admit`: cluster mode's
+   * leadership fence, run in the write loop. Not async, so nothing here holds the batch until its
+   * fsync.
+   */
   #append(
     topic: Topic,
     partition: number,
     batch: EntryBatch,
+    admit: (() => void) | undefined,
   ): Promise<{ baseOffset: number; count: number }> {
-    return topic.partitions[partition].append(batch).catch((err: unknown) => {
+    const log = topic.partitions[partition];
+    const appended = admit === undefined ? log.append(batch) : log.append(batch, { admit });
+    return appended.catch((err: unknown) => {
       throw toBrokerError(err);
     });
   }

@@ -5,8 +5,8 @@
  * extra promise, no extra check on the hot path.
  *
  * With a seam installed:
- * - produce refuses a partition this broker does not lead ({@link ReplicationSeam.checkLeader}),
- *   and after the local append (its fsync included) waits for
+ * - produce refuses a partition this broker does not lead ({@link ReplicationSeam.admitWrite}),
+ *   checked again in the partition's write loop, atomically with the append; after the local append (its fsync included) waits for
  *   {@link ReplicationSeam.awaitCommitted} before it acknowledges;
  * - fetch (every transport: TCP, HTTP, Kafka, Durable Streams, SSE tails) refuses a partition this
  *   broker does not lead, and never answers a record at or above
@@ -35,6 +35,17 @@ export interface ReplicationSeam {
    * @throws BrokerError not_leader naming the leader's node id when known; not_enough_replicas.
    */
   checkLeader(topic: string, partition: number, write?: boolean): void;
+  /**
+   * {@link checkLeader} for a write, and the fence of that write: a synchronous check the
+   * partition's write loop runs right before it assigns the records' offsets
+   * (`AppendOptions.admit`), which throws unless this broker still leads the partition under
+   * the epoch this call saw and its membership lease is still held. So a produce admitted as
+   * leader but reaching the write loop after a role change or a lost lease appends nothing
+   * (docs/cluster.md "Replication").
+   * @throws BrokerError not_leader, not_enough_replicas (now, as checkLeader does); the returned
+   *   check throws not_leader or fenced_leader_epoch.
+   */
+  admitWrite(topic: string, partition: number): () => void;
   /**
    * Calls `listener` whenever the partition's {@link readLimit} may have moved, or its leadership
    * changed. @returns a function that unsubscribes.

@@ -902,7 +902,7 @@ async function startClusterNode(
       newClusterId: randomHex(),
       broker,
       // Replication (docs/cluster.md "Replication"): installs itself as the broker's seam.
-      replicas: () =>
+      replicas: (membership) =>
         new ReplicaManager({
           broker,
           etcd,
@@ -913,6 +913,7 @@ async function startClusterNode(
           logger,
           clusterSecret: settings.secret,
           connect: replicaConnector({ timeoutMs: 10_000 }),
+          leaseExpiresAtMs: () => membership.leaseExpiresAtMs,
         }),
       beforeRegister: async (clusterId) => {
         if (recorded?.cluster_id === clusterId && recorded.node_id === settings.nodeId) return;

@@ -5,9 +5,13 @@
  * commit as producers' records), and reports its durable position in its next fetch.
  *
  * One loop per partition:
- * 1. Fetch at the local durable log end, with the epoch of the last local record (per the
- *    leader-epoch history) and the epoch the follower believes current; the leader long-polls
- *    when it has nothing new, so an idle follower does not spin.
+ * 1. Fetch at the local log end once everything written is durable (`PartitionLog.settle`: an
+ *    append this replica admitted while it led has landed by then, or failed), with the epoch of
+ *    the last local record (per the leader-epoch history) and the epoch the follower believes
+ *    current; the leader long-polls when it has nothing new, so an idle follower does not spin.
+ *    If the log end moved while the fetch was in flight (something else appended), the answer is
+ *    dropped before anything of it is taken, the epoch history included, and the loop fetches
+ *    again, so the leader compares the records actually there.
  * 2. If the leader says the logs diverge, truncate to where they agree (the smaller of the
  *    leader's end offset for that epoch and the local one) and forget the later epochs, then
  *    fetch again (docs/cluster.md "Leader-epoch truncation").
@@ -163,7 +167,7 @@ export class Follower {
     const o = this.#o;
     const log = o.log;
     this.#connection ??= o.connect();
-    const fetchOffset = log.highWatermark;
+    const fetchOffset = await log.settle();
     const answer = await this.#connection.replicaFetch({
       topic: o.topic,
       partition: o.partition,
@@ -176,6 +180,10 @@ export class Follower {
       credential: o.credential,
     });
     if (this.#stopped) return;
+    if (log.logEndOffset !== fetchOffset)
+      throw new Error(
+        `Cannot use the leader's answer for partition "${this.#name}": the log end moved from ${fetchOffset} to ${log.logEndOffset} while the fetch was in flight (an append this follower did not make); fetching again`,
+      );
     if (answer.diverging !== null) {
       await this.#truncate(answer.diverging);
       return;

@@ -124,6 +124,7 @@ export class Membership {
   #closed = false;
   #timer: Timer | null = null;
   #lastRenewalMs: number;
+  #expiresAtMs: number;
   readonly #ttlSeconds: number;
   readonly #options: JoinOptions;
   readonly #prefix: string;
@@ -132,7 +133,7 @@ export class Membership {
   /** Use {@link joinCluster}. */
   constructor(
     options: JoinOptions,
-    joined: { clusterId: string; lease: string; ttlSeconds: number },
+    joined: { clusterId: string; lease: string; ttlSeconds: number; sentMs?: number },
   ) {
     this.#options = options;
     this.#prefix = options.prefix ?? defaultClusterPrefix;
@@ -141,7 +142,19 @@ export class Membership {
     this.#lease = joined.lease;
     this.#ttlSeconds = joined.ttlSeconds;
     this.#lastRenewalMs = options.clock.nowMs();
+    this.#expiresAtMs = (joined.sentMs ?? this.#lastRenewalMs) + joined.ttlSeconds * 1000;
     this.#schedule();
+  }
+
+  /**
+   * The earliest time (ms of the Clock) at which etcd may expire the current lease: the send time
+   * of the last grant or renewal that succeeded, plus the TTL it returned. etcd counts the TTL from
+   * when it received that request, later than it was sent, so before this time the lease is
+   * certainly held (a broker paused past it must assume another leads its partitions: the
+   * replication layer appends nothing more until a renewal moves it).
+   */
+  get leaseExpiresAtMs(): number {
+    return this.#expiresAtMs;
   }
 
   /** The lease id of the current registration (the broker's incarnation). */
@@ -187,9 +200,12 @@ export class Membership {
     if (this.#closed) return;
     if (this.#live) {
       try {
+        const sentMs = clock.nowMs();
         const ttl = await etcd.leaseKeepAlive(this.#lease);
-        if (ttl > 0) this.#lastRenewalMs = clock.nowMs();
-        else this.#setLive(false);
+        if (ttl > 0) {
+          this.#lastRenewalMs = clock.nowMs();
+          this.#expiresAtMs = sentMs + ttl * 1000;
+        } else this.#setLive(false);
       } catch (err) {
         logger.log("warn", "cluster.lease_renewal_failed", {
           lease: this.#lease,
@@ -201,13 +217,18 @@ export class Membership {
     }
     if (!this.#live && !this.#closed) {
       try {
-        const { lease } = await register(this.#options, this.clusterId, this.#ttlSeconds);
+        const { lease, ttlSeconds, sentMs } = await register(
+          this.#options,
+          this.clusterId,
+          this.#ttlSeconds,
+        );
         if (this.#closed) {
           await etcd.leaseRevoke(lease).catch(() => {});
           return;
         }
         this.#lease = lease;
         this.#lastRenewalMs = clock.nowMs();
+        this.#expiresAtMs = sentMs + ttlSeconds * 1000;
         this.#setLive(true);
       } catch (err) {
         logger.log("warn", "cluster.register_failed", {
@@ -270,9 +291,10 @@ async function register(
   options: JoinOptions,
   clusterId: string,
   ttlSeconds: number,
-): Promise<{ lease: string; ttlSeconds: number }> {
+): Promise<{ lease: string; ttlSeconds: number; sentMs: number }> {
   const { etcd, nodeId } = options;
   const key = brokerKey(options.prefix ?? defaultClusterPrefix, nodeId);
+  const sentMs = options.clock.nowMs();
   const lease = await etcd.leaseGrant(ttlSeconds);
   const registration: BrokerRegistration = {
     node_id: nodeId,
@@ -291,7 +313,7 @@ async function register(
         success: [{ put: { key, value, lease: lease.id } }],
         failure: [{ get: { key } }],
       });
-      if (created.succeeded) return { lease: lease.id, ttlSeconds: lease.ttlSeconds };
+      if (created.succeeded) return { lease: lease.id, ttlSeconds: lease.ttlSeconds, sentMs };
       const current = created.reads[0][0];
       if (current === undefined) continue; // it expired in between: try again
       const other = parseRegistration(current);
@@ -307,7 +329,7 @@ async function register(
       });
       if (taken.succeeded) {
         await etcd.leaseRevoke(other.incarnation).catch(() => {});
-        return { lease: lease.id, ttlSeconds: lease.ttlSeconds };
+        return { lease: lease.id, ttlSeconds: lease.ttlSeconds, sentMs };
       }
     }
     throw new EtcdError(
@@ -343,6 +365,7 @@ export async function joinCluster(
         clusterId,
         lease: joined.lease,
         ttlSeconds: joined.ttlSeconds,
+        sentMs: joined.sentMs,
       });
     } catch (err) {
       if (!(err instanceof EtcdError) || !["unavailable", "indeterminate"].includes(err.code))

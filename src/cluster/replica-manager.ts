@@ -21,8 +21,13 @@
  *   (`partition-state.ts` `shrinkIsr` / `expandIsr`), with `committed_offset` = the high
  *   watermark. After a leader change every follower counts as caught up at that moment, so none
  *   is expelled before it could fetch (#27b).
- * - Deposed (the state names another leader or epoch) or with its membership lease not live,
- *   it fails every pending acknowledgement `not_leader` and acknowledges nothing more.
+ * - Deposed (the state names another leader or epoch) or with its membership lease not live
+ *   (or past its expiry: {@link ReplicaManagerOptions.leaseExpiresAtMs}), it fails every pending
+ *   acknowledgement `not_leader` and appends and acknowledges nothing more: every produce append
+ *   is checked again in the write loop, atomically with the append ({@link ReplicaManager.admitWrite}).
+ * - A role change fences produce appends first, then waits for those the write loop already
+ *   admitted (`PartitionLog.settle`), and only then takes the new role, so a follower's first
+ *   fetch carries its real log end and last epoch (docs/cluster.md "Leader-epoch truncation").
  * - Becoming leader of epoch E, it first records (E, log end) in the partition's leader-epoch
  *   history (`storage/leader-epochs.ts`, fsynced).
  *
@@ -90,6 +95,15 @@ export interface ReplicaManagerOptions {
   fetchWaitMs?: number;
   /** Bytes of records per replica fetch. Default 1 MiB. */
   fetchMaxBytes?: number;
+  /**
+   * When this broker's membership lease may have expired in etcd, in ms of `clock`
+   * (`Membership.leaseExpiresAtMs`: the send time of the last successful grant or renewal plus
+   * the TTL). From then on, until a renewal moves it, this broker appends and acknowledges
+   * nothing for the partitions it leads, even before it hears that the lease is gone: a broker
+   * paused past its lease writes nothing when it resumes. Absent: only
+   * {@link ReplicaManager.setMembershipLive} counts.
+   */
+  leaseExpiresAtMs?: () => number;
 }
 
 /** One partition in {@link ReplicaManager.describe} (snake_case: shown as JSON). */
@@ -180,7 +194,10 @@ export class ReplicaManager implements ReplicationSeam {
     return this.#o.broker.logEndOffsets();
   }
 
-  /** Membership lease lost / regained: while lost, nothing new is acknowledged. */
+  /**
+   * Membership lease lost / regained: while lost, nothing new is appended or acknowledged for the
+   * partitions this broker leads.
+   */
   setMembershipLive(live: boolean): void {
     this.#live = live;
     if (live) return;
@@ -257,6 +274,25 @@ export class ReplicaManager implements ReplicationSeam {
     return opening;
   }
 
+  /**
+   * Whether this broker may still append and acknowledge as a leader: its membership is live and
+   * its lease cannot have expired in etcd yet (see {@link ReplicaManagerOptions.leaseExpiresAtMs}).
+   */
+  #leaseHeld(): boolean {
+    if (!this.#live) return false;
+    const expiresAt = this.#o.leaseExpiresAtMs;
+    return expiresAt === undefined || this.#o.clock.nowMs() < expiresAt();
+  }
+
+  #leaseLost(r: Replica): BrokerError {
+    return this.#notLeader(
+      r,
+      this.#live
+        ? "its membership lease in etcd may have expired (not renewed within its TTL)"
+        : "its membership lease in etcd is not live",
+    );
+  }
+
   async #apply(r: Replica, state: PartitionState, modRevision: number): Promise<void> {
     if (modRevision <= r.modRevision || this.#closed) return;
     const nodeId = this.#o.nodeId;
@@ -267,18 +303,28 @@ export class ReplicaManager implements ReplicationSeam {
           ? "follower"
           : "none";
     const changed = role !== r.role || state.leader_epoch !== r.epoch;
+    r.state = state;
+    r.modRevision = modRevision;
     if (changed) {
-      if (r.role === "leader") this.#resign(r, state);
+      // Fence first: from here on the write loop refuses produce appends admitted under the old
+      // role (`admitWrite`), and the follower loop is gone; then wait for the appends the loop
+      // already admitted, so the next role starts from the log they leave (a follower's fetch
+      // position and last epoch, a leader's epoch start). docs/cluster.md "Leader-epoch truncation".
+      const wasLeader = r.role === "leader";
+      if (wasLeader) this.#resign(r, state);
+      r.role = "none";
       if (r.follower !== null) {
         const f = r.follower;
         r.follower = null;
         await f.stop();
       }
-    }
-    r.state = state;
-    r.modRevision = modRevision;
-    if (changed) {
-      r.role = "none";
+      if (wasLeader)
+        await r.log.settle().catch((err: unknown) =>
+          this.#o.logger.log("warn", "replication.settle_failed", {
+            partition: r.name,
+            error: errorMessage(err),
+          }),
+        );
       r.epoch = state.leader_epoch;
       if (role === "leader") {
         try {
@@ -398,12 +444,39 @@ export class ReplicaManager implements ReplicationSeam {
 
   /** See {@link ReplicationSeam.checkLeader}. */
   checkLeader(topic: string, partition: number, write = false): void {
+    this.#checkLeader(topic, partition, write);
+  }
+
+  #checkLeader(topic: string, partition: number, write: boolean): Replica {
     const r = this.#replicas.get(`${topic}/${partition}`);
     if (r === undefined || r.role !== "leader")
       throw this.#notLeader(r, undefined, `${topic}/${partition}`);
-    if (!write) return;
-    if (!this.#live) throw this.#notLeader(r, "its membership lease in etcd is not live");
+    if (!write) return r;
+    if (!this.#leaseHeld()) throw this.#leaseLost(r);
     if (r.state.isr.length < r.state.min_insync_replicas) throw this.#notEnoughReplicas(r);
+    return r;
+  }
+
+  /**
+   * See {@link ReplicationSeam.admitWrite}: the returned check passes only while this replica
+   * leads under the epoch seen now and the membership lease is held. It runs in the partition's
+   * write loop under the write lock, so {@link ReplicaManager.applyPartitionState} (which makes
+   * the role "none" first, then waits for the write lock: `PartitionLog.settle`) never sees an
+   * append of the old role land after it.
+   */
+  admitWrite(topic: string, partition: number): () => void {
+    const r = this.#checkLeader(topic, partition, true);
+    const epoch = r.epoch;
+    return () => {
+      if (r.role !== "leader" || this.#replicas.get(r.name) !== r) throw this.#notLeader(r);
+      if (r.epoch !== epoch)
+        throw new BrokerError(
+          Errors.fencedLeaderEpoch,
+          `Cannot append to partition "${r.name}": it was admitted under leader epoch ${epoch}, and this broker now leads it at epoch ${r.epoch}; nothing was appended`,
+          { leader_epoch: r.epoch },
+        );
+      if (!this.#leaseHeld()) throw this.#leaseLost(r);
+    };
   }
 
   /** See {@link ReplicationSeam.readLimit}: the high watermark (a follower's: the leader's as last fetched). */
@@ -426,8 +499,7 @@ export class ReplicaManager implements ReplicationSeam {
     const r = this.#replicas.get(`${topic}/${partition}`);
     if (r === undefined || r.role !== "leader")
       return Promise.reject(this.#notLeader(r, undefined, `${topic}/${partition}`));
-    if (!this.#live)
-      return Promise.reject(this.#notLeader(r, "its membership lease in etcd is not live"));
+    if (!this.#leaseHeld()) return Promise.reject(this.#leaseLost(r));
     if (r.state.isr.length < r.state.min_insync_replicas)
       return Promise.reject(this.#notEnoughReplicas(r));
     if (r.highWatermark >= nextOffset) return null;
@@ -598,6 +670,10 @@ export class ReplicaManager implements ReplicationSeam {
   /** Answers the waiters the high watermark covers, or fails them all while the ISR is below its minimum. */
   #settle(r: Replica): void {
     if (r.waiters.length === 0) return;
+    if (!this.#leaseHeld()) {
+      this.#failWaiters(r, this.#leaseLost(r));
+      return;
+    }
     if (r.state.isr.length < r.state.min_insync_replicas) {
       this.#failWaiters(r, this.#notEnoughReplicas(r));
       return;

@@ -130,11 +130,22 @@ export interface AppendOptions {
    * (no extra work on that path).
    */
   beforeWrite?: (baseOffset: number) => Promise<void>;
+  /**
+   * Called inside the write loop, holding the partition's write lock, before this request's
+   * offsets are assigned; if it throws, the request is rejected with that error and nothing of
+   * it is written (the rest of its group is written without it). Cluster mode's leadership fence
+   * (docs/cluster.md "Replication"): checked atomically with the append, so that a role change
+   * which then takes the write lock ({@link PartitionLog.settle}) knows no admitted append can
+   * still land after it. Synchronous on purpose: nothing may happen between the check and the
+   * offsets being assigned.
+   */
+  admit?: () => void;
 }
 
 interface PendingAppend {
   batch: EntryBatch;
   beforeWrite: ((baseOffset: number) => Promise<void>) | undefined;
+  admit: (() => void) | undefined;
   resolve: (result: { baseOffset: number; count: number }) => void;
   reject: (err: unknown) => void;
 }
@@ -445,7 +456,13 @@ export class PartitionLog {
     if (this.fenced) return Promise.reject(this.#commit.fencedError());
     if (batch.count === 0) return Promise.resolve({ baseOffset: this.logEndOffset, count: 0 });
     return new Promise((resolve, reject) => {
-      this.#queue.push({ batch, beforeWrite: options.beforeWrite, resolve, reject });
+      this.#queue.push({
+        batch,
+        beforeWrite: options.beforeWrite,
+        admit: options.admit,
+        resolve,
+        reject,
+      });
       this.#scheduleDrain();
     });
   }
@@ -501,10 +518,37 @@ export class PartitionLog {
         entryBytes += p.batch.bytes.length;
         records += p.batch.count;
       }
-      await this.#writeLock.run(() =>
-        this.#writeGroup(group, entryBytes + records * recordOverEntryBytes, records),
-      );
+      await this.#writeLock.run(() => {
+        if (!group.some((p) => p.admit !== undefined))
+          return this.#writeGroup(group, entryBytes + records * recordOverEntryBytes, records);
+        const admitted = admitGroup(group);
+        if (admitted.length === 0) return Promise.resolve();
+        entryBytes = 0;
+        records = 0;
+        for (const p of admitted) {
+          entryBytes += p.batch.bytes.length;
+          records += p.batch.count;
+        }
+        return this.#writeGroup(admitted, entryBytes + records * recordOverEntryBytes, records);
+      });
     }
+  }
+
+  /**
+   * Waits until every append already admitted to the write loop is written and durable, then
+   * resolves with the log end (= the high watermark). Takes the write lock, so a group that
+   * passed its `admit` check (see {@link AppendOptions}) has finished writing first; appends
+   * queued behind it are checked again when their turn comes. Cluster mode calls it on a role
+   * change, after fencing new appends and before the follower reads its fetch position
+   * (docs/cluster.md "Leader-epoch truncation").
+   * @throws StorageError "fenced", "closed".
+   */
+  async settle(): Promise<number> {
+    if (this.#closed) throw this.#closedError();
+    return this.#writeLock.run(async () => {
+      await this.#commit.flush();
+      return this.logEndOffset;
+    });
   }
 
   /**
@@ -915,4 +959,22 @@ function findSegment(segments: readonly Segment[], offset: number): number {
     0,
     lastAtOrBelow(segments.length, (i) => segments[i].baseOffset, offset),
   );
+}
+
+/**
+ * The requests of a group whose `admit` check passes (those without one pass); the others are
+ * rejected with what their check threw.
+ */
+function admitGroup(group: PendingAppend[]): PendingAppend[] {
+  const admitted: PendingAppend[] = [];
+  for (const p of group) {
+    try {
+      p.admit?.();
+    } catch (err) {
+      p.reject(err);
+      continue;
+    }
+    admitted.push(p);
+  }
+  return admitted;
 }

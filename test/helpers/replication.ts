@@ -61,6 +61,13 @@ export interface ReplicatedCluster {
   state(topic: string): Promise<{ state: PartitionState; modRevision: number }>;
   /** Reads partition 0's state from etcd and applies it on every node whose manager runs. */
   sync(topic: string): Promise<void>;
+  /**
+   * Reads partition 0's state from etcd and applies it on node `id` alone; resolves once that
+   * node's state is read and the apply is issued, with the apply's own promise (not awaited).
+   */
+  applyTo(id: number, topic: string): Promise<{ applied: Promise<void> }>;
+  /** What node `id`'s manager takes as its membership lease's expiry (ms since the epoch; default never). */
+  setLeaseExpiresAt(id: number, ms: number): void;
   /** Stops a node's replication (its follower loops): a follower that stopped fetching. */
   stopReplication(id: number): Promise<void>;
   /**
@@ -92,6 +99,7 @@ export async function startReplicatedCluster(options: {
   const nodes: ReplicaNode[] = [];
   const registrations = new Map<number, BrokerRegistration>();
   const stopped = new Set<number>();
+  const leaseExpiry = new Map<number, number>();
   let adminKey = "";
   const makeManager = (node: Omit<ReplicaNode, "manager">): ReplicaManager => {
     const manager = new ReplicaManager({
@@ -106,6 +114,7 @@ export async function startReplicatedCluster(options: {
       connect: replicaConnector({ timeoutMs: 5000 }),
       replicaLagMs: options.replicaLagMs,
       fetchWaitMs: 200,
+      leaseExpiresAtMs: () => leaseExpiry.get(node.nodeId) ?? Number.POSITIVE_INFINITY,
     });
     manager.setBrokers(registrations);
     return manager;
@@ -205,6 +214,18 @@ export async function startReplicatedCluster(options: {
         if (stopped.has(n.nodeId)) continue;
         await n.manager.applyPartitionState(topic, 0, state, String(kv.modRevision));
       }
+    },
+    async applyTo(id, topic) {
+      const kv = await options.etcd.get(key(topic));
+      if (kv === null) throw new Error(`no state for ${topic}`);
+      const state = parsePartitionState(kv.key, kv.value);
+      const applied = cluster
+        .node(id)
+        .manager.applyPartitionState(topic, 0, state, String(kv.modRevision));
+      return { applied };
+    },
+    setLeaseExpiresAt(id, ms) {
+      leaseExpiry.set(id, ms);
     },
     async stopReplication(id) {
       stopped.add(id);

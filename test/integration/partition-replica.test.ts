@@ -141,6 +141,61 @@ describe("PartitionLog.skipTo", () => {
   });
 });
 
+describe("PartitionLog admit and settle (the leadership fence)", () => {
+  it("a request its admit check refuses writes nothing; the rest of its group is written", async () => {
+    const { dir } = tempDir();
+    const log = await openLog(`${dir}/p`);
+    await log.append(batchOf(["a"]));
+    let leading = true;
+    const admit = () => {
+      if (!leading) throw new Error("not the leader any more");
+    };
+    // Hold the write loop so that all three requests are queued, then fence before they run.
+    let release!: () => void;
+    const held = log.withWriteLock(() => new Promise<void>((r) => (release = r)));
+    const refused = log.append(batchOf(["stray-1", "stray-2"]), { admit });
+    const plain = log.append(batchOf(["b"]));
+    const alsoRefused = log.append(batchOf(["stray-3"]), { admit });
+    await new Promise((r) => setTimeout(r, 20));
+    leading = false;
+    release();
+    await held;
+    await expect(refused).rejects.toThrow("not the leader any more");
+    await expect(alsoRefused).rejects.toThrow("not the leader any more");
+    expect(await plain).toEqual({ baseOffset: 1, count: 1 });
+    expect(await readAll(log)).toEqual([
+      { offset: 0, value: "a" },
+      { offset: 1, value: "b" },
+    ]);
+    await log.close();
+  });
+
+  it("settle waits for an append already admitted to the write loop and returns the durable end", async () => {
+    const { dir } = tempDir();
+    const log = await openLog(`${dir}/p`);
+    await log.append(batchOf(["a"]));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    // Admitted, its write held by its beforeWrite hook (inside the write lock).
+    const inFlight = log.append(batchOf(["b", "c"]), { admit: () => {}, beforeWrite: () => gate });
+    await new Promise((r) => setTimeout(r, 20));
+    let settledAt: number | null = null;
+    const settling = log.settle().then((end) => {
+      settledAt = end;
+    });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(settledAt).toBe(null);
+    expect(log.logEndOffset).toBe(1);
+    release();
+    await settling;
+    expect(settledAt).toBe(3);
+    expect(log.highWatermark).toBe(3);
+    expect(await inFlight).toEqual({ baseOffset: 1, count: 2 });
+    await log.close();
+    await expect(log.settle()).rejects.toMatchObject({ kind: "closed" });
+  });
+});
+
 describe("LeaderEpochHistory", () => {
   it("records epochs durably, answers where an epoch ends, and truncates", async () => {
     const { dir } = tempDir();

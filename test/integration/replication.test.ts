@@ -12,9 +12,15 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import type { LocalBroker } from "../../src/broker/broker.ts";
 import { TcpClient } from "../../src/client/client.ts";
-import { initialPartitionState, type PartitionState } from "../../src/cluster/partition-state.ts";
+import {
+  formatPartitionState,
+  initialPartitionState,
+  type PartitionState,
+} from "../../src/cluster/partition-state.ts";
 import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { type EtcdCluster, startEtcdCluster } from "../helpers/etcd.ts";
+import { decodeRecords } from "../helpers/records.ts";
 import { type ReplicatedCluster, startReplicatedCluster, waitFor } from "../helpers/replication.ts";
 
 let etcd: EtcdCluster;
@@ -57,6 +63,55 @@ async function cluster3(options: { replicaLagMs?: number } = {}): Promise<Replic
 
 async function expectCode(promise: Promise<unknown>, code: string): Promise<void> {
   await expect(promise).rejects.toMatchObject({ code });
+}
+
+/** A batch for the broker's own produce path (the leader side, without a client in between). */
+function batchOf(values: string[]) {
+  const b = new EntryBatchBuilder();
+  for (const v of values) b.add(null, new TextEncoder().encode(v), Date.now());
+  return b.build();
+}
+
+/** Rejects with a BrokerError refusing the write as a non-leader (not_leader / fenced_leader_epoch). */
+async function expectFenced(promise: Promise<unknown>): Promise<void> {
+  const err = await promise.then(
+    () => null,
+    (e: unknown) => e as { kind?: { code?: string } },
+  );
+  expect(["not_leader", "fenced_leader_epoch"]).toContain(err?.kind?.code);
+}
+
+/** Holds a partition's write loop (once it resolves) until the function it resolves with is called. */
+async function holdWriteLoop(broker: LocalBroker, topic: string): Promise<() => Promise<void>> {
+  let release!: () => void;
+  let holding!: () => void;
+  const isHeld = new Promise<void>((r) => (holding = r));
+  const held = broker.partitionLog(topic, 0).withWriteLock(
+    () =>
+      new Promise<void>((r) => {
+        release = r;
+        holding();
+      }),
+  );
+  await isHeld;
+  return async () => {
+    release();
+    await held;
+  };
+}
+
+/** Every record value of node `broker`'s partition 0 up to its durable end, with its offset. */
+async function storedValues(broker: LocalBroker, topic: string): Promise<string[]> {
+  const log = broker.partitionLog(topic, 0);
+  const out: string[] = [];
+  let offset = log.logStartOffset;
+  while (offset < log.highWatermark) {
+    const r = await log.read({ offset, maxRecords: 1000, maxBytes: 1 << 20 });
+    if (r.count === 0) break;
+    for (const x of decodeRecords(r.bytes)) out.push(`${x.offset}:${x.value}`);
+    offset = r.nextOffset;
+  }
+  return out;
 }
 
 describe("replication", () => {
@@ -347,6 +402,154 @@ describe("replication", () => {
     expect(c.node(1).logger.named("replication.truncating")).toMatchObject([
       { epoch: 0, leader_end_offset: 2, log_end_offset: 5, truncate_to: 2 },
     ]);
+  });
+
+  it("a produce admitted as leader that reaches the write loop after the switch to follower appends nothing; the logs end identical", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const one = await c.node(1).client();
+    await one.produce("orders", records(["a", "b", "c"]), { partition: 0 });
+    const broker1 = c.node(1).broker;
+    const log1 = broker1.partitionLog("orders", 0);
+    // Produces node 1 admitted as leader, waiting in its write loop (held).
+    const release = await holdWriteLoop(broker1, "orders");
+    const plain = broker1.produce({ topic: "orders", partition: 0, batch: batchOf(["stray-1"]) });
+    const idempotent = broker1.produce({
+      topic: "orders",
+      partition: 0,
+      batch: batchOf(["stray-2"]),
+      producer: { id: "p-1", epoch: 0, sequence: 0 },
+    });
+    // The controller moves the leadership to node 2 at epoch 1; node 1 hears it first.
+    await client.put(
+      `${c.prefix}/partitions/orders/0`,
+      formatPartitionState({ ...initial, leader: 2, leader_epoch: 1, isr: [2, 3] }),
+    );
+    const { applied } = await c.applyTo(1, "orders");
+    // Issued, not applied yet: this one is still admitted as leader.
+    const racing = broker1.produce({ topic: "orders", partition: 0, batch: batchOf(["stray-3"]) });
+    await waitFor(() => c.node(1).manager.describe()[0].role !== "leader", "node 1 to resign");
+    // After the role change the leader-side produce path refuses at once.
+    await expectFenced(
+      broker1.produce({ topic: "orders", partition: 0, batch: batchOf(["stray-4"]) }),
+    );
+    // The role change waits for the write loop (the follower has not fetched yet).
+    await new Promise((r) => setTimeout(r, 100));
+    expect(c.node(1).manager.describe()[0].role).toBe("none");
+    await release();
+    await applied;
+    await expectFenced(plain);
+    await expectFenced(idempotent);
+    await expectFenced(racing);
+    // Nothing was appended, so there is nothing to truncate: node 2 is not leading yet, so node
+    // 1's follower has not fetched anything either.
+    expect(log1.logEndOffset).toBe(3);
+    expect(log1.highWatermark).toBe(3);
+    expect(c.node(1).manager.describe()[0]).toMatchObject({ role: "follower", leader: 2 });
+
+    await c.sync("orders");
+    const two = await c.node(2).client();
+    const r = await two.produce("orders", records(["d", "e"]), { partition: 0 });
+    expect(r.spans[0].baseOffset).toBe(3);
+    await waitFor(() => log1.highWatermark === 5, "node 1 to replicate d, e");
+    const expected = ["0:a", "1:b", "2:c", "3:d", "4:e"];
+    for (const id of [1, 2, 3]) {
+      await waitFor(
+        () => c.node(id).broker.partitionLog("orders", 0).highWatermark === 5,
+        `node ${id} to hold 5`,
+      );
+      expect(await storedValues(c.node(id).broker, "orders")).toEqual(expected);
+    }
+    expect(c.node(1).logger.named("replication.truncating")).toEqual([]);
+    // The idempotent producer's retry goes to the new leader and is stored once there.
+    const retried = await two.produceIdempotent("orders", records(["stray-2"]), {
+      partition: 0,
+      producer: { id: "p-1", epoch: 0, sequence: 0 },
+    });
+    expect(retried).toMatchObject({ duplicate: false, spans: [{ baseOffset: 5, count: 1 }] });
+  });
+
+  it("an append already in the write loop when a leader becomes a follower lands first, and is truncated before it fetches", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const one = await c.node(1).client();
+    await one.produce("orders", records(["a", "b", "c"]), { partition: 0 });
+    const log1 = c.node(1).broker.partitionLog("orders", 0);
+    // An append node 1 admitted as leader whose write is under way (held in its write loop):
+    // what a produce looks like between its admission and its write.
+    let releaseWrite!: () => void;
+    const writeHeld = new Promise<void>((r) => (releaseWrite = r));
+    const stray = log1.append(batchOf(["stray"]), {
+      admit: () => {},
+      beforeWrite: () => writeHeld,
+    });
+    await new Promise((r) => setTimeout(r, 20));
+    // Node 2 leads at epoch 1 from offset 3 and acknowledges "d" there with node 3.
+    await client.put(
+      `${c.prefix}/partitions/orders/0`,
+      formatPartitionState({ ...initial, leader: 2, leader_epoch: 1, isr: [2, 3] }),
+    );
+    await (await c.applyTo(2, "orders")).applied;
+    await (await c.applyTo(3, "orders")).applied;
+    const two = await c.node(2).client();
+    const acked = await two.produce("orders", records(["d"]), { partition: 0 });
+    expect(acked.spans[0].baseOffset).toBe(3);
+    // Node 1 hears it: the role change waits for the append in its write loop before it follows.
+    const { applied } = await c.applyTo(1, "orders");
+    await waitFor(() => c.node(1).manager.describe()[0].role !== "leader", "node 1 to resign");
+    await new Promise((r) => setTimeout(r, 100));
+    expect(c.node(1).manager.describe()[0].role).toBe("none");
+    expect(log1.logEndOffset).toBe(3);
+    releaseWrite();
+    expect(await stray).toEqual({ baseOffset: 3, count: 1 });
+    await applied;
+    // Its first fetch carries the stray record's epoch (0), which node 2's history ends at 3.
+    await waitFor(
+      () => c.node(1).logger.named("replication.truncating").length > 0,
+      "node 1 to truncate",
+    );
+    expect(c.node(1).logger.named("replication.truncating")[0]).toMatchObject({
+      epoch: 0,
+      leader_end_offset: 3,
+      log_end_offset: 4,
+      truncate_to: 3,
+    });
+    await waitFor(() => log1.highWatermark === 4, "node 1 to replicate d");
+    for (const id of [1, 2, 3])
+      expect(await storedValues(c.node(id).broker, "orders")).toEqual(["0:a", "1:b", "2:c", "3:d"]);
+    const bytes = await storedBytes(c.node(2).broker, "orders");
+    expect(await storedBytes(c.node(1).broker, "orders")).toEqual(bytes);
+  });
+
+  it("a leader whose membership lease may have expired appends nothing, even a produce it admitted before", async () => {
+    const c = await cluster3();
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const one = await c.node(1).client();
+    await one.produce("orders", records(["a"]), { partition: 0 });
+    const broker1 = c.node(1).broker;
+    const log1 = broker1.partitionLog("orders", 0);
+    const release = await holdWriteLoop(broker1, "orders");
+    const admitted = broker1.produce({ topic: "orders", partition: 0, batch: batchOf(["x"]) });
+    const idempotent = broker1.produce({
+      topic: "orders",
+      partition: 0,
+      batch: batchOf(["y"]),
+      producer: { id: "p-1", epoch: 0, sequence: 0 },
+    });
+    // Paused past its lease: the broker has not heard from etcd that the lease is gone.
+    c.setLeaseExpiresAt(1, Date.now() - 1);
+    await release();
+    await expect(admitted).rejects.toMatchObject({ kind: { code: "not_leader" } });
+    await expect(idempotent).rejects.toMatchObject({ kind: { code: "not_leader" } });
+    await expectCode(one.produce("orders", records(["z"]), { partition: 0 }), "not_leader");
+    expect(log1.logEndOffset).toBe(1);
+    // Reads of committed records go on; a renewal makes it write again.
+    expect((await one.fetch({ topic: "orders", partition: 0, offset: 0 })).recordCount).toBe(1);
+    c.setLeaseExpiresAt(1, Date.now() + 60_000);
+    const r = await one.produce("orders", records(["w"]), { partition: 0 });
+    expect(r.spans[0].baseOffset).toBe(1);
   });
 
   it("a follower checks every CRC end to end and appends nothing of a corrupt answer (#27d)", async () => {

@@ -83,6 +83,8 @@ export interface IdempotentAppend {
   partition: number;
   log: PartitionLog;
   batch: EntryBatch;
+  /** Cluster mode's leadership fence, run in the write loop (`AppendOptions.admit`). */
+  admit?: () => void;
 }
 
 interface PendingEntry {
@@ -413,6 +415,7 @@ export class ProducerStates {
     const { producer, topic, partition, log } = request;
     {
       const result = await log.append(batch, {
+        admit: request.admit,
         beforeWrite: async (baseOffset) => {
           const entry: ProducerJournalEntry = {
             timestampMs: fields.now,
