@@ -600,6 +600,7 @@ export async function serve(argv: string[]): Promise<number> {
       streamLongPollMs,
       meter: (b) => httpDoor.wrap(b),
       metricsText: () => metricsText(),
+      checkHost: isLoopback(host),
     });
     ready = true;
     logger.log("info", "broker.ready", {

@@ -600,7 +600,7 @@ const schemas: Record<string, Schema> = {
 const statusText: Record<number, string> = {
   400: "Bad request (invalid_request, invalid_topic_name, invalid_config, invalid_timestamp, invalid_offset, unsupported).",
   401: "No valid API key while the broker has keys (unauthenticated); WWW-Authenticate: Bearer.",
-  403: "The key's role or patterns do not allow this (forbidden); producer_fenced on idempotent produce.",
+  403: "The key's role or patterns do not allow this (forbidden); a browser's cross-site write (reason cross_site); a loopback broker without keys addressed by a name other than an IP address or localhost (reason host_not_allowed); producer_fenced on idempotent produce.",
   404: "No such topic, partition, group, key, or route.",
   408: "The request did not arrive whole in time (request_timeout; Node and Bun).",
   409: "Conflict with the state (topic_exists, key_exists, stale_generation, not_partition_owner, unknown_member, sequence errors).",
