@@ -36,6 +36,12 @@ describe(`[${target}] requests addressed to a rebound name`, () => {
     running.push(broker);
     const port = new URL(broker.httpUrl).port;
     const evil = `evil.example:${port}`;
+    const made = await fetch(`${broker.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: '{"name":"orders"}',
+    });
+    expect(made.status).toBe(201);
     const create = await send(
       broker.httpUrl,
       evil,
@@ -48,6 +54,14 @@ describe(`[${target}] requests addressed to a rebound name`, () => {
       code: "forbidden",
       details: { reason: "host_not_allowed" },
     });
+    // Without Origin too (the produce route served in front of the router).
+    const produce = await send(
+      broker.httpUrl,
+      evil,
+      "POST /v1/topics/orders/records HTTP/1.1",
+      '{"records":[{"value":"x"}]}',
+    );
+    expect(produce.status).toBe(403);
     for (const head of ["GET /v1/topics HTTP/1.1", "DELETE /v1/topics/orders HTTP/1.1"])
       expect((await send(broker.httpUrl, evil, head)).status, head).toBe(403);
     // Liveness, readiness and the console's own (data-free) page answer under any name.
@@ -61,7 +75,9 @@ describe(`[${target}] requests addressed to a rebound name`, () => {
     ]) {
       const answer = await send(broker.httpUrl, host, "GET /v1/topics HTTP/1.1");
       expect(answer.status, host).toBe(200);
-      expect(JSON.parse(answer.body).topics).toEqual([]);
+      const topics = JSON.parse(answer.body).topics;
+      expect(topics.map((t: { name: string }) => t.name)).toEqual(["orders"]);
+      expect(topics[0].partitions[0].high_watermark).toBe(0);
     }
     const metrics = broker.metricsUrl!;
     const scrape = await send(

@@ -55,7 +55,8 @@ export interface AuthenticatedHttpApp {
   /**
    * The app's `fastRoute` (produce without a `Request`/`Response` pair), for requests that need no
    * authentication decision: while no key is required, without an `Authorization` header, and
-   * without the `Origin` / `Sec-Fetch-Site` headers the cross-site check reads. Null for any
+   * without the `Origin` / `Sec-Fetch-Site` headers the cross-site check reads, addressed to a
+   * `Host` that {@link hostRefusal} passes. Null for any
    * other request, which then goes through {@link fetch}.
    */
   fastRoute(request: RawRequest): Promise<RawAnswer> | null;
@@ -141,7 +142,8 @@ export function createAuthenticatedHttpApp(
         access.required ||
         request.header("authorization") !== undefined ||
         request.header("origin") !== undefined ||
-        request.header("sec-fetch-site") !== undefined
+        request.header("sec-fetch-site") !== undefined ||
+        (checkHost && !isLiteralOrLocalhost(hostnameOf(request.header("host") ?? "")))
       )
         return null;
       return anonymousFast(request, nosniffHeader);
@@ -222,6 +224,11 @@ export function crossSiteRefusal(request: Request): Response | null {
       "cache-control": "no-store",
     },
   });
+}
+
+/** The name part of a `Host` header (`h:1` → `h`, `[::1]:1` → `[::1]`). */
+function hostnameOf(host: string): string {
+  return /^(\[[^\]]*\]|[^:]*)/.exec(host)?.[1] ?? "";
 }
 
 /** A host name only this machine can be: an IP address, `localhost` or a `*.localhost` name. */
