@@ -87,7 +87,7 @@ export function bearerKey(header: string | null): string | undefined {
 }
 
 /**
- * Paths a GET may take without a key: liveness, readiness and the API's OpenAPI document (none
+ * Paths a GET (or its HEAD) may take without a key: liveness, readiness and the API's OpenAPI document (none
  * says anything about topics or records).
  */
 const unauthenticatedPaths = new Set(["/healthz", "/readyz", "/v1/openapi.json", ...consolePaths]);
@@ -151,7 +151,9 @@ export function createAuthenticatedHttpApp(
     fetch(request, env) {
       const crossSite = crossSiteRefusal(request);
       if (crossSite !== null) return crossSite;
-      const open = request.method === "GET" && unauthenticatedPaths.has(pathOf(request.url));
+      const open =
+        (request.method === "GET" || request.method === "HEAD") &&
+        unauthenticatedPaths.has(pathOf(request.url));
       if (!access.required && request.headers.get("authorization") === null) {
         const foreignHost = checkHost && !open ? hostRefusal(request) : null;
         return foreignHost ?? nosniff(anonymousApp.fetch(request, env));

@@ -13,6 +13,8 @@
  *   `code` one of the error table's (`src/broker/errors.ts`), and every status an operation can
  *   answer is listed for it: its own, and those any request can get (400 from the HTTP parser,
  *   401/403 with keys, 408, 413 for bodies, 431, 503 while recovering or shutting down).
+ * - Every GET route also answers HEAD (the GET's statuses and headers, no body): the document
+ *   lists it as a `head` operation whose id is the GET's with `Head` appended.
  */
 import { Errors } from "../../broker/errors.ts";
 import { compatibilityLevels } from "../../registry/compatibility.ts";
@@ -1119,10 +1121,37 @@ const streamPaths: Record<string, Record<string, Schema>> = {
 };
 
 /**
+ * Adds to `document` a `head` operation beside every `get` that has none: the server answers HEAD
+ * with the GET's route (same statuses and headers, no body), and a client or checker reading the
+ * document must find it. The operation id is the GET's with `Head` appended.
+ * @returns `document`, changed in place.
+ */
+function withHeadOperations<D extends { paths: Record<string, Record<string, unknown>> }>(
+  document: D,
+): D {
+  for (const methods of Object.values(document.paths)) {
+    const get = methods.get as Schema | undefined;
+    if (get === undefined || methods.head !== undefined) continue;
+    const responses: Record<string, Schema> = {};
+    for (const [status, response] of Object.entries(get.responses as Record<string, Schema>)) {
+      const { content: _content, ...rest } = response;
+      responses[status] = rest;
+    }
+    methods.head = {
+      ...get,
+      operationId: `${get.operationId as string}Head`,
+      summary: `The headers of: ${get.summary as string} No body.`,
+      responses,
+    };
+  }
+  return document;
+}
+
+/**
  * The document (see the module comment). A plain JSON value: `GET /v1/openapi.json` answers it as
  * it is.
  */
-export const openApiDocument = {
+export const openApiDocument = withHeadOperations({
   openapi: "3.1.0",
   info: {
     title: "es-broker HTTP API",
@@ -1516,4 +1545,4 @@ export const openApiDocument = {
     ...streamPaths,
     ...registryPaths,
   },
-} as const;
+} as const);
