@@ -157,8 +157,8 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
   partition's leader from Metadata (host: --kafka-advertised-host, else --advertise-tcp's host).
 
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
-port needs an API key, except GET /healthz and GET /readyz; Kafka clients use SASL/PLAIN (user = the key's name
-or id, password = the key). A key file that cannot be read refuses the start.
+port needs an API key, except GET (or HEAD) /healthz and /readyz; Kafka clients use SASL/PLAIN
+(user = the key's name or id, password = the key). A key file that cannot be read refuses the start.
 SIGHUP reloads the TLS files and ${apiKeysFileName}; open connections keep working.
 SIGINT or SIGTERM: stop accepting, finish the requests in flight, fsync, close, exit 0; a second
 signal exits at once, with 130 (SIGINT) or 143 (SIGTERM).
@@ -600,6 +600,7 @@ export async function serve(argv: string[]): Promise<number> {
       streamLongPollMs,
       meter: (b) => httpDoor.wrap(b),
       metricsText: () => metricsText(),
+      checkHost: isLoopback(host),
     });
     ready = true;
     logger.log("info", "broker.ready", {

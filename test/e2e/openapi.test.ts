@@ -83,9 +83,24 @@ function session(base: string) {
     const op = findOperation(method, new URL(`${base}${path}`).pathname);
     if (op !== undefined) operations.add(op.operation.operationId);
     statuses.add(res.status);
-    const text = (res.headers.get("content-type") ?? "").startsWith("text/event-stream")
-      ? ""
-      : await res.text();
+    const streaming = (res.headers.get("content-type") ?? "").startsWith("text/event-stream");
+    const text = streaming ? "" : await res.text();
+    if (streaming) await res.body?.cancel();
+    if (method === "GET" && !path.startsWith("/v1/stream/")) {
+      // Every GET route answers HEAD alike: same status and content type, no body, at once.
+      const head = await fetch(`${base}${path}`, {
+        method: "HEAD",
+        headers,
+        signal: AbortSignal.timeout(10_000),
+      });
+      const headOp = findOperation("HEAD", new URL(`${base}${path}`).pathname);
+      if (headOp !== undefined) operations.add(headOp.operation.operationId);
+      expect(head.status, `HEAD ${path}`).toBe(res.status);
+      expect(head.headers.get("content-type"), `HEAD ${path}`).toBe(
+        res.headers.get("content-type"),
+      );
+      expect(await head.text(), `HEAD ${path}`).toBe("");
+    }
     return { status: res.status, text, json: () => JSON.parse(text) };
   };
   return { call, operations, statuses };

@@ -54,6 +54,8 @@ export function nodeOnlyE2eFiles(
     "test/e2e/kafka-scenarios.test.ts",
     "test/e2e/mirror-upstream.test.ts",
     "test/e2e/cold-multipart.test.ts",
+    // Refusing a Host is above the runtime layer (request.url is built from Host on every runtime).
+    "test/e2e/browser-host.test.ts",
     // Cluster mode is runtime-neutral above the runtime layer: the node target covers it.
     "test/e2e/cluster.test.ts",
   ];

@@ -21,7 +21,7 @@ import type { AccessControl } from "../../auth/access.ts";
 import { AuthenticationError } from "../../auth/access.ts";
 import { anonymousPrincipal, type Principal } from "../../auth/principal.ts";
 import { BrokerError, Errors } from "../../broker/errors.ts";
-import { clip } from "../../lib/quote.ts";
+import { clip, quote } from "../../lib/quote.ts";
 import type { Broker } from "../../broker/types.ts";
 import { apiKeyTextBytesMax } from "../../lib/limits.ts";
 import { createHttpApp, type HttpApp, type HttpAppOptions, type HttpBindings } from "./app.ts";
@@ -42,6 +42,11 @@ export interface AuthenticatedHttpAppOptions
   meter?: <B extends Broker>(broker: B) => B;
   /** The `GET /metrics` exposition; the app serves it to principals the role table lets read metrics. */
   metricsText?: () => Promise<string>;
+  /**
+   * While the broker has no keys, refuse requests addressed to a name other than an IP address or
+   * `localhost` ({@link hostRefusal}); `serve` sets it when it listens on loopback.
+   */
+  checkHost?: boolean;
 }
 
 /** What `serveHttp` runs: Hono's `fetch` shape, and the produce route in front of it. */
@@ -50,7 +55,8 @@ export interface AuthenticatedHttpApp {
   /**
    * The app's `fastRoute` (produce without a `Request`/`Response` pair), for requests that need no
    * authentication decision: while no key is required, without an `Authorization` header, and
-   * without the `Origin` / `Sec-Fetch-Site` headers the cross-site check reads. Null for any
+   * without the `Origin` / `Sec-Fetch-Site` headers the cross-site check reads, addressed to a
+   * `Host` that {@link hostRefusal} passes. Null for any
    * other request, which then goes through {@link fetch}.
    */
   fastRoute(request: RawRequest): Promise<RawAnswer> | null;
@@ -81,7 +87,7 @@ export function bearerKey(header: string | null): string | undefined {
 }
 
 /**
- * Paths a GET may take without a key: liveness, readiness and the API's OpenAPI document (none
+ * Paths a GET (or its HEAD) may take without a key: liveness, readiness and the API's OpenAPI document (none
  * says anything about topics or records).
  */
 const unauthenticatedPaths = new Set(["/healthz", "/readyz", "/v1/openapi.json", ...consolePaths]);
@@ -98,7 +104,7 @@ function pathOf(url: string): string {
 export function createAuthenticatedHttpApp(
   options: AuthenticatedHttpAppOptions,
 ): AuthenticatedHttpApp {
-  const { access, meter, metricsText, ...appOptions } = options;
+  const { access, meter, metricsText, checkHost = false, ...appOptions } = options;
   const apps = new WeakMap<Principal, HttpApp>();
   const appFor = (principal: Principal): HttpApp => {
     let app = apps.get(principal);
@@ -136,7 +142,8 @@ export function createAuthenticatedHttpApp(
         access.required ||
         request.header("authorization") !== undefined ||
         request.header("origin") !== undefined ||
-        request.header("sec-fetch-site") !== undefined
+        request.header("sec-fetch-site") !== undefined ||
+        (checkHost && !isLiteralOrLocalhost(hostnameOf(request.header("host") ?? "")))
       )
         return null;
       return anonymousFast(request, nosniffHeader);
@@ -144,10 +151,14 @@ export function createAuthenticatedHttpApp(
     fetch(request, env) {
       const crossSite = crossSiteRefusal(request);
       if (crossSite !== null) return crossSite;
-      if (!access.required && request.headers.get("authorization") === null)
-        return nosniff(anonymousApp.fetch(request, env));
-      if (request.method === "GET" && unauthenticatedPaths.has(pathOf(request.url)))
-        return nosniff(anonymousApp.fetch(request, env));
+      const open =
+        (request.method === "GET" || request.method === "HEAD") &&
+        unauthenticatedPaths.has(pathOf(request.url));
+      if (!access.required && request.headers.get("authorization") === null) {
+        const foreignHost = checkHost && !open ? hostRefusal(request) : null;
+        return foreignHost ?? nosniff(anonymousApp.fetch(request, env));
+      }
+      if (open) return nosniff(anonymousApp.fetch(request, env));
       let principal: Principal;
       const remote = env?.remoteAddress?.() ?? "unknown";
       try {
@@ -201,6 +212,60 @@ export function crossSiteRefusal(request: Request): Response | null {
     Errors.forbidden,
     `Cannot accept a cross-site request: it comes from ${origin === null ? "another site (Sec-Fetch-Site: cross-site)" : `a page of ${clip(origin)}`}, not from this broker's origin`,
     { reason: "cross_site" },
+  );
+  if (isRegistryPath(pathOf(request.url)))
+    return registryErrorResponse(error.kind.http, error.message, {
+      "x-content-type-options": "nosniff",
+      "cache-control": "no-store",
+    });
+  return new Response(JSON.stringify(errorBody(error)), {
+    status: error.kind.http,
+    headers: {
+      "content-type": "application/json",
+      "x-content-type-options": "nosniff",
+      "cache-control": "no-store",
+    },
+  });
+}
+
+/** The name part of a `Host` header (`h:1` → `h`, `[::1]:1` → `[::1]`). */
+function hostnameOf(host: string): string {
+  return /^(\[[^\]]*\]|[^:]*)/.exec(host)?.[1] ?? "";
+}
+
+/** A host name only this machine can be: an IP address, `localhost` or a `*.localhost` name. */
+function isLiteralOrLocalhost(hostname: string): boolean {
+  const name = hostname.toLowerCase().replace(/\.$/, "");
+  return (
+    /^\d{1,3}(\.\d{1,3}){3}$/.test(name) ||
+    /^\[[0-9a-f:.]+\]$/.test(name) ||
+    name === "localhost" ||
+    name.endsWith(".localhost")
+  );
+}
+
+/**
+ * Refuses (403 `forbidden`, `details.reason` `host_not_allowed`; docs/security.md "Web console and
+ * browsers") a request whose `Host` is a name other than an IP address, `localhost` or
+ * `*.localhost`. A browser reaches a loopback broker under another name only through DNS
+ * rebinding: a page of `evil.example` whose name the attacker points at 127.0.0.1 is then
+ * same-origin with the broker, and on a broker without keys could read records and delete topics.
+ * Names that browsers resolve to loopback themselves (`localhost`) and IP addresses cannot be
+ * rebound. Used while the broker has no keys and listens on loopback, and on `--metrics-port`.
+ * @returns the refusal, or null to serve the request.
+ */
+export function hostRefusal(request: Request): Response | null {
+  let hostname: string;
+  try {
+    hostname = new URL(request.url).hostname;
+  } catch {
+    hostname = "";
+  }
+  if (isLiteralOrLocalhost(hostname)) return null;
+  const error = new BrokerError(
+    Errors.forbidden,
+    `Cannot serve a request addressed to host ${quote(hostname)}: without API keys this broker answers only requests addressed to an IP address or localhost (another name reaching it from a browser is DNS rebinding)`,
+    { reason: "host_not_allowed" },
   );
   if (isRegistryPath(pathOf(request.url)))
     return registryErrorResponse(error.kind.http, error.message, {

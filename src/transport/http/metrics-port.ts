@@ -2,10 +2,13 @@
  * The app of `--metrics-port` (docs/operations.md "Metrics"): a second HTTP listener, on loopback
  * only, that serves the scrape without an API key, so Prometheus on the same host needs no admin
  * key in its configuration. It answers `GET /metrics`, `GET /healthz` and `GET /readyz`, and 404
- * `not_found` to everything else; it never reaches the broker's other routes.
+ * `not_found` to everything else; it never reaches the broker's other routes. `/metrics` and
+ * `/readyz` addressed to a name other than an IP address or `localhost` are refused (403
+ * `host_not_allowed`, `auth.ts` `hostRefusal`: DNS rebinding).
  */
 import { BrokerError, Errors } from "../../broker/errors.ts";
 import { clip } from "../../lib/quote.ts";
+import { hostRefusal } from "./auth.ts";
 import { errorBody } from "./errors.ts";
 import { prometheusContentType } from "./prometheus.ts";
 
@@ -46,6 +49,9 @@ export function metricsPortApp(options: MetricsPortOptions): {
           ),
         );
       if (path === "/healthz") return json({ status: "ok" }, 200);
+      // Loopback without a key: a page under a rebound name must not read the scrape (auth.ts).
+      const foreignHost = hostRefusal(request);
+      if (foreignHost !== null) return foreignHost;
       if (!options.ready()) {
         if (path === "/readyz") return json({ status: "recovering" }, 503);
         return errorResponse(

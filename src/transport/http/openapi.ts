@@ -13,6 +13,8 @@
  *   `code` one of the error table's (`src/broker/errors.ts`), and every status an operation can
  *   answer is listed for it: its own, and those any request can get (400 from the HTTP parser,
  *   401/403 with keys, 408, 413 for bodies, 431, 503 while recovering or shutting down).
+ * - Every GET route also answers HEAD (the GET's statuses and headers, no body): the document
+ *   lists it as a `head` operation whose id is the GET's with `Head` appended.
  */
 import { Errors } from "../../broker/errors.ts";
 import { compatibilityLevels } from "../../registry/compatibility.ts";
@@ -622,7 +624,7 @@ const schemas: Record<string, Schema> = {
 const statusText: Record<number, string> = {
   400: "Bad request (invalid_request, invalid_topic_name, invalid_config, invalid_timestamp, invalid_offset, unsupported).",
   401: "No valid API key while the broker has keys (unauthenticated); WWW-Authenticate: Bearer.",
-  403: "The key's role or patterns do not allow this (forbidden); producer_fenced on idempotent produce.",
+  403: "The key's role or patterns do not allow this (forbidden); a browser's cross-site write (reason cross_site); a loopback broker without keys addressed by a name other than an IP address or localhost (reason host_not_allowed); producer_fenced on idempotent produce.",
   404: "No such topic, partition, group, key, or route.",
   408: "The request did not arrive whole in time (request_timeout; Node and Bun).",
   409: "Conflict with the state (topic_exists, key_exists, stale_generation, not_partition_owner, unknown_member, sequence errors).",
@@ -1141,10 +1143,37 @@ const streamPaths: Record<string, Record<string, Schema>> = {
 };
 
 /**
+ * Adds to `document` a `head` operation beside every `get` that has none: the server answers HEAD
+ * with the GET's route (same statuses and headers, no body), and a client or checker reading the
+ * document must find it. The operation id is the GET's with `Head` appended.
+ * @returns `document`, changed in place.
+ */
+function withHeadOperations<D extends { paths: Record<string, Record<string, unknown>> }>(
+  document: D,
+): D {
+  for (const methods of Object.values(document.paths)) {
+    const get = methods.get as Schema | undefined;
+    if (get === undefined || methods.head !== undefined) continue;
+    const responses: Record<string, Schema> = {};
+    for (const [status, response] of Object.entries(get.responses as Record<string, Schema>)) {
+      const { content: _content, ...rest } = response;
+      responses[status] = rest;
+    }
+    methods.head = {
+      ...get,
+      operationId: `${get.operationId as string}Head`,
+      summary: `The headers of: ${get.summary as string} No body.`,
+      responses,
+    };
+  }
+  return document;
+}
+
+/**
  * The document (see the module comment). A plain JSON value: `GET /v1/openapi.json` answers it as
  * it is.
  */
-export const openApiDocument = {
+export const openApiDocument = withHeadOperations({
   openapi: "3.1.0",
   info: {
     title: "es-broker HTTP API",
@@ -1538,4 +1567,4 @@ export const openApiDocument = {
     ...streamPaths,
     ...registryPaths,
   },
-} as const;
+} as const);

@@ -112,6 +112,10 @@ export async function streamRecords(
     maxRecords: fetchRecordsDefault,
     waitMs: 0,
   });
+  // HEAD: the headers the stream would start with, and an end — never a tail, which would hold
+  // the connection (and a long-poll) open with nothing to send.
+  if (c.req.method === "HEAD")
+    return new Response(null, { status: 200, headers: eventStreamHeaders });
   const openStream = (c.env as HttpBindings | undefined)?.openStream;
   if (openStream !== undefined) {
     // Straight to the connection (Node, Bun): no WHATWG stream between the events and the socket.
