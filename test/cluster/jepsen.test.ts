@@ -13,7 +13,7 @@ import { anomalyKinds } from "./checker.ts";
 import { runJepsen } from "./run.ts";
 import { seedFromEnv } from "./schedule.ts";
 
-const mode = process.env.ES_BROKER_JEPSEN_MODE ?? "single";
+const mode = process.env.ES_BROKER_JEPSEN_MODE ?? "cluster";
 if (mode !== "single" && mode !== "cluster") {
   throw new Error(`ES_BROKER_JEPSEN_MODE must be "single" or "cluster", got "${mode}"`);
 }

@@ -8,16 +8,21 @@
  *
  * Used by `test/cluster/jepsen.test.ts` (bounded, in `npm test`) and `scripts/jepsen.mjs` (longer).
  *
- * Workload (topic `jepsen`, 2 partitions; replication factor 3 and min ISR 2 in a cluster):
+ * Workload (topic `jepsen`, 2 partitions; replication factor 3 and min ISR 2 in a cluster), every
+ * process through its own `ClusterClient` (the metadata's leaders; one broker answers for a
+ * single node):
  * - `producer-N`: a plain `TcpClient.produce` of 1–3 new values to one partition at a time,
- *   alternating partitions. Any error is recorded `info` (the produce may have been stored); the
- *   client reconnects, to the partition's leader as the cluster's metadata names it.
- * - `idem-N`: an `IdempotentProducer` on partition N mod 2 (retries itself, deduplicated by the
- *   broker); an error after its delivery timeout is `info`.
- * - `consumer-N`: fetches each partition on from where it was, one fetch per poll op.
- * - `member-N`: a `GroupConsumer` of group `jepsen-g`; each poll is followed by a commit. A poll
- *   op's session is the member's incarnation and generation: a new one may legitimately rewind
- *   to the group's committed offset. After an error the member is replaced by a new one.
+ *   alternating partitions, on the connection to the partition's leader. Any error is recorded
+ *   `info` (the produce may have been stored) and the metadata is read again; the value is never
+ *   sent twice, so a plain producer's value stored twice is an anomaly too.
+ * - `idem-N`: an `IdempotentProducer` with the `ClusterClient` as its router, alternating
+ *   partitions (it retries itself across leaders, deduplicated by the broker); an error after its
+ *   delivery timeout is `info`.
+ * - `consumer-N`: fetches each partition from its leader on from where it was, one fetch per op.
+ * - `member-N`: a `GroupConsumer` of group `jepsen-g` (group requests to the coordinator, fetches
+ *   to each partition's leader); each poll is followed by a commit. A poll op's session is the
+ *   member's incarnation and generation: a new one may legitimately rewind to the group's
+ *   committed offset. After an error the member is replaced by a new one.
  *
  * Failover (reported, not asserted): for each fault that takes a partition's leader away
  * (`kill-leader`, `pause-leader`, `restart-all`), the time from the fault until the first send to
@@ -27,10 +32,11 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 import {
+  ClusterClient,
   type FetchResponse,
   GroupConsumer,
   IdempotentProducer,
-  TcpClient,
+  type TcpClient,
 } from "../../src/client/client.ts";
 import { expandSpans } from "../../src/client/records.ts";
 import { type CheckResult, checkHistory, formatCheckResult } from "./checker.ts";
@@ -125,7 +131,7 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
   const faults: FaultEvent[] = [];
   let stopped = false;
   try {
-    const admin = await connectTo(cluster, undefined, () => false);
+    const admin = await connectCluster(cluster, () => false);
     await admin.createTopic({
       name: topic,
       partitions,
@@ -140,15 +146,7 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
     for (let i = 0; i < perKind; i++) {
       workers.push(plainProducer(`producer-${i}`, i, cluster, history, isStopped, okOps));
       workers.push(
-        idempotentProducer(
-          `idem-${i}`,
-          i % partitions,
-          options.seed,
-          cluster,
-          history,
-          isStopped,
-          okOps,
-        ),
+        idempotentProducer(`idem-${i}`, options.seed, cluster, history, isStopped, okOps),
       );
       workers.push(plainConsumer(`consumer-${i}`, cluster, history, isStopped, okOps));
       workers.push(groupMember(`member-${i}`, cluster, history, isStopped, okOps));
@@ -219,56 +217,38 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
 }
 
 /**
- * A client connected to the broker leading `partition` (cluster: the metadata's leader; single
- * node: the broker), or to any running broker when `partition` is undefined or its leader is
- * unknown; retried with backoff until it connects or `stop` says to give up.
+ * A routing client over every broker of the run (`ClusterClient`: the metadata's leaders, one
+ * connection per broker; a single node answers without a cluster and gets every call), retried
+ * until some broker answers or `stop` says to give up.
  */
-async function connectTo(
-  cluster: TestCluster,
-  partition: number | undefined,
-  stop: () => boolean,
-): Promise<TcpClient> {
+async function connectCluster(cluster: TestCluster, stop: () => boolean): Promise<ClusterClient> {
   for (let attempt = 0; ; attempt++) {
-    let candidates = cluster.brokers.filter((b) => b.state === "running");
-    if (partition !== undefined && cluster.etcd !== null) {
-      const leader = (await leaders(cluster).catch(() => new Map<number, number>())).get(partition);
-      const led = candidates.filter((b) => b.nodeId === leader);
-      if (led.length > 0) candidates = led;
+    try {
+      return await ClusterClient.connect({
+        bootstrap: cluster.brokers.map((b) => b.tcp),
+        timeoutMs: requestTimeoutMs,
+        retryTimeoutMs: 20_000,
+      });
+    } catch (err) {
+      if (stop() && attempt > 0) throw err;
+      await sleep(Math.min(500, 20 * 2 ** attempt));
     }
-    for (const b of candidates) {
-      try {
-        return await TcpClient.connect({ ...b.tcp, timeoutMs: requestTimeoutMs });
-      } catch {}
-    }
-    if (stop() && attempt > 0) throw new Error("stopped before a broker could be reached");
-    await sleep(Math.min(500, 20 * 2 ** attempt));
   }
 }
 
-/** One client per partition, each connected to that partition's leader; dropped after an error. */
-class PartitionClients {
-  readonly #clients = new Map<number, TcpClient>();
-  constructor(
-    readonly cluster: TestCluster,
-    readonly stop: () => boolean,
-  ) {}
-
-  async get(partition: number): Promise<TcpClient> {
-    const c = this.#clients.get(partition);
-    if (c !== undefined && !c.closed) return c;
-    const fresh = await connectTo(this.cluster, partition, this.stop);
-    this.#clients.set(partition, fresh);
-    return fresh;
-  }
-
-  async drop(partition: number): Promise<void> {
-    const c = this.#clients.get(partition);
-    this.#clients.delete(partition);
-    await c?.close().catch(() => {});
-  }
-
-  async close(): Promise<void> {
-    for (const p of [...this.#clients.keys()]) await this.drop(p);
+/**
+ * The connection to `partition`'s leader that `router` knows now; null (after a pause) when it
+ * knows none or cannot reach it (nothing was sent: no op is recorded).
+ */
+async function leaderOf(router: ClusterClient, partition: number): Promise<TcpClient | null> {
+  try {
+    const client = await router.leader(topic, partition);
+    if (!client.closed) return client;
+    throw new Error("closed");
+  } catch {
+    await router.refresh().catch(() => {});
+    await sleep(100);
+    return null;
   }
 }
 
@@ -284,16 +264,17 @@ async function plainProducer(
   stopped: () => boolean,
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
-  const clients = new PartitionClients(cluster, stopped);
+  let router: ClusterClient;
+  try {
+    router = await connectCluster(cluster, stopped);
+  } catch {
+    return;
+  }
   let n = 0;
   while (!stopped()) {
     const partition = (index + n) % partitions;
-    let client: TcpClient;
-    try {
-      client = await clients.get(partition);
-    } catch {
-      break;
-    }
+    const client = await leaderOf(router, partition);
+    if (client === null) continue;
     const values = Array.from({ length: 1 + (n % 3) }, (_, i) => `${name}-${n}-${i}`);
     n++;
     const op = history.invoke(name, "send", { records: toRecords(partition, values) });
@@ -315,31 +296,38 @@ async function plainProducer(
       okOps.producer++;
     } catch (err) {
       op.info(err);
-      await clients.drop(partition);
+      await router.refresh().catch(() => {});
       await sleep(50);
     }
     await sleep(10);
   }
-  await clients.close();
+  await router.close().catch(() => {});
 }
 
 async function idempotentProducer(
   name: string,
-  partition: number,
   seed: number,
   cluster: TestCluster,
   history: History,
   stopped: () => boolean,
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
+  let router: ClusterClient;
+  try {
+    router = await connectCluster(cluster, stopped);
+  } catch {
+    return;
+  }
   const producer = new IdempotentProducer({
-    connect: () => connectTo(cluster, partition, () => false),
+    connect: async () => (await connectCluster(cluster, () => false)).leader(topic, 0),
+    router,
     producerId: `jepsen-${seed}-${name}`,
     deliveryTimeoutMs: 20_000,
     retryBackoffMaxMs: 250,
   });
   let n = 0;
   while (!stopped()) {
+    const partition = n % partitions;
     const values = Array.from({ length: 1 + (n % 2) }, (_, i) => `${name}-${n}-${i}`);
     n++;
     const op = history.invoke(name, "send", {
@@ -369,6 +357,7 @@ async function idempotentProducer(
     await sleep(10);
   }
   await producer.close().catch(() => {});
+  await router.close().catch(() => {});
 }
 
 function fetched(partition: number, res: FetchResponse): HistoryRecord[] {
@@ -388,16 +377,17 @@ async function plainConsumer(
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
   const positions = Array.from({ length: partitions }, () => 0);
-  const clients = new PartitionClients(cluster, stopped);
+  let router: ClusterClient;
+  try {
+    router = await connectCluster(cluster, stopped);
+  } catch {
+    return;
+  }
   let n = 0;
   while (!stopped()) {
     const partition = n++ % partitions;
-    let client: TcpClient;
-    try {
-      client = await clients.get(partition);
-    } catch {
-      break;
-    }
+    const client = await leaderOf(router, partition);
+    if (client === null) continue;
     const op = history.invoke(name, "poll", { records: [] });
     try {
       const res = await client.fetch({
@@ -412,11 +402,11 @@ async function plainConsumer(
       okOps.consumer++;
     } catch (err) {
       op.info(err);
-      await clients.drop(partition);
+      await router.refresh().catch(() => {});
       await sleep(50);
     }
   }
-  await clients.close();
+  await router.close().catch(() => {});
 }
 
 async function groupMember(
@@ -426,21 +416,26 @@ async function groupMember(
   stopped: () => boolean,
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
+  let router: ClusterClient;
+  try {
+    router = await connectCluster(cluster, stopped);
+  } catch {
+    return;
+  }
   let incarnation = 0;
   let member: GroupConsumer | null = null;
-  let client: TcpClient | null = null;
   const drop = async () => {
     await member?.close({ leave: false }).catch(() => {});
-    await client?.close().catch(() => {});
     member = null;
-    client = null;
+    await router.refresh().catch(() => {});
   };
   while (!stopped()) {
     if (member === null) {
       try {
-        client = await connectTo(cluster, undefined, stopped);
+        // Group requests go to the coordinator; each partition's fetches to its leader.
         member = await GroupConsumer.join({
-          client,
+          client: await router.coordinator(),
+          router,
           group,
           topics: [topic],
           sessionTimeoutMs: 6000,
@@ -449,7 +444,7 @@ async function groupMember(
         incarnation++;
       } catch {
         await drop();
-        if (stopped()) return;
+        if (stopped()) break;
         await sleep(200);
         continue;
       }
@@ -458,8 +453,11 @@ async function groupMember(
     const op = history.invoke(name, "poll", { records: [], group });
     let polled = false;
     try {
+      const started = performance.now();
       const batches = await m.poll({ waitMs: 100 });
       polled = true;
+      // A poll that gives up at once (its fetches failed over to a new leader) is not a wait.
+      if (batches.length === 0 && performance.now() - started < 50) await sleep(50);
       op.ok(
         batches.flatMap((b) =>
           b.records.map((r) => ({
@@ -480,6 +478,7 @@ async function groupMember(
     }
   }
   await drop();
+  await router.close().catch(() => {});
 }
 
 /** The partitions each broker leads now (single node: every partition on node 1). */
@@ -576,34 +575,39 @@ async function applyFault(
   }
 }
 
-/** Reads every partition from its log start to its high watermark into the history. */
+/** Reads every partition from its log start to its high watermark, through its leader, into the history. */
 async function finalRead(cluster: TestCluster, history: History): Promise<void> {
   const deadline = Date.now() + 60_000;
-  for (let partition = 0; partition < partitions; partition++) {
-    for (;;) {
-      let client: TcpClient | null = null;
-      try {
-        client = await connectTo(cluster, partition, () => Date.now() > deadline);
-        const bounds = await client.listOffsets({ topic, partition });
-        const records: HistoryRecord[] = [];
-        let offset = bounds.logStartOffset;
-        while (offset < bounds.highWatermark) {
-          const res = await client.fetch({ topic, partition, offset, maxRecords: 5000 });
-          records.push(...fetched(partition, res));
-          if (res.nextOffset <= offset)
-            throw new Error(`fetch at ${offset} of ${topic}/${partition} did not advance`);
-          offset = res.nextOffset;
+  const router = await connectCluster(cluster, () => Date.now() > deadline);
+  try {
+    for (let partition = 0; partition < partitions; partition++) {
+      for (;;) {
+        try {
+          const client = await router.leader(topic, partition);
+          const bounds = await client.listOffsets({ topic, partition });
+          const records: HistoryRecord[] = [];
+          let offset = bounds.logStartOffset;
+          while (offset < bounds.highWatermark) {
+            const res = await client.fetch({ topic, partition, offset, maxRecords: 5000 });
+            records.push(...fetched(partition, res));
+            if (res.nextOffset <= offset)
+              throw new Error(`fetch at ${offset} of ${topic}/${partition} did not advance`);
+            offset = res.nextOffset;
+          }
+          history.finalRead({ topic, partition }, records);
+          break;
+        } catch (err) {
+          if (Date.now() > deadline)
+            throw new Error(
+              `final read of ${topic}/${partition} failed: ${(err as Error).message}`,
+            );
+          await router.refresh().catch(() => {});
+          await sleep(200);
         }
-        history.finalRead({ topic, partition }, records);
-        break;
-      } catch (err) {
-        if (Date.now() > deadline)
-          throw new Error(`final read of ${topic}/${partition} failed: ${(err as Error).message}`);
-        await sleep(200);
-      } finally {
-        await client?.close().catch(() => {});
       }
     }
+  } finally {
+    await router.close().catch(() => {});
   }
 }
 
