@@ -12,6 +12,7 @@ import { errorMessage } from "../lib/errors.ts";
 import { formatJsonPath, jsonNestingFault } from "../lib/json-nesting.ts";
 import { foreignMessageCharsMax, jsonNestingDepthMax, offsetMax } from "../lib/limits.ts";
 import { clip, quote } from "../lib/quote.ts";
+import { ByteReader, ByteWriter } from "./byte-buffers.ts";
 
 /**
  * A request or response that does not follow the wire grammar. It is a {@link BrokerError}, so the
@@ -35,7 +36,6 @@ export class ProtocolError extends BrokerError {
   }
 }
 
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 const encoder = new TextEncoder();
 
 /** Largest byte length of a `str16`. */
@@ -45,64 +45,41 @@ export const str16BytesMax = 0xffff;
  * Reads fields in order from a byte range. Each method takes the field's grammar name for its
  * error message. Positions are relative to the start of `bytes`.
  */
-export class WireReader {
-  #bytes: Uint8Array;
-  #view: DataView;
-  #pos = 0;
-
-  /**
-   * @param bytes the body to read (a view; it is not copied).
-   * @param context what is being decoded, used in messages, e.g. `"Produce request"`.
-   */
-  constructor(
-    bytes: Uint8Array,
-    readonly context: string,
-  ) {
-    this.#bytes = bytes;
-    this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+export class WireReader extends ByteReader {
+  protected shortField(field: string, bytes: number): Error {
+    return new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot decode ${this.context}: field "${field}" needs ${bytes} bytes but only ${this.remainingBytes} remain`,
+    );
   }
 
-  /** Bytes not yet read. */
-  get remainingBytes(): number {
-    return this.#bytes.length - this.#pos;
-  }
-
-  /** Bytes read so far. */
-  get position(): number {
-    return this.#pos;
-  }
-
-  #need(field: string, bytes: number): number {
-    if (this.remainingBytes < bytes) {
-      throw new ProtocolError(
-        Errors.invalidRequest,
-        field,
-        `Cannot decode ${this.context}: field "${field}" needs ${bytes} bytes but only ${this.remainingBytes} remain`,
-      );
-    }
-    const at = this.#pos;
-    this.#pos += bytes;
-    return at;
+  protected invalidUtf8(field: string): Error {
+    return new ProtocolError(
+      Errors.invalidRequest,
+      field,
+      `Cannot decode ${this.context}: field "${field}" is not valid UTF-8`,
+    );
   }
 
   /** Reads a u8. */
   u8(field: string): number {
-    return this.#view.getUint8(this.#need(field, 1));
+    return this.view.getUint8(this.need(field, 1));
   }
 
   /** Reads a big-endian u16. */
   u16(field: string): number {
-    return this.#view.getUint16(this.#need(field, 2));
+    return this.view.getUint16(this.need(field, 2));
   }
 
   /** Reads a big-endian u32. */
   u32(field: string): number {
-    return this.#view.getUint32(this.#need(field, 4));
+    return this.view.getUint32(this.need(field, 4));
   }
 
   /** Reads a big-endian two's-complement i32. */
   i32(field: string): number {
-    return this.#view.getInt32(this.#need(field, 4));
+    return this.view.getInt32(this.need(field, 4));
   }
 
   /**
@@ -110,9 +87,9 @@ export class WireReader {
    * @throws ProtocolError `unsupported` if the value is above 2^53 − 1 (docs/decisions.md §6).
    */
   u64(field: string): number {
-    const at = this.#need(field, 8);
-    const hi = this.#view.getUint32(at);
-    const lo = this.#view.getUint32(at + 4);
+    const at = this.need(field, 8);
+    const hi = this.view.getUint32(at);
+    const lo = this.view.getUint32(at + 4);
     // hi ≤ 0x1fffff keeps hi * 2^32 + lo ≤ 2^53 − 1 exactly.
     if (hi > 0x1f_ffff) {
       throw new ProtocolError(
@@ -126,15 +103,14 @@ export class WireReader {
 
   /** Reads `length` bytes as a view (no copy). */
   bytes(field: string, length: number): Uint8Array {
-    const at = this.#need(field, length);
-    return this.#bytes.subarray(at, at + length);
+    return this.take(field, length);
   }
 
   /** Reads every byte left as a view (no copy). */
   rest(): Uint8Array {
-    const at = this.#pos;
-    this.#pos = this.#bytes.length;
-    return this.#bytes.subarray(at);
+    const at = this.pos;
+    this.pos = this.bytesRead.length;
+    return this.bytesRead.subarray(at);
   }
 
   /**
@@ -143,7 +119,7 @@ export class WireReader {
    */
   str16(field: string): string {
     const length = this.u16(`${field}.length`);
-    return this.#utf8(field, this.bytes(field, length));
+    return this.utf8(field, length);
   }
 
   /**
@@ -152,19 +128,7 @@ export class WireReader {
    */
   str32(field: string, lengthField: string): string {
     const length = this.u32(lengthField);
-    return this.#utf8(field, this.bytes(field, length));
-  }
-
-  #utf8(field: string, bytes: Uint8Array): string {
-    try {
-      return strictUtf8.decode(bytes);
-    } catch {
-      throw new ProtocolError(
-        Errors.invalidRequest,
-        field,
-        `Cannot decode ${this.context}: field "${field}" is not valid UTF-8`,
-      );
-    }
+    return this.utf8(field, length);
   }
 
   /**
@@ -186,87 +150,51 @@ export class WireReader {
  * Writes fields into a buffer that grows by doubling. Values are asserted to fit their width:
  * writing an out-of-range value is a programmer error, not a wire condition.
  */
-export class WireWriter {
-  #buf: Uint8Array;
-  #view: DataView;
-  #pos = 0;
-
-  /** @param capacityBytes initial size; pass the exact frame size when it is known to avoid copies. */
-  constructor(capacityBytes = 256) {
-    this.#buf = new Uint8Array(Math.max(16, capacityBytes));
-    this.#view = new DataView(this.#buf.buffer);
-  }
-
-  /** Bytes written so far. */
-  get position(): number {
-    return this.#pos;
-  }
-
-  /**
-   * Makes room for `bytes` more and returns where they go. It may replace `#buf` and `#view`:
-   * callers read those only after it returns (`this.#view.setX(this.#reserve(n), …)` would take
-   * the old view before the call and write into the discarded buffer).
-   */
-  #reserve(bytes: number): number {
-    const at = this.#pos;
-    if (at + bytes > this.#buf.length) {
-      let capacity = this.#buf.length * 2;
-      while (capacity < at + bytes) capacity *= 2;
-      const next = new Uint8Array(capacity);
-      next.set(this.#buf.subarray(0, at));
-      this.#buf = next;
-      this.#view = new DataView(next.buffer);
-    }
-    this.#pos = at + bytes;
-    return at;
-  }
-
+export class WireWriter extends ByteWriter {
   /** Writes a u8. */
   u8(value: number): this {
     checkInt(value, 0, 0xff, "u8");
-    const at = this.#reserve(1);
-    this.#view.setUint8(at, value);
+    const at = this.reserve(1);
+    this.view.setUint8(at, value);
     return this;
   }
 
   /** Writes a big-endian u16. */
   u16(value: number): this {
     checkInt(value, 0, 0xffff, "u16");
-    const at = this.#reserve(2);
-    this.#view.setUint16(at, value);
+    const at = this.reserve(2);
+    this.view.setUint16(at, value);
     return this;
   }
 
   /** Writes a big-endian u32. */
   u32(value: number): this {
     checkInt(value, 0, 0xffff_ffff, "u32");
-    const at = this.#reserve(4);
-    this.#view.setUint32(at, value);
+    const at = this.reserve(4);
+    this.view.setUint32(at, value);
     return this;
   }
 
   /** Writes a big-endian i32. */
   i32(value: number): this {
     checkInt(value, -0x8000_0000, 0x7fff_ffff, "i32");
-    const at = this.#reserve(4);
-    this.#view.setInt32(at, value);
+    const at = this.reserve(4);
+    this.view.setInt32(at, value);
     return this;
   }
 
   /** Writes a non-negative safe integer as a big-endian u64. */
   u64(value: number): this {
     checkInt(value, 0, offsetMax, "u64");
-    const at = this.#reserve(8);
-    this.#view.setUint32(at, Math.floor(value / 0x1_0000_0000));
-    this.#view.setUint32(at + 4, value >>> 0);
+    const at = this.reserve(8);
+    this.view.setUint32(at, Math.floor(value / 0x1_0000_0000));
+    this.view.setUint32(at + 4, value >>> 0);
     return this;
   }
 
   /** Copies bytes in. */
   bytes(bytes: Uint8Array): this {
-    const at = this.#reserve(bytes.length);
-    this.#buf.set(bytes, at);
-    return this;
+    return this.copyIn(bytes);
   }
 
   /**
@@ -289,15 +217,10 @@ export class WireWriter {
   /** Overwrites a u32 already reserved at `position` (frame lengths). */
   patchU32(position: number, value: number): this {
     checkInt(value, 0, 0xffff_ffff, "u32");
-    if (position + 4 > this.#pos)
+    if (position + 4 > this.pos)
       throw new RangeError(`patch at ${position} is past the written bytes`);
-    this.#view.setUint32(position, value);
+    this.view.setUint32(position, value);
     return this;
-  }
-
-  /** The bytes written (a view of the internal buffer; do not write after taking it). */
-  finish(): Uint8Array {
-    return this.#buf.subarray(0, this.#pos);
   }
 }
 

@@ -16,6 +16,7 @@
  * safe integers (docs/decisions.md §6); anything else is refused. Every failure throws a
  * {@link KafkaDecodeError} naming the field.
  */
+import { ByteReader, ByteWriter } from "../byte-buffers.ts";
 
 /**
  * A request that does not follow Kafka's grammar. The listener cannot trust the rest of such a
@@ -35,62 +36,44 @@ export class KafkaDecodeError extends Error {
   }
 }
 
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 const encoder = new TextEncoder();
 
 /** Reads Kafka fields in order from one request body. Positions are relative to its start. */
-export class KafkaReader {
-  readonly #bytes: Uint8Array;
-  readonly #view: DataView;
-  #pos = 0;
-
-  /**
-   * @param bytes the body (a view; not copied).
-   * @param context what is decoded, for messages: `"Produce v3 request"`.
-   */
-  constructor(
-    bytes: Uint8Array,
-    readonly context: string,
-  ) {
-    this.#bytes = bytes;
-    this.#view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+export class KafkaReader extends ByteReader {
+  protected shortField(field: string, bytes: number): Error {
+    return this.#error(field, `needs ${bytes} bytes but only ${this.remainingBytes} remain`);
   }
 
-  /** Bytes not yet read. */
-  get remainingBytes(): number {
-    return this.#bytes.length - this.#pos;
+  protected invalidUtf8(field: string): Error {
+    return this.#error(field, "is not valid UTF-8");
+  }
+
+  #error(field: string, detail: string): KafkaDecodeError {
+    return new KafkaDecodeError(field, `Cannot decode ${this.context}: field "${field}" ${detail}`);
   }
 
   /** Throws a {@link KafkaDecodeError} for `field` with `detail`. */
   fail(field: string, detail: string): never {
-    throw new KafkaDecodeError(field, `Cannot decode ${this.context}: field "${field}" ${detail}`);
-  }
-
-  #need(field: string, n: number): number {
-    if (this.remainingBytes < n)
-      this.fail(field, `needs ${n} bytes but only ${this.remainingBytes} remain`);
-    const at = this.#pos;
-    this.#pos += n;
-    return at;
+    throw this.#error(field, detail);
   }
 
   int8(field: string): number {
-    return this.#view.getInt8(this.#need(field, 1));
+    return this.view.getInt8(this.need(field, 1));
   }
 
   int16(field: string): number {
-    return this.#view.getInt16(this.#need(field, 2));
+    return this.view.getInt16(this.need(field, 2));
   }
 
   int32(field: string): number {
-    return this.#view.getInt32(this.#need(field, 4));
+    return this.view.getInt32(this.need(field, 4));
   }
 
   /** An int64 as a JS number. @throws KafkaDecodeError if it is not a safe integer. */
   int64(field: string): number {
-    const at = this.#need(field, 8);
-    const hi = this.#view.getInt32(at);
-    const lo = this.#view.getUint32(at + 4);
+    const at = this.need(field, 8);
+    const hi = this.view.getInt32(at);
+    const lo = this.view.getUint32(at + 4);
     // hi in [−2^21, 2^21) keeps hi·2^32 + lo within ±2^53 exactly.
     if (hi < -0x20_0000 || hi > 0x1f_ffff) this.fail(field, "is outside ±(2^53 − 1)");
     const value = hi * 0x1_0000_0000 + lo;
@@ -114,13 +97,7 @@ export class KafkaReader {
     const length = this.int16(`${field}.length`);
     if (length === -1) return null;
     if (length < 0) this.fail(field, `has length ${length}`);
-    const bytes = this.#bytes.subarray(this.#pos, this.#pos + length);
-    this.#need(field, length);
-    try {
-      return strictUtf8.decode(bytes);
-    } catch {
-      return this.fail(field, "is not valid UTF-8");
-    }
+    return this.utf8(field, length);
   }
 
   /** Nullable bytes as a view (no copy). */
@@ -128,8 +105,7 @@ export class KafkaReader {
     const length = this.int32(`${field}.length`);
     if (length === -1) return null;
     if (length < 0) this.fail(field, `has length ${length}`);
-    const at = this.#need(field, length);
-    return this.#bytes.subarray(at, at + length);
+    return this.take(field, length);
   }
 
   /** Non-null bytes as a view. */
@@ -187,59 +163,35 @@ export class KafkaReader {
  * Writes Kafka fields into a buffer that grows by doubling. Out-of-range values are programmer
  * errors (asserted by the DataView setters' wrapping being checked where it matters).
  */
-export class KafkaWriter {
-  #buf: Uint8Array;
-  #view: DataView;
-  #pos = 0;
-
-  /** @param capacityBytes initial size (it grows as needed). */
-  constructor(capacityBytes = 256) {
-    this.#buf = new Uint8Array(Math.max(16, capacityBytes));
-    this.#view = new DataView(this.#buf.buffer);
-  }
-
+export class KafkaWriter extends ByteWriter {
   /** Bytes written so far. */
   get length(): number {
-    return this.#pos;
-  }
-
-  #reserve(n: number): number {
-    if (this.#pos + n > this.#buf.length) {
-      let cap = this.#buf.length * 2;
-      while (cap < this.#pos + n) cap *= 2;
-      const next = new Uint8Array(cap);
-      next.set(this.#buf.subarray(0, this.#pos));
-      this.#buf = next;
-      this.#view = new DataView(next.buffer);
-    }
-    const at = this.#pos;
-    this.#pos += n;
-    return at;
+    return this.pos;
   }
 
   int8(v: number): this {
-    const at = this.#reserve(1);
-    this.#view.setInt8(at, v);
+    const at = this.reserve(1);
+    this.view.setInt8(at, v);
     return this;
   }
 
   int16(v: number): this {
-    const at = this.#reserve(2);
-    this.#view.setInt16(at, v);
+    const at = this.reserve(2);
+    this.view.setInt16(at, v);
     return this;
   }
 
   int32(v: number): this {
-    const at = this.#reserve(4);
-    this.#view.setInt32(at, v);
+    const at = this.reserve(4);
+    this.view.setInt32(at, v);
     return this;
   }
 
   /** Writes a safe integer as int64. */
   int64(v: number): this {
-    const at = this.#reserve(8);
+    const at = this.reserve(8);
     // The view is read after #reserve, which may have replaced the buffer.
-    this.#view.setBigInt64(at, BigInt(v));
+    this.view.setBigInt64(at, BigInt(v));
     return this;
   }
 
@@ -264,9 +216,7 @@ export class KafkaWriter {
 
   /** Bytes with no length. */
   raw(v: Uint8Array): this {
-    const at = this.#reserve(v.length);
-    this.#buf.set(v, at);
-    return this;
+    return this.copyIn(v);
   }
 
   /** An int32 count and then each element written by `write`. */
@@ -278,12 +228,7 @@ export class KafkaWriter {
 
   /** Overwrites an int32 at `position` (a size field written before its contents were known). */
   patchInt32(position: number, v: number): this {
-    this.#view.setInt32(position, v);
+    this.view.setInt32(position, v);
     return this;
-  }
-
-  /** The bytes written (a view of the internal buffer; write nothing more after it). */
-  finish(): Uint8Array {
-    return this.#buf.subarray(0, this.#pos);
   }
 }

@@ -37,11 +37,12 @@ import {
 } from "../../lib/limits.ts";
 import type { Logger } from "../../lib/logger.ts";
 import { RefusalLog } from "../../lib/refusals.ts";
-import { FrameDecoder, FrameLengthError } from "../../protocol/frame.ts";
+import type { FrameLengthError } from "../../protocol/frame.ts";
 import type { Gunzip } from "../../protocol/kafka/compression.ts";
 import { kafkaApiName, peekRequestHeader, requestSizeMin } from "../../protocol/kafka/header.ts";
 import type { KafkaNode } from "../../protocol/kafka/metadata.ts";
 import { KafkaDecodeError } from "../../protocol/kafka/wire.ts";
+import { ConnectionSet, FramedConnection, type FramedConnectionHandler } from "../connection.ts";
 import type { ByteSocket } from "../tcp/socket.ts";
 import {
   CloseConnection,
@@ -135,23 +136,14 @@ export function createKafkaTransport(options: KafkaTransportOptions): KafkaTrans
   };
   if (!(settings.maxRequestBytes >= requestSizeMin))
     throw new RangeError(`maxRequestBytes ${settings.maxRequestBytes} is below the smallest frame`);
-  const connections = new Set<KafkaConnection>();
-  let shutdown: Promise<void> | null = null;
-  let allClosed: (() => void) | null = null;
-  const onClosed = (c: KafkaConnection): void => {
-    connections.delete(c);
-    if (connections.size === 0) allClosed?.();
-  };
+  const connections = new ConnectionSet<KafkaConnection>(settings.clock);
+  const onClosed = (c: KafkaConnection): void => connections.closed(c);
   return {
     handleConnection(socket) {
-      if (shutdown) {
-        socket.attach({ onData() {}, onDrain() {}, onClose() {} });
-        socket.destroy();
-        return;
-      }
-      const c = new KafkaConnection(socket, settings, onClosed);
-      connections.add(c);
-      c.start();
+      if (!connections.admit(socket)) return;
+      const connection = new KafkaConnection(socket, settings, onClosed);
+      connections.add(connection);
+      connection.start();
     },
     get connectionCount() {
       return connections.size;
@@ -160,66 +152,40 @@ export function createKafkaTransport(options: KafkaTransportOptions): KafkaTrans
       settings.node = { nodeId: 0, host: address.host, port: address.port };
     },
     close(closeOptions = {}) {
-      if (shutdown) return shutdown;
-      const graceMs = closeOptions.graceMs ?? tcpShutdownGraceMs;
-      shutdown = new Promise<void>((resolve) => {
-        let grace: Timer | null = null;
-        allClosed = () => {
-          grace?.cancel();
-          resolve();
-        };
-        if (connections.size === 0) return allClosed();
-        grace = settings.clock.setTimer(graceMs, () => {
-          for (const c of [...connections]) c.destroy("shutdown grace period over");
-        });
-        for (const c of [...connections]) c.drainAndEnd();
-      });
-      return shutdown;
+      return connections.close(closeOptions.graceMs ?? tcpShutdownGraceMs);
     },
   };
 }
 
-/** A response slot: filled when the request's answer is ready; written in slot order. */
-interface Slot {
-  done: boolean;
-  /** Chunks of the response frame; empty for a request that gets no answer (acks 0). */
-  chunks: readonly Uint8Array[];
-  costBytes: number;
-}
-
-/** One served connection. */
-class KafkaConnection {
-  readonly #socket: ByteSocket;
+/** One served connection: the Kafka protocol over the shared connection core. */
+class KafkaConnection implements FramedConnectionHandler {
+  readonly #core: FramedConnection;
   readonly #settings: KafkaSettings;
   readonly #onClosed: (c: KafkaConnection) => void;
-  readonly #decoder: FrameDecoder;
-  readonly #abort = new AbortController();
   readonly #state: KafkaConnectionState;
-  /** Started requests, oldest first; answered from the front as they complete. */
-  #slots: Slot[] = [];
-  #inFlightBytes = 0;
-  #writeBlocked = false;
-  #paused = false;
-  #stopping = false;
-  #ended = false;
-  #closed = false;
-  #readTimer: Timer | null = null;
   /** The connection's right to be served (SASL, or anonymous while the broker has no keys). */
   #session: KafkaSession | null = null;
   /** While authentication is required and has not succeeded: closes the connection after the read timeout. */
   #authTimer: Timer | null = null;
 
   constructor(socket: ByteSocket, settings: KafkaSettings, onClosed: (c: KafkaConnection) => void) {
-    this.#socket = socket;
     this.#settings = settings;
     this.#onClosed = onClosed;
-    this.#decoder = new FrameDecoder({
+    this.#core = new FramedConnection(socket, {
+      name: "kafka",
+      clock: settings.clock,
+      logger: settings.logger,
+      refusals: settings.refusals,
       lengthMin: requestSizeMin,
       lengthMax: settings.maxRequestBytes,
+      readTimeoutMs: settings.readTimeoutMs,
+      maxInFlightRequests: settings.maxInFlightRequests,
+      maxInFlightBytes: settings.maxInFlightBytes,
+      order: "request",
     });
     this.#state = {
       settings,
-      signal: this.#abort.signal,
+      signal: this.#core.signal,
       remote: socket.remoteAddress,
       broker: settings.authenticator === null ? settings.meter(settings.broker) : null,
       sasl: "start",
@@ -229,11 +195,11 @@ class KafkaConnection {
     const authenticator = settings.authenticator;
     if (authenticator !== null) {
       if (authenticator.required) {
-        this.#decoder.lengthMax = Math.min(kafkaSaslFrameBytesMax, settings.maxRequestBytes);
+        this.#core.decoder.lengthMax = Math.min(kafkaSaslFrameBytesMax, settings.maxRequestBytes);
         // A connection that never authenticates is not kept: it holds a socket and a file descriptor.
         this.#authTimer = settings.clock.setTimer(settings.readTimeoutMs, () => {
           this.#authTimer = null;
-          if (this.#session !== null || this.#closed) return;
+          if (this.#session !== null || this.#core.closed) return;
           authenticator.refused(socket.remoteAddress, "timeout");
           this.destroy("no SASL authentication within the read timeout");
         });
@@ -251,8 +217,8 @@ class KafkaConnection {
     this.#session = session;
     this.#authTimer?.cancel();
     this.#authTimer = null;
-    this.#decoder.lengthMax = this.#settings.maxRequestBytes;
-    if (this.#closed) session.release();
+    this.#core.decoder.lengthMax = this.#settings.maxRequestBytes;
+    if (this.#core.closed) session.release();
   }
 
   /** The session's principal is no longer valid (revoked or changed key; keys turned on): close at once. */
@@ -260,7 +226,7 @@ class KafkaConnection {
     const keyId = this.#session?.keyId ?? null;
     this.#settings.logger.log("info", "auth.connection_closed", {
       transport: "kafka",
-      remote: this.#socket.remoteAddress,
+      remote: this.#core.remoteAddress,
       key_id: keyId,
       reason: keyId === null ? "authentication turned on" : "key revoked or changed",
     });
@@ -268,216 +234,103 @@ class KafkaConnection {
   }
 
   start(): void {
-    this.#socket.attach({
-      onData: (chunk) => {
-        if (this.#stopping) return;
-        this.#decoder.push(chunk);
-        this.#pump();
-      },
-      onDrain: () => {
-        this.#writeBlocked = false;
-        this.#pump();
-      },
-      onClose: () => this.#onClose(),
-    });
+    this.#core.start(this);
   }
 
   drainAndEnd(): void {
-    this.#stopping = true;
-    this.#abort.abort();
-    this.#updateReading();
-    this.#endIfDrained();
+    this.#core.drainAndEnd();
   }
 
   destroy(reason: string): void {
-    if (this.#closed) return;
-    this.#settings.logger.log("debug", "kafka.connection_destroyed", {
-      remote: this.#socket.remoteAddress,
-      reason,
-    });
-    this.#stopping = true;
-    this.#ended = true;
-    this.#decoder.clear();
-    this.#cancelReadTimer();
-    this.#abort.abort();
-    this.#socket.destroy();
+    this.#core.destroy(reason);
   }
 
-  #onClose(): void {
-    if (this.#closed) return;
-    this.#closed = true;
+  /** `FramedConnectionHandler.onClose`. */
+  onClose(): void {
     this.#session?.release();
     this.#authTimer?.cancel();
     this.#authTimer = null;
-    this.#ended = true;
-    this.#stopping = true;
-    this.#cancelReadTimer();
-    this.#decoder.clear();
-    this.#slots = [];
-    this.#abort.abort();
     this.#onClosed(this);
   }
 
-  #mayStart(): boolean {
-    return (
-      !this.#stopping &&
-      !this.#writeBlocked &&
-      this.#slots.length < this.#settings.maxInFlightRequests &&
-      this.#inFlightBytes < this.#settings.maxInFlightBytes
-    );
-  }
-
-  #pump(): void {
-    while (this.#mayStart()) {
-      let frame: Uint8Array | null;
-      try {
-        frame = this.#decoder.next();
-      } catch (error) {
-        if (error instanceof FrameLengthError) {
-          this.#refuse("frame size out of range", {
-            size: error.length,
-            max_request_bytes: this.#decoder.lengthMax,
-            error: error.message,
-          });
-          return;
-        }
-        throw error;
-      }
-      if (frame === null) break;
-      this.#cancelReadTimer();
-      this.#startRequest(frame);
-    }
-    this.#updateReading();
-  }
-
-  #updateReading(): void {
-    if (this.#closed) return;
-    const reading = this.#mayStart();
-    if (reading && this.#paused) {
-      this.#paused = false;
-      this.#socket.resume();
-    } else if (!reading && !this.#paused) {
-      this.#paused = true;
-      this.#socket.pause();
-    }
-    if (reading && this.#decoder.bufferedBytes > 0) {
-      this.#readTimer ??= this.#settings.clock.setTimer(this.#settings.readTimeoutMs, () => {
-        this.#readTimer = null;
-        if (this.#closed) return;
-        this.#settings.refusals.refuse("kafka.read_timeout", {
-          remote: this.#socket.remoteAddress,
-          buffered_bytes: this.#decoder.bufferedBytes,
-          read_timeout_ms: this.#settings.readTimeoutMs,
-        });
-        this.destroy("read timeout inside a frame");
-      });
-    } else {
-      this.#cancelReadTimer();
-    }
-  }
-
-  #cancelReadTimer(): void {
-    this.#readTimer?.cancel();
-    this.#readTimer = null;
+  /** `FramedConnectionHandler.onFrameLengthError`: Kafka cannot answer what it cannot frame. */
+  onFrameLengthError(error: FrameLengthError): void {
+    this.#refuse("frame size out of range", {
+      size: error.length,
+      max_request_bytes: this.#core.decoder.lengthMax,
+      error: error.message,
+    });
   }
 
   /** Stops serving: answers already started still go out in order, then the connection closes. */
   #refuse(reason: string, fields: Record<string, unknown>): void {
+    const core = this.#core;
     this.#settings.refusals.refuse("kafka.request_refused", {
-      remote: this.#socket.remoteAddress,
+      remote: core.remoteAddress,
       reason,
       ...fields,
     });
-    this.#decoder.clear();
-    this.#stopping = true;
-    this.#cancelReadTimer();
-    this.#abort.abort();
-    if (this.#slots.length === 0) this.destroy(reason);
-    else this.#endIfDrained();
+    core.stopReading();
+    this.#endOrDestroy(reason);
   }
 
-  #startRequest(frame: Uint8Array): void {
-    const slot: Slot = { done: false, chunks: [], costBytes: frame.length };
+  /** Once stopping: destroys the connection now if nothing is in flight (after writing what is ready), else ends it after the answers. */
+  #endOrDestroy(reason: string): void {
+    const core = this.#core;
+    if (core.inFlight > 0) return core.endIfDrained();
+    core.flush();
+    core.destroy(reason);
+  }
+
+  /** `FramedConnectionHandler.onFrame`: starts the request the frame carries. */
+  onFrame(frame: Uint8Array): void {
+    const core = this.#core;
     let served: KafkaServed;
     try {
       served = serveKafkaRequest(frame, this.#state);
-      slot.costBytes += served.answerBytes;
     } catch (error) {
       return this.#refuseError(frame, error);
     }
-    this.#slots.push(slot);
-    this.#inFlightBytes += slot.costBytes;
-    if (served.closeAfter) this.#stopAfterAnswers();
+    const pending = core.begin(frame.length + served.answerBytes);
+    if (served.closeAfter) core.stopAfterAnswers();
     served.response.then(
-      (response) => {
-        slot.chunks =
-          response === null ? [] : response instanceof Uint8Array ? [response] : response;
-        this.#complete(slot);
-      },
+      (response) => core.finish(pending, response),
       (error: unknown) => {
         if (error instanceof CloseConnection || error instanceof KafkaDecodeError) {
-          this.#complete(slot);
+          core.finish(pending, null);
           return this.#refuseError(frame, error);
         }
         this.#settings.logger.log("error", "kafka.internal_error", {
-          remote: this.#socket.remoteAddress,
+          remote: core.remoteAddress,
           api: kafkaApiName(peekRequestHeader(frame).apiKey),
           error: errorMessage(error),
           stack: errorStack(error),
         });
-        this.#complete(slot);
+        core.finish(pending, null);
+        core.flush();
         this.destroy("internal error");
       },
     );
-  }
-
-  /** Starts no more frames and reads nothing more; the connection ends once what is in flight is answered. */
-  #stopAfterAnswers(): void {
-    this.#stopping = true;
-    this.#decoder.clear();
-    this.#cancelReadTimer();
-    this.#updateReading();
   }
 
   #refuseError(frame: Uint8Array, error: unknown): void {
     const { apiKey, apiVersion } = peekRequestHeader(frame);
     if (!(error instanceof CloseConnection) && !(error instanceof KafkaDecodeError)) {
       this.#settings.logger.log("error", "kafka.internal_error", {
-        remote: this.#socket.remoteAddress,
+        remote: this.#core.remoteAddress,
         api: kafkaApiName(apiKey),
         error: errorMessage(error),
         stack: errorStack(error),
       });
-      this.#stopping = true;
-      if (this.#slots.length === 0) this.destroy("internal error");
-      else this.#endIfDrained();
+      this.#core.stopReading();
+      this.#endOrDestroy("internal error");
       return;
     }
     if (error instanceof CloseConnection && error.logged) {
-      this.#stopAfterAnswers();
-      this.#endIfDrained();
+      this.#core.stopAfterAnswers();
+      this.#core.endIfDrained();
       return;
     }
     this.#refuse(error.message, { api: kafkaApiName(apiKey), api_version: apiVersion });
-  }
-
-  #complete(slot: Slot): void {
-    slot.done = true;
-    if (this.#ended) return;
-    const out: Uint8Array[] = [];
-    while (this.#slots.length > 0 && this.#slots[0].done) {
-      const s = this.#slots.shift()!;
-      this.#inFlightBytes -= s.costBytes;
-      for (const c of s.chunks) if (c.length > 0) out.push(c);
-    }
-    if (out.length > 0 && !this.#socket.write(out)) this.#writeBlocked = true;
-    this.#pump();
-    this.#endIfDrained();
-  }
-
-  #endIfDrained(): void {
-    if (!this.#stopping || this.#ended || this.#slots.length > 0) return;
-    this.#ended = true;
-    this.#socket.end();
   }
 }

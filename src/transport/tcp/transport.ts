@@ -4,15 +4,16 @@
  * `src/protocol/apis/`, `docs/protocol.md`). It holds no broker logic: each request is served by
  * its api's row of the dispatch table (`protocol/apis/index.ts`: decode, call, encode).
  *
- * Rules, per connection:
+ * Rules, per connection (framing, read timeout, flow control, gathered writes and close are the
+ * connection core's, shared with the Kafka listener: `../connection.ts`):
  * - Framing: the 4-byte `length` is checked first; below 8 the connection is destroyed; above
  *   `maxRequestBytes` the client gets `request_too_large` (when the rest of the header is already
  *   at hand and names a known api) and the connection is closed. Nothing of the claimed length is ever allocated up front.
  * - Read timeout: a frame must arrive whole within `readTimeoutMs` of its first byte (or of the
  *   moment the transport resumed reading); otherwise the connection is destroyed.
  * - Ordering: requests are *started* (the broker method called) synchronously, in frame order,
- *   as each frame completes. Responses are written as each finishes and may overtake one
- *   another; the correlation id pairs them.
+ *   as each frame completes (every complete frame of a read at once). Responses are written as
+ *   each finishes and may overtake one another; the correlation id pairs them.
  * - Flow control: at most `maxInFlightRequests` started and unanswered requests, and at most
  *   `maxInFlightBytes` of them (request frame bytes plus each fetch's `max_bytes`, the size of its
  *   answer; one request is always allowed). Past either, and while the socket's write buffer is
@@ -63,7 +64,13 @@ import {
   frameLengthBytes,
   requestLengthMin,
 } from "../../protocol/envelope.ts";
-import { FrameDecoder, FrameLengthError } from "../../protocol/frame.ts";
+import { FrameLengthError } from "../../protocol/frame.ts";
+import {
+  type Answer,
+  ConnectionSet,
+  FramedConnection,
+  type FramedConnectionHandler,
+} from "../connection.ts";
 import type { ByteSocket } from "./socket.ts";
 import type { AccessControl } from "../../auth/access.ts";
 import type { Principal } from "../../auth/principal.ts";
@@ -71,8 +78,6 @@ import { authenticateApi } from "../../protocol/apis/authenticate.ts";
 import { replicaFetchApi } from "../../protocol/apis/replica-fetch.ts";
 import { authenticateFrameBytesMax } from "../../lib/limits.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
-
-const resolved = Promise.resolve();
 
 export type { ByteSocket, ByteSocketHandlers } from "./socket.ts";
 
@@ -147,22 +152,12 @@ export function createTcpTransport(options: TcpTransportOptions): TcpTransport {
   if (settings.maxRequestBytes < requestLengthMin)
     throw new RangeError(`maxRequestBytes ${settings.maxRequestBytes} is below the smallest frame`);
 
-  const connections = new Set<Connection>();
-  let shutdown: Promise<void> | null = null;
-  let allClosed: (() => void) | null = null;
-
-  const onConnectionClosed = (connection: Connection): void => {
-    connections.delete(connection);
-    if (connections.size === 0 && allClosed) allClosed();
-  };
+  const connections = new ConnectionSet<Connection>(settings.clock);
+  const onConnectionClosed = (connection: Connection): void => connections.closed(connection);
 
   return {
     handleConnection(socket) {
-      if (shutdown) {
-        socket.attach({ onData() {}, onDrain() {}, onClose() {} });
-        socket.destroy();
-        return;
-      }
+      if (!connections.admit(socket)) return;
       const connection = new Connection(socket, settings, onConnectionClosed);
       connections.add(connection);
       connection.start();
@@ -171,21 +166,7 @@ export function createTcpTransport(options: TcpTransportOptions): TcpTransport {
       return connections.size;
     },
     close(closeOptions = {}) {
-      if (shutdown) return shutdown;
-      const graceMs = closeOptions.graceMs ?? tcpShutdownGraceMs;
-      shutdown = new Promise<void>((resolve) => {
-        let grace: Timer | null = null;
-        allClosed = () => {
-          grace?.cancel();
-          resolve();
-        };
-        if (connections.size === 0) return allClosed();
-        grace = settings.clock.setTimer(graceMs, () => {
-          for (const c of [...connections]) c.destroy("shutdown grace period over");
-        });
-        for (const c of [...connections]) c.drainAndEnd();
-      });
-      return shutdown;
+      return connections.close(closeOptions.graceMs ?? tcpShutdownGraceMs);
     },
   };
 }
@@ -208,35 +189,16 @@ function positive(value: number, name: string): void {
     throw new RangeError(`${name} must be a positive number, got ${value}`);
 }
 
-/** A response frame: one buffer, or chunks that written in order make the frame. */
-type Response = Uint8Array | readonly Uint8Array[];
-
 /** Generic message for `internal` errors; details go to the log only. */
 const internalMessage = "Cannot handle request: internal error in the broker, see the broker log";
 
-/** One served connection. */
-class Connection {
-  readonly #socket: ByteSocket;
+/** One served connection: the TCP protocol over the shared connection core. */
+class Connection implements FramedConnectionHandler {
+  readonly #core: FramedConnection;
   readonly #settings: Settings;
   readonly #onClosed: (connection: Connection) => void;
-  readonly #decoder: FrameDecoder;
-  /** Aborted when the connection closes or shuts down: ends long-polling fetches. */
-  readonly #abort = new AbortController();
   /** What every api's `serve` gets from this connection. */
   readonly #api: ApiConnection;
-  #inFlight = 0;
-  /** Bytes charged for the requests in flight (see `maxInFlightBytes`). */
-  #inFlightBytes = 0;
-  #writeBlocked = false;
-  #paused = false;
-  /** No more frames are started (shutdown, refused frame). */
-  #stopping = false;
-  /** end() or destroy() was called: nothing more is written. */
-  #ended = false;
-  #closed = false;
-  #readTimer: Timer | null = null;
-  #pendingWrites: Uint8Array[] = [];
-  #flushScheduled = false;
   /** The broker this connection calls: its principal's view (or the broker itself without access control). */
   #broker: Broker;
   /** Who the connection acts for; null until it authenticates while authentication is on. */
@@ -249,31 +211,38 @@ class Connection {
   #revocationTimer: Timer | null = null;
 
   constructor(socket: ByteSocket, settings: Settings, onClosed: (connection: Connection) => void) {
-    this.#socket = socket;
     this.#settings = settings;
     this.#onClosed = onClosed;
     this.#broker = settings.meter(settings.broker);
+    this.#core = new FramedConnection(socket, {
+      name: "tcp",
+      clock: settings.clock,
+      logger: settings.logger,
+      refusals: settings.refusals,
+      lengthMin: requestLengthMin,
+      lengthMax: settings.maxRequestBytes,
+      readTimeoutMs: settings.readTimeoutMs,
+      maxInFlightRequests: settings.maxInFlightRequests,
+      maxInFlightBytes: settings.maxInFlightBytes,
+      order: "completion",
+    });
     const connection = this;
     this.#api = {
       get broker() {
         return connection.#broker;
       },
-      signal: this.#abort.signal,
+      signal: this.#core.signal,
       authenticate: (key) => this.#authenticate(key),
     };
-    this.#decoder = new FrameDecoder({
-      lengthMin: requestLengthMin,
-      lengthMax: settings.maxRequestBytes,
-    });
     const access = settings.access;
     if (access !== null) {
       if (access.required) {
-        this.#decoder.lengthMax = authenticateFrameBytesMax;
+        this.#core.decoder.lengthMax = authenticateFrameBytesMax;
         // A connection that never authenticates is not kept: it holds a socket and a file descriptor.
         this.#authTimer = settings.clock.setTimer(settings.readTimeoutMs, () => {
           this.#authTimer = null;
-          if (this.#principal !== null || this.#closed) return;
-          access.logFailure("timeout", this.#socket.remoteAddress, "tcp", null);
+          if (this.#principal !== null || this.#core.closed) return;
+          access.logFailure("timeout", this.#core.remoteAddress, "tcp", null);
           this.destroy("no Authenticate within the read timeout");
         });
       } else this.#adopt(access.authenticate(undefined, socket.remoteAddress, "tcp"));
@@ -296,7 +265,7 @@ class Connection {
         Errors.invalidRequest,
         "Cannot authenticate: this connection has already authenticated (open a new connection for another key)",
       );
-    const principal = access.authenticate(key, this.#socket.remoteAddress, "tcp");
+    const principal = access.authenticate(key, this.#core.remoteAddress, "tcp");
     this.#adopt(principal);
     return principal.kind === "key"
       ? { keyId: principal.id, name: principal.name, role: principal.role }
@@ -311,11 +280,11 @@ class Connection {
     this.#authTimer = null;
     this.#principal = principal;
     this.#broker = this.#settings.meter(access.brokerFor(principal));
-    this.#decoder.lengthMax = this.#settings.maxRequestBytes;
+    this.#core.decoder.lengthMax = this.#settings.maxRequestBytes;
     this.#unwatch = access.watch(principal, () => {
       this.#settings.logger.log("info", "auth.connection_closed", {
         transport: "tcp",
-        remote: this.#socket.remoteAddress,
+        remote: this.#core.remoteAddress,
         key_id: principal.kind === "key" ? principal.id : null,
         reason: principal.kind === "key" ? "key revoked or changed" : "authentication turned on",
       });
@@ -329,180 +298,88 @@ class Connection {
    * destroys it after the shutdown grace period).
    */
   #refuseAll(refusal: BrokerError): void {
+    const decoder = this.#core.decoder;
     for (;;) {
       let frame: Uint8Array | null;
       try {
-        frame = this.#decoder.next();
+        frame = decoder.next();
       } catch (error) {
         if (error instanceof FrameLengthError) break; // dropped with the rest of the stream
         throw error;
       }
       if (frame === null) break;
       const { correlationId } = decodeRequestHeader(frame);
-      this.#respond(encodeErrorResponse(correlationId, refusal.kind, refusal.message));
+      this.#core.send(encodeErrorResponse(correlationId, refusal.kind, refusal.message));
     }
-    this.#stopAfterAnswers();
+    this.#core.stopAfterAnswers();
     this.#revocationTimer = this.#settings.clock.setTimer(tcpShutdownGraceMs, () => {
       this.#revocationTimer = null;
       this.destroy("requests of a revoked key unanswered after the grace period");
     });
-    this.#endIfDrained();
+    this.#core.endIfDrained();
   }
 
   start(): void {
-    this.#socket.attach({
-      onData: (chunk) => this.#onData(chunk),
-      onDrain: () => {
-        this.#writeBlocked = false;
-        this.#pump();
-      },
-      onClose: () => this.#onClose(),
-    });
+    this.#core.start(this);
   }
 
   /** Shutdown: read nothing more, answer what is in flight, then end. */
   drainAndEnd(): void {
-    this.#stopping = true;
-    this.#abort.abort();
-    this.#updateReading();
-    this.#endIfDrained();
+    this.#core.drainAndEnd();
   }
 
   /** Closes at once, dropping unwritten responses. */
   destroy(reason: string): void {
-    if (this.#closed) return;
-    this.#settings.logger.log("debug", "tcp.connection_destroyed", {
-      remote: this.#socket.remoteAddress,
-      reason,
-    });
-    this.#stopping = true;
-    this.#ended = true;
-    this.#decoder.clear();
-    this.#cancelReadTimer();
-    this.#abort.abort();
-    this.#socket.destroy();
+    this.#core.destroy(reason);
   }
 
-  #onData(chunk: Uint8Array): void {
-    if (this.#stopping) return;
-    this.#decoder.push(chunk);
-    this.#pump();
-  }
-
-  #onClose(): void {
-    if (this.#closed) return;
-    this.#closed = true;
+  /** `FramedConnectionHandler.onClose`. */
+  onClose(): void {
     this.#unwatch?.();
     this.#unwatch = null;
     this.#authTimer?.cancel();
     this.#authTimer = null;
     this.#revocationTimer?.cancel();
     this.#revocationTimer = null;
-    this.#ended = true;
-    this.#stopping = true;
-    this.#cancelReadTimer();
-    this.#decoder.clear();
-    this.#pendingWrites = [];
-    this.#abort.abort();
     this.#onClosed(this);
   }
 
-  /** Starts every complete buffered frame the limits allow, then sets reading and the timer. */
-  #pump(): void {
-    while (this.#mayStart()) {
-      let frame: Uint8Array | null;
-      try {
-        frame = this.#decoder.next();
-      } catch (error) {
-        if (error instanceof FrameLengthError) return this.#refuseFrame(error);
-        throw error;
-      }
-      if (frame === null) break;
-      this.#cancelReadTimer();
-      this.#startRequest(frame);
-    }
-    this.#updateReading();
-  }
-
-  /** True if the next complete frame may be started now (and so reading may go on). */
-  #mayStart(): boolean {
-    return (
-      !this.#stopping &&
-      !this.#writeBlocked &&
-      this.#inFlight < this.#settings.maxInFlightRequests &&
-      this.#inFlightBytes < this.#settings.maxInFlightBytes
-    );
-  }
-
-  #updateReading(): void {
-    if (this.#closed) return;
-    const reading = this.#mayStart();
-    if (reading && this.#paused) {
-      this.#paused = false;
-      this.#socket.resume();
-    } else if (!reading && !this.#paused) {
-      this.#paused = true;
-      this.#socket.pause();
-    }
-    if (reading && this.#decoder.bufferedBytes > 0) {
-      this.#readTimer ??= this.#settings.clock.setTimer(this.#settings.readTimeoutMs, () =>
-        this.#onReadTimeout(),
-      );
-    } else {
-      this.#cancelReadTimer();
-    }
-  }
-
-  #cancelReadTimer(): void {
-    this.#readTimer?.cancel();
-    this.#readTimer = null;
-  }
-
-  #onReadTimeout(): void {
-    this.#readTimer = null;
-    if (this.#closed) return;
-    this.#settings.refusals.refuse("tcp.read_timeout", {
-      remote: this.#socket.remoteAddress,
-      buffered_bytes: this.#decoder.bufferedBytes,
-      read_timeout_ms: this.#settings.readTimeoutMs,
-    });
-    this.destroy("read timeout inside a frame");
-  }
-
   /**
-   * A frame whose `length` is out of range: the stream cannot be resynchronised, so the connection
-   * closes. If the length is too large and the rest of the header is already here, the client is
-   * told why (`request_too_large` with its correlation id) before the close.
+   * `FramedConnectionHandler.onFrameLengthError`: the stream cannot be resynchronised, so the
+   * connection closes. If the length is too large and the rest of the header is already here,
+   * the client is told why (`request_too_large` with its correlation id) before the close.
    */
-  #refuseFrame(error: FrameLengthError): void {
+  onFrameLengthError(error: FrameLengthError): void {
+    const core = this.#core;
     this.#settings.refusals.refuse("tcp.frame_refused", {
-      remote: this.#socket.remoteAddress,
+      remote: core.remoteAddress,
       length: error.length,
-      max_request_bytes: this.#decoder.lengthMax,
+      max_request_bytes: core.decoder.lengthMax,
       error: error.message,
     });
     const header = error.tooLarge
-      ? this.#decoder.peekBytes(frameLengthBytes + requestLengthMin)
+      ? core.decoder.peekBytes(frameLengthBytes + requestLengthMin)
       : null;
-    this.#decoder.clear();
-    this.#stopping = true;
-    this.#cancelReadTimer();
     const view =
       header === null ? null : new DataView(header.buffer, header.byteOffset, header.byteLength);
     // Only a header naming one of our apis is answered: bytes of HTTP or TLS get a plain close.
-    if (view === null || !isSupportedApi(view.getUint16(4), view.getUint16(6)))
+    if (view === null || !isSupportedApi(view.getUint16(4), view.getUint16(6))) {
+      core.stopReading();
       return this.destroy("frame length out of range");
+    }
     const correlationId = view.getUint32(8);
-    this.#abort.abort();
-    this.#pendingWrites.push(
-      encodeErrorResponse(correlationId, Errors.requestTooLarge, error.message),
-    );
-    this.#flush();
-    this.#end();
+    core.stopReading();
+    core.send(encodeErrorResponse(correlationId, Errors.requestTooLarge, error.message));
+    core.flush();
+    core.end();
   }
 
-  #startRequest(frame: Uint8Array): void {
-    const { api, version, correlationId, body } = decodeRequestHeader(frame);
+  /** `FramedConnectionHandler.onFrame`: starts the request the frame carries. */
+  onFrame(frame: Uint8Array): void {
+    // The header is read in place (no header object per request); a frame is at least 8 bytes.
+    const api = (frame[0] << 8) | frame[1];
+    const version = (frame[2] << 8) | frame[3];
+    const correlationId = ((frame[4] << 24) | (frame[5] << 16) | (frame[6] << 8) | frame[7]) >>> 0;
     const spec = supportedApi(api, version);
     // A replica fetch (cluster mode) carries the broker credential, checked per request; the
     // connection keeps no principal. A refused one is answered and closes the connection.
@@ -517,10 +394,10 @@ class Connection {
     if (replica && this.#authTimer !== null) {
       this.#authTimer.cancel();
       this.#authTimer = null;
-      this.#decoder.lengthMax = this.#settings.maxRequestBytes;
+      this.#core.decoder.lengthMax = this.#settings.maxRequestBytes;
     }
     if (spec === undefined) {
-      this.#respond(
+      this.#core.send(
         encodeErrorResponse(
           correlationId,
           Errors.unsupportedApi,
@@ -529,34 +406,34 @@ class Connection {
       );
       return;
     }
-    let response: Promise<Response>;
+    let response: Promise<Answer>;
     let costBytes = frame.length;
     try {
       // The api's row decodes the body and calls the broker synchronously; `answerBytes` is the
       // size its answer may reach beyond the request (a fetch's `max_bytes`).
-      const served = spec.serve(body, correlationId, this.#api, version);
+      const served = spec.serve(
+        frame.subarray(requestLengthMin),
+        correlationId,
+        this.#api,
+        version,
+      );
       response = served.response;
       costBytes += served.answerBytes ?? 0;
     } catch (error) {
       response = Promise.reject(error);
     }
     // A refused Authenticate: its answer is the last thing this connection sends.
-    if (spec === authenticateApi && this.#principal?.kind !== "key") this.#stopAfterAnswers();
-    this.#inFlight++;
-    this.#inFlightBytes += costBytes;
-    response
-      .catch((error: unknown) => {
+    if (spec === authenticateApi && this.#principal?.kind !== "key") this.#core.stopAfterAnswers();
+    const core = this.#core;
+    const pending = core.begin(costBytes);
+    response.then(
+      (bytes) => core.finish(pending, bytes),
+      (error: unknown) => {
         if (replica && error instanceof BrokerError && error.kind === Errors.unauthenticated)
-          this.#stopAfterAnswers();
-        return this.#errorResponse(spec, correlationId, error);
-      })
-      .then((bytes) => {
-        this.#inFlight--;
-        this.#inFlightBytes -= costBytes;
-        this.#respond(bytes);
-        this.#pump();
-        this.#endIfDrained();
-      });
+          core.stopAfterAnswers();
+        core.finish(pending, this.#errorResponse(spec, correlationId, error));
+      },
+    );
   }
 
   /**
@@ -567,7 +444,7 @@ class Connection {
   #refuseUnauthenticated(correlationId: number): void {
     let error: unknown;
     try {
-      this.#settings.access!.authenticate(undefined, this.#socket.remoteAddress, "tcp");
+      this.#settings.access!.authenticate(undefined, this.#core.remoteAddress, "tcp");
     } catch (refused) {
       error = refused;
     }
@@ -576,64 +453,20 @@ class Connection {
       error = new BrokerError(Errors.internal, internalMessage);
     }
     const refusal = error as BrokerError;
-    this.#respond(encodeErrorResponse(correlationId, refusal.kind, refusal.message));
-    this.#stopAfterAnswers();
-    this.#endIfDrained();
-  }
-
-  /** Starts no more frames, reads nothing more, and ends the connection once what is in flight is answered. */
-  #stopAfterAnswers(): void {
-    this.#stopping = true;
-    this.#decoder.clear();
-    this.#cancelReadTimer();
-    this.#updateReading();
+    this.#core.send(encodeErrorResponse(correlationId, refusal.kind, refusal.message));
+    this.#core.stopAfterAnswers();
+    this.#core.endIfDrained();
   }
 
   #errorResponse(api: ApiSpec, correlationId: number, error: unknown): Uint8Array {
     if (error instanceof BrokerError)
       return encodeErrorResponse(correlationId, error.kind, error.message, error.details);
     this.#settings.logger.log("error", "tcp.internal_error", {
-      remote: this.#socket.remoteAddress,
+      remote: this.#core.remoteAddress,
       api: api.name,
       error: errorMessage(error),
       stack: errorStack(error),
     });
     return encodeErrorResponse(correlationId, Errors.internal, internalMessage);
-  }
-
-  /** Queues a response; responses queued in the same microtask turn are written together. */
-  #respond(response: Response): void {
-    if (this.#ended) return;
-    if (response instanceof Uint8Array) this.#pendingWrites.push(response);
-    else for (const chunk of response) if (chunk.length > 0) this.#pendingWrites.push(chunk);
-    if (this.#flushScheduled) return;
-    this.#flushScheduled = true;
-    // A resolved promise rather than queueMicrotask: Node wraps every queueMicrotask callback in an
-    // async-hooks scope (`runInAsyncScope`), ~1 % of the broker's time at 64 producers.
-    void resolved.then(() => {
-      this.#flushScheduled = false;
-      this.#flush();
-      this.#updateReading();
-    });
-  }
-
-  #flush(): void {
-    if (this.#ended || this.#pendingWrites.length === 0) return;
-    const chunks = this.#pendingWrites;
-    this.#pendingWrites = [];
-    if (!this.#socket.write(chunks)) this.#writeBlocked = true;
-  }
-
-  /** During shutdown: once nothing is in flight, flush and end. */
-  #endIfDrained(): void {
-    if (!this.#stopping || this.#ended || this.#inFlight > 0) return;
-    this.#flush();
-    this.#end();
-  }
-
-  #end(): void {
-    if (this.#ended) return;
-    this.#ended = true;
-    this.#socket.end();
   }
 }

@@ -1,0 +1,118 @@
+/**
+ * The byte cursors both binary protocols' codecs build on: the TCP protocol's
+ * {@link WireReader}/{@link WireWriter} (`wire.ts`) and the Kafka listener's
+ * `KafkaReader`/`KafkaWriter` (`kafka/wire.ts`). A reader never reads past the bytes it was given
+ * and checks every length against the bytes present before using it; each protocol says what a
+ * short or malformed field throws ({@link ByteReader.shortField}). A writer grows its buffer by
+ * doubling.
+ */
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** Reads fields in order from one byte range; positions are relative to its start. */
+export abstract class ByteReader {
+  protected readonly bytesRead: Uint8Array;
+  protected readonly view: DataView;
+  protected pos = 0;
+
+  /**
+   * @param bytes the range to read (a view; not copied).
+   * @param context what is decoded, for messages, e.g. `"Produce request"`.
+   */
+  constructor(
+    bytes: Uint8Array,
+    readonly context: string,
+  ) {
+    this.bytesRead = bytes;
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  /** Bytes not yet read. */
+  get remainingBytes(): number {
+    return this.bytesRead.length - this.pos;
+  }
+
+  /** Bytes read so far. */
+  get position(): number {
+    return this.pos;
+  }
+
+  /** The protocol's error for `field` that needs `bytes` bytes where fewer remain. */
+  protected abstract shortField(field: string, bytes: number): Error;
+
+  /** The protocol's error for `field` that is not valid UTF-8. */
+  protected abstract invalidUtf8(field: string): Error;
+
+  /** Consumes `bytes` bytes of `field` and returns where they start. @throws {@link shortField} if fewer remain. */
+  protected need(field: string, bytes: number): number {
+    if (this.remainingBytes < bytes) throw this.shortField(field, bytes);
+    const at = this.pos;
+    this.pos = at + bytes;
+    return at;
+  }
+
+  /** Consumes `length` bytes of `field` as a view (no copy). */
+  protected take(field: string, length: number): Uint8Array {
+    const at = this.need(field, length);
+    return this.bytesRead.subarray(at, at + length);
+  }
+
+  /** Consumes `length` bytes of `field` as strict UTF-8. */
+  protected utf8(field: string, length: number): string {
+    const bytes = this.take(field, length);
+    try {
+      return strictUtf8.decode(bytes);
+    } catch {
+      throw this.invalidUtf8(field);
+    }
+  }
+}
+
+/** Writes fields into a buffer that grows by doubling. */
+export class ByteWriter {
+  protected buf: Uint8Array;
+  protected view: DataView;
+  protected pos = 0;
+
+  /** @param capacityBytes initial size; pass the exact size when it is known to avoid copies. */
+  constructor(capacityBytes = 256) {
+    this.buf = new Uint8Array(Math.max(16, capacityBytes));
+    this.view = new DataView(this.buf.buffer);
+  }
+
+  /** Bytes written so far. */
+  get position(): number {
+    return this.pos;
+  }
+
+  /**
+   * Makes room for `bytes` more and returns where they go. It may replace `buf` and `view`:
+   * callers read those only after it returns (`this.view.setX(this.reserve(n), …)` would take the
+   * old view before the call and write into the discarded buffer).
+   */
+  protected reserve(bytes: number): number {
+    const at = this.pos;
+    if (at + bytes > this.buf.length) {
+      let capacity = this.buf.length * 2;
+      while (capacity < at + bytes) capacity *= 2;
+      const next = new Uint8Array(capacity);
+      next.set(this.buf.subarray(0, at));
+      this.buf = next;
+      this.view = new DataView(next.buffer);
+    }
+    this.pos = at + bytes;
+    return at;
+  }
+
+  /** Copies `bytes` in, with no length. */
+  protected copyIn(bytes: Uint8Array): this {
+    const at = this.reserve(bytes.length);
+    this.buf.set(bytes, at);
+    return this;
+  }
+
+  /** The bytes written (a view of the internal buffer; write nothing more after taking it). */
+  finish(): Uint8Array {
+    return this.buf.subarray(0, this.pos);
+  }
+}
