@@ -13,9 +13,11 @@
 import * as fs from "node:fs";
 import * as http from "node:http";
 import * as https from "node:https";
+import * as net from "node:net";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
 import { TcpClient } from "../src/client/client.ts";
+import { encodeProduceRequest } from "../src/protocol/apis/produce.ts";
 import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
 import { Http1Connection, postRequest } from "./clients/http1.ts";
 import { NatsConnection } from "./clients/nats.ts";
@@ -352,8 +354,67 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
         close: async () => agent.destroy(),
       };
     }
+    case "loopback": {
+      const conns = await Promise.all(
+        Array.from({ length: producers }, () => LoopbackConnection.connect(target)),
+      );
+      const entries = entryBatch(batch, value);
+      const frames = Array.from({ length: partitions }, (_, partition) =>
+        Buffer.from(encodeProduceRequest(1, { topic: target.topic, batch: entries, partition })),
+      );
+      return {
+        send: (p, partition) => conns[p].roundTrip(frames[partition]),
+        close: async () => conns.forEach((c) => c.close()),
+      };
+    }
     case "limit":
       throw new Error("the limit loop has no producers");
+  }
+}
+
+/**
+ * One connection to the loopback ceiling's server: writes a frame, resolves once the 30-byte
+ * answer has arrived. As little work per round trip as a client can do.
+ */
+class LoopbackConnection {
+  readonly #socket: net.Socket;
+  #waiting = 0;
+  #done: (() => void) | null = null;
+
+  private constructor(socket: net.Socket) {
+    this.#socket = socket;
+    socket.on("data", (chunk: Buffer) => {
+      this.#waiting -= chunk.length;
+      if (this.#waiting <= 0 && this.#done !== null) {
+        const done = this.#done;
+        this.#done = null;
+        done();
+      }
+    });
+  }
+
+  static connect(target: { host: string; port: number }): Promise<LoopbackConnection> {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect({ host: target.host, port: target.port, noDelay: true });
+      socket.once("error", reject);
+      socket.once("connect", () => {
+        socket.off("error", reject);
+        socket.on("error", () => {});
+        resolve(new LoopbackConnection(socket));
+      });
+    });
+  }
+
+  roundTrip(frame: Buffer): Promise<void> {
+    return new Promise((resolve) => {
+      this.#waiting = 30;
+      this.#done = resolve;
+      this.#socket.write(frame);
+    });
+  }
+
+  close(): void {
+    this.#socket.destroy();
   }
 }
 

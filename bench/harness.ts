@@ -57,6 +57,7 @@ import {
   startDurableStreams,
   startEsBroker,
   startNats,
+  startLoopback,
   startRedis,
   type EsBroker,
   type PeerServer,
@@ -68,7 +69,7 @@ import { fanoutPoints, httpTables, httpTargets, runtimePoints } from "./http-cas
 import type { GeneratorResult, GeneratorSpec, LatencySummary, Target } from "./spec.ts";
 
 /** Systems a case can run against. */
-export type SystemName = "es-broker" | "limit" | "redis" | "nats" | "ds";
+export type SystemName = "es-broker" | "limit" | "loopback" | "redis" | "nats" | "ds";
 /** How the load reaches the system. */
 export type Transport =
   | "tcp"
@@ -184,6 +185,8 @@ export interface Env {
   dataRoot: string;
   settings: Settings;
   es: EsBroker;
+  /** The loopback ceiling's bare socket server (`bench/loopback-server.mjs`). */
+  loopback: PeerServer;
   redis: PeerServer | null;
   nats: PeerServer | null;
   ds: PeerServer | null;
@@ -465,6 +468,15 @@ export async function runCase(
         target = { kind: "limit", dir };
         break;
       }
+      case "loopback": {
+        target = {
+          kind: "loopback",
+          host: env.loopback.host,
+          port: env.loopback.port,
+          topic: name,
+        };
+        break;
+      }
       case "redis": {
         const redis = env.redis!;
         target = { kind: "redis", host: redis.host, port: redis.port, key: name };
@@ -558,6 +570,7 @@ export async function runCase(
 export function serverPid(env: Env, system: SystemName): number | undefined {
   if (system === "es-broker") return env.es.pid;
   if (system === "redis") return env.redis?.pid;
+  if (system === "loopback") return env.loopback.pid;
   if (system === "nats") return env.nats?.pid;
   if (system === "ds") return env.ds?.pid;
   return undefined;
@@ -664,11 +677,47 @@ async function limitPoint(env: Env, batch: number, producers: number): Promise<v
   );
 }
 
+/**
+ * The loopback ceiling for `batch` records from one producer, measured right before the cases it
+ * is compared with: the same Produce frames es-broker gets, from the same load generator, through
+ * a bare socket round trip to a server that stores nothing and answers each frame with a
+ * 30-byte Produce response (`bench/loopback-server.mjs`). What one closed-loop connection can
+ * move on this machine with no broker at all.
+ */
+async function loopbackPoint(env: Env, batch: number): Promise<void> {
+  const s = env.settings;
+  await runCase(
+    env,
+    {
+      key: `loopback b=${batch} P=1`,
+      group: "produce",
+      system: "loopback",
+      transport: "tcp",
+      batch,
+      producers: 1,
+      partitions: 1,
+    },
+    (target) => ({
+      mode: "produce",
+      target,
+      batch,
+      producers: 1,
+      partitions: 1,
+      valueBytes,
+      warmupMs: s.warmupMs,
+      measureMs: s.measureMs,
+      minRequests: s.minRequests,
+      serverPid: serverPid(env, "loopback"),
+    }),
+  );
+}
+
 async function runAll(env: Env): Promise<void> {
   const s = env.settings;
   for (const batch of batches) {
     for (const producers of producerCounts) {
       await limitPoint(env, batch, producers);
+      if (producers === 1) await loopbackPoint(env, batch);
       for (const partitions of partitionCounts)
         await producePoint(env, batch, producers, partitions, everySystem);
     }
@@ -1398,7 +1447,9 @@ export function markdownTables(report: BenchReport): string {
   lines.push("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
   const keys = [
     ...new Set(
-      results.filter((c) => c.group === "produce" && c.system !== "limit").map((c) => c.key),
+      results
+        .filter((c) => c.group === "produce" && c.system !== "limit" && c.system !== "loopback")
+        .map((c) => c.key),
     ),
   ];
   for (const key of keys) {
@@ -1639,6 +1690,67 @@ export function evaluateTargets(results: CaseResult[]): TargetResult[] {
       { label: "soak last quarter ÷ second quarter", value: growth, ok: (v) => v <= 1.1 },
     ],
   );
+  // Issue #22, the TCP request path: small requests against Redis in the same run, large batches
+  // against the loopback ceiling, fetch throughput.
+  const redis = (key: string) => find(results, key, "redis");
+  const cpu = (c: CaseResult | undefined) => c?.serverCpuUsPerRecord ?? null;
+  const p64Cpu = cpu(tcp(p64b1));
+  const p64RedisCpu = cpu(redis(p64b1));
+  add("#22: 64 × 1 over TCP ≥ 1.0× Redis, broker CPU per record ≤ Redis's", [
+    { label: "÷ redis", value: ratio(tcp(p64b1), redis(p64b1)), ok: (v) => v >= 1 },
+    {
+      label: "CPU/record ÷ redis",
+      value: p64Cpu !== null && p64RedisCpu ? p64Cpu / p64RedisCpu : null,
+      ok: (v) => v <= 1,
+    },
+  ]);
+  add("#22: 1 × 1 over TCP ≥ 1.0× Redis, ≥ 0.7× the in-process fdatasync limit", [
+    { label: "÷ redis", value: ratio(tcp(p1b1), redis(p1b1)), ok: (v) => v >= 1 },
+    {
+      label: "÷ limit",
+      value: ratio(tcp(p1b1), find(results, "limit b=1 P=1", "limit")),
+      ok: (v) => v >= 0.7,
+    },
+  ]);
+  const p8b10Key = "produce b=10 P=8 parts=1";
+  const redis8 = redis(p8b10Key);
+  add("#22: p99 at 8 × 10 over TCP ≤ Redis's p99", [
+    {
+      label: "p99 ÷ redis p99",
+      value:
+        p8b10 && redis8 && redis8.latencyMs.p99 > 0
+          ? p8b10.latencyMs.p99 / redis8.latencyMs.p99
+          : null,
+      ok: (v) => v <= 1,
+    },
+  ]);
+  const p1b1000 = tcp("produce b=1000 P=1 parts=1");
+  const loopback1000 = find(results, "loopback b=1000 P=1", "loopback");
+  const limit1000 = find(results, "limit b=1000 P=1", "limit");
+  // One request in flight: a round trip and a write + fdatasync cannot overlap, so the fastest a
+  // durable broker can be is both one after the other (shown next to the target, not part of it).
+  const serial =
+    loopback1000 && limit1000 && loopback1000.recordsPerSec > 0 && limit1000.recordsPerSec > 0
+      ? 1 / (1 / loopback1000.recordsPerSec + 1 / limit1000.recordsPerSec)
+      : null;
+  add("#22: 1 × 1000 over TCP ≥ 0.8× the loopback ceiling", [
+    { label: "÷ loopback", value: ratio(p1b1000, loopback1000), ok: (v) => v >= 0.8 },
+  ]);
+  add("#22 (context): 1 × 1000 over TCP ÷ loopback and fdatasync limit one after the other", [
+    {
+      label: "÷ serial bound",
+      value: p1b1000 && serial ? p1b1000.recordsPerSec / serial : null,
+      ok: () => true,
+    },
+  ]);
+  add("#22: consumer fetch over TCP from the page cache ≥ 1.5 M records/s (1 consumer)", [
+    {
+      label: "1 consumer",
+      value: fetch?.recordsPerSec ?? null,
+      ok: (v) => v >= 1.5e6,
+      unit: "records/s",
+    },
+  ]);
   const auth = authSummary(results);
   const keyed = (label: string) => {
     const plain = auth.find((a) => a.label === label && a.variant === "plain");
@@ -1789,6 +1901,8 @@ export async function main(
         return null;
       }
     };
+    const loopback = await startLoopback(paths.root);
+    servers.push(loopback);
     const redis = await startPeer("redis");
     const nats = await startPeer("nats");
     const ds = await startPeer("ds");
@@ -1802,6 +1916,7 @@ export async function main(
       dataRoot,
       settings,
       es,
+      loopback,
       redis,
       nats,
       ds,

@@ -371,3 +371,31 @@ export async function startDurableStreams(root: string, dataDir: string): Promis
   const u = new URL(url);
   return { ...server, host: u.hostname, port: Number(u.port), url };
 }
+
+/** The loopback ceiling's bare socket server (`bench/loopback-server.mjs`): no broker, nothing stored. */
+export async function startLoopback(root: string): Promise<PeerServer> {
+  const proc = spawn(process.execPath, [join(root, "bench/loopback-server.mjs")], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const server = track("loopback", proc, `node ${process.versions.node} net`);
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`loopback server did not start:\n${server.output()}`)),
+      10_000,
+    );
+    let out = "";
+    proc.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      const m = /listening: (\d+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[1]));
+      }
+    });
+    void server.exited.then(() => {
+      clearTimeout(timer);
+      reject(new Error(`loopback server exited:\n${server.output()}`));
+    });
+  });
+  return { ...server, host: "127.0.0.1", port };
+}

@@ -28,6 +28,12 @@ export type Target =
   | { kind: "nats"; host: string; port: number; stream: string }
   /** Durable Streams server: partition p is the stream `/v1/stream/${stream}-${p}`, a request is one JSON array. */
   | { kind: "ds"; url: string; stream: string }
+  /**
+   * The loopback ceiling (`bench/loopback-server.mjs`): the Produce frames es-broker would get
+   * (`topic` names them), over a bare socket to a server that answers each with a fixed
+   * Produce response and stores nothing.
+   */
+  | { kind: "loopback"; host: string; port: number; topic: string }
   /** The disk limit: one in-process loop, one write + one fdatasync per batch, in `dir`. */
   | { kind: "limit"; dir: string };
 

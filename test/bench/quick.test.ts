@@ -24,7 +24,10 @@ import { tempDir } from "../helpers/tmp.ts";
 const root = resolve(import.meta.dirname, "../..");
 
 /** The case ids the quick run must report for each system (es-broker: the full matrix; peers: the quick points). */
-function expectedIds(): Record<"es-broker" | "limit" | "redis" | "nats" | "ds", string[]> {
+function expectedIds(): Record<
+  "es-broker" | "limit" | "loopback" | "redis" | "nats" | "ds",
+  string[]
+> {
   const produce: string[] = [];
   const peerProduce: string[] = [];
   const point = (b: number, p: number, parts: number) => {
@@ -68,6 +71,8 @@ function expectedIds(): Record<"es-broker" | "limit" | "redis" | "nats" | "ds", 
       ),
       "limit b=100 P=50 limit/in-process",
     ],
+    // The loopback ceiling (a bare socket round trip, no broker), next to each one-producer case.
+    loopback: [1, 10, 100, 1000].map((b) => `loopback b=${b} P=1 loopback/tcp`),
     redis: [
       ...peerProduce.map((k) => `${k} redis/resp`),
       ...fetch.map((k) => `${k} redis/resp`),
@@ -207,7 +212,7 @@ describe("benchmark harness, quick run", () => {
 
       // Every target of the issue is evaluated: met or not, or null where it needs a peer figure
       // (quick runs measure peers at fewer points).
-      expect(report.targets).toHaveLength(14);
+      expect(report.targets).toHaveLength(20);
       for (const t of report.targets) {
         if (!/Redis|Durable Streams/.test(t.name)) expect(t.met, t.name).not.toBeNull();
       }
