@@ -68,16 +68,48 @@ export abstract class ByteReader {
   }
 }
 
-/** Writes fields into a buffer that grows by doubling. */
+/**
+ * Writers of at most this many bytes take their buffer from a shared slab instead of a buffer
+ * of their own: one allocation per {@link slabBytes} of small frames (a Produce answer, a
+ * one-record request) instead of one per frame. Every slice is handed out once and never
+ * reused; a slab is freed once no frame cut from it is alive.
+ */
+const slabbedBytesMax = 1024;
+/** Size of one slab. */
+const slabBytes = 16 * 1024;
+let slab = new ArrayBuffer(slabBytes);
+let slabView = new DataView(slab);
+let slabUsed = 0;
+
+/**
+ * Writes fields into a buffer that grows by doubling. `view` covers more than `buf`: the field at
+ * `buf[at]` is at `view` offset `base + at`.
+ */
 export class ByteWriter {
   protected buf: Uint8Array;
   protected view: DataView;
+  /** Offset of `buf[0]` in `view`. */
+  protected base: number;
   protected pos = 0;
 
   /** @param capacityBytes initial size; pass the exact size when it is known to avoid copies. */
   constructor(capacityBytes = 256) {
-    this.buf = new Uint8Array(Math.max(16, capacityBytes));
-    this.view = new DataView(this.buf.buffer);
+    const capacity = Math.max(16, capacityBytes);
+    if (capacity <= slabbedBytesMax) {
+      if (slabUsed + capacity > slabBytes) {
+        slab = new ArrayBuffer(slabBytes);
+        slabView = new DataView(slab);
+        slabUsed = 0;
+      }
+      this.buf = new Uint8Array(slab, slabUsed, capacity);
+      this.view = slabView;
+      this.base = slabUsed;
+      slabUsed += (capacity + 7) & ~7;
+    } else {
+      this.buf = new Uint8Array(capacity);
+      this.view = new DataView(this.buf.buffer);
+      this.base = 0;
+    }
   }
 
   /** Bytes written so far. */
@@ -86,9 +118,9 @@ export class ByteWriter {
   }
 
   /**
-   * Makes room for `bytes` more and returns where they go. It may replace `buf` and `view`:
-   * callers read those only after it returns (`this.view.setX(this.reserve(n), …)` would take the
-   * old view before the call and write into the discarded buffer).
+   * Makes room for `bytes` more and returns where they go in `buf` (at `base +` that in `view`).
+   * It may replace `buf`, `view` and `base`: callers read those only after it returns
+   * (`this.view.setX(this.base + this.reserve(n), …)` would take the old ones before the call).
    */
   protected reserve(bytes: number): number {
     const at = this.pos;
@@ -99,6 +131,7 @@ export class ByteWriter {
       next.set(this.buf.subarray(0, at));
       this.buf = next;
       this.view = new DataView(next.buffer);
+      this.base = 0;
     }
     this.pos = at + bytes;
     return at;
@@ -111,7 +144,10 @@ export class ByteWriter {
     return this;
   }
 
-  /** The bytes written (a view of the internal buffer; write nothing more after taking it). */
+  /**
+   * The bytes written: a view of the internal buffer, which may be a slice of a shared slab
+   * (so its `byteOffset` need not be 0). Write nothing more after taking it.
+   */
   finish(): Uint8Array {
     return this.buf.subarray(0, this.pos);
   }

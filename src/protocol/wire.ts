@@ -155,7 +155,7 @@ export class WireWriter extends ByteWriter {
   u8(value: number): this {
     checkInt(value, 0, 0xff, "u8");
     const at = this.reserve(1);
-    this.view.setUint8(at, value);
+    this.view.setUint8(this.base + at, value);
     return this;
   }
 
@@ -163,7 +163,7 @@ export class WireWriter extends ByteWriter {
   u16(value: number): this {
     checkInt(value, 0, 0xffff, "u16");
     const at = this.reserve(2);
-    this.view.setUint16(at, value);
+    this.view.setUint16(this.base + at, value);
     return this;
   }
 
@@ -171,7 +171,7 @@ export class WireWriter extends ByteWriter {
   u32(value: number): this {
     checkInt(value, 0, 0xffff_ffff, "u32");
     const at = this.reserve(4);
-    this.view.setUint32(at, value);
+    this.view.setUint32(this.base + at, value);
     return this;
   }
 
@@ -179,7 +179,7 @@ export class WireWriter extends ByteWriter {
   i32(value: number): this {
     checkInt(value, -0x8000_0000, 0x7fff_ffff, "i32");
     const at = this.reserve(4);
-    this.view.setInt32(at, value);
+    this.view.setInt32(this.base + at, value);
     return this;
   }
 
@@ -187,8 +187,8 @@ export class WireWriter extends ByteWriter {
   u64(value: number): this {
     checkInt(value, 0, offsetMax, "u64");
     const at = this.reserve(8);
-    this.view.setUint32(at, Math.floor(value / 0x1_0000_0000));
-    this.view.setUint32(at + 4, value >>> 0);
+    this.view.setUint32(this.base + at, Math.floor(value / 0x1_0000_0000));
+    this.view.setUint32(this.base + at + 4, value >>> 0);
     return this;
   }
 
@@ -219,7 +219,7 @@ export class WireWriter extends ByteWriter {
     checkInt(value, 0, 0xffff_ffff, "u32");
     if (position + 4 > this.pos)
       throw new RangeError(`patch at ${position} is past the written bytes`);
-    this.view.setUint32(position, value);
+    this.view.setUint32(this.base + position, value);
     return this;
   }
 }

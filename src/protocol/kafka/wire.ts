@@ -171,19 +171,19 @@ export class KafkaWriter extends ByteWriter {
 
   int8(v: number): this {
     const at = this.reserve(1);
-    this.view.setInt8(at, v);
+    this.view.setInt8(this.base + at, v);
     return this;
   }
 
   int16(v: number): this {
     const at = this.reserve(2);
-    this.view.setInt16(at, v);
+    this.view.setInt16(this.base + at, v);
     return this;
   }
 
   int32(v: number): this {
     const at = this.reserve(4);
-    this.view.setInt32(at, v);
+    this.view.setInt32(this.base + at, v);
     return this;
   }
 
@@ -191,7 +191,7 @@ export class KafkaWriter extends ByteWriter {
   int64(v: number): this {
     const at = this.reserve(8);
     // The view is read after #reserve, which may have replaced the buffer.
-    this.view.setBigInt64(at, BigInt(v));
+    this.view.setBigInt64(this.base + at, BigInt(v));
     return this;
   }
 
@@ -228,7 +228,7 @@ export class KafkaWriter extends ByteWriter {
 
   /** Overwrites an int32 at `position` (a size field written before its contents were known). */
   patchInt32(position: number, v: number): this {
-    this.view.setInt32(position, v);
+    this.view.setInt32(this.base + position, v);
     return this;
   }
 }
