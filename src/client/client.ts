@@ -1,8 +1,8 @@
 /**
  * A TypeScript client for the es-broker TCP protocol (`docs/protocol.md`) over `node:net`.
  *
- * One connection, many requests in flight: every call writes its frame at once (calls in the same
- * tick go out in one write) and is matched to its response by correlation id, so answers may
+ * One connection, many requests in flight: every call queues its frame, the frames of one
+ * microtask turn go out in one write, and each is matched to its response by correlation id, so answers may
  * arrive in any order. Two produce calls to one partition made in order are appended in order
  * (the server starts requests in frame order).
  *
@@ -17,7 +17,6 @@
  */
 import * as net from "node:net";
 import * as tls from "node:tls";
-import process from "node:process";
 import { BrokerError } from "../broker/errors.ts";
 import type {
   CommitOffsetsRequest,
@@ -288,8 +287,13 @@ interface Pending {
   decodeChunks?: (body: readonly Uint8Array[]) => unknown;
   resolve(value: unknown): void;
   reject(error: ClientError): void;
-  timer: ReturnType<typeof setTimeout>;
+  /** When it times out (`performance.now()`, ms). */
+  deadline: number;
+  /** Its time limit, in ms, for the message. */
+  timeoutMs: number;
 }
+
+const resolved = Promise.resolve();
 
 /** A connection to one broker's TCP port. Create with {@link TcpClient.connect}. */
 export class TcpClient {
@@ -306,7 +310,12 @@ export class TcpClient {
   #answered = false;
   /** True until the first bytes arrive on a connection made without TLS (see {@link #onData}). */
   #plainUnread: boolean;
-  #corked = false;
+  /** Frames of this turn not yet written (see {@link #write}). */
+  #out: Uint8Array[] = [];
+  readonly #flushTurn = (): void => this.#flush();
+  /** One timer for every pending request's time limit, due at `#sweepAt` (see {@link #sweep}). */
+  #sweepTimer: ReturnType<typeof setTimeout> | null = null;
+  #sweepAt = 0;
 
   private constructor(socket: net.Socket, options: TcpClientOptions) {
     this.#socket = socket;
@@ -613,35 +622,69 @@ export class TcpClient {
       return Promise.reject(error);
     }
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        if (!this.#pending.delete(id)) return;
-        this.#abandoned.add(id);
-        if (this.#abandoned.size > abandonedIdsMax)
-          this.#abandoned.delete(this.#abandoned.values().next().value!);
-        reject(ClientError.timeout(`Request ${id} got no answer within ${timeoutMs} ms`));
-      }, timeoutMs);
+      const deadline = performance.now() + timeoutMs;
       this.#pending.set(id, {
         decode,
         decodeChunks,
         resolve: resolve as (value: unknown) => void,
         reject,
-        timer,
+        deadline,
+        timeoutMs,
       });
+      if (this.#sweepTimer === null || deadline < this.#sweepAt) this.#armSweep(deadline);
       this.#write(frame);
     });
   }
 
-  /** Writes a frame; frames written in the same tick leave in one gathered write. */
-  #write(frame: Uint8Array): void {
-    if (!this.#corked) {
-      this.#corked = true;
-      this.#socket.cork();
-      process.nextTick(() => {
-        this.#corked = false;
-        this.#socket.uncork();
-      });
+  /** (Re)arms the one timer of the pending requests' time limits for `at` (`performance.now()`, ms). */
+  #armSweep(at: number): void {
+    if (this.#sweepTimer !== null) clearTimeout(this.#sweepTimer);
+    this.#sweepAt = at;
+    this.#sweepTimer = setTimeout(() => this.#sweep(), Math.max(0, at - performance.now()));
+  }
+
+  /**
+   * Rejects every request past its time limit with `timeout` (their late answers are dropped),
+   * then arms the timer for the next limit. One timer per connection rather than one per request:
+   * a request costs no timer to start or to clear.
+   */
+  #sweep(): void {
+    this.#sweepTimer = null;
+    const now = performance.now();
+    let next = Number.POSITIVE_INFINITY;
+    for (const [id, p] of this.#pending) {
+      if (p.deadline > now) {
+        if (p.deadline < next) next = p.deadline;
+        continue;
+      }
+      this.#pending.delete(id);
+      this.#abandoned.add(id);
+      if (this.#abandoned.size > abandonedIdsMax)
+        this.#abandoned.delete(this.#abandoned.values().next().value!);
+      p.reject(ClientError.timeout(`Request ${id} got no answer within ${p.timeoutMs} ms`));
     }
-    this.#socket.write(frame);
+    if (next !== Number.POSITIVE_INFINITY) this.#armSweep(next);
+  }
+
+  /** Queues a frame; the frames of one turn leave in one gathered write, in order. */
+  #write(frame: Uint8Array): void {
+    this.#out.push(frame);
+    if (this.#out.length === 1) void resolved.then(this.#flushTurn);
+  }
+
+  #flush(): void {
+    const out = this.#out;
+    if (out.length === 0) return;
+    this.#out = [];
+    if (this.#closedError) return;
+    const socket = this.#socket;
+    if (out.length === 1) {
+      socket.write(out[0]);
+      return;
+    }
+    socket.cork();
+    for (const frame of out) socket.write(frame);
+    socket.uncork();
   }
 
   #onData(chunk: Uint8Array): void {
@@ -701,7 +744,6 @@ export class TcpClient {
       return;
     }
     this.#pending.delete(header.correlationId);
-    clearTimeout(pending.timer);
     let body: Uint8Array | null = null;
     if (whole !== null) body = header.body;
     else if (header.error !== 0 || pending.decodeChunks === undefined) {
@@ -748,11 +790,10 @@ export class TcpClient {
     if (this.#closedError) return;
     this.#closedError = error;
     this.#decoder.clear();
+    if (this.#sweepTimer !== null) clearTimeout(this.#sweepTimer);
+    this.#sweepTimer = null;
     const pending = [...this.#pending.values()];
     this.#pending.clear();
-    for (const p of pending) {
-      clearTimeout(p.timer);
-      p.reject(error);
-    }
+    for (const p of pending) p.reject(error);
   }
 }
