@@ -16,7 +16,7 @@ import * as https from "node:https";
 import * as net from "node:net";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
-import { TcpClient } from "../src/client/client.ts";
+import { type FetchReader, TcpClient } from "../src/client/client.ts";
 import { encodeProduceRequest } from "../src/protocol/apis/produce.ts";
 import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
 import { Http1Connection, postRequest } from "./clients/http1.ts";
@@ -653,14 +653,26 @@ async function runFetch(spec: FetchSpec): Promise<GeneratorResult> {
       );
       cleanups.push(() => Promise.all(clients.map((c) => c.close())).then(() => {}));
       first = 0;
+      // Each consumer reads with the client's reader (one fetch ahead), started again at offset 0
+      // when it wraps around.
+      const readers: { reader: FetchReader; offset: number }[] = [];
       read = async (c, partition, offset) => {
-        const res = await clients[c].fetch({
-          topic: target.topic,
-          partition,
-          offset: offset as number,
-          maxRecords: spec.batch,
-          maxBytes: spec.batch * (spec.valueBytes + 64),
-        });
+        let r = readers[c];
+        if (r === undefined || r.offset !== offset) {
+          r?.reader.close();
+          r = readers[c] = {
+            offset: offset as number,
+            reader: clients[c].reader({
+              topic: target.topic,
+              partition,
+              offset: offset as number,
+              maxRecords: spec.batch,
+              maxBytes: spec.batch * (spec.valueBytes + 64),
+            }),
+          };
+        }
+        const res = await r.reader.next();
+        r.offset = res.nextOffset;
         // Look at every record as a consumer would: its offset (the preload left no gaps) and its value.
         let expected = offset as number;
         for (const record = res.cursor(); record.next(); expected++) {

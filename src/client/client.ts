@@ -148,6 +148,17 @@ export interface TcpClientOptions {
   tls?: tls.ConnectionOptions;
 }
 
+/** What {@link TcpClient.reader} returns: one partition read in order, one fetch ahead. */
+export interface FetchReader {
+  /**
+   * The next answer (records checked). Call it again only once the previous call has resolved.
+   * @throws ClientError as {@link TcpClient.fetch}.
+   */
+  next(): Promise<FetchResponse>;
+  /** Sends no more fetches (one already in flight is answered and dropped). */
+  close(): void;
+}
+
 /** Arguments of {@link TcpClient.fetch}: the broker's fetch request without the in-process abort signal. */
 export type FetchOptions = Omit<FetchRequest, "signal">;
 
@@ -243,6 +254,27 @@ function decodeFetchResponseChunks(
   return new CheckedFetchResponse(header, runs);
 }
 
+/**
+ * The `next_offset` of a Fetch success frame given as the chunks it arrived in (after `length`),
+ * or null if the frame is too short to hold it or it is above 2^53 − 1 (the full decode then
+ * says what is wrong).
+ */
+function fetchNextOffset(chunks: readonly Uint8Array[]): number | null {
+  const end = responseLengthMin + 24;
+  let head = chunks[0];
+  if (head.length < end) {
+    let total = 0;
+    for (const chunk of chunks) total += chunk.length;
+    if (total < end) return null;
+    head = joinChunks(chunks, end);
+  }
+  const at = responseLengthMin + 16;
+  const hi = ((head[at] << 24) | (head[at + 1] << 16) | (head[at + 2] << 8) | head[at + 3]) >>> 0;
+  const lo =
+    ((head[at + 4] << 24) | (head[at + 5] << 16) | (head[at + 6] << 8) | head[at + 7]) >>> 0;
+  return hi > 0x1f_ffff ? null : hi * 0x1_0000_0000 + lo;
+}
+
 /** `chunks` without their first `bytes` bytes (e.g. a frame's header), empty views left out. */
 function dropPrefix(chunks: readonly Uint8Array[], bytes: number): Uint8Array[] {
   const out: Uint8Array[] = [];
@@ -287,6 +319,11 @@ interface Pending {
   decodeChunks?: (body: readonly Uint8Array[]) => unknown;
   resolve(value: unknown): void;
   reject(error: ClientError): void;
+  /**
+   * Fetch only: called with the answer's `next_offset` as soon as a success frame has arrived,
+   * before its records are checked (what {@link FetchReader} sends its next fetch from).
+   */
+  onNextOffset?: (nextOffset: number) => void;
   /** When it times out (`performance.now()`, ms). */
   deadline: number;
   /** Its time limit, in ms, for the message. */
@@ -452,6 +489,49 @@ export class TcpClient {
    * @throws ClientError e.g. `offset_out_of_range`, `topic_not_found`, `invalid_response` for a record that fails its check.
    */
   fetch(request: FetchOptions): Promise<FetchResponse> {
+    return this.#fetch(request);
+  }
+
+  /**
+   * Reads one partition in order from `request.offset`, one fetch ahead: as soon as an answer has
+   * arrived, before its records are checked and handed out, the reader sends the fetch that
+   * follows it (from its `next_offset`), so the broker reads the next records while these are
+   * checked and consumed. Each {@link FetchReader.next} resolves to the next answer, checked as
+   * {@link fetch}'s are. `request.waitMs` applies to every fetch (a long-poll at the end of the
+   * partition).
+   */
+  reader(request: FetchOptions): FetchReader {
+    let stopped = false;
+    let ahead: Promise<FetchResponse> | null = null;
+    const issue = (offset: number): Promise<FetchResponse> => {
+      const answer = this.#fetch({ ...request, offset }, (nextOffset) => {
+        if (stopped || ahead !== null) return;
+        ahead = issue(nextOffset);
+        // Out now, not at the end of this turn: the records of this answer are checked next.
+        this.#flush();
+      });
+      // A fetch ahead that nobody asks for (the reader was closed) must not be an unhandled rejection.
+      answer.catch(() => {});
+      return answer;
+    };
+    let current = issue(request.offset);
+    return {
+      next: () =>
+        current.then((response) => {
+          current = ahead ?? issue(response.nextOffset);
+          ahead = null;
+          return response;
+        }),
+      close: () => {
+        stopped = true;
+      },
+    };
+  }
+
+  #fetch(
+    request: FetchOptions,
+    onNextOffset?: (nextOffset: number) => void,
+  ): Promise<FetchResponse> {
     return this.#call(
       (id) => encodeFetchRequest(id, request),
       (body): FetchResponse => {
@@ -464,6 +544,7 @@ export class TcpClient {
       },
       (request.waitMs ?? 0) + this.#timeoutMs,
       (chunks) => decodeFetchResponseChunks(chunks, request.offset),
+      onNextOffset,
     );
   }
 
@@ -608,6 +689,7 @@ export class TcpClient {
     decode: (body: Uint8Array) => T,
     timeoutMs = this.#timeoutMs,
     decodeChunks?: (body: readonly Uint8Array[]) => T,
+    onNextOffset?: (nextOffset: number) => void,
   ): Promise<T> {
     if (this.#closedError) return Promise.reject(this.#closedError);
     const id = this.#nextCorrelationId;
@@ -626,6 +708,7 @@ export class TcpClient {
       this.#pending.set(id, {
         decode,
         decodeChunks,
+        onNextOffset,
         resolve: resolve as (value: unknown) => void,
         reject,
         deadline,
@@ -744,6 +827,10 @@ export class TcpClient {
       return;
     }
     this.#pending.delete(header.correlationId);
+    if (header.error === 0 && pending.onNextOffset !== undefined) {
+      const nextOffset = fetchNextOffset(chunks);
+      if (nextOffset !== null) pending.onNextOffset(nextOffset);
+    }
     let body: Uint8Array | null = null;
     if (whole !== null) body = header.body;
     else if (header.error !== 0 || pending.decodeChunks === undefined) {

@@ -305,6 +305,49 @@ describe("TCP front door against LocalBroker", () => {
     expect(fetched.records.map((r) => str(r.value))).toEqual(["hello"]);
   });
 
+  it("reads a partition in order one fetch ahead: the next fetch goes out before the current answer is consumed", async () => {
+    const { dir } = tempDir("es-broker-tcp-");
+    const { broker: local } = await openTestBroker({
+      fs: new NodeFileSystem(),
+      dataDir: dir,
+      clock: realClock,
+    });
+    const fetchedOffsets: number[] = [];
+    const counting = new Proxy(local, {
+      get(target, key, receiver) {
+        if (key === "fetch")
+          return (request: Parameters<Broker["fetch"]>[0]) => {
+            fetchedOffsets.push(request.offset);
+            return target.fetch(request);
+          };
+        const value = Reflect.get(target, key, receiver);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    const { port } = await serve(counting);
+    const client = await connect(port);
+    await client.createTopic({ name: "ahead", partitions: 1 });
+    const values = Array.from({ length: 45 }, (_, i) => ({ value: `v${i}` }));
+    await client.produce("ahead", values, { partition: 0 });
+    const reader = client.reader({ topic: "ahead", partition: 0, offset: 0, maxRecords: 10 });
+    const first = await reader.next();
+    expect(first.records.map((r) => r.offset)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    // Nothing asked for the second answer yet, but its fetch is already on its way (and, once
+    // that answer is in, the one after it: never more than one answer waits unconsumed).
+    await vi.waitFor(() => expect(fetchedOffsets.slice(0, 2)).toEqual([0, 10]));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(fetchedOffsets.length).toBeLessThanOrEqual(3);
+    const seen = first.records.map((r) => str(r.value));
+    for (;;) {
+      const answer = await reader.next();
+      if (answer.recordCount === 0) break;
+      seen.push(...answer.records.map((r) => str(r.value)));
+    }
+    reader.close();
+    expect(seen).toEqual(values.map((v) => v.value));
+    expect(fetchedOffsets.slice(0, 6)).toEqual([0, 10, 20, 30, 40, 45]);
+  });
+
   it("produces a prebuilt entry batch and lets the broker pick partitions by key", async () => {
     const { port } = await serveLocal();
     const client = await connect(port);
