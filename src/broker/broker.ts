@@ -332,7 +332,7 @@ export class LocalBroker implements Broker {
    * partition is checked (all or nothing), one append per partition; an idempotent request goes
    * through the producer state (`broker/producers/`) and must land in one partition.
    */
-  async produce(request: ProduceRequest): Promise<ProduceResult> {
+  produce(request: ProduceRequest): Promise<ProduceResult> {
     const streams = this.#streams;
     if (streams?.isStream(request.topic)) {
       // A stream's topic takes records only through its gate: never after its final record.
@@ -341,8 +341,21 @@ export class LocalBroker implements Broker {
     return this.#produce(request);
   }
 
-  /** {@link produce} without the stream gate (the stream service calls it inside the gate). */
-  async #produce(request: ProduceRequest): Promise<ProduceResult> {
+  /**
+   * {@link produce} without the stream gate (the stream service calls it inside the gate). Not
+   * async: the common request (one partition, not idempotent) is one promise from the partition's
+   * append with one reaction, rather than a chain of async frames each adopting the next.
+   */
+  #produce(request: ProduceRequest): Promise<ProduceResult> {
+    try {
+      return this.#produceNow(request);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** The body of {@link #produce}: checks throw synchronously, the append answers by the promise. */
+  #produceNow(request: ProduceRequest): Promise<ProduceResult> {
     const topic = this.#topics.get(request.topic);
     const batch = request.batch;
     try {
@@ -367,7 +380,7 @@ export class LocalBroker implements Broker {
     }
     if (perRecord !== undefined)
       for (const p of perRecord) if (p !== -1) this.#topics.partition(topic, p);
-    if (batch.count === 0) return { spans: [] };
+    if (batch.count === 0) return Promise.resolve({ spans: [] });
     const producer = request.producer;
     const routed = routeRecords(batch, {
       partitionCount: topic.partitions.length,
@@ -395,26 +408,14 @@ export class LocalBroker implements Broker {
           { field: "partition" },
         );
       }
-      let result: ProduceResult;
-      try {
-        result = await this.#producers.produce({
-          producer,
-          topic: topic.name,
-          partition: route.partition,
-          log: topic.partitions[route.partition],
-          batch,
-          admit: fences?.get(route.partition),
-        });
-      } catch (err) {
-        throw toBrokerError(err);
-      }
-      if (replication !== null) {
-        // A duplicate too: its records may not be committed yet (the first try was not acknowledged).
-        let end = 0;
-        for (const span of result.spans) end = Math.max(end, span.baseOffset + span.count);
-        await replication.awaitCommitted(topic.name, route.partition, end);
-      }
-      return result;
+      return this.#produceIdempotent(
+        topic,
+        route.partition,
+        producer,
+        batch,
+        replication,
+        fences?.get(route.partition),
+      );
     }
 
     // Returned, not awaited: a suspended async function keeps its locals alive, and the batch
@@ -422,16 +423,21 @@ export class LocalBroker implements Broker {
     // instead of until the partition has written it.
     if (route.kind === "single") {
       const single = route.partition;
-      const appended = this.#append(topic, single, batch, fences?.get(single));
       if (replication !== null)
-        return appended.then((r) => this.#committed(replication, topic.name, single, r));
-      return appended.then((r) => ({
-        spans: [{ partition: single, baseOffset: r.baseOffset, count: r.count }],
-      }));
+        return this.#append(topic, single, batch, fences?.get(single)).then((r) =>
+          this.#committed(replication, topic.name, single, r),
+        );
+      return topic.partitions[single].append(batch).then(
+        (r) => ({ spans: [{ partition: single, baseOffset: r.baseOffset, count: r.count }] }),
+        (err: unknown) => {
+          throw toBrokerError(err);
+        },
+      );
     }
 
     const batches = splitByPartition(batch, route.assignment, topic.partitions.length);
-    const results = await Promise.all(
+    const assignment = route.assignment;
+    return Promise.all(
       batches.map((b, p) => {
         if (b === null) return Promise.resolve(null);
         const appended = this.#append(topic, p, b, fences?.get(p));
@@ -441,13 +447,46 @@ export class LocalBroker implements Broker {
           return r;
         });
       }),
-    );
-    return {
+    ).then((results) => ({
       spans: spansInRequestOrder(
-        route.assignment,
+        assignment,
         results.map((r) => (r === null ? 0 : r.baseOffset)),
       ),
-    };
+    }));
+  }
+
+  /**
+   * An idempotent request's append (`broker/producers/`), acknowledged once committed in cluster
+   * mode; `admit` is the partition's leadership fence there.
+   */
+  async #produceIdempotent(
+    topic: Topic,
+    partition: number,
+    producer: NonNullable<ProduceRequest["producer"]>,
+    batch: EntryBatch,
+    replication: ReplicationSeam | null,
+    admit: (() => void) | undefined,
+  ): Promise<ProduceResult> {
+    let result: ProduceResult;
+    try {
+      result = await this.#producers.produce({
+        producer,
+        topic: topic.name,
+        partition,
+        log: topic.partitions[partition],
+        batch,
+        admit,
+      });
+    } catch (err) {
+      throw toBrokerError(err);
+    }
+    if (replication !== null) {
+      // A duplicate too: its records may not be committed yet (the first try was not acknowledged).
+      let end = 0;
+      for (const span of result.spans) end = Math.max(end, span.baseOffset + span.count);
+      await replication.awaitCommitted(topic.name, partition, end);
+    }
+    return result;
   }
 
   /**
