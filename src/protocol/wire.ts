@@ -41,6 +41,14 @@ const encoder = new TextEncoder();
 /** Largest byte length of a `str16`. */
 export const str16BytesMax = 0xffff;
 
+/** How many recent strings {@link WireReader.str16Recent} remembers. */
+const recentStringsMax = 8;
+/** Longest string it remembers, in bytes (topic names are at most 249). */
+const recentStringBytesMax = 255;
+/** Strings read by {@link WireReader.str16Recent}, with their bytes (copies), oldest replaced first. */
+const recentStrings: { bytes: Uint8Array; text: string }[] = [];
+let recentNext = 0;
+
 /**
  * Reads fields in order from a byte range. Each method takes the field's grammar name for its
  * error message. Positions are relative to the start of `bytes`.
@@ -119,6 +127,41 @@ export class WireReader extends ByteReader {
    */
   str16(field: string): string {
     const length = this.u16(`${field}.length`);
+    return this.utf8(field, length);
+  }
+
+  /**
+   * Reads a `str16` that is usually one of a few recent values (a Produce or Fetch request's
+   * topic): when its bytes equal one of the last {@link recentStringsMax} read this way, that
+   * string is returned without decoding; otherwise as {@link str16}.
+   * @throws ProtocolError `invalid_request` if short or not valid UTF-8.
+   */
+  str16Recent(field: string): string {
+    const length = this.u16(`${field}.length`);
+    if (length <= recentStringBytesMax) {
+      const at = this.pos;
+      const bytes = this.bytesRead;
+      if (this.remainingBytes >= length) {
+        for (let i = 0; i < recentStrings.length; i++) {
+          const recent = recentStrings[i];
+          if (recent.bytes.length !== length) continue;
+          let same = true;
+          for (let j = 0; j < length; j++)
+            if (recent.bytes[j] !== bytes[at + j]) {
+              same = false;
+              break;
+            }
+          if (same) {
+            this.pos = at + length;
+            return recent.text;
+          }
+        }
+      }
+      const text = this.utf8(field, length);
+      recentStrings[recentNext] = { bytes: bytes.slice(at, at + length), text };
+      recentNext = (recentNext + 1) % recentStringsMax;
+      return text;
+    }
     return this.utf8(field, length);
   }
 

@@ -47,7 +47,7 @@ import {
   decodeResponseHeader,
   encodeErrorResponse,
 } from "../../src/protocol/envelope.ts";
-import { WireWriter } from "../../src/protocol/wire.ts";
+import { WireReader, WireWriter } from "../../src/protocol/wire.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { hex, protocolError, requestBody, responseBody, text, toHex } from "../helpers/wire.ts";
 
@@ -556,5 +556,38 @@ describe("WireWriter", () => {
     expected.push(...big);
     expect(w.position).toBe(expected.length);
     expect([...w.finish()]).toEqual(expected);
+  });
+});
+
+describe("WireReader.str16Recent", () => {
+  const str16 = (bytes: number[]) =>
+    new Uint8Array([bytes.length >> 8, bytes.length & 0xff, ...bytes]);
+  const utf8 = (s: string) => [...new TextEncoder().encode(s)];
+
+  it("reads what str16 reads, from the recent strings or not, and moves past it", () => {
+    const names = ["orders", "orders", "audit", "örders", "orders", "", "a".repeat(300)];
+    for (const name of [...names, ...names]) {
+      const body = new Uint8Array([...str16(utf8(name)), 7]);
+      const r = new WireReader(body, "test");
+      expect(r.str16Recent("topic")).toBe(name);
+      expect(r.u8("after")).toBe(7);
+      r.end("after");
+    }
+    // More distinct names than it remembers, then the first again.
+    for (let i = 0; i < 20; i++)
+      expect(new WireReader(str16(utf8(`t${i}`)), "test").str16Recent("topic")).toBe(`t${i}`);
+    expect(new WireReader(str16(utf8("t0")), "test").str16Recent("topic")).toBe("t0");
+  });
+
+  it("refuses invalid UTF-8 and a length past the body, naming the field, cached or not", () => {
+    new WireReader(str16(utf8("orders")), "test").str16Recent("topic");
+    expect(() => new WireReader(str16([0xff, 0xfe]), "test").str16Recent("topic")).toThrow(
+      /field "topic" is not valid UTF-8/,
+    );
+    // "orders" is remembered, but only its first three bytes are here.
+    const short = str16(utf8("orders")).subarray(0, 5);
+    expect(() => new WireReader(short, "test").str16Recent("topic")).toThrow(
+      /field "topic" needs 6 bytes but only 3 remain/,
+    );
   });
 });

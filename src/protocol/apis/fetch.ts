@@ -92,7 +92,7 @@ export function encodeFetchRequest(correlationId: number, request: FetchRequestF
  */
 export function decodeFetchRequest(body: Uint8Array): FetchRequestFields {
   const r = new WireReader(body, "Fetch request");
-  const topic = r.str16("topic");
+  const topic = r.str16Recent("topic");
   const partition = r.u32("partition");
   const offset = r.u64("offset");
   const maxRecords = r.u32("max_records");

@@ -91,7 +91,7 @@ export function decodeIdempotentProduceRequest(
   body: Uint8Array,
 ): ProduceRequest & { producer: NonNullable<ProduceRequest["producer"]> } {
   const r = new WireReader(body, "IdempotentProduce request");
-  const topic = r.str16("topic");
+  const topic = r.str16Recent("topic");
   const partition = readPartitionChoice(r);
   const id = r.str16("producer_id");
   const epoch = r.u32("producer_epoch");

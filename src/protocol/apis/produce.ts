@@ -87,7 +87,7 @@ export function encodeProduceRequest(
  */
 export function decodeProduceRequest(body: Uint8Array): ProduceRequest {
   const r = new WireReader(body, "Produce request");
-  const topic = r.str16("topic");
+  const topic = r.str16Recent("topic");
   const partition = readPartitionChoice(r);
   const batch = readEntries(r);
   const request: ProduceRequest = { topic, batch };
