@@ -222,6 +222,24 @@ export class FrameDecoder {
     return out;
   }
 
+  /**
+   * Copies every buffered chunk that is a small view of a larger buffer (at most half of it) into
+   * a buffer of its own, so that bytes waiting for the rest of their frame do not keep the larger
+   * buffer alive (a socket layer may hand out views of a shared slab). Chunks that are most of
+   * their buffer are kept as they are.
+   */
+  compact(): void {
+    const chunks = this.#chunks;
+    for (let i = this.#head; i < chunks.length; i++) {
+      const chunk = chunks[i];
+      if (chunk.byteLength * 2 > chunk.buffer.byteLength) continue;
+      // A copy made by hand: `slice()` of a Node Buffer is a view, not a copy.
+      const own = new Uint8Array(chunk.byteLength);
+      own.set(chunk);
+      chunks[i] = own;
+    }
+  }
+
   /** Drops everything buffered (after a failure, or when the connection is closing). */
   clear(): void {
     this.#chunks = [];

@@ -8,6 +8,7 @@
 import * as net from "node:net";
 import * as tls from "node:tls";
 import { tcpEndLingerMs } from "../lib/limits.ts";
+import { runtimeName } from "./info.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
 import { logTlsClientError, tlsServerOptions, type TlsServerMaterial } from "./tls.ts";
@@ -58,7 +59,9 @@ export function listenTcp(
     const material = options.tls;
     const server: net.Server | tls.Server =
       material === undefined
-        ? net.createServer({ noDelay: true }, (socket) => onConnection(new NodeByteSocket(socket)))
+        ? net.createServer({ noDelay: true, pauseOnConnect: sharedReads }, (socket) =>
+            onConnection(NodeByteSocket.accepted(socket)),
+          )
         : tls.createServer(
             { ...tlsServerOptions(material), noDelay: true } as tls.TlsOptions,
             (socket) => onConnection(new NodeByteSocket(socket)),
@@ -96,6 +99,51 @@ export function listenTcp(
 }
 
 /**
+ * On Node, plain TCP connections read into one buffer shared by every connection (`onread`) and
+ * copy what each read brings into a slab ({@link ReadSlab}), instead of Node allocating a buffer
+ * of its own for every read: per small request that was one `ArrayBuffer` with a backing store for
+ * the GC to track (measured with a bare server, 64 connections × one 300-byte frame each: ~15 %
+ * less server CPU per request). Deno and Bun keep `data` events.
+ */
+const sharedReads = runtimeName() === "node";
+
+/** The buffer every shared-read connection reads into; each read is copied out before the next. */
+let sharedReadBuffer: Buffer | null = null;
+
+/** Bytes of one read slab. */
+const readSlabBytes = 16 * 1024;
+/** Reads up to this size are copied into the slab; larger ones into a buffer of their own. */
+const slabbedReadBytesMax = 1024;
+
+/*
+ * Where shared-read connections copy small reads: each read becomes a view of the current slab,
+ * never overwritten (a new slab follows a full one), so a chunk handed to the transport stays
+ * valid for as long as it is kept (`FrameDecoder.compact` copies out a partial frame's small
+ * views so that an idle connection does not keep a whole slab alive).
+ */
+let readSlab = new Uint8Array(readSlabBytes);
+let readSlabUsed = 0;
+
+/** A copy of `bytes` that the caller may keep (see the read slab's comment above). */
+function copyRead(bytes: Uint8Array): Uint8Array {
+  const n = bytes.length;
+  // Not `bytes.slice()`: on a Buffer that is a view of the shared read buffer, not a copy.
+  if (n > slabbedReadBytesMax) {
+    const own = new Uint8Array(n);
+    own.set(bytes);
+    return own;
+  }
+  if (readSlabUsed + n > readSlabBytes) {
+    readSlab = new Uint8Array(readSlabBytes);
+    readSlabUsed = 0;
+  }
+  const at = readSlabUsed;
+  readSlab.set(bytes, at);
+  readSlabUsed = at + n;
+  return readSlab.subarray(at, at + n);
+}
+
+/**
  * {@link ByteSocket} over a `net.Socket`. `end()` sends FIN after the written bytes, keeps
  * draining (and discarding) what the peer still sends so the kernel does not answer with a reset
  * that could destroy our last response in the peer's buffer, and destroys the socket when the
@@ -108,9 +156,52 @@ export class NodeByteSocket implements ByteSocket {
   #ending = false;
   #closed = false;
 
-  /** @param socket an accepted or connected socket with no `data` listener yet. */
-  constructor(socket: net.Socket) {
+  /** Chunks read (shared reads) before {@link attach}. */
+  #early: Uint8Array[] | null = null;
+  /** The socket delivers its bytes through `onread` (see {@link accepted}), not `data` events. */
+  readonly #sharedReads: boolean;
+
+  /**
+   * A connection a plain `net.Server` accepted with `pauseOnConnect`: on Node its handle moves to
+   * a new `net.Socket` that reads into the shared buffer (the comment of `sharedReads`); elsewhere, or if the
+   * handle is not where Node keeps it, the socket is used as it is.
+   */
+  static accepted(socket: net.Socket): NodeByteSocket {
+    const handle = sharedReads ? (socket as unknown as { _handle?: unknown })._handle : undefined;
+    if (handle === undefined || handle === null) return new NodeByteSocket(socket, false, true);
+    // The accepted socket gives up its handle (destroying it then closes nothing) and the new one
+    // takes it over, reading at once.
+    (socket as unknown as { _handle: unknown })._handle = null;
+    socket.destroy();
+    let owner: NodeByteSocket | null = null;
+    sharedReadBuffer ??= Buffer.allocUnsafe(64 * 1024);
+    const adopted = new net.Socket({
+      handle,
+      readable: true,
+      writable: true,
+      onread: {
+        buffer: sharedReadBuffer,
+        callback: (bytes: number, buffer: Uint8Array) => {
+          owner!.#onRead(copyRead(buffer.subarray(0, bytes)));
+        },
+      },
+    } as net.SocketConstructorOpts);
+    owner = new NodeByteSocket(adopted, true);
+    return owner;
+  }
+
+  /** The socket was accepted paused (`pauseOnConnect`): {@link attach} resumes it. */
+  readonly #pausedOnConnect: boolean;
+
+  /**
+   * @param socket an accepted or connected socket with no `data` listener yet.
+   * @param sharedReads true if it reads through `onread` into {@link #onRead} (see {@link accepted}).
+   * @param pausedOnConnect true if it was accepted with `pauseOnConnect` (and is not `sharedReads`).
+   */
+  constructor(socket: net.Socket, sharedReads = false, pausedOnConnect = false) {
     this.#socket = socket;
+    this.#sharedReads = sharedReads;
+    this.#pausedOnConnect = pausedOnConnect;
     this.remoteAddress = `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`;
     socket.setNoDelay(true);
     // Errors (ECONNRESET, EPIPE) are followed by 'close'; that is what the owner hears.
@@ -128,10 +219,25 @@ export class NodeByteSocket implements ByteSocket {
       queueMicrotask(() => handlers.onClose());
       return;
     }
-    this.#socket.on("data", (chunk: Buffer) => {
-      if (!this.#ending) handlers.onData(chunk);
-    });
+    if (this.#sharedReads) {
+      const early = this.#early;
+      this.#early = null;
+      if (early !== null) for (const chunk of early) if (!this.#ending) handlers.onData(chunk);
+    } else {
+      this.#socket.on("data", (chunk: Buffer) => {
+        if (!this.#ending) handlers.onData(chunk);
+      });
+      if (this.#pausedOnConnect) this.#socket.resume();
+    }
     this.#socket.on("drain", () => handlers.onDrain());
+  }
+
+  /** A read of a shared-read connection (already copied out of the shared buffer). */
+  #onRead(chunk: Uint8Array): void {
+    if (this.#ending || this.#closed) return;
+    const handlers = this.#handlers;
+    if (handlers === null) (this.#early ??= []).push(chunk);
+    else handlers.onData(chunk);
   }
 
   write(chunks: readonly Uint8Array[]): boolean {

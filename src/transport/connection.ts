@@ -140,6 +140,8 @@ export class FramedConnection {
         if (this.#stopping) return;
         this.decoder.push(chunk);
         this.#pump();
+        // What waits for the rest of its frame must not pin a socket layer's shared slab.
+        if (this.decoder.bufferedBytes > 0) this.decoder.compact();
       },
       onDrain: () => {
         this.#writeBlocked = false;

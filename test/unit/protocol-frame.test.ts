@@ -102,6 +102,32 @@ describe("FrameDecoder", () => {
     expect(frame.buffer).toBe(bytes.buffer);
   });
 
+  it("compact() gives the waiting part of a frame buffers of its own when it is a small view of a shared one, and the frame stays whole", () => {
+    const frame = frameOf(text("abcdefghijklmnop"));
+    // The first 10 bytes arrive as a view of a large shared slab, the rest on its own.
+    const slab = new Uint8Array(4096);
+    slab.set(frame.subarray(0, 10), 100);
+    const borrowed = slab.subarray(100, 110);
+    const own = frame.slice(10);
+    const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: 1024 });
+    decoder.push(borrowed);
+    expect(decoder.next()).toBeNull();
+    decoder.compact();
+    // The slab is reused for something else: the decoder no longer depends on it.
+    slab.fill(0xee);
+    decoder.push(own);
+    decoder.compact();
+    const whole = decoder.next()!;
+    expect(new TextDecoder().decode(whole)).toBe("abcdefghijklmnop");
+    // A chunk that is its whole buffer is kept, not copied.
+    const alone = frame.slice(0, 10);
+    const second = new FrameDecoder({ lengthMin: 8, lengthMax: 1024 });
+    second.push(alone);
+    second.compact();
+    second.push(frame.slice(10));
+    expect(second.nextChunks()![0].buffer).toBe(alone.buffer);
+  });
+
   it("joins a frame that spans chunks into one buffer of exactly its length, only once complete", () => {
     const bytes = frameOf(new Uint8Array(100).fill(7));
     const decoder = new FrameDecoder({ lengthMin: 8, lengthMax: 1024 });

@@ -6,7 +6,8 @@
 /** Events a {@link ByteSocket} delivers to its one owner. */
 export interface ByteSocketHandlers {
   /**
-   * Bytes arrived. The chunk belongs to the receiver from then on (the socket never reuses it).
+   * Bytes arrived. The chunk belongs to the receiver from then on (the socket never reuses it);
+   * it may be a view of a larger buffer that other chunks share (keep it only as long as needed).
    * Never called while the socket is paused, nor after `onClose`.
    */
   onData(chunk: Uint8Array): void;
