@@ -102,6 +102,7 @@ import {
   type ProduceRecord,
 } from "./records.ts";
 import { errorMessage } from "../lib/errors.ts";
+import { copyRead, ownBytes, sharedReadBuffer } from "../lib/read-slab.ts";
 
 export { ClientError, ClientErrorCodes } from "./errors.ts";
 export { IdempotentProducer, type IdempotentProducerOptions } from "./producer.ts";
@@ -332,6 +333,17 @@ interface Pending {
 
 const resolved = Promise.resolve();
 
+/** Node, where plain connections read through `onread` into the shared buffer (`lib/read-slab.ts`). */
+const nodeSharedReads =
+  (globalThis as { Deno?: unknown }).Deno === undefined &&
+  (globalThis as { Bun?: unknown }).Bun === undefined;
+
+/** Where a shared-read connection's chunks go: the client once it exists, `early` before. */
+interface SharedReads {
+  sink: ((chunk: Uint8Array) => void) | null;
+  early: Uint8Array[];
+}
+
 /** A connection to one broker's TCP port. Create with {@link TcpClient.connect}. */
 export class TcpClient {
   readonly #socket: net.Socket;
@@ -354,7 +366,7 @@ export class TcpClient {
   #sweepTimer: ReturnType<typeof setTimeout> | null = null;
   #sweepAt = 0;
 
-  private constructor(socket: net.Socket, options: TcpClientOptions) {
+  private constructor(socket: net.Socket, options: TcpClientOptions, reads: SharedReads | null) {
     this.#socket = socket;
     this.#timeoutMs = options.timeoutMs ?? clientTimeoutMsDefault;
     this.#decoder = new FrameDecoder({
@@ -363,9 +375,14 @@ export class TcpClient {
     });
     // Plain Uint8Array views of each chunk: a Buffer's subarray builds a Buffer, slower and larger,
     // for every view taken of it (each fetched key, value and CRC range).
-    socket.on("data", (chunk: Buffer) =>
-      this.#onData(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength)),
-    );
+    if (reads !== null) {
+      reads.sink = (chunk) => this.#onData(chunk);
+      for (const chunk of reads.early.splice(0)) this.#onData(chunk);
+    } else {
+      socket.on("data", (chunk: Buffer) =>
+        this.#onData(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength)),
+      );
+    }
     let error: Error | undefined;
     socket.on("error", (e) => (error = e));
     // A broker serving TLS closes a plain connection at its first bytes, unanswered: say so, since
@@ -421,9 +438,30 @@ export class TcpClient {
   static #open(options: TcpClientOptions): Promise<TcpClient> {
     const timeoutMs = options.timeoutMs ?? clientTimeoutMsDefault;
     return new Promise((resolve, reject) => {
+      // Plain connections on Node read into the shared buffer (`lib/read-slab.ts`): no buffer of
+      // their own per read. What arrives before the client exists waits in `reads.early`.
+      const reads: SharedReads | null =
+        options.tls === undefined && nodeSharedReads ? { sink: null, early: [] } : null;
       const socket =
         options.tls === undefined
-          ? net.connect({ host: options.host, port: options.port, noDelay: true })
+          ? net.connect({
+              host: options.host,
+              port: options.port,
+              noDelay: true,
+              ...(reads === null
+                ? {}
+                : {
+                    onread: {
+                      buffer: sharedReadBuffer,
+                      callback: (bytes: number, buffer: Uint8Array): boolean => {
+                        const chunk = copyRead(buffer.subarray(0, bytes));
+                        if (reads.sink !== null) reads.sink(chunk);
+                        else reads.early.push(chunk);
+                        return true;
+                      },
+                    },
+                  }),
+            })
           : tls.connect({ ...options.tls, host: options.host, port: options.port });
       socket.setNoDelay(true);
       const timer = setTimeout(() => {
@@ -447,7 +485,7 @@ export class TcpClient {
       socket.once(options.tls === undefined ? "connect" : "secureConnect", () => {
         clearTimeout(timer);
         socket.off("error", onError);
-        resolve(new TcpClient(socket, options));
+        resolve(new TcpClient(socket, options, reads));
       });
     });
   }
@@ -801,7 +839,11 @@ export class TcpClient {
         this.#socket.destroy();
         return;
       }
-      if (frame === null) return;
+      if (frame === null) {
+        // Bytes waiting for the rest of their frame must not keep a shared read slab alive.
+        if (this.#decoder.bufferedBytes > 0) this.#decoder.compact();
+        return;
+      }
       this.#onFrame(frame);
     }
   }
@@ -832,7 +874,9 @@ export class TcpClient {
       if (nextOffset !== null) pending.onNextOffset(nextOffset);
     }
     let body: Uint8Array | null = null;
-    if (whole !== null) body = header.body;
+    if (whole !== null)
+      // A fetch answer's records are handed to the caller as views: never of a shared read slab.
+      body = pending.decodeChunks !== undefined ? ownBytes(header.body) : header.body;
     else if (header.error !== 0 || pending.decodeChunks === undefined) {
       body = decodeResponseHeader(
         joinChunks(

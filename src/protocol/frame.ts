@@ -17,6 +17,7 @@
  * twice the bytes the peer has actually sent.
  */
 import { Errors } from "../broker/errors.ts";
+import { ownBytes } from "../lib/read-slab.ts";
 import { frameLengthBytes } from "./envelope.ts";
 import { ProtocolError } from "./wire.ts";
 
@@ -232,11 +233,7 @@ export class FrameDecoder {
     const chunks = this.#chunks;
     for (let i = this.#head; i < chunks.length; i++) {
       const chunk = chunks[i];
-      if (chunk.byteLength * 2 > chunk.buffer.byteLength) continue;
-      // A copy made by hand: `slice()` of a Node Buffer is a view, not a copy.
-      const own = new Uint8Array(chunk.byteLength);
-      own.set(chunk);
-      chunks[i] = own;
+      chunks[i] = ownBytes(chunk);
     }
   }
 

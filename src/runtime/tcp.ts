@@ -8,6 +8,7 @@
 import * as net from "node:net";
 import * as tls from "node:tls";
 import { tcpEndLingerMs } from "../lib/limits.ts";
+import { copyRead, sharedReadBuffer } from "../lib/read-slab.ts";
 import { runtimeName } from "./info.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
@@ -100,48 +101,12 @@ export function listenTcp(
 
 /**
  * On Node, plain TCP connections read into one buffer shared by every connection (`onread`) and
- * copy what each read brings into a slab ({@link ReadSlab}), instead of Node allocating a buffer
+ * copy what each read brings into a slab (`lib/read-slab.ts`), instead of Node allocating a buffer
  * of its own for every read: per small request that was one `ArrayBuffer` with a backing store for
  * the GC to track (measured with a bare server, 64 connections × one 300-byte frame each: ~15 %
  * less server CPU per request). Deno and Bun keep `data` events.
  */
 const sharedReads = runtimeName() === "node";
-
-/** The buffer every shared-read connection reads into; each read is copied out before the next. */
-let sharedReadBuffer: Buffer | null = null;
-
-/** Bytes of one read slab. */
-const readSlabBytes = 16 * 1024;
-/** Reads up to this size are copied into the slab; larger ones into a buffer of their own. */
-const slabbedReadBytesMax = 1024;
-
-/*
- * Where shared-read connections copy small reads: each read becomes a view of the current slab,
- * never overwritten (a new slab follows a full one), so a chunk handed to the transport stays
- * valid for as long as it is kept (`FrameDecoder.compact` copies out a partial frame's small
- * views so that an idle connection does not keep a whole slab alive).
- */
-let readSlab = new Uint8Array(readSlabBytes);
-let readSlabUsed = 0;
-
-/** A copy of `bytes` that the caller may keep (see the read slab's comment above). */
-function copyRead(bytes: Uint8Array): Uint8Array {
-  const n = bytes.length;
-  // Not `bytes.slice()`: on a Buffer that is a view of the shared read buffer, not a copy.
-  if (n > slabbedReadBytesMax) {
-    const own = new Uint8Array(n);
-    own.set(bytes);
-    return own;
-  }
-  if (readSlabUsed + n > readSlabBytes) {
-    readSlab = new Uint8Array(readSlabBytes);
-    readSlabUsed = 0;
-  }
-  const at = readSlabUsed;
-  readSlab.set(bytes, at);
-  readSlabUsed = at + n;
-  return readSlab.subarray(at, at + n);
-}
 
 /**
  * {@link ByteSocket} over a `net.Socket`. `end()` sends FIN after the written bytes, keeps
@@ -174,15 +139,15 @@ export class NodeByteSocket implements ByteSocket {
     (socket as unknown as { _handle: unknown })._handle = null;
     socket.destroy();
     let owner: NodeByteSocket | null = null;
-    sharedReadBuffer ??= Buffer.allocUnsafe(64 * 1024);
     const adopted = new net.Socket({
       handle,
       readable: true,
       writable: true,
       onread: {
         buffer: sharedReadBuffer,
-        callback: (bytes: number, buffer: Uint8Array) => {
+        callback: (bytes: number, buffer: Uint8Array): boolean => {
           owner!.#onRead(copyRead(buffer.subarray(0, bytes)));
+          return true;
         },
       },
     } as net.SocketConstructorOpts);
