@@ -58,11 +58,20 @@ export function listenTcp(
 ): Promise<TcpListener> {
   return new Promise((resolve, reject) => {
     const material = options.tls;
+    // Connections open, counted here: a shared-read connection leaves the server's own count when
+    // its handle moves to a new socket (`NodeByteSocket.accepted`).
+    let open = 0;
+    let onDrained: (() => void) | null = null;
+    const closed = (): void => {
+      open--;
+      onDrained?.();
+    };
     const server: net.Server | tls.Server =
       material === undefined
-        ? net.createServer({ noDelay: true, pauseOnConnect: sharedReads }, (socket) =>
-            onConnection(NodeByteSocket.accepted(socket)),
-          )
+        ? net.createServer({ noDelay: true, pauseOnConnect: sharedReads }, (socket) => {
+            open++;
+            onConnection(NodeByteSocket.accepted(socket, closed));
+          })
         : tls.createServer(
             { ...tlsServerOptions(material), noDelay: true } as tls.TlsOptions,
             (socket) => onConnection(new NodeByteSocket(socket)),
@@ -86,7 +95,16 @@ export function listenTcp(
         host: options.host,
         port: address.port,
         close() {
-          closing ??= new Promise<void>((done) => server.close(() => done()));
+          closing ??= new Promise<void>((done) => {
+            let stopped = false;
+            onDrained = () => {
+              if (stopped && open === 0) done();
+            };
+            server.close(() => {
+              stopped = true;
+              onDrained!();
+            });
+          });
           return closing;
         },
         setTlsMaterial(next) {
@@ -127,13 +145,17 @@ export class NodeByteSocket implements ByteSocket {
   readonly #sharedReads: boolean;
 
   /**
-   * A connection a plain `net.Server` accepted with `pauseOnConnect`: on Node its handle moves to
-   * a new `net.Socket` that reads into the shared buffer (the comment of `sharedReads`); elsewhere, or if the
-   * handle is not where Node keeps it, the socket is used as it is.
+   * A connection a plain `net.Server` accepted (with `pauseOnConnect` on Node): on Node its handle
+   * moves to a new `net.Socket` that reads into the shared buffer (the comment of `sharedReads`);
+   * elsewhere, or if the handle is not where Node keeps it, the socket is used as it is.
+   * @param onClose called once the connection has closed.
    */
-  static accepted(socket: net.Socket): NodeByteSocket {
+  static accepted(socket: net.Socket, onClose: () => void): NodeByteSocket {
     const handle = sharedReads ? (socket as unknown as { _handle?: unknown })._handle : undefined;
-    if (handle === undefined || handle === null) return new NodeByteSocket(socket, false, true);
+    if (handle === undefined || handle === null) {
+      socket.once("close", onClose);
+      return new NodeByteSocket(socket, false, sharedReads);
+    }
     // The accepted socket gives up its handle (destroying it then closes nothing) and the new one
     // takes it over, reading at once.
     (socket as unknown as { _handle: unknown })._handle = null;
@@ -151,6 +173,7 @@ export class NodeByteSocket implements ByteSocket {
         },
       },
     } as net.SocketConstructorOpts);
+    adopted.once("close", onClose);
     owner = new NodeByteSocket(adopted, true);
     return owner;
   }
