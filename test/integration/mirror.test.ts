@@ -91,8 +91,13 @@ describe("the mirror", () => {
     for (const p of [0, 1]) await produce(edge, p, 50, 20);
     const second = mirror(7);
     await second.start();
+    // The upstream's log shows a batch once its fsync is done, a moment before its answer reaches
+    // the mirror: wait for the mirror's positions too.
     await until(
-      async () => (await sameLogs(edge, central, 0)) && (await sameLogs(edge, central, 1)),
+      async () =>
+        (await sameLogs(edge, central, 0)) &&
+        (await sameLogs(edge, central, 1)) &&
+        second.describe().every((s) => s.position === 70),
       "the second catch-up",
     );
     // The upstream holds the last batch a moment before the mirror reads its answer.
