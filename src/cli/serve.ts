@@ -813,11 +813,18 @@ function clusterSettings(values: Record<string, unknown>): ClusterSettings | nul
   try {
     parsed = new URL(http);
   } catch {}
+  // Published to every client (GET /v1/cluster, the 307's Location): never a credential, and not
+  // echoed in the message either.
+  if (parsed !== null && (parsed.username !== "" || parsed.password !== ""))
+    throw new UsageError(
+      "--advertise-http must not carry a user name or password: every client sees it (GET /v1/cluster, the Location of a redirect to the leader)",
+    );
   if (
     parsed === null ||
     !/^https?:$/.test(parsed.protocol) ||
     parsed.pathname !== "/" ||
     parsed.search !== "" ||
+    parsed.hash !== "" ||
     !/^https?:\/\/[^/]+\/?$/.test(http)
   )
     throw new UsageError(

@@ -138,10 +138,38 @@ describe("cluster mode: options", () => {
         /--advertise-http must be a base URL/,
       ],
       [["--node-id", "1"], /--node-id needs --cluster/],
+      // Published to every client: a credential in it is refused without being echoed.
+      [
+        [
+          "--cluster",
+          "etcd://127.0.0.1:2379",
+          "--node-id",
+          "1",
+          "--advertise-tcp",
+          "h:1",
+          "--advertise-http",
+          "http://ops:hunter2@h:2",
+        ],
+        /--advertise-http must not carry a user name or password/,
+      ],
+      [
+        [
+          "--cluster",
+          "etcd://127.0.0.1:2379",
+          "--node-id",
+          "1",
+          "--advertise-tcp",
+          "h:1",
+          "--advertise-http",
+          "http://h:2#frag",
+        ],
+        /--advertise-http must be a base URL/,
+      ],
     ];
     for (const [args, message] of cases) {
       const r = await runCli(["serve", "--data-dir", join(root, "never"), ...args]);
       expect(r.stderr).toMatch(message);
+      expect(r.stderr).not.toContain("hunter2");
       expect(r.code).toBe(2);
     }
   });
