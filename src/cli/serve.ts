@@ -29,6 +29,7 @@ import {
 } from "../runtime/tls.ts";
 import { createTcpTransport } from "../transport/tcp/transport.ts";
 import { startKafkaListener } from "./serve-kafka.ts";
+import { guardMirrorGroup } from "../mirror/guard.ts";
 import { jsonLineLogger, type Logger, type LogLevel } from "../lib/logger.ts";
 import { RefusalLog } from "../lib/refusals.ts";
 import {
@@ -506,6 +507,9 @@ export async function serve(argv: string[]): Promise<number> {
     }
   }
   let mirrorTask: Mirror | null = null;
+  // Front doors may read the mirror's group but never change it (src/mirror/guard.ts).
+  const guardGroups = <B extends Broker>(b: B): B =>
+    mirror === null ? b : guardMirrorGroup(b, `mirror.${mirror.name}`);
   if (mirror !== null) {
     mirrorTask = new Mirror({
       broker,
@@ -570,7 +574,7 @@ export async function serve(argv: string[]): Promise<number> {
       refusals,
       maxRequestBytes,
       readTimeoutMs,
-      meter: (b) => tcpDoor.wrap(b),
+      meter: (b) => tcpDoor.wrap(guardGroups(b)),
     });
     listener = await listenTcp(
       { host, port: tcpPort, tls: tlsMaterial, logger, refusals },
@@ -588,7 +592,7 @@ export async function serve(argv: string[]): Promise<number> {
         maxRequestBytes,
         readTimeoutMs,
         tls: tlsMaterial,
-        meter: (b) => kafkaDoor.wrap(b),
+        meter: (b) => kafkaDoor.wrap(guardGroups(b)),
       });
     // Every port serves now: the HTTP port leaves its recovery answers, /readyz says 200.
     httpApp = createAuthenticatedHttpApp({
@@ -598,7 +602,7 @@ export async function serve(argv: string[]): Promise<number> {
       refusals,
       registry: broker.registry,
       streamLongPollMs,
-      meter: (b) => httpDoor.wrap(b),
+      meter: (b) => httpDoor.wrap(guardGroups(b)),
       metricsText: () => metricsText(),
       checkHost: isLoopback(host),
     });

@@ -217,12 +217,26 @@ export class S3ColdStore implements ColdStore {
       }
       const req = build();
       let failure: Failure;
+      // The deadline is a timer holding its controller, given to fetch itself: a signal that
+      // reaches fetch inside a Request (aws4fetch's own fetch) or from AbortSignal.timeout is
+      // held only weakly and can be collected before it fires — a body that stalled after the
+      // headers then hung the request, and every read waiting on it, for good.
+      const deadline = new AbortController();
+      const timer = setTimeout(
+        () => deadline.abort(new DOMException("timed out", "TimeoutError")),
+        this.#timeoutMs,
+      );
       try {
-        const response = await this.#client.fetch(req.url, {
+        const signed = await this.#client.sign(req.url, {
           method: req.method,
           headers: req.headers,
           body: req.body,
-          signal: AbortSignal.timeout(this.#timeoutMs),
+        });
+        const response = await fetch(signed.url, {
+          method: signed.method,
+          headers: signed.headers,
+          body: req.body,
+          signal: deadline.signal,
         });
         if (accept(response.status)) return await read(response);
         failure = await describeFailure(response);
@@ -240,6 +254,8 @@ export class S3ColdStore implements ColdStore {
             : errorMessage(err) + causeOf(err),
           retriable: true,
         };
+      } finally {
+        clearTimeout(timer);
       }
       last = failure;
       if (!failure.retriable || attempt === this.#attempts) break;

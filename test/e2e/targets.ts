@@ -53,6 +53,7 @@ export function nodeOnlyE2eFiles(
     "test/e2e/durable-streams-scenarios.test.ts",
     "test/e2e/kafka-scenarios.test.ts",
     "test/e2e/mirror-upstream.test.ts",
+    "test/e2e/mirror-group.test.ts",
     "test/e2e/cold-multipart.test.ts",
     // Refusing a Host is above the runtime layer (request.url is built from Host on every runtime).
     "test/e2e/browser-host.test.ts",
