@@ -11,11 +11,14 @@ import { brokerDefault, connectRouted } from "./client-commands.ts";
 /** Help text of `es-broker cluster`. */
 export const clusterHelp = `Usage: es-broker cluster status [options]
 
-Shows a cluster (serve --cluster): its live brokers, the controller, and for every partition
-its leader (-1: none now), leader epoch, replicas, in-sync replicas (ISR), eligible leader
-replicas (ELR), high watermark (asked of the leader), each follower's lag in records behind the
-leader's log end as the leader sees it (node:lag; ? = not fetched yet; asked of each leader's
-HTTP port), and under_replicated (fewer in-sync replicas than replicas). Exit 1 against a
+Shows a cluster (serve --cluster): its live brokers (those holding an etcd lease: a killed
+broker stays listed until its lease expires, about 6 s), the controller, and for every
+partition its leader ("none" now; -1 in --json), leader epoch, replicas, in-sync replicas
+(ISR), eligible leader replicas (ELR), high watermark (asked of the leader; "?", null in
+--json, when the leader did not answer), each follower's lag in records behind the leader's
+log end as the leader sees it (node:lag; ? = not fetched yet; asked of each leader's HTTP
+port), and status: ok, under-replicated (fewer in-sync replicas than replicas;
+under_replicated in --json) or offline (no leader). Exit 1 against a
 single node, or when no broker answers.
 
 Options:

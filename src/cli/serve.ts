@@ -14,6 +14,7 @@ import { acquireDataDirLock } from "../runtime/lock.ts";
 import { systemClock } from "../runtime/clock.ts";
 import { serveHttp } from "../runtime/http.ts";
 import { listenTcp } from "../runtime/tcp.ts";
+import { listenFailure } from "./listen-error.ts";
 import { s3ColdStoreFromEnvironment, type S3ColdStore } from "../runtime/s3-cold-store.ts";
 import { coldReclaimIntervalMs, isColdTierKey } from "../storage/cold-store.ts";
 import { runtimeDescription } from "../runtime/info.ts";
@@ -452,12 +453,21 @@ export async function serve(argv: string[]): Promise<number> {
         fastRoute: (request) => httpApp.fastRoute?.(request) ?? null,
       },
       { host, port: httpPort, maxRequestBytes, refusals, tls: tlsMaterial, logger },
-    );
+    ).catch((err) => {
+      throw listenFailure(err, { listener: "HTTP", option: "--http-port", host, port: httpPort });
+    });
     if (metricsPort !== undefined)
       metricsServer = await serveHttp(
         metricsPortApp({ metricsText: () => metricsText(), ready: () => ready }),
         { host: "127.0.0.1", port: metricsPort, logger },
-      );
+      ).catch((err) => {
+        throw listenFailure(err, {
+          listener: "metrics",
+          option: "--metrics-port",
+          host: "127.0.0.1",
+          port: metricsPort,
+        });
+      });
   } catch (err) {
     await closeEarly();
     lock.release();
@@ -579,7 +589,9 @@ export async function serve(argv: string[]): Promise<number> {
     listener = await listenTcp(
       { host, port: tcpPort, tls: tlsMaterial, logger, refusals },
       (socket) => tcp!.handleConnection(socket),
-    );
+    ).catch((err) => {
+      throw listenFailure(err, { listener: "TCP", option: "--tcp-port", host, port: tcpPort });
+    });
     if (kafkaPort !== null)
       kafka = await startKafkaListener({
         broker: front,
@@ -593,6 +605,13 @@ export async function serve(argv: string[]): Promise<number> {
         readTimeoutMs,
         tls: tlsMaterial,
         meter: (b) => kafkaDoor.wrap(guardGroups(b)),
+      }).catch((err) => {
+        throw listenFailure(err, {
+          listener: "Kafka",
+          option: "--kafka-port",
+          host,
+          port: kafkaPort,
+        });
       });
     // Every port serves now: the HTTP port leaves its recovery answers, /readyz says 200.
     httpApp = createAuthenticatedHttpApp({

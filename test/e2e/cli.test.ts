@@ -5,6 +5,7 @@
 import { afterEach, describe, onTestFinished, expect, it } from "vitest";
 import { spawn, type ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
 import { TcpClient } from "../../src/client/client.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import {
@@ -95,6 +96,28 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(r.stderr).toBe(
       `es-broker: Cannot use data directory ${dir}/README.md: it is not a directory\n`,
     );
+  });
+
+  it("serve on a port another process holds names the listener, the address and the option, exits 1 and leaves the data directory free", async () => {
+    const holder = createServer();
+    await new Promise<void>((res) => holder.listen(0, "127.0.0.1", res));
+    onTestFinished(() => void holder.close());
+    const held = (holder.address() as AddressInfo).port;
+    const dataDir = `${fresh()}/data`;
+    for (const [option, listener, other] of [
+      ["--http-port", "HTTP", "--tcp-port"],
+      ["--tcp-port", "TCP", "--http-port"],
+    ]) {
+      const r = await runCli(["serve", "--data-dir", dataDir, option, String(held), other, "0"]);
+      expect(r.code, r.stderr).toBe(1);
+      expect(r.stderr).toContain(
+        `es-broker: Cannot listen for ${listener} on 127.0.0.1:${held}: the address is in use (another es-broker, or another program, holds the port); stop that process, or pick another port with ${option} PORT (0 = any free port)\n`,
+      );
+    }
+    // The failed starts released data/broker.lock: the next start on the directory serves.
+    const broker = await startBroker(dataDir);
+    running.push(broker);
+    expect((await fetch(`${broker.httpUrl}/healthz`)).status).toBe(200);
   });
 
   it("produce sends lines as they arrive (after --linger-ms), long before stdin closes", async () => {
