@@ -302,18 +302,18 @@ describe(`[${target}] Durable Streams end to end`, () => {
     // Dot segments: Node and Bun resolve them while parsing the URL (what is left names no
     // stream: 404); Deno hands them over and es-broker refuses the segment (400).
     for (const path of ["safe/../other", "../../../etc/passwd", "%2E%2E/%2E%2E/etc"])
-      expect([400, 404]).toContain(await raw(`GET /v1/stream/${path} HTTP/1.1\r\nHost: x\r\n\r\n`));
-    expect(await raw(`GET /v1/stream/a%2F..%2F..%2Fetc HTTP/1.1\r\nHost: x\r\n\r\n`)).toBe(400);
-    expect(await raw(`PUT /v1/stream/a%2Fb HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`)).toBe(
+      expect([400, 404]).toContain(await raw(`GET /v1/stream/${path} HTTP/1.1\r\nHost: localhost\r\n\r\n`));
+    expect(await raw(`GET /v1/stream/a%2F..%2F..%2Fetc HTTP/1.1\r\nHost: localhost\r\n\r\n`)).toBe(400);
+    expect(await raw(`PUT /v1/stream/a%2Fb HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`)).toBe(
       400,
     );
     expect(
-      await raw(`PUT /v1/stream/%FF%FE HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`),
+      await raw(`PUT /v1/stream/%FF%FE HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`),
     ).toBe(400);
-    expect(await raw(`PUT /v1/stream/a//b HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`)).toBe(
+    expect(await raw(`PUT /v1/stream/a//b HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`)).toBe(
       400,
     );
-    expect(await raw(`PUT /v1/stream/a%00b HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`)).toBe(
+    expect(await raw(`PUT /v1/stream/a%00b HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`)).toBe(
       400,
     );
 
@@ -504,7 +504,7 @@ describe(`[${target}] Durable Streams end to end`, () => {
     const raw = async (method: string, path: string, headers: [string, string][], body = "") => {
       const head = [
         `${method} ${path} HTTP/1.1`,
-        "Host: x",
+        "Host: localhost",
         "Connection: close",
         `Content-Length: ${Buffer.byteLength(body)}`,
         ...headers.map(([k, v]) => `${k}: ${v}`),
