@@ -302,20 +302,24 @@ describe(`[${target}] Durable Streams end to end`, () => {
     // Dot segments: Node and Bun resolve them while parsing the URL (what is left names no
     // stream: 404); Deno hands them over and es-broker refuses the segment (400).
     for (const path of ["safe/../other", "../../../etc/passwd", "%2E%2E/%2E%2E/etc"])
-      expect([400, 404]).toContain(await raw(`GET /v1/stream/${path} HTTP/1.1\r\nHost: localhost\r\n\r\n`));
-    expect(await raw(`GET /v1/stream/a%2F..%2F..%2Fetc HTTP/1.1\r\nHost: localhost\r\n\r\n`)).toBe(400);
-    expect(await raw(`PUT /v1/stream/a%2Fb HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`)).toBe(
+      expect([400, 404]).toContain(
+        await raw(`GET /v1/stream/${path} HTTP/1.1\r\nHost: localhost\r\n\r\n`),
+      );
+    expect(await raw(`GET /v1/stream/a%2F..%2F..%2Fetc HTTP/1.1\r\nHost: localhost\r\n\r\n`)).toBe(
       400,
     );
     expect(
+      await raw(`PUT /v1/stream/a%2Fb HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`),
+    ).toBe(400);
+    expect(
       await raw(`PUT /v1/stream/%FF%FE HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`),
     ).toBe(400);
-    expect(await raw(`PUT /v1/stream/a//b HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`)).toBe(
-      400,
-    );
-    expect(await raw(`PUT /v1/stream/a%00b HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`)).toBe(
-      400,
-    );
+    expect(
+      await raw(`PUT /v1/stream/a//b HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`),
+    ).toBe(400);
+    expect(
+      await raw(`PUT /v1/stream/a%00b HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n`),
+    ).toBe(400);
 
     // A 10 000-character name is a stream like any other (its topic name is hashed).
     const long = `long/${"n".repeat(10_000)}`;
