@@ -945,6 +945,7 @@ async function startClusterNode(
           clusterSecret: settings.secret,
           connect: replicaConnector({ timeoutMs: 10_000 }),
           leaseExpiresAtMs: () => membership.leaseExpiresAtMs,
+          registeredRevision: () => membership.registeredRevision,
         }),
       beforeRegister: async (clusterId) => {
         if (recorded?.cluster_id === clusterId && recorded.node_id === settings.nodeId) return;

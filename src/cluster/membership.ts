@@ -120,6 +120,7 @@ export class Membership {
   readonly clusterId: string;
   readonly nodeId: number;
   #lease: string;
+  #registeredRevision: number;
   #live = true;
   #closed = false;
   #timer: Timer | null = null;
@@ -133,13 +134,20 @@ export class Membership {
   /** Use {@link joinCluster}. */
   constructor(
     options: JoinOptions,
-    joined: { clusterId: string; lease: string; ttlSeconds: number; sentMs?: number },
+    joined: {
+      clusterId: string;
+      lease: string;
+      ttlSeconds: number;
+      sentMs?: number;
+      revision?: number;
+    },
   ) {
     this.#options = options;
     this.#prefix = options.prefix ?? defaultClusterPrefix;
     this.clusterId = joined.clusterId;
     this.nodeId = options.nodeId;
     this.#lease = joined.lease;
+    this.#registeredRevision = joined.revision ?? 0;
     this.#ttlSeconds = joined.ttlSeconds;
     this.#lastRenewalMs = options.clock.nowMs();
     this.#expiresAtMs = (joined.sentMs ?? this.#lastRenewalMs) + joined.ttlSeconds * 1000;
@@ -160,6 +168,15 @@ export class Membership {
   /** The lease id of the current registration (the broker's incarnation). */
   get leaseId(): string {
     return this.#lease;
+  }
+
+  /**
+   * The etcd store revision at which the current registration was written (0 if unknown). A
+   * partition state with an older `mod_revision` was written for an earlier incarnation of this
+   * broker: it must not lead by it (field failures #27c; docs/cluster.md "Replication").
+   */
+  get registeredRevision(): number {
+    return this.#registeredRevision;
   }
 
   /** Whether the registration is known to be held: false from a lost lease until re-registered. */
@@ -217,7 +234,7 @@ export class Membership {
     }
     if (!this.#live && !this.#closed) {
       try {
-        const { lease, ttlSeconds, sentMs } = await register(
+        const { lease, ttlSeconds, sentMs, revision } = await register(
           this.#options,
           this.clusterId,
           this.#ttlSeconds,
@@ -227,6 +244,7 @@ export class Membership {
           return;
         }
         this.#lease = lease;
+        this.#registeredRevision = revision;
         this.#lastRenewalMs = clock.nowMs();
         this.#expiresAtMs = sentMs + ttlSeconds * 1000;
         this.#setLive(true);
@@ -291,7 +309,7 @@ async function register(
   options: JoinOptions,
   clusterId: string,
   ttlSeconds: number,
-): Promise<{ lease: string; ttlSeconds: number; sentMs: number }> {
+): Promise<{ lease: string; ttlSeconds: number; sentMs: number; revision: number }> {
   const { etcd, nodeId } = options;
   const key = brokerKey(options.prefix ?? defaultClusterPrefix, nodeId);
   const sentMs = options.clock.nowMs();
@@ -313,7 +331,13 @@ async function register(
         success: [{ put: { key, value, lease: lease.id } }],
         failure: [{ get: { key } }],
       });
-      if (created.succeeded) return { lease: lease.id, ttlSeconds: lease.ttlSeconds, sentMs };
+      if (created.succeeded)
+        return {
+          lease: lease.id,
+          ttlSeconds: lease.ttlSeconds,
+          sentMs,
+          revision: created.revision,
+        };
       const current = created.reads[0][0];
       if (current === undefined) continue; // it expired in between: try again
       const other = parseRegistration(current);
@@ -329,7 +353,7 @@ async function register(
       });
       if (taken.succeeded) {
         await etcd.leaseRevoke(other.incarnation).catch(() => {});
-        return { lease: lease.id, ttlSeconds: lease.ttlSeconds, sentMs };
+        return { lease: lease.id, ttlSeconds: lease.ttlSeconds, sentMs, revision: taken.revision };
       }
     }
     throw new EtcdError(
@@ -366,6 +390,7 @@ export async function joinCluster(
         lease: joined.lease,
         ttlSeconds: joined.ttlSeconds,
         sentMs: joined.sentMs,
+        revision: joined.revision,
       });
     } catch (err) {
       if (!(err instanceof EtcdError) || !["unavailable", "indeterminate"].includes(err.code))

@@ -120,6 +120,8 @@ export class ClusterNode {
   /** Partitions deleted from etcd since the last reconcile: their last state, and the deletion's revision. */
   readonly #deleted = new Map<string, Map<number, PartitionEntry>>();
   #replicas: ReplicaSink | null = null;
+  /** `topic/partition@mod_revision` of offline states this broker (in their ELR) published log ends for. */
+  readonly #offlinePublished = new Set<string>();
   #watch: EtcdWatch | null = null;
   #closed = false;
   /** Applies local changes one at a time, in etcd's order. */
@@ -296,6 +298,7 @@ export class ClusterNode {
     const { broker, logger, nodeId } = this.#o;
     const local = new Map((await broker.listTopics()).map((t) => [t.name, t.config]));
     const names = topics ?? new Set([...this.#topics.keys(), ...local.keys()]);
+    let republish = false;
     for (const name of names) {
       const topic = this.#topics.get(name);
       const map = this.#partitions.get(name);
@@ -353,9 +356,24 @@ export class ClusterNode {
             entry.state,
             String(entry.modRevision),
           );
+          // Offline with this broker eligible (ELR): the controller can elect it only from a
+          // published log end, and the one published at registration may predate the topic.
+          const offline = `${name}/${partition}@${entry.modRevision}`;
+          if (
+            entry.state.leader === -1 &&
+            entry.state.elr.includes(nodeId) &&
+            !this.#offlinePublished.has(offline)
+          ) {
+            this.#offlinePublished.add(offline);
+            republish = true;
+          }
         }
       }
     }
+    if (republish)
+      await this.#publishLogEnds().catch((err) =>
+        logger.log("warn", "cluster.log_ends_failed", { error: errorMessage(err) }),
+      );
   }
 
   /** Publishes `log_ends/<id>` on the current lease: what this incarnation's logs hold. */

@@ -104,6 +104,14 @@ export interface ReplicaManagerOptions {
    * {@link ReplicaManager.setMembershipLive} counts.
    */
   leaseExpiresAtMs?: () => number;
+  /**
+   * The etcd revision at which this broker's current registration was written
+   * (`Membership.registeredRevision`). A partition state naming this broker leader with an older
+   * `mod_revision` was written for an earlier incarnation (a restart, whose log may have lost its
+   * unsynced tail): this broker takes no role by it and waits for the controller, which counts a
+   * restarted replica as gone first (field failures #27c). Absent: 0 (every state counts).
+   */
+  registeredRevision?: () => number;
 }
 
 /** One partition in {@link ReplicaManager.describe} (snake_case: shown as JSON). */
@@ -296,12 +304,23 @@ export class ReplicaManager implements ReplicationSeam {
   async #apply(r: Replica, state: PartitionState, modRevision: number): Promise<void> {
     if (modRevision <= r.modRevision || this.#closed) return;
     const nodeId = this.#o.nodeId;
-    const role: Replica["role"] =
-      state.leader === nodeId
+    // Leadership recorded before this incarnation registered is not this incarnation's (#27c).
+    const staleLeader =
+      state.leader === nodeId && modRevision < (this.#o.registeredRevision?.() ?? 0);
+    const role: Replica["role"] = staleLeader
+      ? "none"
+      : state.leader === nodeId
         ? "leader"
         : state.leader !== noLeader && state.replicas.includes(nodeId)
           ? "follower"
           : "none";
+    if (staleLeader)
+      this.#o.logger.log("info", "replication.stale_leadership", {
+        partition: r.name,
+        leader_epoch: state.leader_epoch,
+        mod_revision: modRevision,
+        registered_revision: this.#o.registeredRevision?.() ?? 0,
+      });
     const changed = role !== r.role || state.leader_epoch !== r.epoch;
     r.state = state;
     r.modRevision = modRevision;

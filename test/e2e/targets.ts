@@ -59,6 +59,7 @@ export function nodeOnlyE2eFiles(
     "test/e2e/browser-host.test.ts",
     // Cluster mode is runtime-neutral above the runtime layer: the node target covers it.
     "test/e2e/cluster.test.ts",
+    "test/e2e/cluster-attack.test.ts",
   ];
 }
 

@@ -1,0 +1,177 @@
+/**
+ * Field failure #27c through the real processes (node target only; targets.ts): the last replica
+ * standing, restarted with a log cut short, must not lead below `committed_offset`, not even by
+ * the partition state its previous incarnation left in etcd; the partition stays offline until a
+ * replica holding every committed record is back, and no acknowledged record is lost.
+ */
+import {
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TcpClient } from "../../src/client/client.ts";
+import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
+import { type BrokerProcess, startBroker } from "./harness.ts";
+
+let etcd: EtcdCluster;
+let root: string;
+let ports: number[];
+let secretFile: string;
+const brokers = new Map<number, BrokerProcess>();
+
+function args(id: number): string[] {
+  const [http, tcp, kafka] = [ports[3 * id - 3], ports[3 * id - 2], ports[3 * id - 1]];
+  return [
+    ...["--http-port", String(http), "--tcp-port", String(tcp), "--kafka-port", String(kafka)],
+    ...["--cluster", etcd.clusterUrl, "--node-id", String(id)],
+    ...["--advertise-tcp", `127.0.0.1:${tcp}`, "--advertise-http", `http://127.0.0.1:${http}`],
+    ...["--cluster-secret-file", secretFile],
+  ];
+}
+
+interface Part {
+  partition: number;
+  leader: number;
+  leader_epoch: number;
+  isr: number[];
+}
+async function partitionState(b: BrokerProcess, topic: string): Promise<Part> {
+  const res = await fetch(`${b.httpUrl}/v1/cluster?topic=${topic}`);
+  const m = (await res.json()) as { topics: { partitions: Part[] }[] };
+  return m.topics[0].partitions[0];
+}
+
+async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await probe().catch(() => undefined);
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+beforeAll(async () => {
+  etcd = await startEtcdCluster({ size: 3 });
+  root = mkdtempSync(join(tmpdir(), "es-broker-cluster-attack-"));
+  secretFile = join(root, "cluster.secret");
+  writeFileSync(secretFile, "attack-broker-credential-0123456789\n", { mode: 0o600 });
+  ports = await freePorts(9);
+  await Promise.all(
+    [1, 2, 3].map(async (id) => brokers.set(id, await startBroker(join(root, `n${id}`), args(id)))),
+  );
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all([...brokers.values()].map((b) => b.stop("SIGKILL")));
+  await etcd?.stop();
+  if (root) rmSync(root, { recursive: true, force: true });
+});
+
+describe("cluster attack: last replica standing with a log cut short (#27c)", () => {
+  it("A may not lead below committed_offset; B leads when back; every acked record survives", async () => {
+    const any = () => brokers.values().next().value!;
+    const created = await fetch(`${any().httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "c27", partitions: 1, config: { replica_lag_ms: 1000 } }),
+    });
+    expect(created.status).toBe(201);
+    const p0 = await waitFor(
+      "c27 led with full ISR",
+      async () => {
+        const s = await partitionState(any(), "c27");
+        return s.leader >= 1 && s.isr.length === 3 ? s : undefined;
+      },
+      30_000,
+    );
+    const A = p0.leader;
+    const [B, C] = [1, 2, 3].filter((id) => id !== A);
+    brokers.get(C)!.proc.kill("SIGSTOP");
+    await waitFor("ISR {A,B}", async () => {
+      const s = await partitionState(brokers.get(A)!, "c27");
+      return s.isr.length === 2 && !s.isr.includes(C) ? s : undefined;
+    });
+    const tcp = await TcpClient.connect(brokers.get(A)!.tcp);
+    for (let i = 0; i < 10; i++)
+      await tcp.produce(
+        "c27",
+        Array.from({ length: 100 }, (_, j) => ({ value: `c-${i * 100 + j}` })),
+        { partition: 0 },
+      );
+    await tcp.close();
+    brokers.get(B)!.proc.kill("SIGSTOP");
+    await waitFor("ISR {A}", async () => {
+      const s = await partitionState(brokers.get(A)!, "c27");
+      return s.isr.length === 1 ? s : undefined;
+    });
+    await brokers.get(A)!.stop("SIGKILL");
+    brokers.delete(A);
+    // Cut A's log back by its last 50 records (lost page cache).
+    const dir = join(root, `n${A}`, "topics", "c27", "0");
+    const seg = readdirSync(dir)
+      .filter((f) => f.endsWith(".log"))
+      .sort()
+      .at(-1)!;
+    const buf = readFileSync(join(dir, seg));
+    const starts: number[] = [];
+    for (let pos = 0; pos + 4 <= buf.length; ) {
+      const len = buf.readUInt32BE(pos);
+      if (len === 0) break;
+      starts.push(pos);
+      pos += 4 + len;
+    }
+    truncateSync(join(dir, seg), starts[starts.length - 50]);
+    brokers.set(A, await startBroker(join(root, `n${A}`), args(A)));
+    await waitFor("the partition offline", async () => {
+      const s = await partitionState(brokers.get(A)!, "c27");
+      return s.leader === -1 ? s : undefined;
+    });
+    await new Promise((r) => setTimeout(r, 1000));
+    expect((await partitionState(brokers.get(A)!, "c27")).leader).toBe(-1);
+    // Not even for a moment did the restarted A lead by the state of its previous incarnation.
+    const roles = brokers
+      .get(A)!
+      .stderr()
+      .split("\n")
+      .filter((l) => l.includes('"event":"replication.role"'));
+    expect(roles.filter((l) => l.includes('"role":"leader"'))).toEqual([]);
+    // Heal B, then C. B was paused, not restarted: whether its lease outlived the pause or not,
+    // it holds every committed record and must lead (its log end is published for the election).
+    brokers.get(B)!.proc.kill("SIGCONT");
+    await waitFor(
+      "B leads",
+      async () => {
+        const s = await partitionState(brokers.get(A)!, "c27");
+        return s.leader === B ? s : undefined;
+      },
+      20_000,
+    );
+    brokers.get(C)!.proc.kill("SIGCONT");
+    await waitFor(
+      "full ISR again",
+      async () => {
+        const s = await partitionState(brokers.get(A)!, "c27");
+        return s.isr.length === 3 ? s : undefined;
+      },
+      30_000,
+    );
+    const t = await TcpClient.connect(brokers.get(B)!.tcp);
+    const seen: string[] = [];
+    let offset = 0;
+    for (;;) {
+      const f = await t.fetch({ topic: "c27", partition: 0, offset, maxRecords: 1000 });
+      if (f.records.length === 0) break;
+      for (const r of f.records) seen.push(new TextDecoder().decode(r.value));
+      offset = f.nextOffset;
+    }
+    await t.close();
+    expect(seen).toEqual(Array.from({ length: 1000 }, (_, i) => `c-${i}`));
+  }, 150_000);
+});
