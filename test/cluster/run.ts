@@ -21,7 +21,8 @@
  * - `consumer-N`: fetches each partition from its leader on from where it was, one fetch per op.
  * - `member-N`: a `GroupConsumer` of group `jepsen-g` (group requests to the coordinator, fetches
  *   to each partition's leader); each poll is followed by a commit. A poll op's session is the
- *   member's incarnation and generation: a new one may legitimately rewind to the group's
+ *   member's incarnation and how often its generation changed (to any number: generations are
+ *   counted per coordinator): a new one may legitimately rewind to the group's
  *   committed offset. After an error the member is replaced by a new one.
  *
  * Failover (reported, not asserted): for each fault that takes a partition's leader away
@@ -423,6 +424,10 @@ async function groupMember(
     return;
   }
   let incarnation = 0;
+  // A session ends whenever the generation changes, to any number: a generation is counted by
+  // one coordinator, and another one (after the controller moved) may count from lower again.
+  let session = 0;
+  let lastGeneration = Number.NaN;
   let member: GroupConsumer | null = null;
   const drop = async () => {
     await member?.close({ leave: false }).catch(() => {});
@@ -442,6 +447,8 @@ async function groupMember(
           maxRecords: 200,
         });
         incarnation++;
+        session++;
+        lastGeneration = member.generation;
       } catch {
         await drop();
         if (stopped()) break;
@@ -450,6 +457,13 @@ async function groupMember(
       }
     }
     const m: GroupConsumer = member;
+    const sessionOf = (generation: number) => {
+      if (generation !== lastGeneration) {
+        session++;
+        lastGeneration = generation;
+      }
+      return `${incarnation}.${session} (generation ${generation})`;
+    };
     const op = history.invoke(name, "poll", { records: [], group });
     let polled = false;
     try {
@@ -467,7 +481,7 @@ async function groupMember(
             value: decoder.decode(r.value),
           })),
         ),
-        { session: `${incarnation}.${m.generation}` },
+        { session: sessionOf(m.generation) },
       );
       okOps.member++;
       await m.commit();
