@@ -7,7 +7,8 @@
  * - `growth parts=N`: a topic of N partitions (10, 100, 1,000), each written by its own producer
  *   (one TCP connection each, one 256-byte record per request, fsync before the answer). Reported:
  *   records/s, the broker's peak RSS in the window, its RSS with the topic made and no load (what
- *   the partitions cost at rest), and its open file descriptors when the window closes.
+ *   the partitions cost at rest), its open file descriptors when the window closes, and how long
+ *   a restart over those partitions takes (spawn → listening).
  * - `growth conns=10000`: 10,000 TCP connections that each sent one produce and then stay open and
  *   silent, while one producer runs; the same figures. The broker and the load generator each need
  *   ~10,100 descriptors: Node raises its soft `RLIMIT_NOFILE` to the hard limit at start, so the
@@ -61,6 +62,8 @@ export interface GrowthResult {
   result: GeneratorResult | null;
   /** RSS of the broker with the topic made, before any load (MiB). */
   rssIdleMiB: number | null;
+  /** Partitions cases: spawn → listening of a restart over the partitions just written, ms. */
+  restartMs?: number;
   /** Start-up only. */
   startup?: StartupFigures;
 }
@@ -198,32 +201,40 @@ async function createTopic(
 const settle = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function partitionsCase(ctx: GrowthContext, n: number): Promise<void> {
-  await withBroker(ctx, async (es) => {
-    await createTopic(es, "growth", n);
-    await settle(ctx.quick ? 50 : 1000);
-    const rssIdleMiB = rssMiB(es.pid);
-    const result = await ctx.run({
-      mode: "produce",
-      target: { kind: "es-tcp", host: es.tcp.host, port: es.tcp.port, topic: "growth" },
-      batch: 1,
-      producers: n,
-      partitions: n,
-      partitionPerProducer: true,
-      valueBytes,
-      warmupMs: ctx.warmupMs,
-      measureMs: ctx.measureMs,
-      minRequests: 1,
-      metricsUrl: `${es.httpUrl}/v1/admin/metrics`,
-      serverPid: es.pid,
-    });
-    ctx.measured({
-      key: `growth parts=${n} P=${n} b=1`,
-      kind: "partitions",
-      partitions: n,
-      producers: n,
-      result,
-      rssIdleMiB,
-    });
+  const dataDir = join(ctx.dataRoot, `growth-parts-${n}`);
+  const measured = await withBroker(
+    ctx,
+    async (es) => {
+      await createTopic(es, "growth", n);
+      await settle(ctx.quick ? 50 : 1000);
+      const rssIdleMiB = rssMiB(es.pid);
+      const result = await ctx.run({
+        mode: "produce",
+        target: { kind: "es-tcp", host: es.tcp.host, port: es.tcp.port, topic: "growth" },
+        batch: 1,
+        producers: n,
+        partitions: n,
+        partitionPerProducer: true,
+        valueBytes,
+        warmupMs: ctx.warmupMs,
+        measureMs: ctx.measureMs,
+        minRequests: 1,
+        metricsUrl: `${es.httpUrl}/v1/admin/metrics`,
+        serverPid: es.pid,
+      });
+      return { result, rssIdleMiB };
+    },
+    dataDir,
+  );
+  // How start-up grows with partitions: a restart over the N partitions just written.
+  const restartMs = await timeStart(ctx, dataDir);
+  ctx.measured({
+    key: `growth parts=${n} P=${n} b=1`,
+    kind: "partitions",
+    partitions: n,
+    producers: n,
+    ...measured,
+    restartMs,
   });
 }
 
@@ -404,6 +415,7 @@ interface GrowthCaseView {
   serverCpuUsPerRecord?: number | null;
   serverFds?: number | null;
   rssIdleMiB?: number | null;
+  restartMs?: number | null;
   latencyMs: { p99: number };
 }
 
@@ -421,12 +433,12 @@ export function growthTable(
     "",
     "### Growth: partitions (one producer each, 1 × 256 B per request) and idle connections",
     "",
-    "| case | records/s | p99 ms | broker CPU µs/record | RSS at rest MiB | peak RSS MiB | open fds |",
-    "|---|--:|--:|--:|--:|--:|--:|",
+    "| case | records/s | p99 ms | broker CPU µs/record | RSS at rest MiB | peak RSS MiB | open fds | restart ms |",
+    "|---|--:|--:|--:|--:|--:|--:|--:|",
   ];
   for (const c of growth)
     lines.push(
-      `| ${c.key} | ${f0(c.recordsPerSec)} | ${f0(c.latencyMs.p99, 2)} | ${f0(c.serverCpuUsPerRecord, 1)} | ${f0(c.rssIdleMiB, 1)} | ${f0(c.serverRssPeakMiB, 1)} | ${f0(c.serverFds)} |`,
+      `| ${c.key} | ${f0(c.recordsPerSec)} | ${f0(c.latencyMs.p99, 2)} | ${f0(c.serverCpuUsPerRecord, 1)} | ${f0(c.rssIdleMiB, 1)} | ${f0(c.serverRssPeakMiB, 1)} | ${f0(c.serverFds)} | ${f0(c.restartMs)} |`,
     );
   if (startup !== null) {
     lines.push(

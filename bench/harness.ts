@@ -136,6 +136,8 @@ export interface CaseResult {
   rssIdleMiB?: number | null;
   /** Fan-out: records/s the readers received, summed over them, and the slowest reader's. */
   readerRecordsPerSec?: { total: number; min: number };
+  /** Growth partitions cases: spawn → listening of a restart over those partitions, ms. */
+  restartMs?: number | null;
   note?: string;
 }
 
@@ -812,6 +814,7 @@ async function growthPoints(env: Env): Promise<void> {
       );
       c.serverFds = g.result!.serverFds ?? null;
       c.rssIdleMiB = g.rssIdleMiB;
+      c.restartMs = g.restartMs ?? null;
       env.results.push(c);
       printCase(c);
     },

@@ -196,6 +196,7 @@ describe("benchmark harness, quick run", () => {
         expect(c!.rssIdleMiB, `${id} RSS at rest`).toBeGreaterThan(0);
         expect(c!.serverFds, `${id} open fds`).toBeGreaterThan(0);
       }
+      expect(byId.get("growth parts=4 P=4 b=1 es-broker/tcp")!.restartMs).toBeGreaterThan(0);
       const startup = report.growthStartup!;
       expect(startup, "the start-up case measured").toBeTruthy();
       expect(startup.sealedSegments).toBe(20);
