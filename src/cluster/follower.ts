@@ -166,6 +166,10 @@ export class Follower {
   async #fetchOnce(): Promise<void> {
     const o = this.#o;
     const log = o.log;
+    // Recovery skipped the rest of a corrupt segment: the log has a hole below its end, so its end
+    // is not this replica's position. Cut it there and fetch the rest again (#27d).
+    const corrupt = log.firstCorruptSegmentOffset;
+    if (corrupt !== null) await this.#cutCorrupt(corrupt);
     this.#connection ??= o.connect();
     const fetchOffset = await log.settle();
     const answer = await this.#connection.replicaFetch({
@@ -194,6 +198,20 @@ export class Follower {
       await log.skipTo(answer.logStartOffset);
     } else await this.#append(answer);
     o.onHighWatermark(answer.highWatermark);
+  }
+
+  /** Cuts the log at a corrupt segment's base offset, to fetch the records after it again (#27d). */
+  async #cutCorrupt(offset: number): Promise<void> {
+    const o = this.#o;
+    o.logger.log("warn", "replication.truncating_corrupt", {
+      partition: this.#name,
+      leader: o.leaderId,
+      log_end_offset: o.log.logEndOffset,
+      truncate_to: offset,
+    });
+    await o.history.truncate(o.history.latestEpoch, offset);
+    await o.log.truncateTo(offset);
+    o.producers.truncated(o.topic, o.partition, offset);
   }
 
   /** Step 2 of the module comment. */

@@ -399,6 +399,16 @@ export class PartitionLog {
     return count;
   }
 
+  /**
+   * The base offset of the first segment recovery found corrupt, or null if none is. A replica
+   * (cluster mode) cuts its log there and fetches the rest again: the records recovery skipped are
+   * missing below its log end (docs/cluster.md "Followers", field failures #27d).
+   */
+  get firstCorruptSegmentOffset(): number | null {
+    for (const s of this.#segments) if (s.corruption !== null) return s.baseOffset;
+    return null;
+  }
+
   /** Stray files recovery found in the directory (reported, ignored; docs/decisions.md §11). */
   get strayFileCount(): number {
     return this.#strays.length;

@@ -175,3 +175,88 @@ describe("cluster attack: last replica standing with a log cut short (#27c)", ()
     expect(seen).toEqual(Array.from({ length: 1000 }, (_, i) => `c-${i}`));
   }, 150_000);
 });
+
+describe("cluster attack: a corrupt sealed segment on a follower (#27d)", () => {
+  it("the follower cuts its log at the corrupt segment and fetches it again; led by it, nothing is missing", async () => {
+    const any = () => brokers.values().next().value!;
+    const created = await fetch(`${any().httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "d27", partitions: 1, config: { segment_bytes: 1024 } }),
+    });
+    expect(created.status).toBe(201);
+    const full = (leader: number) =>
+      waitFor(
+        "a full ISR",
+        async () => {
+          const s = await partitionState(brokers.get(leader)!, "d27");
+          return s.leader === leader && s.isr.length === 3 ? s : undefined;
+        },
+        30_000,
+      );
+    const A = (
+      await waitFor("d27 led", async () => {
+        const s = await partitionState(any(), "d27");
+        return s.leader >= 1 ? s : undefined;
+      })
+    ).leader;
+    const [B, C] = [1, 2, 3].filter((id) => id !== A);
+    await full(A);
+    const values = Array.from({ length: 200 }, (_, i) => `d-${String(i).padStart(4, "0")}`);
+    const tcp = await TcpClient.connect(brokers.get(A)!.tcp);
+    for (let i = 0; i < 200; i += 10)
+      await tcp.produce(
+        "d27",
+        values.slice(i, i + 10).map((value) => ({ value })),
+        { partition: 0 },
+      );
+    await tcp.close();
+    await full(A);
+    // Flip the first value byte of C's second (sealed) segment; recovery skips the rest of it.
+    await brokers.get(C)!.stop("SIGKILL");
+    const dir = join(root, `n${C}`, "topics", "d27", "0");
+    const sealed = join(
+      dir,
+      readdirSync(dir)
+        .filter((f) => f.endsWith(".log"))
+        .sort()[1],
+    );
+    const bytes = readFileSync(sealed);
+    bytes[28] ^= 0x01;
+    writeFileSync(sealed, bytes);
+    brokers.set(C, await startBroker(join(root, `n${C}`), args(C)));
+    await full(A);
+    // Force C to lead: the other two die.
+    for (const id of [A, B]) {
+      await brokers.get(id)!.stop("SIGKILL");
+      brokers.delete(id);
+    }
+    await waitFor("C leads", async () => {
+      const s = await partitionState(brokers.get(C)!, "d27");
+      return s.leader === C ? s : undefined;
+    });
+    const t = await TcpClient.connect(brokers.get(C)!.tcp);
+    const seen: string[] = [];
+    for (let offset = 0; ; ) {
+      const f = await t.fetch({ topic: "d27", partition: 0, offset, maxRecords: 1000 });
+      if (f.records.length === 0) break;
+      for (const r of f.records) seen.push(new TextDecoder().decode(r.value));
+      offset = f.nextOffset;
+    }
+    await t.close();
+    expect(seen).toEqual(values);
+    expect(brokers.get(C)!.stderr()).toContain('"event":"replication.truncating_corrupt"');
+    // The good replicas come back as followers of C and are not cut.
+    for (const id of [A, B]) brokers.set(id, await startBroker(join(root, `n${id}`), args(id)));
+    const back = await full(C);
+    expect(back.isr.length).toBe(3);
+    for (const id of [A, B]) {
+      const cuts = brokers
+        .get(id)!
+        .stderr()
+        .split("\n")
+        .filter((l) => l.includes("replication.truncating") && l.includes('"d27/0"'));
+      expect(cuts).toEqual([]);
+    }
+  }, 150_000);
+});
