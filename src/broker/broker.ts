@@ -796,6 +796,12 @@ export class LocalBroker implements Broker {
     return this.#groups.list();
   }
 
+  /** See {@link Broker.raiseGroupGeneration} and `GroupCoordinator.raiseGeneration`. */
+  async raiseGroupGeneration(group: string, floor: number): Promise<number> {
+    this.#checkOpen();
+    return this.#groups.raiseGeneration(group, floor);
+  }
+
   /** Joins a client-assigned group; see {@link Broker.joinAssignedGroup} and `broker/groups.ts`. */
   async joinAssignedGroup(request: AssignedJoinRequest): Promise<AssignedJoinResult> {
     this.#checkOpen();

@@ -274,6 +274,8 @@ export class GroupCoordinator {
   #logger: Logger;
   #topics: GroupTopics;
   #groups = new Map<string, Group>();
+  /** Group → the generation it may not go below ({@link raiseGeneration}), even once forgotten. */
+  #floors = new Map<string, number>();
   /** Groups whose file cannot be read, with the reason (docs/decisions.md §9). */
   #unavailable = new Map<string, string>();
   /** Makes member ids unique within this process (with the clock, across restarts). */
@@ -437,7 +439,12 @@ export class GroupCoordinator {
     if (group === undefined) {
       group = {
         name,
-        data: { generation: 0, members: [], owners: new Map(), offsets: new Map() },
+        data: {
+          generation: this.#floors.get(name) ?? 0,
+          members: [],
+          owners: new Map(),
+          offsets: new Map(),
+        },
         lock: new Mutex(),
         timers: new Map(),
         persisted: false,
@@ -1365,6 +1372,43 @@ export class GroupCoordinator {
         Errors.rebalanceInProgress,
         `${action}: a rebalance is in progress: join again`,
       );
+  }
+
+  /**
+   * Moves a group's generation up to at least `floor` (never down) and keeps it there, even if the
+   * group empties and is forgotten: the next rebalance hands out `floor + 1` or more. Members of
+   * an older generation get `stale_generation` on commit and are told to rejoin. Cluster mode calls
+   * it when a broker becomes a group's coordinator (docs/cluster.md "Consumer groups"), so
+   * generations never go backwards when the coordinator moves.
+   * @returns the group's generation afterwards. @throws BrokerError invalid_request,
+   *   unavailable, storage_error (nothing changed).
+   */
+  async raiseGeneration(name: string, floor: number): Promise<number> {
+    validateGroupName(name);
+    if (!Number.isSafeInteger(floor) || floor < 0)
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Generation floor ${floor} is not an integer >= 0`,
+      );
+    const action = `Cannot raise the generation of group "${name}"`;
+    this.#checkOpen();
+    this.#floors.set(name, Math.max(floor, this.#floors.get(name) ?? 0));
+    if (!this.#groups.has(name)) return this.#floors.get(name)!; // it starts there when made
+    const group = this.#existing(name, action);
+    return group.lock.run(async () => {
+      if (group.data.generation >= floor) return group.data.generation;
+      // The assignment stays: members learn the new generation by rejoining (heartbeat: rejoin).
+      const next = { ...group.data, generation: floor };
+      if (group.persisted) await this.#commitData(group, next, action);
+      else group.data = next;
+      this.#logger.log("info", "group.rebalanced", {
+        group: name,
+        generation: floor,
+        members: next.members.length,
+        reason: "generation raised by a new coordinator",
+      });
+      return floor;
+    });
   }
 
   /** See {@link Broker.describeGroup}. */

@@ -408,6 +408,12 @@ export interface Broker {
    */
   joinAssignedGroup?(request: AssignedJoinRequest): Promise<AssignedJoinResult>;
   /**
+   * Moves a group's generation up to at least `floor`, never down; returns the generation after.
+   * Cluster mode calls it when this broker becomes the group's coordinator (docs/cluster.md
+   * "Consumer groups"). Optional. @throws invalid_request, unavailable, storage_error.
+   */
+  raiseGroupGeneration?(group: string, floor: number): Promise<number>;
+  /**
    * Hands out the leader's assignment; a member's call resolves with its own assignment once the
    * leader's has arrived. Optional.
    * @throws unknown_member, stale_generation, rebalance_in_progress, group_not_found, unavailable.

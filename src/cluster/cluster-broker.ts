@@ -14,7 +14,10 @@
  * - Consumer groups (docs/cluster.md "Consumer groups"): kept by the broker clients use as
  *   coordinator (the controller), and every commit is also written to etcd before it is
  *   acknowledged; the first time this broker serves a group (since it started or last became
- *   the controller) it takes the group's offsets from etcd, so commits outlive the coordinator.
+ *   the controller) it claims the group in etcd and takes its offsets from there, so commits
+ *   outlive the coordinator. Generations are recorded in etcd before a member learns them and
+ *   the claim starts above all of them, so they never go backwards when the coordinator moves;
+ *   a commit or join on a broker whose claim was taken over gets `stale_generation`.
  * - Durable Streams are not offered (`streams` is undefined: `/v1/stream/` answers 404): a
  *   stream's topic would be made locally, outside etcd, and never replicated.
  * - Everything else (producers, the registry) goes to the local broker as it is.
@@ -90,25 +93,46 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
     return local.describeTopic(name);
   };
 
-  // Groups whose offsets this broker has taken from etcd since it last became the controller.
+  // Groups this broker has claimed in etcd (and taken the offsets of) since it last became the
+  // controller; `claims` holds each one's claim (docs/cluster.md "Consumer groups").
   const seeded = new Map<string, Promise<void>>();
+  const claims = new Map<string, { claim: number; generation: number }>();
   let wasController = node.controller.isController;
   node.controller.onChange(() => {
-    if (node.controller.isController !== wasController) seeded.clear();
+    if (node.controller.isController !== wasController) {
+      seeded.clear();
+      claims.clear();
+    }
     wasController = node.controller.isController;
   });
+  const describeHere = async (group: string): Promise<GroupDescription | null> => {
+    try {
+      return await local.describeGroup(group);
+    } catch (err) {
+      if (err instanceof BrokerError && err.kind === Errors.groupNotFound) return null;
+      throw err;
+    }
+  };
   const seed = (group: string): Promise<void> => {
     let done = seeded.get(group);
     if (done === undefined) {
       done = (async () => {
+        // Claim the group first: the generation starts above every one handed out before.
+        const before = await describeHere(group);
+        const claimed = await node.claimGroupGeneration(group, before?.generation ?? 0);
+        if (claimed === null)
+          throw new BrokerError(
+            Errors.unavailable,
+            `Cannot serve group ${JSON.stringify(group)} on node ${node.membership.nodeId}: another broker claimed it meanwhile; retry`,
+          );
+        // Strictly above: a member here rejoining under its old id keeps the raised generation,
+        // which must not be one the previous coordinator handed out.
+        if (claimed.generation > 0)
+          await local.raiseGroupGeneration?.(group, claimed.generation + 1);
+        claims.set(group, claimed);
         const stored = await node.loadGroupOffsets(group);
         if (stored.length === 0) return;
-        let here: GroupDescription | null = null;
-        try {
-          here = await local.describeGroup(group);
-        } catch (err) {
-          if (!(err instanceof BrokerError && err.kind === Errors.groupNotFound)) throw err;
-        }
+        const here = await describeHere(group);
         if (here !== null && here.members.length > 0) return; // live here already: it is current
         const committed = new Map(
           (here?.offsets ?? []).map((o) => [`${o.topic}/${o.partition}`, o.committed]),
@@ -123,7 +147,38 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
     }
     return done;
   };
-  const commitChains = new Map<string, Promise<unknown>>();
+  /** Forgets a group another broker has claimed since. @returns the error to answer with. */
+  const moved = (group: string, action: string): BrokerError => {
+    seeded.delete(group);
+    claims.delete(group);
+    return new BrokerError(
+      Errors.staleGeneration,
+      `${action}: group ${JSON.stringify(group)} is now coordinated by another broker, whose generations are newer: find the coordinator, rejoin, then commit`,
+    );
+  };
+  // One etcd write of a group at a time, so etcd holds them in the order the group took them.
+  const chains = new Map<string, Promise<unknown>>();
+  const inOrder = async <T>(group: string, step: () => Promise<T>): Promise<T> => {
+    const previous = chains.get(group) ?? Promise.resolve();
+    const run = previous.catch(() => {}).then(step);
+    chains.set(group, run);
+    try {
+      return await run;
+    } finally {
+      if (chains.get(group) === run) chains.delete(group);
+    }
+  };
+  /** Stores `generation` in etcd before a member learns it (the claim must still hold). */
+  const record = (group: string, generation: number): Promise<void> =>
+    inOrder(group, async () => {
+      const action = `Cannot join group ${JSON.stringify(group)}`;
+      const held = claims.get(group);
+      if (held === undefined) throw moved(group, action);
+      if (generation <= held.generation) return;
+      const claim = await node.recordGroupGeneration(group, generation, held.claim);
+      if (claim === null) throw moved(group, action);
+      claims.set(group, { claim, generation });
+    });
 
   const overrides: Partial<Broker> = {
     async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
@@ -171,7 +226,9 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
     },
     async joinGroup(request: JoinGroupRequest): Promise<GroupAssignment> {
       await seed(request.group);
-      return local.joinGroup(request);
+      const joined = await local.joinGroup(request);
+      await record(request.group, joined.generation);
+      return joined;
     },
     async describeGroup(group: string): Promise<GroupDescription> {
       await seed(group);
@@ -179,20 +236,14 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
     },
     async commitOffsets(request: CommitOffsetsRequest): Promise<void> {
       await seed(request.group);
-      // One commit of a group at a time, so etcd holds them in the order the group took them.
-      const previous = commitChains.get(request.group) ?? Promise.resolve();
-      const run = previous
-        .catch(() => {})
-        .then(async () => {
-          await local.commitOffsets(request);
-          await node.saveGroupOffsets(request.group, request.offsets);
-        });
-      commitChains.set(request.group, run);
-      try {
-        await run;
-      } finally {
-        if (commitChains.get(request.group) === run) commitChains.delete(request.group);
-      }
+      await inOrder(request.group, async () => {
+        await local.commitOffsets(request);
+        const action = `Cannot commit offsets of group ${JSON.stringify(request.group)}`;
+        const held = claims.get(request.group);
+        if (held === undefined) throw moved(request.group, action);
+        if (!(await node.saveGroupOffsets(request.group, request.offsets, held.claim)))
+          throw moved(request.group, action);
+      });
     },
     async clusterMetadata(topics?: readonly string[]): Promise<ClusterMetadata> {
       return node.metadata(topics);
@@ -202,7 +253,9 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
     const joinAssigned = local.joinAssignedGroup.bind(local);
     overrides.joinAssignedGroup = async (request: AssignedJoinRequest) => {
       await seed(request.group);
-      return joinAssigned(request);
+      const joined = await joinAssigned(request);
+      await record(request.group, joined.generation);
+      return joined;
     };
   }
   if (local.updateTopicConfig !== undefined) {

@@ -578,24 +578,79 @@ export class ClusterNode {
   /**
    * Stores a consumer group's committed offsets in etcd (`group_offsets/<group>/<topic>/<p>`,
    * one transaction): the copy that outlives the broker coordinating the group
-   * (docs/cluster.md "Consumer groups"). @throws BrokerError unavailable if etcd does not take it.
+   * (docs/cluster.md "Consumer groups"), if this broker's `claim` on the group
+   * ({@link claimGroupGeneration}) still holds. @returns false when another broker has claimed
+   * the group since (nothing written). @throws BrokerError unavailable if etcd does not take it.
    */
   async saveGroupOffsets(
     group: string,
     offsets: readonly { topic: string; partition: number; offset: number }[],
-  ): Promise<void> {
+    claim: number,
+  ): Promise<boolean> {
     const { etcd } = this.#o;
-    await this.#etcdCall(`replicate the offsets of group ${JSON.stringify(group)}`, () =>
-      etcd.txn({
-        compare: [],
-        success: offsets.map((o) => ({
-          put: {
-            key: `${this.#prefix}/group_offsets/${group}/${o.topic}/${o.partition}`,
-            value: String(o.offset),
-          },
-        })),
+    const key = `${this.#prefix}/group_generations/${group}`;
+    const result = await this.#etcdCall(
+      `replicate the offsets of group ${JSON.stringify(group)}`,
+      () =>
+        etcd.txn({
+          compare: [{ key, target: "mod_revision", result: "equal", number: claim }],
+          success: offsets.map((o) => ({
+            put: {
+              key: `${this.#prefix}/group_offsets/${group}/${o.topic}/${o.partition}`,
+              value: String(o.offset),
+            },
+          })),
+        }),
+    );
+    return result.succeeded;
+  }
+
+  /**
+   * Makes this broker the coordinator of `group` in etcd (`group_generations/<group>`): the
+   * stored generation floor becomes max(stored, `generation`) and the key's new mod_revision is
+   * the claim that {@link recordGroupGeneration} and {@link saveGroupOffsets} compare against, so
+   * a previous coordinator's later writes fail (docs/cluster.md "Consumer groups").
+   * @returns the floor (every generation any coordinator handed out is <= it) and the claim;
+   *   null when another broker claimed it meanwhile. @throws BrokerError unavailable.
+   */
+  async claimGroupGeneration(
+    group: string,
+    generation: number,
+  ): Promise<{ generation: number; claim: number } | null> {
+    const key = `${this.#prefix}/group_generations/${group}`;
+    const what = `claim the coordination of group ${JSON.stringify(group)}`;
+    const kv = await this.#etcdCall(what, () => this.#o.etcd.get(key));
+    const stored = kv === null ? 0 : Number(kv.value);
+    const floor = Math.max(Number.isSafeInteger(stored) ? stored : 0, generation);
+    const result = await this.#etcdCall(what, () =>
+      this.#o.etcd.txn({
+        compare: [{ key, target: "mod_revision", result: "equal", number: kv?.modRevision ?? 0 }],
+        success: [{ put: { key, value: String(floor) } }],
       }),
     );
+    return result.succeeded ? { generation: floor, claim: result.revision } : null;
+  }
+
+  /**
+   * Stores a generation this coordinator is about to hand out, if its `claim` still holds.
+   * @returns the new claim (the key's mod_revision), or null when another broker has claimed
+   *   the group since. @throws BrokerError unavailable.
+   */
+  async recordGroupGeneration(
+    group: string,
+    generation: number,
+    claim: number,
+  ): Promise<number | null> {
+    const key = `${this.#prefix}/group_generations/${group}`;
+    const result = await this.#etcdCall(
+      `record generation ${generation} of group ${JSON.stringify(group)}`,
+      () =>
+        this.#o.etcd.txn({
+          compare: [{ key, target: "mod_revision", result: "equal", number: claim }],
+          success: [{ put: { key, value: String(generation) } }],
+        }),
+    );
+    return result.succeeded ? result.revision : null;
   }
 
   /** A group's committed offsets as etcd holds them. @throws BrokerError unavailable. */

@@ -638,7 +638,7 @@ describe("cluster mode: etcd lost while running", () => {
 });
 
 describe("cluster mode: consumer groups", () => {
-  it("a group's commits outlive its coordinator: the next controller serves them, and a member moves there", async () => {
+  it("a group's commits outlive its coordinator: the next controller serves them, a member moves there, and its generation goes up", async () => {
     const router = await ClusterClient.connect({
       bootstrap: [...brokers.values()].map((b) => b.tcp),
       retryTimeoutMs: 30_000,
@@ -657,6 +657,8 @@ describe("cluster mode: consumer groups", () => {
         for (const b of await member.poll({ waitMs: 200 })) got += b.records.length;
       expect(got).toBeGreaterThan(0);
       expect(await member.commit()).toBe(true);
+      const oldMember = member.memberId;
+      const oldGeneration = member.generation;
       const before = await (await router.coordinator()).describeGroup("survivors");
       const committed = before.offsets
         .filter((o) => o.committed !== null)
@@ -684,6 +686,27 @@ describe("cluster mode: consumer groups", () => {
       expect(moved.members.map((m) => m.member_id)).toEqual([member.memberId]);
       for (const o of committed)
         expect(member.position(o)).toBeGreaterThanOrEqual(o.committed ?? 0);
+      // The generation is the group's fencing token: the new coordinator starts above the old
+      // one's, so a commit of the old generation is refused even under the new member's id.
+      expect(member.generation).toBeGreaterThan(oldGeneration);
+      const stale = await fetch(`${remaining.httpUrl}/v1/groups/survivors/offsets`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          member_id: member.memberId,
+          generation: oldGeneration,
+          offsets: committed.map((o) => ({
+            topic: o.topic,
+            partition: o.partition,
+            offset: o.committed,
+          })),
+        }),
+      });
+      expect(stale.status).toBe(409);
+      expect(((await stale.json()) as { error: { code: string } }).error.code).toBe(
+        "stale_generation",
+      );
+      expect(oldMember).not.toBe(member.memberId);
       await member.close();
     } finally {
       await router.close();

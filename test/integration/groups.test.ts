@@ -199,6 +199,33 @@ describe("consumer groups", () => {
     });
   });
 
+  it("raises a generation to a floor, never lowers it, and keeps the floor for a group made later", async () => {
+    const { broker } = await start(new MemoryFileSystem());
+    await broker.createTopic({ name: "t", partitions: 1 });
+    await fill(broker, "t", 0, 3);
+    const a = await broker.joinGroup({ group: "g", topics: ["t"] });
+    expect(a.generation).toBe(1);
+    expect(await broker.raiseGroupGeneration("g", 40)).toBe(40);
+    expect(await broker.raiseGroupGeneration("g", 7)).toBe(40); // never down
+    expect((await broker.describeGroup("g")).generation).toBe(40);
+    const commit = (generation: number) =>
+      broker.commitOffsets({
+        group: "g",
+        memberId: a.memberId,
+        generation,
+        offsets: [{ topic: "t", partition: 0, offset: 1 }],
+      });
+    expect(await code(commit(a.generation))).toBe("stale_generation");
+    const again = await broker.joinGroup({ group: "g", topics: ["t"], memberId: a.memberId });
+    expect(again.generation).toBe(40);
+    expect(await code(commit(again.generation))).toBe("ok");
+    // A group this broker does not have yet starts above the floor when it is made.
+    expect(await broker.raiseGroupGeneration("later", 9)).toBe(9);
+    expect(await code(broker.describeGroup("later"))).toBe("group_not_found");
+    expect((await broker.joinGroup({ group: "later", topics: ["t"] })).generation).toBe(10);
+    expect(await code(broker.raiseGroupGeneration("g", -1))).toBe("invalid_request");
+  });
+
   it("counts members and partitions in the right number in its messages", async () => {
     const { broker } = await start(new MemoryFileSystem());
     await broker.createTopic({ name: "t", partitions: 1 });
