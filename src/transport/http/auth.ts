@@ -255,9 +255,12 @@ function isLiteralOrLocalhost(hostname: string): boolean {
  * @returns the refusal, or null to serve the request.
  */
 export function hostRefusal(request: Request): Response | null {
+  // The Host header is what a browser sends (and what rebinding abuses); Deno builds a CONNECT
+  // request's URL from its target instead, which is not the name the client addressed.
+  const header = request.headers.get("host");
   let hostname: string;
   try {
-    hostname = new URL(request.url).hostname;
+    hostname = new URL(header !== null ? `http://${header}/` : request.url).hostname;
   } catch {
     hostname = "";
   }
