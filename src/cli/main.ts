@@ -109,10 +109,28 @@ export async function main(argv: string[]): Promise<number> {
     const hint =
       err instanceof ClientError && err.code === Errors.keyRevoked.code
         ? `es-broker: the API key was revoked (or changed) while this command ran: run it again with a current key (--api-key-file FILE or $${apiKeyEnv})\n`
-        : hintFor(message);
+        : err instanceof ClientError &&
+            err.code === Errors.topicNotFound.code &&
+            (command === "produce" || command === "consume")
+          ? createTopicHint(err.message)
+          : hintFor(message);
     process.stderr.write(`es-broker: ${message}\n${hint}`);
     return 1;
   }
+}
+
+/**
+ * For produce and consume of a topic that does not exist: topics are not created on demand, so
+ * the line says how to create it (the name from the broker's `Cannot find topic "NAME"`).
+ */
+function createTopicHint(message: string): string {
+  const quoted = /Cannot find topic ("(?:[^"\\]|\\.)*")/.exec(message)?.[1];
+  let name = "TOPIC";
+  try {
+    if (quoted !== undefined) name = JSON.parse(quoted) as string;
+  } catch {}
+  const shown = /^[\w.-]+$/.test(name) ? name : `'${name.replaceAll("'", "'\\''")}'`;
+  return `es-broker: topics are not created on demand: create it first with es-broker topics create ${shown} [--partitions N]\n`;
 }
 
 /**
