@@ -142,5 +142,16 @@ function hintFor(message: string): string {
     return `es-broker: give the API key with --api-key-file FILE or $${apiKeyEnv}\n`;
   if (message.includes("closes plain connections"))
     return "es-broker: connect with TLS: --tls-ca FILE (the broker's CA) or --tls (the system's CAs)\n";
+  // The TLS libraries' words differ: Node (OpenSSL), Bun (BoringSSL), Deno (rustls).
+  if (/certificate[ _]required|CertificateRequired/i.test(message))
+    return "es-broker: the broker requires a client certificate (mutual TLS): add --tls-cert FILE --tls-key FILE (a certificate its --tls-client-ca signed)\n";
+  if (
+    /self[- ]signed certificate|unable to verify the first certificate|unable to get local issuer certificate|UnknownIssuer/i.test(
+      message,
+    )
+  )
+    return "es-broker: the broker's certificate is not signed by a CA this command trusts: name its CA with --tls-ca FILE\n";
+  if (/does not match certificate's altnames|NotValidForName|ALTNAME/i.test(message))
+    return "es-broker: the broker's certificate does not name the host this command connected to: use a name or address its subjectAltName lists\n";
   return "";
 }
