@@ -137,8 +137,11 @@ export interface TopicRegistryOptions {
  * fills in the topics; `LocalBroker.open` sets the phase.
  */
 export interface RecoveryProgress {
-  /** "topics" (partitions recovering), "groups", "producers", then "done". */
-  phase: "starting" | "topics" | "groups" | "producers" | "done";
+  /**
+   * "topics" (partitions recovering), "groups", "producers", then "done"; with `serve --cluster`,
+   * "cluster" after "done" while the broker joins its cluster (waits for etcd).
+   */
+  phase: "starting" | "topics" | "groups" | "producers" | "done" | "cluster";
   /** Entries of `topics/` to recover, and how many are done. */
   topicsTotal: number;
   topicsDone: number;

@@ -109,10 +109,28 @@ export async function main(argv: string[]): Promise<number> {
     const hint =
       err instanceof ClientError && err.code === Errors.keyRevoked.code
         ? `es-broker: the API key was revoked (or changed) while this command ran: run it again with a current key (--api-key-file FILE or $${apiKeyEnv})\n`
-        : hintFor(message);
+        : err instanceof ClientError &&
+            err.code === Errors.topicNotFound.code &&
+            (command === "produce" || command === "consume")
+          ? createTopicHint(err.message)
+          : hintFor(message);
     process.stderr.write(`es-broker: ${message}\n${hint}`);
     return 1;
   }
+}
+
+/**
+ * For produce and consume of a topic that does not exist: topics are not created on demand, so
+ * the line says how to create it (the name from the broker's `Cannot find topic "NAME"`).
+ */
+function createTopicHint(message: string): string {
+  const quoted = /Cannot find topic ("(?:[^"\\]|\\.)*")/.exec(message)?.[1];
+  let name = "TOPIC";
+  try {
+    if (quoted !== undefined) name = JSON.parse(quoted) as string;
+  } catch {}
+  const shown = /^[\w.-]+$/.test(name) ? name : `'${name.replaceAll("'", "'\\''")}'`;
+  return `es-broker: topics are not created on demand: create it first with es-broker topics create ${shown} [--partitions N]\n`;
 }
 
 /**
@@ -124,5 +142,16 @@ function hintFor(message: string): string {
     return `es-broker: give the API key with --api-key-file FILE or $${apiKeyEnv}\n`;
   if (message.includes("closes plain connections"))
     return "es-broker: connect with TLS: --tls-ca FILE (the broker's CA) or --tls (the system's CAs)\n";
+  // The TLS libraries' words differ: Node (OpenSSL), Bun (BoringSSL), Deno (rustls).
+  if (/certificate[ _]required|CertificateRequired/i.test(message))
+    return "es-broker: the broker requires a client certificate (mutual TLS): add --tls-cert FILE --tls-key FILE (a certificate its --tls-client-ca signed)\n";
+  if (
+    /self[- ]signed certificate|unable to verify the first certificate|unable to get local issuer certificate|UnknownIssuer/i.test(
+      message,
+    )
+  )
+    return "es-broker: the broker's certificate is not signed by a CA this command trusts: name its CA with --tls-ca FILE\n";
+  if (/does not match certificate's altnames|NotValidForName|ALTNAME/i.test(message))
+    return "es-broker: the broker's certificate does not name the host this command connected to: use a name or address its subjectAltName lists\n";
   return "";
 }

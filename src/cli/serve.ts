@@ -507,6 +507,7 @@ export async function serve(argv: string[]): Promise<number> {
         values["kafka-advertised-host"] ?? cluster.advertiseTcp.replace(/:\d+$/, "");
       const kafkaAddress =
         kafkaPort === null || kafkaPort === 0 ? undefined : `${kafkaHost}:${kafkaPort}`;
+      progress.phase = "cluster";
       node = await startClusterNode(cluster, broker, dataDir, nodeFs, logger, kafkaAddress);
       front = clusterBroker(broker, node);
     } catch (err) {

@@ -120,6 +120,21 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect((await fetch(`${broker.httpUrl}/healthz`)).status).toBe(200);
   });
 
+  it("produce and consume of a topic that does not exist say how to create it, and exit 1", async () => {
+    const { address } = await brokerWithTopic();
+    const hint = (name: string) =>
+      `es-broker: topic_not_found: Cannot find topic "${name}"\nes-broker: topics are not created on demand: create it first with es-broker topics create ${name} [--partitions N]\n`;
+    const produced = await runCli(
+      ["produce", "logs", "--broker", address],
+      new TextEncoder().encode("x\n"),
+    );
+    expect(produced.code).toBe(1);
+    expect(produced.stderr).toBe(hint("logs"));
+    const consumed = await runCli(["consume", "logs", "--from-beginning", "--broker", address]);
+    expect(consumed.code).toBe(1);
+    expect(consumed.stderr).toBe(hint("logs"));
+  });
+
   it("produce sends lines as they arrive (after --linger-ms), long before stdin closes", async () => {
     const { client, address } = await brokerWithTopic();
     const p = startProduce(["t", "--broker", address]);

@@ -739,6 +739,17 @@ describe("cluster mode: etcd unreachable", () => {
     expect(err).toMatch(/Cannot reach etcd to join the cluster: .*retrying in \d+ ms/);
     const delays = [...err.matchAll(/"retry_in_ms":(\d+)/g)].map((m) => Number(m[1]));
     expect(delays[2]).toBeGreaterThan(delays[0]);
+    // Meanwhile the HTTP port says why it does not serve: joining, not recovering the data directory.
+    const ready = await fetch(`http://127.0.0.1:${http}/readyz`);
+    expect(ready.status).toBe(503);
+    expect(((await ready.json()) as { recovery: { phase: string } }).recovery.phase).toBe(
+      "cluster",
+    );
+    const topics = await fetch(`http://127.0.0.1:${http}/v1/topics`);
+    expect(topics.status).toBe(503);
+    const body = (await topics.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("unavailable");
+    expect(body.error.message).toContain("is joining its cluster (it waits until etcd answers");
     proc.kill("SIGTERM");
     await exited;
   });

@@ -285,6 +285,35 @@ describe(`[${target}] TLS end to end`, () => {
     expect(again.stderr()).not.toContain(key);
   });
 
+  it("the CLI says which option fixes a TLS refusal: --tls-ca for an untrusted CA, --tls-cert/--tls-key for mutual TLS", async () => {
+    const pki = makePki();
+    const { broker } = await tlsBroker(pki, ["--tls-client-ca", pki.ca]);
+    const address = `${broker.tcp.host}:${broker.tcp.port}`;
+    const untrusted = await runCli(["topics", "list", "--broker", address, "--tls"]);
+    expect(untrusted.code).toBe(1);
+    expect(untrusted.stderr).toContain(
+      "es-broker: the broker's certificate is not signed by a CA this command trusts: name its CA with --tls-ca FILE\n",
+    );
+    const noCertificate = await runCli(["topics", "list", "--broker", address, "--tls-ca", pki.ca]);
+    expect(noCertificate.code).toBe(1);
+    expect(noCertificate.stderr).toContain(
+      "es-broker: the broker requires a client certificate (mutual TLS): add --tls-cert FILE --tls-key FILE (a certificate its --tls-client-ca signed)\n",
+    );
+    const withCertificate = await runCli([
+      "topics",
+      "list",
+      "--broker",
+      address,
+      "--tls-ca",
+      pki.ca,
+      "--tls-cert",
+      pki.client.cert,
+      "--tls-key",
+      pki.client.key,
+    ]);
+    expect(withCertificate.code, withCertificate.stderr).toBe(0);
+  });
+
   it("SIGHUP serves a rotated certificate to new connections while open connections keep working", async () => {
     const pki = makePki();
     const { broker, certPath, keyPath } = await tlsBroker(pki);

@@ -611,7 +611,10 @@ const schemas: Record<string, Schema> = {
   Recovering: exact({
     status: { const: "recovering" },
     recovery: exact({
-      phase: { type: "string", enum: ["starting", "topics", "groups", "producers", "done"] },
+      phase: {
+        type: "string",
+        enum: ["starting", "topics", "groups", "producers", "done", "cluster"],
+      },
       topics_total: { type: "integer", minimum: 0 },
       topics_done: { type: "integer", minimum: 0 },
       partitions_done: { type: "integer", minimum: 0 },

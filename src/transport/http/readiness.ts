@@ -72,7 +72,9 @@ export function recoveringApp(
         return json({ status: "recovering", recovery }, 503, { "retry-after": "1" });
       const error = new BrokerError(
         Errors.unavailable,
-        `Cannot serve the request: the broker is recovering its data directory (${recovery.topics_done} of ${recovery.topics_total} topics, ${recovery.partitions_done} partitions done)`,
+        progress.phase === "cluster"
+          ? "Cannot serve the request yet: the broker has recovered its data directory and is joining its cluster (it waits until etcd answers at the --cluster address; the log says cluster.etcd_unreachable while it cannot reach it)"
+          : `Cannot serve the request: the broker is recovering its data directory (${recovery.topics_done} of ${recovery.topics_total} topics, ${recovery.partitions_done} partitions done)`,
         { recovery },
       );
       return json(errorBody(error), error.kind.http, { "retry-after": "1" });
