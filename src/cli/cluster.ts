@@ -3,6 +3,7 @@
  * brokers, the controller, and per partition the leader, leader epoch, replicas, ISR, ELR and
  * the high watermark (from the leader), as a table or, with `--json`, as one JSON document.
  */
+import { deadline } from "../runtime/deadline.ts";
 import { connectionHelp, connectionOptions, readApiKey } from "./connection.ts";
 import type { ClusterMetadata, ClusterPartitionInfo } from "../broker/types.ts";
 import { UsageError, parseCli } from "./args.ts";
@@ -55,10 +56,11 @@ async function leaderViews(
   const views = new Map<string, ClusterPartitionInfo>();
   await Promise.all(
     m.brokers.map(async (b) => {
+      const limit = deadline(5000);
       try {
         const res = await fetch(`${b.http}/v1/cluster`, {
           headers: apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` },
-          signal: AbortSignal.timeout(5000),
+          signal: limit.signal,
         });
         if (!res.ok) return;
         const theirs = (await res.json()) as ClusterMetadata;
@@ -66,7 +68,10 @@ async function leaderViews(
           for (const p of t.partitions)
             if (p.leader === b.node_id && p.followers !== undefined)
               views.set(`${t.name}/${p.partition}`, p);
-      } catch {}
+      } catch {
+      } finally {
+        limit.clear();
+      }
     }),
   );
   return views;

@@ -12,6 +12,7 @@
  * reached. Reads are retried on every endpoint; a write is retried only if its first try never
  * reached a server (connection refused), otherwise it fails as `indeterminate`.
  */
+import { deadline } from "./deadline.ts";
 import {
   type Etcd,
   type EtcdCompare,
@@ -191,15 +192,18 @@ export class EtcdHttpClient implements Etcd {
       const endpoint = this.#endpoints[this.#current];
       let response: Response;
       let text: string;
+      const limit = deadline(this.#timeoutMs);
       try {
         response = await fetch(`${endpoint}${path}`, {
           method: "POST",
           headers: { "content-type": "application/json" },
           body: JSON.stringify(body),
-          signal: AbortSignal.timeout(this.#timeoutMs),
+          signal: limit.signal,
         });
         text = await response.text();
+        limit.clear();
       } catch (err) {
+        limit.clear();
         failures.push(`${endpoint}: ${errorMessage(err)}`);
         if (retry === "refused" && !connectionRefused(err)) {
           throw new EtcdError(
@@ -399,13 +403,15 @@ export class EtcdHttpClient implements Etcd {
       }
       // A stopped (SIGSTOP) member keeps the stream open and silent: probe it, and drop it if mute.
       checkTimer = setInterval(() => {
+        const limit = deadline(Math.max(1000, this.#watchCheckMs));
         fetch(`${endpoint}/v3/maintenance/status`, {
           method: "POST",
           body: "{}",
-          signal: AbortSignal.timeout(Math.max(1000, this.#watchCheckMs)),
+          signal: limit.signal,
         })
           .then((r) => r.body?.cancel())
-          .catch(() => abort?.abort());
+          .catch(() => abort?.abort())
+          .finally(() => limit.clear());
       }, this.#watchCheckMs);
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffered = "";
