@@ -627,6 +627,13 @@ describe("cluster mode: three brokers", () => {
         return gauge(t, "esb_replica_fetch_lag_records", watched) === 0 ? t : undefined;
       });
       expect(gauge(back, "esb_replica_fetch_lag_seconds", watched)).toBe(0);
+      // The tests after this one start from full ISRs again.
+      await waitFor("every ISR full", async () => {
+        const x = await metadata(leader);
+        return x.topics.every((t) => t.partitions.every((q) => q.isr.length === q.replicas.length))
+          ? x
+          : undefined;
+      });
       expect(promtoolCheckMetrics(back)).toEqual({ status: 0, output: "" });
     } finally {
       await router.close();
