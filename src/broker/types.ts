@@ -562,3 +562,31 @@ export interface AssignedSyncRequest {
    */
   assignments: { memberId: string; assignment: Uint8Array; partitions: TopicPartition[] }[];
 }
+
+/**
+ * A cluster-mode broker's view of replication at a scrape (`ClusterNode.observeReplication`,
+ * docs/operations.md "Metrics", replication): every partition it holds a replica of, with the
+ * state etcd gives it and its own role.
+ */
+export interface ReplicationSnapshot {
+  /** Whether this broker is the controller now. */
+  controller: boolean;
+  /** Whether this broker's membership lease is live (it may acknowledge writes). */
+  membershipLive: boolean;
+  /** Partitions of the cluster with no leader (every replica down or behind). */
+  offlinePartitions: number;
+  partitions: {
+    topic: string;
+    partition: number;
+    role: "leader" | "follower" | "none";
+    replicas: number;
+    isr: number;
+    /** No leader now. */
+    offline: boolean;
+    leaderEpoch: number;
+    /** As leader: the partition's high watermark; else null. */
+    highWatermark: number | null;
+    /** As follower: how far behind its leader (`ReplicaManager.fetchLag`); else null. */
+    fetchLag: { records: number; ms: number } | null;
+  }[];
+}

@@ -574,6 +574,7 @@ export async function serve(argv: string[]): Promise<number> {
       }),
       process: processSnapshot,
       mirror: mirrorTask === null ? undefined : () => mirrorTask!.observe(),
+      replication: node === null ? undefined : () => node!.observeReplication(),
       build: { version, runtime },
     });
   try {

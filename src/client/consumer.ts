@@ -180,7 +180,7 @@ export class GroupConsumer {
       for (const tp of fresh) {
         let start = committed.get(key(tp));
         if (start === undefined) {
-          const bounds = await this.#dataClient(tp).then((c) => c.listOffsets(tp));
+          const bounds = await this.#bounds(tp);
           start = this.#startFrom === "earliest" ? bounds.logStartOffset : bounds.highWatermark;
           neverCommitted.push({ ...tp, offset: start });
         } else {
@@ -192,6 +192,22 @@ export class GroupConsumer {
     this.#assignments = [...assignments];
     if (neverCommitted.length > 0) await this.commit(neverCommitted);
     this.#onAssigned?.(this.assignments, this.#generation);
+  }
+
+  /**
+   * A partition's bounds from its leader. With a router, a routing error (leadership moved, the
+   * leader went) reads the metadata again and asks the new leader, with backoff, a few times.
+   */
+  async #bounds(tp: TopicPartition) {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await (await this.#dataClient(tp)).listOffsets(tp);
+      } catch (err) {
+        if (this.#router === undefined || !isRoutingError(err) || attempt >= 10) throw err;
+        await this.#router.refresh().catch(() => {});
+        await sleep(Math.min(2000, 50 * 2 ** attempt));
+      }
+    }
   }
 
   /** Where a partition's records are read: its leader (with a router), else `client`. */
@@ -314,7 +330,7 @@ export class GroupConsumer {
           entry.error.code === Errors.offsetOutOfRange.code
         ) {
           // Retention moved the log start past the position: continue from where the log starts now.
-          const bounds = await (await this.#dataClient(tp)).listOffsets(tp);
+          const bounds = await this.#bounds(tp);
           this.#positions.set(
             k,
             entry.offset < bounds.logStartOffset ? bounds.logStartOffset : bounds.highWatermark,

@@ -19,6 +19,7 @@ import type {
   ClusterMetadata,
   ClusterPartitionInfo,
   TopicConfig,
+  ReplicationSnapshot,
 } from "../broker/types.ts";
 import type { Clock } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
@@ -37,6 +38,7 @@ import {
 import {
   formatPartitionState,
   initialPartitionState,
+  noLeader,
   type PartitionState,
   parsePartitionState,
 } from "./partition-state.ts";
@@ -70,6 +72,8 @@ export interface ReplicaSink {
     log_end_offset: number;
     followers: { node_id: number; durable_offset: number; lag: number; caught_up_ms_ago: number }[];
   }[];
+  /** As follower: how far behind the leader each partition is (`ReplicaManager.fetchLag`). */
+  fetchLag?(): { topic: string; partition: number; records: number; ms: number }[];
   close(): Promise<void>;
 }
 
@@ -434,6 +438,49 @@ export class ClusterNode {
   /** The state of one partition, or undefined if etcd has none. */
   partitionState(topic: string, partition: number): PartitionState | undefined {
     return this.#partitions.get(topic)?.get(partition)?.state;
+  }
+
+  /** What `/metrics` shows of replication (see {@link ReplicationSnapshot}). */
+  observeReplication(): ReplicationSnapshot {
+    const key = (topic: string, partition: number) => `${topic}\u0000${partition}`;
+    const roles = new Map(
+      (this.#replicas?.describe?.() ?? []).map((d) => [key(d.topic, d.partition), d]),
+    );
+    const lags = new Map(
+      (this.#replicas?.fetchLag?.() ?? []).map((l) => [key(l.topic, l.partition), l]),
+    );
+    const me = this.#o.nodeId;
+    let offlinePartitions = 0;
+    const partitions: ReplicationSnapshot["partitions"] = [];
+    for (const [topic, map] of [...this.#partitions].sort(([a], [b]) =>
+      a < b ? -1 : a > b ? 1 : 0,
+    ))
+      for (const [partition, { state }] of [...map].sort(([a], [b]) => a - b)) {
+        const offline = state.leader === noLeader;
+        if (offline) offlinePartitions++;
+        if (!state.replicas.includes(me)) continue;
+        const d = roles.get(key(topic, partition));
+        const role = d?.role === "leader" || d?.role === "follower" ? d.role : "none";
+        const lag = lags.get(key(topic, partition));
+        partitions.push({
+          topic,
+          partition,
+          role,
+          replicas: state.replicas.length,
+          isr: state.isr.length,
+          offline,
+          leaderEpoch: state.leader_epoch,
+          highWatermark: role === "leader" ? (d?.high_watermark ?? null) : null,
+          fetchLag:
+            role === "follower" && lag !== undefined ? { records: lag.records, ms: lag.ms } : null,
+        });
+      }
+    return {
+      controller: this.controller.isController,
+      membershipLive: this.membership.live,
+      offlinePartitions,
+      partitions,
+    };
   }
 
   /** Whether this node holds `topic` locally (it is a replica of one of its partitions). */

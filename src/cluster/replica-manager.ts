@@ -172,6 +172,19 @@ interface Replica {
   // Follower.
   follower: Follower | null;
   leaderHighWatermark: number;
+  /** The leader's high watermark in its last answer, and when this replica last held all of it. */
+  fetchedHighWatermark: number;
+  caughtUpMs: number;
+}
+
+/** One partition this broker follows, in {@link ReplicaManager.fetchLag}. */
+export interface FollowerFetchLag {
+  topic: string;
+  partition: number;
+  /** The leader's high watermark in its last answer minus this replica's log end (>= 0). */
+  records: number;
+  /** 0 while caught up, else ms since this replica last held the leader's high watermark. */
+  ms: number;
 }
 
 /** The replication of one broker. See the module comment. */
@@ -273,6 +286,8 @@ export class ReplicaManager implements ReplicationSeam {
           isrChange: null,
           follower: null,
           leaderHighWatermark: Math.min(state.committed_offset, log.highWatermark),
+          fetchedHighWatermark: 0,
+          caughtUpMs: this.#o.clock.nowMs(),
         };
         this.#replicas.set(key, r);
         return r;
@@ -426,6 +441,8 @@ export class ReplicaManager implements ReplicationSeam {
     const leaderId = r.state.leader;
     r.role = "follower";
     r.leaderHighWatermark = Math.min(r.leaderHighWatermark, r.log.highWatermark);
+    r.fetchedHighWatermark = r.leaderHighWatermark;
+    r.caughtUpMs = this.#o.clock.nowMs();
     const follower = new Follower({
       topic: r.topic,
       partition: r.partition,
@@ -448,6 +465,8 @@ export class ReplicaManager implements ReplicationSeam {
       maxBytes: this.#o.fetchMaxBytes ?? 1024 * 1024,
       waitMs: this.#o.fetchWaitMs ?? 500,
       onHighWatermark: (hw) => {
+        r.fetchedHighWatermark = hw;
+        if (r.log.logEndOffset >= hw) r.caughtUpMs = this.#o.clock.nowMs();
         const next = Math.min(hw, r.log.highWatermark);
         if (next > r.leaderHighWatermark) {
           r.leaderHighWatermark = next;
@@ -864,6 +883,27 @@ export class ReplicaManager implements ReplicationSeam {
                 lag: f.durable < 0 ? -1 : Math.max(0, logEnd - f.durable),
                 caught_up_ms_ago: now - f.lastCaughtUpMs,
               })),
+      });
+    }
+    return out.sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
+  }
+
+  /**
+   * How far behind its leader each partition this broker follows is, for `/metrics`
+   * (docs/operations.md "Metrics", replication): records of the leader's high watermark (as its
+   * last answer said) not yet here, and ms since they all were. Sorted by topic, partition.
+   */
+  fetchLag(): FollowerFetchLag[] {
+    const now = this.#o.clock.nowMs();
+    const out: FollowerFetchLag[] = [];
+    for (const r of this.#replicas.values()) {
+      if (r.log.closed || r.role !== "follower") continue;
+      const records = Math.max(0, r.fetchedHighWatermark - r.log.logEndOffset);
+      out.push({
+        topic: r.topic,
+        partition: r.partition,
+        records,
+        ms: records === 0 ? 0 : Math.max(0, now - r.caughtUpMs),
       });
     }
     return out.sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);

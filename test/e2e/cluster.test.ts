@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
+import { ensureDebianTool, promtool, promtoolCheckMetrics } from "../helpers/system-tools.ts";
 import {
   ClusterClient,
   GroupConsumer,
@@ -23,6 +24,8 @@ let root: string;
 const brokers = new Map<number, BrokerProcess>();
 const secret = "s3cr3t-broker-credential-0123456789";
 let secretFile: string;
+/** Each broker's ports: http, tcp at 2·id−2 and 2·id−1; Kafka at 5 + id. */
+let ports: number[];
 
 interface ClusterMetadata {
   cluster_id: string;
@@ -61,6 +64,18 @@ function clusterArgs(nodeId: number, http: number, tcp: number): string[] {
   ];
 }
 
+/** Starts broker `id` again on its data directory and ports (after a SIGKILL). */
+async function restart(id: number): Promise<void> {
+  brokers.set(
+    id,
+    await startBroker(join(root, `node${id}`), [
+      ...clusterArgs(id, ports[2 * id - 2], ports[2 * id - 1]),
+      "--kafka-port",
+      String(ports[5 + id]),
+    ]),
+  );
+}
+
 async function metadata(b: BrokerProcess, topic?: string): Promise<ClusterMetadata> {
   const res = await fetch(`${b.httpUrl}/v1/cluster${topic === undefined ? "" : `?topic=${topic}`}`);
   expect(res.status).toBe(200);
@@ -82,7 +97,7 @@ beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "es-broker-cluster-e2e-"));
   secretFile = join(root, "cluster.secret");
   writeFileSync(secretFile, `${secret}\n`, { mode: 0o600 });
-  const ports = await freePorts(9);
+  ports = await freePorts(9);
   await Promise.all(
     [1, 2, 3].map(async (id) => {
       const b = await startBroker(join(root, `node${id}`), [
@@ -522,6 +537,110 @@ describe("cluster mode: three brokers", () => {
     expect(other.stderr).toMatch(/another-cluster/);
     expect(other.stderr).not.toContain(secret);
   });
+
+  it("under-replicated in /metrics: the leader's gauge reads 1 after a follower's SIGKILL, 0 once it is back", async () => {
+    ensureDebianTool(promtool);
+    const leaseMs = 6_000; // membership.ts's default lease TTL
+    const scrapeEveryMs = 250;
+    const scrape = async (b: BrokerProcess) => {
+      const res = await fetch(`${b.httpUrl}/metrics`);
+      expect(res.status).toBe(200);
+      return res.text();
+    };
+    const gauge = (text: string, name: string, labels = "") => {
+      const line = text.split("\n").find((l) => l.startsWith(`${name}${labels} `));
+      return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(" ") + 1));
+    };
+    const created = await fetch(`${brokers.get(1)!.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "watched", partitions: 1 }),
+    });
+    expect(created.status).toBe(201);
+    const m = await waitFor("watched with a full ISR", async () => {
+      const x = await metadata(brokers.get(1)!, "watched");
+      const p = x.topics[0]?.partitions[0];
+      return p !== undefined && p.leader > 0 && p.isr.length === 3 ? x : undefined;
+    });
+    const { leader: leaderId, leader_epoch } = m.topics[0].partitions[0];
+    const leader = brokers.get(leaderId)!;
+    const followerId = [1, 2, 3].find((id) => id !== leaderId)!;
+    const router = await ClusterClient.connect({ bootstrap: [leader.tcp], retryTimeoutMs: 30_000 });
+    try {
+      await router.produce("watched", [{ value: "a" }, { value: "b" }], { partition: 0 });
+      const watched = '{topic="watched",partition="0"}';
+      const healthy = await waitFor("the leader's replication gauges", async () => {
+        const t = await scrape(leader);
+        return gauge(t, "esb_replica_high_watermark", watched) === 2 ? t : undefined;
+      });
+      expect(promtoolCheckMetrics(healthy)).toEqual({ status: 0, output: "" });
+      expect(gauge(healthy, "esb_cluster_under_replicated_partitions")).toBe(0);
+      expect(gauge(healthy, "esb_replica_under_replicated", watched)).toBe(0);
+      expect(gauge(healthy, "esb_replica_isr_size", watched)).toBe(3);
+      expect(gauge(healthy, "esb_replica_replicas", watched)).toBe(3);
+      expect(gauge(healthy, "esb_replica_leader_epoch", watched)).toBe(leader_epoch);
+      expect(gauge(healthy, "esb_replica_offline", watched)).toBe(0);
+      expect(gauge(healthy, "esb_cluster_membership_live")).toBe(1);
+      const follower = await scrape(brokers.get(followerId)!);
+      expect(gauge(follower, "esb_replica_fetch_lag_records", watched)).toBeGreaterThanOrEqual(0);
+      expect(gauge(follower, "esb_replica_high_watermark", watched)).toBeUndefined();
+      let controllers = 0;
+      for (const b of brokers.values())
+        controllers += gauge(await scrape(b), "esb_cluster_controller") ?? 0;
+      expect(controllers).toBe(1);
+
+      const killedAt = Date.now();
+      await brokers.get(followerId)!.stop("SIGKILL");
+      brokers.delete(followerId);
+      // The broker-wide gauge counts every partition it leads (the orders partitions too).
+      const shrunk = await waitFor(
+        "watched under-replicated",
+        async () => {
+          const t = await scrape(leader);
+          if (gauge(t, "esb_replica_under_replicated", watched) === 1) return t;
+          await new Promise((r) => setTimeout(r, scrapeEveryMs));
+          return undefined;
+        },
+        30_000,
+      );
+      const shrinkMs = Date.now() - killedAt;
+      expect(gauge(shrunk, "esb_cluster_under_replicated_partitions")).toBeGreaterThanOrEqual(1);
+      expect(gauge(shrunk, "esb_replica_isr_size", watched)).toBe(2);
+      expect(shrinkMs).toBeLessThan(leaseMs + 2_000 + scrapeEveryMs);
+
+      // Back, with its data directory and ports: it catches up and rejoins the ISR.
+      await restart(followerId);
+      await router.produce("watched", [{ value: "c" }], { partition: 0 });
+      const healed = await waitFor(
+        "every partition in sync again",
+        async () => {
+          const t = await scrape(leader);
+          return gauge(t, "esb_cluster_under_replicated_partitions") === 0 ? t : undefined;
+        },
+        30_000,
+      );
+      expect(gauge(healed, "esb_replica_under_replicated", watched)).toBe(0);
+      expect(gauge(healed, "esb_replica_isr_size", watched)).toBe(3);
+      expect(gauge(healed, "esb_replica_high_watermark", watched)).toBe(3);
+      const back = await waitFor("the follower's lag at 0", async () => {
+        const t = await scrape(brokers.get(followerId)!);
+        return gauge(t, "esb_replica_fetch_lag_records", watched) === 0 ? t : undefined;
+      });
+      expect(gauge(back, "esb_replica_fetch_lag_seconds", watched)).toBe(0);
+      // The tests after this one start from full ISRs again.
+      await waitFor("every ISR full", async () => {
+        const x = await metadata(leader);
+        return x.topics.every((t) => t.partitions.every((q) => q.isr.length === q.replicas.length))
+          ? x
+          : undefined;
+      });
+      expect(promtoolCheckMetrics(back)).toEqual({ status: 0, output: "" });
+    } finally {
+      await router.close();
+      // The tests after this one need three brokers.
+      if (!brokers.has(followerId)) await restart(followerId);
+    }
+  }, 60_000);
 
   it("a SIGKILLed leader is replaced; writes are accepted again and no acknowledged record is lost", async () => {
     const before = await metadata(brokers.get(1)!, "orders");

@@ -151,6 +151,8 @@ describe(`[${target}] metrics, readiness and a real Prometheus`, () => {
     // The exposition of the real process passes promtool before Prometheus ever sees it.
     const first = await (await fetch(broker.metricsUrl!)).text();
     expect(promtoolCheckMetrics(first)).toEqual({ status: 0, output: "" });
+    // Replication families exist in cluster mode only (test/e2e/cluster.test.ts).
+    expect(first).not.toMatch(/^esb_(cluster|replica)_/m);
 
     const prometheus = await startPrometheus(metricsAddress);
     const client = await TcpClient.connect({ host: broker.tcp.host, port: broker.tcp.port });

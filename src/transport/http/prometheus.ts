@@ -23,7 +23,7 @@
  * id, a key or a remote address.
  */
 import type { BrokerObservation } from "../../broker/broker.ts";
-import type { GroupDescription } from "../../broker/types.ts";
+import type { GroupDescription, ReplicationSnapshot } from "../../broker/types.ts";
 import { metricsGroupsMax } from "../../lib/limits.ts";
 import {
   type FamilyDefinition,
@@ -83,6 +83,8 @@ export interface MetricsSources {
   process?: () => ProcessSnapshot;
   /** The mirror (`serve --mirror-to`), if one runs. */
   mirror?: () => Promise<MirrorSnapshot>;
+  /** Cluster mode: replication (`ClusterNode.observeReplication`). */
+  replication?: () => ReplicationSnapshot;
   /** `esb_build_info` labels. */
   build: { version: string; runtime: string };
 }
@@ -272,6 +274,93 @@ function writeMirror(out: ExpositionWriter, mirror: MirrorSnapshot, topics: Read
     "gauge",
     "1 while the mirror has stopped forwarding the partition (a gap, a conflicting upstream state, a rename conflict: see the mirror.partition_stopped log), else 0.",
     (p) => (p.state === "stopped" ? 1 : 0),
+  );
+}
+
+/** The `esb_cluster_*` and `esb_replica_*` families (docs/operations.md "Metrics", replication). */
+function writeReplication(out: ExpositionWriter, r: ReplicationSnapshot): void {
+  out.family(
+    "esb_cluster_controller",
+    "gauge",
+    "1 while this broker is the cluster's controller, else 0.",
+  );
+  out.sample({}, r.controller ? 1 : 0);
+  out.family(
+    "esb_cluster_membership_live",
+    "gauge",
+    "1 while this broker's membership lease in etcd is live (it may acknowledge writes), else 0.",
+  );
+  out.sample({}, r.membershipLive ? 1 : 0);
+  const led = r.partitions.filter((p) => p.role === "leader");
+  out.family(
+    "esb_cluster_under_replicated_partitions",
+    "gauge",
+    "Partitions this broker leads whose ISR is smaller than their replica set.",
+  );
+  out.sample({}, led.filter((p) => p.isr < p.replicas).length);
+  out.family(
+    "esb_cluster_offline_partitions",
+    "gauge",
+    "Partitions of the cluster with no leader (their replicas are down or behind), as etcd's partition state says.",
+  );
+  out.sample({}, r.offlinePartitions);
+  const family = (
+    name: string,
+    help: string,
+    rows: typeof r.partitions,
+    value: (p: (typeof r.partitions)[number]) => number,
+  ) => {
+    out.family(name, "gauge", help);
+    for (const p of rows) out.sample({ topic: p.topic, partition: String(p.partition) }, value(p));
+  };
+  family(
+    "esb_replica_isr_size",
+    "Members of the partition's ISR (partitions this broker leads).",
+    led,
+    (p) => p.isr,
+  );
+  family(
+    "esb_replica_replicas",
+    "Replicas assigned to the partition (partitions this broker leads).",
+    led,
+    (p) => p.replicas,
+  );
+  family(
+    "esb_replica_under_replicated",
+    "1 if the ISR of a partition this broker leads is smaller than its replica set, else 0.",
+    led,
+    (p) => (p.isr < p.replicas ? 1 : 0),
+  );
+  family(
+    "esb_replica_leader_epoch",
+    "Leader epoch of a partition this broker leads.",
+    led,
+    (p) => p.leaderEpoch,
+  );
+  family(
+    "esb_replica_high_watermark",
+    "High watermark (one past the last offset every ISR member fsynced) of a partition this broker leads.",
+    led,
+    (p) => p.highWatermark ?? 0,
+  );
+  family(
+    "esb_replica_offline",
+    "1 if a partition this broker holds a replica of has no leader, else 0.",
+    r.partitions,
+    (p) => (p.offline ? 1 : 0),
+  );
+  const following = r.partitions.filter((p) => p.fetchLag !== null);
+  family(
+    "esb_replica_fetch_lag_records",
+    "Records of the leader's high watermark (as its last answer said) a partition this broker follows does not hold yet.",
+    following,
+    (p) => p.fetchLag!.records,
+  );
+  family(
+    "esb_replica_fetch_lag_seconds",
+    "Seconds since a partition this broker follows last held the leader's high watermark (0 while caught up).",
+    following,
+    (p) => p.fetchLag!.ms / 1000,
   );
 }
 
@@ -518,5 +607,7 @@ export async function renderMetrics(sources: MetricsSources): Promise<string> {
         );
   if (mirror !== undefined)
     writeMirror(out, mirror, new Set(observation.partitions.map((p) => p.topic)));
+  const replication = sources.replication?.();
+  if (replication !== undefined) writeReplication(out, replication);
   return out.text();
 }
