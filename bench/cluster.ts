@@ -9,7 +9,9 @@
  *
  * Every acknowledgement is fsynced on the single broker; in the cluster on the leader and every
  * ISR member (min ISR 2). Flags: `--quick` (tiny windows, for checking that it runs), `--rounds N`
- * (default 2), `--warmup-ms`, `--measure-ms` (default 1000, 5000), `--json FILE`.
+ * (default 2), `--warmup-ms`, `--measure-ms` (default 1000, 5000), `--json FILE`, `--cpu-prof DIR`
+ * (every broker, single and cluster, writes a V8 CPU profile to DIR when it stops; summarise
+ * them with `node bench/profile-top.mjs DIR`).
  */
 import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
@@ -107,6 +109,7 @@ export async function main(
       "warmup-ms": { type: "string" },
       "measure-ms": { type: "string" },
       json: { type: "string" },
+      "cpu-prof": { type: "string" },
     },
   });
   const quick = values.quick;
@@ -121,7 +124,14 @@ export async function main(
     if (!Number.isInteger(v) || v < (name === "--warmup-ms" ? 0 : 1))
       throw new Error(`${name} must be a positive integer, got ${v}`);
   }
-  const command = [process.execPath, ...brokerNodeFlags, join(paths.root, "dist/es-broker.mjs")];
+  const profileDir = values["cpu-prof"];
+  const profile = profileDir === undefined ? [] : ["--cpu-prof", "--cpu-prof-dir", profileDir];
+  const command = [
+    process.execPath,
+    ...brokerNodeFlags,
+    ...profile,
+    join(paths.root, "dist/es-broker.mjs"),
+  ];
   const serveArgs = ["--log-level", "warn"];
   const single = await startCluster({ cluster: false, command, serveArgs });
   let cluster: TestCluster | null = null;
@@ -194,6 +204,9 @@ export async function main(
     );
     return 1;
   } finally {
+    // A profile is written only on a clean exit: SIGTERM first when profiling.
+    if (profileDir !== undefined)
+      await Promise.all([...(cluster?.brokers ?? []), ...single.brokers].map((b) => b.terminate()));
     await cluster?.stop();
     await single.stop();
   }

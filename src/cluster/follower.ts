@@ -265,5 +265,11 @@ function skipEntries(batch: EntryBatch, n: number): EntryBatch {
   const cursor = new EntryCursor(batch);
   let start = 0;
   for (let i = 0; i < n && cursor.next(); i++) start = cursor.end;
-  return { bytes: batch.bytes.subarray(start), count: batch.count - n };
+  return {
+    bytes: batch.bytes.subarray(start),
+    count: batch.count - n,
+    ...(batch.crcs === undefined || batch.crcBaseOffset === undefined
+      ? {}
+      : { crcs: batch.crcs.subarray(n), crcBaseOffset: batch.crcBaseOffset + n }),
+  };
 }

@@ -51,6 +51,14 @@ export class RecordFormatError extends Error {
 export interface EntryBatch {
   readonly bytes: Uint8Array;
   readonly count: number;
+  /**
+   * Replicated records only ({@link storedToEntryRuns}): the CRC-32 each entry had as a stored
+   * record at offset `crcBaseOffset + i`, already checked against its bytes. {@link encodeEntries}
+   * writes it instead of computing it again when it encodes the entry at that very offset with its
+   * timestamp set (the same bytes, so the same CRC); anywhere else it computes the CRC.
+   */
+  readonly crcs?: Uint32Array;
+  readonly crcBaseOffset?: number;
 }
 
 /**
@@ -350,6 +358,8 @@ export function encodeEntries(
   let op = options.outPos;
   let offset = options.baseOffset;
   let maxTs = -1;
+  const crcs =
+    batch.crcs !== undefined && batch.crcBaseOffset === options.baseOffset ? batch.crcs : null;
   for (let i = 0; i < batch.count; i++) {
     const keyLen = sv.getInt32(sp + 8);
     const keyBytes = Math.max(keyLen, 0);
@@ -361,13 +371,14 @@ export function encodeEntries(
     writeU64(ov, op + 4, offset);
     out.set(src.subarray(sp, sp + entryBytes), op + 12);
     let ts = readI64(sv, sp);
-    if (ts === -1) {
+    const stamped = ts === -1;
+    if (stamped) {
       ts = options.nowMs;
       writeI64(ov, op + 12, ts);
     }
     if (ts > maxTs) maxTs = ts;
     const crcPos = op + 4 + len - 4;
-    ov.setUint32(crcPos, crc32(out, op + 4, crcPos));
+    ov.setUint32(crcPos, crcs !== null && !stamped ? crcs[i] : crc32(out, op + 4, crcPos));
     sp += entryBytes;
     op = crcPos + 4;
     offset++;
@@ -472,7 +483,8 @@ export interface EntryRun {
  * Turns stored records (a replica fetch's answer, verbatim) back into entry batches, one per run
  * of consecutive offsets, after checking every record end to end: its length, its CRC, and that
  * offsets increase. Appended at the same offsets, each entry encodes back to the very bytes the
- * leader stored (the timestamps are set, so nothing is stamped again).
+ * leader stored (the timestamps are set, so nothing is stamped again): each batch carries the
+ * checked CRCs, which {@link encodeEntries} writes instead of computing them again.
  * @throws RecordFormatError naming the record (its index and offset) and what is wrong; nothing
  *   is returned then.
  */
@@ -480,19 +492,28 @@ export function storedToEntryRuns(bytes: Uint8Array, count: number): EntryRun[] 
   const cursor = new RecordCursor().reset(bytes);
   // At most the stored bytes (an entry is shorter than its record): never a length a peer claims.
   const out = new Uint8Array(bytes.length);
+  // One per record: every record is at least recordOverheadBytes long, so this bounds the count.
+  const crcs = new Uint32Array(Math.floor(bytes.length / recordOverheadBytes));
+  const view = viewOf(bytes);
   const runs: EntryRun[] = [];
   let pos = 0;
   let outPos = 0;
   let runStart = 0;
   let runCount = 0;
   let runBase = -1;
+  let runIndex = 0;
   let previous = -1;
   let index = 0;
   const close = () => {
     if (runCount > 0)
       runs.push({
         baseOffset: runBase,
-        batch: { bytes: out.subarray(runStart, outPos), count: runCount },
+        batch: {
+          bytes: out.subarray(runStart, outPos),
+          count: runCount,
+          crcs: crcs.subarray(runIndex, runIndex + runCount),
+          crcBaseOffset: runBase,
+        },
       });
   };
   while (pos < bytes.length) {
@@ -512,6 +533,7 @@ export function storedToEntryRuns(bytes: Uint8Array, count: number): EntryRun[] 
       runStart = outPos;
       runCount = 0;
       runBase = cursor.offset;
+      runIndex = index;
     }
     if (index >= count)
       throw new RecordFormatError(`more stored records than the ${count} announced`, index);
@@ -520,6 +542,7 @@ export function storedToEntryRuns(bytes: Uint8Array, count: number): EntryRun[] 
     const entryEnd = pos + cursor.sizeBytes - 4;
     out.set(bytes.subarray(entryStart, entryEnd), outPos);
     outPos += entryEnd - entryStart;
+    crcs[index] = view.getUint32(entryEnd);
     runCount++;
     previous = cursor.offset;
     pos += cursor.sizeBytes;

@@ -14,6 +14,7 @@ import { LeaderEpochHistory, leaderEpochsFileName } from "../../src/storage/lead
 import { PartitionLog } from "../../src/storage/partition.ts";
 import {
   EntryBatchBuilder,
+  encodeEntries,
   encodeRecord,
   RecordFormatError,
   storedToEntryRuns,
@@ -259,6 +260,31 @@ describe("storedToEntryRuns (the follower's check)", () => {
       Buffer.from(stored([4, 5, 6])),
     );
     await log.close();
+  });
+
+  it("carries the checked CRCs, reused only where the entry encodes back at the same offset", () => {
+    const bytes = stored([4, 5, 6]);
+    const [run] = storedToEntryRuns(bytes, 3);
+    expect(run.batch.crcBaseOffset).toBe(4);
+    expect([...(run.batch.crcs ?? [])]).toHaveLength(3);
+    const encode = (batch: typeof run.batch, baseOffset: number) => {
+      const out = new Uint8Array(bytes.length);
+      encodeEntries(batch, out, { outPos: 0, baseOffset, nowMs: 1 });
+      return out;
+    };
+    // Same offset: the very bytes the leader stored, CRCs included.
+    expect(Buffer.from(encode(run.batch, 4))).toEqual(Buffer.from(bytes));
+    // Wrong CRCs are written as given at the same offset (they were checked upstream)...
+    const poisoned = { ...run.batch, crcs: new Uint32Array(3) };
+    expect(() => decodeRecords(encode(poisoned, 4))).toThrow();
+    // ...but never elsewhere: at another offset every CRC is computed for the new bytes (and
+    // checked by decodeRecords).
+    const moved = decodeRecords(encode(poisoned, 10));
+    expect(moved.map((r) => [r.offset, r.value])).toEqual([
+      [10, "r4"],
+      [11, "r5"],
+      [12, "r6"],
+    ]);
   });
 
   it("refuses a flipped bit, a count that disagrees and offsets that do not increase", () => {
