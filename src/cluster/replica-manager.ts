@@ -140,6 +140,8 @@ interface FollowerPosition {
   /** The leader's log end in its last answer, and when it was sent. */
   lastLogEndSent: number;
   lastAnswerMs: number;
+  /** The high watermark in its last answer; −1 before the first. */
+  highWatermarkSent: number;
 }
 
 interface Waiter {
@@ -397,6 +399,7 @@ export class ReplicaManager implements ReplicationSeam {
         lastCaughtUpMs: now,
         lastLogEndSent: log.logEndOffset,
         lastAnswerMs: now,
+        highWatermarkSent: -1,
       });
     }
     // Every ISR member held the committed offset and the last high watermark this broker
@@ -599,11 +602,18 @@ export class ReplicaManager implements ReplicationSeam {
         `Cannot serve a replica fetch of partition "${name}" at offset ${request.fetchOffset}: past the leader's log end ${log.logEndOffset}`,
       );
     this.#recordPosition(r, request.replicaId, position, request.fetchOffset);
-    if (request.fetchOffset >= log.highWatermark && request.waitMs > 0)
-      await this.#waitForData(r, request.fetchOffset, request.waitMs, request.signal);
+    // Long-poll while there is nothing new for this follower: neither records nor a high
+    // watermark above the one it was last told (followers cap their reads at it).
+    if (
+      request.fetchOffset >= log.highWatermark &&
+      r.highWatermark <= position.highWatermarkSent &&
+      request.waitMs > 0
+    )
+      await this.#waitForData(r, position, request.fetchOffset, request.waitMs, request.signal);
     if (r.role !== "leader" || r.state.leader_epoch !== epoch) throw this.#notLeader(r);
     if (request.fetchOffset < log.logStartOffset) {
       // Retention removed what the follower lacks: it skips to the log start (no records).
+      position.highWatermarkSent = r.highWatermark;
       return {
         ...base,
         highWatermark: r.highWatermark,
@@ -620,6 +630,7 @@ export class ReplicaManager implements ReplicationSeam {
     const end = read.count === 0 ? request.fetchOffset : read.nextOffset;
     position.lastLogEndSent = log.logEndOffset;
     position.lastAnswerMs = this.#o.clock.nowMs();
+    position.highWatermarkSent = r.highWatermark;
     return {
       ...base,
       highWatermark: r.highWatermark,
@@ -663,7 +674,18 @@ export class ReplicaManager implements ReplicationSeam {
     }
   }
 
-  #waitForData(r: Replica, offset: number, waitMs: number, signal?: AbortSignal): Promise<void> {
+  /**
+   * Resolves once the leader has durable records past `offset`, or its high watermark passed the
+   * one `f` was last told, or the role ended, or after `waitMs` or an abort: woken by the log's
+   * fsync and by every high watermark move, never by polling.
+   */
+  #waitForData(
+    r: Replica,
+    f: FollowerPosition,
+    offset: number,
+    waitMs: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
     return new Promise((resolve) => {
       let done = false;
       const finish = () => {
@@ -676,7 +698,13 @@ export class ReplicaManager implements ReplicationSeam {
         resolve();
       };
       const check = () => {
-        if (r.log.highWatermark > offset || r.log.closed || r.log.fenced || r.role !== "leader")
+        if (
+          r.log.highWatermark > offset ||
+          r.highWatermark > f.highWatermarkSent ||
+          r.log.closed ||
+          r.log.fenced ||
+          r.role !== "leader"
+        )
           finish();
       };
       const unsubscribe = r.log.subscribe(check);

@@ -91,6 +91,8 @@ export async function startReplicatedCluster(options: {
   etcd: Etcd;
   prefix: string;
   replicaLagMs?: number;
+  /** The leader's long-poll on a replica fetch, in ms (default 200). */
+  fetchWaitMs?: number;
   /** Turns API keys on at every broker; the admin key of node 1 is returned in `adminKey`. */
   withKeys?: boolean;
 }): Promise<ReplicatedCluster> {
@@ -113,7 +115,7 @@ export async function startReplicatedCluster(options: {
       clusterSecret: secret,
       connect: replicaConnector({ timeoutMs: 5000 }),
       replicaLagMs: options.replicaLagMs,
-      fetchWaitMs: 200,
+      fetchWaitMs: options.fetchWaitMs ?? 200,
       leaseExpiresAtMs: () => leaseExpiry.get(node.nodeId) ?? Number.POSITIVE_INFINITY,
     });
     manager.setBrokers(registrations);

@@ -164,6 +164,31 @@ describe("replication", () => {
     expect(epochs).toEqual({ version: 1, epochs: [{ epoch: 0, start_offset: 0 }] });
   });
 
+  it("an idle follower learns a new high watermark without waiting out the leader's long-poll", async () => {
+    const c = await startReplicatedCluster({
+      count: 3,
+      etcd: client,
+      prefix: freshPrefix(),
+      fetchWaitMs: 20_000,
+    });
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a"]), { partition: 0 });
+    await waitFor(
+      () => [2, 3].every((id) => c.node(id).manager.describe()[0].high_watermark === 1),
+      "the followers to learn high watermark 1",
+    );
+    // Idle again: both followers long-poll; the next record's commit wakes them with the new
+    // high watermark long before the 20 s long-poll ends.
+    const started = Date.now();
+    await leader.produce("orders", records(["b"]), { partition: 0 });
+    await waitFor(
+      () => [2, 3].every((id) => c.node(id).manager.describe()[0].high_watermark === 2),
+      "the followers to learn high watermark 2",
+    );
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
   it("refuses writes below min ISR and takes a follower back only once it reached the log end (#27a)", async () => {
     const c = await cluster3({ replicaLagMs: 400 });
     await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
