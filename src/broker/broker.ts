@@ -802,6 +802,15 @@ export class LocalBroker implements Broker {
     return this.#groups.raiseGeneration(group, floor);
   }
 
+  /** See {@link Broker.adoptGroupOffsets} and `GroupCoordinator.adoptOffsets`. */
+  async adoptGroupOffsets(
+    group: string,
+    offsets: readonly { topic: string; partition: number; offset: number }[],
+  ): Promise<void> {
+    this.#checkOpen();
+    return this.#groups.adoptOffsets(group, offsets);
+  }
+
   /** Joins a client-assigned group; see {@link Broker.joinAssignedGroup} and `broker/groups.ts`. */
   async joinAssignedGroup(request: AssignedJoinRequest): Promise<AssignedJoinResult> {
     this.#checkOpen();

@@ -1411,6 +1411,49 @@ export class GroupCoordinator {
     });
   }
 
+  /**
+   * Sets a group's committed offsets to `offsets` whatever its members and generation, making the
+   * group if it has none here (durable when it returns). Cluster mode calls it when this broker
+   * becomes a group's coordinator, with the offsets acknowledged in etcd: members restored from
+   * this broker's own file belong to an earlier tenure and their offsets may be older than the
+   * last acknowledged commit (docs/cluster.md "Consumer groups"). Offsets are checked as a
+   * commit's are, except against the high watermark (a replica may not have caught up yet).
+   * @throws BrokerError invalid_request, unavailable, storage_error (nothing changed).
+   */
+  async adoptOffsets(
+    name: string,
+    offsets: readonly { topic: string; partition: number; offset: number }[],
+  ): Promise<void> {
+    validateGroupName(name);
+    const action = `Cannot adopt the committed offsets of group "${name}"`;
+    for (const o of offsets) {
+      if (
+        typeof o.topic !== "string" ||
+        !Number.isSafeInteger(o.partition) ||
+        o.partition < 0 ||
+        !Number.isSafeInteger(o.offset) ||
+        o.offset < 0
+      )
+        throw new BrokerError(
+          Errors.invalidRequest,
+          `${action}: offset ${JSON.stringify(o)} needs a topic, a partition >= 0 and an offset >= 0`,
+        );
+    }
+    this.#checkOpen();
+    if (offsets.length === 0) return;
+    const group = this.#getOrCreate(name, action);
+    await group.lock.run(async () => {
+      try {
+        const nextOffsets = new Map(group.data.offsets);
+        for (const o of offsets) nextOffsets.set(topicPartitionKey(o.topic, o.partition), o.offset);
+        await this.#commitData(group, { ...group.data, offsets: nextOffsets }, action);
+      } catch (err) {
+        this.#forgetIfUnpersisted(group);
+        throw err;
+      }
+    });
+  }
+
   /** See {@link Broker.describeGroup}. */
   async describe(name: string): Promise<GroupDescription> {
     validateGroupName(name);

@@ -414,6 +414,15 @@ export interface Broker {
    */
   raiseGroupGeneration?(group: string, floor: number): Promise<number>;
   /**
+   * Sets a group's committed offsets whatever its members and generation (a new coordinator
+   * taking the offsets acknowledged in etcd; docs/cluster.md "Consumer groups"). Optional.
+   * @throws invalid_request, unavailable, storage_error.
+   */
+  adoptGroupOffsets?(
+    group: string,
+    offsets: readonly { topic: string; partition: number; offset: number }[],
+  ): Promise<void>;
+  /**
    * Hands out the leader's assignment; a member's call resolves with its own assignment once the
    * leader's has arrived. Optional.
    * @throws unknown_member, stale_generation, rebalance_in_progress, group_not_found, unavailable.

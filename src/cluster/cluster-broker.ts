@@ -132,15 +132,18 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
         claims.set(group, claimed);
         const stored = await node.loadGroupOffsets(group);
         if (stored.length === 0) return;
+        // etcd holds every acknowledged commit. Members found here (restored from this broker's
+        // file) are of an earlier tenure, so their offsets may be older: etcd's win regardless.
         const here = await describeHere(group);
-        if (here !== null && here.members.length > 0) return; // live here already: it is current
         const committed = new Map(
           (here?.offsets ?? []).map((o) => [`${o.topic}/${o.partition}`, o.committed]),
         );
         const missing = stored.filter(
           (o) => committed.get(`${o.topic}/${o.partition}`) !== o.offset,
         );
-        if (missing.length > 0) await local.commitOffsets({ group, offsets: missing });
+        if (missing.length === 0) return;
+        if (local.adoptGroupOffsets !== undefined) await local.adoptGroupOffsets(group, missing);
+        else await local.commitOffsets({ group, offsets: missing });
       })();
       seeded.set(group, done);
       done.catch(() => seeded.delete(group));

@@ -126,6 +126,38 @@ describe("checker: each anomaly alone is found", () => {
     expect(found(h)).toEqual(["nonMonotonicPoll"]);
   });
 
+  it("non-monotonic poll: a group's new session starts below a commit acknowledged before it", () => {
+    // Seed 3060980001: the coordinator moved back to a broker holding older offsets of its own.
+    const h = history();
+    ackedSend(h, "p0", ["a", "b", "c"], 0);
+    poll(h, "g0", [rec("a", 0), rec("b", 1)], { group: "g", session: "1.1" });
+    h.invoke("g0", "commit", { group: "g", records: [rec("", 2)] }).ok();
+    poll(h, "g0", [rec("b", 1), rec("c", 2)], { group: "g", session: "1.2" });
+    h.finalRead({ topic, partition: 0 }, [rec("a", 0), rec("b", 1), rec("c", 2)]);
+    expect(found(h)).toEqual(["nonMonotonicPoll"]);
+    expect(checkHistory(h.ops).anomalies.nonMonotonicPoll[0].message).toMatch(
+      /began reading "t\/0" at offset 1, below offset 2 the group had committed/,
+    );
+  });
+
+  it("a group's new session may start at its committed offset, or below a commit not acknowledged", () => {
+    const h = history();
+    ackedSend(h, "p0", ["a", "b", "c"], 0);
+    poll(h, "g0", [rec("a", 0)], { group: "g", session: "1.1" });
+    h.invoke("g0", "commit", { group: "g", records: [rec("", 1)] }).ok();
+    poll(h, "g0", [rec("b", 1)], { group: "g", session: "1.1" });
+    h.invoke("g0", "commit", { group: "g", records: [rec("", 2)] }).info(new Error("timeout"));
+    h.invoke("g0", "commit", { group: "g", records: [rec("", 3)] }).fail(new Error("stale"));
+    // Another member's new session starts at the acknowledged commit (1), not the unknown ones.
+    poll(h, "g1", [rec("b", 1), rec("c", 2)], { group: "g", session: "2.1" });
+    // A commit acknowledged only after a poll began does not bind that poll.
+    const late = h.invoke("g2", "poll", { records: [], group: "g" });
+    h.invoke("g1", "commit", { group: "g", records: [rec("", 3)] }).ok();
+    late.ok([rec("b", 1), rec("c", 2)], { session: "3.1" });
+    h.finalRead({ topic, partition: 0 }, [rec("a", 0), rec("b", 1), rec("c", 2)]);
+    expect(found(h)).toEqual([]);
+  });
+
   it("non-monotonic send: a later send of one process got a lower offset", () => {
     const h = history();
     ackedSend(h, "p0", ["a"], 1);
@@ -301,12 +333,19 @@ function runModel(actions: Action[], replicas: number): History {
         poll(h, `member-${a.member}`, reads, { group: "g", session: String(generation) });
         break;
       }
-      case "group-commit":
+      case "group-commit": {
+        const moved: HistoryRecord[] = [];
         for (const partition of [0, 1]) {
           const pos = memberPos.get(`${a.member}/${partition}`);
-          if (owner(partition) === a.member && pos !== undefined) committed[partition] = pos;
+          if (owner(partition) === a.member && pos !== undefined) {
+            committed[partition] = pos;
+            moved.push(rec("", pos, partition));
+          }
         }
+        if (moved.length > 0)
+          h.invoke(`member-${a.member}`, "commit", { group: "g", records: moved }).ok();
         break;
+      }
       case "rebalance":
         generation++;
         shift = (shift + a.shift) % 2;

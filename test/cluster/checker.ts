@@ -12,7 +12,7 @@
  * | `lostWrite` | an acknowledged value is missing from a final read that holds something at a higher offset than its ack |
  * | `unseen` | an acknowledged value is missing from a final read that ends at or below its acknowledged offset (the partition got shorter than an ack), or its partition was never read at the end |
  * | `pollSkip` | a consumer's consecutive reads of a partition within one session jumped over offsets that hold values; or a consumer (a group, taken together) never read a value below the highest offset it read |
- * | `nonMonotonicPoll` | within one session, a consumer read an offset at or below one it read before |
+ * | `nonMonotonicPoll` | within one session, a consumer read an offset at or below one it read before; or a group member's new session first read a partition below a commit of its group acknowledged before that poll began (a committed offset went backwards) |
  * | `nonMonotonicSend` | a producer process's acknowledged offsets in a partition did not increase in the order of its sends |
  * | `duplicate` | one value at two offsets (for plain producers too, unless `plainDuplicatesAllowed`: the workload never resends a value) |
  * | `inconsistentOffsets` | one offset of a partition holds two different values (across acks, polls, final reads, replicas) |
@@ -223,7 +223,7 @@ export function checkHistory(ops: readonly Op[], options: CheckOptions = {}): Ch
   const finals = new Map<string, Op[]>();
   const polledValues = new Map<string, { tp: string; op: number }>();
   for (const op of ops) {
-    if (op.type !== "ok" || op.f === "send") continue;
+    if (op.type !== "ok" || (op.f !== "poll" && op.f !== "final-read")) continue;
     for (const r of op.records) {
       const key = tpKey(r.topic, r.partition);
       getOrSet(observations, key, () => []).push({
@@ -427,9 +427,29 @@ export function checkHistory(ops: readonly Op[], options: CheckOptions = {}): Ch
   const readBy = new Map<string, Set<number>>(); // reader + partition -> offsets read
   const maxReadBy = new Map<string, number>();
   const skipped = new Set<string>(); // reader + partition + offset already reported
+  // A group's highest acknowledged commit per partition, and what it was when each process's
+  // outstanding poll began: a new session starts at the group's committed offset, which an
+  // acknowledged commit has already moved up (a member's position is set when it joins, and a
+  // commit of an older generation is refused once a newer one exists).
+  const groupCommitted = new Map<string, { offset: number; op: number }>(); // group + partition
+  const floorAtInvoke = new Map<string, Map<string, { offset: number; op: number }>>(); // process
   for (const op of ops) {
+    if (op.f === "commit" && op.type === "ok" && op.group !== undefined) {
+      for (const r of op.records) {
+        const k = `${op.group}\u0000${tpKey(r.topic, r.partition)}`;
+        const offset = offsetOf(r, op);
+        if (offset > (groupCommitted.get(k)?.offset ?? -1))
+          groupCommitted.set(k, { offset, op: op.index });
+      }
+      continue;
+    }
+    if (op.f === "poll" && op.type === "invoke" && op.group !== undefined) {
+      floorAtInvoke.set(op.process, new Map(groupCommitted));
+      continue;
+    }
     if (op.f !== "poll" || op.type !== "ok") continue;
     const reader = op.group === undefined ? `process ${op.process}` : `group ${op.group}`;
+    const floors = floorAtInvoke.get(op.process);
     for (const r of op.records) {
       const offset = offsetOf(r, op);
       const key = tpKey(r.topic, r.partition);
@@ -439,7 +459,19 @@ export function checkHistory(ops: readonly Op[], options: CheckOptions = {}): Ch
       const sessionKey = `${op.process}\u0000${op.session ?? ""}\u0000${key}`;
       const prev = lastRead.get(sessionKey);
       lastRead.set(sessionKey, { offset, op: op.index });
-      if (prev === undefined) continue;
+      if (prev === undefined) {
+        const floor = op.group === undefined ? undefined : floors?.get(`${op.group}\u0000${key}`);
+        if (floor !== undefined && offset < floor.offset)
+          anomalies.nonMonotonicPoll.push({
+            topic: r.topic,
+            partition: r.partition,
+            offsets: [floor.offset, offset],
+            process: op.process,
+            ops: [floor.op, op.index],
+            message: `Process "${op.process}"${op.session === undefined ? "" : ` (session ${op.session})`} of group ${op.group} began reading ${tpName(r.topic, r.partition)} at offset ${offset}, below offset ${floor.offset} the group had committed (acknowledged, entry ${floor.op}) before that poll began: a committed offset went backwards`,
+          });
+        continue;
+      }
       if (offset <= prev.offset) {
         anomalies.nonMonotonicPoll.push({
           topic: r.topic,

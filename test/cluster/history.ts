@@ -29,7 +29,7 @@
 export type OpType = "invoke" | "ok" | "fail" | "info";
 
 /** What an operation does. */
-export type OpFunction = "send" | "poll" | "final-read";
+export type OpFunction = "send" | "poll" | "final-read" | "commit";
 
 /** One record as the history knows it: where it is (offset once known) and its value. */
 export interface HistoryRecord {
@@ -49,11 +49,14 @@ export interface Op {
   f: OpFunction;
   /** Milliseconds since the history began. */
   timeMs: number;
-  /** send: the values sent (and on `ok`, their offsets); poll / final-read: what was read, in order. */
+  /**
+   * send: the values sent (and on `ok`, their offsets); poll / final-read: what was read, in order;
+   * commit: per partition the offset committed (the next one to read; `value` empty).
+   */
   records: HistoryRecord[];
   /** send: sent by an idempotent producer. */
   idempotent?: boolean;
-  /** poll: the consumer group, for a group member. */
+  /** poll / commit: the consumer group, for a group member. */
   group?: string;
   /** poll: the read session (a consumer's offsets may go back only when it changes). */
   session?: string;

@@ -484,7 +484,33 @@ async function groupMember(
         { session: sessionOf(m.generation) },
       );
       okOps.member++;
-      await m.commit();
+      // The offsets this commit moves (the next offset of each partition just read); recorded
+      // only when acknowledged, so the checker can tell a committed offset that went backwards.
+      const next = new Map<number, number>();
+      for (const b of batches)
+        for (const r of b.records)
+          next.set(b.partition, Math.max(next.get(b.partition) ?? 0, r.offset + 1));
+      const commit =
+        next.size === 0
+          ? null
+          : history.invoke(name, "commit", {
+              group,
+              records: [...next].map(([partition, offset]) => ({
+                topic,
+                partition,
+                offset,
+                value: "",
+              })),
+            });
+      let committed: boolean;
+      try {
+        committed = await m.commit();
+      } catch (err) {
+        commit?.info(err);
+        throw err;
+      }
+      if (committed) commit?.ok();
+      else commit?.fail("stale generation: not committed");
     } catch (err) {
       if (!polled) op.info(err); // a failed commit: the records stay recorded, the next owner reads them again
       await drop();
