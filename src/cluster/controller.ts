@@ -28,6 +28,7 @@ import { type BrokerRegistration, parseRegistration } from "./membership.ts";
 import {
   controllerUpdate,
   formatPartitionState,
+  noLeader,
   type PartitionState,
   parsePartitionState,
 } from "./partition-state.ts";
@@ -298,10 +299,12 @@ export class Controller {
       etcd.list(`${p}/partitions/`),
     ]);
     const live = new Map<number, BrokerRegistration>();
+    const registeredAt = new Map<number, number>();
     for (const kv of brokers.kvs) {
       try {
         const r = parseRegistration(kv);
         live.set(r.node_id, r);
+        registeredAt.set(r.node_id, kv.modRevision);
       } catch (err) {
         logger.log("warn", "cluster.bad_registration", { key: kv.key, error: errorMessage(err) });
       }
@@ -325,7 +328,7 @@ export class Controller {
       if (this.#epoch !== epoch) return;
       const where = parsePartitionKey(p, kv.key);
       if (where === null) continue;
-      await this.#updatePartition(epoch, kv, where, live, restarted, ends);
+      await this.#updatePartition(epoch, kv, where, live, restarted, ends, registeredAt);
     }
     // Everything above is applied: from now on these incarnations are the known ones.
     const next: Record<string, string> = {};
@@ -351,6 +354,7 @@ export class Controller {
     live: Map<number, BrokerRegistration>,
     restarted: Set<number>,
     ends: Map<number, LogEnds>,
+    registeredAt: Map<number, number>,
   ): Promise<void> {
     const { etcd, logger } = this.#o;
     const p = this.#prefix;
@@ -368,8 +372,16 @@ export class Controller {
       }
       // A restarted replica is "gone" first (it leaves the ISR), then alive again: it can lead
       // only from the ELR, with a published log end reaching committed_offset.
+      // A leader registered after this state was written is another incarnation than the one
+      // that was given the leadership, whatever `incarnations` recorded: the replica manager
+      // refuses to lead by such a state (#27c), so the controller must treat it as gone too, or
+      // the partition would stay without a working leader.
+      const staleLeader =
+        state.leader !== noLeader && kv.modRevision < (registeredAt.get(state.leader) ?? 0);
       const final = controllerUpdate(state, {
-        gone: state.replicas.filter((id) => !live.has(id) || restarted.has(id)),
+        gone: state.replicas.filter(
+          (id) => !live.has(id) || restarted.has(id) || (staleLeader && id === state.leader),
+        ),
         view: (id) => ({
           alive: live.has(id),
           logEndOffset: ends.get(id)?.log_end_offsets[`${where.topic}/${where.partition}`],
