@@ -5,39 +5,26 @@
  * fired left the request hanging (the same defect test/integration/cold-s3-stall.test.ts shows for
  * the cold tier; `src/runtime/deadline.ts`).
  */
-import { createServer, type Server } from "node:http";
-import * as v8 from "node:v8";
-import * as vm from "node:vm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
+import {
+  collectGarbageEvery,
+  type StallingServer,
+  startStallingServer,
+} from "../helpers/stalling-server.ts";
 
-let server: Server;
-let endpoint = "";
-let requests = 0;
+let server: StallingServer;
 
 beforeAll(async () => {
-  // Every request gets 200 with 64 bytes announced, one sent, and never the rest.
-  server = createServer((req, res) => {
-    requests++;
-    req.resume();
-    res.writeHead(200, { "content-length": "64", "content-type": "application/json" });
-    res.write("{");
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  endpoint = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  server = await startStallingServer("application/json", "{");
 });
 
-afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise<void>((r) => server.close(() => r()));
-});
+afterAll(() => server.close());
 
 describe("EtcdHttpClient against a body that stalls", () => {
   it("gives up after its request timeout, garbage collections or not", async () => {
-    v8.setFlagsFromString("--expose-gc");
-    const gc = vm.runInNewContext("gc") as () => void;
-    const etcd = new EtcdHttpClient([endpoint], { requestTimeoutMs: 400 });
-    const collect = setInterval(gc, 50);
+    const etcd = new EtcdHttpClient([server.url], { requestTimeoutMs: 400 });
+    const stopCollecting = collectGarbageEvery(50);
     const started = Date.now();
     try {
       const outcome = await Promise.race([
@@ -49,10 +36,10 @@ describe("EtcdHttpClient against a body that stalls", () => {
       ]);
       expect(outcome).toMatch(/no answer within 400 ms/);
     } finally {
-      clearInterval(collect);
+      stopCollecting();
       await etcd.close?.();
     }
-    expect(requests).toBe(1);
+    expect(server.requests()).toBe(1);
     expect(Date.now() - started).toBeLessThan(3_000);
   });
 });
