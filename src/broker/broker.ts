@@ -261,11 +261,22 @@ export class LocalBroker implements Broker {
     return this.#topics.get(name).config;
   }
 
-  /** Every open partition's log end offset, keyed "topic/partition" (cluster mode: published for leader eligibility). */
+  /**
+   * Every open partition's log end offset as far as its records are whole, keyed
+   * "topic/partition" (cluster mode: published in `log_ends` for leader eligibility, docs/cluster.md
+   * "Controller"). A partition whose recovery found a corrupt segment counts only up to that
+   * segment's base offset: the records recovery skipped are missing below its log end, so this
+   * copy does not hold what came after them either (field failures #27d).
+   */
   logEndOffsets(): Map<string, number> {
     const out = new Map<string, number>();
-    for (const p of this.#topics.observePartitions())
-      out.set(`${p.topic}/${p.partition}`, p.logEndOffset);
+    for (const p of this.#topics.observePartitions()) {
+      const corrupt = this.partitionLog(p.topic, p.partition).firstCorruptSegmentOffset;
+      out.set(
+        `${p.topic}/${p.partition}`,
+        corrupt === null ? p.logEndOffset : Math.min(corrupt, p.logEndOffset),
+      );
+    }
     return out;
   }
 

@@ -236,6 +236,20 @@ describe("recovery after the files changed between stop and start", () => {
     });
   });
 
+  it("counts the log end it publishes for leader eligibility only up to a corrupt sealed segment (cluster log_ends, #27d)", async () => {
+    const w = await writeLog({ count: 30, segmentBytes: 1024 });
+    expect(w.bases.length).toBeGreaterThanOrEqual(3);
+    const path = logPath(w.part, w.bases[1]);
+    const bad = recordsIn(path)[1];
+    patch(path, (bytes) => void (bytes[bad.valueStart + 3] ^= 0x40));
+    const { broker, logger } = await open(w.dataDir);
+    expect(events(logger, "recovery.corrupt_segment")).toHaveLength(1);
+    // The log still ends at 30, but this copy misses records below that: a lone eligible replica
+    // (ELR) publishing 30 could be elected over committed records it does not hold.
+    expect(broker.partitionLog("r", 0).logEndOffset).toBe(30);
+    expect(broker.logEndOffsets()).toEqual(new Map([["r/0", w.bases[1]]]));
+  });
+
   it("skips the rest of a sealed segment whose start-up check passed, once a read meets the flipped byte", async () => {
     // 16 KiB segments have index entries every 4 KiB; the start-up check reads only the first
     // record and the tail after the last entry, so a flip in between is found by a read.
