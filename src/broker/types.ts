@@ -326,6 +326,29 @@ export interface ClusterMetadata {
   controller: number;
   brokers: ClusterBrokerInfo[];
   topics: { name: string; partitions: ClusterPartitionInfo[] }[];
+  /**
+   * The answering broker's replica-fetch links to the other live brokers it fetched from (in
+   * `GET /v1/cluster`; the TCP and Kafka Metadata answers leave it out) (docs/cluster.md "TLS between brokers").
+   */
+  peer_links?: ClusterPeerLink[];
+}
+
+/** One link of {@link ClusterMetadata.peer_links}. */
+export interface ClusterPeerLink {
+  /** The peer's node id. */
+  node_id: number;
+  /** Its advertised TCP address. */
+  tcp: string;
+  /** Whether the link speaks TLS. */
+  tls: boolean;
+  /** Whether its last connection or fetch worked. */
+  ok: boolean;
+  /** Why not (null while ok). */
+  error: string | null;
+  /** The failure was in TLS (certificate not trusted or not naming the host, client certificate refused, plain peer). */
+  tls_failure: boolean;
+  /** Ms since it last changed between ok and failing. */
+  since_ms_ago: number;
 }
 
 /** The operations both front doors offer. */
@@ -598,4 +621,6 @@ export interface ReplicationSnapshot {
     /** As follower: how far behind its leader (`ReplicaManager.fetchLag`); else null. */
     fetchLag: { records: number; ms: number } | null;
   }[];
+  /** Links to live brokers this broker fetched from, and whether TLS failed on each (cluster/peer-links.ts). */
+  peers?: { nodeId: number; tls: boolean; ok: boolean; tlsFailure: boolean }[];
 }

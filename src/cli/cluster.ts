@@ -3,9 +3,10 @@
  * brokers, the controller, and per partition the leader, leader epoch, replicas, ISR, ELR and
  * the high watermark (from the leader), as a table or, with `--json`, as one JSON document.
  */
-import { deadline } from "../runtime/deadline.ts";
-import { connectionHelp, connectionOptions, readApiKey } from "./connection.ts";
-import type { ClusterMetadata, ClusterPartitionInfo } from "../broker/types.ts";
+import type { ConnectionOptions } from "node:tls";
+import { clientTlsOptions, connectionHelp, connectionOptions, readApiKey } from "./connection.ts";
+import type { ClusterMetadata, ClusterPartitionInfo, ClusterPeerLink } from "../broker/types.ts";
+import { requestJson } from "./keys.ts";
 import { UsageError, parseCli } from "./args.ts";
 import { brokerDefault, connectRouted } from "./client-commands.ts";
 
@@ -19,7 +20,10 @@ partition its leader ("none" now; -1 in --json), leader epoch, replicas, in-sync
 --json, when the leader did not answer), each follower's lag in records behind the leader's
 log end as the leader sees it (node:lag; ? = not fetched yet; asked of each leader's HTTP
 port), and status: ok, under-replicated (fewer in-sync replicas than replicas;
-under_replicated in --json) or offline (no leader). Exit 1 against a
+under_replicated in --json) or offline (no leader). Then every link between brokers that
+fails (replica fetch: node A cannot fetch from node B, and why; "TLS:" marks a certificate
+not trusted or not naming its host, a refused client certificate, a plain-TCP peer; "links"
+in --json, every link). HTTPS ports are asked with the TLS options below. Exit 1 against a
 single node, or when no broker answers.
 
 Options:
@@ -45,36 +49,41 @@ interface PartitionStatus {
   followers: ClusterPartitionInfo["followers"] | null;
 }
 
+/** A replica-fetch link as `cluster status` reports it: `from` fetches (or tries to) from `node_id`. */
+type LinkStatus = { from: number } & ClusterPeerLink;
+
 /**
- * Every leader's own view of its partitions (`GET /v1/cluster` on each broker's HTTP URL): the
- * followers' positions and lag. A broker that does not answer is left out.
+ * Every broker's own view (`GET /v1/cluster` on each broker's HTTP URL, over HTTPS with `tls`):
+ * as leader, its followers' positions and lag; and its replica-fetch links to the others. A
+ * broker that does not answer is left out.
  */
-async function leaderViews(
+async function brokerViews(
   m: ClusterMetadata,
   apiKey: string | undefined,
-): Promise<Map<string, ClusterPartitionInfo>> {
+  tls: ConnectionOptions | undefined,
+): Promise<{ views: Map<string, ClusterPartitionInfo>; links: LinkStatus[] }> {
   const views = new Map<string, ClusterPartitionInfo>();
+  const links: LinkStatus[] = [];
   await Promise.all(
     m.brokers.map(async (b) => {
-      const limit = deadline(5000);
       try {
-        const res = await fetch(`${b.http}/v1/cluster`, {
-          headers: apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` },
-          signal: limit.signal,
-        });
-        if (!res.ok) return;
-        const theirs = (await res.json()) as ClusterMetadata;
+        const theirs = (await requestJson(new URL(b.http), {
+          method: "GET",
+          path: "/v1/cluster",
+          key: apiKey,
+          tls: tls ?? {},
+          timeoutMs: 5000,
+        })) as ClusterMetadata;
         for (const t of theirs.topics)
           for (const p of t.partitions)
             if (p.leader === b.node_id && p.followers !== undefined)
               views.set(`${t.name}/${p.partition}`, p);
-      } catch {
-      } finally {
-        limit.clear();
-      }
+        for (const l of theirs.peer_links ?? []) links.push({ from: b.node_id, ...l });
+      } catch {}
     }),
   );
-  return views;
+  links.sort((a, b) => a.from - b.from || a.node_id - b.node_id);
+  return { views, links };
 }
 
 /** `es-broker cluster status`. */
@@ -111,7 +120,7 @@ export async function cluster(argv: string[]): Promise<number> {
     for (const name of wanted)
       if (!m.topics.some((t) => t.name === name))
         throw new Error(`Cannot show topic ${JSON.stringify(name)}: it does not exist`);
-    const views = await leaderViews(m, readApiKey(values));
+    const { views, links } = await brokerViews(m, readApiKey(values), clientTlsOptions(values));
     const status = await Promise.all(
       topics.map(async (t) => ({
         name: t.name,
@@ -146,6 +155,7 @@ export async function cluster(argv: string[]): Promise<number> {
       controller: m.controller,
       brokers: m.brokers,
       topics: status,
+      links,
     };
     if (values.json) {
       process.stdout.write(`${JSON.stringify(doc, null, 2)}\n`);
@@ -167,6 +177,7 @@ export async function cluster(argv: string[]): Promise<number> {
         "isr",
         "elr",
         "high_watermark",
+        "lag",
         "status",
       ],
     ];
@@ -195,6 +206,14 @@ export async function cluster(argv: string[]): Promise<number> {
           .join("  ")
           .trimEnd(),
       );
+    const failing = links.filter((l) => !l.ok);
+    if (failing.length > 0) {
+      lines.push("failing links between brokers (replica fetch):");
+      for (const l of failing)
+        lines.push(
+          `  node ${l.from} -> node ${l.node_id} (${l.tcp}${l.tls ? ", TLS" : ""}): ${l.tls_failure ? "TLS: " : ""}${l.error ?? "?"}`,
+        );
+    }
     process.stdout.write(`${lines.join("\n")}\n`);
     return 0;
   } finally {

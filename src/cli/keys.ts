@@ -251,10 +251,12 @@ function online(values: ConnectionValues & { url?: string }): KeyAdmin {
 }
 
 /**
- * One JSON request. Resolves with the parsed answer (null for 204).
+ * One JSON request to a broker's HTTP port (`https:` with `tls`: the CA, a client certificate).
+ * Resolves with the parsed answer (null for 204). Also used by `cluster status`.
+ * @param request.timeoutMs no answer within this long fails (default 30 000).
  * @throws Error `code: message` for an error answer (the broker's code and message); Error for a connection failure.
  */
-function requestJson(
+export function requestJson(
   base: URL,
   request: {
     method: string;
@@ -262,6 +264,7 @@ function requestJson(
     body?: unknown;
     key: string | undefined;
     tls: ConnectionOptions;
+    timeoutMs?: number;
   },
 ): Promise<unknown> {
   const url = new URL(request.path, base);
@@ -301,7 +304,8 @@ function requestJson(
         });
       },
     );
-    req.setTimeout(30_000, () => req.destroy(new Error("no answer within 30 s")));
+    const timeoutMs = request.timeoutMs ?? 30_000;
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
     req.on("error", (err) =>
       reject(
         new Error(

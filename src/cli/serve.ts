@@ -3,7 +3,8 @@
  * listener with `--kafka-port`), prints one line saying where it listens, and shuts down
  * gracefully on SIGTERM or SIGINT (stop accepting, finish in-flight requests, fsync, close files,
  * exit 0); a second signal exits at once (130 / 143, `signals.ts`). SIGHUP reloads
- * the TLS certificate and key (and client CA) and `api_keys.json` without dropping connections;
+ * the TLS certificate and key (and client CA, and in a cluster `--cluster-tls-ca`) and
+ * `api_keys.json` without dropping connections;
  * a file that cannot be used is logged and the old material stays in force.
  */
 import { resolve } from "node:path";
@@ -23,6 +24,7 @@ import { AccessControl } from "../auth/access.ts";
 import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
 import { systemKeyCrypto } from "../runtime/crypto.ts";
 import {
+  loadCaBundle,
   loadTlsServerMaterial,
   tlsHandshakeTimeoutMs,
   type TlsServerFiles,
@@ -73,6 +75,7 @@ import { EtcdHttpClient, parseEtcdUrl } from "../runtime/etcd.ts";
 import { ClusterNode } from "../cluster/node.ts";
 import { ReplicaManager } from "../cluster/replica-manager.ts";
 import { replicaConnector } from "../runtime/replica-connection.ts";
+import { PeerLinks } from "../cluster/peer-links.ts";
 import { clusterBroker } from "../cluster/cluster-broker.ts";
 import { defaultClusterPrefix } from "../cluster/membership.ts";
 import { Prng } from "../lib/prng.ts";
@@ -154,9 +157,14 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
   --advertise-http URL        the HTTP base URL clients are redirected to (http://HOST:PORT)
   --cluster-secret-file FILE  the broker credential brokers present to each other (replica
                               fetch); the same file on every broker, never on the command line
-  Not with --tls-cert (brokers replicate over plain TCP). With API keys, --cluster-secret-file
-  is required. With --kafka-port N (not 0), Kafka clients learn every broker's Kafka listener and each
-  partition's leader from Metadata (host: --kafka-advertised-host, else --advertise-tcp's host).
+  --cluster-tls-ca FILE       with --tls-cert: the CA (PEM) the other brokers' certificates are
+                              checked against (they must name the host of their --advertise-tcp)
+  With --tls-cert, brokers connect to each other with TLS only (never plain TCP), presenting
+  their own --tls-cert (for peers with --tls-client-ca), and --cluster-tls-ca is required;
+  every broker of a cluster serves TLS or none does (a mixed one is refused at start). With
+  API keys, --cluster-secret-file is required. With --kafka-port N (not 0), Kafka clients
+  learn every broker's Kafka listener and each partition's leader from Metadata (host:
+  --kafka-advertised-host, else --advertise-tcp's host).
 
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
 port needs an API key, except GET (or HEAD) /healthz and /readyz; Kafka clients use SASL/PLAIN
@@ -214,6 +222,7 @@ export async function serve(argv: string[]): Promise<number> {
       "advertise-tcp": { type: "string" },
       "advertise-http": { type: "string" },
       "cluster-secret-file": { type: "string" },
+      "cluster-tls-ca": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -312,9 +321,17 @@ export async function serve(argv: string[]): Promise<number> {
   );
   const mirror = mirrorSettings(values);
   const cluster = clusterSettings(values);
-  if (cluster !== null && values["tls-cert"] !== undefined)
+  if (
+    cluster !== null &&
+    values["tls-cert"] !== undefined &&
+    values["cluster-tls-ca"] === undefined
+  )
     throw new UsageError(
-      "--cluster with --tls-cert is not supported yet: brokers replicate over plain TCP (docs/cluster.md)",
+      "--cluster with --tls-cert needs --cluster-tls-ca FILE: the CA (PEM) the other brokers' certificates are checked against (brokers replicate over their TLS listeners, never over plain TCP)",
+    );
+  if (values["cluster-tls-ca"] !== undefined && values["tls-cert"] === undefined)
+    throw new UsageError(
+      "--cluster-tls-ca needs --tls-cert and --tls-key: brokers connect to each other with TLS exactly when their TCP listener serves it",
     );
   const level = values["log-level"] as LogLevel;
   if (!["debug", "info", "warn", "error"].includes(level))
@@ -344,6 +361,11 @@ export async function serve(argv: string[]): Promise<number> {
         };
   let tlsMaterial: TlsServerMaterial | undefined =
     tlsFiles === undefined ? undefined : loadTlsServerMaterial(tlsFiles);
+  // Cluster mode with TLS: the CA other brokers' certificates must chain to (re-read on SIGHUP).
+  const clusterCaPath =
+    values["cluster-tls-ca"] === undefined ? undefined : resolve(values["cluster-tls-ca"]);
+  let clusterCa: Buffer | undefined =
+    clusterCaPath === undefined ? undefined : loadCaBundle(clusterCaPath, "--cluster-tls-ca");
   const dataDir = resolve(values["data-dir"]!);
   const logger = jsonLineLogger(
     (line) => process.stderr.write(line),
@@ -508,7 +530,23 @@ export async function serve(argv: string[]): Promise<number> {
       const kafkaAddress =
         kafkaPort === null || kafkaPort === 0 ? undefined : `${kafkaHost}:${kafkaPort}`;
       progress.phase = "cluster";
-      node = await startClusterNode(cluster, broker, dataDir, nodeFs, logger, kafkaAddress);
+      // Brokers talk TLS to each other exactly when this TCP listener serves it: checking the
+      // peer against --cluster-tls-ca and the advertised host, presenting this broker's own
+      // certificate (for peers that require one); never plain TCP (docs/cluster.md "TLS between
+      // brokers"). The material is read at each connect, so SIGHUP's new files apply.
+      const peerTls =
+        clusterCa === undefined
+          ? undefined
+          : () => ({
+              ca: clusterCa,
+              cert: tlsMaterial!.context.cert,
+              key: tlsMaterial!.context.key,
+              rejectUnauthorized: true,
+            });
+      node = await startClusterNode(cluster, broker, dataDir, nodeFs, logger, kafkaAddress, {
+        tls: peerTls,
+        links: new PeerLinks({ clock: systemClock, logger, tls: peerTls !== undefined }),
+      });
       front = clusterBroker(broker, node);
     } catch (err) {
       await closeEarly();
@@ -666,6 +704,14 @@ export async function serve(argv: string[]): Promise<number> {
           });
         }
       }
+      if (clusterCaPath !== undefined) {
+        try {
+          clusterCa = loadCaBundle(clusterCaPath, "--cluster-tls-ca");
+          logger.log("info", "tls.cluster_ca_reloaded", { ca: clusterCaPath });
+        } catch (err) {
+          logger.log("error", "tls.reload_failed", { error: errorMessage(err) });
+        }
+      }
       try {
         const result = await keys.reload();
         logger.log("info", "auth.keys_reloaded", {
@@ -813,7 +859,13 @@ interface ClusterSettings {
  */
 function clusterSettings(values: Record<string, unknown>): ClusterSettings | null {
   const url = values.cluster as string | undefined;
-  const companions = ["node-id", "advertise-tcp", "advertise-http", "cluster-secret-file"];
+  const companions = [
+    "node-id",
+    "advertise-tcp",
+    "advertise-http",
+    "cluster-secret-file",
+    "cluster-tls-ca",
+  ];
   if (url === undefined) {
     const stray = companions.find((o) => values[o] !== undefined);
     if (stray !== undefined)
@@ -896,6 +948,7 @@ async function startClusterNode(
   fs: NodeFileSystem,
   logger: ReturnType<typeof jsonLineLogger>,
   kafkaAddress: string | undefined,
+  peers: { tls: (() => ConnectionOptions) | undefined; links: PeerLinks },
 ): Promise<ClusterNode> {
   const path = `${dataDir}/${clusterFileName}`;
   let recorded: { cluster_id: string; node_id: number; data_dir_id: string } | null = null;
@@ -928,7 +981,9 @@ async function startClusterNode(
         tcp: settings.advertiseTcp,
         http: settings.advertiseHttp,
         ...(kafkaAddress === undefined ? {} : { kafka: kafkaAddress }),
+        ...(peers.tls === undefined ? {} : { tls: true }),
       },
+      peerLinks: () => peers.links.snapshot(),
       dataDirId,
       dataDir:
         recorded === null ? null : { clusterId: recorded.cluster_id, nodeId: recorded.node_id },
@@ -945,7 +1000,10 @@ async function startClusterNode(
           prng: new Prng(seed + 1),
           logger,
           clusterSecret: settings.secret,
-          connect: replicaConnector({ timeoutMs: 10_000 }),
+          connect: replicaConnector(
+            { timeoutMs: 10_000 },
+            { ...(peers.tls === undefined ? {} : { tls: peers.tls }), links: peers.links },
+          ),
           leaseExpiresAtMs: () => membership.leaseExpiresAtMs,
           registeredRevision: () => membership.registeredRevision,
         }),

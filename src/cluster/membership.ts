@@ -6,14 +6,17 @@
  * - `cluster_id`: the cluster's id, written once by the first broker ever to start
  *   (create-if-absent); every data directory records the id of the cluster it belongs to.
  * - `brokers/<node id>`: `{"node_id", "cluster_id", "data_dir_id", "incarnation", "tcp", "http"}`
- *   on the broker's lease, so it vanishes when the broker stops renewing. `incarnation` is the
- *   lease id: a broker that restarted has a new one, which the controller treats as "gone and
- *   back" (it left the ISR when it died, whatever it says now).
+ *   (and `"tls": true` when its TCP listener serves TLS) on the broker's lease, so it vanishes
+ *   when the broker stops renewing. `incarnation` is the lease id: a broker that restarted has a
+ *   new one, which the controller treats as "gone and back" (it left the ISR when it died,
+ *   whatever it says now).
  *
  * Start-up refusals (a {@link ClusterJoinError}, not retried): a data directory of another
  * cluster or of another node id; a node id registered by a live broker with another data
  * directory; a data directory of a cluster etcd does not know (etcd's data was lost or another
- * etcd was given). A registration with this data directory's id is this broker's own previous
+ * etcd was given); a TCP listener with TLS while a live broker's has none, or the reverse (brokers
+ * replicate over their TCP listeners and never fall back to plain TCP: docs/cluster.md "TLS
+ * between brokers"). A registration with this data directory's id is this broker's own previous
  * run (the data directory lock guarantees it is dead): it is taken over at once rather than
  * waiting for its lease to expire. etcd unreachable: retried with backoff ({@link joinCluster}).
  */
@@ -44,6 +47,8 @@ export interface BrokerRegistration {
   http: string;
   /** `host:port` of the Kafka listener, when the broker has one. */
   kafka?: string;
+  /** True when its TCP listener serves TLS (absent: plain TCP). */
+  tls?: boolean;
 }
 
 /** Options of {@link joinCluster}. */
@@ -56,7 +61,8 @@ export interface JoinOptions {
   /** Key prefix of this cluster in etcd, without a trailing slash. Default `/es-broker`. */
   prefix?: string;
   nodeId: number;
-  advertise: { tcp: string; http: string; kafka?: string };
+  /** Where this broker is reached; `tls` when its TCP listener serves TLS. */
+  advertise: { tcp: string; http: string; kafka?: string; tls?: boolean };
   /** The data directory's own id (random, made when it was created). */
   dataDirId: string;
   /** What the data directory recorded of the cluster, null for a directory that never joined one. */
@@ -101,7 +107,8 @@ export function parseRegistration(kv: EtcdKeyValue): BrokerRegistration {
     typeof r.incarnation !== "string" ||
     typeof r.tcp !== "string" ||
     typeof r.http !== "string" ||
-    (r.kafka !== undefined && typeof r.kafka !== "string")
+    (r.kafka !== undefined && typeof r.kafka !== "string") ||
+    (r.tls !== undefined && typeof r.tls !== "boolean")
   ) {
     throw new Error(
       `Cannot read broker registration ${JSON.stringify(kv.key)}: a field is missing or of the wrong type`,
@@ -304,6 +311,31 @@ async function clusterIdentity(options: JoinOptions): Promise<string> {
   return existing.value;
 }
 
+/**
+ * Refuses to join a cluster whose live brokers serve their TCP listeners otherwise (TLS against
+ * plain TCP): a follower connects with TLS exactly when its own listener serves it, so the two
+ * could never replicate from each other. The registrations of other node ids are compared; a
+ * registration of this node id is this broker's previous run.
+ * @throws ClusterJoinError naming the first broker that differs and the fix.
+ */
+async function checkListenerTls(options: JoinOptions): Promise<void> {
+  const prefix = options.prefix ?? defaultClusterPrefix;
+  const mine = options.advertise.tls === true;
+  const { kvs } = await options.etcd.list(`${prefix}/brokers/`);
+  for (const kv of kvs) {
+    let other: BrokerRegistration;
+    try {
+      other = parseRegistration(kv);
+    } catch {
+      continue;
+    }
+    if (other.node_id === options.nodeId || (other.tls === true) === mine) continue;
+    throw new ClusterJoinError(
+      `Cannot join the cluster as node ${options.nodeId}: this broker's TCP listener serves ${mine ? "TLS" : "plain TCP"}, but node ${other.node_id} (tcp ${other.tcp}) serves ${mine ? "plain TCP" : "TLS"}. Brokers replicate over their TCP listeners and never fall back to plain TCP, so every broker of a cluster serves TLS (--tls-cert, --tls-key, --cluster-tls-ca) or none does; to switch, stop every broker and start them all the new way (docs/cluster.md "TLS between brokers")`,
+    );
+  }
+}
+
 /** Grants a lease and writes the registration on it, taking over this data directory's old one. */
 async function register(
   options: JoinOptions,
@@ -322,6 +354,7 @@ async function register(
     tcp: options.advertise.tcp,
     http: options.advertise.http,
     ...(options.advertise.kafka === undefined ? {} : { kafka: options.advertise.kafka }),
+    ...(options.advertise.tls === true ? { tls: true } : {}),
   };
   const value = JSON.stringify(registration);
   try {
@@ -383,6 +416,7 @@ export async function joinCluster(
   for (let attempt = 1; ; attempt++) {
     try {
       const clusterId = await clusterIdentity(options);
+      await checkListenerTls(options);
       await options.beforeRegister?.(clusterId);
       const joined = await register(options, clusterId, ttlSeconds);
       return new Membership(options, {

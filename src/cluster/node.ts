@@ -26,6 +26,7 @@ import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { Prng } from "../lib/prng.ts";
 import { Controller } from "./controller.ts";
+import type { PeerLinkStatus } from "./peer-links.ts";
 import type { Etcd, EtcdEvent, EtcdWatch } from "./etcd.ts";
 import { logEndsKey, parsePartitionKey, partitionKey, topicKey } from "./keys.ts";
 import {
@@ -93,6 +94,8 @@ export interface ClusterNodeOptions
   replicas?: (membership: Membership) => ReplicaSink;
   /** Controller resync period, ms (default 10000). */
   resyncMs?: number;
+  /** This broker's replica-fetch links to other brokers (`PeerLinks.snapshot`), for metadata and metrics. */
+  peerLinks?: () => PeerLinkStatus[];
   /** Stops the join's retries while etcd is unreachable (a signal during start-up). */
   signal?: { aborted: boolean };
 }
@@ -233,7 +236,23 @@ export class ClusterNode {
       if (key.startsWith(`${p}/brokers/`)) {
         const id = Number(key.slice(`${p}/brokers/`.length));
         if (e.type === "delete") this.#brokers.delete(id);
-        else this.#brokers.set(id, parseRegistration(e.kv));
+        else {
+          const registration = parseRegistration(e.kv);
+          this.#brokers.set(id, registration);
+          // Joining refuses this (membership.ts); two brokers starting at once can still race.
+          if (
+            id !== this.#o.nodeId &&
+            (registration.tls === true) !== (this.#o.advertise.tls === true)
+          )
+            this.#o.logger.log("error", "cluster.tls_mismatch", {
+              peer: id,
+              peer_tcp: registration.tcp,
+              peer_tls: registration.tls === true,
+              tls: this.#o.advertise.tls === true,
+              action:
+                "these brokers cannot replicate from each other (never over plain TCP): start every broker with --tls-cert, --tls-key and --cluster-tls-ca, or none",
+            });
+        }
         return "broker";
       }
       if (key.startsWith(`${p}/topics/`)) {
@@ -480,7 +499,24 @@ export class ClusterNode {
       membershipLive: this.membership.live,
       offlinePartitions,
       partitions,
+      peers: this.#peerLinks().map((l) => ({
+        nodeId: l.node_id,
+        tls: l.tls,
+        ok: l.ok,
+        tlsFailure: l.tls_failure,
+      })),
     };
+  }
+
+  /** This broker's replica-fetch links to the live brokers, by node id. */
+  #peerLinks(): NonNullable<ClusterMetadata["peer_links"]> {
+    const byAddress = new Map([...this.#brokers.values()].map((r) => [r.tcp, r.node_id]));
+    const out: NonNullable<ClusterMetadata["peer_links"]> = [];
+    for (const l of this.#o.peerLinks?.() ?? []) {
+      const id = byAddress.get(l.tcp);
+      if (id !== undefined && id !== this.#o.nodeId) out.push({ node_id: id, ...l });
+    }
+    return out.sort((a, b) => a.node_id - b.node_id);
   }
 
   /** Whether this node holds `topic` locally (it is a replica of one of its partitions). */
@@ -540,6 +576,7 @@ export class ClusterNode {
           });
         return { name, partitions };
       }),
+      peer_links: this.#peerLinks(),
     };
   }
 

@@ -182,3 +182,70 @@ export function tlsClientOptions(files: TlsClientFiles): tls.ConnectionOptions {
   if (files.keyPath !== undefined) options.key = readPem(files.keyPath, "--tls-key");
   return options;
 }
+
+/**
+ * Reads a CA bundle that other brokers' certificates must chain to (`--cluster-tls-ca`), checked
+ * block by block like the client CA: a bundle with no certificate in it would refuse every peer.
+ * @throws Error naming `option` and the file (never its content).
+ */
+export function loadCaBundle(path: string, option: string): Buffer {
+  const pem = readPem(path, option);
+  checkCertificates(pem, path, option);
+  return pem;
+}
+
+/** OpenSSL's certificate verification results as `node:tls` reports them (`err.code`). */
+const verifyCodes = new Set([
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "CERT_SIGNATURE_FAILURE",
+  "CERT_NOT_YET_VALID",
+  "CERT_HAS_EXPIRED",
+  "CERT_REVOKED",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "INVALID_CA",
+  "INVALID_PURPOSE",
+  "HOSTNAME_MISMATCH",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+const verifyMessage =
+  /invalid peer certificate|certificate verify failed|unknown ?issuer|self[- ]signed certificate|unable to verify the first certificate|not ?valid ?for ?name|does not match certificate/i;
+const handshakeMessage =
+  /peer sent no certificates|certificate ?required|bad ?certificate|unknown ?ca\b|handshake failure/i;
+
+/**
+ * Says why a TLS client connection failed, if it failed in TLS: the peer's certificate was not
+ * trusted or does not name the host connected to (`verify`), the peer refused this side's client
+ * certificate or the handshake (`handshake`), or the peer closed the connection before the
+ * handshake finished, as a plain TCP listener does (`handshake`). Null for any other failure
+ * (refused, reset after the handshake, timed out). Follows `cause` links (the TCP client wraps
+ * the socket's error).
+ */
+export function tlsFailure(err: unknown): { kind: "verify" | "handshake"; reason: string } | null {
+  const chain: Error[] = [];
+  for (let e = err; e instanceof Error && chain.length < 4; e = e.cause) chain.push(e);
+  // Codes first (Node's OpenSSL), wherever they are in the chain; then messages: Deno's and
+  // Bun's TLS report some failures by message only.
+  for (const e of chain) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && verifyCodes.has(code))
+      return { kind: "verify", reason: `${code}: ${e.message}` };
+    if (typeof code === "string" && code.startsWith("ERR_SSL_"))
+      return { kind: "handshake", reason: `${code}: ${e.message}` };
+  }
+  for (const e of chain) {
+    if (verifyMessage.test(e.message)) return { kind: "verify", reason: e.message };
+    if (handshakeMessage.test(e.message)) return { kind: "handshake", reason: e.message };
+    if (/before secure TLS connection was established/i.test(e.message))
+      return {
+        kind: "handshake",
+        reason: `${e.message} (the peer closed the connection in the TLS handshake: does its TCP listener serve plain TCP?)`,
+      };
+  }
+  return null;
+}

@@ -3,7 +3,7 @@
  * the `openssl` CLI in a temporary directory, and a probe of the certificate a port serves.
  */
 import { execFileSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as tls from "node:tls";
 import { tempDir } from "../helpers/tmp.ts";
@@ -21,9 +21,13 @@ export interface Pki {
   otherClient: { cert: string; key: string };
 }
 
-/** Two CAs and leaf certificates, made with the openssl CLI (EC P-256, valid 2 days). */
-export function makePki(): Pki {
-  const { dir } = tempDir("es-broker-tls-");
+/**
+ * Two CAs and leaf certificates, made with the openssl CLI (EC P-256, valid 2 days), in `dir`
+ * (default: a temporary directory removed when the current test finishes; pass one to call this
+ * outside a test, e.g. in `beforeAll`).
+ */
+export function makePki(dir: string = tempDir("es-broker-tls-").dir): Pki {
+  mkdirSync(dir, { recursive: true });
   const run = (args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
   const ca = (name: string) =>
     run([

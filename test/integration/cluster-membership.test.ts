@@ -127,6 +127,27 @@ describe("membership: refusals (issue #16, bad input)", () => {
     return (err as Error).message;
   };
 
+  it("a TCP listener with TLS is refused while a live broker's is plain, and the reverse (never mixed)", async () => {
+    const prefix = freshPrefix();
+    const plain = await join(options(prefix, 1));
+    const tls = (nodeId: number) =>
+      options(prefix, nodeId, {
+        advertise: { tcp: `127.0.0.1:${9000 + nodeId}`, http: `https://h:${nodeId}`, tls: true },
+      });
+    expect(await refused(tls(2))).toMatch(
+      /^Cannot join the cluster as node 2: this broker's TCP listener serves TLS, but node 1 \(tcp 127\.0\.0\.1:9001\) serves plain TCP\./,
+    );
+    expect(await client.get(brokerKey(prefix, 2))).toBeNull();
+    await plain.close();
+    // Once the plain broker is gone, a TLS one joins; its registration says so, and a plain one is refused.
+    await join(tls(2));
+    expect(parseRegistration((await client.get(brokerKey(prefix, 2)))!).tls).toBe(true);
+    expect(await refused(options(prefix, 3))).toMatch(
+      /this broker's TCP listener serves plain TCP, but node 2 \(tcp 127\.0\.0\.1:9002\) serves TLS/,
+    );
+    await join(tls(3));
+  });
+
   it("a duplicate node id with another data directory is refused, naming the running broker", async () => {
     const prefix = freshPrefix();
     await join(options(prefix, 1));

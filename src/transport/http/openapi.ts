@@ -258,6 +258,22 @@ const schemas: Record<string, Schema> = {
           }),
         }),
       ),
+      peer_links: array(
+        exact({
+          node_id: integer(0, 2_147_483_647),
+          tcp: { type: "string", description: "The peer's HOST:PORT (--advertise-tcp)." },
+          tls: { type: "boolean", description: "The link speaks TLS." },
+          ok: { type: "boolean", description: "Its last connection or fetch worked." },
+          error: nullable({ type: "string" }),
+          tls_failure: {
+            type: "boolean",
+            description:
+              "The failure was in TLS: the peer's certificate is not trusted or does not name its host, it refused this broker's certificate, or it speaks plain TCP.",
+          },
+          since_ms_ago: integer(0, Number.MAX_SAFE_INTEGER),
+        }),
+        'The answering broker\'s replica-fetch links to the live brokers it fetched from (docs/cluster.md "TLS between brokers").',
+      ),
     },
     "Cluster mode: brokers, controller, and per-partition leaders (docs/cluster.md).",
   ),

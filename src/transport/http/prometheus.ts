@@ -304,6 +304,12 @@ function writeReplication(out: ExpositionWriter, r: ReplicationSnapshot): void {
     "Partitions of the cluster with no leader (their replicas are down or behind), as etcd's partition state says.",
   );
   out.sample({}, r.offlinePartitions);
+  out.family(
+    "esb_cluster_peer_tls_failing",
+    "gauge",
+    "1 while this broker's replica-fetch link to the broker `peer` (node id) fails in TLS (its certificate not trusted or not naming its host, this broker's certificate refused, a plain-TCP peer), else 0; only brokers it fetched from.",
+  );
+  for (const p of r.peers ?? []) out.sample({ peer: String(p.nodeId) }, p.tlsFailure ? 1 : 0);
   const family = (
     name: string,
     help: string,
