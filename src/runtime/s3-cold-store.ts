@@ -8,17 +8,24 @@
  *
  * | operation | requests                                                                    |
  * |-----------|-----------------------------------------------------------------------------|
- * | put ≤ multipart threshold | PUT with Content-MD5 and a signed SHA-256 of the body; HEAD  |
- * | put > threshold | CreateMultipartUpload; UploadPart × n (each with Content-MD5, at most `concurrency` at once); CompleteMultipartUpload; HEAD (AbortMultipartUpload on failure) |
+ * | put ≤ multipart threshold | PUT with Content-MD5 and a signed SHA-256 of the body; HEAD (ranged GETs when the ETag cannot prove the content) |
+ * | put > threshold | CreateMultipartUpload; UploadPart × n (each with Content-MD5, at most `concurrency` at once); CompleteMultipartUpload; HEAD, GETs as above (AbortMultipartUpload on failure) |
  * | get       | GET with `Range: bytes=a-b`; the answer's length is checked                 |
  * | list      | ListObjectsV2, every page (a truncated page without a continuation token is an error) |
  * | delete    | DELETE (404 is success)                                                     |
  * | abortStaleUploads | ListMultipartUploads under the prefix (every page); AbortMultipartUpload of each of ours not in progress |
  *
- * Verification after a put: the HEAD must report the size sent and an ETag equal to the MD5 the
- * broker computed (for a multipart upload, the MD5 of the parts' MD5s and `-n`). A store whose
- * ETag is not an MD5 (SSE-KMS) gets the object read back and compared byte for byte by MD5. A
- * mismatch — a store that acknowledged a short or corrupt body — re-uploads, up to `attempts`.
+ * Verification after a put: the HEAD must report the size sent, and then either an ETag equal to
+ * the MD5 the broker computed (for a multipart upload, the MD5 of the parts' MD5s and `-n`: the
+ * store hashed what it kept), or — when the ETag is anything else: SSE-KMS or SSE-C objects, stores
+ * whose ETags are not MD5s, a wrong MD5 — the object is read back (ranged GETs of at most 8 MiB)
+ * and each part's MD5 compared with the MD5 of the bytes sent. S3's additional checksums
+ * (`x-amz-checksum-sha256`, read back with `x-amz-checksum-mode: ENABLED`) are not used as proof:
+ * a store may keep the checksum the client claimed without checking the body against it (moto
+ * does; chimera#474, rustfs#4341), so it proves nothing about the bytes. A mismatch — a store that
+ * acknowledged a short or corrupt body — re-uploads, up to `attempts`. The read-back costs one GET
+ * of the whole object per put (on AWS: request and, outside the region, transfer charges), paid
+ * only where the ETag cannot prove the content (logged once: `cold.s3_read_back_verification`).
  *
  * Retries: every request is retried with exponential backoff and jitter on connection errors and
  * resets, timeouts (`requestTimeoutMs`), 5xx, 429 and S3's `SlowDown`/`RequestTimeout`, up to
@@ -34,12 +41,14 @@ import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import {
   ColdStoreError,
+  isColdStoreError,
   isValidObjectKey,
   type ColdObjectInfo,
   type ColdObjectSource,
   type ColdStore,
   type ColdStoreErrorKind,
 } from "../storage/cold-objects.ts";
+import { deadline } from "./deadline.ts";
 
 /** Where a `s3://bucket/prefix` URL points. */
 export interface S3Location {
@@ -109,11 +118,20 @@ export interface S3ColdStoreOptions {
 
 const MiB = 1024 * 1024;
 
-/** Largest object read back whole when the store's ETag is not an MD5 (bigger ones are read in chunks). */
+/** Largest ranged GET of a read-back verification (module comment). */
 const readBackChunkBytes = 8 * MiB;
 
 /** Most listing pages followed before the listing is called endless. */
 const listPagesMax = 1_000_000;
+
+/**
+ * What a put sent, for its verification: the ETag an MD5-keeping store answers, and each part's
+ * byte range and MD5 (one part for a single PUT).
+ */
+interface SentObject {
+  etag: string;
+  parts: { start: number; end: number; md5: Buffer }[];
+}
 
 /** A failed HTTP exchange: status 0 for no answer. */
 interface Failure {
@@ -142,6 +160,8 @@ export class S3ColdStore implements ColdStore {
   /** Keys with a CreateMultipartUpload in flight, and upload ids of this process not yet finished. */
   #starting = new Map<string, number>();
   #uploading = new Set<string>();
+  /** Whether `cold.s3_read_back_verification` was logged (once per store). */
+  #readBackLogged = false;
 
   constructor(options: S3ColdStoreOptions) {
     const { bucket, prefix } = options.location;
@@ -217,15 +237,9 @@ export class S3ColdStore implements ColdStore {
       }
       const req = build();
       let failure: Failure;
-      // The deadline is a timer holding its controller, given to fetch itself: a signal that
-      // reaches fetch inside a Request (aws4fetch's own fetch) or from AbortSignal.timeout is
-      // held only weakly and can be collected before it fires — a body that stalled after the
-      // headers then hung the request, and every read waiting on it, for good.
-      const deadline = new AbortController();
-      const timer = setTimeout(
-        () => deadline.abort(new DOMException("timed out", "TimeoutError")),
-        this.#timeoutMs,
-      );
+      // Given to fetch itself, not inside a Request (aws4fetch's own fetch): a signal that
+      // reaches fetch that way is held only weakly (see deadline.ts).
+      const timeout = deadline(this.#timeoutMs);
       try {
         const signed = await this.#client.sign(req.url, {
           method: req.method,
@@ -236,26 +250,26 @@ export class S3ColdStore implements ColdStore {
           method: signed.method,
           headers: signed.headers,
           body: req.body,
-          signal: deadline.signal,
+          signal: timeout.signal,
         });
         if (accept(response.status)) return await read(response);
         failure = await describeFailure(response);
       } catch (err) {
         // A short or malformed answer is retried like a reset; other refusals are final.
         if (err instanceof ColdStoreError && err.kind !== "corrupt") throw err;
-        const timeout =
+        const timedOut =
           err instanceof Error && (err.name === "TimeoutError" || err.name === "AbortError");
         failure = {
           status: 0,
           code:
-            err instanceof ColdStoreError ? "BadAnswer" : timeout ? "Timeout" : "ConnectionError",
-          message: timeout
+            err instanceof ColdStoreError ? "BadAnswer" : timedOut ? "Timeout" : "ConnectionError",
+          message: timedOut
             ? `no answer within ${this.#timeoutMs} ms`
             : errorMessage(err) + causeOf(err),
           retriable: true,
         };
       } finally {
-        clearTimeout(timer);
+        timeout.clear();
       }
       last = failure;
       if (!failure.retriable || attempt === this.#attempts) break;
@@ -321,8 +335,8 @@ export class S3ColdStore implements ColdStore {
     );
   }
 
-  /** One PUT. @returns the expected ETag (the MD5's hex). */
-  async #putSingle(key: string, source: ColdObjectSource): Promise<string> {
+  /** One PUT. @returns what was sent (the expected ETag is the MD5's hex). */
+  async #putSingle(key: string, source: ColdObjectSource): Promise<SentObject> {
     const body = await readAll(source, 0, source.sizeBytes);
     const md5 = createHash("md5").update(body).digest();
     await this.#request(
@@ -339,11 +353,11 @@ export class S3ColdStore implements ColdStore {
       (s) => s === 200,
       async (r) => void (await r.arrayBuffer()),
     );
-    return md5.toString("hex");
+    return { etag: md5.toString("hex"), parts: [{ start: 0, end: source.sizeBytes, md5 }] };
   }
 
-  /** A multipart upload (module comment). @returns the expected ETag (`<md5 of md5s>-<n>`). */
-  async #putMultipart(key: string, source: ColdObjectSource): Promise<string> {
+  /** A multipart upload (module comment). @returns what was sent (the expected ETag is `<md5 of md5s>-<n>`). */
+  async #putMultipart(key: string, source: ColdObjectSource): Promise<SentObject> {
     // Marked before it exists, so abortStaleUploads never takes an upload being started for ours.
     this.#starting.set(key, (this.#starting.get(key) ?? 0) + 1);
     let uploadId: string | null;
@@ -373,8 +387,8 @@ export class S3ColdStore implements ColdStore {
     }
   }
 
-  /** The parts, completion (or abort) of upload `uploadId` of `key`. @returns the expected ETag. */
-  async #uploadParts(key: string, uploadId: string, source: ColdObjectSource): Promise<string> {
+  /** The parts, completion (or abort) of upload `uploadId` of `key`. @returns what was sent. */
+  async #uploadParts(key: string, uploadId: string, source: ColdObjectSource): Promise<SentObject> {
     const count = Math.ceil(source.sizeBytes / this.#partBytes);
     const md5s: Buffer[] = new Array(count);
     const etags: string[] = new Array(count);
@@ -406,11 +420,8 @@ export class S3ColdStore implements ColdStore {
               return unquote(r.headers.get("etag") ?? "");
             },
           );
-          if (isMd5Hex(etag) && etag !== md5.toString("hex"))
-            throw new ColdStoreError(
-              "corrupt",
-              `Cannot upload part ${i + 1} of cold object "${key}" to ${this.location}: the store answered ETag ${etag}, the part's MD5 is ${md5.toString("hex")}`,
-            );
+          // A part ETag that is not the part's MD5 (SSE-KMS, or a corrupt part) is settled by
+          // the verification of the whole object (module comment).
           etags[i] = etag;
         }
       };
@@ -449,7 +460,14 @@ export class S3ColdStore implements ColdStore {
       ).catch(() => {});
       throw err;
     }
-    return `${createHash("md5").update(Buffer.concat(md5s)).digest("hex")}-${count}`;
+    return {
+      etag: `${createHash("md5").update(Buffer.concat(md5s)).digest("hex")}-${count}`,
+      parts: md5s.map((md5, i) => ({
+        start: i * this.#partBytes,
+        end: Math.min(source.sizeBytes, (i + 1) * this.#partBytes),
+        md5,
+      })),
+    };
   }
 
   /**
@@ -531,8 +549,12 @@ export class S3ColdStore implements ColdStore {
     );
   }
 
-  /** Reads back size and checksum (module comment). @returns null if the object is what was sent, else the problem. */
-  async #verify(key: string, sizeBytes: number, expectedEtag: string): Promise<string | null> {
+  /**
+   * Reads back size and checksum (module comment): the ETag when it is the MD5 sent, else the
+   * object's bytes, part by part. @returns null if the object is what was sent, else the problem.
+   * @throws ColdStoreError when the store cannot be asked (not for what it answers).
+   */
+  async #verify(key: string, sizeBytes: number, sent: SentObject): Promise<string | null> {
     const head = await this.#request(
       `check cold object "${key}"`,
       () => ({ method: "HEAD", url: this.#url(key) }),
@@ -541,26 +563,52 @@ export class S3ColdStore implements ColdStore {
         status: r.status,
         size: Number(r.headers.get("content-length") ?? "-1"),
         etag: unquote(r.headers.get("etag") ?? ""),
+        encryption:
+          r.headers.get("x-amz-server-side-encryption-customer-algorithm") !== null
+            ? "SSE-C"
+            : r.headers.get("x-amz-server-side-encryption"),
       }),
     );
     if (head.status === 404) return "the object is missing after its upload";
     if (head.size !== sizeBytes)
       return `the store holds ${head.size} bytes, ${sizeBytes} were sent`;
-    if (/^[0-9a-f]{32}(-\d+)?$/.test(head.etag)) {
-      if (head.etag === expectedEtag) return null;
-      return `the store's ETag is ${head.etag}, the bytes sent give ${expectedEtag}`;
+    if (head.etag === sent.etag) return null;
+    // The ETag proves nothing here (module comment): compare the bytes the store gives back.
+    const readBack = await this.#readBack(key, sent);
+    if (readBack !== null)
+      return `the store's ETag is ${JSON.stringify(head.etag)} (the bytes sent give ${sent.etag}) and ${readBack}`;
+    if (!this.#readBackLogged) {
+      this.#readBackLogged = true;
+      this.#logger.log("info", "cold.s3_read_back_verification", {
+        store: this.location,
+        key,
+        etag: head.etag,
+        encryption: head.encryption ?? "none",
+        reason:
+          "the store's ETag is not the MD5 of the object (SSE-KMS, SSE-C, or a store that does not use MD5s)",
+        cost: "each object is read back once after its upload to verify it",
+      });
     }
-    // No MD5 ETag (e.g. SSE-KMS): read the object back and compare its MD5 with the sent bytes'.
-    if (!expectedEtag.includes("-")) {
+    return null;
+  }
+
+  /** Reads the object back and compares each part's MD5 with the sent one; null if all match, else the problem. */
+  async #readBack(key: string, sent: SentObject): Promise<string | null> {
+    for (const [i, part] of sent.parts.entries()) {
       const hash = createHash("md5");
-      for (let pos = 0; pos < sizeBytes; pos += readBackChunkBytes)
-        hash.update(
-          await this.get(key, { start: pos, end: Math.min(sizeBytes, pos + readBackChunkBytes) }),
-        );
-      const md5 = hash.digest("hex");
-      return md5 === expectedEtag
-        ? null
-        : `the bytes read back give MD5 ${md5}, the bytes sent ${expectedEtag}`;
+      for (let pos = part.start; pos < part.end; pos += readBackChunkBytes) {
+        const end = Math.min(part.end, pos + readBackChunkBytes);
+        try {
+          hash.update(await this.get(key, { start: pos, end }));
+        } catch (err) {
+          if (isColdStoreError(err, "corrupt") || isColdStoreError(err, "not_found"))
+            return `reading it back failed: ${errorMessage(err)}`;
+          throw err;
+        }
+      }
+      const md5 = hash.digest();
+      if (!md5.equals(part.md5))
+        return `the bytes [${part.start}, ${part.end}) read back${sent.parts.length > 1 ? ` (part ${i + 1})` : ""} give MD5 ${md5.toString("hex")}, the bytes sent ${part.md5.toString("hex")}`;
     }
     return null;
   }
@@ -718,10 +766,6 @@ async function readAll(
     got += chunk.length;
   }
   return out;
-}
-
-function isMd5Hex(text: string): boolean {
-  return /^[0-9a-f]{32}$/.test(text);
 }
 
 function unquote(etag: string): string {

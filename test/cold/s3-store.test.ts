@@ -1,7 +1,8 @@
 /**
  * The S3 cold store against a real S3-compatible server process (moto_server on loopback): the
  * ColdStore conformance suite, then faults injected by a proxy between the store and the server
- * (500s, throttling, resets mid-upload, a store that acknowledges half a body, a 403 window,
+ * (500s, throttling, resets mid-upload, a store that acknowledges half a body or keeps a corrupt
+ * one, ETags that are not MD5s (SSE-KMS) verified by reading back, a 403 window,
  * truncated listings without a continuation token, multipart uploads a crash left open), and bad input (malformed URLs, an unreachable
  * endpoint, a missing bucket). Every object that `put` accepted is byte-identical in the server.
  */
@@ -154,6 +155,74 @@ describe("S3ColdStore under faults", () => {
     await s.put("half/1", bytesSource(bytes));
     expect(logger.named("cold.s3_verify_failed")[0]).toMatchObject({ key: "half/1" });
     expect(await store(bucket).get("half/1")).toEqual(bytes);
+  });
+
+  it("proves a put by its ETag alone when the ETag is the MD5 sent (no read-back)", async () => {
+    const bucket = await freshBucket();
+    const logger = new MemoryLogger();
+    const s = store(bucket, { endpoint: proxy.endpoint, logger });
+    const before = proxy.log.length;
+    await s.put("etag/1", bytesSource(patternBytes(30_000, 8)));
+    await s.put("etag/2", bytesSource(patternBytes(13 * MiB, 9)));
+    const seen = proxy.log.slice(before);
+    expect(seen.filter((e) => e.method === "GET")).toEqual([]);
+    expect(seen.filter((e) => e.method === "HEAD")).toHaveLength(2);
+    expect(logger.named("cold.s3_read_back_verification")).toEqual([]);
+  });
+
+  it("verifies by reading the object back when the ETag is not the MD5 (SSE-KMS), and uploads again what came back corrupt", async () => {
+    const bucket = await freshBucket();
+    const logger = new MemoryLogger();
+    const s = store(bucket, { endpoint: proxy.endpoint, logger });
+    proxy.sseKms(true);
+    try {
+      // A single PUT whose body the store keeps with one byte changed, its ETag no MD5.
+      const small = patternBytes(40_000, 10);
+      proxy.add({ kind: "corrupt_body" }, { times: 1, match: (r) => r.method === "PUT" });
+      let before = proxy.log.length;
+      await s.put("kms/1", bytesSource(small));
+      expect(proxy.log.slice(before).filter((e) => e.fault === "corrupt_body")).toHaveLength(1);
+      expect(proxy.log.slice(before).filter((e) => e.method === "PUT")).toHaveLength(2);
+      expect(logger.named("cold.s3_verify_failed")[0]).toMatchObject({ key: "kms/1", attempt: 1 });
+      expect(String(logger.named("cold.s3_verify_failed")[0].problem)).toContain("read back");
+      expect(bytesEqual(await store(bucket).get("kms/1"), small)).toBe(true);
+      expect(logger.named("cold.s3_read_back_verification")).toEqual([
+        expect.objectContaining({ key: "kms/1", encryption: "aws:kms" }),
+      ]);
+
+      // A multipart upload whose second part the store keeps corrupt.
+      const big = patternBytes(13 * MiB, 11);
+      proxy.add(
+        { kind: "corrupt_body" },
+        { times: 1, match: (r) => r.method === "PUT" && r.path.includes("partNumber=2&") },
+      );
+      before = proxy.log.length;
+      await s.put("kms/2", bytesSource(big));
+      const seen = proxy.log.slice(before);
+      expect(seen.filter((e) => e.fault === "corrupt_body")).toHaveLength(1);
+      expect(seen.filter((e) => e.method === "POST" && e.path.includes("uploads"))).toHaveLength(2);
+      expect(logger.named("cold.s3_verify_failed")[1]).toMatchObject({ key: "kms/2" });
+      expect(String(logger.named("cold.s3_verify_failed")[1].problem)).toContain("(part 2)");
+      expect(seen.filter((e) => e.method === "GET").length).toBeGreaterThan(2);
+      expect(bytesEqual(await store(bucket).get("kms/2"), big)).toBe(true);
+
+      // A store that never keeps the body whole: the put fails as corrupt after its attempts.
+      proxy.add({ kind: "corrupt_body" }, { times: 3, match: (r) => r.method === "PUT" });
+      let caught: unknown;
+      try {
+        await store(bucket, { endpoint: proxy.endpoint, attempts: 3 }).put(
+          "kms/3",
+          bytesSource(patternBytes(1000, 12)),
+        );
+      } catch (err) {
+        caught = err;
+      }
+      expect(isColdStoreError(caught, "corrupt")).toBe(true);
+      expect(String(caught)).toContain("read back");
+    } finally {
+      proxy.sseKms(false);
+      proxy.clear();
+    }
   });
 
   it("fails a 403 at once as access_denied, naming the code and the credentials to check, and works after the window", async () => {

@@ -2,10 +2,12 @@
  * A small HTTP fault proxy between the broker and an S3-compatible server (moto): it forwards
  * requests as they are, logs each one, and injects what real object stores and networks do —
  * error statuses (500, 503 SlowDown), a connection reset in the middle of an upload, delays, a
- * window in which every request is refused with 403, a PUT whose body is cut in half while the
- * answer still says 200 (a lying store), listings that claim to be truncated without a
- * continuation token, and an outage (connections closed at once).
+ * window in which every request is refused with 403, a PUT whose body is cut in half or has a
+ * byte changed while the answer still says 200 (a lying store), ETags that are not the MD5 of the
+ * content (an SSE-KMS bucket), listings that claim to be truncated without a continuation token,
+ * and an outage (connections closed at once).
  */
+import { createHash } from "node:crypto";
 import {
   createServer,
   request as httpRequest,
@@ -21,6 +23,7 @@ export type FaultAction =
   | { kind: "reset" }
   | { kind: "delay"; ms: number }
   | { kind: "truncate_body" }
+  | { kind: "corrupt_body" }
   | { kind: "truncated_listing" };
 
 /** A fault applied to the next `times` requests that `match`. */
@@ -46,6 +49,9 @@ export class FaultProxy {
   #target: URL;
   #rules: FaultRule[] = [];
   #forbidden = false;
+  #sseKms = false;
+  /** ETags made up in SSE-KMS mode, to the store's: a client sends part ETags back to complete an upload. */
+  #kmsEtags = new Map<string, string>();
   #down = false;
   #sockets = new Set<Socket>();
 
@@ -85,6 +91,15 @@ export class FaultProxy {
   /** While on, every request is refused with 403 AccessDenied. */
   forbid(on: boolean): void {
     this.#forbidden = on;
+  }
+
+  /**
+   * While on, answers look like an SSE-KMS bucket's: every ETag (headers, and the XML of a
+   * completed multipart upload) is replaced by 32 hex digits that are not the content's MD5, and
+   * `x-amz-server-side-encryption: aws:kms` is added.
+   */
+  sseKms(on: boolean): void {
+    this.#sseKms = on;
   }
 
   /** While on, connections are closed as soon as they open (an outage); open ones are cut. */
@@ -136,10 +151,27 @@ export class FaultProxy {
       await new Promise((r) => setTimeout(r, action.ms));
     }
     const headers = { ...req.headers };
+    if (method === "POST" && path.includes("uploadId=") && this.#kmsEtags.size > 0) {
+      body = Buffer.from(
+        body.toString("utf8").replace(/<ETag>"([^"<]*)"<\/ETag>/g, (whole, e: string) => {
+          const real = this.#kmsEtags.get(e);
+          return real === undefined ? whole : `<ETag>"${real}"</ETag>`;
+        }),
+      );
+      headers["content-length"] = String(body.length);
+      headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD";
+    }
     if (action?.kind === "truncate_body") {
       entry.fault = "truncate_body";
       body = body.subarray(0, Math.floor(body.length / 2));
       headers["content-length"] = String(body.length);
+      delete headers["content-md5"];
+      headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD";
+    }
+    if (action?.kind === "corrupt_body" && body.length > 0) {
+      entry.fault = "corrupt_body";
+      body = Buffer.from(body);
+      body[body.length >> 1] ^= 0xff;
       delete headers["content-md5"];
       headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD";
     }
@@ -175,6 +207,29 @@ export class FaultProxy {
           .replace(/<NextContinuationToken>[^<]*<\/NextContinuationToken>/, ""),
       );
       outHeaders["content-length"] = String(answer.length);
+    }
+    if (this.#sseKms) {
+      const kms = (etag: string) => {
+        const bare = etag.replace(/&quot;|"/g, "");
+        const fake =
+          createHash("md5").update(`kms:${bare}`).digest("hex") + (/-\d+$/.exec(bare)?.[0] ?? "");
+        this.#kmsEtags.set(fake, bare);
+        return fake;
+      };
+      const etag = outHeaders.etag;
+      if (typeof etag === "string") outHeaders.etag = `"${kms(etag)}"`;
+      if (method === "POST" && path.includes("uploadId=")) {
+        answer = Buffer.from(
+          answer
+            .toString("utf8")
+            .replace(
+              /<ETag>([^<]*)<\/ETag>/,
+              (_, e: string) => `<ETag>&quot;${kms(e)}&quot;</ETag>`,
+            ),
+        );
+        outHeaders["content-length"] = String(answer.length);
+      }
+      outHeaders["x-amz-server-side-encryption"] = "aws:kms";
     }
     entry.status = upstream.statusCode ?? 0;
     res.writeHead(entry.status, outHeaders);

@@ -1,7 +1,8 @@
 /**
  * The broker's cold tier on a real S3-compatible server (moto_server on loopback) behind a fault
  * proxy: segments leave the local disk only once their objects are stored and verified, a 403
- * window or 500s and resets never lose a segment, every record is still served (by ranged reads)
+ * window, 500s and resets, or a store that keeps corrupt bodies behind ETags that are not MD5s
+ * (SSE-KMS) never lose a segment, every record is still served (by ranged reads)
  * and the objects are byte-identical to the segments; foreign objects under the prefix are
  * reported and never deleted; a lost cold index is rebuilt from a listing, and a lost data
  * directory adopts the bucket's segments and continues after them, never at offset 0.
@@ -37,7 +38,7 @@ afterAll(async () => {
   await moto?.stop();
 });
 
-function s3(bucket: string, logger = new MemoryLogger()): S3ColdStore {
+function s3(bucket: string, logger = new MemoryLogger(), attempts?: number): S3ColdStore {
   return new S3ColdStore({
     location: parseS3Url(`s3://${bucket}/edge`),
     credentials: motoCredentials,
@@ -45,6 +46,7 @@ function s3(bucket: string, logger = new MemoryLogger()): S3ColdStore {
     logger,
     retryBackoffMs: 5,
     retryBackoffMaxMs: 40,
+    attempts,
   });
 }
 
@@ -172,5 +174,78 @@ describe("cold storage on S3", () => {
     expect(same(await fetchAll(fresh, "t", 0), original.slice(0, 20))).toBe(true);
     expect(await produce(fresh, "t", records(1, "f"))).toBe(20);
     await fresh.close();
+  });
+
+  it("keeps a segment local while an SSE-KMS store keeps a corrupt copy, retries the upload, and offloads it once the copy reads back whole", async () => {
+    const bucket = "edge-kms";
+    await moto.createBucket(bucket);
+    const fs = new MemoryFileSystem({ seed: 7 });
+    const clock = new ManualClock(startMs);
+    const logger = new MemoryLogger();
+    const { broker } = await openBroker(fs, clock, { coldStore: s3(bucket, logger, 3), logger });
+    await broker.createTopic({
+      name: "t",
+      partitions: 1,
+      config: { segment_ms: 1000, retention_bytes: 1 },
+    });
+    for (const tag of ["a", "b"]) {
+      await produce(broker, "t", records(5, tag));
+      clock.advance(1000);
+    }
+    await produce(broker, "t", records(1, "c"));
+    const original = await fetchAll(broker, "t", 0);
+    const first = `${localDir}/00000000000000000000.log`;
+    const firstBytes = fs.readFileSync(first);
+    const logPuts = () =>
+      proxy.log.filter(
+        (e) =>
+          e.method === "PUT" &&
+          e.path.startsWith(`/${bucket}/`) &&
+          e.path.endsWith("/00000000000000000000.log"),
+      );
+
+    proxy.sseKms(true);
+    try {
+      // Every copy of the first segment's log is kept with a byte changed: each verification
+      // reads it back, finds it corrupt, and uploads again; after 3 tries the offload fails and
+      // nothing leaves the disk.
+      proxy.add(
+        { kind: "corrupt_body" },
+        { times: 3, match: (r) => r.method === "PUT" && r.path.endsWith(".log") },
+      );
+      let [run] = (await broker.cleanup("t")).partitions;
+      expect(run.retention.status).toBe("offload_failed");
+      expect(run.retention.offload_error).toContain("kept holding something else");
+      expect(logPuts()).toHaveLength(3);
+      expect(logger.named("cold.s3_verify_failed")).toHaveLength(3);
+      expect(fs.listTree(localDir).filter((p) => p.endsWith(".log"))).toHaveLength(3);
+      expect(bytesEqual(fs.readFileSync(first), firstBytes)).toBe(true);
+      expect(same(await fetchAll(broker, "t", 0), original)).toBe(true);
+
+      // The next pass uploads again; the copies read back whole, the segments go.
+      [run] = (await broker.cleanup("t")).partitions;
+      expect(run.retention).toMatchObject({
+        status: "ok",
+        segments_offloaded: 2,
+        segments_deleted: 2,
+      });
+      expect(logPuts()).toHaveLength(4);
+      expect(logger.named("cold.s3_read_back_verification")).toHaveLength(1);
+    } finally {
+      proxy.sseKms(false);
+      proxy.clear();
+    }
+    expect(fs.listTree(localDir).filter((p) => p.endsWith(".log"))).toHaveLength(1);
+    const direct = new S3ColdStore({
+      location: parseS3Url(`s3://${bucket}/edge`),
+      credentials: motoCredentials,
+      endpoint: moto.endpoint,
+      logger: new MemoryLogger(),
+    });
+    expect(bytesEqual(await direct.get("topics/t/0/00000000000000000000.log"), firstBytes)).toBe(
+      true,
+    );
+    expect(same(await fetchAll(broker, "t", 0), original)).toBe(true);
+    await broker.close();
   });
 });
