@@ -508,6 +508,9 @@ async function serveNode(
   let dispatching: NodeIncoming | null = null;
   const honoListener = getRequestListener(handler as Parameters<typeof getRequestListener>[0], {
     hostname: options.host,
+    // Its lighter global Request/Response would replace Deno's: a `Deno.serve` server in the same
+    // process (--metrics-port next to an HTTPS port) then refuses every Response as foreign.
+    overrideGlobalObjects: getRuntimeKey() !== "deno",
     errorHandler: (error) => {
       if (dispatching !== null) refuseRestOfConnection(dispatching);
       return unparsableRequestResponse(error);

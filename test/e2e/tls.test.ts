@@ -104,8 +104,13 @@ async function failure(promise: Promise<unknown>): Promise<Error> {
 describe(`[${target}] TLS end to end`, () => {
   it("serves HTTPS and TLS-TCP; a client trusting another CA is refused; plaintext on a TLS port is closed and logged", async () => {
     const pki = makePki();
-    const { broker } = await tlsBroker(pki);
+    const { broker } = await tlsBroker(pki, ["--metrics-port", "0"]);
     expect(broker.httpUrl).toMatch(/^https:\/\//);
+    // The plain metrics port answers next to the HTTPS one (on Deno two kinds of HTTP server
+    // share the process: Deno.serve must still get its own Response objects).
+    const metrics = await fetch(broker.metricsUrl!);
+    expect(metrics.status).toBe(200);
+    expect(await metrics.text()).toContain("esb_build_info");
     const client = await TcpClient.connect({ ...broker.tcp, tls: { ca: pem(pki.ca) } });
     onTestFinished(() => client.close());
     await client.createTopic({ name: "t", partitions: 1 });
