@@ -365,8 +365,11 @@ export class LocalBroker implements Broker {
     }
   }
 
-  /** The body of {@link #produce}: checks throw synchronously, the append answers by the promise. */
-  #produceNow(request: ProduceRequest): Promise<ProduceResult> {
+  /**
+   * The body of {@link #produce}: checks throw synchronously, the append answers by the promise.
+   * `synced`: the registry was brought up to date for this request already (its second pass).
+   */
+  #produceNow(request: ProduceRequest, synced = false): Promise<ProduceResult> {
     const topic = this.#topics.get(request.topic);
     const batch = request.batch;
     try {
@@ -379,7 +382,9 @@ export class LocalBroker implements Broker {
         );
       throw err;
     }
-    this.#checkSchemas(topic, batch);
+    const recheck = this.#checkSchemas(topic, batch, synced);
+    // A registry shared by a cluster may not have seen a schema registered on another broker.
+    if (recheck !== undefined) return recheck.then(() => this.#produceNow(request, true));
     const partition = request.partition ?? -1;
     if (partition !== -1) this.#topics.partition(topic, partition);
     const perRecord = request.partitions;
@@ -503,10 +508,13 @@ export class LocalBroker implements Broker {
   /**
    * Checks every record against the schema subjects the topic's config names, if any
    * (docs/registry.md "Produce-time validation"): a request with one bad record appends none.
+   * A registry shared by a cluster (`SchemaRegistry.shared`) that refuses a record is first
+   * brought up to date (`sync`, one etcd read) unless `synced`: the promise returned then asks
+   * the caller to check again, so a schema registered on another broker is never refused.
    * @throws BrokerError invalid_record naming the record, schema id, version and path;
    *   unavailable when the registry cannot be read (produces fail closed).
    */
-  #checkSchemas(topic: Topic, batch: EntryBatch): void {
+  #checkSchemas(topic: Topic, batch: EntryBatch, synced: boolean): Promise<void> | undefined {
     const config = topic.config;
     if (config.value_schema_subject === undefined && config.key_schema_subject === undefined)
       return;
@@ -528,6 +536,7 @@ export class LocalBroker implements Broker {
       throw err;
     }
     if (rejection === null) return;
+    if (!synced && this.#registry.shared) return this.#registry.sync();
     const r = rejection;
     const schema =
       r.schemaId === null
@@ -548,9 +557,20 @@ export class LocalBroker implements Broker {
     );
   }
 
-  /** The schema registry of this data directory (its HTTP routes: `transport/http/registry/`). */
+  /** The schema registry of this data directory, or of the cluster (its HTTP routes: `transport/http/registry/`). */
   get registry(): SchemaRegistry {
     return this.#registry;
+  }
+
+  /**
+   * Cluster mode: every produce check and registry request uses `registry` (kept in etcd,
+   * `cluster/cluster-registry.ts`) from now on; the data directory's own registry is closed.
+   * Call before the front doors open.
+   */
+  async useRegistry(registry: SchemaRegistry): Promise<void> {
+    const local = this.#registry;
+    this.#registry = registry;
+    await local.close();
   }
 
   /** The single-partition answer once replication has committed the records (cluster mode). */

@@ -73,6 +73,7 @@ import { readFileSync } from "node:fs";
 import { hostPort } from "./args.ts";
 import { EtcdHttpClient, parseEtcdUrl } from "../runtime/etcd.ts";
 import { ClusterNode } from "../cluster/node.ts";
+import { type ClusterState, openClusterState } from "../cluster/cluster-state.ts";
 import { ReplicaManager } from "../cluster/replica-manager.ts";
 import { replicaConnector } from "../runtime/replica-connection.ts";
 import { PeerLinks } from "../cluster/peer-links.ts";
@@ -165,6 +166,9 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
   API keys, --cluster-secret-file is required. With --kafka-port N (not 0), Kafka clients
   learn every broker's Kafka listener and each partition's leader from Metadata (host:
   --kafka-advertised-host, else --advertise-tcp's host).
+  The schema registry is the cluster's, kept in etcd: at the start DIR/schemas.json is imported
+  into an empty cluster registry (else its ids must mean the same schemas there, or the start
+  is refused); the file is not used after that.
 
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
 port needs an API key, except GET (or HEAD) /healthz and /readyz; Kafka clients use SASL/PLAIN
@@ -521,6 +525,7 @@ export async function serve(argv: string[]): Promise<number> {
     throw err;
   }
   let node: ClusterNode | null = null;
+  let clusterState: ClusterState | null = null;
   let front: Broker = broker;
   if (cluster !== null) {
     try {
@@ -548,8 +553,20 @@ export async function serve(argv: string[]): Promise<number> {
         links: new PeerLinks({ clock: systemClock, logger, tls: peerTls !== undefined }),
       });
       front = clusterBroker(broker, node);
+      // The schema registry of the cluster, in etcd (docs/cluster.md).
+      clusterState = await openClusterState({
+        etcd: node.etcd,
+        prefix: defaultClusterPrefix,
+        clock: systemClock,
+        logger,
+        randomToken: () => Buffer.from(systemKeyCrypto.randomBytes(8)).toString("hex"),
+        local: { registry: broker.registry, registryPath: `${dataDir}/schemas.json` },
+      });
+      await broker.useRegistry(clusterState.registry);
     } catch (err) {
       await closeEarly();
+      await clusterState?.close();
+      await node?.close();
       await broker.close();
       lock.release();
       throw err;
@@ -743,6 +760,7 @@ export async function serve(argv: string[]): Promise<number> {
           refusals.flush();
           await reloading;
           await keys.close();
+          await clusterState?.close();
           await mirrorTask?.stop();
           // Leaving first: the lease is revoked, so the controller moves leadership at once.
           await node?.close();

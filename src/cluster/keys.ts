@@ -51,3 +51,31 @@ export function parsePartitionKey(
   if (!/^[0-9]+$/.test(rest.slice(slash + 1)) || !Number.isSafeInteger(partition)) return null;
   return { topic: rest.slice(0, slash), partition };
 }
+
+/**
+ * `registry/index`: the cluster's schema registry without schema texts (`cluster-registry.ts`):
+ * `{"changes": [<token>, …], "state": <schemas.json's JSON with schemas as {id, schema_type}>}`.
+ */
+export function registryIndexKey(prefix: string): string {
+  return `${prefix}/registry/index`;
+}
+
+/** `registry/schemas/<id>`: `{id, schema_type, schema}`, written once with the index naming it, never changed. */
+export function registrySchemaKey(prefix: string, id: number): string {
+  return `${prefix}/registry/schemas/${id}`;
+}
+
+/** `auth/keys/<name>`: one API key's record (its hash, never the key: `cluster-keys.ts`). */
+export function apiKeyKey(prefix: string, name: string): string {
+  return `${prefix}/auth/keys/${name}`;
+}
+
+/** `auth/revoked/<key id>`: `{name, revoked_ms}` of a revoked key, so no broker imports it again. */
+export function revokedKeyKey(prefix: string, id: string): string {
+  return `${prefix}/auth/revoked/${id}`;
+}
+
+/** `auth/enabled`: present once the cluster has had a key: authentication is on for good. */
+export function authEnabledKey(prefix: string): string {
+  return `${prefix}/auth/enabled`;
+}

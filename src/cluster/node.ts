@@ -152,6 +152,11 @@ export class ClusterNode {
     });
   }
 
+  /** The etcd client the node uses (the cluster's registry and keys share it: `cluster-state.ts`). */
+  get etcd(): Etcd {
+    return this.#o.etcd;
+  }
+
   /**
    * Joins the cluster (retrying while etcd is unreachable), publishes the log ends, reads the
    * cluster's keys, applies them locally, and starts watching and campaigning.

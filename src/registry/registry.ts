@@ -14,6 +14,11 @@
  * unavailable (every call throws `unavailable` naming the file and the reason; produces to
  * topics with a subject fail closed), never empty; the file is left as it is.
  *
+ * In cluster mode the state is kept in etcd instead, behind a {@link RegistryStore}
+ * (`cluster/cluster-registry.ts`): a change is read-modify-write on the store's newest state,
+ * run again after a {@link RegistryConflict}, and the store hands newer states to
+ * {@link SchemaRegistry.adopt}.
+ *
  * Decisions where Confluent's behaviour is loose (docs/registry.md "Identity, versions and deletion"):
  * - The same schema (same type and canonical text, `canonical.ts`) has one id everywhere: under
  *   every subject, and again after its versions were deleted permanently.
@@ -142,10 +147,48 @@ interface SubjectIndex {
   latest: VersionEntry | null;
 }
 
-/** The schema registry of one data directory. See the module comment. */
+/**
+ * Where a registry's state is kept when it is not the data directory's `schemas.json`: in
+ * cluster mode, etcd (`cluster/cluster-registry.ts`, docs/cluster.md "Schema registry and API
+ * keys in etcd"). The store hands the registry every newer state it learns of through
+ * {@link SchemaRegistry.adopt}.
+ */
+export interface RegistryStore {
+  /** Where the state is, for messages (e.g. "etcd key /es-broker/registry/index"). */
+  readonly where: string;
+  /**
+   * Makes `next` the stored state. `previous` is the registry's current state, the one `next`
+   * was built from. Before resolving, the store has made the registry adopt `next` (or a newer
+   * state holding it).
+   * @throws RegistryConflict when the stored state is no longer `previous`: the registry has
+   *   adopted the newer one, and runs the change again on it. RegistryError store_failed (the
+   *   change is not in effect, or its outcome is unknown: said in the message) or unavailable.
+   */
+  commit(previous: RegistryState, next: RegistryState, action: string): Promise<void>;
+  /**
+   * Makes the registry adopt every change the store acknowledged before this call (one read of
+   * the store). Never rejects: when the store cannot be reached, the registry answers from the
+   * state it has (docs/cluster.md says how stale it can be).
+   */
+  sync(): Promise<void>;
+}
+
+/**
+ * Thrown by {@link RegistryStore.commit} when another writer changed the stored state first; the
+ * registry has already adopted the newer state and runs the change again.
+ */
+export class RegistryConflict extends Error {
+  override name = "RegistryConflict";
+}
+
+/** How many times in a row a change is run again after a {@link RegistryConflict} before giving up. */
+const conflictRetriesMax = 64;
+
+/** The schema registry of one data directory, or of a cluster (a {@link RegistryStore}). See the module comment. */
 export class SchemaRegistry {
-  #fs: FileSystem;
+  #fs: FileSystem | null;
   #path: string;
+  #store: RegistryStore | null;
   #logger: Logger;
   #state: RegistryState = emptyState;
   /** `${type}\n${canonical}` → id, over every schema ever assigned an id. */
@@ -157,10 +200,62 @@ export class SchemaRegistry {
   #closed = false;
   #writes = new Mutex();
 
-  private constructor(options: SchemaRegistryOptions) {
-    this.#fs = options.fs;
-    this.#path = joinPath(options.dataDir, schemasFileName);
+  private constructor(
+    options: SchemaRegistryOptions | { logger: Logger; store: RegistryStore; state: RegistryState },
+  ) {
+    if ("store" in options) {
+      this.#fs = null;
+      this.#store = options.store;
+      this.#path = options.store.where;
+      this.#install(options.state);
+    } else {
+      this.#fs = options.fs;
+      this.#store = null;
+      this.#path = joinPath(options.dataDir, schemasFileName);
+    }
     this.#logger = options.logger;
+  }
+
+  /**
+   * A registry whose state is kept in `store` rather than in a file (cluster mode), starting
+   * from `state` (the store's current one). Every schema in it must compile synchronously, so
+   * the schema libraries are loaded first.
+   */
+  static async withStore(options: {
+    logger: Logger;
+    store: RegistryStore;
+    state: RegistryState;
+  }): Promise<SchemaRegistry> {
+    await loadSchemaLibraries();
+    return new SchemaRegistry(options);
+  }
+
+  /**
+   * Takes a newer state from the registry's store (the watch of the cluster's registry in etcd
+   * saw another broker's change). Compiled validators stay: an id's schema never changes.
+   */
+  adopt(state: RegistryState): void {
+    if (this.#store === null) throw new Error("adopt() is only for a registry with a store");
+    this.#install(state);
+  }
+
+  /** The current state (immutable). */
+  get state(): RegistryState {
+    return this.#state;
+  }
+
+  /**
+   * Brings the registry up to date with its store before a read that must see every change
+   * acknowledged anywhere before it (cluster mode: one etcd read; single node: nothing to do).
+   * Never rejects.
+   */
+  sync(): Promise<void> {
+    return this.#store === null ? Promise.resolve() : this.#store.sync();
+  }
+
+  /** True when {@link sync} may change what the registry answers (its state is kept elsewhere). */
+  get shared(): boolean {
+    return this.#store !== null;
   }
 
   /**
@@ -224,6 +319,11 @@ export class SchemaRegistry {
    *   after the rename, e.g. of the directory's fsync) the new one, which a restart would load.
    */
   async #commit(state: RegistryState, action: string): Promise<void> {
+    if (this.#store !== null) {
+      // The store adopts the new state itself (the registry reads it from there).
+      await this.#store.commit(this.#state, state, action);
+      return;
+    }
     const bytes = utf8(`${JSON.stringify(encodeState(state), null, 1)}\n`);
     if (bytes.length > schemasFileBytesMax)
       throw new RegistryError(
@@ -232,7 +332,7 @@ export class SchemaRegistry {
         { limit_bytes: schemasFileBytesMax },
       );
     try {
-      await writeFileAtomic(this.#fs, this.#path, bytes);
+      await writeFileAtomic(this.#fs!, this.#path, bytes);
     } catch (err) {
       this.#logger.log("error", "registry.write_failed", {
         file: this.#path,
@@ -246,11 +346,29 @@ export class SchemaRegistry {
     this.#install(state);
   }
 
-  /** Runs a change alone (changes are serialised; reads never wait). */
+  /**
+   * Runs a change alone (changes are serialised; reads never wait). With a store, the change
+   * starts from the store's newest state and runs again on a newer one after a
+   * {@link RegistryConflict} (read-modify-write: `fn` reads the state and commits once).
+   */
   #change<T>(fn: () => Promise<T>): Promise<T> {
     return this.#writes.run(async () => {
       this.#checkAvailable();
-      return fn();
+      if (this.#store === null) return fn();
+      await this.#store.sync();
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await fn();
+        } catch (err) {
+          if (!(err instanceof RegistryConflict)) throw err;
+          if (attempt >= conflictRetriesMax)
+            throw new RegistryError(
+              RegistryErrors.storeFailed,
+              `The change was not made: other brokers changed the registry first ${attempt} times in a row; try again`,
+            );
+          this.#checkAvailable();
+        }
+      }
     });
   }
 

@@ -61,6 +61,7 @@ export function nodeOnlyE2eFiles(
     "test/e2e/cluster.test.ts",
     "test/e2e/cluster-attack.test.ts",
     "test/e2e/cluster-tls.test.ts",
+    "test/e2e/cluster-state.test.ts",
   ];
 }
 

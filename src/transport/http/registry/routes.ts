@@ -239,6 +239,13 @@ export function createRegistryApp(options: RegistryRoutesOptions): Hono {
   const subjectParam = (c: Context) => c.req.param("subject") ?? "";
   const versionParam = (c: Context) => c.req.param("version") ?? "";
 
+  // A registry shared by a cluster answers every request with each change acknowledged before
+  // it on any broker (one etcd read first; nothing to do on a single node).
+  app.use("*", async (_c, next) => {
+    await registry.sync();
+    await next();
+  });
+
   app.get("/", async (c) => {
     await authorize("read_schemas");
     return answer(c, {});

@@ -1,0 +1,288 @@
+/**
+ * An in-memory etcd for unit tests of the cluster's etcd users (`src/cluster/etcd.ts`'s `Etcd`):
+ * one store revision counted per write, keys with create/mod revisions and versions,
+ * transactions, prefix watches delivering whole revisions in order (asynchronously, on a
+ * macrotask, as the network would), and faults:
+ * - `down`: every call rejects with `unavailable` (nothing applied);
+ * - `indeterminateNext(n, applied)`: the next `n` writes reject with `indeterminate`, applied
+ *   first (the answer was lost) or not (the request was);
+ * - `holdWatches()` / `releaseWatches()`: events queue up instead of being delivered (a slow
+ *   watch), so tests can interleave writes and deliveries;
+ * - `compact()`: every watch started below the current revision is told `onCompacted`.
+ */
+import {
+  type Etcd,
+  type EtcdCompare,
+  EtcdError,
+  type EtcdEvent,
+  type EtcdKeyValue,
+  type EtcdOp,
+  type EtcdStatus,
+  type EtcdTxnResult,
+  type EtcdWatch,
+  type EtcdWatchHandlers,
+} from "../../src/cluster/etcd.ts";
+
+interface Watcher {
+  key: string;
+  prefix: boolean;
+  handlers: EtcdWatchHandlers;
+  next: number;
+  live: boolean;
+}
+
+export class FakeEtcd implements Etcd {
+  readonly kvs = new Map<string, EtcdKeyValue>();
+  revision = 1;
+  down = false;
+  #indeterminate = 0;
+  #indeterminateApplied = true;
+  #held = false;
+  /** Every event ever, in order (a real etcd's history, uncompacted). */
+  readonly #history: EtcdEvent[] = [];
+  #compactedAt = 0;
+  readonly #watchers = new Set<Watcher>();
+  /** Writes made (puts, deletes, successful txns), for tests counting round trips. */
+  writes = 0;
+  txns = 0;
+
+  indeterminateNext(n = 1, applied = true): void {
+    this.#indeterminate = n;
+    this.#indeterminateApplied = applied;
+  }
+
+  #lostBefore(what: string): void {
+    if (this.#indeterminate > 0 && !this.#indeterminateApplied) {
+      this.#indeterminate--;
+      throw new EtcdError("indeterminate", `${what}: the connection broke after sending`);
+    }
+  }
+
+  holdWatches(): void {
+    this.#held = true;
+  }
+
+  releaseWatches(): void {
+    this.#held = false;
+    this.#deliverSoon();
+  }
+
+  /** Compacts the history up to now: watches that still need older events are told. */
+  compact(): void {
+    this.#compactedAt = this.revision;
+    for (const w of this.#watchers)
+      if (w.live && w.next <= this.#compactedAt) {
+        w.live = false;
+        this.#watchers.delete(w);
+        w.handlers.onCompacted?.(this.#compactedAt);
+      }
+  }
+
+  #check(what: string): void {
+    if (this.down) throw new EtcdError("unavailable", `${what}: no endpoint answered`);
+  }
+
+  #afterWrite(what: string): void {
+    this.#deliverSoon();
+    if (this.#indeterminate > 0) {
+      this.#indeterminate--;
+      throw new EtcdError("indeterminate", `${what}: the connection broke after sending`);
+    }
+  }
+
+  async get(key: string): Promise<EtcdKeyValue | null> {
+    await Promise.resolve();
+    this.#check("get");
+    return this.kvs.get(key) ?? null;
+  }
+
+  async list(prefix: string): Promise<{ kvs: EtcdKeyValue[]; revision: number }> {
+    await Promise.resolve();
+    this.#check("list");
+    const kvs = [...this.kvs.values()]
+      .filter((kv) => kv.key.startsWith(prefix))
+      .sort((a, b) => (a.key < b.key ? -1 : 1));
+    return { kvs, revision: this.revision };
+  }
+
+  async put(key: string, value: string, options: { lease?: string } = {}): Promise<number> {
+    await Promise.resolve();
+    this.#check("put");
+    this.#lostBefore("put");
+    this.revision++;
+    this.#put(key, value, options.lease ?? "0");
+    this.writes++;
+    this.#afterWrite("put");
+    return this.revision;
+  }
+
+  async delete(key: string, options: { prefix?: boolean } = {}): Promise<number> {
+    await Promise.resolve();
+    this.#check("delete");
+    const keys = [...this.kvs.keys()].filter((k) =>
+      options.prefix ? k.startsWith(key) : k === key,
+    );
+    if (keys.length === 0) return 0;
+    this.revision++;
+    for (const k of keys) this.#delete(k);
+    this.writes++;
+    this.#afterWrite("delete");
+    return keys.length;
+  }
+
+  async txn(request: {
+    compare: EtcdCompare[];
+    success: EtcdOp[];
+    failure?: EtcdOp[];
+  }): Promise<EtcdTxnResult> {
+    await Promise.resolve();
+    this.#check("txn");
+    this.#lostBefore("txn");
+    this.txns++;
+    const succeeded = request.compare.every((c) => this.#holds(c));
+    const ops = succeeded ? request.success : (request.failure ?? []);
+    const writes = ops.some((op) => !("get" in op));
+    if (writes) this.revision++;
+    const reads: EtcdKeyValue[][] = [];
+    for (const op of ops) {
+      if ("put" in op) this.#put(op.put.key, op.put.value, op.put.lease ?? "0");
+      else if ("delete" in op) {
+        for (const k of [...this.kvs.keys()])
+          if (op.delete.prefix ? k.startsWith(op.delete.key) : k === op.delete.key) this.#delete(k);
+      } else
+        reads.push(
+          [...this.kvs.values()].filter((kv) =>
+            op.get.prefix ? kv.key.startsWith(op.get.key) : kv.key === op.get.key,
+          ),
+        );
+    }
+    if (writes) {
+      this.writes++;
+      this.#afterWrite("txn");
+    }
+    return { succeeded, revision: this.revision, reads };
+  }
+
+  #holds(c: EtcdCompare): boolean {
+    const kv = this.kvs.get(c.key);
+    if (c.target === "value") {
+      const equal = kv !== undefined && kv.value === c.value;
+      return c.result === "equal" ? equal : !equal;
+    }
+    const actual =
+      kv === undefined
+        ? 0
+        : c.target === "version"
+          ? kv.version
+          : c.target === "create_revision"
+            ? kv.createRevision
+            : kv.modRevision;
+    switch (c.result) {
+      case "equal":
+        return actual === c.number;
+      case "not_equal":
+        return actual !== c.number;
+      case "greater":
+        return actual > c.number;
+      case "less":
+        return actual < c.number;
+    }
+  }
+
+  #put(key: string, value: string, lease: string): void {
+    const old = this.kvs.get(key);
+    const kv: EtcdKeyValue = {
+      key,
+      value,
+      createRevision: old?.createRevision ?? this.revision,
+      modRevision: this.revision,
+      version: (old?.version ?? 0) + 1,
+      lease,
+    };
+    this.kvs.set(key, kv);
+    this.#history.push({ type: "put", kv });
+  }
+
+  #delete(key: string): void {
+    if (!this.kvs.delete(key)) return;
+    this.#history.push({
+      type: "delete",
+      kv: { key, value: "", createRevision: 0, modRevision: this.revision, version: 0, lease: "0" },
+    });
+  }
+
+  async leaseGrant(ttlSeconds: number): Promise<{ id: string; ttlSeconds: number }> {
+    this.#check("lease grant");
+    return { id: String(this.revision), ttlSeconds };
+  }
+
+  async leaseKeepAlive(): Promise<number> {
+    this.#check("lease keepalive");
+    return 6;
+  }
+
+  async leaseRevoke(): Promise<void> {
+    this.#check("lease revoke");
+  }
+
+  watch(
+    request: { key: string; prefix?: boolean; startRevision: number },
+    handlers: EtcdWatchHandlers,
+  ): EtcdWatch {
+    const watcher: Watcher = {
+      key: request.key,
+      prefix: request.prefix === true,
+      handlers,
+      next: request.startRevision,
+      live: true,
+    };
+    this.#watchers.add(watcher);
+    this.#deliverSoon();
+    return {
+      cancel: async () => {
+        watcher.live = false;
+        this.#watchers.delete(watcher);
+      },
+    };
+  }
+
+  #deliverSoon(): void {
+    setTimeout(() => this.#deliver(), 0);
+  }
+
+  #deliver(): void {
+    if (this.#held) return;
+    for (const w of [...this.#watchers]) {
+      if (!w.live) continue;
+      if (w.next <= this.#compactedAt) {
+        w.live = false;
+        this.#watchers.delete(w);
+        w.handlers.onCompacted?.(this.#compactedAt);
+        continue;
+      }
+      const events = this.#history.filter(
+        (e) =>
+          e.kv.modRevision >= w.next &&
+          (w.prefix ? e.kv.key.startsWith(w.key) : e.kv.key === w.key),
+      );
+      w.next = this.revision + 1;
+      if (events.length > 0) w.handlers.onEvents(events);
+    }
+  }
+
+  async status(): Promise<EtcdStatus> {
+    this.#check("status");
+    return {
+      clusterId: "1",
+      memberId: "1",
+      leaderId: "1",
+      version: "3.4-fake",
+      revision: this.revision,
+    };
+  }
+
+  async close(): Promise<void> {
+    for (const w of this.#watchers) w.live = false;
+    this.#watchers.clear();
+  }
+}
