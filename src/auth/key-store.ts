@@ -25,6 +25,10 @@
  * the key stays refused in this process, and the next write of the file (or a second `revoke` of
  * the same name) leaves it out. `last_used_ms` is kept to the minute: it is written at most once
  * per {@link apiKeyLastUsedIntervalMs} per key, in the background; a failed write is logged.
+ *
+ * In cluster mode the keys are kept in etcd instead, behind a {@link KeyStoreBackend}
+ * (`cluster/cluster-keys.ts`): create and revoke go to the backend, which hands every change it
+ * sees (other brokers' too) to {@link KeyStore.adopt}; `last_used_ms` stays in memory.
  */
 import { BrokerError, Errors } from "../broker/errors.ts";
 import { storageFailure } from "../broker/storage-failure.ts";
@@ -96,6 +100,35 @@ export class KeyStoreError extends Error {
 export interface KeyStoreChange {
   /** Principals no longer valid (revoked, removed from the file, or changed by a reload). */
   invalidated: KeyPrincipal[];
+}
+
+/** One key as stored (in `api_keys.json`, or in etcd in cluster mode): its metadata and its hash, never the key. */
+export interface StoredKey {
+  info: ApiKeyInfo;
+  /** `sha256:<64 hex digits>` of the whole key text. */
+  hash: string;
+}
+
+/**
+ * Where a {@link KeyStore}'s keys are kept when not in `api_keys.json`: in cluster mode, etcd
+ * (`cluster/cluster-keys.ts`, docs/cluster.md "Schema registry and API keys in etcd"). The
+ * backend tells the store of every change it learns of through {@link KeyStore.adopt}.
+ */
+export interface KeyStoreBackend {
+  /** Where the keys are, for messages. */
+  readonly where: string;
+  /**
+   * Stores a new key durably, unless a key of that name exists (or existed and was revoked
+   * under that id).
+   * @throws BrokerError unavailable when it cannot be stored (the key is then not usable).
+   */
+  create(key: StoredKey): Promise<"created" | "exists">;
+  /**
+   * Removes the key named `name` for good; resolves with what was stored, or null if there was
+   * no such key.
+   * @throws BrokerError unavailable when it cannot be removed.
+   */
+  revoke(name: string): Promise<StoredKey | null>;
 }
 
 /** Options of {@link KeyStore.open}. */
@@ -193,7 +226,8 @@ export function validateKeySpec(
 
 /** See the module comment. */
 export class KeyStore {
-  readonly #fs: FileSystem;
+  readonly #fs: FileSystem | null;
+  readonly #backend: KeyStoreBackend | null;
   readonly #path: string;
   readonly #crypto: KeyCrypto;
   readonly #clock: Clock;
@@ -211,9 +245,20 @@ export class KeyStore {
   #listeners = new Set<(change: KeyStoreChange) => void>();
   #closed = false;
 
-  private constructor(options: KeyStoreOptions, entries: Entry[] | null) {
-    this.#fs = options.fs;
-    this.#path = options.path;
+  private constructor(
+    options: Omit<KeyStoreOptions, "fs" | "path"> &
+      ({ fs: FileSystem; path: string } | { backend: KeyStoreBackend }),
+    entries: Entry[] | null,
+  ) {
+    if ("backend" in options) {
+      this.#fs = null;
+      this.#backend = options.backend;
+      this.#path = options.backend.where;
+    } else {
+      this.#fs = options.fs;
+      this.#backend = null;
+      this.#path = options.path;
+    }
     this.#crypto = options.crypto;
     this.#clock = options.clock;
     this.#logger = options.logger;
@@ -230,7 +275,36 @@ export class KeyStore {
     return new KeyStore(options, entries);
   }
 
-  /** The file's path. */
+  /**
+   * A store whose keys are kept by `backend` (cluster mode: etcd) rather than in a file,
+   * starting with `keys`; `enabled`: authentication is on (the cluster has had a key).
+   */
+  static withBackend(
+    options: Omit<KeyStoreOptions, "fs" | "path"> & { backend: KeyStoreBackend },
+    keys: readonly StoredKey[],
+    enabled: boolean,
+  ): KeyStore {
+    return new KeyStore(
+      options,
+      enabled || keys.length > 0 ? keys.map((k) => makeEntry(copyInfo(k.info), k.hash)) : null,
+    );
+  }
+
+  /**
+   * Takes the keys as the backend now holds them (another broker created or revoked one): keys
+   * gone or changed are invalidated, exactly as by a reload (their open connections and streams
+   * are told through {@link onChange}); unchanged keys keep their principals.
+   */
+  adopt(keys: readonly StoredKey[], enabled: boolean): void {
+    if (this.#backend === null) throw new Error("adopt() is only for a key store with a backend");
+    if (this.#closed) return;
+    this.#replace(
+      keys.map((k) => makeEntry(copyInfo(k.info), k.hash)),
+      this.#enabled || enabled || keys.length > 0,
+    );
+  }
+
+  /** The file's path (or where the backend keeps the keys). */
   get path(): string {
     return this.#path;
   }
@@ -268,6 +342,11 @@ export class KeyStore {
   /** True if `principal` is still the current principal of its key. */
   isCurrent(principal: KeyPrincipal): boolean {
     return this.#byId.get(principal.id)?.principal === principal;
+  }
+
+  /** Every usable key with its hash (never its text): what cluster mode imports into etcd. */
+  stored(): StoredKey[] {
+    return [...this.#byId.values()].map((e) => ({ info: copyInfo(e.info), hash: e.hash }));
   }
 
   /** Every usable key, by name. */
@@ -313,8 +392,18 @@ export class KeyStore {
         last_used_ms: null,
       };
       const entry = makeEntry(info, hash);
-      await this.#write([...this.#byId.values(), entry], action);
-      this.#add(entry);
+      if (this.#backend !== null) {
+        const stored = await this.#backend.create({ info: copyInfo(info), hash });
+        if (stored === "exists")
+          throw new BrokerError(Errors.keyExists, `${action}: a key with that name exists`, {
+            name: checked.name,
+          });
+        // The backend may have handed it over already (adopt): keep that principal.
+        if (!this.#byId.has(entry.info.id)) this.#add(entry);
+      } else {
+        await this.#write([...this.#byId.values(), entry], action);
+        this.#add(entry);
+      }
       this.#enabled = true;
       // No principal is invalidated, but anonymous access ends if this was the first key.
       this.#emit({ invalidated: [] });
@@ -339,6 +428,22 @@ export class KeyStore {
     return this.#mutex.run(async () => {
       this.#checkOpen();
       const revoking = this.#revoking.get(name);
+      if (this.#backend !== null) {
+        // The backend is asked even for a name this broker does not know yet (made elsewhere).
+        const removed = await this.#backend.revoke(name);
+        this.#revoking.delete(name);
+        const info = revoking?.info ?? removed?.info;
+        if (info === undefined)
+          throw new BrokerError(Errors.keyNotFound, `${action}: no key has that name`, {
+            name: clip(name),
+          });
+        const known = this.#byName.get(name);
+        if (known !== undefined) {
+          this.#remove(known);
+          this.#emit({ invalidated: [known.principal] });
+        }
+        return copyInfo(info);
+      }
       if (revoking === undefined)
         throw new BrokerError(Errors.keyNotFound, `${action}: no key has that name`, {
           name: clip(name),
@@ -362,7 +467,8 @@ export class KeyStore {
     entry.info.last_used_ms = now;
     // Marked written now, so one write is started per interval however many requests come.
     entry.lastUsedWrittenMs = now;
-    if (this.#lastUsedWriteScheduled) return;
+    // With a backend (cluster mode) the time is kept by this broker only (docs/cluster.md).
+    if (this.#backend !== null || this.#lastUsedWriteScheduled) return;
     this.#lastUsedWriteScheduled = true;
     this.#lastUsedWrite = this.#mutex.run(async () => {
       this.#lastUsedWriteScheduled = false;
@@ -387,6 +493,8 @@ export class KeyStore {
   reload(): Promise<{ keys: number; invalidated: number }> {
     return this.#mutex.run(async () => {
       this.#checkOpen();
+      // With a backend, the keys follow it (adopt): there is no file to read again.
+      if (this.#fs === null) return { keys: this.#byId.size, invalidated: 0 };
       const entries = await readKeyFile(this.#fs, this.#path);
       if (entries === null) {
         if (this.#enabled)
@@ -396,30 +504,39 @@ export class KeyStore {
           );
         return { keys: 0, invalidated: 0 };
       }
-      const invalidated: KeyPrincipal[] = [];
-      const next = new Map<string, Entry>();
-      for (const entry of entries) {
-        const old = this.#byId.get(entry.info.id);
-        if (old !== undefined && sameKey(old, entry)) {
-          // Keep the old principal (and the newer of the two last-used times).
-          if ((entry.info.last_used_ms ?? 0) > (old.info.last_used_ms ?? 0))
-            old.info.last_used_ms = entry.info.last_used_ms;
-          next.set(old.info.id, old);
-        } else {
-          next.set(entry.info.id, entry);
-          if (old !== undefined) invalidated.push(old.principal);
-        }
-      }
-      for (const [id, old] of this.#byId) if (!next.has(id)) invalidated.push(old.principal);
-      // A key revoked but not yet written out stays revoked even if the file still holds it.
-      for (const revoking of this.#revoking.values()) next.delete(revoking.info.id);
-      this.#byId = new Map();
-      this.#byName = new Map();
-      for (const entry of next.values()) this.#add(entry);
-      this.#enabled = true;
-      this.#emit({ invalidated });
-      return { keys: this.#byId.size, invalidated: invalidated.length };
+      const invalidated = this.#replace(entries, true);
+      return { keys: this.#byId.size, invalidated };
     });
+  }
+
+  /**
+   * Makes `entries` the usable keys (less those being revoked): unchanged keys keep their
+   * principals, the others' are invalidated and listeners told. Returns how many were.
+   */
+  #replace(entries: readonly Entry[], enabled: boolean): number {
+    const invalidated: KeyPrincipal[] = [];
+    const next = new Map<string, Entry>();
+    for (const entry of entries) {
+      const old = this.#byId.get(entry.info.id);
+      if (old !== undefined && sameKey(old, entry)) {
+        // Keep the old principal (and the newer of the two last-used times).
+        if ((entry.info.last_used_ms ?? 0) > (old.info.last_used_ms ?? 0))
+          old.info.last_used_ms = entry.info.last_used_ms;
+        next.set(old.info.id, old);
+      } else {
+        next.set(entry.info.id, entry);
+        if (old !== undefined) invalidated.push(old.principal);
+      }
+    }
+    for (const [id, old] of this.#byId) if (!next.has(id)) invalidated.push(old.principal);
+    // A key revoked but not yet written out stays revoked even if the file still holds it.
+    for (const revoking of this.#revoking.values()) next.delete(revoking.info.id);
+    this.#byId = new Map();
+    this.#byName = new Map();
+    for (const entry of next.values()) this.#add(entry);
+    this.#enabled = enabled;
+    this.#emit({ invalidated });
+    return invalidated.length;
   }
 
   /** Waits for a background `last_used_ms` write, then refuses further changes. */
@@ -467,7 +584,7 @@ export class KeyStore {
       keys: entries.map((e) => ({ ...copyInfo(e.info), hash: e.hash })),
     };
     try {
-      await writeJsonAtomic(this.#fs, this.#path, file);
+      await writeJsonAtomic(this.#fs!, this.#path, file);
     } catch (err) {
       if (err instanceof FsError) throw storageFailure(action, err);
       throw err;
@@ -539,48 +656,64 @@ async function readKeyFile(fs: FileSystem, path: string): Promise<Entry[] | null
   const names = new Set<string>();
   keys.forEach((raw: unknown, index) => {
     const where = `keys[${index}]`;
-    if (typeof raw !== "object" || raw === null || Array.isArray(raw))
-      throw new KeyStoreError(path, `${where} must be an object`);
-    const k = raw as Record<string, unknown>;
-    for (const field of Object.keys(k))
-      if (!entryFields.has(field))
-        throw new KeyStoreError(path, `${where} has an unknown field ${quote(field)}`);
-    if (typeof k.id !== "string" || !idPattern.test(k.id))
-      throw new KeyStoreError(path, `${where}.id must be 16 lower-case hex digits`);
-    if (typeof k.hash !== "string" || !hashPattern.test(k.hash))
-      throw new KeyStoreError(path, `${where}.hash must be "sha256:" and 64 lower-case hex digits`);
-    if (!Number.isSafeInteger(k.created_ms) || (k.created_ms as number) < 0)
-      throw new KeyStoreError(path, `${where}.created_ms must be a non-negative integer`);
-    if (
-      k.last_used_ms !== null &&
-      (!Number.isSafeInteger(k.last_used_ms) || (k.last_used_ms as number) < 0)
-    )
-      throw new KeyStoreError(path, `${where}.last_used_ms must be null or a non-negative integer`);
-    let checked;
+    let stored: StoredKey;
     try {
-      checked = validateKeySpec({ name: k.name, role: k.role, topics: k.topics, groups: k.groups });
+      stored = parseStoredKey(raw, where);
     } catch (err) {
-      throw new KeyStoreError(
-        path,
-        `${where}: ${err instanceof Error ? err.message : String(err)}`,
-      );
+      throw new KeyStoreError(path, err instanceof Error ? err.message : String(err));
     }
-    if (ids.has(k.id)) throw new KeyStoreError(path, `${where}.id repeats an earlier key's id`);
-    if (names.has(checked.name))
+    if (ids.has(stored.info.id))
+      throw new KeyStoreError(path, `${where}.id repeats an earlier key's id`);
+    if (names.has(stored.info.name))
       throw new KeyStoreError(path, `${where}.name repeats an earlier key's name`);
-    ids.add(k.id);
-    names.add(checked.name);
-    entries.push(
-      makeEntry(
-        {
-          id: k.id,
-          ...checked,
-          created_ms: k.created_ms as number,
-          last_used_ms: (k.last_used_ms as number | null) ?? null,
-        },
-        k.hash,
-      ),
-    );
+    ids.add(stored.info.id);
+    names.add(stored.info.name);
+    entries.push(makeEntry(stored.info, stored.hash));
   });
   return entries;
+}
+
+/**
+ * Reads one stored key (an entry of `api_keys.json`, or a key record in etcd), checking every
+ * field as the file's reader does.
+ * @param where names the entry in messages, e.g. `keys[3]`.
+ * @throws Error naming the entry and the first problem (never a value of it).
+ */
+export function parseStoredKey(raw: unknown, where: string): StoredKey {
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw))
+    throw new Error(`${where} must be an object`);
+  const k = raw as Record<string, unknown>;
+  for (const field of Object.keys(k))
+    if (!entryFields.has(field)) throw new Error(`${where} has an unknown field ${quote(field)}`);
+  if (typeof k.id !== "string" || !idPattern.test(k.id))
+    throw new Error(`${where}.id must be 16 lower-case hex digits`);
+  if (typeof k.hash !== "string" || !hashPattern.test(k.hash))
+    throw new Error(`${where}.hash must be "sha256:" and 64 lower-case hex digits`);
+  if (!Number.isSafeInteger(k.created_ms) || (k.created_ms as number) < 0)
+    throw new Error(`${where}.created_ms must be a non-negative integer`);
+  if (
+    k.last_used_ms !== null &&
+    (!Number.isSafeInteger(k.last_used_ms) || (k.last_used_ms as number) < 0)
+  )
+    throw new Error(`${where}.last_used_ms must be null or a non-negative integer`);
+  let checked;
+  try {
+    checked = validateKeySpec({ name: k.name, role: k.role, topics: k.topics, groups: k.groups });
+  } catch (err) {
+    throw new Error(`${where}: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  return {
+    info: {
+      id: k.id,
+      ...checked,
+      created_ms: k.created_ms as number,
+      last_used_ms: (k.last_used_ms as number | null) ?? null,
+    },
+    hash: k.hash,
+  };
+}
+
+/** The JSON object a stored key is written as (`api_keys.json`'s entries, etcd's key records). */
+export function storedKeyJson(key: StoredKey): Record<string, unknown> {
+  return { ...copyInfo(key.info), hash: key.hash };
 }

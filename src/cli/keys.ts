@@ -44,7 +44,8 @@ every name); give several as --topics a,b.* or by repeating --topics. Admin keys
 
 Where the keys are:
   --data-dir DIR           offline: a stopped broker's data directory (takes its lock; created
-                           if missing, so the first admin key can be made before the first start)
+                           if missing, so the first admin key can be made before the first start;
+                           with serve --cluster, its keys go into the cluster's at that start)
   --url URL                a running broker's HTTP address (default ${urlDefault}); needs an
                            admin key (or none while the broker has no keys, from loopback)
 ${connectionHelp}

@@ -166,9 +166,10 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
   API keys, --cluster-secret-file is required. With --kafka-port N (not 0), Kafka clients
   learn every broker's Kafka listener and each partition's leader from Metadata (host:
   --kafka-advertised-host, else --advertise-tcp's host).
-  The schema registry is the cluster's, kept in etcd: at the start DIR/schemas.json is imported
-  into an empty cluster registry (else its ids must mean the same schemas there, or the start
-  is refused); the file is not used after that.
+  The schema registry and the API keys are the cluster's, kept in etcd. At the start,
+  DIR/schemas.json is imported into an empty cluster registry (else its ids must mean the same
+  schemas there, or the start is refused) and the keys of DIR/${apiKeysFileName} are imported;
+  neither file is used after that.
 
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
 port needs an API key, except GET (or HEAD) /healthz and /readyz; Kafka clients use SASL/PLAIN
@@ -412,17 +413,12 @@ export async function serve(argv: string[]): Promise<number> {
     lock.release();
     throw err;
   }
-  if (cluster !== null && keys.enabled && cluster.secret === undefined) {
+  // In cluster mode the keys are the cluster's: checked again once they are read from etcd.
+  try {
+    checkAuthSettings(cluster, keys, host, values["allow-anonymous"] === true, dataDir);
+  } catch (err) {
     lock.release();
-    throw new UsageError(
-      "--cluster on a broker with API keys needs --cluster-secret-file FILE: the broker credential brokers present to each other instead of a key (the same file on every broker)",
-    );
-  }
-  if (!isLoopback(host) && !keys.enabled && !values["allow-anonymous"]) {
-    lock.release();
-    throw new UsageError(
-      `refusing to listen on non-loopback address ${host} without authentication: create an API key first (es-broker keys create --data-dir ${dataDir} --name admin --role admin), or pass --allow-anonymous to allow it`,
-    );
+    throw err;
   }
 
   // An unreachable or refusing bucket does not stop the start (an edge node runs offline): it
@@ -553,16 +549,20 @@ export async function serve(argv: string[]): Promise<number> {
         links: new PeerLinks({ clock: systemClock, logger, tls: peerTls !== undefined }),
       });
       front = clusterBroker(broker, node);
-      // The schema registry of the cluster, in etcd (docs/cluster.md).
+      // The schema registry and API keys of the cluster, in etcd (docs/cluster.md).
       clusterState = await openClusterState({
         etcd: node.etcd,
         prefix: defaultClusterPrefix,
         clock: systemClock,
+        crypto: systemKeyCrypto,
         logger,
         randomToken: () => Buffer.from(systemKeyCrypto.randomBytes(8)).toString("hex"),
-        local: { registry: broker.registry, registryPath: `${dataDir}/schemas.json` },
+        local: { registry: broker.registry, registryPath: `${dataDir}/schemas.json`, keys },
       });
       await broker.useRegistry(clusterState.registry);
+      await keys.close();
+      keys = clusterState.keys;
+      checkAuthSettings(cluster, keys, host, values["allow-anonymous"] === true);
     } catch (err) {
       await closeEarly();
       await clusterState?.close();
@@ -859,6 +859,31 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
       "tls-key": values["mirror-tls-key"] as string | undefined,
     }),
   };
+}
+
+/**
+ * Refuses settings that would leave a broker open or its brokers unable to authenticate to each
+ * other: `--cluster` with API keys but no `--cluster-secret-file`; a non-loopback address without
+ * keys unless `--allow-anonymous`.
+ * @throws UsageError naming the fix.
+ */
+function checkAuthSettings(
+  cluster: ClusterSettings | null,
+  keys: KeyStore,
+  host: string,
+  allowAnonymous: boolean,
+  dataDir?: string,
+): void {
+  if (cluster !== null && keys.enabled && cluster.secret === undefined)
+    throw new UsageError(
+      "--cluster on a broker with API keys needs --cluster-secret-file FILE: the broker credential brokers present to each other instead of a key (the same file on every broker)",
+    );
+  // Before a cluster's keys are read (dataDir given), a cluster broker may have keys in etcd.
+  if (cluster !== null && dataDir !== undefined) return;
+  if (!isLoopback(host) && !keys.enabled && !allowAnonymous)
+    throw new UsageError(
+      `refusing to listen on non-loopback address ${host} without authentication: create an API key first (es-broker keys create ${dataDir === undefined ? "--url URL" : `--data-dir ${dataDir}`} --name admin --role admin), or pass --allow-anonymous to allow it`,
+    );
 }
 
 /** What `--cluster` and its companions ask for, checked. */

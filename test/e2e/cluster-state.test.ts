@@ -7,13 +7,17 @@
  *   the same schema through two brokers gets one id; soft and hard deletes never let an id name
  *   other content.
  * - etcd down: registry writes answer 503 (Confluent error 50001), reads are still served.
+ * - #24c across brokers: a key made through broker 1 works on 2 and 3; revoked through 2, an open
+ *   TCP connection of it on 3 is refused within the documented bound (5 s); etcd holds no key text.
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TcpClient } from "../../src/client/client.ts";
+import { EtcdHttpClient, parseEtcdUrl } from "../../src/runtime/etcd.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
-import { type BrokerProcess, startBroker } from "./harness.ts";
+import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
 
 let etcd: EtcdCluster;
 let root: string;
@@ -181,4 +185,82 @@ describe("cluster schema registry in etcd (#33b)", () => {
       return res.status === 200 ? true : undefined;
     });
   }, 60_000);
+});
+
+describe("cluster API keys in etcd (#24c)", () => {
+  it("a key made on broker 1 works on 2 and 3; revoked on 2, its open TCP connection on 3 is refused within 5 s", async () => {
+    const made = await runCli([
+      "keys",
+      "create",
+      "--url",
+      broker(1).httpUrl,
+      "--name",
+      "admin",
+      "--role",
+      "admin",
+    ]);
+    expect(made.code, made.stderr).toBe(0);
+    adminKey = made.stdout.toString("utf8").trim();
+    for (const id of [2, 3]) {
+      await waitFor(`the admin key on broker ${id}`, async () => {
+        const res = await fetch(`${broker(id).httpUrl}/v1/topics`, { headers: headers() });
+        return res.status === 200 ? true : undefined;
+      });
+      const anonymous = await fetch(`${broker(id).httpUrl}/v1/topics`);
+      expect(anonymous.status).toBe(401);
+    }
+    const created = await call(1, "POST", "/v1/topics", { name: "orders", partitions: 1 });
+    expect(created.status, JSON.stringify(created.json)).toBe(201);
+    const producer = await call(1, "POST", "/v1/admin/keys", {
+      name: "ingest",
+      role: "producer",
+      topics: ["orders"],
+    });
+    expect(producer.status).toBe(201);
+    const producerKey = (producer.json as { key: string }).key;
+    const onThree = await waitFor("the producer key on broker 3", () =>
+      TcpClient.connect({ ...broker(3).tcp, apiKey: producerKey, timeoutMs: 5000 }),
+    );
+    try {
+      expect((await onThree.metadata(["orders"]))[0].name).toBe("orders");
+      const revoked = await call(2, "DELETE", "/v1/admin/keys/ingest");
+      expect(revoked.status).toBe(204);
+      const start = Date.now();
+      await waitFor(
+        "the connection on broker 3 to be refused",
+        async () => {
+          try {
+            await onThree.metadata(["orders"]);
+            return undefined;
+          } catch (err) {
+            return err;
+          }
+        },
+        5000,
+      );
+      expect(Date.now() - start).toBeLessThan(5000);
+      const again = await TcpClient.connect({
+        ...broker(3).tcp,
+        apiKey: producerKey,
+        timeoutMs: 5000,
+      }).catch((e: unknown) => e);
+      expect(again).toBeInstanceOf(Error);
+    } finally {
+      await onThree.close().catch(() => {});
+    }
+  }, 60_000);
+
+  it("etcd holds hashes only: no key text in etcd or in any broker's log", async () => {
+    const client = new EtcdHttpClient(parseEtcdUrl(etcd.clusterUrl));
+    try {
+      const { kvs } = await client.list("/es-broker/auth/");
+      expect(kvs.length).toBeGreaterThan(0);
+      for (const kv of kvs) expect(kv.value).not.toContain(adminKey!);
+      const secret = adminKey!.slice(adminKey!.lastIndexOf("_") + 1);
+      for (const kv of kvs) expect(kv.value).not.toContain(secret);
+      for (const id of [1, 2, 3]) expect(broker(id).stderr()).not.toContain(secret);
+    } finally {
+      await client.close();
+    }
+  });
 });

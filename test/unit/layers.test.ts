@@ -21,7 +21,7 @@ const allowed: Record<string, string[]> = {
   client: ["lib", "storage", "broker", "protocol"],
   auth: ["lib", "fs", "storage", "broker"],
   transport: ["lib", "storage", "broker", "registry", "protocol", "auth"],
-  cluster: ["lib", "fs", "storage", "registry", "broker", "protocol", "client"],
+  cluster: ["lib", "fs", "storage", "registry", "broker", "protocol", "client", "auth"],
   mirror: ["lib", "fs", "storage", "broker", "protocol", "client"],
   runtime: [
     "lib",
