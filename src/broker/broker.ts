@@ -542,7 +542,8 @@ export class LocalBroker implements Broker {
       r.schemaId === null
         ? ""
         : ` (schema id ${r.schemaId}${r.version === null ? "" : `, version ${r.version}`})`;
-    const path = r.path === null ? "" : ` at "${r.path === "" ? "/" : r.path}"`;
+    // details.path is a JSON Pointer, "" for the whole value; the message says the same in words.
+    const path = r.path === null ? "" : r.path === "" ? " (the whole value)" : ` at "${r.path}"`;
     throw new BrokerError(
       Errors.invalidRecord,
       `Cannot produce to topic "${topic.name}": record ${r.recordIndex} ${r.part} does not match subject "${r.subject}"${schema}${path}: ${r.reason}; nothing was appended`,

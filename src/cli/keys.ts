@@ -117,7 +117,7 @@ export async function keys(argv: string[]): Promise<number> {
         } else process.stdout.write(`${created.key}\n`);
         const { info } = created;
         process.stderr.write(
-          `es-broker: created key ${JSON.stringify(info.name)} (role ${info.role}, id ${info.id}); the key (${values.out === undefined ? "on stdout" : `in ${values.out}`}) is shown only this once\n`,
+          `es-broker: created key ${JSON.stringify(info.name)} (role ${info.role}, id ${info.id}); ${values.out === undefined ? "the key above is shown only this once" : `the key is in ${values.out} (mode 0600) and nowhere else`}: the broker keeps only its hash\n`,
         );
         return 0;
       }

@@ -35,6 +35,13 @@ function shorten(text: string): string {
   return text.length > detailCharsMax ? `${text.slice(0, detailCharsMax)}…` : text;
 }
 
+/** Whether a value that failed as Avro has the marks of a JSON Schema (for a hint in the error). */
+function looksLikeJsonSchema(json: Json): boolean {
+  if (json === null || typeof json !== "object" || Array.isArray(json)) return false;
+  const o = json as Record<string, Json>;
+  return "$schema" in o || "properties" in o || o.type === "object" || o.type === "integer";
+}
+
 /**
  * Parses an Avro schema from its JSON value.
  * @throws RegistryError invalid_schema (42201) with avsc's reason.
@@ -46,7 +53,7 @@ export function parseAvro(json: Json, action: string): AvroType {
   } catch (err) {
     throw new RegistryError(
       RegistryErrors.invalidSchema,
-      `${action}: not a valid Avro schema: ${shorten(errorMessage(err))}`,
+      `${action}: not a valid Avro schema: ${shorten(errorMessage(err))}${looksLikeJsonSchema(json) ? ' (it looks like a JSON Schema: register it with schemaType "JSON", CLI --type JSON)' : ""}`,
     );
   }
 }

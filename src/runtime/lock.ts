@@ -45,10 +45,27 @@ export function lockHolder(dataDir: string): number | null {
   if (pid === process.pid) return pid;
   try {
     process.kill(pid, 0);
-    return pid;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === "EPERM" ? pid : null;
   }
+  return isZombie(pid) ? null : pid;
+}
+
+/**
+ * Whether `pid` has exited and waits only to be reaped by its parent (Linux `/proc`; false where
+ * there is no `/proc`). Such a process holds no files and writes nothing more: a broker SIGKILLed
+ * a moment ago whose supervisor has not yet called wait() must not block its own restart.
+ */
+function isZombie(pid: number): boolean {
+  let stat: string;
+  try {
+    stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return false;
+  }
+  // "pid (comm) S ...": the command name may hold spaces and parentheses, the state follows the last ")".
+  const state = stat.charAt(stat.lastIndexOf(")") + 2);
+  return state === "Z" || state === "X";
 }
 
 /**

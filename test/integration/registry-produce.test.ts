@@ -218,7 +218,7 @@ for (const door of doors) {
         [
           "bytes left over",
           wire(s.id1, Uint8Array.of(14, 1, 2)),
-          /left over/,
+          /\(schema id \d+, version 1\) \(the whole value\): .*left over/,
           { schema_id: s.id1, version: 1, path: "" },
         ],
       ];

@@ -552,3 +552,18 @@ describe("JSON Schema patterns", () => {
     }
   });
 });
+
+describe("invalid schema messages", () => {
+  it("hints at schemaType JSON when a JSON Schema is registered as Avro, and only then", async () => {
+    const { registry } = await openRegistry();
+    const asAvro = await registryError(() =>
+      registry.register("s", { schema: JSON.stringify({ type: "object", properties: {} }) }),
+    );
+    expect(asAvro.message).toMatch(/not a valid Avro schema.*schemaType "JSON", CLI --type JSON/);
+    const badAvro = await registryError(() =>
+      registry.register("s", { schema: JSON.stringify({ type: "recrod", name: "x" }) }),
+    );
+    expect(badAvro.message).toMatch(/not a valid Avro schema/);
+    expect(badAvro.message).not.toMatch(/JSON Schema/);
+  });
+});
