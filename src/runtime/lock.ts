@@ -4,8 +4,8 @@
  * touches anything, and `check` refuses a directory a live broker holds.
  *
  * The lock is the file `<dataDir>/broker.lock` (mode 0600), created exclusively and holding the
- * owner's process id. A lock whose process no longer exists (the broker was SIGKILLed) is stale
- * and is taken over. This works the same on Node, Deno and Bun (no native flock needed); the one
+ * owner's process id. A lock whose process no longer exists (the broker was SIGKILLed), or has
+ * exited and waits only to be reaped (a zombie), is stale and is taken over. This works the same on Node, Deno and Bun (no native flock needed); the one
  * gap is a reused process id, which only makes a start refuse until the file is removed.
  */
 import * as fs from "node:fs";
