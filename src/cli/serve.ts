@@ -547,6 +547,8 @@ export async function serve(argv: string[]): Promise<number> {
       node = await startClusterNode(cluster, broker, dataDir, nodeFs, logger, kafkaAddress, {
         tls: peerTls,
         links: new PeerLinks({ clock: systemClock, logger, tls: peerTls !== undefined }),
+        // The key store in use now: the cluster's (below) once it is open.
+        authEnabled: () => keys.enabled,
       });
       front = clusterBroker(broker, node);
       // The schema registry and API keys of the cluster, in etcd (docs/cluster.md).
@@ -991,7 +993,11 @@ async function startClusterNode(
   fs: NodeFileSystem,
   logger: ReturnType<typeof jsonLineLogger>,
   kafkaAddress: string | undefined,
-  peers: { tls: (() => ConnectionOptions) | undefined; links: PeerLinks },
+  peers: {
+    tls: (() => ConnectionOptions) | undefined;
+    links: PeerLinks;
+    authEnabled: () => boolean;
+  },
 ): Promise<ClusterNode> {
   const path = `${dataDir}/${clusterFileName}`;
   let recorded: { cluster_id: string; node_id: number; data_dir_id: string } | null = null;
@@ -1049,6 +1055,7 @@ async function startClusterNode(
           ),
           leaseExpiresAtMs: () => membership.leaseExpiresAtMs,
           registeredRevision: () => membership.registeredRevision,
+          authEnabled: peers.authEnabled,
         }),
       beforeRegister: async (clusterId) => {
         if (recorded?.cluster_id === clusterId && recorded.node_id === settings.nodeId) return;

@@ -112,6 +112,13 @@ export interface ReplicaManagerOptions {
    * restarted replica as gone first (field failures #27c). Absent: 0 (every state counts).
    */
   registeredRevision?: () => number;
+  /**
+   * Whether API keys are on now (they can be turned on while the broker runs). With keys on and
+   * no `clusterSecret`, this broker serves no replica fetch: an empty credential would let any
+   * client read every partition and pose as a follower (docs/cluster.md "The broker credential").
+   * Absent: keys are off.
+   */
+  authEnabled?: () => boolean;
 }
 
 /** One partition in {@link ReplicaManager.describe} (snake_case: shown as JSON). */
@@ -194,6 +201,7 @@ export class ReplicaManager implements ReplicationSeam {
   readonly #o: ReplicaManagerOptions;
   readonly #replicaLagMs: number;
   readonly #credential: Uint8Array;
+  #warnedNoSecret = false;
   #brokers: ReadonlyMap<number, BrokerRegistration> = new Map();
   #replicas = new Map<string, Replica>();
   #opening = new Map<string, Promise<Replica>>();
@@ -552,6 +560,13 @@ export class ReplicaManager implements ReplicationSeam {
   /** See {@link ReplicationSeam.replicaFetch} and the module comment (Leader). */
   async replicaFetch(request: ReplicaFetchRequest): Promise<ReplicaFetchResult> {
     const name = `${request.topic}/${request.partition}`;
+    if (this.#credential.length === 0 && this.#o.authEnabled?.() === true) {
+      this.#warnNoSecret();
+      throw new BrokerError(
+        Errors.unauthenticated,
+        `Cannot serve a replica fetch of partition "${name}": API keys are on but this broker has no --cluster-secret-file; restart every broker with one`,
+      );
+    }
     if (!credentialMatches(request.credential, this.#credential))
       throw new BrokerError(
         Errors.unauthenticated,
@@ -646,6 +661,16 @@ export class ReplicaManager implements ReplicationSeam {
     };
   }
 
+  /** Logs, once, why this broker refuses every replica fetch (keys on, no broker credential). */
+  #warnNoSecret(): void {
+    if (this.#warnedNoSecret) return;
+    this.#warnedNoSecret = true;
+    this.#o.logger.log("error", "cluster.no_broker_credential", {
+      reason:
+        "API keys are on but this broker was started without --cluster-secret-file: it serves no replica fetch (followers of its partitions leave the ISR) until restarted with one",
+    });
+  }
+
   /** Records a follower's durable position; moves the high watermark; maybe expands the ISR. */
   #recordPosition(r: Replica, id: number, f: FollowerPosition, durable: number): void {
     const now = this.#o.clock.nowMs();
@@ -658,6 +683,8 @@ export class ReplicaManager implements ReplicationSeam {
     this.#settle(r);
     if (
       !r.state.isr.includes(id) &&
+      // Only a broker registered live in etcd joins the ISR: never a node id a fetch merely claims.
+      this.#brokers.has(id) &&
       durable >= logEnd &&
       durable >= r.highWatermark &&
       this.#live

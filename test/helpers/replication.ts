@@ -78,6 +78,8 @@ export interface ReplicatedCluster {
   restartNode(id: number, topic: string): Promise<void>;
   /** Changes the TCP address followers use for a node (a proxy in front of it). */
   setAddress(id: number, tcp: string): void;
+  /** Drops node `id`'s registration at every manager, as when its membership lease expires. */
+  unregister(id: number): void;
   /** Starts a new replica manager on the node and applies the topic's state to it. */
   restartReplication(id: number, topic: string): Promise<void>;
 }
@@ -95,6 +97,8 @@ export async function startReplicatedCluster(options: {
   fetchWaitMs?: number;
   /** Turns API keys on at every broker; the admin key of node 1 is returned in `adminKey`. */
   withKeys?: boolean;
+  /** Starts the managers without a broker credential (`--cluster-secret-file` left out). */
+  noSecret?: boolean;
 }): Promise<ReplicatedCluster> {
   const secret = new TextEncoder().encode(`secret-${options.prefix}`);
   const fs = new NodeFileSystem();
@@ -112,7 +116,8 @@ export async function startReplicatedCluster(options: {
       clock: realClock,
       prng: new Prng(node.nodeId),
       logger: node.logger,
-      clusterSecret: secret,
+      clusterSecret: options.noSecret === true ? undefined : secret,
+      authEnabled: () => options.withKeys === true,
       connect: replicaConnector({ timeoutMs: 5000 }),
       replicaLagMs: options.replicaLagMs,
       fetchWaitMs: options.fetchWaitMs ?? 200,
@@ -241,6 +246,10 @@ export async function startReplicatedCluster(options: {
     },
     setAddress(id, tcp) {
       registrations.set(id, { ...registrations.get(id)!, tcp });
+    },
+    unregister(id) {
+      registrations.delete(id);
+      for (const n of nodes) n.manager.setBrokers(new Map(registrations));
     },
     async restartReplication(id, topic) {
       stopped.delete(id);

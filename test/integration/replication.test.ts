@@ -275,6 +275,72 @@ describe("replication", () => {
     await broker.close();
   });
 
+  it("a replica fetch naming a node that is not registered live never adds it to the ISR", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+    // Node 3 dies: its lease expires and the controller shrinks the ISR.
+    await c.stopReplication(3);
+    c.unregister(3);
+    await c.setState("orders", { ...initial, isr: [1, 2] });
+    const before = await c.state("orders");
+    // Someone with the credential poses as node 3, caught up to the log end.
+    const forger = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    const logEnd = c.node(1).broker.partitionLog("orders", 0).logEndOffset;
+    await forger.replicaFetch({
+      topic: "orders",
+      partition: 0,
+      replicaId: 3,
+      leaderEpoch: 0,
+      fetchOffset: logEnd,
+      lastFetchedEpoch: -1,
+      maxBytes: 0,
+      waitMs: 0,
+      credential: c.secret,
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    const after = await c.state("orders");
+    expect(after.state.isr).toEqual([1, 2]);
+    expect(after.modRevision).toBe(before.modRevision);
+    await forger.close();
+  });
+
+  it("with API keys on and no broker credential, a leader serves no replica fetch (attack7 F1)", async () => {
+    const c = await startReplicatedCluster({
+      count: 3,
+      etcd: client,
+      prefix: freshPrefix(),
+      withKeys: true,
+      noSecret: true,
+    });
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const keyless = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    const refused = await keyless
+      .replicaFetch({
+        topic: "orders",
+        partition: 0,
+        replicaId: 2,
+        leaderEpoch: 0,
+        fetchOffset: 0,
+        lastFetchedEpoch: -1,
+        maxBytes: 0,
+        waitMs: 0,
+        credential: new Uint8Array(0),
+      })
+      .then(
+        () => null,
+        (err: unknown) => err as { code?: string; message?: string },
+      );
+    expect(refused?.code).toBe("unauthenticated");
+    expect(refused?.message).toMatch(/no --cluster-secret-file/);
+    await keyless.close();
+    expect(c.node(1).logger.events.some((e) => e.event === "cluster.no_broker_credential")).toBe(
+      true,
+    );
+  });
+
   it("with API keys on, brokers still replicate and no client key passes as the broker credential", async () => {
     const c = await startReplicatedCluster({
       count: 3,
