@@ -5,6 +5,7 @@
 import type { Broker } from "../broker/types.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
+import type { EarlyListener } from "./early-listener.ts";
 import { systemClock } from "../runtime/clock.ts";
 import { nodeGunzip } from "../runtime/kafka-gzip.ts";
 import { listenTcp } from "../runtime/tcp.ts";
@@ -48,6 +49,8 @@ export async function startKafkaListener(options: {
   tls?: TlsServerMaterial;
   /** Counts each connection's broker calls (`FrontDoorMetrics.wrap` with transport "kafka"). */
   meter?: <B extends Broker>(broker: B) => B;
+  /** A listener bound already (`listenEarly`, cluster mode): serves its connections instead of binding. */
+  bound?: EarlyListener;
 }): Promise<KafkaListener> {
   const transport = createKafkaTransport({
     broker: options.broker,
@@ -61,17 +64,21 @@ export async function startKafkaListener(options: {
     readTimeoutMs: options.readTimeoutMs,
     meter: options.meter,
   });
-  const listener = await listenTcp(
-    {
-      host: options.host,
-      port: options.port,
-      tls: options.tls,
-      logger: options.logger,
-      refusals: options.refusals,
-      listener: "kafka",
-    },
-    (socket) => transport.handleConnection(socket),
-  );
+  const bound = options.bound;
+  if (bound !== undefined) bound.serve((socket) => transport.handleConnection(socket));
+  const listener =
+    bound?.listener ??
+    (await listenTcp(
+      {
+        host: options.host,
+        port: options.port,
+        tls: options.tls,
+        logger: options.logger,
+        refusals: options.refusals,
+        listener: "kafka",
+      },
+      (socket) => transport.handleConnection(socket),
+    ));
   transport.setAdvertised({ host: options.advertisedHost, port: listener.port });
   return {
     port: listener.port,

@@ -16,6 +16,7 @@ import { systemClock } from "../runtime/clock.ts";
 import { serveHttp } from "../runtime/http.ts";
 import { listenTcp } from "../runtime/tcp.ts";
 import { listenFailure } from "./listen-error.ts";
+import { type EarlyListener, listenEarly } from "./early-listener.ts";
 import { s3ColdStoreFromEnvironment, type S3ColdStore } from "../runtime/s3-cold-store.ts";
 import { coldReclaimIntervalMs, isColdTierKey } from "../storage/cold-store.ts";
 import { runtimeDescription } from "../runtime/info.ts";
@@ -523,7 +524,48 @@ export async function serve(argv: string[]): Promise<number> {
   let node: ClusterNode | null = null;
   let clusterState: ClusterState | null = null;
   let front: Broker = broker;
+  // Cluster mode: every port is bound before the broker registers in etcd, so one that cannot
+  // listen never leads a partition (connections wait until it serves, `early-listener.ts`).
+  let earlyTcp: EarlyListener | undefined;
+  let earlyKafka: EarlyListener | undefined;
+  const closeEarlyListeners = async () => {
+    await earlyTcp?.close().catch(() => {});
+    await earlyKafka?.close().catch(() => {});
+  };
   if (cluster !== null) {
+    try {
+      earlyTcp = await listenEarly({
+        host,
+        port: tcpPort,
+        tls: tlsMaterial,
+        logger,
+        refusals,
+      }).catch((err) => {
+        throw listenFailure(err, { listener: "TCP", option: "--tcp-port", host, port: tcpPort });
+      });
+      if (kafkaPort !== null)
+        earlyKafka = await listenEarly({
+          host,
+          port: kafkaPort,
+          tls: tlsMaterial,
+          logger,
+          refusals,
+          listener: "kafka",
+        }).catch((err) => {
+          throw listenFailure(err, {
+            listener: "Kafka",
+            option: "--kafka-port",
+            host,
+            port: kafkaPort,
+          });
+        });
+    } catch (err) {
+      await closeEarlyListeners();
+      await closeEarly();
+      await broker.close();
+      lock.release();
+      throw err;
+    }
     try {
       // The Kafka listener's address, when its port is fixed (0 picks one only later).
       const kafkaHost =
@@ -566,6 +608,7 @@ export async function serve(argv: string[]): Promise<number> {
       keys = clusterState.keys;
       checkAuthSettings(cluster, keys, host, values["allow-anonymous"] === true);
     } catch (err) {
+      await closeEarlyListeners();
       await closeEarly();
       await clusterState?.close();
       await node?.close();
@@ -604,6 +647,7 @@ export async function serve(argv: string[]): Promise<number> {
     try {
       await mirrorTask.start();
     } catch (err) {
+      await closeEarlyListeners();
       await closeEarly();
       await broker.close();
       lock.release();
@@ -645,12 +689,16 @@ export async function serve(argv: string[]): Promise<number> {
       readTimeoutMs,
       meter: (b) => tcpDoor.wrap(guardGroups(b)),
     });
-    listener = await listenTcp(
-      { host, port: tcpPort, tls: tlsMaterial, logger, refusals },
-      (socket) => tcp!.handleConnection(socket),
-    ).catch((err) => {
-      throw listenFailure(err, { listener: "TCP", option: "--tcp-port", host, port: tcpPort });
-    });
+    if (earlyTcp !== undefined) {
+      earlyTcp.serve((socket) => tcp!.handleConnection(socket));
+      listener = earlyTcp.listener;
+    } else
+      listener = await listenTcp(
+        { host, port: tcpPort, tls: tlsMaterial, logger, refusals },
+        (socket) => tcp!.handleConnection(socket),
+      ).catch((err) => {
+        throw listenFailure(err, { listener: "TCP", option: "--tcp-port", host, port: tcpPort });
+      });
     if (kafkaPort !== null)
       kafka = await startKafkaListener({
         broker: front,
@@ -664,6 +712,7 @@ export async function serve(argv: string[]): Promise<number> {
         readTimeoutMs,
         tls: tlsMaterial,
         meter: (b) => kafkaDoor.wrap(guardGroups(b)),
+        bound: earlyKafka,
       }).catch((err) => {
         throw listenFailure(err, {
           listener: "Kafka",
@@ -692,6 +741,8 @@ export async function serve(argv: string[]): Promise<number> {
     });
   } catch (err) {
     await closeEarly();
+    if (listener === undefined) await earlyTcp?.close().catch(() => {});
+    if (kafka === null) await earlyKafka?.close().catch(() => {});
     await listener?.close().catch(() => {});
     await kafka?.close().catch(() => {});
     await mirrorTask?.stop();

@@ -9,7 +9,10 @@
  *   broker holds a replica, else the config with empty partitions (offsets 0: ask the leader).
  * - produce to an explicit partition, fetch and listOffsets check the leader in the cluster's
  *   partition state first; the replication layer (`broker/replication.ts`) checks again, with
- *   its own, authoritative view, inside the broker.
+ *   its own, authoritative view, inside the broker. A produce without a partition is placed
+ *   here by the partition state (`routeProduce`): appended here, refused `not_leader` naming
+ *   the one broker that leads its partitions, or refused `invalid_request` when they need
+ *   several leaders (docs/cluster.md "Topics").
  * - clusterMetadata: brokers, controller, leaders ({@link ClusterNode.metadata}).
  * - Consumer groups (docs/cluster.md "Consumer groups"): kept by the broker clients use as
  *   coordinator (the controller), and every commit is also written to etcd before it is
@@ -43,6 +46,9 @@ import type {
 } from "../broker/types.ts";
 import type { ClusterNode } from "./node.ts";
 import { noLeader } from "./partition-state.ts";
+import { utf8 } from "../lib/bytes.ts";
+import { partitionForKey } from "../lib/murmur2.ts";
+import { EntryCursor } from "../storage/record.ts";
 
 /**
  * Builds the cluster-mode broker around `local`. The result has every method `local` has
@@ -66,6 +72,108 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
         ...(leader === undefined ? {} : { leader_tcp: leader.tcp, leader_http: leader.http }),
       },
     );
+  };
+
+  // Each topic's next round-robin position among the partitions this broker leads.
+  const roundRobin = new Map<string, number>();
+  // Each topic's next partition to redirect a keyless produce to, on a broker leading none.
+  const redirectNext = new Map<string, number>();
+  /**
+   * Places every record of a produce that names no partition (or −1 for some records) by the
+   * cluster's partition state (docs/cluster.md "Clients", "Produce without a partition"):
+   * keyed records (and an idempotent producer's keyless ones) by murmur2 as on one broker;
+   * keyless records on a partition of the broker that leads the keyed records' partitions,
+   * else on one this broker leads. @returns the request with every record's partition set,
+   * to append here.
+   * @throws BrokerError not_leader naming the one broker that leads every partition the request
+   *   needs (the HTTP front door answers 307 to it); invalid_request when the records need
+   *   partitions led by different brokers (details.partitions: each with its leader);
+   *   partition_not_found.
+   */
+  const routeProduce = (request: ProduceRequest): ProduceRequest => {
+    const topic = request.topic;
+    const me = node.membership.nodeId;
+    let n = 0;
+    while (node.partitionState(topic, n) !== undefined) n++;
+    if (n === 0) return request;
+    const check = (p: number) => {
+      if (p < n) return;
+      throw new BrokerError(
+        Errors.partitionNotFound,
+        `Cannot find partition ${p} of topic ${JSON.stringify(topic)}: it has ${n} partition${n === 1 ? "" : "s"}`,
+      );
+    };
+    const fixed = request.partition ?? -1;
+    if (fixed !== -1) check(fixed);
+    const perRecord = request.partitions;
+    const batch = request.batch;
+    // Leave a malformed request (per-record partitions of the wrong length) to the broker's checks.
+    if (perRecord !== undefined && perRecord.length !== batch.count) return request;
+    const producerId = request.producer === undefined ? undefined : String(request.producer.id);
+    const assignment = new Int32Array(batch.count);
+    const needed = new Map<number, number>(); // partition → its leader
+    let free = false;
+    const cursor = new EntryCursor(batch);
+    while (cursor.next()) {
+      let p = perRecord !== undefined ? perRecord[cursor.index] : -1;
+      if (p === -1) p = fixed;
+      if (p === -1) {
+        const key = cursor.key();
+        if (key !== null) p = partitionForKey(key, n);
+        else if (producerId !== undefined) p = partitionForKey(utf8(producerId), n);
+      }
+      assignment[cursor.index] = p;
+      if (p === -1) {
+        free = true;
+        continue;
+      }
+      check(p);
+      if (!needed.has(p)) needed.set(p, node.partitionState(topic, p)!.leader);
+    }
+    const leaders = new Set(needed.values());
+    if (leaders.has(noLeader))
+      for (const [p, l] of needed) if (l === noLeader) leaderCheck(topic, p); // 503, retriable
+    if (leaders.size > 1) {
+      const spread = [...needed].sort((a, b) => a[0] - b[0]);
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Cannot produce to topic ${JSON.stringify(topic)} in one request: its records go to partitions led by different brokers (${spread
+          .map(([p, l]) => `partition ${p}: node ${l}`)
+          .join(
+            ", ",
+          )}); send each leader the records of its partitions (GET /v1/cluster names the leaders), or name one partition per request`,
+        {
+          field: "records",
+          partitions: spread.map(([partition, leader]) => {
+            const at = node.brokers.get(leader);
+            return { partition, leader, ...(at === undefined ? {} : { leader_http: at.http }) };
+          }),
+        },
+      );
+    }
+    // The broker every record goes to: the keyed records' leader, else this one if it leads
+    // any partition, else (one redirect) the leader of the next partition that has one.
+    const target = leaders.size === 1 ? [...leaders][0] : me;
+    const mine: number[] = [];
+    for (let p = 0; p < n; p++) if (node.partitionState(topic, p)!.leader === target) mine.push(p);
+    if (mine.length === 0) {
+      const start = redirectNext.get(topic) ?? 0;
+      for (let i = 0; i < n; i++) {
+        const p = (start + i) % n;
+        if (node.partitionState(topic, p)!.leader === noLeader) continue;
+        redirectNext.set(topic, (p + 1) % n);
+        leaderCheck(topic, p);
+      }
+      leaderCheck(topic, start % n); // no partition has a leader now: 503, retriable
+    }
+    if (target !== me) leaderCheck(topic, mine[0]);
+    if (!free) return { ...request, partition: undefined, partitions: assignment };
+    // Keyless records: one partition for all of them (as on one broker), round robin over ours.
+    const next = roundRobin.get(topic) ?? 0;
+    const chosen = mine[next % mine.length];
+    roundRobin.set(topic, (next + 1) % mine.length);
+    for (let i = 0; i < assignment.length; i++) if (assignment[i] === -1) assignment[i] = chosen;
+    return { ...request, partition: undefined, partitions: assignment };
   };
 
   const describeRemote = (name: string, config: TopicConfig): TopicDescription => {
@@ -209,15 +317,12 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
     },
     describeTopic: describe,
     async produce(request: ProduceRequest): Promise<ProduceResult> {
-      if (request.partition !== undefined && request.partition >= 0 && !request.partitions)
+      if (request.partition !== undefined && request.partition >= 0 && !request.partitions) {
         leaderCheck(request.topic, request.partition);
-      else if (node.topicConfig(request.topic) !== undefined && !node.holds(request.topic))
-        throw new BrokerError(
-          Errors.notLeader,
-          `Cannot produce to ${request.topic} on node ${node.membership.nodeId}: it holds no replica of the topic; send each partition's records to its leader (cluster metadata)`,
-          { leader: -1 },
-        );
-      return local.produce(request);
+        return local.produce(request);
+      }
+      if (node.topicConfig(request.topic) === undefined) return local.produce(request);
+      return local.produce(routeProduce(request));
     },
     async fetch(request: FetchRequest): Promise<FetchResult> {
       leaderCheck(request.topic, request.partition);

@@ -18,6 +18,8 @@ import {
   TcpClient,
 } from "../../src/client/client.ts";
 import { Kafka, logLevel } from "kafkajs";
+import { utf8 } from "../../src/lib/bytes.ts";
+import { partitionForKey } from "../../src/lib/murmur2.ts";
 
 let etcd: EtcdCluster;
 let root: string;
@@ -315,7 +317,9 @@ describe("cluster mode: three brokers", () => {
       redirect: "manual",
     });
     expect(redirected.status).toBe(307);
-    expect(redirected.headers.get("location")).toBe(`${leaderUrl}/v1/topics/orders/records`);
+    expect(redirected.headers.get("location")).toBe(
+      `${leaderUrl}/v1/topics/orders/records?redirected=1`,
+    );
     const answer = (await redirected.json()) as { error: { code: string; message: string } };
     expect(answer.error.code).toBe("not_leader");
     expect(answer.error.message).toContain(`node ${p0.leader} leads it`);
@@ -326,6 +330,121 @@ describe("cluster mode: three brokers", () => {
     );
     expect(followed.status).toBe(200);
     expect(await followed.json()).toMatchObject({ offsets: [{ partition: 0 }] });
+  });
+
+  it("HTTP produce without a partition: at most one redirect; records for several leaders are refused, not bounced", async () => {
+    const m = await metadata(brokers.get(1)!, "orders");
+    const leaderOf = (p: number) => m.topics[0].partitions[p].leader;
+    const urlOf = (id: number) => m.brokers.find((b) => b.node_id === id)!.http;
+    const keyFor = (p: number) => {
+      for (let i = 0; ; i++) if (partitionForKey(utf8(`k${i}`), 3) === p) return `k${i}`;
+    };
+    const post = (
+      id: number,
+      records: unknown[],
+      redirect: "manual" | "follow" = "manual",
+      q = "",
+    ) =>
+      fetch(`${brokers.get(id)!.httpUrl}/v1/topics/orders/records${q}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ records }),
+        redirect,
+      });
+    const ends = async () => {
+      const out: number[] = [];
+      for (let p = 0; p < 3; p++) {
+        const t = await fetch(`${urlOf(leaderOf(p))}/v1/topics/orders`);
+        const d = (await t.json()) as { partitions: { high_watermark: number }[] };
+        out.push(d.partitions[p].high_watermark);
+      }
+      return out;
+    };
+    // Keyed records for partitions 0 and 1 (different leaders): one clear 400 from any broker,
+    // naming each partition's leader; nothing appended (curl -L used to loop for ever).
+    const before = await ends();
+    for (const id of [1, 2, 3]) {
+      const spread = [
+        { key: keyFor(0), value: "a" },
+        { key: keyFor(1), value: "b" },
+      ];
+      const res = await post(id, spread, "follow");
+      expect(res.status).toBe(400);
+      const body = (await res.json()) as {
+        error: { code: string; message: string; details: { partitions: unknown[] } };
+      };
+      expect(body.error.code).toBe("invalid_request");
+      expect(body.error.message).toContain("led by different brokers");
+      expect(body.error.details.partitions).toEqual([
+        { partition: 0, leader: leaderOf(0), leader_http: urlOf(leaderOf(0)) },
+        { partition: 1, leader: leaderOf(1), leader_http: urlOf(leaderOf(1)) },
+      ]);
+    }
+    expect(await ends()).toEqual(before);
+    // Keyless records: every broker keeps them on a partition it leads, no redirect.
+    for (const id of [1, 2, 3]) {
+      const res = await post(id, [{ value: "x" }, { value: "y" }]);
+      expect(res.status).toBe(200);
+      const { offsets } = (await res.json()) as { offsets: { partition: number }[] };
+      expect(offsets.map((o) => leaderOf(o.partition))).toEqual([id, id]);
+    }
+    // A keyed and a keyless record (the README's example): the keyless one joins the keyed
+    // one's leader, so one redirect at most.
+    const p2 = leaderOf(2);
+    const other = [1, 2, 3].find((id) => id !== p2)!;
+    const mixed = [{ key: keyFor(2), value: "k" }, { value: "free" }];
+    const once = await post(other, mixed);
+    expect(once.status).toBe(307);
+    const location = once.headers.get("location")!;
+    expect(location).toBe(`${urlOf(p2)}/v1/topics/orders/records?redirected=1`);
+    const followed = await fetch(location, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ records: mixed }),
+      redirect: "manual",
+    });
+    expect(followed.status).toBe(200);
+    const { offsets } = (await followed.json()) as { offsets: { partition: number }[] };
+    expect(offsets.map((o) => leaderOf(o.partition))).toEqual([p2, p2]);
+    // A request redirected once is never redirected again (the loop guard): 503, retry.
+    const stale = await post(other, mixed, "manual", "?redirected=1");
+    expect(stale.status).toBe(503);
+    expect(stale.headers.get("location")).toBeNull();
+    const refused = (await stale.json()) as { error: { code: string; message: string } };
+    expect(refused.error.code).toBe("not_leader");
+    expect(refused.error.message).toContain("redirected here already");
+  });
+
+  it("produce without a partition to a broker with no replica: one 307 to the real leader", async () => {
+    const created = await fetch(`${brokers.get(1)!.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "solo", partitions: 1, config: { replication_factor: 1 } }),
+    });
+    expect(created.status).toBe(201);
+    const m = await waitFor("solo's leader", async () => {
+      const x = await metadata(brokers.get(1)!, "solo");
+      return x.topics[0]?.partitions[0]?.leader > 0 ? x : undefined;
+    });
+    const leader = m.topics[0].partitions[0].leader;
+    const leaderUrl = m.brokers.find((b) => b.node_id === leader)!.http;
+    const other = [1, 2, 3].find((id) => id !== leader)!;
+    const res = await fetch(`${brokers.get(other)!.httpUrl}/v1/topics/solo/records`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ records: [{ value: "x" }] }),
+      redirect: "manual",
+    });
+    expect(res.status).toBe(307);
+    expect(res.headers.get("location")).toBe(`${leaderUrl}/v1/topics/solo/records?redirected=1`);
+    const body = (await res.json()) as { error: { code: string; details: { leader: number } } };
+    expect(body.error).toMatchObject({ code: "not_leader", details: { leader } });
+    const followed = await fetch(`${brokers.get(other)!.httpUrl}/v1/topics/solo/records`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ records: [{ value: "x" }] }),
+    });
+    expect(followed.status).toBe(200);
   });
 
   it("TCP: Metadata v1 names the leaders; a non-leader refuses with not_leader; the client routes", async () => {
@@ -831,6 +950,48 @@ describe("cluster mode: consumer groups", () => {
       await router.close();
     }
   }, 40_000);
+});
+
+describe("cluster mode: a port in use", () => {
+  it("a broker that cannot bind its TCP port exits before it contacts etcd (it never leads)", async () => {
+    const [dead, http, tcp] = await freePorts(3);
+    const { createServer } = await import("node:net");
+    const squatter = createServer();
+    await new Promise<void>((r) => squatter.listen(tcp, "127.0.0.1", () => r()));
+    try {
+      const { spawn } = await import("node:child_process");
+      const { brokerCommand } = await import("./harness.ts");
+      const [cmd, ...pre] = brokerCommand();
+      // etcd unreachable: a broker that joined before binding would wait for etcd for ever.
+      const proc = spawn(cmd, [
+        ...pre,
+        "serve",
+        "--data-dir",
+        join(root, "squatted"),
+        ...clusterArgs(8, http, tcp).map((a) =>
+          a === etcd.clusterUrl ? `etcd://127.0.0.1:${dead}` : a,
+        ),
+      ]);
+      let err = "";
+      proc.stderr.on("data", (d) => (err += d));
+      const code = await new Promise<number | null>((r) => {
+        const timer = setTimeout(() => {
+          proc.kill("SIGKILL");
+          r(null);
+        }, 15_000);
+        proc.on("exit", (c) => {
+          clearTimeout(timer);
+          r(c);
+        });
+      });
+      expect(err).toContain(`Cannot listen for TCP on 127.0.0.1:${tcp}`);
+      expect(code).not.toBe(0);
+      expect(code).not.toBeNull();
+      expect(err).not.toContain("cluster.etcd_unreachable");
+    } finally {
+      await new Promise((r) => squatter.close(r));
+    }
+  });
 });
 
 describe("cluster mode: etcd unreachable", () => {

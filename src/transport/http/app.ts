@@ -252,6 +252,13 @@ function mediaType(c: AppContext): string {
   return header.split(";", 1)[0].trim().toLowerCase();
 }
 
+/**
+ * The query parameter a cluster broker adds to the `Location` of its 307 to a partition's leader
+ * (docs/http-api.md "Requests for a partition another broker leads"); a request carrying it is
+ * never redirected again. Every route ignores it otherwise.
+ */
+export const redirectedMarker = "redirected";
+
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
 /** 413 `request_too_large` for a body over `maxBytes`. */
@@ -439,13 +446,24 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     // A key revoked while its request ran (auth.ts answers the other 401s itself).
     if (error.kind === Errors.unauthenticated || error.kind === Errors.keyRevoked)
       headers["www-authenticate"] = 'Bearer realm="es-broker", error="invalid_token"';
-    const body = JSON.stringify(errorBody(error));
-    // Cluster mode: the same request on the partition's leader (docs/cluster.md "Clients").
+    // Cluster mode: the same request on the partition's leader (docs/cluster.md "Clients"),
+    // marked as redirected; a request already marked is never redirected again (the leader
+    // moved while it was redirected: 503, retry), so a client follows at most one redirect.
     const leaderHttp = error.details?.leader_http;
     if (error.kind === Errors.notLeader && typeof leaderHttp === "string") {
-      headers.location = `${leaderHttp}${target()}`;
-      return { status: 307, headers, body };
+      const request = target();
+      const query = request.indexOf("?");
+      if (query < 0 || !new URLSearchParams(request.slice(query + 1)).has(redirectedMarker)) {
+        headers.location = `${leaderHttp}${request}${query < 0 ? "?" : "&"}${redirectedMarker}=1`;
+        return { status: 307, headers, body: JSON.stringify(errorBody(error)) };
+      }
+      error = new BrokerError(
+        error.kind,
+        `${error.message}; this request was redirected here already, so it is not redirected again: retry it`,
+        error.details,
+      );
     }
+    const body = JSON.stringify(errorBody(error));
     return { status: error.kind.http, headers, body };
   };
 
