@@ -11,7 +11,8 @@
  * ISR member (min ISR 2). Flags: `--quick` (tiny windows, for checking that it runs), `--rounds N`
  * (default 2), `--warmup-ms`, `--measure-ms` (default 1000, 5000), `--json FILE`, `--cpu-prof DIR`
  * (every broker, single and cluster, writes a V8 CPU profile to DIR when it stops; summarise
- * them with `node bench/profile-top.mjs DIR`).
+ * them with `node bench/profile-top.mjs DIR`). `BENCH_BROKER_BUNDLE=PATH` runs every broker from
+ * another build (a lever on and off in one sitting), `BENCH_NODE_FLAGS` as for `npm run bench`.
  */
 import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
@@ -130,7 +131,7 @@ export async function main(
     process.execPath,
     ...brokerNodeFlags,
     ...profile,
-    join(paths.root, "dist/es-broker.mjs"),
+    process.env.BENCH_BROKER_BUNDLE ?? join(paths.root, "dist/es-broker.mjs"),
   ];
   const serveArgs = ["--log-level", "warn"];
   const single = await startCluster({ cluster: false, command, serveArgs });

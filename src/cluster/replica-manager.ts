@@ -8,9 +8,13 @@
  *   (fsynced) log end, recorded as its position. A fetch is refused, and nothing recorded,
  *   without the broker credential (a constant-time compare with the cluster secret; API keys
  *   never match it: field failures #27e), from a node that is not a replica, under another
- *   leader epoch, or at an offset past the leader's log end.
- * - The high watermark is the smallest durable position in the ISR (the leader's own included)
- *   and never goes down while this broker leads; while the ISR is below `min_insync_replicas` it
+ *   leader epoch, or at an offset past the leader's log end. The answer holds the records up to
+ *   the leader's log end, those whose fsync is still running included, so a follower's write and
+ *   fsync overlap the leader's; records that then never become durable here (a failed fsync
+ *   cuts them) were never acknowledged, and leader-epoch truncation cuts them from followers.
+ * - The high watermark is the smallest durable position in the ISR (the leader's own fsynced end
+ *   included: it never passes what this broker's fsync covered) and never goes down while this
+ *   broker leads; while the ISR is below `min_insync_replicas` it
  *   does not move (the ELR must hold every committed record). A produce is acknowledged once the high
  *   watermark covers it and the ISR has at least `min_insync_replicas` members
  *   ({@link ReplicaManager.awaitCommitted}); a write waiting while the ISR falls below that fails
@@ -617,10 +621,11 @@ export class ReplicaManager implements ReplicationSeam {
         `Cannot serve a replica fetch of partition "${name}" at offset ${request.fetchOffset}: past the leader's log end ${log.logEndOffset}`,
       );
     this.#recordPosition(r, request.replicaId, position, request.fetchOffset);
-    // Long-poll while there is nothing new for this follower: neither records nor a high
-    // watermark above the one it was last told (followers cap their reads at it).
+    // Long-poll while there is nothing new for this follower: neither records (written: their
+    // fsync may still run) nor a high watermark above the one it was last told (followers cap
+    // their reads at it).
     if (
-      request.fetchOffset >= log.highWatermark &&
+      request.fetchOffset >= log.logEndOffset &&
       r.highWatermark <= position.highWatermarkSent &&
       request.waitMs > 0
     )
@@ -637,10 +642,15 @@ export class ReplicaManager implements ReplicationSeam {
         diverging: null,
       };
     }
+    // Up to the log end, not the local durable end: the follower's write and fsync overlap this
+    // broker's fsync. The high watermark still waits for this broker's own fsync (it is at most
+    // `log.highWatermark`), and records that never become durable here are cut from the follower
+    // by leader-epoch truncation (docs/cluster.md "Replica fetch").
     const read = await log.read({
       offset: request.fetchOffset,
       maxRecords: fetchRecordsMax,
       maxBytes: request.maxBytes === 0 ? fetchBytesDefault : request.maxBytes,
+      unsynced: true,
     });
     const end = read.count === 0 ? request.fetchOffset : read.nextOffset;
     position.lastLogEndSent = log.logEndOffset;
@@ -702,9 +712,10 @@ export class ReplicaManager implements ReplicationSeam {
   }
 
   /**
-   * Resolves once the leader has durable records past `offset`, or its high watermark passed the
-   * one `f` was last told, or the role ended, or after `waitMs` or an abort: woken by the log's
-   * fsync and by every high watermark move, never by polling.
+   * Resolves once the leader has written records past `offset` (durable or not), or its high
+   * watermark passed the one `f` was last told, or the role ended, or after `waitMs` or an abort:
+   * woken by the log's writes, its fsyncs and fences, and every high watermark move, never by
+   * polling.
    */
   #waitForData(
     r: Replica,
@@ -719,6 +730,7 @@ export class ReplicaManager implements ReplicationSeam {
         if (done) return;
         done = true;
         unsubscribe();
+        unsubscribeWrites();
         r.listeners.delete(check);
         timer.cancel();
         signal?.removeEventListener("abort", finish);
@@ -726,7 +738,7 @@ export class ReplicaManager implements ReplicationSeam {
       };
       const check = () => {
         if (
-          r.log.highWatermark > offset ||
+          r.log.logEndOffset > offset ||
           r.highWatermark > f.highWatermarkSent ||
           r.log.closed ||
           r.log.fenced ||
@@ -735,6 +747,7 @@ export class ReplicaManager implements ReplicationSeam {
           finish();
       };
       const unsubscribe = r.log.subscribe(check);
+      const unsubscribeWrites = r.log.subscribeWrites(check);
       r.listeners.add(check);
       const timer = this.#o.clock.setTimer(waitMs, finish);
       signal?.addEventListener("abort", finish);

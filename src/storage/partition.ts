@@ -182,6 +182,7 @@ export class PartitionLog {
   /** A write-loop start is scheduled with `clock.afterIo` (see {@link #scheduleDrain}). */
   #drainScheduled = false;
   #listeners = new Set<() => void>();
+  #writeListeners = new Set<() => void>();
   #stats = { appends: 0, writes: 0, recordsAppended: 0 };
 
   private constructor(options: PartitionOptions) {
@@ -684,6 +685,8 @@ export class PartitionLog {
       this.#stats.writes++;
       this.#stats.appends += group.length;
       this.#stats.recordsAppended += records;
+      // After `written`, which has started the fsync: a replica fetch woken here reads while it runs.
+      if (this.#writeListeners.size > 0) for (const l of [...this.#writeListeners]) l();
     }
   }
 
@@ -803,17 +806,25 @@ export class PartitionLog {
    * offsets below the first local segment are read from the lower tier first, if there is one.
    * `endOffset` (cluster mode: the replication high watermark) lowers the bound further: no
    * record at or above it is answered, and the answer's `highWatermark` is it.
+   *
+   * `unsynced` (cluster mode's replica fetch only; docs/cluster.md "Replica fetch") raises the
+   * bound from the high watermark to the log end: records whose write returned but whose fsync
+   * may still be running. They are not durable: a failed fsync cuts them (the partition fences)
+   * and a machine crash can lose them, so the caller must never treat them as committed (a
+   * follower's copy is cut by leader-epoch truncation if they vanish here).
    * @throws StorageError "out_of_range" if `offset` is below the log start offset or above the
-   *   high watermark (the local one: `endOffset` does not narrow the range).
+   *   high watermark (the log end with `unsynced`; `endOffset` does not narrow the range).
    */
   async read(request: {
     offset: number;
     maxRecords: number;
     maxBytes: number;
     endOffset?: number;
+    unsynced?: boolean;
   }): Promise<PartitionRead> {
     if (this.#closed) throw this.#closedError();
-    const localHighWatermark = this.highWatermark;
+    const unsynced = request.unsynced === true;
+    const localHighWatermark = unsynced ? this.logEndOffset : this.highWatermark;
     const highWatermark =
       request.endOffset === undefined
         ? localHighWatermark
@@ -855,7 +866,9 @@ export class PartitionLog {
     while (i < segments.length && offset < highWatermark) {
       const segment = segments[i];
       const limitBytes =
-        segment === this.#active ? this.#commit.durablePosition : segment.readableEndBytes;
+        segment === this.#active && !unsynced
+          ? this.#commit.durablePosition
+          : segment.readableEndBytes;
       if (!segment.acquire()) {
         // Closed under us: the partition closed, or retention/compaction replaced the segment.
         // Look again from the same offset: below a raised log start offset that is out of range.
@@ -912,6 +925,17 @@ export class PartitionLog {
     for (const l of [...this.#listeners]) l();
   }
 
+  /**
+   * Calls `listener` after every group write to the log returned (the log end moved; its fsync
+   * has been started, not finished). Cluster mode's replica fetch long-poll waits on it, so a
+   * follower reads records while the leader's fsync of them runs (`read` with `unsynced`).
+   * @returns a function that unsubscribes.
+   */
+  subscribeWrites(listener: () => void): () => void {
+    this.#writeListeners.add(listener);
+    return () => this.#writeListeners.delete(listener);
+  }
+
   /** True after {@link close}. */
   get closed(): boolean {
     return this.#closed;
@@ -934,6 +958,7 @@ export class PartitionLog {
       await this.#active.trimPreallocated();
     this.#notify();
     this.#listeners.clear();
+    this.#writeListeners.clear();
     for (const s of this.#segments) await s.close();
   }
 

@@ -9,6 +9,7 @@ import { onTestFinished } from "vitest";
 import { LocalBroker } from "../../src/broker/broker.ts";
 import { TcpClient } from "../../src/client/client.ts";
 import type { Etcd } from "../../src/cluster/etcd.ts";
+import type { FileSystem } from "../../src/fs/types.ts";
 import type { BrokerRegistration } from "../../src/cluster/membership.ts";
 import {
   formatPartitionState,
@@ -99,9 +100,11 @@ export async function startReplicatedCluster(options: {
   withKeys?: boolean;
   /** Starts the managers without a broker credential (`--cluster-secret-file` left out). */
   noSecret?: boolean;
+  /** The file system of node `nodeId` (default: the real one), e.g. one whose fsyncs can be held. */
+  fs?: (nodeId: number) => FileSystem;
 }): Promise<ReplicatedCluster> {
   const secret = new TextEncoder().encode(`secret-${options.prefix}`);
-  const fs = new NodeFileSystem();
+  const realFs = new NodeFileSystem();
   const nodes: ReplicaNode[] = [];
   const registrations = new Map<number, BrokerRegistration>();
   const stopped = new Set<number>();
@@ -131,7 +134,7 @@ export async function startReplicatedCluster(options: {
   const startNode = async (nodeId: number, dir: string): Promise<ReplicaNode> => {
     const logger = new MemoryLogger();
     const broker = await LocalBroker.open({
-      fs,
+      fs: options.fs?.(nodeId) ?? realFs,
       dataDir: dir,
       clock: realClock,
       logger,

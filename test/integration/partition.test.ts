@@ -16,6 +16,7 @@ import { MemoryLogger } from "../../src/lib/logger.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { decodeRecords } from "../helpers/records.ts";
+import { wrapFileSystem } from "../helpers/fs-wrap.ts";
 
 async function openLog(
   dir: string,
@@ -305,6 +306,73 @@ describe("PartitionLog on the real file system", () => {
     expect(decodeAll(read.bytes).map((r) => r.value)).toEqual(
       Array.from({ length: 50 }, (_, i) => `r${i}`),
     );
+    await log.close();
+  });
+
+  it("reads written records whose fsync is still running only when asked (unsynced), and loses them with the fsync", async () => {
+    const { dir } = tempDir();
+    // The log file's fsync can be held and then failed, as a disk that never makes them durable.
+    let hold: { release: (err?: Error) => void } | null = null;
+    let holding = false;
+    const fs = wrapFileSystem(new NodeFileSystem(), {
+      sync: (inner, path) => {
+        if (!holding || !path.endsWith(".log")) return inner.sync();
+        return new Promise<void>((resolve, reject) => {
+          hold = { release: (err) => (err === undefined ? resolve(inner.sync()) : reject(err)) };
+        });
+      },
+    });
+    const log = await PartitionLog.open({
+      fs,
+      dir: `${dir}/p`,
+      name: "t/0",
+      clock: new ManualClock(),
+      logger: new MemoryLogger(),
+      config: () => ({ segmentBytes: 1024 * 1024, segmentMs: 7 * 24 * 3600_000 }),
+    });
+    await log.append(batchOf(["a"]));
+    let writes = 0;
+    const unsubscribe = log.subscribeWrites(() => writes++);
+    holding = true;
+    const pending = log.append(batchOf(["b", "c"]));
+    const outcome = pending.then(
+      () => "acknowledged",
+      (err: { kind?: string }) => err.kind,
+    );
+    for (let i = 0; i < 100 && (log.logEndOffset < 3 || hold === null); i++)
+      await new Promise((r) => setTimeout(r, 10));
+    expect(log.logEndOffset).toBe(3);
+    expect(log.highWatermark).toBe(1);
+    expect(writes).toBe(1);
+    // A plain read stops at the high watermark; an unsynced one reaches the log end.
+    expect((await log.read({ offset: 1, maxRecords: 10, maxBytes: 1 << 20 })).count).toBe(0);
+    await expect(log.read({ offset: 2, maxRecords: 10, maxBytes: 1 << 20 })).rejects.toMatchObject({
+      kind: "out_of_range",
+    });
+    const unsynced = await log.read({
+      offset: 1,
+      maxRecords: 10,
+      maxBytes: 1 << 20,
+      unsynced: true,
+    });
+    expect(decodeAll(unsynced.bytes)).toEqual([
+      { offset: 1, value: "b" },
+      { offset: 2, value: "c" },
+    ]);
+    expect(unsynced.nextOffset).toBe(3);
+    await expect(
+      log.read({ offset: 4, maxRecords: 10, maxBytes: 1 << 20, unsynced: true }),
+    ).rejects.toMatchObject({ kind: "out_of_range" });
+    // The fsync fails: the partition fences, the unsynced records are cut and never acknowledged.
+    (hold as { release: (err?: Error) => void } | null)?.release(new Error("EIO: the disk failed"));
+    expect(await outcome).toBe("fenced");
+    for (let i = 0; i < 100 && log.logEndOffset !== 1; i++)
+      await new Promise((r) => setTimeout(r, 10));
+    expect(log.logEndOffset).toBe(1);
+    expect(
+      (await log.read({ offset: 1, maxRecords: 10, maxBytes: 1 << 20, unsynced: true })).count,
+    ).toBe(0);
+    unsubscribe();
     await log.close();
   });
 

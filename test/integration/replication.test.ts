@@ -22,6 +22,9 @@ import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { type EtcdCluster, startEtcdCluster } from "../helpers/etcd.ts";
 import { decodeRecords } from "../helpers/records.ts";
 import { type ReplicatedCluster, startReplicatedCluster, waitFor } from "../helpers/replication.ts";
+import { wrapFileSystem } from "../helpers/fs-wrap.ts";
+import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
+import type { FileSystem } from "../../src/fs/types.ts";
 
 let etcd: EtcdCluster;
 let client: EtcdHttpClient;
@@ -114,6 +117,65 @@ async function storedValues(broker: LocalBroker, topic: string): Promise<string[
   return out;
 }
 
+/**
+ * A real file system whose fsyncs of topic `topic`'s log files can be held (`hold`): held ones
+ * wait until `release()` lets them run, or `fail(err)` fails them (a disk that never made the
+ * records durable).
+ */
+function holdableFs(topic: string): {
+  fs: FileSystem;
+  hold(): void;
+  readonly held: number;
+  release(): void;
+  fail(err: Error): void;
+} {
+  let holding = false;
+  let waiting: { go: () => void; fail: (err: Error) => void }[] = [];
+  const fs = wrapFileSystem(new NodeFileSystem(), {
+    sync: (inner, path) => {
+      if (!holding || !path.includes(`/topics/${topic}/`) || !path.endsWith(".log"))
+        return inner.sync();
+      return new Promise<void>((resolve, reject) => {
+        waiting.push({ go: () => resolve(inner.sync()), fail: reject });
+      });
+    },
+  });
+  const drain = () => {
+    holding = false;
+    const w = waiting;
+    waiting = [];
+    return w;
+  };
+  return {
+    fs,
+    hold: () => {
+      holding = true;
+    },
+    get held() {
+      return waiting.length;
+    },
+    release: () => {
+      for (const w of drain()) w.go();
+    },
+    fail: (err) => {
+      for (const w of drain()) w.fail(err);
+    },
+  };
+}
+
+/** Whether `promise` is still pending after `ms`. */
+async function stillPending(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  const pending = Symbol("pending");
+  const winner = await Promise.race([
+    promise.then(
+      () => null,
+      () => null,
+    ),
+    new Promise((r) => setTimeout(() => r(pending), ms)),
+  ]);
+  return winner === pending;
+}
+
 describe("replication", () => {
   it("acknowledges a produce only once every ISR member has fsynced it; only the leader serves", async () => {
     const c = await cluster3();
@@ -187,6 +249,149 @@ describe("replication", () => {
       "the followers to learn high watermark 2",
     );
     expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it("followers fetch records the leader has written before its fsync returns; the high watermark waits for that fsync", async () => {
+    const disk = holdableFs("orders");
+    const c = await startReplicatedCluster({
+      count: 3,
+      etcd: client,
+      prefix: freshPrefix(),
+      fs: (id) => (id === 1 ? disk.fs : new NodeFileSystem()),
+    });
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a"]), { partition: 0 });
+    disk.hold();
+    const pending = leader.produce("orders", records(["b", "c"]), { partition: 0 });
+    // Both followers wrote and fsynced b and c while the leader's fsync of them is held.
+    await waitFor(
+      () => [2, 3].every((id) => c.node(id).broker.partitionLog("orders", 0).highWatermark === 3),
+      "the followers to hold b and c durably",
+    );
+    const log1 = c.node(1).broker.partitionLog("orders", 0);
+    expect(disk.held).toBeGreaterThan(0);
+    expect([log1.logEndOffset, log1.highWatermark]).toEqual([3, 1]);
+    // Not acknowledged, not readable: the leader's own fsync has not covered them.
+    expect(await stillPending(pending, 200)).toBe(true);
+    expect(c.node(1).manager.describe()[0]).toMatchObject({ high_watermark: 1 });
+    expect(
+      c
+        .node(1)
+        .manager.describe()[0]
+        .followers.map((f) => [f.node_id, f.durable_offset]),
+    ).toEqual([
+      [2, 3],
+      [3, 3],
+    ]);
+    expect((await leader.fetch({ topic: "orders", partition: 0, offset: 0 })).recordCount).toBe(1);
+    disk.release();
+    expect((await pending).spans[0]).toMatchObject({ baseOffset: 1, count: 2 });
+    expect(c.node(1).manager.describe()[0]).toMatchObject({ high_watermark: 3 });
+    const bytes = await storedBytes(c.node(1).broker, "orders");
+    expect(await storedBytes(c.node(2).broker, "orders")).toEqual(bytes);
+    expect(await storedBytes(c.node(3).broker, "orders")).toEqual(bytes);
+  });
+
+  it("the leader's fsync fails after its followers took the records: a follower holding them leads, nothing acknowledged is lost", async () => {
+    const disk = holdableFs("orders");
+    const c = await startReplicatedCluster({
+      count: 3,
+      etcd: client,
+      prefix: freshPrefix(),
+      fs: (id) => (id === 1 ? disk.fs : new NodeFileSystem()),
+    });
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const one = await c.node(1).client();
+    await one.produce("orders", records(["a"]), { partition: 0 });
+    disk.hold();
+    const lost = one.produce("orders", records(["x", "y"]), { partition: 0 });
+    await waitFor(
+      () => [2, 3].every((id) => c.node(id).broker.partitionLog("orders", 0).highWatermark === 3),
+      "the followers to hold x and y durably",
+    );
+    // The followers stop before their next fetch; the leader's disk never makes x, y durable:
+    // its partition fences and cuts them (as a crash that lost its page cache would).
+    await c.stopReplication(2);
+    await c.stopReplication(3);
+    disk.fail(new Error("EIO: the disk failed"));
+    await expectCode(lost, "partition_fenced");
+    const log1 = () => c.node(1).broker.partitionLog("orders", 0);
+    await waitFor(() => log1().logEndOffset === 1, "node 1 to cut x and y");
+    // Node 1 restarts; the controller moves the leadership to node 2, which holds x and y.
+    await c.stopReplication(1);
+    await c.restartNode(1, "orders");
+    await c.setState("orders", { ...initial, leader: 2, leader_epoch: 1, isr: [2, 3] });
+    await c.restartReplication(2, "orders");
+    await c.restartReplication(3, "orders");
+    await c.restartReplication(1, "orders");
+    const two = await c.node(2).client();
+    const r = await two.produce("orders", records(["d"]), { partition: 0 });
+    expect(r.spans[0].baseOffset).toBe(3);
+    const expected = ["0:a", "1:x", "2:y", "3:d"];
+    for (const id of [1, 2, 3]) {
+      await waitFor(
+        () => c.node(id).broker.partitionLog("orders", 0).highWatermark === 4,
+        `node ${id} to hold 4 records`,
+      );
+      expect(await storedValues(c.node(id).broker, "orders")).toEqual(expected);
+    }
+    expect(c.node(1).logger.named("replication.truncating")).toEqual([]);
+    const values = (await two.fetch({ topic: "orders", partition: 0, offset: 0 })).records.map(
+      (x) => new TextDecoder().decode(x.value),
+    );
+    expect(values).toEqual(["a", "x", "y", "d"]);
+  });
+
+  it("the leader's fsync fails after one follower took the records: a follower without them leads, the other truncates them", async () => {
+    const disk = holdableFs("orders");
+    const c = await startReplicatedCluster({
+      count: 3,
+      etcd: client,
+      prefix: freshPrefix(),
+      fs: (id) => (id === 1 ? disk.fs : new NodeFileSystem()),
+    });
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const one = await c.node(1).client();
+    await one.produce("orders", records(["a"]), { partition: 0 });
+    await c.stopReplication(3);
+    disk.hold();
+    const lost = one.produce("orders", records(["x", "y"]), { partition: 0 });
+    await waitFor(
+      () => c.node(2).broker.partitionLog("orders", 0).highWatermark === 3,
+      "node 2 to hold x and y durably",
+    );
+    await c.stopReplication(2);
+    disk.fail(new Error("EIO: the disk failed"));
+    await expectCode(lost, "partition_fenced");
+    await c.stopReplication(1);
+    await c.restartNode(1, "orders");
+    // Node 3 (in the ISR, holding every committed record) leads at epoch 1 from offset 1.
+    await c.setState("orders", { ...initial, leader: 3, leader_epoch: 1 });
+    await c.restartReplication(3, "orders");
+    await c.restartReplication(2, "orders");
+    await c.restartReplication(1, "orders");
+    const three = await c.node(3).client();
+    const r = await three.produce("orders", records(["d", "e"]), { partition: 0 });
+    expect(r.spans[0].baseOffset).toBe(1);
+    // Node 2's x and y (epoch 0, never durable on their leader, never acknowledged) are cut:
+    // offsets 1 and 2 hold d and e on every replica, never two records.
+    const expected = ["0:a", "1:d", "2:e"];
+    for (const id of [1, 2, 3]) {
+      await waitFor(
+        () => c.node(id).broker.partitionLog("orders", 0).highWatermark === 3,
+        `node ${id} to hold 3 records`,
+      );
+      expect(await storedValues(c.node(id).broker, "orders")).toEqual(expected);
+    }
+    expect(c.node(2).logger.named("replication.truncating")).toMatchObject([
+      { epoch: 0, leader_end_offset: 1, log_end_offset: 3, truncate_to: 1 },
+    ]);
+    const bytes = await storedBytes(c.node(3).broker, "orders");
+    expect(await storedBytes(c.node(2).broker, "orders")).toEqual(bytes);
+    expect(await storedBytes(c.node(1).broker, "orders")).toEqual(bytes);
   });
 
   it("refuses writes below min ISR and takes a follower back only once it reached the log end (#27a)", async () => {
