@@ -79,7 +79,16 @@ export async function tail(
   onRecord: (record: RecordJson) => void,
   signal: AbortSignal,
 ): Promise<void> {
-  const res = await fetch(path, { headers: headers(), credentials: "omit", signal });
+  // A cluster broker that does not lead the partition answers 307 to the leader, another
+  // origin: the page's policy (connect-src 'self') forbids following it, so say so instead.
+  const res = await fetch(path, {
+    headers: headers(),
+    credentials: "omit",
+    signal,
+    redirect: "manual",
+  });
+  if (res.type === "opaqueredirect" || (res.status >= 300 && res.status < 400))
+    throw new ApiError(307, "not_leader", "another broker leads this partition");
   if (!res.ok || res.body === null) throw await failure(res);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
@@ -105,4 +114,30 @@ export async function tail(
       end = buffer.indexOf("\n\n");
     }
   }
+}
+
+/**
+ * Cluster mode: the address of the live tail of `topic`/`partition` in its leader's console
+ * (docs/console.md "In a cluster"), from `GET /v1/cluster`, with the leader's node id; null on a
+ * single broker, or when the partition has no leader now.
+ */
+export async function leaderTail(
+  topic: string,
+  partition: number,
+): Promise<{ node: number; url: string } | null> {
+  let cluster: {
+    brokers: { node_id: number; http: string }[];
+    topics: { partitions: { partition: number; leader: number }[] }[];
+  };
+  try {
+    cluster = await call("GET", `/v1/cluster?topic=${encodeURIComponent(topic)}`);
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) return null;
+    throw err;
+  }
+  const leader = cluster.topics[0]?.partitions.find((p) => p.partition === partition)?.leader;
+  const broker = cluster.brokers.find((b) => b.node_id === leader);
+  if (leader === undefined || broker === undefined) return null;
+  const url = `${broker.http.replace(/\/+$/, "")}/console#/tail/${encodeURIComponent(topic)}/${partition}`;
+  return { node: leader, url };
 }

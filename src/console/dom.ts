@@ -103,3 +103,18 @@ export function formatRate(perSecond: number | null): string {
   if (perSecond === null) return "…";
   return `${perSecond < 10 ? perSecond.toFixed(1) : Math.round(perSecond)}/s`;
 }
+
+/**
+ * A link to another broker's console (cluster mode): `url` must be http(s); it opens without
+ * a referrer or a handle on this page. @throws Error for any other scheme.
+ */
+export function externalLink(url: string, text: string): HTMLAnchorElement {
+  const protocol = new URL(url).protocol;
+  if (protocol !== "http:" && protocol !== "https:")
+    throw new Error("links to other brokers are http(s) only");
+  const a = document.createElement("a");
+  a.setAttribute("href", url);
+  a.setAttribute("rel", "noopener noreferrer");
+  a.textContent = text;
+  return a;
+}

@@ -13,8 +13,8 @@
  * Data refreshes every 2 s; rates are high-watermark deltas between refreshes. Everything shown
  * is text (`dom.ts`); the key lives in this tab's sessionStorage (`api.ts`).
  */
-import { ApiError, call, type RecordJson, storedKey, storeKey, tail } from "./api.ts";
-import { type Child, formatBytes, formatRate, h, replace, table } from "./dom.ts";
+import { ApiError, call, leaderTail, type RecordJson, storedKey, storeKey, tail } from "./api.ts";
+import { type Child, externalLink, formatBytes, formatRate, h, replace, table } from "./dom.ts";
 
 interface PartitionInfo {
   partition: number;
@@ -331,8 +331,24 @@ function tailView(topicName: string, partition: string): () => void {
       if (abort.signal.aborted) return;
       if (err instanceof ApiError && err.status === 401) return askForKey(err.message);
       state.className = "outcome error";
+      if (err instanceof ApiError && err.status === 307) return leaderElsewhere();
       state.textContent = errorText(err);
     }
+  };
+  // Cluster mode: another broker leads the partition, and this page may talk to its own
+  // origin only; point at the leader's console (docs/console.md "In a cluster").
+  const leaderElsewhere = async () => {
+    const at = await leaderTail(topicName, Number(partition)).catch(() => null);
+    if (abort.signal.aborted) return;
+    replace(
+      state,
+      at === null
+        ? "Another broker leads this partition (or none does now): open the live tail in its console."
+        : [
+            `Node ${at.node} leads ${topicName}/${partition}; this broker cannot show its live tail (the console talks to its own broker only). Open it in the leader's console (it asks for the API key again): `,
+            externalLink(at.url, at.url),
+          ],
+    );
   };
   void follow();
   return () => abort.abort();

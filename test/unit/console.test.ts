@@ -6,7 +6,7 @@
 import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { crossSiteRefusal } from "../../src/transport/http/auth.ts";
 import { consoleContentSecurityPolicy } from "../../src/transport/http/console.ts";
 import { consoleScript, consoleStyles } from "../../src/transport/http/console-assets.ts";
@@ -77,6 +77,79 @@ describe("crossSiteRefusal", () => {
       const body = (await refused!.json()) as { error: { code: string; message: string } };
       expect(body.error.code).toBe("forbidden");
       expect(body.error.message).toMatch(/^Cannot accept a cross-site request/);
+    }
+  });
+});
+
+describe("the console's live tail in a cluster (src/console/api.ts)", () => {
+  // A broker that does not lead the partition (307 to another origin), and the leader; real
+  // sockets. The console runs in a page whose policy forbids following the redirect.
+  it("does not follow a 307 to another broker; finds the leader's console instead", async () => {
+    const { createServer } = await import("node:http");
+    // A path the compiler does not follow: src/console/ is typed against the DOM (its own tsconfig).
+    const apiModule = "../../src/console/api.ts";
+    const { tail, leaderTail, ApiError } = (await import(apiModule)) as {
+      tail: (path: string, onRecord: (r: unknown) => void, signal: AbortSignal) => Promise<void>;
+      leaderTail: (topic: string, partition: number) => Promise<unknown>;
+      ApiError: new (...args: never[]) => Error;
+    };
+    const keys = new Map<string, string>();
+    vi.stubGlobal("sessionStorage", {
+      getItem: (k: string) => keys.get(k) ?? null,
+      setItem: (k: string, v: string) => keys.set(k, v),
+      removeItem: (k: string) => keys.delete(k),
+    });
+    const listen = (handler: Parameters<typeof createServer>[1]) =>
+      new Promise<{ url: string; close: () => void }>((resolve) => {
+        const server = createServer(handler);
+        server.listen(0, "127.0.0.1", () => {
+          const port = (server.address() as { port: number }).port;
+          resolve({ url: `http://127.0.0.1:${port}`, close: () => server.close() });
+        });
+      });
+    const leader = await listen((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(
+        `event: record\ndata: ${JSON.stringify({ offset: 0, timestamp: 0, key: null, value: "x" })}\n\n`,
+      );
+    });
+    const follower = await listen((req, res) => {
+      if (req.url?.startsWith("/v1/cluster")) {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(
+          JSON.stringify({
+            brokers: [{ node_id: 2, http: leader.url }],
+            topics: [{ name: "t/x", partitions: [{ partition: 1, leader: 2 }] }],
+          }),
+        );
+        return;
+      }
+      res.writeHead(307, { location: `${leader.url}${req.url}?redirected=1` });
+      res.end(JSON.stringify({ error: { code: "not_leader", message: "node 2 leads it" } }));
+    });
+    // The page's fetch resolves relative paths against its own broker.
+    const pageFetch = globalThis.fetch;
+    vi.stubGlobal("fetch", (path: string, init?: RequestInit) =>
+      pageFetch(new URL(path, follower.url), init),
+    );
+    try {
+      const seen: unknown[] = [];
+      const failed = await tail(
+        "/v1/topics/t/partitions/1/stream?offset=latest",
+        (r) => seen.push(r),
+        new AbortController().signal,
+      ).catch((e: unknown) => e);
+      expect(failed).toBeInstanceOf(ApiError);
+      expect(failed).toMatchObject({ status: 307, code: "not_leader" });
+      expect(seen).toEqual([]);
+      expect(await leaderTail("t/x", 1)).toEqual({
+        node: 2,
+        url: `${leader.url}/console#/tail/t%2Fx/1`,
+      });
+    } finally {
+      vi.unstubAllGlobals();
+      leader.close();
+      follower.close();
     }
   });
 });
