@@ -10,11 +10,10 @@
  * Every listener serves TLS only, so no broker can have fetched over plain TCP; none logged a
  * plain-text or failed handshake either.
  */
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { apiKeysFileName } from "../../src/auth/key-store.ts";
 import type { ClusterMetadata } from "../../src/broker/types.ts";
 import { requestJson } from "../../src/cli/keys.ts";
 import { ClusterClient } from "../../src/client/client.ts";
@@ -44,12 +43,9 @@ function args(id: number, ca = pki.ca): string[] {
   ];
 }
 
-/** Starts broker `id` on its own data directory, holding the same API keys as broker 1. */
+/** Starts broker `id` on its own data directory (the cluster's API keys are in etcd). */
 async function start(id: number, extra: string[] = [], ca = pki.ca): Promise<BrokerProcess> {
-  const dataDir = join(root, `n${id}`);
-  mkdirSync(dataDir, { recursive: true });
-  if (id !== 1) copyFileSync(join(root, "n1", apiKeysFileName), join(dataDir, apiKeysFileName));
-  const b = await startBroker(dataDir, [...args(id, ca), ...extra]);
+  const b = await startBroker(join(root, `n${id}`), [...args(id, ca), ...extra]);
   brokers.set(id, b);
   return b;
 }
@@ -89,7 +85,9 @@ beforeAll(async () => {
   writeFileSync(secretFile, "tls-broker-credential-0123456789\n", { mode: 0o600 });
   admin = await offlineAdminKey(join(root, "n1"), root);
   ports = await freePorts(8);
-  await Promise.all([1, 2, 3].map((id) => start(id)));
+  // Node 1's data directory holds the admin key: joining first, it imports it into etcd.
+  await start(1);
+  await Promise.all([2, 3].map((id) => start(id)));
 }, 60_000);
 
 afterAll(async () => {
