@@ -5,15 +5,15 @@
  * (checking each other against `--cluster-tls-ca` and presenting their own certificate), a leader
  * SIGKILL fails over, `cluster status` and the TS `ClusterClient` work over TLS, a broker with a
  * plain TCP listener is refused, and a broker given a CA that does not trust the others never
- * replicates from them and says why (log, `GET /v1/cluster`, `cluster status`, `/metrics`).
+ * replicates from them and says why (log, `GET /v1/cluster`, `cluster status`, `/metrics`)
+ * until the right CA is put in place and SIGHUP re-reads it.
  * Every listener serves TLS only, so no broker can have fetched over plain TCP; none logged a
  * plain-text or failed handshake either.
  */
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { apiKeysFileName } from "../../src/auth/key-store.ts";
 import type { ClusterMetadata } from "../../src/broker/types.ts";
 import { requestJson } from "../../src/cli/keys.ts";
 import { ClusterClient } from "../../src/client/client.ts";
@@ -43,12 +43,9 @@ function args(id: number, ca = pki.ca): string[] {
   ];
 }
 
-/** Starts broker `id` on its own data directory, holding the same API keys as broker 1. */
+/** Starts broker `id` on its own data directory (the cluster's API keys are in etcd). */
 async function start(id: number, extra: string[] = [], ca = pki.ca): Promise<BrokerProcess> {
-  const dataDir = join(root, `n${id}`);
-  mkdirSync(dataDir, { recursive: true });
-  if (id !== 1) copyFileSync(join(root, "n1", apiKeysFileName), join(dataDir, apiKeysFileName));
-  const b = await startBroker(dataDir, [...args(id, ca), ...extra]);
+  const b = await startBroker(join(root, `n${id}`), [...args(id, ca), ...extra]);
   brokers.set(id, b);
   return b;
 }
@@ -88,7 +85,9 @@ beforeAll(async () => {
   writeFileSync(secretFile, "tls-broker-credential-0123456789\n", { mode: 0o600 });
   admin = await offlineAdminKey(join(root, "n1"), root);
   ports = await freePorts(8);
-  await Promise.all([1, 2, 3].map((id) => start(id)));
+  // Node 1's data directory holds the admin key: joining first, it imports it into etcd.
+  await start(1);
+  await Promise.all([2, 3].map((id) => start(id)));
 }, 60_000);
 
 afterAll(async () => {
@@ -166,8 +165,10 @@ describe("cluster mode with TLS on every listener", () => {
     expect(noCa.stderr).toMatch(/--cluster with --tls-cert needs --cluster-tls-ca FILE/);
   });
 
-  it("a broker whose --cluster-tls-ca does not trust the others never replicates from them, and says why", async () => {
-    const b4 = await start(4, ["--metrics-port", "0"], pki.otherCa);
+  it("a broker whose --cluster-tls-ca does not trust the others never replicates from them, and says why; the right CA on SIGHUP heals it", async () => {
+    const ca4 = join(root, "ca4.pem");
+    copyFileSync(pki.otherCa, ca4);
+    const b4 = await start(4, ["--metrics-port", "0"], ca4);
     await waitFor("node 4 to be seen", async () => (await view(1)).brokers.length === 4);
     await cluster.refresh();
     await cluster.createTopic({
@@ -212,6 +213,15 @@ describe("cluster mode with TLS on every listener", () => {
     // The others refused nothing in plain text: node 4 never tried without TLS.
     for (const [id, b] of brokers)
       if (id !== 4) expect(b.stderr()).not.toContain("tls.plaintext_client");
+    // The right CA, re-read on SIGHUP: node 4 fetches, catches up and is back in every ISR.
+    copyFileSync(pki.ca, ca4);
+    b4.proc.kill("SIGHUP");
+    for (const p of followed)
+      await waitFor("node 4 back in the ISR", async () =>
+        (await view(p.leader, "distrust")).topics[0].partitions[p.partition].isr.includes(4),
+      );
+    expect((await view(4)).peer_links!.every((l) => l.ok && l.tls)).toBe(true);
+    expect(b4.stderr()).toContain('"event":"cluster.peer_connected"');
     await b4.stop("SIGTERM");
     brokers.delete(4);
   });
