@@ -643,6 +643,18 @@ export class LocalBroker implements Broker {
       ) {
         await this.#tails.wait(log, offset, waitMs, request.signal);
         if (!log.closed) result = await this.#tails.read(log, { offset, maxRecords, maxBytes });
+      } else if (
+        result.count > 0 &&
+        waitMs > 0 &&
+        result.count < maxRecords &&
+        result.nextOffset >= result.highWatermark &&
+        this.#tails.busy(log) &&
+        !request.signal?.aborted
+      ) {
+        // A long-poll that found the last few records of a partition many readers tail goes out
+        // with the others' next coalesced wake-up, with what arrived meanwhile (tail.ts).
+        await this.#tails.holdBack(log, request.signal);
+        if (!log.closed) result = await this.#tails.read(log, { offset, maxRecords, maxBytes });
       }
       return {
         records: { bytes: result.bytes, count: result.count },

@@ -12,6 +12,10 @@
  *   {@link coalesceDelayMsMax} ms), so the records of every fsync in that span reach each reader
  *   in one answer or one write rather than one per fsync. A single waiter (the usual consumer)
  *   wakes at once. A closed or fenced partition wakes every waiter at once;
+ * - **readers at the tail held back with them**: on such a partition, a long-poll that finds a
+ *   few records at the tail ({@link PartitionTails.holdBack}) waits for the next of those wake-ups
+ *   (at most the same delay) instead of being answered at once, so a reader that comes back
+ *   while records arrive joins the others' cycle rather than taking one answer per fsync;
  * - **one read per offset**: reads of the same partition, offset and limits that overlap in time
  *   share one storage read (the woken waiters of one partition usually stand at the same offset).
  *   The bytes of a read are never changed after it returns (`PartitionLog.read` hands out fresh
@@ -120,6 +124,26 @@ export class PartitionTails {
       const timer = this.#clock.setTimer(waitMs, waiter.finish);
       signal?.addEventListener("abort", waiter.finish);
     });
+  }
+
+  /**
+   * True while {@link coalesceWaitersMin} or more readers wait on the partition of `log`: a busy
+   * tail, whose wake-ups are coalesced.
+   */
+  busy(log: PartitionLog): boolean {
+    return (this.#tails.get(log)?.waiters.size ?? 0) >= coalesceWaitersMin;
+  }
+
+  /**
+   * Holds back a long-poll that found records at the tail of a {@link busy} partition (module
+   * comment): resolves at the partition's next wake-up of its waiters, or after
+   * {@link coalesceDelayMs} of the waiters now (at most {@link coalesceDelayMsMax} ms), on abort,
+   * or when the partition closes or is fenced, whichever comes first. Never rejects.
+   */
+  holdBack(log: PartitionLog, signal?: AbortSignal): Promise<void> {
+    const waiters = this.#tails.get(log)?.waiters.size ?? 0;
+    // Offset −1: every wake-up finds the high watermark past it.
+    return this.wait(log, -1, Math.max(1, coalesceDelayMs(waiters + 1)), signal);
   }
 
   #moved(log: PartitionLog, tail: Tail): void {

@@ -1,8 +1,9 @@
 /**
  * Shared tail reads and coalesced long-poll wake-ups (`src/broker/tail.ts`), against a fake
  * partition log and a manual clock: one subscription per partition, one read per offset for
- * overlapping identical reads, wake-ups held back only with several waiters, and a closed or
- * fenced partition waking everyone at once.
+ * overlapping identical reads, wake-ups held back only with several waiters, a reader at the
+ * tail of a busy partition held back until the others' next wake-up (never past its delay), and a
+ * closed or fenced partition waking everyone at once.
  */
 import { describe, expect, it } from "vitest";
 import {
@@ -120,6 +121,40 @@ describe("PartitionTails", () => {
     await flush();
     expect(woken).toContain(0);
     expect(log.listeners.size).toBe(0);
+  });
+
+  it("holds a reader at the tail of a busy partition until the next wake-up, at most its delay", async () => {
+    const log = new FakeLog();
+    const clock = new ManualClock();
+    const tails = new PartitionTails(clock);
+    expect(tails.busy(asLog(log))).toBe(false);
+    const woken: number[] = [];
+    for (let i = 0; i < coalesceWaitersMin; i++)
+      void tails.wait(asLog(log), 0, 5000).then(() => woken.push(i));
+    expect(tails.busy(asLog(log))).toBe(true);
+    // Held with the waiters: released by their coalesced wake-up, together with them.
+    let held = false;
+    void tails.holdBack(asLog(log)).then(() => (held = true));
+    log.append(1);
+    await flush();
+    expect(held).toBe(false);
+    clock.advance(coalesceDelayMs(coalesceWaitersMin + 1));
+    await flush();
+    expect(held).toBe(true);
+    expect(woken.length).toBe(coalesceWaitersMin);
+    expect(log.listeners.size).toBe(0);
+
+    // No record arrives: released after the delay anyway, never left waiting for one.
+    for (let i = 0; i < coalesceWaitersMin; i++) void tails.wait(asLog(log), 1, 5000);
+    let alone = false;
+    void tails.holdBack(asLog(log)).then(() => (alone = true));
+    const delay = coalesceDelayMs(coalesceWaitersMin + 1);
+    clock.advance(delay - 1);
+    await flush();
+    expect(alone).toBe(false);
+    clock.advance(1);
+    await flush();
+    expect(alone).toBe(true);
   });
 
   it("wakes every waiter at once when the partition is fenced or closed, and on abort or timeout", async () => {
