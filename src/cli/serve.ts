@@ -665,7 +665,12 @@ export async function serve(argv: string[]): Promise<number> {
   metricsText = () =>
     renderMetrics({
       registry: metrics,
-      observe: () => broker.observe(),
+      // Cluster mode: only the coordinator (the controller) exports group series; another
+      // broker's group state is of an earlier tenure, frozen (docs/operations.md "Metrics").
+      observe: async () => {
+        const seen = await broker.observe();
+        return node === null || node.controller.isController ? seen : { ...seen, groups: [] };
+      },
       refusals: () => refusals.counts(),
       connections: () => ({
         http: http!.openConnections(),

@@ -12,9 +12,14 @@
  *   rebalance or a crash are read again by the next owner: delivery is at least once, and nothing
  *   is skipped.
  * - Heartbeats every `heartbeatIntervalMs` (default a third of the session timeout). A heartbeat
- *   that reports a new generation, or a commit refused as `stale_generation` /
- *   `not_partition_owner`, makes the next {@link poll} or {@link commit} rejoin first (same member
- *   id); `unknown_member` (the session expired) makes it join again as a new member.
+ *   that reports a new generation makes the next {@link poll} or {@link commit} rejoin first (same
+ *   member id); `unknown_member` (the session expired) makes it join again as a new member, and
+ *   so does a join refused as `stale_generation` (the group moved to another coordinator).
+ * - A commit refused by a rebalance (`stale_generation`, `not_partition_owner`, `unknown_member`,
+ *   or the coordinator lost) is not dropped: {@link commit} rejoins at once and commits again the
+ *   offsets of the partitions the member still owns without a break (they are its to commit in
+ *   the new generation); only those of partitions it lost stay uncommitted, for their next owner
+ *   to read again.
  * - Fetches: one per owned partition at a time, long-polling; {@link poll} returns as soon as any
  *   has records (or after `waitMs`), and fetches still running carry over to the next poll.
  */
@@ -95,6 +100,9 @@ export class GroupConsumer {
   /** Last committed (by this member), per owned partition. */
   #committed = new Map<string, number>();
   #inflight = new Map<string, Inflight>();
+  /** Per owned partition, when it was (last) assigned: an ownership without a break keeps it. */
+  #tenure = new Map<string, number>();
+  #tenures = 0;
   #rejoin: "none" | "same" | "fresh" = "none";
   #heartbeat: ReturnType<typeof setInterval> | null = null;
   #closed = false;
@@ -166,6 +174,7 @@ export class GroupConsumer {
         this.#positions.delete(k);
         this.#committed.delete(k);
         this.#inflight.delete(k);
+        this.#tenure.delete(k);
       }
     }
     const fresh = assignments.filter((tp) => !this.#positions.has(key(tp)));
@@ -187,10 +196,11 @@ export class GroupConsumer {
           this.#committed.set(key(tp), start);
         }
         this.#positions.set(key(tp), start);
+        this.#tenure.set(key(tp), ++this.#tenures);
       }
     }
     this.#assignments = [...assignments];
-    if (neverCommitted.length > 0) await this.commit(neverCommitted);
+    if (neverCommitted.length > 0) await this.#commit(neverCommitted, 0);
     this.#onAssigned?.(this.assignments, this.#generation);
   }
 
@@ -262,9 +272,15 @@ export class GroupConsumer {
     try {
       await this.#join(!fresh);
     } catch (err) {
-      if (!fresh && err instanceof ClientError && err.code === Errors.unknownMember.code)
+      if (
+        err instanceof ClientError &&
+        (err.code === Errors.unknownMember.code || err.code === Errors.staleGeneration.code)
+      ) {
+        // The member or its generation is gone here (a coordinator that lost the group answers
+        // stale_generation): join as a new member, on the coordinator now (with a router).
+        if (this.#router?.coordinator !== undefined) await this.#moveCoordinator();
         await this.#join(false);
-      else if (this.#coordinatorLost(err)) {
+      } else if (this.#coordinatorLost(err)) {
         await this.#moveCoordinator();
         await this.#join(false);
       } else throw err;
@@ -354,56 +370,78 @@ export class GroupConsumer {
   }
 
   /**
-   * Commits the positions of the partitions this member owns (only those that moved). Resolves
-   * true if committed (or nothing to commit), false if the group rebalanced first (the next poll
-   * rejoins; what was not committed will be read again by its next owner).
+   * Commits the positions of the partitions this member owns (only those that moved). A commit
+   * refused by a rebalance rejoins at once and is sent again for the partitions still owned
+   * without a break (module comment), a few times at most. Resolves true if everything wanted
+   * is committed (or nothing to commit), false if the member lost some of those partitions
+   * first (their next owner reads what was not committed again).
    * @param upTo commit these positions instead (a prefix of what was handed out), per partition.
-   * @throws ClientError for other failures.
+   * @throws ClientError for other failures, and when the group keeps rebalancing.
    */
   async commit(
     upTo?: Map<string, number> | { topic: string; partition: number; offset: number }[],
   ): Promise<boolean> {
-    await this.#ensureMember();
+    return this.#commit(upTo, 4);
+  }
+
+  /** {@link commit}, sent again up to `retries` times after a rebalance; 0: rejoin at the next call. */
+  async #commit(
+    upTo: Map<string, number> | { topic: string; partition: number; offset: number }[] | undefined,
+    retries: number,
+  ): Promise<boolean> {
     const wanted = new Map<string, number>();
     if (upTo === undefined) for (const [k, v] of this.#positions) wanted.set(k, v);
     else if (upTo instanceof Map) for (const [k, v] of upTo) wanted.set(k, v);
     else for (const o of upTo) wanted.set(key(o), o.offset);
-    const offsets: { topic: string; partition: number; offset: number }[] = [];
-    for (const tp of this.#assignments) {
-      const k = key(tp);
-      const offset = wanted.get(k);
-      if (offset === undefined || offset === this.#committed.get(k)) continue;
-      offsets.push({ ...tp, offset });
+    // Handed out under this ownership: the member's to commit only while it lasts.
+    const tenure = new Map([...wanted.keys()].map((k) => [k, this.#tenure.get(k)]));
+    let complete = true;
+    const keepOwned = () => {
+      for (const k of [...wanted.keys()]) {
+        const t = this.#tenure.get(k);
+        if (t === undefined || t !== tenure.get(k)) {
+          wanted.delete(k);
+          complete = false;
+        }
+      }
+    };
+    await this.#ensureMember();
+    keepOwned();
+    for (let attempt = 0; ; attempt++) {
+      const offsets: { topic: string; partition: number; offset: number }[] = [];
+      for (const tp of this.#assignments) {
+        const k = key(tp);
+        const offset = wanted.get(k);
+        if (offset === undefined || offset === this.#committed.get(k)) continue;
+        offsets.push({ ...tp, offset });
+      }
+      if (offsets.length === 0) return complete;
+      try {
+        await this.#client.commitOffsets({
+          group: this.group,
+          memberId: this.#memberId,
+          generation: this.#generation,
+          offsets,
+        });
+      } catch (err) {
+        if (
+          err instanceof ClientError &&
+          (err.code === Errors.staleGeneration.code || err.code === Errors.notPartitionOwner.code)
+        )
+          this.#rejoin = "same";
+        else if (err instanceof ClientError && err.code === Errors.unknownMember.code)
+          this.#rejoin = "fresh";
+        else if (this.#coordinatorLost(err)) await this.#moveCoordinator();
+        else throw err;
+        if (retries === 0) return false;
+        if (attempt >= retries) throw err;
+        await this.#ensureMember();
+        keepOwned();
+        continue;
+      }
+      for (const o of offsets) this.#committed.set(key(o), o.offset);
+      return complete;
     }
-    if (offsets.length === 0) return true;
-    try {
-      await this.#client.commitOffsets({
-        group: this.group,
-        memberId: this.#memberId,
-        generation: this.#generation,
-        offsets,
-      });
-    } catch (err) {
-      if (
-        err instanceof ClientError &&
-        (err.code === Errors.staleGeneration.code || err.code === Errors.notPartitionOwner.code)
-      ) {
-        this.#rejoin = "same";
-        return false;
-      }
-      if (err instanceof ClientError && err.code === Errors.unknownMember.code) {
-        this.#rejoin = "fresh";
-        return false;
-      }
-      if (this.#coordinatorLost(err)) {
-        // Not committed: the next owner reads those records again (at least once).
-        await this.#moveCoordinator();
-        return false;
-      }
-      throw err;
-    }
-    for (const o of offsets) this.#committed.set(key(o), o.offset);
-    return true;
   }
 
   /** Key of a partition in the maps {@link commit} takes. */

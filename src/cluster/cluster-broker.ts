@@ -14,10 +14,11 @@
  *   the one broker that leads its partitions, or refused `invalid_request` when they need
  *   several leaders (docs/cluster.md "Topics").
  * - clusterMetadata: brokers, controller, leaders ({@link ClusterNode.metadata}).
- * - Consumer groups (docs/cluster.md "Consumer groups"): kept by the broker clients use as
- *   coordinator (the controller), and every commit is also written to etcd before it is
- *   acknowledged; the first time this broker serves a group (since it started or last became
- *   the controller) it claims the group in etcd and takes its offsets from there, so commits
+ * - Consumer groups (docs/cluster.md "Consumer groups"): kept by the coordinator, the
+ *   controller (any other broker refuses group requests with `not_leader` naming it, reads
+ *   included), and every commit is also written to etcd before it is acknowledged; the first
+ *   time the controller serves a group since it became the controller it claims the group in
+ *   etcd and takes its offsets from there, so commits
  *   outlive the coordinator. Generations are recorded in etcd before a member learns them and
  *   the claim starts above all of them, so they never go backwards when the coordinator moves;
  *   a commit or join on a broker whose claim was taken over gets `stale_generation`.
@@ -213,6 +214,31 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
     }
     wasController = node.controller.isController;
   });
+  /**
+   * Group requests are served by the coordinator, the controller. Any other broker refuses them
+   * with `not_leader` naming the controller (HTTP answers 307 there; TCP clients read the
+   * metadata again; Kafka's are NOT_COORDINATOR): its group state is of an earlier tenure, and
+   * serving a group would claim it in etcd, taking it from the real coordinator — so not even a
+   * read (`GET /v1/groups/{g}`) is answered here (docs/cluster.md "Consumer groups").
+   */
+  const coordinatorCheck = (action: string): void => {
+    if (node.controller.isController) return;
+    const me = node.membership.nodeId;
+    const controller = node.controller.current?.node_id ?? noLeader;
+    const broker = controller === noLeader ? undefined : node.brokers.get(controller);
+    throw new BrokerError(
+      Errors.notLeader,
+      controller === noLeader || controller === me
+        ? `${action} on node ${me}: the cluster has no controller (the group coordinator) now; retry later`
+        : `${action} on node ${me}: node ${controller}, the controller, coordinates consumer groups${broker === undefined ? "" : ` (tcp ${broker.tcp}, http ${broker.http})`}`,
+      {
+        leader: controller === me ? noLeader : controller,
+        ...(broker === undefined || controller === me
+          ? {}
+          : { leader_tcp: broker.tcp, leader_http: broker.http }),
+      },
+    );
+  };
   const describeHere = async (group: string): Promise<GroupDescription | null> => {
     try {
       return await local.describeGroup(group);
@@ -333,16 +359,23 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
       return local.listOffsets(request);
     },
     async joinGroup(request: JoinGroupRequest): Promise<GroupAssignment> {
+      coordinatorCheck(`Cannot join group ${JSON.stringify(request.group)}`);
       await seed(request.group);
       const joined = await local.joinGroup(request);
       await record(request.group, joined.generation);
       return joined;
     },
     async describeGroup(group: string): Promise<GroupDescription> {
+      coordinatorCheck(`Cannot describe group ${JSON.stringify(group)}`);
       await seed(group);
       return local.describeGroup(group);
     },
+    async listGroups(): Promise<GroupDescription[]> {
+      coordinatorCheck("Cannot list consumer groups");
+      return local.listGroups();
+    },
     async commitOffsets(request: CommitOffsetsRequest): Promise<void> {
+      coordinatorCheck(`Cannot commit offsets of group ${JSON.stringify(request.group)}`);
       await seed(request.group);
       await inOrder(request.group, async () => {
         await local.commitOffsets(request);
@@ -360,6 +393,7 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
   if (local.joinAssignedGroup !== undefined) {
     const joinAssigned = local.joinAssignedGroup.bind(local);
     overrides.joinAssignedGroup = async (request: AssignedJoinRequest) => {
+      coordinatorCheck(`Cannot join group ${JSON.stringify(request.group)}`);
       await seed(request.group);
       const joined = await joinAssigned(request);
       await record(request.group, joined.generation);

@@ -994,6 +994,65 @@ describe("cluster mode: a port in use", () => {
   });
 });
 
+describe("cluster mode: consumer groups after the coordinator moved", () => {
+  it("another broker, even the ex-coordinator, redirects a group read to the coordinator, claims nothing, and exports no series of the group", async () => {
+    // The previous tests stopped brokers, the ex-coordinator of "survivors" among them: its group
+    // file still holds that group, with the commits of its tenure.
+    const down = [1, 2, 3].filter((id) => !brokers.has(id));
+    expect(down.length).toBeGreaterThan(0);
+    for (const id of down) await restart(id);
+    const [any] = brokers.values();
+    const m = await waitFor("three brokers and a controller", async () => {
+      const x = await metadata(any);
+      return x.brokers.length === 3 && x.controller !== -1 ? x : undefined;
+    });
+    const coordinator = brokers.get(m.controller)!;
+    const others = [...brokers.entries()].filter(([id]) => id !== m.controller);
+    const router = await ClusterClient.connect({
+      bootstrap: [...brokers.values()].map((b) => b.tcp),
+      retryTimeoutMs: 30_000,
+    });
+    try {
+      const member = await GroupConsumer.join({
+        client: await router.coordinator(),
+        router,
+        group: "survivors",
+        topics: ["orders"],
+      });
+      const drainUntil = async (value: string) => {
+        for (let i = 0; i < 50; i++)
+          for (const b of await member.poll({ waitMs: 200 }))
+            if (b.records.some((r) => new TextDecoder().decode(r.value) === value)) return;
+        throw new Error(`never read ${value}`);
+      };
+      await router.produce("orders", [{ value: "before-get" }], { partition: 0 });
+      await drainUntil("before-get");
+      expect(await member.commit()).toBe(true);
+      const generation = member.generation;
+      for (const [id, b] of others) {
+        // Its group state is of an earlier tenure: no series of it (a false lag alert).
+        const text = await (await fetch(`${b.httpUrl}/metrics`)).text();
+        expect(text, `/metrics of node ${id}`).not.toMatch(/^esb_consumer_group_\w+\{group=/m);
+        // A read is redirected: answering it here would claim the group in etcd (a rebalance).
+        const res = await fetch(`${b.httpUrl}/v1/groups/survivors`, { redirect: "manual" });
+        expect(res.status, `GET on node ${id}`).toBe(307);
+        expect(new URL(res.headers.get("location")!).port).toBe(new URL(coordinator.httpUrl).port);
+        expect((await fetch(`${b.httpUrl}/v1/groups`, { redirect: "manual" })).status).toBe(307);
+      }
+      const text = await (await fetch(`${coordinator.httpUrl}/metrics`)).text();
+      expect(text).toMatch(/^esb_consumer_group_committed_offset\{group="survivors"/m);
+      // The coordinator's claim held: the member commits on in the same generation.
+      await router.produce("orders", [{ value: "after-get" }], { partition: 0 });
+      await drainUntil("after-get");
+      expect(await member.commit()).toBe(true);
+      expect(member.generation).toBe(generation);
+      await member.close();
+    } finally {
+      await router.close();
+    }
+  }, 60_000);
+});
+
 describe("cluster mode: etcd unreachable", () => {
   it("at start-up, says so and retries with backoff until stopped", async () => {
     const [dead, http, tcp] = await freePorts(3);

@@ -252,6 +252,53 @@ describe("consumer groups over TCP only", () => {
     await two.close();
   });
 
+  it("GroupConsumer: a commit refused by a rebalance is sent again after the rejoin for the partitions the member keeps", async () => {
+    const b = await broker(realClock);
+    await b.createTopic({ name: "t", partitions: 1 });
+    await b.createTopic({ name: "u", partitions: 1 });
+    await fill(b, "t", 0, ["a", "b", "c"]);
+    const server = await serveTcp(b);
+    const options = { group: "g", sessionTimeoutMs: 5000, heartbeatIntervalMs: 60_000 };
+    const one = await GroupConsumer.join({
+      client: await server.connect(),
+      topics: ["t"],
+      ...options,
+    });
+    const batches = await one.poll({ waitMs: 100 });
+    expect(batches.flatMap((x) => x.records.map((r) => fromUtf8(r.value)))).toEqual([
+      "a",
+      "b",
+      "c",
+    ]);
+    // Another member joins (for another topic): a new generation, in which one keeps t/0.
+    const two = await GroupConsumer.join({
+      client: await server.connect(),
+      topics: ["u"],
+      ...options,
+    });
+    const upTo = new Map([[GroupConsumer.partitionKey(t0), 3]]);
+    expect(await one.commit(upTo)).toBe(true);
+    expect(one.generation).toBe(2);
+    expect((await b.describeGroup("g")).offsets).toContainEqual(
+      expect.objectContaining({ topic: "t", partition: 0, committed: 3, lag: 0 }),
+    );
+    // A partition lost in the rebalance is not committed by its former owner: false.
+    await one.close();
+    const three = await GroupConsumer.join({
+      client: await server.connect(),
+      topics: ["u"],
+      ...options,
+    });
+    await fill(b, "u", 0, ["x"]);
+    const got = await two.poll({ waitMs: 100 });
+    expect(got.flatMap((x) => x.records.map((r) => fromUtf8(r.value)))).toEqual(["x"]);
+    const lost = await two.commit();
+    expect(two.assignments.length + three.assignments.length).toBe(1);
+    expect(lost).toBe(two.assignments.length === 1);
+    await two.close();
+    await three.close();
+  });
+
   it("GroupConsumer: two members split a topic, and when one leaves the other takes over from the committed offsets", async () => {
     const b = await broker(realClock);
     await b.createTopic({ name: "t", partitions: 4 });

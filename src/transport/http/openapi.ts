@@ -654,7 +654,7 @@ const statusText: Record<number, string> = {
   416: "Offset below the log start offset or above the high watermark (offset_out_of_range).",
   431: "Request line and headers over 16 KiB (headers_too_large; Node and Bun).",
   500: "A bug (internal), logged.",
-  307: "Cluster mode: another broker leads the partition (not_leader); Location is the same request on the leader with redirected=1 added, never redirected again (curl -L follows it; with API keys curl --location-trusted, as curl and fetch drop Authorization on a redirect to another port).",
+  307: "Cluster mode: another broker leads the partition, or coordinates consumer groups (not_leader); Location is the same request on the leader or the coordinator with redirected=1 added, never redirected again (curl -L follows it; with API keys curl --location-trusted, as curl and fetch drop Authorization on a redirect to another port).",
   503: "Cluster mode: no leader now, or too few in-sync replicas (not_leader, not_enough_replicas). Also: recovering at start, shutting down, a topic being deleted, or a fenced partition (unavailable, partition_fenced).",
   507: "A write failed and was cut off, e.g. the disk is full (storage_error).",
 };
@@ -1505,6 +1505,7 @@ export const openApiDocument = withHeadOperations({
         operationId: "listGroups",
         summary: "Every consumer group the key may see, in name order.",
         ok: { 200: json(exact({ groups: array(ref("Group")) }), "The groups.") },
+        errors: [307],
       }),
     },
     "/v1/groups/{group}": {
@@ -1513,7 +1514,7 @@ export const openApiDocument = withHeadOperations({
         summary: "A group's members, generation, committed offsets and lag.",
         parameters: [groupParam],
         ok: { 200: json(ref("Group"), "The group.") },
-        errors: [404],
+        errors: [307, 404],
       }),
     },
     "/v1/groups/{group}/members": {
@@ -1523,7 +1524,7 @@ export const openApiDocument = withHeadOperations({
         parameters: [groupParam],
         requestBody: jsonBody(ref("Join")),
         ok: { 200: json(ref("JoinAnswer"), "The member's id, generation and partitions.") },
-        errors: [404, 409, 507],
+        errors: [307, 404, 409, 507],
       }),
     },
     "/v1/groups/{group}/members/{member}/heartbeat": {
@@ -1557,7 +1558,7 @@ export const openApiDocument = withHeadOperations({
         parameters: [groupParam],
         requestBody: jsonBody(ref("Commit")),
         ok: { 204: noContent },
-        errors: [404, 409, 507],
+        errors: [307, 404, 409, 507],
       }),
     },
     "/v1/admin/keys": {

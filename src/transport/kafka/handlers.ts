@@ -83,6 +83,7 @@ const K = {
   unknownServerError: -1,
   unknownTopicOrPartition: 3,
   coordinatorNotAvailable: 15,
+  notCoordinator: 16,
   topicAuthorizationFailed: 29,
   groupAuthorizationFailed: 30,
   clusterAuthorizationFailed: 31,
@@ -136,13 +137,16 @@ export interface KafkaServed {
 
 /**
  * The Kafka code of any error a broker call threw (non-BrokerErrors are −1 and rethrown by the
- * caller's log). From the group apis (`group`), `unavailable` is COORDINATOR_NOT_AVAILABLE (15) and
+ * caller's log). From the group apis (`group`), `unavailable` is COORDINATOR_NOT_AVAILABLE (15),
+ * `not_leader` (cluster mode: not the coordinator) NOT_COORDINATOR (16) and
  * a `forbidden` that names no topic (the role, or the group) is GROUP_AUTHORIZATION_FAILED (30);
  * a refused topic stays TOPIC_AUTHORIZATION_FAILED (29).
  */
 function codeOf(error: unknown, group = false): number {
   if (!(error instanceof BrokerError)) return K.unknownServerError;
   if (group && error.kind === Errors.unavailable) return K.coordinatorNotAvailable;
+  // Cluster mode: a broker other than the controller refuses group requests (cluster-broker.ts).
+  if (group && error.kind === Errors.notLeader) return K.notCoordinator;
   if (group && error.kind === Errors.forbidden && error.details?.topic === undefined)
     return K.groupAuthorizationFailed;
   return kafkaErrorCode(error.kind);
