@@ -156,7 +156,8 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
   --cluster etcd://H:P[,H:P]  join the cluster coordinated by this etcd (its client endpoints)
   --node-id N                 this broker's node id, 0 to 2147483647, unique in the cluster
   --advertise-tcp HOST:PORT   the TCP address other brokers and clients reach this broker at
-  --advertise-http URL        the HTTP base URL clients are redirected to (http://HOST:PORT)
+  --advertise-http URL        the HTTP base URL clients are redirected to (http://HOST:PORT;
+                              https:// with --tls-cert)
   --cluster-secret-file FILE  the broker credential brokers present to each other (replica
                               fetch); the same file on every broker, never on the command line
   --cluster-tls-ca FILE       with --tls-cert: the CA (PEM) the other brokers' certificates are
@@ -334,6 +335,16 @@ export async function serve(argv: string[]): Promise<number> {
   )
     throw new UsageError(
       "--cluster with --tls-cert needs --cluster-tls-ca FILE: the CA (PEM) the other brokers' certificates are checked against (brokers replicate over their TLS listeners, never over plain TCP)",
+    );
+  // Clients follow the redirect to the leader with their API key (curl --location-trusted): a
+  // TLS broker must never send them to a plain-HTTP address.
+  if (
+    cluster !== null &&
+    values["tls-cert"] !== undefined &&
+    !cluster.advertiseHttp.startsWith("https://")
+  )
+    throw new UsageError(
+      `--cluster with --tls-cert needs an https:// --advertise-http (got ${JSON.stringify(cluster.advertiseHttp)}): clients follow redirects to it with their API key`,
     );
   if (values["cluster-tls-ca"] !== undefined && values["tls-cert"] === undefined)
     throw new UsageError(

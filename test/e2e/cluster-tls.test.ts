@@ -163,6 +163,25 @@ describe("cluster mode with TLS on every listener", () => {
     ]);
     expect(noCa.code).toBe(2);
     expect(noCa.stderr).toMatch(/--cluster with --tls-cert needs --cluster-tls-ca FILE/);
+    // A redirect to the leader carries the client's key: never to plain HTTP (attack7 F3).
+    const plainRedirect = await runCli([
+      ...[
+        "serve",
+        "--data-dir",
+        join(root, "plain-redirect"),
+        "--http-port",
+        "0",
+        "--tcp-port",
+        "0",
+      ],
+      ...["--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--cluster-tls-ca", pki.ca],
+      ...["--cluster", etcd.clusterUrl, "--node-id", "9", "--advertise-tcp", "127.0.0.1:1"],
+      ...["--advertise-http", "http://127.0.0.1:2"],
+    ]);
+    expect(plainRedirect.code).toBe(2);
+    expect(plainRedirect.stderr).toMatch(
+      /--cluster with --tls-cert needs an https:\/\/ --advertise-http/,
+    );
   });
 
   it("a broker whose --cluster-tls-ca does not trust the others never replicates from them, and says why; the right CA on SIGHUP heals it", async () => {
