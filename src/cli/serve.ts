@@ -70,7 +70,7 @@ import { Mirror, type MirrorRename, parseMirrorRenames } from "../mirror/mirror.
 import { TcpClient } from "../client/client.ts";
 import { clientTlsOptions, readApiKey } from "./connection.ts";
 import type { ConnectionOptions } from "node:tls";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { hostPort } from "./args.ts";
 import { EtcdHttpClient, parseEtcdUrl } from "../runtime/etcd.ts";
 import { ClusterNode } from "../cluster/node.ts";
@@ -410,6 +410,14 @@ export async function serve(argv: string[]): Promise<number> {
   const nodeFs = new NodeFileSystem();
   await ensureDataDir(nodeFs, dataDir);
   const lock = acquireDataDirLock(dataDir);
+  // A cluster member's logs hold records encoded with the cluster's schema ids and its keys are
+  // the cluster's: served alone, its empty local registry would hand those ids to other schemas.
+  if (cluster === null && existsSync(`${dataDir}/${clusterFileName}`)) {
+    lock.release();
+    throw new Error(
+      `data directory ${dataDir} belongs to a cluster (${dataDir}/${clusterFileName}): start it with --cluster etcd://HOST:PORT and its --node-id, --advertise-tcp and --advertise-http; it cannot serve alone (its schema ids and API keys are the cluster's)`,
+    );
+  }
 
   // The key store first: a key file that cannot be used refuses the start before recovery runs.
   let keys: KeyStore;

@@ -247,6 +247,15 @@ describe("cluster mode: three brokers", () => {
     expect([1, 2, 3]).toContain(m.controller);
   });
 
+  it("a cluster member's data directory refuses to serve alone (its schema ids are the cluster's)", async () => {
+    const dir = join(root, "member-alone");
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, "cluster.json"), readFileSync(join(root, "node1", "cluster.json")));
+    const alone = await runCli(["serve", "--data-dir", dir, "--http-port", "0", "--tcp-port", "0"]);
+    expect(alone.code).toBe(1);
+    expect(alone.stderr).toMatch(/belongs to a cluster .*cluster\.json.*start it with --cluster/);
+  });
+
   it("a topic created on one broker exists on all, with replicas, leaders and defaults", async () => {
     const res = await fetch(`${brokers.get(2)!.httpUrl}/v1/topics`, {
       method: "POST",
