@@ -123,6 +123,11 @@ export async function startEtcdCluster(options: { size?: number } = {}): Promise
       token,
       "--initial-cluster-state",
       "new",
+      // As docs/cluster.md runs etcd: old revisions compacted, so the tests see the same watches.
+      "--auto-compaction-mode",
+      "revision",
+      "--auto-compaction-retention",
+      "1000",
       // Loopback: short raft timers make elections (after a member is killed) take ~1 s, not ~5 s.
       "--heartbeat-interval",
       "50",
