@@ -362,7 +362,11 @@ export class ClusterNode {
       if (map === undefined || !this.#holds(name)) continue;
       const localConfig = local.get(name);
       if (localConfig !== undefined && canonical(localConfig) !== canonical(topic.config)) {
-        await broker.updateTopicConfig?.(name, { ...topic.config });
+        // A key etcd no longer holds was removed (PATCH with null): null resets it here too.
+        const patch: Record<string, unknown> = { ...topic.config };
+        for (const key of Object.keys(localConfig))
+          if (!Object.hasOwn(patch, key)) patch[key] = null;
+        await broker.updateTopicConfig?.(name, patch);
       }
       if (localConfig === undefined) {
         try {

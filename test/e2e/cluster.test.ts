@@ -290,6 +290,38 @@ describe("cluster mode: three brokers", () => {
     expect(again.status).toBe(409);
   });
 
+  it("a config key removed with null (PATCH) is removed on every broker (attack7 F5)", async () => {
+    const create = await fetch(`${brokers.get(1)!.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "patched", partitions: 1, config: { replica_lag_ms: 60_000 } }),
+    });
+    expect(create.status).toBe(201);
+    const configs = async () =>
+      Promise.all(
+        [...brokers.values()].map(async (b) => {
+          const r = await fetch(`${b.httpUrl}/v1/topics/patched`);
+          return r.status === 200
+            ? ((await r.json()) as { config: Record<string, unknown> }).config
+            : null;
+        }),
+      );
+    await waitFor("the override on every broker", async () =>
+      (await configs()).every((c) => c?.replica_lag_ms === 60_000) ? true : undefined,
+    );
+    const patch = await fetch(`${brokers.get(2)!.httpUrl}/v1/topics/patched`, {
+      method: "PATCH",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ config: { replica_lag_ms: null } }),
+    });
+    expect(patch.status).toBe(200);
+    await waitFor("the override gone on every broker", async () =>
+      (await configs()).every((c) => c !== null && !Object.hasOwn(c, "replica_lag_ms"))
+        ? true
+        : undefined,
+    );
+  });
+
   it("refuses a replication factor above the live brokers, and min ISR above it", async () => {
     const url = `${brokers.get(1)!.httpUrl}/v1/topics`;
     const post = (config: Record<string, number>) =>
