@@ -34,6 +34,13 @@
 import type { Clock } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
+import {
+  registryImportSchemasMax as importSchemasMax,
+  registryIndexBytesMax,
+  registrySyncWaitMaxMs,
+  registryWriteBytesMax,
+} from "../lib/limits.ts";
+import { utf8 } from "../lib/bytes.ts";
 import { quote } from "../lib/quote.ts";
 import { RegistryError, RegistryErrors } from "../registry/errors.ts";
 import { RegistryConflict, SchemaRegistry, type RegistryStore } from "../registry/registry.ts";
@@ -42,14 +49,8 @@ import { type Etcd, EtcdError, type EtcdKeyValue, type EtcdOp } from "./etcd.ts"
 import { EtcdMirror } from "./etcd-mirror.ts";
 import { registryIndexKey, registrySchemaKey } from "./keys.ts";
 
-/** Largest `registry/index` value, in bytes: with one maximal schema it stays under etcd's 1.5 MiB request limit. */
-export const registryIndexBytesMax = 512 * 1024;
 /** Tokens of recent writes kept in the index, to settle an `indeterminate` write by reading back. */
 export const changeTokensKept = 32;
-/** Longest a registry read waits for etcd's answer before answering from the broker's copy, ms. */
-export const registrySyncWaitMaxMs = 1000;
-/** Most schemas a `schemas.json` may hold to be imported into an empty cluster registry (etcd's 128 operations per transaction). */
-export const importSchemasMax = 100;
 
 /** A broker's local `schemas.json` that cannot join the cluster's registry: the start is refused. */
 export class RegistryJoinError extends Error {
@@ -167,6 +168,14 @@ export class ClusterRegistryStore implements RegistryStore {
       success.push({ put: { key: registrySchemaKey(this.#o.prefix, id), value: schemaValue } });
       added.push(kv(registrySchemaKey(this.#o.prefix, id), schemaValue, 0));
     }
+    let bytes = 0;
+    for (const op of success) if ("put" in op) bytes += utf8(op.put.value).length;
+    if (bytes > registryWriteBytesMax)
+      throw new RegistryError(
+        RegistryErrors.invalidSchema,
+        `${action}: the write to etcd would take ${bytes} bytes, over the limit of ${registryWriteBytesMax} bytes (registryWriteBytesMax: etcd refuses larger requests)`,
+        { limit_bytes: registryWriteBytesMax },
+      );
     let result;
     try {
       result = await etcd.txn({
@@ -371,6 +380,12 @@ export class ClusterRegistryStore implements RegistryStore {
             value: JSON.stringify({ id: entry.id, schema_type: entry.type, schema: entry.schema }),
           },
         });
+      let bytes = 0;
+      for (const op of success) if ("put" in op) bytes += utf8(op.put.value).length;
+      if (bytes > registryWriteBytesMax)
+        throw new RegistryJoinError(
+          `Cannot import ${path} into the cluster's schema registry: it takes ${bytes} bytes, more than the ${registryWriteBytesMax} one import takes (one etcd transaction). Register its schemas again through any broker after moving the file away (they get the cluster's ids), or keep this broker out of the cluster`,
+        );
       const result = await this.#o.etcd.txn({
         compare: [{ key: this.#indexKey, target: "version", result: "equal", number: 0 }],
         success,

@@ -307,6 +307,26 @@ export const schemaWireHeaderBytes = 5;
 
 assert(schemaBytesMax * 16 <= schemasFileBytesMax, "sixteen maximal schemas fit schemas.json");
 /**
+ * Largest `registry/index` value of a cluster's registry in etcd, in bytes (docs/cluster.md
+ * "Schema registry and API keys in etcd"): a registration past it is refused (42201).
+ */
+export const registryIndexBytesMax = 384 * KiB;
+/**
+ * What one registry write to etcd may carry, in bytes: the index and the new schema's record,
+ * kept below etcd's default request limit (`--max-request-bytes`, 1.5 MiB) with room for the
+ * request's framing. A registration past it is refused (42201).
+ */
+export const registryWriteBytesMax = 1.5 * MiB - 64 * KiB;
+/** Most schemas a data directory's `schemas.json` may hold to be imported into an empty cluster registry (one etcd transaction of at most 128 operations). */
+export const registryImportSchemasMax = 100;
+/** Longest a cluster registry read waits for etcd before answering from the broker's copy, in ms. */
+export const registrySyncWaitMaxMs = 1000;
+
+assert(
+  registryIndexBytesMax + schemaBytesMax <= registryWriteBytesMax,
+  "a registration of a maximal schema (in canonical form, without escapes) fits one etcd write",
+);
+/**
  * Longest Durable Streams path (the part of the URL after `/v1/stream/`, percent-decoded), in
  * UTF-8 bytes. Paths whose topic name would pass {@link topicNameCharsMax} get a hashed name
  * (docs/durable-streams.md "Stream paths and topic names"); the runtime's request-line limit
