@@ -17,6 +17,13 @@
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 
+/**
+ * A link not tried for this long, in ms, is no longer in use (this broker stopped following that
+ * peer) and leaves the snapshot. A follower in use tries at least every second (its backoff is at
+ * most 1 s, the leader's long-poll 500 ms).
+ */
+export const peerLinkIdleMs = 30_000;
+
 /** One peer link as {@link PeerLinks.snapshot} reports it (snake_case: shown as JSON). */
 export interface PeerLinkStatus {
   /** The peer's advertised TCP address (`host:port`). */
@@ -46,6 +53,8 @@ interface Link {
   error: string | null;
   tlsFailure: boolean;
   changedMs: number;
+  /** When a connection or fetch to the peer was last tried (succeeded or failed). */
+  triedMs: number;
   /** The TLS reason last logged (so a repeating failure is logged once). */
   logged: string | null;
 }
@@ -72,10 +81,12 @@ export class PeerLinks {
         error: null,
         tlsFailure: false,
         changedMs: this.#clock.nowMs(),
+        triedMs: this.#clock.nowMs(),
         logged: null,
       };
       this.#links.set(tcp, link);
     }
+    link.triedMs = this.#clock.nowMs();
     return link;
   }
 
@@ -114,9 +125,11 @@ export class PeerLinks {
     });
   }
 
-  /** Every peer link seen, by address. */
+  /** Every peer link in use (tried within {@link peerLinkIdleMs}), by address. */
   snapshot(): PeerLinkStatus[] {
     const now = this.#clock.nowMs();
+    for (const [tcp, l] of this.#links)
+      if (now - l.triedMs > peerLinkIdleMs) this.#links.delete(tcp);
     return [...this.#links]
       .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
       .map(([tcp, l]) => ({

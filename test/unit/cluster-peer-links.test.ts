@@ -3,7 +3,7 @@
  * TLS one (`runtime/tls.ts` `tlsFailure`): docs/cluster.md "TLS between brokers".
  */
 import { describe, expect, it } from "vitest";
-import { PeerLinks } from "../../src/cluster/peer-links.ts";
+import { PeerLinks, peerLinkIdleMs } from "../../src/cluster/peer-links.ts";
 import { ClientError } from "../../src/client/errors.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
@@ -49,6 +49,18 @@ describe("tlsFailure", () => {
 });
 
 describe("PeerLinks", () => {
+  it("drops a link no longer tried (the broker stopped following that peer), keeps one in use", () => {
+    const clock = new ManualClock(1000);
+    const links = new PeerLinks({ clock, logger: new MemoryLogger(), tls: false });
+    links.failed("h:3", { message: "connect ECONNREFUSED", tls: null });
+    links.failed("h:4", { message: "connect ECONNREFUSED", tls: null });
+    for (let t = 0; t < peerLinkIdleMs + 1000; t += 1000) {
+      clock.advance(1000);
+      links.failed("h:4", { message: "connect ECONNREFUSED", tls: null });
+    }
+    expect(links.snapshot().map((l) => [l.tcp, l.ok])).toEqual([["h:4", false]]);
+  });
+
   it("tells TLS failures apart, logs each reason once, and reports the link working again", () => {
     const clock = new ManualClock(1000);
     const logger = new MemoryLogger();
