@@ -470,6 +470,16 @@ describe("cluster mode: three brokers", () => {
     const leader = m.topics[0].partitions[0].leader;
     const leaderUrl = m.brokers.find((b) => b.node_id === leader)!.http;
     const other = [1, 2, 3].find((id) => id !== leader)!;
+    // The state names the leader before that broker has taken the role (and created the topic):
+    // until then it answers 503/404, and a redirected request is not redirected again.
+    await waitFor("the leader to take the partition", async () => {
+      const direct = await fetch(`${brokers.get(leader)!.httpUrl}/v1/topics/solo/records`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ records: [{ value: "first" }] }),
+      });
+      return direct.status === 200 ? true : undefined;
+    });
     const res = await fetch(`${brokers.get(other)!.httpUrl}/v1/topics/solo/records`, {
       method: "POST",
       headers: { "content-type": "application/json" },
