@@ -10,7 +10,9 @@
  *   watermark. {@link poll} hands out records and advances positions; {@link commit} commits the
  *   positions of the partitions the member owns. Records handed out but not committed before a
  *   rebalance or a crash are read again by the next owner: delivery is at least once, and nothing
- *   is skipped.
+ *   is skipped. A partition kept over a rejoin keeps its position only if the group's commit is
+ *   still this member's last one; otherwise another member had it meanwhile (this one missed a
+ *   generation) and it starts again from the group's commit.
  * - Heartbeats every `heartbeatIntervalMs` (default a third of the session timeout). A heartbeat
  *   that reports a new generation makes the next {@link poll} or {@link commit} rejoin first (same
  *   member id); `unknown_member` (the session expired) makes it join again as a new member, and
@@ -163,8 +165,8 @@ export class GroupConsumer {
   }
 
   /**
-   * Takes a new assignment: keeps the positions of partitions still owned, starts the new ones from
-   * the committed offsets, and commits the starting position of each new one the group has never
+   * Takes a new assignment: keeps the positions of partitions still owned without a break (the
+   * group's commit is this member's last), starts the others from the committed offsets, and commits the starting position of each new one the group has never
    * committed (module comment). If that commit finds the group rebalanced, the next poll rejoins.
    */
   async #assign(assignments: TopicPartition[]): Promise<void> {
@@ -177,16 +179,26 @@ export class GroupConsumer {
         this.#tenure.delete(k);
       }
     }
-    const fresh = assignments.filter((tp) => !this.#positions.has(key(tp)));
     const neverCommitted: { topic: string; partition: number; offset: number }[] = [];
-    if (fresh.length > 0) {
+    if (assignments.length > 0) {
       const description = await this.#client.describeGroup(this.group);
       const committed = new Map(
         description.offsets
           .filter((o) => o.committed !== null)
           .map((o) => [key(o), o.committed as number]),
       );
-      for (const tp of fresh) {
+      // A partition kept whose commit is not this member's last one was another member's
+      // meanwhile (this one missed a generation): its position is stale, start it afresh.
+      for (const tp of assignments) {
+        const k = key(tp);
+        if (this.#positions.has(k) && committed.get(k) !== this.#committed.get(k)) {
+          this.#positions.delete(k);
+          this.#committed.delete(k);
+          this.#inflight.delete(k);
+          this.#tenure.delete(k);
+        }
+      }
+      for (const tp of assignments.filter((x) => !this.#positions.has(key(x)))) {
         let start = committed.get(key(tp));
         if (start === undefined) {
           const bounds = await this.#bounds(tp);
