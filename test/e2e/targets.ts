@@ -34,12 +34,15 @@ export interface Target {
 }
 
 /**
- * End-to-end files that run on the node target only (vitest.config.ts leaves them out of the
- * others' projects rather than skipping them): scenario files that test the broker's own logic —
- * the same code on every runtime — at a length that would cost minutes per extra target, each
- * with a fast file covering the same front door on every target (`kafka.test.ts`,
- * `durable-streams.test.ts`). `ES_BROKER_E2E_ALL_TARGETS=1` runs them on every target; the
- * Durable Streams conformance suite also with `ES_BROKER_STREAMS_CONFORMANCE=all`.
+ * The end-to-end files left out of `target`'s project (vitest.config.ts leaves them out rather
+ * than skipping them): on every target but node, the files that test the broker's own logic —
+ * the same code on every runtime, above `src/runtime/` — each with a fast file covering the same
+ * front door on every target (`kafka.test.ts`, `durable-streams.test.ts`, `cli.test.ts`); on
+ * Deno and Bun also {@link nodeAndBinaryE2eFiles}. A file belongs on every target only when it
+ * exercises runtime-specific code: TLS, the HTTP and TCP servers, the file system and fsync,
+ * signals, processes, stdin, the compiled binary. `ES_BROKER_E2E_ALL_TARGETS=1` runs every file on
+ * every target; the Durable Streams conformance suite also with
+ * `ES_BROKER_STREAMS_CONFORMANCE=all`.
  */
 export function nodeOnlyE2eFiles(
   target: string,
@@ -62,8 +65,28 @@ export function nodeOnlyE2eFiles(
     "test/e2e/cluster-attack.test.ts",
     "test/e2e/cluster-tls.test.ts",
     "test/e2e/cluster-state.test.ts",
+    // The Hono app and the broker against the OpenAPI document: the same code on every runtime.
+    // Every answer of every other e2e file is still checked against the document on each target
+    // (openapi-setup.ts), and hostile-fuzz.test.ts drives each runtime's HTTP server with
+    // hostile input.
+    "test/e2e/openapi.test.ts",
+    // Group membership, assignment and committed offsets are the broker's and the CLI client's
+    // logic; what they touch of the runtime (TCP, signals, timers, commits on disk) is covered on
+    // every target by cli.test.ts (`consume --follow --group` stopped by signals, committed, left)
+    // and core.test.ts (SIGKILL).
+    "test/e2e/groups.test.ts",
+    // The CLI's own logic (cli.test.ts keeps what touches the runtime: signals, stdin, listen and
+    // file errors, exit codes).
+    "test/e2e/cli-commands.test.ts",
+    // The console's page, scripts and API calls are the same on every runtime: Deno and Bun run
+    // the sources the Node bundle is built from. The binary keeps the file
+    // (`nodeAndBinaryE2eFiles`): its console is the copy compiled into it.
+    ...(target === "binary" ? [] : nodeAndBinaryE2eFiles),
   ];
 }
+
+/** End-to-end files that run on the node and binary targets only (see {@link nodeOnlyE2eFiles}). */
+export const nodeAndBinaryE2eFiles: readonly string[] = ["test/e2e/console.test.ts"];
 
 /** `soakScale` of the Deno, Bun and binary targets. */
 export const soakScaleSecondary = 0.3;
