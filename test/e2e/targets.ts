@@ -8,7 +8,7 @@
  *   ES_BROKER_TARGET=mine ES_BROKER_CMD="/path/to/es-broker" npx vitest run --project e2e:mine
  * (a plain string is split on whitespace; a JSON array is taken as is).
  */
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -83,6 +83,19 @@ export function nodeOnlyE2eFiles(
     // (`nodeAndBinaryE2eFiles`): its console is the copy compiled into it.
     ...(target === "binary" ? [] : nodeAndBinaryE2eFiles),
   ];
+}
+
+/**
+ * End-to-end files that run alone, after the parallel part of a run (vitest.config.ts, project
+ * `e2e:<target>-serial`): every `test/e2e/cluster*.test.ts`, whose assertions lean on timing
+ * under faults — etcd leases, SIGSTOP, elections — that another file's load beside them could
+ * upset. Paths relative to the repository root.
+ */
+export function serialE2eFiles(): string[] {
+  return readdirSync(join(repoRoot, "test/e2e"))
+    .filter((name) => /^cluster.*\.test\.ts$/.test(name))
+    .sort()
+    .map((name) => `test/e2e/${name}`);
 }
 
 /** End-to-end files that run on the node and binary targets only (see {@link nodeOnlyE2eFiles}). */
