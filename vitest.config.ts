@@ -9,8 +9,8 @@ import { e2eTargets, nodeOnlyE2eFiles, serialE2eFiles } from "./test/e2e/targets
 //
 // Files run in parallel: most of the suite waits (fsync, sockets, child processes), so two workers
 // on a 2-vCPU machine nearly halve `npm test`. The files whose assertions lean on timing under
-// faults (etcd leases, SIGSTOP, the Jepsen run, replication) and the benchmarks run afterwards,
-// alone, one at a time: their own projects `default-serial` and `e2e:<target>-serial`
+// faults (etcd leases, SIGSTOP, signals, the Jepsen run, replication) and the benchmarks run
+// afterwards, alone, one at a time: their own projects `default-serial` and `e2e:<target>-serial`
 // (`sequence.groupOrder` 1, one worker). When vitest is started with `--project`, the named
 // projects keep all their files and run them one at a time as before, so
 // `npx vitest run --project e2e:node test/e2e/cluster.test.ts` finds the file; name a `-serial`

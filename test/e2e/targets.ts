@@ -86,14 +86,15 @@ export function nodeOnlyE2eFiles(
 }
 
 /**
- * End-to-end files that run alone, after the parallel part of a run (vitest.config.ts, project
+ * End-to-end files that run alone, after the parallel part of a run (vitest.config.ts, projects
  * `e2e:<target>-serial`): every `test/e2e/cluster*.test.ts`, whose assertions lean on timing
- * under faults — etcd leases, SIGSTOP, elections — that another file's load beside them could
- * upset. Paths relative to the repository root.
+ * under faults — etcd leases, SIGSTOP, elections — and the files that SIGSTOP a process or signal
+ * one a fixed time after starting it (`cli.test.ts`, `groups.test.ts`), which another file's
+ * load beside them could upset. Paths relative to the repository root.
  */
 export function serialE2eFiles(): string[] {
   return readdirSync(join(repoRoot, "test/e2e"))
-    .filter((name) => /^cluster.*\.test\.ts$/.test(name))
+    .filter((name) => /^cluster.*\.test\.ts$|^cli\.test\.ts$|^groups\.test\.ts$/.test(name))
     .sort()
     .map((name) => `test/e2e/${name}`);
 }
