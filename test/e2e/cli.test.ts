@@ -1,6 +1,9 @@
 /**
  * End-to-end: what the command line says when it cannot do what it was asked (the real process,
  * so on every runtime target): one short line on stderr naming the problem, and the exit code.
+ * This file keeps what touches the runtime — signals, stdin read as it arrives, listen and file
+ * errors, exit codes; the CLI's own logic (help, option errors, describe output, producer epochs)
+ * is in cli-commands.test.ts, on the node target only (targets.ts).
  */
 import { afterEach, describe, onTestFinished, expect, it } from "vitest";
 import { spawn, type ChildProcess } from "node:child_process";
@@ -120,21 +123,6 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect((await fetch(`${broker.httpUrl}/healthz`)).status).toBe(200);
   });
 
-  it("produce and consume of a topic that does not exist say how to create it, and exit 1", async () => {
-    const { address } = await brokerWithTopic();
-    const hint = (name: string) =>
-      `es-broker: topic_not_found: Cannot find topic "${name}"\nes-broker: topics are not created on demand: create it first with es-broker topics create ${name} [--partitions N]\n`;
-    const produced = await runCli(
-      ["produce", "logs", "--broker", address],
-      new TextEncoder().encode("x\n"),
-    );
-    expect(produced.code).toBe(1);
-    expect(produced.stderr).toBe(hint("logs"));
-    const consumed = await runCli(["consume", "logs", "--from-beginning", "--broker", address]);
-    expect(consumed.code).toBe(1);
-    expect(consumed.stderr).toBe(hint("logs"));
-  });
-
   it("produce sends lines as they arrive (after --linger-ms), long before stdin closes", async () => {
     const { client, address } = await brokerWithTopic();
     const p = startProduce(["t", "--broker", address]);
@@ -224,25 +212,6 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(p.stderr()).toContain("es-broker: second SIGTERM, exiting now\n");
   });
 
-  it("produce --producer-id run again at once gets a new epoch: the same line sent by three runs is stored three times", async () => {
-    const { client, address } = await brokerWithTopic();
-    const epochs: number[] = [];
-    for (let run = 0; run < 3; run++) {
-      // Identical batches: a run sharing its predecessor's epoch would be taken for its resend.
-      const r = await runCli(
-        ["produce", "t", "--broker", address, "--producer-id", "cron-job"],
-        new TextEncoder().encode("heartbeat\n"),
-      );
-      expect(r.code, r.stderr).toBe(0);
-      const epoch = /\(epoch (\d+)\)/.exec(r.stderr);
-      expect(epoch, r.stderr).not.toBeNull();
-      epochs.push(Number(epoch![1]));
-    }
-    expect(epochs[1]).toBeGreaterThan(epochs[0]);
-    expect(epochs[2]).toBeGreaterThan(epochs[1]);
-    expect(await values(client)).toEqual(["heartbeat", "heartbeat", "heartbeat"]);
-  });
-
   it("produce refuses a line over 8 MiB naming the line, before reading all of it", async () => {
     const { client, address } = await brokerWithTopic();
     const p = startProduce(["t", "--broker", address]);
@@ -259,134 +228,11 @@ describe(`[${target}] es-broker command line errors`, () => {
     ).toBeLessThanOrEqual(1);
   });
 
-  it("es-broker --help lists every command with a one-line summary and points to each command's --help", async () => {
-    const r = await runCli(["--help"]);
-    expect(r.code, r.stderr).toBe(0);
-    const help = r.stdout.toString();
-    const listed = [...help.matchAll(/^ {2}([a-z]+) +(\S.*)$/gm)]
-      .map((m) => m[1])
-      .filter((name) => !name.startsWith("-"));
-    // Written out here: a command the CLI dispatches but the help forgets fails this.
-    const known = [
-      "serve",
-      "produce",
-      "consume",
-      "topics",
-      "groups",
-      "keys",
-      "schemas",
-      "check",
-      "cluster",
-    ];
-    expect(listed.sort()).toEqual([...known].sort());
-    expect(help).toContain("Run 'es-broker <command> --help' for a command's options");
-    for (const command of known) {
-      const own = await runCli([command, "--help"]);
-      expect(own.code, `${command} --help: ${own.stderr}`).toBe(0);
-      expect(own.stdout.toString()).toMatch(new RegExp(`^Usage: es-broker ${command}\\b`));
-    }
-  });
-
   it("an unknown command points to es-broker --help", async () => {
     const r = await runCli(["frobnicate"]);
     expect(r.code).toBe(2);
     expect(r.stderr).toBe(
       `es-broker: unknown command "frobnicate"\nRun 'es-broker --help' for usage.\n`,
     );
-  });
-
-  it.each([
-    [
-      ["consume", "t", "--partition", "-1"],
-      "--partition must be from 0 to 4095, got -1",
-      "consume",
-    ],
-    [
-      ["consume", "t", "--partition", "0", "--offset", "-5"],
-      "--offset must be from 0 to 9007199254740991, got -5",
-      "consume",
-    ],
-    [["consume", "t", "--nope"], "unknown option --nope", "consume"],
-    [["produce", "t", "--partition"], "--partition needs a value", "produce"],
-    [["consume", "t", "--follow=yes"], "--follow takes no value", "consume"],
-    [["serve", "extra"], 'unexpected argument "extra"', "serve"],
-  ])(
-    "%j says in one line what is wrong, naming the option, and exits 2",
-    async (args, message, command) => {
-      const r = await runCli(args);
-      expect(r.code).toBe(2);
-      expect(r.stderr).toBe(
-        `es-broker: ${message}\nRun 'es-broker ${command} --help' for usage.\n`,
-      );
-    },
-  );
-
-  it("consume --offset past the high watermark fails the same way with and without --follow, naming the offset and the high watermark", async () => {
-    const { client, address } = await brokerWithTopic();
-    await client.produce("t", [{ value: "a" }, { value: "b" }], { partition: 0 });
-    const message =
-      'es-broker: Cannot consume partition 0 of topic "t" from offset 99: it is past the high watermark 2 (give an offset from 0 to 2)\n';
-    for (const follow of [[], ["--follow"]]) {
-      const r = await runCli([
-        "consume",
-        "t",
-        "--partition",
-        "0",
-        "--offset",
-        "99",
-        ...follow,
-        "--broker",
-        address,
-      ]);
-      expect(r.code, `${follow.join(" ")} ${r.stderr}`).toBe(1);
-      expect(r.stderr).toBe(message);
-      expect(r.stdout.length).toBe(0);
-    }
-    // At the high watermark is not past it: nothing to print yet, exit 0.
-    const atEnd = await runCli([
-      "consume",
-      "t",
-      "--partition",
-      "0",
-      "--offset",
-      "2",
-      "--broker",
-      address,
-    ]);
-    expect(atEnd.code, atEnd.stderr).toBe(0);
-  });
-
-  it("topics describe and groups describe print the HTTP API's JSON for the same topic and group", async () => {
-    const broker = await startBroker(`${fresh()}/data`);
-    running.push(broker);
-    const client = await TcpClient.connect(broker.tcp);
-    onTestFinished(() => void client.close());
-    await client.createTopic({ name: "t", partitions: 2, config: { retention_ms: 60_000 } });
-    await client.produce("t", [{ value: "x" }], { partition: 1 });
-    const member = await client.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 30_000 });
-    await client.commitOffsets({
-      group: "g",
-      memberId: member.memberId,
-      generation: member.generation,
-      offsets: [{ topic: "t", partition: 1, offset: 1 }],
-    });
-    const address = `${broker.tcp.host}:${broker.tcp.port}`;
-    for (const [args, path] of [
-      [["topics", "describe", "t"], "/v1/topics/t"],
-      [["groups", "describe", "g"], "/v1/groups/g"],
-    ] as const) {
-      const cli = await runCli([...args, "--broker", address]);
-      expect(cli.code, cli.stderr).toBe(0);
-      const http = await (await fetch(`${broker.httpUrl}${path}`)).json();
-      expect(JSON.parse(cli.stdout.toString()), args.join(" ")).toEqual(http);
-    }
-  });
-
-  it("groups list counts members in the right number", async () => {
-    const { client, address } = await brokerWithTopic();
-    await client.joinGroup({ group: "solo", topics: ["t"], sessionTimeoutMs: 60_000 });
-    const r = await runCli(["groups", "list", "--broker", address]);
-    expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout.toString()).toBe("solo\tgeneration 1\t1 member\n");
   });
 });

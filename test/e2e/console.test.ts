@@ -1,6 +1,7 @@
 /**
  * End-to-end: the web console (docs/console.md) in headless Chromium (Debian's `chromium`, driven
- * by `playwright-core`), served by the real process on every target.
+ * by `playwright-core`), served by the real process on the node and binary targets (targets.ts
+ * `nodeAndBinaryE2eFiles`: Deno and Bun run the same sources the Node bundle is built from).
  *
  * - Every view loads from the process and shows what the test made through the API: topics with
  *   partitions, sizes and high watermarks; a partition's live tail showing a record produced after

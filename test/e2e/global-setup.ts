@@ -25,9 +25,9 @@ function mtimeMs(path: string): number {
   }
 }
 
-/** Vitest calls this with the project (its name is `e2e:<target>`). */
+/** Vitest calls this with the project (its name is `e2e:<target>` or `e2e:<target>-serial`). */
 export default function setup(project: { name: string }): void {
-  const target = project.name.replace(/^e2e:/, "");
+  const target = project.name.replace(/^e2e:/, "").replace(/-serial$/, "");
   const output =
     target === "node" ? "dist/es-broker.mjs" : target === "binary" ? "dist/es-broker" : null;
   if (output === null) return; // deno and bun run the sources

@@ -5,6 +5,9 @@
  *
  * Record n of partition p has the value `p{p}-{n}` and sits at offset n (each partition is
  * written in order from offset 0), so a printed value says where it came from.
+ *
+ * Node target only (targets.ts `nodeOnlyE2eFiles`): the group's logic is the broker's and the CLI
+ * client's, the same on every runtime; cli.test.ts runs `consume --follow --group` on every target.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";

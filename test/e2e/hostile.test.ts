@@ -132,22 +132,25 @@ describe(`[${target}] hostile input`, () => {
       "a bad absolute URL": (topic: string) =>
         produceRequest(topic, "refused").replace("POST /v1/", "POST http://[::1/v1/"),
     };
-    let n = 0;
-    for (const [name, request] of Object.entries(refused)) {
-      const topic = `refused-${n++}`;
-      await createTopic(broker, topic);
-      const bytes =
-        produceRequest(topic, "before") +
-        request(topic) +
-        produceRequest(topic, "after-1") +
-        produceRequest(topic, "after-2");
-      const exchange = await exchangeRaw({ ...hostPort(broker), bytes, waitMs: 3_000 });
-      const what = `[${target}] ${name}: ${exchange.responses.map((r) => `${r.status} ${r.body.slice(0, 80)}`).join(" | ")}`;
-      expect(exchange.responses[0]?.status, what).toBe(200);
-      // A client retries every produce it got no 200 for: each record appended must have had its 200.
-      const answered = exchange.responses.filter((r) => r.status === 200).length;
-      expect(await highWatermark(broker, topic), what).toBe(answered);
-    }
+    // Each case on its own topic and connection, all at once: where the connection stays open
+    // (Deno), each exchange waits its full 3 s for answers that must not come.
+    await Promise.all(
+      Object.entries(refused).map(async ([name, request], n) => {
+        const topic = `refused-${n}`;
+        await createTopic(broker, topic);
+        const bytes =
+          produceRequest(topic, "before") +
+          request(topic) +
+          produceRequest(topic, "after-1") +
+          produceRequest(topic, "after-2");
+        const exchange = await exchangeRaw({ ...hostPort(broker), bytes, waitMs: 3_000 });
+        const what = `[${target}] ${name}: ${exchange.responses.map((r) => `${r.status} ${r.body.slice(0, 80)}`).join(" | ")}`;
+        expect(exchange.responses[0]?.status, what).toBe(200);
+        // A client retries every produce it got no 200 for: each record appended must have had its 200.
+        const answered = exchange.responses.filter((r) => r.status === 200).length;
+        expect(await highWatermark(broker, topic), what).toBe(answered);
+      }),
+    );
   });
 
   it("refuses a topic config nested 5,000 levels deep with invalid_config naming the field, over HTTP and TCP", async () => {
@@ -278,8 +281,13 @@ describe(`[${target}] hostile input`, () => {
         deno: [[201, ""]],
       },
     ];
-    for (const c of cases) {
-      const exchange = await exchangeRaw({ ...hostPort(broker), bytes: c.bytes, waitMs: 2_000 });
+    // One connection per case, all at once: where a connection stays open (Deno), its exchange
+    // waits the full 2 s for answers that must not come.
+    const exchanges = await Promise.all(
+      cases.map((c) => exchangeRaw({ ...hostPort(broker), bytes: c.bytes, waitMs: 2_000 })),
+    );
+    for (const [index, c] of cases.entries()) {
+      const exchange = exchanges[index]!;
       const what = `[${target}] ${c.name}: ${exchange.responses.map((r) => `${r.status} ${r.body.slice(0, 120)}`).join(" | ")}`;
       const expected = parserAnswersInJson ? c.json : c.deno;
       expect(exchange.responses, what).toHaveLength(expected.length);

@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { TcpProxy } from "../helpers/tcp-proxy.ts";
+import { waitFor } from "./helpers.ts";
 
 const running: BrokerProcess[] = [];
 let proxy: TcpProxy | null = null;
@@ -99,6 +100,20 @@ describe(`[${target}] the edge mirror`, () => {
       }),
     );
     await produce(edge.httpUrl, 0, 150);
+    // The mirror forwards before the uplink goes: its first commit makes its group at the edge
+    // (on a loaded machine it may not have started when the produce above returns).
+    await waitFor(
+      "the mirror's first commit at the edge",
+      async () =>
+        (
+          await runCli([
+            ...["groups", "describe", "mirror.upstream"],
+            ...["--broker", `${edge.tcp.host}:${edge.tcp.port}`],
+          ])
+        ).code === 0,
+      30_000,
+      200,
+    );
 
     // The uplink goes down: the edge keeps taking writes.
     proxy.down(true);

@@ -1,7 +1,9 @@
 /**
- * End-to-end: the OpenAPI document (`GET /v1/openapi.json`) against the real process, on every
- * target. Every answer below is also checked by `openapi-setup.ts` (status listed, content type,
- * body valid in ajv's strict mode); these tests add:
+ * End-to-end: the OpenAPI document (`GET /v1/openapi.json`) against the real process, on the node
+ * target only (targets.ts `nodeOnlyE2eFiles`: the app and the broker are the same code on every
+ * runtime, and `openapi-setup.ts` checks every answer of every other e2e file against the
+ * document on every target). Every answer below is also checked by `openapi-setup.ts` (status
+ * listed, content type, body valid in ajv's strict mode); these tests add:
  *
  * - the served document is valid OpenAPI 3.1 (swagger-parser) and is the one in the source;
  * - a scripted session calls every operation of the document, provoking 400, 401, 403, 404, 409,

@@ -8,7 +8,7 @@
  *   ES_BROKER_TARGET=mine ES_BROKER_CMD="/path/to/es-broker" npx vitest run --project e2e:mine
  * (a plain string is split on whitespace; a JSON array is taken as is).
  */
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -34,12 +34,15 @@ export interface Target {
 }
 
 /**
- * End-to-end files that run on the node target only (vitest.config.ts leaves them out of the
- * others' projects rather than skipping them): scenario files that test the broker's own logic —
- * the same code on every runtime — at a length that would cost minutes per extra target, each
- * with a fast file covering the same front door on every target (`kafka.test.ts`,
- * `durable-streams.test.ts`). `ES_BROKER_E2E_ALL_TARGETS=1` runs them on every target; the
- * Durable Streams conformance suite also with `ES_BROKER_STREAMS_CONFORMANCE=all`.
+ * The end-to-end files left out of `target`'s project (vitest.config.ts leaves them out rather
+ * than skipping them): on every target but node, the files that test the broker's own logic —
+ * the same code on every runtime, above `src/runtime/` — each with a fast file covering the same
+ * front door on every target (`kafka.test.ts`, `durable-streams.test.ts`, `cli.test.ts`); on
+ * Deno and Bun also {@link nodeAndBinaryE2eFiles}. A file belongs on every target only when it
+ * exercises runtime-specific code: TLS, the HTTP and TCP servers, the file system and fsync,
+ * signals, processes, stdin, the compiled binary. `ES_BROKER_E2E_ALL_TARGETS=1` runs every file on
+ * every target; the Durable Streams conformance suite also with
+ * `ES_BROKER_STREAMS_CONFORMANCE=all`.
  */
 export function nodeOnlyE2eFiles(
   target: string,
@@ -62,8 +65,42 @@ export function nodeOnlyE2eFiles(
     "test/e2e/cluster-attack.test.ts",
     "test/e2e/cluster-tls.test.ts",
     "test/e2e/cluster-state.test.ts",
+    // The Hono app and the broker against the OpenAPI document: the same code on every runtime.
+    // Every answer of every other e2e file is still checked against the document on each target
+    // (openapi-setup.ts), and hostile-fuzz.test.ts drives each runtime's HTTP server with
+    // hostile input.
+    "test/e2e/openapi.test.ts",
+    // Group membership, assignment and committed offsets are the broker's and the CLI client's
+    // logic; what they touch of the runtime (TCP, signals, timers, commits on disk) is covered on
+    // every target by cli.test.ts (`consume --follow --group` stopped by signals, committed, left)
+    // and core.test.ts (SIGKILL).
+    "test/e2e/groups.test.ts",
+    // The CLI's own logic (cli.test.ts keeps what touches the runtime: signals, stdin, listen and
+    // file errors, exit codes).
+    "test/e2e/cli-commands.test.ts",
+    // The console's page, scripts and API calls are the same on every runtime: Deno and Bun run
+    // the sources the Node bundle is built from. The binary keeps the file
+    // (`nodeAndBinaryE2eFiles`): its console is the copy compiled into it.
+    ...(target === "binary" ? [] : nodeAndBinaryE2eFiles),
   ];
 }
+
+/**
+ * End-to-end files that run alone, after the parallel part of a run (vitest.config.ts, projects
+ * `e2e:<target>-serial`): every `test/e2e/cluster*.test.ts`, whose assertions lean on timing
+ * under faults — etcd leases, SIGSTOP, elections — and the files that SIGSTOP a process or signal
+ * one a fixed time after starting it (`cli.test.ts`, `groups.test.ts`), which another file's
+ * load beside them could upset. Paths relative to the repository root.
+ */
+export function serialE2eFiles(): string[] {
+  return readdirSync(join(repoRoot, "test/e2e"))
+    .filter((name) => /^cluster.*\.test\.ts$|^cli\.test\.ts$|^groups\.test\.ts$/.test(name))
+    .sort()
+    .map((name) => `test/e2e/${name}`);
+}
+
+/** End-to-end files that run on the node and binary targets only (see {@link nodeOnlyE2eFiles}). */
+export const nodeAndBinaryE2eFiles: readonly string[] = ["test/e2e/console.test.ts"];
 
 /** `soakScale` of the Deno, Bun and binary targets. */
 export const soakScaleSecondary = 0.3;

@@ -1,0 +1,195 @@
+/**
+ * End-to-end: the CLI's own logic through the real process — what `--help` lists, option errors,
+ * a topic that does not exist, `consume --offset` past the high watermark, `topics describe` and
+ * `groups describe` against the HTTP API's JSON, `groups list`, and a new producer epoch for each
+ * run of `produce --producer-id`. The same code on every runtime, so on the node target only
+ * (targets.ts `nodeOnlyE2eFiles`); what the CLI does through the runtime (signals, stdin, exit
+ * codes, listen and file errors) is in cli.test.ts, on every target.
+ */
+import { afterEach, describe, expect, it, onTestFinished } from "vitest";
+import { TcpClient } from "../../src/client/client.ts";
+import { tempDir } from "../helpers/tmp.ts";
+import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
+
+const running: BrokerProcess[] = [];
+afterEach(async () => {
+  for (const b of running.splice(0)) await b.stop("SIGKILL");
+});
+
+function fresh(): string {
+  return tempDir().dir;
+}
+
+/** A broker, a client of it, and a topic "t" with one partition. */
+async function brokerWithTopic(): Promise<{ client: TcpClient; address: string }> {
+  const broker = await startBroker(`${fresh()}/data`);
+  running.push(broker);
+  const client = await TcpClient.connect(broker.tcp);
+  onTestFinished(() => void client.close());
+  await client.createTopic({ name: "t", partitions: 1 });
+  return { client, address: `${broker.tcp.host}:${broker.tcp.port}` };
+}
+
+async function values(client: TcpClient): Promise<string[]> {
+  const r = await client.fetch({ topic: "t", partition: 0, offset: 0 });
+  return r.records.map((rec) => new TextDecoder().decode(rec.value));
+}
+
+describe(`[${target}] es-broker commands`, () => {
+  it("produce and consume of a topic that does not exist say how to create it, and exit 1", async () => {
+    const { address } = await brokerWithTopic();
+    const hint = (name: string) =>
+      `es-broker: topic_not_found: Cannot find topic "${name}"\nes-broker: topics are not created on demand: create it first with es-broker topics create ${name} [--partitions N]\n`;
+    const produced = await runCli(
+      ["produce", "logs", "--broker", address],
+      new TextEncoder().encode("x\n"),
+    );
+    expect(produced.code).toBe(1);
+    expect(produced.stderr).toBe(hint("logs"));
+    const consumed = await runCli(["consume", "logs", "--from-beginning", "--broker", address]);
+    expect(consumed.code).toBe(1);
+    expect(consumed.stderr).toBe(hint("logs"));
+  });
+
+  it("produce --producer-id run again at once gets a new epoch: the same line sent by three runs is stored three times", async () => {
+    const { client, address } = await brokerWithTopic();
+    const epochs: number[] = [];
+    for (let run = 0; run < 3; run++) {
+      // Identical batches: a run sharing its predecessor's epoch would be taken for its resend.
+      const r = await runCli(
+        ["produce", "t", "--broker", address, "--producer-id", "cron-job"],
+        new TextEncoder().encode("heartbeat\n"),
+      );
+      expect(r.code, r.stderr).toBe(0);
+      const epoch = /\(epoch (\d+)\)/.exec(r.stderr);
+      expect(epoch, r.stderr).not.toBeNull();
+      epochs.push(Number(epoch![1]));
+    }
+    expect(epochs[1]).toBeGreaterThan(epochs[0]);
+    expect(epochs[2]).toBeGreaterThan(epochs[1]);
+    expect(await values(client)).toEqual(["heartbeat", "heartbeat", "heartbeat"]);
+  });
+
+  it("es-broker --help lists every command with a one-line summary and points to each command's --help", async () => {
+    const r = await runCli(["--help"]);
+    expect(r.code, r.stderr).toBe(0);
+    const help = r.stdout.toString();
+    const listed = [...help.matchAll(/^ {2}([a-z]+) +(\S.*)$/gm)]
+      .map((m) => m[1])
+      .filter((name) => !name.startsWith("-"));
+    // Written out here: a command the CLI dispatches but the help forgets fails this.
+    const known = [
+      "serve",
+      "produce",
+      "consume",
+      "topics",
+      "groups",
+      "keys",
+      "schemas",
+      "check",
+      "cluster",
+    ];
+    expect(listed.sort()).toEqual([...known].sort());
+    expect(help).toContain("Run 'es-broker <command> --help' for a command's options");
+    for (const command of known) {
+      const own = await runCli([command, "--help"]);
+      expect(own.code, `${command} --help: ${own.stderr}`).toBe(0);
+      expect(own.stdout.toString()).toMatch(new RegExp(`^Usage: es-broker ${command}\\b`));
+    }
+  });
+
+  it.each([
+    [
+      ["consume", "t", "--partition", "-1"],
+      "--partition must be from 0 to 4095, got -1",
+      "consume",
+    ],
+    [
+      ["consume", "t", "--partition", "0", "--offset", "-5"],
+      "--offset must be from 0 to 9007199254740991, got -5",
+      "consume",
+    ],
+    [["consume", "t", "--nope"], "unknown option --nope", "consume"],
+    [["produce", "t", "--partition"], "--partition needs a value", "produce"],
+    [["consume", "t", "--follow=yes"], "--follow takes no value", "consume"],
+    [["serve", "extra"], 'unexpected argument "extra"', "serve"],
+  ])(
+    "%j says in one line what is wrong, naming the option, and exits 2",
+    async (args, message, command) => {
+      const r = await runCli(args);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toBe(
+        `es-broker: ${message}\nRun 'es-broker ${command} --help' for usage.\n`,
+      );
+    },
+  );
+
+  it("consume --offset past the high watermark fails the same way with and without --follow, naming the offset and the high watermark", async () => {
+    const { client, address } = await brokerWithTopic();
+    await client.produce("t", [{ value: "a" }, { value: "b" }], { partition: 0 });
+    const message =
+      'es-broker: Cannot consume partition 0 of topic "t" from offset 99: it is past the high watermark 2 (give an offset from 0 to 2)\n';
+    for (const follow of [[], ["--follow"]]) {
+      const r = await runCli([
+        "consume",
+        "t",
+        "--partition",
+        "0",
+        "--offset",
+        "99",
+        ...follow,
+        "--broker",
+        address,
+      ]);
+      expect(r.code, `${follow.join(" ")} ${r.stderr}`).toBe(1);
+      expect(r.stderr).toBe(message);
+      expect(r.stdout.length).toBe(0);
+    }
+    // At the high watermark is not past it: nothing to print yet, exit 0.
+    const atEnd = await runCli([
+      "consume",
+      "t",
+      "--partition",
+      "0",
+      "--offset",
+      "2",
+      "--broker",
+      address,
+    ]);
+    expect(atEnd.code, atEnd.stderr).toBe(0);
+  });
+
+  it("topics describe and groups describe print the HTTP API's JSON for the same topic and group", async () => {
+    const broker = await startBroker(`${fresh()}/data`);
+    running.push(broker);
+    const client = await TcpClient.connect(broker.tcp);
+    onTestFinished(() => void client.close());
+    await client.createTopic({ name: "t", partitions: 2, config: { retention_ms: 60_000 } });
+    await client.produce("t", [{ value: "x" }], { partition: 1 });
+    const member = await client.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 30_000 });
+    await client.commitOffsets({
+      group: "g",
+      memberId: member.memberId,
+      generation: member.generation,
+      offsets: [{ topic: "t", partition: 1, offset: 1 }],
+    });
+    const address = `${broker.tcp.host}:${broker.tcp.port}`;
+    for (const [args, path] of [
+      [["topics", "describe", "t"], "/v1/topics/t"],
+      [["groups", "describe", "g"], "/v1/groups/g"],
+    ] as const) {
+      const cli = await runCli([...args, "--broker", address]);
+      expect(cli.code, cli.stderr).toBe(0);
+      const http = await (await fetch(`${broker.httpUrl}${path}`)).json();
+      expect(JSON.parse(cli.stdout.toString()), args.join(" ")).toEqual(http);
+    }
+  });
+
+  it("groups list counts members in the right number", async () => {
+    const { client, address } = await brokerWithTopic();
+    await client.joinGroup({ group: "solo", topics: ["t"], sessionTimeoutMs: 60_000 });
+    const r = await runCli(["groups", "list", "--broker", address]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.toString()).toBe("solo\tgeneration 1\t1 member\n");
+  });
+});
