@@ -254,7 +254,7 @@ function mediaType(c: AppContext): string {
 
 /**
  * The query parameter a cluster broker adds to the `Location` of its 307 to a partition's leader
- * (docs/http-api.md "Requests for a partition another broker leads"); a request carrying it is
+ * (docs/cluster.md "Decisions (and why)"; docs/http-api.md `GET /v1/cluster`); a request carrying it is
  * never redirected again. Every route ignores it otherwise.
  */
 export const redirectedMarker = "redirected";
