@@ -20,6 +20,8 @@ import { e2eTargets, nodeOnlyE2eFiles, serialE2eFiles } from "./test/e2e/targets
 const serialFiles = [
   // The bounded Jepsen run: its faults are timed against etcd leases and broker timeouts.
   "test/cluster/jepsen.test.ts",
+  // Scrapes every 200 ms across a leader SIGKILL and a broker restart (field failures #29d).
+  "test/cluster/metrics-failover.test.ts",
   // Replication under SIGSTOP-like stalls, lease expiry and follower catch-up deadlines.
   "test/integration/replication.test.ts",
   // Real etcd: leases, elections, members killed.
