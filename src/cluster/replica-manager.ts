@@ -119,7 +119,7 @@ export interface ReplicaManagerOptions {
   /**
    * Whether API keys are on now (they can be turned on while the broker runs). With keys on and
    * no `clusterSecret`, this broker serves no replica fetch: an empty credential would let any
-   * client read every partition and pose as a follower (docs/cluster.md "The broker credential").
+   * client read every partition and pose as a follower (docs/cluster.md "Replica fetch").
    * Absent: keys are off.
    */
   authEnabled?: () => boolean;
