@@ -480,6 +480,11 @@ describe("cluster mode: three brokers", () => {
       });
       return direct.status === 200 ? true : undefined;
     });
+    // The other broker learns the topic from etcd a moment later.
+    await waitFor("solo's leader on the other broker", async () => {
+      const x = await metadata(brokers.get(other)!, "solo");
+      return x.topics[0]?.partitions[0]?.leader === leader ? x : undefined;
+    });
     const res = await fetch(`${brokers.get(other)!.httpUrl}/v1/topics/solo/records`, {
       method: "POST",
       headers: { "content-type": "application/json" },
