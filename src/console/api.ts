@@ -55,7 +55,16 @@ export async function call<T>(method: string, path: string, body?: unknown): Pro
     body: body === undefined ? undefined : JSON.stringify(body),
     credentials: "omit",
     cache: "no-store",
+    // A cluster broker answers 307 to another broker (a group's coordinator, a partition's
+    // leader): another origin, which this page may not reach (connect-src 'self').
+    redirect: "manual",
   });
+  if (res.type === "opaqueredirect" || (res.status >= 300 && res.status < 400))
+    throw new ApiError(
+      307,
+      "redirect",
+      "another broker answers this (cluster mode): open its console",
+    );
   if (!res.ok) throw await failure(res);
   if (res.status === 204) return undefined as T;
   return (await res.json()) as T;
@@ -140,4 +149,22 @@ export async function leaderTail(
   if (leader === undefined || broker === undefined) return null;
   const url = `${broker.http.replace(/\/+$/, "")}/console#/tail/${encodeURIComponent(topic)}/${partition}`;
   return { node: leader, url };
+}
+
+/**
+ * Cluster mode: the address of the consumer groups view in the console of the controller, which
+ * coordinates every group (docs/console.md "In a cluster"), with its node id; null on a single
+ * broker or while there is no controller.
+ */
+export async function coordinatorGroups(): Promise<{ node: number; url: string } | null> {
+  let cluster: { controller: number; brokers: { node_id: number; http: string }[] };
+  try {
+    cluster = await call("GET", "/v1/cluster");
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) return null;
+    throw err;
+  }
+  const broker = cluster.brokers.find((b) => b.node_id === cluster.controller);
+  if (broker === undefined) return null;
+  return { node: broker.node_id, url: `${broker.http.replace(/\/+$/, "")}/console#/groups` };
 }

@@ -13,7 +13,16 @@
  * Data refreshes every 2 s; rates are high-watermark deltas between refreshes. Everything shown
  * is text (`dom.ts`); the key lives in this tab's sessionStorage (`api.ts`).
  */
-import { ApiError, call, leaderTail, type RecordJson, storedKey, storeKey, tail } from "./api.ts";
+import {
+  ApiError,
+  call,
+  coordinatorGroups,
+  leaderTail,
+  type RecordJson,
+  storedKey,
+  storeKey,
+  tail,
+} from "./api.ts";
 import { type Child, externalLink, formatBytes, formatRate, h, replace, table } from "./dom.ts";
 
 interface PartitionInfo {
@@ -358,7 +367,24 @@ function groupsView(): () => void {
   const list = h("div", { class: "data" });
   replace(main, h("h1", {}, "Consumer groups"), list);
   return refreshing(list, async () => {
-    const { groups } = await call<{ groups: Group[] }>("GET", "/v1/groups");
+    let groups: Group[];
+    try {
+      ({ groups } = await call<{ groups: Group[] }>("GET", "/v1/groups"));
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 307)) throw err;
+      // Cluster mode: groups are the controller's; this page may talk to its own broker only.
+      const at = await coordinatorGroups().catch(() => null);
+      return h(
+        "p",
+        { class: "outcome" },
+        at === null
+          ? "Another broker coordinates the consumer groups (or none does now): open its console."
+          : [
+              `Node ${at.node} coordinates the consumer groups; this broker does not show them (the console talks to its own broker only). Open them in its console (it asks for the API key again): `,
+              externalLink(at.url, at.url),
+            ],
+      );
+    }
     if (groups.length === 0) return h("p", { class: "empty" }, "No consumer groups.");
     return groups.map((g) =>
       h(

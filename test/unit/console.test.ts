@@ -81,6 +81,69 @@ describe("crossSiteRefusal", () => {
   });
 });
 
+describe("the console's groups view in a cluster (src/console/api.ts)", () => {
+  // Groups are the controller's: another broker answers GET /v1/groups with a 307 to it.
+  it("does not follow the 307 of a group read; finds the controller's console instead", async () => {
+    const { createServer } = await import("node:http");
+    const apiModule = "../../src/console/api.ts";
+    const { call, coordinatorGroups, ApiError } = (await import(apiModule)) as {
+      call: (method: string, path: string) => Promise<unknown>;
+      coordinatorGroups: () => Promise<unknown>;
+      ApiError: new (...args: never[]) => Error;
+    };
+    vi.stubGlobal("sessionStorage", { getItem: () => null, setItem() {}, removeItem() {} });
+    const listen = (handler: Parameters<typeof createServer>[1]) =>
+      new Promise<{ url: string; close: () => void; hits: () => number }>((resolve) => {
+        let hits = 0;
+        const server = createServer((req, res) => {
+          hits++;
+          handler?.(req, res);
+        });
+        server.listen(0, "127.0.0.1", () => {
+          const port = (server.address() as { port: number }).port;
+          resolve({
+            url: `http://127.0.0.1:${port}`,
+            close: () => server.close(),
+            hits: () => hits,
+          });
+        });
+      });
+    const controller = await listen((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ groups: [] }));
+    });
+    const other = await listen((req, res) => {
+      if (req.url?.startsWith("/v1/cluster")) {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(
+          JSON.stringify({ controller: 3, brokers: [{ node_id: 3, http: `${controller.url}/` }] }),
+        );
+        return;
+      }
+      res.writeHead(307, { location: `${controller.url}${req.url}` });
+      res.end(JSON.stringify({ error: { code: "not_leader", message: "node 3 coordinates" } }));
+    });
+    const pageFetch = globalThis.fetch;
+    vi.stubGlobal("fetch", (path: string, init?: RequestInit) =>
+      pageFetch(new URL(path, other.url), init),
+    );
+    try {
+      const failed = await call("GET", "/v1/groups").catch((e: unknown) => e);
+      expect(failed).toBeInstanceOf(ApiError);
+      expect(failed).toMatchObject({ status: 307 });
+      expect(controller.hits()).toBe(0);
+      expect(await coordinatorGroups()).toEqual({
+        node: 3,
+        url: `${controller.url}/console#/groups`,
+      });
+    } finally {
+      vi.unstubAllGlobals();
+      controller.close();
+      other.close();
+    }
+  });
+});
+
 describe("the console's live tail in a cluster (src/console/api.ts)", () => {
   // A broker that does not lead the partition (307 to another origin), and the leader; real
   // sockets. The console runs in a page whose policy forbids following the redirect.
