@@ -75,6 +75,24 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
     );
   };
 
+  /**
+   * etcd has the topic but this broker has not created it yet (it applies etcd's view a moment
+   * after the topic is created through another broker): "retry", never "no such topic".
+   */
+  const settling = <T>(topic: string, pending: Promise<T>): Promise<T> =>
+    pending.catch((err: unknown) => {
+      if (
+        err instanceof BrokerError &&
+        err.kind === Errors.topicNotFound &&
+        node.topicConfig(topic) !== undefined
+      )
+        throw new BrokerError(
+          Errors.unavailable,
+          `Cannot serve topic ${JSON.stringify(topic)} on node ${node.membership.nodeId} yet: it was just created in the cluster and this broker is still creating its partitions; retry`,
+        );
+      throw err;
+    });
+
   // Each topic's next round-robin position among the partitions this broker leads.
   const roundRobin = new Map<string, number>();
   // Each topic's next partition to redirect a keyless produce to, on a broker leading none.
@@ -345,18 +363,18 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
     async produce(request: ProduceRequest): Promise<ProduceResult> {
       if (request.partition !== undefined && request.partition >= 0 && !request.partitions) {
         leaderCheck(request.topic, request.partition);
-        return local.produce(request);
+        return settling(request.topic, local.produce(request));
       }
       if (node.topicConfig(request.topic) === undefined) return local.produce(request);
-      return local.produce(routeProduce(request));
+      return settling(request.topic, local.produce(routeProduce(request)));
     },
     async fetch(request: FetchRequest): Promise<FetchResult> {
       leaderCheck(request.topic, request.partition);
-      return local.fetch(request);
+      return settling(request.topic, local.fetch(request));
     },
     async listOffsets(request: { topic: string; partition: number }) {
       leaderCheck(request.topic, request.partition);
-      return local.listOffsets(request);
+      return settling(request.topic, local.listOffsets(request));
     },
     async joinGroup(request: JoinGroupRequest): Promise<GroupAssignment> {
       coordinatorCheck(`Cannot join group ${JSON.stringify(request.group)}`);

@@ -1,0 +1,59 @@
+/**
+ * A topic created through another broker is in etcd before this broker has created it locally
+ * (docs/cluster.md "What is guaranteed": clients): a produce, fetch or offsets request that meets
+ * that moment answers `unavailable` (503, retriable; the cluster client retries it), never
+ * `topic_not_found`, which clients do not retry. The CI run of 2026-12-01 23:27 met the race in
+ * test/e2e/cluster.test.ts ("Cannot find topic \"watched\"").
+ */
+import { describe, expect, it } from "vitest";
+import { BrokerError, Errors } from "../../src/broker/errors.ts";
+import { clusterBroker } from "../../src/cluster/cluster-broker.ts";
+import type { ClusterNode } from "../../src/cluster/node.ts";
+import { initialPartitionState } from "../../src/cluster/partition-state.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
+import { openTestBroker } from "../helpers/broker.ts";
+
+/** A node whose etcd view holds `topics` (one partition each, led by this broker, node 1). */
+function nodeKnowing(topics: string[]): ClusterNode {
+  const known = new Set(topics);
+  return {
+    membership: { nodeId: 1 },
+    brokers: new Map(),
+    controller: { isController: true, onChange: () => {} },
+    partitionState: (topic: string, partition: number) =>
+      known.has(topic) && partition === 0 ? initialPartitionState([1, 2, 3], 2) : undefined,
+    topicConfig: (topic: string) =>
+      known.has(topic) ? { replication_factor: 3, min_insync_replicas: 2 } : undefined,
+  } as unknown as ClusterNode;
+}
+
+async function failure(p: Promise<unknown>): Promise<BrokerError> {
+  const err = await p.then(
+    () => null,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(BrokerError);
+  return err as BrokerError;
+}
+
+describe("a topic in etcd that this broker has not created yet", () => {
+  it("answers unavailable (retriable), and a topic nobody has stays topic_not_found", async () => {
+    const { broker } = await openTestBroker({ cleanupIntervalMs: 0 });
+    const front = clusterBroker(broker, nodeKnowing(["fresh"]));
+    const batch = new EntryBatchBuilder().add(null, utf8("x")).build();
+    for (const pending of [
+      front.produce({ topic: "fresh", partition: 0, batch }),
+      front.produce({ topic: "fresh", batch }),
+      front.fetch({ topic: "fresh", partition: 0, offset: 0, maxRecords: 1, maxBytes: 1024 }),
+      front.listOffsets({ topic: "fresh", partition: 0 }),
+    ]) {
+      const err = await failure(pending);
+      expect(err.kind).toBe(Errors.unavailable);
+      expect(err.kind.retriable).toBe(true);
+      expect(err.message).toMatch(/just created in the cluster.*retry/);
+    }
+    const unknown = await failure(front.produce({ topic: "nobody", partition: 0, batch }));
+    expect(unknown.kind).toBe(Errors.topicNotFound);
+  });
+});
