@@ -1,6 +1,6 @@
 /**
  * A topic created through another broker is in etcd before this broker has created it locally
- * (docs/cluster.md "What is guaranteed": clients): a produce, fetch or offsets request that meets
+ * (docs/cluster.md "What is guaranteed, and what is not", Clients): a produce, fetch or offsets request that meets
  * that moment answers `unavailable` (503, retriable; the cluster client retries it), never
  * `topic_not_found`, which clients do not retry. The CI run of 2026-12-01 23:27 met the race in
  * test/e2e/cluster.test.ts ("Cannot find topic \"watched\"").
