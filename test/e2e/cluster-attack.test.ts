@@ -15,6 +15,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitFor } from "../helpers/poll.ts";
 import { TcpClient } from "../../src/client/client.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { type BrokerProcess, startBroker } from "./harness.ts";
@@ -45,16 +46,6 @@ async function partitionState(b: BrokerProcess, topic: string): Promise<Part> {
   const res = await fetch(`${b.httpUrl}/v1/cluster?topic=${topic}`);
   const m = (await res.json()) as { topics: { partitions: Part[] }[] };
   return m.topics[0].partitions[0];
-}
-
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe().catch(() => undefined);
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 beforeAll(async () => {

@@ -14,6 +14,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitFor } from "../helpers/poll.ts";
 import { TcpClient } from "../../src/client/client.ts";
 import { EtcdHttpClient, parseEtcdUrl } from "../../src/runtime/etcd.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
@@ -72,16 +73,6 @@ async function register(id: number, subject: string, schema: string): Promise<nu
 
 function record(name: string): string {
   return JSON.stringify({ type: "record", name, fields: [{ name: "f", type: "string" }] });
-}
-
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe().catch(() => undefined);
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 beforeAll(async () => {

@@ -8,6 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitFor } from "../helpers/poll.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
 import { ensureDebianTool, promtool, promtoolCheckMetrics } from "../helpers/system-tools.ts";
@@ -82,16 +83,6 @@ async function metadata(b: BrokerProcess, topic?: string): Promise<ClusterMetada
   const res = await fetch(`${b.httpUrl}/v1/cluster${topic === undefined ? "" : `?topic=${topic}`}`);
   expect(res.status).toBe(200);
   return (await res.json()) as ClusterMetadata;
-}
-
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe().catch(() => undefined);
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 beforeAll(async () => {
