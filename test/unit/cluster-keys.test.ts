@@ -6,6 +6,7 @@
  * a revoked one never again, and etcd holds no key text. Real processes: test/e2e/cluster-state.test.ts.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { apiKeyIdChars, apiKeyPrefix, apiKeySecretChars } from "../../src/auth/key-format.ts";
 import type { KeyStore, StoredKey } from "../../src/auth/key-store.ts";
 import type { BrokerError } from "../../src/broker/errors.ts";
 import { ClusterKeyBackend } from "../../src/cluster/cluster-keys.ts";
@@ -114,7 +115,9 @@ describe("cluster API keys in etcd", () => {
     const etcd = new FakeEtcd();
     const a = await broker(etcd);
     const made = await a.create({ name: "secret-holder", role: "admin" });
-    const secret = made.key.slice(made.key.lastIndexOf("_") + 1);
+    // esb_<id>_<secret>: the id is hex, the secret base64url (which may itself hold "_").
+    const secret = made.key.slice(apiKeyPrefix.length + apiKeyIdChars + 1);
+    expect(secret.length).toBe(apiKeySecretChars);
     for (const kv of etcd.kvs.values()) {
       expect(kv.value).not.toContain(secret);
       expect(kv.value).not.toContain(made.key);
