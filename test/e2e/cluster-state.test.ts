@@ -14,6 +14,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { apiKeyIdChars, apiKeyPrefix } from "../../src/auth/key-format.ts";
 import { waitFor } from "../helpers/poll.ts";
 import { TcpClient } from "../../src/client/client.ts";
 import { EtcdHttpClient, parseEtcdUrl } from "../../src/runtime/etcd.ts";
@@ -247,7 +248,8 @@ describe("cluster API keys in etcd (#24c)", () => {
       const { kvs } = await client.list("/es-broker/auth/");
       expect(kvs.length).toBeGreaterThan(0);
       for (const kv of kvs) expect(kv.value).not.toContain(adminKey!);
-      const secret = adminKey!.slice(adminKey!.lastIndexOf("_") + 1);
+      // esb_<id>_<secret>: the secret is base64url and may hold "_" itself.
+      const secret = adminKey!.slice(apiKeyPrefix.length + apiKeyIdChars + 1);
       for (const kv of kvs) expect(kv.value).not.toContain(secret);
       for (const id of [1, 2, 3]) expect(broker(id).stderr()).not.toContain(secret);
     } finally {

@@ -5,7 +5,14 @@
  */
 import { describe, expect, it } from "vitest";
 import { constantTimeEqual, toBase64Url } from "../../src/auth/crypto.ts";
-import { apiKeyChars, generateApiKey, keyHash, parseApiKeyId } from "../../src/auth/key-format.ts";
+import {
+  apiKeyChars,
+  apiKeyIdChars,
+  apiKeyPrefix,
+  generateApiKey,
+  keyHash,
+  parseApiKeyId,
+} from "../../src/auth/key-format.ts";
 import { KeyStoreError, type KeyStore } from "../../src/auth/key-store.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
@@ -112,7 +119,8 @@ describe("the key store", () => {
     expect(file.version).toBe(1);
     expect(file.keys.map((k: { name: string }) => k.name)).toEqual(["admin", "ingest", "reader"]);
     for (const { key, info } of made) {
-      const secret = key.slice(key.lastIndexOf("_") + 1);
+      // esb_<id>_<secret>: the secret is base64url and may hold "_" itself.
+      const secret = key.slice(apiKeyPrefix.length + apiKeyIdChars + 1);
       for (const form of [
         key,
         secret,
