@@ -2,7 +2,7 @@
  * Routing for clients of a cluster (docs/cluster.md "Clients"): bootstrap from any broker, learn
  * the partition leaders (Metadata version 1), keep one {@link TcpClient} per broker, and send
  * every partition's produce and fetch to its leader. On `not_leader`, `fenced_leader_epoch`,
- * `not_enough_replicas`, `unavailable` or a lost connection it reads the metadata again and retries with
+ * `not_enough_replicas` or a lost connection it reads the metadata again and retries with
  * backoff until `retryTimeoutMs`.
  *
  * Works against a single node too: its metadata has no cluster, and every call goes to the
@@ -59,8 +59,6 @@ const routingCodes = new Set<string>([
   Errors.notLeader.code,
   Errors.fencedLeaderEpoch.code,
   Errors.notEnoughReplicas.code,
-  // A broker still creating a topic just created through another one.
-  Errors.unavailable.code,
   "connection_closed",
   "timeout",
 ]);

@@ -77,7 +77,8 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
 
   /**
    * etcd has the topic but this broker has not created it yet (it applies etcd's view a moment
-   * after the topic is created through another broker): "retry", never "no such topic".
+   * after the topic is created through another broker): "retry" (`not_leader`, as Kafka answers
+   * a partition its leader has not taken yet), never "no such topic".
    */
   const settling = <T>(topic: string, pending: Promise<T>): Promise<T> =>
     pending.catch((err: unknown) => {
@@ -86,9 +87,12 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
         err.kind === Errors.topicNotFound &&
         node.topicConfig(topic) !== undefined
       )
+        // not_leader (retriable, read the metadata again) with no leader address: HTTP answers
+        // 503 rather than a redirect to this very broker.
         throw new BrokerError(
-          Errors.unavailable,
+          Errors.notLeader,
           `Cannot serve topic ${JSON.stringify(topic)} on node ${node.membership.nodeId} yet: it was just created in the cluster and this broker is still creating its partitions; retry`,
+          { leader: node.membership.nodeId },
         );
       throw err;
     });

@@ -1,7 +1,7 @@
 /**
  * A topic created through another broker is in etcd before this broker has created it locally
  * (docs/cluster.md "What is guaranteed, and what is not", Clients): a produce, fetch or offsets request that meets
- * that moment answers `unavailable` (503, retriable; the cluster client retries it), never
+ * that moment answers `not_leader` without a leader address (HTTP 503, retriable; the cluster client retries it), never
  * `topic_not_found`, which clients do not retry. The CI run of 2026-12-01 23:27 met the race in
  * test/e2e/cluster.test.ts ("Cannot find topic \"watched\"").
  */
@@ -38,7 +38,7 @@ async function failure(p: Promise<unknown>): Promise<BrokerError> {
 }
 
 describe("a topic in etcd that this broker has not created yet", () => {
-  it("answers unavailable (retriable), and a topic nobody has stays topic_not_found", async () => {
+  it("answers not_leader (retriable, no redirect), and a topic nobody has stays topic_not_found", async () => {
     const { broker } = await openTestBroker({ cleanupIntervalMs: 0 });
     const front = clusterBroker(broker, nodeKnowing(["fresh"]));
     const batch = new EntryBatchBuilder().add(null, utf8("x")).build();
@@ -49,7 +49,8 @@ describe("a topic in etcd that this broker has not created yet", () => {
       front.listOffsets({ topic: "fresh", partition: 0 }),
     ]) {
       const err = await failure(pending);
-      expect(err.kind).toBe(Errors.unavailable);
+      expect(err.kind).toBe(Errors.notLeader);
+      expect(err.details?.leader_http).toBeUndefined();
       expect(err.kind.retriable).toBe(true);
       expect(err.message).toMatch(/just created in the cluster.*retry/);
     }
