@@ -293,7 +293,12 @@ describe(`[${target}] TLS end to end`, () => {
     expect(again.stderr()).not.toContain(key);
   });
 
-  it("the CLI says which option fixes a TLS refusal: --tls-ca for an untrusted CA, --tls-cert/--tls-key for mutual TLS", async () => {
+  // Deno's TLS server sometimes closes a connection without a client certificate before its
+  // certificate_required alert reaches the client (about 1 run in 3 there; the CLI then says
+  // connection_closed): retried on Deno only, every assertion kept, open in docs/runtimes.md.
+  it("the CLI says which option fixes a TLS refusal: --tls-ca for an untrusted CA, --tls-cert/--tls-key for mutual TLS", {
+    retry: process.env.ES_BROKER_TARGET === "deno" ? 2 : 0,
+  }, async () => {
     const pki = makePki();
     const { broker } = await tlsBroker(pki, ["--tls-client-ca", pki.ca]);
     const address = `${broker.tcp.host}:${broker.tcp.port}`;
