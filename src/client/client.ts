@@ -138,7 +138,8 @@ export interface TcpClientOptions {
   /**
    * An API key (`esb_…`): the connection authenticates with it before `connect` resolves. Needed
    * once the broker has keys. It is sent only inside the Authenticate request and never appears
-   * in an error message.
+   * in an error message. Whitespace around it (the newline of a file written by `keys create
+   * --out`) is ignored.
    */
   apiKey?: string;
   /**
@@ -422,7 +423,7 @@ export class TcpClient {
   static async connect(options: TcpClientOptions): Promise<TcpClient> {
     const client = await TcpClient.#open(options);
     if (options.apiKey === undefined) return client;
-    const key = options.apiKey;
+    const key = options.apiKey.trim();
     try {
       client.#principal = await client.#call(
         (id) => encodeAuthenticateRequest(id, key),

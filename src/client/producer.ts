@@ -16,6 +16,12 @@
  *   (it was numbered in the old epoch) is renumbered and sent again — unless an earlier attempt
  *   of it went unanswered (it may be stored), in which case `send` rejects rather than risk
  *   storing it twice.
+ * - Another incarnation with the same id and epoch (the application restarted within the second
+ *   its default epoch was taken from): the very first try of a numbering can only be answered as
+ *   a duplicate, or refused as `duplicate_sequence`, if another process stored a batch under that
+ *   epoch and sequence. The producer then starts a new epoch (epoch + 1, which fences the other
+ *   incarnation) and sends the batch again, instead of taking someone else's batch for its own.
+ *   A retry after an unanswered try is different: its duplicate answer is this producer's batch.
  * - Other refusals (`out_of_order_sequence`, `duplicate_sequence`, `producer_fenced` by another
  *   incarnation, `topic_not_found`, …) reject `send` and hand the batch's sequence numbers back, so
  *   the next `send` does not leave a gap. A batch that stays unanswered until the delivery timeout
@@ -35,6 +41,7 @@ import { isRoutingError, type LeaderRouter } from "./cluster.ts";
 import { ClientError } from "./errors.ts";
 import { buildEntryBatch, type ProduceRecord } from "./records.ts";
 import { Errors } from "../broker/errors.ts";
+import { producerEpochMax } from "../lib/limits.ts";
 
 /** Options of {@link IdempotentProducer}. */
 export interface IdempotentProducerOptions {
@@ -52,7 +59,12 @@ export interface IdempotentProducerOptions {
   router?: LeaderRouter;
   /** The producer's stable id: 1–249 characters of `[A-Za-z0-9._:-]`. */
   producerId: string;
-  /** The epoch to start with (default 0). A restarted application passes a higher one to fence its old incarnation. */
+  /**
+   * The epoch to start with, 0 … 2^31 − 1. Default: the current Unix time in seconds (as the
+   * CLI's `produce --producer-id`), so each start of the application is a new incarnation that
+   * fences older ones; a start within the same second is told apart by its first batch (module
+   * comment). Pass one only if the application keeps its own epochs.
+   */
   epoch?: number;
   /** How long one `send` keeps retrying, in ms (default 120 000). */
   deliveryTimeoutMs?: number;
@@ -87,7 +99,7 @@ export class IdempotentProducer {
 
   constructor(options: IdempotentProducerOptions) {
     this.producerId = options.producerId;
-    this.#epoch = options.epoch ?? 0;
+    this.#epoch = options.epoch ?? Math.min(Math.floor(Date.now() / 1000), producerEpochMax);
     this.#connect = options.connect;
     this.#router = options.router;
     this.#deliveryTimeoutMs = options.deliveryTimeoutMs ?? 120_000;
@@ -210,23 +222,42 @@ export class IdempotentProducer {
     let sequence = state.nextSequence;
     state.nextSequence += batch.count;
     let ambiguous = false;
+    // Tries sent under the current (epoch, sequence): on the first, nothing of this producer's
+    // can be stored there yet, so a duplicate answer names another incarnation's batch.
+    let tries = 0;
     for (let attempt = 0; ; attempt++) {
       try {
         const client =
           this.#router === undefined
             ? await this.#clientNow()
             : await this.#router.leader(topic, partition);
+        tries++;
         const result = await client.produceIdempotent(topic, batch, {
           partition,
           producer: { id: this.producerId, epoch, sequence },
         });
+        if (result.duplicate && tries === 1 && this.#leaveTakenEpoch(epoch)) {
+          [epoch, sequence] = this.#renumber(state, batch);
+          tries = 0;
+          continue;
+        }
         return result;
       } catch (err) {
         if (!(err instanceof ClientError) || this.#closed) throw err;
+        if (
+          err.code === Errors.duplicateSequence.code &&
+          tries === 1 &&
+          this.#leaveTakenEpoch(epoch)
+        ) {
+          [epoch, sequence] = this.#renumber(state, batch);
+          tries = 0;
+          continue;
+        }
         if (err.code === Errors.unknownProducer.code) {
           // Forgotten by the broker: begin a new epoch, in which every partition starts at 0.
           if (this.#epoch === epoch) this.#startEpoch(epoch + 1);
           [epoch, sequence] = this.#renumber(state, batch);
+          tries = 0;
           continue;
         }
         if (
@@ -239,6 +270,7 @@ export class IdempotentProducer {
           // Numbered in an epoch this producer itself left behind: renumber, unless it may be stored.
           if (ambiguous) throw err;
           [epoch, sequence] = this.#renumber(state, batch);
+          tries = 0;
           continue;
         }
         const retriable = err.retriable || retriableCodes.has(err.code);
@@ -275,6 +307,17 @@ export class IdempotentProducer {
     else if (failed.state.nextSequence === failed.sequence + failed.count)
       failed.state.nextSequence = failed.sequence;
     return err;
+  }
+
+  /**
+   * Another incarnation holds `epoch` (module comment): begins the next epoch, unless this
+   * producer already left `epoch` (then only the batch is renumbered) or no epoch is left.
+   */
+  #leaveTakenEpoch(epoch: number): boolean {
+    if (epoch !== this.#epoch) return true;
+    if (epoch >= producerEpochMax) return false;
+    this.#startEpoch(epoch + 1);
+    return true;
   }
 
   #startEpoch(epoch: number): void {

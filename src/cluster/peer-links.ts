@@ -24,6 +24,13 @@ import type { Logger } from "../lib/logger.ts";
  */
 export const peerLinkIdleMs = 30_000;
 
+/**
+ * A failing link not tried for this long, in ms, is no longer in use either: a follower retries
+ * a failing leader at least every second, so after 5 s nobody is (the peer came back leading
+ * nothing, or this broker follows another leader now) and `cluster status` stops listing it.
+ */
+export const failingPeerLinkIdleMs = 5_000;
+
 /** One peer link as {@link PeerLinks.snapshot} reports it (snake_case: shown as JSON). */
 export interface PeerLinkStatus {
   /** The peer's advertised TCP address (`host:port`). */
@@ -125,11 +132,15 @@ export class PeerLinks {
     });
   }
 
-  /** Every peer link in use (tried within {@link peerLinkIdleMs}), by address. */
+  /**
+   * Every peer link in use (tried within {@link peerLinkIdleMs}, or {@link failingPeerLinkIdleMs}
+   * while failing), by address.
+   */
   snapshot(): PeerLinkStatus[] {
     const now = this.#clock.nowMs();
     for (const [tcp, l] of this.#links)
-      if (now - l.triedMs > peerLinkIdleMs) this.#links.delete(tcp);
+      if (now - l.triedMs > (l.ok ? peerLinkIdleMs : failingPeerLinkIdleMs))
+        this.#links.delete(tcp);
     return [...this.#links]
       .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
       .map(([tcp, l]) => ({

@@ -9,7 +9,7 @@
 import * as net from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
 import type { LocalBroker } from "../../src/broker/broker.ts";
-import { type ClientError, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
+import { ClientError, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
 import { ManualClock, type Clock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { listenTcp } from "../../src/runtime/tcp.ts";
@@ -210,6 +210,49 @@ describe("idempotent produce over TCP only", () => {
     expect(producer.nextSequence("t", 2)).toBe(10);
   });
 
+  it("IdempotentProducer started again under a taken epoch begins the next one instead of dropping or refusing its first batch", async () => {
+    const b = await broker({ clock: realClock });
+    await b.createTopic({ name: "t", partitions: 1 });
+    const server = await serve(b);
+    const make = (epoch: number) =>
+      new IdempotentProducer({ connect: server.connect, producerId: "rerun", epoch });
+    const first = make(7);
+    onTestFinished(() => first.close());
+    expect((await first.send("t", [{ value: "same" }], { partition: 0 })).duplicate).toBe(false);
+    expect((await first.send("t", [{ value: "x" }], { partition: 0 })).duplicate).toBe(false);
+    // The same first batch from a second incarnation (the README's example run twice).
+    const second = make(7);
+    onTestFinished(() => second.close());
+    const again = await second.send("t", [{ value: "same" }], { partition: 0 });
+    expect(again).toEqual({ spans: [{ partition: 0, baseOffset: 2, count: 1 }], duplicate: false });
+    expect(second.epoch).toBe(8);
+    // A different first batch (row 9 of the decision table: duplicate_sequence) from a third
+    // incarnation under the epoch the second one now holds.
+    const third = make(8);
+    onTestFinished(() => third.close());
+    const other = await third.send("t", [{ value: "other" }], { partition: 0 });
+    expect(other.duplicate).toBe(false);
+    expect(third.epoch).toBe(8 + 1);
+    expect(await values(b, "t", 0)).toEqual(["same", "x", "same", "other"]);
+    // The older incarnations are fenced, not renumbered past the newest one.
+    const fenced = await first.send("t", [{ value: "late" }], { partition: 0 }).catch((e) => e);
+    expect(fenced).toBeInstanceOf(ClientError);
+    expect(fenced.code).toBe("producer_fenced");
+    expect(await values(b, "t", 0)).toHaveLength(4);
+  });
+
+  it("IdempotentProducer's default epoch is the current Unix second, so a restart fences the last run", async () => {
+    const b = await broker({ clock: realClock });
+    await b.createTopic({ name: "t", partitions: 1 });
+    const server = await serve(b);
+    const before = Math.floor(Date.now() / 1000);
+    const producer = new IdempotentProducer({ connect: server.connect, producerId: "dflt" });
+    onTestFinished(() => producer.close());
+    expect(producer.epoch).toBeGreaterThanOrEqual(before);
+    expect(producer.epoch).toBeLessThanOrEqual(Math.floor(Date.now() / 1000));
+    expect((await producer.send("t", [{ value: "a" }], { partition: 0 })).duplicate).toBe(false);
+  });
+
   it("IdempotentProducer routes keyless records by its id and keyed ones by key, refusing a send that spans partitions", async () => {
     const b = await broker({ clock: realClock });
     await b.createTopic({ name: "t", partitions: 4 });
@@ -258,7 +301,11 @@ describe("idempotent produce over TCP only", () => {
     const b = await broker({ clock, producerExpiryMs: 60_000 });
     await b.createTopic({ name: "t", partitions: 1 });
     const server = await serve(b);
-    const producer = new IdempotentProducer({ connect: server.connect, producerId: "sleepy" });
+    const producer = new IdempotentProducer({
+      connect: server.connect,
+      producerId: "sleepy",
+      epoch: 0,
+    });
     onTestFinished(() => producer.close());
     await producer.send("t", [{ value: "a" }], { partition: 0 });
     await producer.send("t", [{ value: "b" }], { partition: 0 });

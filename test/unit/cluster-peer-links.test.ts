@@ -3,7 +3,7 @@
  * TLS one (`runtime/tls.ts` `tlsFailure`): docs/cluster.md "TLS between brokers".
  */
 import { describe, expect, it } from "vitest";
-import { PeerLinks, peerLinkIdleMs } from "../../src/cluster/peer-links.ts";
+import { failingPeerLinkIdleMs, PeerLinks, peerLinkIdleMs } from "../../src/cluster/peer-links.ts";
 import { ClientError } from "../../src/client/errors.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
@@ -59,6 +59,22 @@ describe("PeerLinks", () => {
       links.failed("h:4", { message: "connect ECONNREFUSED", tls: null });
     }
     expect(links.snapshot().map((l) => [l.tcp, l.ok])).toEqual([["h:4", false]]);
+  });
+
+  it("stops listing a failing link soon after nobody retries it, an ok one only after the idle time", () => {
+    const clock = new ManualClock(1000);
+    const links = new PeerLinks({ clock, logger: new MemoryLogger(), tls: false });
+    links.failed("h:3", { message: "connect ECONNREFUSED", tls: null });
+    links.succeeded("h:4");
+    clock.advance(failingPeerLinkIdleMs - 1);
+    expect(links.snapshot().map((l) => [l.tcp, l.ok])).toEqual([
+      ["h:3", false],
+      ["h:4", true],
+    ]);
+    clock.advance(2);
+    expect(links.snapshot().map((l) => [l.tcp, l.ok])).toEqual([["h:4", true]]);
+    clock.advance(peerLinkIdleMs);
+    expect(links.snapshot()).toEqual([]);
   });
 
   it("tells TLS failures apart, logs each reason once, and reports the link working again", () => {

@@ -81,7 +81,10 @@ export function registerStreamRoutes<E extends Env>(app: Hono<E>, deps: StreamRo
       if (method === "OPTIONS") return preflight(c);
       const streams = deps.streams;
       if (streams === undefined)
-        throw new BrokerError(Errors.notFound, "Cannot serve streams: this broker has none");
+        throw new BrokerError(
+          Errors.notFound,
+          "Cannot serve streams: this broker offers no Durable Streams (they are off in cluster mode, where a stream's topic would not be replicated: docs/durable-streams.md)",
+        );
       const path = decodeStreamPath(rawUrlPath(c.req.url));
       switch (method) {
         case "PUT":
