@@ -17,6 +17,7 @@ import { Errors } from "../broker/errors.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { keys } from "./keys.ts";
 import { cluster } from "./cluster.ts";
+import { EtcdError } from "../cluster/etcd.ts";
 import { apiKeyEnv, refuseKeyInArgv } from "./connection.ts";
 
 /** Each command of {@link main}, in help order, with its one-line summary (each has its own `--help`). */
@@ -113,7 +114,10 @@ export async function main(argv: string[]): Promise<number> {
             err.code === Errors.topicNotFound.code &&
             (command === "produce" || command === "consume")
           ? createTopicHint(err.message)
-          : hintFor(message);
+          : // etcd's messages (serve --cluster) name their own fix.
+            err instanceof EtcdError
+            ? ""
+            : hintFor(message);
     process.stderr.write(`es-broker: ${message}\n${hint}`);
     return 1;
   }

@@ -26,10 +26,12 @@ import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
 import { systemKeyCrypto } from "../runtime/crypto.ts";
 import {
   loadCaBundle,
+  loadTlsOutgoing,
   loadTlsServerMaterial,
   tlsHandshakeTimeoutMs,
   type TlsServerFiles,
   type TlsServerMaterial,
+  type TlsOutgoingFiles,
 } from "../runtime/tls.ts";
 import { createTcpTransport } from "../transport/tcp/transport.ts";
 import { startKafkaListener } from "./serve-kafka.ts";
@@ -72,7 +74,12 @@ import { clientTlsOptions, readApiKey } from "./connection.ts";
 import type { ConnectionOptions } from "node:tls";
 import { existsSync, readFileSync } from "node:fs";
 import { hostPort } from "./args.ts";
-import { EtcdHttpClient, parseEtcdUrl } from "../runtime/etcd.ts";
+import {
+  type EtcdAuth,
+  EtcdHttpClient,
+  type EtcdTlsMaterial,
+  parseEtcdUrl,
+} from "../runtime/etcd.ts";
 import { ClusterNode } from "../cluster/node.ts";
 import { type ClusterState, openClusterState } from "../cluster/cluster-state.ts";
 import { ReplicaManager } from "../cluster/replica-manager.ts";
@@ -153,7 +160,16 @@ Options:
   -h, --help                  show this help
 
 Cluster mode (docs/cluster.md; off unless --cluster is given):
-  --cluster etcd://H:P[,H:P]  join the cluster coordinated by this etcd (its client endpoints)
+  --cluster etcd://H:P[,H:P]  join the cluster coordinated by this etcd (its client endpoints);
+                              etcds://H:P[,H:P] for etcd's client port with TLS
+  --cluster-etcd-ca FILE      with etcds://: the CA (PEM) etcd's certificates are checked against
+                              (default: the system's CAs)
+  --cluster-etcd-cert FILE    with etcds://: client certificate (PEM) for etcd started with
+                              --client-cert-auth (with authentication on: no CN in its subject)
+  --cluster-etcd-key FILE     its private key (PEM)
+  --cluster-etcd-user NAME    authenticate to etcd as this user (etcd's auth enable)
+  --cluster-etcd-password-file FILE  the user's password, never on the command line (etcds://
+                              unless every etcd endpoint is loopback)
   --node-id N                 this broker's node id, 0 to 2147483647, unique in the cluster
   --advertise-tcp HOST:PORT   the TCP address other brokers and clients reach this broker at
   --advertise-http URL        the HTTP base URL clients are redirected to (http://HOST:PORT;
@@ -176,7 +192,8 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
 port needs an API key, except GET (or HEAD) /healthz and /readyz; Kafka clients use SASL/PLAIN
 (user = the key's name or id, password = the key). A key file that cannot be read refuses the start.
-SIGHUP reloads the TLS files and ${apiKeysFileName}; open connections keep working.
+SIGHUP reloads the TLS files (also --cluster-etcd-*) and ${apiKeysFileName}; open connections keep
+working.
 SIGINT or SIGTERM: stop accepting, finish the requests in flight, fsync, close, exit 0; a second
 signal exits at once, with 130 (SIGINT) or 143 (SIGTERM).
 `;
@@ -230,6 +247,11 @@ export async function serve(argv: string[]): Promise<number> {
       "advertise-http": { type: "string" },
       "cluster-secret-file": { type: "string" },
       "cluster-tls-ca": { type: "string" },
+      "cluster-etcd-ca": { type: "string" },
+      "cluster-etcd-cert": { type: "string" },
+      "cluster-etcd-key": { type: "string" },
+      "cluster-etcd-user": { type: "string" },
+      "cluster-etcd-password-file": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -383,6 +405,11 @@ export async function serve(argv: string[]): Promise<number> {
     values["cluster-tls-ca"] === undefined ? undefined : resolve(values["cluster-tls-ca"]);
   let clusterCa: Buffer | undefined =
     clusterCaPath === undefined ? undefined : loadCaBundle(clusterCaPath, "--cluster-tls-ca");
+  // The connection to etcd (docs/cluster.md "etcd with TLS and authentication"): its files are
+  // re-read on SIGHUP, like --cluster-tls-ca; the password stays in memory only.
+  let etcdTls = cluster?.etcdTls === undefined ? undefined : loadEtcdTls(cluster.etcdTls);
+  let etcdPassword =
+    cluster?.etcdAuth === undefined ? undefined : readEtcdPassword(cluster.etcdAuth.passwordPath);
   const dataDir = resolve(values["data-dir"]!);
   const logger = jsonLineLogger(
     (line) => process.stderr.write(line),
@@ -605,12 +632,27 @@ export async function serve(argv: string[]): Promise<number> {
               key: tlsMaterial!.context.key,
               rejectUnauthorized: true,
             });
-      node = await startClusterNode(cluster, broker, dataDir, nodeFs, logger, kafkaAddress, {
-        tls: peerTls,
-        links: new PeerLinks({ clock: systemClock, logger, tls: peerTls !== undefined }),
-        // The key store in use now: the cluster's (below) once it is open.
-        authEnabled: () => keys.enabled,
-      });
+      const etcdAuth = cluster.etcdAuth;
+      node = await startClusterNode(
+        cluster,
+        broker,
+        dataDir,
+        nodeFs,
+        logger,
+        kafkaAddress,
+        {
+          tls: peerTls,
+          links: new PeerLinks({ clock: systemClock, logger, tls: peerTls !== undefined }),
+          // The key store in use now: the cluster's (below) once it is open.
+          authEnabled: () => keys.enabled,
+        },
+        {
+          ...(etcdTls === undefined ? {} : { tls: () => etcdTls! }),
+          ...(etcdAuth === undefined
+            ? {}
+            : { auth: { user: etcdAuth.user, password: () => etcdPassword! } }),
+        },
+      );
       front = clusterBroker(broker, node);
       // The schema registry and API keys of the cluster, in etcd (docs/cluster.md).
       clusterState = await openClusterState({
@@ -806,6 +848,24 @@ export async function serve(argv: string[]): Promise<number> {
           logger.log("error", "tls.reload_failed", { error: errorMessage(err) });
         }
       }
+      if (cluster?.etcdTls !== undefined) {
+        try {
+          etcdTls = loadEtcdTls(cluster.etcdTls);
+          logger.log("info", "tls.etcd_reloaded", { ...cluster.etcdTls });
+        } catch (err) {
+          logger.log("error", "tls.reload_failed", { error: errorMessage(err) });
+        }
+      }
+      if (cluster?.etcdAuth !== undefined) {
+        try {
+          etcdPassword = readEtcdPassword(cluster.etcdAuth.passwordPath);
+          logger.log("info", "cluster.etcd_password_reloaded", {
+            file: cluster.etcdAuth.passwordPath,
+          });
+        } catch (err) {
+          logger.log("error", "cluster.etcd_password_reload_failed", { error: errorMessage(err) });
+        }
+      }
       try {
         const result = await keys.reload();
         logger.log("info", "auth.keys_reloaded", {
@@ -971,6 +1031,10 @@ interface ClusterSettings {
   advertiseHttp: string;
   /** The broker credential's bytes (never logged, never in argv or the data directory). */
   secret: Uint8Array | undefined;
+  /** With `etcds://`: the PEM files for etcd's client port (re-read on SIGHUP). */
+  etcdTls: TlsOutgoingFiles | undefined;
+  /** etcd user authentication: the user and the file its password is read from. */
+  etcdAuth: { user: string; passwordPath: string } | undefined;
 }
 
 /**
@@ -985,6 +1049,11 @@ function clusterSettings(values: Record<string, unknown>): ClusterSettings | nul
     "advertise-http",
     "cluster-secret-file",
     "cluster-tls-ca",
+    "cluster-etcd-ca",
+    "cluster-etcd-cert",
+    "cluster-etcd-key",
+    "cluster-etcd-user",
+    "cluster-etcd-password-file",
   ];
   if (url === undefined) {
     const stray = companions.find((o) => values[o] !== undefined);
@@ -1044,13 +1113,78 @@ function clusterSettings(values: Record<string, unknown>): ClusterSettings | nul
       );
     secret = utf8(text);
   }
+  const tlsEtcd = endpoints[0].startsWith("https:");
+  const etcdFile = (o: string) => {
+    const v = values[o] as string | undefined;
+    if (v !== undefined && !tlsEtcd)
+      throw new UsageError(
+        `--${o} needs --cluster etcds://HOST:PORT[,...] (etcd's client port with TLS), got ${JSON.stringify(url)}`,
+      );
+    return v === undefined ? undefined : resolve(v);
+  };
+  const etcdTls: TlsOutgoingFiles = {
+    caPath: etcdFile("cluster-etcd-ca"),
+    certPath: etcdFile("cluster-etcd-cert"),
+    keyPath: etcdFile("cluster-etcd-key"),
+  };
+  if ((etcdTls.certPath === undefined) !== (etcdTls.keyPath === undefined))
+    throw new UsageError("--cluster-etcd-cert and --cluster-etcd-key go together");
+  const user = values["cluster-etcd-user"] as string | undefined;
+  const passwordFile = values["cluster-etcd-password-file"] as string | undefined;
+  if ((user === undefined) !== (passwordFile === undefined))
+    throw new UsageError(
+      "--cluster-etcd-user and --cluster-etcd-password-file go together (the password is read from the file, never from the command line)",
+    );
+  if (user === "") throw new UsageError("--cluster-etcd-user must not be empty");
+  // The password travels in the authenticate request: never in clear over a network.
+  if (user !== undefined && !tlsEtcd) {
+    const remote = endpoints.find((e) => !isLoopback(new URL(e).hostname.replace(/^\[|\]$/g, "")));
+    if (remote !== undefined)
+      throw new UsageError(
+        `--cluster-etcd-user with plain-HTTP etcd at ${remote.replace(/^http:\/\//, "")} would send the password in clear: use --cluster etcds://... (etcd with TLS)`,
+      );
+  }
   return {
+    etcdTls: tlsEtcd ? etcdTls : undefined,
+    etcdAuth:
+      user === undefined ? undefined : { user, passwordPath: resolve(passwordFile as string) },
     endpoints,
     nodeId,
     advertiseTcp: `${tcp.host.includes(":") ? `[${tcp.host}]` : tcp.host}:${tcp.port}`,
     advertiseHttp: http.replace(/\/$/, ""),
     secret,
   };
+}
+
+/**
+ * Reads the PEM files of the connection to etcd (`--cluster-etcd-ca`, `-cert`, `-key`).
+ * @throws Error naming the option and file that cannot be used.
+ */
+function loadEtcdTls(files: TlsOutgoingFiles): EtcdTlsMaterial {
+  return loadTlsOutgoing(files, {
+    ca: "--cluster-etcd-ca",
+    cert: "--cluster-etcd-cert",
+    key: "--cluster-etcd-key",
+  });
+}
+
+/**
+ * Reads the etcd user's password from `--cluster-etcd-password-file` (one trailing newline
+ * dropped). @throws Error naming the file, never its content.
+ */
+function readEtcdPassword(path: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new Error(
+      `--cluster-etcd-password-file ${JSON.stringify(path)} cannot be read: ${(err as { code?: string }).code ?? errorMessage(err)}`,
+    );
+  }
+  const password = text.replace(/\r?\n$/, "");
+  if (password === "")
+    throw new Error(`--cluster-etcd-password-file ${JSON.stringify(path)} is empty`);
+  return password;
 }
 
 /** The data directory's record of the cluster it belongs to (docs/cluster.md "Membership"). */
@@ -1073,6 +1207,7 @@ async function startClusterNode(
     links: PeerLinks;
     authEnabled: () => boolean;
   },
+  etcdConnection: { tls?: () => EtcdTlsMaterial; auth?: EtcdAuth },
 ): Promise<ClusterNode> {
   const path = `${dataDir}/${clusterFileName}`;
   let recorded: { cluster_id: string; node_id: number; data_dir_id: string } | null = null;
@@ -1091,7 +1226,7 @@ async function startClusterNode(
     throw new Error(`Cannot read ${path}: it must hold cluster_id, node_id and data_dir_id`);
   const randomHex = () => Buffer.from(systemKeyCrypto.randomBytes(16)).toString("hex");
   const dataDirId = recorded?.data_dir_id ?? randomHex();
-  const etcd = new EtcdHttpClient(settings.endpoints, { logger });
+  const etcd = new EtcdHttpClient(settings.endpoints, { logger, ...etcdConnection });
   const seed = Buffer.from(systemKeyCrypto.randomBytes(6)).readUIntBE(0, 6);
   try {
     return await ClusterNode.start({

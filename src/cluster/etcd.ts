@@ -2,7 +2,7 @@
  * The part of etcd's v3 API the cluster code uses, as an interface: key-value reads and writes,
  * transactions (compare-and-set), leases and watches (docs/cluster.md "Coordination in etcd").
  *
- * The real implementation is `runtime/etcd.ts` (etcd's JSON gateway over `fetch`); simulations can
+ * The real implementation is `runtime/etcd.ts` (etcd's JSON gateway over HTTP or HTTPS); simulations can
  * supply their own. Keys and values are UTF-8 strings (the cluster stores JSON). Revisions are
  * etcd's store revisions, JS numbers (etcd counts one per write: 2^53 is out of reach). Lease ids
  * are 64-bit and travel as decimal strings, never as numbers (they exceed 2^53).
@@ -135,7 +135,9 @@ export type EtcdErrorCode =
   | "resource_exhausted"
   | "permission_denied"
   | "unauthenticated"
-  | "internal";
+  | "internal"
+  /** The TLS handshake with etcd failed (certificate not trusted, client certificate refused). */
+  | "tls";
 
 /** A failed etcd call: what was asked, and why it failed. */
 export class EtcdError extends Error {

@@ -1,8 +1,11 @@
 /**
- * An etcd v3 client over etcd's JSON gateway (`POST /v3/...` on the client port) and `fetch`
- * (docs/cluster.md "Coordination in etcd"). `fetch` and streaming response bodies work the same on
- * Node, Deno, Bun and the compiled binary, so this needs no dependency; the npm `etcd3` client
- * would bring gRPC, protobuf and `.proto` files loaded at run time.
+ * An etcd v3 client over etcd's JSON gateway (`POST /v3/...` on the client port) (docs/cluster.md
+ * "Coordination in etcd"). Plain HTTP (`etcd://`) goes over `fetch`; TLS (`etcds://`) over
+ * `node:https`, the one HTTPS client that takes a CA and a client certificate the same way on
+ * Node, Deno, Bun and the compiled binary (their `fetch` each need their own option: an undici
+ * dispatcher, `Deno.createHttpClient`, Bun's `tls`). Both stream response bodies, so this needs
+ * no dependency; the npm `etcd3` client would bring gRPC, protobuf and `.proto` files loaded at
+ * run time.
  *
  * Gateway encoding: keys and values are base64 of their bytes; 64-bit numbers (revisions, lease ids)
  * are decimal strings; fields at their default (0, false, empty) are left out of responses. A
@@ -10,8 +13,17 @@
  *
  * Endpoints: requests go to the current endpoint and move on to the next when it cannot be
  * reached. Reads are retried on every endpoint; a write is retried only if its first try never
- * reached a server (connection refused), otherwise it fails as `indeterminate`.
+ * reached a server (connection refused, TLS handshake refused), otherwise it fails as
+ * `indeterminate`.
+ *
+ * etcd authentication (docs/cluster.md "etcd with TLS and authentication"): with a user, the
+ * client asks `/v3/auth/authenticate` for a token and sends it in `Authorization`; a token etcd
+ * no longer knows (simple tokens expire after `--auth-token-ttl` unused) is replaced and the
+ * request sent once more (etcd refused it before applying anything). The password is held in
+ * memory only and never appears in a message.
  */
+import * as https from "node:https";
+import { tlsFailure } from "./tls.ts";
 import { deadline } from "./deadline.ts";
 import {
   type Etcd,
@@ -44,7 +56,46 @@ export interface EtcdHttpClientOptions {
    */
   watchCheckMs?: number;
   logger?: Logger;
+  /**
+   * TLS material for `https://` endpoints, asked for at each new connection (so new files after
+   * SIGHUP apply to connections made from then on). Without it, the system's CAs and no client
+   * certificate.
+   */
+  tls?: () => EtcdTlsMaterial;
+  /** etcd user authentication; without it, no token is sent. */
+  auth?: EtcdAuth;
 }
+
+/** PEM bytes for the TLS connection to etcd (`--cluster-etcd-ca`, `-cert`, `-key`). */
+export interface EtcdTlsMaterial {
+  /** CA bundle etcd's server certificates must chain to; default the system's CAs. */
+  ca?: Buffer;
+  /** Client certificate chain, for etcd started with `--client-cert-auth`. */
+  cert?: Buffer;
+  /** The client certificate's private key. */
+  key?: Buffer;
+}
+
+/** An etcd user (`--cluster-etcd-user`) and its password (`--cluster-etcd-password-file`). */
+export interface EtcdAuth {
+  user: string;
+  /** Asked for at each authentication (SIGHUP may have read a new file); never logged. */
+  password: () => string;
+}
+
+/** One answer of etcd's gateway, whatever carried it. */
+interface Answer {
+  status: number;
+  /** The whole body as text. */
+  text(): Promise<string>;
+  /** The body as decoded text chunks, null at its end. */
+  chunks(): () => Promise<string | null>;
+  /** Drops the rest of the body. */
+  cancel(): void;
+}
+
+/** The gateway's messages that mean "authenticate again and resend" (the token is unknown or stale). */
+const staleToken = /invalid auth token|revision of auth store is old/i;
 
 /** gRPC status codes by number, as etcd's gateway reports them in `code`. */
 const grpcCodes: Record<number, EtcdErrorCode> = {
@@ -59,7 +110,7 @@ const grpcCodes: Record<number, EtcdErrorCode> = {
   16: "unauthenticated",
 };
 
-/** Whether a failed `fetch` never reached a server (so a write it carried was not applied). */
+/** Whether a failed request never reached a server (so a write it carried was not applied). */
 function connectionRefused(err: unknown): boolean {
   const e = err as { code?: string; cause?: { code?: string }; message?: string };
   const text = `${e?.code ?? ""} ${e?.cause?.code ?? ""} ${e?.message ?? ""} ${errorMessage(e?.cause ?? "")}`;
@@ -72,6 +123,28 @@ function b64(text: string): string {
 
 function unb64(text: string | undefined): string {
   return text === undefined ? "" : fromUtf8(decodeBase64(text));
+}
+
+/**
+ * What a plain-HTTP connection closed before any answer usually means: etcd serves TLS there
+ * (it closes plain connections to a TLS-only client port without a word).
+ */
+function closedHint(endpoint: string, err: unknown): string {
+  if (!endpoint.startsWith("http:")) return "";
+  const cause = (err as { cause?: { code?: string; message?: string } })?.cause;
+  const text = `${cause?.code ?? ""} ${cause?.message ?? ""} ${errorMessage(err)}`;
+  return /other side closed|UND_ERR_SOCKET|connection closed before/i.test(text)
+    ? " (closed without an answer: if etcd serves TLS on that port, use --cluster etcds://)"
+    : "";
+}
+
+/** What a non-JSON answer of the gateway usually means, from its text. */
+function plainTextHint(text: string): string {
+  if (/HTTP request to an HTTPS server/i.test(text))
+    return ": that port serves TLS: use --cluster etcds://";
+  if (/CommonName of client/i.test(text))
+    return ": with authentication enabled, etcd 3.4's gateway refuses a client certificate that has a Common Name: issue --cluster-etcd-cert without a CN (e.g. -subj /O=es-broker)";
+  return "";
 }
 
 /** A decimal string from the gateway (or its absence, meaning 0) as a safe JS number. */
@@ -137,6 +210,30 @@ function opToJson(op: EtcdOp): Record<string, unknown> {
 
 type Retry = "any" | "refused";
 
+/** Why a TLS handshake with etcd failed, and what to do, by {@link tlsFailure}'s kind. */
+const tlsHints = {
+  verify:
+    "etcd's certificate is not trusted or does not name the host in --cluster: pass --cluster-etcd-ca FILE, the CA (PEM) that signed etcd's --cert-file, whose certificate must list that host",
+  handshake:
+    "etcd refused the TLS handshake: etcd started with --client-cert-auth needs a client certificate (--cluster-etcd-cert FILE and --cluster-etcd-key FILE, signed by a CA in etcd's --trusted-ca-file)",
+  plain:
+    "that port serves plain HTTP, not TLS: use --cluster etcd:// there (or start etcd with --cert-file and --key-file)",
+} as const;
+
+/**
+ * Why a request to an https:// endpoint failed in TLS, as {@link tlsHints}' kind and a short
+ * reason (OpenSSL's long text cut to its code), or null for any other failure.
+ */
+function etcdTlsFailure(err: unknown): { kind: keyof typeof tlsHints; reason: string } | null {
+  const text = `${(err as { code?: string })?.code ?? ""} ${errorMessage(err)}`;
+  if (/WRONG_VERSION_NUMBER|wrong version number/i.test(text))
+    return { kind: "plain", reason: "TLS record of a plain-HTTP server (wrong version number)" };
+  const tls = tlsFailure(err);
+  if (tls === null) return null;
+  const code = /^(ERR_SSL_\w+):/.exec(tls.reason)?.[1];
+  return { kind: tls.kind, reason: code ?? tls.reason.split("\n")[0].trim() };
+}
+
 /** {@link Etcd} over the JSON gateway of one etcd cluster's client endpoints. */
 export class EtcdHttpClient implements Etcd {
   readonly #endpoints: string[];
@@ -145,12 +242,20 @@ export class EtcdHttpClient implements Etcd {
   readonly #watchRetryMs: number;
   readonly #watchCheckMs: number;
   readonly #logger: Logger;
+  readonly #tls: (() => EtcdTlsMaterial) | undefined;
+  readonly #auth: EtcdAuth | undefined;
+  /** The keep-alive connections for short requests, and the TLS material they were made with. */
+  #agent: { agent: https.Agent; material: EtcdTlsMaterial } | null = null;
+  /** The current token, or the authentication in flight (one at a time). */
+  #token: Promise<string> | null = null;
   readonly #watches = new Set<EtcdWatch>();
   #closed = false;
 
   /**
-   * @param endpoints client URLs such as `http://127.0.0.1:2379` (at least one).
-   * @throws EtcdError `invalid_argument` if the list is empty or an entry is not an http(s) URL.
+   * @param endpoints client URLs such as `http://127.0.0.1:2379` or `https://etcd1:2379` (at least
+   *   one; all of one scheme).
+   * @throws EtcdError `invalid_argument` if the list is empty, an entry is not an http(s) URL, or
+   *   the schemes differ.
    */
   constructor(endpoints: readonly string[], options: EtcdHttpClientOptions = {}) {
     if (endpoints.length === 0)
@@ -163,11 +268,18 @@ export class EtcdHttpClient implements Etcd {
         );
       }
     }
+    if (new Set(endpoints.map((e) => e.startsWith("https:"))).size > 1)
+      throw new EtcdError(
+        "invalid_argument",
+        "Cannot connect to etcd: the endpoints mix http:// and https://",
+      );
     this.#endpoints = [...endpoints];
     this.#timeoutMs = options.requestTimeoutMs ?? 5000;
     this.#watchRetryMs = options.watchRetryMs ?? 250;
     this.#watchCheckMs = options.watchCheckMs ?? 3000;
     this.#logger = options.logger ?? silentLogger;
+    this.#tls = options.tls;
+    this.#auth = options.auth;
   }
 
   /** The client endpoints, in the order given. */
@@ -176,8 +288,127 @@ export class EtcdHttpClient implements Etcd {
   }
 
   /**
-   * Posts `body` to `path`, moving through the endpoints as {@link Retry} allows. Resolves with
-   * the parsed JSON answer; rejects with {@link EtcdError}.
+   * POSTs `body` to `endpoint` + `path`: over `fetch` for http://, over `node:https` for https://
+   * (a streamed body, the watch, gets a connection of its own; others share keep-alive ones).
+   */
+  async #post(
+    endpoint: string,
+    path: string,
+    body: string,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+    stream = false,
+  ): Promise<Answer> {
+    if (endpoint.startsWith("http:")) {
+      const response = await fetch(`${endpoint}${path}`, { method: "POST", headers, body, signal });
+      return {
+        status: response.status,
+        text: () => response.text(),
+        chunks: () => {
+          if (response.body === null) return async () => null;
+          const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+          return async () => {
+            const { value, done } = await reader.read();
+            return done ? null : value;
+          };
+        },
+        cancel: () => void response.body?.cancel().catch(() => {}),
+      };
+    }
+    const url = new URL(endpoint);
+    const material = this.#tls?.() ?? {};
+    let agent: https.Agent | false = false;
+    if (!stream) {
+      if (this.#agent === null || this.#agent.material !== material) {
+        // New files (SIGHUP): new connections use them; the old ones close once their requests
+        // have had their time.
+        const old = this.#agent?.agent;
+        if (old !== undefined) {
+          const timer = setTimeout(() => old.destroy(), 2 * this.#timeoutMs);
+          (timer as { unref?: () => void }).unref?.();
+        }
+        this.#agent = { agent: new https.Agent({ keepAlive: true, ...material }), material };
+      }
+      agent = this.#agent.agent;
+    }
+    const response = await new Promise<import("node:http").IncomingMessage>((resolve, reject) => {
+      const request = https.request(
+        {
+          host: url.hostname.replace(/^\[|\]$/g, ""),
+          port: url.port === "" ? 443 : Number(url.port),
+          path,
+          method: "POST",
+          headers: { ...headers, "content-length": String(Buffer.byteLength(body)) },
+          agent,
+          ...(agent === false ? material : {}),
+          signal,
+        },
+        resolve,
+      );
+      request.on("error", reject);
+      request.end(body);
+    });
+    const decoder = new TextDecoder();
+    const iterator = response[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
+    return {
+      status: response.statusCode ?? 0,
+      text: async () => {
+        let text = "";
+        for await (const chunk of response as AsyncIterable<Uint8Array>)
+          text += decoder.decode(chunk, { stream: true });
+        return text + decoder.decode();
+      },
+      chunks: () => async () => {
+        const { value, done } = await iterator.next();
+        return done ? null : decoder.decode(value, { stream: true });
+      },
+      cancel: () => void response.destroy(),
+    };
+  }
+
+  /** Headers of a request: JSON, and the token when etcd authentication is on. */
+  async #headers(): Promise<Record<string, string>> {
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (this.#auth !== undefined) headers.authorization = await this.#currentToken();
+    return headers;
+  }
+
+  /** The token, asking etcd for one when there is none (one request at a time). */
+  #currentToken(): Promise<string> {
+    if (this.#token === null) {
+      const auth = this.#auth!;
+      const pending = this.#callOnce(
+        "/v3/auth/authenticate",
+        { name: auth.user, password: auth.password() },
+        "any",
+        `authenticate to etcd as user ${JSON.stringify(auth.user)}`,
+        { "content-type": "application/json" },
+      ).then((json) => {
+        if (typeof json.token !== "string" || json.token === "")
+          throw new EtcdError(
+            "bad_response",
+            `Cannot authenticate to etcd as user ${JSON.stringify(auth.user)}: the answer has no token`,
+          );
+        return json.token;
+      });
+      this.#token = pending;
+      pending.catch(() => {
+        if (this.#token === pending) this.#token = null;
+      });
+    }
+    return this.#token;
+  }
+
+  /** Forgets `token` (etcd no longer knows it), unless a newer one already replaced it. */
+  async #dropToken(token: string | undefined): Promise<void> {
+    const current = this.#token;
+    if (current !== null && (await current.catch(() => null)) === token && this.#token === current)
+      this.#token = null;
+  }
+
+  /**
+   * Posts `body` to `path` with the token, authenticating again once if etcd no longer knows the
+   * token. Resolves with the parsed JSON answer; rejects with {@link EtcdError}.
    */
   async #call(
     path: string,
@@ -185,27 +416,56 @@ export class EtcdHttpClient implements Etcd {
     retry: Retry,
     what: string,
   ): Promise<Record<string, unknown>> {
+    for (let attempt = 1; ; attempt++) {
+      const headers = await this.#headers();
+      try {
+        return await this.#callOnce(path, body, retry, what, headers);
+      } catch (err) {
+        if (
+          this.#auth === undefined ||
+          attempt > 1 ||
+          !(err instanceof EtcdError) ||
+          !staleToken.test(err.message)
+        )
+          throw err;
+        await this.#dropToken(headers.authorization);
+      }
+    }
+  }
+
+  /**
+   * Posts `body` to `path`, moving through the endpoints as {@link Retry} allows. Resolves with
+   * the parsed JSON answer; rejects with {@link EtcdError}.
+   */
+  async #callOnce(
+    path: string,
+    body: unknown,
+    retry: Retry,
+    what: string,
+    headers: Record<string, string>,
+  ): Promise<Record<string, unknown>> {
     const failures: string[] = [];
+    let tlsKind: keyof typeof tlsHints | null = null;
     for (let tried = 0; tried < this.#endpoints.length; tried++) {
       if (this.#closed)
         throw new EtcdError("unavailable", `Cannot ${what}: the etcd client is closed`);
       const endpoint = this.#endpoints[this.#current];
-      let response: Response;
+      let response: Answer;
       let text: string;
       const limit = deadline(this.#timeoutMs);
       try {
-        response = await fetch(`${endpoint}${path}`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify(body),
-          signal: limit.signal,
-        });
+        response = await this.#post(endpoint, path, JSON.stringify(body), headers, limit.signal);
         text = await response.text();
         limit.clear();
       } catch (err) {
         limit.clear();
-        failures.push(`${endpoint}: ${errorMessage(err)}`);
-        if (retry === "refused" && !connectionRefused(err)) {
+        // A refused handshake never let the request through: a write it carried was not applied.
+        const tls = etcdTlsFailure(err);
+        failures.push(
+          `${endpoint}: ${tls?.reason ?? errorMessage(err)}${closedHint(endpoint, err)}`,
+        );
+        if (tls !== null) tlsKind ??= tls.kind;
+        else if (retry === "refused" && !connectionRefused(err)) {
           throw new EtcdError(
             "indeterminate",
             `Cannot ${what}: ${endpoint} failed after the request was sent (it may have been applied): ${errorMessage(err)}`,
@@ -220,10 +480,10 @@ export class EtcdHttpClient implements Etcd {
       } catch {
         throw new EtcdError(
           "bad_response",
-          `Cannot ${what}: ${endpoint} answered HTTP ${response.status} with a body that is not JSON: ${JSON.stringify(text.slice(0, 200))}`,
+          `Cannot ${what}: ${endpoint} answered HTTP ${response.status} with a body that is not JSON: ${JSON.stringify(text.slice(0, 200))}${plainTextHint(text)}`,
         );
       }
-      if (response.ok && json.error === undefined) return json;
+      if (response.status >= 200 && response.status < 300 && json.error === undefined) return json;
       const code = grpcCodes[Number(json.code)] ?? "internal";
       const message = String(json.message ?? json.error ?? `HTTP ${response.status}`);
       if (code === "unavailable") {
@@ -238,12 +498,30 @@ export class EtcdHttpClient implements Etcd {
         this.#current = (this.#current + 1) % this.#endpoints.length;
         continue;
       }
-      throw new EtcdError(code, `Cannot ${what}: ${message}`);
+      throw new EtcdError(code, `Cannot ${what}: ${message}${this.#authHint(message)}`);
     }
+    if (tlsKind !== null)
+      throw new EtcdError("tls", `Cannot ${what}: ${tlsHints[tlsKind]} (${failures.join("; ")})`);
     throw new EtcdError(
       "unavailable",
       `Cannot ${what}: no etcd endpoint answered (${failures.join("; ")})`,
     );
+  }
+
+  /** What to do about an authentication refusal from etcd, naming the user (never the password). */
+  #authHint(message: string): string {
+    const user = this.#auth?.user;
+    if (/user name is empty/i.test(message) && user === undefined)
+      return ": etcd has authentication enabled: pass --cluster-etcd-user NAME and --cluster-etcd-password-file FILE";
+    if (/authentication failed/i.test(message))
+      return `: etcd refused user ${JSON.stringify(user)} with the password of --cluster-etcd-password-file (wrong password, or no such user)`;
+    if (/authentication is not enabled/i.test(message))
+      return `: --cluster-etcd-user ${JSON.stringify(user)} was given, but etcd has authentication off: enable it (etcdctl auth enable, docs/cluster.md) or leave out --cluster-etcd-user and --cluster-etcd-password-file`;
+    if (/permission denied/i.test(message))
+      return user === undefined
+        ? ": if etcd has authentication enabled, pass --cluster-etcd-user NAME and --cluster-etcd-password-file FILE"
+        : `: etcd user ${JSON.stringify(user)} may not do this: grant its role readwrite on the cluster's prefix (etcdctl role grant-permission ROLE --prefix=true readwrite /es-broker/)`;
+    return "";
   }
 
   async get(key: string): Promise<EtcdKeyValue | null> {
@@ -391,33 +669,38 @@ export class EtcdHttpClient implements Etcd {
           start_revision: String(nextRevision),
         },
       };
-      const response = await fetch(`${endpoint}/v3/watch`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify(body),
+      const headers = await this.#headers();
+      const response = await this.#post(
+        endpoint,
+        "/v3/watch",
+        JSON.stringify(body),
+        headers,
         signal,
-      });
-      if (!response.ok || response.body === null) {
-        await response.body?.cancel();
+        true,
+      );
+      if (response.status < 200 || response.status > 299) {
+        response.cancel();
         throw new Error(`HTTP ${response.status}`);
       }
       // A stopped (SIGSTOP) member keeps the stream open and silent: probe it, and drop it if mute.
       checkTimer = setInterval(() => {
         const limit = deadline(Math.max(1000, this.#watchCheckMs));
-        fetch(`${endpoint}/v3/maintenance/status`, {
-          method: "POST",
-          body: "{}",
-          signal: limit.signal,
-        })
-          .then((r) => r.body?.cancel())
+        this.#post(
+          endpoint,
+          "/v3/maintenance/status",
+          "{}",
+          { "content-type": "application/json" },
+          limit.signal,
+        )
+          .then((r) => r.text())
           .catch(() => abort?.abort())
           .finally(() => limit.clear());
       }, this.#watchCheckMs);
-      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      const read = response.chunks();
       let buffered = "";
       for (;;) {
-        const { value, done } = await reader.read();
-        if (done) return "again";
+        const value = await read();
+        if (value === null) return "again";
         buffered += value;
         let newline = buffered.indexOf("\n");
         while (newline >= 0) {
@@ -443,6 +726,9 @@ export class EtcdHttpClient implements Etcd {
               handlers.onCompacted?.(compactRevision);
               return "stop";
             }
+            // A token etcd no longer knows: the next try authenticates again.
+            if (staleToken.test(result.cancel_reason ?? ""))
+              await this.#dropToken(headers.authorization);
             throw new Error(
               `etcd canceled the watch: ${result.cancel_reason ?? "no reason given"}`,
             );
@@ -502,22 +788,25 @@ export class EtcdHttpClient implements Etcd {
   async close(): Promise<void> {
     this.#closed = true;
     await Promise.all([...this.#watches].map((w) => w.cancel()));
+    this.#agent?.agent.destroy();
   }
 }
 
 /**
- * Parses `--cluster etcd://host:port[,host:port…]` into client endpoints (`http://host:port`).
+ * Parses `--cluster etcd://host:port[,host:port…]` into client endpoints (`http://host:port`),
+ * or `etcds://…` (etcd's client port with TLS) into `https://host:port`.
  * @throws EtcdError `invalid_argument` naming the part that is wrong.
  */
 export function parseEtcdUrl(url: string): string[] {
-  const m = /^etcd:\/\/([^/]+)\/?$/.exec(url);
+  const m = /^(etcds?):\/\/([^/]+)\/?$/.exec(url);
   if (!m) {
     throw new EtcdError(
       "invalid_argument",
-      `Cannot use --cluster ${JSON.stringify(url)}: expected etcd://host:port[,host:port...]`,
+      `Cannot use --cluster ${JSON.stringify(url)}: expected etcd://host:port[,host:port...] (plain HTTP) or etcds://host:port[,host:port...] (TLS)`,
     );
   }
-  return m[1].split(",").map((hostPort) => {
+  const scheme = m[1] === "etcds" ? "https" : "http";
+  return m[2].split(",").map((hostPort) => {
     if (
       !/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$/.test(hostPort) ||
       Number(hostPort.split(":").pop()) > 65535
@@ -527,6 +816,6 @@ export function parseEtcdUrl(url: string): string[] {
         `Cannot use --cluster ${JSON.stringify(url)}: ${JSON.stringify(hostPort)} is not host:port`,
       );
     }
-    return `http://${hostPort}`;
+    return `${scheme}://${hostPort}`;
   });
 }

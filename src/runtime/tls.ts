@@ -194,6 +194,47 @@ export function loadCaBundle(path: string, option: string): Buffer {
   return pem;
 }
 
+/** PEM files for an outgoing TLS connection of the broker's own (to etcd: `--cluster-etcd-*`). */
+export interface TlsOutgoingFiles {
+  /** CA bundle the server's certificate must chain to (default: the system's CAs). */
+  caPath?: string;
+  /** Client certificate chain, with `keyPath`. */
+  certPath?: string;
+  /** Its private key (PEM, unencrypted). */
+  keyPath?: string;
+}
+
+/**
+ * Reads and checks {@link TlsOutgoingFiles}: the CA block by block, the certificate and key by
+ * building a secure context from them (a key that does not match fails here, not at the first
+ * handshake). `options` names the command-line options in messages.
+ * @throws Error naming the option and file that cannot be used (never their content).
+ */
+export function loadTlsOutgoing(
+  files: TlsOutgoingFiles,
+  options: { ca: string; cert: string; key: string },
+): { ca?: Buffer; cert?: Buffer; key?: Buffer } {
+  const material: { ca?: Buffer; cert?: Buffer; key?: Buffer } = {};
+  if (files.caPath !== undefined) material.ca = loadCaBundle(files.caPath, options.ca);
+  if ((files.certPath === undefined) !== (files.keyPath === undefined))
+    throw new Error(
+      `Cannot use a client certificate: give both ${options.cert} and ${options.key}`,
+    );
+  if (files.certPath !== undefined && files.keyPath !== undefined) {
+    material.cert = readPem(files.certPath, options.cert);
+    material.key = readPem(files.keyPath, options.key);
+    try {
+      tls.createSecureContext({ cert: material.cert, key: material.key });
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      throw new Error(
+        `Cannot use ${options.cert} ${files.certPath} with ${options.key} ${files.keyPath}: ${code ?? (err instanceof Error ? err.message : String(err))}`,
+      );
+    }
+  }
+  return material;
+}
+
 /** OpenSSL's certificate verification results as `node:tls` reports them (`err.code`). */
 const verifyCodes = new Set([
   "UNABLE_TO_GET_ISSUER_CERT",

@@ -96,6 +96,25 @@ export function makePki(dir: string = tempDir("es-broker-tls-").dir): Pki {
   };
 }
 
+/**
+ * One more client certificate signed by `pki`'s CA (`ca-a`), with `subject` (e.g. `/O=es-broker`:
+ * no CN, as etcd 3.4's gateway wants a client certificate once its authentication is on).
+ */
+export function makeClientLeaf(
+  pki: Pki,
+  name: string,
+  subject: string,
+): { cert: string; key: string } {
+  const run = (args: string[]) => execFileSync("openssl", args, { cwd: pki.dir, stdio: "pipe" });
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+  run(["req", ...ec, "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", subject]);
+  run([
+    ...["x509", "-req", "-in", `${name}.csr`, "-CA", "ca-a.pem", "-CAkey", "ca-a.key"],
+    ...["-CAcreateserial", "-out", `${name}.pem`, "-days", "2", "-extfile", "client.ext"],
+  ]);
+  return { cert: join(pki.dir, `${name}.pem`), key: join(pki.dir, `${name}.key`) };
+}
+
 /** The CN of the certificate a new TLS connection to `port` gets. */
 export function certificateOf(port: number, ca: string): Promise<string> {
   return new Promise((resolve, reject) => {

@@ -3,11 +3,17 @@
  * with a private data directory, started by the test and stopped when it finishes. Members can be
  * killed, stopped (SIGSTOP) and restarted, so tests can take etcd away under the brokers.
  *
+ * With `tls`, members serve their client port with TLS (`--cert-file`, `--key-file`, and with
+ * `clientCertAuth` also `--trusted-ca-file --client-cert-auth`); with `auth`, users, roles and
+ * `auth enable` are set up through `etcdctl` once the members are healthy (docs/cluster.md "etcd
+ * with TLS and authentication").
+ *
  * If `etcd` is not installed the helper fails, naming the package: cluster tests never skip
  * silently. `npm test` installs it first (scripts/install-system-deps.sh).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import * as https from "node:https";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -65,18 +71,79 @@ export interface EtcdCluster {
   members: EtcdMember[];
   /** Client URLs of every member. */
   endpoints: string[];
-  /** The `--cluster` value brokers take: `etcd://127.0.0.1:P1,127.0.0.1:P2,...`. */
+  /** The `--cluster` value brokers take: `etcd://127.0.0.1:P1,127.0.0.1:P2,...` (`etcds://` with TLS). */
   clusterUrl: string;
   /** Kills every member and removes the data directories. */
   stop(): Promise<void>;
 }
 
-async function waitHealthy(url: string, member: EtcdMember, timeoutMs: number): Promise<void> {
+/** Options of {@link startEtcdCluster}. */
+export interface EtcdClusterOptions {
+  size?: number;
+  /** Serve the client port with TLS: the server certificate (naming 127.0.0.1) and its key. */
+  tls?: {
+    cert: string;
+    key: string;
+    /** CA of client certificates (and of `client` below); required with `clientCertAuth`. */
+    ca: string;
+    /** Require client certificates signed by `ca` (`--client-cert-auth`). */
+    clientCertAuth?: boolean;
+    /** The certificate the helper itself presents (health checks, etcdctl). */
+    client?: { cert: string; key: string };
+  };
+  /** Users (each with a role allowed readwrite on `prefix`), then `auth enable` (root's password: `rootPassword`). */
+  auth?: {
+    rootPassword: string;
+    users: { name: string; password: string; prefix: string }[];
+    /** `--auth-token-ttl` in seconds (etcd's default 300). */
+    tokenTtlSeconds?: number;
+  };
+}
+
+/** GETs `url`'s JSON (over HTTPS with the helper's TLS options). */
+function getJson(url: string, tls: EtcdClusterOptions["tls"]): Promise<unknown> {
+  if (tls === undefined)
+    return fetch(url, { signal: AbortSignal.timeout(1000) }).then((r) => r.json());
+  return new Promise((resolve, reject) => {
+    const req = https.get(
+      url,
+      {
+        ca: readFileSync(tls.ca),
+        ...(tls.client === undefined
+          ? {}
+          : { cert: readFileSync(tls.client.cert), key: readFileSync(tls.client.key) }),
+        timeout: 1000,
+      },
+      (res) => {
+        let text = "";
+        res.on("data", (d) => {
+          text += d;
+        });
+        res.on("end", () => {
+          try {
+            resolve(JSON.parse(text));
+          } catch (err) {
+            reject(err);
+          }
+        });
+        res.on("error", reject);
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error("timed out")));
+    req.on("error", reject);
+  });
+}
+
+async function waitHealthy(
+  url: string,
+  member: EtcdMember,
+  timeoutMs: number,
+  tls: EtcdClusterOptions["tls"],
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
-      const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(1000) });
-      const body = (await res.json()) as { health?: string };
+      const body = (await getJson(`${url}/health`, tls)) as { health?: string };
       if (body.health === "true") return;
     } catch {}
     if (Date.now() > deadline) {
@@ -92,7 +159,9 @@ async function waitHealthy(url: string, member: EtcdMember, timeoutMs: number): 
  * Starts an etcd cluster of `size` members (3 by default) on loopback and waits until every
  * member reports healthy. Call `stop()` when done (tests: in `afterAll`/`onTestFinished`).
  */
-export async function startEtcdCluster(options: { size?: number } = {}): Promise<EtcdCluster> {
+export async function startEtcdCluster(options: EtcdClusterOptions = {}): Promise<EtcdCluster> {
+  const tls = options.tls;
+  const scheme = tls === undefined ? "http" : "https";
   const binary = etcdBinary();
   const size = options.size ?? 3;
   const root = mkdtempSync(join(tmpdir(), "es-broker-etcd-"));
@@ -103,7 +172,7 @@ export async function startEtcdCluster(options: { size?: number } = {}): Promise
   const token = `es-broker-test-${process.pid}-${ports[0]}`;
 
   const members: EtcdMember[] = names.map((name, i) => {
-    const clientUrl = `http://127.0.0.1:${ports[2 * i]}`;
+    const clientUrl = `${scheme}://127.0.0.1:${ports[2 * i]}`;
     const args = [
       "--name",
       name,
@@ -135,6 +204,11 @@ export async function startEtcdCluster(options: { size?: number } = {}): Promise
       "500",
       "--log-level",
       "warn",
+      ...(tls === undefined ? [] : ["--cert-file", tls.cert, "--key-file", tls.key]),
+      ...(tls?.clientCertAuth ? ["--trusted-ca-file", tls.ca, "--client-cert-auth"] : []),
+      ...(options.auth?.tokenTtlSeconds === undefined
+        ? []
+        : ["--auth-token-ttl", String(options.auth.tokenTtlSeconds)]),
     ];
     const member: EtcdMember = {
       name,
@@ -154,7 +228,7 @@ export async function startEtcdCluster(options: { size?: number } = {}): Promise
       async restart() {
         if (member.process) throw new Error(`etcd member ${name} is still running`);
         launch();
-        await waitHealthy(clientUrl, member, 20_000);
+        await waitHealthy(clientUrl, member, 20_000, tls);
       },
     };
     const launch = () => {
@@ -180,7 +254,8 @@ export async function startEtcdCluster(options: { size?: number } = {}): Promise
     rmSync(root, { recursive: true, force: true });
   };
   try {
-    await Promise.all(members.map((m) => waitHealthy(m.clientUrl, m, 20_000)));
+    await Promise.all(members.map((m) => waitHealthy(m.clientUrl, m, 20_000, tls)));
+    if (options.auth !== undefined) enableAuth(members, options.auth, tls);
   } catch (err) {
     await stop();
     throw err;
@@ -189,7 +264,32 @@ export async function startEtcdCluster(options: { size?: number } = {}): Promise
   return {
     members,
     endpoints,
-    clusterUrl: `etcd://${endpoints.map((e) => e.replace(/^http:\/\//, "")).join(",")}`,
+    clusterUrl: `${tls === undefined ? "etcd" : "etcds"}://${endpoints.map((e) => e.replace(/^https?:\/\//, "")).join(",")}`,
     stop,
   };
+}
+
+/** Adds root and `auth.users` (a role each, readwrite on its prefix) with etcdctl, then `auth enable`. */
+function enableAuth(
+  members: EtcdMember[],
+  auth: NonNullable<EtcdClusterOptions["auth"]>,
+  tls: EtcdClusterOptions["tls"],
+): void {
+  const base = [
+    "--endpoints",
+    members.map((m) => m.clientUrl).join(","),
+    ...(tls === undefined ? [] : ["--cacert", tls.ca]),
+    ...(tls?.client === undefined ? [] : ["--cert", tls.client.cert, "--key", tls.client.key]),
+  ];
+  const ctl = (...args: string[]) =>
+    execFileSync("etcdctl", [...base, ...args], { stdio: "pipe", env: { ETCDCTL_API: "3" } });
+  ctl("user", "add", "root", `--new-user-password=${auth.rootPassword}`);
+  ctl("user", "grant-role", "root", "root");
+  for (const u of auth.users) {
+    ctl("role", "add", `${u.name}-role`);
+    ctl("role", "grant-permission", `${u.name}-role`, "--prefix=true", "readwrite", u.prefix);
+    ctl("user", "add", u.name, `--new-user-password=${u.password}`);
+    ctl("user", "grant-role", u.name, `${u.name}-role`);
+  }
+  ctl("auth", "enable");
 }
