@@ -50,6 +50,16 @@ export function storageFailureKind(err: unknown): ErrorKind {
   return Errors.internal;
 }
 
+/** The cold tier's store error in `err`'s `cause` chain (a bounded walk), or null. */
+export function coldStoreCause(err: unknown): ColdStoreError | null {
+  let at: unknown = err;
+  for (let depth = 0; depth < 4 && typeof at === "object" && at !== null; depth++) {
+    if (at instanceof ColdStoreError) return at;
+    at = (at as { cause?: unknown }).cause;
+  }
+  return null;
+}
+
 /**
  * The client-visible error for `err`, thrown by the step `action` describes (e.g.
  * `Cannot delete topic "t": moving … failed`): `storage_error` or `internal` by the module table.

@@ -52,7 +52,7 @@ import {
   validateTopicName,
 } from "./config.ts";
 import { BrokerError, Errors } from "./errors.ts";
-import { storageFailure } from "./storage-failure.ts";
+import { coldStoreCause, storageFailure, storageFailureKind } from "./storage-failure.ts";
 import { parseStreamMeta, type StreamMeta } from "./streams/meta.ts";
 import type { CreateTopicRequest, PartitionInfo, TopicConfig, TopicDescription } from "./types.ts";
 
@@ -579,6 +579,11 @@ export class TopicRegistry {
           error: errorMessage(err),
           removed,
         });
+        if (coldStoreCause(err) !== null)
+          throw new BrokerError(
+            storageFailureKind(err),
+            `Cannot create topic "${name}": its prefix in the cold tier must be listed before the topic is created (what a lost data directory left there is adopted, never overwritten), and the store did not answer; nothing was created: create it again once the store is reachable (${errorMessage(err)})`,
+          );
         throw storageFailure(`Cannot create topic "${name}": creating its partitions failed`, err);
       }
       this.#topics.set(name, topic);

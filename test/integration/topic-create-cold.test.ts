@@ -20,6 +20,10 @@ describe("creating a topic while the cold store fails", () => {
     const { broker, fs, dataDir } = await openTestBroker({ coldStore: store, logger });
     const err = await broker.createTopic({ name: "ct", partitions: 2 }).catch((e: unknown) => e);
     expect((err as { kind?: { code: string } }).kind?.code).toBe("storage_error");
+    // It says why a create needs the store (newuser8: an edge node offline could not tell).
+    expect((err as Error).message).toMatch(
+      /Cannot create topic "ct": its prefix in the cold tier must be listed before the topic is created .*create it again once the store is reachable \(.*NoSuchBucket/,
+    );
     expect((await broker.listTopics()).map((t) => t.name)).toEqual([]);
     expect(await fs.stat(`${dataDir}/topics/ct`)).toBeNull();
     expect(logger.named("topic.create_failed")).toHaveLength(1);
