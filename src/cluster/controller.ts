@@ -15,6 +15,14 @@
  * registered, or registered with another incarnation than the one recorded in `incarnations`
  * (written by the controller after each pass, so a new controller knows who restarted meanwhile).
  *
+ * A registration that vanished is **lapsed** first, not gone, for `lapseGraceMs` from when this
+ * controller first saw it missing: etcd 3.4 revokes leases across its own leader changes
+ * (etcd-io/etcd#15247), and a broker whose process and logs never stopped registers again with
+ * the same incarnation within a round trip or a renewal period. A lapsed broker keeps its place
+ * (leader, ISR member) but is never elected; if it is back with the same incarnation nothing
+ * changes, else it is gone once the grace is over. A broker that left cleanly (`departed/<id>`
+ * names its incarnation) is gone at once. docs/cluster.md "Riding out a lost lease".
+ *
  * Time and randomness come through {@link Clock} and {@link Prng} (layer rule): the controller
  * can be driven by a simulation with an in-memory {@link Etcd}.
  */
@@ -24,7 +32,7 @@ import type { Logger } from "../lib/logger.ts";
 import type { Prng } from "../lib/prng.ts";
 import type { Etcd, EtcdEvent, EtcdKeyValue, EtcdWatch } from "./etcd.ts";
 import { controllerKey, incarnationsKey, parsePartitionKey } from "./keys.ts";
-import { type BrokerRegistration, parseRegistration } from "./membership.ts";
+import { type BrokerRegistration, incarnationRevision, parseRegistration } from "./membership.ts";
 import {
   controllerUpdate,
   formatPartitionState,
@@ -55,7 +63,21 @@ export interface ControllerOptions {
   resyncMs?: number;
   /** Pause before retrying after etcd failed, ms (jittered ±20 %). Default 500. */
   retryMs?: number;
+  /**
+   * How long a broker whose registration vanished keeps its place before it counts as gone, ms
+   * from when this controller first saw it missing (the module comment). Default
+   * {@link lapseGraceMsDefault}.
+   */
+  lapseGraceMs?: number;
 }
+
+/**
+ * Default {@link ControllerOptions.lapseGraceMs}: a broker notices a revoked lease through its
+ * watch within milliseconds, or at its next renewal (a third of the 6 s TTL) at worst, and
+ * registers again in one or two round trips; 3 s covers the worst case with a margin. It is
+ * added to the failover time after a broker dies (the lease TTL, then this, then an election).
+ */
+export const lapseGraceMsDefault = 3000;
 
 /** The controller's published log end of one replica, for ELR leaders. */
 interface LogEnds {
@@ -92,6 +114,9 @@ export class Controller {
   #queue: Promise<void> = Promise.resolve();
   #passWanted = false;
   #passes = 0;
+  /** Brokers this controller found unregistered, and since when (ms of the clock). */
+  readonly #absentSince = new Map<number, number>();
+  #graceTimer: Timer | null = null;
   readonly #listeners = new Set<() => void>();
 
   constructor(options: ControllerOptions) {
@@ -272,7 +297,12 @@ export class Controller {
   #relevant(e: EtcdEvent): boolean {
     const k = e.kv.key;
     const p = this.#prefix;
-    if (k.startsWith(`${p}/brokers/`) || k.startsWith(`${p}/log_ends/`)) return true;
+    if (
+      k.startsWith(`${p}/brokers/`) ||
+      k.startsWith(`${p}/log_ends/`) ||
+      k.startsWith(`${p}/departed/`)
+    )
+      return true;
     return e.type === "put" && e.kv.version === 1 && parsePartitionKey(p, k) !== null;
   }
 
@@ -292,11 +322,12 @@ export class Controller {
     if (epoch === null) return;
     const { etcd, logger } = this.#o;
     const p = this.#prefix;
-    const [brokers, logEnds, seen, partitions] = await Promise.all([
+    const [brokers, logEnds, seen, partitions, departedKvs] = await Promise.all([
       etcd.list(`${p}/brokers/`),
       etcd.list(`${p}/log_ends/`),
       etcd.get(incarnationsKey(p)),
       etcd.list(`${p}/partitions/`),
+      etcd.list(`${p}/departed/`),
     ]);
     const live = new Map<number, BrokerRegistration>();
     const registeredAt = new Map<number, number>();
@@ -304,7 +335,7 @@ export class Controller {
       try {
         const r = parseRegistration(kv);
         live.set(r.node_id, r);
-        registeredAt.set(r.node_id, kv.modRevision);
+        registeredAt.set(r.node_id, incarnationRevision(kv, r));
       } catch (err) {
         logger.log("warn", "cluster.bad_registration", { key: kv.key, error: errorMessage(err) });
       }
@@ -317,6 +348,42 @@ export class Controller {
     for (const [id, r] of live) {
       const before = recorded[String(id)];
       if (before !== undefined && before !== r.incarnation) restarted.add(id);
+      this.#absentSince.delete(id);
+    }
+    // Known brokers whose registration is missing: lapsed within the grace, else gone.
+    const departed = new Map<number, string>();
+    for (const kv of departedKvs.kvs)
+      departed.set(Number(kv.key.slice(`${p}/departed/`.length)), kv.value);
+    const lapsed = new Map<number, string>();
+    const now = this.#o.clock.nowMs();
+    const graceMs = this.#o.lapseGraceMs ?? lapseGraceMsDefault;
+    let nextExpiry = Number.POSITIVE_INFINITY;
+    for (const [key, incarnation] of Object.entries(recorded)) {
+      const id = Number(key);
+      if (live.has(id) || departed.get(id) === incarnation) {
+        if (!live.has(id)) this.#absentSince.delete(id);
+        continue;
+      }
+      const since = this.#absentSince.get(id) ?? now;
+      this.#absentSince.set(id, since);
+      if (now - since < graceMs) {
+        lapsed.set(id, incarnation);
+        nextExpiry = Math.min(nextExpiry, since + graceMs);
+      }
+    }
+    for (const id of this.#absentSince.keys())
+      if (!live.has(id) && !lapsed.has(id) && recorded[String(id)] === undefined)
+        this.#absentSince.delete(id);
+    if (lapsed.size > 0) {
+      logger.log("info", "cluster.registration_lapsed", {
+        node_ids: [...lapsed.keys()],
+        grace_ms: graceMs,
+      });
+      this.#graceTimer?.cancel();
+      this.#graceTimer = this.#o.clock.setTimer(Math.max(1, nextExpiry - now), () => {
+        this.#graceTimer = null;
+        if (this.#epoch !== null) this.#requestPass();
+      });
     }
     const ends = new Map<number, LogEnds>();
     for (const kv of logEnds.kvs) {
@@ -328,10 +395,12 @@ export class Controller {
       if (this.#epoch !== epoch) return;
       const where = parsePartitionKey(p, kv.key);
       if (where === null) continue;
-      await this.#updatePartition(epoch, kv, where, live, restarted, ends, registeredAt);
+      await this.#updatePartition(epoch, kv, where, live, lapsed, restarted, ends, registeredAt);
     }
-    // Everything above is applied: from now on these incarnations are the known ones.
+    // Everything above is applied: from now on these incarnations are the known ones (a lapsed
+    // broker's too: it may come back with it, or another, which is then a restart).
     const next: Record<string, string> = {};
+    for (const [id, incarnation] of lapsed) next[String(id)] = incarnation;
     for (const [id, r] of live) next[String(id)] = r.incarnation;
     const written = await etcd.txn({
       compare: [
@@ -352,6 +421,7 @@ export class Controller {
     first: EtcdKeyValue,
     where: { topic: string; partition: number },
     live: Map<number, BrokerRegistration>,
+    lapsed: Map<number, string>,
     restarted: Set<number>,
     ends: Map<number, LogEnds>,
     registeredAt: Map<number, number>,
@@ -380,10 +450,14 @@ export class Controller {
         state.leader !== noLeader && kv.modRevision < (registeredAt.get(state.leader) ?? 0);
       const final = controllerUpdate(state, {
         gone: state.replicas.filter(
-          (id) => !live.has(id) || restarted.has(id) || (staleLeader && id === state.leader),
+          (id) =>
+            (!live.has(id) && !lapsed.has(id)) ||
+            restarted.has(id) ||
+            (staleLeader && id === state.leader),
         ),
         view: (id) => ({
           alive: live.has(id),
+          lapsed: lapsed.has(id),
           logEndOffset: ends.get(id)?.log_end_offsets[`${where.topic}/${where.partition}`],
         }),
       });
@@ -423,6 +497,7 @@ export class Controller {
   async close(): Promise<void> {
     this.#closed = true;
     this.#timer?.cancel();
+    this.#graceTimer?.cancel();
     const watches = [...this.#watches, ...(this.#brokerWatch ? [this.#brokerWatch] : [])];
     this.#watches = [];
     this.#brokerWatch = null;

@@ -7,9 +7,16 @@
  *   (create-if-absent); every data directory records the id of the cluster it belongs to.
  * - `brokers/<node id>`: `{"node_id", "cluster_id", "data_dir_id", "incarnation", "tcp", "http"}`
  *   (and `"tls": true` when its TCP listener serves TLS) on the broker's lease, so it vanishes
- *   when the broker stops renewing. `incarnation` is the lease id: a broker that restarted has a
+ *   when the broker stops renewing. `incarnation` is the id of the lease this run of the broker
+ *   first registered with: a broker that restarted (a new process, its logs opened again) has a
  *   new one, which the controller treats as "gone and back" (it left the ISR when it died,
- *   whatever it says now).
+ *   whatever it says now). A broker that merely lost its lease (etcd revoked it, or it could not
+ *   renew for a TTL) registers again on a new lease with the **same** incarnation and
+ *   `"registered_revision"`, the etcd revision of its first registration: its process and logs
+ *   never stopped, so it is not a restart (docs/cluster.md "Riding out a lost lease").
+ * - `departed/<node id>`: the incarnation of a broker that left cleanly (SIGTERM), written just
+ *   before it revokes its lease, so the controller moves its partitions at once rather than
+ *   after the grace it gives a lapsed registration.
  *
  * Start-up refusals (a {@link ClusterJoinError}, not retried): a data directory of another
  * cluster or of another node id; a node id registered by a live broker with another data
@@ -39,8 +46,13 @@ export interface BrokerRegistration {
   node_id: number;
   cluster_id: string;
   data_dir_id: string;
-  /** The lease id of this run of the broker. */
+  /** The lease id of this run's first registration: kept when it registers again after losing its lease. */
   incarnation: string;
+  /**
+   * With a registration written again after a lost lease: the etcd revision of this
+   * incarnation's first registration (absent on the first one, whose own revision it is).
+   */
+  registered_revision?: number;
   /** `host:port` of the TCP listener other brokers and clients use. */
   tcp: string;
   /** Base URL of the HTTP listener. */
@@ -84,6 +96,20 @@ export interface JoinOptions {
 /** Default prefix of the cluster's keys in etcd. */
 export const defaultClusterPrefix = "/es-broker";
 
+/** The key recording that a broker left cleanly: its incarnation (no lease). */
+export function departedKey(prefix: string, nodeId: number): string {
+  return `${prefix}/departed/${nodeId}`;
+}
+
+/**
+ * The etcd revision at which a registration's incarnation first registered: its
+ * `registered_revision` when it registered again after a lost lease, else the key's own
+ * `mod_revision`. A partition state written before it was written for an earlier incarnation.
+ */
+export function incarnationRevision(kv: EtcdKeyValue, r: BrokerRegistration): number {
+  return r.registered_revision ?? kv.modRevision;
+}
+
 /** The key of a broker's registration. */
 export function brokerKey(prefix: string, nodeId: number): string {
   return `${prefix}/brokers/${nodeId}`;
@@ -105,6 +131,7 @@ export function parseRegistration(kv: EtcdKeyValue): BrokerRegistration {
     typeof r.cluster_id !== "string" ||
     typeof r.data_dir_id !== "string" ||
     typeof r.incarnation !== "string" ||
+    (r.registered_revision !== undefined && !Number.isSafeInteger(r.registered_revision)) ||
     typeof r.tcp !== "string" ||
     typeof r.http !== "string" ||
     (r.kafka !== undefined && typeof r.kafka !== "string") ||
@@ -119,15 +146,21 @@ export function parseRegistration(kv: EtcdKeyValue): BrokerRegistration {
 
 /**
  * This broker's membership: its registration, renewed on a timer through the Clock. When the
- * lease is lost (etcd says it expired, or no renewal succeeded for a whole TTL) the membership
- * is not live: the broker must stop acknowledging replicated writes. It then registers again
- * with a new lease, retrying until it succeeds or is closed.
+ * lease is lost (etcd says it expired, or no renewal succeeded for a whole TTL, or the
+ * registration vanished: {@link checkNow}) the membership is not live: the broker must stop
+ * acknowledging replicated writes. It then registers again with a new lease and the same
+ * incarnation (its process and logs never stopped), retrying until it succeeds or is closed.
  */
 export class Membership {
   readonly clusterId: string;
   readonly nodeId: number;
+  /** The incarnation: the first lease's id, for the whole life of this object. */
+  readonly incarnation: string;
   #lease: string;
   #registeredRevision: number;
+  /** The renewal (or check) running now, so two never overlap. */
+  #renewing: Promise<void> | null = null;
+  #checkWanted = false;
   #live = true;
   #closed = false;
   #timer: Timer | null = null;
@@ -154,6 +187,7 @@ export class Membership {
     this.clusterId = joined.clusterId;
     this.nodeId = options.nodeId;
     this.#lease = joined.lease;
+    this.incarnation = joined.lease;
     this.#registeredRevision = joined.revision ?? 0;
     this.#ttlSeconds = joined.ttlSeconds;
     this.#lastRenewalMs = options.clock.nowMs();
@@ -178,9 +212,10 @@ export class Membership {
   }
 
   /**
-   * The etcd store revision at which the current registration was written (0 if unknown). A
-   * partition state with an older `mod_revision` was written for an earlier incarnation of this
-   * broker: it must not lead by it (field failures #27c; docs/cluster.md "Replication").
+   * The etcd store revision at which this incarnation first registered (0 if unknown); a
+   * registration written again after a lost lease keeps it. A partition state with an older
+   * `mod_revision` was written for an earlier incarnation of this broker: it must not lead by it
+   * (field failures #27c; docs/cluster.md "Replication").
    */
   get registeredRevision(): number {
     return this.#registeredRevision;
@@ -213,13 +248,41 @@ export class Membership {
 
   #schedule(): void {
     if (this.#closed) return;
+    this.#timer?.cancel();
     this.#timer = this.#options.clock.setTimer(
       (this.#ttlSeconds * 1000) / 3,
-      () => void this.#renew(),
+      () => void this.#run(false),
     );
   }
 
-  async #renew(): Promise<void> {
+  /**
+   * Checks at once, without waiting for the next renewal, that the registration is still held:
+   * renews the lease and reads the registration back; if either is gone, the membership is not
+   * live and registers again. The cluster node calls it when its watch sees this broker's
+   * registration deleted (etcd revoked the lease), so the gap lasts a round trip or two, not a
+   * renewal period (docs/cluster.md "Riding out a lost lease").
+   */
+  checkNow(): Promise<void> {
+    return this.#run(true);
+  }
+
+  #run(check: boolean): Promise<void> {
+    if (this.#renewing !== null) {
+      if (check) this.#checkWanted = true;
+      return this.#renewing;
+    }
+    this.#timer?.cancel();
+    this.#renewing = this.#renew(check).finally(() => {
+      this.#renewing = null;
+      if (this.#checkWanted && !this.#closed) {
+        this.#checkWanted = false;
+        void this.#run(true);
+      }
+    });
+    return this.#renewing;
+  }
+
+  async #renew(check: boolean): Promise<void> {
     const { etcd, clock, logger } = this.#options;
     if (this.#closed) return;
     if (this.#live) {
@@ -229,6 +292,10 @@ export class Membership {
         if (ttl > 0) {
           this.#lastRenewalMs = clock.nowMs();
           this.#expiresAtMs = sentMs + ttl * 1000;
+          if (check) {
+            const kv = await etcd.get(brokerKey(this.#prefix, this.nodeId));
+            if (kv === null || kv.lease !== this.#lease) this.#setLive(false);
+          }
         } else this.#setLive(false);
       } catch (err) {
         logger.log("warn", "cluster.lease_renewal_failed", {
@@ -241,17 +308,17 @@ export class Membership {
     }
     if (!this.#live && !this.#closed) {
       try {
-        const { lease, ttlSeconds, sentMs, revision } = await register(
+        const { lease, ttlSeconds, sentMs } = await register(
           this.#options,
           this.clusterId,
           this.#ttlSeconds,
+          { incarnation: this.incarnation, revision: this.#registeredRevision },
         );
         if (this.#closed) {
           await etcd.leaseRevoke(lease).catch(() => {});
           return;
         }
         this.#lease = lease;
-        this.#registeredRevision = revision;
         this.#lastRenewalMs = clock.nowMs();
         this.#expiresAtMs = sentMs + ttlSeconds * 1000;
         this.#setLive(true);
@@ -265,11 +332,17 @@ export class Membership {
     this.#schedule();
   }
 
-  /** Stops renewing and revokes the lease, so the registration goes at once (a clean shutdown). */
+  /**
+   * Stops renewing, records the departure (`departed/<node id>`: the controller moves this
+   * broker's partitions at once, without the grace a lapsed registration gets) and revokes the
+   * lease, so the registration goes at once (a clean shutdown).
+   */
   async close(): Promise<void> {
     this.#closed = true;
     this.#timer?.cancel();
-    await this.#options.etcd.leaseRevoke(this.#lease).catch(() => {});
+    const { etcd } = this.#options;
+    await etcd.put(departedKey(this.#prefix, this.nodeId), this.incarnation).catch(() => {});
+    await etcd.leaseRevoke(this.#lease).catch(() => {});
     this.#listeners.clear();
   }
 
@@ -336,11 +409,16 @@ async function checkListenerTls(options: JoinOptions): Promise<void> {
   }
 }
 
-/** Grants a lease and writes the registration on it, taking over this data directory's old one. */
+/**
+ * Grants a lease and writes the registration on it, taking over this data directory's old one.
+ * `same`: registering again after a lost lease, keeping this run's incarnation and the revision
+ * of its first registration.
+ */
 async function register(
   options: JoinOptions,
   clusterId: string,
   ttlSeconds: number,
+  same?: { incarnation: string; revision: number },
 ): Promise<{ lease: string; ttlSeconds: number; sentMs: number; revision: number }> {
   const { etcd, nodeId } = options;
   const key = brokerKey(options.prefix ?? defaultClusterPrefix, nodeId);
@@ -350,7 +428,8 @@ async function register(
     node_id: nodeId,
     cluster_id: clusterId,
     data_dir_id: options.dataDirId,
-    incarnation: lease.id,
+    incarnation: same?.incarnation ?? lease.id,
+    ...(same === undefined ? {} : { registered_revision: same.revision }),
     tcp: options.advertise.tcp,
     http: options.advertise.http,
     ...(options.advertise.kafka === undefined ? {} : { kafka: options.advertise.kafka }),
@@ -385,7 +464,8 @@ async function register(
         success: [{ put: { key, value, lease: lease.id } }],
       });
       if (taken.succeeded) {
-        await etcd.leaseRevoke(other.incarnation).catch(() => {});
+        if (current.lease !== "0" && current.lease !== lease.id)
+          await etcd.leaseRevoke(current.lease).catch(() => {});
         return { lease: lease.id, ttlSeconds: lease.ttlSeconds, sentMs, revision: taken.revision };
       }
     }

@@ -94,6 +94,8 @@ export interface ClusterNodeOptions
   replicas?: (membership: Membership) => ReplicaSink;
   /** Controller resync period, ms (default 10000). */
   resyncMs?: number;
+  /** How long a vanished registration keeps its place before it counts as gone, ms (`ControllerOptions.lapseGraceMs`). */
+  lapseGraceMs?: number;
   /** This broker's replica-fetch links to other brokers (`PeerLinks.snapshot`), for metadata and metrics. */
   peerLinks?: () => PeerLinkStatus[];
   /** Stops the join's retries while etcd is unreachable (a signal during start-up). */
@@ -149,6 +151,7 @@ export class ClusterNode {
       nodeId: options.nodeId,
       lease: () => membership.leaseId,
       resyncMs: options.resyncMs,
+      lapseGraceMs: options.lapseGraceMs,
     });
   }
 
@@ -181,7 +184,7 @@ export class ClusterNode {
     await this.#publishLogEnds();
     this.membership.onLiveChange((live) => {
       this.#replicas?.setMembershipLive(live);
-      // A new lease is a new incarnation: its log ends go with it.
+      // `log_ends/` lives on the lease: publish it again on the new one.
       if (live)
         void this.#publishLogEnds().catch((err) =>
           logger.log("warn", "cluster.log_ends_failed", { error: errorMessage(err) }),
@@ -240,8 +243,14 @@ export class ClusterNode {
     try {
       if (key.startsWith(`${p}/brokers/`)) {
         const id = Number(key.slice(`${p}/brokers/`.length));
-        if (e.type === "delete") this.#brokers.delete(id);
-        else {
+        if (e.type === "delete") {
+          this.#brokers.delete(id);
+          // Our own registration gone while we run: etcd revoked the lease (it does so across
+          // its leader changes). Register again now, with the same incarnation, rather than at
+          // the next renewal (docs/cluster.md "Riding out a lost lease").
+          if (id === this.#o.nodeId && !this.#closed)
+            void this.membership.checkNow().catch(() => {});
+        } else {
           const registration = parseRegistration(e.kv);
           this.#brokers.set(id, registration);
           // Joining refuses this (membership.ts); two brokers starting at once can still race.
@@ -419,7 +428,7 @@ export class ClusterNode {
     const lease = this.membership.leaseId;
     await etcd.put(
       logEndsKey(this.#prefix, nodeId),
-      JSON.stringify({ incarnation: lease, log_end_offsets: ends }),
+      JSON.stringify({ incarnation: this.membership.incarnation, log_end_offsets: ends }),
       { lease },
     );
   }

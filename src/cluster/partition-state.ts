@@ -29,7 +29,7 @@
  * |------------------------------------------------------------------|----------------------------------|
  * | a replica is gone (lease expired, or registered again: restarted) | leaves the ISR; joins the ELR if  |
  * |                                                                  | the ISR is now below min ISR     |
- * | the leader is alive and not gone                                 | stays leader                     |
+ * | the leader is alive (or lapsed) and not gone                     | stays leader                     |
  * | a live ISR member (in replica order)                             | leads: continuously in sync, it  |
  * |                                                                  | holds every committed record     |
  * | a live ELR member whose published log end ≥ committed_offset     | leads, joins the ISR             |
@@ -55,6 +55,12 @@ export interface PartitionState {
 export interface ReplicaView {
   /** Whether the broker's membership lease is live (in the incarnation the controller knows). */
   alive: boolean;
+  /**
+   * Its registration vanished less than the controller's grace ago (a lease etcd revoked while
+   * the broker ran on: docs/cluster.md "Riding out a lost lease"): it keeps its place, leader
+   * included, but is never elected. Absent: false.
+   */
+  lapsed?: boolean;
   /**
    * The log end offset the replica published when it started, or undefined if it has not: only
    * consulted for ELR members, and an unknown log end is never eligible.
@@ -182,7 +188,8 @@ export function initialPartitionState(
 
 /**
  * The controller's update of one partition after brokers came or went (the decision table in the
- * module comment). `gone` lists replicas whose lease ended or who registered again (restarted).
+ * module comment). `gone` lists replicas whose lease ended or who registered again (restarted);
+ * a lapsed replica (its registration missing within the grace) is neither gone nor alive.
  * Returns null when nothing changes, else the new state.
  */
 export function controllerUpdate(
@@ -199,7 +206,7 @@ export function controllerUpdate(
     if (isr.length < state.min_insync_replicas) elr = [...elr, id];
     if (leader === id) leader = noLeader;
   }
-  if (leader !== noLeader && !change.view(leader).alive) {
+  if (leader !== noLeader && !change.view(leader).alive && change.view(leader).lapsed !== true) {
     isr = isr.filter((x) => x !== leader);
     if (isr.length < state.min_insync_replicas) elr = [...elr, leader];
     leader = noLeader;

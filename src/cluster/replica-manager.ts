@@ -109,8 +109,9 @@ export interface ReplicaManagerOptions {
    */
   leaseExpiresAtMs?: () => number;
   /**
-   * The etcd revision at which this broker's current registration was written
-   * (`Membership.registeredRevision`). A partition state naming this broker leader with an older
+   * The etcd revision at which this broker's incarnation first registered
+   * (`Membership.registeredRevision`; kept when it registers again after a lost lease, since its
+   * process and logs never stopped). A partition state naming this broker leader with an older
    * `mod_revision` was written for an earlier incarnation (a restart, whose log may have lost its
    * unsynced tail): this broker takes no role by it and waits for the controller, which counts a
    * restarted replica as gone first (field failures #27c). Absent: 0 (every state counts).

@@ -10,8 +10,10 @@ import { metricsChecks, runMetricsFailover } from "./metrics-failover.ts";
 describe("metrics across a failover and a restart", () => {
   it("lag ≥ 0, counters never decrease, log end ≥ committed, under-replicated count = etcd's", async () => {
     const report = await runMetricsFailover({
-      durationMs: 12_000,
-      faults: [{ killLeaderAtMs: 1_000, restartKilledAtMs: 8_000, restartBrokerAtMs: 9_000 }],
+      // The killed leader comes back after its lease (6 s) and the controller's grace for a
+      // vanished registration (3 s) are over: a failover first, then a restart.
+      durationMs: 15_000,
+      faults: [{ killLeaderAtMs: 1_000, restartKilledAtMs: 11_000, restartBrokerAtMs: 12_000 }],
       log: (line) => console.log(line),
     });
     // The run did what it is about, or zero violations means nothing.

@@ -8,7 +8,7 @@ describe("fault schedule", () => {
     expect(makeSchedule({ seed: 42 }).faults).not.toEqual(makeSchedule({ seed: 43 }).faults);
   });
 
-  it("holds every fault kind, one at a time, a paused or killed leader away past its lease", () => {
+  it("holds every fault kind, one at a time, a paused or killed leader away past its lease and the grace", () => {
     for (let seed = 0; seed < 200; seed++) {
       const s = makeSchedule({ seed, leaseTtlMs: 6000, extraFaults: seed % 4 });
       expect(new Set(s.faults.map((f) => f.kind))).toEqual(new Set(faultKinds));
@@ -17,7 +17,7 @@ describe("fault schedule", () => {
       for (const f of s.faults) {
         expect(f.atMs - healed).toBeGreaterThanOrEqual(2000); // a quiet gap after each heal
         const pastLease = f.kind === "pause-leader" || f.kind === "kill-leader";
-        expect(f.durationMs).toBeGreaterThanOrEqual(pastLease ? 7000 : 1000);
+        expect(f.durationMs).toBeGreaterThanOrEqual(pastLease ? 6000 + 3000 + 1000 : 1000);
         healed = f.atMs + f.durationMs;
       }
       expect(s.endMs).toBe(healed);

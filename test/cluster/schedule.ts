@@ -8,10 +8,10 @@
  *
  * | fault | what the harness does | heals by |
  * | --- | --- | --- |
- * | `kill-leader` | SIGKILL the broker leading a partition, for longer than the membership lease | starting it again after `durationMs` |
+ * | `kill-leader` | SIGKILL the broker leading a partition, for longer than the membership lease and the controller's grace | starting it again after `durationMs` |
  * | `kill-follower` | SIGKILL a broker that follows a partition (and leads none of the watched ones, when possible) | starting it again |
  * | `kill-etcd` | SIGKILL one etcd member | starting it again |
- * | `pause-leader` | SIGSTOP the broker leading a partition for longer than the membership lease | SIGCONT |
+ * | `pause-leader` | SIGSTOP the broker leading a partition for longer than the membership lease and the controller's grace | SIGCONT |
  * | `restart-all` | SIGKILL every broker at once | starting them all again after `durationMs` |
  *
  * Who "the leader" is depends on the run, so a fault carries `pick`, a seeded number the harness
@@ -58,6 +58,12 @@ export interface ScheduleOptions {
    * leader stays stopped longer than this, so etcd drops its lease and a new leader is chosen.
    */
   leaseTtlMs?: number;
+  /**
+   * The controller's grace for a vanished registration, in ms (default 3000, docs/cluster.md
+   * "Riding out a lost lease"): a leader paused for less than the lease and this comes back as
+   * the leader it was, so a paused leader stays stopped longer than both.
+   */
+  lapseGraceMs?: number;
   /** Quiet time before the first fault and after each heal, in ms: [min, max] (default [2000, 4000]). */
   gapMs?: [number, number];
   /** How long a killed process stays down, in ms: [min, max] (default [1000, 4000]). */
@@ -83,6 +89,7 @@ function between(prng: Prng, [min, max]: [number, number]): number {
 export function makeSchedule(options: ScheduleOptions): Schedule {
   const prng = new Prng(options.seed);
   const leaseTtlMs = options.leaseTtlMs ?? 6000;
+  const lapseGraceMs = options.lapseGraceMs ?? 3000;
   const gapMs = options.gapMs ?? [2000, 4000];
   const downMs = options.downMs ?? [1000, 4000];
   const kinds: FaultKind[] = [...faultKinds];
@@ -97,11 +104,11 @@ export function makeSchedule(options: ScheduleOptions): Schedule {
   for (let i = 0; i < kinds.length || t < (options.minDurationMs ?? 0); i++) {
     const kind = i < kinds.length ? kinds[i] : faultKinds[prng.int(faultKinds.length)];
     t += between(prng, gapMs);
-    // A paused or killed leader stays away past its lease, so that another broker takes over
-    // (a killed broker back sooner would take its own place back: no failover to measure).
+    // A paused or killed leader stays away past its lease and the controller's grace, so that
+    // another broker takes over (a paused one back sooner keeps its place: no failover to measure).
     const durationMs =
       kind === "pause-leader" || kind === "kill-leader"
-        ? leaseTtlMs + between(prng, [1000, 3000])
+        ? leaseTtlMs + lapseGraceMs + between(prng, [1000, 3000])
         : between(prng, downMs);
     faults.push({ kind, atMs: t, durationMs, pick: prng.nextU32() });
     t += durationMs;

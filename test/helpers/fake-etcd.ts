@@ -9,6 +9,11 @@
  * - `holdWatches()` / `releaseWatches()`: events queue up instead of being delivered (a slow
  *   watch), so tests can interleave writes and deliveries;
  * - `compact()`: every watch started below the current revision is told `onCompacted`.
+ *
+ * Leases are granted with unique ids and never expire by time; `leaseRevoke` ends one (etcd's own
+ * expiry or revocation, e.g. across an etcd leader change) and deletes its keys in one revision;
+ * a renewal of a revoked lease answers 0 and a write on it is refused (`not_found`, "requested
+ * lease not found"), as etcd does.
  */
 import {
   type Etcd,
@@ -42,6 +47,8 @@ export class FakeEtcd implements Etcd {
   readonly #history: EtcdEvent[] = [];
   #compactedAt = 0;
   readonly #watchers = new Set<Watcher>();
+  #leasesGranted = 0;
+  readonly #revokedLeases = new Set<string>();
   /** Writes made (puts, deletes, successful txns), for tests counting round trips. */
   writes = 0;
   txns = 0;
@@ -108,6 +115,7 @@ export class FakeEtcd implements Etcd {
   async put(key: string, value: string, options: { lease?: string } = {}): Promise<number> {
     await Promise.resolve();
     this.#check("put");
+    this.#checkLease(options.lease);
     this.#lostBefore("put");
     this.revision++;
     this.#put(key, value, options.lease ?? "0");
@@ -141,6 +149,7 @@ export class FakeEtcd implements Etcd {
     this.txns++;
     const succeeded = request.compare.every((c) => this.#holds(c));
     const ops = succeeded ? request.success : (request.failure ?? []);
+    for (const op of ops) if ("put" in op) this.#checkLease(op.put.lease);
     const writes = ops.some((op) => !("get" in op));
     if (writes) this.revision++;
     const reads: EtcdKeyValue[][] = [];
@@ -211,18 +220,34 @@ export class FakeEtcd implements Etcd {
     });
   }
 
+  #checkLease(lease: string | undefined): void {
+    if (lease !== undefined && this.#revokedLeases.has(lease))
+      throw new EtcdError("not_found", "put: etcdserver: requested lease not found");
+  }
+
   async leaseGrant(ttlSeconds: number): Promise<{ id: string; ttlSeconds: number }> {
+    await Promise.resolve();
     this.#check("lease grant");
-    return { id: String(this.revision), ttlSeconds };
+    return { id: String(7_000_000 + ++this.#leasesGranted), ttlSeconds };
   }
 
-  async leaseKeepAlive(): Promise<number> {
+  async leaseKeepAlive(id: string): Promise<number> {
+    await Promise.resolve();
     this.#check("lease keepalive");
-    return 6;
+    return this.#revokedLeases.has(id) ? 0 : 6;
   }
 
-  async leaseRevoke(): Promise<void> {
+  async leaseRevoke(id: string): Promise<void> {
+    await Promise.resolve();
     this.#check("lease revoke");
+    if (id === "0" || this.#revokedLeases.has(id)) return;
+    this.#revokedLeases.add(id);
+    const keys = [...this.kvs.values()].filter((kv) => kv.lease === id).map((kv) => kv.key);
+    if (keys.length === 0) return;
+    this.revision++;
+    for (const k of keys) this.#delete(k);
+    this.writes++;
+    this.#deliverSoon();
   }
 
   watch(

@@ -85,7 +85,7 @@ describe("membership: joining", () => {
     expect(await client.get(brokerKey(prefix, 1))).toBeNull();
   });
 
-  it("a broker whose lease was lost behind its back reports it and registers again", async () => {
+  it("a broker whose lease was lost behind its back reports it and registers again, as the same incarnation", async () => {
     const prefix = freshPrefix();
     const m = await join(options(prefix, 1, { leaseTtlSeconds: 1 }));
     const changes: boolean[] = [];
@@ -99,8 +99,13 @@ describe("membership: joining", () => {
     }
     expect(changes).toEqual([false, true]);
     expect(m.leaseId).not.toBe(first);
-    const reg = parseRegistration((await client.get(brokerKey(prefix, 1)))!);
-    expect(reg.incarnation).toBe(m.leaseId);
+    // Its process and logs never stopped: not a restart (docs/cluster.md "Riding out a lost lease").
+    const kv = (await client.get(brokerKey(prefix, 1)))!;
+    expect(kv.lease).toBe(m.leaseId);
+    expect(parseRegistration(kv)).toMatchObject({
+      incarnation: first,
+      registered_revision: m.registeredRevision,
+    });
   });
 
   it("a restart on the same data directory takes over its old registration at once, as a new incarnation", async () => {
