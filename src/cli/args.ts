@@ -1,5 +1,6 @@
 /** Shared argument helpers for the CLI: typed option parsing with errors that name the option. */
 import { parseArgs, type ParseArgsConfig } from "node:util";
+import { isIPv4, isIPv6 } from "node:net";
 
 /** A mistake in the command line; the CLI prints it with the usage hint and exits 2. */
 export class UsageError extends Error {
@@ -36,9 +37,20 @@ export function hostPort(name: string, value: string): { host: string; port: num
   return { host: m[1] ?? m[2], port };
 }
 
-/** True for addresses that only this machine can reach. */
+/**
+ * True for addresses that only this machine can reach: an IP literal in 127.0.0.0/8, `::1` (or
+ * an IPv4-mapped 127.x address), or the name `localhost` (which resolves to loopback by RFC
+ * 6761). Any other name is not loopback, whatever it starts with (`127.example.net` may resolve
+ * anywhere: attack8 F1).
+ */
 export function isLoopback(host: string): boolean {
-  return host === "localhost" || host === "::1" || /^127\./.test(host);
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  if (h === "localhost") return true;
+  if (isIPv4(h)) return h.startsWith("127.");
+  if (!isIPv6(h)) return false;
+  if (h === "::1" || h === "0:0:0:0:0:0:0:1") return true;
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(h);
+  return mapped !== null && isIPv4(mapped[1]) && mapped[1].startsWith("127.");
 }
 
 /**

@@ -14,8 +14,9 @@
  *   starts a new epoch (epoch + 1), every partition's sequence restarts at 0, and the batch is sent
  *   again as the new epoch's first. A batch later refused as `producer_fenced` by that change
  *   (it was numbered in the old epoch) is renumbered and sent again — unless an earlier attempt
- *   of it went unanswered (it may be stored), in which case `send` rejects rather than risk
- *   storing it twice.
+ *   of it may be stored (it went unanswered, or failed with anything but a refusal the broker
+ *   makes before appending, such as `not_leader` from a leader deposed while the write waited),
+ *   in which case `send` rejects rather than risk storing it twice.
  * - Another incarnation with the same id and epoch (the application restarted within the second
  *   its default epoch was taken from): the very first try of a numbering can only be answered as
  *   a duplicate, or refused as `duplicate_sequence`, if another process stored a batch under that
@@ -81,6 +82,31 @@ interface PartitionState {
 }
 
 const retriableCodes = new Set<string>(["connection_closed", "timeout"]);
+
+/**
+ * Refusals a broker answers before appending anything: after one, the batch is certainly not
+ * stored by that try. Any other failure may follow an append (a leader deposed, or whose lease
+ * ended, while the write waited for the ISR answers `not_leader` with the records already
+ * fetched by the next leader), so the try counts as possibly stored.
+ */
+const refusedBeforeAppend = new Set<string>(
+  [
+    Errors.invalidRequest,
+    Errors.topicNotFound,
+    Errors.partitionNotFound,
+    Errors.requestTooLarge,
+    Errors.recordTooLarge,
+    Errors.invalidTimestamp,
+    Errors.invalidRecord,
+    Errors.outOfOrderSequence,
+    Errors.producerFenced,
+    Errors.unknownProducer,
+    Errors.duplicateSequence,
+    Errors.unauthenticated,
+    Errors.forbidden,
+    Errors.keyRevoked,
+  ].map((kind) => kind.code),
+);
 
 /** See the module comment. */
 export class IdempotentProducer {
@@ -260,12 +286,7 @@ export class IdempotentProducer {
           tries = 0;
           continue;
         }
-        if (
-          err.code === "connection_closed" ||
-          err.code === "timeout" ||
-          err.code === Errors.notEnoughReplicas.code
-        )
-          ambiguous = true;
+        if (!refusedBeforeAppend.has(err.code)) ambiguous = true;
         if (err.code === Errors.producerFenced.code && epoch < this.#epoch) {
           // Numbered in an epoch this producer itself left behind: renumber, unless it may be stored.
           if (ambiguous) throw err;
