@@ -12,7 +12,7 @@ import { serve } from "./serve.ts";
 import { check } from "./check.ts";
 import { consume, groups, produce, topics } from "./client-commands.ts";
 import { schemas } from "./schemas.ts";
-import { ClientError } from "../client/client.ts";
+import { ClientError, closedWithoutCertificateNote } from "../client/client.ts";
 import { Errors } from "../broker/errors.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { keys } from "./keys.ts";
@@ -149,6 +149,10 @@ function hintFor(message: string): string {
   // The TLS libraries' words differ: Node (OpenSSL), Bun (BoringSSL), Deno (rustls).
   if (/certificate[ _]required|CertificateRequired/i.test(message))
     return "es-broker: the broker requires a client certificate (mutual TLS): add --tls-cert FILE --tls-key FILE (a certificate its --tls-client-ca signed)\n";
+  // The broker closed the TLS connection with no reason given, and no certificate was sent
+  // (Deno's TLS server closes before its certificate_required alert arrives): both possibilities.
+  if (message.includes(closedWithoutCertificateNote))
+    return "es-broker: the broker closed the TLS connection and this command sent no client certificate: if it requires one (mutual TLS), add --tls-cert FILE --tls-key FILE (a certificate its --tls-client-ca signed); otherwise its log says why it closed the connection\n";
   if (
     /self[- ]signed certificate|unable to verify the first certificate|unable to get local issuer certificate|UnknownIssuer/i.test(
       message,

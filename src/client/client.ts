@@ -345,6 +345,36 @@ interface SharedReads {
   early: Uint8Array[];
 }
 
+/**
+ * Said of a TLS connection the broker closed (during the handshake, or before answering
+ * anything) when this client sent no certificate: a broker requiring client certificates does
+ * that, though its `certificate_required` alert does not always arrive first (Deno's TLS server
+ * closes before sending it). The CLI recognizes the words to name `--tls-cert`/`--tls-key`.
+ */
+export const closedWithoutCertificateNote =
+  "the broker closed the TLS connection, and this client sent no certificate: the broker may require one (mutual TLS), or it closed the connection for another reason";
+
+/** Whether `options` connect over TLS without a client certificate. */
+function tlsWithoutCertificate(options: TcpClientOptions): boolean {
+  return (
+    options.tls !== undefined && options.tls.cert === undefined && options.tls.pfx === undefined
+  );
+}
+
+/**
+ * Whether a failed TLS handshake reads as the peer closing the connection (a reset, a hang-up, an
+ * end before the handshake finished), rather than an alert with a reason or this client refusing
+ * the broker's certificate, each of which says what it is.
+ */
+function closedByPeer(error: Error): boolean {
+  const e = error as { code?: string };
+  if (typeof e.code === "string" && /^ERR_SSL_|CERT|ALTNAME|SELF_SIGNED|UNABLE_TO/.test(e.code))
+    return false;
+  return /ECONNRESET|EPIPE|socket hang up|disconnected before secure TLS connection|connection reset|closed|unexpected ?eof|end of file/i.test(
+    `${e.code ?? ""} ${error.message}`,
+  );
+}
+
 /** A connection to one broker's TCP port. Create with {@link TcpClient.connect}. */
 export class TcpClient {
   readonly #socket: net.Socket;
@@ -389,13 +419,17 @@ export class TcpClient {
     // A broker serving TLS closes a plain connection at its first bytes, unanswered: say so, since
     // from here that looks like any other closed connection.
     const plain = options.tls === undefined;
+    const noCertificate = tlsWithoutCertificate(options);
     this.#plainUnread = plain;
     this.#closed = new Promise((resolve) => {
       socket.once("close", () => {
+        const unanswered = !this.#answered && this.#pending.size > 0;
         const hint =
-          plain && !this.#answered && this.#pending.size > 0
+          plain && unanswered
             ? " before answering anything (a broker serving TLS on this port closes plain connections: connect with TLS)"
-            : "";
+            : noCertificate && unanswered && (error === undefined || closedByPeer(error))
+              ? ` before answering anything: ${closedWithoutCertificateNote}`
+              : "";
         this.#fail(
           ClientError.connectionClosed(
             `Connection to the broker closed${hint}${error ? `: ${error.message}` : ""}`,
@@ -475,9 +509,13 @@ export class TcpClient {
       }, timeoutMs);
       const onError = (error: Error): void => {
         clearTimeout(timer);
+        const note =
+          tlsWithoutCertificate(options) && closedByPeer(error)
+            ? ` (${closedWithoutCertificateNote})`
+            : "";
         reject(
           ClientError.connectionClosed(
-            `Cannot connect to ${options.host}:${options.port}: ${error.message}`,
+            `Cannot connect to ${options.host}:${options.port}: ${error.message}${note}`,
             error,
           ),
         );
