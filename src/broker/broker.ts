@@ -636,27 +636,39 @@ export class LocalBroker implements Broker {
     try {
       const tails = this.#tails;
       const highWatermark = log.highWatermark;
-      let result: PartitionRead;
-      if (
+      const mayWait =
         waitMs > 0 &&
+        !log.closed &&
+        !log.fenced &&
+        offset >= log.logStartOffset &&
+        !request.signal?.aborted;
+      // What a read at `offset` gives when the partition closes during a long-poll: nothing yet.
+      const nothingYet = (): PartitionRead => ({
+        bytes: new Uint8Array(0),
+        count: 0,
+        nextOffset: offset,
+        highWatermark: log.highWatermark,
+        logStartOffset: log.logStartOffset,
+      });
+      let result: PartitionRead;
+      if (mayWait && offset === highWatermark) {
+        // Nothing to read yet: wait before reading rather than read nothing first.
+        await tails.wait(log, offset, waitMs, request.signal);
+        result = log.closed
+          ? nothingYet()
+          : await tails.read(log, { offset, maxRecords, maxBytes });
+      } else if (
+        mayWait &&
         offset < highWatermark &&
         highWatermark - offset < maxRecords &&
-        offset >= log.logStartOffset &&
-        tails.busy(log) &&
-        !request.signal?.aborted
+        tails.busy(log)
       ) {
         // A long-poll that comes back for the last few records of a partition many readers tail
         // goes out with the others' next coalesced wake-up, with what arrived meanwhile, and is
         // read for only then, with them (tail.ts).
         await tails.holdBack(log, request.signal);
         result = log.closed
-          ? {
-              bytes: new Uint8Array(0),
-              count: 0,
-              nextOffset: offset,
-              highWatermark: log.highWatermark,
-              logStartOffset: log.logStartOffset,
-            }
+          ? nothingYet()
           : await tails.read(log, { offset, maxRecords, maxBytes });
       } else {
         result = await tails.read(log, { offset, maxRecords, maxBytes });
