@@ -7,13 +7,14 @@
  *
  * - **one subscription per partition**: the waiters of a partition share one listener on its log
  *   instead of one each;
- * - **wake-ups coalesced**: a partition with {@link coalesceWaitersMin} or more readers (those
- *   waiting now, or those its last wake-up answered, who are on their way back) wakes its waiters
- *   at most once per {@link coalesceDelayMs} of them (at most {@link coalesceDelayMsMax} ms): a
- *   move of the high watermark that comes sooner after the last wake-up waits for the rest of
- *   that span, so the records of every fsync in it reach each reader in one answer or one write
- *   rather than one per fsync. One after a quiet span wakes them at once. Fewer readers (the
- *   usual consumer) wake at once. A closed or fenced partition wakes every waiter at once;
+ * - **wake-ups coalesced**: on a partition with {@link coalesceWaitersMin} or more readers (those
+ *   waiting now, or those its last wake-up answered, who are on their way back), a move of the
+ *   high watermark wakes its waiters {@link coalesceDelayMs} of those readers later (at most
+ *   {@link coalesceDelayMsMax} ms), so the records of every fsync in that span reach each reader
+ *   in one answer or one write rather than one per fsync. Counting the readers on their way back
+ *   matters: the first few to come back after a wake-up would otherwise, being few, be woken at
+ *   once and split the readers into cycles of their own. Fewer readers (the usual consumer) wake
+ *   at once. A closed or fenced partition wakes every waiter at once;
  * - **readers at the tail held back with them**: on such a partition, a long-poll that comes back
  *   for the last few records ({@link PartitionTails.holdBack}) joins the next wake-up instead of
  *   being answered (and read for) at once, so the readers answered together come back to be
@@ -35,10 +36,10 @@ export const coalesceWaitersMin = 4;
 export const coalesceDelayMsMax = 10;
 
 /**
- * The shortest span between two wake-ups of `waiters` readers of one partition, in ms: 0 below
- * {@link coalesceWaitersMin}, else 0.1 ms per waiter up to {@link coalesceDelayMsMax} — roughly
- * what waking and answering them costs, so that a busy tail spends at most about half its time
- * waking readers.
+ * How long a move of the high watermark waits before waking `waiters` readers, in ms: 0 below
+ * {@link coalesceWaitersMin}, else 0.1 ms per waiter up to {@link coalesceDelayMsMax} — several
+ * times what waking and answering one costs (about 10 µs on a quiet core), so that a busy tail
+ * spends a small part of its time waking readers.
  */
 export function coalesceDelayMs(waiters: number): number {
   return waiters < coalesceWaitersMin ? 0 : Math.min(coalesceDelayMsMax, Math.ceil(waiters / 10));
@@ -55,8 +56,6 @@ interface Tail {
   unsubscribe: (() => void) | null;
   /** The pending coalesced wake-up, if any. */
   wake: Timer | null;
-  /** When the last wake-up ran (`Clock.nowMs`), −∞ before the first. */
-  lastWakeMs: number;
   /**
    * Readers on their way back for the next wake-up: those the last one finished, or, when it
    * finished fewer, the count before it less an eighth (so it fades as readers leave).
@@ -88,7 +87,6 @@ export class PartitionTails {
         waiters: new Set(),
         unsubscribe: null,
         wake: null,
-        lastWakeMs: Number.NEGATIVE_INFINITY,
         lastWoken: 0,
         reads: new Map(),
       };
@@ -193,10 +191,10 @@ export class PartitionTails {
 
   /**
    * Holds back a long-poll that comes back for the last records of a {@link busy} partition
-   * (module comment): resolves at the partition's next wake-up of its waiters — at once when the
-   * last one is at least {@link coalesceDelayMs} of its readers ago (at most
-   * {@link coalesceDelayMsMax} ms), which then wakes the others too — on abort, or when the
-   * partition closes or is fenced, whichever comes first. Never rejects.
+   * (module comment): resolves at the partition's next wake-up of its waiters (one is scheduled
+   * {@link coalesceDelayMs} of its readers from now if none is pending: at most
+   * {@link coalesceDelayMsMax} ms), on abort, or when the partition closes or is fenced,
+   * whichever comes first. Never rejects.
    */
   holdBack(log: PartitionLog, signal?: AbortSignal): Promise<void> {
     const tail = this.#tail(log);
@@ -214,15 +212,14 @@ export class PartitionTails {
     if (tail.wake === null) this.#schedule(log, tail);
   }
 
-  /** Wakes the waiters now if the last wake-up is a span ago, else at the end of that span. */
+  /** Wakes the waiters {@link coalesceDelayMs} of the partition's readers from now. */
   #schedule(log: PartitionLog, tail: Tail): void {
     const delay = coalesceDelayMs(this.#readers(tail));
-    const due = tail.lastWakeMs + delay - this.#clock.nowMs();
-    if (delay === 0 || due <= 0) {
+    if (delay === 0) {
       this.#wakeReady(log, tail);
       return;
     }
-    tail.wake = this.#clock.setTimer(due, () => {
+    tail.wake = this.#clock.setTimer(delay, () => {
       tail.wake = null;
       this.#wakeReady(log, tail);
     });
@@ -238,7 +235,6 @@ export class PartitionTails {
         woken++;
       }
     if (woken === 0) return;
-    tail.lastWakeMs = this.#clock.nowMs();
     // Readers on their way back: those just woken, or most of the last count (a wake-up that
     // caught only a few early comers must not make the others look gone).
     tail.lastWoken = Math.max(woken, tail.lastWoken - Math.ceil(tail.lastWoken / 8));

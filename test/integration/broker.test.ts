@@ -321,9 +321,10 @@ describe("LocalBroker", () => {
     const poll = (offset: number, maxRecords?: number) =>
       b.fetch({ topic: "t", partition: 0, offset, waitMs: 5000, maxRecords });
 
-    // Readers waiting at the end: the first record after a quiet span answers them at once.
+    // Readers waiting at the end, woken together a span after the record.
     const first = Array.from({ length: readers }, () => poll(0));
     await b.produce({ topic: "t", partition: 0, batch: one() });
+    clock.advance(10);
     const answered = await Promise.all(first);
     for (const r of answered)
       expect([r.records.count, r.nextOffset, r.highWatermark]).toEqual([1, 1, 1]);
