@@ -935,11 +935,26 @@ async function runE2e(spec: E2eSpec): Promise<GeneratorResult> {
 // ---------------------------------------------------------------------------------------------
 // Fan-out: one producer, many readers tailing its partition
 
-/** A reader tailing partition 0: counts the records it receives; `stop` closes its connection. */
+/**
+ * A reader tailing partition 0: counts the records and answers it receives and notes when each
+ * run of offsets arrived (for the delivery latency); `stop` closes its connection.
+ */
 interface TailReader {
   /** Records received so far. */
   received: number;
+  /** Answers received so far: fetch responses (long-poll), data chunks (SSE). */
+  answers: number;
+  /** Per answer with records: its first offset, its record count and when it arrived (`now()`), flat. */
+  deliveries: number[];
   stop(): void;
+}
+
+/** Notes an answer of `count` records from `offset` on `reader`, arrived now. */
+function delivered(reader: TailReader, offset: number, count: number): void {
+  reader.answers++;
+  if (count === 0) return;
+  reader.received += count;
+  reader.deliveries.push(offset, count, now());
 }
 
 /**
@@ -953,7 +968,12 @@ function sseReader(
   fail: (err: unknown) => void,
 ): Promise<TailReader> {
   return new Promise((resolve, reject) => {
-    const reader: TailReader = { received: 0, stop: () => req.destroy() };
+    const reader: TailReader = {
+      received: 0,
+      answers: 0,
+      deliveries: [],
+      stop: () => req.destroy(),
+    };
     let opened = false;
     let stopped = false;
     let carry = "";
@@ -970,14 +990,18 @@ function sseReader(
         res.on("data", (chunk: string) => {
           const text = carry + chunk;
           let from = 0;
+          let count = 0;
           for (
             let at = text.indexOf("event: record\n", from);
             at >= 0;
             at = text.indexOf("event: record\n", from)
           ) {
-            reader.received++;
+            count++;
             from = at + 14;
           }
+          // From offset 0 with no gaps (no compaction here), the records received so far are the next offset.
+          if (opened) delivered(reader, reader.received, count);
+          else reader.received += count;
           const lastNewline = text.lastIndexOf("\n");
           carry = text.slice(Math.max(from, lastNewline + 1));
           if (!opened && text.includes("\n\n")) {
@@ -1007,6 +1031,8 @@ async function longPollReader(
   let stopped = false;
   const reader: TailReader = {
     received: 0,
+    answers: 0,
+    deliveries: [],
     stop: () => {
       stopped = true;
       void client.close().catch(() => {});
@@ -1023,7 +1049,7 @@ async function longPollReader(
           maxRecords: 1000,
           waitMs: 1000,
         });
-        reader.received += res.recordCount;
+        delivered(reader, offset, res.recordCount);
         offset = res.nextOffset;
       } catch (err) {
         if (!stopped) fail(err);
@@ -1054,23 +1080,33 @@ async function runFanout(spec: FanoutSpec): Promise<GeneratorResult> {
     }
     if (spec.readerKind === "none" && spec.readers !== 0)
       throw new Error("fan-out: readerKind none with readers");
-    const producer = await produceTarget({
-      mode: "produce",
-      target: spec.target,
-      batch: spec.batch,
-      producers: 1,
-      partitions: 1,
-      valueBytes: spec.valueBytes,
-      warmupMs: spec.warmupMs,
-      measureMs: spec.measureMs,
-      minRequests: spec.minRequests,
+    // The producer's own client, for the offsets of its records: the delivery latency of a
+    // record is from its produce request's start to a reader's receiving it.
+    const target = spec.target;
+    const producer = await TcpClient.connect({
+      host: target.host,
+      port: target.port,
+      apiKey: target.apiKey,
+      tls: target.caPem === undefined ? undefined : { ca: target.caPem },
     });
+    const entries = entryBatch(spec.batch, makeValue(spec.valueBytes, 1));
+    const sentAt = new Map<number, number>();
     const rss = new RssWatch(spec.serverPid);
+    const interval = spec.paceRequestsPerSec === undefined ? 0 : 1000 / spec.paceRequestsPerSec;
+    let next = now();
     const loop = (async () => {
       while (!win.stopping) {
+        if (interval > 0) {
+          next += interval;
+          const ahead = next - now();
+          if (ahead >= 1) await sleep(ahead);
+          else if (ahead < -100) next = now(); // fell behind: no burst to catch up
+        }
         const t = now();
         try {
-          await producer.send(0, 0);
+          const { spans } = await producer.produce(target.topic, entries, { partition: 0 });
+          for (const span of spans)
+            for (let i = 0; i < span.count; i++) sentAt.set(span.baseOffset + i, t);
         } catch (err) {
           fail(err);
           return;
@@ -1080,7 +1116,7 @@ async function runFanout(spec: FanoutSpec): Promise<GeneratorResult> {
     })();
     // The warm-up runs here rather than in measure(), so the readers' counts are taken as the window opens.
     await sleep(spec.warmupMs);
-    const atStart = readers.map((r) => r.received);
+    const atStart = readers.map((r) => [r.received, r.answers]);
     const result = await measure(
       { ...spec, warmupMs: 0 },
       win,
@@ -1088,16 +1124,30 @@ async function runFanout(spec: FanoutSpec): Promise<GeneratorResult> {
       () => failure,
       spec.metricsUrl,
     );
-    const delivered = readers.map((r, i) => r.received - atStart[i]);
+    const delivered = readers.map((r, i) => r.received - atStart[i][0]);
+    const answers = readers.reduce((sum, r, i) => sum + r.answers - atStart[i][1], 0);
     await loop;
     await producer.close();
     if (failure) throw failure;
+    // Every record sent inside the window, as each reader received it.
+    const latency = new Samples();
+    for (const r of readers) {
+      const d = r.deliveries;
+      for (let j = 0; j < d.length; j += 3)
+        for (let o = d[j]; o < d[j] + d[j + 1]; o++) {
+          const sent = sentAt.get(o);
+          if (sent !== undefined && sent >= win.start && sent <= win.end)
+            latency.add(d[j + 2] - sent);
+        }
+    }
     return {
       ...result,
       readerRecords: {
         total: delivered.reduce((a, b) => a + b, 0),
         min: delivered.length === 0 ? 0 : Math.min(...delivered),
+        answers,
       },
+      ...(readers.length > 0 ? { deliveryLatencyMs: latency.summary() } : {}),
     };
   } finally {
     for (const r of readers) r.stop();

@@ -137,6 +137,10 @@ export interface CaseResult {
   rssIdleMiB?: number | null;
   /** Fan-out: records/s the readers received, summed over them, and the slowest reader's. */
   readerRecordsPerSec?: { total: number; min: number };
+  /** Fan-out: records per reader answer (fetch response, SSE data chunk), over every reader. */
+  readerRecordsPerAnswer?: number | null;
+  /** Fan-out: produce request start → a reader receives the record, ms. */
+  deliveryLatencyMs?: LatencySummary;
   /** Growth partitions cases: spawn → listening of a restart over those partitions, ms. */
   restartMs?: number | null;
   note?: string;
@@ -330,8 +334,11 @@ export function toCase(
             total: r.readerRecords.total / seconds,
             min: r.readerRecords.min / seconds,
           },
+          readerRecordsPerAnswer:
+            r.readerRecords.answers === 0 ? null : r.readerRecords.total / r.readerRecords.answers,
         }
       : {}),
+    ...(r.deliveryLatencyMs ? { deliveryLatencyMs: r.deliveryLatencyMs } : {}),
     ...(r.rssSamples
       ? { rssSamplesMiB: r.rssSamples.map(([t, b]): [number, number] => [t, b / 1048576]) }
       : {}),

@@ -58,6 +58,14 @@ function rounds(env: Env): number[] {
   return Array.from({ length: n }, (_, i) => i + 1);
 }
 
+/**
+ * `BENCH_FANOUT_PACE=N`: the fan-out producer sends at most N requests a second, so that builds
+ * compare at the same pace (broker CPU per produced record, records per answer) when the
+ * machine's load moves the unpaced rate.
+ */
+const fanoutPace =
+  process.env.BENCH_FANOUT_PACE === undefined ? undefined : Number(process.env.BENCH_FANOUT_PACE);
+
 /** The fan-out cases (module comment). */
 export async function fanoutPoints(env: Env): Promise<void> {
   const s = env.settings;
@@ -83,6 +91,7 @@ export async function fanoutPoints(env: Env): Promise<void> {
             httpUrl: env.es.httpUrl,
             readerKind: kind,
             readers: kind === "none" ? 0 : readers,
+            ...(fanoutPace === undefined ? {} : { paceRequestsPerSec: fanoutPace }),
             batch: 1,
             valueBytes,
             warmupMs: s.warmupMs,
@@ -239,6 +248,9 @@ export function fanoutSummary(results: CaseResult[]) {
         share: kind === "none" || producer === null || !none ? null : producer / none,
         readersTotal: meanOf(cases, prefix, "tcp", (c) => c.readerRecordsPerSec?.total),
         readersMin: meanOf(cases, prefix, "tcp", (c) => c.readerRecordsPerSec?.min),
+        perAnswer: meanOf(cases, prefix, "tcp", (c) => c.readerRecordsPerAnswer ?? undefined),
+        deliveryP50: meanOf(cases, prefix, "tcp", (c) => c.deliveryLatencyMs?.p50),
+        deliveryP99: meanOf(cases, prefix, "tcp", (c) => c.deliveryLatencyMs?.p99),
         cpu: meanOf(cases, prefix, "tcp", (c) => c.serverCpuUsPerRecord),
       });
     }
@@ -271,14 +283,14 @@ export function httpTables(results: CaseResult[]): string[] {
       "",
       "### Fan-out: one producer (TCP, 1 record per request) while readers tail its partition",
       "",
-      "Means of the rounds. Share: the producer's records/s ÷ its records/s with no reader. Readers' records/s: summed over every reader, and the slowest reader's.",
+      "Means of the rounds. Share: the producer's records/s ÷ its records/s with no reader. Readers' records/s: summed over every reader, and the slowest reader's. Records per answer: per fetch response (long-poll) or data chunk (SSE). Delivery: from the start of a record's produce request to a reader's receiving it.",
       "",
-      "| readers | producer records/s | share | readers' records/s (sum) | slowest reader records/s | broker CPU µs/produced record |",
-      "|---|--:|--:|--:|--:|--:|",
+      "| readers | producer records/s | share | readers' records/s (sum) | slowest reader records/s | records per answer | delivery p50 / p99 ms | broker CPU µs/produced record |",
+      "|---|--:|--:|--:|--:|--:|--:|--:|",
     );
     for (const f of fanout)
       lines.push(
-        `| ${f.label} | ${fmt(f.producer)} | ${f.share === null ? "" : `${(f.share * 100).toFixed(0)} %`} | ${fmt(f.readersTotal)} | ${fmt(f.readersMin)} | ${fmt(f.cpu, 1)} |`,
+        `| ${f.label} | ${fmt(f.producer)} | ${f.share === null ? "" : `${(f.share * 100).toFixed(0)} %`} | ${fmt(f.readersTotal)} | ${fmt(f.readersMin)} | ${fmt(f.perAnswer, 2)} | ${f.deliveryP50 === null ? "" : `${fmt(f.deliveryP50, 1)} / ${fmt(f.deliveryP99, 1)}`} | ${fmt(f.cpu, 1)} |`,
       );
   }
   return lines;

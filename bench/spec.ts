@@ -126,6 +126,8 @@ export interface FanoutSpec extends Timing {
   httpUrl: string;
   readerKind: "none" | "sse" | "long-poll";
   readers: number;
+  /** Paced: the producer sends at most this many requests a second (none: as fast as it can). */
+  paceRequestsPerSec?: number;
   batch: number;
   valueBytes: number;
   metricsUrl?: string;
@@ -177,10 +179,16 @@ export interface GeneratorResult {
   /** CPU time (user + system) the server process used inside the window, in ms; null when unknown. */
   serverCpuMs?: number | null;
   /**
-   * Fan-out only: records the readers received inside the window, summed over every reader, and
-   * the fewest one reader received (0 readers: both 0).
+   * Fan-out only: records the readers received inside the window, summed over every reader, the
+   * fewest one reader received (0 readers: both 0), and the answers they received in all (fetch
+   * responses; SSE: data chunks).
    */
-  readerRecords?: { total: number; min: number };
+  readerRecords?: { total: number; min: number; answers: number };
+  /**
+   * Fan-out only, with readers: from the start of the produce request of each record sent inside
+   * the window to each reader's receiving it, in ms (one sample per record per reader).
+   */
+  deliveryLatencyMs?: LatencySummary;
   /** RSS samples `[ms since window start, bytes]` when `rssSampleMs` was given. */
   rssSamples?: [number, number][];
   /** Open file descriptors of the server process when the window closed (`/proc/<pid>/fd`). */

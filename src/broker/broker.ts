@@ -23,7 +23,7 @@ import {
 import { quote } from "../lib/quote.ts";
 import { plural } from "../lib/text.ts";
 import type { FileSystem } from "../fs/types.ts";
-import type { PartitionLog } from "../storage/partition.ts";
+import type { PartitionLog, PartitionRead } from "../storage/partition.ts";
 import { removeMetadataTemps } from "../storage/leftovers.ts";
 import { LeaderEpochHistory } from "../storage/leader-epochs.ts";
 import { RecordFormatError, checkEntryTimestamps, type EntryBatch } from "../storage/record.ts";
@@ -634,27 +634,53 @@ export class LocalBroker implements Broker {
       });
     }
     try {
-      let result = await this.#tails.read(log, { offset, maxRecords, maxBytes });
-      if (
-        result.count === 0 &&
+      const tails = this.#tails;
+      const highWatermark = log.highWatermark;
+      const mayWait =
         waitMs > 0 &&
-        offset >= result.highWatermark &&
-        !request.signal?.aborted
-      ) {
-        await this.#tails.wait(log, offset, waitMs, request.signal);
-        if (!log.closed) result = await this.#tails.read(log, { offset, maxRecords, maxBytes });
+        !log.closed &&
+        !log.fenced &&
+        offset >= log.logStartOffset &&
+        !request.signal?.aborted;
+      // What a read at `offset` gives when the partition closes during a long-poll: nothing yet.
+      const nothingYet = (): PartitionRead => ({
+        bytes: new Uint8Array(0),
+        count: 0,
+        nextOffset: offset,
+        highWatermark: log.highWatermark,
+        logStartOffset: log.logStartOffset,
+      });
+      let result: PartitionRead;
+      if (mayWait && offset === highWatermark) {
+        // Nothing to read yet: wait before reading rather than read nothing first.
+        await tails.wait(log, offset, waitMs, request.signal);
+        result = log.closed
+          ? nothingYet()
+          : await tails.read(log, { offset, maxRecords, maxBytes });
       } else if (
-        result.count > 0 &&
-        waitMs > 0 &&
-        result.count < maxRecords &&
-        result.nextOffset >= result.highWatermark &&
-        this.#tails.busy(log) &&
-        !request.signal?.aborted
+        mayWait &&
+        offset < highWatermark &&
+        highWatermark - offset < maxRecords &&
+        tails.busy(log)
       ) {
-        // A long-poll that found the last few records of a partition many readers tail goes out
-        // with the others' next coalesced wake-up, with what arrived meanwhile (tail.ts).
-        await this.#tails.holdBack(log, request.signal);
-        if (!log.closed) result = await this.#tails.read(log, { offset, maxRecords, maxBytes });
+        // A long-poll that comes back for the last few records of a partition many readers tail
+        // goes out with the others' next coalesced wake-up, with what arrived meanwhile, and is
+        // read for only then, with them (tail.ts).
+        await tails.holdBack(log, request.signal);
+        result = log.closed
+          ? nothingYet()
+          : await tails.read(log, { offset, maxRecords, maxBytes });
+      } else {
+        result = await tails.read(log, { offset, maxRecords, maxBytes });
+        if (
+          result.count === 0 &&
+          waitMs > 0 &&
+          offset >= result.highWatermark &&
+          !request.signal?.aborted
+        ) {
+          await tails.wait(log, offset, waitMs, request.signal);
+          if (!log.closed) result = await tails.read(log, { offset, maxRecords, maxBytes });
+        }
       }
       return {
         records: { bytes: result.bytes, count: result.count },

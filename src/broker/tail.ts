@@ -7,15 +7,18 @@
  *
  * - **one subscription per partition**: the waiters of a partition share one listener on its log
  *   instead of one each;
- * - **wake-ups coalesced**: with {@link coalesceWaitersMin} or more waiters on a partition, a move
- *   of its high watermark wakes them after {@link coalesceDelayMs} (at most
+ * - **wake-ups coalesced**: on a partition with {@link coalesceWaitersMin} or more readers (those
+ *   waiting now, or those its last wake-up answered, who are on their way back), a move of the
+ *   high watermark wakes its waiters {@link coalesceDelayMs} of those readers later (at most
  *   {@link coalesceDelayMsMax} ms), so the records of every fsync in that span reach each reader
- *   in one answer or one write rather than one per fsync. A single waiter (the usual consumer)
- *   wakes at once. A closed or fenced partition wakes every waiter at once;
- * - **readers at the tail held back with them**: on such a partition, a long-poll that finds a
- *   few records at the tail ({@link PartitionTails.holdBack}) waits for the next of those wake-ups
- *   (at most the same delay) instead of being answered at once, so a reader that comes back
- *   while records arrive joins the others' cycle rather than taking one answer per fsync;
+ *   in one answer or one write rather than one per fsync. Counting the readers on their way back
+ *   matters: the first few to come back after a wake-up would otherwise, being few, be woken at
+ *   once and split the readers into cycles of their own. Fewer readers (the usual consumer) wake
+ *   at once. A closed or fenced partition wakes every waiter at once;
+ * - **readers at the tail held back with them**: on such a partition, a long-poll that comes back
+ *   for the last few records ({@link PartitionTails.holdBack}) joins the next wake-up instead of
+ *   being answered (and read for) at once, so the readers answered together come back to be
+ *   answered together, one cycle per span, rather than drifting into cycles of their own;
  * - **one read per offset**: reads of the same partition, offset and limits that overlap in time
  *   share one storage read (the woken waiters of one partition usually stand at the same offset).
  *   The bytes of a read are never changed after it returns (`PartitionLog.read` hands out fresh
@@ -34,9 +37,9 @@ export const coalesceDelayMsMax = 10;
 
 /**
  * How long a move of the high watermark waits before waking `waiters` readers, in ms: 0 below
- * {@link coalesceWaitersMin}, else 0.1 ms per waiter up to {@link coalesceDelayMsMax} — roughly
- * what waking and answering them costs, so that a busy tail spends at most about half its time
- * waking readers.
+ * {@link coalesceWaitersMin}, else 0.1 ms per waiter up to {@link coalesceDelayMsMax} — several
+ * times what waking and answering one costs (about 10 µs on a quiet core), so that a busy tail
+ * spends a small part of its time waking readers.
  */
 export function coalesceDelayMs(waiters: number): number {
   return waiters < coalesceWaitersMin ? 0 : Math.min(coalesceDelayMsMax, Math.ceil(waiters / 10));
@@ -53,6 +56,11 @@ interface Tail {
   unsubscribe: (() => void) | null;
   /** The pending coalesced wake-up, if any. */
   wake: Timer | null;
+  /**
+   * Readers on their way back for the next wake-up: those the last one finished, or, when it
+   * finished fewer, the count before it less an eighth (so it fades as readers leave).
+   */
+  lastWoken: number;
   /** In-flight reads by `offset:maxRecords:maxBytes`. */
   reads: Map<string, Promise<PartitionRead>>;
 }
@@ -61,6 +69,12 @@ interface Tail {
 export class PartitionTails {
   readonly #clock: Clock;
   readonly #tails = new WeakMap<PartitionLog, Tail>();
+  /**
+   * Waiters by the signal that ends them: one abort listener per signal (a connection's, an
+   * event stream's), not one added and removed per long-poll — `addEventListener` on the
+   * combined signals the access view passes is dear.
+   */
+  readonly #bySignal = new WeakMap<AbortSignal, Set<Waiter>>();
 
   constructor(clock: Clock) {
     this.#clock = clock;
@@ -69,7 +83,13 @@ export class PartitionTails {
   #tail(log: PartitionLog): Tail {
     let tail = this.#tails.get(log);
     if (tail === undefined) {
-      tail = { waiters: new Set(), unsubscribe: null, wake: null, reads: new Map() };
+      tail = {
+        waiters: new Set(),
+        unsubscribe: null,
+        wake: null,
+        lastWoken: 0,
+        reads: new Map(),
+      };
       this.#tails.set(log, tail);
     }
     return tail;
@@ -102,14 +122,29 @@ export class PartitionTails {
    * later), after `waitMs`, on abort, or when the partition closes or is fenced. Never rejects.
    */
   wait(log: PartitionLog, offset: number, waitMs: number, signal?: AbortSignal): Promise<void> {
+    return this.#add(log, this.#tail(log), offset, waitMs, signal);
+  }
+
+  /** Adds a waiter at `offset`; `waitMs` null: no timer of its own (a wake-up is due). */
+  #add(
+    log: PartitionLog,
+    tail: Tail,
+    offset: number,
+    waitMs: number | null,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
     return new Promise((resolve) => {
-      const tail = this.#tail(log);
+      if (signal?.aborted) {
+        resolve();
+        return;
+      }
+      const watchers = signal === undefined ? undefined : this.#watchers(signal);
       const waiter: Waiter = {
         offset,
         finish: () => {
           if (!tail.waiters.delete(waiter)) return;
-          timer.cancel();
-          signal?.removeEventListener("abort", waiter.finish);
+          timer?.cancel();
+          watchers?.delete(waiter);
           if (tail.waiters.size === 0) {
             tail.unsubscribe?.();
             tail.unsubscribe = null;
@@ -121,29 +156,52 @@ export class PartitionTails {
       };
       tail.waiters.add(waiter);
       tail.unsubscribe ??= log.subscribe(() => this.#moved(log, tail));
-      const timer = this.#clock.setTimer(waitMs, waiter.finish);
-      signal?.addEventListener("abort", waiter.finish);
+      const timer = waitMs === null ? null : this.#clock.setTimer(waitMs, waiter.finish);
+      watchers?.add(waiter);
     });
   }
 
-  /**
-   * True while {@link coalesceWaitersMin} or more readers wait on the partition of `log`: a busy
-   * tail, whose wake-ups are coalesced.
-   */
-  busy(log: PartitionLog): boolean {
-    return (this.#tails.get(log)?.waiters.size ?? 0) >= coalesceWaitersMin;
+  /** The waiters `signal` ends, listening for its abort once. */
+  #watchers(signal: AbortSignal): Set<Waiter> {
+    let watchers = this.#bySignal.get(signal);
+    if (watchers === undefined) {
+      const set = new Set<Waiter>();
+      signal.addEventListener("abort", () => {
+        for (const w of [...set]) w.finish();
+      });
+      this.#bySignal.set(signal, set);
+      watchers = set;
+    }
+    return watchers;
+  }
+
+  /** Readers of a partition: those waiting now, or those its last wake-up answered if more. */
+  #readers(tail: Tail): number {
+    return Math.max(tail.waiters.size, tail.lastWoken);
   }
 
   /**
-   * Holds back a long-poll that found records at the tail of a {@link busy} partition (module
-   * comment): resolves at the partition's next wake-up of its waiters, or after
-   * {@link coalesceDelayMs} of the waiters now (at most {@link coalesceDelayMsMax} ms), on abort,
-   * or when the partition closes or is fenced, whichever comes first. Never rejects.
+   * True while the partition of `log` has {@link coalesceWaitersMin} or more readers (waiting
+   * now, or answered by its last wake-up): a busy tail, whose wake-ups are coalesced.
+   */
+  busy(log: PartitionLog): boolean {
+    const tail = this.#tails.get(log);
+    return tail !== undefined && this.#readers(tail) >= coalesceWaitersMin;
+  }
+
+  /**
+   * Holds back a long-poll that comes back for the last records of a {@link busy} partition
+   * (module comment): resolves at the partition's next wake-up of its waiters (one is scheduled
+   * {@link coalesceDelayMs} of its readers from now if none is pending: at most
+   * {@link coalesceDelayMsMax} ms), on abort, or when the partition closes or is fenced,
+   * whichever comes first. Never rejects.
    */
   holdBack(log: PartitionLog, signal?: AbortSignal): Promise<void> {
-    const waiters = this.#tails.get(log)?.waiters.size ?? 0;
+    const tail = this.#tail(log);
     // Offset −1: every wake-up finds the high watermark past it.
-    return this.wait(log, -1, Math.max(1, coalesceDelayMs(waiters + 1)), signal);
+    const held = this.#add(log, tail, -1, null, signal);
+    if (tail.wake === null) this.#schedule(log, tail);
+    return held;
   }
 
   #moved(log: PartitionLog, tail: Tail): void {
@@ -151,8 +209,12 @@ export class PartitionTails {
       for (const w of [...tail.waiters]) w.finish();
       return;
     }
-    if (tail.wake !== null) return;
-    const delay = coalesceDelayMs(tail.waiters.size);
+    if (tail.wake === null) this.#schedule(log, tail);
+  }
+
+  /** Wakes the waiters {@link coalesceDelayMs} of the partition's readers from now. */
+  #schedule(log: PartitionLog, tail: Tail): void {
+    const delay = coalesceDelayMs(this.#readers(tail));
     if (delay === 0) {
       this.#wakeReady(log, tail);
       return;
@@ -166,6 +228,15 @@ export class PartitionTails {
   #wakeReady(log: PartitionLog, tail: Tail): void {
     const highWatermark = log.highWatermark;
     const done = log.closed || log.fenced;
-    for (const w of [...tail.waiters]) if (done || highWatermark > w.offset) w.finish();
+    let woken = 0;
+    for (const w of [...tail.waiters])
+      if (done || highWatermark > w.offset) {
+        w.finish();
+        woken++;
+      }
+    if (woken === 0) return;
+    // Readers on their way back: those just woken, or most of the last count (a wake-up that
+    // caught only a few early comers must not make the others look gone).
+    tail.lastWoken = Math.max(woken, tail.lastWoken - Math.ceil(tail.lastWoken / 8));
   }
 }

@@ -174,12 +174,15 @@ describe("benchmark harness, quick run", () => {
         expect(c.recordsPerFsync, `${id} records per fsync`).toBeGreaterThan(0);
       }
 
-      // The fan-out readers received records (every reader, while the producer wrote).
+      // The fan-out readers received records (every reader, while the producer wrote), in
+      // answers counted, each record's delivery timed.
       for (const id of fanoutIds.filter((i) => !i.includes("readers=none"))) {
         const c = byId.get(id)!;
         expect(c.readerRecordsPerSec?.min, `${id}: the slowest reader's records/s`).toBeGreaterThan(
           0,
         );
+        expect(c.readerRecordsPerAnswer, `${id}: records per reader answer`).toBeGreaterThan(0);
+        expect(c.deliveryLatencyMs?.count, `${id}: delivery latency samples`).toBeGreaterThan(0);
       }
 
       // The soak case samples the broker's RSS over its window.

@@ -310,4 +310,46 @@ describe("LocalBroker", () => {
     ).toBeGreaterThan(2);
     expect(files).toBeGreaterThan(8);
   });
+
+  it("answers the long-polls of a busy tail together, with every record up to the high watermark and none above", async () => {
+    const clock = new ManualClock();
+    const b = await broker(fresh(), clock);
+    await b.createTopic({ name: "t", partitions: 1 });
+    const one = () => new EntryBatchBuilder().add(null, utf8("x")).build();
+    const settle = () => new Promise((r) => setTimeout(r, 20));
+    const readers = 10;
+    const poll = (offset: number, maxRecords?: number) =>
+      b.fetch({ topic: "t", partition: 0, offset, waitMs: 5000, maxRecords });
+
+    // Readers waiting at the end, woken together a span after the record.
+    const first = Array.from({ length: readers }, () => poll(0));
+    await b.produce({ topic: "t", partition: 0, batch: one() });
+    clock.advance(10);
+    const answered = await Promise.all(first);
+    for (const r of answered)
+      expect([r.records.count, r.nextOffset, r.highWatermark]).toEqual([1, 1, 1]);
+
+    // A record arrives before they come back: they are held (not answered, not above what is
+    // durable) until the span since that wake-up ends, then get everything that arrived.
+    await b.produce({ topic: "t", partition: 0, batch: one() });
+    let done = 0;
+    const second = Array.from({ length: readers }, () =>
+      poll(1).then((r) => {
+        done++;
+        return r;
+      }),
+    );
+    // A reader asking for fewer records than are waiting is answered at once.
+    const behind = await poll(0, 1);
+    expect([behind.records.count, behind.nextOffset]).toEqual([1, 1]);
+    await b.produce({ topic: "t", partition: 0, batch: one() });
+    await settle();
+    expect(done).toBe(0);
+    clock.advance(10);
+    for (const r of await Promise.all(second)) {
+      expect([r.records.count, r.nextOffset, r.highWatermark]).toEqual([2, 3, 3]);
+      expect(r.nextOffset).toBeLessThanOrEqual(r.highWatermark);
+    }
+    await b.close();
+  });
 });

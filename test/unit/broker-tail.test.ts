@@ -1,11 +1,12 @@
 /**
  * Shared tail reads and coalesced long-poll wake-ups (`src/broker/tail.ts`), against a fake
  * partition log and a manual clock: one subscription per partition, one read per offset for
- * overlapping identical reads, wake-ups held back only with several waiters, a reader at the
- * tail of a busy partition held back until the others' next wake-up (never past its delay), and a
+ * overlapping identical reads, wake-ups held back only with several readers, the readers of
+ * the last wake-up counted while they come back, a reader at the tail of a busy partition held
+ * back until the others' next wake-up (never past a span), one abort listener per signal, and a
  * closed or fenced partition waking everyone at once.
  */
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import {
   coalesceDelayMs,
   coalesceDelayMsMax,
@@ -109,10 +110,12 @@ describe("PartitionTails", () => {
       void tails.wait(asLog(log), i === 0 ? 5 : 0, 5000).then(() => woken.push(i));
     expect(log.listeners.size).toBe(1);
     log.append(1);
+    clock.advance(1);
     log.append(1);
     await flush();
     expect(woken).toEqual([]);
-    clock.advance(coalesceDelayMs(waiters));
+    // The span runs from the first move.
+    clock.advance(coalesceDelayMs(waiters) - 1);
     await flush();
     // Every waiter at offset 0 woke; the one at 5 still waits for its records.
     expect(woken.length).toBe(waiters - 1);
@@ -123,33 +126,78 @@ describe("PartitionTails", () => {
     expect(log.listeners.size).toBe(0);
   });
 
-  it("holds a reader at the tail of a busy partition until the next wake-up, at most its delay", async () => {
+  it("counts the readers a wake-up answered while they come back, and forgets those that leave", async () => {
     const log = new FakeLog();
     const clock = new ManualClock();
     const tails = new PartitionTails(clock);
     expect(tails.busy(asLog(log))).toBe(false);
-    const woken: number[] = [];
-    for (let i = 0; i < coalesceWaitersMin; i++)
-      void tails.wait(asLog(log), 0, 5000).then(() => woken.push(i));
+    for (let i = 0; i < 20; i++) void tails.wait(asLog(log), 0, 5000);
+    log.append(1);
+    clock.advance(coalesceDelayMs(20));
+    await flush();
+    // Nobody waits now, yet the 20 just answered are on their way back: still a busy tail, and
+    // the first to come back (fewer than the coalescing minimum) wait for the span of all 20.
     expect(tails.busy(asLog(log))).toBe(true);
-    // Held with the waiters: released by their coalesced wake-up, together with them.
-    let held = false;
-    void tails.holdBack(asLog(log)).then(() => (held = true));
+    let early = 0;
+    for (let i = 0; i < coalesceWaitersMin - 1; i++)
+      void tails.wait(asLog(log), 1, 5000).then(() => early++);
     log.append(1);
     await flush();
-    expect(held).toBe(false);
-    clock.advance(coalesceDelayMs(coalesceWaitersMin + 1));
+    expect(early).toBe(0);
+    clock.advance(coalesceDelayMs(20) - 1);
     await flush();
-    expect(held).toBe(true);
-    expect(woken.length).toBe(coalesceWaitersMin);
+    expect(early).toBe(0);
+    clock.advance(1);
+    await flush();
+    expect(early).toBe(coalesceWaitersMin - 1);
+
+    // Only one reader keeps coming back: the count fades below the minimum within a few wake-ups.
+    let wakeUps = 0;
+    while (tails.busy(asLog(log))) {
+      void tails.wait(asLog(log), log.highWatermark, 5000);
+      log.append(1);
+      clock.advance(coalesceDelayMsMax);
+      await flush();
+      wakeUps++;
+      expect(wakeUps).toBeLessThan(20);
+    }
+    expect(wakeUps).toBeGreaterThan(1);
+  });
+
+  it("holds a reader at the tail of a busy partition until the next wake-up, at most a span", async () => {
+    const log = new FakeLog();
+    const clock = new ManualClock();
+    const tails = new PartitionTails(clock);
+    const readers = 50;
+    const span = coalesceDelayMs(readers);
+    for (let i = 0; i < readers; i++) void tails.wait(asLog(log), 0, 5000);
+    log.append(1);
+    clock.advance(span);
+    await flush();
+    expect(tails.busy(asLog(log))).toBe(true);
+
+    // A record arrived before they came back: held (no timer of their own), from the first one
+    // back, and released together at the end of that span, with the waiters.
+    log.append(1);
+    const released: number[] = [];
+    for (let i = 0; i < readers - 1; i++)
+      void tails.holdBack(asLog(log)).then(() => released.push(i));
+    let waited = false;
+    void tails.wait(asLog(log), 2, 5000).then(() => (waited = true));
+    clock.advance(span - 1);
+    await flush();
+    expect(released).toEqual([]);
+    log.append(1);
+    clock.advance(1);
+    await flush();
+    expect(released.length).toBe(readers - 1);
+    expect(waited).toBe(true);
     expect(log.listeners.size).toBe(0);
 
-    // No record arrives: released after the delay anyway, never left waiting for one.
-    for (let i = 0; i < coalesceWaitersMin; i++) void tails.wait(asLog(log), 1, 5000);
+    // No record arrives: still released at the end of the span, never left waiting for one.
     let alone = false;
     void tails.holdBack(asLog(log)).then(() => (alone = true));
-    const delay = coalesceDelayMs(coalesceWaitersMin + 1);
-    clock.advance(delay - 1);
+    clock.advance(span - 1);
     await flush();
     expect(alone).toBe(false);
     clock.advance(1);
@@ -174,6 +222,23 @@ describe("PartitionTails", () => {
     abort.abort();
     await flush();
     expect(aborted).toBe(true);
+
+    // Many long-polls of one connection share one abort listener on its signal.
+    const connection = new AbortController();
+    const adds = vi.spyOn(connection.signal, "addEventListener");
+    let ended = 0;
+    for (let i = 0; i < 5; i++)
+      void tails.wait(asLog(log), 0, 5000, connection.signal).then(() => ended++);
+    void tails.holdBack(asLog(log), connection.signal).then(() => ended++);
+    expect(adds).toHaveBeenCalledTimes(1);
+    connection.abort();
+    await flush();
+    expect(ended).toBe(6);
+    // An aborted signal ends a long-poll at once.
+    let late = false;
+    void tails.wait(asLog(log), 0, 5000, connection.signal).then(() => (late = true));
+    await flush();
+    expect(late).toBe(true);
 
     let timedOut = false;
     void tails.wait(asLog(log), 0, 100).then(() => (timedOut = true));
