@@ -23,6 +23,12 @@
  *   epoch and sequence. The producer then starts a new epoch (epoch + 1, which fences the other
  *   incarnation) and sends the batch again, instead of taking someone else's batch for its own.
  *   A retry after an unanswered try is different: its duplicate answer is this producer's batch.
+ * - A producer on its default (clock) epoch that has had nothing acknowledged yet and is refused
+ *   `producer_fenced` (a start within the same second as one that moved past it, or a host whose
+ *   clock is behind) moves above the epoch the refusal names and sends again, unless an earlier
+ *   try of the batch may be stored: the newest start of an application fences the older ones.
+ *   Once one of its batches is acknowledged it is an incarnation like any other, and a later
+ *   `producer_fenced` means a newer start fenced it: `send` rejects.
  * - Other refusals (`out_of_order_sequence`, `duplicate_sequence`, `producer_fenced` by another
  *   incarnation, `topic_not_found`, …) reject `send` and hand the batch's sequence numbers back, so
  *   the next `send` does not leave a gap. A batch that stays unanswered until the delivery timeout
@@ -122,9 +128,14 @@ export class IdempotentProducer {
   #retryBackoffMs: number;
   #retryBackoffMaxMs: number;
   #closed = false;
+  /** The epoch came from the clock (no `epoch` option): this producer may move it at start. */
+  readonly #clockEpoch: boolean;
+  /** Whether any batch of this producer was acknowledged (it is an incarnation from then on). */
+  #acknowledged = false;
 
   constructor(options: IdempotentProducerOptions) {
     this.producerId = options.producerId;
+    this.#clockEpoch = options.epoch === undefined;
     this.#epoch = options.epoch ?? Math.min(Math.floor(Date.now() / 1000), producerEpochMax);
     this.#connect = options.connect;
     this.#router = options.router;
@@ -267,6 +278,7 @@ export class IdempotentProducer {
           tries = 0;
           continue;
         }
+        this.#acknowledged = true;
         return result;
       } catch (err) {
         if (!(err instanceof ClientError) || this.#closed) throw err;
@@ -287,6 +299,24 @@ export class IdempotentProducer {
           continue;
         }
         if (!refusedBeforeAppend.has(err.code)) ambiguous = true;
+        const fencedAt = err.details?.expected_epoch;
+        if (
+          err.code === Errors.producerFenced.code &&
+          epoch === this.#epoch &&
+          this.#clockEpoch &&
+          !this.#acknowledged &&
+          !ambiguous &&
+          typeof fencedAt === "number" &&
+          Number.isSafeInteger(fencedAt) &&
+          fencedAt >= epoch &&
+          fencedAt < producerEpochMax
+        ) {
+          // A newer start of this application must not stay below an older one's epoch.
+          this.#startEpoch(fencedAt + 1);
+          [epoch, sequence] = this.#renumber(state, batch);
+          tries = 0;
+          continue;
+        }
         if (err.code === Errors.producerFenced.code && epoch < this.#epoch) {
           // Numbered in an epoch this producer itself left behind: renumber, unless it may be stored.
           if (ambiguous) throw err;

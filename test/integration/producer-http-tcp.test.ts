@@ -241,6 +241,41 @@ describe("idempotent produce over TCP only", () => {
     expect(await values(b, "t", 0)).toHaveLength(4);
   });
 
+  it("IdempotentProducer on its clock epoch starts above a newer epoch it is fenced by, until its first acknowledgement (attack8 F3)", async () => {
+    const b = await broker({ clock: realClock });
+    await b.createTopic({ name: "t", partitions: 1 });
+    const server = await serve(b);
+    // An earlier start that moved past this second (as a same-second restart does).
+    const ahead = Math.floor(Date.now() / 1000) + 5;
+    const older = new IdempotentProducer({
+      connect: server.connect,
+      producerId: "crash-loop",
+      epoch: ahead,
+    });
+    onTestFinished(() => older.close());
+    await older.send("t", [{ value: "old" }], { partition: 0 });
+    // The newest start, on the clock's epoch (below `ahead`): it fences the older one.
+    const newest = new IdempotentProducer({ connect: server.connect, producerId: "crash-loop" });
+    onTestFinished(() => newest.close());
+    expect(newest.epoch).toBeLessThan(ahead);
+    expect((await newest.send("t", [{ value: "new" }], { partition: 0 })).duplicate).toBe(false);
+    expect(newest.epoch).toBe(ahead + 1);
+    const late = await older.send("t", [{ value: "late" }], { partition: 0 }).catch((e) => e);
+    expect((late as ClientError).code).toBe("producer_fenced");
+    // Once acknowledged, the newest one is an incarnation like any other: fenced, it rejects.
+    const newer = new IdempotentProducer({
+      connect: server.connect,
+      producerId: "crash-loop",
+      epoch: ahead + 10,
+    });
+    onTestFinished(() => newer.close());
+    await newer.send("t", [{ value: "newer" }], { partition: 0 });
+    const fenced = await newest.send("t", [{ value: "x" }], { partition: 0 }).catch((e) => e);
+    expect((fenced as ClientError).code).toBe("producer_fenced");
+    expect(newest.epoch).toBe(ahead + 1);
+    expect(await values(b, "t", 0)).toEqual(["old", "new", "newer"]);
+  });
+
   it("IdempotentProducer's default epoch is the current Unix second, so a restart fences the last run", async () => {
     const b = await broker({ clock: realClock });
     await b.createTopic({ name: "t", partitions: 1 });
