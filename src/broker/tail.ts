@@ -69,12 +69,6 @@ interface Tail {
 export class PartitionTails {
   readonly #clock: Clock;
   readonly #tails = new WeakMap<PartitionLog, Tail>();
-  /**
-   * Waiters by the signal that ends them: one abort listener per signal (a connection's, an
-   * event stream's), not one added and removed per long-poll — `addEventListener` on the
-   * combined signals the access view passes is dear.
-   */
-  readonly #bySignal = new WeakMap<AbortSignal, Set<Waiter>>();
 
   constructor(clock: Clock) {
     this.#clock = clock;
@@ -138,13 +132,14 @@ export class PartitionTails {
         resolve();
         return;
       }
-      const watchers = signal === undefined ? undefined : this.#watchers(signal);
       const waiter: Waiter = {
         offset,
         finish: () => {
           if (!tail.waiters.delete(waiter)) return;
           timer?.cancel();
-          watchers?.delete(waiter);
+          // Removed, not left for the signal's abort: a listener left on a combined signal
+          // (`AbortSignal.any`, as the access view passes) keeps that signal alive for good.
+          signal?.removeEventListener("abort", waiter.finish);
           if (tail.waiters.size === 0) {
             tail.unsubscribe?.();
             tail.unsubscribe = null;
@@ -157,22 +152,8 @@ export class PartitionTails {
       tail.waiters.add(waiter);
       tail.unsubscribe ??= log.subscribe(() => this.#moved(log, tail));
       const timer = waitMs === null ? null : this.#clock.setTimer(waitMs, waiter.finish);
-      watchers?.add(waiter);
+      signal?.addEventListener("abort", waiter.finish);
     });
-  }
-
-  /** The waiters `signal` ends, listening for its abort once. */
-  #watchers(signal: AbortSignal): Set<Waiter> {
-    let watchers = this.#bySignal.get(signal);
-    if (watchers === undefined) {
-      const set = new Set<Waiter>();
-      signal.addEventListener("abort", () => {
-        for (const w of [...set]) w.finish();
-      });
-      this.#bySignal.set(signal, set);
-      watchers = set;
-    }
-    return watchers;
   }
 
   /** Readers of a partition: those waiting now, or those its last wake-up answered if more. */

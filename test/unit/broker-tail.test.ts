@@ -3,8 +3,8 @@
  * partition log and a manual clock: one subscription per partition, one read per offset for
  * overlapping identical reads, wake-ups held back only with several readers, the readers of
  * the last wake-up counted while they come back, a reader at the tail of a busy partition held
- * back until the others' next wake-up (never past a span), one abort listener per signal, and a
- * closed or fenced partition waking everyone at once.
+ * back until the others' next wake-up (never past a span), and a closed or fenced partition, an
+ * abort or a timeout ending a long-poll.
  */
 import { describe, expect, it, vi } from "vitest";
 import {
@@ -223,17 +223,19 @@ describe("PartitionTails", () => {
     await flush();
     expect(aborted).toBe(true);
 
-    // Many long-polls of one connection share one abort listener on its signal.
+    // Long-polls of one connection, held or waiting, end with its signal, and leave no listener
+    // on it once answered (one left on a combined signal would keep that signal alive).
     const connection = new AbortController();
     const adds = vi.spyOn(connection.signal, "addEventListener");
+    const removes = vi.spyOn(connection.signal, "removeEventListener");
     let ended = 0;
     for (let i = 0; i < 5; i++)
       void tails.wait(asLog(log), 0, 5000, connection.signal).then(() => ended++);
     void tails.holdBack(asLog(log), connection.signal).then(() => ended++);
-    expect(adds).toHaveBeenCalledTimes(1);
     connection.abort();
     await flush();
     expect(ended).toBe(6);
+    expect(removes).toHaveBeenCalledTimes(adds.mock.calls.length);
     // An aborted signal ends a long-poll at once.
     let late = false;
     void tails.wait(asLog(log), 0, 5000, connection.signal).then(() => (late = true));
