@@ -18,8 +18,8 @@
  * 3. Otherwise: check every record's CRC and offsets (a failure appends nothing and is logged as
  *    `replication.corrupt_records`); add the leader's epoch entries the records fall under to the
  *    local history (fsynced); journal the idempotent producers' batches the leader sent with them
- *    (field failures #28); append the records, checking in the write loop that they land at the
- *    leader's offsets.
+ *    (field failures #28); append the stored records verbatim (checked once, never decoded and
+ *    encoded again), the write loop refusing them unless they land at the leader's offsets.
  *    Where the leader's records skip offsets (compaction removed them, or retention its log start
  *    moved past this log's end), this log skips them too (`PartitionLog.skipTo`): same offsets,
  *    same records.
@@ -35,12 +35,7 @@ import type { Prng } from "../lib/prng.ts";
 import type { ReplicaFetchRequestFields } from "../protocol/apis/replica-fetch.ts";
 import type { LeaderEpochHistory } from "../storage/leader-epochs.ts";
 import type { PartitionLog } from "../storage/partition.ts";
-import {
-  EntryCursor,
-  type EntryBatch,
-  RecordFormatError,
-  storedToEntryRuns,
-} from "../storage/record.ts";
+import { checkStoredRuns, RecordFormatError, skipStored } from "../storage/record.ts";
 
 /** A connection to a leader's TCP listener that speaks the replica-fetch api (the runtime provides it). */
 export interface ReplicaFetchConnection {
@@ -238,10 +233,10 @@ export class Follower {
   async #append(answer: ReplicaFetchResult): Promise<void> {
     const o = this.#o;
     const log = o.log;
-    const runs = storedToEntryRuns(answer.records.bytes, answer.records.count);
+    const runs = checkStoredRuns(answer.records.bytes, answer.records.count);
     if (runs.length === 0) return;
     const last = runs.at(-1)!;
-    const end = last.baseOffset + last.batch.count;
+    const end = last.baseOffset + last.count;
     await this.#assignEpochs(answer.epochs, end);
     const logEnd = log.logEndOffset;
     await o.producers.applyReplicated(
@@ -251,20 +246,12 @@ export class Follower {
     );
     for (const run of runs) {
       const have = log.logEndOffset;
-      if (run.baseOffset + run.batch.count <= have) continue;
+      if (run.baseOffset + run.count <= have) continue;
       // A gap in the leader's log (compacted away, or below its log start): none here either.
       if (run.baseOffset > have) await log.skipTo(run.baseOffset);
-      const batch =
-        run.baseOffset < have ? skipEntries(run.batch, have - run.baseOffset) : run.batch;
-      const expected = Math.max(run.baseOffset, have);
-      await log.append(batch, {
-        beforeWrite: async (baseOffset) => {
-          if (baseOffset !== expected)
-            throw new Error(
-              `Cannot append replicated records to partition "${this.#name}": they belong at offset ${expected} but the log is at ${baseOffset}`,
-            );
-        },
-      });
+      const records = run.baseOffset < have ? skipStored(run, have - run.baseOffset) : run;
+      // Verbatim, and only at their own offsets: the write loop refuses them anywhere else.
+      await log.append(records);
     }
   }
 
@@ -276,18 +263,4 @@ export class Follower {
         await history.assign(e.epoch, e.startOffset);
     }
   }
-}
-
-/** `batch` without its first `n` entries. */
-function skipEntries(batch: EntryBatch, n: number): EntryBatch {
-  const cursor = new EntryCursor(batch);
-  let start = 0;
-  for (let i = 0; i < n && cursor.next(); i++) start = cursor.end;
-  return {
-    bytes: batch.bytes.subarray(start),
-    count: batch.count - n,
-    ...(batch.crcs === undefined || batch.crcBaseOffset === undefined
-      ? {}
-      : { crcs: batch.crcs.subarray(n), crcBaseOffset: batch.crcBaseOffset + n }),
-  };
 }

@@ -30,7 +30,7 @@ import type { FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import { GroupCommit } from "./group-commit.ts";
 import { recoverPartition } from "./partition-recovery.ts";
-import type { EntryBatch } from "./record.ts";
+import { type AppendRecords, isStored, logBytesOf } from "./record.ts";
 import { Segment, type SegmentContext, type SegmentDescription } from "./segment.ts";
 import type { StrayFile } from "./segment-files.ts";
 import type { SegmentHandleCache } from "./segment-handles.ts";
@@ -143,7 +143,7 @@ export interface AppendOptions {
 }
 
 interface PendingAppend {
-  batch: EntryBatch;
+  batch: AppendRecords;
   beforeWrite: ((baseOffset: number) => Promise<void>) | undefined;
   admit: (() => void) | undefined;
   resolve: (result: { baseOffset: number; count: number }) => void;
@@ -455,12 +455,15 @@ export class PartitionLog {
 
   /**
    * Appends one request's records at consecutive offsets. See the module comment for when it
-   * resolves. An empty batch resolves at once with count 0.
-   * @throws StorageError "fenced", "write_failed", "unsupported" (offset above 2^53 − 1), "closed";
-   *   or what `options.beforeWrite` rejected with.
+   * resolves. An empty batch resolves at once with count 0. Stored records ({@link StoredRecords},
+   * a follower's copy of its leader's; docs/cluster.md "Followers") are written verbatim, as a
+   * group of their own, and only at their own offsets: if the log end is elsewhere when their
+   * turn comes, nothing of them is written and the append rejects with "invalid".
+   * @throws StorageError "fenced", "write_failed", "unsupported" (offset above 2^53 − 1), "closed",
+   *   "invalid" (stored records not at the log end); or what `options.beforeWrite` rejected with.
    */
   append(
-    batch: EntryBatch,
+    batch: AppendRecords,
     options: AppendOptions = {},
   ): Promise<{ baseOffset: number; count: number }> {
     if (this.#closed) return Promise.reject(this.#closedError());
@@ -517,12 +520,15 @@ export class PartitionLog {
         for (const p of this.#queue.splice(0)) p.reject(err);
         return;
       }
-      const group: PendingAppend[] = [];
-      let entryBytes = 0;
-      let records = 0;
+      // Stored records go alone: their offsets are fixed, so nothing may shift them.
+      const group: PendingAppend[] = [this.#queue.shift()!];
+      let entryBytes = entryBytesOf(group[0].batch);
+      let records = group[0].batch.count;
       while (
+        !isStored(group[0].batch) &&
         this.#queue.length > 0 &&
-        (group.length === 0 || entryBytes + this.#queue[0].batch.bytes.length <= groupEntryBytesMax)
+        !isStored(this.#queue[0].batch) &&
+        entryBytes + this.#queue[0].batch.bytes.length <= groupEntryBytesMax
       ) {
         const p = this.#queue.shift()!;
         group.push(p);
@@ -531,16 +537,12 @@ export class PartitionLog {
       }
       await this.#writeLock.run(() => {
         if (!group.some((p) => p.admit !== undefined))
-          return this.#writeGroup(group, entryBytes + records * recordOverEntryBytes, records);
+          return this.#writeGroup(group, storedBytesOf(group), records);
         const admitted = admitGroup(group);
         if (admitted.length === 0) return Promise.resolve();
-        entryBytes = 0;
         records = 0;
-        for (const p of admitted) {
-          entryBytes += p.batch.bytes.length;
-          records += p.batch.count;
-        }
-        return this.#writeGroup(admitted, entryBytes + records * recordOverEntryBytes, records);
+        for (const p of admitted) records += p.batch.count;
+        return this.#writeGroup(admitted, storedBytesOf(admitted), records);
       });
     }
   }
@@ -638,6 +640,16 @@ export class PartitionLog {
         return;
       }
       active = this.#active;
+    }
+    const first = group[0].batch;
+    if (isStored(first) && first.baseOffset !== active.nextOffset) {
+      rejectAll(
+        new StorageError(
+          "invalid",
+          `Cannot append stored records to partition "${this.name}": they belong at offset ${first.baseOffset} but the log ends at ${active.nextOffset}`,
+        ),
+      );
+      return;
     }
     let prepared = active.prepareAppend(
       group.map((p) => p.batch),
@@ -994,6 +1006,20 @@ function findSegment(segments: readonly Segment[], offset: number): number {
     0,
     lastAtOrBelow(segments.length, (i) => segments[i].baseOffset, offset),
   );
+}
+
+/** Entry bytes of `records` as the group limit counts them (stored records: without their framing). */
+function entryBytesOf(records: AppendRecords): number {
+  return isStored(records)
+    ? records.bytes.length - records.count * recordOverEntryBytes
+    : records.bytes.length;
+}
+
+/** Bytes a group's records take in the log. */
+function storedBytesOf(group: readonly PendingAppend[]): number {
+  let total = 0;
+  for (const p of group) total += logBytesOf(p.batch);
+  return total;
 }
 
 /**

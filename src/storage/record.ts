@@ -30,6 +30,7 @@ import {
   recordLenMin,
   recordLengthPrefixBytes,
   recordOverheadBytes,
+  recordOverEntryBytes,
   recordPayloadBytesMax,
 } from "../lib/limits.ts";
 
@@ -51,14 +52,34 @@ export class RecordFormatError extends Error {
 export interface EntryBatch {
   readonly bytes: Uint8Array;
   readonly count: number;
-  /**
-   * Replicated records only ({@link storedToEntryRuns}): the CRC-32 each entry had as a stored
-   * record at offset `crcBaseOffset + i`, already checked against its bytes. {@link encodeEntries}
-   * writes it instead of computing it again when it encodes the entry at that very offset with its
-   * timestamp set (the same bytes, so the same CRC); anywhere else it computes the CRC.
-   */
-  readonly crcs?: Uint32Array;
-  readonly crcBaseOffset?: number;
+}
+
+/**
+ * Stored records to append verbatim (a follower's copy of its leader's records; docs/cluster.md
+ * "Followers"): `bytes` holds `count` stored records (docs/storage.md "Records") at the consecutive
+ * offsets from `baseOffset`, every one already checked end to end ({@link checkStoredRuns}), with
+ * their timestamps set. The log writes them as they are, only at those very offsets.
+ */
+export interface StoredRecords {
+  readonly stored: true;
+  readonly bytes: Uint8Array;
+  readonly count: number;
+  readonly baseOffset: number;
+}
+
+/** What `PartitionLog` appends: an entry batch (offsets assigned, CRCs computed) or stored records. */
+export type AppendRecords = EntryBatch | StoredRecords;
+
+/** Whether `records` are stored records ({@link StoredRecords}), not entries. */
+export function isStored(records: AppendRecords): records is StoredRecords {
+  return (records as StoredRecords).stored === true;
+}
+
+/** Bytes `records` take in the log: stored records as they are, entries once encoded. */
+export function logBytesOf(records: AppendRecords): number {
+  return isStored(records)
+    ? records.bytes.length
+    : records.bytes.length + records.count * recordOverEntryBytes;
 }
 
 /**
@@ -358,8 +379,6 @@ export function encodeEntries(
   let op = options.outPos;
   let offset = options.baseOffset;
   let maxTs = -1;
-  const crcs =
-    batch.crcs !== undefined && batch.crcBaseOffset === options.baseOffset ? batch.crcs : null;
   for (let i = 0; i < batch.count; i++) {
     const keyLen = sv.getInt32(sp + 8);
     const keyBytes = Math.max(keyLen, 0);
@@ -371,14 +390,13 @@ export function encodeEntries(
     writeU64(ov, op + 4, offset);
     out.set(src.subarray(sp, sp + entryBytes), op + 12);
     let ts = readI64(sv, sp);
-    const stamped = ts === -1;
-    if (stamped) {
+    if (ts === -1) {
       ts = options.nowMs;
       writeI64(ov, op + 12, ts);
     }
     if (ts > maxTs) maxTs = ts;
     const crcPos = op + 4 + len - 4;
-    ov.setUint32(crcPos, crcs !== null && !stamped ? crcs[i] : crc32(out, op + 4, crcPos));
+    ov.setUint32(crcPos, crc32(out, op + 4, crcPos));
     sp += entryBytes;
     op = crcPos + 4;
     offset++;
@@ -473,47 +491,30 @@ export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs
   }
 }
 
-/** A run of records at consecutive offsets, as an entry batch (see {@link storedToEntryRuns}). */
-export interface EntryRun {
-  baseOffset: number;
-  batch: EntryBatch;
-}
-
 /**
- * Turns stored records (a replica fetch's answer, verbatim) back into entry batches, one per run
- * of consecutive offsets, after checking every record end to end: its length, its CRC, and that
- * offsets increase. Appended at the same offsets, each entry encodes back to the very bytes the
- * leader stored (the timestamps are set, so nothing is stamped again): each batch carries the
- * checked CRCs, which {@link encodeEntries} writes instead of computing them again.
+ * Checks stored records (a replica fetch's answer, verbatim) end to end, each once: its length,
+ * its CRC, and that offsets increase; and splits them into runs of consecutive offsets, each a
+ * view of `bytes` to append verbatim at those offsets (`PartitionLog.append`). Nothing is copied
+ * or re-encoded: the log stores the very bytes the leader stored.
  * @throws RecordFormatError naming the record (its index and offset) and what is wrong; nothing
  *   is returned then.
  */
-export function storedToEntryRuns(bytes: Uint8Array, count: number): EntryRun[] {
+export function checkStoredRuns(bytes: Uint8Array, count: number): StoredRecords[] {
   const cursor = new RecordCursor().reset(bytes);
-  // At most the stored bytes (an entry is shorter than its record): never a length a peer claims.
-  const out = new Uint8Array(bytes.length);
-  // One per record: every record is at least recordOverheadBytes long, so this bounds the count.
-  const crcs = new Uint32Array(Math.floor(bytes.length / recordOverheadBytes));
-  const view = viewOf(bytes);
-  const runs: EntryRun[] = [];
+  const runs: StoredRecords[] = [];
   let pos = 0;
-  let outPos = 0;
   let runStart = 0;
   let runCount = 0;
   let runBase = -1;
-  let runIndex = 0;
   let previous = -1;
   let index = 0;
   const close = () => {
     if (runCount > 0)
       runs.push({
+        stored: true,
+        bytes: bytes.subarray(runStart, pos),
+        count: runCount,
         baseOffset: runBase,
-        batch: {
-          bytes: out.subarray(runStart, outPos),
-          count: runCount,
-          crcs: crcs.subarray(runIndex, runIndex + runCount),
-          crcBaseOffset: runBase,
-        },
       });
   };
   while (pos < bytes.length) {
@@ -530,19 +531,12 @@ export function storedToEntryRuns(bytes: Uint8Array, count: number): EntryRun[] 
       );
     if (cursor.offset !== previous + 1 || runCount === 0) {
       close();
-      runStart = outPos;
+      runStart = pos;
       runCount = 0;
       runBase = cursor.offset;
-      runIndex = index;
     }
     if (index >= count)
       throw new RecordFormatError(`more stored records than the ${count} announced`, index);
-    // The entry is the record without record_len, offset and crc32.
-    const entryStart = pos + recordLengthPrefixBytes + 8;
-    const entryEnd = pos + cursor.sizeBytes - 4;
-    out.set(bytes.subarray(entryStart, entryEnd), outPos);
-    outPos += entryEnd - entryStart;
-    crcs[index] = view.getUint32(entryEnd);
     runCount++;
     previous = cursor.offset;
     pos += cursor.sizeBytes;
@@ -552,4 +546,44 @@ export function storedToEntryRuns(bytes: Uint8Array, count: number): EntryRun[] 
     throw new RecordFormatError(`${index} stored records where ${count} were announced`, index);
   close();
   return runs;
+}
+
+/** `run` without its first `n` records (already checked: only their lengths are read). */
+export function skipStored(run: StoredRecords, n: number): StoredRecords {
+  const view = viewOf(run.bytes);
+  let pos = 0;
+  for (let i = 0; i < n; i++) pos += recordLengthPrefixBytes + view.getUint32(pos);
+  return {
+    stored: true,
+    bytes: run.bytes.subarray(pos),
+    count: run.count - n,
+    baseOffset: run.baseOffset + n,
+  };
+}
+
+/**
+ * Copies checked stored records ({@link StoredRecords}) into `out` at `outPos`, as they are. For
+ * each record, calls `onRecord(offset, position)` with its position in `out`, as
+ * {@link encodeEntries} does.
+ * @returns the largest timestamp among them.
+ */
+export function copyStored(
+  records: StoredRecords,
+  out: Uint8Array,
+  options: { outPos: number; onRecord?: (offset: number, position: number) => void },
+): number {
+  const src = records.bytes;
+  out.set(src, options.outPos);
+  const view = viewOf(src);
+  let maxTs = -1;
+  let pos = 0;
+  let offset = records.baseOffset;
+  for (let i = 0; i < records.count; i++) {
+    options.onRecord?.(offset, options.outPos + pos);
+    const ts = readI64(view, pos + recordLengthPrefixBytes + 8);
+    if (ts > maxTs) maxTs = ts;
+    pos += recordLengthPrefixBytes + view.getUint32(pos);
+    offset++;
+  }
+  return maxTs;
 }

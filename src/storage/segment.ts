@@ -29,7 +29,6 @@ import {
   indexPendingEntriesMax,
   readWindowBytes,
   readWindowSlackBytes,
-  recordOverEntryBytes,
   segmentPreallocateBytes,
   segmentPreallocateMinBytes,
 } from "../lib/limits.ts";
@@ -40,7 +39,7 @@ import { acquireAppendBuffer, releaseAppendBuffer } from "./append-buffers.ts";
 import { OffsetIndex } from "./offset-index.ts";
 import type { CachedSegmentFiles, SegmentHandleCache } from "./segment-handles.ts";
 import { indexFileName, logFileName } from "./segment-files.ts";
-import { encodeEntries, type EntryBatch } from "./record.ts";
+import { type AppendRecords, copyStored, encodeEntries, isStored, logBytesOf } from "./record.ts";
 import { RecordScanner, ScanStatus } from "./record-scanner.ts";
 import {
   markCorrupt,
@@ -509,13 +508,15 @@ export class Segment implements CachedSegmentFiles {
 
   /**
    * Encodes batches as stored records at the end of this segment, assigning offsets from
-   * `nextOffset` and deciding index entries. Nothing is written yet. The bytes go into a reused
+   * `nextOffset` and deciding index entries; stored records ({@link StoredRecords}) are copied as
+   * they are, and must start at the offset they are assigned (the caller makes sure: asserted).
+   * Nothing is written yet. The bytes go into a reused
    * buffer (`append-buffers.ts`): the caller must call `release()` on the result once
    * {@link append} has returned or the append is abandoned, and not before.
    */
-  prepareAppend(batches: readonly EntryBatch[], nowMs: number): PreparedAppend {
+  prepareAppend(batches: readonly AppendRecords[], nowMs: number): PreparedAppend {
     let total = 0;
-    for (const b of batches) total += b.bytes.length + b.count * recordOverEntryBytes;
+    for (const b of batches) total += logBytesOf(b);
     let buffer: Uint8Array | null = acquireAppendBuffer(total);
     const logBytes = buffer.subarray(0, total);
     const release = (): void => {
@@ -539,14 +540,14 @@ export class Segment implements CachedSegmentFiles {
       }
     };
     for (const batch of batches) {
-      const ts = encodeEntries(batch, logBytes, {
-        outPos: pos,
-        baseOffset: offset,
-        nowMs,
-        onRecord,
-      });
+      let ts: number;
+      if (isStored(batch)) {
+        assert(batch.baseOffset === offset, "stored records are appended at their own offsets");
+        ts = copyStored(batch, logBytes, { outPos: pos, onRecord });
+      } else
+        ts = encodeEntries(batch, logBytes, { outPos: pos, baseOffset: offset, nowMs, onRecord });
       if (ts > maxTs) maxTs = ts;
-      pos += batch.bytes.length + batch.count * recordOverEntryBytes;
+      pos += logBytesOf(batch);
       offset += batch.count;
     }
     assert(pos === total, "encoded exactly the planned bytes");

@@ -13,11 +13,11 @@ import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { LeaderEpochHistory, leaderEpochsFileName } from "../../src/storage/leader-epochs.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
 import {
+  checkStoredRuns,
   EntryBatchBuilder,
-  encodeEntries,
   encodeRecord,
   RecordFormatError,
-  storedToEntryRuns,
+  skipStored,
 } from "../../src/storage/record.ts";
 import { decodeRecords } from "../helpers/records.ts";
 import { tempDir } from "../helpers/tmp.ts";
@@ -232,69 +232,85 @@ describe("LeaderEpochHistory", () => {
   });
 });
 
-describe("storedToEntryRuns (the follower's check)", () => {
-  const stored = (offsets: number[]) =>
+describe("checkStoredRuns and verbatim appends (the follower's path)", () => {
+  const stored = (offsets: number[], timestampMs = 7) =>
     new Uint8Array(
       Buffer.concat(
         offsets.map((o) =>
-          encodeRecord({ offset: o, timestampMs: 7, key: null, value: utf8(`r${o}`) }),
+          encodeRecord({ offset: o, timestampMs, key: null, value: utf8(`r${o}`) }),
         ),
       ),
     );
 
-  it("splits runs of consecutive offsets, and each encodes back to the same bytes", async () => {
+  it("splits runs of consecutive offsets, each appended as the very bytes the leader stored", async () => {
     const bytes = stored([4, 5, 6, 9, 10]);
-    const runs = storedToEntryRuns(bytes, 5);
-    expect(runs.map((r) => [r.baseOffset, r.batch.count])).toEqual([
+    const runs = checkStoredRuns(bytes, 5);
+    expect(runs.map((r) => [r.baseOffset, r.count])).toEqual([
       [4, 3],
       [9, 2],
     ]);
     const { dir } = tempDir();
     const log = await openLog(`${dir}/p`);
     await log.skipTo(4);
-    await log.append(runs[0].batch);
+    expect(await log.append(runs[0])).toEqual({ baseOffset: 4, count: 3 });
     await log.skipTo(9);
-    await log.append(runs[1].batch);
+    expect(await log.append(runs[1])).toEqual({ baseOffset: 9, count: 2 });
     const read = await log.read({ offset: 4, maxRecords: 10, maxBytes: 1 << 20 });
-    expect(Buffer.from(read.bytes.slice(0, stored([4, 5, 6]).length))).toEqual(
-      Buffer.from(stored([4, 5, 6])),
-    );
+    expect(Buffer.from(read.bytes)).toEqual(Buffer.from(stored([4, 5, 6])));
+    const after = await log.read({ offset: read.nextOffset, maxRecords: 10, maxBytes: 1 << 20 });
+    expect(Buffer.from(after.bytes)).toEqual(Buffer.from(stored([9, 10])));
+    await log.close();
+    // After a restart (recovery scans and indexes them like any records).
+    const reopened = await openLog(`${dir}/p`);
+    expect(reopened.logEndOffset).toBe(11);
+    const again = await reopened.read({ offset: 9, maxRecords: 10, maxBytes: 1 << 20 });
+    expect(Buffer.from(again.bytes)).toEqual(Buffer.from(stored([9, 10])));
+    await reopened.close();
+  });
+
+  it("writes stored records only at their own offsets: anywhere else nothing is written", async () => {
+    const { dir } = tempDir();
+    const log = await openLog(`${dir}/p`);
+    await log.append(batchOf(["a", "b"]));
+    const [run] = checkStoredRuns(stored([5, 6]), 2);
+    await expect(log.append(run)).rejects.toMatchObject({
+      kind: "invalid",
+      message: expect.stringMatching(/belong at offset 5 but the log ends at 2/),
+    });
+    expect(log.logEndOffset).toBe(2);
+    // Queued between entries, they are a write of their own, at their offsets.
+    const [atThree] = checkStoredRuns(stored([3, 4]), 2);
+    const results = await Promise.all([
+      log.append(batchOf(["c"])),
+      log.append(atThree),
+      log.append(batchOf(["d"])),
+    ]);
+    expect(results).toEqual([
+      { baseOffset: 2, count: 1 },
+      { baseOffset: 3, count: 2 },
+      { baseOffset: 5, count: 1 },
+    ]);
+    const read = await log.read({ offset: 3, maxRecords: 2, maxBytes: 1 << 20 });
+    expect(Buffer.from(read.bytes)).toEqual(Buffer.from(stored([3, 4])));
     await log.close();
   });
 
-  it("carries the checked CRCs, reused only where the entry encodes back at the same offset", () => {
-    const bytes = stored([4, 5, 6]);
-    const [run] = storedToEntryRuns(bytes, 3);
-    expect(run.batch.crcBaseOffset).toBe(4);
-    expect([...(run.batch.crcs ?? [])]).toHaveLength(3);
-    const encode = (batch: typeof run.batch, baseOffset: number) => {
-      const out = new Uint8Array(bytes.length);
-      encodeEntries(batch, out, { outPos: 0, baseOffset, nowMs: 1 });
-      return out;
-    };
-    // Same offset: the very bytes the leader stored, CRCs included.
-    expect(Buffer.from(encode(run.batch, 4))).toEqual(Buffer.from(bytes));
-    // Wrong CRCs are written as given at the same offset (they were checked upstream)...
-    const poisoned = { ...run.batch, crcs: new Uint32Array(3) };
-    expect(() => decodeRecords(encode(poisoned, 4))).toThrow();
-    // ...but never elsewhere: at another offset every CRC is computed for the new bytes (and
-    // checked by decodeRecords).
-    const moved = decodeRecords(encode(poisoned, 10));
-    expect(moved.map((r) => [r.offset, r.value])).toEqual([
-      [10, "r4"],
-      [11, "r5"],
-      [12, "r6"],
-    ]);
+  it("skips a run's first records, keeping the rest verbatim", () => {
+    const [run] = checkStoredRuns(stored([4, 5, 6]), 3);
+    const rest = skipStored(run, 2);
+    expect(rest.baseOffset).toBe(6);
+    expect(rest.count).toBe(1);
+    expect(Buffer.from(rest.bytes)).toEqual(Buffer.from(stored([6])));
   });
 
   it("refuses a flipped bit, a count that disagrees and offsets that do not increase", () => {
     const bytes = stored([0, 1, 2]);
     const flipped = bytes.slice();
     flipped[flipped.length - 6] ^= 0x10;
-    expect(() => storedToEntryRuns(flipped, 3)).toThrow(RecordFormatError);
-    expect(() => storedToEntryRuns(flipped, 3)).toThrow(/crc mismatch/);
-    expect(() => storedToEntryRuns(bytes, 4)).toThrow(/announced/);
-    expect(() => storedToEntryRuns(bytes, 2)).toThrow(/announced/);
-    expect(() => storedToEntryRuns(stored([3, 2]), 2)).toThrow(/not above/);
+    expect(() => checkStoredRuns(flipped, 3)).toThrow(RecordFormatError);
+    expect(() => checkStoredRuns(flipped, 3)).toThrow(/crc mismatch/);
+    expect(() => checkStoredRuns(bytes, 4)).toThrow(/announced/);
+    expect(() => checkStoredRuns(bytes, 2)).toThrow(/announced/);
+    expect(() => checkStoredRuns(stored([3, 2]), 2)).toThrow(/not above/);
   });
 });
