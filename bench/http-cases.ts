@@ -13,7 +13,7 @@
  */
 import { join } from "node:path";
 import { runCase, valueBytes, type CaseResult, type Env, type TargetResult } from "./harness.ts";
-import { startEsBroker, type BrokerRuntime, type EsBroker } from "./servers.ts";
+import { parseBrokerRuntime, startEsBroker, type BrokerRuntime, type EsBroker } from "./servers.ts";
 
 /** Readers of the fan-out cases: 100 (the issue's figure); 10 in `--quick` runs. */
 export function fanoutReaders(quick: boolean): number {
@@ -28,8 +28,17 @@ export function fanoutKey(kind: (typeof fanoutKinds)[number], readers: number, r
   return `fanout b=1 P=1 parts=1 readers=${kind === "none" ? "none" : `${readers} ${kind}`} r${round}`;
 }
 
-/** The runtimes of the runtime cases, in round-1 order. */
-export const benchRuntimes: BrokerRuntime[] = ["node", "deno", "bun", "binary"];
+/**
+ * The runtimes of the runtime cases, in round-1 order: Node, Deno, Bun, the binary; or the
+ * comma-separated list in the environment variable `BENCH_RUNTIMES` (e.g.
+ * `node,bun,bun-net,binary,binary-net`: Bun's socket adapter on and off, `servers.ts`).
+ */
+export const benchRuntimes: BrokerRuntime[] =
+  process.env.BENCH_RUNTIMES === undefined
+    ? ["node", "deno", "bun", "binary"]
+    : process.env.BENCH_RUNTIMES.split(",")
+        .filter(Boolean)
+        .map((name) => parseBrokerRuntime(name, "BENCH_RUNTIMES"));
 
 /**
  * The runtime README.md recommends for servers, chosen by these cases (docs/benchmarks.md, "HTTP

@@ -136,8 +136,38 @@ const brokerExtraArgs = (process.env.BENCH_BROKER_ARGS ?? "").split(" ").filter(
  * one sitting.
  */
 
-/** The ways to run es-broker (docs/runtimes.md): the Node bundle, Deno and Bun from sources, the compiled binary. */
-export type BrokerRuntime = "node" | "deno" | "bun" | "binary";
+/**
+ * The ways to run es-broker (docs/runtimes.md): the Node bundle, Deno and Bun from sources, the
+ * compiled binary; and, for measuring Bun's socket adapter on and off in one run, Bun and the
+ * binary with plain TCP on Bun's `node:net` (`ES_BROKER_BUN_LISTEN=0`, src/runtime/tcp.ts).
+ */
+export type BrokerRuntime = "node" | "deno" | "bun" | "binary" | "bun-net" | "binary-net";
+
+/** Every {@link BrokerRuntime}, for checking names given in the environment. */
+export const brokerRuntimes: readonly BrokerRuntime[] = [
+  "node",
+  "deno",
+  "bun",
+  "binary",
+  "bun-net",
+  "binary-net",
+];
+
+/** `name` as a {@link BrokerRuntime}. @throws Error naming `what` and the runtimes there are. */
+export function parseBrokerRuntime(name: string, what: string): BrokerRuntime {
+  if ((brokerRuntimes as readonly string[]).includes(name)) return name as BrokerRuntime;
+  throw new Error(`${what}: unknown runtime "${name}" (one of ${brokerRuntimes.join(", ")})`);
+}
+
+/**
+ * The runtime of every broker the harness starts without naming one (the produce, consumer,
+ * auth and Kafka cases): `node`, or the environment variable `BENCH_BROKER_RUNTIME` (e.g.
+ * `binary`, to compare the compiled binary with Redis in one run).
+ */
+export const defaultBrokerRuntime: BrokerRuntime =
+  process.env.BENCH_BROKER_RUNTIME === undefined
+    ? "node"
+    : parseBrokerRuntime(process.env.BENCH_BROKER_RUNTIME, "BENCH_BROKER_RUNTIME");
 
 /** The command that runs es-broker on `runtime` (before `serve` and its options), as docs/runtimes.md starts it. */
 export function brokerCommand(
@@ -167,8 +197,10 @@ export function brokerCommand(
         src,
       ];
     case "bun":
+    case "bun-net":
       return [need(join(root, "tools/node_modules/.bin/bun")), src];
     case "binary":
+    case "binary-net":
       return [need(join(root, "dist/es-broker"))];
   }
 }
@@ -184,14 +216,11 @@ export async function startEsBroker(options: {
   cpuProfileDir?: string;
   /** More `serve` options (e.g. `--tls-cert`, `--tls-key` for the auth cases). */
   extraArgs?: string[];
-  /** Default node. */
+  /** Default {@link defaultBrokerRuntime}. */
   runtime?: BrokerRuntime;
 }): Promise<EsBroker> {
-  const [command, ...commandArgs] = brokerCommand(
-    options.root,
-    options.runtime ?? "node",
-    options.cpuProfileDir,
-  );
+  const runtime = options.runtime ?? defaultBrokerRuntime;
+  const [command, ...commandArgs] = brokerCommand(options.root, runtime, options.cpuProfileDir);
   const proc = spawn(
     command,
     [
@@ -210,6 +239,10 @@ export async function startEsBroker(options: {
     ],
     {
       stdio: ["ignore", "pipe", "pipe"],
+      env:
+        runtime === "bun-net" || runtime === "binary-net"
+          ? { ...process.env, ES_BROKER_BUN_LISTEN: "0" }
+          : process.env,
     },
   );
   const server = track("es-broker", proc, "");

@@ -1,7 +1,8 @@
 /**
  * The TCP listener over `node:net`, or `node:tls` with `--tls-cert` (both run unchanged on Node,
- * Deno and Bun). It only adapts `net.Socket` to the transport's {@link ByteSocket}; every protocol
- * rule lives in `src/transport/tcp/`. Over TLS a connection is handed over once its handshake has
+ * Deno and Bun); plain TCP on Bun (and the compiled binary) goes through `Bun.listen` instead
+ * (`bun-tcp.ts`, unless `ES_BROKER_BUN_LISTEN=0`). It only adapts the runtime's socket to the
+ * transport's {@link ByteSocket}; every protocol rule lives in `src/transport/`. Over TLS a connection is handed over once its handshake has
  * succeeded (with mutual TLS, once the client's certificate has been checked); a failed handshake
  * is logged (`runtime/tls.ts`) and never reaches the transport.
  */
@@ -9,6 +10,7 @@ import * as net from "node:net";
 import * as tls from "node:tls";
 import { tcpEndLingerMs } from "../lib/limits.ts";
 import { copyRead, sharedReadBuffer } from "../lib/read-slab.ts";
+import { listenBunTcp } from "./bun-tcp.ts";
 import { runtimeName } from "./info.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
@@ -56,6 +58,15 @@ export function listenTcp(
   options: ListenTcpOptions,
   onConnection: (socket: ByteSocket) => void,
 ): Promise<TcpListener> {
+  if (options.tls === undefined && useBunListen())
+    return listenBunTcp(options.host, options.port, onConnection).then((listener) => ({
+      host: options.host,
+      port: listener.port,
+      close: () => listener.close(),
+      setTlsMaterial() {
+        throw new Error("Cannot change TLS material: this TCP listener is not TLS");
+      },
+    }));
   return new Promise((resolve, reject) => {
     const material = options.tls;
     // Connections open, counted here: a shared-read connection leaves the server's own count when
@@ -115,6 +126,15 @@ export function listenTcp(
       });
     });
   });
+}
+
+/**
+ * Plain TCP on Bun goes through `Bun.listen` (`bun-tcp.ts`): per small request it costs less CPU
+ * than Bun's `node:net` (docs/benchmarks.md, "The socket floor"). `ES_BROKER_BUN_LISTEN=0` keeps
+ * `node:net` (docs/runtimes.md, "Sockets on Bun"). TLS stays on `node:tls` on every runtime.
+ */
+function useBunListen(): boolean {
+  return runtimeName() === "bun" && process.env.ES_BROKER_BUN_LISTEN !== "0";
 }
 
 /**

@@ -4,6 +4,7 @@
  * graceful shutdown. Like core.test.ts, this file runs once per target (vitest.config.ts); every
  * title and failure names the target.
  */
+import * as net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { TcpClient } from "../../src/client/client.ts";
 import { version } from "../../src/version.ts";
@@ -296,6 +297,96 @@ describe(`[${target}] es-broker on its runtime`, () => {
       partitions: { high_watermark: number }[];
     };
     expect(described.partitions[0].high_watermark).toBe(1);
+  });
+
+  it("gives a TCP client that stopped reading every pipelined fetch answer whole once it reads, serving others meanwhile", async () => {
+    // Each runtime's socket layer holds what the kernel will not take: Bun.listen's writes are not
+    // buffered (src/runtime/bun-tcp.ts queues the rest until drain), node:net's are.
+    const { broker } = await start();
+    expect(
+      (await postJson(`${broker.httpUrl}/v1/topics`, { name: "slow", partitions: 1 })).status,
+    ).toBe(201);
+    const writer = await TcpClient.connect(broker.tcp);
+    const value = (i: number) => Buffer.alloc(1000, 97 + (i % 26));
+    for (let batch = 0; batch < 4; batch++)
+      await writer.produce(
+        "slow",
+        Array.from({ length: 1000 }, (_, i) => ({ value: value(batch * 1000 + i) })),
+      );
+
+    // 24 fetches of 1,000 records (~1 MB each) sent at once by a client that reads nothing.
+    const fetches = 24;
+    const frames: Buffer[] = [];
+    for (let id = 1; id <= fetches; id++) {
+      const body = Buffer.alloc(2 + 4 + 4 + 8 + 4 + 4 + 4);
+      let at = body.writeUInt16BE(4, 0);
+      at += body.write("slow", at);
+      at = body.writeUInt32BE(0, at);
+      at = body.writeBigUInt64BE(BigInt(((id - 1) % 4) * 1000), at);
+      at = body.writeUInt32BE(1000, at);
+      at = body.writeUInt32BE(1 << 20, at);
+      body.writeUInt32BE(0, at);
+      const head = Buffer.alloc(12);
+      head.writeUInt32BE(8 + body.length, 0);
+      head.writeUInt16BE(1, 4); // Fetch
+      head.writeUInt16BE(0, 6);
+      head.writeUInt32BE(id, 8);
+      frames.push(head, body);
+    }
+    const reader = net.connect(broker.tcp.port, broker.tcp.host);
+    reader.pause();
+    await new Promise<void>((res, rej) => {
+      reader.once("connect", () => res());
+      reader.once("error", rej);
+    });
+    reader.write(Buffer.concat(frames));
+    await sleep(1000);
+
+    // The stalled connection holds up no one else.
+    const other = await TcpClient.connect(broker.tcp);
+    await other.produce("slow", [{ value: "meanwhile" }]);
+    const tail = await other.fetch({ topic: "slow", partition: 0, offset: 4000 });
+    expect(tail.records.map((r) => Buffer.from(r.value!).toString())).toEqual(["meanwhile"]);
+    await other.close();
+
+    // Now read: every answer arrives whole, with its records in order.
+    const answers = new Map<number, Buffer>();
+    await new Promise<void>((res, rej) => {
+      let received = Buffer.alloc(0);
+      reader.on("data", (data: Buffer) => {
+        received = Buffer.concat([received, data]);
+        while (received.length >= 4 && received.length >= 4 + received.readUInt32BE(0)) {
+          const frame = received.subarray(0, 4 + received.readUInt32BE(0));
+          answers.set(frame.readUInt32BE(4), frame);
+          received = received.subarray(frame.length);
+        }
+        if (answers.size === fetches) res();
+      });
+      reader.once("close", () => rej(new Error(`closed after ${answers.size} answers`)));
+      setTimeout(() => rej(new Error(`${answers.size} answers of ${fetches} in 20 s`)), 20_000);
+      reader.resume();
+    });
+    reader.destroy();
+    expect([...answers.keys()].sort((a, b) => a - b)).toEqual(
+      Array.from({ length: fetches }, (_, i) => i + 1),
+    );
+    for (const [id, frame] of answers) {
+      const from = ((id - 1) % 4) * 1000;
+      expect(frame.readUInt16BE(8), `answer ${id}`).toBe(0);
+      expect(Number(frame.readBigUInt64BE(26)), `answer ${id} next_offset`).toBe(from + 1000);
+      expect(frame.readUInt32BE(34), `answer ${id} record_count`).toBe(1000);
+      expect(frame.readUInt32BE(38), `answer ${id} records_bytes`).toBe(frame.length - 42);
+      // Walk the records: each is where the one before it ends, at the next offset, whole.
+      let at = 42;
+      for (let n = 0; n < 1000; n++) {
+        const length = frame.readUInt32BE(at);
+        expect(Number(frame.readBigUInt64BE(at + 4))).toBe(from + n);
+        expect(frame.subarray(at + 4 + 24, at + 4 + 24 + 1000).equals(value(from + n))).toBe(true);
+        at += 4 + length;
+      }
+      expect(at).toBe(frame.length);
+    }
+    await writer.close();
   });
 
   it("on SIGTERM answers long-polls, ends SSE streams, finishes a produce still arriving, refuses new requests, then exits 0 with it on disk", async () => {
