@@ -6,14 +6,14 @@
  * (`socket.unshift`) and the socket is given to the `node:http` server (`emit("connection")`),
  * which serves it from then on exactly as if it had accepted it.
  *
- * On Node the raw connections read into the shared buffer (`lib/read-slab.ts`, as the TCP
- * listener's do); `node:http` then consumes the handle itself. On Bun (and the binary) they read
- * through `data` events, handed over the same way (checked on Bun 1.4 by the tests of
- * `test/unit/http-raw.test.ts` running on Node only; the e2e files run on every target).
+ * Node only ({@link rawHttpSupported}). The raw connections read into the shared buffer
+ * (`lib/read-slab.ts`, as the TCP listener's do); once handed over, `node:http` consumes the
+ * handle itself. Where the handle cannot be adopted the socket's `data` events are used instead.
  *
- * An idle raw connection (nothing owed, nothing read) is destroyed after the `node:http` server's
- * `keepAliveTimeout` (checked once a second, so 0–1 s later), as `node:http` destroys an idle
- * keep-alive connection.
+ * An idle raw connection (nothing owed, read or written) is destroyed 5–6 s after its last
+ * activity (the `node:http` server's `keepAliveTimeout`, checked once a second), as `node:http`
+ * destroys an idle keep-alive connection after 5 s; never sooner, since clients reuse a
+ * connection until shortly before the `Keep-Alive: timeout=5` the answers announce.
  */
 import type { Server } from "node:http";
 import { STATUS_CODES } from "node:http";
@@ -56,10 +56,15 @@ export interface ListenRawHttpOptions {
 const rawInFlightMax = 128;
 const idleCheckMs = 1000;
 
-/** The runtimes whose `node:net` sockets can be handed to `node:http` mid-stream (module comment). */
+/**
+ * Where the raw path runs: Node only. Bun's `node:http` takes a handed-over socket and serves it
+ * (pipelining, faults, the hostile suites pass), but applies its head and request timeouts only to
+ * connections it accepted itself: a slowloris head handed over waited unanswered for as long as
+ * the client trickled (4 s in the check, with a 500 ms head timeout that `node:http` alone
+ * enforced after 0.6 s). Bun and the binary keep `node:http` for every request.
+ */
 export function rawHttpSupported(): boolean {
-  const name = runtimeName();
-  return name === "node" || name === "bun";
+  return runtimeName() === "node";
 }
 
 /**
@@ -68,7 +73,6 @@ export function rawHttpSupported(): boolean {
  */
 export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpListener> {
   const { server } = options;
-  const sharedReads = runtimeName() === "node";
   const keepAliveMs = server.keepAliveTimeout;
   let dateSecond = -1;
   let dateText = "";
@@ -103,16 +107,17 @@ export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpLis
       }
       connection!.onData(chunk);
     };
-    const adopted = sharedReads ? adoptSharedReads(accepted, onData) : null;
+    // Half-open, as `node:http`'s sockets are: a client that half-closes after its requests
+    // still gets their answers.
+    const adopted = adoptSharedReads(accepted, onData, true);
     const socket = adopted ?? accepted;
     options.onConnection?.(socket);
     socket.setNoDelay(true);
     socket.on("error", () => {});
     const rawSocket: RawHttpSocket = {
-      write: (bytes) => {
-        if (!socket.destroyed) socket.write(bytes);
-      },
+      write: (bytes) => socket.destroyed || socket.write(bytes),
       pause: () => socket.pause(),
+      resume: () => socket.resume(),
       handOver: (rest) => {
         handedOver = true;
         raw.delete(connection!);
@@ -130,6 +135,12 @@ export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpLis
     connection = new RawHttpConnection(rawSocket, settings);
     raw.set(connection, socket);
     const mine = connection;
+    socket.on("drain", () => {
+      if (!handedOver) mine.onDrain();
+    });
+    socket.once("end", () => {
+      if (!handedOver) mine.onEnd();
+    });
     socket.once("close", () => {
       open--;
       mine.onClose();
@@ -138,14 +149,17 @@ export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpLis
     });
     if (adopted === null) {
       socket.on("data", onData);
-      if (sharedReads) socket.resume(); // accepted paused, but its handle could not be adopted
+      socket.resume(); // accepted paused, but its handle could not be adopted
     }
   };
   const checkEmpty = (): void => {
     if (raw.size === 0) onEmpty?.();
   };
 
-  const listener = net.createServer({ noDelay: true, pauseOnConnect: sharedReads }, accept);
+  const listener = net.createServer(
+    { noDelay: true, pauseOnConnect: true, allowHalfOpen: true },
+    accept,
+  );
   const idleTicks = Math.max(1, Math.ceil(keepAliveMs / idleCheckMs));
   const idleCheck = setInterval(() => {
     for (const [connection, socket] of raw) if (connection.idleTick(idleTicks)) socket.destroy();

@@ -56,6 +56,11 @@
  * and its answer written with `writeHead`/`end` (no `Request`/`Response` pair); and a streaming
  * route may write straight to the `ServerResponse` (`HttpBindings.openStream`, the live tail).
  *
+ * On Node without TLS, produce does not reach `node:http`: a `node:net` listener reads each
+ * connection with the broker's own HTTP/1.1 parser, answers what the fast route takes, and hands
+ * the connection to the (non-listening) `node:http` server at the first request it does not serve
+ * (`http-raw.ts`; docs/http-api.md, "How requests are served").
+ *
  * With TLS (`options.tls`: `--tls-cert`, `--tls-key`, optionally `--tls-client-ca`) every runtime,
  * Deno included, serves through the `node:http` path above behind `node:tls`: `Deno.serve` can
  * neither check client certificates against a CA nor swap the certificate while running, and

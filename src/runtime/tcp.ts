@@ -130,12 +130,13 @@ const sharedReads = runtimeName() === "node";
  * Moves the handle of `socket` (accepted with `pauseOnConnect`, on Node) to a new `net.Socket`
  * that reads into the shared buffer and hands each read, copied out (`lib/read-slab.ts`), to
  * `onRead`, reading at once (the comment of `sharedReads`). `socket` is destroyed (closing
- * nothing: it no longer has the handle).
+ * nothing: it no longer has the handle). `allowHalfOpen` as `net.Socket`'s.
  * @returns the new socket, or null (and `socket` untouched) if the handle is not where Node keeps it.
  */
 export function adoptSharedReads(
   socket: net.Socket,
   onRead: (chunk: Uint8Array) => void,
+  allowHalfOpen = false,
 ): net.Socket | null {
   const handle = (socket as unknown as { _handle?: unknown })._handle;
   if (handle === undefined || handle === null) return null;
@@ -143,6 +144,7 @@ export function adoptSharedReads(
   socket.destroy();
   return new net.Socket({
     handle,
+    allowHalfOpen,
     readable: true,
     writable: true,
     onread: {

@@ -279,8 +279,9 @@ function nodeParse(
 function fakeSocket() {
   const events: string[] = [];
   const socket: RawHttpSocket = {
-    write: (bytes) => events.push(`write ${dec(bytes)}`),
+    write: (bytes) => events.push(`write ${dec(bytes)}`) > 0,
     pause: () => events.push("pause"),
+    resume: () => events.push("resume"),
     handOver: (rest) => events.push(`handOver ${dec(rest)}`),
     end: () => events.push("end"),
     destroy: () => events.push("destroy"),

@@ -12,7 +12,8 @@
  * The connection is handed over only once every answer it owes has been written, so answers stay
  * in request order; from then on `node:http` serves it to its end. So the raw path never waits for
  * a client inside a request — a slow head or body is `node:http`'s, with its timeouts — and never
- * holds more than the bytes of the read it is working on.
+ * holds more than the bytes of the read it is working on. While the socket's buffer is full (a
+ * client that does not read its answers) it reads nothing more, as `node:http` does.
  */
 import type { RawAnswer, RawRequest } from "./raw-stream.ts";
 import type { RequestHead } from "./request-head.ts";
@@ -20,10 +21,12 @@ import { parseRequestHead } from "./request-head.ts";
 
 /** What a {@link RawHttpConnection} needs of its socket (`runtime/http-raw.ts`). */
 export interface RawHttpSocket {
-  /** Writes `bytes` (whole answers). */
-  write(bytes: Uint8Array): void;
+  /** Writes `bytes` (whole answers); false once the socket's buffer is full (then `onDrain`). */
+  write(bytes: Uint8Array): boolean;
   /** Stops reading (bytes already delivered may still arrive). */
   pause(): void;
+  /** Reads again. */
+  resume(): void;
   /** Gives the connection to `node:http`, `rest` (maybe empty) being the first bytes it reads. */
   handOver(rest: Uint8Array): void;
   /** Closes the connection (after what was written). */
@@ -69,6 +72,8 @@ export class RawHttpConnection {
   #flushScheduled = false;
   /** Bytes to give `node:http` once every owed answer is out; null while serving. */
   #handingOver: Uint8Array[] | null = null;
+  /** Reading paused until the socket's buffer drains (a client that does not read its answers). */
+  #writeBlocked = false;
   /** Reading stopped for good (shutdown): end once the owed answers are out. */
   #ending = false;
   #closed = false;
@@ -127,6 +132,25 @@ export class RawHttpConnection {
     this.#afterWrite();
   }
 
+  /**
+   * The client half-closed: what it sent is served, the owed answers are written, then the
+   * connection ends. A hand-over still waiting is dropped (a socket past its end cannot be given
+   * to `node:http`): the requests it held get no answer, and appended nothing.
+   */
+  onEnd(): void {
+    if (this.#closed || this.#ending) return;
+    this.#ending = true;
+    this.#handingOver = null;
+    this.#afterWrite();
+  }
+
+  /** The socket's buffer has room again: reading resumes if it was paused for it. */
+  onDrain(): void {
+    if (!this.#writeBlocked) return;
+    this.#writeBlocked = false;
+    if (this.serving) this.#socket.resume();
+  }
+
   /** The socket closed. */
   onClose(): void {
     this.#closed = true;
@@ -136,16 +160,17 @@ export class RawHttpConnection {
   }
 
   /**
-   * One tick of the server's idle check: true once the connection has owed nothing and read
-   * nothing for `ticks` ticks (the server then closes it, as `node:http` closes an idle keep-alive
-   * connection).
+   * One tick of the server's idle check: true once the connection has owed nothing, read nothing
+   * and written nothing for more than `ticks` ticks, so for at least `ticks` tick periods (the
+   * server then closes it, as `node:http` closes an idle keep-alive connection: never before the
+   * `Keep-Alive: timeout` its answers announced).
    */
   idleTick(ticks: number): boolean {
     if (this.#queue.length > 0 || !this.serving) {
       this.#idleTicks = 0;
       return false;
     }
-    return ++this.#idleTicks >= ticks;
+    return ++this.#idleTicks > ticks;
   }
 
   #handOver(rest: Uint8Array): void {
@@ -177,9 +202,13 @@ export class RawHttpConnection {
   #flush(): void {
     if (this.#closed) return;
     if (this.#out.length > 0) {
+      this.#idleTicks = 0;
       const bytes = encoder.encode(this.#out);
       this.#out = "";
-      this.#socket.write(bytes);
+      if (!this.#socket.write(bytes) && !this.#writeBlocked && this.serving) {
+        this.#writeBlocked = true;
+        this.#socket.pause();
+      }
     }
     this.#afterWrite();
   }
