@@ -1,7 +1,9 @@
 /**
  * The TCP request path's CPU per request, in one process, with no socket and no other process:
  * `node bench/request-path.mjs [--connections 64] [--records 1] [--requests 200000] [--rounds 3]
- * [--fsync]`. Each of `connections` in-memory connections (a {@link ByteSocket} that hands frames
+ * [--fsync] [--http]`. With `--http` the same over HTTP/1.1 produce on the raw path
+ * (`transport/http/raw-connection.ts` over the app's fast produce route, a JSON body of the same
+ * records: what Node serves without `node:http`). Each of `connections` in-memory connections (a {@link ByteSocket} that hands frames
  * straight to the transport) keeps one Produce request of `records` records in flight against a
  * `LocalBroker` on a temporary directory; a connection's next frame is delivered in the next
  * turn of the event loop after its answer, as a socket read would be. Without `--fsync` the broker
@@ -26,6 +28,38 @@ import { NodeFileSystem } from "../src/runtime/node-fs.ts";
 import { EntryBatchBuilder } from "../src/storage/record.ts";
 import type { ByteSocket, ByteSocketHandlers } from "../src/transport/tcp/socket.ts";
 import { createTcpTransport } from "../src/transport/tcp/transport.ts";
+import { createHttpApp } from "../src/transport/http/app.ts";
+import { RawHttpConnection, type RawHttpSocket } from "../src/transport/http/raw-connection.ts";
+
+/** {@link MemorySocket}'s handlers over a {@link RawHttpConnection} serving `take`. */
+function httpConnection(
+  socket: MemorySocket,
+  take: ConstructorParameters<typeof RawHttpConnection>[1]["take"],
+): void {
+  const raw: RawHttpSocket = {
+    // One request in flight per connection: a write is one answer, `HTTP/1.1 200 …`.
+    write: (bytes) => {
+      if (bytes[9] !== 0x32 || bytes[10] !== 0x30 || bytes[11] !== 0x30)
+        throw new Error(`the broker answered: ${new TextDecoder().decode(bytes.subarray(0, 300))}`);
+      return socket.write([new Uint8Array(10)]);
+    },
+    pause: () => {},
+    resume: () => {},
+    handOver: () => {
+      throw new Error("the raw path handed a produce over");
+    },
+    end: () => {},
+    destroy: () => {},
+  };
+  const connection = new RawHttpConnection(raw, {
+    take,
+    date: () => new Date().toUTCString(),
+    reason: () => "OK",
+    keepAliveSeconds: 5,
+    maxInFlight: 128,
+  });
+  socket.attach({ onData: (chunk) => connection.onData(chunk), onDrain() {}, onClose() {} });
+}
 
 /** One in-memory connection: frames in through `onData`, answers counted as they are written. */
 class MemorySocket implements ByteSocket {
@@ -65,6 +99,7 @@ export async function main(argv: string[]): Promise<number> {
       requests: { type: "string", default: "200000" },
       rounds: { type: "string", default: "3" },
       fsync: { type: "boolean", default: false },
+      http: { type: "boolean", default: false },
     },
   });
   const connections = Number(values.connections);
@@ -86,7 +121,18 @@ export async function main(argv: string[]): Promise<number> {
     const batch = new EntryBatchBuilder();
     for (let i = 0; i < records; i++) batch.add(null, new Uint8Array(256).fill(0x61));
     const built = batch.build();
-    const frame = encodeProduceRequest(1, { topic: "path", partition: 0, batch: built });
+    let frame = encodeProduceRequest(1, { topic: "path", partition: 0, batch: built });
+    const app = createHttpApp({ broker, logger: silentLogger });
+    if (values.http) {
+      const body = JSON.stringify({
+        records: Array.from({ length: records }, () => ({ value: "a".repeat(256) })),
+      });
+      frame = new TextEncoder().encode(
+        `POST /v1/topics/path/records HTTP/1.1\r\nhost: 127.0.0.1:8080\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+      );
+    }
+    const take = (request: Parameters<NonNullable<typeof app.fastRoute>>[0]) =>
+      app.fastRoute!(request);
     for (let round = 1; round <= rounds; round++) {
       let sent = 0;
       let answered = 0;
@@ -116,7 +162,9 @@ export async function main(argv: string[]): Promise<number> {
         }
       };
       const sockets = Array.from({ length: connections }, () => new MemorySocket(onAnswer));
-      for (const socket of sockets) transport.handleConnection(socket);
+      for (const socket of sockets)
+        if (values.http) httpConnection(socket, take);
+        else transport.handleConnection(socket);
       const cpuBefore = process.cpuUsage();
       const started = performance.now();
       ready = sockets.slice();
@@ -126,7 +174,7 @@ export async function main(argv: string[]): Promise<number> {
       const cpu = process.cpuUsage(cpuBefore);
       for (const socket of sockets) socket.destroy();
       process.stdout.write(
-        `round ${round}: ${connections} connections x ${records} record(s), ${requests} requests: ${Math.round(requests / seconds)} requests/s, CPU ${((cpu.user + cpu.system) / requests).toFixed(2)} µs/request (user ${(cpu.user / requests).toFixed(2)}, system ${(cpu.system / requests).toFixed(2)})\n`,
+        `round ${round}: ${values.http ? "HTTP" : "TCP"}, ${connections} connections x ${records} record(s), ${requests} requests: ${Math.round(requests / seconds)} requests/s, CPU ${((cpu.user + cpu.system) / requests).toFixed(2)} µs/request (user ${(cpu.user / requests).toFixed(2)}, system ${(cpu.system / requests).toFixed(2)})\n`,
       );
     }
     await transport.close({ graceMs: 1000 });

@@ -56,6 +56,11 @@
  * and its answer written with `writeHead`/`end` (no `Request`/`Response` pair); and a streaming
  * route may write straight to the `ServerResponse` (`HttpBindings.openStream`, the live tail).
  *
+ * On Node without TLS, produce does not reach `node:http`: a `node:net` listener reads each
+ * connection with the broker's own HTTP/1.1 parser, answers what the fast route takes, and hands
+ * the connection to the (non-listening) `node:http` server at the first request it does not serve
+ * (`http-raw.ts`; docs/http-api.md, "How requests are served").
+ *
  * With TLS (`options.tls`: `--tls-cert`, `--tls-key`, optionally `--tls-client-ca`) every runtime,
  * Deno included, serves through the `node:http` path above behind `node:tls`: `Deno.serve` can
  * neither check client certificates against a CA nor swap the certificate while running, and
@@ -79,12 +84,13 @@ import { logTlsClientError, tlsServerOptions, type TlsServerMaterial } from "./t
 import { getRuntimeKey } from "hono/adapter";
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type { HttpBindings } from "../transport/http/app.ts";
-import type { FastRoute, RawAnswer, RawStream } from "../transport/http/raw-stream.ts";
+import type { FastRoute, RawAnswer, RawRequest, RawStream } from "../transport/http/raw-stream.ts";
 import { errorBody } from "../transport/http/errors.ts";
 import { foreignMessageCharsMax } from "../lib/limits.ts";
 import { clip } from "../lib/quote.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
 import { answerConnectionErrorsInOrder, onBodyCut } from "./http-connection-errors.ts";
+import { listenRawHttp, type RawHttpListener, rawHttpSupported } from "./http-raw.ts";
 
 /** Anything with Hono's `fetch(request, env)`; in practice the app of `createHttpApp`. */
 export interface FetchApp {
@@ -113,6 +119,11 @@ export interface ServeHttpOptions {
   tls?: TlsServerMaterial;
   /** Receives `tls.*` and `http.tls_on_plain_port` events (connections refused before any request). */
   logger?: Logger;
+  /**
+   * `node:http` only: how long a request's line and headers may take to arrive, in ms (default
+   * Node's `headersTimeout`, 60 000); answered 408 `request_timeout`. For tests.
+   */
+  headersTimeoutMs?: number;
 }
 
 /** A running server. */
@@ -201,7 +212,13 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
             );
             return true;
           };
-    started = await serveNode(nodeHandler, options, runtime === "bun", fast);
+    // The same fast route, for requests read on the raw socket (plain HTTP; `http-raw.ts`): the
+    // raw parser takes only HTTP/1.1 requests with a Host, so only the shutdown check remains.
+    const take =
+      fastRoute === undefined || options.tls !== undefined || !rawHttpSupported()
+        ? undefined
+        : (request: RawRequest) => (shutdown.signal.aborted ? null : fastRoute(request));
+    started = await serveNode(nodeHandler, options, runtime === "bun", fast, take);
   } else if (runtime === "deno") started = serveDeno(handler, options);
   else
     throw new Error(
@@ -501,6 +518,7 @@ async function serveNode(
   options: ServeHttpOptions,
   tlsInFront: boolean,
   fast?: (incoming: IncomingMessage, outgoing: ServerResponse) => boolean,
+  take?: (request: RawRequest) => Promise<RawAnswer> | null,
 ): Promise<Started> {
   const { getRequestListener } = await import("@hono/node-server");
   const { createServer } = await import("node:http");
@@ -530,9 +548,17 @@ async function serveNode(
   let server: Server;
   /** The server that listens: `server` itself, or the `node:tls` server in front of it. */
   let listening: Server | import("node:tls").Server;
+  // Node checks the head timeout every `connectionsCheckingInterval` (30 s by default).
+  const timeouts =
+    options.headersTimeoutMs === undefined
+      ? {}
+      : {
+          headersTimeout: options.headersTimeoutMs,
+          connectionsCheckingInterval: Math.max(10, Math.floor(options.headersTimeoutMs / 4)),
+        };
   if (material === undefined) {
     // A missing Host is answered by the handler, in the documented shape (lacksHost).
-    server = createServer({ requireHostHeader: false }, listener);
+    server = createServer({ requireHostHeader: false, ...timeouts }, listener);
     listening = server;
     server.on("clientError", (error: Error & { rawPacket?: Uint8Array }, socket: Socket) => {
       const raw = error.rawPacket;
@@ -575,10 +601,18 @@ async function serveNode(
     });
   }
   let connectionsOpen = 0;
-  listening.on("connection", (socket: Socket) => {
+  let onAllClosed: (() => void) | null = null;
+  const countConnection = (socket: Socket) => {
     connectionsOpen++;
-    socket.once("close", () => connectionsOpen--);
-  });
+    socket.once("close", () => {
+      connectionsOpen--;
+      if (connectionsOpen === 0) onAllClosed?.();
+    });
+  };
+  // Plain HTTP with a fast route: the raw listener accepts (and counts) the connections and hands
+  // `server` those it does not serve itself; `server` does not listen.
+  const rawListening = material === undefined && take !== undefined;
+  if (!rawListening) listening.on("connection", countConnection);
   // Before any other "request" listener: what a parser fault owes, in order (that module's comment).
   answerConnectionErrorsInOrder(server, options.refusals);
   let closing = false;
@@ -597,19 +631,38 @@ async function serveNode(
       closeLeftovers();
     });
   });
-  await new Promise<void>((resolve, reject) => {
-    const onError = (error: Error) => reject(error);
-    listening.once("error", onError);
-    listening.listen(options.port, options.host, () => {
-      listening.off("error", onError);
-      resolve();
+  const onNode = getRuntimeKey() === "node";
+  let raw: RawHttpListener | null = null;
+  let port: number;
+  if (rawListening) {
+    raw = await listenRawHttp({
+      host: options.host,
+      port: options.port,
+      server,
+      take,
+      onConnection: countConnection,
     });
-  });
-  const address = listening.address();
-  if (address === null || typeof address === "string")
-    throw new Error("Cannot serve HTTP: the server has no TCP address");
+    port = raw.port;
+    // `node:http` starts tracking its connections (closeIdleConnections, and the head and request
+    // timeouts of the connections handed to it) on "listening"; it never listens itself here.
+    if (onNode) server.emit("listening");
+  } else {
+    await new Promise<void>((resolve, reject) => {
+      const onError = (error: Error) => reject(error);
+      listening.once("error", onError);
+      listening.listen(options.port, options.host, () => {
+        listening.off("error", onError);
+        resolve();
+      });
+    });
+    const address = listening.address();
+    if (address === null || typeof address === "string")
+      throw new Error("Cannot serve HTTP: the server has no TCP address");
+    port = address.port;
+  }
+  const rawListener = raw;
   return {
-    port: address.port,
+    port,
     openConnections: () => connectionsOpen,
     setTlsMaterial:
       material === undefined
@@ -618,7 +671,16 @@ async function serveNode(
     stop: () =>
       new Promise<void>((resolve, reject) => {
         closing = true;
-        listening.close((error) => (error === undefined ? resolve() : reject(error)));
+        if (rawListener !== null) {
+          // `server` never listened: once the raw listener is closed, wait for the connections
+          // it handed over (closed below once nothing is in flight).
+          // Ends `server`'s connection tracking (it was never listening: no error to wait for).
+          if (onNode) server.close();
+          rawListener.close().then(() => {
+            if (connectionsOpen === 0) resolve();
+            else onAllClosed = resolve;
+          }, reject);
+        } else listening.close((error) => (error === undefined ? resolve() : reject(error)));
         if (material === undefined) server.closeIdleConnections();
         closeLeftovers();
       }),

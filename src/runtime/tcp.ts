@@ -147,6 +147,37 @@ function useBunListen(): boolean {
 const sharedReads = runtimeName() === "node";
 
 /**
+ * Moves the handle of `socket` (accepted with `pauseOnConnect`, on Node) to a new `net.Socket`
+ * that reads into the shared buffer and hands each read, copied out (`lib/read-slab.ts`), to
+ * `onRead`, reading at once (the comment of `sharedReads`). `socket` is destroyed (closing
+ * nothing: it no longer has the handle). `allowHalfOpen` as `net.Socket`'s.
+ * @returns the new socket, or null (and `socket` untouched) if the handle is not where Node keeps it.
+ */
+export function adoptSharedReads(
+  socket: net.Socket,
+  onRead: (chunk: Uint8Array) => void,
+  allowHalfOpen = false,
+): net.Socket | null {
+  const handle = (socket as unknown as { _handle?: unknown })._handle;
+  if (handle === undefined || handle === null) return null;
+  (socket as unknown as { _handle: unknown })._handle = null;
+  socket.destroy();
+  return new net.Socket({
+    handle,
+    allowHalfOpen,
+    readable: true,
+    writable: true,
+    onread: {
+      buffer: sharedReadBuffer,
+      callback: (bytes: number, buffer: Uint8Array): boolean => {
+        onRead(copyRead(buffer.subarray(0, bytes)));
+        return true;
+      },
+    },
+  } as net.SocketConstructorOpts);
+}
+
+/**
  * {@link ByteSocket} over a `net.Socket`. `end()` sends FIN after the written bytes, keeps
  * draining (and discarding) what the peer still sends so the kernel does not answer with a reset
  * that could destroy our last response in the peer's buffer, and destroys the socket when the
@@ -171,28 +202,12 @@ export class NodeByteSocket implements ByteSocket {
    * @param onClose called once the connection has closed.
    */
   static accepted(socket: net.Socket, onClose: () => void): NodeByteSocket {
-    const handle = sharedReads ? (socket as unknown as { _handle?: unknown })._handle : undefined;
-    if (handle === undefined || handle === null) {
+    let owner: NodeByteSocket | null = null;
+    const adopted = sharedReads ? adoptSharedReads(socket, (chunk) => owner!.#onRead(chunk)) : null;
+    if (adopted === null) {
       socket.once("close", onClose);
       return new NodeByteSocket(socket, false, sharedReads);
     }
-    // The accepted socket gives up its handle (destroying it then closes nothing) and the new one
-    // takes it over, reading at once.
-    (socket as unknown as { _handle: unknown })._handle = null;
-    socket.destroy();
-    let owner: NodeByteSocket | null = null;
-    const adopted = new net.Socket({
-      handle,
-      readable: true,
-      writable: true,
-      onread: {
-        buffer: sharedReadBuffer,
-        callback: (bytes: number, buffer: Uint8Array): boolean => {
-          owner!.#onRead(copyRead(buffer.subarray(0, bytes)));
-          return true;
-        },
-      },
-    } as net.SocketConstructorOpts);
     adopted.once("close", onClose);
     owner = new NodeByteSocket(adopted, true);
     return owner;

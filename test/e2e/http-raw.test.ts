@@ -1,0 +1,251 @@
+/**
+ * HTTP/1.1 produce on the raw socket (docs/http-api.md, "How requests are served"), through the
+ * real process: on one keep-alive connection produce and other requests mixed, one after another
+ * and pipelined in one write; a body split across many writes; a head sent a few bytes at a time
+ * (slowloris: handed to `node:http`, whose head timeout then applies — test/unit/http-raw.test.ts
+ * shows the timeout itself); a Content-Length over the cap. Every answer must be what the
+ * `node:http` path gives, in request order, on every target.
+ */
+import * as net from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { tempDir } from "../helpers/tmp.ts";
+import { type BrokerProcess, startBroker, target } from "./harness.ts";
+import type { RawResponse } from "./raw-http.ts";
+
+const running: BrokerProcess[] = [];
+afterEach(async () => {
+  for (const b of running.splice(0)) await b.stop("SIGKILL");
+});
+
+async function start(extra: string[] = []): Promise<BrokerProcess> {
+  const { dir } = tempDir();
+  const broker = await startBroker(`${dir}/data`, extra);
+  running.push(broker);
+  return broker;
+}
+
+async function createTopic(broker: BrokerProcess, name: string): Promise<void> {
+  const response = await fetch(`${broker.httpUrl}/v1/topics`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ name, partitions: 1 }),
+  });
+  expect(response.status, await response.text()).toBe(201);
+}
+
+/** The values stored in partition 0 of `topic`, in offset order. */
+async function storedValues(broker: BrokerProcess, topic: string): Promise<string[]> {
+  const answer = await fetch(
+    `${broker.httpUrl}/v1/topics/${topic}/partitions/0/records?offset=0&max_records=1000`,
+  );
+  const body = (await answer.json()) as { records: { value: string }[] };
+  return body.records.map((r) => r.value);
+}
+
+function produce(topic: string, value: string, extraHeaders = ""): string {
+  const body = JSON.stringify({ records: [{ value }] });
+  return `POST /v1/topics/${topic}/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+}
+
+function chunkedProduce(topic: string, value: string): string {
+  const body = JSON.stringify({ records: [{ value }] });
+  const half = Math.floor(body.length / 2);
+  const chunk = (s: string) => `${s.length.toString(16)}\r\n${s}\r\n`;
+  return `POST /v1/topics/${topic}/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${chunk(body.slice(0, half))}${chunk(body.slice(half))}0\r\n\r\n`;
+}
+
+const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: localhost\r\n\r\n`;
+
+/** One keep-alive connection: write bytes, then wait for a number of whole answers. */
+interface Connection {
+  write(bytes: string): Promise<void>;
+  /** Resolves with the next `n` answers (rejects if the connection closes first). */
+  answers(n: number, timeoutMs?: number): Promise<RawResponse[]>;
+  readonly closed: boolean;
+  destroy(): void;
+}
+
+function connect(broker: BrokerProcess): Promise<Connection> {
+  const url = new URL(broker.httpUrl);
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(url.port), url.hostname);
+    socket.setNoDelay(true);
+    let received = Buffer.alloc(0);
+    let closed = false;
+    const parsed: RawResponse[] = [];
+    let wake: (() => void) | null = null;
+    const parse = () => {
+      for (;;) {
+        const headEnd = received.indexOf("\r\n\r\n");
+        if (headEnd < 0) return;
+        const lines = received.subarray(0, headEnd).toString("latin1").split("\r\n");
+        const headers: Record<string, string> = {};
+        for (const line of lines.slice(1)) {
+          const i = line.indexOf(":");
+          headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+        }
+        const length = Number(headers["content-length"]);
+        if (received.length < headEnd + 4 + length) return;
+        parsed.push({
+          status: Number(lines[0].slice(9, 12)),
+          headers,
+          body: received.subarray(headEnd + 4, headEnd + 4 + length).toString("utf8"),
+        });
+        received = received.subarray(headEnd + 4 + length);
+      }
+    };
+    socket.on("data", (d: Buffer) => {
+      received = Buffer.concat([received, d]);
+      parse();
+      wake?.();
+    });
+    socket.on("close", () => {
+      closed = true;
+      wake?.();
+    });
+    socket.on("error", reject);
+    socket.once("connect", () =>
+      resolve({
+        write: (bytes) => new Promise((done) => socket.write(bytes, () => done())),
+        answers: async (n, timeoutMs = 10_000) => {
+          const deadline = Date.now() + timeoutMs;
+          while (parsed.length < n) {
+            if (closed)
+              throw new Error(`[${target}] closed after ${parsed.length} of ${n} answers`);
+            if (Date.now() > deadline)
+              throw new Error(`[${target}] ${parsed.length} of ${n} answers in ${timeoutMs} ms`);
+            await new Promise<void>((r) => {
+              wake = r;
+              setTimeout(r, 50);
+            });
+            wake = null;
+          }
+          return parsed.splice(0, n);
+        },
+        get closed() {
+          return closed;
+        },
+        destroy: () => socket.destroy(),
+      }),
+    );
+  });
+}
+
+const offsetOf = (answer: RawResponse) =>
+  (JSON.parse(answer.body) as { offsets: { offset: number }[] }).offsets[0].offset;
+
+describe(`[${target}] HTTP produce on the raw socket`, () => {
+  it("serves produce and other requests mixed on one keep-alive connection, one by one and pipelined, in order", async () => {
+    const broker = await start();
+    await createTopic(broker, "mixed");
+    const c = await connect(broker);
+
+    // One by one: produce, a GET, produce, a chunked produce (node:http's), produce.
+    const steps: [string, (a: RawResponse) => void][] = [
+      [produce("mixed", "a"), (a) => expect(offsetOf(a)).toBe(0)],
+      [get("/v1/topics/mixed"), (a) => expect(JSON.parse(a.body).name).toBe("mixed")],
+      [produce("mixed", "b"), (a) => expect(offsetOf(a)).toBe(1)],
+      [chunkedProduce("mixed", "c"), (a) => expect(offsetOf(a)).toBe(2)],
+      [produce("mixed", "d"), (a) => expect(offsetOf(a)).toBe(3)],
+    ];
+    for (const [bytes, check] of steps) {
+      await c.write(bytes);
+      const [answer] = await c.answers(1);
+      expect(answer.status, answer.body).toBe(200);
+      check(answer);
+    }
+
+    // Pipelined in one write, on a fresh connection (the raw path's) and on this one (node:http's).
+    for (const conn of [await connect(broker), c]) {
+      await createTopic(broker, `piped-${conn === c ? "after" : "fresh"}`);
+      const topic = `piped-${conn === c ? "after" : "fresh"}`;
+      await conn.write(
+        produce(topic, "p0") +
+          produce(topic, "p1") +
+          get("/healthz") +
+          produce(topic, "p2") +
+          get("/v1/topics/no-such-topic") +
+          produce(topic, "p3") +
+          // A query on a JSON body: the router's 400 (the fast route leaves it).
+          produce(topic, "refused").replace("/records ", "/records?partition=0 ") +
+          produce(topic, "p4") +
+          produce("no-such-topic", "x") +
+          produce(topic, "p5"),
+      );
+      const answers = await conn.answers(10);
+      expect(answers.map((a) => a.status)).toEqual([
+        200, 200, 200, 200, 404, 200, 400, 200, 404, 200,
+      ]);
+      expect(JSON.parse(answers[6].body).error.code).toBe("invalid_request");
+      expect([0, 1, 3, 5, 7, 9].map((i) => offsetOf(answers[i]))).toEqual([0, 1, 2, 3, 4, 5]);
+      expect(JSON.parse(answers[8].body).error.code).toBe("topic_not_found");
+      expect(await storedValues(broker, topic)).toEqual(["p0", "p1", "p2", "p3", "p4", "p5"]);
+      // Raw and node:http produce answers carry the same headers (but the date).
+      const names = (a: RawResponse) =>
+        Object.keys(a.headers)
+          .filter((n) => n !== "date")
+          .sort();
+      expect(names(answers[0])).toEqual(names(answers[5]));
+      expect(answers[0].headers["content-type"]).toBe("application/json");
+      expect(answers[0].headers["x-content-type-options"]).toBe("nosniff");
+      expect(conn.closed).toBe(false);
+      conn.destroy();
+    }
+    expect(await storedValues(broker, "mixed")).toEqual(["a", "b", "c", "d"]);
+  });
+
+  it("takes a body split across many writes, and a head sent a few bytes at a time (slowloris), whole", async () => {
+    const broker = await start();
+    await createTopic(broker, "slow");
+    const value = "v".repeat(300);
+    const request = produce("slow", value);
+    const headEnd = request.indexOf("\r\n\r\n") + 4;
+
+    // The body in 20-byte pieces.
+    const c = await connect(broker);
+    await c.write(request.slice(0, headEnd));
+    for (let at = headEnd; at < request.length; at += 20) {
+      await c.write(request.slice(at, at + 20));
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const [split] = await c.answers(1);
+    expect(split.status, split.body).toBe(200);
+    expect(offsetOf(split)).toBe(0);
+
+    // The head 4 bytes at a time, 100 ms apart: nothing answered before it is whole.
+    const s = await connect(broker);
+    for (let at = 0; at < headEnd; at += 4) {
+      await s.write(request.slice(at, Math.min(at + 4, headEnd)));
+      if (at < 48) await new Promise((r) => setTimeout(r, 100));
+    }
+    await expect(s.answers(1, 300)).rejects.toThrow(/0 of 1 answers/);
+    await s.write(request.slice(headEnd));
+    const [slow] = await s.answers(1);
+    expect(slow.status, slow.body).toBe(200);
+    expect(offsetOf(slow)).toBe(1);
+
+    // Both connections go on serving.
+    await c.write(produce("slow", "after"));
+    await s.write(produce("slow", "after"));
+    expect(offsetOf((await c.answers(1))[0]) + offsetOf((await s.answers(1))[0])).toBe(2 + 3);
+    expect(await storedValues(broker, "slow")).toEqual([value, value, "after", "after"]);
+    c.destroy();
+    s.destroy();
+  });
+
+  it("answers a Content-Length over the cap with the JSON 413, and appends nothing", async () => {
+    const broker = await start(["--max-request-bytes", "65536"]);
+    await createTopic(broker, "capped");
+    const c = await connect(broker);
+    await c.write(produce("capped", "ok"));
+    expect((await c.answers(1))[0].status).toBe(200);
+    await c.write(
+      "POST /v1/topics/capped/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 65537\r\n\r\n",
+    );
+    const [refused] = await c.answers(1);
+    expect(refused.status).toBe(413);
+    expect(JSON.parse(refused.body).error.code).toBe("request_too_large");
+    expect(await storedValues(broker, "capped")).toEqual(["ok"]);
+    c.destroy();
+  });
+});
