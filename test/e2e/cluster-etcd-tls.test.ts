@@ -4,7 +4,8 @@
  * finds its token gone and authenticates again) (docs/cluster.md "etcd with TLS and
  * authentication"; node target only: `etcd-tls.test.ts` covers the etcd client on every target).
  * A replicated topic takes acknowledged records, a SIGKILLed leader is replaced, and no
- * acknowledged record is lost; the etcd password appears in no broker's output.
+ * acknowledged record is lost; the etcd password appears in no broker's output. The etcd options'
+ * usage errors.
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,7 +15,7 @@ import type { ClusterMetadata } from "../../src/broker/types.ts";
 import { ClusterClient, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { waitFor } from "../helpers/poll.ts";
-import { type BrokerProcess, startBroker } from "./harness.ts";
+import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
 import { makeClientLeaf, makePki } from "./pki.ts";
 
 const password = "cluster-etcd-pw-0c4e7a91";
@@ -132,4 +133,46 @@ describe("cluster mode with etcd over TLS and authentication", () => {
       expect(b.stderr()).not.toMatch(/invalid auth token/);
     }
   }, 60_000);
+
+  it("refuses etcd options that do not go together, before touching anything", async () => {
+    const serve = ["serve", "--data-dir", join(root, "usage")];
+    const node = ["--node-id", "9", "--advertise-tcp", "127.0.0.1:1"];
+    const cases: [string[], RegExp][] = [
+      [
+        ["--cluster", "etcd://127.0.0.1:1", "--cluster-etcd-ca", "ca.pem"],
+        /--cluster-etcd-ca needs --cluster etcds:\/\//,
+      ],
+      [
+        ["--cluster", "etcds://127.0.0.1:1", "--cluster-etcd-cert", "c.pem"],
+        /--cluster-etcd-cert and --cluster-etcd-key go together/,
+      ],
+      [
+        ["--cluster", "etcds://127.0.0.1:1", "--cluster-etcd-user", "u"],
+        /--cluster-etcd-user and --cluster-etcd-password-file go together/,
+      ],
+      [
+        [
+          ...["--cluster", "etcd://10.1.2.3:2379", "--cluster-etcd-user", "u"],
+          ...["--cluster-etcd-password-file", "pw"],
+        ],
+        /would send the password in clear: use --cluster etcds:\/\//,
+      ],
+      [["--cluster-etcd-user", "u"], /--cluster-etcd-user needs --cluster/],
+    ];
+    const results = await Promise.all(
+      cases.map(([extra]) =>
+        runCli([
+          ...serve,
+          ...extra,
+          ...(extra.includes("--cluster")
+            ? [...node, "--advertise-http", "http://127.0.0.1:2"]
+            : []),
+        ]),
+      ),
+    );
+    results.forEach((r, i) => {
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toMatch(cases[i][1]);
+    });
+  });
 });

@@ -115,6 +115,22 @@ describe("etcd over TLS with authentication", () => {
     await c.close();
   });
 
+  it("uses new TLS material for new connections (SIGHUP's reload): a fixed CA heals it", async () => {
+    let current: EtcdTlsMaterial = { ...material, ca: readFileSync(pki.otherCa) };
+    const c = new EtcdHttpClient(etcd.endpoints, {
+      requestTimeoutMs: 2000,
+      tls: () => current,
+      auth: { user: "broker", password: () => password },
+    });
+    try {
+      expect((await failure(c.get("/t/a"))).code).toBe("tls");
+      current = material;
+      expect((await c.get("/t/a"))?.value).toBe("1");
+    } finally {
+      await c.close();
+    }
+  });
+
   it("says a client certificate is needed when etcd requires one", async () => {
     const c = client({ tls: { ca: material.ca } });
     const err = await failure(c.put("/t/a", "x"));

@@ -299,12 +299,21 @@ describe("parseEtcdUrl", () => {
     expect(parseEtcdUrl("etcd://[::1]:2379/")).toEqual(["http://[::1]:2379"]);
   });
 
+  it("turns etcds://h:p,h:p (TLS) into https client URLs", () => {
+    expect(parseEtcdUrl("etcds://etcd1:2379,[::1]:2381")).toEqual([
+      "https://etcd1:2379",
+      "https://[::1]:2381",
+    ]);
+  });
+
   it.each([
     ["http://127.0.0.1:2379", /expected etcd:\/\/host:port/],
     ["etcd://", /expected etcd:\/\/host:port/],
     ["etcd://host", /"host" is not host:port/],
     ["etcd://h:1,h:99999", /"h:99999" is not host:port/],
     ["etcd://h:1/prefix", /expected etcd:\/\/host:port/],
+    ["https://127.0.0.1:2379", /or etcds:\/\/host:port/],
+    ["etcds://h:1,h", /"h" is not host:port/],
   ])("refuses %s", (url, message) => {
     expect(() => parseEtcdUrl(url)).toThrow(message);
   });
