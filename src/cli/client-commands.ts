@@ -6,6 +6,7 @@ import {
   ClientError,
   ClientErrorCodes,
   ClusterClient,
+  clientTimeoutMsDefault,
   GroupConsumer,
   IdempotentProducer,
   type TcpClient,
@@ -45,6 +46,8 @@ Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
                            broker, or several: the first that answers, then each partition's leader
 ${connectionHelp}
+  --timeout-ms N           how long one request waits for an answer before the command fails
+                           (default 30000)
   --partition N            send every record to partition N (default: a keyed line goes by its
                            key; keyless lines go round-robin by batch, each batch to the next
                            partition; with --producer-id, keyless lines go by the producer id)
@@ -71,6 +74,8 @@ Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
                            broker, or several: the first that answers, then each partition's leader
 ${connectionHelp}
+  --timeout-ms N           how long one request waits for an answer before the command fails
+                           (default 30000)
   --from-beginning         start at each partition's log start offset
   --offset N               start at offset N (needs --partition); an offset outside [log start
                            offset, high watermark] fails (exit 1)
@@ -106,6 +111,8 @@ Options:
   --lag-ms                 describe: add lag_ms per partition, the age of the oldest record not
                            yet consumed (one fetch per lagging partition; a mirror's lag in time)
 ${connectionHelp}
+  --timeout-ms N           how long one request waits for an answer before the command fails
+                           (default 30000)
   -h, --help               show this help
 `;
 
@@ -121,11 +128,13 @@ Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
                            broker, or several: the first that answers, then each partition's leader
 ${connectionHelp}
+  --timeout-ms N           how long one request waits for an answer before the command fails
+                           (default 30000)
   -h, --help               show this help
 `;
 
 /** What a client command needs to reach the broker: `--broker` and the connection options. */
-export type BrokerValues = ConnectionValues & { broker?: string };
+export type BrokerValues = ConnectionValues & { broker?: string; "timeout-ms"?: string };
 
 /** The `--broker` list: `HOST:PORT[,HOST:PORT…]`. @throws UsageError naming a bad entry. */
 function brokerList(values: BrokerValues): { host: string; port: number }[] {
@@ -150,6 +159,7 @@ export async function connectRouted(
     bootstrap: brokerList(values),
     apiKey: readApiKey(values),
     tls: clientTlsOptions(values),
+    timeoutMs: intOption("timeout-ms", values["timeout-ms"], clientTimeoutMsDefault, 1, 3_600_000),
   });
   try {
     return {
@@ -185,6 +195,7 @@ export async function produce(argv: string[]): Promise<number> {
     options: {
       broker: { type: "string" },
       ...connectionOptions,
+      "timeout-ms": { type: "string" },
       partition: { type: "string" },
       "key-separator": { type: "string" },
       "batch-records": { type: "string" },
@@ -403,6 +414,7 @@ export async function consume(argv: string[]): Promise<number> {
     options: {
       broker: { type: "string" },
       ...connectionOptions,
+      "timeout-ms": { type: "string" },
       "from-beginning": { type: "boolean", default: false },
       offset: { type: "string" },
       partition: { type: "string" },
@@ -671,6 +683,7 @@ export async function groups(argv: string[]): Promise<number> {
       broker: { type: "string" },
       "lag-ms": { type: "boolean", default: false },
       ...connectionOptions,
+      "timeout-ms": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     allowPositionals: true,
@@ -722,6 +735,7 @@ export async function topics(argv: string[]): Promise<number> {
     options: {
       broker: { type: "string" },
       ...connectionOptions,
+      "timeout-ms": { type: "string" },
       partitions: { type: "string" },
       config: { type: "string", multiple: true },
       help: { type: "boolean", short: "h", default: false },

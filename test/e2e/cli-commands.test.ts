@@ -6,6 +6,7 @@
  * (targets.ts `nodeOnlyE2eFiles`); what the CLI does through the runtime (signals, stdin, exit
  * codes, listen and file errors) is in cli.test.ts, on every target.
  */
+import { type AddressInfo, createServer } from "node:net";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { TcpClient } from "../../src/client/client.ts";
 import { tempDir } from "../helpers/tmp.ts";
@@ -49,6 +50,26 @@ describe(`[${target}] es-broker commands`, () => {
     const consumed = await runCli(["consume", "logs", "--from-beginning", "--broker", address]);
     expect(consumed.code).toBe(1);
     expect(consumed.stderr).toBe(hint("logs"));
+  });
+
+  it("a command against a broker that never answers fails after --timeout-ms and exits 1, not hanging on the open connection", async () => {
+    const silent = createServer(() => {});
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    onTestFinished(() => {
+      silent.close();
+    });
+    const port = (silent.address() as AddressInfo).port;
+    for (const args of [
+      ["topics", "list"],
+      ["consume", "t", "--from-beginning"],
+    ]) {
+      const started = Date.now();
+      const r = await runCli([...args, "--broker", `127.0.0.1:${port}`, "--timeout-ms", "300"]);
+      expect(r.code, r.stderr).toBe(1);
+      expect(r.stderr).toMatch(/timeout: .*got no answer within 300 ms/);
+      // Two tries of 300 ms, the exit grace (1 s), start-up: far below the 30 s default.
+      expect(Date.now() - started).toBeLessThan(20_000);
+    }
   });
 
   it("produce --producer-id run again at once gets a new epoch: the same line sent by three runs is stored three times", async () => {
