@@ -14,7 +14,8 @@
  * Endpoints: requests go to the current endpoint and move on to the next when it cannot be
  * reached. Reads are retried on every endpoint; a write is retried only if its first try never
  * reached a server (connection refused, TLS handshake refused), otherwise it fails as
- * `indeterminate`.
+ * `indeterminate`. A watch keeps its own endpoint: it starts on the current one and, when its
+ * stream breaks or goes mute, moves on to the next after the one that failed.
  *
  * etcd authentication (docs/cluster.md "etcd with TLS and authentication"): with a user, the
  * client asks `/v3/auth/authenticate` for a token and sends it in `Authorization`; a token etcd
@@ -48,11 +49,16 @@ import { type Logger, silentLogger } from "../lib/logger.ts";
 export interface EtcdHttpClientOptions {
   /** Longest wait for one request to one endpoint, in ms. Default 5000. */
   requestTimeoutMs?: number;
-  /** Pause before a broken watch reconnects, in ms. Default 250. */
+  /**
+   * Pause before a broken watch reconnects, in ms; doubled after each round in which every
+   * endpoint failed, up to 2000 (or this, if longer). Default 250.
+   */
   watchRetryMs?: number;
   /**
-   * How often a watch checks that the member streaming it still answers, in ms (a stopped member
-   * keeps the connection open and silent). Default 3000.
+   * How often a watch checks that the member streaming it still answers, in ms, from the moment
+   * the watch request is sent (a stopped member keeps the connection open and silent): a
+   * `/v3/maintenance/status` probe not answered within max(1000, this) drops the stream, so a
+   * hung member is left within this + max(1000, this). Default 2000.
    */
   watchCheckMs?: number;
   logger?: Logger;
@@ -276,7 +282,7 @@ export class EtcdHttpClient implements Etcd {
     this.#endpoints = [...endpoints];
     this.#timeoutMs = options.requestTimeoutMs ?? 5000;
     this.#watchRetryMs = options.watchRetryMs ?? 250;
-    this.#watchCheckMs = options.watchCheckMs ?? 3000;
+    this.#watchCheckMs = options.watchCheckMs ?? 2000;
     this.#logger = options.logger ?? silentLogger;
     this.#tls = options.tls;
     this.#auth = options.auth;
@@ -650,6 +656,15 @@ export class EtcdHttpClient implements Etcd {
     };
   }
 
+  /**
+   * Watches `request.key` (docs/cluster.md "Client: etcd's JSON gateway"). Each stream has a
+   * deadline on its connection, response headers and first message (the request timeout) and is
+   * probed for liveness from the moment it is sent ({@link EtcdHttpClientOptions.watchCheckMs}); a
+   * stream that breaks, ends or goes mute is opened again from the revision after the last event
+   * delivered, on the watch's next endpoint (its own cursor, so the endpoint that just failed is
+   * skipped whatever other requests do). One `etcd.watch_broken` per break, one
+   * `etcd.watch_resumed` when a stream delivers again.
+   */
   watch(
     request: { key: string; prefix?: boolean; startRevision: number },
     handlers: EtcdWatchHandlers,
@@ -657,34 +672,36 @@ export class EtcdHttpClient implements Etcd {
     let nextRevision = request.startRevision;
     let stopped = false;
     let abort: AbortController | null = null;
-    let checkTimer: ReturnType<typeof setInterval> | null = null;
     const what = `watch ${JSON.stringify(request.key)}${request.prefix ? " (prefix)" : ""}`;
+    const checkMs = this.#watchCheckMs;
+    const probeMs = Math.max(1000, checkMs);
 
-    const streamOnce = async (endpoint: string): Promise<"again" | "stop"> => {
-      abort = new AbortController();
-      const signal = abort.signal;
-      const body = {
-        create_request: {
-          ...rangeFields(request.key, request.prefix),
-          start_revision: String(nextRevision),
-        },
+    /**
+     * One stream from `endpoint`: resolves when etcd reports the start revision compacted, throws
+     * (saying why) when the stream fails, ends or goes mute. `onLive` runs at its first message,
+     * etcd's "created" answer.
+     */
+    const streamOnce = async (endpoint: string, onLive: () => void): Promise<void> => {
+      const controller = new AbortController();
+      abort = controller;
+      const signal = controller.signal;
+      let why: string | null = null;
+      const fail = (reason: string) => {
+        why ??= reason;
+        controller.abort(new Error(reason));
       };
-      const headers = await this.#headers();
-      const response = await this.#post(
-        endpoint,
-        "/v3/watch",
-        JSON.stringify(body),
-        headers,
-        signal,
-        true,
+      // A hung member (SIGSTOP, a frozen VM) accepts the TCP connection (its kernel does) and
+      // then says nothing: neither a handshake, nor headers, nor events. Both checks run from
+      // the moment the request is sent.
+      const connectTimer = setTimeout(
+        () => fail(`no answer to the watch request within ${this.#timeoutMs} ms`),
+        this.#timeoutMs,
       );
-      if (response.status < 200 || response.status > 299) {
-        response.cancel();
-        throw new Error(`HTTP ${response.status}`);
-      }
-      // A stopped (SIGSTOP) member keeps the stream open and silent: probe it, and drop it if mute.
-      checkTimer = setInterval(() => {
-        const limit = deadline(Math.max(1000, this.#watchCheckMs));
+      let probing = false;
+      const checkTimer = setInterval(() => {
+        if (probing) return;
+        probing = true;
+        const limit = deadline(probeMs);
         this.#post(
           endpoint,
           "/v3/maintenance/status",
@@ -693,77 +710,137 @@ export class EtcdHttpClient implements Etcd {
           limit.signal,
         )
           .then((r) => r.text())
-          .catch(() => abort?.abort())
-          .finally(() => limit.clear());
-      }, this.#watchCheckMs);
-      const read = response.chunks();
-      let buffered = "";
-      for (;;) {
-        const value = await read();
-        if (value === null) return "again";
-        buffered += value;
-        let newline = buffered.indexOf("\n");
-        while (newline >= 0) {
-          const line = buffered.slice(0, newline).trim();
-          buffered = buffered.slice(newline + 1);
-          newline = buffered.indexOf("\n");
-          if (line === "" || stopped) continue;
-          const message = JSON.parse(line) as {
-            result?: {
-              events?: { type?: string; kv?: RawKv }[];
-              canceled?: boolean;
-              compact_revision?: string;
-              cancel_reason?: string;
-            };
-            error?: { message?: string };
-          };
-          if (message.error)
-            throw new Error(message.error.message ?? JSON.stringify(message.error));
-          const result = message.result ?? {};
-          const compactRevision = num(result.compact_revision, "compact_revision");
-          if (result.canceled || compactRevision > 0) {
-            if (compactRevision > 0) {
-              handlers.onCompacted?.(compactRevision);
-              return "stop";
-            }
-            // A token etcd no longer knows: the next try authenticates again.
-            if (staleToken.test(result.cancel_reason ?? ""))
-              await this.#dropToken(headers.authorization);
-            throw new Error(
-              `etcd canceled the watch: ${result.cancel_reason ?? "no reason given"}`,
-            );
-          }
-          const events: EtcdEvent[] = (result.events ?? []).map((e) => ({
-            type: e.type === "DELETE" ? "delete" : "put",
-            kv: toKv(e.kv ?? {}),
-          }));
-          if (events.length === 0) continue;
-          nextRevision = events[events.length - 1].kv.modRevision + 1;
-          handlers.onEvents(events);
+          .catch(() => fail(`no answer to a status probe within ${probeMs} ms`))
+          .finally(() => {
+            limit.clear();
+            probing = false;
+          });
+      }, checkMs);
+      let live = false;
+      try {
+        const headers = await this.#headers();
+        const body = {
+          create_request: {
+            ...rangeFields(request.key, request.prefix),
+            start_revision: String(nextRevision),
+          },
+        };
+        const response = await this.#post(
+          endpoint,
+          "/v3/watch",
+          JSON.stringify(body),
+          headers,
+          signal,
+          true,
+        );
+        if (response.status < 200 || response.status > 299) {
+          response.cancel();
+          throw new Error(`HTTP ${response.status}`);
         }
+        const read = response.chunks();
+        let buffered = "";
+        for (;;) {
+          const value = await read();
+          if (value === null) throw new Error("the stream ended");
+          buffered += value;
+          let newline = buffered.indexOf("\n");
+          while (newline >= 0) {
+            const line = buffered.slice(0, newline).trim();
+            buffered = buffered.slice(newline + 1);
+            newline = buffered.indexOf("\n");
+            if (line === "" || stopped) continue;
+            const message = JSON.parse(line) as {
+              result?: {
+                events?: { type?: string; kv?: RawKv }[];
+                canceled?: boolean;
+                compact_revision?: string;
+                cancel_reason?: string;
+              };
+              error?: { message?: string };
+            };
+            if (message.error)
+              throw new Error(message.error.message ?? JSON.stringify(message.error));
+            const result = message.result ?? {};
+            const compactRevision = num(result.compact_revision, "compact_revision");
+            if (result.canceled || compactRevision > 0) {
+              if (compactRevision > 0) {
+                handlers.onCompacted?.(compactRevision);
+                return;
+              }
+              // A token etcd no longer knows: the next try authenticates again.
+              if (staleToken.test(result.cancel_reason ?? ""))
+                await this.#dropToken(headers.authorization);
+              throw new Error(
+                `etcd canceled the watch: ${result.cancel_reason ?? "no reason given"}`,
+              );
+            }
+            if (!live) {
+              live = true;
+              clearTimeout(connectTimer);
+              onLive();
+            }
+            const events: EtcdEvent[] = (result.events ?? []).map((e) => ({
+              type: e.type === "DELETE" ? "delete" : "put",
+              kv: toKv(e.kv ?? {}),
+            }));
+            if (events.length === 0) continue;
+            nextRevision = events[events.length - 1].kv.modRevision + 1;
+            handlers.onEvents(events);
+          }
+        }
+      } catch (err) {
+        // Our own abort surfaces as "The operation was aborted": say why instead.
+        if (why !== null) throw new Error(why);
+        throw err;
+      } finally {
+        clearTimeout(connectTimer);
+        clearInterval(checkTimer);
       }
     };
 
     const loop = (async () => {
+      const count = this.#endpoints.length;
+      // Starts where requests currently succeed; from then on the watch keeps its own cursor.
+      let index = this.#current;
+      /** The break being retried: when it began, and the failed attempts since. */
+      let broken: { since: number; attempts: number } | null = null;
       while (!stopped && !this.#closed) {
-        const endpoint = this.#endpoints[this.#current];
+        const endpoint = this.#endpoints[index];
         try {
-          if ((await streamOnce(endpoint)) === "stop") return;
+          await streamOnce(endpoint, () => {
+            if (broken === null) return;
+            this.#logger.log("info", "etcd.watch_resumed", {
+              endpoint,
+              key: request.key,
+              nextRevision,
+              attempts: broken.attempts,
+              brokenMs: Date.now() - broken.since,
+            });
+            broken = null;
+          });
+          return;
         } catch (err) {
           if (stopped || this.#closed) return;
-          this.#logger.log("warn", "etcd.watch_broken", {
-            endpoint,
-            key: request.key,
-            nextRevision,
-            error: errorMessage(err),
-          });
-          this.#current = (this.#current + 1) % this.#endpoints.length;
-        } finally {
-          if (checkTimer !== null) clearInterval(checkTimer);
-          checkTimer = null;
+          if (broken === null) {
+            this.#logger.log("warn", "etcd.watch_broken", {
+              endpoint,
+              key: request.key,
+              nextRevision,
+              error: errorMessage(err),
+            });
+            broken = { since: Date.now(), attempts: 0 };
+          }
+          broken.attempts++;
         }
         if (stopped || this.#closed) return;
-        await new Promise((resolve) => setTimeout(resolve, this.#watchRetryMs));
+        index = (index + 1) % count;
+        // Every endpoint failed in a row: back off (doubling per round, up to 2 s) until one answers.
+        const rounds = broken === null ? 0 : Math.floor((broken.attempts - 1) / count);
+        const pause = Math.min(
+          this.#watchRetryMs * 2 ** Math.min(rounds, 10),
+          Math.max(this.#watchRetryMs, 2000),
+        );
+        await new Promise((resolve) => setTimeout(resolve, pause));
       }
     })().catch((err) => {
       this.#logger.log("error", "etcd.watch_failed", {
