@@ -657,7 +657,7 @@ export class EtcdHttpClient implements Etcd {
   }
 
   /**
-   * Watches `request.key` (docs/cluster.md "Client: etcd's JSON gateway"). Each stream has a
+   * Watches `request.key` (docs/cluster.md "Coordination in etcd", its paragraph on the client). Each stream has a
    * deadline on its connection, response headers and first message (the request timeout) and is
    * probed for liveness from the moment it is sent ({@link EtcdHttpClientOptions.watchCheckMs}); a
    * stream that breaks, ends or goes mute is opened again from the revision after the last event
