@@ -24,9 +24,9 @@ const serialFiles = [
   "test/cluster/metrics-failover.test.ts",
   // Replication under SIGSTOP-like stalls, lease expiry and follower catch-up deadlines.
   "test/integration/replication.test.ts",
-  // Real etcd: leases, elections, members killed.
+  // Real etcd: leases, elections, members killed or stopped (SIGSTOP) against deadlines.
   "test/integration/cluster-*.test.ts",
-  "test/integration/etcd-client.test.ts",
+  "test/integration/etcd-*.test.ts",
   // Benchmarks: they assert that they measured, but load both cores while they do.
   "test/bench/*.test.ts",
   "test/integration/*-bench.test.ts",
