@@ -24,11 +24,12 @@
  *   incarnation) and sends the batch again, instead of taking someone else's batch for its own.
  *   A retry after an unanswered try is different: its duplicate answer is this producer's batch.
  * - A producer on its default (clock) epoch that has had nothing acknowledged yet and is refused
- *   `producer_fenced` (a start within the same second as one that moved past it, or a host whose
- *   clock is behind) moves above the epoch the refusal names and sends again, unless an earlier
- *   try of the batch may be stored: the newest start of an application fences the older ones.
- *   Once one of its batches is acknowledged it is an incarnation like any other, and a later
- *   `producer_fenced` means a newer start fenced it: `send` rejects.
+ *   `producer_fenced` by an epoch above the current Unix second — which no start's clock epoch
+ *   can be, so it is the move of a start within the same second (or of a host whose clock is
+ *   ahead) — moves above it and sends again, unless an earlier try of the batch may be stored:
+ *   the newest start of an application fences the older ones. Fenced by an epoch at or below
+ *   the current second (a later start's), or once one of its batches is acknowledged, `send`
+ *   rejects: a newer start fenced it.
  * - Other refusals (`out_of_order_sequence`, `duplicate_sequence`, `producer_fenced` by another
  *   incarnation, `topic_not_found`, …) reject `send` and hand the batch's sequence numbers back, so
  *   the next `send` does not leave a gap. A batch that stays unanswered until the delivery timeout
@@ -308,7 +309,9 @@ export class IdempotentProducer {
           !ambiguous &&
           typeof fencedAt === "number" &&
           Number.isSafeInteger(fencedAt) &&
-          fencedAt >= epoch &&
+          // Above the current second: a same-second start's move, never a later start's
+          // clock epoch (a later start fences this one: attack8 F5).
+          fencedAt > Math.floor(Date.now() / 1000) &&
           fencedAt < producerEpochMax
         ) {
           // A newer start of this application must not stay below an older one's epoch.

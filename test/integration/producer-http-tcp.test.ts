@@ -7,7 +7,7 @@
  * forgotten producer.
  */
 import * as net from "node:net";
-import { describe, expect, it, onTestFinished } from "vitest";
+import { describe, expect, it, onTestFinished, vi } from "vitest";
 import type { LocalBroker } from "../../src/broker/broker.ts";
 import { ClientError, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
 import { ManualClock, type Clock } from "../../src/lib/clock.ts";
@@ -274,6 +274,30 @@ describe("idempotent produce over TCP only", () => {
     expect((fenced as ClientError).code).toBe("producer_fenced");
     expect(newest.epoch).toBe(ahead + 1);
     expect(await values(b, "t", 0)).toEqual(["old", "new", "newer"]);
+  });
+
+  it("IdempotentProducer on its clock epoch does not move above a later start's epoch, idle or not (attack8 F5)", async () => {
+    const b = await broker({ clock: realClock });
+    await b.createTopic({ name: "t", partitions: 1 });
+    const server = await serve(b);
+    vi.useFakeTimers({ toFake: ["Date"], now: Date.now() });
+    onTestFinished(() => {
+      vi.useRealTimers();
+    });
+    // An older start, idle since it began (nothing acknowledged).
+    const older = new IdempotentProducer({ connect: server.connect, producerId: "blue-green" });
+    onTestFinished(() => older.close());
+    vi.setSystemTime(Date.now() + 3000);
+    // A start three seconds later, on its clock epoch, producing.
+    const newer = new IdempotentProducer({ connect: server.connect, producerId: "blue-green" });
+    onTestFinished(() => newer.close());
+    expect(newer.epoch).toBe(older.epoch + 3);
+    await newer.send("t", [{ value: "n1" }], { partition: 0 });
+    const refused = await older.send("t", [{ value: "z" }], { partition: 0 }).catch((e) => e);
+    expect((refused as ClientError).code).toBe("producer_fenced");
+    expect(older.epoch).toBe(newer.epoch - 3);
+    await newer.send("t", [{ value: "n2" }], { partition: 0 });
+    expect(await values(b, "t", 0)).toEqual(["n1", "n2"]);
   });
 
   it("IdempotentProducer's default epoch is the current Unix second, so a restart fences the last run", async () => {
