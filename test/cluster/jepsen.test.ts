@@ -31,6 +31,8 @@ describe(`jepsen (${mode})`, () => {
     expect(report.okOps.idem).toBeGreaterThan(50);
     expect(report.okOps.consumer).toBeGreaterThan(50);
     expect(report.okOps.member).toBeGreaterThan(20);
+    // Leadership moves back to a returning preferred replica are a fault source of their own.
+    if (mode === "cluster") expect(report.preferredMoves).toBeGreaterThan(0);
     const lastFaultEnd = report.schedule.endMs;
     const acksAfterFaults = report.history.ops.filter(
       (o) => o.f === "send" && o.type === "ok" && o.timeMs > lastFaultEnd,

@@ -92,6 +92,11 @@ export interface JepsenReport {
   history: History;
   /** Ops per process kind that completed ok (proof the workload ran). */
   okOps: Record<"producer" | "idem" | "consumer" | "member", number>;
+  /**
+   * Leaderships the controller moved back to a preferred replica while the workload ran
+   * (`cluster.preferred_leader_elected` in the brokers' logs; 0 for a single node).
+   */
+  preferredMoves: number;
   /** Where the processes' logs and the history were saved (when the check failed). */
   logsDir?: string;
   /** The report as text: schedule, failovers, checker counts. */
@@ -111,6 +116,14 @@ interface FaultEvent {
   partitions: number[];
 }
 
+/** Preferred leader moves in every broker's log so far (docs/cluster.md "Preferred leader election"). */
+function countPreferredMoves(cluster: TestCluster): number {
+  let n = 0;
+  for (const b of cluster.brokers)
+    for (const line of b.log) if (line.includes('"cluster.preferred_leader_elected"')) n++;
+  return n;
+}
+
 /** Runs the whole scenario and checks it; never throws for an anomaly (the caller asserts). */
 export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
   const log = options.log ?? (() => {});
@@ -127,7 +140,13 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
       options.replay ?? "npx vitest run --project default test/cluster/jepsen.test.ts",
     ),
   );
-  const cluster = await startCluster({ cluster: clustered, command: options.command });
+  // Preferred leader election every 2 s (default 30 s): a broker back from a fault takes its
+  // leaderships back while the workload runs, so leadership moves are a fault source too.
+  const cluster = await startCluster({
+    cluster: clustered,
+    command: options.command,
+    serveArgs: clustered ? ["--leader-rebalance-ms", "2000"] : [],
+  });
   const history = new History();
   const faults: FaultEvent[] = [];
   let stopped = false;
@@ -162,6 +181,7 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
     await sleep(3000); // a quiet tail: the last heal settles under load
     stopped = true;
     await Promise.all(workers);
+    const preferredMoves = countPreferredMoves(cluster);
 
     // Heal whatever is still off, then read everything.
     for (const b of cluster.brokers) {
@@ -189,6 +209,7 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
     const text = [
       formatCheckResult(check),
       `  ok ops: ${okOps.producer} plain sends, ${okOps.idem} idempotent sends, ${okOps.consumer} consumer polls, ${okOps.member} group polls`,
+      `  preferred leader moves under load: ${preferredMoves}`,
       ...failovers.map(
         (f) =>
           `  failover after ${f.kind} of node ${f.nodes.join(",")} (partitions ${f.partitions.join(",")}): ` +
@@ -197,7 +218,15 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
       ),
     ].join("\n");
     log(text);
-    const report: JepsenReport = { schedule, check, failovers, history, okOps, text };
+    const report: JepsenReport = {
+      schedule,
+      check,
+      failovers,
+      history,
+      okOps,
+      preferredMoves,
+      text,
+    };
     if (!check.valid) {
       report.logsDir = cluster.saveLogs({
         "history.jsonl": history.toJsonLines(),
