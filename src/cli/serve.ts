@@ -81,6 +81,7 @@ import {
   parseEtcdUrl,
 } from "../runtime/etcd.ts";
 import { ClusterNode } from "../cluster/node.ts";
+import { rebalanceMsDefault } from "../cluster/controller.ts";
 import { type ClusterState, openClusterState } from "../cluster/cluster-state.ts";
 import { ReplicaManager } from "../cluster/replica-manager.ts";
 import { replicaConnector } from "../runtime/replica-connection.ts";
@@ -178,6 +179,10 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
                               fetch); the same file on every broker, never on the command line
   --cluster-tls-ca FILE       with --tls-cert: the CA (PEM) the other brokers' certificates are
                               checked against (they must name the host of their --advertise-tcp)
+  --leader-rebalance-ms MS    while this broker is the controller: every MS, move leaderships back
+                              to each partition's preferred replica once it is in the ISR (default
+                              30000; 0: off, es-broker cluster elect-preferred still works); give
+                              every broker the same value
   With --tls-cert, brokers connect to each other with TLS only (never plain TCP), presenting
   their own --tls-cert (for peers with --tls-client-ca), and --cluster-tls-ca is required;
   every broker of a cluster serves TLS or none does (a mixed one is refused at start). With
@@ -247,6 +252,7 @@ export async function serve(argv: string[]): Promise<number> {
       "advertise-http": { type: "string" },
       "cluster-secret-file": { type: "string" },
       "cluster-tls-ca": { type: "string" },
+      "leader-rebalance-ms": { type: "string" },
       "cluster-etcd-ca": { type: "string" },
       "cluster-etcd-cert": { type: "string" },
       "cluster-etcd-key": { type: "string" },
@@ -1035,6 +1041,8 @@ interface ClusterSettings {
   etcdTls: TlsOutgoingFiles | undefined;
   /** etcd user authentication: the user and the file its password is read from. */
   etcdAuth: { user: string; passwordPath: string } | undefined;
+  /** `--leader-rebalance-ms`: the controller's preferred leader check period, ms (0: off). */
+  rebalanceMs: number;
 }
 
 /**
@@ -1049,6 +1057,7 @@ function clusterSettings(values: Record<string, unknown>): ClusterSettings | nul
     "advertise-http",
     "cluster-secret-file",
     "cluster-tls-ca",
+    "leader-rebalance-ms",
     "cluster-etcd-ca",
     "cluster-etcd-cert",
     "cluster-etcd-key",
@@ -1153,6 +1162,13 @@ function clusterSettings(values: Record<string, unknown>): ClusterSettings | nul
     advertiseTcp: `${tcp.host.includes(":") ? `[${tcp.host}]` : tcp.host}:${tcp.port}`,
     advertiseHttp: http.replace(/\/$/, ""),
     secret,
+    rebalanceMs: intOption(
+      "leader-rebalance-ms",
+      values["leader-rebalance-ms"] as string | undefined,
+      rebalanceMsDefault,
+      0,
+      86_400_000,
+    ),
   };
 }
 
@@ -1236,6 +1252,7 @@ async function startClusterNode(
       logger,
       prefix: defaultClusterPrefix,
       nodeId: settings.nodeId,
+      rebalanceMs: settings.rebalanceMs,
       advertise: {
         tcp: settings.advertiseTcp,
         http: settings.advertiseHttp,

@@ -23,6 +23,14 @@
  * changes, else it is gone once the grace is over. A broker that left cleanly (`departed/<id>`
  * names its incarnation) is gone at once. docs/cluster.md "Riding out a lost lease".
  *
+ * Preferred leader election (docs/cluster.md "Preferred leader election"): every
+ * `rebalanceMs` (default 30 s; 0 turns it off) the controller moves the leadership of up to
+ * `rebalanceMaxMoves` partitions back to their preferred replica ({@link preferredLeaderMove}),
+ * each only if the move already applied at the previous check with the same incarnation of the
+ * preferred replica (so a broker must stay registered and in the ISR for a whole period first:
+ * a flapping one moves nothing). A put of `elect_preferred` (`es-broker cluster
+ * elect-preferred`) runs one check at once, without the wait and the limit.
+ *
  * Time and randomness come through {@link Clock} and {@link Prng} (layer rule): the controller
  * can be driven by a simulation with an in-memory {@link Etcd}.
  */
@@ -31,7 +39,7 @@ import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { Prng } from "../lib/prng.ts";
 import type { Etcd, EtcdEvent, EtcdKeyValue, EtcdWatch } from "./etcd.ts";
-import { controllerKey, incarnationsKey, parsePartitionKey } from "./keys.ts";
+import { controllerKey, electPreferredKey, incarnationsKey, parsePartitionKey } from "./keys.ts";
 import { type BrokerRegistration, incarnationRevision, parseRegistration } from "./membership.ts";
 import {
   controllerUpdate,
@@ -39,6 +47,7 @@ import {
   noLeader,
   type PartitionState,
   parsePartitionState,
+  preferredLeaderMove,
 } from "./partition-state.ts";
 
 /** The value of the `controller` key. */
@@ -69,7 +78,21 @@ export interface ControllerOptions {
    * {@link lapseGraceMsDefault}.
    */
   lapseGraceMs?: number;
+  /**
+   * Period of the preferred leader check, ms; 0 turns automatic moves off (an `elect_preferred`
+   * request still runs). Default {@link rebalanceMsDefault}.
+   */
+  rebalanceMs?: number;
+  /** Most leaderships one periodic check moves. Default 4. */
+  rebalanceMaxMoves?: number;
 }
+
+/**
+ * Default {@link ControllerOptions.rebalanceMs}: Kafka checks every 300 s; a shorter period
+ * brings leadership back sooner after a rolling restart, and the two-check rule keeps a
+ * flapping broker from taking it.
+ */
+export const rebalanceMsDefault = 30_000;
 
 /**
  * Default {@link ControllerOptions.lapseGraceMs}: a broker notices a revoked lease through its
@@ -118,6 +141,10 @@ export class Controller {
   readonly #absentSince = new Map<number, number>();
   #graceTimer: Timer | null = null;
   readonly #listeners = new Set<() => void>();
+  #rebalanceTimer: Timer | null = null;
+  /** `topic/partition` → the preferred replica's incarnation, where a move applied at the last check. */
+  #movableBefore = new Map<string, string>();
+  #moves = 0;
 
   constructor(options: ControllerOptions) {
     this.#o = options;
@@ -142,6 +169,11 @@ export class Controller {
   /** Passes over the partitions completed while elected (for tests and status). */
   get passes(): number {
     return this.#passes;
+  }
+
+  /** Leaderships moved to the preferred replica while this broker was the controller. */
+  get preferredMoves(): number {
+    return this.#moves;
   }
 
   /** Calls `fn` after every change of {@link current} or {@link isController}, and after every pass. */
@@ -177,6 +209,16 @@ export class Controller {
     );
     await this.#enqueue(() => this.#campaign());
     this.#schedule();
+    this.#scheduleRebalance();
+  }
+
+  #scheduleRebalance(): void {
+    const period = this.#o.rebalanceMs ?? rebalanceMsDefault;
+    if (this.#closed || period <= 0) return;
+    this.#rebalanceTimer = this.#o.clock.setTimer(period, () => {
+      if (this.#epoch !== null) void this.#enqueue(() => this.#rebalance(null));
+      this.#scheduleRebalance();
+    });
   }
 
   #parseRecord(kv: EtcdKeyValue): ControllerRecord | null {
@@ -267,6 +309,7 @@ export class Controller {
       reason,
     });
     this.#epoch = null;
+    this.#movableBefore = new Map();
     const w = this.#brokerWatch;
     this.#brokerWatch = null;
     void w?.cancel();
@@ -283,6 +326,17 @@ export class Controller {
         {
           onEvents: (events) => {
             if (events.some((e) => this.#relevant(e))) this.#requestPass();
+            const request = events.find(
+              (e) => e.type === "put" && e.kv.key === electPreferredKey(p),
+            );
+            if (request !== undefined) {
+              let topic: string | null = null;
+              try {
+                const v = JSON.parse(request.kv.value) as { topic?: unknown };
+                if (typeof v?.topic === "string") topic = v.topic;
+              } catch {}
+              void this.#enqueue(() => this.#rebalance({ topic }));
+            }
           },
           onCompacted: () => {
             if (this.#epoch !== null) this.#watchForPasses();
@@ -493,11 +547,99 @@ export class Controller {
     }
   }
 
+  /**
+   * One preferred leader check (the module comment): `forced` (an `elect_preferred` request,
+   * optionally for one topic) moves every partition it may at once; a periodic check (null)
+   * moves at most `rebalanceMaxMoves`, each only if it applied at the previous check too.
+   */
+  async #rebalance(forced: { topic: string | null } | null): Promise<void> {
+    const epoch = this.#epoch;
+    if (epoch === null) return;
+    const { etcd, logger } = this.#o;
+    const p = this.#prefix;
+    const [brokers, partitions] = await Promise.all([
+      etcd.list(`${p}/brokers/`),
+      etcd.list(`${p}/partitions/`),
+    ]);
+    const live = new Map<number, { incarnation: string; registeredAt: number }>();
+    for (const kv of brokers.kvs) {
+      try {
+        const r = parseRegistration(kv);
+        live.set(r.node_id, {
+          incarnation: r.incarnation,
+          registeredAt: incarnationRevision(kv, r),
+        });
+      } catch {}
+    }
+    const movable = new Map<string, string>();
+    const limit = forced === null ? (this.#o.rebalanceMaxMoves ?? 4) : Number.POSITIVE_INFINITY;
+    let moved = 0;
+    for (const kv of partitions.kvs) {
+      if (this.#epoch !== epoch) return;
+      const where = parsePartitionKey(p, kv.key);
+      if (
+        where === null ||
+        (forced !== null && forced.topic !== null && where.topic !== forced.topic)
+      )
+        continue;
+      let state: PartitionState;
+      try {
+        state = parsePartitionState(kv.key, kv.value);
+      } catch {
+        continue; // the pass logs it
+      }
+      const preferred = live.get(state.replicas[0]);
+      // An ISR written before the preferred replica's incarnation registered describes an
+      // earlier one (it restarted; the pass takes it out of the ISR): never a move by it.
+      if (preferred === undefined || kv.modRevision < preferred.registeredAt) continue;
+      const next = preferredLeaderMove(state, (id) => ({
+        alive: live.has(id) && !this.#absentSince.has(id),
+        logEndOffset: undefined,
+      }));
+      if (next === null) continue;
+      const name = `${where.topic}/${where.partition}`;
+      movable.set(name, preferred.incarnation);
+      if (forced === null && this.#movableBefore.get(name) !== preferred.incarnation) continue;
+      if (moved >= limit) continue;
+      const result = await etcd.txn({
+        compare: [
+          { key: kv.key, target: "mod_revision", result: "equal", number: kv.modRevision },
+          { key: controllerKey(p), target: "create_revision", result: "equal", number: epoch },
+        ],
+        success: [{ put: { key: kv.key, value: formatPartitionState(next) } }],
+        failure: [{ get: { key: controllerKey(p) } }],
+      });
+      if (!result.succeeded) {
+        const controllerNow = result.reads[0]?.[0];
+        if (controllerNow === undefined || controllerNow.createRevision !== epoch) {
+          this.#deposed("a newer controller holds the key");
+          return;
+        }
+        continue; // the state changed meanwhile (an ISR change): the next check sees it
+      }
+      moved++;
+      this.#moves++;
+      movable.delete(name);
+      logger.log("info", "cluster.preferred_leader_elected", {
+        topic: where.topic,
+        partition: where.partition,
+        leader: next.leader,
+        previous_leader: state.leader,
+        leader_epoch: next.leader_epoch,
+        controller_epoch: epoch,
+        requested: forced !== null,
+      });
+    }
+    if (forced === null) this.#movableBefore = movable;
+    if (moved > 0) this.#changed();
+  }
+
   /** Stops campaigning and watching. The key (on the membership lease) goes with the lease. */
   async close(): Promise<void> {
     this.#closed = true;
     this.#timer?.cancel();
     this.#graceTimer?.cancel();
+    this.#rebalanceTimer?.cancel();
     const watches = [...this.#watches, ...(this.#brokerWatch ? [this.#brokerWatch] : [])];
     this.#watches = [];
     this.#brokerWatch = null;

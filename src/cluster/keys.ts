@@ -79,3 +79,11 @@ export function revokedKeyKey(prefix: string, id: string): string {
 export function authEnabledKey(prefix: string): string {
   return `${prefix}/auth/enabled`;
 }
+
+/**
+ * `elect_preferred`: `{"topic": <name or null>}`, an operator's request for a preferred leader
+ * election now (docs/cluster.md "Preferred leader election"); the controller acts on every put.
+ */
+export function electPreferredKey(prefix: string): string {
+  return `${prefix}/elect_preferred`;
+}

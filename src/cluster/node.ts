@@ -96,6 +96,8 @@ export interface ClusterNodeOptions
   resyncMs?: number;
   /** How long a vanished registration keeps its place before it counts as gone, ms (`ControllerOptions.lapseGraceMs`). */
   lapseGraceMs?: number;
+  /** Preferred leader check period while this broker is the controller, ms; 0: off (`ControllerOptions.rebalanceMs`). */
+  rebalanceMs?: number;
   /** This broker's replica-fetch links to other brokers (`PeerLinks.snapshot`), for metadata and metrics. */
   peerLinks?: () => PeerLinkStatus[];
   /** Stops the join's retries while etcd is unreachable (a signal during start-up). */
@@ -152,6 +154,7 @@ export class ClusterNode {
       lease: () => membership.leaseId,
       resyncMs: options.resyncMs,
       lapseGraceMs: options.lapseGraceMs,
+      rebalanceMs: options.rebalanceMs,
     });
   }
 

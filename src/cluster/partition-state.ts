@@ -300,3 +300,28 @@ export function expandIsr(
     committed_offset: Math.max(state.committed_offset, change.highWatermark),
   };
 }
+
+/**
+ * Preferred leader election (docs/cluster.md "Preferred leader election"): moves the leadership
+ * back to the preferred replica (`replicas[0]`), with the leader epoch bumped, when it is not the
+ * leader, is in the ISR and alive (not lapsed), and the current leader is alive too. Returns null
+ * when no move applies.
+ *
+ * Safe for the reason a failover to an ISR member is: a produce is acknowledged only once every
+ * ISR member has fsynced it, so the preferred replica holds every acknowledged record; the epoch
+ * bump fences the old leader, whose unacknowledged tail followers truncate by leader epoch.
+ * The ISR and ELR do not change; `committed_offset` stays (the new leader starts its high
+ * watermark from it, or higher).
+ */
+export function preferredLeaderMove(
+  state: PartitionState,
+  view: (nodeId: number) => ReplicaView,
+): PartitionState | null {
+  const preferred = state.replicas[0];
+  if (state.leader === noLeader || state.leader === preferred) return null;
+  if (!state.isr.includes(preferred)) return null;
+  const p = view(preferred);
+  const l = view(state.leader);
+  if (!p.alive || p.lapsed === true || !l.alive || l.lapsed === true) return null;
+  return { ...state, leader: preferred, leader_epoch: state.leader_epoch + 1 };
+}

@@ -92,6 +92,13 @@ export interface JepsenReport {
   history: History;
   /** Ops per process kind that completed ok (proof the workload ran). */
   okOps: Record<"producer" | "idem" | "consumer" | "member", number>;
+  /**
+   * Leaderships the controller moved back to a preferred replica while the workload ran
+   * (`cluster.preferred_leader_elected` in the brokers' logs; 0 for a single node).
+   */
+  preferredMoves: number;
+  /** Partitions led by another than their preferred replica when the last fault ended (0 single). */
+  displacedAtEnd: number;
   /** Where the processes' logs and the history were saved (when the check failed). */
   logsDir?: string;
   /** The report as text: schedule, failovers, checker counts. */
@@ -111,6 +118,14 @@ interface FaultEvent {
   partitions: number[];
 }
 
+/** Preferred leader moves in every broker's log so far (docs/cluster.md "Preferred leader election"). */
+function countPreferredMoves(cluster: TestCluster): number {
+  let n = 0;
+  for (const b of cluster.brokers)
+    for (const line of b.log) if (line.includes('"cluster.preferred_leader_elected"')) n++;
+  return n;
+}
+
 /** Runs the whole scenario and checks it; never throws for an anomaly (the caller asserts). */
 export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
   const log = options.log ?? (() => {});
@@ -127,7 +142,13 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
       options.replay ?? "npx vitest run --project default test/cluster/jepsen.test.ts",
     ),
   );
-  const cluster = await startCluster({ cluster: clustered, command: options.command });
+  // Preferred leader election every second (default 30 s): a broker back from a fault takes its
+  // leaderships back while the workload runs, so leadership moves are a fault source too.
+  const cluster = await startCluster({
+    cluster: clustered,
+    command: options.command,
+    serveArgs: clustered ? ["--leader-rebalance-ms", "1000"] : [],
+  });
   const history = new History();
   const faults: FaultEvent[] = [];
   let stopped = false;
@@ -159,9 +180,17 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
       if (wait > 0) await sleep(wait);
       faults.push(await applyFault(fault, cluster, history, log));
     }
+    // Under load, until every leadership is back on its preferred replica (a leader fault that
+    // just healed leaves one off it): the move happens while producers write.
+    const displacedAtEnd = clustered ? ((await offPreferred(cluster)) ?? partitions) : 0;
+    for (const until = Date.now() + 20_000; displacedAtEnd > 0 && Date.now() < until; ) {
+      if ((await offPreferred(cluster)) === 0) break;
+      await sleep(200);
+    }
     await sleep(3000); // a quiet tail: the last heal settles under load
     stopped = true;
     await Promise.all(workers);
+    const preferredMoves = countPreferredMoves(cluster);
 
     // Heal whatever is still off, then read everything.
     for (const b of cluster.brokers) {
@@ -189,6 +218,7 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
     const text = [
       formatCheckResult(check),
       `  ok ops: ${okOps.producer} plain sends, ${okOps.idem} idempotent sends, ${okOps.consumer} consumer polls, ${okOps.member} group polls`,
+      `  preferred leader moves under load: ${preferredMoves} (${displacedAtEnd} leaderships off their preferred replica when the faults ended)`,
       ...failovers.map(
         (f) =>
           `  failover after ${f.kind} of node ${f.nodes.join(",")} (partitions ${f.partitions.join(",")}): ` +
@@ -197,7 +227,16 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
       ),
     ].join("\n");
     log(text);
-    const report: JepsenReport = { schedule, check, failovers, history, okOps, text };
+    const report: JepsenReport = {
+      displacedAtEnd,
+      schedule,
+      check,
+      failovers,
+      history,
+      okOps,
+      preferredMoves,
+      text,
+    };
     if (!check.valid) {
       report.logsDir = cluster.saveLogs({
         "history.jsonl": history.toJsonLines(),
@@ -519,6 +558,14 @@ async function groupMember(
   }
   await drop();
   await router.close().catch(() => {});
+}
+
+/** How many partitions are led by another than their first replica now, or null if unknown. */
+async function offPreferred(cluster: TestCluster): Promise<number | null> {
+  const m = await cluster.metadata(topic).catch(() => null);
+  const ps = m?.topics[0]?.partitions;
+  if (ps === undefined || ps.length === 0) return null;
+  return ps.filter((p) => p.leader !== p.replicas[0]).length;
 }
 
 /** The partitions each broker leads now (single node: every partition on node 1). */
