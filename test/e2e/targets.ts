@@ -79,6 +79,9 @@ export function nodeOnlyE2eFiles(
     // every target by cli.test.ts (`consume --follow --group` stopped by signals, committed, left)
     // and core.test.ts (SIGKILL).
     "test/e2e/groups.test.ts",
+    // Produce on the raw socket runs on Node only (runtime/http-raw.ts); hostile*.test.ts drive
+    // every runtime's HTTP server with the same mixes of good and bad requests.
+    "test/e2e/http-raw.test.ts",
     // The CLI's own logic (cli.test.ts keeps what touches the runtime: signals, stdin, listen and
     // file errors, exit codes).
     "test/e2e/cli-commands.test.ts",
