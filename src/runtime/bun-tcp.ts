@@ -21,7 +21,7 @@ import { tcpEndLingerMs } from "../lib/limits.ts";
 import type { ByteSocket, ByteSocketHandlers } from "../transport/tcp/socket.ts";
 
 /** The part of a Bun TCP socket the adapter uses (Bun's own types are not a dependency). */
-interface BunSocket {
+export interface BunSocket {
   /** The adapter of this connection, set in `open`. */
   data: BunByteSocket | undefined;
   readonly remoteAddress: string;
