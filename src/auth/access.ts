@@ -268,7 +268,11 @@ export class AccessControl {
         )
       : new AuthenticationError(
           "revoked",
-          `${action}: API key ${principal.id} was revoked (or changed in api_keys.json) while this connection was open`,
+          // Cluster mode keeps the keys in etcd (docs/cluster.md "Schema registry and API
+          // keys in etcd"): no api_keys.json is read, and a revocation holds on every broker.
+          this.#keys?.clustered === true
+            ? `${action}: API key ${principal.id} was revoked (es-broker keys revoke; the cluster keeps its keys in etcd, so every broker refuses it now) while this connection was open`
+            : `${action}: API key ${principal.id} was revoked (or changed in api_keys.json) while this connection was open`,
           Errors.keyRevoked,
         );
   }

@@ -309,6 +309,11 @@ export class KeyStore {
     return this.#path;
   }
 
+  /** True when a backend keeps the keys (cluster mode: etcd), not `api_keys.json`. */
+  get clustered(): boolean {
+    return this.#backend !== null;
+  }
+
   /** True while authentication is on: the file exists (it may hold no key). */
   get enabled(): boolean {
     return this.#enabled;

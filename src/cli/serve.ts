@@ -827,7 +827,21 @@ export async function serve(argv: string[]): Promise<number> {
   const tlsShown = tlsMaterial === undefined ? "off" : tlsMaterial.mutual ? "mutual" : "on";
   const metricsShown =
     metricsServer === undefined ? "" : ` metrics=http://127.0.0.1:${metricsServer.port}/metrics`;
-  const listening = `es-broker ${version} (${runtime}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port}${kafka === null ? "" : ` kafka=${shownHost}:${kafka.port}`} data=${dataDir} tls=${tlsShown} auth=${keys.enabled ? "on" : "off"}${metricsShown}${node === null ? "" : ` cluster=${node.membership.clusterId} node=${node.membership.nodeId}`}\n`;
+  // In a cluster the keys are the cluster's (etcd): with none yet, authentication turns on as
+  // soon as any broker has one (another broker importing its api_keys.json at this moment, or
+  // keys create), so "off" would be wrong a moment later; `auth.enabled` is logged then.
+  const authShown = keys.enabled ? "on" : keys.clustered ? "cluster" : "off";
+  if (!keys.enabled && keys.clustered) {
+    const store = keys;
+    const stop = store.onChange(() => {
+      if (!store.enabled) return;
+      stop();
+      logger.log("info", "auth.enabled", {
+        reason: "the cluster has an API key: every request needs one from now on",
+      });
+    });
+  }
+  const listening = `es-broker ${version} (${runtime}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port}${kafka === null ? "" : ` kafka=${shownHost}:${kafka.port}`} data=${dataDir} tls=${tlsShown} auth=${authShown}${metricsShown}${node === null ? "" : ` cluster=${node.membership.clusterId} node=${node.membership.nodeId}`}\n`;
 
   // SIGHUP: new TLS material for new connections, api_keys.json again; failures keep the old.
   let reloading = Promise.resolve();

@@ -181,6 +181,8 @@ describe("cluster schema registry in etcd (#33b)", () => {
 
 describe("cluster API keys in etcd (#24c)", () => {
   it("a key made on broker 1 works on 2 and 3; revoked on 2, its open TCP connection on 3 is refused within 5 s", async () => {
+    // No key in the cluster yet: the start-up line says authentication is the cluster's, not "off".
+    for (const id of [1, 2, 3]) expect(broker(id).listening).toContain(" auth=cluster ");
     const made = await runCli([
       "keys",
       "create",
@@ -198,6 +200,8 @@ describe("cluster API keys in etcd (#24c)", () => {
         const res = await fetch(`${broker(id).httpUrl}/v1/topics`, { headers: headers() });
         return res.status === 200 ? true : undefined;
       });
+      // ... and each logs the moment authentication turned on.
+      expect(broker(id).stderr()).toContain('"event":"auth.enabled"');
       const anonymous = await fetch(`${broker(id).httpUrl}/v1/topics`);
       expect(anonymous.status).toBe(401);
     }

@@ -59,6 +59,8 @@ export interface BrokerProcess {
   kafka?: { host: string; port: number };
   /** `http://127.0.0.1:port/metrics` when started with `--metrics-port`. */
   metricsUrl?: string;
+  /** Its start-up line (`es-broker … listening: …`). */
+  listening: string;
   /** Everything the process wrote to stderr so far. */
   stderr(): string;
   /** Sends a signal and resolves with the exit code (or signal name) once it exits. */
@@ -128,6 +130,7 @@ export async function startBroker(
     tcp: { host: m[4], port: Number(m[5]) },
     kafka: k ? { host: k[1], port: Number(k[2]) } : undefined,
     metricsUrl: / metrics=(http:\/\/\S+)/.exec(line)?.[1],
+    listening: line,
     stderr: () => err,
     stop: (signal = "SIGTERM") => {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);

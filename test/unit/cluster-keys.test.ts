@@ -7,7 +7,9 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { apiKeyIdChars, apiKeyPrefix, apiKeySecretChars } from "../../src/auth/key-format.ts";
+import { AccessControl } from "../../src/auth/access.ts";
 import type { KeyStore, StoredKey } from "../../src/auth/key-store.ts";
+import type { Broker } from "../../src/broker/types.ts";
 import type { BrokerError } from "../../src/broker/errors.ts";
 import { ClusterKeyBackend } from "../../src/cluster/cluster-keys.ts";
 import { silentLogger } from "../../src/lib/logger.ts";
@@ -125,5 +127,24 @@ describe("cluster API keys in etcd", () => {
     expect(JSON.parse(etcd.kvs.get(`${prefix}/auth/keys/secret-holder`)!.value).hash).toMatch(
       /^sha256:[0-9a-f]{64}$/,
     );
+  });
+
+  it("key_revoked in cluster mode names etcd, not api_keys.json (which cluster mode does not use)", async () => {
+    const etcd = new FakeEtcd();
+    const [one, two] = [await broker(etcd), await broker(etcd)];
+    expect(one.clustered).toBe(true);
+    const made = await one.create({ name: "reader", role: "consumer", topics: ["orders"] });
+    await settle();
+    // The message is all that is under test: AccessControl never calls the broker for it.
+    const access = new AccessControl({ broker: {} as Broker, keys: two, logger: silentLogger });
+    const principal = two.verify(made.key)!;
+    await one.revoke("reader");
+    await settle();
+    const error = access.invalidError(principal, 'Cannot fetch from topic "orders"');
+    expect(error.kind.code).toBe("key_revoked");
+    expect(error.message).toBe(
+      `Cannot fetch from topic "orders": API key ${made.info.id} was revoked (es-broker keys revoke; the cluster keeps its keys in etcd, so every broker refuses it now) while this connection was open`,
+    );
+    expect(error.message).not.toContain("api_keys.json");
   });
 });
