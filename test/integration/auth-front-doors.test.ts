@@ -393,6 +393,31 @@ describe("HTTP authentication", () => {
     expect(post.status).toBe(401);
   });
 
+  it("a 401 of a request another broker redirected here (redirected=1) says the redirect dropped the key", async () => {
+    const d = await doors();
+    const res = await d.http("/v1/topics/orders/partitions/0/records?offset=0&redirected=1");
+    expect(res.status).toBe(401);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("unauthenticated");
+    expect(body.error.message).toContain("the redirect dropped your key");
+    expect(body.error.message).toContain("--location-trusted");
+    // Not redirected: the plain message.
+    const plain = (await (
+      await d.http("/v1/topics/orders/partitions/0/records?offset=0")
+    ).json()) as {
+      error: { message: string };
+    };
+    expect(plain.error.message).not.toContain("redirect");
+    // A wrong key sent after a redirect is a wrong key, not a dropped one.
+    const wrong = await d.http("/v1/topics?redirected=1", {
+      headers: { authorization: `Bearer ${d.consumer.slice(0, -4)}zzzz` },
+    });
+    expect(wrong.status).toBe(401);
+    expect(((await wrong.json()) as { error: { message: string } }).error.message).not.toContain(
+      "redirect",
+    );
+  });
+
   it("malformed Authorization headers are 401 invalid_token, logged, and never echoed", async () => {
     const d = await doors();
     const secretish = "S3cr3tValueThatMustNotBeEchoed";

@@ -24,7 +24,13 @@ import { BrokerError, Errors } from "../../broker/errors.ts";
 import { clip, quote } from "../../lib/quote.ts";
 import type { Broker } from "../../broker/types.ts";
 import { apiKeyTextBytesMax } from "../../lib/limits.ts";
-import { createHttpApp, type HttpApp, type HttpAppOptions, type HttpBindings } from "./app.ts";
+import {
+  createHttpApp,
+  type HttpApp,
+  type HttpAppOptions,
+  type HttpBindings,
+  redirectedMarker,
+} from "./app.ts";
 import { errorBody } from "./errors.ts";
 import { registerKeyRoutes } from "./keys.ts";
 import { consolePaths } from "./console.ts";
@@ -172,12 +178,33 @@ export function createAuthenticatedHttpApp(
         principal = access.authenticate(key, remote, "http");
       } catch (error) {
         if (error instanceof BrokerError)
-          return unauthenticatedResponse(error, isRegistryPath(pathOf(request.url)));
+          return unauthenticatedResponse(
+            droppedByRedirect(error, request.url),
+            isRegistryPath(pathOf(request.url)),
+          );
         throw error;
       }
       return nosniff(appFor(principal).fetch(request, env));
     },
   };
+}
+
+/**
+ * A request without a key that another broker redirected here (cluster mode: the 307's Location
+ * carries `redirected=1`, app.ts) most likely had one: curl and fetch drop Authorization on a
+ * redirect to another port. The 401 says so, and how to keep it (docs/cluster.md).
+ */
+function droppedByRedirect(error: BrokerError, url: string): BrokerError {
+  if (!(error instanceof AuthenticationError) || error.reason !== "missing") return error;
+  let redirected = false;
+  try {
+    redirected = new URL(url).searchParams.get(redirectedMarker) === "1";
+  } catch {}
+  if (!redirected) return error;
+  return new AuthenticationError(
+    "missing",
+    `${error.message}. This request was redirected here by another broker (307 to the partition's leader or the group coordinator), and the redirect dropped your key: curl needs --location-trusted (not just -L) to send it again after a redirect`,
+  );
 }
 
 /** Methods that change nothing, which a cross-site page may send (their answers it cannot read). */
