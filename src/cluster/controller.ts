@@ -37,6 +37,7 @@
 import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
+import { clip } from "../lib/quote.ts";
 import type { Prng } from "../lib/prng.ts";
 import type { Etcd, EtcdEvent, EtcdKeyValue, EtcdWatch } from "./etcd.ts";
 import { controllerKey, electPreferredKey, incarnationsKey, parsePartitionKey } from "./keys.ts";
@@ -330,12 +331,15 @@ export class Controller {
               (e) => e.type === "put" && e.kv.key === electPreferredKey(p),
             );
             if (request !== undefined) {
-              let topic: string | null = null;
-              try {
-                const v = JSON.parse(request.kv.value) as { topic?: unknown };
-                if (typeof v?.topic === "string") topic = v.topic;
-              } catch {}
-              void this.#enqueue(() => this.#rebalance({ topic }));
+              const topic = parseElectPreferred(request.kv.value);
+              // A request that names no topic correctly asked for one topic, not for every
+              // partition at once (attack9 F2): ignored, and said so.
+              if (topic === undefined)
+                this.#o.logger.log("warn", "cluster.bad_elect_preferred", {
+                  value: clip(request.kv.value, 200),
+                  expected: '{"topic": "NAME"} or {"topic": null} for every topic',
+                });
+              else void this.#enqueue(() => this.#rebalance({ topic }));
             }
           },
           onCompacted: () => {
@@ -647,5 +651,21 @@ export class Controller {
     await this.#queue.catch(() => {});
     this.#epoch = null;
     this.#listeners.clear();
+  }
+}
+
+/**
+ * The topic an `elect_preferred` value asks for: a name, null for every topic, or undefined when
+ * the value is not `{"topic": string | null}` (docs/cluster.md "Preferred leader election").
+ */
+export function parseElectPreferred(value: string): string | null | undefined {
+  try {
+    const v = JSON.parse(value) as unknown;
+    if (typeof v !== "object" || v === null || Array.isArray(v) || !("topic" in v))
+      return undefined;
+    const topic = (v as { topic: unknown }).topic;
+    return typeof topic === "string" || topic === null ? topic : undefined;
+  } catch {
+    return undefined;
   }
 }

@@ -859,6 +859,8 @@ export class ReplicaManager implements ReplicationSeam {
         return;
       }
       if (next.isr.join() === r.state.isr.join()) return;
+      // Taken before the transaction: this broker's own watch may apply the write first.
+      const isrBefore = r.state.isr;
       const result = await this.#o.etcd.txn({
         compare: [{ key, target: "mod_revision", result: "equal", number: r.modRevision }],
         success: [{ put: { key, value: formatPartitionState(next) } }],
@@ -869,7 +871,7 @@ export class ReplicaManager implements ReplicationSeam {
           this.#o.logger.log("info", "replication.isr_changed", {
             partition: r.name,
             leader_epoch: epoch,
-            isr_before: r.state.isr,
+            isr_before: isrBefore,
             isr: next.isr,
             high_watermark: r.highWatermark,
           });

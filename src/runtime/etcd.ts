@@ -50,6 +50,12 @@ export interface EtcdHttpClientOptions {
   /** Longest wait for one request to one endpoint, in ms. Default 5000. */
   requestTimeoutMs?: number;
   /**
+   * Longest wait for one lease renewal at one endpoint, in ms (default 1500): well under the
+   * renewal period (TTL/3, 2 s by default), so a member that accepts connections and never
+   * answers costs a renewal one endpoint's try, never the lease (attack9 F1).
+   */
+  leaseRequestTimeoutMs?: number;
+  /**
    * Pause before a broken watch reconnects, in ms; doubled after each round in which every
    * endpoint failed, up to 2000 (or this, if longer). Default 250.
    */
@@ -245,6 +251,7 @@ export class EtcdHttpClient implements Etcd {
   readonly #endpoints: string[];
   #current = 0;
   readonly #timeoutMs: number;
+  readonly #leaseTimeoutMs: number;
   readonly #watchRetryMs: number;
   readonly #watchCheckMs: number;
   readonly #logger: Logger;
@@ -281,6 +288,7 @@ export class EtcdHttpClient implements Etcd {
       );
     this.#endpoints = [...endpoints];
     this.#timeoutMs = options.requestTimeoutMs ?? 5000;
+    this.#leaseTimeoutMs = Math.min(this.#timeoutMs, options.leaseRequestTimeoutMs ?? 1500);
     this.#watchRetryMs = options.watchRetryMs ?? 250;
     this.#watchCheckMs = options.watchCheckMs ?? 2000;
     this.#logger = options.logger ?? silentLogger;
@@ -421,11 +429,12 @@ export class EtcdHttpClient implements Etcd {
     body: unknown,
     retry: Retry,
     what: string,
+    timeoutMs = this.#timeoutMs,
   ): Promise<Record<string, unknown>> {
     for (let attempt = 1; ; attempt++) {
       const headers = await this.#headers();
       try {
-        return await this.#callOnce(path, body, retry, what, headers);
+        return await this.#callOnce(path, body, retry, what, headers, timeoutMs);
       } catch (err) {
         if (
           this.#auth === undefined ||
@@ -449,6 +458,7 @@ export class EtcdHttpClient implements Etcd {
     retry: Retry,
     what: string,
     headers: Record<string, string>,
+    timeoutMs = this.#timeoutMs,
   ): Promise<Record<string, unknown>> {
     const failures: string[] = [];
     let tlsKind: keyof typeof tlsHints | null = null;
@@ -458,7 +468,7 @@ export class EtcdHttpClient implements Etcd {
       const endpoint = this.#endpoints[this.#current];
       let response: Answer;
       let text: string;
-      const limit = deadline(this.#timeoutMs);
+      const limit = deadline(timeoutMs);
       try {
         response = await this.#post(endpoint, path, JSON.stringify(body), headers, limit.signal);
         text = await response.text();
@@ -630,6 +640,7 @@ export class EtcdHttpClient implements Etcd {
       { ID: id },
       "any",
       `renew etcd lease ${id}`,
+      this.#leaseTimeoutMs,
     );
     const result = json.result as { TTL?: string } | undefined;
     return num(result?.TTL, "TTL");

@@ -741,16 +741,38 @@ function measureFailover(event: FaultEvent, history: History): FailoverReport {
   };
 }
 
+/** `node scripts/jepsen.mjs --help`. */
+const jepsenUsage = `Usage: node scripts/jepsen.mjs [--minutes N] [--seed S] [--mode cluster|single]
+  --minutes N   how long the workload runs under faults (default 5)
+  --seed S      the fault schedule's seed (default: ES_BROKER_JEPSEN_SEED, else random; printed)
+  --mode M      cluster (three brokers, three etcd members; default) or single (one broker)
+Exit 0: the history is valid; 1: an anomaly (the report names it); 2: a usage error.`;
+
 /**
  * `scripts/jepsen.mjs`: a longer run. Flags: `--seed N` (default: `ES_BROKER_JEPSEN_SEED` or a fresh
  * one), `--minutes M` (fault schedule length, default 5), `--mode single|cluster` (default cluster).
- * Returns the exit code: 0 when the checker found nothing, 1 otherwise.
+ * Returns the exit code: 0 when the checker found nothing, 1 otherwise, 2 for a usage error.
  */
 export async function main(argv: string[], options: { command: string[] }): Promise<number> {
-  const { values } = parseArgs({
-    args: argv,
-    options: { seed: { type: "string" }, minutes: { type: "string" }, mode: { type: "string" } },
-  });
+  let values: { seed?: string; minutes?: string; mode?: string; help?: boolean };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        seed: { type: "string" },
+        minutes: { type: "string" },
+        mode: { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    }));
+  } catch (err) {
+    console.error(`jepsen: ${(err as Error).message}\n${jepsenUsage}`);
+    return 2;
+  }
+  if (values.help) {
+    console.log(jepsenUsage);
+    return 0;
+  }
   const seed = seedFromEnv(
     values.seed === undefined ? process.env : { ES_BROKER_JEPSEN_SEED: values.seed },
   );

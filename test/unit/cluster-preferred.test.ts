@@ -8,7 +8,7 @@
  * The real processes: test/e2e/cluster.test.ts "preferred leader".
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { Controller } from "../../src/cluster/controller.ts";
+import { Controller, parseElectPreferred } from "../../src/cluster/controller.ts";
 import { electPreferredKey, incarnationsKey, partitionKey } from "../../src/cluster/keys.ts";
 import { joinCluster, type Membership } from "../../src/cluster/membership.ts";
 import {
@@ -249,6 +249,13 @@ describe("controller: preferred leader election", () => {
     await etcd.put(electPreferredKey(prefix), JSON.stringify({ topic: "b" }));
     await until("b moved", async () => (await readState(etcd, "b")).leader === 1);
     expect((await readState(etcd, "a")).leader).toBe(2); // another topic
+    // A malformed request moves nothing (attack9 F2: it used to move every partition).
+    await etcd.put(electPreferredKey(prefix), JSON.stringify({ topic: ["a"] }));
+    await until("the bad request logged", async () =>
+      brokers.some((x) => x.logger.named("cluster.bad_elect_preferred").length > 0),
+    );
+    for (let i = 0; i < 2; i++) await check();
+    expect((await readState(etcd, "a")).leader).toBe(2);
     await etcd.put(electPreferredKey(prefix), JSON.stringify({ topic: null }));
     await until("a moved", async () => (await readState(etcd, "a")).leader === 1);
     expect(
@@ -257,5 +264,24 @@ describe("controller: preferred leader election", () => {
       { topic: "b", requested: true },
       { topic: "a", requested: true },
     ]);
+  });
+});
+
+describe("parseElectPreferred", () => {
+  it("takes {topic: string | null} and nothing else", () => {
+    expect(parseElectPreferred('{"topic":"orders"}')).toBe("orders");
+    expect(parseElectPreferred('{"topic":null}')).toBeNull();
+    for (const bad of [
+      "",
+      "x",
+      "null",
+      "[]",
+      '["t"]',
+      "{}",
+      '{"topic":5}',
+      '{"topic":["x"]}',
+      '{"topics":"x"}',
+    ])
+      expect(parseElectPreferred(bad), bad).toBeUndefined();
   });
 });
