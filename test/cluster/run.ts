@@ -20,7 +20,8 @@
  *   delivery timeout is `info`.
  * - `consumer-N`: fetches each partition from its leader on from where it was, one fetch per op.
  * - `member-N`: a `GroupConsumer` of group `jepsen-g` (group requests to the coordinator, fetches
- *   to each partition's leader); each poll is followed by a commit. A poll op's session is the
+ *   to each partition's leader); each poll is followed by a commit. A poll's (and an acknowledged
+ *   commit's) session is the
  *   member's incarnation and how often its generation changed (to any number: generations are
  *   counted per coordinator): a new one may legitimately rewind to the group's
  *   committed offset. After an error the member is replaced by a new one.
@@ -548,7 +549,8 @@ async function groupMember(
         commit?.info(err);
         throw err;
       }
-      if (committed) commit?.ok();
+      // The session it ended in: a commit that rejoined began the next one (the checker's floor).
+      if (committed) commit?.ok(undefined, { session: sessionOf(m.generation) });
       else commit?.fail("stale generation: not committed");
     } catch (err) {
       if (!polled) op.info(err); // a failed commit: the records stay recorded, the next owner reads them again
@@ -743,14 +745,32 @@ function measureFailover(event: FaultEvent, history: History): FailoverReport {
 
 /**
  * `scripts/jepsen.mjs`: a longer run. Flags: `--seed N` (default: `ES_BROKER_JEPSEN_SEED` or a fresh
- * one), `--minutes M` (fault schedule length, default 5), `--mode single|cluster` (default cluster).
+ * one), `--minutes M` (fault schedule length, default 5), `--mode single|cluster` (default cluster),
+ * `--help`.
  * Returns the exit code: 0 when the checker found nothing, 1 otherwise.
  */
 export async function main(argv: string[], options: { command: string[] }): Promise<number> {
   const { values } = parseArgs({
     args: argv,
-    options: { seed: { type: "string" }, minutes: { type: "string" }, mode: { type: "string" } },
+    options: {
+      seed: { type: "string" },
+      minutes: { type: "string" },
+      mode: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
   });
+  if (values.help === true) {
+    console.log(
+      [
+        "usage: node scripts/jepsen.mjs [--minutes M] [--seed N] [--mode cluster|single]",
+        "  --minutes M   length of the fault schedule (default 5)",
+        "  --seed N      replay a run's fault schedule (default: ES_BROKER_JEPSEN_SEED or a fresh one)",
+        "  --mode MODE   cluster: three brokers and a three-member etcd (default); single: one broker",
+        "Exit code 0: the checker found no anomaly; 1: it found some (logs and history are kept).",
+      ].join("\n"),
+    );
+    return 0;
+  }
   const seed = seedFromEnv(
     values.seed === undefined ? process.env : { ES_BROKER_JEPSEN_SEED: values.seed },
   );
