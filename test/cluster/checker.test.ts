@@ -131,13 +131,64 @@ describe("checker: each anomaly alone is found", () => {
     const h = history();
     ackedSend(h, "p0", ["a", "b", "c"], 0);
     poll(h, "g0", [rec("a", 0), rec("b", 1)], { group: "g", session: "1.1" });
-    h.invoke("g0", "commit", { group: "g", records: [rec("", 2)] }).ok();
+    h.invoke("g0", "commit", { group: "g", records: [rec("", 2)] }).ok(undefined, {
+      session: "1.1",
+    });
     poll(h, "g0", [rec("b", 1), rec("c", 2)], { group: "g", session: "1.2" });
     h.finalRead({ topic, partition: 0 }, [rec("a", 0), rec("b", 1), rec("c", 2)]);
     expect(found(h)).toEqual(["nonMonotonicPoll"]);
     expect(checkHistory(h.ops).anomalies.nonMonotonicPoll[0].message).toMatch(
       /began reading "t\/0" at offset 1, below offset 2 the group had committed/,
     );
+  });
+
+  it("non-monotonic poll: another member's session begun after a commit starts below it", () => {
+    const h = history();
+    ackedSend(h, "p0", ["a", "b", "c"], 0);
+    poll(h, "g0", [rec("a", 0)], { group: "g", session: "1.1" });
+    h.invoke("g0", "commit", { group: "g", records: [rec("", 1)] }).ok(undefined, {
+      session: "1.1",
+    });
+    // g1's last op of its old session completed after the commit: its new session is bound.
+    poll(h, "g1", [], { group: "g", session: "2.1" });
+    poll(h, "g1", [rec("a", 0)], { group: "g", session: "2.2" });
+    h.finalRead({ topic, partition: 0 }, [rec("a", 0), rec("b", 1), rec("c", 2)]);
+    expect(found(h)).toEqual(["nonMonotonicPoll"]);
+  });
+
+  it("a session begun before a commit was acknowledged may read below it (seed 1037126804)", () => {
+    // member-0 joined generation 4 in a poll that ended before member-1's commit of 2 (sent in
+    // generation 2, acknowledged after its rejoin in generation 5) and read from 1 in its next
+    // poll: a member of an older generation reads on until it learns of the newer one.
+    const h = history();
+    ackedSend(h, "p0", ["a", "b", "c"], 0);
+    poll(h, "m0", [rec("a", 0)], { group: "g", session: "1.2" });
+    h.invoke("m0", "commit", { group: "g", records: [rec("", 1)] }).ok(undefined, {
+      session: "1.2",
+    });
+    const joining = h.invoke("m0", "poll", { records: [], group: "g" });
+    const commit = h.invoke("m1", "commit", { group: "g", records: [rec("", 2)] });
+    joining.ok([], { session: "1.3" });
+    commit.ok(undefined, { session: "1.5" });
+    poll(h, "m0", [rec("b", 1), rec("c", 2)], { group: "g", session: "1.3" });
+    h.finalRead({ topic, partition: 0 }, [rec("a", 0), rec("b", 1), rec("c", 2)]);
+    expect(found(h)).toEqual([]);
+  });
+
+  it("a commit that rejoined begins the new session: commits acknowledged during it do not bind", () => {
+    const h = history();
+    ackedSend(h, "p0", ["a", "b", "c"], 0);
+    poll(h, "g0", [rec("a", 0)], { group: "g", session: "1.1" });
+    // g0's commit rejoined (generation 2, positions from the group's commit, 1) and was sent
+    // again; g1's commit of 2 was acknowledged meanwhile, maybe after g0's join.
+    const rejoining = h.invoke("g0", "commit", { group: "g", records: [rec("", 1)] });
+    h.invoke("g1", "commit", { group: "g", records: [rec("", 2)] }).ok(undefined, {
+      session: "2.1",
+    });
+    rejoining.ok(undefined, { session: "1.2" });
+    poll(h, "g0", [rec("b", 1), rec("c", 2)], { group: "g", session: "1.2" });
+    h.finalRead({ topic, partition: 0 }, [rec("a", 0), rec("b", 1), rec("c", 2)]);
+    expect(found(h)).toEqual([]);
   });
 
   it("a group's new session may start at its committed offset, or below a commit not acknowledged", () => {

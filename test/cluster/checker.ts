@@ -12,7 +12,7 @@
  * | `lostWrite` | an acknowledged value is missing from a final read that holds something at a higher offset than its ack |
  * | `unseen` | an acknowledged value is missing from a final read that ends at or below its acknowledged offset (the partition got shorter than an ack), or its partition was never read at the end |
  * | `pollSkip` | a consumer's consecutive reads of a partition within one session jumped over offsets that hold values; or a consumer (a group, taken together) never read a value below the highest offset it read |
- * | `nonMonotonicPoll` | within one session, a consumer read an offset at or below one it read before; or a group member's new session first read a partition below a commit of its group acknowledged before that poll began (a committed offset went backwards) |
+ * | `nonMonotonicPoll` | within one session, a consumer read an offset at or below one it read before; or a group member's new session first read a partition below a commit of its group acknowledged before that session began (the completion of the member's last op in its previous session: a committed offset went backwards) |
  * | `nonMonotonicSend` | a producer process's acknowledged offsets in a partition did not increase in the order of its sends |
  * | `duplicate` | one value at two offsets (for plain producers too, unless `plainDuplicatesAllowed`: the workload never resends a value) |
  * | `inconsistentOffsets` | one offset of a partition holds two different values (across acks, polls, final reads, replicas) |
@@ -427,12 +427,28 @@ export function checkHistory(ops: readonly Op[], options: CheckOptions = {}): Ch
   const readBy = new Map<string, Set<number>>(); // reader + partition -> offsets read
   const maxReadBy = new Map<string, number>();
   const skipped = new Set<string>(); // reader + partition + offset already reported
-  // A group's highest acknowledged commit per partition, and what it was when each process's
-  // outstanding poll began: a new session starts at the group's committed offset, which an
-  // acknowledged commit has already moved up (a member's position is set when it joins, and a
-  // commit of an older generation is refused once a newer one exists).
+  // A group's highest acknowledged commit per partition, and what it was when each member's
+  // session began: a new session starts at the group's committed offset, which an acknowledged
+  // commit has already moved up (a member's position is set when it joins, and a commit of an
+  // older generation is refused once a newer one exists). The join happens inside an op (a poll,
+  // or a commit that rejoins) or between ops (a new incarnation), so a session is known to have
+  // begun only after the last op that reported the one before it: the floor of a new session is
+  // the group's commits when that op completed (for a process's first session, when its first
+  // op was invoked). A commit acknowledged later, while the new session was already reading,
+  // does not bind it (a member of an older generation may read until it learns of the newer).
   const groupCommitted = new Map<string, { offset: number; op: number }>(); // group + partition
-  const floorAtInvoke = new Map<string, Map<string, { offset: number; op: number }>>(); // process
+  const lastSession = new Map<string, string>(); // process -> session its last op reported
+  const floorAtLastReport = new Map<string, Map<string, { offset: number; op: number }>>();
+  const sessionFloor = new Map<string, Map<string, { offset: number; op: number }>>(); // process
+  const noteSession = (op: Op) => {
+    if (op.group === undefined || op.session === undefined || op.type !== "ok") return;
+    if (lastSession.get(op.process) !== op.session) {
+      const floor = floorAtLastReport.get(op.process);
+      if (floor !== undefined) sessionFloor.set(op.process, floor);
+      lastSession.set(op.process, op.session);
+    }
+    floorAtLastReport.set(op.process, new Map(groupCommitted));
+  };
   for (const op of ops) {
     if (op.f === "commit" && op.type === "ok" && op.group !== undefined) {
       for (const r of op.records) {
@@ -441,15 +457,18 @@ export function checkHistory(ops: readonly Op[], options: CheckOptions = {}): Ch
         if (offset > (groupCommitted.get(k)?.offset ?? -1))
           groupCommitted.set(k, { offset, op: op.index });
       }
+      noteSession(op);
       continue;
     }
     if (op.f === "poll" && op.type === "invoke" && op.group !== undefined) {
-      floorAtInvoke.set(op.process, new Map(groupCommitted));
+      if (!floorAtLastReport.has(op.process))
+        floorAtLastReport.set(op.process, new Map(groupCommitted));
       continue;
     }
+    if (op.f === "poll" && op.type === "ok") noteSession(op);
     if (op.f !== "poll" || op.type !== "ok") continue;
     const reader = op.group === undefined ? `process ${op.process}` : `group ${op.group}`;
-    const floors = floorAtInvoke.get(op.process);
+    const floors = sessionFloor.get(op.process);
     for (const r of op.records) {
       const offset = offsetOf(r, op);
       const key = tpKey(r.topic, r.partition);
@@ -468,7 +487,7 @@ export function checkHistory(ops: readonly Op[], options: CheckOptions = {}): Ch
             offsets: [floor.offset, offset],
             process: op.process,
             ops: [floor.op, op.index],
-            message: `Process "${op.process}"${op.session === undefined ? "" : ` (session ${op.session})`} of group ${op.group} began reading ${tpName(r.topic, r.partition)} at offset ${offset}, below offset ${floor.offset} the group had committed (acknowledged, entry ${floor.op}) before that poll began: a committed offset went backwards`,
+            message: `Process "${op.process}"${op.session === undefined ? "" : ` (session ${op.session})`} of group ${op.group} began reading ${tpName(r.topic, r.partition)} at offset ${offset}, below offset ${floor.offset} the group had committed (acknowledged, entry ${floor.op}) before that session began: a committed offset went backwards`,
           });
         continue;
       }

@@ -58,7 +58,7 @@ export interface Op {
   idempotent?: boolean;
   /** poll / commit: the consumer group, for a group member. */
   group?: string;
-  /** poll: the read session (a consumer's offsets may go back only when it changes). */
+  /** poll / acknowledged commit: the read session (a consumer's offsets may go back only when it changes). */
   session?: string;
   /** final-read: the partition read (its records may be none). */
   topic?: string;

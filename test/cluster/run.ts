@@ -20,7 +20,8 @@
  *   delivery timeout is `info`.
  * - `consumer-N`: fetches each partition from its leader on from where it was, one fetch per op.
  * - `member-N`: a `GroupConsumer` of group `jepsen-g` (group requests to the coordinator, fetches
- *   to each partition's leader); each poll is followed by a commit. A poll op's session is the
+ *   to each partition's leader); each poll is followed by a commit. A poll's (and an acknowledged
+ *   commit's) session is the
  *   member's incarnation and how often its generation changed (to any number: generations are
  *   counted per coordinator): a new one may legitimately rewind to the group's
  *   committed offset. After an error the member is replaced by a new one.
@@ -548,7 +549,8 @@ async function groupMember(
         commit?.info(err);
         throw err;
       }
-      if (committed) commit?.ok();
+      // The session it ended in: a commit that rejoined began the next one (the checker's floor).
+      if (committed) commit?.ok(undefined, { session: sessionOf(m.generation) });
       else commit?.fail("stale generation: not committed");
     } catch (err) {
       if (!polled) op.info(err); // a failed commit: the records stay recorded, the next owner reads them again
