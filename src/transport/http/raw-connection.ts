@@ -15,6 +15,7 @@
  * holds more than the bytes of the read it is working on. While the socket's buffer is full (a
  * client that does not read its answers) it reads nothing more, as `node:http` does.
  */
+import { concatBytes } from "../../lib/bytes.ts";
 import type { RawAnswer, RawRequest } from "./raw-stream.ts";
 import type { RequestHead } from "./request-head.ts";
 import { parseRequestHead } from "./request-head.ts";
@@ -224,7 +225,7 @@ export class RawHttpConnection {
     const held = this.#handingOver;
     if (held === null) return;
     this.#closed = true;
-    this.#socket.handOver(held.length === 1 ? held[0] : concat(held));
+    this.#socket.handOver(held.length === 1 ? held[0] : concatBytes(held));
   }
 
   /** The answer as `node:http` writes a fast route's answer (`writeHead` + `end`). */
@@ -279,16 +280,4 @@ function isFieldText(text: string): boolean {
 function utf8Length(text: string): number {
   for (let i = 0; i < text.length; i++) if (text.charCodeAt(i) >= 0x80) return -1;
   return text.length;
-}
-
-function concat(chunks: Uint8Array[]): Uint8Array {
-  let size = 0;
-  for (const c of chunks) size += c.length;
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
-  }
-  return out;
 }
