@@ -311,3 +311,20 @@ export class FakeEtcd implements Etcd {
     this.#watchers.clear();
   }
 }
+
+/** Lets the fake etcd's watches (macrotasks) and the promise chains behind them run. */
+export async function settle(rounds = 20): Promise<void> {
+  for (let i = 0; i < rounds; i++) await new Promise((r) => setTimeout(r, 0));
+}
+
+/**
+ * Settles until `probe` holds, polling every 5 ms (at most ~2 s of real time).
+ * @throws Error "timed out waiting for <what>".
+ */
+export async function until(what: string, probe: () => boolean | Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 400; i++) {
+    if (await probe()) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}

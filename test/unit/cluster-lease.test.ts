@@ -28,7 +28,7 @@ import {
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { Prng } from "../../src/lib/prng.ts";
-import { FakeEtcd } from "../helpers/fake-etcd.ts";
+import { FakeEtcd, settle, until } from "../helpers/fake-etcd.ts";
 
 const prefix = "/es-broker";
 const graceMs = 3000;
@@ -37,20 +37,6 @@ const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => {});
 });
-
-/** Lets the fake etcd's watches (macrotasks) and the promise chains behind them run. */
-async function settle(rounds = 20): Promise<void> {
-  for (let i = 0; i < rounds; i++) await new Promise((r) => setTimeout(r, 0));
-}
-
-/** Settles until `probe` holds (at most ~2 s of real time). */
-async function until(what: string, probe: () => boolean | Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 400; i++) {
-    if (await probe()) return;
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
 
 function joinOptions(etcd: FakeEtcd, clock: ManualClock, nodeId: number): JoinOptions {
   return {
