@@ -64,6 +64,8 @@ export interface EtcdMember {
   kill(signal?: NodeJS.Signals): Promise<void>;
   /** Starts the member again on its data directory (after a kill). */
   restart(): Promise<void>;
+  /** Resolves once the member reports healthy (a leader and a quorum read), within `timeoutMs`. */
+  healthy(timeoutMs?: number): Promise<void>;
 }
 
 /** A running test etcd cluster. */
@@ -229,6 +231,9 @@ export async function startEtcdCluster(options: EtcdClusterOptions = {}): Promis
         if (member.process) throw new Error(`etcd member ${name} is still running`);
         launch();
         await waitHealthy(clientUrl, member, 20_000, tls);
+      },
+      healthy(timeoutMs = 20_000) {
+        return waitHealthy(clientUrl, member, timeoutMs, tls);
       },
     };
     const launch = () => {

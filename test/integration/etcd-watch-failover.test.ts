@@ -138,6 +138,9 @@ describe.each([
         ...(material === undefined ? {} : { tls: () => material as EtcdTlsMaterial }),
       });
       try {
+        // The previous case resumed members 0 and 1 from SIGSTOP: a member still catching up with
+        // the leader it missed holds requests, and the grant below goes to member 0 first.
+        await Promise.all(etcd.members.map((m) => m.healthy()));
         const lease = await client.leaseGrant(6);
         await etcd.members[0].kill("SIGSTOP");
         // Elections settle first if member 0 led (renewals go to the leader through any member).
