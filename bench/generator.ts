@@ -20,6 +20,7 @@ import { type FetchReader, TcpClient } from "../src/client/client.ts";
 import { encodeProduceRequest } from "../src/protocol/apis/produce.ts";
 import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
 import { Http1Connection, postRequest } from "./clients/http1.ts";
+import { NdjsonFetchReader, forEachNdjsonRecord } from "./clients/ndjson-fetch.ts";
 import { NatsConnection } from "./clients/nats.ts";
 import { RssWatch } from "./proc.ts";
 import { RedisConnection, RedisReplyError, command, type RedisReply } from "./clients/resp.ts";
@@ -735,9 +736,10 @@ async function runFetchHttp(
   tcp: { host: string; port: number },
 ): Promise<GeneratorResult> {
   await preloadEs(target, spec, tcp);
-  const agent = new http.Agent({ keepAlive: true, maxSockets: spec.consumers });
   const base = `${target.url}/v1/topics/${target.topic}/partitions`;
   const encoding = spec.encoding === "base64" ? "&encoding=base64" : "";
+  if (spec.ndjson === true) return runFetchNdjson(spec, target, encoding);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: spec.consumers });
   const read: Read<number | string> = async (_c, partition, offset) => {
     const answer = await httpRequest(
       agent,
@@ -757,6 +759,44 @@ async function runFetchHttp(
     };
   };
   return runReaders(spec, read, 0, [() => agent.destroy()]);
+}
+
+/** es-broker over HTTP, NDJSON answers read one fetch ahead (`NdjsonFetchReader`). */
+async function runFetchNdjson(
+  spec: FetchSpec,
+  target: Extract<Target, { kind: "es-http" }>,
+  encoding: string,
+): Promise<GeneratorResult> {
+  const url = new URL(target.url);
+  const base64 = spec.encoding === "base64";
+  const readers: NdjsonFetchReader[] = [];
+  const read: Read<number | string> = async (c, partition, offset) => {
+    readers[c] ??= await NdjsonFetchReader.connect(
+      url,
+      (o) =>
+        `/v1/topics/${target.topic}/partitions/${partition}/records?offset=${o}&max_records=${spec.batch}&max_bytes=${spec.batch * (spec.valueBytes + 64)}${encoding}`,
+      offset as number,
+      spec.records,
+    );
+    const page = await readers[c].next();
+    if (page.offset !== offset)
+      throw new Error(`an NDJSON answer for offset ${page.offset}, expected ${offset}`);
+    // Look at every record as the TCP case does: its offset (no gaps) and its value.
+    let expected = page.offset;
+    const count = forEachNdjsonRecord(page.body, base64, (recordOffset, value) => {
+      if (recordOffset !== expected)
+        throw new Error(
+          `fetch from ${offset}: record at offset ${recordOffset}, expected ${expected}`,
+        );
+      if (value.length !== spec.valueBytes)
+        throw new Error(
+          `fetch from ${offset}: record ${recordOffset} has a ${value.length}-byte value, expected ${spec.valueBytes}`,
+        );
+      expected++;
+    });
+    return { count, next: page.nextOffset >= spec.records ? 0 : page.nextOffset };
+  };
+  return runReaders(spec, read, 0, [() => readers.forEach((r) => r.close())]);
 }
 
 async function runReaders(

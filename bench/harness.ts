@@ -82,7 +82,8 @@ export type Transport =
   | "durable-streams"
   | "kafka-kcat"
   | "kafka-kafkajs"
-  | "http-base64";
+  | "http-base64"
+  | "http-ndjson-base64";
 /** Case families. */
 export type Group =
   | "produce"
@@ -745,6 +746,8 @@ async function runAll(env: Env): Promise<void> {
       ["es-broker", "tcp"],
       ["es-broker", "http-json"],
       ["es-broker", "http-base64"],
+      ["es-broker", "http-ndjson"],
+      ["es-broker", "http-ndjson-base64"],
       ["redis", "resp"],
     ] as const) {
       if (system === "redis" && !env.redis) continue;
@@ -764,7 +767,12 @@ async function runAll(env: Env): Promise<void> {
           minRequests: s.minRequests,
           serverPid: serverPid(env, system),
           tcp: env.es.tcp,
-          ...(transport === "http-base64" ? { encoding: "base64" as const } : {}),
+          ...(transport === "http-base64" || transport === "http-ndjson-base64"
+            ? { encoding: "base64" as const }
+            : {}),
+          ...(transport === "http-ndjson" || transport === "http-ndjson-base64"
+            ? { ndjson: true }
+            : {}),
         }),
       );
     }

@@ -110,6 +110,11 @@ export interface FetchSpec extends Timing {
   tcp?: { host: string; port: number };
   /** `es-http` only: the `encoding` query parameter of every fetch (default utf8). */
   encoding?: "utf8" | "base64";
+  /**
+   * `es-http` only: ask for NDJSON answers and read them one fetch ahead without `JSON.parse`
+   * (`bench/clients/ndjson-fetch.ts`); otherwise JSON answers through `node:http`, one `JSON.parse` each.
+   */
+  ndjson?: boolean;
 }
 
 /**

@@ -82,6 +82,8 @@ export function nodeOnlyE2eFiles(
     // Produce on the raw socket runs on Node only (runtime/http-raw.ts); hostile*.test.ts drive
     // every runtime's HTTP server with the same mixes of good and bad requests.
     "test/e2e/http-raw.test.ts",
+    // The NDJSON fetch answer is the Hono app's, the same code on every runtime.
+    "test/e2e/http-fetch-ndjson.test.ts",
     // The CLI's own logic (cli.test.ts keeps what touches the runtime: signals, stdin, listen and
     // file errors, exit codes).
     "test/e2e/cli-commands.test.ts",

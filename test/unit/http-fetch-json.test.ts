@@ -2,7 +2,8 @@
  * The fetch answer written into one buffer (`src/transport/http/fetch-json.ts`) is byte for byte
  * `JSON.stringify(fetchJson(...))` (`encode.ts`), in both encodings, on generated records: no key,
  * the empty key, printable ASCII, quotes and backslashes, control bytes, multi-byte UTF-8,
- * invalid UTF-8 (U+FFFD), every length modulo 3 for base64, negative and large timestamps.
+ * invalid UTF-8 (U+FFFD), every length modulo 3 for base64, negative and large timestamps. The
+ * NDJSON answer is the same record objects, one per line; `acceptsNdjson` picks it from `Accept`.
  */
 import { describe, expect, it } from "vitest";
 import type { FetchResult } from "../../src/broker/types.ts";
@@ -10,7 +11,8 @@ import { Prng } from "../../src/lib/prng.ts";
 import { recordOverEntryBytes } from "../../src/lib/limits.ts";
 import { EntryBatchBuilder, encodeEntries } from "../../src/storage/record.ts";
 import { fetchJson } from "../../src/transport/http/encode.ts";
-import { fetchJsonBytes } from "../../src/transport/http/fetch-json.ts";
+import { acceptsNdjson } from "../../src/transport/http/app.ts";
+import { fetchJsonBytes, fetchNdjsonBytes } from "../../src/transport/http/fetch-json.ts";
 
 const samples: Uint8Array[] = [
   new Uint8Array(0),
@@ -70,5 +72,76 @@ describe("fetchJsonBytes", () => {
     expect(() => fetchJsonBytes(broken, "utf8")).toThrow(/record 3 of 4 does not decode/);
     const extra = { ...r, records: { ...r.records, count: 2 } };
     expect(() => fetchJsonBytes(extra, "base64")).toThrow(/bytes left after 2 fetched records/);
+  });
+});
+
+describe("fetchNdjsonBytes", () => {
+  it("writes one line per record, each the JSON answer's record object, split at every \\n byte", () => {
+    const prng = new Prng(2222);
+    const decoder = new TextDecoder();
+    for (let round = 0; round < 300; round++) {
+      const r = result(prng, prng.int(30));
+      for (const encoding of ["utf8", "base64"] as const) {
+        const bytes = fetchNdjsonBytes(r, encoding);
+        const expected = fetchJson(r, encoding).records;
+        // Split on the raw bytes, as a reader that never decodes the whole body would.
+        const lines: string[] = [];
+        let start = 0;
+        for (let i = 0; i < bytes.length; i++) {
+          if (bytes[i] !== 0x0a) continue;
+          lines.push(decoder.decode(bytes.subarray(start, i)));
+          start = i + 1;
+        }
+        expect(start, `round ${round} ${encoding}: the body ends in a newline`).toBe(bytes.length);
+        expect(
+          lines.map((l) => JSON.parse(l)),
+          `round ${round} ${encoding}`,
+        ).toEqual(expected);
+        expect(lines, `round ${round} ${encoding}: the same bytes as the JSON answer's`).toEqual(
+          expected.map((record) => JSON.stringify(record)),
+        );
+      }
+    }
+  });
+
+  it("is empty for no records, and refuses stored bytes that do not decode as counted", () => {
+    const r = result(new Prng(3), 3);
+    expect(
+      fetchNdjsonBytes({ ...r, records: { bytes: new Uint8Array(0), count: 0 } }, "utf8"),
+    ).toEqual(new Uint8Array(0));
+    const broken = { ...r, records: { ...r.records, count: 4 } };
+    expect(() => fetchNdjsonBytes(broken, "base64")).toThrow(/record 3 of 4 does not decode/);
+    const extra = { ...r, records: { ...r.records, count: 2 } };
+    expect(() => fetchNdjsonBytes(extra, "utf8")).toThrow(/bytes left after 2 fetched records/);
+  });
+});
+
+describe("acceptsNdjson", () => {
+  it("picks NDJSON only when Accept names it first in quality", () => {
+    const yes = [
+      "application/x-ndjson",
+      "application/ndjson",
+      "Application/X-NDJSON; charset=utf-8",
+      "text/html, application/x-ndjson;q=0.5",
+      "application/json;q=0.5, application/x-ndjson",
+      "application/json, application/ndjson",
+      "*/*, application/x-ndjson;q=0.1",
+    ];
+    const no = [
+      undefined,
+      "",
+      "*/*",
+      "application/*",
+      "application/json",
+      "application/x-ndjson;q=0",
+      "application/x-ndjson;q=0.000",
+      "application/x-ndjson;q=nope",
+      "application/x-ndjson;q=2",
+      "application/json, application/x-ndjson;q=0.9",
+      "application/x-ndjson-seq",
+      "text/event-stream",
+    ];
+    for (const accept of yes) expect(acceptsNdjson(accept), String(accept)).toBe(true);
+    for (const accept of no) expect(acceptsNdjson(accept), String(accept)).toBe(false);
   });
 });

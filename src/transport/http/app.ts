@@ -62,7 +62,7 @@ import { clip, quote } from "../../lib/quote.ts";
 import { snakeCaseKeys } from "../../lib/text.ts";
 import type { ValueEncoding } from "./encode.ts";
 import { produceAnswerJson, topicJson } from "./encode.ts";
-import { fetchJsonBytes } from "./fetch-json.ts";
+import { fetchJsonBytes, fetchNdjsonBytes } from "./fetch-json.ts";
 import { errorBody, invalidRequest } from "./errors.ts";
 import { parseInteger } from "./params.ts";
 import type { DecodedProduce } from "./produce.ts";
@@ -224,6 +224,36 @@ function encodingQuery(c: AppContext, action: string): ValueEncoding {
     `query parameter "encoding" ${quote(text)} must be "utf8" or "base64"`,
     { parameter: "encoding" },
   );
+}
+
+/** The media types that ask the fetch route for NDJSON (docs/http-api.md "fetch"). */
+const ndjsonMediaTypes = new Set(["application/x-ndjson", "application/ndjson"]);
+
+/**
+ * Whether an `Accept` header asks the fetch route for NDJSON: it names `application/x-ndjson`
+ * or `application/ndjson` with a quality above 0 and at least that of `application/json` if it
+ * names that too. Wildcards (`*\/*`, `application/*`) and anything unparsable keep the JSON
+ * answer, so every client that worked before gets the same answer (docs/http-api.md "fetch").
+ */
+export function acceptsNdjson(accept: string | undefined): boolean {
+  if (accept === undefined) return false;
+  let ndjson = 0;
+  let json = 0;
+  for (const range of accept.split(",")) {
+    const [type, ...params] = range.split(";");
+    const media = type.trim().toLowerCase();
+    const isNdjson = ndjsonMediaTypes.has(media);
+    if (!isNdjson && media !== "application/json") continue;
+    let q = 1;
+    for (const param of params) {
+      const [name, value] = param.split("=");
+      if (name.trim().toLowerCase() === "q") q = Number((value ?? "").trim());
+    }
+    if (!(q >= 0 && q <= 1)) q = 0;
+    if (isNdjson) ndjson = Math.max(ndjson, q);
+    else json = Math.max(json, q);
+  }
+  return ndjson > 0 && ndjson >= json;
 }
 
 /** `offset`: a number, or `earliest` / `latest`, resolved through `listOffsets`. */
@@ -802,6 +832,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       integerQuery(c, "max_bytes", { min: 1, max: fetchBytesMax, action }) ?? fetchBytesDefault;
     const waitMs = integerQuery(c, "wait_ms", { min: 0, max: fetchWaitMsMax, action }) ?? 0;
     const encoding = encodingQuery(c, action);
+    const ndjson = acceptsNdjson(c.req.header("accept"));
     const offset = await resolveOffset(broker, offsetText, { topic, partition, action });
     // Only a long-poll waits, so only a long-poll needs to hear of a disconnect or a shutdown.
     const signal = waitMs > 0 ? requestSignal(c) : undefined;
@@ -814,6 +845,14 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       waitMs,
       signal,
     });
+    if (ndjson) {
+      return c.body(fetchNdjsonBytes(result, encoding), 200, {
+        "content-type": "application/x-ndjson",
+        "next-offset": String(result.nextOffset),
+        "high-watermark": String(result.highWatermark),
+        "log-start-offset": String(result.logStartOffset),
+      });
+    }
     return c.body(fetchJsonBytes(result, encoding), 200, { "content-type": "application/json" });
   });
 

@@ -9,7 +9,8 @@
  * - utf8: a key or value of printable ASCII other than `"` and `\` is copied as it is; any other
  *   goes through `fromUtf8` and `JSON.stringify` (escapes, U+FFFD for invalid UTF-8) as before.
  *
- * Every record is decoded (and its CRC checked) by the same cursor as `forEachRecord`.
+ * Every record is decoded (and its CRC checked) by the same cursor as `forEachRecord`. The NDJSON
+ * answer ({@link fetchNdjsonBytes}) writes the same record objects, one per line.
  */
 import { AssertionError } from "../../lib/assert.ts";
 import { fromUtf8 } from "../../lib/bytes.ts";
@@ -108,20 +109,21 @@ class Out {
 }
 
 /**
- * The JSON body of a fetch answer as UTF-8 bytes (module comment).
- * @throws AssertionError if the stored bytes do not decode as exactly `records.count` whole
- *   records (as `forEachRecord`).
+ * Writes the records of `result` as `{"offset":…,"timestamp":…,"key":…,"value":…}` objects,
+ * `separator` between two (`,` in the JSON answer) and `terminator` after each (`\n` in NDJSON).
+ * @throws AssertionError as {@link fetchJsonBytes}.
  */
-export function fetchJsonBytes(
+function writeRecords(
+  out: Out,
   result: FetchResult,
   encoding: ValueEncoding,
-): Uint8Array<ArrayBuffer> {
+  separator: string,
+  terminator: string,
+): void {
   const stored = result.records.bytes;
-  // Base64 is 4/3 of the bytes and each record adds ~70 bytes of names and numbers; utf8 grows as needed.
-  const out = new Out(Math.ceil(stored.length * 1.4) + result.records.count * 48 + 128);
-  out.ascii('{"records":[');
   const cursor = new RecordCursor().reset(stored);
   const end = stored.length;
+  const base64 = encoding === "base64";
   let pos = 0;
   for (let i = 0; i < result.records.count; i++) {
     const status = cursor.decode(pos, end);
@@ -131,24 +133,61 @@ export function fetchJsonBytes(
       );
     }
     out.ascii(
-      `${i === 0 ? "" : ","}{"offset":${cursor.offset},"timestamp":${cursor.timestampMs},"key":`,
+      `${i === 0 ? "" : separator}{"offset":${cursor.offset},"timestamp":${cursor.timestampMs},"key":`,
     );
     const key = cursor.key();
     if (key === null) out.ascii("null");
-    else if (encoding === "base64") out.base64(key);
+    else if (base64) out.base64(key);
     else out.utf8String(key);
     out.ascii(',"value":');
-    if (encoding === "base64") out.base64(cursor.value());
+    if (base64) out.base64(cursor.value());
     else out.utf8String(cursor.value());
-    out.ascii("}");
+    out.ascii(terminator);
     pos += cursor.sizeBytes;
   }
   if (pos !== end)
     throw new AssertionError(
       `assertion failed: ${end - pos} bytes left after ${result.records.count} fetched records`,
     );
+}
+
+/** Bytes to reserve for the answer to `result`: base64 is 4/3 of the bytes and each record adds ~70 bytes of names and numbers; utf8 grows as needed. */
+function answerBytesGuess(result: FetchResult): number {
+  return Math.ceil(result.records.bytes.length * 1.4) + result.records.count * 48 + 128;
+}
+
+/**
+ * The JSON body of a fetch answer as UTF-8 bytes (module comment).
+ * @throws AssertionError if the stored bytes do not decode as exactly `records.count` whole
+ *   records (as `forEachRecord`).
+ */
+export function fetchJsonBytes(
+  result: FetchResult,
+  encoding: ValueEncoding,
+): Uint8Array<ArrayBuffer> {
+  const out = new Out(answerBytesGuess(result));
+  out.ascii('{"records":[');
+  writeRecords(out, result, encoding, ",", "}");
   out.ascii(
     `],"next_offset":${result.nextOffset},"high_watermark":${result.highWatermark},"log_start_offset":${result.logStartOffset}}`,
   );
+  return out.buf.subarray(0, out.pos);
+}
+
+/**
+ * The NDJSON body of a fetch answer (`Accept: application/x-ndjson`, docs/http-api.md "fetch"):
+ * one record per line, each line the JSON object the JSON answer has in `records` (the same
+ * bytes), every line ending in `\n`; no records, no bytes. The partition's bounds go in the
+ * answer's headers instead, so a reader can ask for the next records as soon as the head arrives,
+ * and can split the body at `\n` bytes (JSON never has a raw newline inside a string) and parse
+ * each line alone, or only the lines it needs.
+ * @throws AssertionError as {@link fetchJsonBytes}.
+ */
+export function fetchNdjsonBytes(
+  result: FetchResult,
+  encoding: ValueEncoding,
+): Uint8Array<ArrayBuffer> {
+  const out = new Out(answerBytesGuess(result));
+  writeRecords(out, result, encoding, "", "}\n");
   return out.buf.subarray(0, out.pos);
 }

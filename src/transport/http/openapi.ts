@@ -1442,8 +1442,44 @@ export const openApiDocument = withHeadOperations({
             "Long-poll: wait up to this long for a record.",
           ),
           encodingQuery,
+          {
+            name: "Accept",
+            in: "header",
+            required: false,
+            schema: { type: "string" },
+            description:
+              "application/x-ndjson (or application/ndjson), at a quality above 0 and not below application/json's: the answer is NDJSON, one Record per line, the bounds in headers. Anything else: JSON.",
+          },
         ],
-        ok: { 200: json(ref("FetchAnswer"), "Records and the partition's bounds.") },
+        ok: {
+          200: {
+            description:
+              "Records and the partition's bounds: a FetchAnswer (JSON), or one Record per line, each ending in a newline (NDJSON; no records, an empty body) with the bounds in the headers.",
+            headers: {
+              "Next-Offset": {
+                description: "NDJSON answers only: next_offset, the offset to fetch next.",
+                schema: decimal(0, offsetMax),
+              },
+              "High-Watermark": {
+                description: "NDJSON answers only: high_watermark.",
+                schema: decimal(0, offsetMax),
+              },
+              "Log-Start-Offset": {
+                description: "NDJSON answers only: log_start_offset.",
+                schema: decimal(0, offsetMax),
+              },
+            },
+            content: {
+              "application/json": { schema: ref("FetchAnswer") },
+              "application/x-ndjson": {
+                schema: {
+                  type: "string",
+                  description: "One Record as JSON per line (the objects of FetchAnswer.records).",
+                },
+              },
+            },
+          },
+        },
         errors: [307, 404, 416],
       }),
     },

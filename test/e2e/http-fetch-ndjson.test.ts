@@ -1,0 +1,174 @@
+/**
+ * The NDJSON fetch answer (`Accept: application/x-ndjson`, docs/http-api.md "fetch") through the
+ * real process: the same record objects as the JSON answer, one per line, in both encodings,
+ * with the bounds in `Next-Offset`, `High-Watermark` and `Log-Start-Offset`; an empty body at the
+ * end; a long-poll answered with the record that arrives; HEAD; a reader that follows
+ * `Next-Offset` alone reads every record once; bad input still gets its JSON error. Node target
+ * only (`targets.ts`): the route is the same code on every runtime, and hostile-fuzz.test.ts
+ * drives each runtime's HTTP server.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { tempDir } from "../helpers/tmp.ts";
+import { type BrokerProcess, startBroker } from "./harness.ts";
+
+const running: BrokerProcess[] = [];
+afterEach(async () => {
+  for (const b of running.splice(0)) await b.stop("SIGKILL");
+});
+
+const ndjson = { accept: "application/x-ndjson" };
+
+async function start(): Promise<BrokerProcess> {
+  const { dir } = tempDir();
+  const broker = await startBroker(`${dir}/data`);
+  running.push(broker);
+  const created = await fetch(`${broker.httpUrl}/v1/topics`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ name: "orders", partitions: 1 }),
+  });
+  expect(created.status, await created.text()).toBe(201);
+  return broker;
+}
+
+async function produce(broker: BrokerProcess, records: unknown[]): Promise<void> {
+  const res = await fetch(`${broker.httpUrl}/v1/topics/orders/records`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ records }),
+  });
+  expect(res.status, await res.text()).toBe(200);
+}
+
+/** The lines of an NDJSON body, each parsed; the body must end in a newline (or be empty). */
+function lines(body: string): unknown[] {
+  if (body === "") return [];
+  expect(body.endsWith("\n"), JSON.stringify(body.slice(-40))).toBe(true);
+  return body
+    .slice(0, -1)
+    .split("\n")
+    .map((line) => JSON.parse(line));
+}
+
+function bounds(res: Response): Record<string, string | null> {
+  return {
+    next: res.headers.get("next-offset"),
+    high: res.headers.get("high-watermark"),
+    start: res.headers.get("log-start-offset"),
+  };
+}
+
+describe("fetch as NDJSON", () => {
+  it("answers the JSON answer's records one per line, with the bounds in headers", async () => {
+    const broker = await start();
+    await produce(broker, [
+      { key: "customer-7", value: '{"total":12}' },
+      { value: "line one\nline two\r\n" },
+      { key: "", value: "ünïcødé → 🎉", timestamp: 1_700_000_000_000 },
+      { key_b64: "AP8=", value_b64: "3q2+7w==" },
+    ]);
+    const records = `${broker.httpUrl}/v1/topics/orders/partitions/0/records`;
+    for (const encoding of ["utf8", "base64"]) {
+      const query = `?offset=1&encoding=${encoding}`;
+      const json = (await (await fetch(`${records}${query}`)).json()) as { records: unknown[] };
+      const res = await fetch(`${records}${query}`, { headers: ndjson });
+      expect(res.status).toBe(200);
+      expect(res.headers.get("content-type")).toBe("application/x-ndjson");
+      expect(bounds(res)).toEqual({ next: "4", high: "4", start: "0" });
+      const body = await res.text();
+      // One line per record, split at raw newlines: a value's newline is escaped inside its string.
+      expect(body.split("\n")).toHaveLength(4);
+      expect(lines(body)).toEqual(json.records);
+    }
+    // application/ndjson too; a client preferring JSON, or sending */*, keeps the JSON answer.
+    const alias = await fetch(`${records}?offset=0`, { headers: { accept: "application/ndjson" } });
+    expect(alias.headers.get("content-type")).toBe("application/x-ndjson");
+    expect(lines(await alias.text())).toHaveLength(4);
+    for (const accept of ["*/*", "application/json, application/x-ndjson;q=0.5"]) {
+      const res = await fetch(`${records}?offset=0`, { headers: { accept } });
+      expect(res.headers.get("content-type"), accept).toBe("application/json");
+      expect(res.headers.get("next-offset"), accept).toBeNull();
+      expect(((await res.json()) as { records: unknown[] }).records).toHaveLength(4);
+    }
+    // HEAD: the GET's status and headers, no body.
+    const head = await fetch(`${records}?offset=0`, { method: "HEAD", headers: ndjson });
+    expect(head.status).toBe(200);
+    expect(head.headers.get("content-type")).toBe("application/x-ndjson");
+    expect(bounds(head)).toEqual({ next: "4", high: "4", start: "0" });
+    expect(await head.text()).toBe("");
+  });
+
+  it("a reader following Next-Offset reads every record once; at the end the body is empty", async () => {
+    const broker = await start();
+    const values = Array.from({ length: 250 }, (_, i) => `v${i}`);
+    await produce(
+      broker,
+      values.map((value) => ({ value })),
+    );
+    const seen: string[] = [];
+    let offset = "earliest";
+    for (let pages = 0; pages < 10; pages++) {
+      const res = await fetch(
+        `${broker.httpUrl}/v1/topics/orders/partitions/0/records?offset=${offset}&max_records=60`,
+        { headers: ndjson },
+      );
+      expect(res.status).toBe(200);
+      const page = lines(await res.text()) as { offset: number; value: string }[];
+      for (const r of page) seen.push(r.value);
+      const next = res.headers.get("next-offset");
+      expect(next).not.toBeNull();
+      if (page.length === 0) {
+        expect(bounds(res)).toEqual({ next: "250", high: "250", start: "0" });
+        break;
+      }
+      expect(Number(next)).toBe(page[page.length - 1].offset + 1);
+      offset = next as string;
+    }
+    expect(seen).toEqual(values);
+  });
+
+  it("a long-poll at the end answers with the record that arrives", async () => {
+    const broker = await start();
+    const poll = fetch(
+      `${broker.httpUrl}/v1/topics/orders/partitions/0/records?offset=0&wait_ms=10000&encoding=base64`,
+      { headers: ndjson },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await produce(broker, [{ value: "late" }]);
+    const res = await poll;
+    expect(res.headers.get("content-type")).toBe("application/x-ndjson");
+    expect(bounds(res)).toEqual({ next: "1", high: "1", start: "0" });
+    expect(lines(await res.text())).toEqual([
+      { offset: 0, timestamp: expect.any(Number), key: null, value: "bGF0ZQ==" },
+    ]);
+  });
+
+  it("bad input gets the same JSON error as without NDJSON", async () => {
+    const broker = await start();
+    const records = `${broker.httpUrl}/v1/topics/orders/partitions/0/records`;
+    const cases: [string, number, string, string | undefined][] = [
+      ["?offset=0&encoding=hex", 400, "invalid_request", "encoding"],
+      ["?offset=0&max_records=0", 400, "invalid_request", "max_records"],
+      ["", 400, "invalid_request", "offset"],
+      ["?offset=5", 416, "offset_out_of_range", undefined],
+    ];
+    for (const [query, status, code, parameter] of cases) {
+      const res = await fetch(`${records}${query}`, { headers: ndjson });
+      expect(res.status, query).toBe(status);
+      expect(res.headers.get("content-type"), query).toMatch(/^application\/json/);
+      expect(res.headers.get("next-offset"), query).toBeNull();
+      const body = (await res.json()) as {
+        error: { code: string; details?: { parameter?: string } };
+      };
+      expect(body.error.code, query).toBe(code);
+      if (parameter !== undefined) expect(body.error.details?.parameter, query).toBe(parameter);
+    }
+    const missing = await fetch(`${broker.httpUrl}/v1/topics/nope/partitions/0/records?offset=0`, {
+      headers: ndjson,
+    });
+    expect(missing.status).toBe(404);
+    expect(((await missing.json()) as { error: { code: string } }).error.code).toBe(
+      "topic_not_found",
+    );
+  });
+});
