@@ -1,5 +1,5 @@
 /**
- * The NDJSON fetch answer (`Accept: application/x-ndjson`, docs/http-api.md "fetch") through the
+ * The NDJSON fetch answer (`Accept: application/x-ndjson`, docs/http-api.md "`GET /v1/topics/{topic}/partitions/{p}/records` — fetch") through the
  * real process: the same record objects as the JSON answer, one per line, in both encodings,
  * with the bounds in `Next-Offset`, `High-Watermark` and `Log-Start-Offset`; an empty body at the
  * end; a long-poll answered with the record that arrives; HEAD; a reader that follows

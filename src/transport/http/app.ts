@@ -226,14 +226,14 @@ function encodingQuery(c: AppContext, action: string): ValueEncoding {
   );
 }
 
-/** The media types that ask the fetch route for NDJSON (docs/http-api.md "fetch"). */
+/** The media types that ask the fetch route for NDJSON (docs/http-api.md "`GET /v1/topics/{topic}/partitions/{p}/records` — fetch"). */
 const ndjsonMediaTypes = new Set(["application/x-ndjson", "application/ndjson"]);
 
 /**
  * Whether an `Accept` header asks the fetch route for NDJSON: it names `application/x-ndjson`
  * or `application/ndjson` with a quality above 0 and at least that of `application/json` if it
  * names that too. Wildcards (`*\/*`, `application/*`) and anything unparsable keep the JSON
- * answer, so every client that worked before gets the same answer (docs/http-api.md "fetch").
+ * answer, so every client that worked before gets the same answer (docs/http-api.md "`GET /v1/topics/{topic}/partitions/{p}/records` — fetch").
  */
 export function acceptsNdjson(accept: string | undefined): boolean {
   if (accept === undefined) return false;

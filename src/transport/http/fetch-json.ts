@@ -175,7 +175,7 @@ export function fetchJsonBytes(
 }
 
 /**
- * The NDJSON body of a fetch answer (`Accept: application/x-ndjson`, docs/http-api.md "fetch"):
+ * The NDJSON body of a fetch answer (`Accept: application/x-ndjson`, docs/http-api.md "`GET /v1/topics/{topic}/partitions/{p}/records` — fetch"):
  * one record per line, each line the JSON object the JSON answer has in `records` (the same
  * bytes), every line ending in `\n`; no records, no bytes. The partition's bounds go in the
  * answer's headers instead, so a reader can ask for the next records as soon as the head arrives,
