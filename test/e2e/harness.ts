@@ -168,6 +168,11 @@ export function runCli(
     proc.stdout.on("data", (d: Buffer) => chunks.push(d));
     proc.stderr.on("data", (d) => (err += d));
     proc.on("close", (code) => res({ code, stdout: Buffer.concat(chunks), stderr: err }));
+    // A command that exits before reading all of its stdin (an error test) closes the pipe: EPIPE
+    // is then expected, and the exit code and output say how the run went.
+    proc.stdin.on("error", (e: NodeJS.ErrnoException) => {
+      if (e.code !== "EPIPE") err += `\nstdin: ${e.message}`;
+    });
     if (stdin) proc.stdin.end(stdin);
     else proc.stdin.end();
   });

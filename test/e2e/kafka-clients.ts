@@ -58,6 +58,11 @@ export function kcat(
       clearTimeout(timer);
       resolve({ code, stdout: Buffer.concat(out), stderr: err });
     });
+    // kcat in consume mode may exit before reading its stdin: EPIPE there is not a failure (the
+    // exit code and output say how the run went); any other error goes with stderr.
+    proc.stdin.on("error", (e: NodeJS.ErrnoException) => {
+      if (e.code !== "EPIPE") err += `\nstdin: ${e.message}`;
+    });
     proc.stdin.end(options.stdin ?? new Uint8Array(0));
   });
 }
