@@ -83,10 +83,13 @@ describe("fetch as NDJSON", () => {
     // application/ndjson too; a client preferring JSON, or sending */*, keeps the JSON answer.
     const alias = await fetch(`${records}?offset=0`, { headers: { accept: "application/ndjson" } });
     expect(alias.headers.get("content-type")).toBe("application/x-ndjson");
+    // Both forms name Accept in Vary: a cache must not answer one with the other.
+    expect(alias.headers.get("vary")).toMatch(/accept/i);
     expect(lines(await alias.text())).toHaveLength(4);
     for (const accept of ["*/*", "application/json, application/x-ndjson;q=0.5"]) {
       const res = await fetch(`${records}?offset=0`, { headers: { accept } });
       expect(res.headers.get("content-type"), accept).toBe("application/json");
+      expect(res.headers.get("vary"), accept).toMatch(/accept/i);
       expect(res.headers.get("next-offset"), accept).toBeNull();
       expect(((await res.json()) as { records: unknown[] }).records).toHaveLength(4);
     }

@@ -848,12 +848,17 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     if (ndjson) {
       return c.body(fetchNdjsonBytes(result, encoding), 200, {
         "content-type": "application/x-ndjson",
+        vary: "Accept",
         "next-offset": String(result.nextOffset),
         "high-watermark": String(result.highWatermark),
         "log-start-offset": String(result.logStartOffset),
       });
     }
-    return c.body(fetchJsonBytes(result, encoding), 200, { "content-type": "application/json" });
+    // Vary: the answer's form follows Accept, so a cache must not serve one for the other.
+    return c.body(fetchJsonBytes(result, encoding), 200, {
+      "content-type": "application/json",
+      vary: "Accept",
+    });
   });
 
   app.get("/v1/topics/:topic/partitions/:partition/stream", async (c) => {
