@@ -43,13 +43,6 @@ export interface OpenOptions {
   create?: boolean;
   /** With `create`: fail with EEXIST if the file exists. Default false. */
   exclusive?: boolean;
-  /**
-   * Work done in the background, off the caller's thread where the runtime has a thread pool
-   * (`runtime/node-fs.ts`: asynchronous writes and fsyncs, never on the event loop, and not
-   * counted among the fsyncs that decide whether an acknowledgement's fsync runs inline). Same
-   * semantics otherwise. Default false.
-   */
-  background?: boolean;
 }
 
 /** An open file. Positions and lengths are in bytes. */

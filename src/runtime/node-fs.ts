@@ -10,9 +10,6 @@
  * its own file, which no group commit can share) then sync concurrently, and the file system
  * commits them together, instead of one after another on the calling thread (1,000 files, one
  * small write each: ~1–2 k fdatasyncs/s in turn, ~10–18 k at once on this machine's ext4).
- * A handle opened with `background` (a partition's next segment being prepared, docs/storage.md
- * "Writes and durability") writes and fsyncs with the asynchronous calls only, never on the event
- * loop.
  */
 import * as fs from "node:fs";
 import { inlineSyncBytesMax } from "../lib/limits.ts";
@@ -55,23 +52,6 @@ function fsyncAsync(fd: number, path: string, data: boolean): Promise<void> {
   });
 }
 
-/** Writes all of `bytes` at `position` with the asynchronous call (in the thread pool). */
-async function writeAsync(
-  fd: number,
-  bytes: Uint8Array,
-  position: number,
-  path: string,
-): Promise<void> {
-  let done = 0;
-  while (done < bytes.length) {
-    done += await new Promise<number>((resolve, reject) =>
-      fs.write(fd, bytes, done, bytes.length - done, position + done, (err, n) =>
-        err ? reject(wrap(err, path)) : resolve(n),
-      ),
-    );
-  }
-}
-
 /**
  * Creates `path` and its missing parents one level at a time, each chmod-ed to 0700 before the
  * next is made inside it. (`mkdirSync` with `recursive` makes every level with the umask applied,
@@ -103,8 +83,6 @@ class NodeFileHandle implements FileHandle {
   constructor(
     fd: number,
     readonly path: string,
-    /** Opened with `background`: writes and fsyncs run in the thread pool (see OpenOptions). */
-    readonly background = false,
   ) {
     this.#fd = fd;
   }
@@ -132,7 +110,6 @@ class NodeFileHandle implements FileHandle {
 
   async write(bytes: Uint8Array, position: number): Promise<void> {
     const fd = this.#handle();
-    if (this.background) return writeAsync(fd, bytes, position, this.path);
     try {
       let done = 0;
       while (done < bytes.length) {
@@ -147,9 +124,6 @@ class NodeFileHandle implements FileHandle {
   // async, so that a closed handle rejects (EBADF) instead of throwing synchronously.
   async sync(): Promise<void> {
     const fd = this.#handle();
-    // Not counted in poolSyncsInFlight: a background fsync must not push the acknowledgements'
-    // small fsyncs into the pool.
-    if (this.background) return fsyncAsync(fd, this.path, true);
     const unsynced = this.#unsyncedBytes;
     this.#unsyncedBytes = 0;
     if (unsynced > inlineSyncBytesMax || inlineSyncThisTurn || poolSyncsInFlight > 0)
@@ -203,7 +177,7 @@ export class NodeFileSystem implements FileSystem {
     try {
       const fd = fs.openSync(path, flags, 0o600);
       if (options.create) fs.fchmodSync(fd, 0o600);
-      return new NodeFileHandle(fd, path, options.background === true);
+      return new NodeFileHandle(fd, path);
     } catch (err) {
       throw wrap(err, path);
     }

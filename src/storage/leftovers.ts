@@ -21,7 +21,6 @@
  * | `index_without_log`       | a segment index whose log is missing                         | reports and ignores it                    | warning  |
  * | `swap_marker`             | `compaction.marker`: a segment swap a crash interrupted      | finishes or undoes the swap               | warning  |
  * | `swap_temp`               | `<segment>.cleaned`: an output of an interrupted swap        | renames it into place or removes it, finishing or undoing the swap | warning |
- * | `prepared_segment`        | `next.log.zeros`: the next segment's log prepared ahead (`next-segment.ts`), never holding a record | removes it, reports it (`recovery.prepared_segment_removed`) | warning |
  * | `unreadable_log_start_offsets` | `log_start_offsets.json` of a topic that cannot be read or parsed (`log-start-offsets.ts`) | makes the topic unavailable | corrupt |
  * | `unusable_key_file`       | `api_keys.json` that cannot be read, parsed or used (`auth/key-store.ts`) | refuses to run | corrupt |
  * | `unreadable_group_file`   | `groups/<group>.json` that cannot be read or parsed (`broker/groups.ts`) | makes the group unavailable | corrupt |
@@ -35,15 +34,12 @@
  * A temp file of the metadata writer is never the only copy of anything acknowledged: the rename
  * over its target is the write's commit point, so a temp left behind is a write that never
  * happened, and removing it loses nothing. It is kept only while its target is unreadable, as
- * evidence for whoever repairs the target. A prepared next segment (`next.log.zeros`) is zeros a
- * roll would have renamed into place: nothing is ever appended under that name, so it holds no
- * record and removing it loses nothing. Files of other names are not the broker's to delete.
+ * evidence for whoever repairs the target. Files of other names are not the broker's to delete.
  */
 import { joinPath, readdirIfExists, type FileSystem } from "../fs/types.ts";
 import { utf8 } from "../lib/bytes.ts";
 import type { Logger } from "../lib/logger.ts";
 import { isTempFileName, readJsonFile, tempStemBytesMax } from "./metadata.ts";
-import { preparedSegmentName } from "./next-segment.ts";
 import { isSupportedBaseOffset, parseSegmentFileName } from "./segment-files.ts";
 import { parseSwapTempName, swapMarkerName } from "./segment-swap.ts";
 
@@ -62,7 +58,6 @@ export type LeftoverKind =
   | "index_without_log"
   | "swap_marker"
   | "swap_temp"
-  | "prepared_segment"
   | "unreadable_log_start_offsets"
   | "unusable_key_file"
   | "unreadable_group_file"
@@ -146,11 +141,6 @@ export const leftovers: Readonly<Record<LeftoverKind, LeftoverRule>> = Object.fr
     startup: "a start renames it into place or removes it, finishing or undoing the swap",
     check: "warning",
   },
-  prepared_segment: {
-    what: "the next segment's log, prepared ahead of a roll (zeros only, never a record)",
-    startup: "a start removes it",
-    check: "warning",
-  },
   unreadable_log_start_offsets: {
     what: "log_start_offsets.json cannot be read",
     startup: "a start makes the topic unavailable",
@@ -228,7 +218,6 @@ export function classifyPartitionEntry(
   names: ReadonlySet<string>,
 ): LeftoverKind | null {
   if (name === swapMarkerName) return "swap_marker";
-  if (name === preparedSegmentName) return "prepared_segment";
   if (parseSwapTempName(name) !== null) return "swap_temp";
   const parsed = parseSegmentFileName(name);
   if (parsed === null) return "not_a_segment_file";

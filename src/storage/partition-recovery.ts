@@ -1,8 +1,7 @@
 /**
  * Recovery of a partition directory at open (docs/storage.md "Recovery after a crash"): an
  * interrupted segment swap is finished or undone first (docs/storage.md "Replacing segments
- * safely"; `segment-swap.ts`), a prepared next segment (`next-segment.ts`) is removed and
- * reported, stray files are reported and ignored, never deleted
+ * safely"; `segment-swap.ts`), stray files are reported and ignored, never deleted
  * (docs/decisions.md §11, with the reasons of `leftovers.ts`), every segment is recovered
  * (`segment-recovery.ts`: sealed ones checked against their index, the active one scanned in
  * full), and the partition gets an active segment to append to:
@@ -24,8 +23,7 @@ import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { Segment, type SegmentContext } from "./segment.ts";
-import { classifyPartitionEntry, leftovers } from "./leftovers.ts";
-import { errorMessage } from "../lib/errors.ts";
+import { leftovers } from "./leftovers.ts";
 import { isLeaderEpochsFile } from "./leader-epochs.ts";
 import {
   indexFileName,
@@ -90,23 +88,6 @@ export async function recoverPartition(
   for (const file of await fs.readdir(dir)) {
     // Cluster mode's leader-epoch history lives beside the segments (`leader-epochs.ts`).
     if (isLeaderEpochsFile(file)) continue;
-    if (classifyPartitionEntry(file, new Set()) === "prepared_segment") {
-      // Zeros a roll never renamed into place: never a segment, never holding a record.
-      const path = joinPath(dir, file);
-      try {
-        // Made durable by the directory fsync below, on every path (redone at the next start
-        // if a crash takes it back first).
-        await fs.unlink(path);
-        logger.log("warn", "recovery.prepared_segment_removed", {
-          partition: name,
-          file: path,
-          reason: leftovers.prepared_segment.what,
-        });
-      } catch (err) {
-        stray(file, `${leftovers.prepared_segment.what}; removing it failed: ${errorMessage(err)}`);
-      }
-      continue;
-    }
     const parsed = parseSegmentFileName(file);
     if (parsed === null) {
       stray(file, leftovers.not_a_segment_file.what);
@@ -121,7 +102,6 @@ export async function recoverPartition(
   }
   for (const base of indexes)
     if (!logs.has(base)) stray(indexFileName(base), leftovers.index_without_log.what);
-
   const bases = [...logs].sort((a, b) => a - b);
   const now = options.clock.nowMs();
   const started = now;

@@ -29,7 +29,6 @@ import { errorMessage } from "../lib/errors.ts";
 import type { FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import { GroupCommit } from "./group-commit.ts";
-import { NextSegmentFile } from "./next-segment.ts";
 import { recoverPartition } from "./partition-recovery.ts";
 import { type AppendRecords, isStored, logBytesOf } from "./record.ts";
 import { Segment, type SegmentContext, type SegmentDescription } from "./segment.ts";
@@ -177,8 +176,6 @@ export class PartitionLog {
   #commit!: GroupCommit;
   #closed = false;
   #strays: StrayFile[] = [];
-  /** The next segment's log file, prepared ahead (docs/storage.md "Writes and durability"). */
-  #next: NextSegmentFile;
 
   #queue: PendingAppend[] = [];
   #drainRunning: Promise<void> | null = null;
@@ -205,11 +202,6 @@ export class PartitionLog {
       syncCut: (sync) => this.#commit.syncCut(sync),
       handles: options.segmentHandles ?? null,
     };
-    this.#next = new NextSegmentFile(this.#fs, {
-      dir: this.dir,
-      logger: this.#logger,
-      partition: this.name,
-    });
     assert(
       Number.isInteger(this.#flushEveryRecords) && this.#flushEveryRecords >= 1,
       "flushEveryRecords is a positive integer",
@@ -694,10 +686,6 @@ export class PartitionLog {
     } finally {
       prepared.release();
     }
-    // Half full: prepare the next segment's file while the second half fills (a quiet
-    // partition never pays segment_bytes of disk for it).
-    if (!this.#next.pending && active.sizeBytes * 2 >= config.segmentBytes)
-      this.#next.start(config.segmentBytes);
     const requests = group.map((p) => ({
       count: p.batch.count,
       resolve: p.resolve,
@@ -800,7 +788,6 @@ export class PartitionLog {
       dir: this.dir,
       baseOffset: baseOffset ?? old.nextOffset,
       nowMs: this.#clock.nowMs(),
-      prepared: this.#next.take(),
     }).catch((err: unknown) => {
       throw new StorageError(
         "write_failed",
@@ -985,7 +972,6 @@ export class PartitionLog {
     this.#listeners.clear();
     this.#writeListeners.clear();
     for (const s of this.#segments) await s.close();
-    await this.#next.close();
   }
 
   /** State for `GET /v1/admin/storage` and `es-broker check`. */

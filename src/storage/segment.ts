@@ -32,7 +32,7 @@ import {
   segmentPreallocateBytes,
   segmentPreallocateMinBytes,
 } from "../lib/limits.ts";
-import { FsError, joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
+import { joinPath, type FileHandle, type FileSystem } from "../fs/types.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger, LogFields, LogLevel } from "../lib/logger.ts";
 import { acquireAppendBuffer, releaseAppendBuffer } from "./append-buffers.ts";
@@ -406,39 +406,28 @@ export class Segment implements CachedSegmentFiles {
 
   /**
    * Creates a new, empty segment (log and index, mode 0600). The caller fsyncs the directory.
-   * With `prepared` (the path of a file of zeros written and fsynced ahead, `next-segment.ts`;
-   * docs/storage.md "Writes and durability") the log is that file renamed to the segment's name,
-   * its zeros free space to append into; if the rename fails the file is removed and the log
-   * created empty, as without it.
    * @throws FsError (EEXIST if a file of that name is already there).
    */
   static async create(
     fs: FileSystem,
-    options: SegmentContext & {
-      dir: string;
-      baseOffset: number;
-      nowMs: number;
-      prepared?: string | null;
-    },
+    options: SegmentContext & { dir: string; baseOffset: number; nowMs: number },
   ): Promise<Segment> {
     const { dir, baseOffset, nowMs } = options;
     assert(
       Number.isSafeInteger(baseOffset) && baseOffset >= 0,
       "segment base offset is a safe integer",
     );
-    const logPath = joinPath(dir, logFileName(baseOffset));
-    const log =
-      (options.prepared && (await adoptPrepared(fs, options.prepared, logPath, options))) ||
-      (await fs.open(logPath, { create: true, exclusive: true }));
-    let fileEndBytes: number;
+    const log = await fs.open(joinPath(dir, logFileName(baseOffset)), {
+      create: true,
+      exclusive: true,
+    });
     let indexFile: FileHandle;
     try {
-      fileEndBytes = await log.size();
       indexFile = await fs.open(joinPath(dir, indexFileName(baseOffset)), { create: true });
       await indexFile.truncate(0);
     } catch (err) {
       await log.close().catch(() => {});
-      await fs.unlink(logPath).catch(() => {});
+      await fs.unlink(joinPath(dir, logFileName(baseOffset))).catch(() => {});
       throw err;
     }
     return new Segment({
@@ -454,7 +443,7 @@ export class Segment implements CachedSegmentFiles {
         indexFileExact: false,
         sizeBytes: 0,
         readableEndBytes: 0,
-        fileEndBytes,
+        fileEndBytes: 0,
         nextOffset: baseOffset,
         maxTimestampMs: -1,
         createdMs: nowMs,
@@ -1102,42 +1091,6 @@ export interface SegmentDescription {
   recovery: SegmentRecoveryOutcome;
   /** Where decoding stopped short and why ({@link SegmentCorruption}, in snake_case), or null. */
   corruption: { position: number; reason: string; highest_skipped_offset: number } | null;
-}
-
-/**
- * Renames the prepared file `prepared` to `logPath` and opens it for appends; null (the file
- * removed, the failure logged) if that fails, for the caller to create the log as without it.
- * @throws FsError EEXIST if `logPath` exists: a rename would replace it, where the create it
- *   stands for fails.
- */
-async function adoptPrepared(
-  fs: FileSystem,
-  prepared: string,
-  logPath: string,
-  context: SegmentContext,
-): Promise<FileHandle | null> {
-  if ((await fs.stat(logPath)) !== null) {
-    await fs.unlink(prepared).catch(() => {});
-    throw new FsError("EEXIST", logPath, `EEXIST: file already exists: ${logPath}`);
-  }
-  try {
-    await fs.rename(prepared, logPath);
-  } catch (err) {
-    context.logger.log("warn", "segment.prepare_failed", {
-      partition: context.partition,
-      file: prepared,
-      error: `renaming it to ${logPath}: ${errorMessage(err)}`,
-    });
-    await fs.unlink(prepared).catch(() => {});
-    return null;
-  }
-  try {
-    return await fs.open(logPath, { write: true });
-  } catch (err) {
-    // Nothing is in it: give the name back, so the next roll can create it.
-    await fs.unlink(logPath).catch(() => {});
-    throw err;
-  }
 }
 
 /** The context with its defaults filled in. */

@@ -193,22 +193,6 @@ export function fileSystemConformance(
         expect((await fs.stat(at("big")))?.size).toBe(big.length);
       });
 
-      it("with background writes, syncs and reads as any handle, and refuses writes once closed", async () => {
-        const big = new Uint8Array((1 << 20) + 5);
-        for (let i = 0; i < big.length; i++) big[i] = (i * 13 + 1) & 0xff;
-        const file = await fs.open(at("bg"), { create: true, background: true });
-        await file.write(big, 0);
-        await file.write(utf8.encode("tail"), big.length);
-        await file.sync();
-        expect(await file.size()).toBe(big.length + 4);
-        await file.close();
-        await expect(file.write(utf8.encode("x"), 0)).rejects.toMatchObject({ code: "EBADF" });
-        const back = await readWholeFile(fs, at("bg"), big.length + 4);
-        expect(firstDifference(back.subarray(0, big.length), big)).toBe(-1);
-        expect(text.decode(back.subarray(big.length))).toBe("tail");
-        expect((await fs.stat(at("bg")))?.mode).toBe(0o600);
-      });
-
       it("shows a write through one handle to another handle on the same file", async () => {
         const a = await fs.open(at("shared"), { create: true });
         const b = await fs.open(at("shared"));

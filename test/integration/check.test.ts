@@ -179,14 +179,6 @@ describe("checkDataDir and start-up judge every leftover alike (storage/leftover
       },
     },
     {
-      kind: "prepared_segment",
-      plant: (dir) => {
-        // A prepare a crash interrupted: zeros, some of them torn off.
-        writeFileSync(`${dir}/topics/t/0/next.log.zeros`, new Uint8Array(3000));
-        return `${dir}/topics/t/0/next.log.zeros`;
-      },
-    },
-    {
       kind: "swap_temp",
       plant: (dir) => {
         writeFileSync(`${dir}/topics/t/0/00000000000000000000.log.cleaned`, "partial output");
@@ -242,14 +234,6 @@ describe("checkDataDir and start-up judge every leftover alike (storage/leftover
         });
       if (/reports and ignores|keeps/.test(action))
         expect(logger.named("recovery.stray_file").map((f) => f.file)).toContain(path);
-      if (kind === "prepared_segment") {
-        // Removed and reported, never read as a segment nor listed as a stray.
-        expect(logger.named("recovery.prepared_segment_removed").map((f) => f.file)).toEqual([
-          path,
-        ]);
-        expect(logger.named("recovery.stray_file")).toEqual([]);
-        expect(segs(dir).every((n) => /^\d{20}\.log$/.test(n))).toBe(true);
-      }
       await broker.close();
     });
   }

@@ -64,8 +64,6 @@ describe("storage/leftovers.ts", () => {
       "99999999999999999999.log",
       "00000000000000000050.log.cleaned",
       "compaction.marker",
-      "next.log.zeros",
-      "next.log.zeros.bak",
       "x.log.bak",
     ]);
     const kinds = Object.fromEntries([...dir].map((n) => [n, classifyPartitionEntry(n, dir)]));
@@ -76,8 +74,6 @@ describe("storage/leftovers.ts", () => {
       "99999999999999999999.log": "unsupported_base_offset",
       "00000000000000000050.log.cleaned": "swap_temp",
       "compaction.marker": "swap_marker",
-      "next.log.zeros": "prepared_segment",
-      "next.log.zeros.bak": "not_a_segment_file",
       "x.log.bak": "not_a_segment_file",
     });
   });
