@@ -161,6 +161,7 @@ export class ByteWriter {
    * (so its `byteOffset` need not be 0). Write nothing more after taking it.
    */
   finish(): Uint8Array {
-    return this.buf.subarray(0, this.pos);
+    // Sized exactly (a Produce answer, a request of known size): the buffer itself, no new view.
+    return this.pos === this.buf.length ? this.buf : this.buf.subarray(0, this.pos);
   }
 }
