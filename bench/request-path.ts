@@ -179,6 +179,7 @@ export async function main(argv: string[]): Promise<number> {
       for (const socket of sockets)
         if (values.http) httpConnection(socket, take);
         else transport.handleConnection(socket);
+      const storageBefore = broker.metrics();
       const cpuBefore = process.cpuUsage();
       const started = performance.now();
       ready = sockets.slice();
@@ -186,9 +187,12 @@ export async function main(argv: string[]): Promise<number> {
       await finished;
       const seconds = (performance.now() - started) / 1000;
       const cpu = process.cpuUsage(cpuBefore);
+      const storage = broker.metrics();
+      const fsyncs = storage.fsyncs - storageBefore.fsyncs;
+      const writes = storage.writes - storageBefore.writes;
       for (const socket of sockets) socket.destroy();
       process.stdout.write(
-        `round ${round}: ${values.http ? "HTTP" : "TCP"}, ${connections} connections x ${records} record(s), ${requests} requests: ${Math.round(requests / seconds)} requests/s, CPU ${((cpu.user + cpu.system) / requests).toFixed(2)} µs/request (user ${(cpu.user / requests).toFixed(2)}, system ${(cpu.system / requests).toFixed(2)})\n`,
+        `round ${round}: ${values.http ? "HTTP" : "TCP"}, ${connections} connections x ${records} record(s), ${requests} requests: ${Math.round(requests / seconds)} requests/s, CPU ${((cpu.user + cpu.system) / requests).toFixed(2)} µs/request (user ${(cpu.user / requests).toFixed(2)}, system ${(cpu.system / requests).toFixed(2)}); ${fsyncs} fsyncs, ${writes} writes to the log (${(requests / Math.max(1, writes)).toFixed(1)} requests each)\n`,
       );
     }
     await transport.close({ graceMs: 1000 });
