@@ -545,6 +545,7 @@ async function measure(
     recordsAppended,
     rssPeakBytes: rss.peak(),
     serverCpuMs: rss.cpuMs(),
+    serverUserCpuMs: rss.userCpuMs(),
     serverFds: rss.fds(),
     ...(rssSampleMs !== undefined ? { rssSamples: samples } : {}),
   };

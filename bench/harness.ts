@@ -127,6 +127,8 @@ export interface CaseResult {
    * how much CPU the server happened to get.
    */
   serverCpuUsPerRecord?: number | null;
+  /** The user part of {@link serverCpuUsPerRecord} (the rest is the kernel's), in µs; null when unknown. */
+  serverUserCpuUsPerRecord?: number | null;
   requests: number;
   records: number;
   seconds: number;
@@ -326,6 +328,10 @@ export function toCase(
       r.serverCpuMs === null || r.serverCpuMs === undefined || r.records === 0
         ? null
         : (r.serverCpuMs * 1000) / r.records,
+    serverUserCpuUsPerRecord:
+      r.serverUserCpuMs === null || r.serverUserCpuMs === undefined || r.records === 0
+        ? null
+        : (r.serverUserCpuMs * 1000) / r.records,
     requests: r.requests,
     records: r.records,
     seconds: r.seconds,
@@ -358,7 +364,7 @@ function printCase(c: CaseResult): void {
   const l = c.latencyMs;
   process.stdout.write(
     `${c.id.padEnd(52)} ${fmt(c.recordsPerSec).padStart(10)} rec/s ${fmt(c.payloadMBps, 1).padStart(7)} MB/s  p50 ${fmt(l.p50, 2)} p99 ${fmt(l.p99, 2)} max ${fmt(l.max, 1)} ms` +
-      `  fsync/s ${fmt(c.fsyncsPerSec)} rec/fsync ${fmt(c.recordsPerFsync, 1)}  rss ${fmt(c.serverRssPeakMiB, 1)} MiB  cpu ${fmt(c.serverCpuUsPerRecord, 1)} µs/rec\n`,
+      `  fsync/s ${fmt(c.fsyncsPerSec)} rec/fsync ${fmt(c.recordsPerFsync, 1)}  rss ${fmt(c.serverRssPeakMiB, 1)} MiB  cpu ${fmt(c.serverCpuUsPerRecord, 1)} µs/rec (user ${fmt(c.serverUserCpuUsPerRecord, 1)})\n`,
   );
 }
 

@@ -12,7 +12,7 @@ import * as fs from "node:fs";
 export class RssWatch {
   readonly #pid: number | undefined;
   #resetWorked = false;
-  #cpuTicksAtStart: number | null = null;
+  #cpuTicksAtStart: [number, number] | null = null;
   #sampledPeak = 0;
   readonly samples: [number, number][] = [];
 
@@ -32,14 +32,14 @@ export class RssWatch {
     }
   }
 
-  /** utime + stime of the process, in clock ticks (USER_HZ, 100 per second on Linux), or null. */
-  #cpuTicks(): number | null {
+  /** [utime, stime] of the process, in clock ticks (USER_HZ, 100 per second on Linux), or null. */
+  #cpuTicks(): [number, number] | null {
     if (this.#pid === undefined) return null;
     try {
       const stat = fs.readFileSync(`/proc/${this.#pid}/stat`, "utf8");
       // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
       const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      return Number(fields[11]) + Number(fields[12]);
+      return [Number(fields[11]), Number(fields[12])];
     } catch {
       return null;
     }
@@ -47,10 +47,19 @@ export class RssWatch {
 
   /** CPU time the process used since {@link start}, in ms (10 ms resolution), or null when unknown. */
   cpuMs(): number | null {
+    const user = this.userCpuMs();
+    const now = this.#cpuTicks();
+    return user === null || now === null || this.#cpuTicksAtStart === null
+      ? null
+      : user + (now[1] - this.#cpuTicksAtStart[1]) * 10;
+  }
+
+  /** The user part of {@link cpuMs} (the process's own code; the rest is the kernel's), or null. */
+  userCpuMs(): number | null {
     const now = this.#cpuTicks();
     return now === null || this.#cpuTicksAtStart === null
       ? null
-      : (now - this.#cpuTicksAtStart) * 10;
+      : (now[0] - this.#cpuTicksAtStart[0]) * 10;
   }
 
   /** Resets the kernel's peak-RSS mark (VmHWM) so the peak covers the window only. */

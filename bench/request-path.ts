@@ -30,6 +30,9 @@ import type { ByteSocket, ByteSocketHandlers } from "../src/transport/tcp/socket
 import { createTcpTransport } from "../src/transport/tcp/transport.ts";
 import { createHttpApp } from "../src/transport/http/app.ts";
 import { RawHttpConnection, type RawHttpSocket } from "../src/transport/http/raw-connection.ts";
+import { AccessControl } from "../src/auth/access.ts";
+import { createMetricsRegistry } from "../src/runtime/process-metrics.ts";
+import { FrontDoorMetrics } from "../src/transport/metered-broker.ts";
 
 /** {@link MemorySocket}'s handlers over a {@link RawHttpConnection} serving `take`. */
 function httpConnection(
@@ -108,16 +111,27 @@ export async function main(argv: string[]): Promise<number> {
   const rounds = Number(values.rounds);
   installFastCrc32();
   const dir = fs.mkdtempSync(join(os.tmpdir(), "es-request-path-"));
+  // Wired as `serve` wires them (cli/serve.ts): storage counters, access control without keys,
+  // and the front door's metered view.
+  const metrics = createMetricsRegistry();
   const broker = await LocalBroker.open({
     fs: new NodeFileSystem(),
     dataDir: dir,
     clock: systemClock,
     logger: silentLogger,
+    metrics,
     flushEveryRecords: values.fsync ? 1 : 1_000_000_000,
   });
   try {
     await broker.createTopic({ name: "path", partitions: 1 });
-    const transport = createTcpTransport({ broker, clock: systemClock, logger: silentLogger });
+    const tcpDoor = new FrontDoorMetrics(metrics, "tcp");
+    const transport = createTcpTransport({
+      broker,
+      clock: systemClock,
+      logger: silentLogger,
+      access: new AccessControl({ broker, keys: null, logger: silentLogger }),
+      meter: (b) => tcpDoor.wrap(b),
+    });
     const batch = new EntryBatchBuilder();
     for (let i = 0; i < records; i++) batch.add(null, new Uint8Array(256).fill(0x61));
     const built = batch.build();
@@ -165,6 +179,7 @@ export async function main(argv: string[]): Promise<number> {
       for (const socket of sockets)
         if (values.http) httpConnection(socket, take);
         else transport.handleConnection(socket);
+      const storageBefore = broker.metrics();
       const cpuBefore = process.cpuUsage();
       const started = performance.now();
       ready = sockets.slice();
@@ -172,9 +187,12 @@ export async function main(argv: string[]): Promise<number> {
       await finished;
       const seconds = (performance.now() - started) / 1000;
       const cpu = process.cpuUsage(cpuBefore);
+      const storage = broker.metrics();
+      const fsyncs = storage.fsyncs - storageBefore.fsyncs;
+      const writes = storage.writes - storageBefore.writes;
       for (const socket of sockets) socket.destroy();
       process.stdout.write(
-        `round ${round}: ${values.http ? "HTTP" : "TCP"}, ${connections} connections x ${records} record(s), ${requests} requests: ${Math.round(requests / seconds)} requests/s, CPU ${((cpu.user + cpu.system) / requests).toFixed(2)} µs/request (user ${(cpu.user / requests).toFixed(2)}, system ${(cpu.system / requests).toFixed(2)})\n`,
+        `round ${round}: ${values.http ? "HTTP" : "TCP"}, ${connections} connections x ${records} record(s), ${requests} requests: ${Math.round(requests / seconds)} requests/s, CPU ${((cpu.user + cpu.system) / requests).toFixed(2)} µs/request (user ${(cpu.user / requests).toFixed(2)}, system ${(cpu.system / requests).toFixed(2)}); ${fsyncs} fsyncs, ${writes} writes to the log (${(requests / Math.max(1, writes)).toFixed(1)} requests each)\n`,
       );
     }
     await transport.close({ graceMs: 1000 });

@@ -183,6 +183,8 @@ export interface GeneratorResult {
   rssPeakBytes: number | null;
   /** CPU time (user + system) the server process used inside the window, in ms; null when unknown. */
   serverCpuMs?: number | null;
+  /** The user part of {@link serverCpuMs} (the rest is system time), in ms; null when unknown. */
+  serverUserCpuMs?: number | null;
   /**
    * Fan-out only: records the readers received inside the window, summed over every reader, the
    * fewest one reader received (0 readers: both 0), and the answers they received in all (fetch

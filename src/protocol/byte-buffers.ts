@@ -12,7 +12,7 @@ const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 /** Reads fields in order from one byte range; positions are relative to its start. */
 export abstract class ByteReader {
   protected readonly bytesRead: Uint8Array;
-  protected readonly view: DataView;
+  #view: DataView | null = null;
   protected pos = 0;
 
   /**
@@ -24,7 +24,19 @@ export abstract class ByteReader {
     readonly context: string,
   ) {
     this.bytesRead = bytes;
-    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  /**
+   * A DataView over the bytes read, made on first use: a reader of a small request (a Produce
+   * of one record) reads its integers from the bytes and never pays for one.
+   */
+  protected get view(): DataView {
+    this.#view ??= new DataView(
+      this.bytesRead.buffer,
+      this.bytesRead.byteOffset,
+      this.bytesRead.byteLength,
+    );
+    return this.#view;
   }
 
   /** Bytes not yet read. */
@@ -149,6 +161,7 @@ export class ByteWriter {
    * (so its `byteOffset` need not be 0). Write nothing more after taking it.
    */
   finish(): Uint8Array {
-    return this.buf.subarray(0, this.pos);
+    // Sized exactly (a Produce answer, a request of known size): the buffer itself, no new view.
+    return this.pos === this.buf.length ? this.buf : this.buf.subarray(0, this.pos);
   }
 }

@@ -176,8 +176,14 @@ export class FrameDecoder {
     if (this.#assembly !== null) return this.#assembled === this.#assembly.length;
     if (this.#frameLength < 0) {
       if (this.#buffered < frameLengthBytes) return false;
-      const prefix = this.#peek(frameLengthBytes);
-      const length = ((prefix[0] << 24) | (prefix[1] << 16) | (prefix[2] << 8) | prefix[3]) >>> 0;
+      // Read in place when the prefix lies in the head chunk (no view made per frame).
+      const head = this.#chunks[this.#head];
+      const at = this.#headPos;
+      const inHead = head.length - at >= frameLengthBytes;
+      const prefix = inHead ? head : this.#peek(frameLengthBytes);
+      const p = inHead ? at : 0;
+      const length =
+        ((prefix[p] << 24) | (prefix[p + 1] << 16) | (prefix[p + 2] << 8) | prefix[p + 3]) >>> 0;
       if (length < this.#lengthMin) {
         this.#failure = new FrameLengthError(
           length,
@@ -190,7 +196,7 @@ export class FrameDecoder {
         this.#failure = new FrameLengthError(
           length,
           true,
-          `Cannot read frame: length ${length} is over the limit of ${this.#lengthMax} bytes${textHint(prefix)}`,
+          `Cannot read frame: length ${length} is over the limit of ${this.#lengthMax} bytes${textHint(this.#peek(frameLengthBytes))}`,
         );
         throw this.#failure;
       }

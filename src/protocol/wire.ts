@@ -13,6 +13,7 @@ import { formatJsonPath, jsonNestingFault } from "../lib/json-nesting.ts";
 import { foreignMessageCharsMax, jsonNestingDepthMax, offsetMax } from "../lib/limits.ts";
 import { clip, quote } from "../lib/quote.ts";
 import { ByteReader, ByteWriter } from "./byte-buffers.ts";
+import { i32At, u16At, u32At } from "../lib/bytes.ts";
 
 /**
  * A request or response that does not follow the wire grammar. It is a {@link BrokerError}, so the
@@ -72,22 +73,22 @@ export class WireReader extends ByteReader {
 
   /** Reads a u8. */
   u8(field: string): number {
-    return this.view.getUint8(this.need(field, 1));
+    return this.bytesRead[this.need(field, 1)];
   }
 
   /** Reads a big-endian u16. */
   u16(field: string): number {
-    return this.view.getUint16(this.need(field, 2));
+    return u16At(this.bytesRead, this.need(field, 2));
   }
 
   /** Reads a big-endian u32. */
   u32(field: string): number {
-    return this.view.getUint32(this.need(field, 4));
+    return u32At(this.bytesRead, this.need(field, 4));
   }
 
   /** Reads a big-endian two's-complement i32. */
   i32(field: string): number {
-    return this.view.getInt32(this.need(field, 4));
+    return i32At(this.bytesRead, this.need(field, 4));
   }
 
   /**
@@ -96,8 +97,8 @@ export class WireReader extends ByteReader {
    */
   u64(field: string): number {
     const at = this.need(field, 8);
-    const hi = this.view.getUint32(at);
-    const lo = this.view.getUint32(at + 4);
+    const hi = u32At(this.bytesRead, at);
+    const lo = u32At(this.bytesRead, at + 4);
     // hi ≤ 0x1fffff keeps hi * 2^32 + lo ≤ 2^53 − 1 exactly.
     if (hi > 0x1f_ffff) {
       throw new ProtocolError(

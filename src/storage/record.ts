@@ -23,7 +23,18 @@
  * it reads further, and never allocates a length a file or a client claims.
  */
 import { crc32 } from "../lib/crc32.ts";
-import { readI64, readU64, viewOf, writeI64, writeU64 } from "../lib/bytes.ts";
+import {
+  i32At,
+  i64At,
+  readI64,
+  readU64,
+  setI64At,
+  setU32At,
+  setU64At,
+  u32At,
+  viewOf,
+  writeI64,
+} from "../lib/bytes.ts";
 import {
   offsetMax,
   recordLenMax,
@@ -89,7 +100,6 @@ export function logBytesOf(records: AppendRecords): number {
  * @throws RecordFormatError naming the record index and the field.
  */
 export function scanEntries(bytes: Uint8Array, options: { maxCount?: number } = {}): number {
-  const view = viewOf(bytes);
   const maxCount = options.maxCount ?? Number.MAX_SAFE_INTEGER;
   let pos = 0;
   let count = 0;
@@ -102,13 +112,13 @@ export function scanEntries(bytes: Uint8Array, options: { maxCount?: number } = 
         count,
       );
     }
-    const ts = readI64(view, pos);
+    const ts = i64At(bytes, pos);
     if (ts < -1 || !Number.isSafeInteger(ts))
       throw new RecordFormatError(
         `record ${count} has timestamp_ms ${ts}: must be ≥ 0, or −1 for the broker's clock`,
         count,
       );
-    const keyLen = view.getInt32(pos + 8);
+    const keyLen = i32At(bytes, pos + 8);
     if (keyLen < -1)
       throw new RecordFormatError(`record ${count} has key_len ${keyLen}: must be ≥ −1`, count);
     const keyBytes = Math.max(keyLen, 0);
@@ -118,7 +128,7 @@ export function scanEntries(bytes: Uint8Array, options: { maxCount?: number } = 
         count,
       );
     }
-    const valueLen = view.getUint32(pos + 12 + keyBytes);
+    const valueLen = u32At(bytes, pos + 12 + keyBytes);
     if (keyBytes + valueLen > recordPayloadBytesMax) {
       throw new RecordFormatError(
         `record ${count} is ${keyBytes + valueLen} bytes of key and value, over the limit of ${recordPayloadBytesMax}`,
@@ -373,30 +383,31 @@ export function encodeEntries(
   },
 ): number {
   const src = batch.bytes;
-  const sv = viewOf(src);
-  const ov = viewOf(out);
   let sp = 0;
   let op = options.outPos;
   let offset = options.baseOffset;
   let maxTs = -1;
   for (let i = 0; i < batch.count; i++) {
-    const keyLen = sv.getInt32(sp + 8);
+    const keyLen = i32At(src, sp + 8);
     const keyBytes = Math.max(keyLen, 0);
-    const valueLen = sv.getUint32(sp + 12 + keyBytes);
+    const valueLen = u32At(src, sp + 12 + keyBytes);
     const entryBytes = entryOverheadBytes + keyBytes + valueLen;
     const len = recordOverheadBytes + keyBytes + valueLen;
     options.onRecord?.(offset, op);
-    ov.setUint32(op, len);
-    writeU64(ov, op + 4, offset);
-    out.set(src.subarray(sp, sp + entryBytes), op + 12);
-    let ts = readI64(sv, sp);
+    setU32At(out, op, len);
+    setU64At(out, op + 4, offset);
+    out.set(
+      sp === 0 && entryBytes === src.length ? src : src.subarray(sp, sp + entryBytes),
+      op + 12,
+    );
+    let ts = i64At(src, sp);
     if (ts === -1) {
       ts = options.nowMs;
-      writeI64(ov, op + 12, ts);
+      setI64At(out, op + 12, ts);
     }
     if (ts > maxTs) maxTs = ts;
     const crcPos = op + 4 + len - 4;
-    ov.setUint32(crcPos, crc32(out, op + 4, crcPos));
+    setU32At(out, crcPos, crc32(out, op + 4, crcPos));
     sp += entryBytes;
     op = crcPos + 4;
     offset++;
@@ -438,24 +449,21 @@ export class EntryCursor {
   keyLen = -1;
   /** Position of the key (valid when keyLen ≥ 0). */
   keyStart = 0;
-  #view: DataView;
 
-  constructor(readonly batch: EntryBatch) {
-    this.#view = viewOf(batch.bytes);
-  }
+  constructor(readonly batch: EntryBatch) {}
 
   /** Moves to the next entry; false at the end. */
   next(): boolean {
     if (this.index + 1 >= this.batch.count) return false;
-    const v = this.#view;
+    const bytes = this.batch.bytes;
     const p = this.end;
     this.index++;
     this.start = p;
-    this.timestampMs = readI64(v, p);
-    this.keyLen = v.getInt32(p + 8);
+    this.timestampMs = i64At(bytes, p);
+    this.keyLen = i32At(bytes, p + 8);
     this.keyStart = p + 12;
     const keyBytes = Math.max(this.keyLen, 0);
-    const valueLen = v.getUint32(p + 12 + keyBytes);
+    const valueLen = u32At(bytes, p + 12 + keyBytes);
     this.end = p + entryOverheadBytes + keyBytes + valueLen;
     return true;
   }

@@ -472,6 +472,20 @@ describe("TCP transport: errors", () => {
     ]);
   });
 
+  it("answers a result its api cannot encode with internal, and the connection keeps working", async () => {
+    // Produce encodes in the transport's own reaction (`answerBy`): a throw there is answered.
+    const { broker, socket, logger } = setup();
+    socket.send(produceFrame(4, "a"));
+    broker.calls[0].deferred.resolve({ spans: [{ partition: -1, baseOffset: 0, count: 1 }] });
+    await settle();
+    expect(socket.responses()).toMatchObject([{ correlationId: 4, error: Errors.internal.tcp }]);
+    expect(logger.named("tcp.internal_error")).toMatchObject([{ api: "Produce" }]);
+    socket.send(produceFrame(5, "b"));
+    broker.calls[1].deferred.resolve({ spans: [{ partition: 0, baseOffset: 1, count: 1 }] });
+    await settle();
+    expect(socket.responses()[1]).toMatchObject({ correlationId: 5, error: 0 });
+  });
+
   it("answers a broker method that throws synchronously like one that rejects", async () => {
     const { broker, socket } = setup();
     broker.listOffsets = () => {

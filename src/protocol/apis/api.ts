@@ -21,19 +21,48 @@ export interface ApiConnection {
   authenticate(key: string): { keyId: string; name: string; role: string };
 }
 
-/** A started request, as {@link ApiSpec.serve} returns it. */
-export interface Served {
-  /**
-   * The response frame, or chunks that written in order make it (a fetch's stored records go
-   * out as their own chunk). Rejects with the error to answer: a BrokerError is answered with its
-   * row of the error table, anything else as `internal`.
-   */
-  response: Promise<Uint8Array | readonly Uint8Array[]>;
-  /**
-   * Bytes the answer may reach beyond the request frame (a fetch's `max_bytes`), charged to the
-   * connection's in-flight budget until it is written; 0 if omitted.
-   */
-  answerBytes?: number;
+/** An answer: the response frame, or chunks that written in order make it. */
+export type Answer = Uint8Array | readonly Uint8Array[];
+
+/**
+ * A started request, as {@link ApiSpec.serve} returns it: either the answer's promise, or the
+ * broker's promise and how its result is encoded ({@link answerBy}).
+ */
+export type Served =
+  | {
+      /**
+       * The response frame, or chunks that written in order make it (a fetch's stored records go
+       * out as their own chunk). Rejects with the error to answer: a BrokerError is answered with
+       * its row of the error table, anything else as `internal`.
+       */
+      response: Promise<Answer>;
+      encode?: undefined;
+      /**
+       * Bytes the answer may reach beyond the request frame (a fetch's `max_bytes`), charged to
+       * the connection's in-flight budget until it is written; 0 if omitted.
+       */
+      answerBytes?: number;
+    }
+  | {
+      /** The broker's result; rejects as above. */
+      response: Promise<unknown>;
+      /** Encodes the result into the answer (the transport calls it; it may throw as a rejection would). */
+      encode: (result: unknown) => Answer;
+      answerBytes?: number;
+    };
+
+/**
+ * A {@link Served} whose result the transport encodes with `encode` in its own reaction to
+ * `result`, rather than in one more promise between them: the small-request path (Produce,
+ * Fetch) saves a promise and a microtask per request (docs/benchmarks.md "Small requests
+ * (issue #22)").
+ */
+export function answerBy<R>(
+  result: Promise<R>,
+  encode: (result: R) => Answer,
+  answerBytes?: number,
+): Served {
+  return { response: result, encode: encode as (result: unknown) => Answer, answerBytes };
 }
 
 /** One TCP api: its number, name, highest version and how a request of it is served. */

@@ -32,7 +32,7 @@ import {
   startResponse,
 } from "../envelope.ts";
 import { requireInt, strBytes, WireReader } from "../wire.ts";
-import { defineApi } from "./api.ts";
+import { answerBy, defineApi } from "./api.ts";
 
 /** Fetch: decode, `broker.fetch` (aborted with the connection), encode as two chunks. */
 export const fetchApi = defineApi({
@@ -41,12 +41,11 @@ export const fetchApi = defineApi({
   versionMax: 0,
   serve(body, correlationId, { broker, signal }) {
     const request = decodeFetchRequest(body);
-    return {
-      response: broker
-        .fetch({ ...request, signal })
-        .then((result) => encodeFetchResponseChunks(correlationId, result)),
-      answerBytes: request.maxBytes ?? fetchBytesDefault,
-    };
+    return answerBy(
+      broker.fetch({ ...request, signal }),
+      (result) => encodeFetchResponseChunks(correlationId, result),
+      request.maxBytes ?? fetchBytesDefault,
+    );
   },
 });
 

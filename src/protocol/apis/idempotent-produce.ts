@@ -17,7 +17,7 @@
 import type { ProduceRequest, ProduceResult } from "../../broker/types.ts";
 import { finishFrame, startRequest, startResponse } from "../envelope.ts";
 import { readFlag, requireInt, strBytes, WireReader } from "../wire.ts";
-import { defineApi } from "./api.ts";
+import { answerBy, defineApi } from "./api.ts";
 import {
   produceSpanBytes,
   readEntries,
@@ -34,11 +34,9 @@ export const idempotentProduceApi = defineApi({
   versionMax: 0,
   serve(body, correlationId, { broker }) {
     const request = decodeIdempotentProduceRequest(body);
-    return {
-      response: broker
-        .produce(request)
-        .then((result) => encodeIdempotentProduceResponse(correlationId, result)),
-    };
+    return answerBy(broker.produce(request), (result) =>
+      encodeIdempotentProduceResponse(correlationId, result),
+    );
   },
 });
 

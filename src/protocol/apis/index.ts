@@ -9,7 +9,8 @@
  * `docs/protocol.md`), then exports:
  * - `<name>Api = defineApi({ key, name, versionMax, serve })` (`api.ts`): `serve(body,
  *   correlationId, connection)` decodes the body, calls the broker synchronously and returns the
- *   encoded answer's promise. Nothing else: the transport owns framing, flow control, ordering
+ *   encoded answer's promise (or, through `answerBy`, the broker's promise and the encoder the
+ *   transport applies to its result). Nothing else: the transport owns framing, flow control, ordering
  *   and the mapping of errors to the error table.
  * - `encode<Name>Request` / `decode<Name>Request` / `encode<Name>Response` /
  *   `decode<Name>Response`: the client (`client/client.ts`) and the server use the same codecs.

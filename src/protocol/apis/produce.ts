@@ -27,7 +27,7 @@ import {
   WireReader,
   type WireWriter,
 } from "../wire.ts";
-import { defineApi } from "./api.ts";
+import { answerBy, defineApi } from "./api.ts";
 
 /** Produce: decode, `broker.produce`, encode. */
 export const produceApi = defineApi({
@@ -36,11 +36,9 @@ export const produceApi = defineApi({
   versionMax: 0,
   serve(body, correlationId, { broker }) {
     const request = decodeProduceRequest(body);
-    return {
-      response: broker
-        .produce(request)
-        .then((result) => encodeProduceResponse(correlationId, result)),
-    };
+    return answerBy(broker.produce(request), (result) =>
+      encodeProduceResponse(correlationId, result),
+    );
   },
 });
 

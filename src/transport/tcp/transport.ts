@@ -406,7 +406,8 @@ class Connection implements FramedConnectionHandler {
       );
       return;
     }
-    let response: Promise<Answer>;
+    let response: Promise<unknown>;
+    let encode: ((result: unknown) => Answer) | undefined;
     let costBytes = frame.length;
     try {
       // The api's row decodes the body and calls the broker synchronously; `answerBytes` is the
@@ -418,6 +419,7 @@ class Connection implements FramedConnectionHandler {
         version,
       );
       response = served.response;
+      encode = served.encode;
       costBytes += served.answerBytes ?? 0;
     } catch (error) {
       response = Promise.reject(error);
@@ -426,13 +428,26 @@ class Connection implements FramedConnectionHandler {
     if (spec === authenticateApi && this.#principal?.kind !== "key") this.#core.stopAfterAnswers();
     const core = this.#core;
     const pending = core.begin(costBytes);
+    const fail = (error: unknown): void => {
+      if (replica && error instanceof BrokerError && error.kind === Errors.unauthenticated)
+        core.stopAfterAnswers();
+      core.finish(pending, this.#errorResponse(spec, correlationId, error));
+    };
+    // With `encode` (`answerBy`), the result is encoded here, in this one reaction: an encoding
+    // that throws is answered as a rejection would be.
     response.then(
-      (bytes) => core.finish(pending, bytes),
-      (error: unknown) => {
-        if (replica && error instanceof BrokerError && error.kind === Errors.unauthenticated)
-          core.stopAfterAnswers();
-        core.finish(pending, this.#errorResponse(spec, correlationId, error));
-      },
+      encode === undefined
+        ? (bytes) => core.finish(pending, bytes as Answer)
+        : (result) => {
+            let answer: Answer;
+            try {
+              answer = encode(result);
+            } catch (error) {
+              return fail(error);
+            }
+            core.finish(pending, answer);
+          },
+      fail,
     );
   }
 
