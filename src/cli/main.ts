@@ -19,6 +19,7 @@ import { keys } from "./keys.ts";
 import { cluster } from "./cluster.ts";
 import { EtcdError } from "../cluster/etcd.ts";
 import { apiKeyEnv, refuseKeyInArgv } from "./connection.ts";
+import { endOnStopSignals } from "./signals.ts";
 
 /** Each command of {@link main}, in help order, with its one-line summary (each has its own `--help`). */
 const commandSummaries: readonly (readonly [string, string])[] = [
@@ -32,6 +33,16 @@ const commandSummaries: readonly (readonly [string, string])[] = [
   ["check", "verify a stopped broker's data directory offline"],
   ["cluster", "show a cluster's brokers, controller and partition leaders (cluster status)"],
 ];
+
+/** The commands that end at once on a signal (`signals.ts`); the others stop gracefully. */
+const oneShotCommands: ReadonlySet<string> = new Set([
+  "topics",
+  "check",
+  "groups",
+  "keys",
+  "schemas",
+  "cluster",
+]);
 
 /** The commands {@link main} knows. */
 const commands: readonly string[] = commandSummaries.map(([name]) => name);
@@ -61,6 +72,7 @@ export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
     refuseKeyInArgv(rest);
+    if (command !== undefined && oneShotCommands.has(command)) endOnStopSignals();
     switch (command) {
       case undefined:
       case "-h":

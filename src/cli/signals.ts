@@ -9,8 +9,8 @@
  *   shell reports a process a signal ended: 130 for SIGINT, 143 for SIGTERM. Work may be lost,
  *   and the exit code says so.
  *
- * The one-shot commands (`topics`, `groups`, `keys`, `schemas`, `check`) install no handler: a
- * signal ends them at once, with the same 130 / 143.
+ * The one-shot commands (`topics`, `groups`, `keys`, `schemas`, `check`, `cluster`) end at once on
+ * the first signal, with the same 130 / 143 ({@link endOnStopSignals}).
  */
 
 /** The signals a command treats as a request to stop. */
@@ -56,4 +56,16 @@ export function onStopSignals(onStop: (signal: StopSignal) => void): StopSignals
       process.off("SIGTERM", onTerm);
     },
   };
+}
+
+/**
+ * The one-shot commands' rule (module comment): the first SIGINT or SIGTERM exits at once with
+ * 130 or 143. A handler of its own rather than the runtime's default, because a signal the
+ * process inherited as ignored (a background job of a non-interactive shell ignores SIGINT) stays
+ * ignored on Bun and the compiled binary, where Node and Deno reset it: a handler ends it on every
+ * runtime.
+ */
+export function endOnStopSignals(): void {
+  process.on("SIGINT", () => process.exit(signalExitCode("SIGINT")));
+  process.on("SIGTERM", () => process.exit(signalExitCode("SIGTERM")));
 }

@@ -8,7 +8,7 @@
 import { afterEach, describe, onTestFinished, expect, it } from "vitest";
 import { spawn, type ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
-import { createServer, type AddressInfo } from "node:net";
+import { createServer, type AddressInfo, type Socket } from "node:net";
 import { TcpClient } from "../../src/client/client.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import {
@@ -49,11 +49,20 @@ interface Command {
   exited: Promise<number | null>;
 }
 
-/** Starts `es-broker ...args`. */
-function startCommand(args: string[]): Command {
+/**
+ * Starts `es-broker ...args`; with `sigintIgnored`, as bash starts a script's background job:
+ * SIGINT set to ignored, then exec (the same process).
+ */
+function startCommand(args: string[], options: { sigintIgnored?: boolean } = {}): Command {
   assertTargetRunnable();
   const [cmd, ...pre] = brokerCommand();
-  const proc = spawn(cmd, [...pre, ...args], { cwd: repoRoot, stdio: ["pipe", "pipe", "pipe"] });
+  const stdio: ("pipe" | "ignore")[] = ["pipe", "pipe", "pipe"];
+  const proc = options.sigintIgnored
+    ? spawn("bash", ["-c", `trap '' INT; exec "$@"`, "bash", cmd, ...pre, ...args], {
+        cwd: repoRoot,
+        stdio,
+      })
+    : spawn(cmd, [...pre, ...args], { cwd: repoRoot, stdio });
   children.push(proc);
   let out = "";
   let err = "";
@@ -226,6 +235,30 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(
       (await client.listOffsets({ topic: "t", partition: 0 })).highWatermark,
     ).toBeLessThanOrEqual(1);
+  });
+
+  it("a one-shot command ends at once on SIGINT with 130, also when it inherited SIGINT ignored (a script's background job)", async () => {
+    // A broker that accepts and never answers keeps `topics list` waiting for its answer.
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => sockets.push(socket));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    onTestFinished(() => {
+      for (const s of sockets) s.destroy();
+      silent.close();
+    });
+    const address = `127.0.0.1:${(silent.address() as AddressInfo).port}`;
+    for (const inheritedIgnored of [false, true]) {
+      const args = ["topics", "list", "--broker", address];
+      const cmd = startCommand(args, { sigintIgnored: inheritedIgnored });
+      const connected = sockets.length + 1;
+      await waitFor("the command's connection", () => sockets.length >= connected, 20_000);
+      cmd.proc.kill("SIGINT");
+      const code = await Promise.race([
+        cmd.exited,
+        new Promise<string>((r) => setTimeout(() => r("still running 5 s after SIGINT"), 5000)),
+      ]);
+      expect(code, `inherited ignored: ${inheritedIgnored}; stderr: ${cmd.stderr()}`).toBe(130);
+    }
   });
 
   it("an unknown command points to es-broker --help", async () => {
