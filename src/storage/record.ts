@@ -244,7 +244,7 @@ export type DecodeStatus = (typeof DecodeStatus)[keyof typeof DecodeStatus];
  * length: the caller then decodes record by record ({@link RecordCursor}), which finds the bad
  * one. A single damaged record always fails the check (its CRC residue is non-zero and
  * multiplying by a power of x keeps it so); damage in several records cancelling out is as
- * likely as a random CRC match, 2^−32.
+ * likely as a random CRC match, 2^−32 (docs/storage.md "Records").
  */
 export function recordCrcsMatch(bytes: Uint8Array, start: number, end: number): boolean {
   if (end <= start) return true;
