@@ -22,6 +22,7 @@ import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
 import { Http1Connection, postRequest } from "./clients/http1.ts";
 import { NdjsonFetchReader, forEachNdjsonRecord } from "./clients/ndjson-fetch.ts";
 import { NatsConnection } from "./clients/nats.ts";
+import { installFastCrc32 } from "../src/runtime/crc.ts";
 import { RssWatch } from "./proc.ts";
 import { RedisConnection, RedisReplyError, command, type RedisReply } from "./clients/resp.ts";
 import type {
@@ -1215,8 +1216,12 @@ async function run(spec: GeneratorSpec): Promise<GeneratorResult> {
  * `generator.mjs --serve` (what `--quick` uses, to save a process start per case) reads one spec
  * per line on stdin and answers each with one line, `{"result":…}` or `{"error":"…"}`, until
  * stdin closes.
+ *
+ * The client checks fetched records' CRCs with the runtime's native CRC-32, as the CLI does
+ * (`src/main.ts`); `BENCH_CLIENT_NATIVE_CRC=0` keeps the portable one (a lever off).
  */
 async function main(): Promise<void> {
+  if (process.env.BENCH_CLIENT_NATIVE_CRC !== "0") installFastCrc32();
   if (process.argv[2] === "--serve") {
     let pending = "";
     let chain = Promise.resolve();

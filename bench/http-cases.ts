@@ -323,13 +323,20 @@ export function httpTargets(results: CaseResult[]): TargetResult[] {
     measured: `64 × 1 ${fmtRatio(r64)}, 1 × 1 ${fmtRatio(r1)}${others ? ` (${others})` : ""}`,
     met: r64 === null || r1 === null ? null : r64 >= 0.75 && r1 >= 0.8,
   });
-  const fetch = results.find(
-    (c) => c.key === "fetch b=1000 C=1 parts=1" && c.transport === "http-base64",
-  );
+  // #22: "≥ 1 M over HTTP with encoding=base64 or NDJSON": the best of the three answers.
+  const httpFetch = (transport: string) =>
+    results.find((c) => c.key === "fetch b=1000 C=1 parts=1" && c.transport === transport)
+      ?.recordsPerSec ?? null;
+  const fetchFigures = [
+    ["JSON base64", httpFetch("http-base64")],
+    ["NDJSON utf8", httpFetch("http-ndjson")],
+    ["NDJSON base64", httpFetch("http-ndjson-base64")],
+  ] as const;
+  const measuredFetch = fetchFigures.filter(([, v]) => v !== null) as [string, number][];
   targets.push({
-    name: "Consumer fetch over HTTP (encoding=base64), one consumer: ≥ 1 M records/s",
-    measured: `${fmt(fetch?.recordsPerSec ?? null)} records/s`,
-    met: fetch === undefined ? null : fetch.recordsPerSec >= 1e6,
+    name: "Consumer fetch over HTTP (encoding=base64 or NDJSON), one consumer: ≥ 1 M records/s",
+    measured: `${fetchFigures.map(([name, v]) => `${name} ${fmt(v)}`).join(", ")} records/s`,
+    met: measuredFetch.length === 0 ? null : Math.max(...measuredFetch.map(([, v]) => v)) >= 1e6,
   });
   const fanout = fanoutSummary(results);
   const share = (kind: string) => fanout.find((f) => f.kind === kind)?.share ?? null;

@@ -56,8 +56,8 @@ export function forEachNdjsonRecord(
         `not a record line: ${body.toString("utf8", start, Math.min(end, start + 120))}`,
       );
     let value: Uint8Array;
-    const escaped = body.indexOf(backslash, valueStart);
-    if (escaped >= 0 && escaped < valueEnd) {
+    // Search the value alone: a search to the end of the body per record would be quadratic.
+    if (body.subarray(valueStart, valueEnd).includes(backslash)) {
       const record = JSON.parse(body.toString("utf8", start, end)) as { value: string };
       value = Buffer.from(record.value, base64 ? "base64" : "utf8");
     } else if (base64) {
@@ -81,6 +81,10 @@ export class NdjsonFetchReader {
   readonly #request: (offset: number) => string;
   readonly #wrapAt: number;
   #buffered: Buffer = Buffer.alloc(0);
+  /** Reads of the body being received, not yet joined to `#buffered`. */
+  #pending: Buffer[] = [];
+  /** Bytes of `#buffered` and `#pending`. */
+  #bufferedBytes = 0;
   /** Offsets asked for, oldest first, whose answers have not been taken by `next()`. */
   readonly #asked: number[] = [];
   /** Answers read and not yet taken. */
@@ -107,7 +111,21 @@ export class NdjsonFetchReader {
     this.#wrapAt = wrapAt;
     socket.setNoDelay(true);
     socket.on("data", (chunk: Buffer) => {
-      this.#buffered = this.#buffered.length === 0 ? chunk : Buffer.concat([this.#buffered, chunk]);
+      // A body arrives in many reads: gather them and join once it is whole, not at every read.
+      const head = this.#head;
+      if (head !== null && this.#bufferedBytes + chunk.length < head.bodyEnd) {
+        this.#pending.push(chunk);
+        this.#bufferedBytes += chunk.length;
+        return;
+      }
+      const parts = this.#pending;
+      parts.push(chunk);
+      this.#buffered =
+        this.#buffered.length === 0 && parts.length === 1
+          ? chunk
+          : Buffer.concat([this.#buffered, ...parts]);
+      this.#pending = [];
+      this.#bufferedBytes = this.#buffered.length;
       this.#parse();
     });
     const fail = (err: Error) => {
@@ -189,6 +207,7 @@ export class NdjsonFetchReader {
       if (buf.length < head.bodyEnd) return;
       this.#head = null;
       this.#buffered = buf.length === head.bodyEnd ? Buffer.alloc(0) : buf.subarray(head.bodyEnd);
+      this.#bufferedBytes = this.#buffered.length;
       const page = {
         offset: this.#asked.shift() as number,
         nextOffset: head.nextOffset,

@@ -4,6 +4,7 @@
  */
 import type { FetchResult, ProduceSpan, RecordSet } from "../broker/types.ts";
 import { viewOf } from "../lib/bytes.ts";
+import { crc32IsNative } from "../lib/crc32.ts";
 import { recordLengthPrefixBytes, recordLenMax, recordLenMin } from "../lib/limits.ts";
 import {
   DecodeStatus,
@@ -11,6 +12,7 @@ import {
   RecordCursor,
   RecordFormatError,
   RecordHeader,
+  recordCrcsMatch,
   type EntryBatch,
 } from "../storage/record.ts";
 import { Errors } from "../broker/errors.ts";
@@ -94,12 +96,32 @@ export function checkFetchedRecordChunks(
   response: { records: { count: number }; nextOffset: number },
   requestedOffset: number,
 ): RecordSet[] {
+  // With a native CRC-32, each run's CRCs are checked in one pass after the walk; if one fails,
+  // the walk runs again checking record by record, which names the bad record.
+  if (!crc32IsNative()) return walkFetchedRecords(chunks, response, requestedOffset, true);
+  const runs = walkFetchedRecords(chunks, response, requestedOffset, false);
+  for (const run of runs) {
+    if (recordCrcsMatch(run.bytes, 0, run.bytes.length)) continue;
+    walkFetchedRecords(chunks, response, requestedOffset, true);
+    throw ClientError.invalidResponse("Cannot read fetch response: a record's CRC does not match");
+  }
+  return runs;
+}
+
+/** {@link checkFetchedRecordChunks}, checking each record's CRC on the way or not (`checkCrc`). */
+function walkFetchedRecords(
+  chunks: readonly Uint8Array[],
+  response: { records: { count: number }; nextOffset: number },
+  requestedOffset: number,
+  checkCrc: boolean,
+): RecordSet[] {
   const count = response.records.count;
   const nextOffset = response.nextOffset;
   let totalBytes = 0;
   for (const chunk of chunks) totalBytes += chunk.length;
   const runs: RecordSet[] = [];
   const cursor = new RecordCursor();
+  cursor.checkCrc = checkCrc;
   let c = 0;
   let chunk = chunks.length > 0 ? chunks[0] : new Uint8Array(0);
   cursor.reset(chunk);

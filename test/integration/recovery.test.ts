@@ -7,7 +7,9 @@
  * offsets, where a fetch that starts in a skipped range continues, which offset comes next, what
  * is left on disk, and which reports were logged.
  */
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { crc32IsNative, crc32Portable, setCrc32Implementation } from "../../src/lib/crc32.ts";
+import { installFastCrc32 } from "../../src/runtime/crc.ts";
 import {
   existsSync,
   readFileSync,
@@ -261,6 +263,45 @@ describe("recovery after the files changed between stop and start", () => {
       event: "read.corrupt_segment",
     });
     expect(events(logger, "recovery.corrupt_segment")).toEqual([]);
+  });
+
+  describe("with the runtime's native CRC-32 (a read checks its records' CRCs together)", () => {
+    beforeAll(() => void installFastCrc32());
+    afterAll(() => setCrc32Implementation(crc32Portable));
+
+    for (const [what, pick, edit] of [
+      [
+        "a value byte",
+        5,
+        (b: Buffer, r: { valueStart: number }) => void (b[r.valueStart + 3] ^= 0x40),
+      ],
+      [
+        "a CRC byte",
+        9,
+        (b: Buffer, r: { position: number; size: number }) =>
+          void (b[r.position + r.size - 1] ^= 0x08),
+      ],
+      [
+        "an offset byte",
+        20,
+        (b: Buffer, r: { position: number }) => void (b[r.position + 11] ^= 0x01),
+      ],
+    ] as const) {
+      it(`serves the records before ${what} flipped mid-segment, then skips the rest of it`, async () => {
+        expect(crc32IsNative()).toBe(true);
+        const { logger } = await expectSealedCorruption({
+          segmentBytes: 16 * 1024,
+          count: 300,
+          pick,
+          edit: edit as (
+            b: Buffer,
+            r: { position: number; size: number; valueStart: number },
+          ) => void,
+          event: "read.corrupt_segment",
+        });
+        expect(events(logger, "recovery.corrupt_segment")).toEqual([]);
+      });
+    }
   });
 
   it("skips the rest of a sealed segment after a byte flipped in a record's CRC", async () => {

@@ -66,6 +66,31 @@ describe("fetchJsonBytes", () => {
     }
   });
 
+  it("copies a value as it is only when every byte may stand in a JSON string, at every position", () => {
+    // Every byte value at each place of a 4-byte word, before and in the bytes left after the words.
+    const decoder = new TextDecoder();
+    for (let b = 0; b < 256; b++) {
+      const builder = new EntryBatchBuilder();
+      for (let at = 0; at < 11; at++) {
+        const value = new TextEncoder().encode("abcdefghijk");
+        value[at] = b;
+        builder.add(null, value, 1);
+      }
+      const batch = builder.build();
+      const bytes = new Uint8Array(batch.bytes.length + batch.count * recordOverEntryBytes);
+      encodeEntries(batch, bytes, { outPos: 0, baseOffset: 2 ** 31 - 5, nowMs: 5 });
+      const r: FetchResult = {
+        records: { bytes, count: batch.count },
+        nextOffset: 2 ** 31 - 5 + batch.count,
+        highWatermark: 2 ** 31 + 6,
+        logStartOffset: 0,
+      };
+      expect(decoder.decode(fetchJsonBytes(r, "utf8")), `byte ${b}`).toBe(
+        JSON.stringify(fetchJson(r, "utf8")),
+      );
+    }
+  });
+
   it("refuses stored bytes that do not decode as the records counted, as fetchJson does", () => {
     const r = result(new Prng(1), 3);
     const broken = { ...r, records: { ...r.records, count: 4 } };

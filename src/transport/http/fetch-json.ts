@@ -9,20 +9,37 @@
  * - utf8: a key or value of printable ASCII other than `"` and `\` is copied as it is; any other
  *   goes through `fromUtf8` and `JSON.stringify` (escapes, U+FFFD for invalid UTF-8) as before.
  *
- * Every record is decoded (and its CRC checked) by the same cursor as `forEachRecord`. The NDJSON
+ * Every record is decoded by the same cursor as `forEachRecord`, its CRC checked with the others
+ * in one pass where the runtime has a native CRC-32 (`recordCrcsMatch`). The NDJSON
  * answer ({@link fetchNdjsonBytes}) writes the same record objects, one per line.
  */
 import { AssertionError } from "../../lib/assert.ts";
-import { fromUtf8 } from "../../lib/bytes.ts";
+import { fromUtf8, viewOf } from "../../lib/bytes.ts";
 import type { FetchResult } from "../../broker/types.ts";
-import { DecodeStatus, RecordCursor } from "../../storage/record.ts";
+import { crc32IsNative } from "../../lib/crc32.ts";
+import { DecodeStatus, RecordCursor, recordCrcsMatch } from "../../storage/record.ts";
 import type { ValueEncoding } from "./encode.ts";
 
 const base64Codes: Uint8Array = new TextEncoder().encode(
   "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
 );
+/** The two base64 characters of every 12 bits, as the two bytes they are written as. */
+const base64Pairs: Uint8Array = (() => {
+  const pairs = new Uint8Array(8192);
+  for (let i = 0; i < 4096; i++) {
+    pairs[2 * i] = base64Codes[i >>> 6];
+    pairs[2 * i + 1] = base64Codes[i & 63];
+  }
+  return pairs;
+})();
 const pad = 0x3d;
 const utf8Encoder = new TextEncoder();
+/** 1 for the bytes a JSON string may hold as they are (printable ASCII but `"` and `\`), else 0. */
+const plainJsonByte: Uint8Array = (() => {
+  const plain = new Uint8Array(256);
+  for (let b = 0x20; b <= 0x7e; b++) plain[b] = b === 0x22 || b === 0x5c ? 0 : 1;
+  return plain;
+})();
 
 /** A growing output buffer. */
 class Out {
@@ -50,6 +67,50 @@ class Out {
     this.pos = p;
   }
 
+  /** Writes bytes (room made first). */
+  bytes(bytes: Uint8Array): void {
+    const n = bytes.length;
+    const buf = this.buf;
+    let p = this.pos;
+    for (let i = 0; i < n; i++) buf[p++] = bytes[i];
+    this.pos = p;
+  }
+
+  /** Writes a non-negative safe integer in decimal (room made first: 16 bytes). */
+  integer(value: number): void {
+    if (value < 0x8000_0000) {
+      this.#smallInteger(value);
+      return;
+    }
+    // Two parts below 2^31 each, so that the digits come from integer division.
+    const high = Math.floor(value / 1e8);
+    this.#smallInteger(high);
+    const buf = this.buf;
+    let p = this.pos + 8;
+    this.pos = p;
+    let rest = value - high * 1e8;
+    for (let k = 0; k < 8; k++) {
+      const next = (rest / 10) | 0;
+      buf[--p] = 0x30 + (rest - next * 10);
+      rest = next;
+    }
+  }
+
+  /** Writes an integer in [0, 2^31) in decimal. */
+  #smallInteger(value: number): void {
+    let digits = 1;
+    for (let rest = value; rest >= 10; rest = (rest / 10) | 0) digits++;
+    const buf = this.buf;
+    let p = this.pos + digits;
+    this.pos = p;
+    let rest = value;
+    do {
+      const next = (rest / 10) | 0;
+      buf[--p] = 0x30 + (rest - next * 10);
+      rest = next;
+    } while (rest > 0);
+  }
+
   /** Writes any text as UTF-8. */
   text(text: string): void {
     this.room(text.length * 3);
@@ -61,16 +122,20 @@ class Out {
     const n = bytes.length;
     this.room(((n + 2) / 3) * 4 + 2);
     const buf = this.buf;
+    const pairs = base64Pairs;
     let p = this.pos;
     buf[p++] = 0x22;
     const whole = n - (n % 3);
     let i = 0;
     for (; i < whole; i += 3) {
       const bits = (bytes[i] << 16) | (bytes[i + 1] << 8) | bytes[i + 2];
-      buf[p++] = base64Codes[bits >>> 18];
-      buf[p++] = base64Codes[(bits >>> 12) & 63];
-      buf[p++] = base64Codes[(bits >>> 6) & 63];
-      buf[p++] = base64Codes[bits & 63];
+      const high = (bits >>> 12) << 1;
+      const low = (bits & 4095) << 1;
+      buf[p] = pairs[high];
+      buf[p + 1] = pairs[high + 1];
+      buf[p + 2] = pairs[low];
+      buf[p + 3] = pairs[low + 1];
+      p += 4;
     }
     if (n - whole === 1) {
       const bits = bytes[i] << 16;
@@ -89,24 +154,68 @@ class Out {
     this.pos = p;
   }
 
-  /** Writes `bytes` as the JSON string of their UTF-8 text (what `JSON.stringify(fromUtf8(bytes))` gives). */
-  utf8String(bytes: Uint8Array): void {
-    const n = bytes.length;
-    for (let i = 0; i < n; i++) {
-      const b = bytes[i];
-      if (b < 0x20 || b > 0x7e || b === 0x22 || b === 0x5c) {
-        this.text(JSON.stringify(fromUtf8(bytes)));
-        return;
-      }
+  /**
+   * Writes `bytes[start, end)` (`view` views `bytes`) as the JSON string of their UTF-8 text
+   * (what `JSON.stringify(fromUtf8(…))` gives).
+   */
+  utf8String(bytes: Uint8Array, view: DataView, start: number, end: number): void {
+    if (!plainJson(bytes, view, start, end)) {
+      this.text(JSON.stringify(fromUtf8(bytes.subarray(start, end))));
+      return;
     }
+    const n = end - start;
     this.room(n + 2);
     const buf = this.buf;
     buf[this.pos++] = 0x22;
-    buf.set(bytes, this.pos);
+    if (n < 64) {
+      let p = this.pos;
+      for (let i = start; i < end; i++) buf[p++] = bytes[i];
+    } else buf.set(bytes.subarray(start, end), this.pos);
     this.pos += n;
     buf[this.pos++] = 0x22;
   }
 }
+
+/**
+ * Whether every byte of `bytes[start, end)` may stand in a JSON string as it is: printable ASCII
+ * but `"` and `\`. Four bytes at a time (`view` views `bytes`), with the word tests of "Bit
+ * Twiddling Hacks" (a byte below 0x20, above 0x7e, equal to 0x22 or 0x5c), which are exact as
+ * yes/no answers.
+ */
+function plainJson(bytes: Uint8Array, view: DataView, start: number, end: number): boolean {
+  let i = start;
+  for (; i + 4 <= end; i += 4) {
+    const w = view.getUint32(i, true) | 0;
+    const quote = w ^ 0x2222_2222;
+    const backslash = w ^ 0x5c5c_5c5c;
+    const flagged =
+      ((w - 0x2020_2020) & ~w) |
+      (w + 0x0101_0101) |
+      w |
+      ((quote - 0x0101_0101) & ~quote) |
+      ((backslash - 0x0101_0101) & ~backslash);
+    if ((flagged & 0x8080_8080) !== 0) return false;
+  }
+  const plain = plainJsonByte;
+  for (; i < end; i++) if (plain[bytes[i]] === 0) return false;
+  return true;
+}
+
+const ascii = (text: string): Uint8Array => new TextEncoder().encode(text);
+const offsetField = ascii('{"offset":');
+const timestampField = ascii(',"timestamp":');
+const keyField = ascii(',"key":');
+const nullKey = ascii("null");
+const valueField = ascii(',"value":');
+/** Bytes of the field names and punctuation of one record object, and of its two numbers at most. */
+const recordFramingBytesMax =
+  offsetField.length +
+  timestampField.length +
+  keyField.length +
+  valueField.length +
+  nullKey.length +
+  2 * 16 +
+  8;
 
 /**
  * Writes the records of `result` as `{"offset":…,"timestamp":…,"key":…,"value":…}` objects,
@@ -123,7 +232,12 @@ function writeRecords(
   const stored = result.records.bytes;
   const cursor = new RecordCursor().reset(stored);
   const end = stored.length;
+  // One CRC over the whole answer where it is native; record by record (naming a bad one) otherwise.
+  cursor.checkCrc = !(crc32IsNative() && recordCrcsMatch(stored, 0, end));
   const base64 = encoding === "base64";
+  const view = viewOf(stored);
+  const separatorBytes = ascii(separator);
+  const terminatorBytes = ascii(terminator);
   let pos = 0;
   for (let i = 0; i < result.records.count; i++) {
     const status = cursor.decode(pos, end);
@@ -132,17 +246,24 @@ function writeRecords(
         `assertion failed: fetched record ${i} of ${result.records.count} does not decode: ${cursor.reason}`,
       );
     }
-    out.ascii(
-      `${i === 0 ? "" : separator}{"offset":${cursor.offset},"timestamp":${cursor.timestampMs},"key":`,
-    );
-    const key = cursor.key();
-    if (key === null) out.ascii("null");
-    else if (base64) out.base64(key);
-    else out.utf8String(key);
-    out.ascii(',"value":');
-    if (base64) out.base64(cursor.value());
-    else out.utf8String(cursor.value());
-    out.ascii(terminator);
+    out.room(recordFramingBytesMax + separatorBytes.length + terminatorBytes.length);
+    if (i > 0) out.bytes(separatorBytes);
+    out.bytes(offsetField);
+    out.integer(cursor.offset);
+    out.bytes(timestampField);
+    // A timestamp before 1970 is negative (the JSON answer writes it as it is).
+    if (cursor.timestampMs >= 0) out.integer(cursor.timestampMs);
+    else out.ascii(String(cursor.timestampMs));
+    out.bytes(keyField);
+    if (cursor.keyLen < 0) out.bytes(nullKey);
+    else if (base64) out.base64(stored.subarray(cursor.keyStart, cursor.keyStart + cursor.keyLen));
+    else out.utf8String(stored, view, cursor.keyStart, cursor.keyStart + cursor.keyLen);
+    out.room(valueField.length);
+    out.bytes(valueField);
+    if (base64) out.base64(stored.subarray(cursor.valueStart, cursor.valueStart + cursor.valueLen));
+    else out.utf8String(stored, view, cursor.valueStart, cursor.valueStart + cursor.valueLen);
+    out.room(terminatorBytes.length);
+    out.bytes(terminatorBytes);
     pos += cursor.sizeBytes;
   }
   if (pos !== end)
