@@ -35,7 +35,8 @@
  * | a live ELR member whose published log end ≥ committed_offset     | leads, joins the ISR             |
  * | none of these                                                    | offline (leader -1)              |
  *
- * The leader epoch goes up by one exactly when the leader changes, going offline included.
+ * The leader epoch goes up by one exactly when the leader changes, going offline included, or
+ * when a gone leader is elected again (docs/cluster.md "Partition state").
  * A restarted replica is always "gone" first: it comes back outside the ISR and must catch up to
  * the leader's log end to rejoin, or (if nobody leads) prove its log end from the ELR.
  */
@@ -199,17 +200,25 @@ export function controllerUpdate(
   let isr = state.isr;
   let elr = state.elr;
   let leader = state.leader;
+  // Once the leader is gone, whoever leads next leads in a new epoch, even the same replica
+  // elected again from the ELR (a restarted last ISR member): its new incarnation refuses to lead
+  // by a state written before it registered, so an unchanged epoch would leave no working leader.
+  let leaderRemoved = false;
   for (const id of change.gone) {
+    if (leader === id) {
+      leader = noLeader;
+      leaderRemoved = true;
+    }
     if (!isr.includes(id)) continue;
     isr = isr.filter((x) => x !== id);
     // While the ISR is below min ISR nothing new is committed, so `id` keeps every committed record.
     if (isr.length < state.min_insync_replicas) elr = [...elr, id];
-    if (leader === id) leader = noLeader;
   }
   if (leader !== noLeader && !change.view(leader).alive && change.view(leader).lapsed !== true) {
     isr = isr.filter((x) => x !== leader);
     if (isr.length < state.min_insync_replicas) elr = [...elr, leader];
     leader = noLeader;
+    leaderRemoved = true;
   }
   if (leader === noLeader) {
     const fromIsr = state.replicas.find((id) => isr.includes(id) && change.view(id).alive);
@@ -229,12 +238,14 @@ export function controllerUpdate(
   const next: PartitionState = {
     ...state,
     leader,
-    leader_epoch: leader === state.leader ? state.leader_epoch : state.leader_epoch + 1,
+    leader_epoch:
+      leader === state.leader && !leaderRemoved ? state.leader_epoch : state.leader_epoch + 1,
     isr: state.replicas.filter((id) => isr.includes(id)),
     elr: state.replicas.filter((id) => elr.includes(id)),
   };
   const same =
     next.leader === state.leader &&
+    next.leader_epoch === state.leader_epoch &&
     next.isr.join() === state.isr.join() &&
     next.elr.join() === state.elr.join();
   return same ? null : next;

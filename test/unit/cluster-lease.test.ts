@@ -9,7 +9,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { Controller } from "../../src/cluster/controller.ts";
-import { incarnationsKey, partitionKey } from "../../src/cluster/keys.ts";
+import { incarnationsKey, logEndsKey, partitionKey } from "../../src/cluster/keys.ts";
 import {
   brokerKey,
   departedKey,
@@ -283,6 +283,44 @@ describe("controller: a lapsed registration keeps its place for the grace", () =
     expect(await readState(etcd, "a")).toMatchObject({ leader: 1, isr: [1, 2] });
     expect(await readState(etcd, "b")).toMatchObject({ leader: 2, isr: [2, 1] });
     expect(clock.nowMs() - 1_700_000_000_000).toBeLessThan(graceMs);
+  });
+
+  it("the last ISR member, restarted, leads again in a new epoch (newuser9 F12)", async () => {
+    const { etcd, clock, brokers } = await cluster();
+    // Left by earlier stops: node 2 the only ISR member (min ISR 2, so node 3 went to the ELR).
+    const stuck: PartitionState = {
+      ...initialPartitionState([1, 2, 3], 2),
+      leader: 2,
+      leader_epoch: 3,
+      isr: [2],
+      elr: [3],
+      committed_offset: 100,
+    };
+    await etcd.put(partitionKey(prefix, "c", 0), formatPartitionState(stuck));
+    const two = brokers[1];
+    await crash(etcd, two);
+    await settle();
+    const again = await joinCluster({
+      ...joinOptions(etcd, clock, 2),
+      dataDir: { clusterId: two.membership.clusterId, nodeId: 2 },
+    });
+    cleanups.push(() => again.close());
+    // Its log end, as its replica manager publishes it: it holds every committed record.
+    await etcd.put(
+      logEndsKey(prefix, 2),
+      JSON.stringify({ incarnation: again.incarnation, log_end_offsets: { "c/0": 100 } }),
+    );
+    // The same replica is elected again from the ELR, and only a new epoch, written after its
+    // registration, lets its new incarnation lead (before the fix: "no change", for ever).
+    await until("partition c led in a new epoch", async () => {
+      return (await readState(etcd, "c")).leader_epoch > 3;
+    });
+    expect(await readState(etcd, "c")).toMatchObject({
+      leader: 2,
+      leader_epoch: 4,
+      isr: [2],
+      elr: [3],
+    });
   });
 
   it("a broker that left cleanly is gone at once, without the grace", async () => {

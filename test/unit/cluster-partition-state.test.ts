@@ -100,6 +100,17 @@ describe("partition state: the controller's update (decision table)", () => {
     });
   });
 
+  it("a restarted last ISR member elected again from the ELR leads in a new epoch (newuser9 F12)", () => {
+    // Nodes 1 and 3 stopped (min ISR 2: 3 joined the ELR), then node 2, the only ISR member and
+    // leader, restarted: gone, it drops into the ELR and is the first eligible replica again. Its
+    // new incarnation refuses to lead by a state written before it registered, so the same leader
+    // must come with a new epoch (written), not "no change".
+    const s: PartitionState = { ...base, leader: 2, leader_epoch: 3, isr: [2], elr: [3] };
+    s.committed_offset = 100;
+    const next = update(s, [2], { 1: [false], 2: [true, 100], 3: [true, 100] });
+    expect(next).toMatchObject({ leader: 2, leader_epoch: 4, isr: [2], elr: [3] });
+  });
+
   it("a replica outside the ISR and ELR never leads (no unclean election)", () => {
     const s: PartitionState = { ...base, isr: [1], elr: [] };
     const next = update(s, [1], { 1: [false], 2: [true, 1000], 3: [true, 1000] });
