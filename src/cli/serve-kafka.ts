@@ -38,6 +38,8 @@ export async function startKafkaListener(options: {
   port: number;
   /** Host Metadata and FindCoordinator name (the port is the bound one). */
   advertisedHost: string;
+  /** Name the host each connection reached instead (`KafkaTransportOptions.advertiseReachedHost`). */
+  advertiseReachedHost?: boolean;
   maxRequestBytes: number;
   readTimeoutMs: number;
   /**
@@ -58,6 +60,7 @@ export async function startKafkaListener(options: {
     logger: options.logger,
     refusals: options.refusals,
     advertised: { host: options.advertisedHost, port: options.port },
+    advertiseReachedHost: options.advertiseReachedHost,
     gunzip: nodeGunzip,
     authenticator: accessAuthenticator(options.access),
     maxRequestBytes: options.maxRequestBytes,

@@ -114,7 +114,8 @@ Options:
                               broker has keys) not authenticated this long after opening (default ${readTimeoutMsDefault})
   --kafka-port PORT           also speak Kafka's protocol on this port, 0 = any free port
                               (off unless given; docs/kafka.md)
-  --kafka-advertised-host H   the host Kafka clients are told to connect to (default --host)
+  --kafka-advertised-host H   the host Kafka clients are told to connect to (default --host; with
+                              --host 0.0.0.0 or ::, the host each client reached: TLS name or address)
   --cold-storage-dir DIR      move segments that retention removes there (and serve them from there)
                               instead of deleting them; topic config cold_retention_ms says how long
   --cold-storage URL          the same, to S3-compatible object storage: s3://bucket[/prefix].
@@ -779,7 +780,15 @@ export async function serve(argv: string[]): Promise<number> {
         refusals,
         host,
         port: kafkaPort,
-        advertisedHost: values["kafka-advertised-host"] ?? host,
+        // In a cluster every broker is named by its registration (--advertise-tcp's host), this
+        // one too; a single broker on every address tells each client the host it reached.
+        advertisedHost:
+          values["kafka-advertised-host"] ??
+          (cluster === null ? host : cluster.advertiseTcp.replace(/:\d+$/, "")),
+        advertiseReachedHost:
+          values["kafka-advertised-host"] === undefined &&
+          cluster === null &&
+          wildcardHosts.has(host),
         maxRequestBytes,
         readTimeoutMs,
         tls: tlsMaterial,
@@ -1216,6 +1225,9 @@ function readEtcdPassword(path: string): string {
     throw new Error(`--cluster-etcd-password-file ${JSON.stringify(path)} is empty`);
   return password;
 }
+
+/** `--host` values that listen on every address: never a host a client can be told to use. */
+const wildcardHosts: ReadonlySet<string> = new Set(["0.0.0.0", "::", "[::]", ""]);
 
 /** The data directory's record of the cluster it belongs to (docs/cluster.md "Membership"). */
 export const clusterFileName = "cluster.json";

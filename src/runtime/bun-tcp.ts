@@ -26,6 +26,8 @@ export interface BunSocket {
   data: BunByteSocket | undefined;
   readonly remoteAddress: string;
   readonly remotePort: number;
+  /** The local address the peer reached (Bun 1.1 and later). */
+  readonly localAddress?: string;
   /** Sends what the kernel takes now: the bytes taken, or -1 once the socket is closed. */
   write(bytes: Uint8Array): number;
   /** Sends FIN once the bytes given to `write` are out; keeps reading. */
@@ -141,6 +143,7 @@ export function listenBunTcp(
  */
 export class BunByteSocket implements ByteSocket {
   readonly remoteAddress: string;
+  readonly localHost?: string;
   readonly #socket: BunSocket;
   #handlers: ByteSocketHandlers | null = null;
   /** Bytes the kernel has not taken yet, oldest first; null when nothing waits. */
@@ -159,6 +162,9 @@ export class BunByteSocket implements ByteSocket {
   constructor(socket: BunSocket) {
     this.#socket = socket;
     this.remoteAddress = `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`;
+    const local = socket.localAddress;
+    if (typeof local === "string" && local !== "")
+      this.localHost = local.startsWith("::ffff:") && local.includes(".") ? local.slice(7) : local;
     socket.setNoDelay(true);
     socket.pause();
   }

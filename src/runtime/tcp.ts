@@ -183,8 +183,19 @@ export function adoptSharedReads(
  * that could destroy our last response in the peer's buffer, and destroys the socket when the
  * peer closes or after {@link tcpEndLingerMs}.
  */
+/**
+ * A socket's local address as a host: undefined when unknown, an IPv4 address mapped into IPv6
+ * (`::ffff:127.0.0.1`, a dual-stack listener's IPv4 peer) as plain IPv4.
+ */
+export function unmappedHost(address: string | undefined): string | undefined {
+  if (typeof address !== "string" || address === "") return undefined;
+  return address.startsWith("::ffff:") && address.includes(".") ? address.slice(7) : address;
+}
+
 export class NodeByteSocket implements ByteSocket {
   readonly remoteAddress: string;
+  readonly localHost?: string;
+  readonly serverName?: string;
   readonly #socket: net.Socket;
   #handlers: ByteSocketHandlers | null = null;
   #ending = false;
@@ -226,6 +237,10 @@ export class NodeByteSocket implements ByteSocket {
     this.#sharedReads = sharedReads;
     this.#pausedOnConnect = pausedOnConnect;
     this.remoteAddress = `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`;
+    const local = unmappedHost(socket.localAddress);
+    if (local !== undefined) this.localHost = local;
+    const servername = (socket as tls.TLSSocket).servername;
+    if (typeof servername === "string" && servername !== "") this.serverName = servername;
     socket.setNoDelay(true);
     // Errors (ECONNRESET, EPIPE) are followed by 'close'; that is what the owner hears.
     socket.on("error", () => {});

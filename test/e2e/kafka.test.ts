@@ -193,6 +193,33 @@ describe(`[${target}] Kafka listener with API keys (SASL/PLAIN)`, () => {
   }, 60_000);
 });
 
+describe(`[${target}] Kafka advertised address`, () => {
+  it("a broker on every address (--host 0.0.0.0) tells each client the host it reached, by address or TLS name, never 0.0.0.0", async () => {
+    const plain = await kafkaBroker(["--host", "0.0.0.0", "--allow-anonymous"]);
+    const plainAt = `127.0.0.1:${plain.broker.kafka!.port}`;
+    const listed = await kcat(["-b", plainAt, "-L"]);
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stdout.toString()).toContain(`broker 0 at ${plainAt}`);
+    // Over TLS the name the client asked for (SNI), which the certificate names: kcat checks it.
+    const pki = makePki();
+    const tls = await kafkaBroker([
+      "--host",
+      "0.0.0.0",
+      "--allow-anonymous",
+      "--tls-cert",
+      pki.server.cert,
+      "--tls-key",
+      pki.server.key,
+    ]);
+    const tlsAt = `localhost:${tls.broker.kafka!.port}`;
+    const ssl = ["-X", "security.protocol=SSL", "-X", `ssl.ca.location=${pki.ca}`];
+    const secure = await kcat(["-b", tlsAt, ...ssl, "-L"]);
+    expect(secure.code, secure.stderr).toBe(0);
+    expect(secure.stdout.toString()).toContain(`broker 0 at ${tlsAt}`);
+    expect(secure.stdout.toString()).not.toContain("0.0.0.0");
+  });
+});
+
 describe(`[${target}] Kafka listener over TLS`, () => {
   it("SIGHUP serves a rotated certificate to new Kafka connections while an open kafkajs producer keeps working", async () => {
     const pki = makePki();

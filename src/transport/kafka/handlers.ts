@@ -116,6 +116,11 @@ export interface KafkaConnectionState {
   /** Aborted when the connection closes: ends long-polling fetches. */
   signal: AbortSignal;
   remote: string;
+  /**
+   * The host this connection reached, advertised to it instead of the listener's
+   * (`KafkaTransportOptions.advertiseReachedHost`); undefined: the listener's.
+   */
+  reachedHost: string | undefined;
   /** The broker to serve through: null until SASL succeeds when authentication is required. */
   broker: Broker | null;
   sasl: "start" | "handshaken" | "authenticated" | "failed";
@@ -201,7 +206,10 @@ export function serveKafkaRequest(frame: Uint8Array, state: KafkaConnectionState
   const s = state.settings;
   switch (apiKey) {
     case KafkaApi.Metadata:
-      return { response: metadata(body, correlationId, broker, s), answerBytes: 0 };
+      return {
+        response: metadata(body, correlationId, broker, advertising(state)),
+        answerBytes: 0,
+      };
     case KafkaApi.Produce:
       return produce(body, correlationId, broker, s);
     case KafkaApi.Fetch:
@@ -210,9 +218,12 @@ export function serveKafkaRequest(frame: Uint8Array, state: KafkaConnectionState
       return { response: listOffsets(body, correlationId, broker), answerBytes: 0 };
     case KafkaApi.FindCoordinator: {
       decodeFindCoordinatorRequest(body);
+      const as = advertising(state);
       if (broker.clusterMetadata !== undefined)
-        return { response: findClusterCoordinator(correlationId, broker, s), answerBytes: 0 };
-      return answered(encodeFindCoordinatorResponse(correlationId, { errorCode: 0, node: s.node }));
+        return { response: findClusterCoordinator(correlationId, broker, as), answerBytes: 0 };
+      return answered(
+        encodeFindCoordinatorResponse(correlationId, { errorCode: 0, node: as.node }),
+      );
     }
     case KafkaApi.JoinGroup:
       return {
@@ -312,6 +323,13 @@ function saslAuthenticate(
 
 // ---------------------------------------------------------------------------------------------
 // Metadata
+
+/** The settings with the node this connection is told about (its reached host, if any). */
+function advertising(state: KafkaConnectionState): KafkaSettings {
+  const s = state.settings;
+  if (state.reachedHost === undefined) return s;
+  return { ...s, node: { ...s.node, host: state.reachedHost } };
+}
 
 async function metadata(
   body: Uint8Array,

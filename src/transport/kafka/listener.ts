@@ -61,6 +61,13 @@ export interface KafkaTransportOptions {
   refusals?: RefusalLog;
   /** The address Metadata and FindCoordinator give clients: this listener as they reach it. */
   advertised: { host: string; port: number };
+  /**
+   * Give each connection the host it reached instead of `advertised.host` (a listener on every
+   * address, `--host 0.0.0.0`, and no `--kafka-advertised-host`): over TLS the name it asked for
+   * (SNI), which its certificate check already accepted, else the local address it connected to.
+   * docs/kafka.md "Advertised address".
+   */
+  advertiseReachedHost?: boolean;
   /** gzip inflation (`runtime/kafka-gzip.ts`). */
   gunzip: Gunzip;
   /**
@@ -113,6 +120,8 @@ export interface KafkaSettings {
   maxInFlightBytes: number;
   /** See {@link KafkaTransportOptions.meter}. */
   meter: <B extends Broker>(broker: B) => B;
+  /** See {@link KafkaTransportOptions.advertiseReachedHost}. */
+  advertiseReachedHost: boolean;
 }
 
 /**
@@ -133,6 +142,7 @@ export function createKafkaTransport(options: KafkaTransportOptions): KafkaTrans
     maxInFlightRequests: options.maxInFlightRequests ?? tcpRequestsInFlightMax,
     maxInFlightBytes: options.maxInFlightBytes ?? tcpInFlightBytesMax,
     meter: options.meter ?? ((broker) => broker),
+    advertiseReachedHost: options.advertiseReachedHost ?? false,
   };
   if (!(settings.maxRequestBytes >= requestSizeMin))
     throw new RangeError(`maxRequestBytes ${settings.maxRequestBytes} is below the smallest frame`);
@@ -187,6 +197,9 @@ class KafkaConnection implements FramedConnectionHandler {
       settings,
       signal: this.#core.signal,
       remote: socket.remoteAddress,
+      reachedHost: settings.advertiseReachedHost
+        ? (socket.serverName ?? socket.localHost)
+        : undefined,
       broker: settings.authenticator === null ? settings.meter(settings.broker) : null,
       sasl: "start",
       authenticated: (session) => this.#adopt(session),

@@ -27,6 +27,13 @@ export interface ByteSocketHandlers {
 export interface ByteSocket {
   /** The peer's address for logs, e.g. `"127.0.0.1:51234"`. */
   readonly remoteAddress: string;
+  /**
+   * The local address the peer reached, without the port (`"127.0.0.1"`, `"::1"`; an IPv4
+   * address mapped into IPv6 given as IPv4), when the runtime says.
+   */
+  readonly localHost?: string;
+  /** TLS only: the host name the peer asked for in its handshake (SNI), when it sent one. */
+  readonly serverName?: string;
   /** Installs the handlers and starts delivering data. Called once. */
   attach(handlers: ByteSocketHandlers): void;
   /**
