@@ -97,8 +97,8 @@ export async function main(argv: string[]): Promise<number> {
         (r) => void (sink += recordCrcsMatch(r.records.bytes, 0, r.records.bytes.length) ? 1 : 0),
       ],
       ["read+json-base64", (r) => void (sink += fetchJsonBytes(r, "base64").length)],
-      ["read+ndjson-utf8", (r) => void (sink += fetchNdjsonBytes(r, "utf8").length)],
-      ["read+ndjson-base64", (r) => void (sink += fetchNdjsonBytes(r, "base64").length)],
+      ["read+ndjson-utf8", (r) => void (sink += fetchNdjsonBytes(r, "utf8").bytes.length)],
+      ["read+ndjson-base64", (r) => void (sink += fetchNdjsonBytes(r, "base64").bytes.length)],
     ];
     if (values.only !== undefined) {
       const only = new RegExp(values.only);

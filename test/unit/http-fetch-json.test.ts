@@ -91,6 +91,56 @@ describe("fetchJsonBytes", () => {
     }
   });
 
+  it("escapes every ASCII byte in one value as JSON.stringify does, straight from the bytes", () => {
+    const value = new Uint8Array(256);
+    for (let i = 0; i < 256; i++) value[i] = i % 128;
+    const builder = new EntryBatchBuilder();
+    builder.add(value.subarray(0, 40), value, 1);
+    const batch = builder.build();
+    const bytes = new Uint8Array(batch.bytes.length + batch.count * recordOverEntryBytes);
+    encodeEntries(batch, bytes, { outPos: 0, baseOffset: 7, nowMs: 5 });
+    const r: FetchResult = {
+      records: { bytes, count: 1 },
+      nextOffset: 8,
+      highWatermark: 8,
+      logStartOffset: 0,
+    };
+    expect(new TextDecoder().decode(fetchJsonBytes(r, "utf8"))).toBe(
+      JSON.stringify(fetchJson(r, "utf8")),
+    );
+  });
+
+  it("stops adding records once the answer passes its bound, naming the first left out (attack10 F5)", () => {
+    // Values of control bytes: each byte is six in the answer (\u0001).
+    const builder = new EntryBatchBuilder();
+    for (let i = 0; i < 8; i++) builder.add(null, new Uint8Array(1000).fill(1), 1);
+    const batch = builder.build();
+    const bytes = new Uint8Array(batch.bytes.length + batch.count * recordOverEntryBytes);
+    encodeEntries(batch, bytes, { outPos: 0, baseOffset: 100, nowMs: 5 });
+    const r: FetchResult = {
+      records: { bytes, count: batch.count },
+      nextOffset: 108,
+      highWatermark: 108,
+      logStartOffset: 0,
+    };
+    const decoder = new TextDecoder();
+    const whole = JSON.parse(decoder.decode(fetchJsonBytes(r, "utf8")));
+    expect(whole.records).toHaveLength(8);
+    expect(whole.next_offset).toBe(108);
+    // About 6 kB a record: a bound of 13 kB stops after the third record.
+    const cut = JSON.parse(decoder.decode(fetchJsonBytes(r, "utf8", 13_000)));
+    expect(cut.records.map((x: { offset: number }) => x.offset)).toEqual([100, 101, 102]);
+    expect(cut.next_offset).toBe(103);
+    expect(cut.records[2]).toEqual(whole.records[2]);
+    const lines = fetchNdjsonBytes(r, "utf8", 13_000);
+    expect(decoder.decode(lines.bytes).split("\n")).toHaveLength(4);
+    expect(lines.nextOffset).toBe(103);
+    // One record is always written, whatever the bound.
+    const one = JSON.parse(decoder.decode(fetchJsonBytes(r, "utf8", 1)));
+    expect(one.records).toHaveLength(1);
+    expect(one.next_offset).toBe(101);
+  });
+
   it("refuses stored bytes that do not decode as the records counted, as fetchJson does", () => {
     const r = result(new Prng(1), 3);
     const broken = { ...r, records: { ...r.records, count: 4 } };
@@ -107,7 +157,8 @@ describe("fetchNdjsonBytes", () => {
     for (let round = 0; round < 300; round++) {
       const r = result(prng, prng.int(30));
       for (const encoding of ["utf8", "base64"] as const) {
-        const bytes = fetchNdjsonBytes(r, encoding);
+        const { bytes, nextOffset } = fetchNdjsonBytes(r, encoding);
+        expect(nextOffset).toBe(r.nextOffset);
         const expected = fetchJson(r, encoding).records;
         // Split on the raw bytes, as a reader that never decodes the whole body would.
         const lines: string[] = [];
@@ -132,7 +183,7 @@ describe("fetchNdjsonBytes", () => {
   it("is empty for no records, and refuses stored bytes that do not decode as counted", () => {
     const r = result(new Prng(3), 3);
     expect(
-      fetchNdjsonBytes({ ...r, records: { bytes: new Uint8Array(0), count: 0 } }, "utf8"),
+      fetchNdjsonBytes({ ...r, records: { bytes: new Uint8Array(0), count: 0 } }, "utf8").bytes,
     ).toEqual(new Uint8Array(0));
     const broken = { ...r, records: { ...r.records, count: 4 } };
     expect(() => fetchNdjsonBytes(broken, "base64")).toThrow(/record 3 of 4 does not decode/);

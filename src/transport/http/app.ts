@@ -62,7 +62,7 @@ import { clip, quote } from "../../lib/quote.ts";
 import { snakeCaseKeys } from "../../lib/text.ts";
 import type { ValueEncoding } from "./encode.ts";
 import { produceAnswerJson, topicJson } from "./encode.ts";
-import { fetchJsonBytes, fetchNdjsonBytes } from "./fetch-json.ts";
+import { answerBytesPerFetchByte, fetchJsonBytes, fetchNdjsonBytes } from "./fetch-json.ts";
 import { errorBody, invalidRequest } from "./errors.ts";
 import { parseInteger } from "./params.ts";
 import type { DecodedProduce } from "./produce.ts";
@@ -845,17 +845,19 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       waitMs,
       signal,
     });
+    const answerBytesMax = answerBytesPerFetchByte * maxBytes;
     if (ndjson) {
-      return c.body(fetchNdjsonBytes(result, encoding), 200, {
+      const answer = fetchNdjsonBytes(result, encoding, answerBytesMax);
+      return c.body(answer.bytes, 200, {
         "content-type": "application/x-ndjson",
         vary: "Accept",
-        "next-offset": String(result.nextOffset),
+        "next-offset": String(answer.nextOffset),
         "high-watermark": String(result.highWatermark),
         "log-start-offset": String(result.logStartOffset),
       });
     }
     // Vary: the answer's form follows Accept, so a cache must not serve one for the other.
-    return c.body(fetchJsonBytes(result, encoding), 200, {
+    return c.body(fetchJsonBytes(result, encoding, answerBytesMax), 200, {
       "content-type": "application/json",
       vary: "Accept",
     });

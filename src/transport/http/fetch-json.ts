@@ -111,10 +111,53 @@ class Out {
     } while (rest > 0);
   }
 
-  /** Writes any text as UTF-8. */
+  /**
+   * Writes any text as UTF-8, reserving a byte per character first and more only for what does
+   * not fit (non-ASCII text), rather than three bytes per character up front.
+   */
   text(text: string): void {
-    this.room(text.length * 3);
-    this.pos += utf8Encoder.encodeInto(text, this.buf.subarray(this.pos)).written;
+    let rest = text;
+    this.room(rest.length);
+    for (;;) {
+      const done = utf8Encoder.encodeInto(rest, this.buf.subarray(this.pos));
+      this.pos += done.written;
+      if (done.read === rest.length) return;
+      rest = rest.slice(done.read);
+      this.room(rest.length * 3);
+    }
+  }
+
+  /**
+   * Writes the ASCII bytes `bytes[start, end)` (all below 0x80) as a quoted JSON string, escaped
+   * as `JSON.stringify` escapes them (`\"`, `\\`, `\b \f \n \r \t`, `\u00xx` for the other
+   * control bytes), straight from the bytes: no string of the value, and room for exactly what
+   * it becomes.
+   */
+  asciiEscaped(bytes: Uint8Array, start: number, end: number): void {
+    let bytesOut = 2;
+    for (let i = start; i < end; i++) bytesOut += escapedAsciiBytes[bytes[i]];
+    this.room(bytesOut);
+    const buf = this.buf;
+    let p = this.pos;
+    buf[p++] = 0x22;
+    for (let i = start; i < end; i++) {
+      const b = bytes[i];
+      const size = escapedAsciiBytes[b];
+      if (size === 1) buf[p++] = b;
+      else if (size === 2) {
+        buf[p++] = 0x5c;
+        buf[p++] = shortEscapes[b];
+      } else {
+        buf[p++] = 0x5c;
+        buf[p++] = 0x75; // u
+        buf[p++] = 0x30;
+        buf[p++] = 0x30;
+        buf[p++] = hexDigits[b >>> 4];
+        buf[p++] = hexDigits[b & 15];
+      }
+    }
+    buf[p++] = 0x22;
+    this.pos = p;
   }
 
   /** Writes `bytes` as a quoted base64 string. */
@@ -160,7 +203,8 @@ class Out {
    */
   utf8String(bytes: Uint8Array, view: DataView, start: number, end: number): void {
     if (!plainJson(bytes, view, start, end)) {
-      this.text(JSON.stringify(fromUtf8(bytes.subarray(start, end))));
+      if (isAscii(bytes, start, end)) this.asciiEscaped(bytes, start, end);
+      else this.text(JSON.stringify(fromUtf8(bytes.subarray(start, end))));
       return;
     }
     const n = end - start;
@@ -174,6 +218,36 @@ class Out {
     this.pos += n;
     buf[this.pos++] = 0x22;
   }
+}
+
+/** The bytes `JSON.stringify` writes for each ASCII byte inside a string: 1, 2 (`\n`) or 6 (`\u0001`). */
+const escapedAsciiBytes: Uint8Array = (() => {
+  const sizes = new Uint8Array(128);
+  for (let b = 0; b < 128; b++) sizes[b] = b < 0x20 ? 6 : b === 0x22 || b === 0x5c ? 2 : 1;
+  for (const b of [0x08, 0x09, 0x0a, 0x0c, 0x0d]) sizes[b] = 2;
+  return sizes;
+})();
+/** The letter after the backslash of the two-byte escapes. */
+const shortEscapes: Uint8Array = (() => {
+  const letters = new Uint8Array(128);
+  const pairs: [number, string][] = [
+    [0x08, "b"],
+    [0x09, "t"],
+    [0x0a, "n"],
+    [0x0c, "f"],
+    [0x0d, "r"],
+    [0x22, '"'],
+    [0x5c, "\\"],
+  ];
+  for (const [b, letter] of pairs) letters[b] = letter.charCodeAt(0);
+  return letters;
+})();
+const hexDigits: Uint8Array = new TextEncoder().encode("0123456789abcdef");
+
+/** Whether every byte of `bytes[start, end)` is below 0x80. */
+function isAscii(bytes: Uint8Array, start: number, end: number): boolean {
+  for (let i = start; i < end; i++) if (bytes[i] >= 0x80) return false;
+  return true;
 }
 
 /**
@@ -220,6 +294,8 @@ const recordFramingBytesMax =
 /**
  * Writes the records of `result` as `{"offset":…,"timestamp":…,"key":…,"value":…}` objects,
  * `separator` between two (`,` in the JSON answer) and `terminator` after each (`\n` in NDJSON).
+ * Stops after the record that takes the answer past `answerBytesMax` (always writing one):
+ * returns the offset to fetch next, `result.nextOffset` when every record was written.
  * @throws AssertionError as {@link fetchJsonBytes}.
  */
 function writeRecords(
@@ -228,7 +304,8 @@ function writeRecords(
   encoding: ValueEncoding,
   separator: string,
   terminator: string,
-): void {
+  answerBytesMax: number,
+): number {
   const stored = result.records.bytes;
   const cursor = new RecordCursor().reset(stored);
   const end = stored.length;
@@ -265,11 +342,13 @@ function writeRecords(
     out.room(terminatorBytes.length);
     out.bytes(terminatorBytes);
     pos += cursor.sizeBytes;
+    if (out.pos >= answerBytesMax && i + 1 < result.records.count) return cursor.offset + 1;
   }
   if (pos !== end)
     throw new AssertionError(
       `assertion failed: ${end - pos} bytes left after ${result.records.count} fetched records`,
     );
+  return result.nextOffset;
 }
 
 /** Bytes to reserve for the answer to `result`: base64 is 4/3 of the bytes and each record adds ~70 bytes of names and numbers; utf8 grows as needed. */
@@ -278,19 +357,30 @@ function answerBytesGuess(result: FetchResult): number {
 }
 
 /**
- * The JSON body of a fetch answer as UTF-8 bytes (module comment).
+ * How far past the fetch's `max_bytes` (of stored records) an answer may grow before it stops
+ * adding records: base64 and the JSON around each record stay below 2× for records of 100 bytes
+ * or more, so mostly values that are escapes (`\u0001` is 6 bytes for 1) or tiny records are
+ * cut short (`next_offset` names the rest), and one fetch cannot build an answer six times
+ * `max_bytes` (docs/http-api.md, the fetch section).
+ */
+export const answerBytesPerFetchByte = 2;
+
+/**
+ * The JSON body of a fetch answer as UTF-8 bytes (module comment). Records stop once the answer
+ * passes `answerBytesMax` (at least one is written); `next_offset` then names the first left out.
  * @throws AssertionError if the stored bytes do not decode as exactly `records.count` whole
  *   records (as `forEachRecord`).
  */
 export function fetchJsonBytes(
   result: FetchResult,
   encoding: ValueEncoding,
+  answerBytesMax = Number.POSITIVE_INFINITY,
 ): Uint8Array<ArrayBuffer> {
   const out = new Out(answerBytesGuess(result));
   out.ascii('{"records":[');
-  writeRecords(out, result, encoding, ",", "}");
+  const nextOffset = writeRecords(out, result, encoding, ",", "}", answerBytesMax);
   out.ascii(
-    `],"next_offset":${result.nextOffset},"high_watermark":${result.highWatermark},"log_start_offset":${result.logStartOffset}}`,
+    `],"next_offset":${nextOffset},"high_watermark":${result.highWatermark},"log_start_offset":${result.logStartOffset}}`,
   );
   return out.buf.subarray(0, out.pos);
 }
@@ -302,13 +392,16 @@ export function fetchJsonBytes(
  * answer's headers instead, so a reader can ask for the next records as soon as the head arrives,
  * and can split the body at `\n` bytes (JSON never has a raw newline inside a string) and parse
  * each line alone, or only the lines it needs.
+ * Records stop once the body passes `answerBytesMax`, as in {@link fetchJsonBytes}: the returned
+ * `nextOffset` (the `Next-Offset` header) names the first left out.
  * @throws AssertionError as {@link fetchJsonBytes}.
  */
 export function fetchNdjsonBytes(
   result: FetchResult,
   encoding: ValueEncoding,
-): Uint8Array<ArrayBuffer> {
+  answerBytesMax = Number.POSITIVE_INFINITY,
+): { bytes: Uint8Array<ArrayBuffer>; nextOffset: number } {
   const out = new Out(answerBytesGuess(result));
-  writeRecords(out, result, encoding, "", "}\n");
-  return out.buf.subarray(0, out.pos);
+  const nextOffset = writeRecords(out, result, encoding, "", "}\n", answerBytesMax);
+  return { bytes: out.buf.subarray(0, out.pos), nextOffset };
 }
