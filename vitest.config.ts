@@ -1,6 +1,7 @@
 import { availableParallelism } from "node:os";
 import { configDefaults, defineConfig } from "vitest/config";
 import { e2eTargets, nodeOnlyE2eFiles, serialE2eFiles } from "./test/e2e/targets.ts";
+import { LongestFirstSequencer } from "./test/helpers/longest-first.ts";
 
 // One project ("default") for everything but the end-to-end suite, and one project per runtime target of
 // the end-to-end suite (test/e2e/targets.ts): the same scenarios run against the Node bundle,
@@ -11,8 +12,9 @@ import { e2eTargets, nodeOnlyE2eFiles, serialE2eFiles } from "./test/e2e/targets
 // on a 2-vCPU machine nearly halve `npm test`. The files whose assertions lean on timing under
 // faults (etcd leases, SIGSTOP, signals, the Jepsen run, replication) and the benchmarks run
 // afterwards, alone, one at a time: their own projects `default-serial` and `e2e:<target>-serial`
-// (`sequence.groupOrder` 1, one worker). When vitest is started with `--project`, the named
-// projects keep all their files and run them one at a time as before, so
+// (`sequence.groupOrder` 1, one worker). Within each group the longest files start first
+// (test/helpers/longest-first.ts), so that the workers finish together. When vitest is started
+// with `--project`, the named projects keep all their files and run them one at a time as before, so
 // `npx vitest run --project e2e:node test/e2e/cluster.test.ts` finds the file; name a `-serial`
 // project (`--project default-serial`) to get the split.
 
@@ -53,6 +55,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
+    sequence: { sequencer: LongestFirstSequencer },
     ...(split ? { maxWorkers: parallelWorkers } : {}),
     projects: [
       {
