@@ -26,7 +26,7 @@ export const expectedSeconds: Readonly<Record<string, number>> = {
   "test/bench/quick.test.ts": 46,
   "test/e2e/cluster.test.ts": 45,
   "test/integration/etcd-watch-failover.test.ts": 32,
-  "test/integration/replication.test.ts": 26,
+  "test/integration/replication.test.ts": 14,
   "test/e2e/tls.test.ts": 25,
   "test/e2e/cli-commands.test.ts": 24,
   "test/e2e/cluster-attack.test.ts": 22,
