@@ -1,6 +1,7 @@
 import { availableParallelism } from "node:os";
 import { configDefaults, defineConfig } from "vitest/config";
 import { e2eTargets, nodeOnlyE2eFiles, serialE2eFiles } from "./test/e2e/targets.ts";
+import { LongestFirstSequencer } from "./test/helpers/longest-first.ts";
 
 // One project ("default") for everything but the end-to-end suite, and one project per runtime target of
 // the end-to-end suite (test/e2e/targets.ts): the same scenarios run against the Node bundle,
@@ -8,15 +9,20 @@ import { e2eTargets, nodeOnlyE2eFiles, serialE2eFiles } from "./test/e2e/targets
 // `npx vitest run --project e2e:deno`. `npm test` builds dist/ first (the binary once per run).
 //
 // Files run in parallel: most of the suite waits (fsync, sockets, child processes), so two workers
-// on a 2-vCPU machine nearly halve `npm test`. The files whose assertions lean on timing under
-// faults (etcd leases, SIGSTOP, signals, the Jepsen run, replication) and the benchmarks run
-// afterwards, alone, one at a time: their own projects `default-serial` and `e2e:<target>-serial`
-// (`sequence.groupOrder` 1, one worker). When vitest is started with `--project`, the named
-// projects keep all their files and run them one at a time as before, so
+// on a 2-vCPU machine nearly halve `npm test`. The benchmarks run there too: they assert that
+// they measured, never how fast. The files whose assertions lean on timing under faults (etcd
+// leases, SIGSTOP, signals, the Jepsen run, replication) run afterwards, two at a time and beside
+// nothing else: their own projects `default-serial` and `e2e:<target>-serial` (`sequence.groupOrder`
+// 1). Each of them mostly waits (for leases, elections, scheduled faults): alone they kept about a
+// third of one vCPU busy, so two of them side by side stay far from loading the machine, which
+// the parallel files (two workers, each file starting processes of its own) would.
+// Within each group the longest files start first (test/helpers/longest-first.ts), so that the
+// workers finish together. When vitest is started with `--project`, the named projects keep all
+// their files and run them one at a time as before, so
 // `npx vitest run --project e2e:node test/e2e/cluster.test.ts` finds the file; name a `-serial`
 // project (`--project default-serial`) to get the split.
 
-/** Files of the default project that run alone (see above). */
+/** Files of the default project that run in the serial group (see above). */
 const serialFiles = [
   // The bounded Jepsen run: its faults are timed against etcd leases and broker timeouts.
   "test/cluster/jepsen.test.ts",
@@ -27,9 +33,6 @@ const serialFiles = [
   // Real etcd: leases, elections, members killed or stopped (SIGSTOP) against deadlines.
   "test/integration/cluster-*.test.ts",
   "test/integration/etcd-*.test.ts",
-  // Benchmarks: they assert that they measured, but load both cores while they do.
-  "test/bench/*.test.ts",
-  "test/integration/*-bench.test.ts",
 ];
 
 /** The vitest `--project` values this run was started with (none: the whole suite). */
@@ -47,12 +50,15 @@ const named = projectFilters(process.argv);
 const split = named.length === 0 || named.some((name) => name.endsWith("-serial"));
 /** Workers of the parallel projects: 2 on the 2-vCPU machine `npm test` must suit, more on more. */
 const parallelWorkers = Math.max(2, availableParallelism() - 1);
+/** Workers of the serial projects, all together (one vitest group; see above). */
+const serialWorkers = 2;
 
 export default defineConfig({
   test: {
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
+    sequence: { sequencer: LongestFirstSequencer },
     ...(split ? { maxWorkers: parallelWorkers } : {}),
     projects: [
       {
@@ -72,8 +78,7 @@ export default defineConfig({
               test: {
                 name: "default-serial",
                 include: serialFiles,
-                globalSetup: ["test/e2e/kafka-tools.ts"],
-                maxWorkers: 1,
+                maxWorkers: serialWorkers,
                 sequence: { groupOrder: 1 },
               },
             },
@@ -105,7 +110,10 @@ export default defineConfig({
         const alone = project(`e2e:${target.name}-serial`, serial, []);
         return [
           parallel,
-          { ...alone, test: { ...alone.test, maxWorkers: 1, sequence: { groupOrder: 1 } } },
+          {
+            ...alone,
+            test: { ...alone.test, maxWorkers: serialWorkers, sequence: { groupOrder: 1 } },
+          },
         ];
       }),
     ],

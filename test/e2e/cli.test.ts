@@ -155,16 +155,23 @@ describe(`[${target}] es-broker command line errors`, () => {
     const { client, address } = await brokerWithTopic();
     // A linger far longer than the test: only the signal can send these lines.
     const p = startProduce(["t", "--broker", address, "--linger-ms", "3600000"]);
+    // A signal before the process has installed its handlers would end it (130), and it reads
+    // stdin only after: a first line longer than a pipe holds (64 KiB) is written out only once
+    // the process reads, however long it took to start on a loaded machine.
+    const first = "f".repeat(256 * 1024);
+    await new Promise<void>((resolve, reject) =>
+      p.proc.stdin!.write(`${first}\n`, (err) => (err ? reject(err) : resolve())),
+    );
     p.proc.stdin!.write("a\nb\nc\npartial");
-    // Give the process time to connect and read its stdin (nothing is asserted about the time).
+    // Give the running process time to read these too (nothing is asserted about the time).
     await new Promise((r) => setTimeout(r, 1500));
     expect((await client.listOffsets({ topic: "t", partition: 0 })).highWatermark).toBe(0);
     p.proc.kill("SIGINT");
     expect(await p.exited, p.stderr()).toBe(0);
     expect(p.stderr()).toBe(
-      'es-broker: SIGINT: not sending an incomplete last line (7 bytes without a newline)\nes-broker: SIGINT: stopped reading; produced 3 records to "t"\n',
+      'es-broker: SIGINT: not sending an incomplete last line (7 bytes without a newline)\nes-broker: SIGINT: stopped reading; produced 4 records to "t"\n',
     );
-    expect(await values(client)).toEqual(["a", "b", "c"]);
+    expect(await values(client)).toEqual([first, "a", "b", "c"]);
   });
 
   it("consume --follow, with and without --group, exits 0 on SIGINT or SIGTERM with every record it received printed", async () => {
@@ -250,10 +257,14 @@ describe(`[${target}] es-broker command line errors`, () => {
     running.push(broker);
     const client = await TcpClient.connect(broker.tcp);
     await client.createTopic({ name: "t", partitions: 1 });
-    await client.close();
     const p = startProduce(["t", "--broker", `${broker.tcp.host}:${broker.tcp.port}`]);
     p.proc.stdin!.write("a\n");
-    await new Promise((r) => setTimeout(r, 1500));
+    // Stored: the process reads stdin, so its signal handlers are in place.
+    await waitFor(
+      "the first line to be stored",
+      async () => (await client.listOffsets({ topic: "t", partition: 0 })).highWatermark === 1,
+    );
+    await client.close();
     // A stopped broker never acknowledges the lines the first signal sends.
     broker.proc.kill("SIGSTOP");
     onTestFinished(() => void broker.proc.kill("SIGCONT"));

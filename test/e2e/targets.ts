@@ -95,11 +95,11 @@ export function nodeOnlyE2eFiles(
 }
 
 /**
- * End-to-end files that run alone, after the parallel part of a run (vitest.config.ts, projects
- * `e2e:<target>-serial`): every `test/e2e/cluster*.test.ts`, whose assertions lean on timing
- * under faults — etcd leases, SIGSTOP, elections — and the files that SIGSTOP a process or signal
- * one a fixed time after starting it (`cli.test.ts`, `groups.test.ts`), which another file's
- * load beside them could upset. Paths relative to the repository root.
+ * End-to-end files that run after the parallel part of a run, two at a time beside nothing else
+ * (vitest.config.ts, projects `e2e:<target>-serial`): every `test/e2e/cluster*.test.ts`, whose
+ * assertions lean on timing under faults — etcd leases, SIGSTOP, elections — and the files that
+ * SIGSTOP a process and signal others around it (`cli.test.ts`, `groups.test.ts`, with sessions
+ * of 1–1.5 s), which a loaded machine could upset. Paths relative to the repository root.
  */
 export function serialE2eFiles(): string[] {
   return readdirSync(join(repoRoot, "test/e2e"))
