@@ -176,6 +176,8 @@ export class PartitionLog {
   #commit!: GroupCommit;
   #closed = false;
   #strays: StrayFile[] = [];
+  /** The message of the last roll that failed, until a roll succeeds (logged once). */
+  #rollFailure: string | null = null;
 
   #queue: PendingAppend[] = [];
   #drainRunning: Promise<void> | null = null;
@@ -789,12 +791,18 @@ export class PartitionLog {
       baseOffset: baseOffset ?? old.nextOffset,
       nowMs: this.#clock.nowMs(),
     }).catch((err: unknown) => {
-      throw new StorageError(
-        "write_failed",
-        `Cannot roll partition "${this.name}": creating a segment failed: ${errorMessage(err)}`,
-        { cause: err },
-      );
+      const message = `Cannot roll partition "${this.name}": creating a segment failed: ${errorMessage(err)}`;
+      // Every append retries the roll: the operator hears of a failure once, not per request.
+      if (this.#rollFailure !== message) {
+        this.#rollFailure = message;
+        this.#logger.log("error", "partition.roll_failed", {
+          partition: this.name,
+          error: errorMessage(err),
+        });
+      }
+      throw new StorageError("write_failed", message, { cause: err });
     });
+    this.#rollFailure = null;
     try {
       await this.#fs.syncDir(this.dir);
     } catch (err) {

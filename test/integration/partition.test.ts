@@ -152,6 +152,23 @@ describe("PartitionLog on the real file system", () => {
     await log.close();
   });
 
+  it("a roll that cannot create its segment refuses the append, logged once however often it is retried (attack10 F4)", async () => {
+    const { dir } = tempDir();
+    const logger = new MemoryLogger();
+    const log = await openLog(`${dir}/p`, 2048, { logger });
+    await log.append(batchOf(["x".repeat(1500)]));
+    // A file already holding the next segment's name (put there by hand): the roll's create fails.
+    writeFileSync(`${dir}/p/00000000000000000001.log`, "");
+    for (let i = 0; i < 3; i++)
+      await expect(log.append(batchOf(["y".repeat(1500)]))).rejects.toThrow(
+        /Cannot roll partition "t\/0": creating a segment failed: EEXIST/,
+      );
+    expect(logger.named("partition.roll_failed")).toHaveLength(1);
+    expect(logger.named("partition.roll_failed")[0].error).toMatch(/EEXIST/);
+    expect(log.highWatermark).toBe(1);
+    await log.close();
+  });
+
   it("cuts a torn tail of the active segment at start and reports it", async () => {
     const { dir } = tempDir();
     let log = await openLog(`${dir}/p`);
