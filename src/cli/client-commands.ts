@@ -20,6 +20,7 @@ import { groupJson, topicJson } from "../transport/http/encode.ts";
 import type { GroupDescription } from "../broker/types.ts";
 import { UsageError, hostPort, intOption, parseCli } from "./args.ts";
 import { onStopSignals, type StopSignal } from "./signals.ts";
+import { StdoutClosedError, flushOut, writeOut } from "./stdout.ts";
 import {
   clientTlsOptions,
   connectionHelp,
@@ -85,7 +86,7 @@ ${connectionHelp}
   --max-records N          stop after N records
   --group G                consume as a member of consumer group G: read only the partitions the
                            group assigns, starting at its committed offsets, and commit after each
-                           printed batch; without --follow, leave once caught up
+                           printed batch; without --follow, leave once caught up (see below)
   --session-timeout MS     with --group: drop out of the group after this long without a
                            heartbeat (default 10000)
   -h, --help               show this help
@@ -94,9 +95,18 @@ Without --from-beginning or --offset it starts at the end of the log (new record
 --group that applies only to partitions the group has never committed, and that starting offset
 is committed at once, so a member taking the partition over continues from it.
 
+Without --follow, a --group member caught up on its own partitions waits while other members
+hold partitions of TOPIC with records not consumed: a member that died keeps its partitions
+until its session times out, so it waits (saying so on stderr) up to the longest session timeout
+among those members for the rebalance that hands them over, and reads them; partitions still
+held after that belong to live members: it leaves them to them, says so on stderr, and exits 0.
+
 SIGINT or SIGTERM stops it: the records already received are printed (with --group, committed,
 and the member leaves the group) and it exits 0; a second signal exits at once, with 130 (SIGINT)
-or 143 (SIGTERM).
+or 143 (SIGTERM). A reader of standard output that goes away (es-broker consume t | head -1)
+stops it the same way: exit 0 without a message, as kcat does (a stop the reader asked for; with
+set -o pipefail a script goes on), and with --group only the records whose bytes the pipe took
+are committed (a reader may still have discarded some of those it was given), then it leaves.
 `;
 
 /** Help text of `es-broker groups`. */
@@ -171,12 +181,6 @@ export async function connectRouted(
     await cluster.close();
     throw err;
   }
-}
-
-/** Writes to stdout, waiting when its buffer is full. */
-async function writeOut(chunk: Uint8Array | string): Promise<void> {
-  if (!process.stdout.write(chunk))
-    await new Promise<void>((resolve) => process.stdout.once("drain", () => resolve()));
 }
 
 function indexOfBytes(haystack: Uint8Array, needle: Uint8Array, from: number, end: number): number {
@@ -574,11 +578,6 @@ export async function consume(argv: string[]): Promise<number> {
   }
 }
 
-/** Resolves once everything written to stdout so far has been handed to the OS. */
-function flushOut(): Promise<void> {
-  return new Promise((resolve) => process.stdout.write("", () => resolve()));
-}
-
 /**
  * `es-broker consume TOPIC --group G`: prints the records of the partitions the group assigns,
  * committing after each printed batch (only once stdout has taken it), so a member that dies
@@ -610,26 +609,34 @@ async function consumeGroup(options: {
       startFrom: options.fromBeginning ? "earliest" : "latest",
     });
     let printed = 0;
+    // Set once caught up while other members hold partitions with records not consumed.
+    let waitUntil: number | null = null;
     while (signals.received === null && printed < options.maxRecords) {
       const batches = await consumer.poll({ waitMs: 500 });
+      // Per partition, the offset after the last record whose bytes stdout took (a write's
+      // callback): when the reader goes away mid-batch (EPIPE) only those are committed.
       const upTo = new Map<string, number>();
-      for (const batch of batches) {
-        for (const record of batch.records) {
-          if (printed >= options.maxRecords) break;
-          if (options.separator !== null) {
-            if (record.key !== null) await writeOut(record.key);
-            await writeOut(options.separator);
+      try {
+        for (const batch of batches) {
+          const key = GroupConsumer.partitionKey(batch);
+          for (const record of batch.records) {
+            if (printed >= options.maxRecords) break;
+            if (options.separator !== null) {
+              if (record.key !== null) await writeOut(record.key);
+              await writeOut(options.separator);
+            }
+            await writeOut(record.value);
+            await writeOut(newline, () => upTo.set(key, record.offset + 1));
+            printed++;
           }
-          await writeOut(record.value);
-          await writeOut(newline);
-          printed++;
-          upTo.set(GroupConsumer.partitionKey(batch), record.offset + 1);
         }
-      }
-      if (upTo.size > 0) {
         await flushOut();
-        await consumer.commit(upTo);
+      } catch (err) {
+        if (!(err instanceof StdoutClosedError)) throw err;
+        if (upTo.size > 0) await consumer.commit(upTo);
+        throw err;
       }
+      if (upTo.size > 0) await consumer.commit(upTo);
       if (!options.follow && batches.length === 0) {
         let caughtUp = true;
         for (const tp of consumer.assignments) {
@@ -637,7 +644,29 @@ async function consumeGroup(options: {
           const { highWatermark } = await data.listOffsets(tp);
           if (position === undefined || position < highWatermark) caughtUp = false;
         }
-        if (caughtUp) break;
+        if (!caughtUp) continue;
+        // Caught up on its own partitions. Records of the topic still unread in partitions other
+        // members hold may belong to a member that died (its partitions move only when its
+        // session ends): wait for that rebalance, as Kafka's consumer does, up to the longest
+        // session timeout among them, then leave them to their (live) owners, saying so.
+        const held = await heldElsewhere(client, options.group, options.topic, consumer.memberId);
+        // A rebalance this member has not joined yet (its next heartbeat hears of it) may give it
+        // more partitions: poll on.
+        if (held.generation !== consumer.generation) continue;
+        if (held.partitions.length === 0) break;
+        const now = Date.now();
+        const list = `${plural(held.partitions.length, "partition")} ${held.partitions.join(", ")}`;
+        if (waitUntil === null) {
+          waitUntil = now + held.sessionTimeoutMs + 1000;
+          process.stderr.write(
+            `es-broker: waiting up to ${waitUntil - now} ms for ${list} of "${options.topic}" (${held.lag} records not consumed), held by ${plural(held.members.length, "other member")} of group "${options.group}" (${held.members.join(", ")}): a member that died hands its partitions over when its session times out\n`,
+          );
+        } else if (now >= waitUntil) {
+          process.stderr.write(
+            `es-broker: leaving ${list} of "${options.topic}" (${held.lag} records not consumed) to ${plural(held.members.length, "member")} still in group "${options.group}" (${held.members.join(", ")}): they heartbeat, so they are alive and consume them\n`,
+          );
+          break;
+        }
       }
     }
     return 0;
@@ -646,6 +675,43 @@ async function consumeGroup(options: {
     await consumer?.close();
     await cluster.close();
   }
+}
+
+/**
+ * The partitions of `topic` that members of `group` other than `memberId` hold with records not
+ * yet consumed (lag > 0, or never committed with records in the partition), those members, the
+ * records not consumed, the longest session timeout among those members (ms), and the group's
+ * generation the description is of.
+ */
+async function heldElsewhere(
+  client: TcpClient,
+  group: string,
+  topic: string,
+  memberId: string,
+): Promise<{
+  generation: number;
+  partitions: number[];
+  members: string[];
+  lag: number;
+  sessionTimeoutMs: number;
+}> {
+  const g = await client.describeGroup(group);
+  const partitions: number[] = [];
+  const members = new Set<string>();
+  let lag = 0;
+  for (const o of g.offsets) {
+    if (o.topic !== topic || o.owner === null || o.owner === memberId) continue;
+    const behind = o.lag ?? (o.committed === null ? (o.highWatermark ?? 0) : 0);
+    if (behind <= 0) continue;
+    partitions.push(o.partition);
+    members.add(o.owner);
+    lag += behind;
+  }
+  const sessionTimeoutMs = Math.max(
+    0,
+    ...g.members.filter((m) => members.has(m.memberId)).map((m) => m.sessionTimeoutMs),
+  );
+  return { generation: g.generation, partitions, members: [...members], lag, sessionTimeoutMs };
 }
 
 /**

@@ -8,6 +8,7 @@
 import { version } from "../version.ts";
 import { runtimeDescription } from "../runtime/info.ts";
 import { UsageError } from "./args.ts";
+import { StdoutClosedError, watchStdout } from "./stdout.ts";
 import { serve } from "./serve.ts";
 import { check } from "./check.ts";
 import { consume, groups, produce, topics } from "./client-commands.ts";
@@ -64,13 +65,16 @@ Options:
 Exit codes: 0 success, 1 failure, 2 usage error. SIGINT or SIGTERM asks serve, produce and
 consume to stop: they finish what is under way (acknowledgements, commits, output) and exit 0;
 a second signal exits at once with 130 (SIGINT) or 143 (SIGTERM), as do the other commands on
-their first.
+their first. A reader of standard output that goes away (es-broker consume t | head -1) stops a
+command the same way, exit 0 without a message, as kcat does: consume --group commits only the
+records written before and leaves the group.
 `;
 
 /** Runs the command line; resolves with the exit code. Errors print one line on stderr. */
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
+    watchStdout();
     refuseKeyInArgv(rest);
     if (command !== undefined && oneShotCommands.has(command)) endOnStopSignals();
     switch (command) {
@@ -107,6 +111,8 @@ export async function main(argv: string[]): Promise<number> {
         throw new UsageError(`unknown command ${JSON.stringify(command)}`);
     }
   } catch (err) {
+    // The reader of stdout went away (`| head`): a request to stop, answered quietly (stdout.ts).
+    if (err instanceof StdoutClosedError) return 0;
     if (
       err instanceof UsageError ||
       (err as { code?: string })?.code?.startsWith?.("ERR_PARSE_ARGS")

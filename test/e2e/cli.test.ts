@@ -199,6 +199,52 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(group.offsets[0].lag).toBe(0);
   });
 
+  it("consume into a pipe whose reader goes away (| head) stops quietly with 0; with --group it commits only what the pipe took and leaves", async () => {
+    const { client, address } = await brokerWithTopic();
+    // 2 MB of records, far more than a pipe holds (64 KiB), so the reader leaves long before the end.
+    const total = 20_000;
+    const recordBytes = 100;
+    const line = (i: number) => `r${i}`.padEnd(recordBytes - 1, ".");
+    for (let i = 0; i < total; i += 1000)
+      await client.produce(
+        "t",
+        Array.from({ length: 1000 }, (_, j) => ({ value: line(i + j) })),
+      );
+    for (const extra of [[], ["--group", "g"]]) {
+      const what = `consume --from-beginning ${extra.join(" ")}`;
+      const c = startCommand(["consume", "t", "--from-beginning", "--broker", address, ...extra]);
+      // The reader takes what it has got and closes its end of the pipe, as head does.
+      await waitFor(`${what} to print`, () => c.stdout().includes("\n"));
+      c.proc.stdout!.destroy();
+      const received = c.stdout();
+      expect(await c.exited, `${what}: ${c.stderr()}`).toBe(0);
+      expect(c.stderr(), what).toBe("");
+      expect(received.startsWith(`${line(0)}\n`), what).toBe(true);
+      if (extra.length === 0) continue;
+      const group = await client.describeGroup("g");
+      expect(group.members, "the member left the group").toEqual([]);
+      const committed = group.offsets[0].committed ?? 0;
+      // Every record the reader got was written, so committed; nothing beyond what the pipe
+      // could still hold when the reader left was.
+      expect(committed).toBeGreaterThanOrEqual(received.split("\n").length - 1);
+      expect(committed * recordBytes).toBeLessThanOrEqual(received.length + 1024 * 1024);
+      expect(committed).toBeLessThan(total);
+      // The next run starts right after the last committed record.
+      const next = await runCli([
+        "consume",
+        "t",
+        "--group",
+        "g",
+        "--max-records",
+        "1",
+        "--broker",
+        address,
+      ]);
+      expect(next.code, next.stderr).toBe(0);
+      expect(next.stdout.toString()).toBe(`${line(committed)}\n`);
+    }
+  });
+
   it("a second signal abandons a stop in progress: produce waiting for acknowledgements exits 143 on a second SIGTERM", async () => {
     const broker = await startBroker(`${fresh()}/data`);
     running.push(broker);

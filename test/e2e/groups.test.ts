@@ -11,7 +11,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { TcpClient } from "../../src/client/client.ts";
+import { GroupConsumer, TcpClient } from "../../src/client/client.ts";
 import type { GroupDescription } from "../../src/broker/types.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { tempDir } from "../helpers/tmp.ts";
@@ -218,6 +218,80 @@ describe(`[${target}] es-broker consume --group`, () => {
       expect(b.lines).toEqual(["p0-3", "p0-4"]);
       expect(a.lines).toEqual([]);
       a.proc.kill("SIGKILL");
+    } finally {
+      await client.close();
+    }
+  });
+  it("without --follow, partitions held by a member that died are waited for until its session ends and then read; those of a live member are left to it, saying so", async () => {
+    const { broker, client } = await brokerWithClient();
+    try {
+      await client.createTopic({ name: "shared", partitions: 2 });
+      await produce(client, [0, 0], 50);
+      const address = `${broker.tcp.host}:${broker.tcp.port}`;
+      const run = async (group: string) => {
+        const c = startConsumer([
+          "shared",
+          "--group",
+          group,
+          "--from-beginning",
+          // Heartbeats every 0.5 s: it hears of the rebalance soon after the dead member's end.
+          "--session-timeout",
+          "1500",
+          "--broker",
+          address,
+        ]);
+        const code = await new Promise<number | null>((r) => c.proc.once("close", r));
+        return { code, lines: c.lines, stderr: c.stderr() };
+      };
+      // A member that joined (taking both partitions) and died: it stops heartbeating, never leaves.
+      const dead = await GroupConsumer.join({
+        client,
+        group: "batch",
+        topics: ["shared"],
+        // Longer than the CLI's start-up, so that it finds the member still in the group.
+        sessionTimeoutMs: 4000,
+      });
+      await dead.close({ leave: false });
+      const started = Date.now();
+      const after = await run("batch");
+      expect(after.code, after.stderr).toBe(0);
+      expect(after.stderr).toMatch(
+        /^es-broker: waiting up to \d+ ms for 1 partition \d of "shared" \(50 records not consumed\), held by 1 other member of group "batch" .*session times out\n$/,
+      );
+      expect(
+        after.lines.map(parse).sort((a, b) => a.partition - b.partition || a.offset - b.offset),
+      ).toEqual(
+        [0, 1].flatMap((partition) =>
+          Array.from({ length: 50 }, (_, offset) => ({ partition, offset })),
+        ),
+      );
+      expect(Date.now() - started).toBeGreaterThanOrEqual(3000);
+      // A live member (heartbeating) keeps its partition: the run reads its own and then leaves.
+      const liveClient = await TcpClient.connect(broker.tcp);
+      const live = await GroupConsumer.join({
+        client: liveClient,
+        group: "shared-work",
+        topics: ["shared"],
+        sessionTimeoutMs: 1500,
+      });
+      // It polls as a live consumer does (a rebalance is joined on the next poll).
+      let polling = true;
+      const polls = (async () => {
+        while (polling) await live.poll({ waitMs: 100 });
+      })();
+      try {
+        const shared = await run("shared-work");
+        expect(shared.code, shared.stderr).toBe(0);
+        expect(shared.lines).toHaveLength(50);
+        expect(shared.stderr).toMatch(
+          /waiting up to \d+ ms .*\nes-broker: leaving 1 partition \d of "shared" \(50 records not consumed\) to 1 member still in group "shared-work" \(.*\): they heartbeat, so they are alive and consume them\n$/,
+        );
+      } finally {
+        polling = false;
+        await polls;
+        await live.close();
+        await liveClient.close();
+      }
     } finally {
       await client.close();
     }
