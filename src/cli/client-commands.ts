@@ -754,14 +754,15 @@ export async function groups(argv: string[]): Promise<number> {
     },
     allowPositionals: true,
   });
+  const [action, name, ...rest] = positionals;
+  // Before --help: `groups nonsense --help` is a usage error, not the help of a command.
+  if (action !== undefined && action !== "list" && action !== "describe")
+    throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
   if (values.help || positionals.length === 0) {
     process.stdout.write(groupsHelp);
     return values.help ? 0 : 2;
   }
-  const [action, name, ...rest] = positionals;
   if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
-  if (action !== "list" && action !== "describe")
-    throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
   if (action === "describe" && name === undefined)
     throw new UsageError("groups describe needs a GROUP");
   const { cluster, client } = await connectRouted(values, true);
@@ -808,11 +809,16 @@ export async function topics(argv: string[]): Promise<number> {
     },
     allowPositionals: true,
   });
+  const [action, name, ...rest] = positionals;
+  // Before --help: `topics nonsense --help` is a usage error, not the help of a command.
+  if (action !== undefined && !["create", "list", "describe", "delete"].includes(action))
+    throw new UsageError(
+      `unknown topics action ${JSON.stringify(action)} (create, list, describe, delete)`,
+    );
   if (values.help || positionals.length === 0) {
     process.stdout.write(topicsHelp);
     return values.help ? 0 : 2;
   }
-  const [action, name, ...rest] = positionals;
   if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
   const needName = () => {
     if (name === undefined) throw new UsageError(`topics ${action} needs a TOPIC`);
@@ -825,10 +831,6 @@ export async function topics(argv: string[]): Promise<number> {
     const raw = pair.slice(eq + 1);
     config[pair.slice(0, eq)] = /^-?\d+$/.test(raw) ? Number(raw) : raw;
   }
-  if (!["create", "list", "describe", "delete"].includes(action))
-    throw new UsageError(
-      `unknown topics action ${JSON.stringify(action)} (create, list, describe, delete)`,
-    );
   const topicName = action === "list" ? "" : needName();
   const partitions = intOption("partitions", values.partitions, 1, 1, 4096);
   const { cluster, client } = await connectRouted(values);
