@@ -35,8 +35,8 @@ export const brokerDefault = "127.0.0.1:9092";
 export const produceHelp = `Usage: es-broker produce TOPIC [options] < lines
 
 Appends one record per line of standard input (the value is the line's bytes without the
-newline; an empty line is a record with an empty value; a line over 8 MiB fails the command,
-exit 1). Lines are sent in batches: when --batch-records lines (or 1 MiB) are waiting, or
+newline; an empty line is a record with an empty value, where HTTP NDJSON produce skips empty
+lines; a line over 8 MiB fails the command, exit 1). Lines are sent in batches: when --batch-records lines (or 1 MiB) are waiting, or
 --linger-ms after the first line of a batch was read, so \`tail -f log | es-broker produce t\`
 sends as lines come. Exits once every record is durable. SIGINT or SIGTERM stops reading, sends
 the lines already read, waits for their acknowledgements and exits 0 saying how many were
