@@ -35,8 +35,8 @@ export const brokerDefault = "127.0.0.1:9092";
 export const produceHelp = `Usage: es-broker produce TOPIC [options] < lines
 
 Appends one record per line of standard input (the value is the line's bytes without the
-newline; an empty line is a record with an empty value; a line over 8 MiB fails the command,
-exit 1). Lines are sent in batches: when --batch-records lines (or 1 MiB) are waiting, or
+newline; an empty line is a record with an empty value, where HTTP NDJSON produce skips empty
+lines; a line over 8 MiB fails the command, exit 1). Lines are sent in batches: when --batch-records lines (or 1 MiB) are waiting, or
 --linger-ms after the first line of a batch was read, so \`tail -f log | es-broker produce t\`
 sends as lines come. Exits once every record is durable. SIGINT or SIGTERM stops reading, sends
 the lines already read, waits for their acknowledgements and exits 0 saying how many were
@@ -754,14 +754,15 @@ export async function groups(argv: string[]): Promise<number> {
     },
     allowPositionals: true,
   });
+  const [action, name, ...rest] = positionals;
+  // Before --help: `groups nonsense --help` is a usage error, not the help of a command.
+  if (action !== undefined && action !== "list" && action !== "describe")
+    throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
   if (values.help || positionals.length === 0) {
     process.stdout.write(groupsHelp);
     return values.help ? 0 : 2;
   }
-  const [action, name, ...rest] = positionals;
   if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
-  if (action !== "list" && action !== "describe")
-    throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
   if (action === "describe" && name === undefined)
     throw new UsageError("groups describe needs a GROUP");
   const { cluster, client } = await connectRouted(values, true);
@@ -808,11 +809,16 @@ export async function topics(argv: string[]): Promise<number> {
     },
     allowPositionals: true,
   });
+  const [action, name, ...rest] = positionals;
+  // Before --help: `topics nonsense --help` is a usage error, not the help of a command.
+  if (action !== undefined && !["create", "list", "describe", "delete"].includes(action))
+    throw new UsageError(
+      `unknown topics action ${JSON.stringify(action)} (create, list, describe, delete)`,
+    );
   if (values.help || positionals.length === 0) {
     process.stdout.write(topicsHelp);
     return values.help ? 0 : 2;
   }
-  const [action, name, ...rest] = positionals;
   if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
   const needName = () => {
     if (name === undefined) throw new UsageError(`topics ${action} needs a TOPIC`);
@@ -825,10 +831,6 @@ export async function topics(argv: string[]): Promise<number> {
     const raw = pair.slice(eq + 1);
     config[pair.slice(0, eq)] = /^-?\d+$/.test(raw) ? Number(raw) : raw;
   }
-  if (!["create", "list", "describe", "delete"].includes(action))
-    throw new UsageError(
-      `unknown topics action ${JSON.stringify(action)} (create, list, describe, delete)`,
-    );
   const topicName = action === "list" ? "" : needName();
   const partitions = intOption("partitions", values.partitions, 1, 1, 4096);
   const { cluster, client } = await connectRouted(values);

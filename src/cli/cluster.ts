@@ -99,13 +99,16 @@ export async function cluster(argv: string[]): Promise<number> {
     },
     allowPositionals: true,
   });
+  const [action, ...rest] = positionals;
+  // Checked before --help, so that `cluster elect-preferred --help` does not look like a command.
+  if (action !== undefined && action !== "status")
+    throw new UsageError(
+      `unknown cluster action ${JSON.stringify(action)}: the only action is status (preferred leader election is an etcdctl put: docs/cluster.md "Preferred leader election")`,
+    );
   if (values.help || positionals.length === 0) {
     process.stdout.write(clusterHelp);
     return values.help ? 0 : 2;
   }
-  const [action, ...rest] = positionals;
-  if (action !== "status")
-    throw new UsageError(`unknown cluster action ${JSON.stringify(action)} (status)`);
   if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
   const { cluster: router } = await connectRouted(values);
   try {

@@ -182,8 +182,10 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
                               checked against (they must name the host of their --advertise-tcp)
   --leader-rebalance-ms MS    while this broker is the controller: every MS, move leaderships back
                               to each partition's preferred replica once it is in the ISR (default
-                              30000; 0: off, es-broker cluster elect-preferred still works); give
-                              every broker the same value
+                              30000; 0: off); give every broker the same value. To move them
+                              now (also when off): etcdctl put /es-broker/elect_preferred
+                              '{"topic":"NAME"}' (or {"topic":null} for every topic;
+                              docs/cluster.md "Preferred leader election")
   With --tls-cert, brokers connect to each other with TLS only (never plain TCP), presenting
   their own --tls-cert (for peers with --tls-client-ca), and --cluster-tls-ca is required;
   every broker of a cluster serves TLS or none does (a mixed one is refused at start). With

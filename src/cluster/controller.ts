@@ -28,8 +28,9 @@
  * `rebalanceMaxMoves` partitions back to their preferred replica ({@link preferredLeaderMove}),
  * each only if the move already applied at the previous check with the same incarnation of the
  * preferred replica (so a broker must stay registered and in the ISR for a whole period first:
- * a flapping one moves nothing). A put of `elect_preferred` (`es-broker cluster
- * elect-preferred`) runs one check at once, without the wait and the limit.
+ * a flapping one moves nothing). A put of `elect_preferred` (an operator's `etcdctl put`,
+ * docs/cluster.md "Preferred leader election") runs one check at once, without the wait and the
+ * limit.
  *
  * Time and randomness come through {@link Clock} and {@link Prng} (layer rule): the controller
  * can be driven by a simulation with an in-memory {@link Etcd}.

@@ -134,6 +134,18 @@ describe(`[${target}] es-broker commands`, () => {
     [["produce", "t", "--partition"], "--partition needs a value", "produce"],
     [["consume", "t", "--follow=yes"], "--follow takes no value", "consume"],
     [["serve", "extra"], 'unexpected argument "extra"', "serve"],
+    // An action that does not exist is an error also with --help (not the help of another action).
+    [
+      ["cluster", "elect-preferred", "--help"],
+      'unknown cluster action "elect-preferred": the only action is status (preferred leader election is an etcdctl put: docs/cluster.md "Preferred leader election")',
+      "cluster",
+    ],
+    [
+      ["topics", "nope", "--help"],
+      'unknown topics action "nope" (create, list, describe, delete)',
+      "topics",
+    ],
+    [["groups", "nope", "-h"], 'unknown groups action "nope" (list, describe)', "groups"],
   ])(
     "%j says in one line what is wrong, naming the option, and exits 2",
     async (args, message, command) => {
@@ -144,6 +156,17 @@ describe(`[${target}] es-broker commands`, () => {
       );
     },
   );
+
+  it("serve --help names only commands that exist: preferred leader election is an etcdctl put", async () => {
+    const r = await runCli(["serve", "--help"]);
+    expect(r.code).toBe(0);
+    const help = r.stdout.toString();
+    expect(help).not.toContain("elect-preferred");
+    expect(help).toContain("etcdctl put /es-broker/elect_preferred");
+    const status = await runCli(["cluster", "status", "--help"]);
+    expect(status.code).toBe(0);
+    expect(status.stdout.toString()).toContain("Usage: es-broker cluster status");
+  });
 
   it("consume --offset past the high watermark fails the same way with and without --follow, naming the offset and the high watermark", async () => {
     const { client, address } = await brokerWithTopic();

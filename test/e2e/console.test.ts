@@ -263,7 +263,7 @@ describe(`[${target}] the web console in headless Chromium`, () => {
     expect(own.status).toBe(201);
   });
 
-  it("with keys, the console's API calls without a key are 401 and carry no data", async () => {
+  it("with keys, the console's API calls without a key are 401 and carry no data; /console/ redirects to the page", async () => {
     const { dir } = tempDir();
     const dataDir = join(dir, "data");
     await offlineAdminKey(dataDir, dir);
@@ -282,5 +282,12 @@ describe(`[${target}] the web console in headless Chromium`, () => {
     const page = await (await fetch(`${broker.httpUrl}/console`)).text();
     expect(page).not.toMatch(/topic|group|offset/i);
     expect(((await (await fetch(`${broker.httpUrl}/readyz`)).json()) as any).api_keys).toBe(true);
+    // Typed with a trailing slash, the address leads to the page, not to a 401 of the API.
+    const slash = await fetch(`${broker.httpUrl}/console/?x=1`, { redirect: "manual" });
+    expect(slash.status).toBe(308);
+    expect(slash.headers.get("location")).toBe("/console?x=1");
+    const followed = await fetch(new URL(slash.headers.get("location")!, broker.httpUrl));
+    expect(followed.status).toBe(200);
+    expect(followed.headers.get("content-type")).toBe("text/html; charset=utf-8");
   });
 });

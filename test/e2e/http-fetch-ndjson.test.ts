@@ -174,4 +174,45 @@ describe("fetch as NDJSON", () => {
       "topic_not_found",
     );
   });
+  it("a produce body of several JSON lines sent without the NDJSON content type is refused with a hint to send it as NDJSON", async () => {
+    const broker = await start();
+    const url = `${broker.httpUrl}/v1/topics/orders/records`;
+    const lines = '{"value":"login"}\n{"value":"logout"}\n';
+    const hint =
+      "a body of several JSON objects, one a line, is NDJSON: send Content-Type: application/x-ndjson, with curl --data-binary @FILE (curl -d strips the newlines)";
+    // curl -d @file: form content type, newlines stripped; fetch of a string: text/plain; and
+    // the lines as they are under application/json.
+    for (const [type, body] of [
+      ["application/x-www-form-urlencoded", lines.replaceAll("\n", "")],
+      ["text/plain;charset=UTF-8", lines],
+      ["application/json", lines],
+    ]) {
+      const res = await fetch(url, { method: "POST", headers: { "content-type": type }, body });
+      expect(res.status, type).toBe(400);
+      const error = ((await res.json()) as { error: { code: string; message: string } }).error;
+      expect(error.code, type).toBe("invalid_request");
+      expect(error.message, type).toMatch(
+        /^Cannot produce to topic "orders": the body is not valid JSON: /,
+      );
+      expect(error.message.endsWith(`; ${hint}`), error.message).toBe(true);
+    }
+    // Other bad JSON gets no such hint.
+    const other = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: '{"records": [',
+    });
+    expect(other.status).toBe(400);
+    expect(((await other.json()) as { error: { message: string } }).error.message).not.toContain(
+      "NDJSON",
+    );
+    // Sent as NDJSON, the same lines are two records.
+    const ok = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/x-ndjson" },
+      body: lines,
+    });
+    expect(ok.status).toBe(200);
+    expect(((await ok.json()) as { offsets: unknown[] }).offsets).toHaveLength(2);
+  });
 });

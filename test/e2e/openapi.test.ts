@@ -81,7 +81,8 @@ function session(base: string) {
     let body: string | undefined = c.raw;
     if (c.body !== undefined) body = JSON.stringify(c.body);
     if (body !== undefined) headers["content-type"] = c.contentType ?? "application/json";
-    const res = await fetch(`${base}${path}`, { method, headers, body });
+    // Redirects are answers to check (GET /console/ → 308), not to follow.
+    const res = await fetch(`${base}${path}`, { method, headers, body, redirect: "manual" });
     const op = findOperation(method, new URL(`${base}${path}`).pathname);
     if (op !== undefined) operations.add(op.operation.operationId);
     statuses.add(res.status);
@@ -93,6 +94,7 @@ function session(base: string) {
       const head = await fetch(`${base}${path}`, {
         method: "HEAD",
         headers,
+        redirect: "manual",
         signal: AbortSignal.timeout(10_000),
       });
       const headOp = findOperation("HEAD", new URL(`${base}${path}`).pathname);
@@ -129,6 +131,7 @@ describe(`[${target}] the OpenAPI document against the real process`, () => {
     expect((await call("/v1/cluster", a)).status).toBe(404);
     for (const path of ["/console", "/console/app.js", "/console/app.css", "/console/icon.svg"])
       expect((await call(path)).status).toBe(200);
+    expect((await call("/console/")).status).toBe(308);
     expect((await call("/metrics", a)).status).toBe(200);
     expect((await call("/metrics")).status).toBe(401);
     const producerKey = (
@@ -634,6 +637,7 @@ describe(`[${target}] the OpenAPI document against the real process`, () => {
             },
             body: b?.text,
             signal: abort.signal,
+            redirect: "manual",
           });
           const contentType = res.headers.get("content-type");
           const streaming = (contentType ?? "").startsWith("text/event-stream");

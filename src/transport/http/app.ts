@@ -329,11 +329,17 @@ export type NestingErrorKind = (path: JsonPath) => ErrorKind;
 
 /**
  * Decodes a JSON body: strict UTF-8, at most `jsonNestingDepthMax` levels deep (checked on the
- * text, before anything recurses over it), then `JSON.parse`.
+ * text, before anything recurses over it), then `JSON.parse`. With `ndjsonHint` (the produce
+ * route), a body of several JSON objects gets a hint to send it as NDJSON.
  * @throws BrokerError invalid_request (or the kind `nestingKind` picks for a body nested too
  *   deep, naming the field) with the parser's message, clipped.
  */
-function parseJson(bytes: Uint8Array, action: string, nestingKind?: NestingErrorKind): unknown {
+function parseJson(
+  bytes: Uint8Array,
+  action: string,
+  nestingKind?: NestingErrorKind,
+  ndjsonHint = false,
+): unknown {
   let text: string;
   try {
     text = strictUtf8.decode(bytes);
@@ -348,9 +354,15 @@ function parseJson(bytes: Uint8Array, action: string, nestingKind?: NestingError
   try {
     return JSON.parse(text);
   } catch (e) {
+    // Several JSON values one after another (`}{`, or `}` and `{` on lines of their own) are
+    // NDJSON sent without its content type, as `curl -d @events.ndjson` does (stripping newlines).
+    const hint =
+      ndjsonHint && /\}\s*\{/.test(text)
+        ? "; a body of several JSON objects, one a line, is NDJSON: send Content-Type: application/x-ndjson, with curl --data-binary @FILE (curl -d strips the newlines)"
+        : "";
     throw invalidRequest(
       action,
-      `the body is not valid JSON: ${clip(errorMessage(e), foreignMessageCharsMax)}`,
+      `the body is not valid JSON: ${clip(errorMessage(e), foreignMessageCharsMax)}${hint}`,
     );
   }
 }
@@ -697,7 +709,10 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       // The byte-level fast path decodes the common shapes; the general path does the rest and names every error.
       decoded =
         scanJsonProduce(bytes) ??
-        decodeJsonProduce(parseJson(bytes, action), { action, sizeHintBytes: bytes.length });
+        decodeJsonProduce(parseJson(bytes, action, undefined, true), {
+          action,
+          sizeHintBytes: bytes.length,
+        });
     }
     return decoded;
   };
@@ -795,7 +810,10 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     if (ndjson) return decodeNdjsonProduce(body, { action, key: null, partition });
     return (
       scanJsonProduce(body) ??
-      decodeJsonProduce(parseJson(body, action), { action, sizeHintBytes: body.length })
+      decodeJsonProduce(parseJson(body, action, undefined, true), {
+        action,
+        sizeHintBytes: body.length,
+      })
     );
   };
   app.fastRoute = fastRoute;

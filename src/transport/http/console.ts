@@ -1,5 +1,6 @@
 /**
- * Serves the web console (docs/console.md): `GET /console` (an HTML page holding no data),
+ * Serves the web console (docs/console.md): `GET /console` (an HTML page holding no data; `GET
+ * /console/` redirects there with 308),
  * `GET /console/app.js`, `GET /console/app.css` and `GET /console/icon.svg`, all from the build
  * (`console-assets.ts`, made by scripts/build-console.mjs from src/console/): no CDN, nothing
  * fetched from elsewhere, inside the Node bundle and the compiled binary.
@@ -18,9 +19,10 @@ export const consoleContentSecurityPolicy =
   "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; " +
   "form-action 'none'; base-uri 'none'; frame-ancestors 'none'";
 
-/** The console's paths, which need no key. */
+/** The console's paths, which need no key (`/console/` only redirects to `/console`). */
 export const consolePaths: readonly string[] = [
   "/console",
+  "/console/",
   "/console/app.js",
   "/console/app.css",
   "/console/icon.svg",
@@ -60,6 +62,17 @@ export function registerConsoleRoutes<E extends { Bindings: object }>(app: Hono<
     });
   // The page is small and names the assets by hash: it is never cached, they may be for ever.
   app.get("/console", serve(page, "text/html; charset=utf-8", "no-cache"));
+  // Typed with a trailing slash, the address still finds the page (the query is kept).
+  app.get("/console/", (c) => {
+    const query = c.req.url.indexOf("?");
+    return new Response(null, {
+      status: 308,
+      headers: {
+        location: `/console${query < 0 ? "" : c.req.url.slice(query)}`,
+        ...securityHeaders,
+      },
+    });
+  });
   const immutable = "public, max-age=31536000, immutable";
   app.get("/console/app.js", serve(consoleScript, "text/javascript; charset=utf-8", immutable));
   app.get("/console/app.css", serve(consoleStyles, "text/css; charset=utf-8", immutable));

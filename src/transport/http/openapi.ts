@@ -1264,6 +1264,19 @@ export const openApiDocument = withHeadOperations({
         public: true,
       }),
     },
+    "/console/": {
+      get: operation({
+        operationId: "consoleSlash",
+        summary: "Redirects to the web console's page (/console), keeping the query.",
+        ok: {
+          308: {
+            description: "Location: /console (and the query).",
+            headers: { location: { schema: { type: "string" } } },
+          },
+        },
+        public: true,
+      }),
+    },
     "/console/app.js": {
       get: operation({
         operationId: "consoleScript",
