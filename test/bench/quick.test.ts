@@ -51,6 +51,8 @@ function expectedIds(): Record<
         `${k} es-broker/tcp`,
         `${k} es-broker/http-json`,
         `${k} es-broker/http-base64`,
+        `${k} es-broker/http-ndjson`,
+        `${k} es-broker/http-ndjson-base64`,
       ]),
       `${e2e} es-broker/tcp`,
       `${e2e} es-broker/http-ndjson`,
