@@ -201,7 +201,10 @@ describe("acceptsNdjson", () => {
       "text/html, application/x-ndjson;q=0.5",
       "application/json;q=0.5, application/x-ndjson",
       "application/json, application/ndjson",
-      "*/*, application/x-ndjson;q=0.1",
+      "*/*;q=0.5, application/x-ndjson",
+      "application/x-ndjson, */*",
+      "application/x-ndjson;q=0.5, */*;q=0.5",
+      "application/x-ndjson;q=1.000",
     ];
     const no = [
       undefined,
@@ -216,6 +219,14 @@ describe("acceptsNdjson", () => {
       "application/json, application/x-ndjson;q=0.9",
       "application/x-ndjson-seq",
       "text/event-stream",
+      // A wildcard at a higher quality than NDJSON: anything else is preferred (attack10 F6).
+      "*/*, application/x-ndjson;q=0.1",
+      "application/*;q=0.9, application/x-ndjson;q=0.5",
+      // Not qvalues: counted as q=0.
+      "application/x-ndjson;q=0x1",
+      "application/x-ndjson;q=1e-9",
+      "application/x-ndjson;q=0.0001",
+      "application/x-ndjson;q=1.5",
     ];
     for (const accept of yes) expect(acceptsNdjson(accept), String(accept)).toBe(true);
     for (const accept of no) expect(acceptsNdjson(accept), String(accept)).toBe(false);

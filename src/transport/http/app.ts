@@ -229,11 +229,16 @@ function encodingQuery(c: AppContext, action: string): ValueEncoding {
 /** The media types that ask the fetch route for NDJSON (docs/http-api.md "`GET /v1/topics/{topic}/partitions/{p}/records` — fetch"). */
 const ndjsonMediaTypes = new Set(["application/x-ndjson", "application/ndjson"]);
 
+/** An RFC 9110 qvalue: 0 to 1 with at most three decimals. */
+const qvalue = /^(?:0(?:\.\d{0,3})?|1(?:\.0{0,3})?)$/;
+
 /**
  * Whether an `Accept` header asks the fetch route for NDJSON: it names `application/x-ndjson`
- * or `application/ndjson` with a quality above 0 and at least that of `application/json` if it
- * names that too. Wildcards (`*\/*`, `application/*`) and anything unparsable keep the JSON
- * answer, so every client that worked before gets the same answer (docs/http-api.md "`GET /v1/topics/{topic}/partitions/{p}/records` — fetch").
+ * or `application/ndjson` with a quality above 0, and at least the quality of JSON, whether named
+ * (`application/json`) or by a wildcard (`*\/*`, `application/*`): at a tie the named NDJSON wins,
+ * being the more specific. A range whose `q` is not a qvalue (`q=0x1`, `q=1e-9`, `q=2`) counts as
+ * q=0. No Accept, wildcards alone, or anything unparsable keep the JSON answer, so every client
+ * that worked before gets the same answer (docs/http-api.md "`GET /v1/topics/{topic}/partitions/{p}/records` — fetch").
  */
 export function acceptsNdjson(accept: string | undefined): boolean {
   if (accept === undefined) return false;
@@ -243,13 +248,16 @@ export function acceptsNdjson(accept: string | undefined): boolean {
     const [type, ...params] = range.split(";");
     const media = type.trim().toLowerCase();
     const isNdjson = ndjsonMediaTypes.has(media);
-    if (!isNdjson && media !== "application/json") continue;
+    if (!isNdjson && media !== "application/json" && media !== "*/*" && media !== "application/*")
+      continue;
     let q = 1;
     for (const param of params) {
       const [name, value] = param.split("=");
-      if (name.trim().toLowerCase() === "q") q = Number((value ?? "").trim());
+      if (name.trim().toLowerCase() === "q") {
+        const text = (value ?? "").trim();
+        q = qvalue.test(text) ? Number(text) : 0;
+      }
     }
-    if (!(q >= 0 && q <= 1)) q = 0;
     if (isNdjson) ndjson = Math.max(ndjson, q);
     else json = Math.max(json, q);
   }
