@@ -55,7 +55,11 @@ export interface MetricsFaultEvent {
 
 /** Options of {@link runMetricsFailover}. */
 export interface MetricsFailoverOptions {
-  /** How long the workload and the scrapes run after the cluster is ready. */
+  /**
+   * How long the workload and the scrapes run after the cluster is ready; longer if the faults
+   * run late (a broker slow to start on a loaded machine): the scrapes go on until the last
+   * fault is done.
+   */
   durationMs: number;
   /** Time between rounds of scrapes (default 200). */
   scrapeMs?: number;
@@ -292,6 +296,7 @@ export async function runMetricsFailover(
       await router?.close().catch(() => {});
     })();
 
+    let faultsDone = false;
     const faulting = (async () => {
       for (const f of faultPlan) {
         const at = async (ms: number) => {
@@ -329,7 +334,9 @@ export async function runMetricsFailover(
         faults.push({ atMs: runElapsed(), what: `start broker ${other.nodeId}` });
         log(`${runElapsed()} ms: restarted broker ${other.nodeId}`);
       }
-    })();
+    })().finally(() => {
+      faultsDone = true;
+    });
 
     // Per broker: the counters of its last scrape and its process start time.
     const lastCounters = new Map<number, { start: number; values: Map<string, number> }>();
@@ -342,7 +349,7 @@ export async function runMetricsFailover(
       offline: number;
       atMs: number;
     }[] = [];
-    while (runElapsed() < options.durationMs) {
+    while (runElapsed() < options.durationMs || !faultsDone) {
       const roundStart = performance.now();
       const r = rounds++;
       const { scrapes: got, etcd } = await round(cluster);

@@ -11,12 +11,12 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
-import * as net from "node:net";
 import { join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { TcpClient } from "../../src/client/client.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
+import { freePorts } from "../helpers/ports.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import {
   ensureDebianTool,
@@ -46,13 +46,9 @@ afterEach(async () => {
   }
 });
 
-/** A TCP port that was free a moment ago on 127.0.0.1. */
+/** A free TCP port on 127.0.0.1, below the ephemeral range (`freePorts` of ports.ts says why). */
 async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const port = (server.address() as net.AddressInfo).port;
-  await new Promise((r) => server.close(r));
-  return port;
+  return (await freePorts(1))[0] as number;
 }
 
 async function waitFor<T>(

@@ -14,9 +14,9 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import * as https from "node:https";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePorts } from "./ports.ts";
 
 /** The etcd binary, checked once. */
 function etcdBinary(): string {
@@ -32,24 +32,8 @@ function etcdBinary(): string {
   );
 }
 
-/** Free loopback TCP ports (bound to port 0, read, released): nothing listens on them afterwards. */
-export async function freePorts(count: number): Promise<number[]> {
-  const ports: number[] = [];
-  const servers = await Promise.all(
-    Array.from(
-      { length: count },
-      () =>
-        new Promise<ReturnType<typeof createServer>>((resolve, reject) => {
-          const s = createServer();
-          s.once("error", reject);
-          s.listen(0, "127.0.0.1", () => resolve(s));
-        }),
-    ),
-  );
-  for (const s of servers) ports.push((s.address() as { port: number }).port);
-  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
-  return ports;
-}
+/** Free ports for the members and for brokers on fixed ports (ports.ts). */
+export { freePorts };
 
 /** One member of a test etcd cluster. */
 export interface EtcdMember {

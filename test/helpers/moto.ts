@@ -5,7 +5,7 @@
  * skips silently).
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { createServer } from "node:net";
+import { freePorts } from "./ports.ts";
 import { AwsClient } from "aws4fetch";
 
 /** Credentials moto accepts (it checks none); the real store gets them from `AWS_*` variables. */
@@ -25,16 +25,9 @@ export interface MotoServer {
   stop(): Promise<void>;
 }
 
-/** A free TCP port on 127.0.0.1. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
+/** A free TCP port on 127.0.0.1, below the ephemeral range (`freePorts` of ports.ts says why). */
+export async function freePort(): Promise<number> {
+  return (await freePorts(1))[0] as number;
 }
 
 function hasMoto(): boolean {

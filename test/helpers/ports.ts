@@ -1,0 +1,52 @@
+/**
+ * Free loopback ports for processes a test starts later on fixed ports (etcd members, brokers
+ * restarted on the ports they advertise, moto, Prometheus).
+ */
+import { readFileSync } from "node:fs";
+import { createServer } from "node:net";
+
+/** The lowest port of the kernel's ephemeral range (Linux default 32768). */
+function ephemeralLow(): number {
+  try {
+    const low = Number(
+      readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").split(/\s+/)[0],
+    );
+    if (Number.isInteger(low) && low > 0) return low;
+  } catch {}
+  return 32768;
+}
+
+/** Resolves true if `port` can be listened on at 127.0.0.1 now (the listener is closed again). */
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once("error", () => resolve(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
+  });
+}
+
+/**
+ * Free loopback TCP ports, for processes the test starts later on fixed ports (etcd members,
+ * brokers restarted on the ports they advertise). Each is checked by listening on it, then
+ * released. They are drawn at random below the kernel's ephemeral range: any outgoing connection
+ * on the machine takes its source port from that range, and did take a port handed out from it
+ * before the etcd member meant for it bound it (`address already in use`). Each vitest worker
+ * (`VITEST_POOL_ID`) draws from its own slice, so test files running side by side never get the
+ * same port; the ports of one call are distinct.
+ */
+export async function freePorts(count: number): Promise<number[]> {
+  const low = 10_000;
+  const high = ephemeralLow();
+  const slices = 8;
+  const size = Math.floor((high - low) / slices);
+  if (size < count * 4) throw new Error(`too few ports below the ephemeral range (${high})`);
+  const pool = Number(process.env.VITEST_POOL_ID ?? 1);
+  const start = low + (((Number.isInteger(pool) ? pool : 1) - 1) % slices) * size;
+  const ports: number[] = [];
+  for (let tries = 0; ports.length < count; tries++) {
+    if (tries > size) throw new Error(`no ${count} free ports in ${start}..${start + size - 1}`);
+    const port = start + Math.floor(Math.random() * size);
+    if (!ports.includes(port) && (await canListen(port))) ports.push(port);
+  }
+  return ports;
+}
