@@ -30,9 +30,16 @@ export function watchStdout(): void {
   process.stdout.on("error", noteError);
 }
 
+/**
+ * The errors that mean the reader went away: EPIPE from a pipe; ECONNRESET where stdout is one
+ * end of a socket pair (a spawning Node process's `stdio: "pipe"`, seen on Bun when the parent
+ * destroyed its end); a write after the stream was destroyed.
+ */
+const readerGone: ReadonlySet<string> = new Set(["EPIPE", "ECONNRESET", "ERR_STREAM_DESTROYED"]);
+
 /** Records a write error of stdout (from its 'error' event or a write's callback). */
 function noteError(err: Error & { code?: string }): void {
-  if (err.code === "EPIPE" || err.code === "ERR_STREAM_DESTROYED") closed = true;
+  if (err.code !== undefined && readerGone.has(err.code)) closed = true;
   else failure ??= err;
   for (const wake of [...waiters]) wake();
 }
