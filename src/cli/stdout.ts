@@ -37,9 +37,21 @@ export function watchStdout(): void {
  */
 const readerGone: ReadonlySet<string> = new Set(["EPIPE", "ECONNRESET", "ERR_STREAM_DESTROYED"]);
 
+/** Deno's own error names for the same (its errors may carry no `code`). */
+const readerGoneNames: ReadonlySet<string> = new Set(["BrokenPipe", "ConnectionReset"]);
+
+/** Whether `err` says the reader of stdout went away (see {@link readerGone}). */
+function isReaderGone(err: Error & { code?: string }): boolean {
+  return (
+    (err.code !== undefined && readerGone.has(err.code)) ||
+    readerGoneNames.has(err.name) ||
+    /\b(EPIPE|ECONNRESET)\b|broken pipe|connection reset by peer/i.test(err.message)
+  );
+}
+
 /** Records a write error of stdout (from its 'error' event or a write's callback). */
 function noteError(err: Error & { code?: string }): void {
-  if (err.code !== undefined && readerGone.has(err.code)) closed = true;
+  if (isReaderGone(err)) closed = true;
   else failure ??= err;
   for (const wake of [...waiters]) wake();
 }
@@ -62,10 +74,17 @@ function check(): void {
 export async function writeOut(chunk: Uint8Array | string, onWritten?: () => void): Promise<void> {
   watchStdout();
   check();
-  const ok = process.stdout.write(chunk, (err?: Error | null) => {
-    if (err !== null && err !== undefined) noteError(err);
-    else onWritten?.();
-  });
+  let ok: boolean;
+  try {
+    ok = process.stdout.write(chunk, (err?: Error | null) => {
+      if (err !== null && err !== undefined) noteError(err);
+      else onWritten?.();
+    });
+  } catch (err) {
+    // A runtime may throw the write's error at once instead of reporting it.
+    noteError(err instanceof Error ? err : new Error(String(err)));
+    ok = true;
+  }
   if (!ok) {
     await new Promise<void>((resolve) => {
       const wake = () => {
@@ -94,10 +113,15 @@ export async function flushOut(): Promise<void> {
       resolve();
     };
     waiters.add(wake);
-    process.stdout.write("", (err?: Error | null) => {
-      if (err !== null && err !== undefined) noteError(err);
+    try {
+      process.stdout.write("", (err?: Error | null) => {
+        if (err !== null && err !== undefined) noteError(err);
+        wake();
+      });
+    } catch (err) {
+      noteError(err instanceof Error ? err : new Error(String(err)));
       wake();
-    });
+    }
   });
   check();
 }
