@@ -14,6 +14,8 @@ const flagValue = (flag) => {
 };
 const only = flagValue("--only");
 const withCluster =
+  !args.includes("--help") &&
+  !args.includes("-h") &&
   !args.includes("--quick") &&
   !args.includes("--from-json") &&
   (only === undefined || new RegExp(only).test("cluster"));
