@@ -17,6 +17,7 @@
  * - A connection is paused from the moment it opens until its owner attaches, so bytes wait in
  *   the kernel, not in memory, while an early listener holds it (`cli/early-listener.ts`).
  */
+import { unmappedHost } from "../lib/address.ts";
 import { tcpEndLingerMs } from "../lib/limits.ts";
 import type { ByteSocket, ByteSocketHandlers } from "../transport/tcp/socket.ts";
 
@@ -162,9 +163,8 @@ export class BunByteSocket implements ByteSocket {
   constructor(socket: BunSocket) {
     this.#socket = socket;
     this.remoteAddress = `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`;
-    const local = socket.localAddress;
-    if (typeof local === "string" && local !== "")
-      this.localHost = local.startsWith("::ffff:") && local.includes(".") ? local.slice(7) : local;
+    const local = unmappedHost(socket.localAddress);
+    if (local !== undefined) this.localHost = local;
     socket.setNoDelay(true);
     socket.pause();
   }

@@ -8,6 +8,7 @@
  */
 import * as net from "node:net";
 import * as tls from "node:tls";
+import { unmappedHost } from "../lib/address.ts";
 import { tcpEndLingerMs } from "../lib/limits.ts";
 import { copyRead, sharedReadBuffer } from "../lib/read-slab.ts";
 import { listenBunTcp } from "./bun-tcp.ts";
@@ -183,15 +184,6 @@ export function adoptSharedReads(
  * that could destroy our last response in the peer's buffer, and destroys the socket when the
  * peer closes or after {@link tcpEndLingerMs}.
  */
-/**
- * A socket's local address as a host: undefined when unknown, an IPv4 address mapped into IPv6
- * (`::ffff:127.0.0.1`, a dual-stack listener's IPv4 peer) as plain IPv4.
- */
-export function unmappedHost(address: string | undefined): string | undefined {
-  if (typeof address !== "string" || address === "") return undefined;
-  return address.startsWith("::ffff:") && address.includes(".") ? address.slice(7) : address;
-}
-
 export class NodeByteSocket implements ByteSocket {
   readonly remoteAddress: string;
   readonly localHost?: string;
