@@ -509,6 +509,33 @@ function declaredBodyBytes(incoming: NodeIncoming, maxBytes: number): number {
 }
 
 /**
+ * Serves `server`'s connections half-open for writes (docs/http-api.md "How requests are
+ * served"): a client that half-closes once it has sent a produce (or any request that is not a
+ * GET or HEAD) still gets that answer, and the connection ends after it, as on the raw path.
+ * Without it `node:http` ends the socket at the client's FIN and drops the answer of a request
+ * whose body it had read, while its append goes on (attack11 F1). A FIN while only reads are in
+ * flight still ends the connection at once, as before: a long-poll or an event stream whose
+ * client went away must not wait out its `wait_ms`.
+ */
+function answerWritesAfterHalfClose(server: Server): void {
+  // Node's own switch (`socketOnEnd`); Bun's node:http reads it too.
+  (server as Server & { httpAllowHalfOpen?: boolean }).httpAllowHalfOpen = true;
+  const writesOwed = new WeakMap<Socket, number>();
+  server.on("request", (incoming: IncomingMessage, outgoing: ServerResponse) => {
+    const socket = incoming.socket;
+    if (!writesOwed.has(socket)) {
+      writesOwed.set(socket, 0);
+      socket.once("end", () => {
+        if (writesOwed.get(socket) === 0) socket.destroy();
+      });
+    }
+    if (incoming.method === "GET" || incoming.method === "HEAD") return;
+    writesOwed.set(socket, (writesOwed.get(socket) ?? 0) + 1);
+    outgoing.once("close", () => writesOwed.set(socket, (writesOwed.get(socket) ?? 1) - 1));
+  });
+}
+
+/**
  * The `node:http` server (Node, Bun; Deno with TLS). With `options.tls` it serves HTTPS: a
  * `node:https` server, or on Bun (`tlsInFront`) a `node:tls` server handing its connections to the
  * `node:http` server (module comment).
@@ -586,6 +613,7 @@ async function serveNode(
       front.emit("connection", socket),
     );
   }
+  answerWritesAfterHalfClose(server);
   // Over TLS the connections are tracked here (on Bun the HTTP server does not own them).
   const tlsSockets = new Set<TLSSocket>();
   if (material !== undefined) {

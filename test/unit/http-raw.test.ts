@@ -108,6 +108,36 @@ describe("serveHttp on the raw socket", () => {
     }
   });
 
+  it("answers a produce whose body ends with the client's half-close, on node:http's side too (attack11 F1)", async () => {
+    // The head and part of the body first, so the raw path hands the request to node:http; the
+    // rest comes with the FIN. Without half-open serving node:http appended it and never answered.
+    for (const variant of ["alone", "behind a raw produce"]) {
+      broker.produced.length = 0;
+      const big = JSON.stringify({ records: [{ value: "v".repeat(3000) }] });
+      const head = `POST /v1/topics/orders/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${big.length}\r\n\r\n`;
+      const first = (variant === "alone" ? "" : produce) + head + big.slice(0, 100);
+      const socket = net.connect(server.port, "127.0.0.1");
+      let received = "";
+      socket.on("data", (d) => (received += d.toString("latin1")));
+      const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()));
+      await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
+      socket.write(first);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      // The append is still running when the FIN arrives, as a real fsync would be.
+      let release!: () => void;
+      broker.holdProduce = new Promise((resolve) => (release = resolve));
+      socket.end(big.slice(100));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      release();
+      await closed;
+      broker.holdProduce = null;
+      const statuses = [...received.matchAll(/HTTP\/1.1 (\d+)/g)].map((m) => Number(m[1]));
+      const expected = variant === "alone" ? [200] : [200, 200];
+      expect(statuses, `${variant}: ${received}`).toEqual(expected);
+      expect(broker.produced).toHaveLength(expected.length);
+    }
+  });
+
   it("close() lets an in-flight raw produce finish, then closes the connection", async () => {
     let release!: () => void;
     broker.holdProduce = new Promise((resolve) => (release = resolve));
