@@ -13,7 +13,13 @@
  * - `read+crc-each`, `read+crc-batch`: plus a check of the answer's CRCs, record by record or
  *   all together (`recordCrcsMatch`);
  * - `read+json-base64`, `read+ndjson-utf8`, `read+ndjson-base64`: plus the HTTP answer's body
- *   (`fetchJsonBytes` / `fetchNdjsonBytes`), what an HTTP answer costs above `node:http`'s write.
+ *   (`fetchJsonBytes` / `fetchNdjsonBytes`), what an HTTP answer costs above `node:http`'s write,
+ *   each answer in a new buffer; `…-kept`: the same, written into kept buffers (`AnswerBuffers`,
+ *   each given back at once, as the server gives it back once the answer is written).
+ *
+ * `--heap-objects N` keeps N small objects alive for the whole run, as a broker that has served
+ * for a while holds its state, so that each mark-compact costs about what it costs there (a new
+ * buffer per answer brings one every few dozen answers; docs/benchmarks.md).
  *
  * Prints, per variant, the median over the rounds of the process's CPU time (user + system,
  * `process.cpuUsage`) per record. Compare two versions of the code by running this in each
@@ -36,7 +42,11 @@ import {
   RecordCursor,
   recordCrcsMatch,
 } from "../src/storage/record.ts";
-import { fetchJsonBytes, fetchNdjsonBytes } from "../src/transport/http/fetch-json.ts";
+import {
+  AnswerBuffers,
+  fetchJsonBytes,
+  fetchNdjsonBytes,
+} from "../src/transport/http/fetch-json.ts";
 
 /** Checks each record's CRC on its own (what every check did before `recordCrcsMatch`); the count. */
 function crcEach(bytes: Uint8Array): number {
@@ -58,6 +68,7 @@ export async function main(argv: string[]): Promise<number> {
       rounds: { type: "string", default: "5" },
       fetches: { type: "string", default: "300" },
       only: { type: "string" },
+      "heap-objects": { type: "string", default: "0" },
     },
   });
   const records = Number(values.records);
@@ -65,6 +76,8 @@ export async function main(argv: string[]): Promise<number> {
   const valueBytes = Number(values["value-bytes"]);
   const rounds = Number(values.rounds);
   const fetches = Number(values.fetches);
+  const held: { n: number; text: string }[] = [];
+  for (let i = 0; i < Number(values["heap-objects"]); i++) held.push({ n: i, text: `o${i}` });
   const crc = installFastCrc32();
   const dir = fs.mkdtempSync(
     join(fs.existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), "es-fetch-path-"),
@@ -85,6 +98,11 @@ export async function main(argv: string[]): Promise<number> {
       await broker.produce({ topic: "f", partition: 0, batch: b.build() });
     }
     let sink = 0;
+    const buffers = new AnswerBuffers();
+    const kept = (bytes: Uint8Array<ArrayBuffer>) => {
+      sink += bytes.length;
+      buffers.give(bytes);
+    };
     const variants: [
       string,
       (r: Awaited<ReturnType<LocalBroker["fetch"]>>, offset: number) => void,
@@ -99,6 +117,12 @@ export async function main(argv: string[]): Promise<number> {
       ["read+json-base64", (r) => void (sink += fetchJsonBytes(r, "base64").length)],
       ["read+ndjson-utf8", (r) => void (sink += fetchNdjsonBytes(r, "utf8").bytes.length)],
       ["read+ndjson-base64", (r) => void (sink += fetchNdjsonBytes(r, "base64").bytes.length)],
+      ["read+json-base64-kept", (r) => kept(fetchJsonBytes(r, "base64", Infinity, buffers))],
+      ["read+ndjson-utf8-kept", (r) => kept(fetchNdjsonBytes(r, "utf8", Infinity, buffers).bytes)],
+      [
+        "read+ndjson-base64-kept",
+        (r) => kept(fetchNdjsonBytes(r, "base64", Infinity, buffers).bytes),
+      ],
     ];
     if (values.only !== undefined) {
       const only = new RegExp(values.only);
@@ -135,7 +159,7 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(
         `${name.padEnd(20)} ${median(xs).toFixed(3)}  (${xs.map((x) => x.toFixed(3)).join(" ")})\n`,
       );
-    if (sink < 0) process.stdout.write("\n");
+    if (sink < 0 || held.length < 0) process.stdout.write("\n");
     return 0;
   } finally {
     await broker.close();

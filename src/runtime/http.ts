@@ -162,6 +162,9 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
       ? shuttingDownResponse()
       : app.fetch(request, { shutdownSignal: shutdown.signal, remoteAddress });
   const runtime = getRuntimeKey();
+  // Node's "finish" comes once the answer's bytes are the kernel's (HttpBindings.afterAnswerWritten);
+  // Bun's `node:http` makes no such promise about a body's buffer.
+  const onNodeRuntime = runtime === "node";
   let started: Started;
   if (
     runtime === "node" ||
@@ -182,6 +185,7 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
         readRawBody: (maxBytes) => readIncomingBody(incoming, maxBytes),
         headerLines: (name) => countHeaderLines(incoming.rawHeaders, name),
         openStream: (headers) => openRawStream(env.outgoing, headers),
+        afterAnswerWritten: onNodeRuntime ? (done) => env.outgoing.once("finish", done) : undefined,
         remoteAddress: () =>
           `${incoming.socket?.remoteAddress ?? "?"}:${incoming.socket?.remotePort ?? "?"}`,
       });

@@ -3,10 +3,12 @@
  * real process: the same record objects as the JSON answer, one per line, in both encodings,
  * with the bounds in `Next-Offset`, `High-Watermark` and `Log-Start-Offset`; an empty body at the
  * end; a long-poll answered with the record that arrives; HEAD; a reader that follows
- * `Next-Offset` alone reads every record once; bad input still gets its JSON error. Node target
+ * `Next-Offset` alone reads every record once; pipelined fetches read slowly each get their own
+ * records whole (answer buffers reused only once written); bad input still gets its JSON error. Node target
  * only (`targets.ts`): the route is the same code on every runtime, and hostile-fuzz.test.ts
  * drives each runtime's HTTP server.
  */
+import * as net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { tempDir } from "../helpers/tmp.ts";
 import { type BrokerProcess, startBroker } from "./harness.ts";
@@ -128,6 +130,72 @@ describe("fetch as NDJSON", () => {
       offset = next as string;
     }
     expect(seen).toEqual(values);
+  });
+
+  it("pipelined fetches read slowly each get their own records whole", async () => {
+    const broker = await start();
+    // Values that name their record, ~300 bytes each: answers of ~100–200 KB, larger than a
+    // socket takes at once, so they wait in the broker while later answers are written.
+    const value = (i: number) => `r${i}-${"x".repeat(290)}`;
+    for (let from = 0; from < 2400; from += 800)
+      await produce(
+        broker,
+        Array.from({ length: 800 }, (_, i) => ({ value: value(from + i) })),
+      );
+    const asks = Array.from({ length: 12 }, (_, k) => ({
+      offset: (k * 397) % 2000,
+      ndjson: k % 3 !== 2,
+      base64: k % 4 === 3,
+    }));
+    const url = new URL(broker.httpUrl);
+    const socket = net.connect(Number(url.port), url.hostname);
+    await new Promise<void>((resolve, reject) => {
+      socket.once("connect", resolve);
+      socket.once("error", reject);
+    });
+    socket.pause();
+    socket.write(
+      asks
+        .map(
+          (a) =>
+            `GET /v1/topics/orders/partitions/0/records?offset=${a.offset}&max_records=400${a.base64 ? "&encoding=base64" : ""} HTTP/1.1\r\nHost: ${url.host}\r\n${a.ndjson ? "Accept: application/x-ndjson\r\n" : ""}\r\n`,
+        )
+        .join(""),
+    );
+    // Read nothing for a while: the broker's answers pile up behind a full socket.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const bodies: string[] = [];
+    let buffered = Buffer.alloc(0);
+    await new Promise<void>((resolve, reject) => {
+      socket.on("error", reject);
+      socket.on("data", (chunk: Buffer) => {
+        buffered = Buffer.concat([buffered, chunk]);
+        for (;;) {
+          const headEnd = buffered.indexOf("\r\n\r\n");
+          if (headEnd < 0) return;
+          const head = buffered.toString("latin1", 0, headEnd);
+          if (!head.startsWith("HTTP/1.1 200 ")) return reject(new Error(head));
+          const length = Number(/\r\ncontent-length: (\d+)/i.exec(head)?.[1]);
+          if (buffered.length < headEnd + 4 + length) return;
+          bodies.push(buffered.toString("utf8", headEnd + 4, headEnd + 4 + length));
+          buffered = buffered.subarray(headEnd + 4 + length);
+          if (bodies.length === asks.length) resolve();
+        }
+      });
+      socket.resume();
+    });
+    socket.destroy();
+    asks.forEach((a, k) => {
+      const records = (
+        a.ndjson ? lines(bodies[k]) : (JSON.parse(bodies[k]) as { records: unknown[] }).records
+      ) as { offset: number; value: string }[];
+      expect(records.length, `answer ${k}`).toBe(400);
+      records.forEach((r, i) => {
+        expect(r.offset).toBe(a.offset + i);
+        const text = a.base64 ? Buffer.from(r.value, "base64").toString() : r.value;
+        expect(text, `answer ${k}, record ${i}`).toBe(value(a.offset + i));
+      });
+    });
   });
 
   it("a long-poll at the end answers with the record that arrives", async () => {

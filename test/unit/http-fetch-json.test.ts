@@ -12,7 +12,11 @@ import { recordOverEntryBytes } from "../../src/lib/limits.ts";
 import { EntryBatchBuilder, encodeEntries } from "../../src/storage/record.ts";
 import { fetchJson } from "../../src/transport/http/encode.ts";
 import { acceptsNdjson } from "../../src/transport/http/app.ts";
-import { fetchJsonBytes, fetchNdjsonBytes } from "../../src/transport/http/fetch-json.ts";
+import {
+  AnswerBuffers,
+  fetchJsonBytes,
+  fetchNdjsonBytes,
+} from "../../src/transport/http/fetch-json.ts";
 
 const samples: Uint8Array[] = [
   new Uint8Array(0),
@@ -189,6 +193,75 @@ describe("fetchNdjsonBytes", () => {
     expect(() => fetchNdjsonBytes(broken, "base64")).toThrow(/record 3 of 4 does not decode/);
     const extra = { ...r, records: { ...r.records, count: 2 } };
     expect(() => fetchNdjsonBytes(extra, "utf8")).toThrow(/bytes left after 2 fetched records/);
+  });
+});
+
+describe("answer digits and kept buffers", () => {
+  /** `count` records from offset `base`, timestamps in runs (as a produce stamps its records). */
+  function run(base: number, count: number, timestamps: number[]): FetchResult {
+    const b = new EntryBatchBuilder();
+    for (let i = 0; i < count; i++)
+      b.add(null, new TextEncoder().encode(`v${i}`), timestamps[i % timestamps.length]);
+    const batch = b.build();
+    const bytes = new Uint8Array(batch.bytes.length + batch.count * recordOverEntryBytes);
+    encodeEntries(batch, bytes, { outPos: 0, baseOffset: base, nowMs: 5 });
+    return {
+      records: { bytes, count },
+      nextOffset: base + count,
+      highWatermark: base + count,
+      logStartOffset: 0,
+    };
+  }
+
+  it("writes offsets across every carry (9 → 10, 99 → 100, …) and repeated timestamps exactly", () => {
+    const decoder = new TextDecoder();
+    const cases = [
+      run(0, 120, [0]),
+      run(995, 10, [1_700_000_000_999, 1_700_000_000_999, 1_700_000_001_000]),
+      run(99_999_995, 10, [9, 9, 10, 99, 100]),
+      run(2 ** 31 - 3, 6, [2 ** 31 - 1, 2 ** 31]),
+      run(9_999_999_999_995, 10, [8_640_000_000_000_000]),
+    ];
+    for (const r of cases) {
+      for (const encoding of ["utf8", "base64"] as const)
+        expect(decoder.decode(fetchJsonBytes(r, encoding))).toBe(
+          JSON.stringify(fetchJson(r, encoding)),
+        );
+    }
+  });
+
+  it("writes into kept buffers exactly what it writes into new ones, stale bytes never shown", () => {
+    const prng = new Prng(77);
+    const decoder = new TextDecoder();
+    const buffers = new AnswerBuffers();
+    // A kept buffer full of stale bytes: every answer below must overwrite what it shows.
+    buffers.give(new Uint8Array(64 * 1024).fill(0x41));
+    for (let round = 0; round < 200; round++) {
+      const r = result(prng, prng.int(40));
+      const encoding = prng.int(2) === 0 ? "utf8" : "base64";
+      const kept = fetchNdjsonBytes(r, encoding, Number.POSITIVE_INFINITY, buffers).bytes;
+      expect(decoder.decode(kept)).toBe(decoder.decode(fetchNdjsonBytes(r, encoding).bytes));
+      const json = fetchJsonBytes(r, encoding, Number.POSITIVE_INFINITY, buffers);
+      expect(decoder.decode(json)).toBe(decoder.decode(fetchJsonBytes(r, encoding)));
+      buffers.give(kept);
+      buffers.give(json);
+    }
+  });
+
+  it("hands a kept buffer out again, and keeps neither more nor larger buffers than its caps", () => {
+    const buffers = new AnswerBuffers();
+    const first = buffers.take(1000);
+    buffers.give(first.subarray(0, 10));
+    expect(buffers.take(500).buffer).toBe(first.buffer);
+    const huge = new Uint8Array(3 * 1024 * 1024);
+    buffers.give(huge);
+    expect(buffers.take(3 * 1024 * 1024).buffer).not.toBe(huge.buffer);
+    const given = [1, 2, 3, 4, 5].map((k) => new Uint8Array(k * 1000));
+    for (const b of given) buffers.give(b);
+    // Four kept: the four largest; the smallest (1000 bytes) was dropped.
+    const taken = [1, 2, 3, 4].map(() => buffers.take(1));
+    expect(taken.map((b) => b.length).sort((a, b) => a - b)).toEqual([2000, 3000, 4000, 5000]);
+    expect(buffers.take(1).length).toBe(1);
   });
 });
 

@@ -62,7 +62,12 @@ import { clip, quote } from "../../lib/quote.ts";
 import { snakeCaseKeys } from "../../lib/text.ts";
 import type { ValueEncoding } from "./encode.ts";
 import { produceAnswerJson, topicJson } from "./encode.ts";
-import { answerBytesPerFetchByte, fetchJsonBytes, fetchNdjsonBytes } from "./fetch-json.ts";
+import {
+  AnswerBuffers,
+  answerBytesPerFetchByte,
+  fetchJsonBytes,
+  fetchNdjsonBytes,
+} from "./fetch-json.ts";
 import { errorBody, invalidRequest } from "./errors.ts";
 import { parseInteger } from "./params.ts";
 import type { DecodedProduce } from "./produce.ts";
@@ -115,6 +120,14 @@ export interface HttpBindings {
    * with `app.request()`: the route streams through a `Response`.
    */
   openStream?: (headers: Record<string, string>) => RawStream;
+  /**
+   * Set by `serveHttp` on Node: calls `done` once this request's answer has been handed whole to
+   * the operating system (the `ServerResponse`'s "finish"), never if the connection closes first.
+   * The fetch route then writes a later answer into this answer's buffer (`AnswerBuffers`,
+   * `fetch-json.ts`). Absent on Deno and Bun and with `app.request()`: every answer gets a new
+   * buffer.
+   */
+  afterAnswerWritten?: (done: () => void) => void;
 }
 
 /**
@@ -404,6 +417,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     );
   }
   const heartbeatMs = options.sseHeartbeatMs ?? sseHeartbeatMsDefault;
+  const answerBuffers = new AnswerBuffers();
   if (!Number.isSafeInteger(heartbeatMs) || heartbeatMs < 1 || heartbeatMs > fetchWaitMsMax) {
     throw new RangeError(
       `sseHeartbeatMs ${heartbeatMs} must be an integer from 1 to ${fetchWaitMsMax}`,
@@ -872,8 +886,12 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       signal,
     });
     const answerBytesMax = answerBytesPerFetchByte * maxBytes;
+    // A buffer of an earlier answer, where the server says when this one is written.
+    const afterWritten = c.env?.afterAnswerWritten;
+    const buffers = afterWritten === undefined ? undefined : answerBuffers;
     if (ndjson) {
-      const answer = fetchNdjsonBytes(result, encoding, answerBytesMax);
+      const answer = fetchNdjsonBytes(result, encoding, answerBytesMax, buffers);
+      if (buffers !== undefined) afterWritten!(() => buffers.give(answer.bytes));
       return c.body(answer.bytes, 200, {
         "content-type": "application/x-ndjson",
         vary: "Accept",
@@ -883,7 +901,9 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       });
     }
     // Vary: the answer's form follows Accept, so a cache must not serve one for the other.
-    return c.body(fetchJsonBytes(result, encoding, answerBytesMax), 200, {
+    const answer = fetchJsonBytes(result, encoding, answerBytesMax, buffers);
+    if (buffers !== undefined) afterWritten!(() => buffers.give(answer));
+    return c.body(answer, 200, {
       "content-type": "application/json",
       vary: "Accept",
     });

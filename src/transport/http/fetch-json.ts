@@ -9,15 +9,21 @@
  * - utf8: a key or value of printable ASCII other than `"` and `\` is copied as it is; any other
  *   goes through `fromUtf8` and `JSON.stringify` (escapes, U+FFFD for invalid UTF-8) as before.
  *
- * Every record is decoded by the same cursor as `forEachRecord`, its CRC checked with the others
- * in one pass where the runtime has a native CRC-32 (`recordCrcsMatch`). The NDJSON
- * answer ({@link fetchNdjsonBytes}) writes the same record objects, one per line.
+ * Every record is decoded by the same cursor as `forEachRecord`. Its CRC is not checked again
+ * here: every read that makes a {@link FetchResult} has checked the CRC of each record it hands
+ * out (`Segment.read`, the cold tier's read; docs/storage.md "Records"), moments before, in
+ * memory. The NDJSON answer ({@link fetchNdjsonBytes}) writes the same record objects, one per
+ * line.
+ *
+ * An answer can be written into a buffer kept from an earlier answer ({@link AnswerBuffers}):
+ * a consumer's steady fetches then allocate no new ~0.3–1.5 MB buffer per answer, which V8 counts
+ * as external memory and answers with a mark-compact every few dozen answers
+ * (docs/benchmarks.md, "Fetch answers without a new buffer each").
  */
 import { AssertionError } from "../../lib/assert.ts";
 import { fromUtf8, viewOf } from "../../lib/bytes.ts";
 import type { FetchResult } from "../../broker/types.ts";
-import { crc32IsNative } from "../../lib/crc32.ts";
-import { DecodeStatus, RecordCursor, recordCrcsMatch } from "../../storage/record.ts";
+import { DecodeStatus, RecordCursor } from "../../storage/record.ts";
 import type { ValueEncoding } from "./encode.ts";
 
 const base64Codes: Uint8Array = new TextEncoder().encode(
@@ -41,20 +47,68 @@ const plainJsonByte: Uint8Array = (() => {
   return plain;
 })();
 
+/**
+ * Buffers of finished answers, kept to write later answers into (module comment). Holds at most
+ * {@link answerBuffersKept} buffers of at most {@link answerBufferBytesMax} bytes each; a buffer
+ * taken is not zeroed (an answer is `buf.subarray(0, pos)`, every byte of it written). A buffer
+ * must be given back only once nothing reads it any more (its answer is written whole).
+ */
+export class AnswerBuffers {
+  readonly #free: Uint8Array<ArrayBuffer>[] = [];
+
+  /** A kept buffer of at least `bytes` bytes, else a new one of `bytes`. */
+  take(bytes: number): Uint8Array<ArrayBuffer> {
+    const free = this.#free;
+    for (let i = 0; i < free.length; i++) {
+      const buffer = free[i];
+      if (buffer.length >= bytes) {
+        free[i] = free[free.length - 1];
+        free.pop();
+        return buffer;
+      }
+    }
+    return new Uint8Array(bytes);
+  }
+
+  /** Keeps the buffer under `bytes` (any view of it) for a later answer, if there is room. */
+  give(bytes: Uint8Array<ArrayBuffer>): void {
+    const buffer = bytes.buffer;
+    if (buffer.byteLength > answerBufferBytesMax) return;
+    const free = this.#free;
+    if (free.length < answerBuffersKept) {
+      free.push(new Uint8Array(buffer));
+      return;
+    }
+    // Full: keep the larger buffers (they fit more answers).
+    let smallest = 0;
+    for (let i = 1; i < free.length; i++) if (free[i].length < free[smallest].length) smallest = i;
+    if (free[smallest].length < buffer.byteLength) free[smallest] = new Uint8Array(buffer);
+  }
+}
+
+/** Most buffers an {@link AnswerBuffers} keeps: one consumer one fetch ahead has two answers out. */
+export const answerBuffersKept = 4;
+/** Largest buffer an {@link AnswerBuffers} keeps: an answer to the default `max_bytes` (1 MiB) fits. */
+export const answerBufferBytesMax = 2 * 1024 * 1024;
+
 /** A growing output buffer. */
 class Out {
   buf: Uint8Array<ArrayBuffer>;
   pos = 0;
+  readonly #buffers: AnswerBuffers | undefined;
 
-  constructor(bytes: number) {
-    this.buf = new Uint8Array(bytes);
+  constructor(bytes: number, buffers?: AnswerBuffers) {
+    this.#buffers = buffers;
+    this.buf = buffers === undefined ? new Uint8Array(bytes) : buffers.take(bytes);
   }
 
   /** Makes room for `bytes` more. */
   room(bytes: number): void {
     if (this.pos + bytes <= this.buf.length) return;
-    const grown = new Uint8Array(Math.max(this.buf.length * 2, this.pos + bytes));
+    const size = Math.max(this.buf.length * 2, this.pos + bytes);
+    const grown = this.#buffers === undefined ? new Uint8Array(size) : this.#buffers.take(size);
     grown.set(this.buf.subarray(0, this.pos));
+    this.#buffers?.give(this.buf);
     this.buf = grown;
   }
 
@@ -94,6 +148,33 @@ class Out {
       buf[--p] = 0x30 + (rest - next * 10);
       rest = next;
     }
+  }
+
+  /**
+   * Writes a non-negative safe integer as {@link integer} does (room made first: 16 bytes), from
+   * the digits of `last` where `value` is `last.value` or one more (then `last` is `value`'s).
+   */
+  integerAfter(value: number, last: LastNumber): void {
+    const digits = last.digits;
+    let length = last.length;
+    if (value === last.value + 1) {
+      let i = length - 1;
+      while (i >= 0 && digits[i] === 0x39) digits[i--] = 0x30;
+      if (i >= 0) digits[i]++;
+      else length = 0; // 9…9 + 1 has one digit more: written afresh below
+    } else if (value !== last.value) length = 0;
+    const buf = this.buf;
+    let p = this.pos;
+    if (length > 0) {
+      for (let i = 0; i < length; i++) buf[p++] = digits[i];
+      this.pos = p;
+    } else {
+      this.integer(value);
+      length = this.pos - p;
+      for (let i = 0; i < length; i++) digits[i] = buf[p + i];
+    }
+    last.value = value;
+    last.length = length;
   }
 
   /** Writes an integer in [0, 2^31) in decimal. */
@@ -220,6 +301,18 @@ class Out {
   }
 }
 
+/**
+ * The decimal digits of the last offset (or timestamp) an answer wrote: the next offset is one
+ * more and the next timestamp often the same (the records of one produce share it), so
+ * {@link Out.integerAfter} copies or increments them instead of dividing them out again.
+ */
+class LastNumber {
+  readonly digits = new Uint8Array(16);
+  length = 0;
+  /** The number `digits` spell; −2 before the first (no offset or timestamp is −2 or −1 more). */
+  value = -2;
+}
+
 /** The bytes `JSON.stringify` writes for each ASCII byte inside a string: 1, 2 (`\n`) or 6 (`\u0001`). */
 const escapedAsciiBytes: Uint8Array = (() => {
   const sizes = new Uint8Array(128);
@@ -309,8 +402,10 @@ function writeRecords(
   const stored = result.records.bytes;
   const cursor = new RecordCursor().reset(stored);
   const end = stored.length;
-  // One CRC over the whole answer where it is native; record by record (naming a bad one) otherwise.
-  cursor.checkCrc = !(crc32IsNative() && recordCrcsMatch(stored, 0, end));
+  // The read that made `result` checked every CRC (module comment).
+  cursor.checkCrc = false;
+  const lastOffset = new LastNumber();
+  const lastTimestamp = new LastNumber();
   const base64 = encoding === "base64";
   const view = viewOf(stored);
   const separatorBytes = ascii(separator);
@@ -326,10 +421,10 @@ function writeRecords(
     out.room(recordFramingBytesMax + separatorBytes.length + terminatorBytes.length);
     if (i > 0) out.bytes(separatorBytes);
     out.bytes(offsetField);
-    out.integer(cursor.offset);
+    out.integerAfter(cursor.offset, lastOffset);
     out.bytes(timestampField);
     // A timestamp before 1970 is negative (the JSON answer writes it as it is).
-    if (cursor.timestampMs >= 0) out.integer(cursor.timestampMs);
+    if (cursor.timestampMs >= 0) out.integerAfter(cursor.timestampMs, lastTimestamp);
     else out.ascii(String(cursor.timestampMs));
     out.bytes(keyField);
     if (cursor.keyLen < 0) out.bytes(nullKey);
@@ -368,6 +463,7 @@ export const answerBytesPerFetchByte = 2;
 /**
  * The JSON body of a fetch answer as UTF-8 bytes (module comment). Records stop once the answer
  * passes `answerBytesMax` (at least one is written); `next_offset` then names the first left out.
+ * With `buffers`, the answer is written into one of their buffers (give it back once written).
  * @throws AssertionError if the stored bytes do not decode as exactly `records.count` whole
  *   records (as `forEachRecord`).
  */
@@ -375,8 +471,9 @@ export function fetchJsonBytes(
   result: FetchResult,
   encoding: ValueEncoding,
   answerBytesMax = Number.POSITIVE_INFINITY,
+  buffers?: AnswerBuffers,
 ): Uint8Array<ArrayBuffer> {
-  const out = new Out(answerBytesGuess(result));
+  const out = new Out(answerBytesGuess(result), buffers);
   out.ascii('{"records":[');
   const nextOffset = writeRecords(out, result, encoding, ",", "}", answerBytesMax);
   out.ascii(
@@ -393,15 +490,17 @@ export function fetchJsonBytes(
  * and can split the body at `\n` bytes (JSON never has a raw newline inside a string) and parse
  * each line alone, or only the lines it needs.
  * Records stop once the body passes `answerBytesMax`, as in {@link fetchJsonBytes}: the returned
- * `nextOffset` (the `Next-Offset` header) names the first left out.
+ * `nextOffset` (the `Next-Offset` header) names the first left out. `buffers` as in
+ * {@link fetchJsonBytes}.
  * @throws AssertionError as {@link fetchJsonBytes}.
  */
 export function fetchNdjsonBytes(
   result: FetchResult,
   encoding: ValueEncoding,
   answerBytesMax = Number.POSITIVE_INFINITY,
+  buffers?: AnswerBuffers,
 ): { bytes: Uint8Array<ArrayBuffer>; nextOffset: number } {
-  const out = new Out(answerBytesGuess(result));
+  const out = new Out(answerBytesGuess(result), buffers);
   const nextOffset = writeRecords(out, result, encoding, "", "}\n", answerBytesMax);
   return { bytes: out.buf.subarray(0, out.pos), nextOffset };
 }
