@@ -547,6 +547,12 @@ export interface ReplicaFetchResult {
   producers: ReplicatedProducerBatch[];
   /** Stored records verbatim, from `fetchOffset` on. */
   records: RecordSet;
+  /**
+   * The leader's side only, when set: the records as chunks to send back to back (its kept recent
+   * writes, `PartitionLog.readRecent`), `records.count` of them; `records.bytes` is then empty.
+   * Never set on a decoded answer.
+   */
+  recordChunks?: readonly Uint8Array[];
 }
 
 /**

@@ -45,7 +45,7 @@ import type { ReplicationSeam } from "../broker/replication.ts";
 import type { ReplicaFetchRequest, ReplicaFetchResult } from "../broker/types.ts";
 import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
-import { fetchBytesDefault, fetchRecordsMax } from "../lib/limits.ts";
+import { fetchBytesDefault, fetchRecordsMax, replicaRecentBytesMax } from "../lib/limits.ts";
 import type { Logger } from "../lib/logger.ts";
 import { Mutex } from "../lib/mutex.ts";
 import type { Prng } from "../lib/prng.ts";
@@ -422,6 +422,7 @@ export class ReplicaManager implements ReplicationSeam {
       Math.max(r.state.committed_offset, r.leaderHighWatermark),
     );
     r.role = "leader";
+    log.keepRecentWrites(replicaRecentBytesMax);
     r.unsubscribeLog = log.subscribe(() => {
       this.#updateHighWatermark(r);
       this.#settle(r);
@@ -434,6 +435,7 @@ export class ReplicaManager implements ReplicationSeam {
   /** Leaves the leadership: every pending acknowledgement fails `not_leader`. */
   #resign(r: Replica, next: PartitionState): void {
     r.role = "none";
+    r.log.keepRecentWrites(0);
     r.unsubscribeLog?.();
     r.unsubscribeLog = null;
     r.lagTimer?.cancel();
@@ -647,13 +649,28 @@ export class ReplicaManager implements ReplicationSeam {
     // broker's fsync. The high watermark still waits for this broker's own fsync (it is at most
     // `log.highWatermark`), and records that never become durable here are cut from the follower
     // by leader-epoch truncation (docs/cluster.md "Replica fetch").
-    const read = await log.read({
-      offset: request.fetchOffset,
-      maxRecords: fetchRecordsMax,
-      maxBytes: request.maxBytes === 0 ? fetchBytesDefault : request.maxBytes,
-      unsynced: true,
-    });
-    const end = read.count === 0 ? request.fetchOffset : read.nextOffset;
+    // The records just written come from the copies kept in memory (`readRecent`); anything
+    // older from the log.
+    const maxBytes = request.maxBytes === 0 ? fetchBytesDefault : request.maxBytes;
+    const recent = log.readRecent(request.fetchOffset, maxBytes, fetchRecordsMax);
+    let answered: Pick<ReplicaFetchResult, "records" | "recordChunks">;
+    let end: number;
+    if (recent !== null) {
+      answered = {
+        records: { bytes: new Uint8Array(0), count: recent.count },
+        recordChunks: recent.chunks,
+      };
+      end = recent.nextOffset;
+    } else {
+      const read = await log.read({
+        offset: request.fetchOffset,
+        maxRecords: fetchRecordsMax,
+        maxBytes,
+        unsynced: true,
+      });
+      answered = { records: { bytes: read.bytes, count: read.count } };
+      end = read.count === 0 ? request.fetchOffset : read.nextOffset;
+    }
     position.lastLogEndSent = log.logEndOffset;
     position.lastAnswerMs = this.#o.clock.nowMs();
     position.highWatermarkSent = r.highWatermark;
@@ -668,7 +685,7 @@ export class ReplicaManager implements ReplicationSeam {
         request.fetchOffset,
         end,
       ),
-      records: { bytes: read.bytes, count: read.count },
+      ...answered,
     };
   }
 
@@ -687,6 +704,7 @@ export class ReplicaManager implements ReplicationSeam {
     const now = this.#o.clock.nowMs();
     const logEnd = r.log.logEndOffset;
     f.durable = durable;
+    this.#forgetFetched(r);
     if (durable >= logEnd) f.lastCaughtUpMs = now;
     else if (durable >= f.lastLogEndSent)
       f.lastCaughtUpMs = Math.max(f.lastCaughtUpMs, f.lastAnswerMs);
@@ -710,6 +728,13 @@ export class ReplicaManager implements ReplicationSeam {
         }),
       );
     }
+  }
+
+  /** Drops the kept recent writes (`PartitionLog.keepRecentWrites`) every follower has made durable. */
+  #forgetFetched(r: Replica): void {
+    let least = Number.POSITIVE_INFINITY;
+    for (const f of r.followers.values()) least = Math.min(least, f.durable);
+    if (least > 0 && least !== Number.POSITIVE_INFINITY) r.log.forgetRecentBelow(least);
   }
 
   /**

@@ -131,6 +131,11 @@ export const fetchBytesMax = 64 * MiB;
 export const fetchRecordsDefault = 1000;
 /** Largest `max_records` of a fetch. */
 export const fetchRecordsMax = 100_000;
+/**
+ * Bytes of its latest group writes a partition's leader keeps in memory for its followers' replica
+ * fetches (`PartitionLog.keepRecentWrites`; docs/cluster.md "Replica fetch"): a few answers' worth.
+ */
+export const replicaRecentBytesMax = 4 * MiB;
 /** Largest long-poll wait of a fetch, in ms. */
 export const fetchWaitMsMax = 60_000;
 /** Bytes of a positional read window on the fetch path; large so a fetch is one or two reads. */

@@ -22,7 +22,13 @@ import { assert } from "../lib/assert.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { Metrics } from "../lib/metrics.ts";
-import { groupEntryBytesMax, offsetMax, recordOverEntryBytes } from "../lib/limits.ts";
+import {
+  groupEntryBytesMax,
+  offsetMax,
+  recordLengthPrefixBytes,
+  recordOverEntryBytes,
+} from "../lib/limits.ts";
+import { viewOf } from "../lib/bytes.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { lastAtOrBelow } from "../lib/search.ts";
 import { errorMessage } from "../lib/errors.ts";
@@ -142,6 +148,15 @@ export interface AppendOptions {
   admit?: () => void;
 }
 
+/** One group write kept in memory (`PartitionLog.keepRecentWrites`): its records verbatim. */
+interface RecentWrite {
+  baseOffset: number;
+  /** One past its last record. */
+  nextOffset: number;
+  /** The stored records as written to the log (a copy of their own). */
+  bytes: Uint8Array;
+}
+
 interface PendingAppend {
   batch: AppendRecords;
   beforeWrite: ((baseOffset: number) => Promise<void>) | undefined;
@@ -186,6 +201,13 @@ export class PartitionLog {
   #listeners = new Set<() => void>();
   #writeListeners = new Set<() => void>();
   #stats = { appends: 0, writes: 0, recordsAppended: 0 };
+  /**
+   * Copies of the latest group writes, oldest first, back to back up to the log end (see
+   * {@link keepRecentWrites}); empty unless a leader asked for them.
+   */
+  #recent: RecentWrite[] = [];
+  #recentBytes = 0;
+  #recentBytesMax = 0;
 
   private constructor(options: PartitionOptions) {
     this.name = options.name;
@@ -681,6 +703,9 @@ export class PartitionLog {
     }
     try {
       await active.append(prepared);
+      // Copied before the buffer goes back to the pool: a replica fetch may still be sending it.
+      if (this.#recentBytesMax > 0)
+        this.#keepRecent(prepared.baseOffset, prepared.nextOffset, prepared.logBytes.slice());
     } catch (err) {
       await this.#commit.writeFailed(active, err);
       rejectAll(err);
@@ -721,6 +746,7 @@ export class PartitionLog {
     await this.#writeLock.run(async () => {
       await this.#commit.flush();
       if (offset >= this.logEndOffset) return;
+      this.#clearRecent();
       if (offset < this.#segments[0].baseOffset)
         throw new StorageError(
           "invalid",
@@ -775,6 +801,7 @@ export class PartitionLog {
     await this.#writeLock.run(async () => {
       if (offset <= this.logEndOffset) return;
       if (this.fenced) throw this.#commit.fencedError();
+      this.#clearRecent();
       await this.#roll(offset);
       this.#commit.skipped(offset);
     });
@@ -956,6 +983,100 @@ export class PartitionLog {
     return () => this.#writeListeners.delete(listener);
   }
 
+  /**
+   * Keeps copies of the latest group writes in memory, up to `maxBytes` (0 stops and forgets
+   * them), for {@link readRecent}. Cluster mode's leader turns it on while it leads (docs/cluster.md
+   * "Replica fetch"): its followers' fetches then read the records just written without a file
+   * read, a scan or a CRC pass each.
+   */
+  keepRecentWrites(maxBytes: number): void {
+    this.#recentBytesMax = maxBytes;
+    if (maxBytes === 0) this.#clearRecent();
+  }
+
+  /** Forgets the kept writes (see {@link keepRecentWrites}) that end at or below `offset`. */
+  forgetRecentBelow(offset: number): void {
+    let drop = 0;
+    while (drop < this.#recent.length && this.#recent[drop].nextOffset <= offset) {
+      this.#recentBytes -= this.#recent[drop].bytes.length;
+      drop++;
+    }
+    if (drop > 0) this.#recent.splice(0, drop);
+  }
+
+  /**
+   * The records from `offset` on out of the kept writes (see {@link keepRecentWrites}), as `read`
+   * with `unsynced` would answer them (whole records, at least one, then no more than `maxBytes`
+   * and `maxRecords`; durable or not: the same care applies), as chunks to send back to back
+   * without joining; null when they do not hold `offset` (the caller reads the file), or the
+   * partition is fenced or closed. Their CRCs are not checked again: they are copies of bytes
+   * this process encoded, and the receiver checks every record's CRC.
+   */
+  readRecent(
+    offset: number,
+    maxBytes: number,
+    maxRecords: number,
+  ): { chunks: Uint8Array[]; bytes: number; count: number; nextOffset: number } | null {
+    const recent = this.#recent;
+    if (recent.length === 0 || this.fenced || this.#closed) return null;
+    if (offset < recent[0].baseOffset || offset >= recent[recent.length - 1].nextOffset)
+      return null;
+    let i = recent.length - 1;
+    while (recent[i].baseOffset > offset) i--;
+    const chunks: Uint8Array[] = [];
+    let bytes = 0;
+    let count = 0;
+    let next = offset;
+    for (; i < recent.length && count < maxRecords; i++) {
+      const w = recent[i];
+      const view = viewOf(w.bytes);
+      let pos = 0;
+      // Records of this write before `next` (the first write only: the fetch starts inside it).
+      for (let o = w.baseOffset; o < next; o++)
+        pos += recordLengthPrefixBytes + view.getUint32(pos);
+      const start = pos;
+      let records = 0;
+      if (w.bytes.length - start + bytes <= maxBytes && w.nextOffset - next + count <= maxRecords) {
+        pos = w.bytes.length;
+        records = w.nextOffset - next;
+      } else {
+        // The whole write does not fit: its whole records that do (the first always).
+        while (pos < w.bytes.length && count + records < maxRecords) {
+          const size = recordLengthPrefixBytes + view.getUint32(pos);
+          if (bytes + (pos - start) + size > maxBytes && count + records > 0) break;
+          pos += size;
+          records++;
+        }
+      }
+      if (records === 0) break;
+      chunks.push(start === 0 && pos === w.bytes.length ? w.bytes : w.bytes.subarray(start, pos));
+      bytes += pos - start;
+      count += records;
+      next += records;
+      if (pos < w.bytes.length) break;
+    }
+    return { chunks, bytes, count, nextOffset: next };
+  }
+
+  #keepRecent(baseOffset: number, nextOffset: number, bytes: Uint8Array): void {
+    const last = this.#recent.at(-1);
+    // Only back to back up to the log end: anything else starts over.
+    if (last !== undefined && last.nextOffset !== baseOffset) this.#clearRecent();
+    this.#recent.push({ baseOffset, nextOffset, bytes });
+    this.#recentBytes += bytes.length;
+    let drop = 0;
+    while (this.#recentBytes > this.#recentBytesMax && drop < this.#recent.length) {
+      this.#recentBytes -= this.#recent[drop].bytes.length;
+      drop++;
+    }
+    if (drop > 0) this.#recent.splice(0, drop);
+  }
+
+  #clearRecent(): void {
+    this.#recent = [];
+    this.#recentBytes = 0;
+  }
+
   /** True after {@link close}. */
   get closed(): boolean {
     return this.#closed;
@@ -979,6 +1100,7 @@ export class PartitionLog {
     this.#notify();
     this.#listeners.clear();
     this.#writeListeners.clear();
+    this.keepRecentWrites(0);
     for (const s of this.#segments) await s.close();
   }
 

@@ -22,7 +22,7 @@
  * Every decoder checks `record_len` against [{@link recordLenMin}, {@link recordLenMax}] before
  * it reads further, and never allocates a length a file or a client claims.
  */
-import { crc32, crc32Combine, crc32ContinueRange } from "../lib/crc32.ts";
+import { crc32, crc32Combine, crc32ContinueRange, crc32IsNative } from "../lib/crc32.ts";
 import {
   i32At,
   i64At,
@@ -548,12 +548,15 @@ export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs
  * Checks stored records (a replica fetch's answer, verbatim) end to end, each once: its length,
  * its CRC, and that offsets increase; and splits them into runs of consecutive offsets, each a
  * view of `bytes` to append verbatim at those offsets (`PartitionLog.append`). Nothing is copied
- * or re-encoded: the log stores the very bytes the leader stored.
+ * or re-encoded: the log stores the very bytes the leader stored. With the runtime's native
+ * CRC-32 every record's CRC is checked by one pass over all of them ({@link recordCrcsMatch}), as
+ * a segment read checks them; if that fails, record by record, which names the bad one.
  * @throws RecordFormatError naming the record (its index and offset) and what is wrong; nothing
  *   is returned then.
  */
 export function checkStoredRuns(bytes: Uint8Array, count: number): StoredRecords[] {
   const cursor = new RecordCursor().reset(bytes);
+  cursor.checkCrc = !(crc32IsNative() && recordCrcsMatch(bytes, 0, bytes.length));
   const runs: StoredRecords[] = [];
   let pos = 0;
   let runStart = 0;

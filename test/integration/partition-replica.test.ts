@@ -2,13 +2,16 @@
  * The storage operations replication adds (cluster mode): `PartitionLog.truncateTo` (leader-epoch
  * truncation: across segments, the index trimmed, surviving a restart, a prefix of the log at
  * every step) and `PartitionLog.skipTo` (a follower skipping what its leader compacted away), the
- * leader-epoch history file, and the follower's end-to-end check of stored records.
+ * leader-epoch history file, the follower's end-to-end check of stored records, and the
+ * leader's kept recent writes (`keepRecentWrites` / `readRecent`).
  */
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { crc32IsNative, crc32Portable, setCrc32Implementation } from "../../src/lib/crc32.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
+import { installFastCrc32 } from "../../src/runtime/crc.ts";
 import { NodeFileSystem } from "../../src/runtime/node-fs.ts";
 import { LeaderEpochHistory, leaderEpochsFileName } from "../../src/storage/leader-epochs.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
@@ -312,5 +315,103 @@ describe("checkStoredRuns and verbatim appends (the follower's path)", () => {
     expect(() => checkStoredRuns(bytes, 4)).toThrow(/announced/);
     expect(() => checkStoredRuns(bytes, 2)).toThrow(/announced/);
     expect(() => checkStoredRuns(stored([3, 2]), 2)).toThrow(/not above/);
+  });
+
+  describe("with the native CRC-32 (every CRC checked by one pass)", () => {
+    beforeAll(() => void installFastCrc32());
+    afterAll(() => setCrc32Implementation(crc32Portable));
+
+    it("accepts good records and still names the one a flipped bit damaged", () => {
+      expect(crc32IsNative()).toBe(true);
+      const offsets = Array.from({ length: 40 }, (_, i) => i);
+      const bytes = stored(offsets);
+      expect(checkStoredRuns(bytes, 40).map((r) => [r.baseOffset, r.count])).toEqual([[0, 40]]);
+      for (const at of [10, Math.floor(bytes.length / 2), bytes.length - 6]) {
+        const flipped = bytes.slice();
+        flipped[at] ^= 0x01;
+        expect(() => checkStoredRuns(flipped, 40)).toThrow(RecordFormatError);
+      }
+      const flipped = bytes.slice();
+      flipped[flipped.length - 6] ^= 0x10;
+      expect(() => checkStoredRuns(flipped, 40)).toThrow(/stored record 39 .*crc mismatch/);
+    });
+  });
+});
+
+describe("PartitionLog.keepRecentWrites / readRecent (the leader's answers to its followers)", () => {
+  const fromFile = async (log: PartitionLog, offset: number, maxBytes: number, maxRecords = 1000) =>
+    log.read({ offset, maxRecords, maxBytes, unsynced: true });
+  const joined = (chunks: Uint8Array[]) => new Uint8Array(Buffer.concat(chunks));
+
+  it("answers exactly what a read of the log answers, from any offset and any byte budget", async () => {
+    const { dir } = tempDir();
+    const log = await openLog(`${dir}/p`);
+    await log.append(batchOf(values(3, "before")));
+    expect(log.readRecent(0, 1 << 20, 1000)).toBeNull();
+    log.keepRecentWrites(1 << 20);
+    // Groups of several sizes, rolling segments (segmentBytes 1024) on the way.
+    for (let i = 0; i < 12; i++) await log.append(batchOf(values(1 + (i % 4), `g${i}`)));
+    const end = log.logEndOffset;
+    expect(log.segmentCount).toBeGreaterThan(2);
+    expect(log.readRecent(2, 1 << 20, 1000)).toBeNull(); // written before it was on
+    expect(log.readRecent(end, 1 << 20, 1000)).toBeNull();
+    // Every record as the log stores it, one read each.
+    const stored: Uint8Array[] = [];
+    for (let offset = 0; offset < end; offset++)
+      stored.push((await fromFile(log, offset, 1, 1)).bytes.slice());
+    for (let offset = 3; offset < end; offset++) {
+      for (const maxBytes of [1, 100, 250, 700, 1 << 20]) {
+        for (const maxRecords of [1, 3, 1000]) {
+          // What a read answers: whole records from `offset`, at least one, within both budgets.
+          const expected: Uint8Array[] = [];
+          let bytes = 0;
+          for (let o = offset; o < end && expected.length < maxRecords; o++) {
+            if (expected.length > 0 && bytes + stored[o].length > maxBytes) break;
+            expected.push(stored[o]);
+            bytes += stored[o].length;
+          }
+          const recent = log.readRecent(offset, maxBytes, maxRecords);
+          expect(recent).not.toBeNull();
+          expect([recent!.count, recent!.nextOffset, recent!.bytes]).toEqual([
+            expected.length,
+            offset + expected.length,
+            bytes,
+          ]);
+          expect(Buffer.from(joined(recent!.chunks))).toEqual(Buffer.from(joined(expected)));
+        }
+      }
+    }
+    await log.close();
+  });
+
+  it("forgets what every follower has, keeps no more than asked, and nothing after a cut or when off", async () => {
+    const { dir } = tempDir();
+    const log = await openLog(`${dir}/p`);
+    log.keepRecentWrites(1 << 20);
+    for (let i = 0; i < 6; i++) await log.append(batchOf(values(2, `g${i}`)));
+    log.forgetRecentBelow(4);
+    expect(log.readRecent(3, 1 << 20, 1000)).toBeNull();
+    expect(log.readRecent(4, 1 << 20, 1000)?.count).toBe(8);
+    // A cap of one group's bytes keeps the last group only.
+    const one = (await fromFile(log, 10, 1 << 20)).bytes.length;
+    log.keepRecentWrites(one);
+    await log.append(batchOf(values(2, "g6")));
+    expect(log.readRecent(10, 1 << 20, 1000)).toBeNull();
+    expect(log.readRecent(12, 1 << 20, 1000)?.count).toBe(2);
+    // Leader-epoch truncation: nothing kept answers offsets the log no longer holds.
+    log.keepRecentWrites(1 << 20);
+    await log.append(batchOf(values(2, "g7")));
+    await log.truncateTo(13);
+    expect(log.readRecent(12, 1 << 20, 1000)).toBeNull();
+    await log.append(batchOf(["new-13"]));
+    const after = log.readRecent(13, 1 << 20, 1000);
+    expect(Buffer.from(joined(after!.chunks))).toEqual(
+      Buffer.from((await fromFile(log, 13, 1 << 20)).bytes),
+    );
+    log.keepRecentWrites(0);
+    expect(log.readRecent(13, 1 << 20, 1000)).toBeNull();
+    await log.append(batchOf(["off"]));
+    expect(log.readRecent(14, 1 << 20, 1000)).toBeNull();
+    await log.close();
   });
 });

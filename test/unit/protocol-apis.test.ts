@@ -103,8 +103,9 @@ import {
   decodeReplicaFetchResponse,
   encodeReplicaFetchRequest,
   encodeReplicaFetchResponse,
+  encodeReplicaFetchResponseChunks,
 } from "../../src/protocol/apis/replica-fetch.ts";
-import { EntryBatchBuilder } from "../../src/storage/record.ts";
+import { EntryBatchBuilder, encodeRecord } from "../../src/storage/record.ts";
 import { hex, toHex } from "../helpers/wire.ts";
 
 /** A made-up key of the right shape (a real secret is random). */
@@ -729,6 +730,34 @@ const goldens: Record<string, { request: GoldenFrame; response: GoldenFrame }> =
     },
   },
 };
+
+describe("ReplicaFetch answers from the leader's kept recent writes", () => {
+  it("encode their chunks as the very frame one joined buffer makes, and decode as one", () => {
+    const record = (offset: number) =>
+      encodeRecord({
+        offset,
+        timestampMs: 9,
+        key: null,
+        value: new TextEncoder().encode(`r${offset}`),
+      });
+    const chunks = [record(0), new Uint8Array(Buffer.concat([record(1), record(2)])), record(3)];
+    const joined = new Uint8Array(Buffer.concat(chunks));
+    const one = encodeReplicaFetchResponse(correlationId, {
+      ...replicaFetchResult,
+      records: { bytes: joined, count: 4 },
+    });
+    const parts = encodeReplicaFetchResponseChunks(correlationId, {
+      ...replicaFetchResult,
+      records: { bytes: new Uint8Array(0), count: 4 },
+      recordChunks: chunks,
+    });
+    expect(parts.slice(1)).toEqual(chunks); // not copied
+    expect(toHex(new Uint8Array(Buffer.concat(parts)))).toBe(toHex(one));
+    const decoded = decodeReplicaFetchResponse(decodeResponseHeader(one.subarray(4)).body);
+    expect(decoded.records.count).toBe(4);
+    expect(Buffer.from(decoded.records.bytes)).toEqual(Buffer.from(joined));
+  });
+});
 
 describe("the TCP dispatch table", () => {
   it("has golden request and response bytes for every api it serves", () => {

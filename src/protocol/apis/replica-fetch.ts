@@ -34,7 +34,8 @@
  *                  | timestamp_ms u64
  * ```
  *
- * The answer goes out as two chunks like a Fetch answer, the stored records not copied.
+ * The answer goes out as chunks like a Fetch answer (a header, then the stored records: one
+ * chunk read from the log, or the leader's kept recent writes), the stored records not copied.
  */
 import type {
   LeaderEpochEntry,
@@ -48,7 +49,7 @@ import { finishFrame, frameLengthBytes, startRequest, startResponse } from "../e
 import { requireInt, strBytes, WireReader } from "../wire.ts";
 import { defineApi } from "./api.ts";
 
-/** ReplicaFetch: decode, `broker.replicaFetch` (aborted with the connection), encode as two chunks. */
+/** ReplicaFetch: decode, `broker.replicaFetch` (aborted with the connection), encode as chunks. */
 export const replicaFetchApi = defineApi({
   key: 14,
   name: "ReplicaFetch",
@@ -153,14 +154,17 @@ export function decodeReplicaFetchRequest(body: Uint8Array): ReplicaFetchRequest
 }
 
 /**
- * Encodes a ReplicaFetch response as two chunks: everything before `records` (its `length`
- * counting the records too) and the stored records, not copied.
+ * Encodes a ReplicaFetch response as chunks: everything before `records` (its `length` counting
+ * the records too), then the stored records, not copied: `result.recordChunks` when set, else
+ * `result.records.bytes`.
  */
 export function encodeReplicaFetchResponseChunks(
   correlationId: number,
   result: ReplicaFetchResult,
-): [prefix: Uint8Array, records: Uint8Array] {
-  const records = result.records.bytes;
+): [prefix: Uint8Array, ...records: Uint8Array[]] {
+  const chunks = result.recordChunks ?? [result.records.bytes];
+  let recordsBytes = 0;
+  for (const c of chunks) recordsBytes += c.length;
   const w = startResponse(correlationId, 0, 128 + result.producers.length * 64);
   w.u32(result.leaderEpoch)
     .u64(result.highWatermark)
@@ -182,9 +186,9 @@ export function encodeReplicaFetchResponseChunks(
       .u32(p.fingerprint)
       .u64(p.timestampMs);
   }
-  w.u32(result.records.count).u32(records.length);
-  w.patchU32(0, w.position - frameLengthBytes + records.length);
-  return [w.finish(), records];
+  w.u32(result.records.count).u32(recordsBytes);
+  w.patchU32(0, w.position - frameLengthBytes + recordsBytes);
+  return [w.finish(), ...chunks];
 }
 
 /** Encodes a ReplicaFetch response frame in one buffer (tests; the server writes the chunks). */
@@ -192,10 +196,15 @@ export function encodeReplicaFetchResponse(
   correlationId: number,
   result: ReplicaFetchResult,
 ): Uint8Array {
-  const [prefix, records] = encodeReplicaFetchResponseChunks(correlationId, result);
-  const frame = new Uint8Array(prefix.length + records.length);
-  frame.set(prefix);
-  frame.set(records, prefix.length);
+  const chunks = encodeReplicaFetchResponseChunks(correlationId, result);
+  let length = 0;
+  for (const c of chunks) length += c.length;
+  const frame = new Uint8Array(length);
+  let at = 0;
+  for (const c of chunks) {
+    frame.set(c, at);
+    at += c.length;
+  }
   return frame;
 }
 

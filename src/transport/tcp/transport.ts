@@ -20,7 +20,9 @@
  *   full, no more frames are started and reading pauses (frames already buffered wait).
  * - Writes: responses finishing in the same microtask turn go out as one gathered write. A fetch
  *   answer is two chunks, its header and the stored record bytes as the broker read them, so the
- *   records are never copied into a frame buffer (the broker hands out fresh bytes per fetch).
+ *   records are never copied into a frame buffer (the broker hands out fresh bytes per fetch; a
+ *   replica fetch's records may be several chunks, the leader's kept copies of its latest writes,
+ *   which are never written to again).
  * - Errors: a `BrokerError` (including protocol errors) is answered with its error-table row; any
  *   other exception is logged and answered with `internal` and a generic message.
  *   An unknown api or version gets `unsupported_api`, and the connection keeps working.
