@@ -2,11 +2,13 @@
  * The TCP request path's CPU per request, in one process, with no socket and no other process:
  * `node bench/request-path.mjs [--connections 64] [--records 1] [--requests 200000] [--rounds 3]
  * [--fsync] [--http]`. With `--http` the same over HTTP/1.1 produce on the raw path
- * (`transport/http/raw-connection.ts` over the app's fast produce route, a JSON body of the same
- * records: what Node serves without `node:http`). Each of `connections` in-memory connections (a {@link ByteSocket} that hands frames
+ * (`transport/http/raw-connection.ts` over the app's fast produce route behind the authenticating
+ * wrapper and the front door's metering, as `serve` wires them; a JSON body of the same records:
+ * what Node serves without `node:http`). Each of `connections` in-memory connections (a {@link ByteSocket} that hands frames
  * straight to the transport) keeps one Produce request of `records` records in flight against a
  * `LocalBroker` on a temporary directory; a connection's next frame is delivered in the next
- * turn of the event loop after its answer, as a socket read would be. Without `--fsync` the broker
+ * turn of the event loop after its answer, as a socket read would be (copied into a read slab, as
+ * the runtime's shared reads copy every read: `lib/read-slab.ts`). Without `--fsync` the broker
  * acknowledges after the write (`flushEveryRecords` 10^9), so the figure is the request path's
  * own work — frame decoding, the broker call, the partition's write, the answer's encoding and
  * the transport's write — not the disk's; with it, every answer waits for its fsync.
@@ -28,11 +30,16 @@ import { NodeFileSystem } from "../src/runtime/node-fs.ts";
 import { EntryBatchBuilder } from "../src/storage/record.ts";
 import type { ByteSocket, ByteSocketHandlers } from "../src/transport/tcp/socket.ts";
 import { createTcpTransport } from "../src/transport/tcp/transport.ts";
-import { createHttpApp } from "../src/transport/http/app.ts";
+import { createAuthenticatedHttpApp } from "../src/transport/http/auth.ts";
 import { RawHttpConnection, type RawHttpSocket } from "../src/transport/http/raw-connection.ts";
+import { httpDate } from "../src/runtime/http-raw.ts";
 import { AccessControl } from "../src/auth/access.ts";
 import { createMetricsRegistry } from "../src/runtime/process-metrics.ts";
 import { FrontDoorMetrics } from "../src/transport/metered-broker.ts";
+import { copyRead } from "../src/lib/read-slab.ts";
+
+/** What the in-memory socket sees of an HTTP answer: a TCP success answer's bytes. */
+const answerBytes = new Uint8Array(10);
 
 /** {@link MemorySocket}'s handlers over a {@link RawHttpConnection} serving `take`. */
 function httpConnection(
@@ -41,10 +48,10 @@ function httpConnection(
 ): void {
   const raw: RawHttpSocket = {
     // One request in flight per connection: a write is one answer, `HTTP/1.1 200 …`.
-    write: (bytes) => {
-      if (bytes[9] !== 0x32 || bytes[10] !== 0x30 || bytes[11] !== 0x30)
-        throw new Error(`the broker answered: ${new TextDecoder().decode(bytes.subarray(0, 300))}`);
-      return socket.write([new Uint8Array(10)]);
+    write: (text) => {
+      if (!text.startsWith("HTTP/1.1 200 "))
+        throw new Error(`the broker answered: ${text.slice(0, 300)}`);
+      return socket.write([answerBytes]);
     },
     pause: () => {},
     resume: () => {},
@@ -56,7 +63,7 @@ function httpConnection(
   };
   const connection = new RawHttpConnection(raw, {
     take,
-    date: () => new Date().toUTCString(),
+    date: httpDate,
     reason: () => "OK",
     keepAliveSeconds: 5,
     maxInFlight: 128,
@@ -136,7 +143,15 @@ export async function main(argv: string[]): Promise<number> {
     for (let i = 0; i < records; i++) batch.add(null, new Uint8Array(256).fill(0x61));
     const built = batch.build();
     let frame = encodeProduceRequest(1, { topic: "path", partition: 0, batch: built });
-    const app = createHttpApp({ broker, logger: silentLogger });
+    // As `serve` builds it: the authenticating wrapper (no keys), the front door's metered view,
+    // the DNS-rebinding check of a loopback listener.
+    const httpDoor = new FrontDoorMetrics(metrics, "http");
+    const app = createAuthenticatedHttpApp({
+      access: new AccessControl({ broker, keys: null, logger: silentLogger }),
+      logger: silentLogger,
+      meter: (b) => httpDoor.wrap(b),
+      checkHost: true,
+    });
     if (values.http) {
       const body = JSON.stringify({
         records: Array.from({ length: records }, () => ({ value: "a".repeat(256) })),
@@ -145,8 +160,7 @@ export async function main(argv: string[]): Promise<number> {
         `POST /v1/topics/path/records HTTP/1.1\r\nhost: 127.0.0.1:8080\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
       );
     }
-    const take = (request: Parameters<NonNullable<typeof app.fastRoute>>[0]) =>
-      app.fastRoute!(request);
+    const take = (request: Parameters<typeof app.fastRoute>[0]) => app.fastRoute(request);
     for (let round = 1; round <= rounds; round++) {
       let sent = 0;
       let answered = 0;
@@ -163,7 +177,7 @@ export async function main(argv: string[]): Promise<number> {
         for (const socket of now) {
           if (sent >= requests) continue;
           sent++;
-          socket.handlers!.onData(frame.slice());
+          socket.handlers!.onData(copyRead(frame));
         }
       };
       const onAnswer = (socket: MemorySocket): void => {

@@ -56,6 +56,20 @@ export interface ListenRawHttpOptions {
 const rawInFlightMax = 128;
 const idleCheckMs = 1000;
 
+let dateSecond = -1;
+let dateText = "";
+
+/** The `Date` header's value now (an HTTP-date, as `node:http` writes it), made once a second. */
+export function httpDate(): string {
+  const now = Date.now();
+  const second = Math.floor(now / 1000);
+  if (second !== dateSecond) {
+    dateSecond = second;
+    dateText = new Date(now).toUTCString();
+  }
+  return dateText;
+}
+
 /**
  * Where the raw path runs: Node only. Bun's `node:http` takes a handed-over socket and serves it
  * (pipelining, faults, the hostile suites pass), but applies its head and request timeouts only to
@@ -74,19 +88,9 @@ export function rawHttpSupported(): boolean {
 export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpListener> {
   const { server } = options;
   const keepAliveMs = server.keepAliveTimeout;
-  let dateSecond = -1;
-  let dateText = "";
   const settings: RawHttpOptions = {
     take: options.take,
-    date: () => {
-      const now = Date.now();
-      const second = Math.floor(now / 1000);
-      if (second !== dateSecond) {
-        dateSecond = second;
-        dateText = new Date(now).toUTCString();
-      }
-      return dateText;
-    },
+    date: httpDate,
     reason: (status) => STATUS_CODES[status] ?? "unknown",
     keepAliveSeconds: Math.floor(keepAliveMs / 1000),
     maxInFlight: rawInFlightMax,
@@ -115,7 +119,7 @@ export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpLis
     socket.setNoDelay(true);
     socket.on("error", () => {});
     const rawSocket: RawHttpSocket = {
-      write: (bytes) => socket.destroyed || socket.write(bytes),
+      write: (text) => socket.destroyed || socket.write(text),
       pause: () => socket.pause(),
       resume: () => socket.resume(),
       handOver: (rest) => {

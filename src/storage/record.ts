@@ -156,9 +156,13 @@ export class EntryBatchBuilder {
   #pos = 0;
   #count = 0;
 
-  /** @param capacityBytes initial buffer size in bytes (it grows as needed). */
-  constructor(capacityBytes = 4096) {
-    this.#buf = new Uint8Array(Math.max(64, capacityBytes));
+  /**
+   * @param capacityBytes initial buffer size in bytes (it grows as needed).
+   * @param buffer where to build instead of a new buffer of `capacityBytes` (a slab's free
+   *   part, say); the built batch is a view of it unless it had to grow.
+   */
+  constructor(capacityBytes = 4096, buffer?: Uint8Array) {
+    this.#buf = buffer ?? new Uint8Array(Math.max(64, capacityBytes));
     this.#view = viewOf(this.#buf);
   }
 
@@ -211,7 +215,7 @@ export class EntryBatchBuilder {
 
   #reserve(need: number): void {
     if (this.#pos + need <= this.#buf.length) return;
-    let cap = this.#buf.length * 2;
+    let cap = Math.max(64, this.#buf.length * 2);
     while (cap < this.#pos + need) cap *= 2;
     const next = new Uint8Array(cap);
     next.set(this.#buf.subarray(0, this.#pos));

@@ -250,6 +250,21 @@ describe("scanJsonProduce (the byte-level fast path of JSON produce)", () => {
     expect(scanJsonProduce(surrogate)).toBeUndefined();
   });
 
+  it("leaves every batch it built as it was while it decodes more bodies (small batches share a slab)", () => {
+    const body = (value: string) => encoder.encode(JSON.stringify({ records: [{ value }] }));
+    const kept: { batch: DecodedProduce; expected: ReturnType<typeof shape> }[] = [];
+    for (let i = 0; i < 200; i++) {
+      // Bodies it gives up on (an unknown field) and larger ones in between.
+      expect(scanJsonProduce(encoder.encode(`{"records":[{"value":"x","other":${i}}]}`))).toBe(
+        undefined,
+      );
+      const value = `${i}:${"v".repeat(i % 3 === 0 ? 3000 : i)}`;
+      const batch = scanJsonProduce(body(value))!;
+      kept.push({ batch, expected: shape(general(body(value)) as DecodedProduce) });
+    }
+    for (const { batch, expected } of kept) expect(shape(batch)).toEqual(expected);
+  });
+
   it("agrees with the general path on generated bodies, valid and not", () => {
     let decodedFast = 0;
     let decodedGeneral = 0;

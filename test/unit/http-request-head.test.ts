@@ -59,6 +59,26 @@ describe("parseRequestHead", () => {
     expect(head.target).toBe("/v1/topics/t/records");
   });
 
+  it("gives each head its own target and values when they change from one head to the next", () => {
+    const head = (target: string, host: string, type: string) =>
+      parse(
+        `POST ${target} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: ${type}\r\nX-A: ${host}\r\nContent-Length: 0\r\n\r\n`,
+      ) as RequestHead;
+    const heads = [
+      head("/a", "h1", "application/json"),
+      head("/a", "h1", "application/json"),
+      head("/b", "h2", "application/x-ndjson"),
+      head("/a", "h1", "application/jsoN"),
+    ];
+    expect(heads.map((h) => [h.target, ...h.values])).toEqual([
+      ["/a", "h1", "application/json", "h1", "0"],
+      ["/a", "h1", "application/json", "h1", "0"],
+      ["/b", "h2", "application/x-ndjson", "h2", "0"],
+      ["/a", "h1", "application/jsoN", "h1", "0"],
+    ]);
+    expect(heads[3].names).toEqual(["host", "content-type", "x-a", "content-length"]);
+  });
+
   it("refuses everything outside its subset, for node:http to answer", () => {
     const H = "Host: h\r\n";
     const refused = [
@@ -279,7 +299,7 @@ function nodeParse(
 function fakeSocket() {
   const events: string[] = [];
   const socket: RawHttpSocket = {
-    write: (bytes) => events.push(`write ${dec(bytes)}`) > 0,
+    write: (text) => events.push(`write ${text}`) > 0,
     pause: () => events.push("pause"),
     resume: () => events.push("resume"),
     handOver: (rest) => events.push(`handOver ${dec(rest)}`),
@@ -351,6 +371,28 @@ describe("RawHttpConnection", () => {
       await tick();
       expect(events.slice(2)).toEqual([`handOver ${produce(1)}`]);
     }
+  });
+
+  it("writes each answer's own status line and headers when a frozen headers object comes again", async () => {
+    const { socket, events } = fakeSocket();
+    const headers = Object.freeze({ "content-type": "application/json", "x-b": "1" });
+    const answers: RawAnswer[] = [
+      { status: 200, headers, body: "a" },
+      { status: 200, headers, body: "bb" },
+      { status: 400, headers, body: "c" },
+      { status: 200, headers: { "content-type": "text/plain" }, body: "d" },
+    ];
+    const conn = connection(socket, () => Promise.resolve(answers.shift()!));
+    conn.onData(enc(produce(1) + produce(2) + produce(3) + produce(4)));
+    await tick();
+    const date =
+      "Date: Thu, 01 Jan 1970 00:00:00 GMT\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\r\n";
+    expect(events).toEqual([
+      `write HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-b: 1\r\ncontent-length: 1\r\n${date}a` +
+        `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-b: 1\r\ncontent-length: 2\r\n${date}bb` +
+        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nx-b: 1\r\ncontent-length: 1\r\n${date}c` +
+        `HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 1\r\n${date}d`,
+    ]);
   });
 
   it("drops the connection if an answer cannot be written as it is", async () => {

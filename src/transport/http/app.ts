@@ -40,7 +40,7 @@ import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { BrokerError, Errors, type ErrorKind } from "../../broker/errors.ts";
-import type { Broker } from "../../broker/types.ts";
+import type { Broker, ProduceResult } from "../../broker/types.ts";
 import { concatBytes, utf8 } from "../../lib/bytes.ts";
 import {
   fetchBytesDefault,
@@ -748,19 +748,63 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
    * other request (null) to the router. The authenticating wrapper adds its own conditions
    * (`auth.ts`).
    */
+  /** The success answer's headers per `extraHeaders` object (frozen: `RawAnswer.headers`). */
+  const okHeadersCache = new WeakMap<object, Record<string, string>>();
+  const okHeadersPlain = Object.freeze({ "content-type": "application/json" });
+  const okHeaders = (extraHeaders: Record<string, string> | undefined): Record<string, string> => {
+    if (extraHeaders === undefined) return okHeadersPlain;
+    let headers = okHeadersCache.get(extraHeaders);
+    if (headers === undefined) {
+      headers = Object.freeze({ "content-type": "application/json", ...extraHeaders });
+      okHeadersCache.set(extraHeaders, headers);
+    }
+    return headers;
+  };
+  /** What {@link fastRoute} made of the last target it took (clients send the same one again). */
+  let lastTarget = "";
+  let lastTopic = "";
+  let lastPath = "";
+  let lastQuery = -1;
+  /** The last `Content-Type` value seen and whether it names NDJSON. */
+  let lastType: string | undefined;
+  let lastTypeNdjson = false;
+
+  /**
+   * The produce route in front of the router (`HttpApp.fastRoute`), for the runtime's server: it
+   * takes only requests it answers exactly as the route below would — `POST
+   * /v1/topics/{topic}/records` with a topic of `[A-Za-z0-9._-]` (not `.` or `..`), no query (an
+   * NDJSON body may have `?partition=N`), a `Content-Length` within the cap, no
+   * `Transfer-Encoding`, at most one `Content-Type` line, no `Producer-*` header — and leaves every
+   * other request (null) to the router. The authenticating wrapper adds its own conditions
+   * (`auth.ts`). With the whole body at hand (`RawRequest.body`) it decodes it at once, and only
+   * the broker's promise stands between the request and its answer.
+   */
   const fastRoute = (
     request: RawRequest,
     extraHeaders?: Record<string, string>,
   ): Promise<RawAnswer> | null => {
     if (request.method !== "POST") return null;
     const url = request.url;
-    if (!url.startsWith("/v1/topics/")) return null;
-    const query = url.indexOf("?");
-    const path = query < 0 ? url : url.slice(0, query);
-    const slash = path.indexOf("/", 11);
-    if (slash < 0 || path.length !== slash + 8 || !path.endsWith("/records")) return null;
-    const topic = path.slice(11, slash);
-    if (!/^[A-Za-z0-9._-]+$/.test(topic) || topic === "." || topic === "..") return null;
+    let topic: string;
+    let path: string;
+    let query: number;
+    if (url === lastTarget) {
+      topic = lastTopic;
+      path = lastPath;
+      query = lastQuery;
+    } else {
+      if (!url.startsWith("/v1/topics/")) return null;
+      query = url.indexOf("?");
+      path = query < 0 ? url : url.slice(0, query);
+      const slash = path.indexOf("/", 11);
+      if (slash < 0 || path.length !== slash + 8 || !path.endsWith("/records")) return null;
+      topic = path.slice(11, slash);
+      if (!/^[A-Za-z0-9._-]+$/.test(topic) || topic === "." || topic === "..") return null;
+      lastTarget = url;
+      lastTopic = topic;
+      lastPath = path;
+      lastQuery = query;
+    }
     const length = request.header("content-length");
     if (
       length === undefined ||
@@ -773,45 +817,109 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       request.header("producer-seq") !== undefined
     )
       return null;
-    const type = (request.header("content-type") ?? "").split(";", 1)[0].trim().toLowerCase();
-    const ndjson = type === "application/x-ndjson" || type === "application/ndjson";
+    const typeText = request.header("content-type");
+    if (typeText !== lastType) {
+      const type = (typeText ?? "").split(";", 1)[0].trim().toLowerCase();
+      lastType = typeText;
+      lastTypeNdjson = type === "application/x-ndjson" || type === "application/ndjson";
+    }
+    const ndjson = lastTypeNdjson;
     let partitionText: string | undefined;
     if (query >= 0) {
       const m = ndjson ? /^partition=([0-9]{1,16})$/.exec(url.slice(query + 1)) : null;
       if (m === null) return null;
       partitionText = m[1];
     }
-    const answer = async (): Promise<RawAnswer> => {
-      const action = `Cannot produce to topic ${quote(topic)}`;
-      try {
-        // As the route below: the query is checked before the body is read.
-        const partition =
-          partitionText === undefined
-            ? undefined
-            : parseInteger(partitionText, {
-                label: 'query parameter "partition"',
-                name: "partition",
-                min: 0,
-                max: partitionNumberMax,
-                action,
-              });
-        const decoded = await decodeRawProduce(request, action, ndjson, partition);
-        const result = await broker.produce({ topic, ...decoded, producer: undefined });
-        return {
-          status: 200,
-          headers: { "content-type": "application/json", ...extraHeaders },
-          body: produceAnswerJson(result, { recordCount: decoded.batch.count }),
-        };
-      } catch (err) {
-        const failed = errorAnswer(err, "POST", path, () => url);
-        return {
-          status: failed.status,
-          headers: { "content-type": "application/json", ...failed.headers, ...extraHeaders },
-          body: failed.body,
-        };
-      }
+    const failed = (err: unknown): RawAnswer => {
+      const answer = errorAnswer(err, "POST", path, () => url);
+      return {
+        status: answer.status,
+        headers: { "content-type": "application/json", ...answer.headers, ...extraHeaders },
+        body: answer.body,
+      };
     };
-    return answer();
+    const body = request.body;
+    if (body === undefined) {
+      // The body is still to be read (`node:http`): as the route below, the query is checked
+      // before it is.
+      const answer = async (): Promise<RawAnswer> => {
+        try {
+          const action = `Cannot produce to topic ${quote(topic)}`;
+          const partition = queryPartition(partitionText, action);
+          const decoded = await decodeRawProduce(request, action, ndjson, partition);
+          return produced(
+            await broker.produce({ topic, ...decoded, producer: undefined }),
+            decoded,
+            extraHeaders,
+          );
+        } catch (err) {
+          return failed(err);
+        }
+      };
+      return answer();
+    }
+    let pending: Promise<ProduceResult>;
+    let decoded: DecodedProduce;
+    try {
+      decoded = decodeWholeProduce(topic, body, ndjson, partitionText);
+      pending = broker.produce({ topic, ...decoded, producer: undefined });
+    } catch (err) {
+      return Promise.resolve(failed(err));
+    }
+    return pending.then((result) => {
+      try {
+        return produced(result, decoded, extraHeaders);
+      } catch (err) {
+        return failed(err);
+      }
+    }, failed);
+  };
+
+  /** The fast route's success answer. */
+  const produced = (
+    result: ProduceResult,
+    decoded: DecodedProduce,
+    extraHeaders: Record<string, string> | undefined,
+  ): RawAnswer => ({
+    status: 200,
+    headers: okHeaders(extraHeaders),
+    body: produceAnswerJson(result, { recordCount: decoded.batch.count }),
+  });
+
+  /** The `partition` query parameter of an NDJSON produce, checked (undefined: none). */
+  const queryPartition = (text: string | undefined, action: string): number | undefined =>
+    text === undefined
+      ? undefined
+      : parseInteger(text, {
+          label: 'query parameter "partition"',
+          name: "partition",
+          min: 0,
+          max: partitionNumberMax,
+          action,
+        });
+
+  /**
+   * {@link decodeRawProduce} for a body already read whole: synchronous, and the error message's
+   * action is made only when there is an error to name.
+   */
+  const decodeWholeProduce = (
+    topic: string,
+    body: Uint8Array,
+    ndjson: boolean,
+    partitionText: string | undefined,
+  ): DecodedProduce => {
+    if (!ndjson && body.length <= maxRequestBytes) {
+      const scanned = scanJsonProduce(body);
+      if (scanned !== undefined) return scanned;
+    }
+    const action = `Cannot produce to topic ${quote(topic)}`;
+    const partition = queryPartition(partitionText, action);
+    if (body.length > maxRequestBytes) throw requestTooLarge(maxRequestBytes);
+    if (ndjson) return decodeNdjsonProduce(body, { action, key: null, partition });
+    return decodeJsonProduce(parseJson(body, action, undefined, true), {
+      action,
+      sizeHintBytes: body.length,
+    });
   };
 
   /** `decodeProduceBody` for {@link fastRoute}: its own async function for the same reason. */

@@ -140,7 +140,17 @@ export function createAuthenticatedHttpApp(
   // Built at once: it also answers /healthz while authentication is on (that route calls no broker method).
   const anonymousApp = appFor(anonymousPrincipal);
   const anonymousFast = anonymousApp.fastRoute;
-  const nosniffHeader = { "x-content-type-options": "nosniff" };
+  const nosniffHeader = Object.freeze({ "x-content-type-options": "nosniff" });
+  // The last `Host` checked and the check's result (a client sends the same one every time).
+  let lastHost: string | undefined | null = null;
+  let lastHostPasses = false;
+  const hostPasses = (host: string | undefined): boolean => {
+    if (host !== lastHost) {
+      lastHost = host;
+      lastHostPasses = isLiteralOrLocalhost(hostnameOf(host ?? ""));
+    }
+    return lastHostPasses;
+  };
   return {
     fastRoute(request) {
       if (
@@ -149,7 +159,7 @@ export function createAuthenticatedHttpApp(
         request.header("authorization") !== undefined ||
         request.header("origin") !== undefined ||
         request.header("sec-fetch-site") !== undefined ||
-        (checkHost && !isLiteralOrLocalhost(hostnameOf(request.header("host") ?? "")))
+        (checkHost && !hostPasses(request.header("host")))
       )
         return null;
       return anonymousFast(request, nosniffHeader);

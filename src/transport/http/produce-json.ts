@@ -82,27 +82,65 @@ const stringByteClass: Uint8Array = (() => {
   return table;
 })();
 
-/** Byte-level reader of one body. */
+const emptyBytes = new Uint8Array(0);
+/** Buffers up to this size keep their `DataView` for the next body in them (a read slab). */
+const viewedBufferBytesMax = 64 * 1024;
+let viewedBuffer: ArrayBufferLike | null = null;
+let viewedBufferView: DataView | null = null;
+
+/**
+ * Byte-level reader of a body: one, reused for every body ({@link reset}), since decoding is
+ * synchronous and nothing of it outlives a {@link decode}.
+ */
 class Scanner {
-  readonly body: Uint8Array;
+  body: Uint8Array = emptyBytes;
   pos = 0;
   /** Set when a byte ≥ 0x80 was seen inside a string: the body must then be checked as UTF-8. */
   sawHighByte = false;
   // The last value read by #value():
   kind = kindNull;
   /** String value: its bytes, decoded (a view of the body when it had no escape). */
-  text: Uint8Array = new Uint8Array(0);
+  text: Uint8Array = emptyBytes;
   /** String value: it had an escape, or a byte ≥ 0x80 (base64 must be plain ASCII). */
   textPlain = true;
   integer = 0;
 
-  /** The body as a DataView, for reading four bytes at once. */
-  readonly view: DataView;
+  /** A DataView of the body's buffer, for reading four bytes at once, and where the body starts in it. */
+  view: DataView = new DataView(new ArrayBuffer(0));
+  viewBase = 0;
 
-  constructor(body: Uint8Array) {
+  /** Starts reading `body`. */
+  reset(body: Uint8Array): void {
     // A plain Uint8Array view (not a Node Buffer): its subarray() is the cheaper one.
-    this.body = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
-    this.view = new DataView(body.buffer, body.byteOffset, body.byteLength);
+    this.body =
+      body.constructor === Uint8Array
+        ? body
+        : new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+    this.pos = 0;
+    this.sawHighByte = false;
+    this.kind = kindNull;
+    this.text = emptyBytes;
+    this.textPlain = true;
+    this.integer = 0;
+    const buffer = body.buffer;
+    if (buffer === viewedBuffer && viewedBufferView !== null) {
+      this.view = viewedBufferView;
+      this.viewBase = body.byteOffset;
+    } else if (buffer.byteLength <= viewedBufferBytesMax) {
+      viewedBuffer = buffer;
+      viewedBufferView = new DataView(buffer);
+      this.view = viewedBufferView;
+      this.viewBase = body.byteOffset;
+    } else {
+      this.view = new DataView(buffer, body.byteOffset, body.byteLength);
+      this.viewBase = 0;
+    }
+  }
+
+  /** Lets go of the body (and of its buffer). */
+  release(): void {
+    this.body = emptyBytes;
+    this.text = emptyBytes;
   }
 
   ws(): void {
@@ -194,12 +232,13 @@ class Scanner {
     let p = start;
     let seen = 0; // the byte classes met, or-ed together
     const view = this.view;
+    const base = this.viewBase;
     const wordEnd = body.length - 4;
     for (;;) {
       // Four bytes at a time while none is a quote, a backslash, a control byte or ≥ 0x80 (SWAR:
       // a high bit of `special` is set for each byte that may be one; no false negatives).
       while (p <= wordEnd) {
-        const w = view.getUint32(p, true);
+        const w = view.getUint32(base + p, true);
         const q = w ^ 0x22222222;
         const b = w ^ 0x5c5c5c5c;
         const special =
@@ -378,14 +417,38 @@ function base64Value(s: Scanner): Uint8Array {
   }
 }
 
+/** Bytes of one batch slab (below). */
+const batchSlabBytes = 16 * 1024;
+/** Batches whose first guess of a size is at most this are built in the slab. */
+const slabbedBatchBytesMax = 2048;
+/**
+ * Where small batches are built, one after the other, as reads are kept in `lib/read-slab.ts`: a
+ * part of it once handed out is never written again (a new slab follows a full one), so a batch
+ * stays valid for as long as it is kept, and a small body costs no buffer of its own.
+ */
+let batchSlab = new Uint8Array(batchSlabBytes);
+let batchSlabUsed = 0;
+
+const scanner = new Scanner();
+
 function decode(body: Uint8Array): DecodedProduce {
-  const s = new Scanner(body);
+  const s = scanner;
+  s.reset(body);
   s.expect(openBrace);
   if (s.field() !== 0) throw giveUp;
   s.expect(colon);
   s.expect(openBracket);
   // The batch: the body's size is a close upper bound for typical records (the builder grows if not).
-  const builder = new EntryBatchBuilder(body.length + 64);
+  const capacity = body.length + 64;
+  let slabbed: Uint8Array | undefined;
+  if (capacity <= slabbedBatchBytesMax) {
+    if (batchSlabUsed + capacity > batchSlabBytes) {
+      batchSlab = new Uint8Array(batchSlabBytes);
+      batchSlabUsed = 0;
+    }
+    slabbed = batchSlab.subarray(batchSlabUsed, batchSlabUsed + capacity);
+  }
+  const builder = new EntryBatchBuilder(capacity, slabbed);
   const partitions = new PartitionChoice();
   let index = 0;
   for (;;) {
@@ -455,6 +518,9 @@ function decode(body: Uint8Array): DecodedProduce {
     }
   }
   const batch: EntryBatch = builder.build();
+  // Only now is the slab's part taken (a body given up on leaves it free), if the batch is in it.
+  if (slabbed !== undefined && batch.bytes.buffer === batchSlab.buffer)
+    batchSlabUsed = batch.bytes.byteOffset + batch.bytes.length;
   return { batch, ...partitions.result() };
 }
 
@@ -469,5 +535,7 @@ export function scanJsonProduce(body: Uint8Array): DecodedProduce | undefined {
   } catch (e) {
     if (e === giveUp) return undefined;
     throw e;
+  } finally {
+    scanner.release();
   }
 }

@@ -22,8 +22,12 @@ import { parseRequestHead } from "./request-head.ts";
 
 /** What a {@link RawHttpConnection} needs of its socket (`runtime/http-raw.ts`). */
 export interface RawHttpSocket {
-  /** Writes `bytes` (whole answers); false once the socket's buffer is full (then `onDrain`). */
-  write(bytes: Uint8Array): boolean;
+  /**
+   * Writes `text` (whole answers) as UTF-8; false once the socket's buffer is full (then
+   * `onDrain`). A string, not bytes: the runtime encodes it straight into the system call's buffer
+   * (`node:net`), where bytes would need a buffer of their own per write.
+   */
+  write(text: string): boolean;
   /** Stops reading (bytes already delivered may still arrive). */
   pause(): void;
   /** Reads again. */
@@ -62,6 +66,17 @@ interface Pending {
 const resolved = Promise.resolve();
 const encoder = new TextEncoder();
 
+/** The end of every answer's head after the `Date` value, per keep-alive timeout in seconds. */
+const headEnds = new Map<number, string>();
+function headEnd(keepAliveSeconds: number): string {
+  let end = headEnds.get(keepAliveSeconds);
+  if (end === undefined) {
+    end = `\r\nConnection: keep-alive\r\nKeep-Alive: timeout=${keepAliveSeconds}\r\n\r\n`;
+    headEnds.set(keepAliveSeconds, end);
+  }
+  return end;
+}
+
 /** One connection (module comment). */
 export class RawHttpConnection {
   readonly #socket: RawHttpSocket;
@@ -84,10 +99,19 @@ export class RawHttpConnection {
     this.#flushScheduled = false;
     this.#flush();
   };
+  /**
+   * The status line and header lines of the last answer encoded, kept while its `headers` object
+   * is frozen (so cannot have changed): a connection's answers mostly share them.
+   */
+  #lastHeaders: Record<string, string> | null = null;
+  #lastStatus = 0;
+  #lastHead = "";
+  readonly #headEnd: string;
 
   constructor(socket: RawHttpSocket, options: RawHttpOptions) {
     this.#socket = socket;
     this.#options = options;
+    this.#headEnd = headEnd(options.keepAliveSeconds);
   }
 
   /** The connection still belongs to the raw path (not handed over, not closed). */
@@ -112,7 +136,7 @@ export class RawHttpConnection {
       const bodyStart = at + head.headBytes;
       if (head.contentLength < 0 || bodyStart + head.contentLength > end) break;
       const bodyEnd = bodyStart + head.contentLength;
-      const answer = this.#options.take(rawRequest(head, chunk.subarray(bodyStart, bodyEnd)));
+      const answer = this.#options.take(new HeadRequest(head, chunk.subarray(bodyStart, bodyEnd)));
       if (answer === null) break;
       const pending: Pending = { done: false, text: "" };
       this.#queue.push(pending);
@@ -194,7 +218,8 @@ export class RawHttpConnection {
     let n = 0;
     while (n < queue.length && queue[n].done) this.#out += queue[n++].text;
     if (n === 0) return;
-    this.#queue = n === queue.length ? [] : queue.slice(n);
+    if (n === queue.length) queue.length = 0;
+    else queue.splice(0, n);
     if (this.#flushScheduled) return;
     this.#flushScheduled = true;
     void resolved.then(this.#flushTurn);
@@ -204,9 +229,9 @@ export class RawHttpConnection {
     if (this.#closed) return;
     if (this.#out.length > 0) {
       this.#idleTicks = 0;
-      const bytes = encoder.encode(this.#out);
+      const text = this.#out;
       this.#out = "";
-      if (!this.#socket.write(bytes) && !this.#writeBlocked && this.serving) {
+      if (!this.#socket.write(text) && !this.#writeBlocked && this.serving) {
         this.#writeBlocked = true;
         this.#socket.pause();
       }
@@ -230,15 +255,24 @@ export class RawHttpConnection {
 
   /** The answer as `node:http` writes a fast route's answer (`writeHead` + `end`). */
   #encode(answer: RawAnswer): string {
-    const body = answer.body;
-    let head = `HTTP/1.1 ${answer.status} ${this.#options.reason(answer.status)}\r\n`;
-    for (const name in answer.headers) {
-      const value = answer.headers[name];
-      if (!isFieldText(name) || !isFieldText(value)) throw new Error("bad header");
-      head += `${name}: ${value}\r\n`;
+    const { body, headers, status } = answer;
+    let head: string;
+    if (headers === this.#lastHeaders && status === this.#lastStatus) head = this.#lastHead;
+    else {
+      head = `HTTP/1.1 ${status} ${this.#options.reason(status)}\r\n`;
+      for (const name in headers) {
+        const value = headers[name];
+        if (!isFieldText(name) || !isFieldText(value)) throw new Error("bad header");
+        head += `${name}: ${value}\r\n`;
+      }
+      if (Object.isFrozen(headers)) {
+        this.#lastHeaders = headers;
+        this.#lastStatus = status;
+        this.#lastHead = head;
+      }
     }
     const length = body.length === utf8Length(body) ? body.length : encoder.encode(body).length;
-    return `${head}content-length: ${length}\r\nDate: ${this.#options.date()}\r\nConnection: keep-alive\r\nKeep-Alive: timeout=${this.#options.keepAliveSeconds}\r\n\r\n${body}`;
+    return `${head}content-length: ${length}\r\nDate: ${this.#options.date()}${this.#headEnd}${body}`;
   }
 
   /** A bug (the route rejected, an answer that cannot be written): the connection is dropped. */
@@ -251,20 +285,35 @@ export class RawHttpConnection {
   }
 }
 
-/** The {@link RawRequest} of a parsed head and its whole body. */
-function rawRequest(head: RequestHead, body: Uint8Array): RawRequest {
-  const { names, values } = head;
-  return {
-    method: head.method,
-    url: head.target,
-    header: (name) => {
-      const i = names.indexOf(name);
-      return i < 0 ? undefined : values[i];
-    },
-    // The parser refuses repeated names: each is on one line or none.
-    headerLines: (name) => (names.includes(name) ? 1 : 0),
-    readBody: (maxBytes) => Promise.resolve(body.length > maxBytes ? null : body),
-  };
+/** The {@link RawRequest} of a parsed head and its whole body (a class: no closures per request). */
+class HeadRequest implements RawRequest {
+  readonly method: string;
+  readonly url: string;
+  readonly #names: string[];
+  readonly #values: string[];
+  readonly body: Uint8Array;
+
+  constructor(head: RequestHead, body: Uint8Array) {
+    this.method = head.method;
+    this.url = head.target;
+    this.#names = head.names;
+    this.#values = head.values;
+    this.body = body;
+  }
+
+  header(name: string): string | undefined {
+    const i = this.#names.indexOf(name);
+    return i < 0 ? undefined : this.#values[i];
+  }
+
+  /** The parser refuses repeated names: each is on one line or none. */
+  headerLines(name: string): number {
+    return this.#names.includes(name) ? 1 : 0;
+  }
+
+  readBody(maxBytes: number): Promise<Uint8Array | null> {
+    return Promise.resolve(this.body.length > maxBytes ? null : this.body);
+  }
 }
 
 /** Header text `node:http` would write unchanged: visible ASCII, spaces and tabs. */

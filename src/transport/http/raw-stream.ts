@@ -33,12 +33,21 @@ export interface RawRequest {
   headerLines(name: string): number;
   /** As `HttpBindings.readRawBody`. */
   readBody(maxBytes: number): Promise<Uint8Array | null>;
+  /**
+   * The whole body, when the server has already read it (the raw path, `raw-connection.ts`): the
+   * route may then decode it at once, without {@link readBody}'s promise. Valid for as long as
+   * the route keeps it.
+   */
+  readonly body?: Uint8Array;
 }
 
 /** A whole answer of a {@link FastRoute}. */
 export interface RawAnswer {
   status: number;
-  /** Header names in lower case; the server adds `content-length`. */
+  /**
+   * Header names in lower case; the server adds `content-length`. A frozen object is never
+   * changed afterwards, so a server may keep what it encoded of it for the next answer.
+   */
   headers: Record<string, string>;
   body: string;
 }

@@ -73,6 +73,66 @@ const version = [SP, 0x48, 0x54, 0x54, 0x50, 0x2f, 0x31, 0x2e, 0x31, CR, LF];
 const latin1 = new TextDecoder("latin1");
 
 /**
+ * Field names met on most requests, as the parser returns them (lower case): a line with one of
+ * these names gets this very string, not a new one, and its value is compared with the last value
+ * of that name and given the same string when equal (a client sends the same head again and
+ * again). Letters and `-` only, so a byte matches a name's byte `c` iff `byte | 0x20` is `c`.
+ */
+const knownNames = [
+  "host",
+  "content-length",
+  "content-type",
+  "connection",
+  "transfer-encoding",
+  "expect",
+  "upgrade",
+  "authorization",
+  "origin",
+  "sec-fetch-site",
+  "producer-id",
+  "producer-epoch",
+  "producer-seq",
+  "user-agent",
+  "accept",
+];
+const knownNameCodes = knownNames.map((name) => Array.from(name, (c) => c.charCodeAt(0)));
+/** The last value seen per known name, same index. */
+const knownValues: string[] = knownNames.map(() => "");
+/** The last request target seen. */
+let lastTarget = "";
+
+/** The index in {@link knownNames} of the name `bytes[start, end)` (any case), or −1. */
+function knownName(bytes: Uint8Array, start: number, end: number): number {
+  const length = end - start;
+  for (let k = 0; k < knownNameCodes.length; k++) {
+    const codes = knownNameCodes[k];
+    if (codes.length !== length) continue;
+    let i = 0;
+    while (i < length && (bytes[start + i] | 0x20) === codes[i]) i++;
+    if (i === length) return k;
+  }
+  return -1;
+}
+
+/** Whether `text` is the ASCII `bytes[start, end)`. */
+function sameText(text: string, bytes: Uint8Array, start: number, end: number): boolean {
+  if (text.length !== end - start) return false;
+  for (let i = 0; i < text.length; i++) if (text.charCodeAt(i) !== bytes[start + i]) return false;
+  return true;
+}
+
+/** The ASCII `bytes[start, end)` as a string: `last` itself when equal. */
+function textOf(bytes: Uint8Array, start: number, end: number, last: string): string {
+  return sameText(last, bytes, start, end) ? last : latin1.decode(bytes.subarray(start, end));
+}
+
+/** `keep-alive`, for the `Connection` check (any case). */
+const keepAlive = Array.from("keep-alive", (c) => c.charCodeAt(0));
+
+/** Field-line offsets of the head being parsed: [nameStart, colon, valueStart, valueEnd] per line. */
+const marks = new Int32Array(headFieldLinesMax * 4);
+
+/**
  * Parses the request head starting at `bytes[start]` (module comment for what is accepted).
  * Bytes past `end` are not looked at. Never throws; allocates nothing before the head is whole.
  * @returns the head; `incomplete` if `bytes[start..end)` is a prefix of a head it would accept
@@ -95,8 +155,8 @@ export function parseRequestHead(bytes: Uint8Array, start: number, end: number):
     if (i >= limit) return incomplete(end, start);
     if (bytes[i++] !== b) return "refused";
   }
-  // Field lines: [nameStart, colon, valueStart, valueEnd) per line, checked before any string is made.
-  const marks: number[] = [];
+  // Field lines, checked before any string is made.
+  let lines = 0;
   for (;;) {
     if (i >= limit) return incomplete(end, start);
     const first = bytes[i];
@@ -123,29 +183,43 @@ export function parseRequestHead(bytes: Uint8Array, start: number, end: number):
     while (valueEnd > valueStart && (bytes[valueEnd - 1] === SP || bytes[valueEnd - 1] === HTAB))
       valueEnd--;
     i += 2;
-    if (marks.length >= headFieldLinesMax * 4) return "refused";
-    marks.push(nameStart, colon, valueStart, valueEnd);
+    if (lines >= headFieldLinesMax) return "refused";
+    const m = lines++ * 4;
+    marks[m] = nameStart;
+    marks[m + 1] = colon;
+    marks[m + 2] = valueStart;
+    marks[m + 3] = valueEnd;
   }
-  // The head is whole and ASCII: one string, sliced by byte offsets.
-  const text = latin1.decode(bytes.subarray(start, i));
+  // The head is whole and ASCII: its strings, sliced by byte offsets.
   const names: string[] = [];
   const values: string[] = [];
   let contentLength = -1;
   let host = false;
-  for (let m = 0; m < marks.length; m += 4) {
-    const name = text.slice(marks[m] - start, marks[m + 1] - start).toLowerCase();
-    const value = text.slice(marks[m + 2] - start, marks[m + 3] - start);
+  for (let m = 0; m < lines * 4; m += 4) {
+    const valueStart = marks[m + 2];
+    const valueEnd = marks[m + 3];
+    const known = knownName(bytes, marks[m], marks[m + 1]);
+    let name: string;
+    let value: string;
+    if (known >= 0) {
+      name = knownNames[known];
+      value = textOf(bytes, valueStart, valueEnd, knownValues[known]);
+      knownValues[known] = value;
+    } else {
+      name = latin1.decode(bytes.subarray(marks[m], marks[m + 1])).toLowerCase();
+      value = latin1.decode(bytes.subarray(valueStart, valueEnd));
+    }
     if (names.includes(name)) return "refused";
     switch (name) {
       case "content-length":
-        if (!/^(?:0|[1-9][0-9]{0,14})$/.test(value)) return "refused";
-        contentLength = Number(value);
+        contentLength = decimal(bytes, valueStart, valueEnd);
+        if (contentLength < 0) return "refused";
         break;
       case "host":
         host = true;
         break;
       case "connection":
-        if (value.toLowerCase() !== "keep-alive") return "refused";
+        if (!isKeepAlive(bytes, valueStart, valueEnd)) return "refused";
         break;
       case "transfer-encoding":
       case "expect":
@@ -156,14 +230,37 @@ export function parseRequestHead(bytes: Uint8Array, start: number, end: number):
     values.push(value);
   }
   if (!host) return "refused";
+  const target = textOf(bytes, targetStart, targetEnd, lastTarget);
+  lastTarget = target;
   return {
     method: "POST",
-    target: text.slice(targetStart - start, targetEnd - start),
+    target,
     names,
     values,
     contentLength,
     headBytes: i - start,
   };
+}
+
+/** The canonical decimal `bytes[start, end)` (`0`, or 1–15 digits without a leading zero), or −1. */
+function decimal(bytes: Uint8Array, start: number, end: number): number {
+  const length = end - start;
+  if (length < 1 || length > 15 || (bytes[start] === 0x30 && length > 1)) return -1;
+  let n = 0;
+  for (let i = start; i < end; i++) {
+    const d = bytes[i] - 0x30;
+    if (d < 0 || d > 9) return -1;
+    n = n * 10 + d;
+  }
+  return n;
+}
+
+/** Whether `bytes[start, end)` is `keep-alive` in any case. */
+function isKeepAlive(bytes: Uint8Array, start: number, end: number): boolean {
+  if (end - start !== keepAlive.length) return false;
+  for (let i = 0; i < keepAlive.length; i++)
+    if ((bytes[start + i] | 0x20) !== keepAlive[i]) return false;
+  return true;
 }
 
 /** `incomplete`, unless the bytes so far already reach the head's size limit. */
