@@ -26,7 +26,12 @@ import type { FileSystem } from "../fs/types.ts";
 import type { PartitionLog, PartitionRead } from "../storage/partition.ts";
 import { removeMetadataTemps } from "../storage/leftovers.ts";
 import { LeaderEpochHistory } from "../storage/leader-epochs.ts";
-import { RecordFormatError, checkEntryTimestamps, type EntryBatch } from "../storage/record.ts";
+import {
+  RecordFormatError,
+  checkEntryTimestamps,
+  stampBrokerTime,
+  type EntryBatch,
+} from "../storage/record.ts";
 import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
 import { BrokerError, Errors } from "./errors.ts";
 import { GroupCoordinator } from "./groups.ts";
@@ -372,16 +377,19 @@ export class LocalBroker implements Broker {
   #produceNow(request: ProduceRequest, synced = false): Promise<ProduceResult> {
     const topic = this.#topics.get(request.topic);
     const batch = request.batch;
-    try {
-      checkEntryTimestamps(batch, this.#clock.nowMs(), topic.config.max_timestamp_skew_ms);
-    } catch (err) {
-      if (err instanceof RecordFormatError)
-        throw new BrokerError(
-          Errors.invalidTimestamp,
-          `Cannot produce to topic "${topic.name}": ${err.message}`,
-        );
-      throw err;
-    }
+    // log_append_time: the producer's clock is not used at all, so neither checked.
+    if (topic.config.timestamp_type === "log_append_time") stampBrokerTime(batch);
+    else
+      try {
+        checkEntryTimestamps(batch, this.#clock.nowMs(), topic.config.max_timestamp_skew_ms);
+      } catch (err) {
+        if (err instanceof RecordFormatError)
+          throw new BrokerError(
+            Errors.invalidTimestamp,
+            `Cannot produce to topic "${topic.name}": ${err.message}`,
+          );
+        throw err;
+      }
     const recheck = this.#checkSchemas(topic, batch, synced);
     // A registry shared by a cluster may not have seen a schema registered on another broker.
     if (recheck !== undefined) return recheck.then(() => this.#produceNow(request, true));

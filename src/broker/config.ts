@@ -4,7 +4,7 @@
  */
 import { BrokerError, Errors } from "./errors.ts";
 import { isSubjectName } from "../registry/registry.ts";
-import type { CleanupPolicy, SchemaFormat, TopicConfig } from "./types.ts";
+import type { CleanupPolicy, SchemaFormat, TimestampType, TopicConfig } from "./types.ts";
 import {
   subjectCharsMax,
   partitionsMax,
@@ -30,6 +30,7 @@ export const defaultTopicConfig: Readonly<TopicConfig> = Object.freeze({
   tombstone_retention_ms: day,
   cold_retention_ms: -1,
   max_timestamp_skew_ms: timestampSkewMsDefault,
+  timestamp_type: "create_time" as TimestampType,
 });
 
 /**
@@ -92,6 +93,7 @@ const numericRules: Record<
   Exclude<
     keyof TopicConfig,
     | "cleanup_policy"
+    | "timestamp_type"
     | "mirror_hold_retention"
     | "replication_factor"
     | "min_insync_replicas"
@@ -117,6 +119,7 @@ export const replicaLagMsMax = 3_600_000;
 export const replicationFactorMax = 16;
 
 const policies: readonly CleanupPolicy[] = ["delete", "compact", "compact,delete"];
+const timestampTypes: readonly TimestampType[] = ["create_time", "log_append_time"];
 
 /**
  * Validates a partial config and merges it over `base`. Unknown keys, wrong types and values out
@@ -145,6 +148,15 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
         );
       }
       out.cleanup_policy = normalised as CleanupPolicy;
+      continue;
+    }
+    if (key === "timestamp_type") {
+      if (!timestampTypes.includes(value as TimestampType))
+        throw new BrokerError(
+          Errors.invalidConfig,
+          `Invalid topic config "timestamp_type": ${quote(value)} is not one of "create_time" (keep the producer's timestamp), "log_append_time" (the broker's clock at append)`,
+        );
+      out.timestamp_type = value as TimestampType;
       continue;
     }
     if (key === "mirror_hold_retention") {
@@ -193,7 +205,7 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
     if (!Object.hasOwn(numericRules, key)) {
       throw new BrokerError(
         Errors.invalidConfig,
-        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy", "mirror_hold_retention", "replication_factor", "min_insync_replicas", "replica_lag_ms", ...schemaKeys].join(", ")})`,
+        `Invalid topic config: unknown key ${quote(key)} (known: ${[...Object.keys(numericRules), "cleanup_policy", "timestamp_type", "mirror_hold_retention", "replication_factor", "min_insync_replicas", "replica_lag_ms", ...schemaKeys].join(", ")})`,
       );
     }
     const rule = numericRules[key as keyof typeof numericRules];

@@ -35,6 +35,13 @@ export interface TopicConfig {
   /** Largest timestamp lead over the broker clock accepted, in ms (default 1 hour; docs/decisions.md §5). */
   max_timestamp_skew_ms: number;
   /**
+   * Which time a stored record carries, and so which time retention measures (docs/storage.md
+   * "Retention", docs/decisions.md §16): "create_time" (the default) keeps the producer's
+   * timestamp; "log_append_time" replaces every record's timestamp with the broker clock at append.
+   * Absent (topics created before it existed) = "create_time".
+   */
+  timestamp_type: TimestampType;
+  /**
    * With `--mirror-to`: true makes retention keep segments holding records the mirror has not
    * forwarded yet (docs/edge.md); absent or false deletes them anyway, reported as an error, and
    * the mirror stops that partition with a gap error.
@@ -70,6 +77,9 @@ export interface TopicConfig {
    */
   replica_lag_ms?: number;
 }
+
+/** Whose clock a topic's stored timestamps come from (`timestamp_type`). */
+export type TimestampType = "create_time" | "log_append_time";
 
 /** How a topic's checked keys and values are encoded (`schema_format`). */
 export type SchemaFormat = "confluent" | "json";

@@ -134,6 +134,10 @@ export const topicsHelp = `Usage: es-broker topics <create|list|describe|delete>
   describe TOPIC                                           partitions, offsets and config as JSON
   delete TOPIC                                             delete a topic and its data
 
+  Config keys are those of POST /v1/topics in docs/http-api.md, e.g. --config retention_ms=86400000.
+  Retention measures the records' own timestamps, which producers set; where producers send
+  old or buffered data, add --config timestamp_type=log_append_time (the broker's clock).
+
 Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
                            broker, or several: the first that answers, then each partition's leader

@@ -549,6 +549,16 @@ export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs
 }
 
 /**
+ * Sets every entry's timestamp to −1, so that the append stamps the broker clock on each
+ * (`timestamp_type: "log_append_time"`, docs/decisions.md §16). Writes into the batch's bytes,
+ * which belong to the request being served.
+ */
+export function stampBrokerTime(batch: EntryBatch): void {
+  const cursor = new EntryCursor(batch);
+  while (cursor.next()) if (cursor.timestampMs !== -1) setI64At(batch.bytes, cursor.start, -1);
+}
+
+/**
  * Checks stored records (a replica fetch's answer, verbatim) end to end, each once: its length,
  * its CRC, and that offsets increase; and splits them into runs of consecutive offsets, each a
  * view of `bytes` to append verbatim at those offsets (`PartitionLog.append`). Nothing is copied

@@ -12,6 +12,7 @@ import { Kafka, logLevel } from "kafkajs";
 import { describe, expect, it } from "vitest";
 import { decodeFetchResponse, writeFetchRequest } from "../../src/protocol/kafka/fetch.ts";
 import { decodeResponseHeader, encodeRequest, KafkaApi } from "../../src/protocol/kafka/header.ts";
+import { TcpClient } from "../../src/client/client.ts";
 import { target } from "./harness.ts";
 import { makePki } from "./pki.ts";
 import { promtoolCheckMetrics } from "../helpers/system-tools.ts";
@@ -615,5 +616,60 @@ describe(`[${target}] Kafka listener: fetches out of range`, () => {
     await consumer.disconnect();
     expect(logged).toContain("Offset out of range, resetting to default offset");
     expect(seen.slice(-3)).toEqual(["0 r0", "1 r1", "2 r2"]);
+  }, 60_000);
+});
+
+describe(`[${target}] timestamp_type (docs/storage.md "Retention")`, () => {
+  it("log_append_time stamps the broker clock on records sent 8 days old over HTTP, TCP and Kafka, so retention keeps them; create_time (the default) deletes them", async () => {
+    const { broker, bootstrap } = await kafkaBroker();
+    const day = 24 * 3600_000;
+    const old = Date.now() - 8 * day;
+    const value = "v".repeat(100);
+    const started = Date.now();
+    for (const [name, timestampType] of [
+      ["appended", "log_append_time"],
+      ["created", undefined],
+    ] as const) {
+      const config: Record<string, unknown> = { segment_bytes: 1024 };
+      if (timestampType !== undefined) config.timestamp_type = timestampType;
+      const created = await http(broker, "POST", "/v1/topics", { name, partitions: 1, config });
+      expect(created.config.timestamp_type).toBe(timestampType ?? "create_time");
+      // 3 × 10 records of ~130 bytes each: several sealed segments per front door.
+      await http(broker, "POST", `/v1/topics/${name}/records`, {
+        records: Array.from({ length: 10 }, () => ({ value, timestamp: old })),
+      });
+      const tcp = await TcpClient.connect(broker.tcp);
+      await tcp.produce(
+        name,
+        Array.from({ length: 10 }, () => ({ value, timestampMs: old })),
+      );
+      await tcp.close();
+      const producer = kafkajs(bootstrap).producer();
+      await producer.connect();
+      await producer.send({
+        topic: name,
+        messages: Array.from({ length: 10 }, () => ({ value, timestamp: String(old) })),
+      });
+      await producer.disconnect();
+    }
+    const appended = await http(broker, "POST", "/v1/admin/topics/appended/cleanup");
+    expect(appended.partitions[0].retention.segments_deleted).toBe(0);
+    // A fetch answers from one segment at a time: follow next_offset to the high watermark.
+    const timestamps: number[] = [];
+    for (let offset = 0; offset < 30; ) {
+      const page = await http(
+        broker,
+        "GET",
+        `/v1/topics/appended/partitions/0/records?offset=${offset}`,
+      );
+      for (const r of page.records as { timestamp: number }[]) timestamps.push(r.timestamp);
+      offset = page.next_offset;
+    }
+    expect(timestamps).toHaveLength(30);
+    for (const ts of timestamps) expect(ts).toBeGreaterThanOrEqual(started);
+    // create_time: the producers' timestamps stay, and retention goes by them.
+    const created = await http(broker, "POST", "/v1/admin/topics/created/cleanup");
+    expect(created.partitions[0].retention.segments_deleted).toBeGreaterThan(0);
+    expect(created.partitions[0].retention.log_start_offset_after).toBeGreaterThan(0);
   }, 60_000);
 });

@@ -110,6 +110,47 @@ describe("retention", () => {
     await broker.close();
   });
 
+  it('timestamp_type "log_append_time" keeps records sent with 8-day-old timestamps for retention_ms from their arrival; "create_time" (the default) deletes them at once', async () => {
+    const start = new ManualClock().nowMs();
+    const eightDaysAgo = start - 8 * 24 * 3600_000;
+    const old = [eightDaysAgo, eightDaysAgo, eightDaysAgo];
+    const appended = await threeSealed(
+      { timestamp_type: "log_append_time", retention_ms: 60_000 },
+      old,
+    );
+    let [run] = (await appended.broker.cleanup("t")).partitions;
+    expect(run.retention.segments_deleted).toBe(0);
+    const stored = await fetchAll(appended.broker, "t");
+    expect(stored).toHaveLength(16);
+    // Each record carries the broker clock at its append (1 s apart per batch), nothing older.
+    expect(stored.map((r) => r.timestampMs - start)).toEqual([
+      ...Array(5).fill(0),
+      ...Array(5).fill(1000),
+      ...Array(5).fill(2000),
+      3000,
+    ]);
+    appended.clock.advance(60_000 - 3000 + 1); // the first segment's newest record is now 60 s + 1 ms old
+    [run] = (await appended.broker.cleanup("t")).partitions;
+    expect(run.retention).toMatchObject({ by_age: 1, segments_deleted: 1 });
+    await appended.broker.close();
+
+    const created = await threeSealed({ retention_ms: 60_000 }, old);
+    expect((await created.broker.describeTopic("t")).config.timestamp_type).toBe("create_time");
+    [run] = (await created.broker.cleanup("t")).partitions;
+    expect(run.retention).toMatchObject({ by_age: 3, segments_deleted: 3 });
+    await created.broker.close();
+  });
+
+  it("refuses a timestamp_type other than create_time or log_append_time, naming both", async () => {
+    const { broker } = await openBroker(new MemoryFileSystem(), new ManualClock());
+    await expect(
+      broker.createTopic({ name: "t", partitions: 1, config: { timestamp_type: "LogAppendTime" } }),
+    ).rejects.toThrow(
+      /"timestamp_type": "LogAppendTime" is not one of "create_time".*"log_append_time"/,
+    );
+    await broker.close();
+  });
+
   it("deletes by size the oldest sealed segments until the partition is within retention_bytes", async () => {
     const { broker } = await threeSealed();
     const sizes = broker

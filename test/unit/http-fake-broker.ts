@@ -27,6 +27,7 @@ const defaultConfig: TopicConfig = {
   tombstone_retention_ms: 24 * 3600_000,
   cold_retention_ms: -1,
   max_timestamp_skew_ms: 3600_000,
+  timestamp_type: "create_time",
 };
 
 interface StoredRecord {

@@ -140,6 +140,12 @@ const schemas: Record<string, Schema> = {
       tombstone_retention_ms: integer(0, Number.MAX_SAFE_INTEGER),
       cold_retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = forever."),
       max_timestamp_skew_ms: integer(0, Number.MAX_SAFE_INTEGER),
+      timestamp_type: {
+        type: "string",
+        enum: ["create_time", "log_append_time"],
+        description:
+          "create_time (default): records keep the producer's timestamp, and retention goes by it; log_append_time: the broker's clock at append replaces it.",
+      },
       value_schema_subject: {
         type: "string",
         description: "Records' values must match this schema registry subject (absent: unchecked).",
@@ -186,6 +192,7 @@ const schemas: Record<string, Schema> = {
       tombstone_retention_ms: { type: "integer" },
       cold_retention_ms: { type: "integer" },
       max_timestamp_skew_ms: { type: "integer" },
+      timestamp_type: { type: "string", enum: ["create_time", "log_append_time"] },
       value_schema_subject: { type: ["string", "null"], description: "null removes it." },
       key_schema_subject: { type: ["string", "null"], description: "null removes it." },
       schema_format: { type: ["string", "null"], enum: ["confluent", "json", null] },
