@@ -695,7 +695,9 @@ export class AuthorizedBroker implements Broker {
   async createKey(wanted: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
     const name = typeof wanted.name === "string" ? wanted.name : "";
     this.#check("create_key", {}, () => `Cannot create key ${quote(name)}`);
-    const created = await this.#store("create keys").create(wanted);
+    const created = await this.#store("create keys").create(wanted, {
+      anonymous: this.#principal.kind === "anonymous",
+    });
     this.#access.audit(this.#principal, "audit.key_created", {
       name: created.info.name,
       id: created.info.id,

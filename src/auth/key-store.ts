@@ -370,14 +370,33 @@ export class KeyStore {
   /**
    * Makes a key, writes the file durably, and only then returns the key's text (the one time it
    * is shown) with its metadata. Turns authentication on if it was off.
-   * @throws BrokerError invalid_request (a bad name, role or pattern), key_exists, invalid_request past {@link apiKeysMax},
+   * @param options.anonymous the caller has no key (the broker had none when it was let in): then
+   *   only the first key may be made, and only an admin one — a first producer or consumer key
+   *   would end anonymous access with no admin key left to make others (docs/http-api.md "API keys: `POST /v1/admin/keys`, `GET /v1/admin/keys`, `DELETE /v1/admin/keys/{name}`").
+   * @throws BrokerError invalid_request (a bad name, role or pattern; a first key over the API
+   *   that is not admin), unauthenticated (anonymous, and a key exists already), key_exists,
+   *   invalid_request past {@link apiKeysMax},
    *   storage_error / internal when the file cannot be written (the key is then not usable).
    */
-  async create(wanted: ApiKeySpec): Promise<{ key: string; info: ApiKeyInfo }> {
+  async create(
+    wanted: ApiKeySpec,
+    options: { anonymous?: boolean } = {},
+  ): Promise<{ key: string; info: ApiKeyInfo }> {
     const checked = validateKeySpec(wanted);
     return this.#mutex.run(async () => {
       this.#checkOpen();
       const action = `Cannot create key ${JSON.stringify(checked.name)}`;
+      if (options.anonymous === true && this.#byId.size > 0)
+        throw new BrokerError(
+          Errors.unauthenticated,
+          `${action}: another request made the first key meanwhile; give an admin key`,
+        );
+      if (options.anonymous === true && checked.role !== "admin")
+        throw new BrokerError(
+          Errors.invalidRequest,
+          `${action}: the first key must have role "admin", not ${JSON.stringify(checked.role)}: once a key exists every request needs one, and only an admin key can make more (create an admin key first, then this one with it)`,
+          { field: "role" },
+        );
       if (this.#byName.has(checked.name) || this.#revoking.has(checked.name))
         throw new BrokerError(Errors.keyExists, `${action}: a key with that name exists`, {
           name: checked.name,

@@ -47,7 +47,8 @@ Where the keys are:
                            if missing, so the first admin key can be made before the first start;
                            with serve --cluster, its keys go into the cluster's at that start)
   --url URL                a running broker's HTTP address (default ${urlDefault}); needs an
-                           admin key (or none while the broker has no keys, from loopback)
+                           admin key (or none while the broker has no keys, from loopback:
+                           then only the first key, and it must be --role admin)
 ${connectionHelp}
 
 Options:

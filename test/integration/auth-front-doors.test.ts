@@ -378,6 +378,38 @@ describe("TCP authentication", () => {
 });
 
 describe("HTTP authentication", () => {
+  it("without keys, the first key made over HTTP must be admin: a producer one is refused (400, nothing stored), then admin is made and anonymous access ends", async () => {
+    const d = await doors({ withKeys: false });
+    const create = (body: unknown, key?: string) =>
+      d.http("/v1/admin/keys", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+        key,
+      });
+    const refused = await create({ name: "late", role: "producer", topics: ["orders"] });
+    expect(refused.status).toBe(400);
+    const error = ((await refused.json()) as { error: { code: string; message: string } }).error;
+    expect(error.code).toBe("invalid_request");
+    expect(error.message).toMatch(
+      /^Cannot create key "late": the first key must have role "admin", not "producer"/,
+    );
+    expect(d.keys.list()).toEqual([]);
+    expect((await d.http("/v1/topics")).status).toBe(200);
+    const admin = await create({ name: "admin", role: "admin" });
+    expect(admin.status).toBe(201);
+    const adminKey = ((await admin.json()) as { key: string }).key;
+    expect((await d.http("/v1/topics")).status).toBe(401);
+    // With the admin key, any role may follow.
+    expect(
+      (await create({ name: "late", role: "producer", topics: ["orders"] }, adminKey)).status,
+    ).toBe(201);
+    expect(d.keys.list().map((k) => [k.name, k.role])).toEqual([
+      ["admin", "admin"],
+      ["late", "producer"],
+    ]);
+  });
+
   it("GET /healthz needs no key; everything else is 401 with a Bearer challenge", async () => {
     const d = await doors();
     expect((await d.http("/healthz")).status).toBe(200);
