@@ -19,6 +19,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../helpers/poll.ts";
 import { TcpClient } from "../../src/client/client.ts";
+import { ClientError } from "../../src/client/errors.ts";
 import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { type BrokerProcess, startBroker } from "./harness.ts";
@@ -170,6 +171,23 @@ describe("cluster attack: last replica standing with a log cut short (#27c)", ()
   }, 150_000);
 });
 
+/**
+ * `op`, tried again while it fails with a retriable error, for up to 30 s: a broker still
+ * settling a topic it just created or a partition it just came to lead answers "retry" (seen
+ * on a loaded machine).
+ */
+async function retrying<T>(op: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    try {
+      return await op();
+    } catch (err) {
+      if (!(err instanceof ClientError) || !err.retriable || Date.now() > deadline) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
+
 describe("cluster attack: a corrupt sealed segment on a follower (#27d)", () => {
   it("the follower cuts its log at the corrupt segment and fetches it again; led by it, nothing is missing", async () => {
     const any = () => brokers.values().next().value!;
@@ -199,10 +217,12 @@ describe("cluster attack: a corrupt sealed segment on a follower (#27d)", () => 
     const values = Array.from({ length: 200 }, (_, i) => `d-${String(i).padStart(4, "0")}`);
     const tcp = await TcpClient.connect(brokers.get(A)!.tcp);
     for (let i = 0; i < 200; i += 10)
-      await tcp.produce(
-        "d27",
-        values.slice(i, i + 10).map((value) => ({ value })),
-        { partition: 0 },
+      await retrying(() =>
+        tcp.produce(
+          "d27",
+          values.slice(i, i + 10).map((value) => ({ value })),
+          { partition: 0 },
+        ),
       );
     await tcp.close();
     await full(A);
@@ -232,7 +252,9 @@ describe("cluster attack: a corrupt sealed segment on a follower (#27d)", () => 
     const t = await TcpClient.connect(brokers.get(C)!.tcp);
     const seen: string[] = [];
     for (let offset = 0; ; ) {
-      const f = await t.fetch({ topic: "d27", partition: 0, offset, maxRecords: 1000 });
+      const f = await retrying(() =>
+        t.fetch({ topic: "d27", partition: 0, offset, maxRecords: 1000 }),
+      );
       if (f.records.length === 0) break;
       for (const r of f.records) seen.push(new TextDecoder().decode(r.value));
       offset = f.nextOffset;
