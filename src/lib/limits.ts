@@ -59,6 +59,14 @@ export const segmentPreallocateMinBytes = 64 * KiB;
  * `runtime/node-fs.ts`).
  */
 export const inlineSyncBytesMax = 256 * KiB;
+/**
+ * The most event-loop turns a partition's next fsync waits for requests still arriving
+ * (docs/storage.md "Writes and durability", group commit): it waits only after an fsync that
+ * answered several requests, one turn at a time, and only while each turn brings new ones, so
+ * this bounds the delay when requests keep arriving (an open stream rather than answered
+ * producers coming back).
+ */
+export const groupCommitGatherTurnsMax = 16;
 
 /**
  * Bytes of one positional read of a sequential scan (recovery, `es-broker check`, retention's and

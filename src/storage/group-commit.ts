@@ -10,6 +10,17 @@
  * matching byte position in the active segment: reads stop there, so a consumer never sees a
  * record that a crash can take back.
  *
+ * When the next fsync starts (docs/storage.md "Writes and durability", "When the next fsync
+ * starts"): after a group's write, at once — unless the last fsync answered several requests.
+ * Then the requests it answered are likely to come back (closed-loop producers, each with one
+ * request in flight), and the start waits, one turn of the event loop at a time
+ * (`clock.afterIo`), while each turn brings new requests, until the requests waiting reach those
+ * the last two fsyncs answered or hold `inlineSyncBytesMax` bytes, or for at most
+ * `groupCommitGatherTurnsMax` turns. A turn that brings nothing starts it. So a lone writer's fsync starts at once as before, and concurrent
+ * producers share one fsync instead of alternating in two groups (one fsyncing while the other
+ * is read). Waiting changes only when an fsync starts, never what it covers or when a request
+ * is answered relative to it.
+ *
  * A failed fsync is final (docs/decisions.md §7): it is never retried, and the partition is fenced:
  * every request waiting for an fsync and every later append gets "fenced", and what lies past the
  * durable position is cut off, so that a restart cannot read back bytes a failed fsync may have
@@ -23,7 +34,8 @@
  * | returned (`written`)   | was written          | write may have landed after the fence's       |
  * |                        |                      | cut); the group gets "fenced"                 |
  * |                        | flushEveryRecords 1  | the group waits for an fsync, which starts    |
- * |                        |                      | at once or follows the one in flight          |
+ * |                        |                      | at once (after more requests while gathering) |
+ * |                        |                      | or follows the one in flight                  |
  * |                        | flushEveryRecords    | the group is answered now; an fsync follows   |
  * |                        | N > 1                | once N records wait or flushIntervalMs passes |
  * | a group's write        | partial bytes cut,   | the group gets "write_failed"; the            |
@@ -44,6 +56,7 @@
  */
 import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
+import { groupCommitGatherTurnsMax, inlineSyncBytesMax } from "../lib/limits.ts";
 import type { Logger } from "../lib/logger.ts";
 import { type Counter, type Histogram, type Metrics, noMetrics } from "../lib/metrics.ts";
 import { StorageError } from "./errors.ts";
@@ -112,6 +125,17 @@ export class GroupCommit {
   #syncWanted = false;
   /** An fsync start is scheduled with `clock.afterIo` (see {@link #requestSync}). */
   #syncDeferred = false;
+  /** Numbers each deferred start, so that a callback of one already ended does nothing. */
+  #deferral = 0;
+  /** Requests the last successful fsync of the log answered, and the one before it. */
+  #lastAnswered = 0;
+  #previousAnswered = 0;
+  /** Appends the partition received since open ({@link received}). */
+  #arrivals = 0;
+  /** `#arrivals` when the deferred start last looked (see {@link #gatherMore}). */
+  #arrivalsSeen = 0;
+  /** Turns the deferred start has waited for requests still arriving. */
+  #gatherTurns = 0;
   #unsyncedRecords = 0;
   #flushTimer: Timer | null = null;
   #fsyncs = 0;
@@ -160,6 +184,14 @@ export class GroupCommit {
   }
 
   /**
+   * The partition queued an append (it will be written, or refused, by its write loop): a
+   * deferred fsync start waits while appends keep arriving (see the module comment).
+   */
+  received(): void {
+    this.#arrivals++;
+  }
+
+  /**
    * After a group's write to `segment` returned (see the module's table): answers the group's
    * requests now, or makes them wait for the fsync that covers them, and asks for that fsync.
    * @param baseOffset the offset of the group's first record; `requests` follow one another.
@@ -190,11 +222,12 @@ export class GroupCommit {
       else r.resolve(result);
     }
     if (acked) {
-      // At once, not after another turn of the event loop: this group already holds everything
-      // that arrived together (the write loop started after those I/O events), and a turn in
-      // between only lets requests read meanwhile miss this fsync. Started now, an fsync that
-      // blocks the event loop lets more requests queue in the kernel and become the next group.
-      this.#requestSync(true);
+      // At once, unless requests the last fsync answered are still to come back (see
+      // #gathering): this group already holds everything that arrived together (the write loop
+      // started after those I/O events), and for a lone writer a turn in between only delays
+      // it. Started now, an fsync that blocks the event loop lets more requests queue in the
+      // kernel and become the next group.
+      this.#requestSync(!this.#gathering());
     } else {
       this.#unsyncedRecords += group.records;
       if (this.#unsyncedRecords >= this.#options.flushEveryRecords) this.#requestSync();
@@ -349,10 +382,38 @@ export class GroupCommit {
   }
 
   /**
+   * Whether the last fsync answered several requests, fewer are waiting now than the last two
+   * answered, and the bytes waiting are few (under `inlineSyncBytesMax`: past that an fsync's
+   * fixed cost is small beside its data, and waiting would only leave the disk idle): then the
+   * next fsync's start waits for more (see the module comment). With `flushEveryRecords` > 1
+   * nothing waits for an fsync, and this is false.
+   */
+  #gathering(): boolean {
+    return (
+      this.#lastAnswered >= 2 &&
+      this.#waiters.length < this.#lastAnswered + this.#previousAnswered &&
+      this.#options.active().sizeBytes - this.#durablePosition < inlineSyncBytesMax
+    );
+  }
+
+  /**
+   * At a deferred start: whether to wait one more turn of the event loop — while gathering, if
+   * appends arrived since the last look and fewer than `groupCommitGatherTurnsMax` turns passed.
+   */
+  #gatherMore(): boolean {
+    if (!this.#gathering() || this.#arrivals === this.#arrivalsSeen) return false;
+    if (this.#gatherTurns >= groupCommitGatherTurnsMax) return false;
+    this.#arrivalsSeen = this.#arrivals;
+    this.#gatherTurns++;
+    return true;
+  }
+
+  /**
    * Asks for an fsync: if one is running, another follows when it ends; otherwise, with `now`, one
    * starts at once (after an acknowledged group is written, a flush before a roll or close), and
    * without it once the I/O events already received are handled (`clock.afterIo`: the follow-up
-   * fsync, and the `flushEveryRecords` > 1 paths), so that writes those events bring share it.
+   * fsync, the `flushEveryRecords` > 1 paths, and a group written while gathering), so that writes
+   * those events bring share it; while gathering, turn after turn as long as each brings appends.
    */
   #requestSync(now = false): void {
     if (this.#fenced !== null) return;
@@ -367,11 +428,19 @@ export class GroupCommit {
     }
     if (this.#syncDeferred) return;
     this.#syncDeferred = true;
-    this.#options.clock.afterIo(() => {
-      if (!this.#syncDeferred) return;
+    const deferral = ++this.#deferral;
+    this.#gatherTurns = 0;
+    this.#arrivalsSeen = this.#arrivals;
+    const deferredStart = (): void => {
+      if (!this.#syncDeferred || deferral !== this.#deferral) return;
+      if (!this.#closing && this.#fenced === null && this.#gatherMore()) {
+        this.#options.clock.afterIo(deferredStart);
+        return;
+      }
       this.#syncDeferred = false;
       if (!this.#closing) this.#requestSync(true);
-    });
+    };
+    this.#options.clock.afterIo(deferredStart);
   }
 
   /** Starts an fsync of everything written so far (see {@link #requestSync}). */
@@ -412,7 +481,8 @@ export class GroupCommit {
       if (targetOffset > this.#highWatermark)
         m.recordsPerCommit.observe(targetOffset - this.#highWatermark);
       this.#highWatermark = Math.max(this.#highWatermark, targetOffset);
-      this.#resolveCovered();
+      this.#previousAnswered = this.#lastAnswered;
+      this.#lastAnswered = this.#resolveCovered();
       this.#options.onChange();
     })().finally(() => this.#syncEnded());
   }
@@ -432,11 +502,14 @@ export class GroupCommit {
     }
   }
 
-  /** Acknowledges every waiter whose records the high watermark covers. */
-  #resolveCovered(): void {
+  /** Acknowledges every waiter whose records the high watermark covers. @returns how many. */
+  #resolveCovered(): number {
+    let answered = 0;
     while (this.#waiters.length > 0 && this.#waiters[0].endOffset <= this.#highWatermark) {
       const w = this.#waiters.shift()!;
       w.resolve(w.result);
+      answered++;
     }
+    return answered;
   }
 }

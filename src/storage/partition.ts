@@ -501,6 +501,7 @@ export class PartitionLog {
         resolve,
         reject,
       });
+      this.#commit.received();
       this.#scheduleDrain();
     });
   }
