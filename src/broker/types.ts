@@ -532,6 +532,12 @@ export interface ReplicaFetchRequest {
   waitMs: number;
   /** The broker credential (the cluster secret), empty without one. */
   credential: Uint8Array;
+  /**
+   * The follower's incarnation: the lease id its registration in etcd names
+   * (`Membership.incarnation`); "" from an older broker. A leader credits only the incarnation
+   * registered now (docs/cluster.md "Replica fetch").
+   */
+  incarnation: string;
   /** Aborted when the connection closes. */
   signal?: AbortSignal;
 }

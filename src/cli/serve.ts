@@ -577,6 +577,11 @@ export async function serve(argv: string[]): Promise<number> {
     throw err;
   }
   let node: ClusterNode | null = null;
+  // A refused registration (`ClusterNodeOptions.onRefused`) before the stop handler exists.
+  let refusedEarly: Error | null = null;
+  let onNodeRefused = (err: Error) => {
+    refusedEarly = err;
+  };
   let clusterState: ClusterState | null = null;
   let front: Broker = broker;
   // Cluster mode: every port is bound before the broker registers in etcd, so one that cannot
@@ -651,6 +656,7 @@ export async function serve(argv: string[]): Promise<number> {
         kafkaAddress,
         {
           tls: peerTls,
+          onRefused: (err) => onNodeRefused(err),
           links: new PeerLinks({ clock: systemClock, logger, tls: peerTls !== undefined }),
           // The key store in use now: the cluster's (below) once it is open.
           authEnabled: () => keys.enabled,
@@ -915,10 +921,12 @@ export async function serve(argv: string[]): Promise<number> {
   process.on("SIGHUP", onHup);
 
   return await new Promise<number>((done) => {
-    const signals = onStopSignals((signal) => {
-      logger.log("info", "broker.shutdown", { signal });
+    let stopping = false;
+    const stop = (exitCode: number) => {
+      if (stopping) return;
+      stopping = true;
       void (async () => {
-        let code = 0;
+        let code = exitCode;
         try {
           // Stop accepting on every port, let in-flight requests finish, then fsync and close files.
           const listenerClosed = listener!.close();
@@ -943,7 +951,18 @@ export async function serve(argv: string[]): Promise<number> {
         clearInterval(staleUploadsTimer);
         done(code);
       })();
+    };
+    const signals = onStopSignals((signal) => {
+      logger.log("info", "broker.shutdown", { signal });
+      stop(0);
     });
+    // Another process registered this node id (this one was paused or cut off past its lease):
+    // replication has stopped; shut down rather than serve as a node it no longer is.
+    onNodeRefused = (err) => {
+      logger.log("error", "broker.shutdown", { reason: err.message, exit_code: 1 });
+      stop(1);
+    };
+    if (refusedEarly !== null) onNodeRefused(refusedEarly);
     // Only now: a supervisor may signal as soon as it reads this line, and a signal that comes
     // before the handlers exist kills the process without a graceful shutdown.
     process.stdout.write(listening);
@@ -1248,6 +1267,8 @@ async function startClusterNode(
   kafkaAddress: string | undefined,
   peers: {
     tls: (() => ConnectionOptions) | undefined;
+    /** Registering again was refused: replication has stopped; shut down. */
+    onRefused: (err: Error) => void;
     links: PeerLinks;
     authEnabled: () => boolean;
   },
@@ -1293,6 +1314,7 @@ async function startClusterNode(
         recorded === null ? null : { clusterId: recorded.cluster_id, nodeId: recorded.node_id },
       newClusterId: randomHex(),
       broker,
+      onRefused: peers.onRefused,
       // Replication (docs/cluster.md "Replication"): installs itself as the broker's seam.
       replicas: (membership) =>
         new ReplicaManager({
@@ -1300,6 +1322,7 @@ async function startClusterNode(
           etcd,
           prefix: defaultClusterPrefix,
           nodeId: settings.nodeId,
+          incarnation: membership.incarnation,
           clock: systemClock,
           prng: new Prng(seed + 1),
           logger,

@@ -54,6 +54,8 @@ export interface FollowerOptions {
   partition: number;
   /** This broker's node id. */
   nodeId: number;
+  /** This broker's incarnation (`Membership.incarnation`), named in every fetch. */
+  incarnation: string;
   /** The leader's node id and epoch this follower follows. */
   leaderId: number;
   leaderEpoch: number;
@@ -177,6 +179,7 @@ export class Follower {
       maxBytes: o.maxBytes,
       waitMs: o.waitMs,
       credential: o.credential,
+      incarnation: o.incarnation,
     });
     if (this.#stopped) return;
     if (log.logEndOffset !== fetchOffset)

@@ -163,6 +163,7 @@ export class Membership {
   #checkWanted = false;
   #live = true;
   #closed = false;
+  #refused: ClusterJoinError | null = null;
   #timer: Timer | null = null;
   #lastRenewalMs: number;
   #expiresAtMs: number;
@@ -170,6 +171,7 @@ export class Membership {
   readonly #options: JoinOptions;
   readonly #prefix: string;
   readonly #listeners = new Set<(live: boolean) => void>();
+  readonly #refusedListeners = new Set<(err: ClusterJoinError) => void>();
 
   /** Use {@link joinCluster}. */
   constructor(
@@ -224,6 +226,22 @@ export class Membership {
   /** Whether the registration is known to be held: false from a lost lease until re-registered. */
   get live(): boolean {
     return this.#live;
+  }
+
+  /**
+   * Why registering again was refused (another broker registered this node id meanwhile: this
+   * process was paused or cut off past its lease and replaced), or null. Once refused, the
+   * membership never registers again: this process must stop replicating and serving as the node
+   * (docs/cluster.md "Replacing a broker's disk").
+   */
+  get refused(): ClusterJoinError | null {
+    return this.#refused;
+  }
+
+  /** Calls `fn` once if registering again is refused ({@link refused}). Returns a function that removes it. */
+  onRefused(fn: (err: ClusterJoinError) => void): () => void {
+    this.#refusedListeners.add(fn);
+    return () => this.#refusedListeners.delete(fn);
   }
 
   /** Calls `fn` whenever {@link live} changes. Returns a function that removes it. */
@@ -323,6 +341,22 @@ export class Membership {
         this.#expiresAtMs = sentMs + ttlSeconds * 1000;
         this.#setLive(true);
       } catch (err) {
+        if (err instanceof ClusterJoinError) {
+          // Another process holds this node id now: never register (nor replicate) as it again.
+          this.#refused = err;
+          this.#closed = true;
+          this.#timer?.cancel();
+          logger.log("error", "cluster.registration_refused", {
+            node_id: this.nodeId,
+            incarnation: this.incarnation,
+            error: err.message,
+            action:
+              "this process stops replicating and serving as this node and shuts down (exit 1)",
+          });
+          for (const fn of this.#refusedListeners) fn(err);
+          this.#refusedListeners.clear();
+          return;
+        }
         logger.log("warn", "cluster.register_failed", {
           node_id: this.nodeId,
           error: errorMessage(err),
@@ -334,14 +368,17 @@ export class Membership {
 
   /**
    * Stops renewing, records the departure (`departed/<node id>`: the controller moves this
-   * broker's partitions at once, without the grace a lapsed registration gets) and revokes the
-   * lease, so the registration goes at once (a clean shutdown).
+   * broker's partitions at once, without the grace a lapsed registration gets; not after a
+   * refusal, when the node id is another process's) and revokes the lease, so the registration
+   * goes at once (a clean shutdown).
    */
   async close(): Promise<void> {
     this.#closed = true;
     this.#timer?.cancel();
     const { etcd } = this.#options;
-    await etcd.put(departedKey(this.#prefix, this.nodeId), this.incarnation).catch(() => {});
+    // A refused membership is no longer the node: its departure would name another's id.
+    if (this.#refused === null)
+      await etcd.put(departedKey(this.#prefix, this.nodeId), this.incarnation).catch(() => {});
     await etcd.leaseRevoke(this.#lease).catch(() => {});
     this.#listeners.clear();
   }

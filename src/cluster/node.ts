@@ -42,6 +42,7 @@ import {
   noLeader,
   type PartitionState,
   parsePartitionState,
+  resignLeadership,
 } from "./partition-state.ts";
 
 /**
@@ -102,6 +103,11 @@ export interface ClusterNodeOptions
   peerLinks?: () => PeerLinkStatus[];
   /** Stops the join's retries while etcd is unreachable (a signal during start-up). */
   signal?: { aborted: boolean };
+  /**
+   * Called once replication has stopped after registering again was refused (another process
+   * registered this node id: `Membership.refused`); the caller shuts the broker down.
+   */
+  onRefused?: (err: Error) => void;
 }
 
 /** JSON of `config` with its keys sorted, to compare two configs. */
@@ -185,6 +191,15 @@ export class ClusterNode {
     const { logger } = this.#o;
     this.#replicas = this.#o.replicas?.(this.membership) ?? null;
     await this.#publishLogEnds();
+    this.membership.onRefused((err) => {
+      // Not this node any more: stop following and leading at once (attack11 F4), then let the
+      // caller shut down; close() later finds replication already closed.
+      void (this.#replicas?.close() ?? Promise.resolve())
+        .catch((e: unknown) =>
+          logger.log("error", "cluster.replication_close_failed", { error: errorMessage(e) }),
+        )
+        .finally(() => this.#o.onRefused?.(err));
+    });
     this.membership.onLiveChange((live) => {
       this.#replicas?.setMembershipLive(live);
       // `log_ends/` lives on the lease: publish it again on the new one.
@@ -388,18 +403,28 @@ export class ClusterNode {
             partitions: map.size,
           });
         } catch (err) {
-          if (!(err instanceof BrokerError && err.kind === Errors.topicExists)) throw err;
+          if (!(err instanceof BrokerError && err.kind === Errors.topicExists)) {
+            // No replica here (e.g. ENOSPC): hand on the leaderships, go on with other topics.
+            for (const [partition, entry] of map)
+              await this.#cannotLead(name, partition, entry, err);
+            continue;
+          }
         }
       }
       if (this.#replicas !== null) {
         for (const [partition, entry] of map) {
           if (!entry.state.replicas.includes(nodeId)) continue;
-          await this.#replicas.applyPartitionState(
-            name,
-            partition,
-            entry.state,
-            String(entry.modRevision),
-          );
+          try {
+            await this.#replicas.applyPartitionState(
+              name,
+              partition,
+              entry.state,
+              String(entry.modRevision),
+            );
+          } catch (err) {
+            await this.#cannotLead(name, partition, entry, err);
+            continue;
+          }
           // Offline with this broker eligible (ELR): the controller can elect it only from a
           // published log end, and the one published at registration may predate the topic.
           const offline = `${name}/${partition}@${entry.modRevision}`;
@@ -418,6 +443,49 @@ export class ClusterNode {
       await this.#publishLogEnds().catch((err) =>
         logger.log("warn", "cluster.log_ends_failed", { error: errorMessage(err) }),
       );
+  }
+
+  /**
+   * A partition state this broker could not apply (its storage failed: ENOSPC, EIO): logged as an
+   * error, and if it names this broker leader, the leadership is given up in etcd
+   * ({@link resignLeadership}, compare-and-set on the state's revision) so the controller's next
+   * pass elects another replica rather than the partition staying without a working leader
+   * (attack11 F4). Never throws.
+   */
+  async #cannotLead(
+    topic: string,
+    partition: number,
+    entry: { state: PartitionState; modRevision: number },
+    err: unknown,
+  ): Promise<void> {
+    const { etcd, logger, nodeId } = this.#o;
+    const next = resignLeadership(entry.state, nodeId);
+    logger.log("error", "cluster.apply_failed", {
+      partition: `${topic}/${partition}`,
+      leader_epoch: entry.state.leader_epoch,
+      error: errorMessage(err),
+      action: next === null ? "tried again at the next change" : "leadership given up",
+    });
+    if (next === null) return;
+    const key = partitionKey(this.#prefix, topic, partition);
+    try {
+      const result = await etcd.txn({
+        compare: [{ key, target: "mod_revision", result: "equal", number: entry.modRevision }],
+        success: [{ put: { key, value: formatPartitionState(next) } }],
+      });
+      if (result.succeeded)
+        logger.log("warn", "cluster.leadership_given_up", {
+          partition: `${topic}/${partition}`,
+          leader_epoch: next.leader_epoch,
+          isr: next.isr,
+          elr: next.elr,
+        });
+    } catch (e) {
+      logger.log("warn", "cluster.leadership_give_up_failed", {
+        partition: `${topic}/${partition}`,
+        error: errorMessage(e),
+      });
+    }
   }
 
   /** Publishes `log_ends/<id>` on the current lease: what this incarnation's logs hold. */

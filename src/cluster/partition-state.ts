@@ -313,6 +313,26 @@ export function expandIsr(
 }
 
 /**
+ * The leader gives up a leadership it cannot take (its storage refused the leader-epoch record
+ * or the partition's files, e.g. ENOSPC: docs/cluster.md "Partition state"): no leader, the epoch
+ * bumped, and it leaves the ISR (joining the ELR if the ISR is then below min ISR, as a gone
+ * replica does), so the controller's next pass elects another replica, or this one again from
+ * the ELR later (a retry at the controller's pace). Returns null if `leader` does not lead.
+ */
+export function resignLeadership(state: PartitionState, leader: number): PartitionState | null {
+  if (state.leader !== leader || leader === noLeader) return null;
+  const isr = state.isr.filter((id) => id !== leader);
+  const elr = isr.length < state.min_insync_replicas ? [...state.elr, leader] : state.elr;
+  return {
+    ...state,
+    leader: noLeader,
+    leader_epoch: state.leader_epoch + 1,
+    isr,
+    elr: state.replicas.filter((id) => elr.includes(id)),
+  };
+}
+
+/**
  * Preferred leader election (docs/cluster.md "Preferred leader election"): moves the leadership
  * back to the preferred replica (`replicas[0]`), with the leader epoch bumped, when it is not the
  * leader, is in the ISR and alive (not lapsed), and the current leader is alive too. Returns null

@@ -83,6 +83,12 @@ export interface ReplicaManagerOptions {
   /** Key prefix of the cluster in etcd, without a trailing slash. */
   prefix: string;
   nodeId: number;
+  /**
+   * This broker's incarnation (`Membership.incarnation`: the lease id of this run's first
+   * registration), named in its replica fetches. Leaders credit a fetch only from the incarnation
+   * registered now for its node id.
+   */
+  incarnation: string;
   clock: Clock;
   prng: Prng;
   logger: Logger;
@@ -208,6 +214,12 @@ export class ReplicaManager implements ReplicationSeam {
   readonly #credential: Uint8Array;
   #warnedNoSecret = false;
   #brokers: ReadonlyMap<number, BrokerRegistration> = new Map();
+  /**
+   * Node id → the incarnation it last registered with: kept while its registration is missing
+   * (a lease etcd revoked: it comes back with the same incarnation), replaced when another
+   * registers. Only fetches naming it are credited.
+   */
+  #incarnations = new Map<number, string>();
   #replicas = new Map<string, Replica>();
   #opening = new Map<string, Promise<Replica>>();
   #live = true;
@@ -223,6 +235,17 @@ export class ReplicaManager implements ReplicationSeam {
   /** Live brokers' registrations (addresses). Called by the node on every membership change. */
   setBrokers(brokers: ReadonlyMap<number, BrokerRegistration>): void {
     this.#brokers = brokers;
+    for (const [id, registration] of brokers) {
+      const known = this.#incarnations.get(id);
+      if (known === registration.incarnation) continue;
+      this.#incarnations.set(id, registration.incarnation);
+      if (known === undefined) continue;
+      // Another process registered as `id`: what the old one fetched is not its position.
+      for (const r of this.#replicas.values()) {
+        const f = r.followers.get(id);
+        if (f !== undefined) f.durable = -1;
+      }
+    }
   }
 
   /** This broker's log end offset per "topic/partition" (published for ELR eligibility). */
@@ -465,6 +488,7 @@ export class ReplicaManager implements ReplicationSeam {
       topic: r.topic,
       partition: r.partition,
       nodeId: this.#o.nodeId,
+      incarnation: this.#o.incarnation,
       leaderId,
       leaderEpoch: r.state.leader_epoch,
       log: r.log,
@@ -598,6 +622,16 @@ export class ReplicaManager implements ReplicationSeam {
       throw new BrokerError(
         Errors.invalidRequest,
         `Cannot serve a replica fetch of partition "${name}": node ${request.replicaId} is not a follower of it (replicas ${r.state.replicas.join(", ")})`,
+      );
+    const registered =
+      this.#brokers.get(request.replicaId)?.incarnation ??
+      this.#incarnations.get(request.replicaId);
+    if (request.incarnation !== registered)
+      // Checked before anything is recorded: an old process of a replaced node (or one whose
+      // registration was refused) must never earn its successor an ISR place (attack11 F4).
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Cannot serve a replica fetch of partition "${name}": it names incarnation ${JSON.stringify(request.incarnation)} of node ${request.replicaId}, but ${registered === undefined ? "no registration of that node is known here yet" : `node ${request.replicaId} is registered as incarnation ${JSON.stringify(registered)}`}; a broker replicates only as the registration it holds`,
       );
     const log = r.log;
     const base = {

@@ -3,6 +3,8 @@
  * standing, restarted with a log cut short, must not lead below `committed_offset`, not even by
  * the partition state its previous incarnation left in etcd; the partition stays offline until a
  * replica holding every committed record is back, and no acknowledged record is lost.
+ * And attack11 F4: an old process of a replaced node, resumed, is refused and exits; it never
+ * replicates as the node its successor now is.
  */
 import {
   mkdtempSync,
@@ -17,6 +19,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../helpers/poll.ts";
 import { TcpClient } from "../../src/client/client.ts";
+import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { type BrokerProcess, startBroker } from "./harness.ts";
 
@@ -250,4 +253,68 @@ describe("cluster attack: a corrupt sealed segment on a follower (#27d)", () => 
       expect(cuts).toEqual([]);
     }
   }, 150_000);
+});
+
+describe("cluster attack: a paused broker whose node id a replacement took (attack11 F4)", () => {
+  it("resumed, it is refused, stops replicating and exits 1; its successor rejoins the ISR by its own fetches", async () => {
+    const any = () => brokers.values().next().value!;
+    const created = await fetch(`${any().httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "f4", partitions: 1, config: { replica_lag_ms: 1000 } }),
+    });
+    expect(created.status).toBe(201);
+    const p0 = await waitFor(
+      "f4 led with full ISR",
+      async () => {
+        const s = await partitionState(any(), "f4");
+        return s.leader >= 1 && s.isr.length === 3 ? s : undefined;
+      },
+      30_000,
+    );
+    const leader = p0.leader;
+    const X = [1, 2, 3].find((id) => id !== leader)!;
+    const tcp = await TcpClient.connect(brokers.get(leader)!.tcp);
+    await tcp.produce(
+      "f4",
+      Array.from({ length: 100 }, (_, j) => ({ value: `f4-${j}` })),
+      {
+        partition: 0,
+      },
+    );
+    // Old X paused; etcd drops its registration (as when its lease runs out, without the wait).
+    const old = brokers.get(X)!;
+    old.proc.kill("SIGSTOP");
+    const etcdClient = new EtcdHttpClient(etcd.endpoints, { requestTimeoutMs: 1000 });
+    const reg = (await etcdClient.get(`/es-broker/brokers/${X}`))!;
+    await etcdClient.leaseRevoke(reg.lease);
+    // A replacement on an empty data directory takes node id X.
+    const [http, port] = await freePorts(2);
+    const replacement = await startBroker(join(root, `n${X}-replacement`), [
+      ...["--http-port", String(http), "--tcp-port", String(port)],
+      ...["--cluster", etcd.clusterUrl, "--node-id", String(X)],
+      ...["--advertise-tcp", `127.0.0.1:${port}`, "--advertise-http", `http://127.0.0.1:${http}`],
+      ...["--cluster-secret-file", secretFile],
+    ]);
+    brokers.set(X, replacement);
+    old.proc.kill("SIGCONT");
+    const code = await Promise.race([
+      old.stop("SIGCONT"),
+      new Promise((r) => setTimeout(() => r("still running"), 15_000)),
+    ]);
+    expect(code).toBe(1);
+    expect(old.stderr()).toContain('"event":"cluster.registration_refused"');
+    // The successor joins the ISR only once it holds every record itself.
+    const back = await waitFor(
+      "full ISR with the replacement",
+      async () => {
+        const s = await partitionState(brokers.get(leader)!, "f4");
+        return s.isr.length === 3 ? s : undefined;
+      },
+      30_000,
+    );
+    expect(back.isr).toContain(X);
+    await tcp.close();
+    await etcdClient.close();
+  }, 60_000);
 });

@@ -69,6 +69,12 @@ export interface ReplicatedCluster {
   applyTo(id: number, topic: string): Promise<{ applied: Promise<void> }>;
   /** What node `id`'s manager takes as its membership lease's expiry (ms since the epoch; default never). */
   setLeaseExpiresAt(id: number, ms: number): void;
+  /**
+   * Registers node `id` again as `incarnation` (another process took the node id: a replacement
+   * on an empty disk) and tells every manager; the node's own manager keeps the incarnation it
+   * was made with (the old process) until {@link restartReplication}.
+   */
+  reregister(id: number, incarnation: string): void;
   /** Stops a node's replication (its follower loops): a follower that stopped fetching. */
   stopReplication(id: number): Promise<void>;
   /**
@@ -81,8 +87,11 @@ export interface ReplicatedCluster {
   setAddress(id: number, tcp: string): void;
   /** Drops node `id`'s registration at every manager, as when its membership lease expires. */
   unregister(id: number): void;
-  /** Starts a new replica manager on the node and applies the topic's state to it. */
-  restartReplication(id: number, topic: string): Promise<void>;
+  /**
+   * Starts a new replica manager on the node and applies the topic's state to it; it fetches as
+   * `incarnation` (default: the one registered now).
+   */
+  restartReplication(id: number, topic: string, incarnation?: string): Promise<void>;
 }
 
 /**
@@ -110,12 +119,16 @@ export async function startReplicatedCluster(options: {
   const stopped = new Set<number>();
   const leaseExpiry = new Map<number, number>();
   let adminKey = "";
-  const makeManager = (node: Omit<ReplicaNode, "manager">): ReplicaManager => {
+  const makeManager = (
+    node: Omit<ReplicaNode, "manager">,
+    incarnation?: string,
+  ): ReplicaManager => {
     const manager = new ReplicaManager({
       broker: node.broker,
       etcd: options.etcd,
       prefix: options.prefix,
       nodeId: node.nodeId,
+      incarnation: incarnation ?? registrations.get(node.nodeId)?.incarnation ?? "1",
       clock: realClock,
       prng: new Prng(node.nodeId),
       logger: node.logger,
@@ -177,6 +190,8 @@ export async function startReplicatedCluster(options: {
       },
     };
     const node: ReplicaNode = { ...base, manager: makeManager(base) };
+    // As the node's watch does: every manager hears of each registration.
+    for (const n of nodes) n.manager.setBrokers(registrations);
     shutdowns.set(nodeId, async () => {
       await node.manager.close();
       for (const c of clients) await c.close();
@@ -250,14 +265,18 @@ export async function startReplicatedCluster(options: {
     setAddress(id, tcp) {
       registrations.set(id, { ...registrations.get(id)!, tcp });
     },
+    reregister(id, incarnation) {
+      registrations.set(id, { ...registrations.get(id)!, incarnation });
+      for (const n of nodes) n.manager.setBrokers(new Map(registrations));
+    },
     unregister(id) {
       registrations.delete(id);
       for (const n of nodes) n.manager.setBrokers(new Map(registrations));
     },
-    async restartReplication(id, topic) {
+    async restartReplication(id, topic, incarnation) {
       stopped.delete(id);
       const n = cluster.node(id);
-      n.manager = makeManager(n);
+      n.manager = makeManager(n, incarnation);
       await cluster.sync(topic);
     },
   };

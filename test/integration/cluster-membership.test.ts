@@ -108,6 +108,31 @@ describe("membership: joining", () => {
     });
   });
 
+  it("a broker whose node id another process registered while its lease was lost is refused for good and never registers again (attack11 F4)", async () => {
+    const prefix = freshPrefix();
+    const old = await join(options(prefix, 1, { leaseTtlSeconds: 1 }));
+    const refusals: Error[] = [];
+    old.onRefused((err) => refusals.push(err));
+    // Paused past its lease: etcd drops its registration and a replacement (an empty disk) joins.
+    await client.leaseRevoke(old.leaseId);
+    const replacement = await join(options(prefix, 1, { dataDirId: "dir-replacement" }));
+    const deadline = Date.now() + 5000;
+    while (refusals.length === 0) {
+      expect(Date.now()).toBeLessThan(deadline);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(old.refused).toBe(refusals[0]);
+    expect(refusals[0].message).toMatch(/node 1 is already registered by a running broker/);
+    expect(old.live).toBe(false);
+    // It tries no more, and its close names no departure: node 1 is the replacement's.
+    await new Promise((r) => setTimeout(r, 800));
+    await old.close();
+    const reg = parseRegistration((await client.get(brokerKey(prefix, 1)))!);
+    expect(reg.incarnation).toBe(replacement.leaseId);
+    expect(await client.get(`${prefix}/departed/1`)).toBeNull();
+    expect(refusals).toHaveLength(1);
+  });
+
   it("a restart on the same data directory takes over its old registration at once, as a new incarnation", async () => {
     const prefix = freshPrefix();
     const first = await join(options(prefix, 1, { leaseTtlSeconds: 30 }));

@@ -446,6 +446,7 @@ describe("replication", () => {
       lastFetchedEpoch: 0,
       maxBytes: 0,
       waitMs: 0,
+      incarnation: "1",
     };
     await expectCode(
       raw.replicaFetch({ ...forged, credential: new Uint8Array(0) }),
@@ -504,12 +505,64 @@ describe("replication", () => {
       maxBytes: 0,
       waitMs: 0,
       credential: c.secret,
+      incarnation: "1",
     });
     await new Promise((r) => setTimeout(r, 200));
     const after = await c.state("orders");
     expect(after.state.isr).toEqual([1, 2]);
     expect(after.modRevision).toBe(before.modRevision);
     await forger.close();
+  });
+
+  it("an old process of a replaced node fetches as it: the leader credits it nothing, its successor joins the ISR (attack11 F4)", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+    // Node 3's process is paused past its lease and leaves the ISR; a new process (an empty
+    // disk) registers as node 3, incarnation "2"; then the old one (incarnation "1") resumes.
+    await c.stopReplication(3);
+    await c.setState("orders", { ...initial, isr: [1, 2] });
+    c.reregister(3, "2");
+    await c.restartReplication(3, "orders", "1");
+    await waitFor(
+      () =>
+        c
+          .node(3)
+          .logger.named("replication.fetch_failed")
+          .some((f) =>
+            /incarnation "1" of node 3.*registered as incarnation "2"/.test(String(f.error)),
+          ),
+      "the old process's fetches to be refused",
+    );
+    // Its log holds every record, yet it is no ISR member: the registered node 3 has nothing.
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await c.state("orders")).state.isr).toEqual([1, 2]);
+    const raw = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    const logEnd = c.node(1).broker.partitionLog("orders", 0).logEndOffset;
+    const fetch = {
+      topic: "orders",
+      partition: 0,
+      replicaId: 3,
+      leaderEpoch: 0,
+      fetchOffset: logEnd,
+      lastFetchedEpoch: -1,
+      maxBytes: 0,
+      waitMs: 0,
+      credential: c.secret,
+    };
+    await expectCode(raw.replicaFetch({ ...fetch, incarnation: "1" }), "invalid_request");
+    await expectCode(raw.replicaFetch({ ...fetch, incarnation: "" }), "invalid_request");
+    expect((await c.state("orders")).state.isr).toEqual([1, 2]);
+    await raw.close();
+    // The registered incarnation is credited: it rejoins once caught up.
+    await c.stopReplication(3);
+    await c.restartReplication(3, "orders");
+    await waitFor(
+      async () => (await c.state("orders")).state.isr.join() === "1,2,3",
+      "the registered node 3 to rejoin the ISR",
+    );
   });
 
   it("with API keys on and no broker credential, a leader serves no replica fetch (attack7 F1)", async () => {
@@ -533,6 +586,7 @@ describe("replication", () => {
         maxBytes: 0,
         waitMs: 0,
         credential: new Uint8Array(0),
+        incarnation: "1",
       })
       .then(
         () => null,
@@ -567,6 +621,7 @@ describe("replication", () => {
       lastFetchedEpoch: -1,
       maxBytes: 0,
       waitMs: 0,
+      incarnation: "1",
     };
     // An admin key, on an authenticated connection or as the credential itself, does not pass.
     await expectCode(

@@ -14,6 +14,7 @@ import {
   type PartitionState,
   parsePartitionState,
   type ReplicaView,
+  resignLeadership,
   shrinkIsr,
 } from "../../src/cluster/partition-state.ts";
 
@@ -185,6 +186,49 @@ describe("partition state: ISR changes", () => {
       highWatermark: 100,
     });
     expect(back).toMatchObject({ isr: [1, 2], elr: [3] });
+  });
+});
+
+describe("partition state: a leader that cannot take its leadership (attack11 F4)", () => {
+  const base: PartitionState = {
+    replicas: [1, 2, 3],
+    leader: 1,
+    leader_epoch: 6,
+    isr: [1],
+    elr: [2, 3],
+    committed_offset: 3737,
+    min_insync_replicas: 2,
+  };
+
+  it("gives it up in a new epoch, into the ELR below min ISR; the controller then elects a replica holding the committed records", () => {
+    const resigned = resignLeadership(base, 1)!;
+    expect(resigned).toEqual({
+      ...base,
+      leader: noLeader,
+      leader_epoch: 7,
+      isr: [],
+      elr: [1, 2, 3],
+    });
+    expect(checkPartitionState(resigned)).toEqual([]);
+    // Node 1's log (a replacement on an empty disk) ends at 0: never elected; node 2 is.
+    const next = controllerUpdate(resigned, {
+      gone: [],
+      view: views({ 1: [true, 0], 2: [true, 3737], 3: [true, 3737] }),
+    })!;
+    expect(next.leader).toBe(2);
+    expect(next.leader_epoch).toBe(8);
+  });
+
+  it("with min ISR still met it just leaves the ISR; a replica that does not lead changes nothing", () => {
+    const wide = { ...base, isr: [1, 2, 3], elr: [] };
+    expect(resignLeadership(wide, 1)).toEqual({
+      ...wide,
+      leader: noLeader,
+      leader_epoch: 7,
+      isr: [2, 3],
+    });
+    expect(resignLeadership(wide, 2)).toBeNull();
+    expect(resignLeadership({ ...wide, leader: noLeader, isr: [2, 3] }, noLeader)).toBeNull();
   });
 });
 

@@ -660,8 +660,8 @@ const goldens: Record<string, { request: GoldenFrame; response: GoldenFrame }> =
   ReplicaFetch: {
     request: {
       frame: hex(`
-        0000002e           length 46
-        000e 0000          api 14 ReplicaFetch
+        00000032           length 50
+        000e 0001          api 14 ReplicaFetch, version 1
         0a0b0c0d           correlation_id
         0001 74            topic "t"
         00000000           partition 0
@@ -672,6 +672,7 @@ const goldens: Record<string, { request: GoldenFrame; response: GoldenFrame }> =
         00000400           max_bytes 1024
         000001f4           wait_ms 500
         0001 73            credential "s"
+        0002 4c31          incarnation "L1"
       `),
       encode: () =>
         encodeReplicaFetchRequest(correlationId, {
@@ -684,6 +685,7 @@ const goldens: Record<string, { request: GoldenFrame; response: GoldenFrame }> =
           maxBytes: 1024,
           waitMs: 500,
           credential: new TextEncoder().encode("s"),
+          incarnation: "L1",
         }),
       decode: decodeReplicaFetchRequest,
       decoded: {
@@ -696,6 +698,7 @@ const goldens: Record<string, { request: GoldenFrame; response: GoldenFrame }> =
         maxBytes: 1024,
         waitMs: 500,
         credential: new TextEncoder().encode("s"),
+        incarnation: "L1",
       },
     },
     response: {
@@ -764,15 +767,26 @@ describe("the TCP dispatch table", () => {
     expect(Object.keys(goldens).sort()).toEqual(apis.map((a) => a.name).sort());
   });
 
-  it("numbers its apis 0 to 14 in order, each at version 0 (Metadata also 1), and ApiKey names them", () => {
+  it("numbers its apis 0 to 14 in order, each at version 0 (Metadata and ReplicaFetch also 1), and ApiKey names them", () => {
     expect(apis.map((a) => a.key)).toEqual(apis.map((_, i) => i));
     for (const api of apis) {
-      expect(api.versionMax).toBe(api.name === "Metadata" ? 1 : 0);
+      expect(api.versionMax).toBe(api.name === "Metadata" || api.name === "ReplicaFetch" ? 1 : 0);
       expect(ApiKey[api.name]).toBe(api.key);
       expect(supportedApi(api.key, 0)).toBe(api);
       expect(supportedApi(api.key, api.versionMax)).toBe(api);
       expect(supportedApi(api.key, api.versionMax + 1)).toBeUndefined();
     }
+  });
+});
+
+describe("ReplicaFetch version 0 (an older follower)", () => {
+  it("decodes without an incarnation, as the empty one no leader credits", () => {
+    const body = hex(`
+      0001 74 00000000 00000002 00000003 0000000000000007 00000003 00000400 000001f4 0001 73
+    `);
+    expect(decodeReplicaFetchRequest(body, 0).incarnation).toBe("");
+    // Version 1 requires the field.
+    expect(() => decodeReplicaFetchRequest(body, 1)).toThrow(/incarnation/);
   });
 });
 
@@ -785,7 +799,9 @@ describe("golden bytes of every api", () => {
       const frame = golden.request.encode();
       expect(toHex(frame)).toBe(toHex(golden.request.frame));
       const header = decodeRequestHeader(golden.request.frame.subarray(4));
-      expect(header).toMatchObject({ api: api.key, version: 0, correlationId });
+      // ReplicaFetch's encoder writes version 1 (the follower's incarnation); the rest version 0.
+      const version = api.name === "ReplicaFetch" ? 1 : 0;
+      expect(header).toMatchObject({ api: api.key, version, correlationId });
       expect(golden.request.decode(header.body)).toEqual(golden.request.decoded);
     });
 

@@ -1,5 +1,5 @@
 /**
- * api 14 ReplicaFetch, version 0: a follower reads a partition's stored records from its leader
+ * api 14 ReplicaFetch, versions 0 and 1: a follower reads a partition's stored records from its leader
  * (cluster mode, `Broker.replicaFetch`; docs/cluster.md "Replica fetch"). Not a client api: it
  * carries the broker credential (the cluster secret), which API keys never match, and it is
  * served on a connection that has not authenticated with a key.
@@ -15,6 +15,8 @@
  *                  wait_ms u32               long-poll when nothing is at fetch_offset
  *                  credential_len u16
  *                  credential [u8]           the broker credential, empty without one
+ *                  incarnation str16         version 1: the follower's incarnation (the lease id
+ *                                            its registration in etcd names); absent in version 0
  * response       = leader_epoch u32
  *                  high_watermark u64
  *                  log_start_offset u64
@@ -36,6 +38,12 @@
  *
  * The answer goes out as chunks like a Fetch answer (a header, then the stored records: one
  * chunk read from the log, or the leader's kept recent writes), the stored records not copied.
+ *
+ * A leader credits a fetch (ISR membership, the follower's durable position, the high watermark)
+ * only when its `incarnation` is the one node `replica_id` is registered with now, so an old
+ * process of a replaced node cannot pose as its successor (docs/cluster.md "Replica fetch").
+ * A version 0 request (an older es-broker) names none: decoded with an empty incarnation, which
+ * no leader credits.
  */
 import type {
   LeaderEpochEntry,
@@ -53,9 +61,9 @@ import { defineApi } from "./api.ts";
 export const replicaFetchApi = defineApi({
   key: 14,
   name: "ReplicaFetch",
-  versionMax: 0,
-  serve(body, correlationId, { broker, signal }) {
-    const request = decodeReplicaFetchRequest(body);
+  versionMax: 1,
+  serve(body, correlationId, { broker, signal }, version) {
+    const request = decodeReplicaFetchRequest(body, version);
     const replicaFetch = broker.replicaFetch?.bind(broker);
     if (replicaFetch === undefined) {
       return {
@@ -83,7 +91,7 @@ export type ReplicaFetchRequestFields = Omit<ReplicaFetchRequest, "signal">;
 export const replicaCredentialBytesMax = 1024;
 
 /**
- * Encodes a ReplicaFetch request frame (`maxBytes` 0 asks for the broker default).
+ * Encodes a ReplicaFetch request frame, version 1 (`maxBytes` 0 asks for the broker default).
  * @throws ProtocolError `invalid_request` for a value outside its field's range.
  */
 export function encodeReplicaFetchRequest(
@@ -104,10 +112,12 @@ export function encodeReplicaFetchRequest(
     replicaCredentialBytesMax,
     "replica_fetch.credential_len",
   );
+  const incarnation = strBytes(request.incarnation, "replica_fetch.incarnation");
   const w = startRequest(
     replicaFetchApi.key,
     correlationId,
-    12 + 2 + topic.length + 36 + 2 + request.credential.length,
+    12 + 2 + topic.length + 36 + 2 + request.credential.length + 2 + incarnation.length,
+    1,
   );
   w.u16(topic.length)
     .bytes(topic)
@@ -119,15 +129,20 @@ export function encodeReplicaFetchRequest(
     .u32(request.maxBytes)
     .u32(request.waitMs)
     .u16(request.credential.length)
-    .bytes(request.credential);
+    .bytes(request.credential)
+    .u16(incarnation.length)
+    .bytes(incarnation);
   return finishFrame(w);
 }
 
 /**
- * Decodes a ReplicaFetch request body.
+ * Decodes a ReplicaFetch request body of `version` (0: no incarnation, decoded as "").
  * @throws ProtocolError `invalid_request` naming the field, `unsupported` for an offset above 2^53 − 1.
  */
-export function decodeReplicaFetchRequest(body: Uint8Array): ReplicaFetchRequestFields {
+export function decodeReplicaFetchRequest(
+  body: Uint8Array,
+  version = 1,
+): ReplicaFetchRequestFields {
   const r = new WireReader(body, "ReplicaFetch request");
   const topic = r.str16("topic");
   const partition = r.u32("partition");
@@ -139,7 +154,8 @@ export function decodeReplicaFetchRequest(body: Uint8Array): ReplicaFetchRequest
   const waitMs = r.u32("wait_ms");
   const credentialLength = r.u16("credential_len");
   const credential = r.bytes("credential", credentialLength);
-  r.end("credential");
+  const incarnation = version >= 1 ? r.str16("incarnation") : "";
+  r.end(version >= 1 ? "incarnation" : "credential");
   return {
     topic,
     partition,
@@ -150,6 +166,7 @@ export function decodeReplicaFetchRequest(body: Uint8Array): ReplicaFetchRequest
     maxBytes,
     waitMs,
     credential,
+    incarnation,
   };
 }
 

@@ -1,0 +1,142 @@
+/**
+ * cluster/node.ts on an in-memory etcd (test/helpers/fake-etcd.ts), attack11 F4: a broker whose
+ * node id another process registered while its lease was lost stops replicating at once and asks
+ * to be shut down; a broker that cannot apply a leadership (its storage fails) gives it up in
+ * etcd so the controller elects another replica.
+ */
+import { describe, expect, it, onTestFinished } from "vitest";
+import type { Broker } from "../../src/broker/types.ts";
+import { partitionKey } from "../../src/cluster/keys.ts";
+import { joinCluster } from "../../src/cluster/membership.ts";
+import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
+import {
+  formatPartitionState,
+  type PartitionState,
+  parsePartitionState,
+} from "../../src/cluster/partition-state.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { Prng } from "../../src/lib/prng.ts";
+import { systemClock } from "../../src/runtime/clock.ts";
+import { openTestBroker } from "../helpers/broker.ts";
+import { FakeEtcd } from "../helpers/fake-etcd.ts";
+import { waitFor } from "../helpers/replication.ts";
+
+const prefix = "/es-broker";
+
+/** A replication layer that records what the node asks of it; `fail` makes an apply throw. */
+function sink(fail?: (topic: string, partition: number) => Error | null) {
+  const calls = { applied: [] as string[], closed: 0 };
+  const replicas: ReplicaSink = {
+    setBrokers() {},
+    async applyPartitionState(topic, partition, state) {
+      const err = fail?.(topic, partition) ?? null;
+      if (err !== null) throw err;
+      calls.applied.push(`${topic}/${partition}@${state.leader_epoch}`);
+    },
+    logEndOffsets: () => new Map(),
+    setMembershipLive() {},
+    async close() {
+      calls.closed++;
+    },
+  };
+  return { replicas, calls };
+}
+
+async function startNode(
+  etcd: FakeEtcd,
+  broker: Broker,
+  replicas: ReplicaSink,
+  onRefused?: (err: Error) => void,
+) {
+  const logger = new MemoryLogger();
+  const node = await ClusterNode.start({
+    etcd,
+    clock: systemClock,
+    prng: new Prng(1),
+    logger,
+    prefix,
+    nodeId: 1,
+    advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
+    dataDirId: "dir-old",
+    dataDir: null,
+    newClusterId: "c1",
+    leaseTtlSeconds: 1,
+    broker,
+    replicas: () => replicas,
+    rebalanceMs: 0,
+    onRefused,
+  });
+  onTestFinished(() => node.close());
+  return { node, logger };
+}
+
+describe("cluster node: a duplicate node id and a leadership it cannot take (attack11 F4)", () => {
+  it("a refused registration stops replication at once and reports it for shutdown", async () => {
+    const etcd = new FakeEtcd();
+    const { broker } = await openTestBroker();
+    const { replicas, calls } = sink();
+    const refusals: Error[] = [];
+    const { node } = await startNode(etcd, broker, replicas, (err) => refusals.push(err));
+    // Paused past its lease: etcd drops it and a replacement registers as node 1.
+    await etcd.leaseRevoke(node.membership.leaseId);
+    const replacement = await joinCluster({
+      etcd,
+      clock: systemClock,
+      prng: new Prng(2),
+      logger: new MemoryLogger(),
+      prefix,
+      nodeId: 1,
+      advertise: { tcp: "127.0.0.1:9101", http: "http://127.0.0.1:8101" },
+      dataDirId: "dir-new",
+      dataDir: null,
+      newClusterId: "ignored",
+      leaseTtlSeconds: 30,
+    });
+    onTestFinished(() => replacement.close());
+    await node.membership.checkNow();
+    await waitFor(() => refusals.length === 1, "the refusal to be reported");
+    expect(calls.closed).toBe(1);
+    expect(refusals[0].message).toMatch(/node 1 is already registered by a running broker/);
+    expect(node.membership.refused).not.toBeNull();
+  });
+
+  it("a leadership whose apply fails is given up in etcd, in a new epoch, and other partitions still apply", async () => {
+    const etcd = new FakeEtcd();
+    const { broker } = await openTestBroker();
+    const enospc = Object.assign(new Error("ENOSPC: no space left on device"), { code: "ENOSPC" });
+    const { replicas, calls } = sink((_t, p) => (p === 0 ? enospc : null));
+    const state: PartitionState = {
+      replicas: [1, 2, 3],
+      leader: 1,
+      leader_epoch: 6,
+      isr: [1],
+      elr: [2, 3],
+      committed_offset: 3737,
+      min_insync_replicas: 2,
+    };
+    await etcd.put(
+      `${prefix}/topics/c`,
+      JSON.stringify({ replication_factor: 3, min_insync_replicas: 2 }),
+    );
+    await etcd.put(partitionKey(prefix, "c", 0), formatPartitionState(state));
+    await etcd.put(partitionKey(prefix, "c", 1), formatPartitionState(state));
+    const { logger } = await startNode(etcd, broker, replicas);
+    await waitFor(async () => {
+      const kv = await etcd.get(partitionKey(prefix, "c", 0));
+      return kv !== null && parsePartitionState(kv.key, kv.value).leader === -1;
+    }, "the leadership of c/0 to be given up");
+    const kv = (await etcd.get(partitionKey(prefix, "c", 0)))!;
+    expect(parsePartitionState(kv.key, kv.value)).toEqual({
+      ...state,
+      leader: -1,
+      leader_epoch: 7,
+      isr: [],
+      elr: [1, 2, 3],
+    });
+    expect(calls.applied).toContain("c/1@6");
+    expect(logger.named("cluster.apply_failed")[0]).toMatchObject({
+      partition: "c/0",
+      action: "leadership given up",
+    });
+  });
+});
