@@ -232,7 +232,7 @@ export class Membership {
    * Why registering again was refused (another broker registered this node id meanwhile: this
    * process was paused or cut off past its lease and replaced), or null. Once refused, the
    * membership never registers again: this process must stop replicating and serving as the node
-   * (docs/cluster.md "Replacing a broker's disk, backing up etcd").
+   * (docs/cluster.md "Replacing a broker's disk").
    */
   get refused(): ClusterJoinError | null {
     return this.#refused;

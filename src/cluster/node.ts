@@ -139,6 +139,13 @@ export class ClusterNode {
   #replicas: ReplicaSink | null = null;
   /** `topic/partition@mod_revision` of offline states this broker (in their ELR) published log ends for. */
   readonly #offlinePublished = new Set<string>();
+  /**
+   * Topics this data directory held before it joined the cluster (no `replication_factor` in
+   * their config): they stay local, and no cluster topic ever adopts their logs (attack11 F5).
+   */
+  readonly #localTopics = new Set<string>();
+  /** Local topics whose name a cluster topic also has, already logged. */
+  readonly #conflictsLogged = new Set<string>();
   #watch: EtcdWatch | null = null;
   #closed = false;
   /** Applies local changes one at a time, in etcd's order. */
@@ -190,6 +197,14 @@ export class ClusterNode {
   async #begin(): Promise<void> {
     const { logger } = this.#o;
     this.#replicas = this.#o.replicas?.(this.membership) ?? null;
+    for (const t of await this.#o.broker.listTopics())
+      if (t.config.replication_factor === undefined) this.#localTopics.add(t.name);
+    if (this.#localTopics.size > 0)
+      logger.log("warn", "cluster.local_topics", {
+        topics: [...this.#localTopics].sort(),
+        action:
+          "made on this data directory before it joined the cluster: served by this broker alone, not replicated; no cluster topic of these names can be created while this broker is registered",
+      });
     await this.#publishLogEnds();
     this.membership.onRefused((err) => {
       // Not this node any more: stop following and leading at once (attack11 F4), then let the
@@ -387,6 +402,22 @@ export class ClusterNode {
         continue;
       }
       if (map === undefined || !this.#holds(name)) continue;
+      if (this.#localTopics.has(name)) {
+        // A cluster topic of a local topic's name (created before this broker's log_ends said
+        // so): its local log is not the cluster topic's. This broker takes no replica of it and
+        // hands on any leadership.
+        if (!this.#conflictsLogged.has(name)) {
+          this.#conflictsLogged.add(name);
+          logger.log("error", "cluster.topic_conflict", {
+            topic: name,
+            node_id: nodeId,
+            action: `this broker holds a local topic ${JSON.stringify(name)} made before it joined the cluster: it takes no replica of the cluster topic of that name (its partitions lack this replica) and keeps the local one; delete one of them`,
+          });
+        }
+        for (const [partition, entry] of map)
+          await this.#giveUp(name, partition, entry, { eligible: false });
+        continue;
+      }
       const localConfig = local.get(name);
       if (localConfig !== undefined && canonical(localConfig) !== canonical(topic.config)) {
         // A key etcd no longer holds was removed (PATCH with null): null resets it here too.
@@ -458,7 +489,7 @@ export class ClusterNode {
     entry: { state: PartitionState; modRevision: number },
     err: unknown,
   ): Promise<void> {
-    const { etcd, logger, nodeId } = this.#o;
+    const { logger, nodeId } = this.#o;
     const next = resignLeadership(entry.state, nodeId);
     logger.log("error", "cluster.apply_failed", {
       partition: `${topic}/${partition}`,
@@ -466,6 +497,18 @@ export class ClusterNode {
       error: errorMessage(err),
       action: next === null ? "tried again at the next change" : "leadership given up",
     });
+    await this.#giveUp(topic, partition, entry);
+  }
+
+  /** Gives up this broker's leadership of a partition in etcd, if the state names it; never throws. */
+  async #giveUp(
+    topic: string,
+    partition: number,
+    entry: { state: PartitionState; modRevision: number },
+    options: { eligible?: boolean } = {},
+  ): Promise<void> {
+    const { etcd, logger, nodeId } = this.#o;
+    const next = resignLeadership(entry.state, nodeId, options);
     if (next === null) return;
     const key = partitionKey(this.#prefix, topic, partition);
     try {
@@ -496,10 +539,17 @@ export class ClusterNode {
     else
       for (const t of await broker.listTopics())
         for (const p of t.partitions) ends[`${t.name}/${p.partition}`] = p.highWatermark;
+    // A local topic's log is no replica of anything: never a claim to lead a cluster topic.
+    for (const key of Object.keys(ends))
+      if (this.#localTopics.has(key.slice(0, key.lastIndexOf("/")))) delete ends[key];
     const lease = this.membership.leaseId;
     await etcd.put(
       logEndsKey(this.#prefix, nodeId),
-      JSON.stringify({ incarnation: this.membership.incarnation, log_end_offsets: ends }),
+      JSON.stringify({
+        incarnation: this.membership.incarnation,
+        log_end_offsets: ends,
+        ...(this.#localTopics.size === 0 ? {} : { local_topics: [...this.#localTopics].sort() }),
+      }),
       { lease },
     );
   }
@@ -694,6 +744,7 @@ export class ClusterNode {
         `Invalid topic config "min_insync_replicas": ${minIsr} is more than replication_factor ${rf}`,
       );
     const stored: TopicConfig = { ...config, replication_factor: rf, min_insync_replicas: minIsr };
+    await this.#refuseLocalName(name);
     const start = prng.nextU32() % live.length;
     const tKey = topicKey(this.#prefix, name);
     const puts = [{ put: { key: tKey, value: JSON.stringify(stored) } }];
@@ -716,6 +767,34 @@ export class ClusterNode {
       throw new BrokerError(Errors.topicExists, `Topic ${JSON.stringify(name)} already exists`);
     await this.#caughtUp(result.revision);
     return stored;
+  }
+
+  /**
+   * Refuses a cluster topic named like a local topic of some broker (made on its data directory
+   * before it joined: `local_topics` in its `log_ends/`), whose records it would otherwise take
+   * for the new topic's (attack11 F5).
+   * @throws BrokerError topic_exists naming the broker; unavailable if etcd cannot be read.
+   */
+  async #refuseLocalName(name: string): Promise<void> {
+    const holders = this.#localTopics.has(name) ? [this.#o.nodeId] : [];
+    const { kvs } = await this.#etcdCall("read the brokers' local topics", () =>
+      this.#o.etcd.list(`${this.#prefix}/log_ends/`),
+    );
+    for (const kv of kvs) {
+      let local: unknown;
+      try {
+        local = (JSON.parse(kv.value) as { local_topics?: unknown }).local_topics;
+      } catch {
+        continue;
+      }
+      const id = Number(kv.key.slice(`${this.#prefix}/log_ends/`.length));
+      if (Array.isArray(local) && local.includes(name) && !holders.includes(id)) holders.push(id);
+    }
+    if (holders.length === 0) return;
+    throw new BrokerError(
+      Errors.topicExists,
+      `Cannot create topic ${JSON.stringify(name)}: node ${holders.sort((a, b) => a - b).join(", ")} holds a local topic of that name, made on its data directory before it joined the cluster (served by that broker alone, not replicated); choose another name`,
+    );
   }
 
   /**

@@ -317,12 +317,21 @@ export function expandIsr(
  * or the partition's files, e.g. ENOSPC: docs/cluster.md "Partition state"): no leader, the epoch
  * bumped, and it leaves the ISR (joining the ELR if the ISR is then below min ISR, as a gone
  * replica does), so the controller's next pass elects another replica, or this one again from
- * the ELR later (a retry at the controller's pace). Returns null if `leader` does not lead.
+ * the ELR later (a retry at the controller's pace). `eligible: false` keeps it out of the ELR too
+ * (its log is not the partition's: a local topic of the same name). Returns null if `leader` does
+ * not lead.
  */
-export function resignLeadership(state: PartitionState, leader: number): PartitionState | null {
+export function resignLeadership(
+  state: PartitionState,
+  leader: number,
+  options: { eligible?: boolean } = {},
+): PartitionState | null {
   if (state.leader !== leader || leader === noLeader) return null;
   const isr = state.isr.filter((id) => id !== leader);
-  const elr = isr.length < state.min_insync_replicas ? [...state.elr, leader] : state.elr;
+  const elr =
+    isr.length < state.min_insync_replicas && options.eligible !== false
+      ? [...state.elr, leader]
+      : state.elr.filter((id) => id !== leader);
   return {
     ...state,
     leader: noLeader,

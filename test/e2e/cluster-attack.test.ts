@@ -19,7 +19,6 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../helpers/poll.ts";
 import { TcpClient } from "../../src/client/client.ts";
-import { ClientError } from "../../src/client/errors.ts";
 import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { type BrokerProcess, startBroker } from "./harness.ts";

@@ -2,7 +2,8 @@
  * cluster/node.ts on an in-memory etcd (test/helpers/fake-etcd.ts), attack11 F4: a broker whose
  * node id another process registered while its lease was lost stops replicating at once and asks
  * to be shut down; a broker that cannot apply a leadership (its storage fails) gives it up in
- * etcd so the controller elects another replica.
+ * etcd so the controller elects another replica. And attack11 F5: a cluster topic never adopts
+ * a local topic's log (one made on a data directory before it joined).
  */
 import { describe, expect, it, onTestFinished } from "vitest";
 import type { Broker } from "../../src/broker/types.ts";
@@ -14,7 +15,10 @@ import {
   type PartitionState,
   parsePartitionState,
 } from "../../src/cluster/partition-state.ts";
+import { defaultTopicConfig } from "../../src/broker/config.ts";
+import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { Prng } from "../../src/lib/prng.ts";
 import { systemClock } from "../../src/runtime/clock.ts";
 import { openTestBroker } from "../helpers/broker.ts";
@@ -47,17 +51,18 @@ async function startNode(
   broker: Broker,
   replicas: ReplicaSink,
   onRefused?: (err: Error) => void,
+  nodeId = 1,
 ) {
   const logger = new MemoryLogger();
   const node = await ClusterNode.start({
     etcd,
     clock: systemClock,
-    prng: new Prng(1),
+    prng: new Prng(nodeId),
     logger,
     prefix,
-    nodeId: 1,
-    advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
-    dataDirId: "dir-old",
+    nodeId,
+    advertise: { tcp: `127.0.0.1:${9000 + nodeId}`, http: `http://127.0.0.1:${8000 + nodeId}` },
+    dataDirId: `dir-old-${nodeId}`,
     dataDir: null,
     newClusterId: "c1",
     leaseTtlSeconds: 1,
@@ -138,5 +143,70 @@ describe("cluster node: a duplicate node id and a leadership it cannot take (att
       partition: "c/0",
       action: "leadership given up",
     });
+  });
+});
+
+describe("cluster node: a local topic's name (attack11 F5)", () => {
+  /** Node 1's broker holds a local topic "t" with 10 records, made before it joined. */
+  async function withLocalTopic() {
+    const etcd = new FakeEtcd();
+    const { broker } = await openTestBroker();
+    await broker.createTopic({ name: "t", partitions: 1, config: {} });
+    const batch = new EntryBatchBuilder();
+    for (let i = 0; i < 10; i++) batch.add(null, new TextEncoder().encode("h"));
+    await broker.produce({ topic: "t", partition: 0, batch: batch.build() });
+    const one = sink();
+    const a = await startNode(etcd, broker, one.replicas, undefined, 1);
+    const { broker: other } = await openTestBroker();
+    const two = sink();
+    const b = await startNode(etcd, other, two.replicas, undefined, 2);
+    return { etcd, broker, a, b, one };
+  }
+
+  it("a cluster topic of a local topic's name is refused on every broker, naming the one holding it", async () => {
+    const { a, b } = await withLocalTopic();
+    expect(a.logger.named("cluster.local_topics")[0]).toMatchObject({ topics: ["t"] });
+    for (const node of [a.node, b.node]) {
+      const err = await node
+        .createTopic("t", 1, { ...defaultTopicConfig })
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(BrokerError);
+      expect((err as BrokerError).kind).toBe(Errors.topicExists);
+      expect((err as BrokerError).message).toMatch(
+        /Cannot create topic "t": node 1 holds a local topic of that name, made on its data directory before it joined the cluster/,
+      );
+    }
+    // Other names are fine.
+    await b.node.createTopic("u", 1, { ...defaultTopicConfig });
+  });
+
+  it("a cluster topic of that name made anyway is never adopted: no replica here, leadership handed on, the local log kept", async () => {
+    const { etcd, broker, a, one } = await withLocalTopic();
+    const state: PartitionState = {
+      replicas: [1, 2],
+      leader: 1,
+      leader_epoch: 0,
+      isr: [1, 2],
+      elr: [],
+      committed_offset: 0,
+      min_insync_replicas: 2,
+    };
+    await etcd.put(
+      `${prefix}/topics/t`,
+      JSON.stringify({ replication_factor: 2, min_insync_replicas: 2 }),
+    );
+    await etcd.put(partitionKey(prefix, "t", 0), formatPartitionState(state));
+    await waitFor(async () => {
+      const kv = await etcd.get(partitionKey(prefix, "t", 0));
+      const s = kv === null ? null : parsePartitionState(kv.key, kv.value);
+      return s !== null && s.leader !== 1 && !s.isr.includes(1) && !s.elr.includes(1);
+    }, "node 1 to hand on t/0 and stay out of its ISR and ELR");
+    expect(a.logger.named("cluster.topic_conflict")).toHaveLength(1);
+    expect(one.calls.applied.filter((c) => c.startsWith("t/"))).toEqual([]);
+    expect((await broker.listOffsets({ topic: "t", partition: 0 })).highWatermark).toBe(10);
+    // Its local log is no claim to lead the cluster topic.
+    const ends = JSON.parse((await etcd.get(`${prefix}/log_ends/1`))!.value);
+    expect(ends.log_end_offsets["t/0"]).toBeUndefined();
+    expect(ends.local_topics).toEqual(["t"]);
   });
 });
