@@ -11,6 +11,7 @@
  * <dataDir>/topics/<topic>/<partition>/   segments
  * <dataDir>/trash/<ms>-<n>/               a deleted topic's directory (short name; its topic.json names the topic), removed at once or at the next start
  * <dataDir>/topics/<topic>/log_start_offsets.json  log start offsets moved by retention (see storage/log-start-offsets.ts)
+ * <dataDir>/clean-stop.json                where each partition's log ended at a clean stop; removed at start (storage/clean-stop.ts)
  * ```
  * With `coldStorageDir`, retention moves sealed segments to `<cold>/topics/<topic>/<partition>/`
  * and fetches read them from there (`broker/cleanup.ts`, `storage/cold-store.ts`).
@@ -22,6 +23,13 @@
  * a start after a crash in between creates the missing partitions. A topic whose `topic.json` is
  * empty or unparseable is reported and made unavailable, never reset (docs/decisions.md §9).
  */
+import {
+  cleanStopFileName,
+  readCleanStop,
+  removeCleanStop,
+  writeCleanStop,
+  type CleanStop,
+} from "../storage/clean-stop.ts";
 import type { Clock } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
@@ -152,8 +160,14 @@ export interface RecoveryProgress {
 /** The topics of one data directory. See the module comment. */
 export class TopicRegistry {
   #fs: FileSystem;
+  #dataDir: string;
   #topicsDir: string;
   #trashDir: string;
+  /**
+   * The clean-stop record read at start (docs/decisions.md §17), by "topic/partition", until the
+   * start's recovery is over.
+   */
+  #cleanStop: Map<string, CleanStop> | null = null;
   #clock: Clock;
   #logger: Logger;
   #flushEveryRecords: number;
@@ -178,6 +192,7 @@ export class TopicRegistry {
 
   private constructor(options: TopicRegistryOptions) {
     this.#fs = options.fs;
+    this.#dataDir = options.dataDir;
     this.#topicsDir = joinPath(options.dataDir, "topics");
     this.#trashDir = joinPath(options.dataDir, "trash");
     this.#clock = options.clock;
@@ -228,6 +243,14 @@ export class TopicRegistry {
     await fs.mkdir(this.#topicsDir);
     for (const dir of created.reverse()) await fs.syncDir(dirname(dir));
     if ((await fs.stat(this.#trashDir)) !== null) await this.#emptyTrash();
+    const cleanStop = await readCleanStop(fs, this.#dataDir);
+    if (cleanStop !== null && "problem" in cleanStop)
+      // Every partition is then recovered as after a crash (the torn-tail rule).
+      this.#logger.log("warn", "recovery.clean_stop_unreadable", {
+        file: joinPath(this.#dataDir, cleanStopFileName),
+        reason: cleanStop.problem,
+      });
+    else this.#cleanStop = cleanStop;
     // Long recoveries say how far they got: one progress line at most every recoveryProgressMs.
     const names = await fs.readdir(this.#topicsDir);
     const started = this.#clock.nowMs();
@@ -259,6 +282,9 @@ export class TopicRegistry {
       await this.#loadTopic(name);
     }
     if (this.#progress !== undefined) this.#progress.topicsDone = done;
+    // Every partition's recovery is durable: from here on a crash is recovered as a crash.
+    this.#cleanStop = null;
+    if (cleanStop !== null) await removeCleanStop(fs, this.#dataDir);
   }
 
   /**
@@ -449,6 +475,7 @@ export class TopicRegistry {
       flushIntervalMs: this.#flushIntervalMs,
       metrics: this.#metrics,
       segmentHandles: this.#segmentHandles,
+      cleanStop: this.#cleanStop?.get(partitionName(topic.name, partition)) ?? null,
     });
   }
 
@@ -875,7 +902,11 @@ export class TopicRegistry {
     return [...this.#topics.values()].filter((t) => t.stream !== undefined);
   }
 
-  /** Closes every partition (a failure is logged); the topics stay listed until {@link clear}. */
+  /**
+   * Closes every partition (a failure is logged), then writes the clean-stop record naming every
+   * partition that closed cleanly (docs/decisions.md §17; a failure to write it is logged, and the
+   * next start recovers as after a crash). The topics stay listed until {@link clear}.
+   */
   async close(): Promise<void> {
     for (const topic of this.#topics.values()) {
       await Promise.all(
@@ -888,6 +919,18 @@ export class TopicRegistry {
           ),
         ),
       );
+    }
+    const clean = new Map<string, CleanStop>();
+    for (const topic of this.#topics.values())
+      for (const p of topic.partitions) if (p.cleanStop !== null) clean.set(p.name, p.cleanStop);
+    if (clean.size === 0) return;
+    try {
+      await writeCleanStop(this.#fs, this.#dataDir, clean);
+    } catch (err) {
+      this.#logger.log("warn", "broker.clean_stop_write_failed", {
+        file: joinPath(this.#dataDir, cleanStopFileName),
+        error: errorMessage(err),
+      });
     }
   }
 

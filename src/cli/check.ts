@@ -9,6 +9,7 @@ import { lockHolder } from "../runtime/lock.ts";
 import { checkDataDir, type CheckReport } from "../storage/check.ts";
 import { classifyGroupsEntry, leftovers, type LeftoverKind } from "../storage/leftovers.ts";
 import { readJsonFile } from "../storage/metadata.ts";
+import { cleanStopFileName } from "../storage/clean-stop.ts";
 import { joinPath, type FileSystem } from "../fs/types.ts";
 import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
 import { parseGroupFile } from "../broker/groups.ts";
@@ -32,7 +33,8 @@ files, producers.json and schemas.json are parsed as a start parses them. Prints
 would do with it; exits 1 if anything is corrupt (including a key file that would refuse the start,
 or a group or producer file that would be unavailable), 0 otherwise
 (torn tails, indexes to rebuild, temporary files, stray files and topics whose creation was
-interrupted are warnings: the next start handles them).
+interrupted are warnings: the next start handles them). After a clean stop (clean-stop.json in
+the data directory) no write was in flight, so a bad tail of an active segment is corrupt, not torn.
 
 Options:
   --data-dir DIR   data directory (default ./data)
@@ -85,6 +87,12 @@ export async function check(argv: string[]): Promise<number> {
     process.stdout.write(`${JSON.stringify(snakeCaseKeys(report), null, 2)}\n`);
   } else {
     const label = { ok: "ok     ", warning: "warning", corrupt: "CORRUPT" } as const;
+    if (report.cleanStopProblem) process.stdout.write(`warning ${report.cleanStopProblem}\n`);
+    else if (report.cleanStopPartitions !== null)
+      process.stdout.write(
+        `ok      ${joinPath(dataDir, cleanStopFileName)}: the last stop was clean for ${plural(report.cleanStopPartitions, "partition")}; a bad tail of their active segments is corruption, not a torn write\n`,
+      );
+
     for (const leftover of report.leftovers)
       process.stdout.write(`${label[leftover.severity]} ${leftover.path}: ${leftover.detail}\n`);
     for (const topic of report.topics) {

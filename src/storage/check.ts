@@ -8,7 +8,9 @@
  * | finding                                              | severity | what a start would do                 |
  * |------------------------------------------------------|----------|---------------------------------------|
  * | corrupt record in a segment (incl. first-offset name mismatch, docs/decisions.md §11) | corrupt | skip the rest of the segment, report |
- * | torn tail of the active segment                      | warning  | cut it (never acknowledged)           |
+ * | torn tail of the active segment (no clean-stop record) | warning | cut it (never acknowledged)          |
+ * | after a clean stop (`clean-stop.ts`, docs/decisions.md §17): a bad tail, or an active segment ending elsewhere than the record says | corrupt | leave it, roll a new segment at the recorded log end |
+ * | an unreadable clean-stop record                      | warning  | ignore it: apply the torn-tail rule   |
  * | index missing, torn, zero-filled or wrong            | warning  | rebuild it from the log               |
  * | a leftover: temp files, strays, an interrupted create, a swap, `trash/`, a missing or unreadable topic.json | the table of `storage/leftovers.ts` | the same table: start-up classifies with the same functions |
  */
@@ -30,6 +32,7 @@ import { Segment } from "./segment.ts";
 import type { SegmentCorruption, SegmentRecoveryOutcome } from "./segment-recovery.ts";
 import { logFileName, parseSegmentFileName } from "./segment-files.ts";
 import { isLeaderEpochsFile } from "./leader-epochs.ts";
+import { cleanStopFileName, readCleanStop, type CleanStop } from "./clean-stop.ts";
 
 /** How bad a finding is; any "corrupt" makes `es-broker check` exit non-zero. */
 export type CheckSeverity = "ok" | "warning" | "corrupt";
@@ -57,6 +60,11 @@ export interface PartitionCheck {
   segments: SegmentCheck[];
   /** Leftovers in it (`storage/leftovers.ts`): their kind, and what it is. */
   strays: { name: string; kind: LeftoverKind; reason: string }[];
+  /**
+   * Where the broker's clean-stop record says this partition's log ended (docs/decisions.md §17),
+   * or null: not named (the last stop was a crash for it).
+   */
+  cleanStop: CleanStop | null;
 }
 
 /** A leftover outside partition directories (data directory, `topics/`, topic directories, `groups/`). */
@@ -83,6 +91,10 @@ export interface CheckReport {
   topics: TopicCheck[];
   /** Leftovers outside partition directories. */
   leftovers: LeftoverFinding[];
+  /** Partitions the data directory's clean-stop record names, or null without a record. */
+  cleanStopPartitions: number | null;
+  /** Why the clean-stop record cannot be read ("" if it can or there is none): a warning. */
+  cleanStopProblem: string;
   /** Counts over every segment and metadata file. */
   segmentsChecked: number;
   corrupt: number;
@@ -105,6 +117,8 @@ export async function checkDataDir(
   const report: CheckReport = {
     topics: [],
     leftovers: [],
+    cleanStopPartitions: null,
+    cleanStopProblem: "",
     segmentsChecked: 0,
     corrupt: 0,
     warnings: 0,
@@ -127,6 +141,15 @@ export async function checkDataDir(
   };
   const rootNames = await fs.readdir(dataDir);
   await temps(dataDir, rootNames);
+  let cleanStop: Map<string, CleanStop> | null = null;
+  const readStop = await readCleanStop(fs, dataDir);
+  if (readStop !== null && "problem" in readStop) {
+    report.cleanStopProblem = `${joinPath(dataDir, cleanStopFileName)}: ${readStop.problem}; a start ignores it and recovers every partition as after a crash`;
+    report.warnings++;
+  } else if (readStop !== null) {
+    cleanStop = readStop;
+    report.cleanStopPartitions = readStop.size;
+  }
   if (rootNames.includes("trash")) found(joinPath(dataDir, "trash"), "deleted_topics");
   const topicsDir = joinPath(dataDir, "topics");
   let progress = { partitions: 0, bytes: 0 };
@@ -162,6 +185,7 @@ export async function checkDataDir(
         joinPath(dir, p),
         `${name}/${p}`,
         options.nowMs ?? 0,
+        cleanStop?.get(`${name}/${p}`) ?? null,
       );
       topic.partitions.push(partition);
       for (const s of partition.segments) {
@@ -192,8 +216,9 @@ async function checkPartition(
   dir: string,
   partition: string,
   nowMs: number,
+  cleanStop: CleanStop | null,
 ): Promise<PartitionCheck> {
-  const result: PartitionCheck = { dir, segments: [], strays: [] };
+  const result: PartitionCheck = { dir, segments: [], strays: [], cleanStop };
   const bases: number[] = [];
   const names = await fs.readdir(dir);
   const all = new Set(names);
@@ -222,6 +247,11 @@ async function checkPartition(
         logger,
         partition,
         inspectOnly: true,
+        // Only the active segment is judged by the record: an older one ends where it was sealed.
+        cleanStop:
+          cleanStop !== null && i === bases.length - 1 && cleanStop.activeBaseOffset === bases[i]
+            ? { nextOffset: cleanStop.logEndOffset, sizeBytes: cleanStop.activeSizeBytes }
+            : undefined,
       });
     } catch (err) {
       result.segments.push({
@@ -252,6 +282,11 @@ async function checkPartition(
     } else if (torn !== undefined) {
       severity = "warning";
       detail = `torn tail of ${torn.cut_bytes} bytes at position ${torn.position} (${torn.reason}); a start cuts it`;
+    } else if (active && cleanStop !== null && segment.nextOffset < cleanStop.logEndOffset) {
+      // The segment the clean stop ended in is gone: records up to the recorded log end are lost.
+      outcome = "corrupt";
+      severity = "corrupt";
+      detail = `the log ends at offset ${segment.nextOffset}, but the clean stop recorded log end offset ${cleanStop.logEndOffset}; a start rolls a new segment there`;
     } else if (segment.indexProblem !== "") {
       outcome = "index_rebuilt";
       severity = "warning";
@@ -268,8 +303,8 @@ async function checkPartition(
       corruption:
         outcome === "corrupt"
           ? (segment.corruption ?? {
-              position: Number(torn?.position ?? 0),
-              reason: String(torn?.reason ?? ""),
+              position: torn !== undefined ? Number(torn.position) : segment.sizeBytes,
+              reason: torn !== undefined ? String(torn.reason) : detail,
               highestSkippedOffset: -1,
             })
           : null,

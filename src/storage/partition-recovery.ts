@@ -17,6 +17,12 @@
  *
  * The next offset never goes backwards (docs/decisions.md §3): it is one past the highest valid
  * record on disk (records skipped as corrupt count), and at least the active segment's base offset.
+ *
+ * After a clean stop (the broker's `clean-stop.json`, `clean-stop.ts`; docs/decisions.md §17)
+ * the active segment the record names must end where it says: a tail that does not decode is
+ * corruption, not a torn write, and the next offset is at least the recorded log end offset (an
+ * active segment short of it is sealed and a new one rolled there). The caller removes the record
+ * once every partition's decisions are durable, before anything is appended.
  */
 import { assert } from "../lib/assert.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -32,6 +38,7 @@ import {
   type StrayFile,
 } from "./segment-files.ts";
 import { recoverSegmentSwap } from "./segment-swap.ts";
+import type { CleanStop } from "./clean-stop.ts";
 
 /** What {@link recoverPartition} found and made ready. */
 export interface RecoveredPartition {
@@ -69,6 +76,8 @@ export async function recoverPartition(
     lowerTierFirstOffset: number;
     /** One past the lower tier's last offset, or −1: with no local segment, the log continues there. */
     lowerTierEndOffset?: number;
+    /** Where the log ended at the last clean stop, or null (a crash: the torn-tail rule). */
+    cleanStop?: CleanStop | null;
   },
 ): Promise<RecoveredPartition> {
   const { dir, name, logger } = options;
@@ -102,6 +111,7 @@ export async function recoverPartition(
   }
   for (const base of indexes)
     if (!logs.has(base)) stray(indexFileName(base), leftovers.index_without_log.what);
+  const cleanStop = options.cleanStop ?? null;
   const bases = [...logs].sort((a, b) => a - b);
   const now = options.clock.nowMs();
   const started = now;
@@ -114,6 +124,10 @@ export async function recoverPartition(
         baseOffset: bases[i],
         active: i === bases.length - 1,
         nowMs: now,
+        cleanStop:
+          cleanStop !== null && cleanStop.activeBaseOffset === bases[i]
+            ? { nextOffset: cleanStop.logEndOffset, sizeBytes: cleanStop.activeSizeBytes }
+            : undefined,
       }),
     );
   }
@@ -133,16 +147,29 @@ export async function recoverPartition(
     }
     segments.push(segment);
   };
-  let nextOffset = 0;
+  // docs/decisions.md §17: no offset below a clean stop's log end is assigned again.
+  const floor = cleanStop?.logEndOffset ?? 0;
+  let nextOffset = floor;
   for (const s of segments) nextOffset = Math.max(nextOffset, s.nextOffset);
   const last = segments.at(-1);
   if (last === undefined) {
     // Never restart offsets below what the cold tier holds (a lost data directory).
-    await createActive(Math.max(0, options.lowerTierEndOffset ?? -1));
+    await createActive(Math.max(floor, options.lowerTierEndOffset ?? -1));
   } else if (last.corruption !== null) {
     // docs/decisions.md §1: leave the corrupt active segment in place and roll a new one after it.
     await last.seal();
     await createActive(Math.max(nextOffset, last.baseOffset + 1));
+  } else if (last.nextOffset < floor) {
+    // The segment the clean stop ended in is gone (only older ones are left): keep what is there
+    // and continue after the recorded log end.
+    logger.log("error", "recovery.clean_stop_log_end_missing", {
+      partition: name,
+      segment: last.logPath,
+      next_offset: last.nextOffset,
+      clean_stop_log_end_offset: floor,
+    });
+    await last.seal();
+    await createActive(floor);
   } else {
     // Everything recovered is made durable before it becomes readable: the active segment's
     // bytes, and the directory entries of the files found (a roll whose directory fsync failed
@@ -164,6 +191,7 @@ export async function recoverPartition(
     segments: segments.length,
     corrupt_segments: corrupt,
     stray_files: strays.length,
+    clean_stop: cleanStop !== null,
     next_offset: active.nextOffset,
     log_start_offset: logStartOffset,
     duration_ms: options.clock.nowMs() - started,

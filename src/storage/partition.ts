@@ -36,6 +36,7 @@ import type { FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
 import { GroupCommit } from "./group-commit.ts";
 import { recoverPartition } from "./partition-recovery.ts";
+import type { CleanStop } from "./clean-stop.ts";
 import { type AppendRecords, isStored, logBytesOf } from "./record.ts";
 import { Segment, type SegmentContext, type SegmentDescription } from "./segment.ts";
 import type { StrayFile } from "./segment-files.ts";
@@ -81,6 +82,11 @@ export interface PartitionOptions {
    * `--max-open-segments`); without one every segment keeps its files open.
    */
   segmentHandles?: SegmentHandleCache;
+  /**
+   * Where this partition's log ended at the broker's last clean stop (`clean-stop.ts`,
+   * docs/decisions.md §17); absent after a crash.
+   */
+  cleanStop?: CleanStop | null;
 }
 
 /**
@@ -190,6 +196,7 @@ export class PartitionLog {
   /** The fsync state machine: high watermark, durable position, fencing. Made once recovered. */
   #commit!: GroupCommit;
   #closed = false;
+  #cleanStop: CleanStop | null = null;
   #strays: StrayFile[] = [];
   /** The message of the last roll that failed, until a roll succeeds (logged once). */
   #rollFailure: string | null = null;
@@ -253,6 +260,7 @@ export class PartitionLog {
       logStartOffset: options.logStartOffset,
       lowerTierFirstOffset: options.lowerTier?.firstOffset ?? -1,
       lowerTierEndOffset: options.lowerTier?.endOffset ?? -1,
+      cleanStop: options.cleanStop ?? null,
     });
     log.#segments = recovered.segments;
     log.#strays = recovered.strays;
@@ -1096,13 +1104,31 @@ export class PartitionLog {
     if (this.#drainRunning) await this.#drainRunning.catch(() => {});
     await this.#commit.closed(this.#closedError());
     // A clean shutdown leaves the active segment's files holding exactly its records and index.
-    if (!this.fenced && this.#active.nextOffset <= this.highWatermark)
-      await this.#active.trimPreallocated();
+    const active = this.#active;
+    const clean =
+      !this.fenced && active.nextOffset <= this.highWatermark && active.corruption === null;
+    if (clean) await active.trimPreallocated();
     this.#notify();
     this.#listeners.clear();
     this.#writeListeners.clear();
     this.keepRecentWrites(0);
     for (const s of this.#segments) await s.close();
+    // Every record is durable and the files are closed (docs/decisions.md §17).
+    if (clean)
+      this.#cleanStop = {
+        logEndOffset: active.nextOffset,
+        activeBaseOffset: active.baseOffset,
+        activeSizeBytes: active.sizeBytes,
+      };
+  }
+
+  /**
+   * Where the log ended if {@link close} closed it cleanly (not fenced, every record durable, no
+   * corrupt active segment), for the broker's clean-stop record (`clean-stop.ts`); null before
+   * the close or after an unclean one.
+   */
+  get cleanStop(): CleanStop | null {
+    return this.#cleanStop;
   }
 
   /** State for `GET /v1/admin/storage` and `es-broker check`. */

@@ -20,7 +20,11 @@
  * |         | record (zeros written ahead)                | rows below)   | to its records    |
  * | active  | full scan: bytes after the last record      | torn_tail_cut | log cut, fsynced; |
  * |         | that never decode, and no valid record      |               | index rewritten   |
- * |         | after them                                  |               |                   |
+ * |         | after them, and no clean-stop record        |               |                   |
+ * | active  | full scan after a clean stop (`clean-stop.  | corrupt       | none              |
+ * |         | ts`): a tail that never decodes, or the log |               |                   |
+ * |         | ending elsewhere than the record says       |               |                   |
+ * |         | (docs/decisions.md §17)                     |               |                   |
  * | any     | full scan: a record fails its checks        | corrupt       | none; the rest    |
  * |         | (active: and a valid one follows it,        |               | is skipped        |
  * |         | docs/decisions.md §1)                       |               |                   |
@@ -61,6 +65,14 @@ export interface SegmentCorruption {
    * The highest valid offset found after the corrupt position (records skipped as corrupt), or −1.
    */
   highestSkippedOffset: number;
+}
+
+/** Where an active segment ended at a clean stop (docs/decisions.md §17). */
+export interface SegmentCleanStop {
+  /** One past its last record. */
+  nextOffset: number;
+  /** Bytes of its records. */
+  sizeBytes: number;
 }
 
 /** What recovery decided about one segment. */
@@ -128,6 +140,11 @@ export async function recoverSegment(
     nowMs: number;
     /** Take every decision but change no file (`es-broker check`). */
     inspectOnly: boolean;
+    /**
+     * Where the active segment ended at a clean stop (`clean-stop.ts`), if the broker's record
+     * names this segment: a tail that does not decode is then corruption, not a torn write.
+     */
+    cleanStop?: SegmentCleanStop;
   },
 ): Promise<RecoveredSegment> {
   const { indexPath, active } = options;
@@ -247,9 +264,10 @@ async function fullScan(
     inspectOnly: boolean;
     indexProblem: string;
     storedBytes: Uint8Array | null;
+    cleanStop?: SegmentCleanStop;
   },
 ): Promise<void> {
-  const { active, logger, partition, inspectOnly, baseOffset } = options;
+  const { active, logger, partition, inspectOnly, baseOffset, cleanStop } = options;
   state.indexProblem = options.indexProblem;
   const { index: rebuilt, scan } = await scanAndIndex(log, { end: state.sizeBytes, baseOffset });
   if (!active) rebuilt.trim();
@@ -292,7 +310,7 @@ async function fullScan(
       end: state.sizeBytes,
       minOffset: state.nextOffset,
     });
-    if (active && after.firstValidPosition < 0) {
+    if (active && after.firstValidPosition < 0 && cleanStop === undefined) {
       // A torn tail: bytes that never decode up to the end of the file. Never acknowledged.
       const cutBytes = state.sizeBytes - scan.endPosition;
       if (!inspectOnly) {
@@ -315,12 +333,29 @@ async function fullScan(
     }
     markCorrupt(state, options, {
       position: scan.endPosition,
-      reason: scan.reason,
+      reason:
+        active && cleanStop !== undefined && after.firstValidPosition < 0
+          ? `${scan.reason} (after a clean stop that recorded ${cleanStop.sizeBytes} bytes up to offset ${cleanStop.nextOffset}: not a torn write)`
+          : scan.reason,
       highestSkippedOffset: after.highestOffset,
     });
     return;
   }
   state.readableEndBytes = state.sizeBytes;
+  if (
+    active &&
+    cleanStop !== undefined &&
+    (state.nextOffset !== cleanStop.nextOffset || state.sizeBytes !== cleanStop.sizeBytes)
+  ) {
+    // Every record decodes, but the log is not the one a clean stop left: records were lost or
+    // added since (docs/decisions.md §17).
+    markCorrupt(state, options, {
+      position: state.sizeBytes,
+      reason: `the log ends at offset ${state.nextOffset} after ${state.sizeBytes} bytes, but the clean stop recorded offset ${cleanStop.nextOffset} after ${cleanStop.sizeBytes} bytes`,
+      highestSkippedOffset: -1,
+    });
+    return;
+  }
   // A sealed segment's stored index must equal the rebuilt one. An active segment's may lag its
   // records (entries are written a few KiB at a time): a prefix of the rebuilt one is kept and
   // appended to.

@@ -57,6 +57,7 @@ import {
   scanAndIndex,
   writeIndexFile,
   type RecoveredSegment,
+  type SegmentCleanStop,
   type SegmentCorruption,
   type SegmentRecoveryOutcome,
 } from "./segment-recovery.ts";
@@ -484,6 +485,8 @@ export class Segment implements CachedSegmentFiles {
        * not appends.
        */
       inspectOnly?: boolean;
+      /** Where this active segment ended at a clean stop (`clean-stop.ts`), if it did. */
+      cleanStop?: SegmentCleanStop;
     },
   ): Promise<Segment> {
     const { dir, baseOffset, active } = options;
@@ -501,6 +504,7 @@ export class Segment implements CachedSegmentFiles {
         active,
         nowMs: options.nowMs,
         inspectOnly,
+        cleanStop: options.cleanStop,
       });
       const segment = new Segment({ fs, context: contextOf(options), dir, baseOffset, log, state });
       if (!active) {

@@ -8,6 +8,7 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  rmSync,
   writeFileSync,
   writeSync,
 } from "node:fs";
@@ -36,6 +37,15 @@ describe(`[${target}] es-broker check`, () => {
       .sort();
     expect(logs.length).toBeGreaterThan(2);
     appendFileSync(`${pdir}/${logs.at(-1)}`, Buffer.from([1, 2, 3]));
+    // After the clean stop no write was in flight: the bad tail is corrupt (docs/decisions.md §17).
+    const afterClean = await runCli(["check", "--data-dir", `${dir}/data`]);
+    expect(afterClean.code).toBe(1);
+    expect(afterClean.stdout.toString()).toMatch(/CORRUPT .*after a clean stop/);
+    expect(afterClean.stdout.toString()).toMatch(/clean-stop\.json: the last stop was clean/);
+    const afterCleanJson = await runCli(["check", "--data-dir", `${dir}/data`, "--json"]);
+    expect(afterCleanJson.code).toBe(1);
+    // As a crash leaves the directory (no clean-stop record): a torn tail, a warning.
+    rmSync(`${dir}/data/clean-stop.json`);
     const torn = await runCli(["check", "--data-dir", `${dir}/data`]);
     expect(torn.code).toBe(0);
     expect(torn.stdout.toString()).toMatch(/warning .*torn tail of 3 bytes/);
@@ -62,6 +72,7 @@ describe(`[${target}] es-broker check`, () => {
         }
     };
     collect(report);
+    collect(JSON.parse(afterCleanJson.stdout.toString()));
     const doc = readFileSync(new URL("../../docs/storage.md", import.meta.url), "utf8");
     const from = doc.indexOf("`--json` prints the whole report");
     expect(from, "the --json shape in docs/storage.md").toBeGreaterThanOrEqual(0);

@@ -84,6 +84,8 @@ describe("checkDataDir (es-broker check)", () => {
     writeSync(fd, Buffer.from([0x5a]), 0, 1, 100);
     closeSync(fd);
     appendFileSync(`${dir}/topics/t/0/${names.at(-1)}`, Buffer.from([1, 2, 3, 4, 5, 6, 7]));
+    // As a crash leaves it: no clean-stop record, so the active segment's tail may be torn.
+    rmSync(`${dir}/clean-stop.json`);
     writeFileSync(`${dir}/topics/t/0/${names[0].replace(".log", ".index")}`, Buffer.alloc(9));
     writeFileSync(`${dir}/topics/t/0/x.log.bak`, "junk");
     writeFileSync(`${dir}/topics/u/topic.json`, "{");
@@ -101,6 +103,30 @@ describe("checkDataDir (es-broker check)", () => {
     expect(t.partitions[0].strays.map((s) => s.name)).toEqual(["x.log.bak"]);
     expect(report.topics.find((x) => x.name === "u")!.metadataProblem).toMatch(/topic.json/);
     expect(report.corrupt).toBe(2);
+  });
+
+  it("calls a bad tail of the active segment corrupt after a clean stop (docs/decisions.md §17)", async () => {
+    const dir = await dataDir();
+    const names = segs(dir);
+    const active = `${dir}/topics/t/0/${names.at(-1)}`;
+    const size = statSync(active).size;
+    const fd = openSync(active, "r+");
+    writeSync(fd, Buffer.from([0x01]), 0, 1, size - 5);
+    closeSync(fd);
+    const report = await checkDataDir(new NodeFileSystem(), dir);
+    const p = report.topics.find((x) => x.name === "t")!.partitions[0];
+    expect(p.cleanStop).toMatchObject({ logEndOffset: 60 });
+    const s = p.segments.at(-1)!;
+    expect(s.severity).toBe("corrupt");
+    expect(s.detail).toMatch(/after a clean stop/);
+    expect(report.corrupt).toBe(1);
+    // The same bytes after a crash (no record): a torn tail, a warning.
+    rmSync(`${dir}/clean-stop.json`);
+    const crashed = await checkDataDir(new NodeFileSystem(), dir);
+    expect(crashed.corrupt).toBe(0);
+    expect(
+      crashed.topics.find((x) => x.name === "t")!.partitions[0].segments.at(-1)!.detail,
+    ).toMatch(/torn tail/);
   });
 
   it("calls a sealed segment whose tail does not decode corrupt, not torn", async () => {

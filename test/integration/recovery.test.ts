@@ -54,10 +54,16 @@ async function open(dataDir: string): Promise<{ broker: LocalBroker; logger: Mem
 }
 
 /**
- * Writes `count` records to topic "r" (one partition) one request at a time and stops.
+ * Writes `count` records to topic "r" (one partition) one request at a time and stops cleanly;
+ * with `crash`, the clean-stop record is then removed, as a crash leaves the directory.
  * @returns the data dir, the partition dir, the segment base offsets, and the record size.
  */
-async function writeLog(options: { count: number; segmentBytes: number; valueBytes?: number }) {
+async function writeLog(options: {
+  count: number;
+  segmentBytes: number;
+  valueBytes?: number;
+  crash?: boolean;
+}) {
   // Large logs go ten records per request (each request still acknowledged after its fsync).
   const perRequest = options.count > 100 ? 10 : 1;
   const { dir } = tempDir();
@@ -81,6 +87,8 @@ async function writeLog(options: { count: number; segmentBytes: number; valueByt
   }
   await broker.close();
   const part = `${dataDir}/topics/r/0`;
+  expect(existsSync(`${dataDir}/clean-stop.json`)).toBe(true);
+  if (options.crash) unlinkSync(`${dataDir}/clean-stop.json`);
   return { dataDir, part, bases: segmentBases(part), valueBytes };
 }
 
@@ -160,8 +168,8 @@ function events(logger: MemoryLogger, name: string) {
 }
 
 describe("recovery after the files changed between stop and start", () => {
-  it("cuts 7 garbage bytes appended to the active log as a torn tail and serves every record", async () => {
-    const w = await writeLog({ count: 30, segmentBytes: 1024 });
+  it("after a crash, cuts 7 garbage bytes appended to the active log as a torn tail and serves every record", async () => {
+    const w = await writeLog({ count: 30, segmentBytes: 1024, crash: true });
     const active = logPath(w.part, w.bases.at(-1)!);
     const size = statSync(active).size;
     writeFileSync(
@@ -177,8 +185,8 @@ describe("recovery after the files changed between stop and start", () => {
     expect(await produceOne(broker, "after")).toBe(30);
   });
 
-  it("cuts the last record when it is one byte short, and gives its offset to the next record", async () => {
-    const w = await writeLog({ count: 30, segmentBytes: 1024 });
+  it("after a crash, cuts the last record when it is one byte short, and gives its offset to the next record", async () => {
+    const w = await writeLog({ count: 30, segmentBytes: 1024, crash: true });
     const active = logPath(w.part, w.bases.at(-1)!);
     const last = recordsIn(active).at(-1)!;
     expect(last.offset).toBe(29);
@@ -190,6 +198,109 @@ describe("recovery after the files changed between stop and start", () => {
     ]);
     expect(statSync(active).size).toBe(last.position);
     expect(await produceOne(broker, "after")).toBe(29);
+  });
+
+  describe("after a clean stop (a clean-stop record: no write was in flight, docs/decisions.md §17)", () => {
+    /**
+     * The active segment's tail changed after a clean stop: the segment is left as it is and
+     * reported corrupt, a new active segment is rolled at the recorded log end (30), the records
+     * before the damage are served, and no offset is given to a second record.
+     */
+    async function expectCleanStopCorruption(
+      edit: (active: string, last: { position: number; size: number; valueStart: number }) => void,
+      served: number,
+    ) {
+      const w = await writeLog({ count: 30, segmentBytes: 1024 });
+      const active = logPath(w.part, w.bases.at(-1)!);
+      const last = recordsIn(active).at(-1)!;
+      expect(last.offset).toBe(29);
+      edit(active, last);
+      const size = statSync(active).size;
+      const { broker, logger } = await open(w.dataDir);
+      expect(events(logger, "recovery.torn_tail_cut")).toEqual([]);
+      expect(events(logger, "recovery.corrupt_segment")).toMatchObject([{ segment: active }]);
+      expect(statSync(active).size).toBe(size);
+      expect(existsSync(`${w.dataDir}/clean-stop.json`)).toBe(false);
+      expect(segmentBases(w.part)).toEqual([...w.bases, 30]);
+      expect(await readAll(broker)).toEqual(range(0, served).map((o) => expected(o, w.valueBytes)));
+      expect((await broker.listOffsets({ topic: "r", partition: 0 })).highWatermark).toBe(30);
+      expect(await produceOne(broker, "after")).toBe(30);
+      await broker.close();
+    }
+
+    it("reports a flipped bit in the last record's value as corruption, not a torn tail: offset 29 is never reused", async () => {
+      await expectCleanStopCorruption(
+        (active, last) => patch(active, (b) => void (b[last.valueStart + 3] ^= 0x01)),
+        29,
+      );
+    });
+
+    it("reports a last record one byte short as corruption", async () => {
+      await expectCleanStopCorruption(
+        (active, last) =>
+          writeFileSync(active, readFileSync(active).subarray(0, last.position + last.size - 1)),
+        29,
+      );
+    });
+
+    it("reports a whole last record missing as corruption (every record left decodes)", async () => {
+      await expectCleanStopCorruption(
+        (active, last) => writeFileSync(active, readFileSync(active).subarray(0, last.position)),
+        29,
+      );
+    });
+
+    it("reports 7 bytes appended to the active log as corruption and serves every record", async () => {
+      await expectCleanStopCorruption(
+        (active) =>
+          writeFileSync(
+            active,
+            Buffer.concat([readFileSync(active), Buffer.from([1, 2, 3, 4, 5, 6, 7])]),
+          ),
+        30,
+      );
+    });
+
+    it("continues at the recorded log end when the active segment is gone", async () => {
+      const w = await writeLog({ count: 30, segmentBytes: 1024 });
+      expect(w.bases.length).toBeGreaterThan(1);
+      const activeBase = w.bases.at(-1)!;
+      unlinkSync(logPath(w.part, activeBase));
+      unlinkSync(indexPath(w.part, activeBase));
+      const { broker, logger } = await open(w.dataDir);
+      expect(events(logger, "recovery.clean_stop_log_end_missing")).toMatchObject([
+        { partition: "r/0", next_offset: activeBase, clean_stop_log_end_offset: 30 },
+      ]);
+      expect(segmentBases(w.part)).toEqual([...w.bases.slice(0, -1), 30]);
+      expect(await produceOne(broker, "after")).toBe(30);
+      await broker.close();
+    });
+
+    it("starts as usual from an intact clean stop, and removes the record", async () => {
+      const w = await writeLog({ count: 30, segmentBytes: 1024 });
+      const { broker, logger } = await open(w.dataDir);
+      expect(existsSync(`${w.dataDir}/clean-stop.json`)).toBe(false);
+      expect(events(logger, "recovery.corrupt_segment")).toEqual([]);
+      expect(events(logger, "recovery.partition")).toMatchObject([{ clean_stop: true }]);
+      expect(segmentBases(w.part)).toEqual(w.bases);
+      expect(await readAll(broker)).toEqual(range(0, 30).map((o) => expected(o, w.valueBytes)));
+      expect(await produceOne(broker, "after")).toBe(30);
+      await broker.close();
+    });
+
+    it("ignores an unreadable record, reports it, and applies the crash rule", async () => {
+      const w = await writeLog({ count: 30, segmentBytes: 1024 });
+      writeFileSync(`${w.dataDir}/clean-stop.json`, "{");
+      const active = logPath(w.part, w.bases.at(-1)!);
+      const last = recordsIn(active).at(-1)!;
+      writeFileSync(active, readFileSync(active).subarray(0, last.position + 5));
+      const { broker, logger } = await open(w.dataDir);
+      expect(events(logger, "recovery.clean_stop_unreadable")).toHaveLength(1);
+      expect(events(logger, "recovery.torn_tail_cut")).toHaveLength(1);
+      expect(existsSync(`${w.dataDir}/clean-stop.json`)).toBe(false);
+      expect(await produceOne(broker, "after")).toBe(29);
+      await broker.close();
+    });
   });
 
   /**
@@ -340,8 +451,8 @@ describe("recovery after the files changed between stop and start", () => {
     });
   });
 
-  it("cuts a last record whose record_len became 0xFFFFFFFF as a torn tail (nothing valid follows it)", async () => {
-    const w = await writeLog({ count: 30, segmentBytes: 1024 });
+  it("after a crash, cuts a last record whose record_len became 0xFFFFFFFF as a torn tail (nothing valid follows it)", async () => {
+    const w = await writeLog({ count: 30, segmentBytes: 1024, crash: true });
     const active = logPath(w.part, w.bases.at(-1)!);
     const last = recordsIn(active).at(-1)!;
     patch(active, (b) => b.writeUInt32BE(0xffffffff, last.position));
