@@ -5,6 +5,7 @@
 import type { Broker } from "../broker/types.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
+import type { ConnectionLimit } from "../lib/connection-limit.ts";
 import type { EarlyListener } from "./early-listener.ts";
 import { systemClock } from "../runtime/clock.ts";
 import { nodeGunzip } from "../runtime/kafka-gzip.ts";
@@ -53,6 +54,8 @@ export async function startKafkaListener(options: {
   meter?: <B extends Broker>(broker: B) => B;
   /** A listener bound already (`listenEarly`, cluster mode): serves its connections instead of binding. */
   bound?: EarlyListener;
+  /** The broker-wide bound on open connections (`--max-connections`). */
+  connectionLimit?: ConnectionLimit;
 }): Promise<KafkaListener> {
   const transport = createKafkaTransport({
     broker: options.broker,
@@ -79,6 +82,7 @@ export async function startKafkaListener(options: {
         logger: options.logger,
         refusals: options.refusals,
         listener: "kafka",
+        connectionLimit: options.connectionLimit,
       },
       (socket) => transport.handleConnection(socket),
     ));

@@ -19,7 +19,8 @@ import { listenFailure } from "./listen-error.ts";
 import { type EarlyListener, listenEarly } from "./early-listener.ts";
 import { s3ColdStoreFromEnvironment, type S3ColdStore } from "../runtime/s3-cold-store.ts";
 import { coldReclaimIntervalMs, isColdTierKey } from "../storage/cold-store.ts";
-import { runtimeDescription } from "../runtime/info.ts";
+import { openFilesSoftLimit, runtimeDescription } from "../runtime/info.ts";
+import { ConnectionLimit } from "../lib/connection-limit.ts";
 import { createAuthenticatedHttpApp } from "../transport/http/auth.ts";
 import { AccessControl } from "../auth/access.ts";
 import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
@@ -44,6 +45,9 @@ import {
   producerExpiryMsDefault,
   flushIntervalMsDefault,
   maxOpenSegmentsDefault,
+  maxConnectionsDefault,
+  maxConnectionsFallback,
+  maxConnectionsMax,
   maxOpenSegmentsMax,
   maxOpenSegmentsMin,
   readTimeoutMsDefault,
@@ -109,6 +113,10 @@ Options:
                               are opened again when read, least recently used closed first
                               (default ${maxOpenSegmentsDefault}; the active segment of each partition
                               is always open: 2 descriptors per partition)
+  --max-connections N         client connections open at once over the HTTP, TCP and Kafka ports;
+                              one more is closed at once, counted and logged (connection.refused)
+                              (default: half the open-files limit, ulimit -n, or ${maxConnectionsFallback}
+                              where it cannot be read; the other half stays for storage)
   --max-request-bytes BYTES   largest HTTP body or TCP frame (default ${requestBytesDefault})
   --read-timeout MS           close a TCP or Kafka connection stalled inside a frame, or (while the
                               broker has keys) not authenticated this long after opening (default ${readTimeoutMsDefault})
@@ -217,6 +225,7 @@ export async function serve(argv: string[]): Promise<number> {
       "tcp-port": { type: "string" },
       "flush-every-records": { type: "string" },
       "max-open-segments": { type: "string" },
+      "max-connections": { type: "string" },
       "flush-interval": { type: "string" },
       "max-request-bytes": { type: "string" },
       "read-timeout": { type: "string" },
@@ -301,6 +310,13 @@ export async function serve(argv: string[]): Promise<number> {
     maxOpenSegmentsDefault,
     maxOpenSegmentsMin,
     maxOpenSegmentsMax,
+  );
+  const maxConnections = intOption(
+    "max-connections",
+    values["max-connections"],
+    maxConnectionsDefault(await openFilesSoftLimit()),
+    1,
+    maxConnectionsMax,
   );
   const maxRequestBytes = intOption(
     "max-request-bytes",
@@ -504,6 +520,9 @@ export async function serve(argv: string[]): Promise<number> {
   const stopEventLoopProbe = startEventLoopProbe(metrics);
   // One count of refused client input for both front doors, logged at most every few seconds per kind.
   const refusals = new RefusalLog({ logger, clock: systemClock });
+  // One bound over every client listener, below the descriptors storage needs (docs/operations.md
+  // "Descriptors and connections").
+  const connectionLimit = new ConnectionLimit(maxConnections, refusals);
 
   // The HTTP port listens from before recovery: /healthz answers 200 and /readyz 503 with the
   // progress until the broker is open; every other request gets 503 unavailable meanwhile.
@@ -530,7 +549,15 @@ export async function serve(argv: string[]): Promise<number> {
         fetch: (request, env) => httpApp.fetch(request, env),
         fastRoute: (request) => httpApp.fastRoute?.(request) ?? null,
       },
-      { host, port: httpPort, maxRequestBytes, refusals, tls: tlsMaterial, logger },
+      {
+        host,
+        port: httpPort,
+        maxRequestBytes,
+        refusals,
+        tls: tlsMaterial,
+        logger,
+        connectionLimit,
+      },
     ).catch((err) => {
       throw listenFailure(err, { listener: "HTTP", option: "--http-port", host, port: httpPort });
     });
@@ -600,6 +627,7 @@ export async function serve(argv: string[]): Promise<number> {
         tls: tlsMaterial,
         logger,
         refusals,
+        connectionLimit,
       }).catch((err) => {
         throw listenFailure(err, { listener: "TCP", option: "--tcp-port", host, port: tcpPort });
       });
@@ -611,6 +639,7 @@ export async function serve(argv: string[]): Promise<number> {
           logger,
           refusals,
           listener: "kafka",
+          connectionLimit,
         }).catch((err) => {
           throw listenFailure(err, {
             listener: "Kafka",
@@ -775,7 +804,7 @@ export async function serve(argv: string[]): Promise<number> {
       listener = earlyTcp.listener;
     } else
       listener = await listenTcp(
-        { host, port: tcpPort, tls: tlsMaterial, logger, refusals },
+        { host, port: tcpPort, tls: tlsMaterial, logger, refusals, connectionLimit },
         (socket) => tcp!.handleConnection(socket),
       ).catch((err) => {
         throw listenFailure(err, { listener: "TCP", option: "--tcp-port", host, port: tcpPort });
@@ -786,6 +815,7 @@ export async function serve(argv: string[]): Promise<number> {
         access,
         logger,
         refusals,
+        connectionLimit,
         host,
         port: kafkaPort,
         // In a cluster every broker is named by its registration (--advertise-tcp's host), this

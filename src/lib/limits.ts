@@ -100,6 +100,26 @@ export const segmentBytesMin = 1 * KiB;
  * `storage/segment-handles.ts`): each holds one descriptor (its log) and its index in memory.
  */
 export const maxOpenSegmentsDefault = 256;
+
+/**
+ * `--max-connections` when the descriptor limit cannot be read (`runtime/info.ts`
+ * `openFilesSoftLimit`); where it can, the default is half of it (`maxConnectionsDefault`).
+ */
+export const maxConnectionsFallback = 4096;
+
+/** Largest `--max-connections`. */
+export const maxConnectionsMax = 1_000_000;
+
+/**
+ * The default `--max-connections` for a soft descriptor limit of `softLimit` (null: unknown):
+ * half the limit, so that the other half stays for storage (2 per partition, one per cached
+ * sealed segment, group and metadata files; docs/operations.md "Descriptors and connections"),
+ * at least 16.
+ */
+export function maxConnectionsDefault(softLimit: number | null): number {
+  if (softLimit === null || !Number.isFinite(softLimit)) return maxConnectionsFallback;
+  return Math.min(maxConnectionsMax, Math.max(16, Math.floor(softLimit / 2)));
+}
 /** The range `--max-open-segments` accepts. */
 export const maxOpenSegmentsMin = 1;
 export const maxOpenSegmentsMax = 1_000_000;

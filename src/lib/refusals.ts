@@ -39,6 +39,8 @@ export const refusalKinds = [
   "kafka.request_refused",
   /** A Kafka request frame that did not arrive whole within `--read-timeout`; the connection closed. */
   "kafka.read_timeout",
+  /** A connection accepted beyond `--max-connections` (HTTP, TCP or Kafka); closed at once (`lib/connection-limit.ts`). */
+  "connection.refused",
 ] as const;
 
 /** One of {@link refusalKinds}. */

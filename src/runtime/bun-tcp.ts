@@ -20,6 +20,7 @@
 import { unmappedHost } from "../lib/address.ts";
 import { tcpEndLingerMs } from "../lib/limits.ts";
 import type { ByteSocket, ByteSocketHandlers } from "../transport/tcp/socket.ts";
+import type { ConnectionLimit } from "../lib/connection-limit.ts";
 
 /** The part of a Bun TCP socket the adapter uses (Bun's own types are not a dependency). */
 export interface BunSocket {
@@ -87,7 +88,14 @@ export function listenBunTcp(
   host: string,
   port: number,
   onConnection: (socket: ByteSocket) => void,
+  options: {
+    /** Connections beyond it are closed at once (`lib/connection-limit.ts`). */
+    limit?: ConnectionLimit;
+    /** Which listener this is, in the refusal's log line. */
+    listener?: "tcp" | "kafka";
+  } = {},
 ): Promise<BunTcpListener> {
+  const { limit } = options;
   const bun = (globalThis as { Bun?: BunGlobal }).Bun;
   if (bun === undefined) return Promise.reject(new Error("Bun.listen needs the Bun runtime"));
   let open = 0;
@@ -100,6 +108,14 @@ export function listenBunTcp(
       allowHalfOpen: true,
       socket: {
         open(socket) {
+          // A refused socket keeps `data` undefined: its `close` is not counted.
+          if (
+            limit !== undefined &&
+            !limit.admit(options.listener ?? "tcp", `${socket.remoteAddress}:${socket.remotePort}`)
+          ) {
+            socket.terminate();
+            return;
+          }
           open++;
           const adapter = new BunByteSocket(socket);
           socket.data = adapter;
@@ -109,7 +125,9 @@ export function listenBunTcp(
         drain: (socket) => socket.data?.onDrain(),
         end: (socket) => socket.data?.onPeerEnd(),
         close(socket) {
-          socket.data?.onClose();
+          if (socket.data === undefined) return;
+          socket.data.onClose();
+          limit?.release();
           open--;
           onDrained?.();
         },

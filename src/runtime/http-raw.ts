@@ -15,6 +15,7 @@
  * destroys an idle keep-alive connection after 5 s; never sooner, since clients reuse a
  * connection until shortly before the `Keep-Alive: timeout=5` the answers announce.
  */
+import type { ConnectionLimit } from "../lib/connection-limit.ts";
 import type { Server } from "node:http";
 import { STATUS_CODES } from "node:http";
 import * as net from "node:net";
@@ -50,6 +51,11 @@ export interface ListenRawHttpOptions {
   take(request: RawRequest): Promise<RawAnswer> | null;
   /** Called on every connection accepted (counting, as the `node:http` path does). */
   onConnection?: (socket: net.Socket) => void;
+  /**
+   * The broker-wide connection bound (`--max-connections`): a connection accepted beyond it is
+   * closed at once, before anything is read (and `onConnection` is not called for it).
+   */
+  connectionLimit?: ConnectionLimit;
 }
 
 /** Raw requests started and not yet answered per connection, past which the rest is handed over. */
@@ -99,7 +105,15 @@ export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpLis
   let open = 0;
   let onEmpty: (() => void) | null = null;
 
+  const limit = options.connectionLimit;
   const accept = (accepted: net.Socket): void => {
+    if (
+      limit !== undefined &&
+      !limit.admit("http", `${accepted.remoteAddress ?? "?"}:${accepted.remotePort ?? "?"}`)
+    ) {
+      accepted.destroy();
+      return;
+    }
     open++;
     let connection: RawHttpConnection | null = null;
     let handedOver = false;
@@ -147,6 +161,7 @@ export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpLis
     });
     socket.once("close", () => {
       open--;
+      limit?.release();
       mine.onClose();
       raw.delete(mine);
       checkEmpty();

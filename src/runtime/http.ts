@@ -75,6 +75,7 @@
  * Node; `Deno.serve` closes such a connection at once (the client sees a handshake error) without a
  * hook to log it.
  */
+import type { ConnectionLimit } from "../lib/connection-limit.ts";
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
 import type { Socket } from "node:net";
@@ -124,6 +125,12 @@ export interface ServeHttpOptions {
    * Node's `headersTimeout`, 60 000); answered 408 `request_timeout`. For tests.
    */
   headersTimeoutMs?: number;
+  /**
+   * The broker-wide connection bound (`--max-connections`): a connection accepted beyond it is
+   * closed at once, before anything is read. `node:http` only (Node, Bun, Deno with TLS):
+   * `Deno.serve` tells its handlers nothing about connections.
+   */
+  connectionLimit?: ConnectionLimit;
 }
 
 /** A running server. */
@@ -634,6 +641,7 @@ async function serveNode(
   }
   let connectionsOpen = 0;
   let onAllClosed: (() => void) | null = null;
+  const limit = options.connectionLimit;
   const countConnection = (socket: Socket) => {
     connectionsOpen++;
     socket.once("close", () => {
@@ -644,7 +652,19 @@ async function serveNode(
   // Plain HTTP with a fast route: the raw listener accepts (and counts) the connections and hands
   // `server` those it does not serve itself; `server` does not listen.
   const rawListening = material === undefined && take !== undefined;
-  if (!rawListening) listening.on("connection", countConnection);
+  if (!rawListening)
+    listening.on("connection", (socket: Socket) => {
+      // `node:http` has set the connection up already (its listener comes first); nothing has
+      // been read from it yet, so closing it now refuses it whole.
+      if (limit !== undefined) {
+        if (!limit.admit("http", `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`)) {
+          socket.destroy();
+          return;
+        }
+        socket.once("close", () => limit.release());
+      }
+      countConnection(socket);
+    });
   // Before any other "request" listener: what a parser fault owes, in order (that module's comment).
   answerConnectionErrorsInOrder(server, options.refusals);
   let closing = false;
@@ -673,6 +693,7 @@ async function serveNode(
       server,
       take,
       onConnection: countConnection,
+      connectionLimit: limit,
     });
     port = raw.port;
     // `node:http` starts tracking its connections (closeIdleConnections, and the head and request

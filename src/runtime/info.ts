@@ -38,3 +38,19 @@ export function runtimeDescription(): string {
       return `node ${g.process?.versions?.node ?? "unknown"}`;
   }
 }
+
+/**
+ * The process's soft limit on open descriptors (`ulimit -n`, `LimitNOFILE`), read from
+ * `/proc/self/limits` (Linux, every runtime); null where that file is not there or not readable
+ * (macOS, a sandbox) or the limit is "unlimited".
+ */
+export async function openFilesSoftLimit(): Promise<number | null> {
+  try {
+    const { readFile } = await import("node:fs/promises");
+    const text = await readFile("/proc/self/limits", "utf8");
+    const match = /^Max open files\s+(\d+)\s/m.exec(text);
+    return match === null ? null : Number(match[1]);
+  } catch {
+    return null;
+  }
+}

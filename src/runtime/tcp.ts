@@ -15,6 +15,7 @@ import { listenBunTcp } from "./bun-tcp.ts";
 import { runtimeName } from "./info.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
+import type { ConnectionLimit } from "../lib/connection-limit.ts";
 import { logTlsClientError, tlsServerOptions, type TlsServerMaterial } from "./tls.ts";
 import type { ByteSocket, ByteSocketHandlers } from "../transport/tcp/socket.ts";
 
@@ -48,6 +49,11 @@ export interface ListenTcpOptions {
   refusals?: RefusalLog;
   /** Which listener this is, for those log lines: the TCP protocol's (default) or the Kafka one. */
   listener?: "tcp" | "kafka";
+  /**
+   * The broker-wide connection bound (`--max-connections`): a connection accepted beyond it is
+   * closed at once, before anything is read from it or a TLS handshake starts.
+   */
+  connectionLimit?: ConnectionLimit;
 }
 
 /**
@@ -59,8 +65,13 @@ export function listenTcp(
   options: ListenTcpOptions,
   onConnection: (socket: ByteSocket) => void,
 ): Promise<TcpListener> {
+  const limit = options.connectionLimit;
+  const name = options.listener ?? "tcp";
   if (options.tls === undefined && useBunListen())
-    return listenBunTcp(options.host, options.port, onConnection).then((listener) => ({
+    return listenBunTcp(options.host, options.port, onConnection, {
+      limit,
+      listener: name,
+    }).then((listener) => ({
       host: options.host,
       port: listener.port,
       close: () => listener.close(),
@@ -81,14 +92,33 @@ export function listenTcp(
     const server: net.Server | tls.Server =
       material === undefined
         ? net.createServer({ noDelay: true, pauseOnConnect: sharedReads }, (socket) => {
+            if (limit !== undefined && !limit.admit(name, remoteOf(socket))) {
+              socket.destroy();
+              return;
+            }
             open++;
-            onConnection(NodeByteSocket.accepted(socket, closed));
+            onConnection(
+              NodeByteSocket.accepted(socket, () => {
+                limit?.release();
+                closed();
+              }),
+            );
           })
         : tls.createServer(
             { ...tlsServerOptions(material), noDelay: true } as tls.TlsOptions,
             (socket) => onConnection(new NodeByteSocket(socket)),
           );
     if (server instanceof tls.Server) {
+      if (limit !== undefined) {
+        // The raw connection, before its handshake: a refused one never costs a handshake.
+        server.on("connection", (socket: net.Socket) => {
+          if (!limit.admit(name, remoteOf(socket))) {
+            socket.destroy();
+            return;
+          }
+          socket.once("close", () => limit.release());
+        });
+      }
       server.on("tlsClientError", (error, socket) => {
         logTlsClientError(options, options.listener ?? "tcp", error, socket);
         // With a listener here, node:tls leaves a timed-out handshake's socket open: close it.
@@ -127,6 +157,11 @@ export function listenTcp(
       });
     });
   });
+}
+
+/** `address:port` of a connection's peer, for log lines. */
+function remoteOf(socket: net.Socket): string {
+  return `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`;
 }
 
 /**

@@ -88,6 +88,7 @@ describe("RefusalLog", () => {
       "http.tls_on_plain_port": 0,
       "kafka.request_refused": 0,
       "kafka.read_timeout": 0,
+      "connection.refused": 0,
     });
   });
 });
