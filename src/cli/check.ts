@@ -10,13 +10,15 @@ import { checkDataDir, type CheckReport } from "../storage/check.ts";
 import { classifyGroupsEntry, leftovers, type LeftoverKind } from "../storage/leftovers.ts";
 import { readJsonFile } from "../storage/metadata.ts";
 import { cleanStopFileName } from "../storage/clean-stop.ts";
-import { joinPath, type FileSystem } from "../fs/types.ts";
+import { joinPath, readWholeFile, type FileSystem } from "../fs/types.ts";
+import { scanJournal } from "../storage/producer-journal.ts";
+import { producerJournalBytesMax } from "../lib/limits.ts";
 import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
 import { parseGroupFile } from "../broker/groups.ts";
 import { parseTopicFile } from "../broker/topics.ts";
 import { SchemaRegistry, schemasFileName } from "../registry/registry.ts";
 import { parseSnapshot } from "../broker/producers/snapshot.ts";
-import { producerSnapshotFileName } from "../broker/producers/state.ts";
+import { producerJournalFileName, producerSnapshotFileName } from "../broker/producers/state.ts";
 import { systemKeyCrypto } from "../runtime/crypto.ts";
 import { systemClock } from "../runtime/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
@@ -190,11 +192,44 @@ async function checkMetadataFiles(
     found(joinPath(dataDir, schemasFileName), "unreadable_schema_registry", registryProblem);
   const snapshot = joinPath(dataDir, producerSnapshotFileName);
   const read = await readJsonFile(fs, snapshot);
-  if ("missing" in read) return;
-  try {
-    if ("error" in read) throw new Error(read.error);
-    parseSnapshot(read.value);
-  } catch (err) {
-    found(snapshot, "unreadable_producer_state", errorMessage(err));
+  if (!("missing" in read)) {
+    try {
+      if ("error" in read) throw new Error(read.error);
+      parseSnapshot(read.value);
+    } catch (err) {
+      found(snapshot, "unreadable_producer_state", errorMessage(err));
+    }
   }
+  await checkProducerJournal(fs, joinPath(dataDir, producerJournalFileName), found);
+}
+
+/**
+ * `producers.journal`, judged by {@link scanJournal} as a start judges it: damage with valid entries
+ * after it is corrupt (a start makes idempotent produce unavailable), a torn tail a warning (a
+ * start cuts it). A file over the start's size limit is corrupt too.
+ */
+async function checkProducerJournal(
+  fs: FileSystem,
+  path: string,
+  found: (path: string, kind: LeftoverKind, problem: string) => void,
+): Promise<void> {
+  const stat = await fs.stat(path);
+  if (stat === null || stat.isDirectory) return;
+  if (stat.size > producerJournalBytesMax) {
+    found(
+      path,
+      "corrupt_producer_journal",
+      `${stat.size} bytes, over the limit of ${producerJournalBytesMax} a start reads`,
+    );
+    return;
+  }
+  const bytes = await readWholeFile(fs, path, producerJournalBytesMax);
+  const scan = scanJournal(bytes);
+  if (scan.corruption !== null) found(path, "corrupt_producer_journal", scan.corruption.reason);
+  else if (scan.generation !== null && scan.endPosition < bytes.length)
+    found(
+      path,
+      "producer_journal_torn_tail",
+      `${bytes.length - scan.endPosition} bytes from byte ${scan.endPosition}, after ${scan.entries.length} entries`,
+    );
 }

@@ -26,10 +26,12 @@
  * | `unreadable_group_file`   | `groups/<group>.json` that cannot be read or parsed (`broker/groups.ts`) | makes the group unavailable | corrupt |
  * | `unreadable_schema_registry` | `schemas.json` that cannot be read, parsed or compiled (`registry/registry.ts`) | makes the schema registry unavailable | corrupt |
  * | `unreadable_producer_state` | `producers.json` that cannot be read or parsed (`broker/producers/snapshot.ts`) | makes idempotent produce unavailable | corrupt |
+ * | `producer_journal_torn_tail` | bytes after the last whole entry of `producers.journal` where no entry decodes: its last write, torn (`producer-journal.ts`) | cuts them off (`producers.journal_torn_tail`) | warning |
+ * | `corrupt_producer_journal` | a bad entry or header of `producers.journal` with a valid entry after it (`scanJournal`, docs/decisions.md §1) | leaves the file, makes idempotent produce unavailable | corrupt |
  *
- * The last five are not leftovers but metadata files; `check` judges them with the functions
- * start-up uses (the last four in `cli/check.ts`, as `storage/` does not parse them) and words
- * them from this table.
+ * The five before the last two are not leftovers but metadata files, and the last two the
+ * producer journal; `check` judges them with the functions start-up uses (all but the first in
+ * `cli/check.ts`, as `storage/` does not parse the metadata) and words them from this table.
  *
  * A temp file of the metadata writer is never the only copy of anything acknowledged: the rename
  * over its target is the write's commit point, so a temp left behind is a write that never
@@ -62,7 +64,9 @@ export type LeftoverKind =
   | "unusable_key_file"
   | "unreadable_group_file"
   | "unreadable_schema_registry"
-  | "unreadable_producer_state";
+  | "unreadable_producer_state"
+  | "producer_journal_torn_tail"
+  | "corrupt_producer_journal";
 
 /** What the table says of one kind. */
 export interface LeftoverRule {
@@ -164,6 +168,16 @@ export const leftovers: Readonly<Record<LeftoverKind, LeftoverRule>> = Object.fr
   unreadable_producer_state: {
     what: "the idempotent producer snapshot cannot be read",
     startup: "a start makes idempotent produce unavailable",
+    check: "corrupt",
+  },
+  producer_journal_torn_tail: {
+    what: "the idempotent producer journal ends in a torn write",
+    startup: "a start cuts it off",
+    check: "warning",
+  },
+  corrupt_producer_journal: {
+    what: "the idempotent producer journal has a bad entry with valid entries after it",
+    startup: "a start leaves the file as it is and makes idempotent produce unavailable",
     check: "corrupt",
   },
 });

@@ -38,7 +38,8 @@
  * are group-committed: one write and one fsync for everything queued while the previous fsync
  * ran, and only one write is ever unsynced at a time — so after a crash only the last write can
  * be torn, and cutting the file at the first entry that does not decode loses nothing that any
- * log write depended on. A failed write is cut off (and the cut fsynced) before its appends get
+ * log write depended on — provided no entry decodes after it: one that does means the bad bytes
+ * are damage, not a torn write, and the file is left alone ({@link scanJournal}). A failed write is cut off (and the cut fsynced) before its appends get
  * the error; if that fails, or an fsync fails, the journal is fenced: every later append rejects
  * until a restart (a failed fsync is never retried, docs/decisions.md §7).
  */
@@ -86,15 +87,45 @@ export interface ProducerJournalEntry {
   fingerprint: number;
 }
 
+/**
+ * Damage in the middle of a journal: a bad entry (or header) with a decodable entry after it. Only
+ * the last write can be torn, so this is never a torn tail (docs/decisions.md §1).
+ */
+export interface JournalCorruption {
+  /** Byte position of the first bad entry (0 for a bad header). */
+  position: number;
+  /** Byte position of the first entry after it that decodes. */
+  nextEntryPosition: number;
+  /** Entries that decode after `position` (the scan resumes at each one and after each gap). */
+  entriesAfter: number;
+  /** What is wrong, for logs and `es-broker check`. */
+  reason: string;
+}
+
+/** What {@link scanJournal} found in a journal's bytes. */
+export interface JournalScan {
+  /** The header's generation, or null when the file has no valid header. */
+  generation: number | null;
+  /** Whole entries before the first bad one, in file order. */
+  entries: ProducerJournalEntry[];
+  /** Where the entries end: the file size, or the first bad entry. */
+  endPosition: number;
+  /** Null when everything from `endPosition` on is a torn tail (or nothing). */
+  corruption: JournalCorruption | null;
+}
+
 /** What {@link ProducerJournal.open} found. */
 export interface JournalOpenResult {
-  journal: ProducerJournal;
+  /** Null when the file is corrupt (`corruption` says why): it is then left untouched and closed. */
+  journal: ProducerJournal | null;
   /** The file's generation (0 for a new or headerless file). */
   generation: number;
-  /** Whole entries, in file order. */
+  /** Whole entries, in file order (before the damage, when corrupt). */
   entries: ProducerJournalEntry[];
   /** Bytes cut off the end (a torn tail), 0 if none. */
   cutBytes: number;
+  /** Damage that is not a torn tail, or null. */
+  corruption: JournalCorruption | null;
 }
 
 const encoder = new TextEncoder();
@@ -212,6 +243,82 @@ export function decodeJournalEntry(
   };
 }
 
+/**
+ * Counts the entries that decode in `bytes` from `from` on, resynchronising byte by byte after
+ * anything that does not decode. Returns the first one's position (null if none) and the count.
+ * A random position passes the length check with odds of about 1 in 10^7 and the CRC after that,
+ * so the cost is one read per byte of damage.
+ */
+function decodableAfter(bytes: Uint8Array, from: number): { first: number | null; count: number } {
+  let first: number | null = null;
+  let count = 0;
+  let pos = from;
+  while (pos < bytes.length) {
+    const decoded = decodeJournalEntry(bytes, pos);
+    if (decoded === null) {
+      pos++;
+      continue;
+    }
+    if (first === null) first = pos;
+    count++;
+    pos += decoded.sizeBytes;
+  }
+  return { first, count };
+}
+
+/**
+ * Reads a journal's bytes without changing anything (start-up and `es-broker check` judge a file
+ * alike): the header, the whole entries, and what follows the last one. Bytes after the last whole
+ * entry are a torn tail only if no entry decodes anywhere in them: the journal has one unsynced
+ * write at a time, and a reset empties the file before it writes the header, so a bad entry or
+ * header followed by a valid entry is damage, not a crash (docs/decisions.md §1).
+ */
+export function scanJournal(bytes: Uint8Array): JournalScan {
+  const v = viewOf(bytes);
+  const headerOk =
+    bytes.length >= journalHeaderBytes &&
+    v.getUint32(0) === journalMagic &&
+    v.getUint16(4) === journalVersion;
+  if (!headerOk) {
+    const after = decodableAfter(bytes, Math.min(journalHeaderBytes, bytes.length));
+    return {
+      generation: null,
+      entries: [],
+      endPosition: 0,
+      corruption:
+        after.first === null
+          ? null
+          : {
+              position: 0,
+              nextEntryPosition: after.first,
+              entriesAfter: after.count,
+              reason: `the header is not a journal header, but ${after.count} entries after it decode`,
+            },
+    };
+  }
+  const generation = readU64(v, 8);
+  const entries: ProducerJournalEntry[] = [];
+  let pos = journalHeaderBytes;
+  while (pos < bytes.length) {
+    const decoded = decodeJournalEntry(bytes, pos);
+    if (decoded === null) break;
+    entries.push(decoded.entry);
+    pos += decoded.sizeBytes;
+  }
+  let corruption: JournalCorruption | null = null;
+  if (pos < bytes.length) {
+    const after = decodableAfter(bytes, pos + 1);
+    if (after.first !== null)
+      corruption = {
+        position: pos,
+        nextEntryPosition: after.first,
+        entriesAfter: after.count,
+        reason: `the entry at byte ${pos} does not decode (length or CRC), but ${after.count} entries after it do, from byte ${after.first}`,
+      };
+  }
+  return { generation, entries, endPosition: pos, corruption };
+}
+
 function encodeHeader(generation: number): Uint8Array {
   const out = new Uint8Array(journalHeaderBytes);
   const v = viewOf(out);
@@ -274,7 +381,9 @@ export class ProducerJournal {
    * Opens (creating if missing) the journal at `path`, reads every whole entry, and cuts a torn
    * tail (reported as `producers.journal_torn_tail`, the cut fsynced). A file without a valid
    * header (new, empty, or torn while being reset) is rewritten as an empty journal of generation
-   * `generationIfNew`.
+   * `generationIfNew`. A corrupt file ({@link scanJournal}: a bad entry or header with a valid
+   * entry after it) is reported (`producers.journal_corrupt`), left untouched and closed: the
+   * result then has `journal` null and `corruption` set.
    * @throws FsError if the file cannot be opened, read, cut or written; StorageError "invalid" if
    *   it is over {@link producerJournalBytesMax}.
    */
@@ -294,12 +403,27 @@ export class ProducerJournal {
       }
       const bytes = await readPrefix(file, size);
       const got = bytes.length;
-      const v = viewOf(bytes);
-      const headerOk =
-        got >= journalHeaderBytes &&
-        v.getUint32(0) === journalMagic &&
-        v.getUint16(4) === journalVersion;
-      if (!headerOk) {
+      const scan = scanJournal(bytes);
+      if (scan.corruption !== null) {
+        // Left as it is for whoever repairs it; the caller makes idempotent produce unavailable.
+        logger.log("error", "producers.journal_corrupt", {
+          file: path,
+          position: scan.corruption.position,
+          next_entry_position: scan.corruption.nextEntryPosition,
+          entries_before: scan.entries.length,
+          entries_after: scan.corruption.entriesAfter,
+          reason: scan.corruption.reason,
+        });
+        await file.close();
+        return {
+          journal: null,
+          generation: scan.generation ?? 0,
+          entries: scan.entries,
+          cutBytes: 0,
+          corruption: scan.corruption,
+        };
+      }
+      if (scan.generation === null) {
         if (got > 0)
           logger.log("warn", "producers.journal_header_invalid", {
             file: path,
@@ -319,17 +443,12 @@ export class ProducerJournal {
           generation,
           entries: [],
           cutBytes: got,
+          corruption: null,
         };
       }
-      const generation = readU64(v, 8);
-      const entries: ProducerJournalEntry[] = [];
-      let pos = journalHeaderBytes;
-      while (pos < got) {
-        const decoded = decodeJournalEntry(bytes.subarray(0, got), pos);
-        if (decoded === null) break;
-        entries.push(decoded.entry);
-        pos += decoded.sizeBytes;
-      }
+      const generation = scan.generation;
+      const entries = scan.entries;
+      const pos = scan.endPosition;
       const cutBytes = got - pos;
       if (cutBytes > 0) {
         await file.truncate(pos);
@@ -346,6 +465,7 @@ export class ProducerJournal {
         generation,
         entries,
         cutBytes,
+        corruption: null,
       };
     } catch (err) {
       await file.close().catch(() => {});

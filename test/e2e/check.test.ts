@@ -13,6 +13,7 @@ import {
   writeSync,
 } from "node:fs";
 import { TcpClient } from "../../src/client/client.ts";
+import { encodeJournalEntry, journalHeaderBytes } from "../../src/storage/producer-journal.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { runCli, startBroker, target } from "./harness.ts";
 
@@ -190,15 +191,52 @@ describe(`[${target}] es-broker check`, () => {
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/api_keys\.json/);
 
+    // A producer journal whose first entry is damaged, with valid entries after it.
+    const header = readFileSync(`${data}/producers.journal`).subarray(0, journalHeaderBytes);
+    const journalEntry = (n: number) =>
+      encodeJournalEntry({
+        timestampMs: 1_700_000_000_000,
+        producerId: "p1",
+        epoch: 0,
+        topic: "t",
+        partition: 0,
+        baseSequence: n,
+        batchCount: 1,
+        firstIndex: 0,
+        count: 1,
+        baseOffset: n,
+        fingerprint: 7,
+      });
+    const bad = journalEntry(0);
+    bad.fill(0xff, 0, 4);
+    writeFileSync(
+      `${data}/producers.journal`,
+      Buffer.concat([header, bad, journalEntry(1), journalEntry(2)]),
+    );
+
     const checked = await runCli(["check", "--data-dir", data]);
     const out = checked.stdout.toString();
     expect(checked.code, out + checked.stderr).toBe(1);
+    expect(out).toMatch(
+      /CORRUPT .*producers\.journal: .*bad entry with valid entries after it \(the entry at byte 16 .* 2 entries after it.*idempotent produce unavailable/,
+    );
     expect(out).toMatch(/CORRUPT .*api_keys\.json: .*a start refuses to run/);
     expect(out).toMatch(/CORRUPT .*groups\/g\.json: .*a start makes the group unavailable/);
     expect(out).toMatch(/CORRUPT .*producers\.json: .*idempotent produce unavailable/);
     expect(out).toMatch(/CORRUPT topic t: log_start_offsets\.json cannot be read: .*unavailable/);
     expect(out).toMatch(/CORRUPT topic u: topic\.json cannot be read: Invalid partition count/);
     expect(out).toMatch(/CORRUPT .*schemas\.json: .*schema registry unavailable/);
-    expect(out).toMatch(/6 corrupt/);
+    expect(out).toMatch(/7 corrupt/);
+
+    // A torn last entry is what a crash leaves: a warning, which a start cuts off.
+    writeFileSync(
+      `${data}/producers.journal`,
+      Buffer.concat([header, journalEntry(1), journalEntry(2).subarray(0, 9)]),
+    );
+    const torn = (await runCli(["check", "--data-dir", data])).stdout.toString();
+    expect(torn).toMatch(
+      /warning .*producers\.journal: .*torn write \(9 bytes from byte .*a start cuts it off/,
+    );
+    expect(torn).toMatch(/6 corrupt/);
   });
 });

@@ -415,6 +415,51 @@ describe("idempotent produce", () => {
     ).toBe(true);
   });
 
+  it("never cuts valid entries behind a damaged one as a torn tail: idempotent produce is unavailable, not unknown_producer", async () => {
+    const fs = new MemoryFileSystem();
+    const first = await start(fs);
+    await first.broker.createTopic({ name: "t", partitions: 1 });
+    for (let seq = 0; seq < 30; seq++)
+      await first.broker.produce({
+        topic: "t",
+        batch: batch(`v${seq}`),
+        producer: p("p1", 0, seq),
+      });
+    await close(first.broker);
+    const whole = fs.readFileSync("/data/producers.journal");
+    const damaged = whole.slice();
+    new DataView(damaged.buffer).setUint32(16, 0xffff_ffff); // the first entry's length
+    fs.writeFileSync("/data/producers.journal", damaged);
+
+    const second = await start(fs);
+    expect(second.logger.named("producers.journal_torn_tail")).toHaveLength(0);
+    expect(second.logger.named("producers.journal_corrupt")).toEqual([
+      expect.objectContaining({ position: 16, entries_before: 0, entries_after: 29 }),
+    ]);
+    // A retry of a stored batch must not be told to start a new epoch (the client would resend it).
+    const err = await rejection(
+      second.broker.produce({ topic: "t", batch: batch("v29"), producer: p("p1", 0, 29) }),
+    );
+    expect(err.kind.code).toBe("unavailable");
+    expect(err.kind.retriable).toBe(true);
+    expect(err.message).toMatch(/producers\.journal is corrupt/);
+    expect(offsetsOf(await second.broker.produce({ topic: "t", batch: batch("plain") }))).toEqual([
+      30,
+    ]);
+    await close(second.broker);
+    // Left as it was, and nothing else replaced it: no new snapshot generation started over it.
+    expect(fs.readFileSync("/data/producers.journal")).toEqual(damaged);
+
+    // Repaired, every entry is still there: the retry is a duplicate.
+    fs.writeFileSync("/data/producers.journal", whole);
+    const third = await start(fs);
+    expect(
+      (await third.broker.produce({ topic: "t", batch: batch("v29"), producer: p("p1", 0, 29) }))
+        .duplicate,
+    ).toBe(true);
+    await close(third.broker);
+  });
+
   it("makes only idempotent produce unavailable when producers.json is unreadable", async () => {
     const fs = new MemoryFileSystem();
     const first = await start(fs);

@@ -83,6 +83,7 @@ describe("storage/leftovers.ts", () => {
       .filter(([, rule]) => rule.check === "corrupt")
       .map(([kind]) => kind);
     expect(corrupt.sort()).toEqual([
+      "corrupt_producer_journal",
       "topic_without_metadata",
       "unreadable_group_file",
       "unreadable_log_start_offsets",

@@ -8,6 +8,7 @@ import {
   encodeJournalEntry,
   journalHeaderBytes,
   ProducerJournal,
+  scanJournal,
   SnapshotOutcomeUnknown,
   type ProducerJournalEntry,
 } from "../../src/storage/producer-journal.ts";
@@ -34,8 +35,85 @@ function entry(n: number, overrides: Partial<ProducerJournalEntry> = {}): Produc
 async function open(fs: MemoryFileSystem, logger = new MemoryLogger(), generationIfNew = 0) {
   await fs.mkdir("/data");
   await fs.syncDir("/");
-  return { ...(await ProducerJournal.open(fs, { path, logger, generationIfNew })), logger };
+  const opened = await ProducerJournal.open(fs, { path, logger, generationIfNew });
+  if (opened.journal === null) throw new Error("the journal opened as corrupt");
+  return { ...opened, journal: opened.journal, logger };
 }
+
+/** A closed journal file holding `n` entries; returns its bytes and each entry's start. */
+async function journalOf(fs: MemoryFileSystem, n: number) {
+  const { journal } = await open(fs);
+  for (let i = 1; i <= n; i++) await journal.append(entry(i));
+  await journal.close();
+  const starts: number[] = [];
+  let pos = journalHeaderBytes;
+  for (let i = 1; i <= n; i++) {
+    starts.push(pos);
+    pos += encodeJournalEntry(entry(i)).length;
+  }
+  return { bytes: fs.readFileSync(path), starts };
+}
+
+describe("producer journal damage (docs/decisions.md §1)", () => {
+  it("a bad first entry with valid ones after it is corruption: nothing is cut, nothing dropped", async () => {
+    const fs = new MemoryFileSystem();
+    const { bytes, starts } = await journalOf(fs, 30);
+    const damaged = bytes.slice();
+    new DataView(damaged.buffer).setUint32(starts[0] as number, 0xdeadbeef);
+    fs.writeFileSync(path, damaged);
+    const scan = scanJournal(damaged);
+    expect(scan.entries).toEqual([]);
+    expect(scan.corruption).toMatchObject({
+      position: journalHeaderBytes,
+      nextEntryPosition: starts[1],
+      entriesAfter: 29,
+    });
+    const logger = new MemoryLogger();
+    const opened = await ProducerJournal.open(fs, { path, logger, generationIfNew: 0 });
+    expect(opened.journal).toBeNull();
+    expect(opened.corruption?.entriesAfter).toBe(29);
+    expect(logger.named("producers.journal_torn_tail")).toHaveLength(0);
+    expect(logger.named("producers.journal_corrupt")).toHaveLength(1);
+    expect(fs.readFileSync(path)).toEqual(damaged);
+  });
+
+  it("a flipped byte mid-journal is corruption; the entries before it are returned", async () => {
+    const fs = new MemoryFileSystem();
+    const { bytes, starts } = await journalOf(fs, 5);
+    const damaged = bytes.slice();
+    damaged[(starts[2] as number) + 20] ^= 0x01;
+    const scan = scanJournal(damaged);
+    expect(scan.entries).toEqual([entry(1), entry(2)]);
+    expect(scan.corruption).toMatchObject({ position: starts[2], entriesAfter: 2 });
+  });
+
+  it("a bad header with entries after it is corruption, not a journal to reset", async () => {
+    const fs = new MemoryFileSystem();
+    const { bytes } = await journalOf(fs, 3);
+    const damaged = bytes.slice();
+    damaged[0] = 0;
+    fs.writeFileSync(path, damaged);
+    expect(scanJournal(damaged).corruption).toMatchObject({ position: 0, entriesAfter: 3 });
+    const opened = await ProducerJournal.open(fs, {
+      path,
+      logger: new MemoryLogger(),
+      generationIfNew: 0,
+    });
+    expect(opened.journal).toBeNull();
+    expect(fs.readFileSync(path)).toEqual(damaged);
+  });
+
+  it("a torn last entry (any prefix of it) is still a torn tail", async () => {
+    const fs = new MemoryFileSystem();
+    const { bytes, starts } = await journalOf(fs, 3);
+    for (let cut = (starts[2] as number) + 1; cut < bytes.length; cut++) {
+      const scan = scanJournal(bytes.subarray(0, cut));
+      expect(scan.corruption, `cut at ${cut}`).toBeNull();
+      expect(scan.endPosition).toBe(starts[2]);
+      expect(scan.entries).toHaveLength(2);
+    }
+  });
+});
 
 describe("producer journal entries", () => {
   it("round-trip every field, and a completion entry (first index > 0)", () => {

@@ -19,8 +19,9 @@
  *
  * {@link ProducerStates.open} reads the snapshot, replays the journal that continues it, forgets
  * expired producers, reconciles with the recovered logs (`recovery.ts`), and writes a new
- * snapshot. A bad snapshot, or a journal that does not continue it, makes idempotent produce
- * unavailable (`snapshot.ts`); other produces are unaffected.
+ * snapshot. A bad snapshot, a journal that does not continue it, or a corrupt journal (a bad entry
+ * with valid ones after it: never cut as a torn tail) makes idempotent produce unavailable
+ * (`snapshot.ts`, docs/decisions.md §1); other produces are unaffected.
  */
 import { assert } from "../../lib/assert.ts";
 import type { Clock } from "../../lib/clock.ts";
@@ -62,6 +63,8 @@ export type { ProducerPartitions } from "./recovery.ts";
 
 /** File name of the producer snapshot inside the data directory. */
 export const producerSnapshotFileName = "producers.json";
+/** File name of the producer journal inside the data directory. */
+export const producerJournalFileName = "producers.journal";
 
 /** Options of {@link ProducerStates.open}. */
 export interface ProducerStatesOptions {
@@ -121,7 +124,7 @@ export class ProducerStates {
   private constructor(options: ProducerStatesOptions) {
     this.#fs = options.fs;
     this.#snapshotPath = joinPath(options.dataDir, producerSnapshotFileName);
-    this.#journalPath = joinPath(options.dataDir, "producers.journal");
+    this.#journalPath = joinPath(options.dataDir, producerJournalFileName);
     this.#clock = options.clock;
     this.#logger = options.logger;
     this.#expiryMs = options.expiryMs;
@@ -205,6 +208,14 @@ export class ProducerStates {
       });
     } catch (err) {
       return this.#setUnavailable(`cannot open producers.journal: ${errorMessage(err)}`);
+    }
+    if (opened.journal === null) {
+      // Some entry is lost, and which producer it belonged to is not known: any answer from the
+      // rest (`unknown_producer`, or a batch taken as new) could store a retry twice.
+      const c = opened.corruption;
+      return this.#setUnavailable(
+        `producers.journal is corrupt${c === null ? "" : `: ${c.reason}`}; it is left as it is (docs/decisions.md §1)`,
+      );
     }
     this.#journal = opened.journal;
     let replay = opened.entries;
