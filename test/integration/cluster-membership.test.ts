@@ -183,7 +183,7 @@ describe("membership: refusals (issue #16, bad input)", () => {
     await join(options(prefix, 1));
     const message = await refused(options(prefix, 1, { dataDirId: "other-dir" }));
     expect(message).toBe(
-      "Cannot join the cluster as node 1: node 1 is already registered by a running broker (tcp 127.0.0.1:9001, http http://127.0.0.1:8001) with another data directory; give each broker its own --node-id",
+      "Cannot join the cluster as node 1: node 1 is registered by a broker with another data directory (tcp 127.0.0.1:9001, http http://127.0.0.1:8001): if that broker runs, give each broker its own --node-id; if it was killed or lost its disk, its registration lasts until its etcd lease expires (6 s after its last renewal): start this one again after that, with the same --node-id",
     );
     // The refused attempt left no lease or registration of its own behind.
     const reg = parseRegistration((await client.get(brokerKey(prefix, 1)))!);
