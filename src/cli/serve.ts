@@ -210,7 +210,8 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
   neither file is used after that.
 
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
-port needs an API key, except GET (or HEAD) /healthz and /readyz; Kafka clients use SASL/PLAIN
+port needs an API key, except GET (or HEAD) /healthz, /readyz, /v1/openapi.json and the console's
+page and assets (the console asks for a key itself); Kafka clients use SASL/PLAIN
 (user = the key's name or id, password = the key). A key file that cannot be read refuses the start.
 SIGHUP reloads the TLS files (also --cluster-etcd-*) and ${apiKeysFileName}; open connections keep
 working.
