@@ -337,7 +337,7 @@ export class IdempotentProducer {
             err.code,
             err.tcp,
             false,
-            `${err.message}; this producer has no router, so it would retry this broker until deliveryTimeoutMs: pass router: a ClusterClient (docs/client.md "IdempotentProducer")`,
+            `${err.message}; this producer has no router, so it would retry this broker until deliveryTimeoutMs: pass router: a ClusterClient (docs/client.md, IdempotentProducer's router)`,
             { cause: err, details: err.details },
           );
           throw this.#giveUp(hopeless, { state, epoch, sequence, count: batch.count, ambiguous });
