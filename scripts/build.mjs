@@ -1,6 +1,8 @@
 // `npm run build`: writes the two build outputs.
 //
 //   dist/es-broker.mjs  one esbuild bundle of src/main.ts; runs under `node`, `deno run -A` and `bun`
+//   dist/es-broker-client.mjs  the TypeScript client (src/client/client.ts) as one JavaScript module
+//                       with its dependencies inside, for projects outside this repository
 //   dist/es-broker      a standalone executable (`bun build --compile`): runs on a machine with no
 //                       Node, no node_modules, nothing but the file
 //
@@ -36,6 +38,15 @@ await build({
   legalComments: "none",
 });
 chmodSync(join(root, "dist/es-broker.mjs"), 0o755);
+// The client for other projects (docs/client.md "Using it from another project").
+await build({
+  absWorkingDir: root,
+  entryPoints: ["src/client/client.ts"],
+  outfile: "dist/es-broker-client.mjs",
+  ...nodeBundleOptions,
+  sourcemap: false,
+  legalComments: "none",
+});
 
 if (!bundleOnly) {
   const bun = join(root, "tools/node_modules/.bin/bun");

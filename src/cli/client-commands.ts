@@ -107,6 +107,8 @@ or 143 (SIGTERM). A reader of standard output that goes away (es-broker consume 
 stops it the same way: exit 0 without a message, as kcat does (a stop the reader asked for; with
 set -o pipefail a script goes on), and with --group only the records whose bytes the pipe took
 are committed (a reader may still have discarded some of those it was given), then it leaves.
+With --group use --max-records N, not | head -N: head discards what the pipe buffered (up to
+64 KiB of records), and those are committed: no member of the group sees them again.
 `;
 
 /** Help text of `es-broker groups`. */

@@ -144,6 +144,10 @@ Options:
                               (default upstream)
   --mirror-records-per-sec N  cap on the forwarding rate, e.g. while catching up (default 20000;
                               0 = none)
+  --mirror-skip-gaps          accept records retention deleted before they were forwarded: a
+                              partition stopped by such a gap logs mirror.gap_skipped (error, with
+                              the lost offsets) and goes on from the log start offset (default:
+                              it stops; see docs/edge.md "Retention and the mirror")
   --mirror-api-key-file FILE  the upstream's API key (default: $ES_BROKER_MIRROR_API_KEY)
   --mirror-tls                connect to the upstream with TLS (implied by the options below)
   --mirror-tls-ca FILE        check the upstream's certificate against this CA (PEM)
@@ -206,7 +210,8 @@ Cluster mode (docs/cluster.md; off unless --cluster is given):
   neither file is used after that.
 
 Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), every request on every
-port needs an API key, except GET (or HEAD) /healthz and /readyz; Kafka clients use SASL/PLAIN
+port needs an API key, except GET (or HEAD) /healthz, /readyz, /v1/openapi.json and the console's
+page and assets (the console asks for a key itself); Kafka clients use SASL/PLAIN
 (user = the key's name or id, password = the key). A key file that cannot be read refuses the start.
 SIGHUP reloads the TLS files (also --cluster-etcd-*) and ${apiKeysFileName}; open connections keep
 working.
@@ -242,6 +247,7 @@ export async function serve(argv: string[]): Promise<number> {
       "mirror-name": { type: "string", default: "upstream" },
       "mirror-rename": { type: "string", multiple: true },
       "mirror-records-per-sec": { type: "string" },
+      "mirror-skip-gaps": { type: "boolean", default: false },
       "mirror-api-key-file": { type: "string" },
       "mirror-tls": { type: "boolean", default: false },
       "mirror-tls-ca": { type: "string" },
@@ -746,6 +752,7 @@ export async function serve(argv: string[]): Promise<number> {
       randomHex: () => Buffer.from(systemKeyCrypto.randomBytes(8)).toString("hex"),
       recordsPerSecond: mirror.recordsPerSecond,
       renames: mirror.renames,
+      skipGaps: mirror.skipGaps,
     });
     const task = mirrorTask;
     broker.setUnforwardedFrom((topic, partition) => task.unmirroredFrom(topic, partition));
@@ -1006,6 +1013,8 @@ interface MirrorSettings {
   topics: string[];
   name: string;
   recordsPerSecond: number;
+  /** `--mirror-skip-gaps`. */
+  skipGaps: boolean;
   renames: MirrorRename[];
   apiKey: string | undefined;
   tls: ConnectionOptions | undefined;
@@ -1063,6 +1072,7 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
     topics,
     name,
     recordsPerSecond,
+    skipGaps: values["mirror-skip-gaps"] === true,
     renames,
     apiKey: readApiKey(
       { "api-key-file": values["mirror-api-key-file"] as string | undefined },

@@ -327,6 +327,21 @@ export class IdempotentProducer {
           tries = 0;
           continue;
         }
+        if (
+          this.#router === undefined &&
+          err.code === Errors.notLeader.code &&
+          typeof err.details?.leader === "number"
+        ) {
+          // Another broker of a cluster leads it: without a router every try goes to this one.
+          const hopeless = new ClientError(
+            err.code,
+            err.tcp,
+            false,
+            `${err.message}; this producer has no router, so it would retry this broker until deliveryTimeoutMs: pass router: a ClusterClient (docs/client.md, IdempotentProducer's router)`,
+            { cause: err, details: err.details },
+          );
+          throw this.#giveUp(hopeless, { state, epoch, sequence, count: batch.count, ambiguous });
+        }
         const retriable = err.retriable || retriableCodes.has(err.code);
         if (!retriable || Date.now() >= deadline)
           throw this.#giveUp(err, { state, epoch, sequence, count: batch.count, ambiguous });

@@ -492,7 +492,7 @@ async function register(
       const other = parseRegistration(current);
       if (other.data_dir_id !== options.dataDirId) {
         throw new ClusterJoinError(
-          `Cannot join the cluster as node ${nodeId}: node ${nodeId} is already registered by a running broker (tcp ${other.tcp}, http ${other.http}) with another data directory; give each broker its own --node-id`,
+          `Cannot join the cluster as node ${nodeId}: node ${nodeId} is registered by a broker with another data directory (tcp ${other.tcp}, http ${other.http}): if that broker runs, give each broker its own --node-id; if it was killed or lost its disk, its registration lasts until its etcd lease expires (about 10 s with the default lease): start this one again after that, with the same --node-id`,
         );
       }
       // Our own previous run (the data directory lock says it is gone): take its place.

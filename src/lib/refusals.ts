@@ -41,6 +41,12 @@ export const refusalKinds = [
   "kafka.read_timeout",
   /** A connection accepted beyond `--max-connections` (HTTP, TCP or Kafka); closed at once (`lib/connection-limit.ts`). */
   "connection.refused",
+  /**
+   * A Kafka Produce record batch refused before it reached the broker (record headers, a
+   * transactional batch, an unknown codec, a corrupt batch): Produce v3 carries no error message,
+   * so this line is the only place the reason shows (docs/kafka.md "Records").
+   */
+  "kafka.produce_refused",
 ] as const;
 
 /** One of {@link refusalKinds}. */

@@ -144,6 +144,12 @@ export interface MirrorOptions {
   rescanMs?: number;
   /** Upstream names of local topics (`--mirror-rename`; default: the same names). */
   renames?: readonly MirrorRename[];
+  /**
+   * `--mirror-skip-gaps`: a partition whose unforwarded records retention deleted moves on to the
+   * log start offset (logged as `mirror.gap_skipped` with the lost offsets, a new epoch from
+   * there) instead of stopping (docs/edge.md "Retention and the mirror"). Default false.
+   */
+  skipGaps?: boolean;
 }
 
 /** One partition's state, for status and tests. */
@@ -384,6 +390,16 @@ export class Mirror {
   }
 
   /** Waits until `count` more records may be forwarded (the catch-up rate cap). */
+  /**
+   * Records per batch: `batchRecords` (default 500), but at most a tenth of a second of the rate
+   * cap, so that the cap holds over any second to within one small batch rather than one of 500.
+   */
+  #batchRecords(): number {
+    const records = this.#o.batchRecords ?? 500;
+    const rate = this.#o.recordsPerSecond ?? 20_000;
+    return rate > 0 ? Math.max(1, Math.min(records, Math.floor(rate / 10))) : records;
+  }
+
   async #pace(count: number): Promise<void> {
     const rate = this.#o.recordsPerSecond ?? 20_000;
     if (rate <= 0) return;
@@ -535,16 +551,46 @@ export class Mirror {
           topic,
           partition,
           offset: readFrom,
-          maxRecords: o.batchRecords ?? 500,
+          maxRecords: this.#batchRecords(),
           maxBytes: o.batchBytes ?? 1024 * 1024,
           waitMs: 500,
         });
       } catch (err) {
         if (err instanceof BrokerError && err.kind.code === "offset_out_of_range") {
           const offsets = await o.broker.listOffsets({ topic, partition }).catch(() => null);
+          if (offsets !== null && position < offsets.logStartOffset && o.skipGaps === true) {
+            // The operator accepted the loss: as at a hole, a new epoch begins at the first record
+            // kept (durable before the position moves and anything is sent in it).
+            const from = position;
+            position = offsets.logStartOffset;
+            readFrom = position;
+            ps.epoch++;
+            ps.base = position;
+            await this.#saveState();
+            try {
+              await o.broker.commitOffsets({
+                group: this.group,
+                offsets: [{ topic, partition, offset: position }],
+              });
+            } catch (commitErr) {
+              return stop(`cannot record the mirror's position: ${errorMessage(commitErr)}`);
+            }
+            status.position = position;
+            o.logger.log("error", "mirror.gap_skipped", {
+              mirror: o.name,
+              topic,
+              partition,
+              lost_from: from,
+              lost_to: position,
+              lost_records: position - from,
+              epoch: ps.epoch,
+              reason: `--mirror-skip-gaps: edge records [${from}, ${position}) were deleted by retention before they were forwarded; forwarding goes on from ${position}`,
+            });
+            continue;
+          }
           if (offsets !== null && position < offsets.logStartOffset)
             return stop(
-              `gap: edge records [${position}, ${offsets.logStartOffset}) were deleted by retention before they were forwarded; nothing after them is forwarded (set mirror_hold_retention on the topic to hold such segments)`,
+              `gap: edge records [${position}, ${offsets.logStartOffset}) were deleted by retention before they were forwarded; nothing after them is forwarded (restart with --mirror-skip-gaps to accept the loss and go on from ${offsets.logStartOffset}; set mirror_hold_retention on the topic to hold such segments: docs/edge.md "A partition stopped by a gap")`,
             );
         }
         if (

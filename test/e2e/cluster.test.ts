@@ -694,7 +694,7 @@ describe("cluster mode: three brokers", () => {
     ]);
     expect(dup.code).toBe(1);
     expect(dup.stderr).toMatch(
-      /Cannot join the cluster as node 2: node 2 is already registered by a running broker .* with another data directory; give each broker its own --node-id/,
+      /Cannot join the cluster as node 2: node 2 is registered by a broker with another data directory \(.*\): if that broker runs, give each broker its own --node-id; if it was killed or lost its disk, its registration lasts until its etcd lease expires/,
     );
     const foreign = join(root, "foreign");
     mkdirSync(foreign, { recursive: true });

@@ -673,3 +673,32 @@ describe(`[${target}] timestamp_type (docs/storage.md "Retention")`, () => {
     expect(created.partitions[0].retention.log_start_offset_after).toBeGreaterThan(0);
   }, 60_000);
 });
+
+describe(`[${target}] Kafka produce refusals (docs/kafka.md "Records")`, () => {
+  it("a kafkajs record with headers is refused INVALID_RECORD, and the broker logs why (kafka.produce_refused)", async () => {
+    const { broker, bootstrap } = await kafkaBroker();
+    await http(broker, "POST", "/v1/topics", { name: "clicks", partitions: 1 });
+    const producer = kafkajs(bootstrap).producer({ retry: { retries: 0 } });
+    await producer.connect();
+    const refused = await producer
+      .send({
+        topic: "clicks",
+        messages: [{ value: "with-header", headers: { "trace-id": "abc" } }],
+      })
+      .then(
+        () => null,
+        (e: Error) => e,
+      );
+    await producer.disconnect();
+    expect(refused?.message ?? "sent").toMatch(/validation on broker|INVALID_RECORD/i);
+    await waitFor("the refusal's log line", () =>
+      broker.stderr().includes('"kafka.produce_refused"'),
+    );
+    const line = broker
+      .stderr()
+      .split("\n")
+      .find((l) => l.includes('"kafka.produce_refused"'))!;
+    expect(line).toContain("headers; record headers cannot be stored");
+    expect(line).toContain("clicks");
+  }, 30_000);
+});

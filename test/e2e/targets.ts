@@ -55,6 +55,7 @@ export function nodeOnlyE2eFiles(
       : ["test/e2e/durable-streams-conformance.test.ts"]),
     "test/e2e/durable-streams-scenarios.test.ts",
     "test/e2e/kafka-scenarios.test.ts",
+    "test/e2e/client-bundle.test.ts",
     "test/e2e/mirror-upstream.test.ts",
     "test/e2e/mirror-group.test.ts",
     "test/e2e/cold-multipart.test.ts",

@@ -122,7 +122,9 @@ describe("membership: joining", () => {
       await new Promise((r) => setTimeout(r, 50));
     }
     expect(old.refused).toBe(refusals[0]);
-    expect(refusals[0].message).toMatch(/node 1 is already registered by a running broker/);
+    expect(refusals[0].message).toMatch(
+      /node 1 is registered by a broker with another data directory/,
+    );
     expect(old.live).toBe(false);
     // It tries no more, and its close names no departure: node 1 is the replacement's.
     await new Promise((r) => setTimeout(r, 800));
@@ -183,7 +185,7 @@ describe("membership: refusals (issue #16, bad input)", () => {
     await join(options(prefix, 1));
     const message = await refused(options(prefix, 1, { dataDirId: "other-dir" }));
     expect(message).toBe(
-      "Cannot join the cluster as node 1: node 1 is already registered by a running broker (tcp 127.0.0.1:9001, http http://127.0.0.1:8001) with another data directory; give each broker its own --node-id",
+      "Cannot join the cluster as node 1: node 1 is registered by a broker with another data directory (tcp 127.0.0.1:9001, http http://127.0.0.1:8001): if that broker runs, give each broker its own --node-id; if it was killed or lost its disk, its registration lasts until its etcd lease expires (about 10 s with the default lease): start this one again after that, with the same --node-id",
     );
     // The refused attempt left no lease or registration of its own behind.
     const reg = parseRegistration((await client.get(brokerKey(prefix, 1)))!);

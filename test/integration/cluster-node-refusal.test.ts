@@ -101,7 +101,9 @@ describe("cluster node: a duplicate node id and a leadership it cannot take (att
     await node.membership.checkNow();
     await waitFor(() => refusals.length === 1, "the refusal to be reported");
     expect(calls.closed).toBe(1);
-    expect(refusals[0].message).toMatch(/node 1 is already registered by a running broker/);
+    expect(refusals[0].message).toMatch(
+      /node 1 is registered by a broker with another data directory/,
+    );
     expect(node.membership.refused).not.toBeNull();
   });
 

@@ -5,7 +5,7 @@
  * the new batch size, so nothing is stored twice; records retention deleted before they were
  * forwarded stop the partition with a gap error instead of being skipped.
  */
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import type { LocalBroker } from "../../src/broker/broker.ts";
@@ -135,6 +135,42 @@ describe("the mirror", () => {
     await third.stop();
   });
 
+  it("keeps to --mirror-records-per-sec over any stretch of time, in batches of a tenth of a second's worth", async () => {
+    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
+    const { broker: central } = await openTestBroker({ clock: realClock });
+    const upstream = await serveTcp(central);
+    await edge.createTopic({ name: "t", partitions: 1 });
+    await produce(edge, 0, 0, 300);
+    const rate = 100;
+    const mirror = new Mirror({
+      broker: edge,
+      fs,
+      dataDir,
+      clock: realClock,
+      logger,
+      name: "paced",
+      topics: ["t"],
+      connect: upstream.connect,
+      randomHex: () => "00112233445566ff",
+      recordsPerSecond: rate,
+    });
+    const started = Date.now();
+    await mirror.start();
+    const samples: [number, number][] = [];
+    while (Date.now() - started < 1200) {
+      const hw =
+        (await central.listOffsets({ topic: "t", partition: 0 }).catch(() => null))
+          ?.highWatermark ?? 0;
+      samples.push([Date.now() - started, hw]);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await mirror.stop();
+    // At most the rate since the start, plus the one batch (rate / 10) sent at once.
+    for (const [ms, hw] of samples)
+      expect(hw, `at ${ms} ms`).toBeLessThanOrEqual((ms * rate) / 1000 + rate / 10);
+    expect(samples.at(-1)![1]).toBeGreaterThan(0);
+  });
+
   it("stops a partition with a gap error when retention deleted records before they were forwarded", async () => {
     const { broker: edge, fs, dataDir, logger, clock } = await openTestBroker();
     const { broker: central } = await openTestBroker({ clock: realClock });
@@ -181,6 +217,46 @@ describe("the mirror", () => {
         0,
     ).toBe(0);
     await mirror.stop();
+
+    // The runbook's way back: restarted with --mirror-skip-gaps, the partition logs the loss and
+    // forwards from the log start offset under a new epoch; the same run again resends nothing.
+    const skipping = () =>
+      new Mirror({
+        broker: edge,
+        fs,
+        dataDir,
+        clock: realClock,
+        logger,
+        name: "gap",
+        topics: ["t"],
+        connect: upstream.connect,
+        randomHex: () => "fedcba9876543210",
+        recordsPerSecond: 0,
+        skipGaps: true,
+      });
+    // The edge's long-polls wait on its manual clock: let it run.
+    const ticker = setInterval(() => clock.advance(500), 20);
+    onTestFinished(() => clearInterval(ticker));
+    const resumed = skipping();
+    await resumed.start();
+    await until(async () => resumed.describe()[0]?.position === 10, "the records after the gap");
+    const skipped = logger.named("mirror.gap_skipped");
+    expect(skipped).toHaveLength(1);
+    expect(skipped[0]).toMatchObject({ lost_from: 0, lost_to: 5, lost_records: 5 });
+    expect((await fetchAll(central, "t", 0)).map((r) => r.value)).toEqual(
+      [5, 6, 7, 8, 9].map((i) => `v-0-${i}`),
+    );
+    await resumed.stop();
+    expect((await edge.describeGroup("mirror.gap")).offsets[0].committed).toBe(10);
+    await produce(edge, 0, 10, 2);
+    const again = skipping();
+    await again.start();
+    await until(async () => again.describe()[0]?.position === 12, "the next records");
+    await again.stop();
+    expect((await fetchAll(central, "t", 0)).map((r) => r.value)).toEqual(
+      [5, 6, 7, 8, 9, 10, 11].map((i) => `v-0-${i}`),
+    );
+    expect(logger.named("mirror.gap_skipped")).toHaveLength(1);
   });
 
   it("retention keeps segments the mirror has not forwarded with mirror_hold_retention, and reports deleting them without", async () => {

@@ -153,3 +153,37 @@ describe("IdempotentProducer retries", () => {
     ]);
   });
 });
+
+describe("IdempotentProducer without a router", () => {
+  it("fails at once, saying to pass a router, when another broker of a cluster leads the partition", async () => {
+    let tries = 0;
+    const client = {
+      closed: false,
+      produceIdempotent: async () => {
+        tries++;
+        throw ClientError.fromServer(
+          Errors.notLeader.tcp,
+          Errors.notLeader.code,
+          "Cannot serve devices/1 on node 1: node 3 leads it",
+          { leader: 3 },
+        );
+      },
+      close: async () => {},
+    } as unknown as TcpClient;
+    const producer = new IdempotentProducer({
+      connect: async () => client,
+      producerId: "app",
+      deliveryTimeoutMs: 60_000,
+      retryBackoffMs: 20,
+    });
+    const started = Date.now();
+    const error = await producer
+      .send("devices", [{ value: "x" }], { partition: 1 })
+      .catch((e: unknown) => e);
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(error).toBeInstanceOf(ClientError);
+    expect((error as ClientError).code).toBe("not_leader");
+    expect((error as ClientError).message).toMatch(/node 3 leads it; this producer has no router/);
+    expect(tries).toBe(1);
+  });
+});

@@ -55,6 +55,7 @@ describe("RefusalLog", () => {
       "auth.failed": 0,
       "kafka.request_refused": 0,
       "kafka.read_timeout": 0,
+      "kafka.produce_refused": 0,
     });
   });
 
@@ -89,6 +90,7 @@ describe("RefusalLog", () => {
       "kafka.request_refused": 0,
       "kafka.read_timeout": 0,
       "connection.refused": 0,
+      "kafka.produce_refused": 0,
     });
   });
 });

@@ -76,6 +76,7 @@ import {
 } from "../../protocol/kafka/sasl.ts";
 import type { KafkaSettings } from "./listener.ts";
 import type { KafkaSession } from "./sasl.ts";
+import { quote } from "../../lib/quote.ts";
 
 /** Kafka error codes the handlers use by name. */
 const K = {
@@ -499,6 +500,12 @@ function produce(
         });
       } catch (error) {
         if (error instanceof RecordBatchError) {
+          s.refusals.refuse("kafka.produce_refused", {
+            topic: quote(topic.name),
+            partition: p.index,
+            kafka_code: error.kafkaCode,
+            reason: error.message,
+          });
           partitions.push(failed(error.kafkaCode));
           continue;
         }
