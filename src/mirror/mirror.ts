@@ -497,6 +497,19 @@ export class Mirror {
       );
     this.#upstreamOwners.set(remote, topic);
     const stop = (error: string) => this.#stopped(key, error);
+    /** Saves the state, then commits `at` as the mirror's position: the error text if that failed. */
+    const recordPosition = async (at: number): Promise<string | null> => {
+      await this.#saveState();
+      try {
+        await o.broker.commitOffsets({
+          group: this.group,
+          offsets: [{ topic, partition, offset: at }],
+        });
+        return null;
+      } catch (err) {
+        return `cannot record the mirror's position: ${errorMessage(err)}`;
+      }
+    };
     const producerId = this.#producerId(topic, partition);
     let position: number;
     let committed: number | null;
@@ -512,16 +525,9 @@ export class Mirror {
     if (ps === undefined) {
       ps = { epoch: 0, base: position };
       this.#state.partitions[key] = ps;
-      await this.#saveState();
       // The position exists before the first send, so "no position" later always means lost.
-      try {
-        await o.broker.commitOffsets({
-          group: this.group,
-          offsets: [{ topic, partition, offset: position }],
-        });
-      } catch (err) {
-        return stop(`cannot record the mirror's position: ${errorMessage(err)}`);
-      }
+      const failed = await recordPosition(position);
+      if (failed !== null) return stop(failed);
     } else if (committed === null || position < ps.base) {
       // Forwarded before, but no position now (the topic was deleted and created again, or the
       // group lost): these are other records than the upstream holds under this epoch, so a new
@@ -566,15 +572,8 @@ export class Mirror {
             readFrom = position;
             ps.epoch++;
             ps.base = position;
-            await this.#saveState();
-            try {
-              await o.broker.commitOffsets({
-                group: this.group,
-                offsets: [{ topic, partition, offset: position }],
-              });
-            } catch (commitErr) {
-              return stop(`cannot record the mirror's position: ${errorMessage(commitErr)}`);
-            }
+            const failed = await recordPosition(position);
+            if (failed !== null) return stop(failed);
             status.position = position;
             o.logger.log("error", "mirror.gap_skipped", {
               mirror: o.name,

@@ -52,6 +52,7 @@ import type {
   ReplicatedProducerBatch,
 } from "../../broker/types.ts";
 import { BrokerError, Errors } from "../../broker/errors.ts";
+import { concatBytes } from "../../lib/bytes.ts";
 import { fetchBytesDefault } from "../../lib/limits.ts";
 import { finishFrame, frameLengthBytes, startRequest, startResponse } from "../envelope.ts";
 import { requireInt, strBytes, WireReader } from "../wire.ts";
@@ -213,16 +214,7 @@ export function encodeReplicaFetchResponse(
   correlationId: number,
   result: ReplicaFetchResult,
 ): Uint8Array {
-  const chunks = encodeReplicaFetchResponseChunks(correlationId, result);
-  let length = 0;
-  for (const c of chunks) length += c.length;
-  const frame = new Uint8Array(length);
-  let at = 0;
-  for (const c of chunks) {
-    frame.set(c, at);
-    at += c.length;
-  }
-  return frame;
+  return concatBytes(encodeReplicaFetchResponseChunks(correlationId, result));
 }
 
 /**
