@@ -27,6 +27,14 @@ describe("data-directory lock", () => {
     const pid = await new Promise<number>((resolve) =>
       sh.stdout.once("data", (d) => resolve(Number(String(d).trim()))),
     );
+    // Kill the child only once the shell has exec'd into sleep: a shell still running would reap
+    // it, and the zombie would never be seen (the test failed so, now and then).
+    for (let i = 0; ; i++) {
+      const cmdline = fs.readFileSync(`/proc/${sh.pid}/cmdline`, "utf8");
+      if (cmdline.startsWith("sleep\0")) break;
+      if (i >= 200) throw new Error(`the shell ${sh.pid} did not exec into sleep: ${cmdline}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
     process.kill(pid, "SIGKILL");
     for (let i = 0; i < 100; i++) {
       const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
