@@ -2,8 +2,10 @@
  * Free loopback ports for processes a test starts later on fixed ports (etcd members, brokers
  * restarted on the ports they advertise, moto, Prometheus).
  */
-import { readFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 /** The lowest port of the kernel's ephemeral range (Linux default 32768). */
 function ephemeralLow(): number {
@@ -46,7 +48,36 @@ export async function freePorts(count: number): Promise<number[]> {
   for (let tries = 0; ports.length < count; tries++) {
     if (tries > size) throw new Error(`no ${count} free ports in ${start}..${start + size - 1}`);
     const port = start + Math.floor(Math.random() * size);
-    if (!ports.includes(port) && (await canListen(port))) ports.push(port);
+    if (!ports.includes(port) && reserve(port) && (await canListen(port))) ports.push(port);
   }
   return ports;
+}
+
+/** Where a port handed out is recorded with the process that took it, for every test process. */
+const reservations = join(tmpdir(), "es-broker-test-ports");
+
+/**
+ * Records `port` as handed out to this process, unless a live process (this one included: a port
+ * it took earlier may belong to a broker that is down for a restart) took it already. A port is
+ * never handed out twice while its taker lives, across workers and projects running side by side
+ * (a restarted broker found its port taken once). A record of a dead process is taken over.
+ */
+function reserve(port: number): boolean {
+  const file = join(reservations, String(port));
+  try {
+    mkdirSync(reservations, { recursive: true });
+    writeFileSync(file, String(process.pid), { flag: "wx" });
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") return true;
+  }
+  const holder = Number(readFileSync(file, "utf8"));
+  if (Number.isInteger(holder) && holder > 0) {
+    try {
+      process.kill(holder, 0);
+      return false;
+    } catch {}
+  }
+  writeFileSync(file, String(process.pid));
+  return true;
 }
