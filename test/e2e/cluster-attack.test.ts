@@ -95,10 +95,12 @@ describe("cluster attack: last replica standing with a log cut short (#27c)", ()
     });
     const tcp = await TcpClient.connect(brokers.get(A)!.tcp);
     for (let i = 0; i < 10; i++)
-      await tcp.produce(
-        "c27",
-        Array.from({ length: 100 }, (_, j) => ({ value: `c-${i * 100 + j}` })),
-        { partition: 0 },
+      await retrying(() =>
+        tcp.produce(
+          "c27",
+          Array.from({ length: 100 }, (_, j) => ({ value: `c-${i * 100 + j}` })),
+          { partition: 0 },
+        ),
       );
     await tcp.close();
     brokers.get(B)!.proc.kill("SIGSTOP");
@@ -297,12 +299,12 @@ describe("cluster attack: a paused broker whose node id a replacement took (atta
     const leader = p0.leader;
     const X = [1, 2, 3].find((id) => id !== leader)!;
     const tcp = await TcpClient.connect(brokers.get(leader)!.tcp);
-    await tcp.produce(
-      "f4",
-      Array.from({ length: 100 }, (_, j) => ({ value: `f4-${j}` })),
-      {
-        partition: 0,
-      },
+    await retrying(() =>
+      tcp.produce(
+        "f4",
+        Array.from({ length: 100 }, (_, j) => ({ value: `f4-${j}` })),
+        { partition: 0 },
+      ),
     );
     // Old X paused; etcd drops its registration (as when its lease runs out, without the wait).
     const old = brokers.get(X)!;
