@@ -16,8 +16,8 @@
  * leaves the record whole or absent, and a temp file left behind is a metadata temp file that the
  * next start removes (`leftovers.ts`).
  */
-import { isFsError, joinPath, type FileSystem } from "../fs/types.ts";
-import { readJsonFile, writeJsonAtomic } from "./metadata.ts";
+import { joinPath, type FileSystem } from "../fs/types.ts";
+import { readJsonFile, unlinkDurably, writeJsonAtomic } from "./metadata.ts";
 
 /** The record's file name in the data directory. */
 export const cleanStopFileName = "clean-stop.json";
@@ -97,10 +97,5 @@ export async function readCleanStop(
  * @throws FsError if the unlink (other than ENOENT) or the directory fsync fails.
  */
 export async function removeCleanStop(fs: FileSystem, dataDir: string): Promise<void> {
-  try {
-    await fs.unlink(joinPath(dataDir, cleanStopFileName));
-  } catch (err) {
-    if (!isFsError(err, "ENOENT")) throw err;
-  }
-  await fs.syncDir(dataDir);
+  await unlinkDurably(fs, dataDir, [joinPath(dataDir, cleanStopFileName)]);
 }

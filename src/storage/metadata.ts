@@ -46,6 +46,26 @@ export function isTempFileName(name: string): boolean {
 }
 
 /**
+ * Unlinks each of `paths` in order (one already gone is skipped), then fsyncs `dir`, so that the
+ * removals survive a power cut (docs/storage.md "Writes and durability").
+ * @throws FsError from an unlink other than ENOENT, or from the directory fsync.
+ */
+export async function unlinkDurably(
+  fs: FileSystem,
+  dir: string,
+  paths: readonly string[],
+): Promise<void> {
+  for (const path of paths) {
+    try {
+      await fs.unlink(path);
+    } catch (err) {
+      if (!isFsError(err, "ENOENT")) throw err;
+    }
+  }
+  await fs.syncDir(dir);
+}
+
+/**
  * Replaces `path` with `bytes` atomically and durably. Resolves once the new content and the
  * directory entry are fsynced.
  * @throws FsError from any step; the old file is then still in place (the temp file may be left

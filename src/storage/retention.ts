@@ -31,7 +31,7 @@
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { FileSystem } from "../fs/types.ts";
-import { isFsError } from "../fs/types.ts";
+import { unlinkDurably } from "./metadata.ts";
 import type { PartitionLog } from "./partition.ts";
 import type { Segment } from "./segment.ts";
 import { errorMessage } from "../lib/errors.ts";
@@ -312,14 +312,7 @@ export async function runRetention(
       // would be read past rather than from the cold copy).
       for (const s of victims) {
         // The index first: a crash between leaves a log that loads again (its index rebuilt), not a stray index.
-        for (const path of [s.indexPath, s.logPath]) {
-          try {
-            await ctx.fs.unlink(path);
-          } catch (err) {
-            if (!isFsError(err, "ENOENT")) throw err;
-          }
-        }
-        await ctx.fs.syncDir(partition.dir);
+        await unlinkDurably(ctx.fs, partition.dir, [s.indexPath, s.logPath]);
         result.segments_deleted++;
         result.bytes_deleted += s.sizeBytes;
       }

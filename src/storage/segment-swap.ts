@@ -40,7 +40,8 @@
 import { assert } from "../lib/assert.ts";
 import { fromUtf8, offsetFileStem, utf8 } from "../lib/bytes.ts";
 import type { Logger } from "../lib/logger.ts";
-import { isFsError, joinPath, readWholeFile, type FileSystem } from "../fs/types.ts";
+import { joinPath, readWholeFile, type FileSystem } from "../fs/types.ts";
+import { unlinkDurably } from "./metadata.ts";
 import { indexFileName, logFileName } from "./segment-files.ts";
 import { errorMessage } from "../lib/errors.ts";
 
@@ -144,17 +145,15 @@ export async function applySwap(
       report?.("swap.output_missing", { segment: joinPath(dir, logFileName(base)) });
   }
   const kept = new Set(plan.outputs);
-  for (const base of plan.replaced) {
-    if (kept.has(base)) continue;
-    for (const name of [logFileName(base), indexFileName(base)]) {
-      try {
-        await fs.unlink(joinPath(dir, name));
-      } catch (err) {
-        if (!isFsError(err, "ENOENT")) throw err;
-      }
-    }
-  }
-  await fs.syncDir(dir);
+  const replaced = plan.replaced.filter((base) => !kept.has(base));
+  await unlinkDurably(
+    fs,
+    dir,
+    replaced.flatMap((base) => [
+      joinPath(dir, logFileName(base)),
+      joinPath(dir, indexFileName(base)),
+    ]),
+  );
 }
 
 /**
@@ -162,12 +161,7 @@ export async function applySwap(
  * @throws FsError; the caller must then make no further swap in this partition before a restart.
  */
 export async function removeSwapMarker(fs: FileSystem, dir: string): Promise<void> {
-  try {
-    await fs.unlink(joinPath(dir, swapMarkerName));
-  } catch (err) {
-    if (!isFsError(err, "ENOENT")) throw err;
-  }
-  await fs.syncDir(dir);
+  await unlinkDurably(fs, dir, [joinPath(dir, swapMarkerName)]);
 }
 
 /** What {@link recoverSegmentSwap} did, for logs and tests. */
