@@ -121,8 +121,9 @@ async function withBroker<T>(
   ctx: GrowthContext,
   fn: (es: EsBroker, dataDir: string) => Promise<T>,
   dataDir = join(ctx.dataRoot, `growth-${++brokers}`),
+  extraArgs: string[] = [],
 ): Promise<T> {
-  const es = await startEsBroker({ root: ctx.root, dataDir });
+  const es = await startEsBroker({ root: ctx.root, dataDir, extraArgs });
   try {
     return await fn(es, dataDir);
   } finally {
@@ -244,33 +245,41 @@ async function connectionsCase(ctx: GrowthContext, connections: number): Promise
     throw new Error(
       `the hard limit on open files is ${limit}, and ${connections} connections need ~${connections + 200} in the broker and in the load generator: raise it (prlimit --nofile=${connections + 1000} --pid $$, or limits.conf) and run again`,
     );
-  await withBroker(ctx, async (es) => {
-    await createTopic(es, "growth", 1);
-    await settle(ctx.quick ? 50 : 1000);
-    const rssIdleMiB = rssMiB(es.pid);
-    const result = await ctx.run({
-      mode: "produce",
-      target: { kind: "es-tcp", host: es.tcp.host, port: es.tcp.port, topic: "growth" },
-      batch: 1,
-      producers: 1,
-      partitions: 1,
-      valueBytes,
-      idleConnections: connections,
-      warmupMs: ctx.warmupMs,
-      measureMs: ctx.measureMs,
-      minRequests: 1,
-      metricsUrl: `${es.httpUrl}/v1/admin/metrics`,
-      serverPid: es.pid,
-    });
-    ctx.measured({
-      key: `growth conns=${connections} P=1 b=1`,
-      kind: "connections",
-      partitions: 1,
-      producers: 1,
-      result,
-      rssIdleMiB,
-    });
-  });
+  // The default bound is half the soft open-files limit (10,000 here); the case holds more
+  // connections than that on purpose, as an operator serving that many would configure.
+  const maxConnections = ["--max-connections", String(connections + 100)];
+  await withBroker(
+    ctx,
+    async (es) => {
+      await createTopic(es, "growth", 1);
+      await settle(ctx.quick ? 50 : 1000);
+      const rssIdleMiB = rssMiB(es.pid);
+      const result = await ctx.run({
+        mode: "produce",
+        target: { kind: "es-tcp", host: es.tcp.host, port: es.tcp.port, topic: "growth" },
+        batch: 1,
+        producers: 1,
+        partitions: 1,
+        valueBytes,
+        idleConnections: connections,
+        warmupMs: ctx.warmupMs,
+        measureMs: ctx.measureMs,
+        minRequests: 1,
+        metricsUrl: `${es.httpUrl}/v1/admin/metrics`,
+        serverPid: es.pid,
+      });
+      ctx.measured({
+        key: `growth conns=${connections} P=1 b=1`,
+        kind: "connections",
+        partitions: 1,
+        producers: 1,
+        result,
+        rssIdleMiB,
+      });
+    },
+    undefined,
+    maxConnections,
+  );
 }
 
 /** Records of `valueBytes` per sealed segment in the start-up case (~16 KiB of log each). */

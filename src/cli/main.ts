@@ -163,7 +163,7 @@ function hintFor(message: string): string {
   if (message.includes("an API key is required"))
     return `es-broker: give the API key with --api-key-file FILE or $${apiKeyEnv}\n`;
   if (message.includes("closes plain connections"))
-    return "es-broker: connect with TLS: --tls-ca FILE (the broker's CA) or --tls (the system's CAs)\n";
+    return "es-broker: if the broker serves TLS, connect with TLS: --tls-ca FILE (the broker's CA) or --tls (the system's CAs); if it is at its --max-connections bound, its log says so\n";
   // The TLS libraries' words differ: Node (OpenSSL), Bun (BoringSSL), Deno (rustls).
   if (/certificate[ _]required|CertificateRequired/i.test(message))
     return "es-broker: the broker requires a client certificate (mutual TLS): add --tls-cert FILE --tls-key FILE (a certificate its --tls-client-ca signed)\n";

@@ -426,7 +426,7 @@ export class TcpClient {
         const unanswered = !this.#answered && this.#pending.size > 0;
         const hint =
           plain && unanswered
-            ? " before answering anything (a broker serving TLS on this port closes plain connections: connect with TLS)"
+            ? " before answering anything (a broker serving TLS on this port closes plain connections: connect with TLS; a broker at its --max-connections bound closes new connections too: its log says which)"
             : noCertificate && unanswered && (error === undefined || closedByPeer(error))
               ? ` before answering anything: ${closedWithoutCertificateNote}`
               : "";

@@ -9,7 +9,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import * as net from "node:net";
 import { tempDir } from "../helpers/tmp.ts";
-import { startBroker, target, type BrokerProcess } from "./harness.ts";
+import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
 
 const running: BrokerProcess[] = [];
 const sockets: net.Socket[] = [];
@@ -87,6 +87,10 @@ describe(`[${target}] --max-connections`, () => {
         max_connections: 3,
         refused: 1,
       });
+      // The CLI, refused at the bound, names both causes of an unanswered close.
+      const cli = await runCli(["topics", "list", "--broker", `127.0.0.1:${broker.tcp.port}`]);
+      expect(cli.code).toBe(1);
+      expect(cli.stderr).toMatch(/--max-connections bound, its log says so/);
       held[0].destroy();
       await new Promise((r) => setTimeout(r, 200));
       const res = await fetch(`${broker.httpUrl}/healthz`);

@@ -199,7 +199,7 @@ describe(`[${target}] TLS end to end`, () => {
     const cliPlain = await runCli(["topics", "list", "--broker", address]);
     expect(cliPlain.code).toBe(1);
     expect(cliPlain.stderr).toMatch(
-      /\nes-broker: connect with TLS: --tls-ca FILE \(the broker's CA\) or --tls \(the system's CAs\)\n$/,
+      /\nes-broker: if the broker serves TLS, connect with TLS: --tls-ca FILE \(the broker's CA\) or --tls \(the system's CAs\); if it is at its --max-connections bound, its log says so\n$/,
     );
     // The TCP port's plaintext line (the kind's second, so up to 5 s late), awaited only now so
     // the CLI runs above overlap the wait, and before the plain HTTP of `keys list` below, which
