@@ -9,7 +9,9 @@
  *
  * What it does while elected, on every change of `brokers/` (a registration gone, or a new
  * incarnation: the broker restarted), of `log_ends/` (a restarted broker published its log ends),
- * on a partition's creation, and every `resyncMs`: lists `partitions/` and applies
+ * on a partition's creation, on a partition state written without a leader (a leader gave its
+ * leadership up: it could not take it, or its log lacks committed records), and every
+ * `resyncMs`: lists `partitions/` and applies
  * {@link controllerUpdate} to each, one transaction per partition comparing the partition key's
  * `mod_revision` and the controller epoch. A broker is "gone" for a partition when it is not
  * registered, or registered with another incarnation than the one recorded in `incarnations`
@@ -362,7 +364,15 @@ export class Controller {
       k.startsWith(`${p}/departed/`)
     )
       return true;
-    return e.type === "put" && e.kv.version === 1 && parsePartitionKey(p, k) !== null;
+    if (e.type !== "put" || parsePartitionKey(p, k) === null) return false;
+    if (e.kv.version === 1) return true;
+    // A leader that gave its leadership up wrote the state without one: elect another now rather
+    // than at the next resync. (The controller's own offline writes cost one pass that changes nothing.)
+    try {
+      return parsePartitionState(k, e.kv.value).leader === noLeader;
+    } catch {
+      return false;
+    }
   }
 
   /** Asks for a pass over every partition; passes asked for while one waits are one pass. */

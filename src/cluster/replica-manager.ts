@@ -33,7 +33,12 @@
  *   admitted (`PartitionLog.settle`), and only then takes the new role, so a follower's first
  *   fetch carries its real log end and last epoch (docs/cluster.md "Leader-epoch truncation").
  * - Becoming leader of epoch E, it first records (E, log end) in the partition's leader-epoch
- *   history (`storage/leader-epochs.ts`, fsynced).
+ *   history (`storage/leader-epochs.ts`, fsynced). Elected with a durable log end below the
+ *   state's `committed_offset` or the last high watermark a leader told it, it refuses: it takes
+ *   no role and writes the state without a leader, itself out of the ISR and ELR (issue #16).
+ * - An ISR expansion is written only while etcd's registration of the node names the incarnation
+ *   whose fetches caught up (read, then compared by `mod_revision` in the same transaction): a
+ *   successor this broker's watch has not delivered yet never joins on its predecessor's fetches.
  *
  * **Follower**: `follower.ts`, one fetch loop per partition to the leader's advertised TCP
  * address (from {@link ReplicaManager.setBrokers}). Its reads are capped at the leader's high
@@ -51,14 +56,15 @@ import { Mutex } from "../lib/mutex.ts";
 import type { Prng } from "../lib/prng.ts";
 import type { LeaderEpochHistory } from "../storage/leader-epochs.ts";
 import type { PartitionLog } from "../storage/partition.ts";
-import type { Etcd } from "./etcd.ts";
+import type { Etcd, EtcdCompare } from "./etcd.ts";
 import { Follower, type ReplicaFetchConnection } from "./follower.ts";
-import type { BrokerRegistration } from "./membership.ts";
+import { brokerKey, parseRegistration, type BrokerRegistration } from "./membership.ts";
 import {
   expandIsr,
   formatPartitionState,
   noLeader,
   parsePartitionState,
+  resignLeadership,
   shrinkIsr,
   type PartitionState,
 } from "./partition-state.ts";
@@ -153,6 +159,8 @@ export const replicaLagMsDefault = 10_000;
 interface FollowerPosition {
   /** Its durable log end as its last fetch said; −1 before its first fetch under this leadership. */
   durable: number;
+  /** The incarnation whose fetch reported `durable` (undefined before the first). */
+  incarnation?: string;
   /** When it last was caught up to the leader's log end (a leader change counts: #27b). */
   lastCaughtUpMs: number;
   /** The leader's log end in its last answer, and when it was sent. */
@@ -243,7 +251,10 @@ export class ReplicaManager implements ReplicationSeam {
       // Another process registered as `id`: what the old one fetched is not its position.
       for (const r of this.#replicas.values()) {
         const f = r.followers.get(id);
-        if (f !== undefined) f.durable = -1;
+        if (f !== undefined) {
+          f.durable = -1;
+          f.incarnation = undefined;
+        }
       }
     }
   }
@@ -360,13 +371,25 @@ export class ReplicaManager implements ReplicationSeam {
     // Leadership recorded before this incarnation registered is not this incarnation's (#27c).
     const staleLeader =
       state.leader === nodeId && modRevision < (this.#o.registeredRevision?.() ?? 0);
-    const role: Replica["role"] = staleLeader
-      ? "none"
-      : state.leader === nodeId
-        ? "leader"
-        : state.leader !== noLeader && state.replicas.includes(nodeId)
-          ? "follower"
-          : "none";
+    // Elected, yet this log lacks records known committed: the high watermark etcd recorded
+    // (`committed_offset`), or the last one a leader told this replica. Leading would truncate
+    // them from every follower; refuse, and give the leadership back (docs/cluster.md
+    // "Partition state").
+    const durableEnd = r.log.highWatermark;
+    const committed = Math.max(state.committed_offset, r.fetchedHighWatermark);
+    const lacking =
+      !staleLeader &&
+      state.leader === nodeId &&
+      durableEnd < committed &&
+      (r.role !== "leader" || state.leader_epoch !== r.epoch);
+    const role: Replica["role"] =
+      staleLeader || lacking
+        ? "none"
+        : state.leader === nodeId
+          ? "leader"
+          : state.leader !== noLeader && state.replicas.includes(nodeId)
+            ? "follower"
+            : "none";
     if (staleLeader)
       this.#o.logger.log("info", "replication.stale_leadership", {
         partition: r.name,
@@ -374,6 +397,18 @@ export class ReplicaManager implements ReplicationSeam {
         mod_revision: modRevision,
         registered_revision: this.#o.registeredRevision?.() ?? 0,
       });
+    if (lacking) {
+      this.#o.logger.log("error", "replication.leadership_refused", {
+        partition: r.name,
+        leader_epoch: state.leader_epoch,
+        durable_log_end: durableEnd,
+        committed_offset: state.committed_offset,
+        high_watermark_known: r.fetchedHighWatermark,
+        action:
+          "this replica's log lacks committed records: it does not lead (that would truncate them from the followers) and leaves the ISR; the controller elects another in-sync replica, or keeps the partition offline until one holding them is back",
+      });
+      void this.#giveUpLeadership(r, state, modRevision);
+    }
     const changed = role !== r.role || state.leader_epoch !== r.epoch;
     r.state = state;
     r.modRevision = modRevision;
@@ -657,7 +692,7 @@ export class ReplicaManager implements ReplicationSeam {
         Errors.offsetOutOfRange,
         `Cannot serve a replica fetch of partition "${name}" at offset ${request.fetchOffset}: past the leader's log end ${log.logEndOffset}`,
       );
-    this.#recordPosition(r, request.replicaId, position, request.fetchOffset);
+    this.#recordPosition(r, request.replicaId, position, request.fetchOffset, request.incarnation);
     // Long-poll while there is nothing new for this follower: neither records (written: their
     // fsync may still run) nor a high watermark above the one it was last told (followers cap
     // their reads at it).
@@ -734,10 +769,17 @@ export class ReplicaManager implements ReplicationSeam {
   }
 
   /** Records a follower's durable position; moves the high watermark; maybe expands the ISR. */
-  #recordPosition(r: Replica, id: number, f: FollowerPosition, durable: number): void {
+  #recordPosition(
+    r: Replica,
+    id: number,
+    f: FollowerPosition,
+    durable: number,
+    incarnation: string,
+  ): void {
     const now = this.#o.clock.nowMs();
     const logEnd = r.log.logEndOffset;
     f.durable = durable;
+    f.incarnation = incarnation;
     this.#forgetFetched(r);
     if (durable >= logEnd) f.lastCaughtUpMs = now;
     else if (durable >= f.lastLogEndSent)
@@ -747,19 +789,22 @@ export class ReplicaManager implements ReplicationSeam {
     if (
       !r.state.isr.includes(id) &&
       // Only a broker registered live in etcd joins the ISR: never a node id a fetch merely claims.
-      this.#brokers.has(id) &&
+      this.#brokers.get(id)?.incarnation === incarnation &&
       durable >= logEnd &&
       durable >= r.highWatermark &&
       this.#live
     ) {
-      this.#changeIsr(r, (state) =>
-        expandIsr(state, {
-          leader: this.#o.nodeId,
-          add: id,
-          followerDurableOffset: durable,
-          leaderLogEndOffset: logEnd,
-          highWatermark: r.highWatermark,
-        }),
+      this.#changeIsr(
+        r,
+        (state) =>
+          expandIsr(state, {
+            leader: this.#o.nodeId,
+            add: id,
+            followerDurableOffset: durable,
+            leaderLogEndOffset: logEnd,
+            highWatermark: r.highWatermark,
+          }),
+        { nodeId: id, incarnation },
       );
     }
   }
@@ -901,12 +946,40 @@ export class ReplicaManager implements ReplicationSeam {
    * Writes an ISR change to etcd by compare-and-set on the key's mod_revision (one at a time per
    * partition); takes it locally once written. A failed compare reads the key back and applies
    * what is there (a new leader or epoch deposes this one).
+   *
+   * An expansion names the incarnation whose fetches earned it (`joining`): etcd's registration
+   * of that node id is read first and must be that incarnation, and the transaction also compares
+   * the registration's mod_revision, so a node id that another process registered meanwhile (one
+   * this leader's watch has not delivered yet) is never added on its predecessor's fetches
+   * (docs/cluster.md "Replica fetch").
    */
-  #changeIsr(r: Replica, change: (state: PartitionState) => PartitionState): void {
+  #changeIsr(
+    r: Replica,
+    change: (state: PartitionState) => PartitionState,
+    joining?: { nodeId: number; incarnation: string },
+  ): void {
     if (r.isrChange !== null || this.#closed) return;
     const epoch = r.state.leader_epoch;
     r.isrChange = (async () => {
       const key = `${this.#o.prefix}/partitions/${r.topic}/${r.partition}`;
+      const compare: EtcdCompare[] = [
+        { key, target: "mod_revision", result: "equal", number: r.modRevision },
+      ];
+      if (joining !== undefined) {
+        const registrationKey = brokerKey(this.#o.prefix, joining.nodeId);
+        const kv = await this.#o.etcd.get(registrationKey);
+        const registered = kv === null ? null : parseRegistration(kv).incarnation;
+        if (kv === null || registered !== joining.incarnation) {
+          this.#refuseExpansion(r, joining, registered);
+          return;
+        }
+        compare.push({
+          key: registrationKey,
+          target: "mod_revision",
+          result: "equal",
+          number: kv.modRevision,
+        });
+      }
       let next: PartitionState;
       try {
         next = change(r.state);
@@ -921,7 +994,7 @@ export class ReplicaManager implements ReplicationSeam {
       // Taken before the transaction: this broker's own watch may apply the write first.
       const isrBefore = r.state.isr;
       const result = await this.#o.etcd.txn({
-        compare: [{ key, target: "mod_revision", result: "equal", number: r.modRevision }],
+        compare,
         success: [{ put: { key, value: formatPartitionState(next) } }],
         failure: [{ get: { key } }],
       });
@@ -938,6 +1011,9 @@ export class ReplicaManager implements ReplicationSeam {
           return;
         }
         const kv = result.reads[0]?.[0];
+        if (joining !== undefined && kv?.modRevision === r.modRevision)
+          // The partition did not change: the registration did, between the read and the write.
+          this.#refuseExpansion(r, joining, undefined);
         if (kv !== undefined)
           await this.#apply(r, parsePartitionState(kv.key, kv.value), kv.modRevision);
       });
@@ -951,6 +1027,64 @@ export class ReplicaManager implements ReplicationSeam {
       .finally(() => {
         r.isrChange = null;
       });
+  }
+
+  /**
+   * An ISR expansion that etcd's registration of the node does not back (another incarnation,
+   * or none, registered now): logged, and the position its fetches earned is forgotten.
+   */
+  #refuseExpansion(
+    r: Replica,
+    joining: { nodeId: number; incarnation: string },
+    registered: string | null | undefined,
+  ): void {
+    const f = r.followers.get(joining.nodeId);
+    if (f !== undefined && f.incarnation === joining.incarnation) {
+      f.durable = -1;
+      f.incarnation = undefined;
+    }
+    this.#o.logger.log("warn", "replication.isr_expand_refused", {
+      partition: r.name,
+      node_id: joining.nodeId,
+      incarnation: joining.incarnation,
+      registered: registered === undefined ? "changed during the write" : registered,
+      reason:
+        "etcd's registration of this node id is not the incarnation whose fetches caught up: it does not join the ISR on them",
+    });
+  }
+
+  /**
+   * Gives up, by compare-and-set on `modRevision`, a leadership this replica refused because its
+   * log lacks committed records (see {@link ReplicaManager.applyPartitionState}): no leader, the
+   * epoch bumped, this replica out of the ISR and the ELR. A write that fails (etcd unreachable,
+   * or an answer lost) is tried again every second while that state is still the last one
+   * applied: the controller keeps a leader that is alive, so the state must not stay naming this
+   * one. Never throws.
+   */
+  async #giveUpLeadership(r: Replica, state: PartitionState, modRevision: number): Promise<void> {
+    const next = resignLeadership(state, this.#o.nodeId, { eligible: false });
+    if (next === null || this.#closed || r.modRevision > modRevision) return;
+    const key = `${this.#o.prefix}/partitions/${r.topic}/${r.partition}`;
+    try {
+      const result = await this.#o.etcd.txn({
+        compare: [{ key, target: "mod_revision", result: "equal", number: modRevision }],
+        success: [{ put: { key, value: formatPartitionState(next) } }],
+      });
+      if (result.succeeded)
+        this.#o.logger.log("warn", "cluster.leadership_given_up", {
+          partition: r.name,
+          leader_epoch: next.leader_epoch,
+          isr: next.isr,
+          elr: next.elr,
+        });
+    } catch (err) {
+      this.#o.logger.log("warn", "cluster.leadership_give_up_failed", {
+        partition: r.name,
+        error: errorMessage(err),
+      });
+      // A lost answer may have been applied: the compare on `modRevision` then fails harmlessly.
+      this.#o.clock.setTimer(1000, () => void this.#giveUpLeadership(r, state, modRevision));
+    }
   }
 
   #notLeader(r: Replica | undefined, why?: string, name?: string): BrokerError {

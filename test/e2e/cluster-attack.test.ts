@@ -4,7 +4,9 @@
  * the partition state its previous incarnation left in etcd; the partition stays offline until a
  * replica holding every committed record is back, and no acknowledged record is lost.
  * And attack11 F4: an old process of a replaced node, resumed, is refused and exits; it never
- * replicates as the node its successor now is.
+ * replicates as the node its successor now is. And issue #16 window 2: a replica the controller
+ * elects from an ISR although its log lacks the committed records refuses to lead; another ISR
+ * member leads and no acknowledged record is lost.
  */
 import {
   mkdtempSync,
@@ -44,6 +46,7 @@ interface Part {
   partition: number;
   leader: number;
   leader_epoch: number;
+  replicas: number[];
   isr: number[];
 }
 async function partitionState(b: BrokerProcess, topic: string): Promise<Part> {
@@ -341,4 +344,121 @@ describe("cluster attack: a paused broker whose node id a replacement took (atta
     await tcp.close();
     await etcdClient.close();
   }, 60_000);
+});
+
+describe("cluster attack: an ISR member without the committed records is elected (issue #16, window 2)", () => {
+  it("it refuses to lead; another ISR member leads at once; every acked record is there", async () => {
+    const any = () => brokers.values().next().value!;
+    const created = await fetch(`${any().httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      // A long replica_lag_ms: the leader keeps a member that does not fetch in the ISR.
+      body: JSON.stringify({ name: "w2", partitions: 1, config: { replica_lag_ms: 600_000 } }),
+    });
+    expect(created.status).toBe(201);
+    const p0 = await waitFor(
+      "w2 led with full ISR",
+      async () => {
+        const s = await partitionState(any(), "w2");
+        return s.leader >= 1 && s.isr.length === 3 ? s : undefined;
+      },
+      30_000,
+    );
+    const L = p0.leader;
+    // X comes before Y in replica order: the controller elects X first from an ISR of both.
+    const [X, Y] = p0.replicas.filter((id) => id !== L);
+    const tcp = await TcpClient.connect(brokers.get(L)!.tcp);
+    const values = Array.from({ length: 100 }, (_, j) => `w2-${j}`);
+    await retrying(() =>
+      tcp.produce(
+        "w2",
+        values.map((value) => ({ value })),
+        { partition: 0 },
+      ),
+    );
+    await tcp.close();
+    // X's disk is replaced: a clean stop, an empty data directory, and a credential its leader
+    // refuses, so its log stays empty while it is registered live.
+    expect(await brokers.get(X)!.stop("SIGTERM")).toBe(0);
+    const wrongSecret = join(root, "w2-wrong.secret");
+    writeFileSync(wrongSecret, "not-the-cluster-credential-0123456789\n", { mode: 0o600 });
+    brokers.set(
+      X,
+      await startBroker(
+        join(root, `w2-n${X}`),
+        args(X).map((a) => (a === secretFile ? wrongSecret : a)),
+      ),
+    );
+    const etcdClient = new EtcdHttpClient(etcd.endpoints, { requestTimeoutMs: 2000 });
+    const key = "/es-broker/partitions/w2/0";
+    // The controller has recorded X's new incarnation (and so took X out of the ISR).
+    await waitFor(
+      "the controller to record X's new incarnation",
+      async () => {
+        const reg = await etcdClient.get(`/es-broker/brokers/${X}`);
+        const inc = await etcdClient.get("/es-broker/incarnations");
+        const state = await etcdClient.get(key);
+        if (reg === null || inc === null || state === null) return undefined;
+        const incarnation = (JSON.parse(reg.value) as { incarnation: string }).incarnation;
+        const recorded = (JSON.parse(inc.value) as Record<string, string>)[String(X)];
+        const isr = (JSON.parse(state.value) as { isr: number[] }).isr;
+        return recorded === incarnation && !isr.includes(X) ? true : undefined;
+      },
+      30_000,
+    );
+    // What a stale credit (window 1) would leave: X in the ISR, committed_offset at the high
+    // watermark it never held.
+    const kv = (await etcdClient.get(key))!;
+    const state = JSON.parse(kv.value) as { isr: number[]; committed_offset: number };
+    const stale = {
+      ...state,
+      isr: p0.replicas.filter((id) => id === X || state.isr.includes(id)),
+      committed_offset: values.length,
+    };
+    const written = await etcdClient.txn({
+      compare: [{ key, target: "mod_revision", result: "equal", number: kv.modRevision }],
+      success: [{ put: { key, value: JSON.stringify(stale) } }],
+    });
+    expect(written.succeeded).toBe(true);
+    await etcdClient.close();
+    // The leader dies. The controller counts it gone and elects X, the first ISR member.
+    await brokers.get(L)!.stop("SIGKILL");
+    brokers.delete(L);
+    const xLed = () =>
+      brokers
+        .get(X)!
+        .stderr()
+        .split("\n")
+        .some(
+          (l) =>
+            l.includes('"event":"replication.role"') &&
+            l.includes('"role":"leader"') &&
+            l.includes('"partition":"w2/0"'),
+        );
+    await waitFor(
+      "Y to lead w2, or X to lead it",
+      async () =>
+        xLed() || (await partitionState(brokers.get(Y)!, "w2")).leader === Y ? true : undefined,
+      40_000,
+    );
+    expect(xLed()).toBe(false);
+    expect(brokers.get(X)!.stderr()).toContain('"event":"replication.leadership_refused"');
+    const after = await partitionState(brokers.get(Y)!, "w2");
+    expect(after.leader).toBe(Y);
+    expect(after.isr).not.toContain(X);
+    // Every acknowledged record is there, at its offset.
+    const t = await TcpClient.connect(brokers.get(Y)!.tcp);
+    const seen: string[] = [];
+    let offset = 0;
+    await retrying(async () => {
+      for (;;) {
+        const f = await t.fetch({ topic: "w2", partition: 0, offset, maxRecords: 1000 });
+        if (f.records.length === 0) break;
+        for (const r of f.records) seen.push(new TextDecoder().decode(r.value));
+        offset = f.nextOffset;
+      }
+    });
+    await t.close();
+    expect(seen).toEqual(values);
+  }, 120_000);
 });

@@ -998,6 +998,11 @@ describe("cluster mode: etcd lost while running", () => {
 
 describe("cluster mode: consumer groups", () => {
   it("a group's commits outlive its coordinator: the next controller serves them, a member moves there, and its generation goes up", async () => {
+    // The test before ends with etcd back: the controller may still be campaigning again.
+    await waitFor("a controller among the brokers", async () => {
+      const m = await metadata([...brokers.values()][0]);
+      return m.controller !== -1 && brokers.has(m.controller) ? m : undefined;
+    });
     const router = await ClusterClient.connect({
       bootstrap: [...brokers.values()].map((b) => b.tcp),
       retryTimeoutMs: 30_000,

@@ -3,7 +3,9 @@
  * LocalBroker on real files in its own temporary directory, its TCP transport on a loopback port,
  * and a ReplicaManager whose followers fetch over real sockets. Partition state lives in etcd (a
  * real one from `etcd.ts`); the tests play the controller and the node's watch: they write the
- * state and hand it to every node ({@link ReplicatedCluster.sync}).
+ * state and hand it to every node ({@link ReplicatedCluster.sync}). Registrations are written to
+ * etcd too (`brokers/<id>`, no lease), since a leader checks them there before an ISR expansion,
+ * and handed to every manager as the node's watch would.
  */
 import { onTestFinished } from "vitest";
 import { LocalBroker } from "../../src/broker/broker.ts";
@@ -71,10 +73,14 @@ export interface ReplicatedCluster {
   setLeaseExpiresAt(id: number, ms: number): void;
   /**
    * Registers node `id` again as `incarnation` (another process took the node id: a replacement
-   * on an empty disk) and tells every manager; the node's own manager keeps the incarnation it
-   * was made with (the old process) until {@link restartReplication}.
+   * on an empty disk) in etcd and tells every manager; the node's own manager keeps the
+   * incarnation it was made with (the old process) until {@link restartReplication}. With
+   * `unseen`, etcd holds the new registration but no manager is told (their watches have not
+   * delivered it yet); {@link deliverRegistrations} tells them later.
    */
-  reregister(id: number, incarnation: string): void;
+  reregister(id: number, incarnation: string, options?: { unseen?: boolean }): Promise<void>;
+  /** Tells every manager the registrations in etcd now (the watches catch up). */
+  deliverRegistrations(): void;
   /** Stops a node's replication (its follower loops): a follower that stopped fetching. */
   stopReplication(id: number): Promise<void>;
   /**
@@ -85,8 +91,8 @@ export interface ReplicatedCluster {
   restartNode(id: number, topic: string): Promise<void>;
   /** Changes the TCP address followers use for a node (a proxy in front of it). */
   setAddress(id: number, tcp: string): void;
-  /** Drops node `id`'s registration at every manager, as when its membership lease expires. */
-  unregister(id: number): void;
+  /** Drops node `id`'s registration in etcd and at every manager, as when its membership lease expires. */
+  unregister(id: number): Promise<void>;
   /**
    * Starts a new replica manager on the node and applies the topic's state to it; it fetches as
    * `incarnation` (default: the one registered now).
@@ -115,7 +121,10 @@ export async function startReplicatedCluster(options: {
   const secret = new TextEncoder().encode(`secret-${options.prefix}`);
   const realFs = new NodeFileSystem();
   const nodes: ReplicaNode[] = [];
+  /** What the managers were told; `stored`: what etcd holds. */
   const registrations = new Map<number, BrokerRegistration>();
+  const stored = new Map<number, BrokerRegistration>();
+  const registrationKey = (id: number) => `${options.prefix}/brokers/${id}`;
   const stopped = new Set<number>();
   const leaseExpiry = new Map<number, number>();
   let adminKey = "";
@@ -167,14 +176,17 @@ export async function startReplicatedCluster(options: {
       transport.handleConnection(socket),
     );
     const tcp = `127.0.0.1:${listener.port}`;
-    registrations.set(nodeId, {
+    const registration: BrokerRegistration = {
       node_id: nodeId,
       cluster_id: "test",
       data_dir_id: `dir-${nodeId}`,
       incarnation: "1",
       tcp,
       http: "http://127.0.0.1:1",
-    });
+    };
+    registrations.set(nodeId, registration);
+    stored.set(nodeId, registration);
+    await options.etcd.put(registrationKey(nodeId), JSON.stringify(registration));
     const clients: TcpClient[] = [];
     const base = {
       nodeId,
@@ -264,14 +276,23 @@ export async function startReplicatedCluster(options: {
     },
     setAddress(id, tcp) {
       registrations.set(id, { ...registrations.get(id)!, tcp });
+      stored.set(id, { ...stored.get(id)!, tcp });
     },
-    reregister(id, incarnation) {
-      registrations.set(id, { ...registrations.get(id)!, incarnation });
+    async reregister(id, incarnation, how = {}) {
+      const registration = { ...stored.get(id)!, incarnation };
+      stored.set(id, registration);
+      await options.etcd.put(registrationKey(id), JSON.stringify(registration));
+      if (how.unseen !== true) cluster.deliverRegistrations();
+    },
+    deliverRegistrations() {
+      registrations.clear();
+      for (const [id, r] of stored) registrations.set(id, r);
       for (const n of nodes) n.manager.setBrokers(new Map(registrations));
     },
-    unregister(id) {
-      registrations.delete(id);
-      for (const n of nodes) n.manager.setBrokers(new Map(registrations));
+    async unregister(id) {
+      stored.delete(id);
+      await options.etcd.delete(registrationKey(id));
+      cluster.deliverRegistrations();
     },
     async restartReplication(id, topic, incarnation) {
       stopped.delete(id);

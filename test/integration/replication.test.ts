@@ -489,7 +489,7 @@ describe("replication", () => {
     await leader.produce("orders", records(["a", "b"]), { partition: 0 });
     // Node 3 dies: its lease expires and the controller shrinks the ISR.
     await c.stopReplication(3);
-    c.unregister(3);
+    await c.unregister(3);
     await c.setState("orders", { ...initial, isr: [1, 2] });
     const before = await c.state("orders");
     // Someone with the credential poses as node 3, caught up to the log end.
@@ -524,7 +524,7 @@ describe("replication", () => {
     // disk) registers as node 3, incarnation "2"; then the old one (incarnation "1") resumes.
     await c.stopReplication(3);
     await c.setState("orders", { ...initial, isr: [1, 2] });
-    c.reregister(3, "2");
+    await c.reregister(3, "2");
     await c.restartReplication(3, "orders", "1");
     await waitFor(
       () =>
@@ -563,6 +563,91 @@ describe("replication", () => {
       async () => (await c.state("orders")).state.isr.join() === "1,2,3",
       "the registered node 3 to rejoin the ISR",
     );
+  });
+
+  it("an old process's fetches before the leader sees its successor's registration earn no ISR place (issue #16, window 1)", async () => {
+    const c = await cluster3({ replicaLagMs: 400 });
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+    // Node 3's old process (incarnation "1") is paused and leaves the ISR; writes go on.
+    await c.stopReplication(3);
+    await c.setState("orders", { ...initial, isr: [1, 2] });
+    await leader.produce("orders", records(["c"]), { partition: 0 });
+    // A replacement on an empty disk registers as node 3 (incarnation "2") in etcd; the leader's
+    // watch has not delivered it yet. Then the old process resumes and fetches as "1", the only
+    // incarnation of node 3 the leader knows: it catches up to the log end.
+    await c.reregister(3, "2", { unseen: true });
+    await c.restartReplication(3, "orders", "1");
+    await waitFor(
+      async () =>
+        (await c.state("orders")).state.isr.includes(3) ||
+        c.node(1).logger.named("replication.isr_expand_refused").length > 0,
+      "the leader to add node 3 to the ISR or refuse to",
+    );
+    // etcd names incarnation "2", which holds nothing: node 3 must not be in the ISR.
+    expect((await c.state("orders")).state.isr).toEqual([1, 2]);
+    expect(c.node(1).logger.named("replication.isr_expand_refused")[0]).toMatchObject({
+      node_id: 3,
+      incarnation: "1",
+      registered: "2",
+    });
+    // The watch catches up: the old process is refused outright, its successor joins on its own.
+    c.deliverRegistrations();
+    await c.stopReplication(3);
+    await c.restartReplication(3, "orders");
+    await waitFor(
+      async () => (await c.state("orders")).state.isr.join() === "1,2,3",
+      "the registered node 3 to rejoin the ISR",
+    );
+    await leader.produce("orders", records(["d"]), { partition: 0 });
+  });
+
+  it("an elected replica whose log lacks committed records refuses to lead; nothing acknowledged is truncated (issue #16, window 2)", async () => {
+    const c = await cluster3();
+    const initial = initialPartitionState([1, 2, 3], 2);
+    await c.createTopic("orders", initial);
+    // Node 3 never fetched (its log is empty), but a state names it in the ISR: what a stale
+    // credit, or a disk replaced under an ISR member, leaves behind.
+    await c.stopReplication(3);
+    await c.setState("orders", { ...initial, isr: [1, 2] });
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a", "b", "c"]), { partition: 0 });
+    const acked = await storedValues(c.node(2).broker, "orders");
+    expect(acked).toEqual(["0:a", "1:b", "2:c"]);
+    // Node 1 dies; the controller elects node 3 from an ISR [2, 3] whose committed offset is 3.
+    await c.stopReplication(1);
+    await c.setState("orders", {
+      ...initial,
+      leader: 3,
+      leader_epoch: 1,
+      isr: [2, 3],
+      committed_offset: 3,
+    });
+    await c.restartReplication(3, "orders");
+    await waitFor(
+      async () =>
+        c.node(2).broker.partitionLog("orders", 0).logEndOffset < 3 ||
+        (await c.state("orders")).state.leader_epoch > 1,
+      "node 2 to truncate, or node 3 to give the leadership up",
+    );
+    // Node 2 still holds every acknowledged record; node 3 led nothing and left the ISR.
+    expect(await storedValues(c.node(2).broker, "orders")).toEqual(acked);
+    const after = (await c.state("orders")).state;
+    expect(after).toMatchObject({ leader: -1, leader_epoch: 2, isr: [2], elr: [] });
+    expect(c.node(3).logger.named("replication.leadership_refused")[0]).toMatchObject({
+      durable_log_end: 0,
+      committed_offset: 3,
+    });
+    expect(c.node(3).manager.describe()[0].role).toBe("none");
+    // The controller's next pass elects node 2; node 3 fetches every record from it.
+    await c.setState("orders", { ...after, leader: 2, leader_epoch: 3 });
+    await waitFor(
+      async () => (await c.state("orders")).state.isr.join() === "2,3",
+      "node 3 to catch up and join the ISR",
+    );
+    expect(await storedValues(c.node(3).broker, "orders")).toEqual(acked);
   });
 
   it("with API keys on and no broker credential, a leader serves no replica fetch (attack7 F1)", async () => {
