@@ -157,6 +157,20 @@ export class AccessControl {
   }
 
   /**
+   * The principal of `key` when {@link authenticate} would return one (a well-formed key the store
+   * holds, not revoked), noting its use as `authenticate` does; null for any key `authenticate`
+   * would refuse, with nothing logged or thrown. For the HTTP fast produce route
+   * (`transport/http/auth.ts`): on null it leaves the request to the `fetch` path, which
+   * authenticates again, so a failure is logged once and answered as every other 401.
+   */
+  principalOfKey(key: string): Principal | null {
+    if (key.length > apiKeyTextBytesMax || parseApiKeyId(key) === null) return null;
+    const principal = this.#keys?.verify(key) ?? null;
+    if (principal !== null) this.#keys!.noteUse(principal);
+    return principal;
+  }
+
+  /**
    * Authenticates a user name and a key (SASL/PLAIN on the Kafka listener: the user is the key's
    * id or its name, the password the whole key). The key is checked first, in constant time, so a
    * wrong user costs what a wrong key does.

@@ -4,7 +4,9 @@
  * and pipelined in one write; a body split across many writes; a head sent a few bytes at a time
  * (slowloris: handed to `node:http`, whose head timeout then applies — test/unit/http-raw.test.ts
  * shows the timeout itself); a Content-Length over the cap. Every answer must be what the
- * `node:http` path gives, in request order. Node target only (`targets.ts`): the raw path is
+ * `node:http` path gives, in request order. With API keys: keyed produce on the raw path, and
+ * every refusal (401 for a wrong, malformed or revoked key, 403 from the role table) the same as
+ * the `node:http` path's answer to the same request. Node target only (`targets.ts`): the raw path is
  * Node's; run it elsewhere with ES_BROKER_E2E_ALL_TARGETS=1 (it passed on Bun before Bun was
  * left on `node:http`).
  */
@@ -12,6 +14,7 @@ import * as net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { tempDir } from "../helpers/tmp.ts";
 import { type BrokerProcess, startBroker, target } from "./harness.ts";
+import { offlineAdminKey } from "./helpers.ts";
 import type { RawResponse } from "./raw-http.ts";
 
 const running: BrokerProcess[] = [];
@@ -58,11 +61,14 @@ function chunkedProduce(topic: string, value: string): string {
 
 const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: localhost\r\n\r\n`;
 
+/** An answer with its head as sent (status line and field lines, names as written). */
+type Answer = RawResponse & { head: string };
+
 /** One keep-alive connection: write bytes, then wait for a number of whole answers. */
 interface Connection {
   write(bytes: string): Promise<void>;
   /** Resolves with the next `n` answers (rejects if the connection closes first). */
-  answers(n: number, timeoutMs?: number): Promise<RawResponse[]>;
+  answers(n: number, timeoutMs?: number): Promise<Answer[]>;
   readonly closed: boolean;
   destroy(): void;
 }
@@ -74,7 +80,7 @@ function connect(broker: BrokerProcess): Promise<Connection> {
     socket.setNoDelay(true);
     let received = Buffer.alloc(0);
     let closed = false;
-    const parsed: RawResponse[] = [];
+    const parsed: Answer[] = [];
     let wake: (() => void) | null = null;
     const parse = () => {
       for (;;) {
@@ -89,6 +95,7 @@ function connect(broker: BrokerProcess): Promise<Connection> {
         const length = Number(headers["content-length"]);
         if (received.length < headEnd + 4 + length) return;
         parsed.push({
+          head: lines.join("\r\n"),
           status: Number(lines[0].slice(9, 12)),
           headers,
           body: received.subarray(headEnd + 4, headEnd + 4 + length).toString("utf8"),
@@ -249,5 +256,120 @@ describe(`[${target}] HTTP produce on the raw socket`, () => {
     expect(JSON.parse(refused.body).error.code).toBe("request_too_large");
     expect(await storedValues(broker, "capped")).toEqual(["ok"]);
     c.destroy();
+  });
+
+  it("serves keyed produce on the raw path, and refuses a wrong, malformed or revoked key and a forbidden topic as node:http does", async () => {
+    const { dir } = tempDir();
+    const admin = (await offlineAdminKey(`${dir}/data`, dir)).key;
+    const broker = await startBroker(`${dir}/data`);
+    running.push(broker);
+    const call = async (method: string, path: string, body?: unknown) => {
+      const res = await fetch(`${broker.httpUrl}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${admin}`, "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await res.text();
+      expect(res.status, text).toBeLessThan(300);
+      return text;
+    };
+    const makeKey = async (name: string, role: string) =>
+      JSON.parse(await call("POST", "/v1/admin/keys", { name, role, topics: ["orders*"] }))
+        .key as string;
+    await call("POST", "/v1/topics", { name: "orders", partitions: 1 });
+    await call("POST", "/v1/topics", { name: "secret", partitions: 1 });
+    const producer = await makeKey("ingest", "producer");
+    const consumer = await makeKey("reader", "consumer");
+    const doomed = await makeKey("doomed", "producer");
+    const bearer = (key: string) => `Authorization: Bearer ${key}\r\n`;
+    const refusals = async () => {
+      const res = await fetch(`${broker.httpUrl}/metrics`, {
+        headers: { authorization: `Bearer ${admin}` },
+      });
+      const m = /^esb_refusals_total\{kind="auth\.failed"\} (\d+)$/m.exec(await res.text());
+      return m === null ? 0 : Number(m[1]);
+    };
+
+    // Keyed produce on one keep-alive connection, one by one and pipelined: answered by the fast
+    // route (its head writes `content-length`; the router's answers carry `Content-Length`), on
+    // the raw path (a connection reaches node:http only at a request the fast route leaves).
+    const c = await connect(broker);
+    await c.write(produce("orders", "k0", bearer(producer)));
+    const [first] = await c.answers(1);
+    expect(first.status, first.body).toBe(200);
+    expect(first.head).toContain("\r\ncontent-length: ");
+    expect(first.headers["x-content-type-options"]).toBe("nosniff");
+    await c.write(
+      produce("orders", "k1", bearer(producer)) +
+        produce("orders", "k2", bearer(admin)) +
+        produce("orders", "k3", bearer(doomed)),
+    );
+    const piped = await c.answers(3);
+    expect(piped.map((a) => [a.status, offsetOf(a)])).toEqual([
+      [200, 1],
+      [200, 2],
+      [200, 3],
+    ]);
+    for (const a of piped) expect(a.head).toContain("\r\ncontent-length: ");
+
+    // Each refusal on a fresh connection (raw), on the connection above (whose first refused
+    // request hands it to node:http) and as a chunked request (always node:http's): the same
+    // status, body and headers. The revoked key is refused on the next request of the
+    // connection that used it. A key that authenticates is the raw path's to answer, the role
+    // table's 403 included; any other goes to node:http untouched, which answers 401.
+    await call("DELETE", "/v1/admin/keys/doomed");
+    const refused: [string, string, number][] = [
+      ["orders", bearer(doomed), 401],
+      ["orders", bearer(`${producer.slice(0, -4)}AAAA`), 401],
+      ["orders", "Authorization: Bearer not-a-key\r\n", 401],
+      ["orders", `Authorization: Basic ${producer}\r\n`, 401],
+      ["orders", "", 401],
+      ["secret", bearer(producer), 403],
+      ["orders", bearer(consumer), 403],
+    ];
+    const failedBefore = await refusals();
+    const fresh = await connect(broker);
+    for (const [topic, header, status] of refused) {
+      const one = await connect(broker);
+      await one.write(produce(topic, "no", header));
+      await c.write(produce(topic, "no", header));
+      await fresh.write(
+        chunkedProduce(topic, "no").replace("Host: localhost\r\n", `Host: localhost\r\n${header}`),
+      );
+      const [a] = await one.answers(1);
+      const [b] = await c.answers(1);
+      const [slow] = await fresh.answers(1);
+      one.destroy();
+      expect(slow.status, `${header} ${slow.body}`).toBe(status);
+      for (const x of [a, b]) {
+        expect(x.status, x.body).toBe(status);
+        expect(x.body).toBe(slow.body);
+        expect(x.headers["www-authenticate"]).toBe(slow.headers["www-authenticate"]);
+        expect(x.headers["content-type"]).toBe(slow.headers["content-type"]);
+        expect(x.headers["x-content-type-options"]).toBe("nosniff");
+      }
+      expect(slow.head).toContain("\r\nContent-Length: ");
+      expect(a.head).toContain(status === 403 ? "\r\ncontent-length: " : "\r\nContent-Length: ");
+      const error = JSON.parse(slow.body).error;
+      if (status === 403) {
+        expect(error.code).toBe("forbidden");
+        expect(error.details.operation).toBe("produce");
+        expect(error.message).toContain(`"${topic}"`);
+      } else expect(error.code).toBe("unauthenticated");
+      for (const key of [admin, producer, consumer, doomed])
+        expect(a.body + a.head).not.toContain(key.slice(21));
+    }
+    // Each failed authentication counted once per request (3 requests per 401 case).
+    const unauthenticated = refused.filter(([, , s]) => s === 401).length;
+    expect((await refusals()) - failedBefore).toBe(3 * unauthenticated);
+    // Nothing refused was stored; the keyed records were, in order.
+    const res = await fetch(
+      `${broker.httpUrl}/v1/topics/orders/partitions/0/records?offset=0&max_records=100`,
+      { headers: { authorization: `Bearer ${admin}` } },
+    );
+    const stored = ((await res.json()) as { records: { value: string }[] }).records;
+    expect(stored.map((r) => r.value)).toEqual(["k0", "k1", "k2", "k3"]);
+    c.destroy();
+    fresh.destroy();
   });
 });

@@ -3,7 +3,10 @@
  * through the authenticating wrapper of `auth.ts`): for every request it takes, its answer —
  * status, `Content-Type`, `X-Content-Type-Options`, `WWW-Authenticate`, body — is the one the
  * Hono route gives to the same request on a broker in the same state; and it takes nothing it
- * must not (queries, idempotent produce, chunked bodies, keys, cross-site headers, odd paths).
+ * must not (queries, idempotent produce, chunked bodies, cross-site headers, odd paths). With
+ * keys in force it takes a request whose key authenticates (the role table's 403 included, as the
+ * router answers it) and leaves every other one — no key, a malformed, unknown or revoked key,
+ * two Authorization lines — to the router untouched: nothing logged, nothing produced.
  */
 import { describe, expect, it } from "vitest";
 import { AccessControl } from "../../src/auth/access.ts";
@@ -182,4 +185,135 @@ describe("the fast produce route", () => {
     expect(a.fastRoute(raw(sent))).toBeNull();
     expect((await viaRouter(a, sent)).status).toBe(401);
   });
+
+  it("takes a produce whose key authenticates, answering as the router does, 403 included", async () => {
+    const keyed = await keyedApps();
+    const sent = (key: string, topic = "orders", body = '{"records":[{"value":"k"}]}'): Sent => ({
+      url: `/v1/topics/${topic}/records`,
+      headers: { ...json, authorization: `Bearer ${key}` },
+      body,
+    });
+    const cases: [Sent, number][] = [
+      [sent(keyed.keys.admin), 200],
+      [sent(keyed.keys.producer), 200],
+      [
+        {
+          ...sent(keyed.keys.producer),
+          headers: { ...json, authorization: `bearer   ${keyed.keys.producer}  ` },
+        },
+        200,
+      ],
+      [sent(keyed.keys.producer, "secret"), 403],
+      [sent(keyed.keys.producer, "nope"), 403],
+      [sent(keyed.keys.admin, "nope"), 404],
+      [sent(keyed.keys.consumer), 403],
+      [sent(keyed.keys.consumer, "orders", "not json"), 400],
+      [sent(keyed.keys.producer, "orders", '{"records":[{"value":"x","partition":7}]}'), 404],
+    ];
+    for (const [request, status] of cases) {
+      const answer = keyed.fast.fastRoute(raw(request));
+      expect(answer, JSON.stringify(request)).not.toBeNull();
+      const a = await answer!;
+      const expected = await viaRouter(keyed.routed, request);
+      expect(expected.status, expected.body).toBe(status);
+      expect({
+        status: a.status,
+        contentType: a.headers["content-type"] ?? null,
+        nosniff: a.headers["x-content-type-options"] ?? null,
+        challenge: a.headers["www-authenticate"] ?? null,
+        body: a.body,
+      }).toEqual(expected);
+    }
+    const forbidden = await viaRouter(keyed.routed, sent(keyed.keys.consumer));
+    expect(JSON.parse(forbidden.body).error).toMatchObject({
+      code: "forbidden",
+      details: { operation: "produce" },
+    });
+    expect(JSON.parse(forbidden.body).error.message).toContain('"orders"');
+    // Both brokers hold the same records: the fast route produced what the router did.
+    for (const b of [keyed.fastBroker, keyed.routedBroker]) {
+      const d = await b.describeTopic("orders");
+      expect(d.partitions.reduce((n, p) => n + p.highWatermark, 0)).toBe(3);
+    }
+    expect(keyed.fastLogger.named("auth.failed")).toEqual([]);
+  });
+
+  it("leaves to the router, before logging or producing anything, every produce whose key does not authenticate", async () => {
+    const keyed = await keyedApps();
+    const body = '{"records":[{"value":"a"}]}';
+    const withAuth = (authorization: string): Sent => ({
+      url: "/v1/topics/orders/records",
+      headers: { ...json, authorization },
+      body,
+    });
+    const revoked = keyed.keys.revoked;
+    await keyed.fastKeys.revoke("gone");
+    await keyed.routedKeys.revoke("gone");
+    const wrongSecret = `${keyed.keys.producer.slice(0, -4)}AAAA`;
+    const unknownId = `esb_0123456789abcdef_${keyed.keys.producer.slice(-43)}`;
+    const left: Sent[] = [
+      { url: "/v1/topics/orders/records", headers: json, body },
+      withAuth(`Bearer ${revoked}`),
+      withAuth(`Bearer ${wrongSecret}`),
+      withAuth(`Bearer ${unknownId}`),
+      withAuth("Bearer not-a-key"),
+      withAuth(`Basic ${keyed.keys.admin}`),
+      withAuth(`Bearer ${keyed.keys.admin} ${keyed.keys.admin}`),
+      withAuth("Bearer"),
+      withAuth(""),
+    ];
+    for (const sent of left) {
+      expect(keyed.fast.fastRoute(raw(sent)), JSON.stringify(sent.headers)).toBeNull();
+      const answer = await viaRouter(keyed.routed, sent);
+      expect(answer.status, answer.body).toBe(401);
+    }
+    // Two Authorization lines (node:http keeps the first, WHATWG Headers joins them): the router's.
+    const twoLines = raw(withAuth(`Bearer ${keyed.keys.admin}`));
+    expect(keyed.fast.fastRoute({ ...twoLines, headerLines: () => 2 })).toBeNull();
+    // The fast route logged nothing and produced nothing; the router logged each failure once.
+    expect(keyed.fastLogger.named("auth.failed")).toEqual([]);
+    expect(keyed.routedLogger.named("auth.failed")).toHaveLength(left.length);
+    const d = await keyed.fastBroker.describeTopic("orders");
+    expect(d.partitions.reduce((n, p) => n + p.highWatermark, 0)).toBe(0);
+    // No log line or answer names a key.
+    const logged = JSON.stringify(keyed.routedLogger.events);
+    for (const key of Object.values(keyed.keys)) expect(logged).not.toContain(key.slice(21));
+  });
 });
+
+/**
+ * Two brokers in the same state with the same keys (admin; producer and consumer limited to
+ * `orders*`; one more producer, `gone`, to revoke): one for the fast route, one for the router.
+ */
+async function keyedApps() {
+  const made = async () => {
+    const logger = new MemoryLogger();
+    const { broker, fs } = await openTestBroker({ clock: realClock, logger });
+    const { keys } = await openTestKeyStore({ fs, logger, seed: 7 });
+    await broker.createTopic({ name: "orders", partitions: 2 });
+    await broker.createTopic({ name: "secret", partitions: 1 });
+    const texts = {
+      admin: (await keys.create({ name: "admin", role: "admin" })).key,
+      producer: (await keys.create({ name: "ingest", role: "producer", topics: ["orders*"] })).key,
+      consumer: (await keys.create({ name: "reader", role: "consumer", topics: ["orders*"] })).key,
+      revoked: (await keys.create({ name: "gone", role: "producer", topics: ["*"] })).key,
+    };
+    const access = new AccessControl({ broker, keys, logger });
+    const app = createAuthenticatedHttpApp({ access, logger, maxRequestBytes: 4096 });
+    return { app, broker, keys, logger, texts };
+  };
+  const [f, r] = [await made(), await made()];
+  // The same seed makes the same keys on both.
+  expect(f.texts).toEqual(r.texts);
+  return {
+    fast: f.app,
+    routed: r.app,
+    fastBroker: f.broker,
+    routedBroker: r.broker,
+    fastKeys: f.keys,
+    routedKeys: r.keys,
+    fastLogger: f.logger,
+    routedLogger: r.logger,
+    keys: f.texts,
+  };
+}

@@ -13,6 +13,9 @@
  * - The request then runs in an app built over the principal's broker view
  *   (`auth/access.ts`), so each route's broker call applies the role table: 403 `forbidden`
  *   names the operation and the topic or group refused. Apps are made once per principal.
+ * - Produce in front of the router (`fastRoute`, the raw socket's: docs/http-api.md "How requests
+ *   are served") runs the same way, as the key's principal; a request whose key does not
+ *   authenticate is left to `fetch` untouched, so it is answered, logged and counted there once.
  *
  * A revoked key's SSE streams end with an `event: error` (`key_revoked`): the view ends their
  * long-poll and refuses the read it answers.
@@ -59,11 +62,14 @@ export interface AuthenticatedHttpAppOptions
 export interface AuthenticatedHttpApp {
   fetch(request: Request, env?: HttpBindings): Response | Promise<Response>;
   /**
-   * The app's `fastRoute` (produce without a `Request`/`Response` pair), for requests that need no
-   * authentication decision: while no key is required, without an `Authorization` header, and
-   * without the `Origin` / `Sec-Fetch-Site` headers the cross-site check reads, addressed to a
-   * `Host` that {@link hostRefusal} passes. Null for any
-   * other request, which then goes through {@link fetch}.
+   * The app's `fastRoute` (produce without a `Request`/`Response` pair), for requests without the
+   * `Origin` / `Sec-Fetch-Site` headers the cross-site check reads, addressed to a `Host` that
+   * {@link hostRefusal} passes, that either carry no `Authorization` header while no key is
+   * required (the anonymous app's route) or carry one `Authorization: Bearer <key>` line whose key
+   * authenticates (the key's principal's app's route, so the role table applies: 403 `forbidden`
+   * as {@link fetch} answers). Null for any other request — a missing, malformed, unknown or
+   * revoked key included, before anything is logged or read — which then goes through
+   * {@link fetch} and gets its answer there (401, logged once).
    */
   fastRoute(request: RawRequest): Promise<RawAnswer> | null;
 }
@@ -155,14 +161,25 @@ export function createAuthenticatedHttpApp(
     fastRoute(request) {
       if (
         anonymousFast === undefined ||
-        access.required ||
-        request.header("authorization") !== undefined ||
         request.header("origin") !== undefined ||
         request.header("sec-fetch-site") !== undefined ||
         (checkHost && !hostPasses(request.header("host")))
       )
         return null;
-      return anonymousFast(request, nosniffHeader);
+      const authorization = request.header("authorization");
+      if (authorization === undefined)
+        return access.required ? null : anonymousFast(request, nosniffHeader);
+      // Two lines: `node:http` keeps the first, WHATWG `Headers` joins them; `fetch` decides.
+      if (request.headerLines("authorization") !== 1) return null;
+      let key: string | undefined;
+      try {
+        key = bearerKey(authorization);
+      } catch {
+        return null;
+      }
+      const principal = key === undefined ? null : access.principalOfKey(key);
+      if (principal === null) return null;
+      return appFor(principal).fastRoute?.(request, nosniffHeader) ?? null;
     },
     fetch(request, env) {
       const crossSite = crossSiteRefusal(request);
