@@ -5,7 +5,8 @@
  * neither moves its leaderships nor takes it out of an ISR for that; a broker that does not come
  * back within the grace, one that really restarted (a new incarnation), and one that left
  * cleanly are gone as before. The real processes under real etcd leader stalls:
- * test/e2e/cluster-lease.test.ts.
+ * test/e2e/cluster-lease.test.ts. And a state written without a leader (a leader gave its
+ * leadership up) makes the controller elect another at once, not at its next resync.
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { Controller } from "../../src/cluster/controller.ts";
@@ -24,6 +25,7 @@ import {
   initialPartitionState,
   type PartitionState,
   parsePartitionState,
+  resignLeadership,
 } from "../../src/cluster/partition-state.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
@@ -355,5 +357,23 @@ describe("controllerUpdate with a lapsed replica", () => {
     // Nobody live: offline rather than a lapsed leader.
     const offline = controllerUpdate(state, { gone: [1, 3], view: view([], [2]) });
     expect(offline).toMatchObject({ leader: -1, leader_epoch: 1, isr: [2] });
+  });
+});
+
+describe("a leader that gives its leadership up", () => {
+  it("the controller elects another ISR member at once, without waiting for its resync", async () => {
+    const { etcd, brokers } = await cluster();
+    const key = partitionKey(prefix, "a", 0);
+    await until("a led by node 1", async () => (await readState(etcd, "a")).leader === 1);
+    const before = passes(brokers);
+    // Node 1 refuses the leadership (its log lacks committed records: docs/cluster.md
+    // "Partition state") and writes the state without a leader. The manual clock never moves,
+    // so no resync pass runs.
+    const given = resignLeadership(await readState(etcd, "a"), 1, { eligible: false })!;
+    await etcd.put(key, formatPartitionState(given));
+    await until("another leader", async () => (await readState(etcd, "a")).leader !== -1);
+    const after = await readState(etcd, "a");
+    expect(after).toMatchObject({ leader: 2, leader_epoch: given.leader_epoch + 1, isr: [2, 3] });
+    expect(passes(brokers)).toBeGreaterThan(before);
   });
 });
