@@ -3,14 +3,19 @@
  * that arrives slowly is handed to `node:http`, whose head timeout then applies (408
  * `request_timeout`, as on the `node:http` path); a produce answered on the raw socket has the
  * bytes `node:http` writes for the same answer (but the date); close() ends idle raw connections
- * and lets an in-flight raw produce finish.
+ * and lets an in-flight raw produce finish; with API keys, a produce whose key authenticates is
+ * answered on the raw socket, and one whose key does not is left untouched to `node:http`.
  */
 import * as net from "node:net";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import type { HttpServer } from "../../src/runtime/http.ts";
 import { serveHttp } from "../../src/runtime/http.ts";
+import { AccessControl } from "../../src/auth/access.ts";
 import { createHttpApp } from "../../src/transport/http/app.ts";
+import { createAuthenticatedHttpApp } from "../../src/transport/http/auth.ts";
+import type { RawRequest } from "../../src/transport/http/raw-stream.ts";
+import { openTestKeyStore } from "../helpers/keys.ts";
 import { exchangeRaw } from "../e2e/raw-http.ts";
 import { FakeBroker } from "./http-fake-broker.ts";
 
@@ -161,5 +166,67 @@ describe("serveHttp on the raw socket", () => {
     expect(done.closed).toBe(true);
     await closing;
     await idleClosed;
+  });
+});
+
+describe("serveHttp on the raw socket with API keys", () => {
+  it("answers a produce whose key authenticates on the raw socket, and leaves one whose key fails to node:http", async () => {
+    const logger = new MemoryLogger();
+    const keyed = new FakeBroker();
+    await keyed.createTopic({ name: "orders", partitions: 1 });
+    const { keys } = await openTestKeyStore({ logger });
+    const key = (await keys.create({ name: "ingest", role: "producer", topics: ["orders"] })).key;
+    const app = createAuthenticatedHttpApp({
+      access: new AccessControl({ broker: keyed, keys, logger }),
+      logger,
+      maxRequestBytes: 4096,
+    });
+    // Which path served each request: the raw socket's requests come with their body read.
+    const seen: string[] = [];
+    const spied = await serveHttp(
+      {
+        fetch: (request, env) => {
+          seen.push("fetch");
+          return app.fetch(request, env);
+        },
+        fastRoute: (request: RawRequest) => {
+          const answer = app.fastRoute(request);
+          const where = request.body !== undefined ? "raw" : "node:http";
+          seen.push(answer === null ? `${where} left` : where);
+          return answer;
+        },
+      },
+      { host: "127.0.0.1", port: 0 },
+    );
+    try {
+      const withKey = (k: string) =>
+        produce.replace("Host: localhost\r\n", `Host: localhost\r\nAuthorization: Bearer ${k}\r\n`);
+      const served = await exchangeRaw({
+        host: "127.0.0.1",
+        port: spied.port,
+        bytes: withKey(key) + withKey(key),
+        waitMs: 500,
+      });
+      expect(served.responses.map((r) => r.status)).toEqual([200, 200]);
+      expect(seen).toEqual(["raw", "raw"]);
+      expect(logger.named("auth.failed")).toEqual([]);
+
+      seen.length = 0;
+      const wrong = `${key.slice(0, -4)}AAAA`;
+      const refused = await exchangeRaw({
+        host: "127.0.0.1",
+        port: spied.port,
+        bytes: withKey(wrong) + withKey(key),
+        waitMs: 500,
+      });
+      expect(refused.responses.map((r) => r.status)).toEqual([401, 200]);
+      // Left by the raw path, then by node:http's fast route, answered by fetch; the connection
+      // is node:http's from then on.
+      expect(seen).toEqual(["raw left", "node:http left", "fetch", "node:http"]);
+      expect(logger.named("auth.failed")).toHaveLength(1);
+      expect(keyed.produced).toHaveLength(3);
+    } finally {
+      await spied.close();
+    }
   });
 });
