@@ -168,6 +168,66 @@ describe(`[${target}] es-broker commands`, () => {
     expect(status.stdout.toString()).toContain("Usage: es-broker cluster status");
   });
 
+  it("consume of every partition prints each record produced exactly once, in offset order per partition, over several fetches each", async () => {
+    const broker = await startBroker(`${fresh()}/data`);
+    running.push(broker);
+    const client = await TcpClient.connect(broker.tcp);
+    onTestFinished(() => void client.close());
+    const partitions = 4;
+    await client.createTopic({ name: "many", partitions });
+    // 600-byte values: a partition's 4 000 records take a few of consume's answers (max_bytes),
+    // so partitions are read at once, each over several fetches.
+    const perPartition = [4000, 2500, 4000, 1];
+    const pad = "x".repeat(600);
+    for (let p = 0; p < partitions; p++) {
+      for (let i = 0; i < perPartition[p]; i += 500) {
+        const batch = [];
+        for (let j = i; j < Math.min(perPartition[p], i + 500); j++)
+          batch.push({ key: `k${p}`, value: `p${p}-${j}-${pad}` });
+        await client.produce("many", batch, { partition: p });
+      }
+    }
+    const address = `${broker.tcp.host}:${broker.tcp.port}`;
+    const r = await runCli([
+      "consume",
+      "many",
+      "--from-beginning",
+      "--key-separator",
+      "=",
+      "--broker",
+      address,
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const lines = r.stdout.toString("utf8").split("\n");
+    expect(lines.pop()).toBe("");
+    expect(lines.length).toBe(perPartition.reduce((a, b) => a + b, 0));
+    const next = new Array<number>(partitions).fill(0);
+    for (const line of lines) {
+      const m = /^k(\d+)=p(\d+)-(\d+)-(x*)$/.exec(line);
+      expect(m, line.slice(0, 40)).not.toBeNull();
+      const [, key, p, i, rest] = m!;
+      expect(key).toBe(p);
+      expect(rest.length).toBe(600);
+      // Offset order within the partition, each record once: the next line of partition p is
+      // record next[p], whatever the other partitions printed in between.
+      expect(Number(i)).toBe(next[Number(p)]);
+      next[Number(p)]++;
+    }
+    expect(next).toEqual(perPartition);
+    // --max-records stops after exactly N records, over partitions read at once.
+    const some = await runCli([
+      "consume",
+      "many",
+      "--from-beginning",
+      "--max-records",
+      "4500",
+      "--broker",
+      address,
+    ]);
+    expect(some.code, some.stderr).toBe(0);
+    expect(some.stdout.toString("utf8").split("\n").length - 1).toBe(4500);
+  });
+
   it("consume --offset past the high watermark fails the same way with and without --follow, naming the offset and the high watermark", async () => {
     const { client, address } = await brokerWithTopic();
     await client.produce("t", [{ value: "a" }, { value: "b" }], { partition: 0 });
