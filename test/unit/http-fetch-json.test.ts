@@ -4,7 +4,11 @@
  * the empty key, printable ASCII, quotes and backslashes, control bytes, multi-byte UTF-8,
  * invalid UTF-8 (U+FFFD), every length modulo 3 for base64, negative and large timestamps. The
  * NDJSON answer is the same record objects, one per line; `acceptsNdjson` picks it from `Accept`.
+ * Written a slice at a time (`FetchAnswer`), with keys and values past `fieldPieceBytes` in
+ * pieces, the bytes are the same however it is sliced (control bytes, multi-byte and invalid UTF-8,
+ * BOMs where a piece starts).
  */
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { FetchResult } from "../../src/broker/types.ts";
 import { Prng } from "../../src/lib/prng.ts";
@@ -14,6 +18,8 @@ import { fetchJson } from "../../src/transport/http/encode.ts";
 import { acceptsNdjson } from "../../src/transport/http/app.ts";
 import {
   AnswerBuffers,
+  FetchAnswer,
+  fieldPieceBytes,
   fetchJsonBytes,
   fetchNdjsonBytes,
 } from "../../src/transport/http/fetch-json.ts";
@@ -303,5 +309,92 @@ describe("acceptsNdjson", () => {
     ];
     for (const accept of yes) expect(acceptsNdjson(accept), String(accept)).toBe(true);
     for (const accept of no) expect(acceptsNdjson(accept), String(accept)).toBe(false);
+  });
+});
+
+describe("answers written a slice at a time (FetchAnswer)", () => {
+  const bom = [0xef, 0xbb, 0xbf];
+  /** `n` bytes of one kind; pieces of large ones end where the kinds differ in how they split. */
+  function bytesOf(prng: Prng, kind: number, n: number): Uint8Array {
+    const out = new Uint8Array(n);
+    const utf8 = new TextEncoder().encode('aé€🎉\u0001"\\\n');
+    for (let i = 0; i < n; i++) {
+      if (kind === 0) out[i] = 0x20 + prng.int(95);
+      else if (kind === 1) out[i] = prng.int(0x20);
+      else if (kind === 2) out[i] = utf8[prng.int(utf8.length)];
+      else if (kind === 3) out[i] = prng.int(256);
+      else out[i] = prng.int(2) === 0 ? 0x80 + prng.int(64) : bom[i % 3];
+    }
+    if (kind === 2) return new TextEncoder().encode(new TextDecoder().decode(out)).subarray(0, n);
+    // A BOM where a piece starts, and one at the start of the value: text the first keeps.
+    if (kind === 4 && n > fieldPieceBytes + 3) out.set(bom, fieldPieceBytes);
+    if (kind === 4 && n >= 3) out.set(bom, 0);
+    return out;
+  }
+
+  function bigResult(prng: Prng, count: number): FetchResult {
+    const b = new EntryBatchBuilder();
+    for (let i = 0; i < count; i++) {
+      const size = (): number =>
+        [0, 5, fieldPieceBytes, fieldPieceBytes + 1, 2 * fieldPieceBytes + 2, prng.int(150_000)][
+          prng.int(6)
+        ];
+      const key = prng.int(3) === 0 ? null : bytesOf(prng, prng.int(5), size());
+      b.add(key, bytesOf(prng, prng.int(5), size()), 1_700_000_000_000 + i);
+    }
+    const batch = b.build();
+    const bytes = new Uint8Array(batch.bytes.length + batch.count * recordOverEntryBytes);
+    encodeEntries(batch, bytes, { outPos: 0, baseOffset: 100, nowMs: 5 });
+    return {
+      records: { bytes, count },
+      nextOffset: 100 + count,
+      highWatermark: 200,
+      logStartOffset: 3,
+    };
+  }
+
+  it("writes the bytes of the answer in one go, however it is sliced; a slice ends soon after its size", () => {
+    const decoder = new TextDecoder();
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 2 ** 31 }),
+        fc.integer({ min: 1, max: 400_000 }),
+        fc.constantFrom("utf8", "base64"),
+        fc.constantFrom("json", "ndjson"),
+        (seed, sliceBytes, encoding: "utf8" | "base64", form: "json" | "ndjson") => {
+          const r = bigResult(new Prng(seed), 1 + (seed % 6));
+          const answer = new FetchAnswer(r, encoding, form);
+          let before = answer.size;
+          while (!answer.writeSlice(sliceBytes)) {
+            // A slice stops past its size by at most what one record's key and value written
+            // whole (48 KiB each at most, six bytes for each) or one piece of either add.
+            expect(answer.size - before).toBeLessThan(sliceBytes + 12 * fieldPieceBytes + 200);
+            expect(answer.size - before).toBeGreaterThanOrEqual(sliceBytes);
+            before = answer.size;
+          }
+          const whole = form === "json" ? JSON.stringify(fetchJson(r, encoding)) : null;
+          const text = decoder.decode(answer.bytes);
+          if (whole !== null) expect(text).toBe(whole);
+          else expect(text).toBe(decoder.decode(fetchNdjsonBytes(r, encoding).bytes));
+          expect(answer.chunks.reduce((n, c) => n + c.length, 0)).toBe(answer.size);
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+
+  it("stops adding records past answerBytesMax, next_offset naming the first left out", () => {
+    const prng = new Prng(5);
+    const r = bigResult(prng, 12);
+    const all = fetchJson(r, "utf8").records;
+    const answer = new FetchAnswer(r, "utf8", "json", 100_000);
+    while (!answer.writeSlice(30_000));
+    const cut = JSON.parse(new TextDecoder().decode(answer.bytes)) as {
+      records: unknown[];
+      next_offset: number;
+    };
+    expect(cut.records.length).toBeGreaterThan(0);
+    expect(cut.records).toEqual(all.slice(0, cut.records.length));
+    expect(cut.next_offset).toBe(100 + cut.records.length);
   });
 });

@@ -65,8 +65,8 @@ import { produceAnswerJson, topicJson } from "./encode.ts";
 import {
   AnswerBuffers,
   answerBytesPerFetchByte,
-  fetchJsonBytes,
-  fetchNdjsonBytes,
+  answerSliceBytes,
+  FetchAnswer,
 } from "./fetch-json.ts";
 import { errorBody, invalidRequest } from "./errors.ts";
 import { parseInteger } from "./params.ts";
@@ -186,6 +186,34 @@ export interface HttpAppOptions {
 }
 
 type AppContext = Context<{ Bindings: HttpBindings }>;
+
+/** A body of the buffers `chunks` one after the other, a buffer per read. */
+function chunksStream(chunks: Uint8Array<ArrayBuffer>[]): ReadableStream<Uint8Array> {
+  let next = 0;
+  return new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (next < chunks.length) controller.enqueue(chunks[next++]);
+      else controller.close();
+    },
+  });
+}
+
+/**
+ * Resolves once the I/O events that have arrived are handled: a fetch answer written a slice at a
+ * time lets other connections be served between two slices. `setImmediate` on Node and Bun; a
+ * 0 ms timer on Deno, whose `setImmediate` let no request in between (a produce sent during a
+ * 16 MiB answer was answered after it; test/e2e/http-fetch-slices.test.ts).
+ */
+function nextTurn(): Promise<void> {
+  const immediate =
+    "Deno" in globalThis
+      ? undefined
+      : (globalThis as { setImmediate?: (fn: () => void) => unknown }).setImmediate;
+  return new Promise((resolve) => {
+    if (immediate !== undefined) immediate(resolve);
+    else setTimeout(resolve, 0);
+  });
+}
 
 /** Signal that aborts when the client goes away or the server shuts down. */
 function requestSignal(c: AppContext): AbortSignal {
@@ -418,6 +446,8 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   }
   const heartbeatMs = options.sseHeartbeatMs ?? sseHeartbeatMsDefault;
   const answerBuffers = new AnswerBuffers();
+  // Served by `GET /v1/admin/metrics`: how many slices the fetch answers took (`FetchAnswer`).
+  const fetchCounters = { answers: 0, slices: 0 };
   if (!Number.isSafeInteger(heartbeatMs) || heartbeatMs < 1 || heartbeatMs > fetchWaitMsMax) {
     throw new RangeError(
       `sseHeartbeatMs ${heartbeatMs} must be an integer from 1 to ${fetchWaitMsMax}`,
@@ -581,7 +611,11 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const refused = options.refusals?.counts();
     // The counters' names in snake_case like the rest of the API (`records_appended`); the keys of
     // `refused` are log event names and stay as they are.
-    const counters = snakeCaseKeys(source.metrics()) as Record<string, number>;
+    const counters = {
+      ...(snakeCaseKeys(source.metrics()) as Record<string, number>),
+      http_fetch_answers: fetchCounters.answers,
+      http_fetch_answer_slices: fetchCounters.slices,
+    };
     return c.json(refused === undefined ? counters : { ...counters, refused });
   });
 
@@ -997,24 +1031,41 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     // A buffer of an earlier answer, where the server says when this one is written.
     const afterWritten = c.env?.afterAnswerWritten;
     const buffers = afterWritten === undefined ? undefined : answerBuffers;
-    if (ndjson) {
-      const answer = fetchNdjsonBytes(result, encoding, answerBytesMax, buffers);
-      if (buffers !== undefined) afterWritten!(() => buffers.give(answer.bytes));
-      return c.body(answer.bytes, 200, {
-        "content-type": "application/x-ndjson",
-        vary: "Accept",
-        "next-offset": String(answer.nextOffset),
-        "high-watermark": String(result.highWatermark),
-        "log-start-offset": String(result.logStartOffset),
-      });
+    const answer = new FetchAnswer(
+      result,
+      encoding,
+      ndjson ? "ndjson" : "json",
+      answerBytesMax,
+      buffers,
+    );
+    // A slice per event-loop turn, so that a large answer never holds up the other connections
+    // for long (docs/http-api.md "Large answers are written a slice at a time").
+    while (!answer.writeSlice(answerSliceBytes)) {
+      await nextTurn();
+      // The client is gone: nobody reads the rest.
+      if (c.req.raw.signal.aborted) return new Response(null, { status: 499 });
     }
+    fetchCounters.answers++;
+    fetchCounters.slices += answer.slices;
     // Vary: the answer's form follows Accept, so a cache must not serve one for the other.
-    const answer = fetchJsonBytes(result, encoding, answerBytesMax, buffers);
-    if (buffers !== undefined) afterWritten!(() => buffers.give(answer));
-    return c.body(answer, 200, {
-      "content-type": "application/json",
-      vary: "Accept",
-    });
+    const headers: Record<string, string> = ndjson
+      ? {
+          "content-type": "application/x-ndjson",
+          vary: "Accept",
+          "next-offset": String(answer.nextOffset),
+          "high-watermark": String(result.highWatermark),
+          "log-start-offset": String(result.logStartOffset),
+        }
+      : { "content-type": "application/json", vary: "Accept" };
+    const chunks = answer.chunks;
+    // One buffer (any answer to the default max_bytes): as it is, given back once written.
+    if (chunks.length === 1) {
+      if (buffers !== undefined) afterWritten!(() => buffers.give(chunks[0]));
+      return c.body(chunks[0], 200, headers);
+    }
+    // More (a large answer): one after the other, not copied into one (`answerChunkBytes`).
+    headers["content-length"] = String(answer.size);
+    return c.body(chunksStream(chunks), 200, headers);
   });
 
   app.get("/v1/topics/:topic/partitions/:partition/stream", async (c) => {

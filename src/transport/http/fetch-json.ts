@@ -19,6 +19,11 @@
  * a consumer's steady fetches then allocate no new ~0.3–1.5 MB buffer per answer, which V8 counts
  * as external memory and answers with a mark-compact every few dozen answers
  * (docs/benchmarks.md, "Fetch answers without a new buffer each").
+ *
+ * The fetch route writes an answer a slice at a time ({@link FetchAnswer}, about
+ * {@link answerSliceBytes} each), serving other connections between two, and a larger answer
+ * into more buffers of {@link answerChunkBytes} rather than one buffer grown and copied
+ * (docs/http-api.md "Large answers are written a slice at a time").
  */
 import { AssertionError } from "../../lib/assert.ts";
 import { fromUtf8, viewOf } from "../../lib/bytes.ts";
@@ -91,21 +96,44 @@ export const answerBuffersKept = 4;
 /** Largest buffer an {@link AnswerBuffers} keeps: an answer to the default `max_bytes` (1 MiB) fits. */
 export const answerBufferBytesMax = 2 * 1024 * 1024;
 
-/** A growing output buffer. */
+/**
+ * Bytes of one buffer of an answer at most, unless one write needs more: a buffer is doubled (and
+ * copied) up to this size, and a larger answer goes on in further buffers of this size, so that
+ * no slice of a large answer copies what the slices before it wrote.
+ */
+export const answerChunkBytes = 4 * 1024 * 1024;
+
+/** A growing output: one buffer up to {@link answerChunkBytes}, then more of that size. */
 class Out {
   buf: Uint8Array<ArrayBuffer>;
   pos = 0;
+  /** The full buffers before `buf`, each cut to what was written, and their bytes together. */
+  readonly sealed: Uint8Array<ArrayBuffer>[] = [];
+  sealedBytes = 0;
   readonly #buffers: AnswerBuffers | undefined;
 
   constructor(bytes: number, buffers?: AnswerBuffers) {
     this.#buffers = buffers;
-    this.buf = buffers === undefined ? new Uint8Array(bytes) : buffers.take(bytes);
+    const first = Math.min(bytes, answerChunkBytes);
+    this.buf = buffers === undefined ? new Uint8Array(first) : buffers.take(first);
+  }
+
+  /** Bytes written in all. */
+  get size(): number {
+    return this.sealedBytes + this.pos;
   }
 
   /** Makes room for `bytes` more. */
   room(bytes: number): void {
     if (this.pos + bytes <= this.buf.length) return;
-    const size = Math.max(this.buf.length * 2, this.pos + bytes);
+    if (this.buf.length >= answerChunkBytes) {
+      this.sealed.push(this.buf.subarray(0, this.pos));
+      this.sealedBytes += this.pos;
+      this.buf = new Uint8Array(Math.max(answerChunkBytes, bytes));
+      this.pos = 0;
+      return;
+    }
+    const size = Math.max(Math.min(this.buf.length * 2, answerChunkBytes), this.pos + bytes);
     const grown = this.#buffers === undefined ? new Uint8Array(size) : this.#buffers.take(size);
     grown.set(this.buf.subarray(0, this.pos));
     this.#buffers?.give(this.buf);
@@ -215,12 +243,20 @@ class Out {
    * it becomes.
    */
   asciiEscaped(bytes: Uint8Array, start: number, end: number): void {
-    let bytesOut = 2;
+    this.room(1);
+    this.buf[this.pos++] = 0x22;
+    this.asciiEscapedBody(bytes, start, end);
+    this.room(1);
+    this.buf[this.pos++] = 0x22;
+  }
+
+  /** Writes the ASCII bytes `bytes[start, end)` escaped as {@link asciiEscaped} does, without quotes. */
+  asciiEscapedBody(bytes: Uint8Array, start: number, end: number): void {
+    let bytesOut = 0;
     for (let i = start; i < end; i++) bytesOut += escapedAsciiBytes[bytes[i]];
     this.room(bytesOut);
     const buf = this.buf;
     let p = this.pos;
-    buf[p++] = 0x22;
     for (let i = start; i < end; i++) {
       const b = bytes[i];
       const size = escapedAsciiBytes[b];
@@ -237,18 +273,27 @@ class Out {
         buf[p++] = hexDigits[b & 15];
       }
     }
-    buf[p++] = 0x22;
     this.pos = p;
   }
 
   /** Writes `bytes` as a quoted base64 string. */
   base64(bytes: Uint8Array): void {
+    this.room(((bytes.length + 2) / 3) * 4 + 2);
+    this.buf[this.pos++] = 0x22;
+    this.base64Body(bytes);
+    this.buf[this.pos++] = 0x22;
+  }
+
+  /**
+   * Writes `bytes` in base64 without quotes (room made first: 4 bytes for every 3 or part). Of a
+   * multiple of 3 bytes, the text is the base64 of the whole's part: pieces can be written one
+   * after the other.
+   */
+  base64Body(bytes: Uint8Array): void {
     const n = bytes.length;
-    this.room(((n + 2) / 3) * 4 + 2);
     const buf = this.buf;
     const pairs = base64Pairs;
     let p = this.pos;
-    buf[p++] = 0x22;
     const whole = n - (n % 3);
     let i = 0;
     for (; i < whole; i += 3) {
@@ -274,7 +319,6 @@ class Out {
       buf[p++] = base64Codes[(bits >>> 6) & 63];
       buf[p++] = pad;
     }
-    buf[p++] = 0x22;
     this.pos = p;
   }
 
@@ -384,68 +428,6 @@ const recordFramingBytesMax =
   2 * 16 +
   8;
 
-/**
- * Writes the records of `result` as `{"offset":…,"timestamp":…,"key":…,"value":…}` objects,
- * `separator` between two (`,` in the JSON answer) and `terminator` after each (`\n` in NDJSON).
- * Stops after the record that takes the answer past `answerBytesMax` (always writing one):
- * returns the offset to fetch next, `result.nextOffset` when every record was written.
- * @throws AssertionError as {@link fetchJsonBytes}.
- */
-function writeRecords(
-  out: Out,
-  result: FetchResult,
-  encoding: ValueEncoding,
-  separator: string,
-  terminator: string,
-  answerBytesMax: number,
-): number {
-  const stored = result.records.bytes;
-  const cursor = new RecordCursor().reset(stored);
-  const end = stored.length;
-  // The read that made `result` checked every CRC (module comment).
-  cursor.checkCrc = false;
-  const lastOffset = new LastNumber();
-  const lastTimestamp = new LastNumber();
-  const base64 = encoding === "base64";
-  const view = viewOf(stored);
-  const separatorBytes = ascii(separator);
-  const terminatorBytes = ascii(terminator);
-  let pos = 0;
-  for (let i = 0; i < result.records.count; i++) {
-    const status = cursor.decode(pos, end);
-    if (status !== DecodeStatus.Ok) {
-      throw new AssertionError(
-        `assertion failed: fetched record ${i} of ${result.records.count} does not decode: ${cursor.reason}`,
-      );
-    }
-    out.room(recordFramingBytesMax + separatorBytes.length + terminatorBytes.length);
-    if (i > 0) out.bytes(separatorBytes);
-    out.bytes(offsetField);
-    out.integerAfter(cursor.offset, lastOffset);
-    out.bytes(timestampField);
-    // A timestamp before 1970 is negative (the JSON answer writes it as it is).
-    if (cursor.timestampMs >= 0) out.integerAfter(cursor.timestampMs, lastTimestamp);
-    else out.ascii(String(cursor.timestampMs));
-    out.bytes(keyField);
-    if (cursor.keyLen < 0) out.bytes(nullKey);
-    else if (base64) out.base64(stored.subarray(cursor.keyStart, cursor.keyStart + cursor.keyLen));
-    else out.utf8String(stored, view, cursor.keyStart, cursor.keyStart + cursor.keyLen);
-    out.room(valueField.length);
-    out.bytes(valueField);
-    if (base64) out.base64(stored.subarray(cursor.valueStart, cursor.valueStart + cursor.valueLen));
-    else out.utf8String(stored, view, cursor.valueStart, cursor.valueStart + cursor.valueLen);
-    out.room(terminatorBytes.length);
-    out.bytes(terminatorBytes);
-    pos += cursor.sizeBytes;
-    if (out.pos >= answerBytesMax && i + 1 < result.records.count) return cursor.offset + 1;
-  }
-  if (pos !== end)
-    throw new AssertionError(
-      `assertion failed: ${end - pos} bytes left after ${result.records.count} fetched records`,
-    );
-  return result.nextOffset;
-}
-
 /** Bytes to reserve for the answer to `result`: base64 is 4/3 of the bytes and each record adds ~70 bytes of names and numbers; utf8 grows as needed. */
 function answerBytesGuess(result: FetchResult): number {
   return Math.ceil(result.records.bytes.length * 1.4) + result.records.count * 48 + 128;
@@ -461,9 +443,299 @@ function answerBytesGuess(result: FetchResult): number {
 export const answerBytesPerFetchByte = 2;
 
 /**
- * The JSON body of a fetch answer as UTF-8 bytes (module comment). Records stop once the answer
- * passes `answerBytesMax` (at least one is written); `next_offset` then names the first left out.
- * With `buffers`, the answer is written into one of their buffers (give it back once written).
+ * Bytes an answer grows by in one {@link FetchAnswer.writeSlice} of the fetch route, about (a
+ * slice ends at the first record or piece that takes it past this): the route lets the event loop
+ * serve other connections between two slices, so a fetch of 64 MiB of control bytes (an answer
+ * of 128 MiB) holds the loop a few milliseconds at a time, not seconds (docs/http-api.md
+ * "Large answers are written a slice at a time"). An answer to the default `max_bytes` of
+ * ordinary records is one or two slices.
+ */
+export const answerSliceBytes = 1024 * 1024;
+
+/**
+ * Key or value bytes written at once when a key or value is larger than this: it is written in
+ * pieces of this many (a multiple of 3, so that the base64 of the pieces one after the other is
+ * the base64 of the whole), and a slice can end between two, so that one 8 MiB record does not
+ * make a slice of 48 MiB.
+ */
+export const fieldPieceBytes = 48 * 1024;
+
+/** Decodes a piece of a key or value after its first: a BOM there is text, not a mark to drop. */
+const pieceDecoder = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
+
+/** Whether `b` is a UTF-8 continuation byte (0b10xxxxxx). */
+const isContinuation = (b: number): boolean => (b & 0xc0) === 0x80;
+
+/**
+ * Where to end a piece of UTF-8 bytes near `end` (`start < end - 3`) so that decoding the pieces
+ * one after the other gives the text of the whole: before a byte that is not a continuation
+ * (there the whole's decoder starts afresh, after ending the sequence before as the piece's
+ * decoder ends it: one U+FFFD if it was cut short), or after three continuation bytes in a row
+ * (no sequence has more, so the whole's decoder is between sequences there too).
+ */
+function utf8PieceEnd(bytes: Uint8Array, end: number): number {
+  let at = end;
+  while (at > end - 3 && isContinuation(bytes[at])) at--;
+  return isContinuation(bytes[at]) ? end : at;
+}
+
+/** Where a {@link FetchAnswer} is within the record it writes. */
+const Stage = {
+  /** Before the record: its separator, offset and timestamp are next. */
+  Head: 0,
+  /** The key is next, or is being written in pieces. */
+  Key: 1,
+  /** The value is next, or is being written in pieces. */
+  Value: 2,
+} as const;
+
+/** What a {@link FetchAnswer} writes: the JSON answer or the NDJSON one. */
+export type FetchAnswerForm = "json" | "ndjson";
+
+/**
+ * The body of a fetch answer (module comment), written a slice at a time: the fetch route calls
+ * {@link writeSlice} until it returns true, letting other connections be served between two
+ * calls; the bytes are the same however they are sliced. The JSON answer is
+ * `{"records":[…],"next_offset":…,"high_watermark":…,"log_start_offset":…}`; the NDJSON one
+ * ({@link fetchNdjsonBytes}) the same record objects one per line. Records stop once the answer
+ * passes `answerBytesMax` (at least one is written); {@link nextOffset} then names the first left
+ * out. With `buffers`, the answer is written into one of their buffers (give {@link bytes} back
+ * once written).
+ */
+export class FetchAnswer {
+  readonly #out: Out;
+  readonly #result: FetchResult;
+  readonly #base64: boolean;
+  readonly #json: boolean;
+  readonly #answerBytesMax: number;
+  readonly #stored: Uint8Array;
+  readonly #view: DataView;
+  readonly #cursor = new RecordCursor();
+  readonly #lastOffset = new LastNumber();
+  readonly #lastTimestamp = new LastNumber();
+  readonly #separator: Uint8Array;
+  readonly #terminator: Uint8Array;
+  /** Index of the record being written, and where it starts in the stored bytes. */
+  #index = 0;
+  #at = 0;
+  #stage: number = Stage.Head;
+  /** In a key or value written in pieces: the stored byte the next piece starts at; else −1. */
+  #pieceAt = -1;
+  #nextOffset = -1;
+  #slices = 0;
+
+  constructor(
+    result: FetchResult,
+    encoding: ValueEncoding,
+    form: FetchAnswerForm,
+    answerBytesMax = Number.POSITIVE_INFINITY,
+    buffers?: AnswerBuffers,
+  ) {
+    this.#result = result;
+    this.#base64 = encoding === "base64";
+    this.#json = form === "json";
+    this.#answerBytesMax = answerBytesMax;
+    this.#stored = result.records.bytes;
+    this.#view = viewOf(this.#stored);
+    this.#cursor.reset(this.#stored);
+    // The read that made `result` checked every CRC (module comment).
+    this.#cursor.checkCrc = false;
+    this.#separator = this.#json ? comma : empty;
+    this.#terminator = this.#json ? closeBrace : closeBraceNewline;
+    this.#out = new Out(answerBytesGuess(result), buffers);
+    if (this.#json) this.#out.ascii('{"records":[');
+  }
+
+  /**
+   * Writes about `sliceBytes` more of the answer (up to the end of the record, or of the piece of
+   * a large key or value, that takes it past them). Returns true once the answer is whole.
+   * @throws AssertionError if the stored bytes do not decode as exactly `records.count` whole
+   *   records (as `forEachRecord`).
+   */
+  writeSlice(sliceBytes: number = Number.POSITIVE_INFINITY): boolean {
+    if (this.#nextOffset >= 0) return true;
+    this.#slices++;
+    const out = this.#out;
+    const sliceEnd = out.size + sliceBytes;
+    const count = this.#result.records.count;
+    while (this.#index < count) {
+      if (!this.#writeRecord(sliceEnd)) return false;
+      this.#index++;
+      if (out.size >= this.#answerBytesMax && this.#index < count) {
+        this.#finish(this.#cursor.offset + 1);
+        return true;
+      }
+      if (out.size >= sliceEnd && this.#index < count) return false;
+    }
+    if (this.#at !== this.#stored.length)
+      throw new AssertionError(
+        `assertion failed: ${this.#stored.length - this.#at} bytes left after ${count} fetched records`,
+      );
+    this.#finish(this.#result.nextOffset);
+    return true;
+  }
+
+  /**
+   * The answer's bytes, in one or more buffers one after the other (more than one for an answer
+   * past {@link answerChunkBytes}); whole once {@link writeSlice} returned true. Only a single
+   * buffer can have come from the `buffers` given (give it back once written).
+   */
+  get chunks(): Uint8Array<ArrayBuffer>[] {
+    const out = this.#out;
+    return [...out.sealed, out.buf.subarray(0, out.pos)];
+  }
+
+  /** The answer's bytes in one buffer (the {@link chunks} copied into one if there are more). */
+  get bytes(): Uint8Array<ArrayBuffer> {
+    const chunks = this.chunks;
+    if (chunks.length === 1) return chunks[0];
+    const all = new Uint8Array(this.#out.size);
+    let at = 0;
+    for (const chunk of chunks) {
+      all.set(chunk, at);
+      at += chunk.length;
+    }
+    return all;
+  }
+
+  /** Bytes of the answer so far (all of it once {@link writeSlice} returned true). */
+  get size(): number {
+    return this.#out.size;
+  }
+
+  /** The offset to fetch next (the answer's `next_offset`); −1 until the answer is whole. */
+  get nextOffset(): number {
+    return this.#nextOffset;
+  }
+
+  /** How many calls of {@link writeSlice} wrote part of the answer. */
+  get slices(): number {
+    return this.#slices;
+  }
+
+  #finish(nextOffset: number): void {
+    this.#nextOffset = nextOffset;
+    if (!this.#json) return;
+    const result = this.#result;
+    this.#out.ascii(
+      `],"next_offset":${nextOffset},"high_watermark":${result.highWatermark},"log_start_offset":${result.logStartOffset}}`,
+    );
+  }
+
+  /**
+   * Writes record `#index` (at `#at`), from where the last slice left it; false if this slice
+   * ends inside its key or value (past `sliceEnd`), true once it is written (`#at` then past it).
+   */
+  #writeRecord(sliceEnd: number): boolean {
+    const out = this.#out;
+    const cursor = this.#cursor;
+    const stored = this.#stored;
+    const status = cursor.decode(this.#at, stored.length);
+    if (status !== DecodeStatus.Ok) {
+      throw new AssertionError(
+        `assertion failed: fetched record ${this.#index} of ${this.#result.records.count} does not decode: ${cursor.reason}`,
+      );
+    }
+    if (this.#stage === Stage.Head) {
+      out.room(recordFramingBytesMax + 4);
+      if (this.#index > 0) out.bytes(this.#separator);
+      out.bytes(offsetField);
+      out.integerAfter(cursor.offset, this.#lastOffset);
+      out.bytes(timestampField);
+      // A timestamp before 1970 is negative (the JSON answer writes it as it is).
+      if (cursor.timestampMs >= 0) out.integerAfter(cursor.timestampMs, this.#lastTimestamp);
+      else out.ascii(String(cursor.timestampMs));
+      out.bytes(keyField);
+      this.#stage = Stage.Key;
+    }
+    if (this.#stage === Stage.Key) {
+      if (cursor.keyLen < 0) out.bytes(nullKey);
+      else if (!this.#string(cursor.keyStart, cursor.keyStart + cursor.keyLen, sliceEnd))
+        return false;
+      out.room(valueField.length);
+      out.bytes(valueField);
+      this.#stage = Stage.Value;
+    }
+    if (!this.#string(cursor.valueStart, cursor.valueStart + cursor.valueLen, sliceEnd))
+      return false;
+    out.room(4);
+    out.bytes(this.#terminator);
+    this.#stage = Stage.Head;
+    this.#at += cursor.sizeBytes;
+    return true;
+  }
+
+  /**
+   * Writes `stored[start, end)` as a JSON string (base64 or UTF-8 text), whole if it is at most
+   * {@link fieldPieceBytes}, else a piece at a time from `#pieceAt`: false if the slice ends
+   * (past `sliceEnd`) before the last piece.
+   */
+  #string(start: number, end: number, sliceEnd: number): boolean {
+    const out = this.#out;
+    const stored = this.#stored;
+    if (this.#pieceAt < 0) {
+      if (end - start <= fieldPieceBytes) {
+        if (this.#base64) out.base64(stored.subarray(start, end));
+        else out.utf8String(stored, this.#view, start, end);
+        return true;
+      }
+      out.room(1);
+      out.buf[out.pos++] = 0x22;
+      this.#pieceAt = start;
+    }
+    for (;;) {
+      const at = this.#pieceAt;
+      let pieceEnd = Math.min(end, at + fieldPieceBytes);
+      if (this.#base64) {
+        out.room(((pieceEnd - at + 2) / 3) * 4);
+        out.base64Body(stored.subarray(at, pieceEnd));
+      } else {
+        if (pieceEnd < end) pieceEnd = utf8PieceEnd(stored, pieceEnd);
+        this.#utf8Piece(at, pieceEnd, at === start);
+      }
+      this.#pieceAt = pieceEnd;
+      if (pieceEnd === end) {
+        out.room(1);
+        out.buf[out.pos++] = 0x22;
+        this.#pieceAt = -1;
+        return true;
+      }
+      if (out.size >= sliceEnd) return false;
+    }
+  }
+
+  /**
+   * Writes the text of `stored[start, end)` escaped as in a JSON string, without quotes: the
+   * pieces of a key or value one after the other are then `JSON.stringify` of its whole text.
+   */
+  #utf8Piece(start: number, end: number, first: boolean): void {
+    const out = this.#out;
+    const stored = this.#stored;
+    if (plainJson(stored, this.#view, start, end)) {
+      out.room(end - start);
+      out.buf.set(stored.subarray(start, end), out.pos);
+      out.pos += end - start;
+    } else if (isAscii(stored, start, end)) out.asciiEscapedBody(stored, start, end);
+    else {
+      const piece = stored.subarray(start, end);
+      // Only the whole's first piece may begin with a BOM that the decoder drops (as `fromUtf8`).
+      const text = JSON.stringify(first ? fromUtf8(piece) : pieceDecoder.decode(piece));
+      out.text(text.slice(1, -1));
+    }
+  }
+}
+
+const comma = ascii(",");
+const empty = new Uint8Array(0);
+const closeBrace = ascii("}");
+const closeBraceNewline = ascii("}\n");
+
+/**
+ * The JSON body of a fetch answer as UTF-8 bytes (module comment), written in one go
+ * ({@link FetchAnswer}, whose slices the fetch route writes one per event-loop turn). Records stop
+ * once the answer passes `answerBytesMax` (at least one is written); `next_offset` then names the
+ * first left out. With `buffers`, the answer is written into one of their buffers (give it back
+ * once written).
  * @throws AssertionError if the stored bytes do not decode as exactly `records.count` whole
  *   records (as `forEachRecord`).
  */
@@ -473,13 +745,9 @@ export function fetchJsonBytes(
   answerBytesMax = Number.POSITIVE_INFINITY,
   buffers?: AnswerBuffers,
 ): Uint8Array<ArrayBuffer> {
-  const out = new Out(answerBytesGuess(result), buffers);
-  out.ascii('{"records":[');
-  const nextOffset = writeRecords(out, result, encoding, ",", "}", answerBytesMax);
-  out.ascii(
-    `],"next_offset":${nextOffset},"high_watermark":${result.highWatermark},"log_start_offset":${result.logStartOffset}}`,
-  );
-  return out.buf.subarray(0, out.pos);
+  const answer = new FetchAnswer(result, encoding, "json", answerBytesMax, buffers);
+  answer.writeSlice();
+  return answer.bytes;
 }
 
 /**
@@ -491,7 +759,7 @@ export function fetchJsonBytes(
  * each line alone, or only the lines it needs.
  * Records stop once the body passes `answerBytesMax`, as in {@link fetchJsonBytes}: the returned
  * `nextOffset` (the `Next-Offset` header) names the first left out. `buffers` as in
- * {@link fetchJsonBytes}.
+ * {@link fetchJsonBytes}. Written in one go, as {@link fetchJsonBytes}.
  * @throws AssertionError as {@link fetchJsonBytes}.
  */
 export function fetchNdjsonBytes(
@@ -500,7 +768,7 @@ export function fetchNdjsonBytes(
   answerBytesMax = Number.POSITIVE_INFINITY,
   buffers?: AnswerBuffers,
 ): { bytes: Uint8Array<ArrayBuffer>; nextOffset: number } {
-  const out = new Out(answerBytesGuess(result), buffers);
-  const nextOffset = writeRecords(out, result, encoding, "", "}\n", answerBytesMax);
-  return { bytes: out.buf.subarray(0, out.pos), nextOffset };
+  const answer = new FetchAnswer(result, encoding, "ndjson", answerBytesMax, buffers);
+  answer.writeSlice();
+  return { bytes: answer.bytes, nextOffset: answer.nextOffset };
 }

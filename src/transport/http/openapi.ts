@@ -468,6 +468,11 @@ const schemas: Record<string, Schema> = {
       appends: { type: "integer" },
       writes: { type: "integer" },
       records_appended: { type: "integer" },
+      http_fetch_answers: { type: "integer", description: "HTTP fetch answers written." },
+      http_fetch_answer_slices: {
+        type: "integer",
+        description: "Slices (event-loop turns) those answers were written in.",
+      },
       refused: { type: "object", additionalProperties: { type: "integer" } },
     },
     required: ["partitions", "fsyncs", "appends", "writes", "records_appended"],
