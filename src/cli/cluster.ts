@@ -7,8 +7,9 @@ import type { ConnectionOptions } from "node:tls";
 import { clientTlsOptions, connectionHelp, connectionOptions, readApiKey } from "./connection.ts";
 import type { ClusterMetadata, ClusterPartitionInfo, ClusterPeerLink } from "../broker/types.ts";
 import { requestJson } from "./keys.ts";
-import { UsageError, parseCli } from "./args.ts";
+import { UsageError, intOption, parseCli } from "./args.ts";
 import { brokerDefault, connectRouted } from "./client-commands.ts";
+import { clientTimeoutMsDefault } from "../client/client.ts";
 
 /** Help text of `es-broker cluster`. */
 export const clusterHelp = `Usage: es-broker cluster status [options]
@@ -31,6 +32,9 @@ Options:
   --topic NAME             only this topic (repeatable)
   --json                   one JSON document instead of the table
 ${connectionHelp}
+  --timeout-ms N           how long one request waits for an answer before the command fails
+                           (default 30000; each broker's HTTP view of its followers
+                           and links: 5000, or N when given)
   -h, --help               show this help
 `;
 
@@ -61,6 +65,7 @@ async function brokerViews(
   m: ClusterMetadata,
   apiKey: string | undefined,
   tls: ConnectionOptions | undefined,
+  timeoutMs: number,
 ): Promise<{ views: Map<string, ClusterPartitionInfo>; links: LinkStatus[] }> {
   const views = new Map<string, ClusterPartitionInfo>();
   const links: LinkStatus[] = [];
@@ -72,7 +77,7 @@ async function brokerViews(
           path: "/v1/cluster",
           key: apiKey,
           tls: tls ?? {},
-          timeoutMs: 5000,
+          timeoutMs,
         })) as ClusterMetadata;
         for (const t of theirs.topics)
           for (const p of t.partitions)
@@ -95,6 +100,7 @@ export async function cluster(argv: string[]): Promise<number> {
       ...connectionOptions,
       topic: { type: "string", multiple: true },
       json: { type: "boolean", default: false },
+      "timeout-ms": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     allowPositionals: true,
@@ -123,7 +129,17 @@ export async function cluster(argv: string[]): Promise<number> {
     for (const name of wanted)
       if (!m.topics.some((t) => t.name === name))
         throw new Error(`Cannot show topic ${JSON.stringify(name)}: it does not exist`);
-    const { views, links } = await brokerViews(m, readApiKey(values), clientTlsOptions(values));
+    // A broker's view is optional in the table ("?"): a short wait unless --timeout-ms says.
+    const viewTimeoutMs =
+      values["timeout-ms"] === undefined
+        ? 5000
+        : intOption("timeout-ms", values["timeout-ms"], clientTimeoutMsDefault, 1, 3_600_000);
+    const { views, links } = await brokerViews(
+      m,
+      readApiKey(values),
+      clientTlsOptions(values),
+      viewTimeoutMs,
+    );
     const status = await Promise.all(
       topics.map(async (t) => ({
         name: t.name,

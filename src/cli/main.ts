@@ -65,7 +65,7 @@ Options:
 Exit codes: 0 success, 1 failure, 2 usage error. SIGINT or SIGTERM asks serve, produce and
 consume to stop: they finish what is under way (acknowledgements, commits, output) and exit 0;
 a second signal exits at once with 130 (SIGINT) or 143 (SIGTERM), as do the other commands on
-their first. A reader of standard output that goes away (es-broker consume t | head -1) stops a
+their first (the same signal again within 1 s of the first is the same request). A reader of standard output that goes away (es-broker consume t | head -1) stops a
 command the same way, exit 0 without a message, as kcat does: consume --group commits only the
 records written before and leaves the group.
 `;

@@ -216,7 +216,8 @@ page and assets (the console asks for a key itself); Kafka clients use SASL/PLAI
 SIGHUP reloads the TLS files (also --cluster-etcd-*) and ${apiKeysFileName}; open connections keep
 working.
 SIGINT or SIGTERM: stop accepting, finish the requests in flight, fsync, close, exit 0; a second
-signal exits at once, with 130 (SIGINT) or 143 (SIGTERM).
+signal exits at once, with 130 (SIGINT) or 143 (SIGTERM). The same signal again within 1 s of the
+first is the same request (one Ctrl-C under deno task serve arrives twice).
 `;
 
 /** Runs `serve` until a signal stops it. Resolves with the exit code. */

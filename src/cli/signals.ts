@@ -8,6 +8,10 @@
  * - A second signal abandons that work and exits at once with 128 + the signal's number, as a
  *   shell reports a process a signal ended: 130 for SIGINT, 143 for SIGTERM. Work may be lost,
  *   and the exit code says so.
+ * - A repeat of the first signal within {@link REPEAT_WINDOW_MS} of it is the same request, not a
+ *   second one: a terminal's Ctrl-C reaches the whole process group, and a task runner in it
+ *   (`deno task`, `bun run`) forwards the signal to its child too, so the command gets it twice
+ *   within milliseconds. A person's second Ctrl-C meant as "now" comes later.
  *
  * The one-shot commands (`topics`, `groups`, `keys`, `schemas`, `check`, `cluster`) end at once on
  * the first signal, with the same 130 / 143 ({@link endOnStopSignals}).
@@ -21,6 +25,12 @@ export function signalExitCode(signal: StopSignal): number {
   return signal === "SIGINT" ? 130 : 143;
 }
 
+/**
+ * Milliseconds after the first stop signal during which the same signal again is taken as the
+ * same request (module comment; docs/runtimes.md "Graceful shutdown"): 1 s.
+ */
+export const REPEAT_WINDOW_MS = 1000;
+
 /** Handlers of {@link onStopSignals}; `dispose` removes them. */
 export interface StopSignals {
   /** The first signal received, or null while none came. */
@@ -31,16 +41,27 @@ export interface StopSignals {
 
 /**
  * Installs the stop rule (module comment): calls `onStop` once, on the first SIGINT or SIGTERM;
- * a second one writes `es-broker: second SIG…, exiting now` on stderr and exits at once.
+ * the same signal again within {@link REPEAT_WINDOW_MS} is the same request (a note on stderr);
+ * any later one, or the other signal, writes `es-broker: second SIG…, exiting now` on stderr and
+ * exits at once.
  */
 export function onStopSignals(onStop: (signal: StopSignal) => void): StopSignals {
   let received: StopSignal | null = null;
+  // performance.now(): monotonic, so a wall-clock step cannot widen or close the window.
+  let receivedAt = 0;
   const handle = (signal: StopSignal) => {
     if (received !== null) {
+      if (signal === received && performance.now() - receivedAt < REPEAT_WINDOW_MS) {
+        process.stderr.write(
+          `es-broker: ${signal} again within ${REPEAT_WINDOW_MS / 1000} s of the first: the same request to stop (send it again later to exit at once)\n`,
+        );
+        return;
+      }
       process.stderr.write(`es-broker: second ${signal}, exiting now\n`);
       process.exit(signalExitCode(signal));
     }
     received = signal;
+    receivedAt = performance.now();
     onStop(signal);
   };
   const onInt = () => handle("SIGINT");

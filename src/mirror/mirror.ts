@@ -33,7 +33,7 @@
  * | `producer_fenced`, expected epoch P > E       | a later epoch exists: all of E's run is stored | epoch = P, base = P's start is unknown: stop with an error unless P's state is ours (see code) |
  * | `unknown_producer`                            | the upstream forgot the producer (expiry)    | new epoch at the position |
  * | connection lost, timeout, retriable error    | unknown                                      | resend the same batch after a backoff |
- * | `topic_not_found`                             | upstream topic missing                       | create it with the edge's partition count, resend |
+ * | `topic_not_found`                             | upstream topic missing                       | create it with the edge's partition count, resend; a refused create is logged once (`mirror.upstream_refused`, operation `create_topic`) and tried again with backoff up to 30 s |
  * | `unauthenticated`, `forbidden`                | wrong or revoked key, or a missing role      | log once (`mirror.upstream_refused`), resend after a backoff up to 30 s |
  * | other refusal                                 | configuration problem                        | stop the partition with the error |
  *
@@ -225,7 +225,8 @@ export class Mirror {
   #wake: (() => void)[] = [];
   #rescan: { cancel(): void } | null = null;
   #rateFreeAtMs = 0;
-  #createdUpstream = new Set<string>();
+  /** Upstream topic → the last refusal to create it that was logged (logged once per change). */
+  #createRefusals = new Map<string, string>();
   /** Upstream topic → the local topic forwarded to it (two local topics may not share one). */
   #upstreamOwners = new Map<string, string>();
   #upstreamReachable: boolean | null = null;
@@ -443,6 +444,61 @@ export class Mirror {
     return message;
   }
 
+  /**
+   * Creates the missing upstream topic `remote` with the edge's partition count (docs/edge.md
+   * "Exactly once"): true once it exists (created here or by anyone else). A refusal of the
+   * key (`forbidden`, `unauthenticated`) is logged once per topic and cause as
+   * `mirror.upstream_refused` (warn) naming the topic, the operation and the fix, and puts the
+   * partition in state `upstream_refused`; any other failure is kept in its status. Never throws.
+   */
+  async #createUpstream(
+    topic: string,
+    remote: string,
+    partitions: number,
+    status: MirrorPartitionStatus,
+  ): Promise<boolean> {
+    const o = this.#o;
+    try {
+      await (await this.#upstream()).createTopic({ name: remote, partitions });
+      o.logger.log("info", "mirror.upstream_topic_created", {
+        mirror: o.name,
+        topic,
+        upstream_topic: remote,
+        partitions,
+      });
+    } catch (caught) {
+      if (!(caught instanceof ClientError && caught.code === "topic_exists")) {
+        const message = errorMessage(caught);
+        if (
+          caught instanceof ClientError &&
+          (caught.code === "forbidden" || caught.code === "unauthenticated")
+        ) {
+          status.state = "upstream_refused";
+          status.error = `cannot create topic "${remote}" upstream: ${message}`;
+          if (this.#createRefusals.get(remote) !== message) {
+            this.#createRefusals.set(remote, message);
+            o.logger.log("warn", "mirror.upstream_refused", {
+              mirror: o.name,
+              topic,
+              upstream_topic: remote,
+              operation: "create_topic",
+              code: caught.code,
+              error: status.error,
+              fix: `create topic "${remote}" upstream (${partitions} partitions), or give the mirror's key the admin role there`,
+              retry:
+                "the create is tried again with backoff up to 30 s; forwarding resumes by itself once the topic exists",
+            });
+          }
+        } else {
+          status.error = `cannot create topic "${remote}" upstream: ${message}`;
+        }
+        return false;
+      }
+    }
+    this.#createRefusals.delete(remote);
+    return true;
+  }
+
   #newStatus(topic: string, upstreamTopic: string, partition: number): MirrorPartitionStatus {
     return {
       topic,
@@ -546,6 +602,8 @@ export class Mirror {
       });
     }
     let backoffMs = 100;
+    // Creates of the upstream topic since the last batch got through (only the first is immediate).
+    let createTries = 0;
     // Where the next fetch starts: past holes with nothing after them yet, ahead of `position`.
     let readFrom = position;
     const cursor = new RecordCursor();
@@ -725,23 +783,13 @@ export class Mirror {
             return stop(
               `producer "${producerId}" is fenced upstream by epoch ${String(expectedEpoch)} (another edge with this id?): ${err.message}`,
             );
-          if (err.code === "topic_not_found" && !this.#createdUpstream.has(remote)) {
-            this.#createdUpstream.add(remote);
-            try {
-              await (await this.#upstream()).createTopic({
-                name: remote,
-                partitions: partitionCount,
-              });
-              o.logger.log("info", "mirror.upstream_topic_created", {
-                mirror: o.name,
-                topic,
-                upstream_topic: remote,
-                partitions: partitionCount,
-              });
-            } catch (createErr) {
-              if (!(createErr instanceof ClientError && createErr.code === "topic_exists"))
-                status.error = errorMessage(createErr);
-            }
+          if (err.code === "topic_not_found") {
+            // Create it (the key needs admin upstream). A refusal is logged with its cause and
+            // retried with backoff, never a stopped partition: it heals once the topic exists.
+            const created = await this.#createUpstream(topic, remote, partitionCount, status);
+            if (created && createTries++ === 0) continue;
+            await this.#sleep(backoffMs);
+            backoffMs = Math.min(30_000, backoffMs * 2);
             continue;
           }
           if (err.code === "unauthenticated" || err.code === "forbidden") {
@@ -778,6 +826,7 @@ export class Mirror {
       }
       readFrom = position;
       backoffMs = 100;
+      createTries = 0;
       status.state = "forwarding";
       status.error = null;
       status.position = position;

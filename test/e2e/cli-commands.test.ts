@@ -62,6 +62,7 @@ describe(`[${target}] es-broker commands`, () => {
     for (const args of [
       ["topics", "list"],
       ["consume", "t", "--from-beginning"],
+      ["cluster", "status"],
     ]) {
       const started = Date.now();
       const r = await runCli([...args, "--broker", `127.0.0.1:${port}`, "--timeout-ms", "300"]);

@@ -277,4 +277,114 @@ describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
     for (const e of started) expect(e.stderr()).not.toContain(mirrorKey.key.slice(-20));
     expect(central.stderr()).not.toContain(mirrorKey.key.slice(-20));
   }, 120_000);
+
+  it("logs a key that may not create the upstream topic as upstream_refused, not a stop, and resumes once it exists", async () => {
+    const pki = makePki();
+    const { dir } = tempDir("es-broker-mirror-create-");
+    const centralDir = join(dir, "central");
+    const { key: adminKey } = await offlineAdminKey(centralDir, dir);
+    const central = await startBroker(centralDir, [
+      "--tls-cert",
+      pki.server.cert,
+      "--tls-key",
+      pki.server.key,
+    ]);
+    running.push(central);
+    const admin = (method: string, path: string, body?: unknown) =>
+      centralCall(central.httpUrl, pki.ca, adminKey, method, path, body);
+    // A producer key: it may produce to sensors*, but not create topics.
+    const mirrorKey: { key: string } = await admin("POST", "/v1/admin/keys", {
+      name: "edge-18",
+      role: "producer",
+      topics: ["sensors*"],
+    });
+    const edge = await startBroker(
+      join(dir, "edge"),
+      [
+        "--metrics-port",
+        "0",
+        "--mirror-to",
+        `${central.tcp.host}:${central.tcp.port}`,
+        "--mirror-topics",
+        "sensors*",
+        "--mirror-tls-ca",
+        pki.ca,
+        "--mirror-records-per-sec",
+        "0",
+      ],
+      { ES_BROKER_MIRROR_API_KEY: mirrorKey.key },
+    );
+    running.push(edge);
+    const created = await fetch(`${edge.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "sensors", partitions: 2 }),
+    });
+    expect(created.status).toBe(201);
+    await produce(edge, 0, 20);
+
+    // The real cause, at warn, naming the topic, the refused operation and the fix.
+    const refused = () =>
+      edge
+        .stderr()
+        .split("\n")
+        .filter((l) => l.includes('"event":"mirror.upstream_refused"'))
+        .map((l) => JSON.parse(l.slice(l.indexOf("{"))));
+    await waitFor("mirror.upstream_refused for the create", () => refused().length > 0);
+    const line = refused()[0];
+    expect(line).toMatchObject({
+      level: "warn",
+      topic: "sensors",
+      upstream_topic: "sensors",
+      operation: "create_topic",
+      code: "forbidden",
+    });
+    expect(line.error).toMatch(/edge-18.*role producer.*may not create_topic/);
+    expect(line.fix).toMatch(/create topic "sensors" upstream.*admin/);
+    // Let it retry a few times: still one line per cause, and not a stopped partition.
+    let text = "";
+    await waitFor("a few retries", async () => {
+      text = await (await fetch(edge.metricsUrl!)).text();
+      return [0, 1].every(
+        (p) =>
+          (sample(
+            text,
+            `esb_mirror_failures_total{mirror="upstream",topic="sensors",partition="${p}"}`,
+          ) ?? 0) >= 3,
+      );
+    });
+    expect(refused()).toHaveLength(1);
+    expect(edge.stderr()).not.toContain("mirror.partition_stopped");
+    for (const p of [0, 1])
+      expect(
+        sample(
+          text,
+          `esb_mirror_partition_stopped{mirror="upstream",topic="sensors",partition="${p}"}`,
+        ),
+      ).toBe(0);
+
+    // The operator creates it upstream: forwarding resumes by itself, every record once.
+    await admin("POST", "/v1/topics", { name: "sensors", partitions: 2 });
+    await waitFor("the upstream to hold 20 records", async () => {
+      const t = await admin("GET", "/v1/topics/sensors");
+      return (
+        t.partitions.reduce(
+          (n: number, p: { high_watermark: number }) => n + p.high_watermark,
+          0,
+        ) === 20
+      );
+    });
+    await waitFor("the mirror's lag to reach 0", async () => {
+      text = await (await fetch(edge.metricsUrl!)).text();
+      return [0, 1].every(
+        (p) =>
+          sample(
+            text,
+            `esb_mirror_lag_records{mirror="upstream",topic="sensors",partition="${p}"}`,
+          ) === 0,
+      );
+    });
+    expect(edge.stderr()).not.toContain("mirror.partition_stopped");
+    expect(edge.stderr()).not.toContain(mirrorKey.key.slice(-20));
+  }, 120_000);
 });

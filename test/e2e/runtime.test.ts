@@ -4,6 +4,7 @@
  * graceful shutdown. Like core.test.ts, this file runs once per target (vitest.config.ts); every
  * title and failure names the target.
  */
+import { existsSync } from "node:fs";
 import * as net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { TcpClient } from "../../src/client/client.ts";
@@ -492,7 +493,8 @@ describe(`[${target}] es-broker on its runtime`, () => {
     const slow = await slowProduce(broker, "s2", "never finished");
     await sleep(500); // as above: the slow request is in the broker's hands
     broker.proc.kill("SIGTERM");
-    await sleep(500);
+    // Past the 1 s in which a repeat is the same request (signals.ts REPEAT_WINDOW_MS).
+    await sleep(2000);
     expect(isRunning(broker), `[${target}] the half-sent produce should hold shutdown open`).toBe(
       true,
     );
@@ -503,5 +505,28 @@ describe(`[${target}] es-broker on its runtime`, () => {
     slow.request.destroy();
     expect(code).toBe(143);
     expect(broker.stderr()).toContain("second SIGTERM");
+  });
+
+  it("takes the same signal twice within milliseconds (Ctrl-C under a task runner) as one stop", async () => {
+    const { broker, dataDir } = await start();
+    expect(
+      (await postJson(`${broker.httpUrl}/v1/topics`, { name: "s3", partitions: 1 })).status,
+    ).toBe(201);
+    // A half-sent produce holds shutdown open while both signals arrive.
+    const slow = await slowProduce(broker, "s3", "finished after both signals");
+    await sleep(500); // as above: the slow request is in the broker's hands
+    broker.proc.kill("SIGINT");
+    await sleep(10);
+    broker.proc.kill("SIGINT");
+    await sleep(300);
+    expect(isRunning(broker), `[${target}] the repeat within 1 s ended the process`).toBe(true);
+    slow.finish();
+    const answered = await slow.request.response;
+    expect(answered.status, `[${target}] ${answered.body}`).toBe(200);
+    expect(await exitOf(broker)).toBe(0);
+    running.splice(running.indexOf(broker), 1);
+    expect(broker.stderr()).toContain("SIGINT again within 1 s of the first");
+    expect(broker.stderr()).not.toContain("second SIGINT");
+    expect(existsSync(`${dataDir}/clean-stop.json`)).toBe(true);
   });
 });
