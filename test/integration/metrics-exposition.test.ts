@@ -22,6 +22,11 @@ import {
   promtoolCheckMetrics,
 } from "../helpers/system-tools.ts";
 import { systemClock } from "../../src/runtime/clock.ts";
+import { AccessControl } from "../../src/auth/access.ts";
+import { ClientError, TcpClient } from "../../src/client/client.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { listenTcp } from "../../src/runtime/tcp.ts";
+import { createTcpTransport } from "../../src/transport/tcp/transport.ts";
 
 beforeAll(() => ensureDebianTool(promtool), installHookTimeoutMs);
 
@@ -127,6 +132,65 @@ describe("GET /metrics exposition (promtool)", () => {
     expect(s.get('esb_refusals_total{kind="auth.failed"}')).toBe(2);
     expect(s.get('esb_build_info{version="0.1.0",runtime="node 20"}')).toBe(1);
     expect(s.get("process_start_time_seconds")).toBe(1_700_000_000);
+  });
+
+  it("a produce over the TCP transport counts what the counting view's own produce counts", async () => {
+    // The TCP transport counts a Produce in its reaction to the answer (`produceCounted`); the
+    // same calls made on the view itself (as HTTP and Kafka make them) must give equal series.
+    const { broker, registry, sources, door } = await realBroker();
+    const logger = new MemoryLogger();
+    const transport = createTcpTransport({
+      broker,
+      clock: systemClock,
+      logger,
+      access: new AccessControl({ broker, keys: null, logger }),
+      meter: (b) => door.wrap(b),
+    });
+    const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>
+      transport.handleConnection(socket),
+    );
+    const client = await TcpClient.connect({ host: "127.0.0.1", port: listener.port });
+    const direct = new FrontDoorMetrics(registry, "kafka").wrap(broker as LocalBroker);
+    try {
+      await client.createTopic({ name: "orders", partitions: 1 });
+      const batches = [batch(5), batch(2, "k")];
+      for (const b of batches) {
+        await client.produce("orders", b, { partition: 0 });
+        await direct.produce({ topic: "orders", partition: 0, batch: b });
+      }
+      const refused = await client.produce("missing", batch(1)).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(ClientError);
+      expect((refused as ClientError).code).toBe("topic_not_found");
+      await expect(direct.produce({ topic: "missing", batch: batch(1) })).rejects.toBeInstanceOf(
+        BrokerError,
+      );
+    } finally {
+      await client.close();
+      const stopped = listener.close();
+      await transport.close({ graceMs: 1000 });
+      await stopped;
+    }
+    const text = await renderMetrics(sources);
+    expectPromtoolClean(text);
+    const s = parse(text);
+    const bytes = batch(5).bytes.length + batch(2, "k").bytes.length;
+    expect(s.get('esb_produce_requests_total{topic="orders",transport="tcp"}')).toBe(2);
+    expect(s.get('esb_produce_records_total{topic="orders",transport="tcp"}')).toBe(7);
+    expect(s.get('esb_produce_bytes_total{topic="orders",transport="tcp"}')).toBe(bytes);
+    expect(
+      s.get('esb_request_errors_total{transport="tcp",operation="produce",code="topic_not_found"}'),
+    ).toBe(1);
+    const tcp = [...s].filter(([k]) => k.includes('transport="tcp"'));
+    const kafka = [...s].filter(([k]) => k.includes('transport="kafka"'));
+    // Every series the TCP produces made has its twin from the view's own produce, with the same
+    // value (durations: the same observation count; their sums and buckets follow the clock).
+    const twins = (series: [string, number][]) =>
+      series
+        .filter(([k]) => !/_seconds_(sum|bucket)\{/.test(k))
+        .map(([k, v]) => [k.replace('transport="kafka"', 'transport="tcp"'), v] as const)
+        .sort(([a], [b]) => a.localeCompare(b));
+    expect(twins(kafka)).toEqual(twins(tcp));
+    expect(s.get('esb_produce_duration_seconds_count{transport="tcp"}')).toBe(3);
   });
 
   it("stays parseable whatever the names: quotes, backslashes, newlines, U+2028, braces, 1000 characters, emoji", async () => {

@@ -2,7 +2,7 @@
  * The shape every TCP api file exports ({@link ApiSpec}, built with {@link defineApi}) and what
  * the transport hands it. How to add an api: `index.ts`.
  */
-import type { Broker } from "../../broker/types.ts";
+import type { Broker, ProduceRequest, ProduceResult } from "../../broker/types.ts";
 
 /** What the transport gives every request of one connection (built once per connection). */
 export interface ApiConnection {
@@ -19,6 +19,27 @@ export interface ApiConnection {
    *   connection), `invalid_request` if the connection has already authenticated.
    */
   authenticate(key: string): { keyId: string; name: string; role: string };
+  /**
+   * Present when `broker` is a front door's counting view (`transport/metered-broker.ts`): starts
+   * a produce on it whose counting is left to the transport's own reaction to the answer (pass
+   * the call to {@link answerBy}), instead of one more promise per request.
+   * @throws what `broker.produce` throws synchronously (counted as a failure).
+   */
+  produceCounted?: (request: ProduceRequest) => CountedCall<ProduceResult>;
+}
+
+/**
+ * A broker call whose counting (the front door's metering) the transport does in its reaction
+ * to `response`: `done` with the result, or `failed` with the rejection, exactly once and before
+ * the answer is encoded.
+ */
+export interface CountedCall<R> {
+  /** The broker's promise. */
+  readonly response: Promise<R>;
+  /** Counts a fulfilled call. */
+  done(result: R): void;
+  /** Counts a rejected call. */
+  failed(error: unknown): void;
 }
 
 /** An answer: the response frame, or chunks that written in order make it. */
@@ -42,27 +63,40 @@ export type Served =
        * the connection's in-flight budget until it is written; 0 if omitted.
        */
       answerBytes?: number;
+      counted?: undefined;
     }
   | {
       /** The broker's result; rejects as above. */
       response: Promise<unknown>;
-      /** Encodes the result into the answer (the transport calls it; it may throw as a rejection would). */
-      encode: (result: unknown) => Answer;
+      /**
+       * Encodes the result into the answer of the request with `correlationId` (the transport
+       * calls it; it may throw as a rejection would).
+       */
+      encode: (correlationId: number, result: unknown) => Answer;
       answerBytes?: number;
+      /** The call's counting, when the transport is to do it ({@link ApiConnection.produceCounted}). */
+      counted?: CountedCall<unknown>;
     };
 
 /**
  * A {@link Served} whose result the transport encodes with `encode` in its own reaction to
  * `result`, rather than in one more promise between them: the small-request path (Produce,
  * Fetch) saves a promise and a microtask per request (docs/benchmarks.md "Small requests
- * (issue #22)").
+ * (issue #22)"). `encode` gets the correlation id from the transport, so a row passes its
+ * encoder itself rather than a closure made per request.
  */
 export function answerBy<R>(
   result: Promise<R>,
-  encode: (result: R) => Answer,
+  encode: (correlationId: number, result: R) => Answer,
   answerBytes?: number,
+  counted?: CountedCall<R>,
 ): Served {
-  return { response: result, encode: encode as (result: unknown) => Answer, answerBytes };
+  return {
+    response: result,
+    encode: encode as (correlationId: number, result: unknown) => Answer,
+    answerBytes,
+    counted: counted as CountedCall<unknown> | undefined,
+  };
 }
 
 /** One TCP api: its number, name, highest version and how a request of it is served. */

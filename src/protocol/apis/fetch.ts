@@ -39,11 +39,11 @@ export const fetchApi = defineApi({
   key: 1,
   name: "Fetch",
   versionMax: 0,
-  serve(body, correlationId, { broker, signal }) {
+  serve(body, _correlationId, { broker, signal }) {
     const request = decodeFetchRequest(body);
     return answerBy(
       broker.fetch({ ...request, signal }),
-      (result) => encodeFetchResponseChunks(correlationId, result),
+      encodeFetchResponseChunks,
       request.maxBytes ?? fetchBytesDefault,
     );
   },

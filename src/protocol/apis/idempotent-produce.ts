@@ -32,11 +32,9 @@ export const idempotentProduceApi = defineApi({
   key: 12,
   name: "IdempotentProduce",
   versionMax: 0,
-  serve(body, correlationId, { broker }) {
+  serve(body, _correlationId, { broker }) {
     const request = decodeIdempotentProduceRequest(body);
-    return answerBy(broker.produce(request), (result) =>
-      encodeIdempotentProduceResponse(correlationId, result),
-    );
+    return answerBy(broker.produce(request), encodeIdempotentProduceResponse);
   },
 });
 

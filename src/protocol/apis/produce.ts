@@ -34,11 +34,12 @@ export const produceApi = defineApi({
   key: 0,
   name: "Produce",
   versionMax: 0,
-  serve(body, correlationId, { broker }) {
+  serve(body, _correlationId, { broker, produceCounted }) {
     const request = decodeProduceRequest(body);
-    return answerBy(broker.produce(request), (result) =>
-      encodeProduceResponse(correlationId, result),
-    );
+    if (produceCounted === undefined)
+      return answerBy(broker.produce(request), encodeProduceResponse);
+    const call = produceCounted(request);
+    return answerBy(call.response, encodeProduceResponse, undefined, call);
   },
 });
 

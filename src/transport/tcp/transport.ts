@@ -80,6 +80,9 @@ import { authenticateApi } from "../../protocol/apis/authenticate.ts";
 import { replicaFetchApi } from "../../protocol/apis/replica-fetch.ts";
 import { authenticateFrameBytesMax } from "../../lib/limits.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
+import type { CountedCall } from "../../protocol/apis/api.ts";
+import type { ProduceRequest, ProduceResult } from "../../broker/types.ts";
+import { countedProduceOf } from "../metered-broker.ts";
 
 export type { ByteSocket, ByteSocketHandlers } from "./socket.ts";
 
@@ -203,6 +206,8 @@ class Connection implements FramedConnectionHandler {
   readonly #api: ApiConnection;
   /** The broker this connection calls: its principal's view (or the broker itself without access control). */
   #broker: Broker;
+  /** `#broker`'s produce counted in this connection's reaction, when `#broker` is a counting view. */
+  #produceCounted: ((request: ProduceRequest) => CountedCall<ProduceResult>) | undefined;
   /** Who the connection acts for; null until it authenticates while authentication is on. */
   #principal: Principal | null = null;
   /** Cancels the watch on the principal (revocation). */
@@ -216,6 +221,7 @@ class Connection implements FramedConnectionHandler {
     this.#settings = settings;
     this.#onClosed = onClosed;
     this.#broker = settings.meter(settings.broker);
+    this.#produceCounted = countedProduceOf(this.#broker);
     this.#core = new FramedConnection(socket, {
       name: "tcp",
       clock: settings.clock,
@@ -232,6 +238,9 @@ class Connection implements FramedConnectionHandler {
     this.#api = {
       get broker() {
         return connection.#broker;
+      },
+      get produceCounted() {
+        return connection.#produceCounted;
       },
       signal: this.#core.signal,
       authenticate: (key) => this.#authenticate(key),
@@ -282,6 +291,7 @@ class Connection implements FramedConnectionHandler {
     this.#authTimer = null;
     this.#principal = principal;
     this.#broker = this.#settings.meter(access.brokerFor(principal));
+    this.#produceCounted = countedProduceOf(this.#broker);
     this.#core.decoder.lengthMax = this.#settings.maxRequestBytes;
     this.#unwatch = access.watch(principal, () => {
       this.#settings.logger.log("info", "auth.connection_closed", {
@@ -409,7 +419,8 @@ class Connection implements FramedConnectionHandler {
       return;
     }
     let response: Promise<unknown>;
-    let encode: ((result: unknown) => Answer) | undefined;
+    let encode: ((correlationId: number, result: unknown) => Answer) | undefined;
+    let counted: CountedCall<unknown> | undefined;
     let costBytes = frame.length;
     try {
       // The api's row decodes the body and calls the broker synchronously; `answerBytes` is the
@@ -422,6 +433,7 @@ class Connection implements FramedConnectionHandler {
       );
       response = served.response;
       encode = served.encode;
+      counted = served.counted;
       costBytes += served.answerBytes ?? 0;
     } catch (error) {
       response = Promise.reject(error);
@@ -435,21 +447,28 @@ class Connection implements FramedConnectionHandler {
         core.stopAfterAnswers();
       core.finish(pending, this.#errorResponse(spec, correlationId, error));
     };
-    // With `encode` (`answerBy`), the result is encoded here, in this one reaction: an encoding
-    // that throws is answered as a rejection would be.
+    // With `encode` (`answerBy`), the result is counted (the front door's metering, when the
+    // row left it here) and encoded in this one reaction: a counting or an encoding that throws
+    // is answered as a rejection would be.
     response.then(
       encode === undefined
         ? (bytes) => core.finish(pending, bytes as Answer)
         : (result) => {
             let answer: Answer;
             try {
-              answer = encode(result);
+              counted?.done(result);
+              answer = encode(correlationId, result);
             } catch (error) {
               return fail(error);
             }
             core.finish(pending, answer);
           },
-      fail,
+      counted === undefined
+        ? fail
+        : (error: unknown) => {
+            counted.failed(error);
+            fail(error);
+          },
     );
   }
 
