@@ -164,6 +164,13 @@ export const fetchRecordsMax = 100_000;
  * fetches (`PartitionLog.keepRecentWrites`; docs/cluster.md "Replica fetch"): a few answers' worth.
  */
 export const replicaRecentBytesMax = 4 * MiB;
+/**
+ * How long the HTTP server keeps an idle keep-alive connection open, in ms (`node:http`'s
+ * `keepAliveTimeout`, also the raw path's, announced as `Keep-Alive: timeout=65`): far longer
+ * than the few seconds a client's event loop may be busy, so a client that reuses its connection
+ * after such a stall finds it open (docs/decisions.md §18).
+ */
+export const httpKeepAliveMs = 65_000;
 /** Largest long-poll wait of a fetch, in ms. */
 export const fetchWaitMsMax = 60_000;
 /** Bytes of a positional read window on the fetch path; large so a fetch is one or two reads. */

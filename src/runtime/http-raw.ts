@@ -10,10 +10,10 @@
  * (`lib/read-slab.ts`, as the TCP listener's do); once handed over, `node:http` consumes the
  * handle itself. Where the handle cannot be adopted the socket's `data` events are used instead.
  *
- * An idle raw connection (nothing owed, read or written) is destroyed 5–6 s after its last
- * activity (the `node:http` server's `keepAliveTimeout`, checked once a second), as `node:http`
- * destroys an idle keep-alive connection after 5 s; never sooner, since clients reuse a
- * connection until shortly before the `Keep-Alive: timeout=5` the answers announce.
+ * An idle raw connection (nothing owed, read or written) is destroyed 65–66 s after its last
+ * activity (the `node:http` server's `keepAliveTimeout`, `httpKeepAliveMs`, checked once a
+ * second), as `node:http` destroys an idle keep-alive connection; never sooner, since clients
+ * reuse a connection until shortly before the `Keep-Alive: timeout=65` the answers announce.
  */
 import type { ConnectionLimit } from "../lib/connection-limit.ts";
 import type { Server } from "node:http";

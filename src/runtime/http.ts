@@ -87,7 +87,7 @@ import { BrokerError, Errors } from "../broker/errors.ts";
 import type { HttpBindings } from "../transport/http/app.ts";
 import type { FastRoute, RawAnswer, RawRequest, RawStream } from "../transport/http/raw-stream.ts";
 import { errorBody } from "../transport/http/errors.ts";
-import { foreignMessageCharsMax } from "../lib/limits.ts";
+import { foreignMessageCharsMax, httpKeepAliveMs } from "../lib/limits.ts";
 import { clip } from "../lib/quote.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
 import { answerConnectionErrorsInOrder, onBodyCut } from "./http-connection-errors.ts";
@@ -624,6 +624,9 @@ async function serveNode(
       front.emit("connection", socket),
     );
   }
+  // Not node:http's 5 s: a client whose loop was busy past that reused a connection the server
+  // had just closed, EPIPE or ECONNRESET (attack10 F7; docs/decisions.md §18).
+  server.keepAliveTimeout = httpKeepAliveMs;
   answerWritesAfterHalfClose(server);
   // Over TLS the connections are tracked here (on Bun the HTTP server does not own them).
   const tlsSockets = new Set<TLSSocket>();

@@ -75,6 +75,9 @@ export function nodeOnlyE2eFiles(
     // (openapi-setup.ts), and hostile-fuzz.test.ts drives each runtime's HTTP server with
     // hostile input.
     "test/e2e/openapi.test.ts",
+    // The 65 s keep-alive is set on node:http and the raw path; Deno's and Bun's servers keep
+    // their own idle timeouts (docs/decisions.md §18).
+    "test/e2e/http-keep-alive.test.ts",
     // Group membership, assignment and committed offsets are the broker's and the CLI client's
     // logic; what they touch of the runtime (TCP, signals, timers, commits on disk) is covered on
     // every target by cli.test.ts (`consume --follow --group` stopped by signals, committed, left)

@@ -18,6 +18,7 @@ import { fetchJson } from "../../src/transport/http/encode.ts";
 import { acceptsNdjson } from "../../src/transport/http/app.ts";
 import {
   AnswerBuffers,
+  answerChunkBytes,
   FetchAnswer,
   fieldPieceBytes,
   fetchJsonBytes,
@@ -381,6 +382,26 @@ describe("answers written a slice at a time (FetchAnswer)", () => {
       ),
       { numRuns: 60 },
     );
+  });
+
+  it("writes an answer past answerChunkBytes into several buffers, the same bytes in order", () => {
+    const b = new EntryBatchBuilder();
+    // 40 values of 120 KiB of control bytes: ~28 MiB of `\u00xx` escapes.
+    for (let i = 0; i < 40; i++) b.add(null, new Uint8Array(120 * 1024).fill(1 + (i % 31)));
+    const batch = b.build();
+    const bytes = new Uint8Array(batch.bytes.length + batch.count * recordOverEntryBytes);
+    encodeEntries(batch, bytes, { outPos: 0, baseOffset: 0, nowMs: 5 });
+    const r: FetchResult = {
+      records: { bytes, count: 40 },
+      nextOffset: 40,
+      highWatermark: 40,
+      logStartOffset: 0,
+    };
+    const answer = new FetchAnswer(r, "utf8", "json");
+    while (!answer.writeSlice(1024 * 1024));
+    expect(answer.chunks.length).toBeGreaterThan(answer.size / answerChunkBytes - 1);
+    expect(answer.chunks.length).toBeGreaterThan(3);
+    expect(new TextDecoder().decode(answer.bytes)).toBe(JSON.stringify(fetchJson(r, "utf8")));
   });
 
   it("stops adding records past answerBytesMax, next_offset naming the first left out", () => {
