@@ -14,7 +14,7 @@
  * with its own `this`. The TCP transport's Produce does not go through it per request: it takes
  * the view's counted produce once per connection ({@link countedProduceOf}) and counts each
  * answer in the reaction that encodes it, one promise and two closures fewer per request
- * (docs/benchmarks.md "Produce counted in the answer's reaction (2026-12-02, 11:20–12:10 UTC)").
+ * (docs/benchmarks.md "Produce counted in the answer's reaction (2026-12-02, 11:20–12:15 UTC)").
  */
 import { BrokerError } from "../broker/errors.ts";
 import type {
