@@ -92,6 +92,7 @@ import { clip } from "../lib/quote.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
 import { answerConnectionErrorsInOrder, onBodyCut } from "./http-connection-errors.ts";
 import { listenRawHttp, type RawHttpListener, rawHttpSupported } from "./http-raw.ts";
+import { type AppendTurn, takeAppendTurn } from "./http-append-order.ts";
 
 /** Anything with Hono's `fetch(request, env)`; in practice the app of `createHttpApp`. */
 export interface FetchApp {
@@ -193,6 +194,7 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
         headerLines: (name) => countHeaderLines(incoming.rawHeaders, name),
         openStream: (headers) => openRawStream(env.outgoing, headers),
         afterAnswerWritten: onNodeRuntime ? (done) => env.outgoing.once("finish", done) : undefined,
+        appendInOrder: appendInOrderOf(incoming),
         remoteAddress: () =>
           `${incoming.socket?.remoteAddress ?? "?"}:${incoming.socket?.remotePort ?? "?"}`,
       });
@@ -214,6 +216,7 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
               },
               headerLines: (name) => countHeaderLines(incoming.rawHeaders, name),
               readBody: (maxBytes) => readIncomingBody(incoming, maxBytes),
+              appendInOrder: appendInOrderOf(incoming),
             });
             if (answer === null) return false;
             answer.then(
@@ -267,6 +270,21 @@ function errorResponse(error: BrokerError): Response {
     status: error.kind.http,
     headers: { "content-type": "application/json", connection: "close" },
   });
+}
+
+/** The append turn of each request on `node:http` that took one (`http-append-order.ts`). */
+const appendTurns = new WeakMap<object, AppendTurn>();
+
+/**
+ * `HttpBindings.appendInOrder` for `incoming`: its append waits for the earlier requests' on the
+ * connection (docs/http-api.md, "Malformed requests and pipelining"). Undefined for a request
+ * without a turn (GET, HEAD), which calls the broker directly.
+ */
+function appendInOrderOf(
+  incoming: NodeIncoming,
+): (<T>(call: () => Promise<T>) => Promise<T>) | undefined {
+  const turn = appendTurns.get(incoming);
+  return turn === undefined ? undefined : (call) => turn.run(call);
 }
 
 /**
@@ -573,6 +591,12 @@ async function serveNode(
     },
   });
   const listener = (incoming: IncomingMessage, outgoing: ServerResponse): void => {
+    // In request order, before any handler runs: the request's place for its append.
+    const turn = incoming.socket === null ? null : takeAppendTurn(incoming.socket, incoming.method);
+    if (turn !== null) {
+      appendTurns.set(incoming, turn);
+      outgoing.once("close", () => turn.release());
+    }
     if (refusedConnections.has(incoming.socket)) return notServedAfterRefusal(outgoing);
     if (fast?.(incoming, outgoing)) return;
     dispatching = incoming;

@@ -203,6 +203,60 @@ describe(`[${target}] HTTP produce on the raw socket`, () => {
     expect(await storedValues(broker, "mixed")).toEqual(["a", "b", "c", "d"]);
   });
 
+  it("stores pipelined produces in request order when some go through node:http (chunked, a slow body)", async () => {
+    const broker = await start();
+    await createTopic(broker, "order");
+    const c = await connect(broker);
+
+    // One write: the raw path serves a and b, hands over at c (chunked); node:http then serves
+    // d, f (its fast route) and c, e (the router) side by side.
+    await c.write(
+      produce("order", "a") +
+        produce("order", "b") +
+        chunkedProduce("order", "c") +
+        produce("order", "d") +
+        chunkedProduce("order", "e") +
+        produce("order", "f"),
+    );
+    const piped = await c.answers(6);
+    expect(piped.map((a) => a.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    expect(piped.map(offsetOf)).toEqual([0, 1, 2, 3, 4, 5]);
+
+    // A chunked body that arrives in two writes, the second with a produce pipelined behind it.
+    const body = JSON.stringify({ records: [{ value: "g" }] });
+    const chunk = (text: string) => `${text.length.toString(16)}\r\n${text}\r\n`;
+    await c.write(
+      `POST /v1/topics/order/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${chunk(body.slice(0, 5))}`,
+    );
+    await c.write(`${chunk(body.slice(5))}0\r\n\r\n${produce("order", "h")}`);
+    const slow = await c.answers(2);
+    expect(slow.map(offsetOf)).toEqual([6, 7]);
+
+    // A long-poll pipelined before a produce does not hold the produce back: it gets its record.
+    await c.write(
+      get("/v1/topics/order/partitions/0/records?offset=8&wait_ms=30000") + produce("order", "i"),
+    );
+    const [poll, last] = await c.answers(2, 20_000);
+    expect(poll.status, poll.body).toBe(200);
+    expect(
+      (JSON.parse(poll.body) as { records: { value: string }[] }).records.map((r) => r.value),
+    ).toEqual(["i"]);
+    expect(offsetOf(last)).toBe(8);
+
+    expect(await storedValues(broker, "order")).toEqual([
+      "a",
+      "b",
+      "c",
+      "d",
+      "e",
+      "f",
+      "g",
+      "h",
+      "i",
+    ]);
+    c.destroy();
+  });
+
   it("takes a body split across many writes, and a head sent a few bytes at a time (slowloris), whole", async () => {
     const broker = await start();
     await createTopic(broker, "slow");

@@ -128,6 +128,13 @@ export interface HttpBindings {
    * buffer.
    */
   afterAnswerWritten?: (done: () => void) => void;
+  /**
+   * Set by `serveHttp` on `node:http` (Node, Bun): makes this request's append (`call`, the
+   * broker call) once every earlier request on the connection has made its own or is answered,
+   * so pipelined appends are stored in request order (`runtime/http-append-order.ts`;
+   * docs/http-api.md, "Malformed requests and pipelining"). Absent elsewhere: call directly.
+   */
+  appendInOrder?: <T>(call: () => Promise<T>) => Promise<T>;
 }
 
 /**
@@ -881,8 +888,10 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
           const action = `Cannot produce to topic ${quote(topic)}`;
           const partition = queryPartition(partitionText, action);
           const decoded = await decodeRawProduce(request, action, ndjson, partition);
+          const produce = () => broker.produce({ topic, ...decoded, producer: undefined });
+          const inOrder = request.appendInOrder;
           return produced(
-            await broker.produce({ topic, ...decoded, producer: undefined }),
+            await (inOrder === undefined ? produce() : inOrder(produce)),
             decoded,
             extraHeaders,
           );
@@ -988,7 +997,9 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const action = `Cannot produce to topic ${quote(topic)}`;
     const decoded = await decodeProduceBody(c, action);
     const producer = producerFromHeaders(c, action);
-    const result = await broker.produce({ topic, ...decoded, producer });
+    const produce = () => broker.produce({ topic, ...decoded, producer });
+    const inOrder = c.env?.appendInOrder;
+    const result = await (inOrder === undefined ? produce() : inOrder(produce));
     const duplicate = producer === undefined ? undefined : result.duplicate === true;
     return c.body(produceAnswerJson(result, { recordCount: decoded.batch.count, duplicate }), 200, {
       "content-type": "application/json",

@@ -39,6 +39,11 @@ export interface RawRequest {
    * the route keeps it.
    */
   readonly body?: Uint8Array;
+  /**
+   * As `HttpBindings.appendInOrder` (`node:http`); absent where the server already calls the
+   * route in request order with the whole body (the raw path).
+   */
+  appendInOrder?: <T>(call: () => Promise<T>) => Promise<T>;
 }
 
 /** A whole answer of a {@link FastRoute}. */
