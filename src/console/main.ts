@@ -4,7 +4,7 @@
  *
  * | fragment                 | shows                                                             |
  * |--------------------------|-------------------------------------------------------------------|
- * | `#/topics` (default)     | topics: partitions, size, high watermarks, produce rate; create a topic |
+ * | `#/topics` (default)     | topics: partitions, size, high watermarks, produce rate; create a topic (retention, timestamp_type) |
  * | `#/topic/{name}`         | its partitions (log start, high watermark, size, segments, fenced, rate); change retention; produce a test record |
  * | `#/tail/{name}/{p}`      | a partition's live tail over SSE: offset, timestamp, key, value   |
  * | `#/groups`               | consumer groups: members, assignments, committed offsets, lag     |
@@ -107,8 +107,8 @@ function outcome(): { el: HTMLElement; ok: (text: string) => void; fail: (err: u
   };
 }
 
-/** A labelled input. */
-function field(label: string, input: HTMLInputElement): HTMLLabelElement {
+/** A labelled input or select. */
+function field(label: string, input: HTMLInputElement | HTMLSelectElement): HTMLLabelElement {
   return h("label", {}, h("span", {}, label), input);
 }
 
@@ -143,6 +143,15 @@ function topicsView(): () => void {
   const name = input("name", { required: "", pattern: "[A-Za-z0-9._\\-]+", maxlength: "249" });
   const partitions = input("partitions", { type: "number", min: "1", max: "4096", value: "1" });
   const retention = input("retention_ms", { type: "number", min: "-1", placeholder: "default" });
+  // Whose clock retention measures (docs/decisions.md §16): log_append_time for producers that
+  // send old or buffered data, so a record is kept for the retention after it arrived.
+  const timestampType = h(
+    "select",
+    { attrs: { name: "timestamp_type" } },
+    h("option", { attrs: { value: "" } }, "default (create_time)"),
+    h("option", { attrs: { value: "create_time" } }, "create_time (the producer's)"),
+    h("option", { attrs: { value: "log_append_time" } }, "log_append_time (the broker's)"),
+  );
   const form = h(
     "form",
     {
@@ -151,8 +160,9 @@ function topicsView(): () => void {
       on: {
         submit: (event) => {
           event.preventDefault();
-          const config: Record<string, number> = {};
+          const config: Record<string, number | string> = {};
           if (retention.value !== "") config.retention_ms = Number(retention.value);
+          if (timestampType.value !== "") config.timestamp_type = timestampType.value;
           call<Topic>("POST", "/v1/topics", {
             name: name.value,
             partitions: Number(partitions.value),
@@ -168,6 +178,7 @@ function topicsView(): () => void {
     field("Name", name),
     field("Partitions", partitions),
     field("Retention (ms, −1 = forever)", retention),
+    field("Timestamps", timestampType),
     h("button", { attrs: { type: "submit" } }, "Create"),
     created.el,
   );

@@ -131,12 +131,14 @@ describe(`[${target}] the web console in headless Chromium`, () => {
     await page.getByLabel("Name", { exact: true }).fill("created-in-console");
     await page.getByLabel("Partitions", { exact: true }).fill("3");
     await page.getByLabel("Retention (ms, −1 = forever)").fill("3600000");
+    await page.getByLabel("Timestamps").selectOption("log_append_time");
     await page.getByRole("button", { name: "Create" }).click();
     await page.getByText("Created topic created-in-console with 3 partitions").waitFor();
     await page.getByRole("link", { name: "created-in-console" }).waitFor();
     const created = await api("GET", "/v1/topics/created-in-console");
     expect(created.partitions).toHaveLength(3);
     expect(created.config.retention_ms).toBe(3_600_000);
+    expect(created.config.timestamp_type).toBe("log_append_time");
     await shot(page, "1-topics");
 
     // A topic: its partitions, then change retention and produce a test record.
