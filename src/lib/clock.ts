@@ -22,6 +22,13 @@ export interface Clock {
    * was queued, so they share one write and one fsync.
    */
   afterIo(fn: () => void): void;
+  /**
+   * Runs `fn` once, at most `maxMs` milliseconds from now, leaving the event loop free to block in
+   * its poll for I/O meanwhile (Node, Deno, Bun: a timer, at least 1 ms in Node); the caller
+   * cancels it once the I/O it waits for came. Group commit uses it to wait for the producers the
+   * last fsync answered (docs/storage.md "Writes and durability", "When the next fsync starts").
+   */
+  waitForIo(maxMs: number, fn: () => void): Timer;
 }
 
 /**
@@ -50,6 +57,20 @@ export class ManualClock implements Clock {
   /** Runs `fn` in a microtask: a manual clock has no I/O of its own to let go first. */
   afterIo(fn: () => void): void {
     queueMicrotask(fn);
+  }
+
+  /**
+   * As {@link ManualClock.afterIo}: this clock's time moves only when told, and no I/O of its own
+   * would end the wait, so the wait runs out at once (after the I/O events of a scripted loop).
+   */
+  waitForIo(_maxMs: number, fn: () => void): Timer {
+    let live = true;
+    this.afterIo(() => {
+      if (!live) return;
+      live = false;
+      fn();
+    });
+    return { cancel: () => void (live = false) };
   }
 
   /** Moves time forward by `ms` and fires every timer that falls due, oldest first. */

@@ -67,6 +67,23 @@ export const inlineSyncBytesMax = 256 * KiB;
  * producers coming back).
  */
 export const groupCommitGatherTurnsMax = 16;
+/**
+ * The shortest bound, in ms, of a partition's wait for the requests the last fsync answered to
+ * come back before the next fsync starts (docs/storage.md "Writes and durability", "When the
+ * next fsync starts"): a timer, so the wait blocks in the event loop's poll and ends as soon as
+ * the requests waiting reach those expected. The bound is half the last fsync's duration, at least this (the shortest timer
+ * Node keeps) and at most `groupCommitGatherWaitMaxMs`; a wait that runs out makes the next
+ * fsyncs start without one (`groupCommitWaitBackoffMax`).
+ */
+export const groupCommitGatherWaitMs = 1;
+/** The longest bound of that wait, in ms, however slow the last fsync was. */
+export const groupCommitGatherWaitMaxMs = 10;
+/**
+ * After a timed gather wait ran out, how many fsync starts at most skip the timer (the skip
+ * doubles with each wait that runs out in a row, from 1, and resets when one is met), so
+ * producers that do not come back pay the wait at most once in this many fsyncs.
+ */
+export const groupCommitWaitBackoffMax = 64;
 
 /**
  * Bytes of one positional read of a sequential scan (recovery, `es-broker check`, retention's and

@@ -1,7 +1,10 @@
 /** The real clock: wall time and timers of the host runtime. */
 import type { Clock, Timer } from "../lib/clock.ts";
 
-/** {@link Clock} over `Date.now()`, `setTimeout` and `setImmediate`. Timers do not keep the process alive on their own. */
+/**
+ * {@link Clock} over `Date.now()`, `setTimeout` and `setImmediate`. Timers of `setTimer` do not
+ * keep the process alive on their own; a `waitForIo` wait does (a write waits on it).
+ */
 export const systemClock: Clock = {
   nowMs: () => Date.now(),
   setTimer(delayMs: number, fn: () => void): Timer {
@@ -11,5 +14,9 @@ export const systemClock: Clock = {
   },
   afterIo(fn: () => void): void {
     setImmediate(fn);
+  },
+  waitForIo(maxMs: number, fn: () => void): Timer {
+    const handle = setTimeout(fn, Math.max(0, maxMs));
+    return { cancel: () => clearTimeout(handle) };
   },
 };

@@ -12,14 +12,18 @@
  *
  * When the next fsync starts (docs/storage.md "Writes and durability", "When the next fsync
  * starts"): after a group's write, at once — unless the last fsync answered several requests.
- * Then the requests it answered are likely to come back (closed-loop producers, each with one
- * request in flight), and the start waits, one turn of the event loop at a time
- * (`clock.afterIo`), while each turn brings new requests, until the requests waiting reach those
- * the last two fsyncs answered or hold `inlineSyncBytesMax` bytes, or for at most
- * `groupCommitGatherTurnsMax` turns. A turn that brings nothing starts it. So a lone writer's fsync starts at once as before, and concurrent
+ * Then the producers it answered are likely to come back (closed-loop producers, each with one
+ * request in flight), and the start waits for the requests left waiting when that fsync ended
+ * plus those it answered: on a timer (`clock.waitForIo`, `groupCommitGatherWaitMs`), so the
+ * event loop blocks in its poll while they arrive, and the fsync starts at the write of the group
+ * that brings the requests waiting to that number (or past `inlineSyncBytesMax` bytes). A wait
+ * that runs out (producers that stopped, open-loop ones) makes the next fsync starts wait turn by
+ * turn instead (`clock.afterIo`, while each turn brings appends, for at most
+ * `groupCommitGatherTurnsMax` turns), for 1, 2, 4 … (`groupCommitWaitBackoffMax`) starts, reset
+ * by a wait that is met. So a lone writer's fsync starts at once as before, and concurrent
  * producers share one fsync instead of alternating in two groups (one fsyncing while the other
  * is read). Waiting changes only when an fsync starts, never what it covers or when a request
- * is answered relative to it.
+ * is answered relative to it; a fence or close cancels the timer.
  *
  * A failed fsync is final (docs/decisions.md §7): it is never retried, and the partition is fenced:
  * every request waiting for an fsync and every later append gets "fenced", and what lies past the
@@ -56,7 +60,13 @@
  */
 import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
-import { groupCommitGatherTurnsMax, inlineSyncBytesMax } from "../lib/limits.ts";
+import {
+  groupCommitGatherTurnsMax,
+  groupCommitGatherWaitMaxMs,
+  groupCommitGatherWaitMs,
+  groupCommitWaitBackoffMax,
+  inlineSyncBytesMax,
+} from "../lib/limits.ts";
 import type { Logger } from "../lib/logger.ts";
 import { type Counter, type Histogram, type Metrics, noMetrics } from "../lib/metrics.ts";
 import { StorageError } from "./errors.ts";
@@ -127,9 +137,23 @@ export class GroupCommit {
   #syncDeferred = false;
   /** Numbers each deferred start, so that a callback of one already ended does nothing. */
   #deferral = 0;
-  /** Requests the last successful fsync of the log answered, and the one before it. */
+  /** Requests the last successful fsync of the log answered. */
   #lastAnswered = 0;
-  #previousAnswered = 0;
+  /**
+   * Requests expected to wait before the next fsync starts: those left waiting when the last one
+   * ended, plus those it answered (their producers are expected back).
+   */
+  #expected = 0;
+  /** The timed gather wait of a deferred start, while it runs (see {@link #requestSync}). */
+  #gatherTimer: Timer | null = null;
+  /** The deferred start waited on the timer (it may have run out since). */
+  #timedWait = false;
+  /** Fsync starts left that gather turn by turn, without the timer, after a wait ran out. */
+  #timerSkips = 0;
+  /** What {@link #timerSkips} becomes after the next wait that runs out. */
+  #timerBackoff = 1;
+  /** How long the last successful fsync of the log took, in ms (`clock.nowMs`). */
+  #lastSyncMs = 0;
   /** Appends the partition received since open ({@link received}). */
   #arrivals = 0;
   /** `#arrivals` when the deferred start last looked (see {@link #gatherMore}). */
@@ -337,6 +361,7 @@ export class GroupCommit {
     this.#options.onFence(fencedErr);
     this.#flushTimer?.cancel();
     this.#flushTimer = null;
+    this.#cancelGatherWait();
     this.#options.onChange();
   }
 
@@ -347,6 +372,7 @@ export class GroupCommit {
    */
   closing(): void {
     this.#closing = true;
+    this.#cancelGatherWait();
   }
 
   /**
@@ -382,16 +408,17 @@ export class GroupCommit {
   }
 
   /**
-   * Whether the last fsync answered several requests, fewer are waiting now than the last two
-   * answered, and the bytes waiting are few (under `inlineSyncBytesMax`: past that an fsync's
-   * fixed cost is small beside its data, and waiting would only leave the disk idle): then the
-   * next fsync's start waits for more (see the module comment). With `flushEveryRecords` > 1
+   * Whether the last fsync answered several requests, fewer are waiting now than were left
+   * waiting when it ended plus those it answered (`#expected`), and the bytes waiting are few
+   * (under `inlineSyncBytesMax`: past that an fsync's fixed cost is small beside its data, and
+   * waiting would only leave the disk idle): then the next fsync's start waits for more (see the
+   * module comment). With `flushEveryRecords` > 1
    * nothing waits for an fsync, and this is false.
    */
   #gathering(): boolean {
     return (
       this.#lastAnswered >= 2 &&
-      this.#waiters.length < this.#lastAnswered + this.#previousAnswered &&
+      this.#waiters.length < this.#expected &&
       this.#options.active().sizeBytes - this.#durablePosition < inlineSyncBytesMax
     );
   }
@@ -410,10 +437,12 @@ export class GroupCommit {
 
   /**
    * Asks for an fsync: if one is running, another follows when it ends; otherwise, with `now`, one
-   * starts at once (after an acknowledged group is written, a flush before a roll or close), and
-   * without it once the I/O events already received are handled (`clock.afterIo`: the follow-up
-   * fsync, the `flushEveryRecords` > 1 paths, and a group written while gathering), so that writes
-   * those events bring share it; while gathering, turn after turn as long as each brings appends.
+   * starts at once (after an acknowledged group is written, a flush before a roll or close, the
+   * write that ends a gathering), and without it once the I/O events already received are handled
+   * (`clock.afterIo`: the follow-up fsync, the `flushEveryRecords` > 1 paths, and a group written
+   * while gathering), so that writes those events bring share it; while gathering, on the timer
+   * (`clock.waitForIo`) until the requests expected are written, or after a wait ran out turn
+   * after turn as long as each brings appends.
    */
   #requestSync(now = false): void {
     if (this.#fenced !== null) return;
@@ -422,6 +451,11 @@ export class GroupCommit {
       return;
     }
     if (now) {
+      if (this.#timedWait) {
+        // The requests expected came back while waiting: waiting pays while it ends so.
+        this.#cancelGatherWait();
+        this.#timerBackoff = 1;
+      }
       this.#syncDeferred = false;
       this.#startSync();
       return;
@@ -431,16 +465,49 @@ export class GroupCommit {
     const deferral = ++this.#deferral;
     this.#gatherTurns = 0;
     this.#arrivalsSeen = this.#arrivals;
+    let timed = this.#timerSkips === 0;
+    if (!timed) this.#timerSkips--;
     const deferredStart = (): void => {
       if (!this.#syncDeferred || deferral !== this.#deferral) return;
-      if (!this.#closing && this.#fenced === null && this.#gatherMore()) {
+      const live = !this.#closing && this.#fenced === null;
+      if (timed && live && this.#gathering()) {
+        timed = false;
+        this.#timedWait = true;
+        // Half the last fsync at most: merging two cohorts pays while the wait is shorter than
+        // the fsync it saves.
+        const waitMs = Math.min(
+          groupCommitGatherWaitMaxMs,
+          Math.max(groupCommitGatherWaitMs, Math.round(this.#lastSyncMs / 2)),
+        );
+        this.#gatherTimer = this.#options.clock.waitForIo(waitMs, () => {
+          if (this.#gatherTimer === null || deferral !== this.#deferral) return;
+          this.#gatherTimer = null;
+          // Run out: turn by turn while requests still arrive, as without the timer.
+          deferredStart();
+        });
+        return;
+      }
+      if (live && this.#gatherMore()) {
         this.#options.clock.afterIo(deferredStart);
         return;
       }
+      if (this.#timedWait && this.#gathering()) {
+        // The producers did not all come back in time: the next fsyncs start without the timer.
+        this.#timerSkips = this.#timerBackoff;
+        this.#timerBackoff = Math.min(this.#timerBackoff * 2, groupCommitWaitBackoffMax);
+      }
+      this.#timedWait = false;
       this.#syncDeferred = false;
       if (!this.#closing) this.#requestSync(true);
     };
     this.#options.clock.afterIo(deferredStart);
+  }
+
+  /** Cancels the timed gather wait, if one runs; the start it deferred is then made by the caller. */
+  #cancelGatherWait(): void {
+    this.#gatherTimer?.cancel();
+    this.#gatherTimer = null;
+    this.#timedWait = false;
   }
 
   /** Starts an fsync of everything written so far (see {@link #requestSync}). */
@@ -460,6 +527,7 @@ export class GroupCommit {
     const m = this.#metrics;
     this.#syncRunning = (async () => {
       const startedSeconds = m.metrics.seconds();
+      const startedMs = this.#options.clock.nowMs();
       try {
         await segment.syncLog();
       } catch (err) {
@@ -470,6 +538,7 @@ export class GroupCommit {
         return;
       }
       this.#fsyncs++;
+      this.#lastSyncMs = this.#options.clock.nowMs() - startedMs;
       m.fsyncSeconds.observe(m.metrics.seconds() - startedSeconds);
       // Fenced while this fsync ran (a later group's write failed and its partial bytes could
       // not be truncated): every waiter, this fsync's included, was answered with the fenced
@@ -481,8 +550,8 @@ export class GroupCommit {
       if (targetOffset > this.#highWatermark)
         m.recordsPerCommit.observe(targetOffset - this.#highWatermark);
       this.#highWatermark = Math.max(this.#highWatermark, targetOffset);
-      this.#previousAnswered = this.#lastAnswered;
       this.#lastAnswered = this.#resolveCovered();
+      this.#expected = this.#waiters.length + this.#lastAnswered;
       this.#options.onChange();
     })().finally(() => this.#syncEnded());
   }

@@ -11,4 +11,8 @@ export const realClock: Clock = {
   afterIo(fn: () => void): void {
     setImmediate(fn);
   },
+  waitForIo(maxMs: number, fn: () => void): Timer {
+    const handle = setTimeout(fn, Math.max(0, maxMs));
+    return { cancel: () => clearTimeout(handle) };
+  },
 };

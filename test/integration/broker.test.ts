@@ -259,6 +259,7 @@ describe("LocalBroker", () => {
       nowMs: () => (now += 1000),
       setTimer: manual.setTimer.bind(manual),
       afterIo: manual.afterIo.bind(manual),
+      waitForIo: manual.waitForIo.bind(manual),
     };
     const logger = new MemoryLogger();
     b = (await openTestBroker({ fs: new NodeFileSystem(), dataDir: dir, clock: slow, logger }))

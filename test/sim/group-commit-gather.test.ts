@@ -21,7 +21,7 @@ import { describe, expect, it } from "vitest";
 import { type CrashMode, MemoryFileSystem } from "../../src/fs/memory.ts";
 import type { FileSystem } from "../../src/fs/types.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
-import { ManualClock } from "../../src/lib/clock.ts";
+import { ManualClock, type Timer } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { Prng } from "../../src/lib/prng.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
@@ -68,6 +68,42 @@ class LoopClock extends ManualClock {
       fn();
       await settle();
     }
+  }
+}
+
+/**
+ * A scripted event loop whose `waitForIo` is a timer of `waitTurns` turns: it fires at the start
+ * of the turn it falls due in, before that turn's poll (Node runs due timers before polling),
+ * unless cancelled first.
+ */
+class TimedLoopClock extends LoopClock {
+  #waits: { turn: number; live: boolean; fn: () => void }[] = [];
+  /** `waitForIo` calls so far, and how many of them ran out (fired). */
+  waitCalls = 0;
+  waitsRunOut = 0;
+  constructor(readonly waitTurns: number) {
+    super();
+  }
+  override waitForIo(_maxMs: number, fn: () => void): Timer {
+    this.waitCalls++;
+    const wait = { turn: this.turnNo + this.waitTurns, live: true, fn };
+    this.#waits.push(wait);
+    return { cancel: () => void (wait.live = false) };
+  }
+  /** Waits neither fired nor cancelled. */
+  get pendingWaits(): number {
+    return this.#waits.filter((w) => w.live).length;
+  }
+  override turn(poll: () => void): Promise<void> {
+    return super.turn(() => {
+      for (const w of this.#waits.filter((w) => w.live && w.turn <= this.turnNo)) {
+        w.live = false;
+        this.waitsRunOut++;
+        w.fn();
+      }
+      this.#waits = this.#waits.filter((w) => w.live);
+      poll();
+    });
   }
 }
 
@@ -143,6 +179,12 @@ interface Workload {
   seed: number;
   /** Turns each log fsync stays in flight. */
   syncTurns?: number;
+  /** With a value: the loop's `waitForIo` is a timer of this many turns ({@link TimedLoopClock}). */
+  waitTurns?: number;
+  /** Requests of each producer, where they differ from `requestsEach`. */
+  requestsOf?: number[];
+  /** Producers that send on their schedule whether answered or not (open loop). */
+  openLoop?: boolean;
 }
 
 /** The state of one run of {@link runWorkload}. */
@@ -171,7 +213,7 @@ function openLog(fs: FileSystem, clock: ManualClock) {
  * request stops its producer. Returns once every request settled (or the open failed).
  */
 async function runWorkload(fs: FileSystem, w: Workload): Promise<Run> {
-  const clock = new LoopClock();
+  const clock = w.waitTurns === undefined ? new LoopClock() : new TimedLoopClock(w.waitTurns);
   const requests: Request[] = [];
   const disk = new WatchedDisk(fs, clock, () => requests.map((r) => r.value), w.syncTurns);
   const run: Run = { clock, disk, log: null, requests, turns: 0 };
@@ -188,7 +230,7 @@ async function runWorkload(fs: FileSystem, w: Workload): Promise<Run> {
   const send = (p: number) => {
     const request: Request = { producer: p, value: recordValue(p, sent[p]++), state: "pending" };
     requests.push(request);
-    dueAt[p] = -1;
+    dueAt[p] = w.openLoop ? clock.turnNo + 1 + prng.int(w.thinkTurnsMax + 1) : -1;
     log.append(batchOf(request.value)).then(
       (result) => {
         const writtenBy = disk.writeOf.get(request.value);
@@ -196,22 +238,29 @@ async function runWorkload(fs: FileSystem, w: Workload): Promise<Run> {
           request.early = `acknowledged after log write ${writtenBy ?? "none"}, with ${disk.durableWrites} durable`;
         request.state = "ok";
         request.offset = result.baseOffset;
-        if (sent[p] < w.requestsEach) dueAt[p] = clock.turnNo + 1 + prng.int(w.thinkTurnsMax + 1);
+        if (sent[p] < (w.requestsOf?.[p] ?? w.requestsEach) && !w.openLoop)
+          dueAt[p] = clock.turnNo + 1 + prng.int(w.thinkTurnsMax + 1);
       },
       (error: unknown) => {
         request.state = "refused";
         request.error = error;
+        dueAt[p] = -1;
       },
     );
   };
   const poll = () => {
     for (let p = 0; p < w.producers; p++)
-      if (dueAt[p] >= 0 && dueAt[p] <= clock.turnNo && sent[p] < w.requestsEach) send(p);
+      if (
+        dueAt[p] >= 0 &&
+        dueAt[p] <= clock.turnNo &&
+        sent[p] < (w.requestsOf?.[p] ?? w.requestsEach)
+      )
+        send(p);
   };
   const limit = w.producers * w.requestsEach * (w.thinkTurnsMax + 4) + 200;
   while (run.turns < limit) {
     const waiting = requests.some((r) => r.state === "pending");
-    const more = dueAt.some((d, p) => d >= 0 && sent[p] < w.requestsEach);
+    const more = dueAt.some((d, p) => d >= 0 && sent[p] < (w.requestsOf?.[p] ?? w.requestsEach));
     if (!waiting && !more && clock.queued === 0) break;
     await clock.turn(poll);
     run.turns++;
@@ -336,9 +385,9 @@ describe("group commit gathering the requests of concurrent producers", () => {
    */
   async function faultWhileGathering(
     fault: (mem: MemoryFileSystem) => void,
+    clock: LoopClock = new LoopClock(),
   ): Promise<{ mem: MemoryFileSystem; run: Run; waiting: Request[] }> {
     const mem = freshDisk();
-    const clock = new LoopClock();
     const requests: Request[] = [];
     const disk = new WatchedDisk(mem, clock, () => requests.map((r) => r.value));
     const log = await openLog(disk.fs, clock);
@@ -431,5 +480,211 @@ describe("group commit gathering the requests of concurrent producers", () => {
     // One afterIo per request: the write loop's start; none for an fsync.
     expect(run.clock.afterIoCalls).toBe(10);
     await run.log!.close();
+  });
+
+  describe("with a timed wait for the producers the last fsync answered", () => {
+    /** Turns a timed wait lasts: longer than the producers' think time, so they come back in it. */
+    const waitTurns = 4;
+
+    it("shares each fsync among every producer the last one answered, and acknowledges nothing before its covering fsync", async () => {
+      for (const syncTurns of [0, 1]) {
+        const mem = freshDisk();
+        const run = await runWorkload(mem, { ...workload, syncTurns, waitTurns });
+        const clock = run.clock as TimedLoopClock;
+        expectAnswered(run);
+        expect(run.requests.every((r) => r.state === "ok")).toBe(true);
+        // After the first fsync every producer waits for the same one: one fsync per round of
+        // requests, plus the first ones, which answer those that arrived first.
+        expect(run.log!.stats.fsyncs).toBeLessThanOrEqual(workload.requestsEach + 2);
+        // The waits ended when the producers were back, not on the timer, except at the end
+        // (the producers' last requests answered, none comes back).
+        expect(clock.waitCalls).toBeGreaterThan(0);
+        expect(clock.waitsRunOut).toBeLessThanOrEqual(1);
+        expect(clock.pendingWaits).toBe(0);
+        await run.log!.close();
+        mem.crash({ mode: "dropAll" });
+        await expectRecovered(mem, run.requests);
+      }
+    });
+
+    it("keeps every acknowledged record through a power cut at every mutation, in every crash mode", async () => {
+      for (const syncTurns of [0, 1]) {
+        const w: Workload = { ...workload, syncTurns, waitTurns };
+        const base = freshDisk();
+        const before = base.mutationCount;
+        const clean = await runWorkload(new MemoryFileSystem({ disk: base }), w);
+        await clean.log!.close();
+        const mutations = base.mutationCount - before;
+        expect(mutations).toBeGreaterThan(20);
+        for (let n = 1; n <= mutations + 1; n++) {
+          for (const crash of crashes) {
+            const mem = freshDisk();
+            const boot = new MemoryFileSystem({ disk: mem, powerCutAtMutation: n });
+            const run = await runWorkload(boot, w);
+            const label = `power cut at mutation ${n} of ${mutations}, fsyncs ${syncTurns} turns long, then ${crash.mode} ${crash.seed}`;
+            try {
+              expectAnswered(run);
+              await run.log?.close();
+              expect((run.clock as TimedLoopClock).pendingWaits).toBe(0);
+              mem.crash({ mode: crash.mode, seed: crash.seed });
+              await expectRecovered(mem, run.requests, crash.mode === "random");
+            } catch (err) {
+              throw new Error(`${label}: ${(err as Error).message}`);
+            }
+          }
+        }
+      }
+    });
+
+    it("fences when the fsync the timer starts fails: every waiting request gets fenced, and no fsync starts after", async () => {
+      const clock = new TimedLoopClock(waitTurns - 1);
+      const { mem, run, waiting } = await faultWhileGathering(
+        (m) => m.faults.failNext({ op: "sync", path: /\.log$/, code: "EIO" }),
+        clock,
+      );
+      expectAnswered(run);
+      expect(clock.waitCalls).toBe(1);
+      expect(clock.waitsRunOut).toBe(1); // three of the four expected came back: the timer ran out
+      expect(run.log!.fenced).toBe(true);
+      for (const r of [...waiting, run.requests[6]])
+        expect((r.error as { kind?: string }).kind, r.value).toBe("fenced");
+      const fsyncs = run.disk.logSyncs;
+      expect(fsyncs).toBe(2);
+      for (let i = 0; i < 6; i++) await clock.turn(() => {});
+      expect(run.disk.logSyncs).toBe(fsyncs);
+      await run.log!.close();
+      mem.crash({ mode: "dropAll" });
+      await expectRecovered(mem, run.requests);
+    });
+
+    it("fences when a write fails and cannot be cut while a group waits on the timer: the timer is cancelled and no fsync starts", async () => {
+      const clock = new TimedLoopClock(waitTurns - 1);
+      const { mem, run, waiting } = await faultWhileGathering((m) => {
+        m.faults.failNext({ op: "write", path: /\.log$/, code: "ENOSPC", partialBytes: 10 });
+        m.faults.failNext({ op: "truncate", path: /\.log$/, code: "EIO" });
+      }, clock);
+      expectAnswered(run);
+      expect(run.log!.fenced).toBe(true);
+      for (const r of waiting) expect((r.error as { kind?: string }).kind, r.value).toBe("fenced");
+      expect(clock.waitCalls).toBe(1);
+      expect(clock.waitsRunOut).toBe(0);
+      expect(clock.pendingWaits).toBe(0);
+      expect(run.disk.logSyncs).toBe(1);
+      await run.log!.close();
+      mem.crash({ mode: "dropAll" });
+      await expectRecovered(mem, run.requests);
+    });
+
+    it("on close while a group waits on the timer: cancels it, makes the group durable, and starts no fsync after", async () => {
+      const mem = freshDisk();
+      const clock = new TimedLoopClock(waitTurns);
+      const requests: Request[] = [];
+      const disk = new WatchedDisk(mem, clock, () => requests.map((r) => r.value));
+      const log = await openLog(disk.fs, clock);
+      const run: Run = { clock, disk, log, requests, turns: 0 };
+      const send = () => {
+        const request: Request = {
+          producer: 0,
+          value: recordValue(0, requests.length),
+          state: "pending",
+        };
+        requests.push(request);
+        log.append(batchOf(request.value)).then(
+          (result) => {
+            if ((disk.writeOf.get(request.value) ?? Infinity) > disk.durableWrites)
+              request.early = "acknowledged before its fsync";
+            request.state = "ok";
+            request.offset = result.baseOffset;
+          },
+          (error: unknown) => {
+            request.state = "refused";
+            request.error = error;
+          },
+        );
+      };
+      await clock.turn(() => {
+        for (let i = 0; i < 4; i++) send();
+      });
+      await clock.turn(() => {
+        send();
+        send();
+      });
+      await clock.turn(() => {}); // the deferred start arms the timer: two of four are back
+      expect(clock.pendingWaits).toBe(1);
+      expect(disk.logSyncs).toBe(1);
+      let closed = false;
+      const closing = log.close().then(() => void (closed = true));
+      for (let i = 0; i < 10 && !closed; i++) await clock.turn(() => {});
+      await closing;
+      expect(clock.pendingWaits).toBe(0);
+      expect(clock.waitsRunOut).toBe(0);
+      expectAnswered(run);
+      expect(requests.map((r) => r.state)).toEqual(Array(6).fill("ok"));
+      const fsyncs = disk.logSyncs;
+      expect(fsyncs).toBe(2); // the close's flush
+      for (let i = 0; i < 2 * waitTurns; i++) await clock.turn(() => {});
+      expect(disk.logSyncs).toBe(fsyncs);
+      mem.crash({ mode: "dropAll" });
+      await expectRecovered(mem, requests);
+    });
+
+    it("lets producers that do not come back pay the timer rarely: open-loop producers, and producers that stop", async () => {
+      // Open loop: each producer sends every 1–3 turns, answered or not, while fsyncs take two
+      // turns; what an fsync answered says little about what arrives next.
+      const mem = freshDisk();
+      const run = await runWorkload(mem, {
+        producers: 3,
+        requestsEach: 40,
+        thinkTurnsMax: 2,
+        seed: 11,
+        syncTurns: 2,
+        waitTurns,
+        openLoop: true,
+      });
+      const clock = run.clock as TimedLoopClock;
+      expectAnswered(run);
+      expect(run.requests.every((r) => r.state === "ok")).toBe(true);
+      // Each wait that runs out at least doubles the fsyncs that start without one after it.
+      expect(clock.waitsRunOut).toBeLessThanOrEqual(Math.log2(run.log!.stats.fsyncs) + 2);
+      await run.log!.close();
+      mem.crash({ mode: "dropAll" });
+      await expectRecovered(mem, run.requests);
+
+      // Six producers, of which all but one stop after their third request: the wait runs out
+      // as they stop, then the one left starts its fsyncs at once (each answers one request).
+      const mem2 = freshDisk();
+      const stopping = await runWorkload(mem2, {
+        producers: 6,
+        requestsEach: 3,
+        requestsOf: [20],
+        thinkTurnsMax: 1,
+        seed: 2,
+        waitTurns,
+      });
+      const stoppingClock = stopping.clock as TimedLoopClock;
+      expectAnswered(stopping);
+      expect(stopping.requests.every((r) => r.state === "ok")).toBe(true);
+      expect(stoppingClock.waitsRunOut).toBeLessThanOrEqual(2);
+      expect(stoppingClock.waitCalls).toBeLessThanOrEqual(6);
+      await stopping.log!.close();
+      mem2.crash({ mode: "dropAll" });
+      await expectRecovered(mem2, stopping.requests);
+    });
+
+    it("starts a lone producer's fsync at once, with no wait and no turn of the event loop in between", async () => {
+      const mem = freshDisk();
+      const run = await runWorkload(mem, {
+        producers: 1,
+        requestsEach: 10,
+        thinkTurnsMax: 2,
+        seed: 5,
+        waitTurns,
+      });
+      expectAnswered(run);
+      expect(run.log!.stats.fsyncs).toBe(10);
+      expect(run.clock.afterIoCalls).toBe(10);
+      expect((run.clock as TimedLoopClock).waitCalls).toBe(0);
+      await run.log!.close();
+    });
   });
 });
