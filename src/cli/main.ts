@@ -167,6 +167,14 @@ function hintFor(message: string): string {
   // The TLS libraries' words differ: Node (OpenSSL), Bun (BoringSSL), Deno (rustls).
   if (/certificate[ _]required|CertificateRequired/i.test(message))
     return "es-broker: the broker requires a client certificate (mutual TLS): add --tls-cert FILE --tls-key FILE (a certificate its --tls-client-ca signed)\n";
+  // A non-TLS answer to the handshake: the broker's plain TCP port says so in plain text
+  // (transport.ts `plainPortAnswer`), which each TLS library reports in its own words.
+  if (
+    /wrong[ _]version[ _]number|InvalidContentType|corrupt message|packet length too long/i.test(
+      message,
+    )
+  )
+    return "es-broker: the broker answered without TLS: the port is likely plain TCP: drop --tls-ca/--tls (or start the broker with --tls-cert FILE --tls-key FILE)\n";
   // The broker closed the TLS connection with no reason given, and no certificate was sent
   // (Deno's TLS server closes before its certificate_required alert arrives): both possibilities.
   if (message.includes(closedWithoutCertificateNote))

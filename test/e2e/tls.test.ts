@@ -474,7 +474,7 @@ describe(`[${target}] TLS end to end`, () => {
     expect(tlsHandshakeTimeoutMs).toBe(10_000);
   }, 40_000);
 
-  it("a TLS client on a plain port is closed at once, with a log line saying the peer speaks TLS", async () => {
+  it("a TLS client on a plain port is answered in plain text and closed, logged; the CLI names the plain port", async () => {
     const { dir } = tempDir();
     const broker = await startBroker(join(dir, "data"));
     running.push(broker);
@@ -485,6 +485,20 @@ describe(`[${target}] TLS end to end`, () => {
     await expect
       .poll(() => broker.stderr(), { timeout: 10_000 })
       .toMatch(/"event":"tcp.frame_refused".*the peer speaks TLS but this port is plain TCP/);
+    // The broker answers the handshake in plain text, so the CLI can name the likely cause.
+    const pki = makePki();
+    const cli = await runCli([
+      "topics",
+      "list",
+      "--broker",
+      `${broker.tcp.host}:${broker.tcp.port}`,
+      "--tls-ca",
+      pki.ca,
+    ]);
+    expect(cli.code, cli.stderr).toBe(1);
+    expect(cli.stderr).toContain(
+      "\nes-broker: the broker answered without TLS: the port is likely plain TCP: drop --tls-ca/--tls (or start the broker with --tls-cert FILE --tls-key FILE)\n",
+    );
     const httpPort = Number(new URL(broker.httpUrl).port);
     const started = Date.now();
     await failure(

@@ -402,13 +402,16 @@ describe("TCP front door against LocalBroker", () => {
     expect(logger.named("tcp.frame_refused")).toMatchObject([{ length: 0x47455420 }]);
   });
 
-  it("closes the connection when a TLS ClientHello arrives", async () => {
+  it("answers a TLS ClientHello with a plain-text line and closes the connection", async () => {
     const { port } = await serveLocal();
     const { socket, closed, received } = await rawSocket(port);
     const hello = Buffer.from(`16030100c8010000c40303${"ab".repeat(32)}00`, "hex");
     socket.write(hello);
     await closed;
-    expect(received().length).toBe(0);
+    // Not a TLS record: the client's TLS layer reports "wrong version number", not a bare close.
+    expect(Buffer.from(received()).toString()).toBe(
+      "es-broker: this port is plain TCP, not TLS: connect without TLS\n",
+    );
   });
 
   it("refuses an oversize frame with request_too_large and closes the connection", async () => {

@@ -560,13 +560,14 @@ describe("TCP transport: framing limits and the read timeout", () => {
     expect(logger.named("tcp.frame_refused")).toMatchObject([{ length: 0x47455420 }]);
   });
 
-  it("closes a TLS ClientHello without answering", () => {
+  it("answers a TLS ClientHello with one line of plain text (not TLS), then ends", () => {
     const { socket } = setup();
     socket.send(
       Uint8Array.of(0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03, 0xaa, 0xbb),
     );
-    expect(socket.destroyed).toBe(true);
-    expect(socket.writes).toEqual([]);
+    expect(socket.ended).toBe(true);
+    const text = new TextDecoder().decode(Buffer.concat(socket.writes.flat()));
+    expect(text).toBe("es-broker: this port is plain TCP, not TLS: connect without TLS\n");
   });
 
   it("answers an oversize frame of a known api with request_too_large, then ends the connection", () => {

@@ -198,6 +198,16 @@ function positive(value: number, name: string): void {
 const internalMessage = "Cannot handle request: internal error in the broker, see the broker log";
 
 /** One served connection: the TCP protocol over the shared connection core. */
+
+/**
+ * What a TLS client on the plain TCP port gets before the close (docs/security.md "TLS"): not a
+ * TLS record, so its TLS layer fails with "wrong version number" (OpenSSL, BoringSSL) or an
+ * invalid content type (rustls), which the CLI maps to "the port may be plain TCP".
+ */
+const plainPortAnswer = new TextEncoder().encode(
+  "es-broker: this port is plain TCP, not TLS: connect without TLS\n",
+);
+
 class Connection implements FramedConnectionHandler {
   readonly #core: FramedConnection;
   readonly #settings: Settings;
@@ -369,12 +379,23 @@ class Connection implements FramedConnectionHandler {
       max_request_bytes: core.decoder.lengthMax,
       error: error.message,
     });
+    // A TLS ClientHello on this plain port (content type 22, version 3.x): answer with a line of
+    // plain text, so the client's TLS layer reports a non-TLS answer ("wrong version number")
+    // rather than a bare close, and the CLI can say the port is plain TCP.
+    const first = core.decoder.peekBytes(3);
+    if (first !== null && first[0] === 0x16 && first[1] === 0x03 && first[2] <= 0x04) {
+      core.stopReading();
+      core.send(plainPortAnswer);
+      core.flush();
+      core.end();
+      return;
+    }
     const header = error.tooLarge
       ? core.decoder.peekBytes(frameLengthBytes + requestLengthMin)
       : null;
     const view =
       header === null ? null : new DataView(header.buffer, header.byteOffset, header.byteLength);
-    // Only a header naming one of our apis is answered: bytes of HTTP or TLS get a plain close.
+    // Only a header naming one of our apis is answered: bytes of HTTP get a plain close.
     if (view === null || !isSupportedApi(view.getUint16(4), view.getUint16(6))) {
       core.stopReading();
       return this.destroy("frame length out of range");
