@@ -12,6 +12,7 @@
  */
 import * as net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
+import { httpProduceRecordsMax } from "../../src/lib/limits.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { type BrokerProcess, startBroker, target } from "./harness.ts";
 import { offlineAdminKey } from "./helpers.ts";
@@ -461,5 +462,51 @@ describe(`[${target}] Expect: 100-continue`, () => {
       "ok\n",
     );
     expect(keyed.startsWith("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 "), keyed).toBe(true);
+  });
+});
+
+describe(`[${target}] records per HTTP produce request`, () => {
+  it("stores a request of exactly httpProduceRecordsMax records whole and refuses one more, naming the limit and storing nothing", async () => {
+    const broker = await start();
+    await createTopic(broker, "t");
+    // NDJSON takes the partition from the query, JSON from each record.
+    const produce = (body: string, type: string) =>
+      fetch(
+        `${broker.httpUrl}/v1/topics/t/records${type === "application/json" ? "" : "?partition=0"}`,
+        { method: "POST", headers: { "content-type": type }, body },
+      );
+    const highWatermark = async () => {
+      const res = await fetch(`${broker.httpUrl}/v1/topics/t`);
+      return ((await res.json()) as { partitions: { high_watermark: number }[] }).partitions[0]
+        .high_watermark;
+    };
+    const ndjson = (n: number) => "a\n".repeat(n);
+    const json = (n: number) =>
+      JSON.stringify({ records: Array.from({ length: n }, () => ({ value: "", partition: 0 })) });
+    let stored = 0;
+    for (const [body, type] of [
+      [ndjson, "application/x-ndjson"],
+      [json, "application/json"],
+    ] as const) {
+      const over = await produce(body(httpProduceRecordsMax + 1), type);
+      const error = (
+        (await over.json()) as {
+          error: { code: string; message: string; details: { limit_records: number } };
+        }
+      ).error;
+      expect(over.status).toBe(400);
+      expect(error.code).toBe("invalid_request");
+      expect(error.details.limit_records).toBe(httpProduceRecordsMax);
+      expect(error.message).toContain(`more than ${httpProduceRecordsMax} records`);
+      expect(await highWatermark()).toBe(stored);
+      const at = await produce(body(httpProduceRecordsMax), type);
+      expect(at.status).toBe(200);
+      const offsets = ((await at.json()) as { offsets: { offset: number }[] }).offsets;
+      expect(offsets.length).toBe(httpProduceRecordsMax);
+      expect(offsets[0].offset).toBe(stored);
+      expect(offsets[httpProduceRecordsMax - 1].offset).toBe(stored + httpProduceRecordsMax - 1);
+      stored += httpProduceRecordsMax;
+      expect(await highWatermark()).toBe(stored);
+    }
   });
 });
