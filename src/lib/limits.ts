@@ -213,8 +213,15 @@ export const offsetMax = Number.MAX_SAFE_INTEGER;
 /** Default `--flush-interval` in ms, used when `--flush-every-records` > 1. */
 export const flushIntervalMsDefault = 1000;
 
-/** Largest number of records in one produce request. */
+/** Largest number of records in one produce request on the TCP and Kafka protocols. */
 export const produceRecordsMax = 1_000_000;
+
+/**
+ * Largest number of records in one HTTP produce request (docs/decisions.md §19): a record costs
+ * the client 2 body bytes (NDJSON `a\n`) but the broker its decoding and ~32 bytes of
+ * `{"offsets":[…]}` answer, so the records, not the bytes, bound what one request costs.
+ */
+export const httpProduceRecordsMax = 10_000;
 
 /** At most one `recovery.progress` line per this many ms while a start recovers topics. */
 export const recoveryProgressMs = 2000;

@@ -565,6 +565,35 @@ function answerWritesAfterHalfClose(server: Server): void {
 }
 
 /**
+ * Answers `Expect: 100-continue` with `100 Continue` only once the request's body is first read
+ * (docs/http-api.md, "How requests are served"). `node:http` by default sends it before any
+ * handler runs, so a request the head already refuses (401 without a key, 413 from its
+ * `Content-Length`, 403 for a refused `Host`) invited the client to upload a body that was then
+ * thrown away (attack12 F2). A request answered before its body is read gets its final status
+ * alone, with `Connection: close` (RFC 9110, 10.1.1: the body the client may still send is not
+ * read as the next request). Node only: it patches the `IncomingMessage`'s `_read`, where the
+ * first consumer of the body (a `data` listener, `read()`, or Node's own drain) arrives.
+ */
+function continueOnFirstBodyRead(server: Server): void {
+  server.on("checkContinue", (incoming: IncomingMessage, outgoing: ServerResponse) => {
+    const stream = incoming as IncomingMessage & { _read(size: number): void };
+    const answer = outgoing as ServerResponse & { shouldKeepAlive: boolean };
+    const read = stream._read;
+    const keepAlive = answer.shouldKeepAlive;
+    answer.shouldKeepAlive = false;
+    stream._read = (size: number) => {
+      stream._read = read;
+      if (!answer.headersSent && !answer.writableEnded) {
+        answer.shouldKeepAlive = keepAlive;
+        answer.writeContinue();
+      }
+      read.call(stream, size);
+    };
+    server.emit("request", incoming, outgoing);
+  });
+}
+
+/**
  * The `node:http` server (Node, Bun; Deno with TLS). With `options.tls` it serves HTTPS: a
  * `node:https` server, or on Bun (`tlsInFront`) a `node:tls` server handing its connections to the
  * `node:http` server (module comment).
@@ -652,6 +681,7 @@ async function serveNode(
   // had just closed, EPIPE or ECONNRESET (attack10 F7; docs/decisions.md §18).
   server.keepAliveTimeout = httpKeepAliveMs;
   answerWritesAfterHalfClose(server);
+  if (getRuntimeKey() === "node") continueOnFirstBodyRead(server);
   // Over TLS the connections are tracked here (on Bun the HTTP server does not own them).
   const tlsSockets = new Set<TLSSocket>();
   if (material !== undefined) {

@@ -12,6 +12,7 @@
  */
 import * as net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
+import { httpProduceRecordsMax } from "../../src/lib/limits.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { type BrokerProcess, startBroker, target } from "./harness.ts";
 import { offlineAdminKey } from "./helpers.ts";
@@ -425,5 +426,141 @@ describe(`[${target}] HTTP produce on the raw socket`, () => {
     expect(stored.map((r) => r.value)).toEqual(["k0", "k1", "k2", "k3"]);
     c.destroy();
     fresh.destroy();
+  });
+});
+
+/**
+ * Sends `head` on a fresh connection and collects what arrives until a final (non-1xx) answer's
+ * head is complete, or the connection closes; if `body` is given it is sent once `100 Continue`
+ * has arrived. Resolves with every byte received, as text.
+ */
+function expectContinue(port: number, head: string, body?: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, "127.0.0.1");
+    let received = "";
+    let sent = false;
+    const finalHead = () => {
+      let at = 0;
+      for (;;) {
+        const end = received.indexOf("\r\n\r\n", at);
+        if (end < 0) return false;
+        if (!received.startsWith("HTTP/1.1 1", at)) return true;
+        at = end + 4;
+      }
+    };
+    socket.on("data", (d: Buffer) => {
+      received += d.toString("latin1");
+      if (body !== undefined && !sent && received.startsWith("HTTP/1.1 100 Continue\r\n\r\n")) {
+        sent = true;
+        socket.write(body);
+      }
+      const lengthMatch = /\r\ncontent-length: (\d+)\r\n/i.exec(received);
+      const headEnd = received.lastIndexOf("\r\n\r\n");
+      if (finalHead() && lengthMatch && received.length >= headEnd + 4 + Number(lengthMatch[1])) {
+        socket.destroy();
+        resolve(received);
+      }
+    });
+    socket.on("close", () => resolve(received));
+    socket.on("error", reject);
+    socket.write(head);
+  });
+}
+
+describe(`[${target}] Expect: 100-continue`, () => {
+  const produceHead = (host: string, length: number, extra = "") =>
+    `POST /v1/topics/t/records?partition=0 HTTP/1.1\r\nHost: ${host}\r\n` +
+    `Content-Type: application/x-ndjson\r\nContent-Length: ${length}\r\n` +
+    `Expect: 100-continue\r\n${extra}\r\n`;
+
+  it("answers a refusal its head decides at once, without 100 Continue; a valid request gets 100 Continue then its answer", async () => {
+    const broker = await start();
+    await createTopic(broker, "t");
+    const port = Number(new URL(broker.httpUrl).port);
+    // 413 from Content-Length, 403 for a refused Host: no 100 Continue, and the connection closes.
+    for (const [head, status] of [
+      [produceHead("127.0.0.1", 500_000_000), 413],
+      [produceHead("evil.example", 2), 403],
+    ] as const) {
+      const got = await expectContinue(port, head);
+      expect(got).not.toContain("100 Continue");
+      expect(got.startsWith(`HTTP/1.1 ${status} `), got).toBe(true);
+      expect(got.toLowerCase()).toContain("\r\nconnection: close\r\n");
+    }
+    const ok = await expectContinue(port, produceHead("127.0.0.1", 3), "ok\n");
+    expect(ok.startsWith("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 "), ok).toBe(true);
+    expect(JSON.parse(ok.slice(ok.lastIndexOf("\r\n\r\n") + 4)).offsets[0].offset).toBe(0);
+    const res = await fetch(`${broker.httpUrl}/v1/topics/t/partitions/0/records?offset=0`);
+    const stored = ((await res.json()) as { records: { value: string }[] }).records;
+    expect(stored.map((r) => r.value)).toEqual(["ok"]);
+  });
+
+  it("answers 401 without 100 Continue to a request without a key; a keyed one gets 100 Continue", async () => {
+    const { dir } = tempDir();
+    const { key } = await offlineAdminKey(`${dir}/data`, dir);
+    const broker = await startBroker(`${dir}/data`);
+    running.push(broker);
+    const created = await fetch(`${broker.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+      body: JSON.stringify({ name: "t", partitions: 1 }),
+    });
+    expect(created.status).toBe(201);
+    const port = Number(new URL(broker.httpUrl).port);
+    const refused = await expectContinue(port, produceHead("127.0.0.1", 500_000));
+    expect(refused).not.toContain("100 Continue");
+    expect(refused.startsWith("HTTP/1.1 401 "), refused).toBe(true);
+    const keyed = await expectContinue(
+      port,
+      produceHead("127.0.0.1", 3, `Authorization: Bearer ${key}\r\n`),
+      "ok\n",
+    );
+    expect(keyed.startsWith("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 "), keyed).toBe(true);
+  });
+});
+
+describe(`[${target}] records per HTTP produce request`, () => {
+  it("stores a request of exactly httpProduceRecordsMax records whole and refuses one more, naming the limit and storing nothing", async () => {
+    const broker = await start();
+    await createTopic(broker, "t");
+    // NDJSON takes the partition from the query, JSON from each record.
+    const produce = (body: string, type: string) =>
+      fetch(
+        `${broker.httpUrl}/v1/topics/t/records${type === "application/json" ? "" : "?partition=0"}`,
+        { method: "POST", headers: { "content-type": type }, body },
+      );
+    const highWatermark = async () => {
+      const res = await fetch(`${broker.httpUrl}/v1/topics/t`);
+      return ((await res.json()) as { partitions: { high_watermark: number }[] }).partitions[0]
+        .high_watermark;
+    };
+    const ndjson = (n: number) => "a\n".repeat(n);
+    const json = (n: number) =>
+      JSON.stringify({ records: Array.from({ length: n }, () => ({ value: "", partition: 0 })) });
+    let stored = 0;
+    for (const [body, type] of [
+      [ndjson, "application/x-ndjson"],
+      [json, "application/json"],
+    ] as const) {
+      const over = await produce(body(httpProduceRecordsMax + 1), type);
+      const error = (
+        (await over.json()) as {
+          error: { code: string; message: string; details: { limit_records: number } };
+        }
+      ).error;
+      expect(over.status).toBe(400);
+      expect(error.code).toBe("invalid_request");
+      expect(error.details.limit_records).toBe(httpProduceRecordsMax);
+      expect(error.message).toContain(`more than ${httpProduceRecordsMax} records`);
+      expect(await highWatermark()).toBe(stored);
+      const at = await produce(body(httpProduceRecordsMax), type);
+      expect(at.status).toBe(200);
+      const offsets = ((await at.json()) as { offsets: { offset: number }[] }).offsets;
+      expect(offsets.length).toBe(httpProduceRecordsMax);
+      expect(offsets[0].offset).toBe(stored);
+      expect(offsets[httpProduceRecordsMax - 1].offset).toBe(stored + httpProduceRecordsMax - 1);
+      stored += httpProduceRecordsMax;
+      expect(await highWatermark()).toBe(stored);
+    }
   });
 });

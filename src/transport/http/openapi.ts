@@ -29,7 +29,7 @@ import {
   partitionsMax,
   producerEpochMax,
   producerIdCharsMax,
-  produceRecordsMax,
+  httpProduceRecordsMax,
   topicNameCharsMax,
 } from "../../lib/limits.ts";
 
@@ -352,7 +352,7 @@ const schemas: Record<string, Schema> = {
       type: "array",
       items: ref("ProduceRecord"),
       minItems: 1,
-      maxItems: produceRecordsMax,
+      maxItems: httpProduceRecordsMax,
     },
   }),
   ProduceAnswer: {

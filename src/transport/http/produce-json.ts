@@ -24,7 +24,7 @@
  * | a field has the wrong type, both key and key_b64, value and value_b64, neither value | 400 naming the field |
  * | bad base64 (or an escape in a base64 string)                                  | 400 / decodes it      |
  * | partition above the largest, a negative one, timestamp below −1               | 400 naming the field  |
- * | no record, more than `produceRecordsMax`, a record over `recordPayloadBytesMax` | 400 / 413           |
+ * | no record, more than `httpProduceRecordsMax`, a record over `recordPayloadBytesMax` | 400 / 413       |
  *
  * So whenever it answers, the answer is the one the general path gives (checked by
  * `test/unit/http-produce-json.test.ts`, which compares both on generated bodies).
@@ -32,7 +32,7 @@
 import type { EntryBatch } from "../../storage/record.ts";
 import { EntryBatchBuilder } from "../../storage/record.ts";
 import { Base64Error, decodeBase64 } from "../../lib/base64.ts";
-import { produceRecordsMax, recordPayloadBytesMax } from "../../lib/limits.ts";
+import { httpProduceRecordsMax, recordPayloadBytesMax } from "../../lib/limits.ts";
 import type { DecodedProduce } from "./produce.ts";
 import { PartitionChoice, partitionNumberMax } from "./produce.ts";
 
@@ -452,7 +452,7 @@ function decode(body: Uint8Array): DecodedProduce {
   const partitions = new PartitionChoice();
   let index = 0;
   for (;;) {
-    if (index === produceRecordsMax) throw giveUp;
+    if (index === httpProduceRecordsMax) throw giveUp;
     s.expect(openBrace);
     let seen = 0;
     let key: Uint8Array | null = null;

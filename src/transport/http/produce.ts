@@ -32,7 +32,7 @@ import type { EntryBatch } from "../../storage/record.ts";
 import { entryOverheadBytes, EntryBatchBuilder } from "../../storage/record.ts";
 import { Base64Error, decodeBase64 } from "../../lib/base64.ts";
 import { utf8 } from "../../lib/bytes.ts";
-import { produceRecordsMax, recordPayloadBytesMax } from "../../lib/limits.ts";
+import { httpProduceRecordsMax, recordPayloadBytesMax } from "../../lib/limits.ts";
 import { clip, quote } from "../../lib/quote.ts";
 import { invalidRequest } from "./errors.ts";
 
@@ -232,9 +232,9 @@ function checkPayload(
 
 function checkCount(count: number, action: string): void {
   if (count === 0) throw invalidRequest(action, "the request holds no records");
-  if (count > produceRecordsMax) {
-    throw invalidRequest(action, `the request holds more than ${produceRecordsMax} records`, {
-      limit_records: produceRecordsMax,
+  if (count > httpProduceRecordsMax) {
+    throw invalidRequest(action, `the request holds more than ${httpProduceRecordsMax} records`, {
+      limit_records: httpProduceRecordsMax,
     });
   }
 }
@@ -307,7 +307,7 @@ export function decodeNdjsonProduce(
   let index = 0;
   let valueBytes = 0;
   forEachLine(body, (start, end, line) => {
-    if (index >= produceRecordsMax) checkCount(index + 1, action);
+    if (index >= httpProduceRecordsMax) checkCount(index + 1, action);
     const payloadBytes = keyBytes + (end - start);
     if (payloadBytes > recordPayloadBytesMax) {
       throw new BrokerError(
