@@ -47,24 +47,37 @@ export function countedProduceOf(
 
 /** One produce counted in its caller's reaction ({@link countedProduceOf}). */
 class ProduceCount implements CountedCall<ProduceResult> {
+  readonly #door: FrontDoorMetrics;
+  readonly #topic: string;
+  readonly #records: number;
+  readonly #bytes: number;
+  readonly #started: number;
+
+  /** `records` and `bytes` are the request's, read before the broker saw it. */
   constructor(
-    readonly door: FrontDoorMetrics,
-    readonly request: ProduceRequest,
-    readonly started: number,
+    door: FrontDoorMetrics,
+    topic: string,
+    records: number,
+    bytes: number,
+    started: number,
     readonly response: Promise<ProduceResult>,
-  ) {}
+  ) {
+    this.#door = door;
+    this.#topic = topic;
+    this.#records = records;
+    this.#bytes = bytes;
+    this.#started = started;
+  }
 
   done(result: ProduceResult): void {
-    const door = this.door;
-    door.produceSeconds.observe(door.seconds() - this.started);
-    const batch = this.request.batch;
-    if (result.duplicate !== true)
-      door.produced(this.request.topic, batch.count, batch.bytes.length);
+    const door = this.#door;
+    door.produceSeconds.observe(door.seconds() - this.#started);
+    if (result.duplicate !== true) door.produced(this.#topic, this.#records, this.#bytes);
   }
 
   failed(error: unknown): void {
-    const door = this.door;
-    door.produceSeconds.observe(door.seconds() - this.started);
+    const door = this.#door;
+    door.produceSeconds.observe(door.seconds() - this.#started);
     door.failed("produce", error);
   }
 }
@@ -167,7 +180,7 @@ function operationName(method: string): string {
 
 function meteredBroker<B extends Broker>(broker: B, door: FrontDoorMetrics): B {
   const wrapped = new Map<PropertyKey, unknown>();
-  const produce = (request: ProduceRequest): Promise<ProduceResult> => {
+  const produceCounted = (request: ProduceRequest): CountedCall<ProduceResult> => {
     const started = door.seconds();
     const records = request.batch.count;
     const bytes = request.batch.bytes.length;
@@ -178,15 +191,18 @@ function meteredBroker<B extends Broker>(broker: B, door: FrontDoorMetrics): B {
       door.failed("produce", err);
       throw err;
     }
-    return call.then(
+    return new ProduceCount(door, request.topic, records, bytes, started, call);
+  };
+  // The produce of every caller but the TCP transport: the counted call, counted here.
+  const produce = (request: ProduceRequest): Promise<ProduceResult> => {
+    const call = produceCounted(request);
+    return call.response.then(
       (result) => {
-        door.produceSeconds.observe(door.seconds() - started);
-        if (result.duplicate !== true) door.produced(request.topic, records, bytes);
+        call.done(result);
         return result;
       },
       (err: unknown) => {
-        door.produceSeconds.observe(door.seconds() - started);
-        door.failed("produce", err);
+        call.failed(err);
         throw err;
       },
     );
@@ -212,17 +228,6 @@ function meteredBroker<B extends Broker>(broker: B, door: FrontDoorMetrics): B {
         throw err;
       },
     );
-  };
-  const produceCounted = (request: ProduceRequest): CountedCall<ProduceResult> => {
-    const started = door.seconds();
-    let call: Promise<ProduceResult>;
-    try {
-      call = broker.produce(request);
-    } catch (err) {
-      door.failed("produce", err);
-      throw err;
-    }
-    return new ProduceCount(door, request, started, call);
   };
   wrapped.set("produce", produce);
   wrapped.set("fetch", fetch);

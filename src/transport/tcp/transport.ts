@@ -197,8 +197,6 @@ function positive(value: number, name: string): void {
 /** Generic message for `internal` errors; details go to the log only. */
 const internalMessage = "Cannot handle request: internal error in the broker, see the broker log";
 
-/** One served connection: the TCP protocol over the shared connection core. */
-
 /**
  * What a TLS client on the plain TCP port gets before the close (docs/security.md "TLS"): not a
  * TLS record, so its TLS layer fails with "wrong version number" (OpenSSL, BoringSSL) or an
@@ -208,6 +206,7 @@ const plainPortAnswer = new TextEncoder().encode(
   "es-broker: this port is plain TCP, not TLS: connect without TLS\n",
 );
 
+/** One served connection: the TCP protocol over the shared connection core. */
 class Connection implements FramedConnectionHandler {
   readonly #core: FramedConnection;
   readonly #settings: Settings;
