@@ -312,8 +312,9 @@ export function requestJson(
       reject(
         new Error(
           `Cannot reach ${base.origin}: ${err.message}${
-            // An HTTPS port closes a plain HTTP request without an answer (Node, Bun), or
-            // answers it with a TLS alert that is no HTTP response (Deno).
+            // An HTTPS port of es-broker on Deno (or of an older one) answers a plain HTTP
+            // request with a TLS alert that is no HTTP response, or closes it without an answer;
+            // on Node and Bun it answers 400 naming https://, shown as the broker's error.
             url.protocol === "http:" &&
             ["ECONNRESET", "HPE_INVALID_CONSTANT"].includes((err as { code?: string }).code ?? "")
               ? " (if the broker serves HTTPS, give an https:// --url)"

@@ -69,7 +69,11 @@
  * and hands each to the `node:http` server, which does not listen. `setTlsMaterial` serves a new
  * certificate to connections accepted from then on; open ones keep theirs (SIGHUP). A client that
  * fails the handshake — plain text on the TLS port, no or a wrong client certificate — is closed
- * and logged (`tls.plaintext_client` / `tls.handshake_failed`, `runtime/tls.ts`). The other way
+ * and logged (`tls.plaintext_client` / `tls.handshake_failed`, `runtime/tls.ts`). On Node and Bun
+ * a `node:net` server accepts the HTTPS connections and hands each to the TLS server once its
+ * first bytes show it is not plain HTTP (`peekBeforeTls`); a plain-HTTP request is answered 400
+ * naming https:// and closed (docs/security.md "TLS"). On Deno the `node:https` server accepts
+ * itself: a connection handed to it was closed after its first answer. The other way
  * round, a TLS handshake on the plain port: the `node:http` parser refuses it (answered like any
  * parse error, `http-connection-errors.ts`) and it is also logged as `http.tls_on_plain_port` on
  * Node; `Deno.serve` closes such a connection at once (the client sees a handshake error) without a
@@ -81,13 +85,19 @@ import type { Http2ServerRequest } from "node:http2";
 import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import type { Logger } from "../lib/logger.ts";
-import { logTlsClientError, tlsServerOptions, type TlsServerMaterial } from "./tls.ts";
+import {
+  logPlaintextClient,
+  logTlsClientError,
+  peekBeforeTls,
+  tlsServerOptions,
+  type TlsServerMaterial,
+} from "./tls.ts";
 import { getRuntimeKey } from "hono/adapter";
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type { HttpBindings } from "../transport/http/app.ts";
 import type { FastRoute, RawAnswer, RawRequest, RawStream } from "../transport/http/raw-stream.ts";
 import { errorBody } from "../transport/http/errors.ts";
-import { foreignMessageCharsMax, httpKeepAliveMs } from "../lib/limits.ts";
+import { foreignMessageCharsMax, httpKeepAliveMs, tcpEndLingerMs } from "../lib/limits.ts";
 import { clip } from "../lib/quote.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
 import { answerConnectionErrorsInOrder, onBodyCut } from "./http-connection-errors.ts";
@@ -637,8 +647,12 @@ async function serveNode(
   };
   const material = options.tls;
   let server: Server;
-  /** The server that listens: `server` itself, or the `node:tls` server in front of it. */
-  let listening: Server | import("node:tls").Server;
+  /** The server that listens: `server` itself, or with TLS a `node:net` server in front. */
+  let listening: Server | import("node:net").Server | import("node:tls").Server;
+  /** With TLS: the server that makes the handshakes (`server` itself, or on Bun in front of it). */
+  let handshakes: import("node:tls").Server | null = null;
+  /** With TLS: `listening` is a `node:net` server that peeks at each connection's first bytes. */
+  let peekFirstBytes = false;
   // Node checks the head timeout every `connectionsCheckingInterval` (30 s by default).
   const timeouts =
     options.headersTimeoutMs === undefined
@@ -662,20 +676,32 @@ async function serveNode(
       if (options.refusals !== undefined) options.refusals.refuse("http.tls_on_plain_port", fields);
       else options.logger?.log("warn", "http.tls_on_plain_port", fields);
     });
-  } else if (!tlsInFront) {
-    const https = await import("node:https");
-    server = https.createServer(
-      { ...tlsServerOptions(material), requireHostHeader: false },
-      listener,
-    ) as unknown as Server;
-    listening = server;
   } else {
-    const tls = await import("node:tls");
-    server = createServer({ requireHostHeader: false }, listener);
-    const front = server;
-    listening = tls.createServer(tlsServerOptions(material), (socket) =>
-      front.emit("connection", socket),
-    );
+    if (!tlsInFront) {
+      const https = await import("node:https");
+      server = https.createServer(
+        { ...tlsServerOptions(material), requireHostHeader: false },
+        listener,
+      ) as unknown as Server;
+      handshakes = server as unknown as import("node:tls").Server;
+    } else {
+      const tls = await import("node:tls");
+      server = createServer({ requireHostHeader: false }, listener);
+      const front = server;
+      handshakes = tls.createServer(tlsServerOptions(material), (socket) =>
+        front.emit("connection", socket),
+      );
+    }
+    // A `node:net` server accepts, and hands the TLS server each connection whose first bytes
+    // are not plain HTTP: plain HTTP gets a 400 naming https:// instead of a bare close. Not on
+    // Deno, whose `node:https` closes a connection handed to it after its first answer (a
+    // keep-alive client's next request meets a reset): there the TLS server accepts itself.
+    if (getRuntimeKey() === "deno") listening = handshakes;
+    else {
+      const { createServer: createNetServer } = await import("node:net");
+      listening = createNetServer();
+      peekFirstBytes = true;
+    }
   }
   // Not node:http's 5 s: a client whose loop was busy past that reused a connection the server
   // had just closed, EPIPE or ECONNRESET (attack10 F7; docs/decisions.md §18).
@@ -684,8 +710,10 @@ async function serveNode(
   if (getRuntimeKey() === "node") continueOnFirstBodyRead(server);
   // Over TLS the connections are tracked here (on Bun the HTTP server does not own them).
   const tlsSockets = new Set<TLSSocket>();
-  if (material !== undefined) {
-    const tlsServer = listening as import("node:tls").Server;
+  /** With TLS: connections whose first bytes have not arrived yet (`peekBeforeTls`). */
+  const peeking = new Set<Socket>();
+  if (handshakes !== null) {
+    const tlsServer = handshakes;
     tlsServer.on("tlsClientError", (error, socket) => {
       logTlsClientError(options, "http", error, socket);
       // With a listener here, node:tls leaves a timed-out handshake's socket open: close it.
@@ -722,6 +750,35 @@ async function serveNode(
       }
       countConnection(socket);
     });
+  if (peekFirstBytes && handshakes !== null && material !== undefined) {
+    const tlsServer = handshakes;
+    // After the connection bound above: a refused connection is closed before it is read.
+    listening.on("connection", (socket: Socket) => {
+      if (socket.destroyed) return;
+      peeking.add(socket);
+      socket.once("close", () => peeking.delete(socket));
+      peekBeforeTls(socket, material.handshakeTimeoutMs, {
+        tls: (raw) => {
+          peeking.delete(raw);
+          tlsServer.emit("connection", raw);
+        },
+        plainHttp: (raw, first) => {
+          peeking.delete(raw);
+          logPlaintextClient(options, "http", raw, true);
+          answerPlainHttpOnTls(raw, first);
+        },
+        silent: (raw) =>
+          logTlsClientError(
+            options,
+            "http",
+            Object.assign(new Error("TLS handshake timeout: the client sent nothing"), {
+              code: "ERR_TLS_HANDSHAKE_TIMEOUT",
+            }),
+            raw,
+          ),
+      });
+    });
+  }
   // Before any other "request" listener: what a parser fault owes, in order (that module's comment).
   answerConnectionErrorsInOrder(server, options.refusals);
   let closing = false;
@@ -731,7 +788,7 @@ async function serveNode(
   const closeLeftovers = () => {
     if (!closing || requestsInFlight > 0) return;
     if (material === undefined) server.closeAllConnections();
-    else for (const socket of tlsSockets) socket.destroy();
+    else for (const socket of [...tlsSockets, ...peeking]) socket.destroy();
   };
   server.on("request", (_request, response) => {
     requestsInFlight++;
@@ -769,15 +826,15 @@ async function serveNode(
     if (address === null || typeof address === "string")
       throw new Error("Cannot serve HTTP: the server has no TCP address");
     port = address.port;
+    // The HTTPS server gets its connections from the `node:net` server in front: as above.
+    if (peekFirstBytes && !tlsInFront && onNode) server.emit("listening");
   }
   const rawListener = raw;
   return {
     port,
     openConnections: () => connectionsOpen,
     setTlsMaterial:
-      material === undefined
-        ? undefined
-        : (next) => (listening as import("node:tls").Server).setSecureContext(next.context),
+      material === undefined ? undefined : (next) => handshakes?.setSecureContext(next.context),
     stop: () =>
       new Promise<void>((resolve, reject) => {
         closing = true;
@@ -790,11 +847,45 @@ async function serveNode(
             if (connectionsOpen === 0) resolve();
             else onAllClosed = resolve;
           }, reject);
-        } else listening.close((error) => (error === undefined ? resolve() : reject(error)));
+        } else {
+          if (peekFirstBytes && !tlsInFront && onNode) server.close();
+          listening.close((error) => (error === undefined ? resolve() : reject(error)));
+        }
         if (material === undefined) server.closeIdleConnections();
         closeLeftovers();
       }),
   };
+}
+
+/** A `Host` header's value that may be quoted back: a host name or address, and a port. */
+const plainHost =
+  /\r\nhost:[ \t]*([A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(:[0-9]{1,5})?[ \t]*\r\n/i;
+
+/**
+ * Answers a plain-HTTP request that reached the HTTPS port (docs/security.md "TLS"), `first`
+ * being the bytes it sent first: 400 `invalid_request` in the shape of every error, saying the
+ * port speaks HTTPS and naming the https:// URL (with the request's Host when it is a plain host
+ * name or address), then the close. What the client still sends is read and dropped until it
+ * closes, at most {@link tcpEndLingerMs}, so that a close with unread bytes (a reset) cannot
+ * throw the answer away before the client has read it.
+ */
+function answerPlainHttpOnTls(socket: Socket, first: Uint8Array): void {
+  const host = plainHost.exec(Buffer.from(first).toString("latin1"));
+  const url = host === null ? "an https:// URL" : `https://${host[1]}${host[2] ?? ""}/`;
+  const body = JSON.stringify(
+    errorBody(
+      new BrokerError(
+        Errors.invalidRequest,
+        `Cannot serve a plain HTTP request: this port speaks HTTPS (TLS): use ${url}`,
+      ),
+    ),
+  );
+  socket.on("data", () => {});
+  socket.resume();
+  socket.end(
+    `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\nx-content-type-options: nosniff\r\n\r\n${body}`,
+  );
+  setTimeout(() => socket.destroy(), tcpEndLingerMs).unref();
 }
 
 /** The part of `Deno.serve` used here (typed loosely so tsc passes without Deno's types). */

@@ -10,6 +10,7 @@
  * never quoting its content.
  */
 import * as fs from "node:fs";
+import type * as net from "node:net";
 import * as tls from "node:tls";
 import { X509Certificate } from "node:crypto";
 import type { Logger } from "../lib/logger.ts";
@@ -138,17 +139,91 @@ export function logTlsClientError(
   socket: { remoteAddress?: string; remotePort?: number } | undefined,
 ): void {
   const code = (error as { code?: string }).code ?? "";
-  const plaintext = code === "ERR_SSL_HTTP_REQUEST" || code === "ERR_SSL_WRONG_VERSION_NUMBER";
-  const kind = plaintext ? "tls.plaintext_client" : "tls.handshake_failed";
+  if (code === "ERR_SSL_HTTP_REQUEST" || code === "ERR_SSL_WRONG_VERSION_NUMBER")
+    logPlaintextClient(sink, listener, socket);
+  else refuse(sink, "tls.handshake_failed", listener, socket, code || error.message);
+}
+
+/**
+ * Reports a connection that sent plain text to a TLS port (`tls.plaintext_client`), as
+ * {@link logTlsClientError} does; `answered` says the client was answered in plain text first
+ * (a plain-HTTP request on the HTTPS port, {@link peekBeforeTls}).
+ */
+export function logPlaintextClient(
+  sink: { refusals?: RefusalLog; logger?: Logger },
+  listener: "http" | "tcp" | "kafka",
+  socket: { remoteAddress?: string; remotePort?: number } | undefined,
+  answered = false,
+): void {
+  const port = listener === "kafka" ? "Kafka" : listener.toUpperCase();
+  refuse(
+    sink,
+    "tls.plaintext_client",
+    listener,
+    socket,
+    `the client sent plain text to the TLS ${port} port (connect with TLS, e.g. ${plaintextHints[listener]})${answered ? "; answered 400 in plain HTTP" : ""}`,
+  );
+}
+
+function refuse(
+  sink: { refusals?: RefusalLog; logger?: Logger },
+  kind: "tls.plaintext_client" | "tls.handshake_failed",
+  listener: "http" | "tcp" | "kafka",
+  socket: { remoteAddress?: string; remotePort?: number } | undefined,
+  reason: string,
+): void {
   const fields = {
     listener,
     remote: `${socket?.remoteAddress ?? "?"}:${socket?.remotePort ?? "?"}`,
-    reason: plaintext
-      ? `the client sent plain text to the TLS ${listener === "kafka" ? "Kafka" : listener.toUpperCase()} port (connect with TLS, e.g. ${plaintextHints[listener]})`
-      : code || error.message,
+    reason,
   };
   if (sink.refusals !== undefined) sink.refusals.refuse(kind, fields);
   else sink.logger?.log("warn", kind, fields);
+}
+
+/** What {@link peekBeforeTls} found a connection's first bytes to be. */
+export interface PeekHandlers {
+  /** The connection's first bytes are not a plain-HTTP request: hand it to the TLS server. */
+  tls(socket: net.Socket): void;
+  /** The connection's first bytes (`first`) start a plain-HTTP request: answer it in plain text. */
+  plainHttp(socket: net.Socket, first: Uint8Array): void;
+  /** The connection sent nothing for `timeoutMs`: it has been destroyed. */
+  silent(socket: net.Socket): void;
+}
+
+/**
+ * Looks at the first bytes a connection accepted for a TLS listener sends, before any handshake,
+ * and hands it on: a TLS client's first record is a handshake record (content type 22, byte
+ * 0x16), sent as soon as it connects, so it goes to `handlers.tls` with those bytes put back into
+ * the socket (`node:tls` reads what a wrapped socket holds first), one turn of the event loop
+ * after they arrived; a first byte that is an uppercase ASCII letter (an HTTP method) goes to
+ * `handlers.plainHttp`; anything else to `handlers.tls` too, which refuses it as plain text. A
+ * connection that sends nothing for `timeoutMs` (the handshake timeout) is destroyed and reported
+ * to `handlers.silent`. Costs one `data` event per connection; later bytes never pass here.
+ */
+export function peekBeforeTls(socket: net.Socket, timeoutMs: number, handlers: PeekHandlers): void {
+  const onData = (first: Buffer): void => {
+    clearTimeout(timer);
+    socket.off("data", onData);
+    socket.pause();
+    const b = first[0];
+    if (b >= 0x41 && b <= 0x5a) {
+      handlers.plainHttp(socket, first);
+      return;
+    }
+    socket.unshift(first);
+    handlers.tls(socket);
+  };
+  const timer = setTimeout(() => {
+    socket.off("data", onData);
+    socket.destroy();
+    handlers.silent(socket);
+  }, timeoutMs);
+  // The socket's own close (peer gone, server shutting down) ends the wait; a reset before the
+  // first byte is only that close (an unheard "error" would end the process).
+  socket.once("close", () => clearTimeout(timer));
+  socket.on("error", () => {});
+  socket.on("data", onData);
 }
 
 const plaintextHints = {
