@@ -3,7 +3,9 @@
  * it is parsed: `JSON.parse` itself copes with any depth on Node, Deno and Bun, but everything
  * after it that walks the value (`JSON.stringify`, a message quoting it, a deep copy) recurses,
  * and 5,000 levels (10 KB of `[`) overflow the stack. One linear pass, no recursion, no
- * allocation beyond one frame per open level (at most the limit).
+ * allocation beyond one frame per open level (at most the limit). The same pass can count the
+ * elements of arrays ({@link jsonShapeFault}), so a body of millions of tiny elements is refused
+ * before `JSON.parse` builds them.
  */
 import { jsonNestingDepthMax } from "./limits.ts";
 import { clip } from "./quote.ts";
@@ -30,6 +32,22 @@ interface Frame {
   expectKey: boolean;
 }
 
+/** Where a JSON text first holds more elements in one array than a limit allows. */
+export interface JsonElementsFault {
+  /** The path of that array (its enclosing keys and indices, outermost first; `[]` for the outermost value). */
+  path: JsonPath;
+  /** The limit that was passed: the array holds at least one element more. */
+  elementsMax: number;
+}
+
+/** The limits {@link jsonShapeFault} checks. */
+export interface JsonShapeLimits {
+  /** Most levels arrays and objects may nest (default {@link jsonNestingDepthMax}). */
+  depthMax?: number;
+  /** Most elements one array may hold (default: no limit). */
+  elementsMax?: number;
+}
+
 /**
  * Scans `text` (JSON, possibly malformed: then `JSON.parse` reports it afterwards) and returns
  * null if its arrays and objects nest at most `depthMax` levels, else where it first goes deeper.
@@ -38,6 +56,23 @@ export function jsonNestingFault(
   text: string,
   depthMax: number = jsonNestingDepthMax,
 ): JsonNestingFault | null {
+  const fault = jsonShapeFault(text, { depthMax });
+  return fault === null || "depthMax" in fault ? fault : null;
+}
+
+/**
+ * {@link jsonNestingFault}, and the number of elements of arrays (`limits.elementsMax`), in the
+ * same pass: the first fault found, or null. An array is found to hold more than
+ * `elementsMax` elements at its `elementsMax`-th comma, so the scan stops there: a body of
+ * millions of elements costs the scan of its first `elementsMax`, and `JSON.parse` never builds
+ * it (docs/decisions.md §19).
+ */
+export function jsonShapeFault(
+  text: string,
+  limits: JsonShapeLimits,
+): JsonNestingFault | JsonElementsFault | null {
+  const depthMax = limits.depthMax ?? jsonNestingDepthMax;
+  const elementsMax = limits.elementsMax ?? Number.POSITIVE_INFINITY;
   const frames: Frame[] = [];
   let inString = false;
   let stringStart = -1;
@@ -76,7 +111,8 @@ export function jsonNestingFault(
         const top = frames.at(-1);
         if (top === undefined) break;
         if (top.isObject) top.expectKey = true;
-        else top.index++;
+        else if (++top.index >= elementsMax)
+          return { path: pathOf(text, frames.slice(0, -1)), elementsMax };
         break;
       }
     }

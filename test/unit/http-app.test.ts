@@ -1,8 +1,13 @@
-import { beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it, vi } from "vitest";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { encodeBase64 } from "../../src/lib/base64.ts";
-import { fetchRecordsMax, fetchWaitMsMax, recordPayloadBytesMax } from "../../src/lib/limits.ts";
+import {
+  fetchRecordsMax,
+  fetchWaitMsMax,
+  httpProduceRecordsMax,
+  recordPayloadBytesMax,
+} from "../../src/lib/limits.ts";
 import { createHttpApp } from "../../src/transport/http/app.ts";
 import type { HttpApp } from "../../src/transport/http/app.ts";
 import { FakeBroker } from "./http-fake-broker.ts";
@@ -539,6 +544,42 @@ describe("createHttpApp: produce JSON", () => {
     const res = await pending;
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ offsets: [{ partition: 0, offset: 0 }] });
+  });
+
+  it("refuses a body of millions of records at the record cap without parsing it (docs/decisions.md §19)", async () => {
+    const big = createHttpApp({ broker, logger, maxRequestBytes: 16 * 1024 * 1024 });
+    const over = 1_000_000;
+    // Bodies the fast decoder leaves to JSON.parse (an integer value), an array at the top, and
+    // the cap hidden in a field the records do not have.
+    const bodies = [
+      `{"records":[${'{"value":1},'.repeat(over)}{"value":1}]}`,
+      `[${"{},".repeat(over)}{}]`,
+      `{"records":[{"value":"a","key":[${"0,".repeat(over)}0]}]}`,
+    ];
+    const parse = vi.spyOn(JSON, "parse");
+    try {
+      for (const [i, body] of bodies.entries()) {
+        const res = await big.request("/v1/topics/orders/records", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body,
+        });
+        const error = await expectError(
+          res,
+          400,
+          "invalid_request",
+          i === 0
+            ? /: the request holds more than 10000 records$/
+            : /: (the body|field "records\[0\]\.key") is an array of more than 10000 elements: the body must be a JSON object with a "records" array of at most 10000 records$/,
+        );
+        expect(error.details?.limit_records).toBe(httpProduceRecordsMax);
+        // Never handed to JSON.parse: nothing of the body's million elements was built.
+        expect(parse.mock.calls.filter(([text]) => String(text).length > 1_000_000)).toEqual([]);
+      }
+    } finally {
+      parse.mockRestore();
+    }
+    expect(broker.produced).toEqual([]);
   });
 });
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { clip, quote } from "../../src/lib/quote.ts";
-import { formatJsonPath, jsonNestingFault } from "../../src/lib/json-nesting.ts";
+import { formatJsonPath, jsonNestingFault, jsonShapeFault } from "../../src/lib/json-nesting.ts";
 import {
   jsonNestingDepthMax,
   quotedCharsMax,
@@ -125,6 +125,42 @@ describe("jsonNestingFault()", () => {
         expect(fault === null).toBe(depthOf(v) <= limit);
       }),
       { seed: 13, numRuns: 1000 },
+    );
+  });
+});
+
+describe("jsonShapeFault()", () => {
+  it("finds an array of more than elementsMax elements at its elementsMax-th comma, naming its path", () => {
+    expect(jsonShapeFault("[1,2,3]", { elementsMax: 3 })).toBeNull();
+    expect(jsonShapeFault("[1,2,3,4]", { elementsMax: 3 })).toEqual({ path: [], elementsMax: 3 });
+    // Found without reading past the comma: the malformed rest is never looked at.
+    expect(jsonShapeFault('{"records":[{},{},{},{} ]]]"', { elementsMax: 3 })).toEqual({
+      path: ["records"],
+      elementsMax: 3,
+    });
+    expect(
+      jsonShapeFault('{"records":[{"key":[1,2],"value":"a"},{"key":[1,2,3,4]}]}', {
+        elementsMax: 3,
+      }),
+    ).toEqual({ path: ["records", 1, "key"], elementsMax: 3 });
+  });
+
+  it("does not count commas in strings, or an object's members", () => {
+    const text = JSON.stringify({ a: 1, b: 2, c: 3, d: 4, v: [",,,,", "x"] });
+    expect(jsonShapeFault(text, { elementsMax: 3 })).toBeNull();
+  });
+
+  it("agrees with the lengths of parsed arrays (property)", () => {
+    const longest = (v: unknown): number =>
+      typeof v === "object" && v !== null
+        ? Math.max(Array.isArray(v) ? v.length : 0, ...Object.values(v as object).map(longest))
+        : 0;
+    fc.assert(
+      fc.property(fc.jsonValue({ maxDepth: 4 }), fc.integer({ min: 1, max: 6 }), (v, max) => {
+        const fault = jsonShapeFault(JSON.stringify(v), { elementsMax: max, depthMax: 64 });
+        expect(fault !== null).toBe(longest(v) > max);
+      }),
+      { seed: 19, numRuns: 500 },
     );
   });
 });

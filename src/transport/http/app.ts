@@ -49,6 +49,7 @@ import {
   fetchRecordsMax,
   fetchWaitMsMax,
   foreignMessageCharsMax,
+  httpProduceRecordsMax,
   jsonNestingDepthMax,
   offsetMax,
   requestBytesDefault,
@@ -56,7 +57,7 @@ import {
   requestBytesMin,
   streamLongPollMsDefault,
 } from "../../lib/limits.ts";
-import { formatJsonPath, jsonNestingFault, type JsonPath } from "../../lib/json-nesting.ts";
+import { formatJsonPath, type JsonPath, jsonShapeFault } from "../../lib/json-nesting.ts";
 import type { Logger } from "../../lib/logger.ts";
 import { clip, quote } from "../../lib/quote.ts";
 import { snakeCaseKeys } from "../../lib/text.ts";
@@ -71,7 +72,12 @@ import {
 import { errorBody, invalidRequest } from "./errors.ts";
 import { parseInteger } from "./params.ts";
 import type { DecodedProduce } from "./produce.ts";
-import { decodeJsonProduce, decodeNdjsonProduce, partitionNumberMax } from "./produce.ts";
+import {
+  decodeJsonProduce,
+  decodeNdjsonProduce,
+  partitionNumberMax,
+  refuseJsonProduceArray,
+} from "./produce.ts";
 import { scanJsonProduce } from "./produce-json.ts";
 import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
 import { prometheusContentType } from "./prometheus.ts";
@@ -383,29 +389,43 @@ async function readRequestBody(request: Request, maxBytes: number): Promise<Uint
 /** How {@link parseJson} names a body nested past `jsonNestingDepthMax`: the error kind by the path of the offending value. */
 export type NestingErrorKind = (path: JsonPath) => ErrorKind;
 
+/** What {@link parseJson} checks besides the syntax. */
+interface ParseJsonOptions {
+  /** The error kind of a body nested too deep, by the path of the offending value (default invalid_request). */
+  nestingKind?: NestingErrorKind;
+  /** The produce route: a body of several JSON objects gets a hint to send it as NDJSON. */
+  ndjsonHint?: boolean;
+  /**
+   * Most elements an array of the body may hold, checked on the text in the nesting check's pass
+   * (`jsonShapeFault`), before `JSON.parse` builds anything; `refuse` names the error for the
+   * path of the first array found to hold more.
+   */
+  elements?: { max: number; refuse: (path: JsonPath) => never };
+}
+
 /**
- * Decodes a JSON body: strict UTF-8, at most `jsonNestingDepthMax` levels deep (checked on the
- * text, before anything recurses over it), then `JSON.parse`. With `ndjsonHint` (the produce
- * route), a body of several JSON objects gets a hint to send it as NDJSON.
+ * Decodes a JSON body: strict UTF-8, at most `jsonNestingDepthMax` levels deep and at most
+ * `options.elements.max` elements an array (checked on the text, before anything is built or
+ * recurses over it), then `JSON.parse`.
  * @throws BrokerError invalid_request (or the kind `nestingKind` picks for a body nested too
- *   deep, naming the field) with the parser's message, clipped.
+ *   deep, naming the field; or what `elements.refuse` throws) with the parser's message, clipped.
  */
-function parseJson(
-  bytes: Uint8Array,
-  action: string,
-  nestingKind?: NestingErrorKind,
-  ndjsonHint = false,
-): unknown {
+function parseJson(bytes: Uint8Array, action: string, options: ParseJsonOptions = {}): unknown {
   let text: string;
   try {
     text = strictUtf8.decode(bytes);
   } catch {
     throw invalidRequest(action, "the body is not valid UTF-8");
   }
-  const fault = jsonNestingFault(text);
+  const fault = jsonShapeFault(text, { elementsMax: options.elements?.max });
   if (fault !== null) {
+    if ("elementsMax" in fault) return options.elements!.refuse(fault.path);
     const field = formatJsonPath(fault.path);
-    return throwNestedTooDeep(action, field, nestingKind?.(fault.path) ?? Errors.invalidRequest);
+    return throwNestedTooDeep(
+      action,
+      field,
+      options.nestingKind?.(fault.path) ?? Errors.invalidRequest,
+    );
   }
   try {
     return JSON.parse(text);
@@ -413,7 +433,7 @@ function parseJson(
     // Several JSON values one after another (`}{`, or `}` and `{` on lines of their own) are
     // NDJSON sent without its content type, as `curl -d @events.ndjson` does (stripping newlines).
     const hint =
-      ndjsonHint && /\}\s*\{/.test(text)
+      options.ndjsonHint === true && /\}\s*\{/.test(text)
         ? "; a body of several JSON objects, one a line, is NDJSON: send Content-Type: application/x-ndjson, with curl --data-binary @FILE (curl -d strips the newlines)"
         : "";
     throw invalidRequest(
@@ -421,6 +441,21 @@ function parseJson(
       `the body is not valid JSON: ${clip(errorMessage(e), foreignMessageCharsMax)}${hint}`,
     );
   }
+}
+
+/**
+ * What {@link parseJson} checks of a JSON produce body besides its nesting: the NDJSON hint, and
+ * no array of more than `httpProduceRecordsMax` elements (docs/decisions.md §19), refused as the
+ * record count is (`refuseJsonProduceArray`) before the body is parsed.
+ */
+function jsonProduceChecks(action: string): ParseJsonOptions {
+  return {
+    ndjsonHint: true,
+    elements: {
+      max: httpProduceRecordsMax,
+      refuse: (path) => refuseJsonProduceArray(path, formatJsonPath(path), action),
+    },
+  };
 }
 
 function throwNestedTooDeep(action: string, field: string, kind: ErrorKind): never {
@@ -652,7 +687,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const action = `Cannot update the config of topic ${quote(topic)}`;
     if (broker.updateTopicConfig === undefined)
       throw new BrokerError(Errors.notFound, `${action}: this broker cannot change topic configs`);
-    const body = parseJson(await readBody(c, action), action, topicNestingKind);
+    const body = parseJson(await readBody(c, action), action, { nestingKind: topicNestingKind });
     if (typeof body !== "object" || body === null || Array.isArray(body)) {
       throw invalidRequest(
         action,
@@ -677,7 +712,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   app.post("/v1/topics", async (c) => {
     limitBody(c);
     let action = "Cannot create topic";
-    const body = parseJson(await readBody(c, action), action, topicNestingKind);
+    const body = parseJson(await readBody(c, action), action, { nestingKind: topicNestingKind });
     if (typeof body !== "object" || body === null || Array.isArray(body)) {
       throw invalidRequest(
         action,
@@ -772,7 +807,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       // The byte-level fast path decodes the common shapes; the general path does the rest and names every error.
       decoded =
         scanJsonProduce(bytes) ??
-        decodeJsonProduce(parseJson(bytes, action, undefined, true), {
+        decodeJsonProduce(parseJson(bytes, action, jsonProduceChecks(action)), {
           action,
           sizeHintBytes: bytes.length,
         });
@@ -959,7 +994,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const partition = queryPartition(partitionText, action);
     if (body.length > maxRequestBytes) throw requestTooLarge(maxRequestBytes);
     if (ndjson) return decodeNdjsonProduce(body, { action, key: null, partition });
-    return decodeJsonProduce(parseJson(body, action, undefined, true), {
+    return decodeJsonProduce(parseJson(body, action, jsonProduceChecks(action)), {
       action,
       sizeHintBytes: body.length,
     });
@@ -983,7 +1018,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     if (ndjson) return decodeNdjsonProduce(body, { action, key: null, partition });
     return (
       scanJsonProduce(body) ??
-      decodeJsonProduce(parseJson(body, action, undefined, true), {
+      decodeJsonProduce(parseJson(body, action, jsonProduceChecks(action)), {
         action,
         sizeHintBytes: body.length,
       })

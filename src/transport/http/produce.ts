@@ -240,6 +240,27 @@ function checkCount(count: number, action: string): void {
 }
 
 /**
+ * Refuses a JSON produce body, before it is parsed, for an array of more than
+ * `httpProduceRecordsMax` elements found in it (`jsonShapeFault`): its `records` array, as the
+ * record count after parsing is (the same error), or any other array (a produce body holds no
+ * other array that may be that long), naming it. `field` is `path` formatted for messages.
+ * @throws BrokerError invalid_request, always.
+ */
+export function refuseJsonProduceArray(
+  path: readonly (string | number)[],
+  field: string,
+  action: string,
+): never {
+  if (path.length === 1 && path[0] === "records") checkCount(httpProduceRecordsMax + 1, action);
+  const what = path.length === 0 ? "the body is an array" : `field ${quote(field)} is an array`;
+  throw invalidRequest(
+    action,
+    `${what} of more than ${httpProduceRecordsMax} elements: the body must be a JSON object with a "records" array of at most ${httpProduceRecordsMax} records`,
+    { field: path.length === 0 ? "(body)" : field, limit_records: httpProduceRecordsMax },
+  );
+}
+
+/**
  * Decodes a parsed JSON produce body (the table above).
  * @param sizeHintBytes the body's size, used to size the batch buffer once.
  * @throws BrokerError invalid_request naming the record index and field; record_too_large if a
