@@ -99,7 +99,7 @@ export function nodeOnlyE2eFiles(
 }
 
 /**
- * End-to-end files that run after the parallel part of a run, three at a time beside nothing else
+ * End-to-end files that run after the parallel part of a run, four at a time beside nothing else
  * (vitest.config.ts, projects `e2e:<target>-serial`): every `test/e2e/cluster*.test.ts`, whose
  * assertions lean on timing under faults — etcd leases, SIGSTOP, elections — and the files that
  * SIGSTOP a process and signal others around it (`cli.test.ts`, `groups.test.ts`, with sessions
