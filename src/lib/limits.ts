@@ -223,6 +223,13 @@ export const produceRecordsMax = 1_000_000;
  */
 export const httpProduceRecordsMax = 10_000;
 
+/**
+ * Largest number of messages in one JSON-mode Durable Streams append (an array flattened into
+ * messages; docs/durable-streams.md "Requests"): the cap of an HTTP produce request, for the same
+ * reason — each message costs the broker its own bookkeeping, whatever its size in bytes.
+ */
+export const streamAppendMessagesMax = httpProduceRecordsMax;
+
 /** At most one `recovery.progress` line per this many ms while a start recovers topics. */
 export const recoveryProgressMs = 2000;
 

@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DurableStream, IdempotentProducer } from "@durable-streams/client";
 import { streamTopicName } from "../../src/broker/streams/names.ts";
 import { TcpClient } from "../../src/client/client.ts";
+import { streamAppendMessagesMax } from "../../src/lib/limits.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { openRaw } from "./raw-http.ts";
 import { runCli, scaled, startBroker, target, type BrokerProcess } from "./harness.ts";
@@ -268,6 +269,54 @@ describe(`[${target}] Durable Streams end to end`, () => {
     expect(Date.now() - started).toBeLessThan(10_000);
     expect(await call("GET", "/v1/stream/orders/a?offset=-1", consumer)).toBe(401);
     expect(await call("DELETE", "/v1/stream/orders/a", admin)).toBe(204);
+  });
+
+  it("caps a JSON append at 10 000 messages: one more is 400 naming the limit and stores nothing, also at creation", async () => {
+    const { dir } = tempDir();
+    const broker = await start(`${dir}/data`);
+    const url = streamUrl(broker.httpUrl, "capped");
+    const json = { "content-type": "application/json" };
+    const array = (n: number) => `[${"1,".repeat(n - 1)}1]`;
+    const refusedAs = async (res: Response) => {
+      expect(res.status).toBe(400);
+      const { error } = (await res.json()) as {
+        error: { code: string; message: string; details: { limit_messages: number } };
+      };
+      expect(error.code).toBe("invalid_request");
+      expect(error.message).toContain("the append holds more than 10000 messages");
+      expect(error.details.limit_messages).toBe(streamAppendMessagesMax);
+    };
+    // At creation, the initial content: refused, and no stream is left behind.
+    await refusedAs(
+      await fetch(url, {
+        method: "PUT",
+        headers: json,
+        body: array(streamAppendMessagesMax + 1),
+      }),
+    );
+    expect((await fetch(url, { method: "HEAD" })).status).toBe(404);
+    expect((await fetch(url, { method: "PUT", headers: json })).status).toBe(201);
+    // Two million messages (4 MB) and one over the cap: both refused, nothing stored.
+    for (const n of [2_000_000, streamAppendMessagesMax + 1])
+      await refusedAs(await fetch(url, { method: "POST", headers: json, body: array(n) }));
+    const empty = await fetch(`${url}?offset=-1`);
+    expect(await empty.json()).toEqual([]);
+    // Exactly the cap is one append of every message; arrays inside a message do not count.
+    const at = await fetch(url, {
+      method: "POST",
+      headers: json,
+      body: array(streamAppendMessagesMax),
+    });
+    expect(at.status).toBe(204);
+    const nested = await fetch(url, {
+      method: "POST",
+      headers: json,
+      body: `[${array(streamAppendMessagesMax + 1)}]`,
+    });
+    expect(nested.status).toBe(204);
+    const read = (await (await fetch(`${url}?offset=-1`)).json()) as unknown[];
+    expect(read.length).toBe(streamAppendMessagesMax + 1);
+    expect((read.at(-1) as unknown[]).length).toBe(streamAppendMessagesMax + 1);
   });
 
   it("answers hostile stream paths, offsets and headers with the protocol's 4xx, never a 5xx", async () => {

@@ -13,6 +13,7 @@
  * (tombstones) carry no message and are skipped.
  */
 import { BrokerError, Errors } from "../errors.ts";
+import { streamAppendMessagesMax } from "../../lib/limits.ts";
 
 // ignoreBOM keeps a leading byte-order mark in the text, where JSON.parse refuses it: stripped
 // here, it would pass the check while the stored bytes (which keep it) are no JSON text.
@@ -63,6 +64,31 @@ function arrayElements(bytes: Uint8Array, start: number, end: number): [number, 
   }
 }
 
+/**
+ * True when `bytes` (any bytes: checked before they are parsed) is an array, its first non-space
+ * byte `[`, with more than `elementsMax` elements: found at the `elementsMax`-th comma outside
+ * strings at depth 1, so the scan stops there and never walks the rest. Constant memory: only the
+ * depth is kept, whatever the nesting.
+ */
+function outerArrayHoldsMore(bytes: Uint8Array, elementsMax: number): boolean {
+  let i = 0;
+  while (i < bytes.length && isSpace(bytes[i])) i++;
+  if (bytes[i] !== 0x5b) return false;
+  let depth = 0;
+  let commas = 0;
+  for (; i < bytes.length; i++) {
+    const b = bytes[i];
+    if (b === 0x22) {
+      // A string: to its closing quote, escapes skipped.
+      for (i++; i < bytes.length && bytes[i] !== 0x22; i++) if (bytes[i] === 0x5c) i++;
+    } else if (b === 0x5b || b === 0x7b) depth++;
+    else if (b === 0x5d || b === 0x7d) {
+      if (--depth === 0) return false;
+    } else if (b === 0x2c && depth === 1 && ++commas >= elementsMax) return true;
+  }
+  return false;
+}
+
 /** `[start, end)` of `bytes` without the JSON whitespace around it. */
 function trim(bytes: Uint8Array, start: number, end: number): [number, number] {
   while (start < end && isSpace(bytes[start])) start++;
@@ -88,12 +114,19 @@ function join(bytes: Uint8Array, ranges: readonly [number, number][]): Uint8Arra
  * The record value of a JSON append (the module comment): its messages joined by `,`, and how
  * many there are. An empty array gives zero messages (an empty value).
  * @param action names the failed action first in an error ("Cannot append to stream \"a\"").
- * @throws BrokerError invalid_request if the body is not UTF-8 or not one JSON value.
+ * @throws BrokerError invalid_request if the body is not UTF-8 or not one JSON value, or is an
+ *   array of more than {@link streamAppendMessagesMax} messages (found before it is parsed).
  */
 export function jsonAppendValue(
   body: Uint8Array,
   action: string,
 ): { value: Uint8Array; messages: number } {
+  if (outerArrayHoldsMore(body, streamAppendMessagesMax))
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `${action}: the append holds more than ${streamAppendMessagesMax} messages (send them in several appends)`,
+      { limit_messages: streamAppendMessagesMax },
+    );
   let text: string;
   try {
     text = strictUtf8.decode(body);
