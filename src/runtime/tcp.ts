@@ -393,8 +393,8 @@ export class NodeByteSocket implements ByteSocket {
     const error =
       chunks.length === 1 ? handle.writeBuffer(req, chunks[0]) : handle.writev(req, chunks, true);
     if (error !== 0) {
-      // EPIPE, ECONNRESET: as net.Socket does, the connection ends here ('close' follows).
-      spareWriteRequest = req;
+      // EPIPE, ECONNRESET: as net.Socket does, the connection ends here ('close' follows). The
+      // request is not reused: native code may have bound it to the write it then abandoned.
       this.#socket.destroy();
       return true;
     }
