@@ -283,7 +283,7 @@ export class NodeByteSocket implements ByteSocket {
    * Answers are written on the handle itself (an adopted connection on Node, {@link streamWrap}
    * found), not through `net.Socket`'s `Writable`: per answer that saves the stream's bookkeeping,
    * its write request object and its `afterWrite` tick (docs/benchmarks.md "Broker CPU per record
-   * at 64 × 1: the socket layer (2026-12-02, 14:27–14:57 UTC)"). Ordering is libuv's: a write
+   * at 64 × 1: the socket layer (2026-12-02, 14:27–15:07 UTC)"). Ordering is libuv's: a write
    * finds the bytes of an earlier one still queued and queues behind them. `end()` goes through
    * the stream, whose shutdown libuv also queues behind them.
    */
