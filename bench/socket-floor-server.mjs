@@ -6,6 +6,8 @@
 //   node bench/socket-floor-server.mjs node-net      node:net, `data` events, socket.write
 //   node bench/socket-floor-server.mjs node-onread   node:net, reads into one shared buffer
 //                                                    (`onread`, as src/runtime/tcp.ts on Node)
+//   node bench/socket-floor-server.mjs node-direct   node-onread, answers written on the socket's
+//                                                    handle (as src/runtime/tcp.ts on Node)
 //   bun  bench/socket-floor-server.mjs node-net      Bun's node:net emulation
 //   bun  bench/socket-floor-server.mjs bun-listen    Bun.listen (uSockets), socket.write
 // A second argument `defer` writes the answers later, in one batch per event-loop turn (below).
@@ -114,7 +116,27 @@ if (variant === "bun-listen") {
     },
   });
   listening(server.port);
-} else if (variant === "node-onread") {
+} else if (variant === "node-onread" || variant === "node-direct") {
+  // `node-direct`: the answers written on the handle itself, not through net.Socket's Writable
+  // (what src/runtime/tcp.ts does on Node): a write request reused while the kernel takes every
+  // byte at once, a fresh one (kept until it ends) when a write must wait.
+  const direct = variant === "node-direct";
+  const { WriteWrap, streamBaseState, kLastWriteWasAsync } = direct
+    ? process.binding("stream_wrap")
+    : {};
+  let spare = null;
+  const writeDirect = (socket, bytes) => {
+    const handle = socket._handle;
+    if (handle === null) return;
+    const req = spare ?? new WriteWrap();
+    spare = null;
+    if (handle.writeBuffer(req, bytes) !== 0) return socket.destroy();
+    if (streamBaseState[kLastWriteWasAsync] === 0) spare = req;
+    else {
+      req.bytes = bytes;
+      req.oncomplete = () => {};
+    }
+  };
   const shared = Buffer.allocUnsafe(65536);
   const server = net.createServer({ noDelay: true, pauseOnConnect: true }, (accepted) => {
     const handle = accepted._handle;
@@ -131,7 +153,12 @@ if (variant === "bun-listen") {
         callback(bytes, buffer) {
           // Copied out: what the broker's read slab does (src/lib/read-slab.ts).
           const count = counter.push(buffer.slice(0, bytes));
-          if (count > 0) answer(() => socket.write(answers(count)));
+          if (count > 0)
+            answer(
+              direct
+                ? () => writeDirect(socket, answers(count))
+                : () => socket.write(answers(count)),
+            );
           return true;
         },
       },

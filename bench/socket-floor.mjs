@@ -7,7 +7,8 @@
 // "The socket floor").
 //   node bench/socket-floor.mjs [--requests 200000] [--rounds 3] [--clients 64,1]
 //                               [--variants node:node-net,node:node-onread,bun:node-net,bun:bun-listen,redis:memory]
-// A variant `runtime:kind:defer` writes its answers in one batch per event-loop turn
+// `node:node-direct` writes on the socket's handle (as src/runtime/tcp.ts on Node). A variant
+// `runtime:kind:defer` writes its answers in one batch per event-loop turn
 // (socket-floor-server.mjs).
 import { spawn, spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";

@@ -635,3 +635,42 @@ describe("TCP client against a misbehaving broker", () => {
     expect(error.code).toBe("connection_closed");
   });
 });
+
+describe("listenTcp's sockets on Node", () => {
+  it("writes answers past a full socket buffer in order, reports the full buffer, and drains", async () => {
+    const chunkBytes = 256 * 1024;
+    const chunkCount = 48;
+    // Each chunk filled with its own index, so order and completeness can be checked byte by byte.
+    const chunks = Array.from({ length: chunkCount }, (_, i) => new Uint8Array(chunkBytes).fill(i));
+    const results: boolean[] = [];
+    let drained = 0;
+    const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) => {
+      socket.attach({
+        onData() {},
+        onDrain: () => drained++,
+        onClose() {},
+      });
+      // Single chunks and gathered pairs, written while the peer reads nothing.
+      for (let i = 0; i < chunkCount; i += 3) {
+        results.push(socket.write([chunks[i]]));
+        results.push(socket.write([chunks[i + 1], chunks[i + 2]]));
+      }
+      socket.end();
+    });
+    onTestFinished(() => listener.close());
+    const { socket, received, closed } = await rawSocket(listener.port);
+    socket.pause();
+    await vi.waitFor(() => expect(results.length).toBe((chunkCount / 3) * 2));
+    // 12 MiB cannot all go into the kernel's buffers at once: some write must report a full buffer.
+    expect(results).toContain(false);
+    socket.resume();
+    await closed;
+    const bytes = received();
+    expect(bytes.length).toBe(chunkBytes * chunkCount);
+    for (let i = 0; i < chunkCount; i++) {
+      const part = bytes.subarray(i * chunkBytes, (i + 1) * chunkBytes);
+      expect(part.every((b) => b === i)).toBe(true);
+    }
+    expect(drained).toBeGreaterThanOrEqual(1);
+  });
+});
