@@ -305,13 +305,21 @@ export class NodeByteSocket implements ByteSocket {
     else handlers.onData(chunk);
   }
 
-  write(chunks: readonly Uint8Array[]): boolean {
+  write(chunks: readonly Uint8Array[], onWritten?: () => void): boolean {
     const socket = this.#socket;
     if (this.#ending || socket.destroyed) return true;
-    if (chunks.length === 1) return socket.write(chunks[0]);
+    // Node calls a write's callback once libuv has handed all of it to the kernel (or failed).
+    const done =
+      onWritten === undefined
+        ? undefined
+        : (error?: Error | null) => {
+            if (error === undefined || error === null) onWritten();
+          };
+    if (chunks.length === 1) return socket.write(chunks[0], done);
     socket.cork();
     let ok = true;
-    for (const chunk of chunks) ok = socket.write(chunk);
+    const last = chunks.length - 1;
+    for (let i = 0; i <= last; i++) ok = socket.write(chunks[i], i === last ? done : undefined);
     socket.uncork();
     return ok && !socket.writableNeedDrain;
   }
