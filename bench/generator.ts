@@ -22,7 +22,6 @@ import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
 import { Http1Connection, postRequest } from "./clients/http1.ts";
 import { NdjsonFetchReader, forEachNdjsonRecord } from "./clients/ndjson-fetch.ts";
 import { NatsConnection } from "./clients/nats.ts";
-import { installFastCrc32 } from "../src/runtime/crc.ts";
 import { RssWatch } from "./proc.ts";
 import { RedisConnection, RedisReplyError, command, type RedisReply } from "./clients/resp.ts";
 import type {
@@ -1217,11 +1216,10 @@ async function run(spec: GeneratorSpec): Promise<GeneratorResult> {
  * per line on stdin and answers each with one line, `{"result":…}` or `{"error":"…"}`, until
  * stdin closes.
  *
- * The client checks fetched records' CRCs with the runtime's native CRC-32, as the CLI does
- * (`src/main.ts`); `BENCH_CLIENT_NATIVE_CRC=0` keeps the portable one (a lever off).
+ * The consumers are the client as a user runs it: `TcpClient.connect` installs the runtime's
+ * native CRC-32 itself (`src/client/crc.ts`), as the CLI's start does; nothing here changes it.
  */
 async function main(): Promise<void> {
-  if (process.env.BENCH_CLIENT_NATIVE_CRC !== "0") installFastCrc32();
   if (process.argv[2] === "--serve") {
     let pending = "";
     let chain = Promise.resolve();

@@ -690,12 +690,14 @@ export class LocalBroker implements Broker {
           if (!log.closed) result = await tails.read(log, { offset, maxRecords, maxBytes });
         }
       }
-      return {
+      const answer: FetchResult = {
         records: { bytes: result.bytes, count: result.count },
         nextOffset: result.nextOffset,
         highWatermark: result.highWatermark,
         logStartOffset: result.logStartOffset,
       };
+      if (result.release !== undefined) answer.release = result.release;
+      return answer;
     } catch (err) {
       throw toBrokerError(err);
     }

@@ -50,6 +50,12 @@ interface Waiter {
   finish(): void;
 }
 
+/** One in-flight read and how many callers were handed it. */
+interface SharedRead {
+  result: Promise<PartitionRead>;
+  sharers: number;
+}
+
 /** The waiters and in-flight reads of one partition. */
 interface Tail {
   waiters: Set<Waiter>;
@@ -61,8 +67,8 @@ interface Tail {
    * finished fewer, the count before it less an eighth (so it fades as readers leave).
    */
   lastWoken: number;
-  /** In-flight reads by `offset:maxRecords:maxBytes`. */
-  reads: Map<string, Promise<PartitionRead>>;
+  /** In-flight reads by `offset:maxRecords:maxBytes`, with how many callers share each. */
+  reads: Map<string, SharedRead>;
 }
 
 /** Shared tail reads and waits for every partition of a broker (module comment). */
@@ -90,7 +96,9 @@ export class PartitionTails {
   }
 
   /**
-   * `log.read(request)`, sharing the read with any identical one in flight.
+   * `log.read(request)`, sharing the read with any identical one in flight. A shared read's
+   * `release` gives its window back once every sharer has called it (sharers join only while
+   * the read is in flight, so their count is final when the first release can come).
    * @throws whatever `log.read` throws (every sharer gets the same error).
    */
   read(
@@ -99,16 +107,30 @@ export class PartitionTails {
   ): Promise<PartitionRead> {
     const tail = this.#tail(log);
     const key = `${request.offset}:${request.maxRecords}:${request.maxBytes}`;
-    let read = tail.reads.get(key);
-    if (read === undefined) {
-      read = log.read(request);
-      tail.reads.set(key, read);
-      const done = () => {
-        if (tail.reads.get(key) === read) tail.reads.delete(key);
-      };
-      read.then(done, done);
+    const joined = tail.reads.get(key);
+    if (joined !== undefined) {
+      joined.sharers++;
+      return joined.result;
     }
-    return read;
+    const shared: SharedRead = {
+      sharers: 1,
+      result: log.read(request).then((read) => {
+        const release = read.release;
+        if (release !== undefined && shared.sharers > 1) {
+          let left = shared.sharers;
+          read.release = () => {
+            if (--left === 0) release();
+          };
+        }
+        return read;
+      }),
+    };
+    tail.reads.set(key, shared);
+    const done = () => {
+      if (tail.reads.get(key) === shared) tail.reads.delete(key);
+    };
+    shared.result.then(done, done);
+    return shared.result;
   }
 
   /**

@@ -284,6 +284,13 @@ export interface FetchResult {
   nextOffset: number;
   highWatermark: number;
   logStartOffset: number;
+  /**
+   * Gives the storage read's buffer, which `records.bytes` views, back for the next read to
+   * reuse (docs/storage.md "Index and reads"). Calling it is optional; whoever calls it does so
+   * once, after the last use of `records.bytes` and every view of it (the TCP transport: once
+   * its socket write of the answer completed). Absent when there is nothing to give back.
+   */
+  release?: () => void;
 }
 
 /**

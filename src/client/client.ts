@@ -103,6 +103,8 @@ import {
 } from "./records.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { copyRead, ownBytes, sharedReadBuffer } from "../lib/read-slab.ts";
+import { crc32IsNative } from "../lib/crc32.ts";
+import { installFastCrc32 } from "./crc.ts";
 
 export { ClientError, ClientErrorCodes } from "./errors.ts";
 export { IdempotentProducer, type IdempotentProducerOptions } from "./producer.ts";
@@ -479,6 +481,9 @@ export class TcpClient {
   }
 
   static #open(options: TcpClientOptions): Promise<TcpClient> {
+    // Fetched records are checked with the runtime's native CRC-32 where it has one: one call per
+    // answer over combined CRCs (`checkFetchedRecordChunks`), in a user's process as in the CLI.
+    if (!crc32IsNative()) installFastCrc32();
     const timeoutMs = options.timeoutMs ?? clientTimeoutMsDefault;
     return new Promise((resolve, reject) => {
       // Plain connections on Node read into the shared buffer (`lib/read-slab.ts`): no buffer of

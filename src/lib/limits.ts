@@ -198,6 +198,14 @@ export const readWindowBytes = 256 * KiB;
  * crosses that interval's end, so that a fetch of `max_bytes` is usually one read.
  */
 export const readWindowSlackBytes = 8 * KiB;
+/**
+ * Fetch read windows kept for reuse once their answer is written (`storage/read-windows.ts`;
+ * docs/storage.md "Index and reads"): at most this many, each at most
+ * {@link readWindowKeptBytesMax}, so at most 8 MiB stay allocated while no fetch runs.
+ */
+export const readWindowsKeptMax = 4;
+/** The largest read window kept for reuse, in bytes (larger ones are left to the collector). */
+export const readWindowKeptBytesMax = 2 * MiB;
 
 /** Largest number of partitions in one topic. */
 export const partitionsMax = 4096;
@@ -272,6 +280,10 @@ assert(
 );
 assert(readWindowBytes >= indexIntervalBytes * 2, "one window covers an index gap and then some");
 assert(readWindowSlackBytes >= indexIntervalBytes, "a read window's slack covers an index gap");
+assert(
+  readWindowKeptBytesMax >= readWindowBytes + readWindowSlackBytes,
+  "a fetch of the default size reads into a window that can be kept",
+);
 assert(scanWindowBytes >= readWindowBytes, "a scan reads at least a fetch's window at a time");
 assert(
   appendBufferPooledBytesMax >= groupEntryBytesMax,

@@ -241,14 +241,18 @@ export class BunByteSocket implements ByteSocket {
     this.#handlers?.onClose();
   }
 
-  write(chunks: readonly Uint8Array[]): boolean {
+  write(chunks: readonly Uint8Array[], onWritten?: () => void): boolean {
     if (this.#ending || this.#closed) return true;
     if (this.#queue !== null) {
       for (const chunk of chunks) if (chunk.length > 0) this.#queue.push(chunk);
       this.#owesDrain = true;
       return false;
     }
-    if (this.#send(gather(chunks))) return true;
+    if (this.#send(gather(chunks))) {
+      // Every byte went to the kernel in `send` (none waits in the queue): the chunks are free.
+      onWritten?.();
+      return true;
+    }
     this.#owesDrain = true;
     return false;
   }

@@ -289,7 +289,7 @@ export class NodeByteSocket implements ByteSocket {
    */
   readonly #direct: boolean;
   /** Direct writes that went asynchronous and have not ended (their chunks kept alive here), oldest first. */
-  #queued: { req: WriteRequest; chunks: readonly Uint8Array[] }[] = [];
+  #queued: { req: WriteRequest; chunks: readonly Uint8Array[]; onWritten?: () => void }[] = [];
   /** A direct write returned false: call `onDrain` once the queued ones have ended. */
   #needDrain = false;
 
@@ -371,20 +371,31 @@ export class NodeByteSocket implements ByteSocket {
     else handlers.onData(chunk);
   }
 
-  write(chunks: readonly Uint8Array[]): boolean {
+  write(chunks: readonly Uint8Array[], onWritten?: () => void): boolean {
     const socket = this.#socket;
     if (this.#ending || socket.destroyed) return true;
-    if (this.#direct) return this.#writeDirect(chunks);
-    if (chunks.length === 1) return socket.write(chunks[0]);
+    if (this.#direct) return this.#writeDirect(chunks, onWritten);
+    // Node calls a write's callback once libuv has handed all of it to the kernel (or failed).
+    const done =
+      onWritten === undefined
+        ? undefined
+        : (error?: Error | null) => {
+            if (error === undefined || error === null) onWritten();
+          };
+    if (chunks.length === 1) return socket.write(chunks[0], done);
     socket.cork();
     let ok = true;
-    for (const chunk of chunks) ok = socket.write(chunk);
+    const last = chunks.length - 1;
+    for (let i = 0; i <= last; i++) ok = socket.write(chunks[i], i === last ? done : undefined);
     socket.uncork();
     return ok && !socket.writableNeedDrain;
   }
 
-  /** {@link write} on the handle (see {@link #direct}). */
-  #writeDirect(chunks: readonly Uint8Array[]): boolean {
+  /**
+   * {@link write} on the handle (see {@link #direct}): `onWritten` is called at once when the
+   * kernel took every byte, or when the queued write ends without error.
+   */
+  #writeDirect(chunks: readonly Uint8Array[], onWritten?: () => void): boolean {
     const handle = (this.#socket as unknown as { _handle: StreamHandle | null })._handle;
     if (handle === null) return true;
     const wrap = streamWrap!;
@@ -400,11 +411,12 @@ export class NodeByteSocket implements ByteSocket {
     }
     if (wrap.streamBaseState[wrap.kLastWriteWasAsync] === 0) {
       spareWriteRequest = req;
+      onWritten?.();
       return true;
     }
     // Part of the bytes wait in libuv's queue: the request and the chunks live until they are sent.
     req.oncomplete = this.#directWriteEnded;
-    this.#queued.push({ req, chunks });
+    this.#queued.push({ req, chunks, onWritten });
     if (handle.writeQueueSize <= this.#socket.writableHighWaterMark) return true;
     this.#needDrain = true;
     return false;
@@ -412,11 +424,12 @@ export class NodeByteSocket implements ByteSocket {
 
   /** Native's `oncomplete` of a direct write that went asynchronous (they end in order). */
   readonly #directWriteEnded = (status: number): void => {
-    this.#queued.shift();
+    const ended = this.#queued.shift();
     if (status < 0) {
       this.#socket.destroy();
       return;
     }
+    ended?.onWritten?.();
     if (this.#needDrain && this.#queued.length === 0 && !this.#closed) {
       this.#needDrain = false;
       this.#handlers?.onDrain();

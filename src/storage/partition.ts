@@ -41,6 +41,7 @@ import { type AppendRecords, isStored, logBytesOf } from "./record.ts";
 import { Segment, type SegmentContext, type SegmentDescription } from "./segment.ts";
 import type { StrayFile } from "./segment-files.ts";
 import type { SegmentHandleCache } from "./segment-handles.ts";
+import { fetchReadWindows } from "./read-windows.ts";
 
 /** Settings a partition reads on every append, so a config change applies at once. */
 export interface PartitionConfig {
@@ -124,6 +125,13 @@ export interface PartitionRead {
   nextOffset: number;
   highWatermark: number;
   logStartOffset: number;
+  /**
+   * Gives the read window `bytes` views back for reuse (`read-windows.ts`). Optional to call:
+   * only a holder that knows when the last view of `bytes` is done with calls it, once (the TCP
+   * transport, after its socket write of the answer completed); a read nobody gives back is
+   * collected. Absent when there is nothing to give back.
+   */
+  release?: () => void;
 }
 
 export type { StrayFile } from "./segment-files.ts";
@@ -960,7 +968,15 @@ export class PartitionLog {
       }
       if (r.count > 0) {
         const nextOffset = Math.min(r.lastOffset + 1, highWatermark);
-        return { bytes: r.bytes, count: r.count, nextOffset, highWatermark, logStartOffset };
+        const read: PartitionRead = {
+          bytes: r.bytes,
+          count: r.count,
+          nextOffset,
+          highWatermark,
+          logStartOffset,
+        };
+        if (r.window !== undefined) read.release = releaseOnce(r.window);
+        return read;
       }
       i++;
       if (i < segments.length) offset = Math.max(offset, segments[i].baseOffset);
@@ -1195,4 +1211,14 @@ function admitGroup(group: PendingAppend[]): PendingAppend[] {
     admitted.push(p);
   }
   return admitted;
+}
+
+/** A release that gives `window` back to `fetchReadWindows` the first time it is called, never again. */
+function releaseOnce(window: Uint8Array): () => void {
+  let given = false;
+  return () => {
+    if (given) return;
+    given = true;
+    fetchReadWindows.give(window);
+  };
 }

@@ -22,6 +22,7 @@ import { assert } from "../lib/assert.ts";
 import { recordLengthPrefixBytes } from "../lib/limits.ts";
 import type { FileHandle } from "../fs/types.ts";
 import { DecodeStatus, RecordCursor } from "./record.ts";
+import type { ReadWindows } from "./read-windows.ts";
 
 /** What {@link RecordScanner.decode} found at a position. */
 export const ScanStatus = {
@@ -49,21 +50,36 @@ export class RecordScanner {
   #file: FileHandle;
   #end: number;
   #windowBytes: number;
-  #buf = new Uint8Array(0);
+  #buf: Uint8Array = new Uint8Array(0);
   #start = 0;
   #held = 0;
   #dataEnd: number;
+  readonly #windows: ReadWindows | null;
 
   /**
    * @param file the file to read (the caller owns the handle).
    * @param range `end`: the position nothing at or past is read (the readable end of the log);
-   *   `windowBytes`: the bytes of one window (a cut record gets a larger one).
+   *   `windowBytes`: the bytes of one window (a cut record gets a larger one); `windows`: where
+   *   window buffers come from and where one outgrown goes back (the caller gives the last one
+   *   back, {@link window}, once nothing reads it), instead of a new buffer each.
    */
-  constructor(file: FileHandle, range: { end: number; windowBytes: number }) {
+  constructor(
+    file: FileHandle,
+    range: { end: number; windowBytes: number; windows?: ReadWindows },
+  ) {
     this.#file = file;
     this.#end = range.end;
     this.#windowBytes = range.windowBytes;
     this.#dataEnd = range.end;
+    this.#windows = range.windows ?? null;
+  }
+
+  /**
+   * The buffer the window lives in (views from {@link bytes} and the cursor are views of it), or
+   * null before the first read. With `windows`, the caller gives it back once nothing reads it.
+   */
+  get window(): Uint8Array | null {
+    return this.#buf.length === 0 ? null : this.#buf;
   }
 
   /** File position of the window's first byte. */
@@ -90,7 +106,11 @@ export class RecordScanner {
    */
   async fill(pos: number, minBytes = 0): Promise<void> {
     const want = Math.max(0, Math.min(Math.max(this.#windowBytes, minBytes), this.#end - pos));
-    if (this.#buf.length < want) this.#buf = new Uint8Array(want);
+    if (this.#buf.length < want) {
+      // No view of the outgrown buffer is out: callers hand out views of the last window only.
+      if (this.#windows !== null && this.#buf.length > 0) this.#windows.give(this.#buf);
+      this.#buf = this.#windows !== null ? this.#windows.take(want) : new Uint8Array(want);
+    }
     const got = want > 0 ? await this.#file.read(this.#buf.subarray(0, want), pos) : 0;
     this.#start = pos;
     this.#held = got;

@@ -51,6 +51,7 @@ import {
   recordCrcsMatch,
 } from "./record.ts";
 import { RecordScanner, ScanStatus } from "./record-scanner.ts";
+import { fetchReadWindows } from "./read-windows.ts";
 import {
   markCorrupt,
   recoverSegment,
@@ -116,6 +117,11 @@ export interface SegmentRead {
   /** Stored records, back to back, verbatim (a view of the read window). */
   bytes: Uint8Array;
   count: number;
+  /**
+   * The read window `bytes` views, taken from `fetchReadWindows` (`read-windows.ts`): its holder
+   * may give it back there once nothing reads `bytes` any more. Absent when no record came.
+   */
+  window?: Uint8Array;
   /** Offset of the last record returned, or −1 if none. */
   lastOffset: number;
   /**
@@ -933,7 +939,42 @@ export class Segment implements CachedSegmentFiles {
     const scanner = new RecordScanner(log, {
       end: limit,
       windowBytes: Math.max(readWindowBytes, maxBytes + readWindowSlackBytes),
+      windows: fetchReadWindows,
     });
+    // The window goes back at once unless records are handed out as views of it.
+    let handedOut = false;
+    try {
+      const read = await this.#readWindow(scanner, {
+        offset,
+        maxRecords,
+        maxBytes,
+        endOffset,
+        start,
+        expectedFirst,
+      });
+      handedOut = read.window !== undefined;
+      return read;
+    } finally {
+      const window = scanner.window;
+      if (!handedOut && window !== null) fetchReadWindows.give(window);
+    }
+  }
+
+  /** The scan of {@link read} over `scanner`'s windows, from file position `start`. */
+  async #readWindow(
+    scanner: RecordScanner,
+    bounds: {
+      offset: number;
+      maxRecords: number;
+      maxBytes: number;
+      endOffset: number;
+      start: number;
+      expectedFirst: number;
+    },
+  ): Promise<SegmentRead> {
+    const { offset, maxRecords, maxBytes, endOffset, start } = bounds;
+    let expectedFirst = bounds.expectedFirst;
+    const empty: SegmentRead = { bytes: new Uint8Array(0), count: 0, lastOffset: -1, status: "ok" };
     const cursor = scanner.cursor;
     // With a native CRC-32, the CRCs of the records handed out are checked together after the
     // scan, one call over their bytes (recordCrcsMatch), instead of one per record.
@@ -977,13 +1018,14 @@ export class Segment implements CachedSegmentFiles {
     }
     if (count === 0) return empty;
     const bytes = scanner.bytes(first, first + bytesOut);
+    const window = scanner.window!;
     if (crcAfter && !recordCrcsMatch(bytes, 0, bytes.length)) {
       // A record handed out is damaged: hand out those before it, as checking one by one does.
       const good = checkedPrefix(bytes);
       if (good.count === 0) return { ...empty, status: "bad_position" };
-      return { ...good, status: "ok" };
+      return { ...good, status: "ok", window };
     }
-    return { bytes, count, lastOffset, status: "ok" };
+    return { bytes, count, lastOffset, status: "ok", window };
   }
 
   /**

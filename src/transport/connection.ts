@@ -71,6 +71,8 @@ export interface PendingRequest {
   done: boolean;
   /** Its answer once done (null: none is sent). */
   answer: Answer | null;
+  /** Called once its answer has been written whole ({@link FramedConnection.finish}). */
+  onWritten?: () => void;
 }
 
 const resolved = Promise.resolve();
@@ -98,6 +100,8 @@ export class FramedConnection {
   #closed = false;
   #readTimer: Timer | null = null;
   #out: Uint8Array[] = [];
+  /** Callbacks of the answers in #out, called once the write of #out completes. */
+  #outWritten: (() => void)[] = [];
   #flushScheduled = false;
   readonly #flushTurn = (): void => {
     this.#flushScheduled = false;
@@ -163,25 +167,28 @@ export class FramedConnection {
   /**
    * A started request is answered (`answer` null: it gets none): queues what may now be written,
    * starts frames its end makes room for, and ends the connection if it was the last one awaited
-   * while stopping.
+   * while stopping. `onWritten` is called once the socket says every byte of the answer went to
+   * the kernel (never, if the connection closes first or the socket cannot tell).
    */
-  finish(pending: PendingRequest, answer: Answer | null): void {
+  finish(pending: PendingRequest, answer: Answer | null, onWritten?: () => void): void {
     if (pending.done) return;
     pending.done = true;
     if (this.#options.order === "completion") {
       this.#inFlight--;
       this.#inFlightBytes -= pending.costBytes;
-      if (answer !== null) this.send(answer);
+      if (answer !== null) this.send(answer, onWritten);
     } else {
       pending.answer = answer;
+      pending.onWritten = onWritten;
       const queue = this.#queue;
       let n = 0;
       while (n < queue.length && queue[n].done) {
         const head = queue[n++];
         this.#inFlight--;
         this.#inFlightBytes -= head.costBytes;
-        if (head.answer !== null) this.send(head.answer);
+        if (head.answer !== null) this.send(head.answer, head.onWritten);
         head.answer = null;
+        head.onWritten = undefined;
       }
       if (n > 0) this.#queue = n === queue.length ? [] : queue.slice(n);
     }
@@ -189,12 +196,16 @@ export class FramedConnection {
     this.endIfDrained();
   }
 
-  /** Queues an answer outside the request count (e.g. a refusal); written with the others of this turn. */
-  send(answer: Answer): void {
+  /**
+   * Queues an answer outside the request count (e.g. a refusal); written with the others of this
+   * turn. `onWritten` as in {@link finish}.
+   */
+  send(answer: Answer, onWritten?: () => void): void {
     if (this.#ended) return;
     const out = this.#out;
     if (answer instanceof Uint8Array) out.push(answer);
     else for (const chunk of answer) if (chunk.length > 0) out.push(chunk);
+    if (onWritten !== undefined) this.#outWritten.push(onWritten);
     if (this.#flushScheduled) return;
     this.#flushScheduled = true;
     // A resolved promise rather than queueMicrotask: Node wraps every queueMicrotask callback in an
@@ -207,7 +218,15 @@ export class FramedConnection {
     if (this.#ended || this.#out.length === 0) return;
     const chunks = this.#out;
     this.#out = [];
-    if (!this.#socket.write(chunks)) this.#writeBlocked = true;
+    const written = this.#outWritten;
+    let onWritten: (() => void) | undefined;
+    if (written.length > 0) {
+      this.#outWritten = [];
+      onWritten = () => {
+        for (const f of written) f();
+      };
+    }
+    if (!this.#socket.write(chunks, onWritten)) this.#writeBlocked = true;
   }
 
   /** Shutdown: read nothing more, abort `signal`, answer what is in flight, then end. */
@@ -271,6 +290,7 @@ export class FramedConnection {
     this.#cancelReadTimer();
     this.decoder.clear();
     this.#out = [];
+    this.#outWritten = [];
     this.#queue = [];
     this.#abort.abort();
     this.#handler?.onClose();

@@ -637,12 +637,14 @@ describe("TCP client against a misbehaving broker", () => {
 });
 
 describe("listenTcp's sockets on Node", () => {
-  it("writes answers past a full socket buffer in order, reports the full buffer, and drains", async () => {
+  it("writes answers past a full socket buffer in order, reports the full buffer, drains, and says when each write left", async () => {
     const chunkBytes = 256 * 1024;
     const chunkCount = 48;
     // Each chunk filled with its own index, so order and completeness can be checked byte by byte.
     const chunks = Array.from({ length: chunkCount }, (_, i) => new Uint8Array(chunkBytes).fill(i));
     const results: boolean[] = [];
+    /** The writes whose `onWritten` was called, in call order. */
+    const written: number[] = [];
     let drained = 0;
     const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) => {
       socket.attach({
@@ -652,8 +654,8 @@ describe("listenTcp's sockets on Node", () => {
       });
       // Single chunks and gathered pairs, written while the peer reads nothing.
       for (let i = 0; i < chunkCount; i += 3) {
-        results.push(socket.write([chunks[i]]));
-        results.push(socket.write([chunks[i + 1], chunks[i + 2]]));
+        results.push(socket.write([chunks[i]], () => written.push(i)));
+        results.push(socket.write([chunks[i + 1], chunks[i + 2]], () => written.push(i + 1)));
       }
       socket.end();
     });
@@ -663,6 +665,8 @@ describe("listenTcp's sockets on Node", () => {
     await vi.waitFor(() => expect(results.length).toBe((chunkCount / 3) * 2));
     // 12 MiB cannot all go into the kernel's buffers at once: some write must report a full buffer.
     expect(results).toContain(false);
+    // While the peer reads nothing, the writes still queued have not been reported written.
+    expect(written.length).toBeLessThan(results.length);
     socket.resume();
     await closed;
     const bytes = received();
@@ -672,5 +676,8 @@ describe("listenTcp's sockets on Node", () => {
       expect(part.every((b) => b === i)).toBe(true);
     }
     expect(drained).toBeGreaterThanOrEqual(1);
+    // Every write reported once, in the order written.
+    const expected = Array.from({ length: chunkCount / 3 }, (_, k) => [3 * k, 3 * k + 1]).flat();
+    expect(written).toEqual(expected);
   });
 });

@@ -87,6 +87,31 @@ describe("PartitionTails", () => {
     expect(await again).not.toBe(ra);
   });
 
+  it("gives a shared read's window back once every sharer released it, and only then", async () => {
+    const log = new FakeLog();
+    log.highWatermark = 10;
+    let given = 0;
+    const read = log.read.bind(log);
+    log.read = (request) => read(request).then((r) => ({ ...r, release: () => void given++ }));
+    const tails = new PartitionTails(new ManualClock());
+    const request = { offset: 3, maxRecords: 100, maxBytes: 1000 };
+    const sharers = [tails.read(asLog(log), request), tails.read(asLog(log), request)];
+    sharers.push(tails.read(asLog(log), request));
+    log.finishReads();
+    const [a, b, c] = await Promise.all(sharers);
+    expect(a).toBe(b);
+    a.release!();
+    b.release!();
+    expect(given).toBe(0);
+    c.release!();
+    expect(given).toBe(1);
+    // A read nobody shared keeps the release it came with.
+    const alone = tails.read(asLog(log), { ...request, offset: 4 });
+    log.finishReads();
+    (await alone).release!();
+    expect(given).toBe(2);
+  });
+
   it("wakes a single waiter at once, through one subscription that goes when it does", async () => {
     const log = new FakeLog();
     const clock = new ManualClock();

@@ -38,7 +38,7 @@ class FakeSocket implements ByteSocket {
   attach(handlers: ByteSocketHandlers): void {
     this.handlers = handlers;
   }
-  write(chunks: readonly Uint8Array[]): boolean {
+  write(chunks: readonly Uint8Array[], _onWritten?: () => void): boolean {
     if (this.ended || this.destroyed) return true;
     this.writes.push(chunks.map((c) => c.slice()));
     return this.writeAccepts;
@@ -323,6 +323,31 @@ describe("TCP transport: ordering and pipelining", () => {
     await settle();
     const result = decodeFetchResponse(socket.responses()[0].body);
     expect(Array.from(result.records.bytes)).toEqual([1, 2, 3]);
+  });
+
+  it("releases a fetch's read buffer only once the socket says its answer was written", async () => {
+    const { broker, socket } = setup();
+    const done: (() => void)[] = [];
+    const write = socket.write.bind(socket);
+    socket.write = (c: readonly Uint8Array[], onWritten?: () => void) => {
+      if (onWritten !== undefined) done.push(onWritten);
+      return write(c);
+    };
+    socket.send(encodeFetchRequest(4, { topic: "t", partition: 0, offset: 0 }));
+    let released = 0;
+    broker.calls[0].deferred.resolve({
+      records: { bytes: Uint8Array.of(5, 6), count: 1 },
+      nextOffset: 1,
+      highWatermark: 1,
+      logStartOffset: 0,
+      release: () => void released++,
+    });
+    await settle();
+    expect(socket.responses()).toHaveLength(1);
+    expect(done).toHaveLength(1);
+    expect(released).toBe(0);
+    done[0]();
+    expect(released).toBe(1);
   });
 
   it("writes a fetch's stored records as a chunk of their own after the header, not copied into a frame", async () => {

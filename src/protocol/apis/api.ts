@@ -64,6 +64,7 @@ export type Served =
        */
       answerBytes?: number;
       counted?: undefined;
+      written?: undefined;
     }
   | {
       /** The broker's result; rejects as above. */
@@ -76,6 +77,13 @@ export type Served =
       answerBytes?: number;
       /** The call's counting, when the transport is to do it ({@link ApiConnection.produceCounted}). */
       counted?: CountedCall<unknown>;
+      /**
+       * Called with the result once the answer encoded from it has been written whole to the
+       * socket (the kernel has every byte), when the socket layer can tell: e.g. to give a
+       * fetch's read buffer back for reuse (`FetchResult.release`). Never called if the
+       * connection closes first, or the socket cannot tell.
+       */
+      written?: (result: unknown) => void;
     };
 
 /**

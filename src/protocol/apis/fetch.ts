@@ -32,22 +32,31 @@ import {
   startResponse,
 } from "../envelope.ts";
 import { requireInt, strBytes, WireReader } from "../wire.ts";
-import { answerBy, defineApi } from "./api.ts";
+import { type Answer, defineApi, type Served } from "./api.ts";
 
-/** Fetch: decode, `broker.fetch` (aborted with the connection), encode as two chunks. */
+/**
+ * Fetch: decode, `broker.fetch` (aborted with the connection), encode as two chunks; once the
+ * answer is written, the read's buffer goes back for reuse (`FetchResult.release`).
+ */
 export const fetchApi = defineApi({
   key: 1,
   name: "Fetch",
   versionMax: 0,
-  serve(body, _correlationId, { broker, signal }) {
+  serve(body, _correlationId, { broker, signal }): Served {
     const request = decodeFetchRequest(body);
-    return answerBy(
-      broker.fetch({ ...request, signal }),
-      encodeFetchResponseChunks,
-      request.maxBytes ?? fetchBytesDefault,
-    );
+    return {
+      response: broker.fetch({ ...request, signal }),
+      encode: encodeFetchResponseChunks as (correlationId: number, result: unknown) => Answer,
+      answerBytes: request.maxBytes ?? fetchBytesDefault,
+      written: releaseFetchResult,
+    };
   },
 });
+
+/** Gives a written fetch answer's read buffer back (`FetchResult.release`). */
+function releaseFetchResult(result: unknown): void {
+  (result as FetchResult).release?.();
+}
 
 /** Bytes of the fixed part of a Fetch response before `records`. */
 export const fetchResponseHeaderBytes = 32;

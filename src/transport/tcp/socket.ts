@@ -39,9 +39,11 @@ export interface ByteSocket {
   /**
    * Queues the chunks as one gathered write, in order. Returns false once the socket's write
    * buffer is over its high-water mark: the writer should stop producing until `onDrain`.
-   * Writes after `end()` or `destroy()` are dropped.
+   * Writes after `end()` or `destroy()` are dropped. `onWritten`, if given, is called once every
+   * byte of these chunks has gone to the kernel, so that their buffers may be reused; a socket
+   * that cannot tell (or that keeps the chunks queued, or closes first) never calls it.
    */
-  write(chunks: readonly Uint8Array[]): boolean;
+  write(chunks: readonly Uint8Array[], onWritten?: () => void): boolean;
   /** Stops delivering `onData` until {@link ByteSocket.resume}. Idempotent. */
   pause(): void;
   /** Resumes delivering `onData`. Idempotent. */

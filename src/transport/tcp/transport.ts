@@ -441,6 +441,7 @@ class Connection implements FramedConnectionHandler {
     let response: Promise<unknown>;
     let encode: ((correlationId: number, result: unknown) => Answer) | undefined;
     let counted: CountedCall<unknown> | undefined;
+    let written: ((result: unknown) => void) | undefined;
     let costBytes = frame.length;
     try {
       // The api's row decodes the body and calls the broker synchronously; `answerBytes` is the
@@ -454,6 +455,7 @@ class Connection implements FramedConnectionHandler {
       response = served.response;
       encode = served.encode;
       counted = served.counted;
+      written = served.written;
       costBytes += served.answerBytes ?? 0;
     } catch (error) {
       response = Promise.reject(error);
@@ -481,7 +483,7 @@ class Connection implements FramedConnectionHandler {
             } catch (error) {
               return fail(error);
             }
-            core.finish(pending, answer);
+            core.finish(pending, answer, written === undefined ? undefined : () => written(result));
           },
       counted === undefined
         ? fail
