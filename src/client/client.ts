@@ -105,7 +105,11 @@ import { errorMessage } from "../lib/errors.ts";
 import { copyRead, ownBytes, sharedReadBuffer } from "../lib/read-slab.ts";
 
 export { ClientError, ClientErrorCodes } from "./errors.ts";
-export { IdempotentProducer, type IdempotentProducerOptions } from "./producer.ts";
+export {
+  IdempotentProducer,
+  producerInFlightDefault,
+  type IdempotentProducerOptions,
+} from "./producer.ts";
 export { GroupConsumer, type GroupConsumerOptions, type ConsumedBatch } from "./consumer.ts";
 export {
   ClusterClient,
