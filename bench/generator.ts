@@ -16,7 +16,7 @@ import * as https from "node:https";
 import * as net from "node:net";
 import { join } from "node:path";
 import { Kafka, logLevel } from "kafkajs";
-import { type FetchReader, TcpClient } from "../src/client/client.ts";
+import { type FetchReader, IdempotentProducer, TcpClient } from "../src/client/client.ts";
 import { encodeProduceRequest } from "../src/protocol/apis/produce.ts";
 import { EntryBatchBuilder, type EntryBatch } from "../src/storage/record.ts";
 import { Http1Connection, postRequest } from "./clients/http1.ts";
@@ -220,6 +220,26 @@ async function produceTarget(spec: ProduceSpec): Promise<Producer> {
         ),
       );
       const entries = entryBatch(batch, value);
+      if (target.idempotentInFlight !== undefined) {
+        // Each load producer is one IdempotentProducer over its connection; its `inFlight` loops
+        // call `send` on it, which keeps that many batches of a partition on their way.
+        const idempotent = clients.map(
+          (c, p) =>
+            new IdempotentProducer({
+              connect: () => Promise.resolve(c),
+              producerId: `bench-${process.pid}-${p}`,
+              maxInFlight: target.idempotentInFlight,
+            }),
+        );
+        return {
+          send: async (p, partition) => {
+            await idempotent[p].send(target.topic, entries, { partition });
+          },
+          close: async () => {
+            await Promise.all(idempotent.map((i) => i.close()));
+          },
+        };
+      }
       return {
         send: async (p, partition) => {
           await clients[p].produce(target.topic, entries, { partition });
@@ -431,7 +451,11 @@ async function runProduce(spec: ProduceSpec): Promise<GeneratorResult> {
     spec.recordsPerSec === undefined
       ? 0
       : (spec.batch * spec.producers * 1000) / spec.recordsPerSec;
-  const loops = Array.from({ length: spec.producers }, async (_, p) => {
+  // An idempotent producer with several batches in flight (`idempotentInFlight`) is driven by as
+  // many loops, each with one request outstanding, all sending through that one producer.
+  const inFlight = spec.target.kind === "es-tcp" ? (spec.target.idempotentInFlight ?? 1) : 1;
+  const loops = Array.from({ length: spec.producers * inFlight }, async (_, loop) => {
+    const p = Math.floor(loop / inFlight);
     let seq = p;
     let next = now() + (intervalMs * p) / spec.producers;
     while (!win.stopping) {

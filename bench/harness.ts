@@ -73,6 +73,8 @@ export type SystemName = "es-broker" | "limit" | "loopback" | "redis" | "nats" |
 /** How the load reaches the system. */
 export type Transport =
   | "tcp"
+  | "tcp-idempotent"
+  | "tcp-inflight4"
   | "http-json"
   | "http-ndjson"
   | "in-process"
@@ -466,9 +468,22 @@ export async function runCase(
           target = { kind: "kafka-kafkajs", host: es.kafka.host, port: es.kafka.port, topic: name };
           break;
         }
+        const inFlight =
+          base.transport === "tcp-inflight4"
+            ? 4
+            : base.transport === "tcp-idempotent"
+              ? 1
+              : undefined;
         target =
-          base.transport === "tcp"
-            ? { kind: "es-tcp", host: es.tcp.host, port: es.tcp.port, topic: name, ...security }
+          base.transport === "tcp" || inFlight !== undefined
+            ? {
+                kind: "es-tcp",
+                host: es.tcp.host,
+                port: es.tcp.port,
+                topic: name,
+                ...(inFlight === undefined ? {} : { idempotentInFlight: inFlight }),
+                ...security,
+              }
             : {
                 kind: "es-http",
                 url: es.httpUrl,
@@ -661,6 +676,16 @@ const everySystem: { transport: Transport; system: SystemName }[] = [
 ];
 
 /**
+ * One producer × 1 000 records only (issue #22's "Large batches"): the client's
+ * IdempotentProducer with one batch in flight, and with four (`maxInFlight` 4, four sends
+ * outstanding), beside plain `produce` with one.
+ */
+const pipelineSystems: { transport: Transport; system: SystemName }[] = [
+  { system: "es-broker", transport: "tcp-idempotent" },
+  { system: "es-broker", transport: "tcp-inflight4" },
+];
+
+/**
  * The disk limit for `batch`, measured right before the cases it is compared with (the cases of
  * `producers` producers): its key is `limit b=<batch> P=<producers>`, though the loop itself has
  * one writer. Measuring it again per producer count keeps each ratio's two figures minutes apart
@@ -735,7 +760,15 @@ async function runAll(env: Env): Promise<void> {
       await limitPoint(env, batch, producers);
       if (producers === 1) await loopbackPoint(env, batch);
       for (const partitions of partitionCounts)
-        await producePoint(env, batch, producers, partitions, everySystem);
+        await producePoint(
+          env,
+          batch,
+          producers,
+          partitions,
+          batch === 1000 && producers === 1 && partitions === 1
+            ? [...everySystem, ...pipelineSystems]
+            : everySystem,
+        );
     }
   }
   // The HTTP target's case: 50 connections × 100 records.
@@ -1764,6 +1797,16 @@ export function evaluateTargets(results: CaseResult[]): TargetResult[] {
     {
       label: "÷ serial bound",
       value: p1b1000 && serial ? p1b1000.recordsPerSec / serial : null,
+      ok: () => true,
+    },
+  ]);
+  // The same with the idempotent producer keeping four batches in flight (its pipeline).
+  const p1b1000Piped = find(results, "produce b=1000 P=1 parts=1", "es-broker", "tcp-inflight4");
+  add("#22: 1 × 1000 over TCP, four batches in flight ≥ 0.8× the loopback ceiling", [
+    { label: "÷ loopback", value: ratio(p1b1000Piped, loopback1000), ok: (v) => v >= 0.8 },
+    {
+      label: "÷ serial bound",
+      value: p1b1000Piped && serial ? p1b1000Piped.recordsPerSec / serial : null,
       ok: () => true,
     },
   ]);

@@ -11,7 +11,18 @@ export type Target =
    * `apiKey` every connection authenticates first, with `caPem` it speaks TLS (checking the
    * broker's certificate against that CA).
    */
-  | ({ kind: "es-tcp"; host: string; port: number; topic: string } & EsSecurity)
+  | ({
+      kind: "es-tcp";
+      host: string;
+      port: number;
+      topic: string;
+      /**
+       * Send through the client's IdempotentProducer (one per load producer, a producer id each)
+       * with `maxInFlight` this many; the generator then keeps this many requests of each
+       * producer outstanding (`ProduceSpec.inFlight`). Omitted: plain `produce`, one at a time.
+       */
+      idempotentInFlight?: number;
+    } & EsSecurity)
   /**
    * es-broker over HTTP: produce bodies as JSON (`{"records":[…]}`) or NDJSON (one value per
    * line); `https://` URLs with `caPem`, and `Authorization: Bearer` on every request with `apiKey`.

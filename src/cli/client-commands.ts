@@ -9,13 +9,14 @@ import {
   clientTimeoutMsDefault,
   GroupConsumer,
   IdempotentProducer,
+  producerInFlightDefault,
   type FetchResponse,
   type TcpClient,
 } from "../client/client.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
 import { EntryBatchBuilder } from "../storage/record.ts";
 import { utf8 } from "../lib/bytes.ts";
-import { recordPayloadBytesMax } from "../lib/limits.ts";
+import { producerBatchesRemembered, recordPayloadBytesMax } from "../lib/limits.ts";
 import { plural } from "../lib/text.ts";
 import { groupJson, topicJson } from "../transport/http/encode.ts";
 import type { GroupDescription } from "../broker/types.ts";
@@ -63,6 +64,9 @@ ${connectionHelp}
                            seconds, so each run is a new incarnation that fences older ones and
                            starts its sequences at 0; a run that sent anything exits only once
                            that second is over, so the next run of the id here gets a higher one)
+  --max-in-flight N        with --producer-id: batches of one partition sent before the first
+                           is answered, 1 to 5 (default 5, the batches the broker remembers per
+                           producer and partition); 1 sends one at a time
   -h, --help               show this help
 `;
 
@@ -214,6 +218,7 @@ export async function produce(argv: string[]): Promise<number> {
       "linger-ms": { type: "string" },
       "producer-id": { type: "string" },
       "producer-epoch": { type: "string" },
+      "max-in-flight": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     allowPositionals: true,
@@ -233,6 +238,15 @@ export async function produce(argv: string[]): Promise<number> {
   const producerId = values["producer-id"];
   if (values["producer-epoch"] !== undefined && producerId === undefined)
     throw new UsageError("--producer-epoch needs --producer-id");
+  if (values["max-in-flight"] !== undefined && producerId === undefined)
+    throw new UsageError("--max-in-flight needs --producer-id");
+  const maxInFlight = intOption(
+    "max-in-flight",
+    values["max-in-flight"],
+    producerInFlightDefault,
+    1,
+    producerBatchesRemembered,
+  );
   const defaultEpoch = values["producer-epoch"] === undefined;
   const producerEpoch = intOption(
     "producer-epoch",
@@ -250,6 +264,7 @@ export async function produce(argv: string[]): Promise<number> {
           router: routed ? cluster : undefined,
           producerId,
           epoch: producerEpoch,
+          maxInFlight,
         });
   // Idempotent batches go to one partition each: records are grouped by the partition the
   // broker would pick (murmur2 of the key, or of the producer id for keyless records). In a

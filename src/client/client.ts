@@ -107,7 +107,11 @@ import { crc32IsNative } from "../lib/crc32.ts";
 import { installFastCrc32 } from "./crc.ts";
 
 export { ClientError, ClientErrorCodes } from "./errors.ts";
-export { IdempotentProducer, type IdempotentProducerOptions } from "./producer.ts";
+export {
+  IdempotentProducer,
+  producerInFlightDefault,
+  type IdempotentProducerOptions,
+} from "./producer.ts";
 export { GroupConsumer, type GroupConsumerOptions, type ConsumedBatch } from "./consumer.ts";
 export {
   ClusterClient,

@@ -5,7 +5,21 @@
  * `src/broker/producers/sequence.ts`).
  *
  * - Sequences: per partition, every record counts one; a batch carries the sequence of its first
- *   record. Batches of one partition are sent one at a time, in the order `send` was called.
+ *   record. Batches of one partition leave in the order `send` was called, with consecutive
+ *   sequences; a batch is numbered when its first try leaves.
+ * - Several batches in flight (`maxInFlight`, default 5): up to that many batches of a partition
+ *   are sent and unanswered at once on the connection, once this producer has had a batch
+ *   acknowledged. The broker decides and appends a connection's requests for one partition in
+ *   arrival order, so their sequences meet it in order. Any answer but a plain acknowledgement
+ *   (an error, a lost connection, a duplicate) closes the window: that batch, and every later
+ *   one whose first try fails too, waits until every earlier batch of the partition has settled,
+ *   then goes on with the rules below, one batch at a time, each resent with the same epoch and
+ *   sequence (a stored one is answered as a duplicate). An `out_of_order_sequence` answered to a
+ *   batch sent behind unanswered ones only means an earlier one had not arrived: it is sent once
+ *   more after they settle. A batch refused for good (nothing of it stored) while later ones
+ *   were out ends the epoch, since those later ones sit past a gap: none of them can be stored
+ *   under it, so each is renumbered in the new epoch, in order. No first try of a new epoch
+ *   leaves behind a batch of the partition still numbered in an older one.
  * - Retries: on a lost connection, a timeout or a retriable server error, the same batch (same
  *   epoch and sequence) is sent again — over a new connection if needed — until it is answered or
  *   `deliveryTimeoutMs` passes. A resend of a batch that was in fact stored is answered with its
@@ -49,7 +63,7 @@ import { isRoutingError, type LeaderRouter } from "./cluster.ts";
 import { ClientError } from "./errors.ts";
 import { buildEntryBatch, type ProduceRecord } from "./records.ts";
 import { Errors } from "../broker/errors.ts";
-import { producerEpochMax } from "../lib/limits.ts";
+import { producerBatchesRemembered, producerEpochMax } from "../lib/limits.ts";
 
 /** Options of {@link IdempotentProducer}. */
 export interface IdempotentProducerOptions {
@@ -80,12 +94,52 @@ export interface IdempotentProducerOptions {
   retryBackoffMs?: number;
   /** Longest wait between retries, in ms (default 1000). */
   retryBackoffMaxMs?: number;
+  /**
+   * Batches of one partition that may be on their way at once (sent, not yet answered), 1 …
+   * {@link producerBatchesRemembered} (the batches the broker remembers per producer and
+   * partition, so every retry of an unanswered batch can still be answered as a duplicate).
+   * Default {@link producerInFlightDefault} (5, Kafka's `max.in.flight.requests.per.connection`
+   * with idempotence): batch k + 1 crosses the socket while batch k is written and fsynced, and
+   * one fsync can cover several. 1 sends one batch at a time, as before this option existed.
+   * The window opens only after this producer's first acknowledgement, and closes while any
+   * batch of the partition is being retried (module comment, "Several batches in flight").
+   */
+  maxInFlight?: number;
+}
+
+/**
+ * Default of {@link IdempotentProducerOptions.maxInFlight}: 5, Kafka's default with idempotence
+ * and the most the broker remembers per producer and partition ({@link producerBatchesRemembered}),
+ * so a resend of any unanswered batch is still recognized. More would not be safe; fewer gives
+ * away overlap (docs/client.md "`IdempotentProducer`").
+ */
+export const producerInFlightDefault = producerBatchesRemembered;
+
+/** One `send` of a partition, from the call until it settles. */
+interface PendingBatch {
+  /** The epoch it is numbered in now (the producer's epoch until its first try is sent). */
+  epoch: number;
+  /** Its first try has been handed to the connection: the next batch may send its own. */
+  issued: boolean;
+  /** Wakes it when its turn to send comes (set while it waits). */
+  wake: (() => void) | null;
+  /** Resolves once it has settled (acknowledged or rejected). */
+  done: Promise<void>;
+  markDone: () => void;
 }
 
 interface PartitionState {
   nextSequence: number;
-  /** Sends of this partition run one after another. */
-  tail: Promise<unknown>;
+  /** Batches of this partition not settled yet, in `send` order. */
+  queue: PendingBatch[];
+  /** Batches of the queue retrying, one after another: while any does, no first try leaves. */
+  retrying: number;
+  /**
+   * Nothing of this epoch at or after this sequence can be stored: a batch there was refused
+   * (nothing of it stored) while later ones were already sent, and the epoch was left behind so
+   * that sequence is never sent again. Those later ones may then be renumbered.
+   */
+  unstorable: { epoch: number; sequence: number } | null;
 }
 
 const retriableCodes = new Set<string>(["connection_closed", "timeout"]);
@@ -128,6 +182,7 @@ export class IdempotentProducer {
   #deliveryTimeoutMs: number;
   #retryBackoffMs: number;
   #retryBackoffMaxMs: number;
+  #maxInFlight: number;
   #closed = false;
   /** The epoch came from the clock (no `epoch` option): this producer may move it at start. */
   readonly #clockEpoch: boolean;
@@ -143,6 +198,18 @@ export class IdempotentProducer {
     this.#deliveryTimeoutMs = options.deliveryTimeoutMs ?? 120_000;
     this.#retryBackoffMs = options.retryBackoffMs ?? 20;
     this.#retryBackoffMaxMs = options.retryBackoffMaxMs ?? 1000;
+    const maxInFlight = options.maxInFlight ?? producerInFlightDefault;
+    if (
+      !Number.isInteger(maxInFlight) ||
+      maxInFlight < 1 ||
+      maxInFlight > producerBatchesRemembered
+    ) {
+      throw ClientError.fromKind(
+        Errors.invalidRequest,
+        `Cannot create producer "${options.producerId}": maxInFlight must be an integer from 1 to ${producerBatchesRemembered} (the batches the broker remembers per producer and partition), got ${String(maxInFlight)}`,
+      );
+    }
+    this.#maxInFlight = maxInFlight;
   }
 
   /** The epoch the producer sends with now. */
@@ -237,129 +304,274 @@ export class IdempotentProducer {
     const key = topicPartitionKey(topic, partition);
     let state = this.#partitions.get(key);
     if (state === undefined) {
-      state = { nextSequence: 0, tail: Promise.resolve() };
+      state = { nextSequence: 0, queue: [], retrying: 0, unstorable: null };
       this.#partitions.set(key, state);
     }
-    const s = state;
-    const run = s.tail.then(
-      () => this.#deliver(topic, partition, s, batch),
-      () => this.#deliver(topic, partition, s, batch),
-    );
-    s.tail = run.catch(() => {});
-    return run;
+    let markDone!: () => void;
+    const done = new Promise<void>((resolve) => (markDone = resolve));
+    const pending: PendingBatch = { epoch: this.#epoch, issued: false, wake: null, done, markDone };
+    state.queue.push(pending);
+    try {
+      return await this.#deliver(topic, partition, state, pending, batch);
+    } finally {
+      const at = state.queue.indexOf(pending);
+      if (at !== -1) state.queue.splice(at, 1);
+      pending.issued = true;
+      markDone();
+      this.#pumpAll();
+    }
+  }
+
+  /**
+   * May `pending`, at `index` of its partition's queue, send its first try now? The first of the
+   * queue always may; a later one once the batch before it has sent its first try, while no
+   * batch of the partition is retrying, every batch before it is numbered in the current epoch,
+   * the window has room, and this producer has had an acknowledgement (before that, the first
+   * answers tell an incarnation clash apart, module comment).
+   */
+  #mayIssue(state: PartitionState, index: number): boolean {
+    if (index === 0) return true;
+    if (index >= this.#maxInFlight || !this.#acknowledged || state.retrying > 0) return false;
+    if (!state.queue[index - 1].issued) return false;
+    for (let i = 0; i < index; i++) if (state.queue[i].epoch !== this.#epoch) return false;
+    return true;
+  }
+
+  /** Wakes the next batch of each partition whose turn to send has come. */
+  #pumpAll(): void {
+    for (const state of this.#partitions.values()) {
+      const queue = state.queue;
+      for (let i = 0; i < queue.length; i++) {
+        const p = queue[i];
+        if (p.issued) continue;
+        if (p.wake !== null && (this.#closed || this.#mayIssue(state, i))) {
+          const wake = p.wake;
+          p.wake = null;
+          wake();
+        }
+        break;
+      }
+    }
   }
 
   async #deliver(
     topic: string,
     partition: number,
     state: PartitionState,
+    pending: PendingBatch,
     batch: EntryBatch,
   ): Promise<ProduceResult> {
+    if (!this.#closed && !this.#mayIssue(state, state.queue.indexOf(pending)))
+      await new Promise<void>((resolve) => (pending.wake = resolve));
     const deadline = Date.now() + this.#deliveryTimeoutMs;
     let epoch = this.#epoch;
     let sequence = state.nextSequence;
     state.nextSequence += batch.count;
+    pending.epoch = epoch;
+    /** Batches of the partition before this one when its first try left. */
+    const ahead = state.queue.slice(0, state.queue.indexOf(pending));
     let ambiguous = false;
     // Tries sent under the current (epoch, sequence): on the first, nothing of this producer's
     // can be stored there yet, so a duplicate answer names another incarnation's batch.
     let tries = 0;
-    for (let attempt = 0; ; attempt++) {
+    /** The first try's outcome, sent in the window; handled below once every batch ahead settled. */
+    let first: { result: ProduceResult } | { error: unknown } | null = null;
+    let retrying = false;
+    try {
       try {
         const client =
           this.#router === undefined
             ? await this.#clientNow()
             : await this.#router.leader(topic, partition);
         tries++;
-        const result = await client.produceIdempotent(topic, batch, {
+        const answer = client.produceIdempotent(topic, batch, {
           partition,
           producer: { id: this.producerId, epoch, sequence },
         });
+        pending.issued = true;
+        this.#pumpAll();
+        const result = await answer;
+        if (!result.duplicate) {
+          this.#acknowledged = true;
+          return result;
+        }
+        first = { result };
+      } catch (err) {
+        first = { error: err };
+      }
+      // Trouble: the window closes, and this batch waits for every batch ahead of it.
+      retrying = true;
+      state.retrying++;
+      pending.issued = true;
+      if (ahead.length > 0) await Promise.all(ahead.map((p) => p.done));
+      if ("error" in first) {
+        const err = first.error;
+        if (!(err instanceof ClientError) || this.#closed) throw err;
+        if (!refusedBeforeAppend.has(err.code)) ambiguous = true;
+        if (
+          err.code === Errors.outOfOrderSequence.code &&
+          ahead.length > 0 &&
+          epoch === this.#epoch
+        ) {
+          // Sent behind batches that had not arrived yet: they have settled now, so send it again.
+          first = null;
+        }
+      }
+      if (epoch !== this.#epoch && (!ambiguous || this.#unstorable(state, epoch, sequence))) {
+        // An earlier batch ended the epoch while this one was out, and no try of it can be stored.
+        [epoch, sequence] = this.#renumber(state, batch);
+        pending.epoch = epoch;
+        ambiguous = false;
+        tries = 0;
+        first = null;
+        this.#pumpAll();
+      }
+      return await this.#retry(topic, partition, state, pending, batch, {
+        deadline,
+        epoch,
+        sequence,
+        ambiguous,
+        tries,
+        first,
+      });
+    } finally {
+      if (retrying) state.retrying--;
+    }
+  }
+
+  /** Whether (epoch, sequence) lies where nothing can be stored (see {@link PartitionState.unstorable}). */
+  #unstorable(state: PartitionState, epoch: number, sequence: number): boolean {
+    const u = state.unstorable;
+    return u !== null && u.epoch === epoch && sequence >= u.sequence;
+  }
+
+  /** The retry loop of one batch, its first outcome given (module comment). */
+  async #retry(
+    topic: string,
+    partition: number,
+    state: PartitionState,
+    pending: PendingBatch,
+    batch: EntryBatch,
+    start: {
+      deadline: number;
+      epoch: number;
+      sequence: number;
+      ambiguous: boolean;
+      tries: number;
+      first: { result: ProduceResult } | { error: unknown } | null;
+    },
+  ): Promise<ProduceResult> {
+    const deadline = start.deadline;
+    let { epoch, sequence, ambiguous, tries } = start;
+    let outcome = start.first;
+    const renumber = () => {
+      [epoch, sequence] = this.#renumber(state, batch);
+      pending.epoch = epoch;
+      tries = 0;
+    };
+    for (let attempt = 0; ; attempt++) {
+      if (outcome === null) {
+        try {
+          const client =
+            this.#router === undefined
+              ? await this.#clientNow()
+              : await this.#router.leader(topic, partition);
+          tries++;
+          outcome = {
+            result: await client.produceIdempotent(topic, batch, {
+              partition,
+              producer: { id: this.producerId, epoch, sequence },
+            }),
+          };
+        } catch (err) {
+          outcome = { error: err };
+        }
+      }
+      const o = outcome;
+      outcome = null;
+      if ("result" in o) {
+        const result = o.result;
         if (result.duplicate && tries === 1 && this.#leaveTakenEpoch(epoch)) {
-          [epoch, sequence] = this.#renumber(state, batch);
-          tries = 0;
+          renumber();
           continue;
         }
         this.#acknowledged = true;
         return result;
-      } catch (err) {
-        if (!(err instanceof ClientError) || this.#closed) throw err;
-        if (
-          err.code === Errors.duplicateSequence.code &&
-          tries === 1 &&
-          this.#leaveTakenEpoch(epoch)
-        ) {
-          [epoch, sequence] = this.#renumber(state, batch);
-          tries = 0;
-          continue;
-        }
-        if (err.code === Errors.unknownProducer.code) {
-          // Forgotten by the broker: begin a new epoch, in which every partition starts at 0.
-          if (this.#epoch === epoch) this.#startEpoch(epoch + 1);
-          [epoch, sequence] = this.#renumber(state, batch);
-          tries = 0;
-          continue;
-        }
-        if (!refusedBeforeAppend.has(err.code)) ambiguous = true;
-        const fencedAt = err.details?.expected_epoch;
-        if (
-          err.code === Errors.producerFenced.code &&
-          epoch === this.#epoch &&
-          this.#clockEpoch &&
-          !this.#acknowledged &&
-          !ambiguous &&
-          typeof fencedAt === "number" &&
-          Number.isSafeInteger(fencedAt) &&
-          // Above the current second: a same-second start's move, never a later start's
-          // clock epoch (a later start fences this one: attack8 F5).
-          fencedAt > Math.floor(Date.now() / 1000) &&
-          fencedAt < producerEpochMax
-        ) {
-          // A newer start of this application must not stay below an older one's epoch.
-          this.#startEpoch(fencedAt + 1);
-          [epoch, sequence] = this.#renumber(state, batch);
-          tries = 0;
-          continue;
-        }
-        if (err.code === Errors.producerFenced.code && epoch < this.#epoch) {
-          // Numbered in an epoch this producer itself left behind: renumber, unless it may be stored.
-          if (ambiguous) throw err;
-          [epoch, sequence] = this.#renumber(state, batch);
-          tries = 0;
-          continue;
-        }
-        if (
-          this.#router === undefined &&
-          err.code === Errors.notLeader.code &&
-          typeof err.details?.leader === "number"
-        ) {
-          // Another broker of a cluster leads it: without a router every try goes to this one.
-          const hopeless = new ClientError(
-            err.code,
-            err.tcp,
-            false,
-            `${err.message}; this producer has no router, so it would retry this broker until deliveryTimeoutMs: pass router: a ClusterClient (docs/client.md, IdempotentProducer's router)`,
-            { cause: err, details: err.details },
-          );
-          throw this.#giveUp(hopeless, { state, epoch, sequence, count: batch.count, ambiguous });
-        }
-        const retriable = err.retriable || retriableCodes.has(err.code);
-        if (!retriable || Date.now() >= deadline)
-          throw this.#giveUp(err, { state, epoch, sequence, count: batch.count, ambiguous });
-        await sleep(
-          Math.min(this.#retryBackoffMaxMs, this.#retryBackoffMs * 2 ** Math.min(attempt, 20)),
-        );
-        // The same sequence goes to whoever leads now.
-        if (this.#router !== undefined && isRoutingError(err))
-          await this.#router.refresh().catch(() => {});
       }
+      const err = o.error;
+      if (!(err instanceof ClientError) || this.#closed) throw err;
+      if (
+        err.code === Errors.duplicateSequence.code &&
+        tries === 1 &&
+        this.#leaveTakenEpoch(epoch)
+      ) {
+        renumber();
+        continue;
+      }
+      if (err.code === Errors.unknownProducer.code) {
+        // Forgotten by the broker: begin a new epoch, in which every partition starts at 0.
+        if (this.#epoch === epoch) this.#startEpoch(epoch + 1);
+        renumber();
+        continue;
+      }
+      if (!refusedBeforeAppend.has(err.code)) ambiguous = true;
+      const fencedAt = err.details?.expected_epoch;
+      if (
+        err.code === Errors.producerFenced.code &&
+        epoch === this.#epoch &&
+        this.#clockEpoch &&
+        !this.#acknowledged &&
+        !ambiguous &&
+        typeof fencedAt === "number" &&
+        Number.isSafeInteger(fencedAt) &&
+        // Above the current second: a same-second start's move, never a later start's
+        // clock epoch (a later start fences this one: attack8 F5).
+        fencedAt > Math.floor(Date.now() / 1000) &&
+        fencedAt < producerEpochMax
+      ) {
+        // A newer start of this application must not stay below an older one's epoch.
+        this.#startEpoch(fencedAt + 1);
+        renumber();
+        continue;
+      }
+      if (err.code === Errors.producerFenced.code && epoch < this.#epoch) {
+        // Numbered in an epoch this producer itself left behind: renumber, unless it may be stored.
+        if (ambiguous && !this.#unstorable(state, epoch, sequence)) throw err;
+        renumber();
+        continue;
+      }
+      if (
+        this.#router === undefined &&
+        err.code === Errors.notLeader.code &&
+        typeof err.details?.leader === "number"
+      ) {
+        // Another broker of a cluster leads it: without a router every try goes to this one.
+        const hopeless = new ClientError(
+          err.code,
+          err.tcp,
+          false,
+          `${err.message}; this producer has no router, so it would retry this broker until deliveryTimeoutMs: pass router: a ClusterClient (docs/client.md, IdempotentProducer's router)`,
+          { cause: err, details: err.details },
+        );
+        throw this.#giveUp(hopeless, { state, epoch, sequence, count: batch.count, ambiguous });
+      }
+      const retriable = err.retriable || retriableCodes.has(err.code);
+      if (!retriable || Date.now() >= deadline)
+        throw this.#giveUp(err, { state, epoch, sequence, count: batch.count, ambiguous });
+      await sleep(
+        Math.min(this.#retryBackoffMaxMs, this.#retryBackoffMs * 2 ** Math.min(attempt, 20)),
+      );
+      // The same sequence goes to whoever leads now.
+      if (this.#router !== undefined && isRoutingError(err))
+        await this.#router.refresh().catch(() => {});
     }
   }
 
   /**
    * A batch that fails for good must not leave a gap that wedges the partition: a batch the
-   * broker refused (nothing stored) hands its sequence numbers back; a batch that may be stored
-   * (answers lost until the delivery timeout) ends the epoch, so the next batch starts a new one
-   * at sequence 0 instead of guessing.
+   * broker refused (nothing stored) hands its sequence numbers back, or, if later batches were
+   * sent past it, ends the epoch; a batch that may be stored (answers lost until the delivery
+   * timeout) ends the epoch, so the next batch starts a new one at sequence 0 instead of guessing.
    */
   #giveUp(
     err: ClientError,
@@ -375,6 +587,12 @@ export class IdempotentProducer {
     if (failed.ambiguous) this.#startEpoch(this.#epoch + 1);
     else if (failed.state.nextSequence === failed.sequence + failed.count)
       failed.state.nextSequence = failed.sequence;
+    else if (this.#epoch < producerEpochMax) {
+      // Later batches were sent past it: they can never be stored in this epoch (the broker takes
+      // a sequence only right after the last stored one), so the epoch ends and they renumber.
+      failed.state.unstorable = { epoch: failed.epoch, sequence: failed.sequence };
+      this.#startEpoch(this.#epoch + 1);
+    }
     return err;
   }
 
@@ -404,6 +622,7 @@ export class IdempotentProducer {
   /** Stops retrying and closes the connection. Sends in progress reject. */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#pumpAll();
     await this.#client?.close();
   }
 }

@@ -160,6 +160,14 @@ export interface AppendOptions {
    * offsets being assigned.
    */
   admit?: () => void;
+  /**
+   * Called once the write of this request's group has returned (its bytes are in the page cache,
+   * at the offsets the append resolves with) and before the group waits for its fsync; never if
+   * the append fails before that. The append still resolves only once an fsync covered it.
+   * Idempotent produce uses it to take the next batch of the same producer while this one's
+   * fsync runs (`broker/producers/state.ts`).
+   */
+  afterWrite?: () => void;
 }
 
 /** One group write kept in memory (`PartitionLog.keepRecentWrites`): its records verbatim. */
@@ -175,6 +183,7 @@ interface PendingAppend {
   batch: AppendRecords;
   beforeWrite: ((baseOffset: number) => Promise<void>) | undefined;
   admit: (() => void) | undefined;
+  afterWrite: (() => void) | undefined;
   resolve: (result: { baseOffset: number; count: number }) => void;
   reject: (err: unknown) => void;
 }
@@ -514,6 +523,7 @@ export class PartitionLog {
         batch,
         beforeWrite: options.beforeWrite,
         admit: options.admit,
+        afterWrite: options.afterWrite,
         resolve,
         reject,
       });
@@ -730,6 +740,7 @@ export class PartitionLog {
     } finally {
       prepared.release();
     }
+    for (const p of group) p.afterWrite?.();
     const requests = group.map((p) => ({
       count: p.batch.count,
       resolve: p.resolve,

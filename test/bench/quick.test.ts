@@ -47,6 +47,9 @@ function expectedIds(): Record<
         `${k} es-broker/http-ndjson`,
       ]),
       ...peerProduce.map((k) => `${k} es-broker/durable-streams`),
+      // The idempotent producer, one batch in flight and four (issue #22's "Large batches").
+      "produce b=1000 P=1 parts=1 es-broker/tcp-idempotent",
+      "produce b=1000 P=1 parts=1 es-broker/tcp-inflight4",
       ...fetch.flatMap((k) => [
         `${k} es-broker/tcp`,
         `${k} es-broker/http-json`,

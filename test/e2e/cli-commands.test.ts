@@ -92,6 +92,39 @@ describe(`[${target}] es-broker commands`, () => {
     expect(await values(client)).toEqual(["heartbeat", "heartbeat", "heartbeat"]);
   });
 
+  it("produce --producer-id --max-in-flight pipelines a run's batches, each line stored once in order; a bound outside 1 … 5, or without --producer-id, is a usage error", async () => {
+    const { client, address } = await brokerWithTopic();
+    const lines = Array.from({ length: 50 }, (_, i) => `line-${i}`);
+    const r = await runCli(
+      [
+        "produce",
+        "t",
+        "--broker",
+        address,
+        "--producer-id",
+        "piped",
+        "--max-in-flight",
+        "4",
+        "--batch-records",
+        "5",
+        "--partition",
+        "0",
+      ],
+      new TextEncoder().encode(`${lines.join("\n")}\n`),
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(await values(client)).toEqual(lines);
+    for (const args of [
+      ["--producer-id", "x", "--max-in-flight", "6"],
+      ["--producer-id", "x", "--max-in-flight", "0"],
+      ["--max-in-flight", "2"],
+    ]) {
+      const bad = await runCli(["produce", "t", "--broker", address, ...args]);
+      expect(bad.code, `${args.join(" ")}: ${bad.stderr}`).toBe(2);
+      expect(bad.stderr).toMatch(/max-in-flight/);
+    }
+  });
+
   it("es-broker --help lists every command with a one-line summary and points to each command's --help", async () => {
     const r = await runCli(["--help"]);
     expect(r.code, r.stderr).toBe(0);

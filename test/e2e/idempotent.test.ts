@@ -2,11 +2,12 @@
  * End to end: idempotent producers retrying through SIGKILLs of the real broker process. For 100
  * rounds (on the Node target; 25 on Deno, Bun and the binary, which run the same code — each round
  * is a process start, the costly part) the broker is started on the same data directory, the producers (the client's
- * IdempotentProducer, each with a request always in flight) get a few batches acknowledged, and
+ * IdempotentProducer, each with a request always in flight, two of them with four batches in
+ * flight, `maxInFlight`) get a few batches acknowledged, and
  * the broker is killed with SIGKILL — often with requests half-way. The producers resend what was
  * not answered, with the same sequence numbers, over new connections to the next incarnation.
- * Then every (producer, sequence) must be stored exactly once, at the offsets it was acknowledged
- * at, and every acknowledged record must be present.
+ * Then every batch must be stored exactly once, at the offsets it was acknowledged at, every
+ * acknowledged record must be present, and each producer's batches of a partition in send order.
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { IdempotentProducer, TcpClient } from "../../src/client/client.ts";
@@ -39,16 +40,29 @@ describe(`[${target}] idempotent producers through SIGKILL`, () => {
     // The producers connect to whichever broker is running now.
     const connect = () =>
       TcpClient.connect({ host: broker.tcp.host, port: broker.tcp.port, timeoutMs: 5000 });
+    // alpha, beta and gamma send one batch at a time; delta and epsilon keep several in flight
+    // (maxInFlight 4: four sends outstanding, on one partition or alternating between two).
     const specs = [
-      { id: "alpha", partitionOf: (_: number) => 0 },
-      { id: "beta", partitionOf: (_: number) => 1 },
-      { id: "gamma", partitionOf: (b: number) => (b % 2 === 0 ? 1 : 2) },
+      { id: "alpha", partitionOf: (_: number) => 0, outstanding: 1 },
+      { id: "beta", partitionOf: (_: number) => 1, outstanding: 1 },
+      { id: "gamma", partitionOf: (b: number) => (b % 2 === 0 ? 1 : 2), outstanding: 1 },
+      { id: "delta", partitionOf: (_: number) => 0, outstanding: 4 },
+      { id: "epsilon", partitionOf: (b: number) => (b % 2 === 0 ? 2 : 0), outstanding: 4 },
     ];
     let stop = false;
     let acks = 0;
     let duplicates = 0;
-    /** `${producer}/${partition}/${sequence}` → where the batch was acknowledged, and its values. */
-    const acked = new Map<string, { result: ProduceResult; values: string[] }>();
+    /** `${producer}/${batch}` → where the batch was acknowledged, its partition and its values. */
+    const acked = new Map<
+      string,
+      {
+        result: ProduceResult;
+        values: string[];
+        producer: string;
+        batch: number;
+        partition: number;
+      }
+    >();
     const producers = specs.map((spec) => {
       const producer = new IdempotentProducer({
         connect,
@@ -56,26 +70,44 @@ describe(`[${target}] idempotent producers through SIGKILL`, () => {
         epoch: 1,
         retryBackoffMs: 5,
         retryBackoffMaxMs: 40,
-        deliveryTimeoutMs: 60_000,
+        // A batch waiting behind retrying ones of its partition spends its delivery time there
+        // too, so the pipelined producers get longer (still below the test's limit).
+        deliveryTimeoutMs: spec.outstanding > 1 ? 200_000 : 60_000,
+        maxInFlight: spec.outstanding,
       });
       const done = (async () => {
+        const outstanding = new Set<Promise<void>>();
         for (let b = 0; !stop; b++) {
           const partition = spec.partitionOf(b);
-          const sequence = producer.nextSequence("idem", partition);
           const count = 1 + (b % 3);
-          const values = Array.from(
-            { length: count },
-            (_, i) => `${spec.id}/${partition}/${sequence + i}`,
-          );
-          const result = await producer.send(
-            "idem",
-            values.map((value) => ({ value })),
-            { partition },
-          );
-          acked.set(`${spec.id}/${partition}/${sequence}`, { result, values });
-          acks++;
-          if (result.duplicate) duplicates++;
+          const values = Array.from({ length: count }, (_, i) => `${spec.id}/${b}/${i}`);
+          const sent = producer
+            .send(
+              "idem",
+              values.map((value) => ({ value })),
+              { partition },
+            )
+            .then((result) => {
+              acked.set(`${spec.id}/${b}`, {
+                result,
+                values,
+                producer: spec.id,
+                batch: b,
+                partition,
+              });
+              acks++;
+              if (result.duplicate) duplicates++;
+            })
+            .catch((err: unknown) => {
+              throw new Error(`${spec.id} batch ${b} (partition ${partition}) failed`, {
+                cause: err,
+              });
+            });
+          outstanding.add(sent);
+          void sent.finally(() => outstanding.delete(sent)).catch(() => {});
+          if (outstanding.size >= spec.outstanding) await Promise.race(outstanding);
         }
+        await Promise.all(outstanding);
       })();
       return { producer, done };
     });
@@ -129,6 +161,20 @@ describe(`[${target}] idempotent producers through SIGKILL`, () => {
     // Nothing else was stored: no record of a (producer, sequence) twice, no stray records.
     expect(stored.size).toBe(records);
     for (const [v, { offsets }] of stored) expect(offsets, v).toHaveLength(1);
+    // Each producer's batches of one partition are stored in the order they were sent, however
+    // many were in flight.
+    const last = new Map<string, { batch: number; offset: number }>();
+    for (const a of [...acked.values()].sort((x, y) => x.batch - y.batch)) {
+      const key = `${a.producer}/${a.partition}`;
+      const offset = a.result.spans[0].baseOffset;
+      const before = last.get(key);
+      if (before !== undefined)
+        expect(
+          offset,
+          `${a.producer} batch ${a.batch} after batch ${before.batch}`,
+        ).toBeGreaterThan(before.offset);
+      last.set(key, { batch: a.batch, offset });
+    }
     console.log(
       `[${target}] ${rounds} SIGKILLs in ${Date.now() - started} ms: ${acked.size} batches, ${records} records, each stored once; ${duplicates} retries answered as duplicates`,
     );

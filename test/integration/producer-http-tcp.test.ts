@@ -15,6 +15,10 @@ import { MemoryLogger } from "../../src/lib/logger.ts";
 import { listenTcp } from "../../src/runtime/tcp.ts";
 import { createHttpApp } from "../../src/transport/http/app.ts";
 import { createTcpTransport } from "../../src/transport/tcp/transport.ts";
+import type { ProduceResult } from "../../src/broker/types.ts";
+import { buildEntryBatch } from "../../src/client/records.ts";
+import { MemoryFileSystem } from "../../src/fs/memory.ts";
+import type { FileSystem } from "../../src/fs/types.ts";
 import { openTestBroker } from "../helpers/broker.ts";
 import { realClock } from "../helpers/clock.ts";
 import { expectDoorError, frontDoors } from "../helpers/front-doors.ts";
@@ -374,5 +378,197 @@ describe("idempotent produce over TCP only", () => {
     expect(producer.epoch).toBe(1);
     expect(producer.nextSequence("t", 0)).toBe(1);
     expect(await values(b, "t")).toEqual(["a", "b", "c"]);
+  });
+
+  it("the broker appends a connection's pipelined idempotent produces of one partition in arrival order", async () => {
+    const b = await broker({ clock: realClock });
+    await b.createTopic({ name: "t", partitions: 1 });
+    const server = await serve(b);
+    const client = await server.connect();
+    // Twenty requests written back to back, none awaited: each sequence meets the broker right
+    // after the one before it, or it would be refused out_of_order_sequence.
+    let sequence = 0;
+    const answers = Array.from({ length: 20 }, (_, i) => {
+      const records = Array.from({ length: 1 + (i % 3) }, (_, j) => ({ value: `${i}.${j}` }));
+      const producer = { id: "piped", epoch: 3, sequence };
+      sequence += records.length;
+      return client.produceIdempotent("t", records, { partition: 0, producer });
+    });
+    const results = await Promise.all(answers);
+    let offset = 0;
+    for (const [i, r] of results.entries()) {
+      expect(r.duplicate, `request ${i}`).toBe(false);
+      expect(r.spans, `request ${i}`).toEqual([
+        { partition: 0, baseOffset: offset, count: 1 + (i % 3) },
+      ]);
+      offset += 1 + (i % 3);
+    }
+    expect(await values(b, "t")).toEqual(
+      Array.from({ length: 20 }, (_, i) =>
+        Array.from({ length: 1 + (i % 3) }, (_, j) => `${i}.${j}`),
+      ).flat(),
+    );
+  });
+
+  it("IdempotentProducer with batches in flight stores each once, in send order, through lost answers", async () => {
+    const b = await broker({ clock: realClock });
+    await b.createTopic({ name: "t", partitions: 1 });
+    const server = await serve(b);
+    const producer = new IdempotentProducer({
+      connect: server.connect,
+      producerId: "piped",
+      maxInFlight: 4,
+      retryBackoffMs: 5,
+    });
+    onTestFinished(() => producer.close());
+    await producer.send("t", [{ value: "v0" }], { partition: 0 });
+    const sends: Promise<ProduceResult>[] = [];
+    for (let i = 1; i < 40; i++) {
+      // A connection cut with up to four answers owed, every tenth batch.
+      if (i % 10 === 5) server.dropAnswers(1);
+      sends.push(producer.send("t", [{ value: `v${i}` }], { partition: 0 }));
+      if (i % 4 === 0) await sends[sends.length - 1];
+    }
+    const results = await Promise.all(sends);
+    expect(await values(b, "t")).toEqual(Array.from({ length: 40 }, (_, i) => `v${i}`));
+    expect(results.map((r) => r.spans[0].baseOffset)).toEqual(
+      Array.from({ length: 39 }, (_, i) => i + 1),
+    );
+    expect(producer.nextSequence("t", 0)).toBe(40);
+  });
+
+  it("IdempotentProducer with batches in flight: a batch refused mid-pipeline fails alone; the ones sent past it are renumbered in a new epoch, in order", async () => {
+    const b = await broker({ clock: realClock });
+    await b.createTopic({ name: "t", partitions: 1 });
+    const server = await serve(b);
+    const producer = new IdempotentProducer({
+      connect: server.connect,
+      producerId: "midway",
+      epoch: 10,
+      maxInFlight: 5,
+    });
+    onTestFinished(() => producer.close());
+    await producer.send("t", [{ value: "first" }], { partition: 0 });
+    // Five in flight at once: the third is refused before any append (its timestamp is ten days
+    // ahead), so the two sent past it meet a gap (out_of_order_sequence).
+    const sends = ["a", "b", "bad", "c", "d", "e", "f"].map((value) =>
+      producer
+        .send(
+          "t",
+          [{ value, timestampMs: value === "bad" ? Date.now() + 10 * 24 * 3600_000 : undefined }],
+          { partition: 0 },
+        )
+        .then(
+          (r) => ({ value, ok: r }),
+          (e: unknown) => ({ value, error: e as ClientError }),
+        ),
+    );
+    const outcomes = await Promise.all(sends);
+    const failed = outcomes.filter((o) => "error" in o);
+    expect(failed.map((o) => o.value)).toEqual(["bad"]);
+    expect((failed[0] as { error: ClientError }).error.code).toBe("invalid_timestamp");
+    expect(await values(b, "t")).toEqual(["first", "a", "b", "c", "d", "e", "f"]);
+    const offsets = outcomes.flatMap((o) => ("ok" in o ? [o.ok.spans[0].baseOffset] : []));
+    expect(offsets).toEqual([1, 2, 3, 4, 5, 6]);
+    // The batches past the gap could not be stored under epoch 10: the producer moved to 11.
+    expect(producer.epoch).toBe(11);
+  });
+
+  it("IdempotentProducer refuses a maxInFlight outside 1 … the batches the broker remembers", () => {
+    for (const maxInFlight of [0, 6, 1.5]) {
+      expect(
+        () =>
+          new IdempotentProducer({
+            connect: () => Promise.reject(new Error("unused")),
+            producerId: "x",
+            maxInFlight,
+          }),
+      ).toThrow(/maxInFlight must be an integer from 1 to 5/);
+    }
+  });
+});
+
+/** `fs` with every sync of a `.log` file held until `release()`. */
+function gatedLogSyncs(fs: FileSystem) {
+  let held: (() => void)[] | null = [];
+  const gated = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop) as unknown;
+      if (typeof value !== "function") return value;
+      if (prop !== "open") return (value as (...a: unknown[]) => unknown).bind(target);
+      return async (path: string, options?: unknown) => {
+        const handle = await target.open(path, options as never);
+        if (!path.endsWith(".log")) return handle;
+        return new Proxy(handle, {
+          get(h, name) {
+            const v = Reflect.get(h, name) as unknown;
+            if (typeof v !== "function") return v;
+            if (name === "sync")
+              return async () => {
+                if (held !== null) await new Promise<void>((r) => held!.push(r));
+                return h.sync();
+              };
+            return (v as (...a: unknown[]) => unknown).bind(h);
+          },
+        });
+      };
+    },
+  });
+  return {
+    fs: gated,
+    release() {
+      const waiting = held ?? [];
+      held = null;
+      for (const r of waiting) r();
+    },
+  };
+}
+
+describe("idempotent batches of one producer while an fsync runs", () => {
+  it("the next batch is written while the last one waits for its fsync; nothing, a duplicate neither, is answered before its fsync", async () => {
+    const gate = gatedLogSyncs(new MemoryFileSystem());
+    const { broker: b } = await openTestBroker({
+      fs: gate.fs,
+      clock: realClock,
+      cleanupIntervalMs: 0,
+    });
+    await b.createTopic({ name: "t", partitions: 1 });
+    const produce = (value: string, sequence: number) =>
+      b.produce({
+        topic: "t",
+        partition: 0,
+        batch: buildEntryBatch([{ value }]),
+        producer: { id: "overlap", epoch: 1, sequence },
+      });
+    const settled: string[] = [];
+    const track = <T>(name: string, p: Promise<T>) => p.finally(() => settled.push(name));
+    const log = b.partitionLog("t", 0);
+    const first = track("first", produce("a", 0));
+    const second = track("second", produce("b", 1));
+    // Both are written (the log ends past them) although the first one's fsync has not finished.
+    for (let i = 0; i < 500 && log.logEndOffset < 2; i++)
+      await new Promise((r) => setTimeout(r, 2));
+    const again = track("again", produce("a", 0));
+    await new Promise((r) => setTimeout(r, 20));
+    const early = [...settled];
+    const written = log.logEndOffset;
+    const durable = log.highWatermark;
+    gate.release();
+    expect(written).toBe(2);
+    expect(durable).toBe(0);
+    expect(early).toEqual([]);
+    expect(await first).toEqual({
+      spans: [{ partition: 0, baseOffset: 0, count: 1 }],
+      duplicate: false,
+    });
+    expect(await second).toEqual({
+      spans: [{ partition: 0, baseOffset: 1, count: 1 }],
+      duplicate: false,
+    });
+    expect(await again).toEqual({
+      spans: [{ partition: 0, baseOffset: 0, count: 1 }],
+      duplicate: true,
+    });
+    expect(await values(b, "t")).toEqual(["a", "b"]);
   });
 });

@@ -6,13 +6,19 @@
  *
  * ## Durability: journal first
  *
- * Requests of one (producer, partition) run one at a time. An accepted batch is appended through
+ * Requests of one (producer, partition) are decided and written one at a time, in arrival order.
+ * An accepted batch is appended through
  * the partition's write loop with a `beforeWrite` hook: once its offsets are assigned, and before
  * any byte of it is written, an entry (producer, epoch, partition, base sequence, count, base
  * offset, fingerprint of the first record) is appended to `producers.journal` and fsynced
  * (`storage/producer-journal.ts`). So an entry is durable no later than the log write it
  * describes, and a record that reached the log always has its entry. The in-memory state takes
- * the batch once the append resolves (after the log's fsync with `--flush-every-records 1`).
+ * the batch once the log write has returned, and the next request of that producer and partition
+ * is decided then, while this one waits for the log's fsync: a client with several batches in
+ * flight gets its writes overlapped with the fsyncs, and one fsync may cover several of its
+ * batches. Every answer still waits for its fsync (with `--flush-every-records 1`), a duplicate
+ * of a batch not yet covered too. A failed fsync fences the partition, so a batch the state took
+ * that never became durable is never answered; the next start reconciles the state with the log.
  * Requests without a producer never touch the journal.
  *
  * ## Start
@@ -56,6 +62,7 @@ import {
   validateProducerIdentity,
   type BatchRange,
   type ProducerState,
+  type RememberedBatch,
 } from "./sequence.ts";
 import { buildSnapshot, parseSnapshot } from "./snapshot.ts";
 
@@ -118,6 +125,8 @@ export class ProducerStates {
   /** Journal entries whose log write has not finished (a snapshot must keep them). */
   #pending = new Set<PendingEntry>();
   #locks = new Map<string, { mutex: Mutex; users: number }>();
+  /** Remembered batches written but not yet covered by an fsync: their duplicates wait on it. */
+  #unsynced = new WeakMap<RememberedBatch, Promise<void>>();
   #rotation: Promise<void> | null = null;
   #closed = false;
 
@@ -310,105 +319,143 @@ export class ProducerStates {
     first.next();
     const fingerprint = entryFingerprint(batch, first);
     const key = topicPartitionKey(topic, partition);
-    return this.#withLock(`${producer.id}\u0000${key}`, async () => {
-      const journal = this.#checkAvailable();
-      const now = this.#clock.nowMs();
-      let state = this.#producers.get(producer.id);
-      if (state !== undefined && now - state.lastActiveMs > this.#expiryMs) {
-        this.#producers.delete(producer.id);
-        this.#logger.log("info", "producers.expired", {
-          producer_id: producer.id,
-          idle_ms: now - state.lastActiveMs,
+    // The lock covers the decision and the write; the wait for the fsync comes after it, so the
+    // next batch of the same producer and partition (pipelined on its connection) is decided and
+    // written while this one's fsync runs, and one fsync can cover both.
+    const answer = await this.#withLock(
+      `${producer.id}\u0000${key}`,
+      async (): Promise<{ durable: Promise<ProduceResult> }> => {
+        const journal = this.#checkAvailable();
+        const now = this.#clock.nowMs();
+        let state = this.#producers.get(producer.id);
+        if (state !== undefined && now - state.lastActiveMs > this.#expiryMs) {
+          this.#producers.delete(producer.id);
+          this.#logger.log("info", "producers.expired", {
+            producer_id: producer.id,
+            idle_ms: now - state.lastActiveMs,
+          });
+          state = undefined;
+        }
+        const decision = decideSequence(state, {
+          epoch: producer.epoch,
+          partitionKey: key,
+          sequence: producer.sequence,
+          count: batch.count,
+          fingerprint,
         });
-        state = undefined;
-      }
-      const decision = decideSequence(state, {
-        epoch: producer.epoch,
-        partitionKey: key,
-        sequence: producer.sequence,
-        count: batch.count,
-        fingerprint,
-      });
-      if (decision.outcome === "refuse")
-        throw refusalError(decision, producer, partitionName(topic, partition));
-      if (state !== undefined) state.lastActiveMs = now;
-      if (decision.outcome === "duplicate") {
-        const remembered = decision.batch;
-        const present = sumRanges(remembered);
-        if (present === remembered.count)
-          return { spans: rangesToSpans(partition, remembered), duplicate: true };
-        // A crash cut this batch short: write the records that are missing.
-        const rest = batchFrom(batch, present);
+        if (decision.outcome === "refuse")
+          throw refusalError(decision, producer, partitionName(topic, partition));
+        if (state !== undefined) state.lastActiveMs = now;
+        if (decision.outcome === "duplicate") {
+          const remembered = decision.batch;
+          const present = sumRanges(remembered);
+          // A duplicate of a batch whose fsync has not finished is answered once it has: never
+          // acknowledge what an fsync has not covered.
+          const written = this.#unsynced.get(remembered);
+          if (present === remembered.count) {
+            const spans = rangesToSpans(partition, remembered);
+            return {
+              durable:
+                written === undefined
+                  ? Promise.resolve({ spans, duplicate: true })
+                  : written.then(() => ({ spans, duplicate: true })),
+            };
+          }
+          // A crash cut this batch short: write the records that are missing.
+          const rest = batchFrom(batch, present);
+          const pending: PendingEntry = { entry: null };
+          try {
+            const { range, durable } = await this.#write(
+              journal,
+              request,
+              {
+                baseSequence: producer.sequence,
+                batchCount: batch.count,
+                firstIndex: present,
+                fingerprint: rest.fingerprint,
+                now,
+              },
+              rest.batch,
+              pending,
+            );
+            await durable;
+            if (this.#producers.get(producer.id) === state && state?.epoch === producer.epoch)
+              remembered.ranges.push(range);
+          } finally {
+            this.#pending.delete(pending);
+          }
+          return {
+            durable: Promise.resolve({
+              spans: rangesToSpans(partition, remembered),
+              duplicate: false,
+            }),
+          };
+        }
+        // The entry stays pending until the state below holds the batch, so a replica fetch
+        // (`replicatedBatches`) always finds it in one or the other.
         const pending: PendingEntry = { entry: null };
+        let written: { range: BatchRange; durable: Promise<void> };
         try {
-          const range = await this.#write(
+          written = await this.#write(
             journal,
             request,
             {
               baseSequence: producer.sequence,
               batchCount: batch.count,
-              firstIndex: present,
-              fingerprint: rest.fingerprint,
+              firstIndex: 0,
+              fingerprint,
               now,
             },
-            rest.batch,
+            batch,
             pending,
           );
-          if (this.#producers.get(producer.id) === state && state?.epoch === producer.epoch)
-            remembered.ranges.push(range);
-        } finally {
+        } catch (err) {
           this.#pending.delete(pending);
+          throw err;
         }
-        return { spans: rangesToSpans(partition, remembered), duplicate: false };
-      }
-      // The entry stays pending until the state below holds the batch, so a replica fetch
-      // (`replicatedBatches`) always finds it in one or the other.
-      const pending: PendingEntry = { entry: null };
-      let range: BatchRange;
-      try {
-        range = await this.#write(
-          journal,
-          request,
-          {
+        const { range, durable } = written;
+        const current = this.#producers.get(producer.id);
+        // A newer epoch that arrived meanwhile on another partition fenced this one: the records
+        // are stored (and acknowledged to the old incarnation), but its sequences no longer count.
+        if (current !== undefined && current.epoch === producer.epoch) {
+          let s = current.partitions.get(key);
+          if (s === undefined) {
+            s = { topic, partition, nextSequence: 0, batches: [] };
+            current.partitions.set(key, s);
+          }
+          const remembered = {
             baseSequence: producer.sequence,
-            batchCount: batch.count,
-            firstIndex: 0,
-            fingerprint,
-            now,
-          },
-          batch,
-          pending,
-        );
-      } catch (err) {
-        this.#pending.delete(pending);
-        throw err;
-      }
-      const current = this.#producers.get(producer.id);
-      // A newer epoch that arrived meanwhile on another partition fenced this one: the records are
-      // stored (and acknowledged to the old incarnation), but its sequences no longer count.
-      if (current !== undefined && current.epoch === producer.epoch) {
-        let s = current.partitions.get(key);
-        if (s === undefined) {
-          s = { topic, partition, nextSequence: 0, batches: [] };
-          current.partitions.set(key, s);
+            count: batch.count,
+            ranges: [range],
+          };
+          rememberBatch(s, remembered);
+          s.nextSequence = chainNext(producer.sequence + batch.count, s.batches);
+          current.lastActiveMs = now;
+          this.#unsynced.set(remembered, durable);
+          durable.then(
+            () => this.#unsynced.delete(remembered),
+            () => {},
+          );
         }
-        rememberBatch(s, { baseSequence: producer.sequence, count: batch.count, ranges: [range] });
-        s.nextSequence = chainNext(producer.sequence + batch.count, s.batches);
-        current.lastActiveMs = now;
-      }
-      this.#pending.delete(pending);
-      this.#maybeRotate();
-      return {
-        spans: [{ partition, baseOffset: range.offset, count: range.count }],
-        duplicate: false,
-      };
-    });
+        this.#pending.delete(pending);
+        this.#maybeRotate();
+        return {
+          durable: durable.then(() => ({
+            spans: [{ partition, baseOffset: range.offset, count: range.count }],
+            duplicate: false,
+          })),
+        };
+      },
+    );
+    return answer.durable;
   }
 
   /**
-   * Appends `batch` to the partition with its journal entry made durable first; resolves with
-   * where it went. `pending` holds the entry from its journaling on; the caller removes it from
-   * the pending set once the state holds the batch.
+   * Appends `batch` to the partition with its journal entry made durable first; resolves once the
+   * log write has returned (bytes in the page cache), with where it went and `durable`, which
+   * resolves once an fsync covered it (and marks the range verified) or rejects with the append's
+   * error (the partition is then fenced). `pending` holds the entry from its journaling on; the
+   * caller removes it from the pending set once the state holds the batch.
    */
   async #write(
     journal: ProducerJournal,
@@ -422,46 +469,56 @@ export class ProducerStates {
     },
     batch: EntryBatch,
     pending: PendingEntry,
-  ): Promise<BatchRange> {
+  ): Promise<{ range: BatchRange; durable: Promise<void> }> {
     const { producer, topic, partition, log } = request;
-    {
-      const result = await log.append(batch, {
-        admit: request.admit,
-        beforeWrite: async (baseOffset) => {
-          const entry: ProducerJournalEntry = {
-            timestampMs: fields.now,
-            producerId: producer.id,
-            epoch: producer.epoch,
-            topic,
-            partition,
-            baseSequence: fields.baseSequence,
-            batchCount: fields.batchCount,
-            firstIndex: fields.firstIndex,
-            count: batch.count,
-            baseOffset,
-            fingerprint: fields.fingerprint,
-          };
-          pending.entry = entry;
-          this.#pending.add(pending);
-          try {
-            await journal.append(entry);
-          } catch (err) {
-            throw journalError(err);
-          }
-          this.#applyEpoch(producer, fields.now);
-        },
-      });
+    let markWritten!: () => void;
+    const written = new Promise<void>((resolve) => (markWritten = resolve));
+    const appended = log.append(batch, {
+      admit: request.admit,
+      afterWrite: markWritten,
+      beforeWrite: async (baseOffset) => {
+        const entry: ProducerJournalEntry = {
+          timestampMs: fields.now,
+          producerId: producer.id,
+          epoch: producer.epoch,
+          topic,
+          partition,
+          baseSequence: fields.baseSequence,
+          batchCount: fields.batchCount,
+          firstIndex: fields.firstIndex,
+          count: batch.count,
+          baseOffset,
+          fingerprint: fields.fingerprint,
+        };
+        pending.entry = entry;
+        this.#pending.add(pending);
+        try {
+          await journal.append(entry);
+        } catch (err) {
+          throw journalError(err);
+        }
+        this.#applyEpoch(producer, fields.now);
+      },
+    });
+    // Whichever comes first: the write (then the fsync is awaited through `durable`), or the
+    // append's failure before any byte was written.
+    await Promise.race([written, appended]);
+    const entry = pending.entry;
+    assert(entry !== null, "a written batch was journaled");
+    const range: BatchRange = {
+      offset: entry.baseOffset,
+      count: batch.count,
+      fingerprint: fields.fingerprint,
+      verified: false,
+    };
+    const durable = appended.then((result) => {
       assert(
-        pending.entry !== null && result.baseOffset === pending.entry.baseOffset,
+        result.baseOffset === range.offset,
         "the log wrote the batch where its journal entry says",
       );
-      return {
-        offset: result.baseOffset,
-        count: result.count,
-        fingerprint: fields.fingerprint,
-        verified: result.baseOffset + result.count <= log.highWatermark,
-      };
-    }
+      range.verified = result.baseOffset + result.count <= log.highWatermark;
+    });
+    return { range, durable };
   }
 
   /**
