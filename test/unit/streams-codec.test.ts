@@ -17,7 +17,11 @@ import {
 } from "../../src/broker/streams/names.ts";
 import { formatStreamOffset, parseStreamOffset } from "../../src/broker/streams/offsets.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
-import { streamCursorEpochMs, streamCursorIntervalMs } from "../../src/lib/limits.ts";
+import {
+  streamAppendMessagesMax,
+  streamCursorEpochMs,
+  streamCursorIntervalMs,
+} from "../../src/lib/limits.ts";
 
 const text = (s: string) => new TextEncoder().encode(s);
 const str = (b: Uint8Array) => new TextDecoder().decode(b);
@@ -177,6 +181,27 @@ describe("JSON mode", () => {
     expect(
       codeOf(() => jsonAppendValue(Uint8Array.of(0xef, 0xbb, 0xbf, 0x5b, 0x35, 0x5d), "test")),
     ).toBe("invalid_request");
+  });
+
+  it("takes at most streamAppendMessagesMax messages, counting only the outer array's elements", () => {
+    const max = streamAppendMessagesMax;
+    const ones = (n: number) => Array.from({ length: n }, () => "1").join(",");
+    expect(value(`[${ones(max)}]`).messages).toBe(max);
+    const over = (body: string) => {
+      try {
+        jsonAppendValue(text(body), "test");
+      } catch (e) {
+        if (e instanceof BrokerError) return e.details;
+      }
+      return null;
+    };
+    expect(over(` [${ones(max + 1)}] `)).toEqual({ limit_messages: max });
+    // Refused before anything else is looked at: the rest need not even be JSON.
+    expect(over(`[${ones(max + 1)} not json`)).toEqual({ limit_messages: max });
+    // Commas inside strings, and elements of arrays and objects inside a message, do not count.
+    expect(value(`["${",".repeat(2 * max)}"]`).messages).toBe(1);
+    expect(value(`[[${ones(max + 1)}],{"a":[${ones(max + 1)}]}]`).messages).toBe(2);
+    expect(value(`{"a":[${ones(max + 1)}]}`).messages).toBe(1);
   });
 
   it("splits any stored value back into the messages of the append", () => {
