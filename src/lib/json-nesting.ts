@@ -4,8 +4,8 @@
  * after it that walks the value (`JSON.stringify`, a message quoting it, a deep copy) recurses,
  * and 5,000 levels (10 KB of `[`) overflow the stack. One linear pass, no recursion, no
  * allocation beyond one frame per open level (at most the limit). The same pass can count the
- * elements of arrays ({@link jsonShapeFault}), so a body of millions of tiny elements is refused
- * before `JSON.parse` builds them.
+ * elements of arrays and the members of objects ({@link jsonShapeFault}), so a body of millions of
+ * tiny elements or fields is refused before `JSON.parse` builds them.
  */
 import { jsonNestingDepthMax } from "./limits.ts";
 import { clip } from "./quote.ts";
@@ -40,12 +40,26 @@ export interface JsonElementsFault {
   elementsMax: number;
 }
 
+/** Where a JSON text's objects first hold more members, all together, than a limit allows. */
+export interface JsonMembersFault {
+  /** The path of the object whose member passed the limit (its enclosing keys and indices, outermost first; `[]` for the outermost value). */
+  path: JsonPath;
+  /** The limit that was passed: the text's objects hold at least one member more. */
+  membersMax: number;
+}
+
 /** The limits {@link jsonShapeFault} checks. */
 export interface JsonShapeLimits {
   /** Most levels arrays and objects may nest (default {@link jsonNestingDepthMax}). */
   depthMax?: number;
   /** Most elements one array may hold (default: no limit). */
   elementsMax?: number;
+  /**
+   * Most members all objects of the text may hold together, not each (default: no limit): what
+   * `JSON.parse` spends on a key grows with the distinct keys, and a limit on each object alone
+   * lets them be spread over many objects.
+   */
+  membersMax?: number;
 }
 
 /**
@@ -61,18 +75,21 @@ export function jsonNestingFault(
 }
 
 /**
- * {@link jsonNestingFault}, and the number of elements of arrays (`limits.elementsMax`), in the
- * same pass: the first fault found, or null. An array is found to hold more than
- * `elementsMax` elements at its `elementsMax`-th comma, so the scan stops there: a body of
- * millions of elements costs the scan of its first `elementsMax`, and `JSON.parse` never builds
- * it (docs/decisions.md §19).
+ * {@link jsonNestingFault}, the number of elements of each array (`limits.elementsMax`) and the
+ * number of members of all objects together (`limits.membersMax`), in the same pass: the first
+ * fault found, or null. An array is found to hold more than `elementsMax` elements at its
+ * `elementsMax`-th comma, and the objects more than `membersMax` members at the key of member
+ * `membersMax + 1`, so the scan stops there: a body of millions of elements or fields costs the
+ * scan of the first ones, and `JSON.parse` never builds it (docs/decisions.md §19).
  */
 export function jsonShapeFault(
   text: string,
   limits: JsonShapeLimits,
-): JsonNestingFault | JsonElementsFault | null {
+): JsonNestingFault | JsonElementsFault | JsonMembersFault | null {
   const depthMax = limits.depthMax ?? jsonNestingDepthMax;
   const elementsMax = limits.elementsMax ?? Number.POSITIVE_INFINITY;
+  const membersMax = limits.membersMax ?? Number.POSITIVE_INFINITY;
+  let members = 0;
   const frames: Frame[] = [];
   let inString = false;
   let stringStart = -1;
@@ -85,6 +102,9 @@ export function jsonShapeFault(
         inString = false;
         const top = frames.at(-1);
         if (top?.isObject && top.expectKey) {
+          // A key: one member (counted here, not at commas, so one-member objects count too).
+          if (++members > membersMax)
+            return { path: pathOf(text, frames.slice(0, -1)), membersMax };
           top.keyStart = stringStart;
           top.keyEnd = i + 1;
           top.expectKey = false;

@@ -232,6 +232,15 @@ export const produceRecordsMax = 1_000_000;
 export const httpProduceRecordsMax = 10_000;
 
 /**
+ * Most object members a JSON HTTP produce body may hold, all its objects together
+ * (docs/decisions.md §19): the body's one member (`records`) and six fields for each of
+ * {@link httpProduceRecordsMax} records, the most a valid body holds (its six field names, none
+ * repeated). Counted on the text before `JSON.parse`, whose cost grows with the distinct keys
+ * it meets, whether in one object or spread over many.
+ */
+export const httpProduceMembersMax = 1 + 6 * httpProduceRecordsMax;
+
+/**
  * Largest number of messages in one JSON-mode Durable Streams append (an array flattened into
  * messages; docs/durable-streams.md "Requests"): the cap of an HTTP produce request, for the same
  * reason — each message costs the broker its own bookkeeping, whatever its size in bytes.

@@ -5,6 +5,7 @@ import { encodeBase64 } from "../../src/lib/base64.ts";
 import {
   fetchRecordsMax,
   fetchWaitMsMax,
+  httpProduceMembersMax,
   httpProduceRecordsMax,
   recordPayloadBytesMax,
 } from "../../src/lib/limits.ts";
@@ -580,6 +581,59 @@ describe("createHttpApp: produce JSON", () => {
       parse.mockRestore();
     }
     expect(broker.produced).toEqual([]);
+  });
+  it("refuses a body whose objects hold more than httpProduceMembersMax members without parsing it (docs/decisions.md §19)", async () => {
+    const big = createHttpApp({ broker, logger, maxRequestBytes: 16 * 1024 * 1024 });
+    const fields = (from: number, count: number) =>
+      Array.from({ length: count }, (_, i) => `,"f${from + i}":1`).join("");
+    // A million fields in one record, and fewer spread over ten thousand records (no object
+    // anywhere near the limit on its own).
+    const bodies: [string, string][] = [
+      [`{"records":[{"value":"a"${fields(0, 1_000_000)}}]}`, "records[0]"],
+      [
+        `{"records":[${Array.from({ length: 10_000 }, (_, r) => `{"value":"a"${fields(r * 64, 64)}}`).join(",")}]}`,
+        // Record r holds members 1 + 65r + 1 … 1 + 65r + 65; the first past the limit is max + 1.
+        `records[${Math.floor((httpProduceMembersMax - 1) / 65)}]`,
+      ],
+    ];
+    const parse = vi.spyOn(JSON, "parse");
+    try {
+      for (const [body, field] of bodies) {
+        const res = await big.request("/v1/topics/orders/records", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body,
+        });
+        const error = await expectError(
+          res,
+          400,
+          "invalid_request",
+          /: the body's objects hold more than 60001 members \(passed in field "records\[\d+\]"\): the body must be a JSON object with a "records" array of at most 10000 records, each of at most 6 fields$/,
+        );
+        expect(error.details).toEqual({ field, limit_members: httpProduceMembersMax });
+        expect(parse.mock.calls.filter(([text]) => String(text).length > 1_000_000)).toEqual([]);
+      }
+    } finally {
+      parse.mockRestore();
+    }
+    expect(broker.produced).toEqual([]);
+  });
+
+  it("still decodes a body of httpProduceMembersMax members on the general path", async () => {
+    // Every record names its partition twice (the fast decoder gives up on a repeated field):
+    // 1 + 10 000 × 6 members, the most a body may hold.
+    const big = createHttpApp({ broker, logger, maxRequestBytes: 16 * 1024 * 1024 });
+    const record =
+      '{"partition":0,"value":"a","key":"k","timestamp":5,"partition":1,"timestamp":6}';
+    const res = await big.request("/v1/topics/orders/records", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: `{"records":[${Array(httpProduceRecordsMax).fill(record).join(",")}]}`,
+    });
+    expect(res.status).toBe(200);
+    const { offsets } = (await res.json()) as { offsets: { partition: number }[] };
+    expect(offsets.length).toBe(httpProduceRecordsMax);
+    expect(offsets.every((o) => o.partition === 1)).toBe(true);
   });
 });
 

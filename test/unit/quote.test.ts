@@ -150,6 +150,45 @@ describe("jsonShapeFault()", () => {
     expect(jsonShapeFault(text, { elementsMax: 3 })).toBeNull();
   });
 
+  it("counts the members of all objects together, finding the one past membersMax at its key", () => {
+    expect(jsonShapeFault('{"a":1,"b":{"c":2}}', { membersMax: 3 })).toBeNull();
+    expect(jsonShapeFault('{"a":1,"b":{"c":2,"d":3}}', { membersMax: 3 })).toEqual({
+      path: ["b"],
+      membersMax: 3,
+    });
+    // One-member objects count too (a key, not a comma, is a member); the object is named.
+    expect(
+      jsonShapeFault('{"records":[{"value":"a"},{"f0":1},{"f1":1}]}', { membersMax: 3 }),
+    ).toEqual({ path: ["records", 2], membersMax: 3 });
+    expect(jsonShapeFault('{"a":1,"b":2,"c":3,"d":4}', { membersMax: 3 })).toEqual({
+      path: [],
+      membersMax: 3,
+    });
+    // Found at the key: the malformed rest is never looked at.
+    expect(jsonShapeFault('{"a":1,"b":2,"c":3,"d" ]]]', { membersMax: 3 })).toEqual({
+      path: [],
+      membersMax: 3,
+    });
+    // Strings that are values or array elements, and quotes inside strings, are no members.
+    const text = JSON.stringify({ a: "b", c: ["d", "e", '"f":1,"g":2'] });
+    expect(jsonShapeFault(text, { membersMax: 2 })).toBeNull();
+  });
+
+  it("agrees with the member count of parsed objects (property)", () => {
+    const members = (v: unknown): number =>
+      typeof v === "object" && v !== null
+        ? (Array.isArray(v) ? 0 : Object.keys(v).length) +
+          Object.values(v as object).reduce((sum: number, e) => sum + members(e), 0)
+        : 0;
+    fc.assert(
+      fc.property(fc.jsonValue({ maxDepth: 4 }), fc.integer({ min: 0, max: 12 }), (v, max) => {
+        const fault = jsonShapeFault(JSON.stringify(v), { membersMax: max, depthMax: 64 });
+        expect(fault !== null).toBe(members(v) > max);
+      }),
+      { seed: 23, numRuns: 500 },
+    );
+  });
+
   it("agrees with the lengths of parsed arrays (property)", () => {
     const longest = (v: unknown): number =>
       typeof v === "object" && v !== null

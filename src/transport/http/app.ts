@@ -49,6 +49,7 @@ import {
   fetchRecordsMax,
   fetchWaitMsMax,
   foreignMessageCharsMax,
+  httpProduceMembersMax,
   httpProduceRecordsMax,
   jsonNestingDepthMax,
   offsetMax,
@@ -77,6 +78,7 @@ import {
   decodeNdjsonProduce,
   partitionNumberMax,
   refuseJsonProduceArray,
+  refuseJsonProduceMembers,
 } from "./produce.ts";
 import { scanJsonProduce } from "./produce-json.ts";
 import { sseHeartbeatMsDefault, streamRecords } from "./sse.ts";
@@ -401,14 +403,20 @@ interface ParseJsonOptions {
    * path of the first array found to hold more.
    */
   elements?: { max: number; refuse: (path: JsonPath) => never };
+  /**
+   * Most members all objects of the body may hold together, checked in the same pass; `refuse`
+   * names the error for the path of the object in which the count passed `max`.
+   */
+  members?: { max: number; refuse: (path: JsonPath) => never };
 }
 
 /**
  * Decodes a JSON body: strict UTF-8, at most `jsonNestingDepthMax` levels deep and at most
- * `options.elements.max` elements an array (checked on the text, before anything is built or
- * recurses over it), then `JSON.parse`.
+ * `options.elements.max` elements an array and `options.members.max` object members in all
+ * (checked on the text, before anything is built or recurses over it), then `JSON.parse`.
  * @throws BrokerError invalid_request (or the kind `nestingKind` picks for a body nested too
- *   deep, naming the field; or what `elements.refuse` throws) with the parser's message, clipped.
+ *   deep, naming the field; or what `elements.refuse` or `members.refuse` throws) with the
+ *   parser's message, clipped.
  */
 function parseJson(bytes: Uint8Array, action: string, options: ParseJsonOptions = {}): unknown {
   let text: string;
@@ -417,9 +425,13 @@ function parseJson(bytes: Uint8Array, action: string, options: ParseJsonOptions 
   } catch {
     throw invalidRequest(action, "the body is not valid UTF-8");
   }
-  const fault = jsonShapeFault(text, { elementsMax: options.elements?.max });
+  const fault = jsonShapeFault(text, {
+    elementsMax: options.elements?.max,
+    membersMax: options.members?.max,
+  });
   if (fault !== null) {
     if ("elementsMax" in fault) return options.elements!.refuse(fault.path);
+    if ("membersMax" in fault) return options.members!.refuse(fault.path);
     const field = formatJsonPath(fault.path);
     return throwNestedTooDeep(
       action,
@@ -444,9 +456,10 @@ function parseJson(bytes: Uint8Array, action: string, options: ParseJsonOptions 
 }
 
 /**
- * What {@link parseJson} checks of a JSON produce body besides its nesting: the NDJSON hint, and
- * no array of more than `httpProduceRecordsMax` elements (docs/decisions.md §19), refused as the
- * record count is (`refuseJsonProduceArray`) before the body is parsed.
+ * What {@link parseJson} checks of a JSON produce body besides its nesting: the NDJSON hint, no
+ * array of more than `httpProduceRecordsMax` elements, refused as the record count is
+ * (`refuseJsonProduceArray`), and no more than `httpProduceMembersMax` object members in all
+ * (`refuseJsonProduceMembers`), both before the body is parsed (docs/decisions.md §19).
  */
 function jsonProduceChecks(action: string): ParseJsonOptions {
   return {
@@ -454,6 +467,10 @@ function jsonProduceChecks(action: string): ParseJsonOptions {
     elements: {
       max: httpProduceRecordsMax,
       refuse: (path) => refuseJsonProduceArray(path, formatJsonPath(path), action),
+    },
+    members: {
+      max: httpProduceMembersMax,
+      refuse: (path) => refuseJsonProduceMembers(path, formatJsonPath(path), action),
     },
   };
 }

@@ -32,7 +32,11 @@ import type { EntryBatch } from "../../storage/record.ts";
 import { entryOverheadBytes, EntryBatchBuilder } from "../../storage/record.ts";
 import { Base64Error, decodeBase64 } from "../../lib/base64.ts";
 import { utf8 } from "../../lib/bytes.ts";
-import { httpProduceRecordsMax, recordPayloadBytesMax } from "../../lib/limits.ts";
+import {
+  httpProduceMembersMax,
+  httpProduceRecordsMax,
+  recordPayloadBytesMax,
+} from "../../lib/limits.ts";
 import { clip, quote } from "../../lib/quote.ts";
 import { invalidRequest } from "./errors.ts";
 
@@ -257,6 +261,27 @@ export function refuseJsonProduceArray(
     action,
     `${what} of more than ${httpProduceRecordsMax} elements: the body must be a JSON object with a "records" array of at most ${httpProduceRecordsMax} records`,
     { field: path.length === 0 ? "(body)" : field, limit_records: httpProduceRecordsMax },
+  );
+}
+
+/**
+ * Refuses a JSON produce body, before it is parsed, whose objects hold more than
+ * `httpProduceMembersMax` members together (`jsonShapeFault`; docs/decisions.md §19), naming
+ * the object in which the count passed the limit (`path`; `field` is it formatted for messages):
+ * a valid body holds no more, whether the excess is one record of a million fields or many
+ * records of a few unknown ones.
+ * @throws BrokerError invalid_request, always.
+ */
+export function refuseJsonProduceMembers(
+  path: readonly (string | number)[],
+  field: string,
+  action: string,
+): never {
+  const where = path.length === 0 ? "in the body itself" : `in field ${quote(field)}`;
+  throw invalidRequest(
+    action,
+    `the body's objects hold more than ${httpProduceMembersMax} members (passed ${where}): the body must be a JSON object with a "records" array of at most ${httpProduceRecordsMax} records, each of at most 6 fields`,
+    { field: path.length === 0 ? "(body)" : field, limit_members: httpProduceMembersMax },
   );
 }
 
