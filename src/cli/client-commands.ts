@@ -43,7 +43,8 @@ lines; a line over 8 MiB fails the command, exit 1). Lines are sent in batches: 
 sends as lines come. Exits once every record is durable. SIGINT or SIGTERM stops reading, sends
 the lines already read, waits for their acknowledgements and exits 0 saying how many were
 produced (an incomplete last line, without its newline, is not sent); a second signal exits at
-once, with 130 (SIGINT) or 143 (SIGTERM).
+once, with 130 (SIGINT) or 143 (SIGTERM). A batch the broker refuses ends the command (exit 1),
+naming the input line and the lines produced before it (earlier batches stay stored).
 
 Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
@@ -282,14 +283,17 @@ export async function produce(argv: string[]): Promise<number> {
   let roundRobin = 0;
   const idBytes = utf8(producerId ?? "");
   const inFlight: Promise<unknown>[] = [];
-  const builders = new Map<number, EntryBatchBuilder>();
+  // Each batch keeps the input line numbers of its records, so a failure names the line, and the
+  // produced lines (acknowledged batches) can be told apart from those that were not.
+  const builders = new Map<number, { b: EntryBatchBuilder; lines: number[] }>();
+  const produced = new ProducedLines();
   let buffered = 0;
   let bufferedBytes = 0;
   let total = 0;
-  const sendOne = async (p: number, b: EntryBatchBuilder) => {
+  const sendOne = async (p: number, { b, lines }: { b: EntryBatchBuilder; lines: number[] }) => {
     const batch = b.build();
     total += batch.count;
-    const sent =
+    const request =
       idempotent !== null
         ? idempotent.send(topic, batch, { partition: p })
         : routed
@@ -297,6 +301,10 @@ export async function produce(argv: string[]): Promise<number> {
               partition: p >= 0 ? p : roundRobin++ % partitionCount,
             })
           : client.produce(topic, batch, { partition: p });
+    const sent = (request as Promise<unknown>).then(
+      () => produced.add(lines),
+      (err: unknown) => Promise.reject(new FailedBatch(err, lines)),
+    );
     sent.catch(() => {}); // awaited below; this only keeps an early rejection from counting as unhandled
     inFlight.push(sent);
     if (inFlight.length >= 8) await inFlight.shift();
@@ -317,7 +325,7 @@ export async function produce(argv: string[]): Promise<number> {
     buffered = 0;
     bufferedBytes = 0;
     sending = sending.then(async () => {
-      for (const [p, b] of all) if (b.count > 0) await sendOne(p, b);
+      for (const [p, entry] of all) if (entry.b.count > 0) await sendOne(p, entry);
     });
     return sending;
   };
@@ -328,14 +336,14 @@ export async function produce(argv: string[]): Promise<number> {
       send().catch(onLingerFailure);
     }, lingerMs);
   };
-  const builderFor = (key: Uint8Array | null): EntryBatchBuilder => {
+  const builderFor = (key: Uint8Array | null): { b: EntryBatchBuilder; lines: number[] } => {
     const p =
       partition >= 0 || (idempotent === null && (!routed || key === null))
         ? partition
         : partitionForKey(key ?? idBytes, partitionCount);
     let b = builders.get(p);
     if (b === undefined) {
-      b = new EntryBatchBuilder(64 * 1024);
+      b = { b: new EntryBatchBuilder(64 * 1024), lines: [] };
       builders.set(p, b);
     }
     return b;
@@ -358,10 +366,15 @@ export async function produce(argv: string[]): Promise<number> {
     lines++;
     buffered++;
     bufferedBytes += line.length + 16;
-    if (at < 0) builderFor(null).add(null, line);
-    else {
+    if (at < 0) {
+      const to = builderFor(null);
+      to.b.add(null, line);
+      to.lines.push(lines);
+    } else {
       const key = line.subarray(0, at);
-      builderFor(key).add(key, line.subarray(at + separator!.length));
+      const to = builderFor(key);
+      to.b.add(key, line.subarray(at + separator!.length));
+      to.lines.push(lines);
     }
   };
   // SIGINT / SIGTERM: stop reading, send what was read, wait for the acks (`signals.ts`).
@@ -415,6 +428,11 @@ export async function produce(argv: string[]): Promise<number> {
       `es-broker: ${interrupted !== null ? `${interrupted}: stopped reading; ` : ""}${summary()}\n`,
     );
     return 0;
+  } catch (err) {
+    if (!(err instanceof FailedBatch)) throw err;
+    // Batches sent with the failing one may still be stored: their answers decide what was produced.
+    await Promise.allSettled(inFlight);
+    throw produced.explain(err);
   } finally {
     if (linger !== null) clearTimeout(linger);
     signals.dispose();
@@ -431,6 +449,108 @@ export async function produce(argv: string[]): Promise<number> {
     // Deno keeps the process alive for the stdin read that the signal interrupted (destroy() does
     // not cancel it): exit once the exit code is set, if nothing else ends the process first.
     if (interrupted !== null) setTimeout(() => process.exit(), 100).unref?.();
+  }
+}
+
+/** A produce request of `es-broker produce` that failed, with the input lines of its records. */
+class FailedBatch extends Error {
+  constructor(
+    readonly error: unknown,
+    readonly lines: number[],
+  ) {
+    super("a batch failed");
+  }
+}
+
+/** Most ranges of produced lines kept for the failure message (keyed lines scatter over many). */
+const producedRangesMax = 64;
+
+/** Input lines of `es-broker produce` whose batches the broker acknowledged, as merged ranges. */
+class ProducedLines {
+  count = 0;
+  /** Sorted, disjoint, non-adjacent [first, last] line ranges; null once over producedRangesMax. */
+  #ranges: [number, number][] | null = [];
+
+  add(lines: number[]): void {
+    this.count += lines.length;
+    for (const line of lines) {
+      const ranges = this.#ranges;
+      if (ranges === null) return;
+      const last = ranges.at(-1);
+      if (last !== undefined && line === last[1] + 1) last[1] = line;
+      else if (last === undefined || line > last[1]) ranges.push([line, line]);
+      else this.#insert(ranges, line);
+      if (ranges.length > producedRangesMax) this.#ranges = null;
+    }
+  }
+
+  #insert(ranges: [number, number][], line: number): void {
+    let i = ranges.findIndex((r) => r[1] + 1 >= line);
+    const r = ranges[i];
+    if (line >= r[0] - 1 && line <= r[1] + 1) {
+      r[0] = Math.min(r[0], line);
+      r[1] = Math.max(r[1], line);
+      const next = ranges[i + 1];
+      if (next !== undefined && next[0] === r[1] + 1) {
+        r[1] = next[1];
+        ranges.splice(i + 1, 1);
+      }
+      const prev = ranges[i - 1];
+      if (prev !== undefined && prev[1] + 1 === r[0]) {
+        prev[1] = r[1];
+        ranges.splice(i, 1);
+      }
+      return;
+    }
+    if (i < 0) i = ranges.length;
+    ranges.splice(i, 0, [line, line]);
+  }
+
+  /**
+   * The error `es-broker produce` ends with when a batch failed: the broker's error, naming the
+   * input line (the failing record's, or the batch's lines), then what was produced before it.
+   */
+  explain(failed: FailedBatch): Error {
+    const err = failed.error;
+    const lines = failed.lines;
+    const index = err instanceof ClientError ? err.details?.record_index : undefined;
+    const line = typeof index === "number" ? lines[index] : undefined;
+    const span = (a: number, b: number) => (a === b ? `line ${a}` : `lines ${a}–${b}`);
+    // Nothing produced and no line to name (e.g. topic_not_found): the broker's error says it all.
+    if (line === undefined && this.count === 0 && err instanceof Error) return err;
+    const batchSpan = span(lines[0], lines[lines.length - 1]);
+    const were = this.count === 1 ? "was" : "were";
+    let message = err instanceof Error ? err.message : String(err);
+    let where: string;
+    if (line !== undefined) {
+      where = `line ${line} of standard input`;
+      // The broker counts records within its request (this batch) and speaks of that request only.
+      message = message
+        .replace(`record ${index} `, "the line's ")
+        .replace(/; nothing was appended$/, `; nothing of its batch (${batchSpan}) was appended`);
+    } else where = `the batch of ${batchSpan} of standard input`;
+    const uncertain =
+      err instanceof ClientError &&
+      (err.code === ClientErrorCodes.connectionClosed || err.code === ClientErrorCodes.timeout);
+    const ranges = this.#ranges;
+    let before: string;
+    if (this.count === 0) before = "no records were produced";
+    else if (ranges !== null && ranges.length === 1 && ranges[0][0] === 1)
+      before = `${plural(this.count, "record")} (${span(1, ranges[0][1])}) ${were} produced before it, none from line ${ranges[0][1] + 1} on`;
+    else
+      before = `${plural(this.count, "record")} ${were} produced${
+        ranges === null
+          ? ""
+          : ` (${ranges.map(([a, b]) => span(a, b).replace(/^lines? /, "")).join(", ")} of the input)`
+      }, no other lines`;
+    if (uncertain) before += ` (whether its batch was stored is unknown: an answer never came)`;
+    message = `${where}: ${message}; ${before}`;
+    return err instanceof ClientError
+      ? new ClientError(err.code, err.tcp, err.retriable, message, {
+          cause: err,
+          details: err.details,
+        })
+      : new Error(message, { cause: err });
   }
 }
 

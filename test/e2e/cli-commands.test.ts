@@ -125,6 +125,55 @@ describe(`[${target}] es-broker commands`, () => {
     }
   });
 
+  it("produce failing mid-input names the input line and says which lines were produced before it", async () => {
+    const broker = await startBroker(`${fresh()}/data`);
+    running.push(broker);
+    const client = await TcpClient.connect(broker.tcp);
+    onTestFinished(() => void client.close());
+    const schema = {
+      type: "object",
+      properties: { event: { type: "string" } },
+      required: ["event"],
+    };
+    const registered = await fetch(`${broker.httpUrl}/registry/subjects/events-value/versions`, {
+      method: "POST",
+      headers: { "content-type": "application/vnd.schemaregistry.v1+json" },
+      body: JSON.stringify({ schema: JSON.stringify(schema), schemaType: "JSON" }),
+    });
+    expect(registered.status, await registered.text()).toBe(200);
+    await client.createTopic({
+      name: "events",
+      partitions: 1,
+      config: { value_schema_subject: "events-value", schema_format: "json" },
+    });
+    // 1500 lines in batches of 1000: line 1200 (record 199 of the second batch) lacks "event".
+    const lines = Array.from({ length: 1500 }, (_, i) =>
+      i + 1 === 1200 ? '{"other":1}' : `{"event":"e${i + 1}"}`,
+    );
+    const r = await runCli(
+      [
+        "produce",
+        "events",
+        "--broker",
+        `${broker.tcp.host}:${broker.tcp.port}`,
+        "--linger-ms",
+        "60000",
+      ],
+      new TextEncoder().encode(`${lines.join("\n")}\n`),
+    );
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(
+      /^es-broker: invalid_record: line 1200 of standard input: Cannot produce to topic "events": the line's value does not match subject "events-value"/,
+    );
+    expect(r.stderr).toMatch(
+      /; nothing of its batch \(lines 1001–1500\) was appended; 1000 records \(lines 1–1000\) were produced before it, none from line 1001 on\n$/,
+    );
+    expect(r.stderr).not.toMatch(/record 199/);
+    const last = await client.fetch({ topic: "events", partition: 0, offset: 999 });
+    expect(last.highWatermark).toBe(1000);
+    expect(new TextDecoder().decode(last.records[0].value)).toBe('{"event":"e1000"}');
+  });
+
   it("es-broker --help lists every command with a one-line summary and points to each command's --help", async () => {
     const r = await runCli(["--help"]);
     expect(r.code, r.stderr).toBe(0);
