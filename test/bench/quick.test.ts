@@ -221,7 +221,7 @@ describe("benchmark harness, quick run", () => {
 
       // Every target of the issue is evaluated: met or not, or null where it needs a peer figure
       // (quick runs measure peers at fewer points).
-      expect(report.targets).toHaveLength(20);
+      expect(report.targets).toHaveLength(21);
       for (const t of report.targets) {
         if (!/Redis|Durable Streams/.test(t.name)) expect(t.met, t.name).not.toBeNull();
       }
