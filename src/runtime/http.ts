@@ -89,6 +89,7 @@ import {
   logPlaintextClient,
   logTlsClientError,
   peekBeforeTls,
+  type PeerAddress,
   tlsServerOptions,
   type TlsServerMaterial,
 } from "./tls.ts";
@@ -712,10 +713,16 @@ async function serveNode(
   const tlsSockets = new Set<TLSSocket>();
   /** With TLS: connections whose first bytes have not arrived yet (`peekBeforeTls`). */
   const peeking = new Set<Socket>();
+  /** With TLS: the address of each connection handed to the TLS server, read while it was open. */
+  const peers = new WeakMap<Socket, PeerAddress>();
   if (handshakes !== null) {
     const tlsServer = handshakes;
     tlsServer.on("tlsClientError", (error, socket) => {
-      logTlsClientError(options, "http", error, socket);
+      // The TLS socket wraps the one `peekBeforeTls` handed over, and (Node 20) reports no
+      // address of its own once the handshake failed: log the address read at accept time.
+      const underlying = (socket as unknown as { _parent?: unknown })._parent;
+      const peer = underlying === undefined ? undefined : peers.get(underlying as Socket);
+      logTlsClientError(options, "http", error, peer ?? socket);
       // With a listener here, node:tls leaves a timed-out handshake's socket open: close it.
       socket.destroy();
     });
@@ -760,6 +767,7 @@ async function serveNode(
       peekBeforeTls(socket, material.handshakeTimeoutMs, {
         tls: (raw) => {
           peeking.delete(raw);
+          peers.set(raw, { remoteAddress: raw.remoteAddress, remotePort: raw.remotePort });
           tlsServer.emit("connection", raw);
         },
         plainHttp: (raw, first) => {
@@ -767,14 +775,14 @@ async function serveNode(
           logPlaintextClient(options, "http", raw, true);
           answerPlainHttpOnTls(raw, first);
         },
-        silent: (raw) =>
+        silent: (_raw, peer) =>
           logTlsClientError(
             options,
             "http",
             Object.assign(new Error("TLS handshake timeout: the client sent nothing"), {
               code: "ERR_TLS_HANDSHAKE_TIMEOUT",
             }),
-            raw,
+            peer,
           ),
       });
     });

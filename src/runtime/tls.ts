@@ -187,8 +187,17 @@ export interface PeekHandlers {
   tls(socket: net.Socket): void;
   /** The connection's first bytes (`first`) start a plain-HTTP request: answer it in plain text. */
   plainHttp(socket: net.Socket, first: Uint8Array): void;
-  /** The connection sent nothing for `timeoutMs`: it has been destroyed. */
-  silent(socket: net.Socket): void;
+  /**
+   * The connection sent nothing for `timeoutMs`: it has been destroyed. `peer` is its address,
+   * read while it was open (a destroyed socket has none).
+   */
+  silent(socket: net.Socket, peer: PeerAddress): void;
+}
+
+/** A connection's remote address and port, as `node:net` reports them (undefined: unknown). */
+export interface PeerAddress {
+  remoteAddress?: string;
+  remotePort?: number;
 }
 
 /**
@@ -202,6 +211,7 @@ export interface PeekHandlers {
  * to `handlers.silent`. Costs one `data` event per connection; later bytes never pass here.
  */
 export function peekBeforeTls(socket: net.Socket, timeoutMs: number, handlers: PeekHandlers): void {
+  const peer: PeerAddress = { remoteAddress: socket.remoteAddress, remotePort: socket.remotePort };
   const onData = (first: Buffer): void => {
     clearTimeout(timer);
     socket.off("data", onData);
@@ -217,7 +227,7 @@ export function peekBeforeTls(socket: net.Socket, timeoutMs: number, handlers: P
   const timer = setTimeout(() => {
     socket.off("data", onData);
     socket.destroy();
-    handlers.silent(socket);
+    handlers.silent(socket, peer);
   }, timeoutMs);
   // The socket's own close (peer gone, server shutting down) ends the wait; a reset before the
   // first byte is only that close (an unheard "error" would end the process).
