@@ -715,18 +715,33 @@ async function serveNode(
   const peeking = new Set<Socket>();
   /** With TLS: the address of each connection handed to the TLS server, read while it was open. */
   const peers = new WeakMap<Socket, PeerAddress>();
+  /**
+   * With TLS: per connection handed to the TLS server, the timer that closes it when the handshake
+   * timeout (counted from accept, `peekBeforeTls`) passes before the handshake is done; the TLS
+   * server's own timer, started at the hand-over, would give a late first byte a second timeout.
+   */
+  const deadlines = new WeakMap<Socket, ReturnType<typeof setTimeout>>();
+  /** Connections {@link deadlines} closed (their handshake error is not logged again). */
+  const timedOut = new WeakSet<Socket>();
   if (handshakes !== null) {
     const tlsServer = handshakes;
     tlsServer.on("tlsClientError", (error, socket) => {
       // The TLS socket wraps the one `peekBeforeTls` handed over, and (Node 20) reports no
       // address of its own once the handshake failed: log the address read at accept time.
-      const underlying = (socket as unknown as { _parent?: unknown })._parent;
-      const peer = underlying === undefined ? undefined : peers.get(underlying as Socket);
+      const underlying = underlyingSocket(socket);
+      // Closed by the deadline below, already logged: its reset is no second refusal.
+      if (underlying !== undefined && timedOut.has(underlying)) return socket.destroy();
+      const peer = underlying === undefined ? undefined : peers.get(underlying);
       logTlsClientError(options, "http", error, peer ?? socket);
       // With a listener here, node:tls leaves a timed-out handshake's socket open: close it.
       socket.destroy();
     });
     tlsServer.on("secureConnection", (socket) => {
+      const underlying = underlyingSocket(socket);
+      if (underlying !== undefined) {
+        clearTimeout(deadlines.get(underlying));
+        deadlines.delete(underlying);
+      }
       tlsSockets.add(socket);
       socket.once("close", () => tlsSockets.delete(socket));
     });
@@ -765,9 +780,18 @@ async function serveNode(
       peeking.add(socket);
       socket.once("close", () => peeking.delete(socket));
       peekBeforeTls(socket, material.handshakeTimeoutMs, {
-        tls: (raw) => {
+        tls: (raw, remainingMs) => {
           peeking.delete(raw);
-          peers.set(raw, { remoteAddress: raw.remoteAddress, remotePort: raw.remotePort });
+          const peer = { remoteAddress: raw.remoteAddress, remotePort: raw.remotePort };
+          peers.set(raw, peer);
+          const deadline = setTimeout(() => {
+            deadlines.delete(raw);
+            timedOut.add(raw);
+            logTlsClientError(options, "http", handshakeTimeout(), peer);
+            raw.destroy();
+          }, remainingMs);
+          deadlines.set(raw, deadline);
+          raw.once("close", () => clearTimeout(deadline));
           tlsServer.emit("connection", raw);
         },
         plainHttp: (raw, first) => {
@@ -776,14 +800,7 @@ async function serveNode(
           answerPlainHttpOnTls(raw, first);
         },
         silent: (_raw, peer) =>
-          logTlsClientError(
-            options,
-            "http",
-            Object.assign(new Error("TLS handshake timeout: the client sent nothing"), {
-              code: "ERR_TLS_HANDSHAKE_TIMEOUT",
-            }),
-            peer,
-          ),
+          logTlsClientError(options, "http", handshakeTimeout("the client sent nothing"), peer),
       });
     });
   }
@@ -938,4 +955,21 @@ function serveDeno(handler: Handler, options: ServeHttpOptions): Started {
       await server.finished;
     },
   };
+}
+
+/** The error a handshake that did not finish in time is logged with (as `node:tls` names it). */
+function handshakeTimeout(detail?: string): Error {
+  return Object.assign(
+    new Error(`TLS handshake timeout${detail === undefined ? "" : `: ${detail}`}`),
+    { code: "ERR_TLS_HANDSHAKE_TIMEOUT" },
+  );
+}
+
+/**
+ * The connection a TLS server's socket wraps: the one `peekBeforeTls` handed over (`_parent`, on
+ * Node and Bun alike; undefined where a runtime has none).
+ */
+function underlyingSocket(socket: TLSSocket): Socket | undefined {
+  const parent = (socket as unknown as { _parent?: unknown })._parent;
+  return typeof parent === "object" && parent !== null ? (parent as Socket) : undefined;
 }

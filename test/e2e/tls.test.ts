@@ -583,6 +583,46 @@ describe(`[${target}] TLS end to end`, () => {
     expect(tlsHandshakeTimeoutMs).toBe(10_000);
   }, 40_000);
 
+  it("the handshake timeout on the HTTPS port counts from the connection, not from its first byte", async () => {
+    const pki = makePki();
+    const timeoutMs = 2000;
+    const { broker } = await tlsBroker(pki, ["--tls-handshake-timeout-ms", String(timeoutMs)]);
+    const httpPort = Number(new URL(broker.httpUrl).port);
+    const hello = [0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4, 0x03, 0x03];
+    // Silent until just before the timeout, then a ClientHello a byte every 100 ms: closed at
+    // the timeout, not a whole timeout after the first byte (attack report F6).
+    const closedMs = await new Promise<number>((resolve, reject) => {
+      const started = Date.now();
+      const socket = net.connect({ host: "127.0.0.1", port: httpPort });
+      let sent = 0;
+      let ticker: ReturnType<typeof setInterval> | undefined;
+      const first = setTimeout(() => {
+        ticker = setInterval(() => {
+          if (!socket.destroyed) socket.write(Uint8Array.of(hello[sent++ % hello.length]));
+        }, 100);
+      }, timeoutMs - 300);
+      socket.on("data", () => {});
+      socket.on("error", () => {});
+      const limit = setTimeout(() => {
+        socket.destroy();
+        reject(new Error(`[${target}] the server kept the connection open ${3 * timeoutMs} ms`));
+      }, 3 * timeoutMs);
+      socket.on("close", () => {
+        clearTimeout(first);
+        clearInterval(ticker);
+        clearTimeout(limit);
+        resolve(Date.now() - started);
+      });
+    });
+    expect(closedMs).toBeGreaterThanOrEqual(timeoutMs - 500);
+    expect(closedMs).toBeLessThan(timeoutMs + 800);
+    await expect
+      .poll(() => broker.stderr(), { timeout: 10_000 })
+      .toMatch(
+        /"event":"tls.handshake_failed","listener":"http","remote":"127\.0\.0\.1:\d+","reason":"ERR_TLS_HANDSHAKE_TIMEOUT"/,
+      );
+  }, 40_000);
+
   it("logs the client's address for a handshake that fails on the HTTPS port, silent or cut short", async () => {
     const pki = makePki();
     const timeoutMs = 1000;
