@@ -195,9 +195,10 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
     const nodeHandler: NodeHandler = (request, env) => {
       if (shutdown.signal.aborted) return shuttingDownResponse();
       const incoming = env.incoming;
-      if (lacksHost(incoming)) {
+      const hostFault = hostRefusal(incoming);
+      if (hostFault !== null) {
         refuseRestOfConnection(incoming);
-        return missingHostResponse();
+        return errorResponse(hostFault);
       }
       return app.fetch(request, {
         shutdownSignal: shutdown.signal,
@@ -217,7 +218,7 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
       fastRoute === undefined
         ? undefined
         : (incoming: IncomingMessage, outgoing: ServerResponse): boolean => {
-            if (shutdown.signal.aborted || lacksHost(incoming)) return false;
+            if (shutdown.signal.aborted || hostRefusal(incoming) !== null) return false;
             const answer = fastRoute({
               method: incoming.method ?? "",
               url: incoming.url ?? "",
@@ -300,7 +301,7 @@ function appendInOrderOf(
 
 /**
  * Connections (their sockets) on which a request was refused before the app with an answer that
- * closes the connection ({@link missingHostResponse}, {@link unparsableRequestResponse}).
+ * closes the connection ({@link hostRefusal}, {@link unparsableRequestResponse}).
  * `node:http` hands over pipelined requests as soon as they are parsed, but writes nothing after
  * an answer with `Connection: close`: a produce pipelined behind the refused request would be
  * appended and never answered (docs/http-api.md, "Malformed requests and pipelining": nothing
@@ -335,23 +336,31 @@ function notServedAfterRefusal(outgoing: ServerResponse): void {
   outgoing.end(body);
 }
 
-/** True for an HTTP/1.1 request without `Host`, which RFC 9112 (3.2) says to answer 400. */
-function lacksHost(incoming: NodeIncoming): boolean {
-  return (
-    incoming.httpVersionMajor === 1 &&
-    incoming.httpVersionMinor >= 1 &&
-    incoming.headers.host === undefined
-  );
-}
-
-/** 400 `invalid_request` for {@link lacksHost}, in the documented shape (node:http's own is bodiless). */
-function missingHostResponse(): Response {
-  return errorResponse(
-    new BrokerError(
+/**
+ * The 400 `invalid_request` (`details.parameter` `Host`) RFC 9112 §3.2 requires for an HTTP/1.1
+ * request without `Host` and for any request with more than one `Host` line (docs/http-api.md
+ * "Malformed requests and pipelining"); null for a request with one. The raw socket's parser
+ * hands both to `node:http`, so this is the one place they are refused.
+ */
+function hostRefusal(incoming: NodeIncoming): BrokerError | null {
+  if (incoming.headers.host === undefined) {
+    if (incoming.httpVersionMajor !== 1 || incoming.httpVersionMinor < 1) return null;
+    return new BrokerError(
       Errors.invalidRequest,
       "Cannot serve the request: an HTTP/1.1 request needs a Host header",
       { parameter: "Host" },
-    ),
+    );
+  }
+  // `node:http` keeps the first Host line and drops the others.
+  const raw = incoming.rawHeaders;
+  let lines = 0;
+  for (let i = 0; i < raw.length; i += 2)
+    if (raw[i].length === 4 && raw[i].toLowerCase() === "host") lines++;
+  if (lines < 2) return null;
+  return new BrokerError(
+    Errors.invalidRequest,
+    `Cannot serve the request: it has ${lines} Host header lines, and a request may have only one (RFC 9112 §3.2)`,
+    { parameter: "Host" },
   );
 }
 
@@ -663,7 +672,7 @@ async function serveNode(
           connectionsCheckingInterval: Math.max(10, Math.floor(options.headersTimeoutMs / 4)),
         };
   if (material === undefined) {
-    // A missing Host is answered by the handler, in the documented shape (lacksHost).
+    // A missing or repeated Host is answered by the handler, in the documented shape (hostRefusal).
     server = createServer({ requireHostHeader: false, ...timeouts }, listener);
     listening = server;
     server.on("clientError", (error: Error & { rawPacket?: Uint8Array }, socket: Socket) => {

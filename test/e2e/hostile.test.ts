@@ -129,6 +129,11 @@ describe(`[${target}] hostile input`, () => {
     const refused = {
       "no Host": (topic: string) =>
         produceRequest(topic, "refused").replace("Host: localhost\r\n", ""),
+      "two Host lines": (topic: string) =>
+        produceRequest(topic, "refused").replace(
+          "Host: localhost\r\n",
+          "Host: localhost\r\nHost: evil.example\r\n",
+        ),
       "OPTIONS *": () => "OPTIONS * HTTP/1.1\r\nHost: localhost\r\n\r\n",
       "a bad absolute URL": (topic: string) =>
         produceRequest(topic, "refused").replace("POST /v1/", "POST http://[::1/v1/"),
@@ -234,6 +239,29 @@ describe(`[${target}] hostile input`, () => {
     expect(read.status).toBe(200);
     expect((await read.arrayBuffer()).byteLength).toBe(0);
   });
+
+  it.skipIf(!parserAnswersInJson)(
+    "refuses a request with two Host lines with 400 naming Host, and appends nothing (RFC 9112 §3.2)",
+    async () => {
+      const broker = await start();
+      const topic = "two-hosts";
+      await createTopic(broker, topic);
+      const twoHosts = (request: string) =>
+        request.replace("Host: localhost\r\n", "Host: localhost\r\nHost: evil.example\r\n");
+      // Whole with a Content-Length (the raw path's shape on Node), and chunked (node:http).
+      const body = JSON.stringify({ records: [{ value: "refused" }] });
+      const chunked = `POST /v1/topics/${topic}/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+      for (const request of [twoHosts(produceRequest(topic, "refused")), twoHosts(chunked)]) {
+        const exchange = await exchangeRaw({ ...hostPort(broker), bytes: request, waitMs: 3_000 });
+        expect(exchange.responses.length, exchange.rest).toBe(1);
+        const error = expectJsonError(exchange.responses[0], 400, "invalid_request");
+        expect(error.message).toContain("2 Host header lines");
+        expect(error.details).toEqual({ parameter: "Host" });
+        expect(exchange.closed).toBe(true);
+      }
+      expect(await highWatermark(broker, topic)).toBe(0);
+    },
+  );
 
   it("refuses a topic config nested 5,000 levels deep with invalid_config naming the field, over HTTP and TCP", async () => {
     const broker = await start();
