@@ -127,6 +127,12 @@ export const Errors = Object.freeze({
    * new role (changed). HTTP adds `WWW-Authenticate` like `unauthenticated`.
    */
   keyRevoked: kind("key_revoked", 33, 401, false),
+  /**
+   * (HTTP only) The request body carries a `Content-Encoding` other than `identity` (gzip, br, …):
+   * the broker decodes no content coding, and storing the coded bytes as records would answer 200
+   * for data it did not understand (details: `header`).
+   */
+  unsupportedMediaType: kind("unsupported_media_type", 34, 415, false),
   // Durable Streams (docs/durable-streams.md); numbered from 40 so other work can take 26… meanwhile.
   /** No Durable Stream at that path (never created, deleted, or expired). */
   streamNotFound: kind("stream_not_found", 40, 404, false),
@@ -235,6 +241,7 @@ export const kafkaErrorCodes: Readonly<Record<string, number>> = Object.freeze({
   request_timeout: 7, // REQUEST_TIMED_OUT
   invalid_record: 87, // INVALID_RECORD: a record its topic's schema refuses
   key_revoked: 58, // SASL_AUTHENTICATION_FAILED: the connection's key was revoked
+  unsupported_media_type: 42, // INVALID_REQUEST: HTTP only (Content-Encoding)
   unauthenticated: 58, // SASL_AUTHENTICATION_FAILED
   forbidden: 29, // TOPIC_AUTHORIZATION_FAILED (group apis: 30 GROUP_AUTHORIZATION_FAILED)
   key_not_found: 42, // INVALID_REQUEST: keys are not managed through Kafka

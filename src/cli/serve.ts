@@ -162,8 +162,8 @@ Options:
   --tls-key FILE              the certificate's private key (PEM, unencrypted); needs --tls-cert
   --tls-client-ca FILE        mutual TLS on every port: require client certificates issued by this
                               CA (PEM)
-  --tls-handshake-timeout-ms MS  close a connection whose TLS handshake has not finished after MS
-                              (default ${tlsHandshakeTimeoutMs})
+  --tls-handshake-timeout-ms MS  close a connection whose TLS handshake has not finished MS after
+                              it was accepted (default ${tlsHandshakeTimeoutMs})
   --stream-long-poll-ms MS    how long a Durable Streams long-poll waits for data (default ${streamLongPollMsDefault})
   --metrics-port PORT         also serve GET /metrics (and /healthz, /readyz) without an API key on
                               127.0.0.1:PORT, for a Prometheus on this host (default: off; GET

@@ -104,7 +104,13 @@ export class RefusalLog {
     state.lastFields = fields;
     const now = this.#clock.nowMs();
     const sinceLastLineMs = now - state.lastLineMs;
-    if (sinceLastLineMs >= this.#intervalMs) return this.#line(kind, state, now);
+    if (sinceLastLineMs >= this.#intervalMs) {
+      // A timer still armed is overdue (the event loop is late, as under a flood): this line
+      // reports what it would have, and a second line must not follow within the interval.
+      state.timer?.cancel();
+      state.timer = null;
+      return this.#line(kind, state, now);
+    }
     state.timer ??= this.#clock.setTimer(this.#intervalMs - sinceLastLineMs, () => {
       state.timer = null;
       if (state.pending > 0) this.#line(kind, state, this.#clock.nowMs());

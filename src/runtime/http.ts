@@ -89,6 +89,7 @@ import {
   logPlaintextClient,
   logTlsClientError,
   peekBeforeTls,
+  type PeerAddress,
   tlsServerOptions,
   type TlsServerMaterial,
 } from "./tls.ts";
@@ -194,9 +195,10 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
     const nodeHandler: NodeHandler = (request, env) => {
       if (shutdown.signal.aborted) return shuttingDownResponse();
       const incoming = env.incoming;
-      if (lacksHost(incoming)) {
+      const hostFault = hostRefusal(incoming);
+      if (hostFault !== null) {
         refuseRestOfConnection(incoming);
-        return missingHostResponse();
+        return errorResponse(hostFault);
       }
       return app.fetch(request, {
         shutdownSignal: shutdown.signal,
@@ -216,7 +218,7 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
       fastRoute === undefined
         ? undefined
         : (incoming: IncomingMessage, outgoing: ServerResponse): boolean => {
-            if (shutdown.signal.aborted || lacksHost(incoming)) return false;
+            if (shutdown.signal.aborted || hostRefusal(incoming) !== null) return false;
             const answer = fastRoute({
               method: incoming.method ?? "",
               url: incoming.url ?? "",
@@ -299,7 +301,7 @@ function appendInOrderOf(
 
 /**
  * Connections (their sockets) on which a request was refused before the app with an answer that
- * closes the connection ({@link missingHostResponse}, {@link unparsableRequestResponse}).
+ * closes the connection ({@link hostRefusal}, {@link unparsableRequestResponse}).
  * `node:http` hands over pipelined requests as soon as they are parsed, but writes nothing after
  * an answer with `Connection: close`: a produce pipelined behind the refused request would be
  * appended and never answered (docs/http-api.md, "Malformed requests and pipelining": nothing
@@ -334,23 +336,31 @@ function notServedAfterRefusal(outgoing: ServerResponse): void {
   outgoing.end(body);
 }
 
-/** True for an HTTP/1.1 request without `Host`, which RFC 9112 (3.2) says to answer 400. */
-function lacksHost(incoming: NodeIncoming): boolean {
-  return (
-    incoming.httpVersionMajor === 1 &&
-    incoming.httpVersionMinor >= 1 &&
-    incoming.headers.host === undefined
-  );
-}
-
-/** 400 `invalid_request` for {@link lacksHost}, in the documented shape (node:http's own is bodiless). */
-function missingHostResponse(): Response {
-  return errorResponse(
-    new BrokerError(
+/**
+ * The 400 `invalid_request` (`details.parameter` `Host`) RFC 9112 §3.2 requires for an HTTP/1.1
+ * request without `Host` and for any request with more than one `Host` line (docs/http-api.md
+ * "Malformed requests and pipelining"); null for a request with one. The raw socket's parser
+ * hands both to `node:http`, so this is the one place they are refused.
+ */
+function hostRefusal(incoming: NodeIncoming): BrokerError | null {
+  if (incoming.headers.host === undefined) {
+    if (incoming.httpVersionMajor !== 1 || incoming.httpVersionMinor < 1) return null;
+    return new BrokerError(
       Errors.invalidRequest,
       "Cannot serve the request: an HTTP/1.1 request needs a Host header",
       { parameter: "Host" },
-    ),
+    );
+  }
+  // `node:http` keeps the first Host line and drops the others.
+  const raw = incoming.rawHeaders;
+  let lines = 0;
+  for (let i = 0; i < raw.length; i += 2)
+    if (raw[i].length === 4 && raw[i].toLowerCase() === "host") lines++;
+  if (lines < 2) return null;
+  return new BrokerError(
+    Errors.invalidRequest,
+    `Cannot serve the request: it has ${lines} Host header lines, and a request may have only one (RFC 9112 §3.2)`,
+    { parameter: "Host" },
   );
 }
 
@@ -662,7 +672,7 @@ async function serveNode(
           connectionsCheckingInterval: Math.max(10, Math.floor(options.headersTimeoutMs / 4)),
         };
   if (material === undefined) {
-    // A missing Host is answered by the handler, in the documented shape (lacksHost).
+    // A missing or repeated Host is answered by the handler, in the documented shape (hostRefusal).
     server = createServer({ requireHostHeader: false, ...timeouts }, listener);
     listening = server;
     server.on("clientError", (error: Error & { rawPacket?: Uint8Array }, socket: Socket) => {
@@ -712,14 +722,35 @@ async function serveNode(
   const tlsSockets = new Set<TLSSocket>();
   /** With TLS: connections whose first bytes have not arrived yet (`peekBeforeTls`). */
   const peeking = new Set<Socket>();
+  /** With TLS: the address of each connection handed to the TLS server, read while it was open. */
+  const peers = new WeakMap<Socket, PeerAddress>();
+  /**
+   * With TLS: per connection handed to the TLS server, the timer that closes it when the handshake
+   * timeout (counted from accept, `peekBeforeTls`) passes before the handshake is done; the TLS
+   * server's own timer, started at the hand-over, would give a late first byte a second timeout.
+   */
+  const deadlines = new WeakMap<Socket, ReturnType<typeof setTimeout>>();
+  /** Connections {@link deadlines} closed (their handshake error is not logged again). */
+  const timedOut = new WeakSet<Socket>();
   if (handshakes !== null) {
     const tlsServer = handshakes;
     tlsServer.on("tlsClientError", (error, socket) => {
-      logTlsClientError(options, "http", error, socket);
+      // The TLS socket wraps the one `peekBeforeTls` handed over, and (Node 20) reports no
+      // address of its own once the handshake failed: log the address read at accept time.
+      const underlying = underlyingSocket(socket);
+      // Closed by the deadline below, already logged: its reset is no second refusal.
+      if (underlying !== undefined && timedOut.has(underlying)) return socket.destroy();
+      const peer = underlying === undefined ? undefined : peers.get(underlying);
+      logTlsClientError(options, "http", error, peer ?? socket);
       // With a listener here, node:tls leaves a timed-out handshake's socket open: close it.
       socket.destroy();
     });
     tlsServer.on("secureConnection", (socket) => {
+      const underlying = underlyingSocket(socket);
+      if (underlying !== undefined) {
+        clearTimeout(deadlines.get(underlying));
+        deadlines.delete(underlying);
+      }
       tlsSockets.add(socket);
       socket.once("close", () => tlsSockets.delete(socket));
     });
@@ -758,8 +789,18 @@ async function serveNode(
       peeking.add(socket);
       socket.once("close", () => peeking.delete(socket));
       peekBeforeTls(socket, material.handshakeTimeoutMs, {
-        tls: (raw) => {
+        tls: (raw, remainingMs) => {
           peeking.delete(raw);
+          const peer = { remoteAddress: raw.remoteAddress, remotePort: raw.remotePort };
+          peers.set(raw, peer);
+          const deadline = setTimeout(() => {
+            deadlines.delete(raw);
+            timedOut.add(raw);
+            logTlsClientError(options, "http", handshakeTimeout(), peer);
+            raw.destroy();
+          }, remainingMs);
+          deadlines.set(raw, deadline);
+          raw.once("close", () => clearTimeout(deadline));
           tlsServer.emit("connection", raw);
         },
         plainHttp: (raw, first) => {
@@ -767,15 +808,8 @@ async function serveNode(
           logPlaintextClient(options, "http", raw, true);
           answerPlainHttpOnTls(raw, first);
         },
-        silent: (raw) =>
-          logTlsClientError(
-            options,
-            "http",
-            Object.assign(new Error("TLS handshake timeout: the client sent nothing"), {
-              code: "ERR_TLS_HANDSHAKE_TIMEOUT",
-            }),
-            raw,
-          ),
+        silent: (_raw, peer) =>
+          logTlsClientError(options, "http", handshakeTimeout("the client sent nothing"), peer),
       });
     });
   }
@@ -930,4 +964,21 @@ function serveDeno(handler: Handler, options: ServeHttpOptions): Started {
       await server.finished;
     },
   };
+}
+
+/** The error a handshake that did not finish in time is logged with (as `node:tls` names it). */
+function handshakeTimeout(detail?: string): Error {
+  return Object.assign(
+    new Error(`TLS handshake timeout${detail === undefined ? "" : `: ${detail}`}`),
+    { code: "ERR_TLS_HANDSHAKE_TIMEOUT" },
+  );
+}
+
+/**
+ * The connection a TLS server's socket wraps: the one `peekBeforeTls` handed over (`_parent`, on
+ * Node and Bun alike; undefined where a runtime has none).
+ */
+function underlyingSocket(socket: TLSSocket): Socket | undefined {
+  const parent = (socket as unknown as { _parent?: unknown })._parent;
+  return typeof parent === "object" && parent !== null ? (parent as Socket) : undefined;
 }

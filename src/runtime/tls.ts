@@ -183,12 +183,25 @@ function refuse(
 
 /** What {@link peekBeforeTls} found a connection's first bytes to be. */
 export interface PeekHandlers {
-  /** The connection's first bytes are not a plain-HTTP request: hand it to the TLS server. */
-  tls(socket: net.Socket): void;
+  /**
+   * The connection's first bytes are not a plain-HTTP request: hand it to the TLS server.
+   * `remainingMs` (≥ 1) is what is left of `timeoutMs` since the connection was accepted: the
+   * handshake timeout covers the wait for the first byte too.
+   */
+  tls(socket: net.Socket, remainingMs: number): void;
   /** The connection's first bytes (`first`) start a plain-HTTP request: answer it in plain text. */
   plainHttp(socket: net.Socket, first: Uint8Array): void;
-  /** The connection sent nothing for `timeoutMs`: it has been destroyed. */
-  silent(socket: net.Socket): void;
+  /**
+   * The connection sent nothing for `timeoutMs`: it has been destroyed. `peer` is its address,
+   * read while it was open (a destroyed socket has none).
+   */
+  silent(socket: net.Socket, peer: PeerAddress): void;
+}
+
+/** A connection's remote address and port, as `node:net` reports them (undefined: unknown). */
+export interface PeerAddress {
+  remoteAddress?: string;
+  remotePort?: number;
 }
 
 /**
@@ -199,9 +212,13 @@ export interface PeekHandlers {
  * after they arrived; a first byte that is an uppercase ASCII letter (an HTTP method) goes to
  * `handlers.plainHttp`; anything else to `handlers.tls` too, which refuses it as plain text. A
  * connection that sends nothing for `timeoutMs` (the handshake timeout) is destroyed and reported
- * to `handlers.silent`. Costs one `data` event per connection; later bytes never pass here.
+ * to `handlers.silent`; `handlers.tls` gets what is left of `timeoutMs` for the handshake (a
+ * client must not gain a second timeout by sending its first byte late). Costs one `data` event
+ * per connection; later bytes never pass here.
  */
 export function peekBeforeTls(socket: net.Socket, timeoutMs: number, handlers: PeekHandlers): void {
+  const peer: PeerAddress = { remoteAddress: socket.remoteAddress, remotePort: socket.remotePort };
+  const startMs = Date.now();
   const onData = (first: Buffer): void => {
     clearTimeout(timer);
     socket.off("data", onData);
@@ -212,12 +229,12 @@ export function peekBeforeTls(socket: net.Socket, timeoutMs: number, handlers: P
       return;
     }
     socket.unshift(first);
-    handlers.tls(socket);
+    handlers.tls(socket, Math.max(1, timeoutMs - (Date.now() - startMs)));
   };
   const timer = setTimeout(() => {
     socket.off("data", onData);
     socket.destroy();
-    handlers.silent(socket);
+    handlers.silent(socket, peer);
   }, timeoutMs);
   // The socket's own close (peer gone, server shutting down) ends the wait; a reset before the
   // first byte is only that close (an unheard "error" would end the process).

@@ -7,6 +7,7 @@
  * the JSON error shape; Deno's parser answers for itself.
  */
 import * as net from "node:net";
+import { gzipSync } from "node:zlib";
 import { afterEach, describe, expect, it } from "vitest";
 import { tempDir } from "../helpers/tmp.ts";
 import { startBroker, target, type BrokerProcess } from "./harness.ts";
@@ -128,6 +129,11 @@ describe(`[${target}] hostile input`, () => {
     const refused = {
       "no Host": (topic: string) =>
         produceRequest(topic, "refused").replace("Host: localhost\r\n", ""),
+      "two Host lines": (topic: string) =>
+        produceRequest(topic, "refused").replace(
+          "Host: localhost\r\n",
+          "Host: localhost\r\nHost: evil.example\r\n",
+        ),
       "OPTIONS *": () => "OPTIONS * HTTP/1.1\r\nHost: localhost\r\n\r\n",
       "a bad absolute URL": (topic: string) =>
         produceRequest(topic, "refused").replace("POST /v1/", "POST http://[::1/v1/"),
@@ -152,6 +158,110 @@ describe(`[${target}] hostile input`, () => {
       }),
     );
   });
+
+  it("refuses a body with a Content-Encoding it does not decode with 415 naming the header, storing nothing, on every produce path and Durable Streams appends", async () => {
+    const broker = await start();
+    const topic = "coded";
+    await createTopic(broker, topic);
+    const gz = gzipSync(Buffer.from("event-1\nevent-2\n"));
+    const head = (method: string, path: string, type: string, coding: string, length: number) =>
+      `${method} ${path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: ${type}\r\nContent-Encoding: ${coding}\r\nContent-Length: ${length}\r\n\r\n`;
+    const json = JSON.stringify({ records: [{ value: "plain" }] });
+    const records = `/v1/topics/${topic}/records`;
+    // Content-Length bodies whole in one read (Node's raw path), a chunked one (node:http), a JSON
+    // body labelled gzip, several codings, and an identity one that is served; pipelined.
+    const bytes = Buffer.concat([
+      Buffer.from(head("POST", records, "application/x-ndjson", "gzip", gz.length)),
+      gz,
+      Buffer.from(head("POST", records, "application/json", "br", json.length) + json),
+      Buffer.from(
+        `POST ${records} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-ndjson\r\nContent-Encoding: GZIP\r\nTransfer-Encoding: chunked\r\n\r\n${gz.length.toString(16)}\r\n`,
+      ),
+      gz,
+      Buffer.from("\r\n0\r\n\r\n"),
+      Buffer.from(
+        head("POST", records, "application/json", "identity, deflate", json.length) + json,
+      ),
+      Buffer.from(
+        head("POST", records, "application/json", "identity", json.length).replace(
+          "\r\n\r\n",
+          "\r\nConnection: close\r\n\r\n",
+        ) + json,
+      ),
+    ]);
+    const exchange = await exchangeRaw({ ...hostPort(broker), bytes, waitMs: 3_000 });
+    const what = `[${target}] ${exchange.responses.map((r) => `${r.status} ${r.body.slice(0, 120)}`).join(" | ")}`;
+    expect(
+      exchange.responses.map((r) => r.status),
+      what,
+    ).toEqual([415, 415, 415, 415, 200]);
+    const codings = ["gzip", "br", "GZIP", "deflate"];
+    exchange.responses.slice(0, 4).forEach((response, i) => {
+      const error = expectJsonError(response, 415, "unsupported_media_type");
+      expect(error.message).toContain(`Content-Encoding "${codings[i]}" is not supported`);
+      expect(error.details).toEqual({ header: "content-encoding" });
+    });
+    expect(await highWatermark(broker, topic), what).toBe(1);
+
+    // A Durable Streams append (and a create with a body) of gzip bytes: 415, nothing stored.
+    const stream = `${broker.httpUrl}/v1/stream/coded/s1`;
+    const octets = { "content-type": "application/octet-stream" };
+    const created = await fetch(stream, {
+      method: "PUT",
+      headers: { ...octets, "content-encoding": "gzip" },
+      body: gz,
+    });
+    expectJsonError(
+      {
+        status: created.status,
+        headers: { "content-type": created.headers.get("content-type") ?? "" },
+        body: await created.text(),
+      },
+      415,
+      "unsupported_media_type",
+    );
+    expect((await fetch(stream, { method: "PUT", headers: octets })).status).toBe(201);
+    const appended = await fetch(stream, {
+      method: "POST",
+      headers: { ...octets, "content-encoding": "gzip" },
+      body: gz,
+    });
+    expectJsonError(
+      {
+        status: appended.status,
+        headers: { "content-type": appended.headers.get("content-type") ?? "" },
+        body: await appended.text(),
+      },
+      415,
+      "unsupported_media_type",
+    );
+    const read = await fetch(`${stream}?offset=-1`);
+    expect(read.status).toBe(200);
+    expect((await read.arrayBuffer()).byteLength).toBe(0);
+  });
+
+  it.skipIf(!parserAnswersInJson)(
+    "refuses a request with two Host lines with 400 naming Host, and appends nothing (RFC 9112 §3.2)",
+    async () => {
+      const broker = await start();
+      const topic = "two-hosts";
+      await createTopic(broker, topic);
+      const twoHosts = (request: string) =>
+        request.replace("Host: localhost\r\n", "Host: localhost\r\nHost: evil.example\r\n");
+      // Whole with a Content-Length (the raw path's shape on Node), and chunked (node:http).
+      const body = JSON.stringify({ records: [{ value: "refused" }] });
+      const chunked = `POST /v1/topics/${topic}/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+      for (const request of [twoHosts(produceRequest(topic, "refused")), twoHosts(chunked)]) {
+        const exchange = await exchangeRaw({ ...hostPort(broker), bytes: request, waitMs: 3_000 });
+        expect(exchange.responses.length, exchange.rest).toBe(1);
+        const error = expectJsonError(exchange.responses[0], 400, "invalid_request");
+        expect(error.message).toContain("2 Host header lines");
+        expect(error.details).toEqual({ parameter: "Host" });
+        expect(exchange.closed).toBe(true);
+      }
+      expect(await highWatermark(broker, topic)).toBe(0);
+    },
+  );
 
   it("refuses a topic config nested 5,000 levels deep with invalid_config naming the field, over HTTP and TCP", async () => {
     const broker = await start();

@@ -71,6 +71,27 @@ function httpsRequest(
   });
 }
 
+/** Connects to `port`, writes `bytes`, waits until the server closes; resolves with the client's own port. */
+function closedFrom(port: number, bytes: Uint8Array, limitMs: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ host: "127.0.0.1", port }, () => {
+      if (bytes.length > 0) socket.write(bytes);
+    });
+    let localPort = 0;
+    socket.on("connect", () => (localPort = socket.localPort ?? 0));
+    socket.on("data", () => {});
+    socket.on("error", () => {});
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`[${target}] the server kept a connection open ${limitMs} ms`));
+    }, limitMs);
+    socket.on("close", () => {
+      clearTimeout(timer);
+      resolve(localPort);
+    });
+  });
+}
+
 /**
  * Resolves once the server closes a connection that sent `bytes`; rejects if it stays open
  * `limitMs` (default 5 s).
@@ -560,6 +581,69 @@ describe(`[${target}] TLS end to end`, () => {
       .poll(() => broker.stderr(), { timeout: 10_000 })
       .toMatch(/"event":"tls.handshake_failed".*(ERR_TLS_HANDSHAKE_TIMEOUT|TLS handshake timeout)/);
     expect(tlsHandshakeTimeoutMs).toBe(10_000);
+  }, 40_000);
+
+  it("the handshake timeout on the HTTPS port counts from the connection, not from its first byte", async () => {
+    const pki = makePki();
+    const timeoutMs = 2000;
+    const { broker } = await tlsBroker(pki, ["--tls-handshake-timeout-ms", String(timeoutMs)]);
+    const httpPort = Number(new URL(broker.httpUrl).port);
+    const hello = [0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4, 0x03, 0x03];
+    // Silent until just before the timeout, then a ClientHello a byte every 100 ms: closed at
+    // the timeout, not a whole timeout after the first byte (attack report F6).
+    const closedMs = await new Promise<number>((resolve, reject) => {
+      const started = Date.now();
+      const socket = net.connect({ host: "127.0.0.1", port: httpPort });
+      let sent = 0;
+      let ticker: ReturnType<typeof setInterval> | undefined;
+      const first = setTimeout(() => {
+        ticker = setInterval(() => {
+          if (!socket.destroyed) socket.write(Uint8Array.of(hello[sent++ % hello.length]));
+        }, 100);
+      }, timeoutMs - 300);
+      socket.on("data", () => {});
+      socket.on("error", () => {});
+      const limit = setTimeout(() => {
+        socket.destroy();
+        reject(new Error(`[${target}] the server kept the connection open ${3 * timeoutMs} ms`));
+      }, 3 * timeoutMs);
+      socket.on("close", () => {
+        clearTimeout(first);
+        clearInterval(ticker);
+        clearTimeout(limit);
+        resolve(Date.now() - started);
+      });
+    });
+    expect(closedMs).toBeGreaterThanOrEqual(timeoutMs - 500);
+    expect(closedMs).toBeLessThan(timeoutMs + 800);
+    await expect
+      .poll(() => broker.stderr(), { timeout: 10_000 })
+      .toMatch(
+        /"event":"tls.handshake_failed","listener":"http","remote":"127\.0\.0\.1:\d+","reason":"ERR_TLS_HANDSHAKE_TIMEOUT"/,
+      );
+  }, 40_000);
+
+  it("logs the client's address for a handshake that fails on the HTTPS port, silent or cut short", async () => {
+    const pki = makePki();
+    const timeoutMs = 1000;
+    const { broker } = await tlsBroker(pki, ["--tls-handshake-timeout-ms", String(timeoutMs)]);
+    const httpPort = Number(new URL(broker.httpUrl).port);
+    const partialHello = new Uint8Array([0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4]);
+    const failures = () =>
+      broker
+        .stderr()
+        .split("\n")
+        .filter(
+          (l) => l.includes('"event":"tls.handshake_failed"') && l.includes('"listener":"http"'),
+        )
+        .map((l) => JSON.parse(l) as { remote: string; refused: number });
+    // Nothing sent (peekBeforeTls' own timeout), then the start of a ClientHello (the TLS
+    // server's): the second line is the refusal log's summary, with the latest refusal's fields.
+    for (const [n, bytes] of [new Uint8Array(0), partialHello].entries()) {
+      const port = await closedFrom(httpPort, bytes, timeoutMs + 5000);
+      await expect.poll(() => failures().length, { timeout: 10_000 }).toBeGreaterThan(n);
+      expect(failures()[n].remote, broker.stderr()).toBe(`127.0.0.1:${port}`);
+    }
   }, 40_000);
 
   it("a TLS client on a plain port is answered in plain text and closed, logged; the CLI names the plain port", async () => {

@@ -93,4 +93,35 @@ describe("RefusalLog", () => {
       "kafka.produce_refused": 0,
     });
   });
+
+  it("writes one line per interval when the event loop is late: a line written at once cancels the armed timer", () => {
+    // `now` runs ahead of the timers (a loop busy under a flood): the timer armed by a refusal
+    // is overdue but has not fired when the next refusal finds the last line 5 s old.
+    const manual = new ManualClock();
+    const base = manual.nowMs();
+    let now = base;
+    const clock = {
+      nowMs: () => now,
+      setTimer: (delayMs: number, fn: () => void) => manual.setTimer(delayMs, fn),
+      afterIo: (fn: () => void) => manual.afterIo(fn),
+      waitForIo: (maxMs: number, fn: () => void) => manual.waitForIo(maxMs, fn),
+    };
+    const logger = new MemoryLogger();
+    const refusals = new RefusalLog({ logger, clock, intervalMs: 5_000 });
+    refusals.refuse("auth.failed"); // line 1, at once
+    manual.advance(1_000);
+    now = base + 1_000;
+    refusals.refuse("auth.failed"); // counted; a timer armed for base + 5 000
+    now = base + 5_300; // the timer is overdue, not yet run
+    refusals.refuse("auth.failed"); // line 2, at once (the last line is 5.3 s old)
+    now = base + 5_350;
+    refusals.refuse("auth.failed"); // counted
+    manual.advance(4_400); // the loop catches up: the old timer's time has passed
+    expect(logger.named("auth.failed").map((l) => l.refused)).toEqual([1, 2]);
+    now = base + 10_400;
+    manual.advance(10_000);
+    const lines = logger.named("auth.failed");
+    expect(lines.map((l) => l.refused)).toEqual([1, 2, 1]);
+    expect(lines.at(-1)).toMatchObject({ refused_total: 4 });
+  });
 });

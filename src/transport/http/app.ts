@@ -339,6 +339,26 @@ async function resolveOffset(
   });
 }
 
+/**
+ * Refuses a request body whose `Content-Encoding` names a coding other than `identity`
+ * (docs/http-api.md "Conventions"): the broker decodes none, and reading gzip bytes as records
+ * would answer 200 for data it did not understand (RFC 9110 §15.5.16: 415).
+ * @param header the header's value (several lines joined with ", ").
+ * @throws BrokerError unsupported_media_type naming the header and its value.
+ */
+function refuseContentEncoding(header: string): void {
+  for (const coding of header.split(",")) {
+    const name = coding.trim().toLowerCase();
+    if (name !== "" && name !== "identity") {
+      throw new BrokerError(
+        Errors.unsupportedMediaType,
+        `Cannot accept the request body: Content-Encoding ${quote(coding.trim())} is not supported (the broker decodes no content coding): send the body uncompressed, without a Content-Encoding header`,
+        { header: "content-encoding" },
+      );
+    }
+  }
+}
+
 /** The media type of the body, lower case, without parameters; "" when there is no Content-Type. */
 function mediaType(c: AppContext): string {
   const header = c.req.header("content-type");
@@ -527,13 +547,16 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   const app: HttpApp = new Hono<{ Bindings: HttpBindings }>();
 
   /**
-   * The first step of every route with a body: refuses a declared size over the cap from the
-   * header alone (the body is not touched), so a 100 MiB upload is refused after its headers; a
+   * The first step of every route with a body: refuses a body under a `Content-Encoding` the
+   * broker does not decode (docs/http-api.md "Conventions"), and a declared size over the cap from
+   * the header alone (the body is not touched), so a 100 MiB upload is refused after its headers; a
    * streamed body is counted by readBody as it arrives. A plain call rather than a middleware:
    * Hono calls a route's only handler directly, without composing a chain per request.
-   * @throws BrokerError request_too_large.
+   * @throws BrokerError unsupported_media_type, request_too_large.
    */
   const limitBody = (c: Context): void => {
+    const coding = c.req.header("content-encoding");
+    if (coding !== undefined) refuseContentEncoding(coding);
     const length = c.req.header("content-length");
     if (
       length !== undefined &&
@@ -867,9 +890,9 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
    * takes only requests it answers exactly as the route below would — `POST
    * /v1/topics/{topic}/records` with a topic of `[A-Za-z0-9._-]` (not `.` or `..`), no query (an
    * NDJSON body may have `?partition=N`), a `Content-Length` within the cap, no
-   * `Transfer-Encoding`, at most one `Content-Type` line, no `Producer-*` header — and leaves every
-   * other request (null) to the router. The authenticating wrapper adds its own conditions
-   * (`auth.ts`). With the whole body at hand (`RawRequest.body`) it decodes it at once, and only
+   * `Transfer-Encoding`, at most one `Content-Type` line, no `Content-Encoding` (the router refuses
+   * it, 415), no `Producer-*` header — and leaves every other request (null) to the router. The
+   * authenticating wrapper adds its own conditions (`auth.ts`). With the whole body at hand (`RawRequest.body`) it decodes it at once, and only
    * the broker's promise stands between the request and its answer.
    */
   const fastRoute = (
@@ -905,6 +928,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       Number(length) > maxRequestBytes ||
       request.header("transfer-encoding") !== undefined ||
       request.headerLines("content-type") > 1 ||
+      request.header("content-encoding") !== undefined ||
       request.header("producer-id") !== undefined ||
       request.header("producer-epoch") !== undefined ||
       request.header("producer-seq") !== undefined

@@ -660,7 +660,7 @@ const statusText: Record<number, string> = {
   408: "The request did not arrive whole in time (request_timeout; Node and Bun).",
   409: "Conflict with the state (topic_exists, key_exists, stale_generation, not_partition_owner, unknown_member, sequence errors).",
   413: "Body over --max-request-bytes (request_too_large) or a record over the record limit (record_too_large).",
-  415: "Unsupported media type.",
+  415: "Unsupported media type: a body with a Content-Encoding other than identity (unsupported_media_type); in the registry, a Content-Type it does not take.",
   422: "A record does not match its topic's schema (invalid_record); in the registry, an invalid schema, version or level.",
   410: "The stream expired or was deleted (stream_gone).",
   416: "Offset below the log start offset or above the high watermark (offset_out_of_range).",
@@ -679,7 +679,7 @@ const errorResponse = (status: number): Schema => ({
 /** Statuses every request may get: the parser's, authentication's, recovery's and shutdown's. */
 const anyRequest = [400, 401, 403, 408, 431, 503];
 /** Statuses a request with a body may also get. */
-const withBody = [413];
+const withBody = [413, 415];
 
 interface OperationSpec {
   operationId: string;
