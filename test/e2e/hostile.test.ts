@@ -165,31 +165,37 @@ describe(`[${target}] hostile input`, () => {
     await createTopic(broker, topic);
     const gz = gzipSync(Buffer.from("event-1\nevent-2\n"));
     const head = (method: string, path: string, type: string, coding: string, length: number) =>
-      `${method} ${path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: ${type}\r\nContent-Encoding: ${coding}\r\nContent-Length: ${length}\r\n\r\n`;
+      `${method} ${path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: ${type}\r\nContent-Encoding: ${coding}\r\nContent-Length: ${length}\r\nConnection: close\r\n\r\n`;
     const json = JSON.stringify({ records: [{ value: "plain" }] });
     const records = `/v1/topics/${topic}/records`;
     // Content-Length bodies whole in one read (Node's raw path), a chunked one (node:http), a JSON
-    // body labelled gzip, several codings, and an identity one that is served; pipelined.
-    const bytes = Buffer.concat([
-      Buffer.from(head("POST", records, "application/x-ndjson", "gzip", gz.length)),
-      gz,
+    // body labelled gzip, several codings, and an identity one that is served. One connection
+    // each: Deno's server closes a connection after answering a request whose body it did not
+    // read, so requests pipelined behind a refused chunked one would go unanswered there.
+    const requests = [
+      Buffer.concat([
+        Buffer.from(head("POST", records, "application/x-ndjson", "gzip", gz.length)),
+        gz,
+      ]),
       Buffer.from(head("POST", records, "application/json", "br", json.length) + json),
-      Buffer.from(
-        `POST ${records} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-ndjson\r\nContent-Encoding: GZIP\r\nTransfer-Encoding: chunked\r\n\r\n${gz.length.toString(16)}\r\n`,
-      ),
-      gz,
-      Buffer.from("\r\n0\r\n\r\n"),
+      Buffer.concat([
+        Buffer.from(
+          `POST ${records} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-ndjson\r\nContent-Encoding: GZIP\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${gz.length.toString(16)}\r\n`,
+        ),
+        gz,
+        Buffer.from("\r\n0\r\n\r\n"),
+      ]),
       Buffer.from(
         head("POST", records, "application/json", "identity, deflate", json.length) + json,
       ),
-      Buffer.from(
-        head("POST", records, "application/json", "identity", json.length).replace(
-          "\r\n\r\n",
-          "\r\nConnection: close\r\n\r\n",
-        ) + json,
-      ),
-    ]);
-    const exchange = await exchangeRaw({ ...hostPort(broker), bytes, waitMs: 3_000 });
+      Buffer.from(head("POST", records, "application/json", "identity", json.length) + json),
+    ];
+    const responses: RawResponse[] = [];
+    for (const bytes of requests) {
+      const exchange = await exchangeRaw({ ...hostPort(broker), bytes, waitMs: 3_000 });
+      responses.push(...exchange.responses);
+    }
+    const exchange = { responses };
     const what = `[${target}] ${exchange.responses.map((r) => `${r.status} ${r.body.slice(0, 120)}`).join(" | ")}`;
     expect(
       exchange.responses.map((r) => r.status),

@@ -619,7 +619,11 @@ describe(`[${target}] TLS end to end`, () => {
     await expect
       .poll(() => broker.stderr(), { timeout: 10_000 })
       .toMatch(
-        /"event":"tls.handshake_failed","listener":"http","remote":"127\.0\.0\.1:\d+","reason":"ERR_TLS_HANDSHAKE_TIMEOUT"/,
+        // Deno's HTTPS server accepts its connections itself (docs/security.md): its timeout
+        // line has its own reason, and its sockets report no peer address there.
+        target === "deno"
+          ? /"event":"tls.handshake_failed","listener":"http","remote":"[^"]+","reason":"TLS handshake timeout"/
+          : /"event":"tls.handshake_failed","listener":"http","remote":"127\.0\.0\.1:\d+","reason":"ERR_TLS_HANDSHAKE_TIMEOUT"/,
       );
   }, 40_000);
 
@@ -642,7 +646,11 @@ describe(`[${target}] TLS end to end`, () => {
     for (const [n, bytes] of [new Uint8Array(0), partialHello].entries()) {
       const port = await closedFrom(httpPort, bytes, timeoutMs + 5000);
       await expect.poll(() => failures().length, { timeout: 10_000 }).toBeGreaterThan(n);
-      expect(failures()[n].remote, broker.stderr()).toBe(`127.0.0.1:${port}`);
+      // On Deno the HTTPS server accepts its connections itself and its TLS sockets report no
+      // peer address (docs/security.md): the failure is logged, without the address.
+      expect(failures()[n].remote, broker.stderr()).toBe(
+        target === "deno" ? "?:?" : `127.0.0.1:${port}`,
+      );
     }
   }, 40_000);
 
