@@ -222,6 +222,11 @@ export class IdempotentProducer {
     return this.#partitions.get(topicPartitionKey(topic, partition))?.nextSequence ?? 0;
   }
 
+  /** The connection a batch of `topic`/`partition` goes to: the partition's leader in cluster mode. */
+  #clientFor(topic: string, partition: number): Promise<TcpClient> {
+    return this.#router === undefined ? this.#clientNow() : this.#router.leader(topic, partition);
+  }
+
   async #clientNow(): Promise<TcpClient> {
     if (this.#closed) throw ClientError.connectionClosed("Cannot send: the producer is closed");
     if (this.#client !== null && !this.#client.closed) return this.#client;
@@ -379,10 +384,7 @@ export class IdempotentProducer {
     let retrying = false;
     try {
       try {
-        const client =
-          this.#router === undefined
-            ? await this.#clientNow()
-            : await this.#router.leader(topic, partition);
+        const client = await this.#clientFor(topic, partition);
         tries++;
         const answer = client.produceIdempotent(topic, batch, {
           partition,
@@ -472,10 +474,7 @@ export class IdempotentProducer {
     for (let attempt = 0; ; attempt++) {
       if (outcome === null) {
         try {
-          const client =
-            this.#router === undefined
-              ? await this.#clientNow()
-              : await this.#router.leader(topic, partition);
+          const client = await this.#clientFor(topic, partition);
           tries++;
           outcome = {
             result: await client.produceIdempotent(topic, batch, {
