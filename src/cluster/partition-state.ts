@@ -18,7 +18,10 @@
  * Why `elr` and `committed_offset` (field failures #27c, KIP-966): a record is acknowledged only
  * when every ISR member has fsynced it and the ISR has at least `min_insync_replicas` members. So
  * while the ISR is below that size nothing new is committed, and a replica that left the ISR at
- * that time still holds every committed record: it stays eligible to lead. And a replica whose
+ * that time still holds every committed record: it stays eligible to lead. Once the ISR is back
+ * at `min_insync_replicas` members, records are committed again without the ELR members, so
+ * every state with an ISR that large has an empty ELR (a stale member elected later would make
+ * the others truncate acknowledged records: the Jepsen run of 2026-12-02). And a replica whose
  * log ends below `committed_offset` (its disk lost fsynced data, or it is simply behind) must never
  * lead, or followers would truncate committed records away: the partition stays offline instead.
  *
@@ -72,13 +75,27 @@ export interface ReplicaView {
 /** The leader to use while a partition has none. */
 export const noLeader = -1;
 
+/**
+ * The ELR to store beside `isr`: `elr` in replica order, or empty once `isr` has at least
+ * `min_insync_replicas` members (records are committed without the ELR from then on).
+ */
+function elrBeside(
+  state: PartitionState,
+  isr: readonly number[],
+  elr: readonly number[],
+): number[] {
+  if (isr.length >= state.min_insync_replicas) return [];
+  return state.replicas.filter((id) => elr.includes(id) && !isr.includes(id));
+}
+
 function isNodeId(n: unknown): n is number {
   return Number.isSafeInteger(n) && (n as number) >= 0;
 }
 
 /**
  * Returns the reasons `state` is not a valid partition state, empty when it is. Invariants: the
- * ISR and ELR are disjoint subsets of the replicas without duplicates; the leader, when there is
+ * ISR and ELR are disjoint subsets of the replicas without duplicates; the ELR is empty while the
+ * ISR has at least `min_insync_replicas` members (module comment); the leader, when there is
  * one, is in the ISR; epochs and offsets are non-negative safe integers.
  */
 export function checkPartitionState(state: PartitionState): string[] {
@@ -103,6 +120,14 @@ export function checkPartitionState(state: PartitionState): string[] {
   }
   if (Array.isArray(isr) && Array.isArray(elr) && isr.some((id) => elr.includes(id))) {
     problems.push("isr and elr overlap");
+  }
+  if (
+    Array.isArray(isr) &&
+    Array.isArray(elr) &&
+    elr.length > 0 &&
+    isr.length >= state.min_insync_replicas
+  ) {
+    problems.push("elr must be empty while the isr has at least min_insync_replicas members");
   }
   if (state.leader !== noLeader) {
     if (!isNodeId(state.leader)) problems.push("leader must be a node id or -1");
@@ -145,6 +170,9 @@ export function parsePartitionState(key: string, text: string): PartitionState {
     committed_offset: s?.committed_offset ?? 0,
     min_insync_replicas: s?.min_insync_replicas,
   };
+  // A state written before the ELR was cleared at min ISR may name stale members: they are not
+  // eligible (module comment), so reading drops them.
+  if (Array.isArray(state.isr) && state.isr.length >= state.min_insync_replicas) state.elr = [];
   const problems = checkPartitionState(state);
   if (problems.length > 0) {
     throw new Error(`Cannot read partition state ${JSON.stringify(key)}: ${problems.join("; ")}`);
@@ -241,7 +269,7 @@ export function controllerUpdate(
     leader_epoch:
       leader === state.leader && !leaderRemoved ? state.leader_epoch : state.leader_epoch + 1,
     isr: state.replicas.filter((id) => isr.includes(id)),
-    elr: state.replicas.filter((id) => elr.includes(id)),
+    elr: elrBeside(state, isr, elr),
   };
   const same =
     next.leader === state.leader &&
@@ -268,13 +296,10 @@ export function shrinkIsr(
     throw new Error("The leader cannot remove itself from the ISR");
   const removed = state.isr.filter((id) => change.remove.includes(id));
   const isr = state.isr.filter((id) => !change.remove.includes(id));
-  const belowMin = isr.length < state.min_insync_replicas;
   return {
     ...state,
     isr,
-    elr: belowMin
-      ? state.replicas.filter((id) => state.elr.includes(id) || removed.includes(id))
-      : state.elr,
+    elr: elrBeside(state, isr, [...state.elr, ...removed]),
     committed_offset: Math.max(state.committed_offset, change.highWatermark),
   };
 }
@@ -282,6 +307,7 @@ export function shrinkIsr(
 /**
  * The leader adds a follower back to the ISR. Allowed only once the follower has fsynced up to
  * the leader's log end offset (field failures #27a/#27b: a stale high watermark is not enough).
+ * An ISR that reaches `min_insync_replicas` members empties the ELR (module comment).
  * @throws Error naming the reason if the follower may not join.
  */
 export function expandIsr(
@@ -304,10 +330,11 @@ export function expandIsr(
       `Node ${change.add} cannot rejoin the ISR: it has fsynced to offset ${change.followerDurableOffset}, the leader's log ends at ${change.leaderLogEndOffset}`,
     );
   }
+  const isr = state.replicas.filter((id) => state.isr.includes(id) || id === change.add);
   return {
     ...state,
-    isr: state.replicas.filter((id) => state.isr.includes(id) || id === change.add),
-    elr: state.elr.filter((id) => id !== change.add),
+    isr,
+    elr: elrBeside(state, isr, state.elr),
     committed_offset: Math.max(state.committed_offset, change.highWatermark),
   };
 }
@@ -337,7 +364,7 @@ export function resignLeadership(
     leader: noLeader,
     leader_epoch: state.leader_epoch + 1,
     isr,
-    elr: state.replicas.filter((id) => elr.includes(id)),
+    elr: elrBeside(state, isr, elr),
   };
 }
 

@@ -41,7 +41,7 @@ describe("partition state: storage form", () => {
     [{ leader: 9 }, /the leader is not in the isr/],
     [{ isr: [1, 1] }, /isr has a duplicate/],
     [{ isr: [1, 4] }, /isr holds a node that is not a replica/],
-    [{ elr: [1] }, /isr and elr overlap/],
+    [{ isr: [1], elr: [1] }, /isr and elr overlap/],
     [{ leader_epoch: -1 }, /leader_epoch must be a non-negative integer/],
     [
       { min_insync_replicas: 4 },
@@ -55,6 +55,14 @@ describe("partition state: storage form", () => {
     expect(() => parsePartitionState("/p/t/0", JSON.stringify(s))).toThrow(
       /^Cannot read partition state "\/p\/t\/0": /,
     );
+  });
+
+  it("an ELR beside an ISR at min ISR is refused when stored, and dropped when read (stale)", () => {
+    const s = { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2], elr: [3] };
+    expect(() => formatPartitionState(s)).toThrow(
+      "elr must be empty while the isr has at least min_insync_replicas members",
+    );
+    expect(parsePartitionState("/p/t/0", JSON.stringify(s))).toEqual({ ...s, elr: [] });
   });
 
   it("refuses text that is not JSON, naming the key", () => {
@@ -185,7 +193,36 @@ describe("partition state: ISR changes", () => {
       leaderLogEndOffset: 120,
       highWatermark: 100,
     });
-    expect(back).toMatchObject({ isr: [1, 2], elr: [3] });
+    // The ISR is at min ISR again: records are committed without node 3, so it is not eligible.
+    expect(back).toMatchObject({ isr: [1, 2], elr: [] });
+  });
+
+  it("a replica left in the ELR is not elected after commits it missed (Jepsen seed 370837591)", () => {
+    // Node 1 leads; node 3 restarts, then node 1 dies: node 2 takes over alone, node 1 eligible
+    // (the ISR is below min ISR), node 3 behind.
+    let s = initialPartitionState([1, 2, 3], 2);
+    s = controllerUpdate(s, { gone: [3], view: views({ 1: [true], 2: [true], 3: [true] }) })!;
+    s = controllerUpdate(s, { gone: [1], view: views({ 2: [true], 3: [true] }) })!;
+    expect(s).toMatchObject({ leader: 2, isr: [2], elr: [1] });
+    // Node 3 catches up and rejoins: records are committed on nodes 2 and 3 from here on.
+    s = expandIsr(s, {
+      leader: 2,
+      add: 3,
+      followerDurableOffset: 26,
+      leaderLogEndOffset: 26,
+      highWatermark: 26,
+    });
+    expect(s).toMatchObject({ isr: [2, 3], elr: [] });
+    // Offsets 26..188 are committed on 2 and 3 with no state write. Node 2 goes, node 3 leads
+    // alone; then every broker restarts, node 1 (log end 183) first.
+    s = controllerUpdate(s, { gone: [2], view: views({ 1: [true, 183], 3: [true, 189] }) })!;
+    expect(s).toMatchObject({ leader: 3, isr: [3], elr: [2] });
+    const next = controllerUpdate(s, {
+      gone: [1, 2, 3],
+      view: views({ 1: [true, 183], 2: [false, 195], 3: [false, 189] }),
+    })!;
+    expect(next.leader).toBe(noLeader);
+    expect(next.elr).toEqual([2, 3]);
   });
 });
 
@@ -237,7 +274,8 @@ describe("partition state: invariants under random failures", () => {
     | { kind: "toggle"; node: number }
     | { kind: "elect"; gone: number }
     | { kind: "shrink"; node: number; hw: number }
-    | { kind: "expand"; node: number };
+    | { kind: "expand"; node: number }
+    | { kind: "commit"; records: number };
   const step: fc.Arbitrary<Step> = fc.oneof(
     fc.record({ kind: fc.constant("toggle" as const), node: fc.integer({ min: 1, max: 3 }) }),
     fc.record({ kind: fc.constant("elect" as const), gone: fc.integer({ min: 0, max: 3 }) }),
@@ -247,9 +285,10 @@ describe("partition state: invariants under random failures", () => {
       hw: fc.integer({ min: 0, max: 50 }),
     }),
     fc.record({ kind: fc.constant("expand" as const), node: fc.integer({ min: 1, max: 3 }) }),
+    fc.record({ kind: fc.constant("commit" as const), records: fc.integer({ min: 1, max: 10 }) }),
   );
 
-  it("the leader is always in the ISR, eligible, and every leader change bumps the epoch", () => {
+  it("the leader is always in the ISR, eligible, holds every committed record, and every leader change bumps the epoch", () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 3 }),
@@ -267,6 +306,9 @@ describe("partition state: invariants under random failures", () => {
             [2, 0],
             [3, 0],
           ]);
+          // Committed records: a live leader with an ISR at min ISR commits on every ISR member,
+          // advancing its high watermark without writing the state (as a real leader does).
+          let committed = 0;
           const view = (id: number): ReplicaView => ({
             alive: alive.get(id) ?? false,
             logEndOffset: logEnd.get(id),
@@ -277,8 +319,16 @@ describe("partition state: invariants under random failures", () => {
             else if (st.kind === "elect") {
               const gone = alive.get(st.gone) === false ? [st.gone] : [];
               s = controllerUpdate(s, { gone, view }) ?? s;
+            } else if (
+              st.kind === "commit" &&
+              s.leader !== noLeader &&
+              alive.get(s.leader) === true &&
+              s.isr.length >= s.min_insync_replicas
+            ) {
+              committed = Math.max(committed, logEnd.get(s.leader) ?? 0) + st.records;
+              for (const id of s.isr) logEnd.set(id, committed);
             } else if (st.kind === "shrink" && s.leader !== noLeader && st.node !== s.leader) {
-              const hw = Math.max(s.committed_offset, st.hw);
+              const hw = Math.max(s.committed_offset, committed, st.hw);
               for (const id of s.isr) logEnd.set(id, Math.max(logEnd.get(id) ?? 0, hw));
               s = shrinkIsr(s, { leader: s.leader, remove: [st.node], highWatermark: hw });
             } else if (st.kind === "expand" && s.leader !== noLeader) {
@@ -299,6 +349,10 @@ describe("partition state: invariants under random failures", () => {
               if (s.leader !== noLeader) {
                 expect([...before.isr, ...before.elr]).toContain(s.leader);
                 expect(logEnd.get(s.leader)).toBeGreaterThanOrEqual(s.committed_offset);
+                expect(
+                  logEnd.get(s.leader),
+                  "the new leader lacks committed records",
+                ).toBeGreaterThanOrEqual(committed);
               }
             }
           }
