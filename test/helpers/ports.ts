@@ -18,6 +18,19 @@ function ephemeralLow(): number {
   return 32768;
 }
 
+/**
+ * Ports the Fetch standard's "bad port" list blocks: `fetch` (undici) refuses them with
+ * `TypeError: fetch failed` (cause "bad port"), so a broker handed one is unreachable over HTTP
+ * from a test (10080 did it to a CI run's cluster.test.ts on 2026-12-02).
+ */
+const fetchBadPorts = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102,
+  103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465,
+  512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993,
+  995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668,
+  6669, 6679, 6697, 10080,
+]);
+
 /** Resolves true if `port` can be listened on at 127.0.0.1 now (the listener is closed again). */
 function canListen(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -34,7 +47,7 @@ function canListen(port: number): Promise<boolean> {
  * on the machine takes its source port from that range, and did take a port handed out from it
  * before the etcd member meant for it bound it (`address already in use`). Each vitest worker
  * (`VITEST_POOL_ID`) draws from its own slice, so test files running side by side never get the
- * same port; the ports of one call are distinct.
+ * same port; the ports of one call are distinct, and none is one `fetch` refuses to reach.
  */
 export async function freePorts(count: number): Promise<number[]> {
   const low = 10_000;
@@ -48,7 +61,8 @@ export async function freePorts(count: number): Promise<number[]> {
   for (let tries = 0; ports.length < count; tries++) {
     if (tries > size) throw new Error(`no ${count} free ports in ${start}..${start + size - 1}`);
     const port = start + Math.floor(Math.random() * size);
-    if (!ports.includes(port) && reserve(port) && (await canListen(port))) ports.push(port);
+    if (fetchBadPorts.has(port) || ports.includes(port)) continue;
+    if (reserve(port) && (await canListen(port))) ports.push(port);
   }
   return ports;
 }
