@@ -13,7 +13,8 @@
  *   fsync overlap the leader's; records that then never become durable here (a failed fsync
  *   cuts them) were never acknowledged, and leader-epoch truncation cuts them from followers.
  * - The high watermark is the smallest durable position in the ISR (the leader's own fsynced end
- *   included: it never passes what this broker's fsync covered) and never goes down while this
+ *   included: it never passes what this broker's fsync covered; a follower whose ISR expansion
+ *   is in flight included too, since etcd's ISR may hold it first) and never goes down while this
  *   broker leads; while the ISR is below `min_insync_replicas` it
  *   does not move (the ELR must hold every committed record). A produce is acknowledged once the high
  *   watermark covers it and the ISR has at least `min_insync_replicas` members
@@ -197,6 +198,12 @@ interface Replica {
   unsubscribeLog: (() => void) | null;
   lagTimer: Timer | null;
   isrChange: Promise<void> | null;
+  /**
+   * A follower whose ISR expansion this leader has sent to etcd and not yet seen the outcome of
+   * (a state applied with a newer mod_revision than `sinceRevision`, or a definite refusal):
+   * etcd's ISR may already hold it, so the high watermark counts it (Kafka's maximal ISR).
+   */
+  joining: { nodeId: number; sinceRevision: number } | null;
   // Follower.
   follower: Follower | null;
   leaderHighWatermark: number;
@@ -333,6 +340,7 @@ export class ReplicaManager implements ReplicationSeam {
           unsubscribeLog: null,
           lagTimer: null,
           isrChange: null,
+          joining: null,
           follower: null,
           leaderHighWatermark: Math.min(state.committed_offset, log.highWatermark),
           fetchedHighWatermark: 0,
@@ -412,6 +420,8 @@ export class ReplicaManager implements ReplicationSeam {
     const changed = role !== r.role || state.leader_epoch !== r.epoch;
     r.state = state;
     r.modRevision = modRevision;
+    // A newer state says whether a pending expansion was written (its ISR is the truth now).
+    if (r.joining !== null && modRevision > r.joining.sinceRevision) r.joining = null;
     if (changed) {
       // Fence first: from here on the write loop refuses produce appends admitted under the old
       // role (`admitWrite`), and the follower loop is gone; then wait for the appends the loop
@@ -866,7 +876,13 @@ export class ReplicaManager implements ReplicationSeam {
     // still hold every committed record (docs/cluster.md "Partition state").
     if (r.role !== "leader" || r.state.isr.length < r.state.min_insync_replicas) return;
     let hw = r.log.highWatermark;
-    for (const id of r.state.isr) {
+    // A follower whose expansion may be in etcd already counts: the controller may elect it from
+    // etcd's ISR before this leader applies the write (docs/cluster.md "Replica fetch").
+    const members =
+      r.joining === null || r.state.isr.includes(r.joining.nodeId)
+        ? r.state.isr
+        : [...r.state.isr, r.joining.nodeId];
+    for (const id of members) {
       if (id === this.#o.nodeId) continue;
       const f = r.followers.get(id);
       if (f === undefined || f.durable < 0) return;
@@ -951,7 +967,10 @@ export class ReplicaManager implements ReplicationSeam {
    * of that node id is read first and must be that incarnation, and the transaction also compares
    * the registration's mod_revision, so a node id that another process registered meanwhile (one
    * this leader's watch has not delivered yet) is never added on its predecessor's fetches
-   * (docs/cluster.md "Replica fetch").
+   * (docs/cluster.md "Replica fetch"). From the decision until the outcome is known (a newer
+   * state applied, or a write that certainly did not happen), the joining follower counts for the
+   * high watermark (`Replica.joining`): etcd's ISR may hold it before this leader's does. An
+   * answer lost on the way is settled by reading the key back, every second until a read answers.
    */
   #changeIsr(
     r: Replica,
@@ -960,6 +979,9 @@ export class ReplicaManager implements ReplicationSeam {
   ): void {
     if (r.isrChange !== null || this.#closed) return;
     const epoch = r.state.leader_epoch;
+    const pending =
+      joining === undefined ? null : { nodeId: joining.nodeId, sinceRevision: r.modRevision };
+    if (pending !== null) r.joining = pending;
     r.isrChange = (async () => {
       const key = `${this.#o.prefix}/partitions/${r.topic}/${r.partition}`;
       const compare: EtcdCompare[] = [
@@ -993,11 +1015,17 @@ export class ReplicaManager implements ReplicationSeam {
       if (next.isr.join() === r.state.isr.join()) return;
       // Taken before the transaction: this broker's own watch may apply the write first.
       const isrBefore = r.state.isr;
-      const result = await this.#o.etcd.txn({
-        compare,
-        success: [{ put: { key, value: formatPartitionState(next) } }],
-        failure: [{ get: { key } }],
-      });
+      let result: Awaited<ReturnType<Etcd["txn"]>>;
+      try {
+        result = await this.#o.etcd.txn({
+          compare,
+          success: [{ put: { key, value: formatPartitionState(next) } }],
+          failure: [{ get: { key } }],
+        });
+      } catch (err) {
+        if (pending !== null) await this.#resolveJoining(r, pending, key);
+        throw err;
+      }
       await r.lock.run(async () => {
         if (result.succeeded) {
           this.#o.logger.log("info", "replication.isr_changed", {
@@ -1026,7 +1054,36 @@ export class ReplicaManager implements ReplicationSeam {
       )
       .finally(() => {
         r.isrChange = null;
+        if (pending === null || r.joining !== pending) return;
+        // The expansion certainly did not happen: the high watermark goes back to the ISR alone.
+        r.joining = null;
+        this.#updateHighWatermark(r);
+        this.#settle(r);
       });
+  }
+
+  /**
+   * After an expansion's answer was lost: reads the partition key until a read answers, and
+   * applies it when newer (which ends `pending`); an unchanged key means the write did not
+   * happen. Ends early once this broker no longer leads under the epoch or closes.
+   */
+  async #resolveJoining(
+    r: Replica,
+    pending: NonNullable<Replica["joining"]>,
+    key: string,
+  ): Promise<void> {
+    while (r.joining === pending && r.role === "leader" && !this.#closed) {
+      try {
+        const kv = await this.#o.etcd.get(key);
+        if (kv !== null && kv.modRevision > r.modRevision)
+          await r.lock.run(() =>
+            this.#apply(r, parsePartitionState(kv.key, kv.value), kv.modRevision),
+          );
+        return;
+      } catch {
+        await new Promise<void>((resolve) => this.#o.clock.setTimer(1000, resolve));
+      }
+    }
   }
 
   /**

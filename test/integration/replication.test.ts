@@ -17,6 +17,7 @@ import {
   initialPartitionState,
   type PartitionState,
 } from "../../src/cluster/partition-state.ts";
+import type { Etcd } from "../../src/cluster/etcd.ts";
 import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { type EtcdCluster, startEtcdCluster } from "../helpers/etcd.ts";
@@ -428,6 +429,67 @@ describe("replication", () => {
     const r = await leader.produce("orders", records(["e"]), { partition: 0 });
     expect(r.spans[0].baseOffset).toBe(3);
     expect(c.node(2).broker.partitionLog("orders", 0).highWatermark).toBe(4);
+  });
+
+  it("a follower whose ISR expansion etcd holds counts for the high watermark before the leader applies it", async () => {
+    // The leader writes an expansion, then applies it locally once etcd's answer is back. In
+    // between, etcd's ISR holds the follower (the controller may elect it) while the leader's own
+    // ISR did not: it acknowledged records the follower never fetched, and a failover to the
+    // follower then truncated them from every replica. The pending member counts at once (Kafka's
+    // "maximal ISR", KIP-497).
+    const gate: { release?: () => void } = {};
+    let caught!: () => void;
+    const expansionWritten = new Promise<void>((r) => (caught = r));
+    const etcd: Etcd = {
+      get: (key) => client.get(key),
+      list: (prefix) => client.list(prefix),
+      put: (key, value, options) => client.put(key, value, options),
+      delete: (key, options) => client.delete(key, options),
+      leaseGrant: (ttl) => client.leaseGrant(ttl),
+      leaseKeepAlive: (id) => client.leaseKeepAlive(id),
+      leaseRevoke: (id) => client.leaseRevoke(id),
+      watch: (request, handlers) => client.watch(request, handlers),
+      status: () => client.status(),
+      close: async () => {},
+      // The answer to the leader's expansion of node 3 is held (etcd applied it).
+      txn: async (request) => {
+        const result = await client.txn(request);
+        const op = request.success[0];
+        const expands =
+          op !== undefined &&
+          "put" in op &&
+          op.put.key.endsWith("/partitions/orders/0") &&
+          (JSON.parse(op.put.value) as PartitionState).isr.includes(3);
+        if (expands && result.succeeded && gate.release === undefined)
+          await new Promise<void>((go) => {
+            gate.release = go;
+            caught();
+          });
+        return result;
+      },
+    };
+    const c = await startReplicatedCluster({ count: 3, etcd, prefix: freshPrefix() });
+    await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2] });
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+    // Node 3 caught up: its expansion is in etcd, the answer not yet back at the leader.
+    await expansionWritten;
+    expect((await c.state("orders")).state.isr).toEqual([1, 2, 3]);
+    await c.stopReplication(3);
+    const x = leader.produce("orders", records(["x"]), { partition: 0 });
+    // Node 2 has fsynced "x"; node 3, in etcd's ISR, has not: "x" must not be acknowledged.
+    await waitFor(
+      () => c.node(2).broker.partitionLog("orders", 0).highWatermark === 3,
+      "node 2 to fsync x",
+    );
+    expect(await stillPending(x, 500)).toBe(true);
+    expect(c.node(3).broker.partitionLog("orders", 0).logEndOffset).toBe(2);
+    gate.release?.();
+    await c.restartReplication(3, "orders");
+    const r = await x;
+    expect(r.spans[0].baseOffset).toBe(2);
+    // At its acknowledgement node 3 holds it too.
+    expect(c.node(3).broker.partitionLog("orders", 0).highWatermark).toBeGreaterThanOrEqual(3);
   });
 
   it("refuses a forged replica fetch and changes neither the ISR nor the high watermark (#27e)", async () => {
