@@ -614,6 +614,21 @@ function continueOnFirstBodyRead(server: Server): void {
 }
 
 /**
+ * Makes `node:http` read an HTTPS connection through its stream (`data` events) rather than
+ * straight from the TLS handle, so a long pipeline is answered in full (docs/http-api.md
+ * "Malformed requests and pipelining"). Straight from the handle, once ~16 KiB of answers wait
+ * to be written Node pauses its parser and stops reading, but the TLS records already decrypted
+ * from the same read still reach the paused parser, which fails with `HPE_PAUSED`: a valid
+ * request was answered 400 and the rest of the pipeline dropped (attack12 F4; a plain
+ * `https.createServer` on Node 20 does the same). Through the stream, a paused socket holds what
+ * was decrypted until the answers drain. A `data` listener is what makes `node:http` let go of
+ * the handle (its `unconsume`); this one only watches.
+ */
+function readThroughStream(socket: TLSSocket): void {
+  socket.on("data", () => {});
+}
+
+/**
  * The `node:http` server (Node, Bun; Deno with TLS). With `options.tls` it serves HTTPS: a
  * `node:https` server, or on Bun (`tlsInFront`) a `node:tls` server handing its connections to the
  * `node:http` server (module comment).
@@ -753,6 +768,7 @@ async function serveNode(
       }
       tlsSockets.add(socket);
       socket.once("close", () => tlsSockets.delete(socket));
+      if (!tlsInFront) readThroughStream(socket);
     });
   }
   let connectionsOpen = 0;

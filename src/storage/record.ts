@@ -54,6 +54,8 @@ export class RecordFormatError extends Error {
   constructor(
     message: string,
     readonly index: number,
+    /** The field is a valid i64 above 2^53 - 1, which the broker does not support (not malformed). */
+    readonly aboveSafeInteger = false,
   ) {
     super(message);
   }
@@ -95,7 +97,7 @@ export function logBytesOf(records: AppendRecords): number {
 
 /**
  * Checks the structure of an entry batch without allocating: every length in bounds, every key
- * and value within `bytes`, nothing left over, `timestamp_ms` ≥ 0 or exactly −1.
+ * and value within `bytes`, nothing left over, `timestamp_ms` ≥ 0 or exactly -1.
  * @returns the number of entries.
  * @throws RecordFormatError naming the record index and the field.
  */
@@ -113,9 +115,18 @@ export function scanEntries(bytes: Uint8Array, options: { maxCount?: number } = 
       );
     }
     const ts = i64At(bytes, pos);
-    if (ts < -1 || !Number.isSafeInteger(ts))
+    if (ts > Number.MAX_SAFE_INTEGER) {
+      // The exact value sent: `ts` is rounded to a double.
+      const sent = (BigInt(i32At(bytes, pos)) << 32n) | BigInt(u32At(bytes, pos + 4));
       throw new RecordFormatError(
-        `record ${count} has timestamp_ms ${ts}: must be ≥ 0, or −1 for the broker's clock`,
+        `record ${count} has timestamp_ms ${sent}: above 2^53 - 1`,
+        count,
+        true,
+      );
+    }
+    if (ts < -1)
+      throw new RecordFormatError(
+        `record ${count} has timestamp_ms ${ts}: must be >= 0, or -1 for the broker's clock`,
         count,
       );
     const keyLen = i32At(bytes, pos + 8);

@@ -329,6 +329,60 @@ describe(`[${target}] TLS end to end`, () => {
     expect(keysPlain.stderr).toContain(`invalid_request: ${message}`);
   });
 
+  it("answers a long HTTPS pipeline in full when it arrives in many small TLS records", async () => {
+    const pki = makePki();
+    const { broker } = await tlsBroker(pki);
+    const httpPort = Number(new URL(broker.httpUrl).port);
+    const requests = 400;
+    const pipeline = Buffer.from(
+      "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(requests),
+      "latin1",
+    );
+    // Node pauses its parser once ~16 KiB of answers wait to be written; the TLS records already
+    // decrypted from the same read then met the paused parser and the request was answered
+    // `400 HPE_PAUSED` (attack12 F4). Many small records per read make that happen every run.
+    const received = await new Promise<string>((resolve, reject) => {
+      const socket = nodeTls.connect({
+        host: "127.0.0.1",
+        port: httpPort,
+        servername: "localhost",
+        ca: pem(pki.ca),
+      });
+      let text = "";
+      const answers = () => text.split("HTTP/1.1 ").length - 1;
+      socket.setEncoding("latin1");
+      socket.on("secureConnect", () => {
+        let seed = 7;
+        for (let at = 0; at < pipeline.length; ) {
+          seed = (seed * 1103515245 + 12345) % 2147483648;
+          const end = Math.min(pipeline.length, at + 1 + (seed % 64));
+          socket.write(pipeline.subarray(at, end));
+          at = end;
+        }
+      });
+      socket.on("data", (d: string) => {
+        text += d;
+        if (answers() >= requests) {
+          socket.destroy();
+          resolve(text);
+        }
+      });
+      socket.on("error", reject);
+      socket.on("close", () => resolve(text));
+      setTimeout(() => {
+        socket.destroy();
+        resolve(text);
+      }, 20_000);
+    });
+    const statuses = received
+      .split("HTTP/1.1 ")
+      .slice(1)
+      .map((a) => a.slice(0, 3));
+    const refused = received.match(/"error":\{[^}]*\}/)?.[0];
+    expect(statuses.length, refused).toBe(requests);
+    expect(new Set(statuses), refused).toEqual(new Set(["200"]));
+  }, 40_000);
+
   it("mutual TLS: a client certificate from the client CA is accepted; none, or one from another CA, is refused on both ports", async () => {
     const pki = makePki();
     const { broker, dataDir } = await tlsBroker(pki, ["--tls-client-ca", pki.ca]);

@@ -479,6 +479,22 @@ describe("HTTP authentication", () => {
     for (const f of d.logger.named("auth.failed")) expect(f.remote).toBe("203.0.113.9:4000");
   });
 
+  it("two Authorization headers, even with the same good key, are 401 saying only one is allowed", async () => {
+    const d = await doors();
+    for (const second of [d.admin, d.consumer]) {
+      const headers = new Headers();
+      headers.append("authorization", `Bearer ${d.admin}`);
+      headers.append("authorization", `Bearer ${second}`);
+      const res = await d.http("/v1/topics", { headers });
+      expect(res.status).toBe(401);
+      const text = await res.text();
+      expect(JSON.parse(text).error.message).toBe(
+        'Cannot authenticate: the request has more than one Authorization header: send exactly one, "Bearer <key>"',
+      );
+      expect(text).not.toContain(d.admin.slice(21));
+    }
+  });
+
   it("403 names the operation and the topic or group; listings show only what the key matches", async () => {
     const d = await doors();
     const res = await d.http("/v1/topics/other/records", {

@@ -401,6 +401,12 @@ describe("createHttpApp: produce JSON", () => {
       "timestamp",
     ],
     [
+      "a timestamp above 2^53 - 1",
+      { value: "x", timestamp: 2 ** 62 },
+      /records\[1\]\.timestamp is above 2\^53 - 1 \(9007199254740991\), the largest/,
+      "timestamp",
+    ],
+    [
       "a fractional timestamp",
       { value: "x", timestamp: 1.5 },
       /records\[1\]\.timestamp/,

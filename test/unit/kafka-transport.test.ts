@@ -142,6 +142,19 @@ describe("Kafka listener", () => {
     expect((await broker.listOffsets({ topic: "t", partition: 1 })).highWatermark).toBe(5);
   });
 
+  it("logs a negative request size as the negative int32 the client sent", async () => {
+    const { connect, logger } = await setup();
+    const s = connect();
+    s.send(Uint8Array.of(0xff, 0xff, 0xff, 0xfb, 0, 18, 0, 0));
+    await settle();
+    expect(s.closed).toBe(true);
+    expect(logger.named("kafka.request_refused")[0]).toMatchObject({
+      reason: "frame size out of range",
+      size: -5,
+      error: "Cannot read request: size -5 is negative",
+    });
+  });
+
   it("survives mutated frames: answers or a closed connection, never a crash, never a partial append", async () => {
     const { connect, broker, logger } = await setup();
     const valid = [

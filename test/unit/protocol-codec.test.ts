@@ -430,6 +430,21 @@ describe("decoders refuse bodies that break the grammar, naming the field", () =
     expect(decodeFetchRequest(exact).offset).toBe(Number.MAX_SAFE_INTEGER);
   });
 
+  it("a produce timestamp_ms above 2^53 - 1 is unsupported, and the message quotes it exactly", () => {
+    const body = requestBody(produceRequestGolden).slice();
+    new DataView(body.buffer, body.byteOffset).setBigUint64(12, 2n ** 62n);
+    const error = protocolError(() => decodeProduceRequest(body));
+    expect(error.kind).toBe(Errors.unsupported);
+    expect(error.field).toBe("entries");
+    expect(error.message).toContain(
+      "record 0 has timestamp_ms 4611686018427387904: above 2^53 - 1",
+    );
+    new DataView(body.buffer, body.byteOffset).setBigInt64(12, -2n);
+    const negative = protocolError(() => decodeProduceRequest(body));
+    expect(negative.kind).toBe(Errors.invalidRequest);
+    expect(negative.message).toContain("record 0 has timestamp_ms -2: must be >= 0, or -1");
+  });
+
   it("a record_count that disagrees with the entries is invalid_request", () => {
     const body = requestBody(produceRequestGolden).slice();
     new DataView(body.buffer).setUint32(8, 2);

@@ -126,7 +126,8 @@ export function readPartitionChoice(r: WireReader): number {
  * Reads `record_count u32 | entries [u8]` to the end of the body: the entries checked with
  * `scanEntries` (at most `produceRecordsMax`), their number equal to `record_count`.
  * @returns the batch, a view of the body.
- * @throws ProtocolError `invalid_request` naming `entries` (with the record) or `record_count`.
+ * @throws ProtocolError `invalid_request` naming `entries` (with the record) or `record_count`;
+ *   `unsupported` for a `timestamp_ms` above 2^53 - 1.
  */
 export function readEntries(r: WireReader): EntryBatch {
   const recordCount = r.u32("record_count");
@@ -136,8 +137,9 @@ export function readEntries(r: WireReader): EntryBatch {
     scanned = scanEntries(entries, { maxCount: produceRecordsMax });
   } catch (error) {
     if (error instanceof RecordFormatError) {
+      // A u64 above 2^53 - 1 is `unsupported`, as everywhere in the protocol (docs/protocol.md).
       throw new ProtocolError(
-        Errors.invalidRequest,
+        error.aboveSafeInteger ? Errors.unsupported : Errors.invalidRequest,
         "entries",
         `Cannot decode ${r.context}: field "entries": ${error.message}`,
       );

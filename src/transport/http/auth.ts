@@ -81,11 +81,20 @@ export const authRealm = "es-broker";
 const authorizationBytesMax = apiKeyTextBytesMax + 32;
 
 /**
- * The key in an `Authorization` header: undefined for no header.
- * @throws AuthenticationError (malformed) for any other scheme, a missing or extra token, or an over-long header.
+ * The key in an `Authorization` header: undefined for no header. `lines` is how many
+ * `Authorization` field lines the request had, where the server can count them (`node:http`);
+ * elsewhere (`Deno.serve`, WHATWG `Headers`) several lines arrive joined with ", ", and a comma,
+ * which no key holds, is taken for more than one.
+ * @throws AuthenticationError (malformed) for more than one header, any other scheme, a missing or
+ *   extra token, or an over-long header.
  */
-export function bearerKey(header: string | null): string | undefined {
+export function bearerKey(header: string | null, lines?: number): string | undefined {
   if (header === null) return undefined;
+  if ((lines ?? (header.includes(",") ? 2 : 1)) > 1)
+    throw new AuthenticationError(
+      "malformed",
+      'Cannot authenticate: the request has more than one Authorization header: send exactly one, "Bearer <key>"',
+    );
   const m =
     header.length <= authorizationBytesMax
       ? /^[Bb][Ee][Aa][Rr][Ee][Rr] +([^\s]+) *$/.exec(header)
@@ -197,7 +206,10 @@ export function createAuthenticatedHttpApp(
       try {
         let key: string | undefined;
         try {
-          key = bearerKey(request.headers.get("authorization"));
+          key = bearerKey(
+            request.headers.get("authorization"),
+            env?.headerLines?.("authorization"),
+          );
         } catch (error) {
           access.logFailure("malformed", remote, "http", null);
           throw error;

@@ -208,6 +208,14 @@ function recordPartition(record: Record<string, unknown>, action: string, index:
 function recordTimestamp(record: Record<string, unknown>, action: string, index: number): number {
   const value = record.timestamp;
   if (value === undefined || value === null) return -1;
+  if (typeof value === "number" && Number.isInteger(value) && value > Number.MAX_SAFE_INTEGER) {
+    // Not quoted: JSON.parse has rounded it, the digits sent are gone.
+    throw invalidRequest(
+      action,
+      `records[${index}].timestamp is above 2^53 - 1 (${Number.MAX_SAFE_INTEGER}), the largest timestamp the broker keeps`,
+      { record: index, field: "timestamp" },
+    );
+  }
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < -1) {
     throw invalidRequest(
       action,

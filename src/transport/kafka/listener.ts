@@ -266,12 +266,18 @@ class KafkaConnection implements FramedConnectionHandler {
     this.#onClosed(this);
   }
 
-  /** `FramedConnectionHandler.onFrameLengthError`: Kafka cannot answer what it cannot frame. */
+  /**
+   * `FramedConnectionHandler.onFrameLengthError`: Kafka cannot answer what it cannot frame. A
+   * Kafka size is a signed int32, so one with the top bit set is logged as the negative number
+   * the client sent, not as the u32 the shared decoder read.
+   */
   onFrameLengthError(error: FrameLengthError): void {
+    const negative = error.length >= 0x8000_0000;
+    const size = negative ? error.length - 0x1_0000_0000 : error.length;
     this.#refuse("frame size out of range", {
-      size: error.length,
+      size,
       max_request_bytes: this.#core.decoder.lengthMax,
-      error: error.message,
+      error: negative ? `Cannot read request: size ${size} is negative` : error.message,
     });
   }
 
