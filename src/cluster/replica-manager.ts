@@ -1063,9 +1063,14 @@ export class ReplicaManager implements ReplicationSeam {
   }
 
   /**
-   * After an expansion's answer was lost: reads the partition key until a read answers, and
-   * applies it when newer (which ends `pending`); an unchanged key means the write did not
-   * happen. Ends early once this broker no longer leads under the epoch or closes.
+   * After an expansion's answer was lost: settles its outcome for good, then applies what etcd
+   * holds (which ends `pending`). A read alone would not do: etcd may still apply the lost write
+   * after an unchanged read, putting the follower in its ISR once the high watermark has stopped
+   * counting it. So this writes the state it knows back unchanged, by compare-and-set on the
+   * revision the lost write compared: if that succeeds, the lost write can never apply (its
+   * compare fails from now on); if it fails, the key changed, and the newer state is read and
+   * applied. Tried every second until etcd answers; ends early once this broker no longer leads
+   * or closes.
    */
   async #resolveJoining(
     r: Replica,
@@ -1074,8 +1079,17 @@ export class ReplicaManager implements ReplicationSeam {
   ): Promise<void> {
     while (r.joining === pending && r.role === "leader" && !this.#closed) {
       try {
-        const kv = await this.#o.etcd.get(key);
-        if (kv !== null && kv.modRevision > r.modRevision)
+        const known = r.state;
+        const result = await this.#o.etcd.txn({
+          compare: [
+            { key, target: "mod_revision", result: "equal", number: pending.sinceRevision },
+          ],
+          success: [{ put: { key, value: formatPartitionState(known) } }],
+          failure: [{ get: { key } }],
+        });
+        const kv = result.reads[0]?.[0];
+        if (result.succeeded) await r.lock.run(() => this.#apply(r, known, result.revision));
+        else if (kv !== undefined && kv.modRevision > r.modRevision)
           await r.lock.run(() =>
             this.#apply(r, parsePartitionState(kv.key, kv.value), kv.modRevision),
           );

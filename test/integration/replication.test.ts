@@ -492,6 +492,73 @@ describe("replication", () => {
     expect(c.node(3).broker.partitionLog("orders", 0).highWatermark).toBeGreaterThanOrEqual(3);
   });
 
+  it("an ISR expansion whose answer was lost can never apply later: the leader fences it in etcd", async () => {
+    // The expansion's answer is lost (the request may still be in etcd's queue). Had the leader
+    // only read the key back, unchanged, and stopped counting the follower, the late write could
+    // still put it in etcd's ISR. The leader writes the state it knows back by compare-and-set
+    // on the same revision, so the late write's compare fails.
+    type TxnRequest = Parameters<Etcd["txn"]>[0];
+    let held: TxnRequest | undefined;
+    let heldCaught!: () => void;
+    const caught = new Promise<void>((r) => (heldCaught = r));
+    const gate: { release?: () => void } = {};
+    let settledAfterLoss!: () => void;
+    const settled = new Promise<void>((r) => (settledAfterLoss = r));
+    const partitionKey = (key: string) => key.endsWith("/partitions/orders/0");
+    const etcd: Etcd = {
+      get: async (key) => {
+        const kv = await client.get(key);
+        if (held !== undefined && partitionKey(key)) settledAfterLoss();
+        return kv;
+      },
+      list: (prefix) => client.list(prefix),
+      put: (key, value, options) => client.put(key, value, options),
+      delete: (key, options) => client.delete(key, options),
+      leaseGrant: (ttl) => client.leaseGrant(ttl),
+      leaseKeepAlive: (id) => client.leaseKeepAlive(id),
+      leaseRevoke: (id) => client.leaseRevoke(id),
+      watch: (request, handlers) => client.watch(request, handlers),
+      status: () => client.status(),
+      close: async () => {},
+      txn: async (request) => {
+        const op = request.success[0];
+        const expands =
+          op !== undefined &&
+          "put" in op &&
+          partitionKey(op.put.key) &&
+          (JSON.parse(op.put.value) as PartitionState).isr.includes(3);
+        if (expands && held === undefined) {
+          held = request;
+          await new Promise<void>((go) => {
+            gate.release = go;
+            heldCaught();
+          });
+          throw new Error("etcd: the answer was lost");
+        }
+        const result = await client.txn(request);
+        if (held !== undefined && request.compare.some((c) => partitionKey(c.key)))
+          settledAfterLoss();
+        return result;
+      },
+    };
+    const c = await startReplicatedCluster({ count: 3, etcd, prefix: freshPrefix() });
+    await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2] });
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+    await caught;
+    // No new expansion from node 3's fetches while the lost one is settled.
+    await c.stopReplication(3);
+    gate.release?.();
+    await settled;
+    // The lost write reaches etcd late: it must not apply.
+    const late = await client.txn(held!);
+    expect(late.succeeded).toBe(false);
+    expect((await c.state("orders")).state.isr).toEqual([1, 2]);
+    // The leader still acknowledges on nodes 1 and 2.
+    const r = await leader.produce("orders", records(["x"]), { partition: 0 });
+    expect(r.spans[0].baseOffset).toBe(2);
+  });
+
   it("refuses a forged replica fetch and changes neither the ISR nor the high watermark (#27e)", async () => {
     const c = await cluster3();
     await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
