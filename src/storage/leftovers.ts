@@ -126,7 +126,7 @@ export const leftovers: Readonly<Record<LeftoverKind, LeftoverRule>> = Object.fr
     check: "warning",
   },
   unsupported_base_offset: {
-    what: "base offset is above 2^53 − 1: unsupported",
+    what: "base offset is above 2^53 - 1: unsupported",
     startup: "a start reports and ignores it",
     check: "warning",
   },

@@ -728,7 +728,7 @@ async function listOffsets(
         if (p.timestamp !== -1 && p.timestamp !== -2)
           throw new BrokerError(
             Errors.invalidRequest,
-            "Cannot list offsets by timestamp: only −1 (latest) and −2 (earliest) are supported",
+            "Cannot list offsets by timestamp: only -1 (latest) and -2 (earliest) are supported",
           );
         const o = await broker.listOffsets({ topic: t.name, partition: p.partition });
         partitions.push({
