@@ -177,7 +177,7 @@ function topicsView(): () => void {
     h("h2", {}, "Create a topic"),
     field("Name", name),
     field("Partitions", partitions),
-    field("Retention (ms, −1 = forever)", retention),
+    field("Retention (ms, -1 = forever)", retention),
     field("Timestamps", timestampType),
     h("button", { attrs: { type: "submit" } }, "Create"),
     created.el,
@@ -227,7 +227,7 @@ function topicView(topicName: string): () => void {
       },
     },
     h("h2", {}, "Change retention"),
-    field("Retention (ms, −1 = forever)", retention),
+    field("Retention (ms, -1 = forever)", retention),
     h("button", { attrs: { type: "submit" } }, "Apply"),
     retentionOutcome.el,
   );

@@ -104,7 +104,7 @@ export class WireReader extends ByteReader {
       throw new ProtocolError(
         Errors.unsupported,
         field,
-        `Cannot decode ${this.context}: field "${field}" is 0x${hi.toString(16).padStart(8, "0")}${lo.toString(16).padStart(8, "0")}, above 2^53 − 1`,
+        `Cannot decode ${this.context}: field "${field}" is 0x${hi.toString(16).padStart(8, "0")}${lo.toString(16).padStart(8, "0")}, above 2^53 - 1`,
       );
     }
     return hi * 0x1_0000_0000 + lo;

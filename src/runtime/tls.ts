@@ -209,13 +209,24 @@ export interface PeerAddress {
  * and hands it on: a TLS client's first record is a handshake record (content type 22, byte
  * 0x16), sent as soon as it connects, so it goes to `handlers.tls` with those bytes put back into
  * the socket (`node:tls` reads what a wrapped socket holds first), one turn of the event loop
- * after they arrived; a first byte that is an uppercase ASCII letter (an HTTP method) goes to
- * `handlers.plainHttp`; anything else to `handlers.tls` too, which refuses it as plain text. A
+ * after they arrived; a first byte that may start a plain-HTTP request ({@link startsPlainHttp})
+ * goes to `handlers.plainHttp`; anything else to `handlers.tls` too, which refuses it as plain text. A
  * connection that sends nothing for `timeoutMs` (the handshake timeout) is destroyed and reported
  * to `handlers.silent`; `handlers.tls` gets what is left of `timeoutMs` for the handshake (a
  * client must not gain a second timeout by sending its first byte late). Costs one `data` event
  * per connection; later bytes never pass here.
  */
+/**
+ * True if `b`, a connection's first byte, may start a plain-HTTP request: an ASCII letter (a
+ * method, also lowercase, which the HTTP parser then refuses), or CR, LF, space or tab (RFC 9112
+ * §2.2 lets a request line follow empty lines; some clients send stray whitespace). A TLS record
+ * starts with 0x14..0x18, an SSLv2 hello with a byte ≥ 0x80: neither is one of these.
+ */
+export function startsPlainHttp(b: number): boolean {
+  const letter = b | 0x20; // ASCII lowercase of a letter
+  return (letter >= 0x61 && letter <= 0x7a) || b === 0x0d || b === 0x0a || b === 0x20 || b === 0x09;
+}
+
 export function peekBeforeTls(socket: net.Socket, timeoutMs: number, handlers: PeekHandlers): void {
   const peer: PeerAddress = { remoteAddress: socket.remoteAddress, remotePort: socket.remotePort };
   const startMs = Date.now();
@@ -223,8 +234,7 @@ export function peekBeforeTls(socket: net.Socket, timeoutMs: number, handlers: P
     clearTimeout(timer);
     socket.off("data", onData);
     socket.pause();
-    const b = first[0];
-    if (b >= 0x41 && b <= 0x5a) {
+    if (startsPlainHttp(first[0])) {
       handlers.plainHttp(socket, first);
       return;
     }

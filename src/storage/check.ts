@@ -150,7 +150,12 @@ export async function checkDataDir(
     cleanStop = readStop;
     report.cleanStopPartitions = readStop.size;
   }
-  if (rootNames.includes("trash")) found(joinPath(dataDir, "trash"), "deleted_topics");
+  // An empty `trash/` is what a delete leaves once it has finished: nothing left to do.
+  if (rootNames.includes("trash")) {
+    const trash = joinPath(dataDir, "trash");
+    const entries = await fs.readdir(trash).catch(() => null);
+    if (entries === null || entries.length > 0) found(trash, "deleted_topics");
+  }
   const topicsDir = joinPath(dataDir, "topics");
   let progress = { partitions: 0, bytes: 0 };
   for (const name of await fs.readdir(topicsDir)) {

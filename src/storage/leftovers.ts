@@ -15,7 +15,7 @@
  * | `unreadable_topic_metadata` | `topic.json` empty, unparseable, or not a topic description | makes the topic unavailable | corrupt |
  * | `not_a_topic`             | an entry of `topics/` whose name is not a topic name (a file, `.x.tmp-1`, `bad name`) | reports and ignores it | warning |
  * | `not_a_group_file`        | an entry of `groups/` that is not `<group>.json`             | reports and ignores it                    | warning  |
- * | `deleted_topics`          | `trash/`: topics being deleted when the broker stopped       | finishes deleting them                    | warning  |
+ * | `deleted_topics`          | `trash/` holding entries: topics being deleted at the stop   | finishes deleting them                    | warning  |
  * | `not_a_segment_file`      | a file in a partition directory that is not a segment's log or index (20 digits) | reports and ignores it | warning |
  * | `unsupported_base_offset` | a segment named above 2^53 − 1 (docs/decisions.md §6)                 | reports and ignores it                    | warning  |
  * | `index_without_log`       | a segment index whose log is missing                         | reports and ignores it                    | warning  |
@@ -126,7 +126,7 @@ export const leftovers: Readonly<Record<LeftoverKind, LeftoverRule>> = Object.fr
     check: "warning",
   },
   unsupported_base_offset: {
-    what: "base offset is above 2^53 − 1: unsupported",
+    what: "base offset is above 2^53 - 1: unsupported",
     startup: "a start reports and ignores it",
     check: "warning",
   },

@@ -671,7 +671,7 @@ export class PartitionLog {
       rejectAll(
         new StorageError(
           "unsupported",
-          `Cannot append to partition "${this.name}": offsets would pass 2^53 − 1`,
+          `Cannot append to partition "${this.name}": offsets would pass 2^53 - 1`,
         ),
       );
       return;

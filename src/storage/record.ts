@@ -131,7 +131,7 @@ export function scanEntries(bytes: Uint8Array, options: { maxCount?: number } = 
       );
     const keyLen = i32At(bytes, pos + 8);
     if (keyLen < -1)
-      throw new RecordFormatError(`record ${count} has key_len ${keyLen}: must be ≥ −1`, count);
+      throw new RecordFormatError(`record ${count} has key_len ${keyLen}: must be ≥ -1`, count);
     const keyBytes = Math.max(keyLen, 0);
     if (keyBytes > recordPayloadBytesMax || pos + 12 + keyBytes + 4 > bytes.length) {
       throw new RecordFormatError(
@@ -201,7 +201,7 @@ export class EntryBatchBuilder {
     }
     if (!Number.isSafeInteger(timestampMs) || timestampMs < -1) {
       throw new RecordFormatError(
-        `record ${this.#count} has timestamp ${timestampMs}: must be an integer ≥ 0, or −1`,
+        `record ${this.#count} has timestamp ${timestampMs}: must be an integer ≥ 0, or -1`,
         this.#count,
       );
     }
@@ -372,7 +372,7 @@ export class RecordCursor extends RecordHeader {
       return this.#fail(DecodeStatus.Incomplete, `record_len ${len} runs past the end of the data`);
     const body = pos + recordLengthPrefixBytes;
     const keyLen = v.getInt32(body + 16);
-    if (keyLen < -1) return this.#fail(DecodeStatus.Invalid, `key_len ${keyLen} is below −1`);
+    if (keyLen < -1) return this.#fail(DecodeStatus.Invalid, `key_len ${keyLen} is below -1`);
     const keyBytes = Math.max(keyLen, 0);
     if (keyBytes > len - recordOverheadBytes)
       return this.#fail(DecodeStatus.Invalid, `key_len ${keyLen} does not fit record_len ${len}`);
@@ -395,7 +395,7 @@ export class RecordCursor extends RecordHeader {
     }
     const offset = readU64(v, body);
     if (offset > offsetMax)
-      return this.#fail(DecodeStatus.Invalid, `offset ${offset} is above 2^53 − 1`);
+      return this.#fail(DecodeStatus.Invalid, `offset ${offset} is above 2^53 - 1`);
     this.parse(v, pos);
     this.reason = "";
     return DecodeStatus.Ok;
@@ -547,7 +547,7 @@ export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs
     const ts = cursor.timestampMs;
     if (ts < -1)
       throw new RecordFormatError(
-        `record ${cursor.index} has timestamp ${ts}: must be ≥ 0, or −1 for the broker's clock`,
+        `record ${cursor.index} has timestamp ${ts}: must be ≥ 0, or -1 for the broker's clock`,
         cursor.index,
       );
     if (ts > nowMs + maxSkewMs) {

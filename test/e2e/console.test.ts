@@ -130,7 +130,7 @@ describe(`[${target}] the web console in headless Chromium`, () => {
     // Create a topic with the form.
     await page.getByLabel("Name", { exact: true }).fill("created-in-console");
     await page.getByLabel("Partitions", { exact: true }).fill("3");
-    await page.getByLabel("Retention (ms, −1 = forever)").fill("3600000");
+    await page.getByLabel("Retention (ms, -1 = forever)").fill("3600000");
     await page.getByLabel("Timestamps").selectOption("log_append_time");
     await page.getByRole("button", { name: "Create" }).click();
     await page.getByText("Created topic created-in-console with 3 partitions").waitFor();
@@ -145,7 +145,7 @@ describe(`[${target}] the web console in headless Chromium`, () => {
     await page.getByRole("link", { name: "orders" }).click();
     await page.getByRole("heading", { name: "Topic orders" }).waitFor();
     await page.getByRole("cell", { name: "fenced" }).count();
-    await page.getByLabel("Retention (ms, −1 = forever)").fill("86400000");
+    await page.getByLabel("Retention (ms, -1 = forever)").fill("86400000");
     await page.getByRole("button", { name: "Apply" }).click();
     await page.getByText("retention_ms is now 86400000").waitFor();
     expect((await api("GET", "/v1/topics/orders")).config.retention_ms).toBe(86_400_000);

@@ -314,6 +314,16 @@ describe(`[${target}] TLS end to end`, () => {
     const hostless = await plainExchange(httpPort, "GET / HTTP/1.0\r\n\r\n");
     expect(hostless).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
     expect(hostless).toContain("this port speaks HTTPS (TLS): use an https:// URL");
+    // A lowercase method, empty lines before the request line (RFC 9112 §2.2), a leading space:
+    // plain HTTP too, answered the same (attack12 F7).
+    for (const start of ["get", "\r\nGET", "\nGET", " GET"]) {
+      const odd = await plainExchange(
+        httpPort,
+        `${start} /healthz HTTP/1.1\r\nHost: 127.0.0.1:${httpPort}\r\n\r\n`,
+      );
+      expect(odd, JSON.stringify(start)).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
+      expect(odd).toContain(message);
+    }
     // A client still sending a body (1 MiB) reads the answer: it is not lost to a reset.
     const posted = await plainHttpRequest(httpPort, 1024 * 1024);
     expect(posted.status).toBe(400);

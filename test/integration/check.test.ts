@@ -76,6 +76,25 @@ describe("checkDataDir (es-broker check)", () => {
     expect(report.topics.map((t) => t.name).sort()).toEqual(["t", "u"]);
   });
 
+  it("passes over the empty trash/ that a finished topic delete leaves, and warns once it holds a topic", async () => {
+    const dir = await dataDir();
+    const b = await LocalBroker.open({
+      fs: new NodeFileSystem(),
+      dataDir: dir,
+      clock: new ManualClock(),
+      logger: silentLogger,
+    });
+    await b.deleteTopic("u");
+    await b.close();
+    expect(readdirSync(`${dir}/trash`)).toEqual([]);
+    const report = await checkDataDir(new NodeFileSystem(), dir);
+    expect(report.leftovers).toEqual([]);
+    expect(report.warnings).toBe(0);
+    mkdirSync(`${dir}/trash/1-1`);
+    const pending = await checkDataDir(new NodeFileSystem(), dir);
+    expect(pending.leftovers.map((l) => l.kind)).toEqual(["deleted_topics"]);
+  });
+
   it("finds a flipped byte in a sealed segment, a torn tail, a bad index and strays, and changes no file", async () => {
     const dir = await dataDir();
     const names = segs(dir);

@@ -200,7 +200,7 @@ export function validateProducerIdentity(producer: ProducerIdentity, count: numb
   if (!Number.isSafeInteger(producer.sequence) || producer.sequence < 0)
     bad("producer sequence", "must be a non-negative integer");
   if (producer.sequence + count - 1 > offsetMax)
-    bad("producer sequence", `${producer.sequence} + ${count} records would pass 2^53 − 1`);
+    bad("producer sequence", `${producer.sequence} + ${count} records would pass 2^53 - 1`);
 }
 
 /** Records of a remembered batch that are stored (fewer than its count if a crash cut it short). */

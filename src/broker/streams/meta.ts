@@ -66,7 +66,7 @@ function fail(field: string, why: string): never {
 
 function position(value: unknown, field: string): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0 || value > offsetMax)
-    fail(field, "must be an integer from 0 to 2^53 − 1");
+    fail(field, "must be an integer from 0 to 2^53 - 1");
   return value;
 }
 

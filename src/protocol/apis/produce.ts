@@ -116,7 +116,7 @@ export function readPartitionChoice(r: WireReader): number {
     throw new ProtocolError(
       Errors.invalidRequest,
       "partition",
-      `Cannot decode ${r.context}: field "partition" is ${partition}, must be ≥ 0 or −1`,
+      `Cannot decode ${r.context}: field "partition" is ${partition}, must be ≥ 0 or -1`,
     );
   }
   return partition;

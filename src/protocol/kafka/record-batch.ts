@@ -214,9 +214,9 @@ function safeI64(
   corrupt: (why: string) => never,
 ): number {
   const hi = view.getInt32(at);
-  if (hi < -0x20_0000 || hi > 0x1f_ffff) corrupt(`${field} is outside ±(2^53 − 1)`);
+  if (hi < -0x20_0000 || hi > 0x1f_ffff) corrupt(`${field} is outside ±(2^53 - 1)`);
   const v = readI64(view, at);
-  if (!Number.isSafeInteger(v)) corrupt(`${field} is outside ±(2^53 − 1)`);
+  if (!Number.isSafeInteger(v)) corrupt(`${field} is outside ±(2^53 - 1)`);
   return v;
 }
 
@@ -279,7 +279,7 @@ class VarintReader {
     }
     const value = (raw & 1n) === 0n ? raw >> 1n : -((raw + 1n) >> 1n);
     if (value > BigInt(Number.MAX_SAFE_INTEGER) || value < -BigInt(Number.MAX_SAFE_INTEGER))
-      this.corrupt(`${name(field, record)} is outside ±(2^53 − 1)`);
+      this.corrupt(`${name(field, record)} is outside ±(2^53 - 1)`);
     return Number(value);
   }
 }

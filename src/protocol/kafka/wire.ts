@@ -75,9 +75,9 @@ export class KafkaReader extends ByteReader {
     const hi = this.view.getInt32(at);
     const lo = this.view.getUint32(at + 4);
     // hi in [−2^21, 2^21) keeps hi·2^32 + lo within ±2^53 exactly.
-    if (hi < -0x20_0000 || hi > 0x1f_ffff) this.fail(field, "is outside ±(2^53 − 1)");
+    if (hi < -0x20_0000 || hi > 0x1f_ffff) this.fail(field, "is outside ±(2^53 - 1)");
     const value = hi * 0x1_0000_0000 + lo;
-    if (!Number.isSafeInteger(value)) this.fail(field, "is outside ±(2^53 − 1)");
+    if (!Number.isSafeInteger(value)) this.fail(field, "is outside ±(2^53 - 1)");
     return value;
   }
 

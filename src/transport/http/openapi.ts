@@ -65,7 +65,7 @@ const array = (items: Schema, description?: string): Schema => ({
 });
 
 const namePattern = "^[A-Za-z0-9._-]+$";
-const offset = int64(0, offsetMax, "An offset (0 … 2^53 − 1).");
+const offset = int64(0, offsetMax, "An offset (0 … 2^53 - 1).");
 const timestamp = int64(0, Number.MAX_SAFE_INTEGER, "Milliseconds since the Unix epoch.");
 
 const keyInfoProperties: Record<string, Schema> = {
@@ -134,11 +134,11 @@ const schemas: Record<string, Schema> = {
         Number.MAX_SAFE_INTEGER,
         "Roll the active segment at this age, in ms.",
       ),
-      retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = keep forever."),
-      retention_bytes: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = no limit."),
+      retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "-1 = keep forever."),
+      retention_bytes: integer(-1, Number.MAX_SAFE_INTEGER, "-1 = no limit."),
       cleanup_policy: { type: "string", enum: ["delete", "compact", "compact,delete"] },
       tombstone_retention_ms: integer(0, Number.MAX_SAFE_INTEGER),
-      cold_retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "−1 = forever."),
+      cold_retention_ms: integer(-1, Number.MAX_SAFE_INTEGER, "-1 = forever."),
       max_timestamp_skew_ms: integer(0, Number.MAX_SAFE_INTEGER),
       timestamp_type: {
         type: "string",
@@ -213,7 +213,7 @@ const schemas: Record<string, Schema> = {
     {
       cluster_id: { type: "string" },
       node_id: integer(0, 2_147_483_647, "The broker that answered."),
-      controller: integer(-1, 2_147_483_647, "The controller's node id, −1 while none."),
+      controller: integer(-1, 2_147_483_647, "The controller's node id, -1 while none."),
       brokers: array(
         {
           type: "object",
@@ -235,7 +235,7 @@ const schemas: Record<string, Schema> = {
             type: "object",
             properties: {
               partition: integer(0, partitionsMax - 1),
-              leader: integer(-1, 2_147_483_647, "−1 while the partition is offline."),
+              leader: integer(-1, 2_147_483_647, "-1 while the partition is offline."),
               leader_epoch: integer(0, Number.MAX_SAFE_INTEGER),
               replicas: array(integer(0, 2_147_483_647)),
               isr: array(integer(0, 2_147_483_647), "In-sync replicas."),
@@ -248,12 +248,12 @@ const schemas: Record<string, Schema> = {
                   durable_offset: integer(
                     -1,
                     Number.MAX_SAFE_INTEGER,
-                    "−1 before its first fetch.",
+                    "-1 before its first fetch.",
                   ),
                   lag: integer(
                     -1,
                     Number.MAX_SAFE_INTEGER,
-                    "Records behind the leader's log end; −1 unknown.",
+                    "Records behind the leader's log end; -1 unknown.",
                   ),
                   caught_up_ms_ago: integer(0, Number.MAX_SAFE_INTEGER),
                 }),
@@ -331,7 +331,7 @@ const schemas: Record<string, Schema> = {
       partition: { oneOf: [integer(0, partitionsMax - 1), { type: "null" }] },
       timestamp: {
         oneOf: [
-          int64(-1, Number.MAX_SAFE_INTEGER, "−1 or absent: the broker's clock."),
+          int64(-1, Number.MAX_SAFE_INTEGER, "-1 or absent: the broker's clock."),
           { type: "null" },
         ],
       },
@@ -438,7 +438,7 @@ const schemas: Record<string, Schema> = {
         partition: integer(0, partitionsMax - 1),
         committed: nullable(offset),
         high_watermark: nullable(offset),
-        lag: nullable(int64(0, offsetMax, "high_watermark − committed")),
+        lag: nullable(int64(0, offsetMax, "high_watermark - committed")),
         owner: { type: ["string", "null"] },
       }),
     ),

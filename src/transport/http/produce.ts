@@ -219,7 +219,7 @@ function recordTimestamp(record: Record<string, unknown>, action: string, index:
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < -1) {
     throw invalidRequest(
       action,
-      `records[${index}].timestamp must be an integer ≥ 0 (ms since the epoch), or −1 for the broker's clock`,
+      `records[${index}].timestamp must be an integer ≥ 0 (ms since the epoch), or -1 for the broker's clock`,
       { record: index, field: "timestamp" },
     );
   }

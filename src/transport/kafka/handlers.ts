@@ -76,7 +76,6 @@ import {
 } from "../../protocol/kafka/sasl.ts";
 import type { KafkaSettings } from "./listener.ts";
 import type { KafkaSession } from "./sasl.ts";
-import { quote } from "../../lib/quote.ts";
 
 /** Kafka error codes the handlers use by name. */
 const K = {
@@ -501,7 +500,7 @@ function produce(
       } catch (error) {
         if (error instanceof RecordBatchError) {
           s.refusals.refuse("kafka.produce_refused", {
-            topic: quote(topic.name),
+            topic: topic.name,
             partition: p.index,
             kafka_code: error.kafkaCode,
             reason: error.message,
@@ -728,7 +727,7 @@ async function listOffsets(
         if (p.timestamp !== -1 && p.timestamp !== -2)
           throw new BrokerError(
             Errors.invalidRequest,
-            "Cannot list offsets by timestamp: only −1 (latest) and −2 (earliest) are supported",
+            "Cannot list offsets by timestamp: only -1 (latest) and -2 (earliest) are supported",
           );
         const o = await broker.listOffsets({ topic: t.name, partition: p.partition });
         partitions.push({
