@@ -492,7 +492,7 @@ describe("replication", () => {
     expect(c.node(3).broker.partitionLog("orders", 0).highWatermark).toBeGreaterThanOrEqual(3);
   });
 
-  it("an expansion whose answer is lost is read back: counted while etcd holds it, dropped when it does not", async () => {
+  it("an expansion whose answer is lost is settled: counted while etcd holds it, dropped when it does not", async () => {
     // `applied`: etcd takes the first expansion and its answer is lost; otherwise no expansion
     // ever reaches etcd (each answer lost on the way there).
     const lossy = (applied: boolean): Etcd => {
@@ -537,7 +537,8 @@ describe("replication", () => {
         () => c.node(1).logger.named("replication.isr_change_failed").length > 0,
         "the expansion's answer to be lost",
       );
-      // The leader settles it by reading the key back, with no state handed to it.
+      // The leader settles it by a compare-and-set of the state as it was, with no state handed
+      // to it.
       await waitFor(
         () => c.node(1).manager.describe()[0].isr.includes(3) === applied,
         "the leader to take what etcd holds",
