@@ -970,7 +970,8 @@ export class ReplicaManager implements ReplicationSeam {
    * (docs/cluster.md "Replica fetch"). From the decision until the outcome is known (a newer
    * state applied, or a write that certainly did not happen), the joining follower counts for the
    * high watermark (`Replica.joining`): etcd's ISR may hold it before this leader's does. An
-   * answer lost on the way is settled by reading the key back, every second until a read answers.
+   * answer lost on the way is settled by a compare-and-set of the state as it was
+   * (`#resolveJoining`).
    */
   #changeIsr(
     r: Replica,
@@ -1063,14 +1064,11 @@ export class ReplicaManager implements ReplicationSeam {
   }
 
   /**
-   * After an expansion's answer was lost: settles its outcome for good, then applies what etcd
-   * holds (which ends `pending`). A read alone would not do: etcd may still apply the lost write
-   * after an unchanged read, putting the follower in its ISR once the high watermark has stopped
-   * counting it. So this writes the state it knows back unchanged, by compare-and-set on the
-   * revision the lost write compared: if that succeeds, the lost write can never apply (its
-   * compare fails from now on); if it fails, the key changed, and the newer state is read and
-   * applied. Tried every second until etcd answers; ends early once this broker no longer leads
-   * or closes.
+   * After an expansion's answer was lost: writes the state as it was, compared on the revision the
+   * expansion compared, until an answer comes. That makes the outcome final even if the expansion
+   * is still on its way inside etcd: either it is there (this write fails and reads it, and it is
+   * applied, which ends `pending`) or it can never apply any more (its compare fails from now on).
+   * Ends early once this broker no longer leads or closes.
    */
   async #resolveJoining(
     r: Replica,
@@ -1078,23 +1076,24 @@ export class ReplicaManager implements ReplicationSeam {
     key: string,
   ): Promise<void> {
     while (r.joining === pending && r.role === "leader" && !this.#closed) {
+      const before = r.state;
       try {
-        const known = r.state;
         const result = await this.#o.etcd.txn({
           compare: [
             { key, target: "mod_revision", result: "equal", number: pending.sinceRevision },
           ],
-          success: [{ put: { key, value: formatPartitionState(known) } }],
+          success: [{ put: { key, value: formatPartitionState(before) } }],
           failure: [{ get: { key } }],
         });
         const kv = result.reads[0]?.[0];
-        if (result.succeeded) await r.lock.run(() => this.#apply(r, known, result.revision));
-        else if (kv !== undefined && kv.modRevision > r.modRevision)
-          await r.lock.run(() =>
-            this.#apply(r, parsePartitionState(kv.key, kv.value), kv.modRevision),
-          );
+        await r.lock.run(async () => {
+          if (result.succeeded) await this.#apply(r, before, result.revision);
+          else if (kv !== undefined)
+            await this.#apply(r, parsePartitionState(kv.key, kv.value), kv.modRevision);
+        });
         return;
       } catch {
+        // Lost again: the next try's compare tells whether this write or the expansion landed.
         await new Promise<void>((resolve) => this.#o.clock.setTimer(1000, resolve));
       }
     }

@@ -559,6 +559,73 @@ describe("replication", () => {
     expect(r.spans[0].baseOffset).toBe(2);
   });
 
+  it("an expansion whose answer is lost is settled: counted while etcd holds it, dropped when it does not", async () => {
+    // `applied`: etcd takes the first expansion and its answer is lost; otherwise no expansion
+    // ever reaches etcd (each answer lost on the way there).
+    const lossy = (applied: boolean): Etcd => {
+      let lost = false;
+      return {
+        get: (key) => client.get(key),
+        list: (prefix) => client.list(prefix),
+        put: (key, value, options) => client.put(key, value, options),
+        delete: (key, options) => client.delete(key, options),
+        leaseGrant: (ttl) => client.leaseGrant(ttl),
+        leaseKeepAlive: (id) => client.leaseKeepAlive(id),
+        leaseRevoke: (id) => client.leaseRevoke(id),
+        watch: (request, handlers) => client.watch(request, handlers),
+        status: () => client.status(),
+        close: async () => {},
+        txn: async (request) => {
+          const op = request.success[0];
+          const expands =
+            op !== undefined &&
+            "put" in op &&
+            op.put.key.endsWith("/partitions/orders/0") &&
+            (JSON.parse(op.put.value) as PartitionState).isr.includes(3);
+          if (!expands || (lost && applied)) return client.txn(request);
+          lost = true;
+          if (applied) await client.txn(request);
+          throw Object.assign(new Error("the connection broke after the request was sent"), {
+            code: "indeterminate",
+          });
+        },
+      };
+    };
+    for (const applied of [true, false]) {
+      const c = await startReplicatedCluster({
+        count: 3,
+        etcd: lossy(applied),
+        prefix: freshPrefix(),
+      });
+      await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2] });
+      const leader = await c.node(1).client();
+      await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+      await waitFor(
+        () => c.node(1).logger.named("replication.isr_change_failed").length > 0,
+        "the expansion's answer to be lost",
+      );
+      // The leader settles it by a compare-and-set of the state as it was, with no state handed
+      // to it.
+      await waitFor(
+        () => c.node(1).manager.describe()[0].isr.includes(3) === applied,
+        "the leader to take what etcd holds",
+      );
+      await c.stopReplication(3);
+      const x = leader.produce("orders", records(["x"]), { partition: 0 });
+      if (applied) {
+        // etcd's ISR holds node 3, which lacks "x": not acknowledged until it has it.
+        expect(await stillPending(x, 500)).toBe(true);
+        await c.restartReplication(3, "orders");
+        await x;
+        expect(c.node(3).broker.partitionLog("orders", 0).highWatermark).toBeGreaterThanOrEqual(3);
+      } else {
+        // The write never happened: node 3 holds no acknowledgement back.
+        expect((await c.state("orders")).state.isr).toEqual([1, 2]);
+        expect((await x).spans[0].baseOffset).toBe(2);
+      }
+    }
+  });
+
   it("refuses a forged replica fetch and changes neither the ISR nor the high watermark (#27e)", async () => {
     const c = await cluster3();
     await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
