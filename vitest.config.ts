@@ -96,7 +96,12 @@ export default defineConfig({
             // `nodeOnlyE2eFiles`): left out rather than skipped, so a run's skipped count means
             // only what a suite skips itself.
             exclude: [...configDefaults.exclude, ...nodeOnlyE2eFiles(target.name), ...exclude],
-            globalSetup: ["test/e2e/global-setup.ts", "test/e2e/kafka-tools.ts"],
+            globalSetup: [
+              "test/e2e/global-setup.ts",
+              "test/e2e/kafka-tools.ts",
+              // Compiles the OpenAPI validators openapi-setup.ts checks every answer with.
+              "test/e2e/openapi-validators.ts",
+            ],
             setupFiles: ["test/e2e/openapi-setup.ts"],
             env: { ES_BROKER_TARGET: target.name, ES_BROKER_CMD: JSON.stringify(target.command) },
           },

@@ -1,15 +1,17 @@
 /**
  * Setup file of every end-to-end project: each answer `fetch` gets from a broker this test process
  * started (`brokerOrigins` of harness.ts) is checked against the OpenAPI document
- * (test/helpers/openapi.ts) — status listed for the operation, content type, JSON body valid in
+ * (test/helpers/openapi.ts, with the validators openapi-validators.ts compiled) — status listed for the operation, content type, JSON body valid in
  * ajv's strict mode — and a test that received an answer the document does not describe fails,
  * naming it. Event streams are checked by status and content type only (their body never ends).
  */
-import { afterEach, expect } from "vitest";
-import { ResponseChecker } from "../helpers/openapi.ts";
+import { afterEach, expect, inject } from "vitest";
+import { standaloneChecker } from "../helpers/openapi-answers.ts";
 import { brokerOrigins } from "./harness.ts";
 
-const checker = new ResponseChecker();
+// Compiled once per run by the global setup openapi-validators.ts: importing the document and
+// ajv and compiling its schemas in every file cost about a CPU-second per file.
+const checker = standaloneChecker(inject("openapiCheckerCode"));
 const pending: Promise<void>[] = [];
 const mismatches: string[] = [];
 const realFetch = globalThis.fetch;

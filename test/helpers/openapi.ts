@@ -3,23 +3,29 @@
  * strict mode (JSON Schema 2020-12, as OpenAPI 3.1 uses): the operation the method and path name,
  * the status listed for it, the content type listed for that status, and a JSON body valid
  * against its schema. An answer to a path the document does not name must be an error in the
- * document's one error shape.
+ * document's one error shape. The check itself is openapi-answers.ts; this module gives it the
+ * document and ajv, compiling each schema when first needed ({@link ResponseChecker}) or all of
+ * them at once into standalone code ({@link standaloneCheckerCode}).
  */
+import { _, type ValidateFunction } from "ajv";
 import { Ajv2020 } from "ajv/dist/2020.js";
-import type { ValidateFunction } from "ajv";
+import ajvStandalone from "ajv/dist/standalone/index.js";
 import { openApiDocument } from "../../src/transport/http/openapi.ts";
 import { registryMediaType } from "../../src/transport/http/registry/routes.ts";
+import {
+  AnswerChecker,
+  type DocumentedOperation,
+  type DocumentPaths,
+  errorSchemaRef,
+  type Json,
+  operationsOf,
+  registryErrorSchemaRef,
+} from "./openapi-answers.ts";
 
-type Json = unknown;
-type Operation = {
-  operationId: string;
-  responses: Record<string, { content?: Record<string, { schema: Json }> }>;
-  parameters?: { name: string; in: string; required?: boolean; schema: Json }[];
-  requestBody?: { required?: boolean; content: Record<string, { schema: Json }> };
-};
+export type { DocumentedOperation } from "./openapi-answers.ts";
 
 const doc = openApiDocument as unknown as {
-  paths: Record<string, Record<string, Operation>>;
+  paths: DocumentPaths;
   components: { schemas: Record<string, Json> };
 };
 
@@ -36,33 +42,32 @@ function rewriteRefs(value: Json): Json {
   return out;
 }
 
-/** An ajv instance in strict mode knowing the document's schemas and formats. */
-export function documentAjv(): Ajv2020 {
-  const ajv = new Ajv2020({ strict: true, allErrors: true, allowUnionTypes: true });
+/**
+ * An ajv instance in strict mode knowing the document's schemas and formats. With `standalone`,
+ * it also keeps each compiled validator's source for {@link standaloneCheckerCode}.
+ */
+export function documentAjv(standalone = false): Ajv2020 {
+  const ajv = new Ajv2020({
+    strict: true,
+    allErrors: true,
+    allowUnionTypes: true,
+    // The standalone code names the formats by this expression (a function is not source).
+    ...(standalone
+      ? {
+          code: {
+            source: true,
+            formats: _`{ int64: { type: "number", validate: Number.isSafeInteger } }`,
+          },
+        }
+      : {}),
+  });
   ajv.addFormat("int64", { type: "number", validate: (n: number) => Number.isSafeInteger(n) });
   ajv.addSchema({ $id: "openapi", $defs: rewriteRefs(doc.components.schemas) as object });
   return ajv;
 }
 
-/** One documented operation and its path template. */
-export interface DocumentedOperation {
-  method: string;
-  template: string;
-  operation: Operation;
-  match: RegExp;
-}
-
 /** Every operation of the document. */
-export const documentedOperations: DocumentedOperation[] = Object.entries(doc.paths).flatMap(
-  ([template, methods]) =>
-    Object.entries(methods).map(([method, operation]) => ({
-      method: method.toUpperCase(),
-      template,
-      operation,
-      // A parameter named `path` (a Durable Stream's) spans slashes; the others are one segment.
-      match: new RegExp(`^${template.replace(/\{path\}/g, ".+").replace(/\{[^}]+\}/g, "[^/]+")}$`),
-    })),
-);
+export const documentedOperations: DocumentedOperation[] = operationsOf(doc.paths);
 
 /** The operation `method path` names, if the document has it. */
 export function findOperation(method: string, path: string): DocumentedOperation | undefined {
@@ -70,82 +75,58 @@ export function findOperation(method: string, path: string): DocumentedOperation
   return documentedOperations.find((o) => o.method === upper && o.match.test(path));
 }
 
-const errorSchemaRef = { $ref: "openapi#/$defs/Error" };
-
-/** Validates answers against the document; one compiled validator per schema. */
-export class ResponseChecker {
-  readonly #ajv = documentAjv();
-  readonly #compiled = new Map<Json, ValidateFunction>();
-
-  #validator(schema: Json): ValidateFunction {
-    let v = this.#compiled.get(schema);
-    if (v === undefined) {
-      v = this.#ajv.compile(rewriteRefs(schema) as object);
-      this.#compiled.set(schema, v);
-    }
-    return v;
+/** Validates answers against the document; one compiled validator per schema, compiled when first needed. */
+export class ResponseChecker extends AnswerChecker {
+  constructor() {
+    const ajv = documentAjv();
+    const compiled = new Map<Json, ValidateFunction>();
+    super(doc.paths, registryMediaType, (schema) => {
+      let v = compiled.get(schema);
+      if (v === undefined) {
+        v = ajv.compile(rewriteRefs(schema) as object);
+        compiled.set(schema, v);
+      }
+      return v;
+    });
   }
+}
 
-  /** Whether `value` is valid against `schema` (a document schema); the errors if not. */
-  validate(schema: Json, value: unknown): string[] {
-    const v = this.#validator(schema);
-    return v(value) ? [] : (v.errors ?? []).map((e) => `${e.instancePath || "/"} ${e.message}`);
-  }
+/**
+ * Every schema an answer's body can be judged by: each JSON (or schema registry) body schema of
+ * each response of the document, and the two error shapes of answers to paths it does not name.
+ */
+export function answerSchemas(): Json[] {
+  const schemas: Json[] = [errorSchemaRef, registryErrorSchemaRef];
+  for (const op of documentedOperations)
+    for (const response of Object.values(op.operation.responses))
+      for (const [media, { schema }] of Object.entries(response.content ?? {}))
+        if (media === "application/json" || media === registryMediaType) schemas.push(schema);
+  return schemas;
+}
 
-  /**
-   * The mismatches of one answer (empty when it matches). `body` is the body's text, or undefined
-   * when it was not read (an event stream).
-   */
-  check(answer: {
-    method: string;
-    path: string;
-    status: number;
-    contentType: string | null;
-    body: string | undefined;
-  }): string[] {
-    const where = `${answer.method} ${answer.path} → ${answer.status}`;
-    // A HEAD answer has the GET's headers and no body.
-    if (answer.method === "HEAD") answer = { ...answer, body: undefined };
-    const media = (answer.contentType ?? "").split(";")[0].trim().toLowerCase();
-    const found = findOperation(answer.method, answer.path);
-    let content: Record<string, { schema: Json }> | undefined;
-    if (found === undefined) {
-      if (answer.status < 400) return [`${where}: the document has no operation for it`];
-      // The schema registry answers its own unknown routes in Confluent's shape.
-      content = {
-        "application/json": { schema: errorSchemaRef },
-        ...(answer.path === "/registry" || answer.path.startsWith("/registry/")
-          ? { [registryMediaType]: { schema: { $ref: "#/components/schemas/RegistryError" } } }
-          : {}),
-      };
-    } else {
-      const response = found.operation.responses[String(answer.status)];
-      if (response === undefined)
-        return [`${where}: status not listed for ${found.method} ${found.template}`];
-      content = response.content;
-    }
-    if (content === undefined) {
-      return answer.body === undefined || answer.body === ""
-        ? []
-        : [`${where}: the document lists no body, got ${JSON.stringify(answer.body.slice(0, 80))}`];
-    }
-    const listed = content[media] ?? content["*/*"];
-    if (listed === undefined)
-      return [
-        `${where}: content type ${JSON.stringify(media)} not listed (${Object.keys(content).join(", ")})`,
-      ];
-    if ((media !== "application/json" && media !== registryMediaType) || answer.body === undefined)
-      return [];
-    // A Durable Stream's own data may be JSON; only a listed JSON schema judges it.
-    if (content[media] === undefined) return [];
-    let value: unknown;
-    try {
-      value = JSON.parse(answer.body);
-    } catch {
-      return [`${where}: the body is not JSON: ${JSON.stringify(answer.body.slice(0, 80))}`];
-    }
-    const schema =
-      found === undefined && media === "application/json" ? errorSchemaRef : listed.schema;
-    return this.validate(schema, value).map((e) => `${where}: ${e}`);
+/**
+ * A CommonJS module's source (ajv's standalone code; it `require`s ajv's runtime helpers) that
+ * exports what `standaloneChecker` (openapi-answers.ts) needs to check answers without this module, the document's
+ * module or ajv's compiler: `paths` (the document's), `registryMediaType`, and `validators`, one
+ * per schema of {@link answerSchemas} keyed by the schema's JSON text.
+ */
+export function standaloneCheckerCode(): string {
+  const ajv = documentAjv(true);
+  const names = new Map<string, string>();
+  for (const schema of answerSchemas()) {
+    const key = JSON.stringify(schema);
+    if (names.has(key)) continue;
+    const name = `v${names.size}`;
+    names.set(key, name);
+    // Its name is its $id: ajv's standalone code exports schemas by id.
+    ajv.addSchema({ $id: name, ...(rewriteRefs(schema) as object) });
   }
+  const validators = [...names].map(([key, name]) => `${JSON.stringify(key)}: exports.${name}`);
+  return [
+    // The CommonJS module itself is the function, also as its `default` (which TypeScript sees).
+    ajvStandalone.default(ajv, Object.fromEntries([...names.values()].map((name) => [name, name]))),
+    `exports.paths = ${JSON.stringify(doc.paths)};`,
+    `exports.registryMediaType = ${JSON.stringify(registryMediaType)};`,
+    `exports.validators = {${validators.join(",\n")}};`,
+  ].join("\n");
 }

@@ -14,7 +14,13 @@ import type { AuthorizedBroker } from "../../src/auth/access.ts";
 import { FakeBroker } from "./http-fake-broker.ts";
 import { SchemaRegistry } from "../../src/registry/registry.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
-import { documentAjv, documentedOperations, ResponseChecker } from "../helpers/openapi.ts";
+import {
+  documentAjv,
+  documentedOperations,
+  ResponseChecker,
+  standaloneCheckerCode,
+} from "../helpers/openapi.ts";
+import { standaloneChecker } from "../helpers/openapi-answers.ts";
 
 describe("the OpenAPI document", () => {
   it("is a valid OpenAPI 3.1 document (swagger-parser)", async () => {
@@ -90,8 +96,12 @@ describe("the OpenAPI document", () => {
     }
   });
 
-  it("the checker accepts documented answers and names what is wrong with others", () => {
-    const checker = new ResponseChecker();
+  // The e2e setup file checks with the standalone validators (test/e2e/openapi-validators.ts).
+  it.each([
+    ["compiling each schema when first needed", () => new ResponseChecker()],
+    ["with the standalone validators", () => standaloneChecker(standaloneCheckerCode())],
+  ])("the checker %s accepts documented answers and names what is wrong with others", (_, make) => {
+    const checker = make();
     const ok = (status: number, body: unknown, path = "/v1/topics/orders", method = "GET") =>
       checker.check({
         method,
@@ -128,6 +138,11 @@ describe("the OpenAPI document", () => {
     expect(
       ok(200, { ...topic, partitions: [{ ...topic.partitions[0], high_watermark: "5" }] })[0],
     ).toMatch(/must be integer/);
+    expect(
+      ok(200, { ...topic, partitions: [{ ...topic.partitions[0], high_watermark: 2 ** 53 }] }),
+    ).toContain(
+      'GET /v1/topics/orders → 200: /partitions/0/high_watermark must match format "int64"',
+    );
     expect(ok(418, topic)[0]).toMatch(/status not listed/);
     expect(
       ok(404, { error: { code: "topic_not_found", message: "Cannot describe topic: no" } }),
