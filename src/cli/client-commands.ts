@@ -76,6 +76,7 @@ export const consumeHelp = `Usage: es-broker consume TOPIC [options]
 
 Writes each record's value and a newline to standard output. Without --follow it exits at the end
 of the log (the high watermark when it started reading); with --follow it waits for new records.
+TOPIC is one topic's full name (no patterns such as 'clicks*').
 
 Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any

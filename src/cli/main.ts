@@ -14,6 +14,7 @@ import { check } from "./check.ts";
 import { consume, groups, produce, topics } from "./client-commands.ts";
 import { schemas } from "./schemas.ts";
 import { ClientError, closedWithoutCertificateNote } from "../client/client.ts";
+import { validateTopicName } from "../broker/config.ts";
 import { Errors } from "../broker/errors.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { keys } from "./keys.ts";
@@ -131,7 +132,7 @@ export async function main(argv: string[]): Promise<number> {
         : err instanceof ClientError &&
             err.code === Errors.topicNotFound.code &&
             (command === "produce" || command === "consume")
-          ? createTopicHint(err.message)
+          ? createTopicHint(err.message, command)
           : // etcd's messages (serve --cluster) name their own fix.
             err instanceof EtcdError
             ? ""
@@ -143,14 +144,23 @@ export async function main(argv: string[]): Promise<number> {
 
 /**
  * For produce and consume of a topic that does not exist: topics are not created on demand, so
- * the line says how to create it (the name from the broker's `Cannot find topic "NAME"`).
+ * the line says how to create it (the name from the broker's `Cannot find topic "NAME"`). For a
+ * name no topic can have, it says what is wrong with the name instead; for `consume` of a
+ * pattern (`*`, `?`), that it takes one topic.
  */
-function createTopicHint(message: string): string {
+function createTopicHint(message: string, command: "produce" | "consume"): string {
   const quoted = /Cannot find topic ("(?:[^"\\]|\\.)*")/.exec(message)?.[1];
   let name = "TOPIC";
   try {
     if (quoted !== undefined) name = JSON.parse(quoted) as string;
   } catch {}
+  try {
+    validateTopicName(name);
+  } catch (error) {
+    if (command === "consume" && /[*?]/.test(name))
+      return "es-broker: consume reads one topic, named in full: topic patterns (wildcards) are not supported\n";
+    return `es-broker: no topic can have this name: ${errorMessage(error)}\n`;
+  }
   const shown = /^[\w.-]+$/.test(name) ? name : `'${name.replaceAll("'", "'\\''")}'`;
   return `es-broker: topics are not created on demand: create it first with es-broker topics create ${shown} [--partitions N]\n`;
 }

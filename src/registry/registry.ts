@@ -877,8 +877,7 @@ export class SchemaRegistry {
     });
     if (rule.format === "json") {
       const latest = index.latest;
-      if (latest === null)
-        return refuse(`subject ${quote(subject)} has no live version to validate against`);
+      if (latest === null) return refuse(noLiveVersion(subject));
       const compiled = this.#compiledSchema(latest.id);
       const at = { schemaId: latest.id, version: latest.version };
       if (compiled.parsed.type !== "JSON")
@@ -909,6 +908,8 @@ export class SchemaRegistry {
             version: deleted,
           },
         );
+      // Whatever the id, a subject without a live version takes none: say what fixes it.
+      if (index.latest === null) return refuse(noLiveVersion(subject), { schemaId: id });
       if (!this.#state.schemas.has(id))
         return refuse(`schema id ${id} does not exist`, { schemaId: id });
       return refuse(`schema id ${id} is not a version of subject ${quote(subject)}`, {
@@ -1013,4 +1014,13 @@ export function parseVersion(text: string, action: string): number | "latest" {
     RegistryErrors.invalidVersion,
     `${action}: version ${quote(text)} is not valid: it must be an integer from 1 to ${versionMax}, "latest" or -1`,
   );
+}
+
+/**
+ * The reason a record is refused when its topic's subject has no live version (never registered,
+ * or every version soft-deleted): the topic may name a subject before it exists (docs/registry.md
+ * "Produce-time validation"), so the produce says how to fill it.
+ */
+function noLiveVersion(subject: string): string {
+  return `subject ${quote(subject)} has no live version: register one (POST /registry/subjects/${encodeURIComponent(subject)}/versions) before producing`;
 }

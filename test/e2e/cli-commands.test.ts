@@ -50,6 +50,20 @@ describe(`[${target}] es-broker commands`, () => {
     const consumed = await runCli(["consume", "logs", "--from-beginning", "--broker", address]);
     expect(consumed.code).toBe(1);
     expect(consumed.stderr).toBe(hint("logs"));
+    // No hint to create what no topic can be called: a pattern, a name with "/".
+    const pattern = await runCli(["consume", "clicks*", "--from-beginning", "--broker", address]);
+    expect(pattern.code).toBe(1);
+    expect(pattern.stderr).toBe(
+      'es-broker: topic_not_found: Cannot find topic "clicks*"\nes-broker: consume reads one topic, named in full: topic patterns (wildcards) are not supported\n',
+    );
+    const slash = await runCli(
+      ["produce", "a/b", "--broker", address],
+      new TextEncoder().encode("x\n"),
+    );
+    expect(slash.code).toBe(1);
+    expect(slash.stderr).toBe(
+      'es-broker: topic_not_found: Cannot find topic "a/b"\nes-broker: no topic can have this name: Invalid topic name "a/b": only letters, digits, ".", "_" and "-" are allowed\n',
+    );
   });
 
   it("a command against a broker that never answers fails after --timeout-ms and exits 1, not hanging on the open connection", async () => {

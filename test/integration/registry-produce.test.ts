@@ -271,6 +271,23 @@ for (const door of doors) {
       expect(notJson?.message).toMatch(/not JSON text/);
     });
 
+    it("a topic may name a subject with no version yet: its produces are refused saying to register one, then pass", async () => {
+      const s = await setup(door);
+      await s.broker.createTopic({
+        name: "n",
+        partitions: 1,
+        config: { value_schema_subject: "nosuch-value" },
+      });
+      const refused = await s.d.produce("n", [{ value: s.valid1 }]);
+      expect(refused?.code).toBe("invalid_record");
+      expect(refused?.message).toContain(
+        'subject "nosuch-value" has no live version: register one (POST /registry/subjects/nosuch-value/versions) before producing',
+      );
+      const id = (await s.broker.registry.register("nosuch-value", { schema: JSON.stringify(v1) }))
+        .id;
+      expect(await s.d.produce("n", [{ value: wire(id, s.t1.toBuffer({ id: 1 })) }])).toBeNull();
+    });
+
     it("checks keys against the key subject; a record without a key and a tombstone pass", async () => {
       const s = await setup(door);
       const key = wire(s.otherId, avsc.Type.forSchema(other as avsc.Schema).toBuffer({ x: 5 }));

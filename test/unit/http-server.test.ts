@@ -95,7 +95,7 @@ describe("serveHttp", () => {
     expect(JSON.parse(result.body)).toEqual({
       error: {
         code: "request_too_large",
-        message: `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`,
+        message: `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes (the broker's --max-request-bytes)`,
         details: { limit_bytes: maxRequestBytes },
       },
     });
@@ -311,7 +311,7 @@ describe("serveHttp request bodies with a Content-Length (assembled in one buffe
     };
     expect(json.error).toEqual({
       code: "request_too_large",
-      message: `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes`,
+      message: `Cannot accept the request: the body is over the limit of ${maxRequestBytes} bytes (the broker's --max-request-bytes)`,
       details: { limit_bytes: maxRequestBytes },
     });
     expect(broker.produced).toHaveLength(0);

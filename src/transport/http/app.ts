@@ -379,7 +379,7 @@ const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 function requestTooLarge(maxBytes: number): BrokerError {
   return new BrokerError(
     Errors.requestTooLarge,
-    `Cannot accept the request: the body is over the limit of ${maxBytes} bytes`,
+    `Cannot accept the request: the body is over the limit of ${maxBytes} bytes (the broker's --max-request-bytes)`,
     { limit_bytes: maxBytes },
   );
 }
