@@ -101,7 +101,8 @@ ${connectionHelp}
   --offset N               start at offset N (needs --partition); an offset outside [log start
                            offset, high watermark] fails (exit 1)
   --partition N            read only partition N (default: all, read at the same time: each
-                           partition's records in offset order, partitions interleaved)
+                           partition's records in offset order, partitions interleaved); a
+                           partition the topic does not have fails (exit 1)
   --follow                 keep waiting for new records
   --key-separator SEP      print KEY SEP VALUE for each record (no key prints nothing before SEP)
   --max-records N          stop after N records
@@ -781,8 +782,11 @@ export async function consume(argv: string[]): Promise<number> {
     const [description] = await session.client.metadata([topic]);
     const partitions =
       onlyPartition >= 0 ? [onlyPartition] : description.partitions.map((p) => p.partition);
+    // The topic's state, not the command line, is what is wrong: a failure (exit 1), not usage.
     if (onlyPartition >= description.partitions.length)
-      throw new UsageError(`topic "${topic}" has no partition ${onlyPartition}`);
+      throw new Error(
+        `Cannot consume partition ${onlyPartition} of topic "${topic}": it has ${plural(description.partitions.length, "partition")} (0 to ${description.partitions.length - 1})`,
+      );
     if (startOffset >= 0) {
       // Checked here, so that with or without --follow an offset outside the log fails the same way.
       const { logStartOffset, highWatermark } = await session.data.listOffsets({

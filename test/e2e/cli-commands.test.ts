@@ -372,6 +372,30 @@ describe(`[${target}] es-broker commands`, () => {
     }
   });
 
+  it("exit codes: a partition the topic does not have is a failure (1), a role with patterns it cannot take a usage error (2)", async () => {
+    const broker = await startBroker(`${fresh()}/data`);
+    running.push(broker);
+    const client = await TcpClient.connect(broker.tcp);
+    onTestFinished(() => void client.close());
+    await client.createTopic({ name: "clicks", partitions: 4 });
+    const address = `${broker.tcp.host}:${broker.tcp.port}`;
+    const consumed = await runCli([
+      ...["consume", "clicks", "--partition", "9", "--from-beginning", "--broker", address],
+    ]);
+    expect(consumed.code, consumed.stderr).toBe(1);
+    expect(consumed.stderr).toBe(
+      'es-broker: Cannot consume partition 9 of topic "clicks": it has 4 partitions (0 to 3)\n',
+    );
+    const keyed = await runCli([
+      ...["keys", "create", "--data-dir", `${fresh()}/data`, "--name", "ops"],
+      ...["--role", "admin", "--topics", "x"],
+    ]);
+    expect(keyed.code, keyed.stderr).toBe(2);
+    expect(keyed.stderr).toBe(
+      "es-broker: Cannot create key \"ops\": an admin key takes no topic or group patterns (admin may use every topic and group)\nRun 'es-broker keys --help' for usage.\n",
+    );
+  });
+
   it("groups list counts members in the right number", async () => {
     const { client, address } = await brokerWithTopic();
     await client.joinGroup({ group: "solo", topics: ["t"], sessionTimeoutMs: 60_000 });
