@@ -98,8 +98,12 @@ ${connectionHelp}
   --timeout-ms N           how long one request waits for an answer before the command fails
                            (default 30000)
   --from-beginning         start at each partition's log start offset
-  --offset N               start at offset N (needs --partition); an offset outside [log start
-                           offset, high watermark] fails (exit 1)
+  --offset N|earliest|latest|-N
+                           start at offset N (needs --partition; an offset outside [log start
+                           offset, high watermark] fails, exit 1), at each partition's log
+                           start (earliest, as --from-beginning) or high watermark (latest, the
+                           default), or N records before it (-N: the last N records of each
+                           partition read, as kcat's -o -N)
   --partition N            read only partition N (default: all, read at the same time: each
                            partition's records in offset order, partitions interleaved); a
                            partition the topic does not have fails (exit 1)
@@ -696,6 +700,27 @@ function reconnectTimeout(
   return intOption("reconnect-timeout-ms", values["reconnect-timeout-ms"], 0, 0, 0x7fff_ffff);
 }
 
+/**
+ * Where `consume --offset` starts: an offset (a number, one partition), `"earliest"` (each
+ * partition's log start offset), `"latest"` (its high watermark), `{ last: N }` for `-N` (N
+ * records before the high watermark, not before the log start: kcat's `-o -N`), or null when
+ * not given.
+ * @throws UsageError for anything else.
+ */
+function consumeStart(
+  value: string | undefined,
+): number | "earliest" | "latest" | { last: number } | null {
+  if (value === undefined) return null;
+  if (value === "earliest" || value === "latest") return value;
+  const m = /^(-?)(\d+)$/.exec(value);
+  const n = m === null ? Number.NaN : Number(m[2]);
+  if (m === null || !Number.isSafeInteger(n) || (m[1] === "-" && n === 0))
+    throw new UsageError(
+      `--offset must be an offset (an integer from 0), earliest, latest or -N (the last N records of each partition, N from 1), got ${JSON.stringify(value)}`,
+    );
+  return m[1] === "-" ? { last: n } : n;
+}
+
 /** `es-broker consume TOPIC`. */
 export async function consume(argv: string[]): Promise<number> {
   const { values, positionals } = parseCli({
@@ -754,9 +779,13 @@ export async function consume(argv: string[]): Promise<number> {
   if (positionals.length !== 1) throw new UsageError("consume needs exactly one TOPIC");
   const topic = positionals[0];
   const onlyPartition = intOption("partition", values.partition, -1, 0, 4095);
-  const startOffset = intOption("offset", values.offset, -1, 0, Number.MAX_SAFE_INTEGER);
-  if (startOffset >= 0 && onlyPartition < 0) throw new UsageError("--offset needs --partition");
-  if (startOffset >= 0 && values["from-beginning"])
+  const start = consumeStart(values.offset);
+  const startOffset = typeof start === "number" ? start : -1;
+  if (startOffset >= 0 && onlyPartition < 0)
+    throw new UsageError(
+      "--offset N needs --partition (earliest, latest and -N apply to each partition)",
+    );
+  if (values.offset !== undefined && values["from-beginning"])
     throw new UsageError("give --offset or --from-beginning, not both");
   const maxRecords = intOption(
     "max-records",
@@ -827,11 +856,13 @@ export async function consume(argv: string[]): Promise<number> {
           const info = await data.listOffsets({ topic, partition });
           position = {
             offset:
-              startOffset >= 0
-                ? startOffset
-                : values["from-beginning"]
+              typeof start === "number"
+                ? start
+                : start === "earliest" || values["from-beginning"]
                   ? info.logStartOffset
-                  : info.highWatermark,
+                  : start === "latest" || start === null
+                    ? info.highWatermark
+                    : Math.max(info.logStartOffset, info.highWatermark - start.last),
             // Without --follow: up to the high watermark when it started reading.
             stopAt: values.follow ? null : info.highWatermark,
           };
