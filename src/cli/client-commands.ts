@@ -22,6 +22,12 @@ import { groupJson, topicJson } from "../transport/http/encode.ts";
 import type { GroupDescription } from "../broker/types.ts";
 import { UsageError, hostPort, intOption, parseCli } from "./args.ts";
 import { onStopSignals, type StopSignal } from "./signals.ts";
+import {
+  isAnswerLost,
+  isReconnectable,
+  reconnect,
+  reconnectTimeoutMsDefault,
+} from "./reconnect.ts";
 import { StdoutClosedError, flushOut, writeOut } from "./stdout.ts";
 import {
   clientTlsOptions,
@@ -46,6 +52,12 @@ produced (an incomplete last line, without its newline, is not sent); a second s
 once, with 130 (SIGINT) or 143 (SIGTERM). A batch the broker refuses ends the command (exit 1),
 naming the input line and the lines produced before it (earlier batches stay stored).
 
+When the connection to the broker closes (a restart, an upgrade), it connects again (every
+0.1 s, doubling to 2 s; one line on stderr when it starts, one when connected) and sends the
+batches that had not left. A batch whose acknowledgement was lost with the connection may be
+stored or not: rather than risk storing it twice, the command ends there (exit 1), naming the
+first line of that batch. With --producer-id such a batch is resent and stored once.
+
 Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
                            broker, or several: the first that answers, then each partition's leader
@@ -68,6 +80,8 @@ ${connectionHelp}
   --max-in-flight N        with --producer-id: batches of one partition sent before the first
                            is answered, 1 to 5 (default 5, the batches the broker remembers per
                            producer and partition); 1 sends one at a time
+  --reconnect-timeout-ms N how long to keep connecting again after the connection closed
+                           before the command fails (default 30000; 0: fail at once)
   -h, --help               show this help
 `;
 
@@ -85,10 +99,15 @@ ${connectionHelp}
   --timeout-ms N           how long one request waits for an answer before the command fails
                            (default 30000)
   --from-beginning         start at each partition's log start offset
-  --offset N               start at offset N (needs --partition); an offset outside [log start
-                           offset, high watermark] fails (exit 1)
+  --offset N|earliest|latest|-N
+                           start at offset N (needs --partition; an offset outside [log start
+                           offset, high watermark] fails, exit 1), at each partition's log
+                           start (earliest, as --from-beginning) or high watermark (latest, the
+                           default), or N records before it (-N: the last N records of each
+                           partition read, as kcat's -o -N)
   --partition N            read only partition N (default: all, read at the same time: each
-                           partition's records in offset order, partitions interleaved)
+                           partition's records in offset order, partitions interleaved); a
+                           partition the topic does not have fails (exit 1)
   --follow                 keep waiting for new records
   --key-separator SEP      print KEY SEP VALUE for each record (no key prints nothing before SEP)
   --max-records N          stop after N records
@@ -97,7 +116,17 @@ ${connectionHelp}
                            printed batch; without --follow, leave once caught up (see below)
   --session-timeout MS     with --group: drop out of the group after this long without a
                            heartbeat (default 10000)
+  --reconnect-timeout-ms N how long to keep connecting again after the connection closed
+                           before the command fails (default: with --follow until stopped,
+                           else 30000; 0: fail at once)
   -h, --help               show this help
+
+When the connection to the broker closes (a restart, an upgrade), it connects again (every
+0.1 s, doubling to 2 s; one line on stderr when it starts, one when connected) and resumes at
+the next offset it has not printed; with --group it joins the group again as the same member
+(no rebalance) and resumes at the group's committed offsets, which cover what it printed
+(records printed whose commit the lost connection cut off are printed again: at least once, as
+always with a group).
 
 Without --from-beginning or --offset it starts at the end of the log (new records only); with
 --group that applies only to partitions the group has never committed, and that starting offset
@@ -221,6 +250,7 @@ export async function produce(argv: string[]): Promise<number> {
       "producer-id": { type: "string" },
       "producer-epoch": { type: "string" },
       "max-in-flight": { type: "string" },
+      "reconnect-timeout-ms": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     allowPositionals: true,
@@ -291,7 +321,38 @@ export async function produce(argv: string[]): Promise<number> {
   let buffered = 0;
   let bufferedBytes = 0;
   let total = 0;
+  // Plain produce to one broker: the connection batches go out on, replaced by a new one when
+  // it is lost (`reconnect.ts`) before the next batch is sent. Only batches that never left go
+  // on the new one: a batch whose answer was lost may be stored, and the command ends on it
+  // (`ProducedLines.explain`); --producer-id resends such a batch without a duplicate.
+  let connection = { cluster, client };
+  const reconnectTimeoutMs = reconnectTimeout(values, false);
+  const ensureConnected = async (lines: number[]) => {
+    if (idempotent !== null || routed || !connection.client.closed) return;
+    // The answers of batches sent on the lost connection decide first: one that never came ends
+    // the command here, before anything after it is sent.
+    for (const outcome of await Promise.allSettled(inFlight))
+      if (outcome.status === "rejected") throw outcome.reason;
+    const lost = ClientError.connectionClosed("Connection to the broker closed");
+    if (reconnectTimeoutMs === 0) throw new FailedBatch(lost, lines, false);
+    await connection.cluster.close();
+    let next: Awaited<ReturnType<typeof connectRouted>> | null;
+    try {
+      // A stop signal does not end the retries: the lines read are still to be sent (a second
+      // signal exits at once, `signals.ts`).
+      next = await reconnect(() => connectRouted(values), {
+        cause: lost,
+        timeoutMs: reconnectTimeoutMs,
+        stopped: () => false,
+      });
+    } catch (err) {
+      throw new FailedBatch(err, lines, false);
+    }
+    if (next === null) throw new FailedBatch(lost, lines, false);
+    connection = { cluster: next.cluster, client: next.client };
+  };
   const sendOne = async (p: number, { b, lines }: { b: EntryBatchBuilder; lines: number[] }) => {
+    await ensureConnected(lines);
     const batch = b.build();
     total += batch.count;
     const request =
@@ -301,7 +362,7 @@ export async function produce(argv: string[]): Promise<number> {
           ? cluster.produce(topic, batch, {
               partition: p >= 0 ? p : roundRobin++ % partitionCount,
             })
-          : client.produce(topic, batch, { partition: p });
+          : connection.client.produce(topic, batch, { partition: p });
     const sent = (request as Promise<unknown>).then(
       () => produced.add(lines),
       (err: unknown) => Promise.reject(new FailedBatch(err, lines)),
@@ -438,7 +499,7 @@ export async function produce(argv: string[]): Promise<number> {
     if (linger !== null) clearTimeout(linger);
     signals.dispose();
     await idempotent?.close();
-    await cluster.close();
+    await connection.cluster.close();
     // The default epoch is the second the run started in. A second run of the same id within it
     // would share the epoch and restart at sequence 0, so the broker would take its batches for
     // resends of this run's: an identical one silently not stored again, another refused as
@@ -455,9 +516,14 @@ export async function produce(argv: string[]): Promise<number> {
 
 /** A produce request of `es-broker produce` that failed, with the input lines of its records. */
 class FailedBatch extends Error {
+  /**
+   * @param sent false for a batch that never left (no connection to send it on): nothing of it
+   *   can be stored.
+   */
   constructor(
     readonly error: unknown,
     readonly lines: number[],
+    readonly sent = true,
   ) {
     super("a batch failed");
   }
@@ -530,9 +596,7 @@ class ProducedLines {
         .replace(`record ${index} `, "the line's ")
         .replace(/; nothing was appended$/, `; nothing of its batch (${batchSpan}) was appended`);
     } else where = `the batch of ${batchSpan} of standard input`;
-    const uncertain =
-      err instanceof ClientError &&
-      (err.code === ClientErrorCodes.connectionClosed || err.code === ClientErrorCodes.timeout);
+    const uncertain = failed.sent && isAnswerLost(err);
     const ranges = this.#ranges;
     let before: string;
     if (this.count === 0) before = "no records were produced";
@@ -544,7 +608,14 @@ class ProducedLines {
           ? ""
           : ` (${ranges.map(([a, b]) => span(a, b).replace(/^lines? /, "")).join(", ")} of the input)`
       }, no other lines`;
-    if (uncertain) before += ` (whether its batch was stored is unknown: an answer never came)`;
+    if (uncertain) {
+      // The answer was lost: the batch may be stored. Resending it could store it twice, so the
+      // command ends here, naming the first line a resend must start from.
+      const first = lines[0];
+      where = `line ${first} of standard input`;
+      message = `the acknowledgement of its batch (${batchSpan}) was lost (${message}): that batch may or may not be stored, so it is not sent again; check the topic before sending from line ${first} again (produce --producer-id resends without duplicates), and the rest of standard input was not read`;
+      before = before.replace(/, none from line \d+ on$/, "");
+    } else if (!failed.sent) message += ` (the batch of ${batchSpan} was not sent)`;
     message = `${where}: ${message}; ${before}`;
     return err instanceof ClientError
       ? new ClientError(err.code, err.tcp, err.retriable, message, {
@@ -602,6 +673,55 @@ function encodeRecords(
   return { bytes, count };
 }
 
+/** One connection of `consume`: its client, and where records come from (leaders in a cluster). */
+interface ConsumeSession {
+  cluster: ClusterClient;
+  client: TcpClient;
+  data: Pick<TcpClient, "fetch" | "listOffsets">;
+}
+
+/** Connects `consume` (`connectRouted`). @throws ClientError as {@link connectRouted}. */
+async function consumeSession(values: BrokerValues): Promise<ConsumeSession> {
+  const { cluster, client, routed } = await connectRouted(values);
+  return { cluster, client, data: routed ? cluster : client };
+}
+
+/**
+ * `--reconnect-timeout-ms` in ms: the value given (0: do not reconnect), else none (null: until
+ * stopped) for a command that runs until stopped (`consume --follow`) and
+ * {@link reconnectTimeoutMsDefault} for the others.
+ * @throws UsageError for a value that is not an integer from 0 to 2^31 − 1.
+ */
+function reconnectTimeout(
+  values: { "reconnect-timeout-ms"?: string },
+  untilStopped: boolean,
+): number | null {
+  if (values["reconnect-timeout-ms"] === undefined)
+    return untilStopped ? null : reconnectTimeoutMsDefault;
+  return intOption("reconnect-timeout-ms", values["reconnect-timeout-ms"], 0, 0, 0x7fff_ffff);
+}
+
+/**
+ * Where `consume --offset` starts: an offset (a number, one partition), `"earliest"` (each
+ * partition's log start offset), `"latest"` (its high watermark), `{ last: N }` for `-N` (N
+ * records before the high watermark, not before the log start: kcat's `-o -N`), or null when
+ * not given.
+ * @throws UsageError for anything else.
+ */
+function consumeStart(
+  value: string | undefined,
+): number | "earliest" | "latest" | { last: number } | null {
+  if (value === undefined) return null;
+  if (value === "earliest" || value === "latest") return value;
+  const m = /^(-?)(\d+)$/.exec(value);
+  const n = m === null ? Number.NaN : Number(m[2]);
+  if (m === null || !Number.isSafeInteger(n) || (m[1] === "-" && n === 0))
+    throw new UsageError(
+      `--offset must be an offset (an integer from 0), earliest, latest or -N (the last N records of each partition, N from 1), got ${JSON.stringify(value)}`,
+    );
+  return m[1] === "-" ? { last: n } : n;
+}
+
 /** `es-broker consume TOPIC`. */
 export async function consume(argv: string[]): Promise<number> {
   const { values, positionals } = parseCli({
@@ -618,6 +738,7 @@ export async function consume(argv: string[]): Promise<number> {
       "max-records": { type: "string" },
       group: { type: "string" },
       "session-timeout": { type: "string" },
+      "reconnect-timeout-ms": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     allowPositionals: true,
@@ -653,14 +774,19 @@ export async function consume(argv: string[]): Promise<number> {
         100,
         3_600_000,
       ),
+      reconnectTimeoutMs: reconnectTimeout(values, values.follow === true),
     });
   }
   if (positionals.length !== 1) throw new UsageError("consume needs exactly one TOPIC");
   const topic = positionals[0];
   const onlyPartition = intOption("partition", values.partition, -1, 0, 4095);
-  const startOffset = intOption("offset", values.offset, -1, 0, Number.MAX_SAFE_INTEGER);
-  if (startOffset >= 0 && onlyPartition < 0) throw new UsageError("--offset needs --partition");
-  if (startOffset >= 0 && values["from-beginning"])
+  const start = consumeStart(values.offset);
+  const startOffset = typeof start === "number" ? start : -1;
+  if (startOffset >= 0 && onlyPartition < 0)
+    throw new UsageError(
+      "--offset N needs --partition (earliest, latest and -N apply to each partition)",
+    );
+  if (values.offset !== undefined && values["from-beginning"])
     throw new UsageError("give --offset or --from-beginning, not both");
   const maxRecords = intOption(
     "max-records",
@@ -670,26 +796,30 @@ export async function consume(argv: string[]): Promise<number> {
     Number.MAX_SAFE_INTEGER,
   );
   const separator = values["key-separator"] === undefined ? null : utf8(values["key-separator"]);
-  const { cluster, client, routed } = await connectRouted(values);
+  const reconnectTimeoutMs = reconnectTimeout(values, values.follow === true);
   // Records come from each partition's leader in a cluster (`data`), else from the one broker.
-  const data: Pick<TcpClient, "fetch" | "listOffsets"> = routed ? cluster : client;
+  // A lost connection is replaced by a new one (`reconnect.ts`): `session` is the current one.
+  let session = await consumeSession(values);
   // SIGINT / SIGTERM (`signals.ts`): closing the connections ends the long-polls; the batches
   // already received are printed, then the command exits 0.
-  const signals = onStopSignals(() => void cluster.close());
+  const signals = onStopSignals(() => void session.cluster.close());
   const stopped = (err: unknown) =>
     signals.received !== null &&
     err instanceof ClientError &&
     err.code === ClientErrorCodes.connectionClosed;
   let printed = 0;
   try {
-    const [description] = await client.metadata([topic]);
+    const [description] = await session.client.metadata([topic]);
     const partitions =
       onlyPartition >= 0 ? [onlyPartition] : description.partitions.map((p) => p.partition);
+    // The topic's state, not the command line, is what is wrong: a failure (exit 1), not usage.
     if (onlyPartition >= description.partitions.length)
-      throw new UsageError(`topic "${topic}" has no partition ${onlyPartition}`);
+      throw new Error(
+        `Cannot consume partition ${onlyPartition} of topic "${topic}": it has ${plural(description.partitions.length, "partition")} (0 to ${description.partitions.length - 1})`,
+      );
     if (startOffset >= 0) {
       // Checked here, so that with or without --follow an offset outside the log fails the same way.
-      const { logStartOffset, highWatermark } = await data.listOffsets({
+      const { logStartOffset, highWatermark } = await session.data.listOffsets({
         topic,
         partition: onlyPartition,
       });
@@ -715,66 +845,116 @@ export async function consume(argv: string[]): Promise<number> {
       Math.min(consumeFetchBytesMax, Math.floor(consumeBytesBudget / concurrent)),
     );
     const fetchRecords = Math.min(consumeFetchRecordsMax, maxRecords);
-    let finished = false;
-    const readPartition = async (partition: number) => {
-      const info = await data.listOffsets({ topic, partition });
-      // Without --follow: up to the high watermark when it started reading.
-      const stopAt = values.follow ? null : info.highWatermark;
-      let offset =
-        startOffset >= 0
-          ? startOffset
-          : values["from-beginning"]
-            ? info.logStartOffset
-            : info.highWatermark;
-      const more = (at: number) =>
-        !finished &&
-        printed < maxRecords &&
-        signals.received === null &&
-        (stopAt === null || at < stopAt);
-      const issue = (at: number) => {
-        const answer = data.fetch({
-          topic,
-          partition,
-          offset: at,
-          maxRecords: stopAt === null ? fetchRecords : Math.min(fetchRecords, stopAt - at),
-          maxBytes,
-          waitMs: stopAt === null ? 30_000 : 0,
-        });
-        // Left pending when the read stops early (a signal, --max-records, another's failure).
-        answer.catch(() => {});
-        return answer;
-      };
-      let pending = more(offset) ? issue(offset) : null;
-      while (pending !== null) {
-        let r: FetchResponse;
-        try {
-          r = await pending;
-        } catch (err) {
-          if (stopped(err)) return;
-          throw err;
+    // Per partition, the next offset not printed and (without --follow) where reading ends: kept
+    // over a reconnect, so a new connection resumes where the printing stopped.
+    const positions = new Map<number, { offset: number; stopAt: number | null }>();
+    const readAll = async (current: ConsumeSession) => {
+      const data = current.data;
+      let finished = false;
+      const readPartition = async (partition: number) => {
+        let position = positions.get(partition);
+        if (position === undefined) {
+          const info = await data.listOffsets({ topic, partition });
+          position = {
+            offset:
+              typeof start === "number"
+                ? start
+                : start === "earliest" || values["from-beginning"]
+                  ? info.logStartOffset
+                  : start === "latest" || start === null
+                    ? info.highWatermark
+                    : Math.max(info.logStartOffset, info.highWatermark - start.last),
+            // Without --follow: up to the high watermark when it started reading.
+            stopAt: values.follow ? null : info.highWatermark,
+          };
+          positions.set(partition, position);
         }
-        const empty = r.recordCount === 0 && r.nextOffset <= offset;
-        offset = r.nextOffset;
-        // The next fetch goes out before these records are printed.
-        pending = more(offset) && !(stopAt !== null && empty) ? issue(offset) : null;
-        const chunk = encodeRecords(r, separator, stopAt, maxRecords - printed);
-        if (chunk.count === 0) continue;
-        printed += chunk.count;
-        await writeOut(chunk.bytes);
-      }
-    };
-    try {
-      if (values.follow) {
-        await Promise.all(partitions.map((p) => readPartition(p)));
-      } else {
-        const queue = [...partitions];
-        const worker = async () => {
-          for (let p = queue.shift(); p !== undefined; p = queue.shift()) await readPartition(p);
+        const { stopAt } = position;
+        let offset = position.offset;
+        const more = (at: number) =>
+          !finished &&
+          printed < maxRecords &&
+          signals.received === null &&
+          (stopAt === null || at < stopAt);
+        const issue = (at: number) => {
+          const answer = data.fetch({
+            topic,
+            partition,
+            offset: at,
+            maxRecords: stopAt === null ? fetchRecords : Math.min(fetchRecords, stopAt - at),
+            maxBytes,
+            waitMs: stopAt === null ? 30_000 : 0,
+          });
+          // Left pending when the read stops early (a signal, --max-records, another's failure).
+          answer.catch(() => {});
+          return answer;
         };
-        await Promise.all(Array.from({ length: concurrent }, worker));
+        let pending = more(offset) ? issue(offset) : null;
+        while (pending !== null) {
+          let r: FetchResponse;
+          try {
+            r = await pending;
+          } catch (err) {
+            if (stopped(err)) return;
+            throw err;
+          }
+          const empty = r.recordCount === 0 && r.nextOffset <= offset;
+          offset = r.nextOffset;
+          // The next fetch goes out before these records are printed.
+          pending = more(offset) && !(stopAt !== null && empty) ? issue(offset) : null;
+          const chunk = encodeRecords(r, separator, stopAt, maxRecords - printed);
+          if (chunk.count > 0) {
+            printed += chunk.count;
+            await writeOut(chunk.bytes);
+          }
+          position.offset = offset;
+        }
+      };
+      // The first failure stops the other readers (closing the connection ends their
+      // long-polls), and is thrown only once they have all ended: none may print after a new
+      // connection has started reading from the positions.
+      let failure: { error: unknown } | null = null;
+      const settle = async (reading: Promise<void>) => {
+        try {
+          await reading;
+        } catch (error) {
+          if (failure !== null) return;
+          failure = { error };
+          finished = true;
+          await current.cluster.close();
+        }
+      };
+      try {
+        if (values.follow) {
+          await Promise.all(partitions.map((p) => settle(readPartition(p))));
+        } else {
+          const queue = [...partitions];
+          const worker = async () => {
+            for (let p = queue.shift(); p !== undefined; p = queue.shift()) await readPartition(p);
+          };
+          await Promise.all(Array.from({ length: concurrent }, () => settle(worker())));
+        }
+      } finally {
+        finished = true;
       }
-    } finally {
-      finished = true;
+      if (failure !== null) throw (failure as { error: unknown }).error;
+    };
+    for (;;) {
+      try {
+        await readAll(session);
+        break;
+      } catch (err) {
+        if (stopped(err) || !isReconnectable(err) || reconnectTimeoutMs === 0) throw err;
+        await session.cluster.close();
+        const next = await reconnect(() => consumeSession(values), {
+          cause: err,
+          timeoutMs: reconnectTimeoutMs,
+          stopped: () => signals.received !== null,
+        });
+        if (next === null) break;
+        session = next;
+        if (signals.received !== null) break;
+      }
     }
     await flushOut();
     return 0;
@@ -784,7 +964,7 @@ export async function consume(argv: string[]): Promise<number> {
     return 0;
   } finally {
     signals.dispose();
-    await cluster.close();
+    await session.cluster.close();
   }
 }
 
@@ -802,88 +982,128 @@ async function consumeGroup(options: {
   separator: Uint8Array | null;
   maxRecords: number;
   sessionTimeoutMs: number;
+  /** How long to keep reconnecting after a lost connection, in ms (null: until stopped). */
+  reconnectTimeoutMs: number | null;
 }): Promise<number> {
   const newline = new Uint8Array([0x0a]);
-  const { cluster, client, routed } = await connectRouted(options.connection, true);
-  const data: Pick<TcpClient, "listOffsets"> = routed ? cluster : client;
   // SIGINT / SIGTERM (`signals.ts`): finish the batch in hand, commit it, leave the group, exit 0.
   const signals = onStopSignals(() => {});
+  let cluster: ClusterClient | null = null;
   let consumer: GroupConsumer | null = null;
+  // A member: connected to the group's coordinator and joined. After a lost connection the
+  // command joins again through a new connection (`reconnect.ts`): the group's committed offsets,
+  // which cover every record printed, say where each partition resumes.
+  const join = async (memberId?: string) => {
+    const connected = await connectRouted(options.connection, true);
+    try {
+      const member = await GroupConsumer.join({
+        client: connected.client,
+        router: connected.routed ? connected.cluster : undefined,
+        group: options.group,
+        topics: [options.topic],
+        sessionTimeoutMs: options.sessionTimeoutMs,
+        startFrom: options.fromBeginning ? "earliest" : "latest",
+        memberId,
+      });
+      return { ...connected, member };
+    } catch (err) {
+      await connected.cluster.close();
+      throw err;
+    }
+  };
   try {
-    consumer = await GroupConsumer.join({
-      client,
-      router: routed ? cluster : undefined,
-      group: options.group,
-      topics: [options.topic],
-      sessionTimeoutMs: options.sessionTimeoutMs,
-      startFrom: options.fromBeginning ? "earliest" : "latest",
-    });
+    let joined = await join();
+    cluster = joined.cluster;
+    consumer = joined.member;
+    let client = joined.client;
+    let data: Pick<TcpClient, "listOffsets"> = joined.routed ? joined.cluster : joined.client;
     let printed = 0;
     // Set once caught up while other members hold partitions with records not consumed.
     let waitUntil: number | null = null;
     while (signals.received === null && printed < options.maxRecords) {
-      const batches = await consumer.poll({ waitMs: 500 });
-      // Per partition, the offset after the last record whose bytes stdout took (a write's
-      // callback): when the reader goes away mid-batch (EPIPE) only those are committed.
-      const upTo = new Map<string, number>();
       try {
-        for (const batch of batches) {
-          const key = GroupConsumer.partitionKey(batch);
-          for (const record of batch.records) {
-            if (printed >= options.maxRecords) break;
-            if (options.separator !== null) {
-              if (record.key !== null) await writeOut(record.key);
-              await writeOut(options.separator);
+        const batches = await consumer.poll({ waitMs: 500 });
+        // Per partition, the offset after the last record whose bytes stdout took (a write's
+        // callback): when the reader goes away mid-batch (EPIPE) only those are committed.
+        const upTo = new Map<string, number>();
+        try {
+          for (const batch of batches) {
+            const key = GroupConsumer.partitionKey(batch);
+            for (const record of batch.records) {
+              if (printed >= options.maxRecords) break;
+              if (options.separator !== null) {
+                if (record.key !== null) await writeOut(record.key);
+                await writeOut(options.separator);
+              }
+              await writeOut(record.value);
+              await writeOut(newline, () => upTo.set(key, record.offset + 1));
+              printed++;
             }
-            await writeOut(record.value);
-            await writeOut(newline, () => upTo.set(key, record.offset + 1));
-            printed++;
+          }
+          await flushOut();
+        } catch (err) {
+          if (!(err instanceof StdoutClosedError)) throw err;
+          if (upTo.size > 0) await consumer.commit(upTo);
+          throw err;
+        }
+        if (upTo.size > 0) await consumer.commit(upTo);
+        if (!options.follow && batches.length === 0) {
+          let caughtUp = true;
+          for (const tp of consumer.assignments) {
+            const position = consumer.position(tp);
+            const { highWatermark } = await data.listOffsets(tp);
+            if (position === undefined || position < highWatermark) caughtUp = false;
+          }
+          if (!caughtUp) continue;
+          // Caught up on its own partitions. Records of the topic still unread in partitions other
+          // members hold may belong to a member that died (its partitions move only when its
+          // session ends): wait for that rebalance, as Kafka's consumer does, up to the longest
+          // session timeout among them, then leave them to their (live) owners, saying so.
+          const held = await heldElsewhere(client, options.group, options.topic, consumer.memberId);
+          // A rebalance this member has not joined yet (its next heartbeat hears of it) may give it
+          // more partitions: poll on.
+          if (held.generation !== consumer.generation) continue;
+          if (held.partitions.length === 0) break;
+          const now = Date.now();
+          const list = `${plural(held.partitions.length, "partition")} ${held.partitions.join(", ")}`;
+          if (waitUntil === null) {
+            waitUntil = now + held.sessionTimeoutMs + 1000;
+            process.stderr.write(
+              `es-broker: waiting up to ${waitUntil - now} ms for ${list} of "${options.topic}" (${held.lag} records not consumed), held by ${plural(held.members.length, "other member")} of group "${options.group}" (${held.members.join(", ")}): a member that died hands its partitions over when its session times out\n`,
+            );
+          } else if (now >= waitUntil) {
+            process.stderr.write(
+              `es-broker: leaving ${list} of "${options.topic}" (${held.lag} records not consumed) to ${plural(held.members.length, "member")} still in group "${options.group}" (${held.members.join(", ")}): they heartbeat, so they are alive and consume them\n`,
+            );
+            break;
           }
         }
-        await flushOut();
       } catch (err) {
-        if (!(err instanceof StdoutClosedError)) throw err;
-        if (upTo.size > 0) await consumer.commit(upTo);
-        throw err;
-      }
-      if (upTo.size > 0) await consumer.commit(upTo);
-      if (!options.follow && batches.length === 0) {
-        let caughtUp = true;
-        for (const tp of consumer.assignments) {
-          const position = consumer.position(tp);
-          const { highWatermark } = await data.listOffsets(tp);
-          if (position === undefined || position < highWatermark) caughtUp = false;
-        }
-        if (!caughtUp) continue;
-        // Caught up on its own partitions. Records of the topic still unread in partitions other
-        // members hold may belong to a member that died (its partitions move only when its
-        // session ends): wait for that rebalance, as Kafka's consumer does, up to the longest
-        // session timeout among them, then leave them to their (live) owners, saying so.
-        const held = await heldElsewhere(client, options.group, options.topic, consumer.memberId);
-        // A rebalance this member has not joined yet (its next heartbeat hears of it) may give it
-        // more partitions: poll on.
-        if (held.generation !== consumer.generation) continue;
-        if (held.partitions.length === 0) break;
-        const now = Date.now();
-        const list = `${plural(held.partitions.length, "partition")} ${held.partitions.join(", ")}`;
-        if (waitUntil === null) {
-          waitUntil = now + held.sessionTimeoutMs + 1000;
-          process.stderr.write(
-            `es-broker: waiting up to ${waitUntil - now} ms for ${list} of "${options.topic}" (${held.lag} records not consumed), held by ${plural(held.members.length, "other member")} of group "${options.group}" (${held.members.join(", ")}): a member that died hands its partitions over when its session times out\n`,
-          );
-        } else if (now >= waitUntil) {
-          process.stderr.write(
-            `es-broker: leaving ${list} of "${options.topic}" (${held.lag} records not consumed) to ${plural(held.members.length, "member")} still in group "${options.group}" (${held.members.join(", ")}): they heartbeat, so they are alive and consume them\n`,
-          );
-          break;
-        }
+        if (!isReconnectable(err) || options.reconnectTimeoutMs === 0) throw err;
+        // The same member joins again: the group (its members are kept over a broker restart)
+        // leaves it its partitions, with no rebalance and no wait for its session to time out.
+        const memberId = consumer.memberId;
+        await consumer.close({ leave: false });
+        await cluster.close();
+        const next = await reconnect(() => join(memberId), {
+          cause: err,
+          timeoutMs: options.reconnectTimeoutMs,
+          stopped: () => signals.received !== null,
+        });
+        if (next === null) break;
+        joined = next;
+        cluster = joined.cluster;
+        consumer = joined.member;
+        client = joined.client;
+        data = joined.routed ? joined.cluster : joined.client;
+        waitUntil = null;
       }
     }
     return 0;
   } finally {
     signals.dispose();
     await consumer?.close();
-    await cluster.close();
+    await cluster?.close();
   }
 }
 

@@ -9,7 +9,14 @@ import * as http from "node:http";
 import * as https from "node:https";
 import { resolve } from "node:path";
 import type { ConnectionOptions } from "node:tls";
-import { KeyStore, apiKeysFileName, type ApiKeyInfo, type ApiKeySpec } from "../auth/key-store.ts";
+import {
+  KeyStore,
+  apiKeysFileName,
+  validateKeySpec,
+  type ApiKeyInfo,
+  type ApiKeySpec,
+} from "../auth/key-store.ts";
+import { BrokerError } from "../broker/errors.ts";
 import { systemClock } from "../runtime/clock.ts";
 import { systemKeyCrypto } from "../runtime/crypto.ts";
 import { acquireDataDirLock } from "../runtime/lock.ts";
@@ -99,6 +106,14 @@ export async function keys(argv: string[]): Promise<number> {
         const wanted: ApiKeySpec = { name: values.name, role: values.role };
         if (values.topics !== undefined) wanted.topics = splitPatterns(values.topics);
         if (values.groups !== undefined) wanted.groups = splitPatterns(values.groups);
+        // A role and patterns that do not go together are a mistake in the command line (exit
+        // 2), caught here with the broker's own check before the key is asked for.
+        try {
+          validateKeySpec(wanted);
+        } catch (err) {
+          if (err instanceof BrokerError) throw new UsageError(err.message);
+          throw err;
+        }
         // The output file is made first: a key is never created that could not be handed over.
         const out = values.out === undefined ? null : openExclusive(values.out);
         let created: { key: string; info: ApiKeyInfo };

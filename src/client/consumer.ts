@@ -62,6 +62,12 @@ export interface GroupConsumerOptions {
   maxRecords?: number;
   /** Called after every (re)join with the member's partitions. */
   onAssigned?: (assignments: TopicPartition[], generation: number) => void;
+  /**
+   * Join as this member (the id of an earlier {@link GroupConsumer} of this process, e.g. before
+   * its connection was lost): the group keeps its partitions and needs no rebalance. A member the
+   * group no longer knows (`unknown_member`) joins as a new one.
+   */
+  memberId?: string;
 }
 
 /** Records of one partition handed out by {@link GroupConsumer.poll}. */
@@ -125,7 +131,15 @@ export class GroupConsumer {
   /** Joins the group and starts heartbeating. @throws ClientError from the join (e.g. `topic_not_found`). */
   static async join(options: GroupConsumerOptions): Promise<GroupConsumer> {
     const consumer = new GroupConsumer(options);
-    await consumer.#join(false);
+    if (options.memberId !== undefined && options.memberId !== "") {
+      consumer.#memberId = options.memberId;
+      try {
+        await consumer.#join(true);
+      } catch (err) {
+        if (!(err instanceof ClientError && err.code === Errors.unknownMember.code)) throw err;
+        await consumer.#join(false);
+      }
+    } else await consumer.#join(false);
     consumer.#heartbeat = setInterval(() => void consumer.#beat(), consumer.#heartbeatIntervalMs);
     consumer.#heartbeat.unref?.();
     return consumer;

@@ -318,6 +318,64 @@ describe(`[${target}] es-broker command line errors`, () => {
     }
   });
 
+  it("consume --follow (plain and --group) and plain produce ride through a broker restart: every line stored and printed exactly once, in order", async () => {
+    const dataDir = `${fresh()}/data`;
+    // The restarted broker must listen where the commands reconnect: fixed ports, one pair per
+    // target (the targets may run at once), in this file's range.
+    const base = 28_400 + 10 * ["node", "deno", "bun", "binary"].indexOf(target);
+    const ports = ["--http-port", String(base), "--tcp-port", String(base + 1)];
+    let broker = await startBroker(dataDir, ports);
+    running.push(broker);
+    const address = `${broker.tcp.host}:${broker.tcp.port}`;
+    const admin = await TcpClient.connect(broker.tcp);
+    await admin.createTopic({ name: "t", partitions: 1 });
+    await admin.close();
+    const follow = ["t", "--follow", "--from-beginning", "--broker", address];
+    const plain = startCommand(["consume", ...follow]);
+    const grouped = startCommand(["consume", ...follow, "--group", "g"]);
+    const p = startProduce(["t", "--broker", address, "--linger-ms", "0"]);
+    const printedBoth = (line: string) =>
+      plain.stdout().includes(`${line}\n`) && grouped.stdout().includes(`${line}\n`);
+    const send = async (from: number, to: number) => {
+      for (let i = from; i <= to; i++) p.proc.stdin!.write(`line-${i}\n`);
+    };
+    await send(1, 3);
+    await waitFor("both consumers to print line-3", () => printedBoth("line-3"));
+    expect(await broker.stop("SIGTERM")).toBe(0);
+    // Read while the broker is down: sent once it is back.
+    await send(4, 6);
+    await new Promise((r) => setTimeout(r, 500));
+    broker = await startBroker(dataDir, ports);
+    running.push(broker);
+    await waitFor("both consumers to print line-6 after the restart", () => printedBoth("line-6"));
+    await send(7, 8);
+    p.proc.stdin!.end();
+    expect(await p.exited, p.stderr()).toBe(0);
+    await waitFor("both consumers to print line-8", () => printedBoth("line-8"));
+    const expected = Array.from({ length: 8 }, (_, i) => `line-${i + 1}\n`).join("");
+    for (const [what, c] of [
+      ["produce", p],
+      ["consume", plain],
+      ["consume --group", grouped],
+    ] as const) {
+      expect(c.stderr(), what).toMatch(
+        /es-broker: connection to the broker lost \(.*\): reconnecting (until stopped|for up to 30000 ms) \(--reconnect-timeout-ms\)\n(.*\n)*es-broker: reconnected after \d+ ms\n/,
+      );
+    }
+    expect(p.stderr()).toContain('es-broker: produced 8 records to "t"\n');
+    plain.proc.kill("SIGTERM");
+    grouped.proc.kill("SIGTERM");
+    expect(await plain.exited, plain.stderr()).toBe(0);
+    expect(await grouped.exited, grouped.stderr()).toBe(0);
+    expect(plain.stdout()).toBe(expected);
+    expect(grouped.stdout()).toBe(expected);
+    const client = await TcpClient.connect(broker.tcp);
+    onTestFinished(() => void client.close());
+    expect(await values(client)).toEqual(expected.trimEnd().split("\n"));
+    const group = await client.describeGroup("g");
+    expect(group.offsets[0].committed).toBe(8);
+  });
+
   it("an unknown command points to es-broker --help", async () => {
     const r = await runCli(["frobnicate"]);
     expect(r.code).toBe(2);

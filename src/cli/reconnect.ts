@@ -1,0 +1,104 @@
+/**
+ * How `consume --follow`, `consume --group` and plain `produce` ride through a broker restart
+ * (README "Command line", each command's `--help`): when the connection closes, they connect
+ * again with a capped backoff ({@link reconnectBackoffMsMin} doubling to
+ * {@link reconnectBackoffMsMax}), saying so on stderr in one line when they start retrying and in
+ * one when they are connected again. They give up on an error no retry can fix (a refused key, a
+ * topic that is gone), on a stop signal, or after `--reconnect-timeout-ms`.
+ *
+ * What each resumes at is the caller's business: `consume` at the next offset it has not printed,
+ * `consume --group` by joining the group again (its committed offsets), `produce` by sending only
+ * batches that never left (a batch whose answer was lost ends the command: see `produce`).
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import { ClientError, ClientErrorCodes } from "../client/client.ts";
+import { errorMessage } from "../lib/errors.ts";
+
+/** First wait before connecting again after a lost connection, in ms. */
+export const reconnectBackoffMsMin = 100;
+/** Longest wait between two attempts to connect again, in ms. */
+export const reconnectBackoffMsMax = 2000;
+/** Default `--reconnect-timeout-ms` of `produce` and of `consume` without `--follow`, in ms. */
+export const reconnectTimeoutMsDefault = 30_000;
+
+/**
+ * Whether `err` means the connection to the broker is gone or the broker cannot serve now
+ * (shutting down, electing a leader): a retriable {@link ClientError} (`connection_closed`,
+ * `timeout`, or a retriable code of the error table such as `unavailable`). A refused key, a
+ * missing topic or a bad request are not.
+ */
+export function isReconnectable(err: unknown): boolean {
+  return err instanceof ClientError && err.retriable;
+}
+
+/**
+ * Whether `err` leaves a request's outcome unknown (the answer never came): the connection closed
+ * or the request timed out after it was sent.
+ */
+export function isAnswerLost(err: unknown): boolean {
+  return (
+    err instanceof ClientError &&
+    (err.code === ClientErrorCodes.connectionClosed || err.code === ClientErrorCodes.timeout)
+  );
+}
+
+/** Options of {@link reconnect}. */
+export interface ReconnectOptions {
+  /** Why the connection was lost (printed in the first line). */
+  cause: unknown;
+  /** Longest time to keep trying, in ms; null: until a stop signal. */
+  timeoutMs: number | null;
+  /** True once a stop signal came: stop trying (resolves null). */
+  stopped: () => boolean;
+  /** Where the two lines go (default: stderr). */
+  write?: (line: string) => void;
+}
+
+/**
+ * Calls `connect` until it resolves, waiting {@link reconnectBackoffMsMin} ms first and doubling
+ * up to {@link reconnectBackoffMsMax} ms between attempts; writes
+ * `es-broker: connection to the broker lost (…): reconnecting …` before the first attempt and
+ * `es-broker: reconnected after N ms` once one succeeds.
+ * @returns what `connect` resolved with, or null when a stop signal came first.
+ * @throws the attempt's error when it is not {@link isReconnectable} (e.g. `unauthenticated`),
+ *   or the last one, with the time spent in its message, after `timeoutMs`.
+ */
+export async function reconnect<T>(
+  connect: () => Promise<T>,
+  options: ReconnectOptions,
+): Promise<T | null> {
+  const write = options.write ?? ((line: string) => process.stderr.write(line));
+  const startedAt = performance.now();
+  const limit = options.timeoutMs === null ? "until stopped" : `for up to ${options.timeoutMs} ms`;
+  write(
+    `es-broker: connection to the broker lost (${errorMessage(options.cause)}): reconnecting ${limit} (--reconnect-timeout-ms)\n`,
+  );
+  let waitMs = reconnectBackoffMsMin;
+  for (;;) {
+    // Waits in short steps, so that a stop signal ends the wait at once.
+    const until = performance.now() + waitMs;
+    while (performance.now() < until) {
+      if (options.stopped()) return null;
+      await sleep(Math.min(50, Math.max(1, until - performance.now())));
+    }
+    if (options.stopped()) return null;
+    try {
+      const connected = await connect();
+      write(`es-broker: reconnected after ${Math.round(performance.now() - startedAt)} ms\n`);
+      return connected;
+    } catch (err) {
+      if (!isReconnectable(err)) throw err;
+      const spentMs = performance.now() - startedAt;
+      if (options.timeoutMs !== null && spentMs >= options.timeoutMs) {
+        const message = `${errorMessage(err)} (gave up reconnecting after ${Math.round(spentMs)} ms: --reconnect-timeout-ms ${options.timeoutMs})`;
+        throw err instanceof ClientError
+          ? new ClientError(err.code, err.tcp, err.retriable, message, {
+              cause: err,
+              details: err.details,
+            })
+          : err;
+      }
+      waitMs = Math.min(reconnectBackoffMsMax, waitMs * 2);
+    }
+  }
+}
