@@ -14,6 +14,7 @@
  * id part only — never the key. Admin actions are logged (`audit.*`, info) with the key's name.
  */
 import { BrokerError, Errors } from "../broker/errors.ts";
+import { validateProducerId } from "../broker/producers/sequence.ts";
 import type {
   ClusterMetadata,
   AssignedJoinRequest,
@@ -393,6 +394,16 @@ export class AuthorizedBroker implements Broker {
    */
   readonly initProducerId?: () => Promise<{ producerId: number; epoch: number }>;
   /**
+   * The next epoch of a producer id (docs/decisions.md §20): the `produce` row without a topic
+   * (admin and producer keys, as idempotent produce), for the id as this key's produce stores it
+   * (`<key name>:<id>`, {@link keyProducerId}), so a key only moves its own producers' epochs.
+   * Absent if the real broker cannot hand out epochs.
+   */
+  readonly initProducerEpoch?: (request: {
+    producerId: string;
+    atLeast?: number;
+  }) => Promise<{ epoch: number }>;
+  /**
    * Cluster metadata (cluster mode): the `list_topics` row, the answer holding only the topics
    * the key matches (or the `describe_topic` row for each named topic). Absent in single-node mode.
    */
@@ -497,6 +508,20 @@ export class AuthorizedBroker implements Broker {
       this.initProducerId = async () => {
         this.#check("produce", {}, "Cannot get a producer id");
         return initProducerId();
+      };
+    }
+    const initProducerEpoch = inner.initProducerEpoch?.bind(inner);
+    if (initProducerEpoch !== undefined) {
+      this.initProducerEpoch = async (request) => {
+        const action = () => `Cannot allocate an epoch for producer ${quote(request.producerId)}`;
+        this.#check("produce", {}, action);
+        if (this.#principal.kind !== "key") return initProducerEpoch(request);
+        // The client's own id is checked before the key's name goes in front of it.
+        validateProducerId(request.producerId, action());
+        return initProducerEpoch({
+          ...request,
+          producerId: keyProducerId(this.#principal.name, request.producerId),
+        });
       };
     }
     const describeStorage = inner.describeStorage?.bind(inner);

@@ -927,6 +927,22 @@ export class LocalBroker implements Broker {
     }
   }
 
+  /**
+   * The next epoch of an idempotent producer id, durable before it resolves (`Broker.initProducerEpoch`,
+   * docs/decisions.md §20; the rule and its durability: `broker/producers/state.ts`).
+   * @throws BrokerError invalid_request, producer_epoch_exhausted, unavailable.
+   */
+  async initProducerEpoch(request: {
+    producerId: string;
+    atLeast?: number;
+  }): Promise<{ epoch: number }> {
+    this.#checkOpen();
+    return this.#producers.allocateEpoch({
+      producerId: request.producerId,
+      atLeast: request.atLeast ?? 0,
+    });
+  }
+
   /** The consumer-group coordinator (tests drive its session expiries with `settled()`). */
   get groups(): GroupCoordinator {
     return this.#groups;

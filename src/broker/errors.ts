@@ -133,6 +133,11 @@ export const Errors = Object.freeze({
    * for data it did not understand (details: `header`).
    */
   unsupportedMediaType: kind("unsupported_media_type", 34, 415, false),
+  /**
+   * The producer id's epoch is at 2^31 − 1, the largest there is: the broker cannot hand out a
+   * higher one (docs/decisions.md §20). Use a new producer id.
+   */
+  producerEpochExhausted: kind("producer_epoch_exhausted", 35, 409, false),
   // Durable Streams (docs/durable-streams.md); numbered from 40 so other work can take 26… meanwhile.
   /** No Durable Stream at that path (never created, deleted, or expired). */
   streamNotFound: kind("stream_not_found", 40, 404, false),
@@ -237,6 +242,7 @@ export const kafkaErrorCodes: Readonly<Record<string, number>> = Object.freeze({
   producer_fenced: 47, // INVALID_PRODUCER_EPOCH
   unknown_producer: 59, // UNKNOWN_PRODUCER_ID
   duplicate_sequence: 46, // DUPLICATE_SEQUENCE_NUMBER
+  producer_epoch_exhausted: 47, // INVALID_PRODUCER_EPOCH: no epoch above the current one
   headers_too_large: 42, // INVALID_REQUEST
   request_timeout: 7, // REQUEST_TIMED_OUT
   invalid_record: 87, // INVALID_RECORD: a record its topic's schema refuses

@@ -483,6 +483,17 @@ export interface Broker {
    */
   initProducerId?(): Promise<{ producerId: number; epoch: number }>;
   /**
+   * Hands out the next epoch of an idempotent producer id (docs/decisions.md §20; TCP api 15,
+   * `POST /v1/producers/{producer_id}/epoch`): `max(stored + 1, atLeast)`, or for an id without
+   * state `max(min(Unix second, 2^31 − 1 − 2^24), atLeast)`; durable (a fsynced snapshot of the
+   * producer state) before it resolves, and the previous incarnation is fenced from then on.
+   * `atLeast` 0 … 2^31 − 1, 0 = none. Optional: a broker without it answers `unsupported_api`
+   * (TCP) or 404 (HTTP), and clients fall back to a clock epoch.
+   * @throws invalid_request, producer_epoch_exhausted, unavailable; not_leader (cluster mode, on a
+   *   broker other than the controller).
+   */
+  initProducerEpoch?(request: { producerId: string; atLeast?: number }): Promise<{ epoch: number }>;
+  /**
    * Serves a follower's replica fetch (api 14, `protocol/apis/replica-fetch.ts`; cluster mode,
    * docs/cluster.md "Replication"). Optional: a broker without replication answers
    * `unsupported_api`.

@@ -58,6 +58,10 @@ import {
   decodeIdempotentProduceResponse,
   encodeIdempotentProduceRequest,
 } from "../protocol/apis/idempotent-produce.ts";
+import {
+  decodeInitProducerEpochResponse,
+  encodeInitProducerEpochRequest,
+} from "../protocol/apis/init-producer-epoch.ts";
 import { decodeJoinGroupResponse, encodeJoinGroupRequest } from "../protocol/apis/join-group.ts";
 import { encodeLeaveGroupRequest } from "../protocol/apis/leave-group.ts";
 import { decodeListGroupsResponse, encodeListGroupsRequest } from "../protocol/apis/list-groups.ts";
@@ -727,6 +731,21 @@ export class TcpClient {
         producer: options.producer,
       });
     }, decodeIdempotentProduceResponse);
+  }
+
+  /**
+   * Asks the broker for the next epoch of producer `producerId` (api 15, docs/decisions.md §20):
+   * durable on the broker, and fencing the id's previous incarnation, before it resolves.
+   * `atLeast` (default 0 = none) is the lowest epoch taken. In cluster mode only the controller
+   * answers (`ClusterClient.coordinator()`).
+   * @throws ClientError `unsupported_api` (a broker without producer epochs: use a clock epoch),
+   *   `producer_epoch_exhausted`, `invalid_request`, `unavailable`, `not_leader` (not the controller).
+   */
+  initProducerEpoch(producerId: string, options: { atLeast?: number } = {}): Promise<number> {
+    return this.#call(
+      (id) => encodeInitProducerEpochRequest(id, { producerId, atLeast: options.atLeast ?? 0 }),
+      decodeInitProducerEpochResponse,
+    ).then((r) => r.epoch);
   }
 
   /** Joins a consumer group (or rejoins as `memberId`). @throws ClientError `topic_not_found`, `unknown_member`, `invalid_request`. */

@@ -24,6 +24,9 @@
  *   a commit or join on a broker whose claim was taken over gets `stale_generation`.
  * - Durable Streams are not offered (`streams` is undefined: `/v1/stream/` answers 404): a
  *   stream's topic would be made locally, outside etcd, and never replicated.
+ * - Producer epochs (docs/decisions.md §20, docs/cluster.md "Producer epochs"): handed out by the
+ *   controller from its own producer state; any other broker refuses `initProducerEpoch` with
+ *   `not_leader` naming the controller, as group requests.
  * - Everything else (producers, the registry) goes to the local broker as it is.
  */
 import { mergeTopicConfig, validatePartitionCount, validateTopicName } from "../broker/config.ts";
@@ -420,6 +423,15 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
       const joined = await joinAssigned(request);
       await record(request.group, joined.generation);
       return joined;
+    };
+  }
+  if (local.initProducerEpoch !== undefined) {
+    const initEpoch = local.initProducerEpoch.bind(local);
+    overrides.initProducerEpoch = async (request: { producerId: string; atLeast?: number }) => {
+      coordinatorCheck(
+        `Cannot allocate an epoch for producer ${JSON.stringify(request.producerId)}`,
+      );
+      return initEpoch(request);
     };
   }
   if (local.updateTopicConfig !== undefined) {

@@ -335,6 +335,12 @@ export const producerExpiryMsDefault = 7 * 24 * 3600 * 1000;
 export const producerIdCharsMax = 249;
 /** Largest producer epoch. */
 export const producerEpochMax = 0x7fff_ffff;
+/**
+ * Restarts of headroom the broker keeps below {@link producerEpochMax} when it starts a producer
+ * id it has no state for at the Unix second: from 2038 such an id starts at 2^31 − 1 − 2^24, not
+ * at the cap (docs/decisions.md §20).
+ */
+export const producerEpochHeadroom = 2 ** 24;
 /** Default consumer-group session timeout, in ms: a member without a heartbeat for this long is removed. */
 export const groupSessionTimeoutMsDefault = 30_000;
 /** Smallest session timeout a member may ask for, in ms. */

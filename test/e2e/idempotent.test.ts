@@ -10,7 +10,7 @@
  * acknowledged record must be present, and each producer's batches of a partition in send order.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { IdempotentProducer, TcpClient } from "../../src/client/client.ts";
+import { ClientError, IdempotentProducer, TcpClient } from "../../src/client/client.ts";
 import type { ProduceResult } from "../../src/broker/types.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { startBroker, target, type BrokerProcess } from "./harness.ts";
@@ -178,5 +178,49 @@ describe(`[${target}] idempotent producers through SIGKILL`, () => {
     console.log(
       `[${target}] ${rounds} SIGKILLs in ${Date.now() - started} ms: ${acked.size} batches, ${records} records, each stored once; ${duplicates} retries answered as duplicates`,
     );
+  });
+});
+
+describe(`[${target}] producer epochs the broker hands out through SIGKILL`, () => {
+  it("keeps an answered epoch: after a SIGKILL and a restart the next one is higher and the old incarnation stays fenced", {
+    timeout: 60_000,
+  }, async () => {
+    const { dir } = tempDir("es-broker-epochs-");
+    const dataDir = `${dir}/data`;
+    let broker = await startBroker(dataDir);
+    running.push(broker);
+    let client = await TcpClient.connect(broker.tcp);
+    await client.createTopic({ name: "e", partitions: 1 });
+    const old = await client.initProducerEpoch("p");
+    await client.produceIdempotent("e", [{ value: "old" }], {
+      partition: 0,
+      producer: { id: "p", epoch: old, sequence: 0 },
+    });
+    // The HTTP call answers the same table: the next epoch.
+    const http = await fetch(`${broker.httpUrl}/v1/producers/p/epoch`, { method: "POST" });
+    expect(http.status).toBe(200);
+    const current = ((await http.json()) as { epoch: number }).epoch;
+    expect(current).toBe(old + 1);
+    await client.close();
+    await broker.stop("SIGKILL");
+    running.splice(running.indexOf(broker), 1);
+
+    broker = await startBroker(dataDir);
+    running.push(broker);
+    client = await TcpClient.connect(broker.tcp);
+    const fenced = await client
+      .produceIdempotent("e", [{ value: "late" }], {
+        partition: 0,
+        producer: { id: "p", epoch: old, sequence: 1 },
+      })
+      .then(
+        () => null,
+        (e: unknown) => e,
+      );
+    expect(fenced).toBeInstanceOf(ClientError);
+    expect((fenced as ClientError).code).toBe("producer_fenced");
+    expect((fenced as ClientError).details).toEqual({ expected_epoch: current });
+    expect(await client.initProducerEpoch("p")).toBe(current + 1);
+    await client.close();
   });
 });

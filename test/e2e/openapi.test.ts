@@ -222,6 +222,19 @@ describe(`[${target}] the OpenAPI document against the real process`, () => {
       403,
     );
     expect((await produce({ key: producerKey, raw: "{not json" })).status).toBe(400);
+    const epochPath = "/v1/producers/p1/epoch";
+    const epoch = await call(epochPath, { key: producerKey, method: "POST" });
+    expect(epoch.status).toBe(200);
+    expect(epoch.json().epoch).toBeGreaterThan(1);
+    expect(
+      (
+        await call(epochPath, { key: producerKey, method: "POST", body: { at_least: 2 ** 31 - 1 } })
+      ).json().epoch,
+    ).toBe(2 ** 31 - 1);
+    expect((await call(epochPath, { key: producerKey, method: "POST" })).status).toBe(409);
+    expect(
+      (await call(epochPath, { key: producerKey, method: "POST", body: { at_least: -1 } })).status,
+    ).toBe(400);
 
     const fetchPath = "/v1/topics/orders/partitions/0/records";
     expect((await call(`${fetchPath}?offset=earliest&encoding=base64`, a)).status).toBe(200);

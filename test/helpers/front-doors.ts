@@ -56,6 +56,8 @@ export interface FrontDoor {
     values: string[],
     producer: ProducerIdentity,
   ): Promise<ProduceResult>;
+  /** The producer id's next epoch (docs/decisions.md §20). */
+  initProducerEpoch(producerId: string, atLeast?: number): Promise<number>;
 }
 
 /** How a door is opened over a broker. */
@@ -166,6 +168,14 @@ export const httpDoor: DoorFactory = {
       async leaveGroup(group, memberId) {
         await call("DELETE", `${members(group)}/${memberId}`, { status: 204 });
       },
+      async initProducerEpoch(producerId, atLeast) {
+        const body = await call("POST", `/v1/producers/${encodeURIComponent(producerId)}/epoch`, {
+          body: atLeast === undefined ? undefined : { at_least: atLeast },
+          status: 200,
+        });
+        expect(Object.keys(body)).toEqual(["epoch"]);
+        return body.epoch;
+      },
       async produceIdempotent(topic, partition, values, producer) {
         const body = await call("POST", `/v1/topics/${encodeURIComponent(topic)}/records`, {
           body: { records: values.map((value) => ({ value, partition })) },
@@ -244,6 +254,8 @@ export const tcpDoor: DoorFactory = {
       describeGroup: (group) => overTcp(() => client.describeGroup(group)),
       listGroups: () => overTcp(() => client.listGroups()),
       leaveGroup: (group, memberId) => overTcp(() => client.leaveGroup({ group, memberId })),
+      initProducerEpoch: (producerId, atLeast) =>
+        overTcp(() => client.initProducerEpoch(producerId, { atLeast })),
       produceIdempotent: (topic, partition, values, producer) =>
         overTcp(() =>
           client.produceIdempotent(

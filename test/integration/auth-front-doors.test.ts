@@ -205,6 +205,29 @@ describe("TCP authentication", () => {
     expect(long.message).toMatch(/with key "ingest" a producer id is at most 242 characters/);
   });
 
+  it("producer epochs follow the produce row and a key's own ids: another key's allocation fences nothing, a consumer key is forbidden", async () => {
+    const d = await doors();
+    const other = (await d.keys.create({ name: "ingest-2", role: "producer", topics: ["other"] }))
+      .key;
+    const a = await d.connect(d.producer);
+    const b = await d.connect(other);
+    const epoch = await a.initProducerEpoch("shared-1");
+    await a.produceIdempotent("orders", [{ value: "a0" }], {
+      producer: { id: "shared-1", epoch, sequence: 0 },
+    });
+    // Key B's allocation for the same client id is of B's own producer ("ingest-2:shared-1").
+    expect(await b.initProducerEpoch("shared-1", { atLeast: epoch + 100 })).toBe(epoch + 100);
+    await a.produceIdempotent("orders", [{ value: "a1" }], {
+      producer: { id: "shared-1", epoch, sequence: 1 },
+    });
+    expect(await a.initProducerEpoch("shared-1")).toBe(epoch + 1);
+    const consumer = await d.connect(d.consumer);
+    const refused = await clientError(consumer.initProducerEpoch("shared-1"));
+    expect(refused.code).toBe("forbidden");
+    const bad = await clientError(a.initProducerEpoch(""));
+    expect([bad.code, bad.details]).toEqual(["invalid_request", { field: "producer_id" }]);
+  });
+
   it("without a key, the first request is answered unauthenticated and the connection closed", async () => {
     const d = await doors();
     const client = await d.connect();

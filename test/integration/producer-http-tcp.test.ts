@@ -118,8 +118,54 @@ for (const factory of frontDoors) {
       );
       expect(await values(b, "t", 1)).toEqual(["a", "b", "c"]);
     });
+
+    it("hands out producer epochs (docs/decisions.md §20): the clock second, then stored + 1 or at_least; the previous incarnation is fenced; an exhausted id is 409 and a bad at_least 400", async () => {
+      const b = await broker();
+      await b.createTopic({ name: "t", partitions: 1 });
+      const door = await factory.open(b);
+      const first = await door.initProducerEpoch("web-1");
+      expect(first).toBe(Math.floor(new ManualClock().nowMs() / 1000));
+      await door.produceIdempotent("t", 0, ["a"], { id: "web-1", epoch: first, sequence: 0 });
+      expect(await door.initProducerEpoch("web-1")).toBe(first + 1);
+      await expectDoorError(
+        door.produceIdempotent("t", 0, ["b"], { id: "web-1", epoch: first, sequence: 1 }),
+        { code: "producer_fenced", http: 403, exactDetails: { expected_epoch: first + 1 } },
+      );
+      expect(await door.initProducerEpoch("web-1", first + 10)).toBe(first + 10);
+      expect(await door.initProducerEpoch("web-1", 0x7fff_ffff)).toBe(0x7fff_ffff);
+      await expectDoorError(door.initProducerEpoch("web-1"), {
+        code: "producer_epoch_exhausted",
+        http: 409,
+      });
+      await expectDoorError(door.initProducerEpoch("web-2", 0x8000_0000), {
+        code: "invalid_request",
+        http: 400,
+        details: { field: "at_least" },
+      });
+      await expectDoorError(door.initProducerEpoch("no spaces"), {
+        code: "invalid_request",
+        http: 400,
+      });
+    });
   });
 }
+
+describe("producer epochs on a broker that does not hand them out", () => {
+  it("is unsupported_api over TCP and 404 over HTTP, so clients fall back to a clock epoch", async () => {
+    const b = await broker();
+    const without = new Proxy(b, {
+      get: (target, prop) =>
+        prop === "initProducerEpoch" ? undefined : Reflect.get(target, prop, target),
+    });
+    for (const factory of frontDoors) {
+      const door = await factory.open(without);
+      await expectDoorError(door.initProducerEpoch("p"), {
+        code: factory.name === "TCP" ? "unsupported_api" : "not_found",
+        http: 404,
+      });
+    }
+  });
+});
 
 describe("idempotent produce over HTTP only", () => {
   async function setup() {

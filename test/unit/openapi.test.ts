@@ -60,7 +60,7 @@ describe("the OpenAPI document", () => {
         .filter((r) => r.method !== "ALL")
         .map(
           (r) =>
-            `${r.method} ${r.path.replace(/:([A-Za-z]+)/g, "{$1}").replace(/\/\*$/, "/{path}")}`,
+            `${r.method} ${r.path.replace(/:([A-Za-z_]+)/g, "{$1}").replace(/\/\*$/, "/{path}")}`,
         ),
     );
     // A documented HEAD is served by its GET route (Hono answers HEAD with the GET handler).

@@ -8,6 +8,12 @@ import {
   encodeIdempotentProduceResponse,
 } from "../../src/protocol/apis/idempotent-produce.ts";
 import {
+  decodeInitProducerEpochRequest,
+  decodeInitProducerEpochResponse,
+  encodeInitProducerEpochRequest,
+  encodeInitProducerEpochResponse,
+} from "../../src/protocol/apis/init-producer-epoch.ts";
+import {
   decodeErrorBody,
   decodeRequestHeader,
   decodeResponseHeader,
@@ -159,5 +165,41 @@ describe("error details on the wire", () => {
     const b = decodeResponseHeader(frame.subarray(4)).body.slice();
     b[b.length - 1] = 0x20; // the closing brace of the JSON becomes a space
     expect(protocolError(() => decodeErrorBody(b)).field).toBe("details");
+  });
+});
+
+describe("InitProducerEpoch (api 15)", () => {
+  it("shows the docs/protocol.md example exactly as the encoder writes it", () => {
+    const frame = encodeInitProducerEpochRequest(7, { producerId: "p1", atLeast: 0 });
+    expect(protocolDocExample("init-producer-epoch-request")).toBe(
+      Buffer.from(frame).toString("hex"),
+    );
+  });
+
+  it("decodes at_least up to 2^32 − 1 (the broker refuses past 2^31 − 1) and refuses a body cut short or too long, naming the field", () => {
+    const body = requestBody(
+      encodeInitProducerEpochRequest(1, { producerId: "p", atLeast: 0xffff_ffff }),
+    );
+    expect(decodeInitProducerEpochRequest(body)).toEqual({
+      producerId: "p",
+      atLeast: 0xffff_ffff,
+    });
+    expect(protocolError(() => decodeInitProducerEpochRequest(body.subarray(0, 5)))).toMatchObject({
+      field: "at_least",
+    });
+    const longer = new Uint8Array(body.length + 1);
+    longer.set(body);
+    expect(protocolError(() => decodeInitProducerEpochRequest(longer)).message).toContain(
+      "at_least",
+    );
+    expect(() => encodeInitProducerEpochRequest(1, { producerId: "p", atLeast: -1 })).toThrow(
+      /at_least/,
+    );
+  });
+
+  it("round-trips the answer's epoch", () => {
+    const frame = encodeInitProducerEpochResponse(3, { epoch: 0x7fff_ffff });
+    const header = decodeResponseHeader(frame.subarray(4));
+    expect(decodeInitProducerEpochResponse(header.body)).toEqual({ epoch: 0x7fff_ffff });
   });
 });

@@ -59,6 +59,12 @@ import {
 } from "../../src/protocol/apis/idempotent-produce.ts";
 import { apis, ApiKey, supportedApi } from "../../src/protocol/apis/index.ts";
 import {
+  decodeInitProducerEpochRequest,
+  decodeInitProducerEpochResponse,
+  encodeInitProducerEpochRequest,
+  encodeInitProducerEpochResponse,
+} from "../../src/protocol/apis/init-producer-epoch.ts";
+import {
   decodeJoinGroupRequest,
   decodeJoinGroupResponse,
   encodeJoinGroupRequest,
@@ -730,6 +736,31 @@ const goldens: Record<string, { request: GoldenFrame; response: GoldenFrame }> =
       encode: () => encodeReplicaFetchResponse(correlationId, replicaFetchResult),
       decode: decodeReplicaFetchResponse,
       decoded: replicaFetchResult,
+    },
+  },
+  InitProducerEpoch: {
+    request: {
+      frame: hex(`
+        0000000f           length 15
+        000f 0000          api 15 InitProducerEpoch
+        0a0b0c0d           correlation_id
+        0001 70            producer_id "p"
+        00000007           at_least 7
+      `),
+      encode: () => encodeInitProducerEpochRequest(correlationId, { producerId: "p", atLeast: 7 }),
+      decode: decodeInitProducerEpochRequest,
+      decoded: { producerId: "p", atLeast: 7 },
+    },
+    response: {
+      frame: hex(`
+        0000000a           length 10
+        0a0b0c0d           correlation_id
+        0000               error 0
+        00000008           epoch 8
+      `),
+      encode: () => encodeInitProducerEpochResponse(correlationId, { epoch: 8 }),
+      decode: decodeInitProducerEpochResponse,
+      decoded: { epoch: 8 },
     },
   },
 };

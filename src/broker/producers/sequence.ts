@@ -175,6 +175,26 @@ export function batchFrom(
 const producerIdPattern = /^[A-Za-z0-9._:-]+$/;
 
 /**
+ * Checks a producer id: 1 to {@link producerIdCharsMax} characters of `[A-Za-z0-9._:-]`.
+ * @param action the failed action the error names first ("Cannot allocate an epoch for …").
+ * @throws BrokerError invalid_request with details `field: "producer_id"`.
+ */
+export function validateProducerId(id: unknown, action: string): void {
+  if (
+    typeof id !== "string" ||
+    id.length < 1 ||
+    id.length > producerIdCharsMax ||
+    !producerIdPattern.test(id)
+  ) {
+    throw new BrokerError(
+      Errors.invalidRequest,
+      `${action}: producer id must be 1 to ${producerIdCharsMax} characters of letters, digits, ".", "_", ":" and "-"`,
+      { field: "producer_id" },
+    );
+  }
+}
+
+/**
  * Checks a producer identity and the request's size against it.
  * @throws BrokerError invalid_request naming the field.
  */

@@ -21,6 +21,19 @@
  * that never became durable is never answered; the next start reconciles the state with the log.
  * Requests without a producer never touch the journal.
  *
+ * ## Epochs the broker hands out (docs/decisions.md §20)
+ *
+ * {@link ProducerStates.allocateEpoch} answers `max(stored epoch + 1, at_least)` for an id it
+ * holds state for, `max(min(Unix second, 2^31 − 1 − 2^24), at_least)` for one it has none for,
+ * and refuses `producer_epoch_exhausted` past 2^31 − 1. The new epoch is set in memory at once
+ * (it fences the previous incarnation: row 3 of `sequence.ts`, and a batch of the old epoch
+ * waiting for its journal entry is refused by {@link ProducerStates} before its write), then made
+ * durable by a journal rotation: a snapshot holding the producer at the new epoch, written and
+ * fsynced (`writeJsonAtomic`), before the epoch is answered. Allocations that arrive while a
+ * rotation waits to start share it (one snapshot, one fsync); each still gets its own epoch, so
+ * two incarnations starting at once never share one. A failed snapshot write makes idempotent
+ * produce unavailable until restart: a failed fsync is final, never retried.
+ *
  * ## Start
  *
  * {@link ProducerStates.open} reads the snapshot, replays the journal that continues it, forgets
@@ -33,7 +46,11 @@ import { assert } from "../../lib/assert.ts";
 import type { Clock } from "../../lib/clock.ts";
 import { errorMessage } from "../../lib/errors.ts";
 import type { Logger } from "../../lib/logger.ts";
-import { producerJournalEntriesRotate } from "../../lib/limits.ts";
+import {
+  producerEpochHeadroom,
+  producerEpochMax,
+  producerJournalEntriesRotate,
+} from "../../lib/limits.ts";
 import { Mutex } from "../../lib/mutex.ts";
 import { partitionName, topicPartitionKey } from "../../lib/topic-partition.ts";
 import { joinPath, type FileSystem } from "../../fs/types.ts";
@@ -59,6 +76,7 @@ import {
   refusalError,
   rememberBatch,
   sumRanges,
+  validateProducerId,
   validateProducerIdentity,
   type BatchRange,
   type ProducerState,
@@ -101,6 +119,25 @@ interface PendingEntry {
   entry: ProducerJournalEntry | null;
 }
 
+/**
+ * The epoch an allocation hands out (docs/decisions.md §20): `max(stored + 1, atLeast)` for an id
+ * with state, `max(min(Unix second, 2^31 − 1 − 2^24), atLeast)` for one without; null when that
+ * would pass 2^31 − 1 (the id's epochs are exhausted). Pure.
+ * @param stored the stored epoch, or undefined when the broker holds no state for the id.
+ * @param at `atLeast` 0 … 2^31 − 1; `nowMs` the broker clock, ms since the Unix epoch.
+ */
+export function nextProducerEpoch(
+  stored: number | undefined,
+  at: { atLeast: number; nowMs: number },
+): number | null {
+  const start =
+    stored === undefined
+      ? Math.min(Math.floor(at.nowMs / 1000), producerEpochMax - producerEpochHeadroom)
+      : stored + 1;
+  const epoch = Math.max(start, at.atLeast);
+  return epoch > producerEpochMax ? null : epoch;
+}
+
 /** Maps a journal failure to the error table. */
 function journalError(err: unknown): unknown {
   if (!(err instanceof StorageError)) return err;
@@ -128,6 +165,8 @@ export class ProducerStates {
   /** Remembered batches written but not yet covered by an fsync: their duplicates wait on it. */
   #unsynced = new WeakMap<RememberedBatch, Promise<void>>();
   #rotation: Promise<void> | null = null;
+  /** The rotation epoch allocations wait for; `started` once its snapshot is being built. */
+  #allocationRotation: { started: boolean; promise: Promise<void> } | null = null;
   #closed = false;
 
   private constructor(options: ProducerStatesOptions) {
@@ -676,6 +715,88 @@ export class ProducerStates {
     }
   }
 
+  /**
+   * Hands out the next epoch of producer `producerId` (the module comment, "Epochs the broker
+   * hands out"; docs/decisions.md §20): resolves once a snapshot holding it is durable.
+   * @param request `atLeast`: the lowest epoch the caller takes (0 = none), 0 … 2^31 − 1.
+   * @throws BrokerError invalid_request (a bad id or `atLeast`, naming it),
+   *   producer_epoch_exhausted (the id is at 2^31 − 1), unavailable (the producer state is
+   *   unavailable, the broker is shutting down, or the snapshot failed: then it stays unavailable
+   *   until restart).
+   */
+  async allocateEpoch(request: {
+    producerId: string;
+    atLeast: number;
+  }): Promise<{ epoch: number }> {
+    const { producerId, atLeast } = request;
+    const action = `Cannot allocate an epoch for producer ${JSON.stringify(producerId)}`;
+    validateProducerId(producerId, action);
+    if (!Number.isInteger(atLeast) || atLeast < 0 || atLeast > producerEpochMax)
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `${action}: at_least must be an integer from 0 to ${producerEpochMax}`,
+        { field: "at_least" },
+      );
+    this.#checkAvailable();
+    const now = this.#clock.nowMs();
+    let state = this.#producers.get(producerId);
+    if (state !== undefined && now - state.lastActiveMs > this.#expiryMs) {
+      this.#producers.delete(producerId);
+      state = undefined;
+    }
+    const epoch = nextProducerEpoch(state?.epoch, { atLeast, nowMs: now });
+    if (epoch === null)
+      throw new BrokerError(
+        Errors.producerEpochExhausted,
+        `${action}: its epoch is ${producerEpochMax}, the largest there is; use a new producer id`,
+        { epoch: producerEpochMax },
+      );
+    if (state === undefined)
+      this.#producers.set(producerId, {
+        id: producerId,
+        epoch,
+        lastActiveMs: now,
+        partitions: new Map(),
+      });
+    else {
+      state.epoch = epoch;
+      state.partitions.clear();
+      state.lastActiveMs = now;
+    }
+    try {
+      await this.#rotationForAllocations();
+    } catch (err) {
+      const reason = `a snapshot of an allocated epoch failed (${errorMessage(err)})`;
+      if (this.#unavailable === null && !this.#closed) this.#setUnavailable(reason);
+      throw new BrokerError(
+        Errors.unavailable,
+        `${action}: ${reason}; idempotent produce is unavailable until the broker restarts`,
+      );
+    }
+    this.#logger.log("info", "producers.epoch_allocated", {
+      producer_id: producerId,
+      epoch,
+      at_least: atLeast,
+    });
+    return { epoch };
+  }
+
+  /**
+   * A rotation whose snapshot is built after this call (so it holds every allocation made
+   * before it): the one waiting to start if there is one, else a new one.
+   */
+  #rotationForAllocations(): Promise<void> {
+    const queued = this.#allocationRotation;
+    if (queued !== null && !queued.started) return queued.promise;
+    const next = { started: false, promise: Promise.resolve() };
+    this.#allocationRotation = next;
+    // `building` may run before `#rotateNow` returns (no rotation in progress): `next` is set.
+    next.promise = this.#rotateNow(() => (next.started = true)).finally(
+      () => (next.started = true),
+    );
+    return next.promise;
+  }
+
   #maybeRotate(): void {
     if (
       this.#rotation !== null ||
@@ -690,11 +811,21 @@ export class ProducerStates {
       .finally(() => (this.#rotation = null));
   }
 
-  /** Writes a snapshot of everything (state and entries in flight) and starts a new journal generation. */
-  async #rotateNow(): Promise<void> {
+  /**
+   * Writes a snapshot of everything (state and entries in flight) and starts a new journal
+   * generation. `building` is called right before the snapshot is built from the state.
+   * @throws what the snapshot write or the journal's rotation throws; StorageError "fenced" and
+   *   unavailable when there is no journal to rotate (so a caller waiting for durability never
+   *   takes a skipped rotation for a done one).
+   */
+  async #rotateNow(building?: () => void): Promise<void> {
     const journal = this.#journal;
-    if (journal === null || this.#unavailable !== null) return;
+    if (journal === null || this.#unavailable !== null) {
+      if (building === undefined) return;
+      throw new Error(`the producer state is unavailable: ${this.#unavailable ?? "not loaded"}`);
+    }
     await journal.rotate(async (nextGeneration) => {
+      building?.();
       const now = this.#clock.nowMs();
       for (const [id, p] of this.#producers)
         if (now - p.lastActiveMs > this.#expiryMs && !this.#hasLock(id)) this.#producers.delete(id);

@@ -41,6 +41,7 @@ import { describeGroupApi } from "./describe-group.ts";
 import { fetchApi } from "./fetch.ts";
 import { heartbeatApi } from "./heartbeat.ts";
 import { idempotentProduceApi } from "./idempotent-produce.ts";
+import { initProducerEpochApi } from "./init-producer-epoch.ts";
 import { joinGroupApi } from "./join-group.ts";
 import { leaveGroupApi } from "./leave-group.ts";
 import { listGroupsApi } from "./list-groups.ts";
@@ -69,6 +70,7 @@ export const apis = [
   idempotentProduceApi,
   authenticateApi,
   replicaFetchApi,
+  initProducerEpochApi,
 ] as const;
 
 type AnyApi = (typeof apis)[number];

@@ -1,5 +1,5 @@
 /**
- * HTTP routes of consumer groups, and the idempotent-producer headers of produce. Like the rest
+ * HTTP routes of consumer groups and producer epochs, and the idempotent-producer headers of produce. Like the rest
  * of the HTTP front door they only decode, call the {@link Broker} and encode (shapes:
  * `docs/http-api.md`).
  *
@@ -11,6 +11,7 @@
  * | `POST /v1/groups/{group}/offsets`                      | `{"member_id"?,"generation"?,"offsets":[{"topic","partition","offset"}]}` | 204 |
  * | `GET /v1/groups/{group}`                               | —                                                | 200 `{"group","generation","members":[…],"offsets":[{"topic","partition","committed","high_watermark","lag","owner"}]}` |
  * | `GET /v1/groups`                                       | —                                                | 200 `{"groups":[…]}` |
+ * | `POST /v1/producers/{producer_id}/epoch`               | none, or `{"at_least"?}`                         | 200 `{"epoch"}` (docs/decisions.md §20) |
  *
  * Idempotent produce: `Producer-Id`, `Producer-Epoch` and `Producer-Seq` (names from the Durable
  * Streams protocol) on `POST /v1/topics/{topic}/records`, all three or none.
@@ -21,6 +22,7 @@ import { producerEpochMax } from "../../lib/limits.ts";
 import { clip, quote } from "../../lib/quote.ts";
 import { assignmentsJson, groupJson } from "./encode.ts";
 import { invalidRequest } from "./errors.ts";
+import { BrokerError, Errors } from "../../broker/errors.ts";
 import { parseInteger } from "./params.ts";
 
 /** The app's body helpers: read the bytes (400 if the client breaks off), parse strict UTF-8 JSON (400 naming the problem). */
@@ -134,6 +136,25 @@ export function registerGroupRoutes<E extends { Bindings: object }>(
   app.delete("/v1/groups/:group/members/:member", async (c) => {
     await broker.leaveGroup({ group: c.req.param("group"), memberId: c.req.param("member") });
     return c.body(null, 204);
+  });
+
+  app.post("/v1/producers/:producer_id/epoch", async (c) => {
+    limitBody(c);
+    const producerId = c.req.param("producer_id");
+    const action = `Cannot allocate an epoch for producer ${quote(producerId)}`;
+    const init = broker.initProducerEpoch?.bind(broker);
+    if (init === undefined)
+      throw new BrokerError(Errors.notFound, `${action}: this broker does not hand out epochs`);
+    const raw = await readBody(c, action);
+    let atLeast: number | undefined;
+    if (raw.length > 0) {
+      const parsed = parseJson(raw, action);
+      if (!isObject(parsed))
+        throw invalidRequest(action, 'the body must be empty or a JSON object like {"at_least":7}');
+      onlyFields(parsed, ["at_least"], action);
+      atLeast = optionalInteger(parsed, "at_least", action);
+    }
+    return c.json(await init({ producerId, atLeast }));
   });
 
   app.post("/v1/groups/:group/offsets", async (c) => {

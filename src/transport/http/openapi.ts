@@ -409,6 +409,19 @@ const schemas: Record<string, Schema> = {
     rejoin: { type: "boolean" },
     assignments: array(ref("Assignment")),
   }),
+  ProducerEpochRequest: {
+    type: "object",
+    properties: {
+      at_least: {
+        type: ["integer", "null"],
+        minimum: 0,
+        maximum: producerEpochMax,
+        description: "The lowest epoch the caller takes (0 or absent: none).",
+      },
+    },
+    additionalProperties: false,
+  },
+  ProducerEpoch: exact({ epoch: integer(0, producerEpochMax) }),
   Commit: {
     type: "object",
     properties: {
@@ -658,7 +671,7 @@ const statusText: Record<number, string> = {
   403: "The key's role or patterns do not allow this (forbidden); a browser's cross-site write (reason cross_site); a loopback broker without keys addressed by a name other than an IP address or localhost (reason host_not_allowed); producer_fenced on idempotent produce.",
   404: "No such topic, partition, group, key, or route.",
   408: "The request did not arrive whole in time (request_timeout; Node and Bun).",
-  409: "Conflict with the state (topic_exists, key_exists, stale_generation, not_partition_owner, unknown_member, sequence errors).",
+  409: "Conflict with the state (topic_exists, key_exists, stale_generation, not_partition_owner, unknown_member, sequence errors, producer_epoch_exhausted).",
   413: "Body over --max-request-bytes (request_too_large) or a record over the record limit (record_too_large).",
   415: "Unsupported media type: a body with a Content-Encoding other than identity (unsupported_media_type); in the registry, a Content-Type it does not take.",
   422: "A record does not match its topic's schema (invalid_record); in the registry, an invalid schema, version or level.",
@@ -1620,6 +1633,26 @@ export const openApiDocument = withHeadOperations({
         requestBody: jsonBody(ref("Commit")),
         ok: { 204: noContent },
         errors: [307, 404, 409, 507],
+      }),
+    },
+    "/v1/producers/{producer_id}/epoch": {
+      post: operation({
+        operationId: "initProducerEpoch",
+        summary:
+          "Hands out the producer id's next epoch, durable and fencing its previous incarnation (docs/decisions.md §20).",
+        parameters: [
+          pathParam(
+            "producer_id",
+            { type: "string", pattern: "^[A-Za-z0-9._:-]{1,249}$" },
+            "The idempotent producer's id.",
+          ),
+        ],
+        requestBody: {
+          required: false,
+          content: { "application/json": { schema: ref("ProducerEpochRequest") } },
+        },
+        ok: { 200: json(ref("ProducerEpoch"), "The epoch to produce with.") },
+        errors: [307, 404, 409],
       }),
     },
     "/v1/admin/keys": {
