@@ -445,6 +445,21 @@ describe(`[${target}] es-broker commands`, () => {
     expect(both.stderr).toContain("give --offset or --from-beginning, not both");
   });
 
+  it("schemas with --broker says the registry is reached over HTTP with --registry; an unreachable registry names --registry", async () => {
+    const withBroker = await runCli(["schemas", "list", "--broker", "127.0.0.1:9092"]);
+    expect(withBroker.code).toBe(2);
+    expect(withBroker.stderr).toBe(
+      "es-broker: schemas talks to the broker's schema registry over HTTP, not to its TCP port: give --registry http://HOST:HTTP_PORT/registry (the broker's --http-port, default 8080) instead of --broker 127.0.0.1:9092\nRun 'es-broker schemas --help' for usage.\n",
+    );
+    // A port in this file's range that nothing listens on.
+    const url = "http://127.0.0.1:28499/registry";
+    const refused = await runCli(["schemas", "list", "--registry", url]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(
+      /^es-broker: cannot reach the registry at http:\/\/127\.0\.0\.1:28499\/registry: .*ECONNREFUSED.* \(check --registry: the broker serves its registry at \/registry on its HTTP port\)\n$/,
+    );
+  });
+
   it("groups list counts members in the right number", async () => {
     const { client, address } = await brokerWithTopic();
     await client.joinGroup({ group: "solo", topics: ["t"], sessionTimeoutMs: 60_000 });
