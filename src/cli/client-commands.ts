@@ -29,6 +29,7 @@ import {
   reconnectTimeoutMsDefault,
 } from "./reconnect.ts";
 import { StdoutClosedError, flushOut, writeOut } from "./stdout.ts";
+import { requestJson } from "./keys.ts";
 import {
   clientTlsOptions,
   connectionHelp,
@@ -165,15 +166,24 @@ ${connectionHelp}
   -h, --help               show this help
 `;
 
+/** Default `topics alter --url`: the broker's default HTTP address. */
+const topicsUrlDefault = "http://127.0.0.1:8080";
+
 /** Help text of `es-broker topics`. */
-export const topicsHelp = `Usage: es-broker topics <create|list|describe|delete> [TOPIC] [options]
+export const topicsHelp = `Usage: es-broker topics <create|list|describe|alter|delete> [TOPIC] [options]
 
   create TOPIC [--partitions N] [--config key=value ...]   create a topic (default 1 partition)
   list                                                     topic names, one per line
-  describe TOPIC                                           partitions, offsets and config as JSON
+  describe TOPIC [--json]                                  partitions, offsets and config as JSON
+                                                           (--json: the same; always JSON)
+  alter TOPIC --config key=value [...] [--url URL]         change config keys (the others stay);
+                                                           prints the topic as describe does
   delete TOPIC                                             delete a topic and its data
 
   Config keys are those of POST /v1/topics in docs/http-api.md, e.g. --config retention_ms=86400000.
+  alter speaks the broker's HTTP API (PATCH /v1/topics/TOPIC), as keys --url does: --url names
+  the broker's HTTP address (default ${topicsUrlDefault}, the broker's --http-port), with
+  the API key and TLS options below; the TCP protocol has no call to change a config.
   Retention measures the records' own timestamps, which producers set; where producers send
   old or buffered data, add --config timestamp_type=log_append_time (the broker's clock).
 
@@ -183,6 +193,8 @@ Options:
 ${connectionHelp}
   --timeout-ms N           how long one request waits for an answer before the command fails
                            (default 30000)
+  --url URL                alter: the broker's HTTP address (default ${topicsUrlDefault})
+  --json                   describe: print JSON (what describe always prints)
   -h, --help               show this help
 `;
 
@@ -1235,15 +1247,17 @@ export async function topics(argv: string[]): Promise<number> {
       "timeout-ms": { type: "string" },
       partitions: { type: "string" },
       config: { type: "string", multiple: true },
+      json: { type: "boolean", default: false },
+      url: { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     allowPositionals: true,
   });
   const [action, name, ...rest] = positionals;
   // Before --help: `topics nonsense --help` is a usage error, not the help of a command.
-  if (action !== undefined && !["create", "list", "describe", "delete"].includes(action))
+  if (action !== undefined && !["create", "list", "describe", "alter", "delete"].includes(action))
     throw new UsageError(
-      `unknown topics action ${JSON.stringify(action)} (create, list, describe, delete)`,
+      `unknown topics action ${JSON.stringify(action)} (create, list, describe, alter, delete)`,
     );
   if (values.help || positionals.length === 0) {
     process.stdout.write(topicsHelp);
@@ -1262,6 +1276,11 @@ export async function topics(argv: string[]): Promise<number> {
     config[pair.slice(0, eq)] = /^-?\d+$/.test(raw) ? Number(raw) : raw;
   }
   const topicName = action === "list" ? "" : needName();
+  if (values.json && action !== "describe")
+    throw new UsageError("--json goes with topics describe (the other actions print one format)");
+  if (values.url !== undefined && action !== "alter")
+    throw new UsageError("--url goes with topics alter (the other actions take --broker)");
+  if (action === "alter") return await alterTopic(topicName, config, values);
   const partitions = intOption("partitions", values.partitions, 1, 1, 4096);
   const { cluster, client } = await connectRouted(values);
   try {
@@ -1289,4 +1308,45 @@ export async function topics(argv: string[]): Promise<number> {
   } finally {
     await cluster.close();
   }
+}
+
+/**
+ * `es-broker topics alter TOPIC --config k=v …`: `PATCH /v1/topics/TOPIC` on the broker's HTTP
+ * port (`--url`; docs/http-api.md), with the API key and TLS options; prints the topic's JSON.
+ * @throws UsageError without `--config`, with `--broker` or `--partitions` (which alter does not
+ *   take), or for a bad `--url`; Error `code: message` for the broker's refusal.
+ */
+async function alterTopic(
+  topic: string,
+  config: Record<string, unknown>,
+  values: ConnectionValues & { url?: string; broker?: string; partitions?: string },
+): Promise<number> {
+  if (Object.keys(config).length === 0)
+    throw new UsageError("topics alter needs at least one --config key=value");
+  if (values.partitions !== undefined)
+    throw new UsageError("topics alter changes config only: the partition count stays");
+  if (values.broker !== undefined)
+    throw new UsageError(
+      `topics alter speaks the broker's HTTP API: give --url http://HOST:HTTP_PORT (the broker's --http-port, default 8080) instead of --broker ${values.broker}`,
+    );
+  let base: URL;
+  try {
+    base = new URL(values.url ?? topicsUrlDefault);
+  } catch {
+    throw new UsageError(`--url must be a URL, got ${JSON.stringify(values.url)}`);
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:")
+    throw new UsageError(`--url must be http:// or https://, got ${JSON.stringify(values.url)}`);
+  const tls = clientTlsOptions(values) ?? {};
+  if (base.protocol === "http:" && Object.keys(tls).length > 0)
+    throw new UsageError("TLS options need an https:// --url");
+  const answer = await requestJson(base, {
+    method: "PATCH",
+    path: `/v1/topics/${encodeURIComponent(topic)}`,
+    body: { config },
+    key: readApiKey(values),
+    tls,
+  });
+  process.stdout.write(`${jsonText(answer)}\n`);
+  return 0;
 }

@@ -37,7 +37,9 @@ The schema type is --type, else AVRO for a .avsc file, JSON for a file whose JSO
 "$schema" key, AVRO otherwise.
 
 Options:
-  --registry URL           the broker's registry (default ${registryDefault})
+  --registry URL           the broker's registry (default ${registryDefault}): the
+                           broker's HTTP port (--http-port) and /registry; schemas does not
+                           take --broker, the TCP address of the other commands
   --type AVRO|JSON         the schema type of FILE
   --version V              with check: compare with version V only (a number or "latest")
   --id ID                  with get: the schema id
@@ -58,6 +60,8 @@ interface Target {
   base: URL;
   key: string | undefined;
   tls: ConnectionOptions;
+  /** Whether `--registry` named it (else it is the default). */
+  explicit: boolean;
 }
 
 /**
@@ -108,7 +112,11 @@ function call(target: Target, method: string, path: string, body?: unknown): Pro
     req.on("error", (err) =>
       reject(
         new RegistryCallError(
-          `cannot reach the registry at ${target.base.href}: ${errorMessage(err)}`,
+          `cannot reach the registry at ${target.base.href}: ${errorMessage(err)}${
+            target.explicit
+              ? " (check --registry: the broker serves its registry at /registry on its HTTP port)"
+              : " (the default: name the broker's registry with --registry http://HOST:HTTP_PORT/registry, HTTP_PORT being its --http-port)"
+          }`,
         ),
       ),
     );
@@ -149,7 +157,9 @@ export async function schemas(argv: string[]): Promise<number> {
   const { values, positionals } = parseCli({
     args: argv,
     options: {
-      registry: { type: "string", default: registryDefault },
+      registry: { type: "string" },
+      // Known only to say what to give instead (the other client commands take --broker).
+      broker: { type: "string" },
       type: { type: "string" },
       version: { type: "string" },
       id: { type: "string" },
@@ -164,9 +174,16 @@ export async function schemas(argv: string[]): Promise<number> {
     process.stdout.write(schemasHelp);
     return 0;
   }
+  // The registry is served on the broker's HTTP port; --broker names its TCP port, and nothing
+  // on a single broker says which HTTP port goes with it, so the command cannot derive one.
+  if (values.broker !== undefined)
+    throw new UsageError(
+      `schemas talks to the broker's schema registry over HTTP, not to its TCP port: give --registry http://HOST:HTTP_PORT/registry (the broker's --http-port, default 8080) instead of --broker ${values.broker}`,
+    );
+  const explicit = values.registry !== undefined;
   let base: URL;
   try {
-    base = new URL(values.registry!);
+    base = new URL(values.registry ?? registryDefault);
   } catch {
     throw new UsageError(`--registry must be a URL, got ${JSON.stringify(values.registry)}`);
   }
@@ -177,7 +194,7 @@ export async function schemas(argv: string[]): Promise<number> {
   const tls = clientTlsOptions(values as ConnectionValues) ?? {};
   if (base.protocol === "http:" && Object.keys(tls).length > 0)
     throw new UsageError("TLS options need an https:// --registry");
-  const target: Target = { base, key: readApiKey(values as ConnectionValues), tls };
+  const target: Target = { base, key: readApiKey(values as ConnectionValues), tls, explicit };
   const [command, ...args] = positionals;
   const deleted = values.deleted ? "?deleted=true" : "";
   const subjectPath = (s: string) => `/subjects/${encodeURIComponent(s)}`;

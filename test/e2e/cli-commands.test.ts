@@ -244,7 +244,7 @@ describe(`[${target}] es-broker commands`, () => {
     ],
     [
       ["topics", "nope", "--help"],
-      'unknown topics action "nope" (create, list, describe, delete)',
+      'unknown topics action "nope" (create, list, describe, alter, delete)',
       "topics",
     ],
     [["groups", "nope", "-h"], 'unknown groups action "nope" (list, describe)', "groups"],
@@ -457,6 +457,66 @@ describe(`[${target}] es-broker commands`, () => {
     const both = await runCli(["consume", "t", "--offset", "-1", "--from-beginning"]);
     expect(both.code).toBe(2);
     expect(both.stderr).toContain("give --offset or --from-beginning, not both");
+  });
+
+  it("schemas with --broker says the registry is reached over HTTP with --registry; an unreachable registry names --registry", async () => {
+    const withBroker = await runCli(["schemas", "list", "--broker", "127.0.0.1:9092"]);
+    expect(withBroker.code).toBe(2);
+    expect(withBroker.stderr).toBe(
+      "es-broker: schemas talks to the broker's schema registry over HTTP, not to its TCP port: give --registry http://HOST:HTTP_PORT/registry (the broker's --http-port, default 8080) instead of --broker 127.0.0.1:9092\nRun 'es-broker schemas --help' for usage.\n",
+    );
+    // A port in this file's range that nothing listens on.
+    const url = "http://127.0.0.1:28499/registry";
+    const refused = await runCli(["schemas", "list", "--registry", url]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(
+      /^es-broker: cannot reach the registry at http:\/\/127\.0\.0\.1:28499\/registry: .*ECONNREFUSED.* \(check --registry: the broker serves its registry at \/registry on its HTTP port\)\n$/,
+    );
+  });
+
+  it("topics alter changes config keys through the HTTP API and prints the topic; topics describe takes --json", async () => {
+    const broker = await startBroker(`${fresh()}/data`);
+    running.push(broker);
+    const client = await TcpClient.connect(broker.tcp);
+    onTestFinished(() => void client.close());
+    await client.createTopic({ name: "orders", partitions: 2, config: { retention_ms: 60_000 } });
+    const address = `${broker.tcp.host}:${broker.tcp.port}`;
+    const altered = await runCli([
+      ...["topics", "alter", "orders", "--config", "retention_ms=1000", "--url", broker.httpUrl],
+    ]);
+    expect(altered.code, altered.stderr).toBe(0);
+    const http = (await (await fetch(`${broker.httpUrl}/v1/topics/orders`)).json()) as {
+      config: { retention_ms: number };
+    };
+    expect(http.config.retention_ms).toBe(1000);
+    expect(JSON.parse(altered.stdout.toString())).toEqual(http);
+    const described = await runCli(["topics", "describe", "orders", "--json", "--broker", address]);
+    expect(described.code, described.stderr).toBe(0);
+    expect(JSON.parse(described.stdout.toString())).toEqual(http);
+    // The broker's refusal: exit 1 with its code and message.
+    const refused = await runCli([
+      ...["topics", "alter", "orders", "--config", "retention_ms=-5", "--url", broker.httpUrl],
+    ]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/^es-broker: invalid_config: .*retention_ms/);
+    for (const [args, message] of [
+      [
+        ["topics", "alter", "orders", "--url", broker.httpUrl],
+        "topics alter needs at least one --config key=value",
+      ],
+      [
+        ["topics", "alter", "orders", "--config", "retention_ms=1", "--broker", address],
+        `topics alter speaks the broker's HTTP API: give --url http://HOST:HTTP_PORT (the broker's --http-port, default 8080) instead of --broker ${address}`,
+      ],
+      [
+        ["topics", "list", "--json"],
+        "--json goes with topics describe (the other actions print one format)",
+      ],
+    ] as const) {
+      const r = await runCli([...args]);
+      expect(r.code, args.join(" ")).toBe(2);
+      expect(r.stderr).toBe(`es-broker: ${message}\nRun 'es-broker topics --help' for usage.\n`);
+    }
   });
 
   it("groups list counts members in the right number", async () => {
