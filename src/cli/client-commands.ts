@@ -74,10 +74,11 @@ ${connectionHelp}
                            0 sends what each read from stdin brings at once)
   --producer-id ID         produce idempotently as producer ID: every batch carries a sequence
                            number, and a batch resent after a lost answer is stored only once
-  --producer-epoch N       with --producer-id: the epoch (default: the current Unix time in
-                           seconds, so each run is a new incarnation that fences older ones and
-                           starts its sequences at 0; a run that sent anything exits only once
-                           that second is over, so the next run of the id here gets a higher one)
+  --producer-epoch N       with --producer-id: the epoch (default: the broker hands out the
+                           next one, so each run is a new incarnation that fences older ones and
+                           starts its sequences at 0; from a broker without producer epochs, the
+                           current Unix time in seconds, and a run that sent anything then exits
+                           only once that second is over, so the next run here gets a higher one)
   --max-in-flight N        with --producer-id: batches of one partition sent before the first
                            is answered, 1 to 5 (default 5, the batches the broker remembers per
                            producer and partition); 1 sends one at a time
@@ -291,14 +292,12 @@ export async function produce(argv: string[]): Promise<number> {
     1,
     producerBatchesRemembered,
   );
-  const defaultEpoch = values["producer-epoch"] === undefined;
-  const producerEpoch = intOption(
-    "producer-epoch",
-    values["producer-epoch"],
-    Math.min(Math.floor(Date.now() / 1000), 0x7fff_ffff),
-    0,
-    0x7fff_ffff,
-  );
+  // Without --producer-epoch the producer asks the broker for the next epoch at its first batch
+  // (docs/decisions.md §20), or takes the Unix second from a broker without producer epochs.
+  const producerEpoch =
+    values["producer-epoch"] === undefined
+      ? undefined
+      : intOption("producer-epoch", values["producer-epoch"], 0, 0, 0x7fff_ffff);
   const { cluster, client, routed } = await connectRouted(values);
   const idempotent =
     producerId === undefined
@@ -460,7 +459,7 @@ export async function produce(argv: string[]): Promise<number> {
     onInterrupt();
   });
   const summary = () =>
-    `produced ${plural(total, "record")} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch})` : ""}`;
+    `produced ${plural(total, "record")} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch}${idempotent.epochSource === "broker" ? ", handed out by the broker" : ""})` : ""}`;
   try {
     let carry = new Uint8Array(0);
     const chunks = (process.stdin as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
@@ -512,11 +511,13 @@ export async function produce(argv: string[]): Promise<number> {
     signals.dispose();
     await idempotent?.close();
     await connection.cluster.close();
-    // The default epoch is the second the run started in. A second run of the same id within it
-    // would share the epoch and restart at sequence 0, so the broker would take its batches for
-    // resends of this run's: an identical one silently not stored again, another refused as
-    // duplicate_sequence. Ending only after that second gives the next run here a higher epoch.
-    if (idempotent !== null && defaultEpoch && total > 0) {
+    // A clock epoch (a broker without producer epochs) is the second the run started in. A second
+    // run of the same id within it would share the epoch and restart at sequence 0, so the broker
+    // would take its batches for resends of this run's: an identical one silently not stored
+    // again, another refused as duplicate_sequence. Ending only after that second gives the next
+    // run here a higher epoch. An epoch the broker handed out needs no wait: the next run's is
+    // higher whatever the clock says.
+    if (idempotent !== null && idempotent.epochSource === "clock" && total > 0) {
       const wait = (idempotent.epoch + 1) * 1000 - Date.now();
       if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
     }

@@ -31,8 +31,16 @@
  *   of it may be stored (it went unanswered, or failed with anything but a refusal the broker
  *   makes before appending, such as `not_leader` from a leader deposed while the write waited),
  *   in which case `send` rejects rather than risk storing it twice.
+ * - The epoch (docs/decisions.md §20): without `epoch`, the producer asks the broker for one before
+ *   its first batch (`TcpClient.initProducerEpoch`, api 15; in cluster mode the controller, through
+ *   the router's `coordinator()`): the broker answers above every epoch it has handed out or seen
+ *   for the id, durably, and fences the previous incarnation at once. A broker that answers
+ *   `unsupported_api` (an older one) gets the clock epoch: the current Unix second. In cluster
+ *   mode a leader may hold a higher epoch than the controller handed out (a clock epoch of an
+ *   older client, a previous controller's allocation): refused `producer_fenced` by it before
+ *   anything was acknowledged, the producer asks the controller again with `at_least` above it.
  * - Another incarnation with the same id and epoch (the application restarted within the second
- *   its default epoch was taken from): the very first try of a numbering can only be answered as
+ *   its clock epoch was taken from): the very first try of a numbering can only be answered as
  *   a duplicate, or refused as `duplicate_sequence`, if another process stored a batch under that
  *   epoch and sequence. The producer then starts a new epoch (epoch + 1, which fences the other
  *   incarnation) and sends the batch again, instead of taking someone else's batch for its own.
@@ -82,9 +90,10 @@ export interface IdempotentProducerOptions {
   /** The producer's stable id: 1–249 characters of `[A-Za-z0-9._:-]`. */
   producerId: string;
   /**
-   * The epoch to start with, 0 … 2^31 − 1. Default: the current Unix time in seconds (as the
-   * CLI's `produce --producer-id`), so each start of the application is a new incarnation that
-   * fences older ones; a start within the same second is told apart by its first batch (module
+   * The epoch to start with, 0 … 2^31 − 1. Default: the broker hands one out before the first
+   * batch (docs/decisions.md §20), above every earlier incarnation's, so each start of the
+   * application fences older ones; against a broker without producer epochs, the current Unix
+   * time in seconds (a start within the same second is told apart by its first batch, module
    * comment). Pass one only if the application keeps its own epochs.
    */
   epoch?: number;
@@ -184,14 +193,19 @@ export class IdempotentProducer {
   #retryBackoffMaxMs: number;
   #maxInFlight: number;
   #closed = false;
-  /** The epoch came from the clock (no `epoch` option): this producer may move it at start. */
-  readonly #clockEpoch: boolean;
+  /** The epoch came from the clock (no `epoch` option, a broker without epochs): it may move at start. */
+  #clockEpoch: boolean;
+  /** Where the epoch comes from: the option, the broker, the clock; "pending" until the broker is asked. */
+  #epochSource: "option" | "broker" | "clock" | "pending";
+  /** The broker's answer being awaited (the first `send`s wait for it). */
+  #epochRequest: Promise<void> | null = null;
   /** Whether any batch of this producer was acknowledged (it is an incarnation from then on). */
   #acknowledged = false;
 
   constructor(options: IdempotentProducerOptions) {
     this.producerId = options.producerId;
-    this.#clockEpoch = options.epoch === undefined;
+    this.#clockEpoch = false;
+    this.#epochSource = options.epoch === undefined ? "pending" : "option";
     this.#epoch = options.epoch ?? Math.min(Math.floor(Date.now() / 1000), producerEpochMax);
     this.#connect = options.connect;
     this.#router = options.router;
@@ -210,11 +224,80 @@ export class IdempotentProducer {
       );
     }
     this.#maxInFlight = maxInFlight;
+    // Made now, the producer is an incarnation from now: ask for its epoch at once.
+    if (options.epoch === undefined) void this.start();
   }
 
-  /** The epoch the producer sends with now. */
+  /** The epoch the producer sends with now (before the first `send`, see {@link start}). */
   get epoch(): number {
     return this.#epoch;
+  }
+
+  /**
+   * Where {@link epoch} came from: `"option"` (the `epoch` option), `"broker"` (handed out by the
+   * broker, docs/decisions.md §20), `"clock"` (the Unix second: the broker has no producer
+   * epochs), or `"pending"` before the broker was asked.
+   */
+  get epochSource(): "option" | "broker" | "clock" | "pending" {
+    return this.#epochSource;
+  }
+
+  /**
+   * Without the `epoch` option: asks the broker for the epoch (module comment). The constructor
+   * starts it, so the order of starts is the order of incarnations; `send` waits for it, and
+   * after a failure asks again. Retries lost connections and routing errors until the delivery
+   * timeout; a refusal rejects, and the next `start` or `send` asks again.
+   * @throws ClientError `forbidden`, `producer_epoch_exhausted`, `invalid_request`, or the last
+   *   error at the delivery timeout.
+   */
+  start(): Promise<void> {
+    if (this.#epochSource !== "pending") return Promise.resolve();
+    if (this.#epochRequest === null) {
+      const request: Promise<void> = this.#askEpoch(0).finally(() => {
+        if (this.#epochRequest === request) this.#epochRequest = null;
+      });
+      request.catch(() => {}); // a failed start is reported to whoever awaits it
+      this.#epochRequest = request;
+    }
+    return this.#epochRequest;
+  }
+
+  /**
+   * Asks the broker (the controller, with a router) for an epoch of at least `atLeast` and starts
+   * it; `unsupported_api` leaves the clock epoch. Retries as {@link #withRetries}, reading the
+   * metadata again after a routing error.
+   */
+  async #askEpoch(atLeast: number): Promise<void> {
+    let epoch: number;
+    try {
+      epoch = await this.#withRetries(async () => {
+        const client =
+          this.#router?.coordinator === undefined
+            ? await this.#clientNow()
+            : await this.#router.coordinator();
+        try {
+          return await client.initProducerEpoch(this.producerId, { atLeast });
+        } catch (err) {
+          if (this.#router !== undefined && isRoutingError(err))
+            await this.#router.refresh().catch(() => {});
+          throw err;
+        }
+      });
+    } catch (err) {
+      if (
+        err instanceof ClientError &&
+        err.code === Errors.unsupportedApi.code &&
+        this.#epochSource === "pending"
+      ) {
+        // The second this producer was made in (the constructor's), as before epochs were handed out.
+        this.#epochSource = "clock";
+        this.#clockEpoch = true;
+        return;
+      }
+      throw err;
+    }
+    this.#epochSource = "broker";
+    this.#startEpoch(epoch);
   }
 
   /** The next sequence of a partition (0 if nothing was sent to it in this epoch). */
@@ -305,6 +388,7 @@ export class IdempotentProducer {
       ? buildEntryBatch(records as readonly ProduceRecord[])
       : (records as EntryBatch);
     if (batch.count === 0) return { spans: [], duplicate: false };
+    if (this.#epochSource === "pending") await this.start();
     const partition = await this.#partitionFor(topic, batch, options.partition);
     const key = topicPartitionKey(topic, partition);
     let state = this.#partitions.get(key);
@@ -533,6 +617,24 @@ export class IdempotentProducer {
         renumber();
         continue;
       }
+      if (
+        err.code === Errors.producerFenced.code &&
+        epoch === this.#epoch &&
+        this.#epochSource === "broker" &&
+        this.#router !== undefined &&
+        !this.#acknowledged &&
+        !ambiguous &&
+        typeof fencedAt === "number" &&
+        Number.isSafeInteger(fencedAt) &&
+        fencedAt >= epoch &&
+        fencedAt < producerEpochMax
+      ) {
+        // A leader holds an epoch the controller never handed out (docs/cluster.md "Producer
+        // epochs"): ask the controller for one above it.
+        await this.#askEpoch(fencedAt + 1);
+        renumber();
+        continue;
+      }
       if (err.code === Errors.producerFenced.code && epoch < this.#epoch) {
         // Numbered in an epoch this producer itself left behind: renumber, unless it may be stored.
         if (ambiguous && !this.#unstorable(state, epoch, sequence)) throw err;
@@ -622,6 +724,10 @@ export class IdempotentProducer {
   async close(): Promise<void> {
     this.#closed = true;
     this.#pumpAll();
+    await this.#client?.close();
+    // A request for the epoch in flight ends with the connection (and is not retried once
+    // closed); a connection it opened meanwhile is closed too.
+    await this.#epochRequest?.catch(() => {});
     await this.#client?.close();
   }
 }

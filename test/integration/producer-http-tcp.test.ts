@@ -35,6 +35,17 @@ async function broker(
   return broker;
 }
 
+/** `b` as a broker without producer epochs (an older broker): api 15 unsupported_api, 404 over HTTP. */
+function withoutEpochs(b: LocalBroker): LocalBroker {
+  return new Proxy(b, {
+    get: (target, prop) => {
+      if (prop === "initProducerEpoch") return undefined;
+      const v: unknown = Reflect.get(target, prop, target);
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+}
+
 async function values(b: LocalBroker, topic: string, partition = 0): Promise<string[]> {
   return fetchValues(b, topic, { partition, maxRecords: 10_000 });
 }
@@ -154,8 +165,11 @@ describe("producer epochs on a broker that does not hand them out", () => {
   it("is unsupported_api over TCP and 404 over HTTP, so clients fall back to a clock epoch", async () => {
     const b = await broker();
     const without = new Proxy(b, {
-      get: (target, prop) =>
-        prop === "initProducerEpoch" ? undefined : Reflect.get(target, prop, target),
+      get: (target, prop) => {
+        if (prop === "initProducerEpoch") return undefined;
+        const v: unknown = Reflect.get(target, prop, target);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
     });
     for (const factory of frontDoors) {
       const door = await factory.open(without);
@@ -260,6 +274,45 @@ describe("idempotent produce over TCP only", () => {
     expect(producer.nextSequence("t", 2)).toBe(10);
   });
 
+  it("IdempotentProducer without an epoch asks the broker once: each start gets the next epoch and fences the previous one; a broker without epochs gives the clock", async () => {
+    const clock = new ManualClock();
+    const b = await broker({ clock });
+    await b.createTopic({ name: "t", partitions: 1 });
+    const server = await serve(b);
+    const start = () => {
+      const p = new IdempotentProducer({ connect: server.connect, producerId: "svc-1" });
+      onTestFinished(() => p.close());
+      return p;
+    };
+    const first = start();
+    expect(first.epochSource).toBe("pending");
+    await first.send("t", [{ value: "a" }], { partition: 0 });
+    expect(first.epochSource).toBe("broker");
+    // The broker's clock (ManualClock), not this process's, gave the first epoch of the id.
+    expect(first.epoch).toBe(Math.floor(clock.nowMs() / 1000));
+    await first.send("t", [{ value: "b" }], { partition: 0 });
+    const second = start();
+    await second.start();
+    expect([second.epochSource, second.epoch]).toEqual(["broker", first.epoch + 1]);
+    // Fenced at once, before the second incarnation sent anything.
+    const fenced = await first.send("t", [{ value: "late" }], { partition: 0 }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect((fenced as ClientError).code).toBe("producer_fenced");
+    await second.send("t", [{ value: "c" }], { partition: 0 });
+    expect(await values(b, "t")).toEqual(["a", "b", "c"]);
+
+    const old = await serve(withoutEpochs(b));
+    const clockProducer = new IdempotentProducer({ connect: old.connect, producerId: "svc-2" });
+    onTestFinished(() => clockProducer.close());
+    const before = Math.floor(Date.now() / 1000);
+    await clockProducer.send("t", [{ value: "d" }], { partition: 0 });
+    expect(clockProducer.epochSource).toBe("clock");
+    expect(clockProducer.epoch).toBeGreaterThanOrEqual(before);
+    expect(clockProducer.epoch).toBeLessThanOrEqual(Math.floor(Date.now() / 1000));
+  });
+
   it("IdempotentProducer started again under a taken epoch begins the next one instead of dropping or refusing its first batch", async () => {
     const b = await broker({ clock: realClock });
     await b.createTopic({ name: "t", partitions: 1 });
@@ -329,7 +382,8 @@ describe("idempotent produce over TCP only", () => {
   it("IdempotentProducer on its clock epoch does not move above a later start's epoch, idle or not (attack8 F5)", async () => {
     const b = await broker({ clock: realClock });
     await b.createTopic({ name: "t", partitions: 1 });
-    const server = await serve(b);
+    // Clock epochs: a broker without producer epochs (as before docs/decisions.md §20).
+    const server = await serve(withoutEpochs(b));
     vi.useFakeTimers({ toFake: ["Date"], now: Date.now() });
     onTestFinished(() => {
       vi.useRealTimers();
@@ -350,7 +404,7 @@ describe("idempotent produce over TCP only", () => {
     expect(await values(b, "t", 0)).toEqual(["n1", "n2"]);
   });
 
-  it("IdempotentProducer's default epoch is the current Unix second, so a restart fences the last run", async () => {
+  it("IdempotentProducer's default epoch for a new id is the current Unix second (the broker's), so a restart fences the last run", async () => {
     const b = await broker({ clock: realClock });
     await b.createTopic({ name: "t", partitions: 1 });
     const server = await serve(b);

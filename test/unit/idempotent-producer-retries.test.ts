@@ -159,6 +159,10 @@ describe("IdempotentProducer without a router", () => {
     let tries = 0;
     const client = {
       closed: false,
+      // A broker without producer epochs: the producer takes the clock epoch.
+      initProducerEpoch: async () => {
+        throw ClientError.fromKind(Errors.unsupportedApi, "no producer epochs here");
+      },
       produceIdempotent: async () => {
         tries++;
         throw ClientError.fromServer(
