@@ -107,6 +107,11 @@ describe("GET /metrics exposition (promtool)", () => {
       group: "billing",
       offsets: [{ topic: "orders", partition: 0, offset: 2 }],
     });
+    // Every broker call is counted, producer epochs (docs/decisions.md §20) too.
+    expect((await b.initProducerEpoch!({ producerId: "svc" })).epoch).toBeGreaterThan(0);
+    await expect(b.initProducerEpoch!({ producerId: "no spaces" })).rejects.toBeInstanceOf(
+      BrokerError,
+    );
     const text = await renderMetrics(sources);
     expectPromtoolClean(text);
     const s = parse(text);
@@ -123,6 +128,11 @@ describe("GET /metrics exposition (promtool)", () => {
     expect(s.get('esb_fetch_records_total{topic="orders",transport="tcp"}')).toBe(5);
     expect(
       s.get('esb_request_errors_total{transport="tcp",operation="produce",code="topic_not_found"}'),
+    ).toBe(1);
+    expect(
+      s.get(
+        'esb_request_errors_total{transport="tcp",operation="init_producer_epoch",code="invalid_request"}',
+      ),
     ).toBe(1);
     // The refused produce named a topic that does not exist: no series carries that name.
     expect([...s.keys()].some((k) => k.includes('"missing"'))).toBe(false);
