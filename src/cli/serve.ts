@@ -297,6 +297,7 @@ export async function serve(argv: string[]): Promise<number> {
     values["metrics-port"] === undefined
       ? undefined
       : intOption("metrics-port", values["metrics-port"], 0, 0, 65535);
+  refuseSharedPorts(host, { httpPort, tcpPort, kafkaPort, metricsPort });
   const flushEveryRecords = intOption(
     "flush-every-records",
     values["flush-every-records"],
@@ -1290,6 +1291,39 @@ function readEtcdPassword(path: string): string {
 
 /** `--host` values that listen on every address: never a host a client can be told to use. */
 const wildcardHosts: ReadonlySet<string> = new Set(["0.0.0.0", "::", "[::]", ""]);
+
+/**
+ * Refuses two of the broker's own listeners given one port number (0, any free port, excepted):
+ * the second bind would fail as "the address is in use" as if another program held it. The
+ * metrics port listens on 127.0.0.1, so it counts only when `host` is loopback or a wildcard.
+ * @throws UsageError naming both options.
+ */
+function refuseSharedPorts(
+  host: string,
+  ports: {
+    httpPort: number;
+    tcpPort: number;
+    kafkaPort: number | null;
+    metricsPort: number | undefined;
+  },
+): void {
+  const listeners: [string, number | null | undefined][] = [
+    ["--http-port", ports.httpPort],
+    ["--tcp-port", ports.tcpPort],
+    ["--kafka-port", ports.kafkaPort],
+    ["--metrics-port", isLoopback(host) || wildcardHosts.has(host) ? ports.metricsPort : undefined],
+  ];
+  const seen = new Map<number, string>();
+  for (const [option, port] of listeners) {
+    if (port === null || port === undefined || port === 0) continue;
+    const earlier = seen.get(port);
+    if (earlier !== undefined)
+      throw new UsageError(
+        `${earlier} ${port} and ${option} ${port} name the same port: give each listener its own port (0 = any free port)`,
+      );
+    seen.set(port, option);
+  }
+}
 
 /** The data directory's record of the cluster it belongs to (docs/cluster.md "Membership"). */
 export const clusterFileName = "cluster.json";

@@ -372,6 +372,32 @@ interface SharedReads {
 export const closedWithoutCertificateNote =
   "the broker closed the TLS connection, and this client sent no certificate: the broker may require one (mutual TLS), or it closed the connection for another reason";
 
+/**
+ * Said of a TLS connection the broker closed before answering anything when this client sent a
+ * certificate: a broker checking client certificates closes the connection after the handshake
+ * when it refuses one (TLS 1.3 finishes the client's side of the handshake first).
+ */
+export const refusedCertificateNote =
+  "the broker may have refused this client's certificate, or closed the connection for another reason (its log says which): a client certificate must be issued by the broker's --tls-client-ca and allow client authentication";
+
+/**
+ * The message of a TLS error without OpenSSL's raw error line: `80EC…:error:0A00045C:SSL
+ * routines:ssl3_read_bytes:tlsv13 alert certificate required:…:SSL alert number 116` becomes
+ * `the broker sent TLS alert "certificate required"`. Other messages are returned as they are.
+ */
+export function tlsErrorMessage(error: Error): string {
+  const alert =
+    /^[0-9A-F]+:error:[0-9A-F]+:SSL routines:[^:]*:(?:tlsv1[0-9]?|sslv3) alert ([a-z ]+):/i.exec(
+      error.message,
+    );
+  return alert === null ? error.message : `the broker sent TLS alert "${alert[1]}"`;
+}
+
+/** Whether `options` connect over TLS with a client certificate. */
+function tlsWithCertificate(options: TcpClientOptions): boolean {
+  return options.tls !== undefined && !tlsWithoutCertificate(options);
+}
+
 /** Whether `options` connect over TLS without a client certificate. */
 function tlsWithoutCertificate(options: TcpClientOptions): boolean {
   return (
@@ -438,6 +464,7 @@ export class TcpClient {
     // from here that looks like any other closed connection.
     const plain = options.tls === undefined;
     const noCertificate = tlsWithoutCertificate(options);
+    const withCertificate = tlsWithCertificate(options);
     this.#plainUnread = plain;
     this.#closed = new Promise((resolve) => {
       socket.once("close", () => {
@@ -447,10 +474,12 @@ export class TcpClient {
             ? " before answering anything (a broker serving TLS on this port closes plain connections: connect with TLS; a broker at its --max-connections bound closes new connections too: its log says which)"
             : noCertificate && unanswered && (error === undefined || closedByPeer(error))
               ? ` before answering anything: ${closedWithoutCertificateNote}`
-              : "";
+              : withCertificate && unanswered
+                ? ` before answering anything: ${refusedCertificateNote}`
+                : "";
         this.#fail(
           ClientError.connectionClosed(
-            `Connection to the broker closed${hint}${error ? `: ${error.message}` : ""}`,
+            `Connection to the broker closed${hint}${error ? `: ${tlsErrorMessage(error)}` : ""}`,
             error,
           ),
         );
@@ -536,7 +565,7 @@ export class TcpClient {
             : "";
         reject(
           ClientError.connectionClosed(
-            `Cannot connect to ${options.host}:${options.port}: ${error.message}${note}`,
+            `Cannot connect to ${options.host}:${options.port}: ${tlsErrorMessage(error)}${note}`,
             error,
           ),
         );

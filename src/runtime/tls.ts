@@ -87,6 +87,30 @@ function checkCertificates(pem: Buffer, path: string, option: string): void {
 }
 
 /**
+ * Why a certificate and key pair holds the wrong kind of PEM block, or null: OpenSSL's
+ * `ERR_OSSL_PEM_NO_START_LINE` does not say which file, nor that the two were given the other
+ * way round (newuser12 item 15b), and Deno's `node:tls` takes such a pair without a word. Only
+ * the block labels are read, never content.
+ */
+export function misplacedPem(cert: Uint8Array, key: Uint8Array): string | null {
+  const labels = (pem: Uint8Array) =>
+    [...Buffer.from(pem).toString("latin1").matchAll(pemBlock)].map((block) => block[1]);
+  const isKey = (label: string) => label.endsWith("PRIVATE KEY");
+  const isCert = (label: string) => label.endsWith("CERTIFICATE");
+  const certLabels = labels(cert);
+  const keyLabels = labels(key);
+  const swapped =
+    certLabels.some(isKey) && keyLabels.some(isCert)
+      ? ": are --tls-cert and --tls-key swapped?"
+      : "";
+  if (!certLabels.some(isCert))
+    return `the --tls-cert file holds no certificate${certLabels.some(isKey) ? " but a private key" : ""}${swapped}`;
+  if (!keyLabels.some(isKey))
+    return `the --tls-key file holds no private key${keyLabels.some(isCert) ? " but a certificate" : ""}${swapped}`;
+  return null;
+}
+
+/**
  * Reads and checks the listener's PEM files.
  * @throws Error naming the file that cannot be read, or the pair that does not make a usable context (e.g. a key that does not match the certificate).
  */
@@ -99,12 +123,16 @@ export function loadTlsServerMaterial(files: TlsServerFiles): TlsServerMaterial 
     context.ca = readPem(files.clientCaPath, "--tls-client-ca");
     checkCertificates(context.ca, files.clientCaPath, "--tls-client-ca");
   }
+  const pair = `--tls-cert ${files.certPath} with --tls-key ${files.keyPath}${files.clientCaPath ? ` and --tls-client-ca ${files.clientCaPath}` : ""}`;
+  // Before node:tls: Deno's createSecureContext takes a swapped pair without complaint.
+  const misplaced = misplacedPem(context.cert as Buffer, context.key as Buffer);
+  if (misplaced !== null) throw new Error(`Cannot use ${pair}: ${misplaced}`);
   try {
     tls.createSecureContext(context);
   } catch (err) {
     const code = (err as { code?: string }).code;
     throw new Error(
-      `Cannot use --tls-cert ${files.certPath} with --tls-key ${files.keyPath}${files.clientCaPath ? ` and --tls-client-ca ${files.clientCaPath}` : ""}: ${code ?? (err instanceof Error ? err.message : String(err))}`,
+      `Cannot use ${pair}: ${code ?? (err instanceof Error ? err.message : String(err))}`,
     );
   }
   return {

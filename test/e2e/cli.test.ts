@@ -20,6 +20,7 @@ import {
   type BrokerProcess,
 } from "./harness.ts";
 import { waitFor } from "./helpers.ts";
+import { makePki } from "./pki.ts";
 import { repoRoot } from "./targets.ts";
 
 const running: BrokerProcess[] = [];
@@ -109,6 +110,54 @@ describe(`[${target}] es-broker command line errors`, () => {
       `es-broker: Cannot use data directory ${dir}/README.md: it is not a directory\n`,
     );
   });
+
+  it("serve start-up errors say what is wrong: swapped TLS files, a data directory it cannot create, one port for two listeners", async () => {
+    const pki = makePki();
+    const dataDir = `${fresh()}/data`;
+    const swapped = await runCli([
+      "serve",
+      "--data-dir",
+      dataDir,
+      "--http-port",
+      "0",
+      "--tcp-port",
+      "0",
+      "--tls-cert",
+      pki.server.key,
+      "--tls-key",
+      pki.server.cert,
+    ]);
+    expect(swapped.code).toBe(1);
+    expect(swapped.stderr).toContain(
+      `es-broker: Cannot use --tls-cert ${pki.server.key} with --tls-key ${pki.server.cert}: the --tls-cert file holds no certificate but a private key: are --tls-cert and --tls-key swapped?\n`,
+    );
+    const proc = await runCli([
+      "serve",
+      "--data-dir",
+      "/proc/nope",
+      "--http-port",
+      "0",
+      "--tcp-port",
+      "0",
+    ]);
+    expect(proc.code).toBe(1);
+    expect(proc.stderr).toMatch(
+      /^es-broker: Cannot create the data directory \/proc\/nope: ENOENT/,
+    );
+    const shared = await runCli([
+      "serve",
+      "--data-dir",
+      dataDir,
+      "--http-port",
+      "28701",
+      "--tcp-port",
+      "28701",
+    ]);
+    expect(shared.code).toBe(2);
+    expect(shared.stderr).toContain(
+      "es-broker: --http-port 28701 and --tcp-port 28701 name the same port: give each listener its own port (0 = any free port)\n",
+    );
+  }, 120_000);
 
   it("serve on a port another process holds names the listener, the address and the option, exits 1 and leaves the data directory free", async () => {
     const holder = createServer();

@@ -490,6 +490,26 @@ describe(`[${target}] TLS end to end`, () => {
       noCertificate.stderr,
     ).toBe(true);
     if (target !== "deno") expect(noCertificate.stderr).toContain(alerted);
+    // OpenSSL's raw error line ("80EC…:error:0A00045C:SSL routines:…") is not shown.
+    expect(noCertificate.stderr).not.toMatch(/:error:[0-9A-F]+:SSL routines:/);
+    // A certificate the broker refuses (another CA's): the CLI says the broker refused it.
+    const refused = await runCli([
+      "topics",
+      "list",
+      "--broker",
+      address,
+      "--tls-ca",
+      pki.ca,
+      "--tls-cert",
+      pki.otherClient.cert,
+      "--tls-key",
+      pki.otherClient.key,
+    ]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(
+      /the broker may have refused this client's certificate|the broker sent TLS alert "[a-z ]+"/,
+    );
+    expect(refused.stderr).not.toMatch(/:error:[0-9A-F]+:SSL routines:/);
     const withCertificate = await runCli([
       "topics",
       "list",
@@ -522,7 +542,8 @@ describe(`[${target}] TLS end to end`, () => {
     expect(closed.stderr).toContain(
       "es-broker: the broker closed the TLS connection and this command sent no client certificate: if it requires one (mutual TLS), add --tls-cert FILE --tls-key FILE (a certificate its --tls-client-ca signed); otherwise its log says why it closed the connection\n",
     );
-    // With a certificate sent, the same close names no certificate option.
+    // With a certificate sent, the same close says the certificate may have been refused, and
+    // names no certificate option to add.
     const withCertificate = await runCli([
       "topics",
       "list",
@@ -538,6 +559,9 @@ describe(`[${target}] TLS end to end`, () => {
     expect(withCertificate.code).toBe(1);
     expect(withCertificate.stderr).toMatch(/connection_closed: .*closed/);
     expect(withCertificate.stderr).not.toContain("--tls-cert");
+    expect(withCertificate.stderr).toContain(
+      "the broker may have refused this client's certificate",
+    );
   });
 
   it("SIGHUP serves a rotated certificate to new connections while open connections keep working", async () => {

@@ -142,6 +142,20 @@ describe("Kafka listener", () => {
     expect((await broker.listOffsets({ topic: "t", partition: 1 })).highWatermark).toBe(5);
   });
 
+  it("names an api it does not serve, and for CreateTopics says how to create topics", async () => {
+    const { connect, logger } = await setup();
+    const s = connect();
+    s.send(request(19, 2, 5, (w) => w.int32(0)));
+    await settle();
+    expect(s.closed).toBe(true);
+    expect(logger.named("kafka.request_refused")[0]).toMatchObject({
+      reason:
+        "CreateTopics (api 19) version 2 is not served: create topics with es-broker topics create or POST /v1/topics",
+      api: "CreateTopics",
+      api_version: 2,
+    });
+  });
+
   it("logs a negative request size as the negative int32 the client sent", async () => {
     const { connect, logger } = await setup();
     const s = connect();

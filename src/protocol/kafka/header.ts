@@ -41,10 +41,32 @@ export const KafkaApi = {
   SaslAuthenticate: 36,
 } as const;
 
-/** The name of an api key, for logs and messages. */
+/**
+ * Names of Kafka apis es-broker does not serve that clients (admin tools above all) send, so a
+ * refusal names them (docs/kafka.md "Not supported").
+ */
+const unservedApiNames: ReadonlyMap<number, string> = new Map([
+  [15, "DescribeGroups"],
+  [16, "ListGroups"],
+  [19, "CreateTopics"],
+  [20, "DeleteTopics"],
+  [21, "DeleteRecords"],
+  [24, "AddPartitionsToTxn"],
+  [25, "AddOffsetsToTxn"],
+  [26, "EndTxn"],
+  [28, "TxnOffsetCommit"],
+  [32, "DescribeConfigs"],
+  [33, "AlterConfigs"],
+  [37, "CreatePartitions"],
+  [42, "DeleteGroups"],
+  [47, "OffsetDelete"],
+  [60, "DescribeCluster"],
+]);
+
+/** The name of an api key, for logs and messages (`api N` for one without a name here). */
 export function kafkaApiName(key: number): string {
   for (const [name, k] of Object.entries(KafkaApi)) if (k === key) return name;
-  return `api ${key}`;
+  return unservedApiNames.get(key) ?? `api ${key}`;
 }
 
 /**

@@ -45,6 +45,7 @@ import {
   decodeRequestHeader,
   encodeApiVersionsResponse,
   isServedVersion,
+  kafkaApiName,
   peekRequestHeader,
 } from "../../protocol/kafka/header.ts";
 import {
@@ -176,6 +177,13 @@ const answered = (bytes: Uint8Array): KafkaServed => ({
   answerBytes: 0,
 });
 
+/** What to use instead of an api es-broker does not serve, where there is something. */
+const unservedApiHints: ReadonlyMap<number, string> = new Map([
+  [19, ": create topics with es-broker topics create or POST /v1/topics"],
+  [20, ": delete topics with es-broker topics delete or DELETE /v1/topics/{topic}"],
+  [32, ": read a topic's config with es-broker topics describe or GET /v1/topics/{topic}"],
+]);
+
 /**
  * Starts serving one request frame (the bytes after `size`).
  * @throws CloseConnection or KafkaDecodeError when the connection must close.
@@ -194,7 +202,9 @@ export function serveKafkaRequest(frame: Uint8Array, state: KafkaConnectionState
     );
   }
   if (!isServedVersion(apiKey, apiVersion))
-    throw new CloseConnection(`api ${apiKey} version ${apiVersion} is not served`);
+    throw new CloseConnection(
+      `${kafkaApiName(apiKey)} (api ${apiKey}) version ${apiVersion} is not served${unservedApiHints.get(apiKey) ?? ""}`,
+    );
   const { header, body } = decodeRequestHeader(frame);
   if (apiKey === KafkaApi.SaslHandshake) return answered(saslHandshake(body, correlationId, state));
   if (apiKey === KafkaApi.SaslAuthenticate) return saslAuthenticate(body, correlationId, state);
