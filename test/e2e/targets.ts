@@ -91,6 +91,11 @@ export function nodeOnlyE2eFiles(
     // The CLI's own logic (cli.test.ts keeps what touches the runtime: signals, stdin, listen and
     // file errors, exit codes).
     "test/e2e/cli-commands.test.ts",
+    // The schema registry (registering, compatibility, produce-time validation, `es-broker
+    // schemas`) is the broker's and the Hono app's logic; its schemas.json goes through the runtime
+    // layer's file system, which check.test.ts (a damaged schemas.json) and core.test.ts cover on
+    // every target, as kafka.test.ts and durable-streams.test.ts do its HTTP and TCP servers.
+    "test/e2e/registry.test.ts",
     // The console's page, scripts and API calls are the same on every runtime: Deno and Bun run
     // the sources the Node bundle is built from. The binary keeps the file
     // (`nodeAndBinaryE2eFiles`): its console is the copy compiled into it.
