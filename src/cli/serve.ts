@@ -605,6 +605,7 @@ export async function serve(argv: string[]): Promise<number> {
       coldUploadBytesPerSec,
       cleanupIntervalMs,
       producerExpiryMs,
+      ...(cluster === null ? {} : { nodeId: cluster.nodeId }),
     });
   } catch (err) {
     await closeEarly();
