@@ -24,9 +24,10 @@
  *   a commit or join on a broker whose claim was taken over gets `stale_generation`.
  * - Durable Streams are not offered (`streams` is undefined: `/v1/stream/` answers 404): a
  *   stream's topic would be made locally, outside etcd, and never replicated.
- * - Producer epochs (docs/decisions.md §20, docs/cluster.md "Producer epochs"): handed out by the
- *   controller from its own producer state; any other broker refuses `initProducerEpoch` with
- *   `not_leader` naming the controller, as group requests.
+ * - Producer epochs (docs/decisions.md §20, docs/cluster.md "Producer epochs") are not handed out
+ *   in a cluster (`initProducerEpoch` is undefined: TCP `unsupported_api`, HTTP 404), so clients
+ *   keep the clock epoch: a controller's own producer state cannot make epochs unique once the
+ *   controller moves (attack13 F4).
  * - Everything else (producers, the registry) goes to the local broker as it is.
  */
 import { mergeTopicConfig, validatePartitionCount, validateTopicName } from "../broker/config.ts";
@@ -425,15 +426,9 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
       return joined;
     };
   }
-  if (local.initProducerEpoch !== undefined) {
-    const initEpoch = local.initProducerEpoch.bind(local);
-    overrides.initProducerEpoch = async (request: { producerId: string; atLeast?: number }) => {
-      coordinatorCheck(
-        `Cannot allocate an epoch for producer ${JSON.stringify(request.producerId)}`,
-      );
-      return initEpoch(request);
-    };
-  }
+  // Not in a cluster (module comment): an allocation kept only in the controller's producer
+  // state was handed out again by the next controller after a SIGKILL (attack13 F4).
+  overrides.initProducerEpoch = undefined;
   if (local.updateTopicConfig !== undefined) {
     overrides.updateTopicConfig = async (name: string, patch: Record<string, unknown>) => {
       const config = node.topicConfig(name);
