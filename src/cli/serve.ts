@@ -92,6 +92,7 @@ import { replicaConnector } from "../runtime/replica-connection.ts";
 import { PeerLinks } from "../cluster/peer-links.ts";
 import { clusterBroker } from "../cluster/cluster-broker.ts";
 import { defaultClusterPrefix } from "../cluster/membership.ts";
+import { forgetReplicaDataInCluster } from "../cluster/fresh-replica.ts";
 import { Prng } from "../lib/prng.ts";
 import type { Broker } from "../broker/types.ts";
 import { writeFileAtomic } from "../storage/metadata.ts";
@@ -1413,6 +1414,22 @@ async function startClusterNode(
         }),
       beforeRegister: async (clusterId) => {
         if (recorded?.cluster_id === clusterId && recorded.node_id === settings.nodeId) return;
+        if (recorded === null) {
+          // A directory that never joined: whatever the cluster says this node id holds, it does
+          // not hold it (docs/cluster.md "Replacing a broker's disk").
+          const forgotten = await forgetReplicaDataInCluster(
+            etcd,
+            defaultClusterPrefix,
+            settings.nodeId,
+          );
+          if (forgotten.length > 0)
+            logger.log("warn", "cluster.replica_data_forgotten", {
+              node_id: settings.nodeId,
+              partitions: forgotten,
+              reason:
+                "a new data directory under a node id the cluster knows: out of every ISR and ELR until it catches up",
+            });
+        }
         const record = { cluster_id: clusterId, node_id: settings.nodeId, data_dir_id: dataDirId };
         await writeFileAtomic(fs, path, utf8(`${JSON.stringify(record, null, 2)}\n`));
         recorded = record;

@@ -392,3 +392,28 @@ export function preferredLeaderMove(
   if (!p.alive || p.lapsed === true || !l.alive || l.lapsed === true) return null;
   return { ...state, leader: preferred, leader_epoch: state.leader_epoch + 1 };
 }
+
+/**
+ * A replica whose data directory is new (an empty disk given an existing node id:
+ * docs/cluster.md "Replacing a broker's disk") no longer holds what its ISR or ELR place says it
+ * holds: it leaves the ISR and the ELR, and, if etcd still names it leader (a leadership of its
+ * old disk), the leadership too, in a new epoch. It then rejoins the ISR only by catching up, as
+ * any follower. Returns null when `nodeId` is in neither list and does not lead.
+ */
+export function forgetReplicaData(state: PartitionState, nodeId: number): PartitionState | null {
+  if (!state.isr.includes(nodeId) && !state.elr.includes(nodeId) && state.leader !== nodeId)
+    return null;
+  const isr = state.isr.filter((id) => id !== nodeId);
+  const leads = state.leader === nodeId;
+  return {
+    ...state,
+    leader: leads ? noLeader : state.leader,
+    leader_epoch: leads ? state.leader_epoch + 1 : state.leader_epoch,
+    isr,
+    elr: elrBeside(
+      state,
+      isr,
+      state.elr.filter((id) => id !== nodeId),
+    ),
+  };
+}

@@ -1,0 +1,47 @@
+/**
+ * A broker starting on a data directory that never joined the cluster, under a node id the
+ * cluster knows, has lost that node's logs (its disk was replaced, or the directory deleted):
+ * before it registers, it takes itself out of every partition's ISR and ELR (and leadership)
+ * in etcd, so no controller elects it on a log end that is merely short (docs/cluster.md
+ * "Replacing a broker's disk"; attack13 F1: elected with an empty log after a full-cluster
+ * restart, it made the other replicas truncate every acknowledged record).
+ */
+import type { Etcd } from "./etcd.ts";
+import { parsePartitionKey } from "./keys.ts";
+import { forgetReplicaData, formatPartitionState, parsePartitionState } from "./partition-state.ts";
+
+/**
+ * Removes `nodeId` from the ISR, the ELR and the leadership of every partition under `prefix`,
+ * each by compare-and-set on the key's mod_revision (read again and retried when it changed).
+ * Resolves with the partitions changed, as `topic/partition`.
+ * @throws what etcd throws (the caller does not register then: safe to start again).
+ */
+export async function forgetReplicaDataInCluster(
+  etcd: Etcd,
+  prefix: string,
+  nodeId: number,
+): Promise<string[]> {
+  const changed: string[] = [];
+  const { kvs } = await etcd.list(`${prefix}/partitions/`);
+  for (let kv of kvs) {
+    const at = parsePartitionKey(prefix, kv.key);
+    if (at === null) continue;
+    for (;;) {
+      const next = forgetReplicaData(parsePartitionState(kv.key, kv.value), nodeId);
+      if (next === null) break;
+      const result = await etcd.txn({
+        compare: [{ key: kv.key, target: "mod_revision", result: "equal", number: kv.modRevision }],
+        success: [{ put: { key: kv.key, value: formatPartitionState(next) } }],
+        failure: [{ get: { key: kv.key } }],
+      });
+      if (result.succeeded) {
+        changed.push(`${at.topic}/${at.partition}`);
+        break;
+      }
+      const now = result.reads[0]?.[0];
+      if (now === undefined) break;
+      kv = now;
+    }
+  }
+  return changed;
+}

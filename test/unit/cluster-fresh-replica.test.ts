@@ -1,0 +1,82 @@
+/**
+ * A broker on a new data directory under a known node id leaves every ISR and ELR before it
+ * registers (docs/cluster.md "Replacing a broker's disk"; attack13 F1): the pure transition
+ * `forgetReplicaData` and the etcd pass `forgetReplicaDataInCluster`.
+ */
+import { describe, expect, it } from "vitest";
+import { forgetReplicaDataInCluster } from "../../src/cluster/fresh-replica.ts";
+import {
+  checkPartitionState,
+  controllerUpdate,
+  forgetReplicaData,
+  formatPartitionState,
+  initialPartitionState,
+  noLeader,
+  type PartitionState,
+  parsePartitionState,
+  type ReplicaView,
+} from "../../src/cluster/partition-state.ts";
+import { FakeEtcd } from "../helpers/fake-etcd.ts";
+
+const views =
+  (table: Record<number, [alive: boolean, logEnd?: number]>) =>
+  (id: number): ReplicaView => ({ alive: table[id]?.[0] ?? false, logEndOffset: table[id]?.[1] });
+
+describe("a replica whose data directory is new", () => {
+  it("leaves the ISR, the ELR and a leadership etcd still names it for, in a new epoch", () => {
+    const s: PartitionState = {
+      ...initialPartitionState([3, 1, 2], 2),
+      leader: 1,
+      leader_epoch: 4,
+      isr: [1],
+      elr: [2],
+    };
+    const next = forgetReplicaData(s, 1)!;
+    expect(next).toMatchObject({ leader: noLeader, leader_epoch: 5, isr: [], elr: [2] });
+    expect(checkPartitionState(next)).toEqual([]);
+    expect(forgetReplicaData(s, 3)).toBeNull();
+    const inElr = forgetReplicaData(s, 2)!;
+    expect(inElr).toMatchObject({ leader: 1, leader_epoch: 4, isr: [1], elr: [] });
+  });
+
+  it("is then never elected on its empty log after a full outage (attack13 F1, reproduction A)", () => {
+    // Replicas 3,1,2; all killed; etcd kept ISR [] and ELR [1,2] from the outage.
+    const s: PartitionState = {
+      ...initialPartitionState([3, 1, 2], 2),
+      leader: noLeader,
+      leader_epoch: 2,
+      isr: [],
+      elr: [1, 2],
+    };
+    // Node 1 comes back first on an empty disk: without the pass it would lead (log end 0 ≥ 0).
+    expect(controllerUpdate(s, { gone: [], view: views({ 1: [true, 0] }) })?.leader).toBe(1);
+    const forgotten = forgetReplicaData(s, 1)!;
+    const after = controllerUpdate(forgotten, { gone: [], view: views({ 1: [true, 0] }) });
+    expect(after?.leader ?? forgotten.leader).toBe(noLeader);
+    // Node 2, which held every record, leads once it is back.
+    expect(
+      controllerUpdate(forgotten, { gone: [], view: views({ 1: [true, 0], 2: [true, 50] }) })
+        ?.leader,
+    ).toBe(2);
+  });
+
+  it("the etcd pass changes every partition naming the node, by compare-and-set, and no other", async () => {
+    const etcd = new FakeEtcd();
+    const prefix = "/es-broker";
+    const states: Record<string, PartitionState> = {
+      "a/0": { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2], elr: [] },
+      "a/1": { ...initialPartitionState([2, 3, 1], 2), leader: 2, isr: [2], elr: [1, 3] },
+      "b/0": { ...initialPartitionState([2, 3], 1), leader: 2, isr: [2, 3] },
+    };
+    for (const [k, s] of Object.entries(states))
+      await etcd.put(`${prefix}/partitions/${k}`, formatPartitionState(s));
+    const changed = await forgetReplicaDataInCluster(etcd, prefix, 1);
+    expect(changed.sort()).toEqual(["a/0", "a/1"]);
+    const read = async (k: string) =>
+      parsePartitionState(k, (await etcd.get(`${prefix}/partitions/${k}`))!.value);
+    expect(await read("a/0")).toMatchObject({ leader: noLeader, leader_epoch: 1, isr: [2] });
+    expect(await read("a/1")).toMatchObject({ leader: 2, isr: [2], elr: [3] });
+    expect(await read("b/0")).toEqual(states["b/0"]);
+    expect(await forgetReplicaDataInCluster(etcd, prefix, 1)).toEqual([]);
+  });
+});
