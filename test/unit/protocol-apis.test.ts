@@ -798,7 +798,7 @@ describe("the TCP dispatch table", () => {
     expect(Object.keys(goldens).sort()).toEqual(apis.map((a) => a.name).sort());
   });
 
-  it("numbers its apis 0 to 14 in order, each at version 0 (Metadata and ReplicaFetch also 1), and ApiKey names them", () => {
+  it("numbers its apis 0 to 15 in order, each at version 0 (Metadata and ReplicaFetch also 1), and ApiKey names them", () => {
     expect(apis.map((a) => a.key)).toEqual(apis.map((_, i) => i));
     for (const api of apis) {
       expect(api.versionMax).toBe(api.name === "Metadata" || api.name === "ReplicaFetch" ? 1 : 0);
