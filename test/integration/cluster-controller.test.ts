@@ -197,10 +197,12 @@ describe("controller", () => {
       return st.leader === replicas[1] ? st : undefined;
     });
     expect(s).toMatchObject({ leader: replicas[1], leader_epoch: 1, isr: replicas.slice(1) });
+    // Under load the second controller may lose and win its key again (a later epoch) after the
+    // move: the move was made under an epoch above the first controller's.
     expect(
       second.logger
         .named("cluster.partition_changed")
-        .some((f) => f.controller_epoch === second.controller.epoch),
+        .some((f) => (f.controller_epoch as number) > epoch1),
     ).toBe(true);
   });
 
