@@ -1416,7 +1416,7 @@ async function startClusterNode(
         if (recorded?.cluster_id === clusterId && recorded.node_id === settings.nodeId) return;
         if (recorded === null) {
           // A directory that never joined: whatever the cluster says this node id holds, it does
-          // not hold it (docs/cluster.md "Replacing a broker's disk").
+          // not hold it (docs/cluster.md "Replacing a broker's disk, backing up etcd").
           const forgotten = await forgetReplicaDataInCluster(
             etcd,
             defaultClusterPrefix,

@@ -3,8 +3,8 @@
  * cluster knows, has lost that node's logs (its disk was replaced, or the directory deleted):
  * before it registers, it takes itself out of every partition's ISR and ELR (and leadership)
  * in etcd, so no controller elects it on a log end that is merely short (docs/cluster.md
- * "Replacing a broker's disk"; attack13 F1: elected with an empty log after a full-cluster
- * restart, it made the other replicas truncate every acknowledged record).
+ * "Replacing a broker's disk, backing up etcd"; attack13 F1: elected with an empty log after a
+ * full-cluster restart, it made the other replicas truncate every acknowledged record).
  */
 import type { Etcd } from "./etcd.ts";
 import { parsePartitionKey } from "./keys.ts";

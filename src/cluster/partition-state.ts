@@ -395,9 +395,9 @@ export function preferredLeaderMove(
 
 /**
  * A replica whose data directory is new (an empty disk given an existing node id:
- * docs/cluster.md "Replacing a broker's disk") no longer holds what its ISR or ELR place says it
- * holds: it leaves the ISR and the ELR, and, if etcd still names it leader (a leadership of its
- * old disk), the leadership too, in a new epoch. It then rejoins the ISR only by catching up, as
+ * docs/cluster.md "Replacing a broker's disk, backing up etcd") no longer holds what its ISR or
+ * ELR place says it holds: it leaves the ISR and the ELR, and, if etcd still names it leader (a
+ * leadership of its old disk), the leadership too, in a new epoch. It then rejoins the ISR only by catching up, as
  * any follower. Returns null when `nodeId` is in neither list and does not lead.
  */
 export function forgetReplicaData(state: PartitionState, nodeId: number): PartitionState | null {

@@ -1,6 +1,7 @@
 /**
  * A broker on a new data directory under a known node id leaves every ISR and ELR before it
- * registers (docs/cluster.md "Replacing a broker's disk"; attack13 F1): the pure transition
+ * registers (docs/cluster.md "Replacing a broker's disk, backing up etcd"; attack13 F1): the pure
+ * transition
  * `forgetReplicaData` and the etcd pass `forgetReplicaDataInCluster`.
  */
 import { describe, expect, it } from "vitest";
