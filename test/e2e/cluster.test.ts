@@ -799,20 +799,27 @@ describe("cluster mode: three brokers", () => {
         return gauge(t, "esb_replica_fetch_lag_records", watched) === 0 ? t : undefined;
       });
       expect(gauge(back, "esb_replica_fetch_lag_seconds", watched)).toBe(0);
-      // The tests after this one start from full ISRs again.
-      await waitFor("every ISR full", async () => {
-        const x = await metadata(leader);
-        return x.topics.every((t) => t.partitions.every((q) => q.isr.length === q.replicas.length))
-          ? x
-          : undefined;
-      });
+      // The tests after this one start from full ISRs again: every partition of every topic so
+      // far, which beside the serial group's other files took over 20 s once (CI, 2026-12-02).
+      await waitFor(
+        "every ISR full",
+        async () => {
+          const x = await metadata(leader);
+          return x.topics.every((t) =>
+            t.partitions.every((q) => q.isr.length === q.replicas.length),
+          )
+            ? x
+            : undefined;
+        },
+        60_000,
+      );
       expect(promtoolCheckMetrics(back)).toEqual({ status: 0, output: "" });
     } finally {
       await router.close();
       // The tests after this one need three brokers.
       if (!brokers.has(followerId)) await restart(followerId);
     }
-  }, 60_000);
+  }, 120_000);
 
   it("a SIGKILLed leader is replaced; writes are accepted again and no acknowledged record is lost", async () => {
     const before = await metadata(brokers.get(1)!, "orders");

@@ -168,7 +168,8 @@ describe(`[${target}] the web console in headless Chromium`, () => {
       records: [{ key: hostile.key, value: `live: ${hostile.value}`, partition: 0 }],
     });
     const liveValue = page.getByRole("cell", { name: `live: ${hostile.value}`, exact: true });
-    await liveValue.waitFor();
+    // 60 s: beside the parallel group's files the record once took over 30 s to show (CI).
+    await liveValue.waitFor({ timeout: 60_000 });
     expect(await page.getByRole("cell", { name: hostile.key, exact: true }).count()).toBe(1);
     expect(await page.locator("main img, main script, main a[href^='javascript']").count()).toBe(0);
     await shot(page, "3-tail");
@@ -220,7 +221,7 @@ describe(`[${target}] the web console in headless Chromium`, () => {
     await other.page.context().close();
     await page.context().close();
     expect([...problems, ...other.problems]).toEqual([]);
-  });
+  }, 120_000);
 
   it("without a key the console holds no data; headers forbid inline code; cross-site writes are refused", async () => {
     const { dir } = tempDir();
