@@ -43,6 +43,24 @@ afterAll(async () => {
 
 const freshPrefix = () => `/es-broker-replication-${process.pid}-${n++}`;
 
+/** An Etcd forwarding every call to the suite's client, but for `overrides` (a test's faults). */
+function etcdThrough(overrides: Partial<Etcd>): Etcd {
+  return {
+    get: (key) => client.get(key),
+    list: (prefix) => client.list(prefix),
+    put: (key, value, options) => client.put(key, value, options),
+    delete: (key, options) => client.delete(key, options),
+    leaseGrant: (ttl) => client.leaseGrant(ttl),
+    leaseKeepAlive: (id) => client.leaseKeepAlive(id),
+    leaseRevoke: (id) => client.leaseRevoke(id),
+    txn: (request) => client.txn(request),
+    watch: (request, handlers) => client.watch(request, handlers),
+    status: () => client.status(),
+    close: async () => {},
+    ...overrides,
+  };
+}
+
 function records(values: string[]) {
   return values.map((v) => ({ key: null, value: new TextEncoder().encode(v) }));
 }
@@ -440,17 +458,7 @@ describe("replication", () => {
     const gate: { release?: () => void } = {};
     let caught!: () => void;
     const expansionWritten = new Promise<void>((r) => (caught = r));
-    const etcd: Etcd = {
-      get: (key) => client.get(key),
-      list: (prefix) => client.list(prefix),
-      put: (key, value, options) => client.put(key, value, options),
-      delete: (key, options) => client.delete(key, options),
-      leaseGrant: (ttl) => client.leaseGrant(ttl),
-      leaseKeepAlive: (id) => client.leaseKeepAlive(id),
-      leaseRevoke: (id) => client.leaseRevoke(id),
-      watch: (request, handlers) => client.watch(request, handlers),
-      status: () => client.status(),
-      close: async () => {},
+    const etcd = etcdThrough({
       // The answer to the leader's expansion of node 3 is held (etcd applied it).
       txn: async (request) => {
         const result = await client.txn(request);
@@ -467,7 +475,7 @@ describe("replication", () => {
           });
         return result;
       },
-    };
+    });
     const c = await startReplicatedCluster({ count: 3, etcd, prefix: freshPrefix() });
     await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2] });
     const leader = await c.node(1).client();
@@ -505,21 +513,12 @@ describe("replication", () => {
     let settledAfterLoss!: () => void;
     const settled = new Promise<void>((r) => (settledAfterLoss = r));
     const partitionKey = (key: string) => key.endsWith("/partitions/orders/0");
-    const etcd: Etcd = {
+    const etcd = etcdThrough({
       get: async (key) => {
         const kv = await client.get(key);
         if (held !== undefined && partitionKey(key)) settledAfterLoss();
         return kv;
       },
-      list: (prefix) => client.list(prefix),
-      put: (key, value, options) => client.put(key, value, options),
-      delete: (key, options) => client.delete(key, options),
-      leaseGrant: (ttl) => client.leaseGrant(ttl),
-      leaseKeepAlive: (id) => client.leaseKeepAlive(id),
-      leaseRevoke: (id) => client.leaseRevoke(id),
-      watch: (request, handlers) => client.watch(request, handlers),
-      status: () => client.status(),
-      close: async () => {},
       txn: async (request) => {
         const op = request.success[0];
         const expands =
@@ -540,7 +539,7 @@ describe("replication", () => {
           settledAfterLoss();
         return result;
       },
-    };
+    });
     const c = await startReplicatedCluster({ count: 3, etcd, prefix: freshPrefix() });
     await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2] });
     const leader = await c.node(1).client();
@@ -564,17 +563,7 @@ describe("replication", () => {
     // ever reaches etcd (each answer lost on the way there).
     const lossy = (applied: boolean): Etcd => {
       let lost = false;
-      return {
-        get: (key) => client.get(key),
-        list: (prefix) => client.list(prefix),
-        put: (key, value, options) => client.put(key, value, options),
-        delete: (key, options) => client.delete(key, options),
-        leaseGrant: (ttl) => client.leaseGrant(ttl),
-        leaseKeepAlive: (id) => client.leaseKeepAlive(id),
-        leaseRevoke: (id) => client.leaseRevoke(id),
-        watch: (request, handlers) => client.watch(request, handlers),
-        status: () => client.status(),
-        close: async () => {},
+      return etcdThrough({
         txn: async (request) => {
           const op = request.success[0];
           const expands =
@@ -589,7 +578,7 @@ describe("replication", () => {
             code: "indeterminate",
           });
         },
-      };
+      });
     };
     for (const applied of [true, false]) {
       const c = await startReplicatedCluster({
