@@ -18,7 +18,7 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { waitFor } from "../helpers/poll.ts";
 import { TcpClient } from "../../src/client/client.ts";
 import { ClientError } from "../../src/client/errors.ts";
@@ -64,6 +64,15 @@ beforeAll(async () => {
   await Promise.all(
     [1, 2, 3].map(async (id) => brokers.set(id, await startBroker(join(root, `n${id}`), args(id)))),
   );
+}, 60_000);
+
+/**
+ * Before each test: any of brokers 1–3 that an earlier test left stopped (it failed midway) is
+ * started again, so one failure does not fail every test after it.
+ */
+beforeEach(async () => {
+  for (const id of [1, 2, 3])
+    if (!brokers.has(id)) brokers.set(id, await startBroker(join(root, `n${id}`), args(id)));
 }, 60_000);
 
 afterAll(async () => {
@@ -250,9 +259,27 @@ describe("cluster attack: a corrupt sealed segment on a follower (#27d)", () => 
       await brokers.get(id)!.stop("SIGKILL");
       brokers.delete(id);
     }
-    await waitFor("C leads", async () => {
-      const s = await partitionState(brokers.get(C)!, "d27");
-      return s.leader === C ? s : undefined;
+    // Two leases (6 s each) run out before the controller on C elects it; under the full
+    // suite's load that has taken over 20 s. On a timeout, say what C last reported.
+    let last: Part | string = "no answer";
+    await waitFor(
+      "C leads",
+      async () => {
+        const s = await partitionState(brokers.get(C)!, "d27");
+        last = s;
+        return s.leader === C ? s : undefined;
+      },
+      60_000,
+    ).catch((err: unknown) => {
+      const events = brokers
+        .get(C)!
+        .stderr()
+        .split("\n")
+        .filter((l) => /cluster\.|replication\./.test(l))
+        .slice(-15);
+      throw new Error(
+        `${String(err)}; C's state: ${JSON.stringify(last)}; C's log:\n${events.join("\n")}`,
+      );
     });
     const t = await TcpClient.connect(brokers.get(C)!.tcp);
     const seen: string[] = [];
