@@ -14,6 +14,7 @@
  * id part only — never the key. Admin actions are logged (`audit.*`, info) with the key's name.
  */
 import { BrokerError, Errors } from "../broker/errors.ts";
+import { produceVia } from "../broker/produce-sink.ts";
 import { validateProducerId } from "../broker/producers/sequence.ts";
 import type {
   ClusterMetadata,
@@ -32,6 +33,7 @@ import type {
   JoinGroupRequest,
   ProduceRequest,
   ProduceResult,
+  ProduceSink,
   ReplicaFetchRequest,
   ReplicaFetchResult,
   TopicDescription,
@@ -600,6 +602,30 @@ export class AuthorizedBroker implements Broker {
       ...request,
       producer: { ...producer, id: keyProducerId(this.#principal.name, producer.id) },
     });
+  }
+
+  /** `Broker.produceTo`: {@link produce}'s check and producer id, answered through `sink`. */
+  produceTo(request: ProduceRequest, sink: ProduceSink): void {
+    try {
+      this.#check(
+        "produce",
+        { topic: request.topic },
+        () => `Cannot produce to topic ${quote(request.topic)}`,
+      );
+    } catch (err) {
+      return sink.failed(err);
+    }
+    const producer = request.producer;
+    if (producer === undefined || this.#principal.kind !== "key")
+      return produceVia(this.#inner, request, sink);
+    produceVia(
+      this.#inner,
+      {
+        ...request,
+        producer: { ...producer, id: keyProducerId(this.#principal.name, producer.id) },
+      },
+      sink,
+    );
   }
 
   /**

@@ -36,6 +36,7 @@ import { CleanupService, type PartitionCleanup } from "./cleanup.ts";
 import { BrokerError, Errors } from "./errors.ts";
 import { GroupCoordinator } from "./groups.ts";
 import { routeRecords, spansInRequestOrder, splitByPartition } from "./produce-routing.ts";
+import { settleSink } from "./produce-sink.ts";
 import { ProducerStates } from "./producers/state.ts";
 import type { ReplicationSeam } from "./replication.ts";
 import { StreamService } from "./streams/service.ts";
@@ -64,6 +65,7 @@ import type {
   FetchResult,
   ProduceRequest,
   ProduceResult,
+  ProduceSink,
   ReplicaFetchRequest,
   ReplicaFetchResult,
   TopicConfig,
@@ -367,6 +369,22 @@ export class LocalBroker implements Broker {
   }
 
   /**
+   * `Broker.produceTo`: {@link produce} answered through `sink`. The common request (one
+   * partition, not idempotent, no replication, not a stream's topic) goes to the partition's
+   * `appendTo` with the sink itself (no promise); any other is {@link produce}'s promise settling it.
+   */
+  produceTo(request: ProduceRequest, sink: ProduceSink): void {
+    if (this.#streams?.isStream(request.topic)) return settleSink(this.produce(request), sink);
+    let response: Promise<ProduceResult> | undefined;
+    try {
+      response = this.#produceWith(request, false, sink);
+    } catch (err) {
+      return sink.failed(err);
+    }
+    if (response !== undefined) settleSink(response, sink);
+  }
+
+  /**
    * {@link produce} without the stream gate (the stream service calls it inside the gate). Not
    * async: the common request (one partition, not idempotent) is one promise from the partition's
    * append with one reaction, rather than a chain of async frames each adopting the next.
@@ -384,6 +402,18 @@ export class LocalBroker implements Broker {
    * `synced`: the registry was brought up to date for this request already (its second pass).
    */
   #produceNow(request: ProduceRequest, synced = false): Promise<ProduceResult> {
+    return this.#produceWith(request, synced, undefined)!;
+  }
+
+  /**
+   * {@link #produceNow}; with `sink`, a request of the common kind (`produceTo`) is handed to the
+   * partition with the sink and undefined returned, any other answered by the promise returned.
+   */
+  #produceWith(
+    request: ProduceRequest,
+    synced: boolean,
+    sink: ProduceSink | undefined,
+  ): Promise<ProduceResult> | undefined {
     const topic = this.#topics.get(request.topic);
     const batch = request.batch;
     // log_append_time: the producer's clock is not used at all, so neither checked.
@@ -460,6 +490,11 @@ export class LocalBroker implements Broker {
         return this.#append(topic, single, batch, fences?.get(single)).then((r) =>
           this.#committed(replication, topic.name, single, r),
         );
+      // The sink hears the partition's answer itself; a storage error reaches it unmapped.
+      if (sink !== undefined) {
+        topic.partitions[single].appendTo(batch, sink, single);
+        return undefined;
+      }
       return topic.partitions[single].append(batch).then(
         (r) => ({ spans: [{ partition: single, baseOffset: r.baseOffset, count: r.count }] }),
         (err: unknown) => {

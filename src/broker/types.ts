@@ -3,6 +3,7 @@
  * calls and encode its result; neither holds logic of its own. Errors thrown are
  * {@link BrokerError}s with a row of the error table (`src/broker/errors.ts`).
  */
+import type { AppendSink } from "../storage/group-commit.ts";
 import type { EntryBatch } from "../storage/record.ts";
 import type { StreamMeta } from "./streams/meta.ts";
 import type { Streams } from "./streams/types.ts";
@@ -171,6 +172,19 @@ export interface ProduceResult {
   spans: ProduceSpan[];
   /** Idempotent produce only: true when the batch was already stored and nothing was appended. */
   duplicate?: boolean;
+}
+
+/**
+ * How a produce started with {@link Broker.produceTo} ends: exactly one of its methods is called,
+ * once. It must not throw.
+ * - `appended(partition, baseOffset, count)`: every record went to `partition`, at
+ *   `[baseOffset, baseOffset + count)` (a {@link ProduceResult} of one span, not a duplicate).
+ * - `produced(result)`: any other success (several partitions, a duplicate).
+ * - `failed(err)`: the errors {@link Broker.produce} rejects with, or a storage error not yet
+ *   mapped to one: answer `toBrokerError(err)` (`broker/storage-failure.ts`).
+ */
+export interface ProduceSink extends AppendSink {
+  produced(result: ProduceResult): void;
 }
 
 /** A partition of a topic. */
@@ -390,6 +404,13 @@ export interface Broker {
    *   with `producer`: out_of_order_sequence, producer_fenced, unknown_producer, duplicate_sequence.
    */
   produce(request: ProduceRequest): Promise<ProduceResult>;
+  /**
+   * {@link produce} answered through `sink` (exactly one call, once, possibly before this
+   * returns; it never throws): the small-request path, without a promise and its reactions per
+   * request (docs/benchmarks.md "Small requests (issue #22)"). Optional: `produceVia`
+   * (`broker/produce-sink.ts`) falls back to {@link produce} for a broker without it.
+   */
+  produceTo?(request: ProduceRequest, sink: ProduceSink): void;
   /** Reads stored records. @throws topic_not_found, partition_not_found, offset_out_of_range, invalid_request. */
   fetch(request: FetchRequest): Promise<FetchResult>;
   /** Log start offset and high watermark of one partition. @throws topic_not_found, partition_not_found. */

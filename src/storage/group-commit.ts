@@ -72,19 +72,64 @@ import { type Counter, type Histogram, type Metrics, noMetrics } from "../lib/me
 import { StorageError } from "./errors.ts";
 import type { Segment } from "./segment.ts";
 
-/** A request of a written group: its offsets, and how to answer it. */
+/**
+ * Who hears how one append ended (`PartitionLog.appendTo`): exactly one of its methods is called,
+ * once. It lets the small-request path answer a group commit's requests without a promise each
+ * (docs/benchmarks.md "Small requests (issue #22)"). A sink must not throw; one that does is
+ * logged (`storage.sink_failed`) and the other requests are still answered.
+ */
+export interface AppendSink {
+  /**
+   * The records are at `[baseOffset, baseOffset + count)` and acknowledged as docs/storage.md
+   * "Writes and durability" says (with `flushEveryRecords` 1: an fsync covered them). `tag` is
+   * the caller's number given with the append, handed back unchanged.
+   */
+  appended(tag: number, baseOffset: number, count: number): void;
+  /** The append failed: a StorageError, or what the append's `beforeWrite` hook rejected with. */
+  failed(err: unknown): void;
+}
+
+/** A request of a written group: its records, and whom to answer. */
 export interface WrittenRequest {
-  /** Records of the request (its offsets follow the previous request's). */
-  count: number;
-  resolve: (result: { baseOffset: number; count: number }) => void;
-  reject: (err: unknown) => void;
+  /** Its records (their offsets follow the previous request's). */
+  readonly batch: { readonly count: number };
+  readonly sink: AppendSink;
+  readonly tag: number;
 }
 
 interface DurabilityWaiter {
   endOffset: number;
-  result: { baseOffset: number; count: number };
-  resolve: (result: { baseOffset: number; count: number }) => void;
-  reject: (err: unknown) => void;
+  baseOffset: number;
+  count: number;
+  sink: AppendSink;
+  tag: number;
+}
+
+/**
+ * Calls `sink.appended`; a sink that throws is a bug of its caller, logged, and does not keep
+ * the requests after it from being answered.
+ */
+export function answerAppended(
+  logger: Logger,
+  sink: AppendSink,
+  tag: number,
+  baseOffset: number,
+  count: number,
+): void {
+  try {
+    sink.appended(tag, baseOffset, count);
+  } catch (err) {
+    logger.log("error", "storage.sink_failed", { error: errorMessage(err) });
+  }
+}
+
+/** Calls `sink.failed` as {@link answerAppended} calls `appended`. */
+export function answerFailed(logger: Logger, sink: AppendSink, err: unknown): void {
+  try {
+    sink.failed(err);
+  } catch (thrown) {
+    logger.log("error", "storage.sink_failed", { error: errorMessage(thrown) });
+  }
 }
 
 /** Options of {@link GroupCommit}. */
@@ -233,17 +278,18 @@ export class GroupCommit {
       // restart calls the segment corrupt.
       await this.#discardUnsynced(segment);
       const err = this.fencedError();
-      for (const r of group.requests) r.reject(err);
+      for (const r of group.requests) answerFailed(this.#options.logger, r.sink, err);
       return false;
     }
     let offset = group.baseOffset;
     const acked = this.#options.flushEveryRecords === 1;
     for (const r of group.requests) {
-      const result = { baseOffset: offset, count: r.count };
-      offset += r.count;
+      const baseOffset = offset;
+      const count = r.batch.count;
+      offset += count;
       if (acked)
-        this.#waiters.push({ endOffset: offset, result, resolve: r.resolve, reject: r.reject });
-      else r.resolve(result);
+        this.#waiters.push({ endOffset: offset, baseOffset, count, sink: r.sink, tag: r.tag });
+      else answerAppended(this.#options.logger, r.sink, r.tag, baseOffset, count);
     }
     if (acked) {
       // At once, unless requests the last fsync answered are still to come back (see
@@ -357,7 +403,7 @@ export class GroupCommit {
       high_watermark: this.#highWatermark,
     });
     const fencedErr = this.fencedError();
-    for (const w of this.#waiters.splice(0)) w.reject(fencedErr);
+    for (const w of this.#waiters.splice(0)) answerFailed(this.#options.logger, w.sink, fencedErr);
     this.#options.onFence(fencedErr);
     this.#flushTimer?.cancel();
     this.#flushTimer = null;
@@ -387,7 +433,8 @@ export class GroupCommit {
     }
     this.#flushTimer?.cancel();
     this.#flushTimer = null;
-    for (const w of this.#waiters.splice(0)) w.reject(closedError);
+    for (const w of this.#waiters.splice(0))
+      answerFailed(this.#options.logger, w.sink, closedError);
   }
 
   /** Cuts `segment` back to the durable position, if it is still the active one or was. */
@@ -576,7 +623,7 @@ export class GroupCommit {
     let answered = 0;
     while (this.#waiters.length > 0 && this.#waiters[0].endOffset <= this.#highWatermark) {
       const w = this.#waiters.shift()!;
-      w.resolve(w.result);
+      answerAppended(this.#options.logger, w.sink, w.tag, w.baseOffset, w.count);
       answered++;
     }
     return answered;

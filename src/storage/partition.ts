@@ -34,7 +34,9 @@ import { lastAtOrBelow } from "../lib/search.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { FileSystem } from "../fs/types.ts";
 import { StorageError } from "./errors.ts";
-import { GroupCommit } from "./group-commit.ts";
+import { type AppendSink, answerAppended, answerFailed, GroupCommit } from "./group-commit.ts";
+
+export type { AppendSink } from "./group-commit.ts";
 import { recoverPartition } from "./partition-recovery.ts";
 import type { CleanStop } from "./clean-stop.ts";
 import { type AppendRecords, isStored, logBytesOf } from "./record.ts";
@@ -184,8 +186,31 @@ interface PendingAppend {
   beforeWrite: ((baseOffset: number) => Promise<void>) | undefined;
   admit: (() => void) | undefined;
   afterWrite: (() => void) | undefined;
-  resolve: (result: { baseOffset: number; count: number }) => void;
-  reject: (err: unknown) => void;
+  /** Whom to answer ({@link PartitionLog.appendTo}). */
+  sink: AppendSink;
+  tag: number;
+}
+
+/** The sink of {@link PartitionLog.append}: settles its promise. */
+class PromiseSink implements AppendSink {
+  readonly #resolve: (result: { baseOffset: number; count: number }) => void;
+  readonly #reject: (err: unknown) => void;
+
+  constructor(
+    resolve: (result: { baseOffset: number; count: number }) => void,
+    reject: (err: unknown) => void,
+  ) {
+    this.#resolve = resolve;
+    this.#reject = reject;
+  }
+
+  appended(_tag: number, baseOffset: number, count: number): void {
+    this.#resolve({ baseOffset, count });
+  }
+
+  failed(err: unknown): void {
+    this.#reject(err);
+  }
 }
 
 /** One partition. See the module comment for what its promises mean. */
@@ -292,7 +317,7 @@ export class PartitionLog {
       highWatermark: recovered.nextOffset,
       durablePosition: recovered.durablePosition,
       onFence: (err) => {
-        for (const p of log.#queue.splice(0)) p.reject(err);
+        for (const p of log.#queue.splice(0)) answerFailed(log.#logger, p.sink, err);
       },
       onChange: () => log.#notify(),
       metrics: options.metrics,
@@ -518,18 +543,36 @@ export class PartitionLog {
     if (this.#closed) return Promise.reject(this.#closedError());
     if (this.fenced) return Promise.reject(this.#commit.fencedError());
     if (batch.count === 0) return Promise.resolve({ baseOffset: this.logEndOffset, count: 0 });
-    return new Promise((resolve, reject) => {
-      this.#queue.push({
-        batch,
-        beforeWrite: options.beforeWrite,
-        admit: options.admit,
-        afterWrite: options.afterWrite,
-        resolve,
-        reject,
-      });
-      this.#commit.received();
-      this.#scheduleDrain();
+    return new Promise((resolve, reject) =>
+      this.#enqueue(batch, options, new PromiseSink(resolve, reject), 0),
+    );
+  }
+
+  /**
+   * {@link append} answered through `sink` instead of a promise (exactly one call, once; before
+   * this returns if the partition is closed or fenced, or the batch is empty): the small-request
+   * path, one object per request instead of a promise and its reactions (docs/benchmarks.md
+   * "Small requests (issue #22)"). `tag` is handed back to `sink.appended` unchanged. The errors
+   * `sink.failed` gets are those {@link append} rejects with.
+   */
+  appendTo(batch: AppendRecords, sink: AppendSink, tag: number, options: AppendOptions = {}): void {
+    if (this.#closed) return answerFailed(this.#logger, sink, this.#closedError());
+    if (this.fenced) return answerFailed(this.#logger, sink, this.#commit.fencedError());
+    if (batch.count === 0) return answerAppended(this.#logger, sink, tag, this.logEndOffset, 0);
+    this.#enqueue(batch, options, sink, tag);
+  }
+
+  #enqueue(batch: AppendRecords, options: AppendOptions, sink: AppendSink, tag: number): void {
+    this.#queue.push({
+      batch,
+      beforeWrite: options.beforeWrite,
+      admit: options.admit,
+      afterWrite: options.afterWrite,
+      sink,
+      tag,
     });
+    this.#commit.received();
+    this.#scheduleDrain();
   }
 
   /**
@@ -568,7 +611,7 @@ export class PartitionLog {
     while (this.#queue.length > 0) {
       if (this.fenced || this.#closed) {
         const err = this.fenced ? this.#commit.fencedError() : this.#closedError();
-        for (const p of this.#queue.splice(0)) p.reject(err);
+        for (const p of this.#queue.splice(0)) answerFailed(this.#logger, p.sink, err);
         return;
       }
       // Stored records go alone: their offsets are fixed, so nothing may shift them.
@@ -589,7 +632,7 @@ export class PartitionLog {
       await this.#writeLock.run(() => {
         if (!group.some((p) => p.admit !== undefined))
           return this.#writeGroup(group, storedBytesOf(group), records);
-        const admitted = admitGroup(group);
+        const admitted = admitGroup(group, this.#logger);
         if (admitted.length === 0) return Promise.resolve();
         records = 0;
         for (const p of admitted) records += p.batch.count;
@@ -646,7 +689,7 @@ export class PartitionLog {
       settled.forEach((s, i) => {
         if (s.status === "rejected") {
           failed.add(calls[i].p);
-          calls[i].p.reject(s.reason);
+          answerFailed(this.#logger, calls[i].p.sink, s.reason);
         }
       });
       if (failed.size === 0) return kept;
@@ -656,7 +699,7 @@ export class PartitionLog {
 
   async #writeGroup(group: PendingAppend[], storedBytes: number, records: number): Promise<void> {
     const rejectAll = (err: unknown) => {
-      for (const p of group) p.reject(err);
+      for (const p of group) answerFailed(this.#logger, p.sink, err);
     };
     if (this.fenced) {
       // Fenced while this group waited for the write lock (a cleaner held it, or the lock's own
@@ -714,7 +757,11 @@ export class PartitionLog {
       if (kept.length === 0) return;
       if (this.fenced || this.#closed) {
         for (const p of kept)
-          p.reject(this.fenced ? this.#commit.fencedError() : this.#closedError());
+          answerFailed(
+            this.#logger,
+            p.sink,
+            this.fenced ? this.#commit.fencedError() : this.#closedError(),
+          );
         return;
       }
       if (kept.length !== group.length) {
@@ -741,13 +788,12 @@ export class PartitionLog {
       prepared.release();
     }
     for (const p of group) p.afterWrite?.();
-    const requests = group.map((p) => ({
-      count: p.batch.count,
-      resolve: p.resolve,
-      reject: p.reject,
-    }));
     if (
-      await this.#commit.written(active, { baseOffset: prepared.baseOffset, records, requests })
+      await this.#commit.written(active, {
+        baseOffset: prepared.baseOffset,
+        records,
+        requests: group,
+      })
     ) {
       this.#stats.writes++;
       this.#stats.appends += group.length;
@@ -1127,7 +1173,7 @@ export class PartitionLog {
     if (this.#closed) return;
     this.#closed = true;
     this.#commit.closing();
-    for (const p of this.#queue.splice(0)) p.reject(this.#closedError());
+    for (const p of this.#queue.splice(0)) answerFailed(this.#logger, p.sink, this.#closedError());
     if (this.#drainRunning) await this.#drainRunning.catch(() => {});
     await this.#commit.closed(this.#closedError());
     // A clean shutdown leaves the active segment's files holding exactly its records and index.
@@ -1210,13 +1256,13 @@ function storedBytesOf(group: readonly PendingAppend[]): number {
  * The requests of a group whose `admit` check passes (those without one pass); the others are
  * rejected with what their check threw.
  */
-function admitGroup(group: PendingAppend[]): PendingAppend[] {
+function admitGroup(group: PendingAppend[], logger: Logger): PendingAppend[] {
   const admitted: PendingAppend[] = [];
   for (const p of group) {
     try {
       p.admit?.();
     } catch (err) {
-      p.reject(err);
+      answerFailed(logger, p.sink, err);
       continue;
     }
     admitted.push(p);

@@ -158,10 +158,18 @@ export class FramedConnection {
   /** Counts a request as started (owners call it from `onFrame`), charging `costBytes`. */
   begin(costBytes: number): PendingRequest {
     const pending: PendingRequest = { costBytes, done: false, answer: null };
-    this.#inFlight++;
-    this.#inFlightBytes += costBytes;
-    if (this.#options.order === "request") this.#queue.push(pending);
+    this.adopt(pending);
     return pending;
+  }
+
+  /**
+   * {@link begin} with the owner's own object (not done, no answer yet): a request whose entry is
+   * also what answers it, e.g. the TCP transport's Produce sink.
+   */
+  adopt(pending: PendingRequest): void {
+    this.#inFlight++;
+    this.#inFlightBytes += pending.costBytes;
+    if (this.#options.order === "request") this.#queue.push(pending);
   }
 
   /**

@@ -11,74 +11,66 @@
  *
  * The wrapper is a Proxy, so every method of the view it wraps — the {@link Broker} methods and the
  * extras of `auth/access.ts`'s `AuthorizedBroker` (key administration, metrics) — stays callable
- * with its own `this`. The TCP transport's Produce does not go through it per request: it takes
- * the view's counted produce once per connection ({@link countedProduceOf}) and counts each
- * answer in the reaction that encodes it, one promise and two closures fewer per request
- * (docs/benchmarks.md "Produce counted in the answer's reaction (2026-12-02, 11:20–12:15 UTC)").
+ * with its own `this`. Its `produceTo` (the TCP transport's Produce) counts in the one object
+ * it puts between the caller's sink and the broker's, with no promise per request
+ * (docs/benchmarks.md "Small requests (issue #22)").
  */
 import { BrokerError } from "../broker/errors.ts";
+import { produceVia } from "../broker/produce-sink.ts";
+import { toBrokerError } from "../broker/storage-failure.ts";
 import type {
   Broker,
   FetchRequest,
   FetchResult,
   ProduceRequest,
   ProduceResult,
+  ProduceSink,
 } from "../broker/types.ts";
 import type { Counter, Histogram, Metrics } from "../lib/metrics.ts";
-import type { CountedCall } from "../protocol/apis/api.ts";
-
-/** The property of a counting view holding its {@link countedProduceOf} function. */
-const countedProduceKey = Symbol("countedProduce");
 
 /**
- * The counted produce of `view` when it is a front door's counting view ({@link FrontDoorMetrics.wrap}),
- * else undefined. The function starts a produce on the wrapped broker and returns it as a
- * {@link CountedCall} whose `done` / `failed` count exactly what the view's own `produce` counts
- * (a synchronous throw is counted as a failure and rethrown).
+ * One produce counted on its way back ({@link FrontDoorMetrics.wrap}'s `produceTo`): the sink
+ * the broker answers, which counts and then answers the caller's sink. A storage error is mapped
+ * (`toBrokerError`) before it is counted and passed on.
  */
-export function countedProduceOf(
-  view: Broker,
-): ((request: ProduceRequest) => CountedCall<ProduceResult>) | undefined {
-  const counted: unknown = (view as unknown as Record<symbol, unknown>)[countedProduceKey];
-  return typeof counted === "function"
-    ? (counted as (request: ProduceRequest) => CountedCall<ProduceResult>)
-    : undefined;
-}
-
-/** One produce counted in its caller's reaction ({@link countedProduceOf}). */
-class ProduceCount implements CountedCall<ProduceResult> {
+class ProduceCount implements ProduceSink {
   readonly #door: FrontDoorMetrics;
   readonly #topic: string;
   readonly #records: number;
   readonly #bytes: number;
   readonly #started: number;
+  readonly #sink: ProduceSink;
 
   /** `records` and `bytes` are the request's, read before the broker saw it. */
-  constructor(
-    door: FrontDoorMetrics,
-    topic: string,
-    records: number,
-    bytes: number,
-    started: number,
-    readonly response: Promise<ProduceResult>,
-  ) {
+  constructor(door: FrontDoorMetrics, request: ProduceRequest, sink: ProduceSink) {
     this.#door = door;
-    this.#topic = topic;
-    this.#records = records;
-    this.#bytes = bytes;
-    this.#started = started;
+    this.#topic = request.topic;
+    this.#records = request.batch.count;
+    this.#bytes = request.batch.bytes.length;
+    this.#started = door.seconds();
+    this.#sink = sink;
   }
 
-  done(result: ProduceResult): void {
+  appended(partition: number, baseOffset: number, count: number): void {
+    const door = this.#door;
+    door.produceSeconds.observe(door.seconds() - this.#started);
+    door.produced(this.#topic, this.#records, this.#bytes);
+    this.#sink.appended(partition, baseOffset, count);
+  }
+
+  produced(result: ProduceResult): void {
     const door = this.#door;
     door.produceSeconds.observe(door.seconds() - this.#started);
     if (result.duplicate !== true) door.produced(this.#topic, this.#records, this.#bytes);
+    this.#sink.produced(result);
   }
 
-  failed(error: unknown): void {
+  failed(err: unknown): void {
+    const error = toBrokerError(err);
     const door = this.#door;
     door.produceSeconds.observe(door.seconds() - this.#started);
     door.failed("produce", error);
+    this.#sink.failed(error);
   }
 }
 
@@ -180,7 +172,7 @@ function operationName(method: string): string {
 
 function meteredBroker<B extends Broker>(broker: B, door: FrontDoorMetrics): B {
   const wrapped = new Map<PropertyKey, unknown>();
-  const produceCounted = (request: ProduceRequest): CountedCall<ProduceResult> => {
+  const produce = (request: ProduceRequest): Promise<ProduceResult> => {
     const started = door.seconds();
     const records = request.batch.count;
     const bytes = request.batch.bytes.length;
@@ -191,22 +183,22 @@ function meteredBroker<B extends Broker>(broker: B, door: FrontDoorMetrics): B {
       door.failed("produce", err);
       throw err;
     }
-    return new ProduceCount(door, request.topic, records, bytes, started, call);
-  };
-  // The produce of every caller but the TCP transport: the counted call, counted here.
-  const produce = (request: ProduceRequest): Promise<ProduceResult> => {
-    const call = produceCounted(request);
-    return call.response.then(
+    return call.then(
       (result) => {
-        call.done(result);
+        door.produceSeconds.observe(door.seconds() - started);
+        if (result.duplicate !== true) door.produced(request.topic, records, bytes);
         return result;
       },
       (err: unknown) => {
-        call.failed(err);
+        door.produceSeconds.observe(door.seconds() - started);
+        door.failed("produce", err);
         throw err;
       },
     );
   };
+  // The TCP transport's produce: counted in one sink object, no promise.
+  const produceTo = (request: ProduceRequest, sink: ProduceSink): void =>
+    produceVia(broker, request, new ProduceCount(door, request, sink));
   const fetch = (request: FetchRequest): Promise<FetchResult> => {
     const started = door.seconds();
     let call: Promise<FetchResult>;
@@ -231,7 +223,7 @@ function meteredBroker<B extends Broker>(broker: B, door: FrontDoorMetrics): B {
   };
   wrapped.set("produce", produce);
   wrapped.set("fetch", fetch);
-  wrapped.set(countedProduceKey, produceCounted);
+  wrapped.set("produceTo", produceTo);
   return new Proxy(broker, {
     get(target, property) {
       const known = wrapped.get(property);

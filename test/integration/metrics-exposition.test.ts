@@ -145,7 +145,7 @@ describe("GET /metrics exposition (promtool)", () => {
   });
 
   it("a produce over the TCP transport counts what the counting view's own produce counts", async () => {
-    // The TCP transport counts a Produce in its reaction to the answer (`produceCounted`); the
+    // The TCP transport counts a Produce in the sink of the view's `produceTo`; the
     // same calls made on the view itself (as HTTP and Kafka make them) must give equal series.
     const { broker, registry, sources, door } = await realBroker();
     const logger = new MemoryLogger();

@@ -2,7 +2,7 @@
  * The shape every TCP api file exports ({@link ApiSpec}, built with {@link defineApi}) and what
  * the transport hands it. How to add an api: `index.ts`.
  */
-import type { Broker, ProduceRequest, ProduceResult } from "../../broker/types.ts";
+import type { Broker, ProduceRequest } from "../../broker/types.ts";
 
 /** What the transport gives every request of one connection (built once per connection). */
 export interface ApiConnection {
@@ -19,27 +19,6 @@ export interface ApiConnection {
    *   connection), `invalid_request` if the connection has already authenticated.
    */
   authenticate(key: string): { keyId: string; name: string; role: string };
-  /**
-   * Present when `broker` is a front door's counting view (`transport/metered-broker.ts`): starts
-   * a produce on it whose counting is left to the transport's own reaction to the answer (pass
-   * the call to {@link answerBy}), instead of one more promise per request.
-   * @throws what `broker.produce` throws synchronously (counted as a failure).
-   */
-  produceCounted?: (request: ProduceRequest) => CountedCall<ProduceResult>;
-}
-
-/**
- * A broker call whose counting (the front door's metering) the transport does in its reaction
- * to `response`: `done` with the result, or `failed` with the rejection, exactly once and before
- * the answer is encoded.
- */
-export interface CountedCall<R> {
-  /** The broker's promise. */
-  readonly response: Promise<R>;
-  /** Counts a fulfilled call. */
-  done(result: R): void;
-  /** Counts a rejected call. */
-  failed(error: unknown): void;
 }
 
 /** An answer: the response frame, or chunks that written in order make it. */
@@ -63,7 +42,6 @@ export type Served =
        * the connection's in-flight budget until it is written; 0 if omitted.
        */
       answerBytes?: number;
-      counted?: undefined;
       written?: undefined;
     }
   | {
@@ -75,8 +53,6 @@ export type Served =
        */
       encode: (correlationId: number, result: unknown) => Answer;
       answerBytes?: number;
-      /** The call's counting, when the transport is to do it ({@link ApiConnection.produceCounted}). */
-      counted?: CountedCall<unknown>;
       /**
        * Called with the result once the answer encoded from it has been written whole to the
        * socket (the kernel has every byte), when the socket layer can tell: e.g. to give a
@@ -97,13 +73,11 @@ export function answerBy<R>(
   result: Promise<R>,
   encode: (correlationId: number, result: R) => Answer,
   answerBytes?: number,
-  counted?: CountedCall<R>,
 ): Served {
   return {
     response: result,
     encode: encode as (correlationId: number, result: unknown) => Answer,
     answerBytes,
-    counted: counted as CountedCall<unknown> | undefined,
   };
 }
 
@@ -128,6 +102,13 @@ export interface ApiSpec<Key extends number = number, Name extends string = stri
     /** The request's version (0 … versionMax; most apis only have 0). */
     version: number,
   ): Served;
+  /**
+   * Present on Produce: decodes `body` into the request {@link serve} would start, for a
+   * transport that starts it itself through `Broker.produceTo` and encodes its answer without a
+   * promise per request (docs/benchmarks.md "Small requests (issue #22)").
+   * @throws ProtocolError as `serve` does.
+   */
+  decodeProduce?(body: Uint8Array): ProduceRequest;
 }
 
 /** Declares an api, keeping its number and name as literal types (so `ApiKey.Fetch` is `1`). */

@@ -34,13 +34,10 @@ export const produceApi = defineApi({
   key: 0,
   name: "Produce",
   versionMax: 0,
-  serve(body, _correlationId, { broker, produceCounted }) {
-    const request = decodeProduceRequest(body);
-    if (produceCounted === undefined)
-      return answerBy(broker.produce(request), encodeProduceResponse);
-    const call = produceCounted(request);
-    return answerBy(call.response, encodeProduceResponse, undefined, call);
+  serve(body, _correlationId, { broker }) {
+    return answerBy(broker.produce(decodeProduceRequest(body)), encodeProduceResponse);
   },
+  decodeProduce: decodeProduceRequest,
 });
 
 /** Bytes of one span in a Produce (and IdempotentProduce) response. */
@@ -98,6 +95,22 @@ export function decodeProduceRequest(body: Uint8Array): ProduceRequest {
 export function encodeProduceResponse(correlationId: number, result: ProduceResult): Uint8Array {
   const w = startResponse(correlationId, 0, 10 + 4 + result.spans.length * produceSpanBytes);
   writeSpans(w, result.spans);
+  return finishFrame(w);
+}
+
+/**
+ * Encodes the Produce response of a request whose records all went to `partition`, at
+ * `[baseOffset, baseOffset + count)`: {@link encodeProduceResponse} of that one span, without
+ * the result object.
+ */
+export function encodeProduceAppended(
+  correlationId: number,
+  partition: number,
+  baseOffset: number,
+  count: number,
+): Uint8Array {
+  const w = startResponse(correlationId, 0, 10 + 4 + produceSpanBytes);
+  w.u32(1).u32(partition).u64(baseOffset).u32(count);
   return finishFrame(w);
 }
 

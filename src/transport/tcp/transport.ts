@@ -72,6 +72,7 @@ import {
   ConnectionSet,
   FramedConnection,
   type FramedConnectionHandler,
+  type PendingRequest,
 } from "../connection.ts";
 import type { ByteSocket } from "./socket.ts";
 import type { AccessControl } from "../../auth/access.ts";
@@ -80,9 +81,14 @@ import { authenticateApi } from "../../protocol/apis/authenticate.ts";
 import { replicaFetchApi } from "../../protocol/apis/replica-fetch.ts";
 import { authenticateFrameBytesMax } from "../../lib/limits.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
-import type { CountedCall } from "../../protocol/apis/api.ts";
-import type { ProduceRequest, ProduceResult } from "../../broker/types.ts";
-import { countedProduceOf } from "../metered-broker.ts";
+import type { ProduceRequest, ProduceResult, ProduceSink } from "../../broker/types.ts";
+import { produceVia } from "../../broker/produce-sink.ts";
+import { toBrokerError } from "../../broker/storage-failure.ts";
+import {
+  encodeProduceAppended,
+  encodeProduceResponse,
+  produceApi,
+} from "../../protocol/apis/produce.ts";
 
 export type { ByteSocket, ByteSocketHandlers } from "./socket.ts";
 
@@ -206,6 +212,57 @@ const plainPortAnswer = new TextEncoder().encode(
   "es-broker: this port is plain TCP, not TLS: connect without TLS\n",
 );
 
+/**
+ * A Produce started through `Broker.produceTo`: both the connection's entry for the request in
+ * flight and the sink the broker answers, which encodes the answer and hands it to the
+ * connection core (docs/benchmarks.md "Small requests (issue #22)").
+ */
+class ProduceAnswer implements PendingRequest, ProduceSink {
+  done = false;
+  answer: Answer | null = null;
+  onWritten: (() => void) | undefined = undefined;
+  readonly costBytes: number;
+  readonly #core: FramedConnection;
+  readonly #correlationId: number;
+  readonly #errorAnswer: (correlationId: number, error: unknown) => Uint8Array;
+
+  constructor(
+    core: FramedConnection,
+    correlationId: number,
+    costBytes: number,
+    errorAnswer: (correlationId: number, error: unknown) => Uint8Array,
+  ) {
+    this.#core = core;
+    this.#correlationId = correlationId;
+    this.costBytes = costBytes;
+    this.#errorAnswer = errorAnswer;
+  }
+
+  appended(partition: number, baseOffset: number, count: number): void {
+    let bytes: Uint8Array;
+    try {
+      bytes = encodeProduceAppended(this.#correlationId, partition, baseOffset, count);
+    } catch (error) {
+      return this.failed(error);
+    }
+    this.#core.finish(this, bytes);
+  }
+
+  produced(result: ProduceResult): void {
+    let bytes: Uint8Array;
+    try {
+      bytes = encodeProduceResponse(this.#correlationId, result);
+    } catch (error) {
+      return this.failed(error);
+    }
+    this.#core.finish(this, bytes);
+  }
+
+  failed(error: unknown): void {
+    this.#core.finish(this, this.#errorAnswer(this.#correlationId, error));
+  }
+}
+
 /** One served connection: the TCP protocol over the shared connection core. */
 class Connection implements FramedConnectionHandler {
   readonly #core: FramedConnection;
@@ -215,8 +272,8 @@ class Connection implements FramedConnectionHandler {
   readonly #api: ApiConnection;
   /** The broker this connection calls: its principal's view (or the broker itself without access control). */
   #broker: Broker;
-  /** `#broker`'s produce counted in this connection's reaction, when `#broker` is a counting view. */
-  #produceCounted: ((request: ProduceRequest) => CountedCall<ProduceResult>) | undefined;
+  /** The answer of a Produce that failed with `error` (see {@link ProduceAnswer}). */
+  readonly #produceError: (correlationId: number, error: unknown) => Uint8Array;
   /** Who the connection acts for; null until it authenticates while authentication is on. */
   #principal: Principal | null = null;
   /** Cancels the watch on the principal (revocation). */
@@ -230,7 +287,8 @@ class Connection implements FramedConnectionHandler {
     this.#settings = settings;
     this.#onClosed = onClosed;
     this.#broker = settings.meter(settings.broker);
-    this.#produceCounted = countedProduceOf(this.#broker);
+    this.#produceError = (correlationId, error) =>
+      this.#errorResponse(produceApi, correlationId, toBrokerError(error));
     this.#core = new FramedConnection(socket, {
       name: "tcp",
       clock: settings.clock,
@@ -247,9 +305,6 @@ class Connection implements FramedConnectionHandler {
     this.#api = {
       get broker() {
         return connection.#broker;
-      },
-      get produceCounted() {
-        return connection.#produceCounted;
       },
       signal: this.#core.signal,
       authenticate: (key) => this.#authenticate(key),
@@ -300,7 +355,6 @@ class Connection implements FramedConnectionHandler {
     this.#authTimer = null;
     this.#principal = principal;
     this.#broker = this.#settings.meter(access.brokerFor(principal));
-    this.#produceCounted = countedProduceOf(this.#broker);
     this.#core.decoder.lengthMax = this.#settings.maxRequestBytes;
     this.#unwatch = access.watch(principal, () => {
       this.#settings.logger.log("info", "auth.connection_closed", {
@@ -438,9 +492,10 @@ class Connection implements FramedConnectionHandler {
       );
       return;
     }
+    const decodeProduce = spec.decodeProduce;
+    if (decodeProduce !== undefined) return this.#serveProduce(decodeProduce, frame, correlationId);
     let response: Promise<unknown>;
     let encode: ((correlationId: number, result: unknown) => Answer) | undefined;
-    let counted: CountedCall<unknown> | undefined;
     let written: ((result: unknown) => void) | undefined;
     let costBytes = frame.length;
     try {
@@ -454,7 +509,6 @@ class Connection implements FramedConnectionHandler {
       );
       response = served.response;
       encode = served.encode;
-      counted = served.counted;
       written = served.written;
       costBytes += served.answerBytes ?? 0;
     } catch (error) {
@@ -469,29 +523,43 @@ class Connection implements FramedConnectionHandler {
         core.stopAfterAnswers();
       core.finish(pending, this.#errorResponse(spec, correlationId, error));
     };
-    // With `encode` (`answerBy`), the result is counted (the front door's metering, when the
-    // row left it here) and encoded in this one reaction: a counting or an encoding that throws
-    // is answered as a rejection would be.
+    // With `encode` (`answerBy`), the result is encoded in this one reaction: an encoding that
+    // throws is answered as a rejection would be.
     response.then(
       encode === undefined
         ? (bytes) => core.finish(pending, bytes as Answer)
         : (result) => {
             let answer: Answer;
             try {
-              counted?.done(result);
               answer = encode(correlationId, result);
             } catch (error) {
               return fail(error);
             }
             core.finish(pending, answer, written === undefined ? undefined : () => written(result));
           },
-      counted === undefined
-        ? fail
-        : (error: unknown) => {
-            counted.failed(error);
-            fail(error);
-          },
+      fail,
     );
+  }
+
+  /**
+   * A Produce on the small-request path: decoded by its row (`decode`), started with
+   * `Broker.produceTo` (through the front door's counting view), answered by a
+   * {@link ProduceAnswer} — no promise, no closure per request.
+   */
+  #serveProduce(
+    decode: (body: Uint8Array) => ProduceRequest,
+    frame: Uint8Array,
+    correlationId: number,
+  ): void {
+    const answer = new ProduceAnswer(this.#core, correlationId, frame.length, this.#produceError);
+    this.#core.adopt(answer);
+    let request: ProduceRequest;
+    try {
+      request = decode(frame.subarray(requestLengthMin));
+    } catch (error) {
+      return answer.failed(error);
+    }
+    produceVia(this.#broker, request, answer);
   }
 
   /**
