@@ -103,6 +103,8 @@ export class FramedConnection {
   /** Callbacks of the answers in #out, called once the write of #out completes. */
   #outWritten: (() => void)[] = [];
   #flushScheduled = false;
+  /** {@link #pump} is starting frames (see there). */
+  #pumping = false;
   readonly #flushTurn = (): void => {
     this.#flushScheduled = false;
     this.flush();
@@ -316,21 +318,30 @@ export class FramedConnection {
 
   /** Starts every complete buffered frame the limits allow, then sets reading and the timer. */
   #pump(): void {
+    // A request answered while its frame is being started (a refusal answered synchronously)
+    // calls back here from `finish`: the loop below goes on with the next frame instead, so a
+    // read of many such frames does not nest a stack frame per request.
+    if (this.#pumping) return;
+    this.#pumping = true;
     const handler = this.#handler!;
-    while (this.#mayStart()) {
-      let frame: Uint8Array | null;
-      try {
-        frame = this.decoder.next();
-      } catch (error) {
-        if (error instanceof FrameLengthError) {
-          this.#cancelReadTimer();
-          return handler.onFrameLengthError(error);
+    try {
+      while (this.#mayStart()) {
+        let frame: Uint8Array | null;
+        try {
+          frame = this.decoder.next();
+        } catch (error) {
+          if (error instanceof FrameLengthError) {
+            this.#cancelReadTimer();
+            return handler.onFrameLengthError(error);
+          }
+          throw error;
         }
-        throw error;
+        if (frame === null) break;
+        if (this.#readTimer !== null) this.#cancelReadTimer();
+        handler.onFrame(frame);
       }
-      if (frame === null) break;
-      if (this.#readTimer !== null) this.#cancelReadTimer();
-      handler.onFrame(frame);
+    } finally {
+      this.#pumping = false;
     }
     this.#updateReading();
   }

@@ -511,6 +511,30 @@ describe("TCP transport: errors", () => {
     expect(socket.responses()[1]).toMatchObject({ correlationId: 5, error: 0 });
   });
 
+  it("answers thousands of pipelined Produce refusals answered synchronously, without nesting a call per frame (attack14 F1)", async () => {
+    // The sink path answers a refusal before produceTo returns; each answer makes room for the
+    // next buffered frame. 5 000 frames in one read once overflowed the stack.
+    const { broker, socket } = setup();
+    const refused = new BrokerError(
+      Errors.topicNotFound,
+      'Cannot produce to topic "t": no such topic',
+    );
+    (broker as unknown as Broker).produceTo = (_request, sink) => sink.failed(refused);
+    const frames = Array.from({ length: 5000 }, (_, i) => produceFrame(i + 1, "a"));
+    const all = new Uint8Array(frames.reduce((n, f) => n + f.length, 0));
+    let at = 0;
+    for (const f of frames) {
+      all.set(f, at);
+      at += f.length;
+    }
+    socket.send(all);
+    await settle();
+    const responses = socket.responses();
+    expect(responses.length).toBe(5000);
+    expect(responses.map((r) => r.correlationId)).toEqual(frames.map((_, i) => i + 1));
+    expect(new Set(responses.map((r) => r.error))).toEqual(new Set([Errors.topicNotFound.tcp]));
+  });
+
   it("answers a broker method that throws synchronously like one that rejects", async () => {
     const { broker, socket } = setup();
     broker.listOffsets = () => {
