@@ -33,6 +33,7 @@
 import { mergeTopicConfig, validatePartitionCount, validateTopicName } from "../broker/config.ts";
 import { defaultTopicConfig } from "../broker/config.ts";
 import { BrokerError, Errors } from "../broker/errors.ts";
+import { settleSink } from "../broker/produce-sink.ts";
 import type {
   AssignedJoinRequest,
   Broker,
@@ -46,6 +47,7 @@ import type {
   FetchResult,
   ProduceRequest,
   ProduceResult,
+  ProduceSink,
   TopicConfig,
   TopicDescription,
 } from "../broker/types.ts";
@@ -375,6 +377,11 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
       }
       if (node.topicConfig(request.topic) === undefined) return local.produce(request);
       return settling(request.topic, local.produce(routeProduce(request)));
+    },
+    // The TCP transport's produce (`Broker.produceTo`) must meet the leader check, routing and
+    // settling above: without this the proxy would hand out the local broker's, which has none.
+    produceTo(request: ProduceRequest, sink: ProduceSink): void {
+      settleSink(overrides.produce!(request), sink);
     },
     async fetch(request: FetchRequest): Promise<FetchResult> {
       leaderCheck(request.topic, request.partition);

@@ -7,6 +7,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
+import { produceVia } from "../../src/broker/produce-sink.ts";
 import { clusterBroker } from "../../src/cluster/cluster-broker.ts";
 import type { ClusterNode } from "../../src/cluster/node.ts";
 import { initialPartitionState } from "../../src/cluster/partition-state.ts";
@@ -56,5 +57,26 @@ describe("a topic in etcd that this broker has not created yet", () => {
     }
     const unknown = await failure(front.produce({ topic: "nobody", partition: 0, batch }));
     expect(unknown.kind).toBe(Errors.topicNotFound);
+  });
+
+  it("answers the TCP transport's produce (produceTo) as produce does, not as the local broker (attack14 F4)", async () => {
+    const { broker } = await openTestBroker({ cleanupIntervalMs: 0 });
+    const front = clusterBroker(broker, nodeKnowing(["fresh"]));
+    const batch = new EntryBatchBuilder().add(null, utf8("x")).build();
+    for (const request of [
+      { topic: "fresh", partition: 0, batch },
+      { topic: "fresh", batch },
+    ]) {
+      const failed = await new Promise<unknown>((resolve) =>
+        produceVia(front, request, {
+          appended: () => resolve(null),
+          produced: () => resolve(null),
+          failed: resolve,
+        }),
+      );
+      expect(failed).toBeInstanceOf(BrokerError);
+      expect((failed as BrokerError).kind).toBe(Errors.notLeader);
+      expect((failed as BrokerError).message).toMatch(/just created in the cluster.*retry/);
+    }
   });
 });
