@@ -74,6 +74,7 @@ import { errorMessage } from "../lib/errors.ts";
 import { onStopSignals } from "./signals.ts";
 import { Mirror, type MirrorRename, parseMirrorRenames } from "../mirror/mirror.ts";
 import { TcpClient } from "../client/client.ts";
+import { parseHostPort } from "../client/cluster.ts";
 import { clientTlsOptions, readApiKey } from "./connection.ts";
 import type { ConnectionOptions } from "node:tls";
 import { existsSync, readFileSync } from "node:fs";
@@ -749,6 +750,14 @@ export async function serve(argv: string[]): Promise<number> {
         TcpClient.connect({
           host: mirror.host,
           port: mirror.port,
+          apiKey: mirror.apiKey,
+          tls: mirror.tls,
+          timeoutMs: 10_000,
+        }),
+      // A partition's leader in an upstream cluster, as its not_leader answer names it.
+      connectTo: async (address) =>
+        TcpClient.connect({
+          ...parseHostPort(address),
           apiKey: mirror.apiKey,
           tls: mirror.tls,
           timeoutMs: 10_000,

@@ -68,7 +68,11 @@ export function isRoutingError(err: unknown): boolean {
   return err instanceof ClientError && routingCodes.has(err.code);
 }
 
-function parseHostPort(text: string): { host: string; port: number } {
+/**
+ * A broker address as the cluster advertises it, "host:port" or "[v6]:port".
+ * @throws ClientError `invalid_response` for any other text (it came from a broker).
+ */
+export function parseHostPort(text: string): { host: string; port: number } {
   const m = /^\[?([^\]]*?)\]?:(\d+)$/.exec(text);
   if (m === null)
     throw ClientError.invalidResponse(`Cannot use broker address ${JSON.stringify(text)}`);

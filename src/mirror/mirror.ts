@@ -32,7 +32,8 @@
  * | the same with Q ≤ S, or no Q                 | upstream lost records it acknowledged        | stop the partition with an error |
  * | `producer_fenced`, expected epoch P > E       | a later epoch exists: all of E's run is stored | epoch = P, base = P's start is unknown: stop with an error unless P's state is ours (see code) |
  * | `unknown_producer`                            | the upstream forgot the producer (expiry)    | new epoch at the position |
- * | connection lost, timeout, retriable error    | unknown                                      | resend the same batch after a backoff |
+ * | `not_leader` naming the leader (`leader_tcp`) | an upstream cluster: another broker leads it | send this partition to that broker from now on (docs/edge.md "An upstream cluster"), resend at once |
+ * | connection lost, timeout, retriable error    | unknown                                      | resend the same batch after a backoff (to the `--mirror-to` broker again if it went to a leader); a `not_leader` without a leader is logged once per partition (`mirror.upstream_not_leader`) |
  * | `topic_not_found`                             | upstream topic missing                       | create it with the edge's partition count, resend; a refused create is logged once (`mirror.upstream_refused`, operation `create_topic`) and tried again with backoff up to 30 s |
  * | `unauthenticated`, `forbidden`                | wrong or revoked key, or a missing role      | log once (`mirror.upstream_refused`), resend after a backoff up to 30 s |
  * | other refusal                                 | configuration problem                        | stop the partition with the error |
@@ -132,6 +133,13 @@ export interface MirrorOptions {
   topics: readonly string[];
   /** Opens a connection to the upstream broker (key and TLS options inside). */
   connect: () => Promise<TcpClient>;
+  /**
+   * Opens a connection, with the same key and TLS options, to another broker of an upstream
+   * cluster: the partition's leader its `not_leader` answer names (`leader_tcp`, "host:port";
+   * docs/edge.md "An upstream cluster"). Without it, such a partition waits as after any retriable
+   * error.
+   */
+  connectTo?: (address: string) => Promise<TcpClient>;
   /** Random hex for the edge id, called once ever (the id is then kept in the state file). */
   randomHex: () => string;
   /** Records per batch (default 500). */
@@ -219,6 +227,10 @@ export class Mirror {
   #stateWrites: Promise<void> = Promise.resolve();
   #client: TcpClient | null = null;
   #connecting: Promise<TcpClient> | null = null;
+  /** Connections to other brokers of an upstream cluster, by "host:port" (`connectTo`). */
+  #peers = new Map<string, Promise<TcpClient>>();
+  /** Upstream "topic/partition" → the "host:port" of its leader, where a `not_leader` sent it. */
+  #leaders = new Map<string, string>();
   #running = new Map<string, Promise<void>>();
   #status = new Map<string, MirrorPartitionStatus>();
   #stopping = false;
@@ -314,6 +326,39 @@ export class Mirror {
     await Promise.allSettled([...this.#running.values()]);
     await this.#stateWrites.catch(() => {});
     await this.#client?.close().catch(() => {});
+    for (const peer of this.#peers.values()) await peer.then((c) => c.close()).catch(() => {});
+    this.#peers.clear();
+  }
+
+  /**
+   * The connection `remote`/`partition` is sent on: to its leader where a `not_leader` named one
+   * (`#leaders`), else to the `--mirror-to` broker.
+   */
+  async #clientFor(route: string): Promise<TcpClient> {
+    const address = this.#leaders.get(route);
+    const connectTo = this.#o.connectTo;
+    if (address === undefined || connectTo === undefined) return this.#upstream();
+    let peer = this.#peers.get(address);
+    if (peer === undefined) {
+      peer = connectTo(address);
+      this.#peers.set(address, peer);
+      peer.catch(() => this.#peers.delete(address));
+    }
+    const client = await peer;
+    if (!client.closed) return client;
+    this.#peers.delete(address);
+    return this.#clientFor(route);
+  }
+
+  /** Forgets where `route` was sent (its leader's connection failed): back to `--mirror-to`. */
+  #forgetLeader(route: string): void {
+    const address = this.#leaders.get(route);
+    if (address === undefined) return;
+    this.#leaders.delete(route);
+    const peer = this.#peers.get(address);
+    if (peer === undefined) return;
+    this.#peers.delete(address);
+    peer.then((c) => c.close()).catch(() => {});
   }
 
   #scan(): void {
@@ -604,6 +649,10 @@ export class Mirror {
     let backoffMs = 100;
     // Creates of the upstream topic since the last batch got through (only the first is immediate).
     let createTries = 0;
+    // `mirror.upstream_not_leader` was logged since the last batch got through.
+    let notLeaderReported = false;
+    // The upstream partition, as `#leaders` keys it.
+    const route = `${remote}/${partition}`;
     // Where the next fetch starts: past holes with nothing after them yet, ahead of `position`.
     let readFrom = position;
     const cursor = new RecordCursor();
@@ -714,8 +763,9 @@ export class Mirror {
       // Send until the upstream answers for this batch.
       let sent = false;
       while (!sent && !this.#stopping) {
+        const routedTo = this.#leaders.get(route);
         try {
-          const client = await this.#upstream();
+          const client = await this.#clientFor(route);
           await client.produceIdempotent(remote, batch, {
             partition,
             producer: { id: producerId, epoch: ps.epoch, sequence: position - ps.base },
@@ -803,6 +853,46 @@ export class Mirror {
             backoffMs = Math.min(30_000, backoffMs * 2);
             continue;
           }
+          if (err.code === "not_leader") {
+            const leader = (err.details as { leader_tcp?: unknown } | undefined)?.leader_tcp;
+            if (typeof leader === "string" && o.connectTo !== undefined && leader !== routedTo) {
+              // An upstream cluster: this partition's leader is another broker; send there.
+              this.#leaders.set(route, leader);
+              o.logger.log("info", "mirror.upstream_leader", {
+                mirror: o.name,
+                topic: remote,
+                partition,
+                leader,
+              });
+              continue;
+            }
+            // No leader now (an election), or the one named sent it back: wait, then ask the
+            // --mirror-to broker again. Said once per partition until a batch goes through.
+            this.#forgetLeader(route);
+            if (!notLeaderReported) {
+              notLeaderReported = true;
+              o.logger.log("warn", "mirror.upstream_not_leader", {
+                mirror: o.name,
+                topic: remote,
+                partition,
+                error: err.message,
+              });
+            }
+          }
+          if (
+            routedTo !== undefined &&
+            (err.code === "connection_closed" ||
+              err.code === "timeout" ||
+              err.code === "invalid_response")
+          ) {
+            // The leader's connection failed: the --mirror-to broker names the next one.
+            this.#forgetLeader(route);
+            status.state = "uplink_down";
+            status.error = err.message;
+            await this.#sleep(backoffMs);
+            backoffMs = Math.min(5000, backoffMs * 2);
+            continue;
+          }
           if (err.retriable || err.code === "connection_closed" || err.code === "timeout") {
             status.state = "uplink_down";
             status.error = err.message;
@@ -820,6 +910,7 @@ export class Mirror {
         }
       }
       if (!sent) break;
+      notLeaderReported = false;
       if (this.#uplinkReport !== null) {
         o.logger.log("info", "mirror.upstream_reachable", { mirror: o.name });
         this.#uplinkReport = null;

@@ -10,6 +10,7 @@
 import { expect, onTestFinished } from "vitest";
 import type { LocalBroker } from "../../src/broker/broker.ts";
 import type {
+  Broker,
   CommitOffsetsRequest,
   GroupAssignment,
   GroupDescription,
@@ -208,7 +209,7 @@ export const httpDoor: DoorFactory = {
  * opens a client to it (closed first).
  */
 export async function serveTcp(
-  broker: LocalBroker,
+  broker: Broker,
 ): Promise<{ port: number; connect: () => Promise<TcpClient> }> {
   const transport = createTcpTransport({ broker, clock: realClock, logger: new MemoryLogger() });
   const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (socket) =>

@@ -6,6 +6,10 @@
  * forwarded stop the partition with a gap error instead of being skipped.
  */
 import { describe, expect, it, onTestFinished } from "vitest";
+import { BrokerError, Errors } from "../../src/broker/errors.ts";
+import type { ProduceRequest } from "../../src/broker/types.ts";
+import { TcpClient } from "../../src/client/client.ts";
+import { parseHostPort } from "../../src/client/cluster.ts";
 import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import type { LocalBroker } from "../../src/broker/broker.ts";
@@ -50,6 +54,83 @@ async function sameLogs(
 }
 
 describe("the mirror", () => {
+  it("sends a partition to the broker an upstream cluster's not_leader names, and says once when none is named", async () => {
+    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
+    const { broker: a } = await openTestBroker({ clock: realClock });
+    const { broker: b } = await openTestBroker({ clock: realClock });
+    for (const broker of [edge, a, b]) await broker.createTopic({ name: "t", partitions: 2 });
+    const leaderB = await serveTcp(b);
+    // Broker A (the --mirror-to one) leads partition 0 only. For partition 1 it answers
+    // not_leader: first with no leader (an election), then naming B.
+    let electing = true;
+    const aLeadingOnlyP0 = new Proxy(a, {
+      get(target, prop) {
+        if (prop === "produce")
+          return (request: ProduceRequest) =>
+            request.partition === 1
+              ? Promise.reject(
+                  new BrokerError(
+                    Errors.notLeader,
+                    'Cannot produce to "t/1": this broker does not lead it',
+                    electing ? undefined : { leader_tcp: `127.0.0.1:${leaderB.port}` },
+                  ),
+                )
+              : target.produce(request);
+        if (prop === "produceTo") return undefined;
+        const v: unknown = Reflect.get(target, prop, target);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+    const upstreamA = await serveTcp(aLeadingOnlyP0);
+    for (const p of [0, 1]) await produce(edge, p, 0, 30);
+    const connectedTo: string[] = [];
+    const mirror = new Mirror({
+      broker: edge,
+      fs,
+      dataDir,
+      clock: realClock,
+      logger,
+      name: "test",
+      topics: ["t"],
+      connect: upstreamA.connect,
+      connectTo: async (address) => {
+        connectedTo.push(address);
+        const client = await TcpClient.connect(parseHostPort(address));
+        onTestFinished(() => client.close());
+        return client;
+      },
+      randomHex: () => "0123456789abcdef",
+      batchRecords: 10,
+      recordsPerSecond: 0,
+      rescanMs: 50,
+    });
+    await mirror.start();
+    await until(
+      async () =>
+        (await sameLogs(edge, a, 0)) && logger.named("mirror.upstream_not_leader").length > 0,
+      "partition 0 on A, and the warning for partition 1",
+    );
+    expect(logger.named("mirror.upstream_not_leader")).toMatchObject([
+      { mirror: "test", topic: "t", partition: 1 },
+    ]);
+    electing = false;
+    await until(
+      async () => (await sameLogs(edge, b, 1)) && mirror.describe().every((s) => s.position === 30),
+      "partition 1 on B",
+    );
+    // Said once for all the retries while no leader was named; the redirect once.
+    expect(logger.named("mirror.upstream_not_leader")).toHaveLength(1);
+    expect(logger.named("mirror.upstream_leader")).toEqual([
+      { mirror: "test", topic: "t", partition: 1, leader: `127.0.0.1:${leaderB.port}` },
+    ]);
+    expect(connectedTo).toEqual([`127.0.0.1:${leaderB.port}`]);
+    // Each partition on its leader only, once.
+    expect((await a.listOffsets({ topic: "t", partition: 1 })).highWatermark).toBe(0);
+    expect((await b.listOffsets({ topic: "t", partition: 0 })).highWatermark).toBe(0);
+    expect((await b.listOffsets({ topic: "t", partition: 1 })).highWatermark).toBe(30);
+    await mirror.stop();
+  });
+
   it("resumes from the upstream's producer state after a lost commit, storing nothing twice, whatever the batch size", async () => {
     const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
     const { broker: central } = await openTestBroker({ clock: realClock });
