@@ -70,6 +70,8 @@ export function nodeOnlyE2eFiles(
     // The etcd client over TLS is runtime-specific, and etcd-tls.test.ts covers it on every
     // target; three brokers failing over on it is the cluster's logic.
     "test/e2e/cluster-etcd-tls.test.ts",
+    // The mirror following an upstream cluster's leaders: the mirror's and the cluster's logic.
+    "test/e2e/cluster-mirror.test.ts",
     // The Hono app and the broker against the OpenAPI document: the same code on every runtime.
     // Every answer of every other e2e file is still checked against the document on each target
     // (openapi-setup.ts), and hostile-fuzz.test.ts drives each runtime's HTTP server with
