@@ -1,6 +1,6 @@
 /**
  * An edge broker in front of a cluster (docs/edge.md "An upstream cluster"; README "Try it with
- * curl", docs/http-api.md "HTTP-only devices in a cluster"): three brokers on one etcd, an edge
+ * curl", docs/http-api.md on HTTP-only devices in a cluster): three brokers on one etcd, an edge
  * whose `--mirror-to` names one of them. Every partition reaches the cluster, each on its own
  * leader, once; the partitions the `--mirror-to` broker does not lead are sent where its
  * `not_leader` answers point (newuser14: before, they stayed on the edge with no log line).
