@@ -186,7 +186,10 @@ export async function recoverPartition(
       : segments[0].baseOffset;
   const logStartOffset = Math.min(options.logStartOffset ?? derived, active.nextOffset);
   const corrupt = segments.filter((s) => s.corruption !== null).length;
-  logger.log(corrupt > 0 ? "warn" : "info", "recovery.partition", {
+  // A partition with nothing on disk (a topic just created) had nothing to recover: said at debug
+  // level, so that `clean_stop: false` is not read as an unclean stop (newuser14).
+  const fresh = last === undefined && cleanStop === null;
+  logger.log(corrupt > 0 ? "warn" : fresh ? "debug" : "info", "recovery.partition", {
     partition: name,
     segments: segments.length,
     corrupt_segments: corrupt,
