@@ -3,10 +3,27 @@
  * "Descriptors and connections"): every connection the HTTP, TCP and Kafka listeners accept counts
  * against one limit, so that clients cannot spend the descriptors storage needs for segments,
  * group files and topic creation. A connection accepted beyond the limit is closed at once, before
- * it is read; the refusal is counted and logged at most once per interval (`connection.refused`,
- * `lib/refusals.ts`).
+ * it is read (a plain-HTTP one after {@link httpRefusalAnswer}); the refusal is counted and logged
+ * at most once per interval (`connection.refused`, `lib/refusals.ts`).
  */
 import type { RefusalLog } from "./refusals.ts";
+
+const refusalBody = JSON.stringify({
+  error: {
+    code: "unavailable",
+    message:
+      "Cannot serve this connection: the broker is at its --max-connections bound; retry later",
+  },
+});
+
+/**
+ * What a plain-HTTP connection refused at the bound is sent before it is closed: a complete 503
+ * `unavailable` answer with `Retry-After: 1`, so that an HTTP client can tell the refusal from a
+ * crash and back off (newuser14; Redis answers `-ERR max number of clients reached`). Sent where
+ * plain HTTP is served on the raw socket (Node, `runtime/http-raw.ts`); TCP, Kafka and TLS
+ * connections, and HTTP served by a runtime's own server, are closed without one.
+ */
+export const httpRefusalAnswer = `HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: ${refusalBody.length}\r\n\r\n${refusalBody}`;
 
 /** Counts open connections against one limit (module comment). */
 export class ConnectionLimit {

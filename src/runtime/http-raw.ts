@@ -16,6 +16,7 @@
  * reuse a connection until shortly before the `Keep-Alive: timeout=65` the answers announce.
  */
 import type { ConnectionLimit } from "../lib/connection-limit.ts";
+import { refuseHttp } from "./http-refuse.ts";
 import type { Server } from "node:http";
 import { STATUS_CODES } from "node:http";
 import * as net from "node:net";
@@ -111,7 +112,7 @@ export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpLis
       limit !== undefined &&
       !limit.admit("http", `${accepted.remoteAddress ?? "?"}:${accepted.remotePort ?? "?"}`)
     ) {
-      accepted.destroy();
+      refuseHttp(accepted);
       return;
     }
     open++;

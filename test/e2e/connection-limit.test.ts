@@ -1,8 +1,8 @@
 /**
  * End-to-end: `--max-connections` bounds the client connections open at once over the HTTP, TCP
  * and Kafka ports together (docs/operations.md "Descriptors and connections"): clients holding
- * half-sent HTTP heads fill it, a connection beyond it on any port is closed at once without an
- * answer, the refusal is logged as `connection.refused`, and once a held connection closes a
+ * half-sent HTTP heads fill it, a connection beyond it on any port is closed at once (on the
+ * plain HTTP port after a 503 answer), the refusal is logged as `connection.refused`, and once a held connection closes a
  * request is served again. Node target: the bound is runtime code, and the listeners are the
  * same `node:net` ones there on every runtime but Bun's plain TCP and Deno's plain HTTP.
  */
@@ -68,9 +68,17 @@ describe(`[${target}] --max-connections`, () => {
       ];
       // Let the broker accept all three before the next one arrives.
       await new Promise((r) => setTimeout(r, 200));
-      expect(await closedAtOnce(httpPort, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")).toBe(
-        "closed:",
-      );
+      // Plain HTTP gets a 503 it can back off on, then the close (newuser14).
+      const refusedHttp = await closedAtOnce(httpPort, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+      expect(refusedHttp).toMatch(/^closed:HTTP\/1\.1 503 Service Unavailable\r\n/);
+      expect(refusedHttp).toContain("\r\nRetry-After: 1\r\n");
+      expect(JSON.parse(refusedHttp.slice(refusedHttp.indexOf("\r\n\r\n") + 4))).toEqual({
+        error: {
+          code: "unavailable",
+          message:
+            "Cannot serve this connection: the broker is at its --max-connections bound; retry later",
+        },
+      });
       expect(await closedAtOnce(broker.tcp.port, "")).toBe("closed:");
       expect(await closedAtOnce(broker.kafka!.port, "")).toBe("closed:");
       await new Promise((r) => setTimeout(r, 100));
