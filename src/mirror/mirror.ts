@@ -350,11 +350,15 @@ export class Mirror {
     return this.#clientFor(route);
   }
 
-  /** Forgets where `route` was sent (its leader's connection failed): back to `--mirror-to`. */
+  /**
+   * Forgets where `route` was sent (its leader's connection failed, or it has no leader now):
+   * back to `--mirror-to`. The connection is closed once no other partition is sent on it.
+   */
   #forgetLeader(route: string): void {
     const address = this.#leaders.get(route);
     if (address === undefined) return;
     this.#leaders.delete(route);
+    for (const other of this.#leaders.values()) if (other === address) return;
     const peer = this.#peers.get(address);
     if (peer === undefined) return;
     this.#peers.delete(address);
