@@ -63,7 +63,10 @@ export class ConnectionLimit {
       listener,
       remote,
       max_connections: this.max,
-      reason: "--max-connections reached: the connection was closed at once",
+      reason:
+        listener === "http"
+          ? "--max-connections reached: the connection was answered 503 (plain HTTP on Node) or closed at once"
+          : "--max-connections reached: the connection was closed at once",
     });
     return false;
   }

@@ -231,6 +231,10 @@ export class Mirror {
   #peers = new Map<string, Promise<TcpClient>>();
   /** Upstream "topic/partition" → the "host:port" of its leader, where a `not_leader` sent it. */
   #leaders = new Map<string, string>();
+  /** "host:port" → the node id the `not_leader` that named it gave (checked on connecting). */
+  #leaderNodes = new Map<string, number>();
+  /** Upstream "topic/partition" → the leader address last logged for it (logged once each). */
+  #leaderLogged = new Map<string, string>();
   #running = new Map<string, Promise<void>>();
   #status = new Map<string, MirrorPartitionStatus>();
   #stopping = false;
@@ -340,7 +344,7 @@ export class Mirror {
     if (address === undefined || connectTo === undefined) return this.#upstream();
     let peer = this.#peers.get(address);
     if (peer === undefined) {
-      peer = connectTo(address);
+      peer = this.#connectLeader(connectTo, address);
       this.#peers.set(address, peer);
       peer.catch(() => this.#peers.delete(address));
     }
@@ -348,6 +352,37 @@ export class Mirror {
     if (!client.closed) return client;
     this.#peers.delete(address);
     return this.#clientFor(route);
+  }
+
+  /**
+   * Opens a connection to the leader at `address` and checks that it is the node the `not_leader`
+   * named, of the `--mirror-to` broker's cluster (Metadata version 1): an advertised address that
+   * points at another broker must not take records the mirror then counts as forwarded.
+   * @throws ClientError `invalid_response` naming both identities when they differ.
+   */
+  async #connectLeader(
+    connectTo: (address: string) => Promise<TcpClient>,
+    address: string,
+  ): Promise<TcpClient> {
+    const home = (await (await this.#upstream()).clusterMetadata()).cluster;
+    const client = await connectTo(address);
+    try {
+      const there = (await client.clusterMetadata()).cluster;
+      const node = this.#leaderNodes.get(address);
+      if (
+        home === null ||
+        there === null ||
+        there.cluster_id !== home.cluster_id ||
+        (node !== undefined && there.node_id !== node)
+      )
+        throw ClientError.invalidResponse(
+          `Cannot send to the leader at ${address}: it answers as ${there === null ? "a single broker" : `node ${there.node_id} of cluster ${there.cluster_id}`}, not as node ${node ?? "?"} of the --mirror-to broker's cluster ${home?.cluster_id ?? "(none)"}; check that node's --advertise-tcp`,
+        );
+      return client;
+    } catch (err) {
+      await client.close().catch(() => {});
+      throw err;
+    }
   }
 
   /**
@@ -858,16 +893,22 @@ export class Mirror {
             continue;
           }
           if (err.code === "not_leader") {
-            const leader = (err.details as { leader_tcp?: unknown } | undefined)?.leader_tcp;
+            const details = err.details as { leader_tcp?: unknown; leader?: unknown } | undefined;
+            const leader = details?.leader_tcp;
             if (typeof leader === "string" && o.connectTo !== undefined && leader !== routedTo) {
               // An upstream cluster: this partition's leader is another broker; send there.
               this.#leaders.set(route, leader);
-              o.logger.log("info", "mirror.upstream_leader", {
-                mirror: o.name,
-                topic: remote,
-                partition,
-                leader,
-              });
+              if (typeof details?.leader === "number")
+                this.#leaderNodes.set(leader, details.leader);
+              if (this.#leaderLogged.get(route) !== leader) {
+                this.#leaderLogged.set(route, leader);
+                o.logger.log("info", "mirror.upstream_leader", {
+                  mirror: o.name,
+                  topic: remote,
+                  partition,
+                  leader,
+                });
+              }
               continue;
             }
             // No leader now (an election), or the one named sent it back: wait, then ask the
@@ -889,9 +930,18 @@ export class Mirror {
               err.code === "timeout" ||
               err.code === "invalid_response")
           ) {
-            // The leader's connection failed: the --mirror-to broker names the next one.
+            // The leader's connection failed (or it is not who it was said to be): the
+            // --mirror-to broker names the next one. Said once per partition and cause.
             this.#forgetLeader(route);
             status.state = "uplink_down";
+            if (status.error !== err.message)
+              o.logger.log("warn", "mirror.upstream_leader_unreachable", {
+                mirror: o.name,
+                topic: remote,
+                partition,
+                leader: routedTo,
+                error: err.message,
+              });
             status.error = err.message;
             await this.#sleep(backoffMs);
             backoffMs = Math.min(5000, backoffMs * 2);

@@ -7,7 +7,7 @@
  */
 import { describe, expect, it, onTestFinished } from "vitest";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
-import type { ProduceRequest } from "../../src/broker/types.ts";
+import type { ProduceRequest, ProduceResult } from "../../src/broker/types.ts";
 import { TcpClient } from "../../src/client/client.ts";
 import { parseHostPort } from "../../src/client/cluster.ts";
 import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
@@ -54,34 +54,59 @@ async function sameLogs(
 }
 
 describe("the mirror", () => {
-  it("sends a partition to the broker an upstream cluster's not_leader names, and says once when none is named", async () => {
+  it("sends a partition to the broker an upstream cluster's not_leader names, checked, and says when it cannot", async () => {
     const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
     const { broker: a } = await openTestBroker({ clock: realClock });
     const { broker: b } = await openTestBroker({ clock: realClock });
-    for (const broker of [edge, a, b]) await broker.createTopic({ name: "t", partitions: 2 });
-    const leaderB = await serveTcp(b);
-    // Broker A (the --mirror-to one) leads partition 0 only. For partition 1 it answers
-    // not_leader: first with no leader (an election), then naming B.
-    let electing = true;
-    const aLeadingOnlyP0 = new Proxy(a, {
-      get(target, prop) {
-        if (prop === "produce")
-          return (request: ProduceRequest) =>
-            request.partition === 1
-              ? Promise.reject(
-                  new BrokerError(
-                    Errors.notLeader,
-                    'Cannot produce to "t/1": this broker does not lead it',
-                    electing ? undefined : { leader_tcp: `127.0.0.1:${leaderB.port}` },
-                  ),
-                )
-              : target.produce(request);
-        if (prop === "produceTo") return undefined;
-        const v: unknown = Reflect.get(target, prop, target);
-        return typeof v === "function" ? v.bind(target) : v;
-      },
-    });
-    const upstreamA = await serveTcp(aLeadingOnlyP0);
+    const { broker: stranger } = await openTestBroker({ clock: realClock });
+    for (const broker of [edge, a, b, stranger])
+      await broker.createTopic({ name: "t", partitions: 2 });
+    /** `broker` as node `nodeId` of cluster "c1" (Metadata version 1), and `produce` as given. */
+    const asNode = (
+      broker: LocalBroker,
+      nodeId: number,
+      produce?: (request: ProduceRequest) => Promise<ProduceResult>,
+    ) =>
+      new Proxy(broker, {
+        get(target, prop) {
+          if (prop === "produce" && produce !== undefined) return produce;
+          if (prop === "produceTo") return undefined;
+          if (prop === "clusterMetadata")
+            return async () => ({
+              cluster_id: "c1",
+              node_id: nodeId,
+              controller: 1,
+              brokers: [],
+              topics: [],
+            });
+          const v: unknown = Reflect.get(target, prop, target);
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      });
+    const leaderB = await serveTcp(asNode(b, 2));
+    // A broker outside the cluster, which a wrong --advertise-tcp could name.
+    const outsider = await serveTcp(stranger);
+    // Broker A (the --mirror-to one, node 1) leads partition 0 only. For partition 1 it answers
+    // not_leader: first with no leader (an election), then naming the outsider as node 2, then B.
+    let phase: "electing" | "wrong" | "right" = "electing";
+    const upstreamA = await serveTcp(
+      asNode(a, 1, (request) =>
+        request.partition === 1
+          ? Promise.reject(
+              new BrokerError(
+                Errors.notLeader,
+                'Cannot produce to "t/1": this broker does not lead it',
+                phase === "electing"
+                  ? undefined
+                  : {
+                      leader: 2,
+                      leader_tcp: `127.0.0.1:${(phase === "wrong" ? outsider : leaderB).port}`,
+                    },
+              ),
+            )
+          : a.produce(request),
+      ),
+    );
     for (const p of [0, 1]) await produce(edge, p, 0, 30);
     const connectedTo: string[] = [];
     const mirror = new Mirror({
@@ -113,21 +138,38 @@ describe("the mirror", () => {
     expect(logger.named("mirror.upstream_not_leader")).toMatchObject([
       { mirror: "test", topic: "t", partition: 1 },
     ]);
-    electing = false;
+    phase = "wrong";
+    await until(
+      async () => logger.named("mirror.upstream_leader_unreachable").length > 0,
+      "the refused leader",
+    );
+    expect(logger.named("mirror.upstream_leader_unreachable")[0]).toMatchObject({
+      topic: "t",
+      partition: 1,
+      leader: `127.0.0.1:${outsider.port}`,
+      error: expect.stringMatching(/answers as a single broker, not as node 2 .*--advertise-tcp/),
+    });
+    expect((await stranger.listOffsets({ topic: "t", partition: 1 })).highWatermark).toBe(0);
+    phase = "right";
     await until(
       async () => (await sameLogs(edge, b, 1)) && mirror.describe().every((s) => s.position === 30),
       "partition 1 on B",
     );
-    // Said once for all the retries while no leader was named; the redirect once.
+    // Said once for all the retries while no leader was named; each leader named logged once.
     expect(logger.named("mirror.upstream_not_leader")).toHaveLength(1);
-    expect(logger.named("mirror.upstream_leader")).toEqual([
-      { mirror: "test", topic: "t", partition: 1, leader: `127.0.0.1:${leaderB.port}` },
+    expect(logger.named("mirror.upstream_leader_unreachable")).toHaveLength(1);
+    expect(logger.named("mirror.upstream_leader").map((f) => f.leader)).toEqual([
+      `127.0.0.1:${outsider.port}`,
+      `127.0.0.1:${leaderB.port}`,
     ]);
-    expect(connectedTo).toEqual([`127.0.0.1:${leaderB.port}`]);
-    // Each partition on its leader only, once.
+    expect(new Set(connectedTo)).toEqual(
+      new Set([`127.0.0.1:${outsider.port}`, `127.0.0.1:${leaderB.port}`]),
+    );
+    // Each partition on its leader only, once; nothing on the outsider.
     expect((await a.listOffsets({ topic: "t", partition: 1 })).highWatermark).toBe(0);
     expect((await b.listOffsets({ topic: "t", partition: 0 })).highWatermark).toBe(0);
     expect((await b.listOffsets({ topic: "t", partition: 1 })).highWatermark).toBe(30);
+    expect((await stranger.listOffsets({ topic: "t", partition: 1 })).highWatermark).toBe(0);
     await mirror.stop();
   });
 
