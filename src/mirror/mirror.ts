@@ -801,6 +801,8 @@ export class Mirror {
       if (this.#stopping) break;
       // Send until the upstream answers for this batch.
       let sent = false;
+      // Redirects to a named leader for this batch (see below).
+      let redirects = 0;
       while (!sent && !this.#stopping) {
         const routedTo = this.#leaders.get(route);
         try {
@@ -900,6 +902,12 @@ export class Mirror {
               this.#leaders.set(route, leader);
               if (typeof details?.leader === "number")
                 this.#leaderNodes.set(leader, details.leader);
+              // The first redirect of a batch goes at once; more (brokers that name each other
+              // with stale views) back off as any retry does.
+              if (redirects++ > 0) {
+                await this.#sleep(backoffMs);
+                backoffMs = Math.min(5000, backoffMs * 2);
+              }
               if (this.#leaderLogged.get(route) !== leader) {
                 this.#leaderLogged.set(route, leader);
                 o.logger.log("info", "mirror.upstream_leader", {
