@@ -590,42 +590,37 @@ export class AuthorizedBroker implements Broker {
   }
 
   produce(request: ProduceRequest): Promise<ProduceResult> {
+    return this.#inner.produce(this.#produceRequest(request));
+  }
+
+  /** `Broker.produceTo`: {@link produce}'s check and producer id, answered through `sink`. */
+  produceTo(request: ProduceRequest, sink: ProduceSink): void {
+    let checked: ProduceRequest;
+    try {
+      checked = this.#produceRequest(request);
+    } catch (err) {
+      return sink.failed(err);
+    }
+    produceVia(this.#inner, checked, sink);
+  }
+
+  /**
+   * `request` as this principal may send it on: checked (produce on its topic), and an
+   * idempotent one's producer id scoped to the key's name.
+   * @throws what `AccessControl.check` throws: BrokerError `forbidden`, or the revocation error.
+   */
+  #produceRequest(request: ProduceRequest): ProduceRequest {
     this.#check(
       "produce",
       { topic: request.topic },
       () => `Cannot produce to topic ${quote(request.topic)}`,
     );
     const producer = request.producer;
-    if (producer === undefined || this.#principal.kind !== "key")
-      return this.#inner.produce(request);
-    return this.#inner.produce({
+    if (producer === undefined || this.#principal.kind !== "key") return request;
+    return {
       ...request,
       producer: { ...producer, id: keyProducerId(this.#principal.name, producer.id) },
-    });
-  }
-
-  /** `Broker.produceTo`: {@link produce}'s check and producer id, answered through `sink`. */
-  produceTo(request: ProduceRequest, sink: ProduceSink): void {
-    try {
-      this.#check(
-        "produce",
-        { topic: request.topic },
-        () => `Cannot produce to topic ${quote(request.topic)}`,
-      );
-    } catch (err) {
-      return sink.failed(err);
-    }
-    const producer = request.producer;
-    if (producer === undefined || this.#principal.kind !== "key")
-      return produceVia(this.#inner, request, sink);
-    produceVia(
-      this.#inner,
-      {
-        ...request,
-        producer: { ...producer, id: keyProducerId(this.#principal.name, producer.id) },
-      },
-      sink,
-    );
+    };
   }
 
   /**

@@ -540,11 +540,8 @@ export class PartitionLog {
     batch: AppendRecords,
     options: AppendOptions = {},
   ): Promise<{ baseOffset: number; count: number }> {
-    if (this.#closed) return Promise.reject(this.#closedError());
-    if (this.fenced) return Promise.reject(this.#commit.fencedError());
-    if (batch.count === 0) return Promise.resolve({ baseOffset: this.logEndOffset, count: 0 });
     return new Promise((resolve, reject) =>
-      this.#enqueue(batch, options, new PromiseSink(resolve, reject), 0),
+      this.appendTo(batch, new PromiseSink(resolve, reject), 0, options),
     );
   }
 
@@ -559,10 +556,6 @@ export class PartitionLog {
     if (this.#closed) return answerFailed(this.#logger, sink, this.#closedError());
     if (this.fenced) return answerFailed(this.#logger, sink, this.#commit.fencedError());
     if (batch.count === 0) return answerAppended(this.#logger, sink, tag, this.logEndOffset, 0);
-    this.#enqueue(batch, options, sink, tag);
-  }
-
-  #enqueue(batch: AppendRecords, options: AppendOptions, sink: AppendSink, tag: number): void {
     this.#queue.push({
       batch,
       beforeWrite: options.beforeWrite,

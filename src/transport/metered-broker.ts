@@ -52,24 +52,24 @@ class ProduceCount implements ProduceSink {
   }
 
   appended(partition: number, baseOffset: number, count: number): void {
-    const door = this.#door;
-    door.produceSeconds.observe(door.seconds() - this.#started);
-    door.produced(this.#topic, this.#records, this.#bytes);
+    this.#door.produceDone(this.#started, this.#topic, this.#records, this.#bytes, false);
     this.#sink.appended(partition, baseOffset, count);
   }
 
   produced(result: ProduceResult): void {
-    const door = this.#door;
-    door.produceSeconds.observe(door.seconds() - this.#started);
-    if (result.duplicate !== true) door.produced(this.#topic, this.#records, this.#bytes);
+    this.#door.produceDone(
+      this.#started,
+      this.#topic,
+      this.#records,
+      this.#bytes,
+      result.duplicate === true,
+    );
     this.#sink.produced(result);
   }
 
   failed(err: unknown): void {
     const error = toBrokerError(err);
-    const door = this.#door;
-    door.produceSeconds.observe(door.seconds() - this.#started);
-    door.failed("produce", error);
+    this.#door.produceFailed(this.#started, error);
     this.#sink.failed(error);
   }
 }
@@ -143,6 +143,27 @@ export class FrontDoorMetrics {
     s.bytes.inc(bytes);
   }
 
+  /**
+   * Counts a finished produce started at `started` ({@link seconds}): its duration, and its
+   * records and bytes unless it was a `duplicate`.
+   */
+  produceDone(
+    started: number,
+    topic: string,
+    records: number,
+    bytes: number,
+    duplicate: boolean,
+  ): void {
+    this.produceSeconds.observe(this.seconds() - started);
+    if (!duplicate) this.produced(topic, records, bytes);
+  }
+
+  /** Counts a failed produce started at `started` ({@link seconds}): its duration and error. */
+  produceFailed(started: number, err: unknown): void {
+    this.produceSeconds.observe(this.seconds() - started);
+    this.failed("produce", err);
+  }
+
   /** Counts a successful fetch from `topic`. */
   fetched(topic: string, records: number, bytes: number): void {
     const s = this.#topic("fetch", topic);
@@ -185,13 +206,11 @@ function meteredBroker<B extends Broker>(broker: B, door: FrontDoorMetrics): B {
     }
     return call.then(
       (result) => {
-        door.produceSeconds.observe(door.seconds() - started);
-        if (result.duplicate !== true) door.produced(request.topic, records, bytes);
+        door.produceDone(started, request.topic, records, bytes, result.duplicate === true);
         return result;
       },
       (err: unknown) => {
-        door.produceSeconds.observe(door.seconds() - started);
-        door.failed("produce", err);
+        door.produceFailed(started, err);
         throw err;
       },
     );
