@@ -801,18 +801,38 @@ describe("cluster mode: three brokers", () => {
       expect(gauge(back, "esb_replica_fetch_lag_seconds", watched)).toBe(0);
       // The tests after this one start from full ISRs again: every partition of every topic so
       // far, which beside the serial group's other files took over 20 s once (CI, 2026-12-02).
+      let last: ClusterMetadata | undefined;
       await waitFor(
         "every ISR full",
         async () => {
-          const x = await metadata(leader);
-          return x.topics.every((t) =>
+          last = await metadata(leader);
+          return last.topics.every((t) =>
             t.partitions.every((q) => q.isr.length === q.replicas.length),
           )
-            ? x
+            ? last
             : undefined;
         },
         60_000,
-      );
+      ).catch((err: unknown) => {
+        // Which partitions stayed short, and what each broker said about replication.
+        const short = last?.topics.flatMap((t) =>
+          t.partitions
+            .filter((q) => q.isr.length !== q.replicas.length)
+            .map((q) => `${t.name}/${q.partition} ${JSON.stringify(q)}`),
+        );
+        const said = [...brokers].map(
+          ([id, b]) =>
+            `node ${id}:\n${b
+              .stderr()
+              .split("\n")
+              .filter((l) => /replica|isr|follower|fetch|leader/i.test(l))
+              .slice(-40)
+              .join("\n")}`,
+        );
+        throw new Error(
+          `${err instanceof Error ? err.message : String(err)}; short: ${short?.join("; ")}\n${said.join("\n")}`,
+        );
+      });
       expect(promtoolCheckMetrics(back)).toEqual({ status: 0, output: "" });
     } finally {
       await router.close();
