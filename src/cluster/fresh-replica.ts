@@ -8,13 +8,19 @@
  */
 import type { Etcd } from "./etcd.ts";
 import { parsePartitionKey } from "./keys.ts";
+import { brokerKey, parseRegistration, registeredElsewhere } from "./membership.ts";
 import { forgetReplicaData, formatPartitionState, parsePartitionState } from "./partition-state.ts";
 
 /**
  * Removes `nodeId` from the ISR, the ELR and the leadership of every partition under `prefix`,
- * each by compare-and-set on the key's mod_revision (read again and retried when it changed).
+ * each by compare-and-set on the key's mod_revision (read again and retried when it changed) and
+ * on `nodeId` being registered by no broker: a broker that runs under that node id (an operator
+ * gave two brokers one `--node-id`) holds its logs, and taking it out of its ISRs would leave a
+ * partition whose only replica it is without a leader for good.
  * Resolves with the partitions changed, as `topic/partition`.
- * @throws what etcd throws (the caller does not register then: safe to start again).
+ * @throws ClusterJoinError if a broker is registered under `nodeId` (before any change, or at the
+ *   change that found it); what etcd throws (the caller does not register then: safe to start
+ *   again).
  */
 export async function forgetReplicaDataInCluster(
   etcd: Etcd,
@@ -22,6 +28,9 @@ export async function forgetReplicaDataInCluster(
   nodeId: number,
 ): Promise<string[]> {
   const changed: string[] = [];
+  const registrationKey = brokerKey(prefix, nodeId);
+  const registered = await etcd.get(registrationKey);
+  if (registered !== null) throw registeredElsewhere(nodeId, parseRegistration(registered));
   const { kvs } = await etcd.list(`${prefix}/partitions/`);
   for (let kv of kvs) {
     const at = parsePartitionKey(prefix, kv.key);
@@ -30,14 +39,19 @@ export async function forgetReplicaDataInCluster(
       const next = forgetReplicaData(parsePartitionState(kv.key, kv.value), nodeId);
       if (next === null) break;
       const result = await etcd.txn({
-        compare: [{ key: kv.key, target: "mod_revision", result: "equal", number: kv.modRevision }],
+        compare: [
+          { key: kv.key, target: "mod_revision", result: "equal", number: kv.modRevision },
+          { key: registrationKey, target: "create_revision", result: "equal", number: 0 },
+        ],
         success: [{ put: { key: kv.key, value: formatPartitionState(next) } }],
-        failure: [{ get: { key: kv.key } }],
+        failure: [{ get: { key: kv.key } }, { get: { key: registrationKey } }],
       });
       if (result.succeeded) {
         changed.push(`${at.topic}/${at.partition}`);
         break;
       }
+      const other = result.reads[1]?.[0];
+      if (other !== undefined) throw registeredElsewhere(nodeId, parseRegistration(other));
       const now = result.reads[0]?.[0];
       if (now === undefined) break;
       kv = now;

@@ -110,6 +110,16 @@ export function incarnationRevision(kv: EtcdKeyValue, r: BrokerRegistration): nu
   return r.registered_revision ?? kv.modRevision;
 }
 
+/**
+ * The refusal of a node id that a broker with another data directory holds in etcd (a live
+ * broker, or a killed one whose lease has not expired yet; docs/cluster.md "Membership").
+ */
+export function registeredElsewhere(nodeId: number, other: BrokerRegistration): ClusterJoinError {
+  return new ClusterJoinError(
+    `Cannot join the cluster as node ${nodeId}: node ${nodeId} is registered by a broker with another data directory (tcp ${other.tcp}, http ${other.http}): if that broker runs, give each broker its own --node-id; if it was killed or lost its disk, its registration lasts until its etcd lease expires (about 10 s with the default lease): start this one again after that, with the same --node-id`,
+  );
+}
+
 /** The key of a broker's registration. */
 export function brokerKey(prefix: string, nodeId: number): string {
   return `${prefix}/brokers/${nodeId}`;
@@ -490,11 +500,7 @@ async function register(
       const current = created.reads[0][0];
       if (current === undefined) continue; // it expired in between: try again
       const other = parseRegistration(current);
-      if (other.data_dir_id !== options.dataDirId) {
-        throw new ClusterJoinError(
-          `Cannot join the cluster as node ${nodeId}: node ${nodeId} is registered by a broker with another data directory (tcp ${other.tcp}, http ${other.http}): if that broker runs, give each broker its own --node-id; if it was killed or lost its disk, its registration lasts until its etcd lease expires (about 10 s with the default lease): start this one again after that, with the same --node-id`,
-        );
-      }
+      if (other.data_dir_id !== options.dataDirId) throw registeredElsewhere(nodeId, other);
       // Our own previous run (the data directory lock says it is gone): take its place.
       const taken = await etcd.txn({
         compare: [{ key, target: "mod_revision", result: "equal", number: current.modRevision }],

@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { forgetReplicaDataInCluster } from "../../src/cluster/fresh-replica.ts";
+import { type BrokerRegistration, ClusterJoinError } from "../../src/cluster/membership.ts";
 import {
   checkPartitionState,
   controllerUpdate,
@@ -79,5 +80,48 @@ describe("a replica whose data directory is new", () => {
     expect(await read("a/1")).toMatchObject({ leader: 2, isr: [2], elr: [3] });
     expect(await read("b/0")).toEqual(states["b/0"]);
     expect(await forgetReplicaDataInCluster(etcd, prefix, 1)).toEqual([]);
+  });
+
+  it("changes nothing while another broker is registered under the node id (a duplicate --node-id)", async () => {
+    // CI, 2026-12-03: a refused duplicate of node 2 had first taken node 2, alive, out of every
+    // ISR, and the partition whose only replica it was stayed without a leader for good.
+    const etcd = new FakeEtcd();
+    const prefix = "/es-broker";
+    const solo = { ...initialPartitionState([2], 1), leader: 2, isr: [2] };
+    await etcd.put(`${prefix}/partitions/solo/0`, formatPartitionState(solo));
+    const live: BrokerRegistration = {
+      node_id: 2,
+      cluster_id: "c",
+      data_dir_id: "the-live-one",
+      incarnation: "7",
+      tcp: "127.0.0.1:9092",
+      http: "http://127.0.0.1:8080",
+    };
+    await etcd.put(`${prefix}/brokers/2`, JSON.stringify(live));
+    const refused = await forgetReplicaDataInCluster(etcd, prefix, 2).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(ClusterJoinError);
+    expect((refused as Error).message).toMatch(
+      /node 2 is registered by a broker with another data directory \(tcp 127\.0\.0\.1:9092/,
+    );
+    const read = async () =>
+      parsePartitionState("solo/0", (await etcd.get(`${prefix}/partitions/solo/0`))!.value);
+    expect(await read()).toEqual(solo);
+
+    // Registered between the pass's first read and its write: the write's compare refuses it.
+    await etcd.delete(`${prefix}/brokers/2`);
+    const list = etcd.list.bind(etcd);
+    etcd.list = async (...args: Parameters<FakeEtcd["list"]>) => {
+      const listed = await list(...args);
+      await etcd.put(`${prefix}/brokers/2`, JSON.stringify(live));
+      return listed;
+    };
+    await expect(forgetReplicaDataInCluster(etcd, prefix, 2)).rejects.toThrow(ClusterJoinError);
+    expect(await read()).toEqual(solo);
+
+    // Nobody registered: the pass runs.
+    etcd.list = list;
+    await etcd.delete(`${prefix}/brokers/2`);
+    expect(await forgetReplicaDataInCluster(etcd, prefix, 2)).toEqual(["solo/0"]);
+    expect(await read()).toMatchObject({ leader: noLeader, isr: [] });
   });
 });
