@@ -57,7 +57,9 @@ export interface ReconnectOptions {
 /**
  * Calls `connect` until it resolves, waiting {@link reconnectBackoffMsMin} ms first and doubling
  * up to {@link reconnectBackoffMsMax} ms between attempts; writes
- * `es-broker: connection to the broker lost (…): reconnecting …` before the first attempt and
+ * `es-broker: connection to the broker lost (…): reconnecting …` (or, after a retriable answer,
+ * `es-broker: the broker answered <code>, which a retry may fix (…): reconnecting …`) before the
+ * first attempt and
  * `es-broker: reconnected after N ms` once one succeeds.
  * @returns what `connect` resolved with, or null when a stop signal came first.
  * @throws the attempt's error when it is not {@link isReconnectable} (e.g. `unauthenticated`),
@@ -70,9 +72,12 @@ export async function reconnect<T>(
   const write = options.write ?? ((line: string) => process.stderr.write(line));
   const startedAt = performance.now();
   const limit = options.timeoutMs === null ? "until stopped" : `for up to ${options.timeoutMs} ms`;
-  write(
-    `es-broker: connection to the broker lost (${errorMessage(options.cause)}): reconnecting ${limit} (--reconnect-timeout-ms)\n`,
-  );
+  // A retriable answer (`unavailable` while etcd elects a leader, ...) is no lost connection.
+  const why =
+    options.cause instanceof ClientError && !isAnswerLost(options.cause)
+      ? `the broker answered ${options.cause.code}, which a retry may fix (${errorMessage(options.cause)})`
+      : `connection to the broker lost (${errorMessage(options.cause)})`;
+  write(`es-broker: ${why}: reconnecting ${limit} (--reconnect-timeout-ms)\n`);
   let waitMs = reconnectBackoffMsMin;
   for (;;) {
     // Waits in short steps, so that a stop signal ends the wait at once.

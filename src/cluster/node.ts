@@ -27,7 +27,7 @@ import type { Logger } from "../lib/logger.ts";
 import type { Prng } from "../lib/prng.ts";
 import { Controller } from "./controller.ts";
 import type { PeerLinkStatus } from "./peer-links.ts";
-import type { Etcd, EtcdEvent, EtcdWatch } from "./etcd.ts";
+import { type Etcd, EtcdError, type EtcdEvent, type EtcdWatch } from "./etcd.ts";
 import { logEndsKey, parsePartitionKey, partitionKey, topicKey } from "./keys.ts";
 import {
   type BrokerRegistration,
@@ -121,6 +121,13 @@ interface PartitionEntry {
   state: PartitionState;
   modRevision: number;
 }
+
+/**
+ * How long a group commit's etcd write is tried again after etcd failed it (an election, or a
+ * member that failed after the write was sent), in ms: within the clients' 30 s request
+ * timeout, beyond etcd's usual elections (docs/cluster.md "Consumer groups").
+ */
+export const groupOffsetsRetryMs = 12_000;
 
 /**
  * A broker's membership of the cluster and its view of the cluster's keys. Start with
@@ -849,20 +856,27 @@ export class ClusterNode {
    * Stores a consumer group's committed offsets in etcd (`group_offsets/<group>/<topic>/<p>`,
    * one transaction): the copy that outlives the broker coordinating the group
    * (docs/cluster.md "Consumer groups"), if this broker's `claim` on the group
-   * ({@link claimGroupGeneration}) still holds. @returns false when another broker has claimed
-   * the group since (nothing written). @throws BrokerError unavailable if etcd does not take it.
+   * ({@link claimGroupGeneration}) still holds. A transaction that etcd may or may not have
+   * applied (`indeterminate`: the member failed after it was sent) or that no member took
+   * (`unavailable`: an etcd election) is sent again, with backoff, for up to
+   * {@link groupOffsetsRetryMs}: it compares the claim, which it does not change, and puts the
+   * same values, and the coordinator runs one group's commits one at a time, so sending it twice
+   * cannot overwrite a later commit (attack13 F2: one etcd member's SIGKILL failed commits).
+   * @returns false when another broker has claimed the group since (nothing written).
+   * @throws BrokerError unavailable if etcd does not take it within that time.
    */
   async saveGroupOffsets(
     group: string,
     offsets: readonly { topic: string; partition: number; offset: number }[],
     claim: number,
   ): Promise<boolean> {
-    const { etcd } = this.#o;
+    const { etcd, clock } = this.#o;
     const key = `${this.#prefix}/group_generations/${group}`;
-    const result = await this.#etcdCall(
-      `replicate the offsets of group ${JSON.stringify(group)}`,
-      () =>
-        etcd.txn({
+    const what = `replicate the offsets of group ${JSON.stringify(group)}`;
+    const giveUpAtMs = clock.nowMs() + groupOffsetsRetryMs;
+    for (let waitMs = 100; ; waitMs = Math.min(1000, waitMs * 2)) {
+      try {
+        const result = await etcd.txn({
           compare: [{ key, target: "mod_revision", result: "equal", number: claim }],
           success: offsets.map((o) => ({
             put: {
@@ -870,9 +884,24 @@ export class ClusterNode {
               value: String(o.offset),
             },
           })),
-        }),
-    );
-    return result.succeeded;
+        });
+        return result.succeeded;
+      } catch (err) {
+        const again =
+          err instanceof EtcdError &&
+          (err.code === "indeterminate" || err.code === "unavailable") &&
+          !this.#closed &&
+          clock.nowMs() + waitMs < giveUpAtMs;
+        if (!again)
+          throw new BrokerError(Errors.unavailable, `Cannot ${what}: ${errorMessage(err)}`);
+        this.#o.logger.log("warn", "cluster.group_offsets_retry", {
+          group,
+          retry_in_ms: waitMs,
+          error: errorMessage(err),
+        });
+        await new Promise<void>((resolve) => clock.setTimer(waitMs, resolve));
+      }
+    }
   }
 
   /**

@@ -1,0 +1,117 @@
+/**
+ * A group commit's etcd write that etcd failed is sent again (docs/cluster.md "Consumer groups";
+ * attack13 F2: the SIGKILL of etcd's leader answered commits `unavailable` for ~5 s): cluster/node.ts
+ * on an in-memory etcd (test/helpers/fake-etcd.ts) whose transactions fail on demand, as a
+ * member that dies after the write was sent (applied or not) or an election would.
+ */
+import { describe, expect, it, onTestFinished } from "vitest";
+import { BrokerError, Errors } from "../../src/broker/errors.ts";
+import { EtcdError } from "../../src/cluster/etcd.ts";
+import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { Prng } from "../../src/lib/prng.ts";
+import { systemClock } from "../../src/runtime/clock.ts";
+import { openTestBroker } from "../helpers/broker.ts";
+import { FakeEtcd } from "../helpers/fake-etcd.ts";
+
+const prefix = "/es-broker";
+
+const replicas: ReplicaSink = {
+  setBrokers() {},
+  async applyPartitionState() {},
+  logEndOffsets: () => new Map(),
+  setMembershipLive() {},
+  async close() {},
+};
+
+/**
+ * A node on a fake etcd whose next transactions writing `group_offsets` fail as `failures`
+ * says, one entry per transaction: the code thrown, and whether etcd applied it first.
+ */
+async function nodeWithFailingCommits(failures: { code: EtcdError["code"]; applied: boolean }[]) {
+  const etcd = new FakeEtcd();
+  const txn = etcd.txn.bind(etcd);
+  let offsetWrites = 0;
+  etcd.txn = async (request) => {
+    const writesOffsets = request.success.some(
+      (op) => "put" in op && op.put.key.includes("/group_offsets/"),
+    );
+    if (!writesOffsets) return txn(request);
+    offsetWrites++;
+    const failure = failures.shift();
+    if (failure === undefined) return txn(request);
+    if (failure.applied) await txn(request);
+    throw new EtcdError(failure.code, `Cannot run an etcd transaction: ${failure.code}`);
+  };
+  const { broker } = await openTestBroker();
+  const logger = new MemoryLogger();
+  const node = await ClusterNode.start({
+    etcd,
+    clock: systemClock,
+    prng: new Prng(1),
+    logger,
+    prefix,
+    nodeId: 1,
+    advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
+    dataDirId: "dir-1",
+    dataDir: null,
+    newClusterId: "c1",
+    leaseTtlSeconds: 30,
+    broker,
+    replicas: () => replicas,
+    rebalanceMs: 0,
+  });
+  onTestFinished(() => node.close());
+  const stored = async (topic: string, partition: number) =>
+    (await etcd.get(`${prefix}/group_offsets/g/${topic}/${partition}`))?.value;
+  return { node, logger, stored, writes: () => offsetWrites };
+}
+
+describe("a group commit's etcd write that etcd failed (attack13 F2)", () => {
+  it("is sent again after a write that may have been applied, and after an election", async () => {
+    const { node, logger, stored, writes } = await nodeWithFailingCommits([
+      { code: "indeterminate", applied: true },
+      { code: "unavailable", applied: false },
+      { code: "indeterminate", applied: false },
+    ]);
+    const claimed = await node.claimGroupGeneration("g", 1);
+    expect(claimed).not.toBeNull();
+    const ok = await node.saveGroupOffsets(
+      "g",
+      [
+        { topic: "t", partition: 0, offset: 42 },
+        { topic: "t", partition: 1, offset: 7 },
+      ],
+      claimed!.claim,
+    );
+    expect(ok).toBe(true);
+    expect(writes()).toBe(4);
+    expect(await stored("t", 0)).toBe("42");
+    expect(await stored("t", 1)).toBe("7");
+    const retries = logger.events.filter((e) => e.event === "cluster.group_offsets_retry");
+    expect(retries.map((e) => e.fields.retry_in_ms)).toEqual([100, 200, 400]);
+    expect(retries.map((e) => e.level)).toEqual(["warn", "warn", "warn"]);
+  });
+
+  it("is still refused by a claim another broker took, and an error etcd gave is not retried", async () => {
+    const { node, stored, writes } = await nodeWithFailingCommits([
+      { code: "invalid_argument", applied: false },
+    ]);
+    const claimed = await node.claimGroupGeneration("g", 1);
+    const refused = await node
+      .saveGroupOffsets("g", [{ topic: "t", partition: 0, offset: 5 }], claimed!.claim)
+      .catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(BrokerError);
+    expect((refused as BrokerError).kind).toBe(Errors.unavailable);
+    expect((refused as Error).message).toMatch(
+      /Cannot replicate the offsets of group "g": .*invalid_argument/,
+    );
+    expect(writes()).toBe(1);
+    // Another broker claims the group: the retried write's compare fails, nothing is stored.
+    await node.claimGroupGeneration("g", 2);
+    expect(
+      await node.saveGroupOffsets("g", [{ topic: "t", partition: 0, offset: 9 }], claimed!.claim),
+    ).toBe(false);
+    expect(await stored("t", 0)).toBeUndefined();
+  });
+});
