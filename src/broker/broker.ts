@@ -127,6 +127,30 @@ export interface BrokerObservation {
   unavailableGroups: number;
 }
 
+/**
+ * Waits for replication to commit records this leader has appended (cluster mode). A refusal now
+ * (`not_enough_replicas`, `not_leader`, a lost lease, ...) comes after the append: the records are
+ * in the leader's log, unacknowledged, and may still be committed (the ISR grows back) or be
+ * truncated (a new leader). The error says so, in its message and in `details.may_be_stored`
+ * (docs/cluster.md "What is guaranteed, and what is not"), so a client that does not resend
+ * idempotently knows a resend may store them twice; a refusal before the append (the leader
+ * check) has no such mark.
+ * Kafka answers the same case NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+ */
+async function afterAppend(committed: Promise<void> | null): Promise<void> {
+  if (committed === null) return;
+  try {
+    await committed;
+  } catch (err) {
+    if (!(err instanceof BrokerError)) throw err;
+    throw new BrokerError(
+      err.kind,
+      `${err.message}; the records were appended on the leader before this and are not acknowledged: they may be stored (a resend with the same producer id and sequence is answered as a duplicate)`,
+      { ...err.details, may_be_stored: true },
+    );
+  }
+}
+
 /** The broker over one data directory. See the module comment. */
 export class LocalBroker implements Broker {
   #clock: Clock;
@@ -511,7 +535,7 @@ export class LocalBroker implements Broker {
         const appended = this.#append(topic, p, b, fences?.get(p));
         if (replication === null) return appended;
         return appended.then(async (r) => {
-          await replication.awaitCommitted(topic.name, p, r.baseOffset + r.count);
+          await afterAppend(replication.awaitCommitted(topic.name, p, r.baseOffset + r.count));
           return r;
         });
       }),
@@ -552,7 +576,7 @@ export class LocalBroker implements Broker {
       // A duplicate too: its records may not be committed yet (the first try was not acknowledged).
       let end = 0;
       for (const span of result.spans) end = Math.max(end, span.baseOffset + span.count);
-      await replication.awaitCommitted(topic.name, partition, end);
+      await afterAppend(replication.awaitCommitted(topic.name, partition, end));
     }
     return result;
   }
@@ -633,7 +657,7 @@ export class LocalBroker implements Broker {
     partition: number,
     r: { baseOffset: number; count: number },
   ): Promise<ProduceResult> {
-    await replication.awaitCommitted(topic, partition, r.baseOffset + r.count);
+    await afterAppend(replication.awaitCommitted(topic, partition, r.baseOffset + r.count));
     return { spans: [{ partition, baseOffset: r.baseOffset, count: r.count }] };
   }
 

@@ -9,6 +9,7 @@ import {
   clientTimeoutMsDefault,
   GroupConsumer,
   IdempotentProducer,
+  mayBeStored,
   producerInFlightDefault,
   type FetchResponse,
   type TcpClient,
@@ -221,11 +222,23 @@ export async function connectRouted(
   values: BrokerValues,
   groups = false,
 ): Promise<{ cluster: ClusterClient; client: TcpClient; routed: boolean }> {
+  let toldAt = Number.NEGATIVE_INFINITY;
   const cluster = await ClusterClient.connect({
     bootstrap: brokerList(values),
     apiKey: readApiKey(values),
     tls: clientTlsOptions(values),
     timeoutMs: intOption("timeout-ms", values["timeout-ms"], clientTimeoutMsDefault, 1, 3_600_000),
+    // A cluster's refusals a retry fixes (no leader yet, ISR below its minimum) can last long:
+    // say so on stderr, at most every 5 s, rather than wait in silence.
+    onRetry: (err) => {
+      if (!(err instanceof ClientError) || err.tcp === -1) return; // not an answer: a lost connection
+      const now = performance.now();
+      if (now - toldAt < 5000) return;
+      toldAt = now;
+      process.stderr.write(
+        `es-broker: the broker answered ${err.code} (${err.message}): retrying\n`,
+      );
+    },
   });
   try {
     return {
@@ -528,7 +541,7 @@ export async function produce(argv: string[]): Promise<number> {
 }
 
 /** A produce request of `es-broker produce` that failed, with the input lines of its records. */
-class FailedBatch extends Error {
+export class FailedBatch extends Error {
   /**
    * @param sent false for a batch that never left (no connection to send it on): nothing of it
    *   can be stored.
@@ -546,11 +559,12 @@ class FailedBatch extends Error {
 const producedRangesMax = 64;
 
 /** Input lines of `es-broker produce` whose batches the broker acknowledged, as merged ranges. */
-class ProducedLines {
+export class ProducedLines {
   count = 0;
   /** Sorted, disjoint, non-adjacent [first, last] line ranges; null once over producedRangesMax. */
   #ranges: [number, number][] | null = [];
 
+  /** Records the input lines of an acknowledged batch (1-based line numbers). */
   add(lines: number[]): void {
     this.count += lines.length;
     for (const line of lines) {
@@ -609,7 +623,10 @@ class ProducedLines {
         .replace(`record ${index} `, "the line's ")
         .replace(/; nothing was appended$/, `; nothing of its batch (${batchSpan}) was appended`);
     } else where = `the batch of ${batchSpan} of standard input`;
-    const uncertain = failed.sent && isAnswerLost(err);
+    const lost = failed.sent && isAnswerLost(err);
+    // Refused after the leader appended it (cluster mode): as uncertain as a lost answer.
+    const appended = failed.sent && !lost && mayBeStored(err);
+    const uncertain = lost || appended;
     const ranges = this.#ranges;
     let before: string;
     if (this.count === 0) before = "no records were produced";
@@ -626,7 +643,10 @@ class ProducedLines {
       // command ends here, naming the first line a resend must start from.
       const first = lines[0];
       where = `line ${first} of standard input`;
-      message = `the acknowledgement of its batch (${batchSpan}) was lost (${message}): that batch may or may not be stored, so it is not sent again; check the topic before sending from line ${first} again (produce --producer-id resends without duplicates), and the rest of standard input was not read`;
+      const what = appended
+        ? `its batch (${batchSpan}) was refused after the leader had appended it (${message})`
+        : `the acknowledgement of its batch (${batchSpan}) was lost (${message})`;
+      message = `${what}: that batch may or may not be stored, so it is not sent again; check the topic before sending from line ${first} again (produce --producer-id resends without duplicates), and the rest of standard input was not read`;
       before = before.replace(/, none from line \d+ on$/, "");
     } else if (!failed.sent) message += ` (the batch of ${batchSpan} was not sent)`;
     message = `${where}: ${message}; ${before}`;

@@ -122,6 +122,7 @@ export {
   type ClusterClientOptions,
   type LeaderRouter,
   isRoutingError,
+  mayBeStored,
 } from "./cluster.ts";
 export {
   expandSpans,

@@ -8,10 +8,11 @@
  * Works against a single node too: its metadata has no cluster, and every call goes to the
  * bootstrap broker.
  *
- * Retries and duplicates: a plain produce retried after `not_enough_replicas` or a lost
- * connection may have been stored the first time (at-least-once); use {@link IdempotentProducer}
- * with `router` for exactly-once appends: it keeps each batch's sequence across retries, so a
- * new leader answers a resent batch as a duplicate.
+ * Retries and duplicates: a plain produce is retried only while it was certainly not stored
+ * (refused before the leader appended it, or never sent); one whose answer was lost or that was
+ * refused after the append (`details.may_be_stored`) fails, since a resend could store it twice.
+ * Use {@link IdempotentProducer} with `router` for exactly-once appends: it keeps each batch's
+ * sequence across retries, so a new leader answers a resent batch as a duplicate.
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { Errors } from "../broker/errors.ts";
@@ -52,6 +53,8 @@ export interface ClusterClientOptions extends Omit<TcpClientOptions, "host" | "p
   retryTimeoutMs?: number;
   /** Wait before the first retry, doubling up to 1 s (default 50 ms). */
   retryBackoffMs?: number;
+  /** Called with the error before each retry (e.g. to tell a user why a call is taking long). */
+  onRetry?: (err: unknown) => void;
 }
 
 /** Error codes after which the metadata is read again and the call retried. */
@@ -66,6 +69,20 @@ const routingCodes = new Set<string>([
 /** Whether `err` means "ask the (new) leader again". */
 export function isRoutingError(err: unknown): boolean {
   return err instanceof ClientError && routingCodes.has(err.code);
+}
+
+/**
+ * Whether a produce that failed with `err` after it was sent may still have been stored: its
+ * answer was lost (`connection_closed`, `timeout`), or the leader refused it after appending it
+ * (`details.may_be_stored`: docs/cluster.md "What is guaranteed, and what is not").
+ */
+export function mayBeStored(err: unknown): boolean {
+  return (
+    err instanceof ClientError &&
+    (err.code === "connection_closed" ||
+      err.code === "timeout" ||
+      err.details?.may_be_stored === true)
+  );
 }
 
 /**
@@ -235,14 +252,18 @@ export class ClusterClient implements LeaderRouter {
    * Runs `fn` until it succeeds, reading the metadata again and backing off after each routing
    * error, until `retryTimeoutMs`. Other errors reject at once.
    */
-  async withRetries<T>(fn: () => Promise<T>): Promise<T> {
+  async withRetries<T>(
+    fn: () => Promise<T>,
+    retriable: (err: unknown) => boolean = isRoutingError,
+  ): Promise<T> {
     const deadline = Date.now() + (this.#options.retryTimeoutMs ?? 30_000);
     const base = this.#options.retryBackoffMs ?? 50;
     for (let attempt = 0; ; attempt++) {
       try {
         return await fn();
       } catch (err) {
-        if (!isRoutingError(err) || Date.now() >= deadline || this.#closed) throw err;
+        if (!retriable(err) || Date.now() >= deadline || this.#closed) throw err;
+        this.#options.onRetry?.(err);
         await sleep(Math.min(1000, base * 2 ** Math.min(attempt, 10)));
         await this.refresh().catch(() => {});
       }
@@ -250,7 +271,13 @@ export class ClusterClient implements LeaderRouter {
   }
 
   /**
-   * Produces to one partition through its leader (retried as the module comment says).
+   * Produces to one partition through its leader, retried (as the module comment says) only
+   * while the batch was certainly not stored: a refusal before the leader appended it, or no
+   * connection to the leader. A batch whose answer was lost (the connection closed or the request
+   * timed out after it was sent) or that the leader refused after appending it
+   * (`details.may_be_stored`, e.g. `not_enough_replicas` once the ISR shrank) is not sent again:
+   * it may be stored, and a second copy would be a duplicate. Use {@link IdempotentProducer} to
+   * resend such batches safely.
    * @throws ClientError as {@link TcpClient.produce}.
    */
   produce(
@@ -258,8 +285,14 @@ export class ClusterClient implements LeaderRouter {
     records: readonly ProduceRecord[] | EntryBatch,
     options: { partition: number },
   ): Promise<ProduceResult> {
-    return this.withRetries(async () =>
-      (await this.leader(topic, options.partition)).produce(topic, records, options),
+    let sent = false;
+    return this.withRetries(
+      async () => {
+        const leader = await this.leader(topic, options.partition);
+        sent = !leader.closed;
+        return leader.produce(topic, records, options);
+      },
+      (err) => isRoutingError(err) && !(sent && mayBeStored(err)),
     );
   }
 

@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ClusterClient } from "../../src/client/client.ts";
+import { ClusterClient, mayBeStored } from "../../src/client/client.ts";
 import type { EtcdEvent } from "../../src/cluster/etcd.ts";
 import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
@@ -115,6 +115,7 @@ describe("cluster: a lost membership lease is not a restart", () => {
     let producing = true;
     const acked = [0, 0, 0];
     const failures: string[] = [];
+    const uncertain = [0, 0, 0];
     let longestGapMs = 0;
     const loops = [0, 1, 2].map(async (partition) => {
       await waitFor("the partition's leader", async () =>
@@ -131,7 +132,10 @@ describe("cluster: a lost membership lease is not a restart", () => {
           longestGapMs = Math.max(longestGapMs, Date.now() - last);
           last = Date.now();
         } catch (err) {
-          failures.push(`partition ${partition}: ${(err as Error).message}`);
+          // Appended, then refused while the leader's lease was not live: a plain produce is not
+          // sent again (it may be stored: docs/cluster.md "What is guaranteed, and what is not").
+          if (mayBeStored(err)) uncertain[partition]++;
+          else failures.push(`partition ${partition}: ${(err as Error).message}`);
         }
         await sleep(20);
       }
@@ -177,7 +181,7 @@ describe("cluster: a lost membership lease is not a restart", () => {
     }
     const lost = leasesLost();
     console.log(
-      `cluster-lease: ${lost} lease losses, ${acked.join("/")} records acknowledged, longest wait for an ack ${longestGapMs} ms`,
+      `cluster-lease: ${lost} lease losses, ${acked.join("/")} records acknowledged, ${uncertain.join("/")} refused after the append, longest wait for an ack ${longestGapMs} ms`,
     );
     expect(failures).toEqual([]);
     expect(acked.every((n) => n > 20)).toBe(true);

@@ -11,7 +11,12 @@ import { connect, createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import type { LocalBroker } from "../../src/broker/broker.ts";
-import { TcpClient } from "../../src/client/client.ts";
+import {
+  type ClientError,
+  ClusterClient,
+  TcpClient,
+  mayBeStored,
+} from "../../src/client/client.ts";
 import {
   formatPartitionState,
   initialPartitionState,
@@ -413,6 +418,47 @@ describe("replication", () => {
     expect(await storedBytes(c.node(1).broker, "orders")).toEqual(bytes);
   });
 
+  it("a router resends a produce refused before the append, never one refused after it", async () => {
+    const c = await cluster3({ replicaLagMs: 400 });
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const retries: string[] = [];
+    const router = await ClusterClient.connect({
+      bootstrap: [{ host: "127.0.0.1", port: c.node(1).port }],
+      retryTimeoutMs: 1000,
+      onRetry: (e) => retries.push((e as ClientError).code),
+    });
+    try {
+      await router.produce("orders", records(["a"]), { partition: 0 });
+      await c.stopReplication(2);
+      await c.stopReplication(3);
+      // In flight when the ISR shrinks: appended, not acknowledged, and not sent again.
+      const appended = await router
+        .produce("orders", records(["b"]), { partition: 0 })
+        .catch((e: unknown) => e);
+      expect(appended).toMatchObject({
+        code: "not_enough_replicas",
+        details: { may_be_stored: true },
+      });
+      expect(retries).toEqual([]);
+      await waitFor(
+        async () => (await c.state("orders")).state.isr.join() === "1",
+        "the ISR to shrink to [1]",
+      );
+      // Refused before any append, on every try until the router's retry time runs out.
+      const refused = await router
+        .produce("orders", records(["c"]), { partition: 0 })
+        .catch((e: unknown) => e);
+      expect(refused).toMatchObject({ code: "not_enough_replicas" });
+      expect((refused as ClientError).details?.may_be_stored).toBeUndefined();
+      expect(retries.length).toBeGreaterThan(2);
+      expect(new Set(retries)).toEqual(new Set(["not_enough_replicas"]));
+      // "b" once, "c" never: the leader's log holds a and b.
+      expect(c.node(1).broker.partitionLog("orders", 0).logEndOffset).toBe(2);
+    } finally {
+      await router.close();
+    }
+  });
+
   it("refuses writes below min ISR and takes a follower back only once it reached the log end (#27a)", async () => {
     const c = await cluster3({ replicaLagMs: 400 });
     await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
@@ -422,7 +468,13 @@ describe("replication", () => {
     await c.stopReplication(3);
     // A write in flight when the ISR shrinks below its minimum fails, retriably: it never hangs.
     const waiting = leader.produce("orders", records(["c"]), { partition: 0 });
-    await expectCode(waiting, "not_enough_replicas");
+    // Refused after the leader appended it: the answer says it may be stored (broker.ts
+    // `afterAppend`), so a client that does not resend idempotently does not resend it.
+    await expect(waiting).rejects.toMatchObject({
+      code: "not_enough_replicas",
+      details: { may_be_stored: true },
+      message: expect.stringMatching(/appended on the leader .* they may be stored/),
+    });
     await waitFor(
       async () => (await c.state("orders")).state.isr.join() === "1",
       "the ISR to shrink to [1]",
@@ -430,10 +482,11 @@ describe("replication", () => {
     const shrunk = (await c.state("orders")).state;
     expect(shrunk.elr.sort()).toEqual([2, 3]);
     expect(shrunk.committed_offset).toBe(2);
-    await expectCode(
-      leader.produce("orders", records(["d"]), { partition: 0 }),
-      "not_enough_replicas",
-    );
+    // Refused before any append: nothing stored, no such mark, and a router may resend it.
+    const before = await leader.produce("orders", records(["d"]), { partition: 0 }).catch((e) => e);
+    expect(before).toMatchObject({ code: "not_enough_replicas" });
+    expect(before.details?.may_be_stored).toBeUndefined();
+    expect(mayBeStored(before)).toBe(false);
     const fetched = await leader.fetch({ topic: "orders", partition: 0, offset: 0 });
     expect(fetched.highWatermark).toBe(2);
     const leaderEnd = c.node(1).broker.partitionLog("orders", 0).logEndOffset;

@@ -88,6 +88,7 @@ const K = {
   topicAuthorizationFailed: 29,
   groupAuthorizationFailed: 30,
   clusterAuthorizationFailed: 31,
+  notEnoughReplicasAfterAppend: 20,
   invalidRequiredAcks: 21,
   unsupportedSaslMechanism: 33,
   illegalSaslState: 34,
@@ -146,7 +147,8 @@ export interface KafkaServed {
  * caller's log). From the group apis (`group`), `unavailable` is COORDINATOR_NOT_AVAILABLE (15),
  * `not_leader` (cluster mode: not the coordinator) NOT_COORDINATOR (16) and
  * a `forbidden` that names no topic (the role, or the group) is GROUP_AUTHORIZATION_FAILED (30);
- * a refused topic stays TOPIC_AUTHORIZATION_FAILED (29).
+ * a refused topic stays TOPIC_AUTHORIZATION_FAILED (29); `not_enough_replicas` after the records
+ * were appended is NOT_ENOUGH_REPLICAS_AFTER_APPEND (20).
  */
 function codeOf(error: unknown, group = false): number {
   if (!(error instanceof BrokerError)) return K.unknownServerError;
@@ -155,6 +157,9 @@ function codeOf(error: unknown, group = false): number {
   if (group && error.kind === Errors.notLeader) return K.notCoordinator;
   if (group && error.kind === Errors.forbidden && error.details?.topic === undefined)
     return K.groupAuthorizationFailed;
+  // Refused after the leader appended the records (broker.ts `afterAppend`): Kafka's own code.
+  if (error.kind === Errors.notEnoughReplicas && error.details?.may_be_stored === true)
+    return K.notEnoughReplicasAfterAppend;
   return kafkaErrorCode(error.kind);
 }
 
