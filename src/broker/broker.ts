@@ -8,6 +8,7 @@
  * a {@link BrokerError} with a row of the error table.
  */
 import type { ColdStore } from "../storage/cold-objects.ts";
+import { onAbort } from "../lib/abort.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import { type Metrics, noMetrics } from "../lib/metrics.ts";
@@ -803,7 +804,7 @@ export class LocalBroker implements Broker {
             unsubscribeLog();
             unsubscribeSeam();
             timer.cancel();
-            signal?.removeEventListener("abort", finish);
+            unsubscribeAbort?.();
             resolve();
           };
           const check = () => {
@@ -812,7 +813,8 @@ export class LocalBroker implements Broker {
           const unsubscribeLog = log.subscribe(check);
           const unsubscribeSeam = replication.watchReadLimit(topic, partition, check);
           const timer = this.#clock.setTimer(waitMs, finish);
-          signal?.addEventListener("abort", finish);
+          // One listener per signal (lib/abort.ts): a connection's long-polls share its signal.
+          const unsubscribeAbort = signal === undefined ? null : onAbort(signal, finish);
         });
         replication.checkLeader(topic, partition);
       }

@@ -27,6 +27,7 @@
  * Acknowledgements are untouched: this is only the reading side, which serves records below the
  * high watermark, i.e. already durable.
  */
+import { onAbort } from "../lib/abort.ts";
 import type { Clock, Timer } from "../lib/clock.ts";
 import type { PartitionLog, PartitionRead } from "../storage/partition.ts";
 
@@ -154,6 +155,7 @@ export class PartitionTails {
         resolve();
         return;
       }
+      let unsubscribeAbort: (() => void) | null = null;
       const waiter: Waiter = {
         offset,
         finish: () => {
@@ -161,7 +163,7 @@ export class PartitionTails {
           timer?.cancel();
           // Removed, not left for the signal's abort: a listener left on a combined signal
           // (`AbortSignal.any`, as the access view passes) keeps that signal alive for good.
-          signal?.removeEventListener("abort", waiter.finish);
+          unsubscribeAbort?.();
           if (tail.waiters.size === 0) {
             tail.unsubscribe?.();
             tail.unsubscribe = null;
@@ -174,7 +176,8 @@ export class PartitionTails {
       tail.waiters.add(waiter);
       tail.unsubscribe ??= log.subscribe(() => this.#moved(log, tail));
       const timer = waitMs === null ? null : this.#clock.setTimer(waitMs, waiter.finish);
-      signal?.addEventListener("abort", waiter.finish);
+      // One listener per signal (lib/abort.ts): a connection's long-polls share its signal.
+      if (signal !== undefined) unsubscribeAbort = onAbort(signal, waiter.finish);
     });
   }
 

@@ -49,6 +49,7 @@ import { BrokerError, Errors } from "../broker/errors.ts";
 import type { ProducerStates } from "../broker/producers/state.ts";
 import type { ReplicationSeam } from "../broker/replication.ts";
 import type { ReplicaFetchRequest, ReplicaFetchResult } from "../broker/types.ts";
+import { onAbort } from "../lib/abort.ts";
 import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { fetchBytesDefault, fetchRecordsMax, replicaRecentBytesMax } from "../lib/limits.ts";
@@ -841,6 +842,7 @@ export class ReplicaManager implements ReplicationSeam {
   ): Promise<void> {
     return new Promise((resolve) => {
       let done = false;
+      let unsubscribeAbort: (() => void) | null = null;
       const finish = () => {
         if (done) return;
         done = true;
@@ -848,7 +850,7 @@ export class ReplicaManager implements ReplicationSeam {
         unsubscribeWrites();
         r.listeners.delete(check);
         timer.cancel();
-        signal?.removeEventListener("abort", finish);
+        unsubscribeAbort?.();
         resolve();
       };
       const check = () => {
@@ -865,7 +867,8 @@ export class ReplicaManager implements ReplicationSeam {
       const unsubscribeWrites = r.log.subscribeWrites(check);
       r.listeners.add(check);
       const timer = this.#o.clock.setTimer(waitMs, finish);
-      signal?.addEventListener("abort", finish);
+      // One listener per signal (lib/abort.ts): waits in flight on a connection share its signal.
+      if (signal !== undefined) unsubscribeAbort = onAbort(signal, finish);
       if (signal?.aborted) finish();
     });
   }

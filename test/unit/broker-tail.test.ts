@@ -277,4 +277,36 @@ describe("PartitionTails", () => {
     expect(timedOut).toBe(true);
     expect(log.listeners.size).toBe(0);
   });
+
+  it("puts one abort listener on a signal however many long-polls share it (attack14b F6)", async () => {
+    // Node warns (plain text on stderr) from the 11th listener on one signal; a connection's
+    // long-polls all wait on its signal.
+    const log = new FakeLog();
+    const clock = new ManualClock();
+    const tails = new PartitionTails(clock);
+    const connection = new AbortController();
+    const adds = vi.spyOn(connection.signal, "addEventListener");
+    const removes = vi.spyOn(connection.signal, "removeEventListener");
+    let ended = 0;
+    for (let i = 0; i < 20; i++)
+      void tails.wait(asLog(log), 0, 100 + i, connection.signal).then(() => ended++);
+    expect(adds).toHaveBeenCalledTimes(1);
+    clock.advance(105);
+    await flush();
+    expect(ended).toBe(6);
+    expect(removes).not.toHaveBeenCalled();
+    // The last one to end takes the listener off.
+    clock.advance(20);
+    await flush();
+    expect(ended).toBe(20);
+    expect(removes).toHaveBeenCalledTimes(1);
+    // The next waits put one on again, and the abort still ends them all.
+    for (let i = 0; i < 12; i++)
+      void tails.wait(asLog(log), 0, 5000, connection.signal).then(() => ended++);
+    expect(adds).toHaveBeenCalledTimes(2);
+    connection.abort();
+    await flush();
+    expect(ended).toBe(32);
+    expect(log.listeners.size).toBe(0);
+  });
 });

@@ -36,6 +36,7 @@
  *
  * Time comes from the {@link Clock}; nothing here touches `node:*`.
  */
+import { onAbort } from "../../lib/abort.ts";
 import type { Clock, Timer } from "../../lib/clock.ts";
 import { errorMessage } from "../../lib/errors.ts";
 import type { Logger } from "../../lib/logger.ts";
@@ -1032,13 +1033,14 @@ export class StreamService implements Streams {
     return new Promise((resolve) => {
       const log = s.topic.partitions[0];
       let done = false;
+      let unsubscribeAbort: (() => void) | null = null;
       const finish = () => {
         if (done) return;
         done = true;
         unsubscribe();
         s.listeners.delete(check);
         timer.cancel();
-        signal?.removeEventListener("abort", finish);
+        unsubscribeAbort?.();
         resolve();
       };
       const check = () => {
@@ -1055,7 +1057,8 @@ export class StreamService implements Streams {
       const unsubscribe = log.subscribe(check);
       s.listeners.add(check);
       const timer = this.#clock.setTimer(waitMs, finish);
-      signal?.addEventListener("abort", finish);
+      // One listener per signal (lib/abort.ts): waits in flight on a connection share its signal.
+      if (signal !== undefined) unsubscribeAbort = onAbort(signal, finish);
       if (signal?.aborted) finish();
       check();
     });

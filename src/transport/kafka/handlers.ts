@@ -11,6 +11,7 @@ import type {
   ProduceResult,
   TopicDescription,
 } from "../../broker/types.ts";
+import { onAbort } from "../../lib/abort.ts";
 import {
   fetchBytesMax,
   fetchRecordsMax,
@@ -606,7 +607,8 @@ function fetch(
     // Nothing (enough) yet: long-poll every partition; the first to see records ends the others.
     const early = new AbortController();
     const stop = () => early.abort();
-    signal.addEventListener("abort", stop);
+    // One listener per signal (lib/abort.ts): the connection's fetches in flight share it.
+    const unsubscribe = onAbort(signal, stop);
     try {
       return await fetchAll(broker, wanted, {
         maxBytes,
@@ -615,7 +617,7 @@ function fetch(
         onRecords: stop,
       });
     } finally {
-      signal.removeEventListener("abort", stop);
+      unsubscribe();
     }
   });
   const encoded = response.then((results) => {
