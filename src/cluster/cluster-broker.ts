@@ -116,7 +116,8 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
    * to append here.
    * @throws BrokerError not_leader naming the one broker that leads every partition the request
    *   needs (the HTTP front door answers 307 to it); invalid_request when the records need
-   *   partitions led by different brokers (details.partitions: each with its leader);
+   *   partitions led by different brokers (details.partitions: each with its leader, and its
+   *   leader_tcp and leader_http when the leader is live);
    *   partition_not_found.
    */
   const routeProduce = (request: ProduceRequest): ProduceRequest => {
@@ -175,7 +176,11 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
           field: "records",
           partitions: spread.map(([partition, leader]) => {
             const at = node.brokers.get(leader);
-            return { partition, leader, ...(at === undefined ? {} : { leader_http: at.http }) };
+            return {
+              partition,
+              leader,
+              ...(at === undefined ? {} : { leader_tcp: at.tcp, leader_http: at.http }),
+            };
           }),
         },
       );

@@ -14,6 +14,7 @@ import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.t
 import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
 import { ensureDebianTool, promtool, promtoolCheckMetrics } from "../helpers/system-tools.ts";
 import {
+  ClientError,
   ClusterClient,
   GroupConsumer,
   IdempotentProducer,
@@ -398,6 +399,13 @@ describe("cluster mode: three brokers", () => {
     };
     // Keyed records for partitions 0 and 1 (different leaders): one clear 400 from any broker,
     // naming each partition's leader; nothing appended (curl -L used to loop for ever).
+    const tcpOf = (id: number) => m.brokers.find((b) => b.node_id === id)!.tcp;
+    const spreadDetails = [0, 1].map((p) => ({
+      partition: p,
+      leader: leaderOf(p),
+      leader_tcp: tcpOf(leaderOf(p)),
+      leader_http: urlOf(leaderOf(p)),
+    }));
     const before = await ends();
     for (const id of [1, 2, 3]) {
       const spread = [
@@ -411,10 +419,17 @@ describe("cluster mode: three brokers", () => {
       };
       expect(body.error.code).toBe("invalid_request");
       expect(body.error.message).toContain("led by different brokers");
-      expect(body.error.details.partitions).toEqual([
-        { partition: 0, leader: leaderOf(0), leader_http: urlOf(leaderOf(0)) },
-        { partition: 1, leader: leaderOf(1), leader_http: urlOf(leaderOf(1)) },
-      ]);
+      expect(body.error.details.partitions).toEqual(spreadDetails);
+      // The same refusal over TCP names the leaders' TCP addresses too (attack14b F7).
+      const direct = await TcpClient.connect(brokers.get(id)!.tcp);
+      try {
+        const refused = await direct.produce("orders", spread).catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(ClientError);
+        expect(refused).toMatchObject({ code: "invalid_request" });
+        expect((refused as ClientError).details?.partitions).toEqual(spreadDetails);
+      } finally {
+        await direct.close();
+      }
     }
     expect(await ends()).toEqual(before);
     // Keyless records: every broker keeps them on a partition it leads, no redirect.
