@@ -337,6 +337,11 @@ export interface ClusterPartitionInfo {
   replicas: number[];
   isr: number[];
   elr: number[];
+  /**
+   * The topic's `min_insync_replicas`: with fewer ISR members the leader refuses writes. In the
+   * HTTP answer (`GET /v1/cluster`) only; the TCP and Kafka Metadata answers leave it out.
+   */
+  min_insync_replicas?: number;
   /** Only in the leader's answer: its high watermark. */
   high_watermark?: number;
   /** Only in the leader's answer: its log end offset. */
@@ -674,6 +679,8 @@ export interface ReplicationSnapshot {
     role: "leader" | "follower" | "none";
     replicas: number;
     isr: number;
+    /** The topic's `min_insync_replicas`: below it the leader refuses writes. */
+    minInsyncReplicas: number;
     /** No leader now. */
     offline: boolean;
     leaderEpoch: number;

@@ -21,7 +21,9 @@ partition its leader ("none" now; -1 in --json), leader epoch, replicas, in-sync
 --json, when the leader did not answer), each follower's lag in records behind the leader's
 log end as the leader sees it (node:lag; ? = not fetched yet; asked of each leader's HTTP
 port), and status: ok, under-replicated (fewer in-sync replicas than replicas;
-under_replicated in --json) or offline (no leader). Then every link between brokers that
+under_replicated in --json), below-min-isr (fewer in-sync replicas than the topic's
+min_insync_replicas: every write is refused, not_enough_replicas; under_min_isr in --json) or
+offline (no leader). Then every link between brokers that
 fails (replica fetch: node A cannot fetch from node B, and why; "TLS:" marks a certificate
 not trusted or not naming its host, a refused client certificate, a plain-TCP peer; "links"
 in --json, every link). HTTPS ports are asked with the TLS options below. Exit 1 against a
@@ -47,6 +49,10 @@ interface PartitionStatus {
   isr: number[];
   elr: number[];
   under_replicated: boolean;
+  /** The topic's min_insync_replicas (null when no broker's HTTP port answered). */
+  min_insync_replicas: number | null;
+  /** Fewer in-sync replicas than min_insync_replicas: the leader refuses every write. */
+  under_min_isr: boolean;
   /** The leader's high watermark, null when the leader could not be asked. */
   high_watermark: number | null;
   /** As the leader reports them (null when its HTTP port could not be asked). */
@@ -66,8 +72,13 @@ async function brokerViews(
   apiKey: string | undefined,
   tls: ConnectionOptions | undefined,
   timeoutMs: number,
-): Promise<{ views: Map<string, ClusterPartitionInfo>; links: LinkStatus[] }> {
+): Promise<{
+  views: Map<string, ClusterPartitionInfo>;
+  minInsync: Map<string, number>;
+  links: LinkStatus[];
+}> {
   const views = new Map<string, ClusterPartitionInfo>();
+  const minInsync = new Map<string, number>();
   const links: LinkStatus[] = [];
   await Promise.all(
     m.brokers.map(async (b) => {
@@ -80,15 +91,18 @@ async function brokerViews(
           timeoutMs,
         })) as ClusterMetadata;
         for (const t of theirs.topics)
-          for (const p of t.partitions)
+          for (const p of t.partitions) {
             if (p.leader === b.node_id && p.followers !== undefined)
               views.set(`${t.name}/${p.partition}`, p);
+            if (p.min_insync_replicas !== undefined)
+              minInsync.set(`${t.name}/${p.partition}`, p.min_insync_replicas);
+          }
         for (const l of theirs.peer_links ?? []) links.push({ from: b.node_id, ...l });
       } catch {}
     }),
   );
   links.sort((a, b) => a.from - b.from || a.node_id - b.node_id);
-  return { views, links };
+  return { views, minInsync, links };
 }
 
 /** `es-broker cluster status`. */
@@ -134,7 +148,7 @@ export async function cluster(argv: string[]): Promise<number> {
       values["timeout-ms"] === undefined
         ? 5000
         : intOption("timeout-ms", values["timeout-ms"], clientTimeoutMsDefault, 1, 3_600_000);
-    const { views, links } = await brokerViews(
+    const { views, minInsync, links } = await brokerViews(
       m,
       readApiKey(values),
       clientTlsOptions(values),
@@ -162,6 +176,10 @@ export async function cluster(argv: string[]): Promise<number> {
               isr: p.isr,
               elr: p.elr,
               under_replicated: p.isr.length < p.replicas.length,
+              min_insync_replicas: minInsync.get(`${t.name}/${p.partition}`) ?? null,
+              under_min_isr:
+                p.isr.length <
+                (minInsync.get(`${t.name}/${p.partition}`) ?? Number.NEGATIVE_INFINITY),
               high_watermark: highWatermark,
               followers: views.get(`${t.name}/${p.partition}`)?.followers ?? null,
             };
@@ -215,7 +233,13 @@ export async function cluster(argv: string[]): Promise<number> {
           !p.followers || p.followers.length === 0
             ? "-"
             : p.followers.map((f) => `${f.node_id}:${f.lag < 0 ? "?" : f.lag}`).join(","),
-          p.leader === -1 ? "offline" : p.under_replicated ? "under-replicated" : "ok",
+          p.leader === -1
+            ? "offline"
+            : p.under_min_isr
+              ? "below-min-isr (writes refused)"
+              : p.under_replicated
+                ? "under-replicated"
+                : "ok",
         ]);
     const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
     for (const r of rows)

@@ -633,6 +633,7 @@ export class ClusterNode {
           role,
           replicas: state.replicas.length,
           isr: state.isr.length,
+          minInsyncReplicas: state.min_insync_replicas,
           offline,
           leaderEpoch: state.leader_epoch,
           highWatermark: role === "leader" ? (d?.high_watermark ?? null) : null,
@@ -711,6 +712,7 @@ export class ClusterNode {
               replicas: state.replicas,
               isr: state.isr,
               elr: state.elr,
+              min_insync_replicas: state.min_insync_replicas,
               ...(mine === undefined
                 ? {}
                 : {

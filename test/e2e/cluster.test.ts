@@ -598,12 +598,22 @@ describe("cluster mode: three brokers", () => {
       brokers: { node_id: number }[];
       topics: {
         name: string;
-        partitions: { leader: number; high_watermark: number; isr: number[] }[];
+        partitions: {
+          leader: number;
+          high_watermark: number;
+          isr: number[];
+          min_insync_replicas: number | null;
+          under_min_isr: boolean;
+        }[];
       }[];
     };
     expect(doc.brokers.map((b) => b.node_id)).toEqual([1, 2, 3]);
     const t = doc.topics.find((x) => x.name === "cli-topic")!;
     expect(t.partitions.reduce((n, p) => n + p.high_watermark, 0)).toBe(30);
+    for (const p of t.partitions) {
+      expect(p.min_insync_replicas).toBe(2);
+      expect(p.under_min_isr).toBe(false);
+    }
     // Each leader reports its two followers; with every record acknowledged, none lags.
     for (const p of t.partitions as unknown as {
       leader: number;
@@ -803,6 +813,9 @@ describe("cluster mode: three brokers", () => {
       const shrinkMs = Date.now() - killedAt;
       expect(gauge(shrunk, "esb_cluster_under_replicated_partitions")).toBeGreaterThanOrEqual(1);
       expect(gauge(shrunk, "esb_replica_isr_size", watched)).toBe(2);
+      // Two of three in sync meets min ISR 2: under-replicated, still writable.
+      expect(gauge(shrunk, "esb_cluster_under_min_isr_partitions")).toBe(0);
+      expect(gauge(shrunk, "esb_replica_under_min_isr", watched)).toBe(0);
       // The lease, then the controller's grace for a vanished registration (docs/cluster.md
       // "Riding out a lost lease"), then a pass and a scrape.
       expect(shrinkMs).toBeLessThan(leaseMs + lapseGraceMsDefault + 2_000 + scrapeEveryMs);

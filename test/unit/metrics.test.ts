@@ -130,4 +130,38 @@ describe("exposition writer", () => {
     expect(lines).toContain("esb_storage_fsync_duration_seconds_count 2");
     expect(lines).toContain("esb_storage_fsync_duration_seconds_sum 7.0003");
   });
+
+  it("counts partitions below their min ISR apart from merely under-replicated ones (cluster mode)", async () => {
+    const led = (partition: number, isr: number) => ({
+      topic: "pay",
+      partition,
+      role: "leader" as const,
+      replicas: 3,
+      isr,
+      minInsyncReplicas: 2,
+      offline: false,
+      leaderEpoch: 1,
+      highWatermark: 10,
+      fetchLag: null,
+    });
+    const text = await renderMetrics({
+      registry: registry(),
+      observe: async () => emptyObservation,
+      build: { version: "0.0.0", runtime: "test" },
+      replication: () => ({
+        controller: true,
+        membershipLive: true,
+        offlinePartitions: 0,
+        partitions: [led(0, 3), led(1, 2), led(2, 1)],
+      }),
+    });
+    const lines = samples(text);
+    expect(lines).toContain("esb_cluster_under_replicated_partitions 2");
+    expect(lines).toContain("esb_cluster_under_min_isr_partitions 1");
+    expect(lines.filter((l) => l.startsWith("esb_replica_under_min_isr{"))).toEqual([
+      'esb_replica_under_min_isr{topic="pay",partition="0"} 0',
+      'esb_replica_under_min_isr{topic="pay",partition="1"} 0',
+      'esb_replica_under_min_isr{topic="pay",partition="2"} 1',
+    ]);
+  });
 });

@@ -240,6 +240,11 @@ const schemas: Record<string, Schema> = {
               replicas: array(integer(0, 2_147_483_647)),
               isr: array(integer(0, 2_147_483_647), "In-sync replicas."),
               elr: array(integer(0, 2_147_483_647), "Eligible leader replicas."),
+              min_insync_replicas: integer(
+                1,
+                2_147_483_647,
+                "The topic's min_insync_replicas: with fewer ISR members the leader refuses writes.",
+              ),
               high_watermark: integer(0, Number.MAX_SAFE_INTEGER, "Only from the leader."),
               log_end_offset: integer(0, Number.MAX_SAFE_INTEGER, "Only from the leader."),
               followers: array(

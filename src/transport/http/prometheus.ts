@@ -299,6 +299,12 @@ function writeReplication(out: ExpositionWriter, r: ReplicationSnapshot): void {
   );
   out.sample({}, led.filter((p) => p.isr < p.replicas).length);
   out.family(
+    "esb_cluster_under_min_isr_partitions",
+    "gauge",
+    "Partitions this broker leads whose ISR is below their min_insync_replicas: they refuse every write (not_enough_replicas).",
+  );
+  out.sample({}, led.filter((p) => p.isr < p.minInsyncReplicas).length);
+  out.family(
     "esb_cluster_offline_partitions",
     "gauge",
     "Partitions of the cluster with no leader (their replicas are down or behind), as etcd's partition state says.",
@@ -336,6 +342,12 @@ function writeReplication(out: ExpositionWriter, r: ReplicationSnapshot): void {
     "1 if the ISR of a partition this broker leads is smaller than its replica set, else 0.",
     led,
     (p) => (p.isr < p.replicas ? 1 : 0),
+  );
+  family(
+    "esb_replica_under_min_isr",
+    "1 if the ISR of a partition this broker leads is below its min_insync_replicas (writes refused), else 0.",
+    led,
+    (p) => (p.isr < p.minInsyncReplicas ? 1 : 0),
   );
   family(
     "esb_replica_leader_epoch",
