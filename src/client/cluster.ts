@@ -29,6 +29,7 @@ import {
   TcpClient,
   type TcpClientOptions,
 } from "./client.ts";
+import { quote } from "../lib/quote.ts";
 import { ClientError } from "./errors.ts";
 import type { ProduceRecord } from "./records.ts";
 
@@ -251,13 +252,24 @@ export class ClusterClient implements LeaderRouter {
 
   /**
    * Produces to one partition through its leader (retried as the module comment says).
-   * @throws ClientError as {@link TcpClient.produce}.
+   * `options.partition` is required (docs/client.md "`ClusterClient`"): each partition has its
+   * own leader, so the client cannot leave the choice to a broker as with one broker (−1).
+   * @throws ClientError `invalid_request` without a partition number (at once, nothing sent); as
+   *   {@link TcpClient.produce}.
    */
   produce(
     topic: string,
     records: readonly ProduceRecord[] | EntryBatch,
     options: { partition: number },
   ): Promise<ProduceResult> {
+    const partition: unknown = options?.partition;
+    if (typeof partition !== "number" || !Number.isInteger(partition) || partition < 0)
+      return Promise.reject(
+        ClientError.fromKind(
+          Errors.invalidRequest,
+          `Cannot produce to topic ${JSON.stringify(topic)} through ClusterClient: the partition option is required (got ${partition === undefined ? "none" : quote(partition)}): each partition has its own leader; pick one by key (murmur2(key) % partitions, as a broker does) or round robin over partitionCount(topic)`,
+        ),
+      );
     return this.withRetries(async () =>
       (await this.leader(topic, options.partition)).produce(topic, records, options),
     );
