@@ -167,6 +167,9 @@ export const Errors = Object.freeze({
   /**
    * This broker does not lead the partition (it follows, or nobody leads now): ask the leader.
    * The message names the leader's node id when it is known (details: `leader`, −1 if none).
+   * On a produce it can also mean the records were appended by this broker while it led and it
+   * was deposed before acknowledging them: they may be stored (as after `not_enough_replicas`);
+   * an idempotent producer's resend is answered as a duplicate.
    */
   notLeader: kind("not_leader", 60, 503, true),
   /**

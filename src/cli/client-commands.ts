@@ -84,7 +84,9 @@ ${connectionHelp}
                            is answered, 1 to 5 (default 5, the batches the broker remembers per
                            producer and partition); 1 sends one at a time
   --reconnect-timeout-ms N how long to keep connecting again after the connection closed
-                           before the command fails (default 30000; 0: fail at once)
+                           before the command fails (default 30000; 0: fail at once); the
+                           first connect is not retried: when no --broker answers at start the
+                           command fails at once (exit 1), naming each address and why
   -h, --help               show this help
 `;
 
@@ -121,7 +123,9 @@ ${connectionHelp}
                            heartbeat (default 10000)
   --reconnect-timeout-ms N how long to keep connecting again after the connection closed
                            before the command fails (default: with --follow until stopped,
-                           else 30000; 0: fail at once)
+                           else 30000; 0: fail at once); the first connect is not retried:
+                           when no --broker answers at start the command fails at once
+                           (exit 1), naming each address and why
   -h, --help               show this help
 
 When the connection to the broker closes (a restart, an upgrade), it connects again (every

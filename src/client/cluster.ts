@@ -30,6 +30,7 @@ import {
   TcpClient,
   type TcpClientOptions,
 } from "./client.ts";
+import { quote } from "../lib/quote.ts";
 import { ClientError } from "./errors.ts";
 import type { ProduceRecord } from "./records.ts";
 
@@ -96,6 +97,24 @@ export function parseHostPort(text: string): { host: string; port: number } {
   return { host: m[1], port: Number(m[2]) };
 }
 
+/** `host:port`, `[v6]:port` for an IPv6 host. */
+function formatHostPort(b: { host: string; port: number }): string {
+  return b.host.includes(":") ? `[${b.host}]:${b.port}` : `${b.host}:${b.port}`;
+}
+
+/**
+ * Why one bootstrap broker did not answer, short: the system's error code (`ECONNREFUSED`,
+ * `ENOTFOUND`…) when the connect failed with one, else the message without its "Cannot connect
+ * to host:port: " opening.
+ */
+function failureReason(error: unknown): string {
+  const cause = error instanceof Error ? error.cause : undefined;
+  const code = (cause as { code?: unknown } | undefined)?.code;
+  if (typeof code === "string" && /^E[A-Z0-9_]+$/.test(code)) return code;
+  const message = error instanceof Error ? error.message : String(error);
+  return message.replace(/^Cannot connect to \S+: /, "");
+}
+
 /** See the module comment. */
 export class ClusterClient implements LeaderRouter {
   readonly #options: ClusterClientOptions;
@@ -112,8 +131,12 @@ export class ClusterClient implements LeaderRouter {
   }
 
   /**
-   * Connects to the first bootstrap broker that answers and reads the metadata.
-   * @throws ClientError from the last broker tried when none answers.
+   * Connects to the first bootstrap broker that answers and reads the metadata. Each is tried
+   * once, in order: the first connect is not retried.
+   * @throws ClientError the first error no retry fixes (a refused key, a bad certificate) as
+   *   that broker gave it; when none answers, the last error's code (`connection_closed`,
+   *   `timeout`) with a message naming every broker tried and why ("none of 3 bootstrap brokers
+   *   answered: 10.0.0.1:9092 (ECONNREFUSED), …"; one broker: its own error).
    */
   static async connect(options: ClusterClientOptions): Promise<ClusterClient> {
     if (options.bootstrap.length === 0)
@@ -121,18 +144,30 @@ export class ClusterClient implements LeaderRouter {
         Errors.invalidRequest,
         "Cannot connect: no bootstrap broker given",
       );
-    let last: unknown;
+    const failures: { address: string; error: unknown }[] = [];
     for (const b of options.bootstrap) {
+      let client: TcpClient | null = null;
       try {
-        const client = await TcpClient.connect({ ...options, host: b.host, port: b.port });
+        client = await TcpClient.connect({ ...options, host: b.host, port: b.port });
         const cluster = new ClusterClient(options, client);
         await cluster.refresh();
         return cluster;
       } catch (err) {
-        last = err;
+        void client?.close().catch(() => {});
+        if (!(err instanceof ClientError) || !err.retriable) throw err;
+        failures.push({ address: formatHostPort(b), error: err });
       }
     }
-    throw last;
+    const last = failures[failures.length - 1].error as ClientError;
+    if (failures.length === 1) throw last;
+    const reasons = failures.map(({ address, error }) => `${address} (${failureReason(error)})`);
+    throw new ClientError(
+      last.code,
+      last.tcp,
+      last.retriable,
+      `Cannot connect: none of ${failures.length} bootstrap brokers answered: ${reasons.join(", ")}`,
+      { cause: last },
+    );
   }
 
   /** The metadata last read (null on a single node). */
@@ -277,14 +312,25 @@ export class ClusterClient implements LeaderRouter {
    * timed out after it was sent) or that the leader refused after appending it
    * (`details.may_be_stored`, e.g. `not_enough_replicas` once the ISR shrank) is not sent again:
    * it may be stored, and a second copy would be a duplicate. Use {@link IdempotentProducer} to
-   * resend such batches safely.
-   * @throws ClientError as {@link TcpClient.produce}.
+   * resend such batches safely. `options.partition` is required (docs/client.md
+   * "`ClusterClient`"): each partition has its own leader, so the client cannot leave the choice
+   * to a broker as with one broker (−1).
+   * @throws ClientError `invalid_request` without a partition number (at once, nothing sent); as
+   *   {@link TcpClient.produce}.
    */
   produce(
     topic: string,
     records: readonly ProduceRecord[] | EntryBatch,
     options: { partition: number },
   ): Promise<ProduceResult> {
+    const partition: unknown = options?.partition;
+    if (typeof partition !== "number" || !Number.isInteger(partition) || partition < 0)
+      return Promise.reject(
+        ClientError.fromKind(
+          Errors.invalidRequest,
+          `Cannot produce to topic ${JSON.stringify(topic)} through ClusterClient: the partition option is required (got ${partition === undefined ? "none" : quote(partition)}): each partition has its own leader; pick one by key (murmur2(key) % partitions, as a broker does) or round robin over partitionCount(topic)`,
+        ),
+      );
     let sent = false;
     return this.withRetries(
       async () => {

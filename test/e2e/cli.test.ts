@@ -425,6 +425,56 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(group.offsets[0].committed).toBe(8);
   });
 
+  it("produce and consume with a --broker list none of which answers fail at once naming every address and why (attack13 F7)", async () => {
+    // Three ports nothing listens on any more: each connect is refused.
+    const ports = await Promise.all(
+      [0, 1, 2].map(
+        () =>
+          new Promise<number>((resolve) => {
+            const server = createServer();
+            server.listen(0, "127.0.0.1", () => {
+              const { port } = server.address() as AddressInfo;
+              server.close(() => resolve(port));
+            });
+          }),
+      ),
+    );
+    const list = ports.map((p) => `127.0.0.1:${p}`);
+    const named = new RegExp(
+      `^es-broker: connection_closed: Cannot connect: none of 3 bootstrap brokers answered: ${list
+        .map((a) => `${a.replaceAll(".", "\\.")} \\([^)]*ECONNREFUSED[^)]*\\)`)
+        .join(", ")}\n$`,
+    );
+    for (const args of [
+      ["produce", "t"],
+      ["consume", "t", "--follow"],
+    ]) {
+      const r = await runCli(
+        [...args, "--broker", list.join(",")],
+        new TextEncoder().encode("x\n"),
+      );
+      expect(r.code, r.stderr).toBe(1);
+      // The first connect is not retried (--help and README say so): no "reconnecting" line.
+      expect(r.stderr).toMatch(named);
+    }
+    // One address: its own error, as before.
+    const one = await runCli(
+      ["produce", "t", "--broker", list[0]],
+      new TextEncoder().encode("x\n"),
+    );
+    expect(one.code).toBe(1);
+    expect(one.stderr).toMatch(
+      /^es-broker: connection_closed: Cannot connect to 127\.0\.0\.1:\d+: .*ECONNREFUSED/,
+    );
+    // The help says the first connect is not retried.
+    for (const command of ["produce", "consume"]) {
+      const help = await runCli([command, "--help"]);
+      expect(help.stdout.toString().replace(/\s+/g, " ")).toContain(
+        "the first connect is not retried",
+      );
+    }
+  });
+
   it("an unknown command points to es-broker --help", async () => {
     const r = await runCli(["frobnicate"]);
     expect(r.code).toBe(2);

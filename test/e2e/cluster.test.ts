@@ -540,6 +540,13 @@ describe("cluster mode: three brokers", () => {
         const r = await routed.produce("orders", [{ value: `routed-${p}` }], { partition: p });
         expect(r.spans[0].partition).toBe(p);
       }
+      // Without a partition it refuses at once, saying the option is required (attack14b F9:
+      // it said "Partition undefined of topic ... does not exist").
+      const unrouted = await routed
+        .produce("orders", [{ value: "x" }], {} as { partition: number })
+        .catch((e: unknown) => e);
+      expect(unrouted).toMatchObject({ code: "invalid_request" });
+      expect(String((unrouted as Error).message)).toContain("the partition option is required");
       const producer = new IdempotentProducer({
         connect: () => TcpClient.connect(brokers.get(other)!.tcp),
         router: routed,

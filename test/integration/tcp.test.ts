@@ -7,7 +7,7 @@ import * as net from "node:net";
 import { describe, expect, it, onTestFinished, vi } from "vitest";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import type { Broker, FetchResult } from "../../src/broker/types.ts";
-import { ClientError, expandSpans, TcpClient } from "../../src/client/client.ts";
+import { ClientError, ClusterClient, expandSpans, TcpClient } from "../../src/client/client.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import {
   decodeListOffsetsResponse,
@@ -360,6 +360,31 @@ describe("TCP front door against LocalBroker", () => {
     const result = await client.produce("keyed", batch);
     expect(result.spans.length).toBe(1);
     expect(result.spans[0].count).toBe(3);
+  });
+
+  it("ClusterClient.produce without a partition number refuses at once, saying the option is required (attack14b F9)", async () => {
+    const { port } = await serveLocal();
+    const client = await connect(port);
+    await client.createTopic({ name: "cq", partitions: 2 });
+    const cluster = await ClusterClient.connect({ bootstrap: [{ host: "127.0.0.1", port }] });
+    onTestFinished(() => cluster.close());
+    // A JavaScript caller, or a partition computed as undefined (the type says it is required).
+    for (const options of [{}, { partition: undefined }, { partition: -1 }, { partition: 1.5 }]) {
+      const err = await rejection(
+        cluster.produce("cq", [{ value: "x" }], options as { partition: number }),
+      );
+      expect(err.code).toBe("invalid_request");
+      expect(err.retriable).toBe(false);
+      expect(err.message).toContain("the partition option is required");
+      expect(err.message).not.toContain("Partition undefined");
+    }
+    // Nothing was sent; a partition number goes through.
+    const ends = await Promise.all(
+      [0, 1].map((partition) => client.listOffsets({ topic: "cq", partition })),
+    );
+    expect(ends.map((e) => e.highWatermark)).toEqual([0, 0]);
+    const sent = await cluster.produce("cq", [{ value: "y" }], { partition: 1 });
+    expect(sent.spans[0]).toMatchObject({ partition: 1, baseOffset: 0 });
   });
 
   it("answers an unknown api with unsupported_api and keeps serving the same connection", async () => {
