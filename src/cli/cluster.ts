@@ -20,10 +20,12 @@ partition its leader ("none" now; -1 in --json), leader epoch, replicas, in-sync
 (ISR), eligible leader replicas (ELR), high watermark (asked of the leader; "?", null in
 --json, when the leader did not answer), each follower's lag in records behind the leader's
 log end as the leader sees it (node:lag; ? = not fetched yet; asked of each leader's HTTP
-port), and status: ok, under-replicated (fewer in-sync replicas than replicas;
-under_replicated in --json), below-min-isr (fewer in-sync replicas than the topic's
-min_insync_replicas: every write is refused, not_enough_replicas; under_min_isr in --json) or
-offline (no leader). Then every link between brokers that
+port), and status (the first that holds): offline (no leader), leader-not-live (the leader
+named is not a live broker: killed, until the controller moves its partitions), leader-
+unreachable (the leader did not answer for its high watermark), below-min-isr (fewer in-sync
+replicas than the topic's min_insync_replicas: every write is refused, not_enough_replicas;
+under_min_isr in --json), under-replicated (fewer in-sync replicas than replicas;
+under_replicated in --json) or ok; "status" in --json. Then every link between brokers that
 fails (replica fetch: node A cannot fetch from node B, and why; "TLS:" marks a certificate
 not trusted or not naming its host, a refused client certificate, a plain-TCP peer; "links"
 in --json, every link). HTTPS ports are asked with the TLS options below. Exit 1 against a
@@ -53,6 +55,8 @@ interface PartitionStatus {
   min_insync_replicas: number | null;
   /** Fewer in-sync replicas than min_insync_replicas: the leader refuses every write. */
   under_min_isr: boolean;
+  /** The first that holds of: offline, leader-not-live, leader-unreachable, below-min-isr, under-replicated, ok. */
+  status: string;
   /** The leader's high watermark, null when the leader could not be asked. */
   high_watermark: number | null;
   /** As the leader reports them (null when its HTTP port could not be asked). */
@@ -154,6 +158,7 @@ export async function cluster(argv: string[]): Promise<number> {
       clientTlsOptions(values),
       viewTimeoutMs,
     );
+    const live = new Set(m.brokers.map((b) => b.node_id));
     const status = await Promise.all(
       topics.map(async (t) => ({
         name: t.name,
@@ -168,6 +173,23 @@ export async function cluster(argv: string[]): Promise<number> {
                 ).highWatermark;
               } catch {}
             }
+            const minIsr = minInsync.get(`${t.name}/${p.partition}`) ?? null;
+            const underReplicated = p.isr.length < p.replicas.length;
+            const underMinIsr = minIsr !== null && p.isr.length < minIsr;
+            // A killed leader stays in etcd's state until its lease expires and the controller
+            // moves it: its partitions must not read "ok" meanwhile (newuser15 #6).
+            const state =
+              p.leader === -1
+                ? "offline"
+                : !live.has(p.leader)
+                  ? "leader-not-live"
+                  : highWatermark === null
+                    ? "leader-unreachable"
+                    : underMinIsr
+                      ? "below-min-isr"
+                      : underReplicated
+                        ? "under-replicated"
+                        : "ok";
             return {
               partition: p.partition,
               leader: p.leader,
@@ -175,11 +197,10 @@ export async function cluster(argv: string[]): Promise<number> {
               replicas: p.replicas,
               isr: p.isr,
               elr: p.elr,
-              under_replicated: p.isr.length < p.replicas.length,
-              min_insync_replicas: minInsync.get(`${t.name}/${p.partition}`) ?? null,
-              under_min_isr:
-                p.isr.length <
-                (minInsync.get(`${t.name}/${p.partition}`) ?? Number.NEGATIVE_INFINITY),
+              under_replicated: underReplicated,
+              min_insync_replicas: minIsr,
+              under_min_isr: underMinIsr,
+              status: state,
               high_watermark: highWatermark,
               followers: views.get(`${t.name}/${p.partition}`)?.followers ?? null,
             };
@@ -233,13 +254,7 @@ export async function cluster(argv: string[]): Promise<number> {
           !p.followers || p.followers.length === 0
             ? "-"
             : p.followers.map((f) => `${f.node_id}:${f.lag < 0 ? "?" : f.lag}`).join(","),
-          p.leader === -1
-            ? "offline"
-            : p.under_min_isr
-              ? "below-min-isr (writes refused)"
-              : p.under_replicated
-                ? "under-replicated"
-                : "ok",
+          p.status === "below-min-isr" ? "below-min-isr (writes refused)" : p.status,
         ]);
     const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
     for (const r of rows)

@@ -913,6 +913,23 @@ describe("cluster mode: three brokers", () => {
       const killedAt = Date.now();
       await brokers.get(victim)!.stop("SIGKILL");
       brokers.delete(victim);
+      // Before the failover, `cluster status` shows the dead leader's partitions as not ok
+      // (newuser15 #6: they read "ok" for ~8 s).
+      const status = await runCli([
+        "cluster",
+        "status",
+        "--broker",
+        `127.0.0.1:${brokers.get(other)!.tcp.port}`,
+        "--topic",
+        "orders",
+        "--json",
+      ]);
+      expect(status.code).toBe(0);
+      const doc = JSON.parse(status.stdout.toString()) as {
+        topics: { partitions: { leader: number; status: string }[] }[];
+      };
+      const dead = doc.topics[0].partitions.filter((q) => q.leader === victim);
+      for (const q of dead) expect(["leader-unreachable", "leader-not-live"]).toContain(q.status);
       // The next write waits out the failover (lease expiry, election) and is accepted.
       await send("after-0");
       const failoverMs = Date.now() - killedAt;
