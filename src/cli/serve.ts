@@ -1,8 +1,9 @@
 /**
  * `es-broker serve`: opens the data directory, starts the HTTP and TCP front doors (and the Kafka
  * listener with `--kafka-port`), prints one line saying where it listens, and shuts down
- * gracefully on SIGTERM or SIGINT (stop accepting, finish in-flight requests, fsync, close files,
- * exit 0); a second signal exits at once (130 / 143, `signals.ts`). SIGHUP reloads
+ * gracefully on SIGTERM or SIGINT (in a cluster, leave it first: docs/cluster.md "Leaving the
+ * cluster"; then stop accepting, finish in-flight requests, fsync, close files, exit 0); a second
+ * signal exits at once (130 / 143, `signals.ts`). SIGHUP reloads
  * the TLS certificate and key (and client CA, and in a cluster `--cluster-tls-ca`) and
  * `api_keys.json` without dropping connections;
  * a file that cannot be used is logged and the old material stays in force.
@@ -217,7 +218,9 @@ page and assets (the console asks for a key itself); Kafka clients use SASL/PLAI
 (user = the key's name or id, password = the key). A key file that cannot be read refuses the start.
 SIGHUP reloads the TLS files (also --cluster-etcd-*) and ${apiKeysFileName}; open connections keep
 working.
-SIGINT or SIGTERM: stop accepting, finish the requests in flight, fsync, close, exit 0; a second
+SIGINT or SIGTERM: stop accepting, finish the requests in flight, fsync, close, exit 0 (with
+--cluster it leaves the cluster first: no more produces as leader, its followers fetch what it
+wrote for at most 3 s, then its departure moves its leaderships at once); a second
 signal exits at once, with 130 (SIGINT) or 143 (SIGTERM). The same signal again within 1 s of the
 first is the same request (one Ctrl-C under deno task serve arrives twice).
 `;
@@ -978,6 +981,11 @@ export async function serve(argv: string[]): Promise<number> {
       void (async () => {
         let code = exitCode;
         try {
+          // A cluster broker leaves first, its ports still open (docs/cluster.md "Leaving the
+          // cluster"): it admits no produce, its followers fetch what it wrote (so what is in
+          // flight is acknowledged), then it departs and the controller moves its leaderships
+          // from full ISRs; what is left is answered not_leader (retriable).
+          await node?.leave();
           // Stop accepting on every port, let in-flight requests finish, then fsync and close files.
           const listenerClosed = listener!.close();
           stopEventLoopProbe();
@@ -988,7 +996,7 @@ export async function serve(argv: string[]): Promise<number> {
           await keys.close();
           await clusterState?.close();
           await mirrorTask?.stop();
-          // Leaving first: the lease is revoked, so the controller moves leadership at once.
+          // The node left above; this closes its etcd client.
           await node?.close();
           await broker.close();
           lock.release();

@@ -26,6 +26,7 @@ import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { Prng } from "../lib/prng.ts";
 import { Controller } from "./controller.ts";
+import { type LeaveDrain, leaveDrainMsDefault } from "./replica-manager.ts";
 import type { PeerLinkStatus } from "./peer-links.ts";
 import { type Etcd, EtcdError, type EtcdEvent, type EtcdWatch } from "./etcd.ts";
 import { logEndsKey, parsePartitionKey, partitionKey, topicKey } from "./keys.ts";
@@ -63,6 +64,11 @@ export interface ReplicaSink {
   logEndOffsets(): Map<string, number>;
   /** Membership lease lost / regained: while lost, nothing new is acknowledged. */
   setMembershipLive(live: boolean): void;
+  /**
+   * Leaving (`ReplicaManager.leave`): admit no produce and shrink no ISR, and resolve once the
+   * followers of every led partition hold its log (or after `drainMs`).
+   */
+  leave?(drainMs: number): Promise<LeaveDrain>;
   /** Drops a partition whose topic was deleted (called before the local topic is deleted). */
   forgetPartition?(topic: string, partition: number): Promise<void>;
   /** What this broker knows of its replicas (as leader: each follower's position and lag). */
@@ -155,6 +161,9 @@ export class ClusterNode {
   readonly #conflictsLogged = new Set<string>();
   #watch: EtcdWatch | null = null;
   #closed = false;
+  /** {@link leave}, once begun. */
+  #leaving: Promise<void> | null = null;
+  #closing: Promise<void> | null = null;
   /** Applies local changes one at a time, in etcd's order. */
   #applying: Promise<void> = Promise.resolve();
   #viewRevision = 0;
@@ -983,16 +992,59 @@ export class ClusterNode {
   }
 
   /**
-   * Leaves the cluster: stops watching and campaigning, closes replication, revokes the lease,
-   * and closes the etcd client (the node owns it from {@link ClusterNode.start} on).
+   * Leaves the cluster, in the order docs/cluster.md "Leaving the cluster" gives: replication
+   * stops admitting produces and shrinking ISRs and keeps serving replica fetches until the
+   * followers of every partition this broker leads hold its log (at most `drainMs`,
+   * {@link leaveDrainMsDefault} by default); then the node stops campaigning (and controlling),
+   * closes replication (what is still unacknowledged fails `not_leader`, retriable), records its
+   * departure and revokes its lease, so the controller moves the leaderships at once, electing
+   * from the ISRs as they were. Logs `cluster.left`. The view of etcd (metadata) and the etcd
+   * client stay until {@link close}. Idempotent; never throws.
    */
-  async close(): Promise<void> {
+  leave(drainMs: number = leaveDrainMsDefault): Promise<void> {
+    this.#leaving ??= this.#leave(drainMs);
+    return this.#leaving;
+  }
+
+  async #leave(drainMs: number): Promise<void> {
+    const { clock, logger, nodeId } = this.#o;
+    const started = clock.nowMs();
+    const drain = (await this.#replicas?.leave?.(drainMs)) ?? { led: 0, behind: [], waitedMs: 0 };
+    // No reconcile from here on, and no registering again when the revoked lease's key goes.
     this.#closed = true;
-    await this.#watch?.cancel();
-    await this.controller.close();
+    await this.controller.close().catch(() => {});
     await this.#applying.catch(() => {});
-    await this.#replicas?.close();
+    await this.#replicas
+      ?.close()
+      .catch((err: unknown) =>
+        logger.log("error", "cluster.replication_close_failed", { error: errorMessage(err) }),
+      );
     await this.membership.close();
-    await this.#o.etcd.close();
+    logger.log("info", "cluster.left", {
+      node_id: nodeId,
+      led: drain.led,
+      drain_ms: drain.waitedMs,
+      ...(drain.behind.length === 0
+        ? {}
+        : {
+            not_caught_up: drain.behind,
+            reason: `their in-sync followers had not fetched this broker's whole log within ${drainMs} ms: what they lack was never acknowledged, and its writers were answered not_leader`,
+          }),
+      ms: clock.nowMs() - started,
+    });
+  }
+
+  /**
+   * Leaves the cluster without waiting for followers ({@link leave} with no drain, unless it
+   * began already), stops watching, and closes the etcd client (the node owns it from
+   * {@link ClusterNode.start} on). Idempotent.
+   */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      await this.leave(0);
+      await this.#watch?.cancel();
+      await this.#o.etcd.close();
+    })();
+    return this.#closing;
   }
 }

@@ -40,6 +40,11 @@
  * - An ISR expansion is written only while etcd's registration of the node names the incarnation
  *   whose fetches caught up (read, then compared by `mod_revision` in the same transaction): a
  *   successor this broker's watch has not delivered yet never joins on its predecessor's fetches.
+ * - Leaving (SIGTERM: {@link ReplicaManager.leave}; docs/cluster.md "Leaving the cluster"): it
+ *   admits no produce append any more (`not_leader`, retriable, naming no leader), never shrinks
+ *   an ISR, and keeps serving replica fetches until every ISR follower holds its whole log (or a
+ *   bound passes), so what was appended is acknowledged and the controller elects from a full
+ *   ISR once the broker departs; then {@link ReplicaManager.close}.
  *
  * **Follower**: `follower.ts`, one fetch loop per partition to the leader's advertised TCP
  * address (from {@link ReplicaManager.setBrokers}). Its reads are capped at the leader's high
@@ -213,6 +218,23 @@ interface Replica {
   caughtUpMs: number;
 }
 
+/**
+ * Default bound of {@link ReplicaManager.leave}'s wait for the followers, in ms: a follower that
+ * fetches at all catches up within a fetch round trip and an fsync; one that does not (stalled,
+ * cut off) is given up on after this, and the broker leaves anyway.
+ */
+export const leaveDrainMsDefault = 3_000;
+
+/** What {@link ReplicaManager.leave} found (shown in the `cluster.left` log line). */
+export interface LeaveDrain {
+  /** Partitions this broker led when it began to leave. */
+  led: number;
+  /** "topic/partition" of those whose ISR followers had not caught up when the bound passed. */
+  behind: string[];
+  /** How long the wait took, ms. */
+  waitedMs: number;
+}
+
 /** One partition this broker follows, in {@link ReplicaManager.fetchLag}. */
 export interface FollowerFetchLag {
   topic: string;
@@ -240,6 +262,10 @@ export class ReplicaManager implements ReplicationSeam {
   #opening = new Map<string, Promise<Replica>>();
   #live = true;
   #closed = false;
+  /** Set by {@link leave}: no produce is admitted, no ISR is shrunk. */
+  #leaving = false;
+  /** While {@link leave} waits: checks whether every led partition has drained. */
+  #leaveCheck: (() => void) | null = null;
 
   constructor(options: ReplicaManagerOptions) {
     this.#o = options;
@@ -578,6 +604,7 @@ export class ReplicaManager implements ReplicationSeam {
     if (r === undefined || r.role !== "leader")
       throw this.#notLeader(r, undefined, `${topic}/${partition}`);
     if (!write) return r;
+    if (this.#leaving) throw this.#notLeader(r);
     if (!this.#leaseHeld()) throw this.#leaseLost(r);
     if (r.state.isr.length < r.state.min_insync_replicas) throw this.#notEnoughReplicas(r);
     return r;
@@ -601,6 +628,9 @@ export class ReplicaManager implements ReplicationSeam {
           `Cannot append to partition "${r.name}": it was admitted under leader epoch ${epoch}, and this broker now leads it at epoch ${r.epoch}; nothing was appended`,
           { leader_epoch: r.epoch },
         );
+      // Checked here too: a produce admitted just before the broker began to leave appends
+      // nothing, so the log end the followers must reach stops moving.
+      if (this.#leaving) throw this.#notLeader(r);
       if (!this.#leaseHeld()) throw this.#leaseLost(r);
     };
   }
@@ -797,6 +827,7 @@ export class ReplicaManager implements ReplicationSeam {
       f.lastCaughtUpMs = Math.max(f.lastCaughtUpMs, f.lastAnswerMs);
     this.#updateHighWatermark(r);
     this.#settle(r);
+    this.#leaveCheck?.();
     if (
       !r.state.isr.includes(id) &&
       // Only a broker registered live in etcd joins the ISR: never a node id a fetch merely claims.
@@ -925,6 +956,7 @@ export class ReplicaManager implements ReplicationSeam {
 
   #notify(r: Replica): void {
     for (const l of [...r.listeners]) l();
+    this.#leaveCheck?.();
   }
 
   /** ISR shrink (the module comment): checked every half `replica_lag_ms` while leading. */
@@ -947,7 +979,9 @@ export class ReplicaManager implements ReplicationSeam {
   }
 
   #checkLag(r: Replica): void {
-    if (!this.#live) return;
+    // A leaving broker never shrinks an ISR: its followers stop being served because it stops,
+    // not because they fell behind, and the controller must elect from the full ISR.
+    if (!this.#live || this.#leaving) return;
     const now = this.#o.clock.nowMs();
     const lagMs = this.#lagMs(r);
     const remove = r.state.isr.filter((id) => {
@@ -1162,14 +1196,20 @@ export class ReplicaManager implements ReplicationSeam {
 
   #notLeader(r: Replica | undefined, why?: string, name?: string): BrokerError {
     const partition = r?.name ?? name ?? "?";
-    const leader = r?.state.leader ?? noLeader;
+    const stated = r?.state.leader ?? noLeader;
+    // Leaving, the state still names this broker until the controller moves the leadership: name
+    // no leader (HTTP answers 503 rather than a redirect back here; clients read the metadata).
+    const departing = (this.#leaving || this.#closed) && stated === this.#o.nodeId;
+    const leader = departing ? noLeader : stated;
     const detail =
       why ??
-      (leader === noLeader
-        ? "it has no leader now"
-        : leader === this.#o.nodeId
-          ? "this broker is taking over its leadership"
-          : `this broker is not its leader; the leader is node ${leader}`);
+      (departing
+        ? "this broker is leaving the cluster (shutting down); the controller moves the leadership to another in-sync replica within moments: read the metadata again and retry"
+        : leader === noLeader
+          ? "it has no leader now"
+          : leader === this.#o.nodeId
+            ? "this broker is taking over its leadership"
+            : `this broker is not its leader; the leader is node ${leader}`);
     const address = leader === noLeader ? undefined : this.#brokers.get(leader);
     return new BrokerError(
       Errors.notLeader,
@@ -1244,6 +1284,62 @@ export class ReplicaManager implements ReplicationSeam {
       });
     }
     return out.sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
+  }
+
+  /**
+   * The first step of leaving the cluster (module comment, Leaving; docs/cluster.md "Leaving the
+   * cluster"): from now on no produce append is admitted on the partitions this broker leads
+   * (`not_leader` naming no leader: retriable) and no ISR is shrunk; replica fetches are still
+   * served. Resolves once, on every partition it leads, the appends already admitted have
+   * finished, its own fsync covers its log end, every ISR follower's durable position has reached
+   * that log end and so no acknowledgement is pending (or they failed: the ISR fell below its
+   * minimum) — or after `drainMs`, whichever comes first. Call {@link close} next, then record
+   * the departure. Never throws.
+   */
+  async leave(drainMs: number = leaveDrainMsDefault): Promise<LeaveDrain> {
+    const started = this.#o.clock.nowMs();
+    this.#leaving = true;
+    const leaders = [...this.#replicas.values()].filter((r) => r.role === "leader");
+    let settled = false;
+    const behind = () =>
+      leaders
+        .filter((r) => r.role === "leader" && !r.log.closed && !(settled && this.#drained(r)))
+        .map((r) => r.name)
+        .sort();
+    if (!this.#closed && drainMs > 0 && behind().length > 0)
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          this.#leaveCheck = null;
+          timer.cancel();
+          resolve();
+        };
+        const timer = this.#o.clock.setTimer(drainMs, done);
+        this.#leaveCheck = () => {
+          if (behind().length === 0) done();
+        };
+        // Appends admitted before `#leaving` was set may still be writing: wait for them, so
+        // the log end checked is the last one.
+        void Promise.all(leaders.map((r) => r.log.settle().catch(() => 0))).then(() => {
+          settled = true;
+          this.#leaveCheck?.();
+        });
+      });
+    return { led: leaders.length, behind: behind(), waitedMs: this.#o.clock.nowMs() - started };
+  }
+
+  /**
+   * Whether a led partition holds nothing a departure could cost: its fsync covers its log end,
+   * every ISR follower has that log end durably, and no acknowledgement waits.
+   */
+  #drained(r: Replica): boolean {
+    const end = r.log.logEndOffset;
+    if (r.waiters.length > 0 || r.log.highWatermark < end) return false;
+    for (const id of r.state.isr) {
+      if (id === this.#o.nodeId) continue;
+      const f = r.followers.get(id);
+      if (f === undefined || f.durable < end) return false;
+    }
+    return true;
   }
 
   /** Stops every follower loop, fails pending acknowledgements `not_leader`, and stops the timers. */

@@ -1,0 +1,227 @@
+/**
+ * attack13 F6 through the real processes (node target only; targets.ts): a cluster leader stopped
+ * with SIGTERM under writes leaves at once (docs/cluster.md "Leaving the cluster"). Three brokers
+ * on a three-member etcd; writers produce to a partition broker X leads; X gets SIGTERM. Checked:
+ * X exits 0 within {@link exitBoundMs}; no partition it led has its ISR shrunk by X (X logs no
+ * `replication.isr_changed`, and once the controller has moved them every other replica is still
+ * in the ISR, none in the ELR); writes to X's partition are acknowledged again within
+ * {@link writeGapBoundMs} of the signal; and every acknowledged record is readable afterwards.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TcpClient } from "../../src/client/client.ts";
+import { waitFor } from "../helpers/poll.ts";
+import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
+import { type BrokerProcess, startBroker } from "./harness.ts";
+
+/**
+ * How long X may take from SIGTERM to exit: the drain (`leaveDrainMsDefault`, 3 s, taken only
+ * while a follower has not caught up) plus the departure and the close, with room for a loaded
+ * machine. Before the fix it took 15–17 s (the replica lag time, then the shrink).
+ */
+const exitBoundMs = 5_000;
+/** How long after SIGTERM writes to X's partition may go unacknowledged (before: ~15 s). */
+const writeGapBoundMs = 5_000;
+
+let etcd: EtcdCluster;
+let root: string;
+let ports: number[];
+let secretFile: string;
+const brokers = new Map<number, BrokerProcess>();
+
+function args(id: number): string[] {
+  const [http, tcp] = [ports[2 * id - 2], ports[2 * id - 1]];
+  return [
+    ...["--http-port", String(http), "--tcp-port", String(tcp)],
+    ...["--cluster", etcd.clusterUrl, "--node-id", String(id)],
+    ...["--advertise-tcp", `127.0.0.1:${tcp}`, "--advertise-http", `http://127.0.0.1:${http}`],
+    ...["--cluster-secret-file", secretFile],
+  ];
+}
+
+interface Part {
+  partition: number;
+  leader: number;
+  leader_epoch: number;
+  replicas: number[];
+  isr: number[];
+  elr: number[];
+}
+
+async function partitions(b: BrokerProcess, topic: string): Promise<Part[]> {
+  const res = await fetch(`${b.httpUrl}/v1/cluster?topic=${topic}`);
+  const m = (await res.json()) as { topics: { partitions: Part[] }[] };
+  return m.topics[0].partitions;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+beforeAll(async () => {
+  etcd = await startEtcdCluster({ size: 3 });
+  root = mkdtempSync(join(tmpdir(), "es-broker-cluster-sigterm-"));
+  secretFile = join(root, "cluster.secret");
+  writeFileSync(secretFile, "sigterm-broker-credential-0123456789\n", { mode: 0o600 });
+  ports = await freePorts(6);
+  await Promise.all(
+    [1, 2, 3].map(async (id) => brokers.set(id, await startBroker(join(root, `n${id}`), args(id)))),
+  );
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all([...brokers.values()].map((b) => b.stop("SIGKILL")));
+  await etcd?.stop();
+  if (root) rmSync(root, { recursive: true, force: true });
+});
+
+describe("cluster: SIGTERM of a leader under writes (attack13 F6)", () => {
+  it("exits within seconds, shrinks no ISR, writes resume within seconds, nothing acknowledged is lost", async () => {
+    const any = () => brokers.values().next().value!;
+    const created = await fetch(`${any().httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "st", partitions: 3 }),
+    });
+    expect(created.status).toBe(201);
+    const before = await waitFor(
+      "every partition of st led with its full ISR",
+      async () => {
+        const ps = await partitions(any(), "st");
+        return ps.every((p) => p.leader >= 1 && p.isr.length === 3) ? ps : undefined;
+      },
+      30_000,
+    );
+    const X = before[0].leader;
+    const led = before.filter((p) => p.leader === X).map((p) => p.partition);
+    const x = brokers.get(X)!;
+
+    // Writers (two over HTTP, two over TCP): each produces one record at a time to st/0 on the
+    // broker it believes leads it,
+    // and on any error reads the leader again (from a broker other than X once X is stopping)
+    // and retries the same value. A value counts as acknowledged only when produce resolved.
+    const acked: { value: string; at: number; by: number }[] = [];
+    let stopWriters = false;
+    let signalledAt = Number.POSITIVE_INFINITY;
+    const clients = new Map<number, TcpClient>();
+    const client = async (id: number) => {
+      let c = clients.get(id);
+      if (c === undefined) {
+        c = await TcpClient.connect(brokers.get(id)!.tcp);
+        clients.set(id, c);
+      }
+      return c;
+    };
+    const leaderOf0 = async (): Promise<number> => {
+      const asked = Date.now() >= signalledAt ? [...brokers.keys()].find((id) => id !== X)! : X;
+      return (await partitions(brokers.get(asked)!, "st"))[0].leader;
+    };
+    const writer = async (w: number) => {
+      let leader = X;
+      for (let i = 0; !stopWriters; i++) {
+        const value = `w${w}-${i}`;
+        for (;;) {
+          if (stopWriters) return;
+          try {
+            if (leader < 1 || !brokers.has(leader)) throw new Error(`no leader (${leader})`);
+            if (w <= 2) {
+              // Over HTTP, as attack13 did: shutdown waits for a request in flight to finish.
+              const res = await fetch(`${brokers.get(leader)!.httpUrl}/v1/topics/st/records`, {
+                method: "POST",
+                headers: { "content-type": "application/json" },
+                body: JSON.stringify({ records: [{ value, partition: 0 }] }),
+                redirect: "manual",
+              });
+              await res.arrayBuffer();
+              if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
+            } else await (await client(leader)).produce("st", [{ value }], { partition: 0 });
+            acked.push({ value, at: Date.now(), by: leader });
+            break;
+          } catch {
+            const c = clients.get(leader);
+            clients.delete(leader);
+            await c?.close().catch(() => {});
+            await sleep(50);
+            leader = await leaderOf0().catch(() => -1);
+          }
+        }
+      }
+    };
+    const writers = [1, 2, 3, 4].map((w) => writer(w));
+    await waitFor("acknowledged writes on X", async () => (acked.length >= 50 ? true : undefined));
+
+    signalledAt = Date.now();
+    const code = await x.stop("SIGTERM");
+    const exitMs = Date.now() - signalledAt;
+    brokers.delete(X);
+    expect(code).toBe(0);
+    expect(exitMs).toBeLessThan(exitBoundMs);
+
+    const resumed = await waitFor(
+      "an acknowledged write to st/0 on another broker",
+      async () => acked.find((a) => a.by !== X && a.at >= signalledAt),
+      20_000,
+    );
+    const gapMs = resumed.at - signalledAt;
+    expect(gapMs).toBeLessThan(writeGapBoundMs);
+    await sleep(500);
+    stopWriters = true;
+    await Promise.all(writers);
+    for (const c of clients.values()) await c.close().catch(() => {});
+
+    // X shrank no ISR while stopping (before the fix: every ISR it led went to [X]).
+    const events = x
+      .stderr()
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as { event: string; partition?: string; isr?: number[] });
+    const shutdownAt = events.findIndex((e) => e.event === "broker.shutdown");
+    expect(shutdownAt).toBeGreaterThanOrEqual(0);
+    expect(events.slice(shutdownAt).filter((e) => e.event === "replication.isr_changed")).toEqual(
+      [],
+    );
+    expect(events.slice(shutdownAt).some((e) => e.event === "cluster.left")).toBe(true);
+
+    // The controller moved every partition X led to another replica, electing from the full
+    // ISR: every replica but X is in it, none was pushed into the ELR.
+    const survivor = any();
+    const after = await waitFor(
+      "X's partitions led elsewhere",
+      async () => {
+        const ps = await partitions(survivor, "st");
+        return led.every((p) => ps[p].leader >= 1 && ps[p].leader !== X) ? ps : undefined;
+      },
+      10_000,
+    );
+    for (const p of led) {
+      const others = before[p].replicas.filter((id) => id !== X).sort();
+      expect({ partition: p, isr: [...after[p].isr].sort(), elr: after[p].elr }).toEqual({
+        partition: p,
+        isr: others,
+        elr: [],
+      });
+    }
+
+    // Every acknowledged record is readable from st/0's leader now.
+    const leaderNow = after[0].leader;
+    const reader = await TcpClient.connect(brokers.get(leaderNow)!.tcp);
+    const seen = new Set<string>();
+    const decoder = new TextDecoder();
+    await waitFor("every acknowledged record readable", async () => {
+      for (let offset = 0; ; ) {
+        const f = await reader.fetch({ topic: "st", partition: 0, offset, maxRecords: 1000 });
+        if (f.recordCount === 0) break;
+        for (const r of f.records) seen.add(decoder.decode(r.value));
+        offset = f.nextOffset;
+      }
+      return acked.every((a) => seen.has(a.value)) ? true : undefined;
+    }).catch((err: unknown) => {
+      const missing = acked.filter((a) => !seen.has(a.value)).map((a) => a.value);
+      throw new Error(`${missing.length} acknowledged records missing: ${missing.slice(0, 10)}`, {
+        cause: err,
+      });
+    });
+    await reader.close();
+    expect(acked.filter((a) => a.by === X).length).toBeGreaterThanOrEqual(50);
+  }, 90_000);
+});
