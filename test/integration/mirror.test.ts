@@ -178,9 +178,9 @@ describe("the mirror", () => {
     const { broker: central } = await openTestBroker({ clock: realClock });
     await edge.createTopic({ name: "t", partitions: 2 });
     await central.createTopic({ name: "t", partitions: 2 });
-    // Partition 1's first three produces are stored only after 1.2 s, past the mirror's 400 ms
-    // limit (a leader waiting for its in-sync replicas); the broker answers everything else at once.
-    let slowLeft = 3;
+    // Partition 1's first two produces are stored only after 2.5 s, past the mirror's 1 s limit
+    // (a leader waiting for its in-sync replicas); the broker answers everything else at once.
+    let slowLeft = 2;
     const upstream = await serveTcp(
       new Proxy(central, {
         get(target, prop) {
@@ -188,7 +188,7 @@ describe("the mirror", () => {
             return async (request: ProduceRequest) => {
               if (request.partition === 1 && slowLeft > 0) {
                 slowLeft--;
-                await new Promise((r) => setTimeout(r, 1200));
+                await new Promise((r) => setTimeout(r, 2500));
               }
               return central.produce(request);
             };
@@ -211,7 +211,7 @@ describe("the mirror", () => {
         const client = await TcpClient.connect({
           host: "127.0.0.1",
           port: upstream.port,
-          timeoutMs: 400,
+          timeoutMs: 1000,
         });
         connections.push(client);
         onTestFinished(() => client.close());
@@ -241,7 +241,7 @@ describe("the mirror", () => {
         topic: "t",
         partition: 1,
         broker: `127.0.0.1:${upstream.port}`,
-        error: expect.stringMatching(/no answer within 400 ms/),
+        error: expect.stringMatching(/no answer within 1000 ms/),
       }),
     ]);
     expect(logger.named("mirror.upstream_unreachable")).toEqual([]);
