@@ -240,29 +240,25 @@ describe("an edge broker mirroring to a cluster", () => {
 
     const pid = paused.proc.pid!;
     process.kill(pid, "SIGSTOP");
-    let pausedMs = 0;
     try {
       const pausedAt = Date.now();
       // Records keep coming to the edge, in several requests, for as long as the pause lasts.
       await produce(10);
-      const flowing = await waitFor(
+      // The SIGCONT is in the finally below: this holds while the broker is paused.
+      await waitFor(
         "the live leaders' partitions to catch up while the --mirror-to broker is paused",
         async () => {
           if (sent < 60 && Date.now() - pausedAt > (sent - 10) * 300) await produce(10);
           const marks = await leaderHighWatermarks();
           if (sent < 60 || ![...marks.values()].every((hw) => hw === sent)) return undefined;
           for (const p of otherLed) if ((await lag(p.partition)) !== 0) return undefined;
-          return marks;
+          return true;
         },
         60_000,
       );
-      expect([...flowing.values()]).toEqual(otherLed.map(() => 60));
-      pausedMs = Date.now() - pausedAt;
     } finally {
       process.kill(pid, "SIGCONT");
     }
-    // Still paused when they caught up (the finally above is the only SIGCONT).
-    expect(pausedMs).toBeGreaterThan(0);
 
     // Everything, the paused broker's own partitions too, once and in order.
     const bootstrap = [...brokers.values()].filter((b) => b !== paused).map((b) => b.tcp);
@@ -290,7 +286,7 @@ describe("an edge broker mirroring to a cluster", () => {
     }
     // A slow answer is never an unreachable upstream, and the mirror's own closes are not logged.
     const log = edge.stderr();
-    expect(log).not.toMatch(/"event":"mirror\.upstream_unreachable"[^\n]*closed by the client/);
+    expect(log).not.toMatch(/"event":"mirror\.[^\n]*closed by the client/);
     expect(log).not.toMatch(/"event":"mirror\.partition_stopped"/);
     // Each live leader's batch waited past the limit for the ISR: said once, as slow, naming it.
     const slow = log
