@@ -147,6 +147,9 @@ Options:
                               (default upstream)
   --mirror-records-per-sec N  cap on the forwarding rate, e.g. while catching up (default 20000;
                               0 = none)
+  --mirror-timeout-ms MS      time limit for each request to the upstream (default 10000); a batch
+                              with no answer by then is sent again, to its leader if it answers
+                              (logged mirror.upstream_slow), see docs/edge.md "An upstream cluster"
   --mirror-skip-gaps          accept records retention deleted before they were forwarded: a
                               partition stopped by such a gap logs mirror.gap_skipped (error, with
                               the lost offsets) and goes on from the log start offset (default:
@@ -253,6 +256,7 @@ export async function serve(argv: string[]): Promise<number> {
       "mirror-name": { type: "string", default: "upstream" },
       "mirror-rename": { type: "string", multiple: true },
       "mirror-records-per-sec": { type: "string" },
+      "mirror-timeout-ms": { type: "string" },
       "mirror-skip-gaps": { type: "boolean", default: false },
       "mirror-api-key-file": { type: "string" },
       "mirror-tls": { type: "boolean", default: false },
@@ -755,7 +759,7 @@ export async function serve(argv: string[]): Promise<number> {
           port: mirror.port,
           apiKey: mirror.apiKey,
           tls: mirror.tls,
-          timeoutMs: 10_000,
+          timeoutMs: mirror.timeoutMs,
         }),
       // A partition's leader in an upstream cluster, as its not_leader answer names it.
       connectTo: async (address) =>
@@ -763,8 +767,10 @@ export async function serve(argv: string[]): Promise<number> {
           ...parseHostPort(address),
           apiKey: mirror.apiKey,
           tls: mirror.tls,
-          timeoutMs: 10_000,
+          timeoutMs: mirror.timeoutMs,
         }),
+      upstreamAddress: `${mirror.host}:${mirror.port}`,
+      askLeaderMs: Math.min(3000, mirror.timeoutMs),
       randomHex: () => Buffer.from(systemKeyCrypto.randomBytes(8)).toString("hex"),
       recordsPerSecond: mirror.recordsPerSecond,
       renames: mirror.renames,
@@ -1034,6 +1040,8 @@ interface MirrorSettings {
   topics: string[];
   name: string;
   recordsPerSecond: number;
+  /** `--mirror-timeout-ms`: each upstream request's time limit, ms. */
+  timeoutMs: number;
   /** `--mirror-skip-gaps`. */
   skipGaps: boolean;
   renames: MirrorRename[];
@@ -1087,12 +1095,20 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
     0,
     100_000_000,
   );
+  const timeoutMs = intOption(
+    "mirror-timeout-ms",
+    values["mirror-timeout-ms"] as string | undefined,
+    10_000,
+    100,
+    600_000,
+  );
   return {
     host: m[1].replace(/^\[|\]$/g, ""),
     port: Number(m[2]),
     topics,
     name,
     recordsPerSecond,
+    timeoutMs,
     skipGaps: values["mirror-skip-gaps"] === true,
     renames,
     apiKey: readApiKey(

@@ -33,7 +33,8 @@
  * | `producer_fenced`, expected epoch P > E       | a later epoch exists: all of E's run is stored | epoch = P, base = P's start is unknown: stop with an error unless P's state is ours (see code) |
  * | `unknown_producer`                            | the upstream forgot the producer (expiry)    | new epoch at the position |
  * | `not_leader` naming the leader (`leader_tcp`) | an upstream cluster: another broker leads it | send this partition to that broker from now on (docs/edge.md "An upstream cluster"), resend at once |
- * | connection lost, timeout, retriable error    | unknown                                      | resend the same batch after a backoff (to the `--mirror-to` broker again if it went to a leader); a `not_leader` without a leader is logged once per partition (`mirror.upstream_not_leader`) |
+ * | no answer in time (`timeout`), connection lost | unknown: slow, paused, gone or moved       | ask every broker the mirror knows who leads (Metadata version 1, `./route.ts`): the newest view naming another leader → send there; the broker sent to answers and still leads → `mirror.upstream_slow` once, resend to it after a backoff on the same connection (answered as a duplicate once stored); it answers nothing → keep sending to it with backoff on a fresh connection (`mirror.upstream_unreachable` for the `--mirror-to` broker, `mirror.upstream_leader_unreachable` for a leader); the other partitions' batches on a connection the mirror closed are resent without a log line |
+ * | other retriable error                         | unknown                                      | resend the same batch after a backoff; a `not_leader` without a leader is logged once per partition (`mirror.upstream_not_leader`) |
  * | `topic_not_found`                             | upstream topic missing                       | create it with the edge's partition count, resend; a refused create is logged once (`mirror.upstream_refused`, operation `create_topic`) and tried again with backoff up to 30 s |
  * | `unauthenticated`, `forbidden`                | wrong or revoked key, or a missing role      | log once (`mirror.upstream_refused`), resend after a backoff up to 30 s |
  * | other refusal                                 | configuration problem                        | stop the partition with the error |
@@ -56,6 +57,8 @@ import { BrokerError } from "../broker/errors.ts";
 import type { TcpClient } from "../client/client.ts";
 import { ClientError } from "../client/errors.ts";
 import { validateTopicName } from "../broker/config.ts";
+import type { MetadataV1 } from "../protocol/apis/metadata.ts";
+import { decideAfterNoAnswer, type LeaderView } from "./route.ts";
 
 /**
  * One `--mirror-rename LOCAL=REMOTE` rule (docs/edge.md "Topic names upstream"): an exact name,
@@ -140,6 +143,13 @@ export interface MirrorOptions {
    * error.
    */
   connectTo?: (address: string) => Promise<TcpClient>;
+  /** `host:port` of the `--mirror-to` broker, for log lines (default "the --mirror-to broker"). */
+  upstreamAddress?: string;
+  /**
+   * How long the brokers the mirror knows are given to say who leads a partition after a batch got
+   * no answer in time or lost its connection, in ms (default 3 000).
+   */
+  askLeaderMs?: number;
   /** Random hex for the edge id, called once ever (the id is then kept in the state file). */
   randomHex: () => string;
   /** Records per batch (default 500). */
@@ -173,7 +183,14 @@ export interface MirrorPartitionStatus {
   lagRecords: number;
   /** Age of the oldest record not yet forwarded, ms (0 when caught up). */
   lagMs: number;
-  state: "starting" | "forwarding" | "caught_up" | "uplink_down" | "upstream_refused" | "stopped";
+  state:
+    | "starting"
+    | "forwarding"
+    | "caught_up"
+    | "uplink_down"
+    | "upstream_slow"
+    | "upstream_refused"
+    | "stopped";
   /** Why it stopped, or the last transient problem. */
   error: string | null;
   /** Records forwarded since this process started. */
@@ -197,10 +214,26 @@ interface PartitionState {
   base: number;
 }
 
+/** One broker's answer to "who leads?" ({@link Mirror} `#askLeaders`): null if none in time. */
+interface LeaderAnswer {
+  /** The `--mirror-to` broker, or the `host:port` of a leader connection. */
+  broker: "mirror-to" | string;
+  metadata: MetadataV1 | null;
+}
+
 interface StateFile {
   version: 1;
   edge_id: string;
   partitions: Record<string, PartitionState>;
+}
+
+/**
+ * Whether two error messages tell the same problem: equal once request numbers are left out
+ * ("Request 1050 got no answer within 10000 ms"), so a problem is logged once, not per retry.
+ */
+function sameProblem(a: string, b: string): boolean {
+  const plain = (m: string) => m.replace(/\bRequest \d+ /g, "Request ");
+  return plain(a) === plain(b);
 }
 
 /** Compiles `*` patterns. */
@@ -248,6 +281,20 @@ export class Mirror {
   #upstreamReachable: boolean | null = null;
   /** The upstream problem last logged (logged again only when it changes), or null. */
   #uplinkReport: string | null = null;
+  /** The broker `#uplinkReport` is about: "mirror-to", or a leader's `host:port`. */
+  #uplinkReportBroker: string | null = null;
+  /** The event `#uplinkReport` was logged as. */
+  #uplinkReportEvent: string | null = null;
+  /**
+   * The `--mirror-to` broker's cluster and node id, from its last Metadata answer (null before
+   * one): leaders' identities are checked against it without asking it again, so a paused
+   * `--mirror-to` broker does not hold up connecting to a live leader.
+   */
+  #home: { cluster_id: string; node_id: number } | null = null;
+  /** Connections the mirror closed itself (no answer at all): their failures are not the upstream's. */
+  #selfClosed = new WeakSet<TcpClient>();
+  /** Upstream topic → the ask for its leaders under way (one at a time per topic, shared). */
+  #asks = new Map<string, Promise<LeaderAnswer[]>>();
 
   constructor(options: MirrorOptions) {
     this.#o = options;
@@ -340,18 +387,97 @@ export class Mirror {
    */
   async #clientFor(route: string): Promise<TcpClient> {
     const address = this.#leaders.get(route);
+    if (address === undefined || this.#o.connectTo === undefined) return this.#upstream();
+    return this.#peer(address);
+  }
+
+  /** The checked connection to the leader at `address` (opened if none is open or opening). */
+  async #peer(address: string): Promise<TcpClient> {
     const connectTo = this.#o.connectTo;
-    if (address === undefined || connectTo === undefined) return this.#upstream();
+    if (connectTo === undefined) throw new Error("no connectTo");
     let peer = this.#peers.get(address);
     if (peer === undefined) {
-      peer = this.#connectLeader(connectTo, address);
-      this.#peers.set(address, peer);
-      peer.catch(() => this.#peers.delete(address));
+      const opening = this.#connectLeader(connectTo, address);
+      peer = opening;
+      this.#peers.set(address, opening);
+      opening.catch(() => {
+        if (this.#peers.get(address) === opening) this.#peers.delete(address);
+      });
     }
     const client = await peer;
     if (!client.closed) return client;
-    this.#peers.delete(address);
-    return this.#clientFor(route);
+    if (this.#peers.get(address) === peer) this.#peers.delete(address);
+    return this.#peer(address);
+  }
+
+  /**
+   * Closes `client` on the mirror's own decision (its broker answered nothing in time, not even
+   * Metadata; or it refused the key): its pending requests fail with `connection_closed`, which the
+   * partitions that sent them resend without logging it as an upstream problem; the next request
+   * opens a fresh connection.
+   */
+  #closeOwn(client: TcpClient): void {
+    this.#selfClosed.add(client);
+    if (this.#client === client) this.#client = null;
+    for (const [address, peer] of this.#peers)
+      void peer.then(
+        (c) => {
+          if (c === client && this.#peers.get(address) === peer) this.#peers.delete(address);
+        },
+        () => {},
+      );
+    void client.close().catch(() => {});
+  }
+
+  /**
+   * Asks every broker the mirror knows — the `--mirror-to` broker and the leaders it sends to — who
+   * leads the partitions of upstream topic `remote` (Metadata version 1), each given `askLeaderMs`;
+   * one ask per topic at a time, shared by its partitions. Never throws: a broker that fails or
+   * does not answer in time has `metadata` null. A `--mirror-to` answer refreshes `#home`.
+   */
+  #askLeaders(remote: string): Promise<LeaderAnswer[]> {
+    let ask = this.#asks.get(remote);
+    if (ask !== undefined) return ask;
+    const limitMs = this.#o.askLeaderMs ?? 3000;
+    const within = <T>(work: Promise<T>): Promise<T | null> =>
+      new Promise((resolve) => {
+        const timer = this.#o.clock.setTimer(limitMs, () => resolve(null));
+        work.then(
+          (value) => {
+            timer.cancel();
+            resolve(value);
+          },
+          () => {
+            timer.cancel();
+            resolve(null);
+          },
+        );
+      });
+    const brokers: [LeaderAnswer["broker"], () => Promise<TcpClient>][] = [
+      ["mirror-to", () => this.#upstream()],
+    ];
+    const addresses = new Set([...this.#peers.keys(), ...this.#leaders.values()]);
+    if (this.#o.connectTo !== undefined)
+      for (const address of addresses) brokers.push([address, () => this.#peer(address)]);
+    ask = Promise.all(
+      brokers.map(async ([broker, open]): Promise<LeaderAnswer> => {
+        const metadata = await within(open().then((c) => c.clusterMetadata([remote])));
+        if (broker === "mirror-to" && metadata !== null) {
+          this.#upstreamReachable = true;
+          // Answering at all ends "unreachable" (not a refusal of the key: that needs a batch).
+          if (this.#uplinkReportEvent === "mirror.upstream_unreachable")
+            this.#reachedAgain("mirror-to");
+          if (metadata.cluster !== null)
+            this.#home = {
+              cluster_id: metadata.cluster.cluster_id,
+              node_id: metadata.cluster.node_id,
+            };
+        }
+        return { broker, metadata };
+      }),
+    ).finally(() => this.#asks.delete(remote));
+    this.#asks.set(remote, ask);
+    return ask;
   }
 
   /**
@@ -364,7 +490,8 @@ export class Mirror {
     connectTo: (address: string) => Promise<TcpClient>,
     address: string,
   ): Promise<TcpClient> {
-    const home = (await (await this.#upstream()).clusterMetadata()).cluster;
+    const home = this.#home ?? (await (await this.#upstream()).clusterMetadata()).cluster;
+    if (home !== null) this.#home ??= { cluster_id: home.cluster_id, node_id: home.node_id };
     const client = await connectTo(address);
     try {
       const there = (await client.clusterMetadata()).cluster;
@@ -510,22 +637,48 @@ export class Mirror {
    * The message of a failure to reach the upstream or be accepted by it, with its cause (a TLS
    * error names the certificate problem); logged once per distinct problem, not per retry.
    */
-  #reportUplink(event: string, err: ClientError): string {
+  #reportUplink(event: string, err: ClientError, broker: string): string {
     const cause = (err as { cause?: unknown }).cause;
     const message =
       cause instanceof Error && !err.message.includes(cause.message)
         ? `${err.message}: ${cause.message}`
         : err.message;
-    if (this.#uplinkReport !== message) {
+    if (
+      this.#uplinkReport === null ||
+      this.#uplinkReportBroker !== broker ||
+      !sameProblem(this.#uplinkReport, message)
+    ) {
       this.#uplinkReport = message;
+      this.#uplinkReportBroker = broker;
+      this.#uplinkReportEvent = event;
       this.#o.logger.log("warn", event, {
         mirror: this.#o.name,
         code: err.code,
         error: message,
+        broker: this.#brokerName(broker),
         retry: "the batch is sent again with backoff; nothing is skipped",
       });
     }
     return message;
+  }
+
+  /** `host:port` of `broker` ("mirror-to" or a leader's address) for log lines. */
+  #brokerName(broker: string): string {
+    return broker === "mirror-to" ? (this.#o.upstreamAddress ?? "the --mirror-to broker") : broker;
+  }
+
+  /**
+   * `broker` answered again: `mirror.upstream_reachable` (info) if the problem last logged was
+   * about it — not when another broker of the cluster answers while it is still silent.
+   */
+  #reachedAgain(broker: string): void {
+    if (this.#uplinkReport === null || this.#uplinkReportBroker !== broker) return;
+    this.#o.logger.log("info", "mirror.upstream_reachable", {
+      mirror: this.#o.name,
+      broker: this.#brokerName(broker),
+    });
+    this.#uplinkReport = null;
+    this.#uplinkReportBroker = null;
   }
 
   /**
@@ -690,6 +843,8 @@ export class Mirror {
     let createTries = 0;
     // `mirror.upstream_not_leader` was logged since the last batch got through.
     let notLeaderReported = false;
+    // `mirror.upstream_slow` was logged since the last batch got through.
+    let slowReported = false;
     // The upstream partition, as `#leaders` keys it.
     const route = `${remote}/${partition}`;
     // Where the next fetch starts: past holes with nothing after them yet, ahead of `position`.
@@ -805,8 +960,9 @@ export class Mirror {
       let redirects = 0;
       while (!sent && !this.#stopping) {
         const routedTo = this.#leaders.get(route);
+        let client: TcpClient | null = null;
         try {
-          const client = await this.#clientFor(route);
+          client = await this.#clientFor(route);
           await client.produceIdempotent(remote, batch, {
             partition,
             producer: { id: producerId, epoch: ps.epoch, sequence: position - ps.base },
@@ -816,12 +972,17 @@ export class Mirror {
           this.#upstreamReachable = true;
           sent = true;
         } catch (caught) {
+          if (this.#stopping) break;
           status.failures++;
           // A connection that cannot even be opened is the uplink being down, like a lost one.
           const err =
             caught instanceof ClientError
               ? caught
               : ClientError.connectionClosed(`Cannot reach the upstream: ${errorMessage(caught)}`);
+          // The mirror closed that connection itself (its broker answered nothing in time, see
+          // below): not an upstream problem of its own; resend on a fresh connection.
+          if (err.code === "connection_closed" && client !== null && this.#selfClosed.has(client))
+            continue;
           const expectedSeq = (err.details as { expected_sequence?: unknown } | undefined)
             ?.expected_sequence;
           const expectedEpoch = (err.details as { expected_epoch?: unknown } | undefined)
@@ -887,9 +1048,12 @@ export class Mirror {
             // A wrong or revoked key, or one without the producer role upstream: an operator
             // fixes it there or here, so the batch waits and is sent again — never dropped.
             status.state = "upstream_refused";
-            status.error = this.#reportUplink("mirror.upstream_refused", err);
-            await this.#client?.close().catch(() => {});
-            this.#client = null;
+            status.error = this.#reportUplink(
+              "mirror.upstream_refused",
+              err,
+              routedTo ?? "mirror-to",
+            );
+            if (client !== null) this.#closeOwn(client);
             await this.#sleep(backoffMs);
             backoffMs = Math.min(30_000, backoffMs * 2);
             continue;
@@ -932,12 +1096,113 @@ export class Mirror {
               });
             }
           }
-          if (
-            routedTo !== undefined &&
-            (err.code === "connection_closed" ||
-              err.code === "timeout" ||
-              err.code === "invalid_response")
-          ) {
+          if (err.code === "timeout" || err.code === "connection_closed") {
+            // No answer in time, or the connection lost: ask the brokers the mirror knows who
+            // leads now, rather than going back to the --mirror-to broker (which may be the one
+            // paused) — a partition whose leader did not move keeps flowing (docs/edge.md "An
+            // upstream cluster").
+            const sentTo = routedTo ?? "mirror-to";
+            const address = routedTo ?? this.#o.upstreamAddress ?? "the --mirror-to broker";
+            const answers = await this.#askLeaders(remote);
+            if (this.#stopping) break;
+            const views: LeaderView[] = [];
+            for (const a of answers) {
+              const cluster = a.metadata?.cluster;
+              const p = cluster?.topics
+                .find((t) => t.name === remote)
+                ?.partitions.find((x) => x.partition === partition);
+              if (cluster == null || p === undefined) continue;
+              views.push({
+                nodeId: cluster.node_id,
+                leader: p.leader,
+                leaderEpoch: p.leader_epoch,
+                leaderTcp: cluster.brokers.find((b) => b.node_id === p.leader)?.tcp ?? null,
+              });
+            }
+            const decision = decideAfterNoAnswer(
+              {
+                address,
+                node:
+                  routedTo !== undefined
+                    ? (this.#leaderNodes.get(routedTo) ?? null)
+                    : (this.#home?.node_id ?? null),
+              },
+              answers.some((a) => a.broker === sentTo && a.metadata !== null),
+              o.connectTo === undefined ? [] : views,
+            );
+            if (decision.action === "follow") {
+              // Another broker leads it now (the newest view says so): send there.
+              this.#forgetLeader(route);
+              const leader =
+                decision.leader === this.#home?.node_id
+                  ? this.#o.upstreamAddress
+                  : decision.address;
+              if (decision.leader !== this.#home?.node_id) {
+                this.#leaders.set(route, decision.address);
+                this.#leaderNodes.set(decision.address, decision.leader);
+              }
+              if (leader !== undefined && this.#leaderLogged.get(route) !== leader) {
+                this.#leaderLogged.set(route, leader);
+                o.logger.log("info", "mirror.upstream_leader", {
+                  mirror: o.name,
+                  topic: remote,
+                  partition,
+                  leader,
+                  reason: `${address}: ${err.message}`,
+                });
+              }
+              if (redirects++ > 0) {
+                await this.#sleep(backoffMs);
+                backoffMs = Math.min(5000, backoffMs * 2);
+              }
+              continue;
+            }
+            if (decision.action === "slow") {
+              // It answers, and still leads: the batch waits there (for its in-sync replicas'
+              // acknowledgements, say). Resent to it; answered as a duplicate once stored.
+              if (err.code === "timeout") {
+                status.state = "upstream_slow";
+                if (!slowReported) {
+                  slowReported = true;
+                  o.logger.log("warn", "mirror.upstream_slow", {
+                    mirror: o.name,
+                    topic: remote,
+                    partition,
+                    broker: address,
+                    error: err.message,
+                    retry:
+                      "the broker answers other requests but not this batch yet (waiting for its in-sync replicas?): the batch is sent to it again, and stored once",
+                  });
+                }
+              } else status.state = "uplink_down";
+              status.error = err.message;
+              await this.#sleep(backoffMs);
+              backoffMs = Math.min(5000, backoffMs * 2);
+              continue;
+            }
+            // Nothing from that broker, and no one names another leader: keep sending there, with
+            // backoff, on a fresh connection (a lease that expires moves it; the next ask sees it).
+            if (err.code === "timeout" && client !== null) this.#closeOwn(client);
+            status.state = "uplink_down";
+            if (routedTo !== undefined) {
+              if (status.error === null || !sameProblem(status.error, err.message))
+                o.logger.log("warn", "mirror.upstream_leader_unreachable", {
+                  mirror: o.name,
+                  topic: remote,
+                  partition,
+                  leader: routedTo,
+                  error: err.message,
+                });
+              status.error = err.message;
+            } else {
+              this.#upstreamReachable = false;
+              status.error = this.#reportUplink("mirror.upstream_unreachable", err, "mirror-to");
+            }
+            await this.#sleep(backoffMs);
+            backoffMs = Math.min(5000, backoffMs * 2);
+            continue;
+          }
+          if (routedTo !== undefined && err.code === "invalid_response") {
             // The leader's connection failed (or it is not who it was said to be): the
             // --mirror-to broker names the next one. Said once per partition and cause.
             this.#forgetLeader(route);
@@ -955,15 +1220,9 @@ export class Mirror {
             backoffMs = Math.min(5000, backoffMs * 2);
             continue;
           }
-          if (err.retriable || err.code === "connection_closed" || err.code === "timeout") {
+          if (err.retriable) {
             status.state = "uplink_down";
             status.error = err.message;
-            if (err.code === "connection_closed" || err.code === "timeout") {
-              this.#upstreamReachable = false;
-              status.error = this.#reportUplink("mirror.upstream_unreachable", err);
-              await this.#client?.close().catch(() => {});
-              this.#client = null;
-            }
             await this.#sleep(backoffMs);
             backoffMs = Math.min(5000, backoffMs * 2);
             continue;
@@ -973,10 +1232,8 @@ export class Mirror {
       }
       if (!sent) break;
       notLeaderReported = false;
-      if (this.#uplinkReport !== null) {
-        o.logger.log("info", "mirror.upstream_reachable", { mirror: o.name });
-        this.#uplinkReport = null;
-      }
+      slowReported = false;
+      this.#reachedAgain(this.#leaders.get(route) ?? "mirror-to");
       readFrom = position;
       backoffMs = 100;
       createTries = 0;

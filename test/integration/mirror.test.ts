@@ -173,6 +173,89 @@ describe("the mirror", () => {
     await mirror.stop();
   });
 
+  it("waits for a slow partition without calling the upstream unreachable or failing the others' batches", async () => {
+    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
+    const { broker: central } = await openTestBroker({ clock: realClock });
+    await edge.createTopic({ name: "t", partitions: 2 });
+    await central.createTopic({ name: "t", partitions: 2 });
+    // Partition 1's first two produces are stored only after 2.5 s, past the mirror's 1 s limit
+    // (a leader waiting for its in-sync replicas); the broker answers everything else at once.
+    let slowLeft = 2;
+    const upstream = await serveTcp(
+      new Proxy(central, {
+        get(target, prop) {
+          if (prop === "produce")
+            return async (request: ProduceRequest) => {
+              if (request.partition === 1 && slowLeft > 0) {
+                slowLeft--;
+                await new Promise((r) => setTimeout(r, 2500));
+              }
+              return central.produce(request);
+            };
+          const v: unknown = Reflect.get(target, prop, target);
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      }),
+    );
+    const connections: TcpClient[] = [];
+    for (const p of [0, 1]) await produce(edge, p, 0, 10);
+    const mirror = new Mirror({
+      broker: edge,
+      fs,
+      dataDir,
+      clock: realClock,
+      logger,
+      name: "test",
+      topics: ["t"],
+      connect: async () => {
+        const client = await TcpClient.connect({
+          host: "127.0.0.1",
+          port: upstream.port,
+          timeoutMs: 1000,
+        });
+        connections.push(client);
+        onTestFinished(() => client.close());
+        return client;
+      },
+      upstreamAddress: `127.0.0.1:${upstream.port}`,
+      randomHex: () => "0123456789abcdef",
+      batchRecords: 5,
+      recordsPerSecond: 0,
+      rescanMs: 50,
+    });
+    await mirror.start();
+    // Partition 0 keeps flowing on the one shared connection while partition 1 waits.
+    let more = 10;
+    await until(async () => {
+      if (more < 60) await produce(edge, 0, more, 5);
+      more = Math.min(60, more + 5);
+      return more === 60 && (await sameLogs(edge, central, 0)) && slowLeft === 0;
+    }, "partition 0 upstream while partition 1 is slow");
+    await until(
+      async () => (await sameLogs(edge, central, 1)) && mirror.describe()[1].position === 10,
+      "partition 1 upstream",
+    );
+    // Said once, as slow, naming the partition and the broker; never as unreachable.
+    expect(logger.named("mirror.upstream_slow")).toEqual([
+      expect.objectContaining({
+        topic: "t",
+        partition: 1,
+        broker: `127.0.0.1:${upstream.port}`,
+        error: expect.stringMatching(/no answer within 1000 ms/),
+      }),
+    ]);
+    expect(logger.named("mirror.upstream_unreachable")).toEqual([]);
+    expect((await mirror.observe()).upstreamReachable).toBe(true);
+    // The connection was never closed under partition 0: one connection, no failed batch there.
+    expect(connections).toHaveLength(1);
+    expect(connections[0].closed).toBe(false);
+    expect(mirror.describe()[0].failures).toBe(0);
+    // Exactly once: the resent batches were answered as duplicates.
+    expect((await central.listOffsets({ topic: "t", partition: 1 })).highWatermark).toBe(10);
+    expect((await central.listOffsets({ topic: "t", partition: 0 })).highWatermark).toBe(60);
+    await mirror.stop();
+  });
+
   it("resumes from the upstream's producer state after a lost commit, storing nothing twice, whatever the batch size", async () => {
     const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
     const { broker: central } = await openTestBroker({ clock: realClock });
