@@ -206,6 +206,16 @@ describe(`[${target}] producer epochs the broker hands out through SIGKILL`, () 
     expect(http.status).toBe(200);
     const current = ((await http.json()) as { epoch: number }).epoch;
     expect(current).toBe(old + 1);
+    // A 3000-character (invalid) id is quoted by its first 64 characters, not echoed whole
+    // (attack13 F5: a 3216-byte answer).
+    const long = await fetch(`${broker.httpUrl}/v1/producers/${"a".repeat(3000)}/epoch`, {
+      method: "POST",
+    });
+    expect(long.status).toBe(400);
+    const longText = await long.text();
+    expect(longText).toContain("… (3000 characters)");
+    expect(longText).not.toContain("a".repeat(65));
+    expect(longText.length).toBeLessThan(500);
     await client.close();
     await broker.stop("SIGKILL");
     running.splice(running.indexOf(broker), 1);

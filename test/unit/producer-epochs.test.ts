@@ -143,6 +143,13 @@ describe("LocalBroker.initProducerEpoch", () => {
     );
     expect([badAt.kind.code, badAt.details]).toEqual(["invalid_request", { field: "at_least" }]);
     expect(broker.producerStates.inspect("p")).toBeUndefined();
+    // A long bad id is quoted by its first 64 characters and its length (docs/http-api.md
+    // "Errors"), not echoed whole (attack13 F5: 3000 characters came back).
+    const long = await refusal(broker.initProducerEpoch({ producerId: "a".repeat(3000) }));
+    expect(long.kind.code).toBe("invalid_request");
+    expect(long.message).toContain(`"${"a".repeat(64)}…"… (3000 characters)`);
+    expect(long.message).not.toContain("a".repeat(65));
+    expect(long.message.length).toBeLessThan(400);
   });
 
   it("gives concurrent allocations of one id distinct, increasing epochs sharing snapshots", async () => {

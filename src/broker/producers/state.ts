@@ -52,6 +52,7 @@ import {
   producerJournalEntriesRotate,
 } from "../../lib/limits.ts";
 import { Mutex } from "../../lib/mutex.ts";
+import { quote } from "../../lib/quote.ts";
 import { partitionName, topicPartitionKey } from "../../lib/topic-partition.ts";
 import { joinPath, type FileSystem } from "../../fs/types.ts";
 import { readJsonFile, writeJsonAtomic } from "../../storage/metadata.ts";
@@ -729,7 +730,7 @@ export class ProducerStates {
     atLeast: number;
   }): Promise<{ epoch: number }> {
     const { producerId, atLeast } = request;
-    const action = `Cannot allocate an epoch for producer ${JSON.stringify(producerId)}`;
+    const action = `Cannot allocate an epoch for producer ${quote(producerId)}`;
     validateProducerId(producerId, action);
     if (!Number.isInteger(atLeast) || atLeast < 0 || atLeast > producerEpochMax)
       throw new BrokerError(

@@ -12,6 +12,7 @@
  * A broker without producer epochs (an older one, or a broker view without the method) answers
  * `unsupported_api`; the client then falls back to a clock epoch.
  */
+import { quote } from "../../lib/quote.ts";
 import { BrokerError, Errors } from "../../broker/errors.ts";
 import { finishFrame, startRequest, startResponse } from "../envelope.ts";
 import { requireInt, strBytes, WireReader } from "../wire.ts";
@@ -30,7 +31,7 @@ export const initProducerEpochApi = defineApi({
         response: Promise.reject(
           new BrokerError(
             Errors.unsupportedApi,
-            `Cannot allocate an epoch for producer ${JSON.stringify(request.producerId)}: this broker does not hand out producer epochs`,
+            `Cannot allocate an epoch for producer ${quote(request.producerId)}: this broker does not hand out producer epochs`,
           ),
         ),
       };
