@@ -501,6 +501,16 @@ async function register(
       if (current === undefined) continue; // it expired in between: try again
       const other = parseRegistration(current);
       if (other.data_dir_id !== options.dataDirId) throw registeredElsewhere(nodeId, other);
+      // Our own previous run advertised what we advertise (its ports are free again: it is
+      // gone). At other addresses it may be a copy of this data directory running on another
+      // host: taking its place would make the two take it from each other (attack15 F1).
+      if (
+        same === undefined &&
+        (other.tcp !== options.advertise.tcp || other.http !== options.advertise.http)
+      )
+        throw new ClusterJoinError(
+          `Cannot join the cluster as node ${nodeId}: node ${nodeId} is registered with this data directory's id (cluster.json) at other addresses (tcp ${other.tcp}, http ${other.http}; this broker advertises tcp ${options.advertise.tcp}, http ${options.advertise.http}): either a copy of this data directory runs there — two brokers must never share one: give the copy its own empty data directory and node id — or it is this broker's previous run under those addresses, whose registration lasts until its etcd lease expires (about 10 s with the default lease): start this one again after that`,
+        );
       // Our own previous run (the data directory lock says it is gone): take its place.
       const taken = await etcd.txn({
         compare: [{ key, target: "mod_revision", result: "equal", number: current.modRevision }],

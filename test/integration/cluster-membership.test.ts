@@ -192,6 +192,24 @@ describe("membership: refusals (issue #16, bad input)", () => {
     expect(reg.data_dir_id).toBe("dir-1");
   });
 
+  it("a copy of a live broker's data directory at other addresses is refused, and takes nothing (attack15 F1)", async () => {
+    const prefix = freshPrefix();
+    const live = await join(options(prefix, 2, { leaseTtlSeconds: 30 }));
+    const copy = options(prefix, 2, {
+      leaseTtlSeconds: 30,
+      dataDir: { clusterId: live.clusterId, nodeId: 2 },
+      advertise: { tcp: "10.0.0.9:9092", http: "http://10.0.0.9:8080" },
+    });
+    expect(await refused(copy)).toMatch(
+      /^Cannot join the cluster as node 2: node 2 is registered with this data directory's id \(cluster\.json\) at other addresses \(tcp 127\.0\.0\.1:9002, http http:\/\/127\.0\.0\.1:8002; this broker advertises tcp 10\.0\.0\.9:9092, http http:\/\/10\.0\.0\.9:8080\): either a copy of this data directory runs there/,
+    );
+    // The live broker keeps its registration and its lease (before, the copy revoked it, and
+    // the two took the registration from each other every ~2 s).
+    const reg = parseRegistration((await client.get(brokerKey(prefix, 2)))!);
+    expect(reg.incarnation).toBe(live.leaseId);
+    expect(await client.leaseKeepAlive(live.leaseId)).toBeGreaterThan(0);
+  });
+
   it("a data directory from another cluster is refused", async () => {
     const prefix = freshPrefix();
     const a = await join(options(prefix, 1));
