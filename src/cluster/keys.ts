@@ -13,6 +13,15 @@ export function topicKey(prefix: string, topic: string): string {
   return `${prefix}/topics/${topic}`;
 }
 
+/**
+ * `deleted_topics/<name>`: written with a topic's deletion, removed when a topic of that name is
+ * created again. A broker that was down meanwhile deletes its copy at its next start only on it:
+ * a local cluster topic etcd has never heard of (etcd restored from an older snapshot) is kept.
+ */
+export function deletedTopicKey(prefix: string, topic: string): string {
+  return `${prefix}/deleted_topics/${topic}`;
+}
+
 /** `partitions/<topic>/<partition>`: the partition's {@link PartitionState} JSON. */
 export function partitionKey(prefix: string, topic: string, partition: number): string {
   return `${prefix}/partitions/${topic}/${partition}`;

@@ -28,8 +28,8 @@ import type { Prng } from "../lib/prng.ts";
 import { Controller } from "./controller.ts";
 import { type LeaveDrain, leaveDrainMsDefault } from "./replica-manager.ts";
 import type { PeerLinkStatus } from "./peer-links.ts";
-import { type Etcd, EtcdError, type EtcdEvent, type EtcdWatch } from "./etcd.ts";
-import { logEndsKey, parsePartitionKey, partitionKey, topicKey } from "./keys.ts";
+import { type Etcd, EtcdError, type EtcdEvent, type EtcdOp, type EtcdWatch } from "./etcd.ts";
+import { deletedTopicKey, logEndsKey, parsePartitionKey, partitionKey, topicKey } from "./keys.ts";
 import {
   type BrokerRegistration,
   type JoinOptions,
@@ -149,6 +149,10 @@ export class ClusterNode {
   readonly #partitions = new Map<string, Map<number, PartitionEntry>>();
   /** Partitions deleted from etcd since the last reconcile: their last state, and the deletion's revision. */
   readonly #deleted = new Map<string, Map<number, PartitionEntry>>();
+  /** Topic names etcd records as deleted (`deleted_topics/`). */
+  readonly #tombstones = new Set<string>();
+  /** Local cluster topics etcd neither knows nor records as deleted, already logged. */
+  readonly #unknownLogged = new Set<string>();
   #replicas: ReplicaSink | null = null;
   /** `topic/partition@mod_revision` of offline states this broker (in their ELR) published log ends for. */
   readonly #offlinePublished = new Set<string>();
@@ -250,6 +254,7 @@ export class ClusterNode {
     this.#brokers.clear();
     this.#topics.clear();
     this.#partitions.clear();
+    this.#tombstones.clear();
     for (const kv of kvs) this.#take({ type: "put", kv });
     this.#viewRevision = revision;
     this.#replicas?.setBrokers(this.#brokers);
@@ -317,6 +322,12 @@ export class ClusterNode {
             });
         }
         return "broker";
+      }
+      if (key.startsWith(`${p}/deleted_topics/`)) {
+        const name = key.slice(`${p}/deleted_topics/`.length);
+        if (e.type === "delete") this.#tombstones.delete(name);
+        else this.#tombstones.add(name);
+        return name;
       }
       if (key.startsWith(`${p}/topics/`)) {
         const name = key.slice(`${p}/topics/`.length);
@@ -391,6 +402,23 @@ export class ClusterNode {
       if (topic === undefined) {
         // Deleted in etcd. A local topic without replication_factor was made before this data
         // directory joined a cluster: it is kept (and served by this broker alone).
+        if (
+          local.get(name)?.replication_factor !== undefined &&
+          !this.#deleted.has(name) &&
+          !this.#tombstones.has(name)
+        ) {
+          // Neither seen deleted nor recorded as deleted: etcd has never heard of it (restored
+          // from a snapshot older than the topic, or the wrong etcd). Its records are kept.
+          if (!this.#unknownLogged.has(name)) {
+            this.#unknownLogged.add(name);
+            logger.log("error", "cluster.topic_unknown", {
+              topic: name,
+              action:
+                "etcd has no such topic and no record of its deletion (was etcd restored from an older snapshot?): its files are kept on this data directory, not served (docs/cluster.md, on restoring etcd from a snapshot)",
+            });
+          }
+          continue;
+        }
         if (local.get(name)?.replication_factor !== undefined) {
           // Replication lets go of the partitions first (leader -1: neither leader nor follower).
           for (const [partition, last] of this.#deleted.get(name) ?? []) {
@@ -765,7 +793,10 @@ export class ClusterNode {
     await this.#refuseLocalName(name);
     const start = prng.nextU32() % live.length;
     const tKey = topicKey(this.#prefix, name);
-    const puts = [{ put: { key: tKey, value: JSON.stringify(stored) } }];
+    const puts: EtcdOp[] = [
+      { put: { key: tKey, value: JSON.stringify(stored) } },
+      { delete: { key: deletedTopicKey(this.#prefix, name) } },
+    ];
     for (let p = 0; p < partitions; p++) {
       const replicas = Array.from({ length: rf }, (_, i) => live[(start + p + i) % live.length]);
       puts.push({
@@ -829,6 +860,8 @@ export class ClusterNode {
         success: [
           { delete: { key: tKey } },
           { delete: { key: `${this.#prefix}/partitions/${name}/`, prefix: true } },
+          // So that a broker down now deletes its copy when it starts (keys.ts).
+          { put: { key: deletedTopicKey(this.#prefix, name), value: "{}" } },
         ],
       }),
     );

@@ -212,3 +212,46 @@ describe("cluster node: a local topic's name (attack11 F5)", () => {
     expect(ends.local_topics).toEqual(["t"]);
   });
 });
+
+describe("cluster node: a local cluster topic etcd does not know (newuser15 #0)", () => {
+  it("keeps one etcd never heard of (a restored snapshot), deletes one etcd records as deleted", async () => {
+    const etcd = new FakeEtcd();
+    const { broker } = await openTestBroker();
+    const { replicas } = sink();
+    const first = await startNode(etcd, broker, replicas);
+    // Node 1 alone: a topic of replication factor 1 on it.
+    await first.node.createTopic("restored-away", 1, { ...defaultTopicConfig });
+    await first.node.createTopic("deleted-while-down", 1, { ...defaultTopicConfig });
+    await waitFor(
+      async () => (await broker.listTopics()).length === 2,
+      "both topics to exist on the broker",
+    );
+    await first.node.close();
+    // While node 1 is down: one topic deleted through the cluster (another broker), which
+    // records the deletion; the other vanishes as etcd restored from an older snapshot would.
+    await etcd.delete(`${prefix}/topics/deleted-while-down`);
+    await etcd.delete(`${prefix}/partitions/deleted-while-down/`, { prefix: true });
+    await etcd.put(`${prefix}/deleted_topics/deleted-while-down`, "{}");
+    await etcd.delete(`${prefix}/topics/restored-away`);
+    await etcd.delete(`${prefix}/partitions/restored-away/`, { prefix: true });
+    const again = await startNode(etcd, broker, replicas);
+    await waitFor(
+      async () => !(await broker.listTopics()).some((t) => t.name === "deleted-while-down"),
+      "the deleted topic to be deleted here",
+    );
+    expect((await broker.listTopics()).map((t) => t.name)).toEqual(["restored-away"]);
+    expect(again.logger.named("cluster.topic_unknown")).toMatchObject([
+      { topic: "restored-away", action: expect.stringMatching(/its files are kept/) },
+    ]);
+    // Created again: the record of its deletion goes in the same transaction.
+    await again.node.createTopic("deleted-while-down", 1, { ...defaultTopicConfig });
+    expect(await etcd.get(`${prefix}/deleted_topics/deleted-while-down`)).toBeNull();
+    // Deleted through the cluster while running: recorded, and deleted here.
+    await again.node.deleteTopic("deleted-while-down");
+    expect(await etcd.get(`${prefix}/deleted_topics/deleted-while-down`)).not.toBeNull();
+    await waitFor(
+      async () => !(await broker.listTopics()).some((t) => t.name === "deleted-while-down"),
+      "the topic to be deleted here",
+    );
+  });
+});
