@@ -232,15 +232,18 @@ export async function connectRouted(
     apiKey: readApiKey(values),
     tls: clientTlsOptions(values),
     timeoutMs: intOption("timeout-ms", values["timeout-ms"], clientTimeoutMsDefault, 1, 3_600_000),
-    // A cluster's refusals a retry fixes (no leader yet, ISR below its minimum) can last long:
-    // say so on stderr, at most every 5 s, rather than wait in silence.
+    // A cluster's refusals a retry fixes (no leader yet, ISR below its minimum) and lost
+    // connections to its brokers can last long: say so on stderr, at most every 5 s, rather
+    // than wait in silence (newuser15 #4).
     onRetry: (err) => {
-      if (!(err instanceof ClientError) || err.tcp === -1) return; // not an answer: a lost connection
+      if (!(err instanceof ClientError)) return;
       const now = performance.now();
       if (now - toldAt < 5000) return;
       toldAt = now;
       process.stderr.write(
-        `es-broker: the broker answered ${err.code} (${err.message}): retrying\n`,
+        err.tcp === -1
+          ? `es-broker: connection to a broker lost (${err.message}): reading the cluster's metadata again and retrying\n`
+          : `es-broker: the broker answered ${err.code} (${err.message}): retrying\n`,
       );
     },
   });
