@@ -156,10 +156,17 @@ With --group use --max-records N, not | head -N: head discards what the pipe buf
 `;
 
 /** Help text of `es-broker groups`. */
-export const groupsHelp = `Usage: es-broker groups <list|describe> [GROUP] [options]
+export const groupsHelp = `Usage: es-broker groups <list|describe|reset-offsets> [GROUP] [options]
 
   list                     group names with their generation and member count, one per line
   describe GROUP           members, assignments, committed offsets and lag (records) as JSON
+  reset-offsets GROUP --topic TOPIC --to earliest|latest|OFFSET [--partition N] [--execute]
+                           sets the group's committed offsets of TOPIC (every partition, or
+                           N): earliest = each partition's log start offset, latest = its high
+                           watermark (skip everything so far), or OFFSET itself. Prints the
+                           offsets it would commit; commits them only with --execute. The
+                           group must have no members: stop its consumers first (or wait out
+                           their sessions), else the broker refuses it (unknown_member).
 
 Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
@@ -1218,6 +1225,10 @@ export async function groups(argv: string[]): Promise<number> {
     options: {
       broker: { type: "string" },
       "lag-ms": { type: "boolean", default: false },
+      topic: { type: "string" },
+      partition: { type: "string" },
+      to: { type: "string" },
+      execute: { type: "boolean", default: false },
       ...connectionOptions,
       "timeout-ms": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
@@ -1226,17 +1237,49 @@ export async function groups(argv: string[]): Promise<number> {
   });
   const [action, name, ...rest] = positionals;
   // Before --help: `groups nonsense --help` is a usage error, not the help of a command.
-  if (action !== undefined && action !== "list" && action !== "describe")
-    throw new UsageError(`unknown groups action ${JSON.stringify(action)} (list, describe)`);
+  if (action !== undefined && !["list", "describe", "reset-offsets"].includes(action))
+    throw new UsageError(
+      `unknown groups action ${JSON.stringify(action)} (list, describe, reset-offsets)`,
+    );
   if (values.help || positionals.length === 0) {
     process.stdout.write(groupsHelp);
     return values.help ? 0 : 2;
   }
   if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
-  if (action === "describe" && name === undefined)
-    throw new UsageError("groups describe needs a GROUP");
+  if (action !== "list" && name === undefined)
+    throw new UsageError(`groups ${action} needs a GROUP`);
+  const reset = action === "reset-offsets" ? resetOptions(values) : null;
   const { cluster, client } = await connectRouted(values, true);
   try {
+    if (reset !== null) {
+      // Each partition's bounds from its leader (any broker's would be 0 in a cluster).
+      const count = await cluster.partitionCount(reset.topic);
+      if (reset.partition !== null && reset.partition >= count)
+        throw new UsageError(
+          `--partition ${reset.partition}: topic ${JSON.stringify(reset.topic)} has ${plural(count, "partition")} (0 … ${count - 1})`,
+        );
+      const partitions =
+        reset.partition === null ? Array.from({ length: count }, (_, i) => i) : [reset.partition];
+      const offsets: { topic: string; partition: number; offset: number }[] = [];
+      for (const partition of partitions) {
+        const bounds = await cluster.listOffsets({ topic: reset.topic, partition });
+        const offset =
+          reset.to === "earliest"
+            ? bounds.logStartOffset
+            : reset.to === "latest"
+              ? bounds.highWatermark
+              : reset.to;
+        offsets.push({ topic: reset.topic, partition, offset });
+      }
+      if (values.execute) await client.commitOffsets({ group: name!, offsets });
+      for (const o of offsets)
+        process.stdout.write(`${name}\t${o.topic}\t${o.partition}\t${o.offset}\n`);
+      if (!values.execute)
+        process.stderr.write(
+          "es-broker: dry run: nothing was committed; add --execute to commit these offsets\n",
+        );
+      return 0;
+    }
     if (action === "list") {
       for (const g of await client.listGroups())
         process.stdout.write(
@@ -1258,6 +1301,36 @@ export async function groups(argv: string[]): Promise<number> {
   } finally {
     await cluster.close();
   }
+}
+
+/**
+ * The options of `groups reset-offsets`, checked before connecting.
+ * @throws UsageError naming the missing or bad option.
+ */
+function resetOptions(values: { topic?: string; partition?: string; to?: string }): {
+  topic: string;
+  partition: number | null;
+  to: "earliest" | "latest" | number;
+} {
+  if (values.topic === undefined) throw new UsageError("groups reset-offsets needs --topic TOPIC");
+  const to = values.to;
+  if (to === undefined)
+    throw new UsageError("groups reset-offsets needs --to earliest, --to latest or --to OFFSET");
+  if (to !== "earliest" && to !== "latest" && !/^\d+$/.test(to))
+    throw new UsageError(
+      `--to ${JSON.stringify(to)}: give earliest, latest or an offset (a whole number ≥ 0)`,
+    );
+  return {
+    topic: values.topic,
+    partition:
+      values.partition === undefined
+        ? null
+        : intOption("partition", values.partition, 0, 0, 2_147_483_647),
+    to:
+      to === "earliest" || to === "latest"
+        ? to
+        : intOption("to", to, 0, 0, Number.MAX_SAFE_INTEGER),
+  };
 }
 
 /** A topic or group as `topics` / `groups describe` print it: the HTTP API's JSON, indented. */

@@ -475,6 +475,81 @@ describe(`[${target}] es-broker command line errors`, () => {
     }
   });
 
+  it("groups reset-offsets prints the offsets, commits them only with --execute, and only while the group has no members", async () => {
+    const { client, address } = await brokerWithTopic();
+    await client.produce(
+      "t",
+      Array.from({ length: 10 }, (_, i) => ({ value: `v${i}` })),
+    );
+    const consumed = await runCli([
+      "consume",
+      "t",
+      "--group",
+      "g",
+      "--from-beginning",
+      "--max-records",
+      "4",
+      "--broker",
+      address,
+    ]);
+    expect(consumed.code, consumed.stderr).toBe(0);
+    const committed = async () => (await client.describeGroup("g")).offsets[0].committed;
+    expect(await committed()).toBe(4);
+    const reset = (...args: string[]) =>
+      runCli(["groups", "reset-offsets", "g", "--topic", "t", "--broker", address, ...args]);
+
+    const dry = await reset("--to", "earliest");
+    expect(dry.code, dry.stderr).toBe(0);
+    expect(dry.stdout.toString()).toBe("g\tt\t0\t0\n");
+    expect(dry.stderr).toMatch(/dry run: nothing was committed; add --execute/);
+    expect(await committed()).toBe(4);
+
+    for (const [to, offset] of [
+      ["earliest", 0],
+      ["latest", 10],
+      ["7", 7],
+    ] as const) {
+      const done = await reset("--to", to, "--partition", "0", "--execute");
+      expect(done.code, done.stderr).toBe(0);
+      expect(done.stdout.toString()).toBe(`g\tt\t0\t${offset}\n`);
+      expect(done.stderr).toBe("");
+      expect(await committed()).toBe(offset);
+    }
+    const next = await runCli([
+      "consume",
+      "t",
+      "--group",
+      "g",
+      "--max-records",
+      "1",
+      "--broker",
+      address,
+    ]);
+    expect(next.stdout.toString()).toBe("v7\n");
+
+    const beyond = await reset("--to", "99", "--execute");
+    expect(beyond.code).toBe(1);
+    expect(beyond.stderr).toMatch(/invalid_offset/);
+    const bad = await reset("--to", "yesterday");
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--to "yesterday": give earliest, latest or an offset/);
+    const noPartition = await reset("--to", "earliest", "--partition", "3");
+    expect(noPartition.code).toBe(2);
+    expect(noPartition.stderr).toMatch(/--partition 3: topic "t" has 1 partition \(0 … 0\)/);
+
+    // A live member: the broker refuses, naming why.
+    const member = startCommand(["consume", "t", "--group", "g", "--follow", "--broker", address]);
+    await waitFor(
+      "the member to join",
+      async () => (await client.describeGroup("g")).members.length === 1,
+    );
+    const refused = await reset("--to", "earliest", "--execute");
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/unknown_member/);
+    member.proc.kill("SIGTERM");
+    expect(await member.exited).toBe(0);
+  });
+
   it("an unknown command points to es-broker --help", async () => {
     const r = await runCli(["frobnicate"]);
     expect(r.code).toBe(2);
