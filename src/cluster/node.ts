@@ -149,6 +149,9 @@ export class ClusterNode {
   readonly #partitions = new Map<string, Map<number, PartitionEntry>>();
   /** Partitions deleted from etcd since the last reconcile: their last state, and the deletion's revision. */
   readonly #deleted = new Map<string, Map<number, PartitionEntry>>();
+  /** Per group: the claim and the `group_commits/<group>` mod_revision of this broker's last commit. */
+  readonly #lastCommits = new Map<string, { claim: number; revision: number }>();
+  #commitSeq = 0;
   /** Topic names etcd records as deleted (`deleted_topics/`). */
   readonly #tombstones = new Set<string>();
   /** Local cluster topics etcd neither knows nor records as deleted, already logged. */
@@ -900,12 +903,14 @@ export class ClusterNode {
    * Stores a consumer group's committed offsets in etcd (`group_offsets/<group>/<topic>/<p>`,
    * one transaction): the copy that outlives the broker coordinating the group
    * (docs/cluster.md "Consumer groups"), if this broker's `claim` on the group
-   * ({@link claimGroupGeneration}) still holds. A transaction that etcd may or may not have
-   * applied (`indeterminate`: the member failed after it was sent) or that no member took
+   * ({@link claimGroupGeneration}) still holds. Each commit also writes `group_commits/<group>`
+   * (a commit id of this broker) and compares that key's mod_revision with the one this broker's
+   * last commit left, so commits apply in order and only once: a copy etcd applies late (a
+   * member that was paused with it, attack15 F5) finds the key moved on and changes nothing. A
+   * transaction that etcd may or may not have applied (`indeterminate`) or that no member took
    * (`unavailable`: an etcd election) is sent again, with backoff, for up to
-   * {@link groupOffsetsRetryMs}: it compares the claim, which it does not change, and puts the
-   * same values, and the coordinator runs one group's commits one at a time, so sending it twice
-   * cannot overwrite a later commit (attack13 F2: one etcd member's SIGKILL failed commits).
+   * {@link groupOffsetsRetryMs}; a copy that finds the key holding its own commit id was applied
+   * (attack13 F2).
    * @returns false when another broker has claimed the group since (nothing written).
    * @throws BrokerError unavailable if etcd does not take it within that time.
    */
@@ -915,22 +920,54 @@ export class ClusterNode {
     claim: number,
   ): Promise<boolean> {
     const { etcd, clock } = this.#o;
-    const key = `${this.#prefix}/group_generations/${group}`;
+    const claimKey = `${this.#prefix}/group_generations/${group}`;
+    const commitsKey = `${this.#prefix}/group_commits/${group}`;
     const what = `replicate the offsets of group ${JSON.stringify(group)}`;
+    const commitId = `${this.#o.nodeId}:${this.membership.incarnation}:${++this.#commitSeq}`;
     const giveUpAtMs = clock.nowMs() + groupOffsetsRetryMs;
-    for (let waitMs = 100; ; waitMs = Math.min(1000, waitMs * 2)) {
+    let last = this.#lastCommits.get(group);
+    let moved = 0;
+    for (let waitMs = 100; ; ) {
       try {
+        if (last === undefined || last.claim !== claim) {
+          // First commit under this claim: where the group's commits stand now.
+          last = { claim, revision: (await etcd.get(commitsKey))?.modRevision ?? 0 };
+          this.#lastCommits.set(group, last);
+        }
         const result = await etcd.txn({
-          compare: [{ key, target: "mod_revision", result: "equal", number: claim }],
-          success: offsets.map((o) => ({
-            put: {
-              key: `${this.#prefix}/group_offsets/${group}/${o.topic}/${o.partition}`,
-              value: String(o.offset),
-            },
-          })),
+          compare: [
+            { key: claimKey, target: "mod_revision", result: "equal", number: claim },
+            { key: commitsKey, target: "mod_revision", result: "equal", number: last.revision },
+          ],
+          success: [
+            ...offsets.map((o) => ({
+              put: {
+                key: `${this.#prefix}/group_offsets/${group}/${o.topic}/${o.partition}`,
+                value: String(o.offset),
+              },
+            })),
+            { put: { key: commitsKey, value: commitId } },
+          ],
+          failure: [{ get: { key: claimKey } }, { get: { key: commitsKey } }],
         });
-        return result.succeeded;
+        if (result.succeeded) {
+          last.revision = result.revision;
+          return true;
+        }
+        if ((result.reads[0]?.[0]?.modRevision ?? 0) !== claim) return false;
+        const commits = result.reads[1]?.[0];
+        last.revision = commits?.modRevision ?? 0;
+        // An earlier copy of this commit (its answer lost) was applied.
+        if (commits?.value === commitId) return true;
+        // Another tenure's commits moved the key on (this broker held the claim before): they
+        // are all behind this claim, so this commit goes on top of them.
+        if (++moved > 3)
+          throw new BrokerError(
+            Errors.unavailable,
+            `Cannot ${what}: the group's commits kept changing under this coordinator; try again`,
+          );
       } catch (err) {
+        if (err instanceof BrokerError) throw err;
         const again =
           err instanceof EtcdError &&
           (err.code === "indeterminate" || err.code === "unavailable") &&
@@ -944,6 +981,7 @@ export class ClusterNode {
           error: errorMessage(err),
         });
         await new Promise<void>((resolve) => clock.setTimer(waitMs, resolve));
+        waitMs = Math.min(1000, waitMs * 2);
       }
     }
   }

@@ -1,5 +1,6 @@
 /**
- * A group commit's etcd write that etcd failed is sent again (docs/cluster.md "Consumer groups";
+ * A group commit's etcd write that etcd failed is sent again, and applies once and in order
+ * (docs/cluster.md "Consumer groups";
  * attack13 F2: the SIGKILL of etcd's leader answered commits `unavailable` for ~5 s): cluster/node.ts
  * on an in-memory etcd (test/helpers/fake-etcd.ts) whose transactions fail on demand, as a
  * member that dies after the write was sent (applied or not) or an election would.
@@ -28,10 +29,14 @@ const replicas: ReplicaSink = {
  * A node on a fake etcd whose next transactions writing `group_offsets` fail as `failures`
  * says, one entry per transaction: the code thrown, and whether etcd applied it first.
  */
-async function nodeWithFailingCommits(failures: { code: EtcdError["code"]; applied: boolean }[]) {
+async function nodeWithFailingCommits(
+  failures: { code: EtcdError["code"]; applied: boolean | "later" }[],
+) {
   const etcd = new FakeEtcd();
   const txn = etcd.txn.bind(etcd);
   let offsetWrites = 0;
+  // Copies held back, as by an etcd member paused with them ("later").
+  const heldBack: Parameters<FakeEtcd["txn"]>[0][] = [];
   etcd.txn = async (request) => {
     const writesOffsets = request.success.some(
       (op) => "put" in op && op.put.key.includes("/group_offsets/"),
@@ -40,8 +45,12 @@ async function nodeWithFailingCommits(failures: { code: EtcdError["code"]; appli
     offsetWrites++;
     const failure = failures.shift();
     if (failure === undefined) return txn(request);
-    if (failure.applied) await txn(request);
+    if (failure.applied === true) await txn(request);
+    if (failure.applied === "later") heldBack.push(request);
     throw new EtcdError(failure.code, `Cannot run an etcd transaction: ${failure.code}`);
+  };
+  const applyHeldBack = async () => {
+    for (const request of heldBack.splice(0)) await txn(request);
   };
   const { broker } = await openTestBroker();
   const logger = new MemoryLogger();
@@ -64,7 +73,7 @@ async function nodeWithFailingCommits(failures: { code: EtcdError["code"]; appli
   onTestFinished(() => node.close());
   const stored = async (topic: string, partition: number) =>
     (await etcd.get(`${prefix}/group_offsets/g/${topic}/${partition}`))?.value;
-  return { node, logger, stored, writes: () => offsetWrites };
+  return { node, logger, stored, writes: () => offsetWrites, applyHeldBack };
 }
 
 describe("a group commit's etcd write that etcd failed (attack13 F2)", () => {
@@ -113,5 +122,27 @@ describe("a group commit's etcd write that etcd failed (attack13 F2)", () => {
       await node.saveGroupOffsets("g", [{ topic: "t", partition: 0, offset: 9 }], claimed!.claim),
     ).toBe(false);
     expect(await stored("t", 0)).toBeUndefined();
+  });
+
+  it("a copy etcd applies late, after later commits, changes nothing (attack15 F5)", async () => {
+    const { node, stored, applyHeldBack } = await nodeWithFailingCommits([
+      { code: "indeterminate", applied: "later" },
+    ]);
+    const claimed = await node.claimGroupGeneration("g", 1);
+    // The first copy of offset 10 is held by a paused member; the resend is applied.
+    expect(
+      await node.saveGroupOffsets("g", [{ topic: "t", partition: 0, offset: 10 }], claimed!.claim),
+    ).toBe(true);
+    expect(
+      await node.saveGroupOffsets("g", [{ topic: "t", partition: 0, offset: 25 }], claimed!.claim),
+    ).toBe(true);
+    expect(await stored("t", 0)).toBe("25");
+    // The member resumes and applies the held copy: its compare fails, 25 stays.
+    await applyHeldBack();
+    expect(await stored("t", 0)).toBe("25");
+    expect(
+      await node.saveGroupOffsets("g", [{ topic: "t", partition: 0, offset: 30 }], claimed!.claim),
+    ).toBe(true);
+    expect(await stored("t", 0)).toBe("30");
   });
 });
