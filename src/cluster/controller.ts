@@ -5,7 +5,9 @@
  * Election: the key `controller` is created if absent (`create_revision` = 0) on the candidate's
  * membership lease. Its `create_revision` is the **controller epoch**: every write the controller
  * makes compares it, so a controller that was deposed (its lease expired, another took over)
- * can write nothing. Every broker watches the key and campaigns again when it is deleted.
+ * can write nothing. Every broker watches the key and campaigns again when it is deleted, and
+ * also every `resyncMs` while it is not the controller (a deaf watch misses the deletion:
+ * attack15 F6), and when it is deposed.
  *
  * What it does while elected, on every change of `brokers/` (a registration gone, or a new
  * incarnation: the broker restarted), of `log_ends/` (a restarted broker published its log ends),
@@ -72,7 +74,10 @@ export interface ControllerOptions {
   nodeId: number;
   /** The broker's current membership lease id (its incarnation); the controller key lives on it. */
   lease: () => string;
-  /** How often an elected controller goes over every partition even without a change, ms. Default 10000. */
+  /**
+   * How often an elected controller goes over every partition even without a change, and a
+   * broker that is not the controller campaigns (or reads who is), ms. Default 10000.
+   */
   resyncMs?: number;
   /** Pause before retrying after etcd failed, ms (jittered ±20 %). Default 500. */
   retryMs?: number;
@@ -263,7 +268,11 @@ export class Controller {
     if (this.#closed) return;
     this.#timer = this.#o.clock.setTimer(this.#o.resyncMs ?? 10_000, () => {
       if (this.#epoch !== null) this.#requestPass();
-      else if (this.#current === null) this.#enqueue(() => this.#campaign());
+      // Whatever the key's watch said: a watch can go deaf (an etcd member paused and resumed
+      // keeps answering probes but feeds the stream no more), and the key's deletion then
+      // reaches nobody, leaving the cluster without a controller for good (attack15 F6). A
+      // campaign is one compare-and-create: it wins if the key is gone, else reads who holds it.
+      else this.#enqueue(() => this.#campaign());
       this.#schedule();
     });
   }
@@ -317,6 +326,9 @@ export class Controller {
     const w = this.#brokerWatch;
     this.#brokerWatch = null;
     void w?.cancel();
+    // Who holds the key now, or nobody: campaign (it reads the holder when it loses).
+    this.#current = null;
+    this.#enqueue(() => this.#campaign());
   }
 
   /** Watches the whole prefix for what a controller acts on (brokers, log ends, new partitions). */

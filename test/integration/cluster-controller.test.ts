@@ -122,7 +122,57 @@ async function controllerOf(prefix: string): Promise<number | undefined> {
   return kv === null ? undefined : (JSON.parse(kv.value) as { node_id: number }).node_id;
 }
 
+/** `client` with a watch of the controller key that never delivers (a deaf stream). */
+function deafToController(prefix: string): Etcd {
+  const key = controllerKey(prefix);
+  return {
+    get: (k) => client.get(k),
+    list: (p) => client.list(p),
+    put: (k, v, o) => client.put(k, v, o),
+    delete: (k, o) => client.delete(k, o),
+    txn: (r) => client.txn(r),
+    leaseGrant: (t) => client.leaseGrant(t),
+    leaseKeepAlive: (id) => client.leaseKeepAlive(id),
+    leaseRevoke: (id) => client.leaseRevoke(id),
+    watch: (request, handlers) =>
+      request.key === key && request.prefix !== true
+        ? { cancel: async () => {} }
+        : client.watch(request, handlers),
+    status: () => client.status(),
+    close: async () => {},
+  };
+}
+
 describe("controller", () => {
+  it("a controller key deleted without any watch hearing it is taken again within a resync (attack15 F6)", async () => {
+    const prefix = freshPrefix();
+    const brokers = await Promise.all(
+      [1, 2, 3].map((id) => startBroker(prefix, id, deafToController(prefix))),
+    );
+    const first = await waitFor("a controller", async () =>
+      brokers.find((b) => b.controller.isController),
+    );
+    const before = (await client.get(controllerKey(prefix)))!;
+    // The key goes and no broker hears of it (as when the etcd member their watches go through
+    // was paused): before, nobody campaigned again, ever.
+    await client.delete(controllerKey(prefix));
+    const after = await waitFor(
+      "a controller key again",
+      async () => (await client.get(controllerKey(prefix))) ?? undefined,
+    );
+    expect(after.createRevision).toBeGreaterThan(before.createRevision);
+    const holder = (JSON.parse(after.value) as { node_id: number }).node_id;
+    // Exactly one controller, and every broker knows which (the old one was deposed).
+    await waitFor("every broker to know the controller", async () =>
+      brokers.every((b) => b.controller.current?.node_id === holder) &&
+      brokers.filter((b) => b.controller.isController).length === 1
+        ? true
+        : undefined,
+    );
+    expect(brokers.find((b) => b.controller.isController)!.nodeId).toBe(holder);
+    expect(first.controller.epoch === null || first.nodeId === holder).toBe(true);
+  });
+
   it("exactly one broker is elected; its epoch is the key's create_revision", async () => {
     const prefix = freshPrefix();
     const brokers = await Promise.all([1, 2, 3].map((id) => startBroker(prefix, id)));
