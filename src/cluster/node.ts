@@ -21,7 +21,7 @@ import type {
   TopicConfig,
   ReplicationSnapshot,
 } from "../broker/types.ts";
-import type { Clock } from "../lib/clock.ts";
+import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { Prng } from "../lib/prng.ts";
@@ -139,6 +139,7 @@ export class ClusterNode {
   #replicas: ReplicaSink | null = null;
   /** `topic/partition@mod_revision` of offline states this broker (in their ELR) published log ends for. */
   readonly #offlinePublished = new Set<string>();
+  #republishTimer: Timer | null = null;
   /**
    * Topics this data directory held before it joined the cluster (no `replication_factor` in
    * their config): they stay local, and no cluster topic ever adopts their logs (attack11 F5).
@@ -218,10 +219,7 @@ export class ClusterNode {
     this.membership.onLiveChange((live) => {
       this.#replicas?.setMembershipLive(live);
       // `log_ends/` lives on the lease: publish it again on the new one.
-      if (live)
-        void this.#publishLogEnds().catch((err) =>
-          logger.log("warn", "cluster.log_ends_failed", { error: errorMessage(err) }),
-        );
+      if (live) void this.#republishUntilDone();
     });
     await this.#load();
     await this.controller.start();
@@ -470,10 +468,30 @@ export class ClusterNode {
         }
       }
     }
-    if (republish)
-      await this.#publishLogEnds().catch((err) =>
-        logger.log("warn", "cluster.log_ends_failed", { error: errorMessage(err) }),
-      );
+    if (republish) await this.#republishUntilDone();
+  }
+
+  /**
+   * Publishes the log ends for an offline partition naming this broker in its ELR; on failure
+   * (etcd unreachable) tries again every second until it succeeds or the node closes. An ELR
+   * election waits for every member's log end published after the partition went offline
+   * (docs/cluster.md "Partition state"), and no other write may come to ask again: one lost
+   * publication would keep the partition offline while every replica is up.
+   */
+  async #republishUntilDone(): Promise<void> {
+    try {
+      await this.#publishLogEnds();
+    } catch (err) {
+      this.#o.logger.log("warn", "cluster.log_ends_failed", {
+        error: errorMessage(err),
+        action: "tried again in 1 s",
+      });
+      if (this.#closed || this.#republishTimer !== null) return;
+      this.#republishTimer = this.#o.clock.setTimer(1000, () => {
+        this.#republishTimer = null;
+        if (!this.#closed) void this.#republishUntilDone();
+      });
+    }
   }
 
   /**
@@ -957,6 +975,7 @@ export class ClusterNode {
    */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#republishTimer?.cancel();
     await this.#watch?.cancel();
     await this.controller.close();
     await this.#applying.catch(() => {});

@@ -7,7 +7,8 @@
  */
 import { describe, expect, it, onTestFinished } from "vitest";
 import type { Broker } from "../../src/broker/types.ts";
-import { partitionKey } from "../../src/cluster/keys.ts";
+import { EtcdError } from "../../src/cluster/etcd.ts";
+import { logEndsKey, partitionKey } from "../../src/cluster/keys.ts";
 import { joinCluster } from "../../src/cluster/membership.ts";
 import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
 import {
@@ -210,5 +211,55 @@ describe("cluster node: a local topic's name (attack11 F5)", () => {
     const ends = JSON.parse((await etcd.get(`${prefix}/log_ends/1`))!.value);
     expect(ends.log_end_offsets["t/0"]).toBeUndefined();
     expect(ends.local_topics).toEqual(["t"]);
+  });
+});
+
+describe("cluster node: its log ends for an ELR election (attack13 F1 B)", () => {
+  /** A FakeEtcd whose next `failLogEnds` puts of a `log_ends/` key fail as if etcd were down. */
+  class FlakyEtcd extends FakeEtcd {
+    failLogEnds = 0;
+    override async put(key: string, value: string, options: { lease?: string } = {}) {
+      if (key.includes("/log_ends/") && this.failLogEnds > 0) {
+        this.failLogEnds--;
+        throw new EtcdError("unavailable", "put: no endpoint answered");
+      }
+      return super.put(key, value, options);
+    }
+  }
+
+  it("publishes them again on an offline state naming it in the ELR, retrying until etcd takes them", async () => {
+    const etcd = new FlakyEtcd();
+    const { broker } = await openTestBroker();
+    const { replicas } = sink();
+    replicas.logEndOffsets = () => new Map([["e/0", 42]]);
+    const { logger } = await startNode(etcd, broker, replicas);
+    await etcd.put(
+      `${prefix}/topics/e`,
+      JSON.stringify({ replication_factor: 3, min_insync_replicas: 2 }),
+    );
+    etcd.failLogEnds = 2;
+    // The partition lost its ISR; node 1 is eligible, node 2 (never registered) too.
+    const offline: PartitionState = {
+      replicas: [1, 2, 3],
+      leader: -1,
+      leader_epoch: 4,
+      isr: [],
+      elr: [1, 2],
+      committed_offset: 40,
+      min_insync_replicas: 2,
+    };
+    const revision = await etcd.put(partitionKey(prefix, "e", 0), formatPartitionState(offline));
+    // The controller elects from the ELR only by log ends published after this revision.
+    await waitFor(async () => {
+      const kv = await etcd.get(logEndsKey(prefix, 1));
+      return kv !== null && kv.modRevision > revision;
+    }, "node 1 to publish its log ends after the offline state");
+    expect(etcd.failLogEnds).toBe(0);
+    expect(logger.named("cluster.log_ends_failed")).toMatchObject([
+      { action: "tried again in 1 s" },
+      { action: "tried again in 1 s" },
+    ]);
+    const kv = (await etcd.get(logEndsKey(prefix, 1)))!;
+    expect(JSON.parse(kv.value).log_end_offsets).toEqual({ "e/0": 42 });
   });
 });
