@@ -33,6 +33,7 @@ import {
   type BrokerRegistration,
   type JoinOptions,
   joinCluster,
+  incarnationRevision,
   type Membership,
   parseRegistration,
 } from "./membership.ts";
@@ -139,6 +140,8 @@ export class ClusterNode {
   #replicas: ReplicaSink | null = null;
   /** `topic/partition@mod_revision` of offline states this broker (in their ELR) published log ends for. */
   readonly #offlinePublished = new Set<string>();
+  /** The etcd revision each registered broker's incarnation first registered at. */
+  readonly #registeredAt = new Map<number, number>();
   #republishTimer: Timer | null = null;
   /**
    * Topics this data directory held before it joined the cluster (no `replication_factor` in
@@ -230,6 +233,7 @@ export class ClusterNode {
     const { etcd } = this.#o;
     const { kvs, revision } = await etcd.list(`${this.#prefix}/`);
     this.#brokers.clear();
+    this.#registeredAt.clear();
     this.#topics.clear();
     this.#partitions.clear();
     for (const kv of kvs) this.#take({ type: "put", kv });
@@ -276,6 +280,7 @@ export class ClusterNode {
         const id = Number(key.slice(`${p}/brokers/`.length));
         if (e.type === "delete") {
           this.#brokers.delete(id);
+          this.#registeredAt.delete(id);
           // Our own registration gone while we run: etcd revoked the lease (it does so across
           // its leader changes). Register again now, with the same incarnation, rather than at
           // the next renewal (docs/cluster.md "Riding out a lost lease").
@@ -284,6 +289,7 @@ export class ClusterNode {
         } else {
           const registration = parseRegistration(e.kv);
           this.#brokers.set(id, registration);
+          this.#registeredAt.set(id, incarnationRevision(e.kv, registration));
           // Joining refuses this (membership.ts); two brokers starting at once can still race.
           if (
             id !== this.#o.nodeId &&
@@ -526,7 +532,13 @@ export class ClusterNode {
     options: { eligible?: boolean } = {},
   ): Promise<void> {
     const { etcd, logger, nodeId } = this.#o;
-    const next = resignLeadership(entry.state, nodeId, options);
+    // ISR members not registered, or registered after the state was written (restarted), leave
+    // with this broker: otherwise it could be left out of the ISR and the ELR while they make
+    // the ISR look full (docs/cluster.md "Partition state").
+    const gone = entry.state.isr.filter(
+      (id) => (this.#registeredAt.get(id) ?? Number.POSITIVE_INFINITY) > entry.modRevision,
+    );
+    const next = resignLeadership(entry.state, nodeId, { ...options, gone });
     if (next === null) return;
     const key = partitionKey(this.#prefix, topic, partition);
     try {

@@ -393,20 +393,26 @@ export function expandIsr(
  * bumped, and it leaves the ISR (joining the ELR if the ISR is then below min ISR, as a gone
  * replica does), so the controller's next pass elects another replica, or this one again from
  * the ELR later (a retry at the controller's pace). `eligible: false` keeps it out of the ELR too
- * (its log is not the partition's: a local topic of the same name). Returns null if `leader` does
- * not lead.
+ * (its log is not the partition's: a local topic of the same name). `gone` lists ISR members the
+ * leader knows are gone (not registered, or registered after `state` was written: restarted,
+ * perhaps on an older copy of their data): they leave the ISR in the same write and, like the
+ * leader, join the ELR if the ISR is then below min ISR (the controller's rule for replicas gone
+ * together, docs/cluster.md "Partition state"), so the leader is not left out of both while the
+ * ISR looks at min ISR only thanks to them. Returns null if `leader` does not lead.
  */
 export function resignLeadership(
   state: PartitionState,
   leader: number,
-  options: { eligible?: boolean } = {},
+  options: { eligible?: boolean; gone?: readonly number[] } = {},
 ): PartitionState | null {
   if (state.leader !== leader || leader === noLeader) return null;
-  const isr = state.isr.filter((id) => id !== leader);
+  const gone = state.isr.filter((id) => id !== leader && (options.gone ?? []).includes(id));
+  const isr = state.isr.filter((id) => id !== leader && !gone.includes(id));
+  const below = isr.length < state.min_insync_replicas;
   const elr =
-    isr.length < state.min_insync_replicas && options.eligible !== false
-      ? [...state.elr, leader]
-      : state.elr.filter((id) => id !== leader);
+    below && options.eligible !== false
+      ? [...state.elr, leader, ...gone]
+      : [...state.elr.filter((id) => id !== leader), ...(below ? gone : [])];
   return {
     ...state,
     leader: noLeader,

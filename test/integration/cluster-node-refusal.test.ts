@@ -8,7 +8,7 @@
 import { describe, expect, it, onTestFinished } from "vitest";
 import type { Broker } from "../../src/broker/types.ts";
 import { EtcdError } from "../../src/cluster/etcd.ts";
-import { logEndsKey, partitionKey } from "../../src/cluster/keys.ts";
+import { controllerKey, logEndsKey, partitionKey } from "../../src/cluster/keys.ts";
 import { joinCluster } from "../../src/cluster/membership.ts";
 import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
 import {
@@ -145,6 +145,47 @@ describe("cluster node: a duplicate node id and a leadership it cannot take (att
     expect(logger.named("cluster.apply_failed")[0]).toMatchObject({
       partition: "c/0",
       action: "leadership given up",
+    });
+  });
+});
+
+describe("cluster node: a leadership given up beside a gone ISR member (attack13 F1 B)", () => {
+  it("the ISR members not registered leave with it, and both join the ELR below min ISR", async () => {
+    const etcd = new FakeEtcd();
+    // Another broker is the controller (a key that never expires): this node's own controller
+    // stays idle, so only the leader's give-up writes the state.
+    await etcd.put(controllerKey(prefix), JSON.stringify({ node_id: 9, incarnation: "x" }));
+    const { broker } = await openTestBroker();
+    const eio = Object.assign(new Error("EIO: i/o error"), { code: "EIO" });
+    const { replicas } = sink((t) => (t === "g" ? eio : null));
+    await startNode(etcd, broker, replicas);
+    await etcd.put(
+      `${prefix}/topics/g`,
+      JSON.stringify({ replication_factor: 3, min_insync_replicas: 1 }),
+    );
+    // Node 2 is in the ISR but not registered (killed; the controller has not acted yet).
+    const state: PartitionState = {
+      replicas: [1, 2, 3],
+      leader: 1,
+      leader_epoch: 2,
+      isr: [1, 2],
+      elr: [],
+      committed_offset: 0,
+      min_insync_replicas: 1,
+    };
+    await etcd.put(partitionKey(prefix, "g", 0), formatPartitionState(state));
+    await waitFor(async () => {
+      const kv = await etcd.get(partitionKey(prefix, "g", 0));
+      return kv !== null && parsePartitionState(kv.key, kv.value).leader === -1;
+    }, "the leadership of g/0 to be given up");
+    const kv = (await etcd.get(partitionKey(prefix, "g", 0)))!;
+    // Leaving alone would have left ISR [2] and node 1, holding every record, in neither list.
+    expect(parsePartitionState(kv.key, kv.value)).toEqual({
+      ...state,
+      leader: -1,
+      leader_epoch: 3,
+      isr: [],
+      elr: [1, 2],
     });
   });
 });
