@@ -115,17 +115,36 @@ export const lapseGraceMsDefault = 3000;
 interface LogEnds {
   incarnation: string;
   log_end_offsets: Record<string, number>;
+  /** The etcd revision it was published at (the key's mod_revision), not part of the value. */
+  revision: number;
 }
 
 /** Reads a `log_ends/<node>` value, or null if it is not one. */
-function parseLogEnds(text: string): LogEnds | null {
+function parseLogEnds(text: string): Omit<LogEnds, "revision"> | null {
   try {
-    const v = JSON.parse(text) as LogEnds;
+    const v = JSON.parse(text) as Omit<LogEnds, "revision">;
     if (typeof v?.incarnation !== "string" || typeof v.log_end_offsets !== "object") return null;
     return v;
   } catch {
     return null;
   }
+}
+
+/**
+ * The log end `ends` gives for `partition` ("topic/partition") if it was published after the
+ * partition state `state` was written, else undefined (docs/cluster.md "Partition state": an ELR
+ * member is elected only by a log end published since the partition went offline, which covers
+ * every committed record it holds; an older one may predate records it fetched and fsynced).
+ * Each live ELR member publishes again on every offline state naming it ("Controller", Log ends).
+ */
+function publishedSince(
+  ends: LogEnds | undefined,
+  state: EtcdKeyValue,
+  partition: string,
+): number | undefined {
+  if (ends === undefined || ends.revision <= state.modRevision) return undefined;
+  const end = ends.log_end_offsets[partition];
+  return typeof end === "number" && Number.isSafeInteger(end) && end >= 0 ? end : undefined;
 }
 
 /**
@@ -470,7 +489,8 @@ export class Controller {
     for (const kv of logEnds.kvs) {
       const v = parseLogEnds(kv.value);
       const id = Number(kv.key.slice(`${p}/log_ends/`.length));
-      if (v !== null && live.get(id)?.incarnation === v.incarnation) ends.set(id, v);
+      if (v !== null && live.get(id)?.incarnation === v.incarnation)
+        ends.set(id, { ...v, revision: kv.modRevision });
     }
     for (const kv of partitions.kvs) {
       if (this.#epoch !== epoch) return;
@@ -523,23 +543,24 @@ export class Controller {
       }
       // A restarted replica is "gone" first (it leaves the ISR), then alive again: it can lead
       // only from the ELR, with a published log end reaching committed_offset.
-      // A leader registered after this state was written is another incarnation than the one
-      // that was given the leadership, whatever `incarnations` recorded: the replica manager
+      // A leader or ISR member registered after this state was written is another incarnation
+      // than the one the state describes, whatever `incarnations` recorded: the replica manager
       // refuses to lead by such a state (#27c), so the controller must treat it as gone too, or
-      // the partition would stay without a working leader.
-      const staleLeader =
-        state.leader !== noLeader && kv.modRevision < (registeredAt.get(state.leader) ?? 0);
+      // the partition would stay without a working leader; and a removal the update put off
+      // while a lapsed ISR member's fate was open (controllerUpdate) is still due after this
+      // pass has recorded the new incarnation.
+      const read = kv;
+      const stale = (id: number) =>
+        (state.leader === id || state.isr.includes(id)) &&
+        read.modRevision < (registeredAt.get(id) ?? 0);
       const final = controllerUpdate(state, {
         gone: state.replicas.filter(
-          (id) =>
-            (!live.has(id) && !lapsed.has(id)) ||
-            restarted.has(id) ||
-            (staleLeader && id === state.leader),
+          (id) => (!live.has(id) && !lapsed.has(id)) || restarted.has(id) || stale(id),
         ),
         view: (id) => ({
           alive: live.has(id),
           lapsed: lapsed.has(id),
-          logEndOffset: ends.get(id)?.log_end_offsets[`${where.topic}/${where.partition}`],
+          logEndOffset: publishedSince(ends.get(id), read, `${where.topic}/${where.partition}`),
         }),
       });
       if (final === null) return;

@@ -21,7 +21,7 @@ import type {
   TopicConfig,
   ReplicationSnapshot,
 } from "../broker/types.ts";
-import type { Clock } from "../lib/clock.ts";
+import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { Prng } from "../lib/prng.ts";
@@ -34,6 +34,7 @@ import {
   type BrokerRegistration,
   type JoinOptions,
   joinCluster,
+  incarnationRevision,
   type Membership,
   parseRegistration,
 } from "./membership.ts";
@@ -159,6 +160,9 @@ export class ClusterNode {
   #replicas: ReplicaSink | null = null;
   /** `topic/partition@mod_revision` of offline states this broker (in their ELR) published log ends for. */
   readonly #offlinePublished = new Set<string>();
+  /** The etcd revision each registered broker's incarnation first registered at. */
+  readonly #registeredAt = new Map<number, number>();
+  #republishTimer: Timer | null = null;
   /**
    * Topics this data directory held before it joined the cluster (no `replication_factor` in
    * their config): they stay local, and no cluster topic ever adopts their logs (attack11 F5).
@@ -241,10 +245,7 @@ export class ClusterNode {
     this.membership.onLiveChange((live) => {
       this.#replicas?.setMembershipLive(live);
       // `log_ends/` lives on the lease: publish it again on the new one.
-      if (live)
-        void this.#publishLogEnds().catch((err) =>
-          logger.log("warn", "cluster.log_ends_failed", { error: errorMessage(err) }),
-        );
+      if (live) void this.#republishUntilDone();
     });
     await this.#load();
     await this.controller.start();
@@ -255,6 +256,7 @@ export class ClusterNode {
     const { etcd } = this.#o;
     const { kvs, revision } = await etcd.list(`${this.#prefix}/`);
     this.#brokers.clear();
+    this.#registeredAt.clear();
     this.#topics.clear();
     this.#partitions.clear();
     this.#tombstones.clear();
@@ -302,6 +304,7 @@ export class ClusterNode {
         const id = Number(key.slice(`${p}/brokers/`.length));
         if (e.type === "delete") {
           this.#brokers.delete(id);
+          this.#registeredAt.delete(id);
           // Our own registration gone while we run: etcd revoked the lease (it does so across
           // its leader changes). Register again now, with the same incarnation, rather than at
           // the next renewal (docs/cluster.md "Riding out a lost lease").
@@ -310,6 +313,7 @@ export class ClusterNode {
         } else {
           const registration = parseRegistration(e.kv);
           this.#brokers.set(id, registration);
+          this.#registeredAt.set(id, incarnationRevision(e.kv, registration));
           // Joining refuses this (membership.ts); two brokers starting at once can still race.
           if (
             id !== this.#o.nodeId &&
@@ -517,10 +521,30 @@ export class ClusterNode {
         }
       }
     }
-    if (republish)
-      await this.#publishLogEnds().catch((err) =>
-        logger.log("warn", "cluster.log_ends_failed", { error: errorMessage(err) }),
-      );
+    if (republish) await this.#republishUntilDone();
+  }
+
+  /**
+   * Publishes the log ends for an offline partition naming this broker in its ELR; on failure
+   * (etcd unreachable) tries again every second until it succeeds or the node closes. An ELR
+   * election waits for every member's log end published after the partition went offline
+   * (docs/cluster.md "Partition state"), and no other write may come to ask again: one lost
+   * publication would keep the partition offline while every replica is up.
+   */
+  async #republishUntilDone(): Promise<void> {
+    try {
+      await this.#publishLogEnds();
+    } catch (err) {
+      this.#o.logger.log("warn", "cluster.log_ends_failed", {
+        error: errorMessage(err),
+        action: "tried again in 1 s",
+      });
+      if (this.#closed || this.#republishTimer !== null) return;
+      this.#republishTimer = this.#o.clock.setTimer(1000, () => {
+        this.#republishTimer = null;
+        if (!this.#closed) void this.#republishUntilDone();
+      });
+    }
   }
 
   /**
@@ -555,7 +579,13 @@ export class ClusterNode {
     options: { eligible?: boolean } = {},
   ): Promise<void> {
     const { etcd, logger, nodeId } = this.#o;
-    const next = resignLeadership(entry.state, nodeId, options);
+    // ISR members not registered, or registered after the state was written (restarted), leave
+    // with this broker: otherwise it could be left out of the ISR and the ELR while they make
+    // the ISR look full (docs/cluster.md "Partition state").
+    const gone = entry.state.isr.filter(
+      (id) => (this.#registeredAt.get(id) ?? Number.POSITIVE_INFINITY) > entry.modRevision,
+    );
+    const next = resignLeadership(entry.state, nodeId, { ...options, gone });
     if (next === null) return;
     const key = partitionKey(this.#prefix, topic, partition);
     try {
@@ -1083,6 +1113,7 @@ export class ClusterNode {
     const drain = (await this.#replicas?.leave?.(drainMs)) ?? { led: 0, behind: [], waitedMs: 0 };
     // No reconcile from here on, and no registering again when the revoked lease's key goes.
     this.#closed = true;
+    this.#republishTimer?.cancel();
     await this.controller.close().catch(() => {});
     await this.#applying.catch(() => {});
     await this.#replicas

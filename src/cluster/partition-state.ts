@@ -30,13 +30,21 @@
  *
  * | condition                                                        | result                           |
  * |------------------------------------------------------------------|----------------------------------|
- * | a replica is gone (lease expired, or registered again: restarted) | leaves the ISR; joins the ELR if  |
- * |                                                                  | the ISR is now below min ISR     |
+ * | a replica is gone (lease expired, or registered again: restarted) | leaves the ISR; all the gone     |
+ * |                                                                  | join the ELR if the ISR is now   |
+ * |                                                                  | below min ISR                    |
  * | the leader is alive (or lapsed) and not gone                     | stays leader                     |
  * | a live ISR member (in replica order)                             | leads: continuously in sync, it  |
  * |                                                                  | holds every committed record     |
- * | a live ELR member whose published log end ≥ committed_offset     | leads, joins the ISR             |
+ * | the state was already offline, every ELR member is alive and has | the one with the largest log end |
+ * | published its log end since, the largest ≥ committed_offset     | leads, joins the ISR             |
  * | none of these                                                    | offline (leader -1)              |
+ *
+ * Replicas found gone in one update leave the ISR in one write: if the ISR ends below min ISR,
+ * every one of them joins the ELR (nothing was committed without any of them), not only those
+ * whose removal happened to come last. While no ISR member can lead and one is lapsed (its
+ * registration missing within the controller's grace), nothing changes: when the grace ends,
+ * the ones gone by then leave together.
  *
  * The leader epoch goes up by one exactly when the leader changes, going offline included, or
  * when a gone leader is elected again (docs/cluster.md "Partition state").
@@ -66,8 +74,11 @@ export interface ReplicaView {
    */
   lapsed?: boolean;
   /**
-   * The log end offset the replica published when it started, or undefined if it has not: only
-   * consulted for ELR members, and an unknown log end is never eligible.
+   * The log end offset the replica published from its current incarnation **after the state
+   * being updated was written** (the controller passes undefined for an older publication, or
+   * none): only consulted for ELR members, and an unknown log end is never eligible. A later
+   * publication covers every committed record the replica holds: nothing is committed while the
+   * partition is offline.
    */
   logEndOffset: number | undefined;
 }
@@ -225,6 +236,18 @@ export function controllerUpdate(
   state: PartitionState,
   change: { gone: readonly number[]; view: (nodeId: number) => ReplicaView },
 ): PartitionState | null {
+  // No ISR member can lead now (the leader is lapsed, or gone with no live ISR member to take
+  // over) while one is lapsed: its fate is known once the grace ends, and if it is gone too, all
+  // must leave in one write, or the ones found gone first leave the ISR while it still looks at
+  // min ISR, and are in neither list when the rest are gone (attack13 F1, "Also seen": the first
+  // broker back after a whole-cluster outage, holding every record, was not eligible). Until
+  // then nothing changes; holding a gone replica in the ISR only holds acknowledgements back.
+  const stays = (id: number) => !change.gone.includes(id);
+  const canLead = state.isr.some(
+    (id) => stays(id) && change.view(id).alive && change.view(id).lapsed !== true,
+  );
+  const waitsForLapsed = state.isr.some((id) => stays(id) && change.view(id).lapsed === true);
+  if (!canLead && waitsForLapsed) return null;
   let isr = state.isr;
   let elr = state.elr;
   let leader = state.leader;
@@ -232,6 +255,7 @@ export function controllerUpdate(
   // elected again from the ELR (a restarted last ISR member): its new incarnation refuses to lead
   // by a state written before it registered, so an unchanged epoch would leave no working leader.
   let leaderRemoved = false;
+  const removed: number[] = [];
   for (const id of change.gone) {
     if (leader === id) {
       leader = noLeader;
@@ -239,27 +263,22 @@ export function controllerUpdate(
     }
     if (!isr.includes(id)) continue;
     isr = isr.filter((x) => x !== id);
-    // While the ISR is below min ISR nothing new is committed, so `id` keeps every committed record.
-    if (isr.length < state.min_insync_replicas) elr = [...elr, id];
+    removed.push(id);
   }
   if (leader !== noLeader && !change.view(leader).alive && change.view(leader).lapsed !== true) {
     isr = isr.filter((x) => x !== leader);
-    if (isr.length < state.min_insync_replicas) elr = [...elr, leader];
+    removed.push(leader);
     leader = noLeader;
     leaderRemoved = true;
   }
+  // Every replica removed here leaves in this one write: until it, every record was committed
+  // on all of them, and after it the ISR is below min ISR, so nothing more is. They all keep
+  // every committed record, whatever order they were found gone in (attack13 F1, "Also seen").
+  if (removed.length > 0 && isr.length < state.min_insync_replicas) elr = [...elr, ...removed];
   if (leader === noLeader) {
     const fromIsr = state.replicas.find((id) => isr.includes(id) && change.view(id).alive);
-    const fromElr = state.replicas.find((id) => {
-      const v = change.view(id);
-      return (
-        elr.includes(id) &&
-        v.alive &&
-        v.logEndOffset !== undefined &&
-        v.logEndOffset >= state.committed_offset
-      );
-    });
-    leader = fromIsr ?? fromElr ?? noLeader;
+    const fromElr = state.leader === noLeader ? electFromElr(state, elr, change.view) : noLeader;
+    leader = fromIsr ?? fromElr;
     if (leader !== noLeader && !isr.includes(leader)) isr = [...isr, leader];
     elr = elr.filter((x) => x !== leader);
   }
@@ -277,6 +296,35 @@ export function controllerUpdate(
     next.isr.join() === state.isr.join() &&
     next.elr.join() === state.elr.join();
   return same ? null : next;
+}
+
+/**
+ * The ELR member to elect (docs/cluster.md "Partition state", the election table), or
+ * {@link noLeader}: only once **every** member of `elr` is alive and has published a log end
+ * after `state` was written, the one with the largest log end (the first in replica order among
+ * equals), if it reaches `committed_offset`. `committed_offset` is written at ISR changes, not at
+ * every acknowledgement, so a member whose log lacks records acknowledged since (a data
+ * directory restored from an older copy, attack13 F1 B) may still pass it; a member that holds
+ * every committed record has a log at least as long, so the largest one lacks none of them.
+ * Until every member is back the partition stays offline: unavailable, never truncated.
+ */
+function electFromElr(
+  state: PartitionState,
+  elr: readonly number[],
+  view: (nodeId: number) => ReplicaView,
+): number {
+  let best = noLeader;
+  let bestEnd = -1;
+  for (const id of state.replicas) {
+    if (!elr.includes(id)) continue;
+    const v = view(id);
+    if (!v.alive || v.logEndOffset === undefined) return noLeader;
+    if (v.logEndOffset > bestEnd) {
+      best = id;
+      bestEnd = v.logEndOffset;
+    }
+  }
+  return bestEnd >= state.committed_offset ? best : noLeader;
 }
 
 /**
@@ -345,20 +393,26 @@ export function expandIsr(
  * bumped, and it leaves the ISR (joining the ELR if the ISR is then below min ISR, as a gone
  * replica does), so the controller's next pass elects another replica, or this one again from
  * the ELR later (a retry at the controller's pace). `eligible: false` keeps it out of the ELR too
- * (its log is not the partition's: a local topic of the same name). Returns null if `leader` does
- * not lead.
+ * (its log is not the partition's: a local topic of the same name). `gone` lists ISR members the
+ * leader knows are gone (not registered, or registered after `state` was written: restarted,
+ * perhaps on an older copy of their data): they leave the ISR in the same write and, like the
+ * leader, join the ELR if the ISR is then below min ISR (the controller's rule for replicas gone
+ * together, docs/cluster.md "Partition state"), so the leader is not left out of both while the
+ * ISR looks at min ISR only thanks to them. Returns null if `leader` does not lead.
  */
 export function resignLeadership(
   state: PartitionState,
   leader: number,
-  options: { eligible?: boolean } = {},
+  options: { eligible?: boolean; gone?: readonly number[] } = {},
 ): PartitionState | null {
   if (state.leader !== leader || leader === noLeader) return null;
-  const isr = state.isr.filter((id) => id !== leader);
+  const gone = state.isr.filter((id) => id !== leader && (options.gone ?? []).includes(id));
+  const isr = state.isr.filter((id) => id !== leader && !gone.includes(id));
+  const below = isr.length < state.min_insync_replicas;
   const elr =
-    isr.length < state.min_insync_replicas && options.eligible !== false
-      ? [...state.elr, leader]
-      : state.elr.filter((id) => id !== leader);
+    below && options.eligible !== false
+      ? [...state.elr, leader, ...gone]
+      : [...state.elr.filter((id) => id !== leader), ...(below ? gone : [])];
   return {
     ...state,
     leader: noLeader,

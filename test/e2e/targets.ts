@@ -64,6 +64,7 @@ export function nodeOnlyE2eFiles(
     // Cluster mode is runtime-neutral above the runtime layer: the node target covers it.
     "test/e2e/cluster.test.ts",
     "test/e2e/cluster-attack.test.ts",
+    "test/e2e/cluster-outage.test.ts",
     "test/e2e/cluster-lease.test.ts",
     "test/e2e/cluster-tls.test.ts",
     "test/e2e/cluster-state.test.ts",

@@ -352,15 +352,101 @@ describe("controller", () => {
       return s.leader === -1 ? s : undefined;
     });
     expect(s3).toMatchObject({ leader: -1, leader_epoch: 2, isr: [], elr: [2, 1] });
-    // 2 publishes a log end that reaches committed_offset: it leads, from the ELR.
+    // 2 publishes a log end that reaches committed_offset. Node 1, the other ELR member, is
+    // not back: it may hold records acknowledged after committed_offset was written, so 2 does
+    // not lead yet (attack13 F1 B).
+    const passes = two.controller.passes;
     await client.put(
       logEndsKey(prefix, 2),
       JSON.stringify({ incarnation: lease2, log_end_offsets: { "t/0": 50 } }),
+    );
+    await waitFor("two more passes", async () => two.controller.passes >= passes + 2);
+    expect(await readState(key)).toMatchObject({ leader: -1, leader_epoch: 2, elr: [2, 1] });
+    // 1 comes back with a shorter log: 2, the longest, leads from the ELR.
+    const lease1 = await register(1);
+    await client.put(
+      logEndsKey(prefix, 1),
+      JSON.stringify({ incarnation: lease1, log_end_offsets: { "t/0": 45 } }),
     );
     const s4 = await waitFor("2 leads", async () => {
       const s = await readState(key);
       return s.leader === 2 ? s : undefined;
     });
     expect(s4).toMatchObject({ leader: 2, leader_epoch: 3, isr: [2], elr: [1] });
+  });
+
+  it("a whole-cluster outage (attack13 F1 B): the first broker back stays eligible, and an older copy is never elected over the newer records", async () => {
+    const prefix = freshPrefix();
+    const ctl = await startBroker(prefix, 4); // the controller; not a replica
+    await waitFor("controller", async () => ctl.controller.isController);
+    const register = async (id: number) => {
+      const lease = await client.leaseGrant(10);
+      const reg = {
+        node_id: id,
+        cluster_id: ctl.membership.clusterId,
+        data_dir_id: `dir-${id}`,
+        incarnation: lease.id,
+        tcp: `127.0.0.1:${9000 + id}`,
+        http: `http://127.0.0.1:${8000 + id}`,
+      };
+      await client.put(`${prefix}/brokers/${id}`, JSON.stringify(reg), { lease: lease.id });
+      cleanups.push(() => client.leaseRevoke(lease.id).catch(() => {}));
+      return lease.id;
+    };
+    const publish = (id: number, lease: string, end: number) =>
+      client.put(
+        logEndsKey(prefix, id),
+        JSON.stringify({ incarnation: lease, log_end_offsets: { "t/0": end } }),
+        { lease },
+      );
+    const leases = [await register(1), await register(2), await register(3)];
+    // committed_offset 100 from the last ISR change; 100..199 acknowledged since on all three.
+    const key = partitionKey(prefix, "t", 0);
+    await client.put(
+      key,
+      formatPartitionState({ ...initialPartitionState([1, 2, 3], 2), committed_offset: 100 }),
+    );
+    await waitFor("incarnations recorded", async () => {
+      const v = await client.get(incarnationsKey(prefix));
+      return v !== null && Object.keys(JSON.parse(v.value)).length === 4;
+    });
+    // SIGKILL of brokers 1, 2 and 3: their registrations go. Broker 2 is back first (a new
+    // incarnation, every record on its disk) while the controller still counts 1 and 3 lapsed.
+    for (const lease of leases) await client.leaseRevoke(lease);
+    const lease2 = await register(2);
+    await publish(2, lease2, 200);
+    await waitFor("1 and 3 lapsed", async () =>
+      ctl.logger.named("cluster.registration_lapsed").some((e) => {
+        const ids = (e as { node_ids?: number[] }).node_ids ?? [];
+        return ids.includes(1) && ids.includes(3);
+      }),
+    );
+    // Within the grace (3 s; a pass every second) nothing changes: node 2 does not leave the
+    // ISR alone.
+    const lapsedAt = ctl.controller.passes;
+    await waitFor("a pass within the grace", async () => ctl.controller.passes > lapsedAt);
+    expect(await readState(key)).toMatchObject({ leader: 1, isr: [1, 2, 3], elr: [] });
+    // The grace ends: all three leave together, node 2 included; nobody can be elected yet.
+    const offline = await waitFor("offline", async () => {
+      const s = await readState(key);
+      return s.leader === -1 ? s : undefined;
+    });
+    expect(offline).toMatchObject({ leader: -1, leader_epoch: 1, isr: [], elr: [1, 2, 3] });
+    // Node 2 publishes again on the offline state (as a broker does); node 3 is back on an older
+    // copy of its data directory: log end 100, which reaches committed_offset. Node 1 is missing.
+    await publish(2, lease2, 200);
+    const lease3 = await register(3);
+    await publish(3, lease3, 100);
+    const passes = ctl.controller.passes;
+    await waitFor("two more passes", async () => ctl.controller.passes >= passes + 2);
+    expect(await readState(key)).toMatchObject({ leader: -1, elr: [1, 2, 3] });
+    // Node 1 is back: every ELR member has published; the longest log leads, never node 3's.
+    const lease1 = await register(1);
+    await publish(1, lease1, 190);
+    const elected = await waitFor("a leader", async () => {
+      const s = await readState(key);
+      return s.leader !== -1 ? s : undefined;
+    });
+    expect(elected).toMatchObject({ leader: 2, leader_epoch: 2, isr: [2], elr: [1, 3] });
   });
 });

@@ -7,7 +7,8 @@
  */
 import { describe, expect, it, onTestFinished } from "vitest";
 import type { Broker } from "../../src/broker/types.ts";
-import { partitionKey } from "../../src/cluster/keys.ts";
+import { EtcdError } from "../../src/cluster/etcd.ts";
+import { controllerKey, logEndsKey, partitionKey } from "../../src/cluster/keys.ts";
 import { joinCluster } from "../../src/cluster/membership.ts";
 import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
 import {
@@ -148,6 +149,47 @@ describe("cluster node: a duplicate node id and a leadership it cannot take (att
   });
 });
 
+describe("cluster node: a leadership given up beside a gone ISR member (attack13 F1 B)", () => {
+  it("the ISR members not registered leave with it, and both join the ELR below min ISR", async () => {
+    const etcd = new FakeEtcd();
+    // Another broker is the controller (a key that never expires): this node's own controller
+    // stays idle, so only the leader's give-up writes the state.
+    await etcd.put(controllerKey(prefix), JSON.stringify({ node_id: 9, incarnation: "x" }));
+    const { broker } = await openTestBroker();
+    const eio = Object.assign(new Error("EIO: i/o error"), { code: "EIO" });
+    const { replicas } = sink((t) => (t === "g" ? eio : null));
+    await startNode(etcd, broker, replicas);
+    await etcd.put(
+      `${prefix}/topics/g`,
+      JSON.stringify({ replication_factor: 3, min_insync_replicas: 1 }),
+    );
+    // Node 2 is in the ISR but not registered (killed; the controller has not acted yet).
+    const state: PartitionState = {
+      replicas: [1, 2, 3],
+      leader: 1,
+      leader_epoch: 2,
+      isr: [1, 2],
+      elr: [],
+      committed_offset: 0,
+      min_insync_replicas: 1,
+    };
+    await etcd.put(partitionKey(prefix, "g", 0), formatPartitionState(state));
+    await waitFor(async () => {
+      const kv = await etcd.get(partitionKey(prefix, "g", 0));
+      return kv !== null && parsePartitionState(kv.key, kv.value).leader === -1;
+    }, "the leadership of g/0 to be given up");
+    const kv = (await etcd.get(partitionKey(prefix, "g", 0)))!;
+    // Leaving alone would have left ISR [2] and node 1, holding every record, in neither list.
+    expect(parsePartitionState(kv.key, kv.value)).toEqual({
+      ...state,
+      leader: -1,
+      leader_epoch: 3,
+      isr: [],
+      elr: [1, 2],
+    });
+  });
+});
+
 describe("cluster node: a local topic's name (attack11 F5)", () => {
   /** Node 1's broker holds a local topic "t" with 10 records, made before it joined. */
   async function withLocalTopic() {
@@ -253,5 +295,55 @@ describe("cluster node: a local cluster topic etcd does not know (newuser15 #0)"
       async () => !(await broker.listTopics()).some((t) => t.name === "deleted-while-down"),
       "the topic to be deleted here",
     );
+  });
+});
+
+describe("cluster node: its log ends for an ELR election (attack13 F1 B)", () => {
+  /** A FakeEtcd whose next `failLogEnds` puts of a `log_ends/` key fail as if etcd were down. */
+  class FlakyEtcd extends FakeEtcd {
+    failLogEnds = 0;
+    override async put(key: string, value: string, options: { lease?: string } = {}) {
+      if (key.includes("/log_ends/") && this.failLogEnds > 0) {
+        this.failLogEnds--;
+        throw new EtcdError("unavailable", "put: no endpoint answered");
+      }
+      return super.put(key, value, options);
+    }
+  }
+
+  it("publishes them again on an offline state naming it in the ELR, retrying until etcd takes them", async () => {
+    const etcd = new FlakyEtcd();
+    const { broker } = await openTestBroker();
+    const { replicas } = sink();
+    replicas.logEndOffsets = () => new Map([["e/0", 42]]);
+    const { logger } = await startNode(etcd, broker, replicas);
+    await etcd.put(
+      `${prefix}/topics/e`,
+      JSON.stringify({ replication_factor: 3, min_insync_replicas: 2 }),
+    );
+    etcd.failLogEnds = 2;
+    // The partition lost its ISR; node 1 is eligible, node 2 (never registered) too.
+    const offline: PartitionState = {
+      replicas: [1, 2, 3],
+      leader: -1,
+      leader_epoch: 4,
+      isr: [],
+      elr: [1, 2],
+      committed_offset: 40,
+      min_insync_replicas: 2,
+    };
+    const revision = await etcd.put(partitionKey(prefix, "e", 0), formatPartitionState(offline));
+    // The controller elects from the ELR only by log ends published after this revision.
+    await waitFor(async () => {
+      const kv = await etcd.get(logEndsKey(prefix, 1));
+      return kv !== null && kv.modRevision > revision;
+    }, "node 1 to publish its log ends after the offline state");
+    expect(etcd.failLogEnds).toBe(0);
+    expect(logger.named("cluster.log_ends_failed")).toMatchObject([
+      { action: "tried again in 1 s" },
+      { action: "tried again in 1 s" },
+    ]);
+    const kv = (await etcd.get(logEndsKey(prefix, 1)))!;
+    expect(JSON.parse(kv.value).log_end_offsets).toEqual({ "e/0": 42 });
   });
 });

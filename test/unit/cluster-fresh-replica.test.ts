@@ -50,8 +50,13 @@ describe("a replica whose data directory is new", () => {
       isr: [],
       elr: [1, 2],
     };
-    // Node 1 comes back first on an empty disk: without the pass it would lead (log end 0 ≥ 0).
-    expect(controllerUpdate(s, { gone: [], view: views({ 1: [true, 0] }) })?.leader).toBe(1);
+    // Node 1 comes back first on an empty disk (log end 0 ≥ committed_offset 0). Before the ELR
+    // election waited for every member's log end (attack13 F1 B) it led here; now it waits for
+    // node 2, and would then lose to node 2's longer log even without the pass below.
+    expect(controllerUpdate(s, { gone: [], view: views({ 1: [true, 0] }) })).toBeNull();
+    expect(
+      controllerUpdate(s, { gone: [], view: views({ 1: [true, 0], 2: [true, 50] }) })?.leader,
+    ).toBe(2);
     const forgotten = forgetReplicaData(s, 1)!;
     const after = controllerUpdate(forgotten, { gone: [], view: views({ 1: [true, 0] }) });
     expect(after?.leader ?? forgotten.leader).toBe(noLeader);

@@ -312,14 +312,30 @@ describe("controller: a lapsed registration keeps its place for the grace", () =
       logEndsKey(prefix, 2),
       JSON.stringify({ incarnation: again.incarnation, log_end_offsets: { "c/0": 100 } }),
     );
+    // The partition goes offline first (an ELR member is elected only by log ends published
+    // after that: docs/cluster.md "Partition state"); the ELR members publish again, as their
+    // brokers do on an offline state naming them.
+    await until("partition c offline", async () => (await readState(etcd, "c")).leader === -1);
+    expect(await readState(etcd, "c")).toMatchObject({ leader_epoch: 4, isr: [], elr: [2, 3] });
+    await etcd.put(
+      logEndsKey(prefix, 2),
+      JSON.stringify({ incarnation: again.incarnation, log_end_offsets: { "c/0": 100 } }),
+    );
+    await etcd.put(
+      logEndsKey(prefix, 3),
+      JSON.stringify({
+        incarnation: brokers[2].membership.incarnation,
+        log_end_offsets: { "c/0": 100 },
+      }),
+    );
     // The same replica is elected again from the ELR, and only a new epoch, written after its
     // registration, lets its new incarnation lead (before the fix: "no change", for ever).
     await until("partition c led in a new epoch", async () => {
-      return (await readState(etcd, "c")).leader_epoch > 3;
+      return (await readState(etcd, "c")).leader !== -1;
     });
     expect(await readState(etcd, "c")).toMatchObject({
       leader: 2,
-      leader_epoch: 4,
+      leader_epoch: 5,
       isr: [2],
       elr: [3],
     });
@@ -354,9 +370,12 @@ describe("controllerUpdate with a lapsed replica", () => {
     // Leader 1 is gone; 2 is lapsed: 3 leads.
     const next = controllerUpdate(state, { gone: [1], view: view([3], [2]) });
     expect(next).toMatchObject({ leader: 3, leader_epoch: 1, isr: [2, 3] });
-    // Nobody live: offline rather than a lapsed leader.
-    const offline = controllerUpdate(state, { gone: [1, 3], view: view([], [2]) });
-    expect(offline).toMatchObject({ leader: -1, leader_epoch: 1, isr: [2] });
+    // Nobody live: never a lapsed leader. Nothing changes until 2's grace is over (so that the
+    // gone replicas leave the ISR together with it, if it is gone too: docs/cluster.md
+    // "Partition state"); then all three are in the ELR and the partition is offline.
+    expect(controllerUpdate(state, { gone: [1, 3], view: view([], [2]) })).toBeNull();
+    const offline = controllerUpdate(state, { gone: [1, 2, 3], view: view([], []) });
+    expect(offline).toMatchObject({ leader: -1, leader_epoch: 1, isr: [], elr: [1, 2, 3] });
   });
 });
 

@@ -115,10 +115,14 @@ describe("partition state: the controller's update (decision table)", () => {
     // leader, restarted: gone, it drops into the ELR and is the first eligible replica again. Its
     // new incarnation refuses to lead by a state written before it registered, so the same leader
     // must come with a new epoch (written), not "no change".
+    // (An ELR member is elected only from a state already offline, by log ends published since:
+    // the first update writes the partition offline, the ELR members publish, the second elects.)
     const s: PartitionState = { ...base, leader: 2, leader_epoch: 3, isr: [2], elr: [3] };
     s.committed_offset = 100;
-    const next = update(s, [2], { 1: [false], 2: [true, 100], 3: [true, 100] });
-    expect(next).toMatchObject({ leader: 2, leader_epoch: 4, isr: [2], elr: [3] });
+    const offline = update(s, [2], { 1: [false], 2: [true, 100], 3: [true, 100] });
+    expect(offline).toMatchObject({ leader: noLeader, leader_epoch: 4, isr: [], elr: [2, 3] });
+    const next = update(offline!, [], { 1: [false], 2: [true, 100], 3: [true, 100] });
+    expect(next).toMatchObject({ leader: 2, leader_epoch: 5, isr: [2], elr: [3] });
   });
 
   it("a replica outside the ISR and ELR never leads (no unclean election)", () => {
@@ -129,7 +133,8 @@ describe("partition state: the controller's update (decision table)", () => {
 
   it("row 5: no eligible replica takes the partition offline, bumping the epoch once", () => {
     const next = update(base, [1, 2, 3], { 1: [false], 2: [false], 3: [false] }) as PartitionState;
-    expect(next).toMatchObject({ leader: noLeader, leader_epoch: 1, isr: [], elr: [2, 3] });
+    // All three leave in one write, so all three hold every committed record: all are eligible.
+    expect(next).toMatchObject({ leader: noLeader, leader_epoch: 1, isr: [], elr: [1, 2, 3] });
     expect(checkPartitionState(next)).toEqual([]);
     expect(update(next, [], {})).toBeNull();
   });
@@ -150,6 +155,82 @@ describe("partition state: the controller's update (decision table)", () => {
     // B comes back: it leads; A (short) and C (behind, not eligible) follow.
     s = update(s, [], { 1: [true, 950], 2: [true, 1000], 3: [true, 500] }) as PartitionState;
     expect(s).toMatchObject({ leader: 2, leader_epoch: 2, isr: [2], elr: [1] });
+  });
+});
+
+describe("partition state: after a whole-cluster outage (attack13 F1, reproduction B)", () => {
+  // Replicas 1, 2, 3, min ISR 2. committed_offset 100 was written at the last ISR change;
+  // offsets 100..199 were acknowledged on all three since, with no state write.
+  const offline: PartitionState = {
+    replicas: [1, 2, 3],
+    leader: noLeader,
+    leader_epoch: 5,
+    isr: [],
+    elr: [1, 2, 3],
+    committed_offset: 100,
+    min_insync_replicas: 2,
+  };
+  const update = (s: PartitionState, gone: number[], table: Record<number, [boolean, number?]>) =>
+    controllerUpdate(s, { gone, view: views(table) });
+
+  it("an ELR member is elected only once every ELR member has published its log end", () => {
+    // Node 3 restarted on an older copy of its data directory (log end 100, which passes
+    // committed_offset); node 2, holding every record, is back too; node 1 is not.
+    expect(update(offline, [], { 2: [true, 200], 3: [true, 100] })).toBeNull();
+    expect(update(offline, [], { 3: [true, 100] })).toBeNull();
+    // Node 1 is registered but has not published since the state was written: still nobody.
+    expect(update(offline, [], { 1: [true], 2: [true, 200], 3: [true, 100] })).toBeNull();
+  });
+
+  it("then the largest log end leads, the first in replica order among equals", () => {
+    const next = update(offline, [], { 1: [true, 150], 2: [true, 200], 3: [true, 100] });
+    expect(next).toMatchObject({ leader: 2, leader_epoch: 6, isr: [2], elr: [1, 3] });
+    const tie = update(offline, [], { 1: [true, 200], 2: [true, 200], 3: [true, 100] });
+    expect(tie).toMatchObject({ leader: 1, isr: [1], elr: [2, 3] });
+  });
+
+  it("the largest log end must still reach committed_offset", () => {
+    expect(update(offline, [], { 1: [true, 99], 2: [true, 0], 3: [true, 50] })).toBeNull();
+  });
+
+  it("an ELR member is elected only from a state already offline (its log end published since)", () => {
+    // The leader dies with the ISR below min ISR: this update takes the partition offline; the
+    // ELR members' log ends predate it, so the election waits for the next update.
+    const s: PartitionState = { ...offline, leader: 1, isr: [1], elr: [2, 3] };
+    const next = update(s, [1], { 1: [false], 2: [true, 200], 3: [true, 200] });
+    expect(next).toMatchObject({ leader: noLeader, leader_epoch: 6, isr: [], elr: [1, 2, 3] });
+  });
+
+  it("replicas found gone in one update all join the ELR, whatever their order", () => {
+    const full = initialPartitionState([1, 2, 3], 2);
+    // Two followers at once: the ISR [1] is below min ISR, and both held every committed record.
+    expect(update(full, [2, 3], { 1: [true] })).toMatchObject({
+      leader: 1,
+      isr: [1],
+      elr: [2, 3],
+    });
+    expect(update(full, [3, 2], { 1: [true] })).toMatchObject({ isr: [1], elr: [2, 3] });
+    // One follower, the ISR still at min ISR: it is not eligible (records go on without it).
+    expect(update(full, [2], { 1: [true], 3: [true] })).toMatchObject({ isr: [1, 3], elr: [] });
+  });
+
+  it("a gone replica waits while no ISR member can lead and another is lapsed (the first broker back stays eligible)", () => {
+    const full = { ...initialPartitionState([1, 2, 3], 2), leader_epoch: 5, committed_offset: 100 };
+    const lapsedView =
+      (lapsed: number[], table: Record<number, [boolean, number?]>) =>
+      (id: number): ReplicaView => ({ ...views(table)(id), lapsed: lapsed.includes(id) });
+    // Node 2 is the first broker back (a new incarnation, so gone); the controller has just seen
+    // nodes 1 (the leader) and 3 missing: lapsed for its grace. Nothing changes yet.
+    expect(
+      controllerUpdate(full, { gone: [2], view: lapsedView([1, 3], { 2: [true, 200] }) }),
+    ).toBeNull();
+    // The grace is over: all three leave in one write, node 2 included.
+    const after = controllerUpdate(full, { gone: [1, 2, 3], view: views({ 2: [true, 200] }) });
+    expect(after).toMatchObject({ leader: noLeader, leader_epoch: 6, isr: [], elr: [1, 2, 3] });
+    // With a live ISR member that can lead, nothing waits: node 2 leaves (ISR [1,3] at min ISR).
+    expect(
+      controllerUpdate(full, { gone: [2], view: lapsedView([1], { 2: [true], 3: [true] }) }),
+    ).toMatchObject({ leader: 1, leader_epoch: 5, isr: [1, 3], elr: [] });
   });
 });
 
@@ -255,6 +336,29 @@ describe("partition state: a leader that cannot take its leadership (attack11 F4
     })!;
     expect(next.leader).toBe(2);
     expect(next.leader_epoch).toBe(8);
+  });
+
+  it("ISR members it knows are gone leave with it, and all join the ELR below min ISR (attack13 F1 B)", () => {
+    // Min ISR 1, ISR [1,3]: node 3 restarted (perhaps on an older copy of its data) and the
+    // controller has not taken it out yet. Leaving alone, node 1 would be in neither list while
+    // node 3 alone looked in sync.
+    const s: PartitionState = { ...base, isr: [1, 3], elr: [], min_insync_replicas: 1 };
+    expect(resignLeadership(s, 1)).toMatchObject({ isr: [3], elr: [] });
+    expect(resignLeadership(s, 1, { gone: [3] })).toEqual({
+      ...s,
+      leader: noLeader,
+      leader_epoch: 7,
+      isr: [],
+      elr: [1, 3],
+    });
+    // Not eligible itself (its log is not the partition's): only the gone member is.
+    expect(resignLeadership(s, 1, { gone: [3], eligible: false })).toMatchObject({
+      isr: [],
+      elr: [3],
+    });
+    // The ISR still at min ISR without them: nobody joins the ELR.
+    const wide = { ...s, isr: [1, 2, 3] };
+    expect(resignLeadership(wide, 1, { gone: [3] })).toMatchObject({ isr: [2], elr: [] });
   });
 
   it("with min ISR still met it just leaves the ISR; a replica that does not lead changes nothing", () => {
@@ -372,8 +476,13 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
   // acknowledges exactly when a real one would, and the check is the one that matters: every
   // leader holds every acknowledged record at its offset. With the ELR fix (5946df8) reverted it
   // fails within 7 to 174 runs (seeds 1..10), where the property above found nothing in 30 000.
+  // A "restore" starts a dead replica on an older copy of its data directory (attack13 F1 B):
+  // a prefix of its log, under its own node id and data directory id, so nothing marks it. It
+  // applies only while another ISR or ELR member holds every acknowledged record (restoring the
+  // only holder loses them whatever the rules), and only in runs drawn with `withRestores`.
   type Step =
     | { kind: "kill" | "start" | "catchUp" | "shrink"; k: number }
+    | { kind: "restore"; k: number; keep: number }
     | { kind: "produce"; n: number }
     | { kind: "pass" | "restartAll" | "preferred" | "resign" };
   const k = fc.nat({ max: 2 });
@@ -394,16 +503,38 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
     { weight: 1, arbitrary: fc.constant({ kind: "preferred" as const }) },
     { weight: 1, arbitrary: fc.constant({ kind: "resign" as const }) },
   );
+  const withRestores: fc.Arbitrary<Step> = fc.oneof(
+    { weight: 12, arbitrary: step },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        kind: fc.constant("restore" as const),
+        k,
+        keep: fc.nat({ max: 3 }),
+      }),
+    },
+  );
 
   /** Runs `steps`; returns the first violation, or null. */
-  function run(minIsr: number, replicas: number[], steps: Step[]): string | null {
+  function run(
+    minIsr: number,
+    replicas: number[],
+    steps: Step[],
+    options: { restores?: boolean } = {},
+  ): string | null {
     let s = initialPartitionState(replicas, minIsr);
     const alive = new Map(replicas.map((id) => [id, true]));
     // Incarnations: the one registered, and the one the controller recorded at its last pass.
     const registered = new Map(replicas.map((id) => [id, 0]));
     const known = new Map(replicas.map((id) => [id, 0]));
-    // The log end each replica published when it (re)started.
+    // The log end each replica last published (at its start, or again on each offline state
+    // naming it in the ELR) and when (a counter); when the partition state was last written.
     const published = new Map(replicas.map((id) => [id, 0]));
+    const publishedAt = new Map(replicas.map((id) => [id, 0]));
+    let writtenAt = 0;
+    let now = 0;
+    // When each replica's current incarnation registered (the same counter).
+    const registeredAt = new Map(replicas.map((id) => [id, 0]));
     // Each replica's durable log, record ids by offset (a SIGKILL loses nothing fsynced).
     const logs = new Map(replicas.map((id) => [id, [] as number[]]));
     const acked: number[] = [];
@@ -413,10 +544,23 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
       s.leader !== noLeader &&
       alive.get(s.leader) === true &&
       registered.get(s.leader) === known.get(s.leader);
+    // As the controller sees it: a log end counts only if published after the state was written.
     const view = (id: number): ReplicaView => ({
       alive: alive.get(id) === true,
-      logEndOffset: alive.get(id) === true ? published.get(id) : undefined,
+      logEndOffset:
+        alive.get(id) === true && (publishedAt.get(id) ?? 0) > writtenAt
+          ? published.get(id)
+          : undefined,
     });
+    const publish = (id: number) => {
+      published.set(id, log(id).length);
+      publishedAt.set(id, ++now);
+    };
+    /** Whether a replica other than `id` in the ISR or ELR holds every acknowledged record. */
+    const heldElsewhere = (id: number) =>
+      [...s.isr, ...s.elr].some(
+        (other) => other !== id && acked.every((record, o) => log(other)[o] === record),
+      );
     /** A new leader must hold every acknowledged record; a replica lacking committed ones refuses. */
     const leaderChanged = (before: PartitionState): string | null => {
       if (s.leader === before.leader && s.leader_epoch === before.leader_epoch) return null;
@@ -447,12 +591,24 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
         const id = dead[st.k % dead.length];
         alive.set(id, true);
         registered.set(id, (registered.get(id) ?? 0) + 1);
-        published.set(id, log(id).length);
+        registeredAt.set(id, ++now);
+        publish(id);
+      } else if (st.kind === "restore") {
+        const id = dead[st.k % Math.max(1, dead.length)];
+        if (options.restores === true && id !== undefined && heldElsewhere(id)) {
+          const l = log(id);
+          logs.set(id, l.slice(0, Math.floor((l.length * st.keep) / 4)));
+          alive.set(id, true);
+          registered.set(id, (registered.get(id) ?? 0) + 1);
+          registeredAt.set(id, ++now);
+          publish(id);
+        }
       } else if (st.kind === "restartAll") {
         for (const id of replicas) {
           alive.set(id, true);
           registered.set(id, (registered.get(id) ?? 0) + 1);
-          published.set(id, log(id).length);
+          registeredAt.set(id, ++now);
+          publish(id);
         }
       } else if (st.kind === "pass") {
         const gone = replicas.filter(
@@ -467,7 +623,11 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
         });
         s = preferredLeaderMove(s, registeredView) ?? s;
       } else if (st.kind === "resign") {
-        s = resignLeadership(s, s.leader) ?? s;
+        // The leader's view: ISR members not registered, or registered after the state was written.
+        const gone = s.isr.filter(
+          (id) => alive.get(id) !== true || (registeredAt.get(id) ?? 0) > writtenAt,
+        );
+        s = resignLeadership(s, s.leader, { gone }) ?? s;
       } else if (leaderLive()) {
         const leader = s.leader;
         const l = log(leader);
@@ -509,6 +669,11 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
       if (s.committed_offset > acked.length) return "committed_offset above what was acknowledged";
       const bad = leaderChanged(before);
       if (bad !== null) return bad;
+      if (s !== before) {
+        writtenAt = ++now;
+        // The brokers' answer to an offline state: each live ELR member publishes again.
+        if (s.leader === noLeader) for (const id of s.elr) if (alive.get(id) === true) publish(id);
+      }
     }
     return null;
   }
@@ -547,5 +712,46 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
       { kind: "pass" },
     ];
     expect(run(2, [1, 2, 3], steps)).toBeNull();
+  });
+
+  it("every leader holds every acknowledged record when replicas restart on older copies of their data (attack13 F1 B)", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 3 }),
+        fc.boolean(),
+        fc.array(withRestores, { minLength: 10, maxLength: 80, size: "max" }),
+        (minIsr, five, steps) => {
+          const replicas = five ? [1, 2, 3, 4, 5] : [1, 2, 3];
+          expect(run(minIsr, replicas, steps, { restores: true })).toBeNull();
+        },
+      ),
+      { numRuns: 1000, seed: 13 },
+    );
+  });
+
+  it("reproduction B of attack13 F1, as steps of the model, loses nothing", () => {
+    // The report's node 3 is node 2 here (the first ELR member in replica order, as node 3 was
+    // in the report's ELR [1,3]): before the fix it was elected on its older copy.
+    const steps: Step[] = [
+      { kind: "produce", n: 3 }, // acknowledged on 1, 2 and 3
+      { kind: "kill", k: 1 }, // node 2 stops; its data directory is copied meanwhile
+      { kind: "start", k: 0 }, // node 2 back on its own data
+      { kind: "pass" }, // out of the ISR as a new incarnation
+      { kind: "catchUp", k: 0 }, // node 2 rejoins: ISR [1,2,3], committed_offset 3
+      { kind: "produce", n: 3 }, // offsets 3..5 acknowledged; committed_offset stays 3
+      { kind: "kill", k: 0 }, // every broker SIGKILLed
+      { kind: "kill", k: 0 },
+      { kind: "kill", k: 0 },
+      { kind: "pass" }, // all three leave the ISR in one write: ELR [1,2,3]
+      { kind: "restore", k: 1, keep: 2 }, // node 2 back first, on the copy (3 records of 6)
+      { kind: "pass" }, // nodes 1 and 3 are missing: nobody may be elected
+      { kind: "start", k: 1 }, // node 3 back, holding every record
+      { kind: "pass" }, // node 1 is still missing
+      { kind: "start", k: 0 }, // node 1 back
+      { kind: "pass" }, // the longest log leads: nothing acknowledged is truncated
+      { kind: "catchUp", k: 0 },
+      { kind: "catchUp", k: 1 },
+    ];
+    expect(run(2, [1, 2, 3], steps, { restores: true })).toBeNull();
   });
 });
