@@ -180,6 +180,12 @@ export const Errors = Object.freeze({
   notEnoughReplicas: kind("not_enough_replicas", 61, 503, true),
   /** A request carries an older leader epoch than the receiver knows (a deposed leader, or a follower behind): refresh the partition state and retry. */
   fencedLeaderEpoch: kind("fenced_leader_epoch", 62, 409, true),
+  /**
+   * A topic config change (`PATCH /v1/topics/{topic}`) kept meeting other changes to the same
+   * topic that landed first, through other brokers: it was read again and reapplied several
+   * times, and nothing of it was stored. Sending the same change again applies it.
+   */
+  concurrentUpdate: kind("concurrent_update", 63, 409, true),
   /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });
@@ -260,6 +266,7 @@ export const kafkaErrorCodes: Readonly<Record<string, number>> = Object.freeze({
   not_leader: 6, // NOT_LEADER_OR_FOLLOWER
   not_enough_replicas: 19, // NOT_ENOUGH_REPLICAS
   fenced_leader_epoch: 74, // FENCED_LEADER_EPOCH
+  concurrent_update: 42, // INVALID_REQUEST: topic configs are not changed through Kafka
   // Durable Streams rows: a stream's topic is a topic, so a Kafka produce to a closed stream
   // meets stream_closed; the rest come from /v1/stream/ routes and map to the nearest meaning.
   stream_not_found: 3, // UNKNOWN_TOPIC_OR_PARTITION

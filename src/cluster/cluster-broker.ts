@@ -443,16 +443,18 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
   overrides.initProducerEpoch = undefined;
   if (local.updateTopicConfig !== undefined) {
     overrides.updateTopicConfig = async (name: string, patch: Record<string, unknown>) => {
-      const config = node.topicConfig(name);
-      if (config === undefined) return local.updateTopicConfig!(name, patch);
-      for (const key of ["replication_factor", "min_insync_replicas"])
-        if (Object.hasOwn(patch ?? {}, key) && patch[key] !== config[key as keyof TopicConfig])
-          throw new BrokerError(
-            Errors.invalidConfig,
-            `Invalid topic config "${key}": it is fixed when the topic is created (${config[key as keyof TopicConfig]})`,
-          );
-      const next = mergeTopicConfig(config, patch);
-      await node.updateTopicConfig(name, next);
+      if (node.topicConfig(name) === undefined) return local.updateTopicConfig!(name, patch);
+      // Merged into etcd's current config, again if another broker's change landed first: a
+      // PATCH names only the keys it changes (attack F4).
+      await node.updateTopicConfig(name, (config) => {
+        for (const key of ["replication_factor", "min_insync_replicas"])
+          if (Object.hasOwn(patch ?? {}, key) && patch[key] !== config[key as keyof TopicConfig])
+            throw new BrokerError(
+              Errors.invalidConfig,
+              `Invalid topic config "${key}": it is fixed when the topic is created (${config[key as keyof TopicConfig]})`,
+            );
+        return mergeTopicConfig(config, patch);
+      });
       return describe(name);
     };
   }

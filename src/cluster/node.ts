@@ -137,6 +137,15 @@ interface PartitionEntry {
 export const groupOffsetsRetryMs = 12_000;
 
 /**
+ * How many times {@link ClusterNode.updateTopicConfig} puts a topic's config when other changes
+ * keep landing first (docs/http-api.md "Errors", `concurrent_update`). The first attempt can lose
+ * to changes this broker's watch has not brought yet; every later one reads etcd first and loses
+ * only to a change that landed since, each landing at most once: so 7 changes of one topic sent
+ * at once (and no more) all land.
+ */
+export const topicConfigAttempts = 8;
+
+/**
  * A broker's membership of the cluster and its view of the cluster's keys. Start with
  * {@link ClusterNode.start}; {@link close} leaves (revokes the lease).
  */
@@ -904,29 +913,50 @@ export class ClusterNode {
   }
 
   /**
-   * Replaces the topic config etcd holds (compare-and-set on the key); replicas apply it when
-   * they see it. @throws BrokerError topic_not_found, unavailable.
+   * Changes the topic config etcd holds: `change` maps the current config to the new one, which
+   * is put with a compare-and-set on the key's mod_revision. When another broker changed the
+   * topic meanwhile (a PATCH of other keys through it), the config is read again from etcd and
+   * `change` applied to that, up to {@link topicConfigAttempts} times, so concurrent patches of
+   * different keys all land and none undoes another (attack F4: one of them was answered 503).
+   * Replicas apply the result when they see it; resolves once this broker has.
+   * @throws BrokerError topic_not_found (also when deleted meanwhile); concurrent_update when
+   *   every attempt met another change; unavailable if etcd cannot be reached; whatever `change`
+   *   throws (invalid_config).
    */
-  async updateTopicConfig(name: string, config: TopicConfig): Promise<void> {
+  async updateTopicConfig(
+    name: string,
+    change: (current: TopicConfig) => TopicConfig,
+  ): Promise<void> {
     const { etcd } = this.#o;
-    const current = this.#topics.get(name);
-    if (current === undefined)
-      throw new BrokerError(Errors.topicNotFound, `Topic ${JSON.stringify(name)} does not exist`);
+    const what = `change topic ${JSON.stringify(name)}`;
+    const missing = () =>
+      new BrokerError(Errors.topicNotFound, `Topic ${JSON.stringify(name)} does not exist`);
+    let current = this.#topics.get(name);
+    if (current === undefined) throw missing();
     const tKey = topicKey(this.#prefix, name);
-    const result = await this.#etcdCall(`change topic ${JSON.stringify(name)}`, () =>
-      etcd.txn({
-        compare: [
-          { key: tKey, target: "mod_revision", result: "equal", number: current.modRevision },
-        ],
-        success: [{ put: { key: tKey, value: JSON.stringify(config) } }],
-      }),
-    );
-    if (!result.succeeded)
-      throw new BrokerError(
-        Errors.unavailable,
-        `Cannot change topic ${JSON.stringify(name)}: it changed meanwhile; try again`,
+    for (let attempt = 1; ; attempt++) {
+      const next = change(current.config);
+      const modRevision = current.modRevision;
+      const result = await this.#etcdCall(what, () =>
+        etcd.txn({
+          compare: [{ key: tKey, target: "mod_revision", result: "equal", number: modRevision }],
+          success: [{ put: { key: tKey, value: JSON.stringify(next) } }],
+        }),
       );
-    await this.#caughtUp(result.revision);
+      if (result.succeeded) {
+        await this.#caughtUp(result.revision);
+        return;
+      }
+      if (attempt === topicConfigAttempts)
+        throw new BrokerError(
+          Errors.concurrentUpdate,
+          `Cannot change topic ${JSON.stringify(name)}: other changes to its config landed first ${attempt} times in a row; send the change again`,
+        );
+      // This broker's copy is older than etcd's (its watch has not brought the other change).
+      const kv = await this.#etcdCall(what, () => etcd.get(tKey));
+      if (kv === null) throw missing();
+      current = { config: JSON.parse(kv.value) as TopicConfig, modRevision: kv.modRevision };
+    }
   }
 
   /**

@@ -676,7 +676,7 @@ const statusText: Record<number, string> = {
   403: "The key's role or patterns do not allow this (forbidden); a browser's cross-site write (reason cross_site); a loopback broker without keys addressed by a name other than an IP address or localhost (reason host_not_allowed); producer_fenced on idempotent produce.",
   404: "No such topic, partition, group, key, or route.",
   408: "The request did not arrive whole in time (request_timeout; Node and Bun).",
-  409: "Conflict with the state (topic_exists, key_exists, stale_generation, not_partition_owner, unknown_member, sequence errors, producer_epoch_exhausted).",
+  409: "Conflict with the state (topic_exists, key_exists, stale_generation, not_partition_owner, unknown_member, sequence errors, producer_epoch_exhausted, concurrent_update).",
   413: "Body over --max-request-bytes (request_too_large) or a record over the record limit (record_too_large).",
   415: "Unsupported media type: a body with a Content-Encoding other than identity (unsupported_media_type); in the registry, a Content-Type it does not take.",
   422: "A record does not match its topic's schema (invalid_record); in the registry, an invalid schema, version or level.",
@@ -1405,7 +1405,7 @@ export const openApiDocument = withHeadOperations({
         parameters: [topicParam],
         requestBody: jsonBody(ref("PatchTopic")),
         ok: { 200: json(ref("Topic"), "The topic with its new config.") },
-        errors: [404, 507],
+        errors: [404, 409, 507],
       }),
     },
     "/v1/topics/{topic}/records": {
