@@ -54,6 +54,64 @@ export function isLoopback(host: string): boolean {
 }
 
 /**
+ * Options of Kafka's command-line tools (kafka-topics.sh, kafka-console-producer.sh,
+ * kafka-console-consumer.sh) that es-broker spells otherwise, with what to write instead: an
+ * unknown option found here gets that hint (newuser report 8: `topics create t
+ * --replication-factor 2` said only "unknown option"). `needs`: the hint is given only by a
+ * command that takes one of these options (the equivalent must exist there). `instead` builds the
+ * hint from the value given after the option, if any.
+ */
+const kafkaStyleOptions: Readonly<
+  Record<string, { needs: readonly string[]; instead: (value: string | undefined) => string }>
+> = {
+  "replication-factor": {
+    needs: ["config"],
+    instead: (v) => `--config replication_factor=${v ?? "N"}`,
+  },
+  "min-insync-replicas": {
+    needs: ["config"],
+    instead: (v) => `--config min_insync_replicas=${v ?? "N"}`,
+  },
+  "bootstrap-server": { needs: ["broker"], instead: (v) => `--broker ${v ?? "HOST:PORT"}` },
+  "broker-list": { needs: ["broker"], instead: (v) => `--broker ${v ?? "HOST:PORT"}` },
+  "max-messages": { needs: ["max-records"], instead: (v) => `--max-records ${v ?? "N"}` },
+  topic: {
+    needs: ["partition", "partitions"],
+    instead: (v) =>
+      `the topic as a plain argument: es-broker produce|consume|topics create ${v ?? "TOPIC"}`,
+  },
+  ...Object.fromEntries(
+    ["create", "list", "describe", "alter", "delete"].map((action) => [
+      action,
+      {
+        needs: ["partitions"],
+        instead: () => `the action as an argument: es-broker topics ${action}`,
+      },
+    ]),
+  ),
+};
+
+/**
+ * The hint for an unknown option that Kafka's tools take ({@link kafkaStyleOptions}), or "".
+ * @param name the option without its dashes; `args` the command line, for the value given.
+ */
+function kafkaStyleHint(
+  name: string,
+  options: Readonly<Record<string, unknown>>,
+  args: readonly string[],
+): string {
+  const known = Object.hasOwn(kafkaStyleOptions, name) ? kafkaStyleOptions[name] : undefined;
+  if (known === undefined || !known.needs.some((o) => Object.hasOwn(options, o))) return "";
+  let value: string | undefined;
+  for (let i = 0; i < args.length && value === undefined; i++) {
+    if (args[i].startsWith(`--${name}=`)) value = args[i].slice(name.length + 3);
+    else if (args[i] === `--${name}` && i + 1 < args.length && !args[i + 1].startsWith("-"))
+      value = args[i + 1];
+  }
+  return ` (Kafka's tools take it; es-broker takes ${known.instead(value === "" ? undefined : value)})`;
+}
+
+/**
  * `node:util` `parseArgs` with short errors that name the option (thrown as {@link UsageError})
  * instead of parseArgs' own texts, and with negative numbers accepted as values: `--partition -1`
  * reads as `--partition=-1`, so that the option's own check can say what is allowed
@@ -75,7 +133,10 @@ export function parseCli<T extends ParseArgsConfig>(config: T): ReturnType<typeo
     if (typeof code !== "string" || !code.startsWith("ERR_PARSE_ARGS")) throw err;
     const message = (err as Error).message;
     const quoted = /'([^' ]+)/.exec(message)?.[1] ?? "";
-    if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") throw new UsageError(`unknown option ${quoted}`);
+    if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION")
+      throw new UsageError(
+        `unknown option ${quoted}${kafkaStyleHint(quoted.replace(/^--?/, ""), options, args)}`,
+      );
     if (code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL")
       throw new UsageError(`unexpected argument ${JSON.stringify(quoted)}`);
     if (/does not take an argument/.test(message)) throw new UsageError(`${quoted} takes no value`);

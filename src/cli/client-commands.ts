@@ -35,6 +35,7 @@ import {
   clientTlsOptions,
   connectionHelp,
   connectionOptions,
+  httpAddressHint,
   readApiKey,
   type ConnectionValues,
 } from "./connection.ts";
@@ -1428,7 +1429,7 @@ async function alterTopic(
     throw new UsageError("topics alter changes config only: the partition count stays");
   if (values.broker !== undefined)
     throw new UsageError(
-      `topics alter speaks the broker's HTTP API: give --url http://HOST:HTTP_PORT (the broker's --http-port, default 8080) instead of --broker ${values.broker}`,
+      `topics alter speaks the broker's HTTP API: give --url ${httpAddressHint(values, values.broker)} instead of --broker ${values.broker}`,
     );
   let base: URL;
   try {

@@ -108,18 +108,37 @@ export function readApiKey(
   return fromEnv === undefined || fromEnv === "" ? undefined : fromEnv;
 }
 
+/** True when any TLS option is given (`--tls`, `--tls-ca`, …): the broker serves TLS. */
+export function tlsWanted(values: ConnectionValues): boolean {
+  return (
+    values.tls === true ||
+    values["tls-ca"] !== undefined ||
+    values["tls-insecure"] === true ||
+    values["tls-cert"] !== undefined ||
+    values["tls-key"] !== undefined
+  );
+}
+
+/**
+ * The HTTP address to give instead of `--broker HOST:PORT` (a TCP address) to a command that
+ * speaks HTTP (`topics alter --url`, `schemas --registry`), for its usage error: the host of
+ * `broker`, HTTP_PORT for its HTTP port, and `https://` when TLS options are given, else
+ * `http(s)://` (a broker serving TLS serves it on its HTTP port too; newuser report 8: a user of
+ * an https:// cluster was told "http://"). `path` is appended (e.g. "/registry").
+ */
+export function httpAddressHint(values: ConnectionValues, broker: string, path = ""): string {
+  const host = /^(\[[^\]]+\]|[^:,]+):\d+(?:,|$)/.exec(broker)?.[1] ?? "HOST";
+  return tlsWanted(values)
+    ? `https://${host}:HTTP_PORT${path} (the broker's --http-port, default 8080)`
+    : `http(s)://${host}:HTTP_PORT${path} (the broker's --http-port, default 8080; https:// when the broker serves TLS)`;
+}
+
 /**
  * `node:tls` options for the TLS options given, or undefined for plain TCP (none given).
  * @throws UsageError naming a PEM file that cannot be read, or a certificate without its key.
  */
 export function clientTlsOptions(values: ConnectionValues): ConnectionOptions | undefined {
-  const wanted =
-    values.tls === true ||
-    values["tls-ca"] !== undefined ||
-    values["tls-insecure"] === true ||
-    values["tls-cert"] !== undefined ||
-    values["tls-key"] !== undefined;
-  if (!wanted) return undefined;
+  if (!tlsWanted(values)) return undefined;
   try {
     return tlsClientOptions({
       caPath: values["tls-ca"],

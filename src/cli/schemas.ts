@@ -14,6 +14,7 @@ import {
   clientTlsOptions,
   connectionHelp,
   connectionOptions,
+  httpAddressHint,
   readApiKey,
 } from "./connection.ts";
 import { errorMessage } from "../lib/errors.ts";
@@ -178,7 +179,7 @@ export async function schemas(argv: string[]): Promise<number> {
   // on a single broker says which HTTP port goes with it, so the command cannot derive one.
   if (values.broker !== undefined)
     throw new UsageError(
-      `schemas talks to the broker's schema registry over HTTP, not to its TCP port: give --registry http://HOST:HTTP_PORT/registry (the broker's --http-port, default 8080) instead of --broker ${values.broker}`,
+      `schemas talks to the broker's schema registry over HTTP, not to its TCP port: give --registry ${httpAddressHint(values, values.broker, "/registry")} instead of --broker ${values.broker}`,
     );
   const explicit = values.registry !== undefined;
   let base: URL;

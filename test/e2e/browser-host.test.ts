@@ -87,6 +87,10 @@ describe(`[${target}] requests addressed to a rebound name`, () => {
     );
     expect(scrape.status).toBe(403);
     expect(scrape.body).not.toContain("esb_");
+    // It names the keyless metrics port, not "without API keys" (newuser report 9).
+    expect(JSON.parse(scrape.body).error.message).toMatch(
+      /^Cannot serve a request addressed to host "evil\.example": the metrics port \(--metrics-port\) serves without an API key/,
+    );
     const own = await send(metrics, new URL(metrics).host, "GET /metrics HTTP/1.1");
     expect(own.status).toBe(200);
     expect(own.body).toContain("esb_build_info");

@@ -464,7 +464,7 @@ describe(`[${target}] es-broker commands`, () => {
     const withBroker = await runCli(["schemas", "list", "--broker", "127.0.0.1:9092"]);
     expect(withBroker.code).toBe(2);
     expect(withBroker.stderr).toBe(
-      "es-broker: schemas talks to the broker's schema registry over HTTP, not to its TCP port: give --registry http://HOST:HTTP_PORT/registry (the broker's --http-port, default 8080) instead of --broker 127.0.0.1:9092\nRun 'es-broker schemas --help' for usage.\n",
+      "es-broker: schemas talks to the broker's schema registry over HTTP, not to its TCP port: give --registry http(s)://127.0.0.1:HTTP_PORT/registry (the broker's --http-port, default 8080; https:// when the broker serves TLS) instead of --broker 127.0.0.1:9092\nRun 'es-broker schemas --help' for usage.\n",
     );
     // A port in this file's range that nothing listens on.
     const url = "http://127.0.0.1:28499/registry";
@@ -507,7 +507,20 @@ describe(`[${target}] es-broker commands`, () => {
       ],
       [
         ["topics", "alter", "orders", "--config", "retention_ms=1", "--broker", address],
-        `topics alter speaks the broker's HTTP API: give --url http://HOST:HTTP_PORT (the broker's --http-port, default 8080) instead of --broker ${address}`,
+        `topics alter speaks the broker's HTTP API: give --url http(s)://127.0.0.1:HTTP_PORT (the broker's --http-port, default 8080; https:// when the broker serves TLS) instead of --broker ${address}`,
+      ],
+      // TLS options given: the broker serves TLS, on its HTTP port too (newuser report 8).
+      [
+        [
+          ...["topics", "alter", "orders", "--config", "retention_ms=1"],
+          ...["--broker", "broker1.internal:9093", "--tls-ca", "/nonexistent/ca.pem"],
+        ],
+        "topics alter speaks the broker's HTTP API: give --url https://broker1.internal:HTTP_PORT (the broker's --http-port, default 8080) instead of --broker broker1.internal:9093",
+      ],
+      // Kafka's option names get es-broker's equivalent.
+      [
+        ["topics", "create", "t5", "--partitions", "2", "--replication-factor", "2"],
+        "unknown option --replication-factor (Kafka's tools take it; es-broker takes --config replication_factor=2)",
       ],
       [
         ["topics", "list", "--json"],

@@ -318,9 +318,15 @@ function isLiteralOrLocalhost(hostname: string): boolean {
  * same-origin with the broker, and on a broker without keys could read records and delete topics.
  * Names that browsers resolve to loopback themselves (`localhost`) and IP addresses cannot be
  * rebound. Used while the broker has no keys and listens on loopback, and on `--metrics-port`.
+ * @param listener which listener refuses, for the message's reason: the broker's HTTP port
+ *   (without API keys) or the `--metrics-port` one, which serves without a key whether or not the
+ *   broker has keys (newuser report 9: it said "without API keys" to a broker with keys).
  * @returns the refusal, or null to serve the request.
  */
-export function hostRefusal(request: Request): Response | null {
+export function hostRefusal(
+  request: Request,
+  listener: "http" | "metrics" = "http",
+): Response | null {
   // The Host header is what a browser sends (and what rebinding abuses); Deno builds a CONNECT
   // request's URL from its target instead, which is not the name the client addressed.
   const header = request.headers.get("host");
@@ -333,7 +339,7 @@ export function hostRefusal(request: Request): Response | null {
   if (isLiteralOrLocalhost(hostname)) return null;
   const error = new BrokerError(
     Errors.forbidden,
-    `Cannot serve a request addressed to host ${quote(hostname)}: without API keys this broker answers only requests addressed to an IP address or localhost (another name reaching it from a browser is DNS rebinding)`,
+    `Cannot serve a request addressed to host ${quote(hostname)}: ${listener === "metrics" ? "the metrics port (--metrics-port) serves without an API key, so it" : "without API keys this broker"} answers only requests addressed to an IP address or localhost (another name reaching it from a browser is DNS rebinding)`,
     { reason: "host_not_allowed" },
   );
   if (isRegistryPath(pathOf(request.url)))

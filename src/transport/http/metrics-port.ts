@@ -50,7 +50,7 @@ export function metricsPortApp(options: MetricsPortOptions): {
         );
       if (path === "/healthz") return json({ status: "ok" }, 200);
       // Loopback without a key: a page under a rebound name must not read the scrape (auth.ts).
-      const foreignHost = hostRefusal(request);
+      const foreignHost = hostRefusal(request, "metrics");
       if (foreignHost !== null) return foreignHost;
       if (!options.ready()) {
         if (path === "/readyz") return json({ status: "recovering" }, 503);
