@@ -936,6 +936,17 @@ export class LocalBroker implements Broker {
     return this.#groups.commit(request);
   }
 
+  /** See {@link Broker.commitOffsetsReplicated} and `GroupCoordinator.commit`. */
+  async commitOffsetsReplicated(
+    request: CommitOffsetsRequest,
+    replicate: (
+      offsets: readonly { topic: string; partition: number; offset: number }[],
+    ) => Promise<void>,
+  ): Promise<void> {
+    this.#checkOpen();
+    return this.#groups.commit(request, replicate);
+  }
+
   async describeGroup(group: string): Promise<GroupDescription> {
     this.#checkOpen();
     return this.#groups.describe(group);

@@ -790,8 +790,18 @@ export class GroupCoordinator {
     });
   }
 
-  /** See {@link Broker.commitOffsets}. */
-  async commit(request: CommitOffsetsRequest): Promise<void> {
+  /**
+   * See {@link Broker.commitOffsets}. `beforeStore`, if given, runs once the commit passed every
+   * check, holding the group's lock (no rebalance can come between), before the offsets are
+   * stored: if it throws, nothing is stored and the commit fails with its error (cluster mode
+   * writes etcd there; docs/cluster.md "Consumer groups").
+   */
+  async commit(
+    request: CommitOffsetsRequest,
+    beforeStore?: (
+      offsets: readonly { topic: string; partition: number; offset: number }[],
+    ) => Promise<void>,
+  ): Promise<void> {
     const name = validateGroupName(request.group);
     const action = `Cannot commit offsets of group "${name}"`;
     const offsets = this.#checkOffsets(request.offsets, action);
@@ -817,7 +827,7 @@ export class GroupCoordinator {
         : this.#existingForMember(name, memberId, action);
     await group.lock.run(async () => {
       try {
-        await this.#commitLocked(group, request, offsets, action);
+        await this.#commitLocked(group, request, offsets, action, beforeStore);
       } catch (err) {
         this.#forgetIfUnpersisted(group);
         throw err;
@@ -830,6 +840,9 @@ export class GroupCoordinator {
     request: CommitOffsetsRequest,
     offsets: { topic: string; partition: number; offset: number }[],
     action: string,
+    beforeStore?: (
+      offsets: readonly { topic: string; partition: number; offset: number }[],
+    ) => Promise<void>,
   ): Promise<void> {
     const memberId = request.memberId;
     this.#checkOpen();
@@ -880,9 +893,13 @@ export class GroupCoordinator {
         }
       }
     }
-    const nextOffsets = new Map(data.offsets);
+    if (beforeStore !== undefined) {
+      await beforeStore(offsets);
+      this.#checkOpen();
+    }
+    const nextOffsets = new Map(group.data.offsets);
     for (const o of offsets) nextOffsets.set(topicPartitionKey(o.topic, o.partition), o.offset);
-    await this.#commitData(group, { ...data, offsets: nextOffsets }, action);
+    await this.#commitData(group, { ...group.data, offsets: nextOffsets }, action);
   }
 
   #existingForMember(name: string, memberId: string, action: string): Group {

@@ -442,6 +442,18 @@ export interface Broker {
    *   stale_generation, not_partition_owner, unavailable, storage_error.
    */
   commitOffsets(request: CommitOffsetsRequest): Promise<void>;
+  /**
+   * {@link commitOffsets}, calling `replicate` with the offsets once the commit passed every check
+   * and before they are stored, holding the group's lock: if it throws, nothing is stored and the
+   * commit fails with its error. Cluster mode writes etcd there, so an offset etcd did not take
+   * is never shown as committed (docs/cluster.md "Consumer groups"). Optional.
+   */
+  commitOffsetsReplicated?(
+    request: CommitOffsetsRequest,
+    replicate: (
+      offsets: readonly { topic: string; partition: number; offset: number }[],
+    ) => Promise<void>,
+  ): Promise<void>;
   /** A group's members, generation, and per-partition committed offsets and lag. @throws group_not_found, unavailable. */
   describeGroup(group: string): Promise<GroupDescription>;
   /** Every available group (name order). */

@@ -92,7 +92,7 @@ import { type ClusterState, openClusterState } from "../cluster/cluster-state.ts
 import { ReplicaManager } from "../cluster/replica-manager.ts";
 import { replicaConnector } from "../runtime/replica-connection.ts";
 import { PeerLinks } from "../cluster/peer-links.ts";
-import { clusterBroker } from "../cluster/cluster-broker.ts";
+import { type ClusterBroker, clusterBroker } from "../cluster/cluster-broker.ts";
 import { defaultClusterPrefix } from "../cluster/membership.ts";
 import { forgetReplicaDataInCluster } from "../cluster/fresh-replica.ts";
 import { Prng } from "../lib/prng.ts";
@@ -622,6 +622,7 @@ export async function serve(argv: string[]): Promise<number> {
     throw err;
   }
   let node: ClusterNode | null = null;
+  let clusterFront: ClusterBroker | null = null;
   // A refused registration (`ClusterNodeOptions.onRefused`) before the stop handler exists.
   let refusedEarly: Error | null = null;
   let onNodeRefused = (err: Error) => {
@@ -715,7 +716,8 @@ export async function serve(argv: string[]): Promise<number> {
             : { auth: { user: etcdAuth.user, password: () => etcdPassword! } }),
         },
       );
-      front = clusterBroker(broker, node);
+      clusterFront = clusterBroker(broker, node);
+      front = clusterFront;
       // The schema registry and API keys of the cluster, in etcd (docs/cluster.md).
       clusterState = await openClusterState({
         etcd: node.etcd,
@@ -802,6 +804,18 @@ export async function serve(argv: string[]): Promise<number> {
       // Cluster mode: only the coordinator (the controller) exports group series; another
       // broker's group state is of an earlier tenure, frozen (docs/operations.md "Metrics").
       observe: async () => {
+        // A new controller exports the groups etcd knows, member or not: wait (at most 1 s) for
+        // their load, which starts when it becomes the controller.
+        if (node?.controller.isController && clusterFront !== null) {
+          let timer: { cancel(): void } | undefined;
+          await Promise.race([
+            clusterFront.storedGroupsLoaded(),
+            new Promise<void>((resolve) => {
+              timer = systemClock.setTimer(1000, resolve);
+            }),
+          ]);
+          timer?.cancel();
+        }
         const seen = await broker.observe();
         return node === null || node.controller.isController ? seen : { ...seen, groups: [] };
       },

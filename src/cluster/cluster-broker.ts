@@ -57,11 +57,22 @@ import { utf8 } from "../lib/bytes.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
 import { EntryCursor } from "../storage/record.ts";
 
+/** The cluster-mode broker ({@link clusterBroker}) and what the metrics need of it. */
+export type ClusterBroker = Broker & {
+  /**
+   * Resolves once the consumer groups etcd knows are in the local group state, when this broker
+   * is the controller (they load when it becomes it; docs/operations.md "Metrics"), so a
+   * scrape exports every group with committed offsets. Never rejects: if etcd could not be read,
+   * the next call tries again.
+   */
+  storedGroupsLoaded(): Promise<void>;
+};
+
 /**
  * Builds the cluster-mode broker around `local`. The result has every method `local` has
  * (optional ones included), so the front doors see the same capabilities.
  */
-export function clusterBroker(local: Broker, node: ClusterNode): Broker {
+export function clusterBroker(local: Broker, node: ClusterNode): ClusterBroker {
   const leaderCheck = (topic: string, partition: number): void => {
     const state = node.partitionState(topic, partition);
     if (state === undefined) return; // not a cluster topic (or no such partition): the broker says
@@ -239,11 +250,16 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
   // controller; `claims` holds each one's claim (docs/cluster.md "Consumer groups").
   const seeded = new Map<string, Promise<void>>();
   const claims = new Map<string, { claim: number; generation: number }>();
+  // Every group etcd knows, taken into the local group state (unclaimed) once per tenure, so the
+  // coordinator lists and exports groups that have no member now.
+  let storedGroups: Promise<void> | null = null;
   let wasController = node.controller.isController;
   node.controller.onChange(() => {
     if (node.controller.isController !== wasController) {
       seeded.clear();
       claims.clear();
+      storedGroups = null;
+      if (node.controller.isController) loadStoredGroups().catch(() => {}); // retried on use
     }
     wasController = node.controller.isController;
   });
@@ -280,10 +296,70 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
       throw err;
     }
   };
+  /** The offsets of topics and partitions the cluster has (etcd keeps those of deleted topics). */
+  const existing = (offsets: readonly { topic: string; partition: number; offset: number }[]) =>
+    offsets.filter(
+      (o) =>
+        node.topicConfig(o.topic) !== undefined &&
+        node.partitionState(o.topic, o.partition) !== undefined,
+    );
+  /**
+   * Takes a group as etcd holds it (`generation`, `offsets`) into the local group state without
+   * claiming it: nothing is written to etcd and the generation shown is etcd's, not a new one
+   * (a read must not bump it). Skipped once the group is served here: its claim took etcd's
+   * offsets, and later commits are newer than `offsets`. Run inside `inOrder(group)`.
+   */
+  const takeStored = async (
+    group: string,
+    generation: number,
+    offsets: readonly { topic: string; partition: number; offset: number }[],
+  ): Promise<void> => {
+    if (seeded.has(group) || !node.controller.isController) return;
+    const here = await describeHere(group);
+    const kept = existing(offsets);
+    if (here === null && kept.length === 0) return; // no committed offset left: not a group now
+    if (generation > (here?.generation ?? 0)) await local.raiseGroupGeneration?.(group, generation);
+    const committed = new Map(
+      (here?.offsets ?? []).map((o) => [`${o.topic}/${o.partition}`, o.committed]),
+    );
+    const differ = kept.filter((o) => committed.get(`${o.topic}/${o.partition}`) !== o.offset);
+    if (differ.length > 0 && local.adoptGroupOffsets !== undefined)
+      await local.adoptGroupOffsets(group, differ);
+  };
+  /**
+   * Loads every group etcd knows into the local group state, once per tenure as the controller
+   * (docs/cluster.md "Consumer groups"): list, describe and the metrics show them with no member
+   * and no claim. A failure (etcd unreachable) is retried at the next call.
+   */
+  const loadStoredGroups = (): Promise<void> => {
+    if (storedGroups === null) {
+      const loading = (async () => {
+        const stored = await node.loadStoredGroups();
+        for (const [group, { generation, offsets }] of stored)
+          await inOrder(group, () => takeStored(group, generation, offsets));
+      })();
+      storedGroups = loading;
+      loading.catch(() => {
+        if (storedGroups === loading) storedGroups = null;
+      });
+    }
+    return storedGroups;
+  };
+  /** Takes one group from etcd as it is now (a describe of a group not served here yet). */
+  const refreshStored = (group: string): Promise<void> =>
+    inOrder(group, async () => {
+      if (seeded.has(group)) return;
+      const [generation, offsets] = await Promise.all([
+        node.loadGroupGeneration(group),
+        node.loadGroupOffsets(group),
+      ]);
+      await takeStored(group, generation, offsets);
+    });
   const seed = (group: string): Promise<void> => {
     let done = seeded.get(group);
     if (done === undefined) {
-      done = (async () => {
+      // In inOrder: after any takeStored of the group, which then finds it seeded and stops.
+      done = inOrder(group, async () => {
         // Claim the group first: the generation starts above every one handed out before.
         const before = await describeHere(group);
         const claimed = await node.claimGroupGeneration(group, before?.generation ?? 0);
@@ -297,7 +373,7 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
         if (claimed.generation > 0)
           await local.raiseGroupGeneration?.(group, claimed.generation + 1);
         claims.set(group, claimed);
-        const stored = await node.loadGroupOffsets(group);
+        const stored = existing(await node.loadGroupOffsets(group));
         if (stored.length === 0) return;
         // etcd holds every acknowledged commit. Members found here (restored from this broker's
         // file) are of an earlier tenure, so their offsets may be older: etcd's win regardless.
@@ -311,7 +387,7 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
         if (missing.length === 0) return;
         if (local.adoptGroupOffsets !== undefined) await local.adoptGroupOffsets(group, missing);
         else await local.commitOffsets({ group, offsets: missing });
-      })();
+      });
       seeded.set(group, done);
       done.catch(() => seeded.delete(group));
     }
@@ -403,25 +479,37 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
       await record(request.group, joined.generation);
       return joined;
     },
+    // Reads claim nothing: a group not served here yet is shown as etcd holds it now.
     async describeGroup(group: string): Promise<GroupDescription> {
       coordinatorCheck(`Cannot describe group ${JSON.stringify(group)}`);
-      await seed(group);
+      if (!seeded.has(group)) await refreshStored(group);
+      await seeded.get(group);
       return local.describeGroup(group);
     },
     async listGroups(): Promise<GroupDescription[]> {
       coordinatorCheck("Cannot list consumer groups");
+      await loadStoredGroups();
       return local.listGroups();
     },
+    // etcd first, then the local store, under the group's lock (`commitOffsetsReplicated`): an
+    // offset etcd did not take is never shown as committed (attack15 F3).
     async commitOffsets(request: CommitOffsetsRequest): Promise<void> {
       coordinatorCheck(`Cannot commit offsets of group ${JSON.stringify(request.group)}`);
       await seed(request.group);
-      await inOrder(request.group, async () => {
-        await local.commitOffsets(request);
-        const action = `Cannot commit offsets of group ${JSON.stringify(request.group)}`;
+      const action = `Cannot commit offsets of group ${JSON.stringify(request.group)}`;
+      const replicate = async (
+        offsets: readonly { topic: string; partition: number; offset: number }[],
+      ): Promise<void> => {
         const held = claims.get(request.group);
         if (held === undefined) throw moved(request.group, action);
-        if (!(await node.saveGroupOffsets(request.group, request.offsets, held.claim)))
+        if (!(await node.saveGroupOffsets(request.group, offsets, held.claim)))
           throw moved(request.group, action);
+      };
+      await inOrder(request.group, async () => {
+        if (local.commitOffsetsReplicated !== undefined)
+          return local.commitOffsetsReplicated(request, replicate);
+        await local.commitOffsets(request);
+        await replicate(request.offsets);
       });
     },
     async clusterMetadata(topics?: readonly string[]): Promise<ClusterMetadata> {
@@ -441,6 +529,8 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
   // Not in a cluster (module comment): an allocation kept only in the controller's producer
   // state was handed out again by the next controller after a SIGKILL (attack13 F4).
   overrides.initProducerEpoch = undefined;
+  // It stores a commit with no etcd write unless handed one: commitOffsets above is the way in.
+  overrides.commitOffsetsReplicated = undefined;
   if (local.updateTopicConfig !== undefined) {
     overrides.updateTopicConfig = async (name: string, patch: Record<string, unknown>) => {
       if (node.topicConfig(name) === undefined) return local.updateTopicConfig!(name, patch);
@@ -458,8 +548,14 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
       return describe(name);
     };
   }
+  const extra = {
+    storedGroupsLoaded: (): Promise<void> =>
+      node.controller.isController ? loadStoredGroups().catch(() => {}) : Promise.resolve(),
+  };
+  if (node.controller.isController) loadStoredGroups().catch(() => {}); // retried on use
   return new Proxy(local, {
     get(target, prop) {
+      if (prop === "storedGroupsLoaded") return extra.storedGroupsLoaded;
       if (Object.hasOwn(overrides, prop)) return overrides[prop as keyof Broker];
       // Durable Streams make their topics locally, outside etcd: not in a cluster (yet).
       if (prop === "streams") return undefined;
@@ -467,5 +563,5 @@ export function clusterBroker(local: Broker, node: ClusterNode): Broker {
       const v = Reflect.get(target, prop, target);
       return typeof v === "function" ? v.bind(target) : v;
     },
-  });
+  }) as ClusterBroker;
 }

@@ -1094,6 +1094,61 @@ export class ClusterNode {
     return result.succeeded ? result.revision : null;
   }
 
+  /**
+   * Every consumer group etcd knows (docs/cluster.md "Consumer groups"): its stored generation
+   * (`group_generations/<group>`, 0 if none) and committed offsets (`group_offsets/<group>/...`),
+   * by group name. Two reads, nothing written: a new controller lists, describes and exports these
+   * groups without claiming them. @throws BrokerError unavailable.
+   */
+  async loadStoredGroups(): Promise<
+    Map<
+      string,
+      { generation: number; offsets: { topic: string; partition: number; offset: number }[] }
+    >
+  > {
+    const genHead = `${this.#prefix}/group_generations/`;
+    const offHead = `${this.#prefix}/group_offsets/`;
+    const what = "read the consumer groups";
+    const [generations, offsets] = await Promise.all([
+      this.#etcdCall(what, () => this.#o.etcd.list(genHead)),
+      this.#etcdCall(what, () => this.#o.etcd.list(offHead)),
+    ]);
+    const out = new Map<
+      string,
+      { generation: number; offsets: { topic: string; partition: number; offset: number }[] }
+    >();
+    const entry = (group: string) => {
+      let e = out.get(group);
+      if (e === undefined) out.set(group, (e = { generation: 0, offsets: [] }));
+      return e;
+    };
+    for (const kv of generations.kvs) {
+      const group = kv.key.slice(genHead.length);
+      const generation = Number(kv.value);
+      if (group.length === 0 || group.includes("/") || !Number.isSafeInteger(generation)) continue;
+      entry(group).generation = Math.max(0, generation);
+    }
+    for (const kv of offsets.kvs) {
+      const parts = kv.key.slice(offHead.length).split("/");
+      const partition = Number(parts[2]);
+      const offset = Number(kv.value);
+      if (parts.length !== 3 || parts[0].length === 0 || parts[1].length === 0) continue;
+      if (!Number.isSafeInteger(partition) || !Number.isSafeInteger(offset)) continue;
+      entry(parts[0]).offsets.push({ topic: parts[1], partition, offset });
+    }
+    return out;
+  }
+
+  /** A group's generation as etcd holds it (0 if none). @throws BrokerError unavailable. */
+  async loadGroupGeneration(group: string): Promise<number> {
+    const key = `${this.#prefix}/group_generations/${group}`;
+    const kv = await this.#etcdCall(`read the generation of group ${JSON.stringify(group)}`, () =>
+      this.#o.etcd.get(key),
+    );
+    const generation = kv === null ? 0 : Number(kv.value);
+    return Number.isSafeInteger(generation) && generation > 0 ? generation : 0;
+  }
+
   /** A group's committed offsets as etcd holds them. @throws BrokerError unavailable. */
   async loadGroupOffsets(
     group: string,

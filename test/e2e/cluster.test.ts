@@ -1268,6 +1268,105 @@ describe("cluster mode: consumer groups after the coordinator moved", () => {
       await router.close();
     }
   }, 60_000);
+
+  it("the next controller lists and exports a group with no member at once, and reading it bumps no generation", async () => {
+    // newuser report 1: a group whose consumer is down vanished from the list and the lag series
+    // after a controller change, until a describe — which then claimed it (generation + 1).
+    for (const id of [1, 2, 3].filter((id) => !brokers.has(id))) await restart(id);
+    const [any] = brokers.values();
+    const m = await waitFor("three brokers and a controller", async () => {
+      const x = await metadata(any);
+      return x.brokers.length === 3 && x.controller !== -1 ? x : undefined;
+    });
+    const created = await fetch(`${brokers.get(m.controller)!.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "idle-orders", partitions: 1 }),
+    });
+    expect(created.status).toBe(201);
+    const router = await ClusterClient.connect({
+      bootstrap: [...brokers.values()].map((b) => b.tcp),
+      retryTimeoutMs: 30_000,
+    });
+    let stopped = -1;
+    try {
+      await waitFor("a leader of idle-orders", async () => {
+        const x = await metadata(any, "idle-orders");
+        return (x.topics[0]?.partitions[0]?.leader ?? -1) !== -1 ? x : undefined;
+      });
+      await router.produce(
+        "idle-orders",
+        [1, 2, 3, 4, 5].map((i) => ({ value: `r${i}` })),
+        {
+          partition: 0,
+        },
+      );
+      const member = await GroupConsumer.join({
+        client: await router.coordinator(),
+        router,
+        group: "idle",
+        topics: ["idle-orders"],
+        startFrom: "earliest",
+      });
+      let got = 0;
+      for (let i = 0; i < 50 && got < 5; i++)
+        for (const b of await member.poll({ waitMs: 200 })) got += b.records.length;
+      expect(got).toBe(5);
+      expect(await member.commit()).toBe(true);
+      await member.close(); // the consumer is down: no member from here on
+      // The controller (the coordinator) stops; another broker becomes the controller.
+      stopped = m.controller;
+      await brokers.get(stopped)!.stop("SIGTERM");
+      brokers.delete(stopped);
+      const [left] = brokers.values();
+      const next = await waitFor("a new controller", async () => {
+        const x = await metadata(left);
+        return x.controller !== -1 && x.controller !== stopped ? x.controller : undefined;
+      });
+      const coordinator = brokers.get(next)!;
+      // Listed and exported at once, member or not: nobody described it.
+      const listed = (await (await fetch(`${coordinator.httpUrl}/v1/groups`)).json()) as {
+        groups: {
+          group: string;
+          generation: number;
+          members: unknown[];
+          offsets: { partition: number; committed: number | null }[];
+        }[];
+      };
+      const idle = listed.groups.find((g) => g.group === "idle");
+      expect(idle?.members).toEqual([]);
+      expect(idle?.offsets).toContainEqual(expect.objectContaining({ partition: 0, committed: 5 }));
+      const text = await (await fetch(`${coordinator.httpUrl}/metrics`)).text();
+      expect(text).toMatch(
+        /^esb_consumer_group_committed_offset\{group="idle",topic="idle-orders",partition="0"\} 5$/m,
+      );
+      // The consumer stays down while records arrive: its lag shows, as an alert needs.
+      await router.produce("idle-orders", [{ value: "r6" }, { value: "r7" }], { partition: 0 });
+      await waitFor("lag 2 in a scrape", async () => {
+        const t = await (await fetch(`${coordinator.httpUrl}/metrics`)).text();
+        return /^esb_consumer_group_lag_records\{group="idle",topic="idle-orders",partition="0"\} 2$/m.test(
+          t,
+        )
+          ? true
+          : undefined;
+      });
+      // Reading claims nothing: describes and lists show the same generation as before them.
+      const generations: number[] = [idle!.generation];
+      for (let i = 0; i < 2; i++) {
+        const res = await fetch(`${coordinator.httpUrl}/v1/groups/idle`);
+        expect(res.status).toBe(200);
+        generations.push(((await res.json()) as { generation: number }).generation);
+        const again = (await (await fetch(`${coordinator.httpUrl}/v1/groups`)).json()) as {
+          groups: { group: string; generation: number }[];
+        };
+        generations.push(again.groups.find((g) => g.group === "idle")!.generation);
+      }
+      expect(new Set(generations).size).toBe(1);
+    } finally {
+      await router.close();
+      if (stopped !== -1 && !brokers.has(stopped)) await restart(stopped);
+    }
+  }, 90_000);
 });
 
 describe("cluster mode: etcd unreachable", () => {

@@ -50,11 +50,13 @@ function canListen(port: number): Promise<boolean> {
  * same port; the ports of one call are distinct, and none is one `fetch` refuses to reach.
  */
 export async function freePorts(count: number): Promise<number[]> {
-  const low = 10_000;
-  const high = ephemeralLow();
-  const slices = 8;
+  const only = fixedRange();
+  const low = only?.low ?? 10_000;
+  const high = only === undefined ? ephemeralLow() : only.high + 1;
+  const slices = only === undefined ? 8 : 1;
   const size = Math.floor((high - low) / slices);
-  if (size < count * 4) throw new Error(`too few ports below the ephemeral range (${high})`);
+  if (size < count * 4 && only === undefined)
+    throw new Error(`too few ports below the ephemeral range (${high})`);
   const pool = Number(process.env.VITEST_POOL_ID ?? 1);
   const start = low + (((Number.isInteger(pool) ? pool : 1) - 1) % slices) * size;
   const ports: number[] = [];
@@ -65,6 +67,20 @@ export async function freePorts(count: number): Promise<number[]> {
     if (reserve(port) && (await canListen(port))) ports.push(port);
   }
   return ports;
+}
+
+/**
+ * `ES_BROKER_TEST_PORTS=LOW-HIGH`: draw every port from LOW..HIGH only (for a run that shares the
+ * machine and was given a port range; one test file at a time then).
+ */
+function fixedRange(): { low: number; high: number } | undefined {
+  const m = /^(\d+)-(\d+)$/.exec(process.env.ES_BROKER_TEST_PORTS ?? "");
+  if (m === null) return undefined;
+  const low = Number(m[1]);
+  const high = Number(m[2]);
+  if (low < 1024 || high > 65535 || high < low)
+    throw new Error(`ES_BROKER_TEST_PORTS=${process.env.ES_BROKER_TEST_PORTS}: not LOW-HIGH`);
+  return { low, high };
 }
 
 /** Where a port handed out is recorded with the process that took it, for every test process. */

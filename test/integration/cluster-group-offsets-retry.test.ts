@@ -145,4 +145,37 @@ describe("a group commit's etcd write that etcd failed (attack13 F2)", () => {
     ).toBe(true);
     expect(await stored("t", 0)).toBe("30");
   });
+
+  it("lists every group etcd holds, with its generation and offsets, writing nothing", async () => {
+    const { node, writes } = await nodeWithFailingCommits([]);
+    const claimed = await node.claimGroupGeneration("g", 3);
+    await node.saveGroupOffsets(
+      "g",
+      [
+        { topic: "t", partition: 0, offset: 42 },
+        { topic: "t.x", partition: 1, offset: 7 },
+      ],
+      claimed!.claim,
+    );
+    await node.claimGroupGeneration("only-gen", 2);
+    const before = writes();
+    const stored = await node.loadStoredGroups();
+    expect([...stored.keys()].sort()).toEqual(["g", "only-gen"]);
+    expect(stored.get("g")?.generation).toBe(3);
+    const byPartition = [...(stored.get("g")?.offsets ?? [])].sort(
+      (a, b) => a.partition - b.partition,
+    );
+    expect(byPartition).toEqual([
+      { topic: "t", partition: 0, offset: 42 },
+      { topic: "t.x", partition: 1, offset: 7 },
+    ]);
+    expect(stored.get("only-gen")).toEqual({ generation: 2, offsets: [] });
+    expect(await node.loadGroupGeneration("g")).toBe(3);
+    expect(await node.loadGroupGeneration("none")).toBe(0);
+    expect(writes()).toBe(before);
+    // Reading changed no claim: a write under the claim still succeeds.
+    expect(
+      await node.saveGroupOffsets("g", [{ topic: "t", partition: 0, offset: 43 }], claimed!.claim),
+    ).toBe(true);
+  });
 });

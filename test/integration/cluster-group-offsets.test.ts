@@ -11,7 +11,7 @@
  */
 import { describe, expect, it } from "vitest";
 import type { LocalBroker } from "../../src/broker/broker.ts";
-import { BrokerError } from "../../src/broker/errors.ts";
+import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import { clusterBroker } from "../../src/cluster/cluster-broker.ts";
 import type { ClusterNode } from "../../src/cluster/node.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
@@ -33,11 +33,17 @@ function etcdGroups() {
     offsets.set(group, m);
     revision++;
   };
+  // The topics the cluster has (etcd keeps the offsets of deleted ones): "t", one partition.
+  const topics = new Map<string, number>([["t", 1]]);
+  /** The next `saveGroupOffsets` calls throw this (etcd unreachable past the retries). */
+  const failures: Error[] = [];
+  let reads = 0;
   const node = {
     membership: { nodeId: 1 },
     controller: { isController: true, onChange: () => {} },
-    partitionState: () => undefined,
-    topicConfig: () => undefined,
+    partitionState: (topic: string, partition: number) =>
+      partition < (topics.get(topic) ?? 0) ? {} : undefined,
+    topicConfig: (topic: string) => (topics.has(topic) ? {} : undefined),
     async claimGroupGeneration(group: string, generation: number) {
       const floor = Math.max(generations.get(group)?.value ?? 0, generation);
       generations.set(group, { value: floor, modRevision: ++revision });
@@ -49,16 +55,43 @@ function etcdGroups() {
       return revision;
     },
     async saveGroupOffsets(group: string, list: readonly Offset[], claim: number) {
+      const failure = failures.shift();
+      if (failure !== undefined) throw failure;
       if (generations.get(group)?.modRevision !== claim) return false;
       put(group, list);
       return true;
     },
     async loadGroupOffsets(group: string) {
+      reads++;
       return [...(offsets.get(group)?.values() ?? [])];
+    },
+    async loadGroupGeneration(group: string) {
+      return generations.get(group)?.value ?? 0;
+    },
+    async loadStoredGroups() {
+      reads++;
+      const out = new Map<string, { generation: number; offsets: Offset[] }>();
+      for (const group of new Set([...generations.keys(), ...offsets.keys()]))
+        out.set(group, {
+          generation: generations.get(group)?.value ?? 0,
+          offsets: [...(offsets.get(group)?.values() ?? [])],
+        });
+      return out;
     },
   };
   return {
     node: node as unknown as ClusterNode,
+    topics,
+    failures,
+    /** etcd reads of group offsets so far. */
+    reads: () => reads,
+    /** What etcd holds of a group: its generation key (value, mod_revision) and offsets. */
+    stored(group: string) {
+      return {
+        generation: generations.get(group),
+        offsets: [...(offsets.get(group)?.values() ?? [])],
+      };
+    },
     /** Another coordinator's acknowledged commit and generation, written meanwhile. */
     elsewhere(group: string, generation: number, list: readonly Offset[]) {
       generations.set(group, { value: generation, modRevision: ++revision });
@@ -121,6 +154,119 @@ describe("cluster group offsets", () => {
       );
     expect(stale).not.toBe("ok");
     expect(committed((await cb2.describeGroup("g")).offsets)).toBe(12);
+  });
+
+  it("a new controller lists, describes and exports every group etcd holds offsets for, claiming none", async () => {
+    const etcd = etcdGroups();
+    etcd.topics.set("gone", 1);
+    // Tenure 1, on broker 1: "idle" commits 5 and its consumer exits; "g2" commits only
+    // offsets of a topic deleted since; "busy" keeps a member.
+    const first = await openTestBroker({ cleanupIntervalMs: 0 });
+    await first.broker.createTopic({ name: "t", partitions: 1 });
+    await first.broker.createTopic({ name: "gone", partitions: 1 });
+    await fill(first.broker, "t", 20);
+    await fill(first.broker, "gone", 3);
+    const cb1 = clusterBroker(first.broker, etcd.node);
+    const a = await cb1.joinGroup({ group: "idle", topics: ["t"] });
+    await cb1.commitOffsets({
+      group: "idle",
+      memberId: a.memberId,
+      generation: a.generation,
+      offsets: [{ topic: "t", partition: 0, offset: 5 }],
+    });
+    await cb1.commitOffsets({ group: "g2", offsets: [{ topic: "gone", partition: 0, offset: 2 }] });
+    etcd.topics.delete("gone");
+    const before = etcd.stored("idle").generation;
+    expect(before?.value).toBe(a.generation);
+    // The controller moves to broker 2, which never served these groups (its own group file
+    // is empty): it takes them from etcd at once, members or not.
+    const second = await openTestBroker({ cleanupIntervalMs: 0 });
+    await second.broker.createTopic({ name: "t", partitions: 1 });
+    await fill(second.broker, "t", 20);
+    const cb2 = clusterBroker(second.broker, etcd.node);
+    await cb2.storedGroupsLoaded();
+    const listed = await cb2.listGroups();
+    expect(listed.map((g) => g.group)).toEqual(["idle"]);
+    expect(listed[0].generation).toBe(a.generation);
+    expect(listed[0].members).toEqual([]);
+    expect(committed(listed[0].offsets)).toBe(5);
+    // The metrics (the local broker's observation) export it, with its lag.
+    const seen = await second.broker.observe();
+    const idle = seen.groups.find((g) => g.group === "idle");
+    expect(idle?.offsets.find((o) => o.partition === 0)?.lag).toBe(15);
+    // A describe reads etcd again (another coordinator may have written meanwhile) and bumps
+    // nothing: etcd's generation key is as it was, not rewritten (no claim).
+    etcd.elsewhere("idle", a.generation, [{ topic: "t", partition: 0, offset: 7 }]);
+    const claimedElsewhere = etcd.stored("idle").generation;
+    const described = await cb2.describeGroup("idle");
+    expect(described.generation).toBe(a.generation);
+    expect(committed(described.offsets)).toBe(7);
+    await cb2.describeGroup("idle");
+    expect((await cb2.listGroups())[0].generation).toBe(a.generation);
+    expect(etcd.stored("idle").generation).toEqual(claimedElsewhere);
+    // A join still claims: its generation is above every one stored.
+    const b = await cb2.joinGroup({ group: "idle", topics: ["t"] });
+    expect(b.generation).toBeGreaterThan(a.generation);
+    expect(etcd.stored("idle").generation?.value).toBe(b.generation);
+    expect(committed((await cb2.describeGroup("idle")).offsets)).toBe(7);
+  });
+
+  it("a commit etcd did not take is not shown as committed, and the next one goes on", async () => {
+    const etcd = etcdGroups();
+    const { broker } = await openTestBroker({ cleanupIntervalMs: 0 });
+    await broker.createTopic({ name: "t", partitions: 1 });
+    await fill(broker, "t", 20);
+    const cb = clusterBroker(broker, etcd.node);
+    const a = await cb.joinGroup({ group: "g", topics: ["t"] });
+    const commit = (offset: number) =>
+      cb
+        .commitOffsets({
+          group: "g",
+          memberId: a.memberId,
+          generation: a.generation,
+          offsets: [{ topic: "t", partition: 0, offset }],
+        })
+        .then(
+          () => "ok",
+          (err) => (err instanceof BrokerError ? err.kind.code : String(err)),
+        );
+    expect(await commit(4)).toBe("ok");
+    // etcd unreachable past the retries: the commit fails, and 9 is shown nowhere.
+    etcd.failures.push(new BrokerError(Errors.unavailable, "Cannot replicate: etcd is down"));
+    expect(await commit(9)).toBe("unavailable");
+    expect(committed((await cb.describeGroup("g")).offsets)).toBe(4);
+    expect(committed((await broker.describeGroup("g")).offsets)).toBe(4);
+    expect(etcd.stored("g").offsets).toEqual([{ topic: "t", partition: 0, offset: 4 }]);
+    // Another broker took the group over: refused, and again nothing shown.
+    etcd.elsewhere("g", a.generation + 2, [{ topic: "t", partition: 0, offset: 4 }]);
+    expect(await commit(11)).toBe("stale_generation");
+    expect(committed((await broker.describeGroup("g")).offsets)).toBe(4);
+    // A commit etcd refuses on validation never reaches it.
+    const writesBefore = etcd.stored("g").generation?.modRevision;
+    await cb.leaveGroup({ group: "g", memberId: a.memberId });
+    const b = await cb.joinGroup({ group: "g", topics: ["t"] });
+    const bad = await cb
+      .commitOffsets({
+        group: "g",
+        memberId: b.memberId,
+        generation: b.generation,
+        offsets: [{ topic: "t", partition: 0, offset: 99 }],
+      })
+      .catch((err) => err);
+    expect(bad).toBeInstanceOf(BrokerError);
+    expect((bad as BrokerError).kind).toBe(Errors.invalidOffset);
+    expect(etcd.stored("g").offsets).toEqual([{ topic: "t", partition: 0, offset: 4 }]);
+    expect(etcd.stored("g").generation?.modRevision).toBeGreaterThan(writesBefore ?? 0);
+    // Once etcd takes one, both copies hold it.
+    const ok = await cb.commitOffsets({
+      group: "g",
+      memberId: b.memberId,
+      generation: b.generation,
+      offsets: [{ topic: "t", partition: 0, offset: 12 }],
+    });
+    expect(ok).toBeUndefined();
+    expect(committed((await broker.describeGroup("g")).offsets)).toBe(12);
+    expect(etcd.stored("g").offsets).toEqual([{ topic: "t", partition: 0, offset: 12 }]);
   });
 
   it("adopts offsets durably, refuses malformed ones, and makes a group it lacks", async () => {
