@@ -16,9 +16,11 @@
  * - clusterMetadata: brokers, controller, leaders ({@link ClusterNode.metadata}).
  * - Consumer groups (docs/cluster.md "Consumer groups"): kept by the coordinator, the
  *   controller (any other broker refuses group requests with `not_leader` naming it, reads
- *   included), and every commit is also written to etcd before it is acknowledged; the first
- *   time the controller serves a group since it became the controller it claims the group in
- *   etcd and takes its offsets from there, so commits
+ *   included), and every commit is written to etcd, then stored locally, before it is
+ *   acknowledged (a commit etcd did not take is never shown). A broker that becomes the
+ *   controller loads every group etcd holds, unclaimed, for list, describe and the metrics
+ *   (reads claim nothing); the first join or commit of a group it serves since then claims the
+ *   group in etcd and takes its offsets from there, so commits
  *   outlive the coordinator. Generations are recorded in etcd before a member learns them and
  *   the claim starts above all of them, so they never go backwards when the coordinator moves;
  *   a commit or join on a broker whose claim was taken over gets `stale_generation`.

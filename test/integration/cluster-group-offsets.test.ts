@@ -159,8 +159,8 @@ describe("cluster group offsets", () => {
   it("a new controller lists, describes and exports every group etcd holds offsets for, claiming none", async () => {
     const etcd = etcdGroups();
     etcd.topics.set("gone", 1);
-    // Tenure 1, on broker 1: "idle" commits 5 and its consumer exits; "g2" commits only
-    // offsets of a topic deleted since; "busy" keeps a member.
+    // Tenure 1, on broker 1: "idle" commits 5 (its consumer then exits); "g2" commits only
+    // offsets of a topic deleted since (etcd keeps them: not a group to show).
     const first = await openTestBroker({ cleanupIntervalMs: 0 });
     await first.broker.createTopic({ name: "t", partitions: 1 });
     await first.broker.createTopic({ name: "gone", partitions: 1 });
