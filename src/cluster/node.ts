@@ -13,6 +13,7 @@
  *
  * Layer rule: time through {@link Clock}, randomness through {@link Prng}; no `node:*`.
  */
+import { defaultTopicConfig } from "../broker/config.ts";
 import { BrokerError, Errors } from "../broker/errors.ts";
 import type {
   Broker,
@@ -480,11 +481,23 @@ export class ClusterNode {
       }
       const localConfig = local.get(name);
       if (localConfig !== undefined && canonical(localConfig) !== canonical(topic.config)) {
-        // A key etcd no longer holds was removed (PATCH with null): null resets it here too.
+        // A key etcd no longer holds was removed (PATCH with null): null resets it here too. A
+        // key every topic has (segment_bytes, ...) refuses null: absent from etcd (a config
+        // written by an older version, or by hand) it means the default.
         const patch: Record<string, unknown> = { ...topic.config };
+        const defaults: Record<string, unknown> = { ...defaultTopicConfig };
         for (const key of Object.keys(localConfig))
-          if (!Object.hasOwn(patch, key)) patch[key] = null;
-        await broker.updateTopicConfig?.(name, patch);
+          if (!Object.hasOwn(patch, key))
+            patch[key] = Object.hasOwn(defaults, key) ? defaults[key] : null;
+        try {
+          await broker.updateTopicConfig?.(name, patch);
+        } catch (err) {
+          // The partitions' states still apply: a config it cannot take must not stop them.
+          logger.log("error", "cluster.topic_config_failed", {
+            topic: name,
+            error: errorMessage(err),
+          });
+        }
       }
       if (localConfig === undefined) {
         try {

@@ -347,3 +347,40 @@ describe("cluster node: its log ends for an ELR election (attack13 F1 B)", () =>
     expect(JSON.parse(kv.value).log_end_offsets).toEqual({ "e/0": 42 });
   });
 });
+
+describe("cluster node: a topic config in etcd without every key", () => {
+  it("takes the defaults for keys it lacks and goes on applying the partition states", async () => {
+    const etcd = new FakeEtcd();
+    const { broker } = await openTestBroker();
+    const { replicas, calls } = sink();
+    // As written by an older version, or by hand: only the replication keys.
+    await etcd.put(
+      `${prefix}/topics/p`,
+      JSON.stringify({ replication_factor: 1, min_insync_replicas: 1 }),
+    );
+    const state: PartitionState = {
+      replicas: [1],
+      leader: 1,
+      leader_epoch: 0,
+      isr: [1],
+      elr: [],
+      committed_offset: 0,
+      min_insync_replicas: 1,
+    };
+    await etcd.put(partitionKey(prefix, "p", 0), formatPartitionState(state));
+    const { logger } = await startNode(etcd, broker, replicas);
+    await waitFor(() => calls.applied.includes("p/0@0"), "p/0 applied");
+    // A later state of the partition is applied too (before, every later reconcile of the
+    // topic threw on "segment_bytes": null and applied nothing more).
+    await etcd.put(
+      partitionKey(prefix, "p", 0),
+      formatPartitionState({ ...state, leader_epoch: 1 }),
+    );
+    await waitFor(() => calls.applied.includes("p/0@1"), "p/0 at epoch 1 applied");
+    expect(logger.named("cluster.apply_failed")).toEqual([]);
+    expect(logger.named("cluster.topic_config_failed")).toEqual([]);
+    expect((await broker.describeTopic("p")).config.segment_bytes).toBe(
+      defaultTopicConfig.segment_bytes,
+    );
+  });
+});
