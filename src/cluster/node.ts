@@ -464,10 +464,11 @@ export class ClusterNode {
             );
           } catch (err) {
             await this.#cannotLead(name, partition, entry, err);
-            continue;
           }
           // Offline with this broker eligible (ELR): the controller can elect it only from a
           // published log end, and the one published at registration may predate the topic.
+          // Even when the apply failed: an ELR election waits for every member's log end, so one
+          // that never came would keep the others from leading (attack11 F4's give-up included).
           const offline = `${name}/${partition}@${entry.modRevision}`;
           if (
             entry.state.leader === -1 &&
