@@ -36,8 +36,8 @@
  * | the leader is alive (or lapsed) and not gone                     | stays leader                     |
  * | a live ISR member (in replica order)                             | leads: continuously in sync, it  |
  * |                                                                  | holds every committed record     |
- * | the state was already offline, every ELR member is alive and has | the one with the largest log end |
- * | published its log end since, the largest ≥ committed_offset     | leads, joins the ISR             |
+ * | the state was already offline, every ELR member is alive and has | the one with the largest (last   |
+ * | published its log end since, the chosen one's ≥ committed_offset | epoch, log end) leads, joins ISR |
  * | none of these                                                    | offline (leader -1)              |
  *
  * Replicas found gone in one update leave the ISR in one write: if the ISR ends below min ISR,
