@@ -115,6 +115,11 @@ export const lapseGraceMsDefault = 3000;
 interface LogEnds {
   incarnation: string;
   log_end_offsets: Record<string, number>;
+  /**
+   * The leader epoch of each partition's last record (brokers since attack13 F1 B; absent from
+   * older ones, whose log ends are then compared alone).
+   */
+  last_epochs?: Record<string, number>;
   /** The etcd revision it was published at (the key's mod_revision), not part of the value. */
   revision: number;
 }
@@ -124,6 +129,11 @@ function parseLogEnds(text: string): Omit<LogEnds, "revision"> | null {
   try {
     const v = JSON.parse(text) as Omit<LogEnds, "revision">;
     if (typeof v?.incarnation !== "string" || typeof v.log_end_offsets !== "object") return null;
+    if (
+      v.last_epochs !== undefined &&
+      (typeof v.last_epochs !== "object" || v.last_epochs === null)
+    )
+      return null;
     return v;
   } catch {
     return null;
@@ -131,20 +141,28 @@ function parseLogEnds(text: string): Omit<LogEnds, "revision"> | null {
 }
 
 /**
- * The log end `ends` gives for `partition` ("topic/partition") if it was published after the
- * partition state `state` was written, else undefined (docs/cluster.md "Partition state": an ELR
- * member is elected only by a log end published since the partition went offline, which covers
- * every committed record it holds; an older one may predate records it fetched and fsynced).
- * Each live ELR member publishes again on every offline state naming it ("Controller", Log ends).
+ * The log end (and last epoch) `ends` gives for `partition` ("topic/partition") if it was
+ * published after the partition state `state` was written, else an undefined log end
+ * (docs/cluster.md "Partition state": an ELR member is elected only by a log end published since
+ * the partition went offline, which covers every committed record it holds; an older one may
+ * predate records it fetched and fsynced). Each live ELR member publishes again on every offline
+ * state naming it ("Controller", Log ends). A broker that publishes last epochs but has none for
+ * this partition yet (its start-up publication, before its histories are open) has not
+ * published: its next publication has both.
  */
 function publishedSince(
   ends: LogEnds | undefined,
   state: EtcdKeyValue,
   partition: string,
-): number | undefined {
-  if (ends === undefined || ends.revision <= state.modRevision) return undefined;
+): { logEndOffset: number | undefined; lastEpoch?: number } {
+  const none = { logEndOffset: undefined };
+  if (ends === undefined || ends.revision <= state.modRevision) return none;
   const end = ends.log_end_offsets[partition];
-  return typeof end === "number" && Number.isSafeInteger(end) && end >= 0 ? end : undefined;
+  if (typeof end !== "number" || !Number.isSafeInteger(end) || end < 0) return none;
+  if (ends.last_epochs === undefined) return { logEndOffset: end };
+  const epoch = ends.last_epochs[partition];
+  if (typeof epoch !== "number" || !Number.isSafeInteger(epoch) || epoch < -1) return none;
+  return { logEndOffset: end, lastEpoch: epoch };
 }
 
 /**
@@ -560,7 +578,7 @@ export class Controller {
         view: (id) => ({
           alive: live.has(id),
           lapsed: lapsed.has(id),
-          logEndOffset: publishedSince(ends.get(id), read, `${where.topic}/${where.partition}`),
+          ...publishedSince(ends.get(id), read, `${where.topic}/${where.partition}`),
         }),
       });
       if (final === null) return;

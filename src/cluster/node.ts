@@ -64,6 +64,12 @@ export interface ReplicaSink {
   ): Promise<void>;
   /** This broker's log end offset per "topic/partition" (published for ELR eligibility). */
   logEndOffsets(): Map<string, number>;
+  /**
+   * The leader epoch of the last record below each given end, for the partitions whose
+   * leader-epoch history is open (published beside the log ends: docs/cluster.md "Partition
+   * state"). Absent: none are published.
+   */
+  lastEpochs?(ends: ReadonlyMap<string, number>): Map<string, number>;
   /** Membership lease lost / regained: while lost, nothing new is acknowledged. */
   setMembershipLive(live: boolean): void;
   /**
@@ -527,10 +533,11 @@ export class ClusterNode {
             );
           } catch (err) {
             await this.#cannotLead(name, partition, entry, err);
-            continue;
           }
           // Offline with this broker eligible (ELR): the controller can elect it only from a
           // published log end, and the one published at registration may predate the topic.
+          // Even when the apply failed: an ELR election waits for every member's log end, so one
+          // that never came would keep the others from leading (attack11 F4's give-up included).
           const offline = `${name}/${partition}@${entry.modRevision}`;
           if (
             entry.state.leader === -1 &&
@@ -634,19 +641,31 @@ export class ClusterNode {
   async #publishLogEnds(): Promise<void> {
     const { etcd, broker, nodeId } = this.#o;
     let ends: Record<string, number> = {};
-    if (this.#replicas !== null) ends = Object.fromEntries(this.#replicas.logEndOffsets());
-    else
+    // With replication, always an object (empty at start-up, before any history is open): it
+    // tells the controller that this broker publishes last epochs, so a log end without one is
+    // waited on (the next publication has it), not compared by length alone.
+    let lastEpochs: Record<string, number> | undefined;
+    if (this.#replicas !== null) {
+      const map = this.#replicas.logEndOffsets();
+      ends = Object.fromEntries(map);
+      const epochs = this.#replicas.lastEpochs?.(map);
+      if (epochs !== undefined) lastEpochs = Object.fromEntries(epochs);
+    } else
       for (const t of await broker.listTopics())
         for (const p of t.partitions) ends[`${t.name}/${p.partition}`] = p.highWatermark;
     // A local topic's log is no replica of anything: never a claim to lead a cluster topic.
     for (const key of Object.keys(ends))
-      if (this.#localTopics.has(key.slice(0, key.lastIndexOf("/")))) delete ends[key];
+      if (this.#localTopics.has(key.slice(0, key.lastIndexOf("/")))) {
+        delete ends[key];
+        if (lastEpochs !== undefined) delete lastEpochs[key];
+      }
     const lease = this.membership.leaseId;
     await etcd.put(
       logEndsKey(this.#prefix, nodeId),
       JSON.stringify({
         incarnation: this.membership.incarnation,
         log_end_offsets: ends,
+        ...(lastEpochs === undefined ? {} : { last_epochs: lastEpochs }),
         ...(this.#localTopics.size === 0 ? {} : { local_topics: [...this.#localTopics].sort() }),
       }),
       { lease },

@@ -36,8 +36,8 @@
  * | the leader is alive (or lapsed) and not gone                     | stays leader                     |
  * | a live ISR member (in replica order)                             | leads: continuously in sync, it  |
  * |                                                                  | holds every committed record     |
- * | the state was already offline, every ELR member is alive and has | the one with the largest log end |
- * | published its log end since, the largest ≥ committed_offset     | leads, joins the ISR             |
+ * | the state was already offline, every ELR member is alive and has | the one with the largest (last   |
+ * | published its log end since, the chosen one's ≥ committed_offset | epoch, log end) leads, joins ISR |
  * | none of these                                                    | offline (leader -1)              |
  *
  * Replicas found gone in one update leave the ISR in one write: if the ISR ends below min ISR,
@@ -81,6 +81,12 @@ export interface ReplicaView {
    * partition is offline.
    */
   logEndOffset: number | undefined;
+  /**
+   * The leader epoch of the last record below {@link logEndOffset} (-1: no record), published
+   * with it; undefined when not published (a broker of an earlier version). With every ELR
+   * member's, the election compares (last epoch, log end), as KIP-966 does.
+   */
+  lastEpoch?: number;
 }
 
 /** The leader to use while a partition has none. */
@@ -301,30 +307,35 @@ export function controllerUpdate(
 /**
  * The ELR member to elect (docs/cluster.md "Partition state", the election table), or
  * {@link noLeader}: only once **every** member of `elr` is alive and has published a log end
- * after `state` was written, the one with the largest log end (the first in replica order among
- * equals), if it reaches `committed_offset`. `committed_offset` is written at ISR changes, not at
+ * after `state` was written, the one with the largest (last epoch, log end) — the largest log
+ * end when some member published no last epoch — the first in replica order among equals, if
+ * its log end reaches `committed_offset`. `committed_offset` is written at ISR changes, not at
  * every acknowledgement, so a member whose log lacks records acknowledged since (a data
  * directory restored from an older copy, attack13 F1 B) may still pass it; a member that holds
  * every committed record has a log at least as long, so the largest one lacks none of them.
  * Until every member is back the partition stays offline: unavailable, never truncated.
+ * The last epoch first: a copy taken while its broker held records that were never acknowledged
+ * and were later replaced by others in a newer epoch can be longer than the logs holding those
+ * (Raft's "more up-to-date" rule; logs with the same last epoch agree up to the shorter end).
  */
 function electFromElr(
   state: PartitionState,
   elr: readonly number[],
   view: (nodeId: number) => ReplicaView,
 ): number {
-  let best = noLeader;
-  let bestEnd = -1;
-  for (const id of state.replicas) {
-    if (!elr.includes(id)) continue;
-    const v = view(id);
-    if (!v.alive || v.logEndOffset === undefined) return noLeader;
-    if (v.logEndOffset > bestEnd) {
-      best = id;
-      bestEnd = v.logEndOffset;
-    }
+  const members = state.replicas
+    .filter((id) => elr.includes(id))
+    .map((id) => ({ id, ...view(id) }));
+  if (members.length === 0 || members.some((v) => !v.alive || v.logEndOffset === undefined))
+    return noLeader;
+  const byEpoch = members.every((v) => v.lastEpoch !== undefined);
+  let best = members[0];
+  for (const v of members.slice(1)) {
+    const epochs = byEpoch ? (v.lastEpoch as number) - (best.lastEpoch as number) : 0;
+    if (epochs > 0 || (epochs === 0 && (v.logEndOffset as number) > (best.logEndOffset as number)))
+      best = v;
   }
-  return bestEnd >= state.committed_offset ? best : noLeader;
+  return (best.logEndOffset as number) >= state.committed_offset ? best.id : noLeader;
 }
 
 /**

@@ -299,6 +299,24 @@ export class ReplicaManager implements ReplicationSeam {
   }
 
   /**
+   * For each "topic/partition" of `ends` whose replica this manager holds (its leader-epoch
+   * history is open), the leader epoch of the last record below that end, -1 for none: published
+   * beside the log ends, so that an ELR election compares (last epoch, log end) as KIP-966 does
+   * (docs/cluster.md "Partition state").
+   */
+  lastEpochs(ends: ReadonlyMap<string, number>): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const r of this.#replicas.values()) {
+      const end = ends.get(r.name);
+      if (end === undefined) continue;
+      let epoch = -1;
+      for (const e of r.history.entries) if (e.startOffset < end) epoch = e.epoch;
+      out.set(r.name, epoch);
+    }
+    return out;
+  }
+
+  /**
    * Membership lease lost / regained: while lost, nothing new is appended or acknowledged for the
    * partitions this broker leads.
    */

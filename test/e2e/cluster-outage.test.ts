@@ -148,6 +148,17 @@ describe("cluster: a whole-cluster outage, one broker restored from an older cop
       30_000,
     );
     expect(elected.leader).not.toBe(X);
+    // What each broker published for the election: its log end and the leader epoch of its last
+    // record (every record here was written in epoch 0, under leader L).
+    for (const id of [1, 2, 3]) {
+      const kv = await etcdClient.get(`/es-broker/log_ends/${id}`);
+      const v = JSON.parse(kv!.value) as {
+        log_end_offsets: Record<string, number>;
+        last_epochs: Record<string, number>;
+      };
+      expect(v.log_end_offsets["b1/0"], `node ${id}`).toBe(id === X ? 100 : 200);
+      expect(v.last_epochs["b1/0"], `node ${id}`).toBe(0);
+    }
     // Every acknowledged record is there, in order, once the ISR is full again.
     await fullIsr();
     const leader = brokers.get((await stored())!.leader)!;

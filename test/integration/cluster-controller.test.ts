@@ -449,4 +449,61 @@ describe("controller", () => {
     });
     expect(elected).toMatchObject({ leader: 2, leader_epoch: 2, isr: [2], elr: [1, 3] });
   });
+
+  it("an ELR election compares last epochs first, and waits for a broker whose publication lacks one", async () => {
+    const prefix = freshPrefix();
+    const ctl = await startBroker(prefix, 4);
+    await waitFor("controller", async () => ctl.controller.isController);
+    const register = async (id: number) => {
+      const lease = await client.leaseGrant(10);
+      const reg = {
+        node_id: id,
+        cluster_id: ctl.membership.clusterId,
+        data_dir_id: `dir-${id}`,
+        incarnation: lease.id,
+        tcp: `127.0.0.1:${9000 + id}`,
+        http: `http://127.0.0.1:${8000 + id}`,
+      };
+      await client.put(`${prefix}/brokers/${id}`, JSON.stringify(reg), { lease: lease.id });
+      cleanups.push(() => client.leaseRevoke(lease.id).catch(() => {}));
+      return lease.id;
+    };
+    const publish = (id: number, lease: string, end: number, epochs: Record<string, number>) =>
+      client.put(
+        logEndsKey(prefix, id),
+        JSON.stringify({
+          incarnation: lease,
+          log_end_offsets: { "t/0": end },
+          last_epochs: epochs,
+        }),
+        { lease },
+      );
+    const [lease1, lease2] = [await register(1), await register(2)];
+    const key = partitionKey(prefix, "t", 0);
+    await client.put(
+      key,
+      formatPartitionState({
+        ...initialPartitionState([1, 2], 1),
+        leader: -1,
+        leader_epoch: 5,
+        isr: [],
+        elr: [1, 2],
+        committed_offset: 200,
+      }),
+    );
+    // Node 1 (a copy with a deposed leader's tail: log end 250, last epoch 4) has published;
+    // node 2's publication has no last epoch for t/0 yet (its start-up one): nobody leads.
+    await publish(1, lease1, 250, { "t/0": 4 });
+    await publish(2, lease2, 230, {});
+    const passes = ctl.controller.passes;
+    await waitFor("two more passes", async () => ctl.controller.passes >= passes + 2);
+    expect(await readState(key)).toMatchObject({ leader: -1, elr: [1, 2] });
+    // Node 2 publishes its last epoch, 5: it leads, though its log is shorter.
+    await publish(2, lease2, 230, { "t/0": 5 });
+    const elected = await waitFor("a leader", async () => {
+      const s = await readState(key);
+      return s.leader !== -1 ? s : undefined;
+    });
+    expect(elected).toMatchObject({ leader: 2, leader_epoch: 6, isr: [2], elr: [] });
+  });
 });

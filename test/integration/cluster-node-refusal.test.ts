@@ -190,6 +190,37 @@ describe("cluster node: a leadership given up beside a gone ISR member (attack13
   });
 });
 
+describe("cluster node: log ends of an ELR member that cannot apply (attack13 F1 B)", () => {
+  it("an offline state naming it in the ELR is answered with its log ends even when its apply fails", async () => {
+    const etcd = new FakeEtcd();
+    const { broker } = await openTestBroker();
+    const eio = Object.assign(new Error("EIO: i/o error"), { code: "EIO" });
+    const { replicas } = sink((t) => (t === "h" ? eio : null));
+    const { logger } = await startNode(etcd, broker, replicas);
+    await etcd.put(
+      `${prefix}/topics/h`,
+      JSON.stringify({ replication_factor: 3, min_insync_replicas: 2 }),
+    );
+    const offline: PartitionState = {
+      replicas: [1, 2, 3],
+      leader: -1,
+      leader_epoch: 3,
+      isr: [],
+      elr: [1, 2, 3],
+      committed_offset: 0,
+      min_insync_replicas: 2,
+    };
+    const revision = await etcd.put(partitionKey(prefix, "h", 0), formatPartitionState(offline));
+    // An ELR election waits for every member's log end published after the state: one that
+    // never came would keep nodes 2 and 3 from ever leading.
+    await waitFor(async () => {
+      const kv = await etcd.get(logEndsKey(prefix, 1));
+      return kv !== null && kv.modRevision > revision;
+    }, "node 1 to publish its log ends after the offline state");
+    expect(logger.named("cluster.apply_failed")[0]).toMatchObject({ partition: "h/0" });
+  });
+});
+
 describe("cluster node: a local topic's name (attack11 F5)", () => {
   /** Node 1's broker holds a local topic "t" with 10 records, made before it joined. */
   async function withLocalTopic() {

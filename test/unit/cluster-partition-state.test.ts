@@ -189,6 +189,27 @@ describe("partition state: after a whole-cluster outage (attack13 F1, reproducti
     expect(tie).toMatchObject({ leader: 1, isr: [1], elr: [2, 3] });
   });
 
+  it("with last epochs published, the newest last epoch wins before the longest log (KIP-966)", () => {
+    // Node 1 on a copy holding a deposed leader's tail (epoch 4, log end 250); nodes 2 and 3
+    // hold the records acknowledged in epoch 5 (log end 230).
+    const view =
+      (table: Record<number, [end: number, epoch?: number]>) =>
+      (id: number): ReplicaView => ({
+        alive: true,
+        logEndOffset: table[id]?.[0],
+        lastEpoch: table[id]?.[1],
+      });
+    const next = controllerUpdate(offline, {
+      gone: [],
+      view: view({ 1: [250, 4], 2: [230, 5], 3: [220, 5] }),
+    });
+    expect(next).toMatchObject({ leader: 2, isr: [2], elr: [1, 3] });
+    // A member without a last epoch (an older broker): log ends alone, as before.
+    expect(
+      controllerUpdate(offline, { gone: [], view: view({ 1: [250, 4], 2: [230], 3: [220, 5] }) }),
+    ).toMatchObject({ leader: 1 });
+  });
+
   it("the largest log end must still reach committed_offset", () => {
     expect(update(offline, [], { 1: [true, 99], 2: [true, 0], 3: [true, 50] })).toBeNull();
   });
@@ -477,13 +498,16 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
   // leader holds every acknowledged record at its offset. With the ELR fix (5946df8) reverted it
   // fails within 7 to 174 runs (seeds 1..10), where the property above found nothing in 30 000.
   // A "restore" starts a dead replica on an older copy of its data directory (attack13 F1 B):
-  // a prefix of its log, under its own node id and data directory id, so nothing marks it. It
-  // applies only while another ISR or ELR member holds every acknowledged record (restoring the
-  // only holder loses them whatever the rules), and only in runs drawn with `withRestores`.
+  // the copy a "backup" step took of its log, else a prefix of its log, under its own node id
+  // and data directory id, so nothing marks it. It applies only while another ISR or ELR member
+  // holds every acknowledged record (restoring the only holder loses them whatever the rules),
+  // and only in runs drawn with `withRestores`. A backup may hold records that were never
+  // acknowledged and were replaced since (a deposed leader's tail): longer than the replicas
+  // holding the acknowledged ones, it is told apart by its last leader epoch only.
   type Step =
-    | { kind: "kill" | "start" | "catchUp" | "shrink"; k: number }
+    | { kind: "kill" | "start" | "catchUp" | "shrink" | "backup"; k: number }
     | { kind: "restore"; k: number; keep: number }
-    | { kind: "produce"; n: number }
+    | { kind: "produce" | "append"; n: number }
     | { kind: "pass" | "restartAll" | "preferred" | "resign" };
   const k = fc.nat({ max: 2 });
   const step: fc.Arbitrary<Step> = fc.oneof(
@@ -505,6 +529,14 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
   );
   const withRestores: fc.Arbitrary<Step> = fc.oneof(
     { weight: 12, arbitrary: step },
+    { weight: 1, arbitrary: fc.record({ kind: fc.constant("backup" as const), k }) },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        kind: fc.constant("append" as const),
+        n: fc.integer({ min: 1, max: 3 }),
+      }),
+    },
     {
       weight: 1,
       arbitrary: fc.record({
@@ -520,7 +552,7 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
     minIsr: number,
     replicas: number[],
     steps: Step[],
-    options: { restores?: boolean } = {},
+    options: { restores?: boolean; lastEpochs?: boolean } = {},
   ): string | null {
     let s = initialPartitionState(replicas, minIsr);
     const alive = new Map(replicas.map((id) => [id, true]));
@@ -530,6 +562,7 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
     // The log end each replica last published (at its start, or again on each offline state
     // naming it in the ELR) and when (a counter); when the partition state was last written.
     const published = new Map(replicas.map((id) => [id, 0]));
+    const publishedEpoch = new Map(replicas.map((id) => [id, -1]));
     const publishedAt = new Map(replicas.map((id) => [id, 0]));
     let writtenAt = 0;
     let now = 0;
@@ -537,6 +570,9 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
     const registeredAt = new Map(replicas.map((id) => [id, 0]));
     // Each replica's durable log, record ids by offset (a SIGKILL loses nothing fsynced).
     const logs = new Map(replicas.map((id) => [id, [] as number[]]));
+    // The leader epoch each record was appended in; the copies "backup" took.
+    const epochOf = new Map<number, number>();
+    const backups = new Map<number, number[]>();
     const acked: number[] = [];
     let nextId = 0;
     const log = (id: number) => logs.get(id) ?? [];
@@ -551,9 +587,12 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
         alive.get(id) === true && (publishedAt.get(id) ?? 0) > writtenAt
           ? published.get(id)
           : undefined,
+      lastEpoch: options.lastEpochs === false ? undefined : publishedEpoch.get(id),
     });
     const publish = (id: number) => {
-      published.set(id, log(id).length);
+      const l = log(id);
+      published.set(id, l.length);
+      publishedEpoch.set(id, l.length === 0 ? -1 : (epochOf.get(l[l.length - 1]) ?? -1));
       publishedAt.set(id, ++now);
     };
     /** Whether a replica other than `id` in the ISR or ELR holds every acknowledged record. */
@@ -593,11 +632,18 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
         registered.set(id, (registered.get(id) ?? 0) + 1);
         registeredAt.set(id, ++now);
         publish(id);
+      } else if (st.kind === "backup") {
+        const id = replicas[st.k % replicas.length];
+        backups.set(id, [...log(id)]);
       } else if (st.kind === "restore") {
         const id = dead[st.k % Math.max(1, dead.length)];
         if (options.restores === true && id !== undefined && heldElsewhere(id)) {
           const l = log(id);
-          logs.set(id, l.slice(0, Math.floor((l.length * st.keep) / 4)));
+          const copy = backups.get(id);
+          logs.set(
+            id,
+            copy !== undefined ? [...copy] : l.slice(0, Math.floor((l.length * st.keep) / 4)),
+          );
           alive.set(id, true);
           registered.set(id, (registered.get(id) ?? 0) + 1);
           registeredAt.set(id, ++now);
@@ -632,13 +678,19 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
         const leader = s.leader;
         const l = log(leader);
         const followers = s.isr.filter((id) => id !== leader);
-        if (st.kind === "produce") {
-          for (let i = 0; i < st.n; i++) l.push(nextId++);
+        if (st.kind === "produce" || st.kind === "append") {
+          for (let i = 0; i < st.n; i++) {
+            epochOf.set(nextId, s.leader_epoch);
+            l.push(nextId++);
+          }
           // Live ISR followers fetch at once; the high watermark is the smallest ISR log end.
-          for (const id of followers)
-            if (alive.get(id) === true && registered.get(id) === known.get(id))
-              logs.set(id, [...l]);
-          if (s.isr.length >= s.min_insync_replicas) {
+          // ("append": the leader stores them and dies or loses its place before any follower
+          // fetches: a tail never acknowledged.)
+          if (st.kind === "produce")
+            for (const id of followers)
+              if (alive.get(id) === true && registered.get(id) === known.get(id))
+                logs.set(id, [...l]);
+          if (st.kind === "produce" && s.isr.length >= s.min_insync_replicas) {
             const hw = Math.min(...s.isr.map((id) => log(id).length));
             for (let o = acked.length; o < hw; o++) acked.push(l[o]);
           }
@@ -753,5 +805,31 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
       { kind: "catchUp", k: 1 },
     ];
     expect(run(2, [1, 2, 3], steps, { restores: true })).toBeNull();
+  });
+
+  it("a copy holding a deposed leader's unacknowledged tail loses to shorter logs of a newer epoch", () => {
+    const steps: Step[] = [
+      { kind: "produce", n: 2 }, // offsets 0, 1 acknowledged on 1, 2 and 3 (epoch 0)
+      { kind: "append", n: 3 }, // node 1, the leader, stores 2..4; nobody fetches them
+      { kind: "backup", k: 0 }, // a copy of node 1's data directory: 5 records, epoch 0
+      { kind: "kill", k: 0 }, // node 1 dies
+      { kind: "pass" }, // node 2 leads in epoch 1; the ISR [2,3] is at min ISR
+      { kind: "produce", n: 2 }, // offsets 2, 3 acknowledged: other records (epoch 1)
+      { kind: "start", k: 0 }, // node 1 back on its own data
+      { kind: "pass" },
+      { kind: "catchUp", k: 0 }, // node 1 truncates to offset 2, fetches, rejoins the ISR
+      { kind: "kill", k: 0 }, // every broker SIGKILLed
+      { kind: "kill", k: 0 },
+      { kind: "kill", k: 0 },
+      { kind: "pass" }, // ELR [1,2,3]
+      { kind: "restore", k: 0, keep: 0 }, // node 1 back on the copy: log end 5, last epoch 0
+      { kind: "start", k: 0 },
+      { kind: "start", k: 0 },
+      { kind: "pass" }, // 5 > 4 by log end alone; (1, 4) > (0, 5) by epoch first
+    ];
+    expect(run(2, [1, 2, 3], steps, { restores: true })).toBeNull();
+    expect(run(2, [1, 2, 3], steps, { restores: true, lastEpochs: false })).toMatch(
+      /^node 1 leads \(epoch \d+\) without acknowledged offset 2/,
+    );
   });
 });
