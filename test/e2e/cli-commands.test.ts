@@ -248,7 +248,11 @@ describe(`[${target}] es-broker commands`, () => {
       'unknown topics action "nope" (create, list, describe, alter, delete)',
       "topics",
     ],
-    [["groups", "nope", "-h"], 'unknown groups action "nope" (list, describe)', "groups"],
+    [
+      ["groups", "nope", "-h"],
+      'unknown groups action "nope" (list, describe, reset-offsets)',
+      "groups",
+    ],
   ])(
     "%j says in one line what is wrong, naming the option, and exits 2",
     async (args, message, command) => {
