@@ -75,9 +75,24 @@ export type ClusterBroker = Broker & {
  * (optional ones included), so the front doors see the same capabilities.
  */
 export function clusterBroker(local: Broker, node: ClusterNode): ClusterBroker {
+  /**
+   * A topic whose files this broker keeps although etcd does not know it (`cluster.topic_unknown`,
+   * docs/cluster.md "Replacing a broker's disk, backing up etcd"): no topic of the cluster, so
+   * listed nowhere and served to no one (attack15b F8: it broke Metadata for every topic).
+   */
+  const unknownCheck = (topic: string): void => {
+    if (node.isUnknownTopic?.(topic) !== true) return;
+    throw new BrokerError(
+      Errors.topicNotFound,
+      `Topic ${JSON.stringify(topic)} does not exist in the cluster: etcd does not know it (node ${node.membership.nodeId} keeps files of a topic of that name, not served: cluster.topic_unknown in its log)`,
+    );
+  };
   const leaderCheck = (topic: string, partition: number): void => {
     const state = node.partitionState(topic, partition);
-    if (state === undefined) return; // not a cluster topic (or no such partition): the broker says
+    if (state === undefined) {
+      unknownCheck(topic);
+      return; // not a cluster topic (or no such partition): the broker says
+    }
     const me = node.membership.nodeId;
     if (state.leader === me) return;
     const leader = state.leader === noLeader ? undefined : node.brokers.get(state.leader);
@@ -240,6 +255,7 @@ export function clusterBroker(local: Broker, node: ClusterNode): ClusterBroker {
   };
 
   const describe = async (name: string): Promise<TopicDescription> => {
+    unknownCheck(name);
     const config = node.topicConfig(name);
     if (config === undefined || !node.holds(name)) {
       if (config === undefined) return local.describeTopic(name);
@@ -445,6 +461,7 @@ export function clusterBroker(local: Broker, node: ClusterNode): ClusterBroker {
       const names = new Set([...locals.keys(), ...node.topicNames()]);
       const out: TopicDescription[] = [];
       for (const name of [...names].sort()) {
+        if (node.isUnknownTopic?.(name) === true) continue;
         const config = node.topicConfig(name);
         const l = locals.get(name);
         if (l !== undefined) out.push(l);
@@ -454,6 +471,7 @@ export function clusterBroker(local: Broker, node: ClusterNode): ClusterBroker {
     },
     describeTopic: describe,
     async produce(request: ProduceRequest): Promise<ProduceResult> {
+      unknownCheck(request.topic);
       if (request.partition !== undefined && request.partition >= 0 && !request.partitions) {
         leaderCheck(request.topic, request.partition);
         return settling(request.topic, local.produce(request));

@@ -434,6 +434,10 @@ export class ClusterNode {
           // from a snapshot older than the topic, or the wrong etcd). Its records are kept.
           if (!this.#unknownLogged.has(name)) {
             this.#unknownLogged.add(name);
+            // Other brokers refuse to create a topic of this name while these files are here.
+            void this.#publishLogEnds().catch((err: unknown) =>
+              logger.log("warn", "cluster.log_ends_failed", { error: errorMessage(err) }),
+            );
             logger.log("error", "cluster.topic_unknown", {
               topic: name,
               action:
@@ -667,6 +671,9 @@ export class ClusterNode {
         log_end_offsets: ends,
         ...(lastEpochs === undefined ? {} : { last_epochs: lastEpochs }),
         ...(this.#localTopics.size === 0 ? {} : { local_topics: [...this.#localTopics].sort() }),
+        ...(this.#unknownLogged.size === 0
+          ? {}
+          : { unknown_topics: [...this.#unknownLogged].sort() }),
       }),
       { lease },
     );
@@ -704,6 +711,14 @@ export class ClusterNode {
   /** The topic config etcd holds for `name`, or undefined. */
   topicConfig(name: string): TopicConfig | undefined {
     return this.#topics.get(name)?.config;
+  }
+
+  /**
+   * Whether `name` is a topic this broker keeps the files of although etcd neither knows it nor
+   * records its deletion (`cluster.topic_unknown`): not a topic of the cluster, not served.
+   */
+  isUnknownTopic(name: string): boolean {
+    return this.#unknownLogged.has(name) && !this.#topics.has(name);
   }
 
   /** Topic names in etcd, sorted. */
@@ -900,19 +915,33 @@ export class ClusterNode {
    */
   async #refuseLocalName(name: string): Promise<void> {
     const holders = this.#localTopics.has(name) ? [this.#o.nodeId] : [];
+    const keepers = this.#unknownLogged.has(name) ? [this.#o.nodeId] : [];
     const { kvs } = await this.#etcdCall("read the brokers' local topics", () =>
       this.#o.etcd.list(`${this.#prefix}/log_ends/`),
     );
     for (const kv of kvs) {
       let local: unknown;
+      let unknown: unknown;
       try {
-        local = (JSON.parse(kv.value) as { local_topics?: unknown }).local_topics;
+        ({ local_topics: local, unknown_topics: unknown } = JSON.parse(kv.value) as {
+          local_topics?: unknown;
+          unknown_topics?: unknown;
+        });
       } catch {
         continue;
       }
       const id = Number(kv.key.slice(`${this.#prefix}/log_ends/`.length));
       if (Array.isArray(local) && local.includes(name) && !holders.includes(id)) holders.push(id);
+      if (Array.isArray(unknown) && unknown.includes(name) && !keepers.includes(id))
+        keepers.push(id);
     }
+    if (keepers.length > 0)
+      // Their files are of an earlier topic of this name (etcd restored from an older snapshot):
+      // a new topic would take them for its own replicas and serve their records (attack15b F8).
+      throw new BrokerError(
+        Errors.topicExists,
+        `Cannot create topic ${JSON.stringify(name)}: node ${keepers.sort((a, b) => a - b).join(", ")} keeps the files of a topic of that name that etcd does not know (cluster.topic_unknown: etcd restored from an older snapshot?), which a new topic would take for its own; stop that broker and remove topics/${name} from its data directory (after copying it if its records matter), or choose another name`,
+      );
     if (holders.length === 0) return;
     throw new BrokerError(
       Errors.topicExists,

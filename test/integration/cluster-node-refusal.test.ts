@@ -7,6 +7,7 @@
  */
 import { describe, expect, it, onTestFinished } from "vitest";
 import type { Broker } from "../../src/broker/types.ts";
+import { clusterBroker } from "../../src/cluster/cluster-broker.ts";
 import { EtcdError } from "../../src/cluster/etcd.ts";
 import { controllerKey, logEndsKey, partitionKey } from "../../src/cluster/keys.ts";
 import { joinCluster } from "../../src/cluster/membership.ts";
@@ -316,6 +317,29 @@ describe("cluster node: a local cluster topic etcd does not know (newuser15 #0)"
     expect(again.logger.named("cluster.topic_unknown")).toMatchObject([
       { topic: "restored-away", action: expect.stringMatching(/its files are kept/) },
     ]);
+    // Not a topic of the cluster: listed nowhere, served to no one, and Metadata of every topic
+    // still answers (attack15b F8: one kept topic made topics list and cluster status fail).
+    expect(again.node.isUnknownTopic("restored-away")).toBe(true);
+    const front = clusterBroker(broker, again.node);
+    const listed = await front.listTopics();
+    expect(listed.map((t) => t.name)).toEqual([]);
+    await front.clusterMetadata!(listed.map((t) => t.name));
+    await expect(front.describeTopic("restored-away")).rejects.toMatchObject({
+      kind: Errors.topicNotFound,
+      message: expect.stringMatching(/etcd does not know it .*keeps files/),
+    });
+    await expect(
+      front.fetch({ topic: "restored-away", partition: 0, offset: 0 }),
+    ).rejects.toMatchObject({ kind: Errors.topicNotFound });
+    // A new topic of that name would take the kept files for its own: refused, saying why.
+    await expect(
+      again.node.createTopic("restored-away", 1, { ...defaultTopicConfig }),
+    ).rejects.toMatchObject({
+      kind: Errors.topicExists,
+      message: expect.stringMatching(
+        /node 1 keeps the files of a topic of that name that etcd does not know/,
+      ),
+    });
     // Created again: the record of its deletion goes in the same transaction.
     await again.node.createTopic("deleted-while-down", 1, { ...defaultTopicConfig });
     expect(await etcd.get(`${prefix}/deleted_topics/deleted-while-down`)).toBeNull();
