@@ -531,9 +531,14 @@ export async function produce(argv: string[]): Promise<number> {
     return 0;
   } catch (err) {
     if (!(err instanceof FailedBatch)) throw err;
-    // Batches sent with the failing one may still be stored: their answers decide what was produced.
-    await Promise.allSettled(inFlight);
-    throw produced.explain(err);
+    // Batches sent with the failing one may still be stored: their answers decide what was
+    // produced, and those that failed uncertainly are named as maybe stored (attack15b F1).
+    const others = (await Promise.allSettled(inFlight)).flatMap((o) =>
+      o.status === "rejected" && o.reason instanceof FailedBatch && o.reason !== err
+        ? [o.reason]
+        : [],
+    );
+    throw produced.explain(err, others);
   } finally {
     if (linger !== null) clearTimeout(linger);
     signals.dispose();
@@ -617,9 +622,10 @@ export class ProducedLines {
 
   /**
    * The error `es-broker produce` ends with when a batch failed: the broker's error, naming the
-   * input line (the failing record's, or the batch's lines), then what was produced before it.
+   * input line (the failing record's, or the batch's lines), then what was produced before it,
+   * and the lines of `others` (batches in flight that failed too) that may be stored as well.
    */
-  explain(failed: FailedBatch): Error {
+  explain(failed: FailedBatch, others: readonly FailedBatch[] = []): Error {
     const err = failed.error;
     const lines = failed.lines;
     const index = err instanceof ClientError ? err.details?.record_index : undefined;
@@ -664,6 +670,20 @@ export class ProducedLines {
       message = `${what}: that batch may or may not be stored, so it is not sent again; check the topic before sending from line ${first} again (produce --producer-id resends without duplicates), and the rest of standard input was not read`;
       before = before.replace(/, none from line \d+ on$/, "");
     } else if (!failed.sent) message += ` (the batch of ${batchSpan} was not sent)`;
+    // Other batches in flight that failed after they were sent may be stored as well.
+    const maybe = others
+      .filter((o) => o.sent && (isAnswerLost(o.error) || mayBeStored(o.error)))
+      .flatMap((o) => o.lines)
+      .sort((a, b) => a - b);
+    if (maybe.length > 0) {
+      const ranges: [number, number][] = [];
+      for (const line of maybe) {
+        const last = ranges.at(-1);
+        if (last !== undefined && line === last[1] + 1) last[1] = line;
+        else ranges.push([line, line]);
+      }
+      before += `; ${plural(maybe.length, "line")} of other batches in flight (${ranges.map(([a, b]) => span(a, b).replace(/^lines? /, "")).join(", ")}) failed the same way and may be stored too`;
+    }
     message = `${where}: ${message}; ${before}`;
     return err instanceof ClientError
       ? new ClientError(err.code, err.tcp, err.retriable, message, {

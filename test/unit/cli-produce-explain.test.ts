@@ -38,4 +38,17 @@ describe("produce's failure message", () => {
       /^the batch of lines 4–6 of standard input: Cannot acknowledge .*; 3 records \(lines 1–3\) were produced before it, none from line 4 on$/,
     );
   });
+
+  it("names the lines of other batches in flight that failed after they were sent (attack15b F1)", () => {
+    const produced = new ProducedLines();
+    produced.add([1, 2, 3, 7]);
+    const err = produced.explain(new FailedBatch(refusal(true), [4]), [
+      new FailedBatch(refusal(true), [5, 6]),
+      new FailedBatch(refusal(false), [8]),
+      new FailedBatch(refusal(true), [9], false),
+    ]);
+    expect(err.message).toMatch(
+      /; 4 records were produced \(1–3, 7 of the input\), no other lines; 2 lines of other batches in flight \(5–6\) failed the same way and may be stored too$/,
+    );
+  });
 });
