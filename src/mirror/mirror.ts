@@ -682,6 +682,29 @@ export class Mirror {
   }
 
   /**
+   * Logs `mirror.upstream_leader_unreachable` for a partition whose leader (`leader`, the address
+   * it was routed to) does not answer, once per partition and cause (a message that differs only
+   * in its request number is the same cause), and keeps `error` on its status.
+   */
+  #leaderUnreachable(
+    status: MirrorPartitionStatus,
+    remote: string,
+    partition: number,
+    leader: string,
+    error: string,
+  ): void {
+    if (status.error === null || !sameProblem(status.error, error))
+      this.#o.logger.log("warn", "mirror.upstream_leader_unreachable", {
+        mirror: this.#o.name,
+        topic: remote,
+        partition,
+        leader,
+        error,
+      });
+    status.error = error;
+  }
+
+  /**
    * Creates the missing upstream topic `remote` with the edge's partition count (docs/edge.md
    * "Exactly once"): true once it exists (created here or by anyone else). A refusal of the
    * key (`forbidden`, `unauthenticated`) is logged once per topic and cause as
@@ -1185,15 +1208,7 @@ export class Mirror {
             if (err.code === "timeout" && client !== null) this.#closeOwn(client);
             status.state = "uplink_down";
             if (routedTo !== undefined) {
-              if (status.error === null || !sameProblem(status.error, err.message))
-                o.logger.log("warn", "mirror.upstream_leader_unreachable", {
-                  mirror: o.name,
-                  topic: remote,
-                  partition,
-                  leader: routedTo,
-                  error: err.message,
-                });
-              status.error = err.message;
+              this.#leaderUnreachable(status, remote, partition, routedTo, err.message);
             } else {
               this.#upstreamReachable = false;
               status.error = this.#reportUplink("mirror.upstream_unreachable", err, "mirror-to");
@@ -1207,15 +1222,7 @@ export class Mirror {
             // --mirror-to broker names the next one. Said once per partition and cause.
             this.#forgetLeader(route);
             status.state = "uplink_down";
-            if (status.error !== err.message)
-              o.logger.log("warn", "mirror.upstream_leader_unreachable", {
-                mirror: o.name,
-                topic: remote,
-                partition,
-                leader: routedTo,
-                error: err.message,
-              });
-            status.error = err.message;
+            this.#leaderUnreachable(status, remote, partition, routedTo, err.message);
             await this.#sleep(backoffMs);
             backoffMs = Math.min(5000, backoffMs * 2);
             continue;
