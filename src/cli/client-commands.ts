@@ -195,6 +195,8 @@ export const topicsHelp = `Usage: es-broker topics <create|list|describe|alter|d
   delete TOPIC                                             delete a topic and its data
 
   Config keys are those of POST /v1/topics in docs/http-api.md, e.g. --config retention_ms=86400000.
+  In a cluster, each partition's leader, replicas and in-sync replicas: es-broker cluster status
+  --topic TOPIC (describe shows offsets and config, as GET /v1/topics/TOPIC does).
   alter speaks the broker's HTTP API (PATCH /v1/topics/TOPIC), as keys --url does: --url names
   the broker's HTTP address (default ${topicsUrlDefault}, the broker's --http-port), with
   the API key and TLS options below; the TCP protocol has no call to change a config.
@@ -1410,6 +1412,13 @@ export async function topics(argv: string[]): Promise<number> {
       case "create": {
         const t = await client.createTopic({ name: topicName, partitions, config });
         process.stdout.write(`${jsonText(topicJson(t))}\n`);
+        const rf = t.config.replication_factor;
+        const minIsr = t.config.min_insync_replicas;
+        // Said once, at creation: with no spare replica every restart refuses writes.
+        if (typeof rf === "number" && typeof minIsr === "number" && rf > 1 && minIsr >= rf)
+          process.stderr.write(
+            `es-broker: note: topic "${topicName}" has min_insync_replicas ${minIsr} with replication_factor ${rf}: while any one replica restarts (each step of a rolling restart) its partitions refuse writes (not_enough_replicas); replication_factor ${minIsr + 1} keeps them writable\n`,
+          );
         return 0;
       }
       case "list": {

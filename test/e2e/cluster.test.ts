@@ -581,6 +581,20 @@ describe("cluster mode: three brokers", () => {
       addr,
     ]);
     expect(created.code).toBe(0);
+    expect(created.stderr.toString()).toBe(""); // 3 replicas, min ISR 2: a spare, no note
+    const tight = await runCli([
+      "topics",
+      "create",
+      "cli-tight",
+      "--config",
+      "replication_factor=2",
+      "--broker",
+      addr,
+    ]);
+    expect(tight.code).toBe(0);
+    expect(tight.stderr.toString()).toContain(
+      'topic "cli-tight" has min_insync_replicas 2 with replication_factor 2: while any one replica restarts',
+    );
     const again = await runCli(
       ["produce", "cli-topic", "--broker", `127.0.0.1:1,${addr}`, "--key-separator", ":"],
       new TextEncoder().encode(`${lines}\n`),
