@@ -50,10 +50,13 @@ import { type BrokerRegistration, incarnationRevision, parseRegistration } from 
 import {
   controllerUpdate,
   formatPartitionState,
+  newestEpochAbove,
   noLeader,
   type PartitionState,
   parsePartitionState,
   preferredLeaderMove,
+  type ReplicaView,
+  restoredStateUpdate,
 } from "./partition-state.ts";
 
 /** The value of the `controller` key. */
@@ -191,6 +194,8 @@ export class Controller {
   /** `topic/partition` → the preferred replica's incarnation, where a move applied at the last check. */
   #movableBefore = new Map<string, string>();
   #moves = 0;
+  /** `topic/partition` → when a state older than its replicas' logs was last logged (ms). */
+  readonly #restoredWarned = new Map<string, number>();
 
   constructor(options: ControllerOptions) {
     this.#o = options;
@@ -571,16 +576,25 @@ export class Controller {
       const stale = (id: number) =>
         (state.leader === id || state.isr.includes(id)) &&
         read.modRevision < (registeredAt.get(id) ?? 0);
-      const final = controllerUpdate(state, {
-        gone: state.replicas.filter(
-          (id) => (!live.has(id) && !lapsed.has(id)) || restarted.has(id) || stale(id),
-        ),
-        view: (id) => ({
-          alive: live.has(id),
-          lapsed: lapsed.has(id),
-          ...publishedSince(ends.get(id), read, `${where.topic}/${where.partition}`),
-        }),
+      const view = (id: number): ReplicaView => ({
+        alive: live.has(id),
+        lapsed: lapsed.has(id),
+        ...publishedSince(ends.get(id), read, `${where.topic}/${where.partition}`),
       });
+      // A state older than the replicas' logs (etcd restored from an older snapshot) is never
+      // updated by the usual rules: its ISR and ELR are old news (docs/cluster.md "Partition
+      // state older than the replicas' logs").
+      const newest = newestEpochAbove(state, view);
+      if (newest !== null) this.#warnRestored(where, state, newest, view);
+      const final =
+        newest !== null
+          ? restoredStateUpdate(state, view)
+          : controllerUpdate(state, {
+              gone: state.replicas.filter(
+                (id) => (!live.has(id) && !lapsed.has(id)) || restarted.has(id) || stale(id),
+              ),
+              view,
+            });
       if (final === null) return;
       const result = await etcd.txn({
         compare: [
@@ -611,6 +625,37 @@ export class Controller {
       }
       kv = result.reads[1]?.[0] ?? null;
     }
+  }
+
+  /**
+   * Logs (warn, at most once a minute per partition) a partition state older than its replicas'
+   * logs, and what the election of {@link restoredStateUpdate} waits for.
+   */
+  #warnRestored(
+    where: { topic: string; partition: number },
+    state: PartitionState,
+    newest: number,
+    view: (id: number) => ReplicaView,
+  ): void {
+    const name = `${where.topic}/${where.partition}`;
+    const now = this.#o.clock.nowMs();
+    const last = this.#restoredWarned.get(name);
+    if (last !== undefined && now - last < 60_000) return;
+    this.#restoredWarned.set(name, now);
+    const waiting = state.replicas.filter((id) => {
+      const v = view(id);
+      return !v.alive || v.lapsed === true || v.lastEpoch === undefined;
+    });
+    this.#o.logger.log("warn", "cluster.partition_state_restored", {
+      topic: where.topic,
+      partition: where.partition,
+      leader_epoch: state.leader_epoch,
+      newest_log_epoch: newest,
+      waiting_for: waiting,
+      action:
+        "partition state older than the replicas' logs: etcd restored? It is elected again, above every epoch the logs hold, once every replica has published its log end" +
+        (waiting.length === 0 ? "" : ` (missing: node ${waiting.join(", ")}: start it)`),
+    });
   }
 
   /**

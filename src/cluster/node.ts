@@ -70,6 +70,11 @@ export interface ReplicaSink {
    * state"). Absent: none are published.
    */
   lastEpochs?(ends: ReadonlyMap<string, number>): Map<string, number>;
+  /**
+   * The newest leader epoch in one partition's leader-epoch history (-1: none), undefined if it
+   * is not open (`ReplicaManager.lastEpoch`).
+   */
+  lastEpoch?(topic: string, partition: number): number | undefined;
   /** Membership lease lost / regained: while lost, nothing new is acknowledged. */
   setMembershipLive(live: boolean): void;
   /**
@@ -542,12 +547,17 @@ export class ClusterNode {
           // published log end, and the one published at registration may predate the topic.
           // Even when the apply failed: an ELR election waits for every member's log end, so one
           // that never came would keep the others from leading (attack11 F4's give-up included).
+          // Also when nobody is eligible (a state older than the replicas' logs, written offline
+          // with both lists empty, waits for every replica's log end; so does an unclean
+          // election), and when this log is ahead of the state: its log ends tell the controller
+          // so (docs/cluster.md "Partition state older than the replicas' logs").
           const offline = `${name}/${partition}@${entry.modRevision}`;
-          if (
-            entry.state.leader === -1 &&
-            entry.state.elr.includes(nodeId) &&
-            !this.#offlinePublished.has(offline)
-          ) {
+          const s = entry.state;
+          const due =
+            (s.leader === -1 &&
+              (s.elr.includes(nodeId) || (s.isr.length === 0 && s.elr.length === 0))) ||
+            (this.#replicas.lastEpoch?.(name, partition) ?? -1) > s.leader_epoch;
+          if (due && !this.#offlinePublished.has(offline)) {
             this.#offlinePublished.add(offline);
             republish = true;
           }

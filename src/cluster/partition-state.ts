@@ -482,3 +482,83 @@ export function forgetReplicaData(state: PartitionState, nodeId: number): Partit
     ),
   };
 }
+
+/**
+ * The newest leader epoch a replica's log holds, as `view` publishes it, when it is above the
+ * state's `leader_epoch`; else null. A log's epochs all come from partition states this key
+ * held, and a key's epoch never goes down, so a log ahead of the state means the state went back:
+ * etcd was restored from an older snapshot (docs/cluster.md "Partition state older than the
+ * replicas' logs").
+ */
+export function newestEpochAbove(
+  state: PartitionState,
+  view: (nodeId: number) => ReplicaView,
+): number | null {
+  let newest = -1;
+  for (const id of state.replicas) {
+    const v = view(id);
+    if (v.alive && v.lapsed !== true && v.lastEpoch !== undefined)
+      newest = Math.max(newest, v.lastEpoch);
+  }
+  return newest > state.leader_epoch ? newest : null;
+}
+
+/**
+ * The controller's update of a partition state older than its replicas' logs (etcd restored from
+ * an older snapshot: docs/cluster.md "Partition state older than the replicas' logs"), or null
+ * when `state` is not older ({@link newestEpochAbove}) or nothing changes. It replaces
+ * {@link controllerUpdate} for such a state: the ISR and ELR of a restored state are old news (a
+ * replica they name may lack records acknowledged since the snapshot), so neither list says who
+ * holds every acknowledged record.
+ *
+ * - Once **every** replica is alive (not lapsed) and has published its (last epoch, log end)
+ *   since `state` was written, the one with the largest (last epoch, log end) leads (the first in
+ *   replica order among equals), if its log end reaches `committed_offset`: every acknowledged
+ *   record is on some replica's log, and the largest log holds every one of them (the rule of an
+ *   ELR election, over all replicas). Its epoch is the newest published one plus one, above
+ *   every epoch any log holds, so followers truncate by epoch against it as usual. The ISR is the
+ *   leader and the replicas that published the same (last epoch, log end); the ELR is empty
+ *   (the others may lack acknowledged records).
+ * - Until then the partition is written offline, ISR and ELR empty, **with the same epoch**: the
+ *   state stays older than the logs, so the next pass comes back here (a bump could bring the
+ *   epoch up to the newest log's, and {@link controllerUpdate} would then elect from the
+ *   restored lists). Going offline fences the old leader all the same: a broker applies states
+ *   by their revision, and leads only by a state naming it.
+ */
+export function restoredStateUpdate(
+  state: PartitionState,
+  view: (nodeId: number) => ReplicaView,
+): PartitionState | null {
+  const newest = newestEpochAbove(state, view);
+  if (newest === null) return null;
+  const members = state.replicas.map((id) => ({ id, ...view(id) }));
+  const ready = members.every(
+    (v) =>
+      v.alive && v.lapsed !== true && v.logEndOffset !== undefined && v.lastEpoch !== undefined,
+  );
+  if (ready) {
+    let best = members[0];
+    for (const v of members.slice(1)) {
+      const epochs = (v.lastEpoch as number) - (best.lastEpoch as number);
+      if (
+        epochs > 0 ||
+        (epochs === 0 && (v.logEndOffset as number) > (best.logEndOffset as number))
+      )
+        best = v;
+    }
+    if ((best.logEndOffset as number) >= state.committed_offset) {
+      const isr = members
+        .filter((v) => v.lastEpoch === best.lastEpoch && v.logEndOffset === best.logEndOffset)
+        .map((v) => v.id);
+      return {
+        ...state,
+        leader: best.id,
+        leader_epoch: newest + 1,
+        isr,
+        elr: [],
+      };
+    }
+  }
+  if (state.leader === noLeader && state.isr.length === 0 && state.elr.length === 0) return null;
+  return { ...state, leader: noLeader, isr: [], elr: [] };
+}

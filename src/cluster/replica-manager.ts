@@ -309,11 +309,20 @@ export class ReplicaManager implements ReplicationSeam {
     for (const r of this.#replicas.values()) {
       const end = ends.get(r.name);
       if (end === undefined) continue;
-      let epoch = -1;
-      for (const e of r.history.entries) if (e.startOffset < end) epoch = e.epoch;
-      out.set(r.name, epoch);
+      out.set(r.name, recordEpoch(r, end));
     }
     return out;
+  }
+
+  /**
+   * The leader epoch of the last record of `topic`/`partition` (what {@link lastEpochs}
+   * publishes), -1 for none, or
+   * undefined when this manager has not opened that replica (docs/cluster.md "Partition state
+   * older than the replicas' logs": a log ahead of its partition state publishes its log ends).
+   */
+  lastEpoch(topic: string, partition: number): number | undefined {
+    const r = this.#replicas.get(`${topic}/${partition}`);
+    return r === undefined ? undefined : recordEpoch(r);
   }
 
   /**
@@ -435,8 +444,23 @@ export class ReplicaManager implements ReplicationSeam {
       state.leader === nodeId &&
       durableEnd < committed &&
       (r.role !== "leader" || state.leader_epoch !== r.epoch);
+    // Elected by a state older than this log (etcd restored from an older snapshot): leading in
+    // an epoch the log already went past would mix epochs and make followers that know the newer
+    // one fail. The controller elects again above every published epoch (docs/cluster.md
+    // "Partition state older than the replicas' logs"); this broker's log ends say it is due.
+    const lastEpoch = recordEpoch(r);
+    const behind =
+      !staleLeader && !lacking && state.leader === nodeId && state.leader_epoch < lastEpoch;
+    if (behind)
+      this.#o.logger.log("error", "replication.leadership_behind_log", {
+        partition: r.name,
+        leader_epoch: state.leader_epoch,
+        log_epoch: lastEpoch,
+        action:
+          "partition state older than this replica's log (etcd restored?): it does not lead by it; the controller elects a leader above every epoch the replicas' logs hold",
+      });
     const role: Replica["role"] =
-      staleLeader || lacking
+      staleLeader || lacking || behind
         ? "none"
         : state.leader === nodeId
           ? "leader"
@@ -1384,4 +1408,11 @@ function credentialMatches(given: Uint8Array, secret: Uint8Array): boolean {
   let diff = given.length ^ secret.length;
   for (let i = 0; i < secret.length; i++) diff |= secret[i] ^ (given[i] ?? 0);
   return diff === 0;
+}
+
+/** The leader epoch of the last record below `end` (default: the log end) of `r`, -1 for none. */
+function recordEpoch(r: Replica, end = r.log.logEndOffset): number {
+  let epoch = -1;
+  for (const e of r.history.entries) if (e.startOffset < end) epoch = e.epoch;
+  return epoch;
 }

@@ -10,12 +10,14 @@ import {
   expandIsr,
   formatPartitionState,
   initialPartitionState,
+  newestEpochAbove,
   noLeader,
   type PartitionState,
   parsePartitionState,
   preferredLeaderMove,
   type ReplicaView,
   resignLeadership,
+  restoredStateUpdate,
   shrinkIsr,
 } from "../../src/cluster/partition-state.ts";
 
@@ -831,5 +833,83 @@ describe("partition state: a model of replicas' logs under faults (bug-finding p
     expect(run(2, [1, 2, 3], steps, { restores: true, lastEpochs: false })).toMatch(
       /^node 1 leads \(epoch \d+\) without acknowledged offset 2/,
     );
+  });
+});
+
+describe("partition state: older than the replicas' logs (etcd restored, newuser15 #0 b)", () => {
+  // What etcd held at the snapshot: epoch 6, ISR of all three, committed_offset 2884; the logs
+  // went on to epoch 14 and offset 10864 after it.
+  const restored: PartitionState = {
+    ...initialPartitionState([1, 2, 3], 2),
+    leader: 2,
+    leader_epoch: 6,
+    committed_offset: 2884,
+  };
+  const published =
+    (table: Record<number, [lastEpoch: number, logEnd: number] | "dead" | "unpublished">) =>
+    (id: number): ReplicaView => {
+      const t = table[id];
+      if (t === "dead" || t === undefined) return { alive: false, logEndOffset: undefined };
+      if (t === "unpublished") return { alive: true, logEndOffset: undefined };
+      return { alive: true, logEndOffset: t[1], lastEpoch: t[0] };
+    };
+
+  it("is found by a published last epoch above the state's epoch, and only then", () => {
+    expect(newestEpochAbove(restored, published({ 1: [14, 10864], 2: [12, 9000] }))).toBe(14);
+    expect(newestEpochAbove(restored, published({ 1: [6, 3000], 2: [5, 2900] }))).toBeNull();
+    // A dead replica's old publication is not consulted (the controller passes none).
+    expect(newestEpochAbove(restored, published({ 1: "dead", 2: [6, 10] }))).toBeNull();
+    expect(
+      restoredStateUpdate(restored, published({ 1: [6, 3000], 2: [6, 3000], 3: [6, 3000] })),
+    ).toBeNull();
+  });
+
+  it("elects the largest (last epoch, log end) of every replica, above every published epoch", () => {
+    const next = restoredStateUpdate(
+      restored,
+      published({ 1: [14, 10864], 2: [14, 10864], 3: [12, 11000] }),
+    );
+    expect(next).toEqual({ ...restored, leader: 1, leader_epoch: 15, isr: [1, 2], elr: [] });
+    expect(checkPartitionState(next as PartitionState)).toEqual([]);
+    // The newest epoch wins over the longest log; the ISR is the leader alone when no other
+    // replica published the same (last epoch, log end).
+    expect(
+      restoredStateUpdate(restored, published({ 1: [13, 12000], 2: [14, 10000], 3: [12, 9000] })),
+    ).toEqual({ ...restored, leader: 2, leader_epoch: 15, isr: [2], elr: [] });
+  });
+
+  it("never elects from the restored ISR while a replica is missing: offline, the epoch kept, both lists empty", () => {
+    const waiting = restoredStateUpdate(
+      restored,
+      published({ 1: [14, 10864], 2: [14, 10864], 3: "dead" }),
+    );
+    expect(waiting).toEqual({ ...restored, leader: noLeader, leader_epoch: 6, isr: [], elr: [] });
+    const w = waiting as PartitionState;
+    expect(checkPartitionState(w)).toEqual([]);
+    // Still older than the logs: the next update comes back here, and once every replica has
+    // published, the election happens.
+    expect(
+      restoredStateUpdate(w, published({ 1: [14, 10864], 2: [14, 10864], 3: "unpublished" })),
+    ).toBeNull();
+    expect(
+      restoredStateUpdate(w, published({ 1: [14, 10864], 2: [14, 10864], 3: [9, 5000] })),
+    ).toEqual({ ...restored, leader: 1, leader_epoch: 15, isr: [1, 2], elr: [] });
+  });
+
+  it("the largest log must still reach committed_offset", () => {
+    const s = { ...restored, committed_offset: 20000 };
+    expect(
+      restoredStateUpdate(s, published({ 1: [14, 10864], 2: [14, 10864], 3: [12, 11000] })),
+    ).toEqual({ ...s, leader: noLeader, isr: [], elr: [] });
+  });
+
+  it("an RF 1 partition whose only log is ahead is led again above it", () => {
+    const s = { ...initialPartitionState([3], 1), leader_epoch: 5, committed_offset: 100 };
+    expect(restoredStateUpdate(s, published({ 3: [9, 4000] }))).toEqual({
+      ...s,
+      leader: 3,
+      leader_epoch: 10,
+      isr: [3],
+    });
   });
 });
