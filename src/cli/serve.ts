@@ -95,6 +95,7 @@ import { PeerLinks } from "../cluster/peer-links.ts";
 import { type ClusterBroker, clusterBroker } from "../cluster/cluster-broker.ts";
 import { defaultClusterPrefix } from "../cluster/membership.ts";
 import { forgetReplicaDataInCluster } from "../cluster/fresh-replica.ts";
+import { guardWatches } from "../cluster/watch-guard.ts";
 import { Prng } from "../lib/prng.ts";
 import type { Broker } from "../broker/types.ts";
 import { writeFileAtomic } from "../storage/metadata.ts";
@@ -1415,7 +1416,11 @@ async function startClusterNode(
     throw new Error(`Cannot read ${path}: it must hold cluster_id, node_id and data_dir_id`);
   const randomHex = () => Buffer.from(systemKeyCrypto.randomBytes(16)).toString("hex");
   const dataDirId = recorded?.data_dir_id ?? randomHex();
-  const etcd = new EtcdHttpClient(settings.endpoints, { logger, ...etcdConnection });
+  // Every watch checked against etcd each 10 s (docs/cluster.md "A watch that goes deaf").
+  const etcd = guardWatches(new EtcdHttpClient(settings.endpoints, { logger, ...etcdConnection }), {
+    clock: systemClock,
+    logger,
+  });
   const seed = Buffer.from(systemKeyCrypto.randomBytes(6)).readUIntBE(0, 6);
   try {
     return await ClusterNode.start({

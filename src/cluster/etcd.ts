@@ -68,6 +68,25 @@ export interface EtcdWatchHandlers {
 export interface EtcdWatch {
   /** Stops the watch; no callback runs after it resolves. */
   cancel(): Promise<void>;
+  /**
+   * Drops the current stream and opens a new one from the revision after the last event
+   * delivered, on another member when there is one (`reason` is logged). Optional: without it,
+   * `watch-guard.ts` cancels the watch and starts another.
+   */
+  reopen?(reason: string): void;
+}
+
+/** What {@link Etcd.changedSince} found. */
+export interface EtcdChanges {
+  /** Keys under the key or prefix at `revision` (all of them, changed or not). */
+  count: number;
+  /**
+   * The keys among them last written after the given revision, without their values (`value`
+   * is ""), in key order.
+   */
+  changed: EtcdKeyValue[];
+  /** The store revision read: `atRevision` when given, else etcd's current one. */
+  revision: number;
 }
 
 /** What etcd says about the member that answered. */
@@ -117,6 +136,18 @@ export interface Etcd {
     request: { key: string; prefix?: boolean; startRevision: number },
     handlers: EtcdWatchHandlers,
   ): EtcdWatch;
+  /**
+   * How many keys `key` (or every key under it with `prefix`) holds, and which of them were
+   * written after revision `after` (keys only), read at `atRevision` (default: now; linearizable).
+   * One range request; the guard of deaf watches (`watch-guard.ts`) compares it with what a watch
+   * delivered. Rejects with `out_of_range` when `atRevision` is compacted.
+   */
+  changedSince(request: {
+    key: string;
+    prefix?: boolean;
+    after: number;
+    atRevision?: number;
+  }): Promise<EtcdChanges>;
   /** The status of the member that answered. */
   status(): Promise<EtcdStatus>;
   /** Stops every watch and request in flight. */

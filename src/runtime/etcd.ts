@@ -28,6 +28,7 @@ import { tlsFailure } from "./tls.ts";
 import { deadline } from "./deadline.ts";
 import {
   type Etcd,
+  type EtcdChanges,
   type EtcdCompare,
   EtcdError,
   type EtcdErrorCode,
@@ -655,6 +656,33 @@ export class EtcdHttpClient implements Etcd {
     }
   }
 
+  async changedSince(request: {
+    key: string;
+    prefix?: boolean;
+    after: number;
+    atRevision?: number;
+  }): Promise<EtcdChanges> {
+    // etcd counts every key of the range before it filters on min_mod_revision, so one range
+    // answers both; keys_only keeps the answer small (at rest: a header and a count).
+    const json = await this.#call(
+      "/v3/kv/range",
+      {
+        ...rangeFields(request.key, request.prefix),
+        keys_only: true,
+        min_mod_revision: String(request.after + 1),
+        ...(request.atRevision === undefined ? {} : { revision: String(request.atRevision) }),
+      },
+      "any",
+      `check ${JSON.stringify(request.key)} for changes in etcd`,
+    );
+    const header = json.header as { revision?: string } | undefined;
+    return {
+      count: num(json.count as string | undefined, "count"),
+      changed: ((json.kvs as RawKv[] | undefined) ?? []).map(toKv),
+      revision: request.atRevision ?? num(header?.revision, "revision"),
+    };
+  }
+
   async status(): Promise<EtcdStatus> {
     const json = await this.#call("/v3/maintenance/status", {}, "any", "read etcd's status");
     const header = json.header as { cluster_id?: string; member_id?: string; revision?: string };
@@ -674,7 +702,8 @@ export class EtcdHttpClient implements Etcd {
    * stream that breaks, ends or goes mute is opened again from the revision after the last event
    * delivered, on the watch's next endpoint (its own cursor, so the endpoint that just failed is
    * skipped whatever other requests do). One `etcd.watch_broken` per break, one
-   * `etcd.watch_resumed` when a stream delivers again.
+   * `etcd.watch_resumed` when a stream delivers again. `reopen` drops the stream the same way
+   * (docs/cluster.md "A watch that goes deaf": the guard found it missed changes).
    */
   watch(
     request: { key: string; prefix?: boolean; startRevision: number },
@@ -683,6 +712,8 @@ export class EtcdHttpClient implements Etcd {
     let nextRevision = request.startRevision;
     let stopped = false;
     let abort: AbortController | null = null;
+    /** Drops the stream in progress, saying why; null between streams. */
+    let failStream: ((reason: string) => void) | null = null;
     const what = `watch ${JSON.stringify(request.key)}${request.prefix ? " (prefix)" : ""}`;
     const checkMs = this.#watchCheckMs;
     const probeMs = Math.max(1000, checkMs);
@@ -701,6 +732,7 @@ export class EtcdHttpClient implements Etcd {
         why ??= reason;
         controller.abort(new Error(reason));
       };
+      failStream = fail;
       // A hung member (SIGSTOP, a frozen VM) accepts the TCP connection (its kernel does) and
       // then says nothing: neither a handshake, nor headers, nor events. Both checks run from
       // the moment the request is sent.
@@ -804,6 +836,7 @@ export class EtcdHttpClient implements Etcd {
         if (why !== null) throw new Error(why);
         throw err;
       } finally {
+        if (failStream === fail) failStream = null;
         clearTimeout(connectTimer);
         clearInterval(checkTimer);
       }
@@ -868,6 +901,8 @@ export class EtcdHttpClient implements Etcd {
         this.#watches.delete(watch);
         await loop;
       },
+      // The loop then logs the break and resumes from nextRevision on the next endpoint.
+      reopen: (reason) => failStream?.(reason),
     };
     this.#watches.add(watch);
     return watch;

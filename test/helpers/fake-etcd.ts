@@ -8,7 +8,10 @@
  *   first (the answer was lost) or not (the request was);
  * - `holdWatches()` / `releaseWatches()`: events queue up instead of being delivered (a slow
  *   watch), so tests can interleave writes and deliveries;
- * - `compact()`: every watch started below the current revision is told `onCompacted`.
+ * - `compact()`: every watch started below the current revision is told `onCompacted`;
+ * - `deafenWatches(which?)`: the watches open now (those on keys `which` accepts) drop every
+ *   later event silently, as a stream etcd stopped feeding does (attack15 F6); watches opened
+ *   after it hear normally. `changedSince` still answers (the guard's check, `watch-guard.ts`).
  *
  * Leases are granted with unique ids and never expire by time; `leaseRevoke` ends one (etcd's own
  * expiry or revocation, e.g. across an etcd leader change) and deletes its keys in one revision;
@@ -17,6 +20,7 @@
  */
 import {
   type Etcd,
+  type EtcdChanges,
   type EtcdCompare,
   EtcdError,
   type EtcdEvent,
@@ -34,6 +38,8 @@ interface Watcher {
   handlers: EtcdWatchHandlers;
   next: number;
   live: boolean;
+  /** Drops every event from now on (see `deafenWatches`). */
+  deaf: boolean;
 }
 
 export class FakeEtcd implements Etcd {
@@ -52,6 +58,8 @@ export class FakeEtcd implements Etcd {
   /** Writes made (puts, deletes, successful txns), for tests counting round trips. */
   writes = 0;
   txns = 0;
+  /** `changedSince` reads answered (the watch guard's cost). */
+  changesReads = 0;
 
   indeterminateNext(n = 1, applied = true): void {
     this.#indeterminate = n;
@@ -72,6 +80,25 @@ export class FakeEtcd implements Etcd {
   releaseWatches(): void {
     this.#held = false;
     this.#deliverSoon();
+  }
+
+  /**
+   * Makes the open watches on keys `which` accepts (all by default) deaf: their events are
+   * dropped from now on, silently. Returns how many it deafened.
+   */
+  deafenWatches(which: (key: string) => boolean = () => true): number {
+    let n = 0;
+    for (const w of this.#watchers)
+      if (w.live && !w.deaf && which(w.key)) {
+        w.deaf = true;
+        n++;
+      }
+    return n;
+  }
+
+  /** Open watches, deaf or not (a test checks a deaf one was replaced). */
+  get watchCount(): number {
+    return this.#watchers.size;
   }
 
   /** Compacts the history up to now: watches that still need older events are told. */
@@ -260,6 +287,7 @@ export class FakeEtcd implements Etcd {
       handlers,
       next: request.startRevision,
       live: true,
+      deaf: false,
     };
     this.#watchers.add(watcher);
     this.#deliverSoon();
@@ -291,8 +319,37 @@ export class FakeEtcd implements Etcd {
           (w.prefix ? e.kv.key.startsWith(w.key) : e.kv.key === w.key),
       );
       w.next = this.revision + 1;
-      if (events.length > 0) w.handlers.onEvents(events);
+      if (events.length > 0 && !w.deaf) w.handlers.onEvents(events);
     }
+  }
+
+  async changedSince(request: {
+    key: string;
+    prefix?: boolean;
+    after: number;
+    atRevision?: number;
+  }): Promise<EtcdChanges> {
+    await Promise.resolve();
+    this.#check("changedSince");
+    this.changesReads++;
+    const at = request.atRevision ?? this.revision;
+    if (at < this.#compactedAt)
+      throw new EtcdError("out_of_range", "range: mvcc: required revision has been compacted");
+    const matches = (key: string) =>
+      request.prefix ? key.startsWith(request.key) : key === request.key;
+    // The keys as they were at `at`, replayed from the history.
+    const state = new Map<string, EtcdKeyValue>();
+    for (const e of this.#history) {
+      if (e.kv.modRevision > at) break;
+      if (!matches(e.kv.key)) continue;
+      if (e.type === "put") state.set(e.kv.key, e.kv);
+      else state.delete(e.kv.key);
+    }
+    const changed = [...state.values()]
+      .filter((kv) => kv.modRevision > request.after)
+      .sort((a, b) => (a.key < b.key ? -1 : 1))
+      .map((kv) => ({ ...kv, value: "" }));
+    return { count: state.size, changed, revision: at };
   }
 
   async status(): Promise<EtcdStatus> {

@@ -134,6 +134,7 @@ function deafToController(prefix: string): Etcd {
     leaseGrant: (t) => client.leaseGrant(t),
     leaseKeepAlive: (id) => client.leaseKeepAlive(id),
     leaseRevoke: (id) => client.leaseRevoke(id),
+    changedSince: (r) => client.changedSince(r),
     watch: (request, handlers) =>
       request.key === key && request.prefix !== true
         ? { cancel: async () => {} }

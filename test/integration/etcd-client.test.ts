@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type EtcdEvent, EtcdError, prefixRangeEnd } from "../../src/cluster/etcd.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
 import { EtcdHttpClient, parseEtcdUrl } from "../../src/runtime/etcd.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 
@@ -205,6 +206,67 @@ describe("etcd client: watches", () => {
     await until("the compaction report", () => compactedAt >= 0);
     expect(compactedAt).toBe(last);
     await watch.cancel();
+  });
+});
+
+// The guard of deaf watches reads with changedSince and heals with reopen (docs/cluster.md
+// "A watch that goes deaf").
+describe("etcd client: checking a watch", () => {
+  it("changedSince counts the keys and lists those written after a revision, now or at a past one", async () => {
+    const p = fresh();
+    const ra = await client.put(`${p}a`, "1");
+    const rb = await client.put(`${p}b`, "1");
+    await client.put(`${p}c`, "1");
+    const rb2 = await client.put(`${p}b`, "2");
+    await client.delete(`${p}c`);
+    const now = await client.changedSince({ key: p, prefix: true, after: ra });
+    expect(now.count).toBe(2);
+    expect(now.changed.map((kv) => [kv.key.slice(p.length), kv.value, kv.modRevision])).toEqual([
+      ["b", "", rb2],
+    ]);
+    expect(now.changed[0].createRevision).toBe(rb);
+    expect(now.revision).toBeGreaterThan(rb2);
+    const past = await client.changedSince({ key: p, prefix: true, after: ra, atRevision: rb });
+    expect(past).toEqual({
+      count: 2,
+      changed: [expect.objectContaining({ key: `${p}b`, modRevision: rb, version: 1 })],
+      revision: rb,
+    });
+    const one = await client.changedSince({ key: `${p}a`, after: now.revision });
+    expect(one).toMatchObject({ count: 1, changed: [] });
+    const none = await client.changedSince({ key: `${p}zz`, after: 0 });
+    expect(none).toMatchObject({ count: 0, changed: [] });
+  });
+
+  it("reopen drops the stream and resumes on the next member after the last event, each once", async () => {
+    const p = fresh();
+    const logger = new MemoryLogger();
+    const own = new EtcdHttpClient(etcd.endpoints, { requestTimeoutMs: 2000, logger });
+    try {
+      const start = (await client.list(p)).revision + 1;
+      const values: string[] = [];
+      const watch = own.watch(
+        { key: p, prefix: true, startRevision: start },
+        { onEvents: (e) => values.push(...e.map((x) => x.kv.value)) },
+      );
+      await client.put(`${p}k`, "1");
+      await until("the first event", () => values.length === 1);
+      watch.reopen?.("a test asked");
+      await client.put(`${p}k`, "2");
+      await client.put(`${p}k`, "3");
+      await until("the later events", () => values.length >= 3);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(values).toEqual(["1", "2", "3"]);
+      expect(logger.named("etcd.watch_broken")[0]).toMatchObject({
+        endpoint: etcd.endpoints[0],
+        error: "a test asked",
+      });
+      await until("the resume", () => logger.named("etcd.watch_resumed").length === 1);
+      expect(logger.named("etcd.watch_resumed")[0].endpoint).toBe(etcd.endpoints[1]);
+      await watch.cancel();
+    } finally {
+      await own.close();
+    }
   });
 });
 

@@ -59,6 +59,7 @@ function etcdThrough(overrides: Partial<Etcd>): Etcd {
     leaseKeepAlive: (id) => client.leaseKeepAlive(id),
     leaseRevoke: (id) => client.leaseRevoke(id),
     txn: (request) => client.txn(request),
+    changedSince: (request) => client.changedSince(request),
     watch: (request, handlers) => client.watch(request, handlers),
     status: () => client.status(),
     close: async () => {},

@@ -1,0 +1,127 @@
+/**
+ * cluster/node.ts and its controller on an in-memory etcd (test/helpers/fake-etcd.ts) behind the
+ * watch guard (cluster/watch-guard.ts, docs/cluster.md "A watch that goes deaf"): every watch the
+ * node has open goes deaf (attack15 F6), then a partition state changes, a topic is created, a
+ * broker's registration is deleted, or another broker becomes the controller. Each reaches the
+ * node within a few check periods (here 300 ms + a 100 ms grace), through the same code that
+ * applies a watch's events, where without the guard it never would (the controller's resync is
+ * set far out, so only the guard can bring the controller key).
+ */
+import { describe, expect, it, onTestFinished } from "vitest";
+import { controllerKey, partitionKey, topicKey } from "../../src/cluster/keys.ts";
+import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
+import { formatPartitionState, type PartitionState } from "../../src/cluster/partition-state.ts";
+import { guardWatches } from "../../src/cluster/watch-guard.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { Prng } from "../../src/lib/prng.ts";
+import { systemClock } from "../../src/runtime/clock.ts";
+import { openTestBroker } from "../helpers/broker.ts";
+import { FakeEtcd } from "../helpers/fake-etcd.ts";
+import { waitFor } from "../helpers/replication.ts";
+
+const prefix = "/es-broker";
+const checkMs = 300;
+const graceMs = 100;
+/** Ample for one check period and the grace, on a loaded machine. */
+const within = 10 * (checkMs + graceMs);
+
+function state(leaderEpoch: number): PartitionState {
+  return {
+    replicas: [1, 2, 3],
+    leader: 1,
+    leader_epoch: leaderEpoch,
+    isr: [1, 2, 3],
+    elr: [],
+    committed_offset: 0,
+    min_insync_replicas: 1,
+  };
+}
+
+function registration(nodeId: number): string {
+  return JSON.stringify({
+    node_id: nodeId,
+    cluster_id: "c1",
+    data_dir_id: `dir-${nodeId}`,
+    incarnation: `inc-${nodeId}`,
+    tcp: `127.0.0.1:${9000 + nodeId}`,
+    http: `http://127.0.0.1:${8000 + nodeId}`,
+  });
+}
+
+async function startNode() {
+  const fake = new FakeEtcd();
+  // Another broker is the controller (a key on no lease): this node's controller stays idle.
+  await fake.put(controllerKey(prefix), JSON.stringify({ node_id: 9, incarnation: "x" }));
+  await fake.put(topicKey(prefix, "t"), JSON.stringify({ replication_factor: 3 }));
+  await fake.put(partitionKey(prefix, "t", 0), formatPartitionState(state(1)));
+  await fake.put(`${prefix}/brokers/2`, registration(2));
+  const logger = new MemoryLogger();
+  const etcd = guardWatches(fake, { clock: systemClock, logger, checkMs, graceMs });
+  const applied: string[] = [];
+  const replicas: ReplicaSink = {
+    setBrokers() {},
+    async applyPartitionState(topic, partition, s) {
+      applied.push(`${topic}/${partition}@${s.leader_epoch}`);
+    },
+    logEndOffsets: () => new Map(),
+    setMembershipLive() {},
+    async close() {},
+  };
+  const { broker } = await openTestBroker();
+  const node = await ClusterNode.start({
+    etcd,
+    clock: systemClock,
+    prng: new Prng(1),
+    logger,
+    prefix,
+    nodeId: 1,
+    advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
+    dataDirId: "dir-1",
+    dataDir: null,
+    newClusterId: "c1",
+    leaseTtlSeconds: 30,
+    broker,
+    replicas: () => replicas,
+    rebalanceMs: 0,
+    resyncMs: 3_600_000,
+  });
+  onTestFinished(() => node.close());
+  await waitFor(() => applied.includes("t/0@1"), "t/0 applied at the start");
+  await waitFor(() => node.brokers.has(2), "node 2's registration seen");
+  await waitFor(() => node.controller.current?.node_id === 9, "node 9 seen as the controller");
+  // Every watch the node opened (its view of the prefix, the controller key) is deaf from now on.
+  expect(fake.deafenWatches()).toBeGreaterThanOrEqual(2);
+  const deaf = () => logger.named("etcd.watch_deaf");
+  return { fake, node, applied, deaf };
+}
+
+describe("a node whose etcd watches all went deaf (attack15 F6)", () => {
+  it("applies a partition-state change within a check period", async () => {
+    const { fake, applied, deaf } = await startNode();
+    await fake.put(partitionKey(prefix, "t", 0), formatPartitionState(state(2)));
+    await waitFor(() => applied.includes("t/0@2"), "t/0's new state applied", within);
+    expect(deaf().length).toBeGreaterThanOrEqual(1);
+    expect(deaf()[0]).toMatchObject({ key: `${prefix}/`, prefix: true, missed_puts: 1 });
+  });
+
+  it("creates a topic made in etcd within a check period", async () => {
+    const { fake, node, applied } = await startNode();
+    await fake.put(topicKey(prefix, "fresh"), JSON.stringify({ replication_factor: 3 }));
+    await fake.put(partitionKey(prefix, "fresh", 0), formatPartitionState(state(1)));
+    await waitFor(() => applied.includes("fresh/0@1"), "fresh/0 applied", within);
+    expect(node.topicConfig("fresh")).toMatchObject({ replication_factor: 3 });
+  });
+
+  it("forgets a deleted registration within a check period", async () => {
+    const { fake, node, deaf } = await startNode();
+    await fake.delete(`${prefix}/brokers/2`);
+    await waitFor(() => !node.brokers.has(2), "node 2's registration gone", within);
+    expect(deaf()[0]).toMatchObject({ missed_puts: 0, missed_deletes: 1 });
+  });
+
+  it("sees another controller within a check period, its controller resync an hour away", async () => {
+    const { fake, node } = await startNode();
+    await fake.put(controllerKey(prefix), JSON.stringify({ node_id: 8, incarnation: "y" }));
+    await waitFor(() => node.controller.current?.node_id === 8, "node 8 as controller", within);
+  });
+});
