@@ -1422,6 +1422,7 @@ async function startClusterNode(
       etcd,
       clock: systemClock,
       prng: new Prng(seed),
+      randomBytes: (count) => systemKeyCrypto.randomBytes(count),
       logger,
       prefix: defaultClusterPrefix,
       nodeId: settings.nodeId,
