@@ -380,6 +380,15 @@ export class LocalBroker implements Broker {
   }
 
   /**
+   * Records a local copy's cluster topic id (docs/cluster.md "Topic ids"); see
+   * {@link TopicRegistry.setTopicId}.
+   * @throws BrokerError topic_not_found, unavailable, storage_error; internal for another id.
+   */
+  async setTopicId(name: string, topicId: string): Promise<void> {
+    return this.#topics.setTopicId(name, topicId);
+  }
+
+  /**
    * Appends a request's records: routed by `broker/produce-routing.ts` after every named
    * partition is checked (all or nothing), one append per partition; an idempotent request goes
    * through the producer state (`broker/producers/`) and must land in one partition.

@@ -7,7 +7,7 @@
  *
  * Data directory (docs/storage.md "Files on disk"):
  * ```
- * <dataDir>/topics/<topic>/topic.json     name, partition count, config (replaced atomically)
+ * <dataDir>/topics/<topic>/topic.json     name, partition count, config, topic id in a cluster (replaced atomically)
  * <dataDir>/topics/<topic>/<partition>/   segments
  * <dataDir>/trash/<ms>-<n>/               a deleted topic's directory (short name; its topic.json names the topic), removed at once or at the next start
  * <dataDir>/topics/<topic>/log_start_offsets.json  log start offsets moved by retention (see storage/log-start-offsets.ts)
@@ -106,6 +106,20 @@ export interface Topic {
   roundRobin: number;
   /** Present when the topic is a Durable Stream (replaced, never mutated, by {@link TopicRegistry.updateStream}). */
   stream?: StreamMeta;
+  /**
+   * The cluster topic's incarnation (docs/cluster.md "Topic ids"): set by the cluster node at
+   * creation or adopted later ({@link TopicRegistry.setTopicId}); absent on a topic of a broker
+   * that is not in a cluster and on a copy made before topic ids existed.
+   */
+  topicId?: string;
+}
+
+/**
+ * Whether `value` is a topic id as es-broker writes them: 32 lowercase hex digits (128 random
+ * bits; docs/cluster.md "Topic ids").
+ */
+export function isTopicId(value: unknown): value is string {
+  return typeof value === "string" && /^[0-9a-f]{32}$/.test(value);
 }
 
 /** Options of {@link TopicRegistry.open}. */
@@ -376,8 +390,9 @@ export class TopicRegistry {
     let config: TopicConfig;
     let partitionCount: number;
     let stream: StreamMeta | undefined;
+    let topicId: string | undefined;
     try {
-      ({ config, partitionCount, stream } = parseTopicFile(name, read.value));
+      ({ config, partitionCount, stream, topicId } = parseTopicFile(name, read.value));
     } catch (err) {
       const reason = errorMessage(err);
       this.#unavailable.set(name, `${metaPath}: ${reason}`);
@@ -388,7 +403,7 @@ export class TopicRegistry {
       });
       return;
     }
-    const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0, stream };
+    const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0, stream, topicId };
     try {
       await this.#openPartitions(topic, partitionCount);
     } catch (err) {
@@ -529,6 +544,7 @@ export class TopicRegistry {
   describe(topic: Topic): TopicDescription {
     return {
       ...(topic.stream === undefined ? {} : { stream: structuredClone(topic.stream) }),
+      ...(topic.topicId === undefined ? {} : { topic_id: topic.topicId }),
       name: topic.name,
       config: { ...topic.config },
       partitions: topic.partitions.map(
@@ -558,6 +574,12 @@ export class TopicRegistry {
     const name = validateTopicName(request.name);
     const partitionCount = validatePartitionCount(request.partitions);
     const config = mergeTopicConfig(defaultTopicConfig, request.config);
+    const topicId = request.topic_id;
+    if (topicId !== undefined && !isTopicId(topicId))
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Cannot create topic "${name}": its topic id ${quote(topicId)} is not 32 lowercase hex digits`,
+      );
     if (this.#topics.has(name) || this.#unavailable.has(name) || this.#busy.has(name)) {
       throw new BrokerError(Errors.topicExists, `Cannot create topic "${name}": it already exists`);
     }
@@ -578,13 +600,12 @@ export class TopicRegistry {
       if (this.#cleanup.cold !== null && (await this.#trashHolds(name)))
         await this.#cleanup.removeColdData(name);
       const stream = options.stream;
-      await writeJsonAtomic(this.#fs, joinPath(dir, "topic.json"), {
-        name,
-        partitions: partitionCount,
-        config,
-        ...(stream === undefined ? {} : { stream }),
-      });
-      const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0, stream };
+      const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0, stream, topicId };
+      await writeJsonAtomic(
+        this.#fs,
+        joinPath(dir, "topic.json"),
+        topicFile(topic, partitionCount),
+      );
       try {
         await this.#openPartitions(topic, partitionCount);
       } catch (err) {
@@ -846,12 +867,11 @@ export class TopicRegistry {
               { key },
             );
       try {
-        await writeJsonAtomic(this.#fs, joinPath(topic.dir, "topic.json"), {
-          name,
-          partitions: topic.partitions.length,
-          config,
-          ...(topic.stream === undefined ? {} : { stream: topic.stream }),
-        });
+        await writeJsonAtomic(
+          this.#fs,
+          joinPath(topic.dir, "topic.json"),
+          topicFile({ ...topic, config }, topic.partitions.length),
+        );
       } catch (err) {
         throw storageFailure(
           `Cannot update the config of topic "${name}": writing topic.json failed`,
@@ -880,12 +900,11 @@ export class TopicRegistry {
         throw new BrokerError(Errors.internal, `Cannot update topic "${name}": it is not a stream`);
       const stream = update(structuredClone(topic.stream));
       try {
-        await writeJsonAtomic(this.#fs, joinPath(topic.dir, "topic.json"), {
-          name,
-          partitions: topic.partitions.length,
-          config: topic.config,
-          stream,
-        });
+        await writeJsonAtomic(
+          this.#fs,
+          joinPath(topic.dir, "topic.json"),
+          topicFile({ ...topic, stream }, topic.partitions.length),
+        );
       } catch (err) {
         throw storageFailure(
           `Cannot update stream "${stream.path}": writing topic.json failed`,
@@ -894,6 +913,46 @@ export class TopicRegistry {
       }
       topic.stream = stream;
       return stream;
+    });
+  }
+
+  /**
+   * Records the cluster topic id of a topic whose copy has none (made before topic ids existed:
+   * docs/cluster.md "Topic ids"): `topic.json` is rewritten atomically (serialized with config
+   * updates), and the id applies once the rewrite is durable. Setting the id it already has does
+   * nothing.
+   * @throws BrokerError topic_not_found, unavailable, storage_error; invalid_request for a
+   *   malformed id; internal if the topic already has another id (another incarnation is never
+   *   adopted: the caller moves such a copy aside instead).
+   */
+  async setTopicId(name: string, topicId: string): Promise<void> {
+    if (!isTopicId(topicId))
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Cannot set the topic id of topic "${name}": ${quote(topicId)} is not 32 lowercase hex digits`,
+      );
+    await this.#configWrites.run(async () => {
+      const topic = this.get(name);
+      if (topic.topicId === topicId) return;
+      if (topic.topicId !== undefined)
+        throw new BrokerError(
+          Errors.internal,
+          `Cannot set the topic id of topic "${name}" to ${topicId}: it has topic id ${topic.topicId} (another incarnation of the name)`,
+        );
+      try {
+        await writeJsonAtomic(
+          this.#fs,
+          joinPath(topic.dir, "topic.json"),
+          topicFile({ ...topic, topicId }, topic.partitions.length),
+        );
+      } catch (err) {
+        throw storageFailure(
+          `Cannot set the topic id of topic "${name}": writing topic.json failed`,
+          err,
+        );
+      }
+      topic.topicId = topicId;
+      this.#logger.log("info", "topic.id_adopted", { topic: name, topic_id: topicId });
     });
   }
 
@@ -950,19 +1009,38 @@ export class TopicRegistry {
 export function parseTopicFile(
   name: string,
   value: unknown,
-): { partitionCount: number; config: TopicConfig; stream?: StreamMeta } {
+): { partitionCount: number; config: TopicConfig; stream?: StreamMeta; topicId?: string } {
   const meta = value as {
     name?: unknown;
     partitions?: unknown;
     config?: unknown;
     stream?: unknown;
+    topic_id?: unknown;
   };
   if (typeof meta !== "object" || meta === null) throw new Error("not an object");
   if (meta.name !== name)
     throw new Error(`names topic ${JSON.stringify(meta.name)}, but its directory is "${name}"`);
+  // Absent: a copy made before topic ids existed, or a topic outside a cluster.
+  if (meta.topic_id !== undefined && !isTopicId(meta.topic_id))
+    throw new Error(`topic_id ${JSON.stringify(meta.topic_id)} is not 32 lowercase hex digits`);
   return {
     partitionCount: validatePartitionCount(meta.partitions),
     config: mergeTopicConfig(defaultTopicConfig, meta.config),
     ...(meta.stream === undefined ? {} : { stream: parseStreamMeta(meta.stream) }),
+    ...(meta.topic_id === undefined ? {} : { topicId: meta.topic_id }),
+  };
+}
+
+/** The content of a topic's `topic.json` (docs/storage.md "Files on disk"). */
+function topicFile(
+  topic: Pick<Topic, "name" | "config" | "stream" | "topicId">,
+  partitions: number,
+): Record<string, unknown> {
+  return {
+    name: topic.name,
+    partitions,
+    config: topic.config,
+    ...(topic.stream === undefined ? {} : { stream: topic.stream }),
+    ...(topic.topicId === undefined ? {} : { topic_id: topic.topicId }),
   };
 }

@@ -107,6 +107,12 @@ export interface TopicDescription {
   partitions: PartitionInfo[];
   /** Present when the topic holds a Durable Stream (`broker/streams/meta.ts`, docs/durable-streams.md). */
   stream?: StreamMeta;
+  /**
+   * The cluster topic's incarnation as this copy records it (docs/cluster.md "Topic ids"), for
+   * the cluster node; absent outside a cluster and on copies made before topic ids. The HTTP and
+   * TCP apis do not show it.
+   */
+  topic_id?: string;
 }
 
 /** Arguments of {@link Broker.createTopic}. */
@@ -117,6 +123,12 @@ export interface CreateTopicRequest {
   partitions: number;
   /** Any subset of {@link TopicConfig}; unknown keys and bad values are refused (invalid_config). */
   config?: Record<string, unknown>;
+  /**
+   * The cluster topic's id (32 lowercase hex digits), written into `topic.json`: set only by the
+   * cluster node creating its local copy (docs/cluster.md "Topic ids"), never from a client's
+   * request. @throws invalid_request if malformed.
+   */
+  topic_id?: string;
 }
 
 /** Arguments of {@link Broker.produce}. */
@@ -467,6 +479,13 @@ export interface Broker {
    * @throws topic_not_found, invalid_config, storage_error.
    */
   updateTopicConfig?(name: string, config: Record<string, unknown>): Promise<TopicDescription>;
+  /**
+   * Records the cluster topic id of a local copy that has none (made before topic ids:
+   * docs/cluster.md "Topic ids"); `topic.json` is rewritten atomically. Optional: the cluster
+   * node's local broker has it. @throws topic_not_found, storage_error; internal if the copy has
+   * another id.
+   */
+  setTopicId?(name: string, topicId: string): Promise<void>;
   /**
    * Runs retention and compaction on every partition of a topic now
    * (`POST /v1/admin/topics/{topic}/cleanup`). Optional, as above. @throws topic_not_found.

@@ -1427,6 +1427,7 @@ async function startClusterNode(
       etcd,
       clock: systemClock,
       prng: new Prng(seed),
+      randomBytes: (count) => systemKeyCrypto.randomBytes(count),
       logger,
       prefix: defaultClusterPrefix,
       nodeId: settings.nodeId,

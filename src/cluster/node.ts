@@ -7,7 +7,8 @@
  *
  * Keys it reads and writes (under the cluster prefix): `brokers/<id>` (its registration, through
  * membership.ts), `log_ends/<id>` (on its lease), `controller` (controller.ts), `topics/<name>`
- * (the topic config JSON, with `replication_factor` and `min_insync_replicas`) and
+ * (the topic config JSON, with `replication_factor` and `min_insync_replicas`, and the topic id:
+ * topic-id.ts) and
  * `partitions/<name>/<p>` (partition-state.ts), both written by {@link ClusterNode.createTopic}
  * in one transaction.
  *
@@ -39,6 +40,14 @@ import {
   type Membership,
   parseRegistration,
 } from "./membership.ts";
+import {
+  compareIncarnation,
+  formatTopicRecord,
+  newTopicId,
+  parseTopicRecord,
+  type TopicIdOrigin,
+  upgradeTopicId,
+} from "./topic-id.ts";
 import {
   formatPartitionState,
   initialPartitionState,
@@ -120,6 +129,11 @@ export interface ClusterNodeOptions
   rebalanceMs?: number;
   /** This broker's replica-fetch links to other brokers (`PeerLinks.snapshot`), for metadata and metrics. */
   peerLinks?: () => PeerLinkStatus[];
+  /**
+   * Random bytes for topic ids (docs/cluster.md "Topic ids"): the runtime's CSPRNG in a broker.
+   * Default: drawn from `prng` (tests).
+   */
+  randomBytes?: (count: number) => Uint8Array;
   /** Stops the join's retries while etcd is unreachable (a signal during start-up). */
   signal?: { aborted: boolean };
   /**
@@ -139,6 +153,15 @@ function canonical(config: TopicConfig): string {
 interface PartitionEntry {
   state: PartitionState;
   modRevision: number;
+}
+
+/** A topic as etcd holds it (`topics/<name>`: topic-id.ts). */
+interface TopicEntry {
+  config: TopicConfig;
+  modRevision: number;
+  /** null: created before topic ids, none added yet. */
+  topicId: string | null;
+  origin: TopicIdOrigin;
 }
 
 /**
@@ -167,7 +190,9 @@ export class ClusterNode {
   readonly #o: ClusterNodeOptions;
   readonly #prefix: string;
   readonly #brokers = new Map<number, BrokerRegistration>();
-  readonly #topics = new Map<string, { config: TopicConfig; modRevision: number }>();
+  readonly #topics = new Map<string, TopicEntry>();
+  /** `name@mod_revision` of topic records without an id this broker has tried to give one. */
+  readonly #upgradesTried = new Set<string>();
   readonly #partitions = new Map<string, Map<number, PartitionEntry>>();
   /** Partitions deleted from etcd since the last reconcile: their last state, and the deletion's revision. */
   readonly #deleted = new Map<string, Map<number, PartitionEntry>>();
@@ -362,7 +387,7 @@ export class ClusterNode {
         if (e.type === "delete") this.#topics.delete(name);
         else
           this.#topics.set(name, {
-            config: JSON.parse(e.kv.value) as TopicConfig,
+            ...parseTopicRecord(e.kv.value),
             modRevision: e.kv.modRevision,
           });
         return name;
@@ -421,7 +446,8 @@ export class ClusterNode {
   async #reconcile(topics: Set<string> | null): Promise<void> {
     if (this.#closed) return;
     const { broker, logger, nodeId } = this.#o;
-    const local = new Map((await broker.listTopics()).map((t) => [t.name, t.config]));
+    const copies = new Map((await broker.listTopics()).map((t) => [t.name, t]));
+    const local = new Map([...copies].map(([name, t]) => [name, t.config]));
     const names = topics ?? new Set([...this.#topics.keys(), ...local.keys()]);
     let republish = false;
     for (const name of names) {
@@ -494,7 +520,26 @@ export class ClusterNode {
           await this.#giveUp(name, partition, entry, { eligible: false });
         continue;
       }
-      const localConfig = local.get(name);
+      let localConfig = local.get(name);
+      if (localConfig !== undefined) {
+        // Is the local copy of this topic, or of another of its name (deleted and created again
+        // while this broker was down or its watch behind: attack15b F5)?
+        let moved: boolean;
+        try {
+          moved = await this.#checkIncarnation(name, copies.get(name)?.topic_id, topic, map);
+        } catch (err) {
+          // The copy could not be compared or moved aside (its storage failed): none of its
+          // partitions is applied, so it is neither served nor followed; tried at the next change.
+          for (const [partition, entry] of map)
+            if (entry.state.replicas.includes(nodeId))
+              await this.#cannotLead(name, partition, entry, err);
+          continue;
+        }
+        if (moved) {
+          localConfig = undefined;
+          republish = true;
+        }
+      } else if (topic.topicId === null) this.#upgradeTopic(name, undefined, topic);
       if (localConfig !== undefined && canonical(localConfig) !== canonical(topic.config)) {
         // A key etcd no longer holds was removed (PATCH with null): null resets it here too. A
         // key every topic has (segment_bytes, ...) refuses null: absent from etcd (a config
@@ -516,7 +561,12 @@ export class ClusterNode {
       }
       if (localConfig === undefined) {
         try {
-          await broker.createTopic({ name, partitions: map.size, config: { ...topic.config } });
+          await broker.createTopic({
+            name,
+            partitions: map.size,
+            config: { ...topic.config },
+            ...(topic.topicId === null ? {} : { topic_id: topic.topicId }),
+          });
           logger.log("info", "cluster.topic_created_locally", {
             topic: name,
             partitions: map.size,
@@ -566,6 +616,101 @@ export class ClusterNode {
     }
     if (republish) await this.#republishUntilDone();
   }
+
+  /**
+   * Compares the topic id of the local copy of `name` with etcd's (docs/cluster.md "Topic ids"):
+   * the same: nothing; none locally and etcd's added by an upgrade: the copy records it; another
+   * incarnation: the copy is moved aside as a deleted topic's is (replication lets go of its
+   * partitions, the local topic is deleted: `trash/`, then removed), with a warning naming both
+   * ids, and the caller creates the new empty replica; etcd's topic without an id: one is added
+   * ({@link #upgradeTopic}) and the copy is kept meanwhile, as before topic ids.
+   * Resolves with true when the copy was moved aside.
+   * @throws what deleting the local topic throws (the caller logs it; the next change tries again).
+   */
+  async #checkIncarnation(
+    name: string,
+    localId: string | undefined,
+    topic: TopicEntry,
+    map: Map<number, PartitionEntry>,
+  ): Promise<boolean> {
+    const { broker, logger, nodeId } = this.#o;
+    const relation = compareIncarnation(localId, topic);
+    if (relation === "same") return false;
+    if (relation === "unknown") {
+      this.#upgradeTopic(name, localId, topic);
+      return false;
+    }
+    if (relation === "adopt") {
+      await broker.setTopicId?.(name, topic.topicId!);
+      return false;
+    }
+    // Another incarnation: never served, never adopted, never followed from.
+    for (const [partition, entry] of map) {
+      if (this.#replicas === null || !entry.state.replicas.includes(nodeId)) continue;
+      await this.#replicas.applyPartitionState(
+        name,
+        partition,
+        { ...entry.state, leader: -1, isr: [], elr: [] },
+        String(entry.modRevision),
+      );
+    }
+    await broker.deleteTopic(name).catch((err) => {
+      if (!(err instanceof BrokerError && err.kind === Errors.topicNotFound)) throw err;
+    });
+    logger.log("warn", "cluster.topic_incarnation_replaced", {
+      topic: name,
+      local_topic_id: localId ?? null,
+      topic_id: topic.topicId,
+      action:
+        localId === undefined
+          ? "the local copy has no topic id, so it predates the topic etcd holds (made with one): it is another topic of this name, deleted and created again while this broker was away; moved aside like a deleted topic's copy, and an empty replica follows the new topic"
+          : "the local copy is of another topic of this name (deleted and created again while this broker was away): moved aside like a deleted topic's copy, and an empty replica follows the new topic",
+    });
+    return true;
+  }
+
+  /**
+   * Adds a topic id to a topic etcd holds without one (created before topic ids), by
+   * compare-and-set on the record's mod_revision, once per revision; the local copy's id if it
+   * has one (topic-id.ts `upgradeTopicId`). A failure is logged; the watch brings the id that
+   * another broker added meanwhile.
+   */
+  #upgradeTopic(name: string, localId: string | undefined, topic: TopicEntry): void {
+    const tried = `${name}@${topic.modRevision}`;
+    if (this.#upgradesTried.has(tried) || this.#closed) return;
+    this.#upgradesTried.add(tried);
+    const key = topicKey(this.#prefix, name);
+    const topicId = upgradeTopicId(localId, this.#randomBytes);
+    const value = formatTopicRecord({ config: topic.config, topicId, origin: "upgrade" });
+    void this.#o.etcd
+      .txn({
+        compare: [{ key, target: "mod_revision", result: "equal", number: topic.modRevision }],
+        success: [{ put: { key, value } }],
+      })
+      .then(
+        (result) => {
+          if (result.succeeded)
+            this.#o.logger.log("info", "cluster.topic_id_added", {
+              topic: name,
+              topic_id: topicId,
+            });
+        },
+        (err: unknown) =>
+          this.#o.logger.log("warn", "cluster.topic_id_add_failed", {
+            topic: name,
+            error: errorMessage(err),
+            action: "tried again at the next change of the topic",
+          }),
+      );
+  }
+
+  /** Random bytes for topic ids: the option's, else from the node's prng. */
+  #randomBytes = (count: number): Uint8Array => {
+    if (this.#o.randomBytes !== undefined) return this.#o.randomBytes(count);
+    const out = new Uint8Array(count);
+    for (let i = 0; i < count; i++) out[i] = this.#o.prng.nextU32() & 0xff;
+    return out;
+  };
 
   /**
    * Publishes the log ends for an offline partition naming this broker in its ELR; on failure
@@ -892,8 +1037,14 @@ export class ClusterNode {
     await this.#refuseLocalName(name);
     const start = prng.nextU32() % live.length;
     const tKey = topicKey(this.#prefix, name);
+    const topicId = newTopicId(this.#randomBytes);
     const puts: EtcdOp[] = [
-      { put: { key: tKey, value: JSON.stringify(stored) } },
+      {
+        put: {
+          key: tKey,
+          value: formatTopicRecord({ config: stored, topicId, origin: "creation" }),
+        },
+      },
       { delete: { key: deletedTopicKey(this.#prefix, name) } },
     ];
     for (let p = 0; p < partitions; p++) {
@@ -1008,10 +1159,12 @@ export class ClusterNode {
     for (let attempt = 1; ; attempt++) {
       const next = change(current.config);
       const modRevision = current.modRevision;
+      // The topic id stays: the compare-and-set keeps it to the record it was read with.
+      const value = formatTopicRecord({ ...current, config: next });
       const result = await this.#etcdCall(what, () =>
         etcd.txn({
           compare: [{ key: tKey, target: "mod_revision", result: "equal", number: modRevision }],
-          success: [{ put: { key: tKey, value: JSON.stringify(next) } }],
+          success: [{ put: { key: tKey, value } }],
         }),
       );
       if (result.succeeded) {
@@ -1026,7 +1179,7 @@ export class ClusterNode {
       // This broker's copy is older than etcd's (its watch has not brought the other change).
       const kv = await this.#etcdCall(what, () => etcd.get(tKey));
       if (kv === null) throw missing();
-      current = { config: JSON.parse(kv.value) as TopicConfig, modRevision: kv.modRevision };
+      current = { ...parseTopicRecord(kv.value), modRevision: kv.modRevision };
     }
   }
 

@@ -70,6 +70,7 @@ export function nodeOnlyE2eFiles(
     "test/e2e/cluster-state.test.ts",
     "test/e2e/cluster-sigterm.test.ts",
     "test/e2e/cluster-elect.test.ts",
+    "test/e2e/cluster-topic-id.test.ts",
     // The etcd client over TLS is runtime-specific, and etcd-tls.test.ts covers it on every
     // target; three brokers failing over on it is the cluster's logic.
     "test/e2e/cluster-etcd-tls.test.ts",

@@ -105,6 +105,8 @@ describe("a topic in etcd that this broker has not created yet", () => {
         "topicConfig",
         "logEndOffsets",
         "replicaFetch",
+        // The cluster node's own call: records a local copy's topic id (docs/cluster.md "Topic ids").
+        "setTopicId",
         "useRegistry",
         "describeStorage",
         "metrics",

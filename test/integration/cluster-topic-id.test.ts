@@ -1,0 +1,270 @@
+/**
+ * cluster/node.ts on an in-memory etcd (test/helpers/fake-etcd.ts), attack15b F5: a topic's
+ * incarnation (docs/cluster.md "Topic ids"). A local copy whose topic id differs from the one
+ * etcd holds for its name (the topic was deleted and created again while this broker was away)
+ * is moved aside as a deleted topic's copy is, and an empty replica of the new topic takes its
+ * place; its records are never served. A copy made before topic ids adopts the id an upgrade
+ * added, and a topic etcd holds without an id is given one.
+ */
+import { describe, expect, it, onTestFinished } from "vitest";
+import { defaultTopicConfig } from "../../src/broker/config.ts";
+import type { Broker, TopicConfig } from "../../src/broker/types.ts";
+import { partitionKey, topicKey } from "../../src/cluster/keys.ts";
+import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
+import { formatPartitionState, initialPartitionState } from "../../src/cluster/partition-state.ts";
+import { formatTopicRecord, parseTopicRecord } from "../../src/cluster/topic-id.ts";
+import { utf8 } from "../../src/lib/bytes.ts";
+import { MemoryLogger } from "../../src/lib/logger.ts";
+import { Prng } from "../../src/lib/prng.ts";
+import { systemClock } from "../../src/runtime/clock.ts";
+import { readJsonFile } from "../../src/storage/metadata.ts";
+import { EntryBatchBuilder } from "../../src/storage/record.ts";
+import { openTestBroker, type TestBroker } from "../helpers/broker.ts";
+import { FakeEtcd } from "../helpers/fake-etcd.ts";
+import { waitFor } from "../helpers/replication.ts";
+
+const prefix = "/es-broker";
+/** A record's config as an older es-broker could have written it (two keys; the rest default). */
+const config = {
+  replication_factor: 3,
+  min_insync_replicas: 2,
+} as Partial<TopicConfig> as TopicConfig;
+const idA = "a".repeat(32);
+const idB = "b".repeat(32);
+
+/** A replication layer that records every state the node hands it, as `topic/p@epoch leader`. */
+function sink() {
+  const applied: string[] = [];
+  const replicas: ReplicaSink = {
+    setBrokers() {},
+    async applyPartitionState(topic, partition, state) {
+      applied.push(`${topic}/${partition}@${state.leader_epoch} leader ${state.leader}`);
+    },
+    logEndOffsets: () => new Map(),
+    setMembershipLive() {},
+    async close() {},
+  };
+  return { replicas, applied };
+}
+
+async function startNode(etcd: FakeEtcd, broker: Broker, replicas: ReplicaSink) {
+  const logger = new MemoryLogger();
+  const node = await ClusterNode.start({
+    etcd,
+    clock: systemClock,
+    prng: new Prng(7),
+    logger,
+    prefix,
+    nodeId: 1,
+    advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
+    dataDirId: "dir-1",
+    dataDir: null,
+    newClusterId: "c1",
+    leaseTtlSeconds: 30,
+    broker,
+    replicas: () => replicas,
+    rebalanceMs: 0,
+  });
+  onTestFinished(() => node.close());
+  return { node, logger };
+}
+
+/** Puts topic `name` in etcd (one partition, replicas 1,2,3, led by node 2) with `record`'s id. */
+async function putTopic(
+  etcd: FakeEtcd,
+  name: string,
+  record: { topicId: string | null; origin?: "creation" | "upgrade" },
+  epoch = 0,
+) {
+  await etcd.txn({
+    compare: [],
+    success: [
+      {
+        put: {
+          key: topicKey(prefix, name),
+          value: formatTopicRecord({
+            config,
+            topicId: record.topicId,
+            origin: record.origin ?? "creation",
+          }),
+        },
+      },
+      {
+        put: {
+          key: partitionKey(prefix, name, 0),
+          value: formatPartitionState({
+            ...initialPartitionState([1, 2, 3], 2),
+            leader: 2,
+            leader_epoch: epoch,
+          }),
+        },
+      },
+    ],
+  });
+}
+
+/** A local copy of cluster topic `name` holding `count` records, with topic id `topicId`. */
+async function localCopy(t: TestBroker, name: string, topicId: string | undefined, count = 3) {
+  await t.broker.createTopic({
+    name,
+    partitions: 1,
+    config: { ...config },
+    ...(topicId === undefined ? {} : { topic_id: topicId }),
+  });
+  const batch = new EntryBatchBuilder();
+  for (let i = 0; i < count; i++) batch.add(null, utf8(`old-${i}`));
+  await t.broker.produce({ topic: name, partition: 0, batch: batch.build() });
+}
+
+async function topicJson(t: TestBroker, name: string): Promise<Record<string, unknown>> {
+  const read = await readJsonFile(t.fs, `${t.dataDir}/topics/${name}/topic.json`);
+  if (!("value" in read)) throw new Error(`no topic.json for ${name}`);
+  return read.value as Record<string, unknown>;
+}
+
+async function highWatermark(broker: Broker, name: string): Promise<number> {
+  return (await broker.describeTopic(name)).partitions[0].highWatermark;
+}
+
+describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)", () => {
+  it("a topic created through the node has one id in etcd and in the local topic.json, kept by config changes", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    const { replicas } = sink();
+    const { node } = await startNode(etcd, t.broker, replicas);
+    const one = { ...defaultTopicConfig, replication_factor: 1, min_insync_replicas: 1 };
+    await node.createTopic("fresh", 2, one);
+    const record = parseTopicRecord((await etcd.get(topicKey(prefix, "fresh")))!.value);
+    expect(record.topicId).toMatch(/^[0-9a-f]{32}$/);
+    expect(record.origin).toBe("creation");
+    expect(record.config).toEqual(one);
+    await waitFor(async () => (await t.broker.listTopics()).length === 1, "the local copy");
+    expect((await topicJson(t, "fresh")).topic_id).toBe(record.topicId);
+    await node.updateTopicConfig("fresh", (c) => ({ ...c, retention_ms: 60_000 }));
+    const changed = parseTopicRecord((await etcd.get(topicKey(prefix, "fresh")))!.value);
+    expect(changed.topicId).toBe(record.topicId);
+    expect(changed.config.retention_ms).toBe(60_000);
+    await waitFor(
+      async () => (await t.broker.describeTopic("fresh")).config.retention_ms === 60_000,
+      "the local config change",
+    );
+    expect((await topicJson(t, "fresh")).topic_id).toBe(record.topicId);
+    // A second topic of another name gets another id.
+    await node.createTopic("other", 1, one);
+    const other = parseTopicRecord((await etcd.get(topicKey(prefix, "other")))!.value);
+    expect(other.topicId).not.toBe(record.topicId);
+  });
+
+  it("at start, a copy with another id is moved aside and an empty replica of the new topic follows", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await localCopy(t, "t8", idA);
+    expect(await highWatermark(t.broker, "t8")).toBe(3);
+    await putTopic(etcd, "t8", { topicId: idB });
+    const { replicas, applied } = sink();
+    const { logger } = await startNode(etcd, t.broker, replicas);
+    expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([
+      expect.objectContaining({ topic: "t8", local_topic_id: idA, topic_id: idB }),
+    ]);
+    expect(await highWatermark(t.broker, "t8")).toBe(0);
+    expect((await topicJson(t, "t8")).topic_id).toBe(idB);
+    // Replication let go of the old copy's partition before the new one was handed over.
+    expect(applied).toEqual(["t8/0@0 leader -1", "t8/0@0 leader 2"]);
+    // Moved aside as a deleted topic's copy: through trash/, which is then emptied.
+    expect(await t.fs.readdir(`${t.dataDir}/trash`).catch(() => [])).toEqual([]);
+    const fetched = await t.broker.fetch({
+      topic: "t8",
+      partition: 0,
+      offset: 0,
+      maxRecords: 10,
+      maxBytes: 1 << 20,
+    });
+    expect(fetched.records.count).toBe(0);
+  });
+
+  it("a copy without an id is another incarnation when etcd's id was made with the topic", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await localCopy(t, "t9", undefined);
+    await putTopic(etcd, "t9", { topicId: idB, origin: "creation" });
+    const { replicas } = sink();
+    const { logger } = await startNode(etcd, t.broker, replicas);
+    expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([
+      expect.objectContaining({ topic: "t9", local_topic_id: null, topic_id: idB }),
+    ]);
+    expect(await highWatermark(t.broker, "t9")).toBe(0);
+    expect((await topicJson(t, "t9")).topic_id).toBe(idB);
+  });
+
+  it("a copy without an id adopts an id an upgrade added, keeping its records", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await localCopy(t, "old", undefined);
+    await putTopic(etcd, "old", { topicId: idB, origin: "upgrade" });
+    const { replicas, applied } = sink();
+    const { logger } = await startNode(etcd, t.broker, replicas);
+    expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
+    expect(await highWatermark(t.broker, "old")).toBe(3);
+    expect((await topicJson(t, "old")).topic_id).toBe(idB);
+    expect(applied).toEqual(["old/0@0 leader 2"]);
+  });
+
+  it("a topic etcd holds without an id is given one (the local copy's, if it has one), which the copies adopt", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await localCopy(t, "legacy", undefined);
+    await localCopy(t, "restored", idA);
+    await putTopic(etcd, "legacy", { topicId: null });
+    await putTopic(etcd, "restored", { topicId: null });
+    const { replicas } = sink();
+    const { logger } = await startNode(etcd, t.broker, replicas);
+    await waitFor(
+      async () => typeof (await topicJson(t, "legacy")).topic_id === "string",
+      "the legacy copy to adopt the added id",
+    );
+    const legacy = parseTopicRecord((await etcd.get(topicKey(prefix, "legacy")))!.value);
+    expect(legacy.origin).toBe("upgrade");
+    expect(legacy.topicId).toMatch(/^[0-9a-f]{32}$/);
+    expect((await topicJson(t, "legacy")).topic_id).toBe(legacy.topicId);
+    const restored = parseTopicRecord((await etcd.get(topicKey(prefix, "restored")))!.value);
+    expect(restored).toEqual({ config, topicId: idA, origin: "upgrade" });
+    expect(await highWatermark(t.broker, "legacy")).toBe(3);
+    expect(await highWatermark(t.broker, "restored")).toBe(3);
+    expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
+  });
+
+  it("while running, a delete and a re-create that arrive together replace the copy", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await localCopy(t, "live", idA);
+    await putTopic(etcd, "live", { topicId: idA });
+    const { replicas, applied } = sink();
+    const { logger } = await startNode(etcd, t.broker, replicas);
+    expect(applied).toEqual(["live/0@0 leader 2"]);
+    expect(await highWatermark(t.broker, "live")).toBe(3);
+    // One transaction: the watch never shows this broker the topic gone.
+    await etcd.txn({
+      compare: [],
+      success: [
+        { delete: { key: partitionKey(prefix, "live", 0) } },
+        {
+          put: {
+            key: topicKey(prefix, "live"),
+            value: formatTopicRecord({ config, topicId: idB, origin: "creation" }),
+          },
+        },
+      ],
+    });
+    await etcd.put(
+      partitionKey(prefix, "live", 0),
+      formatPartitionState({ ...initialPartitionState([1, 2, 3], 2), leader: 3 }),
+    );
+    await waitFor(
+      () => logger.named("cluster.topic_incarnation_replaced").length === 1,
+      "the copy to be replaced",
+    );
+    await waitFor(async () => applied.includes("live/0@0 leader 3"), "the new state applied");
+    expect(await highWatermark(t.broker, "live")).toBe(0);
+    expect((await topicJson(t, "live")).topic_id).toBe(idB);
+  });
+});
