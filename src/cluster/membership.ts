@@ -33,6 +33,72 @@ import type { Logger } from "../lib/logger.ts";
 import type { Prng } from "../lib/prng.ts";
 import { type Etcd, EtcdError, type EtcdKeyValue } from "./etcd.ts";
 
+/**
+ * How long each etcd step of leaving the cluster (recording the departure, revoking the lease)
+ * may take, ms: a healthy etcd answers in milliseconds, and the lease renewal gives one member
+ * 1.5 s too. Past it the step is given up (logged) and the broker goes on exiting; the
+ * controller then learns of the departure from the lease's expiry (docs/cluster.md "Leaving the
+ * cluster").
+ */
+export const leaveEtcdStepMsDefault = 1_500;
+
+/** How one bounded step ended: done, failed (`error`, etcd's message), or no answer in time. */
+export type StepOutcome =
+  | { ok: true; ms: number }
+  | { ok: false; timedOut: boolean; error: string; ms: number };
+
+/** What {@link Membership.close} achieved: each step's outcome (`departure` null when refused). */
+export interface MembershipCloseReport {
+  departure: StepOutcome | null;
+  revoke: StepOutcome;
+}
+
+/**
+ * Runs `step` and waits for it at most `ms` (a timer of `clock`): resolves with its outcome,
+ * never throws. A step given up keeps running in the background (closing the etcd client
+ * aborts it).
+ */
+export function boundedStep(
+  clock: Clock,
+  ms: number,
+  step: () => Promise<unknown>,
+): Promise<StepOutcome> {
+  const started = clock.nowMs();
+  return new Promise<StepOutcome>((resolve) => {
+    let settled = false;
+    const finish = (outcome: StepOutcome) => {
+      if (settled) return;
+      settled = true;
+      timer.cancel();
+      resolve(outcome);
+    };
+    const timer = clock.setTimer(ms, () =>
+      finish({
+        ok: false,
+        timedOut: true,
+        error: `no answer within ${ms} ms`,
+        ms: clock.nowMs() - started,
+      }),
+    );
+    let run: Promise<unknown>;
+    try {
+      run = step();
+    } catch (err) {
+      run = Promise.reject(err);
+    }
+    run.then(
+      () => finish({ ok: true, ms: clock.nowMs() - started }),
+      (err: unknown) =>
+        finish({
+          ok: false,
+          timedOut: false,
+          error: errorMessage(err),
+          ms: clock.nowMs() - started,
+        }),
+    );
+  });
+}
+
 /** A refusal to join that retrying cannot fix: the message says what is wrong and what to do. */
 export class ClusterJoinError extends Error {
   constructor(message: string) {
@@ -380,17 +446,37 @@ export class Membership {
    * Stops renewing, records the departure (`departed/<node id>`: the controller moves this
    * broker's partitions at once, without the grace a lapsed registration gets; not after a
    * refusal, when the node id is another process's) and revokes the lease, so the registration
-   * goes at once (a clean shutdown).
+   * goes at once (a clean shutdown). Each of the two etcd steps waits at most `stepMs`
+   * ({@link leaveEtcdStepMsDefault}; docs/cluster.md "Leaving the cluster"): an etcd without a
+   * quorum never answers, and the broker must still exit. The outcome of each step is returned
+   * (the caller logs what failed); never throws.
    */
-  async close(): Promise<void> {
+  async close(
+    options: {
+      stepMs?: number;
+      /** Called at once when a step fails or runs out of time (to log it). */
+      onStepFailed?: (
+        step: "record_departure" | "revoke_lease",
+        outcome: StepOutcome & { ok: false },
+      ) => void;
+    } = {},
+  ): Promise<MembershipCloseReport> {
     this.#closed = true;
     this.#timer?.cancel();
-    const { etcd } = this.#options;
+    const { etcd, clock } = this.#options;
+    const stepMs = options.stepMs ?? leaveEtcdStepMsDefault;
     // A refused membership is no longer the node: its departure would name another's id.
-    if (this.#refused === null)
-      await etcd.put(departedKey(this.#prefix, this.nodeId), this.incarnation).catch(() => {});
-    await etcd.leaseRevoke(this.#lease).catch(() => {});
+    const departure =
+      this.#refused === null
+        ? await boundedStep(clock, stepMs, () =>
+            etcd.put(departedKey(this.#prefix, this.nodeId), this.incarnation),
+          )
+        : null;
+    if (departure !== null && !departure.ok) options.onStepFailed?.("record_departure", departure);
+    const revoke = await boundedStep(clock, stepMs, () => etcd.leaseRevoke(this.#lease));
+    if (!revoke.ok) options.onStepFailed?.("revoke_lease", revoke);
     this.#listeners.clear();
+    return { departure, revoke };
   }
 
   /** The key prefix of this cluster. */

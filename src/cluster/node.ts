@@ -27,7 +27,7 @@ import type { Clock, Timer } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { Prng } from "../lib/prng.ts";
-import { Controller } from "./controller.ts";
+import { Controller, lapseGraceMsDefault } from "./controller.ts";
 import { type LeaveDrain, leaveDrainMsDefault } from "./replica-manager.ts";
 import type { PeerLinkStatus } from "./peer-links.ts";
 import { type Etcd, EtcdError, type EtcdEvent, type EtcdOp, type EtcdWatch } from "./etcd.ts";
@@ -37,8 +37,11 @@ import {
   type JoinOptions,
   joinCluster,
   incarnationRevision,
+  boundedStep,
+  leaveEtcdStepMsDefault,
   type Membership,
   parseRegistration,
+  type StepOutcome,
 } from "./membership.ts";
 import {
   compareIncarnation,
@@ -134,6 +137,11 @@ export interface ClusterNodeOptions
    * Default: drawn from `prng` (tests).
    */
   randomBytes?: (count: number) => Uint8Array;
+  /**
+   * How long each etcd step of {@link ClusterNode.leave} may take, ms (default
+   * `leaveEtcdStepMsDefault`, 1.5 s).
+   */
+  leaveEtcdStepMs?: number;
   /** Stops the join's retries while etcd is unreachable (a signal during start-up). */
   signal?: { aborted: boolean };
   /**
@@ -1408,8 +1416,11 @@ export class ClusterNode {
    * {@link leaveDrainMsDefault} by default); then the node stops campaigning (and controlling),
    * closes replication (what is still unacknowledged fails `not_leader`, retriable), records its
    * departure and revokes its lease, so the controller moves the leaderships at once, electing
-   * from the ISRs as they were. Logs `cluster.left`. The view of etcd (metadata) and the etcd
-   * client stay until {@link close}. Idempotent; never throws.
+   * from the ISRs as they were. Every step that waits on etcd waits at most
+   * {@link ClusterNodeOptions.leaveEtcdStepMs}: one given up is logged
+   * (`cluster.leave_step_failed`, warn, saying when the controller will notice instead), and
+   * `cluster.left` is then a warn with `departure_recorded` / `lease_revoked` false. The view of
+   * etcd (metadata) and the etcd client stay until {@link close}. Idempotent; never throws.
    */
   leave(drainMs: number = leaveDrainMsDefault): Promise<void> {
     this.#leaving ??= this.#leave(drainMs);
@@ -1418,20 +1429,29 @@ export class ClusterNode {
 
   async #leave(drainMs: number): Promise<void> {
     const { clock, logger, nodeId } = this.#o;
+    const stepMs = this.#o.leaveEtcdStepMs ?? leaveEtcdStepMsDefault;
     const started = clock.nowMs();
     const drain = (await this.#replicas?.leave?.(drainMs)) ?? { led: 0, behind: [], waitedMs: 0 };
     // No reconcile from here on, and no registering again when the revoked lease's key goes.
     this.#closed = true;
     this.#republishTimer?.cancel();
-    await this.controller.close().catch(() => {});
-    await this.#applying.catch(() => {});
+    // A controller pass or a metadata change being applied may be waiting on etcd.
+    const stopped = await boundedStep(clock, stepMs, async () => {
+      await this.controller.close().catch(() => {});
+      await this.#applying.catch(() => {});
+    });
+    if (!stopped.ok) this.#leaveStepFailed("stop_controlling", stopped);
     await this.#replicas
       ?.close()
       .catch((err: unknown) =>
         logger.log("error", "cluster.replication_close_failed", { error: errorMessage(err) }),
       );
-    await this.membership.close();
-    logger.log("info", "cluster.left", {
+    const { departure, revoke } = await this.membership.close({
+      stepMs,
+      onStepFailed: (step, outcome) => this.#leaveStepFailed(step, outcome),
+    });
+    const departureRecorded = departure?.ok === true;
+    logger.log(departureRecorded && revoke.ok ? "info" : "warn", "cluster.left", {
       node_id: nodeId,
       led: drain.led,
       drain_ms: drain.waitedMs,
@@ -1441,7 +1461,36 @@ export class ClusterNode {
             not_caught_up: drain.behind,
             reason: `their in-sync followers had not fetched this broker's whole log within ${drainMs} ms: what they lack was never acknowledged, and its writers were answered not_leader`,
           }),
+      departure_recorded: departureRecorded,
+      lease_revoked: revoke.ok,
       ms: clock.nowMs() - started,
+    });
+  }
+
+  /** Logs a step of {@link leave} that etcd failed or did not answer in time, and what follows. */
+  #leaveStepFailed(
+    step: "stop_controlling" | "record_departure" | "revoke_lease",
+    outcome: StepOutcome & { ok: false },
+  ): void {
+    const { clock, logger, nodeId } = this.#o;
+    const leaseS = Math.max(
+      0,
+      Math.ceil((this.membership.leaseExpiresAtMs - clock.nowMs()) / 1000),
+    );
+    const graceS = (this.#o.lapseGraceMs ?? lapseGraceMsDefault) / 1000;
+    const effect = {
+      stop_controlling:
+        "a controller pass or metadata change still waiting for etcd is abandoned; this broker's controller key goes with its lease",
+      record_departure: `the controller will count this broker gone only when its lease expires (in about ${leaseS} s) and its ${graceS} s grace for a vanished registration is over, then move its leaderships`,
+      revoke_lease: `its registration stays until its lease expires (in about ${leaseS} s): only then will the controller move its leaderships`,
+    }[step];
+    logger.log("warn", "cluster.leave_step_failed", {
+      node_id: nodeId,
+      step,
+      outcome: outcome.timedOut ? "timeout" : "failed",
+      error: outcome.error,
+      ms: outcome.ms,
+      effect,
     });
   }
 

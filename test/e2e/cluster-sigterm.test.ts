@@ -6,6 +6,12 @@
  * `replication.isr_changed`, and once the controller has moved them every other replica is still
  * in the ISR, none in the ELR); writes to X's partition are acknowledged again within
  * {@link writeGapBoundMs} of the signal; and every acknowledged record is readable afterwards.
+ *
+ * Then (attack15b F4) two of the three etcd members are stopped (SIGSTOP: no quorum) and another
+ * broker gets SIGTERM: each etcd step of its leave is given up after its bound, each logged as a
+ * `cluster.leave_step_failed` warn, `cluster.left` is a warn saying the departure was not
+ * recorded, and the broker exits 0 within seconds (before: 21 s of silence, then `cluster.left`
+ * at info).
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -224,4 +230,42 @@ describe("cluster: SIGTERM of a leader under writes (attack13 F6)", () => {
     await reader.close();
     expect(acked.filter((a) => a.by === X).length).toBeGreaterThanOrEqual(50);
   }, 90_000);
+
+  it("leaves within seconds while etcd has no quorum, saying what it could not record (attack15b F4)", async () => {
+    // Another broker than the one the first test stopped (two are left).
+    const [Y] = [...brokers.keys()];
+    const y = brokers.get(Y)!;
+    await Promise.all([etcd.members[1].kill("SIGSTOP"), etcd.members[2].kill("SIGSTOP")]);
+    const signalledAt = Date.now();
+    const code = await y.stop("SIGTERM");
+    const exitMs = Date.now() - signalledAt;
+    brokers.delete(Y);
+    await Promise.all([etcd.members[1].kill("SIGCONT"), etcd.members[2].kill("SIGCONT")]);
+    expect(code).toBe(0);
+    const events = y
+      .stderr()
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const after = events.slice(events.findIndex((e) => e.event === "broker.shutdown"));
+    const failed = after.filter((e) => e.event === "cluster.leave_step_failed");
+    // The departure and the revocation each waited their bound (1.5 s) for an etcd without a
+    // quorum; the member that still runs may answer with an error instead ("failed").
+    expect(failed.map((e) => [e.level, e.step])).toEqual([
+      ["warn", "record_departure"],
+      ["warn", "revoke_lease"],
+    ]);
+    for (const e of failed) {
+      expect(["timeout", "failed"]).toContain(e.outcome);
+      expect(e.ms as number).toBeLessThanOrEqual(1600);
+      expect(e.effect).toMatch(/lease expires/);
+    }
+    const left = after.find((e) => e.event === "cluster.left");
+    expect(left).toMatchObject({ level: "warn", departure_recorded: false, lease_revoked: false });
+    // Bounded by the drain (its followers fetch at once), a controller pass still waiting for
+    // etcd, and the two etcd steps: 1.5 s each at most, with room for a loaded machine.
+    expect(left?.ms as number).toBeLessThan(3 * 1500 + 1000);
+    // The process exits at most a second after that (main.ts's grace for what is still open).
+    expect(exitMs).toBeLessThan(15_000);
+  }, 60_000);
 });

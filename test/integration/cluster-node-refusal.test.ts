@@ -99,7 +99,7 @@ describe("cluster node: a duplicate node id and a leadership it cannot take (att
       newClusterId: "ignored",
       leaseTtlSeconds: 30,
     });
-    onTestFinished(() => replacement.close());
+    onTestFinished(async () => void (await replacement.close()));
     await node.membership.checkNow();
     await waitFor(() => refusals.length === 1, "the refusal to be reported");
     expect(calls.closed).toBe(1);

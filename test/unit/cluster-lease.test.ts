@@ -34,7 +34,7 @@ import { FakeEtcd, settle, until } from "../helpers/fake-etcd.ts";
 
 const prefix = "/es-broker";
 const graceMs = 3000;
-const cleanups: (() => Promise<void>)[] = [];
+const cleanups: (() => Promise<unknown>)[] = [];
 
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => {});

@@ -5,10 +5,13 @@
  * replication closed, and only after that are `departed/<id>` written and the lease revoked, so
  * the controller moves leaderships only once nothing more can be acknowledged here. The drain's
  * bound reaches replication; `close()` after `leave()` does not leave twice, and `close()` alone
- * (a failed start) does not wait for followers.
+ * (a failed start) does not wait for followers. With etcd gone silent (no quorum: attack15b F4)
+ * each etcd step of the leave is given up after `leaveEtcdStepMs`, each logged as a warn saying
+ * what the controller will do instead, and `cluster.left` is a warn naming what was not recorded.
  */
 import { afterEach, describe, expect, it } from "vitest";
 import type { Broker } from "../../src/broker/types.ts";
+import type { EtcdKeyValue } from "../../src/cluster/etcd.ts";
 import { brokerKey, departedKey } from "../../src/cluster/membership.ts";
 import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
 import type { LeaveDrain } from "../../src/cluster/replica-manager.ts";
@@ -18,6 +21,26 @@ import { Prng } from "../../src/lib/prng.ts";
 import { FakeEtcd, settle } from "../helpers/fake-etcd.ts";
 
 const prefix = "/es-broker";
+
+/** An etcd that, once `silent`, never answers a read or a write (a member without a quorum). */
+class SilentEtcd extends FakeEtcd {
+  silent = false;
+  #never<T>(answer: () => Promise<T>): Promise<T> {
+    return this.silent ? new Promise<T>(() => {}) : answer();
+  }
+  override get(key: string): Promise<EtcdKeyValue | null> {
+    return this.#never(() => super.get(key));
+  }
+  override put(key: string, value: string, options?: { lease?: string }): Promise<number> {
+    return this.#never(() => super.put(key, value, options));
+  }
+  override leaseRevoke(id: string): Promise<void> {
+    return this.#never(() => super.leaseRevoke(id));
+  }
+  override leaseKeepAlive(id: string): Promise<number> {
+    return this.#never(() => super.leaseKeepAlive(id));
+  }
+}
 const cleanups: (() => Promise<void>)[] = [];
 
 afterEach(async () => {
@@ -56,8 +79,10 @@ async function startNode(
   clock: ManualClock,
   sink: ReplicaSink,
   logger: MemoryLogger,
+  leaveEtcdStepMs?: number,
 ) {
   const node = await ClusterNode.start({
+    ...(leaveEtcdStepMs === undefined ? {} : { leaveEtcdStepMs }),
     etcd,
     clock,
     prng: new Prng(1),
@@ -117,5 +142,113 @@ describe("ClusterNode.leave", () => {
     await closing;
     expect(steps.map((s) => s.step)).toEqual(["leave", "close"]);
     expect(await etcd.get(departedKey(prefix, 1))).not.toBeNull();
+  });
+
+  it("gives up each etcd step after its bound when etcd does not answer, and says so (attack15b F4)", async () => {
+    const etcd = new SilentEtcd();
+    const clock = new ManualClock(1_000_000);
+    const logger = new MemoryLogger();
+    const { sink, steps, finishDrain } = recordingSink(etcd, 1);
+    const node = await startNode(etcd, clock, sink, logger, 1500);
+    const lease = node.membership.leaseId;
+    // etcd falls silent once replication is closed, before the departure is recorded.
+    const closeReplication = sink.close;
+    sink.close = async () => {
+      await closeReplication();
+      etcd.silent = true;
+    };
+    let left = false;
+    const leaving = node.leave(3000).then(() => (left = true));
+    await settle();
+    finishDrain({ led: 1, behind: [], waitedMs: 4 });
+    await settle();
+    expect(steps.map((s) => s.step)).toEqual(["leave", "close"]);
+    // The departure's put waits its bound, then the revocation waits its own.
+    clock.advance(1499);
+    await settle();
+    expect(logger.named("cluster.leave_step_failed")).toEqual([]);
+    clock.advance(1);
+    await settle();
+    expect(logger.named("cluster.leave_step_failed")).toEqual([
+      expect.objectContaining({ step: "record_departure", outcome: "timeout", ms: 1500 }),
+    ]);
+    expect(left).toBe(false);
+    clock.advance(1500);
+    await leaving;
+    const warns = logger.events.filter((e) => e.event === "cluster.leave_step_failed");
+    expect(warns.map((e) => [e.level, e.fields.step, e.fields.outcome])).toEqual([
+      ["warn", "record_departure", "timeout"],
+      ["warn", "revoke_lease", "timeout"],
+    ]);
+    // Each says when the controller will notice instead: the lease (6 s TTL, granted at the
+    // start) expires 4.5 s after the first warn and 3 s after the second; without a departure,
+    // the controller's grace for a vanished registration (3 s) follows.
+    expect(warns[0].fields.effect).toMatch(/lease expires \(in about 5 s\) and its 3 s grace/);
+    expect(warns[1].fields.effect).toMatch(/until its lease expires \(in about 3 s\)/);
+    expect(logger.events.filter((e) => e.event === "cluster.left")).toEqual([
+      {
+        level: "warn",
+        event: "cluster.left",
+        fields: expect.objectContaining({
+          departure_recorded: false,
+          lease_revoked: false,
+          ms: 3000,
+        }),
+      },
+    ]);
+    // Nothing was written: once etcd answers again the lease is still there.
+    etcd.silent = false;
+    expect(await etcd.get(departedKey(prefix, 1))).toBeNull();
+    expect((await etcd.get(brokerKey(prefix, 1)))?.lease).toBe(lease);
+  });
+
+  it("a departure etcd refuses is a warn of its own; the lease is still revoked", async () => {
+    const etcd = new FakeEtcd();
+    const clock = new ManualClock(1_000_000);
+    const logger = new MemoryLogger();
+    const { sink, finishDrain } = recordingSink(etcd, 1);
+    const node = await startNode(etcd, clock, sink, logger);
+    const put = etcd.put.bind(etcd);
+    etcd.put = (key, value, options) =>
+      key === departedKey(prefix, 1)
+        ? Promise.reject(new Error("etcdserver: request timed out"))
+        : put(key, value, options);
+    const leaving = node.leave(3000);
+    await settle();
+    finishDrain({ led: 0, behind: [], waitedMs: 0 });
+    await leaving;
+    expect(logger.events.filter((e) => e.event === "cluster.leave_step_failed")).toEqual([
+      {
+        level: "warn",
+        event: "cluster.leave_step_failed",
+        fields: expect.objectContaining({
+          step: "record_departure",
+          outcome: "failed",
+          error: "etcdserver: request timed out",
+        }),
+      },
+    ]);
+    expect(await etcd.get(brokerKey(prefix, 1))).toBeNull();
+    expect(logger.events.find((e) => e.event === "cluster.left")).toMatchObject({
+      level: "warn",
+      fields: { departure_recorded: false, lease_revoked: true },
+    });
+  });
+
+  it("a healthy leave logs cluster.left at info with both steps done", async () => {
+    const etcd = new FakeEtcd();
+    const clock = new ManualClock(1_000_000);
+    const logger = new MemoryLogger();
+    const { sink, finishDrain } = recordingSink(etcd, 1);
+    const node = await startNode(etcd, clock, sink, logger);
+    const leaving = node.leave(3000);
+    await settle();
+    finishDrain({ led: 0, behind: [], waitedMs: 0 });
+    await leaving;
+    expect(logger.named("cluster.leave_step_failed")).toEqual([]);
+    expect(logger.events.find((e) => e.event === "cluster.left")).toMatchObject({
+      level: "info",
+      fields: { departure_recorded: true, lease_revoked: true },
+    });
   });
 });
