@@ -547,7 +547,9 @@ export class ClusterNode {
           localConfig = undefined;
           republish = true;
         }
-      } else if (topic.topicId === null) this.#upgradeTopic(name, undefined, topic);
+      }
+      // No copy here: only a broker holding one adds an id (its copy's, if it has one), so a
+      // random id never races the id the copies already carry.
       if (localConfig !== undefined && canonical(localConfig) !== canonical(topic.config)) {
         // A key etcd no longer holds was removed (PATCH with null): null resets it here too. A
         // key every topic has (segment_bytes, ...) refuses null: absent from etcd (a config
