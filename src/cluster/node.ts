@@ -115,6 +115,8 @@ export interface ClusterNodeOptions
   rebalanceMs?: number;
   /** This broker's replica-fetch links to other brokers (`PeerLinks.snapshot`), for metadata and metrics. */
   peerLinks?: () => PeerLinkStatus[];
+  /** etcd watches found deaf and reopened so far (`guardWatches`' `onDeaf`), for metrics. */
+  deafWatches?: () => number;
   /** Stops the join's retries while etcd is unreachable (a signal during start-up). */
   signal?: { aborted: boolean };
   /**
@@ -771,6 +773,7 @@ export class ClusterNode {
       controller: this.controller.isController,
       membershipLive: this.membership.live,
       offlinePartitions,
+      ...(this.#o.deafWatches === undefined ? {} : { etcdWatchesDeaf: this.#o.deafWatches() }),
       partitions,
       peers: this.#peerLinks().map((l) => ({
         nodeId: l.node_id,
