@@ -722,4 +722,6 @@ export interface ReplicationSnapshot {
   }[];
   /** Links to live brokers this broker fetched from, and whether TLS failed on each (cluster/peer-links.ts). */
   peers?: { nodeId: number; tls: boolean; ok: boolean; tlsFailure: boolean }[];
+  /** etcd watches found deaf and reopened since the start (cluster/watch-guard.ts). */
+  etcdWatchesDeaf?: number;
 }

@@ -1417,9 +1417,11 @@ async function startClusterNode(
   const randomHex = () => Buffer.from(systemKeyCrypto.randomBytes(16)).toString("hex");
   const dataDirId = recorded?.data_dir_id ?? randomHex();
   // Every watch checked against etcd each 10 s (docs/cluster.md "A watch that goes deaf").
+  let deafWatches = 0;
   const etcd = guardWatches(new EtcdHttpClient(settings.endpoints, { logger, ...etcdConnection }), {
     clock: systemClock,
     logger,
+    onDeaf: () => deafWatches++,
   });
   const seed = Buffer.from(systemKeyCrypto.randomBytes(6)).readUIntBE(0, 6);
   try {
@@ -1439,6 +1441,7 @@ async function startClusterNode(
         ...(peers.tls === undefined ? {} : { tls: true }),
       },
       peerLinks: () => peers.links.snapshot(),
+      deafWatches: () => deafWatches,
       dataDirId,
       dataDir:
         recorded === null ? null : { clusterId: recorded.cluster_id, nodeId: recorded.node_id },

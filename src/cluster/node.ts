@@ -142,6 +142,8 @@ export interface ClusterNodeOptions
    * `leaveEtcdStepMsDefault`, 1.5 s).
    */
   leaveEtcdStepMs?: number;
+  /** etcd watches found deaf and reopened so far (`guardWatches`' `onDeaf`), for metrics. */
+  deafWatches?: () => number;
   /** Stops the join's retries while etcd is unreachable (a signal during start-up). */
   signal?: { aborted: boolean };
   /**
@@ -936,6 +938,7 @@ export class ClusterNode {
       controller: this.controller.isController,
       membershipLive: this.membership.live,
       offlinePartitions,
+      ...(this.#o.deafWatches === undefined ? {} : { etcdWatchesDeaf: this.#o.deafWatches() }),
       partitions,
       peers: this.#peerLinks().map((l) => ({
         nodeId: l.node_id,

@@ -6,8 +6,8 @@
  * proxy, answers broker 1's status probes and every other request: every watch of broker 1 is
  * deaf, as after the attack's SIGSTOP/SIGCONT of a member. A topic created through broker 2
  * afterwards still reaches broker 1 within the guard's period (10 s) and grace, with one
- * `etcd.watch_deaf` per deaf watch, and broker 1 creates its replica. Broker 2, whose watches
- * never went deaf, logs none. Runs on every target: the reopen aborts a streamed `fetch` body,
+ * `etcd.watch_deaf` per deaf watch (and `esb_cluster_etcd_watches_deaf_total` counting them).
+ * Broker 2, whose watches never went deaf, logs and counts none. Runs on every target: the reopen aborts a streamed `fetch` body,
  * which each runtime does its own way.
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -79,6 +79,13 @@ async function knows(id: number, name: string): Promise<boolean> {
   return r.status === 200;
 }
 
+/** Broker `id`'s `esb_cluster_etcd_watches_deaf_total`. */
+async function deafCounter(id: number): Promise<number | undefined> {
+  const text = await (await fetch(`${brokers.get(id)!.httpUrl}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith("esb_cluster_etcd_watches_deaf_total "));
+  return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(" ") + 1));
+}
+
 const deafLines = (id: number) =>
   brokers
     .get(id)!
@@ -112,5 +119,8 @@ describe("cluster: a broker whose etcd watches all went deaf (attack15 F6)", () 
     expect(lines.some((l) => l.key === "/es-broker/" && l.prefix === true)).toBe(true);
     expect(lines.every((l) => l.level === "warn")).toBe(true);
     expect(deafLines(2)).toEqual([]);
+    // The same count in /metrics.
+    expect(await deafCounter(1)).toBe(lines.length);
+    expect(await deafCounter(2)).toBe(0);
   }, 90_000);
 });

@@ -163,5 +163,24 @@ describe("exposition writer", () => {
       'esb_replica_under_min_isr{topic="pay",partition="1"} 0',
       'esb_replica_under_min_isr{topic="pay",partition="2"} 1',
     ]);
+    // Without the watch guard's count (a node started without it), no such family.
+    expect(text).not.toContain("esb_cluster_etcd_watches_deaf_total");
+  });
+
+  it("counts the etcd watches found deaf and reopened (cluster mode)", async () => {
+    const text = await renderMetrics({
+      registry: registry(),
+      observe: async () => emptyObservation,
+      build: { version: "0.0.0", runtime: "test" },
+      replication: () => ({
+        controller: false,
+        membershipLive: true,
+        offlinePartitions: 0,
+        partitions: [],
+        etcdWatchesDeaf: 3,
+      }),
+    });
+    expect(text).toContain("# TYPE esb_cluster_etcd_watches_deaf_total counter");
+    expect(samples(text)).toContain("esb_cluster_etcd_watches_deaf_total 3");
   });
 });

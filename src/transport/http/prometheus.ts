@@ -316,6 +316,14 @@ function writeReplication(out: ExpositionWriter, r: ReplicationSnapshot): void {
     "1 while this broker's replica-fetch link to the broker `peer` (node id) fails in TLS (its certificate not trusted or not naming its host, this broker's certificate refused, a plain-TCP peer), else 0; only brokers it fetched from.",
   );
   for (const p of r.peers ?? []) out.sample({ peer: String(p.nodeId) }, p.tlsFailure ? 1 : 0);
+  if (r.etcdWatchesDeaf !== undefined) {
+    out.family(
+      "esb_cluster_etcd_watches_deaf_total",
+      "counter",
+      "etcd watches this broker found deaf (their stream open, changes missed) and reopened; see the etcd.watch_deaf log.",
+    );
+    out.sample({}, r.etcdWatchesDeaf);
+  }
   const family = (
     name: string,
     help: string,
