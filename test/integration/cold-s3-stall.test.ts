@@ -32,7 +32,7 @@ describe("S3ColdStore against a body that stalls", () => {
       attempts: 2,
       retryBackoffMs: 10,
       retryBackoffMaxMs: 10,
-      requestTimeoutMs: 400,
+      requestTimeoutMs: 1_000,
     });
     const stopCollecting = collectGarbageEvery(50);
     const started = Date.now();
@@ -42,13 +42,14 @@ describe("S3ColdStore against a body that stalls", () => {
           () => "served",
           (e: Error) => e.message,
         ),
-        new Promise<string>((r) => setTimeout(() => r("still waiting after 5 s"), 5_000)),
+        new Promise<string>((r) => setTimeout(() => r("still waiting after 8 s"), 8_000)),
       ]);
-      expect(outcome).toMatch(/Timeout: no answer within 400 ms \(after 2 tries\)/);
+      expect(outcome).toMatch(/Timeout: no answer within 1000 ms \(after 2 tries\)/);
     } finally {
       stopCollecting();
     }
     expect(server.requests()).toBeGreaterThanOrEqual(1);
-    expect(Date.now() - started).toBeLessThan(3_000);
+    // Two tries of 1 s and a backoff of 10 ms: well under the 8 s that would mean a hang.
+    expect(Date.now() - started).toBeLessThan(6_000);
   });
 });
