@@ -966,6 +966,11 @@ export class LocalBroker implements Broker {
     return this.#groups.list();
   }
 
+  /** See {@link Broker.onGroupGeneration} and `GroupCoordinator.onGeneration`. */
+  onGroupGeneration(listener: (group: string, generation: number) => void): void {
+    this.#groups.onGeneration(listener);
+  }
+
   /** See {@link Broker.raiseGroupGeneration} and `GroupCoordinator.raiseGeneration`. */
   async raiseGroupGeneration(group: string, floor: number): Promise<number> {
     this.#checkOpen();

@@ -283,6 +283,8 @@ export class GroupCoordinator {
   /** Session expiries being applied (tests await them with {@link settled}). */
   #expiring = new Set<Promise<void>>();
   #closed = false;
+  /** Told every generation a group is about to take ({@link onGeneration}). */
+  #generationListener: ((group: string, generation: number) => void) | null = null;
 
   private constructor(options: GroupCoordinatorOptions) {
     this.#fs = options.fs;
@@ -498,7 +500,19 @@ export class GroupCoordinator {
     }
   }
 
+  /**
+   * Calls `listener` with a group's generation each time the group's file is about to be written
+   * (every change of generation writes it: a join, a member leaving or expiring, the group
+   * emptying, a raise), before the write. Cluster mode records in etcd the generations a
+   * coordinator moves to without a join, so the next coordinator starts above them
+   * (docs/cluster.md "Consumer groups"). One listener; a later call replaces it.
+   */
+  onGeneration(listener: (group: string, generation: number) => void): void {
+    this.#generationListener = listener;
+  }
+
   async #persist(group: Group, data: GroupData): Promise<void> {
+    this.#generationListener?.(group.name, data.generation);
     const partitions = new Map<string, { committed: number | null; owner: string | null }>();
     for (const [key, committed] of data.offsets) partitions.set(key, { committed, owner: null });
     const persistedIds = new Set(

@@ -511,6 +511,13 @@ export interface Broker {
    */
   raiseGroupGeneration?(group: string, floor: number): Promise<number>;
   /**
+   * Calls `listener` with a group's generation whenever the group's state is about to be written
+   * (its generation may have moved: a member joined, left or expired, the group emptied). Cluster
+   * mode records each new generation in etcd (docs/cluster.md "Consumer groups"). One listener;
+   * a later call replaces it. Optional.
+   */
+  onGroupGeneration?(listener: (group: string, generation: number) => void): void;
+  /**
    * Sets a group's committed offsets whatever its members and generation (a new coordinator
    * taking the offsets acknowledged in etcd; docs/cluster.md "Consumer groups"). Optional.
    * @throws invalid_request, unavailable, storage_error.

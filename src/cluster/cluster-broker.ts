@@ -21,8 +21,9 @@
  *   controller loads every group etcd holds, unclaimed, for list, describe and the metrics
  *   (reads claim nothing); the first join or commit of a group it serves since then claims the
  *   group in etcd and takes its offsets from there, so commits
- *   outlive the coordinator. Generations are recorded in etcd before a member learns them and
- *   the claim starts above all of them, so they never go backwards when the coordinator moves;
+ *   outlive the coordinator. Generations are recorded in etcd before a member learns them (those
+ *   no member learns, of a member leaving or expiring, right after) and the claim starts above
+ *   all of them, so they never go backwards or repeat when the coordinator moves;
  *   a commit or join on a broker whose claim was taken over gets `stale_generation`.
  * - Durable Streams are not offered (`streams` is undefined: `/v1/stream/` answers 404): a
  *   stream's topic would be made locally, outside etcd, and never replicated.
@@ -443,6 +444,18 @@ export function clusterBroker(local: Broker, node: ClusterNode): ClusterBroker {
       if (claim === null) throw moved(group, action);
       claims.set(group, { claim, generation });
     });
+  // A generation the coordinator moves to without a join (the last member leaving or expiring,
+  // a member expiring while others stay) reaches no member, but must not be handed out again
+  // by the next coordinator: record it as well, after the fact (attack15b F6). A group not
+  // claimed here (a read taking etcd's generation) has nothing to record.
+  local.onGroupGeneration?.((group, generation) => {
+    const held = claims.get(group);
+    if (held === undefined || generation <= held.generation) return;
+    record(group, generation).catch(() => {
+      // Another broker claimed the group since (it starts above what etcd holds), or etcd
+      // failed: the next join records a higher generation, and a claim starts above it.
+    });
+  });
 
   const overrides: Partial<Broker> = {
     async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {

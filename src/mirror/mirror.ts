@@ -669,13 +669,19 @@ export class Mirror {
 
   /**
    * `broker` answered again: `mirror.upstream_reachable` (info) if the problem last logged was
-   * about it — not when another broker of the cluster answers while it is still silent.
+   * about it — not when another broker of the cluster answers while it is still silent, unless
+   * `anyBroker` (a partition whose batch met the problem got one through `broker`, the leader it
+   * moved to: the upstream takes its records again). Then `unreachable` names the broker that
+   * did not answer, when it is another.
    */
-  #reachedAgain(broker: string): void {
-    if (this.#uplinkReport === null || this.#uplinkReportBroker !== broker) return;
+  #reachedAgain(broker: string, options: { anyBroker?: boolean } = {}): void {
+    const silent = this.#uplinkReportBroker;
+    if (this.#uplinkReport === null || silent === null) return;
+    if (silent !== broker && options.anyBroker !== true) return;
     this.#o.logger.log("info", "mirror.upstream_reachable", {
       mirror: this.#o.name,
       broker: this.#brokerName(broker),
+      ...(silent === broker ? {} : { unreachable: this.#brokerName(silent) }),
     });
     this.#uplinkReport = null;
     this.#uplinkReportBroker = null;
@@ -868,6 +874,10 @@ export class Mirror {
     let notLeaderReported = false;
     // `mirror.upstream_slow` was logged since the last batch got through.
     let slowReported = false;
+    // This partition's batch met `mirror.upstream_unreachable` (the --mirror-to broker) or
+    // `mirror.upstream_leader_unreachable` since the last batch got through: once one does, from
+    // whichever broker leads it by then, `mirror.upstream_reachable` ends the episode.
+    let unreachableMet: "mirror-to" | "leader" | null = null;
     // The upstream partition, as `#leaders` keys it.
     const route = `${remote}/${partition}`;
     // Where the next fetch starts: past holes with nothing after them yet, ahead of `position`.
@@ -1209,9 +1219,11 @@ export class Mirror {
             status.state = "uplink_down";
             if (routedTo !== undefined) {
               this.#leaderUnreachable(status, remote, partition, routedTo, err.message);
+              unreachableMet ??= "leader";
             } else {
               this.#upstreamReachable = false;
               status.error = this.#reportUplink("mirror.upstream_unreachable", err, "mirror-to");
+              unreachableMet = "mirror-to";
             }
             await this.#sleep(backoffMs);
             backoffMs = Math.min(5000, backoffMs * 2);
@@ -1223,6 +1235,7 @@ export class Mirror {
             this.#forgetLeader(route);
             status.state = "uplink_down";
             this.#leaderUnreachable(status, remote, partition, routedTo, err.message);
+            unreachableMet ??= "leader";
             await this.#sleep(backoffMs);
             backoffMs = Math.min(5000, backoffMs * 2);
             continue;
@@ -1238,9 +1251,22 @@ export class Mirror {
         }
       }
       if (!sent) break;
+      // The batch got through: from the --mirror-to broker, or from the leader the partition
+      // moved to (attack15b F7: the mirror said unreachable and never took it back).
+      const acceptedBy = this.#leaders.get(route) ?? "mirror-to";
+      if (unreachableMet === "mirror-to") this.#reachedAgain(acceptedBy, { anyBroker: true });
+      else this.#reachedAgain(acceptedBy);
+      if (slowReported || unreachableMet === "leader")
+        o.logger.log("info", "mirror.upstream_reachable", {
+          mirror: o.name,
+          topic: remote,
+          partition,
+          broker: this.#brokerName(acceptedBy),
+          after: slowReported ? "mirror.upstream_slow" : "mirror.upstream_leader_unreachable",
+        });
       notLeaderReported = false;
       slowReported = false;
-      this.#reachedAgain(this.#leaders.get(route) ?? "mirror-to");
+      unreachableMet = null;
       readFrom = position;
       backoffMs = 100;
       createTries = 0;

@@ -299,5 +299,22 @@ describe("an edge broker mirroring to a cluster", () => {
         expect.objectContaining({ broker: `${host}:${port}` }),
       ]);
     }
+    // Every problem said is taken back once its batches got through (attack15b F7): each slow
+    // partition once, and the --mirror-to broker's unreachability (its partitions moved to other
+    // leaders) by a later reachable line.
+    const lines = log
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as { event: string; partition?: number; after?: string });
+    for (const { partition } of slow)
+      expect(
+        lines.filter((l) => l.event === "mirror.upstream_reachable" && l.partition === partition),
+      ).toEqual([expect.objectContaining({ after: "mirror.upstream_slow" })]);
+    const uplink = lines.filter(
+      (l) =>
+        l.partition === undefined &&
+        (l.event === "mirror.upstream_unreachable" || l.event === "mirror.upstream_reachable"),
+    );
+    if (uplink.length > 0) expect(uplink.at(-1)?.event).toBe("mirror.upstream_reachable");
   }, 240_000);
 });

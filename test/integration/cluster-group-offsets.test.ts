@@ -211,6 +211,55 @@ describe("cluster group offsets", () => {
     expect(committed((await cb2.describeGroup("idle")).offsets)).toBe(7);
   });
 
+  it("records the generations of leaves and expiries, so the next coordinator never goes back (attack15b F6)", async () => {
+    const etcd = etcdGroups();
+    const clock = new ManualClock();
+    const first = await openTestBroker({ clock, cleanupIntervalMs: 0 });
+    await first.broker.createTopic({ name: "t", partitions: 1 });
+    await fill(first.broker, "t", 20);
+    const cb1 = clusterBroker(first.broker, etcd.node);
+    const generationHere = async () => (await cb1.describeGroup("g")).generation;
+    const stored = () => etcd.stored("g").generation?.value;
+    const settle = () => new Promise((resolve) => setTimeout(resolve, 20));
+    // A member joins (its generation is written before it learns it) and leaves: the group,
+    // empty now, moves to the next generation, which no member learns; etcd holds it too.
+    const a = await cb1.joinGroup({ group: "g", topics: ["t"] });
+    expect(stored()).toBe(a.generation);
+    await cb1.leaveGroup({ group: "g", memberId: a.memberId });
+    await settle();
+    expect(await generationHere()).toBe(a.generation + 1);
+    expect(stored()).toBe(a.generation + 1);
+    // Another member joins, commits, and stops heartbeating: its session expires on the
+    // coordinator's timer (no request at all), and that generation reaches etcd as well.
+    const b = await cb1.joinGroup({ group: "g", topics: ["t"], sessionTimeoutMs: 1000 });
+    expect(b.generation).toBeGreaterThan(a.generation + 1);
+    await cb1.commitOffsets({
+      group: "g",
+      memberId: b.memberId,
+      generation: b.generation,
+      offsets: [{ topic: "t", partition: 0, offset: 6 }],
+    });
+    clock.advance(1001);
+    await settle();
+    const last = await generationHere();
+    expect(last).toBe(b.generation + 1);
+    expect((await cb1.describeGroup("g")).members).toEqual([]);
+    expect(stored()).toBe(last);
+    // The controller moves: the new one shows the group at the generation the old one reached,
+    // not an older one, and hands out only later ones.
+    const second = await openTestBroker({ cleanupIntervalMs: 0 });
+    await second.broker.createTopic({ name: "t", partitions: 1 });
+    await fill(second.broker, "t", 20);
+    const cb2 = clusterBroker(second.broker, etcd.node);
+    await cb2.storedGroupsLoaded();
+    const listed = await cb2.listGroups();
+    expect(listed.map((g) => [g.group, g.generation, committed(g.offsets)])).toEqual([
+      ["g", last, 6],
+    ]);
+    const c = await cb2.joinGroup({ group: "g", topics: ["t"] });
+    expect(c.generation).toBeGreaterThan(last);
+  });
+
   it("a commit etcd did not take is not shown as committed, and the next one goes on", async () => {
     const etcd = etcdGroups();
     const { broker } = await openTestBroker({ cleanupIntervalMs: 0 });

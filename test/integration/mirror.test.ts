@@ -7,7 +7,7 @@
  */
 import { describe, expect, it, onTestFinished } from "vitest";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
-import type { ProduceRequest, ProduceResult } from "../../src/broker/types.ts";
+import type { Broker, ProduceRequest, ProduceResult } from "../../src/broker/types.ts";
 import { TcpClient } from "../../src/client/client.ts";
 import { parseHostPort } from "../../src/client/cluster.ts";
 import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
@@ -173,6 +173,138 @@ describe("the mirror", () => {
     await mirror.stop();
   });
 
+  it("says the upstream is reachable again once a batch gets through the leader a partition moved to (attack15b F7)", async () => {
+    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
+    // One store for partition 1 (A's, which B takes over as its replica would) and B's own.
+    const { broker: a } = await openTestBroker({ clock: realClock });
+    const { broker: b } = await openTestBroker({ clock: realClock });
+    for (const broker of [edge, a, b]) await broker.createTopic({ name: "t", partitions: 2 });
+    // A (node 1, the --mirror-to broker) leads partition 1 and names B (node 2) for partition 0.
+    // "paused": A answers nothing (SIGSTOP) and B still says A leads 1; "moved": B leads 1.
+    let phase: "running" | "paused" | "moved" = "running";
+    const never = () => new Promise<never>(() => {});
+    let portA = 0;
+    let portB = 0;
+    const metadata = (nodeId: number) => ({
+      cluster_id: "c1",
+      node_id: nodeId,
+      controller: 1,
+      brokers: [
+        { node_id: 1, tcp: `127.0.0.1:${portA}`, http: "http://127.0.0.1:1" },
+        { node_id: 2, tcp: `127.0.0.1:${portB}`, http: "http://127.0.0.1:2" },
+      ],
+      topics: [
+        {
+          name: "t",
+          partitions: [
+            { partition: 0, leader: 2, leader_epoch: 0, replicas: [2, 1], isr: [2, 1], elr: [] },
+            phase === "moved"
+              ? { partition: 1, leader: 2, leader_epoch: 1, replicas: [1, 2], isr: [2], elr: [] }
+              : {
+                  partition: 1,
+                  leader: 1,
+                  leader_epoch: 0,
+                  replicas: [1, 2],
+                  isr: [1, 2],
+                  elr: [],
+                },
+          ],
+        },
+      ],
+    });
+    const proxy = (broker: LocalBroker, nodeId: number, produce: Broker["produce"]) =>
+      new Proxy(broker, {
+        get(target, prop) {
+          if (prop === "produce") return produce;
+          if (prop === "produceTo") return undefined;
+          if (prop === "clusterMetadata")
+            return async () => (nodeId === 1 && phase !== "running" ? never() : metadata(nodeId));
+          const v: unknown = Reflect.get(target, prop, target);
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      });
+    const upstreamA = await serveTcp(
+      proxy(a, 1, (request) => {
+        if (phase !== "running") return never();
+        if (request.partition === 1) return a.produce(request);
+        return Promise.reject(
+          new BrokerError(Errors.notLeader, 'Cannot produce to "t/0": node 2 leads it', {
+            leader: 2,
+            leader_tcp: `127.0.0.1:${portB}`,
+          }),
+        );
+      }),
+    );
+    const upstreamB = await serveTcp(
+      proxy(b, 2, (request) => {
+        if (request.partition === 0) return b.produce(request);
+        if (phase === "moved") return a.produce(request);
+        return Promise.reject(
+          new BrokerError(Errors.notLeader, 'Cannot produce to "t/1": node 1 leads it', {
+            leader: 1,
+            leader_tcp: `127.0.0.1:${portA}`,
+          }),
+        );
+      }),
+    );
+    portA = upstreamA.port;
+    portB = upstreamB.port;
+    for (const p of [0, 1]) await produce(edge, p, 0, 10);
+    const client = async (port: number) => {
+      const c = await TcpClient.connect({ host: "127.0.0.1", port, timeoutMs: 600 });
+      onTestFinished(() => c.close());
+      return c;
+    };
+    const mirror = new Mirror({
+      broker: edge,
+      fs,
+      dataDir,
+      clock: realClock,
+      logger,
+      name: "test",
+      topics: ["t"],
+      connect: () => client(portA),
+      connectTo: (address) => client(parseHostPort(address).port),
+      upstreamAddress: `127.0.0.1:${portA}`,
+      randomHex: () => "0123456789abcdef",
+      batchRecords: 10,
+      recordsPerSecond: 0,
+      rescanMs: 50,
+      askLeaderMs: 300,
+    });
+    await mirror.start();
+    await until(
+      async () => (await sameLogs(edge, b, 0)) && (await sameLogs(edge, a, 1)),
+      "both partitions upstream",
+    );
+    phase = "paused";
+    await produce(edge, 1, 10, 10);
+    await until(
+      async () => logger.named("mirror.upstream_unreachable").length > 0,
+      "the --mirror-to broker unreachable",
+    );
+    expect(logger.named("mirror.upstream_reachable")).toEqual([]);
+    phase = "moved";
+    await until(
+      async () => (await sameLogs(edge, a, 1)) && mirror.describe()[1].position === 20,
+      "partition 1 upstream through B",
+    );
+    expect(logger.named("mirror.upstream_leader")).toContainEqual(
+      expect.objectContaining({ partition: 1, leader: `127.0.0.1:${portB}` }),
+    );
+    // Said once, naming the broker that took the batch and the one that stayed silent.
+    expect(logger.named("mirror.upstream_unreachable")).toHaveLength(1);
+    expect(logger.named("mirror.upstream_reachable")).toEqual([
+      { mirror: "test", broker: `127.0.0.1:${portB}`, unreachable: `127.0.0.1:${portA}` },
+    ]);
+    // Later batches add nothing: the episode is over.
+    await produce(edge, 1, 20, 10);
+    await until(async () => mirror.describe()[1].position === 30, "more of partition 1");
+    expect(logger.named("mirror.upstream_reachable")).toHaveLength(1);
+    expect((await a.listOffsets({ topic: "t", partition: 1 })).highWatermark).toBe(30);
+    await mirror.stop();
+  });
+
   it("waits for a slow partition without calling the upstream unreachable or failing the others' batches", async () => {
     const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
     const { broker: central } = await openTestBroker({ clock: realClock });
@@ -245,6 +377,16 @@ describe("the mirror", () => {
       }),
     ]);
     expect(logger.named("mirror.upstream_unreachable")).toEqual([]);
+    // And once its batch got through, said so, once (attack15b F7).
+    expect(logger.named("mirror.upstream_reachable")).toEqual([
+      {
+        mirror: "test",
+        topic: "t",
+        partition: 1,
+        broker: `127.0.0.1:${upstream.port}`,
+        after: "mirror.upstream_slow",
+      },
+    ]);
     expect((await mirror.observe()).upstreamReachable).toBe(true);
     // The connection was never closed under partition 0: one connection, no failed batch there.
     expect(connections).toHaveLength(1);
