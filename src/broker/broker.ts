@@ -380,6 +380,15 @@ export class LocalBroker implements Broker {
   }
 
   /**
+   * The cluster topic id a topic's `topic.json` records (docs/cluster.md "Topic ids"), or
+   * undefined for none; replica fetches carry and compare it.
+   * @throws BrokerError topic_not_found, unavailable.
+   */
+  topicId(name: string): string | undefined {
+    return this.#topics.get(name).topicId;
+  }
+
+  /**
    * Records a local copy's cluster topic id (docs/cluster.md "Topic ids"); see
    * {@link TopicRegistry.setTopicId}.
    * @throws BrokerError topic_not_found, unavailable, storage_error; internal for another id.

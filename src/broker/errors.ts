@@ -186,6 +186,13 @@ export const Errors = Object.freeze({
    * times, and nothing of it was stored. Sending the same change again applies it.
    */
   concurrentUpdate: kind("concurrent_update", 63, 409, true),
+  /**
+   * A replica fetch from a follower whose copy of the topic is of another incarnation than the
+   * leader's (their topic ids differ: docs/cluster.md "Topic ids"): the topic was deleted and
+   * created again and one of the two has not applied that yet. Nothing is answered or recorded;
+   * the follower tries again, and the broker holding the other incarnation's copy replaces it.
+   */
+  inconsistentTopicId: kind("inconsistent_topic_id", 64, 409, true),
   /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
   internal: kind("internal", 99, 500, false),
 });

@@ -620,6 +620,12 @@ export interface ReplicaFetchRequest {
    * registered now (docs/cluster.md "Replica fetch").
    */
   incarnation: string;
+  /**
+   * The topic id the follower's copy records (docs/cluster.md "Topic ids"; version 2). Absent or
+   * "" (an older follower, or a copy without one): not compared. A leader whose copy has another
+   * id refuses the fetch `inconsistent_topic_id`.
+   */
+  topicId?: string;
   /** Aborted when the connection closes. */
   signal?: AbortSignal;
 }

@@ -24,7 +24,10 @@
  *    moved past this log's end), this log skips them too (`PartitionLog.skipTo`): same offsets,
  *    same records.
  * 4. Errors back off (50 ms doubling to 1 s, ±20 % jitter) and the loop tries again, until
- *    {@link Follower.stop}.
+ *    {@link Follower.stop}. An error is logged when it first appears and, while the same one
+ *    persists, again every {@link fetchFailureRelogMs} with how long it has lasted: a follower
+ *    the leader keeps refusing (`it does not know epoch N yet` after an etcd restore) says so
+ *    for as long as it is stuck, not once.
  */
 import type { LeaderEpochEntry, ReplicaFetchResult } from "../broker/types.ts";
 import type { ProducerStates } from "../broker/producers/state.ts";
@@ -66,6 +69,11 @@ export interface FollowerOptions {
   connect: () => ReplicaFetchConnection;
   /** The broker credential, empty without one. */
   credential: Uint8Array;
+  /**
+   * The topic id the local copy records now (docs/cluster.md "Topic ids"), sent with every fetch
+   * so that a leader holding another incarnation's copy refuses it; undefined: none sent.
+   */
+  topicId?: () => string | undefined;
   clock: Clock;
   prng: Prng;
   logger: Logger;
@@ -75,10 +83,18 @@ export interface FollowerOptions {
   waitMs: number;
   /** Called with the leader's high watermark after each answer. */
   onHighWatermark: (highWatermark: number) => void;
+  /** See {@link fetchFailureRelogMs} (its default). */
+  fetchFailureRelogMs?: number;
 }
 
 const backoffMinMs = 50;
 const backoffMaxMs = 1000;
+
+/**
+ * How often a fetch error that persists is logged again, in ms (5 minutes): under-replication
+ * that lasts keeps showing in the log (attack15b F5, newuser15).
+ */
+export const fetchFailureRelogMs = 300_000;
 
 /** The fetch loop of one partition. See the module comment. */
 export class Follower {
@@ -88,6 +104,11 @@ export class Follower {
   #loop: Promise<void> | null = null;
   #wake: (() => void) | null = null;
   #lastError = "";
+  /** When {@link #lastError} first appeared, and when it was last logged (clock ms). */
+  #errorSinceMs = 0;
+  #errorLoggedMs = 0;
+  /** The leader answered a fetch carrying a topic id `unsupported_api` (an older es-broker). */
+  #leaderWithoutTopicIds = false;
 
   constructor(options: FollowerOptions) {
     this.#o = options;
@@ -125,19 +146,40 @@ export class Follower {
         if (this.#stopped) break;
         const message = errorMessage(err);
         const code = (err as { code?: unknown })?.code;
+        if (code === "unsupported_api" && !this.#leaderWithoutTopicIds) {
+          // An older leader (a rolling upgrade): fetch as before, without the topic id.
+          this.#leaderWithoutTopicIds = true;
+          this.#o.logger.log("info", "replication.leader_without_topic_ids", {
+            partition: this.#name,
+            leader: this.#o.leaderId,
+          });
+          continue;
+        }
         if (code === "connection_closed" || code === "timeout") {
           const c = this.#connection;
           this.#connection = null;
           await c?.close().catch(() => {});
         }
-        if (message !== this.#lastError) {
+        const now = this.#o.clock.nowMs();
+        const fresh = message !== this.#lastError;
+        if (fresh) {
           this.#lastError = message;
+          this.#errorSinceMs = now;
+        }
+        const relogMs = this.#o.fetchFailureRelogMs ?? fetchFailureRelogMs;
+        if (fresh || now - this.#errorLoggedMs >= relogMs) {
+          this.#errorLoggedMs = now;
           this.#o.logger.log(
             err instanceof RecordFormatError ? "error" : "warn",
             err instanceof RecordFormatError
               ? "replication.corrupt_records"
               : "replication.fetch_failed",
-            { partition: this.#name, leader: this.#o.leaderId, error: message },
+            {
+              partition: this.#name,
+              leader: this.#o.leaderId,
+              error: message,
+              ...(fresh ? {} : { failing_for_ms: now - this.#errorSinceMs }),
+            },
           );
         }
         backoff = Math.min(backoffMaxMs, Math.max(backoffMinMs, backoff * 2));
@@ -169,6 +211,7 @@ export class Follower {
     if (corrupt !== null) await this.#cutCorrupt(corrupt);
     this.#connection ??= o.connect();
     const fetchOffset = await log.settle();
+    const topicId = this.#leaderWithoutTopicIds ? undefined : o.topicId?.();
     const answer = await this.#connection.replicaFetch({
       topic: o.topic,
       partition: o.partition,
@@ -180,6 +223,7 @@ export class Follower {
       waitMs: o.waitMs,
       credential: o.credential,
       incarnation: o.incarnation,
+      ...(topicId === undefined ? {} : { topicId }),
     });
     if (this.#stopped) return;
     if (log.logEndOffset !== fetchOffset)

@@ -86,6 +86,8 @@ export interface ReplicaHost {
   logEndOffsets(): Map<string, number>;
   /** The topic's config now (`replica_lag_ms`). */
   topicConfig(topic: string): { replica_lag_ms?: number };
+  /** The topic id the local copy records (docs/cluster.md "Topic ids"), undefined for none. */
+  topicId?(topic: string): string | undefined;
   readonly producerStates: ProducerStates;
 }
 
@@ -615,6 +617,7 @@ export class ReplicaManager implements ReplicationSeam {
         return this.#o.connect(registration.tcp);
       },
       credential: this.#credential,
+      topicId: () => this.#o.broker.topicId?.(r.topic),
       clock: this.#o.clock,
       prng: this.#o.prng,
       logger: this.#o.logger,
@@ -723,6 +726,15 @@ export class ReplicaManager implements ReplicationSeam {
       );
     const r = this.#replicas.get(name);
     if (r === undefined || r.role !== "leader") throw this.#notLeader(r, undefined, name);
+    // Another incarnation of the topic name (deleted and created again; one side has not applied
+    // it yet): its records are never answered, nor its position recorded (attack15b F5).
+    const topicId = this.#o.broker.topicId?.(request.topic);
+    if (request.topicId && topicId !== undefined && request.topicId !== topicId)
+      throw new BrokerError(
+        Errors.inconsistentTopicId,
+        `Cannot serve a replica fetch of partition "${name}": the follower's copy is of topic id ${request.topicId}, this leader's of ${topicId} (the topic was deleted and created again, and one of them has not applied it yet); nothing was answered`,
+        { topic_id: topicId },
+      );
     const epoch = r.state.leader_epoch;
     if (request.leaderEpoch < epoch)
       throw new BrokerError(

@@ -105,8 +105,9 @@ describe("a topic in etcd that this broker has not created yet", () => {
         "topicConfig",
         "logEndOffsets",
         "replicaFetch",
-        // The cluster node's own call: records a local copy's topic id (docs/cluster.md "Topic ids").
+        // The cluster node's and replication's own calls: a local copy's topic id (docs/cluster.md "Topic ids").
         "setTopicId",
+        "topicId",
         "useRegistry",
         "describeStorage",
         "metrics",

@@ -804,6 +804,54 @@ describe("replication", () => {
     );
   });
 
+  it("a follower whose copy records another topic id is refused inconsistent_topic_id, takes nothing and earns no ISR place (attack15b F5)", async () => {
+    const c = await cluster3({ replicaLagMs: 200 });
+    // Node 3 holds a replaced copy of a topic of this name (id B: it has applied a deletion and a
+    // re-creation the leader has not seen yet), nodes 1 (leader) and 2 the other one (id A).
+    const idA = "a".repeat(32);
+    const idB = "b".repeat(32);
+    const initial = { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2] };
+    for (const id of [1, 2, 3]) {
+      await c.node(id).broker.createTopic({ name: "reborn", partitions: 1 });
+      await c.node(id).broker.setTopicId("reborn", id === 3 ? idB : idA);
+    }
+    await c.setState("reborn", initial);
+    const leader = await c.node(1).client();
+    await leader.produce("reborn", records(["new-1", "new-2"]), { partition: 0 });
+    await waitFor(
+      () =>
+        c
+          .node(3)
+          .logger.named("replication.fetch_failed")
+          .some((f) => /topic id b{32}, this leader's of a{32}/.test(String(f.error))),
+      "node 3's fetches to be refused",
+    );
+    const raw = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
+    const fetch = {
+      topic: "reborn",
+      partition: 0,
+      replicaId: 3,
+      leaderEpoch: 0,
+      fetchOffset: 0,
+      lastFetchedEpoch: -1,
+      maxBytes: 0,
+      waitMs: 0,
+      credential: c.secret,
+      incarnation: "1",
+    };
+    await expectCode(raw.replicaFetch({ ...fetch, topicId: idB }), "inconsistent_topic_id");
+    await raw.close();
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await c.state("reborn")).state.isr).toEqual([1, 2]);
+    // Nothing of the other incarnation's records reached node 3.
+    expect(c.node(3).broker.partitionLog("reborn", 0).logEndOffset).toBe(0);
+    // Node 2, of the same incarnation as the leader, holds the new records.
+    await waitFor(
+      () => c.node(2).broker.partitionLog("reborn", 0).logEndOffset === 2,
+      "node 2 to fetch the new records",
+    );
+  });
+
   it("an old process's fetches before the leader sees its successor's registration earn no ISR place (issue #16, window 1)", async () => {
     const c = await cluster3({ replicaLagMs: 400 });
     const initial = initialPartitionState([1, 2, 3], 2);

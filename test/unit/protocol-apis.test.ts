@@ -798,10 +798,12 @@ describe("the TCP dispatch table", () => {
     expect(Object.keys(goldens).sort()).toEqual(apis.map((a) => a.name).sort());
   });
 
-  it("numbers its apis 0 to 15 in order, each at version 0 (Metadata and ReplicaFetch also 1), and ApiKey names them", () => {
+  it("numbers its apis 0 to 15 in order, each at version 0 (Metadata also 1, ReplicaFetch 1 and 2), and ApiKey names them", () => {
     expect(apis.map((a) => a.key)).toEqual(apis.map((_, i) => i));
     for (const api of apis) {
-      expect(api.versionMax).toBe(api.name === "Metadata" || api.name === "ReplicaFetch" ? 1 : 0);
+      expect(api.versionMax).toBe(
+        api.name === "ReplicaFetch" ? 2 : api.name === "Metadata" ? 1 : 0,
+      );
       expect(ApiKey[api.name]).toBe(api.key);
       expect(supportedApi(api.key, 0)).toBe(api);
       expect(supportedApi(api.key, api.versionMax)).toBe(api);
@@ -818,6 +820,46 @@ describe("ReplicaFetch version 0 (an older follower)", () => {
     expect(decodeReplicaFetchRequest(body, 0).incarnation).toBe("");
     // Version 1 requires the field.
     expect(() => decodeReplicaFetchRequest(body, 1)).toThrow(/incarnation/);
+  });
+});
+
+describe('ReplicaFetch version 2 (the topic id of the follower\'s copy: docs/cluster.md "Topic ids")', () => {
+  const request = {
+    topic: "t",
+    partition: 0,
+    replicaId: 2,
+    leaderEpoch: 3,
+    fetchOffset: 7,
+    lastFetchedEpoch: 3,
+    maxBytes: 1024,
+    waitMs: 500,
+    credential: new Uint8Array([0x73]),
+    incarnation: "i",
+  };
+
+  it("is written when a topic id is given, and read back with it", () => {
+    const topicId = "0123456789abcdef0123456789abcdef";
+    const frame = encodeReplicaFetchRequest(9, { ...request, topicId });
+    const header = decodeRequestHeader(frame.subarray(4));
+    expect(header).toMatchObject({ api: 14, version: 2, correlationId: 9 });
+    expect(toHex(header.body)).toBe(
+      toHex(
+        hex(`
+          0001 74 00000000 00000002 00000003 0000000000000007 00000003 00000400 000001f4 0001 73
+          0001 69 0020 ${toHex(new TextEncoder().encode(topicId))}
+        `),
+      ),
+    );
+    expect(decodeReplicaFetchRequest(header.body, 2)).toEqual({ ...request, topicId });
+    // Version 2 requires the field; version 1 has none.
+    expect(() => decodeReplicaFetchRequest(header.body.subarray(0, -34), 2)).toThrow(/topic_id/);
+    expect(decodeReplicaFetchRequest(header.body.subarray(0, -34), 1)).toEqual(request);
+  });
+
+  it("is not written without a topic id: version 1, as an older leader takes", () => {
+    const header = decodeRequestHeader(encodeReplicaFetchRequest(9, request).subarray(4));
+    expect(header.version).toBe(1);
+    expect(decodeReplicaFetchRequest(header.body, 1)).toEqual(request);
   });
 });
 

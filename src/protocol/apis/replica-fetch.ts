@@ -1,5 +1,5 @@
 /**
- * api 14 ReplicaFetch, versions 0 and 1: a follower reads a partition's stored records from its leader
+ * api 14 ReplicaFetch, versions 0, 1 and 2: a follower reads a partition's stored records from its leader
  * (cluster mode, `Broker.replicaFetch`; docs/cluster.md "Replica fetch"). Not a client api: it
  * carries the broker credential (the cluster secret), which API keys never match, and it is
  * served on a connection that has not authenticated with a key.
@@ -17,6 +17,8 @@
  *                  credential [u8]           the broker credential, empty without one
  *                  incarnation str16         version 1: the follower's incarnation (the lease id
  *                                            its registration in etcd names); absent in version 0
+ *                  topic_id str16            version 2: the topic id the follower's copy records
+ *                                            ("" for none); absent in versions 0 and 1
  * response       = leader_epoch u32
  *                  high_watermark u64
  *                  log_start_offset u64
@@ -43,7 +45,10 @@
  * only when its `incarnation` is the one node `replica_id` is registered with now, so an old
  * process of a replaced node cannot pose as its successor (docs/cluster.md "Replica fetch").
  * A version 0 request (an older es-broker) names none: decoded with an empty incarnation, which
- * no leader credits.
+ * no leader credits. A version 2 request names the topic id of the follower's copy: a leader whose
+ * copy records another refuses it `inconsistent_topic_id` (docs/cluster.md "Topic ids"); versions
+ * 0 and 1 (and an empty id) are not compared. Followers send version 2, and version 1 to a leader
+ * that answers version 2 `unsupported_api` (an older es-broker, during a rolling upgrade).
  */
 import type {
   LeaderEpochEntry,
@@ -62,7 +67,7 @@ import { defineApi } from "./api.ts";
 export const replicaFetchApi = defineApi({
   key: 14,
   name: "ReplicaFetch",
-  versionMax: 1,
+  versionMax: 2,
   serve(body, correlationId, { broker, signal }, version) {
     const request = decodeReplicaFetchRequest(body, version);
     const replicaFetch = broker.replicaFetch?.bind(broker);
@@ -92,7 +97,8 @@ export type ReplicaFetchRequestFields = Omit<ReplicaFetchRequest, "signal">;
 export const replicaCredentialBytesMax = 1024;
 
 /**
- * Encodes a ReplicaFetch request frame, version 1 (`maxBytes` 0 asks for the broker default).
+ * Encodes a ReplicaFetch request frame: version 2 when `request.topicId` is given, else version
+ * 1 (`maxBytes` 0 asks for the broker default).
  * @throws ProtocolError `invalid_request` for a value outside its field's range.
  */
 export function encodeReplicaFetchRequest(
@@ -114,11 +120,21 @@ export function encodeReplicaFetchRequest(
     "replica_fetch.credential_len",
   );
   const incarnation = strBytes(request.incarnation, "replica_fetch.incarnation");
+  const topicId =
+    request.topicId === undefined ? null : strBytes(request.topicId, "replica_fetch.topic_id");
   const w = startRequest(
     replicaFetchApi.key,
     correlationId,
-    12 + 2 + topic.length + 36 + 2 + request.credential.length + 2 + incarnation.length,
-    1,
+    12 +
+      2 +
+      topic.length +
+      36 +
+      2 +
+      request.credential.length +
+      2 +
+      incarnation.length +
+      (topicId === null ? 0 : 2 + topicId.length),
+    topicId === null ? 1 : 2,
   );
   w.u16(topic.length)
     .bytes(topic)
@@ -133,11 +149,13 @@ export function encodeReplicaFetchRequest(
     .bytes(request.credential)
     .u16(incarnation.length)
     .bytes(incarnation);
+  if (topicId !== null) w.u16(topicId.length).bytes(topicId);
   return finishFrame(w);
 }
 
 /**
- * Decodes a ReplicaFetch request body of `version` (0: no incarnation, decoded as "").
+ * Decodes a ReplicaFetch request body of `version` (0: no incarnation, decoded as ""; 0 and 1:
+ * no topic id, left out).
  * @throws ProtocolError `invalid_request` naming the field, `unsupported` for an offset above 2^53 − 1.
  */
 export function decodeReplicaFetchRequest(
@@ -156,7 +174,8 @@ export function decodeReplicaFetchRequest(
   const credentialLength = r.u16("credential_len");
   const credential = r.bytes("credential", credentialLength);
   const incarnation = version >= 1 ? r.str16("incarnation") : "";
-  r.end(version >= 1 ? "incarnation" : "credential");
+  const topicId = version >= 2 ? r.str16("topic_id") : undefined;
+  r.end(version >= 2 ? "topic_id" : version >= 1 ? "incarnation" : "credential");
   return {
     topic,
     partition,
@@ -168,6 +187,7 @@ export function decodeReplicaFetchRequest(
     waitMs,
     credential,
     incarnation,
+    ...(topicId === undefined ? {} : { topicId }),
   };
 }
 
