@@ -15,18 +15,26 @@
  * `graceMs`, then reads again at revision H (unless the watch has delivered H by then). Found
  * twice, the watch is deaf: `etcd.watch_deaf` (warn) is logged and the watch reopened from the
  * revision after D (on another member when the client has one), so etcd itself sends the missed
- * changes, once and in revision order, to the same handlers. Events at or below D are never
- * delivered twice.
+ * changes, once and in revision order, to the same handlers (or, when D+1 is compacted, the
+ * caller is told `onCompacted` and lists again). Events at or below D are never delivered twice.
  *
- * Cost: one range request per watch per `checkMs` (etcd reads the keys' index; the answer at
- * rest is a header and a count), a second one only when changes were in flight at the check.
+ * Cost: one range request per watch per `checkMs` (etcd reads every key of the range; the
+ * answer at rest is a header and a count), a second one only when changes were in flight at
+ * the check.
  *
  * Layer rule: time through {@link Clock}; no `node:*`.
  */
 import type { Clock } from "../lib/clock.ts";
 import { errorMessage } from "../lib/errors.ts";
 import type { Logger } from "../lib/logger.ts";
-import type { Etcd, EtcdEvent, EtcdWatch, EtcdWatchHandlers } from "./etcd.ts";
+import {
+  type Etcd,
+  type EtcdChanges,
+  EtcdError,
+  type EtcdEvent,
+  type EtcdWatch,
+  type EtcdWatchHandlers,
+} from "./etcd.ts";
 
 /** Default period of the check, in ms: the controller's resync interval. */
 export const watchGuardCheckMsDefault = 10_000;
@@ -120,7 +128,16 @@ function guardedWatch(
   const check = async (): Promise<void> => {
     if (count === null) {
       const d = delivered;
-      const r = await etcd.changedSince({ ...range, after: d, atRevision: d });
+      let r: EtcdChanges;
+      try {
+        r = await etcd.changedSince({ ...range, after: d, atRevision: d });
+      } catch (err) {
+        if (!(err instanceof EtcdError) || err.code !== "out_of_range") throw err;
+        // Revision d is compacted (the first count failed until then): count now, if nothing
+        // was written since d; a deletion since d not delivered yet is then not seen, once.
+        r = await etcd.changedSince({ ...range, after: d });
+        if (r.changed.length > 0) return;
+      }
       if (!stopped && d === delivered) count = r.count;
       return;
     }

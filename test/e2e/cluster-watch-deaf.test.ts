@@ -7,7 +7,10 @@
  * deaf, as after the attack's SIGSTOP/SIGCONT of a member. A topic created through broker 2
  * afterwards still reaches broker 1 within the guard's period (10 s) and grace, with one
  * `etcd.watch_deaf` per deaf watch (and `esb_cluster_etcd_watches_deaf_total` counting them).
- * Broker 2, whose watches never went deaf, logs and counts none. Runs on every target: the reopen aborts a streamed `fetch` body,
+ * Broker 2, whose watches never went deaf, logs and counts none. Then the attack's own trigger,
+ * which makes a deaf stream only sometimes (1 in ~17): the first member stopped for 8 s (past
+ * the 6 s lease) and resumed; a later topic reaches both brokers and both name the controller
+ * etcd holds. Runs on every target: the reopen aborts a streamed `fetch` body,
  * which each runtime does its own way.
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -123,4 +126,43 @@ describe("cluster: a broker whose etcd watches all went deaf (attack15 F6)", () 
     expect(await deafCounter(1)).toBe(lines.length);
     expect(await deafCounter(2)).toBe(0);
   }, 90_000);
+
+  it("after the attack's trigger (the first member stopped past the lease TTL, then resumed), later changes reach both brokers and a controller is named", async () => {
+    // Both brokers' first endpoint (broker 1's through the proxy): their leases' renewals and
+    // their watches hang on it; 8 s is past the 6 s lease.
+    await etcd.members[0].kill("SIGSTOP");
+    await new Promise((r) => setTimeout(r, 8000));
+    await etcd.members[0].kill("SIGCONT");
+    await createTopic(2, "later");
+    for (const id of [1, 2])
+      await waitFor(
+        `broker ${id} to know topic later`,
+        async () => (await knows(id, "later")) || undefined,
+        30_000,
+      );
+    // The controller key exists again and both brokers name its holder (attack15 F6 left it
+    // deleted for good, every broker naming the old one).
+    const named = await waitFor(
+      "both brokers to name the controller etcd holds",
+      async () => {
+        const kv = await fetch(`${etcd.endpoints[1]}/v3/kv/range`, {
+          method: "POST",
+          body: JSON.stringify({ key: Buffer.from("/es-broker/controller").toString("base64") }),
+        }).then((r) => r.json() as Promise<{ kvs?: { value: string }[] }>);
+        const value = kv.kvs?.[0]?.value;
+        if (value === undefined) return undefined;
+        const holder = (JSON.parse(Buffer.from(value, "base64").toString()) as { node_id: number })
+          .node_id;
+        for (const id of [1, 2]) {
+          const view = (await (await fetch(`${brokers.get(id)!.httpUrl}/v1/cluster`)).json()) as {
+            controller?: number;
+          };
+          if (view.controller !== holder) return undefined;
+        }
+        return holder;
+      },
+      30_000,
+    );
+    expect([1, 2]).toContain(named);
+  }, 120_000);
 });

@@ -200,6 +200,34 @@ describe("a healthy watch is left alone", () => {
     expect(r.seen).toEqual([`put /p/a=1@${fake.revision}`]);
   });
 
+  it("a first count that failed until its revision was compacted is taken now; a reopen below the compaction asks the caller to list", async () => {
+    const { fake, etcd, pass, deafLogs } = setup();
+    await fake.put("/p/a", "1");
+    const r = recorder();
+    const compacted: number[] = [];
+    etcd.watch(
+      { key: "/p/", prefix: true, startRevision: fake.revision + 1 },
+      { onEvents: r.onEvents, onCompacted: (rev) => compacted.push(rev) },
+    );
+    fake.down = true; // the first count fails
+    await pass(500);
+    fake.down = false;
+    await fake.put("/other", "x");
+    await pass(500); // the watch moves past /other
+    fake.compact(); // the watch's start is compacted; the watch itself is past it
+    await pass(checkMs);
+    expect(fake.watchCount).toBe(1);
+    fake.deafenWatches();
+    await fake.put("/p/b", "1");
+    await pass(checkMs + graceMs);
+    expect(deafLogs()).toHaveLength(1);
+    expect(deafLogs()[0].fields).toMatchObject({ delivered_revision: 2, missed_puts: 1 });
+    // The reopen point (revision 3) is compacted: the
+    // caller lists the keys again, as after any compaction.
+    expect(compacted).toEqual([3]);
+    expect(r.seen).toEqual([]);
+  });
+
   it("a compacted watch is handed to its caller and checked no more", async () => {
     const { fake, etcd, pass } = setup();
     const compacted: number[] = [];
