@@ -177,7 +177,7 @@ describe("controller: a partition state older than the replicas' logs (newuser15
 describe("controller: unclean leader election (attack15 F2 b)", () => {
   it("an elect_unclean request elects the live replica with the largest (last epoch, log end), logged at error with what is lost", async () => {
     // Node 3 never comes back: the ELR [1, 3] waits for it for good.
-    const { etcd, publish, logs } = await cluster([1, 2]);
+    const { etcd, clock, publish, logs } = await cluster([1, 2]);
     const stuck = {
       ...initialPartitionState([1, 2, 3], 2),
       leader: -1,
@@ -191,6 +191,18 @@ describe("controller: unclean leader election (attack15 F2 b)", () => {
     await publish(1, "t", 480, 6);
     await publish(2, "t", 450, 6);
     expect((await readState(etcd, "t")).leader).toBe(-1);
+    // Offline past a resync: the controller says what it waits for and the way out (attack15b F3).
+    for (let i = 0; i < 3; i++) {
+      clock.advance(10_000);
+      await settle();
+    }
+    const offline = logs().filter((e) => e.event === "cluster.partition_offline");
+    expect(offline.length).toBe(1); // once a minute at most
+    expect(offline[0].level).toBe("warn");
+    expect(offline[0].fields).toMatchObject({ topic: "t", partition: 0, elr: [1, 3] });
+    expect(String(offline[0].fields.reason)).toMatch(
+      /^waiting for node 3 of the ELR: .*es-broker cluster elect --unclean --topic t --partition 0$/,
+    );
     const put = await etcd.txn({
       compare: [],
       success: [{ put: { key: electUncleanKey(prefix), value: '{"topic":"t","partition":0}' } }],

@@ -13,6 +13,7 @@ import {
   initialPartitionState,
   newestEpochAbove,
   noLeader,
+  offlineReason,
   type PartitionState,
   parsePartitionState,
   preferredLeaderMove,
@@ -1039,5 +1040,28 @@ describe("partition state: unclean leader election (attack15 F2 b)", () => {
     expect(uncleanElection(stuck, view({ 1: "unpublished", 2: "dead", 3: "dead" }))).toMatchObject({
       refused: expect.stringContaining("no replica is alive with a log end published"),
     });
+  });
+});
+
+describe("partition state: why an offline partition is offline (attack15b F3)", () => {
+  const where = { topic: "t3", partition: 0 };
+  const base = { replicas: [1, 2, 3], leader: noLeader, isr: [] as number[], elr: [] as number[] };
+  const live = (ids: number[]) => (id: number) => ids.includes(id);
+
+  it("names the missing ELR or ISR members, the replicas to start, or the unclean election", () => {
+    expect(offlineReason({ ...base, leader: 1, isr: [1] }, live([1]), where)).toBeNull();
+    expect(offlineReason({ ...base, elr: [1, 2, 3] }, live([2]), where)).toBe(
+      "waiting for nodes 1, 3 of the ELR: start them; a node whose disk is lost, started on an empty data directory, leaves the ELR; or, losing what only they hold: es-broker cluster elect --unclean --topic t3 --partition 0",
+    );
+    expect(offlineReason({ ...base, isr: [3] }, live([1, 2]), where)).toBe(
+      "waiting for node 3 of the ISR",
+    );
+    expect(offlineReason(base, live([]), where)).toBe("no live replica: start nodes 1, 2, 3");
+    expect(offlineReason(base, live([1, 2, 3]), where)).toMatch(
+      /^no eligible replica \(unclean election needed, losing what the others held: es-broker cluster elect --unclean --topic t3 --partition 0; or, after an etcd restore, waiting for their log ends\)$/,
+    );
+    expect(offlineReason({ ...base, elr: [1] }, live([1]), where)).toMatch(
+      /^every ELR member is back/,
+    );
   });
 });
