@@ -12,7 +12,8 @@
  *   "isr": [1,2],               in-sync replicas; always holds the leader while there is one
  *   "elr": [3],                 eligible replicas: left the ISR while it was below min ISR (see below)
  *   "committed_offset": 1000,   a lower bound of the high watermark, written with every ISR or leader change
- *   "min_insync_replicas": 2 }
+ *   "min_insync_replicas": 2,
+ *   "forgotten": [...] }        optional: replicas a new data directory took out ({@link forgetReplicaData})
  * ```
  *
  * Why `elr` and `committed_offset` (field failures #27c, KIP-966): a record is acknowledged only
@@ -33,6 +34,8 @@
  * | a replica is gone (lease expired, or registered again: restarted) | leaves the ISR; all the gone     |
  * |                                                                  | join the ELR if the ISR is now   |
  * |                                                                  | below min ISR                    |
+ * | a replica in `forgotten` is back on the recorded data directory,  | joins the ELR                    |
+ * | the partition offline in the recorded epoch                      |                                  |
  * | the leader is alive (or lapsed) and not gone                     | stays leader                     |
  * | a live ISR member (in replica order)                             | leads: continuously in sync, it  |
  * |                                                                  | holds every committed record     |
