@@ -10,9 +10,13 @@ import { requestJson } from "./keys.ts";
 import { UsageError, intOption, parseCli } from "./args.ts";
 import { brokerDefault, connectRouted } from "./client-commands.ts";
 import { clientTimeoutMsDefault } from "../client/client.ts";
+import { clusterElect } from "./cluster-elect.ts";
+import { offlineReason } from "../cluster/partition-state.ts";
 
 /** Help text of `es-broker cluster`. */
 export const clusterHelp = `Usage: es-broker cluster status [options]
+       es-broker cluster elect --unclean --topic NAME [--partition N] --cluster etcd://...
+                               (an unclean leader election: see es-broker cluster elect --help)
 
 Shows a cluster (serve --cluster): its live brokers (those holding an etcd lease: a killed
 broker stays listed until its lease expires, about 6 s), the controller, and for every
@@ -20,7 +24,8 @@ partition its leader ("none" now; -1 in --json), leader epoch, replicas, in-sync
 (ISR), eligible leader replicas (ELR), high watermark (asked of the leader; "?", null in
 --json, when the leader did not answer), each follower's lag in records behind the leader's
 log end as the leader sees it (node:lag; ? = not fetched yet; asked of each leader's HTTP
-port), and status (the first that holds): offline (no leader), leader-not-live (the leader
+port), and status (the first that holds): offline (no leader; with what it waits for and
+what would bring it back, "reason" in --json), leader-not-live (the leader
 named is not a live broker: killed, until the controller moves its partitions), leader-
 unreachable (the leader did not answer for its high watermark), below-min-isr (fewer in-sync
 replicas than the topic's min_insync_replicas: every write is refused, not_enough_replicas;
@@ -57,6 +62,8 @@ interface PartitionStatus {
   under_min_isr: boolean;
   /** The first that holds of: offline, leader-not-live, leader-unreachable, below-min-isr, under-replicated, ok. */
   status: string;
+  /** Offline: what it waits for, and what would bring it back (null otherwise). */
+  reason: string | null;
   /** The leader's high watermark, null when the leader could not be asked. */
   high_watermark: number | null;
   /** As the leader reports them (null when its HTTP port could not be asked). */
@@ -111,6 +118,7 @@ async function brokerViews(
 
 /** `es-broker cluster status`. */
 export async function cluster(argv: string[]): Promise<number> {
+  if (argv[0] === "elect") return clusterElect(argv.slice(1));
   const { values, positionals } = parseCli({
     args: argv,
     options: {
@@ -127,7 +135,7 @@ export async function cluster(argv: string[]): Promise<number> {
   // Checked before --help, so that `cluster elect-preferred --help` does not look like a command.
   if (action !== undefined && action !== "status")
     throw new UsageError(
-      `unknown cluster action ${JSON.stringify(action)}: the only action is status (preferred leader election is an etcdctl put: docs/cluster.md "Preferred leader election")`,
+      `unknown cluster action ${JSON.stringify(action)}: the actions are status and elect --unclean (elect first, before any option; preferred leader election is an etcdctl put: docs/cluster.md "Preferred leader election")`,
     );
   if (values.help || positionals.length === 0) {
     process.stdout.write(clusterHelp);
@@ -201,6 +209,10 @@ export async function cluster(argv: string[]): Promise<number> {
               min_insync_replicas: minIsr,
               under_min_isr: underMinIsr,
               status: state,
+              reason: offlineReason(p, (id) => live.has(id), {
+                topic: t.name,
+                partition: p.partition,
+              }),
               high_watermark: highWatermark,
               followers: views.get(`${t.name}/${p.partition}`)?.followers ?? null,
             };
@@ -254,7 +266,11 @@ export async function cluster(argv: string[]): Promise<number> {
           !p.followers || p.followers.length === 0
             ? "-"
             : p.followers.map((f) => `${f.node_id}:${f.lag < 0 ? "?" : f.lag}`).join(","),
-          p.status === "below-min-isr" ? "below-min-isr (writes refused)" : p.status,
+          p.status === "below-min-isr"
+            ? "below-min-isr (writes refused)"
+            : p.reason === null
+              ? p.status
+              : `${p.status} (${p.reason})`,
         ]);
     const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
     for (const r of rows)

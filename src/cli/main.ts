@@ -33,7 +33,10 @@ const commandSummaries: readonly (readonly [string, string])[] = [
   ["keys", "create, list and revoke API keys"],
   ["schemas", "register, list, get and check schemas in the broker's schema registry"],
   ["check", "verify a stopped broker's data directory offline"],
-  ["cluster", "show a cluster's brokers, controller and partition leaders (cluster status)"],
+  [
+    "cluster",
+    "show a cluster's brokers, controller and partition leaders (cluster status); unclean leader election (cluster elect)",
+  ],
 ];
 
 /** The commands that end at once on a signal (`signals.ts`); the others stop gracefully. */

@@ -45,18 +45,27 @@ import type { Logger } from "../lib/logger.ts";
 import { clip } from "../lib/quote.ts";
 import type { Prng } from "../lib/prng.ts";
 import type { Etcd, EtcdEvent, EtcdKeyValue, EtcdWatch } from "./etcd.ts";
-import { controllerKey, electPreferredKey, incarnationsKey, parsePartitionKey } from "./keys.ts";
+import {
+  controllerKey,
+  electPreferredKey,
+  electUncleanKey,
+  electUncleanResultKey,
+  incarnationsKey,
+  parsePartitionKey,
+} from "./keys.ts";
 import { type BrokerRegistration, incarnationRevision, parseRegistration } from "./membership.ts";
 import {
   controllerUpdate,
   formatPartitionState,
   newestEpochAbove,
   noLeader,
+  offlineReason,
   type PartitionState,
   parsePartitionState,
   preferredLeaderMove,
   type ReplicaView,
   restoredStateUpdate,
+  uncleanElection,
 } from "./partition-state.ts";
 
 /** The value of the `controller` key. */
@@ -113,6 +122,12 @@ export const rebalanceMsDefault = 30_000;
  * added to the failover time after a broker dies (the lease TTL, then this, then an election).
  */
 export const lapseGraceMsDefault = 3000;
+
+/**
+ * How long a partition stays offline before the controller logs it (`cluster.partition_offline`,
+ * then at most once a minute), ms: a resync period, so a failover's passes say nothing.
+ */
+const offlineWarnAfterMs = 10_000;
 
 /** The controller's published log end of one replica, for ELR leaders. */
 interface LogEnds {
@@ -196,6 +211,10 @@ export class Controller {
   #moves = 0;
   /** `topic/partition` → when a state older than its replicas' logs was last logged (ms). */
   readonly #restoredWarned = new Map<string, number>();
+  /** `topic/partition` → when it was last logged offline (ms). */
+  readonly #offlineWarned = new Map<string, number>();
+  /** `topic/partition` → when a pass first found it offline (ms). */
+  readonly #offlineSince = new Map<string, number>();
 
   constructor(options: ControllerOptions) {
     this.#o = options;
@@ -398,6 +417,17 @@ export class Controller {
                 });
               else void this.#enqueue(() => this.#rebalance({ topic }));
             }
+            const unclean = events.find((e) => e.type === "put" && e.kv.key === electUncleanKey(p));
+            if (unclean !== undefined) {
+              const request = parseElectUnclean(unclean.kv.value);
+              if (request === undefined)
+                this.#o.logger.log("warn", "cluster.bad_elect_unclean", {
+                  value: clip(unclean.kv.value, 200),
+                  expected:
+                    '{"topic": "NAME", "partition": N} or {"topic": "NAME", "partition": null} for every partition',
+                });
+              else void this.#enqueue(() => this.#unclean(request, unclean.kv.modRevision));
+            }
           },
           onCompacted: () => {
             if (this.#epoch !== null) this.#watchForPasses();
@@ -579,6 +609,7 @@ export class Controller {
       const view = (id: number): ReplicaView => ({
         alive: live.has(id),
         lapsed: lapsed.has(id),
+        dataDirId: live.get(id)?.data_dir_id,
         ...publishedSince(ends.get(id), read, `${where.topic}/${where.partition}`),
       });
       // A state older than the replicas' logs (etcd restored from an older snapshot) is never
@@ -595,6 +626,7 @@ export class Controller {
               ),
               view,
             });
+      this.#warnOffline(where, final ?? state, (id) => live.has(id));
       if (final === null) return;
       const result = await etcd.txn({
         compare: [
@@ -628,6 +660,160 @@ export class Controller {
   }
 
   /**
+   * An operator's unclean leader election ({@link uncleanElection}) of `request.topic`'s offline
+   * partitions (or the one named), each written by compare-and-set like a pass's, and logged:
+   * `cluster.unclean_leader_elected` (error: what may be lost) or
+   * `cluster.unclean_election_refused` (warn: why).
+   */
+  async #unclean(
+    request: { topic: string; partition: number | null },
+    requestRevision: number,
+  ): Promise<void> {
+    const epoch = this.#epoch;
+    if (epoch === null) return;
+    const { etcd, logger } = this.#o;
+    const p = this.#prefix;
+    const [brokers, logEnds, partitions] = await Promise.all([
+      etcd.list(`${p}/brokers/`),
+      etcd.list(`${p}/log_ends/`),
+      etcd.list(`${p}/partitions/${request.topic}/`),
+    ]);
+    const live = new Map<number, BrokerRegistration>();
+    for (const kv of brokers.kvs) {
+      try {
+        const r = parseRegistration(kv);
+        live.set(r.node_id, r);
+      } catch {}
+    }
+    const ends = new Map<number, LogEnds>();
+    for (const kv of logEnds.kvs) {
+      const v = parseLogEnds(kv.value);
+      const id = Number(kv.key.slice(`${p}/log_ends/`.length));
+      if (v !== null && live.get(id)?.incarnation === v.incarnation)
+        ends.set(id, { ...v, revision: kv.modRevision });
+    }
+    let matched = 0;
+    const answers: Record<string, unknown>[] = [];
+    const refuse = (partition: number, reason: string) => {
+      answers.push({ partition, refused: reason });
+      logger.log("warn", "cluster.unclean_election_refused", {
+        topic: request.topic,
+        partition,
+        reason,
+      });
+    };
+    for (const kv of partitions.kvs) {
+      const where = parsePartitionKey(p, kv.key);
+      if (where === null || where.topic !== request.topic) continue;
+      if (request.partition !== null && where.partition !== request.partition) continue;
+      matched++;
+      const name = `${where.topic}/${where.partition}`;
+      let state: PartitionState;
+      try {
+        state = parsePartitionState(kv.key, kv.value);
+      } catch (err) {
+        logger.log("error", "cluster.bad_partition_state", {
+          key: kv.key,
+          error: errorMessage(err),
+        });
+        continue;
+      }
+      // Only an offline partition's is asked for: one whose leader is named stays as it is.
+      if (request.partition === null && state.leader !== noLeader) continue;
+      const outcome = uncleanElection(state, (id) => ({
+        alive: live.has(id) && !this.#absentSince.has(id),
+        ...publishedSince(ends.get(id), kv, name),
+      }));
+      if ("refused" in outcome) {
+        refuse(where.partition, outcome.refused);
+        continue;
+      }
+      const result = await etcd.txn({
+        compare: [
+          { key: kv.key, target: "mod_revision", result: "equal", number: kv.modRevision },
+          { key: controllerKey(p), target: "create_revision", result: "equal", number: epoch },
+        ],
+        success: [{ put: { key: kv.key, value: formatPartitionState(outcome.state) } }],
+      });
+      if (!result.succeeded) {
+        refuse(
+          where.partition,
+          "its state changed meanwhile (or the controller changed): ask again",
+        );
+        continue;
+      }
+      answers.push({
+        partition: where.partition,
+        leader: outcome.state.leader,
+        leader_epoch: outcome.state.leader_epoch,
+        lost_below_committed: outcome.missingCommitted,
+        missing_replicas: outcome.missing,
+      });
+      logger.log("error", "cluster.unclean_leader_elected", {
+        topic: where.topic,
+        partition: where.partition,
+        leader: outcome.state.leader,
+        leader_epoch: outcome.state.leader_epoch,
+        log_end_offset: outcome.logEndOffset,
+        last_epoch: outcome.lastEpoch ?? null,
+        committed_offset: state.committed_offset,
+        missing_replicas: outcome.missing,
+        lost: `${outcome.missingCommitted} records below committed_offset ${state.committed_offset} the new leader lacks${outcome.missing.length === 0 ? "" : `, and any record acknowledged after committed_offset was written that only node ${outcome.missing.join(", ")} held; when those come back, they truncate to the new leader`}`,
+        controller_epoch: epoch,
+      });
+    }
+    if (matched === 0 && request.partition !== null) refuse(request.partition, "no such partition");
+    await etcd.txn({
+      compare: [
+        { key: controllerKey(p), target: "create_revision", result: "equal", number: epoch },
+      ],
+      success: [
+        {
+          put: {
+            key: electUncleanResultKey(p),
+            value: JSON.stringify({ request_revision: requestRevision, partitions: answers }),
+          },
+        },
+      ],
+    });
+    this.#changed();
+  }
+
+  /**
+   * Logs (warn, at most once a minute per partition) an offline partition: what it waits for and
+   * what would bring it back ({@link offlineReason}; attack15b F3).
+   */
+  #warnOffline(
+    where: { topic: string; partition: number },
+    state: PartitionState,
+    live: (id: number) => boolean,
+  ): void {
+    const name = `${where.topic}/${where.partition}`;
+    const reason = offlineReason(state, live, where);
+    if (reason === null) {
+      this.#offlineWarned.delete(name);
+      this.#offlineSince.delete(name);
+      return;
+    }
+    // A partition offline for a moment (between a failover's two passes) is no news.
+    const now = this.#o.clock.nowMs();
+    const since = this.#offlineSince.get(name) ?? now;
+    this.#offlineSince.set(name, since);
+    if (now - since < offlineWarnAfterMs) return;
+    const last = this.#offlineWarned.get(name);
+    if (last !== undefined && now - last < 60_000) return;
+    this.#offlineWarned.set(name, now);
+    this.#o.logger.log("warn", "cluster.partition_offline", {
+      topic: where.topic,
+      partition: where.partition,
+      leader_epoch: state.leader_epoch,
+      isr: state.isr,
+      elr: state.elr,
+      reason,
+    });
+  }
+
+  /**
    * Logs (warn, at most once a minute per partition) a partition state older than its replicas'
    * logs, and what the election of {@link restoredStateUpdate} waits for.
    */
@@ -654,7 +840,9 @@ export class Controller {
       waiting_for: waiting,
       action:
         "partition state older than the replicas' logs: etcd restored? It is elected again, above every epoch the logs hold, once every replica has published its log end" +
-        (waiting.length === 0 ? "" : ` (missing: node ${waiting.join(", ")}: start it)`),
+        (waiting.length === 0
+          ? ""
+          : ` (missing: node ${waiting.join(", ")}: start it; if it will never come back, es-broker cluster elect --unclean --topic ${where.topic} --partition ${where.partition})`),
     });
   }
 
@@ -772,6 +960,27 @@ export function parseElectPreferred(value: string): string | null | undefined {
       return undefined;
     const topic = (v as { topic: unknown }).topic;
     return typeof topic === "string" || topic === null ? topic : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The partitions an `elect_unclean` value asks for: `{topic, partition}` (partition null: every
+ * offline partition of the topic), or undefined when the value is not
+ * `{"topic": string, "partition": number | null}` (docs/cluster.md "Unclean leader election").
+ */
+export function parseElectUnclean(
+  value: string,
+): { topic: string; partition: number | null } | undefined {
+  try {
+    const v = JSON.parse(value) as { topic?: unknown; partition?: unknown } | null;
+    if (typeof v !== "object" || v === null || Array.isArray(v)) return undefined;
+    if (typeof v.topic !== "string" || v.topic === "") return undefined;
+    const partition = v.partition ?? null;
+    if (partition !== null && !(Number.isSafeInteger(partition) && (partition as number) >= 0))
+      return undefined;
+    return { topic: v.topic, partition: partition as number | null };
   } catch {
     return undefined;
   }

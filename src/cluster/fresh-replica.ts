@@ -7,12 +7,14 @@
  * full-cluster restart, it made the other replicas truncate every acknowledged record).
  */
 import type { Etcd } from "./etcd.ts";
-import { parsePartitionKey } from "./keys.ts";
+import { dataDirKey, parsePartitionKey } from "./keys.ts";
 import { brokerKey, parseRegistration, registeredElsewhere } from "./membership.ts";
 import { forgetReplicaData, formatPartitionState, parsePartitionState } from "./partition-state.ts";
 
 /**
- * Removes `nodeId` from the ISR, the ELR and the leadership of every partition under `prefix`,
+ * Removes `nodeId` from the ISR, the ELR and the leadership of every partition under `prefix`
+ * (recording, in each, the data directory id `data_dirs/<nodeId>` names, if any: the one it
+ * held before),
  * each by compare-and-set on the key's mod_revision (read again and retried when it changed) and
  * on `nodeId` being registered by no broker: a broker that runs under that node id (an operator
  * gave two brokers one `--node-id`) holds its logs, and taking it out of its ISRs would leave a
@@ -31,12 +33,16 @@ export async function forgetReplicaDataInCluster(
   const registrationKey = brokerKey(prefix, nodeId);
   const registered = await etcd.get(registrationKey);
   if (registered !== null) throw registeredElsewhere(nodeId, parseRegistration(registered));
+  // The directory this one takes the place of (written by every registration since
+  // 2026-12-03): recorded in each partition changed, so that it is eligible again if it comes
+  // back before anything was committed without it (a disk that was not mounted: attack15 F2).
+  const old = (await etcd.get(dataDirKey(prefix, nodeId)))?.value;
   const { kvs } = await etcd.list(`${prefix}/partitions/`);
   for (let kv of kvs) {
     const at = parsePartitionKey(prefix, kv.key);
     if (at === null) continue;
     for (;;) {
-      const next = forgetReplicaData(parsePartitionState(kv.key, kv.value), nodeId);
+      const next = forgetReplicaData(parsePartitionState(kv.key, kv.value), nodeId, old);
       if (next === null) break;
       const result = await etcd.txn({
         compare: [

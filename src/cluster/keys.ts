@@ -96,3 +96,31 @@ export function authEnabledKey(prefix: string): string {
 export function electPreferredKey(prefix: string): string {
   return `${prefix}/elect_preferred`;
 }
+
+/**
+ * `elect_unclean`: `{"topic": <name>, "partition": <number or null>}`, an operator's request for
+ * an unclean leader election of an offline partition (docs/cluster.md "Unclean leader
+ * election"); the controller acts on every put.
+ */
+export function electUncleanKey(prefix: string): string {
+  return `${prefix}/elect_unclean`;
+}
+
+/**
+ * `data_dirs/<node id>`: the data directory id of the last broker that registered as that node
+ * (no lease: it outlives the broker), so that a start on a new directory can record which one it
+ * took the node's place from (docs/cluster.md "Replacing a broker's disk, backing up etcd").
+ */
+export function dataDirKey(prefix: string, nodeId: number): string {
+  return `${prefix}/data_dirs/${nodeId}`;
+}
+
+/**
+ * `elect_unclean_result`: the controller's answer to the last `elect_unclean` request,
+ * `{"request_revision": <its put's revision>, "partitions": [{partition, leader, leader_epoch,
+ * lost_below_committed, missing_replicas} or {partition, refused}]}` (docs/cluster.md "Unclean
+ * leader election").
+ */
+export function electUncleanResultKey(prefix: string): string {
+  return `${prefix}/elect_unclean_result`;
+}

@@ -186,6 +186,19 @@ export function registeredElsewhere(nodeId: number, other: BrokerRegistration): 
   );
 }
 
+/**
+ * The refusal a running broker gets when it registers again (its lease lapsed: paused, or cut
+ * off from etcd) and finds its node id taken by a broker on another data directory (attack15
+ * F7): unlike {@link registeredElsewhere}, written for a starting broker, it says what the
+ * cluster did to this data directory and how to give the node its records back
+ * (docs/cluster.md "Replacing a broker's disk, backing up etcd").
+ */
+export function displacedBy(nodeId: number, other: BrokerRegistration): ClusterJoinError {
+  return new ClusterJoinError(
+    `Node ${nodeId} was taken over by a broker on another data directory (tcp ${other.tcp}, http ${other.http}) while this process could not renew its registration (paused, or cut off from etcd): this process stops serving as node ${nodeId}. The cluster no longer counts this data directory's records as node ${nodeId}'s: a start on a new directory takes the node out of every in-sync and eligible replica list. Keep this data directory. If that broker was started by mistake (an empty directory, a disk not mounted), stop it and start this directory again as node ${nodeId}: partitions that stayed offline since take it back; the others catch it up. If that broker is the node's new disk, this directory's records are no longer needed, unless a partition stays offline for lack of them (es-broker cluster status says so)`,
+  );
+}
+
 /** The key of a broker's registration. */
 export function brokerKey(prefix: string, nodeId: number): string {
   return `${prefix}/brokers/${nodeId}`;
@@ -586,7 +599,8 @@ async function register(
       const current = created.reads[0][0];
       if (current === undefined) continue; // it expired in between: try again
       const other = parseRegistration(current);
-      if (other.data_dir_id !== options.dataDirId) throw registeredElsewhere(nodeId, other);
+      if (other.data_dir_id !== options.dataDirId)
+        throw same === undefined ? registeredElsewhere(nodeId, other) : displacedBy(nodeId, other);
       // Our own previous run advertised what we advertise (its ports are free again: it is
       // gone). At other addresses it may be a copy of this data directory running on another
       // host: taking its place would make the two take it from each other (attack15 F1).

@@ -31,7 +31,14 @@ import { Controller, lapseGraceMsDefault } from "./controller.ts";
 import { type LeaveDrain, leaveDrainMsDefault } from "./replica-manager.ts";
 import type { PeerLinkStatus } from "./peer-links.ts";
 import { type Etcd, EtcdError, type EtcdEvent, type EtcdOp, type EtcdWatch } from "./etcd.ts";
-import { deletedTopicKey, logEndsKey, parsePartitionKey, partitionKey, topicKey } from "./keys.ts";
+import {
+  dataDirKey,
+  deletedTopicKey,
+  logEndsKey,
+  parsePartitionKey,
+  partitionKey,
+  topicKey,
+} from "./keys.ts";
 import {
   type BrokerRegistration,
   type JoinOptions,
@@ -305,6 +312,14 @@ export class ClusterNode {
     });
     await this.#load();
     await this.controller.start();
+    // Which data directory holds this node now (no lease: it outlives this process), for a
+    // later start on a new directory to record whose place it takes (docs/cluster.md
+    // "Replacing a broker's disk, backing up etcd").
+    await this.#o.etcd
+      .put(dataDirKey(this.#prefix, this.#o.nodeId), this.#o.dataDirId)
+      .catch((err: unknown) =>
+        logger.log("warn", "cluster.data_dir_record_failed", { error: errorMessage(err) }),
+      );
   }
 
   /** Reads every key of the cluster, applies them, and watches from there on. */
@@ -609,16 +624,14 @@ export class ClusterNode {
           // published log end, and the one published at registration may predate the topic.
           // Even when the apply failed: an ELR election waits for every member's log end, so one
           // that never came would keep the others from leading (attack11 F4's give-up included).
-          // Also when nobody is eligible (a state older than the replicas' logs, written offline
-          // with both lists empty, waits for every replica's log end; so does an unclean
-          // election), and when this log is ahead of the state: its log ends tell the controller
-          // so (docs/cluster.md "Partition state older than the replicas' logs").
+          // Every replica, not only the ELR's: a state older than the replicas' logs waits for
+          // every replica's log end, and an unclean election compares every live one's; and
+          // when this log is ahead of the state, its log ends tell the controller so
+          // (docs/cluster.md "Partition state older than the replicas' logs").
           const offline = `${name}/${partition}@${entry.modRevision}`;
           const s = entry.state;
           const due =
-            (s.leader === -1 &&
-              (s.elr.includes(nodeId) || (s.isr.length === 0 && s.elr.length === 0))) ||
-            (this.#replicas.lastEpoch?.(name, partition) ?? -1) > s.leader_epoch;
+            s.leader === -1 || (this.#replicas.lastEpoch?.(name, partition) ?? -1) > s.leader_epoch;
           if (due && !this.#offlinePublished.has(offline)) {
             this.#offlinePublished.add(offline);
             republish = true;

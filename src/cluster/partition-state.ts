@@ -12,7 +12,8 @@
  *   "isr": [1,2],               in-sync replicas; always holds the leader while there is one
  *   "elr": [3],                 eligible replicas: left the ISR while it was below min ISR (see below)
  *   "committed_offset": 1000,   a lower bound of the high watermark, written with every ISR or leader change
- *   "min_insync_replicas": 2 }
+ *   "min_insync_replicas": 2,
+ *   "forgotten": [...] }        optional: replicas a new data directory took out ({@link forgetReplicaData})
  * ```
  *
  * Why `elr` and `committed_offset` (field failures #27c, KIP-966): a record is acknowledged only
@@ -33,6 +34,8 @@
  * | a replica is gone (lease expired, or registered again: restarted) | leaves the ISR; all the gone     |
  * |                                                                  | join the ELR if the ISR is now   |
  * |                                                                  | below min ISR                    |
+ * | a replica in `forgotten` is back on the recorded data directory,  | joins the ELR                    |
+ * | the partition offline in the recorded epoch                      |                                  |
  * | the leader is alive (or lapsed) and not gone                     | stays leader                     |
  * | a live ISR member (in replica order)                             | leads: continuously in sync, it  |
  * |                                                                  | holds every committed record     |
@@ -61,6 +64,22 @@ export interface PartitionState {
   elr: number[];
   committed_offset: number;
   min_insync_replicas: number;
+  /**
+   * Replicas a start on a new data directory took out of the ISR/ELR ({@link forgetReplicaData}),
+   * with the data directory they held: if that directory starts again while the partition has
+   * stayed offline since, it is eligible again (docs/cluster.md "Replacing a broker's disk,
+   * backing up etcd"). Absent: none.
+   */
+  forgotten?: ForgottenReplica[];
+}
+
+/** One entry of {@link PartitionState.forgotten}. */
+export interface ForgottenReplica {
+  node_id: number;
+  /** The data directory id the node registered with before the new directory took its place. */
+  data_dir_id: string;
+  /** The partition's leader epoch just after the forget: the entry holds only while it is unchanged. */
+  leader_epoch: number;
 }
 
 /** What the controller knows about one replica when it elects a leader. */
@@ -87,6 +106,8 @@ export interface ReplicaView {
    * member's, the election compares (last epoch, log end), as KIP-966 does.
    */
   lastEpoch?: number;
+  /** The data directory id its registration names (for {@link PartitionState.forgotten}). */
+  dataDirId?: string;
 }
 
 /** The leader to use while a partition has none. */
@@ -187,6 +208,15 @@ export function parsePartitionState(key: string, text: string): PartitionState {
     committed_offset: s?.committed_offset ?? 0,
     min_insync_replicas: s?.min_insync_replicas,
   };
+  const forgotten = Array.isArray(s?.forgotten)
+    ? s.forgotten.filter(
+        (f) =>
+          isNodeId(f?.node_id) &&
+          typeof f.data_dir_id === "string" &&
+          Number.isSafeInteger(f.leader_epoch),
+      )
+    : [];
+  if (forgotten.length > 0) state.forgotten = forgotten;
   // A state written before the ELR was cleared at min ISR may name stale members: they are not
   // eligible (module comment), so reading drops them.
   if (Array.isArray(state.isr) && state.isr.length >= state.min_insync_replicas) state.elr = [];
@@ -210,6 +240,9 @@ export function formatPartitionState(state: PartitionState): string {
     elr: state.elr,
     committed_offset: state.committed_offset,
     min_insync_replicas: state.min_insync_replicas,
+    ...(state.forgotten === undefined || state.forgotten.length === 0
+      ? {}
+      : { forgotten: state.forgotten }),
   });
 }
 
@@ -281,6 +314,23 @@ export function controllerUpdate(
   // on all of them, and after it the ISR is below min ISR, so nothing more is. They all keep
   // every committed record, whatever order they were found gone in (attack13 F1, "Also seen").
   if (removed.length > 0 && isr.length < state.min_insync_replicas) elr = [...elr, ...removed];
+  // A forgotten replica's own data directory is back while the partition has stayed offline in
+  // the same epoch since the forget: nothing was committed without it, so it holds every
+  // committed record its ISR or ELR place said it held (attack15 F2: a start on an empty
+  // directory, the disk not mounted, then the real one).
+  const returned = (state.forgotten ?? [])
+    .filter(
+      (f) =>
+        state.leader === noLeader &&
+        f.leader_epoch === state.leader_epoch &&
+        change.view(f.node_id).alive &&
+        change.view(f.node_id).lapsed !== true &&
+        change.view(f.node_id).dataDirId === f.data_dir_id &&
+        !isr.includes(f.node_id) &&
+        !elr.includes(f.node_id),
+    )
+    .map((f) => f.node_id);
+  if (returned.length > 0 && isr.length < state.min_insync_replicas) elr = [...elr, ...returned];
   if (leader === noLeader) {
     const fromIsr = state.replicas.find((id) => isr.includes(id) && change.view(id).alive);
     const fromElr = state.leader === noLeader ? electFromElr(state, elr, change.view) : noLeader;
@@ -296,6 +346,13 @@ export function controllerUpdate(
     isr: state.replicas.filter((id) => isr.includes(id)),
     elr: elrBeside(state, isr, elr),
   };
+  if (state.forgotten !== undefined) {
+    const kept = state.forgotten.filter(
+      (f) => !returned.includes(f.node_id) && f.leader_epoch === next.leader_epoch,
+    );
+    if (kept.length > 0) next.forgotten = kept;
+    else delete next.forgotten;
+  }
   const same =
     next.leader === state.leader &&
     next.leader_epoch === state.leader_epoch &&
@@ -464,13 +521,21 @@ export function preferredLeaderMove(
  * ELR place says it holds: it leaves the ISR and the ELR, and, if etcd still names it leader (a
  * leadership of its old disk), the leadership too, in a new epoch. It then rejoins the ISR only by catching up, as
  * any follower. Returns null when `nodeId` is in neither list and does not lead.
+ * `oldDataDirId`, the data directory the node held before, is recorded in `forgotten` (replacing
+ * an earlier entry of the node) with the epoch after this change: {@link controllerUpdate} puts
+ * the node back into the ELR if that directory registers again while the partition is still
+ * offline in that epoch.
  */
-export function forgetReplicaData(state: PartitionState, nodeId: number): PartitionState | null {
+export function forgetReplicaData(
+  state: PartitionState,
+  nodeId: number,
+  oldDataDirId?: string,
+): PartitionState | null {
   if (!state.isr.includes(nodeId) && !state.elr.includes(nodeId) && state.leader !== nodeId)
     return null;
   const isr = state.isr.filter((id) => id !== nodeId);
   const leads = state.leader === nodeId;
-  return {
+  const next: PartitionState = {
     ...state,
     leader: leads ? noLeader : state.leader,
     leader_epoch: leads ? state.leader_epoch + 1 : state.leader_epoch,
@@ -481,6 +546,15 @@ export function forgetReplicaData(state: PartitionState, nodeId: number): Partit
       state.elr.filter((id) => id !== nodeId),
     ),
   };
+  const others = (state.forgotten ?? []).filter((f) => f.node_id !== nodeId);
+  if (oldDataDirId !== undefined)
+    next.forgotten = [
+      ...others,
+      { node_id: nodeId, data_dir_id: oldDataDirId, leader_epoch: next.leader_epoch },
+    ];
+  else if (others.length > 0) next.forgotten = others;
+  else delete next.forgotten;
+  return next;
 }
 
 /**
@@ -561,4 +635,109 @@ export function restoredStateUpdate(
   }
   if (state.leader === noLeader && state.isr.length === 0 && state.elr.length === 0) return null;
   return { ...state, leader: noLeader, isr: [], elr: [] };
+}
+
+/** The outcome of {@link uncleanElection}. */
+export type UncleanElection =
+  | {
+      state: PartitionState;
+      /** The elected replica's published log end and last epoch. */
+      logEndOffset: number;
+      lastEpoch: number | undefined;
+      /** ISR and ELR members that are not alive: whatever they alone held is lost. */
+      missing: number[];
+      /** Records below `committed_offset` the new leader lacks (0 when it reaches it). */
+      missingCommitted: number;
+    }
+  | { refused: string };
+
+/**
+ * An unclean leader election (docs/cluster.md "Unclean leader election"), asked for by an
+ * operator for an offline partition that the rules cannot elect for now: no live ISR member, and
+ * no ELR election possible (an ELR member is not alive, or has not published). The live replica
+ * (not lapsed) with the largest (last epoch, log end) published since `state` was written leads
+ * (the first in replica order among equals), whatever its lists say, at an epoch above the
+ * state's and every published one; it is the ISR alone, the ELR is empty. Records it lacks are
+ * lost: those below `committed_offset` are counted; those acknowledged since (above it) that only
+ * the missing replicas held cannot be.
+ * Returns `{ refused }`, naming why, when the partition has a leader, a live ISR member or an
+ * ELR election possible (the rules elect), or no live replica has published.
+ */
+export function uncleanElection(
+  state: PartitionState,
+  view: (nodeId: number) => ReplicaView,
+): UncleanElection {
+  if (state.leader !== noLeader)
+    return { refused: `it is not offline: node ${state.leader} leads it` };
+  const usable = (id: number) => view(id).alive && view(id).lapsed !== true;
+  const liveIsr = state.isr.filter(usable);
+  if (liveIsr.length > 0)
+    return {
+      refused: `in-sync replica ${liveIsr.join(", ")} is alive: the controller elects it`,
+    };
+  if (state.elr.length > 0 && electFromElr(state, state.elr, view) !== noLeader)
+    return { refused: "every ELR member is back: the controller elects one of them" };
+  const candidates = state.replicas
+    .map((id) => ({ id, ...view(id) }))
+    .filter((v) => usable(v.id) && v.logEndOffset !== undefined);
+  if (candidates.length === 0)
+    return {
+      refused: `no replica is alive with a log end published since the partition went offline (replicas ${state.replicas.join(", ")})`,
+    };
+  const byEpoch = candidates.every((v) => v.lastEpoch !== undefined);
+  let best = candidates[0];
+  for (const v of candidates.slice(1)) {
+    const epochs = byEpoch ? (v.lastEpoch as number) - (best.lastEpoch as number) : 0;
+    if (epochs > 0 || (epochs === 0 && (v.logEndOffset as number) > (best.logEndOffset as number)))
+      best = v;
+  }
+  let epoch = state.leader_epoch;
+  for (const v of candidates) if (v.lastEpoch !== undefined) epoch = Math.max(epoch, v.lastEpoch);
+  const end = best.logEndOffset as number;
+  return {
+    state: {
+      ...state,
+      leader: best.id,
+      leader_epoch: epoch + 1,
+      isr: [best.id],
+      elr: [],
+      // What the new leader holds is what is committed now: a committed_offset above it would
+      // make it refuse to lead (it "lacks committed records").
+      committed_offset: Math.min(state.committed_offset, end),
+    },
+    logEndOffset: end,
+    lastEpoch: best.lastEpoch,
+    missing: state.replicas.filter(
+      (id) => (state.isr.includes(id) || state.elr.includes(id)) && !usable(id),
+    ),
+    missingCommitted: Math.max(0, state.committed_offset - end),
+  };
+}
+
+/**
+ * Why `state` is offline and what would bring it back, in words (attack15b F3: `cluster status`
+ * and the controller's `cluster.partition_offline` warn), or null when it has a leader. `live`
+ * says whether a node is registered. `where` names the partition in the remedy.
+ */
+export function offlineReason(
+  state: Pick<PartitionState, "leader" | "isr" | "elr" | "replicas">,
+  live: (nodeId: number) => boolean,
+  where: { topic: string; partition: number },
+): string | null {
+  if (state.leader !== noLeader) return null;
+  const nodes = (ids: number[]) => `node${ids.length === 1 ? "" : "s"} ${ids.join(", ")}`;
+  const unclean = `es-broker cluster elect --unclean --topic ${where.topic} --partition ${where.partition}`;
+  const missingIsr = state.isr.filter((id) => !live(id));
+  if (state.isr.length > 0 && missingIsr.length === state.isr.length)
+    return `waiting for ${nodes(missingIsr)} of the ISR`;
+  if (state.elr.length > 0) {
+    const missing = state.elr.filter((id) => !live(id));
+    if (missing.length > 0)
+      return `waiting for ${nodes(missing)} of the ELR: start them; a node whose disk is lost, started on an empty data directory, leaves the ELR; or, losing what only they hold: ${unclean}`;
+    return "every ELR member is back: waiting for their log ends (none reaching committed_offset keeps it offline)";
+  }
+  if (state.isr.length > 0) return "in-sync replicas back: an election is due";
+  const liveReplicas = state.replicas.filter(live);
+  if (liveReplicas.length === 0) return `no live replica: start ${nodes(state.replicas)}`;
+  return `no eligible replica (unclean election needed, losing what the others held: ${unclean}; or, after an etcd restore, waiting for ${liveReplicas.length === state.replicas.length ? "their log ends" : nodes(state.replicas.filter((id) => !live(id)))})`;
 }

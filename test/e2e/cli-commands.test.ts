@@ -240,7 +240,7 @@ describe(`[${target}] es-broker commands`, () => {
     // An action that does not exist is an error also with --help (not the help of another action).
     [
       ["cluster", "elect-preferred", "--help"],
-      'unknown cluster action "elect-preferred": the only action is status (preferred leader election is an etcdctl put: docs/cluster.md "Preferred leader election")',
+      'unknown cluster action "elect-preferred": the actions are status and elect --unclean (elect first, before any option; preferred leader election is an etcdctl put: docs/cluster.md "Preferred leader election")',
       "cluster",
     ],
     [

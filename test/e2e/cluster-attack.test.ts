@@ -358,6 +358,10 @@ describe("cluster attack: a paused broker whose node id a replacement took (atta
     ]);
     expect(code).toBe(1);
     expect(old.stderr()).toContain('"event":"cluster.registration_refused"');
+    // Its own message, not a starting broker's advice (attack15 F7).
+    expect(old.stderr()).toContain(
+      `Node ${X} was taken over by a broker on another data directory`,
+    );
     // The successor joins the ISR only once it holds every record itself.
     const back = await waitFor(
       "full ISR with the replacement",

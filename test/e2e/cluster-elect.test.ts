@@ -5,12 +5,19 @@
  *   leader epochs than the replicas' logs; the controller elects again above every epoch the logs
  *   hold, writes are accepted again and every acknowledged record is readable
  *   (docs/cluster.md "Partition state older than the replicas' logs").
+ * - attack15 F2: a start on an empty directory (the disk not mounted) forgets the node's place;
+ *   the real directory started again gets it back and leads its RF 1 partition again, every
+ *   record readable; and an ELR waiting for a broker that never returns is shown by
+ *   `cluster status` and ended by `es-broker cluster elect --unclean` (docs/cluster.md "Unclean
+ *   leader election").
  */
+import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { TcpClient } from "../../src/client/client.ts";
 import { ClientError } from "../../src/client/errors.ts";
 import { startCluster, type TestCluster } from "../helpers/cluster.ts";
 import { waitFor } from "../helpers/poll.ts";
+import { runCli } from "./harness.ts";
 
 let cluster: TestCluster | undefined;
 
@@ -41,20 +48,20 @@ async function createTopic(c: TestCluster, name: string, config: Record<string, 
   expect(created.status).toBe(201);
 }
 
-/** Produces `v<from>`..`v<to - 1>` to `topic`/0 through its leader, 25 a batch, retrying. */
-async function produce(c: TestCluster, topic: string, from: number, to: number) {
+/** Produces `v<from>`..`v<to - 1>` to `topic`/`partition` through its leader, 25 a batch, retrying. */
+async function produce(c: TestCluster, topic: string, from: number, to: number, partition = 0) {
   for (let i = from; i < to; i += 25) {
     await retrying(async () => {
-      const s = await c.state(topic);
+      const s = await c.state(topic, partition);
       const b = s === undefined ? undefined : c.brokers.get(s.leader);
       if (b === undefined)
-        throw new ClientError("not_leader", 0, true, `${topic}/0 has no running leader`);
+        throw new ClientError("not_leader", 0, true, `${topic}/${partition} has no running leader`);
       const tcp = await TcpClient.connect(b.tcp);
       try {
         await tcp.produce(
           topic,
           Array.from({ length: Math.min(25, to - i) }, (_, j) => ({ value: `v${i + j}` })),
-          { partition: 0 },
+          { partition },
         );
       } finally {
         await tcp.close();
@@ -63,16 +70,16 @@ async function produce(c: TestCluster, topic: string, from: number, to: number) 
   }
 }
 
-/** Every record of `topic`/0 up to the high watermark, read from its leader. */
-async function readAll(c: TestCluster, topic: string): Promise<string[]> {
-  const s = await c.state(topic);
+/** Every record of `topic`/`partition` up to the high watermark, read from its leader. */
+async function readAll(c: TestCluster, topic: string, partition = 0): Promise<string[]> {
+  const s = await c.state(topic, partition);
   const t = await TcpClient.connect(c.brokers.get(s!.leader)!.tcp);
   const seen: string[] = [];
   try {
     let offset = 0;
     await retrying(async () => {
       for (;;) {
-        const f = await t.fetch({ topic, partition: 0, offset, maxRecords: 1000 });
+        const f = await t.fetch({ topic, partition, offset, maxRecords: 1000 });
         if (f.records.length === 0) break;
         for (const r of f.records) seen.push(new TextDecoder().decode(r.value));
         offset = f.nextOffset;
@@ -142,4 +149,137 @@ describe("cluster: partition state older than the replicas' logs (newuser15 #0 b
     await full("rr in sync after the restore");
     expect(await readAll(c, "rr")).toEqual(values(acked));
   }, 240_000);
+});
+
+/** Resolves once node `id`'s registration is gone from etcd (its lease expired). */
+const unregistered = (c: TestCluster, id: number) =>
+  waitFor(
+    `node ${id}'s registration gone`,
+    async () => ((await c.client.get(`/es-broker/brokers/${id}`)) === null ? true : undefined),
+    30_000,
+  );
+
+describe("cluster: a start on an empty directory, then the real one (attack15 F2)", () => {
+  it("the real directory is eligible again and leads its RF 1 partition with every record", async () => {
+    const c = await startCluster();
+    cluster = c;
+    await createTopic(c, "solo", { replication_factor: 1, min_insync_replicas: 1 });
+    // The partition of "solo" whose only replica is node 3 (one partition: make sure of it).
+    const s0 = await waitFor("solo led", async () => {
+      const s = await c.state("solo");
+      return s !== undefined && s.leader >= 1 ? s : undefined;
+    });
+    const X = s0.replicas[0];
+    await produce(c, "solo", 0, 200);
+    // X is killed; once its registration is gone, an empty directory starts as X.
+    await c.stop(X, "SIGKILL");
+    await unregistered(c, X);
+    const fresh = await c.start(X, join(c.root, "fresh"));
+    await waitFor("the empty directory forgot X", async () =>
+      fresh.stderr().includes('"event":"cluster.replica_data_forgotten"') ? true : undefined,
+    );
+    const forgotten = (await c.state("solo"))!;
+    expect(forgotten.leader).toBe(-1);
+    expect(forgotten.elr).toEqual([]);
+    // The operator notices: stops it, starts X on its real directory.
+    expect(await c.stop(X)).toBe(0);
+    await unregistered(c, X);
+    await c.start(X);
+    const back = await waitFor(
+      "solo led by the real directory again",
+      async () => {
+        const s = await c.state("solo");
+        return s !== undefined && s.leader === X ? s : undefined;
+      },
+      30_000,
+    );
+    expect(back.isr).toEqual([X]);
+    await produce(c, "solo", 200, 250);
+    expect(await readAll(c, "solo")).toEqual(values(250));
+  }, 180_000);
+});
+
+describe("cluster: unclean leader election (attack15 F2 b, attack15b F3)", () => {
+  it("an ELR waiting for a broker that never returns: cluster status says so; cluster elect --unclean ends it", async () => {
+    const c = await startCluster();
+    cluster = c;
+    await createTopic(c, "t3", { replication_factor: 3, min_insync_replicas: 2 });
+    await waitFor("t3 in sync", async () =>
+      (await c.state("t3"))?.isr.length === 3 ? true : undefined,
+    );
+    await produce(c, "t3", 0, 150);
+    for (const id of [1, 2, 3]) await c.stop(id, "SIGKILL");
+    for (const id of [1, 2, 3]) await unregistered(c, id);
+    // Node 3 never comes back (its machine is gone).
+    await c.start(1);
+    await c.start(2);
+    const stuck = await waitFor(
+      "t3 offline with every replica in the ELR",
+      async () => {
+        const s = await c.state("t3");
+        return s !== undefined && s.leader === -1 && s.elr.length === 3 ? s : undefined;
+      },
+      30_000,
+    );
+    expect(stuck.isr).toEqual([]);
+    const broker = (id: number) => `127.0.0.1:${c.brokers.get(id)!.tcp.port}`;
+    const status = await runCli(["cluster", "status", "--broker", broker(1), "--json"]);
+    expect(status.code, status.stderr).toBe(0);
+    const doc = JSON.parse(status.stdout.toString()) as {
+      topics: { name: string; partitions: { status: string; reason: string | null }[] }[];
+    };
+    const p = doc.topics.find((t) => t.name === "t3")!.partitions[0];
+    expect(p.status).toBe("offline");
+    expect(p.reason).toMatch(/^waiting for node 3 of the ELR/);
+    expect(p.reason).toContain("es-broker cluster elect --unclean --topic t3 --partition 0");
+    const text = await runCli(["cluster", "status", "--broker", broker(1)]);
+    expect(text.stdout.toString()).toMatch(/offline \(waiting for node 3 of the ELR/);
+    // The election itself: without --unclean it is refused; with it, node 1 or 2 leads.
+    const refused = await runCli([
+      "cluster",
+      "elect",
+      "--topic",
+      "t3",
+      "--cluster",
+      c.etcd.clusterUrl,
+    ]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain("cluster elect needs --unclean");
+    const elect = await runCli([
+      "cluster",
+      "elect",
+      "--unclean",
+      "--topic",
+      "t3",
+      "--partition",
+      "0",
+      "--cluster",
+      c.etcd.clusterUrl,
+    ]);
+    expect(elect.code, elect.stderr).toBe(0);
+    expect(elect.stdout.toString()).toMatch(
+      /^t3\/0: node [12] leads at epoch \d+ \(unclean: 0 records below committed_offset lost, and any acknowledged record only node 3 held\)\n$/,
+    );
+    const led = (await c.state("t3"))!;
+    expect([1, 2]).toContain(led.leader);
+    const logs = [...c.brokers.values()].map((b) => b.stderr()).join("\n");
+    expect(logs).toContain('"event":"cluster.unclean_leader_elected"');
+    // Every acknowledged record was on nodes 1 and 2 too: nothing is lost, and writes go on.
+    await produce(c, "t3", 150, 200);
+    expect(await readAll(c, "t3")).toEqual(values(200));
+    // Asked again, it is refused: the partition has a leader.
+    const again = await runCli([
+      "cluster",
+      "elect",
+      "--unclean",
+      "--topic",
+      "t3",
+      "--partition",
+      "0",
+      "--cluster",
+      c.etcd.clusterUrl,
+    ]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("t3/0 not elected: it is not offline");
+  }, 180_000);
 });

@@ -9,7 +9,15 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { Controller } from "../../src/cluster/controller.ts";
-import { incarnationsKey, logEndsKey, partitionKey } from "../../src/cluster/keys.ts";
+import { forgetReplicaDataInCluster } from "../../src/cluster/fresh-replica.ts";
+import {
+  dataDirKey,
+  electUncleanKey,
+  electUncleanResultKey,
+  incarnationsKey,
+  logEndsKey,
+  partitionKey,
+} from "../../src/cluster/keys.ts";
 import { joinCluster, type Membership } from "../../src/cluster/membership.ts";
 import {
   formatPartitionState,
@@ -34,12 +42,14 @@ interface TestBroker {
   membership: Membership;
   controller: Controller;
   logger: MemoryLogger;
+  stop(): Promise<void>;
 }
 
 async function startBroker(
   etcd: FakeEtcd,
   clock: ManualClock,
   nodeId: number,
+  dataDirId = `dir-${nodeId}`,
 ): Promise<TestBroker> {
   const logger = new MemoryLogger();
   const membership = await joinCluster({
@@ -50,7 +60,7 @@ async function startBroker(
     prefix,
     nodeId,
     advertise: { tcp: `127.0.0.1:${9000 + nodeId}`, http: `http://127.0.0.1:${8000 + nodeId}` },
-    dataDirId: `dir-${nodeId}`,
+    dataDirId,
     dataDir: null,
     newClusterId: "cluster-a",
   });
@@ -66,11 +76,15 @@ async function startBroker(
     rebalanceMs: 0,
   });
   await controller.start();
-  cleanups.push(async () => {
+  let stopped = false;
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
     await controller.close();
     await membership.close();
-  });
-  return { nodeId, membership, controller, logger };
+  };
+  cleanups.push(stop);
+  return { nodeId, membership, controller, logger, stop };
 }
 
 async function readState(etcd: FakeEtcd, topic: string): Promise<PartitionState> {
@@ -80,19 +94,19 @@ async function readState(etcd: FakeEtcd, topic: string): Promise<PartitionState>
   return parsePartitionState(key, kv.value);
 }
 
-/** Three brokers with controllers; the incarnations recorded. */
-async function cluster() {
+/** Brokers `ids` with controllers; the incarnations recorded. */
+async function cluster(ids = [1, 2, 3]) {
   const etcd = new FakeEtcd();
   const clock = new ManualClock();
   const brokers: TestBroker[] = [];
-  for (const id of [1, 2, 3]) brokers.push(await startBroker(etcd, clock, id));
+  for (const id of ids) brokers.push(await startBroker(etcd, clock, id));
   await until("incarnations recorded", async () => {
     const kv = await etcd.get(incarnationsKey(prefix));
-    return kv !== null && Object.keys(JSON.parse(kv.value)).length === 3;
+    return kv !== null && Object.keys(JSON.parse(kv.value)).length === ids.length;
   });
   /** Publishes broker `id`'s log end and last epoch of `topic`/0, as its node does. */
   const publish = async (id: number, topic: string, logEnd: number, lastEpoch: number) => {
-    const b = brokers[id - 1];
+    const b = brokers.find((x) => x.nodeId === id) as TestBroker;
     await etcd.put(
       logEndsKey(prefix, id),
       JSON.stringify({
@@ -106,6 +120,17 @@ async function cluster() {
   };
   const logs = () => brokers.flatMap((b) => b.logger.events);
   return { etcd, clock, brokers, publish, logs };
+}
+
+/** The controller's answer in `elect_unclean_result` to the request put at `revision`. */
+async function uncleanAnswer(etcd: FakeEtcd, revision: number) {
+  let answer: { request_revision: number; partitions: Record<string, unknown>[] } | undefined;
+  await until("the controller's answer", async () => {
+    const kv = await etcd.get(electUncleanResultKey(prefix));
+    answer = kv === null ? undefined : JSON.parse(kv.value);
+    return answer?.request_revision === revision;
+  });
+  return answer as { request_revision: number; partitions: Record<string, unknown>[] };
 }
 
 describe("controller: a partition state older than the replicas' logs (newuser15 #0 b)", () => {
@@ -146,5 +171,130 @@ describe("controller: a partition state older than the replicas' logs (newuser15
       isr: [1, 2],
       elr: [],
     });
+  });
+});
+
+describe("controller: unclean leader election (attack15 F2 b)", () => {
+  it("an elect_unclean request elects the live replica with the largest (last epoch, log end), logged at error with what is lost", async () => {
+    // Node 3 never comes back: the ELR [1, 3] waits for it for good.
+    const { etcd, clock, publish, logs } = await cluster([1, 2]);
+    const stuck = {
+      ...initialPartitionState([1, 2, 3], 2),
+      leader: -1,
+      leader_epoch: 7,
+      isr: [],
+      elr: [1, 3],
+      committed_offset: 500,
+    };
+    await etcd.put(partitionKey(prefix, "t", 0), formatPartitionState(stuck));
+    await settle();
+    await publish(1, "t", 480, 6);
+    await publish(2, "t", 450, 6);
+    expect((await readState(etcd, "t")).leader).toBe(-1);
+    // Offline past a resync: the controller says what it waits for and the way out (attack15b F3).
+    for (let i = 0; i < 3; i++) {
+      clock.advance(10_000);
+      await settle();
+    }
+    const offline = logs().filter((e) => e.event === "cluster.partition_offline");
+    expect(offline.length).toBe(1); // once a minute at most
+    expect(offline[0].level).toBe("warn");
+    expect(offline[0].fields).toMatchObject({ topic: "t", partition: 0, elr: [1, 3] });
+    expect(String(offline[0].fields.reason)).toMatch(
+      /^waiting for node 3 of the ELR: .*es-broker cluster elect --unclean --topic t --partition 0$/,
+    );
+    const put = await etcd.txn({
+      compare: [],
+      success: [{ put: { key: electUncleanKey(prefix), value: '{"topic":"t","partition":0}' } }],
+    });
+    const answer = await uncleanAnswer(etcd, put.revision);
+    expect(answer.partitions).toEqual([
+      { partition: 0, leader: 1, leader_epoch: 8, lost_below_committed: 20, missing_replicas: [3] },
+    ]);
+    expect(await readState(etcd, "t")).toEqual({
+      ...stuck,
+      leader: 1,
+      leader_epoch: 8,
+      isr: [1],
+      elr: [],
+      committed_offset: 480,
+    });
+    const line = logs().find((e) => e.event === "cluster.unclean_leader_elected");
+    expect(line?.level).toBe("error");
+    expect(line?.fields).toMatchObject({
+      topic: "t",
+      partition: 0,
+      leader: 1,
+      missing_replicas: [3],
+    });
+    expect(String(line?.fields.lost)).toMatch(/^20 records below committed_offset 500/);
+    // A partition with a leader is refused, with the reason in the answer.
+    const again = await etcd.txn({
+      compare: [],
+      success: [{ put: { key: electUncleanKey(prefix), value: '{"topic":"t","partition":0}' } }],
+    });
+    expect((await uncleanAnswer(etcd, again.revision)).partitions).toEqual([
+      { partition: 0, refused: "it is not offline: node 1 leads it" },
+    ]);
+    // A malformed request is logged and ignored.
+    await etcd.put(electUncleanKey(prefix), '{"topic":1}');
+    await settle();
+    expect(logs().some((e) => e.event === "cluster.bad_elect_unclean")).toBe(true);
+  });
+});
+
+describe("controller: a forgotten replica's own data directory back (attack15 F2 a)", () => {
+  it("the empty directory's start forgets node 3; the real directory's start makes it eligible and elected again", async () => {
+    const { etcd, clock, brokers, logs } = await cluster([1, 2]);
+    // solo/0: RF 1 on node 3, whose real directory is dir-3; node 3 died: offline, ELR [3].
+    const offline = {
+      ...initialPartitionState([3], 1),
+      leader: -1,
+      leader_epoch: 4,
+      isr: [],
+      elr: [3],
+      committed_offset: 4000,
+    };
+    await etcd.put(partitionKey(prefix, "solo", 0), formatPartitionState(offline));
+    await etcd.put(dataDirKey(prefix, 3), "dir-3");
+    // An empty directory starts as node 3 (the disk not mounted): forgotten, never elected.
+    expect(await forgetReplicaDataInCluster(etcd, prefix, 3)).toEqual(["solo/0"]);
+    expect(await readState(etcd, "solo")).toEqual({
+      ...offline,
+      elr: [],
+      forgotten: [{ node_id: 3, data_dir_id: "dir-3", leader_epoch: 4 }],
+    });
+    const empty = await startBroker(etcd, clock, 3, "empty-3");
+    brokers.push(empty);
+    await settle();
+    expect((await readState(etcd, "solo")).elr).toEqual([]);
+    // Stopped; the real directory starts as node 3.
+    await empty.stop();
+    clock.advance(5000);
+    await settle();
+    const real = await startBroker(etcd, clock, 3, "dir-3");
+    brokers.push(real);
+    await until("node 3 back in the ELR", async () =>
+      (await readState(etcd, "solo")).elr.includes(3),
+    );
+    // It publishes its log end (an offline state naming it): elected by the ELR rule.
+    await etcd.put(
+      logEndsKey(prefix, 3),
+      JSON.stringify({
+        incarnation: real.membership.incarnation,
+        log_end_offsets: { "solo/0": 4100 },
+        last_epochs: { "solo/0": 3 },
+      }),
+      { lease: real.membership.leaseId },
+    );
+    await until("solo led", async () => (await readState(etcd, "solo")).leader === 3);
+    expect(await readState(etcd, "solo")).toEqual({
+      ...offline,
+      leader: 3,
+      leader_epoch: 5,
+      isr: [3],
+      elr: [],
+    });
+    expect(logs().some((e) => e.event === "cluster.partition_changed")).toBe(true);
   });
 });

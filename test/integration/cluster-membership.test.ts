@@ -123,7 +123,7 @@ describe("membership: joining", () => {
     }
     expect(old.refused).toBe(refusals[0]);
     expect(refusals[0].message).toMatch(
-      /node 1 is registered by a broker with another data directory/,
+      /^Node 1 was taken over by a broker on another data directory/,
     );
     expect(old.live).toBe(false);
     // It tries no more, and its close names no departure: node 1 is the replacement's.

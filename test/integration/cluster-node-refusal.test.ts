@@ -103,9 +103,12 @@ describe("cluster node: a duplicate node id and a leadership it cannot take (att
     await node.membership.checkNow();
     await waitFor(() => refusals.length === 1, "the refusal to be reported");
     expect(calls.closed).toBe(1);
+    // Its own message, not the starting broker's advice (attack15 F7).
     expect(refusals[0].message).toMatch(
-      /node 1 is registered by a broker with another data directory/,
+      /^Node 1 was taken over by a broker on another data directory \(tcp 127\.0\.0\.1:9101, http http:\/\/127\.0\.0\.1:8101\) while this process could not renew its registration/,
     );
+    expect(refusals[0].message).toContain("Keep this data directory");
+    expect(refusals[0].message).not.toContain("--node-id");
     expect(node.membership.refused).not.toBeNull();
   });
 

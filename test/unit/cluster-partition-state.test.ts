@@ -8,10 +8,12 @@ import {
   checkPartitionState,
   controllerUpdate,
   expandIsr,
+  forgetReplicaData,
   formatPartitionState,
   initialPartitionState,
   newestEpochAbove,
   noLeader,
+  offlineReason,
   type PartitionState,
   parsePartitionState,
   preferredLeaderMove,
@@ -19,6 +21,7 @@ import {
   resignLeadership,
   restoredStateUpdate,
   shrinkIsr,
+  uncleanElection,
 } from "../../src/cluster/partition-state.ts";
 
 const views =
@@ -911,5 +914,154 @@ describe("partition state: older than the replicas' logs (etcd restored, newuser
       leader_epoch: 10,
       isr: [3],
     });
+  });
+});
+
+describe("partition state: a forgotten replica's own directory back (attack15 F2)", () => {
+  // solo/2: RF 1 on node 3. Node 3 died: offline, node 3 in the ELR (epoch 4).
+  const offline: PartitionState = {
+    ...initialPartitionState([3], 1),
+    leader: noLeader,
+    leader_epoch: 4,
+    isr: [],
+    elr: [3],
+    committed_offset: 4000,
+  };
+  const view =
+    (dataDirId: string, logEnd?: number) =>
+    (id: number): ReplicaView => ({
+      alive: id === 3,
+      dataDirId: id === 3 ? dataDirId : undefined,
+      logEndOffset: logEnd,
+      lastEpoch: logEnd === undefined ? undefined : 3,
+    });
+
+  it("the forget records the directory it took the place of, stored and read back", () => {
+    const forgotten = forgetReplicaData(offline, 3, "real-dir") as PartitionState;
+    expect(forgotten).toEqual({
+      ...offline,
+      elr: [],
+      forgotten: [{ node_id: 3, data_dir_id: "real-dir", leader_epoch: 4 }],
+    });
+    expect(parsePartitionState("k", formatPartitionState(forgotten))).toEqual(forgotten);
+    // Without a known directory nothing is recorded, and the stored form is unchanged.
+    expect(forgetReplicaData(offline, 3)).toEqual({ ...offline, elr: [] });
+    expect(formatPartitionState({ ...offline, elr: [] })).not.toContain("forgotten");
+  });
+
+  it("the empty directory is never eligible; the real one is put back into the ELR, then elected by the ELR rule", () => {
+    const forgotten = forgetReplicaData(offline, 3, "real-dir") as PartitionState;
+    expect(controllerUpdate(forgotten, { gone: [3], view: view("empty-dir", 0) })).toBeNull();
+    const back = controllerUpdate(forgotten, { gone: [3], view: view("real-dir") });
+    expect(back).toEqual({ ...offline, elr: [3] });
+    // Its log end, published since, reaches committed_offset: it leads in a new epoch.
+    expect(
+      controllerUpdate(back as PartitionState, { gone: [], view: view("real-dir", 4100) }),
+    ).toEqual({
+      ...offline,
+      leader: 3,
+      leader_epoch: 5,
+      isr: [3],
+      elr: [],
+    });
+  });
+
+  it("not once the partition was led since (records were committed without it)", () => {
+    const forgotten = forgetReplicaData(
+      { ...initialPartitionState([1, 3], 1), leader: 1, leader_epoch: 4, isr: [1, 3] },
+      3,
+      "real-dir",
+    ) as PartitionState;
+    expect(forgotten.forgotten).toEqual([{ node_id: 3, data_dir_id: "real-dir", leader_epoch: 4 }]);
+    // Node 1 dies later: offline in epoch 5, node 1 in the ELR; the entry is stale and dropped.
+    const later = controllerUpdate(forgotten, {
+      gone: [1],
+      view: (id) => ({ alive: id === 3, dataDirId: "real-dir", logEndOffset: undefined }),
+    });
+    expect(later).toEqual({
+      ...forgotten,
+      leader: noLeader,
+      leader_epoch: 5,
+      isr: [],
+      elr: [1],
+      forgotten: undefined,
+    });
+    expect((later as PartitionState).forgotten).toBeUndefined();
+  });
+});
+
+describe("partition state: unclean leader election (attack15 F2 b)", () => {
+  const stuck: PartitionState = {
+    ...initialPartitionState([1, 2, 3], 2),
+    leader: noLeader,
+    leader_epoch: 7,
+    isr: [],
+    elr: [1, 3],
+    committed_offset: 500,
+  };
+  const view =
+    (table: Record<number, [lastEpoch: number, logEnd: number] | "dead" | "unpublished">) =>
+    (id: number): ReplicaView => {
+      const t = table[id];
+      if (t === "dead" || t === undefined) return { alive: false, logEndOffset: undefined };
+      if (t === "unpublished") return { alive: true, logEndOffset: undefined };
+      return { alive: true, logEndOffset: t[1], lastEpoch: t[0] };
+    };
+
+  it("elects the live replica with the largest (last epoch, log end), outside the ELR too, and says what is lost", () => {
+    const out = uncleanElection(stuck, view({ 1: [6, 480], 2: [6, 450], 3: "dead" }));
+    expect(out).toEqual({
+      state: { ...stuck, leader: 1, leader_epoch: 8, isr: [1], elr: [], committed_offset: 480 },
+      logEndOffset: 480,
+      lastEpoch: 6,
+      missing: [3],
+      missingCommitted: 20,
+    });
+    expect(checkPartitionState((out as { state: PartitionState }).state)).toEqual([]);
+    // A published epoch above the state's (etcd restored) sets the new epoch above it.
+    const restored = uncleanElection(stuck, view({ 1: "dead", 2: [12, 900], 3: "dead" }));
+    expect(restored).toMatchObject({
+      state: { leader: 2, leader_epoch: 13, committed_offset: 500 },
+    });
+  });
+
+  it("is refused while the partition has a leader, a live ISR member, a possible ELR election, or no published live replica", () => {
+    expect(
+      uncleanElection({ ...stuck, leader: 2, isr: [2], elr: [] }, view({ 2: [7, 1] })),
+    ).toEqual({
+      refused: "it is not offline: node 2 leads it",
+    });
+    expect(uncleanElection({ ...stuck, isr: [2], elr: [] }, view({ 2: [6, 450] }))).toMatchObject({
+      refused: expect.stringContaining("in-sync replica 2 is alive"),
+    });
+    expect(uncleanElection(stuck, view({ 1: [6, 480], 3: [6, 500] }))).toMatchObject({
+      refused: expect.stringContaining("every ELR member is back"),
+    });
+    expect(uncleanElection(stuck, view({ 1: "unpublished", 2: "dead", 3: "dead" }))).toMatchObject({
+      refused: expect.stringContaining("no replica is alive with a log end published"),
+    });
+  });
+});
+
+describe("partition state: why an offline partition is offline (attack15b F3)", () => {
+  const where = { topic: "t3", partition: 0 };
+  const base = { replicas: [1, 2, 3], leader: noLeader, isr: [] as number[], elr: [] as number[] };
+  const live = (ids: number[]) => (id: number) => ids.includes(id);
+
+  it("names the missing ELR or ISR members, the replicas to start, or the unclean election", () => {
+    expect(offlineReason({ ...base, leader: 1, isr: [1] }, live([1]), where)).toBeNull();
+    expect(offlineReason({ ...base, elr: [1, 2, 3] }, live([2]), where)).toBe(
+      "waiting for nodes 1, 3 of the ELR: start them; a node whose disk is lost, started on an empty data directory, leaves the ELR; or, losing what only they hold: es-broker cluster elect --unclean --topic t3 --partition 0",
+    );
+    expect(offlineReason({ ...base, isr: [3] }, live([1, 2]), where)).toBe(
+      "waiting for node 3 of the ISR",
+    );
+    expect(offlineReason(base, live([]), where)).toBe("no live replica: start nodes 1, 2, 3");
+    expect(offlineReason(base, live([1, 2, 3]), where)).toMatch(
+      /^no eligible replica \(unclean election needed, losing what the others held: es-broker cluster elect --unclean --topic t3 --partition 0; or, after an etcd restore, waiting for their log ends\)$/,
+    );
+    expect(offlineReason({ ...base, elr: [1] }, live([1]), where)).toMatch(
+      /^every ELR member is back/,
+    );
   });
 });
