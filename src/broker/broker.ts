@@ -393,8 +393,8 @@ export class LocalBroker implements Broker {
    * {@link TopicRegistry.setTopicId}.
    * @throws BrokerError topic_not_found, unavailable, storage_error; internal for another id.
    */
-  async setTopicId(name: string, topicId: string): Promise<void> {
-    return this.#topics.setTopicId(name, topicId);
+  async setTopicId(name: string, topicId: string, topicRevision?: number): Promise<void> {
+    return this.#topics.setTopicId(name, topicId, topicRevision);
   }
 
   /**

@@ -112,6 +112,12 @@ export interface Topic {
    * that is not in a cluster and on a copy made before topic ids existed.
    */
   topicId?: string;
+  /**
+   * The etcd create revision of the cluster topic's record when this copy took {@link topicId}
+   * (docs/cluster.md "Topic ids"): tells a copy older than etcd's topic from one newer than it
+   * (etcd restored from a snapshot). Absent where the id is.
+   */
+  topicRevision?: number;
 }
 
 /**
@@ -391,8 +397,12 @@ export class TopicRegistry {
     let partitionCount: number;
     let stream: StreamMeta | undefined;
     let topicId: string | undefined;
+    let topicRevision: number | undefined;
     try {
-      ({ config, partitionCount, stream, topicId } = parseTopicFile(name, read.value));
+      ({ config, partitionCount, stream, topicId, topicRevision } = parseTopicFile(
+        name,
+        read.value,
+      ));
     } catch (err) {
       const reason = errorMessage(err);
       this.#unavailable.set(name, `${metaPath}: ${reason}`);
@@ -403,7 +413,16 @@ export class TopicRegistry {
       });
       return;
     }
-    const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0, stream, topicId };
+    const topic: Topic = {
+      name,
+      dir,
+      config,
+      partitions: [],
+      roundRobin: 0,
+      stream,
+      topicId,
+      topicRevision,
+    };
     try {
       await this.#openPartitions(topic, partitionCount);
     } catch (err) {
@@ -545,6 +564,7 @@ export class TopicRegistry {
     return {
       ...(topic.stream === undefined ? {} : { stream: structuredClone(topic.stream) }),
       ...(topic.topicId === undefined ? {} : { topic_id: topic.topicId }),
+      ...(topic.topicRevision === undefined ? {} : { topic_revision: topic.topicRevision }),
       name: topic.name,
       config: { ...topic.config },
       partitions: topic.partitions.map(
@@ -580,6 +600,12 @@ export class TopicRegistry {
         Errors.invalidRequest,
         `Cannot create topic "${name}": its topic id ${quote(topicId)} is not 32 lowercase hex digits`,
       );
+    const topicRevision = topicId === undefined ? undefined : request.topic_revision;
+    if (topicRevision !== undefined && !isTopicRevision(topicRevision))
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Cannot create topic "${name}": its topic revision ${quote(topicRevision)} is not a positive integer`,
+      );
     if (this.#topics.has(name) || this.#unavailable.has(name) || this.#busy.has(name)) {
       throw new BrokerError(Errors.topicExists, `Cannot create topic "${name}": it already exists`);
     }
@@ -600,7 +626,16 @@ export class TopicRegistry {
       if (this.#cleanup.cold !== null && (await this.#trashHolds(name)))
         await this.#cleanup.removeColdData(name);
       const stream = options.stream;
-      const topic: Topic = { name, dir, config, partitions: [], roundRobin: 0, stream, topicId };
+      const topic: Topic = {
+        name,
+        dir,
+        config,
+        partitions: [],
+        roundRobin: 0,
+        stream,
+        topicId,
+        topicRevision,
+      };
       await writeJsonAtomic(
         this.#fs,
         joinPath(dir, "topic.json"),
@@ -918,18 +953,23 @@ export class TopicRegistry {
 
   /**
    * Records the cluster topic id of a topic whose copy has none (made before topic ids existed:
-   * docs/cluster.md "Topic ids"): `topic.json` is rewritten atomically (serialized with config
-   * updates), and the id applies once the rewrite is durable. Setting the id it already has does
-   * nothing.
+   * docs/cluster.md "Topic ids"), with the etcd create revision of the topic's record if given:
+   * `topic.json` is rewritten atomically (serialized with config updates), and the id applies
+   * once the rewrite is durable. Setting the id it already has does nothing.
    * @throws BrokerError topic_not_found, unavailable, storage_error; invalid_request for a
    *   malformed id; internal if the topic already has another id (another incarnation is never
    *   adopted: the caller moves such a copy aside instead).
    */
-  async setTopicId(name: string, topicId: string): Promise<void> {
+  async setTopicId(name: string, topicId: string, topicRevision?: number): Promise<void> {
     if (!isTopicId(topicId))
       throw new BrokerError(
         Errors.invalidRequest,
         `Cannot set the topic id of topic "${name}": ${quote(topicId)} is not 32 lowercase hex digits`,
+      );
+    if (topicRevision !== undefined && !isTopicRevision(topicRevision))
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Cannot set the topic id of topic "${name}": revision ${quote(topicRevision)} is not a positive integer`,
       );
     await this.#configWrites.run(async () => {
       const topic = this.get(name);
@@ -943,7 +983,7 @@ export class TopicRegistry {
         await writeJsonAtomic(
           this.#fs,
           joinPath(topic.dir, "topic.json"),
-          topicFile({ ...topic, topicId }, topic.partitions.length),
+          topicFile({ ...topic, topicId, topicRevision }, topic.partitions.length),
         );
       } catch (err) {
         throw storageFailure(
@@ -952,6 +992,7 @@ export class TopicRegistry {
         );
       }
       topic.topicId = topicId;
+      topic.topicRevision = topicRevision;
       this.#logger.log("info", "topic.id_adopted", { topic: name, topic_id: topicId });
     });
   }
@@ -1009,13 +1050,20 @@ export class TopicRegistry {
 export function parseTopicFile(
   name: string,
   value: unknown,
-): { partitionCount: number; config: TopicConfig; stream?: StreamMeta; topicId?: string } {
+): {
+  partitionCount: number;
+  config: TopicConfig;
+  stream?: StreamMeta;
+  topicId?: string;
+  topicRevision?: number;
+} {
   const meta = value as {
     name?: unknown;
     partitions?: unknown;
     config?: unknown;
     stream?: unknown;
     topic_id?: unknown;
+    topic_revision?: unknown;
   };
   if (typeof meta !== "object" || meta === null) throw new Error("not an object");
   if (meta.name !== name)
@@ -1023,17 +1071,26 @@ export function parseTopicFile(
   // Absent: a copy made before topic ids existed, or a topic outside a cluster.
   if (meta.topic_id !== undefined && !isTopicId(meta.topic_id))
     throw new Error(`topic_id ${JSON.stringify(meta.topic_id)} is not 32 lowercase hex digits`);
+  if (meta.topic_revision !== undefined && !isTopicRevision(meta.topic_revision))
+    throw new Error(
+      `topic_revision ${JSON.stringify(meta.topic_revision)} is not a positive integer`,
+    );
   return {
     partitionCount: validatePartitionCount(meta.partitions),
     config: mergeTopicConfig(defaultTopicConfig, meta.config),
     ...(meta.stream === undefined ? {} : { stream: parseStreamMeta(meta.stream) }),
     ...(meta.topic_id === undefined ? {} : { topicId: meta.topic_id }),
+    ...(meta.topic_revision === undefined ? {} : { topicRevision: meta.topic_revision }),
   };
+}
+
+function isTopicRevision(value: unknown): value is number {
+  return typeof value === "number" && Number.isSafeInteger(value) && value > 0;
 }
 
 /** The content of a topic's `topic.json` (docs/storage.md "Files on disk"). */
 function topicFile(
-  topic: Pick<Topic, "name" | "config" | "stream" | "topicId">,
+  topic: Pick<Topic, "name" | "config" | "stream" | "topicId" | "topicRevision">,
   partitions: number,
 ): Record<string, unknown> {
   return {
@@ -1042,5 +1099,6 @@ function topicFile(
     config: topic.config,
     ...(topic.stream === undefined ? {} : { stream: topic.stream }),
     ...(topic.topicId === undefined ? {} : { topic_id: topic.topicId }),
+    ...(topic.topicRevision === undefined ? {} : { topic_revision: topic.topicRevision }),
   };
 }

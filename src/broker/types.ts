@@ -113,6 +113,8 @@ export interface TopicDescription {
    * TCP apis do not show it.
    */
   topic_id?: string;
+  /** The etcd create revision of the topic's record the copy took its id from (with `topic_id`). */
+  topic_revision?: number;
 }
 
 /** Arguments of {@link Broker.createTopic}. */
@@ -129,6 +131,11 @@ export interface CreateTopicRequest {
    * request. @throws invalid_request if malformed.
    */
   topic_id?: string;
+  /**
+   * With `topic_id`: the etcd create revision of the topic's record (a positive integer), written
+   * into `topic.json` beside it. @throws invalid_request if malformed.
+   */
+  topic_revision?: number;
 }
 
 /** Arguments of {@link Broker.produce}. */
@@ -485,7 +492,7 @@ export interface Broker {
    * node's local broker has it. @throws topic_not_found, storage_error; internal if the copy has
    * another id.
    */
-  setTopicId?(name: string, topicId: string): Promise<void>;
+  setTopicId?(name: string, topicId: string, topicRevision?: number): Promise<void>;
   /**
    * Runs retention and compaction on every partition of a topic now
    * (`POST /v1/admin/topics/{topic}/cleanup`). Optional, as above. @throws topic_not_found.

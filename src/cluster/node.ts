@@ -179,6 +179,8 @@ interface TopicEntry {
   /** null: created before topic ids, none added yet. */
   topicId: string | null;
   origin: TopicIdOrigin;
+  /** The record's etcd create revision (written into the copies' `topic.json` with the id). */
+  createRevision: number;
 }
 
 /**
@@ -208,6 +210,8 @@ export class ClusterNode {
   readonly #prefix: string;
   readonly #brokers = new Map<number, BrokerRegistration>();
   readonly #topics = new Map<string, TopicEntry>();
+  /** `name:local id:etcd id` of copies newer than etcd's topic already logged. */
+  readonly #newerLogged = new Set<string>();
   /** `name@mod_revision` of topic records without an id this broker has tried to give one. */
   readonly #upgradesTried = new Set<string>();
   readonly #partitions = new Map<string, Map<number, PartitionEntry>>();
@@ -414,6 +418,7 @@ export class ClusterNode {
           this.#topics.set(name, {
             ...parseTopicRecord(e.kv.value),
             modRevision: e.kv.modRevision,
+            createRevision: e.kv.createRevision,
           });
         return name;
       }
@@ -551,7 +556,14 @@ export class ClusterNode {
         // while this broker was down or its watch behind: attack15b F5)?
         let moved: boolean;
         try {
-          moved = await this.#checkIncarnation(name, copies.get(name)?.topic_id, topic, map);
+          const copy = copies.get(name);
+          moved = await this.#checkIncarnation(
+            name,
+            copy?.topic_id,
+            copy?.topic_revision,
+            topic,
+            map,
+          );
         } catch (err) {
           // The copy could not be compared or moved aside (its storage failed): none of its
           // partitions is applied, so it is neither served nor followed; tried at the next change.
@@ -592,7 +604,9 @@ export class ClusterNode {
             name,
             partitions: map.size,
             config: { ...topic.config },
-            ...(topic.topicId === null ? {} : { topic_id: topic.topicId }),
+            ...(topic.topicId === null
+              ? {}
+              : { topic_id: topic.topicId, topic_revision: topic.createRevision }),
           });
           logger.log("info", "cluster.topic_created_locally", {
             topic: name,
@@ -655,19 +669,39 @@ export class ClusterNode {
   async #checkIncarnation(
     name: string,
     localId: string | undefined,
+    localRevision: number | undefined,
     topic: TopicEntry,
     map: Map<number, PartitionEntry>,
   ): Promise<boolean> {
     const { broker, logger, nodeId } = this.#o;
-    const relation = compareIncarnation(localId, topic);
+    const relation = compareIncarnation(localId, topic, localRevision);
     if (relation === "same") return false;
     if (relation === "unknown") {
       this.#upgradeTopic(name, localId, topic);
       return false;
     }
     if (relation === "adopt") {
-      await broker.setTopicId?.(name, topic.topicId!);
+      await broker.setTopicId?.(name, topic.topicId!, topic.createRevision);
       return false;
+    }
+    if (relation === "newer") {
+      // etcd is older than the copy (restored from a snapshot): its records are of a topic etcd
+      // no longer knows. Kept, never served or followed, as an unknown topic's (attack15b F8).
+      const logged = `${name}:${localId}:${topic.topicId}`;
+      if (!this.#newerLogged.has(logged)) {
+        this.#newerLogged.add(logged);
+        logger.log("error", "cluster.topic_incarnation_newer", {
+          topic: name,
+          local_topic_id: localId ?? null,
+          local_topic_revision: localRevision ?? null,
+          topic_id: topic.topicId,
+          topic_revision: topic.createRevision,
+          action: `the local copy is of a later topic of this name than the one etcd holds (was etcd restored from an older snapshot?): its files are kept on this data directory, not served, and this broker takes no replica of the topic etcd holds; stop this broker and move topics/${name} out of its data directory (after copying it if its records matter) to let it replicate that topic`,
+        });
+      }
+      throw new Error(
+        `Cannot replicate topic ${JSON.stringify(name)}: the local copy (topic id ${localId}) is of a later topic of this name than etcd's (topic id ${topic.topicId}); kept, not served`,
+      );
     }
     // Another incarnation: never served, never adopted, never followed from.
     for (const [partition, entry] of map) {
@@ -1205,7 +1239,11 @@ export class ClusterNode {
       // This broker's copy is older than etcd's (its watch has not brought the other change).
       const kv = await this.#etcdCall(what, () => etcd.get(tKey));
       if (kv === null) throw missing();
-      current = { ...parseTopicRecord(kv.value), modRevision: kv.modRevision };
+      current = {
+        ...parseTopicRecord(kv.value),
+        modRevision: kv.modRevision,
+        createRevision: kv.createRevision,
+      };
     }
   }
 

@@ -78,23 +78,35 @@ export function formatTopicRecord(record: TopicRecord): string {
 }
 
 /**
- * How a local copy whose `topic.json` records `localId` (undefined: none) relates to the topic
- * etcd holds as `record`:
+ * How a local copy whose `topic.json` records `localId` (undefined: none), taken from a record
+ * etcd created at `localRevision` (undefined: not recorded), relates to the topic etcd holds as
+ * `record` (created at `record.createRevision`):
  * - `same`: the ids match;
  * - `adopt`: the copy has no id and etcd's was added to a topic created before topic ids
  *   (`upgrade`): the copy is of that topic and records the id;
- * - `other`: another incarnation of the name (the ids differ, or the copy has none while etcd's
- *   id was made with the topic, which a copy made since would record): moved aside;
+ * - `other`: another, older incarnation of the name (the ids differ, or the copy has none while
+ *   etcd's id was made with the topic, which a copy made since would record): moved aside;
+ * - `newer`: the ids differ and the copy's topic was created after etcd's (a higher create
+ *   revision): etcd is older than the copy (restored from a snapshot taken before the name was
+ *   deleted and created again), so the copy holds records of a topic etcd no longer knows: kept,
+ *   never served, as a topic etcd does not know is (attack15b F8);
  * - `unknown`: etcd's topic has no id yet (created before topic ids): kept as before, until one
  *   is added ({@link upgradeTopicId}).
  */
 export function compareIncarnation(
   localId: string | undefined,
-  record: Pick<TopicRecord, "topicId" | "origin">,
-): "same" | "adopt" | "other" | "unknown" {
+  record: Pick<TopicRecord, "topicId" | "origin"> & { createRevision?: number },
+  localRevision?: number,
+): "same" | "adopt" | "other" | "newer" | "unknown" {
   if (record.topicId === null) return "unknown";
   if (localId === record.topicId) return "same";
   if (localId === undefined) return record.origin === "upgrade" ? "adopt" : "other";
+  if (
+    localRevision !== undefined &&
+    record.createRevision !== undefined &&
+    localRevision > record.createRevision
+  )
+    return "newer";
   return "other";
 }
 

@@ -71,8 +71,9 @@ describe("a topic deleted and created again while a replica is down (attack15b F
     const x = 3;
     const oldTopicJson = JSON.parse(
       readFileSync(join(cluster.dataDir(x), "topics", "t8", "topic.json"), "utf8"),
-    ) as { topic_id?: string };
+    ) as { topic_id?: string; topic_revision?: number };
     expect(oldTopicJson.topic_id).toMatch(/^[0-9a-f]{32}$/);
+    expect(oldTopicJson.topic_revision).toBeGreaterThan(0);
 
     // SIGKILL x and at once, within its lease, delete and create t8 again: x is still counted
     // live, so the new topic names it a replica of every partition (replication_factor 3 would
@@ -132,8 +133,9 @@ describe("a topic deleted and created again while a replica is down (attack15b F
     expect(back.stderr()).toMatch(/cluster\.topic_incarnation_replaced/);
     const newTopicJson = JSON.parse(
       readFileSync(join(cluster.dataDir(x), "topics", "t8", "topic.json"), "utf8"),
-    ) as { topic_id?: string };
+    ) as { topic_id?: string; topic_revision?: number };
     expect(newTopicJson.topic_id).toMatch(/^[0-9a-f]{32}$/);
     expect(newTopicJson.topic_id).not.toBe(oldTopicJson.topic_id);
+    expect(newTopicJson.topic_revision).toBeGreaterThan(oldTopicJson.topic_revision!);
   }, 240_000);
 });

@@ -103,13 +103,23 @@ async function putTopic(
   });
 }
 
-/** A local copy of cluster topic `name` holding `count` records, with topic id `topicId`. */
-async function localCopy(t: TestBroker, name: string, topicId: string | undefined, count = 3) {
+/**
+ * A local copy of cluster topic `name` holding `count` records, with topic id `topicId` taken
+ * from a record etcd created at `revision`.
+ */
+async function localCopy(
+  t: TestBroker,
+  name: string,
+  topicId: string | undefined,
+  count = 3,
+  revision?: number,
+) {
   await t.broker.createTopic({
     name,
     partitions: 1,
     config: { ...config },
     ...(topicId === undefined ? {} : { topic_id: topicId }),
+    ...(revision === undefined ? {} : { topic_revision: revision }),
   });
   const batch = new EntryBatchBuilder();
   for (let i = 0; i < count; i++) batch.add(null, utf8(`old-${i}`));
@@ -134,12 +144,16 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     const { node } = await startNode(etcd, t.broker, replicas);
     const one = { ...defaultTopicConfig, replication_factor: 1, min_insync_replicas: 1 };
     await node.createTopic("fresh", 2, one);
-    const record = parseTopicRecord((await etcd.get(topicKey(prefix, "fresh")))!.value);
+    const kv = (await etcd.get(topicKey(prefix, "fresh")))!;
+    const record = parseTopicRecord(kv.value);
     expect(record.topicId).toMatch(/^[0-9a-f]{32}$/);
     expect(record.origin).toBe("creation");
     expect(record.config).toEqual(one);
     await waitFor(async () => (await t.broker.listTopics()).length === 1, "the local copy");
-    expect((await topicJson(t, "fresh")).topic_id).toBe(record.topicId);
+    expect(await topicJson(t, "fresh")).toMatchObject({
+      topic_id: record.topicId,
+      topic_revision: kv.createRevision,
+    });
     await node.updateTopicConfig("fresh", (c) => ({ ...c, retention_ms: 60_000 }));
     const changed = parseTopicRecord((await etcd.get(topicKey(prefix, "fresh")))!.value);
     expect(changed.topicId).toBe(record.topicId);
@@ -231,6 +245,30 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     expect(await highWatermark(t.broker, "legacy")).toBe(3);
     expect(await highWatermark(t.broker, "restored")).toBe(3);
     expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
+  });
+
+  it("a copy newer than etcd's topic (etcd restored from an older snapshot) is kept and not served", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    // Etcd's record of the name (id B) is older than the one the copy was made from (id A, at
+    // revision 1000): the re-creation that made A was lost with the restore.
+    await putTopic(etcd, "kept", { topicId: idB });
+    await localCopy(t, "kept", idA, 3, 1000);
+    const { replicas, applied } = sink();
+    const { logger } = await startNode(etcd, t.broker, replicas);
+    expect(logger.named("cluster.topic_incarnation_newer")).toEqual([
+      expect.objectContaining({
+        topic: "kept",
+        local_topic_id: idA,
+        local_topic_revision: 1000,
+        topic_id: idB,
+      }),
+    ]);
+    expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
+    // Nothing applied: neither served nor followed; the files and their id stay.
+    expect(applied).toEqual([]);
+    expect(await highWatermark(t.broker, "kept")).toBe(3);
+    expect(await topicJson(t, "kept")).toMatchObject({ topic_id: idA, topic_revision: 1000 });
   });
 
   it("while running, a delete and a re-create that arrive together replace the copy", async () => {

@@ -83,6 +83,16 @@ describe("a topic's record in etcd", () => {
     expect(compareIncarnation(undefined, { topicId: null, origin: "creation" })).toBe("unknown");
     expect(compareIncarnation(idA, { topicId: null, origin: "creation" })).toBe("unknown");
   });
+
+  it("tells a copy newer than etcd's topic (etcd restored from an older snapshot) by the create revisions", () => {
+    const etcd = { topicId: idB, origin: "creation" as const, createRevision: 100 };
+    expect(compareIncarnation(idA, etcd, 150)).toBe("newer");
+    expect(compareIncarnation(idA, etcd, 50)).toBe("other");
+    expect(compareIncarnation(idA, etcd, 100)).toBe("other");
+    // Without a recorded revision (a copy that adopted an upgrade's id), as before: older.
+    expect(compareIncarnation(idA, etcd)).toBe("other");
+    expect(compareIncarnation(idB, etcd, 150)).toBe("same");
+  });
 });
 
 describe("topic_id in topic.json", () => {
@@ -92,18 +102,28 @@ describe("topic_id in topic.json", () => {
     expect(parseTopicFile("t", { ...file, topic_id: idA }).topicId).toBe(idA);
     expect(() => parseTopicFile("t", { ...file, topic_id: "nope" })).toThrow(/topic_id "nope"/);
     expect(() => parseTopicFile("t", { ...file, topic_id: 5 })).toThrow(/topic_id 5/);
+    expect(parseTopicFile("t", { ...file, topic_id: idA, topic_revision: 7 }).topicRevision).toBe(
+      7,
+    );
+    expect(() => parseTopicFile("t", { ...file, topic_id: idA, topic_revision: -1 })).toThrow(
+      /topic_revision -1/,
+    );
   });
 
   it("is written at creation and kept by config updates and across a restart", async () => {
     const t = await openTestBroker({ cleanupIntervalMs: 0 });
-    await t.broker.createTopic({ name: "t", partitions: 1, topic_id: idA });
+    await t.broker.createTopic({ name: "t", partitions: 1, topic_id: idA, topic_revision: 42 });
     const path = `${t.dataDir}/topics/t/topic.json`;
     const file = async () =>
       ((await readJsonFile(t.fs, path)) as { value: Record<string, unknown> }).value;
-    expect((await file()).topic_id).toBe(idA);
+    expect(await file()).toMatchObject({ topic_id: idA, topic_revision: 42 });
     expect((await t.broker.describeTopic("t")).topic_id).toBe(idA);
     await t.broker.updateTopicConfig("t", { retention_ms: 5000 });
-    expect(await file()).toMatchObject({ topic_id: idA, config: { retention_ms: 5000 } });
+    expect(await file()).toMatchObject({
+      topic_id: idA,
+      topic_revision: 42,
+      config: { retention_ms: 5000 },
+    });
     await t.broker.close();
     const reopened = await LocalBroker.open({
       fs: t.fs,
@@ -113,7 +133,10 @@ describe("topic_id in topic.json", () => {
       cleanupIntervalMs: 0,
     });
     try {
-      expect((await reopened.describeTopic("t")).topic_id).toBe(idA);
+      expect(await reopened.describeTopic("t")).toMatchObject({
+        topic_id: idA,
+        topic_revision: 42,
+      });
     } finally {
       await reopened.close();
     }
