@@ -5,7 +5,8 @@
  * through the same proxy, answers every status probe. An unguarded watch stays deaf, with no
  * `etcd.watch_broken`; the same client behind the guard (cluster/watch-guard.ts) logs
  * `etcd.watch_deaf`, reopens on the next member, and delivers the change it missed and the later
- * ones, each once, in order.
+ * ones, each once, in order. A healthy watch checked every 200 ms while ~500 puts and deletions
+ * stream through it (most checks meet changes in flight) is never called deaf.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { guardWatches } from "../../src/cluster/watch-guard.ts";
@@ -37,6 +38,49 @@ async function until(what: string, cond: () => boolean, timeoutMs: number): Prom
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+describe("a busy healthy watch", () => {
+  it("is never called deaf while writes, updates and deletions stream through it", async () => {
+    const logger = new MemoryLogger();
+    const client = new EtcdHttpClient(etcd.endpoints, { requestTimeoutMs: 2000, logger });
+    // Checks every 200 ms: most of them meet changes in flight.
+    const guarded = guardWatches(client, {
+      clock: systemClock,
+      logger,
+      checkMs: 200,
+      graceMs: 500,
+    });
+    const prefix = `/watch-busy/${process.pid}/`;
+    try {
+      const start = (await client.list(prefix)).revision + 1;
+      let events = 0;
+      const watch = guarded.watch(
+        { key: prefix, prefix: true, startRevision: start },
+        { onEvents: (e) => (events += e.length) },
+      );
+      let writes = 0;
+      const until = Date.now() + 4000;
+      await Promise.all(
+        Array.from({ length: 8 }, async (_, w) => {
+          for (let i = 0; Date.now() < until; i++) {
+            const key = `${prefix}${w}/${i % 5}`;
+            if (i % 7 === 6) await client.delete(key);
+            else await client.put(key, String(i));
+            writes++;
+          }
+        }),
+      );
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(writes).toBeGreaterThan(200);
+      expect(events).toBeGreaterThan(200);
+      expect(logger.named("etcd.watch_deaf")).toEqual([]);
+      expect(logger.named("etcd.watch_broken")).toEqual([]);
+      await watch.cancel();
+    } finally {
+      await client.close();
+    }
+  });
+});
 
 describe("a watch stream its member no longer feeds", () => {
   it("is found by the guard within a period and the grace, and resumes on the next member", async () => {
