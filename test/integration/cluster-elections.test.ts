@@ -8,7 +8,7 @@
  * The real processes: test/e2e/cluster-elect.test.ts.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { Controller } from "../../src/cluster/controller.ts";
+import { Controller, parseElectUnclean } from "../../src/cluster/controller.ts";
 import { forgetReplicaDataInCluster } from "../../src/cluster/fresh-replica.ts";
 import {
   dataDirKey,
@@ -296,5 +296,25 @@ describe("controller: a forgotten replica's own data directory back (attack15 F2
       elr: [],
     });
     expect(logs().some((e) => e.event === "cluster.partition_changed")).toBe(true);
+  });
+});
+
+describe("parseElectUnclean", () => {
+  it("takes a topic and a partition or null, and nothing else", () => {
+    expect(parseElectUnclean('{"topic":"t","partition":3}')).toEqual({ topic: "t", partition: 3 });
+    expect(parseElectUnclean('{"topic":"t","partition":null}')).toEqual({
+      topic: "t",
+      partition: null,
+    });
+    expect(parseElectUnclean('{"topic":"t"}')).toEqual({ topic: "t", partition: null });
+    for (const bad of [
+      '{"topic":null}',
+      '{"topic":""}',
+      '{"topic":"t","partition":-1}',
+      '{"topic":"t","partition":"0"}',
+      "[]",
+      "not json",
+    ])
+      expect(parseElectUnclean(bad), bad).toBeUndefined();
   });
 });
