@@ -271,6 +271,34 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     expect(await topicJson(t, "kept")).toMatchObject({ topic_id: idA, topic_revision: 1000 });
   });
 
+  it("a copy of another incarnation that cannot be moved aside is neither served nor followed", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await localCopy(t, "stuck", idA);
+    await putTopic(etcd, "stuck", { topicId: idB });
+    // Its directory cannot be moved into trash/ (EIO): the delete fails, the copy stays.
+    const failing = new Proxy(t.broker, {
+      get(target, key) {
+        if (key === "deleteTopic")
+          return async () => {
+            throw Object.assign(new Error("EIO: i/o error, rename"), { code: "EIO" });
+          };
+        const value = Reflect.get(target, key);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    const { replicas, applied } = sink();
+    const { logger } = await startNode(etcd, failing, replicas);
+    // Replication let go of it before the delete was tried; the state naming node 2 leader was
+    // never handed over, so this broker neither follows with nor serves the other copy.
+    expect(applied).toEqual(["stuck/0@0 leader -1"]);
+    expect(logger.named("cluster.apply_failed")).toEqual([
+      expect.objectContaining({ partition: "stuck/0", error: expect.stringMatching(/EIO/) }),
+    ]);
+    expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
+    expect((await topicJson(t, "stuck")).topic_id).toBe(idA);
+  });
+
   it("while running, a delete and a re-create that arrive together replace the copy", async () => {
     const etcd = new FakeEtcd();
     const t = await openTestBroker({ cleanupIntervalMs: 0 });
