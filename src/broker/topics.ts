@@ -115,7 +115,8 @@ export interface Topic {
   /**
    * The etcd create revision of the cluster topic's record when this copy took {@link topicId}
    * (docs/cluster.md "Topic ids"): tells a copy older than etcd's topic from one newer than it
-   * (etcd restored from a snapshot). Absent where the id is.
+   * (etcd restored from a snapshot). Absent when the id is; recorded with it at creation and at
+   * adoption.
    */
   topicRevision?: number;
 }

@@ -219,7 +219,10 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     const { logger } = await startNode(etcd, t.broker, replicas);
     expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
     expect(await highWatermark(t.broker, "old")).toBe(3);
-    expect((await topicJson(t, "old")).topic_id).toBe(idB);
+    expect(await topicJson(t, "old")).toMatchObject({
+      topic_id: idB,
+      topic_revision: (await etcd.get(topicKey(prefix, "old")))!.createRevision,
+    });
     expect(applied).toEqual(["old/0@0 leader 2"]);
   });
 

@@ -89,7 +89,7 @@ describe("a topic's record in etcd", () => {
     expect(compareIncarnation(idA, etcd, 150)).toBe("newer");
     expect(compareIncarnation(idA, etcd, 50)).toBe("other");
     expect(compareIncarnation(idA, etcd, 100)).toBe("other");
-    // Without a recorded revision (a copy that adopted an upgrade's id), as before: older.
+    // Without a recorded revision (a hand-edited file), as before the revision: older.
     expect(compareIncarnation(idA, etcd)).toBe("other");
     expect(compareIncarnation(idB, etcd, 150)).toBe("same");
   });
