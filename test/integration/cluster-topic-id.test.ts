@@ -250,6 +250,24 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
   });
 
+  it("a copy whose id another broker's upgrade of the same record replaced adopts the record's id", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await putTopic(etcd, "raced", { topicId: idB, origin: "upgrade" });
+    const { createRevision } = (await etcd.get(topicKey(prefix, "raced")))!;
+    // This copy took id A from the same record (same create revision) before etcd lost it.
+    await localCopy(t, "raced", idA, 3, createRevision);
+    const { replicas, applied } = sink();
+    const { logger } = await startNode(etcd, t.broker, replicas);
+    expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
+    expect(applied).toEqual(["raced/0@0 leader 2"]);
+    expect(await highWatermark(t.broker, "raced")).toBe(3);
+    expect(await topicJson(t, "raced")).toMatchObject({
+      topic_id: idB,
+      topic_revision: createRevision,
+    });
+  });
+
   it("a copy newer than etcd's topic (etcd restored from an older snapshot) is kept and not served", async () => {
     const etcd = new FakeEtcd();
     const t = await openTestBroker({ cleanupIntervalMs: 0 });
