@@ -393,8 +393,13 @@ export class LocalBroker implements Broker {
    * {@link TopicRegistry.setTopicId}.
    * @throws BrokerError topic_not_found, unavailable, storage_error; internal for another id.
    */
-  async setTopicId(name: string, topicId: string, topicRevision?: number): Promise<void> {
-    return this.#topics.setTopicId(name, topicId, topicRevision);
+  async setTopicId(
+    name: string,
+    topicId: string,
+    topicRevision?: number,
+    replacing?: string,
+  ): Promise<void> {
+    return this.#topics.setTopicId(name, topicId, topicRevision, replacing);
   }
 
   /**

@@ -115,7 +115,8 @@ export interface Topic {
   /**
    * The etcd create revision of the cluster topic's record when this copy took {@link topicId}
    * (docs/cluster.md "Topic ids"): tells a copy older than etcd's topic from one newer than it
-   * (etcd restored from a snapshot). Absent where the id is.
+   * (etcd restored from a snapshot). Absent when the id is; recorded with it at creation and at
+   * adoption.
    */
   topicRevision?: number;
 }
@@ -953,14 +954,20 @@ export class TopicRegistry {
 
   /**
    * Records the cluster topic id of a topic whose copy has none (made before topic ids existed:
-   * docs/cluster.md "Topic ids"), with the etcd create revision of the topic's record if given:
+   * docs/cluster.md "Topic ids"), or whose id is `replacing` (an id another broker's upgrade
+   * gave the same record first), with the etcd create revision of the topic's record if given:
    * `topic.json` is rewritten atomically (serialized with config updates), and the id applies
    * once the rewrite is durable. Setting the id it already has does nothing.
    * @throws BrokerError topic_not_found, unavailable, storage_error; invalid_request for a
    *   malformed id; internal if the topic already has another id (another incarnation is never
    *   adopted: the caller moves such a copy aside instead).
    */
-  async setTopicId(name: string, topicId: string, topicRevision?: number): Promise<void> {
+  async setTopicId(
+    name: string,
+    topicId: string,
+    topicRevision?: number,
+    replacing?: string,
+  ): Promise<void> {
     if (!isTopicId(topicId))
       throw new BrokerError(
         Errors.invalidRequest,
@@ -974,7 +981,7 @@ export class TopicRegistry {
     await this.#configWrites.run(async () => {
       const topic = this.get(name);
       if (topic.topicId === topicId) return;
-      if (topic.topicId !== undefined)
+      if (topic.topicId !== undefined && topic.topicId !== replacing)
         throw new BrokerError(
           Errors.internal,
           `Cannot set the topic id of topic "${name}" to ${topicId}: it has topic id ${topic.topicId} (another incarnation of the name)`,
@@ -991,9 +998,13 @@ export class TopicRegistry {
           err,
         );
       }
+      this.#logger.log("info", "topic.id_adopted", {
+        topic: name,
+        topic_id: topicId,
+        ...(topic.topicId === undefined ? {} : { replaced_topic_id: topic.topicId }),
+      });
       topic.topicId = topicId;
       topic.topicRevision = topicRevision;
-      this.#logger.log("info", "topic.id_adopted", { topic: name, topic_id: topicId });
     });
   }
 

@@ -488,11 +488,16 @@ export interface Broker {
   updateTopicConfig?(name: string, config: Record<string, unknown>): Promise<TopicDescription>;
   /**
    * Records the cluster topic id of a local copy that has none (made before topic ids:
-   * docs/cluster.md "Topic ids"); `topic.json` is rewritten atomically. Optional: the cluster
-   * node's local broker has it. @throws topic_not_found, storage_error; internal if the copy has
-   * another id.
+   * docs/cluster.md "Topic ids"), or has `replacing`; `topic.json` is rewritten atomically.
+   * Optional: the cluster node's local broker has it. @throws topic_not_found, storage_error;
+   * internal if the copy has another id.
    */
-  setTopicId?(name: string, topicId: string, topicRevision?: number): Promise<void>;
+  setTopicId?(
+    name: string,
+    topicId: string,
+    topicRevision?: number,
+    replacing?: string,
+  ): Promise<void>;
   /**
    * Runs retention and compaction on every partition of a topic now
    * (`POST /v1/admin/topics/{topic}/cleanup`). Optional, as above. @throws topic_not_found.

@@ -686,9 +686,11 @@ export class TcpClient {
   /**
    * A follower's replica fetch (api 14, cluster mode; `cluster/follower.ts` calls it through the
    * runtime's connection). The records are not checked here: the follower checks every CRC
-   * before it appends.
+   * before it appends. Sent as version 2 when `request.topicId` is given, else version 1.
    * @throws ClientError `unauthenticated` (wrong broker credential), `not_leader`,
-   *   `fenced_leader_epoch`, `offset_out_of_range`, `topic_not_found`, `unsupported_api`.
+   *   `fenced_leader_epoch`, `inconsistent_topic_id` (the leader's copy records another topic id:
+   *   docs/cluster.md "Topic ids"), `offset_out_of_range`, `topic_not_found`, `unsupported_api`
+   *   (also a leader of an older version given version 2).
    */
   replicaFetch(request: ReplicaFetchRequestFields): Promise<ReplicaFetchResult> {
     return this.#call(

@@ -657,14 +657,17 @@ export class ClusterNode {
   }
 
   /**
-   * Compares the topic id of the local copy of `name` with etcd's (docs/cluster.md "Topic ids"):
-   * the same: nothing; none locally and etcd's added by an upgrade: the copy records it; another
-   * incarnation: the copy is moved aside as a deleted topic's is (replication lets go of its
-   * partitions, the local topic is deleted: `trash/`, then removed), with a warning naming both
-   * ids, and the caller creates the new empty replica; etcd's topic without an id: one is added
+   * Compares the topic id of the local copy of `name` with etcd's (docs/cluster.md "Topic ids";
+   * topic-id.ts `compareIncarnation`): the same: nothing; etcd's added by an upgrade to the
+   * copy's topic: the copy records it; an older incarnation: the copy is moved aside as a deleted
+   * topic's is (replication lets go of its partitions, the local topic is deleted: `trash/`, then
+   * removed), with a warning naming both ids, and the caller creates the new empty replica; a
+   * newer incarnation than etcd's (etcd restored): kept, an error logged once, and this throws so
+   * that no state of the topic is applied; etcd's topic without an id: one is added
    * ({@link #upgradeTopic}) and the copy is kept meanwhile, as before topic ids.
    * Resolves with true when the copy was moved aside.
-   * @throws what deleting the local topic throws (the caller logs it; the next change tries again).
+   * @throws Error for a newer copy; what recording the id or deleting the local topic throws (the
+   *   caller gives up the topic's leaderships; the next change tries again).
    */
   async #checkIncarnation(
     name: string,
@@ -681,7 +684,7 @@ export class ClusterNode {
       return false;
     }
     if (relation === "adopt") {
-      await broker.setTopicId?.(name, topic.topicId!, topic.createRevision);
+      await broker.setTopicId?.(name, topic.topicId!, topic.createRevision, localId);
       return false;
     }
     if (relation === "newer") {

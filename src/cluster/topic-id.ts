@@ -82,8 +82,10 @@ export function formatTopicRecord(record: TopicRecord): string {
  * etcd created at `localRevision` (undefined: not recorded), relates to the topic etcd holds as
  * `record` (created at `record.createRevision`):
  * - `same`: the ids match;
- * - `adopt`: the copy has no id and etcd's was added to a topic created before topic ids
- *   (`upgrade`): the copy is of that topic and records the id;
+ * - `adopt`: etcd's id was added to a topic created before topic ids (`upgrade`), and the copy
+ *   has no id, or has another one taken from the same record (the same create revision: two
+ *   brokers added ids to it at once, the record lost the first, e.g. to an etcd restore): the
+ *   copy is of that topic and records etcd's id;
  * - `other`: another, older incarnation of the name (the ids differ, or the copy has none while
  *   etcd's id was made with the topic, which a copy made since would record): moved aside;
  * - `newer`: the ids differ and the copy's topic was created after etcd's (a higher create
@@ -101,6 +103,12 @@ export function compareIncarnation(
   if (record.topicId === null) return "unknown";
   if (localId === record.topicId) return "same";
   if (localId === undefined) return record.origin === "upgrade" ? "adopt" : "other";
+  if (
+    record.origin === "upgrade" &&
+    localRevision !== undefined &&
+    localRevision === record.createRevision
+  )
+    return "adopt";
   if (
     localRevision !== undefined &&
     record.createRevision !== undefined &&

@@ -219,7 +219,10 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     const { logger } = await startNode(etcd, t.broker, replicas);
     expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
     expect(await highWatermark(t.broker, "old")).toBe(3);
-    expect((await topicJson(t, "old")).topic_id).toBe(idB);
+    expect(await topicJson(t, "old")).toMatchObject({
+      topic_id: idB,
+      topic_revision: (await etcd.get(topicKey(prefix, "old")))!.createRevision,
+    });
     expect(applied).toEqual(["old/0@0 leader 2"]);
   });
 
@@ -247,6 +250,24 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
   });
 
+  it("a copy whose id another broker's upgrade of the same record replaced adopts the record's id", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await putTopic(etcd, "raced", { topicId: idB, origin: "upgrade" });
+    const { createRevision } = (await etcd.get(topicKey(prefix, "raced")))!;
+    // This copy took id A from the same record (same create revision) before etcd lost it.
+    await localCopy(t, "raced", idA, 3, createRevision);
+    const { replicas, applied } = sink();
+    const { logger } = await startNode(etcd, t.broker, replicas);
+    expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
+    expect(applied).toEqual(["raced/0@0 leader 2"]);
+    expect(await highWatermark(t.broker, "raced")).toBe(3);
+    expect(await topicJson(t, "raced")).toMatchObject({
+      topic_id: idB,
+      topic_revision: createRevision,
+    });
+  });
+
   it("a copy newer than etcd's topic (etcd restored from an older snapshot) is kept and not served", async () => {
     const etcd = new FakeEtcd();
     const t = await openTestBroker({ cleanupIntervalMs: 0 });
@@ -269,6 +290,34 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     expect(applied).toEqual([]);
     expect(await highWatermark(t.broker, "kept")).toBe(3);
     expect(await topicJson(t, "kept")).toMatchObject({ topic_id: idA, topic_revision: 1000 });
+  });
+
+  it("a copy of another incarnation that cannot be moved aside is neither served nor followed", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await localCopy(t, "stuck", idA);
+    await putTopic(etcd, "stuck", { topicId: idB });
+    // Its directory cannot be moved into trash/ (EIO): the delete fails, the copy stays.
+    const failing = new Proxy(t.broker, {
+      get(target, key) {
+        if (key === "deleteTopic")
+          return async () => {
+            throw Object.assign(new Error("EIO: i/o error, rename"), { code: "EIO" });
+          };
+        const value = Reflect.get(target, key);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    const { replicas, applied } = sink();
+    const { logger } = await startNode(etcd, failing, replicas);
+    // Replication let go of it before the delete was tried; the state naming node 2 leader was
+    // never handed over, so this broker neither follows with nor serves the other copy.
+    expect(applied).toEqual(["stuck/0@0 leader -1"]);
+    expect(logger.named("cluster.apply_failed")).toEqual([
+      expect.objectContaining({ partition: "stuck/0", error: expect.stringMatching(/EIO/) }),
+    ]);
+    expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
+    expect((await topicJson(t, "stuck")).topic_id).toBe(idA);
   });
 
   it("while running, a delete and a re-create that arrive together replace the copy", async () => {

@@ -89,9 +89,19 @@ describe("a topic's record in etcd", () => {
     expect(compareIncarnation(idA, etcd, 150)).toBe("newer");
     expect(compareIncarnation(idA, etcd, 50)).toBe("other");
     expect(compareIncarnation(idA, etcd, 100)).toBe("other");
-    // Without a recorded revision (a copy that adopted an upgrade's id), as before: older.
+    // Without a recorded revision (a hand-edited file), as before the revision: older.
     expect(compareIncarnation(idA, etcd)).toBe("other");
     expect(compareIncarnation(idB, etcd, 150)).toBe("same");
+  });
+
+  it("adopts an upgrade's id over another one taken from the same record (two brokers upgraded it at once)", () => {
+    const upgraded = { topicId: idB, origin: "upgrade" as const, createRevision: 100 };
+    expect(compareIncarnation(idA, upgraded, 100)).toBe("adopt");
+    // From another record of the name: older or newer, as for any id.
+    expect(compareIncarnation(idA, upgraded, 50)).toBe("other");
+    expect(compareIncarnation(idA, upgraded, 150)).toBe("newer");
+    // An id made with its topic is the only one that record ever had: another one is not of it.
+    expect(compareIncarnation(idA, { ...upgraded, origin: "creation" }, 100)).toBe("other");
   });
 });
 
@@ -154,6 +164,12 @@ describe("topic_id in topic.json", () => {
     };
     expect(read.value.topic_id).toBe(idA);
     await expect(t.broker.setTopicId("t", idB)).rejects.toMatchObject({ kind: Errors.internal });
+    await expect(t.broker.setTopicId("t", idB, 5, idB)).rejects.toMatchObject({
+      kind: Errors.internal,
+    });
+    // Replacing the id it has: the record's upgrade id that another broker wrote first.
+    await t.broker.setTopicId("t", idB, 5, idA);
+    expect(await t.broker.describeTopic("t")).toMatchObject({ topic_id: idB, topic_revision: 5 });
     await expect(t.broker.setTopicId("t", "bad")).rejects.toMatchObject({
       kind: Errors.invalidRequest,
     });
