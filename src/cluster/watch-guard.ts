@@ -89,6 +89,8 @@ function guardedWatch(
   let delivered = request.startRevision - 1;
   /** Keys watched after `delivered`; null until first counted. */
   let count: number | null = null;
+  /** While the first count is read: what the events delivered meanwhile changed it by. */
+  let uncounted = 0;
   let stopped = false;
   /** Bumped at each restart: events of an older inner watch are dropped. */
   let generation = 0;
@@ -103,7 +105,9 @@ function guardedWatch(
           if (stopped || mine !== generation) return;
           const fresh = events.filter((e) => e.kv.modRevision > delivered);
           if (fresh.length === 0) return;
-          if (count !== null) for (const e of fresh) count += countDelta(e);
+          for (const e of fresh)
+            if (count !== null) count += countDelta(e);
+            else uncounted += countDelta(e);
           delivered = fresh[fresh.length - 1].kv.modRevision;
           handlers.onEvents(fresh);
         },
@@ -128,25 +132,29 @@ function guardedWatch(
   const check = async (): Promise<void> => {
     if (count === null) {
       const d = delivered;
+      uncounted = 0;
       let r: EtcdChanges;
       try {
+        // The count at d, plus the events delivered while it is read (all after d): exact
+        // however busy the watch is.
         r = await etcd.changedSince({ ...range, after: d, atRevision: d });
       } catch (err) {
         if (!(err instanceof EtcdError) || err.code !== "out_of_range") throw err;
         // Revision d is compacted (the first count failed until then): count now, if nothing
         // was written since d; a deletion since d not delivered yet is then not seen, once.
-        r = await etcd.changedSince({ ...range, after: d });
-        if (r.changed.length > 0) return;
+        const now = await etcd.changedSince({ ...range, after: d });
+        if (!stopped && d === delivered && now.changed.length === 0) count = now.count;
+        return;
       }
-      if (!stopped && d === delivered) count = r.count;
+      if (!stopped) count = r.count + uncounted;
       return;
     }
     const d0 = delivered;
     const n0 = count;
     const first = await etcd.changedSince({ ...range, after: d0 });
-    // Events came meanwhile (the watch is not deaf), or it is up to date.
-    if (stopped || d0 !== delivered) return;
-    if (first.changed.length === 0 && first.count === n0) return;
+    if (stopped) return;
+    // Up to date. (Events delivered meanwhile make the answer moot: the grace decides.)
+    if (d0 === delivered && first.changed.length === 0 && first.count === n0) return;
     const at = first.revision;
     await new Promise<void>((resolve) => clock.setTimer(graceMs, resolve));
     if (stopped || delivered >= at) return;

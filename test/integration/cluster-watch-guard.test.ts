@@ -2,13 +2,14 @@
  * cluster/node.ts and its controller on an in-memory etcd (test/helpers/fake-etcd.ts) behind the
  * watch guard (cluster/watch-guard.ts, docs/cluster.md "A watch that goes deaf"): every watch the
  * node has open goes deaf (attack15 F6), then a partition state changes, a topic is created, a
- * broker's registration is deleted, or another broker becomes the controller. Each reaches the
+ * broker's registration is deleted (seen by the node, and by the controller, which runs a pass),
+ * or another broker becomes the controller. Each reaches the
  * node within a few check periods (here 300 ms + a 100 ms grace), through the same code that
  * applies a watch's events, where without the guard it never would (the controller's resync is
  * set far out, so only the guard can bring the controller key).
  */
 import { describe, expect, it, onTestFinished } from "vitest";
-import { controllerKey, partitionKey, topicKey } from "../../src/cluster/keys.ts";
+import { controllerKey, incarnationsKey, partitionKey, topicKey } from "../../src/cluster/keys.ts";
 import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
 import { formatPartitionState, type PartitionState } from "../../src/cluster/partition-state.ts";
 import { guardWatches } from "../../src/cluster/watch-guard.ts";
@@ -48,10 +49,11 @@ function registration(nodeId: number): string {
   });
 }
 
-async function startNode() {
+async function startNode(asController = false) {
   const fake = new FakeEtcd();
   // Another broker is the controller (a key on no lease): this node's controller stays idle.
-  await fake.put(controllerKey(prefix), JSON.stringify({ node_id: 9, incarnation: "x" }));
+  if (!asController)
+    await fake.put(controllerKey(prefix), JSON.stringify({ node_id: 9, incarnation: "x" }));
   await fake.put(topicKey(prefix, "t"), JSON.stringify({ replication_factor: 3 }));
   await fake.put(partitionKey(prefix, "t", 0), formatPartitionState(state(1)));
   await fake.put(`${prefix}/brokers/2`, registration(2));
@@ -84,11 +86,22 @@ async function startNode() {
     replicas: () => replicas,
     rebalanceMs: 0,
     resyncMs: 3_600_000,
+    lapseGraceMs: 0,
   });
   onTestFinished(() => node.close());
   await waitFor(() => applied.includes("t/0@1"), "t/0 applied at the start");
   await waitFor(() => node.brokers.has(2), "node 2's registration seen");
-  await waitFor(() => node.controller.current?.node_id === 9, "node 9 seen as the controller");
+  const controller = asController ? 1 : 9;
+  await waitFor(
+    () => node.controller.current?.node_id === controller,
+    `node ${controller} seen as the controller`,
+  );
+  // As the controller: its first pass has recorded node 2's incarnation.
+  if (asController)
+    await waitFor(
+      async () => (await fake.get(incarnationsKey(prefix)))?.value.includes('"2"') === true,
+      "node 2's incarnation recorded",
+    );
   // Every watch the node opened (its view of the prefix, the controller key) is deaf from now on.
   expect(fake.deafenWatches()).toBeGreaterThanOrEqual(2);
   const deaf = () => logger.named("etcd.watch_deaf");
@@ -117,6 +130,22 @@ describe("a node whose etcd watches all went deaf (attack15 F6)", () => {
     await fake.delete(`${prefix}/brokers/2`);
     await waitFor(() => !node.brokers.has(2), "node 2's registration gone", within);
     expect(deaf()[0]).toMatchObject({ missed_puts: 0, missed_deletes: 1 });
+  });
+
+  it("as the controller, runs a pass on a registration's deletion within a check period", async () => {
+    const { fake, deaf } = await startNode(true);
+    await fake.delete(`${prefix}/brokers/2`);
+    // The pass records the brokers it acted on: node 2 is gone from them.
+    await waitFor(
+      async () => {
+        const kv = await fake.get(incarnationsKey(prefix));
+        return kv !== null && !kv.value.includes('"2"');
+      },
+      "a controller pass without node 2",
+      within,
+    );
+    // Both the node's and the controller's watch of the prefix missed it.
+    expect(deaf().filter((d) => d.key === `${prefix}/`).length).toBe(2);
   });
 
   it("sees another controller within a check period, its controller resync an hour away", async () => {

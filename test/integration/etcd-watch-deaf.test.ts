@@ -5,7 +5,7 @@
  * through the same proxy, answers every status probe. An unguarded watch stays deaf, with no
  * `etcd.watch_broken`; the same client behind the guard (cluster/watch-guard.ts) logs
  * `etcd.watch_deaf`, reopens on the next member, and delivers the change it missed and the later
- * ones, each once, in order. A healthy watch checked every 200 ms while ~500 puts and deletions
+ * ones, each once, in order. A healthy watch checked every 200 ms while hundreds of puts and deletions
  * stream through it (most checks meet changes in flight) is never called deaf.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -43,8 +43,20 @@ describe("a busy healthy watch", () => {
   it("is never called deaf while writes, updates and deletions stream through it", async () => {
     const logger = new MemoryLogger();
     const client = new EtcdHttpClient(etcd.endpoints, { requestTimeoutMs: 2000, logger });
-    // Checks every 200 ms: most of them meet changes in flight.
-    const guarded = guardWatches(client, {
+    // Checks every 200 ms: most of them meet changes in flight. Their reads are counted.
+    let reads = 0;
+    const counting = new Proxy(client, {
+      get: (target, name) => {
+        if (name === "changedSince")
+          return (r: Parameters<EtcdHttpClient["changedSince"]>[0]) => {
+            reads++;
+            return target.changedSince(r);
+          };
+        const v = Reflect.get(target, name);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+    const guarded = guardWatches(counting, {
       clock: systemClock,
       logger,
       checkMs: 200,
@@ -72,6 +84,9 @@ describe("a busy healthy watch", () => {
       );
       await new Promise((r) => setTimeout(r, 1000));
       expect(writes).toBeGreaterThan(200);
+      // Checks ran: one read each, a second after the grace when changes were in flight (a
+      // check every ~750 ms then: 200 ms, the reads, the 500 ms grace).
+      expect(reads).toBeGreaterThan(5);
       expect(events).toBeGreaterThan(200);
       expect(logger.named("etcd.watch_deaf")).toEqual([]);
       expect(logger.named("etcd.watch_broken")).toEqual([]);

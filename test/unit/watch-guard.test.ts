@@ -228,6 +228,38 @@ describe("a healthy watch is left alone", () => {
     expect(r.seen).toEqual([]);
   });
 
+  it("a first count read while events stream in is still exact (a busy prefix arms the guard)", async () => {
+    const { fake, etcd, pass, deafLogs } = setup();
+    await fake.put("/p/a", "1");
+    // The first count's answer is held until events were delivered after its revision.
+    let release: () => void = () => {};
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const read = fake.changedSince.bind(fake);
+    let reads = 0;
+    fake.changedSince = async (request) => {
+      const answer = await read(request);
+      if (reads++ === 0) await gate;
+      return answer;
+    };
+    const r = recorder();
+    etcd.watch({ key: "/p/", prefix: true, startRevision: fake.revision + 1 }, r);
+    await pass(500); // the first count is read at the start revision, and held
+    await fake.put("/p/b", "1");
+    await fake.put("/p/c", "1");
+    await fake.delete("/p/a");
+    await pass(500);
+    expect(r.seen).toHaveLength(3);
+    release();
+    await pass(500); // armed with 1 + 2 - 1 = 2 keys
+    fake.deafenWatches();
+    await fake.delete("/p/b");
+    await pass(checkMs + graceMs);
+    // Found by the first check after the count: it did not wait for a quiet moment to count.
+    expect(r.seen.at(-1)).toBe(`delete /p/b@${fake.revision}`);
+    expect(deafLogs()).toHaveLength(1);
+    expect(deafLogs()[0].fields).toMatchObject({ missed_puts: 0, missed_deletes: 1 });
+  });
+
   it("a compacted watch is handed to its caller and checked no more", async () => {
     const { fake, etcd, pass } = setup();
     const compacted: number[] = [];
