@@ -250,21 +250,24 @@ describe("cluster: SIGTERM of a leader under writes (attack13 F6)", () => {
     const after = events.slice(events.findIndex((e) => e.event === "broker.shutdown"));
     const failed = after.filter((e) => e.event === "cluster.leave_step_failed");
     // The departure and the revocation each waited their bound (1.5 s) for an etcd without a
-    // quorum; the member that still runs may answer with an error instead ("failed").
-    expect(failed.map((e) => [e.level, e.step])).toEqual([
-      ["warn", "record_departure"],
-      ["warn", "revoke_lease"],
+    // quorum (the member that still runs may answer with an error instead: "failed"); a
+    // controller pass under way when the quorum went is given up the same way.
+    expect(failed.map((e) => e.step).filter((s) => s !== "stop_controlling")).toEqual([
+      "record_departure",
+      "revoke_lease",
     ]);
     for (const e of failed) {
+      expect(e.level).toBe("warn");
       expect(["timeout", "failed"]).toContain(e.outcome);
-      expect(e.ms as number).toBeLessThanOrEqual(1600);
-      expect(e.effect).toMatch(/lease expires/);
+      // The bound, with room for a timer late on a loaded machine.
+      expect(e.ms as number).toBeLessThan(1500 + 1000);
+      if (e.step !== "stop_controlling") expect(e.effect).toMatch(/lease expires/);
     }
     const left = after.find((e) => e.event === "cluster.left");
     expect(left).toMatchObject({ level: "warn", departure_recorded: false, lease_revoked: false });
     // Bounded by the drain (its followers fetch at once), a controller pass still waiting for
     // etcd, and the two etcd steps: 1.5 s each at most, with room for a loaded machine.
-    expect(left?.ms as number).toBeLessThan(3 * 1500 + 1000);
+    expect(left?.ms as number).toBeLessThan(3 * 1500 + 3000);
     // The process exits at most a second after that (main.ts's grace for what is still open).
     expect(exitMs).toBeLessThan(15_000);
   }, 60_000);
