@@ -836,6 +836,20 @@ export class TcpClient {
     return this.#closed;
   }
 
+  /**
+   * Closes the connection at once, without waiting for the broker to close its side (no linger):
+   * requests still pending reject with `connection_closed`. For a connection whose answers no
+   * longer matter (a broker's replica fetches when it shuts down: a stopped leader never closes
+   * its side, and the linger would hold the shutdown up). Resolves once the socket is closed.
+   * Idempotent.
+   */
+  destroy(): Promise<void> {
+    if (!this.#closedError)
+      this.#fail(ClientError.connectionClosed("Connection to the broker closed by the client"));
+    this.#socket.destroy();
+    return this.#closed;
+  }
+
   #call<T>(
     encode: (correlationId: number) => Uint8Array,
     decode: (body: Uint8Array) => T,

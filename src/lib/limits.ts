@@ -167,6 +167,13 @@ export const tcpInFlightBytesMax = 64 * MiB;
 export const tcpShutdownGraceMs = 5_000;
 /** After the broker ends a TCP connection, it waits this many ms for the peer to close before destroying it. */
 export const tcpEndLingerMs = 2_000;
+/**
+ * On shutdown, once a connection's last answer is written and it is ended, the broker waits this
+ * many ms (not {@link tcpEndLingerMs}) for the peer to close before destroying it: a live peer
+ * closes within milliseconds, and a paused one (a SIGSTOPped follower) held the exit up by 2 s
+ * (attack15b F2). The answer is in the peer's kernel by then, and the process is about to exit.
+ */
+export const tcpShutdownLingerMs = 250;
 
 /** Default bytes a fetch returns when the client does not say (`max_bytes`). */
 export const fetchBytesDefault = 1 * MiB;

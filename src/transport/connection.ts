@@ -29,6 +29,7 @@
 import type { Clock, Timer } from "../lib/clock.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { RefusalKind, RefusalLog } from "../lib/refusals.ts";
+import { tcpShutdownLingerMs } from "../lib/limits.ts";
 import { FrameDecoder, FrameLengthError } from "../protocol/frame.ts";
 import type { ByteSocket } from "./tcp/socket.ts";
 
@@ -99,6 +100,10 @@ export class FramedConnection {
   #ended = false;
   #closed = false;
   #readTimer: Timer | null = null;
+  /** Set by {@link drainAndEnd}: the listener is shutting down. */
+  #shuttingDown = false;
+  /** On shutdown, cuts off a peer that does not close its side after the end. */
+  #lingerTimer: Timer | null = null;
   #out: Uint8Array[] = [];
   /** Callbacks of the answers in #out, called once the write of #out completes. */
   #outWritten: (() => void)[] = [];
@@ -239,8 +244,12 @@ export class FramedConnection {
     if (!this.#socket.write(chunks, onWritten)) this.#writeBlocked = true;
   }
 
-  /** Shutdown: read nothing more, abort `signal`, answer what is in flight, then end. */
+  /**
+   * Shutdown: read nothing more, abort `signal`, answer what is in flight, then end; a peer that
+   * has not closed its side {@link tcpShutdownLingerMs} after the end is cut off.
+   */
   drainAndEnd(): void {
+    this.#shuttingDown = true;
     this.#stopping = true;
     this.#abort.abort();
     this.#updateReading();
@@ -275,6 +284,10 @@ export class FramedConnection {
     if (this.#ended) return;
     this.#ended = true;
     this.#socket.end();
+    if (this.#shuttingDown && !this.#closed)
+      this.#lingerTimer = this.#options.clock.setTimer(tcpShutdownLingerMs, () =>
+        this.destroy(`the peer did not close within ${tcpShutdownLingerMs} ms of the shutdown`),
+      );
   }
 
   /** Closes at once, dropping unwritten answers. */
@@ -295,6 +308,7 @@ export class FramedConnection {
   #onClose(): void {
     if (this.#closed) return;
     this.#closed = true;
+    this.#lingerTimer?.cancel();
     this.#ended = true;
     this.#stopping = true;
     this.#cancelReadTimer();

@@ -8,6 +8,8 @@ import { describe, expect, it, onTestFinished, vi } from "vitest";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import type { Broker, FetchResult } from "../../src/broker/types.ts";
 import { ClientError, ClusterClient, expandSpans, TcpClient } from "../../src/client/client.ts";
+import { ManualClock } from "../../src/lib/clock.ts";
+import { tcpShutdownLingerMs } from "../../src/lib/limits.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import {
   decodeListOffsetsResponse,
@@ -532,6 +534,84 @@ describe("TCP client against a misbehaving broker", () => {
   function fetchResult(bytes: Uint8Array, count: number, nextOffset: number): FetchResult {
     return { records: { bytes, count }, nextOffset, highWatermark: nextOffset, logStartOffset: 0 };
   }
+
+  it("on shutdown, cuts off a peer that never closes its side after tcpShutdownLingerMs, not the 2 s linger (attack15b F2)", async () => {
+    const { dir } = tempDir("es-broker-tcp-");
+    const { broker } = await openTestBroker({
+      fs: new NodeFileSystem(),
+      dataDir: dir,
+      clock: realClock,
+    });
+    await broker.createTopic({ name: "t", partitions: 1 });
+    // The transport's timers on a manual clock: only the shutdown linger can end the wait here.
+    const clock = new ManualClock();
+    const transport = createTcpTransport({ broker, clock, logger: new MemoryLogger() });
+    const listener = await listenTcp({ host: "127.0.0.1", port: 0 }, (s) =>
+      transport.handleConnection(s),
+    );
+    // A peer that reads but never closes its side (a paused follower does not either).
+    const socket = net.connect({ host: "127.0.0.1", port: listener.port, allowHalfOpen: true });
+    onTestFinished(() => void socket.destroy());
+    socket.on("error", () => {});
+    await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
+    const ended = new Promise<void>((resolve) => socket.once("end", () => resolve()));
+    const answered = responsesFrom(socket, 1);
+    socket.write(
+      encodeProduceRequest(7, {
+        topic: "t",
+        partition: 0,
+        batch: new EntryBatchBuilder().add(null, text("x")).build(),
+      }),
+    );
+    expect(await answered).toEqual([expect.objectContaining({ correlationId: 7, error: 0 })]);
+    let closed = false;
+    const stopped = listener.close();
+    const closing = transport.close().then(() => {
+      closed = true;
+    });
+    await ended; // its answer went out, then the end
+    await new Promise((r) => setTimeout(r, 50));
+    expect(closed).toBe(false);
+    clock.advance(tcpShutdownLingerMs - 1);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(closed).toBe(false);
+    clock.advance(1);
+    // At once now (the 2 s linger of an ordinary end ran on real time, past this wait).
+    const outcome = await Promise.race([
+      closing.then(() => "closed"),
+      new Promise((r) => setTimeout(() => r("still open after 1 s"), 1000)),
+    ]);
+    expect(outcome).toBe("closed");
+    await stopped;
+    expect((await broker.listOffsets({ topic: "t", partition: 0 })).highWatermark).toBe(1);
+    await broker.close();
+  });
+
+  it("destroy() closes at once when the broker never closes its side, failing what is pending (attack15b F2)", async () => {
+    // A broker that accepts, reads and never answers nor closes (a SIGSTOPped leader's kernel).
+    const accepted: net.Socket[] = [];
+    const server = net.createServer({ allowHalfOpen: true }, (s) => {
+      accepted.push(s);
+      s.on("error", () => {});
+      s.resume();
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
+    onTestFinished(() => {
+      for (const s of accepted) s.destroy();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    });
+    const { port } = server.address() as net.AddressInfo;
+    const client = await TcpClient.connect({ host: "127.0.0.1", port, timeoutMs: 60_000 });
+    const pending = client.listOffsets({ topic: "t", partition: 0 }).catch((e: ClientError) => e);
+    await new Promise((r) => setTimeout(r, 20));
+    const outcome = await Promise.race([
+      client.destroy().then(() => "closed"),
+      new Promise((r) => setTimeout(() => r("still open after 1 s"), 1000)),
+    ]);
+    expect(outcome).toBe("closed");
+    expect(client.closed).toBe(true);
+    expect((await pending) as ClientError).toMatchObject({ code: "connection_closed" });
+  });
 
   it("treats a fetched record with a bad CRC as an error, not data", async () => {
     const record = encodeRecord({ offset: 0, timestampMs: 1, key: null, value: text("good") });
