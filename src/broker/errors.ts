@@ -274,6 +274,7 @@ export const kafkaErrorCodes: Readonly<Record<string, number>> = Object.freeze({
   not_enough_replicas: 19, // NOT_ENOUGH_REPLICAS
   fenced_leader_epoch: 74, // FENCED_LEADER_EPOCH
   concurrent_update: 42, // INVALID_REQUEST: topic configs are not changed through Kafka
+  inconsistent_topic_id: 103, // INCONSISTENT_TOPIC_ID (replica fetch only, never over Kafka)
   // Durable Streams rows: a stream's topic is a topic, so a Kafka produce to a closed stream
   // meets stream_closed; the rest come from /v1/stream/ routes and map to the nearest meaning.
   stream_not_found: 3, // UNKNOWN_TOPIC_OR_PARTITION
