@@ -1164,7 +1164,7 @@ export class ClusterNode {
       // a new topic would take them for its own replicas and serve their records (attack15b F8).
       throw new BrokerError(
         Errors.topicExists,
-        `Cannot create topic ${JSON.stringify(name)}: node ${keepers.sort((a, b) => a - b).join(", ")} keeps the files of a topic of that name that etcd does not know (cluster.topic_unknown: etcd restored from an older snapshot?), which a new topic would take for its own; stop that broker and remove topics/${name} from its data directory (after copying it if its records matter), or choose another name`,
+        `Cannot create topic ${JSON.stringify(name)}: ${keepers.length === 1 ? "node" : "nodes"} ${keepers.sort((a, b) => a - b).join(", ")} ${keepers.length === 1 ? "keeps" : "keep"} the files of a topic of that name that etcd does not know (cluster.topic_unknown: etcd restored from an older snapshot?), which a new topic would take for its own; stop that broker and remove topics/${name} from its data directory (after copying it if its records matter), or choose another name`,
       );
     if (holders.length === 0) return;
     throw new BrokerError(

@@ -477,3 +477,10 @@ export const avroZeroByteItemsMax = 65_536;
 export const metricsGroupsMax = 1000;
 /** Period of the event-loop delay probe behind `esb_event_loop_delay_seconds`, in ms. */
 export const eventLoopProbeMs = 100;
+
+/**
+ * Producer epochs and partitions whose duplicate-sequence refusal the broker remembers having
+ * logged (`producer.duplicate_sequence`, docs/kafka.md "Supported apis"); past it, all are
+ * forgotten at once and each may be logged again.
+ */
+export const duplicateSequenceLoggedMax = 10_000;

@@ -305,6 +305,37 @@ describe("idempotent produce", () => {
     }
   });
 
+  it("logs the first duplicate-sequence refusal of a producer epoch and partition, not every retry (newuser16 #2)", async () => {
+    const fs = new MemoryFileSystem();
+    const { broker, logger } = await start(fs);
+    await broker.createTopic({ name: "t", partitions: 2 });
+    await broker.produce({ topic: "t", partition: 0, batch: batch("a"), producer: p("p1", 0, 0) });
+    await broker.produce({ topic: "t", partition: 1, batch: batch("a"), producer: p("p1", 0, 0) });
+    // New records under a sequence the partition holds (a client that lost track of a stored
+    // batch): refused each time, logged once per partition.
+    for (const partition of [0, 0, 0, 1])
+      expect(
+        (
+          await rejection(
+            broker.produce({ topic: "t", partition, batch: batch("b"), producer: p("p1", 0, 0) }),
+          )
+        ).kind.code,
+      ).toBe("duplicate_sequence");
+    const lines = logger.named("producer.duplicate_sequence");
+    expect(lines.map((l) => [l.partition, l.sequence, l.expected_sequence])).toEqual([
+      [0, 0, 1],
+      [1, 0, 1],
+    ]);
+    expect(lines[0]).toMatchObject({ producer_id: "p1", epoch: 0, topic: "t" });
+    expect(logger.events.find((e) => e.event === "producer.duplicate_sequence")?.level).toBe(
+      "warn",
+    );
+    // A plain retry of the stored batch is answered, not refused, and logs nothing.
+    await broker.produce({ topic: "t", partition: 0, batch: batch("a"), producer: p("p1", 0, 0) });
+    expect(logger.named("producer.duplicate_sequence")).toHaveLength(2);
+    await close(broker);
+  });
+
   it("forgets a batch whose log write failed, so its retry is appended (once)", async () => {
     const fs = new MemoryFileSystem();
     const { broker } = await start(fs);

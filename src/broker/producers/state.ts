@@ -47,6 +47,7 @@ import type { Clock } from "../../lib/clock.ts";
 import { errorMessage } from "../../lib/errors.ts";
 import type { Logger } from "../../lib/logger.ts";
 import {
+  duplicateSequenceLoggedMax,
   producerEpochHeadroom,
   producerEpochMax,
   producerJournalEntriesRotate,
@@ -82,6 +83,7 @@ import {
   type BatchRange,
   type ProducerState,
   type RememberedBatch,
+  type SequenceDecision,
 } from "./sequence.ts";
 import { buildSnapshot, parseSnapshot } from "./snapshot.ts";
 
@@ -166,6 +168,12 @@ export class ProducerStates {
   /** Remembered batches written but not yet covered by an fsync: their duplicates wait on it. */
   #unsynced = new WeakMap<RememberedBatch, Promise<void>>();
   #rotation: Promise<void> | null = null;
+  /**
+   * `producer id, epoch, partition` of the duplicate-sequence refusals already logged: one line
+   * per wedged producer and partition, not one per retry (at most
+   * {@link duplicateSequenceLoggedMax}; forgotten all at once past it).
+   */
+  #duplicateSequenceLogged = new Set<string>();
   /** The rotation epoch allocations wait for; `started` once its snapshot is being built. */
   #allocationRotation: { started: boolean; promise: Promise<void> } | null = null;
   #closed = false;
@@ -345,6 +353,35 @@ export class ProducerStates {
   }
 
   /**
+   * Logs (warn) the first duplicate-sequence refusal of a producer epoch on a partition
+   * (docs/kafka.md "Supported apis": a client that lost track of a stored batch, e.g. kafkajs
+   * 2.2.4 after a leader change, is refused every later batch until it starts a new epoch, and
+   * the client's side may say nothing).
+   */
+  #logDuplicateSequence(
+    producer: ProducerIdentity,
+    topic: string,
+    partition: number,
+    decision: Extract<SequenceDecision, { outcome: "refuse" }>,
+  ): void {
+    const key = `${producer.id}\u0000${producer.epoch}\u0000${topic}\u0000${partition}`;
+    if (this.#duplicateSequenceLogged.has(key)) return;
+    if (this.#duplicateSequenceLogged.size >= duplicateSequenceLoggedMax)
+      this.#duplicateSequenceLogged.clear();
+    this.#duplicateSequenceLogged.add(key);
+    this.#logger.log("warn", "producer.duplicate_sequence", {
+      producer_id: producer.id,
+      epoch: producer.epoch,
+      topic,
+      partition,
+      sequence: producer.sequence,
+      expected_sequence: decision.expected.sequence ?? null,
+      action:
+        "the producer sent new records under a sequence number this partition already holds (it lost track of a stored batch); every later batch of this epoch is refused the same way until the producer starts again (a new producer id or epoch). Logged once per producer epoch and partition",
+    });
+  }
+
+  /**
    * An idempotent append (the decision table of `sequence.ts`, then the module comment's journal
    * first). The broker has routed every record to `partition`.
    * @throws BrokerError from the decision table (details: `expected_sequence` / `expected_epoch`),
@@ -383,8 +420,11 @@ export class ProducerStates {
           count: batch.count,
           fingerprint,
         });
-        if (decision.outcome === "refuse")
+        if (decision.outcome === "refuse") {
+          if (decision.kind === Errors.duplicateSequence)
+            this.#logDuplicateSequence(producer, topic, partition, decision);
           throw refusalError(decision, producer, partitionName(topic, partition));
+        }
         if (state !== undefined) state.lastActiveMs = now;
         if (decision.outcome === "duplicate") {
           const remembered = decision.batch;
