@@ -120,6 +120,8 @@ describe("a topic in etcd that this broker has not created yet", () => {
         "leaveGroup",
         "raiseGroupGeneration",
         "adoptGroupOffsets",
+        // The coordinator's listener that writes a generation to etcd before the group file.
+        "onGroupGeneration",
         "syncAssignedGroup",
         "heartbeatAssignedGroup",
         // Kafka InitProducerId: ids unique per node (clock slot × 1024 + node id).
