@@ -194,6 +194,8 @@ export class Controller {
   #epoch: number | null = null;
   #current: ControllerRecord | null = null;
   #closed = false;
+  /** Set by {@link retire}: no campaign from now on (a term under way goes on). */
+  #retired = false;
   #watches: EtcdWatch[] = [];
   #brokerWatch: EtcdWatch | null = null;
   #timer: Timer | null = null;
@@ -338,9 +340,19 @@ export class Controller {
     });
   }
 
+  /**
+   * Campaigns no more (a broker leaving the cluster: docs/cluster.md "Leaving the cluster"). A
+   * term under way goes on until {@link close}; a broker that is not the controller stays out of
+   * the elections, so the controller key does not land on a broker that is about to go (which
+   * would win, then resign at its close, and cost every group a coordinator move).
+   */
+  retire(): void {
+    this.#retired = true;
+  }
+
   /** Creates the key if absent; on success becomes the controller and starts its work. */
   async #campaign(): Promise<void> {
-    if (this.#epoch !== null) return;
+    if (this.#epoch !== null || this.#retired) return;
     const { etcd, nodeId } = this.#o;
     const key = controllerKey(this.#prefix);
     const lease = this.#o.lease();

@@ -1490,6 +1490,8 @@ export class ClusterNode {
     const { clock, logger, nodeId } = this.#o;
     const stepMs = this.#o.leaveEtcdStepMs ?? leaveEtcdStepMsDefault;
     const started = clock.nowMs();
+    // From the first moment of the leave: a broker about to go never becomes the controller.
+    this.controller.retire();
     const drain = (await this.#replicas?.leave?.(drainMs)) ?? { led: 0, behind: [], waitedMs: 0 };
     // No reconcile from here on, and no registering again when the revoked lease's key goes.
     this.#closed = true;

@@ -12,6 +12,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { Broker } from "../../src/broker/types.ts";
 import type { EtcdKeyValue } from "../../src/cluster/etcd.ts";
+import { controllerKey } from "../../src/cluster/keys.ts";
 import { brokerKey, departedKey } from "../../src/cluster/membership.ts";
 import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
 import type { LeaveDrain } from "../../src/cluster/replica-manager.ts";
@@ -127,6 +128,30 @@ describe("ClusterNode.leave", () => {
     await node.close();
     expect(steps).toHaveLength(2);
     expect(logger.named("cluster.left")).toHaveLength(1);
+  });
+
+  it("campaigns for the controller no more once the leave begins, even while it drains", async () => {
+    const etcd = new FakeEtcd();
+    const clock = new ManualClock(1_000_000);
+    const logger = new MemoryLogger();
+    // Another broker holds the controller key: node 1 is a candidate, not the controller.
+    await etcd.put(controllerKey(prefix), JSON.stringify({ node_id: 2, incarnation: "x" }));
+    const { sink, finishDrain } = recordingSink(etcd, 1);
+    const node = await startNode(etcd, clock, sink, logger);
+    expect(node.controller.isController).toBe(false);
+    void node.leave(2500);
+    await settle();
+    // The holder's key goes (its lease expired) while node 1 drains: node 1 does not take it,
+    // neither on the watch's deletion nor at its resyncs.
+    await etcd.delete(controllerKey(prefix));
+    await settle();
+    for (let i = 0; i < 3; i++) {
+      clock.advance(10_000);
+      await settle();
+    }
+    expect(await etcd.get(controllerKey(prefix))).toBeNull();
+    expect(node.controller.isController).toBe(false);
+    finishDrain({ led: 0, behind: [], waitedMs: 0 });
   });
 
   it("close() alone leaves without waiting for followers", async () => {
