@@ -8,13 +8,13 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type ClusterProcesses, startClusterProcesses } from "../helpers/cluster-processes.ts";
+import { startCluster, type TestCluster } from "../helpers/cluster.ts";
 import { waitFor } from "../helpers/poll.ts";
 
-let cluster: ClusterProcesses;
+let cluster: TestCluster;
 
 beforeAll(async () => {
-  cluster = await startClusterProcesses({ brokers: 3, name: "topic-id" });
+  cluster = await startCluster({ brokers: 3, name: "topic-id" });
 }, 90_000);
 
 afterAll(async () => {

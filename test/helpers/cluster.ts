@@ -1,8 +1,10 @@
 /**
- * A real cluster for end-to-end tests: one etcd (test/helpers/etcd.ts) and N broker processes
- * (test/e2e/harness.ts) on fixed ports, each with its own data directory under one temporary
- * root, sharing a cluster secret. Brokers can be stopped and started again on the same ports and
- * directory (or another directory: a disk not mounted), and etcd read and written directly.
+ * A real cluster for end-to-end tests: a test etcd (test/helpers/etcd.ts, one member or more) and
+ * N broker processes (test/e2e/harness.ts) on fixed loopback ports (HTTP, TCP and Kafka), each
+ * with its own data directory under one temporary root, sharing a broker credential. Brokers can
+ * be stopped with any signal and started again on the same ports and directory (or another
+ * directory: a disk not mounted), and etcd read and written directly. The one place the cluster
+ * e2e files that start brokers this way get them from.
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,6 +13,15 @@ import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
 import { type BrokerProcess, startBroker } from "../e2e/harness.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "./etcd.ts";
 
+/** One partition as `GET /v1/cluster` answers it. */
+export interface ClusterPartition {
+  partition: number;
+  leader: number;
+  leader_epoch: number;
+  replicas: number[];
+  isr: number[];
+}
+
 /** A running test cluster (see {@link startCluster}). */
 export interface TestCluster {
   etcd: EtcdCluster;
@@ -18,8 +29,14 @@ export interface TestCluster {
   client: EtcdHttpClient;
   /** The temporary root: `n<id>` is broker id's data directory. */
   root: string;
-  /** The running brokers by node id. */
+  /** The running brokers by node id (a stopped one is absent). */
   brokers: Map<number, BrokerProcess>;
+  /** The data directory of node `id` (`<root>/n<id>`). */
+  dataDir(id: number): string;
+  /** Any running broker. @throws Error if none runs. */
+  any(): BrokerProcess;
+  /** The partitions of `topic` as `via` (default: any running broker) sees them. */
+  partitions(topic: string, via?: BrokerProcess): Promise<ClusterPartition[]>;
   /** `serve` arguments of broker `id` beyond `--data-dir` (ports, cluster, node id, secret). */
   args(id: number): string[];
   /** Starts broker `id` on `dataDir` (default `<root>/n<id>`), and waits for its listening line. */
@@ -43,27 +60,44 @@ export interface StoredPartitionState {
   min_insync_replicas: number;
 }
 
-/** Starts a one-member etcd and brokers 1..`brokers` (default 3), each on its own ports. */
-export async function startCluster(options: { brokers?: number } = {}): Promise<TestCluster> {
+/** Options of {@link startCluster}. */
+export interface TestClusterOptions {
+  /** Brokers, node ids 1 … n, started one after the other (default 3). */
+  brokers?: number;
+  /** etcd members (default 1). */
+  etcdMembers?: number;
+  /** Extra `serve` arguments for node `id`. */
+  extraArgs?: (id: number) => string[];
+  /** Prefix of the temporary root's name. */
+  name?: string;
+}
+
+/**
+ * Starts etcd and brokers 1..`brokers` (default 3), each with HTTP, TCP and Kafka on fixed free
+ * ports (`freePorts`: within `ES_BROKER_TEST_PORTS` when set) advertised as 127.0.0.1.
+ */
+export async function startCluster(options: TestClusterOptions = {}): Promise<TestCluster> {
   const n = options.brokers ?? 3;
-  const etcd = await startEtcdCluster({ size: 1 });
+  const etcd = await startEtcdCluster({ size: options.etcdMembers ?? 1 });
   const client = new EtcdHttpClient(etcd.endpoints, { requestTimeoutMs: 2000 });
-  const root = mkdtempSync(join(tmpdir(), "es-broker-cluster-"));
+  const root = mkdtempSync(join(tmpdir(), `es-broker-${options.name ?? "cluster"}-`));
   const secretFile = join(root, "cluster.secret");
   writeFileSync(secretFile, "test-cluster-broker-credential-0123456789\n", { mode: 0o600 });
-  const ports = await freePorts(2 * n);
+  const ports = await freePorts(3 * n);
   const brokers = new Map<number, BrokerProcess>();
+  const dataDir = (id: number) => join(root, `n${id}`);
   const args = (id: number): string[] => {
-    const [http, tcp] = [ports[2 * id - 2], ports[2 * id - 1]];
+    const [http, tcp, kafka] = [ports[3 * id - 3], ports[3 * id - 2], ports[3 * id - 1]];
     return [
-      ...["--http-port", String(http), "--tcp-port", String(tcp)],
+      ...["--http-port", String(http), "--tcp-port", String(tcp), "--kafka-port", String(kafka)],
       ...["--cluster", etcd.clusterUrl, "--node-id", String(id)],
       ...["--advertise-tcp", `127.0.0.1:${tcp}`, "--advertise-http", `http://127.0.0.1:${http}`],
       ...["--cluster-secret-file", secretFile],
+      ...(options.extraArgs?.(id) ?? []),
     ];
   };
-  const start = async (id: number, dataDir = join(root, `n${id}`)) => {
-    const b = await startBroker(dataDir, args(id));
+  const start = async (id: number, dir = dataDir(id)) => {
+    const b = await startBroker(dir, args(id));
     brokers.set(id, b);
     return b;
   };
@@ -77,6 +111,20 @@ export async function startCluster(options: { brokers?: number } = {}): Promise<
     client,
     root,
     brokers,
+    dataDir,
+    any() {
+      const b = brokers.values().next().value;
+      if (b === undefined) throw new Error("no broker is running");
+      return b;
+    },
+    async partitions(topic, via) {
+      const res = await fetch(
+        `${(via ?? cluster.any()).httpUrl}/v1/cluster?topic=${encodeURIComponent(topic)}`,
+      );
+      if (res.status !== 200) throw new Error(`GET /v1/cluster: ${res.status} ${await res.text()}`);
+      const m = (await res.json()) as { topics: { partitions: ClusterPartition[] }[] };
+      return m.topics[0].partitions;
+    },
     args,
     start,
     stop,
