@@ -508,8 +508,12 @@ export class ClusterNode {
           continue;
         }
         if (local.get(name)?.replication_factor !== undefined) {
-          // Replication lets go of the partitions first (leader -1: neither leader nor follower).
+          // Replication lets go of the partitions first (leader -1: neither leader nor follower),
+          // those the local copy has: the deletions seen may include an earlier incarnation's
+          // partitions beyond its count (attack16 F5).
+          const localPartitions = copies.get(name)?.partitions.length ?? 0;
           for (const [partition, last] of this.#deleted.get(name) ?? []) {
+            if (partition >= localPartitions) continue;
             if (this.#replicas === null || !last.state.replicas.includes(nodeId)) continue;
             await this.#replicas.applyPartitionState(
               name,
@@ -561,6 +565,7 @@ export class ClusterNode {
             name,
             copy?.topic_id,
             copy?.topic_revision,
+            copy?.partitions.length ?? 0,
             topic,
             map,
           );
@@ -673,6 +678,7 @@ export class ClusterNode {
     name: string,
     localId: string | undefined,
     localRevision: number | undefined,
+    localPartitions: number,
     topic: TopicEntry,
     map: Map<number, PartitionEntry>,
   ): Promise<boolean> {
@@ -706,8 +712,10 @@ export class ClusterNode {
         `Cannot replicate topic ${JSON.stringify(name)}: the local copy (topic id ${localId}) is of a later topic of this name than etcd's (topic id ${topic.topicId}); kept, not served`,
       );
     }
-    // Another incarnation: never served, never adopted, never followed from.
+    // Another incarnation: never served, never adopted, never followed from. Replication lets
+    // go of the partitions the copy has; the new topic may have more (attack16 F5).
     for (const [partition, entry] of map) {
+      if (partition >= localPartitions) continue;
       if (this.#replicas === null || !entry.state.replicas.includes(nodeId)) continue;
       await this.#replicas.applyPartitionState(
         name,

@@ -196,6 +196,55 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     expect(fetched.records.count).toBe(0);
   });
 
+  it("a copy with fewer partitions than the new topic is moved aside all the same (attack16 F5)", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await localCopy(t, "t14", idA);
+    // The new t14 has three partitions, each with node 1 as a replica; the copy has one.
+    await etcd.txn({
+      compare: [],
+      success: [
+        {
+          put: {
+            key: topicKey(prefix, "t14"),
+            value: formatTopicRecord({ config, topicId: idB, origin: "creation" }),
+          },
+        },
+        ...[0, 1, 2].map((p) => ({
+          put: {
+            key: partitionKey(prefix, "t14", p),
+            value: formatPartitionState({ ...initialPartitionState([1, 2, 3], 2), leader: 2 }),
+          },
+        })),
+      ],
+    });
+    // As replication does: a partition the local topic lacks cannot be applied.
+    const applied: string[] = [];
+    const replicas: ReplicaSink = {
+      setBrokers() {},
+      async applyPartitionState(topic, partition, state) {
+        const have = (await t.broker.describeTopic(topic)).partitions.length;
+        if (partition >= have)
+          throw new Error(`Cannot find partition ${partition} of topic "${topic}": it has ${have}`);
+        applied.push(`${topic}/${partition} leader ${state.leader}`);
+      },
+      logEndOffsets: () => new Map(),
+      setMembershipLive() {},
+      async close() {},
+    };
+    const { logger } = await startNode(etcd, t.broker, replicas);
+    expect(logger.named("cluster.topic_incarnation_replaced")).toHaveLength(1);
+    expect(logger.named("cluster.apply_failed")).toEqual([]);
+    expect((await t.broker.describeTopic("t14")).partitions).toHaveLength(3);
+    expect((await topicJson(t, "t14")).topic_id).toBe(idB);
+    expect(applied).toEqual([
+      "t14/0 leader -1",
+      "t14/0 leader 2",
+      "t14/1 leader 2",
+      "t14/2 leader 2",
+    ]);
+  });
+
   it("a copy without an id is another incarnation when etcd's id was made with the topic", async () => {
     const etcd = new FakeEtcd();
     const t = await openTestBroker({ cleanupIntervalMs: 0 });
