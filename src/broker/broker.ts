@@ -60,6 +60,7 @@ import type {
   CreateTopicRequest,
   GroupAssignment,
   GroupDescription,
+  GroupTopicsView,
   HeartbeatResult,
   JoinGroupRequest,
   FetchRequest,
@@ -163,6 +164,8 @@ export class LocalBroker implements Broker {
   #topics!: TopicRegistry;
   /** Consumer groups (`broker/groups.ts`); opened after the topics. */
   #groups!: GroupCoordinator;
+  /** Cluster mode's view of the partitions groups may commit (see {@link useGroupTopics}). */
+  #groupTopics: GroupTopicsView | null = null;
   /** Idempotent producer state (`broker/producers/`); opened after the topics. */
   #producers!: ProducerStates;
   /** The schema registry (`registry/`): `<dataDir>/schemas.json`. */
@@ -235,7 +238,12 @@ export class LocalBroker implements Broker {
       dataDir: options.dataDir,
       clock: options.clock,
       logger: options.logger,
-      topics: { partitions: (topic) => topics.get(topic).partitions },
+      topics: {
+        partitions: (topic) => {
+          const local = () => topics.get(topic).partitions;
+          return broker.#groupTopics === null ? local() : broker.#groupTopics(topic, local);
+        },
+      },
     });
     if (progress !== undefined) progress.phase = "producers";
     broker.#producers = await ProducerStates.open({
@@ -978,6 +986,11 @@ export class LocalBroker implements Broker {
   async listGroups(): Promise<GroupDescription[]> {
     this.#checkOpen();
     return this.#groups.list();
+  }
+
+  /** See {@link Broker.useGroupTopics}. */
+  useGroupTopics(view: GroupTopicsView): void {
+    this.#groupTopics = view;
   }
 
   /** See {@link Broker.onGroupGeneration} and `GroupCoordinator.onGeneration`. */

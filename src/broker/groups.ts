@@ -111,12 +111,17 @@ import type {
   TopicPartition,
 } from "./types.ts";
 
-/** What the coordinator needs to know of a partition. */
+/**
+ * What the coordinator needs to know of a partition. In a cluster, a coordinator that does not
+ * lead the partition does not know its offsets: both are null (docs/cluster.md "Consumer
+ * groups"), a commit is then checked for a negative offset only (as Kafka does), and its lag is
+ * not shown.
+ */
 export interface GroupPartitionView {
-  /** One past the last durable offset: the largest offset a commit may name. */
-  readonly highWatermark: number;
-  /** One past the last offset written (start-up clamps committed offsets to it). */
-  readonly logEndOffset: number;
+  /** One past the last durable offset: the largest offset a commit may name; null: unknown here. */
+  readonly highWatermark: number | null;
+  /** One past the last offset written (start-up clamps committed offsets to it); null: unknown. */
+  readonly logEndOffset: number | null;
 }
 
 /**
@@ -372,7 +377,7 @@ export class GroupCoordinator {
           committed,
           reason: "the topic has no such partition",
         });
-      } else if (committed > view.logEndOffset) {
+      } else if (view.logEndOffset !== null && committed > view.logEndOffset) {
         data.offsets.set(key, view.logEndOffset);
         changed = true;
         this.#logger.log("warn", "group.offset_clamped", {
@@ -990,10 +995,10 @@ export class GroupCoordinator {
           { index: i },
         );
       }
-      if (offset < 0 || offset > view.highWatermark) {
+      if (offset < 0 || (view.highWatermark !== null && offset > view.highWatermark)) {
         throw new BrokerError(
           Errors.invalidOffset,
-          `${action}: ${where}: offset ${offset} of partition "${partitionName(topic, partition)}" is outside [0, high watermark ${view.highWatermark}]`,
+          `${action}: ${where}: offset ${offset} of partition "${partitionName(topic, partition)}" is outside [0, high watermark ${view.highWatermark ?? "unknown here"}]`,
           { index: i, topic, partition, offset, high_watermark: view.highWatermark },
         );
       }

@@ -530,6 +530,13 @@ export interface Broker {
    */
   onGroupGeneration?(listener: (group: string, generation: number) => void): void;
   /**
+   * Replaces the local topics as the consumer groups' view of partitions (cluster mode: every
+   * topic of the cluster, with offsets known only where this broker leads; docs/cluster.md
+   * "Consumer groups"). `view(topic, local)` returns the topic's partitions (`local()` gives this
+   * broker's own) or throws BrokerError topic_not_found. Optional.
+   */
+  useGroupTopics?(view: GroupTopicsView): void;
+  /**
    * Sets a group's committed offsets whatever its members and generation (a new coordinator
    * taking the offsets acknowledged in etcd; docs/cluster.md "Consumer groups"). Optional.
    * @throws invalid_request, unavailable, storage_error.
@@ -750,3 +757,14 @@ export interface ReplicationSnapshot {
   /** etcd watches found deaf and reopened since the start (cluster/watch-guard.ts). */
   etcdWatchesDeaf?: number;
 }
+
+/**
+ * The partitions of `topic` as the consumer groups see them (`Broker.useGroupTopics`):
+ * `highWatermark` / `logEndOffset` null where this broker does not know them. `local()` returns
+ * this broker's own partitions of the topic, or throws topic_not_found.
+ * @throws BrokerError topic_not_found.
+ */
+export type GroupTopicsView = (
+  topic: string,
+  local: () => readonly { highWatermark: number | null; logEndOffset: number | null }[],
+) => readonly { highWatermark: number | null; logEndOffset: number | null }[];

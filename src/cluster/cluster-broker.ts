@@ -457,6 +457,30 @@ export function clusterBroker(local: Broker, node: ClusterNode): ClusterBroker {
     });
   });
 
+  // Consumer groups see every partition of the cluster, not only the local replicas: a
+  // coordinator (the controller) may hold no replica of a topic, or a stale follower's copy
+  // (attack16 F3: commits refused "outside [0, high watermark 0]", joins "no such topic"). It
+  // knows the offsets of the partitions it leads; elsewhere they are unknown (null), so a commit
+  // is checked for a negative offset only, as Kafka does (docs/cluster.md "Consumer groups").
+  local.useGroupTopics?.((topic, own) => {
+    unknownCheck(topic);
+    let n = 0;
+    while (node.partitionState(topic, n) !== undefined) n++;
+    if (n === 0) return own(); // not a cluster topic: the local one, or topic_not_found
+    let mine: ReturnType<typeof own> = [];
+    try {
+      mine = own();
+    } catch {
+      // No local replica of the topic at all.
+    }
+    const me = node.membership.nodeId;
+    return Array.from({ length: n }, (_, p) =>
+      node.partitionState(topic, p)?.leader === me && mine[p] !== undefined
+        ? mine[p]
+        : { highWatermark: null, logEndOffset: null },
+    );
+  });
+
   const overrides: Partial<Broker> = {
     async createTopic(request: CreateTopicRequest): Promise<TopicDescription> {
       const name = validateTopicName(request.name);

@@ -653,6 +653,48 @@ describe("cluster mode: three brokers", () => {
     );
   });
 
+  it("a group commits partitions the controller holds no replica of (attack16 F3)", async () => {
+    const any = brokers.get(1)!;
+    const addr = `${any.tcp.host}:${any.tcp.port}`;
+    // One replica per partition, three partitions: the controller (the groups' coordinator)
+    // holds one of them, so two are partitions it knows no offsets of.
+    const lines = Array.from({ length: 30 }, (_, i) => `v${i}`).join("\n");
+    const made = await runCli([
+      "topics",
+      "create",
+      "solo-g2",
+      "--partitions",
+      "3",
+      "--config",
+      "replication_factor=1",
+      "--broker",
+      addr,
+    ]);
+    expect(made.code, made.stderr.toString()).toBe(0);
+    const produced = await runCli(
+      ["produce", "solo-g2", "--broker", addr],
+      new TextEncoder().encode(`${lines}\n`),
+    );
+    expect(produced.code, produced.stderr.toString()).toBe(0);
+    const consumed = await runCli([
+      "consume",
+      "solo-g2",
+      "--group",
+      "gsolo",
+      "--from-beginning",
+      "--broker",
+      addr,
+    ]);
+    expect(consumed.code, consumed.stderr.toString()).toBe(0);
+    expect(consumed.stdout.toString().trim().split("\n").sort()).toEqual(lines.split("\n").sort());
+    const described = await runCli(["groups", "describe", "gsolo", "--broker", addr]);
+    expect(described.code, described.stderr.toString()).toBe(0);
+    const group = JSON.parse(described.stdout.toString()) as {
+      offsets: { partition: number; committed: number | null }[];
+    };
+    expect(group.offsets.reduce((n, o) => n + (o.committed ?? 0), 0)).toBe(30);
+  });
+
   it("Kafka clients learn the real leaders from Metadata and produce to each partition's leader", async () => {
     const create = await fetch(`${brokers.get(1)!.httpUrl}/v1/topics`, {
       method: "POST",

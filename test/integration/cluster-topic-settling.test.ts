@@ -122,6 +122,8 @@ describe("a topic in etcd that this broker has not created yet", () => {
         "adoptGroupOffsets",
         // The coordinator's listener that writes a generation to etcd before the group file.
         "onGroupGeneration",
+        // The groups' view of the cluster's partitions (attack16 F3), set once at start.
+        "useGroupTopics",
         "syncAssignedGroup",
         "heartbeatAssignedGroup",
         // Kafka InitProducerId: ids unique per node (clock slot × 1024 + node id).
