@@ -171,7 +171,8 @@ export const groupsHelp = `Usage: es-broker groups <list|describe|reset-offsets>
                            back), not past the log start or the high watermark. Prints the
                            offsets it would commit; commits them only with --execute. The
                            group must have no members: stop its consumers first (or wait out
-                           their sessions), else the broker refuses it (unknown_member).
+                           their sessions), else the broker refuses it (unknown_member); a dry
+                           run says so too.
 
 Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
@@ -1317,10 +1318,20 @@ export async function groups(argv: string[]): Promise<number> {
       if (values.execute) await commitReset(client, name!, offsets);
       for (const o of offsets)
         process.stdout.write(`${name}\t${o.topic}\t${o.partition}\t${o.offset}\n`);
-      if (!values.execute)
+      if (!values.execute) {
         process.stderr.write(
           "es-broker: dry run: nothing was committed; add --execute to commit these offsets\n",
         );
+        // Said in the dry run too, not only when --execute is refused.
+        const members = await client
+          .describeGroup(name!)
+          .then((g) => g.members.length)
+          .catch(() => 0);
+        if (members > 0)
+          process.stderr.write(
+            `es-broker: group ${JSON.stringify(name)} has ${plural(members, "live member")}: --execute is refused until its consumers stop (or their sessions expire)\n`,
+          );
+      }
       return 0;
     }
     if (action === "list") {

@@ -502,6 +502,7 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(dry.code, dry.stderr).toBe(0);
     expect(dry.stdout.toString()).toBe("g\tt\t0\t0\n");
     expect(dry.stderr).toMatch(/dry run: nothing was committed; add --execute/);
+    expect(dry.stderr).not.toContain("live member");
     expect(await committed()).toBe(4);
 
     for (const [to, offset] of [
@@ -580,6 +581,11 @@ describe(`[${target}] es-broker command line errors`, () => {
     await waitFor(
       "the member to join",
       async () => (await client.describeGroup("g")).members.length === 1,
+    );
+    const warned = await reset("--to", "earliest");
+    expect(warned.code, warned.stderr).toBe(0);
+    expect(warned.stderr).toContain(
+      'group "g" has 1 live member: --execute is refused until its consumers stop',
     );
     const refused = await reset("--to", "earliest", "--execute");
     expect(refused.code).toBe(1);
