@@ -161,13 +161,18 @@ export const groupsHelp = `Usage: es-broker groups <list|describe|reset-offsets>
 
   list                     group names with their generation and member count, one per line
   describe GROUP           members, assignments, committed offsets and lag (records) as JSON
-  reset-offsets GROUP --topic TOPIC --to earliest|latest|OFFSET [--partition N] [--execute]
+  reset-offsets GROUP --topic TOPIC (--to earliest|latest|OFFSET|-N | --shift-by ±N)
+                [--partition N] [--execute]
                            sets the group's committed offsets of TOPIC (every partition, or
                            N): earliest = each partition's log start offset, latest = its high
-                           watermark (skip everything so far), or OFFSET itself. Prints the
+                           watermark (skip everything so far), OFFSET itself, or -N = N records
+                           before the high watermark (as consume --offset -N); --shift-by ±N
+                           moves each committed offset by N (Kafka's --shift-by; -N goes
+                           back), not past the log start or the high watermark. Prints the
                            offsets it would commit; commits them only with --execute. The
                            group must have no members: stop its consumers first (or wait out
-                           their sessions), else the broker refuses it (unknown_member).
+                           their sessions), else the broker refuses it (unknown_member); a dry
+                           run says so too.
 
 Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
@@ -1251,6 +1256,7 @@ export async function groups(argv: string[]): Promise<number> {
       topic: { type: "string" },
       partition: { type: "string" },
       to: { type: "string" },
+      "shift-by": { type: "string" },
       execute: { type: "boolean", default: false },
       ...connectionOptions,
       "timeout-ms": { type: "string" },
@@ -1283,24 +1289,49 @@ export async function groups(argv: string[]): Promise<number> {
         );
       const partitions =
         reset.partition === null ? Array.from({ length: count }, (_, i) => i) : [reset.partition];
+      const committed =
+        reset.shiftBy === null ? null : await committedOffsets(client, name!, reset.topic);
       const offsets: { topic: string; partition: number; offset: number }[] = [];
       for (const partition of partitions) {
         const bounds = await cluster.listOffsets({ topic: reset.topic, partition });
-        const offset =
-          reset.to === "earliest"
-            ? bounds.logStartOffset
-            : reset.to === "latest"
-              ? bounds.highWatermark
-              : reset.to;
+        const clamp = (o: number) =>
+          Math.min(Math.max(o, bounds.logStartOffset), bounds.highWatermark);
+        let offset: number;
+        if (committed !== null) {
+          const from = committed.get(partition);
+          if (from === undefined)
+            throw new Error(
+              `--shift-by: group ${JSON.stringify(name)} has no committed offset for ${reset.topic}/${partition} to shift from: give --to earliest|latest|OFFSET for it (with --partition ${partition})`,
+            );
+          offset = clamp(from + reset.shiftBy!);
+        } else
+          offset =
+            reset.to === "earliest"
+              ? bounds.logStartOffset
+              : reset.to === "latest"
+                ? bounds.highWatermark
+                : typeof reset.to === "number"
+                  ? reset.to
+                  : clamp(bounds.highWatermark - reset.to!.last);
         offsets.push({ topic: reset.topic, partition, offset });
       }
-      if (values.execute) await client.commitOffsets({ group: name!, offsets });
+      if (values.execute) await commitReset(client, name!, offsets);
       for (const o of offsets)
         process.stdout.write(`${name}\t${o.topic}\t${o.partition}\t${o.offset}\n`);
-      if (!values.execute)
+      if (!values.execute) {
         process.stderr.write(
           "es-broker: dry run: nothing was committed; add --execute to commit these offsets\n",
         );
+        // Said in the dry run too, not only when --execute is refused.
+        const members = await client
+          .describeGroup(name!)
+          .then((g) => g.members.length)
+          .catch(() => 0);
+        if (members > 0)
+          process.stderr.write(
+            `es-broker: group ${JSON.stringify(name)} has ${plural(members, "live member")}: --execute is refused until its consumers stop (or their sessions expire)\n`,
+          );
+      }
       return 0;
     }
     if (action === "list") {
@@ -1327,33 +1358,102 @@ export async function groups(argv: string[]): Promise<number> {
 }
 
 /**
- * The options of `groups reset-offsets`, checked before connecting.
+ * The options of `groups reset-offsets`, checked before connecting: exactly one of `--to`
+ * (earliest, latest, an offset, or `-N` as `consume --offset -N`: N records before the high
+ * watermark) and `--shift-by ±N` (from the committed offset, as Kafka's `--shift-by`).
  * @throws UsageError naming the missing or bad option.
  */
-function resetOptions(values: { topic?: string; partition?: string; to?: string }): {
+function resetOptions(values: {
+  topic?: string;
+  partition?: string;
+  to?: string;
+  "shift-by"?: string;
+}): {
   topic: string;
   partition: number | null;
-  to: "earliest" | "latest" | number;
+  to: "earliest" | "latest" | number | { last: number } | null;
+  shiftBy: number | null;
 } {
   if (values.topic === undefined) throw new UsageError("groups reset-offsets needs --topic TOPIC");
   const to = values.to;
-  if (to === undefined)
-    throw new UsageError("groups reset-offsets needs --to earliest, --to latest or --to OFFSET");
-  if (to !== "earliest" && to !== "latest" && !/^\d+$/.test(to))
+  const shift = values["shift-by"];
+  if (to !== undefined && shift !== undefined)
+    throw new UsageError("give --to or --shift-by, not both");
+  if (to === undefined && shift === undefined)
     throw new UsageError(
-      `--to ${JSON.stringify(to)}: give earliest, latest or an offset (a whole number ≥ 0)`,
+      "groups reset-offsets needs --to earliest|latest|OFFSET|-N or --shift-by N",
+    );
+  const partition =
+    values.partition === undefined
+      ? null
+      : intOption("partition", values.partition, 0, 0, 2_147_483_647);
+  if (shift !== undefined) {
+    const n = /^[-+]?\d+$/.test(shift) ? Number(shift) : Number.NaN;
+    if (!Number.isSafeInteger(n))
+      throw new UsageError(
+        `--shift-by ${JSON.stringify(shift)}: give a whole number of records, negative to go back (e.g. -100)`,
+      );
+    return { topic: values.topic!, partition, to: null, shiftBy: n };
+  }
+  const m = /^(-?)(\d+)$/.exec(to!);
+  const n = m === null ? Number.NaN : Number(m[2]);
+  if (
+    to !== "earliest" &&
+    to !== "latest" &&
+    (m === null || !Number.isSafeInteger(n) || to === "-0")
+  )
+    throw new UsageError(
+      `--to ${JSON.stringify(to)}: give earliest, latest, an offset (a whole number ≥ 0) or -N (N records before the high watermark); to move back from the committed offset, use --shift-by -N`,
     );
   return {
-    topic: values.topic,
-    partition:
-      values.partition === undefined
-        ? null
-        : intOption("partition", values.partition, 0, 0, 2_147_483_647),
-    to:
-      to === "earliest" || to === "latest"
-        ? to
-        : intOption("to", to, 0, 0, Number.MAX_SAFE_INTEGER),
+    topic: values.topic!,
+    partition,
+    to: to === "earliest" || to === "latest" ? to : m![1] === "-" ? { last: n } : n,
+    shiftBy: null,
   };
+}
+
+/**
+ * The group's committed offsets of `topic`, by partition (partitions never committed absent).
+ * @throws ClientError `group_not_found` when the group does not exist.
+ */
+async function committedOffsets(
+  client: TcpClient,
+  group: string,
+  topic: string,
+): Promise<Map<number, number>> {
+  const committed = new Map<number, number>();
+  for (const o of (await client.describeGroup(group)).offsets)
+    if (o.topic === topic && o.committed !== null) committed.set(o.partition, o.committed);
+  return committed;
+}
+
+/**
+ * Commits the reset offsets. The broker refuses a commit without a member while the group has
+ * members (`unknown_member`); the refusal is re-thrown saying the fix, as Kafka's tool does.
+ * @throws ClientError `unknown_member` naming the live members, or as `TcpClient.commitOffsets`.
+ */
+async function commitReset(
+  client: TcpClient,
+  group: string,
+  offsets: { topic: string; partition: number; offset: number }[],
+): Promise<void> {
+  try {
+    await client.commitOffsets({ group, offsets });
+  } catch (err) {
+    if (!(err instanceof ClientError) || err.code !== "unknown_member") throw err;
+    const members = await client
+      .describeGroup(group)
+      .then((g) => g.members.length)
+      .catch(() => null);
+    throw new ClientError(
+      err.code,
+      err.tcp,
+      err.retriable,
+      `group ${JSON.stringify(group)} has ${members === null ? "live members" : plural(members, "live member")}: stop its consumers first, or wait out their sessions (reset-offsets works on an inactive group, as Kafka's kafka-consumer-groups does); nothing was committed`,
+      { cause: err, details: err.details },
+    );
+  }
 }
 
 /** A topic or group as `topics` / `groups describe` print it: the HTTP API's JSON, indented. */

@@ -19,12 +19,15 @@ export const clusterHelp = `Usage: es-broker cluster status [options]
                                (an unclean leader election: see es-broker cluster elect --help)
 
 Shows a cluster (serve --cluster): its live brokers (those holding an etcd lease: a killed
-broker stays listed until its lease expires, about 6 s), the controller, and for every
-partition its leader ("none" now; -1 in --json), leader epoch, replicas, in-sync replicas
-(ISR), eligible leader replicas (ELR), high watermark (asked of the leader; "?", null in
---json, when the leader did not answer), each follower's lag in records behind the leader's
-log end as the leader sees it (node:lag; ? = not fetched yet; asked of each leader's HTTP
-port), and status (the first that holds): offline (no leader; with what it waits for and
+broker stays listed until its lease expires, about 6 s) with their TCP, HTTP and Kafka
+listener addresses (kafka: what Kafka clients bootstrap from, when it has one), the
+controller, and for every partition its leader ("none" now; -1 in --json), leader epoch,
+replicas, in-sync replicas (ISR), eligible leader replicas (ELR), high watermark (asked of
+the leader; "?", null in --json, when the leader did not answer), each follower's lag in
+records behind the leader's log end as the leader sees it (node:lag; ? = not fetched yet;
+node:not-live = that broker is not live, its lag stale, "live": false in --json; asked of
+each leader's HTTP port), and status (the first that holds): offline (no leader; with what
+it waits for and
 what would bring it back, "reason" in --json), leader-not-live (the leader
 named is not a live broker: killed, until the controller moves its partitions), leader-
 unreachable (the leader did not answer for its high watermark), below-min-isr (fewer in-sync
@@ -66,8 +69,11 @@ interface PartitionStatus {
   reason: string | null;
   /** The leader's high watermark, null when the leader could not be asked. */
   high_watermark: number | null;
-  /** As the leader reports them (null when its HTTP port could not be asked). */
-  followers: ClusterPartitionInfo["followers"] | null;
+  /**
+   * As the leader reports them (null when its HTTP port could not be asked), each with `live`:
+   * false when the follower holds no etcd lease now (killed or stopped), its lag then stale.
+   */
+  followers: (NonNullable<ClusterPartitionInfo["followers"]>[number] & { live: boolean })[] | null;
 }
 
 /** A replica-fetch link as `cluster status` reports it: `from` fetches (or tries to) from `node_id`. */
@@ -87,10 +93,13 @@ async function brokerViews(
   views: Map<string, ClusterPartitionInfo>;
   minInsync: Map<string, number>;
   links: LinkStatus[];
+  kafka: Map<number, string>;
 }> {
   const views = new Map<string, ClusterPartitionInfo>();
   const minInsync = new Map<string, number>();
   const links: LinkStatus[] = [];
+  // Kafka listeners are in the HTTP view's brokers only (the TCP metadata leaves them out).
+  const kafka = new Map<number, string>();
   await Promise.all(
     m.brokers.map(async (b) => {
       try {
@@ -109,11 +118,13 @@ async function brokerViews(
               minInsync.set(`${t.name}/${p.partition}`, p.min_insync_replicas);
           }
         for (const l of theirs.peer_links ?? []) links.push({ from: b.node_id, ...l });
+        for (const other of theirs.brokers)
+          if (other.kafka !== undefined) kafka.set(other.node_id, other.kafka);
       } catch {}
     }),
   );
   links.sort((a, b) => a.from - b.from || a.node_id - b.node_id);
-  return { views, minInsync, links };
+  return { views, minInsync, links, kafka };
 }
 
 /** `es-broker cluster status`. */
@@ -160,7 +171,7 @@ export async function cluster(argv: string[]): Promise<number> {
       values["timeout-ms"] === undefined
         ? 5000
         : intOption("timeout-ms", values["timeout-ms"], clientTimeoutMsDefault, 1, 3_600_000);
-    const { views, minInsync, links } = await brokerViews(
+    const { views, minInsync, links, kafka } = await brokerViews(
       m,
       readApiKey(values),
       clientTlsOptions(values),
@@ -214,7 +225,10 @@ export async function cluster(argv: string[]): Promise<number> {
                 partition: p.partition,
               }),
               high_watermark: highWatermark,
-              followers: views.get(`${t.name}/${p.partition}`)?.followers ?? null,
+              followers:
+                views
+                  .get(`${t.name}/${p.partition}`)
+                  ?.followers?.map((f) => ({ ...f, live: live.has(f.node_id) })) ?? null,
             };
           }),
         ),
@@ -223,7 +237,10 @@ export async function cluster(argv: string[]): Promise<number> {
     const doc = {
       cluster_id: m.cluster_id,
       controller: m.controller,
-      brokers: m.brokers,
+      brokers: m.brokers.map((b) => {
+        const listener = b.kafka ?? kafka.get(b.node_id);
+        return listener === undefined ? b : { ...b, kafka: listener };
+      }),
       topics: status,
       links,
     };
@@ -236,7 +253,10 @@ export async function cluster(argv: string[]): Promise<number> {
       `cluster ${m.cluster_id}, controller: ${m.controller === -1 ? "none" : `node ${m.controller}`}`,
     );
     lines.push(`brokers (${m.brokers.length} live):`);
-    for (const b of m.brokers) lines.push(`  node ${b.node_id}\ttcp ${b.tcp}\thttp ${b.http}`);
+    for (const b of doc.brokers)
+      lines.push(
+        `  node ${b.node_id}\ttcp ${b.tcp}\thttp ${b.http}${b.kafka === undefined ? "" : `\tkafka ${b.kafka}`}`,
+      );
     const rows: string[][] = [
       [
         "topic",
@@ -265,7 +285,9 @@ export async function cluster(argv: string[]): Promise<number> {
           p.high_watermark === null ? "?" : String(p.high_watermark),
           !p.followers || p.followers.length === 0
             ? "-"
-            : p.followers.map((f) => `${f.node_id}:${f.lag < 0 ? "?" : f.lag}`).join(","),
+            : p.followers
+                .map((f) => `${f.node_id}:${!f.live ? "not-live" : f.lag < 0 ? "?" : f.lag}`)
+                .join(","),
           p.status === "below-min-isr"
             ? "below-min-isr (writes refused)"
             : p.reason === null

@@ -502,6 +502,7 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(dry.code, dry.stderr).toBe(0);
     expect(dry.stdout.toString()).toBe("g\tt\t0\t0\n");
     expect(dry.stderr).toMatch(/dry run: nothing was committed; add --execute/);
+    expect(dry.stderr).not.toContain("live member");
     expect(await committed()).toBe(4);
 
     for (const [to, offset] of [
@@ -527,12 +528,50 @@ describe(`[${target}] es-broker command line errors`, () => {
     ]);
     expect(next.stdout.toString()).toBe("v7\n");
 
+    // Committed 8 now (7, then the one consume above). --shift-by moves it, clamped to
+    // [log start 0, high watermark 10]; --to -N is N before the high watermark (consume's -N).
+    expect(await committed()).toBe(8);
+    for (const [args, offset] of [
+      [["--shift-by", "-3"], 5],
+      [["--shift-by", "+2"], 7],
+      [["--shift-by", "100"], 10],
+      [["--shift-by", "-100"], 0],
+      [["--to", "-4"], 6],
+      [["--to", "-40"], 0],
+    ] as const) {
+      const done = await reset(...args, "--execute");
+      expect(done.code, done.stderr).toBe(0);
+      expect(done.stdout.toString()).toBe(`g\tt\t0\t${offset}\n`);
+      expect(await committed()).toBe(offset);
+    }
+    const both = await reset("--to", "latest", "--shift-by", "1");
+    expect(both.code).toBe(2);
+    expect(both.stderr).toMatch(/give --to or --shift-by, not both/);
+    const badShift = await reset("--shift-by", "1.5");
+    expect(badShift.code).toBe(2);
+    expect(badShift.stderr).toMatch(/--shift-by "1.5": give a whole number of records/);
+    const noCommit = await runCli([
+      "groups",
+      "reset-offsets",
+      "fresh",
+      "--topic",
+      "t",
+      "--shift-by",
+      "1",
+      "--broker",
+      address,
+    ]);
+    expect(noCommit.code).toBe(1);
+    expect(noCommit.stderr).toMatch(/group_not_found/);
+
     const beyond = await reset("--to", "99", "--execute");
     expect(beyond.code).toBe(1);
     expect(beyond.stderr).toMatch(/invalid_offset/);
     const bad = await reset("--to", "yesterday");
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toMatch(/--to "yesterday": give earliest, latest or an offset/);
+    expect(bad.stderr).toMatch(
+      /--to "yesterday": give earliest, latest, an offset \(a whole number ≥ 0\) or -N .*use --shift-by -N/,
+    );
     const noPartition = await reset("--to", "earliest", "--partition", "3");
     expect(noPartition.code).toBe(2);
     expect(noPartition.stderr).toMatch(/--partition 3: topic "t" has 1 partition \(0 … 0\)/);
@@ -543,9 +582,17 @@ describe(`[${target}] es-broker command line errors`, () => {
       "the member to join",
       async () => (await client.describeGroup("g")).members.length === 1,
     );
+    const warned = await reset("--to", "earliest");
+    expect(warned.code, warned.stderr).toBe(0);
+    expect(warned.stderr).toContain(
+      'group "g" has 1 live member: --execute is refused until its consumers stop',
+    );
     const refused = await reset("--to", "earliest", "--execute");
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/unknown_member/);
+    expect(refused.stderr).toMatch(
+      /unknown_member: group "g" has 1 live member: stop its consumers first, or wait out their sessions \(reset-offsets works on an inactive group/,
+    );
+    expect(refused.stdout.toString()).toBe("");
     member.proc.kill("SIGTERM");
     expect(await member.exited).toBe(0);
   });

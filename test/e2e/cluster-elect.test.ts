@@ -267,6 +267,27 @@ describe("cluster: unclean leader election (attack15 F2 b, attack15b F3)", () =>
     // Every acknowledged record was on nodes 1 and 2 too: nothing is lost, and writes go on.
     await produce(c, "t3", 150, 200);
     expect(await readAll(c, "t3")).toEqual(values(200));
+    // Node 3 is a follower now and not live: it reads as such, not as a lag (newuser16 #7).
+    const after = await runCli(["cluster", "status", "--broker", broker(1), "--json"]);
+    expect(after.code, after.stderr).toBe(0);
+    const followers = (
+      JSON.parse(after.stdout.toString()) as {
+        topics: {
+          name: string;
+          partitions: { followers: { node_id: number; live: boolean }[] | null }[];
+        }[];
+      }
+    ).topics.find((t) => t.name === "t3")!.partitions[0].followers;
+    expect(followers?.map((f) => [f.node_id, f.live]).sort()).toEqual([
+      [3 - led.leader, true],
+      [3, false],
+    ]);
+    const afterText = await runCli(["cluster", "status", "--broker", broker(1)]);
+    expect(afterText.stdout.toString()).toMatch(
+      new RegExp(
+        `t3\\s+0\\s+${led.leader}\\s.*\\s(${3 - led.leader}:\\d+,3:not-live|3:not-live,${3 - led.leader}:\\d+)\\s`,
+      ),
+    );
     // Asked again, it is refused: the partition has a leader.
     const again = await runCli([
       "cluster",

@@ -629,6 +629,11 @@ describe("cluster mode: three brokers", () => {
       }[];
     };
     expect(doc.brokers.map((b) => b.node_id)).toEqual([1, 2, 3]);
+    // Each broker's Kafka listener, what Kafka clients bootstrap from (newuser16 #7).
+    for (const b of doc.brokers as { node_id: number; kafka?: string }[]) {
+      const k = brokers.get(b.node_id)!.kafka!;
+      expect(b.kafka).toBe(`${k.host}:${k.port}`);
+    }
     const t = doc.topics.find((x) => x.name === "cli-topic")!;
     expect(t.partitions.reduce((n, p) => n + p.high_watermark, 0)).toBe(30);
     for (const p of t.partitions) {
@@ -638,16 +643,25 @@ describe("cluster mode: three brokers", () => {
     // Each leader reports its two followers; with every record acknowledged, none lags.
     for (const p of t.partitions as unknown as {
       leader: number;
-      followers: { node_id: number; lag: number }[];
+      followers: { node_id: number; lag: number; live: boolean }[];
     }[]) {
       expect(p.followers.map((f) => f.node_id).sort()).toEqual(
         [1, 2, 3].filter((id) => id !== p.leader),
       );
-      for (const f of p.followers) expect(f.lag).toBe(0);
+      for (const f of p.followers) {
+        expect(f.lag).toBe(0);
+        expect(f.live).toBe(true);
+      }
     }
     const table = await runCli(["cluster", "status", "--broker", addr, "--topic", "cli-topic"]);
     expect(table.code).toBe(0);
     expect(table.stdout.toString()).toMatch(/^cluster \S+, controller: node \d/);
+    for (const [id, b] of brokers) {
+      const k = b.kafka!;
+      expect(table.stdout.toString()).toContain(
+        `  node ${id}\ttcp 127.0.0.1:${b.tcp.port}\thttp ${b.httpUrl}\tkafka ${k.host}:${k.port}\n`,
+      );
+    }
     expect(table.stdout.toString()).toMatch(
       /cli-topic\s+0\s+\d\s+0\s+[\d,]+\s+[\d,]+\s+-\s+\d+\s+\d:[\d?]+,\d:[\d?]+\s+ok/,
     );
