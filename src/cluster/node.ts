@@ -680,7 +680,18 @@ export class ClusterNode {
         }
         continue;
       }
-      if (map === undefined || !this.#holds(name)) continue;
+      if (map === undefined || !this.#holds(name)) {
+        // No replica here: a copy of another incarnation is moved aside all the same, so that
+        // its log ends are never published under the new topic's partitions (attack16 F2).
+        if (
+          map !== undefined &&
+          !this.#localTopics.has(name) &&
+          local.get(name)?.replication_factor !== undefined &&
+          (await this.#dropOtherIncarnation(name, copies.get(name), topic, map))
+        )
+          republish = true;
+        continue;
+      }
       if (this.#localTopics.has(name)) {
         // A cluster topic of a local topic's name (created before this broker's log_ends said
         // so): its local log is not the cluster topic's. This broker takes no replica of it and
@@ -801,6 +812,50 @@ export class ClusterNode {
       }
     }
     if (republish) await this.#republishUntilDone();
+  }
+
+  /**
+   * For a topic this broker holds no replica of: moves the local copy aside if it is of another
+   * incarnation than etcd's (docs/cluster.md "Topic ids"), after replication let go of any of
+   * its partitions it still runs, with `cluster.topic_incarnation_replaced` (warn). Resolves with
+   * true when it did. A failure is logged (`cluster.apply_failed`); the next change tries again.
+   */
+  async #dropOtherIncarnation(
+    name: string,
+    copy: { topic_id?: string; topic_revision?: number } | undefined,
+    topic: TopicEntry,
+    map: Map<number, PartitionEntry>,
+  ): Promise<boolean> {
+    const { broker, logger } = this.#o;
+    const localId = copy?.topic_id;
+    if (compareIncarnation(localId, topic, copy?.topic_revision) !== "other") return false;
+    try {
+      const running = (this.#replicas?.describe?.() ?? []).filter((r) => r.topic === name);
+      for (const { partition } of running) {
+        const entry = map.get(partition);
+        if (this.#replicas === null || entry === undefined) continue;
+        await this.#replicas.applyPartitionState(
+          name,
+          partition,
+          { ...entry.state, leader: -1, isr: [], elr: [] },
+          String(entry.modRevision),
+        );
+      }
+      await broker.deleteTopic(name).catch((err) => {
+        if (!(err instanceof BrokerError && err.kind === Errors.topicNotFound)) throw err;
+      });
+    } catch (err) {
+      logger.log("error", "cluster.apply_failed", { topic: name, error: errorMessage(err) });
+      return false;
+    }
+    logger.log("warn", "cluster.topic_incarnation_replaced", {
+      topic: name,
+      local_topic_id: localId ?? null,
+      topic_id: topic.topicId,
+      action:
+        "the local copy is of another topic of this name (deleted and created again while this broker was away), and this broker holds no replica of the new one: moved aside like a deleted topic's copy",
+    });
+    return true;
   }
 
   /**
