@@ -30,7 +30,14 @@ import type { Prng } from "../lib/prng.ts";
 import { Controller, lapseGraceMsDefault } from "./controller.ts";
 import { type LeaveDrain, leaveDrainMsDefault } from "./replica-manager.ts";
 import type { PeerLinkStatus } from "./peer-links.ts";
-import { type Etcd, EtcdError, type EtcdEvent, type EtcdOp, type EtcdWatch } from "./etcd.ts";
+import {
+  type Etcd,
+  EtcdError,
+  type EtcdEvent,
+  type EtcdKeyValue,
+  type EtcdOp,
+  type EtcdWatch,
+} from "./etcd.ts";
 import {
   dataDirKey,
   deletedTopicKey,
@@ -151,6 +158,16 @@ export interface ClusterNodeOptions
   leaveEtcdStepMs?: number;
   /** etcd watches found deaf and reopened so far (`guardWatches`' `onDeaf`), for metrics. */
   deafWatches?: () => number;
+  /**
+   * How often the view's keys are compared with etcd's and what differs repaired, in ms
+   * (default {@link viewRelistMsDefault}; 0: never). See {@link ClusterNode}.
+   */
+  relistMs?: number;
+  /**
+   * How long a difference found may take to arrive by the watch before it is repaired, in ms
+   * (default {@link viewRelistGraceMsDefault}).
+   */
+  relistGraceMs?: number;
   /** Stops the join's retries while etcd is unreachable (a signal during start-up). */
   signal?: { aborted: boolean };
   /**
@@ -199,9 +216,22 @@ export const groupOffsetsRetryMs = 12_000;
  */
 export const topicConfigAttempts = 8;
 
+/** Default period of the view's comparison with etcd's keys, in ms. */
+export const viewRelistMsDefault = 60_000;
+/** Default wait for differences found in flight on the watch before they are repaired, in ms. */
+export const viewRelistGraceMsDefault = 1000;
+
 /**
  * A broker's membership of the cluster and its view of the cluster's keys. Start with
  * {@link ClusterNode.start}; {@link close} leaves (revokes the lease).
+ *
+ * The view converges even when the watch dropped single events and kept delivering later ones
+ * (etcd 3.4 bugs; docs/cluster.md "A watch that goes deaf"): every `relistMs` one keys-only
+ * range of the prefix is compared, key by key, with the mod_revision the view holds; a key
+ * written later than the view's copy is read and applied as a put, a key the view holds (at or
+ * below the range's revision) that etcd lacks as a deletion, through the code that applies
+ * the watch's events, with `etcd.view_repaired` (warn). No event or repair older than what the
+ * view holds for a key is applied.
  */
 export class ClusterNode {
   readonly membership: Membership;
@@ -238,6 +268,11 @@ export class ClusterNode {
   /** Local topics whose name a cluster topic also has, already logged. */
   readonly #conflictsLogged = new Set<string>();
   #watch: EtcdWatch | null = null;
+  /** Per key of the view (brokers, topics, tombstones, partition states): its mod_revision. */
+  readonly #keyRevisions = new Map<string, number>();
+  /** Keys of the view seen deleted since the last comparison with etcd, and the deletion's revision. */
+  readonly #keyDeletions = new Map<string, number>();
+  #relistTimer: Timer | null = null;
   #closed = false;
   /** {@link leave}, once begun. */
   #leaving: Promise<void> | null = null;
@@ -315,6 +350,7 @@ export class ClusterNode {
       if (live) void this.#republishUntilDone();
     });
     await this.#load();
+    this.#scheduleRelist();
     await this.controller.start();
     // Which data directory holds this node now (no lease: it outlives this process), for a
     // later start on a new directory to record whose place it takes (docs/cluster.md
@@ -335,6 +371,8 @@ export class ClusterNode {
     this.#topics.clear();
     this.#partitions.clear();
     this.#tombstones.clear();
+    this.#keyRevisions.clear();
+    this.#keyDeletions.clear();
     for (const kv of kvs) this.#take({ type: "put", kv });
     this.#viewRevision = revision;
     this.#replicas?.setBrokers(this.#brokers);
@@ -350,16 +388,8 @@ export class ClusterNode {
   }
 
   #onEvents(events: EtcdEvent[]): void {
-    let brokersChanged = false;
-    const touched = new Set<string>();
-    for (const e of events) {
-      const what = this.#take(e);
-      if (what === "broker") brokersChanged = true;
-      else if (what !== null) touched.add(what);
-    }
     const revision = events[events.length - 1].kv.modRevision;
-    if (brokersChanged) this.#replicas?.setBrokers(this.#brokers);
-    void this.#enqueue(() => this.#reconcile(touched)).then(() => {
+    void this.#apply(events).then(() => {
       this.#viewRevision = Math.max(this.#viewRevision, revision);
       for (const w of this.#revisionWaiters) {
         if (w.revision <= this.#viewRevision) {
@@ -370,10 +400,127 @@ export class ClusterNode {
     });
   }
 
+  /**
+   * Takes events into the view (each only if newer than what the view holds for its key: a
+   * repair may have brought it already) and reconciles the topics they touched.
+   * Resolves once reconciled. Returns the keys taken.
+   */
+  #apply(events: EtcdEvent[]): Promise<string[]> {
+    let brokersChanged = false;
+    const touched = new Set<string>();
+    const taken: string[] = [];
+    for (const e of events) {
+      if (this.#inView(e.kv.key)) {
+        const held = this.#keyRevisions.get(e.kv.key) ?? this.#keyDeletions.get(e.kv.key) ?? 0;
+        if (e.kv.modRevision <= held) continue;
+      }
+      taken.push(e.kv.key);
+      const what = this.#take(e);
+      if (what === "broker") brokersChanged = true;
+      else if (what !== null) touched.add(what);
+    }
+    if (brokersChanged) this.#replicas?.setBrokers(this.#brokers);
+    return this.#enqueue(() => this.#reconcile(touched)).then(() => taken);
+  }
+
+  /** Whether `key` is one the view holds (see {@link #take}). */
+  #inView(key: string): boolean {
+    const p = this.#prefix;
+    return (
+      key.startsWith(`${p}/brokers/`) ||
+      key.startsWith(`${p}/deleted_topics/`) ||
+      key.startsWith(`${p}/topics/`) ||
+      parsePartitionKey(p, key) !== null
+    );
+  }
+
+  /** Compares the view with etcd every `relistMs` (see {@link ClusterNode}). */
+  #scheduleRelist(): void {
+    const periodMs = this.#o.relistMs ?? viewRelistMsDefault;
+    if (this.#closed || periodMs <= 0) return;
+    this.#relistTimer = this.#o.clock.setTimer(periodMs, () => {
+      this.#relistTimer = null;
+      void this.#relist()
+        .catch((err: unknown) =>
+          // etcd unreachable: the next period tries again.
+          this.#o.logger.log("debug", "etcd.view_relist_failed", { error: errorMessage(err) }),
+        )
+        .finally(() => this.#scheduleRelist());
+    });
+  }
+
+  /** One comparison of the view with etcd's keys, and the repair of what differs. */
+  async #relist(): Promise<void> {
+    const { etcd, clock, logger } = this.#o;
+    const listed = await etcd.changedSince({ key: `${this.#prefix}/`, prefix: true, after: 0 });
+    if (this.#closed) return;
+    const at = listed.revision;
+    let differ = this.#differences(listed.changed, at);
+    if (differ.puts.length + differ.deletes.length > 0) {
+      // Possibly still on its way to the watch: give it the grace, then compare again.
+      const graceMs = this.#o.relistGraceMs ?? viewRelistGraceMsDefault;
+      await new Promise<void>((resolve) => clock.setTimer(graceMs, resolve));
+      if (this.#closed) return;
+      differ = this.#differences(listed.changed, at);
+    }
+    const events: EtcdEvent[] = [];
+    for (const key of differ.puts) {
+      const kv = await etcd.get(key);
+      // Deleted since the range: the watch brings that, or the next comparison.
+      if (kv !== null) events.push({ type: "put", kv });
+    }
+    for (const key of differ.deletes)
+      events.push({
+        type: "delete",
+        kv: { key, value: "", createRevision: 0, modRevision: at, version: 0, lease: "0" },
+      });
+    if (this.#closed) return;
+    const taken = events.length === 0 ? [] : await this.#apply(events);
+    // Deletions at or below `at` are in the range: no older put of their key can come back.
+    for (const [key, revision] of this.#keyDeletions)
+      if (revision <= at) this.#keyDeletions.delete(key);
+    if (taken.length === 0) return;
+    logger.log("warn", "etcd.view_repaired", {
+      revision: at,
+      keys: taken.sort(),
+      action:
+        "the watch missed these changes (a dropped event) and kept delivering later ones: applied them now",
+    });
+  }
+
+  /**
+   * Keys of etcd's range (keys only, read at revision `at`) written later than the view's copy
+   * or deletion of them (`puts`), and keys the view holds, written at or below `at`, that the
+   * range lacks (`deletes`).
+   */
+  #differences(listed: EtcdKeyValue[], at: number): { puts: string[]; deletes: string[] } {
+    const puts: string[] = [];
+    const deletes: string[] = [];
+    const present = new Set<string>();
+    for (const kv of listed) {
+      if (!this.#inView(kv.key)) continue;
+      present.add(kv.key);
+      const held = this.#keyRevisions.get(kv.key) ?? this.#keyDeletions.get(kv.key) ?? 0;
+      if (kv.modRevision > held) puts.push(kv.key);
+    }
+    for (const [key, revision] of this.#keyRevisions)
+      if (!present.has(key) && revision <= at) deletes.push(key);
+    return { puts, deletes };
+  }
+
   /** Updates the view with one event; returns "broker", a touched topic name, or null. */
   #take(e: EtcdEvent): string | null {
     const p = this.#prefix;
     const key = e.kv.key;
+    if (this.#inView(key)) {
+      if (e.type === "delete") {
+        this.#keyRevisions.delete(key);
+        this.#keyDeletions.set(key, e.kv.modRevision);
+      } else {
+        this.#keyRevisions.set(key, e.kv.modRevision);
+        this.#keyDeletions.delete(key);
+      }
+    }
     try {
       if (key.startsWith(`${p}/brokers/`)) {
         const id = Number(key.slice(`${p}/brokers/`.length));
@@ -537,7 +684,18 @@ export class ClusterNode {
         }
         continue;
       }
-      if (map === undefined || !this.#holds(name)) continue;
+      if (map === undefined || !this.#holds(name)) {
+        // No replica here: a copy of another incarnation is moved aside all the same, so that
+        // its log ends are never published under the new topic's partitions (attack16 F2).
+        if (
+          map !== undefined &&
+          !this.#localTopics.has(name) &&
+          local.get(name)?.replication_factor !== undefined &&
+          (await this.#dropOtherIncarnation(name, copies.get(name), topic, map))
+        )
+          republish = true;
+        continue;
+      }
       if (this.#localTopics.has(name)) {
         // A cluster topic of a local topic's name (created before this broker's log_ends said
         // so): its local log is not the cluster topic's. This broker takes no replica of it and
@@ -659,6 +817,50 @@ export class ClusterNode {
       }
     }
     if (republish) await this.#republishUntilDone();
+  }
+
+  /**
+   * For a topic this broker holds no replica of: moves the local copy aside if it is of another
+   * incarnation than etcd's (docs/cluster.md "Topic ids"), after replication let go of any of
+   * its partitions it still runs, with `cluster.topic_incarnation_replaced` (warn). Resolves with
+   * true when it did. A failure is logged (`cluster.apply_failed`); the next change tries again.
+   */
+  async #dropOtherIncarnation(
+    name: string,
+    copy: { topic_id?: string; topic_revision?: number } | undefined,
+    topic: TopicEntry,
+    map: Map<number, PartitionEntry>,
+  ): Promise<boolean> {
+    const { broker, logger } = this.#o;
+    const localId = copy?.topic_id;
+    if (compareIncarnation(localId, topic, copy?.topic_revision) !== "other") return false;
+    try {
+      const running = (this.#replicas?.describe?.() ?? []).filter((r) => r.topic === name);
+      for (const { partition } of running) {
+        const entry = map.get(partition);
+        if (this.#replicas === null || entry === undefined) continue;
+        await this.#replicas.applyPartitionState(
+          name,
+          partition,
+          { ...entry.state, leader: -1, isr: [], elr: [] },
+          String(entry.modRevision),
+        );
+      }
+      await broker.deleteTopic(name).catch((err) => {
+        if (!(err instanceof BrokerError && err.kind === Errors.topicNotFound)) throw err;
+      });
+    } catch (err) {
+      logger.log("error", "cluster.apply_failed", { topic: name, error: errorMessage(err) });
+      return false;
+    }
+    logger.log("warn", "cluster.topic_incarnation_replaced", {
+      topic: name,
+      local_topic_id: localId ?? null,
+      topic_id: topic.topicId,
+      action:
+        "the local copy is of another topic of this name (deleted and created again while this broker was away), and this broker holds no replica of the new one: moved aside like a deleted topic's copy",
+    });
+    return true;
   }
 
   /**
@@ -1504,6 +1706,7 @@ export class ClusterNode {
     // No reconcile from here on, and no registering again when the revoked lease's key goes.
     this.#closed = true;
     this.#republishTimer?.cancel();
+    this.#relistTimer?.cancel();
     // A controller pass or a metadata change being applied may be waiting on etcd.
     const stopped = await boundedStep(clock, stepMs, async () => {
       await this.controller.close().catch(() => {});

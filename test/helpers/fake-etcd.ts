@@ -11,7 +11,9 @@
  * - `compact()`: every watch started below the current revision is told `onCompacted`;
  * - `deafenWatches(which?)`: the watches open now (those on keys `which` accepts) drop every
  *   later event silently, as a stream etcd stopped feeding does (attack15 F6); watches opened
- *   after it hear normally. `changedSince` still answers (the guard's check, `watch-guard.ts`).
+ *   after it hear normally. `changedSince` still answers (the guard's check, `watch-guard.ts`);
+ * - `dropNextRevisions(n)`: every watch silently skips the events of the next `n` revisions
+ *   written and delivers later ones, as etcd 3.4's lost-event bugs do (etcd-io/etcd#18089).
  *
  * Leases are granted with unique ids and never expire by time; `leaseRevoke` ends one (etcd's own
  * expiry or revocation, e.g. across an etcd leader change) and deletes its keys in one revision;
@@ -53,6 +55,8 @@ export class FakeEtcd implements Etcd {
   readonly #history: EtcdEvent[] = [];
   #compactedAt = 0;
   readonly #watchers = new Set<Watcher>();
+  /** Revisions whose events no watch delivers (see `dropNextRevisions`). */
+  readonly #dropped = new Set<number>();
   #leasesGranted = 0;
   readonly #revokedLeases = new Set<string>();
   /** Writes made (puts, deletes, successful txns), for tests counting round trips. */
@@ -94,6 +98,11 @@ export class FakeEtcd implements Etcd {
         n++;
       }
     return n;
+  }
+
+  /** Makes every watch skip the events of the next `n` revisions written (see the module comment). */
+  dropNextRevisions(n = 1): void {
+    for (let i = 1; i <= n; i++) this.#dropped.add(this.revision + i);
   }
 
   /** Open watches, deaf or not (a test checks a deaf one was replaced). */
@@ -316,6 +325,7 @@ export class FakeEtcd implements Etcd {
       const events = this.#history.filter(
         (e) =>
           e.kv.modRevision >= w.next &&
+          !this.#dropped.has(e.kv.modRevision) &&
           (w.prefix ? e.kv.key.startsWith(w.key) : e.kv.key === w.key),
       );
       w.next = this.revision + 1;

@@ -69,12 +69,13 @@ async function startNode(etcd: FakeEtcd, broker: Broker, replicas: ReplicaSink) 
   return { node, logger };
 }
 
-/** Puts topic `name` in etcd (one partition, replicas 1,2,3, led by node 2) with `record`'s id. */
+/** Puts topic `name` in etcd (one partition, replicas 1,2,3 by default, led by node 2) with `record`'s id. */
 async function putTopic(
   etcd: FakeEtcd,
   name: string,
   record: { topicId: string | null; origin?: "creation" | "upgrade" },
   epoch = 0,
+  replicas = [1, 2, 3],
 ) {
   await etcd.txn({
     compare: [],
@@ -93,7 +94,7 @@ async function putTopic(
         put: {
           key: partitionKey(prefix, name, 0),
           value: formatPartitionState({
-            ...initialPartitionState([1, 2, 3], 2),
+            ...initialPartitionState(replicas, 2),
             leader: 2,
             leader_epoch: epoch,
           }),
@@ -243,6 +244,32 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
       "t14/1 leader 2",
       "t14/2 leader 2",
     ]);
+  });
+
+  it("a copy of another incarnation on a broker holding no replica of the new topic is moved aside too (attack16 F2)", async () => {
+    const etcd = new FakeEtcd();
+    const t = await openTestBroker({ cleanupIntervalMs: 0 });
+    await localCopy(t, "t2", idA);
+    // The same incarnation, no replica here either: kept (no change from before).
+    await localCopy(t, "kept2", idB);
+    await putTopic(etcd, "t2", { topicId: idB }, 0, [2, 3, 4]);
+    await putTopic(etcd, "kept2", { topicId: idB }, 0, [2, 3, 4]);
+    const { replicas, applied } = sink();
+    const { logger } = await startNode(etcd, t.broker, replicas);
+    await waitFor(
+      () => logger.named("cluster.topic_incarnation_replaced").length === 1,
+      "t2's old copy moved aside",
+    );
+    expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([
+      expect.objectContaining({ topic: "t2", local_topic_id: idA, topic_id: idB }),
+    ]);
+    // Gone, not replaced by a replica (none here): no log end of it can be published.
+    const names = (await t.broker.listTopics()).map((x) => x.name);
+    expect(names).not.toContain("t2");
+    expect(names).toContain("kept2");
+    expect(await highWatermark(t.broker, "kept2")).toBe(3);
+    expect(await t.fs.readdir(`${t.dataDir}/trash`).catch(() => [])).toEqual([]);
+    expect(applied).toEqual([]);
   });
 
   it("a copy without an id is another incarnation when etcd's id was made with the topic", async () => {
