@@ -13,7 +13,7 @@ import { loadTlsOutgoing } from "../runtime/tls.ts";
 import { UsageError, intOption, isLoopback, parseCli } from "./args.ts";
 
 /** Help text of `es-broker cluster elect`. */
-export const clusterElectHelp = `Usage: es-broker cluster elect --unclean --topic NAME [--partition N] --cluster etcd://HOST:PORT[,...]
+export const clusterElectHelp = `Usage: es-broker cluster elect --unclean [--accept-data-loss] --topic NAME [--partition N] --cluster etcd://HOST:PORT[,...]
 
 Unclean leader election (docs/cluster.md "Unclean leader election"): makes the live replica
 with the largest (last leader epoch, log end) the leader of an offline partition that no rule
@@ -22,11 +22,17 @@ can elect now: no in-sync replica is alive, and the eligible replicas (ELR) are 
 LOST: the controller logs cluster.unclean_leader_elected (error) with how many records below
 committed_offset the new leader lacks; when a missing replica comes back, it truncates to the new
 leader. Prefer bringing the missing brokers back. Refused (exit 1, with the reason) for a
-partition that has a leader or that the rules can elect. The request goes to the controller
-through etcd (the key elect_unclean); the command waits for its answer.
+partition that has a leader or that the rules can elect. Refused too, unless
+--accept-data-loss, when a replica's records are on a data directory its node no longer runs on
+(a forgotten directory: started on an empty one, the disk not mounted) or the chosen node runs on
+a directory an earlier unclean election superseded: EVERY RECORD THAT DIRECTORY HELD (or every
+record acknowledged since that election) IS LOST, and etcd cannot count them; start the node on
+the directory the refusal names instead. The request goes to the controller through etcd (the
+key elect_unclean); the command waits for its answer.
 
 Options:
   --unclean                       required: says that records may be lost
+  --accept-data-loss              also when a forgotten or superseded data directory's records are lost
   --topic NAME                    the topic
   --partition N                   only this partition (default: every offline partition of the topic)
   --cluster etcd://HOST:PORT[,…]  the cluster's etcd, as given to serve (etcds:// for TLS)
@@ -52,6 +58,11 @@ export interface UncleanResult {
     lost_below_committed?: number;
     /** ISR/ELR members not alive. */
     missing_replicas?: number[];
+    /**
+     * What a forgotten or superseded data directory held and is lost, in words (uncounted: the
+     * controller's `cluster.unclean_leader_elected` says the same). Absent: none.
+     */
+    lost_directories?: string[];
     /** Set when refused. */
     refused?: string;
   }[];
@@ -63,6 +74,7 @@ export async function clusterElect(argv: string[]): Promise<number> {
     args: argv,
     options: {
       unclean: { type: "boolean", default: false },
+      "accept-data-loss": { type: "boolean", default: false },
       topic: { type: "string" },
       partition: { type: "string" },
       cluster: { type: "string" },
@@ -149,7 +161,16 @@ export async function clusterElect(argv: string[]): Promise<number> {
     const put = await etcd.txn({
       compare: [],
       success: [
-        { put: { key: electUncleanKey(prefix), value: JSON.stringify({ topic, partition }) } },
+        {
+          put: {
+            key: electUncleanKey(prefix),
+            value: JSON.stringify({
+              topic,
+              partition,
+              ...(values["accept-data-loss"] ? { accept_data_loss: true } : {}),
+            }),
+          },
+        },
       ],
     });
     const deadline = Date.now() + timeoutMs;
@@ -172,7 +193,7 @@ export async function clusterElect(argv: string[]): Promise<number> {
             process.stderr.write(`es-broker cluster elect: ${name} not elected: ${p.refused}\n`);
           } else
             process.stdout.write(
-              `${name}: node ${p.leader} leads at epoch ${p.leader_epoch} (unclean: ${p.lost_below_committed ?? 0} records below committed_offset lost${(p.missing_replicas ?? []).length === 0 ? "" : `, and any acknowledged record only node ${(p.missing_replicas ?? []).join(", ")} held`})\n`,
+              `${name}: node ${p.leader} leads at epoch ${p.leader_epoch} (unclean: ${p.lost_below_committed ?? 0} records below committed_offset lost${(p.missing_replicas ?? []).length === 0 ? "" : `, and any acknowledged record only node ${(p.missing_replicas ?? []).join(", ")} held`}${(p.lost_directories ?? []).map((d) => `, and ${d}`).join("")})\n`,
             );
         }
         return failed ? 1 : 0;

@@ -638,7 +638,12 @@ export class Controller {
               ),
               view,
             });
-      this.#warnOffline(where, final ?? state, (id) => live.has(id));
+      this.#warnOffline(
+        where,
+        final ?? state,
+        (id) => live.has(id),
+        (id) => live.get(id)?.data_dir_id,
+      );
       if (final === null) return;
       const result = await etcd.txn({
         compare: [
@@ -678,7 +683,7 @@ export class Controller {
    * `cluster.unclean_election_refused` (warn: why).
    */
   async #unclean(
-    request: { topic: string; partition: number | null },
+    request: { topic: string; partition: number | null; acceptDataLoss: boolean },
     requestRevision: number,
   ): Promise<void> {
     const epoch = this.#epoch;
@@ -732,10 +737,15 @@ export class Controller {
       }
       // Only an offline partition's is asked for: one whose leader is named stays as it is.
       if (request.partition === null && state.leader !== noLeader) continue;
-      const outcome = uncleanElection(state, (id) => ({
-        alive: live.has(id) && !this.#absentSince.has(id),
-        ...publishedSince(ends.get(id), kv, name),
-      }));
+      const outcome = uncleanElection(
+        state,
+        (id) => ({
+          alive: live.has(id) && !this.#absentSince.has(id),
+          dataDirId: live.get(id)?.data_dir_id,
+          ...publishedSince(ends.get(id), kv, name),
+        }),
+        { acceptDataLoss: request.acceptDataLoss },
+      );
       if ("refused" in outcome) {
         refuse(where.partition, outcome.refused);
         continue;
@@ -760,6 +770,9 @@ export class Controller {
         leader_epoch: outcome.state.leader_epoch,
         lost_below_committed: outcome.missingCommitted,
         missing_replicas: outcome.missing,
+        ...(outcome.lostDirectories.length === 0
+          ? {}
+          : { lost_directories: outcome.lostDirectories }),
       });
       logger.log("error", "cluster.unclean_leader_elected", {
         topic: where.topic,
@@ -770,7 +783,9 @@ export class Controller {
         last_epoch: outcome.lastEpoch ?? null,
         committed_offset: state.committed_offset,
         missing_replicas: outcome.missing,
-        lost: `${outcome.missingCommitted} records below committed_offset ${state.committed_offset} the new leader lacks${outcome.missing.length === 0 ? "" : `, and any record acknowledged after committed_offset was written that only node ${outcome.missing.join(", ")} held; when those come back, they truncate to the new leader`}`,
+        forgotten: state.forgotten ?? [],
+        accept_data_loss: request.acceptDataLoss,
+        lost: outcome.lost,
         controller_epoch: epoch,
       });
     }
@@ -799,9 +814,10 @@ export class Controller {
     where: { topic: string; partition: number },
     state: PartitionState,
     live: (id: number) => boolean,
+    dataDirOf: (id: number) => string | undefined,
   ): void {
     const name = `${where.topic}/${where.partition}`;
-    const reason = offlineReason(state, live, where);
+    const reason = offlineReason(state, live, where, dataDirOf);
     if (reason === null) {
       this.#offlineWarned.delete(name);
       this.#offlineSince.delete(name);
@@ -979,20 +995,28 @@ export function parseElectPreferred(value: string): string | null | undefined {
 
 /**
  * The partitions an `elect_unclean` value asks for: `{topic, partition}` (partition null: every
- * offline partition of the topic), or undefined when the value is not
- * `{"topic": string, "partition": number | null}` (docs/cluster.md "Unclean leader election").
+ * offline partition of the topic), and whether it accepts losing what a forgotten or superseded
+ * data directory holds (`accept_data_loss`, default false), or undefined when the value is not
+ * `{"topic": string, "partition": number | null, "accept_data_loss"?: boolean}`
+ * (docs/cluster.md "Unclean leader election").
  */
 export function parseElectUnclean(
   value: string,
-): { topic: string; partition: number | null } | undefined {
+): { topic: string; partition: number | null; acceptDataLoss: boolean } | undefined {
   try {
-    const v = JSON.parse(value) as { topic?: unknown; partition?: unknown } | null;
+    const v = JSON.parse(value) as {
+      topic?: unknown;
+      partition?: unknown;
+      accept_data_loss?: unknown;
+    } | null;
     if (typeof v !== "object" || v === null || Array.isArray(v)) return undefined;
     if (typeof v.topic !== "string" || v.topic === "") return undefined;
     const partition = v.partition ?? null;
     if (partition !== null && !(Number.isSafeInteger(partition) && (partition as number) >= 0))
       return undefined;
-    return { topic: v.topic, partition: partition as number | null };
+    const accept = v.accept_data_loss ?? false;
+    if (typeof accept !== "boolean") return undefined;
+    return { topic: v.topic, partition: partition as number | null, acceptDataLoss: accept };
   } catch {
     return undefined;
   }

@@ -39,8 +39,9 @@
  * | the leader is alive (or lapsed) and not gone                     | stays leader                     |
  * | a live ISR member (in replica order)                             | leads: continuously in sync, it  |
  * |                                                                  | holds every committed record     |
- * | the state was already offline, every ELR member is alive and has | the one with the largest (last   |
- * | published its log end since, the chosen one's ≥ committed_offset | epoch, log end) leads, joins ISR |
+ * | the state was already offline, every ELR member is alive (none on | the one with the largest (last   |
+ * | a `superseded` directory) and has published its log end since,   | epoch, log end) leads, joins ISR |
+ * | the chosen one's ≥ committed_offset                              |                                  |
  * | none of these                                                    | offline (leader -1)              |
  *
  * Replicas found gone in one update leave the ISR in one write: if the ISR ends below min ISR,
@@ -78,8 +79,19 @@ export interface ForgottenReplica {
   node_id: number;
   /** The data directory id the node registered with before the new directory took its place. */
   data_dir_id: string;
-  /** The partition's leader epoch just after the forget: the entry holds only while it is unchanged. */
+  /**
+   * The partition's leader epoch just after the forget: the entry holds only while it is
+   * unchanged. For a `superseded` entry: the epoch of the unclean election that replaced it.
+   */
   leader_epoch: number;
+  /**
+   * Set by an unclean election that elected another directory over this one: the partition went
+   * on without its records, so this directory's log conflicts with what was acknowledged since
+   * (attack16 F4). A registration of the node on it is never elected by the rules (only by an
+   * unclean election that accepts the loss); the entry goes once the node is in the ISR on it
+   * (it truncated by epoch and caught up) or leads. Absent: false.
+   */
+  superseded?: true;
 }
 
 /** What the controller knows about one replica when it elects a leader. */
@@ -209,12 +221,19 @@ export function parsePartitionState(key: string, text: string): PartitionState {
     min_insync_replicas: s?.min_insync_replicas,
   };
   const forgotten = Array.isArray(s?.forgotten)
-    ? s.forgotten.filter(
-        (f) =>
-          isNodeId(f?.node_id) &&
-          typeof f.data_dir_id === "string" &&
-          Number.isSafeInteger(f.leader_epoch),
-      )
+    ? s.forgotten
+        .filter(
+          (f) =>
+            isNodeId(f?.node_id) &&
+            typeof f.data_dir_id === "string" &&
+            Number.isSafeInteger(f.leader_epoch),
+        )
+        .map((f) => ({
+          node_id: f.node_id,
+          data_dir_id: f.data_dir_id,
+          leader_epoch: f.leader_epoch,
+          ...(f.superseded === true ? { superseded: true as const } : {}),
+        }))
     : [];
   if (forgotten.length > 0) state.forgotten = forgotten;
   // A state written before the ELR was cleared at min ISR may name stale members: they are not
@@ -321,6 +340,7 @@ export function controllerUpdate(
   const returned = (state.forgotten ?? [])
     .filter(
       (f) =>
+        f.superseded !== true &&
         state.leader === noLeader &&
         f.leader_epoch === state.leader_epoch &&
         change.view(f.node_id).alive &&
@@ -333,7 +353,8 @@ export function controllerUpdate(
   if (returned.length > 0 && isr.length < state.min_insync_replicas) elr = [...elr, ...returned];
   if (leader === noLeader) {
     const fromIsr = state.replicas.find((id) => isr.includes(id) && change.view(id).alive);
-    const fromElr = state.leader === noLeader ? electFromElr(state, elr, change.view) : noLeader;
+    const fromElr =
+      state.leader === noLeader ? electFromElr(state, elr, change.view, state.forgotten) : noLeader;
     leader = fromIsr ?? fromElr;
     if (leader !== noLeader && !isr.includes(leader)) isr = [...isr, leader];
     elr = elr.filter((x) => x !== leader);
@@ -347,8 +368,12 @@ export function controllerUpdate(
     elr: elrBeside(state, isr, elr),
   };
   if (state.forgotten !== undefined) {
-    const kept = state.forgotten.filter(
-      (f) => !returned.includes(f.node_id) && f.leader_epoch === next.leader_epoch,
+    // A superseded entry stays until its node holds the partition's log on that directory again:
+    // in the ISR (it truncated by epoch and caught up) or leading.
+    const kept = state.forgotten.filter((f) =>
+      f.superseded === true
+        ? !(next.isr.includes(f.node_id) && change.view(f.node_id).dataDirId === f.data_dir_id)
+        : !returned.includes(f.node_id) && f.leader_epoch === next.leader_epoch,
     );
     if (kept.length > 0) next.forgotten = kept;
     else delete next.forgotten;
@@ -357,7 +382,8 @@ export function controllerUpdate(
     next.leader === state.leader &&
     next.leader_epoch === state.leader_epoch &&
     next.isr.join() === state.isr.join() &&
-    next.elr.join() === state.elr.join();
+    next.elr.join() === state.elr.join() &&
+    (next.forgotten ?? []).length === (state.forgotten ?? []).length;
   return same ? null : next;
 }
 
@@ -379,11 +405,16 @@ function electFromElr(
   state: PartitionState,
   elr: readonly number[],
   view: (nodeId: number) => ReplicaView,
+  forgotten: readonly ForgottenReplica[] = [],
 ): number {
   const members = state.replicas
     .filter((id) => elr.includes(id))
     .map((id) => ({ id, ...view(id) }));
   if (members.length === 0 || members.some((v) => !v.alive || v.logEndOffset === undefined))
+    return noLeader;
+  // A member registered on a directory an unclean election superseded holds an older log than
+  // its ELR place: its records at the offsets acknowledged since would replace them (attack16 F4).
+  if (members.some((v) => supersededDir(forgotten, v.id, v.dataDirId) !== undefined))
     return noLeader;
   const byEpoch = members.every((v) => v.lastEpoch !== undefined);
   let best = members[0];
@@ -393,6 +424,17 @@ function electFromElr(
       best = v;
   }
   return (best.logEndOffset as number) >= state.committed_offset ? best.id : noLeader;
+}
+
+/** The `superseded` entry of `forgotten` for node `nodeId` registered on `dataDirId`, if any. */
+function supersededDir(
+  forgotten: readonly ForgottenReplica[],
+  nodeId: number,
+  dataDirId: string | undefined,
+): ForgottenReplica | undefined {
+  return forgotten.find(
+    (f) => f.superseded === true && f.node_id === nodeId && f.data_dir_id === dataDirId,
+  );
 }
 
 /**
@@ -648,24 +690,43 @@ export type UncleanElection =
       missing: number[];
       /** Records below `committed_offset` the new leader lacks (0 when it reaches it). */
       missingCommitted: number;
+      /**
+       * What is lost, in words: the count above, and what cannot be counted (records only the
+       * missing replicas held, every record a forgotten directory held, every record acknowledged
+       * since an earlier unclean election on another directory of the new leader's node).
+       */
+      lost: string;
+      /** The uncounted losses of forgotten or superseded directories alone, in words (in `lost` too). */
+      lostDirectories: string[];
     }
   | { refused: string };
 
 /**
  * An unclean leader election (docs/cluster.md "Unclean leader election"), asked for by an
  * operator for an offline partition that the rules cannot elect for now: no live ISR member, and
- * no ELR election possible (an ELR member is not alive, or has not published). The live replica
+ * no ELR election possible (an ELR member is not alive, or has not published, or runs on a
+ * superseded directory). The live replica
  * (not lapsed) with the largest (last epoch, log end) published since `state` was written leads
  * (the first in replica order among equals), whatever its lists say, at an epoch above the
  * state's and every published one; it is the ISR alone, the ELR is empty. Records it lacks are
  * lost: those below `committed_offset` are counted; those acknowledged since (above it) that only
  * the missing replicas held cannot be.
+ *
+ * A `forgotten` directory (its node now runs on another one: a disk not mounted) holds records
+ * no live replica may hold, and the new leader's node running on a `superseded` directory holds
+ * an older log than the one acknowledged since that unclean election: both lose every such
+ * record, which etcd cannot count (a log end is published on the broker's lease, gone by the
+ * time a new directory starts). So the election is refused unless `options.acceptDataLoss`
+ * (attack16 F4); when accepted, every `forgotten` entry becomes `superseded` with the new epoch
+ * (its directory now conflicts with the partition), except the new leader's own directory's.
  * Returns `{ refused }`, naming why, when the partition has a leader, a live ISR member or an
- * ELR election possible (the rules elect), or no live replica has published.
+ * ELR election possible (the rules elect), no live replica has published, or a loss above is not
+ * accepted.
  */
 export function uncleanElection(
   state: PartitionState,
   view: (nodeId: number) => ReplicaView,
+  options: { acceptDataLoss?: boolean } = {},
 ): UncleanElection {
   if (state.leader !== noLeader)
     return { refused: `it is not offline: node ${state.leader} leads it` };
@@ -675,7 +736,8 @@ export function uncleanElection(
     return {
       refused: `in-sync replica ${liveIsr.join(", ")} is alive: the controller elects it`,
     };
-  if (state.elr.length > 0 && electFromElr(state, state.elr, view) !== noLeader)
+  const forgotten = state.forgotten ?? [];
+  if (state.elr.length > 0 && electFromElr(state, state.elr, view, forgotten) !== noLeader)
     return { refused: "every ELR member is back: the controller elects one of them" };
   const candidates = state.replicas
     .map((id) => ({ id, ...view(id) }))
@@ -694,39 +756,126 @@ export function uncleanElection(
   let epoch = state.leader_epoch;
   for (const v of candidates) if (v.lastEpoch !== undefined) epoch = Math.max(epoch, v.lastEpoch);
   const end = best.logEndOffset as number;
-  return {
-    state: {
-      ...state,
-      leader: best.id,
+  const missing = state.replicas.filter(
+    (id) => (state.isr.includes(id) || state.elr.includes(id)) && !usable(id),
+  );
+  const missingCommitted = Math.max(0, state.committed_offset - end);
+  // Directories whose records the election gives up, beyond what the lists say.
+  const ownDir = (f: ForgottenReplica) => f.node_id === best.id && f.data_dir_id === best.dataDirId;
+  // A plain entry of an earlier epoch is stale: the partition had a leader since, elected by the
+  // rules, so that directory holds nothing the partition lacks.
+  const current = (f: ForgottenReplica) =>
+    f.superseded === true || f.leader_epoch === state.leader_epoch;
+  const lostDirs = forgotten.filter((f) => f.superseded !== true && current(f) && !ownDir(f));
+  const conflicting = forgotten.find((f) => f.superseded === true && ownDir(f));
+  const uncounted = [
+    ...lostDirs.map(
+      (f) =>
+        `every record node ${f.node_id}'s forgotten data directory ${f.data_dir_id} held (it held the partition until epoch ${f.leader_epoch}${state.committed_offset > 0 ? `, at least offsets 0 to ${state.committed_offset - 1}` : ""}; its log end was not published where etcd keeps it)`,
+    ),
+    ...(conflicting === undefined
+      ? []
+      : [
+          `every record acknowledged since epoch ${conflicting.leader_epoch} on node ${best.id}'s other data directory: node ${best.id} runs on ${conflicting.data_dir_id}, which an unclean election at epoch ${conflicting.leader_epoch} superseded, and its records replace those at the same offsets`,
+        ]),
+  ];
+  if (uncounted.length > 0 && options.acceptDataLoss !== true)
+    return {
+      refused: `it would lose ${uncounted.join("; and ")}. Start ${
+        conflicting === undefined
+          ? lostDirs
+              .map((f) => `node ${f.node_id} on data directory ${f.data_dir_id}`)
+              .join(" and ")
+          : `node ${best.id} on the data directory that led since epoch ${conflicting.leader_epoch}`
+      } instead, or accept the loss (--accept-data-loss)`,
+    };
+  const next: PartitionState = {
+    ...state,
+    leader: best.id,
+    leader_epoch: epoch + 1,
+    isr: [best.id],
+    elr: [],
+    // What the new leader holds is what is committed now: a committed_offset above it would
+    // make it refuse to lead (it "lacks committed records").
+    committed_offset: Math.min(state.committed_offset, end),
+  };
+  // The partition goes on without every other recorded directory: each conflicts with it now, and
+  // must never be elected by the rules when it comes back (attack16 F4: the real disk, back after
+  // the empty directory's unclean election, was elected from the ELR and replaced 71
+  // acknowledged records at the same offsets). The new leader's own directory holds its log.
+  const superseded = forgotten
+    .filter((f) => current(f) && !ownDir(f))
+    .map((f) => ({
+      node_id: f.node_id,
+      data_dir_id: f.data_dir_id,
       leader_epoch: epoch + 1,
-      isr: [best.id],
-      elr: [],
-      // What the new leader holds is what is committed now: a committed_offset above it would
-      // make it refuse to lead (it "lacks committed records").
-      committed_offset: Math.min(state.committed_offset, end),
-    },
+      superseded: true as const,
+    }));
+  if (superseded.length > 0) next.forgotten = superseded;
+  else delete next.forgotten;
+  const lost = [
+    `${missingCommitted} records below committed_offset ${state.committed_offset} the new leader lacks`,
+    ...(missing.length === 0
+      ? []
+      : [
+          `any record acknowledged after committed_offset was written that only node ${missing.join(", ")} held; when those come back, they truncate to the new leader`,
+        ]),
+    ...uncounted,
+  ].join(", and ");
+  return {
+    state: next,
     logEndOffset: end,
     lastEpoch: best.lastEpoch,
-    missing: state.replicas.filter(
-      (id) => (state.isr.includes(id) || state.elr.includes(id)) && !usable(id),
-    ),
-    missingCommitted: Math.max(0, state.committed_offset - end),
+    missing,
+    missingCommitted,
+    lost,
+    lostDirectories: uncounted,
   };
 }
 
 /**
  * Why `state` is offline and what would bring it back, in words (attack15b F3: `cluster status`
  * and the controller's `cluster.partition_offline` warn), or null when it has a leader. `live`
- * says whether a node is registered. `where` names the partition in the remedy.
+ * says whether a node is registered, `dataDirOf` the data directory id its registration names
+ * (undefined: not known). `where` names the partition in the remedy.
+ * A `forgotten` entry comes first (attack16 F4): its directory holds the records, so the remedy
+ * is to start its node on it, and an unclean election loses every record it held; a node
+ * registered on a `superseded` directory waits for the directory that led since.
  */
 export function offlineReason(
-  state: Pick<PartitionState, "leader" | "isr" | "elr" | "replicas">,
+  state: Pick<PartitionState, "leader" | "isr" | "elr" | "replicas"> &
+    Partial<Pick<PartitionState, "leader_epoch" | "forgotten">>,
   live: (nodeId: number) => boolean,
   where: { topic: string; partition: number },
+  dataDirOf: (nodeId: number) => string | undefined = () => undefined,
 ): string | null {
   if (state.leader !== noLeader) return null;
   const nodes = (ids: number[]) => `node${ids.length === 1 ? "" : "s"} ${ids.join(", ")}`;
   const unclean = `es-broker cluster elect --unclean --topic ${where.topic} --partition ${where.partition}`;
+  const forgotten = state.forgotten ?? [];
+  const away = forgotten.filter(
+    (f) =>
+      f.superseded !== true &&
+      f.leader_epoch === state.leader_epoch &&
+      dataDirOf(f.node_id) !== f.data_dir_id,
+  );
+  if (away.length > 0)
+    return away
+      .map(
+        (f) =>
+          `node ${f.node_id} ${live(f.node_id) ? "runs on another data directory than" : "is not running on"} the one that held this partition (forgotten directory ${f.data_dir_id}): start it on that data directory; an unclean election now loses every record that directory held (${unclean} --accept-data-loss)`,
+      )
+      .join("; ");
+  const stale = forgotten.filter(
+    (f) => f.superseded === true && live(f.node_id) && dataDirOf(f.node_id) === f.data_dir_id,
+  );
+  if (stale.length > 0)
+    return stale
+      .map(
+        (f) =>
+          `node ${f.node_id} runs on data directory ${f.data_dir_id}, which an unclean election at epoch ${f.leader_epoch} superseded (its records would replace those acknowledged since at the same offsets): start it on the data directory that led since; an unclean election now loses every record acknowledged since epoch ${f.leader_epoch} (${unclean} --accept-data-loss)`,
+      )
+      .join("; ");
   const missingIsr = state.isr.filter((id) => !live(id));
   if (state.isr.length > 0 && missingIsr.length === state.isr.length)
     return `waiting for ${nodes(missingIsr)} of the ISR`;

@@ -209,7 +209,13 @@ describe("controller: unclean leader election (attack15 F2 b)", () => {
     });
     const answer = await uncleanAnswer(etcd, put.revision);
     expect(answer.partitions).toEqual([
-      { partition: 0, leader: 1, leader_epoch: 8, lost_below_committed: 20, missing_replicas: [3] },
+      {
+        partition: 0,
+        leader: 1,
+        leader_epoch: 8,
+        lost_below_committed: 20,
+        missing_replicas: [3],
+      },
     ]);
     expect(await readState(etcd, "t")).toEqual({
       ...stuck,
@@ -299,19 +305,125 @@ describe("controller: a forgotten replica's own data directory back (attack15 F2
   });
 });
 
+describe("controller: a forgotten directory and the unclean election (attack16 F4)", () => {
+  it("names the forgotten directory, refuses the unclean election until the loss is accepted, and never elects the superseded directory by the rules", async () => {
+    const { etcd, clock, brokers, logs } = await cluster([2]);
+    // t10/0: RF 1 on node 1 (its records on dir-1), node 1 down: offline, ELR [1], epoch 1.
+    await etcd.put(dataDirKey(prefix, 1), "dir-1");
+    const offline = {
+      ...initialPartitionState([1], 1),
+      leader: -1,
+      leader_epoch: 1,
+      isr: [],
+      elr: [1],
+    };
+    await etcd.put(partitionKey(prefix, "t10", 0), formatPartitionState(offline));
+    // Node 1 starts on an empty directory (the disk not mounted).
+    expect(await forgetReplicaDataInCluster(etcd, prefix, 1)).toEqual(["t10/0"]);
+    const empty = await startBroker(etcd, clock, 1, "empty-1");
+    brokers.push(empty);
+    const publishAs = async (b: TestBroker, logEnd: number, lastEpoch: number) => {
+      await etcd.put(
+        logEndsKey(prefix, 1),
+        JSON.stringify({
+          incarnation: b.membership.incarnation,
+          log_end_offsets: { "t10/0": logEnd },
+          last_epochs: { "t10/0": lastEpoch },
+        }),
+        { lease: b.membership.leaseId },
+      );
+      await settle();
+    };
+    await publishAs(empty, 0, -1);
+    for (let i = 0; i < 3; i++) {
+      clock.advance(10_000);
+      await settle();
+    }
+    const warned = logs().filter((e) => e.event === "cluster.partition_offline");
+    expect(String(warned.at(-1)?.fields.reason)).toBe(
+      "node 1 runs on another data directory than the one that held this partition (forgotten directory dir-1): start it on that data directory; an unclean election now loses every record that directory held (es-broker cluster elect --unclean --topic t10 --partition 0 --accept-data-loss)",
+    );
+    const ask = async (value: string) => {
+      const put = await etcd.txn({
+        compare: [],
+        success: [{ put: { key: electUncleanKey(prefix), value } }],
+      });
+      return (await uncleanAnswer(etcd, put.revision)).partitions;
+    };
+    expect(await ask('{"topic":"t10","partition":0}')).toEqual([
+      {
+        partition: 0,
+        refused: expect.stringMatching(
+          /^it would lose every record node 1's forgotten data directory dir-1 held .*--accept-data-loss/,
+        ),
+      },
+    ]);
+    expect((await readState(etcd, "t10")).leader).toBe(-1);
+    const [elected] = await ask('{"topic":"t10","partition":0,"accept_data_loss":true}');
+    expect(elected).toMatchObject({ partition: 0, leader: 1, leader_epoch: 2 });
+    expect(elected.lost_directories).toEqual([
+      "every record node 1's forgotten data directory dir-1 held (it held the partition until epoch 1; its log end was not published where etcd keeps it)",
+    ]);
+    const line = logs().find((e) => e.event === "cluster.unclean_leader_elected");
+    expect(line?.level).toBe("error");
+    expect(String(line?.fields.lost)).not.toMatch(
+      /^0 records below committed_offset 0 the new leader lacks$/,
+    );
+    expect((await readState(etcd, "t10")).forgotten).toEqual([
+      { node_id: 1, data_dir_id: "dir-1", leader_epoch: 2, superseded: true },
+    ]);
+    // Records acknowledged on empty-1 at epoch 2; it stops, and dir-1 starts as node 1 again.
+    await empty.stop();
+    clock.advance(5000);
+    await settle();
+    const real = await startBroker(etcd, clock, 1, "dir-1");
+    brokers.push(real);
+    await until("t10/0 offline with node 1 in the ELR", async () => {
+      const s = await readState(etcd, "t10");
+      return s.leader === -1 && s.elr.includes(1);
+    });
+    await publishAs(real, 475, 0);
+    for (let i = 0; i < 3; i++) {
+      clock.advance(30_000);
+      await settle();
+    }
+    // Not elected (attack16 F4 step 6: its records would replace those of epoch 2).
+    expect(await readState(etcd, "t10")).toMatchObject({ leader: -1, elr: [1] });
+    expect(
+      String(
+        logs()
+          .filter((e) => e.event === "cluster.partition_offline")
+          .at(-1)?.fields.reason,
+      ),
+    ).toMatch(
+      /^node 1 runs on data directory dir-1, which an unclean election at epoch 2 superseded/,
+    );
+  });
+});
+
 describe("parseElectUnclean", () => {
   it("takes a topic and a partition or null, and nothing else", () => {
-    expect(parseElectUnclean('{"topic":"t","partition":3}')).toEqual({ topic: "t", partition: 3 });
-    expect(parseElectUnclean('{"topic":"t","partition":null}')).toEqual({
+    expect(parseElectUnclean('{"topic":"t","partition":3}')).toEqual({
+      topic: "t",
+      partition: 3,
+      acceptDataLoss: false,
+    });
+    expect(parseElectUnclean('{"topic":"t","partition":null,"accept_data_loss":true}')).toEqual({
       topic: "t",
       partition: null,
+      acceptDataLoss: true,
     });
-    expect(parseElectUnclean('{"topic":"t"}')).toEqual({ topic: "t", partition: null });
+    expect(parseElectUnclean('{"topic":"t"}')).toEqual({
+      topic: "t",
+      partition: null,
+      acceptDataLoss: false,
+    });
     for (const bad of [
       '{"topic":null}',
       '{"topic":""}',
       '{"topic":"t","partition":-1}',
       '{"topic":"t","partition":"0"}',
+      '{"topic":"t","accept_data_loss":"yes"}',
       "[]",
       "not json",
     ])

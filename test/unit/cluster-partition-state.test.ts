@@ -1016,6 +1016,8 @@ describe("partition state: unclean leader election (attack15 F2 b)", () => {
       lastEpoch: 6,
       missing: [3],
       missingCommitted: 20,
+      lost: "20 records below committed_offset 500 the new leader lacks, and any record acknowledged after committed_offset was written that only node 3 held; when those come back, they truncate to the new leader",
+      lostDirectories: [],
     });
     expect(checkPartitionState((out as { state: PartitionState }).state)).toEqual([]);
     // A published epoch above the state's (etcd restored) sets the new epoch above it.
@@ -1063,5 +1065,124 @@ describe("partition state: why an offline partition is offline (attack15b F3)", 
     expect(offlineReason({ ...base, elr: [1] }, live([1]), where)).toMatch(
       /^every ELR member is back/,
     );
+  });
+});
+
+describe("partition state: a forgotten directory and the unclean election (attack16 F4)", () => {
+  const where = { topic: "t10", partition: 0 };
+  // RF 1 on node 1, whose records (475, epoch 0) are on directory "real"; node 1 started on an
+  // empty directory ("empty": the disk not mounted), which forgot its place at epoch 1.
+  const forgotten = forgetReplicaData(initialPartitionState([1], 1), 1, "real") as PartitionState;
+  const on =
+    (dir: string, logEnd?: number, lastEpoch?: number) =>
+    (id: number): ReplicaView =>
+      id === 1
+        ? { alive: true, dataDirId: dir, logEndOffset: logEnd, lastEpoch }
+        : { alive: false, logEndOffset: undefined };
+
+  it("says the node runs on another data directory, and the unclean election refuses unless the loss is accepted", () => {
+    expect(forgotten).toMatchObject({
+      leader: noLeader,
+      leader_epoch: 1,
+      forgotten: [{ node_id: 1, data_dir_id: "real", leader_epoch: 1 }],
+    });
+    expect(
+      offlineReason(
+        forgotten,
+        () => true,
+        where,
+        () => "empty",
+      ),
+    ).toBe(
+      "node 1 runs on another data directory than the one that held this partition (forgotten directory real): start it on that data directory; an unclean election now loses every record that directory held (es-broker cluster elect --unclean --topic t10 --partition 0 --accept-data-loss)",
+    );
+    expect(offlineReason(forgotten, () => false, where)).toMatch(
+      /^node 1 is not running on the one that held this partition \(forgotten directory real\): start it on that data directory/,
+    );
+    const refused = uncleanElection(forgotten, on("empty", 0, -1));
+    expect(refused).toEqual({
+      refused:
+        "it would lose every record node 1's forgotten data directory real held (it held the partition until epoch 1; its log end was not published where etcd keeps it). Start node 1 on data directory real instead, or accept the loss (--accept-data-loss)",
+    });
+    const out = uncleanElection(forgotten, on("empty", 0, -1), { acceptDataLoss: true });
+    if ("refused" in out) throw new Error(out.refused);
+    expect(out.lost).toBe(
+      "0 records below committed_offset 0 the new leader lacks, and every record node 1's forgotten data directory real held (it held the partition until epoch 1; its log end was not published where etcd keeps it)",
+    );
+    expect(out.state).toEqual({
+      ...forgotten,
+      leader: 1,
+      leader_epoch: 2,
+      isr: [1],
+      elr: [],
+      forgotten: [{ node_id: 1, data_dir_id: "real", leader_epoch: 2, superseded: true }],
+    });
+    expect(parsePartitionState("k", formatPartitionState(out.state))).toEqual(out.state);
+    // A committed_offset above 0 is named as the least that is lost.
+    const committed = uncleanElection({ ...forgotten, committed_offset: 300 }, on("empty", 0, -1));
+    expect(committed).toMatchObject({
+      refused: expect.stringContaining("at least offsets 0 to 299"),
+    });
+  });
+
+  it("a superseded directory back is never elected by the rules: offline, named, and only an accepted unclean election elects it", () => {
+    const elected = uncleanElection(forgotten, on("empty", 0, -1), { acceptDataLoss: true });
+    if ("refused" in elected) throw new Error(elected.refused);
+    // 71 records acknowledged on "empty" at epoch 2; it stops and "real" starts as node 1.
+    const gone = controllerUpdate(elected.state, { gone: [1], view: on("real") });
+    expect(gone).toMatchObject({ leader: noLeader, leader_epoch: 3, isr: [], elr: [1] });
+    const stuck = gone as PartitionState;
+    expect(stuck.forgotten).toEqual([
+      { node_id: 1, data_dir_id: "real", leader_epoch: 2, superseded: true },
+    ]);
+    // It publishes (log end 475, last epoch 0): the ELR rule does not elect it (attack16 F4 step 6).
+    expect(controllerUpdate(stuck, { gone: [], view: on("real", 475, 0) })).toBeNull();
+    expect(
+      offlineReason(
+        stuck,
+        () => true,
+        where,
+        () => "real",
+      ),
+    ).toBe(
+      "node 1 runs on data directory real, which an unclean election at epoch 2 superseded (its records would replace those acknowledged since at the same offsets): start it on the data directory that led since; an unclean election now loses every record acknowledged since epoch 2 (es-broker cluster elect --unclean --topic t10 --partition 0 --accept-data-loss)",
+    );
+    expect(uncleanElection(stuck, on("real", 475, 0))).toMatchObject({
+      refused: expect.stringMatching(
+        /^it would lose every record acknowledged since epoch 2 on node 1's other data directory: .*Start node 1 on the data directory that led since epoch 2 instead/,
+      ),
+    });
+    const accepted = uncleanElection(stuck, on("real", 475, 0), { acceptDataLoss: true });
+    if ("refused" in accepted) throw new Error(accepted.refused);
+    expect(accepted.state).toMatchObject({ leader: 1, leader_epoch: 4, isr: [1] });
+    expect(accepted.state.forgotten).toBeUndefined();
+    expect(accepted.lost).toContain("every record acknowledged since epoch 2");
+    // The directory that led since epoch 2 back instead: elected by the ELR rule, the entry kept.
+    const back = controllerUpdate(stuck, { gone: [], view: on("empty", 71, 2) });
+    expect(back).toMatchObject({ leader: 1, leader_epoch: 4, isr: [1], elr: [] });
+    expect((back as PartitionState).forgotten).toEqual(stuck.forgotten);
+  });
+
+  it("the entry goes once the node is in the ISR on that directory (it truncated by epoch and caught up)", () => {
+    // RF 3: node 3's superseded directory came back as a follower of node 1 and rejoined the ISR.
+    const state: PartitionState = {
+      ...initialPartitionState([1, 2, 3], 2),
+      leader: 1,
+      leader_epoch: 6,
+      isr: [1, 2, 3],
+      forgotten: [{ node_id: 3, data_dir_id: "real-3", leader_epoch: 5, superseded: true }],
+    };
+    const alive =
+      (dir3: string) =>
+      (id: number): ReplicaView => ({
+        alive: true,
+        logEndOffset: undefined,
+        dataDirId: id === 3 ? dir3 : `dir-${id}`,
+      });
+    expect(controllerUpdate(state, { gone: [], view: alive("other") })).toBeNull();
+    expect(controllerUpdate(state, { gone: [], view: alive("real-3") })).toEqual({
+      ...state,
+      forgotten: undefined,
+    });
   });
 });
