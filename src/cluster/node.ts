@@ -389,7 +389,7 @@ export class ClusterNode {
 
   #onEvents(events: EtcdEvent[]): void {
     const revision = events[events.length - 1].kv.modRevision;
-    void this.#apply(events).then(() => {
+    void this.#apply(events).done.then(() => {
       this.#viewRevision = Math.max(this.#viewRevision, revision);
       for (const w of this.#revisionWaiters) {
         if (w.revision <= this.#viewRevision) {
@@ -402,10 +402,10 @@ export class ClusterNode {
 
   /**
    * Takes events into the view (each only if newer than what the view holds for its key: a
-   * repair may have brought it already) and reconciles the topics they touched.
-   * Resolves once reconciled. Returns the keys taken.
+   * repair may have brought it already) and reconciles the topics they touched. Returns the keys
+   * taken, and `done`, resolved once reconciled.
    */
-  #apply(events: EtcdEvent[]): Promise<string[]> {
+  #apply(events: EtcdEvent[]): { taken: string[]; done: Promise<void> } {
     let brokersChanged = false;
     const touched = new Set<string>();
     const taken: string[] = [];
@@ -420,7 +420,7 @@ export class ClusterNode {
       else if (what !== null) touched.add(what);
     }
     if (brokersChanged) this.#replicas?.setBrokers(this.#brokers);
-    return this.#enqueue(() => this.#reconcile(touched)).then(() => taken);
+    return { taken, done: this.#enqueue(() => this.#reconcile(touched)) };
   }
 
   /** Whether `key` is one the view holds (see {@link #take}). */
@@ -475,17 +475,18 @@ export class ClusterNode {
         kv: { key, value: "", createRevision: 0, modRevision: at, version: 0, lease: "0" },
       });
     if (this.#closed) return;
-    const taken = events.length === 0 ? [] : await this.#apply(events);
+    const { taken, done } = events.length === 0 ? { taken: [], done: null } : this.#apply(events);
     // Deletions at or below `at` are in the range: no older put of their key can come back.
     for (const [key, revision] of this.#keyDeletions)
       if (revision <= at) this.#keyDeletions.delete(key);
-    if (taken.length === 0) return;
-    logger.log("warn", "etcd.view_repaired", {
-      revision: at,
-      keys: taken.sort(),
-      action:
-        "the watch missed these changes (a dropped event) and kept delivering later ones: applied them now",
-    });
+    if (taken.length > 0)
+      logger.log("warn", "etcd.view_repaired", {
+        revision: at,
+        keys: taken.sort(),
+        action:
+          "the watch missed these changes (a dropped event) and kept delivering later ones: applied them now",
+      });
+    await done;
   }
 
   /**
