@@ -397,6 +397,15 @@ export class LocalBroker implements Broker {
   }
 
   /**
+   * The create revision of the etcd record the local copy of cluster topic `name` was made from
+   * (`topic_revision` in topic.json; docs/cluster.md "Topic ids"), undefined for none.
+   * @throws BrokerError topic_not_found.
+   */
+  topicRevision(name: string): number | undefined {
+    return this.#topics.get(name).topicRevision;
+  }
+
+  /**
    * Records a local copy's cluster topic id (docs/cluster.md "Topic ids"); see
    * {@link TopicRegistry.setTopicId}.
    * @throws BrokerError topic_not_found, unavailable, storage_error; internal for another id.

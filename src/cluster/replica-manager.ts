@@ -88,6 +88,11 @@ export interface ReplicaHost {
   topicConfig(topic: string): { replica_lag_ms?: number };
   /** The topic id the local copy records (docs/cluster.md "Topic ids"), undefined for none. */
   topicId?(topic: string): string | undefined;
+  /**
+   * The create revision of the `topics/<name>` record the local copy was made from, undefined
+   * for none (a copy made before topic ids).
+   */
+  topicRevision?(topic: string): number | undefined;
   readonly producerStates: ProducerStates;
 }
 
@@ -1079,6 +1084,22 @@ export class ReplicaManager implements ReplicationSeam {
       const compare: EtcdCompare[] = [
         { key, target: "mod_revision", result: "equal", number: r.modRevision },
       ];
+      // Only for the topic the local copy is of: a broker whose view missed the topic's deletion
+      // and creation (a watch that dropped events) must not write the new topic's ISR and
+      // committed offset from its old copy (attack16 F6; docs/cluster.md "Topic ids").
+      let topicRevision: number | undefined;
+      try {
+        topicRevision = this.#o.broker.topicRevision?.(r.topic);
+      } catch {
+        topicRevision = undefined;
+      }
+      if (topicRevision !== undefined)
+        compare.push({
+          key: `${this.#o.prefix}/topics/${r.topic}`,
+          target: "create_revision",
+          result: "equal",
+          number: topicRevision,
+        });
       if (joining !== undefined) {
         const registrationKey = brokerKey(this.#o.prefix, joining.nodeId);
         const kv = await this.#o.etcd.get(registrationKey);
@@ -1131,6 +1152,17 @@ export class ReplicaManager implements ReplicationSeam {
           return;
         }
         const kv = result.reads[0]?.[0];
+        if (
+          joining === undefined &&
+          topicRevision !== undefined &&
+          kv?.modRevision === r.modRevision
+        )
+          this.#o.logger.log("warn", "replication.isr_change_refused", {
+            partition: r.name,
+            topic_revision: topicRevision,
+            error:
+              "etcd's record of the topic is not the one the local copy was made from (the topic was deleted and created again, and this broker's view missed it): the ISR is left as it is until the view is repaired and the copy replaced",
+          });
         if (joining !== undefined && kv?.modRevision === r.modRevision)
           // The partition did not change: the registration did, between the read and the write.
           this.#refuseExpansion(r, joining, undefined);

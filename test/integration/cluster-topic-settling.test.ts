@@ -108,6 +108,7 @@ describe("a topic in etcd that this broker has not created yet", () => {
         // The cluster node's and replication's own calls: a local copy's topic id (docs/cluster.md "Topic ids").
         "setTopicId",
         "topicId",
+        "topicRevision",
         "useRegistry",
         "describeStorage",
         "metrics",

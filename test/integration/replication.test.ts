@@ -852,6 +852,28 @@ describe("replication", () => {
     );
   });
 
+  it("a leader on a copy of another topic of the name never writes the new topic's ISR (attack16 F6)", async () => {
+    const c = await cluster3({ replicaLagMs: 400 });
+    await c.createTopic("stale", initialPartitionState([1, 2, 3], 2));
+    await waitFor(
+      async () => (await c.state("stale")).state.isr.length === 3,
+      "both followers in the ISR",
+    );
+    // The leader's copy was made from a topic record etcd no longer holds: the topic was deleted
+    // and created again, and this broker's view missed it (a watch that dropped events).
+    await c.node(1).broker.setTopicId("stale", "a".repeat(32), 1);
+    await client.put(`${c.prefix}/topics/stale`, JSON.stringify({ topic_id: "b".repeat(32) }));
+    await c.stopReplication(2);
+    await c.stopReplication(3);
+    await waitFor(
+      () => c.node(1).logger.named("replication.isr_change_refused").length > 0,
+      "the ISR shrink to be refused",
+    );
+    const state = (await c.state("stale")).state;
+    expect(state.isr.sort()).toEqual([1, 2, 3]);
+    expect(state.committed_offset).toBe(0);
+  });
+
   it("an old process's fetches before the leader sees its successor's registration earn no ISR place (issue #16, window 1)", async () => {
     const c = await cluster3({ replicaLagMs: 400 });
     const initial = initialPartitionState([1, 2, 3], 2);
