@@ -92,6 +92,13 @@ export interface ForgottenReplica {
    * (it truncated by epoch and caught up) or leads. Absent: false.
    */
   superseded?: true;
+  /**
+   * For a `superseded` entry: the data directory id of the same node that the unclean election
+   * elected instead (it holds what was acknowledged since). If an accepted unclean election
+   * later elects this entry's directory after all, that one becomes superseded in turn. Absent:
+   * another node led, or its directory was not known.
+   */
+  replaced_by?: string;
 }
 
 /** What the controller knows about one replica when it elects a leader. */
@@ -233,6 +240,9 @@ export function parsePartitionState(key: string, text: string): PartitionState {
           data_dir_id: f.data_dir_id,
           leader_epoch: f.leader_epoch,
           ...(f.superseded === true ? { superseded: true as const } : {}),
+          ...(f.superseded === true && typeof f.replaced_by === "string"
+            ? { replaced_by: f.replaced_by }
+            : {}),
         }))
     : [];
   if (forgotten.length > 0) state.forgotten = forgotten;
@@ -776,7 +786,7 @@ export function uncleanElection(
     ...(conflicting === undefined
       ? []
       : [
-          `every record acknowledged since epoch ${conflicting.leader_epoch} on node ${best.id}'s other data directory: node ${best.id} runs on ${conflicting.data_dir_id}, which an unclean election at epoch ${conflicting.leader_epoch} superseded, and its records replace those at the same offsets`,
+          `every record acknowledged since epoch ${conflicting.leader_epoch} on node ${best.id}'s other data directory${conflicting.replaced_by === undefined ? "" : ` ${conflicting.replaced_by}`}: node ${best.id} runs on ${conflicting.data_dir_id}, which an unclean election at epoch ${conflicting.leader_epoch} superseded, and its records replace those at the same offsets`,
         ]),
   ];
   if (uncounted.length > 0 && options.acceptDataLoss !== true)
@@ -786,7 +796,7 @@ export function uncleanElection(
           ? lostDirs
               .map((f) => `node ${f.node_id} on data directory ${f.data_dir_id}`)
               .join(" and ")
-          : `node ${best.id} on the data directory that led since epoch ${conflicting.leader_epoch}`
+          : `node ${best.id} on the data directory that led since epoch ${conflicting.leader_epoch}${conflicting.replaced_by === undefined ? "" : ` (${conflicting.replaced_by})`}`
       } instead, or accept the loss (--accept-data-loss)`,
     };
   const next: PartitionState = {
@@ -803,13 +813,25 @@ export function uncleanElection(
   // must never be elected by the rules when it comes back (attack16 F4: the real disk, back after
   // the empty directory's unclean election, was elected from the ELR and replaced 71
   // acknowledged records at the same offsets). The new leader's own directory holds its log.
-  const superseded = forgotten
-    .filter((f) => current(f) && !ownDir(f))
+  // Electing a superseded directory after all supersedes the one of its node that led since.
+  const superseded: ForgottenReplica[] = [
+    ...forgotten.filter((f) => current(f) && !ownDir(f)),
+    ...(conflicting?.replaced_by === undefined
+      ? []
+      : [{ node_id: best.id, data_dir_id: conflicting.replaced_by, leader_epoch: epoch + 1 }]),
+  ]
+    .filter(
+      (f, i, all) =>
+        all.findIndex((g) => g.node_id === f.node_id && g.data_dir_id === f.data_dir_id) === i,
+    )
     .map((f) => ({
       node_id: f.node_id,
       data_dir_id: f.data_dir_id,
       leader_epoch: epoch + 1,
       superseded: true as const,
+      ...(f.node_id === best.id && best.dataDirId !== undefined
+        ? { replaced_by: best.dataDirId }
+        : {}),
     }));
   if (superseded.length > 0) next.forgotten = superseded;
   else delete next.forgotten;
@@ -873,7 +895,7 @@ export function offlineReason(
     return stale
       .map(
         (f) =>
-          `node ${f.node_id} runs on data directory ${f.data_dir_id}, which an unclean election at epoch ${f.leader_epoch} superseded (its records would replace those acknowledged since at the same offsets): start it on the data directory that led since; an unclean election now loses every record acknowledged since epoch ${f.leader_epoch} (${unclean} --accept-data-loss)`,
+          `node ${f.node_id} runs on data directory ${f.data_dir_id}, which an unclean election at epoch ${f.leader_epoch} superseded (its records would replace those acknowledged since at the same offsets): start it on the data directory that led since${f.replaced_by === undefined ? "" : ` (${f.replaced_by})`}; an unclean election now loses every record acknowledged since epoch ${f.leader_epoch} (${unclean} --accept-data-loss)`,
       )
       .join("; ");
   const missingIsr = state.isr.filter((id) => !live(id));

@@ -370,7 +370,13 @@ describe("controller: a forgotten directory and the unclean election (attack16 F
       /^0 records below committed_offset 0 the new leader lacks$/,
     );
     expect((await readState(etcd, "t10")).forgotten).toEqual([
-      { node_id: 1, data_dir_id: "dir-1", leader_epoch: 2, superseded: true },
+      {
+        node_id: 1,
+        data_dir_id: "dir-1",
+        leader_epoch: 2,
+        superseded: true,
+        replaced_by: "empty-1",
+      },
     ]);
     // Records acknowledged on empty-1 at epoch 2; it stops, and dir-1 starts as node 1 again.
     await empty.stop();

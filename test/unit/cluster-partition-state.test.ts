@@ -1115,7 +1115,15 @@ describe("partition state: a forgotten directory and the unclean election (attac
       leader_epoch: 2,
       isr: [1],
       elr: [],
-      forgotten: [{ node_id: 1, data_dir_id: "real", leader_epoch: 2, superseded: true }],
+      forgotten: [
+        {
+          node_id: 1,
+          data_dir_id: "real",
+          leader_epoch: 2,
+          superseded: true,
+          replaced_by: "empty",
+        },
+      ],
     });
     expect(parsePartitionState("k", formatPartitionState(out.state))).toEqual(out.state);
     // A committed_offset above 0 is named as the least that is lost.
@@ -1133,7 +1141,7 @@ describe("partition state: a forgotten directory and the unclean election (attac
     expect(gone).toMatchObject({ leader: noLeader, leader_epoch: 3, isr: [], elr: [1] });
     const stuck = gone as PartitionState;
     expect(stuck.forgotten).toEqual([
-      { node_id: 1, data_dir_id: "real", leader_epoch: 2, superseded: true },
+      { node_id: 1, data_dir_id: "real", leader_epoch: 2, superseded: true, replaced_by: "empty" },
     ]);
     // It publishes (log end 475, last epoch 0): the ELR rule does not elect it (attack16 F4 step 6).
     expect(controllerUpdate(stuck, { gone: [], view: on("real", 475, 0) })).toBeNull();
@@ -1145,18 +1153,28 @@ describe("partition state: a forgotten directory and the unclean election (attac
         () => "real",
       ),
     ).toBe(
-      "node 1 runs on data directory real, which an unclean election at epoch 2 superseded (its records would replace those acknowledged since at the same offsets): start it on the data directory that led since; an unclean election now loses every record acknowledged since epoch 2 (es-broker cluster elect --unclean --topic t10 --partition 0 --accept-data-loss)",
+      "node 1 runs on data directory real, which an unclean election at epoch 2 superseded (its records would replace those acknowledged since at the same offsets): start it on the data directory that led since (empty); an unclean election now loses every record acknowledged since epoch 2 (es-broker cluster elect --unclean --topic t10 --partition 0 --accept-data-loss)",
     );
     expect(uncleanElection(stuck, on("real", 475, 0))).toMatchObject({
       refused: expect.stringMatching(
-        /^it would lose every record acknowledged since epoch 2 on node 1's other data directory: .*Start node 1 on the data directory that led since epoch 2 instead/,
+        /^it would lose every record acknowledged since epoch 2 on node 1's other data directory empty: .*Start node 1 on the data directory that led since epoch 2 \(empty\) instead/,
       ),
     });
     const accepted = uncleanElection(stuck, on("real", 475, 0), { acceptDataLoss: true });
     if ("refused" in accepted) throw new Error(accepted.refused);
     expect(accepted.state).toMatchObject({ leader: 1, leader_epoch: 4, isr: [1] });
-    expect(accepted.state.forgotten).toBeUndefined();
-    expect(accepted.lost).toContain("every record acknowledged since epoch 2");
+    expect(accepted.lost).toContain(
+      "every record acknowledged since epoch 2 on node 1's other data directory empty",
+    );
+    // Now "empty" conflicts in turn: back in the ELR after "real" stops, it is not elected.
+    expect(accepted.state.forgotten).toEqual([
+      { node_id: 1, data_dir_id: "empty", leader_epoch: 4, superseded: true, replaced_by: "real" },
+    ]);
+    const again = controllerUpdate(accepted.state, { gone: [1], view: on("empty") });
+    expect(again).toMatchObject({ leader: noLeader, leader_epoch: 5, elr: [1] });
+    expect(
+      controllerUpdate(again as PartitionState, { gone: [], view: on("empty", 71, 2) }),
+    ).toBeNull();
     // The directory that led since epoch 2 back instead: elected by the ELR rule, the entry kept.
     const back = controllerUpdate(stuck, { gone: [], view: on("empty", 71, 2) });
     expect(back).toMatchObject({ leader: 1, leader_epoch: 4, isr: [1], elr: [] });
