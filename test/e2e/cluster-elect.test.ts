@@ -304,3 +304,79 @@ describe("cluster: unclean leader election (attack15 F2 b, attack15b F3)", () =>
     expect(again.stderr).toContain("t3/0 not elected: it is not offline");
   }, 180_000);
 });
+
+describe("cluster: the unclean election over a forgotten directory (attack16 F4)", () => {
+  it("refused until the loss is accepted, said as every record of that directory; the real directory back is not elected over what was acknowledged since", async () => {
+    const c = await startCluster();
+    cluster = c;
+    await createTopic(c, "f4", { replication_factor: 1, min_insync_replicas: 1 });
+    const s0 = await waitFor("f4 led", async () => {
+      const s = await c.state("f4");
+      return s !== undefined && s.leader >= 1 ? s : undefined;
+    });
+    const X = s0.replicas[0];
+    await produce(c, "f4", 0, 100);
+    // X's disk is not mounted at its next start: an empty directory starts as X.
+    await c.stop(X, "SIGKILL");
+    await unregistered(c, X);
+    const fresh = await c.start(X, join(c.root, "fresh"));
+    await waitFor("the empty directory forgot X", async () =>
+      fresh.stderr().includes('"event":"cluster.replica_data_forgotten"') ? true : undefined,
+    );
+    const elect = (...extra: string[]) =>
+      runCli([
+        "cluster",
+        "elect",
+        "--unclean",
+        ...extra,
+        "--topic",
+        "f4",
+        "--partition",
+        "0",
+        "--cluster",
+        c.etcd.clusterUrl,
+      ]);
+    // Asked until X has published its log end (its first publication after start has none).
+    const refused = await waitFor(
+      "a refusal naming the forgotten directory",
+      async () => {
+        const r = await elect();
+        return r.stderr.includes("forgotten data directory") ? r : undefined;
+      },
+      30_000,
+    );
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(`Start node ${X} on data directory `);
+    expect(refused.stderr).toContain("--accept-data-loss");
+    expect((await c.state("f4"))!.leader).toBe(-1);
+    const accepted = await elect("--accept-data-loss");
+    expect(accepted.code, accepted.stderr).toBe(0);
+    expect(accepted.stdout.toString()).toContain(
+      `, and every record node ${X}'s forgotten data directory `,
+    );
+    // Records acknowledged on the empty directory, at offsets the real one holds others at.
+    await produce(c, "f4", 1000, 1030);
+    const since = (await c.state("f4"))!;
+    expect(await c.stop(X)).toBe(0);
+    await unregistered(c, X);
+    await c.start(X);
+    await waitFor(
+      "f4 offline with the real directory in the ELR",
+      async () => {
+        const s = await c.state("f4");
+        return s !== undefined && s.leader === -1 && s.elr.includes(X) ? true : undefined;
+      },
+      30_000,
+    );
+    // It has published its log end by now (an offline state naming it) and is still not elected.
+    await new Promise((resolve) => setTimeout(resolve, 5000));
+    const still = (await c.state("f4"))!;
+    expect(still.leader).toBe(-1);
+    expect(still.leader_epoch).toBeGreaterThan(since.leader_epoch);
+    const again = await elect();
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("which an unclean election at epoch");
+    // The refusal chose X, so X had published by then: the ELR rule had its chance and declined.
+    expect((await c.state("f4"))!.leader).toBe(-1);
+  }, 180_000);
+});
