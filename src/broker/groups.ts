@@ -118,8 +118,13 @@ import type {
  * not shown.
  */
 export interface GroupPartitionView {
-  /** One past the last durable offset: the largest offset a commit may name; null: unknown here. */
+  /** One past the last durable offset (lag is measured to it); null: unknown here. */
   readonly highWatermark: number | null;
+  /**
+   * The largest offset a commit may name: absent, `highWatermark`; null, no upper bound known
+   * here (a cluster coordinator that does not lead the partition: its copy may be behind).
+   */
+  readonly commitLimit?: number | null;
   /** One past the last offset written (start-up clamps committed offsets to it); null: unknown. */
   readonly logEndOffset: number | null;
 }
@@ -995,11 +1000,12 @@ export class GroupCoordinator {
           { index: i },
         );
       }
-      if (offset < 0 || (view.highWatermark !== null && offset > view.highWatermark)) {
+      const limit = view.commitLimit === undefined ? view.highWatermark : view.commitLimit;
+      if (offset < 0 || (limit !== null && offset > limit)) {
         throw new BrokerError(
           Errors.invalidOffset,
-          `${action}: ${where}: offset ${offset} of partition "${partitionName(topic, partition)}" is outside [0, high watermark ${view.highWatermark ?? "unknown here"}]`,
-          { index: i, topic, partition, offset, high_watermark: view.highWatermark },
+          `${action}: ${where}: offset ${offset} of partition "${partitionName(topic, partition)}" is outside [0, high watermark ${limit ?? "unknown here"}]`,
+          { index: i, topic, partition, offset, high_watermark: limit },
         );
       }
       const key = topicPartitionKey(topic, partition);

@@ -767,4 +767,9 @@ export interface ReplicationSnapshot {
 export type GroupTopicsView = (
   topic: string,
   local: () => readonly { highWatermark: number | null; logEndOffset: number | null }[],
-) => readonly { highWatermark: number | null; logEndOffset: number | null }[];
+) => readonly {
+  highWatermark: number | null;
+  logEndOffset: number | null;
+  /** The largest offset a commit may name: absent, `highWatermark`; null, no bound known. */
+  commitLimit?: number | null;
+}[];

@@ -458,10 +458,11 @@ export function clusterBroker(local: Broker, node: ClusterNode): ClusterBroker {
   });
 
   // Consumer groups see every partition of the cluster, not only the local replicas: a
-  // coordinator (the controller) may hold no replica of a topic, or a stale follower's copy
-  // (attack16 F3: commits refused "outside [0, high watermark 0]", joins "no such topic"). It
-  // knows the offsets of the partitions it leads; elsewhere they are unknown (null), so a commit
-  // is checked for a negative offset only, as Kafka does (docs/cluster.md "Consumer groups").
+  // coordinator (the controller) may hold no replica of a topic, or a follower's copy that is
+  // behind (attack16 F3: commits refused "outside [0, high watermark 0]", joins "no such
+  // topic"). It bounds commits only where it leads; elsewhere a commit is checked for a negative
+  // offset only, as Kafka does, and lag is measured to its follower's high watermark, or not at
+  // all without a replica (docs/cluster.md "Consumer groups").
   local.useGroupTopics?.((topic, own) => {
     unknownCheck(topic);
     let n = 0;
@@ -474,11 +475,13 @@ export function clusterBroker(local: Broker, node: ClusterNode): ClusterBroker {
       // No local replica of the topic at all.
     }
     const me = node.membership.nodeId;
-    return Array.from({ length: n }, (_, p) =>
-      node.partitionState(topic, p)?.leader === me && mine[p] !== undefined
-        ? mine[p]
-        : { highWatermark: null, logEndOffset: null },
-    );
+    return Array.from({ length: n }, (_, p) => {
+      const own = mine[p];
+      if (own === undefined || node.partitionState(topic, p)?.replicas.includes(me) !== true)
+        return { highWatermark: null, logEndOffset: null, commitLimit: null };
+      if (node.partitionState(topic, p)?.leader === me) return own;
+      return { highWatermark: own.highWatermark, logEndOffset: null, commitLimit: null };
+    });
   });
 
   const overrides: Partial<Broker> = {

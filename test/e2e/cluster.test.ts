@@ -595,6 +595,8 @@ describe("cluster mode: three brokers", () => {
     expect(tight.stderr.toString()).toContain(
       'topic "cli-tight" has min_insync_replicas 2 with replication_factor 2: while any one replica restarts',
     );
+    // Gone again: a later test counts partitions below min ISR after a SIGKILL.
+    expect((await runCli(["topics", "delete", "cli-tight", "--broker", addr])).code).toBe(0);
     const again = await runCli(
       ["produce", "cli-topic", "--broker", `127.0.0.1:1,${addr}`, "--key-separator", ":"],
       new TextEncoder().encode(`${lines}\n`),
@@ -707,6 +709,8 @@ describe("cluster mode: three brokers", () => {
       offsets: { partition: number; committed: number | null }[];
     };
     expect(group.offsets.reduce((n, o) => n + (o.committed ?? 0), 0)).toBe(30);
+    // Gone again: a later test counts offline partitions after a SIGKILL.
+    expect((await runCli(["topics", "delete", "solo-g2", "--broker", addr])).code).toBe(0);
   });
 
   it("Kafka clients learn the real leaders from Metadata and produce to each partition's leader", async () => {
