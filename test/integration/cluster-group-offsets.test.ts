@@ -42,7 +42,7 @@ function etcdGroups() {
     membership: { nodeId: 1 },
     controller: { isController: true, onChange: () => {} },
     partitionState: (topic: string, partition: number) =>
-      partition < (topics.get(topic) ?? 0) ? {} : undefined,
+      partition < (topics.get(topic) ?? 0) ? { leader: 1, replicas: [1] } : undefined,
     topicConfig: (topic: string) => (topics.has(topic) ? {} : undefined),
     async claimGroupGeneration(group: string, generation: number) {
       const floor = Math.max(generations.get(group)?.value ?? 0, generation);
