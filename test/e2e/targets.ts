@@ -71,6 +71,10 @@ export function nodeOnlyE2eFiles(
     "test/e2e/cluster-sigterm.test.ts",
     "test/e2e/cluster-elect.test.ts",
     "test/e2e/cluster-topic-id.test.ts",
+    // The watch guard and its reopen are cluster logic; the etcd client under them is one
+    // node:http(s) module on every runtime (src/runtime/etcd.ts), whose watch etcd-tls.test.ts
+    // starts on every target. The other three targets cost 68 s of serial time here.
+    "test/e2e/cluster-watch-deaf.test.ts",
     // The etcd client over TLS is runtime-specific, and etcd-tls.test.ts covers it on every
     // target; three brokers failing over on it is the cluster's logic.
     "test/e2e/cluster-etcd-tls.test.ts",
