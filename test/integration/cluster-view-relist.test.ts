@@ -7,11 +7,10 @@
  * a comparison read before events still on their way never undoes them.
  */
 import { describe, expect, it, onTestFinished } from "vitest";
-import type { TopicConfig } from "../../src/broker/types.ts";
-import { controllerKey, deletedTopicKey, partitionKey, topicKey } from "../../src/cluster/keys.ts";
+import type { Etcd } from "../../src/cluster/etcd.ts";
+import { controllerKey, partitionKey, topicKey } from "../../src/cluster/keys.ts";
 import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
-import { formatPartitionState, type PartitionState } from "../../src/cluster/partition-state.ts";
-import { formatTopicRecord } from "../../src/cluster/topic-id.ts";
+import { formatPartitionState } from "../../src/cluster/partition-state.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { Prng } from "../../src/lib/prng.ts";
@@ -20,6 +19,7 @@ import { readJsonFile } from "../../src/storage/metadata.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { openTestBroker, type TestBroker } from "../helpers/broker.ts";
 import { FakeEtcd, settle } from "../helpers/fake-etcd.ts";
+import { createTestTopic, deleteTestTopic, testPartitionState } from "../helpers/cluster-topics.ts";
 import { waitFor } from "../helpers/replication.ts";
 
 const prefix = "/es-broker";
@@ -27,54 +27,13 @@ const relistMs = 300;
 const relistGraceMs = 50;
 /** Ample for one period and the grace, on a loaded machine. */
 const within = 10 * (relistMs + relistGraceMs);
-const config = { replication_factor: 3, min_insync_replicas: 1 } as Partial<TopicConfig>;
 const idA = "a".repeat(32);
 const idB = "b".repeat(32);
 
-function state(leader: number, leaderEpoch: number): PartitionState {
-  return {
-    replicas: [1, 2, 3],
-    leader,
-    leader_epoch: leaderEpoch,
-    isr: [1, 2, 3],
-    elr: [],
-    committed_offset: 0,
-    min_insync_replicas: 1,
-  };
-}
-
-/** Creates topic `name` (one partition led by node 2) with topic id `topicId`, in one revision. */
-async function createTopic(etcd: FakeEtcd, name: string, topicId: string) {
-  await etcd.txn({
-    compare: [],
-    success: [
-      {
-        put: {
-          key: topicKey(prefix, name),
-          value: formatTopicRecord({
-            config: config as TopicConfig,
-            topicId,
-            origin: "creation",
-          }),
-        },
-      },
-      { put: { key: partitionKey(prefix, name, 0), value: formatPartitionState(state(2, 0)) } },
-      { delete: { key: deletedTopicKey(prefix, name) } },
-    ],
-  });
-}
-
-/** Deletes topic `name` as the controller does: its keys go and a tombstone is written, in one revision. */
-async function deleteTopic(etcd: FakeEtcd, name: string) {
-  await etcd.txn({
-    compare: [],
-    success: [
-      { delete: { key: topicKey(prefix, name) } },
-      { delete: { key: partitionKey(prefix, name, 0) } },
-      { put: { key: deletedTopicKey(prefix, name), value: "{}" } },
-    ],
-  });
-}
+const state = testPartitionState;
+const createTopic = (etcd: Pick<Etcd, "txn">, name: string, topicId: string) =>
+  createTestTopic(etcd, prefix, name, topicId);
+const deleteTopic = (etcd: Pick<Etcd, "txn">, name: string) => deleteTestTopic(etcd, prefix, name);
 
 async function topicJson(t: TestBroker, name: string): Promise<Record<string, unknown>> {
   const read = await readJsonFile(t.fs, `${t.dataDir}/topics/${name}/topic.json`);

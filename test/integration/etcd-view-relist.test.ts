@@ -5,12 +5,9 @@
  * a keys-only range through the real client, replaces the old copy within a period (500 ms here).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { TopicConfig } from "../../src/broker/types.ts";
 import type { Etcd, EtcdEvent } from "../../src/cluster/etcd.ts";
 import { controllerKey, deletedTopicKey, partitionKey, topicKey } from "../../src/cluster/keys.ts";
 import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
-import { formatPartitionState, type PartitionState } from "../../src/cluster/partition-state.ts";
-import { formatTopicRecord } from "../../src/cluster/topic-id.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { Prng } from "../../src/lib/prng.ts";
 import { systemClock } from "../../src/runtime/clock.ts";
@@ -18,6 +15,7 @@ import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
 import { readJsonFile } from "../../src/storage/metadata.ts";
 import { openTestBroker } from "../helpers/broker.ts";
 import { type EtcdCluster, startEtcdCluster } from "../helpers/etcd.ts";
+import { createTestTopic, deleteTestTopic, testPartitionState } from "../helpers/cluster-topics.ts";
 import { waitFor } from "../helpers/replication.ts";
 
 let cluster: EtcdCluster;
@@ -32,54 +30,13 @@ afterAll(async () => {
 
 const prefix = `/es-broker-relist-${process.pid}`;
 const relistMs = 500;
-const config = { replication_factor: 3, min_insync_replicas: 1 } as Partial<TopicConfig>;
 const idA = "a".repeat(32);
 const idB = "b".repeat(32);
 
-function state(leader: number, leaderEpoch: number): PartitionState {
-  return {
-    replicas: [1, 2, 3],
-    leader,
-    leader_epoch: leaderEpoch,
-    isr: [1, 2, 3],
-    elr: [],
-    committed_offset: 0,
-    min_insync_replicas: 1,
-  };
-}
-
-/** Creates topic `name` (one partition led by node 2) with topic id `topicId`, in one revision. */
-async function createTopic(etcd: Etcd, name: string, topicId: string) {
-  await etcd.txn({
-    compare: [],
-    success: [
-      {
-        put: {
-          key: topicKey(prefix, name),
-          value: formatTopicRecord({
-            config: config as TopicConfig,
-            topicId,
-            origin: "creation",
-          }),
-        },
-      },
-      { put: { key: partitionKey(prefix, name, 0), value: formatPartitionState(state(2, 0)) } },
-      { delete: { key: deletedTopicKey(prefix, name) } },
-    ],
-  });
-}
-
-/** Deletes topic `name` as the controller does: its keys go and a tombstone is written, in one revision. */
-async function deleteTopic(etcd: Etcd, name: string) {
-  await etcd.txn({
-    compare: [],
-    success: [
-      { delete: { key: topicKey(prefix, name) } },
-      { delete: { key: partitionKey(prefix, name, 0) } },
-      { put: { key: deletedTopicKey(prefix, name), value: "{}" } },
-    ],
-  });
-}
+const _state = testPartitionState;
+const createTopic = (etcd: Pick<Etcd, "txn">, name: string, topicId: string) =>
+  createTestTopic(etcd, prefix, name, topicId);
+const deleteTopic = (etcd: Pick<Etcd, "txn">, name: string) => deleteTestTopic(etcd, prefix, name);
 
 describe("a node on a real etcd whose watch dropped a topic's deletion and re-creation", () => {
   it("replaces the old copy within a comparison period", async () => {
