@@ -535,6 +535,7 @@ async function measure(
   const before = metricsUrl ? await readMetrics(metricsUrl) : null;
   trace("window opens");
   rss.start();
+  const cpuBefore = process.cpuUsage();
   win.start = now();
   const samples: [number, number][] = [];
   const tick = rssSampleMs ?? 100;
@@ -556,6 +557,7 @@ async function measure(
     await sleep(Math.min(20, Math.max(1, nextSample - t)));
   }
   win.end = now();
+  const cpu = process.cpuUsage(cpuBefore);
   win.stopping = true;
   const after = metricsUrl ? await readMetrics(metricsUrl) : null;
   const fsyncs = before && after ? after.fsyncs - before.fsyncs : null;
@@ -570,6 +572,8 @@ async function measure(
     rssPeakBytes: rss.peak(),
     serverCpuMs: rss.cpuMs(),
     serverUserCpuMs: rss.userCpuMs(),
+    generatorCpuMs: (cpu.user + cpu.system) / 1000,
+    generatorUserCpuMs: cpu.user / 1000,
     serverFds: rss.fds(),
     ...(rssSampleMs !== undefined ? { rssSamples: samples } : {}),
   };

@@ -131,6 +131,14 @@ export interface CaseResult {
   serverCpuUsPerRecord?: number | null;
   /** The user part of {@link serverCpuUsPerRecord} (the rest is the kernel's), in µs; null when unknown. */
   serverUserCpuUsPerRecord?: number | null;
+  /**
+   * CPU the generator process (every producer's client, in one process) used per record in the
+   * window (user + system), in µs: what the clients cost, on the same two cores as the server.
+   * Absent where the generator does not measure it (the in-process limit).
+   */
+  generatorCpuUsPerRecord?: number;
+  /** The user part of {@link generatorCpuUsPerRecord}, in µs. */
+  generatorUserCpuUsPerRecord?: number;
   requests: number;
   records: number;
   seconds: number;
@@ -334,6 +342,12 @@ export function toCase(
       r.serverUserCpuMs === null || r.serverUserCpuMs === undefined || r.records === 0
         ? null
         : (r.serverUserCpuMs * 1000) / r.records,
+    ...(r.generatorCpuMs !== undefined && r.generatorUserCpuMs !== undefined && r.records > 0
+      ? {
+          generatorCpuUsPerRecord: (r.generatorCpuMs * 1000) / r.records,
+          generatorUserCpuUsPerRecord: (r.generatorUserCpuMs * 1000) / r.records,
+        }
+      : {}),
     requests: r.requests,
     records: r.records,
     seconds: r.seconds,
@@ -366,7 +380,11 @@ function printCase(c: CaseResult): void {
   const l = c.latencyMs;
   process.stdout.write(
     `${c.id.padEnd(52)} ${fmt(c.recordsPerSec).padStart(10)} rec/s ${fmt(c.payloadMBps, 1).padStart(7)} MB/s  p50 ${fmt(l.p50, 2)} p99 ${fmt(l.p99, 2)} max ${fmt(l.max, 1)} ms` +
-      `  fsync/s ${fmt(c.fsyncsPerSec)} rec/fsync ${fmt(c.recordsPerFsync, 1)}  rss ${fmt(c.serverRssPeakMiB, 1)} MiB  cpu ${fmt(c.serverCpuUsPerRecord, 1)} µs/rec (user ${fmt(c.serverUserCpuUsPerRecord, 1)})\n`,
+      `  fsync/s ${fmt(c.fsyncsPerSec)} rec/fsync ${fmt(c.recordsPerFsync, 1)}  rss ${fmt(c.serverRssPeakMiB, 1)} MiB  cpu ${fmt(c.serverCpuUsPerRecord, 1)} µs/rec (user ${fmt(c.serverUserCpuUsPerRecord, 1)})` +
+      (c.generatorCpuUsPerRecord === undefined
+        ? ""
+        : `  clients ${fmt(c.generatorCpuUsPerRecord, 1)} µs/rec (user ${fmt(c.generatorUserCpuUsPerRecord, 1)})`) +
+      "\n",
   );
 }
 

@@ -197,6 +197,14 @@ export interface GeneratorResult {
   /** The user part of {@link serverCpuMs} (the rest is system time), in ms; null when unknown. */
   serverUserCpuMs?: number | null;
   /**
+   * CPU time (user + system) the generator process used inside the window, in ms: the clients'
+   * cost (one process holds every producer's connection; its measuring loop wakes every 20 ms).
+   * Absent for the in-process limit, whose loop is the work itself.
+   */
+  generatorCpuMs?: number;
+  /** The user part of {@link generatorCpuMs}, in ms. */
+  generatorUserCpuMs?: number;
+  /**
    * Fan-out only: records the readers received inside the window, summed over every reader, the
    * fewest one reader received (0 readers: both 0), and the answers they received in all (fetch
    * responses; SSE: data chunks).
