@@ -107,6 +107,7 @@ import {
 } from "./records.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { copyRead, ownBytes, sharedReadBuffer } from "../lib/read-slab.ts";
+import { HandleWrites, handleWritesAvailable } from "./handle-writes.ts";
 import { crc32IsNative } from "../lib/crc32.ts";
 import { installFastCrc32 } from "./crc.ts";
 
@@ -438,6 +439,11 @@ export class TcpClient {
   /** Frames of this turn not yet written (see {@link #write}). */
   #out: Uint8Array[] = [];
   readonly #flushTurn = (): void => this.#flush();
+  /**
+   * Plain connections on Node write on the socket's handle (`handle-writes.ts`): no `Writable`
+   * bookkeeping per request, as the broker answers; null elsewhere (TLS, Deno, Bun).
+   */
+  readonly #direct: HandleWrites | null;
   /** One timer for every pending request's time limit, due at `#sweepAt` (see {@link #sweep}). */
   #sweepTimer: ReturnType<typeof setTimeout> | null = null;
   #sweepAt = 0;
@@ -451,6 +457,7 @@ export class TcpClient {
     });
     // Plain Uint8Array views of each chunk: a Buffer's subarray builds a Buffer, slower and larger,
     // for every view taken of it (each fetched key, value and CRC range).
+    this.#direct = reads !== null && handleWritesAvailable() ? new HandleWrites(socket) : null;
     if (reads !== null) {
       reads.sink = (chunk) => this.#onData(chunk);
       for (const chunk of reads.early.splice(0)) this.#onData(chunk);
@@ -927,6 +934,11 @@ export class TcpClient {
     this.#out = [];
     if (this.#closedError) return;
     const socket = this.#socket;
+    if (this.#direct !== null) {
+      // A request's backpressure is its time limit, as with `socket.write` before.
+      if (!socket.destroyed) this.#direct.write(out);
+      return;
+    }
     if (out.length === 1) {
       socket.write(out[0]);
       return;

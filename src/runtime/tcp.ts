@@ -11,6 +11,7 @@ import * as tls from "node:tls";
 import { unmappedHost } from "../lib/address.ts";
 import { tcpEndLingerMs } from "../lib/limits.ts";
 import { copyRead, sharedReadBuffer } from "../lib/read-slab.ts";
+import { HandleWrites, handleWritesAvailable } from "../client/handle-writes.ts";
 import { listenBunTcp } from "./bun-tcp.ts";
 import { runtimeName } from "./info.ts";
 import type { Logger } from "../lib/logger.ts";
@@ -183,57 +184,6 @@ function useBunListen(): boolean {
 const sharedReads = runtimeName() === "node";
 
 /**
- * Node's write request and the state its stream writes report through (`WriteWrap`,
- * `streamBaseState`: what `net.Socket`'s own writes use), to write an adopted connection's answers
- * on its handle directly (see {@link NodeByteSocket}); null where they are not found.
- */
-const streamWrap: StreamWrap | null = sharedReads ? loadStreamWrap() : null;
-
-/** What {@link streamWrap} holds: Node's internal `stream_wrap` binding, the parts used here. */
-interface StreamWrap {
-  WriteWrap: new () => WriteRequest;
-  streamBaseState: Int32Array;
-  kLastWriteWasAsync: number;
-}
-
-/** A `WriteWrap`: native calls `oncomplete(status)` on it when a write that went asynchronous ends. */
-interface WriteRequest {
-  oncomplete: ((status: number) => void) | null;
-}
-
-/** The parts of a TCP handle (`TCPWrap`) a direct write uses; each returns 0 or a negative errno. */
-interface StreamHandle {
-  writeBuffer(req: WriteRequest, chunk: Uint8Array): number;
-  writev(req: WriteRequest, chunks: readonly Uint8Array[], allBuffers: true): number;
-  /** Bytes libuv holds that the kernel has not taken yet. */
-  readonly writeQueueSize: number;
-}
-
-function loadStreamWrap(): StreamWrap | null {
-  try {
-    const binding = (process as unknown as { binding(name: string): Partial<StreamWrap> }).binding(
-      "stream_wrap",
-    );
-    if (
-      typeof binding.WriteWrap === "function" &&
-      binding.streamBaseState instanceof Int32Array &&
-      typeof binding.kLastWriteWasAsync === "number"
-    )
-      return binding as StreamWrap;
-  } catch {
-    // Not offered by this Node: answers go through net.Socket.write.
-  }
-  return null;
-}
-
-/**
- * The write request every direct write passes while the kernel takes its bytes at once (nearly
- * always: a small answer on a socket with room): native code only turns it into a queued write
- * when part of the bytes must wait, and then the request belongs to that write until it ends.
- */
-let spareWriteRequest: WriteRequest | null = null;
-
-/**
  * Moves the handle of `socket` (accepted with `pauseOnConnect`, on Node) to a new `net.Socket`
  * that reads into the shared buffer and hands each read, copied out (`lib/read-slab.ts`), to
  * `onRead`, reading at once (the comment of `sharedReads`). `socket` is destroyed (closing
@@ -280,18 +230,12 @@ export class NodeByteSocket implements ByteSocket {
   #closed = false;
 
   /**
-   * Answers are written on the handle itself (an adopted connection on Node, {@link streamWrap}
-   * found), not through `net.Socket`'s `Writable`: per answer that saves the stream's bookkeeping,
-   * its write request object and its `afterWrite` tick (docs/benchmarks.md "Broker CPU per record
-   * at 64 × 1: the socket layer (2026-12-02, 14:27–15:07 UTC)"). Ordering is libuv's: a write
-   * finds the bytes of an earlier one still queued and queues behind them. `end()` goes through
-   * the stream, whose shutdown libuv also queues behind them.
+   * Answers are written on the handle itself (an adopted connection on Node, where
+   * {@link handleWritesAvailable}), not through `net.Socket`'s `Writable`
+   * (`client/handle-writes.ts`); null elsewhere. `end()` goes through the stream, whose shutdown
+   * libuv queues behind those writes.
    */
-  readonly #direct: boolean;
-  /** Direct writes that went asynchronous and have not ended (their chunks kept alive here), oldest first. */
-  #queued: { req: WriteRequest; chunks: readonly Uint8Array[]; onWritten?: () => void }[] = [];
-  /** A direct write returned false: call `onDrain` once the queued ones have ended. */
-  #needDrain = false;
+  readonly #direct: HandleWrites | null;
 
   /** Chunks read (shared reads) before {@link attach}. */
   #early: Uint8Array[] | null = null;
@@ -327,7 +271,12 @@ export class NodeByteSocket implements ByteSocket {
   constructor(socket: net.Socket, sharedReads = false, pausedOnConnect = false) {
     this.#socket = socket;
     this.#sharedReads = sharedReads;
-    this.#direct = sharedReads && streamWrap !== null;
+    this.#direct =
+      sharedReads && handleWritesAvailable()
+        ? new HandleWrites(socket, () => {
+            if (!this.#closed) this.#handlers?.onDrain();
+          })
+        : null;
     this.#pausedOnConnect = pausedOnConnect;
     this.remoteAddress = `${socket.remoteAddress ?? "?"}:${socket.remotePort ?? "?"}`;
     const local = unmappedHost(socket.localAddress);
@@ -374,7 +323,7 @@ export class NodeByteSocket implements ByteSocket {
   write(chunks: readonly Uint8Array[], onWritten?: () => void): boolean {
     const socket = this.#socket;
     if (this.#ending || socket.destroyed) return true;
-    if (this.#direct) return this.#writeDirect(chunks, onWritten);
+    if (this.#direct !== null) return this.#direct.write(chunks, onWritten);
     // Node calls a write's callback once libuv has handed all of it to the kernel (or failed).
     const done =
       onWritten === undefined
@@ -390,51 +339,6 @@ export class NodeByteSocket implements ByteSocket {
     socket.uncork();
     return ok && !socket.writableNeedDrain;
   }
-
-  /**
-   * {@link write} on the handle (see {@link #direct}): `onWritten` is called at once when the
-   * kernel took every byte, or when the queued write ends without error.
-   */
-  #writeDirect(chunks: readonly Uint8Array[], onWritten?: () => void): boolean {
-    const handle = (this.#socket as unknown as { _handle: StreamHandle | null })._handle;
-    if (handle === null) return true;
-    const wrap = streamWrap!;
-    const req = spareWriteRequest ?? new wrap.WriteWrap();
-    spareWriteRequest = null;
-    const error =
-      chunks.length === 1 ? handle.writeBuffer(req, chunks[0]) : handle.writev(req, chunks, true);
-    if (error !== 0) {
-      // EPIPE, ECONNRESET: as net.Socket does, the connection ends here ('close' follows). The
-      // request is not reused: native code may have bound it to the write it then abandoned.
-      this.#socket.destroy();
-      return true;
-    }
-    if (wrap.streamBaseState[wrap.kLastWriteWasAsync] === 0) {
-      spareWriteRequest = req;
-      onWritten?.();
-      return true;
-    }
-    // Part of the bytes wait in libuv's queue: the request and the chunks live until they are sent.
-    req.oncomplete = this.#directWriteEnded;
-    this.#queued.push({ req, chunks, onWritten });
-    if (handle.writeQueueSize <= this.#socket.writableHighWaterMark) return true;
-    this.#needDrain = true;
-    return false;
-  }
-
-  /** Native's `oncomplete` of a direct write that went asynchronous (they end in order). */
-  readonly #directWriteEnded = (status: number): void => {
-    const ended = this.#queued.shift();
-    if (status < 0) {
-      this.#socket.destroy();
-      return;
-    }
-    ended?.onWritten?.();
-    if (this.#needDrain && this.#queued.length === 0 && !this.#closed) {
-      this.#needDrain = false;
-      this.#handlers?.onDrain();
-    }
-  };
 
   pause(): void {
     if (!this.#ending) this.#socket.pause();
