@@ -27,6 +27,10 @@
  * changes, else it is gone once the grace is over. A broker that left cleanly (`departed/<id>`
  * names its incarnation) is gone at once. docs/cluster.md "Riding out a lost lease".
  *
+ * A broker that has begun to leave (`leaving/<id>` names its registered incarnation, written at
+ * the start of its leave on its lease) keeps its places but is elected nowhere, preferred
+ * leader included, like a lapsed one: docs/cluster.md "Leaving the cluster".
+ *
  * Preferred leader election (docs/cluster.md "Preferred leader election"): every
  * `rebalanceMs` (default 30 s; 0 turns it off) the controller moves the leadership of up to
  * `rebalanceMaxMoves` partitions back to their preferred replica ({@link preferredLeaderMove}),
@@ -53,7 +57,12 @@ import {
   incarnationsKey,
   parsePartitionKey,
 } from "./keys.ts";
-import { type BrokerRegistration, incarnationRevision, parseRegistration } from "./membership.ts";
+import {
+  type BrokerRegistration,
+  incarnationRevision,
+  leavingKey,
+  parseRegistration,
+} from "./membership.ts";
 import {
   controllerUpdate,
   formatPartitionState,
@@ -217,6 +226,8 @@ export class Controller {
   readonly #offlineWarned = new Map<string, number>();
   /** `topic/partition` → when a pass first found it offline (ms). */
   readonly #offlineSince = new Map<string, number>();
+  /** Node id → the incarnation last logged as leaving (`cluster.broker_leaving`), once each. */
+  readonly #leavingLogged = new Map<number, string>();
 
   constructor(options: ControllerOptions) {
     this.#o = options;
@@ -457,7 +468,8 @@ export class Controller {
     if (
       k.startsWith(`${p}/brokers/`) ||
       k.startsWith(`${p}/log_ends/`) ||
-      k.startsWith(`${p}/departed/`)
+      k.startsWith(`${p}/departed/`) ||
+      k.startsWith(`${p}/leaving/`)
     )
       return true;
     if (e.type !== "put" || parsePartitionKey(p, k) === null) return false;
@@ -487,12 +499,13 @@ export class Controller {
     if (epoch === null) return;
     const { etcd, logger } = this.#o;
     const p = this.#prefix;
-    const [brokers, logEnds, seen, partitions, departedKvs] = await Promise.all([
+    const [brokers, logEnds, seen, partitions, departedKvs, leavingKvs] = await Promise.all([
       etcd.list(`${p}/brokers/`),
       etcd.list(`${p}/log_ends/`),
       etcd.get(incarnationsKey(p)),
       etcd.list(`${p}/partitions/`),
       etcd.list(`${p}/departed/`),
+      etcd.list(`${p}/leaving/`),
     ]);
     const live = new Map<number, BrokerRegistration>();
     const registeredAt = new Map<number, number>();
@@ -550,6 +563,7 @@ export class Controller {
         if (this.#epoch !== null) this.#requestPass();
       });
     }
+    const leaving = this.#leaving(leavingKvs.kvs, live);
     const ends = new Map<number, LogEnds>();
     for (const kv of logEnds.kvs) {
       const v = parseLogEnds(kv.value);
@@ -561,7 +575,17 @@ export class Controller {
       if (this.#epoch !== epoch) return;
       const where = parsePartitionKey(p, kv.key);
       if (where === null) continue;
-      await this.#updatePartition(epoch, kv, where, live, lapsed, restarted, ends, registeredAt);
+      await this.#updatePartition(
+        epoch,
+        kv,
+        where,
+        live,
+        lapsed,
+        restarted,
+        ends,
+        registeredAt,
+        leaving,
+      );
     }
     // Everything above is applied: from now on these incarnations are the known ones (a lapsed
     // broker's too: it may come back with it, or another, which is then a restart).
@@ -582,6 +606,36 @@ export class Controller {
     this.#changed();
   }
 
+  /**
+   * The registered brokers that have begun to leave: a `leaving/<id>` naming the incarnation
+   * registered now (the key is on that incarnation's lease; the comparison also keeps an older
+   * incarnation's marker, not yet expired, from counting). Each is logged once per incarnation
+   * (`cluster.broker_leaving`, info).
+   */
+  #leaving(
+    kvs: readonly EtcdKeyValue[],
+    live: ReadonlyMap<number, BrokerRegistration>,
+  ): Set<number> {
+    const out = new Set<number>();
+    for (const kv of kvs) {
+      const id = Number(kv.key.slice(`${this.#prefix}/leaving/`.length));
+      const incarnation = live.get(id)?.incarnation;
+      if (incarnation === undefined || kv.key !== leavingKey(this.#prefix, id)) continue;
+      if (kv.value !== incarnation) continue;
+      out.add(id);
+      if (this.#leavingLogged.get(id) === incarnation) continue;
+      this.#leavingLogged.set(id, incarnation);
+      this.#o.logger.log("info", "cluster.broker_leaving", {
+        node_id: id,
+        incarnation,
+        controller_epoch: this.#epoch,
+        effect:
+          "it keeps its places until it departs but is elected leader of no partition, preferred leadership included",
+      });
+    }
+    return out;
+  }
+
   async #updatePartition(
     epoch: number,
     first: EtcdKeyValue,
@@ -591,6 +645,7 @@ export class Controller {
     restarted: Set<number>,
     ends: Map<number, LogEnds>,
     registeredAt: Map<number, number>,
+    leaving: ReadonlySet<number>,
   ): Promise<void> {
     const { etcd, logger } = this.#o;
     const p = this.#prefix;
@@ -621,6 +676,7 @@ export class Controller {
       const view = (id: number): ReplicaView => ({
         alive: live.has(id),
         lapsed: lapsed.has(id),
+        leaving: leaving.has(id),
         dataDirId: live.get(id)?.data_dir_id,
         ...publishedSince(ends.get(id), read, `${where.topic}/${where.partition}`),
       });
@@ -884,11 +940,13 @@ export class Controller {
     if (epoch === null) return;
     const { etcd, logger } = this.#o;
     const p = this.#prefix;
-    const [brokers, partitions] = await Promise.all([
+    const [brokers, partitions, leavingKvs] = await Promise.all([
       etcd.list(`${p}/brokers/`),
       etcd.list(`${p}/partitions/`),
+      etcd.list(`${p}/leaving/`),
     ]);
     const live = new Map<number, { incarnation: string; registeredAt: number }>();
+    const registrations = new Map<number, BrokerRegistration>();
     for (const kv of brokers.kvs) {
       try {
         const r = parseRegistration(kv);
@@ -896,8 +954,10 @@ export class Controller {
           incarnation: r.incarnation,
           registeredAt: incarnationRevision(kv, r),
         });
+        registrations.set(r.node_id, r);
       } catch {}
     }
+    const leaving = this.#leaving(leavingKvs.kvs, registrations);
     const movable = new Map<string, string>();
     const limit = forced === null ? (this.#o.rebalanceMaxMoves ?? 4) : Number.POSITIVE_INFINITY;
     let moved = 0;
@@ -921,6 +981,7 @@ export class Controller {
       if (preferred === undefined || kv.modRevision < preferred.registeredAt) continue;
       const next = preferredLeaderMove(state, (id) => ({
         alive: live.has(id) && !this.#absentSince.has(id),
+        leaving: leaving.has(id),
         logEndOffset: undefined,
       }));
       if (next === null) continue;

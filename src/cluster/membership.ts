@@ -17,6 +17,9 @@
  * - `departed/<node id>`: the incarnation of a broker that left cleanly (SIGTERM), written just
  *   before it revokes its lease, so the controller moves its partitions at once rather than
  *   after the grace it gives a lapsed registration.
+ * - `leaving/<node id>`: the incarnation of a broker that has begun to leave (SIGTERM), written
+ *   at the start of the leave on its lease (gone with the lease: at the end of the leave, or
+ *   when a broker dies mid-leave), so the controller elects it nowhere while it drains.
  *
  * Start-up refusals (a {@link ClusterJoinError}, not retried): a data directory of another
  * cluster or of another node id; a node id registered by a live broker with another data
@@ -165,6 +168,15 @@ export const defaultClusterPrefix = "/es-broker";
 /** The key recording that a broker left cleanly: its incarnation (no lease). */
 export function departedKey(prefix: string, nodeId: number): string {
   return `${prefix}/departed/${nodeId}`;
+}
+
+/**
+ * The key announcing that a broker has begun to leave the cluster: its incarnation, on its
+ * lease (docs/cluster.md "Leaving the cluster"). The controller elects no broker it names, and
+ * a leader adds none it names to an ISR.
+ */
+export function leavingKey(prefix: string, nodeId: number): string {
+  return `${prefix}/leaving/${nodeId}`;
 }
 
 /**
@@ -453,6 +465,22 @@ export class Membership {
       }
     }
     this.#schedule();
+  }
+
+  /**
+   * Announces that this broker has begun to leave (`leaving/<node id>` = its incarnation, on the
+   * current lease: it goes with the lease, so a broker that dies mid-leave leaves no marker
+   * behind), waiting at most `stepMs` ({@link leaveEtcdStepMsDefault}). Nothing is written after
+   * a refusal (the node id is another process's). Never throws: the outcome says what happened
+   * (null when refused).
+   */
+  markLeaving(stepMs: number = leaveEtcdStepMsDefault): Promise<StepOutcome | null> {
+    if (this.#refused !== null) return Promise.resolve(null);
+    const { etcd, clock } = this.#options;
+    const lease = this.#lease;
+    return boundedStep(clock, stepMs, () =>
+      etcd.put(leavingKey(this.#prefix, this.nodeId), this.incarnation, { lease }),
+    );
   }
 
   /**

@@ -1680,7 +1680,9 @@ export class ClusterNode {
   }
 
   /**
-   * Leaves the cluster, in the order docs/cluster.md "Leaving the cluster" gives: replication
+   * Leaves the cluster, in the order docs/cluster.md "Leaving the cluster" gives: the node
+   * announces the leave (`leaving/<node id>` on its lease, so that the controller elects it
+   * nowhere meanwhile: `cluster.leaving`), replication
    * stops admitting produces and shrinking ISRs and keeps serving replica fetches until the
    * followers of every partition this broker leads hold its log (at most `drainMs`,
    * {@link leaveDrainMsDefault} by default); then the node stops campaigning (and controlling),
@@ -1703,6 +1705,20 @@ export class ClusterNode {
     const started = clock.nowMs();
     // From the first moment of the leave: a broker about to go never becomes the controller.
     this.controller.retire();
+    // ... nor a leader: the controller elects no broker `leaving/<id>` names. Not waited for
+    // (bounded on its own): the drain goes on meanwhile, and a leave without etcd takes no longer.
+    let departing = false;
+    void this.membership.markLeaving(stepMs).then((marked) => {
+      // Once the departure is being recorded, a marker that did not land is moot.
+      if (marked === null || (!marked.ok && departing)) return;
+      if (marked.ok)
+        logger.log("info", "cluster.leaving", {
+          node_id: nodeId,
+          incarnation: this.membership.incarnation,
+          ms: marked.ms,
+        });
+      else this.#leaveStepFailed("mark_leaving", marked);
+    });
     const drain = (await this.#replicas?.leave?.(drainMs)) ?? { led: 0, behind: [], waitedMs: 0 };
     // No reconcile from here on, and no registering again when the revoked lease's key goes.
     this.#closed = true;
@@ -1719,6 +1735,7 @@ export class ClusterNode {
       .catch((err: unknown) =>
         logger.log("error", "cluster.replication_close_failed", { error: errorMessage(err) }),
       );
+    departing = true;
     const { departure, revoke } = await this.membership.close({
       stepMs,
       onStepFailed: (step, outcome) => this.#leaveStepFailed(step, outcome),
@@ -1742,7 +1759,7 @@ export class ClusterNode {
 
   /** Logs a step of {@link leave} that etcd failed or did not answer in time, and what follows. */
   #leaveStepFailed(
-    step: "stop_controlling" | "record_departure" | "revoke_lease",
+    step: "mark_leaving" | "stop_controlling" | "record_departure" | "revoke_lease",
     outcome: StepOutcome & { ok: false },
   ): void {
     const { clock, logger, nodeId } = this.#o;
@@ -1752,6 +1769,8 @@ export class ClusterNode {
     );
     const graceS = (this.#o.lapseGraceMs ?? lapseGraceMsDefault) / 1000;
     const effect = {
+      mark_leaving:
+        "until its departure is recorded, the controller may still elect this broker leader of a partition whose leader fails, or move a preferred leadership to it",
       stop_controlling:
         "a controller pass or metadata change still waiting for etcd is abandoned; this broker's controller key goes with its lease",
       record_departure: `the controller will count this broker gone only when its lease expires (in about ${leaseS} s) and its ${graceS} s grace for a vanished registration is over, then move its leaderships`,

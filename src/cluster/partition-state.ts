@@ -37,11 +37,11 @@
  * | a replica in `forgotten` is back on the recorded data directory,  | joins the ELR                    |
  * | the partition offline in the recorded epoch                      |                                  |
  * | the leader is alive (or lapsed) and not gone                     | stays leader                     |
- * | a live ISR member (in replica order)                             | leads: continuously in sync, it  |
+ * | a live ISR member not leaving (in replica order)                 | leads: continuously in sync, it  |
  * |                                                                  | holds every committed record     |
  * | the state was already offline, every ELR member is alive (none on | the one with the largest (last   |
  * | a `superseded` directory) and has published its log end since,   | epoch, log end) leads, joins ISR |
- * | the chosen one's ≥ committed_offset                              |                                  |
+ * | the chosen one's ≥ committed_offset and it is not leaving        |                                  |
  * | none of these                                                    | offline (leader -1)              |
  *
  * Replicas found gone in one update leave the ISR in one write: if the ISR ends below min ISR,
@@ -111,6 +111,13 @@ export interface ReplicaView {
    * included, but is never elected. Absent: false.
    */
   lapsed?: boolean;
+  /**
+   * It has begun to leave the cluster (`leaving/<node id>` names its incarnation: docs/cluster.md
+   * "Leaving the cluster"): it keeps its place, leader included, until it departs, but is never
+   * elected, as Kafka's controlled shutdown keeps a shutting-down broker from leading. Absent:
+   * false.
+   */
+  leaving?: boolean;
   /**
    * The log end offset the replica published from its current incarnation **after the state
    * being updated was written** (the controller passes undefined for an older publication, or
@@ -311,9 +318,7 @@ export function controllerUpdate(
   // broker back after a whole-cluster outage, holding every record, was not eligible). Until
   // then nothing changes; holding a gone replica in the ISR only holds acknowledgements back.
   const stays = (id: number) => !change.gone.includes(id);
-  const canLead = state.isr.some(
-    (id) => stays(id) && change.view(id).alive && change.view(id).lapsed !== true,
-  );
+  const canLead = state.isr.some((id) => stays(id) && electable(change.view(id)));
   const waitsForLapsed = state.isr.some((id) => stays(id) && change.view(id).lapsed === true);
   if (!canLead && waitsForLapsed) return null;
   let isr = state.isr;
@@ -362,7 +367,7 @@ export function controllerUpdate(
     .map((f) => f.node_id);
   if (returned.length > 0 && isr.length < state.min_insync_replicas) elr = [...elr, ...returned];
   if (leader === noLeader) {
-    const fromIsr = state.replicas.find((id) => isr.includes(id) && change.view(id).alive);
+    const fromIsr = state.replicas.find((id) => isr.includes(id) && electable(change.view(id)));
     const fromElr =
       state.leader === noLeader ? electFromElr(state, elr, change.view, state.forgotten) : noLeader;
     leader = fromIsr ?? fromElr;
@@ -395,6 +400,11 @@ export function controllerUpdate(
     next.elr.join() === state.elr.join() &&
     (next.forgotten ?? []).length === (state.forgotten ?? []).length;
   return same ? null : next;
+}
+
+/** Whether a replica may be elected leader: alive, not lapsed, not leaving. */
+function electable(v: ReplicaView): boolean {
+  return v.alive && v.lapsed !== true && v.leaving !== true;
 }
 
 /**
@@ -433,6 +443,9 @@ function electFromElr(
     if (epochs > 0 || (epochs === 0 && (v.logEndOffset as number) > (best.logEndOffset as number)))
       best = v;
   }
+  // A leaving member with the longest log is not passed over for a shorter one (that would
+  // truncate what only it holds): the partition waits for it to come back.
+  if (best.leaving === true) return noLeader;
   return (best.logEndOffset as number) >= state.committed_offset ? best.id : noLeader;
 }
 
@@ -563,7 +576,7 @@ export function preferredLeaderMove(
   if (!state.isr.includes(preferred)) return null;
   const p = view(preferred);
   const l = view(state.leader);
-  if (!p.alive || p.lapsed === true || !l.alive || l.lapsed === true) return null;
+  if (!electable(p) || !l.alive || l.lapsed === true) return null;
   return { ...state, leader: preferred, leader_epoch: state.leader_epoch + 1 };
 }
 

@@ -40,6 +40,9 @@
  * - An ISR expansion is written only while etcd's registration of the node names the incarnation
  *   whose fetches caught up (read, then compared by `mod_revision` in the same transaction): a
  *   successor this broker's watch has not delivered yet never joins on its predecessor's fetches.
+ *   Nor while `leaving/<node id>` names that incarnation (read too; its absence compared): a
+ *   broker about to go would hold acknowledgements back once it stops fetching (as Kafka's
+ *   KIP-841 keeps a shutting-down broker out of the ISR).
  * - Leaving (SIGTERM: {@link ReplicaManager.leave}; docs/cluster.md "Leaving the cluster"): it
  *   admits no produce append any more (`not_leader`, retriable, naming no leader), never shrinks
  *   an ISR, and keeps serving replica fetches until every ISR follower holds its whole log (or a
@@ -65,7 +68,7 @@ import type { LeaderEpochHistory } from "../storage/leader-epochs.ts";
 import type { PartitionLog } from "../storage/partition.ts";
 import type { Etcd, EtcdCompare } from "./etcd.ts";
 import { Follower, type ReplicaFetchConnection } from "./follower.ts";
-import { brokerKey, parseRegistration, type BrokerRegistration } from "./membership.ts";
+import { brokerKey, leavingKey, parseRegistration, type BrokerRegistration } from "./membership.ts";
 import {
   expandIsr,
   formatPartitionState,
@@ -265,6 +268,8 @@ export class ReplicaManager implements ReplicationSeam {
    * registers. Only fetches naming it are credited.
    */
   #incarnations = new Map<number, string>();
+  /** Node id → the incarnation an ISR expansion found leaving (`leaving/<id>`): not tried again. */
+  #leavingFollowers = new Map<number, string>();
   #replicas = new Map<string, Replica>();
   #opening = new Map<string, Promise<Replica>>();
   #live = true;
@@ -891,6 +896,7 @@ export class ReplicaManager implements ReplicationSeam {
       !r.state.isr.includes(id) &&
       // Only a broker registered live in etcd joins the ISR: never a node id a fetch merely claims.
       this.#brokers.get(id)?.incarnation === incarnation &&
+      this.#leavingFollowers.get(id) !== incarnation &&
       durable >= logEnd &&
       durable >= r.highWatermark &&
       this.#live
@@ -1102,18 +1108,38 @@ export class ReplicaManager implements ReplicationSeam {
         });
       if (joining !== undefined) {
         const registrationKey = brokerKey(this.#o.prefix, joining.nodeId);
-        const kv = await this.#o.etcd.get(registrationKey);
+        const markerKey = leavingKey(this.#o.prefix, joining.nodeId);
+        const [kv, marker] = await Promise.all([
+          this.#o.etcd.get(registrationKey),
+          this.#o.etcd.get(markerKey),
+        ]);
         const registered = kv === null ? null : parseRegistration(kv).incarnation;
         if (kv === null || registered !== joining.incarnation) {
           this.#refuseExpansion(r, joining, registered);
           return;
         }
-        compare.push({
-          key: registrationKey,
-          target: "mod_revision",
-          result: "equal",
-          number: kv.modRevision,
-        });
+        if (marker !== null && marker.value === joining.incarnation) {
+          this.#leavingFollowers.set(joining.nodeId, joining.incarnation);
+          this.#o.logger.log("info", "replication.isr_expand_refused", {
+            partition: r.name,
+            node_id: joining.nodeId,
+            incarnation: joining.incarnation,
+            reason:
+              "this follower is leaving the cluster (leaving/<node id>): it does not join the ISR, where it would hold acknowledgements back once it stops",
+          });
+          return;
+        }
+        compare.push(
+          { key: registrationKey, target: "mod_revision", result: "equal", number: kv.modRevision },
+          marker === null
+            ? { key: markerKey, target: "version", result: "equal", number: 0 }
+            : {
+                key: markerKey,
+                target: "mod_revision",
+                result: "equal",
+                number: marker.modRevision,
+              },
+        );
       }
       let next: PartitionState;
       try {

@@ -285,8 +285,10 @@ describe("cluster: SIGTERM of a leader under writes (attack13 F6)", () => {
     const failed = after.filter((e) => e.event === "cluster.leave_step_failed");
     // The departure and the revocation each waited their bound (1.5 s) for an etcd without a
     // quorum (the member that still runs may answer with an error instead: "failed"); a
-    // controller pass under way when the quorum went is given up the same way.
-    expect(failed.map((e) => e.step).filter((s) => s !== "stop_controlling")).toEqual([
+    // controller pass under way when the quorum went is given up the same way, and so is the
+    // announcement of the leave when etcd refuses it before the departure is tried.
+    const optional = ["stop_controlling", "mark_leaving"];
+    expect(failed.map((e) => e.step).filter((s) => !optional.includes(s as string))).toEqual([
       "record_departure",
       "revoke_lease",
     ]);
@@ -295,7 +297,7 @@ describe("cluster: SIGTERM of a leader under writes (attack13 F6)", () => {
       expect(["timeout", "failed"]).toContain(e.outcome);
       // The bound, with room for a timer late on a loaded machine.
       expect(e.ms as number).toBeLessThan(1500 + 1000);
-      if (e.step !== "stop_controlling") expect(e.effect).toMatch(/lease expires/);
+      if (!optional.includes(e.step as string)) expect(e.effect).toMatch(/lease expires/);
     }
     const left = after.find((e) => e.event === "cluster.left");
     expect(left).toMatchObject({ level: "warn", departure_recorded: false, lease_revoked: false });

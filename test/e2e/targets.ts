@@ -69,6 +69,7 @@ export function nodeOnlyE2eFiles(
     "test/e2e/cluster-tls.test.ts",
     "test/e2e/cluster-state.test.ts",
     "test/e2e/cluster-sigterm.test.ts",
+    "test/e2e/cluster-leaving.test.ts",
     "test/e2e/cluster-elect.test.ts",
     "test/e2e/cluster-topic-id.test.ts",
     // The watch guard and its reopen are cluster logic; the etcd client under them is one

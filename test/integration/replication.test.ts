@@ -503,6 +503,43 @@ describe("replication", () => {
     expect(c.node(2).broker.partitionLog("orders", 0).highWatermark).toBe(4);
   });
 
+  it("a follower that announced its leave catches up but does not rejoin the ISR (KIP-841)", async () => {
+    const c = await cluster3({ replicaLagMs: 400 });
+    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
+    const leader = await c.node(1).client();
+    await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+    await c.stopReplication(2);
+    await c.stopReplication(3);
+    await waitFor(
+      async () => (await c.state("orders")).state.isr.join() === "1",
+      "the ISR to shrink to [1]",
+    );
+    // Node 3 (incarnation "1", as registered) has begun to leave the cluster.
+    await client.put(`${c.prefix}/leaving/3`, "1");
+    await c.restartReplication(3, "orders");
+    await c.restartReplication(2, "orders");
+    const leaderEnd = c.node(1).broker.partitionLog("orders", 0).logEndOffset;
+    // Node 2, not leaving, rejoins: the control.
+    await waitFor(async () => (await c.state("orders")).state.isr.includes(2), "node 2 to rejoin");
+    await waitFor(
+      () => c.node(1).logger.named("replication.isr_expand_refused").length > 0,
+      "node 3's expansion refused",
+    );
+    expect(c.node(1).logger.named("replication.isr_expand_refused")).toEqual([
+      expect.objectContaining({
+        partition: "orders/0",
+        node_id: 3,
+        incarnation: "1",
+        reason: expect.stringMatching(/leaving the cluster/),
+      }),
+    ]);
+    // Node 3 holds the leader's whole log, and fetches on, yet stays out: asked once, not again.
+    expect(c.node(3).broker.partitionLog("orders", 0).logEndOffset).toBe(leaderEnd);
+    await new Promise((r) => setTimeout(r, 1000));
+    expect((await c.state("orders")).state.isr).toEqual([1, 2]);
+    expect(c.node(1).logger.named("replication.isr_expand_refused")).toHaveLength(1);
+  });
+
   it("a follower whose ISR expansion etcd holds counts for the high watermark before the leader applies it", async () => {
     // The leader writes an expansion, then applies it locally once etcd's answer is back. In
     // between, etcd's ISR holds the follower (the controller may elect it) while the leader's own
