@@ -345,6 +345,29 @@ export interface ClusterBrokerInfo {
   http: string;
   /** `host:port` of its Kafka listener, when it has one (`--kafka-port`). */
   kafka?: string;
+  /**
+   * The id of the data directory it runs on, as it registered. In the HTTP answer
+   * (`GET /v1/cluster`) only: with {@link ClusterPartitionInfo.forgotten} it says whether a node
+   * is back on a forgotten directory.
+   */
+  data_dir_id?: string;
+}
+
+/**
+ * A replica whose records are on a data directory its node no longer runs on (a start on an
+ * empty directory took it out), or one an unclean election superseded: the partition state's
+ * `forgotten` entry (docs/cluster.md "Unclean leader election").
+ */
+export interface ClusterForgottenReplica {
+  node_id: number;
+  /** The data directory that holds (or held) the records. */
+  data_dir_id: string;
+  /** The partition's leader epoch the entry holds for (for a superseded one: the election's). */
+  leader_epoch: number;
+  /** An unclean election elected another directory over this one. Absent: false. */
+  superseded?: true;
+  /** For a superseded entry: the same node's directory elected instead, when known. */
+  replaced_by?: string;
 }
 
 /** One partition's replication state (docs/cluster.md "Partition state"). */
@@ -361,6 +384,11 @@ export interface ClusterPartitionInfo {
    * HTTP answer (`GET /v1/cluster`) only; the TCP and Kafka Metadata answers leave it out.
    */
   min_insync_replicas?: number;
+  /**
+   * The partition state's forgotten or superseded data directories, when it has any: why an
+   * offline partition waits (`es-broker cluster status`). In the HTTP answer only.
+   */
+  forgotten?: ClusterForgottenReplica[];
   /** Only in the leader's answer: its high watermark. */
   high_watermark?: number;
   /** Only in the leader's answer: its log end offset. */

@@ -5,7 +5,7 @@
  */
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { electUncleanKey, electUncleanResultKey } from "../cluster/keys.ts";
+import { electUncleanKey, electUncleanResultKey, topicKey } from "../cluster/keys.ts";
 import { defaultClusterPrefix } from "../cluster/membership.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { EtcdHttpClient, parseEtcdUrl } from "../runtime/etcd.ts";
@@ -22,7 +22,8 @@ can elect now: no in-sync replica is alive, and the eligible replicas (ELR) are 
 LOST: the controller logs cluster.unclean_leader_elected (error) with how many records below
 committed_offset the new leader lacks; when a missing replica comes back, it truncates to the new
 leader. Prefer bringing the missing brokers back. Refused (exit 1, with the reason) for a
-partition that has a leader or that the rules can elect. Refused too, unless
+partition that has a leader or that the rules can elect, and for a topic or partition that does
+not exist ("no such topic", "no such partition"). Refused too, unless
 --accept-data-loss, when a replica's records are on a data directory its node no longer runs on
 (a forgotten directory: started on an empty one, the disk not mounted) or the chosen node runs on
 a directory an earlier unclean election superseded: EVERY RECORD THAT DIRECTORY HELD (or every
@@ -158,6 +159,14 @@ export async function clusterElect(argv: string[]): Promise<number> {
   });
   try {
     const prefix = defaultClusterPrefix;
+    // A misspelt topic is no "nothing offline" (the controller finds no partition of it either):
+    // say so, as a partition number out of range is "no such partition" (attack16 F8).
+    if ((await etcd.get(topicKey(prefix, topic))) === null) {
+      process.stderr.write(
+        `es-broker cluster elect: no such topic ${JSON.stringify(topic)} in the cluster (etcd has no ${topicKey(prefix, topic)})\n`,
+      );
+      return 1;
+    }
     const put = await etcd.txn({
       compare: [],
       success: [

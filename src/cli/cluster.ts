@@ -5,7 +5,12 @@
  */
 import type { ConnectionOptions } from "node:tls";
 import { clientTlsOptions, connectionHelp, connectionOptions, readApiKey } from "./connection.ts";
-import type { ClusterMetadata, ClusterPartitionInfo, ClusterPeerLink } from "../broker/types.ts";
+import type {
+  ClusterForgottenReplica,
+  ClusterMetadata,
+  ClusterPartitionInfo,
+  ClusterPeerLink,
+} from "../broker/types.ts";
 import { requestJson } from "./keys.ts";
 import { UsageError, intOption, parseCli } from "./args.ts";
 import { brokerDefault, connectRouted } from "./client-commands.ts";
@@ -28,7 +33,8 @@ records behind the leader's log end as the leader sees it (node:lag; ? = not fet
 node:not-live = that broker is not live, its lag stale, "live": false in --json; asked of
 each leader's HTTP port), and status (the first that holds): offline (no leader; with what
 it waits for and
-what would bring it back, "reason" in --json), leader-not-live (the leader
+what would bring it back, "reason" in --json; a replica whose records are on a data directory
+its node no longer runs on is named first, "forgotten" in --json), leader-not-live (the leader
 named is not a live broker: killed, until the controller moves its partitions), leader-
 unreachable (the leader did not answer for its high watermark), below-min-isr (fewer in-sync
 replicas than the topic's min_insync_replicas: every write is refused, not_enough_replicas;
@@ -67,6 +73,12 @@ interface PartitionStatus {
   status: string;
   /** Offline: what it waits for, and what would bring it back (null otherwise). */
   reason: string | null;
+  /**
+   * The partition state's forgotten or superseded data directories ([] for none; null when no
+   * broker's HTTP port answered): an offline partition whose records are on a directory its
+   * node no longer runs on waits for that directory (docs/cluster.md "Unclean leader election").
+   */
+  forgotten: ClusterForgottenReplica[] | null;
   /** The leader's high watermark, null when the leader could not be asked. */
   high_watermark: number | null;
   /**
@@ -82,7 +94,9 @@ type LinkStatus = { from: number } & ClusterPeerLink;
 /**
  * Every broker's own view (`GET /v1/cluster` on each broker's HTTP URL, over HTTPS with `tls`):
  * as leader, its followers' positions and lag; and its replica-fetch links to the others. A
- * broker that does not answer is left out.
+ * broker that does not answer is left out. `forgotten` and `dataDirs` (each partition's
+ * forgotten directories, each broker's data directory id) are from the view of `m.node_id`, the
+ * broker whose metadata the table shows, or of another broker when it did not answer.
  */
 async function brokerViews(
   m: ClusterMetadata,
@@ -94,8 +108,12 @@ async function brokerViews(
   minInsync: Map<string, number>;
   links: LinkStatus[];
   kafka: Map<number, string>;
+  forgotten: Map<string, ClusterForgottenReplica[]> | null;
+  dataDirs: Map<number, string>;
 }> {
   const views = new Map<string, ClusterPartitionInfo>();
+  /** Each answering broker's whole answer, by its node id. */
+  const answers = new Map<number, ClusterMetadata>();
   const minInsync = new Map<string, number>();
   const links: LinkStatus[] = [];
   // Kafka listeners are in the HTTP view's brokers only (the TCP metadata leaves them out).
@@ -110,6 +128,7 @@ async function brokerViews(
           tls: tls ?? {},
           timeoutMs,
         })) as ClusterMetadata;
+        answers.set(b.node_id, theirs);
         for (const t of theirs.topics)
           for (const p of t.partitions) {
             if (p.leader === b.node_id && p.followers !== undefined)
@@ -124,7 +143,19 @@ async function brokerViews(
     }),
   );
   links.sort((a, b) => a.from - b.from || a.node_id - b.node_id);
-  return { views, minInsync, links, kafka };
+  const chosen = answers.get(m.node_id) ?? answers.values().next().value;
+  const forgotten =
+    chosen === undefined
+      ? null
+      : new Map(
+          chosen.topics.flatMap((t) =>
+            t.partitions.map((p) => [`${t.name}/${p.partition}`, p.forgotten ?? []] as const),
+          ),
+        );
+  const dataDirs = new Map<number, string>();
+  for (const b of chosen?.brokers ?? [])
+    if (b.data_dir_id !== undefined) dataDirs.set(b.node_id, b.data_dir_id);
+  return { views, minInsync, links, kafka, forgotten, dataDirs };
 }
 
 /** `es-broker cluster status`. */
@@ -171,7 +202,7 @@ export async function cluster(argv: string[]): Promise<number> {
       values["timeout-ms"] === undefined
         ? 5000
         : intOption("timeout-ms", values["timeout-ms"], clientTimeoutMsDefault, 1, 3_600_000);
-    const { views, minInsync, links, kafka } = await brokerViews(
+    const { views, minInsync, links, kafka, forgotten, dataDirs } = await brokerViews(
       m,
       readApiKey(values),
       clientTlsOptions(values),
@@ -193,6 +224,8 @@ export async function cluster(argv: string[]): Promise<number> {
               } catch {}
             }
             const minIsr = minInsync.get(`${t.name}/${p.partition}`) ?? null;
+            const lost =
+              forgotten === null ? null : (forgotten.get(`${t.name}/${p.partition}`) ?? []);
             const underReplicated = p.isr.length < p.replicas.length;
             const underMinIsr = minIsr !== null && p.isr.length < minIsr;
             // A killed leader stays in etcd's state until its lease expires and the controller
@@ -220,10 +253,15 @@ export async function cluster(argv: string[]): Promise<number> {
               min_insync_replicas: minIsr,
               under_min_isr: underMinIsr,
               status: state,
-              reason: offlineReason(p, (id) => live.has(id), {
-                topic: t.name,
-                partition: p.partition,
-              }),
+              // With the forgotten directories and the brokers' own, it names a forgotten one
+              // first, as the controller's cluster.partition_offline does.
+              reason: offlineReason(
+                { ...p, ...(lost === null ? {} : { forgotten: lost }) },
+                (id) => live.has(id),
+                { topic: t.name, partition: p.partition },
+                (id) => dataDirs.get(id),
+              ),
+              forgotten: lost,
               high_watermark: highWatermark,
               followers:
                 views

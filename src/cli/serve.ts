@@ -1028,6 +1028,7 @@ export async function serve(argv: string[]): Promise<number> {
         signals.dispose();
         process.off("SIGHUP", onHup);
         clearInterval(staleUploadsTimer);
+        warnIfExitHeld(logger);
         done(code);
       })();
     };
@@ -1046,6 +1047,25 @@ export async function serve(argv: string[]): Promise<number> {
     // before the handlers exist kills the process without a graceful shutdown.
     process.stdout.write(listening);
   });
+}
+
+/** How long after the shutdown finished an exit still held is worth a warning, ms. */
+const exitHeldWarnMs = 500;
+
+/**
+ * Once the shutdown has closed everything, the process should end at once; main.ts ends it after
+ * its grace otherwise. If something still holds it (a request nothing abandoned, a timer) after
+ * {@link exitHeldWarnMs}, says what (`broker.exit_held`, warn, with the runtime's list of open
+ * resources where it has one): an exit that waits is a bug to fix, not a cost to time.
+ */
+function warnIfExitHeld(logger: Logger): void {
+  const timer = setTimeout(() => {
+    const info = (process as { getActiveResourcesInfo?: () => string[] }).getActiveResourcesInfo;
+    const open: Record<string, number> = {};
+    for (const kind of info?.() ?? []) open[kind] = (open[kind] ?? 0) + 1;
+    logger.log("warn", "broker.exit_held", { ms: exitHeldWarnMs, open });
+  }, exitHeldWarnMs);
+  (timer as { unref?: () => void }).unref?.();
 }
 
 /** What `--mirror-*` asks for, checked. */

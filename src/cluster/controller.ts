@@ -318,6 +318,9 @@ export class Controller {
       try {
         await task();
       } catch (err) {
+        // A pass abandoned by close (the leave gave up waiting on etcd) fails as the client
+        // closes: nothing to report, nothing to retry.
+        if (this.#closed) return;
         this.#o.logger.log("warn", "cluster.controller_failed", {
           node_id: this.#o.nodeId,
           error: errorMessage(err),

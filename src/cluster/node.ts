@@ -1248,6 +1248,7 @@ export class ClusterNode {
           tcp: r.tcp,
           http: r.http,
           ...(r.kafka === undefined ? {} : { kafka: r.kafka }),
+          data_dir_id: r.data_dir_id,
         })),
       topics: names.map((name) => {
         const map = this.#partitions.get(name);
@@ -1268,6 +1269,7 @@ export class ClusterNode {
               isr: state.isr,
               elr: state.elr,
               min_insync_replicas: state.min_insync_replicas,
+              ...(state.forgotten === undefined ? {} : { forgotten: state.forgotten }),
               ...(mine === undefined
                 ? {}
                 : {

@@ -13,12 +13,26 @@ export interface Deadline {
   clear(): void;
 }
 
-/** Starts a deadline of `ms` milliseconds (see the module comment for why not `AbortSignal.timeout`). */
-export function deadline(ms: number): Deadline {
+/**
+ * Starts a deadline of `ms` milliseconds (see the module comment for why not `AbortSignal.timeout`).
+ * With `cancel`, the signal is also aborted (with `cancel`'s reason) as soon as `cancel` is: a
+ * client that closes abandons its requests at once instead of waiting out their deadlines.
+ */
+export function deadline(ms: number, cancel?: AbortSignal): Deadline {
   const controller = new AbortController();
   const timer = setTimeout(
     () => controller.abort(new DOMException(`no answer within ${ms} ms`, "TimeoutError")),
     ms,
   );
-  return { signal: controller.signal, clear: () => clearTimeout(timer) };
+  if (cancel === undefined) return { signal: controller.signal, clear: () => clearTimeout(timer) };
+  const onCancel = () => controller.abort(cancel.reason);
+  if (cancel.aborted) onCancel();
+  else cancel.addEventListener("abort", onCancel, { once: true });
+  return {
+    signal: controller.signal,
+    clear: () => {
+      clearTimeout(timer);
+      cancel.removeEventListener("abort", onCancel);
+    },
+  };
 }

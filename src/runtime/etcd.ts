@@ -264,6 +264,12 @@ export class EtcdHttpClient implements Etcd {
   #token: Promise<string> | null = null;
   readonly #watches = new Set<EtcdWatch>();
   #closed = false;
+  /**
+   * Aborted by {@link close}: every request still in flight is abandoned then, rather than
+   * holding the process until its deadline (a member without quorum, or SIGSTOPped, answers
+   * nothing for the whole request timeout).
+   */
+  readonly #closing = new AbortController();
 
   /**
    * @param endpoints client URLs such as `http://127.0.0.1:2379` or `https://etcd1:2379` (at least
@@ -469,7 +475,7 @@ export class EtcdHttpClient implements Etcd {
       const endpoint = this.#endpoints[this.#current];
       let response: Answer;
       let text: string;
-      const limit = deadline(timeoutMs);
+      const limit = deadline(timeoutMs, this.#closing.signal);
       try {
         response = await this.#post(endpoint, path, JSON.stringify(body), headers, limit.signal);
         text = await response.text();
@@ -714,6 +720,8 @@ export class EtcdHttpClient implements Etcd {
     let abort: AbortController | null = null;
     /** Drops the stream in progress, saying why; null between streams. */
     let failStream: ((reason: string) => void) | null = null;
+    /** Ends the pause between two streams early (on cancel); null outside it. */
+    let wake: (() => void) | null = null;
     const what = `watch ${JSON.stringify(request.key)}${request.prefix ? " (prefix)" : ""}`;
     const checkMs = this.#watchCheckMs;
     const probeMs = Math.max(1000, checkMs);
@@ -744,7 +752,7 @@ export class EtcdHttpClient implements Etcd {
       const checkTimer = setInterval(() => {
         if (probing) return;
         probing = true;
-        const limit = deadline(probeMs);
+        const limit = deadline(probeMs, this.#closing.signal);
         this.#post(
           endpoint,
           "/v3/maintenance/status",
@@ -884,7 +892,14 @@ export class EtcdHttpClient implements Etcd {
           this.#watchRetryMs * 2 ** Math.min(rounds, 10),
           Math.max(this.#watchRetryMs, 2000),
         );
-        await new Promise((resolve) => setTimeout(resolve, pause));
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, pause);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = null;
       }
     })().catch((err) => {
       this.#logger.log("error", "etcd.watch_failed", {
@@ -898,6 +913,7 @@ export class EtcdHttpClient implements Etcd {
       cancel: async () => {
         stopped = true;
         (abort as AbortController | null)?.abort();
+        (wake as (() => void) | null)?.();
         this.#watches.delete(watch);
         await loop;
       },
@@ -910,6 +926,7 @@ export class EtcdHttpClient implements Etcd {
 
   async close(): Promise<void> {
     this.#closed = true;
+    this.#closing.abort(new Error("the etcd client was closed"));
     await Promise.all([...this.#watches].map((w) => w.cancel()));
     this.#agent?.agent.destroy();
   }

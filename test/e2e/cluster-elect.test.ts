@@ -93,6 +93,29 @@ async function readAll(c: TestCluster, topic: string, partition = 0): Promise<st
 
 const values = (n: number) => Array.from({ length: n }, (_, i) => `v${i}`);
 
+/** `cluster status` of `topic`/0 through any broker: its `--json` partition and the table. */
+async function statusOf(
+  c: TestCluster,
+  topic: string,
+): Promise<{
+  json: {
+    leader_epoch: number;
+    reason: string | null;
+    forgotten: Record<string, unknown>[] | null;
+  };
+  text: string;
+}> {
+  const broker = `127.0.0.1:${[...c.brokers.values()][0].tcp.port}`;
+  const json = await runCli(["cluster", "status", "--broker", broker, "--json", "--topic", topic]);
+  expect(json.code, json.stderr).toBe(0);
+  const text = await runCli(["cluster", "status", "--broker", broker, "--topic", topic]);
+  expect(text.code, text.stderr).toBe(0);
+  const doc = JSON.parse(json.stdout.toString()) as {
+    topics: { partitions: { leader_epoch: number; reason: string | null; forgotten: [] }[] }[];
+  };
+  return { json: doc.topics[0].partitions[0], text: text.stdout.toString() };
+}
+
 describe("cluster: partition state older than the replicas' logs (newuser15 #0 b)", () => {
   it("after etcd goes back to an older state, the partition is elected above the logs' epochs; nothing acknowledged is lost", async () => {
     const c = await startCluster();
@@ -302,6 +325,26 @@ describe("cluster: unclean leader election (attack15 F2 b, attack15b F3)", () =>
     ]);
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("t3/0 not elected: it is not offline");
+    // A topic or partition that does not exist is said to be so, exit 1 (attack16 F8: a
+    // misspelt topic read "has no offline partition", as if there were nothing to do).
+    const electIn = (...where: string[]) =>
+      runCli(["cluster", "elect", "--unclean", ...where, "--cluster", c.etcd.clusterUrl]);
+    for (const where of [
+      ["--topic", "nosuch"],
+      ["--topic", "nosuch", "--partition", "0"],
+    ]) {
+      const r = await electIn(...where);
+      expect({ where, code: r.code, stderr: r.stderr }).toEqual({
+        where,
+        code: 1,
+        stderr: `es-broker cluster elect: no such topic "nosuch" in the cluster (etcd has no /es-broker/topics/nosuch)\n`,
+      });
+    }
+    const noPartition = await electIn("--topic", "t3", "--partition", "9");
+    expect(noPartition.code).toBe(1);
+    expect(noPartition.stderr).toBe(
+      "es-broker cluster elect: t3/9 not elected: no such partition\n",
+    );
   }, 180_000);
 });
 
@@ -349,6 +392,18 @@ describe("cluster: the unclean election over a forgotten directory (attack16 F4)
     expect(refused.stderr).toContain(`Start node ${X} on data directory `);
     expect(refused.stderr).toContain("--accept-data-loss");
     expect((await c.state("f4"))!.leader).toBe(-1);
+    // cluster status says why, as the controller does (before: the generic "no eligible
+    // replica (unclean election needed, losing what the others held ...)").
+    const forgottenDir = /Start node \d+ on data directory ([^\s:,;)]+)/.exec(refused.stderr)?.[1];
+    expect(forgottenDir).toBeDefined();
+    const status = await statusOf(c, "f4");
+    expect(status.json.forgotten).toEqual([
+      { node_id: X, data_dir_id: forgottenDir, leader_epoch: status.json.leader_epoch },
+    ]);
+    expect(status.json.reason).toBe(
+      `node ${X} runs on another data directory than the one that held this partition (forgotten directory ${forgottenDir}): start it on that data directory; an unclean election now loses every record that directory held (es-broker cluster elect --unclean --topic f4 --partition 0 --accept-data-loss)`,
+    );
+    expect(status.text).toContain(`offline (${status.json.reason})`);
     const accepted = await elect("--accept-data-loss");
     expect(accepted.code, accepted.stderr).toBe(0);
     expect(accepted.stdout.toString()).toContain(
@@ -376,6 +431,17 @@ describe("cluster: the unclean election over a forgotten directory (attack16 F4)
     const again = await elect();
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("which an unclean election at epoch");
+    // cluster status names the superseded directory, X being back on it.
+    const back = await statusOf(c, "f4");
+    expect(back.json.forgotten).toContainEqual(
+      expect.objectContaining({ node_id: X, data_dir_id: forgottenDir, superseded: true }),
+    );
+    expect(back.json.reason).toMatch(
+      new RegExp(
+        `^node ${X} runs on data directory ${forgottenDir}, which an unclean election at epoch \\d+ superseded`,
+      ),
+    );
+    expect(back.text).toContain(`offline (${back.json.reason})`);
     // The refusal chose X, so X had published by then: the ELR rule had its chance and declined.
     expect((await c.state("f4"))!.leader).toBe(-1);
   }, 180_000);

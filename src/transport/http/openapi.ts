@@ -222,6 +222,10 @@ const schemas: Record<string, Schema> = {
             tcp: { type: "string", description: "HOST:PORT (--advertise-tcp)." },
             http: { type: "string", description: "Base URL (--advertise-http)." },
             kafka: { type: "string", description: "HOST:PORT of its Kafka listener, if any." },
+            data_dir_id: {
+              type: "string",
+              description: "The id of the data directory it registered with.",
+            },
           },
           required: ["node_id", "tcp", "http"],
           additionalProperties: false,
@@ -244,6 +248,31 @@ const schemas: Record<string, Schema> = {
                 1,
                 2_147_483_647,
                 "The topic's min_insync_replicas: with fewer ISR members the leader refuses writes.",
+              ),
+              forgotten: array(
+                {
+                  type: "object",
+                  properties: {
+                    node_id: integer(0, 2_147_483_647),
+                    data_dir_id: {
+                      type: "string",
+                      description: "The data directory that holds (or held) the records.",
+                    },
+                    leader_epoch: integer(0, Number.MAX_SAFE_INTEGER),
+                    superseded: {
+                      type: "boolean",
+                      enum: [true],
+                      description: "An unclean election elected another directory over it.",
+                    },
+                    replaced_by: {
+                      type: "string",
+                      description: "The same node's directory elected instead.",
+                    },
+                  },
+                  required: ["node_id", "data_dir_id", "leader_epoch"],
+                  additionalProperties: false,
+                },
+                'Present when the partition state has some: replicas whose records are on a data directory their node no longer runs on, or that an unclean election superseded (docs/cluster.md "Unclean leader election").',
               ),
               high_watermark: integer(0, Number.MAX_SAFE_INTEGER, "Only from the leader."),
               log_end_offset: integer(0, Number.MAX_SAFE_INTEGER, "Only from the leader."),
