@@ -641,7 +641,8 @@ export class AuthorizedBroker implements Broker {
   listOffsets(request: {
     topic: string;
     partition: number;
-  }): Promise<{ logStartOffset: number; highWatermark: number }> {
+    timestampMs?: number;
+  }): Promise<{ logStartOffset: number; highWatermark: number; offset?: number }> {
     this.#check(
       "list_offsets",
       { topic: request.topic },

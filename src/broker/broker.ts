@@ -887,13 +887,25 @@ export class LocalBroker implements Broker {
   async listOffsets(request: {
     topic: string;
     partition: number;
-  }): Promise<{ logStartOffset: number; highWatermark: number }> {
+    timestampMs?: number;
+  }): Promise<{ logStartOffset: number; highWatermark: number; offset?: number }> {
+    const { timestampMs } = request;
+    if (timestampMs !== undefined && !(Number.isSafeInteger(timestampMs) && timestampMs >= 0))
+      throw new BrokerError(
+        Errors.invalidRequest,
+        `Cannot list offsets by timestamp ${timestampMs}: give ms since the epoch, ≥ 0`,
+      );
     const log = this.#topics.partition(this.#topics.get(request.topic), request.partition);
     const limit = this.#replication?.readLimit(request.topic, request.partition);
-    return {
-      logStartOffset: log.logStartOffset,
-      highWatermark: limit === undefined ? log.highWatermark : Math.min(limit, log.highWatermark),
-    };
+    const highWatermark =
+      limit === undefined ? log.highWatermark : Math.min(limit, log.highWatermark);
+    if (timestampMs === undefined) return { logStartOffset: log.logStartOffset, highWatermark };
+    try {
+      const offset = await log.offsetForTimestamp(timestampMs, highWatermark);
+      return { logStartOffset: log.logStartOffset, highWatermark, offset };
+    } catch (err) {
+      throw toBrokerError(err);
+    }
   }
 
   /**

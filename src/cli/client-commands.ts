@@ -22,6 +22,7 @@ import { plural } from "../lib/text.ts";
 import { groupJson, topicJson } from "../transport/http/encode.ts";
 import type { GroupDescription } from "../broker/types.ts";
 import { UsageError, hostPort, intOption, parseCli } from "./args.ts";
+import { planReset, resetOptions } from "./reset-offsets.ts";
 import { onStopSignals, type StopSignal } from "./signals.ts";
 import {
   isAnswerLost,
@@ -161,18 +162,28 @@ export const groupsHelp = `Usage: es-broker groups <list|describe|reset-offsets>
 
   list                     group names with their generation and member count, one per line
   describe GROUP           members, assignments, committed offsets and lag (records) as JSON
-  reset-offsets GROUP --topic TOPIC (--to earliest|latest|OFFSET|-N | --shift-by ±N)
-                [--partition N] [--execute]
-                           sets the group's committed offsets of TOPIC (every partition, or
-                           N): earliest = each partition's log start offset, latest = its high
+  reset-offsets GROUP (--topic TOPIC [--partition N] | --all-topics)
+                (--to earliest|latest|OFFSET|-N | --shift-by ±N | --to-datetime TIME
+                | --by-duration DURATION) [--execute]
+  reset-offsets GROUP --from-file CSV [--execute]
+                           sets the group's committed offsets (Kafka's kafka-consumer-groups
+                           --reset-offsets) of TOPIC (every partition, or N), or with
+                           --all-topics of every partition the group has committed:
+                           earliest = each partition's log start offset, latest = its high
                            watermark (skip everything so far), OFFSET itself, or -N = N records
                            before the high watermark (as consume --offset -N); --shift-by ±N
-                           moves each committed offset by N (Kafka's --shift-by; -N goes
-                           back), not past the log start or the high watermark. Prints the
-                           offsets it would commit; commits them only with --execute. The
-                           group must have no members: stop its consumers first (or wait out
-                           their sessions), else the broker refuses it (unknown_member); a dry
-                           run says so too.
+                           moves each committed offset by N (-N goes back), not past the log
+                           start or the high watermark; --to-datetime TIME: the first offset
+                           whose record timestamp is at or after TIME, the high watermark if
+                           none is (ISO-8601: 2026-12-03T09:30:00Z, …+01:00; no zone = local
+                           time); --by-duration DURATION: the same for now minus DURATION
+                           (ISO-8601: PT30M, PT1H, P1D, P1DT12H); --from-file CSV: the offsets
+                           of its lines, topic,partition,offset (as Kafka's tool reads them),
+                           each within the partition's log start offset … high watermark.
+                           Prints the offsets it would commit; commits them only with
+                           --execute. The group must have no members: stop its consumers first
+                           (or wait out their sessions), else the broker refuses it
+                           (unknown_member); a dry run says so too.
 
 Options:
   --broker HOST:PORT[,…]   broker TCP address (default ${brokerDefault}); in a cluster any
@@ -1255,8 +1266,12 @@ export async function groups(argv: string[]): Promise<number> {
       "lag-ms": { type: "boolean", default: false },
       topic: { type: "string" },
       partition: { type: "string" },
+      "all-topics": { type: "boolean" },
       to: { type: "string" },
       "shift-by": { type: "string" },
+      "to-datetime": { type: "string" },
+      "by-duration": { type: "string" },
+      "from-file": { type: "string" },
       execute: { type: "boolean", default: false },
       ...connectionOptions,
       "timeout-ms": { type: "string" },
@@ -1277,44 +1292,17 @@ export async function groups(argv: string[]): Promise<number> {
   if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
   if (action !== "list" && name === undefined)
     throw new UsageError(`groups ${action} needs a GROUP`);
-  const reset = action === "reset-offsets" ? resetOptions(values) : null;
+  const reset = action === "reset-offsets" ? resetOptions(values, Date.now()) : null;
   const { cluster, client } = await connectRouted(values, true);
   try {
     if (reset !== null) {
       // Each partition's bounds from its leader (any broker's would be 0 in a cluster).
-      const count = await cluster.partitionCount(reset.topic);
-      if (reset.partition !== null && reset.partition >= count)
-        throw new UsageError(
-          `--partition ${reset.partition}: topic ${JSON.stringify(reset.topic)} has ${plural(count, "partition")} (0 … ${count - 1})`,
-        );
-      const partitions =
-        reset.partition === null ? Array.from({ length: count }, (_, i) => i) : [reset.partition];
-      const committed =
-        reset.shiftBy === null ? null : await committedOffsets(client, name!, reset.topic);
-      const offsets: { topic: string; partition: number; offset: number }[] = [];
-      for (const partition of partitions) {
-        const bounds = await cluster.listOffsets({ topic: reset.topic, partition });
-        const clamp = (o: number) =>
-          Math.min(Math.max(o, bounds.logStartOffset), bounds.highWatermark);
-        let offset: number;
-        if (committed !== null) {
-          const from = committed.get(partition);
-          if (from === undefined)
-            throw new Error(
-              `--shift-by: group ${JSON.stringify(name)} has no committed offset for ${reset.topic}/${partition} to shift from: give --to earliest|latest|OFFSET for it (with --partition ${partition})`,
-            );
-          offset = clamp(from + reset.shiftBy!);
-        } else
-          offset =
-            reset.to === "earliest"
-              ? bounds.logStartOffset
-              : reset.to === "latest"
-                ? bounds.highWatermark
-                : typeof reset.to === "number"
-                  ? reset.to
-                  : clamp(bounds.highWatermark - reset.to!.last);
-        offsets.push({ topic: reset.topic, partition, offset });
-      }
+      const offsets = await planReset(
+        { coordinator: client, data: cluster },
+        name!,
+        reset.scope,
+        reset.to,
+      );
       if (values.execute) await commitReset(client, name!, offsets);
       for (const o of offsets)
         process.stdout.write(`${name}\t${o.topic}\t${o.partition}\t${o.offset}\n`);
@@ -1355,77 +1343,6 @@ export async function groups(argv: string[]): Promise<number> {
   } finally {
     await cluster.close();
   }
-}
-
-/**
- * The options of `groups reset-offsets`, checked before connecting: exactly one of `--to`
- * (earliest, latest, an offset, or `-N` as `consume --offset -N`: N records before the high
- * watermark) and `--shift-by ±N` (from the committed offset, as Kafka's `--shift-by`).
- * @throws UsageError naming the missing or bad option.
- */
-function resetOptions(values: {
-  topic?: string;
-  partition?: string;
-  to?: string;
-  "shift-by"?: string;
-}): {
-  topic: string;
-  partition: number | null;
-  to: "earliest" | "latest" | number | { last: number } | null;
-  shiftBy: number | null;
-} {
-  if (values.topic === undefined) throw new UsageError("groups reset-offsets needs --topic TOPIC");
-  const to = values.to;
-  const shift = values["shift-by"];
-  if (to !== undefined && shift !== undefined)
-    throw new UsageError("give --to or --shift-by, not both");
-  if (to === undefined && shift === undefined)
-    throw new UsageError(
-      "groups reset-offsets needs --to earliest|latest|OFFSET|-N or --shift-by N",
-    );
-  const partition =
-    values.partition === undefined
-      ? null
-      : intOption("partition", values.partition, 0, 0, 2_147_483_647);
-  if (shift !== undefined) {
-    const n = /^[-+]?\d+$/.test(shift) ? Number(shift) : Number.NaN;
-    if (!Number.isSafeInteger(n))
-      throw new UsageError(
-        `--shift-by ${JSON.stringify(shift)}: give a whole number of records, negative to go back (e.g. -100)`,
-      );
-    return { topic: values.topic!, partition, to: null, shiftBy: n };
-  }
-  const m = /^(-?)(\d+)$/.exec(to!);
-  const n = m === null ? Number.NaN : Number(m[2]);
-  if (
-    to !== "earliest" &&
-    to !== "latest" &&
-    (m === null || !Number.isSafeInteger(n) || to === "-0")
-  )
-    throw new UsageError(
-      `--to ${JSON.stringify(to)}: give earliest, latest, an offset (a whole number ≥ 0) or -N (N records before the high watermark); to move back from the committed offset, use --shift-by -N`,
-    );
-  return {
-    topic: values.topic!,
-    partition,
-    to: to === "earliest" || to === "latest" ? to : m![1] === "-" ? { last: n } : n,
-    shiftBy: null,
-  };
-}
-
-/**
- * The group's committed offsets of `topic`, by partition (partitions never committed absent).
- * @throws ClientError `group_not_found` when the group does not exist.
- */
-async function committedOffsets(
-  client: TcpClient,
-  group: string,
-  topic: string,
-): Promise<Map<number, number>> {
-  const committed = new Map<number, number>();
-  for (const o of (await client.describeGroup(group)).offsets)
-    if (o.topic === topic && o.committed !== null) committed.set(o.partition, o.committed);
-  return committed;
 }
 
 /**

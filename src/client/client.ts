@@ -67,8 +67,10 @@ import { encodeLeaveGroupRequest } from "../protocol/apis/leave-group.ts";
 import { decodeListGroupsResponse, encodeListGroupsRequest } from "../protocol/apis/list-groups.ts";
 import {
   decodeListOffsetsResponse,
+  decodeListOffsetsResponseV1,
   encodeListOffsetsRequest,
   type ListOffsetsResult,
+  type ListOffsetsResultV1,
 } from "../protocol/apis/list-offsets.ts";
 import {
   decodeMetadataResponse,
@@ -739,7 +741,26 @@ export class TcpClient {
 
   /** Log start offset and high watermark of a partition. @throws ClientError `topic_not_found`, `partition_not_found`. */
   listOffsets(request: { topic: string; partition: number }): Promise<ListOffsetsResult> {
-    return this.#call((id) => encodeListOffsetsRequest(id, request), decodeListOffsetsResponse);
+    const { topic, partition } = request;
+    return this.#call(
+      (id) => encodeListOffsetsRequest(id, { topic, partition }),
+      decodeListOffsetsResponse,
+    );
+  }
+
+  /**
+   * ListOffsets version 1: the bounds of a partition and `offset`, the first offset whose record
+   * timestamp is at or after `timestampMs` (ms since the epoch), or the high watermark when none
+   * is (Kafka's offsetsForTimes).
+   * @throws ClientError `topic_not_found`, `partition_not_found`, `not_leader`; `unsupported_api`
+   *   from a broker older than version 1.
+   */
+  offsetForTimestamp(request: {
+    topic: string;
+    partition: number;
+    timestampMs: number;
+  }): Promise<ListOffsetsResultV1> {
+    return this.#call((id) => encodeListOffsetsRequest(id, request), decodeListOffsetsResponseV1);
   }
 
   /** Deletes a topic and its data. @throws ClientError `topic_not_found`. */

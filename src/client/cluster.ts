@@ -23,7 +23,7 @@ import type {
   TopicDescription,
 } from "../broker/types.ts";
 import type { EntryBatch } from "../storage/record.ts";
-import type { ListOffsetsResult } from "../protocol/apis/list-offsets.ts";
+import type { ListOffsetsResult, ListOffsetsResultV1 } from "../protocol/apis/list-offsets.ts";
 import {
   type FetchOptions,
   type FetchResponse,
@@ -353,6 +353,20 @@ export class ClusterClient implements LeaderRouter {
   listOffsets(request: { topic: string; partition: number }): Promise<ListOffsetsResult> {
     return this.withRetries(async () =>
       (await this.leader(request.topic, request.partition)).listOffsets(request),
+    );
+  }
+
+  /**
+   * The first offset of a partition whose record timestamp is at or after `timestampMs`, with its
+   * bounds, from its leader ({@link TcpClient.offsetForTimestamp}).
+   */
+  offsetForTimestamp(request: {
+    topic: string;
+    partition: number;
+    timestampMs: number;
+  }): Promise<ListOffsetsResultV1> {
+    return this.withRetries(async () =>
+      (await this.leader(request.topic, request.partition)).offsetForTimestamp(request),
     );
   }
 

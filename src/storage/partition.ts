@@ -39,7 +39,8 @@ import { type AppendSink, answerAppended, answerFailed, GroupCommit } from "./gr
 export type { AppendSink } from "./group-commit.ts";
 import { recoverPartition } from "./partition-recovery.ts";
 import type { CleanStop } from "./clean-stop.ts";
-import { type AppendRecords, isStored, logBytesOf } from "./record.ts";
+import { type AppendRecords, isStored, logBytesOf, RecordHeader } from "./record.ts";
+import { segmentNewestTimestampMs } from "./retention.ts";
 import { Segment, type SegmentContext, type SegmentDescription } from "./segment.ts";
 import type { StrayFile } from "./segment-files.ts";
 import type { SegmentHandleCache } from "./segment-handles.ts";
@@ -1032,6 +1033,53 @@ export class PartitionLog {
       if (i < segments.length) offset = Math.max(offset, segments[i].baseOffset);
     }
     return empty(highWatermark);
+  }
+
+  /**
+   * The first offset whose record timestamp (ms since the epoch) is at or after `timestampMs`,
+   * below `endOffset` (default and at most the high watermark), or that bound when no record
+   * there is: what Kafka's ListOffsets with a timestamp answers, without a time index
+   * (docs/storage.md "Finding an offset by timestamp"). A sealed segment whose newest record is
+   * older is skipped without reading its records (its newest timestamp is scanned once per
+   * segment and remembered, as retention does); the first segment that may hold one is read
+   * until a record does. Offsets below the first local segment (the cold tier) are read.
+   * @throws StorageError if the partition is closed; FsError if a segment cannot be read.
+   */
+  async offsetForTimestamp(timestampMs: number, endOffset?: number): Promise<number> {
+    if (this.#closed) throw this.#closedError();
+    const end = Math.min(this.highWatermark, endOffset ?? Number.POSITIVE_INFINITY);
+    const segments = this.#segments.slice();
+    let offset = this.logStartOffset;
+    if (this.#lowerTier === null || offset >= segments[0].baseOffset) {
+      for (let i = 0; i < segments.length - 1; i++) {
+        const next = segments[i + 1].baseOffset;
+        if (next <= offset) continue;
+        const newest = await segmentNewestTimestampMs(this.#fs, segments[i]);
+        // null: closed meanwhile (retention, compaction): read from here, which is always right.
+        if (newest === null || newest >= timestampMs) break;
+        offset = next;
+      }
+    }
+    const header = new RecordHeader();
+    while (offset < end) {
+      // Retention may raise the log start offset meanwhile: a read below it is out of range.
+      offset = Math.max(offset, this.logStartOffset);
+      const r = await this.read({ offset, maxRecords: 100_000, maxBytes: 1 << 20, endOffset: end });
+      try {
+        if (r.count === 0) break;
+        const view = viewOf(r.bytes);
+        for (let p = 0; p < r.bytes.length; p += header.sizeBytes) {
+          header.parse(view, p);
+          if (header.offset >= end) return end;
+          if (header.offset >= offset && header.timestampMs >= timestampMs) return header.offset;
+        }
+      } finally {
+        r.release?.();
+      }
+      if (r.nextOffset <= offset) break;
+      offset = r.nextOffset;
+    }
+    return end;
   }
 
   /**

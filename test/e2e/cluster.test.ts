@@ -713,6 +713,82 @@ describe("cluster mode: three brokers", () => {
     expect((await runCli(["topics", "delete", "solo-g2", "--broker", addr])).code).toBe(0);
   });
 
+  it("groups reset-offsets --to-datetime, --all-topics and --from-file ask each partition's leader", async () => {
+    const any = brokers.get(1)!;
+    const addr = `${any.tcp.host}:${any.tcp.port}`;
+    // One replica per partition, three partitions: the controller (the groups' coordinator)
+    // leads at most one, so the others' offsets by timestamp come from their leaders.
+    const made = await runCli([
+      ...["topics", "create", "reset-ts", "--partitions", "3"],
+      ...["--config", "replication_factor=1", "--broker", addr],
+    ]);
+    expect(made.code, made.stderr.toString()).toBe(0);
+    // Partition p's record i is stamped t0 + i minutes, for p + 4 records.
+    const t0 = Date.now() - 3_600_000;
+    for (let p = 0; p < 3; p++) {
+      const res = await fetch(`${brokers.get(1 + p)!.httpUrl}/v1/topics/reset-ts/records`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          records: Array.from({ length: p + 4 }, (_, i) => ({
+            value: `p${p}r${i}`,
+            partition: p,
+            timestamp: t0 + i * 60_000,
+          })),
+        }),
+      });
+      expect(res.status, await res.clone().text()).toBe(200);
+    }
+    const reset = (...args: string[]) =>
+      runCli(["groups", "reset-offsets", "gts", "--broker", addr, ...args]);
+    const at = new Date(t0 + 2 * 60_000).toISOString();
+    const byTime = await reset("--topic", "reset-ts", "--to-datetime", at, "--execute");
+    expect(byTime.code, byTime.stderr).toBe(0);
+    expect(byTime.stdout.toString()).toBe(
+      "gts\treset-ts\t0\t2\ngts\treset-ts\t1\t2\ngts\treset-ts\t2\t2\n",
+    );
+    const committed = async () => {
+      const d = await runCli(["groups", "describe", "gts", "--broker", addr]);
+      expect(d.code, d.stderr).toBe(0);
+      return (
+        JSON.parse(d.stdout.toString()) as {
+          offsets: { partition: number; committed: number | null }[];
+        }
+      ).offsets.map((o) => [o.partition, o.committed]);
+    };
+    expect(await committed()).toEqual([
+      [0, 2],
+      [1, 2],
+      [2, 2],
+    ]);
+    // After every record: each partition's high watermark (4, 5, 6), from its leader.
+    const all = await reset("--all-topics", "--by-duration", "PT0S", "--execute");
+    expect(all.code, all.stderr).toBe(0);
+    expect(all.stdout.toString()).toBe(
+      "gts\treset-ts\t0\t4\ngts\treset-ts\t1\t5\ngts\treset-ts\t2\t6\n",
+    );
+    const dir = mkdtempSync(join(tmpdir(), "es-broker-reset-ts-"));
+    try {
+      writeFileSync(join(dir, "offsets.csv"), "reset-ts,1,1\nreset-ts,2,3\n");
+      const fromFile = await reset("--from-file", join(dir, "offsets.csv"), "--execute");
+      expect(fromFile.code, fromFile.stderr).toBe(0);
+      expect(await committed()).toEqual([
+        [0, 4],
+        [1, 1],
+        [2, 3],
+      ]);
+      writeFileSync(join(dir, "beyond.csv"), "reset-ts,0,0\nreset-ts,2,7\n");
+      const beyond = await reset("--from-file", join(dir, "beyond.csv"), "--execute");
+      expect(beyond.code).toBe(2);
+      expect(beyond.stderr).toContain(
+        "beyond.csv line 2: offset 7 of reset-ts/2 is outside its log start offset 0 … high watermark 6",
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    expect((await runCli(["topics", "delete", "reset-ts", "--broker", addr])).code).toBe(0);
+  });
+
   it("Kafka clients learn the real leaders from Metadata and produce to each partition's leader", async () => {
     const create = await fetch(`${brokers.get(1)!.httpUrl}/v1/topics`, {
       method: "POST",

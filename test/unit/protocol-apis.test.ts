@@ -83,8 +83,10 @@ import {
 import {
   decodeListOffsetsRequest,
   decodeListOffsetsResponse,
+  decodeListOffsetsResponseV1,
   encodeListOffsetsRequest,
   encodeListOffsetsResponse,
+  encodeListOffsetsResponseV1,
 } from "../../src/protocol/apis/list-offsets.ts";
 import {
   decodeMetadataRequest,
@@ -798,11 +800,15 @@ describe("the TCP dispatch table", () => {
     expect(Object.keys(goldens).sort()).toEqual(apis.map((a) => a.name).sort());
   });
 
-  it("numbers its apis 0 to 15 in order, each at version 0 (Metadata also 1, ReplicaFetch 1 and 2), and ApiKey names them", () => {
+  it("numbers its apis 0 to 15 in order, each at version 0 (Metadata and ListOffsets also 1, ReplicaFetch 1 and 2), and ApiKey names them", () => {
     expect(apis.map((a) => a.key)).toEqual(apis.map((_, i) => i));
     for (const api of apis) {
       expect(api.versionMax).toBe(
-        api.name === "ReplicaFetch" ? 2 : api.name === "Metadata" ? 1 : 0,
+        api.name === "ReplicaFetch"
+          ? 2
+          : api.name === "Metadata" || api.name === "ListOffsets"
+            ? 1
+            : 0,
       );
       expect(ApiKey[api.name]).toBe(api.key);
       expect(supportedApi(api.key, 0)).toBe(api);
@@ -860,6 +866,60 @@ describe('ReplicaFetch version 2 (the topic id of the follower\'s copy: docs/clu
     const header = decodeRequestHeader(encodeReplicaFetchRequest(9, request).subarray(4));
     expect(header.version).toBe(1);
     expect(decodeReplicaFetchRequest(header.body, 1)).toEqual(request);
+  });
+});
+
+describe('ListOffsets version 1 (an offset by timestamp: docs/storage.md "Finding an offset by timestamp")', () => {
+  it("writes timestamp_ms after the partition, and answers the offset after the bounds", () => {
+    const frame = encodeListOffsetsRequest(9, {
+      topic: "t",
+      partition: 3,
+      timestampMs: 1700000000000,
+    });
+    expect(toHex(frame)).toBe(
+      toHex(
+        hex(`
+          00000017           length 23
+          0004 0001          api 4 ListOffsets, version 1
+          00000009           correlation_id
+          0001 74            topic "t"
+          00000003           partition 3
+          0000018bcfe56800   timestamp_ms 1700000000000
+        `),
+      ),
+    );
+    const header = decodeRequestHeader(frame.subarray(4));
+    expect(header).toMatchObject({ api: 4, version: 1, correlationId: 9 });
+    expect(decodeListOffsetsRequest(header.body, 1)).toEqual({
+      topic: "t",
+      partition: 3,
+      timestampMs: 1700000000000,
+    });
+    // Version 1 requires the field; version 0 has none.
+    expect(() => decodeListOffsetsRequest(header.body.subarray(0, -8), 1)).toThrow(/timestamp_ms/);
+    expect(() => decodeListOffsetsRequest(header.body, 0)).toThrow(/partition/);
+    const answer = encodeListOffsetsResponseV1(9, {
+      logStartOffset: 1,
+      highWatermark: 9,
+      offset: 4,
+    });
+    expect(toHex(answer)).toBe(
+      toHex(
+        hex(`
+          0000001e           length 30
+          00000009           correlation_id
+          0000               error 0
+          0000000000000001   log_start_offset 1
+          0000000000000009   high_watermark 9
+          0000000000000004   offset 4
+        `),
+      ),
+    );
+    expect(decodeListOffsetsResponseV1(decodeResponseHeader(answer.subarray(4)).body)).toEqual({
+      logStartOffset: 1,
+      highWatermark: 9,
+      offset: 4,
+    });
   });
 });
 

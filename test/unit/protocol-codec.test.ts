@@ -540,10 +540,10 @@ describe("request encoders check the caller's values", () => {
 });
 
 describe("api numbers", () => {
-  it("apis 0 to 15 at version 0 (Metadata, api 3, also 1; ReplicaFetch, api 14, also 1 and 2) are supported; versions above and apis 16+ are not", () => {
+  it("apis 0 to 15 at version 0 (Metadata, api 3, and ListOffsets, api 4, also 1; ReplicaFetch, api 14, also 1 and 2) are supported; versions above and apis 16+ are not", () => {
     for (let api = 0; api <= 15; api++) {
       expect(isSupportedApi(api, 0)).toBe(true);
-      expect(isSupportedApi(api, 1)).toBe(api === 3 || api === 14);
+      expect(isSupportedApi(api, 1)).toBe(api === 3 || api === 4 || api === 14);
       expect(isSupportedApi(api, 2)).toBe(api === 14);
       expect(isSupportedApi(api, 3)).toBe(false);
     }
