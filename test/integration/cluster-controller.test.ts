@@ -4,7 +4,6 @@
  * writes etcd refuses.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Controller } from "../../src/cluster/controller.ts";
 import type { Etcd, EtcdWatch } from "../../src/cluster/etcd.ts";
 import {
   controllerKey,
@@ -12,17 +11,15 @@ import {
   logEndsKey,
   partitionKey,
 } from "../../src/cluster/keys.ts";
-import { joinCluster, type Membership } from "../../src/cluster/membership.ts";
 import {
   formatPartitionState,
   initialPartitionState,
   type PartitionState,
   parsePartitionState,
 } from "../../src/cluster/partition-state.ts";
-import { MemoryLogger } from "../../src/lib/logger.ts";
-import { Prng } from "../../src/lib/prng.ts";
 import { systemClock } from "../../src/runtime/clock.ts";
 import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
+import { startTestMember } from "../helpers/cluster-node.ts";
 import { type EtcdCluster, startEtcdCluster } from "../helpers/etcd.ts";
 
 let etcd: EtcdCluster;
@@ -53,56 +50,21 @@ async function waitFor<T>(what: string, probe: () => Promise<T | undefined | nul
   }
 }
 
-interface TestBroker {
-  nodeId: number;
-  membership: Membership;
-  controller: Controller;
-  logger: MemoryLogger;
-  /** Stops the broker: controller and registration go (as a crash past its lease would). */
-  stop(): Promise<void>;
-}
-
-async function startBroker(
-  prefix: string,
-  nodeId: number,
-  etcdFor: Etcd = client,
-  dataDirId = `dir-${nodeId}`,
-): Promise<TestBroker> {
-  const logger = new MemoryLogger();
-  const membership = await joinCluster({
+/**
+ * Broker `nodeId` on `client` under `prefix`, its controller on `etcdFor`, a 2 s lease, a 1 s
+ * resync. Stopping it (`stop`) is as a crash past its lease would be: controller and
+ * registration go.
+ */
+async function startBroker(prefix: string, nodeId: number, etcdFor: Etcd = client) {
+  const b = await startTestMember({
     etcd: client,
+    controllerEtcd: etcdFor,
     clock: systemClock,
-    prng: new Prng(nodeId),
-    logger,
-    prefix,
     nodeId,
-    advertise: { tcp: `127.0.0.1:${9000 + nodeId}`, http: `http://127.0.0.1:${8000 + nodeId}` },
-    dataDirId,
-    dataDir: null,
-    newClusterId: `cluster-${prefix}`,
-    leaseTtlSeconds: 2,
+    join: { prefix, newClusterId: `cluster-${prefix}`, leaseTtlSeconds: 2 },
+    controller: { resyncMs: 1000 },
   });
-  const controller = new Controller({
-    etcd: etcdFor,
-    clock: systemClock,
-    prng: new Prng(100 + nodeId),
-    logger,
-    prefix,
-    nodeId,
-    lease: () => membership.leaseId,
-    resyncMs: 1000,
-    retryMs: 100,
-  });
-  await controller.start();
-  let stopped = false;
-  const stop = async () => {
-    if (stopped) return;
-    stopped = true;
-    await controller.close();
-    await membership.close();
-  };
-  cleanups.push(stop);
-  return { nodeId, membership, controller, logger, stop };
+  return b;
 }
 
 async function createPartition(prefix: string, replicas: number[], minIsr: number) {

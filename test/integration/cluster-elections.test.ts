@@ -7,8 +7,8 @@
  *   has published (docs/cluster.md "Partition state older than the replicas' logs").
  * The real processes: test/e2e/cluster-elect.test.ts.
  */
-import { afterEach, describe, expect, it } from "vitest";
-import { Controller, parseElectUnclean } from "../../src/cluster/controller.ts";
+import { describe, expect, it } from "vitest";
+import { parseElectUnclean } from "../../src/cluster/controller.ts";
 import { forgetReplicaDataInCluster } from "../../src/cluster/fresh-replica.ts";
 import {
   dataDirKey,
@@ -18,7 +18,6 @@ import {
   logEndsKey,
   partitionKey,
 } from "../../src/cluster/keys.ts";
-import { joinCluster, type Membership } from "../../src/cluster/membership.ts";
 import {
   formatPartitionState,
   initialPartitionState,
@@ -26,65 +25,24 @@ import {
   parsePartitionState,
 } from "../../src/cluster/partition-state.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
-import { MemoryLogger } from "../../src/lib/logger.ts";
-import { Prng } from "../../src/lib/prng.ts";
+import { startTestMember, type TestMember } from "../helpers/cluster-node.ts";
 import { FakeEtcd, settle, until } from "../helpers/fake-etcd.ts";
 
 const prefix = "/es-broker";
-const cleanups: (() => Promise<void>)[] = [];
-
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c().catch(() => {});
-});
-
-interface TestBroker {
-  nodeId: number;
-  membership: Membership;
-  controller: Controller;
-  logger: MemoryLogger;
-  stop(): Promise<void>;
-}
-
 async function startBroker(
   etcd: FakeEtcd,
   clock: ManualClock,
   nodeId: number,
   dataDirId = `dir-${nodeId}`,
-): Promise<TestBroker> {
-  const logger = new MemoryLogger();
-  const membership = await joinCluster({
+): Promise<TestMember> {
+  const b = await startTestMember({
     etcd,
     clock,
-    prng: new Prng(nodeId),
-    logger,
-    prefix,
     nodeId,
-    advertise: { tcp: `127.0.0.1:${9000 + nodeId}`, http: `http://127.0.0.1:${8000 + nodeId}` },
-    dataDirId,
-    dataDir: null,
-    newClusterId: "cluster-a",
+    join: { dataDirId },
+    controller: { rebalanceMs: 0 },
   });
-  const controller = new Controller({
-    etcd,
-    clock,
-    prng: new Prng(100 + nodeId),
-    logger,
-    prefix,
-    nodeId,
-    lease: () => membership.leaseId,
-    retryMs: 100,
-    rebalanceMs: 0,
-  });
-  await controller.start();
-  let stopped = false;
-  const stop = async () => {
-    if (stopped) return;
-    stopped = true;
-    await controller.close();
-    await membership.close();
-  };
-  cleanups.push(stop);
-  return { nodeId, membership, controller, logger, stop };
+  return b;
 }
 
 async function readState(etcd: FakeEtcd, topic: string): Promise<PartitionState> {
@@ -98,7 +56,7 @@ async function readState(etcd: FakeEtcd, topic: string): Promise<PartitionState>
 async function cluster(ids = [1, 2, 3]) {
   const etcd = new FakeEtcd();
   const clock = new ManualClock();
-  const brokers: TestBroker[] = [];
+  const brokers: TestMember[] = [];
   for (const id of ids) brokers.push(await startBroker(etcd, clock, id));
   await until("incarnations recorded", async () => {
     const kv = await etcd.get(incarnationsKey(prefix));
@@ -106,7 +64,7 @@ async function cluster(ids = [1, 2, 3]) {
   });
   /** Publishes broker `id`'s log end and last epoch of `topic`/0, as its node does. */
   const publish = async (id: number, topic: string, logEnd: number, lastEpoch: number) => {
-    const b = brokers.find((x) => x.nodeId === id) as TestBroker;
+    const b = brokers.find((x) => x.nodeId === id) as TestMember;
     await etcd.put(
       logEndsKey(prefix, id),
       JSON.stringify({
@@ -322,7 +280,7 @@ describe("controller: a forgotten directory and the unclean election (attack16 F
     expect(await forgetReplicaDataInCluster(etcd, prefix, 1)).toEqual(["t10/0"]);
     const empty = await startBroker(etcd, clock, 1, "empty-1");
     brokers.push(empty);
-    const publishAs = async (b: TestBroker, logEnd: number, lastEpoch: number) => {
+    const publishAs = async (b: TestMember, logEnd: number, lastEpoch: number) => {
       await etcd.put(
         logEndsKey(prefix, 1),
         JSON.stringify({

@@ -5,25 +5,13 @@
  * on an in-memory etcd (test/helpers/fake-etcd.ts) whose transactions fail on demand, as a
  * member that dies after the write was sent (applied or not) or an election would.
  */
-import { describe, expect, it, onTestFinished } from "vitest";
+import { describe, expect, it } from "vitest";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import { EtcdError } from "../../src/cluster/etcd.ts";
-import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
-import { MemoryLogger } from "../../src/lib/logger.ts";
-import { Prng } from "../../src/lib/prng.ts";
-import { systemClock } from "../../src/runtime/clock.ts";
-import { openTestBroker } from "../helpers/broker.ts";
+import { startTestNode } from "../helpers/cluster-node.ts";
 import { FakeEtcd } from "../helpers/fake-etcd.ts";
 
 const prefix = "/es-broker";
-
-const replicas: ReplicaSink = {
-  setBrokers() {},
-  async applyPartitionState() {},
-  logEndOffsets: () => new Map(),
-  setMembershipLive() {},
-  async close() {},
-};
 
 /**
  * A node on a fake etcd whose next transactions writing `group_offsets` fail as `failures`
@@ -52,25 +40,7 @@ async function nodeWithFailingCommits(
   const applyHeldBack = async () => {
     for (const request of heldBack.splice(0)) await txn(request);
   };
-  const { broker } = await openTestBroker();
-  const logger = new MemoryLogger();
-  const node = await ClusterNode.start({
-    etcd,
-    clock: systemClock,
-    prng: new Prng(1),
-    logger,
-    prefix,
-    nodeId: 1,
-    advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
-    dataDirId: "dir-1",
-    dataDir: null,
-    newClusterId: "c1",
-    leaseTtlSeconds: 30,
-    broker,
-    replicas: () => replicas,
-    rebalanceMs: 0,
-  });
-  onTestFinished(() => node.close());
+  const { node, logger } = await startTestNode({ etcd });
   const stored = async (topic: string, partition: number) =>
     (await etcd.get(`${prefix}/group_offsets/g/${topic}/${partition}`))?.value;
   return { node, logger, stored, writes: () => offsetWrites, applyHeldBack };

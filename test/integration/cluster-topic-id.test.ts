@@ -6,20 +6,19 @@
  * place; its records are never served. A copy made before topic ids adopts the id an upgrade
  * added, and a topic etcd holds without an id is given one.
  */
-import { describe, expect, it, onTestFinished } from "vitest";
+import { describe, expect, it } from "vitest";
 import { defaultTopicConfig } from "../../src/broker/config.ts";
 import type { Broker, TopicConfig } from "../../src/broker/types.ts";
 import { partitionKey, topicKey } from "../../src/cluster/keys.ts";
-import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
+import type { ReplicaSink } from "../../src/cluster/node.ts";
 import { formatPartitionState, initialPartitionState } from "../../src/cluster/partition-state.ts";
 import { formatTopicRecord, parseTopicRecord } from "../../src/cluster/topic-id.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
-import { MemoryLogger } from "../../src/lib/logger.ts";
 import { Prng } from "../../src/lib/prng.ts";
-import { systemClock } from "../../src/runtime/clock.ts";
 import { readJsonFile } from "../../src/storage/metadata.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import { openTestBroker, type TestBroker } from "../helpers/broker.ts";
+import { recordingReplicas, startTestNode } from "../helpers/cluster-node.ts";
 import { FakeEtcd } from "../helpers/fake-etcd.ts";
 import { waitFor } from "../helpers/replication.ts";
 
@@ -32,42 +31,9 @@ const config = {
 const idA = "a".repeat(32);
 const idB = "b".repeat(32);
 
-/** A replication layer that records every state the node hands it, as `topic/p@epoch leader`. */
-function sink() {
-  const applied: string[] = [];
-  const replicas: ReplicaSink = {
-    setBrokers() {},
-    async applyPartitionState(topic, partition, state) {
-      applied.push(`${topic}/${partition}@${state.leader_epoch} leader ${state.leader}`);
-    },
-    logEndOffsets: () => new Map(),
-    setMembershipLive() {},
-    async close() {},
-  };
-  return { replicas, applied };
-}
-
-async function startNode(etcd: FakeEtcd, broker: Broker, replicas: ReplicaSink) {
-  const logger = new MemoryLogger();
-  const node = await ClusterNode.start({
-    etcd,
-    clock: systemClock,
-    prng: new Prng(7),
-    logger,
-    prefix,
-    nodeId: 1,
-    advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
-    dataDirId: "dir-1",
-    dataDir: null,
-    newClusterId: "c1",
-    leaseTtlSeconds: 30,
-    broker,
-    replicas: () => replicas,
-    rebalanceMs: 0,
-  });
-  onTestFinished(() => node.close());
-  return { node, logger };
-}
+/** Node 1 on `etcd`, `broker` its local broker, handing every partition state to `replicas`. */
+const startNode = (etcd: FakeEtcd, broker: Broker, replicas: ReplicaSink) =>
+  startTestNode({ etcd, broker, replicas: () => replicas, prng: new Prng(7) });
 
 /** Puts topic `name` in etcd (one partition, replicas 1,2,3 by default, led by node 2) with `record`'s id. */
 async function putTopic(
@@ -141,7 +107,7 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
   it("a topic created through the node has one id in etcd and in the local topic.json, kept by config changes", async () => {
     const etcd = new FakeEtcd();
     const t = await openTestBroker({ cleanupIntervalMs: 0 });
-    const { replicas } = sink();
+    const { replicas } = recordingReplicas();
     const { node } = await startNode(etcd, t.broker, replicas);
     const one = { ...defaultTopicConfig, replication_factor: 1, min_insync_replicas: 1 };
     await node.createTopic("fresh", 2, one);
@@ -176,7 +142,7 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     await localCopy(t, "t8", idA);
     expect(await highWatermark(t.broker, "t8")).toBe(3);
     await putTopic(etcd, "t8", { topicId: idB });
-    const { replicas, applied } = sink();
+    const { replicas, applied } = recordingReplicas();
     const { logger } = await startNode(etcd, t.broker, replicas);
     expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([
       expect.objectContaining({ topic: "t8", local_topic_id: idA, topic_id: idB }),
@@ -254,7 +220,7 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     await localCopy(t, "kept2", idB);
     await putTopic(etcd, "t2", { topicId: idB }, 0, [2, 3, 4]);
     await putTopic(etcd, "kept2", { topicId: idB }, 0, [2, 3, 4]);
-    const { replicas, applied } = sink();
+    const { replicas, applied } = recordingReplicas();
     const { logger } = await startNode(etcd, t.broker, replicas);
     await waitFor(
       () => logger.named("cluster.topic_incarnation_replaced").length === 1,
@@ -277,7 +243,7 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     const t = await openTestBroker({ cleanupIntervalMs: 0 });
     await localCopy(t, "t9", undefined);
     await putTopic(etcd, "t9", { topicId: idB, origin: "creation" });
-    const { replicas } = sink();
+    const { replicas } = recordingReplicas();
     const { logger } = await startNode(etcd, t.broker, replicas);
     expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([
       expect.objectContaining({ topic: "t9", local_topic_id: null, topic_id: idB }),
@@ -291,7 +257,7 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     const t = await openTestBroker({ cleanupIntervalMs: 0 });
     await localCopy(t, "old", undefined);
     await putTopic(etcd, "old", { topicId: idB, origin: "upgrade" });
-    const { replicas, applied } = sink();
+    const { replicas, applied } = recordingReplicas();
     const { logger } = await startNode(etcd, t.broker, replicas);
     expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
     expect(await highWatermark(t.broker, "old")).toBe(3);
@@ -309,7 +275,7 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     await localCopy(t, "restored", idA);
     await putTopic(etcd, "legacy", { topicId: null });
     await putTopic(etcd, "restored", { topicId: null });
-    const { replicas } = sink();
+    const { replicas } = recordingReplicas();
     const { logger } = await startNode(etcd, t.broker, replicas);
     await waitFor(
       async () => typeof (await topicJson(t, "legacy")).topic_id === "string",
@@ -333,7 +299,7 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     const { createRevision } = (await etcd.get(topicKey(prefix, "raced")))!;
     // This copy took id A from the same record (same create revision) before etcd lost it.
     await localCopy(t, "raced", idA, 3, createRevision);
-    const { replicas, applied } = sink();
+    const { replicas, applied } = recordingReplicas();
     const { logger } = await startNode(etcd, t.broker, replicas);
     expect(logger.named("cluster.topic_incarnation_replaced")).toEqual([]);
     expect(applied).toEqual(["raced/0@0 leader 2"]);
@@ -351,7 +317,7 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     // revision 1000): the re-creation that made A was lost with the restore.
     await putTopic(etcd, "kept", { topicId: idB });
     await localCopy(t, "kept", idA, 3, 1000);
-    const { replicas, applied } = sink();
+    const { replicas, applied } = recordingReplicas();
     const { logger } = await startNode(etcd, t.broker, replicas);
     expect(logger.named("cluster.topic_incarnation_newer")).toEqual([
       expect.objectContaining({
@@ -384,7 +350,7 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
         return typeof value === "function" ? value.bind(target) : value;
       },
     });
-    const { replicas, applied } = sink();
+    const { replicas, applied } = recordingReplicas();
     const { logger } = await startNode(etcd, failing, replicas);
     // Replication let go of it before the delete was tried; the state naming node 2 leader was
     // never handed over, so this broker neither follows with nor serves the other copy.
@@ -401,7 +367,7 @@ describe("topic ids: a copy of another incarnation is moved aside (attack15b F5)
     const t = await openTestBroker({ cleanupIntervalMs: 0 });
     await localCopy(t, "live", idA);
     await putTopic(etcd, "live", { topicId: idA });
-    const { replicas, applied } = sink();
+    const { replicas, applied } = recordingReplicas();
     const { logger } = await startNode(etcd, t.broker, replicas);
     expect(applied).toEqual(["live/0@0 leader 2"]);
     expect(await highWatermark(t.broker, "live")).toBe(3);

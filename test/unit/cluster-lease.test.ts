@@ -9,14 +9,12 @@
  * leadership up) makes the controller elect another at once, not at its next resync.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { Controller } from "../../src/cluster/controller.ts";
 import { incarnationsKey, logEndsKey, partitionKey } from "../../src/cluster/keys.ts";
 import {
   brokerKey,
   departedKey,
   type JoinOptions,
   joinCluster,
-  type Membership,
   parseRegistration,
 } from "../../src/cluster/membership.ts";
 import {
@@ -28,8 +26,7 @@ import {
   resignLeadership,
 } from "../../src/cluster/partition-state.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
-import { MemoryLogger } from "../../src/lib/logger.ts";
-import { Prng } from "../../src/lib/prng.ts";
+import { startTestMember, type TestMember, testJoinOptions } from "../helpers/cluster-node.ts";
 import { FakeEtcd, settle, until } from "../helpers/fake-etcd.ts";
 
 const prefix = "/es-broker";
@@ -40,59 +37,20 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => {});
 });
 
-function joinOptions(etcd: FakeEtcd, clock: ManualClock, nodeId: number): JoinOptions {
-  return {
-    etcd,
-    clock,
-    prng: new Prng(nodeId),
-    logger: new MemoryLogger(),
-    prefix,
-    nodeId,
-    advertise: { tcp: `127.0.0.1:${9000 + nodeId}`, http: `http://127.0.0.1:${8000 + nodeId}` },
-    dataDirId: `dir-${nodeId}`,
-    dataDir: null,
-    newClusterId: "cluster-a",
-  };
-}
-
-interface TestBroker {
-  nodeId: number;
-  membership: Membership;
-  controller: Controller;
-  logger: MemoryLogger;
-  /** A clean shutdown (SIGTERM): controller closed, departure recorded, lease revoked. */
-  stop(): Promise<void>;
-}
-
 async function startBroker(
   etcd: FakeEtcd,
   clock: ManualClock,
   nodeId: number,
   dataDir: JoinOptions["dataDir"] = null,
-): Promise<TestBroker> {
-  const logger = new MemoryLogger();
-  const membership = await joinCluster({ ...joinOptions(etcd, clock, nodeId), logger, dataDir });
-  const controller = new Controller({
+): Promise<TestMember> {
+  const b = await startTestMember({
     etcd,
     clock,
-    prng: new Prng(100 + nodeId),
-    logger,
-    prefix,
     nodeId,
-    lease: () => membership.leaseId,
-    lapseGraceMs: graceMs,
-    retryMs: 100,
+    join: { dataDir },
+    controller: { lapseGraceMs: graceMs },
   });
-  await controller.start();
-  let stopped = false;
-  const stop = async () => {
-    if (stopped) return;
-    stopped = true;
-    await controller.close();
-    await membership.close();
-  };
-  cleanups.push(stop);
-  return { nodeId, membership, controller, logger, stop };
+  return b;
 }
 
 async function readState(etcd: FakeEtcd, topic: string): Promise<PartitionState> {
@@ -109,7 +67,7 @@ async function readState(etcd: FakeEtcd, topic: string): Promise<PartitionState>
 async function cluster() {
   const etcd = new FakeEtcd();
   const clock = new ManualClock();
-  const brokers: TestBroker[] = [];
+  const brokers: TestMember[] = [];
   for (const id of [1, 2, 3]) brokers.push(await startBroker(etcd, clock, id));
   await etcd.put(
     partitionKey(prefix, "a", 0),
@@ -130,19 +88,19 @@ async function cluster() {
  * A crash: the broker stops renewing and its registration goes with its lease, with no departure
  * recorded (before any watch event is delivered, the fake's watches being macrotasks).
  */
-async function crash(etcd: FakeEtcd, b: TestBroker): Promise<void> {
+async function crash(etcd: FakeEtcd, b: TestMember): Promise<void> {
   await b.stop();
   await etcd.delete(departedKey(prefix, b.nodeId));
 }
 
 /** The controller's passes so far, over every broker. */
-const passes = (brokers: TestBroker[]) => brokers.reduce((n, b) => n + b.controller.passes, 0);
+const passes = (brokers: TestMember[]) => brokers.reduce((n, b) => n + b.controller.passes, 0);
 
 describe("a lost lease is not a restart", () => {
   it("a broker whose lease etcd revoked registers again with its incarnation and first revision", async () => {
     const etcd = new FakeEtcd();
     const clock = new ManualClock();
-    const m = await joinCluster(joinOptions(etcd, clock, 1));
+    const m = await joinCluster(testJoinOptions(etcd, clock, 1));
     cleanups.push(() => m.close());
     const changes: boolean[] = [];
     m.onLiveChange((live) => changes.push(live));
@@ -170,7 +128,7 @@ describe("a lost lease is not a restart", () => {
   it("without the watch, the next renewal notices the revoked lease and registers again", async () => {
     const etcd = new FakeEtcd();
     const clock = new ManualClock();
-    const m = await joinCluster(joinOptions(etcd, clock, 1));
+    const m = await joinCluster(testJoinOptions(etcd, clock, 1));
     cleanups.push(() => m.close());
     const incarnation = m.incarnation;
     await etcd.leaseRevoke(m.leaseId);
@@ -184,10 +142,10 @@ describe("a lost lease is not a restart", () => {
   it("a restarted process on the same data directory is a new incarnation", async () => {
     const etcd = new FakeEtcd();
     const clock = new ManualClock();
-    const a = await joinCluster(joinOptions(etcd, clock, 1));
+    const a = await joinCluster(testJoinOptions(etcd, clock, 1));
     cleanups.push(() => a.close());
     const b = await joinCluster({
-      ...joinOptions(etcd, clock, 1),
+      ...testJoinOptions(etcd, clock, 1),
       dataDir: { clusterId: a.clusterId, nodeId: 1 },
     });
     cleanups.push(() => b.close());
@@ -273,7 +231,7 @@ describe("controller: a lapsed registration keeps its place for the grace", () =
     await settle();
     // A new process on the same data directory, long before the grace is over.
     const again = await joinCluster({
-      ...joinOptions(etcd, clock, 3),
+      ...testJoinOptions(etcd, clock, 3),
       dataDir: { clusterId: three.membership.clusterId, nodeId: 3 },
     });
     cleanups.push(() => again.close());
@@ -303,7 +261,7 @@ describe("controller: a lapsed registration keeps its place for the grace", () =
     await crash(etcd, two);
     await settle();
     const again = await joinCluster({
-      ...joinOptions(etcd, clock, 2),
+      ...testJoinOptions(etcd, clock, 2),
       dataDir: { clusterId: two.membership.clusterId, nodeId: 2 },
     });
     cleanups.push(() => again.close());

@@ -7,10 +7,9 @@
  * per check; off with `rebalanceMs: 0`, when an `elect_preferred` request still moves at once.
  * The real processes: test/e2e/cluster.test.ts "preferred leader".
  */
-import { afterEach, describe, expect, it } from "vitest";
-import { Controller, parseElectPreferred } from "../../src/cluster/controller.ts";
+import { describe, expect, it } from "vitest";
+import { parseElectPreferred } from "../../src/cluster/controller.ts";
 import { electPreferredKey, incarnationsKey, partitionKey } from "../../src/cluster/keys.ts";
-import { joinCluster, type Membership } from "../../src/cluster/membership.ts";
 import {
   formatPartitionState,
   initialPartitionState,
@@ -20,67 +19,20 @@ import {
   preferredLeaderMove,
 } from "../../src/cluster/partition-state.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
-import { MemoryLogger } from "../../src/lib/logger.ts";
-import { Prng } from "../../src/lib/prng.ts";
+import { startTestMember, type TestMember } from "../helpers/cluster-node.ts";
 import { FakeEtcd, settle, until } from "../helpers/fake-etcd.ts";
 
 const prefix = "/es-broker";
 const periodMs = 1000;
-const cleanups: (() => Promise<void>)[] = [];
-
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c().catch(() => {});
-});
-
-interface TestBroker {
-  nodeId: number;
-  membership: Membership;
-  controller: Controller;
-  logger: MemoryLogger;
-  stop(): Promise<void>;
-}
-
 async function startBroker(
   etcd: FakeEtcd,
   clock: ManualClock,
   nodeId: number,
   options: { rebalanceMs?: number; rebalanceMaxMoves?: number },
   dataDir: { clusterId: string; nodeId: number } | null = null,
-): Promise<TestBroker> {
-  const logger = new MemoryLogger();
-  const membership = await joinCluster({
-    etcd,
-    clock,
-    prng: new Prng(nodeId),
-    logger,
-    prefix,
-    nodeId,
-    advertise: { tcp: `127.0.0.1:${9000 + nodeId}`, http: `http://127.0.0.1:${8000 + nodeId}` },
-    dataDirId: `dir-${nodeId}`,
-    dataDir,
-    newClusterId: "cluster-a",
-  });
-  const controller = new Controller({
-    etcd,
-    clock,
-    prng: new Prng(100 + nodeId),
-    logger,
-    prefix,
-    nodeId,
-    lease: () => membership.leaseId,
-    retryMs: 100,
-    ...options,
-  });
-  await controller.start();
-  let stopped = false;
-  const stop = async () => {
-    if (stopped) return;
-    stopped = true;
-    await controller.close();
-    await membership.close();
-  };
-  cleanups.push(stop);
-  return { nodeId, membership, controller, logger, stop };
+): Promise<TestMember> {
+  const b = await startTestMember({ etcd, clock, nodeId, join: { dataDir }, controller: options });
+  return b;
 }
 
 async function readState(etcd: FakeEtcd, topic: string, partition = 0): Promise<PartitionState> {
@@ -102,7 +54,7 @@ async function cluster(
 ) {
   const etcd = new FakeEtcd();
   const clock = new ManualClock();
-  const brokers: TestBroker[] = [];
+  const brokers: TestMember[] = [];
   for (const id of [1, 2, 3]) brokers.push(await startBroker(etcd, clock, id, options));
   for (const [topic, state] of Object.entries(partitions))
     await etcd.put(partitionKey(prefix, topic, 0), formatPartitionState(state));
