@@ -216,6 +216,22 @@ describe("controller: brokers that announced their leave", () => {
     expect(await etcd.get(leavingKey(prefix, 1))).toBeNull();
   });
 
+  it("a broker that registers again mid-leave (etcd revoked its lease) writes the marker again on the new lease", async () => {
+    const { etcd, brokers } = await cluster(3);
+    const m = brokers[0].membership;
+    await m.markLeaving();
+    const first = m.leaseId;
+    await etcd.leaseRevoke(first);
+    expect(await etcd.get(leavingKey(prefix, 1))).toBeNull();
+    await m.checkNow();
+    await until("the marker back", async () => (await etcd.get(leavingKey(prefix, 1))) !== null);
+    expect(m.leaseId).not.toBe(first);
+    expect(await etcd.get(leavingKey(prefix, 1))).toMatchObject({
+      value: m.incarnation,
+      lease: m.leaseId,
+    });
+  });
+
   it("a marker naming another incarnation than the one registered counts for nothing", async () => {
     const { etcd, brokers } = await cluster(3);
     await etcd.put(leavingKey(prefix, 1), "an-earlier-incarnation");
