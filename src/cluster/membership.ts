@@ -265,6 +265,8 @@ export class Membership {
   #live = true;
   #closed = false;
   #refused: ClusterJoinError | null = null;
+  /** Set by {@link markLeaving}: a registration on a new lease carries the marker again. */
+  #leaving = false;
   #timer: Timer | null = null;
   #lastRenewalMs: number;
   #expiresAtMs: number;
@@ -440,6 +442,8 @@ export class Membership {
         this.#lease = lease;
         this.#lastRenewalMs = clock.nowMs();
         this.#expiresAtMs = sentMs + ttlSeconds * 1000;
+        // The marker went with the lost lease; the broker is still leaving.
+        if (this.#leaving) void this.markLeaving();
         this.#setLive(true);
       } catch (err) {
         if (err instanceof ClusterJoinError) {
@@ -470,12 +474,14 @@ export class Membership {
   /**
    * Announces that this broker has begun to leave (`leaving/<node id>` = its incarnation, on the
    * current lease: it goes with the lease, so a broker that dies mid-leave leaves no marker
-   * behind), waiting at most `stepMs` ({@link leaveEtcdStepMsDefault}). Nothing is written after
+   * behind), waiting at most `stepMs` ({@link leaveEtcdStepMsDefault}); written again on the
+   * new lease if the broker registers again meanwhile (a lost lease). Nothing is written after
    * a refusal (the node id is another process's). Never throws: the outcome says what happened
    * (null when refused).
    */
   markLeaving(stepMs: number = leaveEtcdStepMsDefault): Promise<StepOutcome | null> {
     if (this.#refused !== null) return Promise.resolve(null);
+    this.#leaving = true;
     const { etcd, clock } = this.#options;
     const lease = this.#lease;
     return boundedStep(clock, stepMs, () =>

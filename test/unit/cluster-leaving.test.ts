@@ -8,10 +8,13 @@
  * `leaving/<id>` (elects the next ISR member when the leader dies while another is leaving, logs
  * `cluster.broker_leaving` once, a marker of another incarnation counts for nothing), and
  * `ClusterNode.leave` writing the marker on its lease at the start of the leave, before the
- * drain ends (`cluster.leaving`), the marker gone with the lease.
+ * drain ends (`cluster.leaving`), the marker gone with the lease; with etcd silent (no quorum)
+ * the leave still takes its two bounded steps and no more, and a refused announcement is a
+ * `cluster.leave_step_failed` warn (`mark_leaving`) while the leave goes on.
  */
 import { afterEach, describe, expect, it } from "vitest";
 import type { Broker } from "../../src/broker/types.ts";
+import type { EtcdKeyValue } from "../../src/cluster/etcd.ts";
 import { Controller } from "../../src/cluster/controller.ts";
 import { incarnationsKey, partitionKey } from "../../src/cluster/keys.ts";
 import { joinCluster, leavingKey, type Membership } from "../../src/cluster/membership.ts";
@@ -213,6 +216,22 @@ describe("controller: brokers that announced their leave", () => {
     expect(await etcd.get(leavingKey(prefix, 1))).toBeNull();
   });
 
+  it("a broker that registers again mid-leave (etcd revoked its lease) writes the marker again on the new lease", async () => {
+    const { etcd, brokers } = await cluster(3);
+    const m = brokers[0].membership;
+    await m.markLeaving();
+    const first = m.leaseId;
+    await etcd.leaseRevoke(first);
+    expect(await etcd.get(leavingKey(prefix, 1))).toBeNull();
+    await m.checkNow();
+    await until("the marker back", async () => (await etcd.get(leavingKey(prefix, 1))) !== null);
+    expect(m.leaseId).not.toBe(first);
+    expect(await etcd.get(leavingKey(prefix, 1))).toMatchObject({
+      value: m.incarnation,
+      lease: m.leaseId,
+    });
+  });
+
   it("a marker naming another incarnation than the one registered counts for nothing", async () => {
     const { etcd, brokers } = await cluster(3);
     await etcd.put(leavingKey(prefix, 1), "an-earlier-incarnation");
@@ -224,7 +243,116 @@ describe("controller: brokers that announced their leave", () => {
   });
 });
 
+/** An etcd that, once `silent`, never answers a read or a write (a member without a quorum). */
+class SilentEtcd extends FakeEtcd {
+  silent = false;
+  #never<T>(answer: () => Promise<T>): Promise<T> {
+    return this.silent ? new Promise<T>(() => {}) : answer();
+  }
+  override get(key: string): Promise<EtcdKeyValue | null> {
+    return this.#never(() => super.get(key));
+  }
+  override put(key: string, value: string, options?: { lease?: string }): Promise<number> {
+    return this.#never(() => super.put(key, value, options));
+  }
+  override leaseRevoke(id: string): Promise<void> {
+    return this.#never(() => super.leaseRevoke(id));
+  }
+  override leaseKeepAlive(id: string): Promise<number> {
+    return this.#never(() => super.leaseKeepAlive(id));
+  }
+}
+
+/** A node whose replication drains at once (or when `finishDrain` is called, if `held`). */
+async function startNode(etcd: FakeEtcd, clock: ManualClock, logger: MemoryLogger, held: boolean) {
+  let finishDrain: (d: LeaveDrain) => void = () => {};
+  const sink: ReplicaSink = {
+    setBrokers() {},
+    async applyPartitionState() {},
+    logEndOffsets: () => new Map(),
+    setMembershipLive() {},
+    leave: () =>
+      held
+        ? new Promise<LeaveDrain>((resolve) => (finishDrain = resolve))
+        : Promise.resolve({ led: 0, behind: [], waitedMs: 0 }),
+    async close() {},
+  };
+  const node = await ClusterNode.start({
+    etcd,
+    clock,
+    prng: new Prng(1),
+    logger,
+    prefix,
+    nodeId: 1,
+    advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
+    dataDirId: "dir-1",
+    dataDir: null,
+    newClusterId: "cluster-a",
+    broker: { listTopics: async () => [] } as unknown as Broker,
+    replicas: () => sink,
+    leaveEtcdStepMs: 1500,
+  });
+  cleanups.push(() => node.close());
+  return { node, finishDrain: (d: LeaveDrain) => finishDrain(d) };
+}
+
 describe("ClusterNode.leave announces the leave", () => {
+  it("with etcd silent from the start, the leave takes no longer than the two steps it had (attack15b F4)", async () => {
+    const etcd = new SilentEtcd();
+    const clock = new ManualClock(1_000_000);
+    const logger = new MemoryLogger();
+    const { node } = await startNode(etcd, clock, logger, false);
+    etcd.silent = true;
+    let left = false;
+    const leaving = node.leave(3000).then(() => (left = true));
+    await settle();
+    // The announcement waits in the background: the departure's bound runs meanwhile.
+    clock.advance(1500);
+    await settle();
+    expect(left).toBe(false);
+    clock.advance(1500);
+    await leaving;
+    expect(logger.named("cluster.left")).toEqual([expect.objectContaining({ ms: 3000 })]);
+    // The announcement given up while the departure was tried says nothing of its own.
+    expect(logger.named("cluster.leave_step_failed").map((f) => f.step)).toEqual([
+      "record_departure",
+      "revoke_lease",
+    ]);
+    expect(logger.named("cluster.leaving")).toEqual([]);
+  });
+
+  it("an announcement etcd refuses before the departure is a warn of its own, and the leave goes on", async () => {
+    const etcd = new FakeEtcd();
+    const clock = new ManualClock(1_000_000);
+    const logger = new MemoryLogger();
+    const { node, finishDrain } = await startNode(etcd, clock, logger, true);
+    const put = etcd.put.bind(etcd);
+    etcd.put = (key, value, options) =>
+      key === leavingKey(prefix, 1)
+        ? Promise.reject(new Error("etcdserver: no leader"))
+        : put(key, value, options);
+    const leaving = node.leave(3000);
+    await settle();
+    expect(logger.events.filter((e) => e.event === "cluster.leave_step_failed")).toEqual([
+      {
+        level: "warn",
+        event: "cluster.leave_step_failed",
+        fields: expect.objectContaining({
+          step: "mark_leaving",
+          outcome: "failed",
+          error: "etcdserver: no leader",
+          effect: expect.stringMatching(/may still elect this broker leader/),
+        }),
+      },
+    ]);
+    finishDrain({ led: 0, behind: [], waitedMs: 0 });
+    await leaving;
+    expect(logger.events.find((e) => e.event === "cluster.left")).toMatchObject({
+      level: "info",
+      fields: { departure_recorded: true, lease_revoked: true },
+    });
+  });
+
   it("writes leaving/<id> on its lease while the drain is still under way; the lease takes it", async () => {
     const etcd = new FakeEtcd();
     const clock = new ManualClock(1_000_000);
