@@ -638,11 +638,12 @@ export class AuthorizedBroker implements Broker {
     return result;
   }
 
-  listOffsets(request: {
-    topic: string;
-    partition: number;
-    timestampMs?: number;
-  }): Promise<{ logStartOffset: number; highWatermark: number; offset?: number }> {
+  listOffsets(request: { topic: string; partition: number; timestampMs?: number }): Promise<{
+    logStartOffset: number;
+    highWatermark: number;
+    offset?: number;
+    offsetTimestampMs?: number;
+  }> {
     this.#check(
       "list_offsets",
       { topic: request.topic },

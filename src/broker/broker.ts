@@ -884,11 +884,12 @@ export class LocalBroker implements Broker {
     }
   }
 
-  async listOffsets(request: {
-    topic: string;
-    partition: number;
-    timestampMs?: number;
-  }): Promise<{ logStartOffset: number; highWatermark: number; offset?: number }> {
+  async listOffsets(request: { topic: string; partition: number; timestampMs?: number }): Promise<{
+    logStartOffset: number;
+    highWatermark: number;
+    offset?: number;
+    offsetTimestampMs?: number;
+  }> {
     const { timestampMs } = request;
     if (timestampMs !== undefined && !(Number.isSafeInteger(timestampMs) && timestampMs >= 0))
       throw new BrokerError(
@@ -901,8 +902,13 @@ export class LocalBroker implements Broker {
       limit === undefined ? log.highWatermark : Math.min(limit, log.highWatermark);
     if (timestampMs === undefined) return { logStartOffset: log.logStartOffset, highWatermark };
     try {
-      const offset = await log.offsetForTimestamp(timestampMs, highWatermark);
-      return { logStartOffset: log.logStartOffset, highWatermark, offset };
+      const found = await log.offsetForTimestamp(timestampMs, highWatermark);
+      return {
+        logStartOffset: log.logStartOffset,
+        highWatermark,
+        offset: found.offset,
+        offsetTimestampMs: found.timestampMs,
+      };
     } catch (err) {
       throw toBrokerError(err);
     }

@@ -468,15 +468,17 @@ export interface Broker {
   /**
    * Log start offset and high watermark of one partition; with `timestampMs` (ms since the
    * epoch) also `offset`: the first offset whose record timestamp is at or after it, or the high
-   * watermark when none is (Kafka's ListOffsets by timestamp), as
+   * watermark when none is, and `offsetTimestampMs`, that record's timestamp (−1 when none is)
+   * (Kafka's ListOffsets by timestamp), as
    * docs/storage.md "Finding an offset by timestamp" describes.
    * @throws topic_not_found, partition_not_found, invalid_request (a negative timestamp).
    */
-  listOffsets(request: {
-    topic: string;
-    partition: number;
-    timestampMs?: number;
-  }): Promise<{ logStartOffset: number; highWatermark: number; offset?: number }>;
+  listOffsets(request: { topic: string; partition: number; timestampMs?: number }): Promise<{
+    logStartOffset: number;
+    highWatermark: number;
+    offset?: number;
+    offsetTimestampMs?: number;
+  }>;
   /**
    * Joins a consumer group (or rejoins as `memberId`) and rebalances it (`broker/groups.ts`).
    * @throws invalid_request, topic_not_found, unknown_member, unavailable, storage_error.

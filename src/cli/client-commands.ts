@@ -164,8 +164,8 @@ export const groupsHelp = `Usage: es-broker groups <list|describe|reset-offsets>
   describe GROUP           members, assignments, committed offsets and lag (records) as JSON
   reset-offsets GROUP (--topic TOPIC [--partition N] | --all-topics)
                 (--to earliest|latest|OFFSET|-N | --shift-by ±N | --to-datetime TIME
-                | --by-duration DURATION) [--execute]
-  reset-offsets GROUP --from-file CSV [--execute]
+                | --by-duration DURATION) [--dry-run | --execute]
+  reset-offsets GROUP --from-file CSV [--dry-run | --execute]
                            sets the group's committed offsets (Kafka's kafka-consumer-groups
                            --reset-offsets) of TOPIC (every partition, or N), or with
                            --all-topics of every partition the group has committed:
@@ -181,7 +181,7 @@ export const groupsHelp = `Usage: es-broker groups <list|describe|reset-offsets>
                            of its lines, topic,partition,offset (as Kafka's tool reads them),
                            each within the partition's log start offset … high watermark.
                            Prints the offsets it would commit; commits them only with
-                           --execute. The group must have no members: stop its consumers first
+                           --execute (--dry-run, the default, commits nothing). The group must have no members: stop its consumers first
                            (or wait out their sessions), else the broker refuses it
                            (unknown_member); a dry run says so too.
 
@@ -1273,6 +1273,7 @@ export async function groups(argv: string[]): Promise<number> {
       "by-duration": { type: "string" },
       "from-file": { type: "string" },
       execute: { type: "boolean", default: false },
+      "dry-run": { type: "boolean", default: false },
       ...connectionOptions,
       "timeout-ms": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
@@ -1292,6 +1293,8 @@ export async function groups(argv: string[]): Promise<number> {
   if (rest.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(rest[0])}`);
   if (action !== "list" && name === undefined)
     throw new UsageError(`groups ${action} needs a GROUP`);
+  if (values.execute && values["dry-run"])
+    throw new UsageError("give --dry-run (print the offsets) or --execute (commit them), not both");
   const reset = action === "reset-offsets" ? resetOptions(values, Date.now()) : null;
   const { cluster, client } = await connectRouted(values, true);
   try {

@@ -345,26 +345,25 @@ export async function planReset(
         `--all-topics: group ${JSON.stringify(group)} has no committed offsets to reset: name the topic with --topic TOPIC`,
       );
   } else {
-    const lines = (to as Extract<ResetTo, { kind: "file" }>).lines;
+    if (to.kind !== "file") throw new Error("a --from-file scope goes with the file's offsets");
+    const at = (line: ResetLine) => `--from-file ${to.path} line ${line.line}`;
     const counts = new Map<string, number>();
     targets = [];
-    for (const line of lines) {
+    for (const line of to.lines) {
       let count = counts.get(line.topic);
       if (count === undefined) {
         try {
           count = await data.partitionCount(line.topic);
         } catch (err) {
           if (err instanceof ClientError && err.code === "topic_not_found")
-            throw new UsageError(
-              `--from-file ${(to as { path: string }).path} line ${line.line}: topic ${JSON.stringify(line.topic)} does not exist`,
-            );
+            throw new UsageError(`${at(line)}: topic ${JSON.stringify(line.topic)} does not exist`);
           throw err;
         }
         counts.set(line.topic, count);
       }
       if (line.partition >= count)
         throw new UsageError(
-          `--from-file ${(to as { path: string }).path} line ${line.line}: topic ${JSON.stringify(line.topic)} has ${plural(count, "partition")} (0 … ${count - 1}), not partition ${line.partition}`,
+          `${at(line)}: topic ${JSON.stringify(line.topic)} has ${plural(count, "partition")} (0 … ${count - 1}), not partition ${line.partition}`,
         );
       targets.push({ topic: line.topic, partition: line.partition, line });
     }

@@ -1043,9 +1043,13 @@ export class PartitionLog {
    * older is skipped without reading its records (its newest timestamp is scanned once per
    * segment and remembered, as retention does); the first segment that may hold one is read
    * until a record does. Offsets below the first local segment (the cold tier) are read.
+   * @returns `offset` and `timestampMs`, that record's timestamp (−1 with the bound: no record).
    * @throws StorageError if the partition is closed; FsError if a segment cannot be read.
    */
-  async offsetForTimestamp(timestampMs: number, endOffset?: number): Promise<number> {
+  async offsetForTimestamp(
+    timestampMs: number,
+    endOffset?: number,
+  ): Promise<{ offset: number; timestampMs: number }> {
     if (this.#closed) throw this.#closedError();
     const end = Math.min(this.highWatermark, endOffset ?? Number.POSITIVE_INFINITY);
     const segments = this.#segments.slice();
@@ -1070,8 +1074,9 @@ export class PartitionLog {
         const view = viewOf(r.bytes);
         for (let p = 0; p < r.bytes.length; p += header.sizeBytes) {
           header.parse(view, p);
-          if (header.offset >= end) return end;
-          if (header.offset >= offset && header.timestampMs >= timestampMs) return header.offset;
+          if (header.offset >= end) break;
+          if (header.offset >= offset && header.timestampMs >= timestampMs)
+            return { offset: header.offset, timestampMs: header.timestampMs };
         }
       } finally {
         r.release?.();
@@ -1079,7 +1084,7 @@ export class PartitionLog {
       if (r.nextOffset <= offset) break;
       offset = r.nextOffset;
     }
-    return end;
+    return { offset: end, timestampMs: -1 };
   }
 
   /**

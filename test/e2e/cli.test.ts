@@ -648,6 +648,15 @@ describe(`[${target}] es-broker command line errors`, () => {
     expect(dry.code, dry.stderr).toBe(0);
     expect(dry.stdout.toString()).toBe("g\tu\t0\t6\ng\tu\t1\t0\n");
     expect(dry.stderr).toMatch(/dry run: nothing was committed/);
+    const named = await reset(
+      "--topic",
+      "u",
+      "--to-datetime",
+      iso(t0 + 5 * 60_000 + 1),
+      "--dry-run",
+    );
+    expect(named.code, named.stderr).toBe(0);
+    expect(named.stdout.toString()).toBe(dry.stdout.toString());
     const inZone = new Date(t0 + 200 * 60_000 + hour).toISOString().replace("Z", "+01:00");
     const after = await reset("--topic", "u", "--partition", "1", "--to-datetime", inZone);
     expect(after.stdout.toString()).toBe("g\tu\t1\t3\n");
@@ -716,6 +725,10 @@ describe(`[${target}] es-broker command line errors`, () => {
       [
         ["--all-topics", "--topic", "t", "--to", "latest"],
         "give --topic or --all-topics, not both",
+      ],
+      [
+        ["--topic", "t", "--to", "latest", "--dry-run"],
+        "give --dry-run (print the offsets) or --execute (commit them), not both",
       ],
     ] as const) {
       const bad = await reset(...args, "--execute");

@@ -527,6 +527,49 @@ function kafkaExchange(bootstrap: string, frames: Uint8Array[]): Promise<Uint8Ar
 }
 
 describe(`[${target}] Kafka listener: fetches out of range`, () => {
+  it("ListOffsets by timestamp: kafkajs fetchTopicOffsetsByTimestamp and kcat -o s@ find the first record at or after a time", async () => {
+    const { broker, bootstrap } = await kafkaBroker();
+    await http(broker, "POST", "/v1/topics", { name: "by-time", partitions: 2 });
+    // Partition 0: records stamped t0 + i s (i < 6), one 10 s late at offset 2; partition 1:
+    // one record at t0.
+    const t0 = Date.now() - 3_600_000;
+    const stamps = [0, 1, 12, 3, 4, 5].map((s) => t0 + s * 1000);
+    await http(broker, "POST", "/v1/topics/by-time/records", {
+      records: [
+        ...stamps.map((timestamp, i) => ({ value: `p0-${i}`, partition: 0, timestamp })),
+        { value: "p1-0", partition: 1, timestamp: t0 },
+      ],
+    });
+    const admin = kafkajs(bootstrap).admin();
+    await admin.connect();
+    try {
+      const at = async (ms: number) =>
+        (await admin.fetchTopicOffsetsByTimestamp("by-time", ms))
+          .sort((a, b) => a.partition - b.partition)
+          .map((o) => o.offset);
+      expect(await at(t0)).toEqual(["0", "0"]);
+      expect(await at(t0 + 2500)).toEqual(["2", "1"]);
+      expect(await at(t0 + 3000)).toEqual(["2", "1"]);
+      expect(await at(t0 + 12_000)).toEqual(["2", "1"]);
+      // After every record the broker answers -1 (as Kafka's does); kafkajs then takes the
+      // high watermark.
+      expect(await at(t0 + 12_001)).toEqual(["6", "1"]);
+    } finally {
+      await admin.disconnect();
+    }
+    const read = await kcat([
+      ...["-C", "-b", bootstrap, "-t", "by-time", "-p", "0"],
+      ...["-o", `s@${t0 + 3000}`, "-e", "-f", "%o %T %s\\n"],
+    ]);
+    expect(read.code, read.stderr).toBe(0);
+    expect(read.stdout.toString()).toBe(
+      stamps
+        .slice(2)
+        .map((ms, i) => `${i + 2} ${ms} p0-${i + 2}\n`)
+        .join(""),
+    );
+  });
+
   it("answers OFFSET_OUT_OF_RANGE with the real high watermark for offset -1 and past the end; kcat and kafkajs then reset as configured", async () => {
     const { broker, bootstrap } = await kafkaBroker();
     await http(broker, "POST", "/v1/topics", { name: "oor", partitions: 1 });

@@ -35,10 +35,14 @@ function timestampOf(i: number): number {
   return 100_000 + i * 10;
 }
 
-/** The answer by definition: the first offset whose timestamp is ≥ t, else `end`. */
-function expected(count: number, t: number, end = count): number {
-  for (let i = 0; i < end; i++) if (timestampOf(i) >= t) return i;
-  return end;
+/**
+ * The answer by definition: the first offset whose timestamp is ≥ t and that timestamp, else
+ * `end` and −1.
+ */
+function found(count: number, t: number, end = count): { offset: number; timestampMs: number } {
+  for (let i = 0; i < end; i++)
+    if (timestampOf(i) >= t) return { offset: i, timestampMs: timestampOf(i) };
+  return { offset: end, timestampMs: -1 };
 }
 
 describe("PartitionLog.offsetForTimestamp", () => {
@@ -62,11 +66,11 @@ describe("PartitionLog.offsetForTimestamp", () => {
     targets.push(100_000 + count * 10 + 10_000); // after every record: the high watermark
     const check = async () => {
       for (const t of targets)
-        expect(await log.offsetForTimestamp(t), `t=${t}`).toBe(expected(count, t));
+        expect(await log.offsetForTimestamp(t), `t=${t}`).toEqual(found(count, t));
       // endOffset bounds the answer (a cluster leader's replicated high watermark).
       for (const t of [100_000, 101_500, 199_999])
-        expect(await log.offsetForTimestamp(t, 150), `t=${t} end 150`).toBe(
-          expected(count, t, 150),
+        expect(await log.offsetForTimestamp(t, 150), `t=${t} end 150`).toEqual(
+          found(count, t, 150),
         );
     };
     await check();
@@ -80,7 +84,7 @@ describe("PartitionLog.offsetForTimestamp", () => {
   it("answers the high watermark for an empty log", async () => {
     const { dir } = tempDir();
     const log = await openLog(`${dir}/p`);
-    expect(await log.offsetForTimestamp(0)).toBe(0);
+    expect(await log.offsetForTimestamp(0)).toEqual({ offset: 0, timestampMs: -1 });
     await log.close();
   });
 });

@@ -5,8 +5,12 @@ import {
   parseDateTime,
   parseDuration,
   parseOffsetsCsv,
+  planReset,
+  type ResetSources,
   resetOptions,
 } from "../../src/cli/reset-offsets.ts";
+import { ClientError } from "../../src/client/errors.ts";
+import type { GroupDescription } from "../../src/broker/types.ts";
 
 describe("--to-datetime", () => {
   it("reads ISO-8601 with Z or an offset as that instant, to the millisecond", () => {
@@ -176,5 +180,129 @@ describe("resetOptions", () => {
       expect(() => resetOptions(values, now, noFile), JSON.stringify(values)).toThrow(UsageError);
       expect(() => resetOptions(values, now, noFile), JSON.stringify(values)).toThrow(message);
     }
+  });
+});
+
+describe("planReset", () => {
+  /**
+   * Two topics: a (2 partitions, bounds [2, 10] and [0, 5]) and b (1 partition, [0, 7]); the
+   * group committed a/1 = 3 and b/0 = 6. Offsets by timestamp: the timestamp's thousands, capped
+   * at the high watermark. Records which partitions were asked about.
+   */
+  function sources(options: { unsupported?: boolean } = {}) {
+    const bounds: Record<string, { logStartOffset: number; highWatermark: number }> = {
+      "a/0": { logStartOffset: 2, highWatermark: 10 },
+      "a/1": { logStartOffset: 0, highWatermark: 5 },
+      "b/0": { logStartOffset: 0, highWatermark: 7 },
+    };
+    const asked: string[] = [];
+    const s: ResetSources = {
+      coordinator: {
+        describeGroup: async (group: string) => {
+          if (group !== "g") throw new ClientError("group_not_found", 20, false, "no such group");
+          return {
+            group,
+            offsets: [
+              { topic: "a", partition: 0, committed: null },
+              { topic: "a", partition: 1, committed: 3 },
+              { topic: "b", partition: 0, committed: 6 },
+            ],
+          } as unknown as GroupDescription;
+        },
+      },
+      data: {
+        partitionCount: async (topic) => {
+          if (topic === "a") return 2;
+          if (topic === "b") return 1;
+          throw new ClientError("topic_not_found", 3, false, `no topic ${topic}`);
+        },
+        listOffsets: async ({ topic, partition }) => {
+          asked.push(`bounds ${topic}/${partition}`);
+          return bounds[`${topic}/${partition}`];
+        },
+        offsetForTimestamp: async ({ topic, partition, timestampMs }) => {
+          asked.push(`time ${topic}/${partition}`);
+          if (options.unsupported)
+            throw new ClientError("unsupported_api", 13, false, "unknown version");
+          const b = bounds[`${topic}/${partition}`];
+          return { ...b, offset: Math.min(Math.floor(timestampMs / 1000), b.highWatermark) };
+        },
+      },
+    };
+    return { s, asked };
+  }
+
+  it("--all-topics takes the partitions the group committed, by topic then partition", async () => {
+    const { s, asked } = sources();
+    expect(await planReset(s, "g", { kind: "all-topics" }, { kind: "shift", records: -4 })).toEqual(
+      [
+        { topic: "a", partition: 1, offset: 0 },
+        { topic: "b", partition: 0, offset: 2 },
+      ],
+    );
+    expect(
+      await planReset(s, "g", { kind: "all-topics" }, { kind: "time", timestampMs: 6500 }),
+    ).toEqual([
+      { topic: "a", partition: 1, offset: 5 },
+      { topic: "b", partition: 0, offset: 6 },
+    ]);
+    expect(asked).toEqual(["bounds a/1", "bounds b/0", "time a/1", "time b/0"]);
+    await expect(planReset(s, "other", { kind: "all-topics" }, { kind: "latest" })).rejects.toThrow(
+      "no such group",
+    );
+  });
+
+  it("a time goes to each partition's leader; a broker without ListOffsets version 1 is named", async () => {
+    const { s } = sources();
+    const scope = { kind: "topic", topic: "a", partition: null } as const;
+    expect(await planReset(s, "g", scope, { kind: "time", timestampMs: 4000 })).toEqual([
+      { topic: "a", partition: 0, offset: 4 },
+      { topic: "a", partition: 1, offset: 4 },
+    ]);
+    const old = sources({ unsupported: true }).s;
+    await expect(planReset(old, "g", scope, { kind: "time", timestampMs: 0 })).rejects.toThrow(
+      "the broker leading a/0 cannot find offsets by timestamp (ListOffsets version 1",
+    );
+  });
+
+  it("--from-file checks each line's topic, partition and offset, naming the line", async () => {
+    const { s } = sources();
+    const file = (text: string) =>
+      ({ kind: "file", path: "f.csv", lines: parseOffsetsCsv(text, "f.csv") }) as const;
+    expect(await planReset(s, "g", { kind: "file" }, file("b,0,7\na,0,2\n"))).toEqual([
+      { topic: "b", partition: 0, offset: 7 },
+      { topic: "a", partition: 0, offset: 2 },
+    ]);
+    for (const [text, message] of [
+      ["a,0,2\nc,0,1", 'f.csv line 2: topic "c" does not exist'],
+      ["a,2,2", 'f.csv line 1: topic "a" has 2 partitions (0 … 1), not partition 2'],
+      [
+        "a,0,1",
+        "f.csv line 1: offset 1 of a/0 is outside its log start offset 2 … high watermark 10",
+      ],
+      [
+        "a,0,2\n\nb,0,8",
+        "f.csv line 3: offset 8 of b/0 is outside its log start offset 0 … high watermark 7",
+      ],
+    ] as const) {
+      const plan = planReset(s, "g", { kind: "file" }, file(text));
+      await expect(plan, text).rejects.toThrow(UsageError);
+      await expect(planReset(s, "g", { kind: "file" }, file(text)), text).rejects.toThrow(message);
+    }
+  });
+
+  it("--shift-by names a partition the group never committed; --partition beyond the topic is refused", async () => {
+    const { s } = sources();
+    await expect(
+      planReset(
+        s,
+        "g",
+        { kind: "topic", topic: "a", partition: null },
+        { kind: "shift", records: 1 },
+      ),
+    ).rejects.toThrow('--shift-by: group "g" has no committed offset for a/0 to shift from');
+    await expect(
+      planReset(s, "g", { kind: "topic", topic: "b", partition: 1 }, { kind: "latest" }),
+    ).rejects.toThrow('--partition 1: topic "b" has 1 partition (0 … 0)');
   });
 });

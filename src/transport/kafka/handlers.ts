@@ -741,11 +741,27 @@ async function listOffsets(
     const partitions = [];
     for (const p of t.partitions) {
       try {
-        if (p.timestamp !== -1 && p.timestamp !== -2)
+        if (p.timestamp < -2)
           throw new BrokerError(
             Errors.invalidRequest,
-            "Cannot list offsets by timestamp: only -1 (latest) and -2 (earliest) are supported",
+            `Cannot list offsets by timestamp ${p.timestamp}: give -2 (earliest), -1 (latest) or ms since the epoch`,
           );
+        if (p.timestamp >= 0) {
+          // Kafka's answer when no record is at or after the time: offset and timestamp -1.
+          const o = await broker.listOffsets({
+            topic: t.name,
+            partition: p.partition,
+            timestampMs: p.timestamp,
+          });
+          const found = (o.offsetTimestampMs ?? -1) >= 0;
+          partitions.push({
+            partition: p.partition,
+            errorCode: 0,
+            timestamp: found ? o.offsetTimestampMs! : -1,
+            offset: found ? o.offset! : -1,
+          });
+          continue;
+        }
         const o = await broker.listOffsets({ topic: t.name, partition: p.partition });
         partitions.push({
           partition: p.partition,
