@@ -389,9 +389,11 @@ export class ColdPartition implements LowerTier {
    * Resolves once the objects are verified and the index naming them is durable; only then may
    * the caller delete the local copy. A segment the index already names with the same offsets
    * and size (a crash after the index write, before the local delete) is not copied again.
+   * @param newestMs the segment's newest record timestamp (ms, −1 if none), as scanned
+   *   (`segmentNewestTimestampMs`): cold retention judges the copy by it.
    * @throws ColdStoreError, FsError (nothing local is touched; the index is unchanged).
    */
-  async offload(segment: Segment): Promise<{ bytes: number }> {
+  async offload(segment: Segment, newestMs: number): Promise<{ bytes: number }> {
     if (this.#closed)
       throw new Error(`Cannot offload to the cold tier of "${this.name}": it is closed`);
     const base = segment.baseOffset;
@@ -407,7 +409,7 @@ export class ColdPartition implements LowerTier {
       next: segment.nextOffset,
       log_bytes: segment.sizeBytes,
       index_bytes: 0,
-      newest_ms: segment.maxTimestampMs,
+      newest_ms: newestMs,
       gen: 0,
     };
     const indexBytes = await segment.encodedIndex();

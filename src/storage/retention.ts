@@ -269,7 +269,16 @@ export async function runRetention(
             break;
           }
           try {
-            const { bytes } = await cold.offload(sealed[i]);
+            // The scanned newest timestamp, not `Segment.maxTimestampMs`: for a segment trusted at
+            // start that one covers only the records after its last index entry, and cold
+            // retention would judge the segment by it.
+            const newest = await segmentNewestTimestampMs(ctx.fs, sealed[i]);
+            if (newest === null) {
+              count = i;
+              result.reason = "a segment was replaced during the pass";
+              break;
+            }
+            const { bytes } = await cold.offload(sealed[i], newest);
             result.segments_offloaded++;
             result.bytes_offloaded += bytes;
           } catch (err) {

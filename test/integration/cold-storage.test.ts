@@ -190,6 +190,39 @@ describe("cold storage", () => {
     await again.close();
   });
 
+  it("judges a copy by the newest record of the whole segment, also for a segment trusted at start", async () => {
+    // Producer timestamps need not rise with offsets: here the segment's newest record is its
+    // first, and every record after its last index entry is older. A segment trusted at start
+    // knows only that tail's newest timestamp; the copy must carry the whole segment's.
+    const fs = new MemoryFileSystem();
+    const clock = new ManualClock();
+    const t0 = clock.nowMs();
+    const { broker } = await openBroker(fs, clock, { coldStorageDir: "/cold" });
+    await broker.createTopic({ name: "t", partitions: 1, config: { segment_ms: 1000 } });
+    const newest = t0 + 60_000;
+    const batch: Rec[] = [{ key: null, value: "newest", ts: newest }];
+    for (let i = 0; i < 80; i++)
+      batch.push({ key: null, value: `old-${i}-${"o".repeat(100)}`, ts: t0 });
+    await produce(broker, "t", batch);
+    clock.advance(1000);
+    await produce(broker, "t", records(1, "next"));
+    expect(partitionState(broker).bases).toEqual([0, 81]);
+    await broker.close();
+
+    const { broker: again } = await openBroker(fs, clock, { coldStorageDir: "/cold" });
+    await again.updateTopicConfig("t", { retention_bytes: 1 });
+    const [offloaded] = (await again.cleanup("t")).partitions;
+    expect(offloaded.retention).toMatchObject({ segments_offloaded: 1 });
+    // Now t0 + 3000: by its tail (t0) the copy would be past a 1.5 s cold retention; by its newest
+    // record (a minute ahead) it is not.
+    clock.advance(2000);
+    await again.updateTopicConfig("t", { cold_retention_ms: 1500 });
+    const [run] = (await again.cleanup("t")).partitions;
+    expect(run.retention).toMatchObject({ cold_segments_deleted: 0, log_start_offset_after: 0 });
+    expect((await fetchAll(again, "t", 0)).length).toBe(82);
+    await again.close();
+  });
+
   it("removes a topic's cold data with the topic, so a new topic of that name starts empty", async () => {
     const { fs, broker } = await withColdTier({ config: { retention_bytes: 1 } });
     await broker.cleanup("t");

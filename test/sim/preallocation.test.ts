@@ -213,7 +213,7 @@ describe("zeros written ahead of the active segment", () => {
       cacheBytes: 1 << 20,
       uploadBytesPerSec: 0,
     }).openPartition({ topic: "t", partition: 0, index });
-    expect(await cold.offload(sealed)).toEqual({ bytes: sealed.sizeBytes });
+    expect(await cold.offload(sealed, sealed.maxTimestampMs)).toEqual({ bytes: sealed.sizeBytes });
     const read = await cold.read({ offset: 0, endOffset: 2, maxRecords: 10, maxBytes: 1 << 20 });
     expect(read.count).toBe(2);
     expect(mem.readFileSync("/cold/topics/t/0/00000000000000000000.log").length).toBe(
