@@ -18,7 +18,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it, onTestFailed } from "vitest";
 import { TcpClient } from "../../src/client/client.ts";
 import { ClientError } from "../../src/client/errors.ts";
-import { startCluster, type TestCluster } from "../helpers/cluster.ts";
+import { type StoredPartitionState, startCluster, type TestCluster } from "../helpers/cluster.ts";
 import { waitFor } from "../helpers/poll.ts";
 import { runCli } from "./harness.ts";
 
@@ -169,13 +169,24 @@ describe("cluster: partition state older than the replicas' logs (newuser15 #0 b
   }, 240_000);
 });
 
-/** Resolves once node `id`'s registration is gone from etcd (its lease expired). */
+/** Resolves once node `id`'s registration is gone from etcd (its lease revoked or expired). */
 const unregistered = (c: TestCluster, id: number) =>
   waitFor(
     `node ${id}'s registration gone`,
     async () => ((await c.client.get(`/es-broker/brokers/${id}`)) === null ? true : undefined),
     30_000,
   );
+
+/**
+ * Ends killed node `id`'s membership as the expiry of its lease does, without waiting out the 6 s
+ * TTL: the lease is revoked through etcd's API, which deletes the registration and every other
+ * key on it in one revision, as expiry does. Resolves once the registration is gone.
+ */
+async function expireLease(c: TestCluster, id: number): Promise<void> {
+  const kv = await c.client.get(`/es-broker/brokers/${id}`);
+  if (kv !== null) await c.client.leaseRevoke(kv.lease);
+  await unregistered(c, id);
+}
 
 /**
  * Creates `topic` (one partition, replication factor 1), produces `v0`..`v<records - 1>` to it,
@@ -196,7 +207,7 @@ async function forgetOnEmptyDirectory(
   const X = s0.replicas[0];
   await produce(c, topic, 0, records);
   await c.stop(X, "SIGKILL");
-  await unregistered(c, X);
+  await expireLease(c, X);
   const fresh = await c.start(X, join(c.root, `fresh-${topic}`));
   await waitFor(`the empty directory forgot X's place in ${topic}/0`, async () =>
     fresh
@@ -258,7 +269,7 @@ describe("cluster: unclean leader election (attack15 F2 b, attack15b F3)", () =>
     );
     await produce(c, "t3", 0, 150);
     for (const id of [1, 2, 3]) await c.stop(id, "SIGKILL");
-    for (const id of [1, 2, 3]) await unregistered(c, id);
+    for (const id of [1, 2, 3]) await expireLease(c, id);
     // Node 3 never comes back (its machine is gone).
     await c.start(1);
     await c.start(2);
@@ -362,23 +373,40 @@ describe("cluster: the unclean election over a forgotten directory (attack16 F4)
     await produce(c, "f4", 1000, 1030);
     const since = (await c.state("f4"))!;
     await restartOnOwnDirectory(c, X);
-    await waitFor(
+    const offlineAt = await waitFor(
       "f4 offline with the real directory in the ELR",
       async () => {
-        const s = await c.state("f4");
-        return s !== undefined && s.leader === -1 && s.elr.includes(X) ? true : undefined;
+        const kv = await c.client.get("/es-broker/partitions/f4/0");
+        const s = kv === null ? undefined : (JSON.parse(kv.value) as StoredPartitionState);
+        return s !== undefined && s.leader === -1 && s.elr.includes(X)
+          ? kv!.modRevision
+          : undefined;
       },
       30_000,
     );
-    // It has published its log end by now (an offline state naming it) and is still not elected.
-    await new Promise((resolve) => setTimeout(resolve, 5000));
+    // It publishes its log end of f4/0 after that state (which names it): the ELR rule's chance.
+    await waitFor(
+      `node ${X}'s log end of f4/0 published`,
+      async () => {
+        const reg = await c.client.get(`/es-broker/brokers/${X}`);
+        const kv = await c.client.get(`/es-broker/log_ends/${X}`);
+        if (reg === null || kv === null || kv.modRevision <= offlineAt) return undefined;
+        const ends = JSON.parse(kv.value) as { incarnation: string; log_end_offsets: object };
+        const { incarnation } = JSON.parse(reg.value) as { incarnation: string };
+        return ends.incarnation === incarnation && "f4/0" in ends.log_end_offsets
+          ? true
+          : undefined;
+      },
+      30_000,
+    );
     const still = (await c.state("f4"))!;
     expect(still.leader).toBe(-1);
     expect(still.leader_epoch).toBeGreaterThan(since.leader_epoch);
     const again = await elect();
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("which an unclean election at epoch");
-    // The refusal chose X, so X had published by then: the ELR rule had its chance and declined.
+    // The refusal chose X, so X had published by then: the ELR rule had its chance and declined
+    // (the controller answers a request after the publication's watch event that came before it).
     expect((await c.state("f4"))!.leader).toBe(-1);
   }, 180_000);
 });
