@@ -116,7 +116,15 @@ describe("cluster: a whole-cluster outage, one broker restored from an older cop
     // Every broker is SIGKILLed; the registrations expire (6 s lease) with no controller alive.
     await Promise.all([...brokers.values()].map((b) => b.stop("SIGKILL")));
     brokers.clear();
-    await new Promise((r) => setTimeout(r, 8000));
+    await waitFor(
+      "every registration and the controller key expired",
+      async () =>
+        (await etcdClient.list("/es-broker/brokers/")).kvs.length === 0 &&
+        (await etcdClient.get("/es-broker/controller")) === null
+          ? true
+          : undefined,
+      30_000,
+    );
     // X's data directory goes back to the copy (100 records, which still reach committed_offset).
     rmSync(join(root, `n${X}`), { recursive: true, force: true });
     renameSync(join(root, `n${X}.copy`), join(root, `n${X}`));
