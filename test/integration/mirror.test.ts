@@ -14,6 +14,7 @@ import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import type { LocalBroker } from "../../src/broker/broker.ts";
 import { Mirror } from "../../src/mirror/mirror.ts";
+import { MetricsRegistry } from "../../src/lib/metrics.ts";
 import { openTestBroker } from "../helpers/broker.ts";
 import { realClock } from "../helpers/clock.ts";
 import { serveTcp } from "../helpers/front-doors.ts";
@@ -608,7 +609,12 @@ describe("the mirror", () => {
   });
 
   it("retention keeps segments the mirror has not forwarded with mirror_hold_retention, and reports deleting them without", async () => {
-    const { broker: edge, clock, logger } = await openTestBroker();
+    const metrics = new MetricsRegistry({ nowSeconds: () => 0 });
+    const { broker: edge, clock, logger } = await openTestBroker({ metrics });
+    const deleted = () =>
+      metrics
+        .read("esb_mirror_records_deleted_unforwarded_total")
+        .map((s) => [s.labels.topic, s.labels.partition, s.value]);
     await edge.createTopic({
       name: "t",
       partitions: 1,
@@ -625,6 +631,8 @@ describe("the mirror", () => {
     expect(
       logger.events.filter((e) => e.event === "retention.deletes_unforwarded").map((e) => e.level),
     ).toEqual(["warn"]);
+    // Held: nothing lost, but the series exists (at 0) for the alert's increase().
+    expect(deleted()).toEqual([["t", "0", 0]]);
 
     await edge.updateTopicConfig("t", { mirror_hold_retention: false });
     await edge.cleanup("t");
@@ -632,6 +640,11 @@ describe("the mirror", () => {
     expect(
       logger.events.filter((e) => e.event === "retention.deletes_unforwarded").map((e) => e.level),
     ).toEqual(["warn", "error"]);
+    // Records [5, 10) are gone before the mirror forwarded them: counted at once (newuser17 F9).
+    expect(deleted()).toEqual([["t", "0", 5]]);
+    // A later pass with nothing more to delete counts nothing more.
+    await edge.cleanup("t");
+    expect(deleted()).toEqual([["t", "0", 5]]);
     await expect(edge.updateTopicConfig("t", { mirror_hold_retention: "yes" })).rejects.toThrow(
       'Invalid topic config "mirror_hold_retention"',
     );
