@@ -300,8 +300,35 @@ function appendInOrderOf(
 }
 
 /**
+ * Whether a request asks to upgrade the connection to another protocol: an `Upgrade` field and
+ * an `upgrade` option in `Connection` (RFC 9110 §7.8), what `node:http`'s parser marks as an
+ * upgrade. es-broker upgrades nothing: on a `node:http` server (Node, Bun, the binary, Deno with
+ * TLS) such a request is served as if `Upgrade` were absent, but its answer says
+ * `Connection: close`, the connection closes after it, and the requests after it are not acted on
+ * (docs/http-api.md "Malformed requests and pipelining"). Why: Node's parser reads nothing more of
+ * the bytes that arrived with such a request, so a request pipelined behind it was never answered
+ * on a connection left open. `Deno.serve` is left alone: it serves what follows such a request
+ * (and would even after a `Connection: close` answer), or refuses one with a body itself.
+ * @param upgrade the `Upgrade` field's value (undefined or null when absent).
+ * @param connection the `Connection` field's value(s).
+ * @returns true when both are present and `connection` lists `upgrade` (any case).
+ */
+export function asksToUpgrade(
+  upgrade: string | string[] | null | undefined,
+  connection: string | string[] | null | undefined,
+): boolean {
+  if (upgrade === undefined || upgrade === null || connection === undefined || connection === null)
+    return false;
+  const options = Array.isArray(connection) ? connection.join(",") : connection;
+  for (const option of options.split(","))
+    if (option.trim().toLowerCase() === "upgrade") return true;
+  return false;
+}
+
+/**
  * Connections (their sockets) on which a request was refused before the app with an answer that
- * closes the connection ({@link hostRefusal}, {@link unparsableRequestResponse}).
+ * closes the connection ({@link hostRefusal}, {@link unparsableRequestResponse}), or served with
+ * one because it asked to upgrade ({@link asksToUpgrade}).
  * `node:http` hands over pipelined requests as soon as they are parsed, but writes nothing after
  * an answer with `Connection: close`: a produce pipelined behind the refused request would be
  * appended and never answered (docs/http-api.md, "Malformed requests and pipelining": nothing
@@ -324,7 +351,7 @@ function notServedAfterRefusal(outgoing: ServerResponse): void {
     errorBody(
       new BrokerError(
         Errors.unavailable,
-        "Cannot serve the request: an earlier request on this connection was refused and the connection is closing",
+        "Cannot serve the request: an earlier request on this connection was answered with Connection: close",
       ),
     ),
   );
@@ -662,6 +689,11 @@ async function serveNode(
       outgoing.once("close", () => turn.release());
     }
     if (refusedConnections.has(incoming.socket)) return notServedAfterRefusal(outgoing);
+    if (asksToUpgrade(incoming.headers.upgrade, incoming.headers.connection)) {
+      // Served, and the last request the connection serves (asksToUpgrade).
+      refuseRestOfConnection(incoming);
+      outgoing.setHeader("connection", "close");
+    }
     if (fast?.(incoming, outgoing)) return;
     dispatching = incoming;
     try {

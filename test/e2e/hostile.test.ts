@@ -159,6 +159,145 @@ describe(`[${target}] hostile input`, () => {
     );
   });
 
+  it("serves a request that asks to upgrade the connection, closes the connection after its answer and acts on nothing pipelined behind it (Deno: as docs/http-api.md says)", async () => {
+    const broker = await start();
+    const upgrade = "Upgrade: websocket\r\nConnection: Upgrade\r\n";
+    const get = (path: string, extra = "") =>
+      `GET ${path} HTTP/1.1\r\nHost: localhost\r\n${extra}\r\n`;
+    const withHeaders = (request: string, extra: string) =>
+      request.replace("Host: localhost\r\n", `Host: localhost\r\n${extra}`);
+    /** Answers as "status" or "status close"; `json` on Node, Bun and the binary, `deno` on Deno. */
+    const cases: {
+      name: string;
+      requests: (topic: string) => string[];
+      json: string[];
+      deno: string[];
+    }[] = [
+      {
+        // On Node: a produce on the raw path, the one asking to upgrade on node:http, a produce.
+        name: "a produce asking to upgrade",
+        requests: (topic) => [
+          produceRequest(topic, "before"),
+          withHeaders(produceRequest(topic, "upgrading"), upgrade),
+          produceRequest(topic, "after"),
+        ],
+        json: ["200", "200 close"],
+        // Deno's server refuses an upgrade request with a body itself (bodiless 400).
+        deno: ["200", "400 close"],
+      },
+      {
+        name: "a GET asking to upgrade",
+        requests: (topic) => [
+          get("/healthz"),
+          get(`/v1/topics/${topic}`, upgrade),
+          produceRequest(topic, "after"),
+        ],
+        json: ["200", "200 close"],
+        // Deno serves one without a body, and what follows it.
+        deno: ["200", "200", "200"],
+      },
+      {
+        name: "an h2c upgrade",
+        requests: (topic) => [
+          get(
+            "/healthz",
+            "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n",
+          ),
+          produceRequest(topic, "after"),
+        ],
+        json: ["200 close"],
+        deno: ["200", "200"],
+      },
+      {
+        // Without the `upgrade` connection option nothing asks to upgrade: served as usual.
+        name: "Upgrade without Connection: upgrade",
+        requests: (topic) => [
+          withHeaders(produceRequest(topic, "first"), "Upgrade: websocket\r\n"),
+          produceRequest(topic, "second"),
+        ],
+        json: ["200", "200"],
+        deno: ["200", "200"],
+      },
+    ];
+    // Each case on its own topic and connection, all at once: a connection left open waits the
+    // full 3 s.
+    const results = await Promise.all(
+      cases.map(async (c, n) => {
+        const topic = `upgrade-${n}`;
+        await createTopic(broker, topic);
+        const requests = c.requests(topic);
+        const exchange = await exchangeRaw({
+          ...hostPort(broker),
+          bytes: requests.join(""),
+          waitMs: 3_000,
+        });
+        return {
+          ...c,
+          sent: requests.length,
+          exchange,
+          stored: await highWatermark(broker, topic),
+        };
+      }),
+    );
+    for (const { name, sent, exchange, stored, json, deno } of results) {
+      const answers = exchange.responses.map(
+        (r) => `${r.status}${r.headers.connection === "close" ? " close" : ""}`,
+      );
+      const what = `[${target}] ${name}: ${answers.join(", ")}; closed ${exchange.closed}; stored ${stored}`;
+      // Never a request left unanswered on a connection left open (attack17 F3: Node's hang).
+      expect(exchange.closed || answers.length === sent, what).toBe(true);
+      expect(answers, what).toEqual(parserAnswersInJson ? json : deno);
+      expect(exchange.closed, what).toBe(answers.length < sent);
+      // Every record stored had its 200 (a client retries every produce it got none for).
+      const produced = exchange.responses.filter((r) => r.body.startsWith('{"offsets"')).length;
+      expect(stored, what).toBe(produced);
+    }
+    const upgraded = results[0].exchange.responses;
+    expect(JSON.parse(upgraded[0].body)).toEqual({ offsets: [{ partition: 0, offset: 0 }] });
+    if (parserAnswersInJson)
+      expect(JSON.parse(upgraded[1].body)).toEqual({ offsets: [{ partition: 0, offset: 1 }] });
+    else expectDenoParserAnswer(upgraded[1]);
+  });
+
+  it("refuses a TCP Produce and IdempotentProduce with no records as invalid_request naming record_count, as HTTP refuses an empty produce, and the connection goes on", async () => {
+    const broker = await start();
+    await createTopic(broker, "empty");
+    const http = await fetch(`${broker.httpUrl}/v1/topics/empty/records`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: '{"records":[]}',
+    });
+    const httpError = (await http.json()) as { error: { code: string; message: string } };
+    expect(http.status).toBe(400);
+    expect(httpError.error.code).toBe("invalid_request");
+
+    const tcp = await openRawTcp(broker.tcp);
+    const head = Buffer.concat([str16("empty"), u32(0)]);
+    // timestamp_ms −1, key_len −1, value_len 1, "a".
+    const entry = Buffer.concat([Buffer.alloc(12, 0xff), u32(1), Buffer.from("a")]);
+    tcp.write(requestFrame(0, 1, Buffer.concat([head, u32(0)])));
+    tcp.write(
+      requestFrame(12, 2, Buffer.concat([head, str16("p1"), u32(0), Buffer.alloc(8), u32(0)])),
+    );
+    tcp.write(requestFrame(0, 3, Buffer.concat([head, u32(1), entry])));
+    const answers = [await tcp.next(), await tcp.next(), await tcp.next()];
+    tcp.destroy();
+    for (const [i, answer] of answers.slice(0, 2).entries()) {
+      if (typeof answer === "string") throw new Error(`answer ${i + 1}: ${answer}`);
+      expect(answer.correlationId).toBe(i + 1);
+      expect(answer.code, answer.message).toBe("invalid_request");
+      expect(answer.message).toContain('field "record_count" is 0: the request holds no records');
+    }
+    const good = answers[2];
+    if (typeof good === "string") throw new Error(`answer 3: ${good}`);
+    expect(good.correlationId).toBe(3);
+    expect(good.error, good.message).toBe(0);
+    // span_count 1: partition 0, base_offset 0, count 1.
+    expect(good.body.readUInt32BE(0)).toBe(1);
+    expect(good.body.readUInt32BE(16)).toBe(1);
+    expect(await highWatermark(broker, "empty")).toBe(1);
+  });
+
   it("refuses a body with a Content-Encoding it does not decode with 415 naming the header, storing nothing, on every produce path and Durable Streams appends", async () => {
     const broker = await start();
     const topic = "coded";

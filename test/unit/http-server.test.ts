@@ -4,7 +4,7 @@ import * as net from "node:net";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { fetchWaitMsMax } from "../../src/lib/limits.ts";
 import { createHttpApp } from "../../src/transport/http/app.ts";
-import { serveHttp } from "../../src/runtime/http.ts";
+import { asksToUpgrade, serveHttp } from "../../src/runtime/http.ts";
 import type { HttpServer } from "../../src/runtime/http.ts";
 import { FakeBroker } from "./http-fake-broker.ts";
 import { EntryCursor } from "../../src/storage/record.ts";
@@ -397,6 +397,19 @@ describe("serveHttp request bodies with a Content-Length (assembled in one buffe
     expect(refused).toMatch(/^HTTP\/1.1 413 /);
     expect(refused).toContain(`over the limit of ${maxRequestBytes} bytes`);
     expect(broker.produced).toHaveLength(1);
+  });
+});
+
+describe("asksToUpgrade", () => {
+  it("is true only for an Upgrade field with the upgrade option among Connection's, in any case", () => {
+    expect(asksToUpgrade("websocket", "Upgrade")).toBe(true);
+    expect(asksToUpgrade("h2c", "keep-alive, UPGRADE ,HTTP2-Settings")).toBe(true);
+    expect(asksToUpgrade("websocket", ["keep-alive", "upgrade"])).toBe(true);
+    expect(asksToUpgrade("websocket", undefined)).toBe(false);
+    expect(asksToUpgrade("websocket", "keep-alive")).toBe(false);
+    expect(asksToUpgrade("websocket", "upgrades")).toBe(false);
+    expect(asksToUpgrade(undefined, "upgrade")).toBe(false);
+    expect(asksToUpgrade(null, null)).toBe(false);
   });
 });
 

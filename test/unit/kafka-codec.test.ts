@@ -313,6 +313,16 @@ describe("RecordBatch v2", () => {
     longVarint.set([0xff, 0xff, 0xff, 0xff, 0xff, 0x01], 61);
     expect(codeOf(() => decodeRecordBatch(recrc(longVarint), options))).toBe(2);
     expect(codeOf(() => decodeRecordBatch(good, { ...options, maxRecords: 1 }))).toBe(10);
+    // A batch of no records (the header alone, recordCount 0): refused, as the TCP Produce and
+    // HTTP refuse an empty produce (docs/protocol.md "0 Produce").
+    const empty = good.slice(0, 61);
+    viewOf(empty).setInt32(8, 61 - 12);
+    viewOf(empty).setInt32(23, -1);
+    viewOf(empty).setInt32(57, 0);
+    expect(codeOf(() => decodeRecordBatch(recrc(empty), options))).toBe(2);
+    expect(() => decodeRecordBatch(empty, options)).toThrow(
+      /recordCount 0: a batch holds at least/,
+    );
   });
 
   it("keeps a no-timestamp batch unstamped (−1), so the broker stamps it", async () => {

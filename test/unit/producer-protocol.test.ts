@@ -95,6 +95,13 @@ describe("IdempotentProduce (api 12)", () => {
     expect(protocolError(() => decodeIdempotentProduceRequest(wrongCount)).field).toBe(
       "record_count",
     );
+    // record_count 0 and no entries: refused as an empty produce (the body ends after the count).
+    const empty = good.slice(0, 26);
+    new DataView(empty.buffer).setUint32(22, 0);
+    const emptyError = protocolError(() => decodeIdempotentProduceRequest(empty));
+    expect(emptyError.kind).toBe(Errors.invalidRequest);
+    expect(emptyError.field).toBe("record_count");
+    expect(emptyError.message).toContain("the request holds no records");
     const badPartition = good.slice();
     new DataView(badPartition.buffer).setInt32(3, -2);
     expect(protocolError(() => decodeIdempotentProduceRequest(badPartition)).field).toBe(

@@ -454,6 +454,22 @@ describe("decoders refuse bodies that break the grammar, naming the field", () =
     expect(error.message).toContain("is 2 but the entries hold 1");
   });
 
+  it("a produce with record_count 0 and no entries is invalid_request naming record_count, as HTTP refuses an empty produce", () => {
+    // topic "t1" (2 + 2 bytes), partition (4), record_count (4), and nothing after it.
+    const body = requestBody(produceRequestGolden).slice(0, 12);
+    new DataView(body.buffer).setUint32(8, 0);
+    const error = protocolError(() => decodeProduceRequest(body));
+    expect(error.kind).toBe(Errors.invalidRequest);
+    expect(error.field).toBe("record_count");
+    expect(error.message).toContain('field "record_count" is 0: the request holds no records');
+    // A count of 0 in front of entries is the usual disagreement, named the same way.
+    const withEntries = requestBody(produceRequestGolden).slice();
+    new DataView(withEntries.buffer).setUint32(8, 0);
+    const disagreeing = protocolError(() => decodeProduceRequest(withEntries));
+    expect(disagreeing.field).toBe("record_count");
+    expect(disagreeing.message).toContain("is 0 but the entries hold 1");
+  });
+
   it("a malformed entry is invalid_request naming the record", () => {
     const body = requestBody(produceRequestGolden);
     const error = protocolError(() => decodeProduceRequest(body.subarray(0, body.length - 1)));

@@ -4,7 +4,7 @@
  * ```
  * request       = topic str16
  *                 partition i32         −1 = the broker picks (murmur2 of key / round robin)
- *                 record_count u32      must equal the entries that follow
+ *                 record_count u32      must equal the entries that follow; at least 1
  *                 entries [u8]          to the end of the frame: the entry-batch format of
  *                                       storage/record.ts (timestamp_ms i64 | key_len i32 | key |
  *                                       value_len u32 | value), repeated
@@ -78,7 +78,7 @@ export function encodeProduceRequest(
 
 /**
  * Decodes a Produce request body. The entries are validated with `scanEntries` and their number
- * must equal `record_count`; the batch is a view of `body`.
+ * must equal `record_count` and be at least 1; the batch is a view of `body`.
  * @throws ProtocolError `invalid_request` naming the field (or the record index for a bad entry).
  */
 export function decodeProduceRequest(body: Uint8Array): ProduceRequest {
@@ -137,9 +137,11 @@ export function readPartitionChoice(r: WireReader): number {
 
 /**
  * Reads `record_count u32 | entries [u8]` to the end of the body: the entries checked with
- * `scanEntries` (at most `produceRecordsMax`), their number equal to `record_count`.
+ * `scanEntries` (at most `produceRecordsMax`), their number equal to `record_count`, and at
+ * least one.
  * @returns the batch, a view of the body.
- * @throws ProtocolError `invalid_request` naming `entries` (with the record) or `record_count`;
+ * @throws ProtocolError `invalid_request` naming `entries` (with the record) or `record_count`
+ *   (also for a request with no records);
  *   `unsupported` for a `timestamp_ms` above 2^53 - 1.
  */
 export function readEntries(r: WireReader): EntryBatch {
@@ -159,11 +161,14 @@ export function readEntries(r: WireReader): EntryBatch {
     }
     throw error;
   }
-  if (scanned !== recordCount) {
+  // An empty produce is refused, as over HTTP and Kafka (docs/protocol.md "0 Produce").
+  if (scanned !== recordCount || scanned === 0) {
     throw new ProtocolError(
       Errors.invalidRequest,
       "record_count",
-      `Cannot decode ${r.context}: field "record_count" is ${recordCount} but the entries hold ${scanned} records`,
+      scanned === 0 && recordCount === 0
+        ? `Cannot decode ${r.context}: field "record_count" is 0: the request holds no records (at least 1 is needed)`
+        : `Cannot decode ${r.context}: field "record_count" is ${recordCount} but the entries hold ${scanned} records`,
     );
   }
   return { bytes: entries, count: scanned };
