@@ -5,13 +5,19 @@
  * the edge's id of the reading schema is the central id of another schema, the silent
  * mis-decoding case. Forwarded records must carry the central id of the same schema and decode
  * with it; a schema the central registry refuses, and a mirror with no upstream registry, stop
- * the partition and forward nothing; plain JSON topics are forwarded unchanged.
+ * the partition and forward nothing; plain JSON topics are forwarded unchanged; against a TLS
+ * upstream with API keys, a mirror key that may not register waits until an admin registers the
+ * schema upstream, and the key never reaches a log line.
  */
+import { readFileSync } from "node:fs";
+import * as https from "node:https";
+import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import avro from "avsc";
 import { startBroker, target, type BrokerProcess } from "./harness.ts";
 import { tempDir } from "../helpers/tmp.ts";
-import { waitFor } from "./helpers.ts";
+import { offlineAdminKey, waitFor } from "./helpers.ts";
+import { makePki } from "./pki.ts";
 
 const running: BrokerProcess[] = [];
 afterEach(async () => {
@@ -283,4 +289,104 @@ describe(`[${target}] the edge mirror and schema ids`, () => {
     expect(stopped).toContain(`edge schema id ${id2}`);
     expect(await recordCount(central, "plant.avro")).toBe(0);
   }, 120_000);
+
+  it("over TLS with a producer key: waits for the schema to be registered upstream, then forwards", async () => {
+    const pki = makePki();
+    const { dir } = tempDir();
+    const centralDir = join(dir, "central");
+    const { key: adminKey } = await offlineAdminKey(centralDir, dir);
+    const central = await startBroker(centralDir, [
+      "--tls-cert",
+      pki.server.cert,
+      "--tls-key",
+      pki.server.key,
+    ]);
+    running.push(central);
+    const admin = (method: string, path: string, body?: unknown): Promise<any> =>
+      new Promise((resolve, reject) => {
+        const headers: Record<string, string> = { authorization: `Bearer ${adminKey}` };
+        if (body !== undefined) headers["content-type"] = "application/json";
+        const request = https.request(
+          `${central.httpUrl}${path}`,
+          { method, headers, ca: readFileSync(pki.ca) },
+          (res) => {
+            let text = "";
+            res.on("data", (d) => (text += d));
+            res.on("end", () =>
+              (res.statusCode ?? 0) < 300
+                ? resolve(JSON.parse(text))
+                : reject(new Error(`${method} ${path}: ${res.statusCode} ${text}`)),
+            );
+          },
+        );
+        request.on("error", reject);
+        request.end(body === undefined ? undefined : JSON.stringify(body));
+      });
+    const alarmId = await admin("POST", "/registry/subjects/alarms-value/versions", {
+      schema: JSON.stringify(alarmSchema),
+    });
+    // A producer key: it may read the registry, not register in it.
+    const mirrorKey: { key: string } = await admin("POST", "/v1/admin/keys", {
+      name: "edge-9",
+      role: "producer",
+      topics: ["sensors*"],
+    });
+    await admin("POST", "/v1/topics", {
+      name: "sensors.tls",
+      partitions: 2,
+      config: { value_schema_subject: "sensors.tls-value" },
+    });
+    const edge = await startBroker(
+      join(dir, "edge"),
+      [
+        ...["--mirror-to", `${central.tcp.host}:${central.tcp.port}`],
+        ...["--mirror-topics", "sensors*", "--mirror-records-per-sec", "0"],
+        ...["--mirror-tls-ca", pki.ca, "--mirror-registry-url", `${central.httpUrl}/registry`],
+      ],
+      { ES_BROKER_MIRROR_API_KEY: mirrorKey.key },
+    );
+    running.push(edge);
+    const edgeId = await register(edge, "sensors.tls-value", readingSchema);
+    expect(edgeId).toBe(alarmId.id);
+    await createTopic(edge, "sensors.tls", { value_schema_subject: "sensors.tls-value" });
+    await call(`${edge.httpUrl}/v1/topics/sensors.tls/records`, "POST", {
+      records: Array.from({ length: 6 }, (_, seq) => ({
+        value_b64: frame(edgeId, reading.toBuffer({ seq, temp_c: seq })).toString("base64"),
+      })),
+    });
+    await waitFor(
+      "the refused registration in the log",
+      async () =>
+        /"event":"mirror.upstream_refused".*"operation":"register_schema".*"subject":"sensors.tls-value"/.test(
+          edge.stderr(),
+        ),
+      45_000,
+      200,
+    );
+    const upstreamCount = async () =>
+      (await admin("GET", "/v1/topics/sensors.tls")).partitions.reduce(
+        (n: number, p: { high_watermark: number }) => n + p.high_watermark,
+        0,
+      );
+    expect(await upstreamCount()).toBe(0);
+    expect(edge.stderr()).not.toContain("mirror.partition_stopped");
+    // An admin registers it upstream: the mirror finds it there and goes on by itself.
+    const centralId = (
+      await admin("POST", "/registry/subjects/sensors.tls-value/versions", {
+        schema: JSON.stringify(readingSchema),
+      })
+    ).id;
+    expect(centralId).not.toBe(edgeId);
+    await waitFor("the records forwarded", async () => (await upstreamCount()) === 6, 60_000, 200);
+    for (const partition of [0, 1]) {
+      const page = await admin(
+        "GET",
+        `/v1/topics/sensors.tls/partitions/${partition}/records?offset=0&encoding=base64`,
+      );
+      for (const r of page.records)
+        expect(Buffer.from(r.value, "base64").readUInt32BE(1)).toBe(centralId);
+    }
+    expect(edge.stderr()).not.toContain(mirrorKey.key);
+    expect(edge.proc.spawnargs.join(" ")).not.toContain(mirrorKey.key);
+  }, 150_000);
 });
