@@ -27,7 +27,7 @@ export function parseMirrorRegistryUrl(text: string): URL {
     url = new URL(text);
   } catch {
     throw new UsageError(
-      `--mirror-registry-url must be the upstream's registry URL (http(s)://HOST:HTTP_PORT/registry), got ${JSON.stringify(text)}`,
+      "--mirror-registry-url is not a URL: give the upstream's registry, http(s)://HOST:HTTP_PORT/registry",
     );
   }
   if (url.protocol !== "http:" && url.protocol !== "https:")

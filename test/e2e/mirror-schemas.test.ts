@@ -14,7 +14,7 @@ import * as https from "node:https";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import avro from "avsc";
-import { startBroker, target, type BrokerProcess } from "./harness.ts";
+import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { offlineAdminKey, waitFor } from "./helpers.ts";
 import { makePki } from "./pki.ts";
@@ -389,4 +389,35 @@ describe(`[${target}] the edge mirror and schema ids`, () => {
     expect(edge.stderr()).not.toContain(mirrorKey.key);
     expect(edge.proc.spawnargs.join(" ")).not.toContain(mirrorKey.key);
   }, 150_000);
+
+  it("refuses --mirror-registry-url with a password, with --mirror-keep-schema-ids, or without --mirror-to", async () => {
+    const { dir } = tempDir();
+    const mirror = ["--mirror-to", "127.0.0.1:1", "--mirror-topics", "sensors*"];
+    const cases: [string[], string][] = [
+      [
+        [...mirror, "--mirror-registry-url", "http://edge:s3cret@127.0.0.1:1/registry"],
+        "--mirror-registry-url must not carry a user or password",
+      ],
+      [
+        [...mirror, "--mirror-registry-url", "ftp://127.0.0.1/registry"],
+        "must start with http:// or https://",
+      ],
+      [
+        [
+          ...mirror,
+          "--mirror-registry-url",
+          "http://127.0.0.1:1/registry",
+          "--mirror-keep-schema-ids",
+        ],
+        "exclude each other",
+      ],
+      [["--mirror-keep-schema-ids"], "--mirror-keep-schema-ids needs --mirror-to"],
+    ];
+    for (const [args, message] of cases) {
+      const r = await runCli(["serve", "--data-dir", join(dir, "d"), ...args]);
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toContain(message);
+      expect(r.stderr).not.toContain("s3cret");
+    }
+  }, 60_000);
 });
