@@ -236,6 +236,13 @@ export class CleanupService {
           settings: () => cleanerSettings(options.config()),
           shouldStop: () => this.#closing || partition.closed,
           unforwardedFrom: () => this.#unforwardedFrom?.(options.topic, p) ?? null,
+          onUnforwardedDeleted: (records) =>
+            o.metrics
+              ?.counter("esb_mirror_records_deleted_unforwarded_total", {
+                topic: options.topic,
+                partition: String(p),
+              })
+              .inc(records),
           compactionKeysMax: o.compactionKeysMax,
           metrics: o.metrics,
         }),

@@ -166,7 +166,7 @@ export function mergeTopicConfig(base: TopicConfig, patch: unknown): TopicConfig
       else
         throw new BrokerError(
           Errors.invalidConfig,
-          `Invalid topic config "mirror_hold_retention": ${quote(value)} is not true, false or null`,
+          `Invalid topic config "mirror_hold_retention": ${typeof value === "string" ? `the string ${quote(value)}` : quote(value)} is not a boolean: give true, false or null (JSON, not quoted)`,
         );
       continue;
     }

@@ -1381,6 +1381,19 @@ function jsonText(value: unknown): string {
   return JSON.stringify(value, null, 2);
 }
 
+/**
+ * A `--config key=value` value as the JSON of `POST /v1/topics` takes it: an integer as a number,
+ * `true` / `false` as booleans (`mirror_hold_retention`), `null` as null (removes an optional key),
+ * anything else as the string itself (docs/http-api.md "`POST /v1/topics` — create a topic").
+ */
+export function configValue(raw: string): unknown {
+  if (/^-?\d+$/.test(raw)) return Number(raw);
+  if (raw === "true") return true;
+  if (raw === "false") return false;
+  if (raw === "null") return null;
+  return raw;
+}
+
 /** `es-broker topics create|list|describe|delete`. */
 export async function topics(argv: string[]): Promise<number> {
   const { values, positionals } = parseCli({
@@ -1416,8 +1429,7 @@ export async function topics(argv: string[]): Promise<number> {
   for (const pair of values.config ?? []) {
     const eq = pair.indexOf("=");
     if (eq <= 0) throw new UsageError(`--config must be key=value, got ${JSON.stringify(pair)}`);
-    const raw = pair.slice(eq + 1);
-    config[pair.slice(0, eq)] = /^-?\d+$/.test(raw) ? Number(raw) : raw;
+    config[pair.slice(0, eq)] = configValue(pair.slice(eq + 1));
   }
   const topicName = action === "list" ? "" : needName();
   if (values.json && action !== "describe")

@@ -148,7 +148,8 @@ Options:
   --mirror-name NAME          names the mirror's state: group mirror.NAME, DIR/mirror/NAME.json
                               (default upstream)
   --mirror-records-per-sec N  cap on the forwarding rate, e.g. while catching up (default 20000;
-                              0 = none)
+                              0 = none); catching up competes with the edge's own producers:
+                              lower it on a small machine (docs/edge.md "What is forwarded")
   --mirror-timeout-ms MS      time limit for each request to the upstream (default 10000); a batch
                               with no answer by then is sent again, to its leader if it answers
                               (logged mirror.upstream_slow), see docs/edge.md "An upstream cluster"
@@ -951,7 +952,12 @@ export async function serve(argv: string[]): Promise<number> {
       });
     });
   }
-  const listening = `es-broker ${version} (${runtime}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port}${kafka === null ? "" : ` kafka=${shownHost}:${kafka.port}`} data=${dataDir} tls=${tlsShown} auth=${authShown}${metricsShown}${node === null ? "" : ` cluster=${node.membership.clusterId} node=${node.membership.nodeId}`}\n`;
+  // The mirror's target and patterns (never its key): a pattern typo is visible at once.
+  const mirrorShown =
+    mirror === null
+      ? ""
+      : ` mirror=${mirror.host.includes(":") ? `[${mirror.host}]` : mirror.host}:${mirror.port} mirror_topics=${mirror.topics.join(",")}`;
+  const listening = `es-broker ${version} (${runtime}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port}${kafka === null ? "" : ` kafka=${shownHost}:${kafka.port}`} data=${dataDir} tls=${tlsShown} auth=${authShown}${metricsShown}${mirrorShown}${node === null ? "" : ` cluster=${node.membership.clusterId} node=${node.membership.nodeId}`}\n`;
 
   // SIGHUP: new TLS material for new connections, api_keys.json again; failures keep the old.
   let reloading = Promise.resolve();

@@ -462,6 +462,8 @@ export class Membership {
           this.#refusedListeners.clear();
           return;
         }
+        // Given up by the leave (the client closed under it): no failure to report.
+        if (this.#closed) return;
         logger.log("warn", "cluster.register_failed", {
           node_id: this.nodeId,
           error: errorMessage(err),

@@ -173,6 +173,11 @@ export const metricFamilies = {
     help: "When the last pass of a task over any partition finished (seconds since the epoch): the cleaner's heartbeat.",
     labels: ["task"],
   },
+  esb_mirror_records_deleted_unforwarded_total: {
+    type: "counter",
+    help: "Edge records retention deleted before the mirror forwarded them (lost to the upstream), by topic and partition; 0 from the first retention pass over a mirrored partition.",
+    labels: ["topic", "partition"],
+  },
   esb_cold_copies_total: {
     type: "counter",
     help: "Segments copied (and verified) to the cold tier.",

@@ -184,6 +184,12 @@ export interface MirrorOptions {
    */
   skipGaps?: boolean;
   /**
+   * How often `mirror.partition_stopped` is logged again while a partition stays stopped for the
+   * same cause, in ms (default 600 000: docs/edge.md "A partition stopped by a gap"); the partition
+   * is retried every `rescanMs` meanwhile.
+   */
+  stoppedLogEveryMs?: number;
+  /**
    * Schema id translation (docs/edge.md "Schema ids upstream"): the edge's registry and the
    * upstream's (`--mirror-registry-url`; null without it, so Confluent-framed records stop their
    * partition), or "keep" (`--mirror-keep-schema-ids`: ids are forwarded unchanged). Absent: as
@@ -243,6 +249,21 @@ interface PartitionState {
   epoch: number;
   base: number;
 }
+
+/** What a partition's log lines last said ({@link Mirror} `#told`). */
+interface Told {
+  /** The last line said it forwards (`mirror.partition_forwarding`). */
+  forwarding: boolean;
+  /** The cause the last `mirror.partition_stopped` line gave (null before one), and when. */
+  stopped: string | null;
+  stoppedAtMs: number;
+  forwardingAtMs: number;
+  /** The event the next `mirror.partition_forwarding` ends, if any. */
+  after: "mirror.partition_stopped" | "mirror.upstream_refused" | null;
+}
+
+/** At most one `mirror.partition_forwarding` line per partition per this many ms (flapping). */
+const forwardingLogEveryMs = 10_000;
 
 /** One broker's answer to "who leads?" ({@link Mirror} `#askLeaders`): null if none in time. */
 interface LeaderAnswer {
@@ -325,6 +346,13 @@ export class Mirror {
   #selfClosed = new WeakSet<TcpClient>();
   /** Upstream topic → the ask for its leaders under way (one at a time per topic, shared). */
   #asks = new Map<string, Promise<LeaderAnswer[]>>();
+  /**
+   * Partition key → what its lines last said: a stop is logged when it begins and then at most
+   * every `stoppedLogEveryMs` per cause (a stopped partition is retried every `rescanMs`, and one
+   * that flaps between stopped and forwarding says so no more often); forwarding when it begins
+   * and after a logged stop or a refusal, at most every 10 s (newuser17 F7, F9).
+   */
+  #told = new Map<string, Told>();
   /** Edge schema ids → the upstream's; null with `schemaIds: "keep"`. */
   #translator: SchemaIdTranslator | null;
 
@@ -774,6 +802,7 @@ export class Mirror {
           (caught.code === "forbidden" || caught.code === "unauthenticated")
         ) {
           status.state = "upstream_refused";
+          this.#refused(`${status.partition}:${topic}`);
           status.error = `cannot create topic "${remote}" upstream: ${message}`;
           if (this.#createRefusals.get(remote) !== message) {
             this.#createRefusals.set(remote, message);
@@ -816,18 +845,78 @@ export class Mirror {
     };
   }
 
-  /** Stops partition `key`'s task with `error` (status and log). */
+  /**
+   * Stops partition `key`'s task with `error` (status and log). The log line is left out while
+   * the same stop was logged less than `stoppedLogEveryMs` ago.
+   */
   #stopped(key: string, error: string): void {
     const status = this.#status.get(key)!;
     status.state = "stopped";
     status.error = error;
     status.failures++;
+    const now = this.#o.clock.nowMs();
+    const told = this.#told.get(key);
+    const everyMs = this.#o.stoppedLogEveryMs ?? 600_000;
+    if (
+      told?.stopped != null &&
+      sameProblem(told.stopped, error) &&
+      now - told.stoppedAtMs < everyMs
+    )
+      return;
+    this.#told.set(key, {
+      forwarding: false,
+      stopped: error,
+      stoppedAtMs: now,
+      forwardingAtMs: told?.forwardingAtMs ?? -Infinity,
+      after: "mirror.partition_stopped",
+    });
     this.#o.logger.log("error", "mirror.partition_stopped", {
       mirror: this.#o.name,
       topic: status.topic,
       ...(status.upstreamTopic === status.topic ? {} : { upstream_topic: status.upstreamTopic }),
       partition: status.partition,
       error,
+      retry: `tried again every ${(this.#o.rescanMs ?? 5000) / 1000} s, forwarding again (mirror.partition_forwarding) once the cause is gone; logged again every ${everyMs / 60_000} min while it stays stopped`,
+    });
+  }
+
+  /** Partition `key` met an upstream refusal: its next forwarding line says it ended. */
+  #refused(key: string): void {
+    const told = this.#told.get(key);
+    if (told === undefined || told.forwarding)
+      this.#told.set(key, {
+        forwarding: false,
+        stopped: told?.stopped ?? null,
+        stoppedAtMs: told?.stoppedAtMs ?? -Infinity,
+        forwardingAtMs: told?.forwardingAtMs ?? -Infinity,
+        after: "mirror.upstream_refused",
+      });
+  }
+
+  /**
+   * Partition `key` forwards (a batch got through, or it is caught up): `mirror.partition_forwarding`
+   * (info) when it begins, and after a logged stop or a refusal, at most every 10 s per partition.
+   */
+  #forwarding(key: string, status: MirrorPartitionStatus): void {
+    const told = this.#told.get(key);
+    if (told?.forwarding === true) return;
+    const now = this.#o.clock.nowMs();
+    if (told !== undefined && now - told.forwardingAtMs < forwardingLogEveryMs) return;
+    this.#told.set(key, {
+      forwarding: true,
+      stopped: told?.stopped ?? null,
+      stoppedAtMs: told?.stoppedAtMs ?? -Infinity,
+      forwardingAtMs: now,
+      after: null,
+    });
+    this.#o.logger.log("info", "mirror.partition_forwarding", {
+      mirror: this.#o.name,
+      topic: status.topic,
+      upstream_topic: status.upstreamTopic,
+      partition: status.partition,
+      position: status.position,
+      state: status.state,
+      ...(told?.after == null ? {} : { after: told.after }),
     });
   }
 
@@ -868,6 +957,7 @@ export class Mirror {
             if (!(err instanceof SchemaTranslationError) || err.kind === "stop")
               return `cannot translate the schema id of the edge record at offset ${r.offset}: ${errorMessage(err)}`;
             status.state = err.kind === "refused" ? "upstream_refused" : "uplink_down";
+            if (err.kind === "refused") this.#refused(`${partition}:${topic}`);
             status.error = err.message;
             status.failures++;
             if (reported === null || !sameProblem(reported, err.message)) {
@@ -915,6 +1005,18 @@ export class Mirror {
       return this.#stopped(key, `--mirror-rename makes no topic name of it: ${errorMessage(err)}`);
     }
     const status = this.#newStatus(topic, remote, partition);
+    // A stopped partition tried again stays "stopped" (and keeps its counts and position, which
+    // retention reads) until it forwards.
+    const before = this.#status.get(key);
+    if (before !== undefined) {
+      status.position = before.position;
+      status.forwarded = before.forwarded;
+      status.failures = before.failures;
+      if (before.state === "stopped") {
+        status.state = "stopped";
+        status.error = before.error;
+      }
+    }
     this.#status.set(key, status);
     const owner = this.#upstreamOwners.get(remote);
     if (owner !== undefined && owner !== topic)
@@ -1047,6 +1149,7 @@ export class Mirror {
         status.state = "caught_up";
         status.lagMs = 0;
         status.oldestUnforwardedMs = null;
+        this.#forwarding(key, status);
         // Past a hole with nothing after it yet: read on from there; the epoch changes only when
         // a record follows the hole.
         readFrom = Math.max(readFrom, fetched.nextOffset);
@@ -1212,6 +1315,7 @@ export class Mirror {
             // A wrong or revoked key, or one without the producer role upstream: an operator
             // fixes it there or here, so the batch waits and is sent again — never dropped.
             status.state = "upstream_refused";
+            this.#refused(key);
             status.error = this.#reportUplink(
               "mirror.upstream_refused",
               err,
@@ -1404,6 +1508,7 @@ export class Mirror {
       status.state = "forwarding";
       status.error = null;
       status.position = position;
+      this.#forwarding(key, status);
       try {
         await o.broker.commitOffsets({
           group: this.group,

@@ -79,6 +79,13 @@ export interface RetentionContext {
    * or held back with `holdUnforwarded`.
    */
   unforwardedFrom?: () => number | null;
+  /**
+   * Called on each pass over a partition a mirror covers (`unforwardedFrom` not null) with the
+   * number of records the pass deleted that the mirror had not forwarded: 0 when none, so that a
+   * counter of them exists before the first loss (`esb_mirror_records_deleted_unforwarded_total`,
+   * docs/operations.md "Metrics").
+   */
+  onUnforwardedDeleted?: (records: number) => void;
 }
 
 /** What a retention pass did (logged as `retention.pass`, shown in `GET /v1/admin/storage`). */
@@ -232,6 +239,7 @@ export async function runRetention(
     // Without a cold tier deletion loses records: those a mirror has not forwarded are reported
     // loudly, and kept when the topic says so.
     const unforwarded = ctx.unforwardedFrom?.() ?? null;
+    if (unforwarded !== null) ctx.onUnforwardedDeleted?.(0);
     if (ctx.cold === null && unforwarded !== null && count > 0) {
       let safe = 0;
       while (safe < count && sealed[safe].nextOffset <= unforwarded) safe++;
@@ -311,7 +319,12 @@ export async function runRetention(
           cold === null ? Math.max(startAfter, partition.logStartOffset) : partition.logStartOffset;
         if (newLso > partition.logStartOffset || ctx.logStartOffsets.get() === undefined)
           await ctx.logStartOffsets.set(newLso);
+        // Read again: the mirror may have forwarded more since the pass began.
+        const notForwarded = ctx.unforwardedFrom?.() ?? null;
+        const lost =
+          notForwarded === null ? 0 : newLso - Math.max(notForwarded, partition.logStartOffset);
         partition.advanceLogStartOffset(newLso);
+        if (lost > 0) ctx.onUnforwardedDeleted?.(lost);
         await partition.replaceSealedSegments(victims, []);
         return "";
       });

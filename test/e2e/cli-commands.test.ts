@@ -495,6 +495,21 @@ describe(`[${target}] es-broker commands`, () => {
     };
     expect(http.config.retention_ms).toBe(1000);
     expect(JSON.parse(altered.stdout.toString())).toEqual(http);
+    // true / false / null are JSON's, as the HTTP API takes them (newuser17 F1: "true" was sent
+    // as a string and refused); null removes an optional key.
+    for (const [value, expected] of [
+      ["true", true],
+      ["false", false],
+      ["null", undefined],
+    ] as const) {
+      const set = await runCli([
+        ...["topics", "alter", "orders", "--config", `mirror_hold_retention=${value}`],
+        ...["--url", broker.httpUrl],
+      ]);
+      expect(set.code, set.stderr).toBe(0);
+      const after = JSON.parse(set.stdout.toString()) as { config: Record<string, unknown> };
+      expect(after.config.mirror_hold_retention).toBe(expected);
+    }
     const described = await runCli(["topics", "describe", "orders", "--json", "--broker", address]);
     expect(described.code, described.stderr).toBe(0);
     expect(JSON.parse(described.stdout.toString())).toEqual(http);

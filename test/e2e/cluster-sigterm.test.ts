@@ -320,4 +320,55 @@ describe("cluster: SIGTERM of a leader under writes (attack13 F6)", () => {
     expect(afterLeft.filter((e) => e.event === "cluster.controller_failed")).toEqual([]);
     expect(exitMs).toBeLessThan(15_000);
   }, 60_000);
+
+  it("leaves as promptly once etcd has been without quorum past its lease: no registration reported failed after it (attack16 F7)", async () => {
+    // Every broker is stopped by now: node 1 starts again on its data directory (registered
+    // before it listens). Etcd then
+    // answers nothing long enough for its lease to be lost (6 s TTL) before the signal, as an
+    // operator may find it: it keeps trying to register again meanwhile. Every member is
+    // stopped: one left running may lead and renew leases alone for a while (etcd 3.4 renews on
+    // the leader without a quorum round), and the loss would not come.
+    const z = await startBroker(join(root, "n1"), args(1));
+    brokers.set(1, z);
+    await Promise.all(etcd.members.map((m) => m.kill("SIGSTOP")));
+    let code: number | string;
+    let signalledAt: number;
+    let exitMs: number;
+    try {
+      await waitFor(
+        "the lease lost",
+        async () => (z.stderr().includes('"event":"cluster.lease_lost"') ? true : undefined),
+        20_000,
+      );
+      signalledAt = Date.now();
+      code = await z.stop("SIGTERM");
+      exitMs = Date.now() - signalledAt;
+    } finally {
+      await Promise.all(etcd.members.map((m) => m.kill("SIGCONT")));
+    }
+    brokers.delete(1);
+    expect(code).toBe(0);
+    const events = z
+      .stderr()
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const leftAt = events.findIndex((e) => e.event === "cluster.left");
+    expect(leftAt).toBeGreaterThanOrEqual(0);
+    const left = events[leftAt] as { time: string; level: string };
+    expect(left.level).toBe("warn");
+    // A registration attempt (or controller pass) the close cut short is no failure to report
+    // after the broker left (before: cluster.register_failed "the etcd client was closed", or
+    // its 5 s timeout, after cluster.left).
+    expect(
+      events
+        .slice(leftAt)
+        .filter((e) =>
+          ["cluster.register_failed", "cluster.controller_failed", "broker.exit_held"].includes(
+            e.event as string,
+          ),
+        ),
+    ).toEqual([]);
+    expect(signalledAt + exitMs - Date.parse(left.time)).toBeLessThan(2000);
+  }, 60_000);
 });

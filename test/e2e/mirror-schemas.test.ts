@@ -386,6 +386,22 @@ describe(`[${target}] the edge mirror and schema ids`, () => {
       for (const r of page.records)
         expect(Buffer.from(r.value, "base64").readUInt32BE(1)).toBe(centralId);
     }
+    // The refusal's end is said (mirror.partition_forwarding, at most every 10 s per partition).
+    await waitFor(
+      "the partition's forwarding line after the refusal",
+      async () =>
+        edge
+          .stderr()
+          .split("\n")
+          .some(
+            (l) =>
+              l.includes('"event":"mirror.partition_forwarding"') &&
+              l.includes('"topic":"sensors.tls"') &&
+              l.includes('"after":"mirror.upstream_refused"'),
+          ),
+      30_000,
+      200,
+    );
     expect(edge.stderr()).not.toContain(mirrorKey.key);
     expect(edge.proc.spawnargs.join(" ")).not.toContain(mirrorKey.key);
   }, 150_000);

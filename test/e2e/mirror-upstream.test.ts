@@ -315,6 +315,11 @@ describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
       { ES_BROKER_MIRROR_API_KEY: mirrorKey.key },
     );
     running.push(edge);
+    // The start-up line names the mirror's target and patterns (newuser17 F7), never its key.
+    expect(edge.listening).toContain(
+      ` mirror=${central.tcp.host}:${central.tcp.port} mirror_topics=sensors*`,
+    );
+    expect(edge.listening).not.toContain(mirrorKey.key.slice(-20));
     const created = await fetch(`${edge.httpUrl}/v1/topics`, {
       method: "POST",
       headers: { "content-type": "application/json" },
@@ -386,5 +391,29 @@ describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
     });
     expect(edge.stderr()).not.toContain("mirror.partition_stopped");
     expect(edge.stderr()).not.toContain(mirrorKey.key.slice(-20));
+    // Each partition said it forwards once the refusal was over (newuser17 F7).
+    const forwarding = () =>
+      edge
+        .stderr()
+        .split("\n")
+        .filter((l) => l.includes('"event":"mirror.partition_forwarding"'))
+        .map((l) => JSON.parse(l.slice(l.indexOf("{"))));
+    await waitFor("mirror.partition_forwarding after the refusal", () =>
+      [0, 1].every((p) =>
+        forwarding().some((f) => f.partition === p && f.after === "mirror.upstream_refused"),
+      ),
+    );
+    for (const p of [0, 1]) {
+      const lines = forwarding().filter((f) => f.partition === p);
+      expect(lines.at(-1)).toMatchObject({
+        level: "info",
+        mirror: "upstream",
+        topic: "sensors",
+        upstream_topic: "sensors",
+        after: "mirror.upstream_refused",
+      });
+      // At most a first one (caught up before the records came) and the one after the refusal.
+      expect(lines.length).toBeLessThanOrEqual(2);
+    }
   }, 120_000);
 });

@@ -14,6 +14,7 @@ import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import type { LocalBroker } from "../../src/broker/broker.ts";
 import { Mirror } from "../../src/mirror/mirror.ts";
+import { MetricsRegistry } from "../../src/lib/metrics.ts";
 import { openTestBroker } from "../helpers/broker.ts";
 import { realClock } from "../helpers/clock.ts";
 import { serveTcp } from "../helpers/front-doors.ts";
@@ -607,8 +608,96 @@ describe("the mirror", () => {
     expect(logger.named("mirror.gap_skipped")).toHaveLength(1);
   });
 
+  it("logs a stopped partition once per cause and interval while it is retried, and says when each partition forwards (newuser17 F7, F9)", async () => {
+    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
+    const { broker: central } = await openTestBroker({ clock: realClock });
+    const upstream = await serveTcp(central);
+    await edge.createTopic({ name: "t", partitions: 2 });
+    // The upstream lacks partition 1: its batches are refused, so it stops.
+    await central.createTopic({ name: "t", partitions: 1 });
+    await produce(edge, 0, 0, 3);
+    await produce(edge, 1, 0, 3);
+    const mirror = new Mirror({
+      broker: edge,
+      fs,
+      dataDir,
+      clock: realClock,
+      logger,
+      name: "told",
+      topics: ["t"],
+      connect: upstream.connect,
+      randomHex: () => "0badc0ffee000001",
+      recordsPerSecond: 0,
+      rescanMs: 20,
+      stoppedLogEveryMs: 1500,
+    });
+    await mirror.start();
+    const p = (partition: number) => mirror.describe().find((s) => s.partition === partition)!;
+    await until(
+      async () => p(0)?.position === 3 && logger.named("mirror.partition_stopped").length > 0,
+      "partition 0 forwarded, partition 1 stopped",
+    );
+    const firstStop = Date.now();
+    // Retried every 20 ms, it stays "stopped" throughout (no flicker of esb_mirror_partition_stopped).
+    const states = new Set<string>();
+    while (Date.now() - firstStop < 600) {
+      states.add(p(1).state);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    expect(states).toEqual(new Set(["stopped"]));
+    expect(p(1).failures).toBeGreaterThan(5);
+    const stops = logger.named("mirror.partition_stopped");
+    if (Date.now() - firstStop < 1500) expect(stops).toHaveLength(1);
+    expect(stops[0]).toMatchObject({
+      topic: "t",
+      partition: 1,
+      error: expect.stringContaining("the upstream refused a batch"),
+      retry: expect.stringContaining("logged again every 0.025 min while it stays stopped"),
+    });
+    // Partition 0's further batches add no forwarding line.
+    await produce(edge, 0, 3, 2);
+    await until(async () => p(0).position === 5, "more of partition 0");
+    // Logged again once the interval passed, not at every retry.
+    await until(
+      async () => logger.named("mirror.partition_stopped").length >= 2,
+      "the stop logged again",
+    );
+    const elapsed = Date.now() - firstStop;
+    expect(elapsed).toBeGreaterThanOrEqual(1500);
+    expect(logger.named("mirror.partition_stopped").length).toBeLessThanOrEqual(
+      1 + Math.ceil(elapsed / 1500),
+    );
+
+    // The cause goes away: partition 1 forwards again by itself, and says so.
+    await central.deleteTopic("t");
+    await central.createTopic({ name: "t", partitions: 2 });
+    await until(async () => p(1).position === 3, "partition 1 forwarded");
+    expect(p(1).state).not.toBe("stopped");
+    const told = logger.named("mirror.partition_forwarding");
+    expect(told.filter((f) => f.partition === 0)).toMatchObject([
+      { mirror: "told", topic: "t", upstream_topic: "t", partition: 0, position: 3 },
+    ]);
+    expect(told.filter((f) => f.partition === 0)[0]).not.toHaveProperty("after");
+    expect(told.filter((f) => f.partition === 1)).toMatchObject([
+      { partition: 1, position: 3, state: "forwarding", after: "mirror.partition_stopped" },
+    ]);
+    // Further batches and empty fetches add no line.
+    await produce(edge, 1, 3, 2);
+    await until(async () => p(1).position === 5, "more of partition 1");
+    await new Promise((r) => setTimeout(r, 100));
+    expect(
+      logger.named("mirror.partition_forwarding").filter((f) => f.partition === 1),
+    ).toHaveLength(1);
+    await mirror.stop();
+  });
+
   it("retention keeps segments the mirror has not forwarded with mirror_hold_retention, and reports deleting them without", async () => {
-    const { broker: edge, clock, logger } = await openTestBroker();
+    const metrics = new MetricsRegistry({ nowSeconds: () => 0 });
+    const { broker: edge, clock, logger } = await openTestBroker({ metrics });
+    const deleted = () =>
+      metrics
+        .read("esb_mirror_records_deleted_unforwarded_total")
+        .map((s) => [s.labels.topic, s.labels.partition, s.value]);
     await edge.createTopic({
       name: "t",
       partitions: 1,
@@ -625,6 +714,8 @@ describe("the mirror", () => {
     expect(
       logger.events.filter((e) => e.event === "retention.deletes_unforwarded").map((e) => e.level),
     ).toEqual(["warn"]);
+    // Held: nothing lost, but the series exists (at 0) for the alert's increase().
+    expect(deleted()).toEqual([["t", "0", 0]]);
 
     await edge.updateTopicConfig("t", { mirror_hold_retention: false });
     await edge.cleanup("t");
@@ -632,6 +723,11 @@ describe("the mirror", () => {
     expect(
       logger.events.filter((e) => e.event === "retention.deletes_unforwarded").map((e) => e.level),
     ).toEqual(["warn", "error"]);
+    // Records [5, 10) are gone before the mirror forwarded them: counted at once (newuser17 F9).
+    expect(deleted()).toEqual([["t", "0", 5]]);
+    // A later pass with nothing more to delete counts nothing more.
+    await edge.cleanup("t");
+    expect(deleted()).toEqual([["t", "0", 5]]);
     await expect(edge.updateTopicConfig("t", { mirror_hold_retention: "yes" })).rejects.toThrow(
       'Invalid topic config "mirror_hold_retention"',
     );

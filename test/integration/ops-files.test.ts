@@ -57,6 +57,16 @@ describe("ops/prometheus", () => {
     expect(names.size).toBeGreaterThan(10);
   });
 
+  it("every alert rule is in docs/operations.md's table of alerts, and the table names no other", () => {
+    const rules = readFileSync(join(prometheusDir, "es-broker-alerts.yml"), "utf8");
+    const alerts = [...rules.matchAll(/^\s*- alert: (\w+)$/gm)].map((m) => m[1]).sort();
+    const doc = readFileSync(join(root, "docs/operations.md"), "utf8");
+    const section = doc.slice(doc.indexOf("\n## Alerts\n"));
+    const rows = [...section.matchAll(/^\| `(EsBroker\w+)` \|/gm)].map((m) => m[1]).sort();
+    expect(alerts.length).toBeGreaterThan(20);
+    expect(rows).toEqual(alerts);
+  });
+
   it("prometheus.yml passes promtool check config", () => {
     const r = run("promtool", ["check", "config", "prometheus.yml"], prometheusDir);
     expect(r.output).toMatch(/is valid prometheus config file/);
