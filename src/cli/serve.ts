@@ -74,6 +74,7 @@ import { UsageError, intOption, isLoopback, parseCli } from "./args.ts";
 import { errorMessage } from "../lib/errors.ts";
 import { onStopSignals } from "./signals.ts";
 import { Mirror, type MirrorRename, parseMirrorRenames } from "../mirror/mirror.ts";
+import { edgeSchemas, parseMirrorRegistryUrl, upstreamRegistry } from "./mirror-registry.ts";
 import { TcpClient } from "../client/client.ts";
 import { parseHostPort } from "../client/cluster.ts";
 import { clientTlsOptions, readApiKey } from "./connection.ts";
@@ -156,6 +157,13 @@ Options:
                               partition stopped by such a gap logs mirror.gap_skipped (error, with
                               the lost offsets) and goes on from the log start offset (default:
                               it stops; see docs/edge.md "Retention and the mirror")
+  --mirror-registry-url URL   the upstream's schema registry (http(s)://HOST:HTTP_PORT/registry):
+                              schema ids of Confluent-framed records (topics with a schema subject,
+                              schema_format confluent) are translated to the upstream's; without it
+                              such partitions stop (see docs/edge.md "Schema ids upstream"). Uses
+                              the mirror's API key and TLS options
+  --mirror-keep-schema-ids    forward schema ids unchanged instead: only when both registries give
+                              every schema the same id (schemas registered in one order everywhere)
   --mirror-api-key-file FILE  the upstream's API key (default: $ES_BROKER_MIRROR_API_KEY)
   --mirror-tls                connect to the upstream with TLS (implied by the options below)
   --mirror-tls-ca FILE        check the upstream's certificate against this CA (PEM)
@@ -260,6 +268,8 @@ export async function serve(argv: string[]): Promise<number> {
       "mirror-records-per-sec": { type: "string" },
       "mirror-timeout-ms": { type: "string" },
       "mirror-skip-gaps": { type: "boolean", default: false },
+      "mirror-registry-url": { type: "string" },
+      "mirror-keep-schema-ids": { type: "boolean", default: false },
       "mirror-api-key-file": { type: "string" },
       "mirror-tls": { type: "boolean", default: false },
       "mirror-tls-ca": { type: "string" },
@@ -779,6 +789,15 @@ export async function serve(argv: string[]): Promise<number> {
       recordsPerSecond: mirror.recordsPerSecond,
       renames: mirror.renames,
       skipGaps: mirror.skipGaps,
+      schemaIds: mirror.keepSchemaIds
+        ? "keep"
+        : {
+            edge: edgeSchemas(() => broker.registry),
+            upstream:
+              mirror.registryUrl === null
+                ? null
+                : upstreamRegistry(mirror.registryUrl, mirror.apiKey, mirror.tls, mirror.timeoutMs),
+          },
     });
     const task = mirrorTask;
     broker.setUnforwardedFrom((topic, partition) => task.unmirroredFrom(topic, partition));
@@ -1086,6 +1105,10 @@ interface MirrorSettings {
   /** `--mirror-skip-gaps`. */
   skipGaps: boolean;
   renames: MirrorRename[];
+  /** `--mirror-registry-url`: the upstream's schema registry, or null. */
+  registryUrl: URL | null;
+  /** `--mirror-keep-schema-ids`. */
+  keepSchemaIds: boolean;
   apiKey: string | undefined;
   tls: ConnectionOptions | undefined;
 }
@@ -1104,6 +1127,10 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
   if (to === undefined) {
     if (topics.length > 0) throw new UsageError("--mirror-topics needs --mirror-to HOST:PORT");
     if (renameSpecs.length > 0) throw new UsageError("--mirror-rename needs --mirror-to HOST:PORT");
+    if (values["mirror-registry-url"] !== undefined)
+      throw new UsageError("--mirror-registry-url needs --mirror-to HOST:PORT");
+    if (values["mirror-keep-schema-ids"] === true)
+      throw new UsageError("--mirror-keep-schema-ids needs --mirror-to HOST:PORT");
     return null;
   }
   let renames: MirrorRename[];
@@ -1129,6 +1156,13 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
     throw new UsageError(
       `--mirror-name must be 1 to 100 characters of A-Z a-z 0-9 . _ -, got ${JSON.stringify(name)}`,
     );
+  const registryText = values["mirror-registry-url"] as string | undefined;
+  const registryUrl = registryText === undefined ? null : parseMirrorRegistryUrl(registryText);
+  const keepSchemaIds = values["mirror-keep-schema-ids"] === true;
+  if (keepSchemaIds && registryUrl !== null)
+    throw new UsageError(
+      "--mirror-keep-schema-ids and --mirror-registry-url exclude each other: keep the ids, or translate them",
+    );
   const recordsPerSecond = intOption(
     "mirror-records-per-sec",
     values["mirror-records-per-sec"] as string | undefined,
@@ -1152,6 +1186,8 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
     timeoutMs,
     skipGaps: values["mirror-skip-gaps"] === true,
     renames,
+    registryUrl,
+    keepSchemaIds,
     apiKey: readApiKey(
       { "api-key-file": values["mirror-api-key-file"] as string | undefined },
       { ES_BROKER_API_KEY: process.env.ES_BROKER_MIRROR_API_KEY },

@@ -39,6 +39,11 @@
  * | `unauthenticated`, `forbidden`                | wrong or revoked key, or a missing role      | log once (`mirror.upstream_refused`), resend after a backoff up to 30 s |
  * | other refusal                                 | configuration problem                        | stop the partition with the error |
  *
+ * Confluent-framed keys and values (topics with a schema subject, `schema_format` confluent) get
+ * the upstream registry's id of the same schema before a batch is built (`./schemas.ts`,
+ * docs/edge.md "Schema ids upstream"); one that cannot be translated stops the partition, or
+ * waits while the upstream registry does not answer or refuses the key — never forwarded as is.
+ *
  * A position below the edge partition's log start offset means retention deleted records before
  * they were forwarded: the partition stops with an explicit gap error (status and log), never
  * skipping. Retention can be told to hold such segments (`mirror_hold_retention`, via
@@ -59,6 +64,16 @@ import { ClientError } from "../client/errors.ts";
 import { validateTopicName } from "../broker/config.ts";
 import type { MetadataV1 } from "../protocol/apis/metadata.ts";
 import { decideAfterNoAnswer, type LeaderView } from "./route.ts";
+import {
+  type EdgeSchemas,
+  type FramedParts,
+  framedId,
+  framedParts,
+  SchemaIdTranslator,
+  SchemaTranslationError,
+  type UpstreamRegistry,
+  withId,
+} from "./schemas.ts";
 
 /**
  * One `--mirror-rename LOCAL=REMOTE` rule (docs/edge.md "Topic names upstream"): an exact name,
@@ -174,6 +189,13 @@ export interface MirrorOptions {
    * is retried every `rescanMs` meanwhile.
    */
   stoppedLogEveryMs?: number;
+  /**
+   * Schema id translation (docs/edge.md "Schema ids upstream"): the edge's registry and the
+   * upstream's (`--mirror-registry-url`; null without it, so Confluent-framed records stop their
+   * partition), or "keep" (`--mirror-keep-schema-ids`: ids are forwarded unchanged). Absent: as
+   * with no upstream registry.
+   */
+  schemaIds?: { edge: EdgeSchemas; upstream: UpstreamRegistry | null } | "keep";
 }
 
 /** One partition's state, for status and tests. */
@@ -213,6 +235,14 @@ export interface MirrorObservation {
   /** Whether the last attempt to reach the upstream succeeded; null before any. */
   upstreamReachable: boolean | null;
   partitions: MirrorPartitionStatus[];
+}
+
+/** A record of a batch held for schema id translation (key and value are views, then copies). */
+interface HeldRecord {
+  offset: number;
+  key: Uint8Array | null;
+  value: Uint8Array;
+  timestampMs: number;
 }
 
 interface PartitionState {
@@ -323,9 +353,13 @@ export class Mirror {
    * and after a logged stop or a refusal, at most every 10 s (newuser17 F7, F9).
    */
   #told = new Map<string, Told>();
+  /** Edge schema ids → the upstream's; null with `schemaIds: "keep"`. */
+  #translator: SchemaIdTranslator | null;
 
   constructor(options: MirrorOptions) {
     this.#o = options;
+    const ids = options.schemaIds ?? { edge: { schemaById: () => null }, upstream: null };
+    this.#translator = ids === "keep" ? null : new SchemaIdTranslator(ids.edge, ids.upstream);
     this.group = `mirror.${options.name}`;
     this.#match = matcher(options.topics);
     this.#statePath = joinPath(options.dataDir, "mirror", `${options.name}.json`);
@@ -886,6 +920,78 @@ export class Mirror {
     });
   }
 
+  /**
+   * Rewrites the schema id of every Confluent-framed key and value of `held` (in place: each
+   * rewritten part is a copy, the edge log is never changed) to the upstream's id of the same
+   * schema under the same subject (docs/edge.md "Schema ids upstream"). While the upstream's
+   * registry cannot be reached, or refuses the mirror's key, it waits with backoff (logged once
+   * per partition and cause) and tries again. A key or value that is not framed (shorter than 5
+   * bytes, another first byte: a tombstone, no key) is left as it is.
+   * @returns null once every id is translated (or the mirror is stopping), else why the
+   *   partition stops (an incompatible schema upstream, no upstream registry, an unknown edge id).
+   */
+  async #translateIds(
+    topic: string,
+    partition: number,
+    parts: FramedParts,
+    held: HeldRecord[],
+    status: MirrorPartitionStatus,
+  ): Promise<string | null> {
+    const translator = this.#translator!;
+    let backoffMs = 500;
+    let reported: string | null = null;
+    for (const part of ["key", "value"] as const) {
+      const subject = parts[part];
+      if (subject === undefined) continue;
+      const where = `topic "${topic}" partition ${partition} (record ${part}s)`;
+      const ids = new Map<number, number>();
+      for (const r of held) {
+        const edgeId = framedId(r[part]);
+        if (edgeId === null || ids.has(edgeId)) continue;
+        for (;;) {
+          if (this.#stopping) return null;
+          try {
+            ids.set(edgeId, await translator.upstreamId(subject, edgeId, where));
+            break;
+          } catch (err) {
+            if (!(err instanceof SchemaTranslationError) || err.kind === "stop")
+              return `cannot translate the schema id of the edge record at offset ${r.offset}: ${errorMessage(err)}`;
+            status.state = err.kind === "refused" ? "upstream_refused" : "uplink_down";
+            if (err.kind === "refused") this.#refused(`${partition}:${topic}`);
+            status.error = err.message;
+            status.failures++;
+            if (reported === null || !sameProblem(reported, err.message)) {
+              reported = err.message;
+              this.#o.logger.log(
+                "warn",
+                err.kind === "refused" ? "mirror.upstream_refused" : "mirror.registry_unreachable",
+                {
+                  mirror: this.#o.name,
+                  topic,
+                  partition,
+                  operation: "register_schema",
+                  subject,
+                  edge_schema_id: edgeId,
+                  error: err.message,
+                  retry:
+                    "tried again with backoff up to 30 s; nothing of this partition is forwarded until its schema ids are translated",
+                },
+              );
+            }
+            await this.#sleep(backoffMs);
+            backoffMs = Math.min(30_000, backoffMs * 2);
+          }
+        }
+      }
+      for (const r of held) {
+        const bytes = r[part];
+        const edgeId = framedId(bytes);
+        if (bytes !== null && edgeId !== null) r[part] = withId(bytes, ids.get(edgeId)!);
+      }
+    }
+    return null;
+  }
+
   /** One partition's task (module comment). */
   async #run(topic: string, partition: number, partitionCount: number): Promise<void> {
     const o = this.#o;
@@ -1049,6 +1155,19 @@ export class Mirror {
         readFrom = Math.max(readFrom, fetched.nextOffset);
         continue;
       }
+      // Confluent-framed keys or values get the upstream's schema ids (docs/edge.md "Schema ids
+      // upstream"): read from the topic's config at each batch, so a change applies at once.
+      let parts: FramedParts | null = null;
+      if (this.#translator !== null)
+        try {
+          parts = framedParts((await o.broker.describeTopic(topic)).config);
+        } catch (err) {
+          status.error = errorMessage(err);
+          status.failures++;
+          await this.#sleep(1000);
+          continue;
+        }
+      const held: HeldRecord[] | null = parts === null ? null : [];
       // Decode the contiguous run that starts the answer.
       const bytes = fetched.records.bytes;
       cursor.reset(bytes);
@@ -1063,7 +1182,14 @@ export class Mirror {
         if (first < 0) first = cursor.offset;
         last = cursor.offset;
         if (oldestTs < 0) oldestTs = cursor.timestampMs;
-        builder.add(cursor.key(), cursor.value(), cursor.timestampMs);
+        if (held === null) builder.add(cursor.key(), cursor.value(), cursor.timestampMs);
+        else
+          held.push({
+            offset: cursor.offset,
+            key: cursor.key(),
+            value: cursor.value(),
+            timestampMs: cursor.timestampMs,
+          });
       }
       status.lagMs = Math.max(0, o.clock.nowMs() - oldestTs);
       status.oldestUnforwardedMs = oldestTs;
@@ -1085,6 +1211,12 @@ export class Mirror {
           });
         }
         position = first;
+      }
+      if (held !== null && parts !== null) {
+        const problem = await this.#translateIds(topic, partition, parts, held, status);
+        if (this.#stopping) break;
+        if (problem !== null) return stop(problem);
+        for (const r of held) builder.add(r.key, r.value, r.timestampMs);
       }
       const batch = builder.build();
       await this.#pace(batch.count);
