@@ -173,20 +173,38 @@ export class FramedConnection implements TotalWaiter {
   #outBytes = 0;
   /** Callbacks of the answers in #out, called once the write of #out completes. */
   #outWritten: (() => void)[] = [];
-  /** Writes given to the socket and not yet taken by the kernel, oldest first: their bytes. */
+  /** Writes the socket holds, not yet taken by the kernel, oldest first: their bytes. */
   #writeBytes: number[] = [];
   /** The same writes' answer callbacks (null: none). */
   #writeCallbacks: ((() => void)[] | null)[] = [];
+  /**
+   * The write being handed to the socket (−1: none): its bytes and answer callbacks, queued in
+   * #writeBytes only if the kernel did not take it at once (the usual case queues nothing).
+   */
+  #writingBytes = -1;
+  #writingCallbacks: (() => void)[] | null = null;
   /** Inside `socket.write` (whose `onWritten` may come synchronously): frames start after it returns. */
   #inWrite = false;
   /** A write completed inside `socket.write` while reading was paused: pump once it returns. */
   #pumpAfterWrite = false;
   /** The socket's `onWritten` of every write (one function per connection, none per write). */
   readonly #written = (): void => {
-    const bytes = this.#writeBytes.shift();
-    const callbacks = this.#writeCallbacks.shift();
-    if (callbacks != null) for (const f of callbacks) f();
-    if (bytes === undefined || this.#closed) return;
+    let bytes: number;
+    let callbacks: (() => void)[] | null;
+    // Writes end in order: the one being made, if none waits before it, else the oldest waiting.
+    if (this.#writingBytes >= 0 && this.#writeBytes.length === 0) {
+      bytes = this.#writingBytes;
+      callbacks = this.#writingCallbacks;
+      this.#writingBytes = -1;
+      this.#writingCallbacks = null;
+    } else {
+      const queued = this.#writeBytes.shift();
+      if (queued === undefined) return;
+      bytes = queued;
+      callbacks = this.#writeCallbacks.shift() ?? null;
+    }
+    if (callbacks !== null) for (const f of callbacks) f();
+    if (this.#closed) return;
     this.#queuedBytes -= bytes;
     const total = this.#total;
     total.bytes -= bytes;
@@ -353,19 +371,26 @@ export class FramedConnection implements TotalWaiter {
     if (this.#ended || this.#out.length === 0) return;
     const chunks = this.#out;
     this.#out = [];
-    this.#writeBytes.push(this.#outBytes);
+    this.#writingBytes = this.#outBytes;
     this.#outBytes = 0;
     const written = this.#outWritten;
     if (written.length > 0) {
       this.#outWritten = [];
-      this.#writeCallbacks.push(written);
-    } else this.#writeCallbacks.push(null);
+      this.#writingCallbacks = written;
+    }
     this.#inWrite = true;
     let accepted: boolean;
     try {
       accepted = this.#socket.write(chunks, this.#written);
     } finally {
       this.#inWrite = false;
+    }
+    if (this.#writingBytes >= 0) {
+      // Not taken at once: it waits in the socket, behind those before it.
+      this.#writeBytes.push(this.#writingBytes);
+      this.#writeCallbacks.push(this.#writingCallbacks);
+      this.#writingBytes = -1;
+      this.#writingCallbacks = null;
     }
     if (!accepted) this.#writeBlocked = true;
     if (this.#pumpAfterWrite) {
@@ -447,6 +472,8 @@ export class FramedConnection implements TotalWaiter {
     this.#outWritten = [];
     this.#writeBytes = [];
     this.#writeCallbacks = [];
+    this.#writingBytes = -1;
+    this.#writingCallbacks = null;
     this.#queue = [];
     // What it held leaves the broker-wide sum now; requests still in flight release nothing more.
     const total = this.#total;

@@ -22,12 +22,15 @@ class StalledSocket implements ByteSocket {
   untaken: (() => void)[] = [];
   /** What write() returns: true models a write buffer still under its high-water mark. */
   accepts = true;
+  /** The kernel takes each write at once, inside write() (as it nearly always does for a reader). */
+  takesAtOnce = false;
   attach(handlers: ByteSocketHandlers): void {
     this.handlers = handlers;
   }
   write(chunks: readonly Uint8Array[], onWritten?: () => void): boolean {
     for (const c of chunks) this.written += c.length;
-    if (onWritten !== undefined) this.untaken.push(onWritten);
+    if (this.takesAtOnce) onWritten?.();
+    else if (onWritten !== undefined) this.untaken.push(onWritten);
     return this.accepts;
   }
   /** The kernel takes the oldest `n` writes (all by default). */
@@ -167,6 +170,32 @@ describe("connection core: answers count until the kernel takes them", () => {
     socket.take(1);
     expect(calls).toEqual([1, 2]);
     expect(core.heldBytes).toBe(0);
+  });
+
+  it("releases a write the kernel takes at once inside write(), and later ones as they are taken", async () => {
+    const total = new InFlightTotal(1 << 30);
+    const { core, socket, started } = connection(total);
+    socket.send(Uint8Array.from([...frame(1), ...frame(2), ...frame(3)]));
+    const calls: number[] = [];
+    socket.takesAtOnce = true;
+    core.finish(started[0].pending, new Uint8Array(10), () => calls.push(1));
+    await settle();
+    expect(calls).toEqual([1]);
+    expect(core.heldBytes).toBe(200);
+    socket.takesAtOnce = false;
+    core.finish(started[1].pending, new Uint8Array(20), () => calls.push(2));
+    await settle();
+    core.finish(started[2].pending, new Uint8Array(30), () => calls.push(3));
+    await settle();
+    expect(core.heldBytes).toBe(50);
+    expect(total.queuedAnswerBytes).toBe(50);
+    socket.take(1);
+    expect(calls).toEqual([1, 2]);
+    expect(core.heldBytes).toBe(30);
+    socket.take();
+    expect(calls).toEqual([1, 2, 3]);
+    expect(core.heldBytes).toBe(0);
+    expect(total.bytes).toBe(0);
   });
 });
 
