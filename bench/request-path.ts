@@ -80,13 +80,15 @@ class MemorySocket implements ByteSocket {
   attach(handlers: ByteSocketHandlers): void {
     this.handlers = handlers;
   }
-  write(chunks: readonly Uint8Array[]): boolean {
+  write(chunks: readonly Uint8Array[], onWritten?: () => void): boolean {
     for (const chunk of chunks) {
       // Every answer is one frame; a success answer has error 0 at bytes 8–9.
       if (chunk[8] !== 0 || chunk[9] !== 0) throw new Error("the broker answered with an error");
       this.answers++;
       this.onAnswer(this);
     }
+    // As a socket whose kernel buffer takes the bytes at once (`client/handle-writes.ts`).
+    onWritten?.();
     return true;
   }
   pause(): void {}

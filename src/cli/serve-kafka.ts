@@ -14,6 +14,7 @@ import type { TlsServerMaterial } from "../runtime/tls.ts";
 import { createKafkaTransport } from "../transport/kafka/listener.ts";
 import type { AccessControl } from "../auth/access.ts";
 import { accessAuthenticator } from "../transport/kafka/sasl.ts";
+import type { InFlightTotal } from "../transport/connection.ts";
 
 /** A running Kafka listener. */
 export interface KafkaListener {
@@ -56,6 +57,8 @@ export async function startKafkaListener(options: {
   bound?: EarlyListener;
   /** The broker-wide bound on open connections (`--max-connections`). */
   connectionLimit?: ConnectionLimit;
+  /** The bytes held for requests and answers over every TCP and Kafka connection (`--max-in-flight-bytes`). */
+  inFlightTotal?: InFlightTotal;
 }): Promise<KafkaListener> {
   const transport = createKafkaTransport({
     broker: options.broker,
@@ -69,6 +72,7 @@ export async function startKafkaListener(options: {
     maxRequestBytes: options.maxRequestBytes,
     readTimeoutMs: options.readTimeoutMs,
     meter: options.meter,
+    inFlightTotal: options.inFlightTotal,
   });
   const bound = options.bound;
   if (bound !== undefined) bound.serve((socket) => transport.handleConnection(socket));

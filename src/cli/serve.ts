@@ -36,6 +36,7 @@ import {
   type TlsOutgoingFiles,
 } from "../runtime/tls.ts";
 import { createTcpTransport } from "../transport/tcp/transport.ts";
+import { InFlightTotal } from "../transport/connection.ts";
 import { startKafkaListener } from "./serve-kafka.ts";
 import { guardMirrorGroup } from "../mirror/guard.ts";
 import { jsonLineLogger, type Logger, type LogLevel } from "../lib/logger.ts";
@@ -55,6 +56,10 @@ import {
   requestBytesDefault,
   requestBytesMax,
   requestBytesMin,
+  inFlightBytesTotalDefault,
+  inFlightBytesTotalMax,
+  inFlightBytesTotalMin,
+  tcpInFlightBytesMax,
   fetchWaitMsMax,
   streamLongPollMsDefault,
 } from "../lib/limits.ts";
@@ -123,6 +128,11 @@ Options:
                               (default: half the open-files limit, ulimit -n, or ${maxConnectionsFallback}
                               where it cannot be read; the other half stays for storage)
   --max-request-bytes BYTES   largest HTTP body or TCP frame (default ${requestBytesDefault})
+  --max-in-flight-bytes BYTES  bytes the TCP and Kafka connections together may hold for requests
+                              in flight (frames, each fetch's max_bytes) and answers the clients
+                              have not read yet; past it a connection starts a request only when
+                              it holds nothing, until the sum drops (default ${inFlightBytesTotalDefault};
+                              each connection also holds at most ${tcpInFlightBytesMax})
   --read-timeout MS           close a TCP or Kafka connection stalled inside a frame, or (while the
                               broker has keys) not authenticated this long after opening (default ${readTimeoutMsDefault})
   --kafka-port PORT           also speak Kafka's protocol on this port, 0 = any free port
@@ -252,6 +262,7 @@ export async function serve(argv: string[]): Promise<number> {
       "max-connections": { type: "string" },
       "flush-interval": { type: "string" },
       "max-request-bytes": { type: "string" },
+      "max-in-flight-bytes": { type: "string" },
       "read-timeout": { type: "string" },
       "kafka-port": { type: "string" },
       "kafka-advertised-host": { type: "string" },
@@ -353,6 +364,15 @@ export async function serve(argv: string[]): Promise<number> {
     requestBytesDefault,
     requestBytesMin,
     requestBytesMax,
+  );
+  const inFlightTotal = new InFlightTotal(
+    intOption(
+      "max-in-flight-bytes",
+      values["max-in-flight-bytes"],
+      inFlightBytesTotalDefault,
+      inFlightBytesTotalMin,
+      inFlightBytesTotalMax,
+    ),
   );
   const readTimeoutMs = intOption(
     "read-timeout",
@@ -848,6 +868,7 @@ export async function serve(argv: string[]): Promise<number> {
         ...(metricsServer === undefined ? {} : { metrics: metricsServer.openConnections() }),
       }),
       process: processSnapshot,
+      inFlight: () => inFlightTotal,
       mirror: mirrorTask === null ? undefined : () => mirrorTask!.observe(),
       replication: node === null ? undefined : () => node!.observeReplication(),
       build: { version, runtime },
@@ -861,6 +882,7 @@ export async function serve(argv: string[]): Promise<number> {
       refusals,
       maxRequestBytes,
       readTimeoutMs,
+      inFlightTotal,
       meter: (b) => tcpDoor.wrap(guardGroups(b)),
     });
     if (earlyTcp !== undefined) {
@@ -893,6 +915,7 @@ export async function serve(argv: string[]): Promise<number> {
           wildcardHosts.has(host),
         maxRequestBytes,
         readTimeoutMs,
+        inFlightTotal,
         tls: tlsMaterial,
         meter: (b) => kafkaDoor.wrap(guardGroups(b)),
         bound: earlyKafka,

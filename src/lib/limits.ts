@@ -159,10 +159,21 @@ export const readTimeoutMsDefault = 30_000;
 export const tcpRequestsInFlightMax = 256;
 /**
  * Bytes one TCP connection may have in flight: request frames started and not yet answered, plus
- * each started fetch's `max_bytes` (its answer's size). Past it the transport starts nothing more
- * on that connection until answers go out; one request is always allowed, so one may overshoot.
+ * each started fetch's `max_bytes` (its answer's size), plus answers not yet taken by the kernel.
+ * Past it the transport starts nothing more on that connection until answers go out; one request
+ * is always allowed, so one may overshoot.
  */
 export const tcpInFlightBytesMax = 64 * MiB;
+/**
+ * Default `--max-in-flight-bytes`: the same bytes as {@link tcpInFlightBytesMax}, summed over
+ * every TCP and Kafka connection. Past it a connection starts a request only when it has nothing
+ * in flight (docs/protocol.md "Pipelining and ordering").
+ */
+export const inFlightBytesTotalDefault = 256 * MiB;
+/** Smallest allowed `--max-in-flight-bytes`. */
+export const inFlightBytesTotalMin = 1 * MiB;
+/** Largest allowed `--max-in-flight-bytes`. */
+export const inFlightBytesTotalMax = 64 * 1024 * MiB;
 /** On shutdown, TCP connections get this many ms to finish in-flight requests before they are destroyed. */
 export const tcpShutdownGraceMs = 5_000;
 /** After the broker ends a TCP connection, it waits this many ms for the peer to close before destroying it. */

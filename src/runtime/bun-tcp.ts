@@ -167,6 +167,8 @@ export class BunByteSocket implements ByteSocket {
   #handlers: ByteSocketHandlers | null = null;
   /** Bytes the kernel has not taken yet, oldest first; null when nothing waits. */
   #queue: Uint8Array[] | null = null;
+  /** `onWritten` of the writes whose bytes wait in {@link #queue}: called once it has emptied. */
+  #queueWritten: (() => void)[] | null = null;
   /** A write answered false: the owner hears `onDrain` once the queue is empty. */
   #owesDrain = false;
   #paused = false;
@@ -214,6 +216,9 @@ export class BunByteSocket implements ByteSocket {
     if (queue === null || this.#closed) return;
     this.#queue = null;
     if (!this.#send(queue)) return;
+    const written = this.#queueWritten;
+    this.#queueWritten = null;
+    if (written !== null) for (const f of written) f();
     if (this.#ending) {
       this.#shutdown();
       return;
@@ -237,6 +242,7 @@ export class BunByteSocket implements ByteSocket {
     if (this.#closed) return;
     this.#closed = true;
     this.#queue = null;
+    this.#queueWritten = null;
     if (this.#linger !== null) clearTimeout(this.#linger);
     this.#handlers?.onClose();
   }
@@ -245,6 +251,7 @@ export class BunByteSocket implements ByteSocket {
     if (this.#ending || this.#closed) return true;
     if (this.#queue !== null) {
       for (const chunk of chunks) if (chunk.length > 0) this.#queue.push(chunk);
+      if (onWritten !== undefined) (this.#queueWritten ??= []).push(onWritten);
       this.#owesDrain = true;
       return false;
     }
@@ -253,6 +260,7 @@ export class BunByteSocket implements ByteSocket {
       onWritten?.();
       return true;
     }
+    if (onWritten !== undefined) (this.#queueWritten ??= []).push(onWritten);
     this.#owesDrain = true;
     return false;
   }
@@ -310,6 +318,7 @@ export class BunByteSocket implements ByteSocket {
     if (this.#closed) return;
     this.#ending = true;
     this.#queue = null;
+    this.#queueWritten = null;
     this.#early = null;
     this.#socket.terminate();
   }

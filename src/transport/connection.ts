@@ -13,9 +13,13 @@
  *   moment reading resumed); otherwise `<name>.read_timeout` is logged through the refusal log
  *   and the connection destroyed.
  * - Flow control: at most `maxInFlightRequests` started and unanswered requests, and at most
- *   `maxInFlightBytes` of them (whatever each request is charged: its frame plus the answer it may
- *   grow to); one request is always allowed. Past either, and while the socket's write buffer is
- *   full, no more frames are started and reading pauses (frames already buffered wait).
+ *   `maxInFlightBytes` held for them (whatever each request is charged, its frame plus the answer
+ *   it may grow to, until it is answered; from then its answer's bytes, until the socket says the
+ *   kernel took them: `onWritten`); one request is always allowed. Past either, and while the
+ *   socket's write buffer is full, no more frames are started and reading pauses (frames already
+ *   buffered wait). The same bytes of every connection sharing an {@link InFlightTotal} are
+ *   summed there: while the sum is at or over its `max`, a connection starts a frame only if it
+ *   holds nothing, and resumes once the sum drops below (docs/protocol.md "Pipelining and ordering").
  * - Ordering (`order`): `"completion"` writes each answer as soon as it is ready (the correlation
  *   id pairs them: the TCP protocol); `"request"` writes answers in request order, an unfinished
  *   one holding back those behind it (Kafka clients pair answers by order).
@@ -62,6 +66,63 @@ export interface FramedConnectionOptions {
   maxInFlightBytes: number;
   /** When answers are written: as each is ready, or in request order (module comment). */
   order: "completion" | "request";
+  /** The broker-wide sum and cap this connection's held bytes count towards (module comment). */
+  total: InFlightTotal;
+}
+
+/** What {@link InFlightTotal} wakes once its sum drops below its cap. */
+interface TotalWaiter {
+  resumeStarting(): void;
+}
+
+/**
+ * The bytes every {@link FramedConnection} sharing it holds (request frames and fetch `max_bytes`
+ * in flight, answers not yet taken by the kernel) and the cap on their sum (`--max-in-flight-bytes`,
+ * docs/protocol.md "Pipelining and ordering"). Connections update the counts themselves; a
+ * connection that finds the sum at or over `max` waits here until it drops below.
+ */
+export class InFlightTotal {
+  /** The cap, in bytes. */
+  readonly max: number;
+  /** Bytes held now, over every connection. */
+  bytes = 0;
+  /** The part of {@link bytes} that is answers queued and not yet taken by the kernel. */
+  queuedAnswerBytes = 0;
+  /** Times a connection stopped starting requests because the sum was at or over {@link max}. */
+  waits = 0;
+  readonly #waiting = new Set<TotalWaiter>();
+
+  /** @throws RangeError unless `max` is a positive number. */
+  constructor(max: number) {
+    if (!(Number.isFinite(max) && max > 0))
+      throw new RangeError(`the in-flight bytes cap must be a positive number, got ${max}`);
+    this.max = max;
+  }
+
+  /** Connections waiting for the sum to drop below {@link max}. */
+  get waiting(): number {
+    return this.#waiting.size;
+  }
+
+  /** `connection` stops starting requests until the sum drops below {@link max}. */
+  wait(connection: TotalWaiter): void {
+    if (this.#waiting.has(connection)) return;
+    this.#waiting.add(connection);
+    this.waits++;
+  }
+
+  /** `connection` has closed: it waits no more. */
+  forget(connection: TotalWaiter): void {
+    this.#waiting.delete(connection);
+  }
+
+  /** Bytes were released: wakes the waiting connections once the sum is below {@link max}. */
+  released(): void {
+    if (this.#waiting.size === 0 || this.bytes >= this.max) return;
+    const waiting = [...this.#waiting];
+    this.#waiting.clear();
+    for (const connection of waiting) connection.resumeStarting();
+  }
 }
 
 /** A started request, from {@link FramedConnection.begin} to {@link FramedConnection.finish}. */
@@ -79,7 +140,7 @@ export interface PendingRequest {
 const resolved = Promise.resolve();
 
 /** One framed connection: see the module comment. */
-export class FramedConnection {
+export class FramedConnection implements TotalWaiter {
   /** The frame splitter; owners read frames from it directly only after the connection stops starting requests. */
   readonly decoder: FrameDecoder;
   readonly #socket: ByteSocket;
@@ -90,6 +151,9 @@ export class FramedConnection {
   readonly #abort = new AbortController();
   #inFlight = 0;
   #inFlightBytes = 0;
+  /** Bytes of answers queued (in {@link #out} or written) and not yet taken by the kernel. */
+  #queuedBytes = 0;
+  readonly #total: InFlightTotal;
   /** With request order: the started requests, oldest first. */
   #queue: PendingRequest[] = [];
   #writeBlocked = false;
@@ -105,8 +169,49 @@ export class FramedConnection {
   /** On shutdown, cuts off a peer that does not close its side after the end. */
   #lingerTimer: Timer | null = null;
   #out: Uint8Array[] = [];
+  /** Bytes in #out. */
+  #outBytes = 0;
   /** Callbacks of the answers in #out, called once the write of #out completes. */
   #outWritten: (() => void)[] = [];
+  /** Writes the socket holds, not yet taken by the kernel, oldest first: their bytes. */
+  #writeBytes: number[] = [];
+  /** The same writes' answer callbacks (null: none). */
+  #writeCallbacks: ((() => void)[] | null)[] = [];
+  /**
+   * The write being handed to the socket (−1: none): its bytes and answer callbacks, queued in
+   * #writeBytes only if the kernel did not take it at once (the usual case queues nothing).
+   */
+  #writingBytes = -1;
+  #writingCallbacks: (() => void)[] | null = null;
+  /** Inside `socket.write` (whose `onWritten` may come synchronously): frames start after it returns. */
+  #inWrite = false;
+  /** A write completed inside `socket.write` while reading was paused: pump once it returns. */
+  #pumpAfterWrite = false;
+  /** The socket's `onWritten` of every write (one function per connection, none per write). */
+  readonly #written = (): void => {
+    let bytes: number;
+    let callbacks: (() => void)[] | null;
+    // Writes end in order: the one being made, if none waits before it, else the oldest waiting.
+    if (this.#writingBytes >= 0 && this.#writeBytes.length === 0) {
+      bytes = this.#writingBytes;
+      callbacks = this.#writingCallbacks;
+      this.#writingBytes = -1;
+      this.#writingCallbacks = null;
+    } else {
+      const queued = this.#writeBytes.shift();
+      if (queued === undefined) return;
+      bytes = queued;
+      callbacks = this.#writeCallbacks.shift() ?? null;
+    }
+    if (callbacks !== null) for (const f of callbacks) f();
+    if (this.#closed) return;
+    this.#queuedBytes -= bytes;
+    const total = this.#total;
+    total.bytes -= bytes;
+    total.queuedAnswerBytes -= bytes;
+    total.released();
+    if (this.#paused) this.resumeStarting();
+  };
   #flushScheduled = false;
   /** {@link #pump} is starting frames (see there). */
   #pumping = false;
@@ -120,6 +225,7 @@ export class FramedConnection {
     this.#socket = socket;
     this.#options = options;
     this.#readTimeoutKind = `${options.name}.read_timeout` as RefusalKind;
+    this.#total = options.total;
     this.decoder = new FrameDecoder({ lengthMin: options.lengthMin, lengthMax: options.lengthMax });
   }
 
@@ -141,6 +247,17 @@ export class FramedConnection {
   /** Requests started and not yet answered. */
   get inFlight(): number {
     return this.#inFlight;
+  }
+
+  /** Bytes held against the connection's budget: requests in flight plus answers not yet taken by the kernel. */
+  get heldBytes(): number {
+    return this.#inFlightBytes + this.#queuedBytes;
+  }
+
+  /** {@link InFlightTotal} (or a write taken by the kernel) makes room: starts what the limits allow. */
+  resumeStarting(): void {
+    if (this.#inWrite) this.#pumpAfterWrite = true;
+    else this.#pump();
   }
 
   /** Starts reading: installs `handler` and the socket's handlers. Called once. */
@@ -176,21 +293,22 @@ export class FramedConnection {
   adopt(pending: PendingRequest): void {
     this.#inFlight++;
     this.#inFlightBytes += pending.costBytes;
+    this.#total.bytes += pending.costBytes;
     if (this.#options.order === "request") this.#queue.push(pending);
   }
 
   /**
    * A started request is answered (`answer` null: it gets none): queues what may now be written,
    * starts frames its end makes room for, and ends the connection if it was the last one awaited
-   * while stopping. `onWritten` is called once the socket says every byte of the answer went to
-   * the kernel (never, if the connection closes first or the socket cannot tell).
+   * while stopping. The request's charge is exchanged for its answer's bytes, held until the
+   * socket says the kernel took them; `onWritten` is called then (never, if the connection closes
+   * first).
    */
   finish(pending: PendingRequest, answer: Answer | null, onWritten?: () => void): void {
     if (pending.done) return;
     pending.done = true;
     if (this.#options.order === "completion") {
-      this.#inFlight--;
-      this.#inFlightBytes -= pending.costBytes;
+      this.#answered(pending.costBytes);
       if (answer !== null) this.send(answer, onWritten);
     } else {
       pending.answer = answer;
@@ -199,27 +317,47 @@ export class FramedConnection {
       let n = 0;
       while (n < queue.length && queue[n].done) {
         const head = queue[n++];
-        this.#inFlight--;
-        this.#inFlightBytes -= head.costBytes;
+        this.#answered(head.costBytes);
         if (head.answer !== null) this.send(head.answer, head.onWritten);
         head.answer = null;
         head.onWritten = undefined;
       }
       if (n > 0) this.#queue = n === queue.length ? [] : queue.slice(n);
     }
+    this.#total.released();
     this.#pump();
     this.endIfDrained();
   }
 
+  /** A request's charge leaves the budget (a closed connection released everything already). */
+  #answered(costBytes: number): void {
+    this.#inFlight--;
+    if (this.#closed) return;
+    this.#inFlightBytes -= costBytes;
+    this.#total.bytes -= costBytes;
+  }
+
   /**
    * Queues an answer outside the request count (e.g. a refusal); written with the others of this
-   * turn. `onWritten` as in {@link finish}.
+   * turn, its bytes held as in {@link finish}. `onWritten` as in {@link finish}.
    */
   send(answer: Answer, onWritten?: () => void): void {
     if (this.#ended) return;
     const out = this.#out;
-    if (answer instanceof Uint8Array) out.push(answer);
-    else for (const chunk of answer) if (chunk.length > 0) out.push(chunk);
+    let bytes = 0;
+    if (answer instanceof Uint8Array) {
+      out.push(answer);
+      bytes = answer.length;
+    } else
+      for (const chunk of answer)
+        if (chunk.length > 0) {
+          out.push(chunk);
+          bytes += chunk.length;
+        }
+    this.#outBytes += bytes;
+    this.#queuedBytes += bytes;
+    this.#total.bytes += bytes;
+    this.#total.queuedAnswerBytes += bytes;
     if (onWritten !== undefined) this.#outWritten.push(onWritten);
     if (this.#flushScheduled) return;
     this.#flushScheduled = true;
@@ -228,20 +366,37 @@ export class FramedConnection {
     void resolved.then(this.#flushTurn);
   }
 
-  /** Writes what is queued now. */
+  /** Writes what is queued now; its bytes stay held until the socket's `onWritten`. */
   flush(): void {
     if (this.#ended || this.#out.length === 0) return;
     const chunks = this.#out;
     this.#out = [];
+    this.#writingBytes = this.#outBytes;
+    this.#outBytes = 0;
     const written = this.#outWritten;
-    let onWritten: (() => void) | undefined;
     if (written.length > 0) {
       this.#outWritten = [];
-      onWritten = () => {
-        for (const f of written) f();
-      };
+      this.#writingCallbacks = written;
     }
-    if (!this.#socket.write(chunks, onWritten)) this.#writeBlocked = true;
+    this.#inWrite = true;
+    let accepted: boolean;
+    try {
+      accepted = this.#socket.write(chunks, this.#written);
+    } finally {
+      this.#inWrite = false;
+    }
+    if (this.#writingBytes >= 0) {
+      // Not taken at once: it waits in the socket, behind those before it.
+      this.#writeBytes.push(this.#writingBytes);
+      this.#writeCallbacks.push(this.#writingCallbacks);
+      this.#writingBytes = -1;
+      this.#writingCallbacks = null;
+    }
+    if (!accepted) this.#writeBlocked = true;
+    if (this.#pumpAfterWrite) {
+      this.#pumpAfterWrite = false;
+      this.#pump();
+    }
   }
 
   /**
@@ -315,19 +470,37 @@ export class FramedConnection {
     this.decoder.clear();
     this.#out = [];
     this.#outWritten = [];
+    this.#writeBytes = [];
+    this.#writeCallbacks = [];
+    this.#writingBytes = -1;
+    this.#writingCallbacks = null;
     this.#queue = [];
+    // What it held leaves the broker-wide sum now; requests still in flight release nothing more.
+    const total = this.#total;
+    total.bytes -= this.#inFlightBytes + this.#queuedBytes;
+    total.queuedAnswerBytes -= this.#queuedBytes;
+    this.#inFlightBytes = 0;
+    this.#queuedBytes = 0;
+    this.#outBytes = 0;
+    total.forget(this);
+    total.released();
     this.#abort.abort();
     this.#handler?.onClose();
   }
 
-  /** True if the next complete frame may be started now (and so reading may go on). */
+  /**
+   * True if the next complete frame may be started now (and so reading may go on). Over the
+   * broker-wide cap only a connection holding nothing may start one; the others wait there.
+   */
   #mayStart(): boolean {
-    return (
-      !this.#stopping &&
-      !this.#writeBlocked &&
-      this.#inFlight < this.#options.maxInFlightRequests &&
-      this.#inFlightBytes < this.#options.maxInFlightBytes
-    );
+    if (this.#stopping || this.#writeBlocked || this.#inFlight >= this.#options.maxInFlightRequests)
+      return false;
+    const held = this.#inFlightBytes + this.#queuedBytes;
+    if (held >= this.#options.maxInFlightBytes) return false;
+    const total = this.#total;
+    if (total.bytes < total.max || held === 0) return true;
+    total.wait(this);
+    return false;
   }
 
   /** Starts every complete buffered frame the limits allow, then sets reading and the timer. */

@@ -38,8 +38,10 @@ export class FakeSocket implements ByteSocket {
   attach(handlers: ByteSocketHandlers): void {
     this.handlers = handlers;
   }
-  write(chunks: readonly Uint8Array[]): boolean {
-    if (!this.closed) for (const c of chunks) this.written.push(c.slice());
+  write(chunks: readonly Uint8Array[], onWritten?: () => void): boolean {
+    if (this.closed) return true;
+    for (const c of chunks) this.written.push(c.slice());
+    onWritten?.();
     return true;
   }
   pause(): void {}

@@ -104,6 +104,31 @@ describe("BunByteSocket", () => {
     expect(events).toEqual(["drain"]);
   });
 
+  it("calls onWritten at once when the kernel took a write, and for queued writes once the queue is out, in order, before onDrain", () => {
+    const { raw, socket, events } = open();
+    socket.write([bytes(1)], () => events.push("written 1"));
+    expect(events).toEqual(["written 1"]);
+    raw.room = 1;
+    expect(socket.write([bytes(2, 3)], () => events.push("written 2"))).toBe(false);
+    expect(socket.write([bytes(4)], () => events.push("written 3"))).toBe(false);
+    socket.onDrain();
+    expect(events).toEqual(["written 1"]);
+    raw.room = Number.POSITIVE_INFINITY;
+    socket.onDrain();
+    expect(raw.sent).toEqual([1, 2, 3, 4]);
+    expect(events).toEqual(["written 1", "written 2", "written 3", "drain"]);
+  });
+
+  it("never calls onWritten of writes still queued when the socket is destroyed", () => {
+    const { raw, socket, events } = open();
+    raw.room = 0;
+    socket.write([bytes(1)], () => events.push("written"));
+    socket.destroy();
+    socket.onClose();
+    socket.onDrain();
+    expect(events).toEqual(["close"]);
+  });
+
   it("sends a large answer chunk by chunk, queueing from the first chunk the kernel cut", () => {
     const { raw, socket } = open();
     const big = new Uint8Array(70 * 1024).fill(7);

@@ -38,9 +38,16 @@ class FakeSocket implements ByteSocket {
   attach(handlers: ByteSocketHandlers): void {
     this.handlers = handlers;
   }
-  write(chunks: readonly Uint8Array[], _onWritten?: () => void): boolean {
+  /** `onWritten` of writes made while the buffer was full: called on {@link drain}. */
+  unwritten: (() => void)[] = [];
+  write(chunks: readonly Uint8Array[], onWritten?: () => void): boolean {
     if (this.ended || this.destroyed) return true;
     this.writes.push(chunks.map((c) => c.slice()));
+    // The contract: called once the kernel took the bytes (at once while it takes them).
+    if (onWritten !== undefined) {
+      if (this.writeAccepts) onWritten();
+      else this.unwritten.push(onWritten);
+    }
     return this.writeAccepts;
   }
   pause(): void {
@@ -69,6 +76,9 @@ class FakeSocket implements ByteSocket {
   }
   drain(): void {
     this.writeAccepts = true;
+    const unwritten = this.unwritten;
+    this.unwritten = [];
+    for (const f of unwritten) f();
     this.handlers!.onDrain();
   }
   peerClose(): void {

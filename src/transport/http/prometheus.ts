@@ -71,6 +71,18 @@ export interface MirrorSnapshot {
   }[];
 }
 
+/** What {@link MetricsSources.inFlight} reads: an `InFlightTotal` (`transport/connection.ts`). */
+export interface InFlightSnapshot {
+  /** Bytes held now: request frames and fetch `max_bytes` in flight, answers not yet taken by the kernel. */
+  readonly bytes: number;
+  /** The part of `bytes` that is answers not yet taken by the kernel. */
+  readonly queuedAnswerBytes: number;
+  /** The cap on `bytes`. */
+  readonly max: number;
+  /** Times a connection stopped starting requests because `bytes` was at or over `max`. */
+  readonly waits: number;
+}
+
 /** Everything one scrape reads. */
 export interface MetricsSources {
   registry: MetricsRegistry;
@@ -81,6 +93,11 @@ export interface MetricsSources {
   /** Open connections per listener ("http", "tcp", "metrics"); null where the runtime cannot count them. */
   connections?: () => Record<string, number | null>;
   process?: () => ProcessSnapshot;
+  /**
+   * Bytes held for requests in flight and unread answers over every TCP and Kafka connection, and
+   * their cap (`InFlightTotal`, `--max-in-flight-bytes`; docs/protocol.md "Pipelining and ordering").
+   */
+  inFlight?: () => InFlightSnapshot;
   /** The mirror (`serve --mirror-to`), if one runs. */
   mirror?: () => Promise<MirrorSnapshot>;
   /** Cluster mode: replication (`ClusterNode.observeReplication`). */
@@ -463,6 +480,37 @@ export async function renderMetrics(sources: MetricsSources): Promise<string> {
     );
     for (const [listener, count] of Object.entries(connections))
       if (count !== null) out.sample({ listener }, count);
+  }
+  const inFlight = sources.inFlight?.();
+  if (inFlight !== undefined) {
+    out
+      .family(
+        "esb_in_flight_bytes",
+        "gauge",
+        "Bytes the TCP and Kafka connections hold for requests in flight (frames, fetch max_bytes) and answers not yet taken by the kernel.",
+      )
+      .sample({}, inFlight.bytes);
+    out
+      .family(
+        "esb_in_flight_bytes_limit",
+        "gauge",
+        "The cap on esb_in_flight_bytes (--max-in-flight-bytes).",
+      )
+      .sample({}, inFlight.max);
+    out
+      .family(
+        "esb_queued_answer_bytes",
+        "gauge",
+        "Bytes of answers written to TCP and Kafka connections and not yet taken by the kernel (clients not reading).",
+      )
+      .sample({}, inFlight.queuedAnswerBytes);
+    out
+      .family(
+        "esb_in_flight_waits_total",
+        "counter",
+        "Times a connection stopped starting requests because esb_in_flight_bytes was at its cap.",
+      )
+      .sample({}, inFlight.waits);
   }
   const refusals = sources.refusals?.();
   if (refusals !== undefined) {

@@ -13,8 +13,10 @@
  * - Ordering: requests start in frame order and their responses are written in request order
  *   (librdkafka pipelines and pairs responses by order as well as by correlation id): a
  *   long-polling Fetch holds back the answers behind it.
- * - Flow control: at most `maxInFlightRequests` unanswered requests and `maxInFlightBytes` of them
- *   (frame bytes plus each Fetch's `max_bytes`); past either reading pauses.
+ * - Flow control: at most `maxInFlightRequests` unanswered requests and `maxInFlightBytes` held
+ *   for them (frame bytes plus each Fetch's `max_bytes`, then its answer's bytes until the kernel
+ *   has taken them), within the broker-wide `inFlightTotal`; past either reading pauses
+ *   (`../connection.ts`).
  * - Errors: a BrokerError is answered with its Kafka code (`kafkaErrorCodes`) in the api's
  *   layout; anything else is logged and answered −1 UNKNOWN_SERVER_ERROR (or closes the
  *   connection where the layout has no error field).
@@ -29,6 +31,7 @@ import type { Broker } from "../../broker/types.ts";
 import type { Clock, Timer } from "../../lib/clock.ts";
 import { errorMessage, errorStack } from "../../lib/errors.ts";
 import {
+  inFlightBytesTotalDefault,
   readTimeoutMsDefault,
   requestBytesDefault,
   tcpInFlightBytesMax,
@@ -42,7 +45,12 @@ import type { Gunzip } from "../../protocol/kafka/compression.ts";
 import { kafkaApiName, peekRequestHeader, requestSizeMin } from "../../protocol/kafka/header.ts";
 import type { KafkaNode } from "../../protocol/kafka/metadata.ts";
 import { KafkaDecodeError } from "../../protocol/kafka/wire.ts";
-import { ConnectionSet, FramedConnection, type FramedConnectionHandler } from "../connection.ts";
+import {
+  ConnectionSet,
+  FramedConnection,
+  type FramedConnectionHandler,
+  InFlightTotal,
+} from "../connection.ts";
 import type { ByteSocket } from "../tcp/socket.ts";
 import {
   CloseConnection,
@@ -81,8 +89,13 @@ export interface KafkaTransportOptions {
   readTimeoutMs?: number;
   /** Unanswered requests per connection before reading pauses. */
   maxInFlightRequests?: number;
-  /** Bytes of unanswered requests per connection (frames + fetch `max_bytes`) before reading pauses. */
+  /** Bytes per connection of unanswered requests (frames + fetch `max_bytes`) and of answers the kernel has not taken, before reading pauses. */
   maxInFlightBytes?: number;
+  /**
+   * The same bytes summed over connections, and their cap (`--max-in-flight-bytes`, shared with
+   * the TCP front door). Default: one of this listener's own, capped at `inFlightBytesTotalDefault`.
+   */
+  inFlightTotal?: InFlightTotal;
   /**
    * Wraps each broker view a connection is served through, to count its calls
    * (`transport/metered-broker.ts`, `transport="kafka"`). Default: none.
@@ -118,6 +131,8 @@ export interface KafkaSettings {
   readTimeoutMs: number;
   maxInFlightRequests: number;
   maxInFlightBytes: number;
+  /** See {@link KafkaTransportOptions.inFlightTotal}. */
+  inFlightTotal: InFlightTotal;
   /** See {@link KafkaTransportOptions.meter}. */
   meter: <B extends Broker>(broker: B) => B;
   /** See {@link KafkaTransportOptions.advertiseReachedHost}. */
@@ -141,6 +156,7 @@ export function createKafkaTransport(options: KafkaTransportOptions): KafkaTrans
     readTimeoutMs: options.readTimeoutMs ?? readTimeoutMsDefault,
     maxInFlightRequests: options.maxInFlightRequests ?? tcpRequestsInFlightMax,
     maxInFlightBytes: options.maxInFlightBytes ?? tcpInFlightBytesMax,
+    inFlightTotal: options.inFlightTotal ?? new InFlightTotal(inFlightBytesTotalDefault),
     meter: options.meter ?? ((broker) => broker),
     advertiseReachedHost: options.advertiseReachedHost ?? false,
   };
@@ -192,6 +208,7 @@ class KafkaConnection implements FramedConnectionHandler {
       maxInFlightRequests: settings.maxInFlightRequests,
       maxInFlightBytes: settings.maxInFlightBytes,
       order: "request",
+      total: settings.inFlightTotal,
     });
     this.#state = {
       settings,

@@ -40,8 +40,9 @@ export interface ByteSocket {
    * Queues the chunks as one gathered write, in order. Returns false once the socket's write
    * buffer is over its high-water mark: the writer should stop producing until `onDrain`.
    * Writes after `end()` or `destroy()` are dropped. `onWritten`, if given, is called once every
-   * byte of these chunks has gone to the kernel, so that their buffers may be reused; a socket
-   * that cannot tell (or that keeps the chunks queued, or closes first) never calls it.
+   * byte of these chunks has gone to the kernel (synchronously when it took them at once), so
+   * that their buffers may be reused and the connection stops holding them against its in-flight
+   * budget; never if the socket closes first (the owner releases everything on `onClose`).
    */
   write(chunks: readonly Uint8Array[], onWritten?: () => void): boolean;
   /** Stops delivering `onData` until {@link ByteSocket.resume}. Idempotent. */

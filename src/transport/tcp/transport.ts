@@ -15,9 +15,11 @@
  *   as each frame completes (every complete frame of a read at once). Responses are written as
  *   each finishes and may overtake one another; the correlation id pairs them.
  * - Flow control: at most `maxInFlightRequests` started and unanswered requests, and at most
- *   `maxInFlightBytes` of them (request frame bytes plus each fetch's `max_bytes`, the size of its
- *   answer; one request is always allowed). Past either, and while the socket's write buffer is
- *   full, no more frames are started and reading pauses (frames already buffered wait).
+ *   `maxInFlightBytes` held for them (request frame bytes plus each fetch's `max_bytes`, the size
+ *   of its answer, until answered; then the answer's bytes until the kernel has taken them; one
+ *   request is always allowed). Past either, while the socket's write buffer is full, and while
+ *   the sum over every connection is at or over `inFlightTotal.max` (for a connection holding
+ *   anything), no more frames are started and reading pauses (frames already buffered wait).
  * - Writes: responses finishing in the same microtask turn go out as one gathered write. A fetch
  *   answer is two chunks, its header and the stored record bytes as the broker read them, so the
  *   records are never copied into a frame buffer (the broker hands out fresh bytes per fetch; a
@@ -46,6 +48,7 @@ import { BrokerError, Errors } from "../../broker/errors.ts";
 import type { Broker } from "../../broker/types.ts";
 import type { Clock, Timer } from "../../lib/clock.ts";
 import {
+  inFlightBytesTotalDefault,
   readTimeoutMsDefault,
   requestBytesDefault,
   tcpInFlightBytesMax,
@@ -72,6 +75,7 @@ import {
   ConnectionSet,
   FramedConnection,
   type FramedConnectionHandler,
+  InFlightTotal,
   type PendingRequest,
 } from "../connection.ts";
 import type { ByteSocket } from "./socket.ts";
@@ -110,8 +114,13 @@ export interface TcpTransportOptions {
   readTimeoutMs?: number;
   /** Started, unanswered requests per connection before reading pauses (default `tcpRequestsInFlightMax`). */
   maxInFlightRequests?: number;
-  /** Bytes of started, unanswered requests per connection (frames + fetch `max_bytes`) before reading pauses (default `tcpInFlightBytesMax`). */
+  /** Bytes per connection of started, unanswered requests (frames + fetch `max_bytes`) and of answers the kernel has not taken, before reading pauses (default `tcpInFlightBytesMax`). */
   maxInFlightBytes?: number;
+  /**
+   * The same bytes summed over connections, and their cap (`--max-in-flight-bytes`, shared with
+   * the Kafka listener). Default: one of this transport's own, capped at `inFlightBytesTotalDefault`.
+   */
+  inFlightTotal?: InFlightTotal;
   /**
    * Authentication and authorization (module comment). Without it every connection uses
    * `broker` directly, as before keys existed.
@@ -153,6 +162,7 @@ export function createTcpTransport(options: TcpTransportOptions): TcpTransport {
     readTimeoutMs: options.readTimeoutMs ?? readTimeoutMsDefault,
     maxInFlightRequests: options.maxInFlightRequests ?? tcpRequestsInFlightMax,
     maxInFlightBytes: options.maxInFlightBytes ?? tcpInFlightBytesMax,
+    inFlightTotal: options.inFlightTotal ?? new InFlightTotal(inFlightBytesTotalDefault),
     access: options.access ?? null,
     meter: options.meter ?? ((broker) => broker),
   };
@@ -191,6 +201,7 @@ interface Settings {
   readTimeoutMs: number;
   maxInFlightRequests: number;
   maxInFlightBytes: number;
+  inFlightTotal: InFlightTotal;
   access: AccessControl | null;
   meter: <B extends Broker>(broker: B) => B;
 }
@@ -300,6 +311,7 @@ class Connection implements FramedConnectionHandler {
       maxInFlightRequests: settings.maxInFlightRequests,
       maxInFlightBytes: settings.maxInFlightBytes,
       order: "completion",
+      total: settings.inFlightTotal,
     });
     const connection = this;
     this.#api = {
