@@ -60,6 +60,22 @@ export const segmentPreallocateMinBytes = 64 * KiB;
  */
 export const inlineSyncBytesMax = 256 * KiB;
 /**
+ * The most bytes the runtime's file handles read synchronously in one event-loop turn
+ * (docs/runtimes.md "File reads: synchronous within a budget per turn"): reads within it run on
+ * the calling thread (page-cached bytes, cheapest there), a read that would pass it goes to the
+ * thread pool, so that consumers pipelining large fetches cannot hold the loop (and every other
+ * connection) for tens of milliseconds per turn. One consumer's fetch of ~300 KB a turn stays
+ * synchronous; a read of the default 1 MiB `max_bytes` goes to the pool (one round trip to a pool
+ * thread, small beside copying the MiB). Smaller is fairer: the listener accepts one connection
+ * per turn, so a new connection waits about as many turns as connections are queued ahead of it.
+ */
+export const syncReadBytesPerTurn = 512 * KiB;
+/**
+ * The most file reads running in the runtime's thread pool at once (Node's pool has 4 threads by
+ * default); more wait their turn, so that fsyncs and other pool work keep a free thread.
+ */
+export const poolReadsInFlightMax = 2;
+/**
  * The most event-loop turns a partition's next fsync waits for requests still arriving
  * (docs/storage.md "Writes and durability", group commit): it waits only after an fsync that
  * answered several requests, one turn at a time, and only while each turn brings new ones, so

@@ -10,9 +10,14 @@
  * its own file, which no group commit can share) then sync concurrently, and the file system
  * commits them together, instead of one after another on the calling thread (1,000 files, one
  * small write each: ~1–2 k fdatasyncs/s in turn, ~10–18 k at once on this machine's ext4).
+ * Reads are synchronous within a budget of bytes per event-loop turn (`syncReadBytesPerTurn`);
+ * beyond it they wait for a later turn, and one larger than the budget runs in the thread pool
+ * (docs/runtimes.md "File reads: synchronous within a budget per turn"). Close and truncate wait
+ * for the reads started before them, so that a file descriptor is never closed (and reused) or
+ * cut under a read still to run.
  */
 import * as fs from "node:fs";
-import { inlineSyncBytesMax } from "../lib/limits.ts";
+import { inlineSyncBytesMax, poolReadsInFlightMax, syncReadBytesPerTurn } from "../lib/limits.ts";
 import {
   FsError,
   type FileHandle,
@@ -20,6 +25,7 @@ import {
   type FileSystem,
   type OpenOptions,
 } from "../fs/types.ts";
+import { InFlightLimit, TurnReadBudget } from "./read-budget.ts";
 
 /**
  * A node:fs error as an FsError. Node's messages already start with the code
@@ -37,6 +43,31 @@ function wrap(err: unknown, path: string): FsError {
 let poolSyncsInFlight = 0;
 /** An fdatasync ran on the calling thread in this turn of the event loop. */
 let inlineSyncThisTurn = false;
+
+/** Bytes read synchronously in this event-loop turn, by every handle (one loop, one budget). */
+const syncReads = new TurnReadBudget(syncReadBytesPerTurn, (fn) => setImmediate(fn));
+/** Reads in the thread pool, by every handle. */
+const poolReads = new InFlightLimit(poolReadsInFlightMax);
+
+/** Reads `buf.length` bytes at `position` in the thread pool, fewer at the end of the file. */
+function readAsync(fd: number, buf: Uint8Array, position: number, path: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    let got = 0;
+    const next = (): void => {
+      try {
+        fs.read(fd, buf, got, buf.length - got, position + got, (err, n) => {
+          if (err) return reject(wrap(err, path));
+          got += n;
+          if (n === 0 || got >= buf.length) resolve(got);
+          else next();
+        });
+      } catch (err) {
+        reject(wrap(err, path));
+      }
+    };
+    next();
+  });
+}
 
 /** fdatasync of a file in the thread pool, counted in {@link poolSyncsInFlight}. */
 function pooledDataSync(fd: number, path: string): Promise<void> {
@@ -80,6 +111,8 @@ class NodeFileHandle implements FileHandle {
   #fd: number | null;
   /** Bytes written since the last fsync started (decides inline or thread-pool fsync). */
   #unsyncedBytes = 0;
+  /** Reads of this file waiting for a later turn or in the pool (each settles, never rejects). */
+  readonly #laterReads = new Set<Promise<unknown>>();
   constructor(
     fd: number,
     readonly path: string,
@@ -95,6 +128,14 @@ class NodeFileHandle implements FileHandle {
 
   async read(buf: Uint8Array, position: number): Promise<number> {
     const fd = this.#handle();
+    if (buf.length > syncReads.bytesPerTurn)
+      return this.#later(poolReads.run(() => readAsync(fd, buf, position, this.path)));
+    const turn = syncReads.reserve(buf.length);
+    if (turn === null) return this.#readNow(fd, buf, position);
+    return this.#later(turn.then(() => this.#readNow(fd, buf, position)));
+  }
+
+  #readNow(fd: number, buf: Uint8Array, position: number): number {
     try {
       let got = 0;
       while (got < buf.length) {
@@ -106,6 +147,21 @@ class NodeFileHandle implements FileHandle {
     } catch (err) {
       throw wrap(err, this.path);
     }
+  }
+
+  /** Tracks `read` in {@link #laterReads} until it settles; returns it. */
+  #later(read: Promise<number>): Promise<number> {
+    const settled: Promise<unknown> = read.then(
+      () => this.#laterReads.delete(settled),
+      () => this.#laterReads.delete(settled),
+    );
+    this.#laterReads.add(settled);
+    return read;
+  }
+
+  /** Resolves once the reads of this file not yet done now have settled (not those started after). */
+  async #laterReadsSettled(): Promise<void> {
+    await Promise.all([...this.#laterReads]);
   }
 
   async write(bytes: Uint8Array, position: number): Promise<void> {
@@ -140,6 +196,11 @@ class NodeFileHandle implements FileHandle {
   }
 
   async truncate(length: number): Promise<void> {
+    // A read started before the truncate sees the bytes before it, as a synchronous one would.
+    if (this.#laterReads.size > 0) {
+      this.#handle();
+      await this.#laterReadsSettled();
+    }
     try {
       fs.ftruncateSync(this.#handle(), length);
     } catch (err) {
@@ -159,6 +220,9 @@ class NodeFileHandle implements FileHandle {
     if (this.#fd === null) return;
     const fd = this.#fd;
     this.#fd = null;
+    // Reads started before the close finish on this descriptor; closing it first could let a new
+    // open reuse its number under them.
+    if (this.#laterReads.size > 0) await this.#laterReadsSettled();
     try {
       fs.closeSync(fd);
     } catch (err) {
