@@ -155,7 +155,8 @@ Options:
                               partition stopped by such a gap logs mirror.gap_skipped (error, with
                               the lost offsets) and goes on from the log start offset (default:
                               it stops; see docs/edge.md "Retention and the mirror")
-  --mirror-api-key-file FILE  the upstream's API key (default: $ES_BROKER_MIRROR_API_KEY)
+  --mirror-api-key-file FILE  the upstream's API key (default: $ES_BROKER_MIRROR_API_KEY); SIGHUP
+                              re-reads it for the next connections (a rotated key)
   --mirror-tls                connect to the upstream with TLS (implied by the options below)
   --mirror-tls-ca FILE        check the upstream's certificate against this CA (PEM)
   --mirror-tls-insecure       TLS without checking the upstream's certificate
@@ -220,8 +221,8 @@ Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), ever
 port needs an API key, except GET (or HEAD) /healthz, /readyz, /v1/openapi.json and the console's
 page and assets (the console asks for a key itself); Kafka clients use SASL/PLAIN
 (user = the key's name or id, password = the key). A key file that cannot be read refuses the start.
-SIGHUP reloads the TLS files (also --cluster-etcd-*) and ${apiKeysFileName}; open connections keep
-working.
+SIGHUP reloads the TLS files (also --cluster-etcd-*), ${apiKeysFileName} and --mirror-api-key-file;
+open connections keep working.
 SIGINT or SIGTERM: stop accepting, finish the requests in flight, fsync, close, exit 0 (with
 --cluster it leaves the cluster first: no more produces as leader, its followers fetch what it
 wrote for at most 3 s, then its departure moves its leaderships at once); a second
@@ -747,6 +748,8 @@ export async function serve(argv: string[]): Promise<number> {
   // Front doors may read the mirror's group but never change it (src/mirror/guard.ts).
   const guardGroups = <B extends Broker>(b: B): B =>
     mirror === null ? b : guardMirrorGroup(b, `mirror.${mirror.name}`);
+  // The upstream key: re-read from --mirror-api-key-file on SIGHUP, used by the next connection.
+  let mirrorApiKey = mirror?.apiKey;
   if (mirror !== null) {
     mirrorTask = new Mirror({
       broker,
@@ -760,7 +763,7 @@ export async function serve(argv: string[]): Promise<number> {
         TcpClient.connect({
           host: mirror.host,
           port: mirror.port,
-          apiKey: mirror.apiKey,
+          apiKey: mirrorApiKey,
           tls: mirror.tls,
           timeoutMs: mirror.timeoutMs,
         }),
@@ -768,7 +771,7 @@ export async function serve(argv: string[]): Promise<number> {
       connectTo: async (address) =>
         TcpClient.connect({
           ...parseHostPort(address),
-          apiKey: mirror.apiKey,
+          apiKey: mirrorApiKey,
           tls: mirror.tls,
           timeoutMs: mirror.timeoutMs,
         }),
@@ -977,6 +980,26 @@ export async function serve(argv: string[]): Promise<number> {
           logger.log("error", "cluster.etcd_password_reload_failed", { error: errorMessage(err) });
         }
       }
+      if (mirror?.apiKeyFile !== undefined) {
+        // The mirror's upstream key (a rotated or re-issued one): never logged, only its file.
+        try {
+          const key = readApiKey({ "api-key-file": mirror.apiKeyFile });
+          const changed = key !== mirrorApiKey;
+          mirrorApiKey = key;
+          logger.log("info", "mirror.api_key_reloaded", {
+            mirror: mirror.name,
+            file: mirror.apiKeyFile,
+            changed,
+          });
+          if (changed) mirrorTask?.retryRefused();
+        } catch (err) {
+          logger.log("error", "mirror.api_key_reload_failed", {
+            mirror: mirror.name,
+            file: mirror.apiKeyFile,
+            error: errorMessage(err),
+          });
+        }
+      }
       try {
         const result = await keys.reload();
         logger.log("info", "auth.keys_reloaded", {
@@ -1081,6 +1104,8 @@ interface MirrorSettings {
   skipGaps: boolean;
   renames: MirrorRename[];
   apiKey: string | undefined;
+  /** `--mirror-api-key-file`: re-read on SIGHUP. */
+  apiKeyFile: string | undefined;
   tls: ConnectionOptions | undefined;
 }
 
@@ -1150,6 +1175,7 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
       { "api-key-file": values["mirror-api-key-file"] as string | undefined },
       { ES_BROKER_API_KEY: process.env.ES_BROKER_MIRROR_API_KEY },
     ),
+    apiKeyFile: values["mirror-api-key-file"] as string | undefined,
     tls: clientTlsOptions({
       tls: values["mirror-tls"] as boolean,
       "tls-ca": values["mirror-tls-ca"] as string | undefined,

@@ -36,7 +36,7 @@
  * | no answer in time (`timeout`), connection lost | unknown: slow, paused, gone or moved       | ask every broker the mirror knows who leads (Metadata version 1, `./route.ts`): the newest view naming another leader → send there; the broker sent to answers and still leads → `mirror.upstream_slow` once, resend to it after a backoff on the same connection (answered as a duplicate once stored); it answers nothing → keep sending to it with backoff on a fresh connection (`mirror.upstream_unreachable` for the `--mirror-to` broker, `mirror.upstream_leader_unreachable` for a leader); the other partitions' batches on a connection the mirror closed are resent without a log line |
  * | other retriable error                         | unknown                                      | resend the same batch after a backoff; a `not_leader` without a leader is logged once per partition (`mirror.upstream_not_leader`) |
  * | `topic_not_found`                             | upstream topic missing                       | create it with the edge's partition count, resend; a refused create is logged once (`mirror.upstream_refused`, operation `create_topic`) and tried again with backoff up to 30 s |
- * | `unauthenticated`, `forbidden`                | wrong or revoked key, or a missing role      | log once (`mirror.upstream_refused`), resend after a backoff up to 30 s |
+ * | `unauthenticated`, `key_revoked`, `forbidden` | wrong or revoked key, or a missing role      | upstream down; log once for the whole upstream (`mirror.upstream_refused`), resend after a backoff up to 30 s (at once after {@link Mirror.retryRefused}) |
  * | other refusal                                 | configuration problem                        | stop the partition with the error |
  *
  * A position below the edge partition's log start offset means retention deleted records before
@@ -295,6 +295,8 @@ export class Mirror {
   #selfClosed = new WeakSet<TcpClient>();
   /** Upstream topic → the ask for its leaders under way (one at a time per topic, shared). */
   #asks = new Map<string, Promise<LeaderAnswer[]>>();
+  /** Partitions waiting after a refusal of the key ({@link Mirror.retryRefused} wakes them). */
+  #refusedWake = new Set<() => void>();
 
   constructor(options: MirrorOptions) {
     this.#o = options;
@@ -367,6 +369,16 @@ export class Mirror {
     return [...this.#status.values()]
       .map((s) => ({ ...s }))
       .sort((a, b) => (a.topic < b.topic ? -1 : a.topic > b.topic ? 1 : a.partition - b.partition));
+  }
+
+  /**
+   * Sends the batches the upstream refused (`unauthenticated`, `forbidden`, `key_revoked`) again
+   * now, instead of after their backoff (up to 30 s): for a key reloaded on SIGHUP
+   * (`--mirror-api-key-file`, docs/edge.md "Exactly once"), which the next connection uses.
+   * Connections already open keep the key they authenticated with.
+   */
+  retryRefused(): void {
+    for (const wake of [...this.#refusedWake]) wake();
   }
 
   /** Stops every task (waits for them) and closes the upstream connection. */
@@ -572,6 +584,21 @@ export class Mirror {
     });
   }
 
+  /**
+   * {@link Mirror.retryRefused} ends this wait early: a partition refused by the upstream waits
+   * `ms` (its backoff, up to 30 s) before sending its batch again.
+   */
+  #sleepRefused(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        this.#refusedWake.delete(wake);
+        resolve();
+      };
+      this.#refusedWake.add(wake);
+      void this.#sleep(ms).then(wake);
+    });
+  }
+
   async #upstream(): Promise<TcpClient> {
     if (this.#client !== null && !this.#client.closed) return this.#client;
     this.#connecting ??= this.#o.connect().finally(() => (this.#connecting = null));
@@ -643,11 +670,12 @@ export class Mirror {
       cause instanceof Error && !err.message.includes(cause.message)
         ? `${err.message}: ${cause.message}`
         : err.message;
-    if (
-      this.#uplinkReport === null ||
-      this.#uplinkReportBroker !== broker ||
-      !sameProblem(this.#uplinkReport, message)
-    ) {
+    // A refused key is the same problem whichever broker of the cluster refuses it (each
+    // partition's leader does): logged once, not once per leader connection and retry.
+    const sameBroker =
+      this.#uplinkReportBroker === broker ||
+      (event === "mirror.upstream_refused" && this.#uplinkReportEvent === event);
+    if (this.#uplinkReport === null || !sameBroker || !sameProblem(this.#uplinkReport, message)) {
       this.#uplinkReport = message;
       this.#uplinkReportBroker = broker;
       this.#uplinkReportEvent = event;
@@ -677,11 +705,13 @@ export class Mirror {
   #reachedAgain(broker: string, options: { anyBroker?: boolean } = {}): void {
     const silent = this.#uplinkReportBroker;
     if (this.#uplinkReport === null || silent === null) return;
-    if (silent !== broker && options.anyBroker !== true) return;
+    // A refused key is the cluster's answer, not one broker's: any batch through ends it.
+    const refused = this.#uplinkReportEvent === "mirror.upstream_refused";
+    if (silent !== broker && options.anyBroker !== true && !refused) return;
     this.#o.logger.log("info", "mirror.upstream_reachable", {
       mirror: this.#o.name,
       broker: this.#brokerName(broker),
-      ...(silent === broker ? {} : { unreachable: this.#brokerName(silent) }),
+      ...(silent === broker || refused ? {} : { unreachable: this.#brokerName(silent) }),
     });
     this.#uplinkReport = null;
     this.#uplinkReportBroker = null;
@@ -1077,9 +1107,16 @@ export class Mirror {
             backoffMs = Math.min(30_000, backoffMs * 2);
             continue;
           }
-          if (err.code === "unauthenticated" || err.code === "forbidden") {
+          if (
+            err.code === "unauthenticated" ||
+            err.code === "forbidden" ||
+            err.code === "key_revoked"
+          ) {
             // A wrong or revoked key, or one without the producer role upstream: an operator
-            // fixes it there or here, so the batch waits and is sent again — never dropped.
+            // fixes it there or here, so the batch waits and is sent again — never dropped. The
+            // upstream is down for the mirror until a batch gets through (docs/operations.md
+            // "Metrics": `esb_mirror_upstream_up` 0, so `EsBrokerMirrorUpstreamDown` can fire).
+            this.#upstreamReachable = false;
             status.state = "upstream_refused";
             status.error = this.#reportUplink(
               "mirror.upstream_refused",
@@ -1087,7 +1124,7 @@ export class Mirror {
               routedTo ?? "mirror-to",
             );
             if (client !== null) this.#closeOwn(client);
-            await this.#sleep(backoffMs);
+            await this.#sleepRefused(backoffMs);
             backoffMs = Math.min(30_000, backoffMs * 2);
             continue;
           }
