@@ -38,6 +38,7 @@ import {
 import { createTcpTransport } from "../transport/tcp/transport.ts";
 import { startKafkaListener } from "./serve-kafka.ts";
 import { guardMirrorGroup } from "../mirror/guard.ts";
+import { BootstrapConnector } from "../mirror/bootstrap.ts";
 import { jsonLineLogger, type Logger, type LogLevel } from "../lib/logger.ts";
 import { RefusalLog } from "../lib/refusals.ts";
 import {
@@ -137,9 +138,10 @@ Options:
   --cold-s3-region REGION     signing region (default AWS_REGION, AWS_DEFAULT_REGION, us-east-1)
   --cold-cache-bytes BYTES    memory for cold reads (default ${coldCacheBytesDefault}; 0 = no cache)
   --cold-upload-bytes-per-sec BYTES  cap on upload bandwidth to the cold tier (default 0: none)
-  --mirror-to HOST:PORT       forward every record of the topics matching --mirror-topics to the
-                              es-broker at HOST:PORT (its TCP port), exactly once, same topic,
-                              partition, key, value and timestamp; see docs/edge.md
+  --mirror-to HOST:PORT[,HOST:PORT…]  forward every record of the topics matching --mirror-topics
+                              to the es-broker at HOST:PORT (its TCP port), exactly once, same
+                              topic, partition, key, value and timestamp; several brokers of an
+                              upstream cluster: the first that connects is used (docs/edge.md)
   --mirror-topics PATTERN     topics to forward (repeatable or comma-separated; * matches any run)
   --mirror-rename LOCAL=REMOTE  forward topic LOCAL to topic REMOTE upstream (repeatable; a pattern
                               with one * on each side maps many: 'sensors.*=site17.sensors.*';
@@ -751,6 +753,14 @@ export async function serve(argv: string[]): Promise<number> {
   // The upstream key: re-read from --mirror-api-key-file on SIGHUP, used by the next connection.
   let mirrorApiKey = mirror?.apiKey;
   if (mirror !== null) {
+    const upstreamBootstrap = new BootstrapConnector(mirror.bootstrap, (address) =>
+      TcpClient.connect({
+        ...parseHostPort(address),
+        apiKey: mirrorApiKey,
+        tls: mirror.tls,
+        timeoutMs: mirror.timeoutMs,
+      }),
+    );
     mirrorTask = new Mirror({
       broker,
       fs: nodeFs,
@@ -759,14 +769,8 @@ export async function serve(argv: string[]): Promise<number> {
       logger,
       name: mirror.name,
       topics: mirror.topics,
-      connect: () =>
-        TcpClient.connect({
-          host: mirror.host,
-          port: mirror.port,
-          apiKey: mirrorApiKey,
-          tls: mirror.tls,
-          timeoutMs: mirror.timeoutMs,
-        }),
+      // The first of the --mirror-to brokers that connects (the last one that did first).
+      connect: () => upstreamBootstrap.connect(),
       // A partition's leader in an upstream cluster, as its not_leader answer names it.
       connectTo: async (address) =>
         TcpClient.connect({
@@ -775,7 +779,10 @@ export async function serve(argv: string[]): Promise<number> {
           tls: mirror.tls,
           timeoutMs: mirror.timeoutMs,
         }),
-      upstreamAddress: `${mirror.host}:${mirror.port}`,
+      // Read at each log line: the bootstrap broker connected to (or the whole list).
+      get upstreamAddress() {
+        return upstreamBootstrap.address;
+      },
       askLeaderMs: Math.min(3000, mirror.timeoutMs),
       randomHex: () => Buffer.from(systemKeyCrypto.randomBytes(8)).toString("hex"),
       recordsPerSecond: mirror.recordsPerSecond,
@@ -1093,8 +1100,11 @@ function warnIfExitHeld(logger: Logger): void {
 
 /** What `--mirror-*` asks for, checked. */
 interface MirrorSettings {
+  /** The first `--mirror-to` broker. */
   host: string;
   port: number;
+  /** Every `--mirror-to` broker, "host:port" (IPv6 as "[v6]:port"), in the order given. */
+  bootstrap: string[];
   topics: string[];
   name: string;
   recordsPerSecond: number;
@@ -1131,11 +1141,16 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
   } catch (err) {
     throw new UsageError(err instanceof Error ? err.message : String(err));
   }
-  const m = /^(?:tcp:\/\/)?(\[[^\]]+\]|[^:/]+):(\d{1,5})$/.exec(to);
-  if (m === null || Number(m[2]) < 1 || Number(m[2]) > 65535)
-    throw new UsageError(
-      `--mirror-to must be HOST:PORT (the upstream broker's TCP port), got ${JSON.stringify(to)}`,
-    );
+  // HOST:PORT[,HOST:PORT…]: bootstrap brokers of an upstream cluster, as the client's --broker.
+  const bootstrap: { host: string; port: number }[] = [];
+  for (const entry of to.split(",").map((t) => t.trim())) {
+    const m = /^(?:tcp:\/\/)?(\[[^\]]+\]|[^:/]+):(\d{1,5})$/.exec(entry);
+    if (m === null || Number(m[2]) < 1 || Number(m[2]) > 65535)
+      throw new UsageError(
+        `--mirror-to must be HOST:PORT[,HOST:PORT…] (the upstream brokers' TCP ports), got ${JSON.stringify(entry)}${entry === to ? "" : ` in ${JSON.stringify(to)}`}`,
+      );
+    bootstrap.push({ host: m[1].replace(/^\[|\]$/g, ""), port: Number(m[2]) });
+  }
   if (topics.length === 0)
     throw new UsageError("--mirror-to needs --mirror-topics PATTERN (which topics to forward)");
   for (const t of topics)
@@ -1163,8 +1178,11 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
     600_000,
   );
   return {
-    host: m[1].replace(/^\[|\]$/g, ""),
-    port: Number(m[2]),
+    host: bootstrap[0].host,
+    port: bootstrap[0].port,
+    bootstrap: bootstrap.map((b) =>
+      b.host.includes(":") ? `[${b.host}]:${b.port}` : `${b.host}:${b.port}`,
+    ),
     topics,
     name,
     recordsPerSecond,

@@ -143,7 +143,10 @@ export interface MirrorOptions {
    * error.
    */
   connectTo?: (address: string) => Promise<TcpClient>;
-  /** `host:port` of the `--mirror-to` broker, for log lines (default "the --mirror-to broker"). */
+  /**
+   * `host:port` of the `--mirror-to` broker, for log lines (default "the --mirror-to broker"); read
+   * at each use, so a getter may name the bootstrap broker `connect` reached last.
+   */
   upstreamAddress?: string;
   /**
    * How long the brokers the mirror knows are given to say who leads a partition after a batch got
