@@ -1230,7 +1230,9 @@ export class Mirror {
               }
               continue;
             }
-            if (decision.action === "slow") {
+            // A connect that failed (`client` null) never carried the batch: however the broker
+            // answers now, that is unreachable, not slow (newuser17 #10).
+            if (decision.action === "slow" && client !== null) {
               // It answers, and still leads: the batch waits there (for its in-sync replicas'
               // acknowledgements, say). Resent to it; answered as a duplicate once stored.
               if (err.code === "timeout") {

@@ -9,6 +9,7 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import type { Broker, ProduceRequest, ProduceResult } from "../../src/broker/types.ts";
 import { TcpClient } from "../../src/client/client.ts";
+import { ClientError } from "../../src/client/errors.ts";
 import { parseHostPort } from "../../src/client/cluster.ts";
 import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
@@ -755,4 +756,81 @@ describe("the mirror", () => {
     expect(logger.named("mirror.upstream_reachable")).toHaveLength(1);
     await mirror.stop();
   }, 90_000);
+
+  it("calls a connect that got no answer in time unreachable, not slow, though the broker answers the ask after (newuser17 #10)", async () => {
+    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
+    const { broker: a } = await openTestBroker({ clock: realClock });
+    const { broker: b } = await openTestBroker({ clock: realClock });
+    for (const broker of [edge, a, b]) await broker.createTopic({ name: "t", partitions: 1 });
+    const asNode = (broker: LocalBroker, nodeId: number, produce?: Broker["produce"]) =>
+      new Proxy(broker, {
+        get(target, prop) {
+          if (prop === "produce" && produce !== undefined) return produce;
+          if (prop === "produceTo") return undefined;
+          if (prop === "clusterMetadata")
+            return async () => ({
+              cluster_id: "c1",
+              node_id: nodeId,
+              controller: 1,
+              brokers: [],
+              topics: [],
+            });
+          const v: unknown = Reflect.get(target, prop, target);
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      });
+    const leaderB = await serveTcp(asNode(b, 2));
+    // A (the --mirror-to broker) names B as the leader; the first connect to B gets no answer in
+    // time (a paused broker resuming), the ask right after reaches it.
+    const upstreamA = await serveTcp(
+      asNode(a, 1, () =>
+        Promise.reject(
+          new BrokerError(Errors.notLeader, 'Cannot produce to "t/0": node 2 leads it', {
+            leader: 2,
+            leader_tcp: `127.0.0.1:${leaderB.port}`,
+          }),
+        ),
+      ),
+    );
+    let connects = 0;
+    const mirror = new Mirror({
+      broker: edge,
+      fs,
+      dataDir,
+      clock: realClock,
+      logger,
+      name: "test",
+      topics: ["t"],
+      connect: upstreamA.connect,
+      connectTo: async (address) => {
+        if (connects++ === 0)
+          throw ClientError.timeout(`Cannot connect to ${address}: no connection after 1000 ms`);
+        const client = await TcpClient.connect(parseHostPort(address));
+        onTestFinished(() => client.close());
+        return client;
+      },
+      upstreamAddress: `127.0.0.1:${upstreamA.port}`,
+      randomHex: () => "0123456789abcdef",
+      batchRecords: 10,
+      recordsPerSecond: 0,
+      rescanMs: 50,
+      askLeaderMs: 1000,
+    });
+    await produce(edge, 0, 0, 20);
+    await mirror.start();
+    await until(
+      async () => (await sameLogs(edge, b, 0)) && mirror.describe()[0].position === 20,
+      "partition 0 on B",
+    );
+    expect(connects).toBeGreaterThan(1);
+    expect(logger.named("mirror.upstream_slow")).toEqual([]);
+    expect(logger.named("mirror.upstream_leader_unreachable")).toEqual([
+      expect.objectContaining({
+        partition: 0,
+        leader: `127.0.0.1:${leaderB.port}`,
+        error: expect.stringContaining("Cannot connect to"),
+      }),
+    ]);
+    await mirror.stop();
+  });
 });
