@@ -39,6 +39,7 @@ import { createTcpTransport } from "../transport/tcp/transport.ts";
 import { InFlightTotal } from "../transport/connection.ts";
 import { startKafkaListener } from "./serve-kafka.ts";
 import { guardMirrorGroup } from "../mirror/guard.ts";
+import { BootstrapConnector } from "../mirror/bootstrap.ts";
 import { jsonLineLogger, type Logger, type LogLevel } from "../lib/logger.ts";
 import { RefusalLog } from "../lib/refusals.ts";
 import {
@@ -148,9 +149,10 @@ Options:
   --cold-s3-region REGION     signing region (default AWS_REGION, AWS_DEFAULT_REGION, us-east-1)
   --cold-cache-bytes BYTES    memory for cold reads (default ${coldCacheBytesDefault}; 0 = no cache)
   --cold-upload-bytes-per-sec BYTES  cap on upload bandwidth to the cold tier (default 0: none)
-  --mirror-to HOST:PORT       forward every record of the topics matching --mirror-topics to the
-                              es-broker at HOST:PORT (its TCP port), exactly once, same topic,
-                              partition, key, value and timestamp; see docs/edge.md
+  --mirror-to HOST:PORT[,HOST:PORT…]  forward every record of the topics matching --mirror-topics
+                              to the es-broker at HOST:PORT (its TCP port), exactly once, same
+                              topic, partition, key, value and timestamp; several brokers of an
+                              upstream cluster: the first that connects is used (docs/edge.md)
   --mirror-topics PATTERN     topics to forward (repeatable or comma-separated; * matches any run)
   --mirror-rename LOCAL=REMOTE  forward topic LOCAL to topic REMOTE upstream (repeatable; a pattern
                               with one * on each side maps many: 'sensors.*=site17.sensors.*';
@@ -174,7 +176,8 @@ Options:
                               the mirror's API key and TLS options
   --mirror-keep-schema-ids    forward schema ids unchanged instead: only when both registries give
                               every schema the same id (schemas registered in one order everywhere)
-  --mirror-api-key-file FILE  the upstream's API key (default: $ES_BROKER_MIRROR_API_KEY)
+  --mirror-api-key-file FILE  the upstream's API key (default: $ES_BROKER_MIRROR_API_KEY); SIGHUP
+                              re-reads it for the next connections (a rotated key)
   --mirror-tls                connect to the upstream with TLS (implied by the options below)
   --mirror-tls-ca FILE        check the upstream's certificate against this CA (PEM)
   --mirror-tls-insecure       TLS without checking the upstream's certificate
@@ -239,8 +242,8 @@ Authentication: once DIR/${apiKeysFileName} exists (es-broker keys create), ever
 port needs an API key, except GET (or HEAD) /healthz, /readyz, /v1/openapi.json and the console's
 page and assets (the console asks for a key itself); Kafka clients use SASL/PLAIN
 (user = the key's name or id, password = the key). A key file that cannot be read refuses the start.
-SIGHUP reloads the TLS files (also --cluster-etcd-*) and ${apiKeysFileName}; open connections keep
-working.
+SIGHUP reloads the TLS files (also --cluster-etcd-*), ${apiKeysFileName} and --mirror-api-key-file;
+open connections keep working.
 SIGINT or SIGTERM: stop accepting, finish the requests in flight, fsync, close, exit 0 (with
 --cluster it leaves the cluster first: no more produces as leader, its followers fetch what it
 wrote for at most 3 s, then its departure moves its leaderships at once); a second
@@ -778,7 +781,17 @@ export async function serve(argv: string[]): Promise<number> {
   // Front doors may read the mirror's group but never change it (src/mirror/guard.ts).
   const guardGroups = <B extends Broker>(b: B): B =>
     mirror === null ? b : guardMirrorGroup(b, `mirror.${mirror.name}`);
+  // The upstream key: re-read from --mirror-api-key-file on SIGHUP, used by the next connection.
+  let mirrorApiKey = mirror?.apiKey;
   if (mirror !== null) {
+    const upstreamBootstrap = new BootstrapConnector(mirror.bootstrap, (address) =>
+      TcpClient.connect({
+        ...parseHostPort(address),
+        apiKey: mirrorApiKey,
+        tls: mirror.tls,
+        timeoutMs: mirror.timeoutMs,
+      }),
+    );
     mirrorTask = new Mirror({
       broker,
       fs: nodeFs,
@@ -787,23 +800,20 @@ export async function serve(argv: string[]): Promise<number> {
       logger,
       name: mirror.name,
       topics: mirror.topics,
-      connect: () =>
-        TcpClient.connect({
-          host: mirror.host,
-          port: mirror.port,
-          apiKey: mirror.apiKey,
-          tls: mirror.tls,
-          timeoutMs: mirror.timeoutMs,
-        }),
+      // The first of the --mirror-to brokers that connects (the last one that did first).
+      connect: () => upstreamBootstrap.connect(),
       // A partition's leader in an upstream cluster, as its not_leader answer names it.
       connectTo: async (address) =>
         TcpClient.connect({
           ...parseHostPort(address),
-          apiKey: mirror.apiKey,
+          apiKey: mirrorApiKey,
           tls: mirror.tls,
           timeoutMs: mirror.timeoutMs,
         }),
-      upstreamAddress: `${mirror.host}:${mirror.port}`,
+      // Read at each log line: the bootstrap broker connected to (or the whole list).
+      get upstreamAddress() {
+        return upstreamBootstrap.address;
+      },
       askLeaderMs: Math.min(3000, mirror.timeoutMs),
       randomHex: () => Buffer.from(systemKeyCrypto.randomBytes(8)).toString("hex"),
       recordsPerSecond: mirror.recordsPerSecond,
@@ -979,7 +989,7 @@ export async function serve(argv: string[]): Promise<number> {
   const mirrorShown =
     mirror === null
       ? ""
-      : ` mirror=${mirror.host.includes(":") ? `[${mirror.host}]` : mirror.host}:${mirror.port} mirror_topics=${mirror.topics.join(",")}`;
+      : ` mirror=${mirror.bootstrap.join(",")} mirror_topics=${mirror.topics.join(",")}`;
   const listening = `es-broker ${version} (${runtime}) listening: http=${tlsMaterial === undefined ? "http" : "https"}://${shownHost}:${http.port} tcp=${shownHost}:${listener.port}${kafka === null ? "" : ` kafka=${shownHost}:${kafka.port}`} data=${dataDir} tls=${tlsShown} auth=${authShown}${metricsShown}${mirrorShown}${node === null ? "" : ` cluster=${node.membership.clusterId} node=${node.membership.nodeId}`}\n`;
 
   // SIGHUP: new TLS material for new connections, api_keys.json again; failures keep the old.
@@ -1023,6 +1033,26 @@ export async function serve(argv: string[]): Promise<number> {
           });
         } catch (err) {
           logger.log("error", "cluster.etcd_password_reload_failed", { error: errorMessage(err) });
+        }
+      }
+      if (mirror?.apiKeyFile !== undefined) {
+        // The mirror's upstream key (a rotated or re-issued one): never logged, only its file.
+        try {
+          const key = readApiKey({ "api-key-file": mirror.apiKeyFile });
+          const changed = key !== mirrorApiKey;
+          mirrorApiKey = key;
+          logger.log("info", "mirror.api_key_reloaded", {
+            mirror: mirror.name,
+            file: mirror.apiKeyFile,
+            changed,
+          });
+          if (changed) mirrorTask?.retryRefused();
+        } catch (err) {
+          logger.log("error", "mirror.api_key_reload_failed", {
+            mirror: mirror.name,
+            file: mirror.apiKeyFile,
+            error: errorMessage(err),
+          });
         }
       }
       try {
@@ -1118,8 +1148,11 @@ function warnIfExitHeld(logger: Logger): void {
 
 /** What `--mirror-*` asks for, checked. */
 interface MirrorSettings {
+  /** The first `--mirror-to` broker. */
   host: string;
   port: number;
+  /** Every `--mirror-to` broker, "host:port" (IPv6 as "[v6]:port"), in the order given. */
+  bootstrap: string[];
   topics: string[];
   name: string;
   recordsPerSecond: number;
@@ -1133,6 +1166,8 @@ interface MirrorSettings {
   /** `--mirror-keep-schema-ids`. */
   keepSchemaIds: boolean;
   apiKey: string | undefined;
+  /** `--mirror-api-key-file`: re-read on SIGHUP. */
+  apiKeyFile: string | undefined;
   tls: ConnectionOptions | undefined;
 }
 
@@ -1162,11 +1197,16 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
   } catch (err) {
     throw new UsageError(err instanceof Error ? err.message : String(err));
   }
-  const m = /^(?:tcp:\/\/)?(\[[^\]]+\]|[^:/]+):(\d{1,5})$/.exec(to);
-  if (m === null || Number(m[2]) < 1 || Number(m[2]) > 65535)
-    throw new UsageError(
-      `--mirror-to must be HOST:PORT (the upstream broker's TCP port), got ${JSON.stringify(to)}`,
-    );
+  // HOST:PORT[,HOST:PORT…]: bootstrap brokers of an upstream cluster, as the client's --broker.
+  const bootstrap: { host: string; port: number }[] = [];
+  for (const entry of to.split(",").map((t) => t.trim())) {
+    const m = /^(?:tcp:\/\/)?(\[[^\]]+\]|[^:/]+):(\d{1,5})$/.exec(entry);
+    if (m === null || Number(m[2]) < 1 || Number(m[2]) > 65535)
+      throw new UsageError(
+        `--mirror-to must be HOST:PORT[,HOST:PORT…] (the upstream brokers' TCP ports), got ${JSON.stringify(entry)}${entry === to ? "" : ` in ${JSON.stringify(to)}`}`,
+      );
+    bootstrap.push({ host: m[1].replace(/^\[|\]$/g, ""), port: Number(m[2]) });
+  }
   if (topics.length === 0)
     throw new UsageError("--mirror-to needs --mirror-topics PATTERN (which topics to forward)");
   for (const t of topics)
@@ -1201,8 +1241,11 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
     600_000,
   );
   return {
-    host: m[1].replace(/^\[|\]$/g, ""),
-    port: Number(m[2]),
+    host: bootstrap[0].host,
+    port: bootstrap[0].port,
+    bootstrap: bootstrap.map((b) =>
+      b.host.includes(":") ? `[${b.host}]:${b.port}` : `${b.host}:${b.port}`,
+    ),
     topics,
     name,
     recordsPerSecond,
@@ -1215,6 +1258,7 @@ function mirrorSettings(values: Record<string, unknown>): MirrorSettings | null 
       { "api-key-file": values["mirror-api-key-file"] as string | undefined },
       { ES_BROKER_API_KEY: process.env.ES_BROKER_MIRROR_API_KEY },
     ),
+    apiKeyFile: values["mirror-api-key-file"] as string | undefined,
     tls: clientTlsOptions({
       tls: values["mirror-tls"] as boolean,
       "tls-ca": values["mirror-tls-ca"] as string | undefined,

@@ -36,7 +36,7 @@
  * | no answer in time (`timeout`), connection lost | unknown: slow, paused, gone or moved       | ask every broker the mirror knows who leads (Metadata version 1, `./route.ts`): the newest view naming another leader → send there; the broker sent to answers and still leads → `mirror.upstream_slow` once, resend to it after a backoff on the same connection (answered as a duplicate once stored); it answers nothing → keep sending to it with backoff on a fresh connection (`mirror.upstream_unreachable` for the `--mirror-to` broker, `mirror.upstream_leader_unreachable` for a leader); the other partitions' batches on a connection the mirror closed are resent without a log line |
  * | other retriable error                         | unknown                                      | resend the same batch after a backoff; a `not_leader` without a leader is logged once per partition (`mirror.upstream_not_leader`) |
  * | `topic_not_found`                             | upstream topic missing                       | create it with the edge's partition count, resend; a refused create is logged once (`mirror.upstream_refused`, operation `create_topic`) and tried again with backoff up to 30 s |
- * | `unauthenticated`, `forbidden`                | wrong or revoked key, or a missing role      | log once (`mirror.upstream_refused`), resend after a backoff up to 30 s |
+ * | `unauthenticated`, `key_revoked`, `forbidden` | wrong or revoked key, or a missing role      | upstream down; log once for the whole upstream (`mirror.upstream_refused`), resend after a backoff up to 30 s (at once after {@link Mirror.retryRefused}) |
  * | other refusal                                 | configuration problem                        | stop the partition with the error |
  *
  * Confluent-framed keys and values (topics with a schema subject, `schema_format` confluent) get
@@ -158,7 +158,10 @@ export interface MirrorOptions {
    * error.
    */
   connectTo?: (address: string) => Promise<TcpClient>;
-  /** `host:port` of the `--mirror-to` broker, for log lines (default "the --mirror-to broker"). */
+  /**
+   * `host:port` of the `--mirror-to` broker, for log lines (default "the --mirror-to broker"); read
+   * at each use, so a getter may name the bootstrap broker `connect` reached last.
+   */
   upstreamAddress?: string;
   /**
    * How long the brokers the mirror knows are given to say who leads a partition after a batch got
@@ -355,6 +358,8 @@ export class Mirror {
   #told = new Map<string, Told>();
   /** Edge schema ids → the upstream's; null with `schemaIds: "keep"`. */
   #translator: SchemaIdTranslator | null;
+  /** Partitions waiting after a refusal of the key ({@link Mirror.retryRefused} wakes them). */
+  #refusedWake = new Set<() => void>();
 
   constructor(options: MirrorOptions) {
     this.#o = options;
@@ -429,6 +434,16 @@ export class Mirror {
     return [...this.#status.values()]
       .map((s) => ({ ...s }))
       .sort((a, b) => (a.topic < b.topic ? -1 : a.topic > b.topic ? 1 : a.partition - b.partition));
+  }
+
+  /**
+   * Sends the batches the upstream refused (`unauthenticated`, `forbidden`, `key_revoked`) again
+   * now, instead of after their backoff (up to 30 s): for a key reloaded on SIGHUP
+   * (`--mirror-api-key-file`, docs/edge.md "Exactly once"), which the next connection uses.
+   * Connections already open keep the key they authenticated with.
+   */
+  retryRefused(): void {
+    for (const wake of [...this.#refusedWake]) wake();
   }
 
   /** Stops every task (waits for them) and closes the upstream connection. */
@@ -634,6 +649,21 @@ export class Mirror {
     });
   }
 
+  /**
+   * {@link Mirror.retryRefused} ends this wait early: a partition refused by the upstream waits
+   * `ms` (its backoff, up to 30 s) before sending its batch again.
+   */
+  #sleepRefused(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        this.#refusedWake.delete(wake);
+        resolve();
+      };
+      this.#refusedWake.add(wake);
+      void this.#sleep(ms).then(wake);
+    });
+  }
+
   async #upstream(): Promise<TcpClient> {
     if (this.#client !== null && !this.#client.closed) return this.#client;
     this.#connecting ??= this.#o.connect().finally(() => (this.#connecting = null));
@@ -705,11 +735,12 @@ export class Mirror {
       cause instanceof Error && !err.message.includes(cause.message)
         ? `${err.message}: ${cause.message}`
         : err.message;
-    if (
-      this.#uplinkReport === null ||
-      this.#uplinkReportBroker !== broker ||
-      !sameProblem(this.#uplinkReport, message)
-    ) {
+    // A refused key is the same problem whichever broker of the cluster refuses it (each
+    // partition's leader does): logged once, not once per leader connection and retry.
+    const sameBroker =
+      this.#uplinkReportBroker === broker ||
+      (event === "mirror.upstream_refused" && this.#uplinkReportEvent === event);
+    if (this.#uplinkReport === null || !sameBroker || !sameProblem(this.#uplinkReport, message)) {
       this.#uplinkReport = message;
       this.#uplinkReportBroker = broker;
       this.#uplinkReportEvent = event;
@@ -739,11 +770,13 @@ export class Mirror {
   #reachedAgain(broker: string, options: { anyBroker?: boolean } = {}): void {
     const silent = this.#uplinkReportBroker;
     if (this.#uplinkReport === null || silent === null) return;
-    if (silent !== broker && options.anyBroker !== true) return;
+    // A refused key is the cluster's answer, not one broker's: any batch through ends it.
+    const refused = this.#uplinkReportEvent === "mirror.upstream_refused";
+    if (silent !== broker && options.anyBroker !== true && !refused) return;
     this.#o.logger.log("info", "mirror.upstream_reachable", {
       mirror: this.#o.name,
       broker: this.#brokerName(broker),
-      ...(silent === broker ? {} : { unreachable: this.#brokerName(silent) }),
+      ...(silent === broker || refused ? {} : { unreachable: this.#brokerName(silent) }),
     });
     this.#uplinkReport = null;
     this.#uplinkReportBroker = null;
@@ -1311,9 +1344,16 @@ export class Mirror {
             backoffMs = Math.min(30_000, backoffMs * 2);
             continue;
           }
-          if (err.code === "unauthenticated" || err.code === "forbidden") {
+          if (
+            err.code === "unauthenticated" ||
+            err.code === "forbidden" ||
+            err.code === "key_revoked"
+          ) {
             // A wrong or revoked key, or one without the producer role upstream: an operator
-            // fixes it there or here, so the batch waits and is sent again — never dropped.
+            // fixes it there or here, so the batch waits and is sent again — never dropped. The
+            // upstream is down for the mirror until a batch gets through (docs/operations.md
+            // "Metrics": `esb_mirror_upstream_up` 0, so `EsBrokerMirrorUpstreamDown` can fire).
+            this.#upstreamReachable = false;
             status.state = "upstream_refused";
             this.#refused(key);
             status.error = this.#reportUplink(
@@ -1322,7 +1362,7 @@ export class Mirror {
               routedTo ?? "mirror-to",
             );
             if (client !== null) this.#closeOwn(client);
-            await this.#sleep(backoffMs);
+            await this.#sleepRefused(backoffMs);
             backoffMs = Math.min(30_000, backoffMs * 2);
             continue;
           }
@@ -1425,7 +1465,9 @@ export class Mirror {
               }
               continue;
             }
-            if (decision.action === "slow") {
+            // A connect that failed (`client` null) never carried the batch: however the broker
+            // answers now, that is unreachable, not slow (newuser17 #10).
+            if (decision.action === "slow" && client !== null) {
               // It answers, and still leads: the batch waits there (for its in-sync replicas'
               // acknowledgements, say). Resent to it; answered as a duplicate once stored.
               if (err.code === "timeout") {

@@ -17,7 +17,12 @@ import { runtimeName } from "./info.ts";
 import type { Logger } from "../lib/logger.ts";
 import type { RefusalLog } from "../lib/refusals.ts";
 import type { ConnectionLimit } from "../lib/connection-limit.ts";
-import { logTlsClientError, tlsServerOptions, type TlsServerMaterial } from "./tls.ts";
+import {
+  logTlsClientError,
+  type PeerAddress,
+  tlsServerOptions,
+  type TlsServerMaterial,
+} from "./tls.ts";
 import type { ByteSocket, ByteSocketHandlers } from "../transport/tcp/socket.ts";
 
 /** A listening TCP server. */
@@ -110,6 +115,12 @@ export function listenTcp(
             (socket) => onConnection(new NodeByteSocket(socket)),
           );
     if (server instanceof tls.Server) {
+      // Each connection's address, read at accept: a TLS socket whose handshake failed reports
+      // none of its own on Node (newuser17 #10: "remote":"?:?" on the TCP and Kafka ports).
+      const peers = new WeakMap<net.Socket, PeerAddress>();
+      server.on("connection", (socket: net.Socket) => {
+        peers.set(socket, { remoteAddress: socket.remoteAddress, remotePort: socket.remotePort });
+      });
       if (limit !== undefined) {
         // The raw connection, before its handshake: a refused one never costs a handshake.
         server.on("connection", (socket: net.Socket) => {
@@ -121,7 +132,10 @@ export function listenTcp(
         });
       }
       server.on("tlsClientError", (error, socket) => {
-        logTlsClientError(options, options.listener ?? "tcp", error, socket);
+        const raw = (socket as unknown as { _parent?: unknown })._parent;
+        const peer =
+          typeof raw === "object" && raw !== null ? peers.get(raw as net.Socket) : undefined;
+        logTlsClientError(options, options.listener ?? "tcp", error, peer ?? socket);
         // With a listener here, node:tls leaves a timed-out handshake's socket open: close it.
         socket.destroy();
       });

@@ -53,7 +53,7 @@ function centralCall(
         res.on("data", (d) => (text += d));
         res.on("end", () =>
           (res.statusCode ?? 0) < 300
-            ? resolve(JSON.parse(text))
+            ? resolve(text === "" ? null : JSON.parse(text))
             : reject(new Error(`${method} ${path}: ${res.statusCode} ${text}`)),
         );
       },
@@ -414,6 +414,118 @@ describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
       });
       // At most a first one (caught up before the records came) and the one after the refusal.
       expect(lines.length).toBeLessThanOrEqual(2);
+    }
+  }, 120_000);
+
+  it("a revoked key: upstream_up 0, logged once; a new key in --mirror-api-key-file and SIGHUP resume it without a restart (newuser17 #4)", async () => {
+    const pki = makePki();
+    const { dir } = tempDir("es-broker-mirror-rotate-");
+    const centralDir = join(dir, "central");
+    const { key: adminKey } = await offlineAdminKey(centralDir, dir);
+    const central = await startBroker(centralDir, [
+      "--tls-cert",
+      pki.server.cert,
+      "--tls-key",
+      pki.server.key,
+    ]);
+    running.push(central);
+    const admin = (method: string, path: string, body?: unknown) =>
+      centralCall(central.httpUrl, pki.ca, adminKey, method, path, body);
+    await admin("POST", "/v1/topics", { name: "sensors", partitions: 2 });
+    const newKey = async (name: string): Promise<string> =>
+      (
+        (await admin("POST", "/v1/admin/keys", {
+          name,
+          role: "producer",
+          topics: ["sensors"],
+        })) as { key: string }
+      ).key;
+    const oldKey = await newKey("edge-old");
+    const keyFile = join(dir, "mirror.key");
+    writeFileSync(keyFile, `${oldKey}\n`, { mode: 0o600 });
+    const edge = await startBroker(join(dir, "edge"), [
+      ...["--metrics-port", "0", "--mirror-to", `${central.tcp.host}:${central.tcp.port}`],
+      ...["--mirror-topics", "sensors", "--mirror-tls-ca", pki.ca],
+      ...["--mirror-records-per-sec", "0", "--mirror-api-key-file", keyFile],
+    ]);
+    running.push(edge);
+    const created = await fetch(`${edge.httpUrl}/v1/topics`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "sensors", partitions: 2 }),
+    });
+    expect(created.status).toBe(201);
+    const upstreamHolds = async (want: number) =>
+      (await admin("GET", "/v1/topics/sensors")).partitions.reduce(
+        (n: number, p: { high_watermark: number }) => n + p.high_watermark,
+        0,
+      ) === want;
+    const up = async () =>
+      sample(
+        await (await fetch(edge.metricsUrl!)).text(),
+        'esb_mirror_upstream_up{mirror="upstream"}',
+      );
+    const events = (event: string) =>
+      edge
+        .stderr()
+        .split("\n")
+        .filter((l) => l.includes(`"event":"${event}"`))
+        .map((l) => JSON.parse(l.slice(l.indexOf("{"))));
+    await produce(edge, 0, 20);
+    await waitFor("20 records upstream with the first key", () => upstreamHolds(20));
+    expect(await up()).toBe(1);
+
+    // Revoked upstream: every batch refused, the upstream down for the alert, said once.
+    await admin("DELETE", "/v1/admin/keys/edge-old");
+    await produce(edge, 20, 20);
+    await waitFor(
+      "the revoked key in the log",
+      async () => events("mirror.upstream_refused").length > 0,
+    );
+    await waitFor("esb_mirror_upstream_up 0", async () => (await up()) === 0);
+    // Several retries later (backoff 100 ms doubling): still one line.
+    await waitFor("retries", async () => {
+      const t = await (await fetch(edge.metricsUrl!)).text();
+      return [0, 1].every(
+        (p) =>
+          (sample(
+            t,
+            `esb_mirror_failures_total{mirror="upstream",topic="sensors",partition="${p}"}`,
+          ) ?? 0) >= 5,
+      );
+    });
+    expect(events("mirror.upstream_refused")).toHaveLength(1);
+    expect(await upstreamHolds(20)).toBe(true);
+
+    // A new key in the file and SIGHUP: reloaded (the file named, never the key), used at once.
+    const rotated = await newKey("edge-new");
+    writeFileSync(keyFile, `${rotated}\n`, { mode: 0o600 });
+    edge.proc.kill("SIGHUP");
+    await waitFor(
+      "mirror.api_key_reloaded",
+      async () => events("mirror.api_key_reloaded").length > 0,
+    );
+    expect(events("mirror.api_key_reloaded")[0]).toMatchObject({
+      mirror: "upstream",
+      file: keyFile,
+      changed: true,
+    });
+    await waitFor("40 records upstream with the new key", () => upstreamHolds(40));
+    await waitFor("esb_mirror_upstream_up 1", async () => (await up()) === 1);
+    expect(events("mirror.upstream_refused")).toHaveLength(1);
+    expect(events("mirror.upstream_reachable").length).toBeGreaterThan(0);
+    // An unreadable file keeps the key in force, said as an error.
+    writeFileSync(keyFile, "", { mode: 0o600 });
+    edge.proc.kill("SIGHUP");
+    await waitFor(
+      "mirror.api_key_reload_failed",
+      async () => events("mirror.api_key_reload_failed").length > 0,
+    );
+    await produce(edge, 40, 10);
+    await waitFor("50 records upstream", () => upstreamHolds(50));
+    for (const key of [oldKey, rotated]) {
+      expect(edge.stderr()).not.toContain(key.slice(-20));
+      expect(edge.proc.spawnargs.join(" ")).not.toContain(key);
     }
   }, 120_000);
 });

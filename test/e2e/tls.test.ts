@@ -742,6 +742,45 @@ describe(`[${target}] TLS end to end`, () => {
     }
   }, 40_000);
 
+  it("logs the client's address for a handshake that fails on the TCP port, reset mid-handshake or refused by the client (newuser17 #10)", async () => {
+    const pki = makePki();
+    const timeoutMs = 1000;
+    const { broker } = await tlsBroker(pki, ["--tls-handshake-timeout-ms", String(timeoutMs)]);
+    const failures = () =>
+      broker
+        .stderr()
+        .split("\n")
+        .filter(
+          (l) => l.includes('"event":"tls.handshake_failed"') && l.includes('"listener":"tcp"'),
+        )
+        .map((l) => JSON.parse(l) as { remote: string });
+    // The start of a ClientHello, then the client goes away (reset): the TLS socket has no
+    // address of its own any more when the failure is reported.
+    const partialHello = new Uint8Array([0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4]);
+    const cutShort = await new Promise<number>((resolve) => {
+      const socket = net.connect(broker.tcp, () => {
+        socket.write(partialHello);
+        setTimeout(() => socket.resetAndDestroy(), 200);
+      });
+      let localPort = 0;
+      socket.on("connect", () => (localPort = socket.localPort ?? 0));
+      socket.on("error", () => {});
+      socket.on("close", () => resolve(localPort));
+    });
+    await expect.poll(() => failures().length, { timeout: 10_000 }).toBeGreaterThan(0);
+    expect(failures()[0].remote, broker.stderr()).toBe(`127.0.0.1:${cutShort}`);
+    // A client that does not trust the certificate (a mirror with the wrong CA): it resets.
+    const refusing = await new Promise<number>((resolve) => {
+      const socket = nodeTls.connect({ ...broker.tcp, ca: readFileSync(pki.otherCa) });
+      let localPort = 0;
+      socket.on("connect", () => (localPort = socket.localPort ?? 0));
+      socket.on("error", () => {});
+      socket.on("close", () => resolve(localPort));
+    });
+    await expect.poll(() => failures().length, { timeout: 10_000 }).toBeGreaterThan(1);
+    expect(failures()[1].remote, broker.stderr()).toBe(`127.0.0.1:${refusing}`);
+  }, 40_000);
+
   it("a TLS client on a plain port is answered in plain text and closed, logged; the CLI names the plain port", async () => {
     const { dir } = tempDir();
     const broker = await startBroker(join(dir, "data"));

@@ -9,6 +9,7 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import { BrokerError, Errors } from "../../src/broker/errors.ts";
 import type { Broker, ProduceRequest, ProduceResult } from "../../src/broker/types.ts";
 import { TcpClient } from "../../src/client/client.ts";
+import { ClientError } from "../../src/client/errors.ts";
 import { parseHostPort } from "../../src/client/cluster.ts";
 import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
@@ -32,8 +33,12 @@ async function produce(
   await broker.produce({ topic: "t", partition, batch: b.build() });
 }
 
-async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-  const deadline = Date.now() + 20_000;
+async function until(
+  check: () => Promise<boolean>,
+  what: string,
+  withinMs = 20_000,
+): Promise<void> {
+  const deadline = Date.now() + withinMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
@@ -731,5 +736,197 @@ describe("the mirror", () => {
     await expect(edge.updateTopicConfig("t", { mirror_hold_retention: "yes" })).rejects.toThrow(
       'Invalid topic config "mirror_hold_retention"',
     );
+  });
+
+  it("counts a refused key as the upstream down, logs it once across leaders, and retries at once when told (newuser17 #4)", async () => {
+    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
+    const { broker: a } = await openTestBroker({ clock: realClock });
+    const { broker: b } = await openTestBroker({ clock: realClock });
+    for (const broker of [edge, a, b]) await broker.createTopic({ name: "t", partitions: 2 });
+    // A (node 1, the --mirror-to broker) leads partition 1 and names B (node 2) for partition 0:
+    // two leader connections, each refusing the revoked key while `refuse` holds.
+    let refuse = false;
+    let portB = 0;
+    const revoked = () =>
+      Promise.reject(
+        new BrokerError(
+          Errors.unauthenticated,
+          "Cannot authenticate: API key 438b4f65652bb01e is not valid (unknown, revoked, or wrong secret)",
+        ),
+      );
+    const asNode = (broker: LocalBroker, nodeId: number, produce: Broker["produce"]) =>
+      new Proxy(broker, {
+        get(target, prop) {
+          if (prop === "produce") return produce;
+          if (prop === "produceTo") return undefined;
+          if (prop === "clusterMetadata")
+            return async () => ({
+              cluster_id: "c1",
+              node_id: nodeId,
+              controller: 1,
+              brokers: [],
+              topics: [],
+            });
+          const v: unknown = Reflect.get(target, prop, target);
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      });
+    const upstreamA = await serveTcp(
+      asNode(a, 1, (request) => {
+        if (refuse) return revoked();
+        if (request.partition === 1) return a.produce(request);
+        return Promise.reject(
+          new BrokerError(Errors.notLeader, 'Cannot produce to "t/0": node 2 leads it', {
+            leader: 2,
+            leader_tcp: `127.0.0.1:${portB}`,
+          }),
+        );
+      }),
+    );
+    const upstreamB = await serveTcp(
+      asNode(b, 2, (request) => (refuse ? revoked() : b.produce(request))),
+    );
+    portB = upstreamB.port;
+    const mirror = new Mirror({
+      broker: edge,
+      fs,
+      dataDir,
+      clock: realClock,
+      logger,
+      name: "test",
+      topics: ["t"],
+      connect: upstreamA.connect,
+      connectTo: async (address) => {
+        const client = await TcpClient.connect(parseHostPort(address));
+        onTestFinished(() => client.close());
+        return client;
+      },
+      upstreamAddress: `127.0.0.1:${upstreamA.port}`,
+      randomHex: () => "0123456789abcdef",
+      batchRecords: 10,
+      recordsPerSecond: 0,
+      rescanMs: 50,
+    });
+    for (const p of [0, 1]) await produce(edge, p, 0, 10);
+    await mirror.start();
+    await until(
+      async () => (await sameLogs(edge, b, 0)) && (await sameLogs(edge, a, 1)),
+      "both partitions on their leaders",
+    );
+    expect((await mirror.observe()).upstreamReachable).toBe(true);
+
+    refuse = true;
+    for (const p of [0, 1]) await produce(edge, p, 10, 10);
+    // Eight refusals each: the next wait is 12.8 s or more (backoff 100 ms doubling, up to 30 s).
+    await until(
+      async () => mirror.describe().every((s) => s.failures >= 8),
+      "eight refusals per partition",
+      40_000,
+    );
+    const observed = await mirror.observe();
+    expect(observed.upstreamReachable).toBe(false);
+    expect(observed.partitions.map((s) => s.state)).toEqual([
+      "upstream_refused",
+      "upstream_refused",
+    ]);
+    // Once for the whole upstream, though both leaders refuse it, retry after retry.
+    expect(logger.named("mirror.upstream_refused")).toEqual([
+      expect.objectContaining({ mirror: "test", code: "unauthenticated" }),
+    ]);
+    expect(mirror.describe().map((s) => s.position)).toEqual([10, 10]);
+
+    // The key fixed (SIGHUP reloaded it): the refused batches go again now, not after 12.8 s.
+    refuse = false;
+    const fixedAt = Date.now();
+    mirror.retryRefused();
+    await until(
+      async () =>
+        (await sameLogs(edge, b, 0)) &&
+        (await sameLogs(edge, a, 1)) &&
+        mirror.describe().every((s) => s.position === 20),
+      "both partitions upstream again",
+    );
+    expect(Date.now() - fixedAt).toBeLessThan(8000);
+    expect((await mirror.observe()).upstreamReachable).toBe(true);
+    expect(logger.named("mirror.upstream_refused")).toHaveLength(1);
+    expect(logger.named("mirror.upstream_reachable")).toHaveLength(1);
+    await mirror.stop();
+  }, 90_000);
+
+  it("calls a connect that got no answer in time unreachable, not slow, though the broker answers the ask after (newuser17 #10)", async () => {
+    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
+    const { broker: a } = await openTestBroker({ clock: realClock });
+    const { broker: b } = await openTestBroker({ clock: realClock });
+    for (const broker of [edge, a, b]) await broker.createTopic({ name: "t", partitions: 1 });
+    const asNode = (broker: LocalBroker, nodeId: number, produce?: Broker["produce"]) =>
+      new Proxy(broker, {
+        get(target, prop) {
+          if (prop === "produce" && produce !== undefined) return produce;
+          if (prop === "produceTo") return undefined;
+          if (prop === "clusterMetadata")
+            return async () => ({
+              cluster_id: "c1",
+              node_id: nodeId,
+              controller: 1,
+              brokers: [],
+              topics: [],
+            });
+          const v: unknown = Reflect.get(target, prop, target);
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      });
+    const leaderB = await serveTcp(asNode(b, 2));
+    // A (the --mirror-to broker) names B as the leader; the first connect to B gets no answer in
+    // time (a paused broker resuming), the ask right after reaches it.
+    const upstreamA = await serveTcp(
+      asNode(a, 1, () =>
+        Promise.reject(
+          new BrokerError(Errors.notLeader, 'Cannot produce to "t/0": node 2 leads it', {
+            leader: 2,
+            leader_tcp: `127.0.0.1:${leaderB.port}`,
+          }),
+        ),
+      ),
+    );
+    let connects = 0;
+    const mirror = new Mirror({
+      broker: edge,
+      fs,
+      dataDir,
+      clock: realClock,
+      logger,
+      name: "test",
+      topics: ["t"],
+      connect: upstreamA.connect,
+      connectTo: async (address) => {
+        if (connects++ === 0)
+          throw ClientError.timeout(`Cannot connect to ${address}: no connection after 1000 ms`);
+        const client = await TcpClient.connect(parseHostPort(address));
+        onTestFinished(() => client.close());
+        return client;
+      },
+      upstreamAddress: `127.0.0.1:${upstreamA.port}`,
+      randomHex: () => "0123456789abcdef",
+      batchRecords: 10,
+      recordsPerSecond: 0,
+      rescanMs: 50,
+      askLeaderMs: 1000,
+    });
+    await produce(edge, 0, 0, 20);
+    await mirror.start();
+    await until(
+      async () => (await sameLogs(edge, b, 0)) && mirror.describe()[0].position === 20,
+      "partition 0 on B",
+    );
+    expect(connects).toBeGreaterThan(1);
+    expect(logger.named("mirror.upstream_slow")).toEqual([]);
+    expect(logger.named("mirror.upstream_leader_unreachable")).toEqual([
+      expect.objectContaining({
+        partition: 0,
+        leader: `127.0.0.1:${leaderB.port}`,
+        error: expect.stringContaining("Cannot connect to"),
+      }),
+    ]);
+    await mirror.stop();
   });
 });
