@@ -271,7 +271,7 @@ export function parseOffsetsCsv(text: string, path: string): ResetLine[] {
     const offset = /^\d+$/.test(offsetText) ? Number(offsetText) : Number.NaN;
     if (!Number.isSafeInteger(offset))
       throw new UsageError(
-        `${at}: offset ${JSON.stringify(offsetText)} is not a whole number from 0 to 2^53 − 1`,
+        `${at}: offset ${JSON.stringify(offsetText)} is not a whole number from 0 to 2^53 - 1`,
       );
     const key = `${topic}/${partition}`;
     const first = seen.get(key);
