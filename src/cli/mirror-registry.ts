@@ -44,12 +44,13 @@ export function parseMirrorRegistryUrl(text: string): URL {
 }
 
 /**
- * The upstream registry at `base` for the mirror: POSTs JSON with `key` as `Authorization: Bearer`
- * (never in a message), `tls` for https://, and fails after `timeoutMs` without an answer.
+ * The upstream registry at `base` for the mirror: POSTs JSON with the key `key()` gives at each
+ * request as `Authorization: Bearer` (never in a message; SIGHUP may have re-read it), `tls` for
+ * https://, and fails after `timeoutMs` without an answer.
  */
 export function upstreamRegistry(
   base: URL,
-  key: string | undefined,
+  key: () => string | undefined,
   tls: ConnectionOptions | undefined,
   timeoutMs: number,
 ): UpstreamRegistry {
@@ -60,7 +61,8 @@ export function upstreamRegistry(
       const url = new URL(`${base.pathname.replace(/\/+$/, "")}${path}`, base);
       const text = JSON.stringify(body);
       const headers: Record<string, string> = { accept: mediaType, "content-type": mediaType };
-      if (key !== undefined) headers.authorization = `Bearer ${key}`;
+      const bearer = key();
+      if (bearer !== undefined) headers.authorization = `Bearer ${bearer}`;
       const send = url.protocol === "https:" ? https.request : http.request;
       return new Promise((resolve, reject) => {
         const req = send(

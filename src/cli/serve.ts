@@ -826,7 +826,12 @@ export async function serve(argv: string[]): Promise<number> {
             upstream:
               mirror.registryUrl === null
                 ? null
-                : upstreamRegistry(mirror.registryUrl, mirror.apiKey, mirror.tls, mirror.timeoutMs),
+                : upstreamRegistry(
+                    mirror.registryUrl,
+                    () => mirrorApiKey,
+                    mirror.tls,
+                    mirror.timeoutMs,
+                  ),
           },
     });
     const task = mirrorTask;

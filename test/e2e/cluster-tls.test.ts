@@ -249,6 +249,16 @@ describe("cluster mode with TLS on every listener", () => {
     const before = (await view(anyLive(), "secure")).topics[0].partitions[0];
     await brokers.get(before.leader)!.stop("SIGKILL");
     brokers.delete(before.leader);
+    // Produced once another broker leads: a produce sent on the dead leader's connection before
+    // the client has seen it close may have been stored, and is rightly not retried.
+    await waitFor(
+      "a new leader of secure/0",
+      async () => {
+        const p = (await view(anyLive(), "secure")).topics[0].partitions[0];
+        return p.leader !== before.leader && p.leader >= 0;
+      },
+      30_000,
+    );
     const more = Array.from({ length: 20 }, (_, i) => `after-${i}`);
     await cluster.produce(
       "secure",

@@ -81,6 +81,11 @@ export function nodeOnlyE2eFiles(
     "test/e2e/cluster-etcd-tls.test.ts",
     // The mirror following an upstream cluster's leaders: the mirror's and the cluster's logic.
     "test/e2e/cluster-mirror.test.ts",
+    // Schema id translation and the bootstrap list are the mirror's logic; the mirror's sockets,
+    // TLS, signals and registry requests (node:http(s)) are driven on every target by mirror.test.ts
+    // and by the SIGHUP key reload in it. The other three targets cost ~130 s here.
+    "test/e2e/mirror-schemas.test.ts",
+    "test/e2e/mirror-bootstrap.test.ts",
     // The Hono app and the broker against the OpenAPI document: the same code on every runtime.
     // Every answer of every other e2e file is still checked against the document on each target
     // (openapi-setup.ts), and hostile-fuzz.test.ts drives each runtime's HTTP server with

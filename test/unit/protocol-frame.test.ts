@@ -536,7 +536,7 @@ describe("round trips", () => {
       fc.property(
         topicName,
         fc.integer({ min: -1, max: 0x7fff_ffff }),
-        fc.array(record, { maxLength: 10 }),
+        fc.array(record, { minLength: 1, maxLength: 10 }),
         fc.nat(0xffff_ffff),
         (topic, partition, records, id) => {
           const builder = new EntryBatchBuilder();
