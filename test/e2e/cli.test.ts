@@ -549,37 +549,40 @@ describe(`[${target}] es-broker command line errors`, () => {
         expect(done.stdout.toString()).toBe(`g\tt\t0\t${offset}\n`);
         expect(await committed()).toBe(offset);
       }
-      const both = await reset("--to", "latest", "--shift-by", "1");
+      // The refusals commit nothing (checked after them): one process each, all at once.
+      const [both, badShift, noCommit, beyond, bad, noPartition] = await Promise.all([
+        reset("--to", "latest", "--shift-by", "1"),
+        reset("--shift-by", "1.5"),
+        runCli([
+          "groups",
+          "reset-offsets",
+          "fresh",
+          "--topic",
+          "t",
+          "--shift-by",
+          "1",
+          "--broker",
+          address,
+        ]),
+        reset("--to", "99", "--execute"),
+        reset("--to", "yesterday"),
+        reset("--to", "earliest", "--partition", "3"),
+      ]);
       expect(both.code).toBe(2);
       expect(both.stderr).toMatch(/give one of --to, --shift-by, not several/);
-      const badShift = await reset("--shift-by", "1.5");
       expect(badShift.code).toBe(2);
       expect(badShift.stderr).toMatch(/--shift-by "1.5": give a whole number of records/);
-      const noCommit = await runCli([
-        "groups",
-        "reset-offsets",
-        "fresh",
-        "--topic",
-        "t",
-        "--shift-by",
-        "1",
-        "--broker",
-        address,
-      ]);
       expect(noCommit.code).toBe(1);
       expect(noCommit.stderr).toMatch(/group_not_found/);
-
-      const beyond = await reset("--to", "99", "--execute");
       expect(beyond.code).toBe(1);
       expect(beyond.stderr).toMatch(/invalid_offset/);
-      const bad = await reset("--to", "yesterday");
       expect(bad.code).toBe(2);
       expect(bad.stderr).toMatch(
         /--to "yesterday": give earliest, latest, an offset \(a whole number ≥ 0\) or -N .*use --shift-by -N/,
       );
-      const noPartition = await reset("--to", "earliest", "--partition", "3");
       expect(noPartition.code).toBe(2);
       expect(noPartition.stderr).toMatch(/--partition 3: topic "t" has 1 partition \(0 … 0\)/);
+      expect(await committed()).toBe(0);
 
       // A live member: the broker refuses, naming why.
       const member = startCommand([
@@ -662,21 +665,18 @@ describe(`[${target}] es-broker command line errors`, () => {
       const iso = (ms: number) => new Date(ms).toISOString();
 
       // The first record at or after the time, per partition; the high watermark after them all.
-      const dry = await reset("--topic", "u", "--to-datetime", iso(t0 + 5 * 60_000 + 1));
+      // Three dry runs (nothing committed, checked after them): one process each, at once.
+      const inZone = new Date(t0 + 200 * 60_000 + hour).toISOString().replace("Z", "+01:00");
+      const [dry, named, after] = await Promise.all([
+        reset("--topic", "u", "--to-datetime", iso(t0 + 5 * 60_000 + 1)),
+        reset("--topic", "u", "--to-datetime", iso(t0 + 5 * 60_000 + 1), "--dry-run"),
+        reset("--topic", "u", "--partition", "1", "--to-datetime", inZone),
+      ]);
       expect(dry.code, dry.stderr).toBe(0);
       expect(dry.stdout.toString()).toBe("g\tu\t0\t6\ng\tu\t1\t0\n");
       expect(dry.stderr).toMatch(/dry run: nothing was committed/);
-      const named = await reset(
-        "--topic",
-        "u",
-        "--to-datetime",
-        iso(t0 + 5 * 60_000 + 1),
-        "--dry-run",
-      );
       expect(named.code, named.stderr).toBe(0);
       expect(named.stdout.toString()).toBe(dry.stdout.toString());
-      const inZone = new Date(t0 + 200 * 60_000 + hour).toISOString().replace("Z", "+01:00");
-      const after = await reset("--topic", "u", "--partition", "1", "--to-datetime", inZone);
       expect(after.stdout.toString()).toBe("g\tu\t1\t3\n");
       expect(await committed()).toEqual({ "t/0": 1, "u/0": 2 });
 
@@ -717,7 +717,7 @@ describe(`[${target}] es-broker command line errors`, () => {
       expect(await committed()).toEqual({ "t/0": 4, "u/0": 3, "u/1": 2 });
 
       // Bad input: exit 2 naming the value (the line), nothing committed.
-      for (const [args, message] of [
+      const cases = [
         [
           ["--from-file", csv("a.csv", "t,0,1\nu,x,1\n")],
           `${dir}/a.csv line 2: partition "x" is not a whole number`,
@@ -748,8 +748,11 @@ describe(`[${target}] es-broker command line errors`, () => {
           ["--topic", "t", "--to", "latest", "--dry-run"],
           "give --dry-run (print the offsets) or --execute (commit them), not both",
         ],
-      ] as const) {
-        const bad = await reset(...args, "--execute");
+      ] as const;
+      // Each its own process, all at once: none commits anything (checked after them).
+      const answers = await Promise.all(cases.map(([args]) => reset(...args, "--execute")));
+      for (const [i, [, message]] of cases.entries()) {
+        const bad = answers[i];
         expect(bad.code, bad.stderr).toBe(2);
         expect(bad.stderr).toContain(message);
         expect(bad.stdout.toString()).toBe("");
