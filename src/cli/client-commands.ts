@@ -16,7 +16,7 @@ import {
 } from "../client/client.ts";
 import { partitionForKey } from "../lib/murmur2.ts";
 import { EntryBatchBuilder } from "../storage/record.ts";
-import { utf8 } from "../lib/bytes.ts";
+import { concatBytes, utf8 } from "../lib/bytes.ts";
 import { producerBatchesRemembered, recordPayloadBytesMax } from "../lib/limits.ts";
 import { plural } from "../lib/text.ts";
 import { groupJson, topicJson } from "../transport/http/encode.ts";
@@ -507,7 +507,10 @@ export async function produce(argv: string[]): Promise<number> {
   const summary = () =>
     `produced ${plural(total, "record")} to "${topic}"${idempotent !== null ? ` as producer "${producerId}" (epoch ${idempotent.epoch}${idempotent.epochSource === "broker" ? ", handed out by the broker" : ""})` : ""}`;
   try {
-    let carry = new Uint8Array(0);
+    // The start of a line not yet ended, chunk by chunk: joined once, when its newline comes, and
+    // only each new chunk searched for one (a long line read in 64 KiB chunks stays linear).
+    let carry: Uint8Array[] = [];
+    let carryBytes = 0;
     const chunks = (process.stdin as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
     while (interrupted === null) {
       const next = chunks.next();
@@ -515,32 +518,32 @@ export async function produce(argv: string[]): Promise<number> {
       const read = await Promise.race([next, interruption, lingerFailure]);
       if (read === null || read.done === true) break;
       const chunk = read.value;
-      let data = chunk;
-      if (carry.length > 0) {
-        data = new Uint8Array(carry.length + chunk.length);
-        data.set(carry);
-        data.set(chunk, carry.length);
-      }
       let start = 0;
       for (;;) {
-        const nl = data.indexOf(0x0a, start);
+        const nl = chunk.indexOf(0x0a, start);
         if (nl < 0) break;
-        addLine(data.slice(start, nl));
+        const end = chunk.slice(start, nl);
+        addLine(carryBytes > 0 ? concatBytes([...carry, end]) : end);
+        carry = [];
+        carryBytes = 0;
         start = nl + 1;
         if (buffered >= batchRecords || bufferedBytes >= 1024 * 1024) await send();
       }
-      carry = data.slice(start);
-      checkPartialLine(carry.length);
+      if (start < chunk.length) {
+        carry.push(chunk.slice(start));
+        carryBytes += chunk.length - start;
+      }
+      checkPartialLine(carryBytes);
       if (lingerMs === 0) await send();
       else armLinger();
     }
     if (interrupted !== null) {
       process.stdin.destroy();
-      if (carry.length > 0)
+      if (carryBytes > 0)
         process.stderr.write(
-          `es-broker: ${interrupted}: not sending an incomplete last line (${carry.length} bytes without a newline)\n`,
+          `es-broker: ${interrupted}: not sending an incomplete last line (${carryBytes} bytes without a newline)\n`,
         );
-    } else if (carry.length > 0) addLine(carry);
+    } else if (carryBytes > 0) addLine(concatBytes(carry));
     await send();
     await Promise.all(inFlight);
     process.stderr.write(
