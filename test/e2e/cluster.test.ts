@@ -179,11 +179,16 @@ describe("cluster mode: options", () => {
         /--advertise-http must be a base URL/,
       ],
     ];
-    for (const [args, message] of cases) {
-      const r = await runCli(["serve", "--data-dir", join(root, "never"), ...args]);
-      expect(r.stderr).toMatch(message);
+    // Each refusal is its own process, all started at once: none of them reaches etcd or the
+    // data directory, and one after another they waited their turns on a contended machine.
+    const results = await Promise.all(
+      cases.map(([args]) => runCli(["serve", "--data-dir", join(root, "never"), ...args])),
+    );
+    for (const [i, [args, message]] of cases.entries()) {
+      const r = results[i];
+      expect(r.stderr, args.join(" ")).toMatch(message);
       expect(r.stderr).not.toContain("hunter2");
-      expect(r.code).toBe(2);
+      expect(r.code, args.join(" ")).toBe(2);
     }
   });
 });

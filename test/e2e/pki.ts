@@ -3,9 +3,11 @@
  * the `openssl` CLI in a temporary directory, and a probe of the certificate a port serves.
  */
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as tls from "node:tls";
+import { afterAll } from "vitest";
 import { tempDir } from "../helpers/tmp.ts";
 
 export interface Pki {
@@ -21,13 +23,50 @@ export interface Pki {
   otherClient: { cert: string; key: string };
 }
 
+/** This test file's certificates, made once ({@link makePki}); removed after its last test. */
+let made: string | undefined;
+afterAll(() => {
+  if (made !== undefined) rmSync(made, { recursive: true, force: true });
+  made = undefined;
+});
+
 /**
- * Two CAs and leaf certificates, made with the openssl CLI (EC P-256, valid 2 days), in `dir`
- * (default: a temporary directory removed when the current test finishes; pass one to call this
- * outside a test, e.g. in `beforeAll`).
+ * Two CAs and leaf certificates (EC P-256, valid 2 days), in `dir` (default: a temporary
+ * directory removed when the current test finishes; pass one to call this outside a test, e.g. in
+ * `beforeAll`). The openssl CLI makes them once per test file (ten runs, about a second on the
+ * 2-vCPU machine; tls.test.ts wanted them thirteen times per target); each call copies them, so
+ * every caller has files of its own to rotate or add to ({@link makeClientLeaf}).
  */
 export function makePki(dir: string = tempDir("es-broker-tls-").dir): Pki {
+  if (made === undefined) {
+    const once = mkdtempSync(join(tmpdir(), "es-broker-pki-"));
+    generatePki(once);
+    made = once;
+  }
   mkdirSync(dir, { recursive: true });
+  cpSync(made, dir, { recursive: true });
+  return pkiIn(dir);
+}
+
+/** The files of a PKI in `dir`, as {@link generatePki} names them. */
+function pkiIn(dir: string): Pki {
+  const leaf = (name: string) => ({
+    cert: join(dir, `${name}.pem`),
+    key: join(dir, `${name}.key`),
+  });
+  return {
+    dir,
+    ca: join(dir, "ca-a.pem"),
+    otherCa: join(dir, "ca-b.pem"),
+    server: leaf("server-one"),
+    rotated: leaf("server-two"),
+    client: leaf("client-a"),
+    otherClient: leaf("client-b"),
+  };
+}
+
+/** Makes the CAs and leaf certificates of {@link pkiIn} in `dir` with the openssl CLI. */
+function generatePki(dir: string): void {
   const run = (args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
   const ca = (name: string) =>
     run([
@@ -81,19 +120,13 @@ export function makePki(dir: string = tempDir("es-broker-tls-").dir): Pki {
       "-extfile",
       ext,
     ]);
-    return { cert: join(dir, `${name}.pem`), key: join(dir, `${name}.key`) };
   };
   ca("ca-a");
   ca("ca-b");
-  return {
-    dir,
-    ca: join(dir, "ca-a.pem"),
-    otherCa: join(dir, "ca-b.pem"),
-    server: leaf("server-one", "ca-a", "server.ext"),
-    rotated: leaf("server-two", "ca-a", "server.ext"),
-    client: leaf("client-a", "ca-a", "client.ext"),
-    otherClient: leaf("client-b", "ca-b", "client.ext"),
-  };
+  leaf("server-one", "ca-a", "server.ext");
+  leaf("server-two", "ca-a", "server.ext");
+  leaf("client-a", "ca-a", "client.ext");
+  leaf("client-b", "ca-b", "client.ext");
 }
 
 /**

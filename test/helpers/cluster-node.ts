@@ -94,6 +94,35 @@ export async function startTestNode(options: TestNodeOptions): Promise<TestNode>
   return { node, logger, applied };
 }
 
+/** Options of {@link startLeaveTestNode}. */
+export interface LeaveTestNodeOptions {
+  etcd: Etcd;
+  clock: Clock;
+  logger: MemoryLogger;
+  /** The replication layer: what the tests of the leave watch (its `leave` drain, its `close`). */
+  replicas: ReplicaSink;
+  /** `ClusterNodeOptions.leaveEtcdStepMs`; the node's default if not given. */
+  leaveEtcdStepMs?: number;
+}
+
+/**
+ * Node 1 of {@link testJoinOptions} as a whole {@link ClusterNode} for the tests of its leave
+ * (`ClusterNode.leave`): a broker with no topics, `options.replicas` as its replication layer, and
+ * every other option the node's default. The caller closes it (after a leave, `close()` does not
+ * leave again; with etcd silent it may wait its bounds).
+ * @throws whatever {@link ClusterNode.start} throws.
+ */
+export function startLeaveTestNode(options: LeaveTestNodeOptions): Promise<ClusterNode> {
+  const { etcd, clock, logger, replicas, leaveEtcdStepMs } = options;
+  return ClusterNode.start({
+    ...testJoinOptions(etcd, clock, 1),
+    logger,
+    broker: { listTopics: async () => [] } as unknown as Broker,
+    replicas: () => replicas,
+    ...(leaveEtcdStepMs === undefined ? {} : { leaveEtcdStepMs }),
+  });
+}
+
 /** Options of {@link startTestMember}. */
 export interface TestMemberOptions {
   /** The etcd the membership uses (and the controller, unless `controllerEtcd` is given). */

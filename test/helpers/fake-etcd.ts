@@ -379,6 +379,29 @@ export class FakeEtcd implements Etcd {
   }
 }
 
+/**
+ * A {@link FakeEtcd} that, once `silent` is set, never answers a read, a write, a lease renewal
+ * or a revocation (a member without a quorum: attack15b F4); until then it is the fake etcd.
+ */
+export class SilentEtcd extends FakeEtcd {
+  silent = false;
+  #never<T>(answer: () => Promise<T>): Promise<T> {
+    return this.silent ? new Promise<T>(() => {}) : answer();
+  }
+  override get(key: string): Promise<EtcdKeyValue | null> {
+    return this.#never(() => super.get(key));
+  }
+  override put(key: string, value: string, options?: { lease?: string }): Promise<number> {
+    return this.#never(() => super.put(key, value, options));
+  }
+  override leaseRevoke(id: string): Promise<void> {
+    return this.#never(() => super.leaseRevoke(id));
+  }
+  override leaseKeepAlive(id: string): Promise<number> {
+    return this.#never(() => super.leaseKeepAlive(id));
+  }
+}
+
 /** Lets the fake etcd's watches (macrotasks) and the promise chains behind them run. */
 export async function settle(rounds = 20): Promise<void> {
   for (let i = 0; i < rounds; i++) await new Promise((r) => setTimeout(r, 0));

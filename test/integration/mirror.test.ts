@@ -14,9 +14,10 @@ import { parseHostPort } from "../../src/client/cluster.ts";
 import { bytesEqual, utf8 } from "../../src/lib/bytes.ts";
 import { EntryBatchBuilder } from "../../src/storage/record.ts";
 import type { LocalBroker } from "../../src/broker/broker.ts";
-import { Mirror } from "../../src/mirror/mirror.ts";
+import { Mirror, type MirrorOptions } from "../../src/mirror/mirror.ts";
+import type { Logger } from "../../src/lib/logger.ts";
 import { MetricsRegistry } from "../../src/lib/metrics.ts";
-import { openTestBroker } from "../helpers/broker.ts";
+import { openTestBroker, type TestBroker } from "../helpers/broker.ts";
 import { realClock } from "../helpers/clock.ts";
 import { serveTcp } from "../helpers/front-doors.ts";
 import { fetchAll } from "../helpers/records.ts";
@@ -59,36 +60,71 @@ async function sameLogs(
   );
 }
 
+/** A broker on the real clock ({@link openTestBroker}: in memory, closed after the test). */
+const realBroker = () => openTestBroker({ clock: realClock });
+
+/** A TCP client to `address` ("host:port"), closed when the test finishes. */
+async function clientTo(address: string): Promise<TcpClient> {
+  const client = await TcpClient.connect(parseHostPort(address));
+  onTestFinished(() => client.close());
+  return client;
+}
+
+/**
+ * `broker` as node `nodeId` of cluster "c1" (Metadata version 1: no produceTo): `produce` in
+ * place of its own if given, and its cluster metadata `metadata()`'s (default: no brokers, no
+ * topics).
+ */
+function asNode(
+  broker: LocalBroker,
+  nodeId: number,
+  produce?: (request: ProduceRequest) => Promise<ProduceResult>,
+  metadata?: () => Promise<unknown>,
+): LocalBroker {
+  const none = async () => ({
+    cluster_id: "c1",
+    node_id: nodeId,
+    controller: 1,
+    brokers: [],
+    topics: [],
+  });
+  return new Proxy(broker, {
+    get(target, prop) {
+      if (prop === "produce" && produce !== undefined) return produce;
+      if (prop === "produceTo") return undefined;
+      if (prop === "clusterMetadata") return metadata ?? none;
+      const v: unknown = Reflect.get(target, prop, target);
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+}
+
+/**
+ * A mirror of `edge` (what {@link openTestBroker} opened) on the real clock, named "test",
+ * forwarding topic "t" with producer ids from "0123456789abcdef"; `options` add to or replace these.
+ */
+function edgeMirror(
+  edge: Pick<TestBroker, "broker" | "fs" | "dataDir"> & { logger: Logger },
+  options: Partial<MirrorOptions> & Pick<MirrorOptions, "connect">,
+): Mirror {
+  return new Mirror({
+    ...edge,
+    clock: realClock,
+    name: "test",
+    topics: ["t"],
+    randomHex: () => "0123456789abcdef",
+    ...options,
+  });
+}
+
 describe("the mirror", () => {
   it("sends a partition to the broker an upstream cluster's not_leader names, checked, and says when it cannot", async () => {
-    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
-    const { broker: a } = await openTestBroker({ clock: realClock });
-    const { broker: b } = await openTestBroker({ clock: realClock });
-    const { broker: stranger } = await openTestBroker({ clock: realClock });
+    const { broker: edge, fs, dataDir, logger } = await realBroker();
+    const { broker: a } = await realBroker();
+    const { broker: b } = await realBroker();
+    const { broker: stranger } = await realBroker();
     for (const broker of [edge, a, b, stranger])
       await broker.createTopic({ name: "t", partitions: 2 });
-    /** `broker` as node `nodeId` of cluster "c1" (Metadata version 1), and `produce` as given. */
-    const asNode = (
-      broker: LocalBroker,
-      nodeId: number,
-      produce?: (request: ProduceRequest) => Promise<ProduceResult>,
-    ) =>
-      new Proxy(broker, {
-        get(target, prop) {
-          if (prop === "produce" && produce !== undefined) return produce;
-          if (prop === "produceTo") return undefined;
-          if (prop === "clusterMetadata")
-            return async () => ({
-              cluster_id: "c1",
-              node_id: nodeId,
-              controller: 1,
-              brokers: [],
-              topics: [],
-            });
-          const v: unknown = Reflect.get(target, prop, target);
-          return typeof v === "function" ? v.bind(target) : v;
-        },
-      });
     const leaderB = await serveTcp(asNode(b, 2));
     // A broker outside the cluster, which a wrong --advertise-tcp could name.
     const outsider = await serveTcp(stranger);
@@ -115,26 +151,19 @@ describe("the mirror", () => {
     );
     for (const p of [0, 1]) await produce(edge, p, 0, 30);
     const connectedTo: string[] = [];
-    const mirror = new Mirror({
-      broker: edge,
-      fs,
-      dataDir,
-      clock: realClock,
-      logger,
-      name: "test",
-      topics: ["t"],
-      connect: upstreamA.connect,
-      connectTo: async (address) => {
-        connectedTo.push(address);
-        const client = await TcpClient.connect(parseHostPort(address));
-        onTestFinished(() => client.close());
-        return client;
+    const mirror = edgeMirror(
+      { broker: edge, fs, dataDir, logger },
+      {
+        connect: upstreamA.connect,
+        connectTo: async (address) => {
+          connectedTo.push(address);
+          return clientTo(address);
+        },
+        batchRecords: 10,
+        recordsPerSecond: 0,
+        rescanMs: 50,
       },
-      randomHex: () => "0123456789abcdef",
-      batchRecords: 10,
-      recordsPerSecond: 0,
-      rescanMs: 50,
-    });
+    );
     await mirror.start();
     await until(
       async () =>
@@ -180,10 +209,10 @@ describe("the mirror", () => {
   });
 
   it("says the upstream is reachable again once a batch gets through the leader a partition moved to (attack15b F7)", async () => {
-    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
+    const { broker: edge, fs, dataDir, logger } = await realBroker();
     // One store for partition 1 (A's, which B takes over as its replica would) and B's own.
-    const { broker: a } = await openTestBroker({ clock: realClock });
-    const { broker: b } = await openTestBroker({ clock: realClock });
+    const { broker: a } = await realBroker();
+    const { broker: b } = await realBroker();
     for (const broker of [edge, a, b]) await broker.createTopic({ name: "t", partitions: 2 });
     // A (node 1, the --mirror-to broker) leads partition 1 and names B (node 2) for partition 0.
     // "paused": A answers nothing (SIGSTOP) and B still says A leads 1; "moved": B leads 1.
@@ -219,16 +248,9 @@ describe("the mirror", () => {
       ],
     });
     const proxy = (broker: LocalBroker, nodeId: number, produce: Broker["produce"]) =>
-      new Proxy(broker, {
-        get(target, prop) {
-          if (prop === "produce") return produce;
-          if (prop === "produceTo") return undefined;
-          if (prop === "clusterMetadata")
-            return async () => (nodeId === 1 && phase !== "running" ? never() : metadata(nodeId));
-          const v: unknown = Reflect.get(target, prop, target);
-          return typeof v === "function" ? v.bind(target) : v;
-        },
-      });
+      asNode(broker, nodeId, produce, () =>
+        nodeId === 1 && phase !== "running" ? never() : Promise.resolve(metadata(nodeId)),
+      );
     const upstreamA = await serveTcp(
       proxy(a, 1, (request) => {
         if (phase !== "running") return never();
@@ -261,23 +283,18 @@ describe("the mirror", () => {
       onTestFinished(() => c.close());
       return c;
     };
-    const mirror = new Mirror({
-      broker: edge,
-      fs,
-      dataDir,
-      clock: realClock,
-      logger,
-      name: "test",
-      topics: ["t"],
-      connect: () => client(portA),
-      connectTo: (address) => client(parseHostPort(address).port),
-      upstreamAddress: `127.0.0.1:${portA}`,
-      randomHex: () => "0123456789abcdef",
-      batchRecords: 10,
-      recordsPerSecond: 0,
-      rescanMs: 50,
-      askLeaderMs: 300,
-    });
+    const mirror = edgeMirror(
+      { broker: edge, fs, dataDir, logger },
+      {
+        connect: () => client(portA),
+        connectTo: (address) => client(parseHostPort(address).port),
+        upstreamAddress: `127.0.0.1:${portA}`,
+        batchRecords: 10,
+        recordsPerSecond: 0,
+        rescanMs: 50,
+        askLeaderMs: 300,
+      },
+    );
     await mirror.start();
     await until(
       async () => (await sameLogs(edge, b, 0)) && (await sameLogs(edge, a, 1)),
@@ -312,8 +329,8 @@ describe("the mirror", () => {
   });
 
   it("waits for a slow partition without calling the upstream unreachable or failing the others' batches", async () => {
-    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
-    const { broker: central } = await openTestBroker({ clock: realClock });
+    const { broker: edge, fs, dataDir, logger } = await realBroker();
+    const { broker: central } = await realBroker();
     await edge.createTopic({ name: "t", partitions: 2 });
     await central.createTopic({ name: "t", partitions: 2 });
     // Partition 1's first two produces are stored only after 2.5 s, past the mirror's 1 s limit
@@ -337,30 +354,25 @@ describe("the mirror", () => {
     );
     const connections: TcpClient[] = [];
     for (const p of [0, 1]) await produce(edge, p, 0, 10);
-    const mirror = new Mirror({
-      broker: edge,
-      fs,
-      dataDir,
-      clock: realClock,
-      logger,
-      name: "test",
-      topics: ["t"],
-      connect: async () => {
-        const client = await TcpClient.connect({
-          host: "127.0.0.1",
-          port: upstream.port,
-          timeoutMs: 1000,
-        });
-        connections.push(client);
-        onTestFinished(() => client.close());
-        return client;
+    const mirror = edgeMirror(
+      { broker: edge, fs, dataDir, logger },
+      {
+        connect: async () => {
+          const client = await TcpClient.connect({
+            host: "127.0.0.1",
+            port: upstream.port,
+            timeoutMs: 1000,
+          });
+          connections.push(client);
+          onTestFinished(() => client.close());
+          return client;
+        },
+        upstreamAddress: `127.0.0.1:${upstream.port}`,
+        batchRecords: 5,
+        recordsPerSecond: 0,
+        rescanMs: 50,
       },
-      upstreamAddress: `127.0.0.1:${upstream.port}`,
-      randomHex: () => "0123456789abcdef",
-      batchRecords: 5,
-      recordsPerSecond: 0,
-      rescanMs: 50,
-    });
+    );
     await mirror.start();
     // Partition 0 keeps flowing on the one shared connection while partition 1 waits.
     let more = 10;
@@ -405,26 +417,21 @@ describe("the mirror", () => {
   });
 
   it("resumes from the upstream's producer state after a lost commit, storing nothing twice, whatever the batch size", async () => {
-    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
-    const { broker: central } = await openTestBroker({ clock: realClock });
+    const { broker: edge, fs, dataDir, logger } = await realBroker();
+    const { broker: central } = await realBroker();
     const upstream = await serveTcp(central);
     await edge.createTopic({ name: "t", partitions: 2 });
     for (const p of [0, 1]) await produce(edge, p, 0, 50);
     const mirror = (batchRecords: number) =>
-      new Mirror({
-        broker: edge,
-        fs,
-        dataDir,
-        clock: realClock,
-        logger,
-        name: "test",
-        topics: ["t"],
-        connect: upstream.connect,
-        randomHex: () => "0123456789abcdef",
-        batchRecords,
-        recordsPerSecond: 0,
-        rescanMs: 50,
-      });
+      edgeMirror(
+        { broker: edge, fs, dataDir, logger },
+        {
+          connect: upstream.connect,
+          batchRecords,
+          recordsPerSecond: 0,
+          rescanMs: 50,
+        },
+      );
     const first = mirror(10);
     await first.start();
     await until(
@@ -490,24 +497,21 @@ describe("the mirror", () => {
   });
 
   it("keeps to --mirror-records-per-sec over any stretch of time, in batches of a tenth of a second's worth", async () => {
-    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
-    const { broker: central } = await openTestBroker({ clock: realClock });
+    const { broker: edge, fs, dataDir, logger } = await realBroker();
+    const { broker: central } = await realBroker();
     const upstream = await serveTcp(central);
     await edge.createTopic({ name: "t", partitions: 1 });
     await produce(edge, 0, 0, 300);
     const rate = 100;
-    const mirror = new Mirror({
-      broker: edge,
-      fs,
-      dataDir,
-      clock: realClock,
-      logger,
-      name: "paced",
-      topics: ["t"],
-      connect: upstream.connect,
-      randomHex: () => "00112233445566ff",
-      recordsPerSecond: rate,
-    });
+    const mirror = edgeMirror(
+      { broker: edge, fs, dataDir, logger },
+      {
+        name: "paced",
+        connect: upstream.connect,
+        randomHex: () => "00112233445566ff",
+        recordsPerSecond: rate,
+      },
+    );
     const started = Date.now();
     await mirror.start();
     const samples: [number, number][] = [];
@@ -527,7 +531,7 @@ describe("the mirror", () => {
 
   it("stops a partition with a gap error when retention deleted records before they were forwarded", async () => {
     const { broker: edge, fs, dataDir, logger, clock } = await openTestBroker();
-    const { broker: central } = await openTestBroker({ clock: realClock });
+    const { broker: central } = await realBroker();
     const upstream = await serveTcp(central);
     await edge.createTopic({
       name: "t",
@@ -548,18 +552,15 @@ describe("the mirror", () => {
       group: "mirror.gap",
       offsets: [{ topic: "t", partition: 0, offset: 0 }],
     });
-    const mirror = new Mirror({
-      broker: edge,
-      fs,
-      dataDir,
-      clock: realClock,
-      logger,
-      name: "gap",
-      topics: ["t"],
-      connect: upstream.connect,
-      randomHex: () => "fedcba9876543210",
-      recordsPerSecond: 0,
-    });
+    const mirror = edgeMirror(
+      { broker: edge, fs, dataDir, logger },
+      {
+        name: "gap",
+        connect: upstream.connect,
+        randomHex: () => "fedcba9876543210",
+        recordsPerSecond: 0,
+      },
+    );
     await mirror.start();
     await until(async () => mirror.describe()[0]?.state === "stopped", "the partition to stop");
     expect(mirror.describe()[0].error).toContain(
@@ -575,19 +576,16 @@ describe("the mirror", () => {
     // The runbook's way back: restarted with --mirror-skip-gaps, the partition logs the loss and
     // forwards from the log start offset under a new epoch; the same run again resends nothing.
     const skipping = () =>
-      new Mirror({
-        broker: edge,
-        fs,
-        dataDir,
-        clock: realClock,
-        logger,
-        name: "gap",
-        topics: ["t"],
-        connect: upstream.connect,
-        randomHex: () => "fedcba9876543210",
-        recordsPerSecond: 0,
-        skipGaps: true,
-      });
+      edgeMirror(
+        { broker: edge, fs, dataDir, logger },
+        {
+          name: "gap",
+          connect: upstream.connect,
+          randomHex: () => "fedcba9876543210",
+          recordsPerSecond: 0,
+          skipGaps: true,
+        },
+      );
     // The edge's long-polls wait on its manual clock: let it run.
     const ticker = setInterval(() => clock.advance(500), 20);
     onTestFinished(() => clearInterval(ticker));
@@ -614,8 +612,8 @@ describe("the mirror", () => {
   });
 
   it("logs a stopped partition once per cause and interval while it is retried, and says when each partition forwards (newuser17 F7, F9)", async () => {
-    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
-    const { broker: central } = await openTestBroker({ clock: realClock });
+    const { broker: edge, fs, dataDir, logger } = await realBroker();
+    const { broker: central } = await realBroker();
     const upstream = await serveTcp(central);
     await edge.createTopic({ name: "t", partitions: 2 });
     // The upstream lacks partition 1: its batches are refused, so it stops.
@@ -630,20 +628,17 @@ describe("the mirror", () => {
         logger.log(...args);
       },
     };
-    const mirror = new Mirror({
-      broker: edge,
-      fs,
-      dataDir,
-      clock: realClock,
-      logger: timed,
-      name: "told",
-      topics: ["t"],
-      connect: upstream.connect,
-      randomHex: () => "0badc0ffee000001",
-      recordsPerSecond: 0,
-      rescanMs: 20,
-      stoppedLogEveryMs: 1500,
-    });
+    const mirror = edgeMirror(
+      { broker: edge, fs, dataDir, logger: timed },
+      {
+        name: "told",
+        connect: upstream.connect,
+        randomHex: () => "0badc0ffee000001",
+        recordsPerSecond: 0,
+        rescanMs: 20,
+        stoppedLogEveryMs: 1500,
+      },
+    );
     await mirror.start();
     const p = (partition: number) => mirror.describe().find((s) => s.partition === partition)!;
     await until(
@@ -747,9 +742,9 @@ describe("the mirror", () => {
   });
 
   it("counts a refused key as the upstream down, logs it once across leaders, and retries at once when told (newuser17 #4)", async () => {
-    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
-    const { broker: a } = await openTestBroker({ clock: realClock });
-    const { broker: b } = await openTestBroker({ clock: realClock });
+    const { broker: edge, fs, dataDir, logger } = await realBroker();
+    const { broker: a } = await realBroker();
+    const { broker: b } = await realBroker();
     for (const broker of [edge, a, b]) await broker.createTopic({ name: "t", partitions: 2 });
     // A (node 1, the --mirror-to broker) leads partition 1 and names B (node 2) for partition 0:
     // two leader connections, each refusing the revoked key while `refuse` holds.
@@ -762,23 +757,6 @@ describe("the mirror", () => {
           "Cannot authenticate: API key 438b4f65652bb01e is not valid (unknown, revoked, or wrong secret)",
         ),
       );
-    const asNode = (broker: LocalBroker, nodeId: number, produce: Broker["produce"]) =>
-      new Proxy(broker, {
-        get(target, prop) {
-          if (prop === "produce") return produce;
-          if (prop === "produceTo") return undefined;
-          if (prop === "clusterMetadata")
-            return async () => ({
-              cluster_id: "c1",
-              node_id: nodeId,
-              controller: 1,
-              brokers: [],
-              topics: [],
-            });
-          const v: unknown = Reflect.get(target, prop, target);
-          return typeof v === "function" ? v.bind(target) : v;
-        },
-      });
     const upstreamA = await serveTcp(
       asNode(a, 1, (request) => {
         if (refuse) return revoked();
@@ -795,26 +773,17 @@ describe("the mirror", () => {
       asNode(b, 2, (request) => (refuse ? revoked() : b.produce(request))),
     );
     portB = upstreamB.port;
-    const mirror = new Mirror({
-      broker: edge,
-      fs,
-      dataDir,
-      clock: realClock,
-      logger,
-      name: "test",
-      topics: ["t"],
-      connect: upstreamA.connect,
-      connectTo: async (address) => {
-        const client = await TcpClient.connect(parseHostPort(address));
-        onTestFinished(() => client.close());
-        return client;
+    const mirror = edgeMirror(
+      { broker: edge, fs, dataDir, logger },
+      {
+        connect: upstreamA.connect,
+        connectTo: clientTo,
+        upstreamAddress: `127.0.0.1:${upstreamA.port}`,
+        batchRecords: 10,
+        recordsPerSecond: 0,
+        rescanMs: 50,
       },
-      upstreamAddress: `127.0.0.1:${upstreamA.port}`,
-      randomHex: () => "0123456789abcdef",
-      batchRecords: 10,
-      recordsPerSecond: 0,
-      rescanMs: 50,
-    });
+    );
     for (const p of [0, 1]) await produce(edge, p, 0, 10);
     await mirror.start();
     await until(
@@ -862,27 +831,10 @@ describe("the mirror", () => {
   }, 90_000);
 
   it("calls a connect that got no answer in time unreachable, not slow, though the broker answers the ask after (newuser17 #10)", async () => {
-    const { broker: edge, fs, dataDir, logger } = await openTestBroker({ clock: realClock });
-    const { broker: a } = await openTestBroker({ clock: realClock });
-    const { broker: b } = await openTestBroker({ clock: realClock });
+    const { broker: edge, fs, dataDir, logger } = await realBroker();
+    const { broker: a } = await realBroker();
+    const { broker: b } = await realBroker();
     for (const broker of [edge, a, b]) await broker.createTopic({ name: "t", partitions: 1 });
-    const asNode = (broker: LocalBroker, nodeId: number, produce?: Broker["produce"]) =>
-      new Proxy(broker, {
-        get(target, prop) {
-          if (prop === "produce" && produce !== undefined) return produce;
-          if (prop === "produceTo") return undefined;
-          if (prop === "clusterMetadata")
-            return async () => ({
-              cluster_id: "c1",
-              node_id: nodeId,
-              controller: 1,
-              brokers: [],
-              topics: [],
-            });
-          const v: unknown = Reflect.get(target, prop, target);
-          return typeof v === "function" ? v.bind(target) : v;
-        },
-      });
     const leaderB = await serveTcp(asNode(b, 2));
     // A (the --mirror-to broker) names B as the leader; the first connect to B gets no answer in
     // time (a paused broker resuming), the ask right after reaches it.
@@ -897,29 +849,22 @@ describe("the mirror", () => {
       ),
     );
     let connects = 0;
-    const mirror = new Mirror({
-      broker: edge,
-      fs,
-      dataDir,
-      clock: realClock,
-      logger,
-      name: "test",
-      topics: ["t"],
-      connect: upstreamA.connect,
-      connectTo: async (address) => {
-        if (connects++ === 0)
-          throw ClientError.timeout(`Cannot connect to ${address}: no connection after 1000 ms`);
-        const client = await TcpClient.connect(parseHostPort(address));
-        onTestFinished(() => client.close());
-        return client;
+    const mirror = edgeMirror(
+      { broker: edge, fs, dataDir, logger },
+      {
+        connect: upstreamA.connect,
+        connectTo: async (address) => {
+          if (connects++ === 0)
+            throw ClientError.timeout(`Cannot connect to ${address}: no connection after 1000 ms`);
+          return clientTo(address);
+        },
+        upstreamAddress: `127.0.0.1:${upstreamA.port}`,
+        batchRecords: 10,
+        recordsPerSecond: 0,
+        rescanMs: 50,
+        askLeaderMs: 1000,
       },
-      upstreamAddress: `127.0.0.1:${upstreamA.port}`,
-      randomHex: () => "0123456789abcdef",
-      batchRecords: 10,
-      recordsPerSecond: 0,
-      rescanMs: 50,
-      askLeaderMs: 1000,
-    });
+    );
     await produce(edge, 0, 0, 20);
     await mirror.start();
     await until(

@@ -10,38 +10,17 @@
  * what the controller will do instead, and `cluster.left` is a warn naming what was not recorded.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import type { Broker } from "../../src/broker/types.ts";
-import type { EtcdKeyValue } from "../../src/cluster/etcd.ts";
 import { controllerKey } from "../../src/cluster/keys.ts";
 import { brokerKey, departedKey } from "../../src/cluster/membership.ts";
-import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
+import type { ReplicaSink } from "../../src/cluster/node.ts";
 import type { LeaveDrain } from "../../src/cluster/replica-manager.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { Prng } from "../../src/lib/prng.ts";
-import { FakeEtcd, settle } from "../helpers/fake-etcd.ts";
+import { startLeaveTestNode } from "../helpers/cluster-node.ts";
+import { FakeEtcd, SilentEtcd, settle } from "../helpers/fake-etcd.ts";
 
 const prefix = "/es-broker";
 
-/** An etcd that, once `silent`, never answers a read or a write (a member without a quorum). */
-class SilentEtcd extends FakeEtcd {
-  silent = false;
-  #never<T>(answer: () => Promise<T>): Promise<T> {
-    return this.silent ? new Promise<T>(() => {}) : answer();
-  }
-  override get(key: string): Promise<EtcdKeyValue | null> {
-    return this.#never(() => super.get(key));
-  }
-  override put(key: string, value: string, options?: { lease?: string }): Promise<number> {
-    return this.#never(() => super.put(key, value, options));
-  }
-  override leaseRevoke(id: string): Promise<void> {
-    return this.#never(() => super.leaseRevoke(id));
-  }
-  override leaseKeepAlive(id: string): Promise<number> {
-    return this.#never(() => super.leaseKeepAlive(id));
-  }
-}
 const cleanups: (() => Promise<void>)[] = [];
 
 afterEach(async () => {
@@ -82,21 +61,7 @@ async function startNode(
   logger: MemoryLogger,
   leaveEtcdStepMs?: number,
 ) {
-  const node = await ClusterNode.start({
-    ...(leaveEtcdStepMs === undefined ? {} : { leaveEtcdStepMs }),
-    etcd,
-    clock,
-    prng: new Prng(1),
-    logger,
-    prefix,
-    nodeId: 1,
-    advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
-    dataDirId: "dir-1",
-    dataDir: null,
-    newClusterId: "cluster-a",
-    broker: { listTopics: async () => [] } as unknown as Broker,
-    replicas: () => sink,
-  });
+  const node = await startLeaveTestNode({ etcd, clock, logger, replicas: sink, leaveEtcdStepMs });
   cleanups.push(() => node.close());
   return node;
 }

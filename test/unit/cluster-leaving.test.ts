@@ -13,12 +13,9 @@
  * `cluster.leave_step_failed` warn (`mark_leaving`) while the leave goes on.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import type { Broker } from "../../src/broker/types.ts";
-import type { EtcdKeyValue } from "../../src/cluster/etcd.ts";
-import { Controller } from "../../src/cluster/controller.ts";
 import { incarnationsKey, partitionKey } from "../../src/cluster/keys.ts";
-import { joinCluster, leavingKey, type Membership } from "../../src/cluster/membership.ts";
-import { ClusterNode, type ReplicaSink } from "../../src/cluster/node.ts";
+import { leavingKey } from "../../src/cluster/membership.ts";
+import type { ReplicaSink } from "../../src/cluster/node.ts";
 import {
   controllerUpdate,
   formatPartitionState,
@@ -32,8 +29,8 @@ import {
 import type { LeaveDrain } from "../../src/cluster/replica-manager.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
-import { Prng } from "../../src/lib/prng.ts";
-import { FakeEtcd, settle, until } from "../helpers/fake-etcd.ts";
+import { startLeaveTestNode, startTestMember, type TestMember } from "../helpers/cluster-node.ts";
+import { FakeEtcd, SilentEtcd, settle, until } from "../helpers/fake-etcd.ts";
 
 const prefix = "/es-broker";
 const cleanups: (() => Promise<void>)[] = [];
@@ -110,52 +107,6 @@ describe("partition state: a leaving replica is never elected", () => {
   });
 });
 
-interface TestBroker {
-  nodeId: number;
-  membership: Membership;
-  controller: Controller;
-  logger: MemoryLogger;
-  stop(): Promise<void>;
-}
-
-async function startBroker(etcd: FakeEtcd, clock: ManualClock, nodeId: number) {
-  const logger = new MemoryLogger();
-  const membership = await joinCluster({
-    etcd,
-    clock,
-    prng: new Prng(nodeId),
-    logger,
-    prefix,
-    nodeId,
-    advertise: { tcp: `127.0.0.1:${9000 + nodeId}`, http: `http://127.0.0.1:${8000 + nodeId}` },
-    dataDirId: `dir-${nodeId}`,
-    dataDir: null,
-    newClusterId: "cluster-a",
-  });
-  const controller = new Controller({
-    etcd,
-    clock,
-    prng: new Prng(100 + nodeId),
-    logger,
-    prefix,
-    nodeId,
-    lease: () => membership.leaseId,
-    retryMs: 100,
-    rebalanceMs: 0,
-  });
-  await controller.start();
-  let stopped = false;
-  const stop = async () => {
-    if (stopped) return;
-    stopped = true;
-    await controller.close();
-    await membership.close();
-  };
-  cleanups.push(stop);
-  const broker: TestBroker = { nodeId, membership, controller, logger, stop };
-  return broker;
-}
-
 async function readState(etcd: FakeEtcd, topic: string): Promise<PartitionState> {
   const key = partitionKey(prefix, topic, 0);
   const kv = await etcd.get(key);
@@ -167,8 +118,9 @@ async function readState(etcd: FakeEtcd, topic: string): Promise<PartitionState>
 async function cluster(leader: number) {
   const etcd = new FakeEtcd();
   const clock = new ManualClock();
-  const brokers: TestBroker[] = [];
-  for (const id of [1, 2, 3]) brokers.push(await startBroker(etcd, clock, id));
+  const brokers: TestMember[] = [];
+  for (const nodeId of [1, 2, 3])
+    brokers.push(await startTestMember({ etcd, clock, nodeId, controller: { rebalanceMs: 0 } }));
   await until("node 1 controls", () => brokers[0].controller.isController);
   await etcd.put(
     partitionKey(prefix, "a", 0),
@@ -243,26 +195,6 @@ describe("controller: brokers that announced their leave", () => {
   });
 });
 
-/** An etcd that, once `silent`, never answers a read or a write (a member without a quorum). */
-class SilentEtcd extends FakeEtcd {
-  silent = false;
-  #never<T>(answer: () => Promise<T>): Promise<T> {
-    return this.silent ? new Promise<T>(() => {}) : answer();
-  }
-  override get(key: string): Promise<EtcdKeyValue | null> {
-    return this.#never(() => super.get(key));
-  }
-  override put(key: string, value: string, options?: { lease?: string }): Promise<number> {
-    return this.#never(() => super.put(key, value, options));
-  }
-  override leaseRevoke(id: string): Promise<void> {
-    return this.#never(() => super.leaseRevoke(id));
-  }
-  override leaseKeepAlive(id: string): Promise<number> {
-    return this.#never(() => super.leaseKeepAlive(id));
-  }
-}
-
 /** A node whose replication drains at once (or when `finishDrain` is called, if `held`). */
 async function startNode(etcd: FakeEtcd, clock: ManualClock, logger: MemoryLogger, held: boolean) {
   let finishDrain: (d: LeaveDrain) => void = () => {};
@@ -277,19 +209,11 @@ async function startNode(etcd: FakeEtcd, clock: ManualClock, logger: MemoryLogge
         : Promise.resolve({ led: 0, behind: [], waitedMs: 0 }),
     async close() {},
   };
-  const node = await ClusterNode.start({
+  const node = await startLeaveTestNode({
     etcd,
     clock,
-    prng: new Prng(1),
     logger,
-    prefix,
-    nodeId: 1,
-    advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
-    dataDirId: "dir-1",
-    dataDir: null,
-    newClusterId: "cluster-a",
-    broker: { listTopics: async () => [] } as unknown as Broker,
-    replicas: () => sink,
+    replicas: sink,
     leaveEtcdStepMs: 1500,
   });
   cleanups.push(() => node.close());
@@ -366,20 +290,7 @@ describe("ClusterNode.leave announces the leave", () => {
       leave: () => new Promise<LeaveDrain>((resolve) => (finishDrain = resolve)),
       async close() {},
     };
-    const node = await ClusterNode.start({
-      etcd,
-      clock,
-      prng: new Prng(1),
-      logger,
-      prefix,
-      nodeId: 1,
-      advertise: { tcp: "127.0.0.1:9001", http: "http://127.0.0.1:8001" },
-      dataDirId: "dir-1",
-      dataDir: null,
-      newClusterId: "cluster-a",
-      broker: { listTopics: async () => [] } as unknown as Broker,
-      replicas: () => sink,
-    });
+    const node = await startLeaveTestNode({ etcd, clock, logger, replicas: sink });
     cleanups.push(() => node.close());
     expect(await etcd.get(leavingKey(prefix, 1))).toBeNull();
     const leaving = node.leave(3000);
