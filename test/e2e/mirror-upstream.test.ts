@@ -107,21 +107,31 @@ function sample(text: string, series: string): number | undefined {
   return line === undefined ? undefined : Number(line.slice(series.length + 1));
 }
 
+/**
+ * The central broker: TLS with a fresh PKI's server certificate ({@link makePki}) and API keys
+ * (an admin key made offline), its data directory `central` in a new temporary directory named
+ * `prefix`…, SIGKILLed after the test. `admin` calls its HTTP API with the admin key.
+ */
+async function startCentral(prefix: string) {
+  const pki = makePki();
+  const { dir } = tempDir(prefix);
+  const centralDir = join(dir, "central");
+  const { key: adminKey } = await offlineAdminKey(centralDir, dir);
+  const central = await startBroker(centralDir, [
+    "--tls-cert",
+    pki.server.cert,
+    "--tls-key",
+    pki.server.key,
+  ]);
+  running.push(central);
+  const admin = (method: string, path: string, body?: unknown) =>
+    centralCall(central.httpUrl, pki.ca, adminKey, method, path, body);
+  return { pki, dir, central, admin };
+}
+
 describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
   it("reports an untrusted certificate and a wrong key, retries, and forwards every record once to the mapped topic", async () => {
-    const pki = makePki();
-    const { dir } = tempDir("es-broker-mirror-up-");
-    const centralDir = join(dir, "central");
-    const { key: adminKey } = await offlineAdminKey(centralDir, dir);
-    const central = await startBroker(centralDir, [
-      "--tls-cert",
-      pki.server.cert,
-      "--tls-key",
-      pki.server.key,
-    ]);
-    running.push(central);
-    const admin = (method: string, path: string, body?: unknown) =>
-      centralCall(central.httpUrl, pki.ca, adminKey, method, path, body);
+    const { pki, dir, central, admin } = await startCentral("es-broker-mirror-up-");
     // The mirror's key may only produce to site17.*; the mapped topic exists upstream.
     const mirrorKey: { key: string } = await admin("POST", "/v1/admin/keys", {
       name: "edge-17",
@@ -279,19 +289,7 @@ describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
   }, 120_000);
 
   it("logs a key that may not create the upstream topic as upstream_refused, not a stop, and resumes once it exists", async () => {
-    const pki = makePki();
-    const { dir } = tempDir("es-broker-mirror-create-");
-    const centralDir = join(dir, "central");
-    const { key: adminKey } = await offlineAdminKey(centralDir, dir);
-    const central = await startBroker(centralDir, [
-      "--tls-cert",
-      pki.server.cert,
-      "--tls-key",
-      pki.server.key,
-    ]);
-    running.push(central);
-    const admin = (method: string, path: string, body?: unknown) =>
-      centralCall(central.httpUrl, pki.ca, adminKey, method, path, body);
+    const { pki, dir, central, admin } = await startCentral("es-broker-mirror-create-");
     // A producer key: it may produce to sensors*, but not create topics.
     const mirrorKey: { key: string } = await admin("POST", "/v1/admin/keys", {
       name: "edge-18",
@@ -418,19 +416,7 @@ describe(`[${target}] the edge mirror to a TLS upstream with API keys`, () => {
   }, 120_000);
 
   it("a revoked key: upstream_up 0, logged once; a new key in --mirror-api-key-file and SIGHUP resume it without a restart (newuser17 #4)", async () => {
-    const pki = makePki();
-    const { dir } = tempDir("es-broker-mirror-rotate-");
-    const centralDir = join(dir, "central");
-    const { key: adminKey } = await offlineAdminKey(centralDir, dir);
-    const central = await startBroker(centralDir, [
-      "--tls-cert",
-      pki.server.cert,
-      "--tls-key",
-      pki.server.key,
-    ]);
-    running.push(central);
-    const admin = (method: string, path: string, body?: unknown) =>
-      centralCall(central.httpUrl, pki.ca, adminKey, method, path, body);
+    const { pki, dir, central, admin } = await startCentral("es-broker-mirror-rotate-");
     await admin("POST", "/v1/topics", { name: "sensors", partitions: 2 });
     const newKey = async (name: string): Promise<string> =>
       (

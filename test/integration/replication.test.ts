@@ -85,8 +85,60 @@ async function storedBytes(broker: LocalBroker, topic: string): Promise<Uint8Arr
   return Buffer.concat(parts);
 }
 
-async function cluster3(options: { replicaLagMs?: number } = {}): Promise<ReplicatedCluster> {
+/** Three brokers on the suite's etcd under a fresh prefix; `options` add to or replace that. */
+async function cluster3(
+  options: Partial<Parameters<typeof startReplicatedCluster>[0]> = {},
+): Promise<ReplicatedCluster> {
   return startReplicatedCluster({ count: 3, etcd: client, prefix: freshPrefix(), ...options });
+}
+
+/**
+ * {@link cluster3} with node 1's fsyncs of "orders" held at will ({@link holdableFs}), "orders"
+ * created led by node 1 at epoch 0 (ISR all three), and "a" acknowledged at offset 0 through
+ * `one`, node 1's client.
+ */
+async function clusterWithHoldableLeaderDisk() {
+  const disk = holdableFs("orders");
+  const c = await cluster3({ fs: (id) => (id === 1 ? disk.fs : new NodeFileSystem()) });
+  const initial = initialPartitionState([1, 2, 3], 2);
+  await c.createTopic("orders", initial);
+  const one = await c.node(1).client();
+  await one.produce("orders", records(["a"]), { partition: 0 });
+  return { disk, c, initial, one };
+}
+
+/** Whether an etcd transaction puts the state of "orders" partition 0 with node 3 in its ISR. */
+function expandsNode3(request: Parameters<Etcd["txn"]>[0]): boolean {
+  const op = request.success[0];
+  return (
+    op !== undefined &&
+    "put" in op &&
+    op.put.key.endsWith("/partitions/orders/0") &&
+    (JSON.parse(op.put.value) as PartitionState).isr.includes(3)
+  );
+}
+
+/**
+ * {@link cluster3} on `etcd` with "orders" led by node 1, node 3 outside its ISR ([1, 2]), and
+ * "a", "b" acknowledged through `leader`, node 1's client (node 3 then catches up and is expanded).
+ */
+async function clusterWithNode3Outside(etcd: Etcd) {
+  const c = await cluster3({ etcd });
+  await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2] });
+  const leader = await c.node(1).client();
+  await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+  return { c, leader };
+}
+
+/** Waits until nodes 1-3 each hold `expected` ("offset:value") below their high watermark. */
+async function expectEveryNodeHolds(c: ReplicatedCluster, expected: string[]): Promise<void> {
+  for (const id of [1, 2, 3]) {
+    await waitFor(
+      () => c.node(id).broker.partitionLog("orders", 0).highWatermark === expected.length,
+      `node ${id} to hold ${expected.length} records`,
+    );
+    expect(await storedValues(c.node(id).broker, "orders")).toEqual(expected);
+  }
 }
 
 async function expectCode(promise: Promise<unknown>, code: string): Promise<void> {
@@ -252,12 +304,7 @@ describe("replication", () => {
   });
 
   it("an idle follower learns a new high watermark without waiting out the leader's long-poll", async () => {
-    const c = await startReplicatedCluster({
-      count: 3,
-      etcd: client,
-      prefix: freshPrefix(),
-      fetchWaitMs: 20_000,
-    });
+    const c = await cluster3({ fetchWaitMs: 20_000 });
     await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
     const leader = await c.node(1).client();
     await leader.produce("orders", records(["a"]), { partition: 0 });
@@ -277,16 +324,7 @@ describe("replication", () => {
   });
 
   it("followers fetch records the leader has written before its fsync returns; the high watermark waits for that fsync", async () => {
-    const disk = holdableFs("orders");
-    const c = await startReplicatedCluster({
-      count: 3,
-      etcd: client,
-      prefix: freshPrefix(),
-      fs: (id) => (id === 1 ? disk.fs : new NodeFileSystem()),
-    });
-    await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
-    const leader = await c.node(1).client();
-    await leader.produce("orders", records(["a"]), { partition: 0 });
+    const { disk, c, one: leader } = await clusterWithHoldableLeaderDisk();
     disk.hold();
     const pending = leader.produce("orders", records(["b", "c"]), { partition: 0 });
     // Both followers wrote and fsynced b and c while the leader's fsync of them is held.
@@ -319,17 +357,7 @@ describe("replication", () => {
   });
 
   it("the leader's fsync fails after its followers took the records: a follower holding them leads, nothing acknowledged is lost", async () => {
-    const disk = holdableFs("orders");
-    const c = await startReplicatedCluster({
-      count: 3,
-      etcd: client,
-      prefix: freshPrefix(),
-      fs: (id) => (id === 1 ? disk.fs : new NodeFileSystem()),
-    });
-    const initial = initialPartitionState([1, 2, 3], 2);
-    await c.createTopic("orders", initial);
-    const one = await c.node(1).client();
-    await one.produce("orders", records(["a"]), { partition: 0 });
+    const { disk, c, initial, one } = await clusterWithHoldableLeaderDisk();
     disk.hold();
     const lost = one.produce("orders", records(["x", "y"]), { partition: 0 });
     await waitFor(
@@ -355,13 +383,7 @@ describe("replication", () => {
     const r = await two.produce("orders", records(["d"]), { partition: 0 });
     expect(r.spans[0].baseOffset).toBe(3);
     const expected = ["0:a", "1:x", "2:y", "3:d"];
-    for (const id of [1, 2, 3]) {
-      await waitFor(
-        () => c.node(id).broker.partitionLog("orders", 0).highWatermark === 4,
-        `node ${id} to hold 4 records`,
-      );
-      expect(await storedValues(c.node(id).broker, "orders")).toEqual(expected);
-    }
+    await expectEveryNodeHolds(c, expected);
     expect(c.node(1).logger.named("replication.truncating")).toEqual([]);
     const values = (await two.fetch({ topic: "orders", partition: 0, offset: 0 })).records.map(
       (x) => new TextDecoder().decode(x.value),
@@ -370,17 +392,7 @@ describe("replication", () => {
   });
 
   it("the leader's fsync fails after one follower took the records: a follower without them leads, the other truncates them", async () => {
-    const disk = holdableFs("orders");
-    const c = await startReplicatedCluster({
-      count: 3,
-      etcd: client,
-      prefix: freshPrefix(),
-      fs: (id) => (id === 1 ? disk.fs : new NodeFileSystem()),
-    });
-    const initial = initialPartitionState([1, 2, 3], 2);
-    await c.createTopic("orders", initial);
-    const one = await c.node(1).client();
-    await one.produce("orders", records(["a"]), { partition: 0 });
+    const { disk, c, initial, one } = await clusterWithHoldableLeaderDisk();
     await c.stopReplication(3);
     disk.hold();
     const lost = one.produce("orders", records(["x", "y"]), { partition: 0 });
@@ -404,13 +416,7 @@ describe("replication", () => {
     // Node 2's x and y (epoch 0, never durable on their leader, never acknowledged) are cut:
     // offsets 1 and 2 hold d and e on every replica, never two records.
     const expected = ["0:a", "1:d", "2:e"];
-    for (const id of [1, 2, 3]) {
-      await waitFor(
-        () => c.node(id).broker.partitionLog("orders", 0).highWatermark === 3,
-        `node ${id} to hold 3 records`,
-      );
-      expect(await storedValues(c.node(id).broker, "orders")).toEqual(expected);
-    }
+    await expectEveryNodeHolds(c, expected);
     expect(c.node(2).logger.named("replication.truncating")).toMatchObject([
       { epoch: 0, leader_end_offset: 1, log_end_offset: 3, truncate_to: 1 },
     ]);
@@ -553,12 +559,7 @@ describe("replication", () => {
       // The answer to the leader's expansion of node 3 is held (etcd applied it).
       txn: async (request) => {
         const result = await client.txn(request);
-        const op = request.success[0];
-        const expands =
-          op !== undefined &&
-          "put" in op &&
-          op.put.key.endsWith("/partitions/orders/0") &&
-          (JSON.parse(op.put.value) as PartitionState).isr.includes(3);
+        const expands = expandsNode3(request);
         if (expands && result.succeeded && gate.release === undefined)
           await new Promise<void>((go) => {
             gate.release = go;
@@ -567,10 +568,7 @@ describe("replication", () => {
         return result;
       },
     });
-    const c = await startReplicatedCluster({ count: 3, etcd, prefix: freshPrefix() });
-    await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2] });
-    const leader = await c.node(1).client();
-    await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+    const { c, leader } = await clusterWithNode3Outside(etcd);
     // Node 3 caught up: its expansion is in etcd, the answer not yet back at the leader.
     await expansionWritten;
     expect((await c.state("orders")).state.isr).toEqual([1, 2, 3]);
@@ -611,12 +609,7 @@ describe("replication", () => {
         return kv;
       },
       txn: async (request) => {
-        const op = request.success[0];
-        const expands =
-          op !== undefined &&
-          "put" in op &&
-          partitionKey(op.put.key) &&
-          (JSON.parse(op.put.value) as PartitionState).isr.includes(3);
+        const expands = expandsNode3(request);
         if (expands && held === undefined) {
           held = request;
           await new Promise<void>((go) => {
@@ -631,10 +624,7 @@ describe("replication", () => {
         return result;
       },
     });
-    const c = await startReplicatedCluster({ count: 3, etcd, prefix: freshPrefix() });
-    await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2] });
-    const leader = await c.node(1).client();
-    await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+    const { c, leader } = await clusterWithNode3Outside(etcd);
     await caught;
     // No new expansion from node 3's fetches while the lost one is settled.
     await c.stopReplication(3);
@@ -656,12 +646,7 @@ describe("replication", () => {
       let lost = false;
       return etcdThrough({
         txn: async (request) => {
-          const op = request.success[0];
-          const expands =
-            op !== undefined &&
-            "put" in op &&
-            op.put.key.endsWith("/partitions/orders/0") &&
-            (JSON.parse(op.put.value) as PartitionState).isr.includes(3);
+          const expands = expandsNode3(request);
           if (!expands || (lost && applied)) return client.txn(request);
           lost = true;
           if (applied) await client.txn(request);
@@ -672,14 +657,7 @@ describe("replication", () => {
       });
     };
     for (const applied of [true, false]) {
-      const c = await startReplicatedCluster({
-        count: 3,
-        etcd: lossy(applied),
-        prefix: freshPrefix(),
-      });
-      await c.createTopic("orders", { ...initialPartitionState([1, 2, 3], 2), isr: [1, 2] });
-      const leader = await c.node(1).client();
-      await leader.produce("orders", records(["a", "b"]), { partition: 0 });
+      const { c, leader } = await clusterWithNode3Outside(lossy(applied));
       await waitFor(
         () => c.node(1).logger.named("replication.isr_change_failed").length > 0,
         "the expansion's answer to be lost",
@@ -997,13 +975,7 @@ describe("replication", () => {
   });
 
   it("with API keys on and no broker credential, a leader serves no replica fetch (attack7 F1)", async () => {
-    const c = await startReplicatedCluster({
-      count: 3,
-      etcd: client,
-      prefix: freshPrefix(),
-      withKeys: true,
-      noSecret: true,
-    });
+    const c = await cluster3({ withKeys: true, noSecret: true });
     await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
     const keyless = await TcpClient.connect({ host: "127.0.0.1", port: c.node(1).port });
     const refused = await keyless
@@ -1032,12 +1004,7 @@ describe("replication", () => {
   });
 
   it("with API keys on, brokers still replicate and no client key passes as the broker credential", async () => {
-    const c = await startReplicatedCluster({
-      count: 3,
-      etcd: client,
-      prefix: freshPrefix(),
-      withKeys: true,
-    });
+    const c = await cluster3({ withKeys: true });
     await c.createTopic("orders", initialPartitionState([1, 2, 3], 2));
     const admin = await c.node(1).client(c.adminKey);
     const r = await admin.produce("orders", records(["a"]), { partition: 0 });
@@ -1238,13 +1205,7 @@ describe("replication", () => {
     expect(r.spans[0].baseOffset).toBe(3);
     await waitFor(() => log1.highWatermark === 5, "node 1 to replicate d, e");
     const expected = ["0:a", "1:b", "2:c", "3:d", "4:e"];
-    for (const id of [1, 2, 3]) {
-      await waitFor(
-        () => c.node(id).broker.partitionLog("orders", 0).highWatermark === 5,
-        `node ${id} to hold 5`,
-      );
-      expect(await storedValues(c.node(id).broker, "orders")).toEqual(expected);
-    }
+    await expectEveryNodeHolds(c, expected);
     expect(c.node(1).logger.named("replication.truncating")).toEqual([]);
     // The idempotent producer's retry goes to the new leader and is stored once there.
     const retried = await two.produceIdempotent("orders", records(["stray-2"]), {
