@@ -4,14 +4,25 @@
  * and ownership. State lives in `groups/<group>.json` (docs/storage.md "Files on disk"), rewritten atomically
  * (`writeJsonAtomic`) on every commit and every rebalance, before the change takes effect.
  *
- * ## Assignment strategy: round robin
+ * ## Assignment strategy: sticky
  *
  * Every partition of every topic that some member subscribes to is listed, sorted by topic name
- * then partition number; the members are sorted by member id. The partitions are dealt in that
- * order to the members in turn, one each, skipping a member that does not subscribe to the
- * partition's topic (the turn passes to the next that does). The same members and topics always
- * give the same assignment, and members' shares differ by at most one when all subscribe to the
- * same topics. Topics that no longer exist are left out.
+ * then partition number; the members are sorted by member id. A rebalance starts from the
+ * previous generation's owners, like Kafka's sticky assignor:
+ *
+ * 1. Each partition whose previous owner is still a member subscribed to its topic stays with it.
+ * 2. Every other partition (its owner left, unsubscribed, or it is new), in list order, goes to
+ *    the subscribed member that owns the fewest partitions (the first by member id on a tie).
+ * 3. While some member owns at least two more partitions than a member subscribed to one of its
+ *    partitions' topics, that partition moves to the least loaded such member (the most loaded
+ *    member gives first).
+ *
+ * So a member that stays keeps its partitions unless it holds more than its share, and only what
+ * balance needs moves: when a member joins, the others each give it a few; when one leaves, only
+ * its partitions move. Members' shares differ by at most one when all subscribe to the same
+ * topics. A group with no previous owners (its first generation) gets partition i of the list to
+ * member i mod n when all subscribe to the same topics. The same previous owners, members and
+ * topics always give the same assignment. Topics that no longer exist are left out.
  *
  * ## Transitions (each row rebalances: generation + 1, new assignment, file rewritten)
  *
@@ -246,33 +257,75 @@ export function validateGroupName(name: unknown): string {
 }
 
 /**
- * Deals partitions to members (the round-robin strategy of the module comment).
+ * Deals partitions to members (the sticky strategy of the module comment, "Assignment strategy:
+ * sticky").
  * @param members sorted by id.
  * @param partitionCount the partition count of a topic, or undefined if it does not exist.
+ * @param previous the previous generation's owners, "topic\0partition" → member id (empty for a
+ *   group's first generation); owners that are no longer members are ignored.
  * @returns "topic\0partition" → member id.
  */
-export function assignRoundRobin(
+export function assignSticky(
   members: readonly { id: string; topics: readonly string[] }[],
   partitionCount: (topic: string) => number | undefined,
+  previous: ReadonlyMap<string, string> = new Map(),
 ): Map<string, string> {
   const owners = new Map<string, string>();
   if (members.length === 0) return owners;
-  const topics = [...new Set(members.flatMap((m) => m.topics))].sort();
-  let cursor = 0;
-  for (const topic of topics) {
+  const indexOf = new Map(members.map((m, i) => [m.id, i]));
+  /** Per member, the keys it owns (in the order it got them) and their topics. */
+  const owned: { key: string; topic: string }[][] = members.map(() => []);
+  /** Topic → indexes of the members subscribed to it, ascending. */
+  const subscribers = new Map<string, number[]>();
+  const free: { key: string; topic: string }[] = [];
+  for (const topic of [...new Set(members.flatMap((m) => m.topics))].sort()) {
     const count = partitionCount(topic);
     if (count === undefined) continue;
+    const subscribed: number[] = [];
+    members.forEach((m, i) => {
+      if (m.topics.includes(topic)) subscribed.push(i);
+    });
+    subscribers.set(topic, subscribed);
     for (let partition = 0; partition < count; partition++) {
-      for (let tries = 0; tries < members.length; tries++) {
-        const m = members[(cursor + tries) % members.length];
-        if (m.topics.includes(topic)) {
-          owners.set(topicPartitionKey(topic, partition), m.id);
-          cursor = (cursor + tries + 1) % members.length;
-          break;
-        }
-      }
+      const key = topicPartitionKey(topic, partition);
+      const before = previous.get(key);
+      const i = before === undefined ? undefined : indexOf.get(before);
+      if (i !== undefined && members[i].topics.includes(topic)) owned[i].push({ key, topic });
+      else free.push({ key, topic });
     }
   }
+  /** The subscriber of `topic` owning the fewest partitions (the first by id on a tie). */
+  const leastLoaded = (topic: string): number => {
+    let best = -1;
+    for (const i of subscribers.get(topic)!)
+      if (best < 0 || owned[i].length < owned[best].length) best = i;
+    return best;
+  };
+  for (const p of free) owned[leastLoaded(p.topic)].push(p);
+  // Each move lowers the sum of squared loads by at least 2, so this ends.
+  for (;;) {
+    const order = members
+      .map((_, i) => i)
+      .sort((a, b) => owned[b].length - owned[a].length || a - b);
+    const fewest = owned[order[order.length - 1]].length;
+    let moved = false;
+    for (const donor of order) {
+      if (owned[donor].length - fewest < 2) break;
+      const list = owned[donor];
+      for (let k = list.length - 1; k >= 0; k--) {
+        const to = leastLoaded(list[k].topic);
+        if (list.length - owned[to].length < 2) continue;
+        owned[to].push(...list.splice(k, 1));
+        moved = true;
+        break;
+      }
+      if (moved) break;
+    }
+    if (!moved) break;
+  }
+  members.forEach((m, i) => {
+    for (const p of owned[i]) owners.set(p.key, m.id);
+  });
   return owners;
 }
 
@@ -567,13 +620,13 @@ export class GroupCoordinator {
     }
   };
 
-  /** `data` with `members`, a new generation and a fresh assignment. */
+  /** `data` with `members`, a new generation and an assignment kept as close to `data.owners` as balance allows. */
   #rebalanced(data: GroupData, members: MemberData[]): GroupData {
     const sorted = [...members].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     return {
       generation: data.generation + 1,
       members: sorted,
-      owners: assignRoundRobin(sorted, this.#partitionCount),
+      owners: assignSticky(sorted, this.#partitionCount, data.owners),
       offsets: data.offsets,
     };
   }

@@ -156,7 +156,8 @@ Options:
   --mirror-topics PATTERN     topics to forward (repeatable or comma-separated; * matches any run)
   --mirror-rename LOCAL=REMOTE  forward topic LOCAL to topic REMOTE upstream (repeatable; a pattern
                               with one * on each side maps many: 'sensors.*=site17.sensors.*';
-                              the first rule that matches wins; default: the same name)
+                              the first rule that matches wins; default: the same name); the
+                              subjects <LOCAL>-key/-value become <REMOTE>-key/-value upstream
   --mirror-name NAME          names the mirror's state: group mirror.NAME, DIR/mirror/NAME.json
                               (default upstream)
   --mirror-records-per-sec N  cap on the forwarding rate, e.g. while catching up (default 20000;

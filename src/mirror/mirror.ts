@@ -72,6 +72,7 @@ import {
   SchemaIdTranslator,
   SchemaTranslationError,
   type UpstreamRegistry,
+  upstreamSubject,
   withId,
 } from "./schemas.ts";
 
@@ -956,7 +957,8 @@ export class Mirror {
   /**
    * Rewrites the schema id of every Confluent-framed key and value of `held` (in place: each
    * rewritten part is a copy, the edge log is never changed) to the upstream's id of the same
-   * schema under the same subject (docs/edge.md "Schema ids upstream"). While the upstream's
+   * schema under the same subject, renamed with the topic under TopicNameStrategy
+   * ({@link upstreamSubject}; docs/edge.md "Schema ids upstream"). While the upstream's
    * registry cannot be reached, or refuses the mirror's key, it waits with backoff (logged once
    * per partition and cause) and tries again. A key or value that is not framed (shorter than 5
    * bytes, another first byte: a tombstone, no key) is left as it is.
@@ -974,8 +976,9 @@ export class Mirror {
     let backoffMs = 500;
     let reported: string | null = null;
     for (const part of ["key", "value"] as const) {
-      const subject = parts[part];
-      if (subject === undefined) continue;
+      const edgeSubject = parts[part];
+      if (edgeSubject === undefined) continue;
+      const subject = upstreamSubject(edgeSubject, topic, status.upstreamTopic);
       const where = `topic "${topic}" partition ${partition} (record ${part}s)`;
       const ids = new Map<number, number>();
       for (const r of held) {

@@ -75,6 +75,20 @@ export function framedParts(config: {
   return parts.key === undefined && parts.value === undefined ? null : parts;
 }
 
+/**
+ * The upstream subject of the edge subject `subject` of local topic `topic`, forwarded to upstream
+ * topic `remote` (`--mirror-rename`; docs/edge.md "Schema ids upstream"). Under Kafka's
+ * TopicNameStrategy a subject is its topic's name with `-key` or `-value`: `<topic>-key` and
+ * `<topic>-value` become `<remote>-key` and `<remote>-value`, so the schema lands where the upstream
+ * topic's serializers and checks look. Any other subject (a record name, one shared by topics)
+ * names no topic and is kept.
+ */
+export function upstreamSubject(subject: string, topic: string, remote: string): string {
+  if (remote === topic) return subject;
+  for (const suffix of ["-key", "-value"]) if (subject === topic + suffix) return remote + suffix;
+  return subject;
+}
+
 /** The schema id a Confluent-framed key or value names, or null when it is not framed (too short, another magic byte). */
 export function framedId(bytes: Uint8Array | null): number | null {
   if (bytes === null || bytes.length < 5 || bytes[0] !== 0) return null;

@@ -53,6 +53,36 @@ const cutBodies = new WeakMap<
   { error: Error | null; waiting: Set<(error: Error) => void> }
 >();
 
+/**
+ * The peer's `address:port` of each connection, read when the server got it: a socket that has
+ * closed by the time its parse error is logged no longer knows its peer (attack17 F7).
+ */
+const peers = new WeakMap<object, string>();
+
+/**
+ * Notes `socket`'s peer address now, while it is open, for the `http.parse_error` line
+ * (docs/http-api.md "Malformed requests and pipelining"; {@link answerConnectionErrorsInOrder}
+ * does it on the server's `connection` and `secureConnection` events).
+ */
+export function rememberPeer(socket: Duplex): void {
+  const { remoteAddress, remotePort } = socket as { remoteAddress?: string; remotePort?: number };
+  if (remoteAddress !== undefined) peers.set(socket, `${remoteAddress}:${remotePort ?? ""}`);
+}
+
+/**
+ * `address:port` of the peer of `socket` (a `node:http` connection, possibly a TLS socket over
+ * the one accepted), as read when it was accepted, else now; "" if neither knows it.
+ */
+export function peerOf(socket: Duplex): string {
+  const known = peers.get(socket);
+  if (known !== undefined) return known;
+  const { remoteAddress, remotePort } = socket as { remoteAddress?: string; remotePort?: number };
+  if (remoteAddress !== undefined) return `${remoteAddress}:${remotePort ?? ""}`;
+  // A TLS socket: the connection it wraps (`_parent` on Node and Bun) was the one accepted.
+  const parent = (socket as { _parent?: unknown })._parent;
+  return typeof parent === "object" && parent !== null ? (peers.get(parent) ?? "") : "";
+}
+
 function stateOf(socket: Duplex): ConnectionState {
   let state = connections.get(socket);
   if (state === undefined) {
@@ -95,9 +125,12 @@ function cutBody(incoming: IncomingMessage, error: Error): void {
 /**
  * Installs the answers of the module comment on `server`: its `request` (counting what each
  * connection owes), `clientError`, `checkExpectation` and `connect` events. Call before it
- * listens. `refusals` counts and logs each fault as `http.parse_error`.
+ * listens. `refusals` counts and logs each fault as `http.parse_error`, with the peer's address
+ * as read when the connection was accepted ({@link rememberPeer}).
  */
 export function answerConnectionErrorsInOrder(server: Server, refusals?: RefusalLog): void {
+  server.on("connection", rememberPeer);
+  server.on("secureConnection", rememberPeer);
   server.on("request", (request: IncomingMessage, response: ServerResponse) => {
     const state = stateOf(request.socket);
     state.pending++;
@@ -177,9 +210,7 @@ function faultError(error: Error, code: string): BrokerError {
 }
 
 function fieldsOf(socket: Duplex, code: string): Record<string, unknown> {
-  const remote = (socket as { remoteAddress?: string; remotePort?: number }).remoteAddress;
-  const port = (socket as { remotePort?: number }).remotePort;
-  return { remote: remote === undefined ? "" : `${remote}:${port ?? ""}`, parser_error: code };
+  return { remote: peerOf(socket), parser_error: code };
 }
 
 function fail(

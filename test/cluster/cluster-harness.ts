@@ -38,6 +38,11 @@ export interface ClusterBroker {
   readonly pid: number | undefined;
   /** Every line it wrote on stdout and stderr, over all its runs (the last {@link logLinesMax}). */
   log: string[];
+  /**
+   * How many lines of each structured event (`"event":"<name>"`) it wrote over all its runs,
+   * counted before {@link log} drops old lines, so a count never loses an early line.
+   */
+  eventCounts: Map<string, number>;
   /** SIGKILL, then wait for the exit. No-op when down. */
   kill(): Promise<void>;
   /** SIGTERM (a clean shutdown), then wait for the exit; SIGKILL after 20 s. No-op when down. */
@@ -316,8 +321,18 @@ function makeBroker(launch: {
   let proc: ChildProcess | null = null;
   let paused = false;
   const log: string[] = [];
+  const eventCounts = new Map<string, number>();
+  // A pipe's chunk can end inside a line: the rest of each stream waits for its newline.
+  const partial = new Map<string, string>();
   const push = (prefix: string, chunk: string) => {
-    for (const line of chunk.split("\n")) if (line !== "") log.push(`${prefix}${line}`);
+    const lines = ((partial.get(prefix) ?? "") + chunk).split("\n");
+    partial.set(prefix, lines.pop() ?? "");
+    for (const line of lines) {
+      if (line === "") continue;
+      log.push(`${prefix}${line}`);
+      const event = /"event":"([^"]+)"/.exec(line)?.[1];
+      if (event !== undefined) eventCounts.set(event, (eventCounts.get(event) ?? 0) + 1);
+    }
     if (log.length > logLinesMax) log.splice(0, log.length - logLinesMax);
   };
   const broker: ClusterBroker = {
@@ -327,6 +342,7 @@ function makeBroker(launch: {
     httpUrl: `http://${launch.host}:${launch.httpPort}`,
     dataDir: launch.dataDir,
     log,
+    eventCounts,
     get state() {
       if (proc === null) return "down";
       return paused ? "paused" : "running";

@@ -34,7 +34,10 @@ describe(`jepsen (${mode})`, () => {
     // Leadership moves back to a returning preferred replica are a fault source of their own.
     // Every leadership off its preferred replica when the faults ended moved back under load.
     if (mode === "cluster")
-      expect(report.preferredMoves).toBeGreaterThanOrEqual(report.displacedAtEnd);
+      expect(
+        report.preferredMoves,
+        `seed ${seed}: ${report.text}${report.logsDir ? `\nlogs and history: ${report.logsDir}` : ""}`,
+      ).toBeGreaterThanOrEqual(report.displacedAtEnd);
     const lastFaultEnd = report.schedule.endMs;
     const acksAfterFaults = report.history.ops.filter(
       (o) => o.f === "send" && o.type === "ok" && o.timeMs > lastFaultEnd,

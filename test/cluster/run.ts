@@ -122,8 +122,7 @@ interface FaultEvent {
 /** Preferred leader moves in every broker's log so far (docs/cluster.md "Preferred leader election"). */
 function countPreferredMoves(cluster: TestCluster): number {
   let n = 0;
-  for (const b of cluster.brokers)
-    for (const line of b.log) if (line.includes('"cluster.preferred_leader_elected"')) n++;
+  for (const b of cluster.brokers) n += b.eventCounts.get("cluster.preferred_leader_elected") ?? 0;
   return n;
 }
 
@@ -184,8 +183,13 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
     // Under load, until every leadership is back on its preferred replica (a leader fault that
     // just healed leaves one off it): the move happens while producers write.
     const displacedAtEnd = clustered ? ((await offPreferred(cluster)) ?? partitions) : 0;
-    for (const until = Date.now() + 20_000; displacedAtEnd > 0 && Date.now() < until; ) {
-      if ((await offPreferred(cluster)) === 0) break;
+    const movedBackFrom = Date.now();
+    let movedBackMs: number | null = displacedAtEnd === 0 ? 0 : null;
+    for (const until = Date.now() + 45_000; displacedAtEnd > 0 && Date.now() < until; ) {
+      if ((await offPreferred(cluster)) === 0) {
+        movedBackMs = Date.now() - movedBackFrom;
+        break;
+      }
       await sleep(200);
     }
     await sleep(3000); // a quiet tail: the last heal settles under load
@@ -219,7 +223,8 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
     const text = [
       formatCheckResult(check),
       `  ok ops: ${okOps.producer} plain sends, ${okOps.idem} idempotent sends, ${okOps.consumer} consumer polls, ${okOps.member} group polls`,
-      `  preferred leader moves under load: ${preferredMoves} (${displacedAtEnd} leaderships off their preferred replica when the faults ended)`,
+      `  preferred leader moves under load: ${preferredMoves} (${displacedAtEnd} leaderships off their preferred replica when the faults ended, ` +
+        `${movedBackMs === null ? "not all back within 45 s" : `all back after ${(movedBackMs / 1000).toFixed(1)} s`})`,
       ...failovers.map(
         (f) =>
           `  failover after ${f.kind} of node ${f.nodes.join(",")} (partitions ${f.partitions.join(",")}): ` +
@@ -238,7 +243,7 @@ export async function runJepsen(options: JepsenOptions): Promise<JepsenReport> {
       preferredMoves,
       text,
     };
-    if (!check.valid) {
+    if (!check.valid || preferredMoves < displacedAtEnd) {
       report.logsDir = cluster.saveLogs({
         "history.jsonl": history.toJsonLines(),
         "report.txt": `${describeSchedule(schedule, options.replay ?? "")}\n${text}\n`,

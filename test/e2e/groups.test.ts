@@ -1,7 +1,8 @@
 /**
  * End to end: two real `es-broker consume --group` processes share a 4-partition topic. They
  * split it; when one is killed with SIGKILL, the other takes its partitions over from the offsets
- * the group had committed, and nothing is skipped.
+ * the group had committed, and nothing is skipped. Three, then four consumers on 6 partitions:
+ * rebalances are sticky (members that stay keep their partitions).
  *
  * Record n of partition p has the value `p{p}-{n}` and sits at offset n (each partition is
  * written in order from offset 0), so a printed value says where it came from.
@@ -180,6 +181,61 @@ describe(`[${target}] es-broker consume --group`, () => {
       await client.close();
     }
   });
+  it("rebalances stickily: a joining consumer takes partitions only from the others, a leaving one's go to the others, and staying members keep theirs", async () => {
+    const { broker, client } = await brokerWithClient();
+    try {
+      await client.createTopic({ name: "shared", partitions: 6 });
+      const args = [
+        ...["shared", "--group", "sticky", "--follow", "--from-beginning"],
+        ...["--session-timeout", "10000", "--broker", `${broker.tcp.host}:${broker.tcp.port}`],
+      ];
+      /** Member id → its sorted "partition" list, once `count` members are in the group. */
+      const owners = async (count: number): Promise<Map<string, number[]>> => {
+        let out = new Map<string, number[]>();
+        await waitFor(`the group to have ${count} members`, async () => {
+          const d = await client.describeGroup("sticky").catch(() => null);
+          if (d === null) return false;
+          out = new Map(
+            d.members.map((m) => [m.memberId, m.assignments.map((a) => a.partition).sort()]),
+          );
+          return d.members.length === count;
+        });
+        return out;
+      };
+      const consumers = [startConsumer(args)];
+      await owners(1);
+      consumers.push(startConsumer(args));
+      await owners(2);
+      consumers.push(startConsumer(args));
+      const three = await owners(3);
+      expect([...three.values()].map((p) => p.length)).toEqual([2, 2, 2]);
+      // A fourth joins: shares of 6 over 4 are 2, 2, 1, 1, so it takes one partition from one of
+      // the three, and nothing else moves.
+      consumers.push(startConsumer(args));
+      const four = await owners(4);
+      expect([...four.values()].flat().sort()).toEqual([0, 1, 2, 3, 4, 5]);
+      for (const [id, before] of three) {
+        const after = four.get(id)!;
+        for (const p of after) expect(before, `${id} was given partition ${p}`).toContain(p);
+        expect(after.length).toBeGreaterThanOrEqual(1);
+      }
+      const joiner = [...four.keys()].find((id) => !three.has(id))!;
+      expect(four.get(joiner)!.length).toBe(1);
+      // The first consumer stops (SIGTERM: it leaves the group): its partitions go to the
+      // others; everyone staying keeps what it had.
+      consumers[0].proc.kill("SIGTERM");
+      expect(await new Promise((r) => consumers[0].proc.once("exit", (c) => r(c)))).toBe(0);
+      const left = await owners(3);
+      expect([...left.values()].flat().sort()).toEqual([0, 1, 2, 3, 4, 5]);
+      expect([...left.values()].map((p) => p.length).sort()).toEqual([2, 2, 2]);
+      for (const [id, after] of left)
+        for (const p of four.get(id)!) expect(after, `${id} lost partition ${p}`).toContain(p);
+      for (const c of consumers.slice(1)) c.proc.kill("SIGTERM");
+    } finally {
+      await client.close();
+    }
+  });
+
   it("a member that dies before its first commit does not make the next one skip: the starting position of a never-committed partition is committed at once", async () => {
     const { broker, client } = await brokerWithClient();
     try {

@@ -208,6 +208,57 @@ describe(`[${target}] the edge mirror and schema ids`, () => {
     }
   }, 120_000);
 
+  it("renames a topic-named subject with the topic under --mirror-rename", async () => {
+    const { dir } = tempDir();
+    const central = await startBroker(`${dir}/central`);
+    running.push(central);
+    // The renamed upstream topic checks its values against its own TopicNameStrategy subject,
+    // which holds the reading schema; the edge's subject name is unknown upstream.
+    const centralReading = await register(central, "site17.sensors.avro-value", readingSchema);
+    await createTopic(central, "site17.sensors.avro", {
+      value_schema_subject: "site17.sensors.avro-value",
+    });
+    const edge = await startBroker(`${dir}/edge`, [
+      ...["--mirror-to", `${central.tcp.host}:${central.tcp.port}`],
+      ...["--mirror-topics", "sensors*", "--mirror-records-per-sec", "0"],
+      ...["--mirror-rename", "sensors*=site17.sensors*"],
+      ...["--mirror-registry-url", `${central.httpUrl}/registry`],
+    ]);
+    running.push(edge);
+    await register(edge, "alarms-value", alarmSchema);
+    const edgeReading = await register(edge, "sensors.avro-value", readingSchema);
+    // A key subject that names no topic (RecordNameStrategy-like) keeps its name upstream.
+    const edgeKey = await register(edge, "sensor-id", keySchema);
+    expect(edgeReading).not.toBe(centralReading);
+    await createTopic(edge, "sensors.avro", {
+      value_schema_subject: "sensors.avro-value",
+      key_schema_subject: "sensor-id",
+    });
+    const records = Array.from({ length: 20 }, (_, seq) => ({
+      key_b64: frame(edgeKey, keyType.toBuffer(`sensor-${seq % 3}`)).toString("base64"),
+      value_b64: frame(edgeReading, reading.toBuffer({ seq, temp_c: seq / 2 })).toString("base64"),
+    }));
+    await call(`${edge.httpUrl}/v1/topics/sensors.avro/records`, "POST", { records });
+    await waitFor(
+      "every record forwarded to the renamed topic",
+      async () => (await recordCount(central, "site17.sensors.avro")) === 20,
+      45_000,
+      200,
+    );
+    const subjects: string[] = await call(`${central.httpUrl}/registry/subjects`, "GET");
+    expect(subjects.sort()).toEqual(["sensor-id", "site17.sensors.avro-value"]);
+    const centralKey = (
+      await call(`${central.httpUrl}/registry/subjects/sensor-id/versions/1`, "GET")
+    ).id;
+    const seqs: number[] = [];
+    for (const r of await readAll(central, "site17.sensors.avro")) {
+      expect(r.value.readUInt32BE(1)).toBe(centralReading);
+      expect(r.key!.readUInt32BE(1)).toBe(centralKey);
+      seqs.push((reading.fromBuffer(r.value.subarray(5)) as { seq: number }).seq);
+    }
+    expect(seqs.sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, n) => n));
+  }, 120_000);
+
   it("stops the partition, forwarding nothing, when the upstream registry refuses the schema or there is none", async () => {
     const { dir } = tempDir();
     const central = await startBroker(`${dir}/central`);

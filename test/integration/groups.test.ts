@@ -6,7 +6,6 @@
 import { describe, expect, it } from "vitest";
 import type { LocalBroker } from "../../src/broker/broker.ts";
 import { BrokerError } from "../../src/broker/errors.ts";
-import { assignRoundRobin } from "../../src/broker/groups.ts";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import { fromUtf8, utf8 } from "../../src/lib/bytes.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
@@ -38,29 +37,6 @@ async function code(promise: Promise<unknown>): Promise<string> {
 function tps(list: { topic: string; partition: number }[]): string[] {
   return list.map((a) => `${a.topic}/${a.partition}`);
 }
-
-describe("round-robin assignment", () => {
-  it("deals sorted partitions to sorted members in turn, skipping members not subscribed to the topic", () => {
-    const counts: Record<string, number> = { a: 3, b: 2, gone: 4 };
-    const owners = assignRoundRobin(
-      [
-        { id: "m1", topics: ["a", "b"] },
-        { id: "m2", topics: ["a"] },
-        { id: "m3", topics: ["b", "gone"] },
-      ],
-      (t) => (t === "gone" ? undefined : counts[t]),
-    );
-    const show = Object.fromEntries([...owners].map(([k, v]) => [k.replace("\u0000", "/"), v]));
-    expect(show).toEqual({ "a/0": "m1", "a/1": "m2", "a/2": "m1", "b/0": "m3", "b/1": "m1" });
-  });
-
-  it("gives members of one topic shares that differ by at most one", () => {
-    const members = ["x", "y", "z"].map((id) => ({ id, topics: ["t"] }));
-    const owners = assignRoundRobin(members, () => 10);
-    const share = (id: string) => [...owners.values()].filter((o) => o === id).length;
-    expect([share("x"), share("y"), share("z")]).toEqual([4, 3, 3]);
-  });
-});
 
 describe("consumer groups", () => {
   it("rebalances on join, leave and session expiry, bumping the generation each time", async () => {

@@ -129,6 +129,86 @@ describe("PartitionLog.appendTo (the sink path)", () => {
     await log.close();
   });
 
+  it("answers the waiters an fsync covered, in order, and a failed next fsync fences only those it did not", async () => {
+    const { dir } = tempDir();
+    // Each fsync of the log is held until the test lets it end, with success or an error.
+    const held: ((error?: Error) => void)[] = [];
+    const fs = wrapFileSystem(new NodeFileSystem(), {
+      sync: (inner, path) => {
+        if (!path.endsWith(".log")) return inner.sync();
+        return new Promise<void>((resolve, reject) => {
+          held.push((error) => (error === undefined ? resolve(inner.sync()) : reject(error)));
+        });
+      },
+    });
+    const log = await openLog(`${dir}/p`, new MemoryLogger(), fs);
+    const waitForSync = async (n: number) => {
+      for (let i = 0; i < 200 && held.length < n; i++) await new Promise((r) => setTimeout(r, 5));
+      expect(held.length).toBe(n);
+    };
+    const first = Array.from({ length: 3 }, () => recordingSink());
+    first.forEach((s, i) => log.appendTo(batchOf([`a${i}`]), s.sink, i));
+    await waitForSync(1);
+    // Written while the first fsync runs: they wait for the next one, behind the first three.
+    const second = Array.from({ length: 3 }, () => recordingSink());
+    second.forEach((s, i) => log.appendTo(batchOf([`b${i}`, `b${i}`]), s.sink, 10 + i));
+    for (let i = 0; i < 200 && log.logEndOffset < 9; i++)
+      await new Promise((r) => setTimeout(r, 5));
+    expect(log.logEndOffset).toBe(9);
+    held[0]();
+    await Promise.all(first.map((s) => s.answered));
+    expect(first.map((s) => s.heard)).toEqual(
+      first.map((_, i) => [{ tag: i, baseOffset: i, count: 1 }]),
+    );
+    expect(second.map((s) => s.heard.length)).toEqual([0, 0, 0]);
+    expect(log.highWatermark).toBe(3);
+    await waitForSync(2);
+    held[1](new Error("EIO: the disk failed"));
+    await Promise.all(second.map((s) => s.answered));
+    expect(second.map((s) => s.heard)).toEqual(second.map(() => [{ failed: "fenced" }]));
+    // Each sink was answered once: the fence did not answer the covered ones again.
+    expect(first.map((s) => s.heard.length)).toEqual([1, 1, 1]);
+    expect(log.highWatermark).toBe(3);
+    await log.close();
+  });
+
+  it("requests queued past a group's byte limit are written as the next group, answered in order", async () => {
+    const { dir } = tempDir();
+    // The log's writes of records (not the zeros written ahead), by size.
+    const writes: number[] = [];
+    const fs = wrapFileSystem(new NodeFileSystem(), {
+      write: (inner, path, bytes, position) => {
+        if (path.endsWith(".log") && bytes.length > 1024 * 1024 && bytes.some((b) => b !== 0))
+          writes.push(bytes.length);
+        return inner.write(bytes, position);
+      },
+    });
+    const log = await PartitionLog.open({
+      fs,
+      dir: `${dir}/p`,
+      name: "t/0",
+      clock: new ManualClock(),
+      logger: new MemoryLogger(),
+      config: () => ({ segmentBytes: 64 * 1024 * 1024, segmentMs: 7 * 24 * 3600_000 }),
+    });
+    // Three requests of 3 MiB each: the first two fit a group (8 MiB), the third starts the next.
+    const big = (tag: string) => {
+      const b = new EntryBatchBuilder();
+      for (let i = 0; i < 3; i++) b.add(null, new Uint8Array(1024 * 1024).fill(tag.charCodeAt(0)));
+      return b.build();
+    };
+    const sinks = ["x", "y", "z"].map(() => recordingSink());
+    ["x", "y", "z"].forEach((tag, i) => log.appendTo(big(tag), sinks[i].sink, i));
+    await Promise.all(sinks.map((s) => s.answered));
+    expect(sinks.map((s) => s.heard)).toEqual(
+      sinks.map((_, i) => [{ tag: i, baseOffset: 3 * i, count: 3 }]),
+    );
+    expect(writes.map((n) => Math.round(n / (1024 * 1024)))).toEqual([6, 3]);
+    const read = await log.read({ offset: 0, maxRecords: 100, maxBytes: 16 << 20 });
+    expect(decodeRecords(read.bytes).map((r) => r.value[0])).toEqual([..."xxxyyyzzz"]);
+    await log.close();
+  });
+
   it("a sink that throws is logged, and the requests after it are still answered", async () => {
     const { dir } = tempDir();
     const logger = new MemoryLogger();

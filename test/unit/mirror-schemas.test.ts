@@ -11,6 +11,7 @@ import {
   SchemaIdTranslator,
   SchemaTranslationError,
   type RegistryAnswer,
+  upstreamSubject,
   type UpstreamRegistry,
   withId,
 } from "../../src/mirror/schemas.ts";
@@ -65,6 +66,24 @@ describe("Confluent framing", () => {
     });
     expect(framedParts({ value_schema_subject: "v", schema_format: "json" })).toBeNull();
     expect(framedParts({})).toBeNull();
+  });
+});
+
+describe("upstreamSubject", () => {
+  it("renames TopicNameStrategy subjects with the topic and keeps every other subject", () => {
+    expect(upstreamSubject("sensors.a-value", "sensors.a", "site17.sensors.a")).toBe(
+      "site17.sensors.a-value",
+    );
+    expect(upstreamSubject("sensors.a-key", "sensors.a", "site17.sensors.a")).toBe(
+      "site17.sensors.a-key",
+    );
+    // A record name, a subject shared by topics, another topic's subject: not this topic's name.
+    expect(upstreamSubject("com.acme.Reading", "sensors.a", "site17.sensors.a")).toBe(
+      "com.acme.Reading",
+    );
+    expect(upstreamSubject("sensors.b-value", "sensors.a", "x")).toBe("sensors.b-value");
+    expect(upstreamSubject("sensors.a-values", "sensors.a", "x")).toBe("sensors.a-values");
+    expect(upstreamSubject("sensors.a-value", "sensors.a", "sensors.a")).toBe("sensors.a-value");
   });
 });
 
