@@ -155,6 +155,16 @@ function plainHttpRequest(
   });
 }
 
+/**
+ * `es-broker topics list --broker address`, trusting the CA file `ca` (`--tls-ca`) and presenting
+ * `client`'s certificate and key (`--tls-cert`, `--tls-key`) if given.
+ */
+function topicsList(address: string, ca: string, client?: { cert: string; key: string }) {
+  const certificate =
+    client === undefined ? [] : ["--tls-cert", client.cert, "--tls-key", client.key];
+  return runCli(["topics", "list", "--broker", address, "--tls-ca", ca, ...certificate]);
+}
+
 async function failure(promise: Promise<unknown>): Promise<Error> {
   const error = await promise.then(
     () => null,
@@ -248,14 +258,7 @@ describe(`[${target}] TLS end to end`, () => {
     ]);
     expect(cliConsume.code, cliConsume.stderr).toBe(0);
     expect(cliConsume.stdout.toString()).toBe("over tls-tcp\nover https\nfrom the cli\n");
-    const cliWrongCa = await runCli([
-      "topics",
-      "list",
-      "--broker",
-      address,
-      "--tls-ca",
-      pki.otherCa,
-    ]);
+    const cliWrongCa = await topicsList(address, pki.otherCa);
     expect(cliWrongCa.code).toBe(1);
     // The CLI without TLS options on a TLS port: told which options it lacks.
     const cliPlain = await runCli(["topics", "list", "--broker", address]);
@@ -479,7 +482,7 @@ describe(`[${target}] TLS end to end`, () => {
     expect(untrusted.stderr).toContain(
       "es-broker: the broker's certificate is not signed by a CA this command trusts: name its CA with --tls-ca FILE\n",
     );
-    const noCertificate = await runCli(["topics", "list", "--broker", address, "--tls-ca", pki.ca]);
+    const noCertificate = await topicsList(address, pki.ca);
     expect(noCertificate.code).toBe(1);
     const alerted =
       "es-broker: the broker requires a client certificate (mutual TLS): add --tls-cert FILE --tls-key FILE (a certificate its --tls-client-ca signed)\n";
@@ -493,35 +496,13 @@ describe(`[${target}] TLS end to end`, () => {
     // OpenSSL's raw error line ("80EC…:error:0A00045C:SSL routines:…") is not shown.
     expect(noCertificate.stderr).not.toMatch(/:error:[0-9A-F]+:SSL routines:/);
     // A certificate the broker refuses (another CA's): the CLI says the broker refused it.
-    const refused = await runCli([
-      "topics",
-      "list",
-      "--broker",
-      address,
-      "--tls-ca",
-      pki.ca,
-      "--tls-cert",
-      pki.otherClient.cert,
-      "--tls-key",
-      pki.otherClient.key,
-    ]);
+    const refused = await topicsList(address, pki.ca, pki.otherClient);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(
       /the broker may have refused this client's certificate|the broker sent TLS alert "[a-z ]+"/,
     );
     expect(refused.stderr).not.toMatch(/:error:[0-9A-F]+:SSL routines:/);
-    const withCertificate = await runCli([
-      "topics",
-      "list",
-      "--broker",
-      address,
-      "--tls-ca",
-      pki.ca,
-      "--tls-cert",
-      pki.client.cert,
-      "--tls-key",
-      pki.client.key,
-    ]);
+    const withCertificate = await topicsList(address, pki.ca, pki.client);
     expect(withCertificate.code, withCertificate.stderr).toBe(0);
   });
 
@@ -536,7 +517,7 @@ describe(`[${target}] TLS end to end`, () => {
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     onTestFinished(() => new Promise<void>((resolve) => server.close(() => resolve())));
     const address = `127.0.0.1:${(server.address() as net.AddressInfo).port}`;
-    const closed = await runCli(["topics", "list", "--broker", address, "--tls-ca", pki.ca]);
+    const closed = await topicsList(address, pki.ca);
     expect(closed.code).toBe(1);
     expect(closed.stderr).toContain("and this client sent no certificate");
     expect(closed.stderr).toContain(
@@ -544,18 +525,7 @@ describe(`[${target}] TLS end to end`, () => {
     );
     // With a certificate sent, the same close says the certificate may have been refused, and
     // names no certificate option to add.
-    const withCertificate = await runCli([
-      "topics",
-      "list",
-      "--broker",
-      address,
-      "--tls-ca",
-      pki.ca,
-      "--tls-cert",
-      pki.client.cert,
-      "--tls-key",
-      pki.client.key,
-    ]);
+    const withCertificate = await topicsList(address, pki.ca, pki.client);
     expect(withCertificate.code).toBe(1);
     expect(withCertificate.stderr).toMatch(/connection_closed: .*closed/);
     expect(withCertificate.stderr).not.toContain("--tls-cert");
@@ -794,14 +764,7 @@ describe(`[${target}] TLS end to end`, () => {
       .toMatch(/"event":"tcp.frame_refused".*the peer speaks TLS but this port is plain TCP/);
     // The broker answers the handshake in plain text, so the CLI can name the likely cause.
     const pki = makePki();
-    const cli = await runCli([
-      "topics",
-      "list",
-      "--broker",
-      `${broker.tcp.host}:${broker.tcp.port}`,
-      "--tls-ca",
-      pki.ca,
-    ]);
+    const cli = await topicsList(`${broker.tcp.host}:${broker.tcp.port}`, pki.ca);
     expect(cli.code, cli.stderr).toBe(1);
     expect(cli.stderr).toContain(
       "\nes-broker: the broker answered without TLS: the port is likely plain TCP: drop --tls-ca/--tls (or start the broker with --tls-cert FILE --tls-key FILE)\n",
