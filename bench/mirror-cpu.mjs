@@ -11,8 +11,9 @@
 // CPU is user + system time from /proc/<pid>/stat (10 ms ticks); the machine may be shared, so
 // compare phases within one run and note `uptime` beside the figures.
 //   node bench/mirror-cpu.mjs [--records 20000] [--rounds 3] [--shapes 100x4,1x16]
-//                             [--ports 24600]
-// A shape RxC: R records per request, C concurrent keep-alive connections.
+//                             [--ports FIRST]
+// A shape RxC: R records per request, C concurrent keep-alive connections. Ports: any free ones,
+// or consecutive ones from FIRST. Each result is printed as one JSON line.
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -34,7 +35,7 @@ const shapes = flag("--shapes", "100x4,1x16")
     const [perRequest, connections] = s.split("x").map(Number);
     return { name: s, perRequest, connections };
   });
-let nextPort = Number(flag("--ports", "24600"));
+let nextPort = Number(flag("--ports", "0"));
 const bundle = process.env.BENCH_BROKER_BUNDLE ?? join(root, "dist/es-broker.mjs");
 const partitions = 4;
 const ticksPerSecond = 100;
@@ -47,23 +48,34 @@ function cpuMs(pid) {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
 }
 
-/** Starts a broker on `dataDir`; resolves once /readyz answers 200. */
+/** Starts a broker on `dataDir` (ports from --ports, or any free ones); resolves once /readyz answers 200. */
 async function start(dataDir, extra) {
-  const http = nextPort++;
-  const tcp = nextPort++;
+  const http = nextPort === 0 ? 0 : nextPort++;
+  const tcp = nextPort === 0 ? 0 : nextPort++;
   const proc = spawn(
     process.execPath,
     [bundle, "serve", "--data-dir", dataDir, "--http-port", String(http)]
       .concat(["--tcp-port", String(tcp), "--log-level", "warn"])
       .concat(extra),
-    { stdio: ["ignore", "ignore", "pipe"] },
+    { stdio: ["ignore", "pipe", "pipe"] },
   );
+  let stdout = "";
   let stderr = "";
+  proc.stdout.on("data", (d) => {
+    stdout += d;
+  });
   proc.stderr.on("data", (d) => {
     stderr += d;
   });
-  const url = `http://127.0.0.1:${http}`;
   const t0 = Date.now();
+  let listening = null;
+  while (listening === null) {
+    if (proc.exitCode !== null) throw new Error(`broker exited: ${stderr}`);
+    if (Date.now() - t0 > 60_000) throw new Error(`broker did not listen in 60 s: ${stderr}`);
+    listening = / http=http:\/\/([^ ]+) tcp=([^ ]+)/.exec(stdout);
+    if (listening === null) await sleep(10);
+  }
+  const url = `http://${listening[1]}`;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`broker exited: ${stderr}`);
     try {
@@ -76,7 +88,7 @@ async function start(dataDir, extra) {
   }
   return {
     url,
-    tcp: `127.0.0.1:${tcp}`,
+    tcp: listening[2],
     pid: proc.pid,
     async stop() {
       proc.kill("SIGTERM");
