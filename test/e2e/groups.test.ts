@@ -202,16 +202,16 @@ describe(`[${target}] es-broker consume --group`, () => {
         });
         return out;
       };
-      const consumers = [startConsumer(args)];
+      const procs = [startConsumer(args)];
       await owners(1);
-      consumers.push(startConsumer(args));
+      procs.push(startConsumer(args));
       await owners(2);
-      consumers.push(startConsumer(args));
+      procs.push(startConsumer(args));
       const three = await owners(3);
       expect([...three.values()].map((p) => p.length)).toEqual([2, 2, 2]);
       // A fourth joins: shares of 6 over 4 are 2, 2, 1, 1, so it takes one partition from one of
       // the three, and nothing else moves.
-      consumers.push(startConsumer(args));
+      procs.push(startConsumer(args));
       const four = await owners(4);
       expect([...four.values()].flat().sort()).toEqual([0, 1, 2, 3, 4, 5]);
       for (const [id, before] of three) {
@@ -223,14 +223,14 @@ describe(`[${target}] es-broker consume --group`, () => {
       expect(four.get(joiner)!.length).toBe(1);
       // The first consumer stops (SIGTERM: it leaves the group): its partitions go to the
       // others; everyone staying keeps what it had.
-      consumers[0].proc.kill("SIGTERM");
-      expect(await new Promise((r) => consumers[0].proc.once("exit", (c) => r(c)))).toBe(0);
+      procs[0].proc.kill("SIGTERM");
+      expect(await new Promise((r) => procs[0].proc.once("exit", (c) => r(c)))).toBe(0);
       const left = await owners(3);
       expect([...left.values()].flat().sort()).toEqual([0, 1, 2, 3, 4, 5]);
       expect([...left.values()].map((p) => p.length).sort()).toEqual([2, 2, 2]);
       for (const [id, after] of left)
         for (const p of four.get(id)!) expect(after, `${id} lost partition ${p}`).toContain(p);
-      for (const c of consumers.slice(1)) c.proc.kill("SIGTERM");
+      for (const c of procs.slice(1)) c.proc.kill("SIGTERM");
     } finally {
       await client.close();
     }
