@@ -129,11 +129,12 @@ Options:
                               (default: half the open-files limit, ulimit -n, or ${maxConnectionsFallback}
                               where it cannot be read; the other half stays for storage)
   --max-request-bytes BYTES   largest HTTP body or TCP frame (default ${requestBytesDefault})
-  --max-in-flight-bytes BYTES  bytes the TCP and Kafka connections together may hold for requests
-                              in flight (frames, each fetch's max_bytes) and answers the clients
-                              have not read yet; past it a connection starts a request only when
-                              it holds nothing, until the sum drops (default ${inFlightBytesTotalDefault};
-                              each connection also holds at most ${tcpInFlightBytesMax})
+  --max-in-flight-bytes BYTES  bytes the TCP, Kafka and HTTP connections together may hold for
+                              requests in flight (frames, each fetch's max_bytes) and answers the
+                              clients have not read yet (over HTTP: fetches); past it a connection
+                              starts a request only when it holds nothing, until the sum drops
+                              (default ${inFlightBytesTotalDefault}; each TCP or Kafka connection also
+                              holds at most ${tcpInFlightBytesMax})
   --read-timeout MS           close a TCP or Kafka connection stalled inside a frame, or (while the
                               broker has keys) not authenticated this long after opening (default ${readTimeoutMsDefault})
   --kafka-port PORT           also speak Kafka's protocol on this port, 0 = any free port
@@ -610,6 +611,7 @@ export async function serve(argv: string[]): Promise<number> {
         tls: tlsMaterial,
         logger,
         connectionLimit,
+        inFlightTotal,
       },
     ).catch((err) => {
       throw listenFailure(err, { listener: "HTTP", option: "--http-port", host, port: httpPort });

@@ -104,6 +104,7 @@ import type { RefusalLog } from "../lib/refusals.ts";
 import { answerConnectionErrorsInOrder, onBodyCut } from "./http-connection-errors.ts";
 import { listenRawHttp, type RawHttpListener, rawHttpSupported } from "./http-raw.ts";
 import { type AppendTurn, takeAppendTurn } from "./http-append-order.ts";
+import type { InFlightTotal } from "../transport/connection.ts";
 
 /** Anything with Hono's `fetch(request, env)`; in practice the app of `createHttpApp`. */
 export interface FetchApp {
@@ -143,6 +144,13 @@ export interface ServeHttpOptions {
    * `Deno.serve` tells its handlers nothing about connections.
    */
   connectionLimit?: ConnectionLimit;
+  /**
+   * The broker-wide in-flight bytes and their cap (`--max-in-flight-bytes`, shared with the TCP
+   * and Kafka listeners): fetch answers are counted in it until written, and while it is at its
+   * cap a connection that holds anything starts no more requests (docs/http-api.md "How requests
+   * are served"). Absent: HTTP answers are not counted.
+   */
+  inFlightTotal?: InFlightTotal;
 }
 
 /** A running server. */
@@ -176,11 +184,12 @@ export interface HttpServer {
 export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promise<HttpServer> {
   const shutdown = new AbortController();
   // Requests that arrive once close() has begun are refused (module comment, step 2).
-  const handler: Handler = (request, remoteAddress) =>
+  const handler: Handler = (request, remoteAddress, holdAnswerBytes) =>
     shutdown.signal.aborted
       ? shuttingDownResponse()
-      : app.fetch(request, { shutdownSignal: shutdown.signal, remoteAddress });
+      : app.fetch(request, { shutdownSignal: shutdown.signal, remoteAddress, holdAnswerBytes });
   const runtime = getRuntimeKey();
+  const total = options.inFlightTotal;
   // Node's "finish" comes once the answer's bytes are the kernel's (HttpBindings.afterAnswerWritten);
   // Bun's `node:http` makes no such promise about a body's buffer.
   const onNodeRuntime = runtime === "node";
@@ -207,6 +216,11 @@ export async function serveHttp(app: FetchApp, options: ServeHttpOptions): Promi
         openStream: (headers) => openRawStream(env.outgoing, headers),
         afterAnswerWritten: onNodeRuntime ? (done) => env.outgoing.once("finish", done) : undefined,
         appendInOrder: appendInOrderOf(incoming),
+        holdAnswerBytes:
+          total === undefined || incoming.socket === null || incoming.socket === undefined
+            ? undefined
+            : (bytes, built) =>
+                holdAnswerBytes(incoming.socket as Socket, env.outgoing, total, bytes, built),
         remoteAddress: () =>
           `${incoming.socket?.remoteAddress ?? "?"}:${incoming.socket?.remotePort ?? "?"}`,
       });
@@ -406,7 +420,11 @@ function unparsableRequestResponse(error: unknown): Response {
   );
 }
 
-type Handler = (request: Request, remoteAddress: () => string) => Response | Promise<Response>;
+type Handler = (
+  request: Request,
+  remoteAddress: () => string,
+  holdAnswerBytes?: (bytes: number, built: boolean) => Promise<void> | null,
+) => Response | Promise<Response>;
 interface Started {
   port: number;
   /** Steps 2–4 of the module comment. */
@@ -594,33 +612,93 @@ function declaredBodyBytes(incoming: NodeIncoming, maxBytes: number): number {
  */
 export const httpServedAtOnceMax = 4;
 
-/** A connection's requests being served and those waiting their turn (see {@link admit}). */
-interface ServedGate {
-  serving: number;
-  waiting: (() => void)[];
-  paused: boolean;
+/**
+ * A connection's requests being served and those waiting their turn (see {@link admit}), and the
+ * answer bytes it holds in the broker-wide in-flight bytes ({@link holdAnswerBytes}).
+ */
+class ServedGate {
+  serving = 0;
+  readonly waiting: (() => void)[] = [];
+  paused = false;
+  /** Answer bytes of this connection counted in `total` and not yet written. */
+  heldBytes = 0;
+  /** Its requests waiting in {@link holdAnswerBytes} (woken when it holds nothing more too). */
+  readonly holdWaiters = new Set<{ resumeStarting(): void }>();
+  closed = false;
+
+  constructor(
+    readonly socket: Socket,
+    readonly total: InFlightTotal | undefined,
+  ) {}
+
+  /**
+   * Whether the next request may start: fewer than {@link httpServedAtOnceMax} are served, and
+   * the broker-wide in-flight bytes are under their cap, or this connection holds nothing
+   * (docs/http-api.md "How requests are served").
+   */
+  mayStart(): boolean {
+    if (this.serving >= httpServedAtOnceMax) return false;
+    const total = this.total;
+    return total === undefined || this.serving === 0 || total.bytes < total.max;
+  }
+
+  /** Starts the requests waiting while they may; else pauses reading (and waits for the cap). */
+  pump(): void {
+    while (this.waiting.length > 0 && this.mayStart()) {
+      this.serving++;
+      this.waiting.shift()!();
+    }
+    if (this.closed) return;
+    if (this.waiting.length > 0) {
+      // Over the cap (not over the four): wait for the sum to drop.
+      if (this.serving < httpServedAtOnceMax) this.total?.wait(this);
+      if (!this.paused) {
+        this.paused = true;
+        this.socket.pause();
+      }
+    } else if (this.paused) {
+      this.paused = false;
+      if (!this.socket.destroyed) this.socket.resume();
+    }
+  }
+
+  /** `InFlightTotal`'s wake-up once the sum dropped below its cap. */
+  resumeStarting(): void {
+    this.pump();
+  }
 }
 
 const servedGates = new WeakMap<Socket, ServedGate>();
 
-/**
- * Counts the request `outgoing` answers as served on `socket` until its answer closes, if fewer
- * than {@link httpServedAtOnceMax} are: returns true, and the caller serves it now. Otherwise
- * keeps `serve` for when one of them is answered (in request order), pauses the socket, and
- * returns false; requests still waiting when the connection closes are never served.
- */
-function admit(socket: Socket, outgoing: ServerResponse, serve: () => void): boolean {
+function gateOf(socket: Socket, total: InFlightTotal | undefined): ServedGate {
   let gate = servedGates.get(socket);
   if (gate === undefined) {
-    const created: ServedGate = { serving: 0, waiting: [], paused: false };
+    const created = new ServedGate(socket, total);
     servedGates.set(socket, created);
     socket.once("close", () => {
+      created.closed = true;
       created.waiting.length = 0;
+      total?.forget(created);
     });
     gate = created;
   }
-  const g = gate;
-  let served = g.serving < httpServedAtOnceMax;
+  return gate;
+}
+
+/**
+ * Counts the request `outgoing` answers as served on `socket` until its answer closes, if it may
+ * start now ({@link ServedGate.mayStart}): returns true, and the caller serves it now. Otherwise
+ * keeps `serve` for when it may (in request order), pauses the socket, and returns false;
+ * requests still waiting when the connection closes are never served.
+ */
+function admit(
+  socket: Socket,
+  outgoing: ServerResponse,
+  serve: () => void,
+  total: InFlightTotal | undefined,
+): boolean {
+  const g = gateOf(socket, total);
+  let served = g.waiting.length === 0 && g.mayStart();
   const turn = (): void => {
     served = true;
     serve();
@@ -633,25 +711,103 @@ function admit(socket: Socket, outgoing: ServerResponse, serve: () => void): boo
       return;
     }
     g.serving--;
-    const next = g.waiting.shift();
-    if (next !== undefined) {
-      g.serving++;
-      next();
-    } else if (g.paused) {
-      g.paused = false;
-      if (!socket.destroyed) socket.resume();
-    }
+    g.pump();
   });
   if (served) {
     g.serving++;
     return true;
   }
   g.waiting.push(turn);
-  if (!g.paused) {
-    g.paused = true;
-    socket.pause();
-  }
+  g.pump();
   return false;
+}
+
+/** Per answer on `node:http`: the bytes it holds in the in-flight bytes ({@link holdAnswerBytes}). */
+interface AnswerHold {
+  bytes: number;
+  /** Its bytes are a built answer (counted as queued), not a reservation. */
+  built: boolean;
+  released: boolean;
+}
+
+const answerHolds = new WeakMap<ServerResponse, AnswerHold>();
+
+/**
+ * `HttpBindings.holdAnswerBytes` on `node:http`: counts `bytes` for the answer `outgoing` writes
+ * (replacing what it counted before) in `total` and in its connection's gate, until the answer is
+ * written (its "finish": on Node the kernel has the bytes) or the connection closes; then wakes
+ * what waits for the sum to drop. Before the answer is `built` (a fetch's `max_bytes`, before it
+ * reads): while the sum is at its cap and the connection holds anything else, it waits for the
+ * sum to drop before counting, as a TCP connection does (docs/protocol.md "Pipelining and
+ * ordering"). A `built` answer is counted as queued too, and never waits.
+ * @returns null when the request may go on now, else a promise that resolves when it may.
+ */
+function holdAnswerBytes(
+  socket: Socket,
+  outgoing: ServerResponse,
+  total: InFlightTotal,
+  bytes: number,
+  built: boolean,
+): Promise<void> | null {
+  const g = gateOf(socket, total);
+  let hold = answerHolds.get(outgoing);
+  if (hold === undefined) {
+    const created: AnswerHold = { bytes: 0, built: false, released: false };
+    answerHolds.set(outgoing, created);
+    const release = (): void => {
+      if (created.released) return;
+      created.released = true;
+      count(g, total, created, -created.bytes);
+      // A connection holding nothing may go on over the cap: its own waiters first.
+      if (g.heldBytes === 0) for (const waiter of [...g.holdWaiters]) waiter.resumeStarting();
+      total.released();
+    };
+    outgoing.once("finish", release);
+    outgoing.once("close", release);
+    hold = created;
+  }
+  const h = hold;
+  if (h.released) return null;
+  const wanted = Math.max(0, bytes);
+  if (!built) {
+    const mayCount = (): boolean =>
+      h.released || total.bytes < total.max || g.heldBytes === h.bytes || g.closed;
+    if (!mayCount())
+      return new Promise<void>((resolve) => {
+        const done = (): void => {
+          total.forget(waiter);
+          g.holdWaiters.delete(waiter);
+          resolve();
+        };
+        const waiter = {
+          resumeStarting: (): void => {
+            if (!g.holdWaiters.has(waiter)) return;
+            if (!mayCount()) return total.wait(waiter);
+            if (!h.released) count(g, total, h, wanted - h.bytes);
+            done();
+          },
+        };
+        g.holdWaiters.add(waiter);
+        total.wait(waiter);
+        // The connection went away while waiting: nothing more to count, let the request end.
+        outgoing.once("close", done);
+      });
+  } else if (!h.built) {
+    h.built = true;
+    total.queuedAnswerBytes += h.bytes;
+  }
+  const before = total.bytes;
+  count(g, total, h, wanted - h.bytes);
+  if (total.bytes < before) total.released();
+  return null;
+}
+
+/** Adds `delta` bytes to `hold`, its connection's gate and `total` (queued too once built). */
+function count(g: ServedGate, total: InFlightTotal, hold: AnswerHold, delta: number): void {
+  hold.bytes += delta;
+  g.heldBytes += delta;
+  total.bytes += delta;
+  if (hold.built) total.queuedAnswerBytes += delta;
 }
 
 /**
@@ -759,7 +915,10 @@ async function serveNode(
       outgoing.once("close", () => turn.release());
     }
     const socket = incoming.socket;
-    if (socket === null || admit(socket, outgoing, () => serve(incoming, outgoing)))
+    if (
+      socket === null ||
+      admit(socket, outgoing, () => serve(incoming, outgoing), options.inFlightTotal)
+    )
       serve(incoming, outgoing);
   };
   const serve = (incoming: IncomingMessage, outgoing: ServerResponse): void => {
@@ -1056,6 +1215,8 @@ interface DenoGlobal {
 /** The second argument of a `Deno.serve` handler (the part used here). */
 interface DenoServeInfo {
   remoteAddr?: { hostname?: string; port?: number };
+  /** Resolves (or rejects) once the answer's body has been handed to Deno's server, not sent. */
+  completed?: Promise<void>;
 }
 
 function serveDeno(handler: Handler, options: ServeHttpOptions): Started {
@@ -1063,16 +1224,44 @@ function serveDeno(handler: Handler, options: ServeHttpOptions): Started {
   // Handlers still running; shutdown() waits until none is (Deno caveats in the module comment).
   let handlersRunning = 0;
   let onIdle: (() => void) | null = null;
+  const total = options.inFlightTotal;
   const counted = async (request: Request, info: DenoServeInfo): Promise<Response> => {
     handlersRunning++;
+    /** Answer bytes counted in `total` (`HttpBindings.holdAnswerBytes`). */
+    let held = 0;
+    const hold =
+      total === undefined
+        ? undefined
+        : (bytes: number): null => {
+            // Deno serves a connection's requests one at a time: it holds nothing else, so this
+            // never waits (docs/http-api.md "How requests are served").
+            const delta = Math.max(0, bytes) - held;
+            held += delta;
+            total.bytes += delta;
+            if (delta < 0) total.released();
+            return null;
+          };
+    const release = (): void => {
+      if (held === 0 || total === undefined) return;
+      total.bytes -= held;
+      held = 0;
+      total.released();
+    };
+    let answered = false;
     try {
-      return await handler(
+      const response = await handler(
         request,
         () => `${info.remoteAddr?.hostname ?? "?"}:${info.remoteAddr?.port ?? "?"}`,
+        hold,
       );
+      answered = true;
+      return response;
     } finally {
       handlersRunning--;
       if (handlersRunning === 0) onIdle?.();
+      // Deno tells when the body is handed over, not when it is sent: held until then.
+      if (answered && info.completed !== undefined) info.completed.then(release, release);
+      else release();
     }
   };
   const server = deno.serve(

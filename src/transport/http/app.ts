@@ -143,6 +143,19 @@ export interface HttpBindings {
    * docs/http-api.md, "Malformed requests and pipelining"). Absent elsewhere: call directly.
    */
   appendInOrder?: <T>(call: () => Promise<T>) => Promise<T>;
+  /**
+   * Set by `serveHttp` when the broker counts HTTP answers in its in-flight bytes
+   * (`--max-in-flight-bytes`; docs/http-api.md "How requests are served"): counts `bytes` as held
+   * for this request's answer, replacing what it counted before, until the answer is written
+   * (`node:http`: its "finish", the bytes are the kernel's, or the connection closes;
+   * `Deno.serve`: until the body is handed to Deno's server). The fetch route calls it with its
+   * `max_bytes` before it reads (`built` false; not for a long-poll, whose wait would hold the
+   * bytes for nothing), and with the answer's size once built (`built` true). Before the answer
+   * is built it returns a promise while the sum is at its cap and the connection holds other
+   * answers: the route goes on once it resolves; null (or nothing) otherwise. Absent with
+   * `app.request()`.
+   */
+  holdAnswerBytes?: (bytes: number, built: boolean) => Promise<void> | null | undefined;
 }
 
 /**
@@ -1105,6 +1118,10 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const offset = await resolveOffset(broker, offsetText, { topic, partition, action });
     // Only a long-poll waits, so only a long-poll needs to hear of a disconnect or a shutdown.
     const signal = waitMs > 0 ? requestSignal(c) : undefined;
+    // Counted like a TCP fetch: its max_bytes until the answer is built, then the answer; a
+    // long-poll from its answer only (idle long-polls must not fill the cap).
+    const held = waitMs > 0 ? null : c.env?.holdAnswerBytes?.(maxBytes, false);
+    if (held) await held;
     const result = await broker.fetch({
       topic,
       partition,
@@ -1134,6 +1151,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     }
     fetchCounters.answers++;
     fetchCounters.slices += answer.slices;
+    c.env?.holdAnswerBytes?.(answer.size, true);
     // Vary: the answer's form follows Accept, so a cache must not serve one for the other.
     const headers: Record<string, string> = ndjson
       ? {

@@ -487,7 +487,7 @@ export async function renderMetrics(sources: MetricsSources): Promise<string> {
       .family(
         "esb_in_flight_bytes",
         "gauge",
-        "Bytes the TCP and Kafka connections hold for requests in flight (frames, fetch max_bytes) and answers not yet taken by the kernel.",
+        "Bytes the TCP, Kafka and HTTP connections hold for requests in flight (frames, fetch max_bytes) and answers not yet taken by the kernel (HTTP: fetches).",
       )
       .sample({}, inFlight.bytes);
     out
@@ -501,7 +501,7 @@ export async function renderMetrics(sources: MetricsSources): Promise<string> {
       .family(
         "esb_queued_answer_bytes",
         "gauge",
-        "Bytes of answers written to TCP and Kafka connections and not yet taken by the kernel (clients not reading).",
+        "Bytes of answers written to TCP and Kafka connections, and HTTP fetch answers, not yet taken by the kernel (clients not reading).",
       )
       .sample({}, inFlight.queuedAnswerBytes);
     out
