@@ -156,6 +156,8 @@ async function afterAppend(committed: Promise<void> | null): Promise<void> {
 /** The broker over one data directory. See the module comment. */
 export class LocalBroker implements Broker {
   #clock: Clock;
+  /** The clock's `nowMs`, read only when a produce's records carry timestamps of their own. */
+  readonly #clockNowMs = (): number => this.#clock.nowMs();
   /** Shared tail reads and coalesced long-poll wake-ups (`tail.ts`). */
   #tails: PartitionTails;
   #closed = false;
@@ -485,7 +487,7 @@ export class LocalBroker implements Broker {
     if (topic.config.timestamp_type === "log_append_time") stampBrokerTime(batch);
     else
       try {
-        checkEntryTimestamps(batch, this.#clock.nowMs(), topic.config.max_timestamp_skew_ms);
+        checkEntryTimestamps(batch, this.#clockNowMs, topic.config.max_timestamp_skew_ms);
       } catch (err) {
         if (err instanceof RecordFormatError)
           throw new BrokerError(

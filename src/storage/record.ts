@@ -538,21 +538,29 @@ export class EntryCursor {
 
 /**
  * Checks every entry's timestamp against the broker clock (docs/decisions.md §5): −1 or ≥ 0, and at most
- * `maxSkewMs` ahead of `nowMs`.
+ * `maxSkewMs` ahead of the time `nowMs` returns. `nowMs` is called at most once, and only for a
+ * batch with a timestamp of its own (a batch of −1 only, the broker's clock, needs no clock read).
  * @throws RecordFormatError naming the first offending record.
  */
-export function checkEntryTimestamps(batch: EntryBatch, nowMs: number, maxSkewMs: number): void {
+export function checkEntryTimestamps(
+  batch: EntryBatch,
+  nowMs: () => number,
+  maxSkewMs: number,
+): void {
   const cursor = new EntryCursor(batch);
+  let now: number | undefined;
   while (cursor.next()) {
     const ts = cursor.timestampMs;
+    if (ts === -1) continue;
     if (ts < -1)
       throw new RecordFormatError(
         `record ${cursor.index} has timestamp ${ts}: must be ≥ 0, or -1 for the broker's clock`,
         cursor.index,
       );
-    if (ts > nowMs + maxSkewMs) {
+    now ??= nowMs();
+    if (ts > now + maxSkewMs) {
       throw new RecordFormatError(
-        `record ${cursor.index} has timestamp ${ts}: more than ${maxSkewMs} ms ahead of the broker clock (${nowMs})`,
+        `record ${cursor.index} has timestamp ${ts}: more than ${maxSkewMs} ms ahead of the broker clock (${now})`,
         cursor.index,
       );
     }

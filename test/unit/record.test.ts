@@ -197,7 +197,36 @@ describe("entry batches", () => {
       .add(null, utf8("a"), 1000)
       .add(null, utf8("b"), 5000)
       .build();
-    expect(() => checkEntryTimestamps(batch, 1000, 3999)).toThrow(/record 1 .*ahead/);
-    expect(() => checkEntryTimestamps(batch, 1000, 4000)).not.toThrow();
+    let reads = 0;
+    const now = () => {
+      reads++;
+      return 1000;
+    };
+    expect(() => checkEntryTimestamps(batch, now, 3999)).toThrow(/record 1 .*ahead.*\(1000\)/);
+    expect(() => checkEntryTimestamps(batch, now, 4000)).not.toThrow();
+    // The clock is read once per batch.
+    expect(reads).toBe(2);
+  });
+
+  it("checkEntryTimestamps reads no clock for records stamped by the broker (-1), and still refuses below -1", () => {
+    const stamped = new EntryBatchBuilder().add(null, utf8("a")).add(null, utf8("b")).build();
+    const unread = () => {
+      throw new Error("the clock was read");
+    };
+    expect(() => checkEntryTimestamps(stamped, unread, 0)).not.toThrow();
+    const mixed = new EntryBatchBuilder().add(null, utf8("a")).add(null, utf8("b"), 7000).build();
+    let reads = 0;
+    const now = () => {
+      reads++;
+      return 1000;
+    };
+    expect(() => checkEntryTimestamps(mixed, now, 100)).toThrow(/record 1 .*ahead/);
+    expect(reads).toBe(1);
+    // One entry (no key, empty value) whose timestamp is -2.
+    const bad = { bytes: new Uint8Array(16), count: 1 };
+    const view = new DataView(bad.bytes.buffer);
+    view.setBigInt64(0, -2n);
+    view.setInt32(8, -1);
+    expect(() => checkEntryTimestamps(bad, unread, 0)).toThrow(/record 0 has timestamp -2/);
   });
 });
