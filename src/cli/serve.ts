@@ -571,6 +571,25 @@ export async function serve(argv: string[]): Promise<number> {
 
   // Counting starts before recovery (its fsyncs and cleanup passes count too).
   const metrics = createMetricsRegistry();
+  // Certificates (docs/operations.md "Certificates"): expiry per listener, and whether the files
+  // read at start or at the last SIGHUP were usable.
+  const tlsListeners = kafkaPort === null ? ["http", "tcp"] : ["http", "tcp", "kafka"];
+  const exportCertificate = (material: TlsServerMaterial) => {
+    for (const listener of tlsListeners)
+      metrics
+        .gauge("esb_tls_certificate_expiry_timestamp_seconds", { listener })
+        .set(material.certificate.notAfterSeconds);
+  };
+  const tlsReloaded = (material: "listeners" | "cluster_ca" | "etcd", ok: boolean) => {
+    metrics.gauge("esb_tls_last_reload_successful", { material }).set(ok ? 1 : 0);
+    metrics.counter("esb_tls_reload_failures_total", { material }).inc(ok ? 0 : 1);
+  };
+  if (tlsMaterial !== undefined) {
+    exportCertificate(tlsMaterial);
+    tlsReloaded("listeners", true);
+  }
+  if (clusterCaPath !== undefined) tlsReloaded("cluster_ca", true);
+  if (etcdTls !== undefined) tlsReloaded("etcd", true);
   const stopEventLoopProbe = startEventLoopProbe(metrics);
   // One count of refused client input for both front doors, logged at most every few seconds per kind.
   const refusals = new RefusalLog({ logger, clock: systemClock });
@@ -1010,9 +1029,17 @@ export async function serve(argv: string[]): Promise<number> {
           http!.setTlsMaterial(tlsMaterial);
           listener!.setTlsMaterial(tlsMaterial);
           kafka?.setTlsMaterial(tlsMaterial);
-          logger.log("info", "tls.reloaded", { cert: tlsFiles.certPath });
+          exportCertificate(tlsMaterial);
+          tlsReloaded("listeners", true);
+          logger.log("info", "tls.reloaded", {
+            cert: tlsFiles.certPath,
+            subject: tlsMaterial.certificate.subject,
+            not_after: new Date(tlsMaterial.certificate.notAfterSeconds * 1000).toISOString(),
+          });
         } catch (err) {
+          tlsReloaded("listeners", false);
           logger.log("error", "tls.reload_failed", {
+            material: "listeners",
             error: err instanceof Error ? err.message : String(err),
           });
         }
@@ -1020,17 +1047,24 @@ export async function serve(argv: string[]): Promise<number> {
       if (clusterCaPath !== undefined) {
         try {
           clusterCa = loadCaBundle(clusterCaPath, "--cluster-tls-ca");
+          tlsReloaded("cluster_ca", true);
           logger.log("info", "tls.cluster_ca_reloaded", { ca: clusterCaPath });
         } catch (err) {
-          logger.log("error", "tls.reload_failed", { error: errorMessage(err) });
+          tlsReloaded("cluster_ca", false);
+          logger.log("error", "tls.reload_failed", {
+            material: "cluster_ca",
+            error: errorMessage(err),
+          });
         }
       }
       if (cluster?.etcdTls !== undefined) {
         try {
           etcdTls = loadEtcdTls(cluster.etcdTls);
+          tlsReloaded("etcd", true);
           logger.log("info", "tls.etcd_reloaded", { ...cluster.etcdTls });
         } catch (err) {
-          logger.log("error", "tls.reload_failed", { error: errorMessage(err) });
+          tlsReloaded("etcd", false);
+          logger.log("error", "tls.reload_failed", { material: "etcd", error: errorMessage(err) });
         }
       }
       if (cluster?.etcdAuth !== undefined) {

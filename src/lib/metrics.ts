@@ -193,6 +193,21 @@ export const metricFamilies = {
     help: "Failed copies to the cold tier (the segment stays local; retried with backoff).",
     labels: [],
   },
+  esb_tls_certificate_expiry_timestamp_seconds: {
+    type: "gauge",
+    help: "When the certificate a TLS listener presents expires (its notAfter), in seconds since the epoch; follows each SIGHUP reload that succeeded.",
+    labels: ["listener"],
+  },
+  esb_tls_reload_failures_total: {
+    type: "counter",
+    help: "SIGHUP reloads of TLS files that failed (the old material stays in force), by material: listeners (--tls-cert/--tls-key/--tls-client-ca), cluster_ca, etcd.",
+    labels: ["material"],
+  },
+  esb_tls_last_reload_successful: {
+    type: "gauge",
+    help: "1 if the TLS files were read at start or at the last SIGHUP, 0 if the last reload failed (the files on disk are unusable: a restart would fail too), by material.",
+    labels: ["material"],
+  },
   esb_event_loop_delay_seconds: {
     type: "histogram",
     help: "How late a 100 ms timer fires: time the event loop was busy with other work.",

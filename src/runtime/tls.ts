@@ -36,6 +36,38 @@ export interface TlsServerMaterial {
   mutual: boolean;
   /** Time a handshake may take before the connection is closed, in ms. */
   handshakeTimeoutMs: number;
+  /** The certificate the listeners present (the first of `--tls-cert`), {@link describeCertificate}. */
+  certificate: CertificateSummary;
+}
+
+/** Who a certificate names and until when it is valid (docs/operations.md "Certificates"). */
+export interface CertificateSummary {
+  /** The subject's distinguished name, its parts joined by ", " (e.g. "CN=broker.example"). */
+  subject: string;
+  /** The end of its validity (`notAfter`), in seconds since the epoch. */
+  notAfterSeconds: number;
+}
+
+const months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+/**
+ * The subject and expiry of the first certificate in `pem` (the leaf of a chain). `validTo` is
+ * OpenSSL's "Mon DD HH:MM:SS YYYY GMT", parsed here: `Date.parse` of that form is not the same on
+ * every runtime.
+ * @throws Error when `pem` holds no certificate or its `validTo` is not in that form.
+ */
+export function describeCertificate(pem: Buffer): CertificateSummary {
+  const block = [...pem.toString("latin1").matchAll(pemBlock)].find((b) => b[1] === "CERTIFICATE");
+  if (block === undefined) throw new Error("no CERTIFICATE block");
+  const cert = new X509Certificate(block[0]);
+  const m = /^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4}) GMT$/.exec(cert.validTo);
+  const month = m === null ? -1 : months.indexOf(m[1]);
+  if (m === null || month < 0) throw new Error(`unexpected certificate validTo ${cert.validTo}`);
+  const notAfterMs = Date.UTC(+m[6], month, +m[2], +m[3], +m[4], +m[5]);
+  return {
+    subject: cert.subject.split("\n").filter(Boolean).join(", "),
+    notAfterSeconds: notAfterMs / 1000,
+  };
 }
 
 /** Longest PEM file read, in bytes (a chain of a few certificates is a few KiB). */
@@ -139,7 +171,16 @@ export function loadTlsServerMaterial(files: TlsServerFiles): TlsServerMaterial 
     context,
     mutual: files.clientCaPath !== undefined,
     handshakeTimeoutMs: files.handshakeTimeoutMs ?? tlsHandshakeTimeoutMs,
+    certificate: certificateOf(context.cert as Buffer, pair),
   };
+}
+
+function certificateOf(pem: Buffer, pair: string): CertificateSummary {
+  try {
+    return describeCertificate(pem);
+  } catch (err) {
+    throw new Error(`Cannot use ${pair}: ${err instanceof Error ? err.message : String(err)}`);
+  }
 }
 
 /** Options of `tls.createServer` for `material` (client certificates requested and required with a client CA). */

@@ -5,6 +5,7 @@
  * wrong CA, a certificate rotated by SIGHUP while an open connection keeps working, and plaintext
  * and TLS clients on the wrong ports closed at once with a log line.
  */
+import { execFileSync } from "node:child_process";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import * as http from "node:http";
 import * as https from "node:https";
@@ -536,7 +537,26 @@ describe(`[${target}] TLS end to end`, () => {
 
   it("SIGHUP serves a rotated certificate to new connections while open connections keep working", async () => {
     const pki = makePki();
-    const { broker, certPath, keyPath } = await tlsBroker(pki);
+    const { broker, certPath, keyPath } = await tlsBroker(pki, ["--metrics-port", "0"]);
+    // newuser18 F7: each listener's certificate expiry and the reload outcome are metrics, and
+    // tls.reloaded names the new certificate.
+    const notAfter = (file: string) =>
+      Date.parse(
+        execFileSync("openssl", ["x509", "-in", file, "-noout", "-enddate"], { encoding: "utf8" })
+          .trim()
+          .replace(/^notAfter=/, ""),
+      ) / 1000;
+    const sample = async (series: string) => {
+      const text = await (await fetch(broker.metricsUrl!)).text();
+      const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+      return line === undefined ? undefined : Number(line.slice(series.length + 1));
+    };
+    const expiry = (listener: string) =>
+      sample(`esb_tls_certificate_expiry_timestamp_seconds{listener="${listener}"}`);
+    expect(await expiry("http")).toBe(notAfter(pki.server.cert));
+    expect(await expiry("tcp")).toBe(notAfter(pki.server.cert));
+    expect(await sample('esb_tls_last_reload_successful{material="listeners"}')).toBe(1);
+    expect(await sample('esb_tls_reload_failures_total{material="listeners"}')).toBe(0);
     const httpPort = Number(new URL(broker.httpUrl).port);
     const open = await TcpClient.connect({ ...broker.tcp, tls: { ca: pem(pki.ca) } });
     onTestFinished(() => open.close());
@@ -550,6 +570,15 @@ describe(`[${target}] TLS end to end`, () => {
     copyFileSync(pki.rotated.key, keyPath);
     broker.proc.kill("SIGHUP");
     await expect.poll(() => broker.stderr(), { timeout: 10_000 }).toMatch(/"event":"tls.reloaded"/);
+    const reloaded = JSON.parse(
+      broker
+        .stderr()
+        .split("\n")
+        .find((l) => l.includes('"event":"tls.reloaded"'))!,
+    );
+    expect(reloaded.subject).toBe("CN=server-two");
+    expect(Date.parse(reloaded.not_after) / 1000).toBe(notAfter(pki.rotated.cert));
+    expect(await expiry("tcp")).toBe(notAfter(pki.rotated.cert));
 
     expect(await certificateOf(broker.tcp.port, pki.ca)).toBe("server-two");
     expect(await certificateOf(httpPort, pki.ca)).toBe("server-two");
@@ -569,6 +598,11 @@ describe(`[${target}] TLS end to end`, () => {
       .poll(() => broker.stderr(), { timeout: 10_000 })
       .toMatch(/"event":"tls.reload_failed"/);
     expect(await certificateOf(broker.tcp.port, pki.ca)).toBe("server-two");
+    // A failed reload is a metric, not only a log line (`kill -HUP` exits 0 either way); the
+    // expiry stays the one of the certificate still in force.
+    expect(await sample('esb_tls_last_reload_successful{material="listeners"}')).toBe(0);
+    expect(await sample('esb_tls_reload_failures_total{material="listeners"}')).toBe(1);
+    expect(await expiry("http")).toBe(notAfter(pki.rotated.cert));
   });
 
   it("a client CA file without a usable certificate refuses the start, and on SIGHUP keeps the CA in force", async () => {
