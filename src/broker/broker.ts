@@ -51,6 +51,7 @@ import {
 } from "./topics.ts";
 import { RegistryError } from "../registry/errors.ts";
 import { type RecordRules, SchemaRegistry } from "../registry/registry.ts";
+import { DiskReserve } from "../storage/disk-reserve.ts";
 import type {
   AssignedJoinRequest,
   AssignedJoinResult,
@@ -117,6 +118,11 @@ export interface LocalBrokerOptions {
   metrics?: Metrics;
   /** Filled in as recovery goes (`GET /readyz`); `phase` is "done" once `open` resolves. */
   progress?: RecoveryProgress;
+  /**
+   * Size of the data directory's disk reserve in bytes (`storage/disk-reserve.ts`, docs/storage.md
+   * "Full disk"); default `diskReserveBytesDefault` (1 MiB), 0 = none.
+   */
+  diskReserveBytes?: number;
 }
 
 /** The broker's state for the metrics exposition ({@link LocalBroker.observe}). */
@@ -183,6 +189,8 @@ export class LocalBroker implements Broker {
 
   /** The data directory's file system (the leader-epoch histories are read through it). */
   #fs: FileSystem;
+  /** The data directory's disk reserve (docs/storage.md "Full disk"); made at the end of `open`. */
+  #reserve: DiskReserve | null = null;
 
   private constructor(options: LocalBrokerOptions) {
     this.#clock = options.clock;
@@ -213,6 +221,10 @@ export class LocalBroker implements Broker {
     const metrics = options.metrics ?? noMetrics;
     const progress = options.progress;
     const topics = await TopicRegistry.open({
+      // The reserve is made once the data directory's leftovers are gone (below).
+      diskReserve: {
+        appendRefusal: (partition) => broker.#reserve?.appendRefusal(partition) ?? null,
+      },
       metrics,
       progress,
       fs: options.fs,
@@ -258,6 +270,13 @@ export class LocalBroker implements Broker {
     });
     // The data directory holds producers.json: temps of its interrupted writes go now.
     await removeMetadataTemps(options.fs, options.dataDir, options.logger);
+    broker.#reserve = await DiskReserve.open({
+      fs: options.fs,
+      dataDir: options.dataDir,
+      clock: options.clock,
+      logger: options.logger,
+      bytes: options.diskReserveBytes,
+    });
     broker.#registry = await SchemaRegistry.open({
       fs: options.fs,
       dataDir: options.dataDir,
@@ -1117,6 +1136,7 @@ export class LocalBroker implements Broker {
     await this.#cleanup.close();
     await this.#topics.close();
     await this.#producers.close();
+    await this.#reserve?.close();
     this.#topics.clear();
   }
 }

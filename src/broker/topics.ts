@@ -159,6 +159,8 @@ export interface TopicRegistryOptions {
    * `storage/segment-handles.ts`); default `maxOpenSegmentsDefault`.
    */
   maxOpenSegments?: number;
+  /** Handed to every partition: appends wait while the disk reserve is given up (`storage/disk-reserve.ts`). */
+  diskReserve?: PartitionOptions["diskReserve"];
 }
 
 /**
@@ -200,6 +202,7 @@ export class TopicRegistry {
   #progress: RecoveryProgress | undefined;
   /** Every partition's sealed segments share it: the bound on open files is the broker's. */
   #segmentHandles: SegmentHandleCache;
+  #diskReserve: PartitionOptions["diskReserve"];
   #topics = new Map<string, Topic>();
   /** Topics that exist on disk but cannot be served, with the reason (docs/decisions.md §9). */
   #unavailable = new Map<string, string>();
@@ -225,6 +228,7 @@ export class TopicRegistry {
     this.#forgetTopic = options.forgetTopic;
     this.#metrics = options.metrics;
     this.#progress = options.progress;
+    this.#diskReserve = options.diskReserve;
     this.#segmentHandles = new SegmentHandleCache(
       options.maxOpenSegments ?? maxOpenSegmentsDefault,
     );
@@ -510,6 +514,7 @@ export class TopicRegistry {
       flushIntervalMs: this.#flushIntervalMs,
       metrics: this.#metrics,
       segmentHandles: this.#segmentHandles,
+      diskReserve: this.#diskReserve,
       cleanStop: this.#cleanStop?.get(partitionName(topic.name, partition)) ?? null,
     });
   }

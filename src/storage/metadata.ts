@@ -66,8 +66,51 @@ export async function unlinkDurably(
 }
 
 /**
+ * Space a data directory keeps for its metadata writes (`disk-reserve.ts`): given up when a write
+ * under it fails for lack of space, so that the write can be tried once more.
+ */
+export interface SpaceReserve {
+  /** Frees the reserved space for the write of `forPath` that failed with `err`; resolves false if there was none. */
+  release(forPath: string, err: unknown): Promise<boolean>;
+  /** Tries to reserve the space again (after the retried write); never throws. */
+  replenish(): Promise<void>;
+}
+
+/** The reserves of each file system, with the directory each covers. */
+const reserves = new WeakMap<FileSystem, { dir: string; reserve: SpaceReserve }[]>();
+
+/**
+ * Registers `reserve` for metadata writes under `dir` on `fs` (docs/storage.md "Full disk").
+ * @returns the function that unregisters it.
+ */
+export function registerSpaceReserve(
+  fs: FileSystem,
+  dir: string,
+  reserve: SpaceReserve,
+): () => void {
+  const entry = { dir, reserve };
+  const list = reserves.get(fs) ?? [];
+  list.push(entry);
+  reserves.set(fs, list);
+  return () => {
+    const at = list.indexOf(entry);
+    if (at >= 0) list.splice(at, 1);
+  };
+}
+
+/** The reserve whose directory holds `path`, or null. */
+function reserveFor(fs: FileSystem, path: string): SpaceReserve | null {
+  for (const { dir, reserve } of reserves.get(fs) ?? [])
+    if (path.startsWith(dir.endsWith("/") ? dir : `${dir}/`)) return reserve;
+  return null;
+}
+
+/**
  * Replaces `path` with `bytes` atomically and durably. Resolves once the new content and the
- * directory entry are fsynced.
+ * directory entry are fsynced. If a step fails for lack of space (ENOSPC, EDQUOT) and a disk
+ * reserve covers `path` ({@link registerSpaceReserve}), the reserve is given up and the write
+ * tried once more from the start (docs/storage.md "Full disk"); `options.noReserve` (the
+ * reserve's own file) skips that.
  * @throws FsError from any step; the old file is then still in place (the temp file may be left
  * behind; the next start removes it).
  */
@@ -75,7 +118,26 @@ export async function writeFileAtomic(
   fs: FileSystem,
   path: string,
   bytes: Uint8Array,
+  options: { noReserve?: boolean } = {},
 ): Promise<void> {
+  try {
+    await writeFileAtomicOnce(fs, path, bytes);
+  } catch (err) {
+    if (options.noReserve === true || !(isFsError(err, "ENOSPC") || isFsError(err, "EDQUOT")))
+      throw err;
+    const reserve = reserveFor(fs, path);
+    if (reserve === null || !(await reserve.release(path, err))) throw err;
+    try {
+      await writeFileAtomicOnce(fs, path, bytes);
+    } finally {
+      // At once: a disk that was full only for a moment gets its reserve back (and appends go
+      // on); on a disk still full this fails and the reserve is retried later.
+      await reserve.replenish();
+    }
+  }
+}
+
+async function writeFileAtomicOnce(fs: FileSystem, path: string, bytes: Uint8Array): Promise<void> {
   const dir = dirname(path);
   const stem = tempStem(basename(path));
   let tmp: string;

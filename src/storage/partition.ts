@@ -44,6 +44,7 @@ import { segmentNewestTimestampMs } from "./retention.ts";
 import { Segment, type SegmentContext, type SegmentDescription } from "./segment.ts";
 import type { StrayFile } from "./segment-files.ts";
 import type { SegmentHandleCache } from "./segment-handles.ts";
+import { WriteRefusals } from "./write-refusals.ts";
 import { fetchReadWindows } from "./read-windows.ts";
 
 /** Settings a partition reads on every append, so a config change applies at once. */
@@ -91,6 +92,12 @@ export interface PartitionOptions {
    * docs/decisions.md §17); absent after a crash.
    */
   cleanStop?: CleanStop | null;
+  /**
+   * The data directory's disk reserve (`disk-reserve.ts`, docs/storage.md "Full disk"): while it
+   * is given up, appends are refused with the error it names, so the freed space goes to metadata
+   * writes. Default none.
+   */
+  diskReserve?: { appendRefusal(partition: string): StorageError | null };
 }
 
 /**
@@ -258,6 +265,9 @@ export class PartitionLog {
   #recent: RecentWrite[] = [];
   #recentBytes = 0;
   #recentBytesMax = 0;
+  #diskReserve: PartitionOptions["diskReserve"] | null;
+  /** Log lines of appends failing with a storage error (`write-refusals.ts`). */
+  #refusals: WriteRefusals;
 
   private constructor(options: PartitionOptions) {
     this.name = options.name;
@@ -269,6 +279,8 @@ export class PartitionLog {
     this.#flushEveryRecords = options.flushEveryRecords ?? 1;
     this.#flushIntervalMs = options.flushIntervalMs ?? 1000;
     this.#lowerTier = options.lowerTier ?? null;
+    this.#diskReserve = options.diskReserve ?? null;
+    this.#refusals = new WriteRefusals(options.name, options.clock, options.logger);
     this.#segmentContext = {
       logger: this.#logger,
       partition: this.name,
@@ -349,6 +361,27 @@ export class PartitionLog {
    */
   get localStartOffset(): number {
     return this.#segments[0].baseOffset;
+  }
+
+  /**
+   * The active segment's size in bytes, its base offset, and when it rolls (the partition's
+   * current `segment_bytes` and `segment_ms`): why retention cannot delete it
+   * (docs/storage.md "Retention").
+   */
+  get activeSegmentInfo(): {
+    baseOffset: number;
+    sizeBytes: number;
+    segmentBytes: number;
+    segmentMs: number;
+  } {
+    const config = this.#config();
+    const active = this.#active;
+    return {
+      baseOffset: active.baseOffset,
+      sizeBytes: active.sizeBytes,
+      segmentBytes: config.segmentBytes,
+      segmentMs: config.segmentMs,
+    };
   }
 
   /** The sealed segments (every one but the active), oldest first: a copy of the current list. */
@@ -697,6 +730,9 @@ export class PartitionLog {
 
   async #writeGroup(group: PendingAppend[], storedBytes: number, records: number): Promise<void> {
     const rejectAll = (err: unknown) => {
+      // A storage error (a full disk, an I/O error) stored nothing: logged, rate-limited.
+      if (err instanceof StorageError && err.kind === "write_failed")
+        this.#refusals.refused(group.length, records, err);
       for (const p of group) answerFailed(this.#logger, p.sink, err);
     };
     if (this.fenced) {
@@ -732,6 +768,12 @@ export class PartitionLog {
         return;
       }
       active = this.#active;
+    }
+    // After the roll: a roll is what lets retention delete a full active segment.
+    const held = this.#diskReserve?.appendRefusal(this.name) ?? null;
+    if (held !== null) {
+      rejectAll(held);
+      return;
     }
     const first = group[0].batch;
     if (isStored(first) && first.baseOffset !== active.nextOffset) {
@@ -785,6 +827,7 @@ export class PartitionLog {
     } finally {
       prepared.release();
     }
+    this.#refusals.succeeded();
     for (const p of group) p.afterWrite?.();
     if (
       await this.#commit.written(active, {

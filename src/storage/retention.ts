@@ -358,7 +358,42 @@ export async function runRetention(
     return finish("offload_failed", `a copy to the cold tier failed: ${result.offload_error}`);
   const did =
     result.segments_deleted + result.segments_offloaded + result.cold_segments_deleted > 0;
-  return finish(did ? "ok" : "nothing_to_do", result.reason);
+  if (did) return finish("ok", result.reason);
+  return finish(
+    "nothing_to_do",
+    result.reason !== "" ? result.reason : nothingToDoReason(ctx, settings),
+  );
+}
+
+/**
+ * Why a pass deleted nothing, in words an operator can act on (`reason` of a "nothing_to_do"
+ * result; newuser18 got an empty one with everything in the active segment).
+ */
+export function nothingToDoReason(ctx: RetentionContext, settings: RetentionSettings): string {
+  const { partition } = ctx;
+  if (partition.closed) return "the partition is closed";
+  const active = partition.activeSegmentInfo;
+  const activeText = `the active segment (base offset ${active.baseOffset}) holds ${active.sizeBytes} bytes; it is never deleted; it rolls at the next append once it would pass segment_bytes (${active.segmentBytes}) or is segment_ms (${active.segmentMs}) old, and retention can delete it after that`;
+  if (!settings.deleteEnabled)
+    return `cleanup_policy has no "delete": retention by age and size does not apply`;
+  if (settings.retentionMs < 0 && settings.retentionBytes < 0)
+    return "retention_ms and retention_bytes are both -1 (keep forever)";
+  const sealed = partition.sealedSegments;
+  if (sealed.length === 0) return `no sealed segment: ${activeText}`;
+  const parts: string[] = [];
+  if (settings.retentionMs >= 0)
+    parts.push(
+      `no sealed segment's newest record is older than retention_ms (${settings.retentionMs})`,
+    );
+  if (settings.retentionBytes >= 0) {
+    const size = partition.sizeBytes;
+    parts.push(
+      size > settings.retentionBytes
+        ? `the partition's ${size} bytes are over retention_bytes (${settings.retentionBytes})`
+        : `the partition's ${size} bytes are within retention_bytes (${settings.retentionBytes})`,
+    );
+  }
+  return `${parts.join("; ")}; ${activeText}`;
 }
 
 /** The cold tier's retention: a prefix of cold segments below the log start offset or older than `cold_retention_ms`. */
