@@ -39,7 +39,13 @@ import { type AppendSink, answerAppended, answerFailed, GroupCommit } from "./gr
 export type { AppendSink } from "./group-commit.ts";
 import { recoverPartition } from "./partition-recovery.ts";
 import type { CleanStop } from "./clean-stop.ts";
-import { type AppendRecords, isStored, logBytesOf, RecordHeader } from "./record.ts";
+import {
+  type AppendRecords,
+  isStored,
+  logBytesOf,
+  RecordHeader,
+  type StoredRecords,
+} from "./record.ts";
 import { segmentNewestTimestampMs } from "./retention.ts";
 import {
   type PreparedAppend,
@@ -748,6 +754,8 @@ export class PartitionLog {
       );
       return;
     }
+    if (isStored(first) && group.length === 1 && group[0].beforeWrite === undefined)
+      group = splitStoredAppend(group[0], active.sizeBytes, config.segmentBytes);
     let runEnd = endOfRun(group, 0, active.sizeBytes, config.segmentBytes);
     let prepared = this.#prepareRun(active, group, 0, runEnd, now);
     // `prepared.logBytes` is a reused buffer: it is released on every path once the write has
@@ -1346,6 +1354,88 @@ function entryBytesOf(records: AppendRecords): number {
   return isStored(records)
     ? records.bytes.length - records.count * recordOverEntryBytes
     : records.bytes.length;
+}
+
+/**
+ * A follower's stored records (one request, `append`) as parts that each fit a segment
+ * (docs/storage.md "Writes and durability"): the first fills what is left of the active segment
+ * (holding `sizeBytes`), each next one a whole segment, a record larger than `segmentBytes` alone;
+ * cut at record boundaries, so each part is one run of the write loop and the segment rolls
+ * between them. Only the last part answers the request, with its whole range, once every part is
+ * durable; a failure before it answers it with that error (the parts already written stay: they
+ * are the leader's records at their own offsets, and the follower fetches from its log end).
+ * Returns `[p]` when the records fit as they are.
+ */
+function splitStoredAppend(
+  p: PendingAppend,
+  sizeBytes: number,
+  segmentBytes: number,
+): PendingAppend[] {
+  const records = p.batch as StoredRecords;
+  if (
+    records.bytes.length <= segmentBytes - sizeBytes ||
+    (sizeBytes === 0 && records.bytes.length <= segmentBytes)
+  )
+    return [p];
+  const view = viewOf(records.bytes);
+  const parts: PendingAppend[] = [];
+  let room = segmentBytes - sizeBytes;
+  let start = 0;
+  let pos = 0;
+  let i = 0;
+  let partBase = records.baseOffset;
+  const cut = (end: number, count: number, last: boolean) => {
+    parts.push({
+      batch: {
+        stored: true,
+        bytes: records.bytes.subarray(start, end),
+        count,
+        baseOffset: partBase,
+      },
+      beforeWrite: undefined,
+      admit: undefined,
+      afterWrite: last ? p.afterWrite : undefined,
+      sink: last ? new WholeRangeSink(p.sink, records.baseOffset, records.count) : ignoredSink,
+      tag: p.tag,
+    });
+    partBase += count;
+    start = end;
+  };
+  let count = 0;
+  while (pos < records.bytes.length) {
+    const size = recordLengthPrefixBytes + view.getUint32(pos);
+    // The part so far is full: it ends here, and the next starts in an empty segment.
+    if (pos + size - start > room && (count > 0 || room < segmentBytes)) {
+      if (count > 0) cut(pos, count, false);
+      room = segmentBytes;
+      count = 0;
+      continue;
+    }
+    pos += size;
+    count++;
+    i++;
+  }
+  cut(pos, count, true);
+  assert(i === records.count, "stored records hold their count");
+  return parts;
+}
+
+/** The sink of a stored part that does not answer its request: another part does. */
+const ignoredSink: AppendSink = { appended: () => {}, failed: () => {} };
+
+/** The sink of a request's last stored part: answers the request with its whole range. */
+class WholeRangeSink implements AppendSink {
+  constructor(
+    readonly inner: AppendSink,
+    readonly baseOffset: number,
+    readonly count: number,
+  ) {}
+  appended(tag: number): void {
+    this.inner.appended(tag, this.baseOffset, this.count);
+  }
+  failed(err: unknown): void {
+    this.inner.failed(err);
+  }
 }
 
 /**

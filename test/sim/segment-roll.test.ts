@@ -13,7 +13,7 @@ import { utf8 } from "../../src/lib/bytes.ts";
 import { ManualClock } from "../../src/lib/clock.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { PartitionLog } from "../../src/storage/partition.ts";
-import { EntryBatchBuilder } from "../../src/storage/record.ts";
+import { EntryBatchBuilder, skipStored, type StoredRecords } from "../../src/storage/record.ts";
 import { readPartitionRecords } from "../helpers/records.ts";
 
 const dir = "/data/topics/t/0";
@@ -329,3 +329,125 @@ describe("rolls inside a group commit", () => {
     }
   }, 120_000);
 });
+
+describe("a follower's stored records spanning rolls", () => {
+  const segmentBytes = 1024;
+
+  /** Stored records at offsets 0…count-1, as a leader's log serves them. */
+  async function leaderRecords(
+    count: number,
+  ): Promise<{ records: StoredRecords; values: string[] }> {
+    const leader = await openLog(newDisk(), 1 << 20);
+    const values: string[] = [];
+    for (let i = 0; i < count; i += 10) {
+      const chunk = valuesOf(`l${i}`, Math.min(10, count - i), 30 + (i % 70));
+      values.push(...chunk);
+      await leader.append(batchOf(chunk));
+    }
+    // One oversized record: it must get a segment of its own.
+    const big = valuesOf("big", 1, 1500);
+    values.push(...big);
+    await leader.append(batchOf(big));
+    const read = await leader.read({ offset: 0, maxRecords: 10_000, maxBytes: 1 << 20 });
+    expect(read.count).toBe(values.length);
+    const records: StoredRecords = {
+      stored: true,
+      bytes: read.bytes.slice(),
+      count: read.count,
+      baseOffset: 0,
+    };
+    read.release?.();
+    await leader.close();
+    return { records, values };
+  }
+
+  it("cuts one stored append into segments of at most segment_bytes, answered once with its whole range", async () => {
+    const { records, values } = await leaderRecords(120);
+    const mem = newDisk();
+    const log = await openLog(mem, segmentBytes);
+    const result = await log.append(records);
+    expect(result).toEqual({ baseOffset: 0, count: values.length });
+    expect(log.highWatermark).toBe(values.length);
+    const segments = log.describe().segments;
+    expect(segments.length).toBeGreaterThan(5);
+    for (const s of segments)
+      if (s.size_bytes > segmentBytes) expect(s.next_offset - s.base_offset).toBe(1);
+    expect(segments.at(-1)!.size_bytes).toBeGreaterThan(segmentBytes);
+    await log.close();
+    mem.crash({ mode: "dropAll" });
+    const again = await openLog(mem, segmentBytes);
+    expect((await readPartitionRecords(again)).map((r) => r.value)).toEqual(values);
+    await again.close();
+  });
+
+  it("fills what is left of the active segment first", async () => {
+    const { records } = await leaderRecords(40);
+    const log = await openLog(newDisk(), segmentBytes);
+    const tail = skipStored(records, 3);
+    const headBytes = records.bytes.length - tail.bytes.length;
+    await log.append({
+      stored: true,
+      bytes: records.bytes.subarray(0, headBytes),
+      count: 3,
+      baseOffset: 0,
+    });
+    await log.append(tail);
+    const [first, second] = log.describe().segments;
+    expect(first.base_offset).toBe(0);
+    expect(first.size_bytes).toBeLessThanOrEqual(segmentBytes);
+    expect(first.next_offset).toBeGreaterThan(3);
+    // The first segment rolled only because the next record did not fit.
+    const next = decodeFirstRecordBytes(skipStored(records, first.next_offset));
+    expect(first.size_bytes + next).toBeGreaterThan(segmentBytes);
+    expect(second.base_offset).toBe(first.next_offset);
+    await log.close();
+  });
+
+  it("a failed write of a later part refuses the append and keeps the parts written before it", async () => {
+    const { records, values } = await leaderRecords(120);
+    const mem = newDisk();
+    const log = await openLog(mem, segmentBytes);
+    // The first part fills the first segment; the write of the second (to the segment named
+    // after the first part's end) fails part-way.
+    const firstPart = recordsFitting(records, segmentBytes);
+    mem.faults.failNext({
+      op: "write",
+      path: new RegExp(`${String(firstPart).padStart(20, "0")}\\.log$`),
+      code: "ENOSPC",
+      partialBytes: 20,
+    });
+    const appended = log.append(records).then(
+      () => "ok",
+      (err: { kind?: string }) => err.kind,
+    );
+    expect(await appended).toBe("write_failed");
+    expect(log.fenced).toBe(false);
+    const kept = log.logEndOffset;
+    expect(kept).toBe(firstPart);
+    expect(log.highWatermark).toBe(kept);
+    // The follower fetches from its log end and appends the rest.
+    await log.append(skipStored(records, kept));
+    await log.close();
+    mem.crash({ mode: "dropAll" });
+    const again = await openLog(mem, segmentBytes);
+    expect((await readPartitionRecords(again)).map((r) => r.value)).toEqual(values);
+    await again.close();
+  });
+});
+
+/** How many of the first stored records of `records` fit in `room` bytes. */
+function recordsFitting(records: StoredRecords, room: number): number {
+  let pos = 0;
+  let n = 0;
+  for (;;) {
+    const next = decodeFirstRecordBytes(skipStored(records, n));
+    if (pos + next > room) return n;
+    pos += next;
+    n++;
+  }
+}
+
+/** Bytes of the first stored record of `records`. */
+function decodeFirstRecordBytes(records: StoredRecords): number {
+  return 4 + new DataView(records.bytes.buffer, records.bytes.byteOffset).getUint32(0);
+}
