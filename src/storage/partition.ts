@@ -39,9 +39,20 @@ import { type AppendSink, answerAppended, answerFailed, GroupCommit } from "./gr
 export type { AppendSink } from "./group-commit.ts";
 import { recoverPartition } from "./partition-recovery.ts";
 import type { CleanStop } from "./clean-stop.ts";
-import { type AppendRecords, isStored, logBytesOf, RecordHeader } from "./record.ts";
+import {
+  type AppendRecords,
+  isStored,
+  logBytesOf,
+  RecordHeader,
+  type StoredRecords,
+} from "./record.ts";
 import { segmentNewestTimestampMs } from "./retention.ts";
-import { Segment, type SegmentContext, type SegmentDescription } from "./segment.ts";
+import {
+  type PreparedAppend,
+  Segment,
+  type SegmentContext,
+  type SegmentDescription,
+} from "./segment.ts";
 import type { StrayFile } from "./segment-files.ts";
 import type { SegmentHandleCache } from "./segment-handles.ts";
 import { WriteRefusals } from "./write-refusals.ts";
@@ -661,13 +672,12 @@ export class PartitionLog {
       const group = n === queue.length ? queue : queue.slice(0, n);
       this.#queue = n === queue.length ? [] : queue.slice(n);
       await this.#writeLock.run(() => {
-        if (!group.some((p) => p.admit !== undefined))
-          return this.#writeGroup(group, storedBytesOf(group), records);
+        if (!group.some((p) => p.admit !== undefined)) return this.#writeGroup(group, records);
         const admitted = admitGroup(group, this.#logger);
         if (admitted.length === 0) return Promise.resolve();
         records = 0;
         for (const p of admitted) records += p.batch.count;
-        return this.#writeGroup(admitted, storedBytesOf(admitted), records);
+        return this.#writeGroup(admitted, records);
       });
     }
   }
@@ -728,11 +738,18 @@ export class PartitionLog {
     }
   }
 
-  async #writeGroup(group: PendingAppend[], storedBytes: number, records: number): Promise<void> {
+  /**
+   * Writes one group of requests (docs/storage.md "Writes and durability"). The active segment
+   * rolls before each request that would take it past `segment_bytes` (and, before the first, if
+   * it is older than `segment_ms`), so a group whose requests do not all fit is written as runs,
+   * one write per segment: each roll first fsyncs the run before it, which answers that run's
+   * requests, then the next run goes to the new segment. A request is never split, so a request
+   * larger than `segment_bytes` gets a segment of its own. A run whose write fails, or a roll
+   * that fails, refuses every request not yet written with that error.
+   */
+  async #writeGroup(group: PendingAppend[], records: number): Promise<void> {
     const rejectAll = (err: unknown) => {
-      // A storage error (a full disk, an I/O error) stored nothing: logged, rate-limited.
-      if (err instanceof StorageError && err.kind === "write_failed")
-        this.#refusals.refused(group.length, records, err);
+      this.#noteRefused(group, err);
       for (const p of group) answerFailed(this.#logger, p.sink, err);
     };
     if (this.fenced) {
@@ -756,11 +773,7 @@ export class PartitionLog {
     const config = this.#config();
     const now = this.#clock.nowMs();
     let active = this.#active;
-    if (
-      !active.isEmpty &&
-      (active.sizeBytes + storedBytes > config.segmentBytes ||
-        now - active.createdMs >= config.segmentMs)
-    ) {
+    if (!active.isEmpty && now - active.createdMs >= config.segmentMs) {
       try {
         await this.#roll();
       } catch (err) {
@@ -785,15 +798,16 @@ export class PartitionLog {
       );
       return;
     }
-    let prepared = active.prepareAppend(
-      group.map((p) => p.batch),
-      now,
-    );
+    if (isStored(first) && group.length === 1 && group[0].beforeWrite === undefined)
+      group = splitStoredAppend(group[0], active.sizeBytes, config.segmentBytes);
+    let runEnd = endOfRun(group, 0, active.sizeBytes, config.segmentBytes);
+    let prepared = this.#prepareRun(active, group, 0, runEnd, now);
     // `prepared.logBytes` is a reused buffer: it is released on every path once the write has
     // returned or the append is abandoned (see Segment.prepareAppend).
     if (group.some((p) => p.beforeWrite !== undefined)) {
-      const kept = await this.#runBeforeWrite(group, prepared.baseOffset);
-      if (kept.length === 0 || this.fenced || this.#closed) prepared.release();
+      // Every request of the group, those after a roll too: a roll keeps the offsets.
+      const kept = await this.#runBeforeWrite(group, active.nextOffset);
+      if (kept.length === 0 || this.fenced || this.#closed) prepared?.release();
       if (kept.length === 0) return;
       if (this.fenced || this.#closed) {
         for (const p of kept)
@@ -806,15 +820,73 @@ export class PartitionLog {
       }
       if (kept.length !== group.length) {
         group = kept;
-        records = 0;
-        for (const p of group) records += p.batch.count;
-        prepared.release();
-        prepared = active.prepareAppend(
-          group.map((p) => p.batch),
-          now,
-        );
+        prepared?.release();
+        runEnd = endOfRun(group, 0, active.sizeBytes, config.segmentBytes);
+        prepared = this.#prepareRun(active, group, 0, runEnd, now);
       }
     }
+    let runStart = 0;
+    for (;;) {
+      if (prepared !== null) {
+        const run =
+          runStart === 0 && runEnd === group.length ? group : group.slice(runStart, runEnd);
+        const failure = await this.#writeRun(active, run, prepared);
+        if (failure !== null) {
+          const rest = group.slice(runEnd);
+          this.#noteRefused(rest, failure.err);
+          for (const p of rest) answerFailed(this.#logger, p.sink, failure.err);
+          return;
+        }
+      }
+      if (runEnd === group.length) return;
+      // The roll fsyncs the run just written (answering its requests) before the next segment.
+      try {
+        await this.#roll();
+      } catch (err) {
+        for (const p of group.slice(runEnd)) answerFailed(this.#logger, p.sink, err);
+        return;
+      }
+      active = this.#active;
+      runStart = runEnd;
+      runEnd = endOfRun(group, runStart, active.sizeBytes, config.segmentBytes);
+      prepared = this.#prepareRun(active, group, runStart, runEnd, now);
+    }
+  }
+
+  /** Logs (rate-limited) requests refused by a storage error: a full disk, an I/O error. */
+  #noteRefused(requests: readonly PendingAppend[], err: unknown): void {
+    if (requests.length === 0 || !(err instanceof StorageError) || err.kind !== "write_failed")
+      return;
+    let records = 0;
+    for (const p of requests) records += p.batch.count;
+    this.#refusals.refused(requests.length, records, err);
+  }
+
+  /** `Segment.prepareAppend` of `group[start, end)`, or null for an empty run. */
+  #prepareRun(
+    active: Segment,
+    group: readonly PendingAppend[],
+    start: number,
+    end: number,
+    now: number,
+  ): PreparedAppend | null {
+    if (end === start) return null;
+    const batches: AppendRecords[] = [];
+    for (let i = start; i < end; i++) batches.push(group[i].batch);
+    return active.prepareAppend(batches, now);
+  }
+
+  /**
+   * Writes one run of a group to `active` (all of it fits there, see {@link #writeGroup}) and
+   * hands its requests to the group commit. Releases `prepared`.
+   * @returns null once written, or the error the run's requests were refused with (a failed
+   *   write, or the partition fenced meanwhile): the requests after it must not be written.
+   */
+  async #writeRun(
+    active: Segment,
+    run: PendingAppend[],
+    prepared: PreparedAppend,
+  ): Promise<{ err: unknown } | null> {
     try {
       await active.append(prepared);
       // Copied before the buffer goes back to the pool: a replica fetch may still be sending it.
@@ -822,26 +894,29 @@ export class PartitionLog {
         this.#keepRecent(prepared.baseOffset, prepared.nextOffset, prepared.logBytes.slice());
     } catch (err) {
       await this.#commit.writeFailed(active, err);
-      rejectAll(err);
-      return;
+      this.#noteRefused(run, err);
+      for (const p of run) answerFailed(this.#logger, p.sink, err);
+      return { err };
     } finally {
       prepared.release();
     }
     this.#refusals.succeeded();
-    for (const p of group) p.afterWrite?.();
+    for (const p of run) p.afterWrite?.();
+    const records = prepared.nextOffset - prepared.baseOffset;
     if (
-      await this.#commit.written(active, {
+      !(await this.#commit.written(active, {
         baseOffset: prepared.baseOffset,
         records,
-        requests: group,
-      })
-    ) {
-      this.#stats.writes++;
-      this.#stats.appends += group.length;
-      this.#stats.recordsAppended += records;
-      // After `written`, which has started the fsync: a replica fetch woken here reads while it runs.
-      if (this.#writeListeners.size > 0) for (const l of [...this.#writeListeners]) l();
-    }
+        requests: run,
+      }))
+    )
+      return { err: this.#commit.fencedError() };
+    this.#stats.writes++;
+    this.#stats.appends += run.length;
+    this.#stats.recordsAppended += records;
+    // After `written`, which has started the fsync: a replica fetch woken here reads while it runs.
+    if (this.#writeListeners.size > 0) for (const l of [...this.#writeListeners]) l();
+    return null;
   }
 
   /**
@@ -1338,11 +1413,109 @@ function entryBytesOf(records: AppendRecords): number {
     : records.bytes.length;
 }
 
-/** Bytes a group's records take in the log. */
-function storedBytesOf(group: readonly PendingAppend[]): number {
-  let total = 0;
-  for (const p of group) total += logBytesOf(p.batch);
-  return total;
+/**
+ * A follower's stored records (one request, `append`) as parts that each fit a segment
+ * (docs/storage.md "Writes and durability"): the first fills what is left of the active segment
+ * (holding `sizeBytes`), each next one a whole segment, a record larger than `segmentBytes` alone;
+ * cut at record boundaries, so each part is one run of the write loop and the segment rolls
+ * between them. Only the last part answers the request, with its whole range, once every part is
+ * durable; a failure before it answers it with that error (the parts already written stay: they
+ * are the leader's records at their own offsets, and the follower fetches from its log end).
+ * Returns `[p]` when the records fit as they are.
+ */
+function splitStoredAppend(
+  p: PendingAppend,
+  sizeBytes: number,
+  segmentBytes: number,
+): PendingAppend[] {
+  const records = p.batch as StoredRecords;
+  if (
+    records.bytes.length <= segmentBytes - sizeBytes ||
+    (sizeBytes === 0 && records.bytes.length <= segmentBytes)
+  )
+    return [p];
+  const view = viewOf(records.bytes);
+  const parts: PendingAppend[] = [];
+  let room = segmentBytes - sizeBytes;
+  let start = 0;
+  let pos = 0;
+  let i = 0;
+  let partBase = records.baseOffset;
+  const cut = (end: number, count: number, last: boolean) => {
+    parts.push({
+      batch: {
+        stored: true,
+        bytes: records.bytes.subarray(start, end),
+        count,
+        baseOffset: partBase,
+      },
+      beforeWrite: undefined,
+      admit: undefined,
+      afterWrite: last ? p.afterWrite : undefined,
+      sink: last ? new WholeRangeSink(p.sink, records.baseOffset, records.count) : ignoredSink,
+      tag: p.tag,
+    });
+    partBase += count;
+    start = end;
+  };
+  let count = 0;
+  while (pos < records.bytes.length) {
+    const size = recordLengthPrefixBytes + view.getUint32(pos);
+    // The part so far is full: it ends here, and the next starts in an empty segment.
+    if (pos + size - start > room && (count > 0 || room < segmentBytes)) {
+      if (count > 0) cut(pos, count, false);
+      room = segmentBytes;
+      count = 0;
+      continue;
+    }
+    pos += size;
+    count++;
+    i++;
+  }
+  cut(pos, count, true);
+  assert(i === records.count, "stored records hold their count");
+  return parts;
+}
+
+/** The sink of a stored part that does not answer its request: another part does. */
+const ignoredSink: AppendSink = { appended: () => {}, failed: () => {} };
+
+/** The sink of a request's last stored part: answers the request with its whole range. */
+class WholeRangeSink implements AppendSink {
+  constructor(
+    readonly inner: AppendSink,
+    readonly baseOffset: number,
+    readonly count: number,
+  ) {}
+  appended(tag: number): void {
+    this.inner.appended(tag, this.baseOffset, this.count);
+  }
+  failed(err: unknown): void {
+    this.inner.failed(err);
+  }
+}
+
+/**
+ * One past the last request of the run that starts at `start` in a segment holding `sizeBytes`
+ * (docs/storage.md "Writes and durability"): each request while the segment stays within
+ * `segmentBytes`, and into an empty segment any request, however large. `start` itself when the
+ * first does not fit: the segment must roll first.
+ */
+function endOfRun(
+  group: readonly PendingAppend[],
+  start: number,
+  sizeBytes: number,
+  segmentBytes: number,
+): number {
+  let size = sizeBytes;
+  let end = start;
+  while (end < group.length) {
+    const bytes = logBytesOf(group[end].batch);
+    if (size > 0 && size + bytes > segmentBytes) break;
+    size += bytes;
+    end++;
+  }
+  return end;
 }
 
 /**
