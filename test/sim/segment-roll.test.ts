@@ -282,6 +282,50 @@ describe("rolls inside a group commit", () => {
     });
   }
 
+  it("a group spanning rolls whose beforeWrite hooks refuse some requests: offsets as the hooks last saw them, segments bounded", async () => {
+    const mem = newDisk();
+    const log = await openLog(mem, segmentBytes);
+    const sent: (Sent & { hookOffset?: number })[] = [];
+    for (let i = 0; i < 9; i++) {
+      const values = valuesOf(`h${i}`, 1, valueBytes);
+      const s: Sent & { hookOffset?: number } = { values, state: "pending" };
+      sent.push(s);
+      log
+        .append(batchOf(values), {
+          beforeWrite: async (baseOffset) => {
+            s.hookOffset = baseOffset;
+            await Promise.resolve();
+            if (i % 3 === 1) throw new Error("the journal refused it");
+          },
+        })
+        .then(
+          (r) => {
+            s.state = "ok";
+            s.baseOffset = r.baseOffset;
+          },
+          (err: unknown) => {
+            s.state = "refused";
+            s.error = err as { kind?: string };
+          },
+        );
+    }
+    await settled(sent);
+    const acked = sent.filter((s) => s.state === "ok");
+    expect(acked).toHaveLength(6);
+    for (const s of acked) expect(s.baseOffset).toBe(s.hookOffset);
+    expect(acked.map((s) => s.baseOffset)).toEqual([0, 1, 2, 3, 4, 5]);
+    // 120 B each into 230 B segments: one request per segment, one write each.
+    expect(log.describe().segments.map((s) => s.size_bytes)).toEqual([
+      120, 120, 120, 120, 120, 120,
+    ]);
+    expect(log.stats.writes).toBe(6);
+    await log.close();
+    mem.crash({ mode: "dropAll" });
+    const again = await openLog(mem, segmentBytes);
+    await expectExactlyAcknowledged(again, sent);
+    await again.close();
+  });
+
   it("every mutation of a group spanning rolls failing in turn, then a crash, keeps exactly what was answered", async () => {
     const count = async (): Promise<number> => {
       const mem = newDisk();
