@@ -133,6 +133,13 @@ export interface BrokerObservation {
   /** Topics on disk that cannot be served, groups that could not be loaded. */
   unavailableTopics: number;
   unavailableGroups: number;
+  /**
+   * The data directory's file system: free bytes (for the broker's user) and size, or null when
+   * the file system cannot say (docs/operations.md "Full disk"); absent while shutting down.
+   */
+  dataDir?: { freeBytes: number; totalBytes: number } | null;
+  /** Whether the disk reserve is given up now (appends refused; docs/storage.md "Full disk"). */
+  diskReserveGivenUp?: boolean;
 }
 
 /**
@@ -191,10 +198,12 @@ export class LocalBroker implements Broker {
   #fs: FileSystem;
   /** The data directory's disk reserve (docs/storage.md "Full disk"); made at the end of `open`. */
   #reserve: DiskReserve | null = null;
+  #dataDir: string;
 
   private constructor(options: LocalBrokerOptions) {
     this.#clock = options.clock;
     this.#fs = options.fs;
+    this.#dataDir = options.dataDir;
     this.#producerIdNode = (options.nodeId ?? 0) % 1024;
     this.#tails = new PartitionTails(options.clock);
     this.#cleanup = new CleanupService({
@@ -970,12 +979,17 @@ export class LocalBroker implements Broker {
   async observe(): Promise<BrokerObservation> {
     if (this.#closed)
       return { groups: [], partitions: [], unavailableTopics: 0, unavailableGroups: 0 };
+    // Before the groups: nothing may wait between the groups and the partitions (see above).
+    const space =
+      this.#fs.statfs === undefined ? null : await this.#fs.statfs(this.#dataDir).catch(() => null);
     const groups = await this.#groups.list();
     return {
       groups,
       partitions: this.#topics.observePartitions(),
       unavailableTopics: this.#topics.unavailableCount,
       unavailableGroups: this.#groups.unavailable.length,
+      dataDir: space,
+      diskReserveGivenUp: this.#reserve?.describe().state === "given_up",
     };
   }
 

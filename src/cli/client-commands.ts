@@ -29,6 +29,7 @@ import {
   isReconnectable,
   reconnect,
   reconnectTimeoutMsDefault,
+  retryRefusals,
 } from "./reconnect.ts";
 import { StdoutClosedError, flushOut, writeOut } from "./stdout.ts";
 import { requestJson } from "./keys.ts";
@@ -85,10 +86,12 @@ ${connectionHelp}
   --max-in-flight N        with --producer-id: batches of one partition sent before the first
                            is answered, 1 to 5 (default 5, the batches the broker remembers per
                            producer and partition); 1 sends one at a time
-  --reconnect-timeout-ms N how long to keep connecting again after the connection closed
-                           before the command fails (default 30000; 0: fail at once); the
-                           first connect is not retried: when no --broker answers at start the
-                           command fails at once (exit 1), naming each address and why
+  --reconnect-timeout-ms N how long to keep connecting again after the connection closed,
+                           and to keep resending a batch the broker refused without storing it
+                           (storage_error from a full disk, unavailable; a stderr line at most
+                           every 5 s), before the command fails (default 30000; 0: fail at
+                           once); the first connect is not retried: when no --broker answers at
+                           start the command fails at once (exit 1), naming each address and why
   -h, --help               show this help
 `;
 
@@ -412,14 +415,22 @@ export async function produce(argv: string[]): Promise<number> {
     await ensureConnected(lines);
     const batch = b.build();
     total += batch.count;
+    const target = p >= 0 || !routed ? p : roundRobin++ % partitionCount;
+    // A refusal that stored nothing (a full disk's storage_error, ...) is retried, the same batch
+    // to the same partition, until --reconnect-timeout-ms; the idempotent producer retries its own.
     const request =
       idempotent !== null
         ? idempotent.send(topic, batch, { partition: p })
-        : routed
-          ? cluster.produce(topic, batch, {
-              partition: p >= 0 ? p : roundRobin++ % partitionCount,
-            })
-          : connection.client.produce(topic, batch, { partition: p });
+        : retryRefusals(
+            () =>
+              routed
+                ? cluster.produce(topic, batch, { partition: target })
+                : connection.client.produce(topic, batch, { partition: target }),
+            {
+              what: `the batch of ${lines.length === 1 ? `line ${lines[0]}` : `lines ${lines[0]}–${lines[lines.length - 1]}`}`,
+              timeoutMs: reconnectTimeoutMs,
+            },
+          );
     const sent = (request as Promise<unknown>).then(
       () => produced.add(lines),
       (err: unknown) => Promise.reject(new FailedBatch(err, lines)),

@@ -107,3 +107,76 @@ export async function reconnect<T>(
     }
   }
 }
+
+/** Least time between two stderr lines about the same run of refusals being retried, in ms. */
+export const refusalLineEveryMs = 5000;
+
+/**
+ * Whether a produce refused with `err` stored nothing and a retry may succeed: a retriable answer
+ * of the broker (`storage_error` for a full disk, `unavailable`, ...), neither a lost answer
+ * ({@link isAnswerLost}) nor a refusal after the leader appended the batch (`may_be_stored`).
+ */
+export function isRetriableRefusal(err: unknown): boolean {
+  return (
+    err instanceof ClientError &&
+    err.retriable &&
+    !isAnswerLost(err) &&
+    err.details?.may_be_stored !== true
+  );
+}
+
+/**
+ * Sends with `send` until it resolves, while it fails with {@link isRetriableRefusal}: waits
+ * {@link reconnectBackoffMsMin} ms doubling to {@link reconnectBackoffMsMax} ms between tries, writes
+ * `es-broker: the broker refused <what> with <code> (…): retrying …` at the first refusal and at
+ * most every {@link refusalLineEveryMs} after it, and `es-broker: <what> was accepted after N ms of
+ * retries` once it goes through (README "Command line", `produce --help`).
+ * @param options.timeoutMs how long to keep trying (`--reconnect-timeout-ms`; 0 = not at all,
+ *   null = until it goes through).
+ * @throws the first error that is not a retriable refusal, or the last refusal, with the time
+ *   spent in its message, after `timeoutMs`.
+ */
+export async function retryRefusals<T>(
+  send: () => Promise<T>,
+  options: { what: string; timeoutMs: number | null; write?: (line: string) => void },
+): Promise<T> {
+  const write = options.write ?? ((line: string) => process.stderr.write(line));
+  let startedAt: number | null = null;
+  let toldAt = Number.NEGATIVE_INFINITY;
+  let waitMs = reconnectBackoffMsMin;
+  for (;;) {
+    try {
+      const result = await send();
+      if (startedAt !== null)
+        write(
+          `es-broker: ${options.what} was accepted after ${Math.round(performance.now() - startedAt)} ms of retries\n`,
+        );
+      return result;
+    } catch (err) {
+      if (!isRetriableRefusal(err) || options.timeoutMs === 0) throw err;
+      const now = performance.now();
+      startedAt ??= now;
+      const spentMs = now - startedAt;
+      if (options.timeoutMs !== null && spentMs >= options.timeoutMs) {
+        const e = err as ClientError;
+        throw new ClientError(
+          e.code,
+          e.tcp,
+          e.retriable,
+          `${e.message} (gave up retrying after ${Math.round(spentMs)} ms: --reconnect-timeout-ms ${options.timeoutMs})`,
+          { cause: e, details: e.details },
+        );
+      }
+      if (now - toldAt >= refusalLineEveryMs) {
+        toldAt = now;
+        const limit =
+          options.timeoutMs === null ? "until stopped" : `for up to ${options.timeoutMs} ms`;
+        write(
+          `es-broker: the broker refused ${options.what} with ${(err as ClientError).code}, which stored nothing (${errorMessage(err)}): retrying ${limit} (--reconnect-timeout-ms)\n`,
+        );
+      }
+      await sleep(waitMs);
+      waitMs = Math.min(reconnectBackoffMsMax, waitMs * 2);
+    }
+  }
+}

@@ -91,6 +91,12 @@ export interface FileSystem {
   stat(path: string): Promise<FileStat | null>;
   /** Makes the directory's entries (creates, renames, unlinks in it) durable. A rejection is final. */
   syncDir(path: string): Promise<void>;
+  /**
+   * Space of the file system holding `path` (statfs): bytes an unprivileged writer can still use
+   * (`bavail` × block size) and the file system's size, in bytes. Optional: a file system without
+   * it has no free-space metric (docs/operations.md "Full disk").
+   */
+  statfs?(path: string): Promise<{ freeBytes: number; totalBytes: number }>;
 }
 
 /** Joins path segments with "/", collapsing duplicate separators. */

@@ -287,6 +287,19 @@ export class NodeFileSystem implements FileSystem {
     }
   }
 
+  async statfs(path: string): Promise<{ freeBytes: number; totalBytes: number }> {
+    try {
+      // Node 18.15+, Deno 2 and Bun 1.1+ all have it (node:fs compatibility).
+      const s = await fs.promises.statfs(path);
+      return {
+        freeBytes: Number(s.bavail) * Number(s.bsize),
+        totalBytes: Number(s.blocks) * Number(s.bsize),
+      };
+    } catch (err) {
+      throw wrap(err, path);
+    }
+  }
+
   async stat(path: string): Promise<FileStat | null> {
     try {
       const s = fs.statSync(path);

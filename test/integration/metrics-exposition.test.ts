@@ -317,6 +317,17 @@ describe("GET /metrics exposition (promtool)", () => {
     // scripts/metrics-churn.mjs runs this at 5,000 rounds against the real process, with RSS.
   });
 
+  it("exports the data directory's free and total bytes (statfs) and whether the disk reserve is given up", async () => {
+    const { sources } = await realBroker();
+    const s = parse(await renderMetrics(sources));
+    const free = s.get("esb_data_dir_free_bytes")!;
+    const total = s.get("esb_data_dir_total_bytes")!;
+    expect(total).toBeGreaterThan(0);
+    expect(free).toBeGreaterThan(0);
+    expect(free).toBeLessThanOrEqual(total);
+    expect(s.get("esb_disk_reserve_given_up")).toBe(0);
+  });
+
   it("keeps lag ≥ 0, high watermark ≥ committed offset and counters non-decreasing while a group consumes", async () => {
     const { broker, sources, door } = await realBroker();
     const b = door.wrap(broker as LocalBroker);

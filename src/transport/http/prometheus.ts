@@ -537,6 +537,31 @@ export async function renderMetrics(sources: MetricsSources): Promise<string> {
     )
     .sample({}, observation.unavailableGroups);
 
+  if (observation.dataDir != null) {
+    out
+      .family(
+        "esb_data_dir_free_bytes",
+        "gauge",
+        "Bytes the broker can still write on the data directory's file system (statfs: available blocks for its user).",
+      )
+      .sample({}, observation.dataDir.freeBytes);
+    out
+      .family(
+        "esb_data_dir_total_bytes",
+        "gauge",
+        "Size of the data directory's file system, in bytes.",
+      )
+      .sample({}, observation.dataDir.totalBytes);
+  }
+  if (observation.diskReserveGivenUp !== undefined)
+    out
+      .family(
+        "esb_disk_reserve_given_up",
+        "gauge",
+        "1 while the data directory's disk reserve is given up after a write failed for lack of space (appends refused until it is made again), else 0.",
+      )
+      .sample({}, observation.diskReserveGivenUp ? 1 : 0);
+
   // Each partition's labels are written once and reused by every partition family.
   const partitions = observation.partitions.map((p) => ({
     labels: formatLabels({ topic: p.topic, partition: String(p.partition) }),
