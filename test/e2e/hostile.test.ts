@@ -259,6 +259,49 @@ describe(`[${target}] hostile input`, () => {
     else expectDenoParserAnswer(upgraded[1]);
   });
 
+  it("acts on nothing pipelined behind a request with Connection: close, on every runtime (RFC 9112 §9.6)", async () => {
+    const broker = await start();
+    const withClose = (request: string) =>
+      request.replace("Host: localhost\r\n", "Host: localhost\r\nConnection: close\r\n");
+    const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: localhost\r\n\r\n`;
+    const cases: { name: string; requests: (topic: string) => string[] }[] = [
+      {
+        name: "a produce with close, then produces",
+        requests: (topic) => [
+          produceRequest(topic, "a"),
+          withClose(produceRequest(topic, "b")),
+          produceRequest(topic, "c"),
+          produceRequest(topic, "d"),
+        ],
+      },
+      {
+        name: "a GET with close, then a produce",
+        requests: (topic) => [
+          produceRequest(topic, "a"),
+          withClose(get("/healthz")),
+          produceRequest(topic, "c"),
+        ],
+      },
+    ];
+    for (const [n, c] of cases.entries()) {
+      const topic = `close-${n}`;
+      await createTopic(broker, topic);
+      const exchange = await exchangeRaw({
+        ...hostPort(broker),
+        bytes: c.requests(topic).join(""),
+        waitMs: 3_000,
+      });
+      const answers = exchange.responses.map(
+        (r) => `${r.status}${r.headers.connection === "close" ? " close" : ""}`,
+      );
+      const what = `[${target}] ${c.name}: ${answers.join(", ")}; closed ${exchange.closed}`;
+      expect(answers, what).toEqual(["200", "200 close"]);
+      expect(exchange.closed, what).toBe(true);
+      // Only the requests up to the close were acted on.
+      expect(await highWatermark(broker, topic), what).toBe(n === 0 ? 2 : 1);
+    }
+  });
+
   it("refuses a TCP Produce and IdempotentProduce with no records as invalid_request naming record_count, as HTTP refuses an empty produce, and the connection goes on", async () => {
     const broker = await start();
     await createTopic(broker, "empty");

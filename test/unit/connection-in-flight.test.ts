@@ -274,3 +274,21 @@ describe("connection core: the broker-wide InFlightTotal", () => {
     expect(() => new InFlightTotal(Number.NaN)).toThrow(RangeError);
   });
 });
+
+describe("connection core: the abort signal", () => {
+  it("is aborted at close whether it was read before (a long-poll) or only after", async () => {
+    const before = connection(new InFlightTotal(1 << 30));
+    const signal = before.core.signal;
+    expect(signal.aborted).toBe(false);
+    expect(before.core.signal).toBe(signal);
+    before.socket.destroy();
+    await settle();
+    expect(signal.aborted).toBe(true);
+
+    // Never read while open (made lazily): read after the close, it is already aborted.
+    const after = connection(new InFlightTotal(1 << 30));
+    after.socket.destroy();
+    await settle();
+    expect(after.core.signal.aborted).toBe(true);
+  });
+});

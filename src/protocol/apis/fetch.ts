@@ -42,10 +42,14 @@ export const fetchApi = defineApi({
   key: 1,
   name: "Fetch",
   versionMax: 0,
-  serve(body, _correlationId, { broker, signal }): Served {
+  serve(body, _correlationId, connection): Served {
     const request = decodeFetchRequest(body);
+    const { broker } = connection;
     return {
-      response: broker.fetch({ ...request, signal }),
+      // Only a long-poll waits: reading the connection's signal makes it (FramedConnection.signal).
+      response: broker.fetch(
+        (request.waitMs ?? 0) > 0 ? { ...request, signal: connection.signal } : request,
+      ),
       encode: encodeFetchResponseChunks as (correlationId: number, result: unknown) => Answer,
       answerBytes: request.maxBytes ?? fetchBytesDefault,
       written: releaseFetchResult,

@@ -210,9 +210,13 @@ class KafkaConnection implements FramedConnectionHandler {
       order: "request",
       total: settings.inFlightTotal,
     });
+    const core = this.#core;
     this.#state = {
       settings,
-      signal: this.#core.signal,
+      // Read when a fetch waits, not at set-up (FramedConnection.signal).
+      get signal() {
+        return core.signal;
+      },
       remote: socket.remoteAddress,
       reachedHost: settings.advertiseReachedHost
         ? (socket.serverName ?? socket.localHost)

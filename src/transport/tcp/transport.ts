@@ -318,7 +318,10 @@ class Connection implements FramedConnectionHandler {
       get broker() {
         return connection.#broker;
       },
-      signal: this.#core.signal,
+      // Read when a fetch long-polls, not at set-up (FramedConnection.signal).
+      get signal() {
+        return connection.#core.signal;
+      },
       authenticate: (key) => this.#authenticate(key),
     };
     const access = settings.access;
