@@ -194,6 +194,13 @@ export const Errors = Object.freeze({
    */
   inconsistentTopicId: kind("inconsistent_topic_id", 64, 409, true),
   /** A bug: the broker hit a state it did not expect, or a file-system failure retrying cannot fix (a name too long, a permission; `broker/storage-failure.ts`). Never expected in normal operation. */
+  /**
+   * A fetch needs records offloaded to the cold tier (`--cold-storage`) and the cold tier's store
+   * did not answer within `--cold-read-timeout-ms`, or refused or failed the read
+   * (docs/operations.md "Cold tier unavailable"). Nothing is wrong with the connection or the
+   * broker: records above the cold tier are still served; retry later.
+   */
+  coldTierUnavailable: kind("cold_tier_unavailable", 65, 503, true),
   internal: kind("internal", 99, 500, false),
 });
 
@@ -275,6 +282,7 @@ export const kafkaErrorCodes: Readonly<Record<string, number>> = Object.freeze({
   fenced_leader_epoch: 74, // FENCED_LEADER_EPOCH
   concurrent_update: 42, // INVALID_REQUEST: topic configs are not changed through Kafka
   inconsistent_topic_id: 103, // INCONSISTENT_TOPIC_ID (replica fetch only, never over Kafka)
+  cold_tier_unavailable: 56, // KAFKA_STORAGE_ERROR: retriable; the cold tier's store failed
   // Durable Streams rows: a stream's topic is a topic, so a Kafka produce to a closed stream
   // meets stream_closed; the rest come from /v1/stream/ routes and map to the nearest meaning.
   stream_not_found: 3, // UNKNOWN_TOPIC_OR_PARTITION

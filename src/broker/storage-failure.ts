@@ -81,7 +81,12 @@ export function toBrokerError(err: unknown): unknown {
     // storage_error if retrying can help, else internal (the module table).
     return storageFailure("Cannot complete the request", err);
   }
-  if (err instanceof ColdStoreError) return storageFailure("Cannot read the cold tier", err);
+  // A read of offloaded records: its own code, so the client hears the cold tier is down rather
+  // than a disk error (newuser18 F4).
+  if (err instanceof ColdStoreError)
+    return err.kind === "invalid"
+      ? storageFailure("Cannot read the cold tier", err)
+      : new BrokerError(Errors.coldTierUnavailable, `Cannot read the cold tier: ${err.message}`);
   if (!(err instanceof StorageError)) return err;
   switch (err.kind) {
     case "fenced":

@@ -25,10 +25,12 @@ export const reconnectTimeoutMsDefault = 30_000;
  * Whether `err` means the connection to the broker is gone or the broker cannot serve now
  * (shutting down, electing a leader): a retriable {@link ClientError} (`connection_closed`,
  * `timeout`, or a retriable code of the error table such as `unavailable`). A refused key, a
- * missing topic or a bad request are not.
+ * missing topic, a bad request or a cold tier that does not answer (`cold_tier_unavailable`) are not.
  */
 export function isReconnectable(err: unknown): boolean {
-  return err instanceof ClientError && err.retriable;
+  // cold_tier_unavailable is retriable, but the connection is fine and a new one reads the same
+  // hung store: the command ends naming the cold tier instead of looping on "reconnected".
+  return err instanceof ClientError && err.retriable && err.code !== "cold_tier_unavailable";
 }
 
 /**

@@ -18,7 +18,11 @@ import { serveHttp } from "../runtime/http.ts";
 import { listenTcp } from "../runtime/tcp.ts";
 import { listenFailure } from "./listen-error.ts";
 import { type EarlyListener, listenEarly } from "./early-listener.ts";
-import { s3ColdStoreFromEnvironment, type S3ColdStore } from "../runtime/s3-cold-store.ts";
+import {
+  coldReadTimeoutMs,
+  s3ColdStoreFromEnvironment,
+  type S3ColdStore,
+} from "../runtime/s3-cold-store.ts";
 import { coldReclaimIntervalMs, isColdTierKey } from "../storage/cold-store.ts";
 import { openFilesSoftLimit, runtimeDescription } from "../runtime/info.ts";
 import { ConnectionLimit } from "../lib/connection-limit.ts";
@@ -148,6 +152,8 @@ Options:
                               (and AWS_SESSION_TOKEN), never from arguments
   --cold-s3-endpoint URL      S3 endpoint (default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, or AWS's)
   --cold-s3-region REGION     signing region (default AWS_REGION, AWS_DEFAULT_REGION, us-east-1)
+  --cold-read-timeout-ms MS   longest a read of offloaded records waits for S3, all retries included
+                              (default ${coldReadTimeoutMs}); then the fetch fails cold_tier_unavailable
   --cold-cache-bytes BYTES    memory for cold reads (default ${coldCacheBytesDefault}; 0 = no cache)
   --cold-upload-bytes-per-sec BYTES  cap on upload bandwidth to the cold tier (default 0: none)
   --mirror-to HOST:PORT[,HOST:PORT…]  forward every record of the topics matching --mirror-topics
@@ -274,6 +280,7 @@ export async function serve(argv: string[]): Promise<number> {
       "cold-storage-dir": { type: "string" },
       "cold-storage": { type: "string" },
       "cold-s3-endpoint": { type: "string" },
+      "cold-read-timeout-ms": { type: "string" },
       "cold-s3-region": { type: "string" },
       "cold-cache-bytes": { type: "string" },
       "cold-upload-bytes-per-sec": { type: "string" },
@@ -504,6 +511,13 @@ export async function serve(argv: string[]): Promise<number> {
             url: values["cold-storage"],
             endpoint: values["cold-s3-endpoint"],
             region: values["cold-s3-region"],
+            readTimeoutMs: intOption(
+              "cold-read-timeout-ms",
+              values["cold-read-timeout-ms"],
+              coldReadTimeoutMs,
+              100,
+              600_000,
+            ),
             env: process.env,
             logger,
           });

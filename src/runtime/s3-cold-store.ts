@@ -106,6 +106,12 @@ export interface S3ColdStoreOptions {
   retryBackoffMaxMs?: number;
   /** Timeout of one request in ms (default 30 000; a part upload of `partBytes` must fit in it). */
   requestTimeoutMs?: number;
+  /**
+   * Time a {@link S3ColdStore.get} may take over all its tries, in ms (`--cold-read-timeout-ms`,
+   * default {@link coldReadTimeoutMs}): a fetch of offloaded records waits for it, and must fail
+   * before its client gives up (docs/operations.md "Cold tier unavailable").
+   */
+  readTimeoutMs?: number;
   /** Objects above this many bytes go up in parts (default 16 MiB). */
   multipartThresholdBytes?: number;
   /** Bytes per part (default 8 MiB; S3 wants at least 5 MiB except the last). */
@@ -117,6 +123,13 @@ export interface S3ColdStoreOptions {
 }
 
 const MiB = 1024 * 1024;
+
+/**
+ * Default of `--cold-read-timeout-ms`: below the clients' request timeouts (the TCP client's
+ * 30 s, the CLI's), so a fetch that needs a hung cold tier is answered `cold_tier_unavailable`
+ * instead of timing out as a lost connection.
+ */
+export const coldReadTimeoutMs = 10_000;
 
 /** Largest ranged GET of a read-back verification (module comment). */
 const readBackChunkBytes = 8 * MiB;
@@ -153,6 +166,7 @@ export class S3ColdStore implements ColdStore {
   #backoffMs: number;
   #backoffMaxMs: number;
   #timeoutMs: number;
+  #readTimeoutMs: number;
   #thresholdBytes: number;
   #partBytes: number;
   #concurrency: number;
@@ -192,6 +206,7 @@ export class S3ColdStore implements ColdStore {
     this.#backoffMs = options.retryBackoffMs ?? 100;
     this.#backoffMaxMs = options.retryBackoffMaxMs ?? 5_000;
     this.#timeoutMs = options.requestTimeoutMs ?? 30_000;
+    this.#readTimeoutMs = options.readTimeoutMs ?? coldReadTimeoutMs;
     this.#thresholdBytes = options.multipartThresholdBytes ?? 16 * MiB;
     this.#partBytes = options.partBytes ?? 8 * MiB;
     this.#concurrency = Math.max(1, options.concurrency ?? 4);
@@ -228,18 +243,28 @@ export class S3ColdStore implements ColdStore {
     },
     accept: (status: number) => boolean,
     read: (response: Response) => Promise<T>,
+    budgetMs?: number,
   ): Promise<T> {
     let last: Failure | null = null;
+    // With a budget (reads), the tries, their timeouts and the waits between them all fit in it.
+    const started = performance.now();
+    const left = () =>
+      budgetMs === undefined ? Number.POSITIVE_INFINITY : budgetMs - (performance.now() - started);
+    let tries = 0;
     for (let attempt = 1; attempt <= this.#attempts; attempt++) {
       if (attempt > 1) {
         const ceiling = Math.min(this.#backoffMaxMs, this.#backoffMs * 2 ** (attempt - 2));
-        await new Promise((r) => setTimeout(r, ceiling / 2 + Math.random() * (ceiling / 2)));
+        const wait = ceiling / 2 + Math.random() * (ceiling / 2);
+        if (wait >= left()) break;
+        await new Promise((r) => setTimeout(r, wait));
       }
+      const timeoutMs = Math.max(1, Math.floor(Math.min(this.#timeoutMs, left())));
+      tries = attempt;
       const req = build();
       let failure: Failure;
       // Given to fetch itself, not inside a Request (aws4fetch's own fetch): a signal that
       // reaches fetch that way is held only weakly (see deadline.ts).
-      const timeout = deadline(this.#timeoutMs);
+      const timeout = deadline(timeoutMs);
       try {
         const signed = await this.#client.sign(req.url, {
           method: req.method,
@@ -263,16 +288,14 @@ export class S3ColdStore implements ColdStore {
           status: 0,
           code:
             err instanceof ColdStoreError ? "BadAnswer" : timedOut ? "Timeout" : "ConnectionError",
-          message: timedOut
-            ? `no answer within ${this.#timeoutMs} ms`
-            : errorMessage(err) + causeOf(err),
+          message: timedOut ? `no answer within ${timeoutMs} ms` : errorMessage(err) + causeOf(err),
           retriable: true,
         };
       } finally {
         timeout.clear();
       }
       last = failure;
-      if (!failure.retriable || attempt === this.#attempts) break;
+      if (!failure.retriable || attempt === this.#attempts || left() <= 0) break;
       this.#logger.log("warn", "cold.s3_retry", {
         store: this.location,
         action: what,
@@ -304,9 +327,13 @@ export class S3ColdStore implements ColdStore {
         : kind === "no_bucket"
           ? ` (bucket "${this.#bucket}" does not exist at ${this.#base.replace(/\/[^/]*$/, "") || this.#base})`
           : "";
+    const gaveUp =
+      tries < this.#attempts
+        ? ` (gave up after ${tries} ${tries === 1 ? "try" : "tries"}: the ${budgetMs} ms read deadline, --cold-read-timeout-ms)`
+        : ` (after ${this.#attempts} tries)`;
     throw new ColdStoreError(
       kind,
-      `Cannot ${what} in ${this.location}: ${f.status === 0 ? "" : `HTTP ${f.status} `}${f.code}: ${f.message}${hint}${f.retriable ? ` (after ${this.#attempts} tries)` : ""}`,
+      `Cannot ${what} in ${this.location}: ${f.status === 0 ? "" : `HTTP ${f.status} `}${f.code}: ${f.message}${hint}${f.retriable ? gaveUp : ""}`,
     );
   }
 
@@ -646,6 +673,7 @@ export class S3ColdStore implements ColdStore {
           );
         return bytes;
       },
+      this.#readTimeoutMs,
     );
   }
 
@@ -818,6 +846,8 @@ export function s3ColdStoreFromEnvironment(options: {
   url: string;
   endpoint?: string;
   region?: string;
+  /** `--cold-read-timeout-ms` ({@link S3ColdStoreOptions.readTimeoutMs}). */
+  readTimeoutMs?: number;
   env: Record<string, string | undefined>;
   logger: Logger;
 }): S3ColdStore {
@@ -842,5 +872,6 @@ export function s3ColdStoreFromEnvironment(options: {
     region: options.region ?? env.AWS_REGION ?? env.AWS_DEFAULT_REGION ?? "us-east-1",
     endpoint,
     logger: options.logger,
+    readTimeoutMs: options.readTimeoutMs,
   });
 }

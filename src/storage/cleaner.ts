@@ -58,20 +58,32 @@ export interface PartitionCleanerOptions
   metrics?: Metrics;
 }
 
+/**
+ * How long one pass's copies to the cold tier may run before they count as a failure in
+ * `cold_offload_failures` (and `esb_partition_cold_copy_consecutive_failures`) while they still
+ * run, in ms: a hung store holds a pass for minutes (6 tries × 30 s per request), and the gauge
+ * must not read 0 meanwhile (newuser18 F4). Healthy copies of a 128 MiB segment take seconds.
+ */
+export const coldOffloadStuckMs = 60_000;
+
 /** The cleanup state of one partition, for `GET /v1/admin/storage`. */
 export interface CleanerState {
   last_retention: RetentionResult | null;
   last_compaction: CompactionResult | null;
   /** The last compaction pass over the cold tier (null without one, or before the first). */
   last_cold_compaction: ColdCompactionResult | null;
-  /** Failed copies to the cold tier in a row, and when the next automatic attempt may run (ms since the epoch; 0 = now). */
+  /**
+   * Failed copies to the cold tier in a row (plus 1 while a pass's copies have run longer than
+   * {@link coldOffloadStuckMs}), and when the next automatic attempt may run (ms since the epoch; 0 = now).
+   */
   cold_offload_failures: number;
   cold_offload_retry_at_ms: number;
   /** Set when cleanup is stopped until a restart (an incomplete swap). */
   stopped_reason: string | null;
   /**
    * With a cold tier: sealed segments the last retention pass wanted gone but had to keep local
-   * because their copy to the cold tier failed or is backing off (0 without a cold tier).
+   * because their copy to the cold tier failed or is backing off, or, while a pass copies, the
+   * segments it has still to copy if more (0 without a cold tier).
    */
   cold_backlog_segments: number;
 }
@@ -91,6 +103,8 @@ export class PartitionCleaner {
   #offloadRetryAtMs = 0;
   #stoppedReason: string | null = null;
   #coldBacklog = 0;
+  /** While a pass copies to the cold tier: segments it still wants to move, and since when (ms). */
+  #offloading: { segments: number; sinceMs: number } | null = null;
   /**
    * After a compaction pass over every sealed segment found nothing to drop: those segments, the
    * tombstone retention it used, and until when that stays true (the next tombstone expiry). A
@@ -115,7 +129,16 @@ export class PartitionCleaner {
       if (this.#stoppedReason !== null) return this.#skippedRetention(this.#stoppedReason);
       const now = o.clock.nowMs();
       const offloadAllowed = options.force === true || now >= this.#offloadRetryAtMs;
-      const result = await runRetention({ ...o, offloadAllowed }, o.settings());
+      const onOffloadPending = (segments: number) => {
+        if (segments === 0) this.#offloading = null;
+        else this.#offloading = { segments, sinceMs: this.#offloading?.sinceMs ?? o.clock.nowMs() };
+      };
+      let result: RetentionResult;
+      try {
+        result = await runRetention({ ...o, offloadAllowed, onOffloadPending }, o.settings());
+      } finally {
+        this.#offloading = null;
+      }
       if (result.offload_error !== null) {
         this.#offloadFailures++;
         const waitMs = Math.min(
@@ -280,11 +303,17 @@ export class PartitionCleaner {
       last_retention: this.#lastRetention,
       last_compaction: this.#lastCompaction,
       last_cold_compaction: this.#lastColdCompaction,
-      cold_offload_failures: this.#offloadFailures,
+      cold_offload_failures: this.#offloadFailures + (this.#offloadStuck() ? 1 : 0),
       cold_offload_retry_at_ms: this.#offloadRetryAtMs,
       stopped_reason: this.#stoppedReason,
-      cold_backlog_segments: this.#coldBacklog,
+      cold_backlog_segments: Math.max(this.#coldBacklog, this.#offloading?.segments ?? 0),
     };
+  }
+
+  /** True while one pass's copies to the cold tier have run longer than {@link coldOffloadStuckMs}. */
+  #offloadStuck(): boolean {
+    const at = this.#offloading;
+    return at !== null && this.#options.clock.nowMs() - at.sinceMs > coldOffloadStuckMs;
   }
 
   #skippedRetention(reason: string): RetentionResult {

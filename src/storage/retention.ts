@@ -74,6 +74,12 @@ export interface RetentionContext {
   /** Polled between segments; true ends the pass early (broker shutting down). */
   shouldStop?: () => boolean;
   /**
+   * Told before each copy to the cold tier how many segments this pass still wants to move there
+   * (the one about to be copied included), and 0 when the copies are over: the backlog gauges show
+   * a pass stuck on a hung store while it hangs, not only after it ends.
+   */
+  onOffloadPending?: (segments: number) => void;
+  /**
    * The lowest offset a mirror has not forwarded yet (docs/edge.md), or null with no mirror of
    * this partition. Deleting records at or above it is reported (`retention.deletes_unforwarded`),
    * or held back with `holdUnforwarded`.
@@ -276,6 +282,7 @@ export async function runRetention(
             count = i;
             break;
           }
+          ctx.onOffloadPending?.(count - i);
           try {
             // The scanned newest timestamp, not `Segment.maxTimestampMs`: for a segment trusted at
             // start that one covers only the records after its last index entry, and cold
@@ -300,6 +307,7 @@ export async function runRetention(
             break;
           }
         }
+        ctx.onOffloadPending?.(0);
       }
     }
 

@@ -243,6 +243,120 @@ describe(`[${target}] cold storage on S3 end to end`, () => {
     }
   });
 
+  it("a read of offloaded records while S3 hangs fails within --cold-read-timeout-ms naming the cold tier, and the backlog gauges show the stuck pass (newuser18 F4)", {
+    timeout: 120_000,
+  }, async () => {
+    // Its own moto: SIGSTOPping the shared one would hang the other tests.
+    const hung = await startMoto();
+    try {
+      await hung.createBucket("hang");
+      const { dir } = tempDir();
+      const args = [
+        "--cold-storage",
+        "s3://hang/b1",
+        "--cold-s3-endpoint",
+        hung.endpoint,
+        "--cleanup-interval-ms",
+        "0",
+        "--metrics-port",
+        "0",
+        "--cold-read-timeout-ms",
+        "3000",
+      ];
+      running = await startBroker(`${dir}/data`, args, env());
+      const b = running.httpUrl;
+      await json(
+        await fetch(`${b}/v1/topics`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            name: "t",
+            partitions: 1,
+            config: { segment_bytes: 1024, retention_bytes: 1 },
+          }),
+        }),
+      );
+      const produce = async (from: number) => {
+        for (let i = from; i < from + 60; i += 6)
+          await json(
+            await fetch(`${b}/v1/topics/t/records`, {
+              method: "POST",
+              headers: { "content-type": "application/json" },
+              body: JSON.stringify({
+                records: Array.from({ length: 6 }, (_, j) => ({
+                  value: `record-${i + j}-${"z".repeat(60)}`,
+                })),
+              }),
+            }),
+          );
+      };
+      await produce(0);
+      const run = await json(await fetch(`${b}/v1/admin/topics/t/cleanup`, { method: "POST" }));
+      expect(run.partitions[0].retention.segments_offloaded).toBeGreaterThan(1);
+      const metric = async (name: string) => {
+        const text = await (await fetch(running!.metricsUrl!)).text();
+        const line = text.split("\n").find((l) => l.startsWith(`${name}{topic="t",partition="0"}`));
+        return line === undefined ? undefined : Number(line.split(" ").pop());
+      };
+      expect(await metric("esb_partition_cold_backlog_segments")).toBe(0);
+
+      hung.pause();
+      // HTTP: 503 cold_tier_unavailable within the deadline (3 s here), not a hang. Before, the
+      // broker retried each request 6 × 30 s and curl -m 120 got nothing.
+      const started = Date.now();
+      const answer = await fetch(`${b}/v1/topics/t/partitions/0/records?offset=0`, {
+        signal: AbortSignal.timeout(25_000),
+      });
+      const body = (await answer.json()) as { error: { code: string; message: string } };
+      expect(answer.status, JSON.stringify(body)).toBe(503);
+      expect(body.error.code).toBe("cold_tier_unavailable");
+      expect(body.error.message).toMatch(/cold tier/);
+      expect(body.error.message).toContain("s3://hang/b1");
+      expect(Date.now() - started).toBeLessThan(15_000);
+      // Records above the cold tier are still served.
+      const hot = await json(
+        await fetch(`${b}/v1/topics/t/partitions/0/records?offset=59`, {
+          signal: AbortSignal.timeout(5_000),
+        }),
+      );
+      expect(hot.records.map((r: { offset: number }) => r.offset)).toEqual([59]);
+
+      // The CLI over TCP: the error code and the cold tier, not "connection lost, reconnecting".
+      const cli = await runCli(
+        [
+          "consume",
+          "t",
+          "--partition",
+          "0",
+          "--offset",
+          "0",
+          "--broker",
+          `127.0.0.1:${running.tcp.port}`,
+        ],
+        undefined,
+        { env: { ...process.env, ...env() } as Record<string, string> },
+      );
+      expect(cli.stderr).toContain("cold_tier_unavailable");
+      expect(cli.stderr).toMatch(/cold tier/);
+      expect(cli.stderr).not.toMatch(/connection to the broker lost/);
+      expect(cli.code).not.toBe(0);
+
+      // A retention pass stuck on the hung store: the backlog gauge shows the segments it waits
+      // to move while it hangs (it stayed 0 for the whole 246 s pass before).
+      await produce(60);
+      void fetch(`${b}/v1/admin/topics/t/cleanup`, { method: "POST" }).catch(() => {});
+      await expect
+        .poll(() => metric("esb_partition_cold_backlog_segments"), { timeout: 10_000 })
+        .toBeGreaterThan(0);
+      expect(running.stderr()).not.toContain(motoCredentials.secretAccessKey);
+    } finally {
+      hung.resume();
+      await running?.stop("SIGKILL");
+      running = null;
+      await hung.stop();
+    }
+  });
+
   it("refuses a malformed s3:// URL and missing credentials at start, naming what is wrong", async () => {
     const { dir } = tempDir();
     const bad = await runCli(

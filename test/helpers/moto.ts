@@ -23,6 +23,9 @@ export interface MotoServer {
   createBucket(name: string): Promise<void>;
   /** Stops the process. */
   stop(): Promise<void>;
+  /** SIGSTOP / SIGCONT: a store that hangs (accepts connections, answers nothing), then comes back. */
+  pause(): void;
+  resume(): void;
 }
 
 /** A free TCP port on 127.0.0.1, below the ephemeral range (`freePorts` of ports.ts says why). */
@@ -95,7 +98,11 @@ export async function startMoto(): Promise<MotoServer> {
       new Promise<void>((resolve) => {
         if (child.exitCode !== null) return resolve();
         child.once("exit", () => resolve());
+        // A stopped process gets SIGKILL too, but SIGCONT first keeps its exit prompt everywhere.
+        child.kill("SIGCONT");
         child.kill("SIGKILL");
       }),
+    pause: () => void child.kill("SIGSTOP"),
+    resume: () => void child.kill("SIGCONT"),
   };
 }
