@@ -310,12 +310,8 @@ async function plainProducer(
   stopped: () => boolean,
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
-  let router: ClusterClient;
-  try {
-    router = await connectCluster(cluster, stopped);
-  } catch {
-    return;
-  }
+  const router = await connectCluster(cluster, stopped).catch(() => null);
+  if (router === null) return;
   let n = 0;
   while (!stopped()) {
     const partition = (index + n) % partitions;
@@ -330,15 +326,7 @@ async function plainProducer(
         values.map((v) => ({ value: v })),
         { partition },
       );
-      const positions = expandSpans(result.spans);
-      op.ok(
-        values.map((value, i) => ({
-          topic,
-          partition: positions[i].partition,
-          offset: positions[i].offset,
-          value,
-        })),
-      );
+      op.ok(storedRecords(values, result.spans));
       okOps.producer++;
     } catch (err) {
       op.info(err);
@@ -358,12 +346,8 @@ async function idempotentProducer(
   stopped: () => boolean,
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
-  let router: ClusterClient;
-  try {
-    router = await connectCluster(cluster, stopped);
-  } catch {
-    return;
-  }
+  const router = await connectCluster(cluster, stopped).catch(() => null);
+  if (router === null) return;
   const producer = new IdempotentProducer({
     connect: async () => (await connectCluster(cluster, () => false)).leader(topic, 0),
     router,
@@ -386,15 +370,7 @@ async function idempotentProducer(
         values.map((v) => ({ value: v })),
         { partition },
       );
-      const positions = expandSpans(result.spans);
-      op.ok(
-        values.map((value, i) => ({
-          topic,
-          partition: positions[i].partition,
-          offset: positions[i].offset,
-          value,
-        })),
-      );
+      op.ok(storedRecords(values, result.spans));
       okOps.idem++;
     } catch (err) {
       op.info(err);
@@ -404,6 +380,20 @@ async function idempotentProducer(
   }
   await producer.close().catch(() => {});
   await router.close().catch(() => {});
+}
+
+/** The records a produce of `values` stored: each at the partition and offset its answer's spans give. */
+function storedRecords(
+  values: readonly string[],
+  spans: Parameters<typeof expandSpans>[0],
+): HistoryRecord[] {
+  const positions = expandSpans(spans);
+  return values.map((value, i) => ({
+    topic,
+    partition: positions[i].partition,
+    offset: positions[i].offset,
+    value,
+  }));
 }
 
 function fetched(partition: number, res: FetchResponse): HistoryRecord[] {
@@ -423,12 +413,8 @@ async function plainConsumer(
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
   const positions = Array.from({ length: partitions }, () => 0);
-  let router: ClusterClient;
-  try {
-    router = await connectCluster(cluster, stopped);
-  } catch {
-    return;
-  }
+  const router = await connectCluster(cluster, stopped).catch(() => null);
+  if (router === null) return;
   let n = 0;
   while (!stopped()) {
     const partition = n++ % partitions;
@@ -462,12 +448,8 @@ async function groupMember(
   stopped: () => boolean,
   okOps: JepsenReport["okOps"],
 ): Promise<void> {
-  let router: ClusterClient;
-  try {
-    router = await connectCluster(cluster, stopped);
-  } catch {
-    return;
-  }
+  const router = await connectCluster(cluster, stopped).catch(() => null);
+  if (router === null) return;
   let incarnation = 0;
   // A session ends whenever the generation changes, to any number: a generation is counted by
   // one coordinator, and another one (after the controller moved) may count from lower again.

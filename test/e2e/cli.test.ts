@@ -11,6 +11,7 @@ import { writeFileSync } from "node:fs";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { TcpClient } from "../../src/client/client.ts";
 import { tempDir } from "../helpers/tmp.ts";
+import { freePorts } from "../helpers/ports.ts";
 import {
   assertTargetRunnable,
   brokerCommand,
@@ -369,10 +370,11 @@ describe(`[${target}] es-broker command line errors`, () => {
 
   it("consume --follow (plain and --group) and plain produce ride through a broker restart: every line stored and printed exactly once, in order", async () => {
     const dataDir = `${fresh()}/data`;
-    // The restarted broker must listen where the commands reconnect: fixed ports, one pair per
-    // target (the targets may run at once), in this file's range.
-    const base = 28_400 + 10 * ["node", "deno", "bun", "binary"].indexOf(target);
-    const ports = ["--http-port", String(base), "--tcp-port", String(base + 1)];
+    // The restarted broker must listen where the commands reconnect: two free ports, reserved
+    // for this process (test/helpers/ports.ts), so neither another target's run of this file nor
+    // another checkout's takes them meanwhile.
+    const [http, tcp] = await freePorts(2);
+    const ports = ["--http-port", String(http), "--tcp-port", String(tcp)];
     let broker = await startBroker(dataDir, ports);
     running.push(broker);
     const address = `${broker.tcp.host}:${broker.tcp.port}`;

@@ -8,15 +8,7 @@
  * elects from an ISR although its log lacks the committed records refuses to lead; another ISR
  * member leads and no acknowledged record is lost.
  */
-import {
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  truncateSync,
-  writeFileSync,
-} from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { waitFor } from "../helpers/poll.ts";
@@ -24,6 +16,7 @@ import { TcpClient } from "../../src/client/client.ts";
 import { ClientError } from "../../src/client/errors.ts";
 import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
+import { clusterRoot, tearDownCluster } from "../helpers/cluster.ts";
 import { type BrokerProcess, startBroker } from "./harness.ts";
 
 let etcd: EtcdCluster;
@@ -57,9 +50,7 @@ async function partitionState(b: BrokerProcess, topic: string): Promise<Part> {
 
 beforeAll(async () => {
   etcd = await startEtcdCluster({ size: 3 });
-  root = mkdtempSync(join(tmpdir(), "es-broker-cluster-attack-"));
-  secretFile = join(root, "cluster.secret");
-  writeFileSync(secretFile, "attack-broker-credential-0123456789\n", { mode: 0o600 });
+  ({ root, secretFile } = clusterRoot("cluster-attack", "attack-broker-credential-0123456789"));
   ports = await freePorts(9);
   await Promise.all(
     [1, 2, 3].map(async (id) => brokers.set(id, await startBroker(join(root, `n${id}`), args(id)))),
@@ -75,11 +66,7 @@ beforeEach(async () => {
     if (!brokers.has(id)) brokers.set(id, await startBroker(join(root, `n${id}`), args(id)));
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all([...brokers.values()].map((b) => b.stop("SIGKILL")));
-  await etcd?.stop();
-  if (root) rmSync(root, { recursive: true, force: true });
-});
+afterAll(() => tearDownCluster(brokers.values(), etcd, root));
 
 describe("cluster attack: last replica standing with a log cut short (#27c)", () => {
   it("A may not lead below committed_offset; B leads when back; every acked record survives", async () => {

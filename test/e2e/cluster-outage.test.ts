@@ -7,8 +7,7 @@
  * member is back, and the longest log leads: every acknowledged record survives
  * (docs/cluster.md "Partition state", "Replacing a broker's disk, backing up etcd").
  */
-import { cpSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TcpClient } from "../../src/client/client.ts";
@@ -16,6 +15,7 @@ import { ClientError } from "../../src/client/errors.ts";
 import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
 import { waitFor } from "../helpers/poll.ts";
+import { clusterRoot, tearDownCluster } from "../helpers/cluster.ts";
 import { type BrokerProcess, startBroker } from "./harness.ts";
 
 let etcd: EtcdCluster;
@@ -47,18 +47,12 @@ interface StoredState {
 
 beforeAll(async () => {
   etcd = await startEtcdCluster({ size: 3 });
-  root = mkdtempSync(join(tmpdir(), "es-broker-cluster-outage-"));
-  secretFile = join(root, "cluster.secret");
-  writeFileSync(secretFile, "outage-broker-credential-0123456789\n", { mode: 0o600 });
+  ({ root, secretFile } = clusterRoot("cluster-outage", "outage-broker-credential-0123456789"));
   ports = await freePorts(9);
   for (const id of [1, 2, 3]) await start(id);
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all([...brokers.values()].map((b) => b.stop("SIGKILL")));
-  await etcd?.stop();
-  if (root) rmSync(root, { recursive: true, force: true });
-});
+afterAll(() => tearDownCluster(brokers.values(), etcd, root));
 
 describe("cluster: a whole-cluster outage, one broker restored from an older copy (attack13 F1 B)", () => {
   it("the copy is never elected over the newer records; every acknowledged record survives", async () => {

@@ -18,13 +18,12 @@
  * the stopped members held the process until main.ts's grace ended it), with no
  * `broker.exit_held` warning.
  */
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TcpClient } from "../../src/client/client.ts";
 import { waitFor } from "../helpers/poll.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
+import { clusterRoot, tearDownCluster } from "../helpers/cluster.ts";
 import { type BrokerProcess, startBroker } from "./harness.ts";
 
 /**
@@ -71,20 +70,14 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 beforeAll(async () => {
   etcd = await startEtcdCluster({ size: 3 });
-  root = mkdtempSync(join(tmpdir(), "es-broker-cluster-sigterm-"));
-  secretFile = join(root, "cluster.secret");
-  writeFileSync(secretFile, "sigterm-broker-credential-0123456789\n", { mode: 0o600 });
+  ({ root, secretFile } = clusterRoot("cluster-sigterm", "sigterm-broker-credential-0123456789"));
   ports = await freePorts(6);
   await Promise.all(
     [1, 2, 3].map(async (id) => brokers.set(id, await startBroker(join(root, `n${id}`), args(id)))),
   );
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all([...brokers.values()].map((b) => b.stop("SIGKILL")));
-  await etcd?.stop();
-  if (root) rmSync(root, { recursive: true, force: true });
-});
+afterAll(() => tearDownCluster(brokers.values(), etcd, root));
 
 describe("cluster: SIGTERM of a leader under writes (attack13 F6)", () => {
   it("exits within seconds, shrinks no ISR, writes resume within seconds, nothing acknowledged is lost", async () => {

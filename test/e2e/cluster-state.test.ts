@@ -10,8 +10,6 @@
  * - #24c across brokers: a key made through broker 1 works on 2 and 3; revoked through 2, an open
  *   TCP connection of it on 3 is refused within the documented bound (5 s); etcd holds no key text.
  */
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { apiKeyIdChars, apiKeyPrefix } from "../../src/auth/key-format.ts";
@@ -19,6 +17,7 @@ import { waitFor } from "../helpers/poll.ts";
 import { TcpClient } from "../../src/client/client.ts";
 import { EtcdHttpClient, parseEtcdUrl } from "../../src/runtime/etcd.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "../helpers/etcd.ts";
+import { clusterRoot, tearDownCluster } from "../helpers/cluster.ts";
 import { type BrokerProcess, runCli, startBroker } from "./harness.ts";
 
 let etcd: EtcdCluster;
@@ -78,20 +77,14 @@ function record(name: string): string {
 
 beforeAll(async () => {
   etcd = await startEtcdCluster({ size: 3 });
-  root = mkdtempSync(join(tmpdir(), "es-broker-cluster-state-"));
-  secretFile = join(root, "cluster.secret");
-  writeFileSync(secretFile, "state-broker-credential-0123456789\n", { mode: 0o600 });
+  ({ root, secretFile } = clusterRoot("cluster-state", "state-broker-credential-0123456789"));
   ports = await freePorts(6);
   await Promise.all(
     [1, 2, 3].map(async (id) => brokers.set(id, await startBroker(join(root, `n${id}`), args(id)))),
   );
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all([...brokers.values()].map((b) => b.stop("SIGKILL")));
-  await etcd?.stop();
-  if (root) rmSync(root, { recursive: true, force: true });
-});
+afterAll(() => tearDownCluster(brokers.values(), etcd, root));
 
 describe("cluster schema registry in etcd (#33b)", () => {
   const registered = new Map<number, string>();

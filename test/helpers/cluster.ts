@@ -13,6 +13,32 @@ import { EtcdHttpClient } from "../../src/runtime/etcd.ts";
 import { type BrokerProcess, startBroker } from "../e2e/harness.ts";
 import { type EtcdCluster, freePorts, startEtcdCluster } from "./etcd.ts";
 
+/**
+ * A new temporary root (`es-broker-<name>-…`) for a cluster's data directories, with the broker
+ * credential `secret` in `<root>/cluster.secret` (mode 0600): the start of a cluster e2e file that
+ * starts its brokers itself.
+ */
+export function clusterRoot(name: string, secret: string): { root: string; secretFile: string } {
+  const root = mkdtempSync(join(tmpdir(), `es-broker-${name}-`));
+  const secretFile = join(root, "cluster.secret");
+  writeFileSync(secretFile, `${secret}\n`, { mode: 0o600 });
+  return { root, secretFile };
+}
+
+/**
+ * The end of such a file: every broker SIGKILLed, then `etcd` stopped and `root` removed (each
+ * skipped if its start never got that far).
+ */
+export async function tearDownCluster(
+  brokers: Iterable<BrokerProcess>,
+  etcd: EtcdCluster | undefined,
+  root: string | undefined,
+): Promise<void> {
+  await Promise.all([...brokers].map((b) => b.stop("SIGKILL")));
+  await etcd?.stop();
+  if (root) rmSync(root, { recursive: true, force: true });
+}
+
 /** One partition as `GET /v1/cluster` answers it. */
 export interface ClusterPartition {
   partition: number;

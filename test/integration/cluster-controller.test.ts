@@ -73,6 +73,25 @@ async function createPartition(prefix: string, replicas: number[], minIsr: numbe
   return key;
 }
 
+/**
+ * Node `id` of cluster `clusterId` under `prefix` as a bare registration (no broker behind it) on a
+ * 10 s lease this suite holds and revokes at its end; resolves with the lease id (the incarnation).
+ */
+async function registerBare(prefix: string, clusterId: string, id: number): Promise<string> {
+  const lease = await client.leaseGrant(10);
+  const reg = {
+    node_id: id,
+    cluster_id: clusterId,
+    data_dir_id: `dir-${id}`,
+    incarnation: lease.id,
+    tcp: `127.0.0.1:${9000 + id}`,
+    http: `http://127.0.0.1:${8000 + id}`,
+  };
+  await client.put(`${prefix}/brokers/${id}`, JSON.stringify(reg), { lease: lease.id });
+  cleanups.push(() => client.leaseRevoke(lease.id));
+  return lease.id;
+}
+
 async function readState(key: string): Promise<PartitionState> {
   const kv = await client.get(key);
   if (kv === null) throw new Error(`${key} is missing`);
@@ -261,20 +280,7 @@ describe("controller", () => {
     const one = await startBroker(prefix, 1);
     await waitFor("controller", async () => one.controller.isController);
     // Brokers 2 and 3 are bare registrations on leases this test holds.
-    const register = async (id: number) => {
-      const lease = await client.leaseGrant(10);
-      const reg = {
-        node_id: id,
-        cluster_id: one.membership.clusterId,
-        data_dir_id: `dir-${id}`,
-        incarnation: lease.id,
-        tcp: `127.0.0.1:${9000 + id}`,
-        http: `http://127.0.0.1:${8000 + id}`,
-      };
-      await client.put(`${prefix}/brokers/${id}`, JSON.stringify(reg), { lease: lease.id });
-      cleanups.push(() => client.leaseRevoke(lease.id));
-      return lease.id;
-    };
+    const register = (id: number) => registerBare(prefix, one.membership.clusterId, id);
     await register(2);
     const lease3 = await register(3);
     const key = partitionKey(prefix, "t", 0);
@@ -342,20 +348,7 @@ describe("controller", () => {
     const prefix = freshPrefix();
     const ctl = await startBroker(prefix, 4); // the controller; not a replica
     await waitFor("controller", async () => ctl.controller.isController);
-    const register = async (id: number) => {
-      const lease = await client.leaseGrant(10);
-      const reg = {
-        node_id: id,
-        cluster_id: ctl.membership.clusterId,
-        data_dir_id: `dir-${id}`,
-        incarnation: lease.id,
-        tcp: `127.0.0.1:${9000 + id}`,
-        http: `http://127.0.0.1:${8000 + id}`,
-      };
-      await client.put(`${prefix}/brokers/${id}`, JSON.stringify(reg), { lease: lease.id });
-      cleanups.push(() => client.leaseRevoke(lease.id).catch(() => {}));
-      return lease.id;
-    };
+    const register = (id: number) => registerBare(prefix, ctl.membership.clusterId, id);
     const publish = (id: number, lease: string, end: number) =>
       client.put(
         logEndsKey(prefix, id),
@@ -417,20 +410,7 @@ describe("controller", () => {
     const prefix = freshPrefix();
     const ctl = await startBroker(prefix, 4);
     await waitFor("controller", async () => ctl.controller.isController);
-    const register = async (id: number) => {
-      const lease = await client.leaseGrant(10);
-      const reg = {
-        node_id: id,
-        cluster_id: ctl.membership.clusterId,
-        data_dir_id: `dir-${id}`,
-        incarnation: lease.id,
-        tcp: `127.0.0.1:${9000 + id}`,
-        http: `http://127.0.0.1:${8000 + id}`,
-      };
-      await client.put(`${prefix}/brokers/${id}`, JSON.stringify(reg), { lease: lease.id });
-      cleanups.push(() => client.leaseRevoke(lease.id).catch(() => {}));
-      return lease.id;
-    };
+    const register = (id: number) => registerBare(prefix, ctl.membership.clusterId, id);
     const publish = (id: number, lease: string, end: number, epochs: Record<string, number>) =>
       client.put(
         logEndsKey(prefix, id),
