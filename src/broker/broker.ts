@@ -51,7 +51,7 @@ import {
 } from "./topics.ts";
 import { RegistryError } from "../registry/errors.ts";
 import { type RecordRules, SchemaRegistry } from "../registry/registry.ts";
-import { DiskReserve } from "../storage/disk-reserve.ts";
+import { DiskReserve, type DiskReserveState } from "../storage/disk-reserve.ts";
 import type {
   AssignedJoinRequest,
   AssignedJoinResult,
@@ -123,6 +123,16 @@ export interface LocalBrokerOptions {
    * "Full disk"); default `diskReserveBytesDefault` (1 MiB), 0 = none.
    */
   diskReserveBytes?: number;
+}
+
+/** `disk` of `GET /v1/admin/storage` (docs/storage.md "Full disk"). */
+export interface DiskDescription {
+  /** Bytes the broker can still write on the data directory's file system, or null if unknown. */
+  free_bytes: number | null;
+  /** Size of that file system in bytes, or null if unknown. */
+  total_bytes: number | null;
+  /** The disk reserve, or null before it is set up. */
+  reserve: DiskReserveState | null;
 }
 
 /** The broker's state for the metrics exposition ({@link LocalBroker.observe}). */
@@ -199,6 +209,8 @@ export class LocalBroker implements Broker {
   /** The data directory's disk reserve (docs/storage.md "Full disk"); made at the end of `open`. */
   #reserve: DiskReserve | null = null;
   #dataDir: string;
+  /** The data directory's space at the last look ({@link LocalBroker.describeStorage}). */
+  #space: { freeBytes: number; totalBytes: number } | null = null;
 
   private constructor(options: LocalBrokerOptions) {
     this.#clock = options.clock;
@@ -299,6 +311,7 @@ export class LocalBroker implements Broker {
       clock: options.clock,
       logger: options.logger,
     });
+    await broker.#refreshSpace();
     broker.#cleanup.start();
     if (progress !== undefined) progress.phase = "done";
     return broker;
@@ -948,9 +961,26 @@ export class LocalBroker implements Broker {
    * Per-partition storage state for `GET /v1/admin/storage`; see {@link TopicRegistry.describeStorage}.
    * @throws BrokerError unavailable when shutting down.
    */
-  describeStorage(): ReturnType<TopicRegistry["describeStorage"]> {
+  describeStorage(): ReturnType<TopicRegistry["describeStorage"]> & { disk: DiskDescription } {
     this.#checkOpen();
-    return this.#topics.describeStorage();
+    // The free space as of the last look (at start, the last scrape or the last call): a call
+    // answers at once and starts the next look.
+    void this.#refreshSpace();
+    return {
+      ...this.#topics.describeStorage(),
+      disk: {
+        free_bytes: this.#space?.freeBytes ?? null,
+        total_bytes: this.#space?.totalBytes ?? null,
+        reserve: this.#reserve?.describe() ?? null,
+      },
+    };
+  }
+
+  /** Looks at the data directory's free space again (statfs); null when the file system cannot say. */
+  async #refreshSpace(): Promise<{ freeBytes: number; totalBytes: number } | null> {
+    const statfs = this.#fs.statfs?.bind(this.#fs);
+    this.#space = statfs === undefined ? null : await statfs(this.#dataDir).catch(() => null);
+    return this.#space;
   }
 
   /**
@@ -980,8 +1010,7 @@ export class LocalBroker implements Broker {
     if (this.#closed)
       return { groups: [], partitions: [], unavailableTopics: 0, unavailableGroups: 0 };
     // Before the groups: nothing may wait between the groups and the partitions (see above).
-    const space =
-      this.#fs.statfs === undefined ? null : await this.#fs.statfs(this.#dataDir).catch(() => null);
+    const space = await this.#refreshSpace();
     const groups = await this.#groups.list();
     return {
       groups,

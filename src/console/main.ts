@@ -453,6 +453,11 @@ function storageView(): () => void {
   replace(main, h("h1", {}, "Storage health"), list);
   return refreshing(list, async () => {
     const report = await call<{
+      disk: {
+        free_bytes: number | null;
+        total_bytes: number | null;
+        reserve: { state: string } | null;
+      };
       cold_storage_dir: string | null;
       topics: { name: string; partitions: StoragePartition[] }[];
       unavailable: { name: string; reason: string }[];
@@ -464,10 +469,21 @@ function storageView(): () => void {
     );
     const backlog = partitions.reduce((n, p) => n + (p.cleanup?.cold_backlog_segments ?? 0), 0);
     const strays = partitions.reduce((n, p) => n + p.stray_files.length, 0);
+    const { free_bytes: free, total_bytes: total, reserve } = report.disk;
+    // Under 10 % free is what the shipped EsBrokerDiskSpaceLow alert fires on.
+    const low = free !== null && total !== null && total > 0 && free / total < 0.1;
+    const givenUp = reserve?.state === "given_up";
     return [
       h(
         "ul",
         { class: "health" },
+        h(
+          "li",
+          { class: low || givenUp ? "bad" : "good" },
+          free === null || total === null
+            ? "Disk space: unknown"
+            : `Disk space: ${formatBytes(free)} free of ${formatBytes(total)} (${total > 0 ? Math.floor((free * 100) / total) : 0} %)${givenUp ? "; full: the disk reserve is given up and appends are refused" : ""}`,
+        ),
         h(
           "li",
           { class: fenced.length > 0 ? "bad" : "good" },

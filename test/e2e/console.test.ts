@@ -199,6 +199,10 @@ describe(`[${target}] the web console in headless Chromium`, () => {
     await page.getByRole("link", { name: "Storage" }).click();
     await page.getByText("Fenced partitions: 0").waitFor();
     await page.getByText("Corrupt segments: 0").waitFor();
+    // The data directory's file system (statfs), as the broker saw it: "12.3 GiB free of 40.0 GiB (30 %)".
+    await page
+      .getByText(/^Disk space: [\d.]+ [KMGT]?i?B free of [\d.]+ [KMGT]?i?B \(\d+ %\)$/)
+      .waitFor();
     await page.getByRole("cell", { name: "orders/0" }).first().waitFor();
     await shot(page, "5-storage");
 

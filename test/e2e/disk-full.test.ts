@@ -113,4 +113,62 @@ describe(`[${target}] a full disk`, () => {
     );
     expect(broker.stderr()).toMatch(/"event":"partition.writes_resumed".*"refused_requests":[1-9]/);
   });
+
+  it("is relieved through the broker at 0 bytes free: lowering retention_bytes and cleanup give up the disk reserve, delete segments, and keep every acknowledged record above the new log start", async () => {
+    const disk = smallDisk();
+    const broker = await startBroker(`${disk}/data`, ["--cleanup-interval-ms", "0"]);
+    running.push(broker);
+    const admin = await TcpClient.connect(broker.tcp);
+    await admin.createTopic({ name: "t", partitions: 1, config: { segment_bytes: 1024 * 1024 } });
+    const value = "v".repeat(900);
+    let acked = 0;
+    for (;;) {
+      try {
+        await admin.produce(
+          "t",
+          Array.from({ length: 50 }, () => ({ value })),
+          { partition: 0 },
+        );
+        acked += 50;
+      } catch (err) {
+        expect((err as { code?: string }).code).toBe("storage_error");
+        break;
+      }
+    }
+    fill(`${disk}/filler`); // the last pages too: no file can be written now
+    const http = async (method: string, path: string, body?: unknown) => {
+      const r = await fetch(`${broker.httpUrl}${path}`, {
+        method,
+        headers: { "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      return { status: r.status, json: (await r.json()) as Record<string, unknown> };
+    };
+    const patched = await http("PATCH", "/v1/topics/t", { config: { retention_bytes: 2_000_000 } });
+    expect(patched.status, JSON.stringify(patched.json)).toBe(200);
+    const cleaned = await http("POST", "/v1/admin/topics/t/cleanup");
+    expect(cleaned.status).toBe(200);
+    const [run] = cleaned.json.partitions as { retention: Record<string, unknown> }[];
+    expect(run.retention).toMatchObject({ status: "ok" });
+    expect(run.retention.segments_deleted as number).toBeGreaterThan(5);
+    expect(broker.stderr()).toMatch(
+      /"event":"storage.reserve_given_up".*"for_file":"[^"]*topic.json"/,
+    );
+    const { logStartOffset, highWatermark } = await admin.listOffsets({ topic: "t", partition: 0 });
+    expect(highWatermark).toBe(acked);
+    let offset = logStartOffset;
+    while (offset < highWatermark) {
+      const r = await admin.fetch({ topic: "t", partition: 0, offset });
+      expect(r.records[0].offset).toBe(offset);
+      offset = r.records.at(-1)!.offset + 1;
+    }
+    // Space is back: appends go on (once the reserve is whole again, at most 5 s).
+    await waitFor("an append to succeed again", async () =>
+      admin.produce("t", [{ value: "after" }], { partition: 0 }).then(
+        () => true,
+        () => false,
+      ),
+    );
+    await admin.close();
+  });
 });

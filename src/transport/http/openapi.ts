@@ -624,6 +624,21 @@ const schemas: Record<string, Schema> = {
       }),
     ),
     unavailable: array(exact({ name: { type: "string" }, reason: { type: "string" } })),
+    disk: exact(
+      {
+        free_bytes: { type: ["integer", "null"] },
+        total_bytes: { type: ["integer", "null"] },
+        reserve: nullable(
+          exact({
+            path: { type: "string" },
+            bytes: { type: "integer" },
+            state: { type: "string", enum: ["kept", "given_up", "missing", "unavailable"] },
+            held_since_ms: { type: ["integer", "null"] },
+          }),
+        ),
+      },
+      "The data directory's file system (statfs, as of the last look) and the disk reserve (docs/storage.md, Full disk).",
+    ),
   }),
   RegistryError: exact(
     {
