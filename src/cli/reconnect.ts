@@ -11,6 +11,7 @@
  * batches that never left (a batch whose answer was lost ends the command: see `produce`).
  */
 import { setTimeout as sleep } from "node:timers/promises";
+import { Errors } from "../broker/errors.ts";
 import { ClientError, ClientErrorCodes } from "../client/client.ts";
 import { errorMessage } from "../lib/errors.ts";
 
@@ -79,7 +80,20 @@ export async function reconnect<T>(
     options.cause instanceof ClientError && !isAnswerLost(options.cause)
       ? `the broker answered ${options.cause.code}, which a retry may fix (${errorMessage(options.cause)})`
       : `connection to the broker lost (${errorMessage(options.cause)})`;
+  // One attempt before saying anything: a connection the broker closed because the key was
+  // revoked is refused at once, and the operator should read that, not "reconnecting" first
+  // (newuser18 F10). Any other outcome prints what it always did.
+  let first: { value: T } | null = null;
+  try {
+    first = { value: await connect() };
+  } catch (err) {
+    if (!isReconnectable(err)) throw revokedWhileRunning(err, options.cause);
+  }
   write(`es-broker: ${why}: reconnecting ${limit} (--reconnect-timeout-ms)\n`);
+  if (first !== null) {
+    write(`es-broker: reconnected after ${Math.round(performance.now() - startedAt)} ms\n`);
+    return first.value;
+  }
   let waitMs = reconnectBackoffMsMin;
   for (;;) {
     // Waits in short steps, so that a stop signal ends the wait at once.
@@ -94,7 +108,7 @@ export async function reconnect<T>(
       write(`es-broker: reconnected after ${Math.round(performance.now() - startedAt)} ms\n`);
       return connected;
     } catch (err) {
-      if (!isReconnectable(err)) throw err;
+      if (!isReconnectable(err)) throw revokedWhileRunning(err, options.cause);
       const spentMs = performance.now() - startedAt;
       if (options.timeoutMs !== null && spentMs >= options.timeoutMs) {
         const message = `${errorMessage(err)} (gave up reconnecting after ${Math.round(spentMs)} ms: --reconnect-timeout-ms ${options.timeoutMs})`;
@@ -108,4 +122,18 @@ export async function reconnect<T>(
       waitMs = Math.min(reconnectBackoffMsMax, waitMs * 2);
     }
   }
+}
+
+/**
+ * `err` as `key_revoked` when it is `unauthenticated` on connecting again after a lost
+ * connection: the key was accepted when the command connected, so it was revoked (or changed)
+ * meanwhile, as `consume` is told when its key is revoked during a long-poll. Else `err`.
+ */
+function revokedWhileRunning(err: unknown, cause: unknown): unknown {
+  if (!(err instanceof ClientError) || err.code !== Errors.unauthenticated.code) return err;
+  if (!isAnswerLost(cause)) return err;
+  return ClientError.fromKind(
+    Errors.keyRevoked,
+    `${err.message}; it was accepted when this command connected, so it was revoked or changed while the command ran (the broker closed the connection)`,
+  );
 }
