@@ -65,6 +65,9 @@ export type Transport = "http" | "tcp" | "kafka";
  */
 export type AuthFailure = "missing" | "malformed" | "unknown" | "user_mismatch";
 
+/** `auth.failed`'s reason: an {@link AuthFailure}, or `revoked` for a key revoked since the start ({@link KeyStore.wasRevoked}). */
+export type AuthFailureLogged = AuthFailure | "revoked";
+
 /**
  * An `unauthenticated` error that also says why (HTTP picks its `WWW-Authenticate` from it); for
  * a key revoked while its connection or stream was open, `key_revoked` (reason `revoked`).
@@ -203,7 +206,7 @@ export class AccessControl {
   #verify(key: string, id: string, remote: string, transport: Transport): KeyPrincipal {
     const principal = this.#keys?.verify(key) ?? null;
     if (principal === null) {
-      this.logFailure("unknown", remote, transport, id);
+      this.logFailure(this.#keys?.wasRevoked(id) ? "revoked" : "unknown", remote, transport, id);
       throw new AuthenticationError(
         "unknown",
         `Cannot authenticate: API key ${id} is not valid (unknown, revoked, or wrong secret)`,
@@ -318,7 +321,7 @@ export class AccessControl {
    * malformed `Authorization` header). Never given the key.
    */
   logFailure(
-    reason: AuthFailure | "timeout",
+    reason: AuthFailureLogged | "timeout",
     remote: string,
     transport: Transport,
     keyId: string | null,

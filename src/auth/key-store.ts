@@ -93,6 +93,9 @@ export class KeyStoreError extends Error {
   }
 }
 
+/** Most revoked key ids a {@link KeyStore} remembers for `auth.failed`'s reason. */
+const goneIdsMax = 10_000;
+
 /**
  * What changed in a {@link KeyStore}, for {@link KeyStore.onChange} listeners: sent after every
  * create (authentication may have just turned on), revoke and reload.
@@ -243,6 +246,8 @@ export class KeyStore {
   #lastUsedWriteScheduled = false;
   #lastUsedWrite: Promise<void> = Promise.resolve();
   #listeners = new Set<(change: KeyStoreChange) => void>();
+  /** Ids of keys revoked or removed since start, oldest first ({@link KeyStore.wasRevoked}). */
+  #goneIds = new Set<string>();
   #closed = false;
 
   private constructor(
@@ -589,7 +594,23 @@ export class KeyStore {
     this.#byName.delete(entry.info.name);
   }
 
+  /**
+   * True if a key with id `id` was revoked (or removed from the file) since this process started:
+   * `auth.failed` then says `revoked` rather than `unknown`. Ids only (not secret), the last
+   * {@link goneIdsMax}; after a restart a revoked key is `unknown` again.
+   */
+  wasRevoked(id: string): boolean {
+    return this.#goneIds.has(id);
+  }
+
   #emit(change: KeyStoreChange): void {
+    for (const principal of change.invalidated)
+      if (!this.#byId.has(principal.id)) {
+        this.#goneIds.delete(principal.id);
+        this.#goneIds.add(principal.id);
+        if (this.#goneIds.size > goneIdsMax)
+          this.#goneIds.delete(this.#goneIds.values().next().value as string);
+      }
     for (const listener of [...this.#listeners]) {
       try {
         listener(change);

@@ -1189,6 +1189,11 @@ async function consumeGroup(options: {
           cause: err,
           timeoutMs: options.reconnectTimeoutMs,
           stopped: () => signals.received !== null,
+          abandon: (late) =>
+            void late.member
+              .close({ leave: false })
+              .finally(() => late.cluster.close())
+              .catch(() => {}),
         });
         if (next === null) break;
         joined = next;

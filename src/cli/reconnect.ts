@@ -11,6 +11,7 @@
  * batches that never left (a batch whose answer was lost ends the command: see `produce`).
  */
 import { setTimeout as sleep } from "node:timers/promises";
+import { Errors } from "../broker/errors.ts";
 import { ClientError, ClientErrorCodes } from "../client/client.ts";
 import { errorMessage } from "../lib/errors.ts";
 
@@ -63,13 +64,16 @@ export interface ReconnectOptions {
  * `es-broker: the broker answered <code>, which a retry may fix (…): reconnecting …`) before the
  * first attempt and
  * `es-broker: reconnected after N ms` once one succeeds.
+ * A stop signal does not wait for an attempt in flight, which can itself retry for long while
+ * every broker is down (newuser18 F10: `consume --group --follow` needed a second SIGTERM):
+ * `options.abandon` gets what such an attempt resolves with later, to close it.
  * @returns what `connect` resolved with, or null when a stop signal came first.
  * @throws the attempt's error when it is not {@link isReconnectable} (e.g. `unauthenticated`),
  *   or the last one, with the time spent in its message, after `timeoutMs`.
  */
 export async function reconnect<T>(
   connect: () => Promise<T>,
-  options: ReconnectOptions,
+  options: ReconnectOptions & { abandon?: (late: T) => void },
 ): Promise<T | null> {
   const write = options.write ?? ((line: string) => process.stderr.write(line));
   const startedAt = performance.now();
@@ -79,7 +83,25 @@ export async function reconnect<T>(
     options.cause instanceof ClientError && !isAnswerLost(options.cause)
       ? `the broker answered ${options.cause.code}, which a retry may fix (${errorMessage(options.cause)})`
       : `connection to the broker lost (${errorMessage(options.cause)})`;
+  // One attempt before saying anything: a connection the broker closed because the key was
+  // revoked is refused at once, and the operator should read that, not "reconnecting" first
+  // (newuser18 F10). Any other outcome prints what it always did.
+  let first: { value: T } | null = null;
+  try {
+    const value = await untilStopped(connect(), options);
+    if (value === stoppedMark) {
+      write("es-broker: stop requested: no longer reconnecting\n");
+      return null;
+    }
+    first = { value };
+  } catch (err) {
+    if (!isReconnectable(err)) throw revokedWhileRunning(err, options.cause);
+  }
   write(`es-broker: ${why}: reconnecting ${limit} (--reconnect-timeout-ms)\n`);
+  if (first !== null) {
+    write(`es-broker: reconnected after ${Math.round(performance.now() - startedAt)} ms\n`);
+    return first.value;
+  }
   let waitMs = reconnectBackoffMsMin;
   for (;;) {
     // Waits in short steps, so that a stop signal ends the wait at once.
@@ -90,11 +112,15 @@ export async function reconnect<T>(
     }
     if (options.stopped()) return null;
     try {
-      const connected = await connect();
+      const connected = await untilStopped(connect(), options);
+      if (connected === stoppedMark) {
+        write("es-broker: stop requested: no longer reconnecting\n");
+        return null;
+      }
       write(`es-broker: reconnected after ${Math.round(performance.now() - startedAt)} ms\n`);
       return connected;
     } catch (err) {
-      if (!isReconnectable(err)) throw err;
+      if (!isReconnectable(err)) throw revokedWhileRunning(err, options.cause);
       const spentMs = performance.now() - startedAt;
       if (options.timeoutMs !== null && spentMs >= options.timeoutMs) {
         const message = `${errorMessage(err)} (gave up reconnecting after ${Math.round(spentMs)} ms: --reconnect-timeout-ms ${options.timeoutMs})`;
@@ -180,5 +206,49 @@ export async function retryRefusals<T>(
       await sleep(waitMs);
       waitMs = Math.min(reconnectBackoffMsMax, waitMs * 2);
     }
+  }
+}
+
+/**
+ * `err` as `key_revoked` when it is `unauthenticated` on connecting again after a lost
+ * connection: the key was accepted when the command connected, so it was revoked (or changed)
+ * meanwhile, as `consume` is told when its key is revoked during a long-poll. Else `err`.
+ */
+function revokedWhileRunning(err: unknown, cause: unknown): unknown {
+  if (!(err instanceof ClientError) || err.code !== Errors.unauthenticated.code) return err;
+  if (!isAnswerLost(cause)) return err;
+  return ClientError.fromKind(
+    Errors.keyRevoked,
+    `${err.message}; it was accepted when this command connected, so it was revoked or changed while the command ran (the broker closed the connection)`,
+  );
+}
+
+const stoppedMark: unique symbol = Symbol("stopped");
+
+/**
+ * `attempt`, or {@link stoppedMark} as soon as `options.stopped()` turns true (polled every
+ * 50 ms); an attempt abandoned so is handed to `options.abandon` when it resolves, and its
+ * rejection ignored.
+ */
+async function untilStopped<T>(
+  attempt: Promise<T>,
+  options: ReconnectOptions & { abandon?: (late: T) => void },
+): Promise<T | typeof stoppedMark> {
+  let timer: ReturnType<typeof setInterval> | undefined;
+  const stop = new Promise<typeof stoppedMark>((resolve) => {
+    timer = setInterval(() => {
+      if (options.stopped()) resolve(stoppedMark);
+    }, 50);
+  });
+  try {
+    const first = await Promise.race([attempt, stop]);
+    if (first === stoppedMark)
+      attempt.then(
+        (late) => options.abandon?.(late),
+        () => {},
+      );
+    return first;
+  } finally {
+    clearInterval(timer);
   }
 }

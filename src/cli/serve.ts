@@ -502,6 +502,14 @@ export async function serve(argv: string[]): Promise<number> {
     () => Date.now(),
     level,
   );
+  // The JSON log's own record of what runs (the stdout "listening" line is not in it): which
+  // version and runtime wrote the lines after it, and which process (newuser18 F8).
+  logger.log("info", "broker.starting", {
+    version,
+    runtime: runtimeDescription(),
+    pid: process.pid,
+    data_dir: dataDir,
+  });
   let coldStore: S3ColdStore | undefined;
   try {
     coldStore =
@@ -1133,6 +1141,7 @@ export async function serve(argv: string[]): Promise<number> {
     const stop = (exitCode: number) => {
       if (stopping) return;
       stopping = true;
+      const stopStartedMs = performance.now();
       void (async () => {
         let code = exitCode;
         try {
@@ -1159,6 +1168,13 @@ export async function serve(argv: string[]): Promise<number> {
           code = 1;
           process.stderr.write(`es-broker: shutdown failed: ${errorMessage(err)}\n`);
         }
+        // The last line of a stop that got this far: a clean stop says so, with how long it took
+        // (a kill that followed the signal leaves no such line).
+        logger.log(code === 0 ? "info" : "error", "broker.stopped", {
+          exit_code: code,
+          duration_ms: Math.round(performance.now() - stopStartedMs),
+          clean: code === 0,
+        });
         signals.dispose();
         process.off("SIGHUP", onHup);
         clearInterval(staleUploadsTimer);

@@ -556,9 +556,16 @@ export class Controller {
       if (!live.has(id) && !lapsed.has(id) && recorded[String(id)] === undefined)
         this.#absentSince.delete(id);
     if (lapsed.size > 0) {
-      logger.log("info", "cluster.registration_lapsed", {
+      // A broker gone without a leave (crash, kill, cut off) is the line an operator greps for:
+      // warn when a node newly lapses; the passes after it within the grace repeat it at debug.
+      const fresh = [...lapsed.keys()].some((id) => this.#absentSince.get(id) === now);
+      logger.log(fresh ? "warn" : "debug", "cluster.registration_lapsed", {
         node_ids: [...lapsed.keys()],
         grace_ms: graceMs,
+        reason:
+          "their membership lease ended without a leave (a crash, a kill, a pause or a network cut)",
+        action:
+          "unless they register again within grace_ms, they leave the ISRs and their leaderships move",
       });
       this.#graceTimer?.cancel();
       this.#graceTimer = this.#o.clock.setTimer(Math.max(1, nextExpiry - now), () => {

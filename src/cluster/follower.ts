@@ -85,6 +85,10 @@ export interface FollowerOptions {
   onHighWatermark: (highWatermark: number) => void;
   /** See {@link fetchFailureRelogMs} (its default). */
   fetchFailureRelogMs?: number;
+  /** See {@link leaderChangeQuietMs} (its default). */
+  leaderChangeQuietMs?: number;
+  /** The high watermark this replica knows (the last a leader told it, at most its log's); -1 if none. */
+  highWatermark?: () => number;
 }
 
 const backoffMinMs = 50;
@@ -95,6 +99,14 @@ const backoffMaxMs = 1000;
  * that lasts keeps showing in the log (attack15b F5, newuser15).
  */
 export const fetchFailureRelogMs = 300_000;
+
+/**
+ * How long `not_leader` refusals (the leader leaving, no leader yet, a new one taking over) are
+ * logged at info, in ms: a rolling restart's leader changes are expected and end within seconds
+ * (newuser18 F8: 124 warn lines for one graceful roll). Past it, one warn line says the partition
+ * still has no leader to fetch from.
+ */
+export const leaderChangeQuietMs = 15_000;
 
 /** The fetch loop of one partition. See the module comment. */
 export class Follower {
@@ -107,6 +119,9 @@ export class Follower {
   /** When {@link #lastError} first appeared, and when it was last logged (clock ms). */
   #errorSinceMs = 0;
   #errorLoggedMs = 0;
+  /** Since when fetches are refused `not_leader` without a break (null: not now), and whether that was warned. */
+  #notLeaderSinceMs: number | null = null;
+  #notLeaderWarned = false;
   /** The leader answered a fetch carrying a topic id `unsupported_api` (an older es-broker). */
   #leaderWithoutTopicIds = false;
 
@@ -142,6 +157,7 @@ export class Follower {
         await this.#fetchOnce();
         backoff = 0;
         this.#lastError = "";
+        this.#notLeaderSinceMs = null;
       } catch (err) {
         if (this.#stopped) break;
         const message = errorMessage(err);
@@ -167,10 +183,23 @@ export class Follower {
           this.#errorSinceMs = now;
         }
         const relogMs = this.#o.fetchFailureRelogMs ?? fetchFailureRelogMs;
-        if (fresh || now - this.#errorLoggedMs >= relogMs) {
+        // A leader change: info while it is young, one warn once it has lasted.
+        let level: "info" | "warn" | "error" = err instanceof RecordFormatError ? "error" : "warn";
+        let escalate = false;
+        if (code === "not_leader") {
+          if (this.#notLeaderSinceMs === null) {
+            this.#notLeaderSinceMs = now;
+            this.#notLeaderWarned = false;
+          }
+          if (now - this.#notLeaderSinceMs < (this.#o.leaderChangeQuietMs ?? leaderChangeQuietMs))
+            level = "info";
+          else escalate = !this.#notLeaderWarned;
+        } else this.#notLeaderSinceMs = null;
+        if (fresh || escalate || now - this.#errorLoggedMs >= relogMs) {
           this.#errorLoggedMs = now;
+          if (escalate) this.#notLeaderWarned = true;
           this.#o.logger.log(
-            err instanceof RecordFormatError ? "error" : "warn",
+            level,
             err instanceof RecordFormatError
               ? "replication.corrupt_records"
               : "replication.fetch_failed",
@@ -179,6 +208,9 @@ export class Follower {
               leader: this.#o.leaderId,
               error: message,
               ...(fresh ? {} : { failing_for_ms: now - this.#errorSinceMs }),
+              ...(code === "not_leader" && this.#notLeaderSinceMs !== null && level === "warn"
+                ? { no_leader_for_ms: now - this.#notLeaderSinceMs }
+                : {}),
             },
           );
         }
@@ -261,7 +293,21 @@ export class Follower {
     const o = this.#o;
     const local = o.history.endOffsetFor(diverging.epoch, o.log.logEndOffset);
     const to = Math.min(diverging.endOffset, local.endOffset, o.log.logEndOffset);
-    o.logger.log("warn", "replication.truncating", {
+    // What the cut means for acknowledged records: a leader is elected only holding every
+    // committed record (docs/cluster.md "Leader-epoch truncation"), so the records above its
+    // epoch's end are above the high watermark, and a produce is acknowledged only once the high
+    // watermark covers it. Checked against the high watermark this replica knows: below it would
+    // be a bug that loses acknowledged records, and says so at error.
+    const hw = o.highWatermark?.() ?? -1;
+    const aboveHw = to >= hw;
+    const fields = {
+      high_watermark: hw,
+      acknowledged_records_cut: !aboveHw,
+      note: aboveHw
+        ? "the records cut are above the high watermark: never acknowledged to a producer (an idempotent producer's retry stores them once)"
+        : "records below the high watermark this replica knew are cut: acknowledged records may be lost",
+    };
+    o.logger.log(aboveHw ? "info" : "error", "replication.truncating", {
       partition: this.#name,
       leader: o.leaderId,
       leader_epoch: o.leaderEpoch,
@@ -269,10 +315,11 @@ export class Follower {
       leader_end_offset: diverging.endOffset,
       log_end_offset: o.log.logEndOffset,
       truncate_to: to,
+      ...fields,
     });
     // The history first: an entry left past the log's end is dropped at the next start anyway.
     await o.history.truncate(diverging.epoch, to);
-    await o.log.truncateTo(to);
+    await o.log.truncateTo(to, { level: aboveHw ? "info" : "error", fields });
     o.producers.truncated(o.topic, o.partition, to);
   }
 

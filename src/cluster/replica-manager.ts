@@ -633,6 +633,7 @@ export class ReplicaManager implements ReplicationSeam {
       logger: this.#o.logger,
       maxBytes: this.#o.fetchMaxBytes ?? 1024 * 1024,
       waitMs: this.#o.fetchWaitMs ?? 500,
+      highWatermark: () => r.leaderHighWatermark,
       onHighWatermark: (hw) => {
         r.fetchedHighWatermark = hw;
         if (r.log.logEndOffset >= hw) r.caughtUpMs = this.#o.clock.nowMs();

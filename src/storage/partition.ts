@@ -928,10 +928,15 @@ export class PartitionLog {
    * deleted or the cut one is sealed. A crash at any step leaves a prefix of the log, never a
    * gap. The high watermark moves back to `offset` with the log end. Offsets below the first
    * local segment are not truncated (the cold tier holds only committed records).
+   * @param context fields added to the `partition.truncated` line (the caller's why, e.g. that
+   *   the records cut were above the high watermark), and its level (default warn).
    * @throws StorageError "fenced" (a failed cut or fsync fences the partition), "closed",
    *   "invalid" for an offset below the first local segment's base.
    */
-  async truncateTo(offset: number): Promise<void> {
+  async truncateTo(
+    offset: number,
+    context: { level?: "info" | "warn" | "error"; fields?: Record<string, unknown> } = {},
+  ): Promise<void> {
     if (this.#closed) throw this.#closedError();
     await this.#writeLock.run(async () => {
       await this.#commit.flush();
@@ -974,7 +979,11 @@ export class PartitionLog {
         this.#commit.fence(`a failed truncation (${errorMessage(err)})`, err);
         throw this.#commit.fencedError();
       }
-      this.#logger.log("warn", "partition.truncated", { partition: this.name, offset });
+      this.#logger.log(context.level ?? "warn", "partition.truncated", {
+        partition: this.name,
+        offset,
+        ...context.fields,
+      });
     });
     this.#notify();
   }

@@ -769,6 +769,53 @@ describe(`[${target}] API keys end to end`, () => {
     expect((await s.http("/v1/topics", { key: s.keys.admin })).status).toBe(200);
   });
 
+  it("a producer whose key is revoked mid-stream ends with key_revoked, not 'connection lost, reconnecting' (newuser18 F10)", async () => {
+    const s = await setup();
+    await s.http("/v1/topics", { method: "POST", key: s.keys.admin, body: { name: "orders" } });
+    writeFileSync(join(s.dir, "ingest.key"), `${s.keys.producer}\n`, { mode: 0o600 });
+    assertTargetRunnable();
+    const [cmd, ...pre] = brokerCommand();
+    const producer = spawn(
+      cmd,
+      [
+        ...pre,
+        ...["produce", "orders", "--broker", `${s.broker.tcp.host}:${s.broker.tcp.port}`],
+        ...["--api-key-file", join(s.dir, "ingest.key")],
+      ],
+      { cwd: repoRoot, stdio: ["pipe", "pipe", "pipe"] },
+    );
+    onTestFinished(() => void producer.kill("SIGKILL"));
+    let err = "";
+    producer.stderr!.on("data", (d) => (err += d));
+    const exit = new Promise<number | null>((resolve) =>
+      producer.once("close", (code) => resolve(code)),
+    );
+    const stored = async () =>
+      (await (await s.http("/v1/topics/orders", { key: s.keys.admin })).json()).partitions[0]
+        .high_watermark as number;
+    producer.stdin!.write("one\ntwo\n");
+    await expect.poll(stored, { timeout: 10_000 }).toBe(2);
+    const revoke = await runCli([
+      "keys",
+      "revoke",
+      "ingest",
+      "--url",
+      s.broker.httpUrl,
+      "--api-key-file",
+      join(s.dir, "admin.key"),
+    ]);
+    expect(revoke.code, revoke.stderr).toBe(0);
+    await new Promise((r) => setTimeout(r, 500));
+    producer.stdin!.write("three\n");
+    producer.stdin!.end();
+    expect(await exit, err).toBe(1);
+    expect(err).not.toMatch(/reconnecting/);
+    expect(err).toMatch(/^es-broker: key_revoked: /);
+    expect(err).toContain("run it again with a current key");
+    expect(err).not.toContain(s.keys.producer.slice(21));
+    expect(await stored()).toBe(2);
+  });
+
   it("refuses to start on an api_keys.json it cannot read, naming the file; and on a non-loopback address without keys", async () => {
     const { dir } = tempDir();
     const dataDir = join(dir, "data");

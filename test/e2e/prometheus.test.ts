@@ -228,6 +228,31 @@ describe(`[${target}] metrics, readiness and a real Prometheus`, () => {
     }
   });
 
+  it("the JSON log says which version, runtime and process start, and that a SIGTERM stop finished cleanly (newuser18 F8)", async () => {
+    const { dir } = tempDir();
+    const broker = await startBroker(join(dir, "data"));
+    running.push(broker);
+    expect(await broker.stop("SIGTERM")).toBe(0);
+    const events = broker
+      .stderr()
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const starting = events.find((e) => e.event === "broker.starting");
+    // The same version and runtime as the stdout "listening" line, and the process's pid.
+    const [, version, runtime] = /^es-broker (\S+) \((.+?)\) listening/.exec(broker.listening)!;
+    expect(starting).toMatchObject({ level: "info", version, runtime, pid: broker.proc.pid });
+    expect(events.indexOf(starting!)).toBe(0);
+    const stopped = events.at(-1)!;
+    expect(stopped).toMatchObject({
+      level: "info",
+      event: "broker.stopped",
+      exit_code: 0,
+      clean: true,
+    });
+    expect(typeof stopped.duration_ms).toBe("number");
+  });
+
   it("GET /metrics on the HTTP port needs an admin key once keys exist; /healthz and /readyz need none", async () => {
     const { dir } = tempDir();
     const dataDir = join(dir, "data");

@@ -369,6 +369,11 @@ describe("TCP authentication", () => {
     );
     await producer.produce("orders", [{ value: "still" }]);
     expect((await clientError(d.connect(d.consumer))).code).toBe("unauthenticated");
+    // The broker's line for the later attempt says revoked, not unknown (newuser18 F10), and
+    // never holds the key's secret.
+    const failed = d.logger.named("auth.failed").at(-1)!;
+    expect(failed).toMatchObject({ reason: "revoked", key_id: d.consumer.slice(4, 20) });
+    expect(JSON.stringify(d.logger.events)).not.toContain(d.consumer.slice(21));
   });
 
   it("a request received but not started when the key is revoked is answered key_revoked too", async () => {

@@ -377,6 +377,11 @@ describe("controller", () => {
         return ids.includes(1) && ids.includes(3);
       }),
     );
+    // A crash is a warning on the controller, once per newly lapsed node (newuser18 F8: it was
+    // info); later passes within the grace repeat it at debug.
+    const lapses = ctl.logger.events.filter((e) => e.event === "cluster.registration_lapsed");
+    expect(lapses[0]?.level).toBe("warn");
+    expect(lapses.filter((e) => e.level === "warn").length).toBeLessThanOrEqual(3);
     // Within the grace (3 s; a pass every second) nothing changes: node 2 does not leave the
     // ISR alone.
     const lapsedAt = ctl.controller.passes;

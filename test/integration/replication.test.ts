@@ -417,9 +417,31 @@ describe("replication", () => {
     // offsets 1 and 2 hold d and e on every replica, never two records.
     const expected = ["0:a", "1:d", "2:e"];
     await expectEveryNodeHolds(c, expected);
+    // The line says what the cut means: above the high watermark (1 here), nothing acknowledged
+    // (newuser18 F8), so info; and so does the storage's own line.
     expect(c.node(2).logger.named("replication.truncating")).toMatchObject([
-      { epoch: 0, leader_end_offset: 1, log_end_offset: 3, truncate_to: 1 },
+      {
+        epoch: 0,
+        leader_end_offset: 1,
+        log_end_offset: 3,
+        truncate_to: 1,
+        acknowledged_records_cut: false,
+      },
     ]);
+    const truncation = c
+      .node(2)
+      .logger.events.filter(
+        (e) => e.event === "replication.truncating" || e.event === "partition.truncated",
+      );
+    expect(truncation.map((e) => [e.event, e.level])).toEqual([
+      ["replication.truncating", "info"],
+      ["partition.truncated", "info"],
+    ]);
+    expect(truncation[1].fields).toMatchObject({ offset: 1, acknowledged_records_cut: false });
+    expect(String(truncation[0].fields.note)).toMatch(
+      /above the high watermark: never acknowledged/,
+    );
+    expect(truncation[0].fields.high_watermark).toBeLessThanOrEqual(1);
     const bytes = await storedBytes(c.node(3).broker, "orders");
     expect(await storedBytes(c.node(2).broker, "orders")).toEqual(bytes);
     expect(await storedBytes(c.node(1).broker, "orders")).toEqual(bytes);

@@ -42,3 +42,54 @@ describe("reconnect's first line", () => {
     }
   });
 });
+
+describe("reconnect and a stop signal", () => {
+  it("returns at once when stopped during an attempt that does not end (newuser18 F10), closing it later", async () => {
+    // An attempt that retries for long (a cluster client while every broker is down): before,
+    // a first SIGTERM waited it out and only a second one ended consume --group --follow.
+    let stop = false;
+    let finish: (v: string) => void = () => {};
+    const abandoned: string[] = [];
+    const lines: string[] = [];
+    const started = performance.now();
+    const result = reconnect(() => new Promise<string>((resolve) => (finish = resolve)), {
+      cause: new ClientError(ClientErrorCodes.connectionClosed, -1, true, "Connection closed"),
+      timeoutMs: null,
+      stopped: () => stop,
+      write: (line) => lines.push(line),
+      abandon: (late) => abandoned.push(late),
+    });
+    setTimeout(() => (stop = true), 200);
+    expect(await result).toBeNull();
+    expect(performance.now() - started).toBeLessThan(2000);
+    expect(lines).toEqual(["es-broker: stop requested: no longer reconnecting\n"]);
+    finish("late connection");
+    await new Promise((r) => setTimeout(r, 10));
+    expect(abandoned).toEqual(["late connection"]);
+  });
+
+  it("a key refused on the first attempt after a lost connection is key_revoked, with no reconnecting line", async () => {
+    const lines: string[] = [];
+    const refused = ClientError.fromKind(
+      Errors.unauthenticated,
+      "Cannot authenticate: API key 0123456789abcdef is not valid (unknown, revoked, or wrong secret)",
+    );
+    const err = await reconnect(
+      async () => {
+        throw refused;
+      },
+      {
+        cause: new ClientError(ClientErrorCodes.connectionClosed, -1, true, "Connection closed"),
+        timeoutMs: 5000,
+        stopped: () => false,
+        write: (line) => lines.push(line),
+      },
+    ).then(
+      () => null,
+      (e: unknown) => e as ClientError,
+    );
+    expect(err?.code).toBe("key_revoked");
+    expect(err?.message).toMatch(/revoked or changed while the command ran/);
+    expect(lines).toEqual([]);
+  });
+});

@@ -45,7 +45,7 @@ function scripted(answer: (request: ReplicaFetchRequestFields) => Promise<Replic
 async function follower(
   connection: ReplicaFetchConnection,
   clock: Clock,
-  extra: { fetchFailureRelogMs?: number } = {},
+  extra: { fetchFailureRelogMs?: number; leaderChangeQuietMs?: number } = {},
 ) {
   const t = await openTestBroker({ cleanupIntervalMs: 0 });
   await t.broker.createTopic({ name: "f", partitions: 1, topic_id: topicId });
@@ -97,13 +97,54 @@ describe("follower: topic ids in replica fetches", () => {
 });
 
 describe("follower: a refusal that persists", () => {
+  it("a leader change (not_leader) is info while young and one warn once it lasts (newuser18 F8)", async () => {
+    const clock = new ManualClock();
+    const refusals = [
+      'Cannot serve partition "f/0" on node 1: this broker is leaving the cluster (shutting down)',
+      'Cannot serve partition "f/0" on node 1: it has no leader now',
+    ];
+    let n = 0;
+    const { connection, requests } = scripted(async () => {
+      throw Object.assign(new Error(refusals[Math.min(n++, 1)]), { code: "not_leader" });
+    });
+    const { f, logger } = await follower(connection, clock, {
+      fetchFailureRelogMs: 300_000,
+      leaderChangeQuietMs: 15_000,
+    });
+    f.start();
+    const levels = () =>
+      logger.events.filter((e) => e.event === "replication.fetch_failed").map((e) => e.level);
+    const advance = async (toMs: number) => {
+      for (let ms = 0; ms < toMs; ms += 500) {
+        const before = requests.length;
+        clock.advance(500);
+        if (requests.length === before) await new Promise((r) => setTimeout(r, 5));
+      }
+    };
+    await waitFor(() => levels().length === 1, "the first line");
+    // The first seconds: a leaving leader, then no leader (each message logged once), at info.
+    await advance(5_000);
+    await waitFor(() => levels().length === 2, "two lines");
+    expect(levels()).toEqual(["info", "info"]);
+    await advance(15_000);
+    await waitFor(() => levels().length === 3, "the warning");
+    await new Promise((r) => setTimeout(r, 20));
+    await f.stop();
+    expect(levels()).toEqual(["info", "info", "warn"]);
+    const warned = logger.named("replication.fetch_failed")[2];
+    expect(warned.no_leader_for_ms).toBeGreaterThanOrEqual(15_000);
+  });
+
   it("is logged when it appears and again every fetchFailureRelogMs with how long it has lasted", async () => {
     const clock = new ManualClock();
     const refusal = 'Cannot serve a replica fetch of partition "f/0": it does not know epoch 2 yet';
     const { connection, requests } = scripted(async () => {
       throw Object.assign(new Error(refusal), { code: "not_leader" });
     });
-    const { f, logger } = await follower(connection, clock, { fetchFailureRelogMs: 10_000 });
+    const { f, logger } = await follower(connection, clock, {
+      fetchFailureRelogMs: 10_000,
+      leaderChangeQuietMs: 60_000,
+    });
     f.start();
     await waitFor(() => logger.named("replication.fetch_failed").length === 1, "the first line");
     // 25 s of retries (backoff at most 1.2 s each), every retry refused the same way.
