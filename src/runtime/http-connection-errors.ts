@@ -60,11 +60,14 @@ const cutBodies = new WeakMap<
 const peers = new WeakMap<object, string>();
 
 /**
- * Notes `socket`'s peer address now, while it is open, for the `http.parse_error` line
+ * Notes `socket`'s peer address (`peer`, read by whoever accepted it, else read now, while it is
+ * open) for the `http.parse_error` line
  * (docs/http-api.md "Malformed requests and pipelining"; {@link answerConnectionErrorsInOrder}
  * does it on the server's `connection` and `secureConnection` events).
  */
-export function rememberPeer(socket: Duplex): void {
+export function rememberPeer(socket: Duplex, peer?: string): void {
+  if (peer !== undefined) return void peers.set(socket, peer);
+  if (peers.has(socket)) return;
   const { remoteAddress, remotePort } = socket as { remoteAddress?: string; remotePort?: number };
   if (remoteAddress !== undefined) peers.set(socket, `${remoteAddress}:${remotePort ?? ""}`);
 }
@@ -129,8 +132,8 @@ function cutBody(incoming: IncomingMessage, error: Error): void {
  * as read when the connection was accepted ({@link rememberPeer}).
  */
 export function answerConnectionErrorsInOrder(server: Server, refusals?: RefusalLog): void {
-  server.on("connection", rememberPeer);
-  server.on("secureConnection", rememberPeer);
+  server.on("connection", (socket: Duplex) => rememberPeer(socket));
+  server.on("secureConnection", (socket: Duplex) => rememberPeer(socket));
   server.on("request", (request: IncomingMessage, response: ServerResponse) => {
     const state = stateOf(request.socket);
     state.pending++;

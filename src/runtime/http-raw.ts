@@ -17,6 +17,7 @@
  */
 import type { ConnectionLimit } from "../lib/connection-limit.ts";
 import { refuseHttp } from "./http-refuse.ts";
+import { rememberPeer } from "./http-connection-errors.ts";
 import type { Server } from "node:http";
 import { STATUS_CODES } from "node:http";
 import * as net from "node:net";
@@ -108,10 +109,10 @@ export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpLis
 
   const limit = options.connectionLimit;
   const accept = (accepted: net.Socket): void => {
-    if (
-      limit !== undefined &&
-      !limit.admit("http", `${accepted.remoteAddress ?? "?"}:${accepted.remotePort ?? "?"}`)
-    ) {
+    // Read once, at accept: the socket adopted below may have closed by the time a parse error
+    // names its peer (attack17 F7).
+    const peer = `${accepted.remoteAddress ?? "?"}:${accepted.remotePort ?? "?"}`;
+    if (limit !== undefined && !limit.admit("http", peer)) {
       refuseHttp(accepted);
       return;
     }
@@ -130,6 +131,7 @@ export function listenRawHttp(options: ListenRawHttpOptions): Promise<RawHttpLis
     // still gets their answers.
     const adopted = adoptSharedReads(accepted, onData, true);
     const socket = adopted ?? accepted;
+    rememberPeer(socket, peer);
     options.onConnection?.(socket);
     socket.setNoDelay(true);
     socket.on("error", () => {});
