@@ -250,6 +250,17 @@ describe(`[${target}] Durable Streams end to end`, () => {
       headers: { authorization: `Bearer ${consumer}` },
     });
     expect(await read.text()).toBe("first second x y");
+    // Read with a key: never reusable by a shared cache for a request without one (RFC 9111 §3.5).
+    expect(read.headers.get("cache-control")).toBe(
+      "private, max-age=60, stale-while-revalidate=300",
+    );
+    expect(read.headers.get("vary")).toBe("Authorization");
+    const poll = await fetch(`${broker.httpUrl}/v1/stream/orders/a?offset=-1&live=long-poll`, {
+      headers: { authorization: `Bearer ${admin}` },
+    });
+    expect(await poll.text()).toBe("first second x y");
+    expect(poll.headers.get("cache-control")).toMatch(/^private,/);
+    expect(poll.headers.get("vary")).toBe("Authorization");
     expect(await call("HEAD", "/v1/stream/orders/a", producer)).toBe(200);
     expect(await call("HEAD", "/v1/stream/orders/a", consumer)).toBe(200);
     expect(await call("DELETE", "/v1/stream/orders/a", producer)).toBe(403);
