@@ -201,6 +201,14 @@ export const Errors = Object.freeze({
    * broker: records above the cold tier are still served; retry later.
    */
   coldTierUnavailable: kind("cold_tier_unavailable", 65, 503, true),
+  /**
+   * A fetch needs records offloaded to the cold tier and the object the store holds fails the
+   * checks every record gets before it is served (CRC, framing, offsets; or a cold directory's
+   * file shorter than its index says): nothing wrong is served, and retrying reads the same
+   * bytes. The broker logs `cold.record_corrupt` naming the object (docs/operations.md "Cold tier
+   * unavailable"). Records above the cold tier are still served.
+   */
+  coldDataCorrupt: kind("cold_data_corrupt", 66, 500, false),
   internal: kind("internal", 99, 500, false),
 });
 
@@ -283,6 +291,7 @@ export const kafkaErrorCodes: Readonly<Record<string, number>> = Object.freeze({
   concurrent_update: 42, // INVALID_REQUEST: topic configs are not changed through Kafka
   inconsistent_topic_id: 103, // INCONSISTENT_TOPIC_ID (replica fetch only, never over Kafka)
   cold_tier_unavailable: 56, // KAFKA_STORAGE_ERROR: retriable; the cold tier's store failed
+  cold_data_corrupt: 2, // CORRUPT_MESSAGE: a cold object fails its record checks
   // Durable Streams rows: a stream's topic is a topic, so a Kafka produce to a closed stream
   // meets stream_closed; the rest come from /v1/stream/ routes and map to the nearest meaning.
   stream_not_found: 3, // UNKNOWN_TOPIC_OR_PARTITION

@@ -83,10 +83,13 @@ export function toBrokerError(err: unknown): unknown {
   }
   // A read of offloaded records: its own code, so the client hears the cold tier is down rather
   // than a disk error (newuser18 F4).
+  // A stored object that fails its checks is its own, final, code (attack report s18 #13).
   if (err instanceof ColdStoreError)
     return err.kind === "invalid"
       ? storageFailure("Cannot read the cold tier", err)
-      : new BrokerError(Errors.coldTierUnavailable, `Cannot read the cold tier: ${err.message}`);
+      : err.kind === "corrupt"
+        ? new BrokerError(Errors.coldDataCorrupt, `Cannot read the cold tier: ${err.message}`)
+        : new BrokerError(Errors.coldTierUnavailable, `Cannot read the cold tier: ${err.message}`);
   if (!(err instanceof StorageError)) return err;
   switch (err.kind) {
     case "fenced":

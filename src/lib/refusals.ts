@@ -47,6 +47,12 @@ export const refusalKinds = [
    * so this line is the only place the reason shows (docs/kafka.md "Records").
    */
   "kafka.produce_refused",
+  /**
+   * A Kafka group request naming a group id the broker cannot hold (outside `[A-Za-z0-9._-]`,
+   * over 249 characters, "." or ".."): answered INVALID_GROUP_ID (24), which carries no message,
+   * so this line holds the reason (docs/kafka.md "Consumer groups").
+   */
+  "kafka.group_refused",
 ] as const;
 
 /** One of {@link refusalKinds}. */

@@ -309,7 +309,11 @@ export class S3ColdStore implements ColdStore {
     const f = last as Failure;
     const kind: ColdStoreErrorKind =
       f.code === "BadAnswer"
-        ? "corrupt"
+        ? // A read (the only requests with a budget) answered short every time is the store or
+          // the path to it failing: retry later. A write the store never kept whole stays corrupt.
+          budgetMs !== undefined
+          ? "unavailable"
+          : "corrupt"
         : f.status === 403
           ? "access_denied"
           : f.code === "NoSuchBucket"

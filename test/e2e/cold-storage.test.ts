@@ -6,7 +6,7 @@
  * never in argv), and its bad input: malformed URLs and missing credentials refuse the start.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { readdirSync, statSync } from "node:fs";
+import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { runCli, startBroker, target, type BrokerProcess } from "./harness.ts";
 import { tempDir } from "../helpers/tmp.ts";
 import { motoCredentials, startMoto, type MotoServer } from "../helpers/moto.ts";
@@ -91,6 +91,55 @@ describe(`[${target}] cold storage and cleanup end to end`, () => {
     }
     expect(read.map((r) => r.offset)).toEqual(values.map((_, i) => i));
     expect(read.map((r) => r.value)).toEqual(values);
+  });
+
+  it("a cold object that fails its record checks is cold_data_corrupt (500, not retryable), never storage_error nor wrong data", async () => {
+    const { dir } = tempDir();
+    const cold = `${dir}/cold`;
+    running = await startBroker(`${dir}/data`, [
+      "--cold-storage-dir",
+      cold,
+      "--cleanup-interval-ms",
+      "0",
+    ]);
+    const b = running.httpUrl;
+    const post = (path: string, body?: unknown) =>
+      fetch(`${b}${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    await json(
+      await post("/v1/topics", { name: "t", partitions: 1, config: { segment_bytes: 1024 } }),
+    );
+    for (let i = 0; i < 60; i += 6)
+      await json(
+        await post("/v1/topics/t/records", {
+          records: Array.from({ length: 6 }, (_, j) => ({ value: `v-${i + j}-${"x".repeat(60)}` })),
+        }),
+      );
+    await json(
+      await fetch(`${b}/v1/topics/t`, {
+        method: "PATCH",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ config: { retention_bytes: 1 } }),
+      }),
+    );
+    const run = await json(await post("/v1/admin/topics/t/cleanup"));
+    expect(run.partitions[0].retention.segments_offloaded).toBeGreaterThan(1);
+    // Flip one byte inside the first record of the first offloaded segment.
+    const first = readdirSync(`${cold}/topics/t/0`)
+      .filter((n) => n.endsWith(".log"))
+      .sort()[0];
+    const file = `${cold}/topics/t/0/${first}`;
+    const bytes = readFileSync(file);
+    bytes[40] ^= 0xff;
+    writeFileSync(file, bytes);
+    const res = await fetch(`${b}/v1/topics/t/partitions/0/records?offset=0`);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(res.status, JSON.stringify(body)).toBe(500);
+    expect(body.error.code).toBe("cold_data_corrupt");
+    expect(body.error.message).toContain(first);
   });
 });
 

@@ -242,6 +242,8 @@ describe(`[${target}] Durable Streams: closing, caching, SSE framing`, () => {
       "public, max-age=60, stale-while-revalidate=300",
     );
     expect(catchUp.headers.get("etag")).toMatch(/^".+:0:1"$/);
+    // A cache keys it by Authorization: keyed reads are private (durable-streams.test.ts).
+    expect(catchUp.headers.get("vary")).toBe("Authorization");
     const tailOffset = catchUp.headers.get("stream-next-offset") as string;
     const tail = await fetch(`${url}?offset=${tailOffset}`);
     expect(tail.headers.get("cache-control")).toBe("no-store");

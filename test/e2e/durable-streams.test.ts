@@ -250,6 +250,17 @@ describe(`[${target}] Durable Streams end to end`, () => {
       headers: { authorization: `Bearer ${consumer}` },
     });
     expect(await read.text()).toBe("first second x y");
+    // Read with a key: never reusable by a shared cache for a request without one (RFC 9111 §3.5).
+    expect(read.headers.get("cache-control")).toBe(
+      "private, max-age=60, stale-while-revalidate=300",
+    );
+    expect(read.headers.get("vary")).toBe("Authorization");
+    const poll = await fetch(`${broker.httpUrl}/v1/stream/orders/a?offset=-1&live=long-poll`, {
+      headers: { authorization: `Bearer ${admin}` },
+    });
+    expect(await poll.text()).toBe("first second x y");
+    expect(poll.headers.get("cache-control")).toMatch(/^private,/);
+    expect(poll.headers.get("vary")).toBe("Authorization");
     expect(await call("HEAD", "/v1/stream/orders/a", producer)).toBe(200);
     expect(await call("HEAD", "/v1/stream/orders/a", consumer)).toBe(200);
     expect(await call("DELETE", "/v1/stream/orders/a", producer)).toBe(403);
@@ -269,6 +280,84 @@ describe(`[${target}] Durable Streams end to end`, () => {
     expect(Date.now() - started).toBeLessThan(10_000);
     expect(await call("GET", "/v1/stream/orders/a?offset=-1", consumer)).toBe(401);
     expect(await call("DELETE", "/v1/stream/orders/a", admin)).toBe(204);
+  });
+
+  it("ends SSE and long-poll readers at once when their stream is deleted or expires; DELETE never waits for them", async () => {
+    const { dir } = tempDir();
+    const broker = await start(`${dir}/data`);
+    /** Opens an SSE reader and waits for its first control event; `done` has every byte read after it. */
+    const openSse = async (url: string) => {
+      const res = await fetch(`${url}?offset=-1&live=sse`);
+      expect(res.status).toBe(200);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      let first = "";
+      while (!first.includes("event: control")) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error(`the SSE ended before its first control event: ${first}`);
+        first += decoder.decode(value);
+      }
+      const done = (async () => {
+        let after = 0;
+        let controls = 0;
+        for (;;) {
+          const { value, done: end } = await reader.read();
+          if (end) return { after, controls };
+          after += value.length;
+          controls += decoder.decode(value).split("event: control").length - 1;
+        }
+      })();
+      return { done };
+    };
+    const within = <T>(ms: number, p: Promise<T>, what: string): Promise<T> =>
+      Promise.race([
+        p,
+        sleep(ms).then(() => {
+          throw new Error(`${what}: not within ${ms} ms`);
+        }),
+      ]);
+
+    // A DELETE while an SSE and a long-poll reader wait at the tail.
+    const url = streamUrl(broker.httpUrl, "gone/deleted");
+    expect(
+      (await fetch(url, { method: "PUT", headers: { "content-type": "text/plain" }, body: "a" }))
+        .status,
+    ).toBe(201);
+    const sse = await openSse(url);
+    const poll = fetch(`${url}?offset=${"0000000000000001_0000000000000000"}&live=long-poll`);
+    await sleep(300);
+    const del = await within(10_000, fetch(url, { method: "DELETE" }), "DELETE with live readers");
+    expect(del.status).toBe(204);
+    // Before the fix the SSE sent control events back to back (hundreds of MB) until its 60 s
+    // limit and the DELETE waited for it; now it ends with nothing more.
+    const ended = await within(10_000, sse.done, "the SSE reader's end after DELETE");
+    expect(ended.controls).toBe(0);
+    const polled = await within(10_000, poll, "the long-poll's answer after DELETE");
+    expect(polled.status).toBe(404);
+    expect(((await polled.json()) as { error: { code: string } }).error.code).toBe(
+      "stream_not_found",
+    );
+    expect((await fetch(`${url}?offset=-1&live=sse`)).status).toBe(404);
+
+    // A stream that expires (Stream-TTL) under a connected SSE reader: the request that finds it
+    // expired (HEAD does not renew it) removes it, and the reader ends at once.
+    const ttlUrl = streamUrl(broker.httpUrl, "gone/expired");
+    expect(
+      (
+        await fetch(ttlUrl, {
+          method: "PUT",
+          headers: { "content-type": "text/plain", "stream-ttl": "1" },
+          body: "a",
+        })
+      ).status,
+    ).toBe(201);
+    const ttlSse = await openSse(ttlUrl);
+    await sleep(1500);
+    expect((await fetch(ttlUrl, { method: "HEAD" })).status).toBe(404);
+    const expired = await within(10_000, ttlSse.done, "the SSE reader's end after expiry");
+    expect(expired.controls).toBe(0);
+    expect(
+      (await fetch(ttlUrl, { method: "PUT", headers: { "content-type": "text/plain" } })).status,
+    ).toBe(201);
   });
 
   it("caps a JSON append at 10 000 messages: one more is 400 naming the limit and stores nothing, also at creation", async () => {

@@ -745,4 +745,33 @@ describe(`[${target}] Kafka produce refusals (docs/kafka.md "Records")`, () => {
     // The topic as other events log it: the plain name, not quoted inside the JSON string.
     expect(JSON.parse(line).topic).toBe("clicks");
   }, 30_000);
+
+  it("a group id outside the broker's alphabet is INVALID_GROUP_ID, and the broker logs why (kafka.group_refused)", async () => {
+    const { broker, bootstrap } = await kafkaBroker();
+    await http(broker, "POST", "/v1/topics", { name: "sink", partitions: 1 });
+    // Kafka Connect's default group id for a connector named "my sink:1".
+    const consumer = kafkajs(bootstrap).consumer({
+      groupId: "connect-my sink:1",
+      retry: { retries: 0 },
+    });
+    let crash: { type?: string; message: string } | null = null;
+    consumer.on(consumer.events.CRASH, (e) => {
+      crash = e.payload.error as unknown as { type?: string; message: string };
+    });
+    await consumer.connect();
+    await consumer.subscribe({ topic: "sink", fromBeginning: true });
+    await consumer.run({ eachMessage: async () => {} });
+    await waitFor("the consumer's crash", () => crash !== null);
+    await consumer.disconnect();
+    expect((crash as { type?: string } | null)?.type).toBe("INVALID_GROUP_ID");
+    await waitFor("the refusal's log line", () =>
+      broker.stderr().includes('"kafka.group_refused"'),
+    );
+    const line = broker
+      .stderr()
+      .split("\n")
+      .find((l) => l.includes('"kafka.group_refused"'))!;
+    expect(JSON.parse(line).kafka_code).toBe(24);
+    expect(line).toContain("connect-my sink:1");
+  }, 30_000);
 });

@@ -56,6 +56,7 @@ describe("RefusalLog", () => {
       "kafka.request_refused": 0,
       "kafka.read_timeout": 0,
       "kafka.produce_refused": 0,
+      "kafka.group_refused": 0,
     });
   });
 
@@ -91,6 +92,7 @@ describe("RefusalLog", () => {
       "kafka.read_timeout": 0,
       "connection.refused": 0,
       "kafka.produce_refused": 0,
+      "kafka.group_refused": 0,
     });
   });
 

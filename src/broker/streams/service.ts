@@ -105,6 +105,11 @@ interface StreamState {
   lastSeq: string | null | undefined;
   /** True once its topic is gone. */
   removed: boolean;
+  /**
+   * True while its topic is being deleted (delete or expiry): requests find no stream and live
+   * readers end, so none keeps reading a closing partition while the delete runs.
+   */
+  removing: boolean;
 }
 
 const encoder = new TextEncoder();
@@ -234,6 +239,7 @@ export class StreamService implements Streams {
       seqLock: new Mutex(),
       lastSeq: undefined,
       removed: false,
+      removing: false,
     };
   }
 
@@ -274,7 +280,7 @@ export class StreamService implements Streams {
     const name = streamTopicName(path);
     if (this.#creating.has(name)) return null;
     const s = this.#streams.get(name);
-    if (s === undefined || s.removed || this.#meta(s).path !== path) return null;
+    if (s === undefined || s.removed || s.removing || this.#meta(s).path !== path) return null;
     return s;
   }
 
@@ -987,14 +993,13 @@ export class StreamService implements Streams {
     const atEnd = (at: number) => closed !== undefined && at >= closed.offset;
     if (values.length === 0 && request.waitMs > 0 && !atEnd(next) && !request.signal?.aborted) {
       await this.#wait(s, next, request.waitMs, request.signal);
-      if (!s.removed) {
-        // Whether it is closed is read before the data, so EOF is never reported short of the final record.
-        closed = this.#meta(s).closed;
-        const r = await this.#readRange(s, next, { maxBytes: request.maxBytes });
-        values = r.values;
-        next = r.next;
-        s.lastAccessMs = this.#clock.nowMs();
-      }
+      this.#checkStillThere(s, request.path);
+      // Whether it is closed is read before the data, so EOF is never reported short of the final record.
+      closed = this.#meta(s).closed;
+      const r = await this.#readRange(s, next, { maxBytes: request.maxBytes });
+      values = r.values;
+      next = r.next;
+      s.lastAccessMs = this.#clock.nowMs();
     }
     return {
       info: this.#info(s),
@@ -1015,7 +1020,17 @@ export class StreamService implements Streams {
   }): Promise<void> {
     const s = this.#use(request.path, { touch: true });
     await this.#wait(s, request.position, request.waitMs, request.signal);
+    this.#checkStillThere(s, request.path);
     s.lastAccessMs = this.#clock.nowMs();
+  }
+
+  /**
+   * After a wait: a stream deleted or expired meanwhile ends the read as a new request would be
+   * answered (404, or 410 when soft-deleted), instead of an empty answer a live reader repeats.
+   */
+  #checkStillThere(s: StreamState, path: string): void {
+    if (s.removed || s.removing) throw notFound(path);
+    if (this.#meta(s).deleted === true) throw gone(path);
   }
 
   /** The stream's description without renewing its TTL ({@link Streams.head}). */
@@ -1047,6 +1062,7 @@ export class StreamService implements Streams {
         const meta = this.#meta(s);
         if (
           s.removed ||
+          s.removing ||
           log.closed ||
           meta.deleted === true ||
           meta.closed !== undefined ||
@@ -1189,7 +1205,15 @@ export class StreamService implements Streams {
   /** Removes `s` and its topic, then every soft-deleted source that no fork reads any more. */
   async #remove(s: StreamState): Promise<void> {
     const meta = this.#meta(s);
-    await this.#topics.delete(s.name);
+    // Live readers end now: the topic's delete closes its partition and must not wait for them.
+    s.removing = true;
+    this.#notify(s);
+    try {
+      await this.#topics.delete(s.name);
+    } catch (err) {
+      s.removing = false;
+      throw err;
+    }
     this.#forget(s);
     this.#logger.log("info", "stream.deleted", { stream: meta.path, topic: s.name });
     const fork = meta.fork;

@@ -727,7 +727,7 @@ const statusText: Record<number, string> = {
   410: "The stream expired or was deleted (stream_gone).",
   416: "Offset below the log start offset or above the high watermark (offset_out_of_range).",
   431: "Request line and headers over 16 KiB (headers_too_large; Node and Bun).",
-  500: "A bug (internal), logged.",
+  500: "A bug (internal), logged; or an offloaded record that fails its checks in the cold tier (cold_data_corrupt).",
   307: "Cluster mode: another broker leads the partition, or coordinates consumer groups (not_leader); Location is the same request on the leader or the coordinator with redirected=1 added, never redirected again (curl -L follows it; with API keys curl --location-trusted, as curl and fetch drop Authorization on a redirect to another port).",
   503: "Cluster mode: no leader now, or too few in-sync replicas (not_leader, not_enough_replicas). Also: recovering at start, shutting down, a topic being deleted, or a fenced partition (unavailable, partition_fenced).",
   507: "A write failed and was cut off, e.g. the disk is full (storage_error).",
@@ -1567,7 +1567,7 @@ export const openApiDocument = withHeadOperations({
             },
           },
         },
-        errors: [307, 404, 416],
+        errors: [307, 404, 416, 500],
       }),
     },
     "/v1/topics/{topic}/partitions/{partition}/stream": {

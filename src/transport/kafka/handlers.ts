@@ -87,6 +87,7 @@ const K = {
   coordinatorNotAvailable: 15,
   notCoordinator: 16,
   topicAuthorizationFailed: 29,
+  invalidGroupId: 24,
   groupAuthorizationFailed: 30,
   clusterAuthorizationFailed: 31,
   notEnoughReplicasAfterAppend: 20,
@@ -162,6 +163,27 @@ function codeOf(error: unknown, group = false): number {
   if (error.kind === Errors.notEnoughReplicas && error.details?.may_be_stored === true)
     return K.notEnoughReplicasAfterAppend;
   return kafkaErrorCode(error.kind);
+}
+
+/**
+ * The Kafka code of an error a group api threw ({@link codeOf} with `group`); a group id the
+ * broker cannot hold (`validateGroupName`: it names a file) is INVALID_GROUP_ID (24), logged as
+ * `kafka.group_refused` with the reason, since the answer carries no message (docs/kafka.md
+ * "Consumer groups").
+ */
+function groupCode(error: unknown, s: KafkaSettings): number {
+  if (
+    error instanceof BrokerError &&
+    error.kind === Errors.invalidRequest &&
+    error.details?.field === "group"
+  ) {
+    s.refusals.refuse("kafka.group_refused", {
+      kafka_code: K.invalidGroupId,
+      reason: error.message,
+    });
+    return K.invalidGroupId;
+  }
+  return groupCode(error, s);
 }
 
 /** Calls the broker now; a synchronous throw (the broker view's authorization) becomes a rejection. */
@@ -243,19 +265,19 @@ export function serveKafkaRequest(frame: Uint8Array, state: KafkaConnectionState
     }
     case KafkaApi.JoinGroup:
       return {
-        response: joinGroup(body, correlationId, broker, header.clientId ?? ""),
+        response: joinGroup(body, correlationId, broker, header.clientId ?? "", s),
         answerBytes: 0,
       };
     case KafkaApi.SyncGroup:
-      return { response: syncGroup(body, correlationId, broker), answerBytes: 0 };
+      return { response: syncGroup(body, correlationId, broker, s), answerBytes: 0 };
     case KafkaApi.Heartbeat:
-      return { response: heartbeat(body, correlationId, broker), answerBytes: 0 };
+      return { response: heartbeat(body, correlationId, broker, s), answerBytes: 0 };
     case KafkaApi.LeaveGroup:
-      return { response: leaveGroup(body, correlationId, broker), answerBytes: 0 };
+      return { response: leaveGroup(body, correlationId, broker, s), answerBytes: 0 };
     case KafkaApi.OffsetCommit:
-      return { response: offsetCommit(body, correlationId, broker), answerBytes: 0 };
+      return { response: offsetCommit(body, correlationId, broker, s), answerBytes: 0 };
     case KafkaApi.OffsetFetch:
-      return { response: offsetFetch(body, correlationId, broker), answerBytes: 0 };
+      return { response: offsetFetch(body, correlationId, broker, s), answerBytes: 0 };
     case KafkaApi.InitProducerId:
       return { response: initProducerId(body, correlationId, broker), answerBytes: 0 };
     default:
@@ -801,6 +823,7 @@ async function joinGroup(
   correlationId: number,
   broker: Broker,
   clientId: string,
+  s: KafkaSettings,
 ): Promise<Uint8Array> {
   const request = decodeJoinGroupRequest(body);
   let topics: string[] = [];
@@ -834,7 +857,7 @@ async function joinGroup(
   } catch (error) {
     brokerErrorOnly(error);
     return encodeJoinGroupResponse(correlationId, {
-      errorCode: codeOf(error, true),
+      errorCode: groupCode(error, s),
       generationId: -1,
       protocolName: "",
       leader: "",
@@ -848,6 +871,7 @@ async function syncGroup(
   body: Uint8Array,
   correlationId: number,
   broker: Broker,
+  s: KafkaSettings,
 ): Promise<Uint8Array> {
   const request = decodeSyncGroupRequest(body);
   try {
@@ -870,7 +894,7 @@ async function syncGroup(
   } catch (error) {
     brokerErrorOnly(error);
     return encodeSyncGroupResponse(correlationId, {
-      errorCode: codeOf(error, true),
+      errorCode: groupCode(error, s),
       assignment: new Uint8Array(0),
     });
   }
@@ -880,6 +904,7 @@ async function heartbeat(
   body: Uint8Array,
   correlationId: number,
   broker: Broker,
+  s: KafkaSettings,
 ): Promise<Uint8Array> {
   const request = decodeHeartbeatRequest(body);
   try {
@@ -892,7 +917,7 @@ async function heartbeat(
     return encodeErrorCodeResponse(correlationId, 0);
   } catch (error) {
     brokerErrorOnly(error);
-    return encodeErrorCodeResponse(correlationId, codeOf(error, true));
+    return encodeErrorCodeResponse(correlationId, groupCode(error, s));
   }
 }
 
@@ -900,6 +925,7 @@ async function leaveGroup(
   body: Uint8Array,
   correlationId: number,
   broker: Broker,
+  s: KafkaSettings,
 ): Promise<Uint8Array> {
   const request = decodeLeaveGroupRequest(body);
   try {
@@ -907,7 +933,7 @@ async function leaveGroup(
     return encodeErrorCodeResponse(correlationId, 0);
   } catch (error) {
     brokerErrorOnly(error);
-    return encodeErrorCodeResponse(correlationId, codeOf(error, true));
+    return encodeErrorCodeResponse(correlationId, groupCode(error, s));
   }
 }
 
@@ -937,6 +963,7 @@ async function offsetCommit(
   body: Uint8Array,
   correlationId: number,
   broker: Broker,
+  s: KafkaSettings,
 ): Promise<Uint8Array> {
   const request = decodeOffsetCommitRequest(body);
   const standalone = request.generationId === -1 && request.memberId === "";
@@ -955,7 +982,7 @@ async function offsetCommit(
       });
     } catch (error) {
       brokerErrorOnly(error);
-      errorCode = codeOf(error, true);
+      errorCode = groupCode(error, s);
     }
   }
   return encodeOffsetCommitResponse(
@@ -971,6 +998,7 @@ async function offsetFetch(
   body: Uint8Array,
   correlationId: number,
   broker: Broker,
+  s: KafkaSettings,
 ): Promise<Uint8Array> {
   const request = decodeOffsetFetchRequest(body);
   const committed = new Map<string, number>();
@@ -982,7 +1010,7 @@ async function offsetFetch(
   } catch (error) {
     brokerErrorOnly(error);
     if (!(error instanceof BrokerError && error.kind === Errors.groupNotFound))
-      errorCode = codeOf(error, true);
+      errorCode = groupCode(error, s);
   }
   return encodeOffsetFetchResponse(
     correlationId,

@@ -7,10 +7,14 @@
  *
  * | answer                                                        | Cache-Control                                   |
  * |---------------------------------------------------------------|-------------------------------------------------|
- * | data (catch-up or long-poll 200 with data), EOF of a closed stream | `public, max-age=60, stale-while-revalidate=300`: the bytes at a position never change (protocol §10.1) |
+ * | data (catch-up or long-poll 200 with data), EOF of a closed stream | `public, max-age=60, stale-while-revalidate=300`: the bytes at a position never change (protocol §10.1); `private, …` when the request carries a key |
  * | an empty catch-up read at the tail of an open stream, `offset=now`, a long-poll 204 timeout | `no-store`: the answer changes as soon as data arrives; a cached one would loop readers |
  * | SSE                                                           | `no-cache`                                      |
  * | HEAD, PUT, POST, DELETE, every error                          | `no-store`                                      |
+ *
+ * Every answer says `Vary: Authorization`, and one to a request with a key (`Authorization`) is
+ * `private`: a shared cache must never hand data read with a key to a request without it (RFC
+ * 9111 §3.5 lets it reuse an authorized answer marked `public`).
  *
  * Live answers always carry `Stream-Cursor` (protocol §10.1), so readers that poll the same offset
  * through a cache move to a new key every 20 s at the latest.
@@ -22,6 +26,8 @@ import { errorBody } from "../errors.ts";
 
 /** `Cache-Control` of answers whose body can never change. */
 export const cacheImmutable = "public, max-age=60, stale-while-revalidate=300";
+/** `Cache-Control` of answers whose body can never change, read with a key: browsers only. */
+export const cacheImmutablePrivate = "private, max-age=60, stale-while-revalidate=300";
 /** `Cache-Control` of answers that must not be cached. */
 export const cacheNone = "no-store";
 
@@ -65,6 +71,7 @@ export const allowedRequestHeaders = [
 export function baseHeaders(cacheControl: string): Headers {
   return new Headers({
     "cache-control": cacheControl,
+    vary: "Authorization",
     "x-content-type-options": "nosniff",
     "cross-origin-resource-policy": "cross-origin",
     "access-control-allow-origin": "*",

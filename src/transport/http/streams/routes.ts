@@ -42,6 +42,7 @@ import {
   allowedRequestHeaders,
   baseHeaders,
   cacheImmutable,
+  cacheImmutablePrivate,
   cacheNone,
   describe,
   errorResponse,
@@ -272,7 +273,10 @@ async function read(
     signal: longPoll ? deps.signal(c) : undefined,
   });
   const empty = r.values.length === 0;
-  const tier = r.closed || !empty ? cacheImmutable : cacheNone;
+  // Read with a key: never in a shared cache (response.ts).
+  const immutable =
+    c.req.header("authorization") === undefined ? cacheImmutable : cacheImmutablePrivate;
+  const tier = r.closed || !empty ? immutable : cacheNone;
   const headers = describe(baseHeaders(position === "now" ? cacheNone : tier), r.info, r.next);
   if (r.closed) headers.set("stream-closed", "true");
   else headers.delete("stream-closed");

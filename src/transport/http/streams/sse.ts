@@ -28,7 +28,8 @@
  *   event says `streamClosed` (and `upToDate`), has no cursor, and the connection ends. Whether
  *   the stream is closed is read before the data, so the final record is always sent first.
  * - The connection ends after about `connectionMs` (protocol §10.2), on client disconnect and on
- *   server shutdown (the request's signal).
+ *   server shutdown (the request's signal), and at once when the stream is deleted or expires
+ *   (the read after the wait throws 404/410; a reconnect gets the same answer).
  */
 import type { StreamInfo, StreamReadResult, Streams } from "../../../broker/streams/types.ts";
 import { formatStreamOffset } from "../../../broker/streams/offsets.ts";
