@@ -173,14 +173,17 @@ export async function writeJsonAtomic(fs: FileSystem, path: string, value: unkno
  * Reads a JSON metadata file. Resolves `{ missing: true }` if it does not exist, `{ error }` if it is
  * empty, too large or unparseable (docs/decisions.md §9: the caller reports it and makes that object
  * unavailable, never resets it), else `{ value }`.
+ * @param maxBytes the largest file read (default `metadataFileBytesMax`, 16 MiB); a file the
+ *   broker writes larger than that (`producers.json`) passes its own write limit.
  */
 export async function readJsonFile(
   fs: FileSystem,
   path: string,
+  maxBytes: number = metadataFileBytesMax,
 ): Promise<{ value: unknown } | { missing: true } | { error: string }> {
   let bytes: Uint8Array;
   try {
-    bytes = await readWholeFile(fs, path, metadataFileBytesMax);
+    bytes = await readWholeFile(fs, path, maxBytes);
   } catch (err) {
     if (isFsError(err, "ENOENT")) return { missing: true };
     return { error: errorMessage(err) };
