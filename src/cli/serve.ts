@@ -1147,6 +1147,10 @@ export async function serve(argv: string[]): Promise<number> {
       stopping = true;
       void (async () => {
         let code = exitCode;
+        // Cold-tier requests in flight (an offload's PUT, a listing) fail at once, not after their
+        // tries against a store that does not answer: a SIGTERM ends well within systemd's
+        // TimeoutStopSec (docs/operations.md "Cold tier unavailable"). An offload keeps its segment.
+        coldStore?.abort();
         try {
           // A cluster broker leaves first, its ports still open (docs/cluster.md "Leaving the
           // cluster"): it admits no produce, its followers fetch what it wrote (so what is in
