@@ -26,20 +26,34 @@
  * the same name) leaves it out. `last_used_ms` is kept to the minute: it is written at most once
  * per {@link apiKeyLastUsedIntervalMs} per key, in the background; a failed write is logged.
  *
+ * Hand edits (docs/security.md "Keys"): the store remembers the file's bytes as it last read or
+ * wrote them, and reads the file again before each write. If they differ, someone edited it and
+ * has not sent SIGHUP yet: a `last_used_ms` write is skipped (`auth.keys_file_changed`), so it
+ * never writes back a key removed by hand nor drops one added by hand; a create or revoke loads the
+ * edited file first, as SIGHUP would (`auth.keys_reloaded`, `reason` "changed_on_disk"), then
+ * applies its change, or is refused (unavailable) if the edited file cannot be used. An edit
+ * landing between that read and the rename can still be lost: edit by writing a new file and
+ * renaming it over the old one, then send SIGHUP.
+ *
  * In cluster mode the keys are kept in etcd instead, behind a {@link KeyStoreBackend}
  * (`cluster/cluster-keys.ts`): create and revoke go to the backend, which hands every change it
  * sees (other brokers' too) to {@link KeyStore.adopt}; `last_used_ms` stays in memory.
  */
 import { BrokerError, Errors } from "../broker/errors.ts";
 import { storageFailure } from "../broker/storage-failure.ts";
-import { FsError, type FileSystem } from "../fs/types.ts";
+import { FsError, isFsError, readWholeFile, type FileSystem } from "../fs/types.ts";
 import type { Clock } from "../lib/clock.ts";
-import { apiKeyLastUsedIntervalMs, apiKeyNameCharsMax, apiKeysMax } from "../lib/limits.ts";
+import {
+  apiKeyLastUsedIntervalMs,
+  apiKeyNameCharsMax,
+  apiKeysMax,
+  metadataFileBytesMax,
+} from "../lib/limits.ts";
 import type { Logger } from "../lib/logger.ts";
 import { Mutex } from "../lib/mutex.ts";
 import { clip, quote } from "../lib/quote.ts";
 import { utf8 } from "../lib/bytes.ts";
-import { readJsonFile, writeJsonAtomic } from "../storage/metadata.ts";
+import { readJsonFile, writeFileAtomic } from "../storage/metadata.ts";
 import { constantTimeEqual, fromHex, type KeyCrypto } from "./crypto.ts";
 import { generateApiKey, keyHash, parseApiKeyId } from "./key-format.ts";
 import { validatePatterns, type NamePattern } from "./patterns.ts";
@@ -249,6 +263,8 @@ export class KeyStore {
   /** Ids of keys revoked or removed since start, oldest first ({@link KeyStore.wasRevoked}). */
   #goneIds = new Set<string>();
   #closed = false;
+  /** The file's bytes as this store last read or wrote them (null: there was no file). */
+  #fileBytes: Uint8Array | null = null;
 
   private constructor(
     options: Omit<KeyStoreOptions, "fs" | "path"> &
@@ -276,8 +292,10 @@ export class KeyStore {
    * @throws KeyStoreError naming the file if it exists but cannot be read or parsed, or breaks a rule.
    */
   static async open(options: KeyStoreOptions): Promise<KeyStore> {
-    const entries = await readKeyFile(options.fs, options.path);
-    return new KeyStore(options, entries);
+    const read = await readKeyFile(options.fs, options.path);
+    const store = new KeyStore(options, read.entries);
+    store.#fileBytes = read.bytes;
+    return store;
   }
 
   /**
@@ -391,6 +409,7 @@ export class KeyStore {
     return this.#mutex.run(async () => {
       this.#checkOpen();
       const action = `Cannot create key ${JSON.stringify(checked.name)}`;
+      await this.#loadIfChanged(action);
       if (options.anonymous === true && this.#byId.size > 0)
         throw new BrokerError(
           Errors.unauthenticated,
@@ -477,6 +496,7 @@ export class KeyStore {
         throw new BrokerError(Errors.keyNotFound, `${action}: no key has that name`, {
           name: clip(name),
         });
+      await this.#loadIfChanged(action);
       await this.#write([...this.#byId.values()], action);
       this.#revoking.delete(name);
       return copyInfo(revoking.info);
@@ -503,6 +523,14 @@ export class KeyStore {
       this.#lastUsedWriteScheduled = false;
       if (this.#closed) return;
       try {
+        if (await this.#changedOnDisk()) {
+          this.#logger.log("warn", "auth.keys_file_changed", {
+            file: this.#path,
+            action:
+              "the key file was changed since the broker loaded it: last-used times are not written until it is loaded (send SIGHUP), so the edit is kept",
+          });
+          return;
+        }
         await this.#write([...this.#byId.values()], "Cannot record when API keys were last used");
       } catch (err) {
         this.#logger.log("warn", "auth.last_used_write_failed", {
@@ -524,7 +552,7 @@ export class KeyStore {
       this.#checkOpen();
       // With a backend, the keys follow it (adopt): there is no file to read again.
       if (this.#fs === null) return { keys: this.#byId.size, invalidated: 0 };
-      const entries = await readKeyFile(this.#fs, this.#path);
+      const { entries, bytes } = await readKeyFile(this.#fs, this.#path);
       if (entries === null) {
         if (this.#enabled)
           throw new KeyStoreError(
@@ -534,7 +562,57 @@ export class KeyStore {
         return { keys: 0, invalidated: 0 };
       }
       const invalidated = this.#replace(entries, true);
+      this.#fileBytes = bytes;
       return { keys: this.#byId.size, invalidated };
+    });
+  }
+
+  /**
+   * True if the file's bytes differ from those this store last read or wrote (an edit not yet
+   * loaded). A file that cannot be read counts as changed.
+   */
+  async #changedOnDisk(): Promise<boolean> {
+    let now: Uint8Array | null;
+    try {
+      now = await readWholeFile(this.#fs!, this.#path, metadataFileBytesMax);
+    } catch (err) {
+      if (!isFsError(err, "ENOENT")) return true;
+      now = null;
+    }
+    const had = this.#fileBytes;
+    if (now === null || had === null) return now !== had;
+    if (now.length !== had.length) return true;
+    for (let i = 0; i < now.length; i++) if (now[i] !== had[i]) return true;
+    return false;
+  }
+
+  /**
+   * Before a create or revoke writes the file (under the mutex): loads a hand edit not yet loaded,
+   * as SIGHUP would, so the write keeps it.
+   * @throws BrokerError unavailable (naming `action`) if the edited file cannot be used.
+   */
+  async #loadIfChanged(action: string): Promise<void> {
+    // With a backend (cluster mode) there is no file: changes come through `adopt`.
+    if (this.#fs === null || !(await this.#changedOnDisk())) return;
+    let read: { entries: Entry[] | null; bytes: Uint8Array | null };
+    try {
+      read = await readKeyFile(this.#fs!, this.#path);
+      if (read.entries === null && this.#enabled)
+        throw new KeyStoreError(this.#path, "the file was removed");
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      throw new BrokerError(
+        Errors.unavailable,
+        `${action}: the key file was changed by hand since the broker loaded it and cannot be used (${why}); fix it and send SIGHUP, then try again`,
+      );
+    }
+    const invalidated = this.#replace(read.entries ?? [], read.entries !== null || this.#enabled);
+    this.#fileBytes = read.bytes;
+    this.#logger.log("info", "auth.keys_reloaded", {
+      file: this.#path,
+      reason: "changed_on_disk",
+      keys: this.#byId.size,
+      invalidated,
     });
   }
 
@@ -628,12 +706,14 @@ export class KeyStore {
       version: apiKeysFileVersion,
       keys: entries.map((e) => ({ ...copyInfo(e.info), hash: e.hash })),
     };
+    const bytes = utf8(`${JSON.stringify(file, null, 2)}\n`);
     try {
-      await writeJsonAtomic(this.#fs!, this.#path, file);
+      await writeFileAtomic(this.#fs!, this.#path, bytes);
     } catch (err) {
       if (err instanceof FsError) throw storageFailure(action, err);
       throw err;
     }
+    this.#fileBytes = bytes;
     for (const e of entries) e.lastUsedWrittenMs = e.info.last_used_ms;
   }
 }
@@ -683,9 +763,12 @@ function sameKey(a: Entry, b: Entry): boolean {
  * Reads and checks the key file: null if it does not exist, else its entries.
  * @throws KeyStoreError naming the file and the first problem (never a value from the file).
  */
-async function readKeyFile(fs: FileSystem, path: string): Promise<Entry[] | null> {
+async function readKeyFile(
+  fs: FileSystem,
+  path: string,
+): Promise<{ entries: Entry[] | null; bytes: Uint8Array | null }> {
   const read = await readJsonFile(fs, path);
-  if ("missing" in read) return null;
+  if ("missing" in read) return { entries: null, bytes: null };
   if ("error" in read) throw new KeyStoreError(path, read.error);
   const file = read.value;
   if (typeof file !== "object" || file === null || Array.isArray(file))
@@ -715,7 +798,7 @@ async function readKeyFile(fs: FileSystem, path: string): Promise<Entry[] | null
     names.add(stored.info.name);
     entries.push(makeEntry(stored.info, stored.hash));
   });
-  return entries;
+  return { entries, bytes: read.bytes };
 }
 
 /**

@@ -105,6 +105,8 @@ export interface LocalBrokerOptions {
   compactionKeysMax?: number;
   /** Idle time after which an idempotent producer's state is forgotten, in ms (`--producer-expiry-ms`, default 7 days). */
   producerExpiryMs?: number;
+  /** Most idempotent producer ids kept; past it the least recently active idle one is forgotten (`--producer-ids-max`, default 20 000). */
+  producerIdsMax?: number;
   /**
    * This broker's node id in a cluster (`--node-id`; 0 alone): the low 10 bits of every Kafka
    * producer id it hands out (`initProducerId`), so brokers of one cluster whose node ids differ
@@ -150,6 +152,8 @@ export interface BrokerObservation {
   dataDir?: { freeBytes: number; totalBytes: number } | null;
   /** Whether the disk reserve is given up now (appends refused; docs/storage.md "Full disk"). */
   diskReserveGivenUp?: boolean;
+  /** Idempotent producer ids with state, and those forgotten by `--producer-ids-max` since start. */
+  producers?: { ids: number; evicted: number };
 }
 
 /**
@@ -287,6 +291,7 @@ export class LocalBroker implements Broker {
       clock: options.clock,
       logger: options.logger,
       expiryMs: options.producerExpiryMs ?? producerExpiryMsDefault,
+      ...(options.producerIdsMax === undefined ? {} : { idsMax: options.producerIdsMax }),
       partitions: { get: (topic, partition) => topics.lookup(topic, partition) },
     });
     // The data directory holds producers.json: temps of its interrupted writes go now.
@@ -1019,6 +1024,7 @@ export class LocalBroker implements Broker {
       unavailableGroups: this.#groups.unavailable.length,
       dataDir: space,
       diskReserveGivenUp: this.#reserve?.describe().state === "given_up",
+      producers: { ids: this.#producers.producerCount, evicted: this.#producers.evictedCount },
     };
   }
 

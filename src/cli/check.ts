@@ -12,7 +12,7 @@ import { readJsonFile } from "../storage/metadata.ts";
 import { cleanStopFileName } from "../storage/clean-stop.ts";
 import { joinPath, readWholeFile, type FileSystem } from "../fs/types.ts";
 import { scanJournal } from "../storage/producer-journal.ts";
-import { producerJournalBytesMax } from "../lib/limits.ts";
+import { producerJournalBytesMax, producerSnapshotBytesMax } from "../lib/limits.ts";
 import { KeyStore, KeyStoreError, apiKeysFileName } from "../auth/key-store.ts";
 import { parseGroupFile } from "../broker/groups.ts";
 import { parseTopicFile } from "../broker/topics.ts";
@@ -191,7 +191,7 @@ async function checkMetadataFiles(
   if (registryProblem !== null)
     found(joinPath(dataDir, schemasFileName), "unreadable_schema_registry", registryProblem);
   const snapshot = joinPath(dataDir, producerSnapshotFileName);
-  const read = await readJsonFile(fs, snapshot);
+  const read = await readJsonFile(fs, snapshot, producerSnapshotBytesMax);
   if (!("missing" in read)) {
     try {
       if ("error" in read) throw new Error(read.error);

@@ -50,6 +50,7 @@ import {
   cleanupIntervalMsDefault,
   coldCacheBytesDefault,
   producerExpiryMsDefault,
+  producerIdsMaxDefault,
   flushIntervalMsDefault,
   maxOpenSegmentsDefault,
   maxConnectionsDefault,
@@ -194,6 +195,8 @@ Options:
   --cleanup-interval-ms MS    run retention and compaction over every partition this often
                               (default ${cleanupIntervalMsDefault}; 0 = only on POST /v1/admin/topics/{topic}/cleanup)
   --producer-expiry-ms MS     forget an idempotent producer idle this long (default ${producerExpiryMsDefault}, 7 days)
+  --producer-ids-max N        keep the state of at most N idempotent producer ids; past it the least
+                              recently active idle one is forgotten (default ${producerIdsMaxDefault})
   --tls-cert FILE             serve HTTPS, and TLS on the TCP and Kafka ports, with this certificate
                               chain (PEM)
   --tls-key FILE              the certificate's private key (PEM, unencrypted); needs --tls-cert
@@ -301,6 +304,7 @@ export async function serve(argv: string[]): Promise<number> {
       "mirror-tls-key": { type: "string" },
       "cleanup-interval-ms": { type: "string" },
       "producer-expiry-ms": { type: "string" },
+      "producer-ids-max": { type: "string" },
       "stream-long-poll-ms": { type: "string" },
       "allow-anonymous": { type: "boolean", default: false },
       "tls-cert": { type: "string" },
@@ -406,6 +410,13 @@ export async function serve(argv: string[]): Promise<number> {
     producerExpiryMsDefault,
     1000,
     365 * 86_400_000,
+  );
+  const producerIdsMax = intOption(
+    "producer-ids-max",
+    values["producer-ids-max"],
+    producerIdsMaxDefault,
+    1,
+    10_000_000,
   );
   const streamLongPollMs = intOption(
     "stream-long-poll-ms",
@@ -693,6 +704,7 @@ export async function serve(argv: string[]): Promise<number> {
       coldUploadBytesPerSec,
       cleanupIntervalMs,
       producerExpiryMs,
+      producerIdsMax,
       ...(cluster === null ? {} : { nodeId: cluster.nodeId }),
     });
   } catch (err) {
@@ -1144,6 +1156,10 @@ export async function serve(argv: string[]): Promise<number> {
       const stopStartedMs = performance.now();
       void (async () => {
         let code = exitCode;
+        // Cold-tier requests in flight (an offload's PUT, a listing) fail at once, not after their
+        // tries against a store that does not answer: a SIGTERM ends well within systemd's
+        // TimeoutStopSec (docs/operations.md "Cold tier unavailable"). An offload keeps its segment.
+        coldStore?.abort();
         try {
           // A cluster broker leaves first, its ports still open (docs/cluster.md "Leaving the
           // cluster"): it admits no produce, its followers fetch what it wrote (so what is in

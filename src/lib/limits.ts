@@ -365,6 +365,20 @@ export const producerJournalEntriesRotate = 4096;
 export const producerBatchesRemembered = 5;
 /** Default idle time after which a producer's state is forgotten, in ms (`--producer-expiry-ms`, 7 days). */
 export const producerExpiryMsDefault = 7 * 24 * 3600 * 1000;
+/**
+ * Default cap on the producer ids whose state the broker keeps (`--producer-ids-max`): past it the
+ * least recently active idle producer is forgotten, as if expired (docs/decisions.md §21). About
+ * 600 bytes of `producers.json` each with one partition: 20 000 keep it near 12 MB.
+ */
+export const producerIdsMaxDefault = 20_000;
+/**
+ * Largest `producers.json` the broker reads at start and writes, in bytes: a snapshot that would
+ * be larger forgets its least recently active idle producers until it fits, so every snapshot the
+ * broker writes is one it can read back (attack18 F4: a 20 MB snapshot over the 16 MiB metadata
+ * limit made idempotent produce unavailable after a restart). Below V8's longest string (2^29 − 24
+ * UTF-16 units), which `JSON.parse` needs.
+ */
+export const producerSnapshotBytesMax = 256 * MiB;
 /** Longest producer id, in characters (`[A-Za-z0-9._:-]`). */
 export const producerIdCharsMax = 249;
 /** Largest producer epoch. */

@@ -34,6 +34,12 @@
  * offload backoff) retries later and keeps the local segment meanwhile. Credentials come from the
  * caller (the `AWS_*` environment variables in `cli/serve.ts`) and never appear in a message, a
  * log line or a URL (requests are signed in headers, not in the query).
+ *
+ * Bounds: a get, and each page of a list, has an overall deadline (`readTimeoutMs`, tries and waits
+ * included), so a fetch of offloaded records and a topic create (which lists its prefix) answer
+ * within it when the store hangs. {@link S3ColdStore.abort} (at shutdown) fails every request in
+ * flight and every later one at once, without retries (attack18 F8: a SIGTERM waited 6 × 30 s for
+ * an offload's PUT).
  */
 import { createHash } from "node:crypto";
 import { AwsClient } from "aws4fetch";
@@ -176,6 +182,8 @@ export class S3ColdStore implements ColdStore {
   #uploading = new Set<string>();
   /** Whether `cold.s3_read_back_verification` was logged (once per store). */
   #readBackLogged = false;
+  /** Aborted by {@link abort}: every request in flight and later fails at once. */
+  #stopping = new AbortController();
 
   constructor(options: S3ColdStoreOptions) {
     const { bucket, prefix } = options.location;
@@ -224,6 +232,18 @@ export class S3ColdStore implements ColdStore {
     return `${this.#base}${path === "" ? "/" : path}${query === "" ? "" : `?${query}`}`;
   }
 
+  /** See {@link ColdStore.abort}: requests in flight fail at once, later ones without trying. */
+  abort(): void {
+    this.#stopping.abort();
+  }
+
+  #stoppedError(what: string): ColdStoreError {
+    return new ColdStoreError(
+      "unavailable",
+      `Cannot ${what} in ${this.location}: the broker is shutting down`,
+    );
+  }
+
   #checkKey(key: string): void {
     if (!isValidObjectKey(key))
       throw new ColdStoreError("invalid", `Invalid cold object key ${JSON.stringify(key)}`);
@@ -252,19 +272,29 @@ export class S3ColdStore implements ColdStore {
       budgetMs === undefined ? Number.POSITIVE_INFINITY : budgetMs - (performance.now() - started);
     let tries = 0;
     for (let attempt = 1; attempt <= this.#attempts; attempt++) {
+      const stopping = this.#stopping.signal;
       if (attempt > 1) {
         const ceiling = Math.min(this.#backoffMaxMs, this.#backoffMs * 2 ** (attempt - 2));
         const wait = ceiling / 2 + Math.random() * (ceiling / 2);
         if (wait >= left()) break;
-        await new Promise((r) => setTimeout(r, wait));
+        await new Promise<void>((r) => {
+          const done = () => {
+            clearTimeout(timer);
+            stopping.removeEventListener("abort", done);
+            r();
+          };
+          const timer = setTimeout(done, wait);
+          stopping.addEventListener("abort", done, { once: true });
+        });
       }
+      if (stopping.aborted) throw this.#stoppedError(what);
       const timeoutMs = Math.max(1, Math.floor(Math.min(this.#timeoutMs, left())));
       tries = attempt;
       const req = build();
       let failure: Failure;
       // Given to fetch itself, not inside a Request (aws4fetch's own fetch): a signal that
       // reaches fetch that way is held only weakly (see deadline.ts).
-      const timeout = deadline(timeoutMs);
+      const timeout = deadline(timeoutMs, stopping);
       try {
         const signed = await this.#client.sign(req.url, {
           method: req.method,
@@ -280,6 +310,7 @@ export class S3ColdStore implements ColdStore {
         if (accept(response.status)) return await read(response);
         failure = await describeFailure(response);
       } catch (err) {
+        if (stopping.aborted) throw this.#stoppedError(what);
         // A short or malformed answer is retried like a reset; other refusals are final.
         if (err instanceof ColdStoreError && err.kind !== "corrupt") throw err;
         const timedOut =
@@ -694,6 +725,7 @@ export class S3ColdStore implements ColdStore {
         () => ({ method: "GET", url: this.#url(null, query) }),
         (s) => s === 200,
         async (r) => await r.text(),
+        this.#readTimeoutMs,
       );
       for (const contents of xmlAll(xml, "Contents")) {
         const key = xmlText(contents, "Key");

@@ -102,6 +102,12 @@ export interface ColdStore {
    * empty directories); a prefix still holding objects keeps them. @throws ColdStoreError.
    */
   prune?(prefix: string): Promise<void>;
+  /**
+   * Optional: abandons every request in flight and refuses later ones at once (ColdStoreError
+   * `unavailable`): the broker is shutting down, and nothing a cold-tier operation left half done
+   * is lost (an offload keeps its local segment; docs/operations.md "Cold tier unavailable").
+   */
+  abort?(): void;
 }
 
 /** True if `key` is a key every store accepts: `/`-separated non-empty parts, none `.` or `..`, no NUL. */

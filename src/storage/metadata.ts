@@ -172,22 +172,25 @@ export async function writeJsonAtomic(fs: FileSystem, path: string, value: unkno
 /**
  * Reads a JSON metadata file. Resolves `{ missing: true }` if it does not exist, `{ error }` if it is
  * empty, too large or unparseable (docs/decisions.md §9: the caller reports it and makes that object
- * unavailable, never resets it), else `{ value }`.
+ * unavailable, never resets it), else `{ value, bytes }` (the bytes parsed).
+ * @param maxBytes the largest file read (default `metadataFileBytesMax`, 16 MiB); a file the
+ *   broker writes larger than that (`producers.json`) passes its own write limit.
  */
 export async function readJsonFile(
   fs: FileSystem,
   path: string,
-): Promise<{ value: unknown } | { missing: true } | { error: string }> {
+  maxBytes: number = metadataFileBytesMax,
+): Promise<{ value: unknown; bytes: Uint8Array } | { missing: true } | { error: string }> {
   let bytes: Uint8Array;
   try {
-    bytes = await readWholeFile(fs, path, metadataFileBytesMax);
+    bytes = await readWholeFile(fs, path, maxBytes);
   } catch (err) {
     if (isFsError(err, "ENOENT")) return { missing: true };
     return { error: errorMessage(err) };
   }
   if (bytes.length === 0) return { error: "file is empty" };
   try {
-    return { value: JSON.parse(fromUtf8(bytes)) };
+    return { value: JSON.parse(fromUtf8(bytes)), bytes };
   } catch (err) {
     return { error: `not valid JSON: ${errorMessage(err)}` };
   }

@@ -6,6 +6,7 @@
  * truncated listings without a continuation token, multipart uploads a crash left open), and bad input (malformed URLs, an unreachable
  * endpoint, a missing bucket). Every object that `put` accepted is byte-identical in the server.
  */
+import { createServer, type Socket } from "node:net";
 import { AwsClient } from "aws4fetch";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bytesEqual } from "../../src/lib/bytes.ts";
@@ -304,6 +305,48 @@ describe("S3ColdStore bad input", () => {
     // One line per retry: after every failed try but the last.
     expect(logger.named("cold.s3_retry")).toHaveLength(2);
     expect(await s.probe()).toMatchObject({ kind: "unavailable" });
+  });
+
+  it("abort() fails the requests in flight against a store that never answers at once, and later ones without trying (attack18 F8)", async () => {
+    // Accepts connections and never answers: what a SIGSTOPped store looks like.
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => void sockets.push(socket));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const port = (silent.address() as { port: number }).port;
+    try {
+      const logger = new MemoryLogger();
+      const s = store("hung", {
+        endpoint: `http://127.0.0.1:${port}`,
+        attempts: 6,
+        requestTimeoutMs: 30_000,
+        readTimeoutMs: 60_000,
+        logger,
+      });
+      const outcome = (p: Promise<unknown>) =>
+        p.then(
+          () => null,
+          (e: unknown) => e,
+        );
+      const put = outcome(s.put("u/1", bytesSource(patternBytes(3))));
+      const list = outcome(s.list("u/"));
+      await new Promise((r) => setTimeout(r, 300));
+      const started = performance.now();
+      s.abort();
+      const [putError, listError] = await Promise.all([put, list]);
+      expect(performance.now() - started).toBeLessThan(2_000);
+      for (const err of [putError, listError]) {
+        expect(isColdStoreError(err, "unavailable")).toBe(true);
+        expect(String(err)).toContain("the broker is shutting down");
+      }
+      expect(logger.named("cold.s3_retry")).toHaveLength(0);
+      const accepted = sockets.length;
+      const later = await outcome(s.get("u/1"));
+      expect(isColdStoreError(later, "unavailable")).toBe(true);
+      expect(sockets.length).toBe(accepted); // not even a connection
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((r) => silent.close(r));
+    }
   });
 
   it("reports a missing bucket as no_bucket, naming it", async () => {

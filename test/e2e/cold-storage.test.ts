@@ -406,6 +406,120 @@ describe(`[${target}] cold storage on S3 end to end`, () => {
     }
   });
 
+  it("with S3 hung, a topic create answers within --cold-read-timeout-ms and SIGTERM ends within seconds, an offload in flight abandoned (attack18 F8)", {
+    timeout: 120_000,
+  }, async () => {
+    const hung = await startMoto();
+    try {
+      await hung.createBucket("stop");
+      const { dir } = tempDir();
+      running = await startBroker(
+        `${dir}/data`,
+        [
+          "--cold-storage",
+          "s3://stop/b1",
+          "--cold-s3-endpoint",
+          hung.endpoint,
+          "--cleanup-interval-ms",
+          "0",
+          "--metrics-port",
+          "0",
+          "--cold-read-timeout-ms",
+          "3000",
+        ],
+        env(),
+      );
+      const b = running.httpUrl;
+      await json(
+        await fetch(`${b}/v1/topics`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            name: "t",
+            partitions: 1,
+            config: { segment_bytes: 1024, retention_bytes: 1 },
+          }),
+        }),
+      );
+      for (let i = 0; i < 60; i += 6)
+        await json(
+          await fetch(`${b}/v1/topics/t/records`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({
+              records: Array.from({ length: 6 }, (_, j) => ({
+                value: `record-${i + j}-${"z".repeat(60)}`,
+              })),
+            }),
+          }),
+        );
+      hung.pause();
+
+      // A create lists its cold prefix first: bounded by the read deadline, answered 507
+      // storage_error (retriable), nothing created. Before: 6 × 30 s.
+      const createStarted = Date.now();
+      const created = await fetch(`${b}/v1/topics`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name: "u", partitions: 1 }),
+        signal: AbortSignal.timeout(30_000),
+      });
+      const createBody = await created.text();
+      expect(created.status, createBody).toBe(507);
+      expect(createBody).toContain("nothing was created");
+      expect(createBody).toContain("--cold-read-timeout-ms");
+      expect((await fetch(`${b}/v1/topics/u`)).status).toBe(404);
+      expect(Date.now() - createStarted).toBeLessThan(15_000);
+
+      // An offload whose PUT hangs.
+      void fetch(`${b}/v1/admin/topics/t/cleanup`, { method: "POST" }).catch(() => {});
+      const metric = async (name: string) => {
+        const text = await (await fetch(running!.metricsUrl!)).text();
+        const line = text.split("\n").find((l) => l.startsWith(`${name}{topic="t",partition="0"}`));
+        return line === undefined ? undefined : Number(line.split(" ").pop());
+      };
+      await expect
+        .poll(() => metric("esb_partition_cold_backlog_segments"), { timeout: 10_000 })
+        .toBeGreaterThan(0);
+      await new Promise((r) => setTimeout(r, 500));
+
+      // SIGTERM: the PUT in flight is abandoned (the segment stays local), the broker exits 0 well
+      // below the shipped unit's TimeoutStopSec=60. Before: 175–182 s.
+      const stopStarted = Date.now();
+      const code = await running.stop("SIGTERM");
+      const took = Date.now() - stopStarted;
+      expect(code).toBe(0);
+      expect(took).toBeLessThan(10_000);
+      expect(running.stderr()).toContain("the broker is shutting down");
+      running = null;
+
+      // Nothing was lost: with S3 back, a restart still serves every record.
+      hung.resume();
+      running = await startBroker(
+        `${dir}/data`,
+        [
+          "--cold-storage",
+          "s3://stop/b1",
+          "--cold-s3-endpoint",
+          hung.endpoint,
+          "--cleanup-interval-ms",
+          "0",
+        ],
+        env(),
+      );
+      const all = await json(
+        await fetch(`${running.httpUrl}/v1/topics/t/partitions/0/records?offset=0&max_records=100`),
+      );
+      expect(all.records.length).toBeGreaterThan(0);
+      expect(all.records[0].offset).toBe(0);
+    } finally {
+      hung.resume();
+      await running?.stop("SIGKILL");
+      running = null;
+      await hung.stop();
+    }
+  });
+
   it("refuses a malformed s3:// URL and missing credentials at start, naming what is wrong", async () => {
     const { dir } = tempDir();
     const bad = await runCli(

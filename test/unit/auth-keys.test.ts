@@ -297,6 +297,77 @@ describe("the key store", () => {
     expect(keys.verify(a.key)).toBe(pa);
   });
 
+  describe("never writes over a hand edit it has not loaded (attack18 F7)", () => {
+    async function edited() {
+      const mem = new MemoryFileSystem();
+      const clock = new ManualClock(1_700_000_000_000);
+      const opened = await openTestKeyStore({ fs: mem, clock });
+      const { keys, path } = opened;
+      const admin = await keys.create({ name: "admin", role: "admin" });
+      const cons = await keys.create({ name: "cons", role: "consumer", topics: ["t"] });
+      // The operator removes "cons" by hand and adds "extra" (copied from another file), no SIGHUP yet.
+      const file = JSON.parse(await fileText(mem, path));
+      const extra = { ...file.keys[1], id: "00000000000000aa", name: "extra" };
+      file.keys = [file.keys[0], extra];
+      mem.writeFileSync(path, utf8(JSON.stringify(file)));
+      return { ...opened, mem, clock, admin, cons };
+    }
+    const names = async (mem: MemoryFileSystem, path: string) =>
+      JSON.parse(await fileText(mem, path)).keys.map((k: { name: string }) => k.name);
+
+    it("skips the last_used_ms write and logs it, so the removed key stays removed", async () => {
+      const { keys, mem, path, admin, logger, clock } = await edited();
+      clock.advance(120_000);
+      keys.noteUse(keys.verify(admin.key)!);
+      await keys.close();
+      expect(await names(mem, path)).toEqual(["admin", "extra"]);
+      expect(logger.events.some((e) => e.event === "auth.keys_file_changed")).toBe(true);
+    });
+
+    it("the SIGHUP after it revokes the removed key", async () => {
+      const { keys, admin, cons, clock } = await edited();
+      clock.advance(120_000);
+      keys.noteUse(keys.verify(admin.key)!);
+      await new Promise((r) => setTimeout(r, 0));
+      await keys.reload();
+      expect(keys.verify(cons.key)).toBeNull();
+      expect(keys.verify(admin.key)).not.toBeNull();
+    });
+
+    it("a create loads the edit first, keeping the hand-added key and the removal", async () => {
+      const { keys, mem, path, cons, logger } = await edited();
+      await keys.create({ name: "new", role: "producer", topics: ["t"] });
+      expect(await names(mem, path)).toEqual(["admin", "extra", "new"]);
+      expect(keys.verify(cons.key)).toBeNull();
+      expect(
+        logger.events.some(
+          (e) => e.event === "auth.keys_reloaded" && e.fields.reason === "changed_on_disk",
+        ),
+      ).toBe(true);
+    });
+
+    it("a revoke while the edited file cannot be used is refused, and the file is left as it is", async () => {
+      const { keys, mem, path } = await edited();
+      mem.writeFileSync(path, utf8("{ half an edit"));
+      const error = await refusal(keys.revoke("admin"));
+      expect(error.kind.code).toBe("unavailable");
+      expect(error.message).toMatch(/changed by hand.*SIGHUP/);
+      expect(await fileText(mem, path)).toBe("{ half an edit");
+    });
+
+    it("writes as before when nobody edited the file", async () => {
+      const mem = new MemoryFileSystem();
+      const clock = new ManualClock(1_700_000_000_000);
+      const { keys, path, logger } = await openTestKeyStore({ fs: mem, clock });
+      const admin = await keys.create({ name: "admin", role: "admin" });
+      clock.advance(120_000);
+      keys.noteUse(keys.verify(admin.key)!);
+      await keys.close();
+      expect(JSON.parse(await fileText(mem, path)).keys[0].last_used_ms).toBe(1_700_000_120_000);
+      expect(logger.events.some((e) => e.event === "auth.keys_file_changed")).toBe(false);
+    });
+  });
+
   describe("refuses to open a file it cannot use, naming the file and never quoting it", () => {
     const hash = `sha256:${"ab".repeat(32)}`;
     const entry = {

@@ -34,6 +34,16 @@
  * two incarnations starting at once never share one. A failed snapshot write makes idempotent
  * produce unavailable until restart: a failed fsync is final, never retried.
  *
+ * ## Bounded state
+ *
+ * Producer ids are chosen by clients (Durable Streams `Producer-Id`, `--producer-id`) or handed out
+ * per Kafka producer session, so their number is bounded twice: a producer idle past
+ * `expiryMs` is forgotten, and past `idsMax` producers the least recently active one that has no
+ * request in progress is forgotten the same way (`producers.evicted`, rate-limited;
+ * `esb_producer_ids_evicted_total`). A snapshot never exceeds `producerSnapshotBytesMax`, the
+ * limit its read at start uses: one that would is built again without its least recently active
+ * idle producers. A forgotten producer is answered as an expired one (`sequence.ts`).
+ *
  * ## Start
  *
  * {@link ProducerStates.open} reads the snapshot, replays the journal that continues it, forgets
@@ -50,13 +60,17 @@ import {
   duplicateSequenceLoggedMax,
   producerEpochHeadroom,
   producerEpochMax,
+  producerIdsMaxDefault,
   producerJournalEntriesRotate,
+  producerSnapshotBytesMax,
+  refusalLogIntervalMs,
 } from "../../lib/limits.ts";
 import { Mutex } from "../../lib/mutex.ts";
 import { quote } from "../../lib/quote.ts";
 import { partitionName, topicPartitionKey } from "../../lib/topic-partition.ts";
 import { joinPath, type FileSystem } from "../../fs/types.ts";
-import { readJsonFile, writeJsonAtomic } from "../../storage/metadata.ts";
+import { readJsonFile, writeFileAtomic } from "../../storage/metadata.ts";
+import { utf8 } from "../../lib/bytes.ts";
 import {
   ProducerJournal,
   SnapshotOutcomeUnknown,
@@ -105,6 +119,13 @@ export interface ProducerStatesOptions {
   expiryMs: number;
   /** Partitions as they are after their recovery (the producer state opens after the topics). */
   partitions: ProducerPartitions;
+  /**
+   * Most producer ids kept (`--producer-ids-max`, default `producerIdsMaxDefault`): past it the
+   * least recently active idle one is forgotten (the module comment, Bounded state).
+   */
+  idsMax?: number;
+  /** Largest snapshot written and read, in bytes (default `producerSnapshotBytesMax`; tests lower it). */
+  snapshotBytesMax?: number;
 }
 
 /** Arguments of {@link ProducerStates.produce}. */
@@ -157,6 +178,15 @@ export class ProducerStates {
   #clock: Clock;
   #logger: Logger;
   #expiryMs: number;
+  #idsMax: number;
+  #snapshotBytesMax: number;
+  /** Producers forgotten by the cap (`idsMax` or the snapshot size) since the start. */
+  #evicted = 0;
+  /** Evictions not yet logged, and when the last `producers.evicted` line was written. */
+  #evictedUnlogged = 0;
+  #evictedLoggedAtMs = Number.NEGATIVE_INFINITY;
+  /** Ids whose allocated epoch waits for its snapshot: never evicted meanwhile. */
+  #allocating = new Map<string, number>();
   #partitions: ProducerPartitions;
   #producers = new Map<string, ProducerState>();
   #journal: ProducerJournal | null = null;
@@ -185,6 +215,8 @@ export class ProducerStates {
     this.#clock = options.clock;
     this.#logger = options.logger;
     this.#expiryMs = options.expiryMs;
+    this.#idsMax = options.idsMax ?? producerIdsMaxDefault;
+    this.#snapshotBytesMax = options.snapshotBytesMax ?? producerSnapshotBytesMax;
     this.#partitions = options.partitions;
   }
 
@@ -197,6 +229,10 @@ export class ProducerStates {
     assert(
       Number.isSafeInteger(options.expiryMs) && options.expiryMs > 0,
       "producer expiry is a positive integer of ms",
+    );
+    assert(
+      options.idsMax === undefined || (Number.isSafeInteger(options.idsMax) && options.idsMax > 0),
+      "the producer id cap is a positive integer",
     );
     const states = new ProducerStates(options);
     await states.#load();
@@ -211,6 +247,49 @@ export class ProducerStates {
   /** Producers with state. */
   get producerCount(): number {
     return this.#producers.size;
+  }
+
+  /** Producers forgotten by the cap (`idsMax`, or to keep a snapshot within its size) since start. */
+  get evictedCount(): number {
+    return this.#evicted;
+  }
+
+  /**
+   * Forgets the least recently active producer with no request in progress (no lock, no epoch
+   * allocation waiting), counting and logging it (rate-limited). False if every one is busy.
+   */
+  #evictOldest(reason: "producer_ids_max" | "snapshot_bytes_max"): boolean {
+    let oldest: ProducerState | undefined;
+    for (const p of this.#producers.values()) {
+      if (oldest !== undefined && p.lastActiveMs >= oldest.lastActiveMs) continue;
+      if (this.#allocating.has(p.id) || this.#hasLock(p.id)) continue;
+      oldest = p;
+    }
+    if (oldest === undefined) return false;
+    this.#producers.delete(oldest.id);
+    this.#evicted++;
+    this.#evictedUnlogged++;
+    const now = this.#clock.nowMs();
+    if (now - this.#evictedLoggedAtMs >= refusalLogIntervalMs) {
+      this.#logger.log("warn", "producers.evicted", {
+        reason,
+        evicted: this.#evictedUnlogged,
+        last_producer_id: oldest.id,
+        last_idle_ms: now - oldest.lastActiveMs,
+        producers: this.#producers.size,
+        producer_ids_max: this.#idsMax,
+        action:
+          "the least recently active idle producers were forgotten, as if expired: a retry of their last batch may be stored again. Raise --producer-ids-max if this many producers are expected",
+      });
+      this.#evictedUnlogged = 0;
+      this.#evictedLoggedAtMs = now;
+    }
+    return true;
+  }
+
+  /** Forgets least recently active idle producers while more than `idsMax` have state. */
+  #enforceIdsMax(): void {
+    while (this.#producers.size > this.#idsMax && this.#evictOldest("producer_ids_max")) {}
   }
 
   /** A copy of one producer's state, for tests and reports. */
@@ -242,7 +321,7 @@ export class ProducerStates {
 
   async #load(): Promise<void> {
     const started = this.#clock.nowMs();
-    const read = await readJsonFile(this.#fs, this.#snapshotPath);
+    const read = await readJsonFile(this.#fs, this.#snapshotPath, this.#snapshotBytesMax);
     let generation = 0;
     let pendingFromSnapshot: ProducerJournalEntry[] = [];
     if ("error" in read) return this.#setUnavailable(`${this.#snapshotPath}: ${read.error}`);
@@ -299,6 +378,8 @@ export class ProducerStates {
         expired++;
       }
     }
+    const evictedBefore = this.#evicted;
+    this.#enforceIdsMax();
     const outcome = await reconcile(this.#producers, {
       partitions: this.#partitions,
       logger: this.#logger,
@@ -310,6 +391,7 @@ export class ProducerStates {
       entries_ignored: ignored,
       journal_cut_bytes: opened.cutBytes,
       expired,
+      evicted: this.#evicted - evictedBefore,
       ...outcome,
       duration_ms: this.#clock.nowMs() - started,
     });
@@ -725,6 +807,7 @@ export class ProducerStates {
       const p = this.#producers.get(entry.producerId);
       if (p !== undefined) p.lastActiveMs = Math.max(p.lastActiveMs, now);
     }
+    this.#enforceIdsMax();
     this.#maybeRotate();
   }
 
@@ -743,6 +826,7 @@ export class ProducerStates {
         lastActiveMs: now,
         partitions: new Map(),
       });
+      this.#enforceIdsMax();
     } else if (producer.epoch > state.epoch) {
       state.epoch = producer.epoch;
       state.partitions.clear();
@@ -804,7 +888,9 @@ export class ProducerStates {
       state.partitions.clear();
       state.lastActiveMs = now;
     }
+    this.#allocating.set(producerId, (this.#allocating.get(producerId) ?? 0) + 1);
     try {
+      this.#enforceIdsMax();
       await this.#rotationForAllocations();
     } catch (err) {
       const reason = `a snapshot of an allocated epoch failed (${errorMessage(err)})`;
@@ -813,6 +899,10 @@ export class ProducerStates {
         Errors.unavailable,
         `${action}: ${reason}; idempotent produce is unavailable until the broker restarts`,
       );
+    } finally {
+      const n = (this.#allocating.get(producerId) ?? 1) - 1;
+      if (n === 0) this.#allocating.delete(producerId);
+      else this.#allocating.set(producerId, n);
     }
     this.#logger.log("info", "producers.epoch_allocated", {
       producer_id: producerId,
@@ -870,20 +960,13 @@ export class ProducerStates {
       const now = this.#clock.nowMs();
       for (const [id, p] of this.#producers)
         if (now - p.lastActiveMs > this.#expiryMs && !this.#hasLock(id)) this.#producers.delete(id);
-      const snapshot = buildSnapshot(nextGeneration, {
-        producers: this.#producers.values(),
-        pending: [...this.#pending].flatMap((p) => (p.entry === null ? [] : [p.entry])),
-        highWatermark: (topic, partition) => {
-          const log = this.#partitions.get(topic, partition);
-          return typeof log === "string" ? -1 : log.highWatermark;
-        },
-      });
+      const bytes = this.#snapshotBytes(nextGeneration);
       try {
-        await writeJsonAtomic(this.#fs, this.#snapshotPath, snapshot);
+        await writeFileAtomic(this.#fs, this.#snapshotPath, bytes);
       } catch (err) {
         // Failed before its rename, the old snapshot stands and the journal goes on. Failed
         // after it (the directory fsync), a restart may find either snapshot: unknown.
-        const now = await readJsonFile(this.#fs, this.#snapshotPath);
+        const now = await readJsonFile(this.#fs, this.#snapshotPath, this.#snapshotBytesMax);
         const generation =
           "value" in now
             ? (now.value as { journal_generation?: unknown } | null)?.journal_generation
@@ -892,6 +975,40 @@ export class ProducerStates {
         throw err;
       }
     });
+  }
+
+  /**
+   * The snapshot of generation `generation` as written (pretty JSON), at most `snapshotBytesMax`
+   * bytes: while larger, the least recently active idle eighth of the producers is forgotten and
+   * it is built again. Synchronous, so no request changes the state between tries.
+   * @throws Error when it cannot fit even with every idle producer forgotten.
+   */
+  #snapshotBytes(generation: number): Uint8Array {
+    for (;;) {
+      const snapshot = buildSnapshot(generation, {
+        producers: this.#producers.values(),
+        pending: [...this.#pending].flatMap((p) => (p.entry === null ? [] : [p.entry])),
+        highWatermark: (topic, partition) => {
+          const log = this.#partitions.get(topic, partition);
+          return typeof log === "string" ? -1 : log.highWatermark;
+        },
+      });
+      let bytes: Uint8Array | null = null;
+      try {
+        bytes = utf8(`${JSON.stringify(snapshot, null, 2)}\n`);
+      } catch (err) {
+        // Past the runtime's longest string: too large as well.
+        if (!(err instanceof RangeError)) throw err;
+      }
+      if (bytes !== null && bytes.length <= this.#snapshotBytesMax) return bytes;
+      const drop = Math.max(1, Math.ceil(this.#producers.size / 8));
+      let dropped = 0;
+      while (dropped < drop && this.#evictOldest("snapshot_bytes_max")) dropped++;
+      if (dropped === 0)
+        throw new Error(
+          `the producer snapshot would be over ${this.#snapshotBytesMax} bytes with every idle producer forgotten`,
+        );
+    }
   }
 
   #hasLock(producerId: string): boolean {

@@ -562,6 +562,19 @@ export async function renderMetrics(sources: MetricsSources): Promise<string> {
       )
       .sample({}, observation.diskReserveGivenUp ? 1 : 0);
 
+  if (observation.producers !== undefined) {
+    out
+      .family("esb_producer_ids", "gauge", "Idempotent producer ids whose state the broker keeps.")
+      .sample({}, observation.producers.ids);
+    out
+      .family(
+        "esb_producer_ids_evicted_total",
+        "counter",
+        "Idle idempotent producer ids forgotten before their expiry because --producer-ids-max was reached (or a snapshot would pass its size limit).",
+      )
+      .sample({}, observation.producers.evicted);
+  }
+
   // Each partition's labels are written once and reused by every partition family.
   const partitions = observation.partitions.map((p) => ({
     labels: formatLabels({ topic: p.topic, partition: String(p.partition) }),
