@@ -426,6 +426,17 @@ assert(
  * most a sixteenth of the file.
  */
 export const schemaBytesMax = 1 * MiB;
+/**
+ * Most comparisons of (sub)schema pairs one JSON Schema compatibility check makes (docs/registry.md
+ * "Limits"); past it the schema is refused as too complex to check (42201). Each pair is compared
+ * once, so real schemas need about (nodes of one) × (nodes of the other) at most.
+ */
+export const jsonCompatStepsMax = 200_000;
+/**
+ * Deepest nesting of comparisons in one JSON Schema compatibility check (docs/registry.md
+ * "Limits"): `$ref` chains nest past the text's depth, so this bounds the stack; past it, 42201.
+ */
+export const jsonCompatDepthMax = 256;
 /** Deepest nesting of objects and arrays in a schema's JSON text; deeper schemas are refused before any parser recurses into them. */
 export const schemaDepthMax = 128;
 /** Longest schema registry subject name, in characters. */

@@ -26,8 +26,10 @@
  * change what others mean (`patternProperties`, tuple forms), which must be equal on both sides.
  * Unknown keywords are annotations (validators ignore them) and are ignored here.
  */
+import { jsonCompatDepthMax, jsonCompatStepsMax } from "../lib/limits.ts";
 import { quote } from "../lib/quote.ts";
 import { type Json, jsonEqual } from "./canonical.ts";
+import { RegistryError, RegistryErrors } from "./errors.ts";
 
 type Schema = Json;
 type SchemaObject = { [key: string]: Json };
@@ -66,25 +68,53 @@ const equalEitherSide = ["patternProperties", "prefixItems", "additionalItems"];
 const lowerBounds = ["minimum", "minLength", "minItems", "minProperties"];
 const upperBounds = ["maximum", "maxLength", "maxItems", "maxProperties"];
 
+/** Most reasons one comparison of two (sub)schemas keeps: the first ones name the problem. */
+const reasonsKeptMax = 8;
+
 /**
  * Reasons why a value valid under `narrow` may be invalid under `wide` (empty: none). Local
  * `$ref`s ("#/…") resolve inside each schema's own document; others are refused.
+ *
+ * Each pair of (sub)schemas is compared once per call (memoized by identity: the schemas are
+ * immutable), so the work is polynomial in their sizes; it is also bounded by `jsonCompatStepsMax`
+ * comparisons (docs/registry.md "Limits").
+ * @throws RegistryError invalid_schema (42201) when the comparison needs more than
+ *   `jsonCompatStepsMax` steps ("too complex to check").
  */
 export function jsonSchemaIncludes(
   narrow: Schema,
   wide: Schema,
   labels: InclusionLabels,
+  stepsMax: number = jsonCompatStepsMax,
 ): string[] {
-  return new Inclusion(narrow, wide, labels).check(narrow, wide, "#");
+  return new Inclusion(narrow, wide, labels, stepsMax).check(narrow, wide, "#");
+}
+
+/** A memoized comparison: its reasons, and the depth of the shallowest pair assumed to hold. */
+interface Outcome {
+  reasons: string[];
+  /** Infinity: final. Otherwise it holds only if the pair at this depth of the stack holds. */
+  dependsOn: number;
 }
 
 class Inclusion {
-  #inProgress = new Map<object, Set<object>>();
+  /** Pairs being compared (narrow → wide → depth on the stack). */
+  #inProgress = new Map<object, Map<object, number>>();
+  #depth = 0;
+  /** Shallowest in-progress pair assumed to hold while computing the current pair. */
+  #assumed = Number.POSITIVE_INFINITY;
+  #memo = new Map<object, Map<object, Outcome>>();
+  /** Outcomes that hold only if a pair still on the stack holds, in the order they were made. */
+  #provisional: [object, object, Outcome][] = [];
+  #steps = 0;
+  #withoutCache = new WeakMap<object, Map<string, SchemaObject>>();
+  #hasRefCache = new WeakMap<object, boolean>();
 
   constructor(
     readonly narrowRoot: Schema,
     readonly wideRoot: Schema,
     readonly labels: InclusionLabels,
+    readonly stepsMax: number,
   ) {}
 
   check(a: Schema, b: Schema, path: string): string[] {
@@ -98,21 +128,98 @@ class Inclusion {
         : [`at "${path}": the ${narrow} schema allows any value, the ${wide} schema does not`];
     if (typeof b !== "object" || b === null || Array.isArray(b))
       return [`at "${path}": the ${wide} schema is not a schema`];
+    const known = this.#memo.get(a)?.get(b);
+    if (known !== undefined) {
+      this.#assumed = Math.min(this.#assumed, known.dependsOn);
+      return [...known.reasons];
+    }
     // Coinduction: a pair already being compared further up holds unless something else fails.
     let seen = this.#inProgress.get(a);
-    if (seen?.has(b)) return [];
-    if (seen === undefined) this.#inProgress.set(a, (seen = new Set()));
-    seen.add(b);
+    const onStack = seen?.get(b);
+    if (onStack !== undefined) {
+      this.#assumed = Math.min(this.#assumed, onStack);
+      return [];
+    }
+    if (++this.#steps > this.stepsMax)
+      throw new RegistryError(
+        RegistryErrors.invalidSchema,
+        `the schema is too complex to check for compatibility: comparing it takes more than ${this.stepsMax} steps (jsonCompatStepsMax)`,
+        { limit_steps: this.stepsMax },
+      );
+    // $ref chains nest comparisons past the text's own depth: bounded before the stack is.
+    if (this.#depth >= jsonCompatDepthMax)
+      throw new RegistryError(
+        RegistryErrors.invalidSchema,
+        `the schema is too complex to check for compatibility: comparing it nests more than ${jsonCompatDepthMax} comparisons (through $ref, allOf, anyOf, oneOf, properties or items; jsonCompatDepthMax)`,
+        { limit_depth: jsonCompatDepthMax },
+      );
+    if (seen === undefined) this.#inProgress.set(a, (seen = new Map()));
+    const depth = this.#depth++;
+    seen.set(b, depth);
+    const outer = this.#assumed;
+    const start = this.#provisional.length;
+    this.#assumed = Number.POSITIVE_INFINITY;
+    let reasons: string[];
     try {
-      return this.#checkObjects(a, b, path);
+      reasons = this.#checkObjects(a, b, path);
+      if (reasons.length > reasonsKeptMax) reasons = reasons.slice(0, reasonsKeptMax);
     } finally {
       seen.delete(b);
+      this.#depth--;
     }
+    const assumed = this.#assumed;
+    this.#assumed = Math.min(outer, assumed);
+    this.#settle(start, depth, reasons.length === 0, assumed);
+    // A failure is final (assuming more pairs hold only adds successes); a success is final
+    // unless it assumed a pair still further up the stack.
+    const dependsOn = reasons.length === 0 && assumed < depth ? assumed : Number.POSITIVE_INFINITY;
+    const outcome: Outcome = { reasons, dependsOn };
+    let row = this.#memo.get(a);
+    if (row === undefined) this.#memo.set(a, (row = new Map()));
+    row.set(b, outcome);
+    if (dependsOn !== Number.POSITIVE_INFINITY) this.#provisional.push([a, b, outcome]);
+    return [...reasons];
+  }
+
+  /**
+   * Settles the provisional outcomes made while the pair at `depth` was compared: those that
+   * assumed it (or a pair below it) are dropped if it failed, final if it held on its own, and
+   * otherwise now depend on the shallower pair it assumed.
+   */
+  #settle(start: number, depth: number, held: boolean, assumed: number): void {
+    const kept: [object, object, Outcome][] = [];
+    for (const entry of this.#provisional.splice(start)) {
+      const [a, b, outcome] = entry;
+      if (outcome.dependsOn < depth) kept.push(entry);
+      else if (!held) this.#memo.get(a)?.delete(b);
+      else if (assumed >= depth) outcome.dependsOn = Number.POSITIVE_INFINITY;
+      else {
+        outcome.dependsOn = assumed;
+        kept.push(entry);
+      }
+    }
+    this.#provisional.push(...kept);
+  }
+
+  /** `without(s, keys)`, the same object for the same arguments (so that pairs memoize). */
+  #without(s: SchemaObject, keys: string[]): SchemaObject {
+    let row = this.#withoutCache.get(s);
+    if (row === undefined) this.#withoutCache.set(s, (row = new Map()));
+    const key = keys.join(",");
+    let out = row.get(key);
+    if (out === undefined) row.set(key, (out = without(s, keys)));
+    return out;
+  }
+
+  #hasRef(s: SchemaObject): boolean {
+    let found = this.#hasRefCache.get(s);
+    if (found === undefined) this.#hasRefCache.set(s, (found = hasRef(s)));
+    return found;
   }
 
   #checkObjects(a: SchemaObject, b: SchemaObject, path: string): string[] {
     const { narrow, wide } = this.labels;
-    if (!hasRef(a) && !hasRef(b) && jsonEqual(a, b)) return [];
+    if (!this.#hasRef(a) && !this.#hasRef(b) && jsonEqual(a, b)) return [];
     // `wide` as a conjunction: a must be within every part.
     if (typeof b.$ref === "string" || Array.isArray(b.allOf)) {
       const reasons: string[] = [];
@@ -126,12 +233,12 @@ class Inclusion {
       }
       if (Array.isArray(b.allOf))
         b.allOf.forEach((part, i) => reasons.push(...this.check(a, part, `${path}/allOf/${i}`)));
-      reasons.push(...this.check(a, without(b, ["$ref", "allOf"]), path));
+      reasons.push(...this.check(a, this.#without(b, ["$ref", "allOf"]), path));
       return reasons;
     }
     // `narrow` as a conjunction: enough that one part is within b.
     if (typeof a.$ref === "string" || Array.isArray(a.allOf)) {
-      const parts: Schema[] = [without(a, ["$ref", "allOf"])];
+      const parts: Schema[] = [this.#without(a, ["$ref", "allOf"])];
       if (typeof a.$ref === "string") {
         const target = resolveRef(this.narrowRoot, a.$ref);
         if (target === undefined)
@@ -146,7 +253,7 @@ class Inclusion {
     // `narrow` as a disjunction: enough that its other keywords are within b, or every branch is.
     const aBranches = branchesOf(a);
     if (aBranches !== null) {
-      const base = without(a, ["anyOf", "oneOf"]);
+      const base = this.#without(a, ["anyOf", "oneOf"]);
       const baseReasons = this.check(base, b, path);
       if (baseReasons.length === 0) return [];
       const reasons: string[] = [];
@@ -158,7 +265,7 @@ class Inclusion {
     // `wide` as a disjunction: a within one branch, and within its other keywords.
     const bBranches = branchesOf(b);
     if (bBranches !== null) {
-      const reasons = this.check(a, without(b, ["anyOf", "oneOf"]), path);
+      const reasons = this.check(a, this.#without(b, ["anyOf", "oneOf"]), path);
       const holds = bBranches.map((branch) => this.check(a, branch, path));
       const i = holds.findIndex((r) => r.length === 0);
       if (i < 0)
