@@ -49,13 +49,72 @@ function looksLikeJsonSchema(json: Json): boolean {
 export function parseAvro(json: Json, action: string): AvroType {
   try {
     // A fresh registry per schema: named types of one schema never leak into another.
-    return schemaLibraries().avsc.Type.forSchema(json as avsc.Schema, { registry: {} });
+    return schemaLibraries().avsc.Type.forSchema(json as avsc.Schema, {
+      registry: {},
+      typeHook: (schema) => (isLongSchema(schema) ? bigIntLong() : undefined),
+    });
   } catch (err) {
     throw new RegistryError(
       RegistryErrors.invalidSchema,
       `${action}: not a valid Avro schema: ${shorten(errorMessage(err))}${looksLikeJsonSchema(json) ? ' (it looks like a JSON Schema: register it with schemaType "JSON", CLI --type JSON)' : ""}`,
     );
   }
+}
+
+/** `"long"` or `{"type": "long", …}` (a logical type on a long is read as the long here). */
+function isLongSchema(schema: unknown): boolean {
+  return (
+    schema === "long" ||
+    (typeof schema === "object" &&
+      schema !== null &&
+      (schema as { type?: unknown }).type === "long")
+  );
+}
+
+const longMin = -(2n ** 63n);
+const longMax = 2n ** 63n - 1n;
+/** Bytes of the longest zigzag varint of a 64-bit long (9 × 7 bits, then one more bit). */
+const longVarintBytesMax = 10;
+
+let bigIntLongType: AvroType | null = null;
+
+/**
+ * Avro's `long` as a BigInt: every 64-bit value (avsc's own long refuses |v| ≥ 2^53 − 1 as a
+ * "potential precision loss", which refused valid records with 64-bit ids or `timestamp-nanos`).
+ * It reads the zigzag varint itself (avsc's `noUnpack`), so a varint longer than 10 bytes or
+ * past 64 bits is refused rather than wrapped. Defaults are JSON numbers, as the Avro
+ * specification writes them.
+ */
+function bigIntLong(): AvroType {
+  bigIntLongType ??= schemaLibraries().avsc.types.LongType.__with(
+    {
+      fromBuffer: (buf: Buffer): bigint => {
+        if (buf.length > longVarintBytesMax || (buf.length === longVarintBytesMax && buf[9] > 1))
+          throw new Error(`invalid long: its varint does not fit 64 bits (${buf.length} bytes)`);
+        let n = 0n;
+        for (let i = buf.length - 1; i >= 0; i--) n = (n << 7n) | BigInt(buf[i] & 0x7f);
+        return n & 1n ? -(n >> 1n) - 1n : n >> 1n;
+      },
+      toBuffer: (value: bigint): Buffer => {
+        let n = value < 0n ? ((-value - 1n) << 1n) | 1n : value << 1n;
+        const out: number[] = [];
+        while (n > 0x7fn) {
+          out.push(Number(n & 0x7fn) | 0x80);
+          n >>= 7n;
+        }
+        out.push(Number(n));
+        return asBuffer(Uint8Array.from(out));
+      },
+      fromJSON: (value: unknown): unknown =>
+        typeof value === "number" && Number.isInteger(value) ? BigInt(value) : value,
+      toJSON: (value: bigint): number => Number(value),
+      isValid: (value: unknown): boolean =>
+        typeof value === "bigint" && value >= longMin && value <= longMax,
+      compare: (a: bigint, b: bigint): number => (a === b ? 0 : a < b ? -1 : 1),
+    },
+    true,
+  );
+  return bigIntLongType;
 }
 
 /**

@@ -567,3 +567,109 @@ describe("invalid schema messages", () => {
     expect(badAvro.message).not.toMatch(/JSON Schema/);
   });
 });
+
+describe("produce-time checks of Avro longs", () => {
+  /** Zigzag varint of a 64-bit long, as every Avro writer encodes it. */
+  const zigzag = (v: bigint): number[] => {
+    let n = v < 0n ? ((-v - 1n) << 1n) | 1n : v << 1n;
+    const out: number[] = [];
+    while (n > 0x7fn) {
+      out.push(Number(n & 0x7fn) | 0x80);
+      n >>= 7n;
+    }
+    out.push(Number(n));
+    return out;
+  };
+
+  it("accept every 64-bit value (|v| ≥ 2^53 − 1 was refused as a potential precision loss), plain, in arrays and as timestamp-nanos, and refuse varints past 64 bits", async () => {
+    const { registry } = await openRegistry();
+    const subjects = {
+      plain: { type: "record", name: "E", fields: [{ name: "ts_nanos", type: "long" }] },
+      // Arrays take the bounded walk instead of avsc's decode: the same long type there.
+      walked: {
+        type: "record",
+        name: "W",
+        fields: [
+          { name: "ids", type: { type: "array", items: "long" } },
+          { name: "t", type: { type: "long", logicalType: "timestamp-nanos" } },
+        ],
+      },
+    };
+    const ids: Record<string, number> = {};
+    for (const [subject, schema] of Object.entries(subjects))
+      ids[subject] = (await registry.register(subject, { schema: JSON.stringify(schema) })).id;
+    const framed = (id: number, body: number[]) => Uint8Array.of(0, 0, 0, 0, id, ...body);
+    const check = (subject: string, value: Uint8Array) =>
+      registry.checkBatch(new EntryBatchBuilder().add(null, value).build(), {
+        value: { subject, format: "confluent" },
+      });
+    const values = [
+      0n,
+      9007199254740990n,
+      9007199254740991n,
+      -9007199254740991n,
+      9007199254740993n,
+      1796300374145000000n,
+      2n ** 63n - 1n,
+      -(2n ** 63n),
+    ];
+    for (const v of values) {
+      expect(check("plain", framed(ids.plain, zigzag(v))), String(v)).toBeNull();
+      const body = [2, ...zigzag(v), 0, ...zigzag(v)]; // one block of one item, the end, then t
+      expect(check("walked", framed(ids.walked, body)), String(v)).toBeNull();
+      // The oracle: avsc with its BigInt long reads the same bytes back as v.
+      const oracle = avsc.types.LongType.__with({
+        fromBuffer: (b: Buffer) => b.readBigInt64LE(),
+        toBuffer: (n: bigint) => {
+          const b = Buffer.alloc(8);
+          b.writeBigInt64LE(n);
+          return b;
+        },
+        fromJSON: BigInt,
+        toJSON: Number,
+        isValid: (n: unknown) => typeof n === "bigint",
+        compare: (a: bigint, b: bigint) => (a === b ? 0 : a < b ? -1 : 1),
+      });
+      expect(oracle.fromBuffer(Buffer.from(zigzag(v)))).toBe(v);
+    }
+    // Eleven bytes, or ten whose last carries more than the 64th bit: not a long.
+    const tooLong = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+    const past64 = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
+    for (const body of [tooLong, past64]) {
+      expect(check("plain", framed(ids.plain, body))?.reason).toMatch(/does not fit 64 bits/);
+      expect(check("walked", framed(ids.walked, [2, ...body, 0, 0]))?.reason).toMatch(
+        /does not fit 64 bits/,
+      );
+    }
+    // A truncated varint still ends inside the value.
+    expect(check("plain", framed(ids.plain, [0xff, 0xff]))).not.toBeNull();
+  });
+
+  it("keep long defaults and promotions: int → long, long → double compatible, long → int not", async () => {
+    const { registry } = await openRegistry();
+    const one = (type: string, extra: object = {}) =>
+      JSON.stringify({ type: "record", name: "E", fields: [{ name: "x", type, ...extra }] });
+    await registry.register("p", { schema: one("int") });
+    expect(
+      (await registry.testCompatibility("p", "latest", { schema: one("long") })).compatible,
+    ).toBe(true);
+    await registry.register("q", { schema: one("long") });
+    expect(
+      (await registry.testCompatibility("q", "latest", { schema: one("double") })).compatible,
+    ).toBe(true);
+    expect(
+      (await registry.testCompatibility("q", "latest", { schema: one("int") })).compatible,
+    ).toBe(false);
+    await registry.register("d", {
+      schema: JSON.stringify({
+        type: "record",
+        name: "E",
+        fields: [{ name: "x", type: "long", default: 2 ** 60 }],
+      }),
+    });
+    const bad = await registryError(() =>
+      registry.register("d2", { schema: one("long", { default: 1.5 }) }),
+    );
+    expect(bad.message).toMatch(/invalid "long": 1\.5/);
+  });
+});
