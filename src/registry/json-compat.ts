@@ -6,8 +6,8 @@
  * These are Confluent's published JSON Schema rules seen from what they protect; docs/registry.md
  * "Compatibility" lists them row by row.
  *
- * The check is sound and incomplete: whatever it accepts is an inclusion (with one approximation:
- * `oneOf` is read as `anyOf`), and what it cannot prove it refuses, naming the keyword. The rules:
+ * The check is sound and incomplete: whatever it accepts is an inclusion, and what it cannot prove
+ * it refuses, naming the keyword. The rules:
  *
  * | keyword (in `wide`)                | `narrow` must …                                                   |
  * |------------------------------------|-------------------------------------------------------------------|
@@ -24,7 +24,10 @@
  *
  * A keyword only `narrow` has narrows it further and never breaks inclusion, except those that
  * change what others mean (`patternProperties`, tuple forms), which must be equal on both sides.
- * Unknown keywords are annotations (validators ignore them) and are ignored here.
+ * A schema with both `anyOf` and `oneOf` must pass both: each is a part of a conjunction.
+ * `multipleOf` is compared as ajv tests it, in floating point: only equal values or integers.
+ * Annotations (`title`, `description`, `default`, `$comment`, `definitions`, …) are ignored; any
+ * other keyword (ajv-formats' `formatMinimum`, another vocabulary's) must have the same value.
  */
 import { jsonCompatDepthMax, jsonCompatStepsMax } from "../lib/limits.ts";
 import { quote } from "../lib/quote.ts";
@@ -250,6 +253,17 @@ class Inclusion {
       if (Array.isArray(a.allOf)) parts.push(...a.allOf);
       return this.#firstThatHolds(parts, (part) => this.check(part, b, path));
     }
+    // Both anyOf and oneOf: a value must pass each, so each is a part of a conjunction.
+    if (Array.isArray(b.anyOf) && Array.isArray(b.oneOf))
+      return [
+        ...this.check(a, this.#without(b, ["oneOf"]), path),
+        ...this.check(a, this.#without(b, ["anyOf"]), path),
+      ];
+    if (Array.isArray(a.anyOf) && Array.isArray(a.oneOf))
+      return this.#firstThatHolds(
+        [this.#without(a, ["oneOf"]), this.#without(a, ["anyOf"])],
+        (part) => this.check(part, b, path),
+      );
     // `narrow` as a disjunction: enough that its other keywords are within b, or every branch is.
     const aBranches = branchesOf(a);
     if (aBranches !== null) {
@@ -305,6 +319,13 @@ class Inclusion {
       if (k in b && !jsonEqual(a[k], b[k]))
         reasons.push(
           `${at}: "${k}" differs (${describe(a[k])} in the ${narrow} schema, ${describe(b[k])} in the ${wide}), and a change of it is not compared`,
+        );
+    // Keywords the check does not model (ajv-formats' formatMinimum …, vocabularies of others):
+    // a validator may enforce them, so any change of one is not provably compatible.
+    for (const k of Object.keys(b))
+      if (!constraining.has(k) && !annotations.has(k) && !jsonEqual(a[k], b[k]))
+        reasons.push(
+          `${at}: "${k}" differs (${describe(a[k])} in the ${narrow} schema, ${describe(b[k])} in the ${wide}), and the check does not know this keyword, so it cannot prove the change compatible`,
         );
     for (const k of equalEitherSide)
       if ((k in a || k in b) && !jsonEqual(a[k], b[k]))
@@ -452,8 +473,32 @@ class Inclusion {
 
 function isTrivial(s: Schema): boolean {
   if (typeof s !== "object" || s === null || Array.isArray(s)) return false;
-  return constrainingKeys(s).length === 0;
+  return Object.keys(s).every((k) => annotations.has(k));
 }
+
+/** Keywords that never constrain a value: annotations, identifiers, definitions. */
+const annotations = new Set([
+  "$schema",
+  "$id",
+  "id",
+  "$anchor",
+  "$dynamicAnchor",
+  "$recursiveAnchor",
+  "$vocabulary",
+  "$comment",
+  "definitions",
+  "$defs",
+  "title",
+  "description",
+  "default",
+  "examples",
+  "readOnly",
+  "writeOnly",
+  "deprecated",
+  "contentMediaType",
+  "contentEncoding",
+  "contentSchema",
+]);
 
 const constraining = new Set([
   "type",
@@ -499,11 +544,8 @@ const constraining = new Set([
   "$ref",
   "$dynamicRef",
   "$recursiveRef",
+  "nullable",
 ]);
-
-function constrainingKeys(s: SchemaObject): string[] {
-  return Object.keys(s).filter((k) => constraining.has(k));
-}
 
 function without(s: SchemaObject, keys: string[]): SchemaObject {
   const out: SchemaObject = {};
@@ -587,6 +629,13 @@ function jsonTypeOf(v: Json): string {
 }
 
 function typesOf(s: SchemaObject, values: Json[] | null): Set<string> {
+  const types = declaredTypes(s, values);
+  // ajv's OpenAPI `nullable: true` adds "null" to `type`.
+  if (s.nullable === true && "type" in s) types.add("null");
+  return types;
+}
+
+function declaredTypes(s: SchemaObject, values: Json[] | null): Set<string> {
   if (typeof s.type === "string") return new Set([s.type]);
   if (Array.isArray(s.type))
     return new Set(s.type.filter((t): t is string => typeof t === "string"));
@@ -608,9 +657,15 @@ function upperBound(s: SchemaObject, k: string): number | null {
   return null;
 }
 
+/**
+ * True if every multiple of `m` passes ajv's `multipleOf: of`, which tests `(x / of) % 1 === 0`
+ * in floating point, exactly: proven only for `m === of`, or integers where `of` divides `m`
+ * (an integer multiple of an integer divides exactly). Fractions are refused: `3 / 0.1` is not
+ * 30 in floating point.
+ */
 function isMultiple(m: number, of: number): boolean {
-  const q = m / of;
-  return Math.abs(q - Math.round(q)) < 1e-9;
+  if (m === of) return true;
+  return Number.isSafeInteger(m) && Number.isSafeInteger(of) && of !== 0 && m % of === 0;
 }
 
 function stringsOf(v: Json | undefined): string[] {

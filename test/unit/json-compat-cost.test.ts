@@ -5,6 +5,8 @@
  * nesting budget is refused as too complex (42201), never a stalled event loop or a stack overflow.
  * The assertions count steps (a small `stepsMax`), not time.
  */
+import { Ajv } from "ajv";
+import * as formats from "ajv-formats";
 import { describe, expect, it } from "vitest";
 import { jsonCompatDepthMax } from "../../src/lib/limits.ts";
 import { RegistryError } from "../../src/registry/errors.ts";
@@ -89,5 +91,90 @@ describe("JSON Schema compatibility cost", () => {
       expect(err.kind.errorCode).toBe(42201);
       expect(err.message).toContain(`more than ${jsonCompatDepthMax} comparisons`);
     }
+  });
+});
+
+describe("JSON Schema compatibility soundness (session 18, finding 6)", () => {
+  /** ajv as the registry configures it (formats on, strict off): the oracle of validity. */
+  const ajv = new Ajv({ strict: false, allErrors: false });
+  // A CommonJS module: its function is the namespace's default (as libraries.ts loads it).
+  (formats as unknown as { default: (a: Ajv) => Ajv }).default(ajv);
+  const valid = (schema: Json, value: unknown) => ajv.validate(schema as object, value) === true;
+
+  const cases: { name: string; old: Json; new: Json; value: unknown }[] = [
+    {
+      name: "anyOf and oneOf in one schema (both were ignored)",
+      old: { type: "object" },
+      new: {
+        anyOf: [{ type: "object", required: ["x"] }],
+        oneOf: [{ type: "object" }],
+      },
+      value: { y: 1 },
+    },
+    {
+      name: "ajv-formats' formatMinimum (was ignored)",
+      old: { type: "string", format: "date" },
+      new: { type: "string", format: "date", formatMinimum: "2020-01-01" },
+      value: "2019-05-05",
+    },
+    {
+      name: "formatExclusiveMaximum (was ignored)",
+      old: { type: "string", format: "date" },
+      new: { type: "string", format: "date", formatExclusiveMaximum: "2030-01-01" },
+      value: "2031-01-01",
+    },
+    {
+      name: "multipleOf 0.3 within 0.1 (a 1e-9 tolerance, ajv is exact)",
+      old: { type: "number", multipleOf: 0.3 },
+      new: { type: "number", multipleOf: 0.1 },
+      value: 0.3,
+    },
+    {
+      name: "an unknown keyword only the new schema has, alone",
+      old: { type: "string" },
+      new: { formatMaximum: "2020-01-01", format: "date" },
+      value: "x",
+    },
+    {
+      name: "nullable: true in the old schema (ajv adds null to its type)",
+      old: { type: "string", nullable: true },
+      new: { type: "string" },
+      value: null,
+    },
+  ];
+
+  for (const c of cases)
+    it(`refuses ${c.name}`, () => {
+      // The counterexample is real: valid under the old schema, refused under the new.
+      expect(valid(c.old, c.value)).toBe(true);
+      expect(valid(c.new, c.value)).toBe(false);
+      expect(jsonSchemaIncludes(c.old, c.new, labels)).not.toEqual([]);
+    });
+
+  it("still accepts what is provable: equal multipleOf, integer multiples, anyOf+oneOf both within, annotations", () => {
+    expect(
+      jsonSchemaIncludes({ multipleOf: 0.1, type: "number" }, { multipleOf: 0.1 }, labels),
+    ).toEqual([]);
+    expect(
+      jsonSchemaIncludes(
+        { type: "integer", multipleOf: 6 },
+        { type: "integer", multipleOf: 3 },
+        labels,
+      ),
+    ).toEqual([]);
+    expect(
+      jsonSchemaIncludes(
+        { type: "string", minLength: 2 },
+        { anyOf: [{ type: "string" }], oneOf: [{ type: "string" }, { type: "integer" }] },
+        labels,
+      ),
+    ).toEqual([]);
+    expect(
+      jsonSchemaIncludes(
+        { type: "string", formatMinimum: "2020-01-01", format: "date" },
+        { type: "string", title: "t", description: "d", $comment: "c", format: "date" },
+        labels,
+      ),
+    ).toEqual([]);
   });
 });
