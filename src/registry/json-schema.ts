@@ -96,6 +96,9 @@ export function jsonSchemaDraft(json: Json, action: string): JsonSchemaDraft {
   return draft;
 }
 
+/** The base URI a schema without `$id` is compiled with (see {@link compileJsonSchema}). */
+const rootBaseId = "urn:es-broker:schema";
+
 /**
  * Checks and compiles a JSON Schema.
  * @throws RegistryError invalid_schema (42201) naming what Ajv refused.
@@ -104,15 +107,21 @@ export function compileJsonSchema(json: Json, action: string): CompiledJsonSchem
   const draft = jsonSchemaDraft(json, action);
   const ajv = ajvFor(draft);
   let validate: ValidateFunction;
+  // Without an `$id` ajv cannot resolve `"$ref": "#"` (the root; the registry never adds schemas
+  // to ajv by id): a root without one gets a base of its own, which resolves nothing else.
+  const root =
+    typeof json === "object" && json !== null && !Array.isArray(json) && !("$id" in json)
+      ? { ...json, $id: rootBaseId }
+      : json;
   try {
-    validate = ajv.compile(json as object | boolean);
+    validate = ajv.compile(root as object | boolean);
   } catch (err) {
     throw new RegistryError(
       RegistryErrors.invalidSchema,
       `${action}: not a valid JSON Schema (${draft}): ${errorMessage(err).slice(0, 300)}`,
     );
   } finally {
-    if (typeof json === "object" && json !== null) ajv.removeSchema(json);
+    if (typeof root === "object" && root !== null) ajv.removeSchema(root);
   }
   return { draft, validate };
 }

@@ -673,3 +673,34 @@ describe("produce-time checks of Avro longs", () => {
     expect(bad.message).toMatch(/invalid "long": 1\.5/);
   });
 });
+
+describe("JSON Schema root references", () => {
+  it('accept "$ref": "#" (recursion to the root, draft-07 and 2020-12) and enforce it at every level', async () => {
+    const { registry } = await openRegistry();
+    const drafts = {
+      d7: {},
+      d2020: { $schema: "https://json-schema.org/draft/2020-12/schema" },
+    };
+    for (const [subject, extra] of Object.entries(drafts)) {
+      const schema = {
+        ...extra,
+        type: "object",
+        properties: { v: { type: "integer" }, child: { $ref: "#" } },
+      };
+      await registry.register(subject, { schemaType: "JSON", schema: JSON.stringify(schema) });
+      const check = (value: unknown) =>
+        registry.checkBatch(
+          new EntryBatchBuilder().add(null, utf8(JSON.stringify(value))).build(),
+          { value: { subject, format: "json" } },
+        );
+      expect(check({ v: 1, child: { v: 2, child: { v: 3 } } }), subject).toBeNull();
+      expect(check({ v: 1, child: { v: 2, child: { v: "x" } } })?.path, subject).toBe(
+        "/child/child/v",
+      );
+      expect(check({ child: 5 })?.path, subject).toBe("/child");
+    }
+    // A schema's own $id still wins.
+    const withId = { $id: "http://x/y", type: "object", properties: { c: { $ref: "#" } } };
+    await registry.register("id", { schemaType: "JSON", schema: JSON.stringify(withId) });
+  });
+});
