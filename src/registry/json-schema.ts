@@ -13,6 +13,7 @@
 import { quote } from "../lib/quote.ts";
 import type { Ajv, ValidateFunction } from "ajv";
 import { errorMessage } from "../lib/errors.ts";
+import { jsonSchemaPropertiesMax } from "../lib/limits.ts";
 import type { Json } from "./canonical.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
 import type { ValueFailure } from "./avro.ts";
@@ -96,6 +97,36 @@ export function jsonSchemaDraft(json: Json, action: string): JsonSchemaDraft {
   return draft;
 }
 
+/**
+ * The first `properties` object with more than `jsonSchemaPropertiesMax` names (its JSON Pointer
+ * and count), or null. Iterative: the depth is bounded already, the width is not.
+ */
+function crowdedProperties(json: Json): { path: string; count: number } | null {
+  const stack: [Json, string][] = [[json, ""]];
+  while (stack.length > 0) {
+    const [value, path] = stack.pop()!;
+    if (typeof value !== "object" || value === null) continue;
+    const entries: [string, Json][] = Array.isArray(value)
+      ? value.map((v, i) => [String(i), v])
+      : Object.entries(value);
+    for (const [key, child] of entries) {
+      const at = `${path}/${key.replace(/~/g, "~0").replace(/\//g, "~1")}`;
+      if (
+        key === "properties" &&
+        !Array.isArray(value) &&
+        typeof child === "object" &&
+        child !== null &&
+        !Array.isArray(child)
+      ) {
+        const count = Object.keys(child).length;
+        if (count > jsonSchemaPropertiesMax) return { path: at, count };
+      }
+      stack.push([child, at]);
+    }
+  }
+  return null;
+}
+
 /** The base URI a schema without `$id` is compiled with (see {@link compileJsonSchema}). */
 const rootBaseId = "urn:es-broker:schema";
 
@@ -105,6 +136,13 @@ const rootBaseId = "urn:es-broker:schema";
  */
 export function compileJsonSchema(json: Json, action: string): CompiledJsonSchema {
   const draft = jsonSchemaDraft(json, action);
+  const crowded = crowdedProperties(json);
+  if (crowded !== null)
+    throw new RegistryError(
+      RegistryErrors.invalidSchema,
+      `${action}: "properties" at "${crowded.path}" names ${crowded.count} properties, over the limit of ${jsonSchemaPropertiesMax} per object (jsonSchemaPropertiesMax)`,
+      { limit_properties: jsonSchemaPropertiesMax },
+    );
   const ajv = ajvFor(draft);
   let validate: ValidateFunction;
   // Without an `$id` ajv cannot resolve `"$ref": "#"` (the root; the registry never adds schemas

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import avsc from "avsc";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
-import { schemaBytesMax, schemaDepthMax } from "../../src/lib/limits.ts";
+import { jsonSchemaPropertiesMax, schemaBytesMax, schemaDepthMax } from "../../src/lib/limits.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { RegistryError } from "../../src/registry/errors.ts";
 import { SchemaRegistry } from "../../src/registry/registry.ts";
@@ -702,5 +702,32 @@ describe("JSON Schema root references", () => {
     // A schema's own $id still wins.
     const withId = { $id: "http://x/y", type: "object", properties: { c: { $ref: "#" } } };
     await registry.register("id", { schemaType: "JSON", schema: JSON.stringify(withId) });
+  });
+});
+
+describe("JSON Schema width", () => {
+  it("refuses a properties object past jsonSchemaPropertiesMax by its path (25 000 names stalled the broker 5 s, then overflowed the stack), on the open test route as on registration", async () => {
+    const { registry } = await openRegistry();
+    await registry.register("small", { schemaType: "JSON", schema: '{"type":"object"}' });
+    const wide = (n: number) => {
+      const properties: Record<string, object> = {};
+      for (let i = 0; i < n; i++) properties[`q${i}`] = { type: "string" };
+      return JSON.stringify({
+        type: "object",
+        properties: { inner: { type: "object", properties } },
+      });
+    };
+    for (const run of [
+      () =>
+        registry.testCompatibility("small", "latest", { schemaType: "JSON", schema: wide(25_000) }),
+      () =>
+        registry.register("big", { schemaType: "JSON", schema: wide(jsonSchemaPropertiesMax + 1) }),
+    ]) {
+      const err = await registryError(run);
+      expect(err.kind.errorCode).toBe(42201);
+      expect(err.message).toContain(`"properties" at "/properties/inner/properties" names`);
+      expect(err.message).toContain(`over the limit of ${jsonSchemaPropertiesMax} per object`);
+    }
+    await registry.register("ok", { schemaType: "JSON", schema: wide(100) });
   });
 });
