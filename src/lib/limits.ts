@@ -444,6 +444,13 @@ export const jsonCompatDepthMax = 256;
  * route, open to every role, compiles the schema it is given.
  */
 export const jsonSchemaPropertiesMax = 1000;
+/**
+ * Deepest nesting of a record key or value checked against a schema at produce time
+ * (docs/registry.md "Produce-time validation"): Avro records, arrays and maps, or JSON arrays and
+ * objects. Checked before the recursive validators run, so the cut-off is the same on every
+ * runtime rather than wherever its stack ends.
+ */
+export const schemaValueDepthMax = 512;
 /** Deepest nesting of objects and arrays in a schema's JSON text; deeper schemas are refused before any parser recurses into them. */
 export const schemaDepthMax = 128;
 /** Longest schema registry subject name, in characters. */

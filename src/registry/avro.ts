@@ -12,7 +12,7 @@
  */
 import type avsc from "avsc";
 import { errorMessage } from "../lib/errors.ts";
-import { avroZeroByteItemsMax } from "../lib/limits.ts";
+import { avroZeroByteItemsMax, schemaValueDepthMax } from "../lib/limits.ts";
 import type { Json } from "./canonical.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
 import { schemaLibraries } from "./libraries.ts";
@@ -146,7 +146,9 @@ export function avroValueChecker(type: AvroType): (bytes: Uint8Array) => ValueFa
   // avsc's decoder believes an array or map block's item count and loops over it, reading past
   // the end: 13 bytes claiming 10^9 items ran the broker out of memory. A schema with blocks is
   // therefore checked by the bounded walk alone, which counts items against the value's bytes.
-  const blocks = hasBlocks(type, new Set());
+  // A recursive schema's values nest as deep as the producer likes: its walk counts the levels
+  // (schemaValueDepthMax) where avsc's decoder would recurse until the stack ends.
+  const blocks = hasBlocks(type, new Set()) || isRecursive(type, new Set());
   return (bytes) => {
     const buf = asBuffer(bytes);
     if (blocks) {
@@ -205,6 +207,7 @@ function walk(
   pos: number,
   path: string,
   budget: ItemBudget,
+  depth = 0,
 ): number | ValueFailure {
   const t = type as AvroType & {
     typeName: string;
@@ -216,11 +219,17 @@ function walk(
   };
   const name = t.typeName;
   if (name.startsWith("logical:") && t.underlyingType !== undefined)
-    return walk(t.underlyingType, buf, pos, path, budget);
+    return walk(t.underlyingType, buf, pos, path, budget, depth);
+  const nests = name === "record" || name === "error" || name === "array" || name === "map";
+  if (nests && depth >= schemaValueDepthMax)
+    return {
+      path,
+      reason: `the value nests records, arrays and maps more than ${schemaValueDepthMax} levels deep (schemaValueDepthMax)`,
+    };
   if ((name === "record" || name === "error") && t.fields !== undefined) {
     let at = pos;
     for (const field of t.fields) {
-      const next = walk(field.type, buf, at, `${path}/${field.name}`, budget);
+      const next = walk(field.type, buf, at, `${path}/${field.name}`, budget, depth + 1);
       if (typeof next !== "number") return next;
       at = next;
     }
@@ -264,6 +273,7 @@ function walk(
           at,
           itemPath,
           budget,
+          depth + 1,
         );
         if (typeof next !== "number") return next;
         at = next;
@@ -279,7 +289,7 @@ function walk(
         path,
         reason: `union branch ${index} does not exist (the union has ${t.types.length})`,
       };
-    return walk(t.types[index], buf, branch.end, path, budget);
+    return walk(t.types[index], buf, branch.end, path, budget, depth);
   }
   const decoded = leaf(type, buf, pos, path);
   return "value" in decoded ? decoded.end : decoded;
@@ -318,6 +328,34 @@ interface ItemBudget {
  */
 function itemBudget(buf: Buffer): ItemBudget {
   return { items: buf.length + avroZeroByteItemsMax };
+}
+
+/** True if `type` contains itself (a named type used inside its own definition). */
+function isRecursive(
+  type: AvroType,
+  path: Set<AvroType>,
+  done: Set<AvroType> = new Set(),
+): boolean {
+  if (path.has(type)) return true;
+  // Explored already without finding a way back: a DAG of named types is walked once per node.
+  if (done.has(type)) return false;
+  const t = type as AvroType & {
+    fields?: { type: AvroType }[];
+    types?: AvroType[];
+    itemsType?: AvroType;
+    valuesType?: AvroType;
+    underlyingType?: AvroType;
+  };
+  const children = [
+    ...(t.fields?.map((f) => f.type) ?? []),
+    ...(t.types ?? []),
+    ...[t.itemsType, t.valuesType, t.underlyingType].filter((c) => c !== undefined),
+  ];
+  path.add(type);
+  const found = children.some((c) => isRecursive(c, path, done));
+  path.delete(type);
+  done.add(type);
+  return found;
 }
 
 /** True if `type` has an array or a map anywhere inside it. */

@@ -13,7 +13,8 @@
 import { quote } from "../lib/quote.ts";
 import type { Ajv, ValidateFunction } from "ajv";
 import { errorMessage } from "../lib/errors.ts";
-import { jsonSchemaPropertiesMax } from "../lib/limits.ts";
+import { jsonNestingFault } from "../lib/json-nesting.ts";
+import { jsonSchemaPropertiesMax, schemaValueDepthMax } from "../lib/limits.ts";
 import type { Json } from "./canonical.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
 import type { ValueFailure } from "./avro.ts";
@@ -164,6 +165,9 @@ export function compileJsonSchema(json: Json, action: string): CompiledJsonSchem
   return { draft, validate };
 }
 
+/** The reason a value nested past {@link schemaValueDepthMax} is refused. */
+const valueTooDeep = `the value nests arrays and objects more than ${schemaValueDepthMax} levels deep (schemaValueDepthMax)`;
+
 // ignoreBOM keeps a leading byte-order mark in the text, where JSON.parse refuses it: stripped
 // here, it would pass the check while the stored bytes (which keep it) are no JSON text.
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
@@ -180,7 +184,11 @@ export function jsonValueChecker(
   return (bytes) => {
     let value: unknown;
     try {
-      value = JSON.parse(strictUtf8.decode(bytes));
+      const text = strictUtf8.decode(bytes);
+      // Only a text of more than 2 × the limit can nest past it: short ones skip the scan.
+      if (text.length > 2 * schemaValueDepthMax && jsonNestingFault(text, schemaValueDepthMax))
+        return { path: "", reason: valueTooDeep };
+      value = JSON.parse(text);
     } catch (err) {
       return { path: "", reason: `not JSON text: ${errorMessage(err).slice(0, 200)}` };
     }

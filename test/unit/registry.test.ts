@@ -7,7 +7,12 @@ import { describe, expect, it } from "vitest";
 import avsc from "avsc";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
-import { jsonSchemaPropertiesMax, schemaBytesMax, schemaDepthMax } from "../../src/lib/limits.ts";
+import {
+  jsonSchemaPropertiesMax,
+  schemaBytesMax,
+  schemaDepthMax,
+  schemaValueDepthMax,
+} from "../../src/lib/limits.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { RegistryError } from "../../src/registry/errors.ts";
 import { SchemaRegistry } from "../../src/registry/registry.ts";
@@ -445,7 +450,34 @@ describe("produce-time checks of deeply nested values", () => {
       const batch = new EntryBatchBuilder().add(null, value).build();
       const refusal = registry.checkBatch(batch, { value: { subject, format: "confluent" } });
       expect(refusal, subject).toMatchObject({ recordIndex: 0, subject, version: 1 });
-      expect(refusal?.reason, subject).toMatch(/stack|does not decode|could not be validated/i);
+      expect(refusal?.reason, subject).toMatch(
+        new RegExp(`more than ${schemaValueDepthMax} levels deep \\(schemaValueDepthMax\\)`),
+      );
+      expect(refusal?.reason, subject).not.toMatch(/stack/i);
+    }
+    // At the limit both pass; one level more (and the report's 5 000) is refused, naming it.
+    const avroAt = (levels: number) => {
+      // `levels` records: levels - 1 times branch 1 (0x02), then branch 0 (null).
+      const v = new Uint8Array(5 + levels).fill(2);
+      v.set([0, 0, 0, 0, avroId], 0);
+      v[v.length - 1] = 0;
+      return v;
+    };
+    const jsonAt = (levels: number) =>
+      Uint8Array.of(0, 0, 0, 0, jsonId, ...utf8(`${"[".repeat(levels)}${"]".repeat(levels)}`));
+    for (const [subject, at] of [
+      ["list", avroAt],
+      ["tree", jsonAt],
+    ] as const) {
+      const check = (levels: number) =>
+        registry.checkBatch(new EntryBatchBuilder().add(null, at(levels)).build(), {
+          value: { subject, format: "confluent" },
+        });
+      expect(check(schemaValueDepthMax), subject).toBeNull();
+      for (const levels of [schemaValueDepthMax + 1, 5_000])
+        expect(check(levels)?.reason, `${subject} ${levels}`).toContain(
+          `more than ${schemaValueDepthMax} levels deep`,
+        );
     }
     // A shallow one of each passes.
     const shallowAvro = Uint8Array.of(0, 0, 0, 0, avroId, 2, 0);
