@@ -440,6 +440,31 @@ assert(
  * most a sixteenth of the file.
  */
 export const schemaBytesMax = 1 * MiB;
+/**
+ * Most comparisons of (sub)schema pairs one JSON Schema compatibility check makes (docs/registry.md
+ * "Limits"); past it the schema is refused as too complex to check (42201). Each pair is compared
+ * once, so real schemas need about (nodes of one) × (nodes of the other) at most.
+ */
+export const jsonCompatStepsMax = 200_000;
+/**
+ * Deepest nesting of comparisons in one JSON Schema compatibility check (docs/registry.md
+ * "Limits"): `$ref` chains nest past the text's depth, so this bounds the stack; past it, 42201.
+ */
+export const jsonCompatDepthMax = 256;
+/**
+ * Most names one JSON Schema `properties` object may have (docs/registry.md "Limits"). ajv's
+ * compile time grows with the square of it (500: 0.55 s, 1000: 2.1 s, 2000: 5.6 s on a loaded
+ * 2-vCPU host) and its generated code overflowed Node's stack near 4000; the compatibility test
+ * route, open to every role, compiles the schema it is given.
+ */
+export const jsonSchemaPropertiesMax = 1000;
+/**
+ * Deepest nesting of a record key or value checked against a schema at produce time
+ * (docs/registry.md "Produce-time validation"): Avro records, arrays and maps, or JSON arrays and
+ * objects. Checked before the recursive validators run, so the cut-off is the same on every
+ * runtime rather than wherever its stack ends.
+ */
+export const schemaValueDepthMax = 512;
 /** Deepest nesting of objects and arrays in a schema's JSON text; deeper schemas are refused before any parser recurses into them. */
 export const schemaDepthMax = 128;
 /** Longest schema registry subject name, in characters. */

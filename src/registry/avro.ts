@@ -12,7 +12,7 @@
  */
 import type avsc from "avsc";
 import { errorMessage } from "../lib/errors.ts";
-import { avroZeroByteItemsMax } from "../lib/limits.ts";
+import { avroZeroByteItemsMax, schemaValueDepthMax } from "../lib/limits.ts";
 import type { Json } from "./canonical.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
 import { schemaLibraries } from "./libraries.ts";
@@ -49,13 +49,72 @@ function looksLikeJsonSchema(json: Json): boolean {
 export function parseAvro(json: Json, action: string): AvroType {
   try {
     // A fresh registry per schema: named types of one schema never leak into another.
-    return schemaLibraries().avsc.Type.forSchema(json as avsc.Schema, { registry: {} });
+    return schemaLibraries().avsc.Type.forSchema(json as avsc.Schema, {
+      registry: {},
+      typeHook: (schema) => (isLongSchema(schema) ? bigIntLong() : undefined),
+    });
   } catch (err) {
     throw new RegistryError(
       RegistryErrors.invalidSchema,
       `${action}: not a valid Avro schema: ${shorten(errorMessage(err))}${looksLikeJsonSchema(json) ? ' (it looks like a JSON Schema: register it with schemaType "JSON", CLI --type JSON)' : ""}`,
     );
   }
+}
+
+/** `"long"` or `{"type": "long", …}` (a logical type on a long is read as the long here). */
+function isLongSchema(schema: unknown): boolean {
+  return (
+    schema === "long" ||
+    (typeof schema === "object" &&
+      schema !== null &&
+      (schema as { type?: unknown }).type === "long")
+  );
+}
+
+const longMin = -(2n ** 63n);
+const longMax = 2n ** 63n - 1n;
+/** Bytes of the longest zigzag varint of a 64-bit long (9 × 7 bits, then one more bit). */
+const longVarintBytesMax = 10;
+
+let bigIntLongType: AvroType | null = null;
+
+/**
+ * Avro's `long` as a BigInt: every 64-bit value (avsc's own long refuses |v| ≥ 2^53 − 1 as a
+ * "potential precision loss", which refused valid records with 64-bit ids or `timestamp-nanos`).
+ * It reads the zigzag varint itself (avsc's `noUnpack`), so a varint longer than 10 bytes or
+ * past 64 bits is refused rather than wrapped. Defaults are JSON numbers, as the Avro
+ * specification writes them.
+ */
+function bigIntLong(): AvroType {
+  bigIntLongType ??= schemaLibraries().avsc.types.LongType.__with(
+    {
+      fromBuffer: (buf: Buffer): bigint => {
+        if (buf.length > longVarintBytesMax || (buf.length === longVarintBytesMax && buf[9] > 1))
+          throw new Error(`invalid long: its varint does not fit 64 bits (${buf.length} bytes)`);
+        let n = 0n;
+        for (let i = buf.length - 1; i >= 0; i--) n = (n << 7n) | BigInt(buf[i] & 0x7f);
+        return n & 1n ? -(n >> 1n) - 1n : n >> 1n;
+      },
+      toBuffer: (value: bigint): Buffer => {
+        let n = value < 0n ? ((-value - 1n) << 1n) | 1n : value << 1n;
+        const out: number[] = [];
+        while (n > 0x7fn) {
+          out.push(Number(n & 0x7fn) | 0x80);
+          n >>= 7n;
+        }
+        out.push(Number(n));
+        return asBuffer(Uint8Array.from(out));
+      },
+      fromJSON: (value: unknown): unknown =>
+        typeof value === "number" && Number.isInteger(value) ? BigInt(value) : value,
+      toJSON: (value: bigint): number => Number(value),
+      isValid: (value: unknown): boolean =>
+        typeof value === "bigint" && value >= longMin && value <= longMax,
+      compare: (a: bigint, b: bigint): number => (a === b ? 0 : a < b ? -1 : 1),
+    },
+    true,
+  );
+  return bigIntLongType;
 }
 
 /**
@@ -87,7 +146,9 @@ export function avroValueChecker(type: AvroType): (bytes: Uint8Array) => ValueFa
   // avsc's decoder believes an array or map block's item count and loops over it, reading past
   // the end: 13 bytes claiming 10^9 items ran the broker out of memory. A schema with blocks is
   // therefore checked by the bounded walk alone, which counts items against the value's bytes.
-  const blocks = hasBlocks(type, new Set());
+  // A recursive schema's values nest as deep as the producer likes: its walk counts the levels
+  // (schemaValueDepthMax) where avsc's decoder would recurse until the stack ends.
+  const blocks = hasBlocks(type, new Set()) || isRecursive(type, new Set());
   return (bytes) => {
     const buf = asBuffer(bytes);
     if (blocks) {
@@ -146,6 +207,7 @@ function walk(
   pos: number,
   path: string,
   budget: ItemBudget,
+  depth = 0,
 ): number | ValueFailure {
   const t = type as AvroType & {
     typeName: string;
@@ -157,11 +219,17 @@ function walk(
   };
   const name = t.typeName;
   if (name.startsWith("logical:") && t.underlyingType !== undefined)
-    return walk(t.underlyingType, buf, pos, path, budget);
+    return walk(t.underlyingType, buf, pos, path, budget, depth);
+  const nests = name === "record" || name === "error" || name === "array" || name === "map";
+  if (nests && depth >= schemaValueDepthMax)
+    return {
+      path,
+      reason: `the value nests records, arrays and maps more than ${schemaValueDepthMax} levels deep (schemaValueDepthMax)`,
+    };
   if ((name === "record" || name === "error") && t.fields !== undefined) {
     let at = pos;
     for (const field of t.fields) {
-      const next = walk(field.type, buf, at, `${path}/${field.name}`, budget);
+      const next = walk(field.type, buf, at, `${path}/${field.name}`, budget, depth + 1);
       if (typeof next !== "number") return next;
       at = next;
     }
@@ -205,6 +273,7 @@ function walk(
           at,
           itemPath,
           budget,
+          depth + 1,
         );
         if (typeof next !== "number") return next;
         at = next;
@@ -220,7 +289,7 @@ function walk(
         path,
         reason: `union branch ${index} does not exist (the union has ${t.types.length})`,
       };
-    return walk(t.types[index], buf, branch.end, path, budget);
+    return walk(t.types[index], buf, branch.end, path, budget, depth);
   }
   const decoded = leaf(type, buf, pos, path);
   return "value" in decoded ? decoded.end : decoded;
@@ -259,6 +328,34 @@ interface ItemBudget {
  */
 function itemBudget(buf: Buffer): ItemBudget {
   return { items: buf.length + avroZeroByteItemsMax };
+}
+
+/** True if `type` contains itself (a named type used inside its own definition). */
+function isRecursive(
+  type: AvroType,
+  path: Set<AvroType>,
+  done: Set<AvroType> = new Set(),
+): boolean {
+  if (path.has(type)) return true;
+  // Explored already without finding a way back: a DAG of named types is walked once per node.
+  if (done.has(type)) return false;
+  const t = type as AvroType & {
+    fields?: { type: AvroType }[];
+    types?: AvroType[];
+    itemsType?: AvroType;
+    valuesType?: AvroType;
+    underlyingType?: AvroType;
+  };
+  const children = [
+    ...(t.fields?.map((f) => f.type) ?? []),
+    ...(t.types ?? []),
+    ...[t.itemsType, t.valuesType, t.underlyingType].filter((c) => c !== undefined),
+  ];
+  path.add(type);
+  const found = children.some((c) => isRecursive(c, path, done));
+  path.delete(type);
+  done.add(type);
+  return found;
 }
 
 /** True if `type` has an array or a map anywhere inside it. */

@@ -6,8 +6,8 @@
  * These are Confluent's published JSON Schema rules seen from what they protect; docs/registry.md
  * "Compatibility" lists them row by row.
  *
- * The check is sound and incomplete: whatever it accepts is an inclusion (with one approximation:
- * `oneOf` is read as `anyOf`), and what it cannot prove it refuses, naming the keyword. The rules:
+ * The check is sound and incomplete: whatever it accepts is an inclusion, and what it cannot prove
+ * it refuses, naming the keyword. The rules:
  *
  * | keyword (in `wide`)                | `narrow` must …                                                   |
  * |------------------------------------|-------------------------------------------------------------------|
@@ -24,10 +24,15 @@
  *
  * A keyword only `narrow` has narrows it further and never breaks inclusion, except those that
  * change what others mean (`patternProperties`, tuple forms), which must be equal on both sides.
- * Unknown keywords are annotations (validators ignore them) and are ignored here.
+ * A schema with both `anyOf` and `oneOf` must pass both: each is a part of a conjunction.
+ * `multipleOf` is compared as ajv tests it, in floating point: only equal values or integers.
+ * Annotations (`title`, `description`, `default`, `$comment`, `definitions`, …) are ignored; any
+ * other keyword (ajv-formats' `formatMinimum`, another vocabulary's) must have the same value.
  */
+import { jsonCompatDepthMax, jsonCompatStepsMax } from "../lib/limits.ts";
 import { quote } from "../lib/quote.ts";
 import { type Json, jsonEqual } from "./canonical.ts";
+import { RegistryError, RegistryErrors } from "./errors.ts";
 
 type Schema = Json;
 type SchemaObject = { [key: string]: Json };
@@ -66,25 +71,53 @@ const equalEitherSide = ["patternProperties", "prefixItems", "additionalItems"];
 const lowerBounds = ["minimum", "minLength", "minItems", "minProperties"];
 const upperBounds = ["maximum", "maxLength", "maxItems", "maxProperties"];
 
+/** Most reasons one comparison of two (sub)schemas keeps: the first ones name the problem. */
+const reasonsKeptMax = 8;
+
 /**
  * Reasons why a value valid under `narrow` may be invalid under `wide` (empty: none). Local
  * `$ref`s ("#/…") resolve inside each schema's own document; others are refused.
+ *
+ * Each pair of (sub)schemas is compared once per call (memoized by identity: the schemas are
+ * immutable), so the work is polynomial in their sizes; it is also bounded by `jsonCompatStepsMax`
+ * comparisons (docs/registry.md "Limits").
+ * @throws RegistryError invalid_schema (42201) when the comparison needs more than
+ *   `jsonCompatStepsMax` steps ("too complex to check").
  */
 export function jsonSchemaIncludes(
   narrow: Schema,
   wide: Schema,
   labels: InclusionLabels,
+  stepsMax: number = jsonCompatStepsMax,
 ): string[] {
-  return new Inclusion(narrow, wide, labels).check(narrow, wide, "#");
+  return new Inclusion(narrow, wide, labels, stepsMax).check(narrow, wide, "#");
+}
+
+/** A memoized comparison: its reasons, and the depth of the shallowest pair assumed to hold. */
+interface Outcome {
+  reasons: string[];
+  /** Infinity: final. Otherwise it holds only if the pair at this depth of the stack holds. */
+  dependsOn: number;
 }
 
 class Inclusion {
-  #inProgress = new Map<object, Set<object>>();
+  /** Pairs being compared (narrow → wide → depth on the stack). */
+  #inProgress = new Map<object, Map<object, number>>();
+  #depth = 0;
+  /** Shallowest in-progress pair assumed to hold while computing the current pair. */
+  #assumed = Number.POSITIVE_INFINITY;
+  #memo = new Map<object, Map<object, Outcome>>();
+  /** Outcomes that hold only if a pair still on the stack holds, in the order they were made. */
+  #provisional: [object, object, Outcome][] = [];
+  #steps = 0;
+  #withoutCache = new WeakMap<object, Map<string, SchemaObject>>();
+  #hasRefCache = new WeakMap<object, boolean>();
 
   constructor(
     readonly narrowRoot: Schema,
     readonly wideRoot: Schema,
     readonly labels: InclusionLabels,
+    readonly stepsMax: number,
   ) {}
 
   check(a: Schema, b: Schema, path: string): string[] {
@@ -98,21 +131,98 @@ class Inclusion {
         : [`at "${path}": the ${narrow} schema allows any value, the ${wide} schema does not`];
     if (typeof b !== "object" || b === null || Array.isArray(b))
       return [`at "${path}": the ${wide} schema is not a schema`];
+    const known = this.#memo.get(a)?.get(b);
+    if (known !== undefined) {
+      this.#assumed = Math.min(this.#assumed, known.dependsOn);
+      return [...known.reasons];
+    }
     // Coinduction: a pair already being compared further up holds unless something else fails.
     let seen = this.#inProgress.get(a);
-    if (seen?.has(b)) return [];
-    if (seen === undefined) this.#inProgress.set(a, (seen = new Set()));
-    seen.add(b);
+    const onStack = seen?.get(b);
+    if (onStack !== undefined) {
+      this.#assumed = Math.min(this.#assumed, onStack);
+      return [];
+    }
+    if (++this.#steps > this.stepsMax)
+      throw new RegistryError(
+        RegistryErrors.invalidSchema,
+        `the schema is too complex to check for compatibility: comparing it takes more than ${this.stepsMax} steps (jsonCompatStepsMax)`,
+        { limit_steps: this.stepsMax },
+      );
+    // $ref chains nest comparisons past the text's own depth: bounded before the stack is.
+    if (this.#depth >= jsonCompatDepthMax)
+      throw new RegistryError(
+        RegistryErrors.invalidSchema,
+        `the schema is too complex to check for compatibility: comparing it nests more than ${jsonCompatDepthMax} comparisons (through $ref, allOf, anyOf, oneOf, properties or items; jsonCompatDepthMax)`,
+        { limit_depth: jsonCompatDepthMax },
+      );
+    if (seen === undefined) this.#inProgress.set(a, (seen = new Map()));
+    const depth = this.#depth++;
+    seen.set(b, depth);
+    const outer = this.#assumed;
+    const start = this.#provisional.length;
+    this.#assumed = Number.POSITIVE_INFINITY;
+    let reasons: string[];
     try {
-      return this.#checkObjects(a, b, path);
+      reasons = this.#checkObjects(a, b, path);
+      if (reasons.length > reasonsKeptMax) reasons = reasons.slice(0, reasonsKeptMax);
     } finally {
       seen.delete(b);
+      this.#depth--;
     }
+    const assumed = this.#assumed;
+    this.#assumed = Math.min(outer, assumed);
+    this.#settle(start, depth, reasons.length === 0, assumed);
+    // A failure is final (assuming more pairs hold only adds successes); a success is final
+    // unless it assumed a pair still further up the stack.
+    const dependsOn = reasons.length === 0 && assumed < depth ? assumed : Number.POSITIVE_INFINITY;
+    const outcome: Outcome = { reasons, dependsOn };
+    let row = this.#memo.get(a);
+    if (row === undefined) this.#memo.set(a, (row = new Map()));
+    row.set(b, outcome);
+    if (dependsOn !== Number.POSITIVE_INFINITY) this.#provisional.push([a, b, outcome]);
+    return [...reasons];
+  }
+
+  /**
+   * Settles the provisional outcomes made while the pair at `depth` was compared: those that
+   * assumed it (or a pair below it) are dropped if it failed, final if it held on its own, and
+   * otherwise now depend on the shallower pair it assumed.
+   */
+  #settle(start: number, depth: number, held: boolean, assumed: number): void {
+    const kept: [object, object, Outcome][] = [];
+    for (const entry of this.#provisional.splice(start)) {
+      const [a, b, outcome] = entry;
+      if (outcome.dependsOn < depth) kept.push(entry);
+      else if (!held) this.#memo.get(a)?.delete(b);
+      else if (assumed >= depth) outcome.dependsOn = Number.POSITIVE_INFINITY;
+      else {
+        outcome.dependsOn = assumed;
+        kept.push(entry);
+      }
+    }
+    this.#provisional.push(...kept);
+  }
+
+  /** `without(s, keys)`, the same object for the same arguments (so that pairs memoize). */
+  #without(s: SchemaObject, keys: string[]): SchemaObject {
+    let row = this.#withoutCache.get(s);
+    if (row === undefined) this.#withoutCache.set(s, (row = new Map()));
+    const key = keys.join(",");
+    let out = row.get(key);
+    if (out === undefined) row.set(key, (out = without(s, keys)));
+    return out;
+  }
+
+  #hasRef(s: SchemaObject): boolean {
+    let found = this.#hasRefCache.get(s);
+    if (found === undefined) this.#hasRefCache.set(s, (found = hasRef(s)));
+    return found;
   }
 
   #checkObjects(a: SchemaObject, b: SchemaObject, path: string): string[] {
     const { narrow, wide } = this.labels;
-    if (!hasRef(a) && !hasRef(b) && jsonEqual(a, b)) return [];
+    if (!this.#hasRef(a) && !this.#hasRef(b) && jsonEqual(a, b)) return [];
     // `wide` as a conjunction: a must be within every part.
     if (typeof b.$ref === "string" || Array.isArray(b.allOf)) {
       const reasons: string[] = [];
@@ -126,12 +236,12 @@ class Inclusion {
       }
       if (Array.isArray(b.allOf))
         b.allOf.forEach((part, i) => reasons.push(...this.check(a, part, `${path}/allOf/${i}`)));
-      reasons.push(...this.check(a, without(b, ["$ref", "allOf"]), path));
+      reasons.push(...this.check(a, this.#without(b, ["$ref", "allOf"]), path));
       return reasons;
     }
     // `narrow` as a conjunction: enough that one part is within b.
     if (typeof a.$ref === "string" || Array.isArray(a.allOf)) {
-      const parts: Schema[] = [without(a, ["$ref", "allOf"])];
+      const parts: Schema[] = [this.#without(a, ["$ref", "allOf"])];
       if (typeof a.$ref === "string") {
         const target = resolveRef(this.narrowRoot, a.$ref);
         if (target === undefined)
@@ -143,10 +253,21 @@ class Inclusion {
       if (Array.isArray(a.allOf)) parts.push(...a.allOf);
       return this.#firstThatHolds(parts, (part) => this.check(part, b, path));
     }
+    // Both anyOf and oneOf: a value must pass each, so each is a part of a conjunction.
+    if (Array.isArray(b.anyOf) && Array.isArray(b.oneOf))
+      return [
+        ...this.check(a, this.#without(b, ["oneOf"]), path),
+        ...this.check(a, this.#without(b, ["anyOf"]), path),
+      ];
+    if (Array.isArray(a.anyOf) && Array.isArray(a.oneOf))
+      return this.#firstThatHolds(
+        [this.#without(a, ["oneOf"]), this.#without(a, ["anyOf"])],
+        (part) => this.check(part, b, path),
+      );
     // `narrow` as a disjunction: enough that its other keywords are within b, or every branch is.
     const aBranches = branchesOf(a);
     if (aBranches !== null) {
-      const base = without(a, ["anyOf", "oneOf"]);
+      const base = this.#without(a, ["anyOf", "oneOf"]);
       const baseReasons = this.check(base, b, path);
       if (baseReasons.length === 0) return [];
       const reasons: string[] = [];
@@ -158,7 +279,7 @@ class Inclusion {
     // `wide` as a disjunction: a within one branch, and within its other keywords.
     const bBranches = branchesOf(b);
     if (bBranches !== null) {
-      const reasons = this.check(a, without(b, ["anyOf", "oneOf"]), path);
+      const reasons = this.check(a, this.#without(b, ["anyOf", "oneOf"]), path);
       const holds = bBranches.map((branch) => this.check(a, branch, path));
       const i = holds.findIndex((r) => r.length === 0);
       if (i < 0)
@@ -198,6 +319,13 @@ class Inclusion {
       if (k in b && !jsonEqual(a[k], b[k]))
         reasons.push(
           `${at}: "${k}" differs (${describe(a[k])} in the ${narrow} schema, ${describe(b[k])} in the ${wide}), and a change of it is not compared`,
+        );
+    // Keywords the check does not model (ajv-formats' formatMinimum …, vocabularies of others):
+    // a validator may enforce them, so any change of one is not provably compatible.
+    for (const k of Object.keys(b))
+      if (!constraining.has(k) && !annotations.has(k) && !jsonEqual(a[k], b[k]))
+        reasons.push(
+          `${at}: "${k}" differs (${describe(a[k])} in the ${narrow} schema, ${describe(b[k])} in the ${wide}), and the check does not know this keyword, so it cannot prove the change compatible`,
         );
     for (const k of equalEitherSide)
       if ((k in a || k in b) && !jsonEqual(a[k], b[k]))
@@ -345,8 +473,32 @@ class Inclusion {
 
 function isTrivial(s: Schema): boolean {
   if (typeof s !== "object" || s === null || Array.isArray(s)) return false;
-  return constrainingKeys(s).length === 0;
+  return Object.keys(s).every((k) => annotations.has(k));
 }
+
+/** Keywords that never constrain a value: annotations, identifiers, definitions. */
+const annotations = new Set([
+  "$schema",
+  "$id",
+  "id",
+  "$anchor",
+  "$dynamicAnchor",
+  "$recursiveAnchor",
+  "$vocabulary",
+  "$comment",
+  "definitions",
+  "$defs",
+  "title",
+  "description",
+  "default",
+  "examples",
+  "readOnly",
+  "writeOnly",
+  "deprecated",
+  "contentMediaType",
+  "contentEncoding",
+  "contentSchema",
+]);
 
 const constraining = new Set([
   "type",
@@ -392,11 +544,8 @@ const constraining = new Set([
   "$ref",
   "$dynamicRef",
   "$recursiveRef",
+  "nullable",
 ]);
-
-function constrainingKeys(s: SchemaObject): string[] {
-  return Object.keys(s).filter((k) => constraining.has(k));
-}
 
 function without(s: SchemaObject, keys: string[]): SchemaObject {
   const out: SchemaObject = {};
@@ -480,6 +629,13 @@ function jsonTypeOf(v: Json): string {
 }
 
 function typesOf(s: SchemaObject, values: Json[] | null): Set<string> {
+  const types = declaredTypes(s, values);
+  // ajv's OpenAPI `nullable: true` adds "null" to `type`.
+  if (s.nullable === true && "type" in s) types.add("null");
+  return types;
+}
+
+function declaredTypes(s: SchemaObject, values: Json[] | null): Set<string> {
   if (typeof s.type === "string") return new Set([s.type]);
   if (Array.isArray(s.type))
     return new Set(s.type.filter((t): t is string => typeof t === "string"));
@@ -501,9 +657,15 @@ function upperBound(s: SchemaObject, k: string): number | null {
   return null;
 }
 
+/**
+ * True if every multiple of `m` passes ajv's `multipleOf: of`, which tests `(x / of) % 1 === 0`
+ * in floating point, exactly: proven only for `m === of`, or integers where `of` divides `m`
+ * (an integer multiple of an integer divides exactly). Fractions are refused: `3 / 0.1` is not
+ * 30 in floating point.
+ */
 function isMultiple(m: number, of: number): boolean {
-  const q = m / of;
-  return Math.abs(q - Math.round(q)) < 1e-9;
+  if (m === of) return true;
+  return Number.isSafeInteger(m) && Number.isSafeInteger(of) && of !== 0 && m % of === 0;
 }
 
 function stringsOf(v: Json | undefined): string[] {

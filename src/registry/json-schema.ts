@@ -13,6 +13,8 @@
 import { quote } from "../lib/quote.ts";
 import type { Ajv, ValidateFunction } from "ajv";
 import { errorMessage } from "../lib/errors.ts";
+import { jsonNestingFault } from "../lib/json-nesting.ts";
+import { jsonSchemaPropertiesMax, schemaValueDepthMax } from "../lib/limits.ts";
 import type { Json } from "./canonical.ts";
 import { RegistryError, RegistryErrors } from "./errors.ts";
 import type { ValueFailure } from "./avro.ts";
@@ -97,25 +99,74 @@ export function jsonSchemaDraft(json: Json, action: string): JsonSchemaDraft {
 }
 
 /**
+ * The first `properties` object with more than `jsonSchemaPropertiesMax` names (its JSON Pointer
+ * and count), or null. Iterative: the depth is bounded already, the width is not.
+ */
+function crowdedProperties(json: Json): { path: string; count: number } | null {
+  const stack: [Json, string][] = [[json, ""]];
+  while (stack.length > 0) {
+    const [value, path] = stack.pop()!;
+    if (typeof value !== "object" || value === null) continue;
+    const entries: [string, Json][] = Array.isArray(value)
+      ? value.map((v, i) => [String(i), v])
+      : Object.entries(value);
+    for (const [key, child] of entries) {
+      const at = `${path}/${key.replace(/~/g, "~0").replace(/\//g, "~1")}`;
+      if (
+        key === "properties" &&
+        !Array.isArray(value) &&
+        typeof child === "object" &&
+        child !== null &&
+        !Array.isArray(child)
+      ) {
+        const count = Object.keys(child).length;
+        if (count > jsonSchemaPropertiesMax) return { path: at, count };
+      }
+      stack.push([child, at]);
+    }
+  }
+  return null;
+}
+
+/** The base URI a schema without `$id` is compiled with (see {@link compileJsonSchema}). */
+const rootBaseId = "urn:es-broker:schema";
+
+/**
  * Checks and compiles a JSON Schema.
  * @throws RegistryError invalid_schema (42201) naming what Ajv refused.
  */
 export function compileJsonSchema(json: Json, action: string): CompiledJsonSchema {
   const draft = jsonSchemaDraft(json, action);
+  const crowded = crowdedProperties(json);
+  if (crowded !== null)
+    throw new RegistryError(
+      RegistryErrors.invalidSchema,
+      `${action}: "properties" at "${crowded.path}" names ${crowded.count} properties, over the limit of ${jsonSchemaPropertiesMax} per object (jsonSchemaPropertiesMax)`,
+      { limit_properties: jsonSchemaPropertiesMax },
+    );
   const ajv = ajvFor(draft);
   let validate: ValidateFunction;
+  // Without an `$id` ajv cannot resolve `"$ref": "#"` (the root; the registry never adds schemas
+  // to ajv by id): a root without one gets a base of its own, which resolves nothing else.
+  const root =
+    typeof json === "object" && json !== null && !Array.isArray(json) && !("$id" in json)
+      ? { ...json, $id: rootBaseId }
+      : json;
   try {
-    validate = ajv.compile(json as object | boolean);
+    validate = ajv.compile(root as object | boolean);
   } catch (err) {
     throw new RegistryError(
       RegistryErrors.invalidSchema,
       `${action}: not a valid JSON Schema (${draft}): ${errorMessage(err).slice(0, 300)}`,
     );
   } finally {
-    if (typeof json === "object" && json !== null) ajv.removeSchema(json);
+    if (typeof root === "object" && root !== null) ajv.removeSchema(root);
   }
   return { draft, validate };
 }
+
+/** The reason a value nested past {@link schemaValueDepthMax} is refused. */
+const valueTooDeep = `the value nests arrays and objects more than ${schemaValueDepthMax} levels deep (schemaValueDepthMax)`;
 
 // ignoreBOM keeps a leading byte-order mark in the text, where JSON.parse refuses it: stripped
 // here, it would pass the check while the stored bytes (which keep it) are no JSON text.
@@ -133,7 +184,11 @@ export function jsonValueChecker(
   return (bytes) => {
     let value: unknown;
     try {
-      value = JSON.parse(strictUtf8.decode(bytes));
+      const text = strictUtf8.decode(bytes);
+      // Only a text of more than 2 × the limit can nest past it: short ones skip the scan.
+      if (text.length > 2 * schemaValueDepthMax && jsonNestingFault(text, schemaValueDepthMax))
+        return { path: "", reason: valueTooDeep };
+      value = JSON.parse(text);
     } catch (err) {
       return { path: "", reason: `not JSON text: ${errorMessage(err).slice(0, 200)}` };
     }

@@ -112,6 +112,27 @@ describe(`[${target}] schema registry with a Confluent client`, () => {
       details: { record_index: 0, schema_id: ev, version: 1 },
     });
 
+    // 64-bit longs past 2^53 (refused as a "potential precision loss" before): Long.MAX_VALUE and
+    // -2^63 as id, framed by hand (the client's avsc would refuse to encode them), over HTTP and TCP.
+    await client.createTopic({
+      name: "ids",
+      partitions: 1,
+      config: { value_schema_subject: "orders-value" },
+    });
+    const total = Buffer.alloc(8);
+    total.writeDoubleLE(1.5);
+    const header = Buffer.from([0, 0, 0, 0, 0]);
+    header.writeUInt32BE(v1, 1);
+    const longMax = [0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+    const longMin = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+    const big = (varint: number[]) => Buffer.concat([header, Buffer.from(varint), total]);
+    expect(await produceHttp(broker, "ids", [big(longMax)])).toMatchObject({ status: 200 });
+    await client.produce("ids", [{ value: big(longMin) }]);
+    const past64 = await produceHttp(broker, "ids", [big([...longMax.slice(0, 9), 0x02])]);
+    expect(past64.status).toBe(422);
+    expect(past64.body.error.message).toContain("does not fit 64 bits");
+    expect((await client.fetch({ topic: "ids", partition: 0, offset: 0 })).records).toHaveLength(2);
+
     const orders = await client.fetch({ topic: "orders", partition: 0, offset: 0 });
     const decoded = [];
     for (const r of orders.records) decoded.push(await registry.decode(Buffer.from(r.value)));

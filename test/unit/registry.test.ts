@@ -7,7 +7,12 @@ import { describe, expect, it } from "vitest";
 import avsc from "avsc";
 import { MemoryFileSystem } from "../../src/fs/memory.ts";
 import { utf8 } from "../../src/lib/bytes.ts";
-import { schemaBytesMax, schemaDepthMax } from "../../src/lib/limits.ts";
+import {
+  jsonSchemaPropertiesMax,
+  schemaBytesMax,
+  schemaDepthMax,
+  schemaValueDepthMax,
+} from "../../src/lib/limits.ts";
 import { MemoryLogger } from "../../src/lib/logger.ts";
 import { RegistryError } from "../../src/registry/errors.ts";
 import { SchemaRegistry } from "../../src/registry/registry.ts";
@@ -445,7 +450,34 @@ describe("produce-time checks of deeply nested values", () => {
       const batch = new EntryBatchBuilder().add(null, value).build();
       const refusal = registry.checkBatch(batch, { value: { subject, format: "confluent" } });
       expect(refusal, subject).toMatchObject({ recordIndex: 0, subject, version: 1 });
-      expect(refusal?.reason, subject).toMatch(/stack|does not decode|could not be validated/i);
+      expect(refusal?.reason, subject).toMatch(
+        new RegExp(`more than ${schemaValueDepthMax} levels deep \\(schemaValueDepthMax\\)`),
+      );
+      expect(refusal?.reason, subject).not.toMatch(/stack/i);
+    }
+    // At the limit both pass; one level more (and the report's 5 000) is refused, naming it.
+    const avroAt = (levels: number) => {
+      // `levels` records: levels - 1 times branch 1 (0x02), then branch 0 (null).
+      const v = new Uint8Array(5 + levels).fill(2);
+      v.set([0, 0, 0, 0, avroId], 0);
+      v[v.length - 1] = 0;
+      return v;
+    };
+    const jsonAt = (levels: number) =>
+      Uint8Array.of(0, 0, 0, 0, jsonId, ...utf8(`${"[".repeat(levels)}${"]".repeat(levels)}`));
+    for (const [subject, at] of [
+      ["list", avroAt],
+      ["tree", jsonAt],
+    ] as const) {
+      const check = (levels: number) =>
+        registry.checkBatch(new EntryBatchBuilder().add(null, at(levels)).build(), {
+          value: { subject, format: "confluent" },
+        });
+      expect(check(schemaValueDepthMax), subject).toBeNull();
+      for (const levels of [schemaValueDepthMax + 1, 5_000])
+        expect(check(levels)?.reason, `${subject} ${levels}`).toContain(
+          `more than ${schemaValueDepthMax} levels deep`,
+        );
     }
     // A shallow one of each passes.
     const shallowAvro = Uint8Array.of(0, 0, 0, 0, avroId, 2, 0);
@@ -565,5 +597,169 @@ describe("invalid schema messages", () => {
     );
     expect(badAvro.message).toMatch(/not a valid Avro schema/);
     expect(badAvro.message).not.toMatch(/JSON Schema/);
+  });
+});
+
+describe("produce-time checks of Avro longs", () => {
+  /** Zigzag varint of a 64-bit long, as every Avro writer encodes it. */
+  const zigzag = (v: bigint): number[] => {
+    let n = v < 0n ? ((-v - 1n) << 1n) | 1n : v << 1n;
+    const out: number[] = [];
+    while (n > 0x7fn) {
+      out.push(Number(n & 0x7fn) | 0x80);
+      n >>= 7n;
+    }
+    out.push(Number(n));
+    return out;
+  };
+
+  it("accept every 64-bit value (|v| ≥ 2^53 − 1 was refused as a potential precision loss), plain, in arrays and as timestamp-nanos, and refuse varints past 64 bits", async () => {
+    const { registry } = await openRegistry();
+    const subjects = {
+      plain: { type: "record", name: "E", fields: [{ name: "ts_nanos", type: "long" }] },
+      // Arrays take the bounded walk instead of avsc's decode: the same long type there.
+      walked: {
+        type: "record",
+        name: "W",
+        fields: [
+          { name: "ids", type: { type: "array", items: "long" } },
+          { name: "t", type: { type: "long", logicalType: "timestamp-nanos" } },
+        ],
+      },
+    };
+    const ids: Record<string, number> = {};
+    for (const [subject, schema] of Object.entries(subjects))
+      ids[subject] = (await registry.register(subject, { schema: JSON.stringify(schema) })).id;
+    const framed = (id: number, body: number[]) => Uint8Array.of(0, 0, 0, 0, id, ...body);
+    const check = (subject: string, value: Uint8Array) =>
+      registry.checkBatch(new EntryBatchBuilder().add(null, value).build(), {
+        value: { subject, format: "confluent" },
+      });
+    const values = [
+      0n,
+      9007199254740990n,
+      9007199254740991n,
+      -9007199254740991n,
+      9007199254740993n,
+      1796300374145000000n,
+      2n ** 63n - 1n,
+      -(2n ** 63n),
+    ];
+    for (const v of values) {
+      expect(check("plain", framed(ids.plain, zigzag(v))), String(v)).toBeNull();
+      const body = [2, ...zigzag(v), 0, ...zigzag(v)]; // one block of one item, the end, then t
+      expect(check("walked", framed(ids.walked, body)), String(v)).toBeNull();
+      // The oracle: avsc with its BigInt long reads the same bytes back as v.
+      const oracle = avsc.types.LongType.__with({
+        fromBuffer: (b: Buffer) => b.readBigInt64LE(),
+        toBuffer: (n: bigint) => {
+          const b = Buffer.alloc(8);
+          b.writeBigInt64LE(n);
+          return b;
+        },
+        fromJSON: BigInt,
+        toJSON: Number,
+        isValid: (n: unknown) => typeof n === "bigint",
+        compare: (a: bigint, b: bigint) => (a === b ? 0 : a < b ? -1 : 1),
+      });
+      expect(oracle.fromBuffer(Buffer.from(zigzag(v)))).toBe(v);
+    }
+    // Eleven bytes, or ten whose last carries more than the 64th bit: not a long.
+    const tooLong = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+    const past64 = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
+    for (const body of [tooLong, past64]) {
+      expect(check("plain", framed(ids.plain, body))?.reason).toMatch(/does not fit 64 bits/);
+      expect(check("walked", framed(ids.walked, [2, ...body, 0, 0]))?.reason).toMatch(
+        /does not fit 64 bits/,
+      );
+    }
+    // A truncated varint still ends inside the value.
+    expect(check("plain", framed(ids.plain, [0xff, 0xff]))).not.toBeNull();
+  });
+
+  it("keep long defaults and promotions: int → long, long → double compatible, long → int not", async () => {
+    const { registry } = await openRegistry();
+    const one = (type: string, extra: object = {}) =>
+      JSON.stringify({ type: "record", name: "E", fields: [{ name: "x", type, ...extra }] });
+    await registry.register("p", { schema: one("int") });
+    expect(
+      (await registry.testCompatibility("p", "latest", { schema: one("long") })).compatible,
+    ).toBe(true);
+    await registry.register("q", { schema: one("long") });
+    expect(
+      (await registry.testCompatibility("q", "latest", { schema: one("double") })).compatible,
+    ).toBe(true);
+    expect(
+      (await registry.testCompatibility("q", "latest", { schema: one("int") })).compatible,
+    ).toBe(false);
+    await registry.register("d", {
+      schema: JSON.stringify({
+        type: "record",
+        name: "E",
+        fields: [{ name: "x", type: "long", default: 2 ** 60 }],
+      }),
+    });
+    const bad = await registryError(() =>
+      registry.register("d2", { schema: one("long", { default: 1.5 }) }),
+    );
+    expect(bad.message).toMatch(/invalid "long": 1\.5/);
+  });
+});
+
+describe("JSON Schema root references", () => {
+  it('accept "$ref": "#" (recursion to the root, draft-07 and 2020-12) and enforce it at every level', async () => {
+    const { registry } = await openRegistry();
+    const drafts = {
+      d7: {},
+      d2020: { $schema: "https://json-schema.org/draft/2020-12/schema" },
+    };
+    for (const [subject, extra] of Object.entries(drafts)) {
+      const schema = {
+        ...extra,
+        type: "object",
+        properties: { v: { type: "integer" }, child: { $ref: "#" } },
+      };
+      await registry.register(subject, { schemaType: "JSON", schema: JSON.stringify(schema) });
+      const check = (value: unknown) =>
+        registry.checkBatch(
+          new EntryBatchBuilder().add(null, utf8(JSON.stringify(value))).build(),
+          { value: { subject, format: "json" } },
+        );
+      expect(check({ v: 1, child: { v: 2, child: { v: 3 } } }), subject).toBeNull();
+      expect(check({ v: 1, child: { v: 2, child: { v: "x" } } })?.path, subject).toBe(
+        "/child/child/v",
+      );
+      expect(check({ child: 5 })?.path, subject).toBe("/child");
+    }
+    // A schema's own $id still wins.
+    const withId = { $id: "http://x/y", type: "object", properties: { c: { $ref: "#" } } };
+    await registry.register("id", { schemaType: "JSON", schema: JSON.stringify(withId) });
+  });
+});
+
+describe("JSON Schema width", () => {
+  it("refuses a properties object past jsonSchemaPropertiesMax by its path (25 000 names stalled the broker 5 s, then overflowed the stack), on the open test route as on registration", async () => {
+    const { registry } = await openRegistry();
+    await registry.register("small", { schemaType: "JSON", schema: '{"type":"object"}' });
+    const wide = (n: number) => {
+      const properties: Record<string, object> = {};
+      for (let i = 0; i < n; i++) properties[`q${i}`] = { type: "string" };
+      return JSON.stringify({
+        type: "object",
+        properties: { inner: { type: "object", properties } },
+      });
+    };
+    for (const run of [
+      () =>
+        registry.testCompatibility("small", "latest", { schemaType: "JSON", schema: wide(25_000) }),
+      () =>
+        registry.register("big", { schemaType: "JSON", schema: wide(jsonSchemaPropertiesMax + 1) }),
+    ]) {
+      const err = await registryError(run);
+      expect(err.kind.errorCode).toBe(42201);
+      expect(err.message).toContain(`"properties" at "/properties/inner/properties" names`);
+      expect(err.message).toContain(`over the limit of ${jsonSchemaPropertiesMax} per object`);
+    }
+    await registry.register("ok", { schemaType: "JSON", schema: wide(100) });
   });
 });
