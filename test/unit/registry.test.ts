@@ -703,6 +703,14 @@ describe("produce-time checks of Avro longs", () => {
       registry.register("d2", { schema: one("long", { default: 1.5 }) }),
     );
     expect(bad.message).toMatch(/invalid "long": 1\.5/);
+    // Long.MAX_VALUE reaches avsc rounded to 2^63 (out of range): refused, naming the number.
+    const rounded = await registryError(() =>
+      registry.register("d3", {
+        schema:
+          '{"type":"record","name":"E","fields":[{"name":"x","type":"long","default":9223372036854775807}]}',
+      }),
+    );
+    expect(rounded.message).toMatch(/invalid "long": 9223372036854776000/);
   });
 });
 
