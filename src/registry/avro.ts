@@ -105,8 +105,12 @@ function bigIntLong(): AvroType {
         out.push(Number(n));
         return asBuffer(Uint8Array.from(out));
       },
-      fromJSON: (value: unknown): unknown =>
-        typeof value === "number" && Number.isInteger(value) ? BigInt(value) : value,
+      // Out of range stays a number, so avsc's refusal can print it (it cannot print a BigInt).
+      fromJSON: (value: unknown): unknown => {
+        if (typeof value !== "number" || !Number.isInteger(value)) return value;
+        const n = BigInt(value);
+        return n >= longMin && n <= longMax ? n : value;
+      },
       toJSON: (value: bigint): number => Number(value),
       isValid: (value: unknown): boolean =>
         typeof value === "bigint" && value >= longMin && value <= longMax,

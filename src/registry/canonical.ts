@@ -56,7 +56,56 @@ export function parseSchemaJson(text: string, action: string): ParsedJson {
       `${action}: the schema nests objects and arrays more than ${schemaDepthMax} levels deep (schemaDepthMax)`,
       { limit_depth: schemaDepthMax },
     );
-  return { json, canonical: canonicalJson(json) };
+  return { json, canonical: exactCanonical(text, json) };
+}
+
+/** Marks, inside a string, an integer literal the canonical text must keep digit for digit. */
+const exactMark = "\u0000es-broker-integer:";
+
+/**
+ * {@link canonicalJson} of `text`, but integer literals past 2^53 keep their digits
+ * (`JSON.parse` would round 9223372036854775807 to 9223372036854776000, giving schemas that
+ * differ only there one id). Such literals are parsed a second time as marked strings and
+ * written back bare; a text whose strings could hold the mark itself keeps the rounded form.
+ */
+function exactCanonical(text: string, json: Json): string {
+  const marked = markWideIntegers(text);
+  if (marked === null || text.includes("es-broker-integer:")) return canonicalJson(json);
+  const canonical = canonicalJson(JSON.parse(marked) as Json);
+  // In the canonical text a marked string reads `"\u0000es-broker-integer:<digits>"`.
+  const written = JSON.stringify(exactMark)
+    .slice(0, -1)
+    .replace(/[\\^$.*+?()[\]{}|]/g, "\\$&");
+  return canonical.replace(new RegExp(`${written}(-?[0-9]+)"`, "g"), "$1");
+}
+
+/** `text` with each integer literal outside strings that is not a safe integer turned into a marked string; null if it has none. */
+function markWideIntegers(text: string): string | null {
+  let out = "";
+  let last = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      if (c === "\\") i++;
+      else if (c === '"') inString = false;
+      continue;
+    }
+    if (c === '"') {
+      inString = true;
+      continue;
+    }
+    if (c !== "-" && (c < "0" || c > "9")) continue;
+    let end = i + 1;
+    while (end < text.length && /[0-9.eE+-]/.test(text[end])) end++;
+    const literal = text.slice(i, end);
+    if (/^-?[0-9]+$/.test(literal) && !Number.isSafeInteger(Number(literal))) {
+      out += `${text.slice(last, i)}${JSON.stringify(exactMark).slice(0, -1)}${literal}"`;
+      last = end;
+    }
+    i = end - 1;
+  }
+  return last === 0 ? null : out + text.slice(last);
 }
 
 /**

@@ -703,6 +703,14 @@ describe("produce-time checks of Avro longs", () => {
       registry.register("d2", { schema: one("long", { default: 1.5 }) }),
     );
     expect(bad.message).toMatch(/invalid "long": 1\.5/);
+    // Long.MAX_VALUE reaches avsc rounded to 2^63 (out of range): refused, naming the number.
+    const rounded = await registryError(() =>
+      registry.register("d3", {
+        schema:
+          '{"type":"record","name":"E","fields":[{"name":"x","type":"long","default":9223372036854775807}]}',
+      }),
+    );
+    expect(rounded.message).toMatch(/invalid "long": 9223372036854776000/);
   });
 });
 
@@ -761,5 +769,47 @@ describe("JSON Schema width", () => {
       expect(err.message).toContain(`over the limit of ${jsonSchemaPropertiesMax} per object`);
     }
     await registry.register("ok", { schemaType: "JSON", schema: wide(100) });
+  });
+});
+
+describe("integers past 2^53 in schema texts", () => {
+  it("keep their digits in the canonical text, so schemas differing only there get their own ids, also after a restart", async () => {
+    const fs = new MemoryFileSystem();
+    const { registry } = await openRegistry(fs);
+    const text = (max: string) =>
+      `{"type":"integer", "maximum": ${max}, "description": "x 9007199254740993 \\" 1"}`;
+    const a = await registry.register("big", {
+      schemaType: "JSON",
+      schema: text("9223372036854775807"),
+    });
+    const b = await registry.register("big2", {
+      schemaType: "JSON",
+      schema: text("9223372036854775808"),
+    });
+    const c = await registry.register("big3", {
+      schemaType: "JSON",
+      schema: text("-9223372036854775808"),
+    });
+    expect(new Set([a.id, b.id, c.id]).size).toBe(3);
+    expect(registry.schemaById(a.id).schema).toBe(
+      '{"description":"x 9007199254740993 \\" 1","maximum":9223372036854775807,"type":"integer"}',
+    );
+    expect(registry.schemaById(c.id).schema).toContain('"maximum":-9223372036854775808,');
+    // Safe numbers keep the form they had (1.0 → 1, 1e2 → 100), so existing ids stay.
+    const small = await registry.register("small", {
+      schemaType: "JSON",
+      schema: '{"type":"number","maximum":1e2,"minimum":1.0}',
+    });
+    expect(registry.schemaById(small.id).schema).toBe(
+      '{"maximum":100,"minimum":1,"type":"number"}',
+    );
+    await registry.close();
+    const reopened = (await openRegistry(fs)).registry;
+    expect(reopened.schemaById(a.id).schema).toContain('"maximum":9223372036854775807,');
+    const again = await reopened.register("big", {
+      schemaType: "JSON",
+      schema: text("9223372036854775807"),
+    });
+    expect(again.id).toBe(a.id);
   });
 });
