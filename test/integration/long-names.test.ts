@@ -45,7 +45,10 @@ for (const backend of backends) {
       const path = `${root}/m/${"f".repeat(250)}.json`;
       await writeFileAtomic(fs, path, utf8('{"a":1}'));
       await writeFileAtomic(fs, path, utf8('{"a":2}'));
-      expect(await readJsonFile(fs, path)).toEqual({ value: { a: 2 } });
+      expect(await readJsonFile(fs, path)).toEqual({
+        value: { a: 2 },
+        bytes: expect.any(Uint8Array),
+      });
       expect(await fs.readdir(`${root}/m`)).toEqual([`${"f".repeat(250)}.json`]);
     });
 

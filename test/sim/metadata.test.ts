@@ -100,7 +100,10 @@ describe("atomic metadata files under crashes", () => {
     const stale = await listStaleTempFiles(mem, "/m");
     expect(stale).toHaveLength(1);
     expect(stale[0]).toMatch(/^\.topic\.json\.tmp-\d+$/);
-    expect(await readJsonFile(mem, "/m/topic.json")).toEqual({ value: oldValue });
+    expect(await readJsonFile(mem, "/m/topic.json")).toEqual({
+      value: oldValue,
+      bytes: expect.any(Uint8Array),
+    });
   });
 });
 

@@ -183,7 +183,7 @@ function groupCode(error: unknown, s: KafkaSettings): number {
     });
     return K.invalidGroupId;
   }
-  return groupCode(error, s);
+  return codeOf(error, true);
 }
 
 /** Calls the broker now; a synchronous throw (the broker view's authorization) becomes a rejection. */
