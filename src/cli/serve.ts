@@ -513,14 +513,6 @@ export async function serve(argv: string[]): Promise<number> {
     () => Date.now(),
     level,
   );
-  // The JSON log's own record of what runs (the stdout "listening" line is not in it): which
-  // version and runtime wrote the lines after it, and which process (newuser18 F8).
-  logger.log("info", "broker.starting", {
-    version,
-    runtime: runtimeDescription(),
-    pid: process.pid,
-    data_dir: dataDir,
-  });
   let coldStore: S3ColdStore | undefined;
   try {
     coldStore =
@@ -549,6 +541,15 @@ export async function serve(argv: string[]): Promise<number> {
   const nodeFs = new NodeFileSystem();
   await ensureDataDir(nodeFs, dataDir);
   const lock = acquireDataDirLock(dataDir);
+  // The JSON log's own record of what runs (the stdout "listening" line is not in it): which
+  // version and runtime wrote the lines after it, and which process (newuser18 F8);
+  // once the data directory is usable, so a start-up refusal stays the only line on stderr.
+  logger.log("info", "broker.starting", {
+    version,
+    runtime: runtimeDescription(),
+    pid: process.pid,
+    data_dir: dataDir,
+  });
   // A cluster member's logs hold records encoded with the cluster's schema ids and its keys are
   // the cluster's: served alone, its empty local registry would hand those ids to other schemas.
   if (cluster === null && existsSync(`${dataDir}/${clusterFileName}`)) {
