@@ -374,6 +374,8 @@ export async function produce(argv: string[]): Promise<number> {
   let roundRobin = 0;
   const idBytes = utf8(producerId ?? "");
   const inFlight: Promise<unknown>[] = [];
+  /** Each partition's last batch sent, settled (never rejects): what its next batch's retries wait for. */
+  const lastOnPartition = new Map<number, Promise<void>>();
   // Each batch keeps the input line numbers of its records, so a failure names the line, and the
   // produced lines (acknowledged batches) can be told apart from those that were not.
   const builders = new Map<number, { b: EntryBatchBuilder; lines: number[] }>();
@@ -418,24 +420,33 @@ export async function produce(argv: string[]): Promise<number> {
     const target = p >= 0 || !routed ? p : roundRobin++ % partitionCount;
     // A refusal that stored nothing (a full disk's storage_error, ...) is retried, the same batch
     // to the same partition, until --reconnect-timeout-ms; the idempotent producer retries its own.
+    // A retry waits until the batch before it on that partition is settled, so refused batches
+    // go again in the order their lines were read (a later batch's retry never overtakes).
+    const before = lastOnPartition.get(target) ?? Promise.resolve();
+    let attempts = 0;
+    const produceNow = () =>
+      routed
+        ? cluster.produce(topic, batch, { partition: target })
+        : connection.client.produce(topic, batch, { partition: target });
     const request =
       idempotent !== null
         ? idempotent.send(topic, batch, { partition: p })
-        : retryRefusals(
-            () =>
-              routed
-                ? cluster.produce(topic, batch, { partition: target })
-                : connection.client.produce(topic, batch, { partition: target }),
-            {
-              what: `the batch of ${lines.length === 1 ? `line ${lines[0]}` : `lines ${lines[0]}–${lines[lines.length - 1]}`}`,
-              timeoutMs: reconnectTimeoutMs,
-            },
-          );
+        : retryRefusals(() => (attempts++ === 0 ? produceNow() : before.then(produceNow)), {
+            what: `the batch of ${lines.length === 1 ? `line ${lines[0]}` : `lines ${lines[0]}–${lines[lines.length - 1]}`}`,
+            timeoutMs: reconnectTimeoutMs,
+          });
     const sent = (request as Promise<unknown>).then(
       () => produced.add(lines),
       (err: unknown) => Promise.reject(new FailedBatch(err, lines)),
     );
     sent.catch(() => {}); // awaited below; this only keeps an early rejection from counting as unhandled
+    lastOnPartition.set(
+      target,
+      sent.then(
+        () => {},
+        () => {},
+      ),
+    );
     inFlight.push(sent);
     if (inFlight.length >= 8) await inFlight.shift();
   };
