@@ -731,17 +731,24 @@ describe("cluster mode: three brokers", () => {
     // Partition p's record i is stamped t0 + i minutes, for p + 4 records.
     const t0 = Date.now() - 3_600_000;
     for (let p = 0; p < 3; p++) {
-      const res = await fetch(`${brokers.get(1 + p)!.httpUrl}/v1/topics/reset-ts/records`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({
-          records: Array.from({ length: p + 4 }, (_, i) => ({
-            value: `p${p}r${i}`,
-            partition: p,
-            timestamp: t0 + i * 60_000,
-          })),
-        }),
-      });
+      const post = () =>
+        fetch(`${brokers.get(1 + p)!.httpUrl}/v1/topics/reset-ts/records`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            records: Array.from({ length: p + 4 }, (_, i) => ({
+              value: `p${p}r${i}`,
+              partition: p,
+              timestamp: t0 + i * 60_000,
+            })),
+          }),
+        });
+      // A leader still creating the just-created topic's partitions answers 503 (stored nothing).
+      let res = await post();
+      for (const until = Date.now() + 15_000; res.status === 503 && Date.now() < until; ) {
+        await new Promise((r) => setTimeout(r, 100));
+        res = await post();
+      }
       expect(res.status, await res.clone().text()).toBe(200);
     }
     const reset = (...args: string[]) =>
