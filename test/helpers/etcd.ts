@@ -132,7 +132,8 @@ async function waitHealthy(
       const body = (await getJson(`${url}/health`, tls)) as { health?: string };
       if (body.health === "true") return;
     } catch {}
-    if (Date.now() > deadline) {
+    // A member that exited (e.g. its port was taken) will not become healthy: say so at once.
+    if (Date.now() > deadline || member.process === null) {
       throw new Error(
         `etcd member ${member.name} at ${url} did not become healthy:\n${member.output.join("").slice(-2000)}`,
       );
@@ -146,6 +147,18 @@ async function waitHealthy(
  * member reports healthy. Call `stop()` when done (tests: in `afterAll`/`onTestFinished`).
  */
 export async function startEtcdCluster(options: EtcdClusterOptions = {}): Promise<EtcdCluster> {
+  // A free port can be taken by another test's process between its choice and etcd's bind:
+  // start again on fresh ports then (the failed members were stopped).
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startEtcdClusterOnce(options);
+    } catch (err) {
+      if (attempt >= 3 || !/address already in use/.test(String(err))) throw err;
+    }
+  }
+}
+
+async function startEtcdClusterOnce(options: EtcdClusterOptions): Promise<EtcdCluster> {
   const tls = options.tls;
   const scheme = tls === undefined ? "http" : "https";
   const binary = etcdBinary();
