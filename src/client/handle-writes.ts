@@ -76,7 +76,8 @@ export class HandleWrites {
   readonly #socket: net.Socket;
   readonly #onDrain: () => void;
   /** Writes that went asynchronous and have not ended (their chunks kept alive here), oldest first. */
-  #queued: { req: WriteRequest; chunks: readonly Uint8Array[]; onWritten?: () => void }[] = [];
+  #queued: { req: WriteRequest | null; chunks: readonly Uint8Array[]; onWritten?: () => void }[] =
+    [];
   /** A write returned false: call `onDrain` once the queued ones have ended. */
   #needDrain = false;
 
@@ -112,7 +113,10 @@ export class HandleWrites {
     }
     if (wrap.streamBaseState[wrap.kLastWriteWasAsync] === 0) {
       spareWriteRequest = req;
-      onWritten?.();
+      // libuv can take this write at once while an earlier one's completion is still to be
+      // delivered: its onWritten waits its turn, so they are called in write order.
+      if (this.#queued.length > 0) this.#queued.push({ req: null, chunks: [], onWritten });
+      else onWritten?.();
       return true;
     }
     // Part of the bytes wait in libuv's queue: the request and the chunks live until they are sent.
@@ -131,6 +135,9 @@ export class HandleWrites {
       return;
     }
     ended?.onWritten?.();
+    // Writes taken at once after it (no request of their own) are done too.
+    while (this.#queued.length > 0 && this.#queued[0].req === null)
+      this.#queued.shift()?.onWritten?.();
     if (this.#needDrain && this.#queued.length === 0 && !this.#socket.destroyed) {
       this.#needDrain = false;
       this.#onDrain();
